@@ -1,0 +1,53 @@
+"""An ASGI handler for the queue API that never leaves the event loop.
+
+Django's own ASGIHandler runs every request inside a ThreadSensitiveContext and calls the
+sync request_started / request_finished receivers (database housekeeping) and the sync
+middleware through sync_to_async: a thread is started and joined per request, capping a
+process at a few hundred requests per second. The queue API's views are async and never
+use the ORM, so this handler serves them with no middleware and no signal receivers. The
+admin and everything else keep Django's standard handler (see project/asgi.py).
+"""
+import asyncio
+
+from django.core.handlers.asgi import ASGIHandler, get_script_prefix
+from django.core.handlers.exception import convert_exception_to_response
+from django.core.exceptions import RequestAborted
+from django.urls import set_script_prefix
+
+
+
+class EventLoopAPIHandler(ASGIHandler):
+    def load_middleware(self, is_async=False):
+        self._view_middleware = []
+        self._template_response_middleware = []
+        self._exception_middleware = []
+        self._middleware_chain = convert_exception_to_response(self._get_response_async)
+
+    async def __call__(self, scope, receive, send):
+        try:
+            body_file = await self.read_body(receive)
+        except RequestAborted:
+            return
+        try:
+            set_script_prefix(get_script_prefix(scope))
+            request, error_response = self.create_request(scope, body_file)
+            if request is None:
+                await self.send_response(error_response, send)
+                return
+            # A client that hangs up cancels its request (a held long poll stops holding).
+            respond = asyncio.ensure_future(self._respond(request, send))
+            disconnect = asyncio.ensure_future(self.listen_for_disconnect(receive))
+            await asyncio.wait({respond, disconnect}, return_when=asyncio.FIRST_COMPLETED)
+            for task in (disconnect, respond):
+                if not task.done():
+                    task.cancel()
+                try:
+                    await task
+                except (asyncio.CancelledError, RequestAborted):
+                    pass
+        finally:
+            body_file.close()
+
+    async def _respond(self, request, send):
+        response = await self.get_response_async(request)
+        await self.send_response(response, send)

@@ -1,0 +1,62 @@
+-- Shared helpers, inlined by the loader wherever a script says "-- @include common".
+-- Message statuses: 1 waiting, 2 ready, 3 consuming, 4 acked, 5 expired, 6 retries/ttl exhausted, 7 deleted.
+
+-- Redis server time in ms: one clock for every web and scanner process.
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- Monitor counters live in one hash per topic, fields "<interval index>:<name>", so every
+-- process adds to the same figures and the previous interval can be read back whole.
+local function stat_add(stats_key, interval_ms, now, name, n)
+  if n ~= 0 then
+    redis.call('HINCRBY', stats_key, math.floor(now / interval_ms) .. ':' .. name, n)
+  end
+end
+
+local function stat_gap(stats_key, interval_ms, now, name, gap)
+  local prefix = math.floor(now / interval_ms) .. ':' .. name
+  redis.call('HINCRBY', stats_key, prefix .. ':count', 1)
+  redis.call('HINCRBY', stats_key, prefix .. ':sum', gap)
+  local max = tonumber(redis.call('HGET', stats_key, prefix .. ':max') or '-1')
+  if gap > max then
+    redis.call('HSET', stats_key, prefix .. ':max', gap)
+  end
+end
+
+local function is_live(m)
+  return m.status == 1 or m.status == 2 or m.status == 3
+end
+
+-- Ends a live message: 5 if it was never delivered, 6 otherwise, unless a status is given.
+-- The body stays readable (getMsg) until the ended set says to purge it.
+local function end_message(msgs_key, expiry_key, ended_key, id, m, now, retention, status)
+  m.status = status or ((m.retry == 0) and 5 or 6)
+  redis.call('HSET', msgs_key, id, cjson.encode(m))
+  redis.call('ZREM', expiry_key, id)
+  redis.call('ZADD', ended_key, now + retention, id)
+  return m.status
+end
+
+-- Milliseconds until the earliest member of a sorted set is due, or -1 when it is empty.
+local function next_due(zset_key, now)
+  local first = redis.call('ZRANGE', zset_key, 0, 0, 'WITHSCORES')
+  if first[2] == nil then
+    return -1
+  end
+  local delta = tonumber(first[2]) - now
+  if delta < 0 then
+    return 0
+  end
+  return delta
+end
+
+-- Pushes ids onto the ready list (FIFO: LPUSH here, RPOP in pull) and wakes long pollers
+-- when the list goes from empty to non-empty; a woken poller passes the wake on while
+-- messages remain, so one publish per empty->non-empty edge is enough.
+local function push_ready(ready_key, channel, topic, id)
+  if redis.call('LPUSH', ready_key, id) == 1 then
+    redis.call('PUBLISH', channel, topic)
+  end
+end

@@ -1,0 +1,8 @@
+-- Releases a scanner's topic lock only if it still holds it (compare-and-delete).
+-- KEYS: lock
+-- ARGV: owner token
+-- Returns 1 if released, else 0.
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0

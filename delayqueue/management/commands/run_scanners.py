@@ -1,0 +1,37 @@
+import asyncio
+import logging
+import signal
+
+from django.core.management.base import BaseCommand
+
+from delayqueue.conf import load_config
+from delayqueue.runtime import Runtime
+from delayqueue.scanner import Scanner
+
+log = logging.getLogger("delayqueue.scanner")
+
+
+class Command(BaseCommand):
+    help = (
+        "Run the scanners: promote due messages, requeue ack timeouts, expire TTLs, purge ended "
+        "messages, retire idle topics, prune monitor stats. Run as many as you like; SIGTERM stops cleanly."
+    )
+
+    def add_arguments(self, parser):
+        parser.add_argument("--name", help="this scanner's lock token (default host:pid:random)")
+
+    def handle(self, *args, **options):
+        asyncio.run(self._run(options.get("name")))
+
+    async def _run(self, name):
+        rt = Runtime(load_config())
+        scanner = Scanner(rt, name)
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, scanner.stop)
+        log.info("scanner %s started (namespace %s)", scanner.token, rt.config.namespace)
+        try:
+            await scanner.run()
+        finally:
+            await rt.close()
+        log.info("scanner %s stopped: %s", scanner.token, scanner.counts)

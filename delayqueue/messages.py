@@ -1,0 +1,12 @@
+"""The message as clients see it (camellia's CamelliaDelayMsg), from the json Redis stores."""
+import json
+
+FIELDS = ("topic", "msgId", "msg", "produceTime", "triggerTime", "expireTime", "maxRetry", "retry", "status")
+
+WAITING, READY, CONSUMING, ACKED, EXPIRED, EXHAUSTED, DELETED = 1, 2, 3, 4, 5, 6, 7
+LIVE_STATUSES = (WAITING, READY, CONSUMING)
+
+
+def decode_message(raw: str) -> dict:
+    stored = json.loads(raw)
+    return {name: stored.get(name) for name in FIELDS}

@@ -1,0 +1,48 @@
+"""What the services need at run time: the config, the Redis client and the long-poll notifier.
+
+asyncio Redis connections belong to one event loop, so the web process keeps one Runtime per
+loop (`current()`); the scanner and the tests build their own.
+"""
+import asyncio
+import weakref
+
+from . import store
+from .conf import QueueConfig, load_config
+from .keys import namespace_keys
+
+
+class Runtime:
+    def __init__(self, config: QueueConfig):
+        self.config = config
+        self.ns = namespace_keys(config.namespace)
+        self.redis = store.connect(config.redis_url)
+        self._notifier = None
+        self._notifier_lock = asyncio.Lock()
+
+    async def notifier(self):
+        if self._notifier is None:
+            async with self._notifier_lock:
+                if self._notifier is None:
+                    from .notifier import ReadyNotifier
+
+                    notifier = ReadyNotifier(self.config.redis_url, self.ns.ready_channel)
+                    await notifier.start()
+                    self._notifier = notifier
+        return self._notifier
+
+    async def close(self) -> None:
+        if self._notifier is not None:
+            await self._notifier.stop()
+            self._notifier = None
+        await self.redis.aclose()
+
+
+_runtimes: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Runtime]" = weakref.WeakKeyDictionary()
+
+
+def current() -> Runtime:
+    loop = asyncio.get_running_loop()
+    rt = _runtimes.get(loop)
+    if rt is None:
+        rt = _runtimes[loop] = Runtime(load_config())
+    return rt

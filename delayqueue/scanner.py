@@ -1,0 +1,260 @@
+"""The background worker behind `manage.py run_scanners`.
+
+For every topic it holds the lock of, a TopicWorker runs promote-due, requeue-timed-out,
+expire and purge-ended in one pipelined round trip, then sleeps exactly until the earliest
+next thing any of them reported, or until the schedule channel says the topic got earlier
+work (a send due sooner, a pull with a nearer ack deadline). So a message is promoted within
+milliseconds of its triggerTime instead of on a fixed tick.
+
+Any number of scanners cooperate: a topic is worked by whoever holds its lock
+(SET NX PX, renewed at a third of its TTL, compare-and-delete on release). A scanner that
+fails to get a lock retries when the lock's PTTL runs out, so a killed holder stops the topic
+for at most the lock TTL. Correctness never rests on the lock: every transition is one atomic
+script, so two scanners working a topic at once still promote each message once.
+"""
+import asyncio
+import logging
+import os
+import socket
+import time
+import uuid
+
+from . import store
+from .runtime import Runtime
+
+log = logging.getLogger(__name__)
+
+MAX_IDLE_SLEEP = 1.0  # a topic with nothing scheduled is still looked at this often
+REGISTRY_REFRESH = 1.0
+ERROR_BACKOFF = 0.5
+
+
+class TopicWorker:
+    def __init__(self, scanner: "Scanner", topic: str):
+        self.scanner = scanner
+        self.topic = topic
+        self.keys = scanner.rt.ns.topic(topic)
+        self._wake = asyncio.Event()
+        self.task = asyncio.get_running_loop().create_task(self._run(), name=f"scan:{topic}")
+        self.ticks = 0
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def _calls(self):
+        cfg = self.scanner.rt.config
+        ns = self.scanner.rt.ns
+        k = self.keys
+        limit, retention, interval = cfg.scanner_batch, cfg.ended_retention_millis, cfg.monitor_interval_millis
+        return [
+            ("promote_due", [k.waiting, k.ready, k.msgs, k.expiry, k.ended, k.stats],
+             [limit, retention, interval, ns.ready_channel, self.topic]),
+            ("requeue_timed_out", [k.inflight, k.ready, k.msgs, k.expiry, k.ended, k.stats],
+             [limit, retention, interval, ns.ready_channel, self.topic]),
+            ("expire", [k.waiting, k.ready, k.inflight, k.msgs, k.expiry, k.ended, k.stats],
+             [limit, retention, interval]),
+            ("purge_ended", [k.msgs, k.ended], [limit]),
+        ]
+
+    async def tick(self) -> float:
+        """One pass over the topic; returns seconds until it has work again."""
+        results = await store.run_scripts(self.scanner.rt.redis, self._calls())
+        for result in results:
+            if isinstance(result, Exception):
+                raise result
+        self.ticks += 1
+        self.scanner.counts["promoted"] += results[0][0]
+        self.scanner.counts["requeued"] += results[1][0]
+        self.scanner.counts["expired"] += results[2][0]
+        self.scanner.counts["purged"] += results[3][0]
+        waits = [r[1] for r in results if r[1] >= 0]
+        return min([w / 1000 for w in waits] + [MAX_IDLE_SLEEP])
+
+    async def _run(self) -> None:
+        while True:
+            self._wake.clear()
+            try:
+                delay = await self.tick()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning("scanning topic %s failed: %s", self.topic, exc)
+                delay = ERROR_BACKOFF
+            if delay > 0:
+                try:
+                    await asyncio.wait_for(self._wake.wait(), delay)
+                except asyncio.TimeoutError:
+                    pass
+
+    async def stop(self) -> None:
+        self.task.cancel()
+        try:
+            await self.task
+        except asyncio.CancelledError:
+            pass
+
+
+class Scanner:
+    def __init__(self, rt: Runtime, name: str | None = None):
+        self.rt = rt
+        self.token = name or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.workers: dict[str, TopicWorker] = {}
+        self.known: set[str] = set()
+        self.next_try: dict[str, float] = {}  # topic -> monotonic time to try its lock again
+        self.counts = {"promoted": 0, "requeued": 0, "expired": 0, "purged": 0}
+        self._stop = asyncio.Event()
+        self._poke = asyncio.Event()
+        self._subscribed = asyncio.Event()
+
+    @property
+    def lock_ttl(self) -> int:
+        return self.rt.config.scanner_lock_ttl_millis
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._poke.set()
+
+    async def run(self) -> None:
+        await store.load_scripts(self.rt.redis)
+        listener = asyncio.get_running_loop().create_task(self._listen(), name="schedule-listener")
+        await self._subscribed.wait()
+        loop = asyncio.get_running_loop()
+        next_refresh = next_renew = next_retire = next_prune = loop.time()
+        try:
+            while not self._stop.is_set():
+                now = loop.time()
+                try:
+                    if now >= next_refresh:
+                        self.known.update(await self.rt.redis.zrange(self.rt.ns.topics, 0, -1))
+                        next_refresh = now + REGISTRY_REFRESH
+                    if now >= next_renew:
+                        await self._renew()
+                        next_renew = now + self.lock_ttl / 3000
+                    await self._acquire(now)
+                    if now >= next_retire:
+                        await self._retire_idle_topics()
+                        next_retire = now + self.rt.config.topic_check_seconds
+                    if now >= next_prune:
+                        await self._prune_stats()
+                        next_prune = now + self.rt.config.monitor_interval_seconds
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:
+                    log.warning("scanner %s: %s", self.token, exc)
+                wake_at = min([next_refresh, next_renew, *self.next_try.values()])
+                self._poke.clear()
+                try:
+                    await asyncio.wait_for(self._poke.wait(), max(0.0, wake_at - loop.time()))
+                except asyncio.TimeoutError:
+                    pass
+        finally:
+            listener.cancel()
+            await self._shutdown()
+
+    async def _acquire(self, now: float) -> None:
+        candidates = [t for t in self.known if t not in self.workers and self.next_try.get(t, 0) <= now]
+        if not candidates:
+            return
+        pipe = self.rt.redis.pipeline(transaction=False)
+        for topic in candidates:
+            lock = self.rt.ns.topic(topic).lock
+            pipe.set(lock, self.token, nx=True, px=self.lock_ttl)
+            pipe.pttl(lock)
+        replies = await pipe.execute()
+        for i, topic in enumerate(candidates):
+            got, pttl = replies[2 * i], replies[2 * i + 1]
+            if got:
+                self.next_try.pop(topic, None)
+                self.workers[topic] = TopicWorker(self, topic)
+                log.info("scanner %s took topic %s", self.token, topic)
+            else:
+                # Someone else holds it: look again the moment their lock would run out.
+                self.next_try[topic] = now + (max(pttl, 0) + 1) / 1000
+
+    async def _renew(self) -> None:
+        topics = list(self.workers)
+        if not topics:
+            return
+        results = await store.run_scripts(
+            self.rt.redis,
+            [("lock_renew", [self.rt.ns.topic(t).lock], [self.token, self.lock_ttl]) for t in topics],
+        )
+        for topic, renewed in zip(topics, results):
+            if renewed != 1:
+                log.warning("scanner %s lost the lock of topic %s", self.token, topic)
+                await self.workers.pop(topic).stop()
+
+    async def _retire_idle_topics(self) -> None:
+        idle_ms = self.rt.config.topic_idle_seconds * 1000
+        for topic in list(self.workers):
+            k = self.rt.ns.topic(topic)
+            if await store.run_script(self.rt.redis, "retire_topic",
+                                      [k.waiting, k.ready, k.inflight, k.msgs, k.meta, k.stats], [idle_ms]) != 1:
+                continue
+            await self.rt.redis.zrem(self.rt.ns.topics, topic)
+            if await self.rt.redis.hget(k.meta, "registered"):
+                # A send re-registered the topic between the two steps: keep it listed.
+                await self.rt.redis.zadd(self.rt.ns.topics, {topic: int(time.time() * 1000)}, nx=True)
+                continue
+            log.info("scanner %s retired idle topic %s", self.token, topic)
+            self.known.discard(topic)
+            await self.workers.pop(topic).stop()
+            await store.run_script(self.rt.redis, "lock_release", [k.lock], [self.token])
+
+    async def _prune_stats(self) -> None:
+        if self.workers:
+            await store.run_scripts(
+                self.rt.redis,
+                [("prune_stats", [self.rt.ns.topic(t).stats], [self.rt.config.monitor_interval_millis])
+                 for t in self.workers],
+            )
+
+    async def _listen(self) -> None:
+        backoff = 0.05
+        while True:
+            client = store.connect_pubsub_node(self.rt.config.redis_url)
+            pubsub = client.pubsub(ignore_subscribe_messages=True)
+            try:
+                await pubsub.subscribe(self.rt.ns.schedule_channel)
+                if self._subscribed.is_set():
+                    for worker in self.workers.values():  # wakes may have been missed
+                        worker.wake()
+                self._subscribed.set()
+                backoff = 0.05
+                while True:
+                    message = await pubsub.get_message(timeout=None)
+                    if message is None or message["type"] != "message":
+                        continue
+                    topic = message["data"]
+                    worker = self.workers.get(topic)
+                    if worker is not None:
+                        worker.wake()
+                    elif topic not in self.known:
+                        self.known.add(topic)
+                        self._poke.set()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning("scanner %s lost its schedule subscription (%s)", self.token, exc)
+                self._subscribed.set()
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 2.0)
+            finally:
+                try:
+                    await pubsub.aclose()
+                    await client.aclose()
+                except Exception:
+                    pass
+
+    async def _shutdown(self) -> None:
+        topics = list(self.workers)
+        for worker in self.workers.values():
+            await worker.stop()
+        self.workers.clear()
+        if topics:
+            try:
+                await store.run_scripts(
+                    self.rt.redis, [("lock_release", [self.rt.ns.topic(t).lock], [self.token]) for t in topics]
+                )
+            except Exception as exc:
+                log.warning("scanner %s could not release its locks: %s", self.token, exc)

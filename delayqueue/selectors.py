@@ -1,0 +1,107 @@
+"""Reads: messages, topic sizes and the monitor figures."""
+import time
+
+from .messages import decode_message
+from .runtime import Runtime
+from .store import run_script
+
+# getTopicInfo's waiting-delay buckets (camellia's names), as upper bounds from now in ms.
+# Ranges are half-open (lower, upper] so a message is counted once; the first takes overdue ones.
+MINUTE, HOUR, DAY = 60_000, 3_600_000, 86_400_000
+WAITING_BUCKETS = (
+    ("sizeOf0To1min", MINUTE),
+    ("sizeOf1minTo10min", 10 * MINUTE),
+    ("sizeOf10minTo30min", 30 * MINUTE),
+    ("sizeOf30minTo1hour", HOUR),
+    ("sizeOf1hourTo6hour", 6 * HOUR),
+    ("sizeOf6hourTo1day", DAY),
+    ("sizeOf1dayTo7day", 7 * DAY),
+    ("sizeOf7dayTo30day", 30 * DAY),
+    ("sizeOf30dayToInfinite", None),
+)
+
+REQUEST_COUNTERS = (
+    "sendMsg", "pullMsg", "deleteMsg", "ackMsg", "getMsg",
+    "triggerMsgReady", "triggerMsgEndLife", "triggerMsgTimeout",
+)
+GAP_STATS = (("pullGap", "pullMsgTimeGapStatsList"), ("readyGap", "readyQueueTimeGapStatsList"))
+
+
+async def get_message(rt: Runtime, topic: str, msg_id: str) -> dict | None:
+    """A live message, or an ended one inside the retention window; None otherwise."""
+    cfg = rt.config
+    k = rt.ns.topic(topic)
+    raw = await run_script(
+        rt.redis,
+        "get",
+        [k.waiting, k.ready, k.inflight, k.msgs, k.expiry, k.ended, k.stats],
+        [msg_id, cfg.ended_retention_millis, cfg.monitor_interval_millis],
+    )
+    return None if raw is None else decode_message(raw)
+
+
+async def list_topics(rt: Runtime) -> list[str]:
+    return await rt.redis.zrange(rt.ns.topics, 0, -1)
+
+
+async def topic_infos(rt: Runtime, topics: list[str]) -> list[dict]:
+    """getTopicInfo for each topic, in one pipelined round trip. Unknown topics give zeros."""
+    now = int(time.time() * 1000)
+    pipe = rt.redis.pipeline(transaction=False)
+    for topic in topics:
+        k = rt.ns.topic(topic)
+        pipe.zcard(k.waiting)
+        pipe.llen(k.ready)
+        pipe.zcard(k.inflight)
+        lower = "-inf"
+        for _name, upper in WAITING_BUCKETS:
+            upper_bound = "+inf" if upper is None else now + upper
+            pipe.zcount(k.waiting, lower, upper_bound)
+            lower = f"({upper_bound}"
+    replies = await pipe.execute()
+    infos = []
+    width = 3 + len(WAITING_BUCKETS)
+    for i, topic in enumerate(topics):
+        waiting, ready, inflight, *buckets = replies[i * width:(i + 1) * width]
+        infos.append({
+            "topic": topic,
+            "waitingQueueSize": waiting,
+            "waitingQueueInfo": {name: count for (name, _), count in zip(WAITING_BUCKETS, buckets)},
+            "readyQueueSize": ready,
+            "ackQueueSize": inflight,
+        })
+    return infos
+
+
+async def topic_info(rt: Runtime, topic: str) -> dict:
+    return (await topic_infos(rt, [topic]))[0]
+
+
+async def monitor_data(rt: Runtime) -> dict:
+    """getMonitorData: the last complete interval's counters, summed over every process
+    (the scripts count in Redis), for each registered topic that saw activity."""
+    topics = await list_topics(rt)
+    seconds, micros = await rt.redis.time()
+    interval = rt.config.monitor_interval_millis
+    previous = (int(seconds) * 1000 + int(micros) // 1000) // interval - 1
+    fields = [f"{previous}:{name}" for name in REQUEST_COUNTERS]
+    for prefix, _ in GAP_STATS:
+        fields += [f"{previous}:{prefix}:{part}" for part in ("count", "sum", "max")]
+    pipe = rt.redis.pipeline(transaction=False)
+    for topic in topics:
+        pipe.hmget(rt.ns.topic(topic).stats, fields)
+    replies = await pipe.execute() if topics else []
+
+    data = {"requestStatsList": [], "pullMsgTimeGapStatsList": [], "readyQueueTimeGapStatsList": []}
+    for topic, values in zip(topics, replies):
+        numbers = [int(v) if v is not None else 0 for v in values]
+        counters = dict(zip(REQUEST_COUNTERS, numbers))
+        if any(counters.values()):
+            data["requestStatsList"].append({"topic": topic, **counters})
+        offset = len(REQUEST_COUNTERS)
+        for _prefix, list_name in GAP_STATS:
+            count, total, maximum = numbers[offset:offset + 3]
+            offset += 3
+            if count:
+                data[list_name].append({"topic": topic, "count": count, "avg": total / count, "max": maximum})
+    return data

@@ -1,0 +1,113 @@
+"""Redis clients and the Lua scripts: loaded once per server, called by SHA."""
+import hashlib
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import redis.asyncio as aioredis
+from redis.asyncio.cluster import ClusterNode, RedisCluster
+from redis.exceptions import NoScriptError
+
+LUA_DIR = Path(__file__).with_name("lua")
+_INCLUDE = re.compile(r"^-- @include (\w+)\s*$", re.MULTILINE)
+
+
+def _read_script(name: str) -> str:
+    source = (LUA_DIR / f"{name}.lua").read_text()
+    return _INCLUDE.sub(lambda m: (LUA_DIR / "includes" / f"{m.group(1)}.lua").read_text(), source)
+
+
+@dataclass(frozen=True)
+class Script:
+    name: str
+    source: str
+    sha: str
+
+
+SCRIPT_NAMES = (
+    "send", "pull", "ack", "nack", "delete", "get",
+    "promote_due", "requeue_timed_out", "expire", "purge_ended",
+    "retire_topic", "prune_stats", "lock_renew", "lock_release",
+)
+
+
+def _load_all() -> dict[str, Script]:
+    scripts = {}
+    for name in SCRIPT_NAMES:
+        source = _read_script(name)
+        scripts[name] = Script(name, source, hashlib.sha1(source.encode()).hexdigest())
+    return scripts
+
+
+SCRIPTS = _load_all()
+
+
+def is_cluster_url(url: str) -> bool:
+    return url.startswith("redis-cluster://")
+
+
+def cluster_nodes(url: str) -> list[tuple[str, int]]:
+    """redis-cluster://host:port[,host:port...] -> [(host, port), ...]"""
+    netloc = url[len("redis-cluster://"):].split("/", 1)[0].split("?", 1)[0]
+    nodes = []
+    for part in netloc.split(","):
+        parsed = urlsplit("//" + part)
+        nodes.append((parsed.hostname or "127.0.0.1", parsed.port or 6379))
+    return nodes
+
+
+def connect(url: str, **options) -> aioredis.Redis | RedisCluster:
+    """An asyncio client for redis://, rediss://, unix:// or redis-cluster:// URLs."""
+    options.setdefault("decode_responses", True)
+    if is_cluster_url(url):
+        return RedisCluster(startup_nodes=[ClusterNode(h, p) for h, p in cluster_nodes(url)], **options)
+    return aioredis.Redis.from_url(url, **options)
+
+
+def connect_pubsub_node(url: str) -> aioredis.Redis:
+    """A plain client for pub/sub. On a cluster any node will do: PUBLISH reaches every node."""
+    if is_cluster_url(url):
+        host, port = cluster_nodes(url)[0]
+        return aioredis.Redis(host=host, port=port, decode_responses=True)
+    return aioredis.Redis.from_url(url, decode_responses=True)
+
+
+async def load_scripts(client) -> None:
+    """SCRIPT LOAD every script (on a cluster, on every primary)."""
+    for script in SCRIPTS.values():
+        await client.script_load(script.source)  # redis-py sends it to every primary of a cluster
+
+
+async def run_script(client, name: str, keys, args):
+    script = SCRIPTS[name]
+    try:
+        return await client.evalsha(script.sha, len(keys), *keys, *args)
+    except NoScriptError:
+        await load_scripts(client)
+        return await client.evalsha(script.sha, len(keys), *keys, *args)
+
+
+async def run_scripts(client, calls: list[tuple[str, list, list]]) -> list:
+    """Runs many script calls in one pipelined round trip (one per node on a cluster).
+
+    Results come back in call order; a call's Redis error comes back as the exception.
+    Calls refused for a missing script cache (Redis restarted) are loaded and run again.
+    """
+    if not calls:
+        return []
+    results = await _pipeline(client, calls)
+    missing = [i for i, r in enumerate(results) if isinstance(r, NoScriptError)]
+    if missing:
+        await load_scripts(client)
+        again = await _pipeline(client, [calls[i] for i in missing])
+        for i, result in zip(missing, again):
+            results[i] = result
+    return results
+
+
+async def _pipeline(client, calls):
+    pipe = client.pipeline(transaction=False)
+    for name, keys, args in calls:
+        pipe.execute_command("EVALSHA", SCRIPTS[name].sha, len(keys), *keys, *args)
+    return await pipe.execute(raise_on_error=False)

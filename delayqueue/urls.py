@@ -1,0 +1,18 @@
+from django.urls import path
+
+from . import views
+
+API = "camellia/delayQueue/"
+
+urlpatterns = [
+    path(API + "sendMsg", views.SendMsgView.as_view()),
+    path(API + "sendMsgBatch", views.SendMsgBatchView.as_view()),
+    path(API + "pullMsg", views.PullMsgView.as_view()),
+    path(API + "longPollingMsg", views.LongPollingMsgView.as_view()),
+    path(API + "ackMsg", views.AckMsgView.as_view()),
+    path(API + "getMsg", views.GetMsgView.as_view()),
+    path(API + "deleteMsg", views.DeleteMsgView.as_view()),
+    path(API + "getMonitorData", views.GetMonitorDataView.as_view()),
+    path(API + "getTopicInfo", views.GetTopicInfoView.as_view()),
+    path(API + "getTopicInfoList", views.GetTopicInfoListView.as_view()),
+]

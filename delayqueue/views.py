@@ -1,0 +1,227 @@
+"""The camellia-compatible HTTP API. Views only parse (serializers) and render; the queue
+logic is in services (writes) and selectors (reads).
+
+Every answer is HTTP 200 with the business result in `code` (200, 400, 404, 500), as the
+camellia Java SDK expects.
+"""
+import json
+import logging
+
+from redis.exceptions import RedisError
+from django.http import HttpResponse
+from rest_framework import exceptions
+from rest_framework.exceptions import ValidationError
+from rest_framework.views import APIView
+
+from . import selectors, services
+from .runtime import current
+from .serializers import (
+    AckMsgSerializer,
+    DeleteMsgSerializer,
+    LongPollingMsgSerializer,
+    MessageRefSerializer,
+    PullMsgSerializer,
+    SendMsgSerializer,
+    TopicSerializer,
+    first_error,
+)
+
+log = logging.getLogger(__name__)
+
+# Parameters whose empty value is itself an answer (400, or "generate an id"); any other empty
+# parameter counts as absent, as Spring treats it.
+KEEP_EMPTY = {"topic", "msg", "msgId"}
+
+
+class BadInput(Exception):
+    pass
+
+
+_parsers: dict[type, object] = {}
+
+
+def parse(serializer_class, data: dict) -> dict:
+    """Validates request parameters. One serializer instance per class is reused: validation is
+    synchronous and keeps no state on the instance, and building one per request (DRF deep-copies
+    every field) costs more than the rest of a send."""
+    serializer = _parsers.get(serializer_class)
+    if serializer is None:
+        serializer = _parsers[serializer_class] = serializer_class()
+    try:
+        return serializer.run_validation(data)
+    except ValidationError as exc:
+        raise BadInput(first_error(exc.detail)) from None
+
+
+def reply(code: int = 200, msg: str = "success", **payload) -> HttpResponse:
+    """The API speaks JSON only, so it renders directly instead of through DRF's content
+    negotiation and template response (which Django would render via a thread hop)."""
+    body = json.dumps({"code": code, "msg": msg, **payload}, ensure_ascii=False, separators=(",", ":"))
+    return HttpResponse(body.encode(), content_type="application/json")
+
+
+def to_new_message(data: dict) -> services.NewMessage:
+    return services.NewMessage(
+        topic=data["topic"],
+        msg=data["msg"],
+        delay_millis=data["delayMillis"],
+        msg_id=data.get("msgId") or None,
+        ttl_millis=data["ttlMillis"],
+        max_retry=data["maxRetry"],
+    )
+
+
+class QueueAPIView(APIView):
+    """An async DRF view: DRF parses the request (form, JSON or multipart, query string too),
+    serializers validate it, `reply` renders JSON. No authentication, permissions or throttling:
+    the API is camellia's, open to its SDK."""
+
+    http_method_names = ["get", "post"]
+
+    async def dispatch(self, request, *args, **kwargs):
+        self.args, self.kwargs = args, kwargs
+        self.request = request = self.initialize_request(request, *args, **kwargs)
+        try:
+            if request.method.lower() not in self.http_method_names:
+                raise exceptions.MethodNotAllowed(request.method)
+            return await self.handle(request)
+        except Exception as exc:
+            return self.handle_exception(exc)
+
+    def handle_exception(self, exc):
+        if isinstance(exc, BadInput):
+            return reply(400, str(exc))
+        if isinstance(exc, exceptions.MethodNotAllowed):
+            return reply(400, f"method {self.request.method} not allowed, use GET or POST")
+        if isinstance(exc, exceptions.APIException):
+            return reply(400, f"bad request: {first_error(exc.detail)}")
+        if isinstance(exc, RedisError):
+            log.error("redis error in %s: %s", type(self).__name__, exc)
+            return reply(500, f"redis unavailable: {exc}")
+        log.exception("unexpected error in %s", type(self).__name__)
+        return reply(500, f"internal error: {type(exc).__name__}")
+
+    def params(self) -> dict:
+        """Query string and body (form or JSON object) merged; the body wins."""
+        params = {k: v for k, v in self.request.query_params.items()}
+        data = self.request.data
+        if hasattr(data, "dict"):
+            data = data.dict()
+        if not isinstance(data, dict):
+            raise BadInput("request body must be form fields or a JSON object")
+        params.update(data)
+        return {k: v for k, v in params.items() if v != "" or k in KEEP_EMPTY}
+
+    def validated(self, serializer_class) -> dict:
+        return parse(serializer_class, self.params())
+
+    # Declared async so Django treats the view as async; dispatch() calls handle() for both.
+    async def get(self, request, *args, **kwargs):
+        return await self.handle(request)
+
+    async def post(self, request, *args, **kwargs):
+        return await self.handle(request)
+
+    async def handle(self, request) -> HttpResponse:
+        raise NotImplementedError
+
+
+class SendMsgView(QueueAPIView):
+    async def handle(self, request):
+        data = self.validated(SendMsgSerializer)
+        message = await services.send_message(current(), to_new_message(data))
+        return reply(delayMsg=message)
+
+
+class SendMsgBatchView(QueueAPIView):
+    """A JSON list of sendMsg objects; one {code, msg, delayMsg} result per message, in order."""
+
+    async def handle(self, request):
+        items = request.data
+        if isinstance(items, dict) and "messages" in items:
+            items = items["messages"]
+        if not isinstance(items, list) or not items:
+            raise BadInput("body must be a non-empty JSON list of messages")
+        rt = current()
+        if len(items) > rt.config.max_batch_send:
+            raise BadInput(f"batch has {len(items)} messages, over the limit of {rt.config.max_batch_send}")
+        results: list[dict | None] = [None] * len(items)
+        accepted, positions = [], []
+        for i, item in enumerate(items):
+            if not isinstance(item, dict):
+                results[i] = {"code": 400, "msg": f"message {i}: must be a JSON object"}
+                continue
+            try:
+                data = parse(SendMsgSerializer, {k: v for k, v in item.items() if v != "" or k in KEEP_EMPTY})
+            except BadInput as exc:
+                results[i] = {"code": 400, "msg": f"message {i}: {exc}"}
+            else:
+                accepted.append(to_new_message(data))
+                positions.append(i)
+        sent = await services.send_messages(rt, accepted) if accepted else []
+        for i, outcome in zip(positions, sent):
+            if isinstance(outcome, Exception):
+                results[i] = {"code": 500, "msg": f"message {i}: {outcome}"}
+            else:
+                results[i] = {"code": 200, "msg": "success", "delayMsg": outcome}
+        return reply(results=results)
+
+
+class PullMsgView(QueueAPIView):
+    async def handle(self, request):
+        data = self.validated(PullMsgSerializer)
+        messages, _remaining = await services.pull_messages(
+            current(), data["topic"], data["batch"], data["ackTimeoutMillis"]
+        )
+        return reply(delayMsgList=messages)
+
+
+class LongPollingMsgView(QueueAPIView):
+    async def handle(self, request):
+        data = self.validated(LongPollingMsgSerializer)
+        messages = await services.long_poll_messages(
+            current(), data["topic"], data["batch"], data["ackTimeoutMillis"], data["longPollingTimeoutMillis"]
+        )
+        return reply(delayMsgList=messages)
+
+
+class AckMsgView(QueueAPIView):
+    async def handle(self, request):
+        data = self.validated(AckMsgSerializer)
+        ack = services.ack_message if data["ack"] else services.nack_message
+        await ack(current(), data["topic"], data["msgId"])
+        return reply()
+
+
+class GetMsgView(QueueAPIView):
+    async def handle(self, request):
+        data = self.validated(MessageRefSerializer)
+        message = await selectors.get_message(current(), data["topic"], data["msgId"])
+        if message is None:
+            return reply(404, f"message {data['msgId']} not found in topic {data['topic']}", delayMsg=None)
+        return reply(delayMsg=message)
+
+
+class DeleteMsgView(QueueAPIView):
+    async def handle(self, request):
+        data = self.validated(DeleteMsgSerializer)
+        if not await services.delete_message(current(), data["topic"], data["msgId"], data["release"]):
+            return reply(404, f"message {data['msgId']} not found or already ended in topic {data['topic']}")
+        return reply()
+
+
+class GetMonitorDataView(QueueAPIView):
+    async def handle(self, request):
+        return reply(data=await selectors.monitor_data(current()))
+
+
+class GetTopicInfoView(QueueAPIView):
+    async def handle(self, request):
+        data = self.validated(TopicSerializer)
+        return reply(data=await selectors.topic_info(current(), data["topic"]))
+
+
+class GetTopicInfoListView(QueueAPIView):
+    async def handle(self, request):
+        rt = current()
+        return reply(data=await selectors.topic_infos(rt, await selectors.list_topics(rt)))

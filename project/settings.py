@@ -1,0 +1,139 @@
+"""Django settings. Every knob comes from an environment variable; README.md lists them."""
+import os
+from pathlib import Path
+
+import dj_database_url
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+
+def env_bool(name: str, default: bool) -> bool:
+    value = os.environ.get(name)
+    if value is None or value == "":
+        return default
+    return value.strip().lower() in {"1", "true", "yes", "on"}
+
+
+def env_int(name: str, default: int) -> int:
+    value = os.environ.get(name)
+    if value is None or value.strip() == "":
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise SystemExit(f"environment variable {name} must be an integer, got {value!r}") from None
+
+
+DEBUG = env_bool("DEBUG", False)
+SECRET_KEY = os.environ.get("SECRET_KEY") or "insecure-dev-key-set-SECRET_KEY-in-production"
+ALLOWED_HOSTS = [h.strip() for h in os.environ.get("ALLOWED_HOSTS", "127.0.0.1,localhost,[::1]").split(",") if h.strip()]
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "delayqueue",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "project.urls"
+ASGI_APPLICATION = "project.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# The message log. Default matches the PostgreSQL that `./dev run` starts when DATABASE_URL is unset.
+DATABASES = {
+    "default": dj_database_url.parse(
+        os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:15432/delayqueue"),
+        conn_max_age=60,
+    )
+}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# The live queue. redis://, rediss:// or redis-cluster://host:port[,host:port...].
+REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:16379/0")
+
+# django-redis as Django's cache on a single Redis; a cluster deployment keeps the cache per process.
+if REDIS_URL.startswith(("redis://", "rediss://", "unix://")):
+    CACHES = {
+        "default": {
+            "BACKEND": "django_redis.cache.RedisCache",
+            "LOCATION": REDIS_URL,
+            "KEY_PREFIX": "dqcache",
+        }
+    }
+else:
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+
+# Queue defaults (SPEC §2). "≤ 0 means default" rules are applied per request.
+DELAYQUEUE = {
+    "NAMESPACE": os.environ.get("DELAYQUEUE_NAMESPACE", "default"),
+    "TTL_MILLIS": env_int("DELAYQUEUE_TTL_MILLIS", 3_600_000),
+    "MAX_RETRY": env_int("DELAYQUEUE_MAX_RETRY", 10),
+    "ACK_TIMEOUT_MILLIS": env_int("DELAYQUEUE_ACK_TIMEOUT_MILLIS", 30_000),
+    "PULL_BATCH": env_int("DELAYQUEUE_PULL_BATCH", 1),
+    "MAX_PULL_BATCH": env_int("DELAYQUEUE_MAX_PULL_BATCH", 1000),
+    "LONG_POLLING_TIMEOUT_MILLIS": env_int("DELAYQUEUE_LONG_POLLING_TIMEOUT_MILLIS", 10_000),
+    "MAX_LONG_POLLING_TIMEOUT_MILLIS": env_int("DELAYQUEUE_MAX_LONG_POLLING_TIMEOUT_MILLIS", 60_000),
+    "ENDED_RETENTION_MILLIS": env_int("DELAYQUEUE_ENDED_RETENTION_MILLIS", 300_000),
+    "MAX_MSG_BYTES": env_int("DELAYQUEUE_MAX_MSG_BYTES", 65_536),
+    "MAX_BATCH_SEND": env_int("DELAYQUEUE_MAX_BATCH_SEND", 1000),
+    "MONITOR_INTERVAL_SECONDS": env_int("DELAYQUEUE_MONITOR_INTERVAL_SECONDS", 60),
+    "SCANNER_LOCK_TTL_MILLIS": env_int("DELAYQUEUE_SCANNER_LOCK_TTL_MILLIS", 5_000),
+    "SCANNER_BATCH": env_int("DELAYQUEUE_SCANNER_BATCH", 1000),
+    "TOPIC_IDLE_SECONDS": env_int("DELAYQUEUE_TOPIC_IDLE_SECONDS", 1800),
+    "TOPIC_CHECK_SECONDS": env_int("DELAYQUEUE_TOPIC_CHECK_SECONDS", 600),
+}
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.AllowAny"],
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_PARSER_CLASSES": [
+        "rest_framework.parsers.FormParser",
+        "rest_framework.parsers.JSONParser",
+        "rest_framework.parsers.MultiPartParser",
+    ],
+    "UNAUTHENTICATED_USER": None,
+}
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+STATIC_URL = "static/"
+STATIC_ROOT = BASE_DIR / ".local" / "static"
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
+}

@@ -1,0 +1,267 @@
+"""The camellia-compatible HTTP API: shapes, defaults, and bad input on every endpoint."""
+import asyncio
+
+import pytest
+
+BASE = "/camellia/delayQueue/"
+MSG_FIELDS = ["topic", "msgId", "msg", "produceTime", "triggerTime", "expireTime", "maxRetry", "retry", "status"]
+
+
+async def call(api, endpoint, method="post", json=None, **params):
+    if json is not None:
+        response = await api.post(BASE + endpoint, json=json)
+    elif method == "get":
+        response = await api.get(BASE + endpoint, params=params)
+    else:
+        response = await api.post(BASE + endpoint, data=params)
+    assert response.status_code == 200, response.text  # the business code is in the body
+    assert response.headers["content-type"].startswith("application/json")
+    return response.json()
+
+
+async def test_send_get_pull_ack_round_trip(api):
+    sent = await call(api, "sendMsg", topic="orders", msg="cancel #1", delayMillis="0", msgId="o1")
+    assert sent["code"] == 200 and sent["msg"] == "success"
+    assert list(sent["delayMsg"]) == MSG_FIELDS
+    assert sent["delayMsg"]["msgId"] == "o1" and sent["delayMsg"]["status"] == 2
+
+    got = await call(api, "getMsg", topic="orders", msgId="o1")
+    assert got["delayMsg"] == sent["delayMsg"]
+
+    pulled = await call(api, "pullMsg", topic="orders")
+    assert pulled["code"] == 200 and [m["msgId"] for m in pulled["delayMsgList"]] == ["o1"]
+    assert pulled["delayMsgList"][0]["status"] == 3 and pulled["delayMsgList"][0]["retry"] == 1
+
+    acked = await call(api, "ackMsg", topic="orders", msgId="o1", ack="true")
+    assert acked == {"code": 200, "msg": "success"}
+    assert (await call(api, "getMsg", topic="orders", msgId="o1"))["delayMsg"]["status"] == 4
+
+
+async def test_json_bodies_and_query_strings_are_accepted(api):
+    sent = await call(api, "sendMsg", json={"topic": "j", "msg": "hi 你好", "delayMillis": 60000, "maxRetry": 2})
+    assert sent["code"] == 200 and sent["delayMsg"]["msg"] == "hi 你好" and sent["delayMsg"]["maxRetry"] == 2
+    response = await api.post(BASE + "getMsg", params={"topic": "j", "msgId": sent["delayMsg"]["msgId"]})
+    assert response.json()["delayMsg"]["status"] == 1
+
+
+async def test_ack_defaults_to_true_and_false_means_nack(api):
+    await call(api, "sendMsg", topic="a", msg="x", delayMillis="0", msgId="m1")
+    await call(api, "pullMsg", topic="a")
+    assert (await call(api, "ackMsg", topic="a", msgId="m1", ack="false"))["code"] == 200
+    assert (await call(api, "getMsg", topic="a", msgId="m1"))["delayMsg"]["status"] == 2
+    await call(api, "pullMsg", topic="a")
+    assert (await call(api, "ackMsg", topic="a", msgId="m1"))["code"] == 200
+    assert (await call(api, "getMsg", topic="a", msgId="m1"))["delayMsg"]["status"] == 4
+    # ack of an unknown id: 200, as camellia
+    assert (await call(api, "ackMsg", topic="a", msgId="nope"))["code"] == 200
+
+
+async def test_spring_style_booleans(api):
+    for value, expected in [("on", True), ("1", True), ("yes", True), ("off", False), ("0", False), ("no", False)]:
+        await call(api, "sendMsg", topic="b", msg="x", delayMillis="0", msgId=f"id-{value}")
+        await call(api, "pullMsg", topic="b")
+        await call(api, "ackMsg", topic="b", msgId=f"id-{value}", ack=value)
+        status = (await call(api, "getMsg", topic="b", msgId=f"id-{value}"))["delayMsg"]["status"]
+        assert status == (4 if expected else 2), value
+        if not expected:
+            await call(api, "deleteMsg", topic="b", msgId=f"id-{value}")
+
+
+async def test_delete_and_get_not_found(api):
+    await call(api, "sendMsg", topic="d", msg="x", delayMillis="60000", msgId="d1")
+    assert await call(api, "deleteMsg", topic="d", msgId="d1") == {"code": 200, "msg": "success"}
+    assert (await call(api, "getMsg", topic="d", msgId="d1"))["delayMsg"]["status"] == 7
+    again = await call(api, "deleteMsg", topic="d", msgId="d1")
+    assert again["code"] == 404 and "d1" in again["msg"]
+    await call(api, "sendMsg", topic="d", msg="x", delayMillis="60000", msgId="d2")
+    assert (await call(api, "deleteMsg", topic="d", msgId="d2", release="true"))["code"] == 200
+    missing = await call(api, "getMsg", topic="d", msgId="d2")
+    assert missing["code"] == 404 and missing["delayMsg"] is None and "not found" in missing["msg"]
+
+
+async def test_empty_msg_id_means_generate_one(api):
+    sent = await call(api, "sendMsg", topic="g", msg="x", delayMillis="0", msgId="")
+    assert len(sent["delayMsg"]["msgId"]) == 32
+
+
+async def test_empty_optional_numbers_mean_default(api, settings):
+    sent = await call(api, "sendMsg", topic="g", msg="x", delayMillis="5", ttlMillis="", maxRetry="")
+    assert sent["code"] == 200
+    assert sent["delayMsg"]["maxRetry"] == settings.DELAYQUEUE["MAX_RETRY"]
+
+
+async def test_pull_batch_and_defaults(api):
+    for i in range(5):
+        await call(api, "sendMsg", topic="p", msg=str(i), delayMillis="0")
+    one = await call(api, "pullMsg", topic="p", batch="0")
+    assert len(one["delayMsgList"]) == 1 and one["delayMsgList"][0]["msg"] == "0"
+    rest = await call(api, "pullMsg", topic="p", batch="10", ackTimeoutMillis="-1")
+    assert [m["msg"] for m in rest["delayMsgList"]] == ["1", "2", "3", "4"]
+    assert (await call(api, "pullMsg", topic="p"))["delayMsgList"] == []
+
+
+async def test_send_msg_batch(api):
+    body = [
+        {"topic": "s1", "msg": "a", "delayMillis": 0},
+        {"topic": "s2", "msg": "b", "delayMillis": 60000, "msgId": "fixed"},
+        {"topic": "bad topic", "msg": "c", "delayMillis": 0},
+        {"topic": "s1", "msg": "d"},
+        "not an object",
+        {"topic": "s2", "msg": "dup", "delayMillis": 0, "msgId": "fixed"},
+    ]
+    result = await call(api, "sendMsgBatch", json=body)
+    assert result["code"] == 200
+    codes = [r["code"] for r in result["results"]]
+    assert codes == [200, 200, 400, 400, 400, 200]
+    assert "topic" in result["results"][2]["msg"] and "delayMillis" in result["results"][3]["msg"]
+    assert result["results"][5]["delayMsg"]["msg"] == "b"  # deduplicated against the earlier one
+    info = await call(api, "getTopicInfo", method="get", topic="s2")
+    assert info["data"]["waitingQueueSize"] == 1
+
+
+@pytest.mark.parametrize("body", [[], {"x": 1}, "text", None])
+async def test_send_msg_batch_bad_bodies(api, body):
+    if body is None:
+        response = await api.post(BASE + "sendMsgBatch", content=b"[{", headers={"content-type": "application/json"})
+        result = response.json()
+    else:
+        result = await call(api, "sendMsgBatch", json=body)
+    assert result["code"] == 400 and result["msg"]
+
+
+async def test_send_msg_batch_size_limit(api, settings):
+    settings.DELAYQUEUE = {**settings.DELAYQUEUE, "MAX_BATCH_SEND": 3}
+    result = await call(api, "sendMsgBatch", json=[{"topic": "t", "msg": "x", "delayMillis": 0}] * 4)
+    assert result["code"] == 400 and "limit of 3" in result["msg"]
+
+
+BAD_SENDS = [
+    ({"msg": "x", "delayMillis": "0"}, "topic"),
+    ({"topic": "", "msg": "x", "delayMillis": "0"}, "topic"),
+    ({"topic": "a b", "msg": "x", "delayMillis": "0"}, "topic"),
+    ({"topic": "t" * 129, "msg": "x", "delayMillis": "0"}, "topic"),
+    ({"topic": "t", "delayMillis": "0"}, "msg"),
+    ({"topic": "t", "msg": "", "delayMillis": "0"}, "msg"),
+    ({"topic": "t", "msg": "x"}, "delayMillis"),
+    ({"topic": "t", "msg": "x", "delayMillis": "abc"}, "delayMillis"),
+    ({"topic": "t", "msg": "x", "delayMillis": "1.5"}, "delayMillis"),
+    ({"topic": "t", "msg": "x", "delayMillis": "9" * 30}, "delayMillis"),
+    ({"topic": "t", "msg": "x", "delayMillis": "0", "ttlMillis": "ten"}, "ttlMillis"),
+    ({"topic": "t", "msg": "x", "delayMillis": "0", "maxRetry": "x"}, "maxRetry"),
+    ({"topic": "t", "msg": "x", "delayMillis": "0", "maxRetry": "1000001"}, "maxRetry"),
+    ({"topic": "t", "msg": "x", "delayMillis": "0", "msgId": "i" * 300}, "msgId"),
+]
+
+
+@pytest.mark.parametrize("params,parameter", BAD_SENDS)
+async def test_send_bad_input_names_the_parameter(api, params, parameter):
+    result = await call(api, "sendMsg", **params)
+    assert result["code"] == 400
+    assert result["msg"].startswith(parameter + ":"), result["msg"]
+    assert (await call(api, "getTopicInfoList", method="get"))["data"] == []  # nothing half-written
+
+
+async def test_oversized_message_is_rejected(api, settings):
+    limit = settings.DELAYQUEUE["MAX_MSG_BYTES"]
+    result = await call(api, "sendMsg", topic="t", msg="é" * (limit // 2 + 1), delayMillis="0")
+    assert result["code"] == 400 and "msg:" in result["msg"] and str(limit) in result["msg"]
+    ok = await call(api, "sendMsg", topic="t", msg="x" * limit, delayMillis="0")
+    assert ok["code"] == 200
+
+
+async def test_malformed_json_body(api):
+    response = await api.post(BASE + "sendMsg", content=b'{"topic": ', headers={"content-type": "application/json"})
+    assert response.status_code == 200
+    assert response.json()["code"] == 400 and "JSON" in response.json()["msg"]
+
+
+async def test_json_list_body_on_single_endpoint(api):
+    result = await call(api, "sendMsg", json=[{"topic": "t"}])
+    assert result["code"] == 400 and "JSON object" in result["msg"]
+
+
+@pytest.mark.parametrize("endpoint,params,parameter", [
+    ("pullMsg", {}, "topic"),
+    ("pullMsg", {"topic": "t", "batch": "x"}, "batch"),
+    ("pullMsg", {"topic": "t", "batch": "100000"}, "batch"),
+    ("pullMsg", {"topic": "t", "ackTimeoutMillis": "soon"}, "ackTimeoutMillis"),
+    ("longPollingMsg", {"topic": "t", "longPollingTimeoutMillis": "x"}, "longPollingTimeoutMillis"),
+    ("longPollingMsg", {"topic": "$"}, "topic"),
+    ("ackMsg", {"topic": "t"}, "msgId"),
+    ("ackMsg", {"topic": "t", "msgId": ""}, "msgId"),
+    ("ackMsg", {"topic": "t", "msgId": "m", "ack": "maybe"}, "ack"),
+    ("getMsg", {"msgId": "m"}, "topic"),
+    ("getMsg", {"topic": "t"}, "msgId"),
+    ("deleteMsg", {"topic": "t", "msgId": "m", "release": "sure"}, "release"),
+    ("deleteMsg", {"topic": "t"}, "msgId"),
+    ("getTopicInfo", {}, "topic"),
+])
+async def test_bad_input_on_every_endpoint(api, endpoint, params, parameter):
+    result = await call(api, endpoint, **params)
+    assert result["code"] == 400
+    assert result["msg"].startswith(parameter + ":"), result["msg"]
+
+
+async def test_unsupported_method(api):
+    response = await api.put(BASE + "sendMsg")
+    assert response.status_code == 200 and response.json()["code"] == 400
+
+
+async def test_topic_info_buckets_and_list(api):
+    now_delays = {"sizeOf0To1min": 1_000, "sizeOf1minTo10min": 5 * 60_000, "sizeOf10minTo30min": 20 * 60_000,
+                  "sizeOf30minTo1hour": 45 * 60_000, "sizeOf1hourTo6hour": 2 * 3_600_000,
+                  "sizeOf6hourTo1day": 12 * 3_600_000, "sizeOf1dayTo7day": 3 * 86_400_000,
+                  "sizeOf7dayTo30day": 10 * 86_400_000, "sizeOf30dayToInfinite": 60 * 86_400_000}
+    for bucket, delay in now_delays.items():
+        await call(api, "sendMsg", topic="info", msg=bucket, delayMillis=str(delay), ttlMillis="1000")
+    await call(api, "sendMsg", topic="info", msg="now", delayMillis="0")
+    await call(api, "sendMsg", topic="other", msg="now", delayMillis="0")
+    await call(api, "pullMsg", topic="other")
+    info = (await call(api, "getTopicInfo", method="get", topic="info"))["data"]
+    assert info["topic"] == "info" and info["waitingQueueSize"] == 9
+    assert info["waitingQueueInfo"] == {bucket: 1 for bucket in now_delays}
+    assert list(info["waitingQueueInfo"]) == list(now_delays)
+    assert info["readyQueueSize"] == 1 and info["ackQueueSize"] == 0
+    listed = (await call(api, "getTopicInfoList", method="get"))["data"]
+    assert [t["topic"] for t in listed] == ["info", "other"]  # registration order, no duplicates
+    assert listed[1]["ackQueueSize"] == 1
+    unknown = (await call(api, "getTopicInfo", method="get", topic="never-used"))["data"]
+    assert unknown["waitingQueueSize"] == 0 and set(unknown["waitingQueueInfo"].values()) == {0}
+
+
+async def test_monitor_data_counts_the_last_interval(api, settings):
+    interval = settings.DELAYQUEUE["MONITOR_INTERVAL_SECONDS"]
+    # Start right after an interval boundary so all traffic lands in one interval.
+    loop = asyncio.get_running_loop()
+    import time
+    await asyncio.sleep(interval - (time.time() % interval) + 0.05)
+    for i in range(3):
+        await call(api, "sendMsg", topic="mon", msg=str(i), delayMillis="0", msgId=f"m{i}")
+    await call(api, "sendMsg", topic="mon", msg="dup", delayMillis="0", msgId="m0")
+    await call(api, "pullMsg", topic="mon", batch="2")
+    await call(api, "ackMsg", topic="mon", msgId="m0")
+    await call(api, "ackMsg", topic="mon", msgId="m1", ack="false")
+    await call(api, "getMsg", topic="mon", msgId="m2")
+    await call(api, "deleteMsg", topic="mon", msgId="m2")
+    before = (await call(api, "getMonitorData", method="get"))["data"]
+    assert before["requestStatsList"] == []  # the interval is not complete yet
+    await asyncio.sleep(interval - (time.time() % interval) + 0.05)
+    data = (await call(api, "getMonitorData", method="get"))["data"]
+    [stats] = data["requestStatsList"]
+    assert stats == {"topic": "mon", "sendMsg": 4, "pullMsg": 2, "deleteMsg": 1, "ackMsg": 2, "getMsg": 1,
+                     "triggerMsgReady": 0, "triggerMsgEndLife": 0, "triggerMsgTimeout": 0}
+    [gap] = data["pullMsgTimeGapStatsList"]
+    assert gap["topic"] == "mon" and gap["count"] == 2 and gap["max"] >= 0 and gap["avg"] >= 0
+    assert data["readyQueueTimeGapStatsList"] == []
+
+
+async def test_redis_down_gives_500_not_a_traceback(api, settings):
+    settings.REDIS_URL = "redis://127.0.0.1:1/0"  # nothing listens there
+    from delayqueue import runtime
+
+    runtime._runtimes.clear()
+    try:
+        result = await call(api, "sendMsg", topic="t", msg="x", delayMillis="0")
+        assert result["code"] == 500 and "redis unavailable" in result["msg"]
+    finally:
+        runtime._runtimes.clear()

@@ -1,0 +1,99 @@
+"""Long polling: woken through Redis by due messages, nacks and ack timeouts; final pull at the timeout."""
+import asyncio
+import time
+
+from delayqueue import services
+from delayqueue.runtime import current
+from delayqueue.services import NewMessage
+
+from .conftest import REDIS_URL, make_runtime
+
+BASE = "/camellia/delayQueue/"
+
+
+async def long_poll(api, topic, timeout_ms=5000, **params):
+    started = time.monotonic()
+    response = await api.post(BASE + "longPollingMsg",
+                              data={"topic": topic, "longPollingTimeoutMillis": str(timeout_ms), **params})
+    body = response.json()
+    assert body["code"] == 200
+    return body["delayMsgList"], time.monotonic() - started
+
+
+async def test_returns_at_once_when_a_message_is_ready(api, single_rt):
+    await services.send_message(single_rt, NewMessage(topic="lp", msg="x", delay_millis=0))
+    messages, elapsed = await long_poll(api, "lp", timeout_ms=5000)
+    assert [m["msg"] for m in messages] == ["x"] and elapsed < 4
+
+
+async def test_times_out_with_an_empty_list(api):
+    messages, elapsed = await long_poll(api, "lp", timeout_ms=300)
+    assert messages == [] and elapsed >= 0.3
+
+
+async def test_timeout_is_clamped_to_the_configured_maximum(api, settings):
+    settings.DELAYQUEUE = {**settings.DELAYQUEUE, "MAX_LONG_POLLING_TIMEOUT_MILLIS": 300}
+    messages, elapsed = await long_poll(api, "lp", timeout_ms=60_000)
+    assert messages == [] and 0.3 <= elapsed < 30
+
+
+async def test_woken_by_a_due_message_promoted_by_a_scanner_in_another_process(api, scanner_process):
+    scanner = scanner_process("s1")
+    scanner.wait_started()
+    rt = current()
+    poll = asyncio.create_task(long_poll(api, "due", timeout_ms=20_000))
+    await asyncio.sleep(0.2)
+    sent = await services.send_message(rt, NewMessage(topic="due", msg="later", delay_millis=300))
+    messages, elapsed = await poll
+    assert [m["msgId"] for m in messages] == [sent["msgId"]]
+    assert elapsed < 15  # woken by the promotion, long before the 20 s hold ends
+
+
+async def test_woken_by_a_nack(api):
+    rt = current()
+    sent = await services.send_message(rt, NewMessage(topic="nk", msg="x", delay_millis=0))
+    await services.pull_messages(rt, "nk")
+    poll = asyncio.create_task(long_poll(api, "nk", timeout_ms=20_000))
+    await asyncio.sleep(0.2)
+    assert not poll.done()
+    await services.nack_message(rt, "nk", sent["msgId"])
+    messages, elapsed = await poll
+    assert [m["retry"] for m in messages] == [2] and elapsed < 15
+
+
+async def test_woken_by_an_ack_timeout(api, start_scanner):
+    rt = current()
+    await start_scanner(make_runtime(REDIS_URL))
+    sent = await services.send_message(rt, NewMessage(topic="to", msg="x", delay_millis=0))
+    await services.pull_messages(rt, "to", ack_timeout_millis=300)
+    messages, elapsed = await long_poll(api, "to", timeout_ms=20_000)
+    assert [m["msgId"] for m in messages] == [sent["msgId"]] and messages[0]["retry"] == 2
+    assert elapsed < 15
+
+
+async def test_many_waiters_each_get_one_message(api, start_scanner):
+    rt = current()
+    await start_scanner(make_runtime(REDIS_URL))
+    polls = [asyncio.create_task(long_poll(api, "many", timeout_ms=20_000)) for _ in range(20)]
+    await asyncio.sleep(0.3)
+    # One promotion publishes once; the waiters pass the wake on while messages remain.
+    await services.send_messages(rt, [NewMessage(topic="many", msg=str(i), delay_millis=200) for i in range(20)])
+    results = await asyncio.gather(*polls)
+    delivered = sorted(m["msg"] for messages, _ in results for m in messages)
+    assert delivered == sorted(str(i) for i in range(20))
+    assert all(elapsed < 15 for _, elapsed in results)
+
+
+async def test_a_cancelled_waiter_passes_its_wake_on(single_rt):
+    rt = single_rt
+    first = asyncio.create_task(services.long_poll_messages(rt, "c", timeout_millis=20_000))
+    await asyncio.sleep(0.1)
+    second = asyncio.create_task(services.long_poll_messages(rt, "c", timeout_millis=20_000))
+    await asyncio.sleep(0.1)
+    notifier = await rt.notifier()
+    assert notifier.waiting("c") == 2
+    first.cancel()
+    await services.send_message(rt, NewMessage(topic="c", msg="x", delay_millis=0))
+    messages = await asyncio.wait_for(second, 10)
+    assert [m["msg"] for m in messages] == ["x"]
+    assert notifier.waiting("c") == 0

@@ -1,0 +1,112 @@
+"""`manage.py run_scanners` as real processes: cooperation, SIGKILL take-over, SIGTERM."""
+import asyncio
+import signal
+import time
+from collections import Counter
+
+from delayqueue import selectors, services
+from delayqueue.services import NewMessage
+
+from .conftest import wait_until
+
+
+async def drain(rt, topics, expected, timeout=30):
+    """Pulls (and acks) until `expected` messages were delivered; returns every delivery."""
+    delivered = []
+    deadline = time.monotonic() + timeout
+    while len(delivered) < expected and time.monotonic() < deadline:
+        got_any = False
+        for topic in topics:
+            messages, _ = await services.pull_messages(rt, topic, batch=500)
+            for m in messages:
+                delivered.append(m)
+                await services.ack_message(rt, topic, m["msgId"])
+            got_any = got_any or bool(messages)
+        if not got_any:
+            await asyncio.sleep(0.02)
+    return delivered
+
+
+async def test_two_scanner_processes_promote_each_message_once(single_rt, scanner_process):
+    rt = single_rt
+    topics = [f"t{i}" for i in range(8)]
+    a, b = scanner_process("a"), scanner_process("b")
+    a.wait_started(), b.wait_started()
+    messages = [NewMessage(topic=topics[i % 8], msg=str(i), delay_millis=200 + (i % 50) * 20) for i in range(2000)]
+    await services.send_messages(rt, messages)
+    delivered = await drain(rt, topics, 2000)
+    counts = Counter(m["msg"] for m in delivered)
+    assert len(counts) == 2000 and set(counts.values()) == {1}
+    assert all(m["retry"] == 1 for m in delivered)  # first delivery each: nothing promoted twice
+
+
+async def test_two_scanners_sharing_one_lock_token_still_promote_once(single_rt, scanner_process):
+    """Both believe they hold every lock (as a scanner resuming from a long pause would):
+    atomic scripts alone must keep each message promoted once."""
+    rt = single_rt
+    a, b = scanner_process("same"), scanner_process("same")
+    a.wait_started(), b.wait_started()
+    messages = [NewMessage(topic="shared", msg=str(i), delay_millis=100 + i) for i in range(1000)]
+    await services.send_messages(rt, messages)
+    delivered = await drain(rt, ["shared"], 1000)
+    counts = Counter(m["msg"] for m in delivered)
+    assert len(counts) == 1000 and set(counts.values()) == {1}
+    info = await selectors.topic_info(rt, "shared")
+    assert (info["waitingQueueSize"], info["readyQueueSize"]) == (0, 0)
+
+
+async def test_sigkill_mid_run_another_scanner_takes_over_within_the_lock_ttl(single_rt, scanner_process, settings):
+    rt = single_rt
+    lock_ttl = settings.DELAYQUEUE["SCANNER_LOCK_TTL_MILLIS"] / 1000
+    a = scanner_process("a")
+    a.wait_started()
+    await services.send_message(rt, NewMessage(topic="k", msg="warm-up", delay_millis=0))
+    await wait_until(lambda: rt.redis.get(rt.ns.topic("k").lock), what="scanner a to take topic k")
+    b = scanner_process("b")
+    b.wait_started()
+    assert await rt.redis.get(rt.ns.topic("k").lock) == "a"
+    # A steady stream of due messages; kill a while they flow.
+    sends = [await services.send_message(rt, NewMessage(topic="k", msg=str(i), delay_millis=100 + 50 * i))
+             for i in range(40)]
+    await asyncio.sleep(0.5)
+    a.kill(signal.SIGKILL)
+    killed_at = time.time() * 1000
+    delivered = await drain(rt, ["k"], 41, timeout=30)
+    assert sorted(m["msg"] for m in delivered) == sorted(["warm-up", *[str(i) for i in range(40)]])
+    assert await rt.redis.get(rt.ns.topic("k").lock) == "b"
+    # No due message waited longer than the lock TTL (plus scheduling slack) for promotion.
+    due_after_kill = [m for m in sends if m["triggerTime"] > killed_at]
+    assert due_after_kill
+    for m in due_after_kill:
+        stored = await selectors.get_message(rt, "k", m["msgId"])
+        assert stored["status"] == 4
+    stats = await rt.redis.hgetall(rt.ns.topic("k").stats)
+    max_ready_gap = max(int(v) for f, v in stats.items() if f.endswith("readyGap:max"))
+    assert max_ready_gap <= lock_ttl * 1000 + 1000, max_ready_gap
+
+
+async def test_sigterm_stops_cleanly_and_releases_locks(single_rt, scanner_process):
+    rt = single_rt
+    a = scanner_process("a")
+    a.wait_started()
+    await services.send_message(rt, NewMessage(topic="term", msg="x", delay_millis=0))
+    await wait_until(lambda: rt.redis.get(rt.ns.topic("term").lock), what="scanner to take the topic")
+    assert a.stop() == 0
+    assert await rt.redis.get(rt.ns.topic("term").lock) is None
+    assert "stopped" in a.output()
+
+
+async def test_scanner_precision_single_message(single_rt, start_scanner):
+    """A due message is promoted within a few ms of its triggerTime (sleep-until-due, not a tick).
+    Only checks that it is promoted on time-ish; the figures are in bench/fire_lateness.py."""
+    rt = single_rt
+    await start_scanner(rt)
+    sent = await services.send_message(rt, NewMessage(topic="p", msg="x", delay_millis=500))
+
+    async def ready():
+        return (await selectors.get_message(rt, "p", sent["msgId"]))["status"] == 2
+
+    await wait_until(ready, timeout=5, interval=0.005, what="promotion")
+    stats = await rt.redis.hgetall(rt.ns.topic("p").stats)
+    [gap] = [int(v) for f, v in stats.items() if f.endswith("readyGap:max")]
+    assert gap < 500  # far inside a whole delay: it was not waiting for a coarse tick

@@ -1,0 +1,259 @@
+"""Every state transition of the Lua layer, on a single Redis and on a 3-master Redis Cluster."""
+import asyncio
+
+import pytest
+
+from delayqueue import selectors, services, store
+from delayqueue.messages import ACKED, CONSUMING, DELETED, EXHAUSTED, EXPIRED, READY, WAITING
+from delayqueue.services import NewMessage
+
+from .conftest import wait_until
+
+
+async def send(rt, topic="t", msg="m", delay=0, **kw):
+    return await services.send_message(rt, NewMessage(topic=topic, msg=msg, delay_millis=delay, **kw))
+
+
+async def sizes(rt, topic="t"):
+    info = await selectors.topic_info(rt, topic)
+    return info["waitingQueueSize"], info["readyQueueSize"], info["ackQueueSize"]
+
+
+async def test_send_due_now_is_ready_with_defaults(rt):
+    m = await send(rt, msg="hello", delay=0)
+    assert m["status"] == READY and m["retry"] == 0 and len(m["msgId"]) == 32
+    assert m["triggerTime"] == m["produceTime"]
+    assert m["expireTime"] == m["triggerTime"] + rt.config.ttl_millis
+    assert m["maxRetry"] == rt.config.max_retry
+    assert await sizes(rt) == (0, 1, 0)
+    assert await selectors.list_topics(rt) == ["t"]
+
+
+async def test_send_delayed_is_waiting_and_defaults_follow_the_le_zero_rules(rt):
+    m = await send(rt, delay=60_000, ttl_millis=0, max_retry=-1)
+    assert m["status"] == WAITING
+    assert m["triggerTime"] == m["produceTime"] + 60_000
+    assert m["expireTime"] == m["triggerTime"] + rt.config.ttl_millis
+    m2 = await send(rt, delay=-5, ttl_millis=1234, max_retry=0)
+    assert m2["status"] == READY and m2["triggerTime"] == m2["produceTime"]
+    assert m2["expireTime"] == m2["triggerTime"] + 1234 and m2["maxRetry"] == 0
+    assert await sizes(rt) == (1, 1, 0)
+
+
+async def test_duplicate_live_msg_id_is_deduplicated(rt):
+    first = await send(rt, msg="first", delay=60_000, msg_id="order-1")
+    again = await send(rt, msg="second", delay=0, msg_id="order-1")
+    assert again == first  # the stored message, not the new request
+    assert await sizes(rt) == (1, 0, 0)
+
+
+async def test_duplicate_of_ended_message_starts_a_fresh_lifecycle(rt):
+    await send(rt, msg="first", msg_id="order-2")
+    [pulled], _ = await services.pull_messages(rt, "t")
+    assert await services.ack_message(rt, "t", "order-2") == ACKED
+    fresh = await send(rt, msg="second", msg_id="order-2")
+    assert fresh["msg"] == "second" and fresh["status"] == READY and fresh["retry"] == 0
+    assert await sizes(rt) == (0, 1, 0)
+
+
+async def test_pull_moves_to_consuming_and_counts_retry(rt):
+    sent = await send(rt)
+    messages, remaining = await services.pull_messages(rt, "t", batch=5, ack_timeout_millis=10_000)
+    assert remaining == 0
+    assert [m["msgId"] for m in messages] == [sent["msgId"]]
+    assert messages[0]["status"] == CONSUMING and messages[0]["retry"] == 1
+    assert await sizes(rt) == (0, 0, 1)
+    assert (await selectors.get_message(rt, "t", sent["msgId"]))["status"] == CONSUMING
+    assert await services.pull_messages(rt, "t") == ([], 0)
+
+
+async def test_batch_pull_is_fifo(rt):
+    ids = [(await send(rt, msg=str(i)))["msgId"] for i in range(20)]
+    first, remaining = await services.pull_messages(rt, "t", batch=7)
+    assert [m["msgId"] for m in first] == ids[:7] and remaining == 13
+    rest, remaining = await services.pull_messages(rt, "t", batch=100)
+    assert [m["msgId"] for m in rest] == ids[7:] and remaining == 0
+
+
+async def test_ack_only_from_consuming(rt):
+    waiting = await send(rt, delay=60_000)
+    assert await services.ack_message(rt, "t", waiting["msgId"]) == WAITING  # left alone
+    assert (await selectors.get_message(rt, "t", waiting["msgId"]))["status"] == WAITING
+    ready = await send(rt)
+    [m], _ = await services.pull_messages(rt, "t")
+    assert m["msgId"] == ready["msgId"]
+    assert await services.ack_message(rt, "t", m["msgId"]) == ACKED
+    assert (await selectors.get_message(rt, "t", m["msgId"]))["status"] == ACKED
+    assert await sizes(rt) == (1, 0, 0)
+    assert await services.ack_message(rt, "t", "no-such-id") == 0
+
+
+async def test_deleted_message_cannot_be_acked_back_to_life(rt):
+    m = await send(rt)
+    await services.pull_messages(rt, "t")
+    assert await services.delete_message(rt, "t", m["msgId"])
+    assert await services.ack_message(rt, "t", m["msgId"]) == DELETED
+    assert (await selectors.get_message(rt, "t", m["msgId"]))["status"] == DELETED
+
+
+async def test_nack_requeues_at_once_behind_ready_messages(rt):
+    a = await send(rt, msg="a")
+    [pulled], _ = await services.pull_messages(rt, "t")
+    b = await send(rt, msg="b")
+    assert await services.nack_message(rt, "t", a["msgId"]) == READY
+    assert (await selectors.get_message(rt, "t", a["msgId"]))["status"] == READY
+    batch, _ = await services.pull_messages(rt, "t", batch=2)
+    assert [m["msgId"] for m in batch] == [b["msgId"], a["msgId"]]
+    assert batch[1]["retry"] == 2
+
+
+async def test_nack_of_last_delivery_ends_with_6(rt):
+    m = await send(rt, max_retry=0)
+    await services.pull_messages(rt, "t")
+    assert await services.nack_message(rt, "t", m["msgId"]) == EXHAUSTED
+    assert await sizes(rt) == (0, 0, 0)
+    assert (await selectors.get_message(rt, "t", m["msgId"]))["status"] == EXHAUSTED
+
+
+async def test_nack_of_unknown_or_not_consuming_changes_nothing(rt):
+    m = await send(rt)
+    assert await services.nack_message(rt, "t", "ghost") == 0
+    assert await services.nack_message(rt, "t", m["msgId"]) == READY
+    assert await sizes(rt) == (0, 1, 0)  # not pushed a second time
+
+
+@pytest.mark.parametrize("stage", ["waiting", "ready", "consuming"])
+async def test_delete_removes_from_every_structure_at_once(rt, stage):
+    m = await send(rt, delay=60_000 if stage == "waiting" else 0)
+    if stage == "consuming":
+        await services.pull_messages(rt, "t")
+    assert await services.delete_message(rt, "t", m["msgId"])
+    assert await sizes(rt) == (0, 0, 0)
+    assert (await selectors.get_message(rt, "t", m["msgId"]))["status"] == DELETED
+    assert not await services.delete_message(rt, "t", m["msgId"])  # already ended: 404
+
+
+async def test_delete_with_release_frees_the_body(rt):
+    m = await send(rt)
+    assert await services.delete_message(rt, "t", m["msgId"], release=True)
+    assert await selectors.get_message(rt, "t", m["msgId"]) is None
+    assert not await services.delete_message(rt, "t", "ghost")
+
+
+async def test_promote_due_moves_waiting_to_ready_in_trigger_order(rt):
+    late = await send(rt, msg="late", delay=150)
+    early = await send(rt, msg="early", delay=50)
+    k = rt.ns.topic("t")
+    calls = [("promote_due", [k.waiting, k.ready, k.msgs, k.expiry, k.ended, k.stats],
+              [100, 2000, 2000, rt.ns.ready_channel, "t"])]
+    [(moved, next_ms)] = await store.run_scripts(rt.redis, calls)
+    assert moved == 0 and 0 < next_ms <= 50
+    await asyncio.sleep(0.2)
+    [(moved, next_ms)] = await store.run_scripts(rt.redis, calls)
+    assert moved == 2 and next_ms == -1
+    assert (await selectors.get_message(rt, "t", early["msgId"]))["status"] == READY
+    batch, _ = await services.pull_messages(rt, "t", batch=2)
+    assert [m["msgId"] for m in batch] == [early["msgId"], late["msgId"]]
+
+
+async def test_scanner_requeues_ack_timeout_then_exhausts_retries(rt, start_scanner):
+    m = await send(rt, max_retry=1)
+    await start_scanner(rt)
+    [first], _ = await services.pull_messages(rt, "t", ack_timeout_millis=100)
+    assert first["retry"] == 1
+
+    async def pulled_again():
+        got, _ = await services.pull_messages(rt, "t", ack_timeout_millis=100)
+        return got
+
+    [second] = await wait_until(pulled_again, what="the timed-out message to come back")
+    assert second["msgId"] == m["msgId"] and second["retry"] == 2
+
+    async def ended():
+        stored = await selectors.get_message(rt, "t", m["msgId"])
+        return stored["status"] == EXHAUSTED and stored
+
+    final = await wait_until(ended, what="retries to run out")
+    assert final["retry"] == 2
+    assert await sizes(rt) == (0, 0, 0)
+
+
+async def test_ttl_expiry_gives_5_when_never_delivered_and_6_when_delivered(rt, start_scanner):
+    never = await send(rt, msg="never", ttl_millis=150)
+    waiting = await send(rt, msg="waiting", delay=50, ttl_millis=100, topic="w")
+    delivered = await send(rt, msg="delivered", ttl_millis=150, topic="d")
+    [got], _ = await services.pull_messages(rt, "d", ack_timeout_millis=60_000)
+    await start_scanner(rt)
+
+    async def status(topic, msg_id):
+        return (await selectors.get_message(rt, topic, msg_id))["status"]
+
+    async def all_ended():
+        return (await status("t", never["msgId"]), await status("w", waiting["msgId"]),
+                await status("d", delivered["msgId"])) == (EXPIRED, EXPIRED, EXHAUSTED)
+
+    await wait_until(all_ended, what="messages to expire")
+    for topic in ("t", "w", "d"):
+        assert await sizes(rt, topic) == (0, 0, 0)
+
+
+async def test_pull_never_returns_an_expired_message(rt):
+    m = await send(rt, ttl_millis=50)
+    await asyncio.sleep(0.1)  # no scanner: pull itself must notice
+    assert await services.pull_messages(rt, "t") == ([], 0)
+    assert (await selectors.get_message(rt, "t", m["msgId"]))["status"] == EXPIRED
+
+
+async def test_ended_messages_are_purged_after_retention(rt, start_scanner):
+    m = await send(rt)
+    await services.pull_messages(rt, "t")
+    await services.ack_message(rt, "t", m["msgId"])
+    await start_scanner(rt)
+    assert (await selectors.get_message(rt, "t", m["msgId"]))["status"] == ACKED
+
+    async def gone():
+        return await selectors.get_message(rt, "t", m["msgId"]) is None
+
+    await wait_until(gone, timeout=10, what="the retention window to pass")
+
+
+async def test_retire_topic_only_when_idle_and_empty(rt):
+    await send(rt, topic="busy", delay=60_000)
+    await send(rt, topic="idle")
+    [m], _ = await services.pull_messages(rt, "idle")
+    await services.ack_message(rt, "idle", m["msgId"])
+
+    async def retire(topic):
+        k = rt.ns.topic(topic)
+        return await store.run_script(rt.redis, "retire_topic",
+                                      [k.waiting, k.ready, k.inflight, k.msgs, k.meta, k.stats], [0])
+
+    assert await retire("busy") == 0
+    assert await retire("idle") == 0  # the acked body is still retained
+    k = rt.ns.topic("idle")
+    await rt.redis.delete(k.msgs, k.ended)
+    assert await retire("idle") == 1
+    # The next send registers the topic again.
+    assert not await rt.redis.hget(k.meta, "registered")
+    await rt.redis.zrem(rt.ns.topics, "idle")
+    await send(rt, topic="idle")
+    assert "idle" in await selectors.list_topics(rt)
+
+
+async def test_batch_send_one_round_trip_many_topics(rt):
+    messages = [NewMessage(topic=f"b{i % 5}", msg=str(i), delay_millis=0 if i % 2 else 60_000) for i in range(50)]
+    results = await services.send_messages(rt, messages)
+    assert [r["msg"] for r in results] == [str(i) for i in range(50)]
+    assert sorted(await selectors.list_topics(rt)) == [f"b{i}" for i in range(5)]
+    infos = await selectors.topic_infos(rt, [f"b{i}" for i in range(5)])
+    assert sum(i["readyQueueSize"] for i in infos) == 25 and sum(i["waitingQueueSize"] for i in infos) == 25
+
+
+async def test_scripts_reload_after_the_script_cache_is_flushed(rt):
+    await send(rt)
+    await rt.redis.script_flush()
+    m = await send(rt)  # NOSCRIPT -> load -> retry
+    assert m["status"] == READY
+    await rt.redis.script_flush()
+    results = await services.send_messages(rt, [NewMessage(topic="t", msg="x", delay_millis=0)] * 3)
+    assert all(r["status"] == READY for r in results)

