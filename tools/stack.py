@@ -9,6 +9,7 @@ elsewhere if wanted. PostgreSQL refuses to run as root: as root it runs as the s
 import argparse
 import os
 import pwd
+import random
 import shutil
 import signal
 import socket
@@ -36,6 +37,32 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def port_is_free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+            return True
+        except OSError:
+            return False
+
+
+def free_cluster_port() -> int:
+    """A cluster node also listens on port + 10000 (its bus), so both must be free and valid."""
+    while True:
+        port = random.randint(20_000, 30_000)
+        if port_is_free(port) and port_is_free(port + 10_000):
+            return port
+
+
+def cluster_ports(count: int) -> list[int]:
+    ports: list[int] = []
+    while len(ports) < count:
+        port = free_cluster_port()
+        if port not in ports and port + 10_000 not in ports and port - 10_000 not in ports:
+            ports.append(port)
+    return ports
 
 
 def package_dir(name: str) -> Path | None:
@@ -71,11 +98,12 @@ def pg_bin(name: str) -> str:
     return found
 
 
-def wait_for_port(port: int, proc: subprocess.Popen, what: str, timeout: float = 60) -> None:
+def wait_for_port(port: int, proc: subprocess.Popen, what: str, log: Path, timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise SystemExit(f"{what} exited with code {proc.returncode} while starting")
+            tail = "\n".join(log.read_text(errors="replace").splitlines()[-15:]) if log.exists() else ""
+            raise SystemExit(f"{what} exited with code {proc.returncode} while starting:\n{tail}")
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=0.2):
                 return
@@ -106,7 +134,7 @@ class Services:
             redis_bin(), "--port", str(port), "--bind", "127.0.0.1", "--dir", str(data),
             "--save", "", *persistence, *extra,
         ])
-        wait_for_port(port, proc, what)
+        wait_for_port(port, proc, what, self.base / f"{what}.log")
         return proc
 
     def redis_cluster(self, ports: list[int]) -> str:
@@ -155,7 +183,7 @@ class Services:
             options += ["-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off"]
         proc = self._spawn("postgres", [pg_bin("postgres"), "-D", str(data), "-p", str(port), "-k", str(sockets), *options],
                            stop_signal=signal.SIGINT, **user_kwargs)
-        wait_for_port(port, proc, "postgres")
+        wait_for_port(port, proc, "postgres", self.base / "postgres.log")
         url = f"postgres://postgres@127.0.0.1:{port}/delayqueue"
         create_database(port)
         return url
@@ -271,7 +299,7 @@ def command_test(args) -> int:
             services.redis("redis", port)
             env["REDIS_URL"] = f"redis://127.0.0.1:{port}/0"
         if not env.get("REDIS_CLUSTER_URL"):
-            env["REDIS_CLUSTER_URL"] = services.redis_cluster([free_port() for _ in range(3)])
+            env["REDIS_CLUSTER_URL"] = services.redis_cluster(cluster_ports(3))
         if not env.get("DATABASE_URL"):
             env["DATABASE_URL"] = services.postgres(free_port())
         env["REDIS_SERVER_BIN"] = redis_bin()

@@ -1,0 +1,97 @@
+"""HTTP send throughput, single and batch, against baselines on the same stack.
+
+1. single: wrk POSTs sendMsg; baseline wrk GETs a bare Django hello-world async view served
+   by the same uvicorn process and the same ASGI application. Goal: ratio >= 0.5.
+2. batch: wrk POSTs sendMsgBatch with 100 messages per request; baseline: raw pipelined EVALSHA
+   of the same send script, 100 per round trip, on the same Redis. Goal: ratio >= 0.5.
+
+Needs wrk (Debian: apt-get install wrk).
+
+    .venv/bin/python -m bench.send_throughput [--seconds 10] [--connections 32] [--workers 1]
+"""
+import argparse
+import asyncio
+import json
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+
+from bench.harness import BENCH_HELLO, stack
+
+API = "/camellia/delayQueue/"
+BATCH = 100
+
+
+def wrk(url: str, seconds: int, connections: int, script: str | None = None) -> float:
+    argv = ["wrk", "-t2", f"-c{connections}", f"-d{seconds}s", "--latency"]
+    with tempfile.NamedTemporaryFile("w", suffix=".lua") as lua:
+        if script:
+            lua.write(script)
+            lua.flush()
+            argv += ["-s", lua.name]
+        out = subprocess.run([*argv, url], capture_output=True, text=True, check=True).stdout
+    if "Non-2xx" in out:
+        raise SystemExit(f"wrk saw HTTP errors:\n{out}")
+    return float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
+
+
+def post_script(body: str, content_type: str) -> str:
+    return (f'wrk.method = "POST"\nwrk.body = {json.dumps(body)}\n'
+            f'wrk.headers["Content-Type"] = "{content_type}"\n')
+
+
+async def raw_evalsha_rate(redis_url: str, seconds: int, concurrency: int) -> float:
+    """Messages/s of the send script called by SHA, pipelined 100 per round trip."""
+    from delayqueue.conf import QueueConfig
+    from delayqueue.runtime import Runtime
+    from delayqueue.services import NewMessage, _send_call
+    from delayqueue.store import load_scripts, run_scripts
+
+    rt = Runtime(QueueConfig(redis_url=redis_url, namespace="raw"))
+    await load_scripts(rt.redis)
+    calls = [_send_call(rt, NewMessage(topic="raw", msg="hello", delay_millis=600_000)) for _ in range(BATCH)]
+    sent = 0
+    deadline = time.monotonic() + seconds
+
+    async def worker():
+        nonlocal sent
+        while time.monotonic() < deadline:
+            await run_scripts(rt.redis, calls)
+            sent += BATCH
+
+    started = time.monotonic()
+    await asyncio.gather(*[worker() for _ in range(concurrency)])
+    rate = sent / (time.monotonic() - started)
+    await rt.close()
+    return rate
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=int, default=10)
+    parser.add_argument("--connections", type=int, default=32)
+    parser.add_argument("--workers", type=int, default=1, help="uvicorn worker processes")
+    args = parser.parse_args()
+    if not shutil.which("wrk"):
+        raise SystemExit("wrk is needed: apt-get install wrk")
+    single_body = "topic=bench&msg=hello&delayMillis=600000"
+    batch_body = json.dumps([{"topic": f"bench{i % 4}", "msg": "hello", "delayMillis": 600000} for i in range(BATCH)])
+    with stack(scanners=0, workers=args.workers) as (url, env):
+        wrk(url + BENCH_HELLO, 2, args.connections)  # warm-up
+        hello = wrk(url + BENCH_HELLO, args.seconds, args.connections)
+        single = wrk(url + API + "sendMsg", args.seconds, args.connections,
+                     post_script(single_body, "application/x-www-form-urlencoded"))
+        batch = wrk(url + API + "sendMsgBatch", args.seconds, max(4, args.connections // 4),
+                    post_script(batch_body, "application/json")) * BATCH
+        raw = asyncio.run(raw_evalsha_rate(env["REDIS_URL"], args.seconds, 4))
+    print(f"uvicorn workers: {args.workers}, wrk connections: {args.connections}")
+    print(f"  hello-world view   {hello:10.0f} req/s")
+    print(f"  sendMsg (single)   {single:10.0f} msg/s   ratio to hello-world {single / hello:.2f} (goal >= 0.5)")
+    print(f"  raw EVALSHA x{BATCH}    {raw:10.0f} msg/s")
+    print(f"  sendMsgBatch x{BATCH}  {batch:10.0f} msg/s   ratio to raw EVALSHA {batch / raw:.2f} (goal >= 0.5)")
+
+
+if __name__ == "__main__":
+    main()
