@@ -17,6 +17,20 @@ from bench.harness import percentile, stack
 API = "/camellia/delayQueue/"
 
 
+async def promotion_lateness(redis_url: str) -> str:
+    """The scanner's share: (ready time - triggerTime), from the per-topic monitor counters."""
+    from delayqueue.conf import QueueConfig
+    from delayqueue.runtime import Runtime
+
+    rt = Runtime(QueueConfig(redis_url=redis_url))
+    stats = await rt.redis.hgetall(rt.ns.topic("lateness").stats)
+    await rt.close()
+    total = sum(int(v) for k, v in stats.items() if k.endswith("readyGap:sum"))
+    count = sum(int(v) for k, v in stats.items() if k.endswith("readyGap:count"))
+    worst = max((int(v) for k, v in stats.items() if k.endswith("readyGap:max")), default=0)
+    return f"promotion (ready - triggerTime, whole ms): mean {total / max(count, 1):.2f} ms, max {worst} ms over {count}"
+
+
 async def run(url: str, messages: int, spread_ms: int, pollers: int) -> None:
     limits = httpx.Limits(max_connections=pollers + 8, max_keepalive_connections=pollers + 8)
     async with httpx.AsyncClient(base_url=url, limits=limits, timeout=60) as client:
@@ -58,8 +72,9 @@ def main():
     parser.add_argument("--spread-ms", type=int, default=10_000)
     parser.add_argument("--pollers", type=int, default=4)
     args = parser.parse_args()
-    with stack(scanners=1) as (url, _env):
+    with stack(scanners=1) as (url, env):
         asyncio.run(run(url, args.messages, args.spread_ms, args.pollers))
+        print("  " + asyncio.run(promotion_lateness(env["REDIS_URL"])))
 
 
 if __name__ == "__main__":

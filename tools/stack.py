@@ -120,7 +120,10 @@ class Services:
         self.durable = durable
         self.procs: list[tuple[str, subprocess.Popen, int]] = []
 
-    def _spawn(self, what, argv, stop_signal=signal.SIGTERM, **kwargs) -> subprocess.Popen:
+    def _spawn(self, what, argv, stop_signal=signal.SIGTERM, port: int = 0, **kwargs) -> subprocess.Popen:
+        if port and not port_is_free(port):
+            raise SystemExit(f"cannot start {what}: port {port} is already in use on 127.0.0.1 "
+                             f"(set the URL of the server you have, or pick another port: see README)")
         log = open(self.base / f"{what}.log", "ab")
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, **kwargs)
         self.procs.append((what, proc, stop_signal))
@@ -133,7 +136,7 @@ class Services:
         proc = self._spawn(what, [
             redis_bin(), "--port", str(port), "--bind", "127.0.0.1", "--dir", str(data),
             "--save", "", *persistence, *extra,
-        ])
+        ], port=port)
         wait_for_port(port, proc, what, self.base / f"{what}.log")
         return proc
 
@@ -182,7 +185,7 @@ class Services:
         if not self.durable:
             options += ["-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off"]
         proc = self._spawn("postgres", [pg_bin("postgres"), "-D", str(data), "-p", str(port), "-k", str(sockets), *options],
-                           stop_signal=signal.SIGINT, **user_kwargs)
+                           stop_signal=signal.SIGINT, port=port, **user_kwargs)
         wait_for_port(port, proc, "postgres", self.base / "postgres.log")
         url = f"postgres://postgres@127.0.0.1:{port}/delayqueue"
         create_database(port)
