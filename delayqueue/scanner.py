@@ -67,8 +67,8 @@ class TopicWorker:
         self.scanner.counts["requeued"] += results[1][0]
         self.scanner.counts["expired"] += results[2][0]
         self.scanner.counts["purged"] += results[3][0]
-        waits = [r[1] for r in results if r[1] >= 0]
-        return min([w / 1000 for w in waits] + [MAX_IDLE_SLEEP])
+        waits = [r[1] / 1_000_000 for r in results if r[1] >= 0]  # the scripts answer in µs
+        return min(waits + [MAX_IDLE_SLEEP])
 
     async def _run(self) -> None:
         while True:

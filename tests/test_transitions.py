@@ -146,11 +146,11 @@ async def test_promote_due_moves_waiting_to_ready_in_trigger_order(rt):
     k = rt.ns.topic("t")
     calls = [("promote_due", [k.waiting, k.ready, k.msgs, k.expiry, k.ended, k.stats],
               [100, 2000, 2000, rt.ns.ready_channel, "t"])]
-    [(moved, next_ms)] = await store.run_scripts(rt.redis, calls)
-    assert moved == 0 and 0 < next_ms <= 50
+    [(moved, next_us)] = await store.run_scripts(rt.redis, calls)
+    assert moved == 0 and 0 < next_us <= 50_000  # µs until "early" is due
     await asyncio.sleep(0.2)
-    [(moved, next_ms)] = await store.run_scripts(rt.redis, calls)
-    assert moved == 2 and next_ms == -1
+    [(moved, next_us)] = await store.run_scripts(rt.redis, calls)
+    assert moved == 2 and next_us == -1
     assert (await selectors.get_message(rt, "t", early["msgId"]))["status"] == READY
     batch, _ = await services.pull_messages(rt, "t", batch=2)
     assert [m["msgId"] for m in batch] == [early["msgId"], late["msgId"]]

@@ -319,9 +319,11 @@ def main() -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("run", help="run the HTTP service and the scanners until Ctrl-C").set_defaults(func=command_run)
     test = sub.add_parser("test", help="run the whole test suite (extra arguments go to pytest)")
-    test.add_argument("pytest_args", nargs=argparse.REMAINDER)
     test.set_defaults(func=command_test)
-    args = parser.parse_args()
+    args, pytest_args = parser.parse_known_args()
+    if args.command != "test" and pytest_args:
+        parser.error(f"unrecognized arguments: {' '.join(pytest_args)}")
+    args.pytest_args = pytest_args
     return args.func(args)
 
 

@@ -2,7 +2,7 @@
 -- them out of whichever queue structure holds them.
 -- KEYS: waiting, ready, inflight, msgs, expiry, ended, stats
 -- ARGV: limit, retentionMillis, statsIntervalMillis
--- Returns {expired, ms until the next expiry (0: more due now, -1: none)}
+-- Returns {expired, µs until the next expiry (0: more due now, -1: none)}
 -- @include common
 local waiting, ready, inflight, msgs, expiry, ended, stats = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local limit = tonumber(ARGV[1])
@@ -33,4 +33,4 @@ stat_add(stats, tonumber(ARGV[3]), now, 'triggerMsgEndLife', expired)
 if #ids == limit then
   return {expired, 0}
 end
-return {expired, next_due(expiry, now)}
+return {expired, next_due(expiry)}

@@ -2,7 +2,7 @@
 -- long pollers. One already past its TTL is ended (5) instead.
 -- KEYS: waiting, ready, msgs, expiry, ended, stats
 -- ARGV: limit, retentionMillis, statsIntervalMillis, readyChannel, topic
--- Returns {moved, ms until the next due message (0: more due now, -1: none)}
+-- Returns {moved, µs until the next due message (0: more due now, -1: none)}
 -- @include common
 local waiting, ready, msgs, expiry, ended, stats = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local limit = tonumber(ARGV[1])
@@ -39,4 +39,4 @@ stat_add(stats, interval, now, 'triggerMsgEndLife', ended_count)
 if #ids == limit then
   return {moved, 0}
 end
-return {moved, next_due(waiting, now)}
+return {moved, next_due(waiting)}

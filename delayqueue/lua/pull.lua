@@ -11,7 +11,7 @@ local retention = tonumber(ARGV[3])
 local interval = tonumber(ARGV[4])
 local now = now_ms()
 local deadline = now + tonumber(ARGV[2])
-local earliest_deadline = next_due(inflight, now)
+local earliest_deadline = next_due(inflight)
 
 redis.call('HSET', meta, 'last_active', now)
 local out = {0}
@@ -47,7 +47,7 @@ end
 local pulled = #out - 1
 stat_add(stats, interval, now, 'pullMsg', pulled)
 stat_add(stats, interval, now, 'triggerMsgEndLife', ended_count)
-if pulled > 0 and (earliest_deadline < 0 or deadline - now < earliest_deadline) then
+if pulled > 0 and (earliest_deadline < 0 or (deadline - now) * 1000 < earliest_deadline) then
   redis.call('PUBLISH', ARGV[5], ARGV[6])
 end
 out[1] = redis.call('LLEN', ready)

@@ -1,7 +1,7 @@
 -- Scanner: drops ended messages (4-7) whose getMsg retention window has passed.
 -- KEYS: msgs, ended
 -- ARGV: limit
--- Returns {purged, ms until the next purge (0: more due now, -1: none)}
+-- Returns {purged, µs until the next purge (0: more due now, -1: none)}
 -- @include common
 local msgs, ended = KEYS[1], KEYS[2]
 local limit = tonumber(ARGV[1])
@@ -14,4 +14,4 @@ end
 if #ids == limit then
   return {#ids, 0}
 end
-return {#ids, next_due(ended, now)}
+return {#ids, next_due(ended)}

@@ -2,7 +2,7 @@
 -- wakes long pollers; with no deliveries or TTL left it is ended (6) instead.
 -- KEYS: inflight, ready, msgs, expiry, ended, stats
 -- ARGV: limit, retentionMillis, statsIntervalMillis, readyChannel, topic
--- Returns {requeued, ms until the next ack deadline (0: more due now, -1: none)}
+-- Returns {requeued, µs until the next ack deadline (0: more due now, -1: none)}
 -- @include common
 local inflight, ready, msgs, expiry, ended, stats = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local limit = tonumber(ARGV[1])
@@ -38,4 +38,4 @@ stat_add(stats, interval, now, 'triggerMsgEndLife', ended_count)
 if #ids == limit then
   return {requeued, 0}
 end
-return {requeued, next_due(inflight, now)}
+return {requeued, next_due(inflight)}

@@ -50,14 +50,14 @@ redis.call('HSET', msgs, id, encoded)
 
 -- Wake the scanner that owns this topic when this message is due or expires before
 -- anything it is already sleeping towards.
-local wake = next_due(expiry, now)
-wake = (wake < 0) or (m.expireTime - now < wake)
+local wake = next_due(expiry)
+wake = (wake < 0) or ((m.expireTime - now) * 1000 < wake)
 redis.call('ZADD', expiry, m.expireTime, id)
 if m.status == 2 then
   push_ready(ready, ARGV[7], topic, id)
 else
-  local due = next_due(waiting, now)
-  wake = wake or due < 0 or delay < due
+  local due = next_due(waiting)
+  wake = wake or due < 0 or delay * 1000 < due
   redis.call('ZADD', waiting, trigger, id)
 end
 if wake then

@@ -39,13 +39,16 @@ local function end_message(msgs_key, expiry_key, ended_key, id, m, now, retentio
   return m.status
 end
 
--- Milliseconds until the earliest member of a sorted set is due, or -1 when it is empty.
-local function next_due(zset_key, now)
+-- Microseconds until the earliest member of a sorted set (scored in ms) is due, or -1 when it
+-- is empty. Measured against the clock in microseconds, so a scanner sleeping this long wakes
+-- at the due millisecond rather than up to a millisecond after it.
+local function next_due(zset_key)
   local first = redis.call('ZRANGE', zset_key, 0, 0, 'WITHSCORES')
   if first[2] == nil then
     return -1
   end
-  local delta = tonumber(first[2]) - now
+  local t = redis.call('TIME')
+  local delta = tonumber(first[2]) * 1000 - (tonumber(t[1]) * 1000000 + tonumber(t[2]))
   if delta < 0 then
     return 0
   end
