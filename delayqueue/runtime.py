@@ -16,6 +16,7 @@ class Runtime:
         self.config = config
         self.ns = namespace_keys(config.namespace)
         self.redis = store.connect(config.redis_url)
+        self.scripts = store.ScriptBatcher(self.redis)
         self._notifier = None
         self._notifier_lock = asyncio.Lock()
 
@@ -29,6 +30,10 @@ class Runtime:
                     await notifier.start()
                     self._notifier = notifier
         return self._notifier
+
+    async def call(self, name: str, keys, args):
+        """Runs one Lua script, sharing a round trip with the other calls of this loop turn."""
+        return await self.scripts.call(name, keys, args)
 
     async def close(self) -> None:
         if self._notifier is not None:

@@ -3,7 +3,6 @@ import time
 
 from .messages import decode_message
 from .runtime import Runtime
-from .store import run_script
 
 # getTopicInfo's waiting-delay buckets (camellia's names), as upper bounds from now in ms.
 # Ranges are half-open (lower, upper] so a message is counted once; the first takes overdue ones.
@@ -31,8 +30,7 @@ async def get_message(rt: Runtime, topic: str, msg_id: str) -> dict | None:
     """A live message, or an ended one inside the retention window; None otherwise."""
     cfg = rt.config
     k = rt.ns.topic(topic)
-    raw = await run_script(
-        rt.redis,
+    raw = await rt.call(
         "get",
         [k.waiting, k.ready, k.inflight, k.msgs, k.expiry, k.ended, k.stats],
         [msg_id, cfg.ended_retention_millis, cfg.monitor_interval_millis],

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from .messages import decode_message
 from .runtime import Runtime
-from .store import run_script, run_scripts
+from .store import run_scripts
 
 
 @dataclass(frozen=True)
@@ -52,7 +52,7 @@ async def _register_topics(rt: Runtime, topics: set[str]) -> None:
 async def send_message(rt: Runtime, message: NewMessage) -> dict:
     """Enqueues one message; a live duplicate msgId returns the stored message unchanged."""
     name, keys, args = _send_call(rt, message)
-    _created, raw, new_topic = await run_script(rt.redis, name, keys, args)
+    _created, raw, new_topic = await rt.call(name, keys, args)
     if new_topic:
         await _register_topics(rt, {message.topic})
     return decode_message(raw)
@@ -71,8 +71,7 @@ async def pull_messages(rt: Runtime, topic: str, batch: int = -1, ack_timeout_mi
     """Delivers up to `batch` ready messages, oldest first. Returns them and how many stay ready."""
     cfg = rt.config
     k = rt.ns.topic(topic)
-    result = await run_script(
-        rt.redis,
+    result = await rt.call(
         "pull",
         [k.ready, k.inflight, k.msgs, k.expiry, k.ended, k.stats, k.meta],
         [
@@ -125,8 +124,7 @@ async def ack_message(rt: Runtime, topic: str, msg_id: str) -> int:
     """ack=true: a consuming message (3) becomes acked (4). Returns the resulting status, 0 if unknown."""
     cfg = rt.config
     k = rt.ns.topic(topic)
-    return await run_script(
-        rt.redis,
+    return await rt.call(
         "ack",
         [k.inflight, k.msgs, k.expiry, k.ended, k.stats, k.meta],
         [msg_id, cfg.ended_retention_millis, cfg.monitor_interval_millis],
@@ -137,8 +135,7 @@ async def nack_message(rt: Runtime, topic: str, msg_id: str) -> int:
     """ack=false: a consuming message is ready again at once (or ended if out of tries)."""
     cfg = rt.config
     k = rt.ns.topic(topic)
-    return await run_script(
-        rt.redis,
+    return await rt.call(
         "nack",
         [k.inflight, k.ready, k.msgs, k.expiry, k.ended, k.stats, k.meta],
         [msg_id, cfg.ended_retention_millis, cfg.monitor_interval_millis, rt.ns.ready_channel, topic],
@@ -149,8 +146,7 @@ async def delete_message(rt: Runtime, topic: str, msg_id: str, release: bool = F
     """Deletes a live message (status 7); False if it is missing or already ended."""
     cfg = rt.config
     k = rt.ns.topic(topic)
-    deleted = await run_script(
-        rt.redis,
+    deleted = await rt.call(
         "delete",
         [k.waiting, k.ready, k.inflight, k.msgs, k.expiry, k.ended, k.stats],
         [msg_id, 1 if release else 0, cfg.ended_retention_millis, cfg.monitor_interval_millis],

@@ -1,10 +1,12 @@
 """Redis clients and the Lua scripts: loaded once per server, called by SHA."""
+import asyncio
 import hashlib
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
+import hiredis
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.exceptions import NoScriptError
@@ -57,11 +59,23 @@ def cluster_nodes(url: str) -> list[tuple[str, int]]:
     return nodes
 
 
+class HiredisPackingConnection(aioredis.Connection):
+    """Packs commands with hiredis (C) as redis-py's sync client does; its asyncio client packs in
+    Python, which costs more than the rest of a send."""
+
+    def pack_command(self, *args):
+        if isinstance(args[0], str) and " " in args[0]:
+            args = (*args[0].split(), *args[1:])
+        return [hiredis.pack_command(args)]
+
+
 def connect(url: str, **options) -> aioredis.Redis | RedisCluster:
     """An asyncio client for redis://, rediss://, unix:// or redis-cluster:// URLs."""
     options.setdefault("decode_responses", True)
     if is_cluster_url(url):
         return RedisCluster(startup_nodes=[ClusterNode(h, p) for h, p in cluster_nodes(url)], **options)
+    if url.startswith("redis://"):
+        options.setdefault("connection_class", HiredisPackingConnection)
     return aioredis.Redis.from_url(url, **options)
 
 
@@ -77,6 +91,40 @@ async def load_scripts(client) -> None:
     """SCRIPT LOAD every script (on a cluster, on every primary)."""
     for script in SCRIPTS.values():
         await client.script_load(script.source)  # redis-py sends it to every primary of a cluster
+
+
+class ScriptBatcher:
+    """Coalesces the script calls made during one event-loop turn (concurrent requests) into one
+    pipelined round trip, so the cost of a socket write and a pool checkout is shared."""
+
+    def __init__(self, client):
+        self._client = client
+        self._pending: list[tuple[str, list, list, asyncio.Future]] = []
+
+    def call(self, name: str, keys, args) -> asyncio.Future:
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        if not self._pending:
+            loop.call_soon(self._flush)
+        self._pending.append((name, keys, args, future))
+        return future
+
+    def _flush(self) -> None:
+        batch, self._pending = self._pending, []
+        asyncio.ensure_future(self._run(batch))
+
+    async def _run(self, batch) -> None:
+        try:
+            results = await run_scripts(self._client, [(name, keys, args) for name, keys, args, _ in batch])
+        except Exception as exc:  # the whole round trip failed: every caller gets the error
+            results = [exc] * len(batch)
+        for (_name, _keys, _args, future), result in zip(batch, results):
+            if future.done():  # the caller went away (cancelled request)
+                continue
+            if isinstance(result, Exception):
+                future.set_exception(result)
+            else:
+                future.set_result(result)
 
 
 async def run_script(client, name: str, keys, args):
