@@ -3,7 +3,6 @@ uvicorn (project.asgi, bench.settings adds a hello-world view) and scanner proce
 import contextlib
 import os
 import resource
-import signal
 import subprocess
 import sys
 import tempfile
@@ -11,7 +10,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from tools.stack import ROOT, Services, free_port
+from tools.stack import ROOT, Services, free_port, terminate
 
 BENCH_HELLO = "/camellia/bench/hello"
 
@@ -66,11 +65,5 @@ def stack(scanners: int = 1, workers: int = 1):
         time.sleep(0.5)  # scanners subscribed
         yield url, env
     finally:
-        for proc in procs:
-            proc.send_signal(signal.SIGTERM)
-        for proc in procs:
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        terminate(procs)
         services.stop()

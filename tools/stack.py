@@ -203,6 +203,18 @@ class Services:
         self.procs.clear()
 
 
+def terminate(procs: list[subprocess.Popen], sig: int = signal.SIGTERM, timeout: float = 15) -> None:
+    """Signals every process, then waits for each, killing any that outlives the timeout."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(sig)
+    for proc in procs:
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
 def ensure_system_user(name: str) -> pwd.struct_passwd:
     try:
         return pwd.getpwnam(name)
@@ -280,14 +292,7 @@ def command_run(_args) -> int:
         return 0
     finally:
         say("stopping")
-        for proc in apps:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        for proc in apps:
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        terminate(apps)
         services.stop()
 
 
