@@ -78,6 +78,20 @@ class QueueAPIView(APIView):
 
     http_method_names = ["get", "post"]
 
+    # Parsers and the negotiator keep no per-request state: build them once, not per request.
+    _parsers = None
+    _negotiator = None
+
+    def get_parsers(self):
+        if QueueAPIView._parsers is None:
+            QueueAPIView._parsers = super().get_parsers()
+        return QueueAPIView._parsers
+
+    def get_content_negotiator(self):
+        if QueueAPIView._negotiator is None:
+            QueueAPIView._negotiator = super().get_content_negotiator()
+        return QueueAPIView._negotiator
+
     async def dispatch(self, request, *args, **kwargs):
         self.args, self.kwargs = args, kwargs
         self.request = request = self.initialize_request(request, *args, **kwargs)
