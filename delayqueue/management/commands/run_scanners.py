@@ -1,4 +1,5 @@
 import asyncio
+import gc
 import logging
 import signal
 
@@ -21,6 +22,7 @@ class Command(BaseCommand):
         parser.add_argument("--name", help="this scanner's lock token (default host:pid:random)")
 
     def handle(self, *args, **options):
+        gc.freeze()  # Django's startup objects live as long as the process: no full GC passes over them
         asyncio.run(self._run(options.get("name")))
 
     async def _run(self, name):
