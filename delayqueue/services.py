@@ -37,7 +37,6 @@ def _send_call(rt: Runtime, message: NewMessage):
             rt.ns.ready_channel,
             rt.ns.schedule_channel,
             cfg.monitor_interval_millis,
-            cfg.ended_retention_millis,
         ],
     )
 

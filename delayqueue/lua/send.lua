@@ -2,7 +2,7 @@
 -- msgId enqueues nothing and returns the stored message; an ended one starts afresh.
 -- KEYS: waiting, ready, inflight, msgs, expiry, ended, meta, stats
 -- ARGV: msgId, payload, delayMillis, ttlMillis, maxRetry, topic, readyChannel,
---       scheduleChannel, statsIntervalMillis, retentionMillis
+--       scheduleChannel, statsIntervalMillis
 -- Returns {created (1|0), message json, newTopic (1|0)}
 -- @include common
 local waiting, ready, inflight, msgs, expiry, ended, meta, stats = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
