@@ -275,14 +275,16 @@ def command_run(_args) -> int:
             env["DATABASE_URL"] = services.postgres(RUN_PG_PORT)
             say(f"started PostgreSQL on 127.0.0.1:{RUN_PG_PORT} (data in {run_dir / 'postgres'})")
         manage("migrate", "--no-input", "-v", "0", env=env)
+        workers = env.get("WEB_CONCURRENCY") or str(os.cpu_count() or 1)
         apps.append(subprocess.Popen(
             [sys.executable, "-m", "uvicorn", "project.asgi:application", "--host", "127.0.0.1",
-             "--port", str(HTTP_PORT), "--lifespan", "off", "--no-access-log"],
+             "--port", str(HTTP_PORT), "--lifespan", "off", "--no-access-log", "--workers", workers],
             cwd=ROOT, env=env, start_new_session=True,
         ))
         apps.append(subprocess.Popen([sys.executable, "manage.py", "run_scanners"], cwd=ROOT, env=env,
                                      start_new_session=True))
-        say(f"delayqueue is serving http://127.0.0.1:{HTTP_PORT}/camellia/delayQueue/ with scanners; Ctrl-C stops everything")
+        say(f"delayqueue is serving http://127.0.0.1:{HTTP_PORT}/camellia/delayQueue/ ({workers} web workers) "
+            "with scanners; Ctrl-C stops everything")
         while not stopping:
             for proc in apps:
                 if proc.poll() is not None:
