@@ -4,7 +4,6 @@ import json
 FIELDS = ("topic", "msgId", "msg", "produceTime", "triggerTime", "expireTime", "maxRetry", "retry", "status")
 
 WAITING, READY, CONSUMING, ACKED, EXPIRED, EXHAUSTED, DELETED = 1, 2, 3, 4, 5, 6, 7
-LIVE_STATUSES = (WAITING, READY, CONSUMING)
 
 
 def decode_message(raw: str) -> dict:

@@ -36,7 +36,6 @@ class TopicWorker:
         self.keys = scanner.rt.ns.topic(topic)
         self._wake = asyncio.Event()
         self.task = asyncio.get_running_loop().create_task(self._run(), name=f"scan:{topic}")
-        self.ticks = 0
 
     def wake(self) -> None:
         self._wake.set()
@@ -62,7 +61,6 @@ class TopicWorker:
         for result in results:
             if isinstance(result, Exception):
                 raise result
-        self.ticks += 1
         self.scanner.counts["promoted"] += results[0][0]
         self.scanner.counts["requeued"] += results[1][0]
         self.scanner.counts["expired"] += results[2][0]
