@@ -186,8 +186,8 @@ class Scanner:
         idle_ms = self.rt.config.topic_idle_seconds * 1000
         for topic in list(self.workers):
             k = self.rt.ns.topic(topic)
-            if await store.run_script(self.rt.redis, "retire_topic",
-                                      [k.waiting, k.ready, k.inflight, k.msgs, k.meta, k.stats], [idle_ms]) != 1:
+            if await self.rt.call("retire_topic", [k.waiting, k.ready, k.inflight, k.msgs, k.meta, k.stats],
+                                  [idle_ms]) != 1:
                 continue
             await self.rt.redis.zrem(self.rt.ns.topics, topic)
             if await self.rt.redis.hget(k.meta, "registered"):
@@ -197,7 +197,7 @@ class Scanner:
             log.info("scanner %s retired idle topic %s", self.token, topic)
             self.known.discard(topic)
             await self.workers.pop(topic).stop()
-            await store.run_script(self.rt.redis, "lock_release", [k.lock], [self.token])
+            await self.rt.call("lock_release", [k.lock], [self.token])
 
     async def _prune_stats(self) -> None:
         if self.workers:

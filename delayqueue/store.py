@@ -100,6 +100,7 @@ class ScriptBatcher:
     def __init__(self, client):
         self._client = client
         self._pending: list[tuple[str, list, list, asyncio.Future]] = []
+        self._running: set[asyncio.Task] = set()  # the loop keeps only weak references to tasks
 
     def call(self, name: str, keys, args) -> asyncio.Future:
         loop = asyncio.get_running_loop()
@@ -111,7 +112,9 @@ class ScriptBatcher:
 
     def _flush(self) -> None:
         batch, self._pending = self._pending, []
-        asyncio.ensure_future(self._run(batch))
+        task = asyncio.ensure_future(self._run(batch))
+        self._running.add(task)
+        task.add_done_callback(self._running.discard)
 
     async def _run(self, batch) -> None:
         try:
@@ -125,15 +128,6 @@ class ScriptBatcher:
                 future.set_exception(result)
             else:
                 future.set_result(result)
-
-
-async def run_script(client, name: str, keys, args):
-    script = SCRIPTS[name]
-    try:
-        return await client.evalsha(script.sha, len(keys), *keys, *args)
-    except NoScriptError:
-        await load_scripts(client)
-        return await client.evalsha(script.sha, len(keys), *keys, *args)
 
 
 async def run_scripts(client, calls: list[tuple[str, list, list]]) -> list:

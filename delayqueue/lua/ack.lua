@@ -5,7 +5,7 @@
 -- @include common
 local inflight, msgs, expiry, ended, stats, meta = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local id = ARGV[1]
-local now = now_ms()
+local now = clock()
 redis.call('HSET', meta, 'last_active', now)
 stat_add(stats, tonumber(ARGV[3]), now, 'ackMsg', 1)
 local raw = redis.call('HGET', msgs, id)

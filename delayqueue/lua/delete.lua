@@ -10,7 +10,7 @@ local id = ARGV[1]
 local release = ARGV[2] == '1'
 local retention = tonumber(ARGV[3])
 local interval = tonumber(ARGV[4])
-local now = now_ms()
+local now = clock()
 local raw = redis.call('HGET', msgs, id)
 if not raw then
   return 0

@@ -7,7 +7,7 @@
 local waiting, ready, inflight, msgs, expiry, ended, stats = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local id = ARGV[1]
 local interval = tonumber(ARGV[3])
-local now = now_ms()
+local now = clock()
 local raw = redis.call('HGET', msgs, id)
 if not raw then
   return nil

@@ -7,7 +7,7 @@
 local inflight, ready, msgs, expiry, ended, stats, meta = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local id = ARGV[1]
 local interval = tonumber(ARGV[3])
-local now = now_ms()
+local now = clock()
 redis.call('HSET', meta, 'last_active', now)
 stat_add(stats, interval, now, 'ackMsg', 1)
 local raw = redis.call('HGET', msgs, id)

@@ -8,7 +8,7 @@ local waiting, ready, msgs, expiry, ended, stats = KEYS[1], KEYS[2], KEYS[3], KE
 local limit = tonumber(ARGV[1])
 local retention = tonumber(ARGV[2])
 local interval = tonumber(ARGV[3])
-local now = now_ms()
+local now = clock()
 local ids = redis.call('ZRANGEBYSCORE', waiting, '-inf', now, 'LIMIT', 0, limit)
 local moved, ended_count = 0, 0
 local was_empty = redis.call('LLEN', ready) == 0
@@ -39,4 +39,5 @@ stat_add(stats, interval, now, 'triggerMsgEndLife', ended_count)
 if #ids == limit then
   return {moved, 0}
 end
-return {moved, next_due(waiting)}
+-- The clock again: the loop above may have taken a while, and the scanner sleeps on this.
+return {moved, next_due(waiting, select(2, clock()))}

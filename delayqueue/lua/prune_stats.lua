@@ -5,7 +5,7 @@
 -- Returns the number of fields removed.
 -- @include common
 local stats = KEYS[1]
-local current = math.floor(now_ms() / tonumber(ARGV[1]))
+local current = math.floor(clock() / tonumber(ARGV[1]))
 local removed = 0
 for _, field in ipairs(redis.call('HKEYS', stats)) do
   local index = tonumber(string.match(field, '^(%d+):'))

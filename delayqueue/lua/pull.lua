@@ -9,9 +9,9 @@ local ready, inflight, msgs, expiry, ended, stats, meta = KEYS[1], KEYS[2], KEYS
 local batch = tonumber(ARGV[1])
 local retention = tonumber(ARGV[3])
 local interval = tonumber(ARGV[4])
-local now = now_ms()
+local now, now_us = clock()
 local deadline = now + tonumber(ARGV[2])
-local earliest_deadline = next_due(inflight)
+local earliest_deadline = next_due(inflight, now_us)
 
 redis.call('HSET', meta, 'last_active', now)
 local out = {0}

@@ -8,7 +8,7 @@ local inflight, ready, msgs, expiry, ended, stats = KEYS[1], KEYS[2], KEYS[3], K
 local limit = tonumber(ARGV[1])
 local retention = tonumber(ARGV[2])
 local interval = tonumber(ARGV[3])
-local now = now_ms()
+local now = clock()
 local ids = redis.call('ZRANGEBYSCORE', inflight, '-inf', now, 'LIMIT', 0, limit)
 local requeued, ended_count = 0, 0
 local was_empty = redis.call('LLEN', ready) == 0
@@ -38,4 +38,5 @@ stat_add(stats, interval, now, 'triggerMsgEndLife', ended_count)
 if #ids == limit then
   return {requeued, 0}
 end
-return {requeued, next_due(inflight)}
+-- The clock again: the loop above may have taken a while, and the scanner sleeps on this.
+return {requeued, next_due(inflight, select(2, clock()))}

@@ -6,7 +6,7 @@
 -- Returns 1 if the topic was retired, else 0.
 -- @include common
 local waiting, ready, inflight, msgs, meta, stats = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
-local now = now_ms()
+local now = clock()
 if redis.call('ZCARD', waiting) > 0 or redis.call('LLEN', ready) > 0
     or redis.call('ZCARD', inflight) > 0 or redis.call('HLEN', msgs) > 0 then
   return 0

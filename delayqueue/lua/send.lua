@@ -8,7 +8,7 @@
 local waiting, ready, inflight, msgs, expiry, ended, meta, stats = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local id, topic = ARGV[1], ARGV[6]
 local interval = tonumber(ARGV[9])
-local now = now_ms()
+local now, now_us = clock()
 
 redis.call('HSET', meta, 'last_active', now)
 local new_topic = redis.call('HSETNX', meta, 'registered', 1)
@@ -50,13 +50,13 @@ redis.call('HSET', msgs, id, encoded)
 
 -- Wake the scanner that owns this topic when this message is due or expires before
 -- anything it is already sleeping towards.
-local wake = next_due(expiry)
+local wake = next_due(expiry, now_us)
 wake = (wake < 0) or ((m.expireTime - now) * 1000 < wake)
 redis.call('ZADD', expiry, m.expireTime, id)
 if m.status == 2 then
   push_ready(ready, ARGV[7], topic, id)
 else
-  local due = next_due(waiting)
+  local due = next_due(waiting, now_us)
   wake = wake or due < 0 or delay * 1000 < due
   redis.call('ZADD', waiting, trigger, id)
 end

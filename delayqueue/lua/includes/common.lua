@@ -1,10 +1,12 @@
 -- Shared helpers, inlined by the loader wherever a script says "-- @include common".
 -- Message statuses: 1 waiting, 2 ready, 3 consuming, 4 acked, 5 expired, 6 retries/ttl exhausted, 7 deleted.
 
--- Redis server time in ms: one clock for every web and scanner process.
-local function now_ms()
+-- Redis server time, read once per script: in ms (the unit of every stored time) and in µs
+-- (for how long a scanner should sleep). One clock for every web and scanner process.
+local function clock()
   local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  return math.floor(us / 1000), us
 end
 
 -- Monitor counters live in one hash per topic, fields "<interval index>:<name>", so every
@@ -42,13 +44,12 @@ end
 -- Microseconds until the earliest member of a sorted set (scored in ms) is due, or -1 when it
 -- is empty. Measured against the clock in microseconds, so a scanner sleeping this long wakes
 -- at the due millisecond rather than up to a millisecond after it.
-local function next_due(zset_key)
+local function next_due(zset_key, now_us)
   local first = redis.call('ZRANGE', zset_key, 0, 0, 'WITHSCORES')
   if first[2] == nil then
     return -1
   end
-  local t = redis.call('TIME')
-  local delta = tonumber(first[2]) * 1000 - (tonumber(t[1]) * 1000000 + tonumber(t[2]))
+  local delta = tonumber(first[2]) * 1000 - now_us
   if delta < 0 then
     return 0
   end
