@@ -7,7 +7,7 @@ from delayqueue import selectors, services, store
 from delayqueue.messages import ACKED, CONSUMING, DELETED, EXHAUSTED, EXPIRED, READY, WAITING
 from delayqueue.services import NewMessage
 
-from .conftest import wait_until
+from .conftest import make_runtime, wait_until
 
 
 async def send(rt, topic="t", msg="m", delay=0, **kw):
@@ -45,6 +45,24 @@ async def test_duplicate_live_msg_id_is_deduplicated(rt):
     again = await send(rt, msg="second", delay=0, msg_id="order-1")
     assert again == first  # the stored message, not the new request
     assert await sizes(rt) == (1, 0, 0)
+
+
+async def test_concurrent_sends_of_one_msg_id_store_it_once(rt):
+    """Five clients (own connections) race 20 sends each of one msgId: one message is stored
+    and enqueued once, and every sender gets that stored message back."""
+    clients = [make_runtime(rt.config.redis_url) for _ in range(5)]
+    try:
+        results = await asyncio.gather(*[
+            send(client, msg=f"copy {c}-{i}", delay=60_000, msg_id="same")
+            for i in range(20) for c, client in enumerate(clients)
+        ])
+    finally:
+        for client in clients:
+            await client.close()
+    assert len({(r["msg"], r["produceTime"]) for r in results}) == 1
+    assert await sizes(rt) == (1, 0, 0)
+    stored = await selectors.get_message(rt, "t", "same")
+    assert stored["msg"] == results[0]["msg"]
 
 
 async def test_duplicate_of_ended_message_starts_a_fresh_lifecycle(rt):
@@ -225,8 +243,7 @@ async def test_retire_topic_only_when_idle_and_empty(rt):
 
     async def retire(topic):
         k = rt.ns.topic(topic)
-        return await store.run_script(rt.redis, "retire_topic",
-                                      [k.waiting, k.ready, k.inflight, k.msgs, k.meta, k.stats], [0])
+        return await rt.call("retire_topic", [k.waiting, k.ready, k.inflight, k.msgs, k.meta, k.stats], [0])
 
     assert await retire("busy") == 0
     assert await retire("idle") == 0  # the acked body is still retained
