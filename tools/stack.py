@@ -30,7 +30,10 @@ HTTP_PORT = int(os.environ.get("PORT", "8000"))
 
 
 def say(text: str) -> None:
-    print(f"[dev] {text}", flush=True)
+    try:
+        print(f"[dev] {text}", flush=True)
+    except OSError:  # the terminal is gone (window closed): keep going, stopping must not fail on it
+        pass
 
 
 def free_port() -> int:
@@ -40,7 +43,10 @@ def free_port() -> int:
 
 
 def port_is_free(port: int) -> bool:
+    """True unless something listens on the port. SO_REUSEADDR as the servers use it, so the
+    TIME_WAIT sockets a just-stopped server leaves behind do not count as busy."""
     with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind(("127.0.0.1", port))
             return True
@@ -264,8 +270,8 @@ def command_run(_args) -> int:
         nonlocal stopping
         stopping = True
 
-    signal.signal(signal.SIGINT, stop)
-    signal.signal(signal.SIGTERM, stop)
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # Ctrl-C, kill, terminal closed
+        signal.signal(sig, stop)
     try:
         if not env.get("REDIS_URL"):
             services.redis("redis", RUN_REDIS_PORT)
