@@ -1,0 +1,95 @@
+"""The PostgreSQL message log: every message as last known, and one history row per status change.
+
+Redis holds the live queue; these tables are the independent record that `manage.py restore`
+rebuilds Redis from. The send path writes `Message` before Redis sees the message (so a
+send answered 200 is committed); the scanners' log writer appends `MessageEvent` rows from
+the per-topic Redis streams the Lua scripts write, and moves `Message.status` along.
+"""
+from django.db import models
+
+
+class Status(models.IntegerChoices):
+    WAITING = 1, "waiting"
+    READY = 2, "ready"
+    CONSUMING = 3, "consuming"
+    ACKED = 4, "acked"
+    EXPIRED = 5, "expired"
+    EXHAUSTED = 6, "retries or TTL exhausted"
+    DELETED = 7, "deleted"
+
+
+LIVE_STATUSES = (Status.WAITING, Status.READY, Status.CONSUMING)
+
+
+class Reason(models.TextChoices):
+    SENT = "sent"
+    DUE = "due"
+    PULLED = "pulled"
+    ACKED = "acked"
+    NACKED = "nacked"
+    ACK_TIMEOUT = "ack_timeout", "ack timeout"
+    EXPIRED = "expired"
+    RETRIES_EXHAUSTED = "retries_exhausted", "retries exhausted"
+    DELETED = "deleted"
+    RESTORED = "restored"
+
+
+class Message(models.Model):
+    namespace = models.CharField(max_length=128)
+    topic = models.CharField(max_length=128)
+    msg_id = models.CharField("msgId", max_length=256)
+    payload = models.TextField()
+    produce_time = models.DateTimeField()
+    trigger_time = models.DateTimeField()
+    expire_time = models.DateTimeField()
+    max_retry = models.IntegerField()
+    retry = models.IntegerField(default=0)
+    status = models.SmallIntegerField(choices=Status.choices)
+    updated_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["namespace", "topic", "msg_id"], name="message_natural_key"),
+        ]
+        indexes = [
+            models.Index(fields=["topic", "status", "-produce_time"], name="message_topic_status"),
+            models.Index(fields=["-produce_time"], name="message_produce_time"),
+            models.Index(fields=["trigger_time"], name="message_trigger_time"),
+            # The restore scan: live messages only, walked in id order.
+            models.Index(fields=["namespace", "id"], name="message_live",
+                         condition=models.Q(status__in=[1, 2, 3])),
+            # Retention: ended messages by age.
+            models.Index(fields=["updated_at"], name="message_ended",
+                         condition=models.Q(status__gte=4)),
+        ]
+
+    def __str__(self):
+        return f"{self.topic}/{self.msg_id}"
+
+
+class MessageEvent(models.Model):
+    """One status change of a message. `event_id` is the Redis stream entry id it came from,
+    which makes the log writer's insert idempotent."""
+
+    namespace = models.CharField(max_length=128)
+    topic = models.CharField(max_length=128)
+    msg_id = models.CharField("msgId", max_length=256)
+    event_id = models.CharField(max_length=40)
+    at = models.DateTimeField()
+    from_status = models.SmallIntegerField(choices=[(0, "none"), *Status.choices])
+    to_status = models.SmallIntegerField(choices=Status.choices)
+    retry = models.IntegerField()
+    reason = models.CharField(max_length=24, choices=Reason.choices)
+    process = models.CharField(max_length=200)
+    host = models.CharField(max_length=200)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["namespace", "topic", "msg_id", "event_id"], name="event_once"),
+        ]
+        indexes = [
+            models.Index(fields=["-at"], name="event_at"),
+        ]
+
+    def __str__(self):
+        return f"{self.topic}/{self.msg_id} {self.from_status}->{self.to_status} {self.reason}"
