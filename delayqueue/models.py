@@ -93,3 +93,44 @@ class MessageEvent(models.Model):
 
     def __str__(self):
         return f"{self.topic}/{self.msg_id} {self.from_status}->{self.to_status} {self.reason}"
+
+
+class TopicHourStats(models.Model):
+    """One topic's figures for one hour, computed from the log by the Spark stats job
+    (`spark/stats.py`), which replaces the rows of every hour it computes.
+
+    Counts are of history events in that hour. Fire lateness is when a message first became
+    ready minus its triggerTime, end-to-end latency its ack minus its produceTime, both in
+    milliseconds and bucketed by the hour of that ready or ack; null when the hour had none.
+    """
+
+    namespace = models.CharField(max_length=128)
+    topic = models.CharField(max_length=128)
+    hour = models.DateTimeField()
+    sent = models.BigIntegerField()
+    delivered = models.BigIntegerField()
+    acked = models.BigIntegerField()
+    nacked = models.BigIntegerField()
+    timed_out = models.BigIntegerField()
+    expired = models.BigIntegerField()
+    exhausted = models.BigIntegerField("retries exhausted")
+    deleted = models.BigIntegerField()
+    fire_lateness_p50 = models.FloatField(null=True)
+    fire_lateness_p90 = models.FloatField(null=True)
+    fire_lateness_p99 = models.FloatField(null=True)
+    latency_p50 = models.FloatField("end-to-end latency p50", null=True)
+    latency_p90 = models.FloatField("end-to-end latency p90", null=True)
+    latency_p99 = models.FloatField("end-to-end latency p99", null=True)
+    computed_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["namespace", "topic", "hour"], name="topic_hour_once"),
+        ]
+        indexes = [
+            models.Index(fields=["-hour"], name="topic_hour_recent"),
+        ]
+        verbose_name_plural = "topic hour stats"
+
+    def __str__(self):
+        return f"{self.topic} {self.hour:%Y-%m-%d %H}:00"
