@@ -1,0 +1,142 @@
+"""What every job shares: its command line, the checks made before any write, and the session.
+
+A job module defines `add_arguments(parser)`, `preflight(args)` (checks options and reaches
+PostgreSQL and Redis; raises JobError) and `run(spark, args)`. `main()` puts them together, so
+bad options and unreachable servers fail in a second, with one line and before a JVM starts.
+"""
+import argparse
+import importlib
+import os
+import sys
+
+import psycopg
+import redis
+
+from delayqueue import store
+
+DEFAULT_DATABASE_URL = "postgres://postgres@127.0.0.1:15432/delayqueue"
+DEFAULT_REDIS_URL = "redis://127.0.0.1:16379/0"
+
+MESSAGE_TABLE = "delayqueue_message"
+EVENT_TABLE = "delayqueue_messageevent"
+STATS_TABLE = "delayqueue_topichourstats"
+
+
+class JobError(Exception):
+    """A failure the user can fix (bad server address, missing table): one line, exit code 1."""
+
+
+def first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, but a wrong option prints one line (not the usage block) and exits 2."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def parser(prog: str, description: str) -> OneLineParser:
+    p = OneLineParser(prog=prog, description=description)
+    p.add_argument("--master", help="Spark master URL (default: what spark-submit set, else local[*])")
+    p.add_argument("--database-url", default=os.environ.get("DATABASE_URL") or DEFAULT_DATABASE_URL,
+                   help="the message log (default: $DATABASE_URL)")
+    p.add_argument("--namespace", default=os.environ.get("DELAYQUEUE_NAMESPACE") or "default",
+                   help="delayqueue namespace (default: $DELAYQUEUE_NAMESPACE or 'default')")
+    return p
+
+
+def add_redis_url(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--redis-url", default=os.environ.get("REDIS_URL") or DEFAULT_REDIS_URL,
+                   help="the live queue: redis://, rediss://, unix:// or redis-cluster://h:p,h:p (default: $REDIS_URL)")
+
+
+def add_partitions(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--partitions", type=positive_int, default=0,
+                   help="how many id ranges the log is read in (default: 4 per core Spark has)")
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def check_postgres(dsn: str, tables: tuple[str, ...]) -> None:
+    """Connects to PostgreSQL and checks the tables exist; JobError otherwise."""
+    try:
+        with psycopg.connect(dsn, connect_timeout=5, autocommit=True) as conn:
+            for table in tables:
+                if conn.execute("SELECT to_regclass(%s)", (table,)).fetchone()[0] is None:
+                    raise JobError(f"table {table} does not exist in database {conn.info.dbname!r} "
+                                   "(run manage.py migrate)")
+    except psycopg.Error as exc:
+        raise JobError(f"cannot use PostgreSQL: {first_line(exc)}") from None
+
+
+def sync_redis(url: str):
+    """A blocking client (executors have no event loop to share) for the URL forms delayqueue accepts."""
+    if store.is_cluster_url(url):
+        return redis.RedisCluster(startup_nodes=[redis.cluster.ClusterNode(h, p) for h, p in store.cluster_nodes(url)],
+                                  decode_responses=True, socket_timeout=30)
+    return redis.Redis.from_url(url, decode_responses=True, socket_timeout=30)
+
+
+def check_redis(url: str) -> None:
+    try:
+        client = sync_redis(url)
+        try:
+            client.ping()
+        finally:
+            client.close()
+    except (redis.RedisError, OSError, ValueError) as exc:
+        raise JobError(f"cannot reach Redis at {url}: {first_line(exc)}") from None
+
+
+def session(app: str, master: str | None):
+    """The SparkSession. Executors run this interpreter unless PYSPARK_PYTHON says otherwise, so
+    they can import delayqueue, psycopg and redis as the driver does."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.appName(f"delayqueue-{app}").config("spark.sql.session.timeZone", "UTC")
+    if master:
+        builder = builder.master(master)
+    elif "PYSPARK_GATEWAY_PORT" not in os.environ:  # not under spark-submit, which sets the master itself
+        builder = builder.master("local[*]")
+    return builder.getOrCreate()
+
+
+def default_partitions(spark, requested: int) -> int:
+    return requested or 4 * spark.sparkContext.defaultParallelism
+
+
+def parse_args(module_name: str, argv: list[str] | None):
+    """The job module and its parsed command line."""
+    job = importlib.import_module(module_name)
+    p = parser(module_name.replace(".", "/") + ".py", job.__doc__.strip().splitlines()[0])
+    job.add_arguments(p)
+    return job, p.parse_args(argv)
+
+
+def main(module_name: str, argv: list[str] | None = None) -> int:
+    """Parse, check, run. Imports the job by name, so that under spark-submit (where the file is
+    __main__) the functions Spark ships to executors are pickled by reference to their module."""
+    job, args = parse_args(module_name, argv)
+    prog = module_name.replace(".", "/") + ".py"
+    try:
+        job.preflight(args)
+        spark = session(module_name.rsplit(".", 1)[-1], args.master)
+        try:
+            job.run(spark, args)
+        finally:
+            spark.stop()
+    except JobError as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return 1
+    return 0

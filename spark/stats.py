@@ -1,0 +1,158 @@
+"""Per topic and hour statistics of the message log, written to delayqueue_topichourstats.
+
+Counts of history events by the hour they happened: sent, delivered (pulls, redeliveries
+included), acked, nacked, timed out (ack timeouts), expired (ended 5), retries exhausted
+(ended 6), deleted. Fire lateness (the first time a message became ready − its triggerTime)
+and end-to-end latency (its ack − its produceTime) as exact p50/p90/p99 in milliseconds, in the
+hour of that ready or ack. A msgId reused after it ended has one log row, its latest lifecycle:
+events older than that row's produceTime belong to an earlier lifecycle and are left out of
+the two latencies (they still count).
+"""
+import argparse
+import sys
+from datetime import datetime, timezone
+
+import psycopg
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+from . import common, pgread
+from .common import EVENT_TABLE, MESSAGE_TABLE, STATS_TABLE, JobError, first_line
+
+HOUR_MS = 3_600_000
+KEY = ["namespace", "topic", "msg_id"]
+GROUP = ["namespace", "topic", "hour"]
+QUANTILES = (0.5, 0.9, 0.99)
+COUNTS = ("sent", "delivered", "acked", "nacked", "timed_out", "expired", "exhausted", "deleted")
+LATENCIES = ("fire_lateness", "latency")
+STATS_COLUMNS = (*GROUP, *COUNTS, *(f"{name}_p{round(q * 100)}" for name in LATENCIES for q in QUANTILES))
+
+
+def hour_of(ms: Column) -> Column:
+    """The hour an epoch-millisecond time falls in, as epoch milliseconds."""
+    return F.floor(ms / HOUR_MS) * HOUR_MS
+
+
+def event_counts(events: DataFrame) -> DataFrame:
+    """events(namespace, topic, at, to_status, reason) -> (namespace, topic, hour, <COUNTS>)"""
+    def count(condition: Column, name: str) -> Column:
+        return F.count(F.when(condition, True)).alias(name)
+
+    reason, to_status = F.col("reason"), F.col("to_status")
+    return events.withColumn("hour", hour_of(F.col("at"))).groupBy(*GROUP).agg(
+        count(reason == "sent", "sent"),
+        count(reason == "pulled", "delivered"),
+        count(to_status == 4, "acked"),
+        count(reason == "nacked", "nacked"),
+        count(reason == "ack_timeout", "timed_out"),
+        count(to_status == 5, "expired"),
+        count(to_status == 6, "exhausted"),
+        count(to_status == 7, "deleted"),
+    )
+
+
+def current_lifecycle(events: DataFrame, messages: DataFrame) -> DataFrame:
+    """The events of each message's logged lifecycle, with its produce and trigger times."""
+    return (events.join(messages.select(*KEY, "produce_time", "trigger_time"), KEY)
+            .where(F.col("at") >= F.col("produce_time")))
+
+
+def fire_lateness(events: DataFrame, messages: DataFrame) -> DataFrame:
+    """-> (namespace, topic, hour, value): per message, first ready time − triggerTime. Ready
+    means a move to status 2 from none or waiting (not a nack or ack timeout putting it back)."""
+    readies = events.where((F.col("to_status") == 2) & F.col("from_status").isin(0, 1)).select(*KEY, "at")
+    first_ready = (current_lifecycle(readies, messages)
+                   .groupBy(*KEY).agg(F.min("at").alias("at"), F.first("trigger_time").alias("trigger_time")))
+    return first_ready.select("namespace", "topic", hour_of(F.col("at")).alias("hour"),
+                              (F.col("at") - F.col("trigger_time")).alias("value"))
+
+
+def end_to_end_latency(events: DataFrame, messages: DataFrame) -> DataFrame:
+    """-> (namespace, topic, hour, value): per ack, ack time − produceTime."""
+    acks = events.where(F.col("to_status") == 4).select(*KEY, "at")
+    return (current_lifecycle(acks, messages)
+            .select("namespace", "topic", hour_of(F.col("at")).alias("hour"),
+                    (F.col("at") - F.col("produce_time")).alias("value")))
+
+
+def percentiles(values: DataFrame, name: str) -> DataFrame:
+    """(namespace, topic, hour, value) -> (namespace, topic, hour, <name>_p50, _p90, _p99), exact
+    (linear interpolation between the closest ranks)."""
+    quantiles = F.percentile(F.col("value").cast("double"), F.array(*(F.lit(q) for q in QUANTILES)))
+    return values.groupBy(*GROUP).agg(quantiles.alias("q")).select(
+        *GROUP, *(F.col("q")[i].alias(f"{name}_p{round(q * 100)}") for i, q in enumerate(QUANTILES)))
+
+
+def topic_hour_stats(events: DataFrame, messages: DataFrame) -> DataFrame:
+    """events(namespace, topic, msg_id, at, from_status, to_status, reason) and
+    messages(namespace, topic, msg_id, produce_time, trigger_time) -> one row per
+    (namespace, topic, hour) with STATS_COLUMNS; hour in epoch milliseconds."""
+    return (event_counts(events)
+            .join(percentiles(fire_lateness(events, messages), "fire_lateness"), GROUP, "left")
+            .join(percentiles(end_to_end_latency(events, messages), "latency"), GROUP, "left")
+            .select(*STATS_COLUMNS))
+
+
+def add_arguments(p) -> None:
+    common.add_partitions(p)
+    p.add_argument("--since", type=since_hour, metavar="YYYY-MM-DD[THH]",
+                   help="only hours from this one on (UTC); default: every hour in the log")
+    p.add_argument("--all-namespaces", action="store_true", help="every namespace, not only --namespace")
+
+
+def since_hour(text: str) -> datetime:
+    for layout in ("%Y-%m-%dT%H", "%Y-%m-%d"):
+        try:
+            return datetime.strptime(text, layout).replace(tzinfo=timezone.utc)
+        except ValueError:
+            continue
+    raise argparse.ArgumentTypeError(f"not a date or date and hour (YYYY-MM-DD or YYYY-MM-DDTHH): {text!r}")
+
+
+def preflight(args) -> None:
+    common.check_postgres(args.database_url, (MESSAGE_TABLE, EVENT_TABLE, STATS_TABLE))
+
+
+def read_inputs(spark, args) -> tuple[DataFrame, DataFrame]:
+    partitions = common.default_partitions(spark, args.partitions)
+    where, params = ("TRUE", ()) if args.all_namespaces else ("namespace = %s", (args.namespace,))
+    event_where, event_params = where, params
+    if args.since:
+        event_where, event_params = f"{where} AND at >= %s", (*params, args.since)
+    events = pgread.read_events(spark, args.database_url,
+                                ["namespace", "topic", "msg_id", "at", "from_status", "to_status", "reason"],
+                                where=event_where, params=event_params, partitions=partitions)
+    messages = pgread.read_messages(spark, args.database_url,
+                                    ["namespace", "topic", "msg_id", "produce_time", "trigger_time"],
+                                    where=where, params=params, partitions=partitions)
+    return events, messages
+
+
+UPSERT = f"""
+INSERT INTO {STATS_TABLE} ({", ".join(STATS_COLUMNS)}, computed_at)
+VALUES (%s, %s, to_timestamp(%s / 1000.0), {", ".join(["%s"] * (len(STATS_COLUMNS) - 3))}, now())
+ON CONFLICT (namespace, topic, hour) DO UPDATE SET
+{", ".join(f"{c} = EXCLUDED.{c}" for c in STATS_COLUMNS[3:])}, computed_at = EXCLUDED.computed_at
+"""
+
+
+def write_stats(dsn: str, rows: list) -> None:
+    """Replaces the figures of every (namespace, topic, hour) computed, in one transaction. One
+    row per topic and hour is small enough to send from the driver."""
+    try:
+        with psycopg.connect(dsn, connect_timeout=10) as conn, conn.cursor() as cur:
+            cur.executemany(UPSERT, [tuple(row[c] for c in STATS_COLUMNS) for row in rows])
+    except psycopg.Error as exc:
+        raise JobError(f"cannot write {STATS_TABLE}: {first_line(exc)}") from None
+
+
+def run(spark, args) -> int:
+    events, messages = read_inputs(spark, args)
+    rows = topic_hour_stats(events, messages).collect()
+    write_stats(args.database_url, rows)
+    print(f"stats: wrote {len(rows)} topic-hours to {STATS_TABLE}")
+    return len(rows)
+
+
+if __name__ == "__main__":
+    sys.exit(common.main("spark.stats"))

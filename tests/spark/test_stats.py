@@ -1,0 +1,103 @@
+"""spark/stats.py on a generated log whose counts and percentiles are known."""
+import pytest
+
+from delayqueue.models import TopicHourStats
+from spark import stats
+
+from .conftest import dt, job_args, ms
+from .logdata import LogBuilder
+
+H0 = ms("2026-11-20T10:00:00")
+HOUR = 3_600_000
+
+
+def build_log() -> LogBuilder:
+    """orders, hour H0: 100 messages sent with a 60 s delay, message i ready i ms late;
+    1-80 acked 70 s + 10·i ms after being sent; 81-85 nacked, redelivered, timed out, exhausted;
+    86-90 timed out then out of TTL (ended 6); 91-95 expired undelivered; 96-100 deleted.
+    o1 also has an earlier lifecycle in hour H0-1 (counted, but not in its latencies).
+    mail, hour H0+1: 3 messages sent already due. Namespace `other`: one message, not counted."""
+    log = LogBuilder()
+    for i in range(1, 101):
+        msg_id, produce = f"o{i}", H0 + i * 1000
+        ready = produce + 60_000 + i
+        status = 4 if i <= 80 else 6 if i <= 90 else 5 if i <= 95 else 7
+        log.message("orders", msg_id, produce, delay=60_000, status=status)
+        log.event("orders", msg_id, produce, 0, 1, "sent")
+        log.event("orders", msg_id, ready, 1, 2, "due")
+        if i <= 80:
+            log.event("orders", msg_id, ready + 10, 2, 3, "pulled", 1)
+            log.event("orders", msg_id, produce + 70_000 + 10 * i, 3, 4, "acked", 1)
+        elif i <= 85:
+            log.event("orders", msg_id, ready + 10, 2, 3, "pulled", 1)
+            log.event("orders", msg_id, ready + 20, 3, 2, "nacked", 1)
+            log.event("orders", msg_id, ready + 30, 2, 3, "pulled", 2)
+            log.event("orders", msg_id, ready + 40, 3, 2, "ack_timeout", 2)
+            log.event("orders", msg_id, ready + 50, 2, 6, "retries_exhausted", 2)
+        elif i <= 90:
+            log.event("orders", msg_id, ready + 10, 2, 3, "pulled", 1)
+            log.event("orders", msg_id, ready + 20, 3, 2, "ack_timeout", 1)
+            log.event("orders", msg_id, ready + 30, 2, 6, "expired", 1)
+        elif i <= 95:
+            log.event("orders", msg_id, ready + 10, 2, 5, "expired")
+        else:
+            log.event("orders", msg_id, ready + 10, 2, 7, "deleted")
+    earlier = H0 - HOUR + 5000
+    for offset, (from_status, to_status, reason) in enumerate([(0, 1, "sent"), (1, 2, "due"), (2, 3, "pulled"), (3, 4, "acked")]):
+        log.event("orders", "o1", earlier + 1000 * offset, from_status, to_status, reason)
+    for i in range(1, 4):
+        log.message("mail", f"m{i}", H0 + HOUR + i * 1000, status=2)
+        log.event("mail", f"m{i}", H0 + HOUR + i * 1000, 0, 2, "sent")
+    log.message("orders", "x1", H0 + 500, namespace="other")
+    log.event("orders", "x1", H0 + 500, 0, 1, "sent", namespace="other")
+    return log.save()
+
+
+ZERO = dict(sent=0, delivered=0, acked=0, nacked=0, timed_out=0, expired=0, exhausted=0, deleted=0)
+NO_LATENCY = {f"{name}_p{p}": None for name in ("fire_lateness", "latency") for p in (50, 90, 99)}
+EXPECTED = {
+    ("orders", H0): dict(sent=100, delivered=95, acked=80, nacked=5, timed_out=10, expired=5, exhausted=10, deleted=5,
+                         fire_lateness_p50=50.5, fire_lateness_p90=90.1, fire_lateness_p99=99.01,
+                         latency_p50=70_405.0, latency_p90=70_721.0, latency_p99=70_792.1),
+    ("orders", H0 - HOUR): {**ZERO, **NO_LATENCY, "sent": 1, "delivered": 1, "acked": 1},
+    ("mail", H0 + HOUR): {**ZERO, **NO_LATENCY, "sent": 3,
+                          "fire_lateness_p50": 0.0, "fire_lateness_p90": 0.0, "fire_lateness_p99": 0.0},
+}
+
+
+def stored_stats() -> dict:
+    fields = [*ZERO, *NO_LATENCY]
+    return {(row.topic, int(row.hour.timestamp() * 1000)): {f: getattr(row, f) for f in fields}
+            for row in TopicHourStats.objects.filter(namespace="default")}
+
+
+def assert_stats(actual: dict, expected: dict) -> None:
+    assert actual.keys() == expected.keys()
+    for key, figures in expected.items():
+        for name, value in figures.items():
+            assert actual[key][name] == (pytest.approx(value) if isinstance(value, float) else value), (key, name)
+
+
+def test_stats_counts_and_percentiles_per_topic_and_hour(spark, log_dsn):
+    build_log()
+    TopicHourStats.objects.create(namespace="default", topic="orders", hour=dt(H0), computed_at=dt(H0),
+                                  **{**ZERO, "sent": 999})  # a stale row the job replaces
+    written = stats.run(spark, job_args("spark.stats", "--database-url", log_dsn, "--partitions", "3"))
+    assert written == 3
+    assert_stats(stored_stats(), EXPECTED)
+
+
+@pytest.mark.parametrize("spark", ["local"], indirect=True)
+def test_stats_since_an_hour_writes_only_later_hours(spark, log_dsn):
+    build_log()
+    stats.run(spark, job_args("spark.stats", "--database-url", log_dsn, "--since", "2026-11-20T11"))
+    assert_stats(stored_stats(), {("mail", H0 + HOUR): EXPECTED[("mail", H0 + HOUR)]})
+
+
+@pytest.mark.parametrize("spark", ["local"], indirect=True)
+def test_stats_of_every_namespace(spark, log_dsn):
+    build_log()
+    stats.run(spark, job_args("spark.stats", "--database-url", log_dsn, "--all-namespaces"))
+    other = TopicHourStats.objects.get(namespace="other")
+    assert (other.topic, other.hour, other.sent, other.delivered) == ("orders", dt(H0), 1, 0)
+    assert TopicHourStats.objects.filter(namespace="default").count() == 3
