@@ -1,0 +1,87 @@
+"""spark/archive.py: old ended messages and their history move to Parquet, exactly once."""
+import time
+
+import pytest
+
+from delayqueue.models import Message, MessageEvent
+from spark import archive
+
+from .conftest import job_args, ms
+from .logdata import LogBuilder
+
+DAY = 86_400_000
+
+
+def build_log() -> tuple[set, set]:
+    """12 messages that ended on 2026-09-01 or -02 in two topics, two events each (archived);
+    an old live message, a recently ended one, an old one in another namespace, and an event
+    newer than its message's end (a later lifecycle being logged): all stay."""
+    log = LogBuilder()
+    archived_messages, archived_events = set(), set()
+    for day, date in enumerate(("2026-09-01", "2026-09-02")):
+        for topic in ("orders", "mail"):
+            for k in range(3):
+                msg_id, produce = f"{topic}-{day}-{k}", ms(f"{date}T08:00:00") + k * 1000
+                status = 4 + (day * 3 + k) % 4
+                log.message(topic, msg_id, produce, status=status, updated=produce + 5000)
+                archived_messages.add((topic, msg_id))
+                for at, frm, to, reason in ((produce, 0, 2, "sent"), (produce + 5000, 2, status, "ended")):
+                    archived_events.add(log.event(topic, msg_id, at, frm, to, reason).event_id)
+    log.event("orders", "orders-0-0", ms("2026-09-05T00:00:00"), 0, 1, "sent")
+    log.message("orders", "old-live", ms("2026-09-01T09:00:00"), status=1)
+    log.event("orders", "old-live", ms("2026-09-01T09:00:00"), 0, 1, "sent")
+    recent = int(time.time() * 1000) - DAY
+    log.message("orders", "recent", recent - 5000, status=4, updated=recent)
+    log.event("orders", "recent", recent, 3, 4, "acked")
+    log.message("orders", "elsewhere", ms("2026-09-01T08:00:00"), status=4, namespace="other")
+    log.event("orders", "elsewhere", ms("2026-09-01T08:00:00"), 0, 2, "sent", namespace="other")
+    log.save()
+    return archived_messages, archived_events
+
+
+def assert_archived_once(spark, root, messages: set, events: set) -> None:
+    stored = spark.read.parquet(str(root / "messages")).select("topic", "msg_id", "date").collect()
+    assert sorted((r.topic, r.msg_id) for r in stored) == sorted(messages)  # each exactly once
+    assert {(r.msg_id.split("-")[1], r.date) for r in stored} == {("0", "2026-09-01"), ("1", "2026-09-02")}
+    stored_events = [r.event_id for r in spark.read.parquet(str(root / "events")).select("event_id").collect()]
+    assert sorted(stored_events) == sorted(events)
+    assert not list((root / "_staging").glob("*"))
+
+
+def assert_log_keeps_only_the_rest(events: set) -> None:
+    assert sorted(Message.objects.values_list("namespace", "msg_id")) == [
+        ("default", "old-live"), ("default", "recent"), ("other", "elsewhere")]
+    left = set(MessageEvent.objects.values_list("event_id", flat=True))
+    assert not left & events
+    assert len(left) == 4
+
+
+def test_archive_moves_ended_messages_and_history_to_parquet_by_date_and_topic(spark, log_dsn, tmp_path):
+    messages, events = build_log()
+    args = job_args("spark.archive", "--database-url", log_dsn, "--to", str(tmp_path), "--older-than-days", "30")
+    result = archive.run(spark, args)
+    assert (result["messages"], result["events"]) == (12, 24)
+    assert_archived_once(spark, tmp_path, messages, events)
+    assert_log_keeps_only_the_rest(events)
+    assert sorted(p.name for p in (tmp_path / "messages" / "date=2026-09-01").iterdir()) == ["topic=mail", "topic=orders"]
+
+    assert archive.run(spark, args)["messages"] == 0  # nothing left: the archive is unchanged
+    assert_archived_once(spark, tmp_path, messages, events)
+
+
+@pytest.mark.parametrize("spark", ["local"], indirect=True)
+@pytest.mark.parametrize("crash_at", ["staged", "moving", "committed"])
+def test_archive_rerun_after_a_crash_neither_loses_nor_duplicates(spark, log_dsn, tmp_path, monkeypatch, crash_at):
+    messages, events = build_log()
+    args = job_args("spark.archive", "--database-url", log_dsn, "--to", str(tmp_path), "--older-than-days", "30")
+    monkeypatch.setenv(archive.CRASH_ENV, crash_at)
+    with pytest.raises(archive.SimulatedCrash):
+        archive.run(spark, args)
+    assert Message.objects.count() == 15  # nothing deleted before the crash
+    assert MessageEvent.objects.count() == 24 + 4
+
+    monkeypatch.delenv(archive.CRASH_ENV)
+    archive.run(spark, args)
+    assert_archived_once(spark, tmp_path, messages, events)
+    assert_log_keeps_only_the_rest(events)
+    assert len(list((tmp_path / "_batches").glob("*.json"))) == 1
