@@ -13,6 +13,7 @@ import psycopg
 import redis
 
 from delayqueue import store
+from delayqueue.keys import NAME_PATTERN
 
 DEFAULT_DATABASE_URL = "postgres://postgres@127.0.0.1:15432/delayqueue"
 DEFAULT_REDIS_URL = "redis://127.0.0.1:16379/0"
@@ -65,6 +66,26 @@ def positive_int(text: str) -> int:
     if value <= 0:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
     return value
+
+
+def topic_name(text: str) -> str:
+    if not NAME_PATTERN.match(text):
+        raise argparse.ArgumentTypeError(f"not a topic name (1-128 of A-Z a-z 0-9 . _ : -): {text!r}")
+    return text
+
+
+def non_empty(text: str) -> str:
+    if not text:
+        raise argparse.ArgumentTypeError("must not be empty")
+    return text
+
+
+def count_rows(dsn: str, table: str, where: str, params: tuple) -> int:
+    try:
+        with psycopg.connect(dsn, connect_timeout=10) as conn:
+            return conn.execute(f"SELECT count(*) FROM {table} WHERE {where}", params).fetchone()[0]
+    except psycopg.Error as exc:
+        raise JobError(f"cannot read {table}: {first_line(exc)}") from None
 
 
 def check_postgres(dsn: str, tables: tuple[str, ...]) -> None:

@@ -26,7 +26,8 @@ class Column:
 
 
 def epoch_ms(column: str) -> str:
-    return f"(floor(extract(epoch from {column}) * 1000))::int8"
+    """The SQL for a timestamptz as epoch milliseconds, as delayqueue.recovery computes it."""
+    return f"(extract(epoch FROM {column}) * 1000)::int8"
 
 
 MESSAGE_COLUMNS = {c.name: c for c in (

@@ -1,0 +1,128 @@
+"""spark/restore.py gives the same Redis as `manage.py restore` on the same log."""
+import io
+import json
+import time
+
+import pytest
+from django.core.management import call_command
+
+from delayqueue.keys import namespace_keys, topic_keys
+from spark import common, restore
+
+from ..conftest import REDIS_CLUSTER_URL, REDIS_URL, log_database_url
+from .conftest import job_args
+from .logdata import LogBuilder
+
+HOUR = 3_600_000
+HELD = json.dumps({"topic": "a", "msgId": "a-held", "msg": "already here", "status": 2})
+
+
+def build_log() -> None:
+    """Topic a: one message in each live state, one live in the log but past its TTL, one Redis
+    already holds, and one per ended state. Topic b: 30 due and 10 waiting, ids interleaved.
+    Another namespace's live message, which stays out."""
+    now = int(time.time() * 1000)
+    log = LogBuilder()
+    log.message("a", "a-wait", now - 1000, delay=HOUR)
+    log.message("a", "a-due", now - 60_000, delay=1000)
+    log.message("a", "a-ready", now - 60_000, status=2)
+    log.message("a", "a-consuming", now - 60_000, status=3, retry=2, max_retry=5)
+    log.message("a", "a-expired", now - 2 * HOUR, ttl=HOUR)
+    log.message("a", "a-held", now - 60_000, status=2)
+    for status, name in ((4, "acked"), (5, "undelivered"), (6, "exhausted"), (7, "deleted")):
+        log.message("a", f"a-{name}", now - 60_000, status=status)
+    for i in range(40):
+        waiting = i % 4 == 3
+        log.message("b", f"b-{i:02}", now - HOUR + i, delay=2 * HOUR if waiting else 0, ttl=3 * HOUR,
+                    status=1 if waiting else 2)
+    log.message("a", "a-elsewhere", now - 60_000, status=2, namespace="other")
+    log.save()
+
+
+def redis_for(spark) -> str:
+    """Local Spark restores into the single Redis, the Spark cluster into the Redis Cluster."""
+    return REDIS_URL if spark.sparkContext.master.startswith("local") else REDIS_CLUSTER_URL
+
+
+def reset(url: str) -> None:
+    """Redis lost everything except one message, which it still holds."""
+    client = common.sync_redis(url)
+    if common.store.is_cluster_url(url):
+        client.flushall(target_nodes=client.PRIMARIES)
+    else:
+        client.flushall()
+    client.hset(topic_keys("default", "a").msgs, "a-held", HELD)
+    client.close()
+
+
+def snapshot(url: str) -> dict:
+    """Every structure a restore writes, except times that are 'now' (topic registration)."""
+    client = common.sync_redis(url)
+    state = {"topics": sorted(client.zrange(namespace_keys("default").topics, 0, -1))}
+    for topic in ("a", "b"):
+        k = topic_keys("default", topic)
+        state[topic] = {
+            "msgs": {i: json.loads(m) for i, m in client.hgetall(k.msgs).items()},
+            "waiting": client.zrange(k.waiting, 0, -1, withscores=True),
+            "ready": client.lrange(k.ready, 0, -1),
+            "expiry": client.zrange(k.expiry, 0, -1, withscores=True),
+            "restored_events": [e["i"] for _id, e in client.xrange(k.events)],
+        }
+    other = topic_keys("other", "a")
+    state["other"] = client.exists(other.msgs)
+    client.close()
+    return state
+
+
+def manage_restore(*options: str) -> str:
+    out = io.StringIO()
+    call_command("restore", *options, stdout=out)
+    return out.getvalue().strip()
+
+
+def spark_restore(spark, url: str, *options: str, capsys) -> str:
+    capsys.readouterr()
+    restore.run(spark, job_args("spark.restore", "--database-url", log_database_url(), "--redis-url", url,
+                                "--partitions", "3", *options))
+    return capsys.readouterr().out.strip()
+
+
+def test_spark_restore_gives_the_same_redis_as_manage_py_restore(spark, settings, capsys):
+    url = redis_for(spark)
+    settings.REDIS_URL = url
+    build_log()
+    reset(url)
+    by_command = manage_restore()
+    expected = snapshot(url)
+    reset(url)
+    by_spark = spark_restore(spark, url, capsys=capsys)
+    assert by_spark == by_command == "restored 44, already live 1, skipped (ended or expired) 5"
+    assert snapshot(url) == expected
+    a = expected["a"]
+    assert a["msgs"]["a-held"]["msg"] == "already here" and a["msgs"]["a-consuming"]["retry"] == 2
+    assert [i for i, _ in a["waiting"]] == ["a-wait"] and sorted(a["ready"]) == ["a-consuming", "a-due", "a-ready"]
+    assert expected["b"]["ready"] == [f"b-{i:02}" for i in reversed(range(40)) if i % 4 != 3]  # LPUSH in id order
+    assert expected["other"] == 0
+
+    again = spark_restore(spark, url, capsys=capsys)  # idempotent
+    assert again == "restored 0, already live 45, skipped (ended or expired) 5"
+    assert snapshot(url)["b"] == expected["b"]
+
+
+@pytest.mark.parametrize("spark", ["local"], indirect=True)
+@pytest.mark.parametrize("options", [("--topic", "b", "--dry-run"), ("--include-expired",),
+                                     ("--topic", "a", "--msg-id", "a-wait")])
+def test_spark_restore_options_count_as_manage_py_restore(spark, capsys, options):
+    build_log()
+    reset(REDIS_URL)
+    by_command = manage_restore(*options)
+    command_state = snapshot(REDIS_URL)
+    reset(REDIS_URL)
+    assert spark_restore(spark, REDIS_URL, *options, capsys=capsys) == by_command
+    spark_state = snapshot(REDIS_URL)
+    if "--include-expired" in options:  # a fresh TTL counts from 'now', which differs
+        for state in (command_state, spark_state):
+            for msg_id in ("a-expired", "a-undelivered"):
+                state["a"]["msgs"][msg_id].pop("expireTime")
+            state["a"]["expiry"] = [i for i, _ in state["a"]["expiry"]]
+    assert spark_state == command_state
