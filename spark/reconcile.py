@@ -1,0 +1,151 @@
+"""Lists every message whose state in Redis and in the message log disagree; --fix restores
+the ones the log has live and Redis has lost.
+
+Kinds of disagreement, one line per message and kind:
+  missing_in_redis  live (1-3) in the log, not in Redis
+  missing_in_log    in Redis, not in the log
+  ended_in_log      live in Redis, ended (4-7) in the log
+  status            in both, different status (otherwise)
+  retry             in both, different retry count
+  trigger_time      in both, different triggerTime
+An ended message that Redis no longer holds agrees (Redis purges ended messages after the
+retention window). The log's status and retry follow Redis through the log writer, a fraction
+of a second behind: on a busy queue, messages in motion can show up as status or retry
+disagreements that a second run no longer lists.
+"""
+import json
+import sys
+from pathlib import Path
+
+from pyspark import StorageLevel
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from delayqueue.keys import namespace_keys, topic_keys
+
+from . import common, pgread, restore
+from .common import EVENT_TABLE, MESSAGE_TABLE
+
+KEY = ["topic", "msg_id"]
+COMPARED = ["status", "retry", "trigger_time"]
+KINDS = ("missing_in_redis", "missing_in_log", "ended_in_log", "status", "retry", "trigger_time")
+REDIS_SCHEMA = T.StructType([
+    T.StructField("topic", T.StringType(), False),
+    T.StructField("msg_id", T.StringType(), False),
+    *(T.StructField(name, T.LongType() if name == "trigger_time" else T.IntegerType(), True) for name in COMPARED),
+])
+SHOWN = 20
+
+
+def scan_topics(redis_url: str, namespace: str, topics):
+    """Runs on an executor: every message Redis holds for these topics, as REDIS_SCHEMA rows."""
+    client = common.sync_redis(redis_url)
+    try:
+        for topic in topics:
+            for msg_id, raw in client.hscan_iter(topic_keys(namespace, topic).msgs, count=1000):
+                m = json.loads(raw)
+                yield topic, msg_id, *(None if m.get(f) is None else int(m[f]) for f in ("status", "retry", "triggerTime"))
+    finally:
+        client.close()
+
+
+def disagreements(log: DataFrame, redis: DataFrame) -> DataFrame:
+    """log(topic, msg_id, status, retry, trigger_time) and redis(same) -> one row per message and
+    kind of disagreement: (topic, msg_id, kind, log_<field>, redis_<field> for each compared field)."""
+    def side(df: DataFrame, name: str) -> DataFrame:
+        return df.select(*KEY, F.lit(True).alias(f"in_{name}"), *(F.col(c).alias(f"{name}_{c}") for c in COMPARED))
+
+    both = side(log, "log").join(side(redis, "redis"), KEY, "full_outer")
+    in_log, in_redis = F.col("in_log").isNotNull(), F.col("in_redis").isNotNull()
+    log_live, redis_live = F.col("log_status") <= 3, F.col("redis_status") <= 3
+    ended_in_log = in_log & in_redis & ~log_live & redis_live
+
+    def differs(c: str) -> F.Column:
+        return in_log & in_redis & ~F.col(f"log_{c}").eqNullSafe(F.col(f"redis_{c}"))
+
+    conditions = {
+        "missing_in_redis": in_log & ~in_redis & log_live,
+        "missing_in_log": in_redis & ~in_log,
+        "ended_in_log": ended_in_log,
+        "status": differs("status") & ~ended_in_log,
+        "retry": differs("retry"),
+        "trigger_time": differs("trigger_time"),
+    }
+    kinds = F.array(*(F.when(condition, F.lit(kind)) for kind, condition in conditions.items()))
+    return (both.withColumn("kind", F.explode(F.filter(kinds, lambda k: k.isNotNull())))
+            .select(*KEY, "kind", *(f"{s}_{c}" for c in COMPARED for s in ("log", "redis"))))
+
+
+def add_arguments(p) -> None:
+    common.add_redis_url(p)
+    common.add_partitions(p)
+    p.add_argument("--topic", type=common.topic_name, help="only this topic")
+    p.add_argument("--output", type=Path, metavar="DIR",
+                   help="also write every disagreement there as JSON lines (a new directory)")
+    p.add_argument("--fix", action="store_true", help="restore the messages missing in Redis (as manage.py restore)")
+
+
+def preflight(args) -> None:
+    if args.output is not None and args.output.exists():
+        raise common.JobError(f"--output {args.output} already exists")
+    common.check_postgres(args.database_url, (MESSAGE_TABLE, EVENT_TABLE))
+    common.check_redis(args.redis_url)
+
+
+def read_redis(spark, args, log_topics: list[str]) -> DataFrame:
+    """What Redis holds for the registered topics and every topic the log knows, read in parallel."""
+    if args.topic:
+        topics = [args.topic]
+    else:
+        client = common.sync_redis(args.redis_url)
+        try:
+            registered = client.zrange(namespace_keys(args.namespace).topics, 0, -1)
+        finally:
+            client.close()
+        topics = sorted(set(registered) | set(log_topics))
+    if not topics:
+        return spark.createDataFrame([], REDIS_SCHEMA)
+    url, namespace = args.redis_url, args.namespace
+    rows = spark.sparkContext.parallelize(topics, min(len(topics), common.default_partitions(spark, args.partitions)))
+    return spark.createDataFrame(rows.mapPartitions(lambda part: scan_topics(url, namespace, part)), REDIS_SCHEMA)
+
+
+def run(spark, args) -> dict:
+    where, params = "namespace = %s", (args.namespace,)
+    if args.topic:
+        where, params = f"{where} AND topic = %s", (*params, args.topic)
+    columns = restore.RESTORE_COLUMNS if args.fix else ["id", *KEY, *COMPARED]
+    # One read of each side: every later step works on the same snapshot.
+    log = pgread.read_messages(spark, args.database_url, columns, where=where, params=params,
+                               partitions=common.default_partitions(spark, args.partitions)
+                               ).persist(StorageLevel.MEMORY_AND_DISK)
+    log_topics = [r.topic for r in log.select("topic").distinct().collect()]
+    redis = read_redis(spark, args, log_topics).persist(StorageLevel.MEMORY_AND_DISK)
+    found = disagreements(log, redis).persist(StorageLevel.MEMORY_AND_DISK)
+    counts = {kind: 0 for kind in KINDS}
+    counts.update({r.kind: r["count"] for r in found.groupBy("kind").count().collect()})
+    total = sum(counts.values())
+    print(f"reconcile: {total} disagreements: " + ", ".join(f"{kind} {n}" for kind, n in counts.items()))
+    for r in found.orderBy("kind", *KEY).limit(SHOWN).collect():
+        print(f"  {r.kind}: {r.topic}/{r.msg_id} " + " ".join(
+            f"{c}={r[f'log_{c}']}/{r[f'redis_{c}']}" for c in COMPARED) + "  (log/redis)")
+    if total > SHOWN:
+        print(f"  ... {total - SHOWN} more" + ("" if args.output else " (--output DIR lists them all)"))
+    if args.output:
+        found.write.json(str(args.output))
+    if args.fix and counts["missing_in_redis"]:
+        missing = found.where(F.col("kind") == "missing_in_redis").select(*KEY)
+        rows = restore.by_topic_in_id_order(log.join(missing, KEY, "left_semi"), spark.sparkContext.defaultParallelism)
+        config = restore.queue_config(args)
+        fixed = rows.rdd.mapPartitions(lambda part: restore.restore_partition(config, False, False, part)).collect()
+        restored, already_live, skipped = (sum(column) for column in zip(*fixed))
+        print(f"reconcile --fix: restored {restored}, already live {already_live}, skipped (expired) {skipped}")
+        counts["fixed"] = restored
+    for df in (found, redis, log):
+        df.unpersist()
+    return counts
+
+
+if __name__ == "__main__":
+    sys.exit(common.main("spark.reconcile"))

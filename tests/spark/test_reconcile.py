@@ -1,0 +1,74 @@
+"""spark/reconcile.py finds each kind of planted disagreement; --fix restores the missing."""
+import json
+import time
+
+from django.core.management import call_command
+
+from delayqueue.keys import topic_keys
+from spark import common, reconcile
+
+from ..conftest import REDIS_CLUSTER_URL, REDIS_URL, log_database_url
+from .conftest import job_args
+from .logdata import LogBuilder
+
+HOUR = 3_600_000
+
+
+def build(url: str) -> set:
+    """A log that manage.py restore copies into Redis, then one planted disagreement of each kind
+    (two on one message). Returns the expected (topic, msg_id, kind) set."""
+    now = int(time.time() * 1000)
+    log = LogBuilder()
+    for topic in ("t1", "t2"):
+        for i in range(5):
+            log.message(topic, f"{topic}-wait-{i}", now, delay=HOUR)
+            log.message(topic, f"{topic}-ready-{i}", now - 1000, status=2)
+    log.message("t1", "acked-long-ago", now - HOUR, status=4)  # ended, purged from Redis: agrees
+    log.message("t1", "ended-but-live", now - 1000, status=4)
+    log.message("t3", "lost", now - 1000, status=2)  # a topic Redis lost entirely
+    log.save()
+    call_command("restore", stdout=open("/dev/null", "w"))
+
+    client = common.sync_redis(url)
+    t1, t2 = topic_keys("default", "t1"), topic_keys("default", "t2")
+
+    def edit(keys, msg_id, **changes):
+        m = json.loads(client.hget(keys.msgs, msg_id))
+        client.hset(keys.msgs, msg_id, json.dumps({**m, **changes}))
+
+    client.hdel(t1.msgs, "t1-wait-0")
+    client.zrem(t1.waiting, "t1-wait-0")
+    client.hset(t2.msgs, "stray", json.dumps({"topic": "t2", "msgId": "stray", "status": 1, "retry": 0, "triggerTime": now}))
+    client.hset(t1.msgs, "ended-but-live", json.dumps({"topic": "t1", "msgId": "ended-but-live", "status": 2,
+                                                       "retry": 0, "triggerTime": now - 1000}))
+    edit(t1, "t1-ready-1", status=3)
+    edit(t2, "t2-ready-2", retry=4)
+    edit(t2, "t2-wait-3", triggerTime=now + HOUR + 5000, retry=1)
+    client.delete(*(k for k in vars(topic_keys("default", "t3")).values() if k != "t3"))
+    client.close()
+    return {("t1", "t1-wait-0", "missing_in_redis"), ("t2", "stray", "missing_in_log"),
+            ("t1", "ended-but-live", "ended_in_log"), ("t1", "t1-ready-1", "status"), ("t2", "t2-ready-2", "retry"),
+            ("t2", "t2-wait-3", "trigger_time"), ("t2", "t2-wait-3", "retry"), ("t3", "lost", "missing_in_redis")}
+
+
+def test_reconcile_lists_every_planted_disagreement_and_fix_restores_the_missing(spark, settings, tmp_path, capsys):
+    url = REDIS_URL if spark.sparkContext.master.startswith("local") else REDIS_CLUSTER_URL
+    settings.REDIS_URL = url
+    expected = build(url)
+    argv = ("spark.reconcile", "--database-url", log_database_url(), "--redis-url", url, "--partitions", "2")
+
+    counts = reconcile.run(spark, job_args(*argv, "--output", str(tmp_path / "found")))
+    listed = {(r["topic"], r["msg_id"], r["kind"]) for f in (tmp_path / "found").glob("part-*.json")
+              for r in map(json.loads, f.read_text().splitlines())}
+    assert listed == expected
+    assert counts == {"missing_in_redis": 2, "missing_in_log": 1, "ended_in_log": 1, "status": 1, "retry": 2,
+                      "trigger_time": 1}
+    assert "t1/t1-ready-1 status=2/3" in capsys.readouterr().out
+
+    assert reconcile.run(spark, job_args(*argv, "--fix"))["fixed"] == 2
+    after = reconcile.run(spark, job_args(*argv))
+    assert after == {**counts, "missing_in_redis": 0}
+    client = common.sync_redis(url)
+    assert client.zscore(topic_keys("default", "t1").waiting, "t1-wait-0") is not None
+    assert json.loads(client.hget(topic_keys("default", "t3").msgs, "lost"))["status"] == 2
+    client.close()
