@@ -30,8 +30,8 @@ import psycopg
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from . import common, pgread
-from .common import EVENT_TABLE, MESSAGE_TABLE, JobError, first_line
+from spark import common, pgread
+from spark.common import EVENT_TABLE, MESSAGE_TABLE, JobError, first_line
 
 KEY = ["namespace", "topic", "msg_id"]
 KINDS = ("messages", "events")

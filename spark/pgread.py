@@ -14,7 +14,7 @@ from psycopg import sql
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
-from .common import EVENT_TABLE, MESSAGE_TABLE, JobError, first_line
+from spark.common import EVENT_TABLE, MESSAGE_TABLE, JobError, first_line
 
 
 @dataclass(frozen=True)

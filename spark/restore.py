@@ -18,8 +18,8 @@ from delayqueue.messages import EXPIRED
 from delayqueue.recovery import LIVE, RestoreCounts, restore_rows
 from delayqueue.runtime import Runtime
 
-from . import common, pgread
-from .common import EVENT_TABLE, MESSAGE_TABLE
+from spark import common, pgread
+from spark.common import EVENT_TABLE, MESSAGE_TABLE
 
 RESTORE_COLUMNS = ["id", "namespace", "topic", "msg_id", "payload", "produce_time", "trigger_time", "expire_time",
                    "max_retry", "retry", "status"]

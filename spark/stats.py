@@ -16,8 +16,8 @@ import psycopg
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from . import common, pgread
-from .common import EVENT_TABLE, MESSAGE_TABLE, STATS_TABLE, JobError, first_line
+from spark import common, pgread
+from spark.common import EVENT_TABLE, MESSAGE_TABLE, STATS_TABLE, JobError, first_line
 
 HOUR_MS = 3_600_000
 KEY = ["namespace", "topic", "msg_id"]

@@ -1,6 +1,8 @@
 """Spark for the spark/ job tests: one SparkSession at a time for the whole run, first on
-local[2], then on a standalone cluster (a master and two one-core workers on localhost,
-started from pyspark's own launch classes and stopped at the end).
+local[2], then on a standalone cluster (a master and two workers on localhost,
+started from pyspark's own launch classes and stopped at the end). Each worker offers two
+cores and each application takes at most two, so a spark-submit run can share the cluster
+with the test session's own application.
 
 Tests that use the `spark` fixture run on both; `@pytest.mark.parametrize("spark", ["local"],
 indirect=True)` keeps a test on local mode. pytest groups the tests by the session's
@@ -26,6 +28,7 @@ from tools.stack import free_port, terminate, wait_for_port
 from spark import common
 
 SPARK_HOME = Path(pyspark.__file__).resolve().parent
+ROOT = Path(__file__).resolve().parents[2]
 LOCAL_IP = "127.0.0.1"
 
 
@@ -45,7 +48,7 @@ class StandaloneCluster:
             work = base / f"worker-{i}"
             work.mkdir()
             self._start(f"worker-{i}", "org.apache.spark.deploy.worker.Worker", "--host", LOCAL_IP,
-                        "--cores", "1", "--memory", "1g", "--work-dir", str(work),
+                        "--cores", "2", "--memory", "2g", "--work-dir", str(work),
                         "--webui-port", str(free_port()), self.url)
         self._wait_workers(workers)
 
@@ -123,10 +126,11 @@ def job_args(module_name: str, *argv: str):
     return common.parse_args(module_name, list(argv))[1]
 
 
-def run_cli(module_name: str, *argv: str, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
-    """`python -m spark.<job> ...` as a separate process."""
-    return subprocess.run([sys.executable, "-m", module_name, *argv], capture_output=True, text=True,
-                          env={**os.environ, **(env or {})}, timeout=timeout, cwd=Path(__file__).resolve().parents[2])
+def run_cli(module_name: str, *argv: str, env: dict | None = None, command: list[str] | None = None,
+            timeout: float = 300) -> subprocess.CompletedProcess:
+    """`python -m spark.<job> ...` (or `command ...`) as a separate process."""
+    return subprocess.run([*(command or [sys.executable, "-m", module_name]), *argv], capture_output=True, text=True,
+                          env={**os.environ, **(env or {})}, timeout=timeout, cwd=ROOT)
 
 
 def ms(text: str) -> int:

@@ -1,0 +1,58 @@
+"""The jobs' command lines: bad input fails in one line, before any write; spark-submit works."""
+import os
+import sys
+
+import pytest
+
+from delayqueue.models import TopicHourStats
+
+from ..conftest import log_database_url
+from .conftest import SPARK_HOME, ROOT, run_cli
+from .test_stats import H0, build_log
+
+NO_PG = "postgres://postgres@127.0.0.1:1/delayqueue"
+NO_REDIS = "redis://127.0.0.1:1/0"
+
+
+def one_line_error(result, code: int, *fragments: str) -> None:
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == code, result.stderr
+    assert len(lines) == 1 and all(f in lines[0] for f in fragments), result.stderr
+
+
+@pytest.mark.parametrize("job, argv, fragment", [
+    ("spark.stats", ["--bogus"], "unrecognized arguments: --bogus"),
+    ("spark.stats", ["--since", "yesterday"], "--since: not a date"),
+    ("spark.restore", ["--partitions", "0"], "--partitions: must be at least 1"),
+    ("spark.reconcile", ["--topic", "no spaces"], "--topic: not a topic name"),
+    ("spark.archive", ["--to", "/tmp/x"], "the following arguments are required: --older-than-days"),
+])
+def test_a_wrong_option_exits_2_with_one_line(job, argv, fragment):
+    one_line_error(run_cli(job, *argv), 2, fragment)
+
+
+def test_unreachable_servers_and_missing_tables_fail_in_one_line_before_any_write(tmp_path):
+    target = tmp_path / "archive"
+    one_line_error(run_cli("spark.archive", "--database-url", NO_PG, "--to", str(target), "--older-than-days", "7"),
+                   1, "cannot use PostgreSQL", "127.0.0.1")
+    without_tables = log_database_url().rsplit("/", 1)[0] + "/postgres"  # the server's own database: no tables
+    one_line_error(run_cli("spark.archive", "--database-url", without_tables, "--to", str(target), "--older-than-days", "7"),
+                   1, "table delayqueue_message does not exist")
+    assert not target.exists()
+    one_line_error(run_cli("spark.restore", "--database-url", log_database_url(), "--redis-url", NO_REDIS),
+                   1, "cannot reach Redis at redis://127.0.0.1:1/0")
+    one_line_error(run_cli("spark.reconcile", "--database-url", log_database_url(), "--redis-url", NO_REDIS),
+                   1, "cannot reach Redis")
+    one_line_error(run_cli("spark.stats", "--database-url", without_tables), 1, "does not exist")
+
+
+@pytest.mark.parametrize("spark", ["cluster"], indirect=True)
+def test_spark_submit_runs_a_job_on_the_standalone_cluster(spark):
+    build_log()
+    result = run_cli("spark.stats", "--database-url", log_database_url(), env={"PYSPARK_PYTHON": sys.executable},
+                     command=[str(SPARK_HOME / "bin" / "spark-submit"), "--master", spark.sparkContext.master,
+                              "--conf", "spark.cores.max=2", "--conf", "spark.executor.memory=512m",
+                              "--conf", "spark.ui.enabled=false", str(ROOT / "spark" / "stats.py")])
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "stats: wrote 3 topic-hours" in result.stdout
+    assert TopicHourStats.objects.get(namespace="default", topic="orders", hour__gte="2026-11-20T10:00Z").sent == 100
