@@ -13,6 +13,7 @@ import sys
 from datetime import datetime, timezone
 
 import psycopg
+from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
@@ -147,8 +148,11 @@ def write_stats(dsn: str, rows: list) -> None:
 
 
 def run(spark, args) -> int:
-    events, messages = read_inputs(spark, args)
+    # Each input feeds several branches of the plan: read PostgreSQL once, not once per branch.
+    events, messages = (df.persist(StorageLevel.MEMORY_AND_DISK) for df in read_inputs(spark, args))
     rows = topic_hour_stats(events, messages).collect()
+    events.unpersist()
+    messages.unpersist()
     write_stats(args.database_url, rows)
     print(f"stats: wrote {len(rows)} topic-hours to {STATS_TABLE}")
     return len(rows)
