@@ -88,17 +88,31 @@ class LogWriter:
         self.topics = topics
         self.written = 0
         self._conn: psycopg.AsyncConnection | None = None
+        # Per topic, the last entry read: the next read starts after it, so a batch can be read
+        # while the previous one is still being committed. Forgotten after a failure, so what
+        # was not committed is read again.
+        self._read_up_to: dict[str, str] = {}
 
     async def run(self, stopping: asyncio.Event) -> None:
         interval = self.rt.config.log_writer_interval_millis / 1000
+        writing: asyncio.Task | None = None
         while not stopping.is_set():
             try:
-                full = await self.drain_once()
+                batch, full = await self._read()
+                if writing is not None:
+                    await writing
+                    writing = None
+                if batch:
+                    writing = asyncio.ensure_future(self._write(*batch))
                 delay = 0 if full else interval
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
                 log.warning("log writer: %s; events wait in Redis", first_line(exc))
+                if writing is not None:
+                    writing.cancel()  # whatever it did not commit is read again
+                    writing = None
+                self._read_up_to.clear()
                 await self._drop_connection()
                 delay = ERROR_BACKOFF
             if delay:
@@ -106,34 +120,46 @@ class LogWriter:
                     await asyncio.wait_for(stopping.wait(), delay)
                 except asyncio.TimeoutError:
                     pass
+        if writing is not None:
+            await asyncio.gather(writing, return_exceptions=True)
         await self._drop_connection()
 
     async def drain_once(self) -> bool:
-        """Writes one batch of every held topic's pending events; True if a stream had more."""
+        """Reads and writes one batch of every held topic's pending events; True if a stream had more."""
+        batch, full = await self._read()
+        if batch:
+            await self._write(*batch)
+        return full
+
+    async def _read(self) -> tuple[tuple[list[Event], dict[str, list[str]]] | None, bool]:
         topics = list(self.topics())
+        for gone in self._read_up_to.keys() - set(topics):
+            del self._read_up_to[gone]
         if not topics:
-            return False
-        batch = self.rt.config.log_writer_batch
+            return None, False
+        count = self.rt.config.log_writer_batch
         pipe = self.rt.redis.pipeline(transaction=False)
         for topic in topics:
-            pipe.xrange(self.rt.ns.topic(topic).events, count=batch)
+            after = self._read_up_to.get(topic)
+            pipe.xrange(self.rt.ns.topic(topic).events, min=f"({after}" if after else "-", count=count)
         replies = await pipe.execute()
         events, ids_by_topic, full = [], {}, False
         for topic, entries in zip(topics, replies):
             if not entries:
                 continue
-            full = full or len(entries) == batch
-            ids_by_topic[topic] = [entry_id for entry_id, _ in entries]
+            full = full or len(entries) == count
+            ids_by_topic[topic] = ids = [entry_id for entry_id, _ in entries]
+            self._read_up_to[topic] = ids[-1]
             events.extend(Event.parse(topic, entry_id, fields) for entry_id, fields in entries)
-        if not events:
-            return False
+        return ((events, ids_by_topic) if events else None), full
+
+    async def _write(self, events: list[Event], ids_by_topic: dict[str, list[str]]) -> None:
         await self._commit(events)
         pipe = self.rt.redis.pipeline(transaction=False)
         for topic, ids in ids_by_topic.items():
             pipe.xdel(self.rt.ns.topic(topic).events, *ids)
         await pipe.execute()
         self.written += len(events)
-        return full
 
     async def _commit(self, events: list[Event]) -> None:
         ns = self.rt.config.namespace
