@@ -1,9 +1,13 @@
 """Rebuilding Redis from the message log: manage.py restore, the restore endpoints, retention."""
 import asyncio
 import os
+import signal
 import subprocess
 import sys
+import time
 from datetime import timedelta
+
+import redis
 
 from django.core.management import call_command
 
@@ -267,3 +271,41 @@ def test_which_logged_rows_are_restored():
     assert recovery.restorable(row, now=20_000, include_expired=False) is None  # its TTL ran out
     assert recovery.restorable(row, now=20_000, include_expired=True)["expire_time"] == 29_000  # TTL anew
     assert recovery.restorable({**row, "status": 4}, now=5_000, include_expired=True) is None  # acked
+
+
+FILL_LOG = """
+INSERT INTO delayqueue_message (namespace, topic, msg_id, payload, produce_time, trigger_time, expire_time,
+                                max_retry, retry, status, updated_at)
+SELECT 'default', 'bulk' || (g %% 4), 'm' || g, 'payload ' || g, now(),
+       now() + (CASE WHEN g %% 2 = 0 THEN interval '1 hour' ELSE interval '0' END), now() + interval '1 day',
+       10, 0, 1 + g %% 2, now()
+FROM generate_series(1, %s) AS g
+"""
+
+
+def test_a_restore_interrupted_by_ctrl_c_leaves_nothing_half_done_and_a_rerun_finishes_it():
+    total = 150_000
+    asyncio.run(query(FILL_LOG, total))
+    client = redis.Redis.from_url(REDIS_URL)
+    topics = [f"bulk{i}" for i in range(4)]
+    env = {**os.environ, "DATABASE_URL": log_database_url()}
+    proc = subprocess.Popen([sys.executable, "manage.py", "restore"], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while sum(client.hlen(f"dq:{{default:{t}}}:msgs") for t in topics) == 0:
+        assert proc.poll() is None and time.monotonic() < deadline, "restore did not start writing"
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    held = sum(client.hlen(f"dq:{{default:{t}}}:msgs") for t in topics)
+    assert proc.returncode == 130 and "interrupted" in err and "Traceback" not in err, err
+    assert 0 < held < total, f"the interrupt landed outside the restore ({held} restored)"
+    for t in topics:  # every message Redis holds is whole: body, expiry entry, and waiting or ready
+        k = f"dq:{{default:{t}}}:"
+        bodies = {m.decode() for m in client.hkeys(k + "msgs")}
+        queued = {m.decode() for m in client.zrange(k + "waiting", 0, -1)} | {m.decode() for m in client.lrange(k + "ready", 0, -1)}
+        assert bodies == queued == {m.decode() for m in client.zrange(k + "expiry", 0, -1)}
+    rerun = manage("restore")
+    assert f"restored {total - held}, already live {held}," in rerun.stdout
+    assert sum(client.hlen(f"dq:{{default:{t}}}:msgs") for t in topics) == total
+    client.close()
