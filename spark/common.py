@@ -115,7 +115,7 @@ def check_redis(url: str) -> None:
             client.ping()
         finally:
             client.close()
-    except (redis.RedisError, OSError, ValueError) as exc:
+    except (redis.RedisError, redis.exceptions.RedisClusterException, OSError, ValueError) as exc:
         raise JobError(f"cannot reach Redis at {url}: {first_line(exc)}") from None
 
 

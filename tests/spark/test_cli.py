@@ -41,8 +41,8 @@ def test_unreachable_servers_and_missing_tables_fail_in_one_line_before_any_writ
     assert not target.exists()
     one_line_error(run_cli("spark.restore", "--database-url", log_database_url(), "--redis-url", NO_REDIS),
                    1, "cannot reach Redis at redis://127.0.0.1:1/0")
-    one_line_error(run_cli("spark.reconcile", "--database-url", log_database_url(), "--redis-url", NO_REDIS),
-                   1, "cannot reach Redis")
+    one_line_error(run_cli("spark.reconcile", "--database-url", log_database_url(),
+                           "--redis-url", "redis-cluster://127.0.0.1:1,127.0.0.1:2"), 1, "cannot reach Redis")
     one_line_error(run_cli("spark.stats", "--database-url", without_tables), 1, "does not exist")
 
 
