@@ -80,12 +80,17 @@ def non_empty(text: str) -> str:
     return text
 
 
-def count_rows(dsn: str, table: str, where: str, params: tuple) -> int:
+def query(dsn: str, statement: str, params: tuple = ()) -> list[tuple]:
+    """A small query on the driver; JobError if PostgreSQL fails."""
     try:
         with psycopg.connect(dsn, connect_timeout=10) as conn:
-            return conn.execute(f"SELECT count(*) FROM {table} WHERE {where}", params).fetchone()[0]
+            return conn.execute(statement, params).fetchall()
     except psycopg.Error as exc:
-        raise JobError(f"cannot read {table}: {first_line(exc)}") from None
+        raise JobError(f"cannot query PostgreSQL: {first_line(exc)}") from None
+
+
+def count_rows(dsn: str, table: str, where: str, params: tuple) -> int:
+    return query(dsn, f"SELECT count(*) FROM {table} WHERE {where}", params)[0][0]
 
 
 def check_postgres(dsn: str, tables: tuple[str, ...]) -> None:

@@ -71,17 +71,23 @@ def id_ranges(low: int, high: int, parts: int) -> list[tuple[int, int]]:
     return [(bounds[i], bounds[i + 1]) for i in range(parts) if bounds[i] < bounds[i + 1]]
 
 
-def _select(table: str, columns: list[Column], where: str) -> sql.Composed:
-    return sql.SQL("SELECT {} FROM {} WHERE ({}) AND id >= %s AND id < %s").format(
+def select(table: str, columns: list[Column], where: str) -> sql.Composed:
+    """SELECT of the columns' expressions from `table` WHERE `where` (may hold %s placeholders)."""
+    return sql.SQL("SELECT {} FROM {} WHERE ({})").format(
         sql.SQL(", ").join(sql.SQL(c.expression) for c in columns), sql.Identifier(table), sql.SQL(where))
 
 
-def _read_range(dsn: str, query: str, pg_types: list[str], params: tuple, id_range: tuple[int, int]):
+def stream(dsn: str, query: str, columns: list[Column], params: tuple):
+    """Runs on an executor: the query's rows as tuples, streamed with a binary COPY."""
     with psycopg.connect(dsn, connect_timeout=10) as conn:
         with conn.cursor() as cur:
-            with cur.copy(f"COPY ({query}) TO STDOUT (FORMAT BINARY)", (*params, *id_range)) as copy:
-                copy.set_types(pg_types)
+            with cur.copy(f"COPY ({query}) TO STDOUT (FORMAT BINARY)", params) as copy:
+                copy.set_types([c.pg_type for c in columns])
                 yield from copy.rows()
+
+
+def _read_range(dsn: str, query: str, columns: list[Column], params: tuple, id_range: tuple[int, int]):
+    return stream(dsn, query, columns, (*params, *id_range))
 
 
 def read_table(spark: SparkSession, dsn: str, table: str, columns: dict[str, Column], names: list[str], *,
@@ -93,7 +99,7 @@ def read_table(spark: SparkSession, dsn: str, table: str, columns: dict[str, Col
     try:
         with psycopg.connect(dsn, connect_timeout=10) as conn:
             low, high = conn.execute(bounds, params).fetchone()
-            query = _select(table, chosen, where).as_string(conn)
+            query = (select(table, chosen, where) + sql.SQL(" AND id >= %s AND id < %s")).as_string(conn)
     except psycopg.Error as exc:
         raise JobError(f"cannot read {table}: {first_line(exc)}") from None
     ranges = id_ranges(low, high, partitions)
@@ -101,7 +107,7 @@ def read_table(spark: SparkSession, dsn: str, table: str, columns: dict[str, Col
     if not ranges:
         return spark.createDataFrame([], schema)
     rows = spark.sparkContext.parallelize(ranges, len(ranges)).flatMap(
-        partial(_read_range, dsn, query, [c.pg_type for c in chosen], params))
+        partial(_read_range, dsn, query, chosen, params))
     return spark.createDataFrame(rows, schema, verifySchema=False)
 
 

@@ -77,6 +77,11 @@ def disagreements(log: DataFrame, redis: DataFrame) -> DataFrame:
             .select(*KEY, "kind", *(f"{s}_{c}" for c in COMPARED for s in ("log", "redis"))))
 
 
+def by_topic_in_id_order(rows: DataFrame, partitions: int) -> DataFrame:
+    """Each topic in one partition, its rows in id order: restored as manage.py restore would."""
+    return rows.repartition(partitions, "topic").sortWithinPartitions("topic", "id")
+
+
 def add_arguments(p) -> None:
     common.add_redis_url(p)
     common.add_partitions(p)
@@ -136,9 +141,10 @@ def run(spark, args) -> dict:
         found.write.json(str(args.output))
     if args.fix and counts["missing_in_redis"]:
         missing = found.where(F.col("kind") == "missing_in_redis").select(*KEY)
-        rows = restore.by_topic_in_id_order(log.join(missing, KEY, "left_semi"), spark.sparkContext.defaultParallelism)
+        rows = by_topic_in_id_order(log.join(missing, KEY, "left_semi"), spark.sparkContext.defaultParallelism)
         config = restore.queue_config(args)
-        fixed = rows.rdd.mapPartitions(lambda part: restore.restore_partition(config, False, False, part)).collect()
+        fixed = rows.rdd.mapPartitions(
+            lambda part: restore.restore_partition(config, False, False, (r.asDict() for r in part))).collect()
         restored, already_live, skipped = (sum(column) for column in zip(*fixed))
         print(f"reconcile --fix: restored {restored}, already live {already_live}, skipped (expired) {skipped}")
         counts["fixed"] = restored

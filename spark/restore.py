@@ -1,23 +1,24 @@
 """Restores the live messages of the log into Redis in parallel: `manage.py restore` for logs
 too big for one process.
 
-The log is read in parallel id ranges, regrouped so that each topic is restored by one task in
-id order, and every task puts its rows back with `delayqueue.recovery.restore_rows`, the same
-function and Lua script `manage.py restore` uses. The result is the same as the command's: the
-same messages, states and times, and each topic's ready list in the same (id) order. Idempotent:
-a msgId Redis already holds is counted already live and left alone, so a re-run after a failed
-task finishes the job. Parallelism is across topics.
+The driver counts the live rows per topic and deals the topics into partitions of about equal
+size; each Spark task streams its topics' rows from PostgreSQL in id order and puts them back
+with `delayqueue.recovery.restore_rows`, the same function and Lua script `manage.py restore`
+uses. The result is the same as the command's: the same messages, states and times, and each
+topic's ready list in the same (id) order. Nothing is shuffled: rows go from PostgreSQL to
+Redis inside one Python task. Idempotent: a msgId Redis already holds is counted already live
+and left alone, so a re-run after a failed task finishes the job. Parallelism is across topics.
 """
 import asyncio
 import os
 import sys
+from collections.abc import Iterable
 
-from pyspark.sql import DataFrame
+from psycopg import sql
 
 from delayqueue.messages import EXPIRED
 from delayqueue.recovery import LIVE, RestoreCounts, restore_rows
 from delayqueue.runtime import Runtime
-
 from spark import common, pgread
 from spark.common import EVENT_TABLE, MESSAGE_TABLE
 
@@ -26,9 +27,16 @@ RESTORE_COLUMNS = ["id", "namespace", "topic", "msg_id", "payload", "produce_tim
 CHUNK_ROWS = 10_000  # rows per restore_rows call, as manage.py restore pages the log
 
 
-def by_topic_in_id_order(rows: DataFrame, partitions: int) -> DataFrame:
-    """Each topic in one partition, its rows in id order (the order manage.py restore sends)."""
-    return rows.repartition(partitions, "topic").sortWithinPartitions("topic", "id")
+def balance(rows_per_topic: dict[str, int], parts: int) -> list[list[str]]:
+    """Topics dealt into at most `parts` groups of about equal rows: the largest topic first,
+    each to the group with the fewest rows so far."""
+    groups: list[list[str]] = [[] for _ in range(min(parts, len(rows_per_topic)))]
+    loads = [0] * len(groups)
+    for topic, rows in sorted(rows_per_topic.items(), key=lambda item: (-item[1], item[0])):
+        lightest = loads.index(min(loads))
+        groups[lightest].append(topic)
+        loads[lightest] += rows
+    return groups
 
 
 def queue_config(args):
@@ -43,15 +51,16 @@ def queue_config(args):
     return load_config().with_overrides(redis_url=args.redis_url, namespace=args.namespace)
 
 
-def restore_partition(config, include_expired: bool, dry_run: bool, rows):
-    """Runs on an executor: restores one partition's rows; yields its (restored, already live, skipped)."""
+def restore_partition(config, include_expired: bool, dry_run: bool, rows: Iterable[dict]):
+    """Runs on an executor: restores rows (dicts of RESTORE_COLUMNS) in the order given; yields
+    this partition's (restored, already live, skipped)."""
     async def restore_all() -> RestoreCounts:
         rt = Runtime(config, process="spark restore")
         counts = RestoreCounts()
         try:
             chunk = []
             for row in rows:
-                chunk.append(row.asDict())
+                chunk.append(row)
                 if len(chunk) == CHUNK_ROWS:
                     counts += await restore_rows(rt, chunk, include_expired=include_expired, dry_run=dry_run)
                     chunk = []
@@ -63,6 +72,14 @@ def restore_partition(config, include_expired: bool, dry_run: bool, rows):
 
     counts = asyncio.run(restore_all())
     yield counts.restored, counts.already_live, counts.skipped
+
+
+def topic_rows(dsn: str, query: str, params: tuple, topics: Iterable[str]):
+    """Runs on an executor: the rows of each topic, in id order, as dicts."""
+    columns = [pgread.MESSAGE_COLUMNS[n] for n in RESTORE_COLUMNS]
+    for topic in topics:
+        for values in pgread.stream(dsn, query, columns, (*params, topic)):
+            yield dict(zip(RESTORE_COLUMNS, values))
 
 
 def add_arguments(p) -> None:
@@ -94,13 +111,18 @@ def run(spark, args) -> tuple[int, int, int]:
     config = queue_config(args)
     where, params = scope(args)
     statuses = ", ".join(str(s) for s in ([*LIVE, EXPIRED] if args.include_expired else LIVE))
-    partitions = common.default_partitions(spark, args.partitions)
-    rows = pgread.read_messages(spark, args.database_url, RESTORE_COLUMNS, where=f"{where} AND status IN ({statuses})",
-                                params=params, partitions=partitions)
+    live = f"{where} AND status IN ({statuses})"
+    rows_per_topic = dict(common.query(args.database_url, f"SELECT topic, count(*) FROM {MESSAGE_TABLE} "
+                                                          f"WHERE {live} GROUP BY topic", params))
     ended = common.count_rows(args.database_url, MESSAGE_TABLE, f"{where} AND status NOT IN ({statuses})", params)
-    include_expired, dry_run = args.include_expired, args.dry_run
-    per_partition = by_topic_in_id_order(rows, partitions).rdd.mapPartitions(
-        lambda part: restore_partition(config, include_expired, dry_run, part)).collect()
+    columns = [pgread.MESSAGE_COLUMNS[n] for n in RESTORE_COLUMNS]
+    query = (pgread.select(MESSAGE_TABLE, columns, live) + sql.SQL(" AND topic = %s ORDER BY id")).as_string(None)
+    groups = balance(rows_per_topic, common.default_partitions(spark, args.partitions))
+    include_expired, dry_run, dsn = args.include_expired, args.dry_run, args.database_url
+    per_partition = (spark.sparkContext.parallelize(groups, len(groups)).mapPartitions(
+        lambda topics: restore_partition(config, include_expired, dry_run,
+                                         topic_rows(dsn, query, params, (t for group in topics for t in group))))
+                     .collect()) if groups else []
     restored, already_live, skipped = (sum(column) for column in zip(*per_partition)) if per_partition else (0, 0, 0)
     skipped += ended
     verb = "would restore" if dry_run else "restored"

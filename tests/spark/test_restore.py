@@ -126,3 +126,9 @@ def test_spark_restore_options_count_as_manage_py_restore(spark, capsys, options
                 state["a"]["msgs"][msg_id].pop("expireTime")
             state["a"]["expiry"] = [i for i, _ in state["a"]["expiry"]]
     assert spark_state == command_state
+
+
+def test_topics_are_dealt_into_partitions_of_about_equal_rows():
+    assert restore.balance({"a": 10, "b": 5, "c": 5, "d": 1}, 2) == [["a", "d"], ["b", "c"]]
+    assert restore.balance({"a": 1}, 8) == [["a"]]
+    assert restore.balance({}, 4) == []
