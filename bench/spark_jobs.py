@@ -7,6 +7,7 @@ rows/s. `--messages` (default 1,000,000) scales it down for a quick look.
 """
 import argparse
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -90,6 +91,7 @@ def main() -> None:
               [sys.executable, "-m", "bench.spark_read", "--master", "local[2]"], env, events)
     finally:
         services.stop()
+        shutil.rmtree(base, ignore_errors=True)
 
 
 if __name__ == "__main__":
