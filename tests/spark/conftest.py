@@ -21,8 +21,6 @@ from pathlib import Path
 
 import pyspark
 import pytest
-from django.db import connections
-from psycopg.conninfo import make_conninfo
 
 from tools.stack import free_port, terminate, wait_for_port
 from spark import common
@@ -109,16 +107,6 @@ def spark(request, tmp_path_factory):
     session.stop()
     if cluster:
         cluster.stop()
-
-
-@pytest.fixture
-def log_dsn(transactional_db) -> str:
-    """libpq connection string of the test database (pytest-django's test_ copy), for the
-    executors' own connections. Rows the test writes are committed, so they see them."""
-    s = connections["default"].settings_dict
-    params = {"dbname": s["NAME"], "user": s.get("USER"), "password": s.get("PASSWORD"),
-              "host": s.get("HOST"), "port": s.get("PORT")}
-    return make_conninfo(**{k: str(v) for k, v in params.items() if v})
 
 
 def job_args(module_name: str, *argv: str):

@@ -6,6 +6,7 @@ import pytest
 from delayqueue.models import Message, MessageEvent
 from spark import archive
 
+from ..conftest import log_database_url
 from .conftest import job_args, ms
 from .logdata import LogBuilder
 
@@ -56,9 +57,9 @@ def assert_log_keeps_only_the_rest(events: set) -> None:
     assert len(left) == 4
 
 
-def test_archive_moves_ended_messages_and_history_to_parquet_by_date_and_topic(spark, log_dsn, tmp_path):
+def test_archive_moves_ended_messages_and_history_to_parquet_by_date_and_topic(spark, tmp_path):
     messages, events = build_log()
-    args = job_args("spark.archive", "--database-url", log_dsn, "--to", str(tmp_path), "--older-than-days", "30")
+    args = job_args("spark.archive", "--database-url", log_database_url(), "--to", str(tmp_path), "--older-than-days", "30")
     result = archive.run(spark, args)
     assert (result["messages"], result["events"]) == (12, 24)
     assert_archived_once(spark, tmp_path, messages, events)
@@ -71,9 +72,9 @@ def test_archive_moves_ended_messages_and_history_to_parquet_by_date_and_topic(s
 
 @pytest.mark.parametrize("spark", ["local"], indirect=True)
 @pytest.mark.parametrize("crash_at", ["staged", "moving", "committed"])
-def test_archive_rerun_after_a_crash_neither_loses_nor_duplicates(spark, log_dsn, tmp_path, monkeypatch, crash_at):
+def test_archive_rerun_after_a_crash_neither_loses_nor_duplicates(spark, tmp_path, monkeypatch, crash_at):
     messages, events = build_log()
-    args = job_args("spark.archive", "--database-url", log_dsn, "--to", str(tmp_path), "--older-than-days", "30")
+    args = job_args("spark.archive", "--database-url", log_database_url(), "--to", str(tmp_path), "--older-than-days", "30")
     monkeypatch.setenv(archive.CRASH_ENV, crash_at)
     with pytest.raises(archive.SimulatedCrash):
         archive.run(spark, args)

@@ -1,5 +1,4 @@
 """The jobs' command lines: bad input fails in one line, before any write; spark-submit works."""
-import os
 import sys
 
 import pytest
@@ -8,7 +7,7 @@ from delayqueue.models import TopicHourStats
 
 from ..conftest import log_database_url
 from .conftest import SPARK_HOME, ROOT, run_cli
-from .test_stats import H0, build_log
+from .test_stats import build_log
 
 NO_PG = "postgres://postgres@127.0.0.1:1/delayqueue"
 NO_REDIS = "redis://127.0.0.1:1/0"

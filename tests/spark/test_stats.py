@@ -4,6 +4,7 @@ import pytest
 from delayqueue.models import TopicHourStats
 from spark import stats
 
+from ..conftest import log_database_url
 from .conftest import dt, job_args, ms
 from .logdata import LogBuilder
 
@@ -78,26 +79,26 @@ def assert_stats(actual: dict, expected: dict) -> None:
             assert actual[key][name] == (pytest.approx(value) if isinstance(value, float) else value), (key, name)
 
 
-def test_stats_counts_and_percentiles_per_topic_and_hour(spark, log_dsn):
+def test_stats_counts_and_percentiles_per_topic_and_hour(spark):
     build_log()
     TopicHourStats.objects.create(namespace="default", topic="orders", hour=dt(H0), computed_at=dt(H0),
                                   **{**ZERO, "sent": 999})  # a stale row the job replaces
-    written = stats.run(spark, job_args("spark.stats", "--database-url", log_dsn, "--partitions", "3"))
+    written = stats.run(spark, job_args("spark.stats", "--database-url", log_database_url(), "--partitions", "3"))
     assert written == 3
     assert_stats(stored_stats(), EXPECTED)
 
 
 @pytest.mark.parametrize("spark", ["local"], indirect=True)
-def test_stats_since_an_hour_writes_only_later_hours(spark, log_dsn):
+def test_stats_since_an_hour_writes_only_later_hours(spark):
     build_log()
-    stats.run(spark, job_args("spark.stats", "--database-url", log_dsn, "--since", "2026-11-20T11"))
+    stats.run(spark, job_args("spark.stats", "--database-url", log_database_url(), "--since", "2026-11-20T11"))
     assert_stats(stored_stats(), {("mail", H0 + HOUR): EXPECTED[("mail", H0 + HOUR)]})
 
 
 @pytest.mark.parametrize("spark", ["local"], indirect=True)
-def test_stats_of_every_namespace(spark, log_dsn):
+def test_stats_of_every_namespace(spark):
     build_log()
-    stats.run(spark, job_args("spark.stats", "--database-url", log_dsn, "--all-namespaces"))
+    stats.run(spark, job_args("spark.stats", "--database-url", log_database_url(), "--all-namespaces"))
     other = TopicHourStats.objects.get(namespace="other")
     assert (other.topic, other.hour, other.sent, other.delivered) == ("orders", dt(H0), 1, 0)
     assert TopicHourStats.objects.filter(namespace="default").count() == 3
