@@ -27,6 +27,9 @@ log = logging.getLogger(__name__)
 MAX_IDLE_SLEEP = 1.0  # a topic with nothing scheduled is still looked at this often
 REGISTRY_REFRESH = 1.0
 ERROR_BACKOFF = 0.5
+LAG_SAMPLE = 0.1  # the lag probe sleeps this long and measures how late it wakes
+LAG_REPORT = 1.0  # and reports the worst overrun to Redis this often (for /metrics)
+GONE_AFTER_MILLIS = 10_000  # a scanner whose lag report is this old has stopped
 
 
 class TopicWorker:
@@ -115,6 +118,7 @@ class Scanner:
     async def run(self) -> None:
         await store.load_scripts(self.rt.redis)
         listener = asyncio.get_running_loop().create_task(self._listen(), name="schedule-listener")
+        lag_probe = asyncio.get_running_loop().create_task(self._report_lag(), name="lag-probe")
         await self._subscribed.wait()
         loop = asyncio.get_running_loop()
         next_refresh = next_renew = next_retire = next_prune = loop.time()
@@ -147,6 +151,7 @@ class Scanner:
                     pass
         finally:
             listener.cancel()
+            lag_probe.cancel()
             await self._shutdown()
 
     async def _acquire(self, now: float) -> None:
@@ -199,7 +204,33 @@ class Scanner:
             await self.workers.pop(topic).stop()
             await self.rt.call("lock_release", [k.lock], [self.token])
 
+    async def _report_lag(self) -> None:
+        """How late this process' event loop wakes timers, which is how late it can promote a
+        due message: the worst sleep overrun of each report period, into the scanners hash."""
+        loop = asyncio.get_running_loop()
+        worst, report_at = 0.0, loop.time() + LAG_REPORT
+        while True:
+            started = loop.time()
+            await asyncio.sleep(LAG_SAMPLE)
+            worst = max(worst, loop.time() - started - LAG_SAMPLE)
+            if loop.time() >= report_at:
+                try:
+                    await self.rt.redis.hset(self.rt.ns.scanners, self.token,
+                                             f"{worst * 1000:.3f}:{int(time.time() * 1000)}")
+                except Exception as exc:
+                    log.warning("scanner %s could not report its loop lag: %s", self.token, exc)
+                worst, report_at = 0.0, loop.time() + LAG_REPORT
+
+    async def _forget_gone_scanners(self) -> None:
+        now = int(time.time() * 1000)
+        reports = await self.rt.redis.hgetall(self.rt.ns.scanners)
+        gone = [token for token, value in reports.items()
+                if now - int(value.partition(":")[2] or 0) > GONE_AFTER_MILLIS]
+        if gone:
+            await self.rt.redis.hdel(self.rt.ns.scanners, *gone)
+
     async def _prune_stats(self) -> None:
+        await self._forget_gone_scanners()
         if self.workers:
             await store.run_scripts(
                 self.rt.redis,
@@ -245,6 +276,10 @@ class Scanner:
                     pass
 
     async def _shutdown(self) -> None:
+        try:
+            await self.rt.redis.hdel(self.rt.ns.scanners, self.token)
+        except Exception as exc:
+            log.warning("scanner %s could not withdraw its lag report: %s", self.token, exc)
         topics = list(self.workers)
         for worker in self.workers.values():
             await worker.stop()
