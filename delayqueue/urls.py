@@ -16,3 +16,12 @@ urlpatterns = [
     path(API + "getTopicInfo", views.GetTopicInfoView.as_view()),
     path(API + "getTopicInfoList", views.GetTopicInfoListView.as_view()),
 ]
+
+HEALTH = "camellia/health/"
+
+urlpatterns += [
+    path(HEALTH + "status", views.HealthStatusView.as_view()),
+    path(HEALTH + "check", views.HealthCheckView.as_view()),
+    path(HEALTH + "online", views.HealthOnlineView.as_view()),
+    path(HEALTH + "offline", views.HealthOfflineView.as_view()),
+]

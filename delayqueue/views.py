@@ -13,8 +13,19 @@ from rest_framework import exceptions
 from rest_framework.exceptions import ValidationError
 from rest_framework.views import APIView
 
-from . import selectors, services
+from . import health, selectors, services
 from .runtime import current
+from .schema import (
+    BatchResultSerializer,
+    DelayMsgListResultSerializer,
+    DelayMsgResultSerializer,
+    MonitorDataResultSerializer,
+    ResultSerializer,
+    TopicInfoListResultSerializer,
+    TopicInfoResultSerializer,
+    health_endpoint,
+    queue_endpoint,
+)
 from .serializers import (
     AckMsgSerializer,
     DeleteMsgSerializer,
@@ -77,6 +88,8 @@ class QueueAPIView(APIView):
     the API is camellia's, open to its SDK."""
 
     http_method_names = ["get", "post"]
+    # Message operations count as use for /camellia/health/offline; monitor reads do not.
+    marks_use = True
 
     # Parsers and the negotiator keep no per-request state: build them once, not per request.
     _parsers = None
@@ -95,6 +108,8 @@ class QueueAPIView(APIView):
     async def dispatch(self, request, *args, **kwargs):
         self.args, self.kwargs = args, kwargs
         self.request = request = self.initialize_request(request, *args, **kwargs)
+        if self.marks_use:
+            health.mark_use()
         try:
             if request.method.lower() not in self.http_method_names:
                 raise exceptions.MethodNotAllowed(request.method)
@@ -141,6 +156,7 @@ class QueueAPIView(APIView):
         raise NotImplementedError
 
 
+@queue_endpoint("Send a message", DelayMsgResultSerializer, SendMsgSerializer)
 class SendMsgView(QueueAPIView):
     async def handle(self, request):
         data = self.validated(SendMsgSerializer)
@@ -148,6 +164,8 @@ class SendMsgView(QueueAPIView):
         return reply(delayMsg=message)
 
 
+@queue_endpoint("Send many messages (a JSON list of sendMsg objects)", BatchResultSerializer,
+                body=SendMsgSerializer(many=True))
 class SendMsgBatchView(QueueAPIView):
     """A JSON list of sendMsg objects; one {code, msg, delayMsg} result per message, in order."""
 
@@ -182,6 +200,7 @@ class SendMsgBatchView(QueueAPIView):
         return reply(results=results)
 
 
+@queue_endpoint("Pull ready messages (short poll)", DelayMsgListResultSerializer, PullMsgSerializer)
 class PullMsgView(QueueAPIView):
     async def handle(self, request):
         data = self.validated(PullMsgSerializer)
@@ -191,6 +210,8 @@ class PullMsgView(QueueAPIView):
         return reply(delayMsgList=messages)
 
 
+@queue_endpoint("Pull, holding the request until a message is ready or the timeout",
+                DelayMsgListResultSerializer, LongPollingMsgSerializer)
 class LongPollingMsgView(QueueAPIView):
     async def handle(self, request):
         data = self.validated(LongPollingMsgSerializer)
@@ -200,6 +221,8 @@ class LongPollingMsgView(QueueAPIView):
         return reply(delayMsgList=messages)
 
 
+@queue_endpoint("Ack (ack=true) or give back for immediate retry (ack=false)", ResultSerializer,
+                AckMsgSerializer)
 class AckMsgView(QueueAPIView):
     async def handle(self, request):
         data = self.validated(AckMsgSerializer)
@@ -208,6 +231,7 @@ class AckMsgView(QueueAPIView):
         return reply()
 
 
+@queue_endpoint("Read one message", DelayMsgResultSerializer, MessageRefSerializer)
 class GetMsgView(QueueAPIView):
     async def handle(self, request):
         data = self.validated(MessageRefSerializer)
@@ -217,6 +241,7 @@ class GetMsgView(QueueAPIView):
         return reply(delayMsg=message)
 
 
+@queue_endpoint("Delete a live message", ResultSerializer, DeleteMsgSerializer)
 class DeleteMsgView(QueueAPIView):
     async def handle(self, request):
         data = self.validated(DeleteMsgSerializer)
@@ -225,18 +250,65 @@ class DeleteMsgView(QueueAPIView):
         return reply()
 
 
+@queue_endpoint("Last monitor interval's counters, summed over all processes",
+                MonitorDataResultSerializer)
 class GetMonitorDataView(QueueAPIView):
+    marks_use = False
+
     async def handle(self, request):
         return reply(data=await selectors.monitor_data(current()))
 
 
+@queue_endpoint("Queue sizes and nine waiting-delay buckets of a topic", TopicInfoResultSerializer,
+                TopicSerializer)
 class GetTopicInfoView(QueueAPIView):
+    marks_use = False
+
     async def handle(self, request):
         data = self.validated(TopicSerializer)
         return reply(data=await selectors.topic_info(current(), data["topic"]))
 
 
+@queue_endpoint("getTopicInfo of every registered topic", TopicInfoListResultSerializer)
 class GetTopicInfoListView(QueueAPIView):
+    marks_use = False
+
     async def handle(self, request):
         rt = current()
         return reply(data=await selectors.topic_infos(rt, await selectors.list_topics(rt)))
+
+
+def health_reply(code: int) -> HttpResponse:
+    """camellia's health answers: {"code": N} with the same HTTP status, for load balancers."""
+    return HttpResponse(json.dumps({"code": code}).encode(), status=code, content_type="application/json")
+
+
+class HealthView(QueueAPIView):
+    marks_use = False
+
+
+@health_endpoint("200 while online, 500 after /offline", failing="offline")
+class HealthStatusView(HealthView):
+    async def handle(self, request):
+        return health_reply(200 if health.online else 500)
+
+
+@health_endpoint("Always 200 while the process serves requests")
+class HealthCheckView(HealthView):
+    async def handle(self, request):
+        return health_reply(200)
+
+
+@health_endpoint("Report online again")
+class HealthOnlineView(HealthView):
+    async def handle(self, request):
+        health.set_online(True)
+        return health_reply(200)
+
+
+@health_endpoint("Report offline (to drain); 200 once no queue request came for 20 s, else 500",
+                 failing="still serving queue requests")
+class HealthOfflineView(HealthView):
+    async def handle(self, request):
+        health.set_online(False)
+        return health_reply(200 if health.idle() else 500)
