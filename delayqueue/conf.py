@@ -22,6 +22,10 @@ class QueueConfig:
     scanner_batch: int = 1000
     topic_idle_seconds: int = 1800
     topic_check_seconds: int = 600
+    message_log: bool = True
+    log_writer_interval_millis: int = 100
+    log_writer_batch: int = 5000
+    log_retention_days: int = 7
     redis_url: str = "redis://127.0.0.1:16379/0"
 
     @property

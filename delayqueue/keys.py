@@ -22,6 +22,7 @@ class TopicKeys:
     meta: str  # HASH registered, last_active
     stats: str  # HASH "<interval>:<counter>" -> value
     lock: str  # STRING scanner lock token
+    events: str  # STREAM lifecycle events waiting for the log writer
 
 
 @dataclass(frozen=True)
@@ -41,7 +42,7 @@ def topic_keys(namespace: str, topic: str) -> TopicKeys:
     tag = f"dq:{{{namespace}:{topic}}}:"
     return TopicKeys(
         topic=topic,
-        **{name: tag + name for name in ("waiting", "ready", "inflight", "msgs", "expiry", "ended", "meta", "stats", "lock")},
+        **{name: tag + name for name in ("waiting", "ready", "inflight", "msgs", "expiry", "ended", "meta", "stats", "lock", "events")},
     )
 
 

@@ -4,6 +4,8 @@ asyncio Redis connections belong to one event loop, so the web process keeps one
 loop (`current()`); the scanner and the tests build their own.
 """
 import asyncio
+import os
+import socket
 import weakref
 
 from . import store
@@ -12,13 +14,29 @@ from .keys import namespace_keys
 
 
 class Runtime:
-    def __init__(self, config: QueueConfig):
+    def __init__(self, config: QueueConfig, process: str | None = None):
         self.config = config
         self.ns = namespace_keys(config.namespace)
         self.redis = store.connect(config.redis_url)
         self.scripts = store.ScriptBatcher(self.redis)
         self._notifier = None
         self._notifier_lock = asyncio.Lock()
+        self._log = None
+        self.set_process(process or f"web pid {os.getpid()}")
+
+    def set_process(self, process: str) -> None:
+        """Names who makes the transitions this runtime runs: 'process@host' in the history
+        rows, or '' when the message log is off (the scripts then record nothing)."""
+        self.actor = f"{process}@{socket.gethostname()}" if self.config.message_log else ""
+
+    @property
+    def log(self):
+        """The message log's group-commit writer, connected on first use."""
+        if self._log is None:
+            from .messagelog import MessageLog
+
+            self._log = MessageLog()
+        return self._log
 
     async def notifier(self):
         if self._notifier is None:
@@ -36,6 +54,9 @@ class Runtime:
         return await self.scripts.call(name, keys, args)
 
     async def close(self) -> None:
+        if self._log is not None:
+            await self._log.close()
+            self._log = None
         if self._notifier is not None:
             await self._notifier.stop()
             self._notifier = None
@@ -51,3 +72,10 @@ def current() -> Runtime:
     if rt is None:
         rt = _runtimes[loop] = Runtime(load_config())
     return rt
+
+
+async def close_current() -> None:
+    """Closes this loop's runtime (its Redis and Postgres connections), if it has one."""
+    rt = _runtimes.pop(asyncio.get_running_loop(), None)
+    if rt is not None:
+        await rt.close()

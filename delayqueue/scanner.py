@@ -20,6 +20,7 @@ import time
 import uuid
 
 from . import store
+from .log_writer import LogWriter
 from .runtime import Runtime
 
 log = logging.getLogger(__name__)
@@ -47,14 +48,15 @@ class TopicWorker:
         cfg = self.scanner.rt.config
         ns = self.scanner.rt.ns
         k = self.keys
+        actor = self.scanner.rt.actor
         limit, retention, interval = cfg.scanner_batch, cfg.ended_retention_millis, cfg.monitor_interval_millis
         return [
-            ("promote_due", [k.waiting, k.ready, k.msgs, k.expiry, k.ended, k.stats],
-             [limit, retention, interval, ns.ready_channel, self.topic]),
-            ("requeue_timed_out", [k.inflight, k.ready, k.msgs, k.expiry, k.ended, k.stats],
-             [limit, retention, interval, ns.ready_channel, self.topic]),
-            ("expire", [k.waiting, k.ready, k.inflight, k.msgs, k.expiry, k.ended, k.stats],
-             [limit, retention, interval]),
+            ("promote_due", [k.waiting, k.ready, k.msgs, k.expiry, k.ended, k.stats, k.events],
+             [limit, retention, interval, ns.ready_channel, self.topic, actor]),
+            ("requeue_timed_out", [k.inflight, k.ready, k.msgs, k.expiry, k.ended, k.stats, k.events],
+             [limit, retention, interval, ns.ready_channel, self.topic, actor]),
+            ("expire", [k.waiting, k.ready, k.inflight, k.msgs, k.expiry, k.ended, k.stats, k.events],
+             [limit, retention, interval, actor]),
             ("purge_ended", [k.msgs, k.ended], [limit]),
         ]
 
@@ -99,6 +101,9 @@ class Scanner:
     def __init__(self, rt: Runtime, name: str | None = None):
         self.rt = rt
         self.token = name or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        rt.set_process(f"scanner {self.token}")
+        # The history of the topics this scanner holds goes to Postgres through it.
+        self.log_writer = LogWriter(rt, lambda: list(self.workers)) if rt.config.message_log else None
         self.workers: dict[str, TopicWorker] = {}
         self.known: set[str] = set()
         self.next_try: dict[str, float] = {}  # topic -> monotonic time to try its lock again
@@ -117,10 +122,11 @@ class Scanner:
 
     async def run(self) -> None:
         await store.load_scripts(self.rt.redis)
-        listener = asyncio.get_running_loop().create_task(self._listen(), name="schedule-listener")
-        lag_probe = asyncio.get_running_loop().create_task(self._report_lag(), name="lag-probe")
-        await self._subscribed.wait()
         loop = asyncio.get_running_loop()
+        listener = loop.create_task(self._listen(), name="schedule-listener")
+        lag_probe = loop.create_task(self._report_lag(), name="lag-probe")
+        writer = loop.create_task(self.log_writer.run(self._stop), name="log-writer") if self.log_writer else None
+        await self._subscribed.wait()
         next_refresh = next_renew = next_retire = next_prune = loop.time()
         try:
             while not self._stop.is_set():
@@ -152,6 +158,9 @@ class Scanner:
         finally:
             listener.cancel()
             lag_probe.cancel()
+            if writer is not None:
+                self._stop.set()
+                await asyncio.gather(writer, return_exceptions=True)
             await self._shutdown()
 
     async def _acquire(self, now: float) -> None:
@@ -191,7 +200,7 @@ class Scanner:
         idle_ms = self.rt.config.topic_idle_seconds * 1000
         for topic in list(self.workers):
             k = self.rt.ns.topic(topic)
-            if await self.rt.call("retire_topic", [k.waiting, k.ready, k.inflight, k.msgs, k.meta, k.stats],
+            if await self.rt.call("retire_topic", [k.waiting, k.ready, k.inflight, k.msgs, k.meta, k.stats, k.events],
                                   [idle_ms]) != 1:
                 continue
             await self.rt.redis.zrem(self.rt.ns.topics, topic)

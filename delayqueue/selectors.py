@@ -33,8 +33,8 @@ async def get_message(rt: Runtime, topic: str, msg_id: str) -> dict | None:
     k = rt.ns.topic(topic)
     raw = await rt.call(
         "get",
-        [k.waiting, k.ready, k.inflight, k.msgs, k.expiry, k.ended, k.stats],
-        [msg_id, cfg.ended_retention_millis, cfg.monitor_interval_millis],
+        [k.waiting, k.ready, k.inflight, k.msgs, k.expiry, k.ended, k.stats, k.events],
+        [msg_id, cfg.ended_retention_millis, cfg.monitor_interval_millis, rt.actor],
     )
     return None if raw is None else decode_message(raw)
 

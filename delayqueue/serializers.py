@@ -71,6 +71,17 @@ class DeleteMsgSerializer(MessageRefSerializer):
     release = serializers.BooleanField(required=False, default=False)
 
 
+class RestoreSerializer(serializers.Serializer):
+    """Restore from the message log (seed 003's /restore?expire=true|false), optionally one topic."""
+
+    topic = TopicField(required=False)
+    expire = serializers.BooleanField(required=False, default=False)
+
+
+class RestoreMsgSerializer(MessageRefSerializer):
+    expire = serializers.BooleanField(required=False, default=False)
+
+
 def first_error(errors) -> str:
     """DRF's error dict -> one readable line naming the parameter, e.g. 'delayMillis: A valid integer is required.'"""
     if isinstance(errors, dict):

@@ -1,12 +1,18 @@
 """Writes: every state transition of a message, each one Lua script run atomically in Redis."""
 import asyncio
+import logging
 import time
 import uuid
 from dataclasses import dataclass
 
-from .messages import decode_message
+from redis.exceptions import RedisError
+
+from .messagelog import LoggedMessage, LogUnavailable
+from .messages import READY, WAITING, decode_message
 from .runtime import Runtime
 from .store import run_scripts
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -21,23 +27,56 @@ class NewMessage:
     max_retry: int = -1
 
 
-def _send_call(rt: Runtime, message: NewMessage):
+def _now_millis() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _prepare(rt: Runtime, message: NewMessage, produce_time: int) -> LoggedMessage:
+    """The message with its defaults applied and its times fixed, as the log and Redis get it."""
     cfg = rt.config
-    k = rt.ns.topic(message.topic)
+    delay = max(message.delay_millis, 0)
+    trigger = produce_time + delay
+    return LoggedMessage(
+        namespace=cfg.namespace,
+        topic=message.topic,
+        msg_id=message.msg_id or uuid.uuid4().hex,
+        payload=message.msg,
+        produce_time=produce_time,
+        trigger_time=trigger,
+        expire_time=trigger + (message.ttl_millis if message.ttl_millis > 0 else cfg.ttl_millis),
+        max_retry=message.max_retry if message.max_retry >= 0 else cfg.max_retry,
+        retry=0,
+        status=READY if delay == 0 else WAITING,
+    )
+
+
+def _send_call(rt: Runtime, row: LoggedMessage):
+    k = rt.ns.topic(row.topic)
     return (
         "send",
-        [k.waiting, k.ready, k.inflight, k.msgs, k.expiry, k.ended, k.meta, k.stats],
+        [k.waiting, k.ready, k.inflight, k.msgs, k.expiry, k.ended, k.meta, k.stats, k.events],
         [
-            message.msg_id or uuid.uuid4().hex,
-            message.msg,
-            message.delay_millis,
-            message.ttl_millis if message.ttl_millis > 0 else cfg.ttl_millis,
-            message.max_retry if message.max_retry >= 0 else cfg.max_retry,
-            message.topic,
+            row.msg_id,
+            row.payload,
+            row.trigger_time - row.produce_time,
+            row.expire_time - row.trigger_time,
+            row.max_retry,
+            row.topic,
             rt.ns.ready_channel,
             rt.ns.schedule_channel,
-            cfg.monitor_interval_millis,
+            rt.config.monitor_interval_millis,
+            row.produce_time,
+            rt.actor,
         ],
+    )
+
+
+def _logged(namespace: str, message: dict) -> LoggedMessage:
+    return LoggedMessage(
+        namespace=namespace, topic=message["topic"], msg_id=message["msgId"], payload=message["msg"],
+        produce_time=message["produceTime"], trigger_time=message["triggerTime"],
+        expire_time=message["expireTime"], max_retry=message["maxRetry"], retry=message["retry"],
+        status=message["status"],
     )
 
 
@@ -49,21 +88,69 @@ async def _register_topics(rt: Runtime, topics: set[str]) -> None:
 
 
 async def send_message(rt: Runtime, message: NewMessage) -> dict:
-    """Enqueues one message; a live duplicate msgId returns the stored message unchanged."""
-    name, keys, args = _send_call(rt, message)
-    _created, raw, new_topic = await rt.call(name, keys, args)
-    if new_topic:
-        await _register_topics(rt, {message.topic})
-    return decode_message(raw)
+    """Enqueues one message; a live duplicate msgId returns the stored message unchanged.
+    Raises LogUnavailable (nothing enqueued) when the message log cannot take it."""
+    outcome = (await send_messages(rt, [message]))[0]
+    if isinstance(outcome, Exception):
+        raise outcome
+    return outcome
 
 
 async def send_messages(rt: Runtime, messages: list[NewMessage]) -> list[dict | Exception]:
-    """Enqueues many messages in one pipelined round trip; one result (or error) per message."""
-    results = await run_scripts(rt.redis, [_send_call(rt, m) for m in messages])
+    """Enqueues messages; one result (the stored message) or error per message.
+
+    With the message log on, the order is: commit the rows in Postgres (group commit), then
+    run the send scripts in one pipelined Redis round trip. A send answered with a message is
+    therefore in the log; a log failure enqueues nothing. Where the log and Redis disagree
+    about a msgId that was already live, Redis decides and the log is set to its answer.
+    """
+    produce_time = _now_millis()
+    rows = [_prepare(rt, m, produce_time) for m in messages]
+    if rt.config.message_log:
+        try:
+            written = await rt.log.record(rows)
+        except LogUnavailable as exc:
+            return [exc] * len(rows)
+    calls = [_send_call(rt, row) for row in rows]
+    if len(calls) == 1:  # a single send shares its round trip with the loop's other calls
+        try:
+            results = [await rt.call(*calls[0])]
+        except RedisError as exc:
+            results = [exc]
+    else:
+        results = await run_scripts(rt.redis, calls)
+    outcomes: list[dict | Exception] = [
+        r if isinstance(r, Exception) else decode_message(r[1]) for r in results
+    ]
+    if rt.config.message_log:
+        await _settle_log(rt, rows, written, results, outcomes)
     await _register_topics(
-        rt, {m.topic for m, r in zip(messages, results) if not isinstance(r, Exception) and r[2]}
+        rt, {row.topic for row, r in zip(rows, results) if not isinstance(r, Exception) and r[2]}
     )
-    return [r if isinstance(r, Exception) else decode_message(r[1]) for r in results]
+    return outcomes
+
+
+async def _settle_log(rt: Runtime, rows, written, results, outcomes) -> None:
+    """Makes the log agree with what Redis did: rows for sends Redis refused are removed, and a
+    msgId whose live state only Redis knew (the log lags a few ms behind it) gets Redis' message."""
+    refused, corrections = [], []
+    for i, (row, was_written, result) in enumerate(zip(rows, written, results)):
+        if isinstance(result, Exception):
+            if was_written:
+                refused.append(row)
+        elif bool(result[0]) != was_written:
+            corrections.append(i)
+    if refused:
+        try:
+            await rt.log.forget(refused)
+        except LogUnavailable as exc:
+            log.error("could not remove %d logged sends that Redis refused: %s", len(refused), exc)
+    if corrections:
+        try:
+            await rt.log.overwrite([_logged(rt.config.namespace, outcomes[i]) for i in corrections])
+        except LogUnavailable as exc:
+            for i in corrections:
+                outcomes[i] = exc
 
 
 async def pull_messages(rt: Runtime, topic: str, batch: int = -1, ack_timeout_millis: int = -1) -> tuple[list[dict], int]:
@@ -72,7 +159,7 @@ async def pull_messages(rt: Runtime, topic: str, batch: int = -1, ack_timeout_mi
     k = rt.ns.topic(topic)
     result = await rt.call(
         "pull",
-        [k.ready, k.inflight, k.msgs, k.expiry, k.ended, k.stats, k.meta],
+        [k.ready, k.inflight, k.msgs, k.expiry, k.ended, k.stats, k.meta, k.events],
         [
             batch if batch > 0 else cfg.pull_batch,
             ack_timeout_millis if ack_timeout_millis > 0 else cfg.ack_timeout_millis,
@@ -80,6 +167,7 @@ async def pull_messages(rt: Runtime, topic: str, batch: int = -1, ack_timeout_mi
             cfg.monitor_interval_millis,
             rt.ns.schedule_channel,
             topic,
+            rt.actor,
         ],
     )
     return [decode_message(raw) for raw in result[1:]], int(result[0])
@@ -125,8 +213,8 @@ async def ack_message(rt: Runtime, topic: str, msg_id: str) -> int:
     k = rt.ns.topic(topic)
     return await rt.call(
         "ack",
-        [k.inflight, k.msgs, k.expiry, k.ended, k.stats, k.meta],
-        [msg_id, cfg.ended_retention_millis, cfg.monitor_interval_millis],
+        [k.inflight, k.msgs, k.expiry, k.ended, k.stats, k.meta, k.events],
+        [msg_id, cfg.ended_retention_millis, cfg.monitor_interval_millis, rt.actor],
     )
 
 
@@ -136,8 +224,8 @@ async def nack_message(rt: Runtime, topic: str, msg_id: str) -> int:
     k = rt.ns.topic(topic)
     return await rt.call(
         "nack",
-        [k.inflight, k.ready, k.msgs, k.expiry, k.ended, k.stats, k.meta],
-        [msg_id, cfg.ended_retention_millis, cfg.monitor_interval_millis, rt.ns.ready_channel, topic],
+        [k.inflight, k.ready, k.msgs, k.expiry, k.ended, k.stats, k.meta, k.events],
+        [msg_id, cfg.ended_retention_millis, cfg.monitor_interval_millis, rt.ns.ready_channel, topic, rt.actor],
     )
 
 
@@ -147,7 +235,7 @@ async def delete_message(rt: Runtime, topic: str, msg_id: str, release: bool = F
     k = rt.ns.topic(topic)
     deleted = await rt.call(
         "delete",
-        [k.waiting, k.ready, k.inflight, k.msgs, k.expiry, k.ended, k.stats],
-        [msg_id, 1 if release else 0, cfg.ended_retention_millis, cfg.monitor_interval_millis],
+        [k.waiting, k.ready, k.inflight, k.msgs, k.expiry, k.ended, k.stats, k.events],
+        [msg_id, 1 if release else 0, cfg.ended_retention_millis, cfg.monitor_interval_millis, rt.actor],
     )
     return bool(deleted)

@@ -30,7 +30,7 @@ class Script:
 SCRIPT_NAMES = (
     "send", "pull", "ack", "nack", "delete", "get",
     "promote_due", "requeue_timed_out", "expire", "purge_ended",
-    "retire_topic", "prune_stats", "lock_renew", "lock_release",
+    "retire_topic", "prune_stats", "lock_renew", "lock_release", "restore",
 )
 
 

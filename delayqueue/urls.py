@@ -15,6 +15,8 @@ urlpatterns = [
     path(API + "getMonitorData", views.GetMonitorDataView.as_view()),
     path(API + "getTopicInfo", views.GetTopicInfoView.as_view()),
     path(API + "getTopicInfoList", views.GetTopicInfoListView.as_view()),
+    path(API + "restore", views.RestoreView.as_view()),
+    path(API + "restoreMsg", views.RestoreMsgView.as_view()),
 ]
 
 HEALTH = "camellia/health/"

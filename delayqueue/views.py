@@ -13,7 +13,8 @@ from rest_framework import exceptions
 from rest_framework.exceptions import ValidationError
 from rest_framework.views import APIView
 
-from . import health, selectors, services
+from . import health, recovery, selectors, services
+from .messagelog import LogUnavailable
 from .runtime import current
 from .schema import (
     BatchResultSerializer,
@@ -32,6 +33,8 @@ from .serializers import (
     LongPollingMsgSerializer,
     MessageRefSerializer,
     PullMsgSerializer,
+    RestoreMsgSerializer,
+    RestoreSerializer,
     SendMsgSerializer,
     TopicSerializer,
     first_error,
@@ -124,6 +127,9 @@ class QueueAPIView(APIView):
             return reply(400, f"method {self.request.method} not allowed, use GET or POST")
         if isinstance(exc, exceptions.APIException):
             return reply(400, f"bad request: {first_error(exc.detail)}")
+        if isinstance(exc, LogUnavailable):
+            log.error("message log error in %s: %s", type(self).__name__, exc)
+            return reply(500, str(exc))
         if isinstance(exc, RedisError):
             log.error("redis error in %s: %s", type(self).__name__, exc)
             return reply(500, f"redis unavailable: {exc}")
@@ -276,6 +282,33 @@ class GetTopicInfoListView(QueueAPIView):
     async def handle(self, request):
         rt = current()
         return reply(data=await selectors.topic_infos(rt, await selectors.list_topics(rt)))
+
+
+def restore_reply(counts: recovery.RestoreCounts) -> HttpResponse:
+    return reply(restored=counts.restored, alreadyLive=counts.already_live, skipped=counts.skipped)
+
+
+class RestoreView(QueueAPIView):
+    """Brings back into Redis what the message log says is live; expire=true also brings back
+    messages whose TTL ran out before delivery. Safe to repeat: what Redis holds is skipped."""
+
+    async def handle(self, request):
+        data = self.validated(RestoreSerializer)
+        rt = current()
+        topic = data.get("topic")
+        if topic is not None and not await recovery.count_logged(rt, topic=topic):
+            return reply(404, f"topic {topic} has no messages in the message log")
+        return restore_reply(await recovery.restore(rt, topic=topic, include_expired=data["expire"]))
+
+
+class RestoreMsgView(QueueAPIView):
+    async def handle(self, request):
+        data = self.validated(RestoreMsgSerializer)
+        rt = current()
+        topic, msg_id = data["topic"], data["msgId"]
+        if not await recovery.count_logged(rt, topic=topic, msg_id=msg_id):
+            return reply(404, f"message {msg_id} not found in the message log of topic {topic}")
+        return restore_reply(await recovery.restore(rt, topic=topic, msg_id=msg_id, include_expired=data["expire"]))
 
 
 def health_reply(code: int) -> HttpResponse:

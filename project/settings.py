@@ -112,6 +112,12 @@ DELAYQUEUE = {
     "SCANNER_BATCH": env_int("DELAYQUEUE_SCANNER_BATCH", 1000),
     "TOPIC_IDLE_SECONDS": env_int("DELAYQUEUE_TOPIC_IDLE_SECONDS", 1800),
     "TOPIC_CHECK_SECONDS": env_int("DELAYQUEUE_TOPIC_CHECK_SECONDS", 600),
+    # The PostgreSQL message log (README: "Message log"). Off: sends skip Postgres and the
+    # scripts record no history; only for measuring what the log costs.
+    "MESSAGE_LOG": env_bool("DELAYQUEUE_MESSAGE_LOG", True),
+    "LOG_WRITER_INTERVAL_MILLIS": env_int("DELAYQUEUE_LOG_WRITER_INTERVAL_MILLIS", 100),
+    "LOG_WRITER_BATCH": env_int("DELAYQUEUE_LOG_WRITER_BATCH", 5000),
+    "LOG_RETENTION_DAYS": env_int("DELAYQUEUE_LOG_RETENTION_DAYS", 7),
 }
 
 REST_FRAMEWORK = {

@@ -14,7 +14,7 @@ import redis
 
 from delayqueue import store
 from delayqueue.conf import load_config
-from delayqueue.runtime import Runtime
+from delayqueue.runtime import Runtime, close_current
 from delayqueue.scanner import Scanner
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -33,8 +33,9 @@ TEST_CONFIG = {
 
 
 @pytest.fixture(autouse=True)
-def clean_redis(settings):
-    """Every test starts from an empty Redis (and cluster) and the test config."""
+def clean_redis(settings, transactional_db):
+    """Every test starts from an empty Redis (and cluster), an empty message log and the test config.
+    The log is written by the services' own connections, so tests use real commits (transactional_db)."""
     settings.DELAYQUEUE = {**settings.DELAYQUEUE, **TEST_CONFIG}
     client = redis.Redis.from_url(REDIS_URL)
     client.flushall()
@@ -106,10 +107,21 @@ async def api():
     transport = httpx.ASGITransport(app=application)
     async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1", timeout=30) as client:
         yield client
+    await close_current()
+
+
+def test_database_url() -> str:
+    """The database pytest-django created (test_...), for processes the tests start."""
+    from django.db import connections
+
+    s = connections["default"].settings_dict
+    password = f":{s['PASSWORD']}" if s.get("PASSWORD") else ""
+    return f"postgres://{s['USER']}{password}@{s['HOST']}:{s['PORT']}/{s['NAME']}"
 
 
 def scanner_env(**extra) -> dict:
     env = dict(os.environ)
+    env["DATABASE_URL"] = test_database_url()
     env.update({f"DELAYQUEUE_{k}": str(v) for k, v in TEST_CONFIG.items()})
     env.update({k: str(v) for k, v in extra.items()})
     return env

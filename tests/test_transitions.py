@@ -162,8 +162,8 @@ async def test_promote_due_moves_waiting_to_ready_in_trigger_order(rt):
     late = await send(rt, msg="late", delay=150)
     early = await send(rt, msg="early", delay=50)
     k = rt.ns.topic("t")
-    calls = [("promote_due", [k.waiting, k.ready, k.msgs, k.expiry, k.ended, k.stats],
-              [100, 2000, 2000, rt.ns.ready_channel, "t"])]
+    calls = [("promote_due", [k.waiting, k.ready, k.msgs, k.expiry, k.ended, k.stats, k.events],
+              [100, 2000, 2000, rt.ns.ready_channel, "t", rt.actor])]
     [(moved, next_us)] = await store.run_scripts(rt.redis, calls)
     assert moved == 0 and 0 < next_us <= 50_000  # µs until "early" is due
     await asyncio.sleep(0.2)
@@ -243,13 +243,16 @@ async def test_retire_topic_only_when_idle_and_empty(rt):
 
     async def retire(topic):
         k = rt.ns.topic(topic)
-        return await rt.call("retire_topic", [k.waiting, k.ready, k.inflight, k.msgs, k.meta, k.stats], [0])
+        return await rt.call("retire_topic", [k.waiting, k.ready, k.inflight, k.msgs, k.meta, k.stats, k.events], [0])
 
     assert await retire("busy") == 0
     assert await retire("idle") == 0  # the acked body is still retained
     k = rt.ns.topic("idle")
     await rt.redis.delete(k.msgs, k.ended)
+    assert await retire("idle") == 0  # its history has not reached the message log yet
+    await rt.redis.xtrim(k.events, maxlen=0)  # as the log writer leaves a drained stream
     assert await retire("idle") == 1
+    assert not await rt.redis.exists(k.events)
     # The next send registers the topic again.
     assert not await rt.redis.hget(k.meta, "registered")
     await rt.redis.zrem(rt.ns.topics, "idle")

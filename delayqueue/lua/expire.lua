@@ -1,10 +1,11 @@
 -- Scanner: ends live messages whose TTL passed (5 if never delivered, else 6) and takes
 -- them out of whichever queue structure holds them.
--- KEYS: waiting, ready, inflight, msgs, expiry, ended, stats
--- ARGV: limit, retentionMillis, statsIntervalMillis
+-- KEYS: waiting, ready, inflight, msgs, expiry, ended, stats, events
+-- ARGV: limit, retentionMillis, statsIntervalMillis, actor
 -- Returns {expired, µs until the next expiry (0: more due now, -1: none)}
 -- @include common
 local waiting, ready, inflight, msgs, expiry, ended, stats = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
+EVENTS, ACTOR = KEYS[8], ARGV[4]
 local limit = tonumber(ARGV[1])
 local retention = tonumber(ARGV[2])
 local now = clock()
@@ -24,7 +25,7 @@ for _, id in ipairs(ids) do
       else
         redis.call('ZREM', inflight, id)
       end
-      end_message(msgs, expiry, ended, id, m, now, retention)
+      end_message(msgs, expiry, ended, id, m, now, retention, 'expired')
       expired = expired + 1
     end
   end

@@ -1,10 +1,11 @@
 -- Scanner: moves due waiting messages to ready (1 -> 2) in triggerTime order and wakes
 -- long pollers. One already past its TTL is ended (5) instead.
--- KEYS: waiting, ready, msgs, expiry, ended, stats
--- ARGV: limit, retentionMillis, statsIntervalMillis, readyChannel, topic
+-- KEYS: waiting, ready, msgs, expiry, ended, stats, events
+-- ARGV: limit, retentionMillis, statsIntervalMillis, readyChannel, topic, actor
 -- Returns {moved, µs until the next due message (0: more due now, -1: none)}
 -- @include common
 local waiting, ready, msgs, expiry, ended, stats = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+EVENTS, ACTOR = KEYS[7], ARGV[6]
 local limit = tonumber(ARGV[1])
 local retention = tonumber(ARGV[2])
 local interval = tonumber(ARGV[3])
@@ -20,12 +21,13 @@ for _, id in ipairs(ids) do
     local m = cjson.decode(raw)
     if m.status == 1 then
       if m.expireTime <= now then
-        end_message(msgs, expiry, ended, id, m, now, retention)
+        end_message(msgs, expiry, ended, id, m, now, retention, 'expired')
         ended_count = ended_count + 1
       else
         m.status = 2
         redis.call('HSET', msgs, id, cjson.encode(m))
         redis.call('LPUSH', ready, id)
+        log_event(id, m, 1, 'due')
         moved = moved + 1
         stat_gap(stats, interval, now, 'readyGap', now - m.triggerTime)
         lateness_add(lateness, now - m.triggerTime)

@@ -1,11 +1,12 @@
 -- Takes up to `batch` messages from the ready list, oldest first, and puts them in flight
 -- with an ack deadline. A message found past its TTL or out of deliveries is ended
 -- (5 or 6) instead of returned.
--- KEYS: ready, inflight, msgs, expiry, ended, stats, meta
--- ARGV: batch, ackTimeoutMillis, retentionMillis, statsIntervalMillis, scheduleChannel, topic
+-- KEYS: ready, inflight, msgs, expiry, ended, stats, meta, events
+-- ARGV: batch, ackTimeoutMillis, retentionMillis, statsIntervalMillis, scheduleChannel, topic, actor
 -- Returns {messages left in ready, json1, json2, ...}
 -- @include common
 local ready, inflight, msgs, expiry, ended, stats, meta = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
+EVENTS, ACTOR = KEYS[8], ARGV[7]
 local batch = tonumber(ARGV[1])
 local retention = tonumber(ARGV[3])
 local interval = tonumber(ARGV[4])
@@ -29,7 +30,7 @@ while #out <= batch and budget > 0 do
     local m = cjson.decode(raw)
     if is_live(m) then
       if m.expireTime <= now or m.retry > m.maxRetry then
-        end_message(msgs, expiry, ended, id, m, now, retention)
+        end_message(msgs, expiry, ended, id, m, now, retention, end_reason(m, now))
         ended_count = ended_count + 1
       else
         m.status = 3
@@ -37,6 +38,7 @@ while #out <= batch and budget > 0 do
         local encoded = cjson.encode(m)
         redis.call('HSET', msgs, id, encoded)
         redis.call('ZADD', inflight, deadline, id)
+        log_event(id, m, 2, 'pulled')
         out[#out + 1] = encoded
         stat_gap(stats, interval, now, 'pullGap', now - m.triggerTime)
       end

@@ -1,14 +1,16 @@
 -- Scanner: marks a topic retired when it holds nothing and has seen no send, pull or ack
 -- for idleMillis. The next send re-registers it (send.lua sets 'registered' again), which
 -- is how the caller knows to put it back in the topic registry if a send raced the retire.
--- KEYS: waiting, ready, inflight, msgs, meta, stats
+-- KEYS: waiting, ready, inflight, msgs, meta, stats, events
 -- ARGV: idleMillis
 -- Returns 1 if the topic was retired, else 0.
 -- @include common
 local waiting, ready, inflight, msgs, meta, stats = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local events = KEYS[7]
 local now = clock()
 if redis.call('ZCARD', waiting) > 0 or redis.call('LLEN', ready) > 0
-    or redis.call('ZCARD', inflight) > 0 or redis.call('HLEN', msgs) > 0 then
+    or redis.call('ZCARD', inflight) > 0 or redis.call('HLEN', msgs) > 0
+    or redis.call('XLEN', events) > 0 then
   return 0
 end
 local last_active = tonumber(redis.call('HGET', meta, 'last_active') or '0')
@@ -16,5 +18,5 @@ if now - last_active < tonumber(ARGV[1]) then
   return 0
 end
 redis.call('HDEL', meta, 'registered')
-redis.call('DEL', stats)
+redis.call('DEL', stats, events)
 return 1

@@ -1,11 +1,13 @@
 -- Accepts one message: waiting if it is not yet due, ready otherwise. A live duplicate
 -- msgId enqueues nothing and returns the stored message; an ended one starts afresh.
--- KEYS: waiting, ready, inflight, msgs, expiry, ended, meta, stats
+-- produceTime comes from the caller, which wrote the same times to the message log first.
+-- KEYS: waiting, ready, inflight, msgs, expiry, ended, meta, stats, events
 -- ARGV: msgId, payload, delayMillis, ttlMillis, maxRetry, topic, readyChannel,
---       scheduleChannel, statsIntervalMillis
+--       scheduleChannel, statsIntervalMillis, produceTime, actor
 -- Returns {created (1|0), message json, newTopic (1|0)}
 -- @include common
 local waiting, ready, inflight, msgs, expiry, ended, meta, stats = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
+EVENTS, ACTOR = KEYS[9], ARGV[11]
 local id, topic = ARGV[1], ARGV[6]
 local interval = tonumber(ARGV[9])
 local now, now_us = clock()
@@ -33,20 +35,22 @@ local delay = tonumber(ARGV[3])
 if delay < 0 then
   delay = 0
 end
-local trigger = now + delay
+local produce = tonumber(ARGV[10])
+local trigger = produce + delay
 local m = {
   topic = topic,
   msgId = id,
   msg = ARGV[2],
-  produceTime = now,
+  produceTime = produce,
   triggerTime = trigger,
   expireTime = trigger + tonumber(ARGV[4]),
   maxRetry = tonumber(ARGV[5]),
   retry = 0,
-  status = (delay == 0) and 2 or 1,
+  status = (trigger <= now) and 2 or 1,
 }
 local encoded = cjson.encode(m)
 redis.call('HSET', msgs, id, encoded)
+log_event(id, m, 0, 'sent')
 
 -- Wake the scanner that owns this topic when this message is due or expires before
 -- anything it is already sleeping towards.
@@ -57,7 +61,7 @@ if m.status == 2 then
   push_ready(ready, ARGV[7], topic, id)
 else
   local due = next_due(waiting, now_us)
-  wake = wake or due < 0 or delay * 1000 < due
+  wake = wake or due < 0 or (trigger - now) * 1000 < due
   redis.call('ZADD', waiting, trigger, id)
 end
 if wake then

@@ -1,6 +1,10 @@
 -- Shared helpers, inlined by the loader wherever a script says "-- @include common".
 -- Message statuses: 1 waiting, 2 ready, 3 consuming, 4 acked, 5 expired, 6 retries/ttl exhausted, 7 deleted.
 
+-- The topic's lifecycle event stream and who is acting (process@host). A script that changes
+-- a message's status sets both from its KEYS/ARGV; ACTOR '' means the message log is off.
+local EVENTS, ACTOR = nil, ''
+
 -- Redis server time, read once per script: in ms (the unit of every stored time) and in µs
 -- (for how long a scanner should sleep). One clock for every web and scanner process.
 local function clock()
@@ -74,13 +78,31 @@ local function is_live(m)
   return m.status == 1 or m.status == 2 or m.status == 3
 end
 
+-- Records one status change in the topic's event stream, in the same atomic step as the
+-- change itself; the scanners' log writer drains the stream into PostgreSQL. The stream
+-- entry id (Redis time) is the event's time and its idempotency key; produceTime tells
+-- apart two lives of one msgId.
+local function log_event(id, m, from, reason)
+  if ACTOR ~= '' then
+    redis.call('XADD', EVENTS, '*', 'i', id, 'f', from, 't', m.status, 'r', m.retry,
+      'p', m.produceTime, 'w', reason, 'a', ACTOR)
+  end
+end
+
+-- Why a live message with no time or deliveries left ends.
+local function end_reason(m, now)
+  return (m.expireTime <= now) and 'expired' or 'retries_exhausted'
+end
+
 -- Ends a live message: 5 if it was never delivered, 6 otherwise, unless a status is given.
 -- The body stays readable (getMsg) until the ended set says to purge it.
-local function end_message(msgs_key, expiry_key, ended_key, id, m, now, retention, status)
+local function end_message(msgs_key, expiry_key, ended_key, id, m, now, retention, reason, status)
+  local from = m.status
   m.status = status or ((m.retry == 0) and 5 or 6)
   redis.call('HSET', msgs_key, id, cjson.encode(m))
   redis.call('ZREM', expiry_key, id)
   redis.call('ZADD', ended_key, now + retention, id)
+  log_event(id, m, from, reason)
   return m.status
 end
 

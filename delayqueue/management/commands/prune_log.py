@@ -1,0 +1,35 @@
+from datetime import timedelta
+
+from django.core.management.base import BaseCommand, CommandError
+from django.db import DatabaseError
+
+from delayqueue.conf import load_config
+from delayqueue.retention import prune_log
+
+
+def positive_int(value: str) -> int:
+    number = int(value)
+    if number <= 0:
+        raise ValueError(value)
+    return number
+
+
+positive_int.__name__ = "positive integer"
+
+
+class Command(BaseCommand):
+    help = ("Delete ended messages (acked, expired, exhausted, deleted) and their history from the message log "
+            "once they are older than the retention age. Live messages are never touched.")
+
+    def add_arguments(self, parser):
+        parser.add_argument("--older-than-days", type=positive_int,
+                            help="age in days (default DELAYQUEUE_LOG_RETENTION_DAYS, 7)")
+        parser.add_argument("--batch", type=positive_int, default=5000, help="messages per transaction (5000)")
+
+    def handle(self, *args, **options):
+        days = options["older_than_days"] or load_config().log_retention_days
+        try:
+            messages, events = prune_log(timedelta(days=days), options["batch"])
+        except DatabaseError as exc:
+            raise CommandError(f"message log unavailable: {exc}".strip()) from None
+        self.stdout.write(f"deleted {messages} ended messages and {events} history rows older than {days} days")

@@ -1,0 +1,92 @@
+import asyncio
+import sys
+import time
+
+from django.core.management.base import BaseCommand, CommandError
+from redis.exceptions import RedisError
+
+from delayqueue.conf import load_config
+from delayqueue.keys import NAME_PATTERN
+from delayqueue.messagelog import LogUnavailable
+from delayqueue.recovery import RestoreCounts, restore
+from delayqueue.runtime import Runtime
+
+
+def topic_name(value: str) -> str:
+    if not NAME_PATTERN.match(value):
+        raise ValueError(value)
+    return value
+
+
+topic_name.__name__ = "topic name (1-128 of A-Z a-z 0-9 . _ : -)"
+
+
+class ProgressBar:
+    """A bar on a terminal; on anything else a line every few seconds."""
+
+    WIDTH = 30
+
+    def __init__(self, stream):
+        self.stream = stream
+        self.tty = stream.isatty()
+        self.last = 0.0
+
+    def __call__(self, counts: RestoreCounts, total: int) -> None:
+        now = time.monotonic()
+        done = counts.seen
+        if not self.tty and now - self.last < 5 and done < total:
+            return
+        self.last = now
+        share = done / total if total else 1.0
+        filled = int(share * self.WIDTH)
+        line = (f"restore [{'#' * filled}{'.' * (self.WIDTH - filled)}] {share:6.1%} {done:,}/{total:,}"
+                f"  restored {counts.restored:,}, already live {counts.already_live:,}")
+        self.stream.write(("\r" + line) if self.tty else line + "\n")
+        self.stream.flush()
+
+    def finish(self) -> None:
+        if self.tty:
+            self.stream.write("\n")
+
+
+class Command(BaseCommand):
+    help = (
+        "Bring back into Redis every message the message log says is live (after Redis lost data): waiting if "
+        "not yet due, ready otherwise, with its triggerTime, retry count and TTL. Skips what Redis already holds, "
+        "so it is safe to run twice and while the service runs."
+    )
+
+    def add_arguments(self, parser):
+        parser.add_argument("--topic", type=topic_name, help="only this topic")
+        parser.add_argument("--msg-id", help="only this message id")
+        parser.add_argument("--include-expired", action="store_true",
+                            help="also bring back messages whose TTL ran out before delivery, with their TTL anew")
+        parser.add_argument("--dry-run", action="store_true", help="count what would be restored, change nothing")
+
+    def handle(self, *args, **options):
+        if options["msg_id"] is not None and not options["msg_id"]:
+            raise CommandError("--msg-id must not be empty")
+        bar = ProgressBar(sys.stderr)
+        try:
+            counts = asyncio.run(self._restore(options, bar))
+        except KeyboardInterrupt:
+            bar.finish()
+            raise CommandError("interrupted: what was restored stays restored; run the command again to finish",
+                               returncode=130) from None
+        except LogUnavailable as exc:
+            raise CommandError(str(exc)) from None
+        except RedisError as exc:
+            raise CommandError(f"redis unavailable: {exc}") from None
+        bar.finish()
+        verb = "would restore" if options["dry_run"] else "restored"
+        self.stdout.write(f"{verb} {counts.restored}, already live {counts.already_live}, "
+                          f"skipped (ended or expired) {counts.skipped}")
+
+    async def _restore(self, options, bar) -> RestoreCounts:
+        rt = Runtime(load_config(), process="restore")
+        try:
+            return await restore(rt, topic=options["topic"], msg_id=options["msg_id"],
+                                 include_expired=options["include_expired"], dry_run=options["dry_run"],
+                                 progress=bar)
+        finally:
+            await rt.close()

@@ -1,0 +1,203 @@
+"""The send side of the PostgreSQL message log: group-committed message rows.
+
+A send is answered 200 only after its row is committed. Sends that arrive while a write is in
+flight wait and go together in the next one (one multi-row statement, one commit), so the
+number of Postgres round trips grows with time, not with messages.
+"""
+import asyncio
+import logging
+from dataclasses import dataclass
+
+import psycopg
+from django.db import connections
+from psycopg.conninfo import make_conninfo
+
+log = logging.getLogger(__name__)
+
+MESSAGE_TABLE = "delayqueue_message"
+EVENT_TABLE = "delayqueue_messageevent"
+
+
+class LogUnavailable(Exception):
+    """PostgreSQL could not be reached or refused the write."""
+
+
+def conninfo() -> str:
+    """Connection string of Django's default database (the test database under pytest)."""
+    s = connections["default"].settings_dict
+    params = {"dbname": s["NAME"], "user": s.get("USER") or None, "password": s.get("PASSWORD") or None,
+              "host": s.get("HOST") or None, "port": s.get("PORT") or None}
+    return make_conninfo(**{k: v for k, v in params.items() if v}, connect_timeout=3,
+                         application_name="delayqueue")
+
+
+async def connect() -> psycopg.AsyncConnection:
+    try:
+        return await psycopg.AsyncConnection.connect(conninfo(), autocommit=True)
+    except psycopg.Error as exc:
+        raise LogUnavailable(f"message log unavailable: {first_line(exc)}") from None
+
+
+def first_line(exc: Exception) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
+@dataclass(frozen=True, slots=True)
+class LoggedMessage:
+    """One message row as the send path writes it. Times are epoch milliseconds."""
+
+    namespace: str
+    topic: str
+    msg_id: str
+    payload: str
+    produce_time: int
+    trigger_time: int
+    expire_time: int
+    max_retry: int
+    retry: int
+    status: int
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return self.topic, self.msg_id
+
+
+_COLUMNS = "namespace, topic, msg_id, payload, produce_time, trigger_time, expire_time, max_retry, retry, status, updated_at"
+_UPSERT = f"""
+INSERT INTO {MESSAGE_TABLE} ({_COLUMNS})
+SELECT ns, t, i, p, to_timestamp(pt / 1000.0), to_timestamp(tt / 1000.0), to_timestamp(et / 1000.0),
+       mr, r, s, to_timestamp(pt / 1000.0)
+FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::int8[], %s::int8[], %s::int8[],
+            %s::int4[], %s::int4[], %s::int2[]) AS u(ns, t, i, p, pt, tt, et, mr, r, s)
+ON CONFLICT (namespace, topic, msg_id) DO UPDATE SET
+    payload = EXCLUDED.payload, produce_time = EXCLUDED.produce_time, trigger_time = EXCLUDED.trigger_time,
+    expire_time = EXCLUDED.expire_time, max_retry = EXCLUDED.max_retry, retry = EXCLUDED.retry,
+    status = EXCLUDED.status, updated_at = EXCLUDED.updated_at
+"""
+# A send replaces a logged message only when that one is over; a live one is a duplicate
+# that Redis will answer with the stored message.
+_RECORD = _UPSERT + f"""WHERE {MESSAGE_TABLE}.status >= 4 OR {MESSAGE_TABLE}.expire_time <= EXCLUDED.produce_time
+RETURNING topic, msg_id"""
+_OVERWRITE = _UPSERT + "RETURNING topic, msg_id"
+_FORGET = f"""
+DELETE FROM {MESSAGE_TABLE} m USING unnest(%s::text[], %s::text[], %s::int8[]) AS u(t, i, pt)
+WHERE m.namespace = %s AND m.topic = u.t AND m.msg_id = u.i AND m.produce_time = to_timestamp(u.pt / 1000.0)
+"""
+
+
+def _columns(rows: list[LoggedMessage]) -> list[list]:
+    return [
+        [r.namespace for r in rows], [r.topic for r in rows], [r.msg_id for r in rows], [r.payload for r in rows],
+        [r.produce_time for r in rows], [r.trigger_time for r in rows], [r.expire_time for r in rows],
+        [r.max_retry for r in rows], [r.retry for r in rows], [r.status for r in rows],
+    ]
+
+
+@dataclass
+class _Request:
+    rows: list[LoggedMessage]
+    overwrite: bool
+    future: asyncio.Future
+
+
+class MessageLog:
+    """Group commit over one autocommit connection per event loop."""
+
+    MAX_ROWS = 5000
+
+    def __init__(self):
+        self._conn: psycopg.AsyncConnection | None = None
+        self._pending: list[_Request] = []
+        self._flusher: asyncio.Task | None = None
+
+    async def record(self, rows: list[LoggedMessage]) -> list[bool]:
+        """Writes new messages; True per row the log now holds as given, False where a live
+        message with that msgId is already logged (left untouched) or the row repeats an
+        earlier msgId of the same call (a batch naming one msgId twice)."""
+        first: dict[tuple[str, str], int] = {}
+        for i, row in enumerate(rows):
+            first.setdefault(row.key, i)
+        written = await self._submit([rows[i] for i in first.values()], overwrite=False)
+        return [row.key in written and first[row.key] == i for i, row in enumerate(rows)]
+
+    async def overwrite(self, rows: list[LoggedMessage]) -> None:
+        """Makes the log hold exactly these rows (what Redis answered a send with)."""
+        await self._submit(list({row.key: row for row in rows}.values()), overwrite=True)
+
+    async def forget(self, rows: list[LoggedMessage]) -> None:
+        """Removes rows this process wrote for sends that Redis then did not take."""
+        try:
+            conn = await self._connection()
+            await conn.execute(_FORGET, ([r.topic for r in rows], [r.msg_id for r in rows],
+                                         [r.produce_time for r in rows], rows[0].namespace))
+        except psycopg.Error as exc:
+            await self._drop_connection()
+            raise LogUnavailable(f"message log unavailable: {first_line(exc)}") from None
+
+    def _submit(self, rows: list[LoggedMessage], overwrite: bool) -> asyncio.Future:
+        """Queues rows with distinct keys; resolves to the keys the statement wrote."""
+        future = asyncio.get_running_loop().create_future()
+        if not rows:
+            future.set_result(set())
+            return future
+        self._pending.append(_Request(rows, overwrite, future))
+        if self._flusher is None or self._flusher.done():
+            self._flusher = asyncio.ensure_future(self._flush())
+        return future
+
+    async def _connection(self) -> psycopg.AsyncConnection:
+        if self._conn is None or self._conn.closed:
+            self._conn = await connect()
+        return self._conn
+
+    async def _drop_connection(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            try:
+                await conn.close()
+            except Exception:
+                pass
+
+    def _take_batch(self) -> list[_Request]:
+        """Pending requests of the first one's kind whose keys do not clash: one statement may
+        touch a row only once."""
+        kind = self._pending[0].overwrite
+        batch, keys, rest, size = [], set(), [], 0
+        for request in self._pending:
+            request_keys = {row.key for row in request.rows}
+            if request.overwrite == kind and size < self.MAX_ROWS and not keys & request_keys:
+                batch.append(request)
+                keys |= request_keys
+                size += len(request.rows)
+            else:
+                rest.append(request)
+        self._pending = rest
+        return batch
+
+    async def _flush(self) -> None:
+        while self._pending:
+            batch = self._take_batch()
+            try:
+                written = await self._write([row for request in batch for row in request.rows], batch[0].overwrite)
+            except LogUnavailable as exc:
+                for request in batch:
+                    if not request.future.done():
+                        request.future.set_exception(exc)
+                continue
+            for request in batch:
+                if not request.future.done():
+                    request.future.set_result(written)
+
+    async def _write(self, rows: list[LoggedMessage], overwrite: bool) -> set[tuple[str, str]]:
+        try:
+            conn = await self._connection()
+            cursor = await conn.execute(_OVERWRITE if overwrite else _RECORD, _columns(rows))
+            return {tuple(row) for row in await cursor.fetchall()}
+        except psycopg.Error as exc:
+            await self._drop_connection()
+            raise LogUnavailable(f"message log unavailable: {first_line(exc)}") from None
+
+    async def close(self) -> None:
+        if self._flusher is not None:
+            await asyncio.gather(self._flusher, return_exceptions=True)
+        await self._drop_connection()

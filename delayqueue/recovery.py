@@ -1,0 +1,154 @@
+"""Rebuilding Redis from the message log after a loss (SPEC §5): `manage.py restore`, the
+restore endpoints, the admin's restore action and the Spark restore all come through here.
+
+A logged message that is live (waiting, ready or in flight) goes back waiting if it is not yet
+due and ready otherwise, with its logged triggerTime, expireTime and retry count. A msgId Redis
+still holds is left alone, so a restore is idempotent and safe while the service runs; a rerun
+after an interrupted one finishes it. Every restored message gets a 'restored' history row.
+"""
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from psycopg.rows import dict_row
+
+from .messagelog import MESSAGE_TABLE, connect
+from .messages import CONSUMING, EXPIRED, READY, WAITING
+from .runtime import Runtime
+from .store import run_scripts
+
+LIVE = (WAITING, READY, CONSUMING)
+PAGE_ROWS = 10_000
+SCRIPT_MESSAGES = 500  # messages per restore script call: long enough to amortise, short enough not to stall Redis
+
+
+@dataclass
+class RestoreCounts:
+    restored: int = 0
+    already_live: int = 0  # Redis already holds the msgId
+    skipped: int = 0  # ended, or past its TTL without --include-expired
+
+    def __iadd__(self, other: "RestoreCounts") -> "RestoreCounts":
+        self.restored += other.restored
+        self.already_live += other.already_live
+        self.skipped += other.skipped
+        return self
+
+    @property
+    def seen(self) -> int:
+        return self.restored + self.already_live + self.skipped
+
+
+def _now_millis() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def restorable(row: dict, now: int, include_expired: bool) -> dict | None:
+    """The row as it should go back into Redis, or None when it stays out. With include_expired a
+    message whose TTL ran out before it was ever delivered comes back ready with its TTL anew."""
+    status = row["status"]
+    expired = status == EXPIRED or (status in LIVE and row["expire_time"] <= now)
+    if expired and include_expired:
+        ttl = max(row["expire_time"] - row["trigger_time"], 1)
+        return {**row, "expire_time": now + ttl}
+    if status in LIVE and not expired:
+        return row
+    return None
+
+
+async def restore_rows(rt: Runtime, rows: Iterable[dict], *, include_expired: bool = False,
+                       dry_run: bool = False) -> RestoreCounts:
+    """Puts logged messages back into Redis (see the module doc). Each row: namespace, topic,
+    msg_id, payload, produce_time, trigger_time, expire_time (epoch ms), max_retry, retry, status."""
+    now = _now_millis()
+    counts = RestoreCounts()
+    by_topic: dict[str, list[dict]] = defaultdict(list)
+    for row in rows:
+        ready = restorable(row, now, include_expired)
+        if ready is None:
+            counts.skipped += 1
+        else:
+            by_topic[row["topic"]].append(ready)
+    calls = []
+    for topic, messages in by_topic.items():
+        k = rt.ns.topic(topic)
+        head = [rt.ns.ready_channel, rt.ns.schedule_channel, topic, 1 if dry_run else 0, rt.actor]
+        for start in range(0, len(messages), SCRIPT_MESSAGES):
+            args = list(head)
+            for m in messages[start:start + SCRIPT_MESSAGES]:
+                args += [m["msg_id"], m["payload"], m["produce_time"], m["trigger_time"], m["expire_time"],
+                         m["max_retry"], m["retry"]]
+            calls.append(("restore", [k.waiting, k.ready, k.msgs, k.expiry, k.meta, k.events], args))
+    for result in await run_scripts(rt.redis, calls):
+        if isinstance(result, Exception):
+            raise result
+        counts.restored += result[0]
+        counts.already_live += result[1]
+    if counts.restored and not dry_run:
+        await rt.redis.zadd(rt.ns.topics, {topic: now for topic in by_topic}, nx=True)
+    return counts
+
+
+_SELECT = f"""
+SELECT id, namespace, topic, msg_id, payload,
+       (extract(epoch FROM produce_time) * 1000)::int8 AS produce_time,
+       (extract(epoch FROM trigger_time) * 1000)::int8 AS trigger_time,
+       (extract(epoch FROM expire_time) * 1000)::int8 AS expire_time,
+       max_retry, retry, status
+FROM {MESSAGE_TABLE}
+"""
+
+
+def _scope(namespace: str, topic: str | None, msg_id: str | None) -> tuple[str, list]:
+    where, params = ["namespace = %s"], [namespace]
+    if topic is not None:
+        where.append("topic = %s")
+        params.append(topic)
+    if msg_id is not None:
+        where.append("msg_id = %s")
+        params.append(msg_id)
+    return " AND ".join(where), params
+
+
+async def count_logged(rt: Runtime, *, topic: str | None = None, msg_id: str | None = None) -> int:
+    """How many messages the log holds in this scope, whatever their status."""
+    where, params = _scope(rt.config.namespace, topic, msg_id)
+    async with await connect() as conn:
+        return (await (await conn.execute(f"SELECT count(*) FROM {MESSAGE_TABLE} WHERE {where}", params)).fetchone())[0]
+
+
+async def restore(rt: Runtime, *, topic: str | None = None, msg_id: str | None = None,
+                  include_expired: bool = False, dry_run: bool = False,
+                  progress: Callable[[RestoreCounts, int], None] | None = None) -> RestoreCounts:
+    """Restores every logged message in scope that should be live. Reads the log in id order,
+    a page at a time, and reports progress (counts so far, total candidates) after each page."""
+    where, params = _scope(rt.config.namespace, topic, msg_id)
+    # Inlined, not a parameter, so the planner can use the partial index on live messages.
+    statuses = ", ".join(str(s) for s in ([*LIVE, EXPIRED] if include_expired else LIVE))
+    counts = RestoreCounts()
+    async with await connect() as conn:
+        total = (await (await conn.execute(
+            f"SELECT count(*) FROM {MESSAGE_TABLE} WHERE {where} AND status IN ({statuses})", params
+        )).fetchone())[0]
+        ended = (await (await conn.execute(
+            f"SELECT count(*) FROM {MESSAGE_TABLE} WHERE {where} AND status NOT IN ({statuses})", params
+        )).fetchone())[0]
+        if progress:
+            progress(counts, total)
+        last_id = 0
+        async with conn.cursor(row_factory=dict_row) as cursor:
+            while True:
+                await cursor.execute(
+                    _SELECT + f"WHERE {where} AND status IN ({statuses}) AND id > %s ORDER BY id LIMIT {PAGE_ROWS}",
+                    [*params, last_id],
+                )
+                rows = await cursor.fetchall()
+                if not rows:
+                    break
+                last_id = rows[-1]["id"]
+                counts += await restore_rows(rt, rows, include_expired=include_expired, dry_run=dry_run)
+                if progress:
+                    progress(counts, total)
+    counts.skipped += ended
+    return counts
