@@ -9,7 +9,7 @@ from django.core.paginator import Paginator
 from django.utils.functional import cached_property
 from redis.exceptions import RedisError
 
-from . import selectors, services
+from . import recovery, selectors, services
 from .conf import load_config
 from .log_selectors import estimated_count, message_history
 from .models import Message, Status
@@ -160,16 +160,15 @@ class MessageAdmin(admin.ModelAdmin):
 
     @admin.action(description="Restore selected messages into Redis", permissions=["change"])
     def restore_selected(self, request, queryset):
-        from .recovery import restore_rows
-
-        rows = [log_row(m) for m in queryset]
-        counts = run_with_runtime(restore_rows, rows)
-        self.message_user(
-            request,
-            f"Restored {counts.restored}; {counts.already_live} already live in Redis; "
-            f"{counts.skipped} skipped (ended or expired).",
-            messages.SUCCESS,
-        )
+        namespace = load_config().namespace
+        selected = list(queryset)
+        rows = [log_row(m) for m in selected if m.namespace == namespace]
+        counts = run_with_runtime(recovery.restore_rows, rows)
+        text = (f"Restored {counts.restored}; {counts.already_live} already live in Redis; "
+                f"{counts.skipped} skipped (ended or expired).")
+        if len(rows) < len(selected):
+            text += f" {len(selected) - len(rows)} belong to another namespace and were left alone."
+        self.message_user(request, text, messages.SUCCESS)
 
     @admin.action(description="Delete selected messages from the queue", permissions=["change"])
     def delete_selected_messages(self, request, queryset):

@@ -84,6 +84,12 @@ class TopicInfoListResultSerializer(ResultSerializer):
     data = TopicInfoSerializer(many=True)
 
 
+class RestoreResultSerializer(ResultSerializer):
+    restored = serializers.IntegerField()
+    alreadyLive = serializers.IntegerField(help_text="Redis already held the msgId")
+    skipped = serializers.IntegerField(help_text="ended, or past its TTL without expire=true")
+
+
 class HealthSerializer(serializers.Serializer):
     code = serializers.IntegerField()
 

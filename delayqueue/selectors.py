@@ -145,8 +145,9 @@ def _number(value) -> int:
 
 async def topic_overview(rt: Runtime, topics: list[str]) -> list[dict]:
     """What the dashboard and /metrics show per topic: getTopicInfo, the last complete monitor
-    interval's counters, lifetime totals, the lateness histogram and per-minute series, and
-    how many waiting messages are overdue. Unknown topics give zeros."""
+    interval's counters, lifetime totals, the lateness histogram and per-minute series, how
+    many waiting messages are overdue, and how many lifecycle events wait for the log writer.
+    Unknown topics give zeros."""
     if not topics:
         return []
     infos = await topic_infos(rt, topics)
@@ -158,11 +159,12 @@ async def topic_overview(rt: Runtime, topics: list[str]) -> list[dict]:
         k = rt.ns.topic(topic)
         pipe.hgetall(k.stats)
         pipe.zcount(k.waiting, "-inf", now - OVERDUE_MILLIS)
+        pipe.xlen(k.events)
     replies = await pipe.execute()
     this_minute = now // 60_000
     overviews = []
     for i, info in enumerate(infos):
-        stats, overdue = replies[2 * i], replies[2 * i + 1]
+        stats, overdue, backlog = replies[3 * i:3 * i + 3]
         last = {name: _number(stats.get(f"{previous}:{name}")) for name in REQUEST_COUNTERS}
         series = []
         for minute in range(this_minute - CHART_MINUTES + 1, this_minute + 1):
@@ -176,6 +178,7 @@ async def topic_overview(rt: Runtime, topics: list[str]) -> list[dict]:
         overviews.append({
             **info,
             "overdue": overdue,
+            "log_backlog": backlog,
             "last_interval": last,
             "interval_seconds": rt.config.monitor_interval_seconds,
             "totals": {name: _number(stats.get(f"total:{name}")) for name in REQUEST_COUNTERS},

@@ -21,6 +21,7 @@ from .schema import (
     DelayMsgListResultSerializer,
     DelayMsgResultSerializer,
     MonitorDataResultSerializer,
+    RestoreResultSerializer,
     ResultSerializer,
     TopicInfoListResultSerializer,
     TopicInfoResultSerializer,
@@ -288,6 +289,8 @@ def restore_reply(counts: recovery.RestoreCounts) -> HttpResponse:
     return reply(restored=counts.restored, alreadyLive=counts.already_live, skipped=counts.skipped)
 
 
+@queue_endpoint("Restore live messages from the message log into Redis", RestoreResultSerializer,
+                RestoreSerializer)
 class RestoreView(QueueAPIView):
     """Brings back into Redis what the message log says is live; expire=true also brings back
     messages whose TTL ran out before delivery. Safe to repeat: what Redis holds is skipped."""
@@ -301,6 +304,8 @@ class RestoreView(QueueAPIView):
         return restore_reply(await recovery.restore(rt, topic=topic, include_expired=data["expire"]))
 
 
+@queue_endpoint("Restore one message from the message log into Redis", RestoreResultSerializer,
+                RestoreMsgSerializer)
 class RestoreMsgView(QueueAPIView):
     async def handle(self, request):
         data = self.validated(RestoreMsgSerializer)

@@ -8,10 +8,14 @@ from django.contrib.auth.models import User
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+import redis
+
 from delayqueue import selectors, services
 from delayqueue.log_selectors import EXACT_COUNT_LIMIT, estimated_count
 from delayqueue.models import Message, MessageEvent, Status
+from delayqueue.log_writer import LogWriter
 from delayqueue.sync import run_with_runtime
+from tests.conftest import REDIS_URL
 
 pytestmark = pytest.mark.django_db
 
@@ -31,6 +35,15 @@ def log_message(topic="orders", msg_id="m1", status=Status.WAITING, produced=NOW
 
 def send(topic, msg_id, delay_millis=0) -> dict:
     return run_with_runtime(services.send_message, services.NewMessage(topic, f"body of {msg_id}", delay_millis, msg_id))
+
+
+def drain_history(topic):
+    """Runs the scanners' log writer once: the topic's events become history rows."""
+
+    async def drain(rt):
+        await LogWriter(rt, lambda: [topic]).drain_once()
+
+    run_with_runtime(drain)
 
 
 def listed_ids(response) -> list[str]:
@@ -108,23 +121,30 @@ def test_list_never_counts_the_whole_table(admin_client):
 
 
 def test_detail_shows_history_timeline_and_live_state(admin_client):
-    sent = send("orders", "o-42", 0)
-    message = log_message(msg_id="o-42", status=Status.WAITING)
-    for i, (before, after, reason) in enumerate([(0, 1, "sent"), (1, 2, "due"), (2, 3, "pulled")]):
-        MessageEvent.objects.create(namespace="default", topic="orders", msg_id="o-42", event_id=f"1-{i}",
-                                    at=NOW + timedelta(seconds=i), from_status=before, to_status=after, retry=0,
-                                    reason=reason, process="scanner:7", host="box-a")
-    MessageEvent.objects.create(namespace="default", topic="orders", msg_id="someone-else", event_id="9-9",
-                                at=NOW, from_status=0, to_status=1, retry=0, reason="sent", process="p", host="h")
+    send("orders", "o-42", 0)
+    run_with_runtime(services.pull_messages, "orders")
+    drain_history("orders")
+    run_with_runtime(services.nack_message, "orders", "o-42")
+    send("orders", "someone-else", 0)
+    drain_history("orders")
+    message = Message.objects.get(msg_id="o-42")
+    assert message.status == Status.READY
     page = admin_client.get(f"{LIST}{message.pk}/change/").content.decode()
     history = page[page.index('id="history"'):]
-    assert [m for m in re.findall(r"<em>\((\w+)", history)] == ["Sent", "Due", "Pulled"]
-    assert "waiting → ready" in history and "by scanner:7 on box-a" in history
+    assert re.findall(r"<em>\((\w+)", history) == ["Sent", "Pulled", "Nacked"]
+    assert "none → ready" in history and "ready → consuming" in history and "consuming → ready" in history
     live = page[page.index('id="live-state"'):page.index('id="history"')]
-    assert sent["status"] == 2
     assert "2 (ready)" in live and "in ready list</th><td>yes" in live
-    assert "Redis is ahead of the log" in live  # the log still says waiting
-    assert 'name="_save"' not in page  # read-only
+    assert "Redis is ahead of the log" not in live  # the nack's event is logged by now
+
+
+def test_detail_flags_redis_ahead_of_the_log(admin_client):
+    send("orders", "o-43", 0)
+    run_with_runtime(services.pull_messages, "orders")  # not drained: the log still says ready
+    message = Message.objects.get(msg_id="o-43")
+    live = admin_client.get(f"{LIST}{message.pk}/change/").content.decode()
+    assert "3 (consuming)" in live and "Redis is ahead of the log" in live
+    assert 'name="_save"' not in live  # read-only
 
 
 def test_detail_of_a_message_redis_no_longer_holds(admin_client):
@@ -136,16 +156,36 @@ def test_detail_of_a_message_redis_no_longer_holds(admin_client):
 def test_delete_selected_goes_through_the_queue(admin_client):
     send("orders", "d1", 60_000)
     send("orders", "d2", 0)
-    rows = [log_message(msg_id="d1"), log_message(msg_id="d2", status=Status.READY),
-            log_message(msg_id="never-in-redis")]
-    response = admin_client.post(LIST, {"action": "delete_selected_messages",
-                                        "_selected_action": [r.pk for r in rows]}, follow=True)
+    log_message(msg_id="never-in-redis")
+    selected = list(Message.objects.values_list("pk", flat=True))
+    response = admin_client.post(LIST, {"action": "delete_selected_messages", "_selected_action": selected},
+                                 follow=True)
     assert "Deleted 2; 1 were not live" in response.content.decode()
     for msg_id in ("d1", "d2"):
         assert run_with_runtime(selectors.get_message, "orders", msg_id)["status"] == Status.DELETED
     info = run_with_runtime(selectors.topic_info, "orders")
     assert info["waitingQueueSize"] == 0 and info["readyQueueSize"] == 0
     assert Message.objects.count() == 3  # the log keeps its rows
+    drain_history("orders")
+    assert set(Message.objects.filter(msg_id__in=["d1", "d2"]).values_list("status", flat=True)) == {Status.DELETED}
+
+
+def test_restore_selected_brings_back_what_redis_lost(admin_client):
+    send("orders", "r1", 60_000)
+    send("orders", "r2", 0)
+    log_message(msg_id="finished", status=Status.ACKED)
+    client = redis.Redis.from_url(REDIS_URL)
+    client.flushall()  # Redis lost everything
+    client.close()
+    selected = list(Message.objects.values_list("pk", flat=True))
+    action = {"action": "restore_selected", "_selected_action": selected}
+    page = admin_client.post(LIST, action, follow=True).content.decode()
+    assert "Restored 2; 0 already live in Redis; 1 skipped" in page
+    assert run_with_runtime(selectors.get_message, "orders", "r1")["status"] == Status.WAITING
+    assert run_with_runtime(selectors.get_message, "orders", "r2")["status"] == Status.READY
+    assert run_with_runtime(selectors.get_message, "orders", "finished") is None
+    again = admin_client.post(LIST, action, follow=True).content.decode()
+    assert "Restored 0; 2 already live in Redis; 1 skipped" in again
 
 
 def test_no_add_or_row_delete_in_the_admin(admin_client):
