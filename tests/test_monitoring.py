@@ -217,3 +217,25 @@ async def test_health_endpoints_answer_like_camellia(api, monkeypatch):
         online = await api.post("/camellia/health/online")
     assert (online.status_code, online.json()) == (200, {"code": 200})
     assert (await api.get("/camellia/health/status")).status_code == 200
+
+
+async def test_grafana_dashboard_queries_only_exported_metrics(api, single_rt, start_scanner):
+    import json
+    import re
+    from pathlib import Path
+
+    await start_scanner(single_rt)
+    await call(api, "sendMsg", topic="g", msg="x", delayMillis="10")
+    await wait_until(lambda: _ready(api, "g", 1), what="a promotion")
+    await wait_until(lambda: _lag_reported(api), what="the scanner's lag report")
+    exported = {name.removesuffix("_bucket").removesuffix("_total").removesuffix("_sum").removesuffix("_count")
+                for name, _ in await scrape(api)}
+    dashboard = json.loads((Path(__file__).parent.parent / "docs" / "grafana-dashboard.json").read_text())
+    queried = {re.sub(r"_(bucket|total|sum|count)$", "", name)
+               for panel in dashboard["panels"] for target in panel["targets"]
+               for name in re.findall(r"delayqueue_\w+", target["expr"])}
+    assert queried and queried <= exported, queried - exported
+
+
+async def _lag_reported(api):
+    return any(name == "delayqueue_scanner_loop_lag_seconds" for name, _ in await scrape(api))

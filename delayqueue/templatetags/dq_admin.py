@@ -1,5 +1,5 @@
 """Admin template helpers."""
-from datetime import datetime
+from datetime import date, datetime
 
 from django import template
 from django.contrib.admin.templatetags.admin_list import date_hierarchy
@@ -11,42 +11,58 @@ register = template.Library()
 
 
 class _SpanQuerySet:
-    """Stands in for the change list's queryset in Django's date hierarchy. Django lists the
-    years, months or days that have rows with SELECT DISTINCT date_trunc(...), a scan of every
-    row in range; this lists each one between the first and the last row (MIN and MAX come off
-    the time index), so a day without messages may show up as a link to an empty page."""
+    """Stands in for the change list's queryset in Django's date hierarchy. Django finds the
+    years, months or days that have rows with SELECT DISTINCT date_trunc(...) over the filtered
+    list, and MIN/MAX over it, which scan every matching row when another filter is on. This
+    offers every year, month or day between the table's first and last row instead (MIN and
+    MAX straight off the time index): a navigation aid, where a day may lead to an empty page."""
 
-    def __init__(self, queryset):
-        self._queryset = queryset
+    def __init__(self, cl):
+        self._model = cl.model
+        self._field = cl.date_hierarchy
+        self._params = cl.params
+        self._span = None
 
-    def aggregate(self, *args, **kwargs):
-        return self._queryset.aggregate(*args, **kwargs)
+    def _first_last(self):
+        if self._span is None:
+            span = self._model._default_manager.aggregate(first=Min(self._field), last=Max(self._field))
+            self._span = (span["first"], span["last"])
+        return self._span
 
-    def datetimes(self, field_name, kind):
-        span = self._queryset.aggregate(first=Min(field_name), last=Max(field_name))
-        if span["first"] is None:
+    def aggregate(self, **_lookups):
+        first, last = self._first_last()
+        return {"first": first, "last": last}
+
+    def _param(self, part: str, default: int) -> int:
+        """The drilled-down year or month; absent when Django picked the level itself because
+        every row falls in one year (or month), which is then the first row's."""
+        return int(self._params.get(f"{self._field}__{part}") or default)
+
+    def datetimes(self, _field_name, kind):
+        first, last = self._first_last()
+        if first is None:
             return []
-        first, last = timezone.localtime(span["first"]), timezone.localtime(span["last"])
-        moments = []
+        first, last = timezone.localtime(first), timezone.localtime(last)
         if kind == "year":
-            moments = [datetime(year, 1, 1) for year in range(first.year, last.year + 1)]
-        elif kind == "month":
-            month = datetime(first.year, first.month, 1)
-            while (month.year, month.month) <= (last.year, last.month):
-                moments.append(month)
-                month = datetime(month.year + month.month // 12, month.month % 12 + 1, 1)
-        else:
-            day = first.date()
-            while day <= last.date():
-                moments.append(datetime(day.year, day.month, day.day))
-                day = day.fromordinal(day.toordinal() + 1)
-        return moments
+            return [datetime(year, 1, 1) for year in range(first.year, last.year + 1)]
+        year = self._param("year", first.year)
+        if kind == "month":
+            return [datetime(year, month, 1) for month in range(1, 13)
+                    if (first.year, first.month) <= (year, month) <= (last.year, last.month)]
+        month = self._param("month", first.month)
+        days = []
+        day = date(year, month, 1)
+        while day.month == month:
+            if first.date() <= day <= last.date():
+                days.append(datetime(year, month, day.day))
+            day = date.fromordinal(day.toordinal() + 1)
+        return days
 
 
 class _SpanChangeList:
     def __init__(self, cl):
         self._cl = cl
-        self.queryset = _SpanQuerySet(cl.queryset)
+        self.queryset = _SpanQuerySet(cl)
 
     def __getattr__(self, name):
         return getattr(self._cl, name)
