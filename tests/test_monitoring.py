@@ -239,3 +239,38 @@ async def test_grafana_dashboard_queries_only_exported_metrics(api, single_rt, s
 
 async def _lag_reported(api):
     return any(name == "delayqueue_scanner_loop_lag_seconds" for name, _ in await scrape(api))
+
+
+async def test_overview_and_monitor_reads_work_on_a_cluster_too(rt):
+    from delayqueue import selectors, services
+
+    for topic in ("c1", "c2", "c3"):  # on a cluster these land in different slots
+        await services.send_message(rt, services.NewMessage(topic, "x", 100, "m"))
+    await asyncio.sleep(0.15)
+    for topic in ("c1", "c2", "c3"):
+        k = rt.ns.topic(topic)
+        await rt.call("promote_due", [k.waiting, k.ready, k.msgs, k.expiry, k.ended, k.stats, k.events],
+                      [100, 1000, rt.config.monitor_interval_millis, rt.ns.ready_channel, topic, rt.actor])
+    overviews = await selectors.topic_overview(rt, await selectors.list_topics(rt))
+    assert [(o["topic"], o["readyQueueSize"], o["lateness_count"], o["totals"]["triggerMsgReady"])
+            for o in overviews] == [("c1", 1, 1, 1), ("c2", 1, 1, 1), ("c3", 1, 1, 1)]
+    assert all(o["log_backlog"] == 2 for o in overviews)  # sent, due
+    assert sum(p["count"] for p in overviews[0]["lateness_series"]) == 1
+    data = await selectors.monitor_data(rt)
+    assert set(data) == {"requestStatsList", "pullMsgTimeGapStatsList", "readyQueueTimeGapStatsList"}
+    assert await selectors.scanner_lags(rt) == {}
+
+
+async def test_prune_keeps_totals_histogram_and_the_last_hour_of_the_chart(single_rt):
+    from delayqueue import selectors
+
+    rt = single_rt
+    now = await selectors.redis_millis(rt)
+    interval, minute = now // rt.config.monitor_interval_millis, now // 60_000
+    stats = rt.ns.topic("p").stats
+    keep = {f"{interval}:sendMsg": 1, f"{interval - 1}:sendMsg": 2, "total:sendMsg": 9, "lateness:le:5": 3,
+            "lateness:count": 3, f"m{minute - 59}:lateness:count": 4, f"m{minute}:lateness:max": 7}
+    drop = {f"{interval - 2}:sendMsg": 5, f"m{minute - 61}:lateness:count": 6}
+    await rt.redis.hset(stats, mapping={**keep, **drop})
+    assert await rt.call("prune_stats", [stats], [rt.config.monitor_interval_millis]) == 2
+    assert {k: int(v) for k, v in (await rt.redis.hgetall(stats)).items()} == keep
