@@ -163,7 +163,11 @@ class MessageAdmin(admin.ModelAdmin):
         namespace = load_config().namespace
         selected = list(queryset)
         rows = [log_row(m) for m in selected if m.namespace == namespace]
-        counts = run_with_runtime(recovery.restore_rows, rows)
+        try:
+            counts = run_with_runtime(recovery.restore_rows, rows)
+        except RedisError as exc:
+            self.message_user(request, f"Nothing restored: Redis unavailable ({exc})", messages.ERROR)
+            return
         text = (f"Restored {counts.restored}; {counts.already_live} already live in Redis; "
                 f"{counts.skipped} skipped (ended or expired).")
         if len(rows) < len(selected):
@@ -180,7 +184,11 @@ class MessageAdmin(admin.ModelAdmin):
         async def delete_all(rt):
             return [await services.delete_message(rt, topic, msg_id) for topic, msg_id in targets]
 
-        deleted = sum(run_with_runtime(delete_all))
+        try:
+            deleted = sum(run_with_runtime(delete_all))
+        except RedisError as exc:
+            self.message_user(request, f"Redis unavailable ({exc}): some may be left undeleted, run the action again", messages.ERROR)
+            return
         text = f"Deleted {deleted}; {len(targets) - deleted} were not live (already ended or not in Redis)."
         if other:
             text += f" {other} belong to another namespace and were left alone."

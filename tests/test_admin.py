@@ -208,3 +208,15 @@ def test_date_navigation_spans_first_to_last_without_distinct(admin_client):
     days = admin_client.get(LIST, {"produce_time__year": 2026, "produce_time__month": 3}).content.decode()
     assert re.findall(r"produce_time__day=(\d+)", toplinks(days)) == ["30", "31"]
     assert listed_ids(admin_client.get(LIST, {"produce_time__year": 2026, "produce_time__month": 4})) == []
+
+
+def test_redis_down_gives_messages_not_errors(admin_client, settings):
+    message = log_message(msg_id="m1")
+    settings.REDIS_URL = "redis://127.0.0.1:1/0"  # nothing listens there
+    assert listed_ids(admin_client.get(LIST)) == ["m1"]  # the log still browses
+    assert "Redis unavailable" in admin_client.get(f"{LIST}{message.pk}/change/").content.decode()
+    for action in ("restore_selected", "delete_selected_messages"):
+        response = admin_client.post(LIST, {"action": action, "_selected_action": [message.pk]}, follow=True)
+        assert response.status_code == 200 and "Redis unavailable" in response.content.decode()
+    dashboard = admin_client.get("/admin/dashboard/")
+    assert dashboard.status_code == 200 and "Redis unavailable" in dashboard.content.decode()
