@@ -76,7 +76,8 @@ def main():
     parser.add_argument("--spread-ms", type=int, default=10_000)
     parser.add_argument("--pollers", type=int, default=4)
     args = parser.parse_args()
-    with stack(scanners=1) as (url, env):
+    with stack(scanners=1) as (urls, env):
+        url = urls["main"]
         gc.freeze()  # the consumer's own GC pauses are not the service's lateness
         asyncio.run(run(url, args.messages, args.spread_ms, args.pollers))
         print("  " + asyncio.run(promotion_lateness(env["REDIS_URL"])))

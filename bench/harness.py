@@ -28,12 +28,34 @@ def percentile(values, p):
     return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))]
 
 
+def start_uvicorn(env: dict, workers: int, log: Path) -> tuple[subprocess.Popen, str]:
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "uvicorn", "project.asgi:application", "--host", "127.0.0.1",
+         "--port", str(port), "--lifespan", "off", "--no-access-log", "--workers", str(workers),
+         "--backlog", "4096"],
+        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=open(log, "wb"),
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            urllib.request.urlopen(url + BENCH_HELLO, timeout=1).read()
+            return proc, url
+        except OSError:
+            if time.monotonic() > deadline:
+                raise SystemExit(log.read_text())
+            time.sleep(0.1)
+
+
 @contextlib.contextmanager
-def stack(scanners: int = 1, workers: int = 1):
-    """Yields (base_url, env) with Redis, uvicorn and scanners running; stops them after."""
+def stack(scanners: int = 1, workers: int = 1, servers: dict[str, dict] | None = None):
+    """Yields ({server name: base_url}, env) with Redis, PostgreSQL (the message log, durable:
+    fsync on, as in production), one uvicorn per entry of `servers` (name -> extra environment;
+    default one server "main") and scanners running; stops them after."""
     raise_fd_limit()
     base = Path(tempfile.mkdtemp(prefix="bench-", dir=ROOT / ".local" if (ROOT / ".local").exists() else None))
-    services = Services(base, durable=False)
+    services = Services(base, durable=True)
     env = dict(os.environ, DJANGO_SETTINGS_MODULE="bench.settings")
     procs = []
     try:
@@ -41,29 +63,19 @@ def stack(scanners: int = 1, workers: int = 1):
             port = free_port()
             services.redis("redis", port)
             env["REDIS_URL"] = f"redis://127.0.0.1:{port}/0"
-        http_port = free_port()
-        procs.append(subprocess.Popen(
-            [sys.executable, "-m", "uvicorn", "project.asgi:application", "--host", "127.0.0.1",
-             "--port", str(http_port), "--lifespan", "off", "--no-access-log", "--workers", str(workers),
-             "--backlog", "4096"],
-            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=open(base / "uvicorn.log", "wb"),
-        ))
+        if not env.get("DATABASE_URL"):
+            env["DATABASE_URL"] = services.postgres(free_port())
+        subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)
+        urls = {}
+        for name, extra in (servers or {"main": {}}).items():
+            proc, urls[name] = start_uvicorn({**env, **extra}, workers, base / f"uvicorn-{name}.log")
+            procs.append(proc)
         for i in range(scanners):
             procs.append(subprocess.Popen([sys.executable, "manage.py", "run_scanners", "--name", f"bench-{i}"],
                                           cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
                                           stderr=open(base / f"scanner-{i}.log", "wb")))
-        url = f"http://127.0.0.1:{http_port}"
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                urllib.request.urlopen(url + BENCH_HELLO, timeout=1).read()
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise SystemExit((base / "uvicorn.log").read_text())
-                time.sleep(0.1)
         time.sleep(0.5)  # scanners subscribed
-        yield url, env
+        yield urls, env
     finally:
         terminate(procs)
         services.stop()

@@ -62,7 +62,8 @@ def main():
     parser.add_argument("--holds", type=int, default=2000)
     parser.add_argument("--sends", type=int, default=3000)
     args = parser.parse_args()
-    with stack(scanners=1) as (url, _env):
+    with stack(scanners=1) as (urls, _env):
+        url = urls["main"]
         asyncio.run(run(url, args.holds, args.sends))
 
 

@@ -7,7 +7,7 @@
 
 Needs wrk (Debian: apt-get install wrk).
 
-    .venv/bin/python -m bench.send_throughput [--seconds 10] [--connections 32] [--workers 1]
+    .venv/bin/python -m bench.send_throughput [--seconds 10] [--connections 32] [--workers 1] [--message-log off]
 """
 import argparse
 import asyncio
@@ -43,16 +43,19 @@ def post_script(body: str, content_type: str) -> str:
             f'wrk.headers["Content-Type"] = "{content_type}"\n')
 
 
-async def raw_evalsha_rate(redis_url: str, seconds: int, concurrency: int) -> float:
-    """Messages/s of the send script called by SHA, pipelined 100 per round trip."""
+async def raw_evalsha_rate(redis_url: str, seconds: int, concurrency: int, message_log: bool) -> float:
+    """Messages/s of the send script called by SHA, pipelined 100 per round trip (with the
+    script's history events when the message log is on, as the server runs it)."""
     from delayqueue.conf import QueueConfig
     from delayqueue.runtime import Runtime
-    from delayqueue.services import NewMessage, _send_call
+    from delayqueue.services import NewMessage, _prepare, _send_call
     from delayqueue.store import load_scripts, run_scripts
 
-    rt = Runtime(QueueConfig(redis_url=redis_url, namespace="raw"))
+    rt = Runtime(QueueConfig(redis_url=redis_url, namespace="raw", message_log=message_log))
     await load_scripts(rt.redis)
-    calls = [_send_call(rt, NewMessage(topic="raw", msg="hello", delay_millis=600_000)) for _ in range(BATCH)]
+    produced = time.time_ns() // 1_000_000
+    calls = [_send_call(rt, _prepare(rt, NewMessage(topic="raw", msg="hello", delay_millis=600_000), produced))
+             for _ in range(BATCH)]
     sent = 0
     deadline = time.monotonic() + seconds
 
@@ -74,6 +77,8 @@ def main():
     parser.add_argument("--seconds", type=int, default=10)
     parser.add_argument("--connections", type=int, default=32)
     parser.add_argument("--workers", type=int, default=1, help="uvicorn worker processes")
+    parser.add_argument("--message-log", choices=["on", "off"], default="off",
+                        help="the server's DELAYQUEUE_MESSAGE_LOG (bench.log_overhead compares the two)")
     parser.add_argument("--rounds", type=int, default=3,
                         help="measure each side this many times, interleaved; medians are reported")
     args = parser.parse_args()
@@ -84,7 +89,10 @@ def main():
     # Each pair is measured back to back and the rounds interleaved: on a shared machine the
     # rate drifts between minutes, and a ratio of two distant measurements would carry that drift.
     rounds = {"hello": [], "single": [], "batch": [], "raw": []}
-    with stack(scanners=0, workers=args.workers) as (url, env):
+    log_on = args.message_log == "on"
+    servers = {"main": {"DELAYQUEUE_MESSAGE_LOG": "1" if log_on else "0"}}
+    with stack(scanners=0, workers=args.workers, servers=servers) as (urls, env):
+        url = urls["main"]
         wrk(url + BENCH_HELLO, 2, args.connections)  # warm-up
         for _ in range(args.rounds):
             rounds["hello"].append(wrk(url + BENCH_HELLO, args.seconds, args.connections))
@@ -92,11 +100,11 @@ def main():
                                         post_script(single_body, "application/x-www-form-urlencoded")))
             rounds["batch"].append(wrk(url + API + "sendMsgBatch", args.seconds, max(4, args.connections // 4),
                                        post_script(batch_body, "application/json")) * BATCH)
-            rounds["raw"].append(asyncio.run(raw_evalsha_rate(env["REDIS_URL"], args.seconds, 4)))
+            rounds["raw"].append(asyncio.run(raw_evalsha_rate(env["REDIS_URL"], args.seconds, 4, log_on)))
     hello, single, batch, raw = (statistics.median(rounds[k]) for k in ("hello", "single", "batch", "raw"))
     single_ratio = statistics.median(s / h for s, h in zip(rounds["single"], rounds["hello"]))
     batch_ratio = statistics.median(b / r for b, r in zip(rounds["batch"], rounds["raw"]))
-    print(f"uvicorn workers: {args.workers}, wrk connections: {args.connections}, "
+    print(f"message log {args.message_log}, uvicorn workers: {args.workers}, wrk connections: {args.connections}, "
           f"medians of {args.rounds} interleaved rounds of {args.seconds} s")
     print(f"  hello-world view   {hello:10.0f} req/s")
     print(f"  sendMsg (single)   {single:10.0f} msg/s   ratio to hello-world {single_ratio:.2f} (goal >= 0.5)")

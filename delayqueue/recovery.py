@@ -6,6 +6,7 @@ due and ready otherwise, with its logged triggerTime, expireTime and retry count
 still holds is left alone, so a restore is idempotent and safe while the service runs; a rerun
 after an interrupted one finishes it. Every restored message gets a 'restored' history row.
 """
+import asyncio
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable
@@ -20,6 +21,7 @@ from .store import run_scripts
 
 LIVE = (WAITING, READY, CONSUMING)
 PAGE_ROWS = 10_000
+PAGES_IN_FLIGHT = 3
 SCRIPT_MESSAGES = 500  # messages per restore script call: long enough to amortise, short enough not to stall Redis
 
 
@@ -121,8 +123,9 @@ async def count_logged(rt: Runtime, *, topic: str | None = None, msg_id: str | N
 async def restore(rt: Runtime, *, topic: str | None = None, msg_id: str | None = None,
                   include_expired: bool = False, dry_run: bool = False,
                   progress: Callable[[RestoreCounts, int], None] | None = None) -> RestoreCounts:
-    """Restores every logged message in scope that should be live. Reads the log in id order,
-    a page at a time, and reports progress (counts so far, total candidates) after each page."""
+    """Restores every logged message in scope that should be live. Reads the log in id order, a
+    page at a time, while earlier pages are written to Redis (reading, building the script calls
+    and Redis' work overlap), and reports progress (counts so far, total candidates) per page."""
     where, params = _scope(rt.config.namespace, topic, msg_id)
     # Inlined, not a parameter, so the planner can use the partial index on live messages.
     statuses = ", ".join(str(s) for s in ([*LIVE, EXPIRED] if include_expired else LIVE))
@@ -136,19 +139,36 @@ async def restore(rt: Runtime, *, topic: str | None = None, msg_id: str | None =
         )).fetchone())[0]
         if progress:
             progress(counts, total)
-        last_id = 0
-        async with conn.cursor(row_factory=dict_row) as cursor:
-            while True:
-                await cursor.execute(
-                    _SELECT + f"WHERE {where} AND status IN ({statuses}) AND id > %s ORDER BY id LIMIT {PAGE_ROWS}",
-                    [*params, last_id],
-                )
-                rows = await cursor.fetchall()
-                if not rows:
-                    break
-                last_id = rows[-1]["id"]
-                counts += await restore_rows(rt, rows, include_expired=include_expired, dry_run=dry_run)
-                if progress:
-                    progress(counts, total)
+        writing: set[asyncio.Task] = set()
+
+        async def collect(when) -> None:
+            nonlocal counts, writing
+            done, writing = await asyncio.wait(writing, return_when=when)
+            for task in done:
+                counts += task.result()  # raises the first Redis error
+            if progress:
+                progress(counts, total)
+
+        try:
+            last_id = 0
+            async with conn.cursor(row_factory=dict_row) as cursor:
+                while True:
+                    await cursor.execute(
+                        _SELECT + f"WHERE {where} AND status IN ({statuses}) AND id > %s ORDER BY id LIMIT {PAGE_ROWS}",
+                        [*params, last_id],
+                    )
+                    rows = await cursor.fetchall()
+                    if not rows:
+                        break
+                    last_id = rows[-1]["id"]
+                    writing.add(asyncio.ensure_future(
+                        restore_rows(rt, rows, include_expired=include_expired, dry_run=dry_run)))
+                    if len(writing) >= PAGES_IN_FLIGHT:
+                        await collect(asyncio.FIRST_COMPLETED)
+            if writing:
+                await collect(asyncio.ALL_COMPLETED)
+        finally:
+            for task in writing:
+                task.cancel()
     counts.skipped += ended
     return counts

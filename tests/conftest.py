@@ -1,6 +1,7 @@
 """Shared fixtures. `./dev test` starts a real Redis, a real 3-master Redis Cluster and a real
 PostgreSQL and passes them in REDIS_URL, REDIS_CLUSTER_URL and DATABASE_URL."""
 import asyncio
+import json
 import os
 import signal
 import subprocess
@@ -9,6 +10,7 @@ import time
 from pathlib import Path
 
 import httpx
+import psycopg
 import pytest
 import redis
 
@@ -110,7 +112,7 @@ async def api():
     await close_current()
 
 
-def test_database_url() -> str:
+def log_database_url() -> str:
     """The database pytest-django created (test_...), for processes the tests start."""
     from django.db import connections
 
@@ -121,7 +123,7 @@ def test_database_url() -> str:
 
 def scanner_env(**extra) -> dict:
     env = dict(os.environ)
-    env["DATABASE_URL"] = test_database_url()
+    env["DATABASE_URL"] = log_database_url()
     env.update({f"DELAYQUEUE_{k}": str(v) for k, v in TEST_CONFIG.items()})
     env.update({k: str(v) for k, v in extra.items()})
     return env
@@ -191,3 +193,62 @@ async def wait_until(predicate, timeout=10.0, interval=0.01, what="condition"):
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         await asyncio.sleep(interval)
+
+
+class PostgresControl:
+    """Stops and restarts the test PostgreSQL that ./dev test started (same data, same port)."""
+
+    def __init__(self, spec: dict):
+        self.spec = spec
+        self.restarted: subprocess.Popen | None = None
+
+    def _pid(self) -> int | None:
+        try:
+            return int((Path(self.spec["data"]) / "postmaster.pid").read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            return None
+
+    def stop(self) -> None:
+        pid = self._pid()
+        assert pid, "PostgreSQL is not running"
+        os.kill(pid, signal.SIGINT)  # fast shutdown: open sessions are cut off, as in a crash of the server
+        deadline = time.monotonic() + 20
+        while self._pid() is not None:
+            assert time.monotonic() < deadline, "PostgreSQL did not stop"
+            time.sleep(0.05)
+
+    def start(self) -> None:
+        user = {"user": self.spec["uid"], "group": self.spec["gid"], "extra_groups": []} if self.spec["uid"] is not None else {}
+        with open(self.spec["log"], "ab") as log:
+            self.restarted = subprocess.Popen(self.spec["argv"], stdout=log, stderr=subprocess.STDOUT,
+                                              start_new_session=True, **user)
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                psycopg.connect(log_database_url(), connect_timeout=1).close()
+                return
+            except Exception:
+                assert self.restarted.poll() is None, "PostgreSQL did not start again"
+                assert time.monotonic() < deadline, "PostgreSQL did not accept connections again"
+                time.sleep(0.1)
+
+
+@pytest.fixture
+def postgres():
+    spec = os.environ.get("DELAYQUEUE_TEST_POSTGRES")
+    if not spec:
+        pytest.fail("DELAYQUEUE_TEST_POSTGRES is not set: ./dev test starts PostgreSQL and says how to restart it")
+    control = PostgresControl(json.loads(spec))
+    yield control
+    if control._pid() is None:  # a failed test must not leave the rest of the suite without a database
+        control.start()
+
+
+async def drain_log(runtime: Runtime, topics) -> int:
+    """Runs the log writer over these topics until their streams are empty; returns events written."""
+    from delayqueue.log_writer import LogWriter
+
+    writer = LogWriter(runtime, lambda: topics)
+    while await writer.drain_once():
+        pass
+    return writer.written

@@ -7,6 +7,7 @@ elsewhere if wanted. PostgreSQL refuses to run as root: as root it runs as the s
 `delayqueue` (created if missing).
 """
 import argparse
+import json
 import os
 import pwd
 import random
@@ -125,6 +126,7 @@ class Services:
         self.base = base
         self.durable = durable
         self.procs: list[tuple[str, subprocess.Popen, int]] = []
+        self.postgres_control: dict | None = None  # how tests stop and restart PostgreSQL
 
     def _spawn(self, what, argv, stop_signal=signal.SIGTERM, port: int = 0, **kwargs) -> subprocess.Popen:
         if port and not port_is_free(port):
@@ -190,8 +192,10 @@ class Services:
         options = ["-c", "listen_addresses=127.0.0.1", "-c", "max_connections=200"]
         if not self.durable:
             options += ["-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off"]
-        proc = self._spawn("postgres", [pg_bin("postgres"), "-D", str(data), "-p", str(port), "-k", str(sockets), *options],
-                           stop_signal=signal.SIGINT, port=port, **user_kwargs)
+        argv = [pg_bin("postgres"), "-D", str(data), "-p", str(port), "-k", str(sockets), *options]
+        proc = self._spawn("postgres", argv, stop_signal=signal.SIGINT, port=port, **user_kwargs)
+        self.postgres_control = {"argv": argv, "data": str(data), "port": port, "log": str(self.base / "postgres.log"),
+                                 "uid": owner.pw_uid if owner else None, "gid": owner.pw_gid if owner else None}
         wait_for_port(port, proc, "postgres", self.base / "postgres.log")
         url = f"postgres://postgres@127.0.0.1:{port}/delayqueue"
         create_database(port)
@@ -207,6 +211,21 @@ class Services:
             except subprocess.TimeoutExpired:
                 proc.kill()
         self.procs.clear()
+        if self.postgres_control:
+            stop_restarted_postgres(Path(self.postgres_control["data"]))
+
+
+def stop_restarted_postgres(data: Path) -> None:
+    """A PostgreSQL that a test stopped and started again is not our child: find it by its pid file."""
+    pid_file = data / "postmaster.pid"
+    try:
+        pid = int(pid_file.read_text().split()[0])
+        os.kill(pid, signal.SIGINT)
+    except (OSError, ValueError, IndexError):
+        return
+    deadline = time.monotonic() + 20
+    while pid_file.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 def terminate(procs: list[subprocess.Popen], sig: int = signal.SIGTERM, timeout: float = 15) -> None:
@@ -338,6 +357,7 @@ def command_test(args) -> int:
             env["REDIS_CLUSTER_URL"] = services.redis_cluster(cluster_ports(3))
         if not env.get("DATABASE_URL"):
             env["DATABASE_URL"] = services.postgres(free_port())
+            env["DELAYQUEUE_TEST_POSTGRES"] = json.dumps(services.postgres_control)
         env["REDIS_SERVER_BIN"] = redis_bin()
         say(f"test services: REDIS_URL={env['REDIS_URL']} REDIS_CLUSTER_URL={env['REDIS_CLUSTER_URL']} "
             f"DATABASE_URL={env['DATABASE_URL']}")

@@ -12,36 +12,52 @@ local topic = ARGV[3]
 local dry_run = ARGV[4] == '1'
 local now = clock()
 local restored, held = 0, 0
+-- Members are gathered and added with one command per structure: restores come in hundreds.
+local expiring, due_later, due_now = {}, {}, {}
 for i = 6, #ARGV, 7 do
   local id = ARGV[i]
-  if redis.call('HEXISTS', msgs, id) == 1 then
-    held = held + 1
+  if dry_run then
+    if redis.call('HEXISTS', msgs, id) == 1 then
+      held = held + 1
+    else
+      restored = restored + 1
+    end
   else
-    restored = restored + 1
-    if not dry_run then
-      local m = {
-        topic = topic,
-        msgId = id,
-        msg = ARGV[i + 1],
-        produceTime = tonumber(ARGV[i + 2]),
-        triggerTime = tonumber(ARGV[i + 3]),
-        expireTime = tonumber(ARGV[i + 4]),
-        maxRetry = tonumber(ARGV[i + 5]),
-        retry = tonumber(ARGV[i + 6]),
-      }
-      m.status = (m.triggerTime <= now) and 2 or 1
-      redis.call('HSET', msgs, id, cjson.encode(m))
-      redis.call('ZADD', expiry, m.expireTime, id)
+    local m = {
+      topic = topic,
+      msgId = id,
+      msg = ARGV[i + 1],
+      produceTime = tonumber(ARGV[i + 2]),
+      triggerTime = tonumber(ARGV[i + 3]),
+      expireTime = tonumber(ARGV[i + 4]),
+      maxRetry = tonumber(ARGV[i + 5]),
+      retry = tonumber(ARGV[i + 6]),
+    }
+    m.status = (m.triggerTime <= now) and 2 or 1
+    if redis.call('HSETNX', msgs, id, cjson.encode(m)) == 0 then
+      held = held + 1
+    else
+      restored = restored + 1
+      expiring[#expiring + 1] = m.expireTime
+      expiring[#expiring + 1] = id
       if m.status == 2 then
-        push_ready(ready, ARGV[1], topic, id)
+        due_now[#due_now + 1] = id
       else
-        redis.call('ZADD', waiting, m.triggerTime, id)
+        due_later[#due_later + 1] = m.triggerTime
+        due_later[#due_later + 1] = id
       end
       log_event(id, m, 0, 'restored')
     end
   end
 end
 if restored > 0 and not dry_run then
+  redis.call('ZADD', expiry, unpack(expiring))
+  if #due_later > 0 then
+    redis.call('ZADD', waiting, unpack(due_later))
+  end
+  if #due_now > 0 and redis.call('LPUSH', ready, unpack(due_now)) == #due_now then
+    redis.call('PUBLISH', ARGV[1], topic)  -- the list was empty: wake long pollers
+  end
   redis.call('HSET', meta, 'last_active', now)
   redis.call('HSETNX', meta, 'registered', 1)
   -- The topic's scanner may be asleep towards a later time, or not know the topic yet.

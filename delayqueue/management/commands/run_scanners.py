@@ -15,7 +15,8 @@ log = logging.getLogger("delayqueue.scanner")
 class Command(BaseCommand):
     help = (
         "Run the scanners: promote due messages, requeue ack timeouts, expire TTLs, purge ended "
-        "messages, retire idle topics, prune monitor stats. Run as many as you like; SIGTERM stops cleanly."
+        "messages, retire idle topics, prune monitor stats, and write the held topics' history to the message "
+        "log. Run as many as you like; SIGTERM stops cleanly."
     )
 
     def add_arguments(self, parser):
@@ -36,4 +37,5 @@ class Command(BaseCommand):
             await scanner.run()
         finally:
             await rt.close()
-        log.info("scanner %s stopped: %s", scanner.token, scanner.counts)
+        written = scanner.log_writer.written if scanner.log_writer else 0
+        log.info("scanner %s stopped: %s, history rows written %d", scanner.token, scanner.counts, written)

@@ -1,0 +1,230 @@
+"""The PostgreSQL message log: durable sends, lifecycle history, faults of Postgres and the writer."""
+import asyncio
+
+import psycopg
+import pytest
+
+from delayqueue import selectors, services
+from delayqueue.log_writer import Event, LogWriter
+from delayqueue.messages import ACKED, CONSUMING, DELETED, EXHAUSTED, EXPIRED, READY, WAITING
+from delayqueue.services import NewMessage
+
+from .conftest import REDIS_URL, drain_log, make_runtime, log_database_url, wait_until
+
+API = "/camellia/delayQueue/"
+
+
+async def query(sql: str, *params):
+    async with await psycopg.AsyncConnection.connect(log_database_url(), autocommit=True) as conn:
+        cursor = await conn.execute(sql, params)
+        return await cursor.fetchall() if cursor.description else []
+
+
+async def logged(topic: str, msg_id: str) -> dict | None:
+    rows = await query(
+        "SELECT payload, (extract(epoch FROM produce_time) * 1000)::int8, (extract(epoch FROM trigger_time) * 1000)::int8,"
+        " (extract(epoch FROM expire_time) * 1000)::int8, max_retry, retry, status"
+        " FROM delayqueue_message WHERE topic = %s AND msg_id = %s", topic, msg_id)
+    if not rows:
+        return None
+    names = ("msg", "produceTime", "triggerTime", "expireTime", "maxRetry", "retry", "status")
+    return dict(zip(names, rows[0]))
+
+
+async def history(topic: str, msg_id: str) -> list[tuple]:
+    return await query(
+        "SELECT reason, from_status, to_status, retry FROM delayqueue_messageevent"
+        " WHERE topic = %s AND msg_id = %s ORDER BY at, event_id", topic, msg_id)
+
+
+def as_logged(message: dict) -> dict:
+    return {k: message[k] for k in ("msg", "produceTime", "triggerTime", "expireTime", "maxRetry", "retry", "status")}
+
+
+async def test_a_send_is_committed_in_the_log_before_it_is_answered(api):
+    reply = (await api.post(API + "sendMsg", data={"topic": "t", "msg": "hello", "delayMillis": 5000,
+                                                   "ttlMillis": 60_000, "maxRetry": 3})).json()
+    assert reply["code"] == 200
+    message = reply["delayMsg"]
+    # No log writer has run: the row is there because the send itself committed it.
+    assert await logged("t", message["msgId"]) == as_logged(message)
+    assert message["status"] == WAITING and message["triggerTime"] == message["produceTime"] + 5000
+
+
+async def test_every_transition_is_in_the_history_and_moves_the_message_row(single_rt, start_scanner):
+    rt = single_rt
+    m = await services.send_message(rt, NewMessage(topic="t", msg="x", delay_millis=50, max_retry=5))
+    await start_scanner(rt)  # promotes it, requeues the ack timeout, and runs the log writer
+    [m1] = await services.long_poll_messages(rt, "t", ack_timeout_millis=100, timeout_millis=5000)
+    [m2] = await services.long_poll_messages(rt, "t", timeout_millis=5000)  # back after the ack timeout
+    assert await services.nack_message(rt, "t", m["msgId"]) == READY
+    [m3], _ = await services.pull_messages(rt, "t")
+    assert await services.ack_message(rt, "t", m["msgId"]) == ACKED
+    assert (m1["retry"], m2["retry"], m3["retry"]) == (1, 2, 3)
+    expected = [
+        ("sent", 0, WAITING, 0), ("due", WAITING, READY, 0), ("pulled", READY, CONSUMING, 1),
+        ("ack_timeout", CONSUMING, READY, 1), ("pulled", READY, CONSUMING, 2), ("nacked", CONSUMING, READY, 2),
+        ("pulled", READY, CONSUMING, 3), ("acked", CONSUMING, ACKED, 3),
+    ]
+    await wait_until(lambda: _equal(history("t", m["msgId"]), expected), what="complete history")
+    row = await logged("t", m["msgId"])
+    assert (row["status"], row["retry"]) == (ACKED, 3)
+    [(process, host)] = await query(
+        "SELECT DISTINCT process, host FROM delayqueue_messageevent WHERE reason = 'due'")
+    assert process.startswith("scanner ") and host
+
+
+async def _equal(coro, expected):
+    return await coro == expected
+
+
+async def test_ends_are_recorded_with_their_reason(single_rt):
+    rt = single_rt
+    deleted = await services.send_message(rt, NewMessage(topic="t", msg="d", delay_millis=0))
+    expired = await services.send_message(rt, NewMessage(topic="t", msg="e", delay_millis=10, ttl_millis=30))
+    exhausted = await services.send_message(rt, NewMessage(topic="u", msg="x", delay_millis=0, max_retry=0))
+    assert await services.delete_message(rt, "t", deleted["msgId"])
+    [pulled], _ = await services.pull_messages(rt, "u")
+    assert await services.nack_message(rt, "u", pulled["msgId"]) == EXHAUSTED
+    await asyncio.sleep(0.1)  # past triggerTime + TTL, and no scanner has promoted it
+    assert (await selectors.get_message(rt, "t", expired["msgId"]))["status"] == EXPIRED
+    await drain_log(rt, ["t", "u"])
+    assert (await history("t", deleted["msgId"]))[-1] == ("deleted", READY, DELETED, 0)
+    assert (await history("t", expired["msgId"]))[-1] == ("expired", WAITING, EXPIRED, 0)
+    assert (await history("u", exhausted["msgId"]))[-1] == ("retries_exhausted", CONSUMING, EXHAUSTED, 1)
+    assert [(await logged(t, m["msgId"]))["status"] for t, m in (("t", deleted), ("t", expired), ("u", exhausted))] \
+        == [DELETED, EXPIRED, EXHAUSTED]
+
+
+async def test_a_duplicate_send_leaves_the_logged_message_alone(single_rt):
+    rt = single_rt
+    first = await services.send_message(rt, NewMessage(topic="t", msg="first", delay_millis=60_000, msg_id="dup"))
+    again = await services.send_message(rt, NewMessage(topic="t", msg="second", delay_millis=0, msg_id="dup"))
+    assert again == first
+    assert await logged("t", "dup") == as_logged(first)
+
+
+async def test_a_resend_after_the_end_replaces_the_row_even_before_the_log_caught_up(single_rt):
+    rt = single_rt
+    await services.send_message(rt, NewMessage(topic="t", msg="first", delay_millis=0, msg_id="again"))
+    [m], _ = await services.pull_messages(rt, "t")
+    await services.ack_message(rt, "t", "again")
+    # The log still says "ready" (no writer ran); Redis knows it is acked and takes the new send.
+    assert (await logged("t", "again"))["status"] == READY
+    second = await services.send_message(rt, NewMessage(topic="t", msg="second", delay_millis=1000, msg_id="again"))
+    assert second["msg"] == "second" and second["status"] == WAITING
+    assert await logged("t", "again") == as_logged(second)
+    # The first life's late events do not move the second life's row.
+    await drain_log(rt, ["t"])
+    assert (await logged("t", "again"))["status"] == WAITING
+    assert [h[0] for h in await history("t", "again")] == ["sent", "pulled", "acked", "sent"]
+
+
+async def test_a_batch_naming_one_msgid_twice_logs_the_first(single_rt):
+    rt = single_rt
+    results = await services.send_messages(rt, [
+        NewMessage(topic="t", msg="a", delay_millis=0, msg_id="same"),
+        NewMessage(topic="t", msg="b", delay_millis=0, msg_id="same"),
+        NewMessage(topic="t", msg="c", delay_millis=0, msg_id="other"),
+    ])
+    assert [r["msg"] for r in results] == ["a", "a", "c"]
+    assert (await logged("t", "same"))["msg"] == "a"
+    assert (await query("SELECT count(*) FROM delayqueue_message"))[0][0] == 2
+
+
+async def test_postgres_down_means_500_and_nothing_in_redis(api, single_rt, postgres):
+    postgres.stop()
+    reply = (await api.post(API + "sendMsg", data={"topic": "t", "msg": "lost?", "delayMillis": 0})).json()
+    assert reply["code"] == 500 and "message log unavailable" in reply["msg"]
+    batch = (await api.post(API + "sendMsgBatch", json=[{"topic": "t", "msg": "b", "delayMillis": 0}])).json()
+    assert batch["results"][0]["code"] == 500 and "message log unavailable" in batch["results"][0]["msg"]
+    assert await single_rt.redis.keys("dq:{*") == []
+    postgres.start()
+    reply = (await api.post(API + "sendMsg", data={"topic": "t", "msg": "back", "delayMillis": 0})).json()
+    assert reply["code"] == 200
+    assert (await logged("t", reply["delayMsg"]["msgId"]))["msg"] == "back"
+
+
+async def test_a_send_redis_refuses_is_taken_out_of_the_log():
+    rt = make_runtime("redis://127.0.0.1:1/0")  # nothing listens there
+    with pytest.raises(Exception):
+        await services.send_message(rt, NewMessage(topic="t", msg="x", delay_millis=0, msg_id="refused"))
+    await rt.close()
+    assert await logged("t", "refused") is None
+
+
+async def test_history_waits_in_redis_while_postgres_is_down(single_rt, start_scanner, postgres):
+    rt = single_rt
+    sent = await services.send_messages(rt, [NewMessage(topic="t", msg=str(i), delay_millis=0) for i in range(50)])
+    await start_scanner(rt)
+    postgres.stop()
+    pulled, _ = await services.pull_messages(rt, "t", batch=50)
+    for m in pulled[:25]:
+        await services.ack_message(rt, "t", m["msgId"])
+    for m in pulled[25:]:
+        await services.nack_message(rt, "t", m["msgId"])
+    await asyncio.sleep(0.5)  # the writer tries, fails and keeps the events
+    assert await rt.redis.xlen(rt.ns.topic("t").events) >= 100
+    postgres.start()
+    await wait_until(lambda: _event_count(), timeout=20, what="history after Postgres came back")
+    for m in sent:
+        reasons = [h[0] for h in await history("t", m["msgId"])]
+        assert reasons in (["sent", "pulled", "acked"], ["sent", "pulled", "nacked"]), reasons
+        assert (await logged("t", m["msgId"]))["status"] == (await selectors.get_message(rt, "t", m["msgId"]))["status"]
+
+
+async def _event_count(expected=150):
+    return (await query("SELECT count(*) FROM delayqueue_messageevent"))[0][0] == expected
+
+
+def test_a_log_writer_killed_mid_batch_loses_and_repeats_nothing(scanner_process):
+    asyncio.run(_fill_history(3000))
+    first = scanner_process("writer-a", DELAYQUEUE_LOG_WRITER_BATCH="100")
+    first.wait_started()
+    asyncio.run(wait_until(lambda: _some_events(), timeout=20, interval=0.005, what="the first writer to start"))
+    first.kill()
+    first.proc.wait()
+    written = asyncio.run(query("SELECT count(*) FROM delayqueue_messageevent"))[0][0]
+    assert 0 < written < 9000, f"kill landed outside the drain ({written} rows)"
+    second = scanner_process("writer-b", DELAYQUEUE_LOG_WRITER_BATCH="100")
+    second.wait_started()
+    asyncio.run(wait_until(lambda: _event_count(9000), timeout=30, what="the second writer to finish"))
+    per_message = asyncio.run(query(
+        "SELECT string_agg(reason, ',' ORDER BY at, event_id) FROM delayqueue_messageevent GROUP BY msg_id"))
+    assert len(per_message) == 3000 and {r[0] for r in per_message} == {"sent,pulled,acked"}
+    assert asyncio.run(query("SELECT count(*) FROM delayqueue_message WHERE status = %s", ACKED))[0][0] == 3000
+
+
+async def _fill_history(count: int) -> None:
+    rt = make_runtime(REDIS_URL)
+    await services.send_messages(rt, [NewMessage(topic="k", msg=str(i), delay_millis=0) for i in range(count)])
+    for _ in range(count // 1000):
+        pulled, _ = await services.pull_messages(rt, "k", batch=1000)
+        await asyncio.gather(*(services.ack_message(rt, "k", m["msgId"]) for m in pulled))
+    await rt.close()
+
+
+async def _some_events():
+    return (await query("SELECT count(*) FROM delayqueue_messageevent"))[0][0] > 0
+
+
+async def test_with_the_log_off_nothing_reaches_postgres_or_the_streams():
+    rt = make_runtime(REDIS_URL, message_log=False)
+    m = await services.send_message(rt, NewMessage(topic="t", msg="x", delay_millis=0))
+    [pulled], _ = await services.pull_messages(rt, "t")
+    assert pulled["msgId"] == m["msgId"]
+    assert not await rt.redis.exists(rt.ns.topic("t").events)
+    await rt.close()
+    assert await logged("t", m["msgId"]) is None
+
+
+async def test_a_restarted_scanner_writer_picks_up_what_it_left(single_rt):
+    """Events read but not yet deleted (a crash after commit) are written once, not twice."""
+    rt = single_rt
+    m = await services.send_message(rt, NewMessage(topic="t", msg="x", delay_millis=0))
+    writer = LogWriter(rt, lambda: ["t"])
+    entries = await rt.redis.xrange(rt.ns.topic("t").events)
+    await writer._commit([Event.parse("t", entry_id, fields) for entry_id, fields in entries])  # crash before XDEL
+    assert await drain_log(rt, ["t"]) == 1
+    assert await history("t", m["msgId"]) == [("sent", 0, READY, 0)]
+    await writer._drop_connection()

@@ -1,0 +1,311 @@
+"""Rebuilding Redis from the message log: manage.py restore, the restore endpoints, retention."""
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from datetime import timedelta
+
+import redis
+
+from django.core.management import call_command
+
+from delayqueue import recovery, selectors, services
+from delayqueue.messages import CONSUMING, READY, WAITING
+from delayqueue.retention import prune_log
+from delayqueue.services import NewMessage
+
+from .conftest import REDIS_URL, ROOT, TEST_CONFIG, drain_log, log_database_url, make_runtime
+from .test_message_log import history, logged, query
+
+API = "/camellia/delayQueue/"
+TOPICS = ["r0", "r1", "r2", "r3"]
+
+
+async def snapshot(rt, topics) -> dict:
+    """Every message Redis holds: its stored fields and which structure holds it."""
+    state = {}
+    for topic in topics:
+        k = rt.ns.topic(topic)
+        waiting = dict(await rt.redis.zrange(k.waiting, 0, -1, withscores=True))
+        ready = set(await rt.redis.lrange(k.ready, 0, -1))
+        inflight = set(await rt.redis.zrange(k.inflight, 0, -1))
+        expiry = dict(await rt.redis.zrange(k.expiry, 0, -1, withscores=True))
+        for msg_id in await rt.redis.hkeys(k.msgs):
+            m = await selectors.get_message(rt, topic, msg_id)
+            where = ("waiting" if msg_id in waiting else "ready" if msg_id in ready
+                     else "inflight" if msg_id in inflight else None)
+            state[(topic, msg_id)] = {**m, "where": where, "waitingScore": waiting.get(msg_id),
+                                      "expiryScore": expiry.get(msg_id)}
+    return state
+
+
+GROUPS = {  # share of each base topic's messages, and the delay they are sent with
+    "waiting": (0.2, 3_600_000), "ready": (0.2, 0), "inflight": (0.2, 0), "retried_ready": (0.1, 0),
+    "retried_inflight": (0.1, 0), "acked": (0.1, 0), "deleted": (0.05, 0), "expired": (0.05, 0),
+}
+ALL_TOPICS = [f"{base}.{group}" for base in TOPICS for group in GROUPS]
+
+
+async def fill_every_state(rt, per_topic: int) -> dict[str, set]:
+    """per_topic messages for each base topic, spread over every live and ended state (one
+    topic per state, so each pull takes exactly its group)."""
+    groups = {name: set() for name in GROUPS}
+    for base in TOPICS:
+        for group, (share, delay) in GROUPS.items():
+            topic, count = f"{base}.{group}", int(per_topic * share)
+            ttl = 20 if group == "expired" else 7_200_000
+            sent = await services.send_messages(rt, [
+                NewMessage(topic=topic, msg=f"{group}-{i}", delay_millis=delay, ttl_millis=ttl, max_retry=5)
+                for i in range(count)])
+            groups[group] |= {(topic, m["msgId"]) for m in sent}
+
+            async def pull():
+                return (await services.pull_messages(rt, topic, batch=count, ack_timeout_millis=3_600_000))[0]
+
+            async def each(action, messages):
+                await asyncio.gather(*(action(rt, topic, m["msgId"]) for m in messages))
+
+            if group == "inflight":
+                await pull()
+            elif group in ("retried_ready", "retried_inflight"):
+                await each(services.nack_message, await pull())
+                pulled = await pull()
+                if group == "retried_ready":
+                    await each(services.nack_message, pulled)
+            elif group == "acked":
+                await each(services.ack_message, await pull())
+            elif group == "deleted":
+                await each(services.delete_message, sent)
+            elif group == "expired":
+                await asyncio.sleep(0.05)
+                assert await pull() == []  # their TTL ran out before anyone pulled them: ended as expired
+    return groups
+
+
+async def test_flushall_then_restore_brings_back_every_live_message_as_it_was(single_rt):
+    rt = single_rt
+    groups = await fill_every_state(rt, per_topic=2500)  # 10,000 messages
+    all_topics = ALL_TOPICS
+    await drain_log(rt, all_topics)
+    before = await snapshot(rt, all_topics)
+    assert {before[key]["where"] for key in groups["inflight"] | groups["retried_inflight"]} == {"inflight"}
+    assert {before[key]["retry"] for key in groups["retried_ready"]} == {2}
+    assert {before[key]["retry"] for key in groups["retried_inflight"]} == {2}
+
+    await rt.redis.flushall()
+    counts = await recovery.restore(rt)
+    live = groups["waiting"] | groups["ready"] | groups["inflight"] | groups["retried_ready"] | groups["retried_inflight"]
+    ended = groups["acked"] | groups["deleted"] | groups["expired"]
+    assert (counts.restored, counts.already_live, counts.skipped) == (len(live), 0, len(ended))
+    after = await snapshot(rt, all_topics)
+    assert set(after) == live  # nothing acked, deleted or expired came back
+    for key in live:
+        old, new = before[key], after[key]
+        for field in ("msg", "produceTime", "triggerTime", "expireTime", "maxRetry", "retry"):
+            assert new[field] == old[field], (key, field)
+        assert new["expiryScore"] == old["expireTime"]
+    for key in groups["waiting"]:
+        assert after[key]["status"] == WAITING and after[key]["waitingScore"] == before[key]["triggerTime"]
+    for key in live - groups["waiting"]:  # in-flight ones are ready again
+        assert after[key]["status"] == READY and after[key]["where"] == "ready"
+    assert set(await selectors.list_topics(rt)) >= {t for t, _ in live}
+
+    again = await recovery.restore(rt)
+    assert (again.restored, again.already_live, again.skipped) == (0, len(live), len(ended))
+    assert await snapshot(rt, all_topics) == after
+    # Restored messages are delivered like any other, and their history says so.
+    key = next(iter(groups["inflight"]))
+    await drain_log(rt, ALL_TOPICS)
+    assert (await history(*key))[-1] == ("restored", 0, READY, before[key]["retry"])
+    assert (await logged(*key))["status"] == READY
+
+
+async def test_restore_runs_on_a_cluster_too(rt):
+    sent = await services.send_messages(rt, [NewMessage(topic=f"c{i % 7}", msg=str(i), delay_millis=(i % 2) * 60_000)
+                                             for i in range(70)])
+    before = {m["msgId"]: m for m in sent}
+    await drain_log(rt, [f"c{i}" for i in range(7)])
+    for topic in range(7):
+        k = rt.ns.topic(f"c{topic}")
+        await rt.redis.delete(k.waiting, k.ready, k.msgs, k.expiry)
+    counts = await recovery.restore(rt)
+    assert counts.restored == 70
+    for msg_id, m in before.items():
+        assert await selectors.get_message(rt, m["topic"], msg_id) == m
+
+
+async def test_restore_while_sends_continue_loses_nothing(single_rt):
+    rt = single_rt
+    old = await services.send_messages(rt, [NewMessage(topic="busy", msg=str(i), delay_millis=60_000)
+                                            for i in range(3000)])
+    await rt.redis.flushall()
+    new = []
+
+    async def keep_sending():
+        for i in range(30):
+            new.extend(await services.send_messages(
+                rt, [NewMessage(topic="busy", msg=f"n{i}-{j}", delay_millis=60_000) for j in range(20)]))
+            await asyncio.sleep(0.003)
+
+    sending = asyncio.ensure_future(keep_sending())
+    counts = await recovery.restore(rt)
+    await sending
+    # Every old message restored; a new one whose log row the restore read before its own send
+    # reached Redis may be restored too (its send then finds it live and answers with it).
+    assert 3000 <= counts.restored and counts.restored + counts.already_live <= 3600
+    k = rt.ns.topic("busy")
+    assert await rt.redis.zcard(k.waiting) == 3000 + 600
+    for m in old[:50] + new[:50]:
+        assert (await selectors.get_message(rt, "busy", m["msgId"]))["msg"] == m["msg"]
+
+
+async def test_restore_scope_options_and_dry_run(single_rt):
+    rt = single_rt
+    a = await services.send_message(rt, NewMessage(topic="a", msg="a", delay_millis=0))
+    b = await services.send_messages(rt, [NewMessage(topic="b", msg=str(i), delay_millis=0) for i in range(3)])
+    await rt.redis.flushall()
+    dry = await recovery.restore(rt, dry_run=True)
+    assert (dry.restored, dry.already_live) == (4, 0)
+    assert await rt.redis.keys("dq:{*") == []
+    one = await recovery.restore(rt, topic="b", msg_id=b[1]["msgId"])
+    assert one.restored == 1 and await selectors.get_message(rt, "b", b[0]["msgId"]) is None
+    topic = await recovery.restore(rt, topic="b")
+    assert (topic.restored, topic.already_live) == (2, 1)
+    assert await selectors.get_message(rt, "a", a["msgId"]) is None
+
+
+async def test_include_expired_brings_back_undelivered_expired_messages_with_a_fresh_ttl(single_rt):
+    rt = single_rt
+    m = await services.send_message(rt, NewMessage(topic="x", msg="late", delay_millis=0, ttl_millis=30))
+    await asyncio.sleep(0.06)
+    assert (await services.pull_messages(rt, "x"))[0] == []  # ends it: expired, never delivered
+    await drain_log(rt, ["x"])
+    await rt.redis.flushall()
+    assert (await recovery.restore(rt)).skipped == 1
+    counts = await recovery.restore(rt, include_expired=True)
+    assert counts.restored == 1
+    back = await selectors.get_message(rt, "x", m["msgId"])
+    assert back["status"] == READY and back["expireTime"] - back["triggerTime"] >= 30
+    [pulled], _ = await services.pull_messages(rt, "x")
+    assert pulled["msg"] == "late"
+
+
+async def test_restore_endpoints(api, single_rt):
+    sent = (await api.post(API + "sendMsg", data={"topic": "h", "msg": "m", "delayMillis": 60_000})).json()["delayMsg"]
+    await single_rt.redis.flushall()
+    missing = (await api.get(API + "restoreMsg", params={"topic": "h", "msgId": "nope"})).json()
+    assert missing["code"] == 404 and "nope" in missing["msg"]
+    unknown = (await api.get(API + "restore", params={"topic": "never"})).json()
+    assert unknown["code"] == 404 and "never" in unknown["msg"]
+    bad = (await api.get(API + "restore", params={"expire": "perhaps"})).json()
+    assert bad["code"] == 400 and "expire" in bad["msg"]
+    one = (await api.get(API + "restoreMsg", params={"topic": "h", "msgId": sent["msgId"]})).json()
+    assert (one["code"], one["restored"], one["alreadyLive"]) == (200, 1, 0)
+    everything = (await api.post(API + "restore", data={"expire": "false"})).json()
+    assert (everything["code"], everything["restored"], everything["alreadyLive"]) == (200, 0, 1)
+    got = (await api.get(API + "getMsg", params={"topic": "h", "msgId": sent["msgId"]})).json()
+    assert got["delayMsg"] == sent
+
+
+def manage(*args, **env_overrides):
+    env = {**os.environ, "DATABASE_URL": log_database_url(), **{f"DELAYQUEUE_{k}": str(v) for k, v in TEST_CONFIG.items()},
+           **env_overrides}
+    return subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=60)
+
+
+def test_restore_command_prints_counts_and_refuses_bad_options():
+    async def setup():
+        rt = make_runtime(REDIS_URL)
+        await services.send_messages(rt, [NewMessage(topic="cli", msg=str(i), delay_millis=0) for i in range(5)])
+        await rt.redis.flushall()
+        await rt.close()
+
+    asyncio.run(setup())
+    dry = manage("restore", "--dry-run")
+    assert dry.returncode == 0 and "would restore 5, already live 0" in dry.stdout
+    done = manage("restore", "--topic", "cli")
+    assert done.returncode == 0 and "restored 5, already live 0, skipped (ended or expired) 0" in done.stdout
+    assert "100.0%" in done.stderr  # the progress report
+    assert "restored 0, already live 5" in manage("restore").stdout
+
+    bad_topic = manage("restore", "--topic", "no spaces allowed")
+    assert bad_topic.returncode == 2 and "--topic" in bad_topic.stderr and "Traceback" not in bad_topic.stderr
+    bad_flag = manage("restore", "--bogus")
+    assert bad_flag.returncode == 2 and "--bogus" in bad_flag.stderr
+    no_log = manage("restore", DATABASE_URL="postgres://postgres@127.0.0.1:1/none")
+    assert no_log.returncode == 1 and "message log unavailable" in no_log.stderr and "Traceback" not in no_log.stderr
+    no_redis = manage("restore", REDIS_URL="redis://127.0.0.1:1/0")
+    assert no_redis.returncode == 1 and "redis unavailable" in no_redis.stderr and "Traceback" not in no_redis.stderr
+
+
+def test_prune_log_deletes_old_ended_messages_and_their_history_only():
+    async def setup():
+        rt = make_runtime(REDIS_URL)
+        done = await services.send_messages(rt, [NewMessage(topic="p", msg=str(i), delay_millis=0) for i in range(6)])
+        pulled, _ = await services.pull_messages(rt, "p", batch=4)
+        for m in pulled:
+            await services.ack_message(rt, "p", m["msgId"])
+        await drain_log(rt, ["p"])
+        await rt.close()
+        return done
+
+    asyncio.run(setup())
+    asyncio.run(query("UPDATE delayqueue_message SET updated_at = updated_at - interval '10 days'"))
+    asyncio.run(query("UPDATE delayqueue_messageevent SET at = at - interval '10 days'"))
+    assert prune_log(timedelta(days=30)) == (0, 0)
+    assert prune_log(timedelta(days=7), batch=3) == (4, 12)  # 4 acked: sent, pulled, acked each
+    statuses = sorted(r[0] for r in asyncio.run(query("SELECT status FROM delayqueue_message")))
+    assert statuses == [READY, READY]
+    assert asyncio.run(query("SELECT count(*) FROM delayqueue_messageevent"))[0][0] == 2
+    out = manage("prune_log", "--older-than-days", "0")
+    assert out.returncode == 2 and "--older-than-days" in out.stderr
+    call_command("prune_log", "--older-than-days", "1")  # nothing left to prune, still fine
+
+
+def test_which_logged_rows_are_restored():
+    row = {"status": CONSUMING, "expire_time": 10_000, "trigger_time": 1_000}
+    assert recovery.restorable(row, now=5_000, include_expired=False) == row
+    assert recovery.restorable(row, now=20_000, include_expired=False) is None  # its TTL ran out
+    assert recovery.restorable(row, now=20_000, include_expired=True)["expire_time"] == 29_000  # TTL anew
+    assert recovery.restorable({**row, "status": 4}, now=5_000, include_expired=True) is None  # acked
+
+
+FILL_LOG = """
+INSERT INTO delayqueue_message (namespace, topic, msg_id, payload, produce_time, trigger_time, expire_time,
+                                max_retry, retry, status, updated_at)
+SELECT 'default', 'bulk' || (g %% 4), 'm' || g, 'payload ' || g, now(),
+       now() + (CASE WHEN g %% 2 = 0 THEN interval '1 hour' ELSE interval '0' END), now() + interval '1 day',
+       10, 0, 1 + g %% 2, now()
+FROM generate_series(1, %s) AS g
+"""
+
+
+def test_a_restore_interrupted_by_ctrl_c_leaves_nothing_half_done_and_a_rerun_finishes_it():
+    total = 150_000
+    asyncio.run(query(FILL_LOG, total))
+    client = redis.Redis.from_url(REDIS_URL)
+    topics = [f"bulk{i}" for i in range(4)]
+    env = {**os.environ, "DATABASE_URL": log_database_url()}
+    proc = subprocess.Popen([sys.executable, "manage.py", "restore"], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while sum(client.hlen(f"dq:{{default:{t}}}:msgs") for t in topics) == 0:
+        assert proc.poll() is None and time.monotonic() < deadline, "restore did not start writing"
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    held = sum(client.hlen(f"dq:{{default:{t}}}:msgs") for t in topics)
+    assert proc.returncode == 130 and "interrupted" in err and "Traceback" not in err, err
+    assert 0 < held < total, f"the interrupt landed outside the restore ({held} restored)"
+    for t in topics:  # every message Redis holds is whole: body, expiry entry, and waiting or ready
+        k = f"dq:{{default:{t}}}:"
+        bodies = {m.decode() for m in client.hkeys(k + "msgs")}
+        queued = {m.decode() for m in client.zrange(k + "waiting", 0, -1)} | {m.decode() for m in client.lrange(k + "ready", 0, -1)}
+        assert bodies == queued == {m.decode() for m in client.zrange(k + "expiry", 0, -1)}
+    rerun = manage("restore")
+    assert f"restored {total - held}, already live {held}," in rerun.stdout
+    assert sum(client.hlen(f"dq:{{default:{t}}}:msgs") for t in topics) == total
+    client.close()
