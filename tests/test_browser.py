@@ -34,7 +34,7 @@ pytestmark = [
 def uvicorn_server():
     """uvicorn on a free port, on the test database and Redis, as ./dev run serves the app."""
     port = free_port()
-    env = dict(os.environ, DATABASE_URL=conftest.test_database_url(), REDIS_URL=REDIS_URL,
+    env = dict(os.environ, DATABASE_URL=conftest.log_database_url(), REDIS_URL=REDIS_URL,
                **{f"DELAYQUEUE_{k}": str(v) for k, v in TEST_CONFIG.items()})
     log = open(ARTIFACTS / "uvicorn.log", "wb")
     proc = subprocess.Popen(
@@ -75,6 +75,15 @@ def browser():
 ARTIFACTS.mkdir(parents=True, exist_ok=True)
 
 
+def arrive(driver, css: str):
+    """Waits for the page a click navigated to (clicks return before the next page loads)."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    return WebDriverWait(driver, 20).until(expected_conditions.presence_of_element_located((By.CSS_SELECTOR, css)))
+
+
 def shot(driver, name: str) -> None:
     driver.save_screenshot(str(ARTIFACTS / f"{name}.png"))
 
@@ -100,11 +109,13 @@ def test_operator_walkthrough(uvicorn_server, browser):
     browser.find_element(By.ID, "id_password").send_keys("s3cret-pass")
     shot(browser, "01-login")
     browser.find_element(By.CSS_SELECTOR, "input[type=submit]").click()
+    arrive(browser, "#changelist")
     assert "Select message to change" in browser.title
     assert browser.find_element(By.CSS_SELECTOR, "link[href*='admin/css/base.css']")  # static files served
     shot(browser, "02-message-list")
 
     browser.find_element(By.CSS_SELECTOR, "#changelist-filter a[href*='topic=browser']").click()
+    arrive(browser, "#changelist-filter li.selected a[href*='topic=browser']")
     ids = [a.text for a in browser.find_elements(By.CSS_SELECTOR, "th.field-msg_id a")]
     assert sorted(ids) == ["b1", "b2"]
     shot(browser, "03-filtered-by-topic")
@@ -112,8 +123,10 @@ def test_operator_walkthrough(uvicorn_server, browser):
     search = browser.find_element(By.ID, "searchbar")
     search.clear()
     search.send_keys("b2\n")
+    arrive(browser, "#searchbar[value=b2]")
     assert [a.text for a in browser.find_elements(By.CSS_SELECTOR, "th.field-msg_id a")] == ["b2"]
     browser.find_element(By.LINK_TEXT, "b2").click()
+    arrive(browser, "#history")
     history = browser.find_element(By.ID, "history").text
     assert "Sent" in history and "Pulled" in history and "ready → consuming" in history
     assert "Not in Redis" in browser.find_element(By.ID, "live-state").text
@@ -123,6 +136,7 @@ def test_operator_walkthrough(uvicorn_server, browser):
     browser.find_element(By.ID, "action-toggle").click()  # select all on the page
     Select(browser.find_element(By.NAME, "action")).select_by_value("restore_selected")
     browser.find_element(By.CSS_SELECTOR, "button[name=index]").click()
+    arrive(browser, "ul.messagelist")
     message = browser.find_element(By.CSS_SELECTOR, "ul.messagelist").text
     assert "Restored 2; 0 already live in Redis; 0 skipped" in message
     shot(browser, "05-restored")
@@ -130,6 +144,7 @@ def test_operator_walkthrough(uvicorn_server, browser):
 
     browser.get(uvicorn_server + "/admin/")
     browser.find_element(By.LINK_TEXT, "Topic dashboard").click()
+    arrive(browser, "#topics")
     row = browser.find_element(By.CSS_SELECTOR, "tr[data-topic='browser']")
     assert row.find_element(By.CSS_SELECTOR, "td.waiting").text == "1"
     assert row.find_element(By.CSS_SELECTOR, "td.ready").text == "1"  # b2 came back ready, to be redelivered
