@@ -221,3 +221,14 @@ def test_redis_down_gives_messages_not_errors(admin_client, settings):
         assert response.status_code == 200 and "Redis unavailable" in response.content.decode()
     dashboard = admin_client.get("/admin/dashboard/")
     assert dashboard.status_code == 200 and "Redis unavailable" in dashboard.content.decode()
+
+
+@pytest.mark.parametrize("params", [
+    {"produce_time__gte": "garbage"}, {"status__exact": "abc"}, {"p": "abc"}, {"p": "99999"},
+    {"produce_time__year": "abc"}, {"produce_time__year": "2026", "produce_time__month": "13"},
+    {"o": "99"}, {"no_such_field": "1"}, {"topic": ""}, {"q": "\x00"},
+])
+def test_garbage_parameters_never_give_a_500(admin_client, params):
+    log_message()
+    response = admin_client.get(LIST, params, follow=True)
+    assert response.status_code == 200
