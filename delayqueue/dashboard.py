@@ -12,6 +12,8 @@ from .serializers import TopicSerializer, first_error
 from .sync import run_with_runtime
 
 CHART_WIDTH, CHART_HEIGHT = 720, 180
+# getTopicInfo's nine buckets (selectors.WAITING_BUCKETS), as column headings: due in ...
+BUCKET_LABELS = ("≤1m", "1–10m", "10–30m", "30m–1h", "1–6h", "6h–1d", "1–7d", "7–30d", ">30d")
 SPARK_WIDTH, SPARK_HEIGHT = 180, 36
 
 
@@ -74,15 +76,18 @@ def chart(series: list[dict], width: int, height: int) -> dict:
 
 def assess(overview: dict) -> tuple[str, str]:
     """('stuck' | 'busy' | 'ok', why). Stuck: due messages are not promoted (no scanner holds
-    the topic) or ready messages are not pulled at all. Busy: the ready backlog is more than
-    consumers took in the last interval."""
+    the topic), or a ready message has waited a whole monitor interval with nothing pulled
+    meanwhile (no consumers). Busy: the ready backlog is more than consumers took in the last
+    interval."""
     last = overview["last_interval"]
+    ready, pulled = overview["readyQueueSize"], last["pullMsg"]
     if overview["overdue"]:
         return "stuck", f"{overview['overdue']} due messages still waiting (is a scanner running?)"
-    if overview["readyQueueSize"] and not last["pullMsg"]:
-        return "stuck", f"{overview['readyQueueSize']} ready, none pulled in the last interval (no consumers?)"
-    if overview["readyQueueSize"] > last["pullMsg"]:
-        return "busy", f"ready backlog {overview['readyQueueSize']} > {last['pullMsg']} pulled last interval"
+    if ready and not pulled and overview["oldest_ready_age_ms"] > overview["interval_seconds"] * 1000:
+        waited = overview["oldest_ready_age_ms"] // 1000
+        return "stuck", f"{ready} ready, the oldest for {waited} s, none pulled in the last interval (no consumers?)"
+    if ready > pulled:
+        return "busy", f"ready backlog {ready} > {pulled} pulled last interval"
     return "ok", ""
 
 
@@ -122,7 +127,7 @@ def dashboard(request):
         **admin.site.each_context(request),
         "title": "Topic dashboard",
         "rows": rows,
-        "bucket_names": [name.removeprefix("sizeOf") for name, _ in WAITING_BUCKETS],
+        "bucket_names": BUCKET_LABELS,
         "chart": chart(combine_series(overviews), CHART_WIDTH, CHART_HEIGHT) if overviews else None,
         "chart_minutes": CHART_MINUTES,
         "topic": wanted,

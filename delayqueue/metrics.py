@@ -28,6 +28,8 @@ class Snapshot:
                                     "(getTopicInfo's buckets)", labels=["topic", "due_in"])
         overdue = GaugeMetricFamily("delayqueue_overdue_messages", "Waiting messages more than "
                                     f"{selectors.OVERDUE_MILLIS} ms past their triggerTime", labels=["topic"])
+        oldest = GaugeMetricFamily("delayqueue_oldest_ready_age_seconds", "How long the oldest ready message "
+                                   "has been due (0 when none is ready)", labels=["topic"])
         backlog = GaugeMetricFamily("delayqueue_log_writer_backlog", "Lifecycle events in Redis not yet "
                                     "written to the PostgreSQL message log", labels=["topic"])
         lateness = HistogramMetricFamily(
@@ -44,6 +46,7 @@ class Snapshot:
                 waiting.add_metric([topic, name.removeprefix("sizeOf")], o["waitingQueueInfo"][name])
             overdue.add_metric([topic], o["overdue"])
             backlog.add_metric([topic], o["log_backlog"])
+            oldest.add_metric([topic], o["oldest_ready_age_ms"] / 1000)
             cumulative, buckets = 0, []
             for bound, count in o["lateness_buckets"]:
                 cumulative += count
@@ -55,7 +58,7 @@ class Snapshot:
                                 "scanner over its last report period", labels=["scanner"])
         for token, millis in sorted(self.scanner_lags.items()):
             lag.add_metric([token], millis / 1000)
-        yield from (requests, sizes, waiting, overdue, backlog, lateness, topics, lag)
+        yield from (requests, sizes, waiting, overdue, oldest, backlog, lateness, topics, lag)
 
 
 async def metrics(request):

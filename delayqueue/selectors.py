@@ -146,8 +146,8 @@ def _number(value) -> int:
 async def topic_overview(rt: Runtime, topics: list[str]) -> list[dict]:
     """What the dashboard and /metrics show per topic: getTopicInfo, the last complete monitor
     interval's counters, lifetime totals, the lateness histogram and per-minute series, how
-    many waiting messages are overdue, and how many lifecycle events wait for the log writer.
-    Unknown topics give zeros."""
+    many waiting messages are overdue, how long the oldest ready message has been due, and how
+    many lifecycle events wait for the log writer. Unknown topics give zeros."""
     if not topics:
         return []
     infos = await topic_infos(rt, topics)
@@ -160,11 +160,18 @@ async def topic_overview(rt: Runtime, topics: list[str]) -> list[dict]:
         pipe.hgetall(k.stats)
         pipe.zcount(k.waiting, "-inf", now - OVERDUE_MILLIS)
         pipe.xlen(k.events)
+        pipe.lindex(k.ready, -1)  # the oldest ready id: pulls take from the tail
     replies = await pipe.execute()
+    oldest_ids = {topic: replies[4 * i + 3] for i, topic in enumerate(topics) if replies[4 * i + 3]}
+    pipe = rt.redis.pipeline(transaction=False)
+    for topic, msg_id in oldest_ids.items():
+        pipe.hget(rt.ns.topic(topic).msgs, msg_id)
+    bodies = dict(zip(oldest_ids, await pipe.execute())) if oldest_ids else {}
     this_minute = now // 60_000
     overviews = []
     for i, info in enumerate(infos):
-        stats, overdue, backlog = replies[3 * i:3 * i + 3]
+        stats, overdue, backlog = replies[4 * i:4 * i + 3]
+        oldest = bodies.get(info["topic"])
         last = {name: _number(stats.get(f"{previous}:{name}")) for name in REQUEST_COUNTERS}
         series = []
         for minute in range(this_minute - CHART_MINUTES + 1, this_minute + 1):
@@ -179,6 +186,7 @@ async def topic_overview(rt: Runtime, topics: list[str]) -> list[dict]:
             **info,
             "overdue": overdue,
             "log_backlog": backlog,
+            "oldest_ready_age_ms": max(now - decode_message(oldest)["triggerTime"], 0) if oldest else 0,
             "last_interval": last,
             "interval_seconds": rt.config.monitor_interval_seconds,
             "totals": {name: _number(stats.get(f"total:{name}")) for name in REQUEST_COUNTERS},

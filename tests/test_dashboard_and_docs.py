@@ -20,23 +20,28 @@ def cells(row: str, name: str) -> list[str]:
     return re.findall(rf'<td class="{name}">(\d+)</td>', row)
 
 
-def test_dashboard_shows_sizes_buckets_and_flags_stuck_and_busy_topics(admin_client, monkeypatch):
+def test_dashboard_shows_sizes_buckets_and_flags_stuck_topics(admin_client, monkeypatch, settings):
+    settings.DELAYQUEUE = {**settings.DELAYQUEUE, "MONITOR_INTERVAL_SECONDS": 1}
     monkeypatch.setattr(selectors, "OVERDUE_MILLIS", 0)  # anything due and still waiting is overdue
     send("calm", "c1", 3_600_000 * 2)
-    send("stuck-ready", "s1", 0)  # ready, nobody pulls
+    send("stuck-ready", "s1", 0)  # ready, and nobody pulls it for a whole interval
     send("overdue", "o1", 200)  # no scanner runs, so once due it stays waiting
     run_with_runtime(services.pull_messages, "calm")
-    time.sleep(0.3)
+    time.sleep(1.1)
+    send("fresh", "f1", 0)  # ready just now: consumers are behind, not absent
     page = admin_client.get(DASHBOARD).content.decode()
     table = rows(page)
-    assert list(table) == ["overdue", "stuck-ready", "calm"]  # stuck first
+    assert list(table) == ["overdue", "stuck-ready", "fresh", "calm"]  # stuck first, then busy
     assert "dq-state dq-stuck" in table["overdue"] and "is a scanner running?" in table["overdue"]
     assert "dq-state dq-stuck" in table["stuck-ready"] and "no consumers?" in table["stuck-ready"]
+    assert "dq-state dq-busy" in table["fresh"]
     assert "dq-state dq-ok" in table["calm"]
     assert cells(table["calm"], "waiting") == ["1"] and cells(table["calm"], "ready") == ["0"]
     assert cells(table["calm"], "bucket") == ["0", "0", "0", "0", "1", "0", "0", "0", "0"]
     assert cells(table["stuck-ready"], "ready") == ["1"]
+    assert cells(table["stuck-ready"], "backlog") == ["1"]  # its 'sent' event: no log writer runs
     assert '<span class="dq-stuck" id="stuck-count">2 stuck</span>' in page
+    assert '<span class="dq-busy" id="busy-count">1 busy</span>' in page
     assert 'id="lateness-chart"' in page
 
 

@@ -140,6 +140,7 @@ async def test_metrics_sizes_buckets_backlog_and_scanner_lag(api, single_rt, sca
     await call(api, "sendMsg", topic="sizes", msg="b", delayMillis="0")
     await call(api, "sendMsg", topic="sizes", msg="c", delayMillis=str(2 * 3_600_000))
     await call(api, "pullMsg", topic="sizes")
+    await asyncio.sleep(0.3)
     samples = await scrape(api)
     assert sample(samples, "delayqueue_queue_size", topic="sizes", queue="waiting") == 1
     assert sample(samples, "delayqueue_queue_size", topic="sizes", queue="ready") == 1
@@ -149,6 +150,7 @@ async def test_metrics_sizes_buckets_backlog_and_scanner_lag(api, single_rt, sca
     # Four lifecycle events (three sends, one pull) wait in Redis: no scanner, so no log writer.
     assert sample(samples, "delayqueue_log_writer_backlog", topic="sizes") == 4
     assert sample(samples, "delayqueue_topics") == 1
+    assert sample(samples, "delayqueue_oldest_ready_age_seconds", topic="sizes") >= 0.3  # "b", ready since the sends
     assert not [key for key in samples if key[0] == "delayqueue_scanner_loop_lag_seconds"]
 
     scanner = scanner_process("lag")
