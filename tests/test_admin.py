@@ -51,7 +51,8 @@ def listed_ids(response) -> list[str]:
 
 
 @pytest.mark.parametrize("path", [
-    LIST, LIST + "1/change/", "/admin/", "/admin/dashboard/", "/admin/dashboard/?topic=orders",
+    LIST, LIST + "1/change/", LIST + "1/history/", "/admin/", "/admin/delayqueue/", "/admin/dashboard/",
+    "/admin/dashboard/?topic=orders",
 ])
 def test_every_page_needs_a_staff_login(client, path):
     log_message()
@@ -62,6 +63,18 @@ def test_every_page_needs_a_staff_login(client, path):
     not_staff = client.get(path)
     assert not_staff.status_code == 302 and not_staff["Location"].startswith("/admin/login/")
     assert b"body of m1" not in not_staff.content
+
+
+def test_actions_need_a_staff_login(client):
+    send("orders", "keep", 60_000)
+    row = Message.objects.get(msg_id="keep")
+    User.objects.create_user("clerk", password="pw", is_staff=False)
+    for login in (False, True):
+        if login:
+            client.login(username="clerk", password="pw")
+        response = client.post(LIST, {"action": "delete_selected_messages", "_selected_action": [row.pk]})
+        assert response.status_code == 302 and response["Location"].startswith("/admin/login/")
+    assert run_with_runtime(selectors.get_message, "orders", "keep")["status"] == Status.WAITING
 
 
 def test_list_newest_first_with_search_and_filters(admin_client):
