@@ -18,6 +18,11 @@ from .serializers import MsgIdField, TopicSerializer, first_error
 from .sync import run_with_runtime
 
 
+# The actions work on rows in memory; a "select all" over millions of rows is a job for
+# `manage.py restore --topic ...`, not a web request.
+ACTION_LIMIT = 10_000
+
+
 class EstimatedCountPaginator(Paginator):
     @cached_property
     def count(self):
@@ -138,6 +143,14 @@ class MessageAdmin(admin.ModelAdmin):
             return queryset.none(), False
         return queryset.filter(msg_id=term), False
 
+    def _selected(self, request, queryset) -> list[Message] | None:
+        selected = list(queryset[:ACTION_LIMIT + 1])
+        if len(selected) > ACTION_LIMIT:
+            self.message_user(request, f"Select at most {ACTION_LIMIT:,} messages at a time (for a whole topic "
+                                       "use manage.py restore --topic).", messages.ERROR)
+            return None
+        return selected
+
     def get_actions(self, request):
         actions = super().get_actions(request)
         actions.pop("delete_selected", None)  # deleting log rows would lose history; delete means the queue's delete
@@ -185,7 +198,9 @@ class MessageAdmin(admin.ModelAdmin):
     @admin.action(description="Restore selected messages into Redis", permissions=["change"])
     def restore_selected(self, request, queryset):
         namespace = load_config().namespace
-        selected = list(queryset)
+        selected = self._selected(request, queryset)
+        if selected is None:
+            return
         rows = [log_row(m) for m in selected if m.namespace == namespace]
         try:
             counts = run_with_runtime(recovery.restore_rows, rows)
@@ -201,7 +216,9 @@ class MessageAdmin(admin.ModelAdmin):
     @admin.action(description="Delete selected messages from the queue", permissions=["change"])
     def delete_selected_messages(self, request, queryset):
         namespace = load_config().namespace
-        selected = list(queryset)
+        selected = self._selected(request, queryset)
+        if selected is None:
+            return
         targets = [(m.topic, m.msg_id) for m in selected if m.namespace == namespace]
         other = len(selected) - len(targets)
 

@@ -245,3 +245,15 @@ def test_garbage_parameters_never_give_a_500(admin_client, params):
     log_message()
     response = admin_client.get(LIST, params, follow=True)
     assert response.status_code == 200
+
+
+def test_actions_refuse_more_rows_than_the_limit(admin_client, monkeypatch):
+    from delayqueue import admin as message_admin
+
+    monkeypatch.setattr(message_admin, "ACTION_LIMIT", 2)
+    for msg_id in ("l1", "l2", "l3"):
+        send("orders", msg_id, 60_000)
+    page = admin_client.post(LIST, {"action": "delete_selected_messages", "select_across": "1", "index": "0",
+                                    "_selected_action": [m.pk for m in Message.objects.all()]}, follow=True)
+    assert "Select at most 2 messages at a time" in page.content.decode()
+    assert run_with_runtime(selectors.topic_info, "orders")["waitingQueueSize"] == 3  # nothing deleted
