@@ -1,6 +1,11 @@
 """Request parsing for the camellia-compatible API. Errors name the parameter."""
+import re
+
 from django.conf import settings
+from django.core.validators import BaseValidator, ProhibitNullCharactersValidator, RegexValidator
 from rest_framework import serializers
+from rest_framework.fields import empty
+from rest_framework.validators import ProhibitSurrogateCharactersValidator
 
 from .keys import NAME_PATTERN
 
@@ -91,3 +96,102 @@ def first_error(errors) -> str:
     if isinstance(errors, list) and errors:
         return first_error(errors[0])
     return str(errors)
+
+
+class FastValidation:
+    """A serializer's validation for the common, well-formed request, without DRF's per-field
+    machinery (which costs more than the whole rest of a send). Built from the serializer's own
+    fields, validators and validate_<field> methods, so the serializer stays the one statement of
+    the rules. It accepts a subset of what the serializer accepts, with the same result; for
+    anything else (a missing required field, an int given as "12.0", any failed check) it
+    answers None and the caller runs the serializer, which decides and words the error."""
+
+    _INTEGER = re.compile(r"-?[0-9]{1,18}")
+    _SURROGATE = re.compile("[\ud800-\udfff]")
+
+    def __init__(self, serializer: serializers.Serializer):
+        self.serializer = serializer
+        self.checks = [(name, self._check_for(field), field) for name, field in serializer.fields.items()]
+        self.validate = None if type(serializer).validate is serializers.Serializer.validate else serializer.validate
+
+    @staticmethod
+    def _predicate(validator):
+        """The validator as a cheap test. Django's call builds an error-params dict every time."""
+        if isinstance(validator, (ProhibitNullCharactersValidator, ProhibitSurrogateCharactersValidator)):
+            return None  # the CharField coercion below refuses those characters itself
+        if isinstance(validator, BaseValidator) and not callable(validator.limit_value):
+            compare, clean, limit = validator.compare, validator.clean, validator.limit_value
+            return lambda value: not compare(clean(value), limit)
+        if isinstance(validator, RegexValidator):
+            search, inverse = re.compile(validator.regex.pattern, validator.regex.flags).search, validator.inverse_match
+            return lambda value: bool(search(str(value))) != inverse
+        if getattr(validator, "requires_context", False):
+            raise TypeError(f"no fast validation with {type(validator).__name__}")
+
+        def run(value):
+            validator(value)
+            return True
+
+        return run
+
+    def _check_for(self, field):
+        extra = getattr(self.serializer, f"validate_{field.field_name}", None)
+        validators = [test for test in map(self._predicate, field.validators) if test is not None]
+        if isinstance(field, serializers.CharField):
+            blank_ok, trim = field.allow_blank, field.trim_whitespace
+
+            def coerce(value):
+                if type(value) is not str or "\x00" in value or self._SURROGATE.search(value):
+                    return empty
+                if trim:
+                    value = value.strip()
+                if value == "":
+                    return "" if blank_ok else empty
+                return value
+        elif isinstance(field, serializers.IntegerField):
+            def coerce(value):
+                if type(value) is int:
+                    return value
+                if type(value) is str and self._INTEGER.fullmatch(value):
+                    return int(value)
+                return empty
+        elif isinstance(field, serializers.BooleanField):
+            true, false = field.TRUE_VALUES, field.FALSE_VALUES
+
+            def coerce(value):
+                if type(value) not in (str, bool, int):
+                    return empty
+                return True if value in true else False if value in false else empty
+        else:
+            raise TypeError(f"no fast validation for {type(field).__name__}")
+
+        def check(value):
+            value = coerce(value)
+            if value is empty:
+                return empty
+            if value != "":  # DRF runs no validators on an allowed blank
+                for valid in validators:
+                    if not valid(value):
+                        return empty
+            return extra(value) if extra else value
+
+        return check
+
+    def __call__(self, data: dict) -> dict | None:
+        out = {}
+        try:
+            for name, check, field in self.checks:
+                value = data.get(name, empty)
+                if value is empty or value is None:
+                    if field.required or value is None:
+                        return None
+                    if field.default is not empty:
+                        out[name] = field.get_default()
+                    continue
+                value = check(value)
+                if value is empty:
+                    return None
+                out[name] = value
+            return self.validate(out) if self.validate else out
+        except Exception:  # any failed check: the serializer decides, and words the error
+            return None

@@ -257,11 +257,11 @@ async def test_monitor_data_counts_the_last_interval(api, settings):
 
 async def test_redis_down_gives_500_not_a_traceback(api, settings):
     settings.REDIS_URL = "redis://127.0.0.1:1/0"  # nothing listens there
-    from delayqueue import runtime
+    from delayqueue.runtime import close_current
 
-    runtime._runtimes.clear()
+    await close_current()  # the next request builds its runtime from the settings above
     try:
         result = await call(api, "sendMsg", topic="t", msg="x", delayMillis="0")
         assert result["code"] == 500 and "redis unavailable" in result["msg"]
     finally:
-        runtime._runtimes.clear()
+        await close_current()
