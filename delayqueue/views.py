@@ -119,7 +119,7 @@ class QueueAPIView(APIView):
         self.args, self.kwargs = args, kwargs
         self.request = request = self.initialize_request(request, *args, **kwargs)
         if self.marks_use:
-            health.mark_use()
+            health.mark_use(current())
         try:
             if request.method.lower() not in self.http_method_names:
                 raise exceptions.MethodNotAllowed(request.method)
@@ -331,10 +331,10 @@ class HealthView(QueueAPIView):
     marks_use = False
 
 
-@health_endpoint("200 while online, 500 after /offline", failing="offline")
+@health_endpoint("200 while this host is online, 500 after /offline", failing="offline")
 class HealthStatusView(HealthView):
     async def handle(self, request):
-        return health_reply(200 if health.online else 500)
+        return health_reply(200 if await health.is_online(current()) else 500)
 
 
 @health_endpoint("Always 200 while the process serves requests")
@@ -346,13 +346,15 @@ class HealthCheckView(HealthView):
 @health_endpoint("Report online again")
 class HealthOnlineView(HealthView):
     async def handle(self, request):
-        health.set_online(True)
+        await health.set_online(current(), True)
         return health_reply(200)
 
 
-@health_endpoint("Report offline (to drain); 200 once no queue request came for 20 s, else 500",
+@health_endpoint("Report this host offline (to drain); 200 once none of its workers served a queue request "
+                 "for 20 s, else 500",
                  failing="still serving queue requests")
 class HealthOfflineView(HealthView):
     async def handle(self, request):
-        health.set_online(False)
-        return health_reply(200 if health.idle() else 500)
+        rt = current()
+        await health.set_online(rt, False)
+        return health_reply(200 if await health.idle(rt) else 500)

@@ -2,6 +2,7 @@
 (fire-lateness histogram, counters, sizes, scanner lag, log backlog) and the health endpoints.
 Figures come from Redis, so they add up whichever process did the work."""
 import asyncio
+import time
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -219,6 +220,23 @@ async def test_health_endpoints_answer_like_camellia(api, monkeypatch):
         online = await api.post("/camellia/health/online")
     assert (online.status_code, online.json()) == (200, {"code": 200})
     assert (await api.get("/camellia/health/status")).status_code == 200
+
+
+async def test_health_state_is_shared_by_the_hosts_workers(api, single_rt, monkeypatch):
+    """Another uvicorn worker of the host (here: this one forgetting its own state) answers alike."""
+    await api.post("/camellia/health/offline")
+    monkeypatch.setattr(health, "_online", True)
+    assert (await api.get("/camellia/health/status")).status_code == 500
+    await api.post("/camellia/health/online")
+    monkeypatch.setattr(health, "_online", False)
+    assert (await api.get("/camellia/health/status")).status_code == 200
+    # A request another worker served a moment ago keeps the host draining.
+    monkeypatch.setattr(health, "_last_use", 0.0)
+    await single_rt.redis.hset(single_rt.ns.health, f"{health.HOST}:last_use", int(time.time() * 1000))
+    assert (await api.post("/camellia/health/offline")).status_code == 500
+    await single_rt.redis.hset(single_rt.ns.health, f"{health.HOST}:last_use", int(time.time() * 1000) - 60_000)
+    assert (await api.post("/camellia/health/offline")).status_code == 200
+    await api.post("/camellia/health/online")
 
 
 async def test_grafana_dashboard_queries_only_exported_metrics(api, single_rt, start_scanner):
