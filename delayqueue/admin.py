@@ -2,7 +2,7 @@
 history beside its live Redis state, restore or delete selected messages through the same
 service layer as the API. Built for a log of millions of rows: no full-table COUNT(*), every
 filter on an indexed column, sorting only on indexed times."""
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 from django.contrib import admin, messages
 from django.core.paginator import Paginator
@@ -57,8 +57,11 @@ class TopicFilter(admin.SimpleListFilter):
         return queryset.filter(topic=value)
 
 
+EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
 def epoch_millis(moment: datetime) -> int:
-    return int(moment.timestamp() * 1000)
+    return (moment - EPOCH) // timedelta(milliseconds=1)  # exact, where timestamp() * 1000 may round
 
 
 def from_millis(millis: int | None) -> datetime | None:

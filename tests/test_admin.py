@@ -185,7 +185,7 @@ def test_delete_selected_goes_through_the_queue(admin_client):
 
 
 def test_restore_selected_brings_back_what_redis_lost(admin_client):
-    send("orders", "r1", 60_000)
+    sent = send("orders", "r1", 60_000)
     send("orders", "r2", 0)
     log_message(msg_id="finished", status=Status.ACKED)
     client = redis.Redis.from_url(REDIS_URL)
@@ -195,7 +195,9 @@ def test_restore_selected_brings_back_what_redis_lost(admin_client):
     action = {"action": "restore_selected", "_selected_action": selected}
     page = admin_client.post(LIST, action, follow=True).content.decode()
     assert "Restored 2; 0 already live in Redis; 1 skipped" in page
-    assert run_with_runtime(selectors.get_message, "orders", "r1")["status"] == Status.WAITING
+    restored = run_with_runtime(selectors.get_message, "orders", "r1")
+    assert restored["status"] == Status.WAITING
+    assert (restored["triggerTime"], restored["expireTime"]) == (sent["triggerTime"], sent["expireTime"])
     assert run_with_runtime(selectors.get_message, "orders", "r2")["status"] == Status.READY
     assert run_with_runtime(selectors.get_message, "orders", "finished") is None
     again = admin_client.post(LIST, action, follow=True).content.decode()
