@@ -135,4 +135,4 @@ def dashboard(request):
         "stuck": sum(r["state"] == "stuck" for r in rows),
         "busy": sum(r["state"] == "busy" for r in rows),
     }
-    return render(request, "delayqueue/dashboard.html", context, status=200)
+    return render(request, "delayqueue/dashboard.html", context)
