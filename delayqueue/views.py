@@ -324,7 +324,8 @@ class RestoreMsgView(QueueAPIView):
 
 def health_reply(code: int) -> HttpResponse:
     """camellia's health answers: {"code": N} with the same HTTP status, for load balancers."""
-    return HttpResponse(json.dumps({"code": code}).encode(), status=code, content_type="application/json")
+    return HttpResponse(json.dumps({"code": code}, separators=(",", ":")).encode(), status=code,
+                        content_type="application/json")
 
 
 class HealthView(QueueAPIView):
