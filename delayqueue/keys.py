@@ -31,6 +31,8 @@ class NamespaceKeys:
     topics: str  # ZSET topic -> registration time
     ready_channel: str  # pub/sub: a topic's ready list became non-empty
     schedule_channel: str  # pub/sub: a topic has work earlier than its scanner expects
+    scanners: str  # HASH scanner token -> "<event-loop lag ms>:<reported at ms>"
+    health: str  # HASH "<host>:offline" -> 1, "<host>:last_use" -> ms (camellia's health endpoints)
 
     def topic(self, topic: str) -> TopicKeys:
         return topic_keys(self.namespace, topic)
@@ -53,4 +55,6 @@ def namespace_keys(namespace: str) -> NamespaceKeys:
         topics=base + "topics",
         ready_channel=base + "ready",
         schedule_channel=base + "schedule",
+        scanners=base + "scanners",
+        health=base + "health",
     )

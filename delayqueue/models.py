@@ -55,6 +55,10 @@ class Message(models.Model):
             models.Index(fields=["topic", "status", "-produce_time"], name="message_topic_status"),
             models.Index(fields=["-produce_time"], name="message_produce_time"),
             models.Index(fields=["trigger_time"], name="message_trigger_time"),
+            # The admin: exact msgId search, and the status / topic filters in produce-time order.
+            models.Index(fields=["msg_id"], name="message_msg_id"),
+            models.Index(fields=["status", "-produce_time"], name="message_status_produced"),
+            models.Index(fields=["topic", "-produce_time"], name="message_topic_produced"),
             # The restore scan: live messages only, walked in id order.
             models.Index(fields=["namespace", "id"], name="message_live",
                          condition=models.Q(status__in=[1, 2, 3])),

@@ -28,6 +28,9 @@ log = logging.getLogger(__name__)
 MAX_IDLE_SLEEP = 1.0  # a topic with nothing scheduled is still looked at this often
 REGISTRY_REFRESH = 1.0
 ERROR_BACKOFF = 0.5
+LAG_SAMPLE = 0.1  # the lag probe sleeps this long and measures how late it wakes
+LAG_REPORT = 1.0  # and reports the worst overrun to Redis this often (for /metrics)
+GONE_AFTER_MILLIS = 10_000  # a scanner whose lag report is this old has stopped
 
 
 class TopicWorker:
@@ -121,6 +124,7 @@ class Scanner:
         await store.load_scripts(self.rt.redis)
         loop = asyncio.get_running_loop()
         listener = loop.create_task(self._listen(), name="schedule-listener")
+        lag_probe = loop.create_task(self._report_lag(), name="lag-probe")
         writer = loop.create_task(self.log_writer.run(self._stop), name="log-writer") if self.log_writer else None
         await self._subscribed.wait()
         next_refresh = next_renew = next_retire = next_prune = loop.time()
@@ -153,6 +157,7 @@ class Scanner:
                     pass
         finally:
             listener.cancel()
+            lag_probe.cancel()
             if writer is not None:
                 self._stop.set()
                 await asyncio.gather(writer, return_exceptions=True)
@@ -208,7 +213,33 @@ class Scanner:
             await self.workers.pop(topic).stop()
             await self.rt.call("lock_release", [k.lock], [self.token])
 
+    async def _report_lag(self) -> None:
+        """How late this process' event loop wakes timers, which is how late it can promote a
+        due message: the worst sleep overrun of each report period, into the scanners hash."""
+        loop = asyncio.get_running_loop()
+        worst, report_at = 0.0, loop.time() + LAG_REPORT
+        while True:
+            started = loop.time()
+            await asyncio.sleep(LAG_SAMPLE)
+            worst = max(worst, loop.time() - started - LAG_SAMPLE)
+            if loop.time() >= report_at:
+                try:
+                    await self.rt.redis.hset(self.rt.ns.scanners, self.token,
+                                             f"{worst * 1000:.3f}:{int(time.time() * 1000)}")
+                except Exception as exc:
+                    log.warning("scanner %s could not report its loop lag: %s", self.token, exc)
+                worst, report_at = 0.0, loop.time() + LAG_REPORT
+
+    async def _forget_gone_scanners(self) -> None:
+        now = int(time.time() * 1000)
+        reports = await self.rt.redis.hgetall(self.rt.ns.scanners)
+        gone = [token for token, value in reports.items()
+                if now - int(value.partition(":")[2] or 0) > GONE_AFTER_MILLIS]
+        if gone:
+            await self.rt.redis.hdel(self.rt.ns.scanners, *gone)
+
     async def _prune_stats(self) -> None:
+        await self._forget_gone_scanners()
         if self.workers:
             await store.run_scripts(
                 self.rt.redis,
@@ -254,6 +285,10 @@ class Scanner:
                     pass
 
     async def _shutdown(self) -> None:
+        try:
+            await self.rt.redis.hdel(self.rt.ns.scanners, self.token)
+        except Exception as exc:
+            log.warning("scanner %s could not withdraw its lag report: %s", self.token, exc)
         topics = list(self.workers)
         for worker in self.workers.values():
             await worker.stop()

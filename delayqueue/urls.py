@@ -18,3 +18,12 @@ urlpatterns = [
     path(API + "restore", views.RestoreView.as_view()),
     path(API + "restoreMsg", views.RestoreMsgView.as_view()),
 ]
+
+HEALTH = "camellia/health/"
+
+urlpatterns += [
+    path(HEALTH + "status", views.HealthStatusView.as_view()),
+    path(HEALTH + "check", views.HealthCheckView.as_view()),
+    path(HEALTH + "online", views.HealthOnlineView.as_view()),
+    path(HEALTH + "offline", views.HealthOfflineView.as_view()),
+]

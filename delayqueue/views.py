@@ -13,9 +13,21 @@ from rest_framework import exceptions
 from rest_framework.exceptions import ValidationError
 from rest_framework.views import APIView
 
-from . import recovery, selectors, services
+from . import health, recovery, selectors, services
 from .messagelog import LogUnavailable
 from .runtime import current
+from .schema import (
+    BatchResultSerializer,
+    DelayMsgListResultSerializer,
+    DelayMsgResultSerializer,
+    MonitorDataResultSerializer,
+    RestoreResultSerializer,
+    ResultSerializer,
+    TopicInfoListResultSerializer,
+    TopicInfoResultSerializer,
+    health_endpoint,
+    queue_endpoint,
+)
 from .serializers import (
     AckMsgSerializer,
     DeleteMsgSerializer,
@@ -86,6 +98,8 @@ class QueueAPIView(APIView):
     the API is camellia's, open to its SDK."""
 
     http_method_names = ["get", "post"]
+    # Message operations count as use for /camellia/health/offline; monitor reads do not.
+    marks_use = True
 
     # Parsers and the negotiator keep no per-request state: build them once, not per request.
     _parsers = None
@@ -104,6 +118,8 @@ class QueueAPIView(APIView):
     async def dispatch(self, request, *args, **kwargs):
         self.args, self.kwargs = args, kwargs
         self.request = request = self.initialize_request(request, *args, **kwargs)
+        if self.marks_use:
+            health.mark_use(current())
         try:
             if request.method.lower() not in self.http_method_names:
                 raise exceptions.MethodNotAllowed(request.method)
@@ -153,6 +169,7 @@ class QueueAPIView(APIView):
         raise NotImplementedError
 
 
+@queue_endpoint("Send a message", DelayMsgResultSerializer, SendMsgSerializer)
 class SendMsgView(QueueAPIView):
     async def handle(self, request):
         data = self.validated(SendMsgSerializer)
@@ -160,6 +177,8 @@ class SendMsgView(QueueAPIView):
         return reply(delayMsg=message)
 
 
+@queue_endpoint("Send many messages (a JSON list of sendMsg objects)", BatchResultSerializer,
+                body=SendMsgSerializer(many=True))
 class SendMsgBatchView(QueueAPIView):
     """A JSON list of sendMsg objects; one {code, msg, delayMsg} result per message, in order."""
 
@@ -194,6 +213,7 @@ class SendMsgBatchView(QueueAPIView):
         return reply(results=results)
 
 
+@queue_endpoint("Pull ready messages (short poll)", DelayMsgListResultSerializer, PullMsgSerializer)
 class PullMsgView(QueueAPIView):
     async def handle(self, request):
         data = self.validated(PullMsgSerializer)
@@ -203,6 +223,8 @@ class PullMsgView(QueueAPIView):
         return reply(delayMsgList=messages)
 
 
+@queue_endpoint("Pull, holding the request until a message is ready or the timeout",
+                DelayMsgListResultSerializer, LongPollingMsgSerializer)
 class LongPollingMsgView(QueueAPIView):
     async def handle(self, request):
         data = self.validated(LongPollingMsgSerializer)
@@ -212,6 +234,8 @@ class LongPollingMsgView(QueueAPIView):
         return reply(delayMsgList=messages)
 
 
+@queue_endpoint("Ack (ack=true) or give back for immediate retry (ack=false)", ResultSerializer,
+                AckMsgSerializer)
 class AckMsgView(QueueAPIView):
     async def handle(self, request):
         data = self.validated(AckMsgSerializer)
@@ -220,6 +244,7 @@ class AckMsgView(QueueAPIView):
         return reply()
 
 
+@queue_endpoint("Read one message", DelayMsgResultSerializer, MessageRefSerializer)
 class GetMsgView(QueueAPIView):
     async def handle(self, request):
         data = self.validated(MessageRefSerializer)
@@ -229,6 +254,7 @@ class GetMsgView(QueueAPIView):
         return reply(delayMsg=message)
 
 
+@queue_endpoint("Delete a live message", ResultSerializer, DeleteMsgSerializer)
 class DeleteMsgView(QueueAPIView):
     async def handle(self, request):
         data = self.validated(DeleteMsgSerializer)
@@ -237,18 +263,29 @@ class DeleteMsgView(QueueAPIView):
         return reply()
 
 
+@queue_endpoint("Last monitor interval's counters, summed over all processes",
+                MonitorDataResultSerializer)
 class GetMonitorDataView(QueueAPIView):
+    marks_use = False
+
     async def handle(self, request):
         return reply(data=await selectors.monitor_data(current()))
 
 
+@queue_endpoint("Queue sizes and nine waiting-delay buckets of a topic", TopicInfoResultSerializer,
+                TopicSerializer)
 class GetTopicInfoView(QueueAPIView):
+    marks_use = False
+
     async def handle(self, request):
         data = self.validated(TopicSerializer)
         return reply(data=await selectors.topic_info(current(), data["topic"]))
 
 
+@queue_endpoint("getTopicInfo of every registered topic", TopicInfoListResultSerializer)
 class GetTopicInfoListView(QueueAPIView):
+    marks_use = False
+
     async def handle(self, request):
         rt = current()
         return reply(data=await selectors.topic_infos(rt, await selectors.list_topics(rt)))
@@ -258,6 +295,8 @@ def restore_reply(counts: recovery.RestoreCounts) -> HttpResponse:
     return reply(restored=counts.restored, alreadyLive=counts.already_live, skipped=counts.skipped)
 
 
+@queue_endpoint("Restore live messages from the message log into Redis", RestoreResultSerializer,
+                RestoreSerializer)
 class RestoreView(QueueAPIView):
     """Brings back into Redis what the message log says is live; expire=true also brings back
     messages whose TTL ran out before delivery. Safe to repeat: what Redis holds is skipped."""
@@ -271,6 +310,8 @@ class RestoreView(QueueAPIView):
         return restore_reply(await recovery.restore(rt, topic=topic, include_expired=data["expire"]))
 
 
+@queue_endpoint("Restore one message from the message log into Redis", RestoreResultSerializer,
+                RestoreMsgSerializer)
 class RestoreMsgView(QueueAPIView):
     async def handle(self, request):
         data = self.validated(RestoreMsgSerializer)
@@ -279,3 +320,42 @@ class RestoreMsgView(QueueAPIView):
         if not await recovery.count_logged(rt, topic=topic, msg_id=msg_id):
             return reply(404, f"message {msg_id} not found in the message log of topic {topic}")
         return restore_reply(await recovery.restore(rt, topic=topic, msg_id=msg_id, include_expired=data["expire"]))
+
+
+def health_reply(code: int) -> HttpResponse:
+    """camellia's health answers: {"code": N} with the same HTTP status, for load balancers."""
+    return HttpResponse(json.dumps({"code": code}, separators=(",", ":")).encode(), status=code,
+                        content_type="application/json")
+
+
+class HealthView(QueueAPIView):
+    marks_use = False
+
+
+@health_endpoint("200 while this host is online, 500 after /offline", failing="offline")
+class HealthStatusView(HealthView):
+    async def handle(self, request):
+        return health_reply(200 if await health.is_online(current()) else 500)
+
+
+@health_endpoint("Always 200 while the process serves requests")
+class HealthCheckView(HealthView):
+    async def handle(self, request):
+        return health_reply(200)
+
+
+@health_endpoint("Report online again")
+class HealthOnlineView(HealthView):
+    async def handle(self, request):
+        await health.set_online(current(), True)
+        return health_reply(200)
+
+
+@health_endpoint("Report this host offline (to drain); 200 once none of its workers served a queue request "
+                 "for 20 s, else 500",
+                 failing="still serving queue requests")
+class HealthOfflineView(HealthView):
+    async def handle(self, request):
+        rt = current()
+        await health.set_online(rt, False)
+        return health_reply(200 if await health.idle(rt) else 500)

@@ -36,11 +36,14 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "rest_framework",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
     "delayqueue",
 ]
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -127,6 +130,20 @@ REST_FRAMEWORK = {
         "rest_framework.parsers.MultiPartParser",
     ],
     "UNAUTHENTICATED_USER": None,
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+}
+
+# The OpenAPI schema (/api/schema/) and its browsable UIs, whose assets the sidecar app serves
+# from our own static files: the docs work with no Internet access.
+SPECTACULAR_SETTINGS = {
+    "TITLE": "delayqueue API",
+    "DESCRIPTION": "camellia-delay-queue compatible delay queue. Every answer is HTTP 200 with the "
+                   "business result in `code` (200, 400, 404, 500), except the health endpoints.",
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
 }
 
 LANGUAGE_CODE = "en-us"
@@ -134,7 +151,8 @@ TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
 STATIC_URL = "static/"
-STATIC_ROOT = BASE_DIR / ".local" / "static"
+# WhiteNoise serves static files straight from the installed apps: no collectstatic step.
+WHITENOISE_USE_FINDERS = True
 
 LOGGING = {
     "version": 1,

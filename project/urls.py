@@ -1,7 +1,17 @@
 from django.contrib import admin
 from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
+
+from delayqueue.dashboard import dashboard
+from delayqueue.metrics import metrics
 
 urlpatterns = [
+    # Before admin/ so the admin's catch-all does not take it; staff login required all the same.
+    path("admin/dashboard/", dashboard, name="delayqueue-dashboard"),
     path("admin/", admin.site.urls),
+    path("metrics", metrics, name="metrics"),
+    path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
+    path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
+    path("api/redoc/", SpectacularRedocView.as_view(url_name="api-schema"), name="api-redoc"),
     path("", include("delayqueue.urls")),
 ]

@@ -53,7 +53,7 @@ async def test_a_send_is_committed_in_the_log_before_it_is_answered(api):
 
 async def test_every_transition_is_in_the_history_and_moves_the_message_row(single_rt, start_scanner):
     rt = single_rt
-    m = await services.send_message(rt, NewMessage(topic="t", msg="x", delay_millis=50, max_retry=5))
+    m = await services.send_message(rt, NewMessage(topic="t", msg="x", delay_millis=400, max_retry=5))
     await start_scanner(rt)  # promotes it, requeues the ack timeout, and runs the log writer
     [m1] = await services.long_poll_messages(rt, "t", ack_timeout_millis=100, timeout_millis=5000)
     [m2] = await services.long_poll_messages(rt, "t", timeout_millis=5000)  # back after the ack timeout

@@ -323,9 +323,29 @@ def command_run(_args) -> int:
         services.stop()
 
 
+def ensure_browser() -> None:
+    """The browser test drives Debian's chromium through its chromedriver; install both when
+    missing (needs root and apt-get; otherwise that one test skips and says why)."""
+    if shutil.which("chromium") and shutil.which("chromedriver"):
+        return
+    if os.geteuid() != 0 or not shutil.which("apt-get"):
+        say("chromium/chromedriver missing and not installable here (needs root and apt-get): "
+            "the browser test will be SKIPPED")
+        return
+    say("installing chromium and chromium-driver (apt-get) for the browser test")
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    install = ["apt-get", "install", "-y", "--no-install-recommends", "chromium", "chromium-driver"]
+    quiet = {"env": env, "stdout": subprocess.DEVNULL, "stderr": subprocess.STDOUT}
+    if subprocess.run(install, **quiet).returncode != 0:
+        subprocess.run(["apt-get", "update"], **quiet)  # a fresh machine may have no package lists yet
+        if subprocess.run(install, **quiet).returncode != 0:
+            say("could not install chromium: the browser test will be SKIPPED")
+
+
 def command_test(args) -> int:
     env = dict(os.environ)
     LOCAL.mkdir(exist_ok=True)
+    ensure_browser()
     base = Path(tempfile.mkdtemp(prefix="test-", dir=LOCAL))
     services = Services(base, durable=False)
     try:

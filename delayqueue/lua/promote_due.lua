@@ -12,6 +12,7 @@ local interval = tonumber(ARGV[3])
 local now = clock()
 local ids = redis.call('ZRANGEBYSCORE', waiting, '-inf', now, 'LIMIT', 0, limit)
 local moved, ended_count = 0, 0
+local lateness = {}
 local was_empty = redis.call('LLEN', ready) == 0
 for _, id in ipairs(ids) do
   redis.call('ZREM', waiting, id)
@@ -29,6 +30,7 @@ for _, id in ipairs(ids) do
         log_event(id, m, 1, 'due')
         moved = moved + 1
         stat_gap(stats, interval, now, 'readyGap', now - m.triggerTime)
+        lateness_add(lateness, now - m.triggerTime)
       end
     end
   end
@@ -37,6 +39,7 @@ if moved > 0 and was_empty then
   redis.call('PUBLISH', ARGV[4], ARGV[5])
 end
 stat_add(stats, interval, now, 'triggerMsgReady', moved)
+lateness_flush(stats, now, lateness)
 stat_add(stats, interval, now, 'triggerMsgEndLife', ended_count)
 if #ids == limit then
   return {moved, 0}

@@ -1,15 +1,19 @@
 -- Scanner: keeps only the current and the previous monitor interval in a topic's stats
--- hash, so getMonitorData always reads one complete, cluster-wide interval.
+-- hash, so getMonitorData always reads one complete, cluster-wide interval, and the last
+-- hour of the per-minute lateness series. Lifetime totals and the histogram stay.
 -- KEYS: stats
 -- ARGV: statsIntervalMillis
 -- Returns the number of fields removed.
 -- @include common
 local stats = KEYS[1]
-local current = math.floor(clock() / tonumber(ARGV[1]))
+local now = clock()
+local current = math.floor(now / tonumber(ARGV[1]))
+local first_minute = math.floor(now / 60000) - 60
 local removed = 0
 for _, field in ipairs(redis.call('HKEYS', stats)) do
   local index = tonumber(string.match(field, '^(%d+):'))
-  if index == nil or index < current - 1 then
+  local minute = tonumber(string.match(field, '^m(%d+):'))
+  if (index and index < current - 1) or (minute and minute < first_minute) then
     redis.call('HDEL', stats, field)
     removed = removed + 1
   end

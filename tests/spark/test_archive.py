@@ -86,3 +86,21 @@ def test_archive_rerun_after_a_crash_neither_loses_nor_duplicates(spark, tmp_pat
     assert_archived_once(spark, tmp_path, messages, events)
     assert_log_keeps_only_the_rest(events)
     assert len(list((tmp_path / "_batches").glob("*.json"))) == 1
+
+
+@pytest.mark.parametrize("spark", ["local"], indirect=True)
+def test_archive_keeps_a_row_that_changed_after_it_was_archived(spark, tmp_path, monkeypatch):
+    """A msgId sent again after its batch was committed (the row is live again) keeps its row;
+    the archive holds the ended life that was archived."""
+    messages, events = build_log()
+    args = job_args("spark.archive", "--database-url", log_database_url(), "--to", str(tmp_path), "--older-than-days", "30")
+    monkeypatch.setenv(archive.CRASH_ENV, "committed")
+    with pytest.raises(archive.SimulatedCrash):
+        archive.run(spark, args)
+    monkeypatch.delenv(archive.CRASH_ENV)
+    Message.objects.filter(msg_id="orders-0-0").update(status=1, updated_at=Message.objects.get(msg_id="recent").updated_at)
+
+    archive.run(spark, args)
+    assert_archived_once(spark, tmp_path, messages, events)
+    assert Message.objects.get(msg_id="orders-0-0").status == 1
+    assert Message.objects.count() == 4

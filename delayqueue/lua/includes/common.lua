@@ -15,9 +15,11 @@ end
 
 -- Monitor counters live in one hash per topic, fields "<interval index>:<name>", so every
 -- process adds to the same figures and the previous interval can be read back whole.
+-- "total:<name>" keeps a lifetime count beside them for Prometheus counters.
 local function stat_add(stats_key, interval_ms, now, name, n)
   if n ~= 0 then
     redis.call('HINCRBY', stats_key, math.floor(now / interval_ms) .. ':' .. name, n)
+    redis.call('HINCRBY', stats_key, 'total:' .. name, n)
   end
 end
 
@@ -28,6 +30,47 @@ local function stat_gap(stats_key, interval_ms, now, name, gap)
   local max = tonumber(redis.call('HGET', stats_key, prefix .. ':max') or '-1')
   if gap > max then
     redis.call('HSET', stats_key, prefix .. ':max', gap)
+  end
+end
+
+-- Fire lateness (promotion time - triggerTime, ms), gathered over one script run with
+-- lateness_add and written once by lateness_flush into the stats hash: a histogram for
+-- Prometheus ("lateness:le:<bound>" per bucket, not cumulative, plus sum and count; the
+-- bounds are selectors.LATENESS_BOUNDS_MS) and a per-minute count/sum/max series for the
+-- dashboard's chart ("m<minute>:lateness:*", pruned after an hour by prune_stats).
+local LATENESS_BOUNDS = {1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000}
+
+local function lateness_add(acc, gap)
+  local bucket = 'inf'
+  for _, bound in ipairs(LATENESS_BOUNDS) do
+    if gap <= bound then
+      bucket = bound
+      break
+    end
+  end
+  acc[bucket] = (acc[bucket] or 0) + 1
+  acc.count = (acc.count or 0) + 1
+  acc.sum = (acc.sum or 0) + gap
+  acc.max = math.max(acc.max or 0, gap)
+end
+
+local function lateness_flush(stats_key, now, acc)
+  if not acc.count then
+    return
+  end
+  for bucket, n in pairs(acc) do
+    if bucket ~= 'count' and bucket ~= 'sum' and bucket ~= 'max' then
+      redis.call('HINCRBY', stats_key, 'lateness:le:' .. bucket, n)
+    end
+  end
+  redis.call('HINCRBY', stats_key, 'lateness:count', acc.count)
+  redis.call('HINCRBY', stats_key, 'lateness:sum', acc.sum)
+  local minute = 'm' .. math.floor(now / 60000) .. ':lateness:'
+  redis.call('HINCRBY', stats_key, minute .. 'count', acc.count)
+  redis.call('HINCRBY', stats_key, minute .. 'sum', acc.sum)
+  local max = tonumber(redis.call('HGET', stats_key, minute .. 'max') or '-1')
+  if acc.max > max then
+    redis.call('HSET', stats_key, minute .. 'max', acc.max)
   end
 end
 

@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('delayqueue', '0001_initial'),
+        ('delayqueue', '0002_admin_indexes'),
     ]
 
     operations = [

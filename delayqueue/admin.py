@@ -1,0 +1,239 @@
+"""The admin over the message log: browse, filter and search messages, see one message's
+history beside its live Redis state, restore or delete selected messages through the same
+service layer as the API. Built for a log of millions of rows: no full-table COUNT(*), every
+filter on an indexed column, sorting only on indexed times."""
+from datetime import datetime, timedelta, timezone
+
+from django.contrib import admin, messages
+from django.core.paginator import Paginator
+from django.utils import timezone as django_timezone
+from django.utils.functional import cached_property
+from redis.exceptions import RedisError
+
+from . import recovery, selectors, services
+from .conf import load_config
+from .log_selectors import estimated_count, message_history
+from .models import Message, Status
+from .serializers import MsgIdField, TopicSerializer, first_error
+from .sync import run_with_runtime
+
+
+# The actions work on rows in memory; a "select all" over millions of rows is a job for
+# `manage.py restore --topic ...`, not a web request.
+ACTION_LIMIT = 10_000
+
+
+class EstimatedCountPaginator(Paginator):
+    @cached_property
+    def count(self):
+        return estimated_count(self.object_list)
+
+
+class TopicFilter(admin.SimpleListFilter):
+    """Topics from the Redis registry (a DISTINCT over the log would scan it); any valid topic
+    name may be typed into the URL, an invalid one is refused with the API's message."""
+
+    title = "topic"
+    parameter_name = "topic"
+
+    def lookups(self, request, model_admin):
+        try:
+            topics = run_with_runtime(selectors.list_topics)
+        except RedisError:
+            topics = []
+        return [(t, t) for t in topics]
+
+    def has_output(self):
+        return True  # filter by a typed topic even when none is registered (retired topics)
+
+    def queryset(self, request, queryset):
+        value = self.value()
+        if value is None:
+            return queryset
+        serializer = TopicSerializer(data={"topic": value})
+        if not serializer.is_valid():
+            messages.error(request, first_error(serializer.errors))
+            return queryset.none()
+        return queryset.filter(topic=value)
+
+
+EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+def epoch_millis(moment: datetime) -> int:
+    return (moment - EPOCH) // timedelta(milliseconds=1)  # exact, where timestamp() * 1000 may round
+
+
+def from_millis(millis: int | None) -> datetime | None:
+    return None if millis is None else datetime.fromtimestamp(millis / 1000, tz=timezone.utc)
+
+
+def millis_text(moment: datetime) -> str:
+    return django_timezone.localtime(moment).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+
+
+def log_row(message: Message) -> dict:
+    """A message row in the shape recovery.restore_rows takes."""
+    return {
+        "namespace": message.namespace,
+        "topic": message.topic,
+        "msg_id": message.msg_id,
+        "payload": message.payload,
+        "produce_time": epoch_millis(message.produce_time),
+        "trigger_time": epoch_millis(message.trigger_time),
+        "expire_time": epoch_millis(message.expire_time),
+        "max_retry": message.max_retry,
+        "retry": message.retry,
+        "status": message.status,
+    }
+
+
+@admin.register(Message)
+class MessageAdmin(admin.ModelAdmin):
+    list_display = ("msg_id", "topic", "status", "produced", "triggered", "deliveries", "updated")
+    list_filter = (
+        TopicFilter,
+        "status",
+        ("produce_time", admin.DateFieldListFilter),
+        ("trigger_time", admin.DateFieldListFilter),
+    )
+    search_fields = ("msg_id",)
+    search_help_text = "Exact msgId"
+    date_hierarchy = "produce_time"
+    ordering = ("-produce_time", "-id")
+    sortable_by = ("produced", "triggered")
+    paginator = EstimatedCountPaginator
+    show_full_result_count = False
+    show_facets = admin.ShowFacets.NEVER  # a count per filter choice would scan the table
+    list_per_page = 50
+    actions = ("restore_selected", "delete_selected_messages")
+    fields = ("namespace", "topic", "msg_id", "status", "payload", "produced", "triggered", "expires",
+              "retry", "max_retry", "updated")
+    readonly_fields = fields
+    change_form_template = "admin/delayqueue/message/change_form.html"
+    change_list_template = "admin/delayqueue/message/change_list.html"
+
+    @admin.display(description="deliveries")
+    def deliveries(self, obj):
+        return f"{obj.retry} of {obj.max_retry + 1}"
+
+    # Times to the millisecond, as the API reports them: the admin's default shows minutes.
+    @admin.display(description="produce time", ordering="produce_time")
+    def produced(self, obj):
+        return millis_text(obj.produce_time)
+
+    @admin.display(description="trigger time", ordering="trigger_time")
+    def triggered(self, obj):
+        return millis_text(obj.trigger_time)
+
+    @admin.display(description="expire time")
+    def expires(self, obj):
+        return millis_text(obj.expire_time)
+
+    @admin.display(description="logged at")
+    def updated(self, obj):
+        return millis_text(obj.updated_at)
+
+    def get_search_results(self, request, queryset, search_term):
+        """Exact msgId match on its index (the default icontains would scan the table)."""
+        term = search_term.strip()
+        if not term:
+            return queryset, False
+        try:
+            MsgIdField().run_validation(term)
+        except Exception as exc:  # DRF's ValidationError, with the API's wording
+            messages.error(request, f"msgId: {first_error(getattr(exc, 'detail', str(exc)))}")
+            return queryset.none(), False
+        return queryset.filter(msg_id=term), False
+
+    def _selected(self, request, queryset) -> list[Message] | None:
+        selected = list(queryset[:ACTION_LIMIT + 1])
+        if len(selected) > ACTION_LIMIT:
+            self.message_user(request, f"Select at most {ACTION_LIMIT:,} messages at a time (for a whole topic "
+                                       "use manage.py restore --topic).", messages.ERROR)
+            return None
+        return selected
+
+    def get_actions(self, request):
+        actions = super().get_actions(request)
+        actions.pop("delete_selected", None)  # deleting log rows would lose history; delete means the queue's delete
+        return actions
+
+    # The log is written by the queue, never edited here: every field is read-only, and a
+    # message is added by sending it, not by a form.
+    def has_add_permission(self, request):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+    def change_view(self, request, object_id, form_url="", extra_context=None):
+        extra_context = dict(extra_context or {}, show_save=False, show_save_and_continue=False,
+                             show_save_and_add_another=False, show_delete=False)
+        message = self.get_object(request, object_id)
+        if message is not None:
+            extra_context["title"] = f"Message {message.msg_id} of topic {message.topic}"
+            extra_context["history"] = list(message_history(message))
+            extra_context.update(self._live_state(message))
+        return super().change_view(request, object_id, form_url, extra_context)
+
+    @staticmethod
+    def _live_state(message: Message) -> dict:
+        try:
+            live = run_with_runtime(selectors.live_state, message.namespace, message.topic, message.msg_id)
+        except RedisError as exc:
+            return {"live_error": f"Redis unavailable: {exc}"}
+        body = live["message"]
+        return {
+            "live": live,
+            "live_message": body,
+            "live_status_label": Status(body["status"]).label if body else None,
+            "live_times": {
+                name: from_millis(body[name]) if body else None
+                for name in ("produceTime", "triggerTime", "expireTime")
+            },
+            "live_waiting_until": from_millis(live["waiting_until"]),
+            "live_ack_deadline": from_millis(live["ack_deadline"]),
+            "live_purge_at": from_millis(live["purge_at"]),
+            "live_differs": bool(body) and (body["status"], body["retry"]) != (message.status, message.retry),
+        }
+
+    @admin.action(description="Restore selected messages into Redis", permissions=["change"])
+    def restore_selected(self, request, queryset):
+        namespace = load_config().namespace
+        selected = self._selected(request, queryset)
+        if selected is None:
+            return
+        rows = [log_row(m) for m in selected if m.namespace == namespace]
+        try:
+            counts = run_with_runtime(recovery.restore_rows, rows)
+        except RedisError as exc:
+            self.message_user(request, f"Nothing restored: Redis unavailable ({exc})", messages.ERROR)
+            return
+        text = (f"Restored {counts.restored}; {counts.already_live} already live in Redis; "
+                f"{counts.skipped} skipped (ended or expired).")
+        if len(rows) < len(selected):
+            text += f" {len(selected) - len(rows)} belong to another namespace and were left alone."
+        self.message_user(request, text, messages.SUCCESS)
+
+    @admin.action(description="Delete selected messages from the queue", permissions=["change"])
+    def delete_selected_messages(self, request, queryset):
+        namespace = load_config().namespace
+        selected = self._selected(request, queryset)
+        if selected is None:
+            return
+        targets = [(m.topic, m.msg_id) for m in selected if m.namespace == namespace]
+        other = len(selected) - len(targets)
+
+        async def delete_all(rt):
+            return [await services.delete_message(rt, topic, msg_id) for topic, msg_id in targets]
+
+        try:
+            deleted = sum(run_with_runtime(delete_all))
+        except RedisError as exc:
+            self.message_user(request, f"Redis unavailable ({exc}): some may be left undeleted, run the action again", messages.ERROR)
+            return
+        text = f"Deleted {deleted}; {len(targets) - deleted} were not live (already ended or not in Redis)."
+        if other:
+            text += f" {other} belong to another namespace and were left alone."
+        self.message_user(request, text, messages.SUCCESS)

@@ -1,0 +1,138 @@
+"""The topic dashboard (staff only, linked from the admin index): every topic's queue sizes,
+waiting-delay buckets, request rates, and a drawn chart of fire lateness over the last hour.
+A stuck or busy topic is flagged and sorted to the top."""
+from django.contrib import admin
+from django.contrib.admin.views.decorators import staff_member_required
+from django.shortcuts import render
+from redis.exceptions import RedisError
+
+from . import selectors
+from .selectors import CHART_MINUTES, WAITING_BUCKETS
+from .serializers import TopicSerializer, first_error
+from .sync import run_with_runtime
+
+CHART_WIDTH, CHART_HEIGHT = 720, 180
+# getTopicInfo's nine buckets (selectors.WAITING_BUCKETS), as column headings: due in ...
+BUCKET_LABELS = ("≤1m", "1–10m", "10–30m", "30m–1h", "1–6h", "6h–1d", "1–7d", "7–30d", ">30d")
+SPARK_WIDTH, SPARK_HEIGHT = 180, 36
+
+
+def combine_series(overviews: list[dict]) -> list[dict]:
+    """All topics' per-minute lateness as one series: counts and sums add up, maxima take the max."""
+    combined = []
+    for points in zip(*(o["lateness_series"] for o in overviews)):
+        count = sum(p["count"] for p in points)
+        total = sum(p["avg"] * p["count"] for p in points if p["count"])
+        combined.append({
+            "minute": points[0]["minute"],
+            "count": count,
+            "avg": total / count if count else None,
+            "max": max((p["max"] for p in points if p["count"]), default=None),
+        })
+    return combined
+
+
+def nice_ceiling(value: float) -> float:
+    """The smallest of 1, 2, 5 x 10^n at or above value (an axis top people can read)."""
+    step = 1.0
+    while step * 10 <= value:
+        step *= 10
+    for factor in (1, 2, 5, 10):
+        if value <= step * factor:
+            return step * factor
+    return step * 10
+
+
+def chart(series: list[dict], width: int, height: int) -> dict:
+    """SVG polylines of per-minute average and maximum lateness; minutes without promotions
+    break the lines (nothing fired, so nothing was late)."""
+    top = nice_ceiling(max([p["max"] for p in series if p["max"] is not None] + [1]))
+    step = width / max(len(series) - 1, 1)
+
+    def lines(key):
+        segments, current = [], []
+        for i, point in enumerate(series):
+            if point[key] is None:
+                if current:
+                    segments.append(current)
+                current = []
+                continue
+            current.append((round(i * step, 1), round(height - point[key] / top * height, 1)))
+        if current:
+            segments.append(current)
+        # A minute alone between gaps is drawn as a dot: a one-point polyline shows nothing.
+        return {
+            "polylines": [" ".join(f"{x},{y}" for x, y in s) for s in segments if len(s) > 1],
+            "dots": [s[0] for s in segments if len(s) == 1],
+        }
+
+    return {
+        "width": width, "height": height, "top_ms": top,
+        "avg": lines("avg"), "max": lines("max"),
+        "promoted": sum(p["count"] for p in series),
+        "worst_ms": max((p["max"] for p in series if p["max"] is not None), default=None),
+    }
+
+
+def assess(overview: dict) -> tuple[str, str]:
+    """('stuck' | 'busy' | 'ok', why). Stuck: due messages are not promoted (no scanner holds
+    the topic), or a ready message has waited a whole monitor interval with nothing pulled
+    meanwhile (no consumers). Busy: the ready backlog is more than consumers took in the last
+    interval."""
+    last = overview["last_interval"]
+    ready, pulled = overview["readyQueueSize"], last["pullMsg"]
+    if overview["overdue"]:
+        return "stuck", f"{overview['overdue']} due messages still waiting (is a scanner running?)"
+    if ready and not pulled and overview["oldest_ready_age_ms"] > overview["interval_seconds"] * 1000:
+        waited = overview["oldest_ready_age_ms"] // 1000
+        return "stuck", f"{ready} ready, the oldest for {waited} s, none pulled in the last interval (no consumers?)"
+    if ready > pulled:
+        return "busy", f"ready backlog {ready} > {pulled} pulled last interval"
+    return "ok", ""
+
+
+SEVERITY = {"stuck": 0, "busy": 1, "ok": 2}
+
+
+@staff_member_required
+def dashboard(request):
+    error, wanted = None, request.GET.get("topic")
+    if wanted is not None:
+        serializer = TopicSerializer(data={"topic": wanted})
+        if not serializer.is_valid():
+            error, wanted = first_error(serializer.errors), None
+
+    async def load(rt):
+        topics = [wanted] if wanted else await selectors.list_topics(rt)
+        return await selectors.topic_overview(rt, topics)
+
+    try:
+        overviews = run_with_runtime(load)
+    except RedisError as exc:
+        overviews, error = [], f"Redis unavailable: {exc}"
+    rows = []
+    for overview in overviews:
+        state, why = assess(overview)
+        seconds = overview["interval_seconds"]
+        rows.append({
+            **overview,
+            "state": state,
+            "why": why,
+            "buckets": [overview["waitingQueueInfo"][name] for name, _ in WAITING_BUCKETS],
+            "rates": {name: overview["last_interval"][name] / seconds for name in ("sendMsg", "pullMsg", "ackMsg")},
+            "spark": chart(overview["lateness_series"], SPARK_WIDTH, SPARK_HEIGHT),
+        })
+    rows.sort(key=lambda r: (SEVERITY[r["state"]], r["topic"]))
+    context = {
+        **admin.site.each_context(request),
+        "title": "Topic dashboard",
+        "rows": rows,
+        "bucket_names": BUCKET_LABELS,
+        "chart": chart(combine_series(overviews), CHART_WIDTH, CHART_HEIGHT) if overviews else None,
+        "chart_minutes": CHART_MINUTES,
+        "topic": wanted,
+        "error": error,
+        "stuck": sum(r["state"] == "stuck" for r in rows),
+        "busy": sum(r["state"] == "busy" for r in rows),
+    }
+    return render(request, "delayqueue/dashboard.html", context)

@@ -1,0 +1,51 @@
+"""Reads from the PostgreSQL message log for the admin: history, and row counts that never
+COUNT(*) a big table."""
+import json
+
+from django.db import connections
+
+from .models import Message, MessageEvent
+
+# Filtered lists are counted exactly up to this many rows; beyond it the planner's estimate
+# is shown, so a broad filter over millions of rows costs no more than a selective one.
+EXACT_COUNT_LIMIT = 1000
+
+
+def message_history(message: Message):
+    """Every logged status change of one message, oldest first (uses the event_once index)."""
+    return MessageEvent.objects.filter(
+        namespace=message.namespace, topic=message.topic, msg_id=message.msg_id
+    ).order_by("at", "id")
+
+
+def table_estimate(model) -> int:
+    """The row count PostgreSQL keeps in pg_class (updated by ANALYZE / autovacuum)."""
+    with connections["default"].cursor() as cursor:
+        cursor.execute(
+            "SELECT reltuples::bigint FROM pg_class WHERE oid = %s::regclass", [model._meta.db_table]
+        )
+        row = cursor.fetchone()
+    return max(row[0], 0) if row else 0
+
+
+def planner_estimate(queryset) -> int:
+    """How many rows PostgreSQL's planner expects the query to return (EXPLAIN, not run)."""
+    sql, params = queryset.order_by().values("pk").query.sql_with_params()
+    with connections[queryset.db].cursor() as cursor:
+        cursor.execute("EXPLAIN (FORMAT JSON) " + sql, params)
+        plan = cursor.fetchone()[0]
+    if isinstance(plan, str):
+        plan = json.loads(plan)
+    return int(plan[0]["Plan"]["Plan Rows"])
+
+
+def estimated_count(queryset) -> int:
+    """Exact for small results, estimated for large ones; never a full-table COUNT(*)."""
+    if not queryset.query.where:
+        estimate = table_estimate(queryset.model)
+        if estimate > EXACT_COUNT_LIMIT:
+            return estimate
+    exact = queryset.order_by().values("pk")[:EXACT_COUNT_LIMIT + 1].count()
+    if exact <= EXACT_COUNT_LIMIT:
+        return exact
+    return max(planner_estimate(queryset), exact)

@@ -1,0 +1,73 @@
+"""GET /metrics in Prometheus' text format. Every figure is read from Redis at scrape time
+(the scripts count there), so it is the same whichever process is scraped and covers every
+web and scanner process; no process keeps counters of its own."""
+from django.http import HttpResponse
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from redis.exceptions import RedisError
+
+from . import selectors
+from .runtime import current
+from .selectors import REQUEST_COUNTERS, WAITING_BUCKETS
+
+
+class Snapshot:
+    """A prometheus_client collector over figures already read from Redis."""
+
+    def __init__(self, overviews: list[dict], scanner_lags: dict[str, float]):
+        self.overviews = overviews
+        self.scanner_lags = scanner_lags
+
+    def collect(self):
+        requests = CounterMetricFamily(
+            "delayqueue_requests", "Requests and scanner events per topic since the topic was registered "
+            "(camellia's request types; pullMsg counts messages delivered)", labels=["topic", "type"])
+        sizes = GaugeMetricFamily("delayqueue_queue_size", "Messages per queue structure", labels=["topic", "queue"])
+        waiting = GaugeMetricFamily("delayqueue_waiting_messages", "Waiting messages by time until due "
+                                    "(getTopicInfo's buckets)", labels=["topic", "due_in"])
+        overdue = GaugeMetricFamily("delayqueue_overdue_messages", "Waiting messages more than "
+                                    f"{selectors.OVERDUE_MILLIS} ms past their triggerTime", labels=["topic"])
+        oldest = GaugeMetricFamily("delayqueue_oldest_ready_age_seconds", "How long the oldest ready message "
+                                   "has been due (0 when none is ready)", labels=["topic"])
+        backlog = GaugeMetricFamily("delayqueue_log_writer_backlog", "Lifecycle events in Redis not yet "
+                                    "written to the PostgreSQL message log", labels=["topic"])
+        lateness = HistogramMetricFamily(
+            "delayqueue_fire_lateness_seconds", "Promotion to ready minus triggerTime, per promoted message",
+            labels=["topic"])
+        for o in self.overviews:
+            topic = o["topic"]
+            for name in REQUEST_COUNTERS:
+                requests.add_metric([topic, name], o["totals"][name])
+            sizes.add_metric([topic, "waiting"], o["waitingQueueSize"])
+            sizes.add_metric([topic, "ready"], o["readyQueueSize"])
+            sizes.add_metric([topic, "inflight"], o["ackQueueSize"])
+            for name, _ in WAITING_BUCKETS:
+                waiting.add_metric([topic, name.removeprefix("sizeOf")], o["waitingQueueInfo"][name])
+            overdue.add_metric([topic], o["overdue"])
+            backlog.add_metric([topic], o["log_backlog"])
+            oldest.add_metric([topic], o["oldest_ready_age_ms"] / 1000)
+            cumulative, buckets = 0, []
+            for bound, count in o["lateness_buckets"]:
+                cumulative += count
+                buckets.append(("+Inf" if bound is None else repr(bound / 1000), cumulative))
+            lateness.add_metric([topic], buckets, o["lateness_sum_ms"] / 1000)
+        topics = GaugeMetricFamily("delayqueue_topics", "Registered topics")
+        topics.add_metric([], len(self.overviews))
+        lag = GaugeMetricFamily("delayqueue_scanner_loop_lag_seconds", "Worst event-loop lag of each running "
+                                "scanner over its last report period", labels=["scanner"])
+        for token, millis in sorted(self.scanner_lags.items()):
+            lag.add_metric([token], millis / 1000)
+        yield from (requests, sizes, waiting, overdue, oldest, backlog, lateness, topics, lag)
+
+
+async def metrics(request):
+    rt = current()
+    try:
+        overviews = await selectors.topic_overview(rt, await selectors.list_topics(rt))
+        lags = await selectors.scanner_lags(rt)
+    except RedisError as exc:
+        return HttpResponse(f"# Redis unavailable: {exc}\n", status=503, content_type="text/plain")
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(Snapshot(overviews, lags))
+    return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)

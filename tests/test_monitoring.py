@@ -1,0 +1,296 @@
+"""getMonitorData / getTopicInfo(List) figures against known traffic, the Prometheus /metrics
+(fire-lateness histogram, counters, sizes, scanner lag, log backlog) and the health endpoints.
+Figures come from Redis, so they add up whichever process did the work."""
+import asyncio
+import time
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from delayqueue import health
+from delayqueue.selectors import live_state
+from tests.conftest import wait_until
+from tests.test_api import call
+
+INTERVAL = 4  # long enough for the traffic below to fit in one monitor interval on a slow machine
+
+
+async def redis_seconds(rt) -> float:
+    seconds, micros = await rt.redis.time()
+    return int(seconds) + int(micros) / 1e6
+
+
+async def sleep_to_next_interval(rt):
+    now = await redis_seconds(rt)
+    await asyncio.sleep(INTERVAL - now % INTERVAL + 0.05)
+
+
+async def scrape(api) -> dict:
+    """/metrics as {(name, frozenset(labels)): value}."""
+    response = await api.get("/metrics")
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/plain")
+    samples = {}
+    for family in text_string_to_metric_families(response.text):
+        for sample in family.samples:
+            samples[(sample.name, frozenset(sample.labels.items()))] = sample.value
+    return samples
+
+
+def sample(samples, name, **labels):
+    return samples.get((name, frozenset(labels.items())))
+
+
+async def test_monitor_data_counts_known_traffic_of_web_and_scanner_processes(api, single_rt, settings,
+                                                                            scanner_process):
+    settings.DELAYQUEUE = {**settings.DELAYQUEUE, "MONITOR_INTERVAL_SECONDS": INTERVAL}
+    scanner = scanner_process("mon", DELAYQUEUE_MONITOR_INTERVAL_SECONDS=INTERVAL)
+    scanner.wait_started()
+    await sleep_to_next_interval(single_rt)
+    started = await redis_seconds(single_rt)
+    for i in range(5):
+        await call(api, "sendMsg", topic="mon", msg=str(i), delayMillis="1000", msgId=f"m{i}")
+    await call(api, "sendMsg", topic="mon", msg="short-lived", delayMillis="1000", ttlMillis="500", msgId="m5")
+    await call(api, "sendMsg", topic="mon", msg="dup", delayMillis="1000", msgId="m0")  # deduplicated, counted
+    await call(api, "sendMsg", topic="mon2", msg="x", delayMillis="0")
+
+    async def promoted():  # by the scanner process
+        return (await call(api, "getTopicInfo", method="get", topic="mon"))["data"]["readyQueueSize"] == 6
+    await wait_until(promoted, what="the scanner to promote six messages")
+    pulled = await call(api, "pullMsg", topic="mon", batch="2", ackTimeoutMillis="300")
+    assert [m["msgId"] for m in pulled["delayMsgList"]] == ["m0", "m1"]
+    await call(api, "ackMsg", topic="mon", msgId="m0")
+    await call(api, "getMsg", topic="mon", msgId="m2")
+    await call(api, "deleteMsg", topic="mon", msgId="m3")
+    assert (await call(api, "deleteMsg", topic="mon", msgId="nope"))["code"] == 404  # not counted
+
+    async def requeued_and_expired():
+        m1 = await live_state(single_rt, "default", "mon", "m1")
+        m5 = await live_state(single_rt, "default", "mon", "m5")
+        return m1["message"]["status"] == 2 and m5["message"]["status"] == 5
+    await wait_until(requeued_and_expired, what="the ack timeout of m1 and the TTL of m5")
+    assert await redis_seconds(single_rt) < started - started % INTERVAL + INTERVAL, \
+        "the traffic did not fit in one monitor interval"
+    assert (await call(api, "getMonitorData", method="get"))["data"]["requestStatsList"] == []
+
+    await sleep_to_next_interval(single_rt)
+    data = (await call(api, "getMonitorData", method="get"))["data"]
+    assert data["requestStatsList"] == [
+        # triggerMsgReady counts the six messages the scanner moved (camellia counted topics)
+        {"topic": "mon", "sendMsg": 7, "pullMsg": 2, "deleteMsg": 1, "ackMsg": 1, "getMsg": 1,
+         "triggerMsgReady": 6, "triggerMsgEndLife": 1, "triggerMsgTimeout": 1},
+        {"topic": "mon2", "sendMsg": 1, "pullMsg": 0, "deleteMsg": 0, "ackMsg": 0, "getMsg": 0,
+         "triggerMsgReady": 0, "triggerMsgEndLife": 0, "triggerMsgTimeout": 0},
+    ]
+    [ready_gap] = data["readyQueueTimeGapStatsList"]
+    assert ready_gap["topic"] == "mon" and ready_gap["count"] == 6
+    assert 0 <= ready_gap["avg"] <= ready_gap["max"]
+    [pull_gap] = data["pullMsgTimeGapStatsList"]
+    assert pull_gap["topic"] == "mon" and pull_gap["count"] == 2 and pull_gap["max"] >= pull_gap["avg"] > 0
+
+    # The same traffic as Prometheus counters, and the promotions in the lateness histogram.
+    samples = await scrape(api)
+    assert sample(samples, "delayqueue_requests_total", topic="mon", type="sendMsg") == 7
+    assert sample(samples, "delayqueue_requests_total", topic="mon", type="triggerMsgReady") == 6
+    assert sample(samples, "delayqueue_requests_total", topic="mon2", type="sendMsg") == 1
+    assert sample(samples, "delayqueue_fire_lateness_seconds_count", topic="mon") == 6
+    assert sample(samples, "delayqueue_fire_lateness_seconds_bucket", topic="mon", le="+Inf") == 6
+    assert sample(samples, "delayqueue_fire_lateness_seconds_count", topic="mon2") == 0
+
+
+async def test_lateness_histogram_buckets(api, single_rt, start_scanner):
+    """Messages due while no scanner runs fire late by at least that outage; ones sent while it
+    runs are counted too. Buckets are cumulative and agree with the count, sum and the chart."""
+    for i in range(3):
+        await call(api, "sendMsg", topic="late", msg=str(i), delayMillis="100")
+    await asyncio.sleep(1.6)  # no scanner: these are at least 1.5 s late when it starts
+    await start_scanner(single_rt)
+    await wait_until(lambda: _ready(api, "late", 3), what="the late messages to be promoted")
+    for i in range(2):
+        await call(api, "sendMsg", topic="late", msg=f"on time {i}", delayMillis="50")
+    await wait_until(lambda: _ready(api, "late", 5), what="the prompt messages to be promoted")
+
+    samples = await scrape(api)
+    buckets = sorted(
+        (float(dict(labels)["le"]), value) for (name, labels), value in samples.items()
+        if name == "delayqueue_fire_lateness_seconds_bucket" and dict(labels)["topic"] == "late"
+    )
+    assert [le for le, _ in buckets][:3] == [0.001, 0.002, 0.005] and buckets[-1] == (float("inf"), 5)
+    counts = [value for _, value in buckets]
+    assert counts == sorted(counts)  # cumulative
+    assert dict(buckets)[1.0] <= 2  # the three late ones are above a second
+    assert sample(samples, "delayqueue_fire_lateness_seconds_count", topic="late") == 5
+    assert sample(samples, "delayqueue_fire_lateness_seconds_sum", topic="late") >= 3 * 1.5
+    overview = await _overview(single_rt, "late")
+    assert sum(p["count"] for p in overview["lateness_series"]) == 5
+    assert max(p["max"] or 0 for p in overview["lateness_series"]) >= 1500
+
+
+async def _ready(api, topic, n):
+    return (await call(api, "getTopicInfo", method="get", topic=topic))["data"]["readyQueueSize"] == n
+
+
+async def _overview(rt, topic):
+    from delayqueue.selectors import topic_overview
+
+    return (await topic_overview(rt, [topic]))[0]
+
+
+async def test_metrics_sizes_buckets_backlog_and_scanner_lag(api, single_rt, scanner_process):
+    await call(api, "sendMsg", topic="sizes", msg="a", delayMillis="0")
+    await call(api, "sendMsg", topic="sizes", msg="b", delayMillis="0")
+    await call(api, "sendMsg", topic="sizes", msg="c", delayMillis=str(2 * 3_600_000))
+    await call(api, "pullMsg", topic="sizes")
+    await asyncio.sleep(0.3)
+    samples = await scrape(api)
+    assert sample(samples, "delayqueue_queue_size", topic="sizes", queue="waiting") == 1
+    assert sample(samples, "delayqueue_queue_size", topic="sizes", queue="ready") == 1
+    assert sample(samples, "delayqueue_queue_size", topic="sizes", queue="inflight") == 1
+    assert sample(samples, "delayqueue_waiting_messages", topic="sizes", due_in="1hourTo6hour") == 1
+    assert sample(samples, "delayqueue_waiting_messages", topic="sizes", due_in="0To1min") == 0
+    # Four lifecycle events (three sends, one pull) wait in Redis: no scanner, so no log writer.
+    assert sample(samples, "delayqueue_log_writer_backlog", topic="sizes") == 4
+    assert sample(samples, "delayqueue_topics") == 1
+    assert sample(samples, "delayqueue_oldest_ready_age_seconds", topic="sizes") >= 0.3  # "b", ready since the sends
+    assert not [key for key in samples if key[0] == "delayqueue_scanner_loop_lag_seconds"]
+
+    scanner = scanner_process("lag")
+    scanner.wait_started()
+
+    async def scanned():
+        s = await scrape(api)
+        lag = sample(s, "delayqueue_scanner_loop_lag_seconds", scanner="lag")
+        return lag is not None and sample(s, "delayqueue_log_writer_backlog", topic="sizes") == 0 and s
+    samples = await wait_until(scanned, what="the scanner to report its lag and drain the events")
+    assert 0 <= sample(samples, "delayqueue_scanner_loop_lag_seconds", scanner="lag") < 60
+    assert scanner.stop() == 0
+    samples = await scrape(api)  # a stopped scanner withdraws its report
+    assert sample(samples, "delayqueue_scanner_loop_lag_seconds", scanner="lag") is None
+
+
+async def test_unknown_topics_give_zeros(api):
+    info = (await call(api, "getTopicInfo", method="get", topic="never-seen"))["data"]
+    assert info["waitingQueueSize"] == info["readyQueueSize"] == info["ackQueueSize"] == 0
+    assert set(info["waitingQueueInfo"].values()) == {0} and len(info["waitingQueueInfo"]) == 9
+    assert (await call(api, "getMonitorData", method="get"))["data"] == {
+        "requestStatsList": [], "pullMsgTimeGapStatsList": [], "readyQueueTimeGapStatsList": []}
+    samples = await scrape(api)
+    assert sample(samples, "delayqueue_topics") == 0
+
+
+async def test_topic_info_list_has_each_topic_once(api, single_rt):
+    for topic in ("b", "a", "b", "c", "a"):
+        await call(api, "sendMsg", topic=topic, msg="x", delayMillis="60000")
+    # a topic re-registered by a racing send is still listed once
+    await single_rt.redis.zadd(single_rt.ns.topics, {"a": 1}, nx=True)
+    listed = (await call(api, "getTopicInfoList", method="get"))["data"]
+    assert [t["topic"] for t in listed] == ["b", "a", "c"]
+    assert [t["waitingQueueSize"] for t in listed] == [2, 2, 1]
+
+
+async def test_metrics_when_redis_is_down(api, settings):
+    settings.REDIS_URL = "redis://127.0.0.1:1/0"
+    from delayqueue import runtime
+
+    runtime._runtimes.clear()
+    try:
+        response = await api.get("/metrics")
+        assert response.status_code == 503 and "Redis unavailable" in response.text
+    finally:
+        runtime._runtimes.clear()
+
+
+async def test_health_endpoints_answer_like_camellia(api, monkeypatch):
+    for path in ("status", "check"):
+        response = await api.get(f"/camellia/health/{path}")
+        assert (response.status_code, response.json()) == (200, {"code": 200})
+    await call(api, "sendMsg", topic="h", msg="x", delayMillis="0")  # a queue request just now
+    try:
+        offline = await api.post("/camellia/health/offline")
+        assert (offline.status_code, offline.text) == (500, '{"code":500}')  # still draining, as camellia writes it
+        status = await api.get("/camellia/health/status")
+        assert (status.status_code, status.json()) == (500, {"code": 500})
+        assert (await api.get("/camellia/health/check")).status_code == 200
+        await api.get("/camellia/delayQueue/getTopicInfoList")  # monitor reads are not "use"
+        monkeypatch.setattr(health, "IDLE_SECONDS_BEFORE_OFFLINE", 0.2)
+        await asyncio.sleep(0.3)
+        assert (await api.post("/camellia/health/offline")).status_code == 200  # drained
+        assert (await call(api, "sendMsg", topic="h", msg="still served", delayMillis="0"))["code"] == 200
+    finally:
+        online = await api.post("/camellia/health/online")
+    assert (online.status_code, online.json()) == (200, {"code": 200})
+    assert (await api.get("/camellia/health/status")).status_code == 200
+
+
+async def test_health_state_is_shared_by_the_hosts_workers(api, single_rt, monkeypatch):
+    """Another uvicorn worker of the host (here: this one forgetting its own state) answers alike."""
+    await api.post("/camellia/health/offline")
+    monkeypatch.setattr(health, "_online", True)
+    assert (await api.get("/camellia/health/status")).status_code == 500
+    await api.post("/camellia/health/online")
+    monkeypatch.setattr(health, "_online", False)
+    assert (await api.get("/camellia/health/status")).status_code == 200
+    # A request another worker served a moment ago keeps the host draining.
+    monkeypatch.setattr(health, "_last_use", 0.0)
+    await single_rt.redis.hset(single_rt.ns.health, f"{health.HOST}:last_use", int(time.time() * 1000))
+    assert (await api.post("/camellia/health/offline")).status_code == 500
+    await single_rt.redis.hset(single_rt.ns.health, f"{health.HOST}:last_use", int(time.time() * 1000) - 60_000)
+    assert (await api.post("/camellia/health/offline")).status_code == 200
+    await api.post("/camellia/health/online")
+
+
+async def test_grafana_dashboard_queries_only_exported_metrics(api, single_rt, start_scanner):
+    import json
+    import re
+    from pathlib import Path
+
+    await start_scanner(single_rt)
+    await call(api, "sendMsg", topic="g", msg="x", delayMillis="10")
+    await wait_until(lambda: _ready(api, "g", 1), what="a promotion")
+    await wait_until(lambda: _lag_reported(api), what="the scanner's lag report")
+    exported = {name.removesuffix("_bucket").removesuffix("_total").removesuffix("_sum").removesuffix("_count")
+                for name, _ in await scrape(api)}
+    dashboard = json.loads((Path(__file__).parent.parent / "docs" / "grafana-dashboard.json").read_text())
+    queried = {re.sub(r"_(bucket|total|sum|count)$", "", name)
+               for panel in dashboard["panels"] for target in panel["targets"]
+               for name in re.findall(r"delayqueue_\w+", target["expr"])}
+    assert queried and queried <= exported, queried - exported
+
+
+async def _lag_reported(api):
+    return any(name == "delayqueue_scanner_loop_lag_seconds" for name, _ in await scrape(api))
+
+
+async def test_overview_and_monitor_reads_work_on_a_cluster_too(rt):
+    from delayqueue import selectors, services
+
+    for topic in ("c1", "c2", "c3"):  # on a cluster these land in different slots
+        await services.send_message(rt, services.NewMessage(topic, "x", 100, "m"))
+    await asyncio.sleep(0.15)
+    for topic in ("c1", "c2", "c3"):
+        k = rt.ns.topic(topic)
+        await rt.call("promote_due", [k.waiting, k.ready, k.msgs, k.expiry, k.ended, k.stats, k.events],
+                      [100, 1000, rt.config.monitor_interval_millis, rt.ns.ready_channel, topic, rt.actor])
+    overviews = await selectors.topic_overview(rt, await selectors.list_topics(rt))
+    assert [(o["topic"], o["readyQueueSize"], o["lateness_count"], o["totals"]["triggerMsgReady"])
+            for o in overviews] == [("c1", 1, 1, 1), ("c2", 1, 1, 1), ("c3", 1, 1, 1)]
+    assert all(o["log_backlog"] == 2 for o in overviews)  # sent, due
+    assert sum(p["count"] for p in overviews[0]["lateness_series"]) == 1
+    data = await selectors.monitor_data(rt)
+    assert set(data) == {"requestStatsList", "pullMsgTimeGapStatsList", "readyQueueTimeGapStatsList"}
+    assert await selectors.scanner_lags(rt) == {}
+
+
+async def test_prune_keeps_totals_histogram_and_the_last_hour_of_the_chart(single_rt):
+    from delayqueue import selectors
+
+    rt = single_rt
+    now = await selectors.redis_millis(rt)
+    interval, minute = now // rt.config.monitor_interval_millis, now // 60_000
+    stats = rt.ns.topic("p").stats
+    keep = {f"{interval}:sendMsg": 1, f"{interval - 1}:sendMsg": 2, "total:sendMsg": 9, "lateness:le:5": 3,
+            "lateness:count": 3, f"m{minute - 59}:lateness:count": 4, f"m{minute}:lateness:max": 7}
+    drop = {f"{interval - 2}:sendMsg": 5, f"m{minute - 61}:lateness:count": 6}
+    await rt.redis.hset(stats, mapping={**keep, **drop})
+    assert await rt.call("prune_stats", [stats], [rt.config.monitor_interval_millis]) == 2
+    assert {k: int(v) for k, v in (await rt.redis.hgetall(stats)).items()} == keep
