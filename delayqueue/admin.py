@@ -13,7 +13,7 @@ from redis.exceptions import RedisError
 from . import recovery, selectors, services
 from .conf import load_config
 from .log_selectors import estimated_count, message_history
-from .models import Message, Status
+from .models import Message, Status, TopicHourStats
 from .serializers import MsgIdField, TopicSerializer, first_error
 from .sync import run_with_runtime
 
@@ -237,3 +237,33 @@ class MessageAdmin(admin.ModelAdmin):
         if other:
             text += f" {other} belong to another namespace and were left alone."
         self.message_user(request, text, messages.SUCCESS)
+
+
+@admin.register(TopicHourStats)
+class TopicHourStatsAdmin(admin.ModelAdmin):
+    """The figures the Spark stats job (spark/stats.py) computes from the log, per topic and
+    hour; empty until the job has run. Read-only: the job replaces them."""
+
+    list_display = ("topic", "hour", "sent", "delivered", "acked", "nacked", "timed_out", "expired", "exhausted",
+                    "deleted", "fire_lateness_p50", "fire_lateness_p90", "fire_lateness_p99",
+                    "latency_p50", "latency_p90", "latency_p99")
+    list_filter = ("namespace", "topic")
+    search_fields = ("topic",)
+    search_help_text = "Exact topic"
+    date_hierarchy = "hour"
+    ordering = ("-hour", "topic")
+    show_facets = admin.ShowFacets.NEVER
+    list_per_page = 100
+
+    def get_search_results(self, request, queryset, search_term):
+        term = search_term.strip()
+        return (queryset.filter(topic=term) if term else queryset), False
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False

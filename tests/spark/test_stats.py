@@ -102,3 +102,12 @@ def test_stats_of_every_namespace(spark):
     other = TopicHourStats.objects.get(namespace="other")
     assert (other.topic, other.hour, other.sent, other.delivered) == ("orders", dt(H0), 1, 0)
     assert TopicHourStats.objects.filter(namespace="default").count() == 3
+
+
+def test_the_admin_lists_the_stats_the_job_wrote(admin_client):
+    TopicHourStats.objects.create(namespace="default", topic="orders", hour=dt(H0), computed_at=dt(H0),
+                                  **{**ZERO, "sent": 100, "acked": 80}, fire_lateness_p99=99.01)
+    page = admin_client.get("/admin/delayqueue/topichourstats/", {"q": "orders"}).content.decode()
+    assert "orders" in page and "99.01" in page and ">100<" in page
+    assert admin_client.get("/admin/delayqueue/topichourstats/", {"q": "mail"}).content.decode().count("99.01") == 0
+    assert admin_client.get("/admin/delayqueue/topichourstats/add/").status_code == 403
