@@ -218,8 +218,10 @@ def run(spark, args) -> dict:
     # The events join the staged messages, not a second read of the log, so both agree.
     archived = spark.read.parquet(str(staged / "messages"))
     counts = {"messages": archived.count()}
+    # A message's events are no later than its updated_at (the log writer sets it from them),
+    # so only events before the cutoff can belong to an archived message.
     events = pgread.read_events(spark, args.database_url, list(pgread.EVENT_COLUMNS), partitions=partitions,
-                                where="namespace = %s", params=(args.namespace,))
+                                where="namespace = %s AND at < %s", params=(args.namespace, before))
     history_of(events, archived).write.partitionBy("date", "topic").parquet(str(staged / "events"))
     counts["events"] = spark.read.parquet(str(staged / "events")).count()
     crash_point("staged")
