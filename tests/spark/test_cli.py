@@ -43,6 +43,8 @@ def test_unreachable_servers_and_missing_tables_fail_in_one_line_before_any_writ
     one_line_error(run_cli("spark.reconcile", "--database-url", log_database_url(),
                            "--redis-url", "redis-cluster://127.0.0.1:1,127.0.0.1:2"), 1, "cannot reach Redis")
     one_line_error(run_cli("spark.stats", "--database-url", without_tables), 1, "does not exist")
+    one_line_error(run_cli("spark.reconcile", "--database-url", log_database_url(), "--output", str(tmp_path)),
+                   1, "already exists")
 
 
 @pytest.mark.parametrize("spark", ["cluster"], indirect=True)
