@@ -1,10 +1,16 @@
 """spark/stats.py on a generated log whose counts and percentiles are known."""
-import pytest
+import asyncio
 
+import pytest
+from asgiref.sync import sync_to_async
+
+from delayqueue import selectors, services
+from delayqueue.messages import EXPIRED
 from delayqueue.models import TopicHourStats
+from delayqueue.services import NewMessage
 from spark import stats
 
-from ..conftest import log_database_url
+from ..conftest import drain_log, log_database_url
 from .conftest import dt, job_args, ms
 from .logdata import LogBuilder
 
@@ -111,3 +117,30 @@ def test_the_admin_lists_the_stats_the_job_wrote(admin_client):
     assert "orders" in page and "99.01" in page and ">100<" in page
     assert admin_client.get("/admin/delayqueue/topichourstats/", {"q": "mail"}).content.decode().count("99.01") == 0
     assert admin_client.get("/admin/delayqueue/topichourstats/add/").status_code == 403
+
+
+@pytest.mark.parametrize("spark", ["local"], indirect=True)
+async def test_stats_of_history_the_service_itself_logged(spark, single_rt):
+    """The history the Lua scripts and the log writer produce, counted as the job promises."""
+    rt = single_rt
+    sent = await services.send_messages(rt, [NewMessage(topic="svc", msg=f"m{i}", delay_millis=0) for i in range(6)])
+    await services.send_message(rt, NewMessage(topic="svc", msg="once", delay_millis=0, max_retry=0))
+    expiring = await services.send_message(rt, NewMessage(topic="svc", msg="late", delay_millis=10, ttl_millis=30))
+    pulled, _ = await services.pull_messages(rt, "svc", batch=7)
+    assert len(pulled) == 7
+    for m in sent[:4]:
+        await services.ack_message(rt, "svc", m["msgId"])
+    await services.nack_message(rt, "svc", sent[4]["msgId"])
+    await services.nack_message(rt, "svc", pulled[6]["msgId"])  # no tries left: ended 6
+    assert await services.delete_message(rt, "svc", sent[5]["msgId"])
+    await asyncio.sleep(0.1)
+    assert (await selectors.get_message(rt, "svc", expiring["msgId"]))["status"] == EXPIRED
+    await drain_log(rt, ["svc"])
+
+    stats.run(spark, job_args("spark.stats", "--database-url", log_database_url()))
+    # One hour, or two if the test straddled one.
+    rows = await sync_to_async(lambda: list(TopicHourStats.objects.filter(topic="svc")))()
+    totals = {name: sum(getattr(r, name) for r in rows) for name in ZERO}
+    assert totals == dict(sent=8, delivered=7, acked=4, nacked=1, timed_out=0, expired=1, exhausted=1, deleted=1)
+    assert all(r.fire_lateness_p50 is not None and r.fire_lateness_p50 >= 0 for r in rows)
+    assert any(r.latency_p99 is not None and r.latency_p99 >= r.latency_p50 >= 0 for r in rows)
