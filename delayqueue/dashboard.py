@@ -7,6 +7,8 @@ from django.shortcuts import render
 from redis.exceptions import RedisError
 
 from . import selectors
+from .conf import load_config
+from .log_selectors import recent_topic_hours
 from .selectors import CHART_MINUTES, WAITING_BUCKETS
 from .serializers import TopicSerializer, first_error
 from .sync import run_with_runtime
@@ -134,5 +136,6 @@ def dashboard(request):
         "error": error,
         "stuck": sum(r["state"] == "stuck" for r in rows),
         "busy": sum(r["state"] == "busy" for r in rows),
+        "hourly": recent_topic_hours(load_config().namespace, wanted),
     }
     return render(request, "delayqueue/dashboard.html", context)

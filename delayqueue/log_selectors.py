@@ -1,10 +1,11 @@
 """Reads from the PostgreSQL message log for the admin: history, and row counts that never
 COUNT(*) a big table."""
 import json
+from datetime import timedelta
 
 from django.db import connections
 
-from .models import Message, MessageEvent
+from .models import Message, MessageEvent, TopicHourStats
 
 # Filtered lists are counted exactly up to this many rows; beyond it the planner's estimate
 # is shown, so a broad filter over millions of rows costs no more than a selective one.
@@ -16,6 +17,18 @@ def message_history(message: Message):
     return MessageEvent.objects.filter(
         namespace=message.namespace, topic=message.topic, msg_id=message.msg_id
     ).order_by("at", "id")
+
+
+def recent_topic_hours(namespace: str, topic: str | None = None, hours: int = 24) -> list[TopicHourStats]:
+    """The Spark stats job's latest hourly rows (newest first), at most `hours` per topic shown;
+    empty when the job has not run."""
+    rows = TopicHourStats.objects.filter(namespace=namespace).order_by("-hour", "topic")
+    if topic is not None:
+        rows = rows.filter(topic=topic)
+    latest = rows.values_list("hour", flat=True).first()
+    if latest is None:
+        return []
+    return list(rows.filter(hour__gt=latest - timedelta(hours=hours)))
 
 
 def table_estimate(model) -> int:

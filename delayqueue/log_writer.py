@@ -122,7 +122,7 @@ class LogWriter:
                     pass
         if writing is not None:
             await asyncio.gather(writing, return_exceptions=True)
-        await self._drop_connection()
+        await self.close()
 
     async def drain_once(self) -> bool:
         """Reads and writes one batch of every held topic's pending events; True if a stream had more."""
@@ -173,6 +173,10 @@ class LogWriter:
         except psycopg.Error as exc:
             await self._drop_connection()
             raise LogUnavailable(f"message log unavailable: {first_line(exc)}") from None
+
+    async def close(self) -> None:
+        """Closes the writer's PostgreSQL connection (it reconnects if used again)."""
+        await self._drop_connection()
 
     async def _drop_connection(self) -> None:
         conn, self._conn = self._conn, None

@@ -249,6 +249,9 @@ async def drain_log(runtime: Runtime, topics) -> int:
     from delayqueue.log_writer import LogWriter
 
     writer = LogWriter(runtime, lambda: topics)
-    while await writer.drain_once():
-        pass
+    try:
+        while await writer.drain_once():
+            pass
+    finally:
+        await writer.close()
     return writer.written

@@ -1,10 +1,13 @@
 """The topic dashboard (staff only) and the OpenAPI schema with its offline UI."""
 import re
 import time
+from datetime import timedelta
 
 import pytest
+from django.utils import timezone
 
 from delayqueue import selectors, services
+from delayqueue.models import TopicHourStats
 from delayqueue.sync import run_with_runtime
 from tests.test_admin import send
 
@@ -78,6 +81,23 @@ def test_dashboard_chart_draws_promotions(admin_client):
     chart = page[page.index('id="lateness-chart"'):page.index("</svg>", page.index('id="lateness-chart"'))]
     assert "1 promoted" in page
     assert re.search(r'<circle cx="[\d.]+" cy="[\d.]+" r="3"', chart)  # one minute with data: a dot
+
+
+def test_dashboard_shows_the_spark_hourly_figures_when_present(admin_client):
+    assert 'id="hourly"' not in admin_client.get(DASHBOARD).content.decode()  # the job has not run
+    now = timezone.now().replace(minute=0, second=0, microsecond=0)
+    for topic, hour, sent in (("h1", now, 7), ("h1", now - timedelta(hours=30), 99), ("h2", now, 3)):
+        TopicHourStats.objects.create(
+            namespace="default", topic=topic, hour=hour, sent=sent, delivered=5, acked=4, nacked=1, timed_out=0,
+            expired=0, exhausted=0, deleted=0, fire_lateness_p50=1.4, fire_lateness_p90=2, fire_lateness_p99=9.6,
+            latency_p50=120, latency_p90=300, latency_p99=None, computed_at=now)
+    page = admin_client.get(DASHBOARD).content.decode()
+    table = page[page.index('id="hourly"'):page.index("</table>", page.index('id="hourly"'))]
+    hourly = re.findall(r'<tr data-topic="([^"]+)">(.*?)</tr>', table, re.S)
+    assert [topic for topic, _ in hourly] == ["h1", "h2"]  # the 30-hour-old row is outside the last day
+    assert "<td>7</td>" in hourly[0][1] and "1 / 2 / 10" in hourly[0][1] and "120 / 300 / –" in hourly[0][1]
+    one = admin_client.get(DASHBOARD, {"topic": "h2"}).content.decode()
+    assert re.findall(r'<tr data-topic="([^"]+)">', one[one.index('id="hourly"'):]) == ["h2"]
 
 
 @pytest.mark.parametrize("topic", ["never-used", "a.b:c-d_e"])

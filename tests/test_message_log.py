@@ -227,4 +227,4 @@ async def test_a_restarted_scanner_writer_picks_up_what_it_left(single_rt):
     await writer._commit([Event.parse("t", entry_id, fields) for entry_id, fields in entries])  # crash before XDEL
     assert await drain_log(rt, ["t"]) == 1
     assert await history("t", m["msgId"]) == [("sent", 0, READY, 0)]
-    await writer._drop_connection()
+    await writer.close()
