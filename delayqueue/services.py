@@ -2,7 +2,7 @@
 import asyncio
 import logging
 import time
-import uuid
+import secrets
 from dataclasses import dataclass
 
 from redis.exceptions import RedisError
@@ -39,7 +39,7 @@ def _prepare(rt: Runtime, message: NewMessage, produce_time: int) -> LoggedMessa
     return LoggedMessage(
         namespace=cfg.namespace,
         topic=message.topic,
-        msg_id=message.msg_id or uuid.uuid4().hex,
+        msg_id=message.msg_id or secrets.token_hex(16),
         payload=message.msg,
         produce_time=produce_time,
         trigger_time=trigger,
@@ -69,6 +69,14 @@ def _send_call(rt: Runtime, row: LoggedMessage):
             rt.actor,
         ],
     )
+
+
+def _as_message(row: LoggedMessage, status: int) -> dict:
+    """A message the send script created, as clients see it: the row it was sent as, with the
+    status Redis gave it (ready if it was already due when Redis took it)."""
+    return {"topic": row.topic, "msgId": row.msg_id, "msg": row.payload, "produceTime": row.produce_time,
+            "triggerTime": row.trigger_time, "expireTime": row.expire_time, "maxRetry": row.max_retry,
+            "retry": row.retry, "status": status}
 
 
 def _logged(namespace: str, message: dict) -> LoggedMessage:
@@ -120,7 +128,8 @@ async def send_messages(rt: Runtime, messages: list[NewMessage]) -> list[dict | 
     else:
         results = await run_scripts(rt.redis, calls)
     outcomes: list[dict | Exception] = [
-        r if isinstance(r, Exception) else decode_message(r[1]) for r in results
+        r if isinstance(r, Exception) else _as_message(row, r[1]) if r[0] else decode_message(r[1])
+        for row, r in zip(rows, results)
     ]
     if rt.config.message_log:
         await _settle_log(rt, rows, written, results, outcomes)

@@ -4,7 +4,8 @@
 -- KEYS: waiting, ready, inflight, msgs, expiry, ended, meta, stats, events
 -- ARGV: msgId, payload, delayMillis, ttlMillis, maxRetry, topic, readyChannel,
 --       scheduleChannel, statsIntervalMillis, produceTime, actor
--- Returns {created (1|0), message json, newTopic (1|0)}
+-- Returns {1, status, newTopic (1|0)} when created (the caller has the rest of the message),
+-- or {0, stored message json, newTopic (1|0)} for a live duplicate.
 -- @include common
 local waiting, ready, inflight, msgs, expiry, ended, meta, stats = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 EVENTS, ACTOR = KEYS[9], ARGV[11]
@@ -67,4 +68,4 @@ end
 if wake then
   redis.call('PUBLISH', ARGV[8], topic)
 end
-return {1, encoded, new_topic}
+return {1, m.status, new_topic}
