@@ -28,8 +28,9 @@ def conninfo() -> str:
     s = connections["default"].settings_dict
     params = {"dbname": s["NAME"], "user": s.get("USER") or None, "password": s.get("PASSWORD") or None,
               "host": s.get("HOST") or None, "port": s.get("PORT") or None}
+    # A send waits on the log: a hung server or a lock must end in an error, not a hung request.
     return make_conninfo(**{k: v for k, v in params.items() if v}, connect_timeout=3,
-                         application_name="delayqueue")
+                         options="-c statement_timeout=30000", application_name="delayqueue")
 
 
 async def connect() -> psycopg.AsyncConnection:
