@@ -31,7 +31,7 @@ ON CONFLICT (namespace, topic, msg_id, event_id) DO NOTHING
 """
 # Only the life of the message the row describes (same produceTime) moves its status, never
 # backwards in time (two writers may briefly overlap while a topic changes hands), and a row
-# already in that state is not rewritten (a 'sent' event usually confirms what the send wrote).
+# already in that state is not rewritten.
 _UPDATE_MESSAGES = f"""
 UPDATE {MESSAGE_TABLE} m SET status = u.s, retry = u.r, updated_at = to_timestamp(u.at / 1000.0)
 FROM json_to_recordset(%s::json) AS u(t text, i text, s int2, r int4, at int8, pt int8)
@@ -163,13 +163,16 @@ class LogWriter:
 
     async def _commit(self, events: list[Event]) -> None:
         ns = self.rt.config.namespace
-        latest = latest_per_message(events)
+        # The send path wrote a sent message's row exactly as Redis took it, so 'sent' events
+        # have nothing to move.
+        latest = latest_per_message([e for e in events if e.reason != "sent"])
         if self._conn is None or self._conn.closed:
             self._conn = await connect()
         try:
             async with self._conn.transaction():
                 await self._conn.execute(_INSERT_EVENTS, [ns, history_json(events)])
-                await self._conn.execute(_UPDATE_MESSAGES, [status_json(latest), ns])
+                if latest:
+                    await self._conn.execute(_UPDATE_MESSAGES, [status_json(latest), ns])
         except psycopg.Error as exc:
             await self._drop_connection()
             raise LogUnavailable(f"message log unavailable: {first_line(exc)}") from None

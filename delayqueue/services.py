@@ -140,15 +140,16 @@ async def send_messages(rt: Runtime, messages: list[NewMessage]) -> list[dict | 
 
 
 async def _settle_log(rt: Runtime, rows, written, results, outcomes) -> None:
-    """Makes the log agree with what Redis did: rows for sends Redis refused are removed, and a
-    msgId whose live state only Redis knew (the log lags a few ms behind it) gets Redis' message."""
+    """Makes the log agree with what Redis did: rows for sends Redis refused are removed; a
+    msgId whose live state only Redis knew (the log lags a few ms behind it) gets Redis' message;
+    so does a message that was due by the time Redis took it (ready, where the row said waiting)."""
     refused, corrections = [], []
     for i, (row, was_written, result) in enumerate(zip(rows, written, results)):
         if isinstance(result, Exception):
             if was_written:
                 refused.append(row)
-        elif bool(result[0]) != was_written:
-            corrections.append(i)
+        elif bool(result[0]) != was_written or (result[0] and result[1] != row.status):
+            corrections.append(i)  # a duplicate only Redis knew, or already due when Redis took it
     if refused:
         try:
             await rt.log.forget(refused)
