@@ -14,6 +14,8 @@ from django.core.handlers.exception import convert_exception_to_response
 from django.core.exceptions import RequestAborted
 from django.urls import set_script_prefix
 
+# Requests that may be held open; only these watch for the client hanging up.
+HELD_PATHS = ("/longPollingMsg",)
 
 
 class EventLoopAPIHandler(ASGIHandler):
@@ -33,6 +35,9 @@ class EventLoopAPIHandler(ASGIHandler):
             request, error_response = self.create_request(scope, body_file)
             if request is None:
                 await self.send_response(error_response, send)
+                return
+            if not scope["path"].endswith(HELD_PATHS):
+                await self._respond(request, send)  # answered at once: no hang-up to watch for
                 return
             # A client that hangs up cancels its request (a held long poll stops holding).
             respond = asyncio.ensure_future(self._respond(request, send))
