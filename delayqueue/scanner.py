@@ -20,6 +20,7 @@ import time
 import uuid
 
 from . import store
+from .timer import PreciseTimer
 from .log_writer import LogWriter
 from .runtime import Runtime
 
@@ -39,6 +40,7 @@ class TopicWorker:
         self.topic = topic
         self.keys = scanner.rt.ns.topic(topic)
         self._wake = asyncio.Event()
+        self._sleeps = 0
         self.task = asyncio.get_running_loop().create_task(self._run(), name=f"scan:{topic}")
 
     def wake(self) -> None:
@@ -84,10 +86,13 @@ class TopicWorker:
                 log.warning("scanning topic %s failed: %s", self.topic, exc)
                 delay = ERROR_BACKOFF
             if delay > 0:
-                try:
-                    await asyncio.wait_for(self._wake.wait(), delay)
-                except asyncio.TimeoutError:
-                    pass
+                # Woken by the precise timer at the due time, or earlier by the schedule channel;
+                # a timer left over from an earlier sleep finds a newer generation and does nothing.
+                self._sleeps += 1
+                sleep = self._sleeps
+                self.scanner.timer.call_at(asyncio.get_running_loop().time() + delay,
+                                           lambda: sleep == self._sleeps and self._wake.set())
+                await self._wake.wait()
 
     async def stop(self) -> None:
         self.task.cancel()
@@ -123,6 +128,7 @@ class Scanner:
     async def run(self) -> None:
         await store.load_scripts(self.rt.redis)
         loop = asyncio.get_running_loop()
+        self.timer = PreciseTimer(loop)
         listener = loop.create_task(self._listen(), name="schedule-listener")
         lag_probe = loop.create_task(self._report_lag(), name="lag-probe")
         writer = loop.create_task(self.log_writer.run(self._stop), name="log-writer") if self.log_writer else None
@@ -293,6 +299,7 @@ class Scanner:
         for worker in self.workers.values():
             await worker.stop()
         self.workers.clear()
+        self.timer.close()
         if topics:
             try:
                 await store.run_scripts(
