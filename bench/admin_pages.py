@@ -49,9 +49,7 @@ def start_servers() -> Services:
     if not os.environ.get("DATABASE_URL"):
         os.environ["DATABASE_URL"] = services.postgres(free_port())
     if not os.environ.get("REDIS_URL"):
-        port = free_port()
-        services.redis("redis", port)
-        os.environ["REDIS_URL"] = f"redis://127.0.0.1:{port}/0"
+        os.environ["REDIS_URL"] = services.single_redis()
     return services
 
 

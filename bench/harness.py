@@ -60,9 +60,7 @@ def stack(scanners: int = 1, workers: int = 1, servers: dict[str, dict] | None =
     procs = []
     try:
         if not env.get("REDIS_URL"):
-            port = free_port()
-            services.redis("redis", port)
-            env["REDIS_URL"] = f"redis://127.0.0.1:{port}/0"
+            env["REDIS_URL"] = services.single_redis()
         if not env.get("DATABASE_URL"):
             env["DATABASE_URL"] = services.postgres(free_port())
         subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)

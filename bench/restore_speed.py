@@ -37,10 +37,7 @@ def main():
     base = Path(tempfile.mkdtemp(prefix="bench-", dir=ROOT / ".local" if (ROOT / ".local").exists() else None))
     services = Services(base, durable=True)
     try:
-        redis_port = free_port()
-        services.redis("redis", redis_port)
-        env = dict(os.environ, REDIS_URL=f"redis://127.0.0.1:{redis_port}/0",
-                   DATABASE_URL=services.postgres(free_port()))
+        env = dict(os.environ, REDIS_URL=services.single_redis(), DATABASE_URL=services.postgres(free_port()))
         subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)
         started = time.monotonic()
         with psycopg.connect(env["DATABASE_URL"].replace("postgres://", "postgresql://"), autocommit=True) as conn:
@@ -51,7 +48,7 @@ def main():
         out = subprocess.run([sys.executable, "manage.py", "restore"], cwd=ROOT, env=env, check=True,
                              capture_output=True, text=True)
         elapsed = time.monotonic() - started
-        client = redis.Redis(port=redis_port)
+        client = redis.Redis.from_url(env["REDIS_URL"])
         held = sum(client.hlen(f"dq:{{default:restore{i}}}:msgs") for i in range(10))
         print(f"manage.py restore: {out.stdout.strip()}")
         print(f"  {elapsed:.1f} s end to end (process start included): {args.messages / elapsed:,.0f} messages/s"

@@ -61,9 +61,7 @@ def main() -> None:
     base = Path(tempfile.mkdtemp(prefix="bench-spark-", dir=ROOT / ".local" if (ROOT / ".local").exists() else None))
     services = Services(base, durable=False)
     try:
-        redis_port = free_port()
-        services.redis("redis", redis_port)
-        env = dict(os.environ, REDIS_URL=f"redis://127.0.0.1:{redis_port}/0", DATABASE_URL=services.postgres(free_port()),
+        env = dict(os.environ, REDIS_URL=services.single_redis(), DATABASE_URL=services.postgres(free_port()),
                    PYSPARK_PYTHON=sys.executable)
         subprocess.run([sys.executable, "manage.py", "migrate", "--no-input", "-v", "0"], cwd=ROOT, env=env, check=True)
         started = time.monotonic()

@@ -13,9 +13,7 @@ import json
 import logging
 from dataclasses import dataclass
 
-import psycopg
-
-from .messagelog import EVENT_TABLE, MESSAGE_TABLE, LogUnavailable, connect, first_line
+from .messagelog import EVENT_TABLE, MESSAGE_TABLE, LogConnection, first_line
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +85,7 @@ class LogWriter:
         self.rt = rt
         self.topics = topics
         self.written = 0
-        self._conn: psycopg.AsyncConnection | None = None
+        self._db = LogConnection()
         # Per topic, the last entry read: the next read starts after it, so a batch can be read
         # while the previous one is still being committed. Forgotten after a failure, so what
         # was not committed is read again.
@@ -113,7 +111,7 @@ class LogWriter:
                     writing.cancel()  # whatever it did not commit is read again
                     writing = None
                 self._read_up_to.clear()
-                await self._drop_connection()
+                await self._db.close()
                 delay = ERROR_BACKOFF
             if delay:
                 try:
@@ -166,25 +164,11 @@ class LogWriter:
         # The send path wrote a sent message's row exactly as Redis took it, so 'sent' events
         # have nothing to move.
         latest = latest_per_message([e for e in events if e.reason != "sent"])
-        if self._conn is None or self._conn.closed:
-            self._conn = await connect()
-        try:
-            async with self._conn.transaction():
-                await self._conn.execute(_INSERT_EVENTS, [ns, history_json(events)])
-                if latest:
-                    await self._conn.execute(_UPDATE_MESSAGES, [status_json(latest), ns])
-        except psycopg.Error as exc:
-            await self._drop_connection()
-            raise LogUnavailable(f"message log unavailable: {first_line(exc)}") from None
+        async with self._db.use() as conn, conn.transaction():
+            await conn.execute(_INSERT_EVENTS, [ns, history_json(events)])
+            if latest:
+                await conn.execute(_UPDATE_MESSAGES, [status_json(latest), ns])
 
     async def close(self) -> None:
         """Closes the writer's PostgreSQL connection (it reconnects if used again)."""
-        await self._drop_connection()
-
-    async def _drop_connection(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            try:
-                await conn.close()
-            except Exception:
-                pass
+        await self._db.close()

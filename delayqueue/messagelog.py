@@ -5,15 +5,13 @@ flight wait and go together in the next one (one multi-row statement, one commit
 number of Postgres round trips grows with time, not with messages.
 """
 import asyncio
+import contextlib
 import json
-import logging
 from dataclasses import dataclass
 
 import psycopg
 from django.db import connections
 from psycopg.conninfo import make_conninfo
-
-log = logging.getLogger(__name__)
 
 MESSAGE_TABLE = "delayqueue_message"
 EVENT_TABLE = "delayqueue_messageevent"
@@ -42,6 +40,32 @@ async def connect() -> psycopg.AsyncConnection:
 
 def first_line(exc: Exception) -> str:
     return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
+class LogConnection:
+    """One autocommit connection to the message log, opened on first use and again after a
+    failure. Any PostgreSQL error inside `use()` drops it and comes out as LogUnavailable."""
+
+    def __init__(self):
+        self._conn: psycopg.AsyncConnection | None = None
+
+    @contextlib.asynccontextmanager
+    async def use(self):
+        try:
+            if self._conn is None or self._conn.closed:
+                self._conn = await connect()
+            yield self._conn
+        except psycopg.Error as exc:
+            await self.close()
+            raise LogUnavailable(f"message log unavailable: {first_line(exc)}") from None
+
+    async def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            try:
+                await conn.close()
+            except Exception:
+                pass
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,7 +134,7 @@ class MessageLog:
     MAX_ROWS = 5000
 
     def __init__(self):
-        self._conn: psycopg.AsyncConnection | None = None
+        self._db = LogConnection()
         self._pending: list[_Request] = []
         self._flusher: asyncio.Task | None = None
 
@@ -130,12 +154,8 @@ class MessageLog:
 
     async def forget(self, rows: list[LoggedMessage]) -> None:
         """Removes rows this process wrote for sends that Redis then did not take."""
-        try:
-            conn = await self._connection()
+        async with self._db.use() as conn:
             await conn.execute(_FORGET, [_rows_json(rows)])
-        except psycopg.Error as exc:
-            await self._drop_connection()
-            raise LogUnavailable(f"message log unavailable: {first_line(exc)}") from None
 
     def _submit(self, rows: list[LoggedMessage], overwrite: bool) -> asyncio.Future:
         """Queues rows with distinct keys; resolves to the keys the statement wrote."""
@@ -147,19 +167,6 @@ class MessageLog:
         if self._flusher is None or self._flusher.done():
             self._flusher = asyncio.ensure_future(self._flush())
         return future
-
-    async def _connection(self) -> psycopg.AsyncConnection:
-        if self._conn is None or self._conn.closed:
-            self._conn = await connect()
-        return self._conn
-
-    async def _drop_connection(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            try:
-                await conn.close()
-            except Exception:
-                pass
 
     def _take_batch(self) -> list[_Request]:
         """Pending requests of the first one's kind whose keys do not clash: one statement may
@@ -192,15 +199,11 @@ class MessageLog:
                     request.future.set_result(written)
 
     async def _write(self, rows: list[LoggedMessage], overwrite: bool) -> set[tuple[str, str]]:
-        try:
-            conn = await self._connection()
+        async with self._db.use() as conn:
             cursor = await conn.execute(_OVERWRITE if overwrite else _RECORD, [_rows_json(rows)])
             return {tuple(row) for row in await cursor.fetchall()}
-        except psycopg.Error as exc:
-            await self._drop_connection()
-            raise LogUnavailable(f"message log unavailable: {first_line(exc)}") from None
 
     async def close(self) -> None:
         if self._flusher is not None:
             await asyncio.gather(self._flusher, return_exceptions=True)
-        await self._drop_connection()
+        await self._db.close()

@@ -113,13 +113,6 @@ def _scope(namespace: str, topic: str | None, msg_id: str | None) -> tuple[str, 
     return " AND ".join(where), params
 
 
-async def count_logged(rt: Runtime, *, topic: str | None = None, msg_id: str | None = None) -> int:
-    """How many messages the log holds in this scope, whatever their status."""
-    where, params = _scope(rt.config.namespace, topic, msg_id)
-    async with await connect() as conn:
-        return (await (await conn.execute(f"SELECT count(*) FROM {MESSAGE_TABLE} WHERE {where}", params)).fetchone())[0]
-
-
 async def restore(rt: Runtime, *, topic: str | None = None, msg_id: str | None = None,
                   include_expired: bool = False, dry_run: bool = False,
                   progress: Callable[[RestoreCounts, int], None] | None = None) -> RestoreCounts:
@@ -131,12 +124,11 @@ async def restore(rt: Runtime, *, topic: str | None = None, msg_id: str | None =
     statuses = ", ".join(str(s) for s in ([*LIVE, EXPIRED] if include_expired else LIVE))
     counts = RestoreCounts()
     async with await connect() as conn:
-        total = (await (await conn.execute(
-            f"SELECT count(*) FROM {MESSAGE_TABLE} WHERE {where} AND status IN ({statuses})", params
-        )).fetchone())[0]
-        ended = (await (await conn.execute(
-            f"SELECT count(*) FROM {MESSAGE_TABLE} WHERE {where} AND status NOT IN ({statuses})", params
-        )).fetchone())[0]
+        # One scan counts both the candidates and the rest (skipped as ended or expired).
+        total, ended = await (await conn.execute(
+            f"SELECT count(*) FILTER (WHERE status IN ({statuses})), count(*) FILTER (WHERE status NOT IN ({statuses}))"
+            f" FROM {MESSAGE_TABLE} WHERE {where}", params
+        )).fetchone()
         if progress:
             progress(counts, total)
         writing: set[asyncio.Task] = set()

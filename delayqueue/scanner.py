@@ -13,6 +13,7 @@ for at most the lock TTL. Correctness never rests on the lock: every transition 
 script, so two scanners working a topic at once still promote each message once.
 """
 import asyncio
+import functools
 import logging
 import os
 import socket
@@ -89,10 +90,13 @@ class TopicWorker:
                 # Woken by the precise timer at the due time, or earlier by the schedule channel;
                 # a timer left over from an earlier sleep finds a newer generation and does nothing.
                 self._sleeps += 1
-                sleep = self._sleeps
                 self.scanner.timer.call_at(asyncio.get_running_loop().time() + delay,
-                                           lambda: sleep == self._sleeps and self._wake.set())
+                                           functools.partial(self._timer_fired, self._sleeps))
                 await self._wake.wait()
+
+    def _timer_fired(self, sleep: int) -> None:
+        if sleep == self._sleeps:
+            self._wake.set()
 
     async def stop(self) -> None:
         self.task.cancel()

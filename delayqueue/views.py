@@ -305,9 +305,10 @@ class RestoreView(QueueAPIView):
         data = self.validated(RestoreSerializer)
         rt = current()
         topic = data.get("topic")
-        if topic is not None and not await recovery.count_logged(rt, topic=topic):
+        counts = await recovery.restore(rt, topic=topic, include_expired=data["expire"])
+        if topic is not None and not counts.seen:
             return reply(404, f"topic {topic} has no messages in the message log")
-        return restore_reply(await recovery.restore(rt, topic=topic, include_expired=data["expire"]))
+        return restore_reply(counts)
 
 
 @queue_endpoint("Restore one message from the message log into Redis", RestoreResultSerializer,
@@ -317,9 +318,10 @@ class RestoreMsgView(QueueAPIView):
         data = self.validated(RestoreMsgSerializer)
         rt = current()
         topic, msg_id = data["topic"], data["msgId"]
-        if not await recovery.count_logged(rt, topic=topic, msg_id=msg_id):
+        counts = await recovery.restore(rt, topic=topic, msg_id=msg_id, include_expired=data["expire"])
+        if not counts.seen:
             return reply(404, f"message {msg_id} not found in the message log of topic {topic}")
-        return restore_reply(await recovery.restore(rt, topic=topic, msg_id=msg_id, include_expired=data["expire"]))
+        return restore_reply(counts)
 
 
 def health_reply(code: int) -> HttpResponse:

@@ -148,6 +148,12 @@ class Services:
         wait_for_port(port, proc, what, self.base / f"{what}.log")
         return proc
 
+    def single_redis(self, port: int | None = None) -> str:
+        """Starts the single Redis (on a free port unless given) and returns its URL."""
+        port = port or free_port()
+        self.redis("redis", port)
+        return f"redis://127.0.0.1:{port}/0"
+
     def redis_cluster(self, ports: list[int]) -> str:
         for i, port in enumerate(ports):
             self.redis(f"cluster-{i}", port, "--cluster-enabled", "yes",
@@ -293,8 +299,7 @@ def command_run(_args) -> int:
         signal.signal(sig, stop)
     try:
         if not env.get("REDIS_URL"):
-            services.redis("redis", RUN_REDIS_PORT)
-            env["REDIS_URL"] = f"redis://127.0.0.1:{RUN_REDIS_PORT}/0"
+            env["REDIS_URL"] = services.single_redis(RUN_REDIS_PORT)
             say(f"started Redis on 127.0.0.1:{RUN_REDIS_PORT} (data in {run_dir / 'redis'})")
         if not env.get("DATABASE_URL"):
             env["DATABASE_URL"] = services.postgres(RUN_PG_PORT)
@@ -350,9 +355,7 @@ def command_test(args) -> int:
     services = Services(base, durable=False)
     try:
         if not env.get("REDIS_URL"):
-            port = free_port()
-            services.redis("redis", port)
-            env["REDIS_URL"] = f"redis://127.0.0.1:{port}/0"
+            env["REDIS_URL"] = services.single_redis()
         if not env.get("REDIS_CLUSTER_URL"):
             env["REDIS_CLUSTER_URL"] = services.redis_cluster(cluster_ports(3))
         if not env.get("DATABASE_URL"):
