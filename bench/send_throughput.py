@@ -49,7 +49,7 @@ async def raw_evalsha_rate(redis_url: str, seconds: int, concurrency: int, messa
     from delayqueue.conf import QueueConfig
     from delayqueue.runtime import Runtime
     from delayqueue.services import NewMessage, _prepare, _send_call
-    from delayqueue.store import load_scripts, run_scripts
+    from delayqueue.store import load_scripts
 
     rt = Runtime(QueueConfig(redis_url=redis_url, namespace="raw", message_log=message_log))
     await load_scripts(rt.redis)
@@ -62,7 +62,7 @@ async def raw_evalsha_rate(redis_url: str, seconds: int, concurrency: int, messa
     async def worker():
         nonlocal sent
         while time.monotonic() < deadline:
-            await run_scripts(rt.redis, calls)
+            await rt.scripts.run(calls)
             sent += BATCH
 
     started = time.monotonic()

@@ -18,7 +18,25 @@ from django.urls import set_script_prefix
 HELD_PATHS = ("/longPollingMsg",)
 
 
+# The API's paths are fixed (no converters): each is resolved once, not by walking every
+# pattern of the URLconf per request. Bounded, so unknown paths cannot grow it.
+ROUTE_CACHE_SIZE = 64
+
+
 class EventLoopAPIHandler(ASGIHandler):
+    def __init__(self):
+        super().__init__()
+        self._routes = {}
+
+    def resolve_request(self, request):
+        match = self._routes.get(request.path_info)
+        if match is None:
+            match = super().resolve_request(request)
+            if not match.args and not match.kwargs and len(self._routes) < ROUTE_CACHE_SIZE:
+                self._routes[request.path_info] = match
+        request.resolver_match = match
+        return match
+
     def load_middleware(self, is_async=False):
         self._view_middleware = []
         self._template_response_middleware = []

@@ -17,7 +17,6 @@ from psycopg.rows import dict_row
 from .messagelog import MESSAGE_TABLE, connect
 from .messages import CONSUMING, EXPIRED, READY, WAITING
 from .runtime import Runtime
-from .store import run_scripts
 
 LIVE = (WAITING, READY, CONSUMING)
 PAGE_ROWS = 10_000
@@ -82,7 +81,7 @@ async def restore_rows(rt: Runtime, rows: Iterable[dict], *, include_expired: bo
                 args += [m["msg_id"], m["payload"], m["produce_time"], m["trigger_time"], m["expire_time"],
                          m["max_retry"], m["retry"]]
             calls.append(("restore", [k.waiting, k.ready, k.msgs, k.expiry, k.meta, k.events], args))
-    for result in await run_scripts(rt.redis, calls):
+    for result in await rt.scripts.run(calls):
         if isinstance(result, Exception):
             raise result
         counts.restored += result[0]

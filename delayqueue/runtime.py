@@ -18,7 +18,8 @@ class Runtime:
         self.config = config
         self.ns = namespace_keys(config.namespace)
         self.redis = store.connect(config.redis_url)
-        self.scripts = store.ScriptBatcher(self.redis)
+        self.scripts = store.script_runner(self.redis, config.redis_url)
+        self._batcher = store.ScriptBatcher(self.scripts)
         self._notifier = None
         self._notifier_lock = asyncio.Lock()
         self._log = None
@@ -51,7 +52,7 @@ class Runtime:
 
     async def call(self, name: str, keys, args):
         """Runs one Lua script, sharing a round trip with the other calls of this loop turn."""
-        return await self.scripts.call(name, keys, args)
+        return await self._batcher.call(name, keys, args)
 
     async def close(self) -> None:
         if self._log is not None:
@@ -60,22 +61,32 @@ class Runtime:
         if self._notifier is not None:
             await self._notifier.stop()
             self._notifier = None
+        await self.scripts.close()
         await self.redis.aclose()
 
 
 _runtimes: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Runtime]" = weakref.WeakKeyDictionary()
 
 
+_last: tuple = (None, None)  # (loop, runtime) of the last call: a server process has one loop
+
+
 def current() -> Runtime:
+    global _last
     loop = asyncio.get_running_loop()
+    if _last[0] is loop:
+        return _last[1]
     rt = _runtimes.get(loop)
     if rt is None:
         rt = _runtimes[loop] = Runtime(load_config())
+    _last = (loop, rt)
     return rt
 
 
 async def close_current() -> None:
     """Closes this loop's runtime (its Redis and Postgres connections), if it has one."""
+    global _last
+    _last = (None, None)
     rt = _runtimes.pop(asyncio.get_running_loop(), None)
     if rt is not None:
         await rt.close()

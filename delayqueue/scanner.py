@@ -65,7 +65,7 @@ class TopicWorker:
 
     async def tick(self) -> float:
         """One pass over the topic; returns seconds until it has work again."""
-        results = await store.run_scripts(self.scanner.rt.redis, self._calls())
+        results = await self.scanner.rt.scripts.run(self._calls())
         for result in results:
             if isinstance(result, Exception):
                 raise result
@@ -197,8 +197,7 @@ class Scanner:
         topics = list(self.workers)
         if not topics:
             return
-        results = await store.run_scripts(
-            self.rt.redis,
+        results = await self.rt.scripts.run(
             [("lock_renew", [self.rt.ns.topic(t).lock], [self.token, self.lock_ttl]) for t in topics],
         )
         for topic, renewed in zip(topics, results):
@@ -251,8 +250,7 @@ class Scanner:
     async def _prune_stats(self) -> None:
         await self._forget_gone_scanners()
         if self.workers:
-            await store.run_scripts(
-                self.rt.redis,
+            await self.rt.scripts.run(
                 [("prune_stats", [self.rt.ns.topic(t).stats], [self.rt.config.monitor_interval_millis])
                  for t in self.workers],
             )
@@ -306,8 +304,8 @@ class Scanner:
         self.timer.close()
         if topics:
             try:
-                await store.run_scripts(
-                    self.rt.redis, [("lock_release", [self.rt.ns.topic(t).lock], [self.token]) for t in topics]
+                await self.rt.scripts.run(
+                    [("lock_release", [self.rt.ns.topic(t).lock], [self.token]) for t in topics]
                 )
             except Exception as exc:
                 log.warning("scanner %s could not release its locks: %s", self.token, exc)

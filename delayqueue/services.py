@@ -1,8 +1,8 @@
 """Writes: every state transition of a message, each one Lua script run atomically in Redis."""
 import asyncio
 import logging
+import random
 import time
-import secrets
 from dataclasses import dataclass
 
 from redis.exceptions import RedisError
@@ -10,7 +10,6 @@ from redis.exceptions import RedisError
 from .messagelog import LoggedMessage, LogUnavailable
 from .messages import READY, WAITING, decode_message
 from .runtime import Runtime
-from .store import run_scripts
 
 log = logging.getLogger(__name__)
 
@@ -27,6 +26,13 @@ class NewMessage:
     max_retry: int = -1
 
 
+def _new_msg_id() -> str:
+    """128 random bits in hex. Ids must be unique, not secret (the API that acks by id is open
+    to every client): the Mersenne Twister is enough, and unlike os.urandom makes no system
+    call per id. Python reseeds it in a forked child, so worker processes do not repeat ids."""
+    return f"{random.getrandbits(128):032x}"
+
+
 def _now_millis() -> int:
     return time.time_ns() // 1_000_000
 
@@ -39,7 +45,7 @@ def _prepare(rt: Runtime, message: NewMessage, produce_time: int) -> LoggedMessa
     return LoggedMessage(
         namespace=cfg.namespace,
         topic=message.topic,
-        msg_id=message.msg_id or secrets.token_hex(16),
+        msg_id=message.msg_id or _new_msg_id(),
         payload=message.msg,
         produce_time=produce_time,
         trigger_time=trigger,
@@ -126,7 +132,7 @@ async def send_messages(rt: Runtime, messages: list[NewMessage]) -> list[dict | 
         except RedisError as exc:
             results = [exc]
     else:
-        results = await run_scripts(rt.redis, calls)
+        results = await rt.scripts.run(calls)
     outcomes: list[dict | Exception] = [
         r if isinstance(r, Exception) else _as_message(row, r[1]) if r[0] else decode_message(r[1])
         for row, r in zip(rows, results)

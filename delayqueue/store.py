@@ -1,5 +1,6 @@
 """Redis clients and the Lua scripts: loaded once per server, called by SHA."""
 import asyncio
+import collections
 import hashlib
 import re
 from dataclasses import dataclass
@@ -9,7 +10,9 @@ from urllib.parse import urlsplit
 import hiredis
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import ClusterNode, RedisCluster
-from redis.exceptions import NoScriptError
+from redis.asyncio.connection import parse_url
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import InvalidResponse, NoScriptError, ResponseError
 
 LUA_DIR = Path(__file__).with_name("lua")
 _INCLUDE = re.compile(r"^-- @include (\w+)\s*$", re.MULTILINE)
@@ -95,10 +98,10 @@ async def load_scripts(client) -> None:
 
 class ScriptBatcher:
     """Coalesces the script calls made during one event-loop turn (concurrent requests) into one
-    pipelined round trip, so the cost of a socket write and a pool checkout is shared."""
+    pipelined round trip, so the cost of a socket write is shared."""
 
-    def __init__(self, client):
-        self._client = client
+    def __init__(self, runner: "ScriptRunner"):
+        self._runner = runner
         self._pending: list[tuple[str, list, list, asyncio.Future]] = []
         self._running: set[asyncio.Task] = set()  # the loop keeps only weak references to tasks
 
@@ -118,7 +121,7 @@ class ScriptBatcher:
 
     async def _run(self, batch) -> None:
         try:
-            results = await run_scripts(self._client, [(name, keys, args) for name, keys, args, _ in batch])
+            results = await self._runner.run([(name, keys, args) for name, keys, args, _ in batch])
         except Exception as exc:  # the whole round trip failed: every caller gets the error
             results = [exc] * len(batch)
         for (_name, _keys, _args, future), result in zip(batch, results):
@@ -130,26 +133,142 @@ class ScriptBatcher:
                 future.set_result(result)
 
 
-async def run_scripts(client, calls: list[tuple[str, list, list]]) -> list:
+class ScriptRunner:
     """Runs many script calls in one pipelined round trip (one per node on a cluster).
 
     Results come back in call order; a call's Redis error comes back as the exception.
     Calls refused for a missing script cache (Redis restarted) are loaded and run again.
     """
-    if not calls:
-        return []
-    results = await _pipeline(client, calls)
-    missing = [i for i, r in enumerate(results) if isinstance(r, NoScriptError)]
-    if missing:
-        await load_scripts(client)
-        again = await _pipeline(client, [calls[i] for i in missing])
-        for i, result in zip(missing, again):
-            results[i] = result
-    return results
+
+    def __init__(self, client):
+        self.client = client  # redis-py's client: loads the scripts, and runs them on a cluster
+
+    async def run(self, calls: list[tuple[str, list, list]]) -> list:
+        if not calls:
+            return []
+        results = await self._pipeline(calls)
+        missing = [i for i, r in enumerate(results) if isinstance(r, NoScriptError)]
+        if missing:
+            await load_scripts(self.client)
+            again = await self._pipeline([calls[i] for i in missing])
+            for i, result in zip(missing, again):
+                results[i] = result
+        return results
+
+    async def _pipeline(self, calls):
+        pipe = self.client.pipeline(transaction=False)
+        for name, keys, args in calls:
+            pipe.execute_command("EVALSHA", SCRIPTS[name].sha, len(keys), *keys, *args)
+        return await pipe.execute(raise_on_error=False)
+
+    async def close(self) -> None:
+        pass
 
 
-async def _pipeline(client, calls):
-    pipe = client.pipeline(transaction=False)
-    for name, keys, args in calls:
-        pipe.execute_command("EVALSHA", SCRIPTS[name].sha, len(keys), *keys, *args)
-    return await pipe.execute(raise_on_error=False)
+class _ReplyProtocol(asyncio.Protocol):
+    """One Redis connection answering in order: each reply resolves the oldest waiting future."""
+
+    def __init__(self):
+        self.reader = hiredis.Reader(encoding="utf-8", replyError=ResponseError, protocolError=InvalidResponse)
+        self.waiting: collections.deque[asyncio.Future] = collections.deque()
+        self.transport = None
+        self.lost = False
+
+    def connection_made(self, transport):
+        self.transport = transport
+
+    def data_received(self, data):
+        self.reader.feed(data)
+        try:
+            while (reply := self.reader.gets()) is not False:
+                future = self.waiting.popleft()
+                if not future.done():
+                    future.set_result(reply)
+        except InvalidResponse as exc:
+            self.transport.close()
+            self._fail(RedisConnectionError(f"bad reply from Redis: {exc}"))
+
+    def connection_lost(self, exc):
+        self._fail(RedisConnectionError(f"connection to Redis lost{f': {exc}' if exc else ''}"))
+
+    def _fail(self, error: Exception) -> None:
+        self.lost = True
+        while self.waiting:
+            future = self.waiting.popleft()
+            if not future.done():
+                future.set_exception(error)
+
+
+class DirectScriptRunner(ScriptRunner):
+    """Script calls on a single Redis over a connection of their own, written with hiredis and
+    read by a bare asyncio protocol: redis-py's pipeline spends more per call (retry wrapper,
+    timeout context, response callbacks) than the rest of a send."""
+
+    def __init__(self, client, url: str):
+        super().__init__(client)
+        self._options = parse_url(url)
+        self._protocol: _ReplyProtocol | None = None
+        self._connecting = asyncio.Lock()
+
+    async def _pipeline(self, calls):
+        protocol = self._protocol
+        if protocol is None or protocol.lost:
+            protocol = await self._connect()
+        loop = asyncio.get_running_loop()
+        futures = [loop.create_future() for _ in calls]
+        protocol.waiting.extend(futures)
+        protocol.transport.write(b"".join(
+            hiredis.pack_command(("EVALSHA", SCRIPTS[name].sha, len(keys), *keys, *args))
+            for name, keys, args in calls
+        ))
+        try:
+            results = [await future for future in futures]
+        except BaseException:
+            for future in futures:  # the connection failed them all: mark their errors as seen
+                if future.done() and not future.cancelled():
+                    future.exception()
+            raise
+        return [NoScriptError(str(r)) if isinstance(r, ResponseError) and str(r).startswith("NOSCRIPT") else r
+                for r in results]
+
+    async def _connect(self) -> _ReplyProtocol:
+        async with self._connecting:
+            if self._protocol is not None and not self._protocol.lost:
+                return self._protocol
+            loop = asyncio.get_running_loop()
+            opts = self._options
+            try:
+                if "path" in opts:
+                    _, protocol = await loop.create_unix_connection(_ReplyProtocol, opts["path"])
+                else:
+                    _, protocol = await loop.create_connection(_ReplyProtocol, opts.get("host", "localhost"),
+                                                               opts.get("port", 6379))
+            except OSError as exc:
+                raise RedisConnectionError(f"cannot connect to Redis: {exc}") from None
+            setup = []
+            if opts.get("password"):
+                setup.append(("AUTH", *filter(None, (opts.get("username"), opts["password"]))))
+            if opts.get("db"):
+                setup.append(("SELECT", opts["db"]))
+            for command in setup:
+                future = loop.create_future()
+                protocol.waiting.append(future)
+                protocol.transport.write(hiredis.pack_command(command))
+                if isinstance(reply := await future, ResponseError):
+                    protocol.transport.close()
+                    raise RedisConnectionError(f"Redis refused {command[0]}: {reply}")
+            self._protocol = protocol
+            return protocol
+
+    async def close(self) -> None:
+        if self._protocol is not None:
+            self._protocol.transport.close()
+            self._protocol = None
+
+
+def script_runner(client, url: str) -> ScriptRunner:
+    """The direct runner for a plain (redis:// or unix://) single Redis; redis-py's pipeline
+    for a cluster (it routes by slot) and for TLS."""
+    if url.startswith(("redis://", "unix://")):
+        return DirectScriptRunner(client, url)
+    return ScriptRunner(client)

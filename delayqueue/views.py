@@ -11,10 +11,12 @@ from redis.exceptions import RedisError
 from django.http import HttpResponse
 from rest_framework import exceptions
 from rest_framework.exceptions import ValidationError
+from rest_framework.parsers import JSONParser, MultiPartParser
 from rest_framework.views import APIView
 
 from . import health, recovery, selectors, services
 from .messagelog import LogUnavailable
+from .parsers import FormFieldsParser
 from .runtime import current
 from .schema import (
     BatchResultSerializer,
@@ -74,10 +76,13 @@ def parse(serializer_class, data: dict) -> dict:
         raise BadInput(first_error(exc.detail)) from None
 
 
+_json = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))  # json.dumps builds one per call
+
+
 def reply(code: int = 200, msg: str = "success", **payload) -> HttpResponse:
     """The API speaks JSON only, so it renders directly instead of through DRF's content
     negotiation and template response (which Django would render via a thread hop)."""
-    body = json.dumps({"code": code, "msg": msg, **payload}, ensure_ascii=False, separators=(",", ":"))
+    body = _json.encode({"code": code, "msg": msg, **payload})
     return HttpResponse(body.encode(), content_type="application/json")
 
 
@@ -98,6 +103,7 @@ class QueueAPIView(APIView):
     the API is camellia's, open to its SDK."""
 
     http_method_names = ["get", "post"]
+    parser_classes = [FormFieldsParser, JSONParser, MultiPartParser]
     # Message operations count as use for /camellia/health/offline; monitor reads do not.
     marks_use = True
 

@@ -164,10 +164,10 @@ async def test_promote_due_moves_waiting_to_ready_in_trigger_order(rt):
     k = rt.ns.topic("t")
     calls = [("promote_due", [k.waiting, k.ready, k.msgs, k.expiry, k.ended, k.stats, k.events],
               [100, 2000, 2000, rt.ns.ready_channel, "t", rt.actor])]
-    [(moved, next_us)] = await store.run_scripts(rt.redis, calls)
+    [(moved, next_us)] = await rt.scripts.run(calls)
     assert moved == 0 and 0 < next_us <= 50_000  # µs until "early" is due
     await asyncio.sleep(0.2)
-    [(moved, next_us)] = await store.run_scripts(rt.redis, calls)
+    [(moved, next_us)] = await rt.scripts.run(calls)
     assert moved == 2 and next_us == -1
     assert (await selectors.get_message(rt, "t", early["msgId"]))["status"] == READY
     batch, _ = await services.pull_messages(rt, "t", batch=2)
