@@ -19,7 +19,6 @@ class Runtime:
         self.ns = namespace_keys(config.namespace)
         self.redis = store.connect(config.redis_url)
         self.scripts = store.script_runner(self.redis, config.redis_url)
-        self._batcher = store.ScriptBatcher(self.scripts)
         self._notifier = None
         self._notifier_lock = asyncio.Lock()
         self._log = None
@@ -52,7 +51,7 @@ class Runtime:
 
     async def call(self, name: str, keys, args):
         """Runs one Lua script, sharing a round trip with the other calls of this loop turn."""
-        return await self._batcher.call(name, keys, args)
+        return await self.scripts.call(name, keys, args)
 
     async def close(self) -> None:
         if self._log is not None:

@@ -98,7 +98,7 @@ async def load_scripts(client) -> None:
 
 class ScriptBatcher:
     """Coalesces the script calls made during one event-loop turn (concurrent requests) into one
-    pipelined round trip, so the cost of a socket write is shared."""
+    pipelined round trip, so the cost of a round trip is shared."""
 
     def __init__(self, runner: "ScriptRunner"):
         self._runner = runner
@@ -134,7 +134,9 @@ class ScriptBatcher:
 
 
 class ScriptRunner:
-    """Runs many script calls in one pipelined round trip (one per node on a cluster).
+    """Runs the Lua scripts by SHA through redis-py's pipeline (one round trip per node on a
+    cluster). `run` takes many calls at once; `call` runs one, sharing a round trip with the
+    other calls of the same event-loop turn.
 
     Results come back in call order; a call's Redis error comes back as the exception.
     Calls refused for a missing script cache (Redis restarted) are loaded and run again.
@@ -142,6 +144,10 @@ class ScriptRunner:
 
     def __init__(self, client):
         self.client = client  # redis-py's client: loads the scripts, and runs them on a cluster
+        self._batcher = ScriptBatcher(self)
+
+    async def call(self, name: str, keys, args):
+        return await self._batcher.call(name, keys, args)
 
     async def run(self, calls: list[tuple[str, list, list]]) -> list:
         if not calls:
@@ -165,14 +171,42 @@ class ScriptRunner:
         pass
 
 
+def _evalsha(name: str, keys, args) -> bytes:
+    return hiredis.pack_command(("EVALSHA", SCRIPTS[name].sha, len(keys), *keys, *args))
+
+
+def _as_error(reply):
+    """hiredis gives every error reply as ResponseError; redis-py's callers look for NOSCRIPT."""
+    if isinstance(reply, ResponseError) and str(reply).startswith("NOSCRIPT"):
+        return NoScriptError(str(reply))
+    return reply
+
+
 class _ReplyProtocol(asyncio.Protocol):
-    """One Redis connection answering in order: each reply resolves the oldest waiting future."""
+    """One Redis connection answering in order: each reply resolves the oldest waiting future.
+    Commands submitted during one event-loop turn go out in one write."""
 
     def __init__(self):
         self.reader = hiredis.Reader(encoding="utf-8", replyError=ResponseError, protocolError=InvalidResponse)
         self.waiting: collections.deque[asyncio.Future] = collections.deque()
+        self.outbox: list[bytes] = []
         self.transport = None
         self.lost = False
+
+    def submit(self, command: bytes) -> asyncio.Future:
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        if not self.outbox:
+            loop.call_soon(self._write)
+        self.outbox.append(command)
+        self.waiting.append(future)
+        return future
+
+    def _write(self) -> None:
+        data = b"".join(self.outbox)
+        self.outbox.clear()
+        if not self.lost:  # else connection_lost has failed the waiting futures
+            self.transport.write(data)
 
     def connection_made(self, transport):
         self.transport = transport
@@ -210,26 +244,32 @@ class DirectScriptRunner(ScriptRunner):
         self._protocol: _ReplyProtocol | None = None
         self._connecting = asyncio.Lock()
 
+    async def call(self, name: str, keys, args):
+        command = _evalsha(name, keys, args)
+        for attempt in (1, 2):
+            protocol = self._protocol
+            if protocol is None or protocol.lost:
+                protocol = await self._connect()
+            result = _as_error(await protocol.submit(command))
+            if isinstance(result, NoScriptError) and attempt == 1:
+                await load_scripts(self.client)
+                continue
+            if isinstance(result, Exception):
+                raise result
+            return result
+
     async def _pipeline(self, calls):
         protocol = self._protocol
         if protocol is None or protocol.lost:
             protocol = await self._connect()
-        loop = asyncio.get_running_loop()
-        futures = [loop.create_future() for _ in calls]
-        protocol.waiting.extend(futures)
-        protocol.transport.write(b"".join(
-            hiredis.pack_command(("EVALSHA", SCRIPTS[name].sha, len(keys), *keys, *args))
-            for name, keys, args in calls
-        ))
+        futures = [protocol.submit(_evalsha(name, keys, args)) for name, keys, args in calls]
         try:
-            results = [await future for future in futures]
+            return [_as_error(await future) for future in futures]
         except BaseException:
             for future in futures:  # the connection failed them all: mark their errors as seen
                 if future.done() and not future.cancelled():
                     future.exception()
             raise
-        return [NoScriptError(str(r)) if isinstance(r, ResponseError) and str(r).startswith("NOSCRIPT") else r
-                for r in results]
 
     async def _connect(self) -> _ReplyProtocol:
         async with self._connecting:
@@ -251,10 +291,7 @@ class DirectScriptRunner(ScriptRunner):
             if opts.get("db"):
                 setup.append(("SELECT", opts["db"]))
             for command in setup:
-                future = loop.create_future()
-                protocol.waiting.append(future)
-                protocol.transport.write(hiredis.pack_command(command))
-                if isinstance(reply := await future, ResponseError):
+                if isinstance(reply := await protocol.submit(hiredis.pack_command(command)), ResponseError):
                     protocol.transport.close()
                     raise RedisConnectionError(f"Redis refused {command[0]}: {reply}")
             self._protocol = protocol

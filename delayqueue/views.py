@@ -8,15 +8,16 @@ import json
 import logging
 
 from redis.exceptions import RedisError
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
 from django.http import HttpResponse
 from rest_framework import exceptions
 from rest_framework.exceptions import ValidationError
-from rest_framework.parsers import JSONParser, MultiPartParser
 from rest_framework.views import APIView
 
 from . import health, recovery, selectors, services
 from .messagelog import LogUnavailable
-from .parsers import FormFieldsParser
+from .parsers import FORM_CONTENT_TYPE, TooManyFields, parse_form
 from .runtime import current
 from .schema import (
     BatchResultSerializer,
@@ -103,7 +104,6 @@ class QueueAPIView(APIView):
     the API is camellia's, open to its SDK."""
 
     http_method_names = ["get", "post"]
-    parser_classes = [FormFieldsParser, JSONParser, MultiPartParser]
     # Message operations count as use for /camellia/health/offline; monitor reads do not.
     marks_use = True
 
@@ -136,6 +136,8 @@ class QueueAPIView(APIView):
     def handle_exception(self, exc):
         if isinstance(exc, BadInput):
             return reply(400, str(exc))
+        if isinstance(exc, RequestDataTooBig):
+            return reply(400, f"request body is over {settings.DATA_UPLOAD_MAX_MEMORY_SIZE} bytes")
         if isinstance(exc, exceptions.MethodNotAllowed):
             return reply(400, f"method {self.request.method} not allowed, use GET or POST")
         if isinstance(exc, exceptions.APIException):
@@ -153,11 +155,18 @@ class QueueAPIView(APIView):
         """Query string and body (form or JSON object) merged; the body wins."""
         # Building the query-string QueryDict costs a noticeable share of a send: only when there is one.
         params = dict(self.request.query_params.items()) if self.request.META.get("QUERY_STRING") else {}
-        data = self.request.data
-        if hasattr(data, "dict"):
-            data = data.dict()
-        if not isinstance(data, dict):
-            raise BadInput("request body must be form fields or a JSON object")
+        django_request = self.request._request
+        if django_request.content_type == FORM_CONTENT_TYPE:
+            try:
+                data = parse_form(django_request.body, django_request.encoding or settings.DEFAULT_CHARSET)
+            except TooManyFields as exc:
+                raise BadInput(f"request body has {exc}") from None
+        else:
+            data = self.request.data  # JSON or multipart, through DRF's parsers
+            if hasattr(data, "dict"):
+                data = data.dict()
+            if not isinstance(data, dict):
+                raise BadInput("request body must be form fields or a JSON object")
         params.update(data)
         return {k: v for k, v in params.items() if v != "" or k in KEEP_EMPTY}
 
