@@ -9,9 +9,10 @@ and the status update is idempotent, so nothing is lost and nothing is written t
 Postgres is down the entries wait in Redis.
 """
 import asyncio
-import json
 import logging
 from dataclasses import dataclass
+
+import orjson
 
 from .messagelog import EVENT_TABLE, MESSAGE_TABLE, LogConnection, first_line
 
@@ -64,14 +65,14 @@ class Event:
 
 
 def history_json(events: list[Event]) -> str:
-    return json.dumps([{"t": e.topic, "i": e.msg_id, "e": e.entry_id, "at": e.at, "f": e.from_status,
-                        "s": e.to_status, "r": e.retry, "w": e.reason, "p": e.process, "h": e.host}
-                       for e in events], separators=(",", ":"))
+    return orjson.dumps([{"t": e.topic, "i": e.msg_id, "e": e.entry_id, "at": e.at, "f": e.from_status,
+                          "s": e.to_status, "r": e.retry, "w": e.reason, "p": e.process, "h": e.host}
+                         for e in events]).decode()
 
 
 def status_json(events: list[Event]) -> str:
-    return json.dumps([{"t": e.topic, "i": e.msg_id, "s": e.to_status, "r": e.retry, "at": e.at,
-                        "pt": e.produce_time} for e in events], separators=(",", ":"))
+    return orjson.dumps([{"t": e.topic, "i": e.msg_id, "s": e.to_status, "r": e.retry, "at": e.at,
+                          "pt": e.produce_time} for e in events]).decode()
 
 
 def latest_per_message(events: list[Event]) -> list[Event]:

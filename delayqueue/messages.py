@@ -1,5 +1,5 @@
 """The message as clients see it (camellia's CamelliaDelayMsg), from the json Redis stores."""
-import json
+import orjson
 
 FIELDS = ("topic", "msgId", "msg", "produceTime", "triggerTime", "expireTime", "maxRetry", "retry", "status")
 
@@ -7,5 +7,5 @@ WAITING, READY, CONSUMING, ACKED, EXPIRED, EXHAUSTED, DELETED = 1, 2, 3, 4, 5, 6
 
 
 def decode_message(raw: str) -> dict:
-    stored = json.loads(raw)
+    stored = orjson.loads(raw)
     return {name: stored.get(name) for name in FIELDS}

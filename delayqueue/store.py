@@ -194,10 +194,9 @@ class _ReplyProtocol(asyncio.Protocol):
         self.lost = False
 
     def submit(self, command: bytes) -> asyncio.Future:
-        loop = asyncio.get_running_loop()
-        future = loop.create_future()
+        future = self.loop.create_future()
         if not self.outbox:
-            loop.call_soon(self._write)
+            self.loop.call_soon(self._write)
         self.outbox.append(command)
         self.waiting.append(future)
         return future
@@ -210,6 +209,7 @@ class _ReplyProtocol(asyncio.Protocol):
 
     def connection_made(self, transport):
         self.transport = transport
+        self.loop = asyncio.get_running_loop()
 
     def data_received(self, data):
         self.reader.feed(data)

@@ -4,20 +4,21 @@ logic is in services (writes) and selectors (reads).
 Every answer is HTTP 200 with the business result in `code` (200, 400, 404, 500), as the
 camellia Java SDK expects.
 """
-import json
 import logging
 
+import orjson
 from redis.exceptions import RedisError
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpResponse
 from rest_framework import exceptions
 from rest_framework.exceptions import ValidationError
+from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.views import APIView
 
 from . import health, recovery, selectors, services
 from .messagelog import LogUnavailable
-from .parsers import FORM_CONTENT_TYPE, TooManyFields, parse_form
+from .parsers import FORM_CONTENT_TYPE, JSONBodyParser, TooManyFields, parse_form
 from .runtime import current
 from .schema import (
     BatchResultSerializer,
@@ -77,14 +78,10 @@ def parse(serializer_class, data: dict) -> dict:
         raise BadInput(first_error(exc.detail)) from None
 
 
-_json = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))  # json.dumps builds one per call
-
-
 def reply(code: int = 200, msg: str = "success", **payload) -> HttpResponse:
     """The API speaks JSON only, so it renders directly instead of through DRF's content
     negotiation and template response (which Django would render via a thread hop)."""
-    body = _json.encode({"code": code, "msg": msg, **payload})
-    return HttpResponse(body.encode(), content_type="application/json")
+    return HttpResponse(orjson.dumps({"code": code, "msg": msg, **payload}), content_type="application/json")
 
 
 def to_new_message(data: dict) -> services.NewMessage:
@@ -104,6 +101,7 @@ class QueueAPIView(APIView):
     the API is camellia's, open to its SDK."""
 
     http_method_names = ["get", "post"]
+    parser_classes = [FormParser, JSONBodyParser, MultiPartParser]  # form bodies: see params()
     # Message operations count as use for /camellia/health/offline; monitor reads do not.
     marks_use = True
 
@@ -341,7 +339,7 @@ class RestoreMsgView(QueueAPIView):
 
 def health_reply(code: int) -> HttpResponse:
     """camellia's health answers: {"code": N} with the same HTTP status, for load balancers."""
-    return HttpResponse(json.dumps({"code": code}, separators=(",", ":")).encode(), status=code,
+    return HttpResponse(orjson.dumps({"code": code}), status=code,
                         content_type="application/json")
 
 

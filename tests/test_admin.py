@@ -12,7 +12,7 @@ import redis
 
 from delayqueue import selectors, services
 from delayqueue.log_selectors import EXACT_COUNT_LIMIT, estimated_count
-from delayqueue.models import Message, MessageEvent, Status
+from delayqueue.models import Message, Status
 from delayqueue.log_writer import LogWriter
 from delayqueue.sync import run_with_runtime
 from tests.conftest import REDIS_URL

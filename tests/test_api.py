@@ -232,7 +232,6 @@ async def test_topic_info_buckets_and_list(api):
 async def test_monitor_data_counts_the_last_interval(api, settings):
     interval = settings.DELAYQUEUE["MONITOR_INTERVAL_SECONDS"]
     # Start right after an interval boundary so all traffic lands in one interval.
-    loop = asyncio.get_running_loop()
     import time
     await asyncio.sleep(interval - (time.time() % interval) + 0.05)
     for i in range(3):

@@ -135,7 +135,7 @@ def test_openapi_schema_lists_every_endpoint_and_parameter(client):
     expected = {f"/camellia/delayQueue/{name}" for name in API_ENDPOINTS}
     expected |= {f"/camellia/health/{name}" for name in ("status", "check", "online", "offline")}
     assert expected <= set(paths)
-    assert set(paths[f"/camellia/delayQueue/sendMsg"]) == {"get", "post"}
+    assert set(paths["/camellia/delayQueue/sendMsg"]) == {"get", "post"}
 
     def form_fields(path):
         body = paths[path]["post"]["requestBody"]["content"]

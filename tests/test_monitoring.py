@@ -4,7 +4,6 @@ Figures come from Redis, so they add up whichever process did the work."""
 import asyncio
 import time
 
-import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from delayqueue import health

@@ -2,11 +2,11 @@
 bodies it cannot take into code 400."""
 import random
 
+import orjson
+import pytest
 from django.http import QueryDict
 
 from delayqueue.parsers import TooManyFields, parse_form
-
-import pytest
 
 PIECES = ["topic", "msg", "delayMillis", "=", "==", "&", "&&", "+", "%20", "%2B", "%26", "%3D", "%", "%4", "%zz",
           "%e4%bd%a0", "%E4%BD", "你好", "é", " ", "a", "12", "", "%00", "\u00ff"]
@@ -59,3 +59,44 @@ async def test_form_charset_is_honoured(api):
     response = await api.post("/camellia/delayQueue/sendMsg", content=body,
                               headers={"content-type": "application/x-www-form-urlencoded; charset=iso-8859-1"})
     assert response.json()["delayMsg"]["msg"] == "café"
+
+
+async def test_json_bodies_decode_strictly_and_by_charset(api):
+    url = "/camellia/delayQueue/sendMsg"
+    nan = await api.post(url, content=b'{"topic": "t", "msg": "m", "delayMillis": NaN}',
+                         headers={"content-type": "application/json"})
+    assert nan.json()["code"] == 400 and "JSON parse error" in nan.json()["msg"]
+    latin = await api.post(url, content='{"topic": "t", "msg": "café", "delayMillis": 0}'.encode("iso-8859-1"),
+                           headers={"content-type": "application/json; charset=iso-8859-1"})
+    assert latin.json()["delayMsg"]["msg"] == "café"
+    bad_utf8 = await api.post(url, content='{"topic": "t", "msg": "café", "delayMillis": 0}'.encode("iso-8859-1"),
+                              headers={"content-type": "application/json"})
+    assert bad_utf8.json()["code"] == 400 and "JSON parse error" in bad_utf8.json()["msg"]
+
+
+async def test_a_body_sent_in_several_asgi_messages_is_read_whole():
+    from delayqueue.runtime import close_current
+    from project.asgi import application
+
+    body = b"topic=chunks&msg=" + b"x" * 5000 + b"&delayMillis=0"
+    parts = [body[:7], body[7:3000], body[3000:]]
+    messages = [{"type": "http.request", "body": part, "more_body": i < len(parts) - 1} for i, part in enumerate(parts)]
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
+             "path": "/camellia/delayQueue/sendMsg", "raw_path": b"/camellia/delayQueue/sendMsg", "query_string": b"",
+             "root_path": "", "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 80),
+             "headers": [(b"host", b"x"), (b"content-type", b"application/x-www-form-urlencoded"),
+                         (b"content-length", str(len(body)).encode())]}
+    sent = []
+
+    async def receive():
+        return messages.pop(0)
+
+    async def send(message):
+        sent.append(message)
+
+    try:
+        await application(scope, receive, send)
+    finally:
+        await close_current()
+    answer = orjson.loads(b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body"))
+    assert answer["code"] == 200 and answer["delayMsg"]["msg"] == "x" * 5000

@@ -3,7 +3,7 @@ import asyncio
 
 import pytest
 
-from delayqueue import selectors, services, store
+from delayqueue import selectors, services
 from delayqueue.messages import ACKED, CONSUMING, DELETED, EXHAUSTED, EXPIRED, READY, WAITING
 from delayqueue.services import NewMessage
 
