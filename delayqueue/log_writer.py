@@ -58,10 +58,17 @@ class Event:
         return int(self.entry_id.split("-", 1)[0])
 
     @classmethod
-    def parse(cls, topic: str, entry_id: str, fields: dict) -> "Event":
+    def parse(cls, topic: str, entry_id: str, fields: dict) -> list["Event"]:
+        """The events of one stream entry: one status change, or (field 'b') the same change of
+        many messages, each then keyed by the entry id and its place in the entry."""
         process, _, host = fields["a"].rpartition("@")
-        return cls(topic, entry_id, fields["i"], int(fields["f"]), int(fields["t"]), int(fields["r"]),
-                   int(fields["p"]), fields["w"], process, host)
+        from_status, reason = int(fields["f"]), fields["w"]
+        if "b" in fields:
+            return [cls(topic, f"{entry_id}.{n}", msg_id, from_status, to_status, retry, produce_time, reason,
+                        process, host)
+                    for n, (msg_id, to_status, retry, produce_time) in enumerate(orjson.loads(fields["b"]))]
+        return [cls(topic, entry_id, fields["i"], from_status, int(fields["t"]), int(fields["r"]),
+                    int(fields["p"]), reason, process, host)]
 
 
 def history_json(events: list[Event]) -> str:
@@ -144,12 +151,19 @@ class LogWriter:
         replies = await pipe.execute()
         events, ids_by_topic, full = [], {}, False
         for topic, entries in zip(topics, replies):
-            if not entries:
-                continue
             full = full or len(entries) == count
-            ids_by_topic[topic] = ids = [entry_id for entry_id, _ in entries]
-            self._read_up_to[topic] = ids[-1]
-            events.extend(Event.parse(topic, entry_id, fields) for entry_id, fields in entries)
+            ids, read = [], 0
+            for entry_id, fields in entries:
+                if read >= count:  # an entry may hold many events: a topic's share stops near `count`
+                    full = True
+                    break
+                parsed = Event.parse(topic, entry_id, fields)
+                events += parsed
+                read += len(parsed)
+                ids.append(entry_id)
+            if ids:
+                ids_by_topic[topic] = ids
+                self._read_up_to[topic] = ids[-1]
         return ((events, ids_by_topic) if events else None), full
 
     async def _write(self, events: list[Event], ids_by_topic: dict[str, list[str]]) -> None:

@@ -4,7 +4,7 @@ import asyncio
 import psycopg
 import pytest
 
-from delayqueue import selectors, services
+from delayqueue import recovery, selectors, services
 from delayqueue.log_writer import Event, LogWriter
 from delayqueue.messages import ACKED, CONSUMING, DELETED, EXHAUSTED, EXPIRED, READY, WAITING
 from delayqueue.services import NewMessage
@@ -224,7 +224,28 @@ async def test_a_restarted_scanner_writer_picks_up_what_it_left(single_rt):
     m = await services.send_message(rt, NewMessage(topic="t", msg="x", delay_millis=0))
     writer = LogWriter(rt, lambda: ["t"])
     entries = await rt.redis.xrange(rt.ns.topic("t").events)
-    await writer._commit([Event.parse("t", entry_id, fields) for entry_id, fields in entries])  # crash before XDEL
+    # A crash after the commit, before the XDEL:
+    await writer._commit([event for entry_id, fields in entries for event in Event.parse("t", entry_id, fields)])
     assert await drain_log(rt, ["t"]) == 1
     assert await history("t", m["msgId"]) == [("sent", 0, READY, 0)]
     await writer.close()
+
+
+async def test_a_restore_logs_one_stream_entry_per_script_call_and_one_row_per_message(monkeypatch):
+    """restore.lua records its messages as one entry per call; the writer splits entries into
+    rows and, with entries bigger than its batch, still writes each event exactly once."""
+    monkeypatch.setattr(recovery, "SCRIPT_MESSAGES", 30)
+    rt = make_runtime(REDIS_URL, log_writer_batch=50)
+    try:
+        sent = [await services.send_message(rt, NewMessage(topic="r", msg=str(n), delay_millis=60_000))
+                for n in range(120)]
+        await rt.redis.flushall()
+        assert (await recovery.restore(rt)).restored == 120
+        assert await rt.redis.xlen(rt.ns.topic("r").events) == 4
+        assert await drain_log(rt, ["r"]) == 120
+        assert await rt.redis.xlen(rt.ns.topic("r").events) == 0
+        for m in sent:
+            assert (await history("r", m["msgId"]))[-1] == ("restored", 0, WAITING, 0)
+        assert (await query("SELECT count(*) FROM delayqueue_messageevent WHERE reason = 'restored'")) == [(120,)]
+    finally:
+        await rt.close()

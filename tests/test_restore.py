@@ -120,6 +120,13 @@ async def test_flushall_then_restore_brings_back_every_live_message_as_it_was(si
     await drain_log(rt, ALL_TOPICS)
     assert (await history(*key))[-1] == ("restored", 0, READY, before[key]["retry"])
     assert (await logged(*key))["status"] == READY
+    # One 'restored' row per restored message, saying what Redis made of it, and the log's
+    # message rows moved to that status (in-flight ones to ready).
+    rows = await query("SELECT topic, msg_id, to_status, retry FROM delayqueue_messageevent WHERE reason = 'restored'")
+    assert len(rows) == len(live)
+    assert {(t, i): (s, r) for t, i, s, r in rows} == {key: (after[key]["status"], after[key]["retry"]) for key in live}
+    statuses = await query("SELECT topic, msg_id, status FROM delayqueue_message WHERE status IN (1, 2, 3)")
+    assert {(t, i): s for t, i, s in statuses} == {key: after[key]["status"] for key in live}
 
 
 async def test_restore_runs_on_a_cluster_too(rt):

@@ -13,7 +13,7 @@ local dry_run = ARGV[4] == '1'
 local now = clock()
 local restored, held = 0, 0
 -- Members are gathered and added with one command per structure: restores come in hundreds.
-local expiring, due_later, due_now = {}, {}, {}
+local expiring, due_later, due_now, changes = {}, {}, {}, {}
 for i = 6, #ARGV, 7 do
   local id = ARGV[i]
   if dry_run then
@@ -46,7 +46,7 @@ for i = 6, #ARGV, 7 do
         due_later[#due_later + 1] = m.triggerTime
         due_later[#due_later + 1] = id
       end
-      log_event(id, m, 0, 'restored')
+      changes[#changes + 1] = {id, m.status, m.retry, m.produceTime}
     end
   end
 end
@@ -62,5 +62,6 @@ if restored > 0 and not dry_run then
   redis.call('HSETNX', meta, 'registered', 1)
   -- The topic's scanner may be asleep towards a later time, or not know the topic yet.
   redis.call('PUBLISH', ARGV[2], topic)
+  log_events(changes, 0, 'restored')
 end
 return {restored, held}
