@@ -7,6 +7,7 @@ import pytest
 from django.core.management import call_command
 
 from delayqueue.keys import namespace_keys, topic_keys
+from delayqueue.log_writer import Event
 from spark import common, restore
 
 from ..conftest import REDIS_CLUSTER_URL, REDIS_URL, log_database_url
@@ -66,7 +67,8 @@ def snapshot(url: str) -> dict:
             "waiting": client.zrange(k.waiting, 0, -1, withscores=True),
             "ready": client.lrange(k.ready, 0, -1),
             "expiry": client.zrange(k.expiry, 0, -1, withscores=True),
-            "restored_events": [e["i"] for _id, e in client.xrange(k.events)],
+            "restored_events": sorted(event.msg_id for entry_id, fields in client.xrange(k.events)
+                                      for event in Event.parse(topic, entry_id, fields)),
         }
     other = topic_keys("other", "a")
     state["other"] = client.exists(other.msgs)
