@@ -1,7 +1,8 @@
 """The history side of the message log, run inside `manage.py run_scanners`.
 
-The Lua scripts append one entry per status change to their topic's Redis stream, atomically
-with the change. The writer reads the streams of the topics its scanner holds, inserts the
+The Lua scripts append an entry per status change to their topic's Redis stream, atomically
+with the change (a restore, one entry for all the messages of a script call). The send path
+writes 'sent' rows itself, with the message row (messagelog.py). The writer reads the streams of the topics its scanner holds, inserts the
 entries as history rows and moves each message row's status along, in one transaction, and
 only then deletes the entries from Redis. A crash between commit and delete means the entries
 are read again: the history insert skips rows it already has (unique on the stream entry id)
@@ -176,9 +177,7 @@ class LogWriter:
 
     async def _commit(self, events: list[Event]) -> None:
         ns = self.rt.config.namespace
-        # The send path wrote a sent message's row exactly as Redis took it, so 'sent' events
-        # have nothing to move.
-        latest = latest_per_message([e for e in events if e.reason != "sent"])
+        latest = latest_per_message(events)
         async with self._db.use() as conn, conn.transaction():
             await conn.execute(_INSERT_EVENTS, [ns, history_json(events)])
             if latest:

@@ -1,4 +1,5 @@
-"""The send side of the PostgreSQL message log: group-committed message rows.
+"""The send side of the PostgreSQL message log: group-committed message rows and their
+'sent' history rows.
 
 A send is answered 200 only after its row is committed. Sends that arrive while a write is in
 flight wait and go together in the next one (one multi-row statement, one commit), so the
@@ -104,12 +105,43 @@ ON CONFLICT (namespace, topic, msg_id) DO UPDATE SET
 """
 # A send replaces a logged message only when that one is over; a live one is a duplicate
 # that Redis will answer with the stored message.
-_RECORD = _UPSERT + f"""WHERE {MESSAGE_TABLE}.status >= 4 OR {MESSAGE_TABLE}.expire_time <= EXCLUDED.produce_time
-RETURNING topic, msg_id"""
+# The 'sent' history row goes in the same statement as the message row: the send path knows
+# everything it says, and writing it here spares a stream entry in Redis and the writer's
+# round trip for most of the history. Its event id, 'sent-<produceTime>', tells lives apart.
+_SENT_ID = "'sent-' || round(extract(epoch FROM produce_time) * 1000)::int8"
+_RECORD = f"""
+WITH written AS (
+    {_UPSERT} WHERE {MESSAGE_TABLE}.status >= 4 OR {MESSAGE_TABLE}.expire_time <= EXCLUDED.produce_time
+    RETURNING namespace, topic, msg_id, produce_time, status
+), sent AS (
+    INSERT INTO {EVENT_TABLE} (namespace, topic, msg_id, event_id, at, from_status, to_status, retry, reason,
+                               process, host)
+    SELECT namespace, topic, msg_id, {_SENT_ID}, produce_time, 0, status, 0, 'sent', %s, %s FROM written
+    ON CONFLICT (namespace, topic, msg_id, event_id) DO NOTHING
+)
+SELECT topic, msg_id FROM written
+"""
 _OVERWRITE = _UPSERT + "RETURNING topic, msg_id"
 _FORGET = f"""
-DELETE FROM {MESSAGE_TABLE} m USING json_to_recordset(%s::json) AS u(ns text, t text, i text, pt int8)
+WITH u AS (SELECT * FROM json_to_recordset(%s::json) AS u(ns text, t text, i text, pt int8)),
+unsent AS (
+    DELETE FROM {EVENT_TABLE} e USING u
+    WHERE e.namespace = u.ns AND e.topic = u.t AND e.msg_id = u.i AND e.event_id = 'sent-' || u.pt
+)
+DELETE FROM {MESSAGE_TABLE} m USING u
 WHERE m.namespace = u.ns AND m.topic = u.t AND m.msg_id = u.i AND m.produce_time = to_timestamp(u.pt / 1000.0)
+"""
+# Where Redis decided otherwise than the log expected: 'sent' rows of sends Redis answered with
+# an older live message go; sends Redis took get theirs, with the status Redis gave them.
+_CORRECT_SENT = f"""
+WITH unsent AS (
+    DELETE FROM {EVENT_TABLE} e USING json_to_recordset(%s::json) AS u(ns text, t text, i text, pt int8)
+    WHERE e.namespace = u.ns AND e.topic = u.t AND e.msg_id = u.i AND e.event_id = 'sent-' || u.pt
+)
+INSERT INTO {EVENT_TABLE} (namespace, topic, msg_id, event_id, at, from_status, to_status, retry, reason, process, host)
+SELECT ns, t, i, 'sent-' || pt, to_timestamp(pt / 1000.0), 0, s, 0, 'sent', %s, %s
+FROM json_to_recordset(%s::json) AS u(ns text, t text, i text, pt int8, s int2)
+ON CONFLICT (namespace, topic, msg_id, event_id) DO UPDATE SET to_status = EXCLUDED.to_status
 """
 
 
@@ -129,17 +161,20 @@ class _Request:
 
 
 class MessageLog:
-    """Group commit over one autocommit connection per event loop."""
+    """Group commit over one autocommit connection per event loop. `actor` ('process@host')
+    is who the 'sent' history rows name."""
 
     MAX_ROWS = 5000
 
-    def __init__(self):
+    def __init__(self, actor: str):
+        self._process, _, self._host = actor.rpartition("@")
         self._db = LogConnection()
         self._pending: list[_Request] = []
         self._flusher: asyncio.Task | None = None
 
     async def record(self, rows: list[LoggedMessage]) -> list[bool]:
-        """Writes new messages; True per row the log now holds as given, False where a live
+        """Writes new messages and their 'sent' history rows; True per row the log now holds as
+        given, False where a live
         message with that msgId is already logged (left untouched) or the row repeats an
         earlier msgId of the same call (a batch naming one msgId twice)."""
         first: dict[tuple[str, str], int] = {}
@@ -153,9 +188,15 @@ class MessageLog:
         await self._submit(list({row.key: row for row in rows}.values()), overwrite=True)
 
     async def forget(self, rows: list[LoggedMessage]) -> None:
-        """Removes rows this process wrote for sends that Redis then did not take."""
+        """Removes rows (and their 'sent' history) this process wrote for sends that Redis then
+        did not take."""
         async with self._db.use() as conn:
             await conn.execute(_FORGET, [_rows_json(rows)])
+
+    async def correct_sent(self, unsent: list[LoggedMessage], sent: list[LoggedMessage]) -> None:
+        """Removes the 'sent' history of `unsent` rows and writes (or corrects) that of `sent`."""
+        async with self._db.use() as conn:
+            await conn.execute(_CORRECT_SENT, [_rows_json(unsent), self._process, self._host, _rows_json(sent)])
 
     def _submit(self, rows: list[LoggedMessage], overwrite: bool) -> asyncio.Future:
         """Queues rows with distinct keys; resolves to the keys the statement wrote."""
@@ -200,7 +241,8 @@ class MessageLog:
 
     async def _write(self, rows: list[LoggedMessage], overwrite: bool) -> set[tuple[str, str]]:
         async with self._db.use() as conn:
-            cursor = await conn.execute(_OVERWRITE if overwrite else _RECORD, [_rows_json(rows)])
+            params = [_rows_json(rows)] if overwrite else [_rows_json(rows), self._process, self._host]
+            cursor = await conn.execute(_OVERWRITE if overwrite else _RECORD, params)
             return {tuple(row) for row in await cursor.fetchall()}
 
     async def close(self) -> None:

@@ -35,7 +35,7 @@ class Runtime:
         if self._log is None:
             from .messagelog import MessageLog
 
-            self._log = MessageLog()
+            self._log = MessageLog(self.actor)
         return self._log
 
     async def notifier(self):

@@ -60,7 +60,7 @@ def _send_call(rt: Runtime, row: LoggedMessage):
     k = rt.ns.topic(row.topic)
     return (
         "send",
-        [k.waiting, k.ready, k.inflight, k.msgs, k.expiry, k.ended, k.meta, k.stats, k.events],
+        [k.waiting, k.ready, k.inflight, k.msgs, k.expiry, k.ended, k.meta, k.stats],
         [
             row.msg_id,
             row.payload,
@@ -72,7 +72,6 @@ def _send_call(rt: Runtime, row: LoggedMessage):
             rt.ns.schedule_channel,
             rt.config.monitor_interval_millis,
             row.produce_time,
-            rt.actor,
         ],
     )
 
@@ -147,14 +146,19 @@ async def send_messages(rt: Runtime, messages: list[NewMessage]) -> list[dict | 
 async def _settle_log(rt: Runtime, rows, written, results, outcomes) -> None:
     """Makes the log agree with what Redis did: rows for sends Redis refused are removed; a
     msgId whose live state only Redis knew (the log lags a few ms behind it) gets Redis' message;
-    so does a message that was due by the time Redis took it (ready, where the row said waiting)."""
-    refused, corrections = [], []
+    so does a message that was due by the time Redis took it (ready, where the row said waiting).
+    The 'sent' history follows: it names exactly the sends Redis took, with their status."""
+    refused, corrections, unsent, sent = [], [], [], []
     for i, (row, was_written, result) in enumerate(zip(rows, written, results)):
         if isinstance(result, Exception):
             if was_written:
                 refused.append(row)
-        elif bool(result[0]) != was_written or (result[0] and result[1] != row.status):
-            corrections.append(i)  # a duplicate only Redis knew, or already due when Redis took it
+        elif result[0] and (not was_written or result[1] != row.status):
+            corrections.append(i)  # only Redis knew the last life had ended, or it was due by then
+            sent.append(_logged(rt.config.namespace, outcomes[i]))
+        elif not result[0] and was_written:
+            corrections.append(i)  # a live duplicate only Redis knew
+            unsent.append(row)
     if refused:
         try:
             await rt.log.forget(refused)
@@ -163,6 +167,7 @@ async def _settle_log(rt: Runtime, rows, written, results, outcomes) -> None:
     if corrections:
         try:
             await rt.log.overwrite([_logged(rt.config.namespace, outcomes[i]) for i in corrections])
+            await rt.log.correct_sent(unsent, sent)
         except LogUnavailable as exc:
             for i in corrections:
                 outcomes[i] = exc

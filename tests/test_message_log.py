@@ -34,7 +34,7 @@ async def logged(topic: str, msg_id: str) -> dict | None:
 async def history(topic: str, msg_id: str) -> list[tuple]:
     return await query(
         "SELECT reason, from_status, to_status, retry FROM delayqueue_messageevent"
-        " WHERE topic = %s AND msg_id = %s ORDER BY at, event_id", topic, msg_id)
+        " WHERE topic = %s AND msg_id = %s ORDER BY at, id", topic, msg_id)
 
 
 def as_logged(message: dict) -> dict:
@@ -102,6 +102,32 @@ async def test_a_duplicate_send_leaves_the_logged_message_alone(single_rt):
     again = await services.send_message(rt, NewMessage(topic="t", msg="second", delay_millis=0, msg_id="dup"))
     assert again == first
     assert await logged("t", "dup") == as_logged(first)
+    assert await history("t", "dup") == [("sent", 0, WAITING, 0)]  # the duplicate was no send
+
+
+async def test_a_live_duplicate_only_redis_knew_takes_back_the_sent_row(single_rt):
+    """The log lost sight of a live message (its row gone); Redis still holds it, so a send of the
+    same msgId is a duplicate: the log gets Redis' message and no 'sent' row for the refused send."""
+    rt = single_rt
+    first = await services.send_message(rt, NewMessage(topic="t", msg="first", delay_millis=60_000, msg_id="d"))
+    await query("DELETE FROM delayqueue_message WHERE msg_id = 'd'")
+    await query("DELETE FROM delayqueue_messageevent WHERE msg_id = 'd'")
+    again = await services.send_message(rt, NewMessage(topic="t", msg="second", delay_millis=0, msg_id="d"))
+    assert again == first
+    assert await logged("t", "d") == as_logged(first)
+    assert await history("t", "d") == []
+
+
+async def test_a_send_due_by_the_time_redis_took_it_is_logged_ready(single_rt, monkeypatch):
+    """The web process's clock said 'not yet due'; Redis' clock said due: Redis decides, for the
+    row and for its 'sent' history row."""
+    rt = single_rt
+    behind = services._now_millis() - 50
+    monkeypatch.setattr(services, "_now_millis", lambda: behind)
+    m = await services.send_message(rt, NewMessage(topic="t", msg="late", delay_millis=10, msg_id="late"))
+    assert m["status"] == READY
+    assert (await logged("t", "late"))["status"] == READY
+    assert await history("t", "late") == [("sent", 0, READY, 0)]
 
 
 async def test_a_resend_after_the_end_replaces_the_row_even_before_the_log_caught_up(single_rt):
@@ -117,7 +143,8 @@ async def test_a_resend_after_the_end_replaces_the_row_even_before_the_log_caugh
     # The first life's late events do not move the second life's row.
     await drain_log(rt, ["t"])
     assert (await logged("t", "again"))["status"] == WAITING
-    assert [h[0] for h in await history("t", "again")] == ["sent", "pulled", "acked", "sent"]
+    assert await history("t", "again") == [
+        ("sent", 0, READY, 0), ("pulled", READY, CONSUMING, 1), ("acked", CONSUMING, ACKED, 1), ("sent", 0, WAITING, 0)]
 
 
 async def test_a_batch_naming_one_msgid_twice_logs_the_first(single_rt):
@@ -130,6 +157,7 @@ async def test_a_batch_naming_one_msgid_twice_logs_the_first(single_rt):
     assert [r["msg"] for r in results] == ["a", "a", "c"]
     assert (await logged("t", "same"))["msg"] == "a"
     assert (await query("SELECT count(*) FROM delayqueue_message"))[0][0] == 2
+    assert await history("t", "same") == [("sent", 0, READY, 0)]
 
 
 async def test_postgres_down_means_500_and_nothing_in_redis(api, single_rt, postgres):
@@ -151,6 +179,7 @@ async def test_a_send_redis_refuses_is_taken_out_of_the_log():
         await services.send_message(rt, NewMessage(topic="t", msg="x", delay_millis=0, msg_id="refused"))
     await rt.close()
     assert await logged("t", "refused") is None
+    assert await history("t", "refused") == []
 
 
 async def test_history_waits_in_redis_while_postgres_is_down(single_rt, start_scanner, postgres):
@@ -190,7 +219,7 @@ def test_a_log_writer_killed_mid_batch_loses_and_repeats_nothing(scanner_process
     second.wait_started()
     asyncio.run(wait_until(lambda: _event_count(9000), timeout=30, what="the second writer to finish"))
     per_message = asyncio.run(query(
-        "SELECT string_agg(reason, ',' ORDER BY at, event_id) FROM delayqueue_messageevent GROUP BY msg_id"))
+        "SELECT string_agg(reason, ',' ORDER BY at, id) FROM delayqueue_messageevent GROUP BY msg_id"))
     assert len(per_message) == 3000 and {r[0] for r in per_message} == {"sent,pulled,acked"}
     assert asyncio.run(query("SELECT count(*) FROM delayqueue_message WHERE status = %s", ACKED))[0][0] == 3000
 
@@ -222,12 +251,15 @@ async def test_a_restarted_scanner_writer_picks_up_what_it_left(single_rt):
     """Events read but not yet deleted (a crash after commit) are written once, not twice."""
     rt = single_rt
     m = await services.send_message(rt, NewMessage(topic="t", msg="x", delay_millis=0))
+    await services.pull_messages(rt, "t")
     writer = LogWriter(rt, lambda: ["t"])
     entries = await rt.redis.xrange(rt.ns.topic("t").events)
+    assert len(entries) == 1  # the pull ('sent' is written by the send itself)
     # A crash after the commit, before the XDEL:
     await writer._commit([event for entry_id, fields in entries for event in Event.parse("t", entry_id, fields)])
     assert await drain_log(rt, ["t"]) == 1
-    assert await history("t", m["msgId"]) == [("sent", 0, READY, 0)]
+    assert await history("t", m["msgId"]) == [("sent", 0, READY, 0), ("pulled", READY, CONSUMING, 1)]
+    assert (await logged("t", m["msgId"]))["status"] == CONSUMING
     await writer.close()
 
 

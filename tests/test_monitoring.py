@@ -147,8 +147,9 @@ async def test_metrics_sizes_buckets_backlog_and_scanner_lag(api, single_rt, sca
     assert sample(samples, "delayqueue_queue_size", topic="sizes", queue="inflight") == 1
     assert sample(samples, "delayqueue_waiting_messages", topic="sizes", due_in="1hourTo6hour") == 1
     assert sample(samples, "delayqueue_waiting_messages", topic="sizes", due_in="0To1min") == 0
-    # Four lifecycle events (three sends, one pull) wait in Redis: no scanner, so no log writer.
-    assert sample(samples, "delayqueue_log_writer_backlog", topic="sizes") == 4
+    # The pull's lifecycle event waits in Redis (no scanner, so no log writer); sends write
+    # their 'sent' rows themselves.
+    assert sample(samples, "delayqueue_log_writer_backlog", topic="sizes") == 1
     assert sample(samples, "delayqueue_topics") == 1
     assert sample(samples, "delayqueue_oldest_ready_age_seconds", topic="sizes") >= 0.3  # "b", ready since the sends
     assert not [key for key in samples if key[0] == "delayqueue_scanner_loop_lag_seconds"]
@@ -273,7 +274,7 @@ async def test_overview_and_monitor_reads_work_on_a_cluster_too(rt):
     overviews = await selectors.topic_overview(rt, await selectors.list_topics(rt))
     assert [(o["topic"], o["readyQueueSize"], o["lateness_count"], o["totals"]["triggerMsgReady"])
             for o in overviews] == [("c1", 1, 1, 1), ("c2", 1, 1, 1), ("c3", 1, 1, 1)]
-    assert all(o["log_backlog"] == 2 for o in overviews)  # sent, due
+    assert all(o["log_backlog"] == 1 for o in overviews)  # due ('sent' is written by the send)
     assert sum(p["count"] for p in overviews[0]["lateness_series"]) == 1
     data = await selectors.monitor_data(rt)
     assert set(data) == {"requestStatsList", "pullMsgTimeGapStatsList", "readyQueueTimeGapStatsList"}

@@ -1,14 +1,14 @@
 -- Accepts one message: waiting if it is not yet due, ready otherwise. A live duplicate
 -- msgId enqueues nothing and returns the stored message; an ended one starts afresh.
--- produceTime comes from the caller, which wrote the same times to the message log first.
--- KEYS: waiting, ready, inflight, msgs, expiry, ended, meta, stats, events
+-- produceTime comes from the caller, which wrote the same times to the message log first,
+-- with the 'sent' history row (so this script records no event).
+-- KEYS: waiting, ready, inflight, msgs, expiry, ended, meta, stats
 -- ARGV: msgId, payload, delayMillis, ttlMillis, maxRetry, topic, readyChannel,
---       scheduleChannel, statsIntervalMillis, produceTime, actor
+--       scheduleChannel, statsIntervalMillis, produceTime
 -- Returns {1, status, newTopic (1|0)} when created (the caller has the rest of the message),
 -- or {0, stored message json, newTopic (1|0)} for a live duplicate.
 -- @include common
 local waiting, ready, inflight, msgs, expiry, ended, meta, stats = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
-EVENTS, ACTOR = KEYS[9], ARGV[11]
 local id, topic = ARGV[1], ARGV[6]
 local interval = tonumber(ARGV[9])
 local now, now_us = clock()
@@ -51,7 +51,6 @@ local m = {
 }
 local encoded = cjson.encode(m)
 redis.call('HSET', msgs, id, encoded)
-log_event(id, m, 0, 'sent')
 
 -- Wake the scanner that owns this topic when this message is due or expires before
 -- anything it is already sleeping towards.
