@@ -1,9 +1,10 @@
 """The PostgreSQL message log: every message as last known, and one history row per status change.
 
 Redis holds the live queue; these tables are the independent record that `manage.py restore`
-rebuilds Redis from. The send path writes `Message` before Redis sees the message (so a
-send answered 200 is committed); the scanners' log writer appends `MessageEvent` rows from
-the per-topic Redis streams the Lua scripts write, and moves `Message.status` along.
+rebuilds Redis from. The send path writes `Message` and its 'sent' `MessageEvent` before Redis
+sees the message (so a send answered 200 is committed); the scanners' log writer appends the
+later `MessageEvent` rows from the per-topic Redis streams the Lua scripts write, and moves
+`Message.status` along.
 """
 from django.db import models
 
