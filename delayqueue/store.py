@@ -246,30 +246,33 @@ class DirectScriptRunner(ScriptRunner):
 
     async def call(self, name: str, keys, args):
         command = _evalsha(name, keys, args)
+        [result] = await self._send([command])
+        if isinstance(result, NoScriptError):
+            await load_scripts(self.client)
+            [result] = await self._send([command])
+        if isinstance(result, Exception):
+            raise result
+        return result
+
+    async def _pipeline(self, calls):
+        return await self._send([_evalsha(name, keys, args) for name, keys, args in calls])
+
+    async def _send(self, commands: list[bytes]) -> list:
+        """The commands' replies, in order. A connection lost under them is replaced and the
+        commands sent once more, as redis-py's client retries (Redis restarted, failed over)."""
         for attempt in (1, 2):
             protocol = self._protocol
             if protocol is None or protocol.lost:
                 protocol = await self._connect()
-            result = _as_error(await protocol.submit(command))
-            if isinstance(result, NoScriptError) and attempt == 1:
-                await load_scripts(self.client)
-                continue
-            if isinstance(result, Exception):
-                raise result
-            return result
-
-    async def _pipeline(self, calls):
-        protocol = self._protocol
-        if protocol is None or protocol.lost:
-            protocol = await self._connect()
-        futures = [protocol.submit(_evalsha(name, keys, args)) for name, keys, args in calls]
-        try:
-            return [_as_error(await future) for future in futures]
-        except BaseException:
-            for future in futures:  # the connection failed them all: mark their errors as seen
-                if future.done() and not future.cancelled():
-                    future.exception()
-            raise
+            futures = [protocol.submit(command) for command in commands]
+            try:
+                return [_as_error(await future) for future in futures]
+            except BaseException as exc:
+                for future in futures:  # the connection failed them all: mark their errors as seen
+                    if future.done() and not future.cancelled():
+                        future.exception()
+                if attempt == 2 or not isinstance(exc, RedisConnectionError):
+                    raise
 
     async def _connect(self) -> _ReplyProtocol:
         async with self._connecting:
@@ -285,7 +288,7 @@ class DirectScriptRunner(ScriptRunner):
                                                                opts.get("port", 6379))
             except OSError as exc:
                 raise RedisConnectionError(f"cannot connect to Redis: {exc}") from None
-            setup = []
+            setup = [("CLIENT", "SETNAME", "delayqueue-scripts")]  # named in CLIENT LIST
             if opts.get("password"):
                 setup.append(("AUTH", *filter(None, (opts.get("username"), opts["password"]))))
             if opts.get("db"):

@@ -269,6 +269,18 @@ async def test_batch_send_one_round_trip_many_topics(rt):
     assert sum(i["readyQueueSize"] for i in infos) == 25 and sum(i["waitingQueueSize"] for i in infos) == 25
 
 
+async def test_script_calls_survive_their_connection_being_killed(single_rt):
+    """Redis closing the scripts' connection (restart, failover, CLIENT KILL) costs no call."""
+    rt = single_rt
+    await send(rt)
+    for _ in range(3):
+        killed = await rt.redis.execute_command("CLIENT KILL", "TYPE", "normal", "SKIPME", "yes")
+        assert killed >= 1
+        assert (await send(rt))["status"] == READY
+        results = await services.send_messages(rt, [NewMessage(topic="t", msg="x", delay_millis=0)] * 3)
+        assert all(r["status"] == READY for r in results)
+
+
 async def test_scripts_reload_after_the_script_cache_is_flushed(rt):
     await send(rt)
     await rt.redis.script_flush()
