@@ -161,5 +161,7 @@ async def restore(rt: Runtime, *, topic: str | None = None, msg_id: str | None =
         finally:
             for task in writing:
                 task.cancel()
+            # Wait for them to end (an interrupt closes Redis next), and retrieve how they ended.
+            await asyncio.gather(*writing, return_exceptions=True)
     counts.skipped += ended
     return counts

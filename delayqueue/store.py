@@ -268,8 +268,12 @@ class DirectScriptRunner(ScriptRunner):
             try:
                 return [_as_error(await future) for future in futures]
             except BaseException as exc:
-                for future in futures:  # the connection failed them all: mark their errors as seen
-                    if future.done() and not future.cancelled():
+                # Failed with the connection, or abandoned (cancelled caller): nobody else will
+                # look at these, so their errors must not be left unretrieved.
+                for future in futures:
+                    if not future.done():
+                        future.cancel()
+                    elif not future.cancelled():
                         future.exception()
                 if attempt == 2 or not isinstance(exc, RedisConnectionError):
                     raise
