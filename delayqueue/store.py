@@ -144,9 +144,11 @@ class ScriptRunner:
 
     def __init__(self, client):
         self.client = client  # redis-py's client: loads the scripts, and runs them on a cluster
-        self._batcher = ScriptBatcher(self)
+        self._batcher: ScriptBatcher | None = None
 
     async def call(self, name: str, keys, args):
+        if self._batcher is None:
+            self._batcher = ScriptBatcher(self)
         return await self._batcher.call(name, keys, args)
 
     async def run(self, calls: list[tuple[str, list, list]]) -> list:
@@ -191,6 +193,7 @@ class _ReplyProtocol(asyncio.Protocol):
         self.waiting: collections.deque[asyncio.Future] = collections.deque()
         self.outbox: list[bytes] = []
         self.transport = None
+        self.loop = None
         self.lost = False
 
     def submit(self, command: bytes) -> asyncio.Future:
