@@ -71,9 +71,11 @@ async def run(rate: int, seconds: int, env: dict) -> None:
         async with await psycopg.AsyncConnection.connect(
                 env["DATABASE_URL"].replace("postgres://", "postgresql://"), autocommit=True) as conn:
             while time.monotonic() < stop_at + 5:
+                # Two index scans: with OR the planner scans the whole table, every 10 ms.
                 rows = await (await conn.execute(
-                    "SELECT id, (extract(epoch FROM at) * 1000)::int8 FROM delayqueue_messageevent"
-                    " WHERE id > %s OR id = ANY(%s) ORDER BY id", [last_id, list(missing)])).fetchall()
+                    "SELECT id, (extract(epoch FROM at) * 1000)::int8 FROM delayqueue_messageevent WHERE id > %s"
+                    " UNION ALL SELECT id, (extract(epoch FROM at) * 1000)::int8 FROM delayqueue_messageevent"
+                    " WHERE id = ANY(%s) ORDER BY id", [last_id, list(missing)])).fetchall()
                 seen = time.time() * 1000
                 for row_id, at in rows:
                     if row_id > last_id:
