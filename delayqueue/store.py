@@ -186,29 +186,24 @@ def _as_error(reply):
 
 class _ReplyProtocol(asyncio.Protocol):
     """One Redis connection answering in order: each reply resolves the oldest waiting future.
-    Commands submitted during one event-loop turn go out in one write."""
+    Commands are written when submitted (a batch in one write). Gathering a loop turn's calls
+    into one write saved system calls but made each call wait for the next loop turn, which
+    under load comes a millisecond or more later (docs/benchmarks.md)."""
 
     def __init__(self):
         self.reader = hiredis.Reader(encoding="utf-8", replyError=ResponseError, protocolError=InvalidResponse)
         self.waiting: collections.deque[asyncio.Future] = collections.deque()
-        self.outbox: list[bytes] = []
         self.transport = None
         self.loop = None
         self.lost = False
 
-    def submit(self, command: bytes) -> asyncio.Future:
-        future = self.loop.create_future()
-        if not self.outbox:
-            self.loop.call_soon(self._write)
-        self.outbox.append(command)
-        self.waiting.append(future)
-        return future
-
-    def _write(self) -> None:
-        data = b"".join(self.outbox)
-        self.outbox.clear()
+    def submit(self, commands: list[bytes]) -> list[asyncio.Future]:
+        """Writes the commands (one write); a future per reply."""
+        futures = [self.loop.create_future() for _ in commands]
+        self.waiting.extend(futures)
         if not self.lost:  # else connection_lost has failed the waiting futures
-            self.transport.write(data)
+            self.transport.write(b"".join(commands) if len(commands) > 1 else commands[0])
+        return futures
 
     def connection_made(self, transport):
         self.transport = transport
@@ -267,7 +262,7 @@ class DirectScriptRunner(ScriptRunner):
             protocol = self._protocol
             if protocol is None or protocol.lost:
                 protocol = await self._connect()
-            futures = [protocol.submit(command) for command in commands]
+            futures = protocol.submit(commands)
             try:
                 return [_as_error(await future) for future in futures]
             except BaseException as exc:
@@ -301,7 +296,8 @@ class DirectScriptRunner(ScriptRunner):
             if opts.get("db"):
                 setup.append(("SELECT", opts["db"]))
             for command in setup:
-                if isinstance(reply := await protocol.submit(hiredis.pack_command(command)), ResponseError):
+                [answer] = protocol.submit([hiredis.pack_command(command)])
+                if isinstance(reply := await answer, ResponseError):
                     protocol.transport.close()
                     raise RedisConnectionError(f"Redis refused {command[0]}: {reply}")
             self._protocol = protocol
