@@ -103,44 +103,48 @@ ON CONFLICT (namespace, topic, msg_id) DO UPDATE SET
     expire_time = EXCLUDED.expire_time, max_retry = EXCLUDED.max_retry, retry = EXCLUDED.retry,
     status = EXCLUDED.status, updated_at = EXCLUDED.updated_at
 """
-# A send replaces a logged message only when that one is over; a live one is a duplicate
-# that Redis will answer with the stored message.
 # The 'sent' history row goes in the same statement as the message row: the send path knows
 # everything it says, and writing it here spares a stream entry in Redis and the writer's
-# round trip for most of the history. Its event id, 'sent-<produceTime>', tells lives apart.
-_SENT_ID = "'sent-' || round(extract(epoch FROM produce_time) * 1000)::int8"
+# round trip for most of the history. Its event id, 'sent-<produceTime ms>', tells lives apart.
+def _sent_id(produce_millis: str) -> str:
+    return f"'sent-' || {produce_millis}"
+
+
+_INSERT_SENT = f"""INSERT INTO {EVENT_TABLE} (namespace, topic, msg_id, event_id, at, from_status, to_status, retry,
+                                            reason, process, host)"""
+# The 'sent' rows of the messages in `u` (ns, t, i, pt).
+_DELETE_SENT = f"""DELETE FROM {EVENT_TABLE} e USING u
+    WHERE e.namespace = u.ns AND e.topic = u.t AND e.msg_id = u.i AND e.event_id = {_sent_id("u.pt")}"""
+_KEYS_JSON = "SELECT * FROM json_to_recordset(%s::json) AS u(ns text, t text, i text, pt int8)"
+
+# A send replaces a logged message only when that one is over; a live one is a duplicate
+# that Redis will answer with the stored message.
 _RECORD = f"""
 WITH written AS (
     {_UPSERT} WHERE {MESSAGE_TABLE}.status >= 4 OR {MESSAGE_TABLE}.expire_time <= EXCLUDED.produce_time
     RETURNING namespace, topic, msg_id, produce_time, status
 ), sent AS (
-    INSERT INTO {EVENT_TABLE} (namespace, topic, msg_id, event_id, at, from_status, to_status, retry, reason,
-                               process, host)
-    SELECT namespace, topic, msg_id, {_SENT_ID}, produce_time, 0, status, 0, 'sent', %s, %s FROM written
+    {_INSERT_SENT}
+    SELECT namespace, topic, msg_id, {_sent_id("round(extract(epoch FROM produce_time) * 1000)::int8")},
+           produce_time, 0, status, 0, 'sent', %s, %s
+    FROM written
     ON CONFLICT (namespace, topic, msg_id, event_id) DO NOTHING
 )
 SELECT topic, msg_id FROM written
 """
 _OVERWRITE = _UPSERT + "RETURNING topic, msg_id"
 _FORGET = f"""
-WITH u AS (SELECT * FROM json_to_recordset(%s::json) AS u(ns text, t text, i text, pt int8)),
-unsent AS (
-    DELETE FROM {EVENT_TABLE} e USING u
-    WHERE e.namespace = u.ns AND e.topic = u.t AND e.msg_id = u.i AND e.event_id = 'sent-' || u.pt
-)
+WITH u AS ({_KEYS_JSON}), unsent AS ({_DELETE_SENT})
 DELETE FROM {MESSAGE_TABLE} m USING u
 WHERE m.namespace = u.ns AND m.topic = u.t AND m.msg_id = u.i AND m.produce_time = to_timestamp(u.pt / 1000.0)
 """
 # Where Redis decided otherwise than the log expected: 'sent' rows of sends Redis answered with
 # an older live message go; sends Redis took get theirs, with the status Redis gave them.
 _CORRECT_SENT = f"""
-WITH unsent AS (
-    DELETE FROM {EVENT_TABLE} e USING json_to_recordset(%s::json) AS u(ns text, t text, i text, pt int8)
-    WHERE e.namespace = u.ns AND e.topic = u.t AND e.msg_id = u.i AND e.event_id = 'sent-' || u.pt
-)
-INSERT INTO {EVENT_TABLE} (namespace, topic, msg_id, event_id, at, from_status, to_status, retry, reason, process, host)
-SELECT ns, t, i, 'sent-' || pt, to_timestamp(pt / 1000.0), 0, s, 0, 'sent', %s, %s
-FROM json_to_recordset(%s::json) AS u(ns text, t text, i text, pt int8, s int2)
+WITH u AS ({_KEYS_JSON}), unsent AS ({_DELETE_SENT})
+{_INSERT_SENT}
+SELECT ns, t, i, {_sent_id("pt")}, to_timestamp(pt / 1000.0), 0, s, 0, 'sent', %s, %s
+FROM json_to_recordset(%s::json) AS n(ns text, t text, i text, pt int8, s int2)
 ON CONFLICT (namespace, topic, msg_id, event_id) DO UPDATE SET to_status = EXCLUDED.to_status
 """
 
