@@ -90,8 +90,7 @@ class TopicWorker:
                 # Woken by the precise timer at the due time, or earlier by the schedule channel;
                 # a timer left over from an earlier sleep finds a newer generation and does nothing.
                 self._sleeps += 1
-                self.scanner.timer.call_at(asyncio.get_running_loop().time() + delay,
-                                           functools.partial(self._timer_fired, self._sleeps))
+                self.scanner.timer.call_at(time.monotonic() + delay, functools.partial(self._timer_fired, self._sleeps))
                 await self._wake.wait()
 
     def _timer_fired(self, sleep: int) -> None:

@@ -24,7 +24,7 @@ class PreciseTimer:
         self._thread.start()
 
     def call_at(self, when: float, callback: Callable[[], None]) -> None:
-        """Runs callback in the loop at loop time `when` (time.monotonic, as asyncio's loop.time)."""
+        """Runs callback in the loop at `when`, a time.monotonic() time (whatever clock the loop keeps)."""
         order = next(self._order)
         with self._cond:
             heapq.heappush(self._heap, (when, order, callback))
