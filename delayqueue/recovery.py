@@ -101,7 +101,9 @@ FROM {MESSAGE_TABLE}
 """
 
 
-def _scope(namespace: str, topic: str | None, msg_id: str | None) -> tuple[str, list]:
+def scope(namespace: str, topic: str | None, msg_id: str | None) -> tuple[str, list]:
+    """The logged rows a restore considers, as SQL conditions and their parameters (the Spark
+    restore uses the same)."""
     where, params = ["namespace = %s"], [namespace]
     if topic is not None:
         where.append("topic = %s")
@@ -112,15 +114,20 @@ def _scope(namespace: str, topic: str | None, msg_id: str | None) -> tuple[str, 
     return " AND ".join(where), params
 
 
+def restorable_statuses(include_expired: bool) -> str:
+    """The statuses a restore may bring back, as an SQL list. Inlined, not a parameter, so the
+    planner can use the partial index on live messages."""
+    return ", ".join(str(s) for s in ([*LIVE, EXPIRED] if include_expired else LIVE))
+
+
 async def restore(rt: Runtime, *, topic: str | None = None, msg_id: str | None = None,
                   include_expired: bool = False, dry_run: bool = False,
                   progress: Callable[[RestoreCounts, int], None] | None = None) -> RestoreCounts:
     """Restores every logged message in scope that should be live. Reads the log in id order, a
     page at a time, while earlier pages are written to Redis (reading, building the script calls
     and Redis' work overlap), and reports progress (counts so far, total candidates) per page."""
-    where, params = _scope(rt.config.namespace, topic, msg_id)
-    # Inlined, not a parameter, so the planner can use the partial index on live messages.
-    statuses = ", ".join(str(s) for s in ([*LIVE, EXPIRED] if include_expired else LIVE))
+    where, params = scope(rt.config.namespace, topic, msg_id)
+    statuses = restorable_statuses(include_expired)
     counts = RestoreCounts()
     async with await connect() as conn:
         # One scan counts both the candidates and the rest (skipped as ended or expired).

@@ -30,8 +30,9 @@ import psycopg
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from delayqueue.messagelog import EVENT_TABLE, MESSAGE_TABLE, first_line
 from spark import common, pgread
-from spark.common import EVENT_TABLE, MESSAGE_TABLE, JobError, first_line
+from spark.common import JobError
 
 KEY = ["namespace", "topic", "msg_id"]
 KINDS = ("messages", "events")

@@ -14,21 +14,16 @@ import redis
 
 from delayqueue import store
 from delayqueue.keys import NAME_PATTERN
+from delayqueue.messagelog import first_line
 
 DEFAULT_DATABASE_URL = "postgres://postgres@127.0.0.1:15432/delayqueue"
 DEFAULT_REDIS_URL = "redis://127.0.0.1:16379/0"
 
-MESSAGE_TABLE = "delayqueue_message"
-EVENT_TABLE = "delayqueue_messageevent"
 STATS_TABLE = "delayqueue_topichourstats"
 
 
 class JobError(Exception):
     """A failure the user can fix (bad server address, missing table): one line, exit code 1."""
-
-
-def first_line(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -87,10 +82,6 @@ def query(dsn: str, statement: str, params: tuple = ()) -> list[tuple]:
             return conn.execute(statement, params).fetchall()
     except psycopg.Error as exc:
         raise JobError(f"cannot query PostgreSQL: {first_line(exc)}") from None
-
-
-def count_rows(dsn: str, table: str, where: str, params: tuple) -> int:
-    return query(dsn, f"SELECT count(*) FROM {table} WHERE {where}", params)[0][0]
 
 
 def check_postgres(dsn: str, tables: tuple[str, ...]) -> None:

@@ -14,7 +14,8 @@ from psycopg import sql
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
-from spark.common import EVENT_TABLE, MESSAGE_TABLE, JobError, first_line
+from delayqueue.messagelog import EVENT_TABLE, MESSAGE_TABLE, first_line
+from spark.common import JobError
 
 
 @dataclass(frozen=True)

@@ -23,9 +23,8 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from delayqueue.keys import namespace_keys, topic_keys
-
+from delayqueue.messagelog import EVENT_TABLE, MESSAGE_TABLE
 from spark import common, pgread, restore
-from spark.common import EVENT_TABLE, MESSAGE_TABLE
 
 KEY = ["topic", "msg_id"]
 COMPARED = ["status", "retry", "trigger_time"]

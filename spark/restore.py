@@ -16,11 +16,11 @@ from collections.abc import Iterable
 
 from psycopg import sql
 
-from delayqueue.messages import EXPIRED
-from delayqueue.recovery import LIVE, RestoreCounts, restore_rows
+from delayqueue import recovery
+from delayqueue.recovery import RestoreCounts, restore_rows
+from delayqueue.messagelog import EVENT_TABLE, MESSAGE_TABLE
 from delayqueue.runtime import Runtime
 from spark import common, pgread
-from spark.common import EVENT_TABLE, MESSAGE_TABLE
 
 RESTORE_COLUMNS = ["id", "namespace", "topic", "msg_id", "payload", "produce_time", "trigger_time", "expire_time",
                    "max_retry", "retry", "status"]
@@ -97,24 +97,19 @@ def preflight(args) -> None:
     common.check_redis(args.redis_url)
 
 
-def scope(args) -> tuple[str, tuple]:
-    """The rows manage.py restore would consider, as SQL: namespace, --topic, --msg-id."""
-    where, params = ["namespace = %s"], [args.namespace]
-    for column, value in (("topic", args.topic), ("msg_id", args.msg_id)):
-        if value is not None:
-            where.append(f"{column} = %s")
-            params.append(value)
-    return " AND ".join(where), tuple(params)
-
-
 def run(spark, args) -> tuple[int, int, int]:
     config = queue_config(args)
-    where, params = scope(args)
-    statuses = ", ".join(str(s) for s in ([*LIVE, EXPIRED] if args.include_expired else LIVE))
+    # The rows manage.py restore would consider (namespace, --topic, --msg-id), counted per topic
+    # in one scan: candidates, and the rest (skipped as ended or expired).
+    where, params = recovery.scope(args.namespace, args.topic, args.msg_id)
+    statuses = recovery.restorable_statuses(args.include_expired)
     live = f"{where} AND status IN ({statuses})"
-    rows_per_topic = dict(common.query(args.database_url, f"SELECT topic, count(*) FROM {MESSAGE_TABLE} "
-                                                          f"WHERE {live} GROUP BY topic", params))
-    ended = common.count_rows(args.database_url, MESSAGE_TABLE, f"{where} AND status NOT IN ({statuses})", params)
+    counts = common.query(args.database_url,
+                          f"SELECT topic, count(*) FILTER (WHERE status IN ({statuses})),"
+                          f" count(*) FILTER (WHERE status NOT IN ({statuses}))"
+                          f" FROM {MESSAGE_TABLE} WHERE {where} GROUP BY topic", params)
+    rows_per_topic = {topic: candidates for topic, candidates, _ in counts if candidates}
+    ended = sum(rest for _, _, rest in counts)
     columns = [pgread.MESSAGE_COLUMNS[n] for n in RESTORE_COLUMNS]
     query = (pgread.select(MESSAGE_TABLE, columns, live) + sql.SQL(" AND topic = %s ORDER BY id")).as_string(None)
     groups = balance(rows_per_topic, common.default_partitions(spark, args.partitions))
