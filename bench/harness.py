@@ -10,6 +10,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+import redis
+
 from tools.stack import ROOT, Services, free_port, terminate
 
 BENCH_HELLO = "/camellia/bench/hello"
@@ -48,6 +50,21 @@ def start_uvicorn(env: dict, workers: int, log: Path) -> tuple[subprocess.Popen,
             time.sleep(0.1)
 
 
+_own_redis: set[str] = set()  # the Redis servers stack() started (the only ones empty_redis empties)
+
+
+def empty_redis(url: str) -> None:
+    """Empties a Redis this harness started, between benchmark phases (the scripts stay loaded).
+    One given in REDIS_URL may hold someone's data: the benchmark stops instead."""
+    if url not in _own_redis:
+        raise SystemExit("this benchmark empties Redis between phases: run it without REDIS_URL, so it starts its own")
+    client = redis.Redis.from_url(url)
+    try:
+        client.flushdb()
+    finally:
+        client.close()
+
+
 @contextlib.contextmanager
 def stack(scanners: int = 1, workers: int = 1, servers: dict[str, dict] | None = None):
     """Yields ({server name: base_url}, env) with Redis, PostgreSQL (the message log, durable:
@@ -61,6 +78,7 @@ def stack(scanners: int = 1, workers: int = 1, servers: dict[str, dict] | None =
     try:
         if not env.get("REDIS_URL"):
             env["REDIS_URL"] = services.single_redis()
+            _own_redis.add(env["REDIS_URL"])
         if not env.get("DATABASE_URL"):
             env["DATABASE_URL"] = services.postgres(free_port())
         subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)

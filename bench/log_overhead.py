@@ -14,10 +14,8 @@ import json
 import shutil
 import statistics
 
-import redis
-
+from bench.harness import empty_redis, stack
 from bench.send_throughput import BATCH, post_script, wrk
-from bench.harness import stack
 
 API = "/camellia/delayQueue/"
 
@@ -41,16 +39,14 @@ def main():
         for log in servers:  # warm-up
             wrk(urls[log] + API + "sendMsg", 2, args.connections, single)
         # Every phase starts on an empty Redis, so neither side pays for the other's messages.
-        client = redis.Redis.from_url(env["REDIS_URL"])
         for _ in range(args.rounds):
             for log in servers:
-                client.flushdb()
+                empty_redis(env["REDIS_URL"])
                 rates["single", log].append(wrk(urls[log] + API + "sendMsg", args.seconds, args.connections, single))
             for log in servers:
-                client.flushdb()
+                empty_redis(env["REDIS_URL"])
                 rates["batch", log].append(wrk(urls[log] + API + "sendMsgBatch", args.seconds,
                                                max(4, args.connections // 4), batch) * BATCH)
-        client.close()
     print(f"medians of {args.rounds} interleaved rounds of {args.seconds} s, wrk connections {args.connections}")
     for kind, goal in (("single", 0.6), ("batch", 0.8)):
         on, off = statistics.median(rates[kind, "on"]), statistics.median(rates[kind, "off"])

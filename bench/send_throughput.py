@@ -19,9 +19,7 @@ import subprocess
 import tempfile
 import time
 
-import redis
-
-from bench.harness import BENCH_HELLO, stack
+from bench.harness import BENCH_HELLO, empty_redis, stack
 
 API = "/camellia/delayQueue/"
 BATCH = 100
@@ -101,18 +99,16 @@ def main():
         wrk(url + BENCH_HELLO, 2, args.connections)  # warm-up
         # Every send phase starts on an empty Redis: sorted sets holding a million messages from
         # the phases before make the scripts slower, and would favour whichever phase runs first.
-        client = redis.Redis.from_url(env["REDIS_URL"])
         for _ in range(args.rounds):
             rounds["hello"].append(wrk(url + BENCH_HELLO, args.seconds, args.connections))
-            client.flushdb()
+            empty_redis(env["REDIS_URL"])
             rounds["single"].append(wrk(url + API + "sendMsg", args.seconds, args.connections,
                                         post_script(single_body, "application/x-www-form-urlencoded")))
-            client.flushdb()
+            empty_redis(env["REDIS_URL"])
             rounds["batch"].append(wrk(url + API + "sendMsgBatch", args.seconds, max(4, args.connections // 4),
                                        post_script(batch_body, "application/json")) * BATCH)
-            client.flushdb()
+            empty_redis(env["REDIS_URL"])
             rounds["raw"].append(asyncio.run(raw_evalsha_rate(env["REDIS_URL"], args.seconds, 4, log_on)))
-        client.close()
     hello, single, batch, raw = (statistics.median(rounds[k]) for k in ("hello", "single", "batch", "raw"))
     single_ratio = statistics.median(s / h for s, h in zip(rounds["single"], rounds["hello"]))
     batch_ratio = statistics.median(b / r for b, r in zip(rounds["batch"], rounds["raw"]))
