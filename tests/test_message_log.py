@@ -252,15 +252,16 @@ async def test_a_restarted_scanner_writer_picks_up_what_it_left(single_rt):
     rt = single_rt
     m = await services.send_message(rt, NewMessage(topic="t", msg="x", delay_millis=0))
     await services.pull_messages(rt, "t")
-    writer = LogWriter(rt, lambda: ["t"])
     entries = await rt.redis.xrange(rt.ns.topic("t").events)
     assert len(entries) == 1  # the pull ('sent' is written by the send itself)
-    # A crash after the commit, before the XDEL:
-    await writer._commit([event for entry_id, fields in entries for event in Event.parse("t", entry_id, fields)])
+    writer = LogWriter(rt, lambda: ["t"])
+    try:  # a crash after the commit, before the XDEL:
+        await writer._commit([event for entry_id, fields in entries for event in Event.parse("t", entry_id, fields)])
+    finally:
+        await writer.close()
     assert await drain_log(rt, ["t"]) == 1
     assert await history("t", m["msgId"]) == [("sent", 0, READY, 0), ("pulled", READY, CONSUMING, 1)]
     assert (await logged("t", m["msgId"]))["status"] == CONSUMING
-    await writer.close()
 
 
 async def test_a_restore_logs_one_stream_entry_per_script_call_and_one_row_per_message(monkeypatch):

@@ -2,7 +2,6 @@
 bodies it cannot take into code 400."""
 import random
 
-import orjson
 import pytest
 from django.http import QueryDict
 
@@ -74,29 +73,15 @@ async def test_json_bodies_decode_strictly_and_by_charset(api):
     assert bad_utf8.json()["code"] == 400 and "JSON parse error" in bad_utf8.json()["msg"]
 
 
-async def test_a_body_sent_in_several_asgi_messages_is_read_whole():
-    from delayqueue.runtime import close_current
-    from project.asgi import application
-
+async def test_a_body_sent_in_several_asgi_messages_is_read_whole(api):
     body = b"topic=chunks&msg=" + b"x" * 5000 + b"&delayMillis=0"
-    parts = [body[:7], body[7:3000], body[3000:]]
-    messages = [{"type": "http.request", "body": part, "more_body": i < len(parts) - 1} for i, part in enumerate(parts)]
-    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
-             "path": "/camellia/delayQueue/sendMsg", "raw_path": b"/camellia/delayQueue/sendMsg", "query_string": b"",
-             "root_path": "", "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 80),
-             "headers": [(b"host", b"x"), (b"content-type", b"application/x-www-form-urlencoded"),
-                         (b"content-length", str(len(body)).encode())]}
-    sent = []
 
-    async def receive():
-        return messages.pop(0)
+    async def parts():  # httpx's ASGI transport sends each part as its own http.request message
+        for part in (body[:7], body[7:3000], body[3000:]):
+            yield part
 
-    async def send(message):
-        sent.append(message)
-
-    try:
-        await application(scope, receive, send)
-    finally:
-        await close_current()
-    answer = orjson.loads(b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body"))
+    response = await api.post("/camellia/delayQueue/sendMsg", content=parts(),
+                              headers={"content-type": "application/x-www-form-urlencoded",
+                                       "content-length": str(len(body))})
+    answer = response.json()
     assert answer["code"] == 200 and answer["delayMsg"]["msg"] == "x" * 5000

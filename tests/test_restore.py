@@ -125,7 +125,8 @@ async def test_flushall_then_restore_brings_back_every_live_message_as_it_was(si
     rows = await query("SELECT topic, msg_id, to_status, retry FROM delayqueue_messageevent WHERE reason = 'restored'")
     assert len(rows) == len(live)
     assert {(t, i): (s, r) for t, i, s, r in rows} == {key: (after[key]["status"], after[key]["retry"]) for key in live}
-    statuses = await query("SELECT topic, msg_id, status FROM delayqueue_message WHERE status IN (1, 2, 3)")
+    statuses = await query("SELECT topic, msg_id, status FROM delayqueue_message WHERE status = ANY(%s)",
+                           [WAITING, READY, CONSUMING])
     assert {(t, i): s for t, i, s in statuses} == {key: after[key]["status"] for key in live}
 
 
