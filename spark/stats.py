@@ -17,8 +17,9 @@ from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from delayqueue.messagelog import EVENT_TABLE, MESSAGE_TABLE, first_line
 from spark import common, pgread
-from spark.common import EVENT_TABLE, MESSAGE_TABLE, STATS_TABLE, JobError, first_line
+from spark.common import STATS_TABLE, JobError
 
 HOUR_MS = 3_600_000
 KEY = ["namespace", "topic", "msg_id"]
