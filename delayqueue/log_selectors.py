@@ -20,8 +20,9 @@ def message_history(message: Message):
 
 
 def recent_topic_hours(namespace: str, topic: str | None = None, hours: int = 24) -> list[TopicHourStats]:
-    """The Spark stats job's latest hourly rows (newest first), at most `hours` per topic shown;
-    empty when the job has not run."""
+    """The Spark stats job's rows of the `hours` hours up to the newest hour it computed (for any
+    topic in scope), newest first; empty when the job has not run. A topic with no rows in that
+    window is not shown."""
     rows = TopicHourStats.objects.filter(namespace=namespace).order_by("-hour", "topic")
     if topic is not None:
         rows = rows.filter(topic=topic)
