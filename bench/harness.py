@@ -3,6 +3,7 @@ uvicorn (project.asgi, bench.settings adds a hello-world view) and scanner proce
 import contextlib
 import os
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -66,32 +67,46 @@ def empty_redis(url: str) -> None:
 
 
 @contextlib.contextmanager
+def scratch_dir(prefix: str):
+    """A fresh folder under .local/ for a benchmark's servers, removed afterwards (a durable
+    PostgreSQL after a send benchmark holds gigabytes); kept, with its logs, when the
+    benchmark failed."""
+    base = Path(tempfile.mkdtemp(prefix=prefix, dir=ROOT / ".local" if (ROOT / ".local").exists() else None))
+    try:
+        yield base
+    except BaseException:
+        print(f"the benchmark's data and logs are kept in {base}", file=sys.stderr)
+        raise
+    shutil.rmtree(base, ignore_errors=True)
+
+
+@contextlib.contextmanager
 def stack(scanners: int = 1, workers: int = 1, servers: dict[str, dict] | None = None):
     """Yields ({server name: base_url}, env) with Redis, PostgreSQL (the message log, durable:
     fsync on, as in production), one uvicorn per entry of `servers` (name -> extra environment;
     default one server "main") and scanners running; stops them after."""
     raise_fd_limit()
-    base = Path(tempfile.mkdtemp(prefix="bench-", dir=ROOT / ".local" if (ROOT / ".local").exists() else None))
-    services = Services(base, durable=True)
-    env = dict(os.environ, DJANGO_SETTINGS_MODULE="bench.settings")
-    procs = []
-    try:
-        if not env.get("REDIS_URL"):
-            env["REDIS_URL"] = services.single_redis()
-            _own_redis.add(env["REDIS_URL"])
-        if not env.get("DATABASE_URL"):
-            env["DATABASE_URL"] = services.postgres(free_port())
-        subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)
-        urls = {}
-        for name, extra in (servers or {"main": {}}).items():
-            proc, urls[name] = start_uvicorn({**env, **extra}, workers, base / f"uvicorn-{name}.log")
-            procs.append(proc)
-        for i in range(scanners):
-            procs.append(subprocess.Popen([sys.executable, "manage.py", "run_scanners", "--name", f"bench-{i}"],
-                                          cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
-                                          stderr=open(base / f"scanner-{i}.log", "wb")))
-        time.sleep(0.5)  # scanners subscribed
-        yield urls, env
-    finally:
-        terminate(procs)
-        services.stop()
+    with scratch_dir("bench-") as base:
+        services = Services(base, durable=True)
+        env = dict(os.environ, DJANGO_SETTINGS_MODULE="bench.settings")
+        procs = []
+        try:
+            if not env.get("REDIS_URL"):
+                env["REDIS_URL"] = services.single_redis()
+                _own_redis.add(env["REDIS_URL"])
+            if not env.get("DATABASE_URL"):
+                env["DATABASE_URL"] = services.postgres(free_port())
+            subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)
+            urls = {}
+            for name, extra in (servers or {"main": {}}).items():
+                proc, urls[name] = start_uvicorn({**env, **extra}, workers, base / f"uvicorn-{name}.log")
+                procs.append(proc)
+            for i in range(scanners):
+                procs.append(subprocess.Popen([sys.executable, "manage.py", "run_scanners", "--name", f"bench-{i}"],
+                                              cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                                              stderr=open(base / f"scanner-{i}.log", "wb")))
+            time.sleep(0.5)  # scanners subscribed
+            yield urls, env
+        finally:
+            terminate(procs)
+            services.stop()
