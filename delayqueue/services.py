@@ -118,13 +118,18 @@ async def send_messages(rt: Runtime, messages: list[NewMessage]) -> list[dict | 
     """
     produce_time = _now_millis()
     rows = [_prepare(rt, m, produce_time) for m in messages]
+    calls = [_send_call(rt, row) for row in rows]
     if rt.config.message_log:
         try:
-            written = await rt.log.record(rows)
+            # The Redis calls are written the moment the rows are committed.
+            written, started = await rt.log.record(rows, on_commit=lambda: rt.scripts.start(calls))
         except LogUnavailable as exc:
             return [exc] * len(rows)
-    calls = [_send_call(rt, row) for row in rows]
-    if len(calls) == 1:  # a single send shares its round trip with the loop's other calls
+        try:
+            results = await rt.scripts.collect(calls, started)
+        except RedisError as exc:  # Redis is down: _settle_log takes the rows out of the log
+            results = [exc] * len(calls)
+    elif len(calls) == 1:
         try:
             results = [await rt.call(*calls[0])]
         except RedisError as exc:

@@ -6,6 +6,7 @@ import pytest
 
 from delayqueue import recovery, selectors, services
 from delayqueue.log_writer import Event, LogWriter
+from delayqueue.messagelog import LoggedMessage, MessageLog
 from delayqueue.messages import ACKED, CONSUMING, DELETED, EXHAUSTED, EXPIRED, READY, WAITING
 from delayqueue.services import NewMessage
 
@@ -180,6 +181,20 @@ async def test_a_send_redis_refuses_is_taken_out_of_the_log():
     await rt.close()
     assert await logged("t", "refused") is None
     assert await history("t", "refused") == []
+
+
+async def test_a_failing_commit_callback_fails_only_its_own_send():
+    log = MessageLog("test@host")
+    rows = [LoggedMessage("default", "t", f"cb{i}", "x", 1, 1, 2, 0, 0, READY) for i in range(2)]
+
+    def broken():
+        raise RuntimeError("broken callback")
+
+    outcomes = await asyncio.gather(log.record(rows[:1], on_commit=broken),
+                                    log.record(rows[1:], on_commit=lambda: "started"), return_exceptions=True)
+    await log.close()
+    assert isinstance(outcomes[0], RuntimeError) and outcomes[1] == ([True], "started")
+    assert (await logged("t", "cb1"))["msg"] == "x"
 
 
 async def test_history_waits_in_redis_while_postgres_is_down(single_rt, start_scanner, postgres):
