@@ -188,7 +188,8 @@ class MessageLog:
         self._pending: list[_Request] = []
         self._flusher: asyncio.Task | None = None
 
-    async def record(self, rows: list[LoggedMessage], on_commit: Callable[[], Any] | None = None) -> tuple[list[bool], Any]:
+    async def record(self, rows: list[LoggedMessage],
+                     on_commit: Callable[[], Any] | None = None) -> tuple[list[bool], Any]:
         """Writes new messages and their 'sent' history rows. Returns True per row the log now
         holds as given, False where a live message with that msgId is already logged (left
         untouched) or the row repeats an earlier msgId of the same call (a batch naming one
@@ -198,8 +199,8 @@ class MessageLog:
         first: dict[tuple[str, str], int] = {}
         for i, row in enumerate(rows):
             first.setdefault(row.key, i)
-        written, committed = await self._submit([rows[i] for i in first.values()], overwrite=False, on_commit=on_commit)
-        return [row.key in written and first[row.key] == i for i, row in enumerate(rows)], committed
+        written, after = await self._submit([rows[i] for i in first.values()], overwrite=False, on_commit=on_commit)
+        return [row.key in written and first[row.key] == i for i, row in enumerate(rows)], after
 
     async def overwrite(self, rows: list[LoggedMessage]) -> None:
         """Makes the log hold exactly these rows (what Redis answered a send with)."""
