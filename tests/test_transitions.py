@@ -159,14 +159,15 @@ async def test_delete_with_release_frees_the_body(rt):
 
 
 async def test_promote_due_moves_waiting_to_ready_in_trigger_order(rt):
-    late = await send(rt, msg="late", delay=150)
-    early = await send(rt, msg="early", delay=50)
+    # Delays long enough that a busy machine does not make "early" due before the first look.
+    late = await send(rt, msg="late", delay=400)
+    early = await send(rt, msg="early", delay=300)
     k = rt.ns.topic("t")
     calls = [("promote_due", [k.waiting, k.ready, k.msgs, k.expiry, k.ended, k.stats, k.events],
               [100, 2000, 2000, rt.ns.ready_channel, "t", rt.actor])]
     [(moved, next_us)] = await rt.scripts.run(calls)
-    assert moved == 0 and 0 < next_us <= 50_000  # µs until "early" is due
-    await asyncio.sleep(0.2)
+    assert moved == 0 and 0 < next_us <= 300_000  # µs until "early" is due
+    await asyncio.sleep(0.5)
     [(moved, next_us)] = await rt.scripts.run(calls)
     assert moved == 2 and next_us == -1
     assert (await selectors.get_message(rt, "t", early["msgId"]))["status"] == READY
