@@ -135,13 +135,7 @@ def delete_rows(dsn: str, kind: str, rows) -> None:
     """Deletes archived rows, a chunk per transaction. A message row is deleted only if it is
     still the ended lifecycle that was archived (a reused msgId updates the row)."""
     with psycopg.connect(dsn, connect_timeout=10) as conn:
-        chunk = []
-        for row in rows:
-            chunk.append(row)
-            if len(chunk) == DELETE_CHUNK:
-                _delete_chunk(conn, kind, chunk)
-                chunk = []
-        if chunk:
+        for chunk in common.chunks(rows, DELETE_CHUNK):
             _delete_chunk(conn, kind, chunk)
 
 

@@ -8,6 +8,8 @@ import argparse
 import importlib
 import os
 import sys
+from collections.abc import Iterable, Iterator
+from itertools import islice
 
 import psycopg
 import redis
@@ -73,6 +75,13 @@ def non_empty(text: str) -> str:
     if not text:
         raise argparse.ArgumentTypeError("must not be empty")
     return text
+
+
+def chunks(items: Iterable, size: int) -> Iterator[list]:
+    """The items in consecutive lists of `size` (the last may be shorter), consumed lazily."""
+    it = iter(items)
+    while chunk := list(islice(it, size)):
+        yield chunk
 
 
 def query(dsn: str, statement: str, params: tuple = ()) -> list[tuple]:

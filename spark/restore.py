@@ -58,13 +58,7 @@ def restore_partition(config, include_expired: bool, dry_run: bool, rows: Iterab
         rt = Runtime(config, process="spark restore")
         counts = RestoreCounts()
         try:
-            chunk = []
-            for row in rows:
-                chunk.append(row)
-                if len(chunk) == CHUNK_ROWS:
-                    counts += await restore_rows(rt, chunk, include_expired=include_expired, dry_run=dry_run)
-                    chunk = []
-            if chunk:
+            for chunk in common.chunks(rows, CHUNK_ROWS):
                 counts += await restore_rows(rt, chunk, include_expired=include_expired, dry_run=dry_run)
         finally:
             await rt.close()
