@@ -87,11 +87,10 @@ class Archive:
     def batch_ids(self, suffix: str) -> list[str]:
         return sorted(p.name[: -len(suffix) - 1] for p in self.batches.glob(f"*.{suffix}"))
 
-    def manifest(self, batch: str) -> dict:
-        return json.loads(self.marker(batch, "json").read_text())
-
-    def committed_files(self, batch: str, kind: str) -> list[str]:
-        return [str(self.root / f) for f in self.manifest(batch)["files"][kind]]
+    def committed_files(self, batch: str) -> dict[str, list[str]]:
+        """The batch's files per kind, as absolute paths, from its manifest."""
+        files = json.loads(self.marker(batch, "json").read_text())["files"]
+        return {kind: [str(self.root / f) for f in files[kind]] for kind in KINDS}
 
     def move_into_place(self, batch: str) -> dict[str, list[str]]:
         """Moves the staged Parquet files to their partitions, named after the batch."""
@@ -153,8 +152,7 @@ def _delete_chunk(conn, kind: str, chunk: list) -> None:
 def delete_committed(spark, archive: Archive, batch: str, dsn: str) -> None:
     """Deletes a committed batch's rows from PostgreSQL, in parallel, reading their ids back
     from the batch's own files; then records the batch done."""
-    for kind in KINDS:
-        files = archive.committed_files(batch, kind)
+    for kind, files in archive.committed_files(batch).items():
         if not files:
             continue
         ids = spark.read.parquet(*files).select(
