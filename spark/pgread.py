@@ -31,35 +31,30 @@ def epoch_ms(column: str) -> str:
     return f"(extract(epoch FROM {column}) * 1000)::int8"
 
 
-MESSAGE_COLUMNS = {c.name: c for c in (
-    Column("id", "id", "int8", T.LongType()),
-    Column("namespace", "namespace", "text", T.StringType()),
-    Column("topic", "topic", "text", T.StringType()),
-    Column("msg_id", "msg_id", "text", T.StringType()),
-    Column("payload", "payload", "text", T.StringType()),
-    Column("produce_time", epoch_ms("produce_time"), "int8", T.LongType()),
-    Column("trigger_time", epoch_ms("trigger_time"), "int8", T.LongType()),
-    Column("expire_time", epoch_ms("expire_time"), "int8", T.LongType()),
-    Column("max_retry", "max_retry", "int4", T.IntegerType()),
-    Column("retry", "retry", "int4", T.IntegerType()),
-    Column("status", "status::int4", "int4", T.IntegerType()),
-    Column("updated_at", epoch_ms("updated_at"), "int8", T.LongType()),
-)}
+# Per PostgreSQL column type (varchar counts as text): the SQL that sends a column of it (over
+# the column's name), the type COPY sends and the Spark type.
+KINDS = {
+    "int8": ("{}", "int8", T.LongType()),
+    "int4": ("{}", "int4", T.IntegerType()),
+    "int2": ("{}::int4", "int4", T.IntegerType()),  # smallint (statuses), widened like the int4 columns
+    "text": ("{}", "text", T.StringType()),
+    "timestamptz": (epoch_ms("{}"), "int8", T.LongType()),
+}
 
-EVENT_COLUMNS = {c.name: c for c in (
-    Column("id", "id", "int8", T.LongType()),
-    Column("namespace", "namespace", "text", T.StringType()),
-    Column("topic", "topic", "text", T.StringType()),
-    Column("msg_id", "msg_id", "text", T.StringType()),
-    Column("event_id", "event_id", "text", T.StringType()),
-    Column("at", epoch_ms("at"), "int8", T.LongType()),
-    Column("from_status", "from_status::int4", "int4", T.IntegerType()),
-    Column("to_status", "to_status::int4", "int4", T.IntegerType()),
-    Column("retry", "retry", "int4", T.IntegerType()),
-    Column("reason", "reason", "text", T.StringType()),
-    Column("process", "process", "text", T.StringType()),
-    Column("host", "host", "text", T.StringType()),
-)}
+
+def table_columns(**kinds: str) -> dict[str, Column]:
+    """A table's columns, each declared by name and PostgreSQL type (a key of KINDS)."""
+    return {name: Column(name, KINDS[kind][0].format(name), *KINDS[kind][1:]) for name, kind in kinds.items()}
+
+
+MESSAGE_COLUMNS = table_columns(
+    id="int8", namespace="text", topic="text", msg_id="text", payload="text", produce_time="timestamptz",
+    trigger_time="timestamptz", expire_time="timestamptz", max_retry="int4", retry="int4", status="int2",
+    updated_at="timestamptz")
+
+EVENT_COLUMNS = table_columns(
+    id="int8", namespace="text", topic="text", msg_id="text", event_id="text", at="timestamptz",
+    from_status="int2", to_status="int2", retry="int4", reason="text", process="text", host="text")
 
 
 def id_ranges(low: int, high: int, parts: int) -> list[tuple[int, int]]:
