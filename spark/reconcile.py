@@ -24,6 +24,7 @@ from pyspark.sql import types as T
 
 from delayqueue.keys import namespace_keys, topic_keys
 from delayqueue.messagelog import EVENT_TABLE, MESSAGE_TABLE
+from delayqueue.recovery import LIVE
 from spark import common, pgread, restore
 
 KEY = ["topic", "msg_id"]
@@ -57,7 +58,7 @@ def disagreements(log: DataFrame, redis: DataFrame) -> DataFrame:
 
     both = side(log, "log").join(side(redis, "redis"), KEY, "full_outer")
     in_log, in_redis = F.col("in_log").isNotNull(), F.col("in_redis").isNotNull()
-    log_live, redis_live = F.col("log_status") <= 3, F.col("redis_status") <= 3
+    log_live, redis_live = F.col("log_status").isin(*LIVE), F.col("redis_status").isin(*LIVE)
     ended_in_log = in_log & in_redis & ~log_live & redis_live
 
     def differs(c: str) -> F.Column:

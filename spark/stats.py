@@ -18,10 +18,12 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from delayqueue.messagelog import EVENT_TABLE, MESSAGE_TABLE, first_line
+from delayqueue.messages import ACKED, DELETED, EXHAUSTED, EXPIRED, READY, WAITING
 from spark import common, pgread
 from spark.common import STATS_TABLE, JobError
 
 HOUR_MS = 3_600_000
+NO_STATUS = 0  # from_status of a message's first event (sent)
 KEY = ["namespace", "topic", "msg_id"]
 GROUP = ["namespace", "topic", "hour"]
 QUANTILES = (0.5, 0.9, 0.99)
@@ -44,12 +46,12 @@ def event_counts(events: DataFrame) -> DataFrame:
     return events.withColumn("hour", hour_of(F.col("at"))).groupBy(*GROUP).agg(
         count(reason == "sent", "sent"),
         count(reason == "pulled", "delivered"),
-        count(to_status == 4, "acked"),
+        count(to_status == ACKED, "acked"),
         count(reason == "nacked", "nacked"),
         count(reason == "ack_timeout", "timed_out"),
-        count(to_status == 5, "expired"),
-        count(to_status == 6, "exhausted"),
-        count(to_status == 7, "deleted"),
+        count(to_status == EXPIRED, "expired"),
+        count(to_status == EXHAUSTED, "exhausted"),
+        count(to_status == DELETED, "deleted"),
     )
 
 
@@ -61,8 +63,9 @@ def current_lifecycle(events: DataFrame, messages: DataFrame) -> DataFrame:
 
 def fire_lateness(events: DataFrame, messages: DataFrame) -> DataFrame:
     """-> (namespace, topic, hour, value): per message, first ready time − triggerTime. Ready
-    means a move to status 2 from none or waiting (not a nack or ack timeout putting it back)."""
-    readies = events.where((F.col("to_status") == 2) & F.col("from_status").isin(0, 1)).select(*KEY, "at")
+    means a move to ready from none or waiting (not a nack or ack timeout putting it back)."""
+    readies = (events.where((F.col("to_status") == READY) & F.col("from_status").isin(NO_STATUS, WAITING))
+               .select(*KEY, "at"))
     first_ready = (current_lifecycle(readies, messages)
                    .groupBy(*KEY).agg(F.min("at").alias("at"), F.first("trigger_time").alias("trigger_time")))
     return first_ready.select("namespace", "topic", hour_of(F.col("at")).alias("hour"),
@@ -71,7 +74,7 @@ def fire_lateness(events: DataFrame, messages: DataFrame) -> DataFrame:
 
 def end_to_end_latency(events: DataFrame, messages: DataFrame) -> DataFrame:
     """-> (namespace, topic, hour, value): per ack, ack time − produceTime."""
-    acks = events.where(F.col("to_status") == 4).select(*KEY, "at")
+    acks = events.where(F.col("to_status") == ACKED).select(*KEY, "at")
     return (current_lifecycle(acks, messages)
             .select("namespace", "topic", hour_of(F.col("at")).alias("hour"),
                     (F.col("at") - F.col("produce_time")).alias("value")))
