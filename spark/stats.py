@@ -122,14 +122,20 @@ def read_inputs(spark, args) -> tuple[DataFrame, DataFrame]:
     partitions = common.default_partitions(spark, args.partitions)
     where, params = ("TRUE", ()) if args.all_namespaces else ("namespace = %s", (args.namespace,))
     event_where, event_params = where, params
+    message_where, message_params = where, params
     if args.since:
         event_where, event_params = f"{where} AND at >= %s", (*params, args.since)
+        # The messages are only joined to these events: read those that have one.
+        message_where, message_params = (
+            f"{where} AND EXISTS (SELECT FROM {EVENT_TABLE} e WHERE e.namespace = {MESSAGE_TABLE}.namespace"
+            f" AND e.topic = {MESSAGE_TABLE}.topic AND e.msg_id = {MESSAGE_TABLE}.msg_id AND e.at >= %s)",
+            (*params, args.since))
     events = pgread.read_events(spark, args.database_url,
                                 ["namespace", "topic", "msg_id", "at", "from_status", "to_status", "reason"],
                                 where=event_where, params=event_params, partitions=partitions)
     messages = pgread.read_messages(spark, args.database_url,
                                     ["namespace", "topic", "msg_id", "produce_time", "trigger_time"],
-                                    where=where, params=params, partitions=partitions)
+                                    where=message_where, params=message_params, partitions=partitions)
     return events, messages
 
 

@@ -95,9 +95,14 @@ def test_stats_counts_and_percentiles_per_topic_and_hour(spark):
 
 
 @pytest.mark.parametrize("spark", ["local"], indirect=True)
-def test_stats_since_an_hour_writes_only_later_hours(spark):
+def test_stats_since_an_hour_reads_and_writes_only_later_hours(spark):
     build_log()
-    stats.run(spark, job_args("spark.stats", "--database-url", log_database_url(), "--since", "2026-11-20T11"))
+    args = job_args("spark.stats", "--database-url", log_database_url(), "--since", "2026-11-20T11")
+    events, messages = stats.read_inputs(spark, args)
+    assert sorted(r.msg_id for r in messages.collect()) == ["m1", "m2", "m3"]
+    assert sorted(r.msg_id for r in events.collect()) == ["m1", "m2", "m3"]
+
+    stats.run(spark, args)
     assert_stats(stored_stats(), {("mail", H0 + HOUR): EXPECTED[("mail", H0 + HOUR)]})
 
 
