@@ -24,7 +24,7 @@ from pyspark.sql import types as T
 
 from delayqueue.keys import namespace_keys, topic_keys
 from delayqueue.messagelog import EVENT_TABLE, MESSAGE_TABLE
-from delayqueue.recovery import LIVE
+from delayqueue.recovery import LIVE, restorable_statuses
 from spark import common, pgread, restore
 
 KEY = ["topic", "msg_id"]
@@ -82,6 +82,14 @@ def by_topic_in_id_order(rows: DataFrame, partitions: int) -> DataFrame:
     return rows.repartition(partitions, "topic").sortWithinPartitions("topic", "id")
 
 
+def rows_by_id(dsn: str, query: str, ids):
+    """Runs on an executor: the log rows of these ids (a chunk of ids per query), as dicts of
+    restore.RESTORE_COLUMNS. Each chunk comes in id order, so ids given in each topic's id order
+    keep it."""
+    for chunk in common.chunks(ids, restore.CHUNK_ROWS):
+        yield from restore.logged_rows(dsn, query, (chunk,))
+
+
 def add_arguments(p) -> None:
     common.add_redis_url(p)
     common.add_partitions(p)
@@ -98,7 +106,7 @@ def preflight(args) -> None:
     common.check_redis(args.redis_url)
 
 
-def read_redis(spark, args, log_topics: list[str]) -> DataFrame:
+def read_redis(spark, args, log_topics: list[str], partitions: int) -> DataFrame:
     """What Redis holds for the registered topics and every topic the log knows, read in parallel."""
     if args.topic:
         topics = [args.topic]
@@ -112,21 +120,34 @@ def read_redis(spark, args, log_topics: list[str]) -> DataFrame:
     if not topics:
         return spark.createDataFrame([], REDIS_SCHEMA)
     url, namespace = args.redis_url, args.namespace
-    rows = spark.sparkContext.parallelize(topics, min(len(topics), common.default_partitions(spark, args.partitions)))
+    rows = spark.sparkContext.parallelize(topics, min(len(topics), partitions))
     return spark.createDataFrame(rows.mapPartitions(lambda part: scan_topics(url, namespace, part)), REDIS_SCHEMA)
+
+
+def restore_missing(spark, args, log: DataFrame, found: DataFrame, partitions: int) -> tuple[int, int, int]:
+    """Puts the missing_in_redis messages back with restore_rows, each topic in one task in id
+    order; -> (restored, already live, skipped as expired). Their payloads are read only now and
+    only for them, by id; a row no longer live in the log (it ended meanwhile) is left out."""
+    missing = found.where(F.col("kind") == "missing_in_redis").select(*KEY)
+    ids = by_topic_in_id_order(log.join(missing, KEY, "left_semi").select("topic", "id"), partitions)
+    query = restore.rows_query(f"id = ANY(%s::int8[]) AND status IN ({restorable_statuses(include_expired=False)})")
+    config, dsn = restore.queue_config(args), args.database_url
+    per_partition = ids.rdd.mapPartitions(
+        lambda part: restore.restore_partition(config, False, False, rows_by_id(dsn, query, (r.id for r in part))))
+    return tuple(sum(column) for column in zip(*per_partition.collect()))
 
 
 def run(spark, args) -> dict:
     where, params = "namespace = %s", (args.namespace,)
     if args.topic:
         where, params = f"{where} AND topic = %s", (*params, args.topic)
-    columns = restore.RESTORE_COLUMNS if args.fix else ["id", *KEY, *COMPARED]
-    # One read of each side: every later step works on the same snapshot.
-    log = pgread.read_messages(spark, args.database_url, columns, where=where, params=params,
-                               partitions=common.default_partitions(spark, args.partitions)
-                               ).persist(StorageLevel.MEMORY_AND_DISK)
+    partitions = common.default_partitions(spark, args.partitions)
+    # One read of each side: every later step works on the same snapshot (--fix reads the
+    # payloads of the messages it restores, and only those, when it restores them).
+    log = pgread.read_messages(spark, args.database_url, ["id", *KEY, *COMPARED], where=where, params=params,
+                               partitions=partitions).persist(StorageLevel.MEMORY_AND_DISK)
     log_topics = [r.topic for r in log.select("topic").distinct().collect()]
-    redis = read_redis(spark, args, log_topics).persist(StorageLevel.MEMORY_AND_DISK)
+    redis = read_redis(spark, args, log_topics, partitions).persist(StorageLevel.MEMORY_AND_DISK)
     found = disagreements(log, redis).persist(StorageLevel.MEMORY_AND_DISK)
     counts = {kind: 0 for kind in KINDS}
     counts.update({r.kind: r["count"] for r in found.groupBy("kind").count().collect()})
@@ -140,12 +161,7 @@ def run(spark, args) -> dict:
     if args.output:
         found.write.json(str(args.output))
     if args.fix and counts["missing_in_redis"]:
-        missing = found.where(F.col("kind") == "missing_in_redis").select(*KEY)
-        rows = by_topic_in_id_order(log.join(missing, KEY, "left_semi"), spark.sparkContext.defaultParallelism)
-        config = restore.queue_config(args)
-        fixed = rows.rdd.mapPartitions(
-            lambda part: restore.restore_partition(config, False, False, (r.asDict() for r in part))).collect()
-        restored, already_live, skipped = (sum(column) for column in zip(*fixed))
+        restored, already_live, skipped = restore_missing(spark, args, log, found, partitions)
         print(f"reconcile --fix: restored {restored}, already live {already_live}, skipped (expired) {skipped}")
         counts["fixed"] = restored
     for df in (found, redis, log):

@@ -68,12 +68,22 @@ def restore_partition(config, include_expired: bool, dry_run: bool, rows: Iterab
     yield counts.restored, counts.already_live, counts.skipped
 
 
+def rows_query(where: str) -> str:
+    """The SQL for the RESTORE_COLUMNS of the log rows matching `where` (%s placeholders), in id order."""
+    columns = [pgread.MESSAGE_COLUMNS[n] for n in RESTORE_COLUMNS]
+    return (pgread.select(MESSAGE_TABLE, columns, where) + sql.SQL(" ORDER BY id")).as_string(None)
+
+
+def logged_rows(dsn: str, query: str, params: tuple):
+    """Runs on an executor: the rows of a rows_query, as dicts of RESTORE_COLUMNS."""
+    for values in pgread.stream(dsn, query, [pgread.MESSAGE_COLUMNS[n] for n in RESTORE_COLUMNS], params):
+        yield dict(zip(RESTORE_COLUMNS, values))
+
+
 def topic_rows(dsn: str, query: str, params: tuple, topics: Iterable[str]):
     """Runs on an executor: the rows of each topic, in id order, as dicts."""
-    columns = [pgread.MESSAGE_COLUMNS[n] for n in RESTORE_COLUMNS]
     for topic in topics:
-        for values in pgread.stream(dsn, query, columns, (*params, topic)):
-            yield dict(zip(RESTORE_COLUMNS, values))
+        yield from logged_rows(dsn, query, (*params, topic))
 
 
 def add_arguments(p) -> None:
@@ -104,8 +114,7 @@ def run(spark, args) -> tuple[int, int, int]:
                           f" FROM {MESSAGE_TABLE} WHERE {where} GROUP BY topic", params)
     rows_per_topic = {topic: candidates for topic, candidates, _ in counts if candidates}
     ended = sum(rest for _, _, rest in counts)
-    columns = [pgread.MESSAGE_COLUMNS[n] for n in RESTORE_COLUMNS]
-    query = (pgread.select(MESSAGE_TABLE, columns, live) + sql.SQL(" AND topic = %s ORDER BY id")).as_string(None)
+    query = rows_query(f"{live} AND topic = %s")
     groups = balance(rows_per_topic, common.default_partitions(spark, args.partitions))
     include_expired, dry_run, dsn = args.include_expired, args.dry_run, args.database_url
     per_partition = (spark.sparkContext.parallelize(groups, len(groups)).mapPartitions(
