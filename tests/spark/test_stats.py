@@ -95,15 +95,21 @@ def test_stats_counts_and_percentiles_per_topic_and_hour(spark):
 
 
 @pytest.mark.parametrize("spark", ["local"], indirect=True)
-def test_stats_since_an_hour_reads_and_writes_only_later_hours(spark):
+def test_stats_since_an_hour_reads_and_writes_only_later_hours_and_leaves_the_others_alone(spark):
     build_log()
+    untouched = {**ZERO, **NO_LATENCY, "sent": 999}
+    # An hour before --since that the log has, and one the log no longer has.
+    kept = [TopicHourStats.objects.create(namespace="default", topic=topic, hour=dt(hour), computed_at=dt(H0), **untouched)
+            for topic, hour in (("orders", H0), ("archived", H0 - 24 * HOUR))]
     args = job_args("spark.stats", "--database-url", log_database_url(), "--since", "2026-11-20T11")
     events, messages = stats.read_inputs(spark, args)
     assert sorted(r.msg_id for r in messages.collect()) == ["m1", "m2", "m3"]
     assert sorted(r.msg_id for r in events.collect()) == ["m1", "m2", "m3"]
 
     stats.run(spark, args)
-    assert_stats(stored_stats(), {("mail", H0 + HOUR): EXPECTED[("mail", H0 + HOUR)]})
+    assert_stats(stored_stats(), {("mail", H0 + HOUR): EXPECTED[("mail", H0 + HOUR)],
+                                  ("orders", H0): untouched, ("archived", H0 - 24 * HOUR): untouched})
+    assert [TopicHourStats.objects.get(pk=row.pk).computed_at for row in kept] == [dt(H0), dt(H0)]
 
 
 @pytest.mark.parametrize("spark", ["local"], indirect=True)
