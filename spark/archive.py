@@ -18,6 +18,7 @@ archived again), a committed batch whose rows are not yet deleted gets them dele
 re-run after a crash at any point neither loses nor duplicates rows. Files of a batch without
 a manifest are not part of the archive.
 """
+import argparse
 import json
 import os
 import secrets
@@ -116,8 +117,15 @@ class Archive:
         self.marker(batch, "moving").unlink(missing_ok=True)
 
 
+def directory_path(text: str) -> Path:
+    """--to: a directory, not a URL (Path would quietly make 's3a://b/x' the local 's3a:/b/x')."""
+    if "://" in text:
+        raise argparse.ArgumentTypeError(f"must be a directory path (local or a shared mount), not a URL: {text!r}")
+    return Path(text)
+
+
 def add_arguments(p) -> None:
-    p.add_argument("--to", required=True, type=Path, metavar="DIR",
+    p.add_argument("--to", required=True, type=directory_path, metavar="DIR",
                    help="archive directory, on a filesystem the driver and every executor share")
     p.add_argument("--older-than-days", required=True, type=common.positive_int, metavar="N",
                    help="archive messages that ended more than N days ago")
@@ -125,8 +133,6 @@ def add_arguments(p) -> None:
 
 
 def preflight(args) -> None:
-    if "://" in str(args.to):
-        raise JobError(f"--to must be a directory path (local or a shared mount), not a URL: {args.to}")
     existing = next((p for p in [args.to, *args.to.parents] if p.exists()), None)
     if existing is None or not existing.is_dir() or not os.access(existing, os.W_OK):
         raise JobError(f"--to {args.to}: cannot create or write {existing}")
