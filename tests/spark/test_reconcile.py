@@ -2,6 +2,7 @@
 import json
 import time
 
+import pytest
 from django.core.management import call_command
 
 from delayqueue.keys import topic_keys
@@ -71,4 +72,29 @@ def test_reconcile_lists_every_planted_disagreement_and_fix_restores_the_missing
     client = common.sync_redis(url)
     assert client.zscore(topic_keys("default", "t1").waiting, "t1-wait-0") is not None
     assert json.loads(client.hget(topic_keys("default", "t3").msgs, "lost"))["status"] == 2
+    client.close()
+
+
+@pytest.mark.parametrize("spark", ["local"], indirect=True)
+def test_reconcile_fix_skips_expired_messages_and_lists_the_first_20_then_how_many_more(spark, settings, capsys):
+    settings.REDIS_URL = REDIS_URL
+    now = int(time.time() * 1000)
+    log = LogBuilder()  # Redis has none of them
+    for i in range(23):
+        log.message("lost", f"lost-{i:02}", now - 1000, status=2)
+    for i in range(2):
+        log.message("lost", f"expired-{i}", now - 2 * HOUR, ttl=HOUR, status=2)
+    log.save()
+    capsys.readouterr()
+
+    reconcile.run(spark, job_args("spark.reconcile", "--database-url", log_database_url(), "--redis-url", REDIS_URL,
+                                  "--partitions", "3", "--fix"))
+    out = capsys.readouterr().out.splitlines()
+    assert len([line for line in out if line.startswith("  missing_in_redis: lost/")]) == 20
+    assert "  ... 5 more (--output DIR lists them all)" in out
+    assert "reconcile --fix: restored 23, already live 0, skipped (expired) 2" in out
+    client = common.sync_redis(REDIS_URL)
+    lost = topic_keys("default", "lost")
+    assert client.lrange(lost.ready, 0, -1) == [f"lost-{i:02}" for i in reversed(range(23))]  # LPUSH in id order
+    assert json.loads(client.hget(lost.msgs, "lost-07"))["msg"] == "body of lost-07"
     client.close()
