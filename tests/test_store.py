@@ -2,7 +2,8 @@
 import asyncio
 
 from delayqueue import store
-from delayqueue.services import NewMessage, _prepare, _send_call
+from delayqueue.messages import decode_message
+from delayqueue.services import NewMessage, _now_millis, _prepare, _send_call
 
 from .conftest import make_runtime
 
@@ -20,6 +21,20 @@ async def test_concurrent_calls_share_a_round_trip_and_fail_alone(rt):
     )
     assert results[0][0] == 1 and results[2][0] == 1
     assert isinstance(results[1], Exception)  # the Lua error reaches its own caller only
+
+
+async def test_many_calls_in_flight_each_get_their_own_reply(single_rt):
+    """The direct runner matches replies to calls by their order on the connection."""
+    rt = single_rt
+    now = _now_millis()
+    rows = [_prepare(rt, NewMessage(topic="t", msg=f"payload {i}", delay_millis=60_000, msg_id=f"id{i}"), now)
+            for i in range(200)]
+    first = await asyncio.gather(*[rt.call(*_send_call(rt, row)) for row in rows])
+    assert all(r[0] == 1 for r in first)
+    # Sent again, each is a duplicate answered with the stored message: its own, by its msgId.
+    again = await asyncio.gather(*[rt.call(*_send_call(rt, row)) for row in reversed(rows)])
+    stored = [decode_message(r[1]) for r in again]
+    assert [(m["msgId"], m["msg"]) for m in stored] == [(row.msg_id, row.payload) for row in reversed(rows)]
 
 
 async def test_a_lost_connection_fails_every_waiting_caller():
