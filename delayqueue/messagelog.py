@@ -7,9 +7,7 @@ number of Postgres round trips grows with time, not with messages.
 """
 import asyncio
 import contextlib
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import orjson
 import psycopg
@@ -164,16 +162,6 @@ class _Request:
     rows: list[LoggedMessage]
     overwrite: bool
     future: asyncio.Future
-    on_commit: Callable[[], Any] | None = None
-
-
-def _committed(request: _Request, written: set[tuple[str, str]]) -> None:
-    try:
-        after = request.on_commit() if request.on_commit else None
-    except Exception as exc:  # the caller's to handle, not the group commit's
-        request.future.set_exception(exc)
-        return
-    request.future.set_result((written, after))
 
 
 class MessageLog:
@@ -188,23 +176,20 @@ class MessageLog:
         self._pending: list[_Request] = []
         self._flusher: asyncio.Task | None = None
 
-    async def record(self, rows: list[LoggedMessage],
-                     on_commit: Callable[[], Any] | None = None) -> tuple[list[bool], Any]:
-        """Writes new messages and their 'sent' history rows. Returns True per row the log now
-        holds as given, False where a live message with that msgId is already logged (left
-        untouched) or the row repeats an earlier msgId of the same call (a batch naming one
-        msgId twice); and what `on_commit` returned. The group commit calls `on_commit` as soon
-        as the rows are committed, without waiting for this caller's task to run again (a loop
-        turn later under load): the send writes its Redis calls from there."""
+    async def record(self, rows: list[LoggedMessage]) -> list[bool]:
+        """Writes new messages and their 'sent' history rows; True per row the log now holds as
+        given, False where a live
+        message with that msgId is already logged (left untouched) or the row repeats an
+        earlier msgId of the same call (a batch naming one msgId twice)."""
         first: dict[tuple[str, str], int] = {}
         for i, row in enumerate(rows):
             first.setdefault(row.key, i)
-        written, after = await self._submit([rows[i] for i in first.values()], overwrite=False, on_commit=on_commit)
-        return [row.key in written and first[row.key] == i for i, row in enumerate(rows)], after
+        written = await self._submit([rows[i] for i in first.values()], overwrite=False)
+        return [row.key in written and first[row.key] == i for i, row in enumerate(rows)]
 
     async def overwrite(self, rows: list[LoggedMessage]) -> None:
         """Makes the log hold exactly these rows (what Redis answered a send with)."""
-        await self._submit(list({row.key: row for row in rows}.values()), overwrite=True, on_commit=None)
+        await self._submit(list({row.key: row for row in rows}.values()), overwrite=True)
 
     async def forget(self, rows: list[LoggedMessage]) -> None:
         """Removes rows (and their 'sent' history) this process wrote for sends that Redis then
@@ -217,17 +202,16 @@ class MessageLog:
         async with self._db.use() as conn:
             await conn.execute(_CORRECT_SENT, [_rows_json(unsent), self._process, self._host, _rows_json(sent)])
 
-    def _submit(self, rows: list[LoggedMessage], overwrite: bool, on_commit) -> asyncio.Future:
-        """Queues rows with distinct keys; resolves to the keys the statement wrote and what
-        `on_commit` returned."""
-        request = _Request(rows, overwrite, asyncio.get_running_loop().create_future(), on_commit)
+    def _submit(self, rows: list[LoggedMessage], overwrite: bool) -> asyncio.Future:
+        """Queues rows with distinct keys; resolves to the keys the statement wrote."""
+        future = asyncio.get_running_loop().create_future()
         if not rows:
-            _committed(request, set())
-            return request.future
-        self._pending.append(request)
+            future.set_result(set())
+            return future
+        self._pending.append(_Request(rows, overwrite, future))
         if self._flusher is None or self._flusher.done():
             self._flusher = asyncio.ensure_future(self._flush())
-        return request.future
+        return future
 
     def _take_batch(self) -> list[_Request]:
         """Pending requests of the first one's kind whose keys do not clash: one statement may
@@ -257,7 +241,7 @@ class MessageLog:
                 continue
             for request in batch:
                 if not request.future.done():
-                    _committed(request, written)
+                    request.future.set_result(written)
 
     async def _write(self, rows: list[LoggedMessage], overwrite: bool) -> set[tuple[str, str]]:
         async with self._db.use() as conn:

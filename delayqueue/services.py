@@ -118,24 +118,22 @@ async def send_messages(rt: Runtime, messages: list[NewMessage]) -> list[dict | 
     """
     produce_time = _now_millis()
     rows = [_prepare(rt, m, produce_time) for m in messages]
-    calls = [_send_call(rt, row) for row in rows]
     if rt.config.message_log:
         try:
-            # The Redis calls are written the moment the rows are committed.
-            written, started = await rt.log.record(rows, on_commit=lambda: rt.scripts.start(calls))
+            written = await rt.log.record(rows)
         except LogUnavailable as exc:
             return [exc] * len(rows)
-        try:
-            results = await rt.scripts.collect(calls, started)
-        except RedisError as exc:  # Redis is down: _settle_log takes the rows out of the log
-            results = [exc] * len(calls)
-    elif len(calls) == 1:
+    calls = [_send_call(rt, row) for row in rows]
+    if len(calls) == 1:  # a single send shares its round trip with the loop's other calls
         try:
             results = [await rt.call(*calls[0])]
         except RedisError as exc:
             results = [exc]
     else:
-        results = await rt.scripts.run(calls)
+        try:
+            results = await rt.scripts.run(calls)
+        except RedisError as exc:  # Redis unreachable: each message fails, and leaves the log
+            results = [exc] * len(calls)
     outcomes: list[dict | Exception] = [
         r if isinstance(r, Exception) else _as_message(row, r[1]) if r[0] else decode_message(r[1])
         for row, r in zip(rows, results)

@@ -151,16 +151,6 @@ class ScriptRunner:
             self._batcher = ScriptBatcher(self)
         return await self._batcher.call(name, keys, args)
 
-    def start(self, calls: list[tuple[str, list, list]]) -> list[asyncio.Future] | None:
-        """Writes the calls at once, from plain (non-async) code such as a callback, where the
-        connection allows; None where it does not (redis-py's pipeline needs a task). Their
-        replies come from `collect`."""
-        return None
-
-    async def collect(self, calls: list[tuple[str, list, list]], started: list[asyncio.Future] | None) -> list:
-        """The calls' results as `run` gives them, for calls `start` wrote (or did not)."""
-        return await self.run(calls)
-
     async def run(self, calls: list[tuple[str, list, list]]) -> list:
         if not calls:
             return []
@@ -241,16 +231,6 @@ class _ReplyProtocol(asyncio.Protocol):
                 future.set_exception(error)
 
 
-def _abandon(futures: list[asyncio.Future]) -> None:
-    """Replies nobody will wait for (failed with the connection, or a cancelled caller): their
-    errors must not be left unretrieved."""
-    for future in futures:
-        if not future.done():
-            future.cancel()
-        elif not future.cancelled():
-            future.exception()
-
-
 class DirectScriptRunner(ScriptRunner):
     """Script calls on a single Redis over a connection of their own, written with hiredis and
     read by a bare asyncio protocol: redis-py's pipeline spends more per call (retry wrapper,
@@ -275,32 +255,6 @@ class DirectScriptRunner(ScriptRunner):
     async def _pipeline(self, calls):
         return await self._send([_evalsha(name, keys, args) for name, keys, args in calls])
 
-    def start(self, calls):
-        protocol = self._protocol
-        if protocol is None or protocol.lost:
-            return None
-        return protocol.submit([_evalsha(name, keys, args) for name, keys, args in calls])
-
-    async def collect(self, calls, started):
-        """As run(): calls refused for a missing script, or lost with the connection, run again."""
-        if started is None:
-            return await self.run(calls)
-        results = []
-        try:
-            for future in started:
-                try:
-                    results.append(_as_error(await future))
-                except RedisConnectionError as exc:
-                    results.append(exc)
-        except BaseException:
-            _abandon(started)
-            raise
-        again = [i for i, r in enumerate(results) if isinstance(r, (NoScriptError, RedisConnectionError))]
-        if again:
-            for i, result in zip(again, await self.run([calls[i] for i in again])):
-                results[i] = result
-        return results
-
     async def _send(self, commands: list[bytes]) -> list:
         """The commands' replies, in order. A connection lost under them is replaced and the
         commands sent once more, as redis-py's client retries (Redis restarted, failed over)."""
@@ -312,7 +266,13 @@ class DirectScriptRunner(ScriptRunner):
             try:
                 return [_as_error(await future) for future in futures]
             except BaseException as exc:
-                _abandon(futures)
+                # Failed with the connection, or abandoned (cancelled caller): nobody else will
+                # look at these, so their errors must not be left unretrieved.
+                for future in futures:
+                    if not future.done():
+                        future.cancel()
+                    elif not future.cancelled():
+                        future.exception()
                 if attempt == 2 or not isinstance(exc, RedisConnectionError):
                     raise
 

@@ -3,10 +3,10 @@ import asyncio
 
 import psycopg
 import pytest
+from redis.exceptions import RedisError
 
 from delayqueue import recovery, selectors, services
 from delayqueue.log_writer import Event, LogWriter
-from delayqueue.messagelog import LoggedMessage, MessageLog
 from delayqueue.messages import ACKED, CONSUMING, DELETED, EXHAUSTED, EXPIRED, READY, WAITING
 from delayqueue.services import NewMessage
 
@@ -174,27 +174,17 @@ async def test_postgres_down_means_500_and_nothing_in_redis(api, single_rt, post
     assert (await logged("t", reply["delayMsg"]["msgId"]))["msg"] == "back"
 
 
-async def test_a_send_redis_refuses_is_taken_out_of_the_log():
+async def test_sends_redis_refuses_are_taken_out_of_the_log():
     rt = make_runtime("redis://127.0.0.1:1/0")  # nothing listens there
     with pytest.raises(Exception):
         await services.send_message(rt, NewMessage(topic="t", msg="x", delay_millis=0, msg_id="refused"))
+    batch = await services.send_messages(rt, [NewMessage(topic="t", msg="x", delay_millis=0, msg_id=f"refused{i}")
+                                              for i in range(3)])
     await rt.close()
-    assert await logged("t", "refused") is None
-    assert await history("t", "refused") == []
-
-
-async def test_a_failing_commit_callback_fails_only_its_own_send():
-    log = MessageLog("test@host")
-    rows = [LoggedMessage("default", "t", f"cb{i}", "x", 1, 1, 2, 0, 0, READY) for i in range(2)]
-
-    def broken():
-        raise RuntimeError("broken callback")
-
-    outcomes = await asyncio.gather(log.record(rows[:1], on_commit=broken),
-                                    log.record(rows[1:], on_commit=lambda: "started"), return_exceptions=True)
-    await log.close()
-    assert isinstance(outcomes[0], RuntimeError) and outcomes[1] == ([True], "started")
-    assert (await logged("t", "cb1"))["msg"] == "x"
+    assert all(isinstance(outcome, RedisError) for outcome in batch)
+    for msg_id in ("refused", "refused0", "refused1", "refused2"):
+        assert await logged("t", msg_id) is None
+        assert await history("t", msg_id) == []
 
 
 async def test_history_waits_in_redis_while_postgres_is_down(single_rt, start_scanner, postgres):

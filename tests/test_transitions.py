@@ -282,24 +282,6 @@ async def test_script_calls_survive_their_connection_being_killed(single_rt):
         assert all(r["status"] == READY for r in results)
 
 
-async def test_calls_written_on_commit_run_again_when_their_connection_dies(single_rt):
-    """The log's group commit writes a send's Redis calls from a callback (`start`); if the
-    connection dies before Redis ran them, `collect` runs them on a new one, once."""
-    rt = single_rt
-    await send(rt)  # the scripts' connection is up
-    row = services._prepare(rt, NewMessage(topic="t", msg="parked", delay_millis=0), services._now_millis())
-    calls = [services._send_call(rt, row)]
-    await rt.redis.execute_command("CLIENT", "PAUSE", 500, "WRITE")  # Redis parks the call
-    started = rt.scripts.start(calls)
-    assert started is not None
-    await asyncio.sleep(0.05)
-    await rt.redis.execute_command("CLIENT KILL", "TYPE", "normal", "SKIPME", "yes")  # drops it unrun
-    [result] = await rt.scripts.collect(calls, started)
-    assert result[0] == 1  # sent, not a duplicate of a first run
-    assert (await selectors.get_message(rt, "t", row.msg_id))["msg"] == "parked"
-    assert await sizes(rt) == (0, 2, 0)
-
-
 async def test_scripts_reload_after_the_script_cache_is_flushed(rt):
     await send(rt)
     await rt.redis.script_flush()
