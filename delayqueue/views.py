@@ -122,8 +122,9 @@ class QueueAPIView(APIView):
     async def dispatch(self, request, *args, **kwargs):
         self.args, self.kwargs = args, kwargs
         self.request = request = self.initialize_request(request, *args, **kwargs)
+        self.rt = current()  # once: each asyncio.get_running_loop() is a getpid() system call
         if self.marks_use:
-            health.mark_use(current())
+            health.mark_use(self.rt)
         try:
             if request.method.lower() not in self.http_method_names:
                 raise exceptions.MethodNotAllowed(request.method)
@@ -186,7 +187,7 @@ class QueueAPIView(APIView):
 class SendMsgView(QueueAPIView):
     async def handle(self, request):
         data = self.validated(SendMsgSerializer)
-        message = await services.send_message(current(), to_new_message(data))
+        message = await services.send_message(self.rt, to_new_message(data))
         return reply(delayMsg=message)
 
 
@@ -201,7 +202,7 @@ class SendMsgBatchView(QueueAPIView):
             items = items["messages"]
         if not isinstance(items, list) or not items:
             raise BadInput("body must be a non-empty JSON list of messages")
-        rt = current()
+        rt = self.rt
         if len(items) > rt.config.max_batch_send:
             raise BadInput(f"batch has {len(items)} messages, over the limit of {rt.config.max_batch_send}")
         results: list[dict | None] = [None] * len(items)
@@ -231,7 +232,7 @@ class PullMsgView(QueueAPIView):
     async def handle(self, request):
         data = self.validated(PullMsgSerializer)
         messages, _remaining = await services.pull_messages(
-            current(), data["topic"], data["batch"], data["ackTimeoutMillis"]
+            self.rt, data["topic"], data["batch"], data["ackTimeoutMillis"]
         )
         return reply(delayMsgList=messages)
 
@@ -242,7 +243,7 @@ class LongPollingMsgView(QueueAPIView):
     async def handle(self, request):
         data = self.validated(LongPollingMsgSerializer)
         messages = await services.long_poll_messages(
-            current(), data["topic"], data["batch"], data["ackTimeoutMillis"], data["longPollingTimeoutMillis"]
+            self.rt, data["topic"], data["batch"], data["ackTimeoutMillis"], data["longPollingTimeoutMillis"]
         )
         return reply(delayMsgList=messages)
 
@@ -253,7 +254,7 @@ class AckMsgView(QueueAPIView):
     async def handle(self, request):
         data = self.validated(AckMsgSerializer)
         ack = services.ack_message if data["ack"] else services.nack_message
-        await ack(current(), data["topic"], data["msgId"])
+        await ack(self.rt, data["topic"], data["msgId"])
         return reply()
 
 
@@ -261,7 +262,7 @@ class AckMsgView(QueueAPIView):
 class GetMsgView(QueueAPIView):
     async def handle(self, request):
         data = self.validated(MessageRefSerializer)
-        message = await selectors.get_message(current(), data["topic"], data["msgId"])
+        message = await selectors.get_message(self.rt, data["topic"], data["msgId"])
         if message is None:
             return reply(404, f"message {data['msgId']} not found in topic {data['topic']}", delayMsg=None)
         return reply(delayMsg=message)
@@ -271,7 +272,7 @@ class GetMsgView(QueueAPIView):
 class DeleteMsgView(QueueAPIView):
     async def handle(self, request):
         data = self.validated(DeleteMsgSerializer)
-        if not await services.delete_message(current(), data["topic"], data["msgId"], data["release"]):
+        if not await services.delete_message(self.rt, data["topic"], data["msgId"], data["release"]):
             return reply(404, f"message {data['msgId']} not found or already ended in topic {data['topic']}")
         return reply()
 
@@ -282,7 +283,7 @@ class GetMonitorDataView(QueueAPIView):
     marks_use = False
 
     async def handle(self, request):
-        return reply(data=await selectors.monitor_data(current()))
+        return reply(data=await selectors.monitor_data(self.rt))
 
 
 @queue_endpoint("Queue sizes and nine waiting-delay buckets of a topic", TopicInfoResultSerializer,
@@ -292,7 +293,7 @@ class GetTopicInfoView(QueueAPIView):
 
     async def handle(self, request):
         data = self.validated(TopicSerializer)
-        return reply(data=await selectors.topic_info(current(), data["topic"]))
+        return reply(data=await selectors.topic_info(self.rt, data["topic"]))
 
 
 @queue_endpoint("getTopicInfo of every registered topic", TopicInfoListResultSerializer)
@@ -300,7 +301,7 @@ class GetTopicInfoListView(QueueAPIView):
     marks_use = False
 
     async def handle(self, request):
-        rt = current()
+        rt = self.rt
         return reply(data=await selectors.topic_infos(rt, await selectors.list_topics(rt)))
 
 
@@ -316,7 +317,7 @@ class RestoreView(QueueAPIView):
 
     async def handle(self, request):
         data = self.validated(RestoreSerializer)
-        rt = current()
+        rt = self.rt
         topic = data.get("topic")
         counts = await recovery.restore(rt, topic=topic, include_expired=data["expire"])
         if topic is not None and not counts.seen:
@@ -329,7 +330,7 @@ class RestoreView(QueueAPIView):
 class RestoreMsgView(QueueAPIView):
     async def handle(self, request):
         data = self.validated(RestoreMsgSerializer)
-        rt = current()
+        rt = self.rt
         topic, msg_id = data["topic"], data["msgId"]
         counts = await recovery.restore(rt, topic=topic, msg_id=msg_id, include_expired=data["expire"])
         if not counts.seen:
@@ -350,7 +351,7 @@ class HealthView(QueueAPIView):
 @health_endpoint("200 while this host is online, 500 after /offline", failing="offline")
 class HealthStatusView(HealthView):
     async def handle(self, request):
-        return health_reply(200 if await health.is_online(current()) else 500)
+        return health_reply(200 if await health.is_online(self.rt) else 500)
 
 
 @health_endpoint("Always 200 while the process serves requests")
@@ -362,7 +363,7 @@ class HealthCheckView(HealthView):
 @health_endpoint("Report online again")
 class HealthOnlineView(HealthView):
     async def handle(self, request):
-        await health.set_online(current(), True)
+        await health.set_online(self.rt, True)
         return health_reply(200)
 
 
@@ -371,6 +372,6 @@ class HealthOnlineView(HealthView):
                  failing="still serving queue requests")
 class HealthOfflineView(HealthView):
     async def handle(self, request):
-        rt = current()
+        rt = self.rt
         await health.set_online(rt, False)
         return health_reply(200 if await health.idle(rt) else 500)
