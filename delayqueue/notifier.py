@@ -50,7 +50,7 @@ class ReadyNotifier:
             queue.remove(future)
             if not queue:
                 del self._waiters[topic]
-        elif future.done() and not future.cancelled():
+        elif future.done() and not future.cancelled() and future.result():  # True: it was woken
             self.wake(topic, 1)
 
     def wake(self, topic: str, count: int) -> int:

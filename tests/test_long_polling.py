@@ -84,6 +84,17 @@ async def test_many_waiters_each_get_one_message(api, start_scanner):
     assert all(elapsed < 15 for _, elapsed in results)
 
 
+async def test_a_timed_out_waiter_leaves_nothing_behind_and_takes_no_wake(single_rt):
+    rt = single_rt
+    assert await services.long_poll_messages(rt, "gone", timeout_millis=200) == []
+    notifier = await rt.notifier()
+    assert notifier.waiting("gone") == 0
+    # A wake now finds nobody in this process, so the message stays ready for the next pull.
+    await services.send_message(rt, NewMessage(topic="gone", msg="x", delay_millis=0))
+    messages, remaining = await services.pull_messages(rt, "gone")
+    assert [m["msg"] for m in messages] == ["x"] and remaining == 0
+
+
 async def test_a_cancelled_waiter_passes_its_wake_on(single_rt):
     rt = single_rt
     first = asyncio.create_task(services.long_poll_messages(rt, "c", timeout_millis=20_000))
