@@ -3,7 +3,7 @@ import asyncio
 import time
 
 from delayqueue import services
-from delayqueue.runtime import current
+from delayqueue.runtime import close_current, current
 from delayqueue.services import NewMessage
 
 from .conftest import REDIS_URL, make_runtime
@@ -93,6 +93,41 @@ async def test_a_timed_out_waiter_leaves_nothing_behind_and_takes_no_wake(single
     await services.send_message(rt, NewMessage(topic="gone", msg="x", delay_millis=0))
     messages, remaining = await services.pull_messages(rt, "gone")
     assert [m["msg"] for m in messages] == ["x"] and remaining == 0
+
+
+async def test_a_client_that_hangs_up_stops_its_hold():
+    """Served as uvicorn serves it: the body, then http.disconnect while the poll is held."""
+    from project.asgi import application
+
+    hung_up = asyncio.Event()
+    messages = [{"type": "http.request", "body": b"topic=hangup&longPollingTimeoutMillis=20000", "more_body": False}]
+
+    async def receive():
+        if messages:
+            return messages.pop()
+        await hung_up.wait()
+        return {"type": "http.disconnect"}
+
+    sent = []
+
+    async def send(message):
+        sent.append(message)
+
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
+             "path": BASE + "longPollingMsg", "raw_path": (BASE + "longPollingMsg").encode(), "query_string": b"",
+             "root_path": "", "headers": [(b"host", b"x"), (b"content-type", b"application/x-www-form-urlencoded")],
+             "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 80)}
+    held = asyncio.create_task(application(scope, receive, send))
+    notifier = await current().notifier()
+    for _ in range(100):
+        if notifier.waiting("hangup"):
+            break
+        await asyncio.sleep(0.02)
+    assert notifier.waiting("hangup") == 1
+    hung_up.set()
+    await asyncio.wait_for(held, 5)  # returns long before the 20 s hold would have ended
+    assert sent == [] and notifier.waiting("hangup") == 0
+    await close_current()
 
 
 async def test_a_cancelled_waiter_passes_its_wake_on(single_rt):
