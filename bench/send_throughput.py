@@ -43,15 +43,14 @@ def post_script(body: str, content_type: str) -> str:
             f'wrk.headers["Content-Type"] = "{content_type}"\n')
 
 
-async def raw_evalsha_rate(redis_url: str, seconds: int, concurrency: int, message_log: bool) -> float:
-    """Messages/s of the send script called by SHA, pipelined 100 per round trip (with the
-    script's history events when the message log is on, as the server runs it)."""
+async def raw_evalsha_rate(redis_url: str, seconds: int, concurrency: int) -> float:
+    """Messages/s of the send script called by SHA, pipelined 100 per round trip."""
     from delayqueue.conf import QueueConfig
     from delayqueue.runtime import Runtime
     from delayqueue.services import NewMessage, _prepare, _send_call
     from delayqueue.store import load_scripts
 
-    rt = Runtime(QueueConfig(redis_url=redis_url, namespace="raw", message_log=message_log))
+    rt = Runtime(QueueConfig(redis_url=redis_url, namespace="raw"))
     await load_scripts(rt.redis)
     sent = 0
     deadline = time.monotonic() + seconds
@@ -92,8 +91,7 @@ def main():
     # Each pair is measured back to back and the rounds interleaved: on a shared machine the
     # rate drifts between minutes, and a ratio of two distant measurements would carry that drift.
     rounds = {"hello": [], "single": [], "batch": [], "raw": []}
-    log_on = args.message_log == "on"
-    servers = {"main": {"DELAYQUEUE_MESSAGE_LOG": "1" if log_on else "0"}}
+    servers = {"main": {"DELAYQUEUE_MESSAGE_LOG": "1" if args.message_log == "on" else "0"}}
     with stack(scanners=0, workers=args.workers, servers=servers) as (urls, env):
         url = urls["main"]
         wrk(url + BENCH_HELLO, 2, args.connections)  # warm-up
@@ -108,7 +106,7 @@ def main():
             rounds["batch"].append(wrk(url + API + "sendMsgBatch", args.seconds, max(4, args.connections // 4),
                                        post_script(batch_body, "application/json")) * BATCH)
             empty_redis(env["REDIS_URL"])
-            rounds["raw"].append(asyncio.run(raw_evalsha_rate(env["REDIS_URL"], args.seconds, 4, log_on)))
+            rounds["raw"].append(asyncio.run(raw_evalsha_rate(env["REDIS_URL"], args.seconds, 4)))
     hello, single, batch, raw = (statistics.median(rounds[k]) for k in ("hello", "single", "batch", "raw"))
     single_ratio = statistics.median(s / h for s, h in zip(rounds["single"], rounds["hello"]))
     batch_ratio = statistics.median(b / r for b, r in zip(rounds["batch"], rounds["raw"]))

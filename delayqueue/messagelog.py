@@ -178,9 +178,8 @@ class MessageLog:
 
     async def record(self, rows: list[LoggedMessage]) -> list[bool]:
         """Writes new messages and their 'sent' history rows; True per row the log now holds as
-        given, False where a live
-        message with that msgId is already logged (left untouched) or the row repeats an
-        earlier msgId of the same call (a batch naming one msgId twice)."""
+        given, False where a live message with that msgId is already logged (left untouched) or
+        the row repeats an earlier msgId of the same call (a batch naming one msgId twice)."""
         first: dict[tuple[str, str], int] = {}
         for i, row in enumerate(rows):
             first.setdefault(row.key, i)
