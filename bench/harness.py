@@ -67,16 +67,19 @@ def empty_redis(url: str) -> None:
 
 
 @contextlib.contextmanager
-def scratch_dir(prefix: str):
-    """A fresh folder under .local/ for a benchmark's servers, removed afterwards (a durable
-    PostgreSQL after a send benchmark holds gigabytes); kept, with its logs, when the
-    benchmark failed."""
+def scratch_services(prefix: str, durable: bool):
+    """Services (Redis, PostgreSQL on demand) in a fresh folder under .local/, stopped and the
+    folder removed afterwards (a durable PostgreSQL after a send benchmark holds gigabytes);
+    kept, with the servers' logs, when the benchmark failed."""
     base = Path(tempfile.mkdtemp(prefix=prefix, dir=ROOT / ".local" if (ROOT / ".local").exists() else None))
+    services = Services(base, durable=durable)
     try:
-        yield base
+        yield services
     except BaseException:
         print(f"the benchmark's data and logs are kept in {base}", file=sys.stderr)
         raise
+    finally:
+        services.stop()
     shutil.rmtree(base, ignore_errors=True)
 
 
@@ -86,8 +89,8 @@ def stack(scanners: int = 1, workers: int = 1, servers: dict[str, dict] | None =
     fsync on, as in production), one uvicorn per entry of `servers` (name -> extra environment;
     default one server "main") and scanners running; stops them after."""
     raise_fd_limit()
-    with scratch_dir("bench-") as base:
-        services = Services(base, durable=True)
+    with scratch_services("bench-", durable=True) as services:
+        base = services.base
         env = dict(os.environ, DJANGO_SETTINGS_MODULE="bench.settings")
         procs = []
         try:
@@ -109,4 +112,3 @@ def stack(scanners: int = 1, workers: int = 1, servers: dict[str, dict] | None =
             yield urls, env
         finally:
             terminate(procs)
-            services.stop()

@@ -15,8 +15,8 @@ import time
 import psycopg
 import redis
 
-from bench.harness import scratch_dir
-from tools.stack import ROOT, Services, free_port
+from bench.harness import scratch_services
+from tools.stack import ROOT, free_port
 
 FILL = """
 INSERT INTO delayqueue_message (namespace, topic, msg_id, payload, produce_time, trigger_time, expire_time,
@@ -33,27 +33,23 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=1_000_000)
     args = parser.parse_args()
-    with scratch_dir("bench-") as base:
-        services = Services(base, durable=True)
-        try:
-            env = dict(os.environ, REDIS_URL=services.single_redis(), DATABASE_URL=services.postgres(free_port()))
-            subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)
-            started = time.monotonic()
-            with psycopg.connect(env["DATABASE_URL"].replace("postgres://", "postgresql://"), autocommit=True) as conn:
-                conn.execute(FILL, [args.messages])
-                conn.execute("VACUUM ANALYZE delayqueue_message")
-            print(f"filled the log with {args.messages:,} live messages in {time.monotonic() - started:.1f} s")
-            started = time.monotonic()
-            out = subprocess.run([sys.executable, "manage.py", "restore"], cwd=ROOT, env=env, check=True,
-                                 capture_output=True, text=True)
-            elapsed = time.monotonic() - started
-            client = redis.Redis.from_url(env["REDIS_URL"])
-            held = sum(client.hlen(f"dq:{{default:restore{i}}}:msgs") for i in range(10))
-            print(f"manage.py restore: {out.stdout.strip()}")
-            print(f"  {elapsed:.1f} s end to end (process start included): {args.messages / elapsed:,.0f} messages/s"
-                  f"  (goal >= 50,000); Redis now holds {held:,}")
-        finally:
-            services.stop()
+    with scratch_services("bench-", durable=True) as services:
+        env = dict(os.environ, REDIS_URL=services.single_redis(), DATABASE_URL=services.postgres(free_port()))
+        subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)
+        started = time.monotonic()
+        with psycopg.connect(env["DATABASE_URL"].replace("postgres://", "postgresql://"), autocommit=True) as conn:
+            conn.execute(FILL, [args.messages])
+            conn.execute("VACUUM ANALYZE delayqueue_message")
+        print(f"filled the log with {args.messages:,} live messages in {time.monotonic() - started:.1f} s")
+        started = time.monotonic()
+        out = subprocess.run([sys.executable, "manage.py", "restore"], cwd=ROOT, env=env, check=True,
+                             capture_output=True, text=True)
+        elapsed = time.monotonic() - started
+        client = redis.Redis.from_url(env["REDIS_URL"])
+        held = sum(client.hlen(f"dq:{{default:restore{i}}}:msgs") for i in range(10))
+        print(f"manage.py restore: {out.stdout.strip()}")
+        print(f"  {elapsed:.1f} s end to end (process start included): {args.messages / elapsed:,.0f} messages/s"
+              f"  (goal >= 50,000); Redis now holds {held:,}")
 
 
 if __name__ == "__main__":

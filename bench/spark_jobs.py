@@ -14,8 +14,8 @@ import time
 import psycopg
 import redis
 
-from bench.harness import scratch_dir
-from tools.stack import ROOT, Services, free_port
+from bench.harness import scratch_services
+from tools.stack import ROOT, free_port
 
 EVENTS_PER_MESSAGE = 5
 
@@ -56,37 +56,33 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=1_000_000)
     n = parser.parse_args().messages
 
-    with scratch_dir("bench-spark-") as base:
-        services = Services(base, durable=False)
-        try:
-            env = dict(os.environ, REDIS_URL=services.single_redis(), DATABASE_URL=services.postgres(free_port()),
-                       PYSPARK_PYTHON=sys.executable)
-            subprocess.run([sys.executable, "manage.py", "migrate", "--no-input", "-v", "0"], cwd=ROOT, env=env, check=True)
-            started = time.monotonic()
-            with psycopg.connect(env["DATABASE_URL"], autocommit=True) as conn:
-                conn.execute(FILL_MESSAGES, {"n": n})
-                conn.execute(FILL_EVENTS)
-                conn.execute("VACUUM ANALYZE")
-                events = conn.execute("SELECT count(*) FROM delayqueue_messageevent").fetchone()[0]
-            print(f"log: {n:,} live messages in 16 topics, {events:,} history rows "
-                  f"(generated in {time.monotonic() - started:.1f} s)", flush=True)
-            client = redis.Redis.from_url(env["REDIS_URL"])
+    with scratch_services("bench-spark-", durable=False) as services:
+        env = dict(os.environ, REDIS_URL=services.single_redis(), DATABASE_URL=services.postgres(free_port()),
+                   PYSPARK_PYTHON=sys.executable)
+        subprocess.run([sys.executable, "manage.py", "migrate", "--no-input", "-v", "0"], cwd=ROOT, env=env, check=True)
+        started = time.monotonic()
+        with psycopg.connect(env["DATABASE_URL"], autocommit=True) as conn:
+            conn.execute(FILL_MESSAGES, {"n": n})
+            conn.execute(FILL_EVENTS)
+            conn.execute("VACUUM ANALYZE")
+            events = conn.execute("SELECT count(*) FROM delayqueue_messageevent").fetchone()[0]
+        print(f"log: {n:,} live messages in 16 topics, {events:,} history rows "
+              f"(generated in {time.monotonic() - started:.1f} s)", flush=True)
+        client = redis.Redis.from_url(env["REDIS_URL"])
 
-            timed("manage.py restore", [sys.executable, "manage.py", "restore"], env, n)
-            held_by_command = sum(client.hlen(f"dq:{{default:bench.{t}}}:msgs") for t in range(16))
-            client.flushall()
-            timed("spark restore, local[2]", [sys.executable, "-m", "spark.restore", "--master", "local[2]"], env, n)
-            held_by_spark = sum(client.hlen(f"dq:{{default:bench.{t}}}:msgs") for t in range(16))
-            print(f"messages in Redis after each restore: manage.py {held_by_command:,}, spark {held_by_spark:,}")
-            client.flushall()
-            client.close()
+        timed("manage.py restore", [sys.executable, "manage.py", "restore"], env, n)
+        held_by_command = sum(client.hlen(f"dq:{{default:bench.{t}}}:msgs") for t in range(16))
+        client.flushall()
+        timed("spark restore, local[2]", [sys.executable, "-m", "spark.restore", "--master", "local[2]"], env, n)
+        held_by_spark = sum(client.hlen(f"dq:{{default:bench.{t}}}:msgs") for t in range(16))
+        print(f"messages in Redis after each restore: manage.py {held_by_command:,}, spark {held_by_spark:,}")
+        client.flushall()
+        client.close()
 
-            timed(f"spark stats, local[2] ({n:,} + {events:,} rows)",
-                  [sys.executable, "-m", "spark.stats", "--master", "local[2]"], env, n + events)
-            timed("log reader alone, local[2], history rows",
-                  [sys.executable, "-m", "bench.spark_read", "--master", "local[2]"], env, events)
-        finally:
-            services.stop()
+        timed(f"spark stats, local[2] ({n:,} + {events:,} rows)",
+              [sys.executable, "-m", "spark.stats", "--master", "local[2]"], env, n + events)
+        timed("log reader alone, local[2], history rows",
+              [sys.executable, "-m", "bench.spark_read", "--master", "local[2]"], env, events)
 
 
 if __name__ == "__main__":
