@@ -120,6 +120,12 @@ def restorable_statuses(include_expired: bool) -> str:
     return ", ".join(str(s) for s in ([*LIVE, EXPIRED] if include_expired else LIVE))
 
 
+def count_columns(statuses: str) -> str:
+    """Two counts over logged rows, as SQL: the restore's candidates (`statuses`, from
+    restorable_statuses) and the rest, which it skips as ended or expired."""
+    return f"count(*) FILTER (WHERE status IN ({statuses})), count(*) FILTER (WHERE status NOT IN ({statuses}))"
+
+
 async def restore(rt: Runtime, *, topic: str | None = None, msg_id: str | None = None,
                   include_expired: bool = False, dry_run: bool = False,
                   progress: Callable[[RestoreCounts, int], None] | None = None) -> RestoreCounts:
@@ -132,8 +138,7 @@ async def restore(rt: Runtime, *, topic: str | None = None, msg_id: str | None =
     async with await connect() as conn:
         # One scan counts both the candidates and the rest (skipped as ended or expired).
         total, ended = await (await conn.execute(
-            f"SELECT count(*) FILTER (WHERE status IN ({statuses})), count(*) FILTER (WHERE status NOT IN ({statuses}))"
-            f" FROM {MESSAGE_TABLE} WHERE {where}", params
+            f"SELECT {count_columns(statuses)} FROM {MESSAGE_TABLE} WHERE {where}", params
         )).fetchone()
         if progress:
             progress(counts, total)

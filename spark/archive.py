@@ -32,7 +32,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from delayqueue.messagelog import EVENT_TABLE, MESSAGE_TABLE, first_line
-from delayqueue.messages import ACKED, DELETED, EXHAUSTED, EXPIRED
+from delayqueue.messages import ACKED
 from spark import common, pgread
 from spark.common import JobError
 
@@ -40,8 +40,8 @@ KEY = ["namespace", "topic", "msg_id"]
 KINDS = ("messages", "events")
 CRASH_ENV = "DELAYQUEUE_ARCHIVE_CRASH_AT"  # tests: staged | moving | committed
 DELETE_CHUNK = 5000
-# Inlined in the SQL, not a parameter, so the planner can use the partial index on ended messages.
-ENDED_STATUSES = ", ".join(str(s) for s in (ACKED, EXPIRED, EXHAUSTED, DELETED))
+# Ended: acked or after, in the words of the partial index on ended messages (and of prune_log).
+ENDED = f"status >= {ACKED}"
 
 
 class SimulatedCrash(BaseException):
@@ -152,7 +152,7 @@ def _delete_chunk(conn, kind: str, chunk: list) -> None:
         if kind == "messages":
             conn.execute(
                 f"DELETE FROM {MESSAGE_TABLE} m USING unnest(%s::int8[], %s::int8[]) AS a(id, ended) "
-                f"WHERE m.id = a.id AND m.status IN ({ENDED_STATUSES}) AND {pgread.epoch_ms('m.updated_at')} = a.ended",
+                f"WHERE m.id = a.id AND m.{ENDED} AND {pgread.epoch_ms('m.updated_at')} = a.ended",
                 ([r.id for r in chunk], [r.ended for r in chunk]))
         else:
             conn.execute(f"DELETE FROM {EVENT_TABLE} WHERE id = ANY(%s::int8[])", ([r.id for r in chunk],))
@@ -209,7 +209,7 @@ def run(spark, args) -> dict:
     before = cutoff(args.database_url, args.older_than_days)
     messages = pgread.read_messages(
         spark, args.database_url, list(pgread.MESSAGE_COLUMNS), partitions=partitions,
-        where=f"namespace = %s AND status IN ({ENDED_STATUSES}) AND updated_at < %s", params=(args.namespace, before))
+        where=f"namespace = %s AND {ENDED} AND updated_at < %s", params=(args.namespace, before))
     batch = f"{datetime.now(timezone.utc):%Y%m%dT%H%M%S}-{secrets.token_hex(4)}"
     staged = archive.staging / batch
     archived_messages(messages).write.partitionBy("date", "topic").parquet(str(staged / "messages"))

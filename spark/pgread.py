@@ -33,7 +33,7 @@ def epoch_ms(column: str) -> str:
 
 # Per PostgreSQL column type (varchar counts as text): the SQL that sends a column of it (over
 # the column's name), the type COPY sends and the Spark type.
-KINDS = {
+PG_TYPES = {
     "int8": ("{}", "int8", T.LongType()),
     "int4": ("{}", "int4", T.IntegerType()),
     "int2": ("{}::int4", "int4", T.IntegerType()),  # smallint (statuses), widened like the int4 columns
@@ -43,8 +43,8 @@ KINDS = {
 
 
 def table_columns(**kinds: str) -> dict[str, Column]:
-    """A table's columns, each declared by name and PostgreSQL type (a key of KINDS)."""
-    return {name: Column(name, KINDS[kind][0].format(name), *KINDS[kind][1:]) for name, kind in kinds.items()}
+    """A table's columns, each declared by name and PostgreSQL type (a key of PG_TYPES)."""
+    return {name: Column(name, PG_TYPES[kind][0].format(name), *PG_TYPES[kind][1:]) for name, kind in kinds.items()}
 
 
 MESSAGE_COLUMNS = table_columns(

@@ -24,6 +24,7 @@ from pyspark.sql import types as T
 
 from delayqueue.keys import namespace_keys, topic_keys
 from delayqueue.messagelog import EVENT_TABLE, MESSAGE_TABLE
+from delayqueue import recovery
 from delayqueue.recovery import LIVE, restorable_statuses
 from spark import common, pgread, restore
 
@@ -138,9 +139,7 @@ def restore_missing(spark, args, log: DataFrame, found: DataFrame, partitions: i
 
 
 def run(spark, args) -> dict:
-    where, params = "namespace = %s", (args.namespace,)
-    if args.topic:
-        where, params = f"{where} AND topic = %s", (*params, args.topic)
+    where, params = recovery.scope(args.namespace, args.topic, None)
     partitions = common.default_partitions(spark, args.partitions)
     # One read of each side: every later step works on the same snapshot (--fix reads the
     # payloads of the messages it restores, and only those, when it restores them).

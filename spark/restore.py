@@ -17,13 +17,13 @@ from collections.abc import Iterable
 from psycopg import sql
 
 from delayqueue import recovery
-from delayqueue.recovery import RestoreCounts, restore_rows
 from delayqueue.messagelog import EVENT_TABLE, MESSAGE_TABLE
 from delayqueue.runtime import Runtime
 from spark import common, pgread
 
 RESTORE_COLUMNS = ["id", "namespace", "topic", "msg_id", "payload", "produce_time", "trigger_time", "expire_time",
                    "max_retry", "retry", "status"]
+_RESTORE_SQL_COLUMNS = [pgread.MESSAGE_COLUMNS[n] for n in RESTORE_COLUMNS]
 CHUNK_ROWS = 10_000  # rows per restore_rows call, as manage.py restore pages the log
 
 
@@ -54,14 +54,17 @@ def queue_config(args):
 def restore_partition(config, include_expired: bool, dry_run: bool, rows: Iterable[dict]):
     """Runs on an executor: restores rows (dicts of RESTORE_COLUMNS) in the order given; yields
     this partition's (restored, already live, skipped)."""
-    async def restore_all() -> RestoreCounts:
-        rt = Runtime(config, process="spark restore")
-        counts = RestoreCounts()
+    async def restore_all() -> recovery.RestoreCounts:
+        counts, rt = recovery.RestoreCounts(), None
         try:
             for chunk in common.chunks(rows, CHUNK_ROWS):
-                counts += await restore_rows(rt, chunk, include_expired=include_expired, dry_run=dry_run)
+                # Connected on the first rows: a partition that has none (a topic hashed
+                # elsewhere) costs no Redis connection.
+                rt = rt or Runtime(config, process="spark restore")
+                counts += await recovery.restore_rows(rt, chunk, include_expired=include_expired, dry_run=dry_run)
         finally:
-            await rt.close()
+            if rt is not None:
+                await rt.close()
         return counts
 
     counts = asyncio.run(restore_all())
@@ -70,13 +73,12 @@ def restore_partition(config, include_expired: bool, dry_run: bool, rows: Iterab
 
 def rows_query(where: str) -> str:
     """The SQL for the RESTORE_COLUMNS of the log rows matching `where` (%s placeholders), in id order."""
-    columns = [pgread.MESSAGE_COLUMNS[n] for n in RESTORE_COLUMNS]
-    return (pgread.select(MESSAGE_TABLE, columns, where) + sql.SQL(" ORDER BY id")).as_string(None)
+    return (pgread.select(MESSAGE_TABLE, _RESTORE_SQL_COLUMNS, where) + sql.SQL(" ORDER BY id")).as_string(None)
 
 
 def logged_rows(dsn: str, query: str, params: tuple):
     """Runs on an executor: the rows of a rows_query, as dicts of RESTORE_COLUMNS."""
-    for values in pgread.stream(dsn, query, [pgread.MESSAGE_COLUMNS[n] for n in RESTORE_COLUMNS], params):
+    for values in pgread.stream(dsn, query, _RESTORE_SQL_COLUMNS, params):
         yield dict(zip(RESTORE_COLUMNS, values))
 
 
@@ -108,10 +110,8 @@ def run(spark, args) -> tuple[int, int, int]:
     where, params = recovery.scope(args.namespace, args.topic, args.msg_id)
     statuses = recovery.restorable_statuses(args.include_expired)
     live = f"{where} AND status IN ({statuses})"
-    counts = common.query(args.database_url,
-                          f"SELECT topic, count(*) FILTER (WHERE status IN ({statuses})),"
-                          f" count(*) FILTER (WHERE status NOT IN ({statuses}))"
-                          f" FROM {MESSAGE_TABLE} WHERE {where} GROUP BY topic", params)
+    counts = common.query(args.database_url, f"SELECT topic, {recovery.count_columns(statuses)}"
+                                             f" FROM {MESSAGE_TABLE} WHERE {where} GROUP BY topic", params)
     rows_per_topic = {topic: candidates for topic, candidates, _ in counts if candidates}
     ended = sum(rest for _, _, rest in counts)
     query = rows_query(f"{live} AND topic = %s")
