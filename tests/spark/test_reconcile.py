@@ -6,7 +6,9 @@ import pytest
 from django.core.management import call_command
 
 from delayqueue.keys import topic_keys
-from spark import common, reconcile
+from delayqueue.messages import ACKED
+from delayqueue.models import Message
+from spark import common, pgread, reconcile
 
 from ..conftest import REDIS_CLUSTER_URL, REDIS_URL, log_database_url
 from .conftest import job_args
@@ -97,4 +99,28 @@ def test_reconcile_fix_skips_expired_messages_and_lists_the_first_20_then_how_ma
     lost = topic_keys("default", "lost")
     assert client.lrange(lost.ready, 0, -1) == [f"lost-{i:02}" for i in reversed(range(23))]  # LPUSH in id order
     assert json.loads(client.hget(lost.msgs, "lost-07"))["msg"] == "body of lost-07"
+    client.close()
+
+
+@pytest.mark.parametrize("spark", ["local"], indirect=True)
+def test_reconcile_fix_leaves_out_a_missing_message_that_ended_meanwhile(spark, settings):
+    """--fix re-reads the rows it restores: one acked between the comparison and the fix stays out."""
+    settings.REDIS_URL = REDIS_URL
+    now = int(time.time() * 1000)
+    log = LogBuilder()  # Redis has none of them
+    for i in range(3):
+        log.message("gone", f"gone-{i}", now - 1000, status=2)
+    log.save()
+    args = job_args("spark.reconcile", "--database-url", log_database_url(), "--redis-url", REDIS_URL,
+                    "--partitions", "2", "--fix")
+    # The comparison's snapshot, as run() takes it (persisted: later steps do not read again).
+    logged = pgread.read_messages(spark, args.database_url, ["id", *reconcile.KEY, *reconcile.COMPARED],
+                                  where="namespace = %s", params=("default",), partitions=2).persist()
+    found = reconcile.disagreements(logged, reconcile.read_redis(spark, args, ["gone"], 2)).persist()
+    assert sorted(r.msg_id for r in found.collect()) == ["gone-0", "gone-1", "gone-2"]
+
+    Message.objects.filter(msg_id="gone-1").update(status=ACKED)  # acked while reconcile ran
+    assert reconcile.restore_missing(spark, args, logged, found, 2) == (2, 0, 0)
+    client = common.sync_redis(REDIS_URL)
+    assert client.lrange(topic_keys("default", "gone").ready, 0, -1) == ["gone-2", "gone-0"]
     client.close()
