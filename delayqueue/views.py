@@ -96,9 +96,10 @@ def to_new_message(data: dict) -> services.NewMessage:
 
 
 class QueueAPIView(APIView):
-    """An async DRF view: DRF parses the request (form, JSON or multipart, query string too),
-    serializers validate it, `reply` renders JSON. No authentication, permissions or throttling:
-    the API is camellia's, open to its SDK."""
+    """An async DRF view: serializers validate the parameters, `reply` renders JSON. Form bodies
+    (every call of camellia's SDK) and query strings are read from Django's request; DRF's
+    Request and parsers are built only for a JSON or multipart body (`body_data`). No
+    authentication, permissions or throttling: the API is camellia's, open to its SDK."""
 
     http_method_names = ["get", "post"]
     parser_classes = [FormParser, JSONBodyParser, MultiPartParser]  # form bodies: see params()
@@ -121,14 +122,14 @@ class QueueAPIView(APIView):
 
     async def dispatch(self, request, *args, **kwargs):
         self.args, self.kwargs = args, kwargs
-        self.request = request = self.initialize_request(request, *args, **kwargs)
+        self.request = request  # Django's: see body_data()
         self.rt = current()  # once: each asyncio.get_running_loop() is a getpid() system call
         if self.marks_use:
             health.mark_use(self.rt)
         try:
             if request.method.lower() not in self.http_method_names:
                 raise exceptions.MethodNotAllowed(request.method)
-            return await self.handle(request)
+            return await self.handle()
         except Exception as exc:
             return self.handle_exception(exc)
 
@@ -150,18 +151,22 @@ class QueueAPIView(APIView):
         log.exception("unexpected error in %s", type(self).__name__)
         return reply(500, f"internal error: {type(exc).__name__}")
 
+    def body_data(self):
+        """A JSON or multipart body, parsed by DRF (its Request costs more than a form's parse)."""
+        return self.initialize_request(self.request, *self.args, **self.kwargs).data
+
     def params(self) -> dict:
         """Query string and body (form or JSON object) merged; the body wins."""
+        request = self.request
         # Building the query-string QueryDict costs a noticeable share of a send: only when there is one.
-        params = dict(self.request.query_params.items()) if self.request.META.get("QUERY_STRING") else {}
-        django_request = self.request._request
-        if django_request.content_type == FORM_CONTENT_TYPE:
+        params = request.GET.dict() if request.META.get("QUERY_STRING") else {}
+        if request.content_type == FORM_CONTENT_TYPE:
             try:
-                data = parse_form(django_request.body, django_request.encoding or settings.DEFAULT_CHARSET)
+                data = parse_form(request.body, request.encoding or settings.DEFAULT_CHARSET)
             except TooManyFields as exc:
                 raise BadInput(f"request body has {exc}") from None
         else:
-            data = self.request.data  # JSON or multipart, through DRF's parsers
+            data = self.body_data()
             if hasattr(data, "dict"):
                 data = data.dict()
             if not isinstance(data, dict):
@@ -174,18 +179,18 @@ class QueueAPIView(APIView):
 
     # Declared async so Django treats the view as async; dispatch() calls handle() for both.
     async def get(self, request, *args, **kwargs):
-        return await self.handle(request)
+        return await self.handle()
 
     async def post(self, request, *args, **kwargs):
-        return await self.handle(request)
+        return await self.handle()
 
-    async def handle(self, request) -> HttpResponse:
+    async def handle(self) -> HttpResponse:
         raise NotImplementedError
 
 
 @queue_endpoint("Send a message", DelayMsgResultSerializer, SendMsgSerializer)
 class SendMsgView(QueueAPIView):
-    async def handle(self, request):
+    async def handle(self):
         data = self.validated(SendMsgSerializer)
         message = await services.send_message(self.rt, to_new_message(data))
         return reply(delayMsg=message)
@@ -196,8 +201,8 @@ class SendMsgView(QueueAPIView):
 class SendMsgBatchView(QueueAPIView):
     """A JSON list of sendMsg objects; one {code, msg, delayMsg} result per message, in order."""
 
-    async def handle(self, request):
-        items = request.data
+    async def handle(self):
+        items = self.body_data()
         if isinstance(items, dict) and "messages" in items:
             items = items["messages"]
         if not isinstance(items, list) or not items:
@@ -229,7 +234,7 @@ class SendMsgBatchView(QueueAPIView):
 
 @queue_endpoint("Pull ready messages (short poll)", DelayMsgListResultSerializer, PullMsgSerializer)
 class PullMsgView(QueueAPIView):
-    async def handle(self, request):
+    async def handle(self):
         data = self.validated(PullMsgSerializer)
         messages, _remaining = await services.pull_messages(
             self.rt, data["topic"], data["batch"], data["ackTimeoutMillis"]
@@ -240,7 +245,7 @@ class PullMsgView(QueueAPIView):
 @queue_endpoint("Pull, holding the request until a message is ready or the timeout",
                 DelayMsgListResultSerializer, LongPollingMsgSerializer)
 class LongPollingMsgView(QueueAPIView):
-    async def handle(self, request):
+    async def handle(self):
         data = self.validated(LongPollingMsgSerializer)
         messages = await services.long_poll_messages(
             self.rt, data["topic"], data["batch"], data["ackTimeoutMillis"], data["longPollingTimeoutMillis"]
@@ -251,7 +256,7 @@ class LongPollingMsgView(QueueAPIView):
 @queue_endpoint("Ack (ack=true) or give back for immediate retry (ack=false)", ResultSerializer,
                 AckMsgSerializer)
 class AckMsgView(QueueAPIView):
-    async def handle(self, request):
+    async def handle(self):
         data = self.validated(AckMsgSerializer)
         ack = services.ack_message if data["ack"] else services.nack_message
         await ack(self.rt, data["topic"], data["msgId"])
@@ -260,7 +265,7 @@ class AckMsgView(QueueAPIView):
 
 @queue_endpoint("Read one message", DelayMsgResultSerializer, MessageRefSerializer)
 class GetMsgView(QueueAPIView):
-    async def handle(self, request):
+    async def handle(self):
         data = self.validated(MessageRefSerializer)
         message = await selectors.get_message(self.rt, data["topic"], data["msgId"])
         if message is None:
@@ -270,7 +275,7 @@ class GetMsgView(QueueAPIView):
 
 @queue_endpoint("Delete a live message", ResultSerializer, DeleteMsgSerializer)
 class DeleteMsgView(QueueAPIView):
-    async def handle(self, request):
+    async def handle(self):
         data = self.validated(DeleteMsgSerializer)
         if not await services.delete_message(self.rt, data["topic"], data["msgId"], data["release"]):
             return reply(404, f"message {data['msgId']} not found or already ended in topic {data['topic']}")
@@ -282,7 +287,7 @@ class DeleteMsgView(QueueAPIView):
 class GetMonitorDataView(QueueAPIView):
     marks_use = False
 
-    async def handle(self, request):
+    async def handle(self):
         return reply(data=await selectors.monitor_data(self.rt))
 
 
@@ -291,7 +296,7 @@ class GetMonitorDataView(QueueAPIView):
 class GetTopicInfoView(QueueAPIView):
     marks_use = False
 
-    async def handle(self, request):
+    async def handle(self):
         data = self.validated(TopicSerializer)
         return reply(data=await selectors.topic_info(self.rt, data["topic"]))
 
@@ -300,7 +305,7 @@ class GetTopicInfoView(QueueAPIView):
 class GetTopicInfoListView(QueueAPIView):
     marks_use = False
 
-    async def handle(self, request):
+    async def handle(self):
         rt = self.rt
         return reply(data=await selectors.topic_infos(rt, await selectors.list_topics(rt)))
 
@@ -315,7 +320,7 @@ class RestoreView(QueueAPIView):
     """Brings back into Redis what the message log says is live; expire=true also brings back
     messages whose TTL ran out before delivery. Safe to repeat: what Redis holds is skipped."""
 
-    async def handle(self, request):
+    async def handle(self):
         data = self.validated(RestoreSerializer)
         rt = self.rt
         topic = data.get("topic")
@@ -328,7 +333,7 @@ class RestoreView(QueueAPIView):
 @queue_endpoint("Restore one message from the message log into Redis", RestoreResultSerializer,
                 RestoreMsgSerializer)
 class RestoreMsgView(QueueAPIView):
-    async def handle(self, request):
+    async def handle(self):
         data = self.validated(RestoreMsgSerializer)
         rt = self.rt
         topic, msg_id = data["topic"], data["msgId"]
@@ -350,19 +355,19 @@ class HealthView(QueueAPIView):
 
 @health_endpoint("200 while this host is online, 500 after /offline", failing="offline")
 class HealthStatusView(HealthView):
-    async def handle(self, request):
+    async def handle(self):
         return health_reply(200 if await health.is_online(self.rt) else 500)
 
 
 @health_endpoint("Always 200 while the process serves requests")
 class HealthCheckView(HealthView):
-    async def handle(self, request):
+    async def handle(self):
         return health_reply(200)
 
 
 @health_endpoint("Report online again")
 class HealthOnlineView(HealthView):
-    async def handle(self, request):
+    async def handle(self):
         await health.set_online(self.rt, True)
         return health_reply(200)
 
@@ -371,7 +376,7 @@ class HealthOnlineView(HealthView):
                  "for 20 s, else 500",
                  failing="still serving queue requests")
 class HealthOfflineView(HealthView):
-    async def handle(self, request):
+    async def handle(self):
         rt = self.rt
         await health.set_online(rt, False)
         return health_reply(200 if await health.idle(rt) else 500)

@@ -44,6 +44,16 @@ async def test_json_bodies_and_query_strings_are_accepted(api):
     assert response.json()["delayMsg"]["status"] == 1
 
 
+async def test_query_string_and_body_merge_with_the_body_winning(api):
+    response = await api.post(BASE + "sendMsg?topic=q&msg=from-query&delayMillis=0&msgId=m1", data={"msg": "from-body"})
+    sent = response.json()["delayMsg"]
+    assert (sent["topic"], sent["msgId"], sent["msg"], sent["status"]) == ("q", "m1", "from-body", 2)
+    response = await api.post(BASE + "sendMsg?msg=from-query", params={"topic": "q", "delayMillis": "0"},
+                              data={"msg": "from-multipart", "msgId": "m2"}, files={"attachment": b"ignored"})
+    sent = response.json()["delayMsg"]
+    assert (sent["msgId"], sent["msg"]) == ("m2", "from-multipart")
+
+
 async def test_ack_defaults_to_true_and_false_means_nack(api):
     await call(api, "sendMsg", topic="a", msg="x", delayMillis="0", msgId="m1")
     await call(api, "pullMsg", topic="a")
