@@ -29,7 +29,9 @@ def parse_form(body: bytes, encoding: str) -> dict[str, str]:
     for field in text.split("&"):
         if field:
             name, _, value = field.partition("=")
-            fields[unquote_plus(name, encoding)] = unquote_plus(value, encoding)
+            if "%" in field or "+" in field:  # most fields of a send have nothing to unquote
+                name, value = unquote_plus(name, encoding), unquote_plus(value, encoding)
+            fields[name] = value
     return fields
 
 
