@@ -47,6 +47,8 @@ class SendMsgSerializer(TopicSerializer):
 
     def validate_msg(self, value: str) -> str:
         limit = settings.DELAYQUEUE["MAX_MSG_BYTES"]
+        if len(value) * 4 <= limit:  # no character takes more than 4 bytes in UTF-8: no need to encode
+            return value
         size = len(value.encode("utf-8"))
         if size > limit:
             raise serializers.ValidationError(f"is {size} bytes, over the limit of {limit} bytes")
@@ -111,7 +113,7 @@ class FastValidation:
 
     def __init__(self, serializer: serializers.Serializer):
         self.serializer = serializer
-        self.checks = [(name, self._check_for(field), field) for name, field in serializer.fields.items()]
+        self.checks = [(name, self._check_for(field), field, field.default) for name, field in serializer.fields.items()]
         self.validate = None if type(serializer).validate is serializers.Serializer.validate else serializer.validate
 
     @staticmethod
@@ -180,13 +182,13 @@ class FastValidation:
     def __call__(self, data: dict) -> dict | None:
         out = {}
         try:
-            for name, check, field in self.checks:
+            for name, check, field, default in self.checks:
                 value = data.get(name, empty)
                 if value is empty or value is None:
                     if field.required or value is None:
                         return None
-                    if field.default is not empty:
-                        out[name] = field.get_default()
+                    if default is not empty:
+                        out[name] = field.get_default() if callable(default) else default
                     continue
                 value = check(value)
                 if value is empty:
