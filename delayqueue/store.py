@@ -264,7 +264,10 @@ class DirectScriptRunner(ScriptRunner):
                 protocol = await self._connect()
             futures = protocol.submit(commands)
             try:
-                return [_as_error(await future) for future in futures]
+                results = []  # a loop, not a comprehension: one with await builds a coroutine per call
+                for future in futures:
+                    results.append(_as_error(await future))
+                return results
             except BaseException as exc:
                 # Failed with the connection, or abandoned (cancelled caller): nobody else will
                 # look at these, so their errors must not be left unretrieved.
