@@ -3,11 +3,12 @@
 Goal: p99 with the holds <= 1.2 x p99 without. The holds and the sends use separate client
 sessions, so the client's own pool bookkeeping for 2,000 connections is not what is measured.
 
-    .venv/bin/python -m bench.held_polls [--holds 2000] [--sends 3000]
+    .venv/bin/python -m bench.held_polls [--holds 2000] [--sends 3000] [--rounds 3]
 """
 import argparse
 import asyncio
 import json
+import statistics
 import time
 
 import aiohttp
@@ -37,40 +38,42 @@ async def hold(client: aiohttp.ClientSession, topic: str) -> None:
         await r.read()
 
 
-async def run(url: str, holds: int, sends: int) -> None:
+async def run(url: str, holds: int, sends: int, rounds: int) -> None:
+    """Each round measures sends without holds, then with them. Rounds interleave because on a
+    shared machine a p99 drifts between minutes more than the holds move it; the goal is judged
+    on the median of the rounds' ratios."""
     timeout = aiohttp.ClientTimeout(total=120)
+    ratios = []
     async with aiohttp.ClientSession(url, connector=aiohttp.TCPConnector(limit=16), timeout=timeout) as senders, \
             aiohttp.ClientSession(url, connector=aiohttp.TCPConnector(limit=holds + 16), timeout=timeout) as holders:
         await send_latencies(senders, 500)  # warm-up
-        without = await send_latencies(senders, sends)
-        polls = [asyncio.create_task(hold(holders, f"idle{i % 50}")) for i in range(holds)]
-        await asyncio.sleep(5)  # let every hold reach the server
-        with_holds = await send_latencies(senders, sends)
-        still_held = sum(1 for p in polls if not p.done())
-        for p in polls:
-            p.cancel()
-        await asyncio.gather(*polls, return_exceptions=True)
-        await asyncio.sleep(1)
-        # Measured again without holds: shows how far the stack itself drifted meanwhile
-        # (PostgreSQL's autovacuum and checkpoints start as the log fills).
-        after = await send_latencies(senders, sends)
-    p99_without, p99_with, p99_after = percentile(without, 99), percentile(with_holds, 99), percentile(after, 99)
-    print(f"send latency over {sends} sends (4 concurrent), ms:")
-    print(f"  without holds: p50 {percentile(without, 50):.2f}  p99 {p99_without:.2f}")
-    print(f"  with {still_held} of {holds} long polls held: p50 {percentile(with_holds, 50):.2f}  p99 {p99_with:.2f}")
-    print(f"  without holds again: p50 {percentile(after, 50):.2f}  p99 {p99_after:.2f}")
-    print(f"  p99 ratio {p99_with / p99_without:.2f} (goal <= 1.2); "
-          f"against the later run without holds {p99_with / p99_after:.2f}")
+        print(f"send latency over {sends} sends (4 concurrent) per phase, ms:")
+        for i in range(rounds):
+            without = await send_latencies(senders, sends)
+            polls = [asyncio.create_task(hold(holders, f"idle{n % 50}")) for n in range(holds)]
+            await asyncio.sleep(5)  # let every hold reach the server
+            with_holds = await send_latencies(senders, sends)
+            still_held = sum(1 for p in polls if not p.done())
+            for p in polls:
+                p.cancel()
+            await asyncio.gather(*polls, return_exceptions=True)
+            await asyncio.sleep(1)  # the server sees the hang-ups
+            ratios.append(percentile(with_holds, 99) / percentile(without, 99))
+            print(f"  round {i + 1}: without holds p50 {percentile(without, 50):.2f} p99 {percentile(without, 99):.2f}; "
+                  f"with {still_held} of {holds} held p50 {percentile(with_holds, 50):.2f} "
+                  f"p99 {percentile(with_holds, 99):.2f}; p99 ratio {ratios[-1]:.2f}")
+    print(f"  p99 ratio, median of {rounds} rounds: {statistics.median(ratios):.2f} (goal <= 1.2)")
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--holds", type=int, default=2000)
     parser.add_argument("--sends", type=int, default=3000)
+    parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     with stack(scanners=1) as (urls, _env):
         url = urls["main"]
-        asyncio.run(run(url, args.holds, args.sends))
+        asyncio.run(run(url, args.holds, args.sends, args.rounds))
 
 
 if __name__ == "__main__":
