@@ -186,41 +186,24 @@ def _as_error(reply):
 
 class _ReplyProtocol(asyncio.Protocol):
     """One Redis connection answering in order: each reply resolves the oldest waiting future.
-
-    The first commands of an event-loop pass are written at once; the rest of that pass's
-    commands wait in `outbox` and go in one write at the start of the next pass. On this kind of
-    machine a write to Redis costs more CPU than the script it carries, and a pass under load
-    holds dozens of requests. Waiting for the next pass for every call instead made each wait a
-    millisecond or more under load (docs/benchmarks.md); a call submitted after the first one
-    queues behind it in Redis anyway."""
+    Commands are written when submitted (a batch in one write). Gathering a loop turn's calls
+    into one write saved system calls but made each call wait for the next loop turn, which
+    under load comes a millisecond or more later (docs/benchmarks.md)."""
 
     def __init__(self):
         self.reader = hiredis.Reader(encoding="utf-8", replyError=ResponseError, protocolError=InvalidResponse)
         self.waiting: collections.deque[asyncio.Future] = collections.deque()
-        self.outbox: list[bytes] | None = None  # None: nothing written yet this pass
         self.transport = None
         self.loop = None
         self.lost = False
 
     def submit(self, commands: list[bytes]) -> list[asyncio.Future]:
-        """Sends the commands (in one write); a future per reply."""
+        """Writes the commands (one write); a future per reply."""
         futures = [self.loop.create_future() for _ in commands]
         self.waiting.extend(futures)
-        if self.lost:  # connection_lost has failed the waiting futures
-            return futures
-        data = b"".join(commands) if len(commands) > 1 else commands[0]
-        if self.outbox is None:
-            self.transport.write(data)
-            self.outbox = []
-            self.loop.call_soon(self._write_outbox)
-        else:
-            self.outbox.append(data)
+        if not self.lost:  # else connection_lost has failed the waiting futures
+            self.transport.write(b"".join(commands) if len(commands) > 1 else commands[0])
         return futures
-
-    def _write_outbox(self) -> None:
-        outbox, self.outbox = self.outbox, None
-        if outbox and not self.lost:
-            self.transport.write(b"".join(outbox))
 
     def connection_made(self, transport):
         self.transport = transport
