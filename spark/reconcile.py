@@ -83,11 +83,11 @@ def by_topic_in_id_order(rows: DataFrame, partitions: int) -> DataFrame:
     return rows.repartition(partitions, "topic").sortWithinPartitions("topic", "id")
 
 
-def rows_by_id(dsn: str, query: str, ids):
-    """Runs on an executor: the log rows of these ids (a chunk of ids per query), as dicts of
+def rows_by_id(dsn: str, query: str, ids, chunk_rows: int):
+    """Runs on an executor: the log rows of these ids (`chunk_rows` ids per query), as dicts of
     restore.RESTORE_COLUMNS. Each chunk comes in id order, so ids given in each topic's id order
     keep it."""
-    for chunk in common.chunks(ids, restore.CHUNK_ROWS):
+    for chunk in common.chunks(ids, chunk_rows):
         yield from restore.logged_rows(dsn, query, (chunk,))
 
 
@@ -125,16 +125,18 @@ def read_redis(spark, args, log_topics: list[str], partitions: int) -> DataFrame
     return spark.createDataFrame(rows.mapPartitions(lambda part: scan_topics(url, namespace, part)), REDIS_SCHEMA)
 
 
-def restore_missing(spark, args, log: DataFrame, found: DataFrame, partitions: int) -> tuple[int, int, int]:
+def restore_missing(spark, args, log: DataFrame, found: DataFrame, partitions: int,
+                    chunk_rows: int = restore.CHUNK_ROWS) -> tuple[int, int, int]:
     """Puts the missing_in_redis messages back with restore_rows, each topic in one task in id
     order; -> (restored, already live, skipped as expired). Their payloads are read only now and
-    only for them, by id; a row no longer live in the log (it ended meanwhile) is left out."""
+    only for them, by id, `chunk_rows` per query; a row no longer live in the log (it ended
+    meanwhile) is left out."""
     missing = found.where(F.col("kind") == "missing_in_redis").select(*KEY)
     ids = by_topic_in_id_order(log.join(missing, KEY, "left_semi").select("topic", "id"), partitions)
     query = restore.rows_query(f"id = ANY(%s::int8[]) AND status IN ({restorable_statuses(include_expired=False)})")
     config, dsn = restore.queue_config(args), args.database_url
     per_partition = ids.rdd.mapPartitions(
-        lambda part: restore.restore_partition(config, False, False, rows_by_id(dsn, query, (r.id for r in part))))
+        lambda part: restore.restore_partition(config, False, False, rows_by_id(dsn, query, (r.id for r in part), chunk_rows)))
     return tuple(sum(column) for column in zip(*per_partition.collect()))
 
 

@@ -124,3 +124,26 @@ def test_reconcile_fix_leaves_out_a_missing_message_that_ended_meanwhile(spark, 
     client = common.sync_redis(REDIS_URL)
     assert client.lrange(topic_keys("default", "gone").ready, 0, -1) == ["gone-2", "gone-0"]
     client.close()
+
+
+@pytest.mark.parametrize("spark", ["local"], indirect=True)
+def test_reconcile_fix_restores_each_topic_in_id_order_across_chunks(spark, settings):
+    """Two topics whose ids interleave, in one task, read back 4 ids per query: each topic's
+    ready list still comes back in id order."""
+    settings.REDIS_URL = REDIS_URL
+    now = int(time.time() * 1000)
+    log = LogBuilder()  # Redis has none of them
+    for i in range(9):
+        for topic in ("left", "right"):
+            log.message(topic, f"{topic}-{i}", now - 1000, status=2)
+    log.save()
+    args = job_args("spark.reconcile", "--database-url", log_database_url(), "--redis-url", REDIS_URL,
+                    "--partitions", "1", "--fix")
+    logged = pgread.read_messages(spark, args.database_url, ["id", *reconcile.KEY, *reconcile.COMPARED],
+                                  where="namespace = %s", params=("default",), partitions=3).persist()
+    found = reconcile.disagreements(logged, reconcile.read_redis(spark, args, ["left", "right"], 1)).persist()
+    assert reconcile.restore_missing(spark, args, logged, found, 1, chunk_rows=4) == (18, 0, 0)
+    client = common.sync_redis(REDIS_URL)
+    for topic in ("left", "right"):
+        assert client.lrange(topic_keys("default", topic).ready, 0, -1) == [f"{topic}-{i}" for i in reversed(range(9))]
+    client.close()
