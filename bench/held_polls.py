@@ -9,6 +9,7 @@ import argparse
 import asyncio
 import json
 import multiprocessing
+import queue
 import statistics
 import time
 
@@ -75,10 +76,17 @@ async def run(url: str, holds: int, sends: int, rounds: int) -> None:
             held, release = spawn.Queue(), spawn.Event()
             holder = spawn.Process(target=hold_polls, args=(url, holds, held, release))
             holder.start()
-            still_held = await loop.run_in_executor(None, held.get)
-            with_holds = await send_latencies(senders, sends)
-            release.set()
-            await loop.run_in_executor(None, holder.join)
+            try:
+                try:
+                    still_held = await loop.run_in_executor(None, lambda: held.get(timeout=120))
+                except queue.Empty:
+                    raise SystemExit("the process holding the long polls reported nothing in 120 s") from None
+                with_holds = await send_latencies(senders, sends)
+            finally:  # the holder never outlives its round, whatever happened in it
+                release.set()
+                await loop.run_in_executor(None, holder.join, 30)
+                if holder.is_alive():
+                    holder.kill()
             await asyncio.sleep(1)  # the server sees the hang-ups
             ratios.append(percentile(with_holds, 99) / percentile(without, 99))
             print(f"  round {i + 1}: without holds p50 {percentile(without, 50):.2f} p99 {percentile(without, 99):.2f}; "
