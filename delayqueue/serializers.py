@@ -113,8 +113,17 @@ class FastValidation:
 
     def __init__(self, serializer: serializers.Serializer):
         self.serializer = serializer
-        self.checks = [(name, self._check_for(field), field, field.default) for name, field in serializer.fields.items()]
+        self.checks = [(name, self._check_for(field), field, self._default_of(field))
+                       for name, field in serializer.fields.items()]
         self.validate = None if type(serializer).validate is serializers.Serializer.validate else serializer.validate
+
+    @staticmethod
+    def _default_of(field):
+        """The field's default as a constant (`empty`: none). A callable one would need calling
+        per request, as DRF does: no fast path for it."""
+        if field.default is not empty and callable(field.default):  # (empty, a class, is callable too)
+            raise TypeError(f"no fast validation with a callable default ({field.field_name})")
+        return field.default
 
     @staticmethod
     def _predicate(validator):
@@ -188,7 +197,7 @@ class FastValidation:
                     if field.required or value is None:
                         return None
                     if default is not empty:
-                        out[name] = field.get_default() if callable(default) else default
+                        out[name] = default
                     continue
                 value = check(value)
                 if value is empty:

@@ -67,3 +67,19 @@ def test_the_common_requests_take_the_fast_path():
     for serializer_class, data in cases:
         serializer = serializer_class()
         assert FastValidation(serializer)(data) == dict(serializer.run_validation(data)), data
+
+
+def test_no_fast_path_for_what_it_cannot_mirror():
+    """Fields it would have to treat differently from DRF refuse a fast path when it is built,
+    rather than validate wrongly per request."""
+    from rest_framework import serializers
+
+    class CallableDefault(serializers.Serializer):
+        batch = serializers.IntegerField(required=False, default=lambda: 10)
+
+    class UnknownField(serializers.Serializer):
+        when = serializers.DateTimeField()
+
+    for serializer_class in (CallableDefault, UnknownField):
+        with pytest.raises(TypeError, match="no fast validation"):
+            FastValidation(serializer_class())
