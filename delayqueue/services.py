@@ -124,16 +124,11 @@ async def send_messages(rt: Runtime, messages: list[NewMessage]) -> list[dict | 
         except LogUnavailable as exc:
             return [exc] * len(rows)
     calls = [_send_call(rt, row) for row in rows]
-    if len(calls) == 1:  # a single send shares its round trip with the loop's other calls
-        try:
-            results = [await rt.call(*calls[0])]
-        except RedisError as exc:
-            results = [exc]
-    else:
-        try:
-            results = await rt.scripts.run(calls)
-        except RedisError as exc:  # Redis unreachable: each message fails, and leaves the log
-            results = [exc] * len(calls)
+    try:
+        # A single send shares its round trip with the loop's other calls.
+        results = [await rt.call(*calls[0])] if len(calls) == 1 else await rt.scripts.run(calls)
+    except RedisError as exc:  # Redis unreachable: each message fails, and leaves the log
+        results = [exc] * len(calls)
     outcomes: list[dict | Exception] = [
         r if isinstance(r, Exception) else _as_message(row, r[1]) if r[0] else decode_message(r[1])
         for row, r in zip(rows, results)
