@@ -22,10 +22,9 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from delayqueue import recovery
 from delayqueue.keys import namespace_keys, topic_keys
 from delayqueue.messagelog import EVENT_TABLE, MESSAGE_TABLE
-from delayqueue import recovery
-from delayqueue.recovery import LIVE, restorable_statuses
 from spark import common, pgread, restore
 
 KEY = ["topic", "msg_id"]
@@ -59,7 +58,7 @@ def disagreements(log: DataFrame, redis: DataFrame) -> DataFrame:
 
     both = side(log, "log").join(side(redis, "redis"), KEY, "full_outer")
     in_log, in_redis = F.col("in_log").isNotNull(), F.col("in_redis").isNotNull()
-    log_live, redis_live = F.col("log_status").isin(*LIVE), F.col("redis_status").isin(*LIVE)
+    log_live, redis_live = F.col("log_status").isin(*recovery.LIVE), F.col("redis_status").isin(*recovery.LIVE)
     ended_in_log = in_log & in_redis & ~log_live & redis_live
 
     def differs(c: str) -> F.Column:
@@ -133,7 +132,7 @@ def restore_missing(spark, args, log: DataFrame, found: DataFrame, partitions: i
     meanwhile) is left out."""
     missing = found.where(F.col("kind") == "missing_in_redis").select(*KEY)
     ids = by_topic_in_id_order(log.join(missing, KEY, "left_semi").select("topic", "id"), partitions)
-    query = restore.rows_query(f"id = ANY(%s::int8[]) AND status IN ({restorable_statuses(include_expired=False)})")
+    query = restore.rows_query(f"id = ANY(%s::int8[]) AND status IN ({recovery.restorable_statuses(include_expired=False)})")
     config, dsn = restore.queue_config(args), args.database_url
     per_partition = ids.rdd.mapPartitions(
         lambda part: restore.restore_partition(config, False, False, rows_by_id(dsn, query, (r.id for r in part), chunk_rows)))
