@@ -16,6 +16,7 @@ import time
 import aiohttp
 
 from bench.harness import percentile, stack
+from spark.common import positive_int
 
 API = "/camellia/delayQueue/"
 
@@ -97,9 +98,9 @@ async def run(url: str, holds: int, sends: int, rounds: int) -> None:
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--holds", type=int, default=2000)
-    parser.add_argument("--sends", type=int, default=3000)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--holds", type=positive_int, default=2000)
+    parser.add_argument("--sends", type=positive_int, default=3000)
+    parser.add_argument("--rounds", type=positive_int, default=3)
     args = parser.parse_args()
     with stack(scanners=1) as (urls, _env):
         url = urls["main"]
