@@ -11,6 +11,8 @@ import hiredis
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.asyncio.connection import parse_url
+from redis.asyncio.retry import Retry
+from redis.backoff import ExponentialBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import InvalidResponse, NoScriptError, ResponseError
 
@@ -72,6 +74,14 @@ class HiredisPackingConnection(aioredis.Connection):
         return [hiredis.pack_command(args)]
 
 
+def _retry() -> Retry:
+    """A command whose connection broke (Redis restarted or failed over) is sent again on a new
+    one. redis-py's clients made by from_url do not retry at all: after a restart, every pooled
+    connection would fail its next command (a send answered 500). The cluster client retries
+    on its own."""
+    return Retry(ExponentialBackoff(cap=0.5, base=0.01), 3)
+
+
 def connect(url: str, **options) -> aioredis.Redis | RedisCluster:
     """An asyncio client for redis://, rediss://, unix:// or redis-cluster:// URLs."""
     options.setdefault("decode_responses", True)
@@ -79,15 +89,15 @@ def connect(url: str, **options) -> aioredis.Redis | RedisCluster:
         return RedisCluster(startup_nodes=[ClusterNode(h, p) for h, p in cluster_nodes(url)], **options)
     if url.startswith("redis://"):
         options.setdefault("connection_class", HiredisPackingConnection)
-    return aioredis.Redis.from_url(url, **options)
+    return aioredis.Redis.from_url(url, retry=_retry(), **options)
 
 
 def connect_pubsub_node(url: str) -> aioredis.Redis:
     """A plain client for pub/sub. On a cluster any node will do: PUBLISH reaches every node."""
     if is_cluster_url(url):
         host, port = cluster_nodes(url)[0]
-        return aioredis.Redis(host=host, port=port, decode_responses=True)
-    return aioredis.Redis.from_url(url, decode_responses=True)
+        return aioredis.Redis(host=host, port=port, decode_responses=True, retry=_retry())
+    return aioredis.Redis.from_url(url, decode_responses=True, retry=_retry())
 
 
 async def load_scripts(client) -> None:
