@@ -10,6 +10,7 @@ import logging
 from collections import deque
 
 from . import store
+from .stopping import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -30,11 +31,7 @@ class ReadyNotifier:
 
     async def stop(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
+            await cancel_and_wait(self._task)
         if self._publisher is not None:
             await self._publisher.aclose()
 

@@ -22,6 +22,7 @@ import uuid
 
 from . import store
 from .timer import PreciseTimer
+from .stopping import cancel_and_wait
 from .log_writer import LogWriter
 from .runtime import Runtime
 
@@ -98,11 +99,7 @@ class TopicWorker:
             self._wake.set()
 
     async def stop(self) -> None:
-        self.task.cancel()
-        try:
-            await self.task
-        except asyncio.CancelledError:
-            pass
+        await cancel_and_wait(self.task)
 
 
 class Scanner:
@@ -165,8 +162,7 @@ class Scanner:
                 except asyncio.TimeoutError:
                     pass
         finally:
-            listener.cancel()
-            lag_probe.cancel()
+            await cancel_and_wait(listener, lag_probe)
             if writer is not None:
                 self._stop.set()
                 await asyncio.gather(writer, return_exceptions=True)

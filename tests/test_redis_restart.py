@@ -9,6 +9,7 @@ import pytest
 
 from delayqueue import services
 from delayqueue.services import NewMessage
+from delayqueue.stopping import cancel_and_wait
 from tools.stack import Services, free_port
 
 from .conftest import make_runtime, wait_until
@@ -77,3 +78,34 @@ async def test_a_poll_held_across_a_restart_is_woken_by_a_message_due_after_it(r
     finally:
         await rt.close()
 
+
+async def test_stopping_right_after_a_restart_never_hangs(restartable_redis, start_scanner):
+    """Stopping while the listeners reconnect: a cancellation that redis-py's wait_for drops
+    (Python 3.11) left the stop waiting forever at one of these delays."""
+    for delay in (0, 0.0005, 0.001, 0.001, 0.0015, 0.0015, 0.002, 0.003, 0.005, 0.01):
+        rt = make_runtime(restartable_redis.url, message_log=False)
+        scanner = await start_scanner(rt)
+        await rt.notifier()
+        restartable_redis.restart()
+        await asyncio.sleep(delay)
+        for stopping in (rt.close(), scanner.stop()):  # the notifier's listener; the scanner's tasks
+            task = asyncio.ensure_future(stopping)
+            await asyncio.wait({task}, timeout=10)
+            assert task.done(), f"still stopping 10 s after a restart and {delay * 1000} ms"
+            task.result()
+
+
+async def test_cancel_and_wait_repeats_a_cancellation_the_task_dropped():
+    dropped = asyncio.Event()
+
+    async def drops_the_first_cancellation():
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            dropped.set()  # as Python 3.11's wait_for does when what it waits for completes
+        await asyncio.sleep(60)
+
+    task = asyncio.ensure_future(drops_the_first_cancellation())
+    await asyncio.sleep(0)
+    await asyncio.wait_for(cancel_and_wait(task), 5)
+    assert dropped.is_set() and task.cancelled()
