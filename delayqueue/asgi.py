@@ -15,6 +15,8 @@ from django.core.handlers.exception import convert_exception_to_response
 from django.core.exceptions import RequestAborted
 from django.urls import set_script_prefix
 
+from .stopping import cancel_and_wait
+
 # Requests that may be held open; only these watch for the client hanging up.
 HELD_PATHS = ("/longPollingMsg",)
 
@@ -79,13 +81,10 @@ class EventLoopAPIHandler(ASGIHandler):
             respond = asyncio.ensure_future(self._respond(request, send))
             disconnect = asyncio.ensure_future(self.listen_for_disconnect(receive))
             await asyncio.wait({respond, disconnect}, return_when=asyncio.FIRST_COMPLETED)
-            for task in (disconnect, respond):
-                if not task.done():
-                    task.cancel()
-                try:
-                    await task
-                except (asyncio.CancelledError, RequestAborted):
-                    pass
+            await cancel_and_wait(disconnect, respond)
+            error = None if respond.cancelled() else respond.exception()
+            if error is not None and not isinstance(error, RequestAborted):
+                raise error
         finally:
             body_file.close()
 
