@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from delayqueue import services
+from delayqueue import selectors, services
 from delayqueue.services import NewMessage
 from delayqueue.stopping import cancel_and_wait
 from tools.stack import Services, free_port
@@ -78,6 +78,28 @@ async def test_a_poll_held_across_a_restart_is_woken_by_a_message_due_after_it(r
     finally:
         await rt.close()
 
+
+
+async def test_a_scanner_process_carries_on_after_a_restart_and_stops_on_sigterm(restartable_redis, scanner_process):
+    rt = make_runtime(restartable_redis.url, message_log=False)
+    scanner = scanner_process("restart", REDIS_URL=restartable_redis.url, DELAYQUEUE_MESSAGE_LOG=0)
+    try:
+        scanner.wait_started()
+        before = await services.send_message(rt, NewMessage(topic="t", msg="before", delay_millis=100))
+        await wait_until(lambda: promoted(rt, before), what="the first message to be promoted")
+
+        restartable_redis.restart()
+        after = await services.send_message(rt, NewMessage(topic="t", msg="after", delay_millis=300))
+        assert after["status"] == 1
+        await wait_until(lambda: promoted(rt, after), what="a message sent after the restart to be promoted")
+    finally:
+        await rt.close()
+    assert scanner.stop() == 0, scanner.output()  # SIGTERM: a clean exit
+
+
+async def promoted(rt, message) -> bool:
+    stored = await selectors.get_message(rt, message["topic"], message["msgId"])
+    return stored is not None and stored["status"] == 2
 
 async def test_stopping_right_after_a_restart_never_hangs(restartable_redis, start_scanner):
     """Stopping while the listeners reconnect: a cancellation that redis-py's wait_for drops
