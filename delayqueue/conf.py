@@ -27,6 +27,11 @@ class QueueConfig:
     log_writer_batch: int = 5000
     log_retention_days: int = 7
     redis_url: str = "redis://127.0.0.1:16379/0"
+    redis_timeout_millis: int = 10_000
+
+    @property
+    def redis_timeout(self) -> float:
+        return self.redis_timeout_millis / 1000
 
     @property
     def monitor_interval_millis(self) -> int:

@@ -16,8 +16,9 @@ log = logging.getLogger(__name__)
 
 
 class ReadyNotifier:
-    def __init__(self, redis_url: str, channel: str):
+    def __init__(self, redis_url: str, redis_timeout: float, channel: str):
         self._redis_url = redis_url
+        self._redis_timeout = redis_timeout
         self._channel = channel
         self._waiters: dict[str, deque[asyncio.Future]] = {}
         self._task: asyncio.Task | None = None
@@ -25,7 +26,7 @@ class ReadyNotifier:
         self._publisher = None
 
     async def start(self) -> None:
-        self._publisher = store.connect_pubsub_node(self._redis_url)
+        self._publisher = store.connect_pubsub_node(self._redis_url, self._redis_timeout)
         self._task = asyncio.get_running_loop().create_task(self._listen(), name="ready-notifier")
         await self._subscribed.wait()
 
@@ -78,7 +79,7 @@ class ReadyNotifier:
     async def _listen(self) -> None:
         backoff = 0.05
         while True:
-            client = store.connect_pubsub_node(self._redis_url)
+            client = store.connect_pubsub_node(self._redis_url, self._redis_timeout)
             pubsub = client.pubsub(ignore_subscribe_messages=True)
             try:
                 await pubsub.subscribe(self._channel)

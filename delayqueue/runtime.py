@@ -17,8 +17,8 @@ class Runtime:
     def __init__(self, config: QueueConfig, process: str | None = None):
         self.config = config
         self.ns = namespace_keys(config.namespace)
-        self.redis = store.connect(config.redis_url)
-        self.scripts = store.script_runner(self.redis, config.redis_url)
+        self.redis = store.connect(config.redis_url, config.redis_timeout)
+        self.scripts = store.script_runner(self.redis, config.redis_url, config.redis_timeout)
         self._notifier = None
         self._notifier_lock = asyncio.Lock()
         self._log = None
@@ -44,7 +44,7 @@ class Runtime:
                 if self._notifier is None:
                     from .notifier import ReadyNotifier
 
-                    notifier = ReadyNotifier(self.config.redis_url, self.ns.ready_channel)
+                    notifier = ReadyNotifier(self.config.redis_url, self.config.redis_timeout, self.ns.ready_channel)
                     await notifier.start()
                     self._notifier = notifier
         return self._notifier

@@ -253,7 +253,7 @@ class Scanner:
     async def _listen(self) -> None:
         backoff = 0.05
         while True:
-            client = store.connect_pubsub_node(self.rt.config.redis_url)
+            client = store.connect_pubsub_node(self.rt.config.redis_url, self.rt.config.redis_timeout)
             pubsub = client.pubsub(ignore_subscribe_messages=True)
             try:
                 await pubsub.subscribe(self.rt.ns.schedule_channel)

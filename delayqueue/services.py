@@ -6,6 +6,7 @@ import time
 from dataclasses import dataclass
 
 from redis.exceptions import RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .messagelog import LoggedMessage, LogUnavailable
 from .messages import READY, WAITING, decode_message
@@ -127,6 +128,11 @@ async def send_messages(rt: Runtime, messages: list[NewMessage]) -> list[dict | 
     try:
         # A single send shares its round trip with the loop's other calls.
         results = [await rt.call(*calls[0])] if len(calls) == 1 else await rt.scripts.run(calls)
+    except RedisTimeoutError as exc:
+        # Written but not answered: Redis may yet run them. Each stays in the log, and its answer
+        # names its msgId, under which sending it again is safe (a live msgId is not enqueued twice).
+        results = [RedisTimeoutError(f"{exc}; the message may have been enqueued: send it again with "
+                                     f"msgId {row.msg_id} to be sure") for row in rows]
     except RedisError as exc:  # Redis unreachable: each message fails, and leaves the log
         results = [exc] * len(calls)
     outcomes: list[dict | Exception] = [
@@ -142,12 +148,15 @@ async def send_messages(rt: Runtime, messages: list[NewMessage]) -> list[dict | 
 
 
 async def _settle_log(rt: Runtime, rows, written, results, outcomes) -> None:
-    """Makes the log agree with what Redis did: rows for sends Redis refused are removed; a
+    """Makes the log agree with what Redis did: rows for sends Redis refused are removed (not
+    those it did not answer in time: it may have taken them); a
     msgId whose live state only Redis knew (the log lags a few ms behind it) gets Redis' message;
     so does a message that was due by the time Redis took it (ready, where the row said waiting).
     The 'sent' history follows: it names exactly the sends Redis took, with their status."""
     refused, corrections, unsent, sent = [], [], [], []
     for i, (row, was_written, result) in enumerate(zip(rows, written, results)):
+        if isinstance(result, RedisTimeoutError):
+            continue  # Redis may have taken it: the row stays
         if isinstance(result, Exception):
             if was_written:
                 refused.append(row)

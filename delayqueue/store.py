@@ -1,6 +1,7 @@
 """Redis clients and the Lua scripts: loaded once per server, called by SHA."""
 import asyncio
 import collections
+import functools
 import hashlib
 import re
 from dataclasses import dataclass
@@ -15,6 +16,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import InvalidResponse, NoScriptError, ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 LUA_DIR = Path(__file__).with_name("lua")
 _INCLUDE = re.compile(r"^-- @include (\w+)\s*$", re.MULTILINE)
@@ -77,14 +79,17 @@ class HiredisPackingConnection(aioredis.Connection):
 def _retry() -> Retry:
     """A command whose connection broke (Redis restarted or failed over) is sent again on a new
     one. redis-py's clients made by from_url do not retry at all: after a restart, every pooled
-    connection would fail its next command (a send answered 500). The cluster client retries
-    on its own."""
-    return Retry(ExponentialBackoff(cap=0.5, base=0.01), 3)
+    connection would fail its next command (a send answered 500). A command that timed out is
+    not sent again: Redis is there but not answering, and the caller should hear so at once.
+    The cluster client retries on its own."""
+    return Retry(ExponentialBackoff(cap=0.5, base=0.01), 3, supported_errors=(RedisConnectionError,))
 
 
-def connect(url: str, **options) -> aioredis.Redis | RedisCluster:
-    """An asyncio client for redis://, rediss://, unix:// or redis-cluster:// URLs."""
+def connect(url: str, timeout: float, **options) -> aioredis.Redis | RedisCluster:
+    """An asyncio client for redis://, rediss://, unix:// or redis-cluster:// URLs. A command
+    not answered within `timeout` seconds fails with redis' TimeoutError."""
     options.setdefault("decode_responses", True)
+    options.update(socket_timeout=timeout, socket_connect_timeout=timeout)
     if is_cluster_url(url):
         return RedisCluster(startup_nodes=[ClusterNode(h, p) for h, p in cluster_nodes(url)], **options)
     if url.startswith("redis://"):
@@ -92,12 +97,14 @@ def connect(url: str, **options) -> aioredis.Redis | RedisCluster:
     return aioredis.Redis.from_url(url, retry=_retry(), **options)
 
 
-def connect_pubsub_node(url: str) -> aioredis.Redis:
-    """A plain client for pub/sub. On a cluster any node will do: PUBLISH reaches every node."""
+def connect_pubsub_node(url: str, timeout: float) -> aioredis.Redis:
+    """A plain client for pub/sub. On a cluster any node will do: PUBLISH reaches every node.
+    `timeout` bounds commands and (re)subscribing; waiting for the next message has none."""
+    options = dict(decode_responses=True, retry=_retry(), socket_timeout=timeout, socket_connect_timeout=timeout)
     if is_cluster_url(url):
         host, port = cluster_nodes(url)[0]
-        return aioredis.Redis(host=host, port=port, decode_responses=True, retry=_retry())
-    return aioredis.Redis.from_url(url, decode_responses=True, retry=_retry())
+        return aioredis.Redis(host=host, port=port, **options)
+    return aioredis.Redis.from_url(url, **options)
 
 
 async def load_scripts(client) -> None:
@@ -198,17 +205,27 @@ class _ReplyProtocol(asyncio.Protocol):
     """One Redis connection answering in order: each reply resolves the oldest waiting future.
     Commands are written when submitted (a batch in one write). Gathering a loop turn's calls
     into one write saved system calls but made each call wait for the next loop turn, which
-    under load comes a millisecond or more later (docs/benchmarks.md)."""
+    under load comes a millisecond or more later (docs/benchmarks.md).
 
-    def __init__(self):
+    A watchdog looks every quarter of `timeout`: when calls have waited and nothing has come
+    back for `timeout` seconds, they fail with redis' TimeoutError and the connection is
+    dropped. A timer per connection instead of one per call: a call's own timer would cost
+    more than the rest of its bookkeeping."""
+
+    def __init__(self, timeout: float):
         self.reader = hiredis.Reader(encoding="utf-8", replyError=ResponseError, protocolError=InvalidResponse)
         self.waiting: collections.deque[asyncio.Future] = collections.deque()
         self.transport = None
         self.loop = None
         self.lost = False
+        self.timeout = timeout
+        self._heard_at = 0.0  # loop time of the last reply, or of a call made while none waited
+        self._watchdog: asyncio.TimerHandle | None = None
 
     def submit(self, commands: list[bytes]) -> list[asyncio.Future]:
         """Writes the commands (one write); a future per reply."""
+        if not self.waiting:
+            self._heard_at = self.loop.time()  # the silence a watchdog counts starts now
         futures = [self.loop.create_future() for _ in commands]
         self.waiting.extend(futures)
         if not self.lost:  # else connection_lost has failed the waiting futures
@@ -218,8 +235,17 @@ class _ReplyProtocol(asyncio.Protocol):
     def connection_made(self, transport):
         self.transport = transport
         self.loop = asyncio.get_running_loop()
+        self._watchdog = self.loop.call_later(self.timeout / 4, self._watch)
+
+    def _watch(self) -> None:
+        if self.waiting and self.loop.time() - self._heard_at >= self.timeout:
+            self._fail(RedisTimeoutError(f"Redis did not answer within {self.timeout:g} s"))
+            self.transport.abort()
+        else:
+            self._watchdog = self.loop.call_later(self.timeout / 4, self._watch)
 
     def data_received(self, data):
+        self._heard_at = self.loop.time()
         self.reader.feed(data)
         try:
             while (reply := self.reader.gets()) is not False:
@@ -231,6 +257,8 @@ class _ReplyProtocol(asyncio.Protocol):
             self._fail(RedisConnectionError(f"bad reply from Redis: {exc}"))
 
     def connection_lost(self, exc):
+        if self._watchdog is not None:
+            self._watchdog.cancel()
         self._fail(RedisConnectionError(f"connection to Redis lost{f': {exc}' if exc else ''}"))
 
     def _fail(self, error: Exception) -> None:
@@ -246,9 +274,10 @@ class DirectScriptRunner(ScriptRunner):
     read by a bare asyncio protocol: redis-py's pipeline spends more per call (retry wrapper,
     timeout context, response callbacks) than the rest of a send."""
 
-    def __init__(self, client, url: str):
+    def __init__(self, client, url: str, timeout: float):
         super().__init__(client)
         self._options = parse_url(url)
+        self._timeout = timeout
         self._protocol: _ReplyProtocol | None = None
         self._connecting = asyncio.Lock()
 
@@ -295,12 +324,16 @@ class DirectScriptRunner(ScriptRunner):
                 return self._protocol
             loop = asyncio.get_running_loop()
             opts = self._options
+            protocol_factory = functools.partial(_ReplyProtocol, self._timeout)
             try:
                 if "path" in opts:
-                    _, protocol = await loop.create_unix_connection(_ReplyProtocol, opts["path"])
+                    connecting = loop.create_unix_connection(protocol_factory, opts["path"])
                 else:
-                    _, protocol = await loop.create_connection(_ReplyProtocol, opts.get("host", "localhost"),
-                                                               opts.get("port", 6379))
+                    connecting = loop.create_connection(protocol_factory, opts.get("host", "localhost"),
+                                                        opts.get("port", 6379))
+                _, protocol = await asyncio.wait_for(connecting, self._timeout)
+            except asyncio.TimeoutError:
+                raise RedisConnectionError(f"cannot connect to Redis: no answer within {self._timeout:g} s") from None
             except OSError as exc:
                 raise RedisConnectionError(f"cannot connect to Redis: {exc}") from None
             setup = [("CLIENT", "SETNAME", "delayqueue-scripts")]  # named in CLIENT LIST
@@ -322,9 +355,9 @@ class DirectScriptRunner(ScriptRunner):
             self._protocol = None
 
 
-def script_runner(client, url: str) -> ScriptRunner:
+def script_runner(client, url: str, timeout: float) -> ScriptRunner:
     """The direct runner for a plain (redis:// or unix://) single Redis; redis-py's pipeline
     for a cluster (it routes by slot) and for TLS."""
     if url.startswith(("redis://", "unix://")):
-        return DirectScriptRunner(client, url)
+        return DirectScriptRunner(client, url, timeout)
     return ScriptRunner(client)

@@ -14,14 +14,17 @@ def env_bool(name: str, default: bool) -> bool:
     return value.strip().lower() in {"1", "true", "yes", "on"}
 
 
-def env_int(name: str, default: int) -> int:
+def env_int(name: str, default: int, minimum: int | None = None) -> int:
     value = os.environ.get(name)
     if value is None or value.strip() == "":
         return default
     try:
-        return int(value)
+        number = int(value)
     except ValueError:
         raise SystemExit(f"environment variable {name} must be an integer, got {value!r}") from None
+    if minimum is not None and number < minimum:
+        raise SystemExit(f"environment variable {name} must be at least {minimum}, got {number}")
+    return number
 
 
 DEBUG = env_bool("DEBUG", False)
@@ -112,6 +115,9 @@ DELAYQUEUE = {
     "SCANNER_BATCH": env_int("DELAYQUEUE_SCANNER_BATCH", 1000),
     "TOPIC_IDLE_SECONDS": env_int("DELAYQUEUE_TOPIC_IDLE_SECONDS", 1800),
     "TOPIC_CHECK_SECONDS": env_int("DELAYQUEUE_TOPIC_CHECK_SECONDS", 600),
+    # A Redis that stops answering (hung, paused, or a network that drops packets) fails the
+    # calls waiting on it after this long, instead of holding them forever.
+    "REDIS_TIMEOUT_MILLIS": env_int("DELAYQUEUE_REDIS_TIMEOUT_MILLIS", 10_000, minimum=1),
     # The PostgreSQL message log (README: "Message log"). Off: sends skip Postgres and the
     # scripts record no history; only for measuring what the log costs.
     "MESSAGE_LOG": env_bool("DELAYQUEUE_MESSAGE_LOG", True),

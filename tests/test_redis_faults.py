@@ -1,11 +1,14 @@
-"""Redis restarted under a running service (a crash, an upgrade, a failover to an empty replica):
-script calls reconnect and load the scripts again, held long polls are woken again and the
-scanner carries on. Each test restarts a Redis of its own, not the suite's."""
+"""Redis failing under a running service. Restarted (a crash, an upgrade, a failover to an
+empty replica): script calls reconnect and load the scripts again, held long polls are woken
+again and the scanner carries on. Hung (paused, or a network that drops packets): calls fail
+after the configured timeout instead of waiting forever. Each test uses a Redis of its own,
+not the suite's."""
 import asyncio
 import signal
 import time
 
 import pytest
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from delayqueue import selectors, services
 from delayqueue.services import NewMessage
@@ -13,6 +16,9 @@ from delayqueue.stopping import cancel_and_wait
 from tools.stack import Services, free_port
 
 from .conftest import make_runtime, wait_until
+from .test_message_log import logged
+
+API = "/camellia/delayQueue/"
 
 
 class RestartableRedis:
@@ -20,6 +26,16 @@ class RestartableRedis:
         self.services = Services(base, durable=False)
         self.port = free_port()
         self.url = self.services.single_redis(self.port)
+
+    def _process(self):
+        return next(proc for _, proc, _ in self.services.procs if proc.poll() is None)
+
+    def pause(self) -> None:
+        """Redis stops answering; its connections stay open (the kernel still takes the writes)."""
+        self._process().send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        self._process().send_signal(signal.SIGCONT)
 
     def restart(self) -> None:
         """Kills Redis (its data goes with it) and starts an empty one on the same port."""
@@ -35,6 +51,7 @@ class RestartableRedis:
 def restartable_redis(tmp_path):
     redis = RestartableRedis(tmp_path)
     yield redis
+    redis.resume()  # a paused Redis would not stop on SIGTERM
     redis.services.stop()
 
 
@@ -131,3 +148,59 @@ async def test_cancel_and_wait_repeats_a_cancellation_the_task_dropped():
     await asyncio.sleep(0)
     await asyncio.wait_for(cancel_and_wait(task), 5)
     assert dropped.is_set() and task.cancelled()
+
+
+async def test_a_hung_redis_fails_calls_after_the_timeout_then_they_work_again(restartable_redis):
+    rt = make_runtime(restartable_redis.url, redis_timeout_millis=500)  # the message log on
+    try:
+        await services.send_message(rt, NewMessage(topic="t", msg="before", delay_millis=0))
+        restartable_redis.pause()
+        try:
+            # Script calls (the direct runner) and redis-py's commands alike; the outer bound only
+            # keeps a regression from hanging the suite.
+            with pytest.raises(RedisTimeoutError, match="send it again with msgId maybe"):
+                await asyncio.wait_for(services.send_message(
+                    rt, NewMessage(topic="t", msg="x", delay_millis=0, msg_id="maybe")), 30)
+            with pytest.raises(RedisTimeoutError):
+                await asyncio.wait_for(selectors.list_topics(rt), 30)
+        finally:
+            restartable_redis.resume()
+        # Redis may have run the send after all (here it did, once it could read it): the log
+        # kept its row, and sending it again under its msgId enqueues it once either way.
+        assert (await logged("t", "maybe"))["msg"] == "x"
+        again = await services.send_message(rt, NewMessage(topic="t", msg="x", delay_millis=0, msg_id="maybe"))
+        assert again["msgId"] == "maybe"
+        pulled, _ = await services.pull_messages(rt, "t", 10)
+        assert [m["msg"] for m in pulled] == ["before", "x"]
+    finally:
+        await rt.close()
+
+
+async def test_a_hung_redis_answers_sends_with_code_500_over_http(restartable_redis, api, settings):
+    settings.REDIS_URL = restartable_redis.url
+    settings.DELAYQUEUE = {**settings.DELAYQUEUE, "REDIS_TIMEOUT_MILLIS": 500, "MESSAGE_LOG": False}
+    form = {"topic": "t", "msg": "x", "delayMillis": 0}
+    assert (await api.post(API + "sendMsg", data=form)).json()["code"] == 200
+    restartable_redis.pause()
+    try:
+        reply = (await api.post(API + "sendMsg", data=form)).json()
+    finally:
+        restartable_redis.resume()
+    assert reply["code"] == 500 and "did not answer within 0.5 s" in reply["msg"]
+    assert (await api.post(API + "sendMsg", data=form)).json()["code"] == 200
+
+
+async def test_a_held_poll_is_not_cut_by_the_redis_timeout(restartable_redis, caplog):
+    """The timeout bounds commands, not the wait for the next pub/sub message: a listener must
+    not drop and renew its subscription every time nothing was published for that long."""
+    rt = make_runtime(restartable_redis.url, message_log=False, redis_timeout_millis=300)
+    try:
+        poll = asyncio.ensure_future(services.long_poll_messages(rt, "t", 1, -1, 20_000))
+        await asyncio.sleep(1.5)  # five timeouts with nothing published
+        assert not poll.done()
+        assert not [r.getMessage() for r in caplog.records if "subscription" in r.getMessage()]
+        await services.send_message(rt, NewMessage(topic="t", msg="now", delay_millis=0))
+        messages = await asyncio.wait_for(poll, 5)  # woken, well before the 20 s hold ends
+        assert [m["msg"] for m in messages] == ["now"]
+    finally:
+        await rt.close()
