@@ -26,6 +26,7 @@ class QueueConfig:
     log_writer_interval_millis: int = 100
     log_writer_batch: int = 5000
     log_retention_days: int = 7
+    log_timeout_millis: int = 30_000
     redis_url: str = "redis://127.0.0.1:16379/0"
     redis_timeout_millis: int = 10_000
 

@@ -22,19 +22,19 @@ class LogUnavailable(Exception):
     """PostgreSQL could not be reached or refused the write."""
 
 
-def conninfo() -> str:
-    """Connection string of Django's default database (the test database under pytest)."""
+def conninfo(timeout_millis: int) -> str:
+    """Connection string of Django's default database (the test database under pytest), with
+    `timeout_millis` as the server's statement timeout (a lock must end in an error)."""
     s = connections["default"].settings_dict
     params = {"dbname": s["NAME"], "user": s.get("USER") or None, "password": s.get("PASSWORD") or None,
               "host": s.get("HOST") or None, "port": s.get("PORT") or None}
-    # A send waits on the log: a hung server or a lock must end in an error, not a hung request.
     return make_conninfo(**{k: v for k, v in params.items() if v}, connect_timeout=3,
-                         options="-c statement_timeout=30000", application_name="delayqueue")
+                         options=f"-c statement_timeout={timeout_millis}", application_name="delayqueue")
 
 
-async def connect() -> psycopg.AsyncConnection:
+async def connect(timeout_millis: int) -> psycopg.AsyncConnection:
     try:
-        return await psycopg.AsyncConnection.connect(conninfo(), autocommit=True)
+        return await psycopg.AsyncConnection.connect(conninfo(timeout_millis), autocommit=True)
     except psycopg.Error as exc:
         raise LogUnavailable(f"message log unavailable: {first_line(exc)}") from None
 
@@ -45,20 +45,27 @@ def first_line(exc: Exception) -> str:
 
 class LogConnection:
     """One autocommit connection to the message log, opened on first use and again after a
-    failure. Any PostgreSQL error inside `use()` drops it and comes out as LogUnavailable."""
+    failure. Any PostgreSQL error inside `use()` drops it and comes out as LogUnavailable; so
+    does a block that takes longer than `timeout_millis`. A send waits on the log, and the
+    server's statement timeout cannot end a wait on a server that is hung or unreachable."""
 
-    def __init__(self):
+    def __init__(self, timeout_millis: int):
+        self._timeout_millis = timeout_millis
         self._conn: psycopg.AsyncConnection | None = None
 
     @contextlib.asynccontextmanager
     async def use(self):
         try:
-            if self._conn is None or self._conn.closed:
-                self._conn = await connect()
-            yield self._conn
+            async with asyncio.timeout(self._timeout_millis / 1000):
+                if self._conn is None or self._conn.closed:
+                    self._conn = await connect(self._timeout_millis)
+                yield self._conn
         except psycopg.Error as exc:
             await self.close()
             raise LogUnavailable(f"message log unavailable: {first_line(exc)}") from None
+        except TimeoutError:
+            await self.close()
+            raise LogUnavailable(f"message log unavailable: no answer within {self._timeout_millis / 1000:g} s") from None
 
     async def close(self) -> None:
         conn, self._conn = self._conn, None
@@ -166,13 +173,13 @@ class _Request:
 
 class MessageLog:
     """Group commit over one autocommit connection per event loop. `actor` ('process@host')
-    is who the 'sent' history rows name."""
+    is who the 'sent' history rows name; `timeout_millis` bounds each statement."""
 
     MAX_ROWS = 5000
 
-    def __init__(self, actor: str):
+    def __init__(self, actor: str, timeout_millis: int):
         self._process, _, self._host = actor.rpartition("@")
-        self._db = LogConnection()
+        self._db = LogConnection(timeout_millis)
         self._pending: list[_Request] = []
         self._flusher: asyncio.Task | None = None
 

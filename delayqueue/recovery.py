@@ -135,7 +135,7 @@ async def restore(rt: Runtime, *, topic: str | None = None, msg_id: str | None =
     where, params = scope(rt.config.namespace, topic, msg_id)
     statuses = restorable_statuses(include_expired)
     counts = RestoreCounts()
-    async with await connect() as conn:
+    async with await connect(rt.config.log_timeout_millis) as conn:
         # One scan counts both the candidates and the rest (skipped as ended or expired).
         total, ended = await (await conn.execute(
             f"SELECT {count_columns(statuses)} FROM {MESSAGE_TABLE} WHERE {where}", params

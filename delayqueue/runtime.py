@@ -35,7 +35,7 @@ class Runtime:
         if self._log is None:
             from .messagelog import MessageLog
 
-            self._log = MessageLog(self.actor)
+            self._log = MessageLog(self.actor, self.config.log_timeout_millis)
         return self._log
 
     async def notifier(self):

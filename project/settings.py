@@ -124,6 +124,9 @@ DELAYQUEUE = {
     "LOG_WRITER_INTERVAL_MILLIS": env_int("DELAYQUEUE_LOG_WRITER_INTERVAL_MILLIS", 100),
     "LOG_WRITER_BATCH": env_int("DELAYQUEUE_LOG_WRITER_BATCH", 5000),
     "LOG_RETENTION_DAYS": env_int("DELAYQUEUE_LOG_RETENTION_DAYS", 7),
+    # A statement on the log (a send waits for one) fails after this long, whether PostgreSQL
+    # times it out or does not answer at all.
+    "LOG_TIMEOUT_MILLIS": env_int("DELAYQUEUE_LOG_TIMEOUT_MILLIS", 30_000, minimum=1),
 }
 
 REST_FRAMEWORK = {

@@ -1,5 +1,7 @@
 """The PostgreSQL message log: durable sends, lifecycle history, faults of Postgres and the writer."""
 import asyncio
+import os
+import signal
 
 import psycopg
 import pytest
@@ -7,6 +9,7 @@ from redis.exceptions import RedisError
 
 from delayqueue import recovery, selectors, services
 from delayqueue.log_writer import Event, LogWriter
+from delayqueue.messagelog import LogUnavailable
 from delayqueue.messages import ACKED, CONSUMING, DELETED, EXHAUSTED, EXPIRED, READY, WAITING
 from delayqueue.services import NewMessage
 
@@ -285,5 +288,27 @@ async def test_a_restore_logs_one_stream_entry_per_script_call_and_one_row_per_m
         for m in sent:
             assert (await history("r", m["msgId"]))[-1] == ("restored", 0, WAITING, 0)
         assert (await query("SELECT count(*) FROM delayqueue_messageevent WHERE reason = 'restored'")) == [(120,)]
+    finally:
+        await rt.close()
+
+
+async def test_a_hung_message_log_answers_sends_with_500_and_enqueues_nothing(single_rt):
+    """A PostgreSQL that stops answering (here the connection's backend, paused) cannot end the
+    wait with its own statement timeout: the send path gives up after DELAYQUEUE_LOG_TIMEOUT_MILLIS
+    (and the 5 s psycopg gives the server to cancel the statement)."""
+    rt = make_runtime(REDIS_URL, log_timeout_millis=500)
+    try:
+        await services.send_message(rt, NewMessage(topic="t", msg="before", delay_millis=0))
+        backend = rt.log._db._conn.info.backend_pid
+        os.kill(backend, signal.SIGSTOP)
+        try:
+            with pytest.raises(LogUnavailable, match="no answer within 0.5 s"):
+                await asyncio.wait_for(
+                    services.send_message(rt, NewMessage(topic="t", msg="x", delay_millis=0, msg_id="hung")), 60)
+        finally:
+            os.kill(backend, signal.SIGCONT)
+        assert await single_rt.redis.hget(rt.ns.topic("t").msgs, "hung") is None
+        after = await services.send_message(rt, NewMessage(topic="t", msg="after", delay_millis=0))
+        assert (await logged("t", after["msgId"]))["msg"] == "after"  # a new connection
     finally:
         await rt.close()
