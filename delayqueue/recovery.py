@@ -12,9 +12,10 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+import psycopg
 from psycopg.rows import dict_row
 
-from .messagelog import MESSAGE_TABLE, connect
+from .messagelog import MESSAGE_TABLE, LogUnavailable, connect, first_line
 from .messages import CONSUMING, EXPIRED, READY, WAITING
 from .runtime import Runtime
 
@@ -131,7 +132,16 @@ async def restore(rt: Runtime, *, topic: str | None = None, msg_id: str | None =
                   progress: Callable[[RestoreCounts, int], None] | None = None) -> RestoreCounts:
     """Restores every logged message in scope that should be live. Reads the log in id order, a
     page at a time, while earlier pages are written to Redis (reading, building the script calls
-    and Redis' work overlap), and reports progress (counts so far, total candidates) per page."""
+    and Redis' work overlap), and reports progress (counts so far, total candidates) per page.
+    Raises LogUnavailable when the log fails part-way; what was restored stays, and a rerun
+    finishes the rest."""
+    try:
+        return await _restore(rt, topic, msg_id, include_expired, dry_run, progress)
+    except psycopg.Error as exc:
+        raise LogUnavailable(f"message log unavailable: {first_line(exc)}") from None
+
+
+async def _restore(rt: Runtime, topic, msg_id, include_expired, dry_run, progress) -> RestoreCounts:
     where, params = scope(rt.config.namespace, topic, msg_id)
     statuses = restorable_statuses(include_expired)
     counts = RestoreCounts()

@@ -7,6 +7,7 @@ import sys
 import time
 from datetime import timedelta
 
+import psycopg
 import redis
 
 from django.core.management import call_command
@@ -317,3 +318,20 @@ def test_a_restore_interrupted_by_ctrl_c_leaves_nothing_half_done_and_a_rerun_fi
     assert f"restored {total - held}, already live {held}," in rerun.stdout
     assert sum(client.hlen(f"dq:{{default:{t}}}:msgs") for t in topics) == total
     client.close()
+
+
+def test_a_restore_the_log_stops_answering_ends_in_a_plain_error():
+    """A statement of the restore's that PostgreSQL times out (here: held by a lock) ends the
+    command with exit code 1 and one line, not a traceback."""
+    async def setup():
+        rt = make_runtime(REDIS_URL)
+        await services.send_messages(rt, [NewMessage(topic="locked", msg="m", delay_millis=0)])
+        await rt.close()
+
+    asyncio.run(setup())
+    with psycopg.connect(log_database_url().replace("postgres://", "postgresql://")) as locker:
+        locker.execute("LOCK TABLE delayqueue_message IN ACCESS EXCLUSIVE MODE")
+        stuck = manage("restore", DELAYQUEUE_LOG_TIMEOUT_MILLIS="500")
+    assert stuck.returncode == 1, stuck.stderr
+    assert "message log unavailable" in stuck.stderr and "statement timeout" in stuck.stderr
+    assert "Traceback" not in stuck.stderr
