@@ -141,7 +141,8 @@ async def restore(rt: Runtime, *, topic: str | None = None, msg_id: str | None =
         raise LogUnavailable(f"message log unavailable: {first_line(exc)}") from None
 
 
-async def _restore(rt: Runtime, topic, msg_id, include_expired, dry_run, progress) -> RestoreCounts:
+async def _restore(rt: Runtime, topic: str | None, msg_id: str | None, include_expired: bool, dry_run: bool,
+                   progress: Callable[[RestoreCounts, int], None] | None) -> RestoreCounts:
     where, params = scope(rt.config.namespace, topic, msg_id)
     statuses = restorable_statuses(include_expired)
     counts = RestoreCounts()

@@ -149,10 +149,10 @@ async def send_messages(rt: Runtime, messages: list[NewMessage]) -> list[dict | 
 
 async def _settle_log(rt: Runtime, rows, written, results, outcomes) -> None:
     """Makes the log agree with what Redis did: rows for sends Redis refused are removed (not
-    those it did not answer in time: it may have taken them); a
-    msgId whose live state only Redis knew (the log lags a few ms behind it) gets Redis' message;
-    so does a message that was due by the time Redis took it (ready, where the row said waiting).
-    The 'sent' history follows: it names exactly the sends Redis took, with their status."""
+    those it did not answer in time: it may have taken them); a msgId whose live state only
+    Redis knew (the log lags a few ms behind it) gets Redis' message; so does a message that was
+    due by the time Redis took it (ready, where the row said waiting). The 'sent' history
+    follows: it names exactly the sends Redis took, with their status."""
     refused, corrections, unsent, sent = [], [], [], []
     for i, (row, was_written, result) in enumerate(zip(rows, written, results)):
         if isinstance(result, RedisTimeoutError):
