@@ -33,6 +33,8 @@ class NamespaceKeys:
     schedule_channel: str  # pub/sub: a topic has work earlier than its scanner expects
     scanners: str  # HASH scanner token -> "<event-loop lag ms>:<reported at ms>"
     health: str  # HASH "<host>:offline" -> 1, "<host>:last_use" -> ms (camellia's health endpoints)
+    marker: str  # STRING ms it was set: there for as long as Redis keeps its data
+    data_lost: str  # STRING ms a scanner found Redis had lost its data; a full restore deletes it
 
     def topic(self, topic: str) -> TopicKeys:
         return topic_keys(self.namespace, topic)
@@ -57,4 +59,6 @@ def namespace_keys(namespace: str) -> NamespaceKeys:
         schedule_channel=base + "schedule",
         scanners=base + "scanners",
         health=base + "health",
+        marker=base + "marker",
+        data_lost=base + "data_lost",
     )

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import orjson
 
 from .messagelog import EVENT_TABLE, MESSAGE_TABLE, LogConnection, first_line
+from .messages import CONSUMING, READY, WAITING
 
 log = logging.getLogger(__name__)
 
@@ -182,6 +183,14 @@ class LogWriter:
             await conn.execute(_INSERT_EVENTS, [ns, history_json(events)])
             if latest:
                 await conn.execute(_UPDATE_MESSAGES, [status_json(latest), ns])
+
+    async def holds_live_messages(self) -> bool:
+        """Whether the log holds a waiting, ready or in-flight message of this namespace."""
+        async with self._db.use() as conn:
+            cursor = await conn.execute(
+                f"SELECT EXISTS (SELECT 1 FROM {MESSAGE_TABLE} WHERE namespace = %s AND status IN (%s, %s, %s))",
+                [self.rt.config.namespace, WAITING, READY, CONSUMING])
+            return (await cursor.fetchone())[0]
 
     async def close(self) -> None:
         """Closes the writer's PostgreSQL connection (it reconnects if used again)."""

@@ -15,9 +15,10 @@ from .selectors import REQUEST_COUNTERS, WAITING_BUCKETS
 class Snapshot:
     """A prometheus_client collector over figures already read from Redis."""
 
-    def __init__(self, overviews: list[dict], scanner_lags: dict[str, float]):
+    def __init__(self, overviews: list[dict], scanner_lags: dict[str, float], data_lost_millis: int):
         self.overviews = overviews
         self.scanner_lags = scanner_lags
+        self.data_lost_millis = data_lost_millis
 
     def collect(self):
         requests = CounterMetricFamily(
@@ -58,7 +59,10 @@ class Snapshot:
                                 "scanner over its last report period", labels=["scanner"])
         for token, millis in sorted(self.scanner_lags.items()):
             lag.add_metric([token], millis / 1000)
-        yield from (requests, sizes, waiting, overdue, oldest, backlog, lateness, topics, lag)
+        lost = GaugeMetricFamily("delayqueue_redis_data_lost_timestamp_seconds", "When a scanner found that Redis "
+                                 "had lost its data (0: never, or answered by a full manage.py restore)")
+        lost.add_metric([], self.data_lost_millis / 1000)
+        yield from (requests, sizes, waiting, overdue, oldest, backlog, lateness, topics, lag, lost)
 
 
 async def metrics(request):
@@ -66,8 +70,9 @@ async def metrics(request):
     try:
         overviews = await selectors.topic_overview(rt, await selectors.list_topics(rt))
         lags = await selectors.scanner_lags(rt)
+        data_lost = int(await rt.redis.get(rt.ns.data_lost) or 0)
     except RedisError as exc:
         return HttpResponse(f"# Redis unavailable: {exc}\n", status=503, content_type="text/plain")
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(Snapshot(overviews, lags))
+    registry.register(Snapshot(overviews, lags, data_lost))
     return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)

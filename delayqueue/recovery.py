@@ -134,11 +134,14 @@ async def restore(rt: Runtime, *, topic: str | None = None, msg_id: str | None =
     page at a time, while earlier pages are written to Redis (reading, building the script calls
     and Redis' work overlap), and reports progress (counts so far, total candidates) per page.
     Raises LogUnavailable when the log fails part-way; what was restored stays, and a rerun
-    finishes the rest."""
+    finishes the rest. A full restore clears the scanners' report that Redis lost its data."""
     try:
-        return await _restore(rt, topic, msg_id, include_expired, dry_run, progress)
+        counts = await _restore(rt, topic, msg_id, include_expired, dry_run, progress)
     except psycopg.Error as exc:
         raise LogUnavailable(f"message log unavailable: {first_line(exc)}") from None
+    if topic is None and msg_id is None and not dry_run:
+        await rt.redis.delete(rt.ns.data_lost)  # a scanner's report that Redis lost its data is answered
+    return counts
 
 
 async def _restore(rt: Runtime, topic: str | None, msg_id: str | None, include_expired: bool, dry_run: bool,

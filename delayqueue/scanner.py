@@ -24,6 +24,7 @@ from . import store
 from .timer import PreciseTimer
 from .stopping import cancel_and_wait
 from .log_writer import LogWriter
+from .messagelog import LogUnavailable
 from .runtime import Runtime
 
 log = logging.getLogger(__name__)
@@ -116,6 +117,7 @@ class Scanner:
         self._stop = asyncio.Event()
         self._poke = asyncio.Event()
         self._subscribed = asyncio.Event()
+        self._marker_seen = False
 
     @property
     def lock_ttl(self) -> int:
@@ -139,6 +141,7 @@ class Scanner:
                 now = loop.time()
                 try:
                     if now >= next_refresh:
+                        await self._check_marker()
                         self.known.update(await self.rt.redis.zrange(self.rt.ns.topics, 0, -1))
                         next_refresh = now + REGISTRY_REFRESH
                     if now >= next_renew:
@@ -167,6 +170,34 @@ class Scanner:
                 self._stop.set()
                 await asyncio.gather(writer, return_exceptions=True)
             await self._shutdown()
+
+    async def _check_marker(self) -> None:
+        """Redis keeps the marker key for as long as it keeps its data. Finding it gone, or Redis
+        empty (no marker, no topic) while the message log holds live messages, means Redis lost
+        its data (FLUSHALL, a restart without persistence, a failover to an empty replica), and
+        only a restore from the log brings the messages back: said loudly, and recorded for
+        /metrics. Of several scanners, the one that sets the marker again reports."""
+        if not await self.rt.redis.set(self.rt.ns.marker, int(time.time() * 1000), nx=True):
+            self._marker_seen = True
+            return
+        if self._marker_seen:
+            why = "its marker key vanished while this scanner ran"
+        elif (self.log_writer is not None and not await self.rt.redis.exists(self.rt.ns.topics)
+              and await self._log_holds_live_messages()):
+            why = "it held no topic and no marker key while the message log holds live messages"
+        else:
+            self._marker_seen = True  # the first scanner on this Redis, which holds what it should
+            return
+        self._marker_seen = True
+        await self.rt.redis.set(self.rt.ns.data_lost, int(time.time() * 1000))
+        log.error("Redis lost its data (%s): run `manage.py restore` to bring back the messages the log holds", why)
+
+    async def _log_holds_live_messages(self) -> bool:
+        try:
+            return await self.log_writer.holds_live_messages()
+        except LogUnavailable:
+            await self.rt.redis.delete(self.rt.ns.marker)  # undecided: the next check asks again
+            raise
 
     async def _acquire(self, now: float) -> None:
         candidates = [t for t in self.known if t not in self.workers and self.next_try.get(t, 0) <= now]

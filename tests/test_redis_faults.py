@@ -10,7 +10,7 @@ import time
 import pytest
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from delayqueue import selectors, services
+from delayqueue import recovery, selectors, services
 from delayqueue.services import NewMessage
 from delayqueue.stopping import cancel_and_wait
 from tools.stack import Services, free_port
@@ -204,3 +204,70 @@ async def test_a_held_poll_is_not_cut_by_the_redis_timeout(restartable_redis, ca
         assert [m["msg"] for m in messages] == ["now"]
     finally:
         await rt.close()
+
+
+def _lost_reports(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.getMessage().startswith("Redis lost its data")]
+
+
+async def _data_lost_gauge(api) -> float:
+    for line in (await api.get("/metrics")).text.splitlines():
+        if line.startswith("delayqueue_redis_data_lost_timestamp_seconds "):
+            return float(line.split()[1])
+    raise AssertionError("no delayqueue_redis_data_lost_timestamp_seconds in /metrics")
+
+
+async def test_a_scanner_reports_redis_losing_its_data_until_a_full_restore(single_rt, start_scanner, api, caplog):
+    rt = single_rt
+    await services.send_messages(rt, [NewMessage(topic="t", msg=str(i), delay_millis=60_000) for i in range(3)])
+    await start_scanner(rt)
+
+    async def marked():
+        return await rt.redis.exists(rt.ns.marker)
+
+    async def reported():
+        return await rt.redis.get(rt.ns.data_lost)
+
+    await wait_until(marked, what="the scanner to set the marker")
+    assert await _data_lost_gauge(api) == 0 and not _lost_reports(caplog)
+
+    await rt.redis.flushall()  # Redis loses everything under the running scanner
+    await wait_until(reported, what="the scanner to report the loss")
+    assert _lost_reports(caplog) == ["Redis lost its data (its marker key vanished while this scanner ran): "
+                                     "run `manage.py restore` to bring back the messages the log holds"]
+    assert await _data_lost_gauge(api) > 0
+
+    partial = await recovery.restore(rt, topic="t")
+    assert partial.restored == 3 and await reported()  # only a full restore answers the report
+    full = await recovery.restore(rt)
+    assert full.already_live == 3 and not await reported()
+    assert await _data_lost_gauge(api) == 0
+
+
+async def test_a_scanner_started_on_an_emptied_redis_reports_the_live_messages_of_the_log(
+        single_rt, start_scanner, caplog):
+    rt = single_rt
+    await services.send_messages(rt, [NewMessage(topic="t", msg="m", delay_millis=60_000)])
+    await rt.redis.flushall()  # lost before any scanner ran
+
+    async def reported():
+        return await rt.redis.get(rt.ns.data_lost)
+
+    await start_scanner(rt)
+    await wait_until(reported, what="the scanner to report the loss")
+    assert [m.split(":")[0] for m in _lost_reports(caplog)] == [
+        "Redis lost its data (it held no topic and no marker key while the message log holds live messages)"]
+
+
+async def test_no_loss_is_reported_for_a_new_redis_or_sends_made_before_the_first_scanner(
+        single_rt, start_scanner, caplog):
+    rt = single_rt
+    await services.send_messages(rt, [NewMessage(topic="t", msg="m", delay_millis=60_000)])  # no scanner yet
+    await start_scanner(rt)
+
+    async def marked():
+        return await rt.redis.exists(rt.ns.marker)
+
+    await wait_until(marked, what="the scanner to set the marker")
+    await asyncio.sleep(1.5)  # a check or two later
+    assert await rt.redis.get(rt.ns.data_lost) is None and not _lost_reports(caplog)
