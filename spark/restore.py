@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from psycopg import sql
 
 from delayqueue import recovery
+from delayqueue.keys import namespace_keys
 from delayqueue.messagelog import EVENT_TABLE, MESSAGE_TABLE
 from delayqueue.runtime import Runtime
 from spark import common, pgread
@@ -123,6 +124,12 @@ def run(spark, args) -> tuple[int, int, int]:
                      .collect()) if groups else []
     restored, already_live, skipped = (sum(column) for column in zip(*per_partition)) if per_partition else (0, 0, 0)
     skipped += ended
+    if args.topic is None and args.msg_id is None and not dry_run:
+        client = common.sync_redis(args.redis_url)  # as manage.py restore: a reported loss is answered
+        try:
+            client.delete(namespace_keys(args.namespace).data_lost)
+        finally:
+            client.close()
     verb = "would restore" if dry_run else "restored"
     print(f"{verb} {restored}, already live {already_live}, skipped (ended or expired) {skipped}")
     return restored, already_live, skipped

@@ -97,9 +97,13 @@ def test_spark_restore_gives_the_same_redis_as_manage_py_restore(spark, settings
     by_command = manage_restore()
     expected = snapshot(url)
     reset(url)
+    client, lost = common.sync_redis(url), namespace_keys("default").data_lost
+    client.set(lost, 1)  # a scanner's report that Redis lost its data
     by_spark = spark_restore(spark, url, capsys=capsys)
     assert by_spark == by_command == "restored 44, already live 1, skipped (ended or expired) 5"
     assert snapshot(url) == expected
+    assert not client.exists(lost)  # answered by the full restore, as manage.py restore does
+    client.close()
     a = expected["a"]
     assert a["msgs"]["a-held"]["msg"] == "already here" and a["msgs"]["a-consuming"]["retry"] == 2
     assert [i for i, _ in a["waiting"]] == ["a-wait"] and sorted(a["ready"]) == ["a-consuming", "a-due", "a-ready"]
