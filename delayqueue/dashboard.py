@@ -1,6 +1,8 @@
 """The topic dashboard (staff only, linked from the admin index): every topic's queue sizes,
 waiting-delay buckets, request rates, and a drawn chart of fire lateness over the last hour.
 A stuck or busy topic is flagged and sorted to the top."""
+from datetime import datetime, timezone
+
 from django.contrib import admin
 from django.contrib.admin.views.decorators import staff_member_required
 from django.shortcuts import render
@@ -106,12 +108,16 @@ def dashboard(request):
 
     async def load(rt):
         topics = [wanted] if wanted else await selectors.list_topics(rt)
-        return await selectors.topic_overview(rt, topics)
+        return await selectors.topic_overview(rt, topics), await rt.redis.get(rt.ns.data_lost)
 
+    data_lost_at = None
     try:
-        overviews = run_with_runtime(load)
+        overviews, data_lost = run_with_runtime(load)
     except RedisError as exc:
         overviews, error = [], f"Redis unavailable: {exc}"
+    else:
+        if data_lost:  # a scanner found Redis had lost its data, and no full restore has run since
+            data_lost_at = datetime.fromtimestamp(int(data_lost) / 1000, tz=timezone.utc)
     rows = []
     for overview in overviews:
         state, why = assess(overview)
@@ -134,6 +140,7 @@ def dashboard(request):
         "chart_minutes": CHART_MINUTES,
         "topic": wanted,
         "error": error,
+        "data_lost_at": data_lost_at,
         "stuck": sum(r["state"] == "stuck" for r in rows),
         "busy": sum(r["state"] == "busy" for r in rows),
         "hourly": recent_topic_hours(load_config().namespace, wanted),

@@ -6,7 +6,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from delayqueue import selectors, services
+from delayqueue import recovery, selectors, services
 from delayqueue.models import TopicHourStats
 from delayqueue.sync import run_with_runtime
 from tests.test_admin import send
@@ -165,3 +165,13 @@ def test_api_docs_work_offline(client, page):
         response = client.get(asset)
         assert response.status_code == 200, asset
         assert b"".join(response.streaming_content if response.streaming else [response.content])
+
+
+def test_dashboard_says_when_redis_lost_its_data_until_a_full_restore(admin_client):
+    assert 'id="data-lost"' not in admin_client.get(DASHBOARD).content.decode()
+    lost_at = 1_795_000_000_000  # 2026-11-18 11:06:40 UTC, in ms as a scanner records it
+    run_with_runtime(lambda rt: rt.redis.set(rt.ns.data_lost, lost_at))
+    page = admin_client.get(DASHBOARD).content.decode()
+    assert 'id="data-lost"' in page and "2026-11-18 11:06:40" in page and "manage.py restore" in page
+    run_with_runtime(recovery.restore)
+    assert 'id="data-lost"' not in admin_client.get(DASHBOARD).content.decode()
