@@ -1,8 +1,8 @@
 """Redis failing under a running service. Restarted (a crash, an upgrade, a failover to an
 empty replica): script calls reconnect and load the scripts again, held long polls are woken
 again and the scanner carries on. Hung (paused, or a network that drops packets): calls fail
-after the configured timeout instead of waiting forever. Each test uses a Redis of its own,
-not the suite's."""
+after the configured timeout instead of waiting forever. Emptied: a scanner reports the loss
+until a full restore. The restart and hang tests use a Redis of their own, not the suite's."""
 import asyncio
 import signal
 import time
