@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import orjson
 
 from .messagelog import EVENT_TABLE, MESSAGE_TABLE, LogConnection, first_line
-from .messages import CONSUMING, READY, WAITING
+from .recovery import restorable_statuses
 
 log = logging.getLogger(__name__)
 
@@ -188,8 +188,8 @@ class LogWriter:
         """Whether the log holds a waiting, ready or in-flight message of this namespace."""
         async with self._db.use() as conn:
             cursor = await conn.execute(
-                f"SELECT EXISTS (SELECT 1 FROM {MESSAGE_TABLE} WHERE namespace = %s AND status IN (%s, %s, %s))",
-                [self.rt.config.namespace, WAITING, READY, CONSUMING])
+                f"SELECT EXISTS (SELECT 1 FROM {MESSAGE_TABLE} WHERE namespace = %s"
+                f" AND status IN ({restorable_statuses(include_expired=False)}))", [self.rt.config.namespace])
             return (await cursor.fetchone())[0]
 
     async def close(self) -> None:

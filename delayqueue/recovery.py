@@ -139,9 +139,15 @@ async def restore(rt: Runtime, *, topic: str | None = None, msg_id: str | None =
         counts = await _restore(rt, topic, msg_id, include_expired, dry_run, progress)
     except psycopg.Error as exc:
         raise LogUnavailable(f"message log unavailable: {first_line(exc)}") from None
-    if topic is None and msg_id is None and not dry_run:
-        await rt.redis.delete(rt.ns.data_lost)  # a scanner's report that Redis lost its data is answered
+    if answers_loss_report(topic, msg_id, dry_run):
+        await rt.redis.delete(rt.ns.data_lost)
     return counts
+
+
+def answers_loss_report(topic: str | None, msg_id: str | None, dry_run: bool) -> bool:
+    """Whether a restore in this scope answers a scanner's report that Redis lost its data: a
+    full one (every topic, every message) that writes."""
+    return topic is None and msg_id is None and not dry_run
 
 
 async def _restore(rt: Runtime, topic: str | None, msg_id: str | None, include_expired: bool, dry_run: bool,

@@ -124,8 +124,8 @@ def run(spark, args) -> tuple[int, int, int]:
                      .collect()) if groups else []
     restored, already_live, skipped = (sum(column) for column in zip(*per_partition)) if per_partition else (0, 0, 0)
     skipped += ended
-    if args.topic is None and args.msg_id is None and not dry_run:
-        client = common.sync_redis(args.redis_url)  # as manage.py restore: a reported loss is answered
+    if recovery.answers_loss_report(args.topic, args.msg_id, dry_run):
+        client = common.sync_redis(args.redis_url)
         try:
             client.delete(namespace_keys(args.namespace).data_lost)
         finally:
