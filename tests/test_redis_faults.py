@@ -6,12 +6,13 @@ until a full restore. The restart and hang tests use a Redis of their own, not t
 import asyncio
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
 
 import pytest
-from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.exceptions import ConnectionError as RedisConnectionError, TimeoutError as RedisTimeoutError
 
 from delayqueue import recovery, selectors, services
 from delayqueue.services import NewMessage
@@ -191,6 +192,47 @@ async def test_a_hung_redis_answers_sends_with_code_500_over_http(restartable_re
         restartable_redis.resume()
     assert reply["code"] == 500 and "did not answer within 0.5 s" in reply["msg"]
     assert (await api.post(API + "sendMsg", data=form)).json()["code"] == 200
+
+
+@pytest.fixture
+def unanswering_redis_url():
+    """A redis:// URL whose host takes no new connection (a host that drops packets): a listener
+    whose accept queue is full, so the kernel ignores further connection attempts."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(0)
+    port = listener.getsockname()[1]
+    fillers = []
+    while True:  # fill the accept queue until a connection attempt goes unanswered
+        probe = socket.socket()
+        probe.settimeout(0.3)
+        fillers.append(probe)
+        try:
+            probe.connect(("127.0.0.1", port))
+        except TimeoutError:
+            break
+        assert len(fillers) < 10, "the kernel kept accepting connections on a full queue"
+    yield f"redis://127.0.0.1:{port}/0"
+    for sock in (*fillers, listener):
+        sock.close()
+
+
+async def test_a_redis_that_takes_no_connection_fails_sends_after_the_timeout(unanswering_redis_url, api, settings):
+    rt = make_runtime(unanswering_redis_url, redis_timeout_millis=500)  # the message log on
+    try:
+        # The outer bound only keeps a regression from hanging the suite.
+        with pytest.raises(RedisConnectionError, match="cannot connect to Redis: no answer within 0.5 s"):
+            await asyncio.wait_for(services.send_message(
+                rt, NewMessage(topic="t", msg="x", delay_millis=0, msg_id="never")), 30)
+        with pytest.raises(RedisTimeoutError, match="Timeout connecting"):
+            await asyncio.wait_for(selectors.list_topics(rt), 30)
+    finally:
+        await rt.close()
+    assert await logged("t", "never") is None  # Redis cannot have taken it: the log keeps nothing of it
+    settings.REDIS_URL = unanswering_redis_url
+    settings.DELAYQUEUE = {**settings.DELAYQUEUE, "REDIS_TIMEOUT_MILLIS": 500}
+    reply = (await api.post(API + "sendMsg", data={"topic": "t", "msg": "x", "delayMillis": 0})).json()
+    assert reply == {"code": 500, "msg": "redis unavailable: cannot connect to Redis: no answer within 0.5 s"}
 
 
 async def test_a_held_poll_is_not_cut_by_the_redis_timeout(restartable_redis, caplog):
