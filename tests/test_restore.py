@@ -240,6 +240,12 @@ def test_restore_command_prints_counts_and_refuses_bad_options():
     assert "100.0%" in done.stderr  # the progress report
     assert "restored 0, already live 5" in manage("restore").stdout
 
+    for scope in (["--topic", "never"], ["--topic", "cli", "--msg-id", "nope"], ["--msg-id", "nope"]):
+        unknown = manage("restore", *scope)
+        assert unknown.returncode == 1, unknown.stderr
+        assert f"no message in the message log matches {' '.join(scope)}" in unknown.stderr
+        assert "Traceback" not in unknown.stderr
+
     bad_topic = manage("restore", "--topic", "no spaces allowed")
     assert bad_topic.returncode == 2 and "--topic" in bad_topic.stderr and "Traceback" not in bad_topic.stderr
     bad_flag = manage("restore", "--bogus")

@@ -78,6 +78,11 @@ class Command(BaseCommand):
         except RedisError as exc:
             raise CommandError(f"redis unavailable: {exc}") from None
         bar.finish()
+        if not counts.seen and (options["topic"] or options["msg_id"]):
+            # As the restore endpoints' 404: a mistyped topic or msgId must not read as success.
+            scope = " ".join(f"--{name.replace('_', '-')} {options[name]}" for name in ("topic", "msg_id")
+                             if options[name])
+            raise CommandError(f"no message in the message log matches {scope}")
         verb = "would restore" if options["dry_run"] else "restored"
         self.stdout.write(f"{verb} {counts.restored}, already live {counts.already_live}, "
                           f"skipped (ended or expired) {counts.skipped}")
