@@ -16,7 +16,7 @@ import time
 import aiohttp
 
 from bench.harness import percentile, stack
-from spark.common import positive_int
+from delayqueue.arguments import positive_int
 
 API = "/camellia/delayQueue/"
 

@@ -31,6 +31,7 @@ import psycopg
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from delayqueue.arguments import age_in_days
 from delayqueue.messagelog import EVENT_TABLE, MESSAGE_TABLE, first_line
 from delayqueue.messages import ACKED
 from spark import common, pgread
@@ -127,7 +128,7 @@ def directory_path(text: str) -> Path:
 def add_arguments(p) -> None:
     p.add_argument("--to", required=True, type=directory_path, metavar="DIR",
                    help="archive directory, on a filesystem the driver and every executor share")
-    p.add_argument("--older-than-days", required=True, type=common.positive_int, metavar="N",
+    p.add_argument("--older-than-days", required=True, type=age_in_days, metavar="N",
                    help="archive messages that ended more than N days ago")
     common.add_partitions(p)
 

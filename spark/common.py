@@ -15,7 +15,7 @@ import psycopg
 import redis
 
 from delayqueue import store
-from delayqueue.keys import NAME_PATTERN
+from delayqueue.arguments import positive_int
 from delayqueue.messagelog import first_line
 
 DEFAULT_DATABASE_URL = "postgres://postgres@127.0.0.1:15432/delayqueue"
@@ -53,28 +53,6 @@ def add_redis_url(p: argparse.ArgumentParser) -> None:
 def add_partitions(p: argparse.ArgumentParser) -> None:
     p.add_argument("--partitions", type=positive_int, default=0,
                    help="how many id ranges the log is read in (default: 4 per core Spark has)")
-
-
-def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
-
-
-def topic_name(text: str) -> str:
-    if not NAME_PATTERN.match(text):
-        raise argparse.ArgumentTypeError(f"not a topic name (1-128 of A-Z a-z 0-9 . _ : -): {text!r}")
-    return text
-
-
-def non_empty(text: str) -> str:
-    if not text:
-        raise argparse.ArgumentTypeError("must not be empty")
-    return text
 
 
 def chunks(items: Iterable, size: int) -> Iterator[list]:

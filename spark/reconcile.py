@@ -22,7 +22,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from delayqueue import recovery
+from delayqueue import arguments, recovery
 from delayqueue.keys import namespace_keys, topic_keys
 from delayqueue.messagelog import EVENT_TABLE, MESSAGE_TABLE
 from spark import common, pgread, restore
@@ -93,7 +93,7 @@ def rows_by_id(dsn: str, query: str, ids, chunk_rows: int):
 def add_arguments(p) -> None:
     common.add_redis_url(p)
     common.add_partitions(p)
-    p.add_argument("--topic", type=common.topic_name, help="only this topic")
+    p.add_argument("--topic", type=arguments.topic_name, help="only this topic")
     p.add_argument("--output", type=Path, metavar="DIR",
                    help="also write every disagreement there as JSON lines (a new directory)")
     p.add_argument("--fix", action="store_true", help="restore the messages missing in Redis (as manage.py restore)")

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 
 from psycopg import sql
 
-from delayqueue import recovery
+from delayqueue import arguments, recovery
 from delayqueue.keys import namespace_keys
 from delayqueue.messagelog import EVENT_TABLE, MESSAGE_TABLE
 from delayqueue.runtime import Runtime
@@ -92,8 +92,8 @@ def topic_rows(dsn: str, query: str, params: tuple, topics: Iterable[str]):
 def add_arguments(p) -> None:
     common.add_redis_url(p)
     common.add_partitions(p)
-    p.add_argument("--topic", type=common.topic_name, help="only this topic")
-    p.add_argument("--msg-id", type=common.non_empty, help="only this message id")
+    p.add_argument("--topic", type=arguments.topic_name, help="only this topic")
+    p.add_argument("--msg-id", type=arguments.non_empty, help="only this message id")
     p.add_argument("--include-expired", action="store_true",
                    help="also bring back messages whose TTL ran out before delivery, with their TTL anew")
     p.add_argument("--dry-run", action="store_true", help="count what would be restored, change nothing")

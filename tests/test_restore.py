@@ -275,8 +275,9 @@ def test_prune_log_deletes_old_ended_messages_and_their_history_only():
     statuses = sorted(r[0] for r in asyncio.run(query("SELECT status FROM delayqueue_message")))
     assert statuses == [READY, READY]
     assert asyncio.run(query("SELECT count(*) FROM delayqueue_messageevent"))[0][0] == 2
-    out = manage("prune_log", "--older-than-days", "0")
-    assert out.returncode == 2 and "--older-than-days" in out.stderr
+    for days, problem in (("0", "must be at least 1, got 0"), ("99999999999", "must be at most 36500 days")):
+        out = manage("prune_log", "--older-than-days", days)
+        assert out.returncode == 2 and f"--older-than-days: {problem}" in out.stderr and "Traceback" not in out.stderr
     call_command("prune_log", "--older-than-days", "1")  # nothing left to prune, still fine
 
 

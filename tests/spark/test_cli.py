@@ -25,6 +25,7 @@ def one_line_error(result, code: int, *fragments: str) -> None:
     ("spark.restore", ["--partitions", "0"], "--partitions: must be at least 1"),
     ("spark.reconcile", ["--topic", "no spaces"], "--topic: not a topic name"),
     ("spark.archive", ["--to", "/tmp/x"], "the following arguments are required: --older-than-days"),
+    ("spark.archive", ["--to", "/tmp/x", "--older-than-days", "36501"], "--older-than-days: must be at most 36500 days"),
 ])
 def test_a_wrong_option_exits_2_with_one_line(job, argv, fragment):
     one_line_error(run_cli(job, *argv), 2, fragment)

@@ -3,18 +3,9 @@ from datetime import timedelta
 from django.core.management.base import BaseCommand, CommandError
 from django.db import DatabaseError
 
+from delayqueue.arguments import age_in_days, positive_int
 from delayqueue.conf import load_config
 from delayqueue.retention import prune_log
-
-
-def positive_int(value: str) -> int:
-    number = int(value)
-    if number <= 0:
-        raise ValueError(value)
-    return number
-
-
-positive_int.__name__ = "positive integer"
 
 
 class Command(BaseCommand):
@@ -22,7 +13,7 @@ class Command(BaseCommand):
             "once they are older than the retention age. Live messages are never touched.")
 
     def add_arguments(self, parser):
-        parser.add_argument("--older-than-days", type=positive_int,
+        parser.add_argument("--older-than-days", type=age_in_days,
                             help="age in days (default DELAYQUEUE_LOG_RETENTION_DAYS, 7)")
         parser.add_argument("--batch", type=positive_int, default=5000, help="messages per transaction (5000)")
 

@@ -5,20 +5,11 @@ import time
 from django.core.management.base import BaseCommand, CommandError
 from redis.exceptions import RedisError
 
+from delayqueue.arguments import non_empty, topic_name
 from delayqueue.conf import load_config
-from delayqueue.keys import NAME_PATTERN
 from delayqueue.messagelog import LogUnavailable
 from delayqueue.recovery import RestoreCounts, restore
 from delayqueue.runtime import Runtime
-
-
-def topic_name(value: str) -> str:
-    if not NAME_PATTERN.match(value):
-        raise ValueError(value)
-    return value
-
-
-topic_name.__name__ = "topic name (1-128 of A-Z a-z 0-9 . _ : -)"
 
 
 class ProgressBar:
@@ -58,14 +49,12 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--topic", type=topic_name, help="only this topic")
-        parser.add_argument("--msg-id", help="only this message id")
+        parser.add_argument("--msg-id", type=non_empty, help="only this message id")
         parser.add_argument("--include-expired", action="store_true",
                             help="also bring back messages whose TTL ran out before delivery, with their TTL anew")
         parser.add_argument("--dry-run", action="store_true", help="count what would be restored, change nothing")
 
     def handle(self, *args, **options):
-        if options["msg_id"] is not None and not options["msg_id"]:
-            raise CommandError("--msg-id must not be empty")
         bar = ProgressBar(sys.stderr)
         try:
             counts = asyncio.run(self._restore(options, bar))

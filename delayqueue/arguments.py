@@ -1,0 +1,38 @@
+"""Option types shared by the command lines (manage.py commands, the Spark jobs, the benchmarks).
+A bad value ends, as argparse reports it, in one line naming the option and exit code 2."""
+import argparse
+
+from .keys import NAME_PATTERN
+
+# The longest age a retention option takes: a hundred years. Far more overflows date arithmetic
+# (Python's and PostgreSQL's) instead of being refused with a message.
+MAX_AGE_DAYS = 36_500
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def age_in_days(text: str) -> int:
+    value = positive_int(text)
+    if value > MAX_AGE_DAYS:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_AGE_DAYS} days, got {value}")
+    return value
+
+
+def topic_name(text: str) -> str:
+    if not NAME_PATTERN.match(text):
+        raise argparse.ArgumentTypeError(f"not a topic name (1-128 of A-Z a-z 0-9 . _ : -): {text!r}")
+    return text
+
+
+def non_empty(text: str) -> str:
+    if not text:
+        raise argparse.ArgumentTypeError("must not be empty")
+    return text
