@@ -4,27 +4,10 @@ from pathlib import Path
 
 import dj_database_url
 
+from delayqueue.arguments import MAX_AGE_DAYS
+from project.env import env_bool, env_int
+
 BASE_DIR = Path(__file__).resolve().parent.parent
-
-
-def env_bool(name: str, default: bool) -> bool:
-    value = os.environ.get(name)
-    if value is None or value == "":
-        return default
-    return value.strip().lower() in {"1", "true", "yes", "on"}
-
-
-def env_int(name: str, default: int, minimum: int | None = None) -> int:
-    value = os.environ.get(name)
-    if value is None or value.strip() == "":
-        return default
-    try:
-        number = int(value)
-    except ValueError:
-        raise SystemExit(f"environment variable {name} must be an integer, got {value!r}") from None
-    if minimum is not None and number < minimum:
-        raise SystemExit(f"environment variable {name} must be at least {minimum}, got {number}")
-    return number
 
 
 DEBUG = env_bool("DEBUG", False)
@@ -100,30 +83,30 @@ else:
 # Queue defaults (SPEC §2). "≤ 0 means default" rules are applied per request.
 DELAYQUEUE = {
     "NAMESPACE": os.environ.get("DELAYQUEUE_NAMESPACE", "default"),
-    "TTL_MILLIS": env_int("DELAYQUEUE_TTL_MILLIS", 3_600_000),
-    "MAX_RETRY": env_int("DELAYQUEUE_MAX_RETRY", 10),
-    "ACK_TIMEOUT_MILLIS": env_int("DELAYQUEUE_ACK_TIMEOUT_MILLIS", 30_000),
-    "PULL_BATCH": env_int("DELAYQUEUE_PULL_BATCH", 1),
-    "MAX_PULL_BATCH": env_int("DELAYQUEUE_MAX_PULL_BATCH", 1000),
-    "LONG_POLLING_TIMEOUT_MILLIS": env_int("DELAYQUEUE_LONG_POLLING_TIMEOUT_MILLIS", 10_000),
-    "MAX_LONG_POLLING_TIMEOUT_MILLIS": env_int("DELAYQUEUE_MAX_LONG_POLLING_TIMEOUT_MILLIS", 60_000),
-    "ENDED_RETENTION_MILLIS": env_int("DELAYQUEUE_ENDED_RETENTION_MILLIS", 300_000),
-    "MAX_MSG_BYTES": env_int("DELAYQUEUE_MAX_MSG_BYTES", 65_536),
-    "MAX_BATCH_SEND": env_int("DELAYQUEUE_MAX_BATCH_SEND", 1000),
-    "MONITOR_INTERVAL_SECONDS": env_int("DELAYQUEUE_MONITOR_INTERVAL_SECONDS", 60),
-    "SCANNER_LOCK_TTL_MILLIS": env_int("DELAYQUEUE_SCANNER_LOCK_TTL_MILLIS", 5_000),
-    "SCANNER_BATCH": env_int("DELAYQUEUE_SCANNER_BATCH", 1000),
-    "TOPIC_IDLE_SECONDS": env_int("DELAYQUEUE_TOPIC_IDLE_SECONDS", 1800),
-    "TOPIC_CHECK_SECONDS": env_int("DELAYQUEUE_TOPIC_CHECK_SECONDS", 600),
+    "TTL_MILLIS": env_int("DELAYQUEUE_TTL_MILLIS", 3_600_000, minimum=1),
+    "MAX_RETRY": env_int("DELAYQUEUE_MAX_RETRY", 10, minimum=0),
+    "ACK_TIMEOUT_MILLIS": env_int("DELAYQUEUE_ACK_TIMEOUT_MILLIS", 30_000, minimum=1),
+    "PULL_BATCH": env_int("DELAYQUEUE_PULL_BATCH", 1, minimum=1),
+    "MAX_PULL_BATCH": env_int("DELAYQUEUE_MAX_PULL_BATCH", 1000, minimum=1),
+    "LONG_POLLING_TIMEOUT_MILLIS": env_int("DELAYQUEUE_LONG_POLLING_TIMEOUT_MILLIS", 10_000, minimum=1),
+    "MAX_LONG_POLLING_TIMEOUT_MILLIS": env_int("DELAYQUEUE_MAX_LONG_POLLING_TIMEOUT_MILLIS", 60_000, minimum=1),
+    "ENDED_RETENTION_MILLIS": env_int("DELAYQUEUE_ENDED_RETENTION_MILLIS", 300_000, minimum=1),
+    "MAX_MSG_BYTES": env_int("DELAYQUEUE_MAX_MSG_BYTES", 65_536, minimum=1),
+    "MAX_BATCH_SEND": env_int("DELAYQUEUE_MAX_BATCH_SEND", 1000, minimum=1),
+    "MONITOR_INTERVAL_SECONDS": env_int("DELAYQUEUE_MONITOR_INTERVAL_SECONDS", 60, minimum=1),
+    "SCANNER_LOCK_TTL_MILLIS": env_int("DELAYQUEUE_SCANNER_LOCK_TTL_MILLIS", 5_000, minimum=100),
+    "SCANNER_BATCH": env_int("DELAYQUEUE_SCANNER_BATCH", 1000, minimum=1),
+    "TOPIC_IDLE_SECONDS": env_int("DELAYQUEUE_TOPIC_IDLE_SECONDS", 1800, minimum=1),
+    "TOPIC_CHECK_SECONDS": env_int("DELAYQUEUE_TOPIC_CHECK_SECONDS", 600, minimum=1),
     # A Redis that stops answering (hung, paused, or a network that drops packets) fails the
     # calls waiting on it after this long, instead of holding them forever.
     "REDIS_TIMEOUT_MILLIS": env_int("DELAYQUEUE_REDIS_TIMEOUT_MILLIS", 10_000, minimum=1),
     # The PostgreSQL message log (README: "Message log"). Off: sends skip Postgres and the
     # scripts record no history; only for measuring what the log costs.
     "MESSAGE_LOG": env_bool("DELAYQUEUE_MESSAGE_LOG", True),
-    "LOG_WRITER_INTERVAL_MILLIS": env_int("DELAYQUEUE_LOG_WRITER_INTERVAL_MILLIS", 100),
-    "LOG_WRITER_BATCH": env_int("DELAYQUEUE_LOG_WRITER_BATCH", 5000),
-    "LOG_RETENTION_DAYS": env_int("DELAYQUEUE_LOG_RETENTION_DAYS", 7),
+    "LOG_WRITER_INTERVAL_MILLIS": env_int("DELAYQUEUE_LOG_WRITER_INTERVAL_MILLIS", 100, minimum=1),
+    "LOG_WRITER_BATCH": env_int("DELAYQUEUE_LOG_WRITER_BATCH", 5000, minimum=1),
+    "LOG_RETENTION_DAYS": env_int("DELAYQUEUE_LOG_RETENTION_DAYS", 7, minimum=1, maximum=MAX_AGE_DAYS),
     # A statement on the log (a send waits for one) fails after this long, whether PostgreSQL
     # times it out or does not answer at all.
     "LOG_TIMEOUT_MILLIS": env_int("DELAYQUEUE_LOG_TIMEOUT_MILLIS", 30_000, minimum=1),

@@ -19,15 +19,15 @@ import subprocess
 import sys
 import tempfile
 import time
+from importlib import import_module
 from importlib.util import find_spec
 from pathlib import Path
+
+from project.env import env_int
 
 ROOT = Path(__file__).resolve().parent.parent
 LOCAL = ROOT / ".local"
 PG_SYSTEM_USER = "delayqueue"
-RUN_REDIS_PORT = int(os.environ.get("DELAYQUEUE_LOCAL_REDIS_PORT", "16379"))
-RUN_PG_PORT = int(os.environ.get("DELAYQUEUE_LOCAL_PG_PORT", "15432"))
-HTTP_PORT = int(os.environ.get("PORT", "8000"))
 
 
 def say(text: str) -> None:
@@ -282,11 +282,13 @@ def create_database(port: int) -> None:
             time.sleep(0.1)
 
 
-def manage(*args: str, env: dict) -> None:
-    subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=env, check=True)
-
-
 def command_run(_args) -> int:
+    # Bad settings stop here, in one line each, before any server starts.
+    import_module("project.settings")  # reads and checks every DELAYQUEUE_* variable
+    redis_port = env_int("DELAYQUEUE_LOCAL_REDIS_PORT", 16379, minimum=1, maximum=65535)
+    pg_port = env_int("DELAYQUEUE_LOCAL_PG_PORT", 15432, minimum=1, maximum=65535)
+    http_port = env_int("PORT", 8000, minimum=1, maximum=65535)
+    workers = env_int("WEB_CONCURRENCY", os.cpu_count() or 1, minimum=1)
     env = dict(os.environ)
     run_dir = LOCAL / "run"
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -302,21 +304,23 @@ def command_run(_args) -> int:
         signal.signal(sig, stop)
     try:
         if not env.get("REDIS_URL"):
-            env["REDIS_URL"] = services.single_redis(RUN_REDIS_PORT)
-            say(f"started Redis on 127.0.0.1:{RUN_REDIS_PORT} (data in {run_dir / 'redis'})")
+            env["REDIS_URL"] = services.single_redis(redis_port)
+            say(f"started Redis on 127.0.0.1:{redis_port} (data in {run_dir / 'redis'})")
         if not env.get("DATABASE_URL"):
-            env["DATABASE_URL"] = services.postgres(RUN_PG_PORT)
-            say(f"started PostgreSQL on 127.0.0.1:{RUN_PG_PORT} (data in {run_dir / 'postgres'})")
-        manage("migrate", "--no-input", "-v", "0", env=env)
-        workers = env.get("WEB_CONCURRENCY") or str(os.cpu_count() or 1)
+            env["DATABASE_URL"] = services.postgres(pg_port)
+            say(f"started PostgreSQL on 127.0.0.1:{pg_port} (data in {run_dir / 'postgres'})")
+        migrate = subprocess.run([sys.executable, "manage.py", "migrate", "--no-input", "-v", "0"], cwd=ROOT, env=env)
+        if migrate.returncode != 0:  # it said why on stderr
+            say(f"migrate exited with code {migrate.returncode}; stopping")
+            return migrate.returncode
         apps.append(subprocess.Popen(
             [sys.executable, "-m", "uvicorn", "project.asgi:application", "--host", "127.0.0.1",
-             "--port", str(HTTP_PORT), "--lifespan", "off", "--no-access-log", "--workers", workers],
+             "--port", str(http_port), "--lifespan", "off", "--no-access-log", "--workers", str(workers)],
             cwd=ROOT, env=env, start_new_session=True,
         ))
         apps.append(subprocess.Popen([sys.executable, "manage.py", "run_scanners"], cwd=ROOT, env=env,
                                      start_new_session=True))
-        say(f"delayqueue is serving http://127.0.0.1:{HTTP_PORT}/camellia/delayQueue/ ({workers} web workers) "
+        say(f"delayqueue is serving http://127.0.0.1:{http_port}/camellia/delayQueue/ ({workers} web workers) "
             "with scanners; Ctrl-C stops everything")
         while not stopping:
             for proc in apps:

@@ -1,0 +1,26 @@
+"""Settings from environment variables, read the same way by Django's settings and by
+`./dev` (tools/stack.py), which runs before Django is set up. A bad value stops the process
+at start with one line naming the variable, instead of misbehaving later."""
+import os
+
+
+def env_bool(name: str, default: bool) -> bool:
+    value = os.environ.get(name)
+    if value is None or value == "":
+        return default
+    return value.strip().lower() in {"1", "true", "yes", "on"}
+
+
+def env_int(name: str, default: int, minimum: int | None = None, maximum: int | None = None) -> int:
+    value = os.environ.get(name)
+    if value is None or value.strip() == "":
+        return default
+    try:
+        number = int(value)
+    except ValueError:
+        raise SystemExit(f"environment variable {name} must be an integer, got {value!r}") from None
+    if minimum is not None and number < minimum:
+        raise SystemExit(f"environment variable {name} must be at least {minimum}, got {number}")
+    if maximum is not None and number > maximum:
+        raise SystemExit(f"environment variable {name} must be at most {maximum}, got {number}")
+    return number
