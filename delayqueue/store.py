@@ -56,6 +56,24 @@ def is_cluster_url(url: str) -> bool:
     return url.startswith("redis-cluster://")
 
 
+def checked_url(url: str) -> str:
+    """The URL, if this module can connect with it; else ValueError saying what is wrong (redis-py
+    would only fail at the first connection, or quietly use database 0 for a path it cannot read)."""
+    if not url.startswith(("redis://", "rediss://", "unix://", "redis-cluster://")):
+        raise ValueError("must be a redis://, rediss://, unix:// or redis-cluster://host:port[,host:port...] URL")
+    try:
+        if is_cluster_url(url):
+            cluster_nodes(url)
+        else:
+            parse_url(url)
+    except ValueError:
+        raise ValueError("has a port that is not a number from 0 to 65535") from None
+    database = urlsplit(url).path.strip("/")
+    if url.startswith(("redis://", "rediss://")) and database and not database.isdigit():
+        raise ValueError(f"names the database {database!r}: the path must be a database number")
+    return url
+
+
 def cluster_nodes(url: str) -> list[tuple[str, int]]:
     """redis-cluster://host:port[,host:port...] -> [(host, port), ...]"""
     netloc = url[len("redis-cluster://"):].split("/", 1)[0].split("?", 1)[0]

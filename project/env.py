@@ -2,6 +2,8 @@
 `./dev` (tools/stack.py), which runs before Django is set up. A bad value stops the process
 at start with one line naming the variable, instead of misbehaving later."""
 import os
+from collections.abc import Callable
+from typing import Any
 
 
 def env_bool(name: str, default: bool) -> bool:
@@ -9,6 +11,16 @@ def env_bool(name: str, default: bool) -> bool:
     if value is None or value == "":
         return default
     return value.strip().lower() in {"1", "true", "yes", "on"}
+
+
+def env_url(name: str, default: str, parse: Callable[[str], Any]) -> Any:
+    """What `parse` makes of the URL in `name` (empty means the default); `parse` raises
+    ValueError saying what is wrong. The value is not echoed: URLs carry passwords."""
+    value = os.environ.get(name) or default
+    try:
+        return parse(value)
+    except ValueError as exc:
+        raise SystemExit(f"environment variable {name} {exc}") from None
 
 
 def env_int(name: str, default: int, minimum: int | None = None, maximum: int | None = None) -> int:

@@ -5,7 +5,8 @@ from pathlib import Path
 import dj_database_url
 
 from delayqueue.arguments import MAX_AGE_DAYS
-from project.env import env_bool, env_int
+from delayqueue.store import checked_url
+from project.env import env_bool, env_int, env_url
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -56,17 +57,22 @@ TEMPLATES = [
     },
 ]
 
+def postgres_database(url: str) -> dict:
+    try:
+        database = dj_database_url.parse(url, conn_max_age=60)
+    except ValueError:
+        database = {}
+    if database.get("ENGINE") != "django.db.backends.postgresql":
+        raise ValueError("must be a postgres://user:password@host:port/database URL (the message log is PostgreSQL)")
+    return database
+
+
 # The message log. Default matches the PostgreSQL that `./dev run` starts when DATABASE_URL is unset.
-DATABASES = {
-    "default": dj_database_url.parse(
-        os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:15432/delayqueue"),
-        conn_max_age=60,
-    )
-}
+DATABASES = {"default": env_url("DATABASE_URL", "postgres://postgres@127.0.0.1:15432/delayqueue", postgres_database)}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # The live queue. redis://, rediss:// or redis-cluster://host:port[,host:port...].
-REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:16379/0")
+REDIS_URL = env_url("REDIS_URL", "redis://127.0.0.1:16379/0", checked_url)
 
 # django-redis as Django's cache on a single Redis; a cluster deployment keeps the cache per process.
 if REDIS_URL.startswith(("redis://", "rediss://", "unix://")):

@@ -3,8 +3,10 @@ import gc
 import logging
 import signal
 
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
+from redis.exceptions import RedisError
 
+from delayqueue.arguments import non_empty
 from delayqueue.conf import load_config
 from delayqueue.runtime import Runtime
 from delayqueue.scanner import Scanner
@@ -20,11 +22,14 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser):
-        parser.add_argument("--name", help="this scanner's lock token (default host:pid:random)")
+        parser.add_argument("--name", type=non_empty, help="this scanner's lock token (default host:pid:random)")
 
     def handle(self, *args, **options):
         gc.freeze()  # Django's startup objects live as long as the process: no full GC passes over them
-        asyncio.run(self._run(options.get("name")))
+        try:
+            asyncio.run(self._run(options.get("name")))
+        except RedisError as exc:  # once running, a scanner rides out Redis restarts; it cannot start without it
+            raise CommandError(f"redis unavailable: {exc}") from None
 
     async def _run(self, name):
         rt = Runtime(load_config())
