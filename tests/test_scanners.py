@@ -110,3 +110,40 @@ async def test_scanner_precision_single_message(single_rt, start_scanner):
     stats = await rt.redis.hgetall(rt.ns.topic("p").stats)
     [gap] = [int(v) for f, v in stats.items() if f.endswith("readyGap:max")]
     assert gap < 500  # far inside a whole delay: it was not waiting for a coarse tick
+
+
+async def test_a_topic_runs_only_the_scripts_that_have_work_and_all_of_them_on_a_wake(single_rt, start_scanner):
+    """The scripts run on the real Redis; the spy only records which ones each pass ran."""
+    rt = single_rt
+    passes = []
+    run = rt.scripts.run
+
+    async def recording(calls):
+        names = [name for name, keys, _ in calls if keys and keys[0].startswith("dq:{default:s}")]
+        if names and names[0] != "lock_renew":
+            passes.append(names)
+        return await run(calls)
+
+    rt.scripts.run = recording
+    first = await services.send_message(rt, NewMessage(topic="s", msg="x", delay_millis=700))
+    await start_scanner(rt)
+
+    async def ready(message):
+        return (await selectors.get_message(rt, "s", message["msgId"]))["status"] == 2
+
+    await wait_until(lambda: ready(first), timeout=5, interval=0.005, what="the first promotion")
+    everything = ["promote_due", "requeue_timed_out", "expire", "purge_ended"]
+    assert passes[0] == everything  # a new worker looks at everything
+    assert passes[-1] == ["promote_due"]  # woken for the due message: nothing else had work
+    # A send due before anything the topic sleeps towards wakes it through the schedule channel.
+    await services.send_message(rt, NewMessage(topic="s", msg="later", delay_millis=60_000))
+    woken = len(passes)
+    earlier = await services.send_message(rt, NewMessage(topic="s", msg="sooner", delay_millis=300))
+
+    async def woke():
+        return len(passes) > woken
+
+    await wait_until(woke, timeout=2, what="the wake")
+    assert passes[woken] == everything
+    await wait_until(lambda: ready(earlier), timeout=5, interval=0.005, what="the second promotion")
+    assert passes[-1] == ["promote_due"]
