@@ -23,6 +23,7 @@ class TopicKeys:
     stats: str  # HASH "<interval>:<counter>" -> value
     lock: str  # STRING scanner lock token
     events: str  # STREAM lifecycle events waiting for the log writer
+    history: str  # pub/sub channel: the events stream got its first entry (the scripts derive it from `events`)
 
 
 @dataclass(frozen=True)
@@ -35,9 +36,17 @@ class NamespaceKeys:
     health: str  # HASH "<host>:offline" -> 1, "<host>:last_use" -> ms (camellia's health endpoints)
     marker: str  # STRING ms it was set: there for as long as Redis keeps its data
     data_lost: str  # STRING ms a scanner found Redis had lost its data; a full restore deletes it
+    history_pattern: str  # pub/sub pattern matching every topic's history channel
 
     def topic(self, topic: str) -> TopicKeys:
         return topic_keys(self.namespace, topic)
+
+    def topic_of_history(self, channel: str) -> str | None:
+        """The topic whose history channel this is, None for another namespace's."""
+        prefix, suffix = f"dq:{{{self.namespace}:", "}:history"
+        if channel.startswith(prefix) and channel.endswith(suffix):
+            return channel[len(prefix):-len(suffix)]
+        return None
 
 
 @lru_cache(maxsize=65_536)
@@ -45,7 +54,7 @@ def topic_keys(namespace: str, topic: str) -> TopicKeys:
     tag = f"dq:{{{namespace}:{topic}}}:"
     return TopicKeys(
         topic=topic,
-        **{name: tag + name for name in ("waiting", "ready", "inflight", "msgs", "expiry", "ended", "meta", "stats", "lock", "events")},
+        **{name: tag + name for name in ("waiting", "ready", "inflight", "msgs", "expiry", "ended", "meta", "stats", "lock", "events", "history")},
     )
 
 
@@ -61,4 +70,10 @@ def namespace_keys(namespace: str) -> NamespaceKeys:
         health=base + "health",
         marker=base + "marker",
         data_lost=base + "data_lost",
+        history_pattern=f"dq:{{{_glob_escape(namespace)}:*}}:history",
     )
+
+
+def _glob_escape(text: str) -> str:
+    """Literal text inside a Redis PSUBSCRIBE pattern."""
+    return re.sub(r"([*?\[\]\\])", r"\\\1", text)

@@ -3,7 +3,8 @@
 The Lua scripts append an entry per status change to their topic's Redis stream, atomically
 with the change (a restore, one entry for all the messages of a script call); the send path
 writes 'sent' rows itself, with the message row (messagelog.py). The writer reads the streams
-of the topics its scanner holds, inserts the entries as history rows and moves each message
+of the topics its scanner holds that have entries (a script publishes a notice when a stream
+goes from empty to non-empty; every held stream is read every few seconds all the same), inserts the entries as history rows and moves each message
 row's status along, in one transaction, and only then deletes the entries from Redis. A crash
 between commit and delete means the entries are read again: the history insert skips rows it
 already has (unique on the stream entry id) and the status update is idempotent, so nothing is
@@ -11,6 +12,7 @@ lost and nothing is written twice. While Postgres is down the entries wait in Re
 """
 import asyncio
 import logging
+import time
 from dataclasses import dataclass
 
 import orjson
@@ -21,6 +23,9 @@ from .recovery import restorable_statuses
 log = logging.getLogger(__name__)
 
 ERROR_BACKOFF = 1.0
+# Every held stream is read at least this often, notice or not: a safety net only (a lost
+# subscription marks every stream), which bounds what thousands of idle topics cost.
+SWEEP_SECONDS = 5.0
 
 # Rows travel as one JSON document: psycopg dumps array parameters element by element in
 # Python, which cost more than the rest of a drain; PostgreSQL unpacks JSON in C.
@@ -100,6 +105,17 @@ class LogWriter:
         # while the previous one is still being committed. Forgotten after a failure, so what
         # was not committed is read again.
         self._read_up_to: dict[str, str] = {}
+        self._noticed: set[str] = set()  # topics whose streams may hold unread entries
+        self._held: set[str] = set()
+        self._sweep_at = 0.0  # when to read every held stream, noticed or not
+
+    def notice(self, topic: str) -> None:
+        """A script told that the topic's stream got an entry."""
+        self._noticed.add(topic)
+
+    def notice_all(self) -> None:
+        """Notices may have been missed (the subscription was lost): read every stream."""
+        self._sweep_at = 0.0
 
     async def run(self, stopping: asyncio.Event) -> None:
         interval = self.rt.config.log_writer_interval_millis / 1000
@@ -121,6 +137,7 @@ class LogWriter:
                     writing.cancel()  # whatever it did not commit is read again
                     writing = None
                 self._read_up_to.clear()
+                self.notice_all()
                 await self._db.close()
                 delay = ERROR_BACKOFF
             if delay:
@@ -134,15 +151,24 @@ class LogWriter:
 
     async def drain_once(self) -> bool:
         """Reads and writes one batch of every held topic's pending events; True if a stream had more."""
+        self.notice_all()
         batch, full = await self._read()
         if batch:
             await self._write(*batch)
         return full
 
     async def _read(self) -> tuple[tuple[list[Event], dict[str, list[str]]] | None, bool]:
-        topics = list(self.topics())
-        for gone in self._read_up_to.keys() - set(topics):
+        held = set(self.topics())
+        for gone in self._read_up_to.keys() - held:
             del self._read_up_to[gone]
+        taken, self._held = held - self._held, held  # a topic's previous holder may have left entries
+        now = time.monotonic()
+        if now >= self._sweep_at:
+            topics = list(held)
+            self._sweep_at = now + SWEEP_SECONDS
+        else:
+            topics = [t for t in held if t in self._noticed or t in taken]
+        self._noticed.difference_update(topics)  # a notice arriving during the read marks it again
         if not topics:
             return None, False
         count = self.rt.config.log_writer_batch
@@ -166,6 +192,7 @@ class LogWriter:
             if ids:
                 ids_by_topic[topic] = ids
                 self._read_up_to[topic] = ids[-1]
+                self._noticed.add(topic)  # read on until a read finds nothing
         return ((events, ids_by_topic) if events else None), full
 
     async def _write(self, events: list[Event], ids_by_topic: dict[str, list[str]]) -> None:
@@ -173,7 +200,12 @@ class LogWriter:
         pipe = self.rt.redis.pipeline(transaction=False)
         for topic, ids in ids_by_topic.items():
             pipe.xdel(self.rt.ns.topic(topic).events, *ids)
-        await pipe.execute()
+            # An entry added while these were still there sent no notice: read on if one is left.
+            pipe.xlen(self.rt.ns.topic(topic).events)
+        replies = await pipe.execute()
+        for topic, left in zip(ids_by_topic, replies[1::2]):
+            if left:
+                self._noticed.add(topic)
         self.written += len(events)
 
     async def _commit(self, events: list[Event]) -> None:

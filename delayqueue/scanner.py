@@ -312,14 +312,25 @@ class Scanner:
             pubsub = client.pubsub(ignore_subscribe_messages=True)
             try:
                 await pubsub.subscribe(self.rt.ns.schedule_channel)
+                if self.log_writer is not None:
+                    await pubsub.psubscribe(self.rt.ns.history_pattern)
                 if self._subscribed.is_set():
                     for worker in self.workers.values():  # wakes may have been missed
                         worker.wake()
+                    if self.log_writer is not None:
+                        self.log_writer.notice_all()  # and so may notices
                 self._subscribed.set()
                 backoff = 0.05
                 while True:
                     message = await pubsub.get_message(timeout=None)
-                    if message is None or message["type"] != "message":
+                    if message is None:
+                        continue
+                    if message["type"] == "pmessage":
+                        topic = self.rt.ns.topic_of_history(message["channel"])
+                        if topic is not None:
+                            self.log_writer.notice(topic)
+                        continue
+                    if message["type"] != "message":
                         continue
                     topic = message["data"]
                     worker = self.workers.get(topic)

@@ -312,3 +312,58 @@ async def test_a_hung_message_log_answers_sends_with_500_and_enqueues_nothing(si
         assert (await logged("t", after["msgId"]))["msg"] == "after"  # a new connection
     finally:
         await rt.close()
+
+
+@pytest.fixture
+def notices_only(monkeypatch):
+    """Puts the log writer's every-few-seconds read of every held stream out of reach: a history
+    row that comes in can only have come through a script's notice."""
+    from delayqueue import log_writer
+    monkeypatch.setattr(log_writer, "SWEEP_SECONDS", 3600.0)
+
+
+async def scanner_holding(rt, start_scanner, count: int):
+    running = await start_scanner(rt)
+
+    async def all_held():
+        return len(running.scanner.workers) == count
+
+    await wait_until(all_held, what="the scanner to hold every topic")
+    await asyncio.sleep(0.5)  # its first reads of the newly held streams are done
+
+
+async def test_the_log_writer_reads_only_the_streams_a_script_said_got_entries(single_rt, start_scanner, notices_only):
+    """With thousands of topics, reading every held stream every 100 ms cost a scanner most of a core."""
+    rt = single_rt
+    sent = [await services.send_message(rt, NewMessage(topic=f"w{i}", msg="x", delay_millis=60_000)) for i in range(40)]
+    await scanner_holding(rt, start_scanner, 40)
+
+    async def xrange_calls():
+        return (await rt.redis.info("commandstats")).get("cmdstat_xrange", {}).get("calls", 0)
+
+    before = await xrange_calls()
+    await asyncio.sleep(1.0)  # ten writer cycles
+    assert await xrange_calls() == before  # no stream got an entry: none was read
+
+    await services.delete_message(rt, "w7", sent[7]["msgId"], release=False)
+
+    async def deleted_logged():
+        return ("deleted", WAITING, DELETED, 0) in await history("w7", sent[7]["msgId"])
+
+    await wait_until(deleted_logged, timeout=5, what="the deletion's history row")
+    assert await xrange_calls() - before <= 2  # that one stream, read until it was empty
+
+
+async def test_a_notice_reaches_the_log_writer_on_a_cluster_too(rt, start_scanner, notices_only):
+    """The notice is published by a script on the topic's node; the writer's scanner listens on
+    whichever node it subscribed to (on a cluster, pub/sub reaches every node)."""
+    sent = [await services.send_message(rt, NewMessage(topic=f"n{i}", msg="x", delay_millis=0)) for i in range(6)]
+    await scanner_holding(rt, start_scanner, 6)
+    for i in range(6):  # topics spread over the cluster's nodes
+        [pulled], _ = await services.pull_messages(rt, f"n{i}")
+        assert pulled["msgId"] == sent[i]["msgId"]
+
+    async def pulls_logged():
+        return all([("pulled", READY, CONSUMING, 1) in await history(f"n{i}", sent[i]["msgId"]) for i in range(6)])
+
+    await wait_until(pulls_logged, timeout=5, what="the pulls' history rows")

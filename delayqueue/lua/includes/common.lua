@@ -82,10 +82,20 @@ end
 -- change itself; the scanners' log writer drains the stream into PostgreSQL. The stream
 -- entry id (Redis time) is the event's time and its idempotency key; produceTime tells
 -- apart two lives of one msgId.
+-- The log writer reads a stream when told it has entries: one notice as the stream goes from
+-- empty to non-empty is enough, since the writer reads on while entries remain. The channel is
+-- the stream's key with 'history' for 'events' (keys.TopicKeys.history).
+local function notify_writer()
+  if redis.call('XLEN', EVENTS) == 1 then
+    redis.call('PUBLISH', string.sub(EVENTS, 1, -7) .. 'history', '')
+  end
+end
+
 local function log_event(id, m, from, reason)
   if ACTOR ~= '' then
     redis.call('XADD', EVENTS, '*', 'i', id, 'f', from, 't', m.status, 'r', m.retry,
       'p', m.produceTime, 'w', reason, 'a', ACTOR)
+    notify_writer()
   end
 end
 
@@ -96,6 +106,7 @@ end
 local function log_events(changes, from, reason)
   if ACTOR ~= '' and #changes > 0 then
     redis.call('XADD', EVENTS, '*', 'b', cjson.encode(changes), 'f', from, 'w', reason, 'a', ACTOR)
+    notify_writer()
   end
 end
 
