@@ -3,7 +3,7 @@
 The event loop's own timers end in epoll, whose timeout is whole milliseconds rounded up: a
 sleep until a message's due time ends on average half a millisecond late, most of what a
 promotion is late by. This timer thread waits on a condition variable (microsecond timeouts)
-and hands each wake to the loop, whose self-pipe wakes epoll at once.
+and hands what fell due to the loop, whose self-pipe wakes epoll at once.
 """
 import asyncio
 import heapq
@@ -11,6 +11,11 @@ import itertools
 import threading
 import time
 from collections.abc import Callable
+
+
+def _run_all(callbacks: list[Callable[[], None]]) -> None:
+    for callback in callbacks:
+        callback()
 
 
 class PreciseTimer:
@@ -37,13 +42,18 @@ class PreciseTimer:
                 if not self._heap:
                     self._cond.wait()
                     continue
-                delay = self._heap[0][0] - time.monotonic()
+                now = time.monotonic()
+                delay = self._heap[0][0] - now
                 if delay > 0:
                     self._cond.wait(delay)
                     continue
-                callback = heapq.heappop(self._heap)[2]
+                # Everything due goes to the loop in one hand-over: thousands of topics falling
+                # due at once cost one wake of the loop, not one each.
+                due = []
+                while self._heap and self._heap[0][0] <= now:
+                    due.append(heapq.heappop(self._heap)[2])
                 try:
-                    self._loop.call_soon_threadsafe(callback)
+                    self._loop.call_soon_threadsafe(_run_all, due)
                 except RuntimeError:  # the loop is closed: nothing left to wake
                     return
 

@@ -3,6 +3,7 @@ import gc
 import logging
 import signal
 
+import uvloop
 from django.core.management.base import BaseCommand, CommandError
 from redis.exceptions import RedisError
 
@@ -27,7 +28,7 @@ class Command(BaseCommand):
     def handle(self, *args, **options):
         gc.freeze()  # Django's startup objects live as long as the process: no full GC passes over them
         try:
-            asyncio.run(self._run(options.get("name")))
+            uvloop.run(self._run(options.get("name")))  # the event loop uvicorn serves the API on
         except RedisError as exc:  # once running, a scanner rides out Redis restarts; it cannot start without it
             raise CommandError(f"redis unavailable: {exc}") from None
 
