@@ -4,8 +4,9 @@ The Lua scripts append an entry per status change to their topic's Redis stream,
 with the change (a restore, one entry for all the messages of a script call); the send path
 writes 'sent' rows itself, with the message row (messagelog.py). The writer reads the streams
 of the topics its scanner holds that have entries (a script publishes a notice when a stream
-goes from empty to non-empty; every held stream is read every few seconds all the same), inserts the entries as history rows and moves each message
-row's status along, in one transaction, and only then deletes the entries from Redis. A crash
+goes from empty to non-empty; every held stream is read every few seconds all the same),
+inserts the entries as history rows and moves each message row's status along, in one
+transaction, and only then deletes the entries from Redis. A crash
 between commit and delete means the entries are read again: the history insert skips rows it
 already has (unique on the stream entry id) and the status update is idempotent, so nothing is
 lost and nothing is written twice. While Postgres is down the entries wait in Redis.

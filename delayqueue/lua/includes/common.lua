@@ -78,10 +78,6 @@ local function is_live(m)
   return m.status == 1 or m.status == 2 or m.status == 3
 end
 
--- Records one status change in the topic's event stream, in the same atomic step as the
--- change itself; the scanners' log writer drains the stream into PostgreSQL. The stream
--- entry id (Redis time) is the event's time and its idempotency key; produceTime tells
--- apart two lives of one msgId.
 -- The log writer reads a stream when told it has entries: one notice as the stream goes from
 -- empty to non-empty is enough, since the writer reads on while entries remain. The channel is
 -- the stream's key with 'history' for 'events' (keys.TopicKeys.history).
@@ -91,6 +87,10 @@ local function notify_writer()
   end
 end
 
+-- Records one status change in the topic's event stream, in the same atomic step as the
+-- change itself; the scanners' log writer drains the stream into PostgreSQL. The stream
+-- entry id (Redis time) is the event's time and its idempotency key; produceTime tells
+-- apart two lives of one msgId.
 local function log_event(id, m, from, reason)
   if ACTOR ~= '' then
     redis.call('XADD', EVENTS, '*', 'i', id, 'f', from, 't', m.status, 'r', m.retry,
