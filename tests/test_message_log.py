@@ -367,3 +367,18 @@ async def test_a_notice_reaches_the_log_writer_on_a_cluster_too(rt, start_scanne
         return all([("pulled", READY, CONSUMING, 1) in await history(f"n{i}", sent[i]["msgId"]) for i in range(6)])
 
     await wait_until(pulls_logged, timeout=5, what="the pulls' history rows")
+
+
+async def test_entries_whose_notice_was_missed_are_written_by_the_safety_read(single_rt, start_scanner, monkeypatch):
+    from delayqueue import keys, log_writer
+    monkeypatch.setattr(log_writer, "SWEEP_SECONDS", 0.5)
+    monkeypatch.setattr(keys.NamespaceKeys, "topic_of_history", lambda self, channel: None)  # every notice lost
+    rt = single_rt
+    sent = await services.send_message(rt, NewMessage(topic="m", msg="x", delay_millis=0))
+    await scanner_holding(rt, start_scanner, 1)
+    await services.pull_messages(rt, "m")
+
+    async def pull_logged():
+        return ("pulled", READY, CONSUMING, 1) in await history("m", sent["msgId"])
+
+    await wait_until(pull_logged, timeout=5, what="the pull's history row")
