@@ -1,5 +1,6 @@
 """Every state transition of the Lua layer, on a single Redis and on a 3-master Redis Cluster."""
 import asyncio
+import uuid
 
 import pytest
 
@@ -27,6 +28,22 @@ async def test_send_due_now_is_ready_with_defaults(rt):
     assert m["maxRetry"] == rt.config.max_retry
     assert await sizes(rt) == (0, 1, 0)
     assert await selectors.list_topics(rt) == ["t"]
+
+
+async def test_generated_msg_ids_are_uuid7_in_time_order(rt):
+    """A UUID without its dashes, as camellia's, and version 7: its first 48 bits are the
+    produceTime, so ids sort by the millisecond they were made in."""
+    sent = []
+    for _ in range(3):
+        sent += await services.send_messages(rt, [NewMessage(topic="t", msg=str(i), delay_millis=0) for i in range(50)])
+        await asyncio.sleep(0.002)
+    ids = [m["msgId"] for m in sent]
+    assert len(set(ids)) == 150
+    for m in sent:
+        parsed = uuid.UUID(m["msgId"])
+        assert parsed.hex == m["msgId"] and parsed.version == 7 and parsed.variant == uuid.RFC_4122
+        assert int(m["msgId"][:12], 16) == m["produceTime"]
+    assert [m["produceTime"] for m in sorted(sent, key=lambda m: m["msgId"])] == sorted(m["produceTime"] for m in sent)
 
 
 async def test_send_delayed_is_waiting_and_defaults_follow_the_le_zero_rules(rt):
