@@ -97,14 +97,21 @@ class LoggedMessage:
 
 
 _COLUMNS = "namespace, topic, msg_id, payload, produce_time, trigger_time, expire_time, max_retry, retry, status, updated_at"
+
+
+def _time(millis: str) -> str:
+    """SQL for epoch milliseconds as a timestamptz. Float division: the same value as numeric
+    division (both round to the nearest double, to_timestamp to the microsecond), for less."""
+    return f"to_timestamp({millis} / 1000.0::float8)"
+
+
 # Rows travel as one JSON document: psycopg dumps array parameters element by element in
 # Python, which cost more than the statement itself; PostgreSQL unpacks JSON in C.
+_ROWS = "json_to_recordset(%s::json) AS u(ns text, t text, i text, p text, pt int8, tt int8, et int8, mr int4, r int4, s int2)"
 _UPSERT = f"""
 INSERT INTO {MESSAGE_TABLE} ({_COLUMNS})
-SELECT ns, t, i, p, to_timestamp(pt / 1000.0), to_timestamp(tt / 1000.0), to_timestamp(et / 1000.0),
-       mr, r, s, to_timestamp(pt / 1000.0)
-FROM json_to_recordset(%s::json)
-     AS u(ns text, t text, i text, p text, pt int8, tt int8, et int8, mr int4, r int4, s int2)
+SELECT ns, t, i, p, {_time("pt")}, {_time("tt")}, {_time("et")}, mr, r, s, {_time("pt")}
+FROM {_ROWS}
 ON CONFLICT (namespace, topic, msg_id) DO UPDATE SET
     payload = EXCLUDED.payload, produce_time = EXCLUDED.produce_time, trigger_time = EXCLUDED.trigger_time,
     expire_time = EXCLUDED.expire_time, max_retry = EXCLUDED.max_retry, retry = EXCLUDED.retry,
@@ -124,6 +131,20 @@ _DELETE_SENT = f"""DELETE FROM {EVENT_TABLE} e USING u
     WHERE e.namespace = u.ns AND e.topic = u.t AND e.msg_id = u.i AND e.event_id = {_sent_id("u.pt")}"""
 _KEYS_JSON = "SELECT * FROM json_to_recordset(%s::json) AS u(ns text, t text, i text, pt int8)"
 
+# Messages whose msgIds the log does not hold, with their 'sent' rows: plain INSERTs, so one
+# msgId the log holds fails the whole statement on the unique key, and MessageLog sends the
+# rows again through _RECORD, which decides row by row. ON CONFLICT costs every row a
+# speculative insertion, a sixth of the statement (docs/benchmarks.md), for the rare resend.
+_INSERT_NEW = f"""
+WITH u AS MATERIALIZED (
+    SELECT ns, t, i, p, pt, {_time("pt")} AS produced, tt, et, mr, r, s FROM {_ROWS}
+), messages AS (
+    INSERT INTO {MESSAGE_TABLE} ({_COLUMNS})
+    SELECT ns, t, i, p, produced, {_time("tt")}, {_time("et")}, mr, r, s, produced FROM u
+)
+{_INSERT_SENT}
+SELECT ns, t, i, {_sent_id("pt")}, produced, 0, s, 0, 'sent', %s, %s FROM u
+"""
 # A send replaces a logged message only when that one is over; a live one is a duplicate
 # that Redis will answer with the stored message.
 _RECORD = f"""
@@ -143,14 +164,14 @@ _OVERWRITE = _UPSERT + "RETURNING topic, msg_id"
 _FORGET = f"""
 WITH u AS ({_KEYS_JSON}), unsent AS ({_DELETE_SENT})
 DELETE FROM {MESSAGE_TABLE} m USING u
-WHERE m.namespace = u.ns AND m.topic = u.t AND m.msg_id = u.i AND m.produce_time = to_timestamp(u.pt / 1000.0)
+WHERE m.namespace = u.ns AND m.topic = u.t AND m.msg_id = u.i AND m.produce_time = {_time("u.pt")}
 """
 # Where Redis decided otherwise than the log expected: 'sent' rows of sends Redis answered with
 # an older live message go; sends Redis took get theirs, with the status Redis gave them.
 _CORRECT_SENT = f"""
 WITH u AS ({_KEYS_JSON}), unsent AS ({_DELETE_SENT})
 {_INSERT_SENT}
-SELECT ns, t, i, {_sent_id("pt")}, to_timestamp(pt / 1000.0), 0, s, 0, 'sent', %s, %s
+SELECT ns, t, i, {_sent_id("pt")}, {_time("pt")}, 0, s, 0, 'sent', %s, %s
 FROM json_to_recordset(%s::json) AS n(ns text, t text, i text, pt int8, s int2)
 ON CONFLICT (namespace, topic, msg_id, event_id) DO UPDATE SET to_status = EXCLUDED.to_status
 """
@@ -176,12 +197,16 @@ class MessageLog:
     is who the 'sent' history rows name; `timeout_millis` bounds each statement."""
 
     MAX_ROWS = 5000
+    # After a group whose plain INSERT met a logged msgId, this many go straight to _RECORD:
+    # a producer that resends msgIds then wastes one statement in this many, not every other.
+    UPSERTS_AFTER_CONFLICT = 100
 
     def __init__(self, actor: str, timeout_millis: int):
         self._process, _, self._host = actor.rpartition("@")
         self._db = LogConnection(timeout_millis)
         self._pending: list[_Request] = []
         self._flusher: asyncio.Task | None = None
+        self._upserts_left = 0
 
     async def record(self, rows: list[LoggedMessage]) -> list[bool]:
         """Writes new messages and their 'sent' history rows; True per row the log now holds as
@@ -251,8 +276,18 @@ class MessageLog:
 
     async def _write(self, rows: list[LoggedMessage], overwrite: bool) -> set[tuple[str, str]]:
         async with self._db.use() as conn:
-            params = [_rows_json(rows)] if overwrite else [_rows_json(rows), self._process, self._host]
-            cursor = await conn.execute(_OVERWRITE if overwrite else _RECORD, params)
+            if overwrite:
+                cursor = await conn.execute(_OVERWRITE, [_rows_json(rows)])
+                return {tuple(row) for row in await cursor.fetchall()}
+            params = [_rows_json(rows), self._process, self._host]
+            if self._upserts_left == 0:
+                try:
+                    await conn.execute(_INSERT_NEW, params)
+                    return {row.key for row in rows}
+                except psycopg.errors.UniqueViolation:  # the statement left nothing behind
+                    self._upserts_left = self.UPSERTS_AFTER_CONFLICT
+            self._upserts_left -= 1
+            cursor = await conn.execute(_RECORD, params)
             return {tuple(row) for row in await cursor.fetchall()}
 
     async def close(self) -> None:

@@ -9,7 +9,7 @@ from redis.exceptions import RedisError
 
 from delayqueue import recovery, selectors, services
 from delayqueue.log_writer import Event, LogWriter
-from delayqueue.messagelog import LogUnavailable
+from delayqueue.messagelog import LogUnavailable, MessageLog
 from delayqueue.messages import ACKED, CONSUMING, DELETED, EXHAUSTED, EXPIRED, READY, WAITING
 from delayqueue.services import NewMessage
 
@@ -162,6 +162,29 @@ async def test_a_batch_naming_one_msgid_twice_logs_the_first(single_rt):
     assert (await logged("t", "same"))["msg"] == "a"
     assert (await query("SELECT count(*) FROM delayqueue_message"))[0][0] == 2
     assert await history("t", "same") == [("sent", 0, READY, 0)]
+
+
+async def test_a_batch_with_a_logged_msgid_logs_the_new_ones_once_and_leaves_that_one(single_rt, monkeypatch):
+    """New messages go in as plain INSERTs; a msgId the log holds fails that statement, and the
+    rows go again through the upsert, which decides row by row (and so do the next groups, for
+    UPSERTS_AFTER_CONFLICT statements, after which plain INSERTs come back)."""
+    rt = single_rt
+    monkeypatch.setattr(MessageLog, "UPSERTS_AFTER_CONFLICT", 2)
+    first = await services.send_message(rt, NewMessage(topic="t", msg="first", delay_millis=60_000, msg_id="dup"))
+    for round_ in range(4):  # the conflict, upserts only, then plain INSERTs again
+        # The logged msgId last: the plain INSERT has written the others when it meets it.
+        batch = [NewMessage(topic="t", msg=f"new{round_}-{i}", delay_millis=0, msg_id=f"n{round_}-{i}")
+                 for i in range(3)] + [NewMessage(topic="t", msg="again", delay_millis=0, msg_id="dup")]
+        results = await services.send_messages(rt, batch)
+        assert results[-1] == first
+        for i, result in enumerate(results[:3]):
+            assert result["msg"] == f"new{round_}-{i}" and result["status"] == READY
+            assert await logged("t", f"n{round_}-{i}") == as_logged(result)
+            assert await history("t", f"n{round_}-{i}") == [("sent", 0, READY, 0)]
+    assert await logged("t", "dup") == as_logged(first)
+    assert await history("t", "dup") == [("sent", 0, WAITING, 0)]
+    assert (await query("SELECT count(*) FROM delayqueue_message"))[0][0] == 13
+    assert (await query("SELECT count(*) FROM delayqueue_messageevent"))[0][0] == 13
 
 
 async def test_postgres_down_means_500_and_nothing_in_redis(api, single_rt, postgres):
