@@ -219,11 +219,21 @@ def _as_error(reply):
     return reply
 
 
+class _Submitted:
+    """Commands written together, and the future of their replies, resolved with the last."""
+
+    __slots__ = ("future", "count", "replies")
+
+    def __init__(self, future: asyncio.Future, count: int):
+        self.future, self.count, self.replies = future, count, []
+
+
 class _ReplyProtocol(asyncio.Protocol):
-    """One Redis connection answering in order: each reply resolves the oldest waiting future.
-    Commands are written when submitted (a batch in one write). Gathering a loop turn's calls
-    into one write saved system calls but made each call wait for the next loop turn, which
-    under load comes a millisecond or more later (docs/benchmarks.md).
+    """One Redis connection answering in order: replies fill the oldest submission, whose
+    future resolves with all of them at its last (one future per batch of 100 sends, not one
+    per call). Commands are written when submitted (a batch in one write). Gathering a loop
+    turn's calls into one write saved system calls but made each call wait for the next loop
+    turn, which under load comes a millisecond or more later (docs/benchmarks.md).
 
     A watchdog looks every quarter of `timeout`: when calls have waited and nothing has come
     back for `timeout` seconds, they fail with redis' TimeoutError and the connection is
@@ -232,7 +242,7 @@ class _ReplyProtocol(asyncio.Protocol):
 
     def __init__(self, timeout: float):
         self.reader = hiredis.Reader(encoding="utf-8", replyError=ResponseError, protocolError=InvalidResponse)
-        self.waiting: collections.deque[asyncio.Future] = collections.deque()
+        self.waiting: collections.deque[_Submitted] = collections.deque()
         self.transport = None
         self.loop = None
         self.lost = False
@@ -240,15 +250,15 @@ class _ReplyProtocol(asyncio.Protocol):
         self._heard_at = 0.0  # loop time of the last reply, or of a call made while none waited
         self._watchdog: asyncio.TimerHandle | None = None
 
-    def submit(self, commands: list[bytes]) -> list[asyncio.Future]:
-        """Writes the commands (one write); a future per reply."""
+    def submit(self, commands: list[bytes]) -> asyncio.Future:
+        """Writes the commands (one write); the future of their replies, in order."""
         if not self.waiting:
             self._heard_at = self.loop.time()  # the silence a watchdog counts starts now
-        futures = [self.loop.create_future() for _ in commands]
-        self.waiting.extend(futures)
-        if not self.lost:  # else connection_lost has failed the waiting futures
+        future = self.loop.create_future()
+        self.waiting.append(_Submitted(future, len(commands)))
+        if not self.lost:  # else connection_lost has failed the waiting submissions
             self.transport.write(b"".join(commands) if len(commands) > 1 else commands[0])
-        return futures
+        return future
 
     def connection_made(self, transport):
         self.transport = transport
@@ -267,9 +277,12 @@ class _ReplyProtocol(asyncio.Protocol):
         self.reader.feed(data)
         try:
             while (reply := self.reader.gets()) is not False:
-                future = self.waiting.popleft()
-                if not future.done():
-                    future.set_result(reply)
+                oldest = self.waiting[0]
+                oldest.replies.append(reply)
+                if len(oldest.replies) == oldest.count:
+                    self.waiting.popleft()
+                    if not oldest.future.done():
+                        oldest.future.set_result(oldest.replies)
         except InvalidResponse as exc:
             self.transport.close()
             self._fail(RedisConnectionError(f"bad reply from Redis: {exc}"))
@@ -282,7 +295,7 @@ class _ReplyProtocol(asyncio.Protocol):
     def _fail(self, error: Exception) -> None:
         self.lost = True
         while self.waiting:
-            future = self.waiting.popleft()
+            future = self.waiting.popleft().future
             if not future.done():
                 future.set_exception(error)
 
@@ -319,20 +332,16 @@ class DirectScriptRunner(ScriptRunner):
             protocol = self._protocol
             if protocol is None or protocol.lost:
                 protocol = await self._connect()
-            futures = protocol.submit(commands)
+            future = protocol.submit(commands)
             try:
-                results = []  # a loop, not a comprehension: one with await builds a coroutine per call
-                for future in futures:
-                    results.append(_as_error(await future))
-                return results
+                return [_as_error(reply) for reply in await future]
             except BaseException as exc:
                 # Failed with the connection, or abandoned (cancelled caller): nobody else will
-                # look at these, so their errors must not be left unretrieved.
-                for future in futures:
-                    if not future.done():
-                        future.cancel()
-                    elif not future.cancelled():
-                        future.exception()
+                # look at it, so its error must not be left unretrieved.
+                if not future.done():
+                    future.cancel()
+                elif not future.cancelled():
+                    future.exception()
                 if attempt == 2 or not isinstance(exc, RedisConnectionError):
                     raise
 
@@ -360,8 +369,8 @@ class DirectScriptRunner(ScriptRunner):
             if opts.get("db"):
                 setup.append(("SELECT", opts["db"]))
             for command in setup:
-                [answer] = protocol.submit([hiredis.pack_command(command)])
-                if isinstance(reply := await answer, ResponseError):
+                [reply] = await protocol.submit([hiredis.pack_command(command)])
+                if isinstance(reply, ResponseError):
                     protocol.transport.close()
                     raise RedisConnectionError(f"Redis refused {command[0]}: {reply}")
             self._protocol = protocol
