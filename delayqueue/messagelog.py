@@ -7,6 +7,7 @@ number of Postgres round trips grows with time, not with messages.
 """
 import asyncio
 import contextlib
+from collections.abc import Set
 from dataclasses import dataclass
 
 import orjson
@@ -188,6 +189,7 @@ def _rows_json(rows: list[LoggedMessage]) -> str:
 @dataclass
 class _Request:
     rows: list[LoggedMessage]
+    keys: Set[tuple[str, str]]  # of the rows, distinct: worked out once per request
     overwrite: bool
     future: asyncio.Future
 
@@ -215,12 +217,16 @@ class MessageLog:
         first: dict[tuple[str, str], int] = {}
         for i, row in enumerate(rows):
             first.setdefault(row.key, i)
-        written = await self._submit([rows[i] for i in first.values()], overwrite=False)
-        return [row.key in written and first[row.key] == i for i, row in enumerate(rows)]
+        written = await self._submit([rows[i] for i in first.values()], first.keys(), overwrite=False)
+        logged = [False] * len(rows)
+        for key, i in first.items():
+            logged[i] = key in written
+        return logged
 
     async def overwrite(self, rows: list[LoggedMessage]) -> None:
         """Makes the log hold exactly these rows (what Redis answered a send with)."""
-        await self._submit(list({row.key: row for row in rows}.values()), overwrite=True)
+        by_key = {row.key: row for row in rows}
+        await self._submit(list(by_key.values()), by_key.keys(), overwrite=True)
 
     async def forget(self, rows: list[LoggedMessage]) -> None:
         """Removes rows (and their 'sent' history) this process wrote for sends that Redis then
@@ -233,38 +239,38 @@ class MessageLog:
         async with self._db.use() as conn:
             await conn.execute(_CORRECT_SENT, [_rows_json(unsent), self._process, self._host, _rows_json(sent)])
 
-    def _submit(self, rows: list[LoggedMessage], overwrite: bool) -> asyncio.Future:
+    def _submit(self, rows: list[LoggedMessage], keys: Set[tuple[str, str]], overwrite: bool) -> asyncio.Future:
         """Queues rows with distinct keys; resolves to the keys the statement wrote."""
         future = asyncio.get_running_loop().create_future()
         if not rows:
             future.set_result(set())
             return future
-        self._pending.append(_Request(rows, overwrite, future))
+        self._pending.append(_Request(rows, keys, overwrite, future))
         if self._flusher is None or self._flusher.done():
             self._flusher = asyncio.ensure_future(self._flush())
         return future
 
-    def _take_batch(self) -> list[_Request]:
-        """Pending requests of the first one's kind whose keys do not clash: one statement may
-        touch a row only once."""
+    def _take_batch(self) -> tuple[list[_Request], set[tuple[str, str]]]:
+        """Pending requests of the first one's kind whose keys do not clash (one statement may
+        touch a row only once), and their keys."""
         kind = self._pending[0].overwrite
         batch, keys, rest, size = [], set(), [], 0
         for request in self._pending:
-            request_keys = {row.key for row in request.rows}
-            if request.overwrite == kind and size < self.MAX_ROWS and not keys & request_keys:
+            if request.overwrite == kind and size < self.MAX_ROWS and keys.isdisjoint(request.keys):
                 batch.append(request)
-                keys |= request_keys
+                keys.update(request.keys)
                 size += len(request.rows)
             else:
                 rest.append(request)
         self._pending = rest
-        return batch
+        return batch, keys
 
     async def _flush(self) -> None:
         while self._pending:
-            batch = self._take_batch()
+            batch, keys = self._take_batch()
             try:
-                written = await self._write([row for request in batch for row in request.rows], batch[0].overwrite)
+                written = await self._write([row for request in batch for row in request.rows], keys,
+                                            batch[0].overwrite)
             except LogUnavailable as exc:
                 for request in batch:
                     if not request.future.done():
@@ -274,7 +280,8 @@ class MessageLog:
                 if not request.future.done():
                     request.future.set_result(written)
 
-    async def _write(self, rows: list[LoggedMessage], overwrite: bool) -> set[tuple[str, str]]:
+    async def _write(self, rows: list[LoggedMessage], keys: set[tuple[str, str]],
+                     overwrite: bool) -> set[tuple[str, str]]:
         async with self._db.use() as conn:
             if overwrite:
                 cursor = await conn.execute(_OVERWRITE, [_rows_json(rows)])
@@ -283,7 +290,7 @@ class MessageLog:
             if self._upserts_left == 0:
                 try:
                     await conn.execute(_INSERT_NEW, params)
-                    return {row.key for row in rows}
+                    return keys
                 except psycopg.errors.UniqueViolation:  # the statement left nothing behind
                     self._upserts_left = self.UPSERTS_AFTER_CONFLICT
             self._upserts_left -= 1
