@@ -231,9 +231,14 @@ class _Submitted:
 class _ReplyProtocol(asyncio.Protocol):
     """One Redis connection answering in order: replies fill the oldest submission, whose
     future resolves with all of them at its last (one future per batch of 100 sends, not one
-    per call). Commands are written when submitted (a batch in one write). Gathering a loop
-    turn's calls into one write saved system calls but made each call wait for the next loop
-    turn, which under load comes a millisecond or more later (docs/benchmarks.md).
+    per call).
+
+    The first submission of an event-loop turn is written at once; those that follow in the
+    same turn are written together when the turn ends. Each write wakes Redis on the other
+    core, which costs this machine's kernel about 20 us: a sendMsg under load spent a quarter
+    of its CPU there (docs/benchmarks.md). A call that is alone in its turn waits for nothing;
+    one that has company waits at most for the rest of the turn. Writing every call at the
+    turn's end instead made the first wait too, which held polls' send latency paid for.
 
     A watchdog looks every quarter of `timeout`: when calls have waited and nothing has come
     back for `timeout` seconds, they fail with redis' TimeoutError and the connection is
@@ -249,16 +254,30 @@ class _ReplyProtocol(asyncio.Protocol):
         self.timeout = timeout
         self._heard_at = 0.0  # loop time of the last reply, or of a call made while none waited
         self._watchdog: asyncio.TimerHandle | None = None
+        self._held: list[bytes] | None = None  # this turn's commands after its first write
 
     def submit(self, commands: list[bytes]) -> asyncio.Future:
-        """Writes the commands (one write); the future of their replies, in order."""
+        """Writes the commands (now, or with the rest of this loop turn's); the future of
+        their replies, in order."""
+        future = self.loop.create_future()
+        if self.lost:
+            future.set_exception(RedisConnectionError("connection to Redis lost"))
+            return future
         if not self.waiting:
             self._heard_at = self.loop.time()  # the silence a watchdog counts starts now
-        future = self.loop.create_future()
         self.waiting.append(_Submitted(future, len(commands)))
-        if not self.lost:  # else connection_lost has failed the waiting submissions
+        if self._held is None:
             self.transport.write(b"".join(commands) if len(commands) > 1 else commands[0])
+            self._held = []
+            self.loop.call_soon(self._write_held)
+        else:
+            self._held.extend(commands)
         return future
+
+    def _write_held(self) -> None:
+        held, self._held = self._held, None
+        if held and not self.lost:
+            self.transport.write(b"".join(held))
 
     def connection_made(self, transport):
         self.transport = transport

@@ -49,3 +49,38 @@ async def test_script_sources_inline_their_includes():
     for script in store.SCRIPTS.values():
         assert not store._INCLUDE.search(script.source), script.name
     assert "local function end_message" in store.SCRIPTS["pull"].source
+
+
+class WriteRecorder:
+    """Stands in for the script connection's transport, keeping what each write carried."""
+
+    def __init__(self, transport):
+        self.transport, self.writes = transport, []
+
+    def write(self, data):
+        self.writes.append(data)
+        self.transport.write(data)
+
+    def __getattr__(self, name):
+        return getattr(self.transport, name)
+
+
+async def test_a_loop_turns_calls_go_in_two_writes_the_first_at_once(single_rt):
+    """Each write wakes Redis: the first call of a turn is written at once (it waits for
+    nothing), the others of that turn together when it ends, and every caller gets its own reply."""
+    rt = single_rt
+    await rt.call(*send_call(rt, "warm-up"))  # connected
+    protocol = rt.scripts._protocol
+    recorder = protocol.transport = WriteRecorder(protocol.transport)
+    lone = protocol.submit([store._evalsha(*send_call(rt, "lone"))])
+    assert len(recorder.writes) == 1  # before the loop had a turn
+    assert (await lone)[0][0] == 1
+    recorder.writes.clear()
+    now = _now_millis()
+    rows = [_prepare(rt, NewMessage(topic="t", msg=f"m{i}", delay_millis=60_000, msg_id=f"turn{i}"), now)
+            for i in range(10)]
+    calls = [asyncio.ensure_future(rt.call(*_send_call(rt, row))) for row in rows]  # all start in one turn
+    assert all(r[0] == 1 for r in await asyncio.gather(*calls))
+    assert [data.count(b"EVALSHA") for data in recorder.writes] == [1, 9]
+    again = await asyncio.gather(*[rt.call(*_send_call(rt, row)) for row in reversed(rows)])
+    assert [decode_message(r[1])["msgId"] for r in again] == [row.msg_id for row in reversed(rows)]
