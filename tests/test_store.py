@@ -65,9 +65,10 @@ class WriteRecorder:
         return getattr(self.transport, name)
 
 
-async def test_a_loop_turns_calls_go_in_two_writes_the_first_at_once(single_rt):
+async def test_a_loop_turns_calls_share_writes_the_first_written_at_once(single_rt):
     """Each write wakes Redis: the first call of a turn is written at once (it waits for
-    nothing), the others of that turn together when it ends, and every caller gets its own reply."""
+    nothing), the others of that turn HELD_CALLS_MAX at a time and the rest when it ends, a
+    pipeline at once with the calls held before it; every caller gets its own reply."""
     rt = single_rt
     await rt.call(*send_call(rt, "warm-up"))  # connected
     protocol = rt.scripts._protocol
@@ -81,6 +82,12 @@ async def test_a_loop_turns_calls_go_in_two_writes_the_first_at_once(single_rt):
             for i in range(10)]
     calls = [asyncio.ensure_future(rt.call(*_send_call(rt, row))) for row in rows]  # all start in one turn
     assert all(r[0] == 1 for r in await asyncio.gather(*calls))
-    assert [data.count(b"EVALSHA") for data in recorder.writes] == [1, 9]
-    again = await asyncio.gather(*[rt.call(*_send_call(rt, row)) for row in reversed(rows)])
-    assert [decode_message(r[1])["msgId"] for r in again] == [row.msg_id for row in reversed(rows)]
+    assert [data.count(b"EVALSHA") for data in recorder.writes] == [1, store.HELD_CALLS_MAX, 9 - store.HELD_CALLS_MAX]
+    recorder.writes.clear()
+    # Sent again, each is a duplicate answered with the stored message: its own, by its msgId.
+    first, second = (protocol.submit([store._evalsha(*_send_call(rt, row))]) for row in rows[:2])
+    assert len(recorder.writes) == 1  # the second is held
+    pipeline = protocol.submit([store._evalsha(*_send_call(rt, row)) for row in rows[2:]])
+    assert [data.count(b"EVALSHA") for data in recorder.writes] == [1, 1 + 8]  # at once, after the held one
+    again = [*await first, *await second, *await pipeline]
+    assert [decode_message(r[1])["msgId"] for r in again] == [row.msg_id for row in rows]
