@@ -47,13 +47,15 @@ def main():
         for log in servers:  # warm-up
             wrk(urls[log] + API + "sendMsg", 2, args.connections, single)
         # Every phase starts on an empty Redis, so neither side pays for the other's messages.
-        for _ in range(args.rounds):
+        for round_ in range(1, args.rounds + 1):
             for kind, (endpoint, body, per_request, loads) in kinds.items():
                 for load in loads:
                     for log in servers:
                         empty_redis(env["REDIS_URL"])
                         rates[kind, log, load].append(
                             wrk(urls[log] + API + endpoint, args.seconds, load, body) * per_request)
+                    print(f"round {round_}: {kind} at {load} connections, log on "
+                          f"{rates[kind, 'on', load][-1]:.0f} / off {rates[kind, 'off', load][-1]:.0f} msg/s", flush=True)
     print(f"medians of {args.rounds} interleaved rounds of {args.seconds} s")
     for kind, goal in (("single", 0.6), ("batch", 0.8)):
         low, high = kinds[kind][3]
