@@ -135,7 +135,7 @@ _KEYS_JSON = "SELECT * FROM json_to_recordset(%s::json) AS u(ns text, t text, i 
 # Messages whose msgIds the log does not hold, with their 'sent' rows: plain INSERTs, so one
 # msgId the log holds fails the whole statement on the unique key, and MessageLog sends the
 # rows again through _RECORD, which decides row by row. ON CONFLICT costs every row a
-# speculative insertion, a sixth of the statement (docs/benchmarks.md), for the rare resend.
+# speculative insertion, a seventh of the statement (docs/benchmarks.md), for the rare resend.
 _INSERT_NEW = f"""
 WITH u AS MATERIALIZED (
     SELECT ns, t, i, p, pt, {_time("pt")} AS produced, tt, et, mr, r, s FROM {_ROWS}

@@ -27,19 +27,19 @@ class NewMessage:
     max_retry: int = -1
 
 
+_LOW_62 = (1 << 62) - 1
+
+
 def _new_msg_id(produce_time: int) -> str:
     """A version 7 UUID (RFC 9562) in 32 hex digits, as camellia's dashless UUIDs: the
     millisecond first, then 74 random bits. Ids made in time order go in at the right-hand end
     of the message log's msgId indexes instead of at random pages, which costs PostgreSQL a
-    fifth less per logged send and does not grow with the log (docs/benchmarks.md). Ids must be
+    quarter less per logged send and does not grow with the log (docs/benchmarks.md). Ids must be
     unique, not secret (the API that acks by id is open to every client): the Mersenne Twister
     is enough, and unlike os.urandom makes no system call per id. Python reseeds it in a forked
     child, so worker processes do not repeat ids."""
     rand = random.getrandbits(74)
     return f"{produce_time << 80 | 0x7 << 76 | (rand >> 62) << 64 | 0b10 << 62 | rand & _LOW_62:032x}"
-
-
-_LOW_62 = (1 << 62) - 1
 
 
 def _now_millis() -> int:
