@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import orjson
 
-from .messagelog import EVENT_TABLE, MESSAGE_TABLE, LogConnection, first_line
+from .messagelog import EVENT_TABLE, MESSAGE_TABLE, LogConnection, first_line, sql_time
 from .recovery import restorable_statuses
 
 log = logging.getLogger(__name__)
@@ -32,7 +32,7 @@ SWEEP_SECONDS = 5.0
 # Python, which cost more than the rest of a drain; PostgreSQL unpacks JSON in C.
 _INSERT_EVENTS = f"""
 INSERT INTO {EVENT_TABLE} (namespace, topic, msg_id, event_id, at, from_status, to_status, retry, reason, process, host)
-SELECT %s, t, i, e, to_timestamp(at / 1000.0), f, s, r, w, p, h
+SELECT %s, t, i, e, {sql_time("at")}, f, s, r, w, p, h
 FROM json_to_recordset(%s::json) AS u(t text, i text, e text, at int8, f int2, s int2, r int4, w text, p text, h text)
 ON CONFLICT (namespace, topic, msg_id, event_id) DO NOTHING
 """
@@ -40,10 +40,10 @@ ON CONFLICT (namespace, topic, msg_id, event_id) DO NOTHING
 # backwards in time (two writers may briefly overlap while a topic changes hands), and a row
 # already in that state is not rewritten.
 _UPDATE_MESSAGES = f"""
-UPDATE {MESSAGE_TABLE} m SET status = u.s, retry = u.r, updated_at = to_timestamp(u.at / 1000.0)
+UPDATE {MESSAGE_TABLE} m SET status = u.s, retry = u.r, updated_at = {sql_time("u.at")}
 FROM json_to_recordset(%s::json) AS u(t text, i text, s int2, r int4, at int8, pt int8)
 WHERE m.namespace = %s AND m.topic = u.t AND m.msg_id = u.i
-  AND m.produce_time = to_timestamp(u.pt / 1000.0) AND m.updated_at <= to_timestamp(u.at / 1000.0)
+  AND m.produce_time = {sql_time("u.pt")} AND m.updated_at <= {sql_time("u.at")}
   AND (m.status <> u.s OR m.retry <> u.r)
 """
 

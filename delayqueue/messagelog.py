@@ -100,7 +100,7 @@ class LoggedMessage:
 _COLUMNS = "namespace, topic, msg_id, payload, produce_time, trigger_time, expire_time, max_retry, retry, status, updated_at"
 
 
-def _time(millis: str) -> str:
+def sql_time(millis: str) -> str:
     """SQL for epoch milliseconds as a timestamptz. Float division: the same value as numeric
     division (both round to the nearest double, to_timestamp to the microsecond), for less."""
     return f"to_timestamp({millis} / 1000.0::float8)"
@@ -111,7 +111,7 @@ def _time(millis: str) -> str:
 _ROWS = "json_to_recordset(%s::json) AS u(ns text, t text, i text, p text, pt int8, tt int8, et int8, mr int4, r int4, s int2)"
 _UPSERT = f"""
 INSERT INTO {MESSAGE_TABLE} ({_COLUMNS})
-SELECT ns, t, i, p, {_time("pt")}, {_time("tt")}, {_time("et")}, mr, r, s, {_time("pt")}
+SELECT ns, t, i, p, {sql_time("pt")}, {sql_time("tt")}, {sql_time("et")}, mr, r, s, {sql_time("pt")}
 FROM {_ROWS}
 ON CONFLICT (namespace, topic, msg_id) DO UPDATE SET
     payload = EXCLUDED.payload, produce_time = EXCLUDED.produce_time, trigger_time = EXCLUDED.trigger_time,
@@ -138,10 +138,10 @@ _KEYS_JSON = "SELECT * FROM json_to_recordset(%s::json) AS u(ns text, t text, i 
 # speculative insertion, a seventh of the statement (docs/benchmarks.md), for the rare resend.
 _INSERT_NEW = f"""
 WITH u AS MATERIALIZED (
-    SELECT ns, t, i, p, pt, {_time("pt")} AS produced, tt, et, mr, r, s FROM {_ROWS}
+    SELECT ns, t, i, p, pt, {sql_time("pt")} AS produced, tt, et, mr, r, s FROM {_ROWS}
 ), messages AS (
     INSERT INTO {MESSAGE_TABLE} ({_COLUMNS})
-    SELECT ns, t, i, p, produced, {_time("tt")}, {_time("et")}, mr, r, s, produced FROM u
+    SELECT ns, t, i, p, produced, {sql_time("tt")}, {sql_time("et")}, mr, r, s, produced FROM u
 )
 {_INSERT_SENT}
 SELECT ns, t, i, {_sent_id("pt")}, produced, 0, s, 0, 'sent', %s, %s FROM u
@@ -165,14 +165,14 @@ _OVERWRITE = _UPSERT + "RETURNING topic, msg_id"
 _FORGET = f"""
 WITH u AS ({_KEYS_JSON}), unsent AS ({_DELETE_SENT})
 DELETE FROM {MESSAGE_TABLE} m USING u
-WHERE m.namespace = u.ns AND m.topic = u.t AND m.msg_id = u.i AND m.produce_time = {_time("u.pt")}
+WHERE m.namespace = u.ns AND m.topic = u.t AND m.msg_id = u.i AND m.produce_time = {sql_time("u.pt")}
 """
 # Where Redis decided otherwise than the log expected: 'sent' rows of sends Redis answered with
 # an older live message go; sends Redis took get theirs, with the status Redis gave them.
 _CORRECT_SENT = f"""
 WITH u AS ({_KEYS_JSON}), unsent AS ({_DELETE_SENT})
 {_INSERT_SENT}
-SELECT ns, t, i, {_sent_id("pt")}, {_time("pt")}, 0, s, 0, 'sent', %s, %s
+SELECT ns, t, i, {_sent_id("pt")}, {sql_time("pt")}, 0, s, 0, 'sent', %s, %s
 FROM json_to_recordset(%s::json) AS n(ns text, t text, i text, pt int8, s int2)
 ON CONFLICT (namespace, topic, msg_id, event_id) DO UPDATE SET to_status = EXCLUDED.to_status
 """

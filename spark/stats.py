@@ -17,7 +17,7 @@ from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from delayqueue.messagelog import EVENT_TABLE, MESSAGE_TABLE, first_line
+from delayqueue.messagelog import EVENT_TABLE, MESSAGE_TABLE, first_line, sql_time
 from delayqueue.messages import ACKED, DELETED, EXHAUSTED, EXPIRED, READY, WAITING
 from spark import common, pgread
 from spark.common import STATS_TABLE, JobError
@@ -141,7 +141,7 @@ def read_inputs(spark, args) -> tuple[DataFrame, DataFrame]:
 
 UPSERT = f"""
 INSERT INTO {STATS_TABLE} ({", ".join(STATS_COLUMNS)}, computed_at)
-VALUES (%s, %s, to_timestamp(%s / 1000.0), {", ".join(["%s"] * (len(STATS_COLUMNS) - 3))}, now())
+VALUES (%s, %s, {sql_time("%s")}, {", ".join(["%s"] * (len(STATS_COLUMNS) - 3))}, now())
 ON CONFLICT (namespace, topic, hour) DO UPDATE SET
 {", ".join(f"{c} = EXCLUDED.{c}" for c in STATS_COLUMNS[3:])}, computed_at = EXCLUDED.computed_at
 """
