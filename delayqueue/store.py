@@ -274,18 +274,15 @@ class _ReplyProtocol(asyncio.Protocol):
         if not self.waiting:
             self._heard_at = self.loop.time()  # the silence a watchdog counts starts now
         self.waiting.append(_Submitted(future, len(commands)))
-        if self._held is None:
-            self.transport.write(b"".join(commands) if len(commands) > 1 else commands[0])
+        first_of_turn = self._held is None
+        if first_of_turn:
             self._held = []
             self.loop.call_soon(self._write_held)
-        elif len(commands) > 1:  # a pipeline's wake is shared already: write it (after those held)
-            self.transport.write(b"".join(self._held + commands))
+        self._held += commands
+        # A pipeline shares its wake among its calls already: it goes at once, after those held.
+        if first_of_turn or len(commands) > 1 or len(self._held) >= HELD_CALLS_MAX:
+            self.transport.write(b"".join(self._held))
             self._held.clear()
-        else:
-            self._held.append(commands[0])
-            if len(self._held) == HELD_CALLS_MAX:
-                self.transport.write(b"".join(self._held))
-                self._held.clear()
         return future
 
     def _write_held(self) -> None:

@@ -1,6 +1,9 @@
 """The script layer: calls made together share one round trip, and one bad call fails alone."""
 import asyncio
 
+import pytest
+from redis.exceptions import ConnectionError as RedisConnectionError
+
 from delayqueue import store
 from delayqueue.messages import decode_message
 from delayqueue.services import NewMessage, _now_millis, _prepare, _send_call
@@ -91,3 +94,15 @@ async def test_a_loop_turns_calls_share_writes_the_first_written_at_once(single_
     assert [data.count(b"EVALSHA") for data in recorder.writes] == [1, 1 + 8]  # at once, after the held one
     again = [*await first, *await second, *await pipeline]
     assert [decode_message(r[1])["msgId"] for r in again] == [row.msg_id for row in rows]
+
+
+async def test_a_call_on_a_lost_connection_fails_at_once(single_rt):
+    rt = single_rt
+    await rt.call(*send_call(rt, "warm-up"))  # connected
+    protocol = rt.scripts._protocol
+    protocol.transport.close()
+    await asyncio.sleep(0.05)  # connection_lost has run
+    assert protocol.lost
+    with pytest.raises(RedisConnectionError):
+        await asyncio.wait_for(protocol.submit([store._evalsha(*send_call(rt, "t"))]), 1)
+    assert (await rt.call(*send_call(rt, "t")))[0] == 1  # the runner connects again
