@@ -7,7 +7,7 @@ import psycopg
 import pytest
 from redis.exceptions import RedisError
 
-from delayqueue import recovery, selectors, services
+from delayqueue import messagelog, recovery, selectors, services
 from delayqueue.log_writer import Event, LogWriter
 from delayqueue.messagelog import LogUnavailable, MessageLog
 from delayqueue.messages import ACKED, CONSUMING, DELETED, EXHAUSTED, EXPIRED, READY, WAITING
@@ -171,20 +171,34 @@ async def test_a_batch_with_a_logged_msgid_logs_the_new_ones_once_and_leaves_tha
     rt = single_rt
     monkeypatch.setattr(MessageLog, "UPSERTS_AFTER_CONFLICT", 2)
     first = await services.send_message(rt, NewMessage(topic="t", msg="first", delay_millis=60_000, msg_id="dup"))
+    # Which of the two statements the log's (real) connection runs, per send.
+    conn, statements = rt.log._db._conn, []
+    execute = conn.execute
+    kinds = {messagelog._INSERT_NEW: "insert", messagelog._RECORD: "upsert"}
+
+    async def recording_execute(query, params=None, **kwargs):
+        statements[-1].append(kinds.get(query, "other"))
+        return await execute(query, params, **kwargs)
+
+    monkeypatch.setattr(conn, "execute", recording_execute)
     for round_ in range(4):  # the conflict, upserts only, then plain INSERTs again
         # The logged msgId last: the plain INSERT has written the others when it meets it.
         batch = [NewMessage(topic="t", msg=f"new{round_}-{i}", delay_millis=0, msg_id=f"n{round_}-{i}")
                  for i in range(3)] + [NewMessage(topic="t", msg="again", delay_millis=0, msg_id="dup")]
+        statements.append([])
         results = await services.send_messages(rt, batch)
         assert results[-1] == first
         for i, result in enumerate(results[:3]):
             assert result["msg"] == f"new{round_}-{i}" and result["status"] == READY
             assert await logged("t", f"n{round_}-{i}") == as_logged(result)
             assert await history("t", f"n{round_}-{i}") == [("sent", 0, READY, 0)]
+    statements.append([])
+    await services.send_message(rt, NewMessage(topic="t", msg="fresh", delay_millis=0, msg_id="fresh"))
+    assert statements == [["insert", "upsert"], ["upsert"], ["insert", "upsert"], ["upsert"], ["insert"]]
     assert await logged("t", "dup") == as_logged(first)
     assert await history("t", "dup") == [("sent", 0, WAITING, 0)]
-    assert (await query("SELECT count(*) FROM delayqueue_message"))[0][0] == 13
-    assert (await query("SELECT count(*) FROM delayqueue_messageevent"))[0][0] == 13
+    assert (await query("SELECT count(*) FROM delayqueue_message"))[0][0] == 14
+    assert (await query("SELECT count(*) FROM delayqueue_messageevent"))[0][0] == 14
 
 
 async def test_postgres_down_means_500_and_nothing_in_redis(api, single_rt, postgres):
