@@ -56,7 +56,7 @@ def start_servers() -> Services:
 def fill() -> None:
     from django.db import connection
 
-    from delayqueue.log_selectors import table_estimate
+    from delayqueue.messagelog.selectors import table_estimate
     from delayqueue.models import Message
 
     if table_estimate(Message) >= MESSAGES * 0.9:

@@ -17,7 +17,7 @@ import redis
 
 from bench.harness import percentile, stack
 from delayqueue.arguments import positive_int
-from delayqueue.keys import namespace_keys
+from delayqueue.live.keys import namespace_keys
 
 API = "/camellia/delayQueue/"
 LEAD_MS = 5000  # every send is done before the messages fall due

@@ -48,7 +48,7 @@ async def raw_evalsha_rate(redis_url: str, seconds: int, concurrency: int) -> fl
     from delayqueue.conf import QueueConfig
     from delayqueue.runtime import Runtime
     from delayqueue.services import NewMessage, _prepare, _send_call
-    from delayqueue.store import load_scripts
+    from delayqueue.live.store import load_scripts
 
     rt = Runtime(QueueConfig(redis_url=redis_url, namespace="raw"))
     await load_scripts(rt.redis)

@@ -2,7 +2,7 @@
 A bad value ends, as argparse reports it, in one line naming the option and exit code 2."""
 import argparse
 
-from .keys import NAME_PATTERN
+from delayqueue.live.keys import NAME_PATTERN
 
 # The longest age a retention option takes: a hundred years. Far more overflows date arithmetic
 # (Python's and PostgreSQL's) instead of being refused with a message.

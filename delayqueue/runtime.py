@@ -8,9 +8,9 @@ import os
 import socket
 import weakref
 
-from . import store
-from .conf import QueueConfig, load_config
-from .keys import namespace_keys
+from delayqueue.live import store
+from delayqueue.conf import QueueConfig, load_config
+from delayqueue.live.keys import namespace_keys
 
 
 class Runtime:
@@ -33,7 +33,7 @@ class Runtime:
     def log(self):
         """The message log's group-commit writer, connected on first use."""
         if self._log is None:
-            from .messagelog import MessageLog
+            from delayqueue.messagelog.group_commit import MessageLog
 
             self._log = MessageLog(self.actor, self.config.log_timeout_millis)
         return self._log
@@ -42,7 +42,7 @@ class Runtime:
         if self._notifier is None:
             async with self._notifier_lock:
                 if self._notifier is None:
-                    from .notifier import ReadyNotifier
+                    from delayqueue.live.notifier import ReadyNotifier
 
                     notifier = ReadyNotifier(self.config.redis_url, self.config.redis_timeout, self.ns.ready_channel)
                     await notifier.start()

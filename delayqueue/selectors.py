@@ -1,9 +1,9 @@
 """Reads: messages, topic sizes and the monitor figures."""
 import time
 
-from .keys import topic_keys
-from .messages import decode_message
-from .runtime import Runtime
+from delayqueue.live.keys import topic_keys
+from delayqueue.messages import decode_message
+from delayqueue.runtime import Runtime
 
 # getTopicInfo's waiting-delay buckets (camellia's names), as upper bounds from now in ms.
 # Ranges are half-open (lower, upper] so a message is counted once; the first takes overdue ones.

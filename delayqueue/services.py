@@ -8,9 +8,9 @@ from dataclasses import dataclass
 from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from .messagelog import LoggedMessage, LogUnavailable
-from .messages import READY, WAITING, decode_message
-from .runtime import Runtime
+from delayqueue.messagelog.group_commit import LoggedMessage, LogUnavailable
+from delayqueue.messages import READY, WAITING, decode_message
+from delayqueue.runtime import Runtime
 
 log = logging.getLogger(__name__)
 

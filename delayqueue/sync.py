@@ -6,8 +6,8 @@ import os
 
 from asgiref.sync import async_to_sync
 
-from .conf import load_config
-from .runtime import Runtime
+from delayqueue.conf import load_config
+from delayqueue.runtime import Runtime
 
 
 def run_with_runtime(func, *args, **kwargs):

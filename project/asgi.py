@@ -7,7 +7,7 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "project.settings")
 
 django_application = get_asgi_application()  # sets Django up; serves the admin and the rest
 
-from delayqueue.asgi import EventLoopAPIHandler  # noqa: E402  (needs Django set up)
+from delayqueue.api.asgi import EventLoopAPIHandler  # noqa: E402  (needs Django set up)
 
 # Paths served without leaving the event loop: async views that never use the ORM.
 EVENT_LOOP_PATHS = ("/camellia/",)

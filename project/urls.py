@@ -2,8 +2,8 @@ from django.contrib import admin
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 
-from delayqueue.dashboard import dashboard
-from delayqueue.metrics import metrics
+from delayqueue.ops.dashboard import dashboard
+from delayqueue.ops.metrics import metrics
 
 urlpatterns = [
     # Before admin/ so the admin's catch-all does not take it; staff login required all the same.
@@ -13,5 +13,5 @@ urlpatterns = [
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
     path("api/redoc/", SpectacularRedocView.as_view(url_name="api-schema"), name="api-redoc"),
-    path("", include("delayqueue.urls")),
+    path("", include("delayqueue.api.urls")),
 ]

@@ -32,7 +32,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from delayqueue.arguments import age_in_days
-from delayqueue.messagelog import EVENT_TABLE, MESSAGE_TABLE, first_line
+from delayqueue.messagelog.group_commit import EVENT_TABLE, MESSAGE_TABLE, first_line
 from delayqueue.messages import ACKED
 from spark import common, pgread
 from spark.common import JobError

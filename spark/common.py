@@ -14,9 +14,9 @@ from itertools import islice
 import psycopg
 import redis
 
-from delayqueue import store
+from delayqueue.live import store
 from delayqueue.arguments import positive_int
-from delayqueue.messagelog import first_line
+from delayqueue.messagelog.group_commit import first_line
 
 DEFAULT_DATABASE_URL = "postgres://postgres@127.0.0.1:15432/delayqueue"
 DEFAULT_REDIS_URL = "redis://127.0.0.1:16379/0"

@@ -14,7 +14,7 @@ from psycopg import sql
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
-from delayqueue.messagelog import EVENT_TABLE, MESSAGE_TABLE, first_line
+from delayqueue.messagelog.group_commit import EVENT_TABLE, MESSAGE_TABLE, first_line
 from spark.common import JobError
 
 
@@ -27,7 +27,7 @@ class Column:
 
 
 def epoch_ms(column: str) -> str:
-    """The SQL for a timestamptz as epoch milliseconds, as delayqueue.recovery computes it."""
+    """The SQL for a timestamptz as epoch milliseconds, as delayqueue.messagelog.recovery computes it."""
     return f"(extract(epoch FROM {column}) * 1000)::int8"
 
 

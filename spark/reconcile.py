@@ -22,9 +22,10 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from delayqueue import arguments, recovery
-from delayqueue.keys import namespace_keys, topic_keys
-from delayqueue.messagelog import EVENT_TABLE, MESSAGE_TABLE
+from delayqueue import arguments
+from delayqueue.messagelog import recovery
+from delayqueue.live.keys import namespace_keys, topic_keys
+from delayqueue.messagelog.group_commit import EVENT_TABLE, MESSAGE_TABLE
 from spark import common, pgread, restore
 
 KEY = ["topic", "msg_id"]

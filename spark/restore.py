@@ -3,7 +3,7 @@ too big for one process.
 
 The driver counts the live rows per topic and deals the topics into partitions of about equal
 size; each Spark task streams its topics' rows from PostgreSQL in id order and puts them back
-with `delayqueue.recovery.restore_rows`, the same function and Lua script `manage.py restore`
+with `delayqueue.messagelog.recovery.restore_rows`, the same function and Lua script `manage.py restore`
 uses. The result is the same as the command's: the same messages, states and times, and each
 topic's ready list in the same (id) order. Nothing is shuffled: rows go from PostgreSQL to
 Redis inside one Python task. Idempotent: a msgId Redis already holds is counted already live
@@ -16,9 +16,10 @@ from collections.abc import Iterable
 
 from psycopg import sql
 
-from delayqueue import arguments, recovery
-from delayqueue.keys import namespace_keys
-from delayqueue.messagelog import EVENT_TABLE, MESSAGE_TABLE
+from delayqueue import arguments
+from delayqueue.messagelog import recovery
+from delayqueue.live.keys import namespace_keys
+from delayqueue.messagelog.group_commit import EVENT_TABLE, MESSAGE_TABLE
 from delayqueue.runtime import Runtime
 from spark import common, pgread
 

@@ -17,7 +17,7 @@ from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from delayqueue.messagelog import EVENT_TABLE, MESSAGE_TABLE, first_line, sql_time
+from delayqueue.messagelog.group_commit import EVENT_TABLE, MESSAGE_TABLE, first_line, sql_time
 from delayqueue.messages import ACKED, DELETED, EXHAUSTED, EXPIRED, READY, WAITING
 from spark import common, pgread
 from spark.common import STATS_TABLE, JobError

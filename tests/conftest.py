@@ -14,10 +14,10 @@ import psycopg
 import pytest
 import redis
 
-from delayqueue import store
+from delayqueue.live import store
 from delayqueue.conf import load_config
 from delayqueue.runtime import Runtime, close_current
-from delayqueue.scanner import Scanner
+from delayqueue.scanner.scanner import Scanner
 
 ROOT = Path(__file__).resolve().parent.parent
 REDIS_URL = os.environ.get("REDIS_URL")
@@ -246,7 +246,7 @@ def postgres():
 
 async def drain_log(runtime: Runtime, topics) -> int:
     """Runs the log writer over these topics until their streams are empty; returns events written."""
-    from delayqueue.log_writer import LogWriter
+    from delayqueue.messagelog.writer import LogWriter
 
     writer = LogWriter(runtime, lambda: topics)
     try:

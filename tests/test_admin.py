@@ -10,10 +10,11 @@ from django.test.utils import CaptureQueriesContext
 
 import redis
 
-from delayqueue import selectors, services
-from delayqueue.log_selectors import EXACT_COUNT_LIMIT, estimated_count
+from delayqueue import selectors
+from delayqueue import services
+from delayqueue.messagelog.selectors import EXACT_COUNT_LIMIT, estimated_count
 from delayqueue.models import Message, Status
-from delayqueue.log_writer import LogWriter
+from delayqueue.messagelog.writer import LogWriter
 from delayqueue.sync import run_with_runtime
 from tests.conftest import REDIS_URL
 

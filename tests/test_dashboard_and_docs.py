@@ -6,7 +6,9 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from delayqueue import recovery, selectors, services
+from delayqueue.messagelog import recovery
+from delayqueue import selectors
+from delayqueue import services
 from delayqueue.models import TopicHourStats
 from delayqueue.sync import run_with_runtime
 from tests.test_admin import send

@@ -7,9 +7,12 @@ import psycopg
 import pytest
 from redis.exceptions import RedisError
 
-from delayqueue import messagelog, recovery, selectors, services
-from delayqueue.log_writer import Event, LogWriter
-from delayqueue.messagelog import LogUnavailable, MessageLog
+from delayqueue.messagelog import group_commit
+from delayqueue.messagelog import recovery
+from delayqueue import selectors
+from delayqueue import services
+from delayqueue.messagelog.writer import Event, LogWriter
+from delayqueue.messagelog.group_commit import LogUnavailable, MessageLog
 from delayqueue.messages import ACKED, CONSUMING, DELETED, EXHAUSTED, EXPIRED, READY, WAITING
 from delayqueue.services import NewMessage
 
@@ -174,7 +177,7 @@ async def test_a_batch_with_a_logged_msgid_logs_the_new_ones_once_and_leaves_tha
     # Which of the two statements the log's (real) connection runs, per send.
     conn, statements = rt.log._db._conn, []
     execute = conn.execute
-    kinds = {messagelog._INSERT_NEW: "insert", messagelog._RECORD: "upsert"}
+    kinds = {group_commit._INSERT_NEW: "insert", group_commit._RECORD: "upsert"}
 
     async def recording_execute(query, params=None, **kwargs):
         statements[-1].append(kinds.get(query, "other"))
@@ -355,7 +358,7 @@ async def test_a_hung_message_log_answers_sends_with_500_and_enqueues_nothing(si
 def notices_only(monkeypatch):
     """Puts the log writer's every-few-seconds read of every held stream out of reach: a history
     row that comes in can only have come through a script's notice."""
-    from delayqueue import log_writer
+    from delayqueue.messagelog import writer as log_writer
     monkeypatch.setattr(log_writer, "SWEEP_SECONDS", 3600.0)
 
 
@@ -407,7 +410,8 @@ async def test_a_notice_reaches_the_log_writer_on_a_cluster_too(rt, start_scanne
 
 
 async def test_entries_whose_notice_was_missed_are_written_by_the_safety_read(single_rt, start_scanner, monkeypatch):
-    from delayqueue import keys, log_writer
+    from delayqueue.live import keys
+    from delayqueue.messagelog import writer as log_writer
     monkeypatch.setattr(log_writer, "SWEEP_SECONDS", 0.5)
     monkeypatch.setattr(keys.NamespaceKeys, "topic_of_history", lambda self, channel: None)  # every notice lost
     rt = single_rt

@@ -6,7 +6,7 @@ import time
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from delayqueue import health
+from delayqueue.api import health
 from delayqueue.selectors import live_state
 from tests.conftest import wait_until
 from tests.test_api import call
@@ -262,7 +262,8 @@ async def _lag_reported(api):
 
 
 async def test_overview_and_monitor_reads_work_on_a_cluster_too(rt):
-    from delayqueue import selectors, services
+    from delayqueue import selectors
+    from delayqueue import services
 
     for topic in ("c1", "c2", "c3"):  # on a cluster these land in different slots
         await services.send_message(rt, services.NewMessage(topic, "x", 100, "m"))

@@ -5,7 +5,7 @@ import random
 import pytest
 from django.http import QueryDict
 
-from delayqueue.parsers import TooManyFields, parse_form
+from delayqueue.api.parsers import TooManyFields, parse_form
 
 PIECES = ["topic", "msg", "delayMillis", "=", "==", "&", "&&", "+", "%20", "%2B", "%26", "%3D", "%", "%4", "%zz",
           "%e4%bd%a0", "%E4%BD", "你好", "é", " ", "a", "12", "", "%00", "\u00ff"]

@@ -11,7 +11,9 @@ import time
 import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError, TimeoutError as RedisTimeoutError
 
-from delayqueue import recovery, selectors, services
+from delayqueue.messagelog import recovery
+from delayqueue import selectors
+from delayqueue import services
 from delayqueue.services import NewMessage
 from delayqueue.stopping import cancel_and_wait
 from tools.stack import Services, free_port

@@ -12,9 +12,11 @@ import redis
 
 from django.core.management import call_command
 
-from delayqueue import recovery, selectors, services
+from delayqueue.messagelog import recovery
+from delayqueue import selectors
+from delayqueue import services
 from delayqueue.messages import CONSUMING, READY, WAITING
-from delayqueue.retention import prune_log
+from delayqueue.messagelog.retention import prune_log
 from delayqueue.services import NewMessage
 
 from .conftest import REDIS_URL, ROOT, TEST_CONFIG, drain_log, log_database_url, make_runtime

@@ -4,7 +4,8 @@ import signal
 import time
 from collections import Counter
 
-from delayqueue import selectors, services
+from delayqueue import selectors
+from delayqueue import services
 from delayqueue.services import NewMessage
 
 from .conftest import wait_until

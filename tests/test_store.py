@@ -4,7 +4,7 @@ import asyncio
 import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from delayqueue import store
+from delayqueue.live import store
 from delayqueue.messages import decode_message
 from delayqueue.services import NewMessage, _now_millis, _prepare, _send_call
 

@@ -4,7 +4,8 @@ import uuid
 
 import pytest
 
-from delayqueue import selectors, services
+from delayqueue import selectors
+from delayqueue import services
 from delayqueue.messages import ACKED, CONSUMING, DELETED, EXHAUSTED, EXPIRED, READY, WAITING
 from delayqueue.services import NewMessage
 

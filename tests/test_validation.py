@@ -5,7 +5,7 @@ import random
 import pytest
 from rest_framework.exceptions import ValidationError
 
-from delayqueue.serializers import (
+from delayqueue.api.validation import (
     AckMsgSerializer,
     DeleteMsgSerializer,
     FastValidation,

@@ -5,7 +5,7 @@ import time
 import pytest
 from django.core.management import call_command
 
-from delayqueue.keys import topic_keys
+from delayqueue.live.keys import topic_keys
 from delayqueue.messages import ACKED
 from delayqueue.models import Message
 from spark import common, pgread, reconcile

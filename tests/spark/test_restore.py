@@ -6,8 +6,8 @@ import time
 import pytest
 from django.core.management import call_command
 
-from delayqueue.keys import namespace_keys, topic_keys
-from delayqueue.log_writer import Event
+from delayqueue.live.keys import namespace_keys, topic_keys
+from delayqueue.messagelog.writer import Event
 from spark import common, restore
 
 from ..conftest import REDIS_CLUSTER_URL, REDIS_URL, log_database_url

@@ -4,7 +4,8 @@ import asyncio
 import pytest
 from asgiref.sync import sync_to_async
 
-from delayqueue import selectors, services
+from delayqueue import selectors
+from delayqueue import services
 from delayqueue.messages import EXPIRED
 from delayqueue.models import TopicHourStats
 from delayqueue.services import NewMessage

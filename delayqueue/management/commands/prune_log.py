@@ -5,7 +5,7 @@ from django.db import DatabaseError
 
 from delayqueue.arguments import age_in_days, positive_int
 from delayqueue.conf import load_config
-from delayqueue.retention import prune_log
+from delayqueue.messagelog.retention import prune_log
 
 
 class Command(BaseCommand):

@@ -7,8 +7,8 @@ from redis.exceptions import RedisError
 
 from delayqueue.arguments import non_empty, topic_name
 from delayqueue.conf import load_config
-from delayqueue.messagelog import LogUnavailable
-from delayqueue.recovery import RestoreCounts, restore
+from delayqueue.messagelog.group_commit import LogUnavailable
+from delayqueue.messagelog.recovery import RestoreCounts, restore
 from delayqueue.runtime import Runtime
 
 

@@ -10,9 +10,9 @@ from redis.exceptions import RedisError
 from delayqueue.arguments import non_empty
 from delayqueue.conf import load_config
 from delayqueue.runtime import Runtime
-from delayqueue.scanner import Scanner
+from delayqueue.scanner.scanner import Scanner
 
-log = logging.getLogger("delayqueue.scanner")
+log = logging.getLogger("delayqueue.scanner.scanner")
 
 
 class Command(BaseCommand):

@@ -3,7 +3,7 @@ serializers that validate them (serializers.py); these only document what comes 
 from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework import serializers
 
-from .selectors import GAP_STATS, REQUEST_COUNTERS, WAITING_BUCKETS
+from delayqueue.selectors import GAP_STATS, REQUEST_COUNTERS, WAITING_BUCKETS
 
 FORM = "application/x-www-form-urlencoded"
 JSON = "application/json"

@@ -20,12 +20,12 @@ import socket
 import time
 import uuid
 
-from . import store
-from .timer import PreciseTimer
-from .stopping import cancel_and_wait
-from .log_writer import LogWriter
-from .messagelog import LogUnavailable
-from .runtime import Runtime
+from delayqueue.live import store
+from delayqueue.scanner.timer import PreciseTimer
+from delayqueue.stopping import cancel_and_wait
+from delayqueue.messagelog.writer import LogWriter
+from delayqueue.messagelog.group_commit import LogUnavailable
+from delayqueue.runtime import Runtime
 
 log = logging.getLogger(__name__)
 

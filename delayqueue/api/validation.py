@@ -7,7 +7,7 @@ from rest_framework import serializers
 from rest_framework.fields import empty
 from rest_framework.validators import ProhibitSurrogateCharactersValidator
 
-from .keys import NAME_PATTERN
+from delayqueue.live.keys import NAME_PATTERN
 
 # Upper bounds keep every time (ms) well inside what Redis' Lua numbers and JSON hold exactly.
 MAX_DELAY_MILLIS = 10 * 365 * 86_400_000  # ten years

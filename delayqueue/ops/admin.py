@@ -10,12 +10,14 @@ from django.utils import timezone as django_timezone
 from django.utils.functional import cached_property
 from redis.exceptions import RedisError
 
-from . import recovery, selectors, services
-from .conf import load_config
-from .log_selectors import estimated_count, message_history
-from .models import Message, Status, TopicHourStats
-from .serializers import MsgIdField, TopicSerializer, first_error
-from .sync import run_with_runtime
+from delayqueue.messagelog import recovery
+from delayqueue import selectors
+from delayqueue import services
+from delayqueue.conf import load_config
+from delayqueue.messagelog.selectors import estimated_count, message_history
+from delayqueue.models import Message, Status, TopicHourStats
+from delayqueue.api.validation import MsgIdField, TopicSerializer, first_error
+from delayqueue.sync import run_with_runtime
 
 
 # The actions work on rows in memory; a "select all" over millions of rows is a job for

@@ -8,12 +8,12 @@ from django.contrib.admin.views.decorators import staff_member_required
 from django.shortcuts import render
 from redis.exceptions import RedisError
 
-from . import selectors
-from .conf import load_config
-from .log_selectors import recent_topic_hours
-from .selectors import CHART_MINUTES, WAITING_BUCKETS
-from .serializers import TopicSerializer, first_error
-from .sync import run_with_runtime
+from delayqueue import selectors
+from delayqueue.conf import load_config
+from delayqueue.messagelog.selectors import recent_topic_hours
+from delayqueue.selectors import CHART_MINUTES, WAITING_BUCKETS
+from delayqueue.api.validation import TopicSerializer, first_error
+from delayqueue.sync import run_with_runtime
 
 CHART_WIDTH, CHART_HEIGHT = 720, 180
 # getTopicInfo's nine buckets (selectors.WAITING_BUCKETS), as column headings: due in ...

@@ -15,7 +15,7 @@ from django.core.handlers.exception import convert_exception_to_response
 from django.core.exceptions import RequestAborted
 from django.urls import set_script_prefix
 
-from .stopping import cancel_and_wait
+from delayqueue.stopping import cancel_and_wait
 
 # Requests that may be held open; only these watch for the client hanging up.
 HELD_PATHS = ("/longPollingMsg",)

@@ -5,7 +5,7 @@ from datetime import timedelta
 
 from django.db import connections
 
-from .models import Message, MessageEvent, TopicHourStats
+from delayqueue.models import Message, MessageEvent, TopicHourStats
 
 # Filtered lists are counted exactly up to this many rows; beyond it the planner's estimate
 # is shown, so a broad filter over millions of rows costs no more than a selective one.

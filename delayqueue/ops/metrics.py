@@ -7,9 +7,9 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from redis.exceptions import RedisError
 
-from . import selectors
-from .runtime import current
-from .selectors import REQUEST_COUNTERS, WAITING_BUCKETS
+from delayqueue import selectors
+from delayqueue.runtime import current
+from delayqueue.selectors import REQUEST_COUNTERS, WAITING_BUCKETS
 
 
 class Snapshot:

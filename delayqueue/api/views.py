@@ -16,11 +16,14 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.views import APIView
 
-from . import health, recovery, selectors, services
-from .messagelog import LogUnavailable
-from .parsers import FORM_CONTENT_TYPE, JSONBodyParser, TooManyFields, parse_form
-from .runtime import current
-from .schema import (
+from delayqueue.api import health
+from delayqueue.messagelog import recovery
+from delayqueue import selectors
+from delayqueue import services
+from delayqueue.messagelog.group_commit import LogUnavailable
+from delayqueue.api.parsers import FORM_CONTENT_TYPE, JSONBodyParser, TooManyFields, parse_form
+from delayqueue.runtime import current
+from delayqueue.api.schema import (
     BatchResultSerializer,
     DelayMsgListResultSerializer,
     DelayMsgResultSerializer,
@@ -32,7 +35,7 @@ from .schema import (
     health_endpoint,
     queue_endpoint,
 )
-from .serializers import (
+from delayqueue.api.validation import (
     AckMsgSerializer,
     DeleteMsgSerializer,
     FastValidation,

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 import orjson
 
-from .messagelog import EVENT_TABLE, MESSAGE_TABLE, LogConnection, first_line, sql_time
-from .recovery import restorable_statuses
+from delayqueue.messagelog.group_commit import EVENT_TABLE, MESSAGE_TABLE, LogConnection, first_line, sql_time
+from delayqueue.messagelog.recovery import restorable_statuses
 
 log = logging.getLogger(__name__)
 

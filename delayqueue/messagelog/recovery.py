@@ -15,9 +15,9 @@ from dataclasses import dataclass
 import psycopg
 from psycopg.rows import dict_row
 
-from .messagelog import MESSAGE_TABLE, LogUnavailable, connect, first_line
-from .messages import CONSUMING, EXPIRED, READY, WAITING
-from .runtime import Runtime
+from delayqueue.messagelog.group_commit import MESSAGE_TABLE, LogUnavailable, connect, first_line
+from delayqueue.messages import CONSUMING, EXPIRED, READY, WAITING
+from delayqueue.runtime import Runtime
 
 LIVE = (WAITING, READY, CONSUMING)
 PAGE_ROWS = 10_000

@@ -9,8 +9,8 @@ import asyncio
 import logging
 from collections import deque
 
-from . import store
-from .stopping import cancel_and_wait
+from delayqueue.live import store
+from delayqueue.stopping import cancel_and_wait
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from . import views
+from delayqueue.api import views
 
 API = "camellia/delayQueue/"
 
