@@ -3,8 +3,6 @@ import orjson
 
 FIELDS = ("topic", "msgId", "msg", "produceTime", "triggerTime", "expireTime", "maxRetry", "retry", "status")
 
-WAITING, READY, CONSUMING, ACKED, EXPIRED, EXHAUSTED, DELETED = 1, 2, 3, 4, 5, 6, 7
-
 
 def decode_message(raw: str) -> dict:
     stored = orjson.loads(raw)

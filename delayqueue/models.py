@@ -9,31 +9,7 @@ later `MessageEvent` rows from the per-topic Redis streams the Lua scripts write
 from django.contrib.postgres.indexes import BrinIndex
 from django.db import models
 
-
-class Status(models.IntegerChoices):
-    WAITING = 1, "waiting"
-    READY = 2, "ready"
-    CONSUMING = 3, "consuming"
-    ACKED = 4, "acked"
-    EXPIRED = 5, "expired"
-    EXHAUSTED = 6, "retries or TTL exhausted"
-    DELETED = 7, "deleted"
-
-
-LIVE_STATUSES = (Status.WAITING, Status.READY, Status.CONSUMING)
-
-
-class Reason(models.TextChoices):
-    SENT = "sent"
-    DUE = "due"
-    PULLED = "pulled"
-    ACKED = "acked"
-    NACKED = "nacked"
-    ACK_TIMEOUT = "ack_timeout", "ack timeout"
-    EXPIRED = "expired"
-    RETRIES_EXHAUSTED = "retries_exhausted", "retries exhausted"
-    DELETED = "deleted"
-    RESTORED = "restored"
+from delayqueue.constants import LIVE_STATUSES, Reason, Status
 
 
 class Message(models.Model):
@@ -64,10 +40,10 @@ class Message(models.Model):
             models.Index(fields=["topic", "-produce_time"], name="message_topic_produced"),
             # The restore scan: live messages only, walked in id order.
             models.Index(fields=["namespace", "id"], name="message_live",
-                         condition=models.Q(status__in=[1, 2, 3])),
+                         condition=models.Q(status__in=LIVE_STATUSES)),
             # Retention: ended messages by age.
             models.Index(fields=["updated_at"], name="message_ended",
-                         condition=models.Q(status__gte=4)),
+                         condition=models.Q(status__gte=Status.ACKED)),
         ]
 
     def __str__(self):

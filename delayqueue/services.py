@@ -8,8 +8,10 @@ from dataclasses import dataclass
 from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from delayqueue.messagelog.group_commit import LoggedMessage, LogUnavailable
-from delayqueue.messages import READY, WAITING, decode_message
+from delayqueue.exceptions import LogUnavailable
+from delayqueue.messagelog.group_commit import LoggedMessage
+from delayqueue.constants import Status
+from delayqueue.messages import decode_message
 from delayqueue.runtime import Runtime
 
 log = logging.getLogger(__name__)
@@ -61,7 +63,7 @@ def _prepare(rt: Runtime, message: NewMessage, produce_time: int) -> LoggedMessa
         expire_time=trigger + (message.ttl_millis if message.ttl_millis > 0 else cfg.ttl_millis),
         max_retry=message.max_retry if message.max_retry >= 0 else cfg.max_retry,
         retry=0,
-        status=READY if delay == 0 else WAITING,
+        status=Status.READY if delay == 0 else Status.WAITING,
     )
 
 

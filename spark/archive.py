@@ -32,8 +32,8 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from delayqueue.arguments import age_in_days
-from delayqueue.messagelog.group_commit import EVENT_TABLE, MESSAGE_TABLE, first_line
-from delayqueue.messages import ACKED
+from delayqueue.messagelog.connection import EVENT_TABLE, MESSAGE_TABLE, first_line
+from delayqueue.constants import Status
 from spark import common, pgread
 from spark.common import JobError
 
@@ -42,7 +42,7 @@ KINDS = ("messages", "events")
 CRASH_ENV = "DELAYQUEUE_ARCHIVE_CRASH_AT"  # tests: staged | moving | committed
 DELETE_CHUNK = 5000
 # Ended: acked or after, in the words of the partial index on ended messages (and of prune_log).
-ENDED = f"status >= {ACKED}"
+ENDED = f"status >= {Status.ACKED}"
 
 
 class SimulatedCrash(BaseException):

@@ -16,7 +16,7 @@ import redis
 
 from delayqueue.live import store
 from delayqueue.arguments import positive_int
-from delayqueue.messagelog.group_commit import first_line
+from delayqueue.messagelog.connection import first_line
 
 DEFAULT_DATABASE_URL = "postgres://postgres@127.0.0.1:15432/delayqueue"
 DEFAULT_REDIS_URL = "redis://127.0.0.1:16379/0"

@@ -14,7 +14,7 @@ from psycopg import sql
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
-from delayqueue.messagelog.group_commit import EVENT_TABLE, MESSAGE_TABLE, first_line
+from delayqueue.messagelog.connection import EVENT_TABLE, MESSAGE_TABLE, first_line
 from spark.common import JobError
 
 

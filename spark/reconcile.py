@@ -25,7 +25,7 @@ from pyspark.sql import types as T
 from delayqueue import arguments
 from delayqueue.messagelog import recovery
 from delayqueue.live.keys import namespace_keys, topic_keys
-from delayqueue.messagelog.group_commit import EVENT_TABLE, MESSAGE_TABLE
+from delayqueue.messagelog.connection import EVENT_TABLE, MESSAGE_TABLE
 from spark import common, pgread, restore
 
 KEY = ["topic", "msg_id"]

@@ -19,7 +19,7 @@ from psycopg import sql
 from delayqueue import arguments
 from delayqueue.messagelog import recovery
 from delayqueue.live.keys import namespace_keys
-from delayqueue.messagelog.group_commit import EVENT_TABLE, MESSAGE_TABLE
+from delayqueue.messagelog.connection import EVENT_TABLE, MESSAGE_TABLE
 from delayqueue.runtime import Runtime
 from spark import common, pgread
 

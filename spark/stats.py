@@ -17,8 +17,9 @@ from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from delayqueue.messagelog.group_commit import EVENT_TABLE, MESSAGE_TABLE, first_line, sql_time
-from delayqueue.messages import ACKED, DELETED, EXHAUSTED, EXPIRED, READY, WAITING
+from delayqueue.messagelog.connection import EVENT_TABLE, MESSAGE_TABLE, first_line
+from delayqueue.messagelog.group_commit import sql_time
+from delayqueue.constants import Status
 from spark import common, pgread
 from spark.common import STATS_TABLE, JobError
 
@@ -46,12 +47,12 @@ def event_counts(events: DataFrame) -> DataFrame:
     return events.withColumn("hour", hour_of(F.col("at"))).groupBy(*GROUP).agg(
         count(reason == "sent", "sent"),
         count(reason == "pulled", "delivered"),
-        count(to_status == ACKED, "acked"),
+        count(to_status == Status.ACKED, "acked"),
         count(reason == "nacked", "nacked"),
         count(reason == "ack_timeout", "timed_out"),
-        count(to_status == EXPIRED, "expired"),
-        count(to_status == EXHAUSTED, "exhausted"),
-        count(to_status == DELETED, "deleted"),
+        count(to_status == Status.EXPIRED, "expired"),
+        count(to_status == Status.EXHAUSTED, "exhausted"),
+        count(to_status == Status.DELETED, "deleted"),
     )
 
 
@@ -64,7 +65,7 @@ def current_lifecycle(events: DataFrame, messages: DataFrame) -> DataFrame:
 def fire_lateness(events: DataFrame, messages: DataFrame) -> DataFrame:
     """-> (namespace, topic, hour, value): per message, first ready time − triggerTime. Ready
     means a move to ready from none or waiting (not a nack or ack timeout putting it back)."""
-    readies = (events.where((F.col("to_status") == READY) & F.col("from_status").isin(NO_STATUS, WAITING))
+    readies = (events.where((F.col("to_status") == Status.READY) & F.col("from_status").isin(NO_STATUS, Status.WAITING))
                .select(*KEY, "at"))
     first_ready = (current_lifecycle(readies, messages)
                    .groupBy(*KEY).agg(F.min("at").alias("at"), F.first("trigger_time").alias("trigger_time")))
@@ -74,7 +75,7 @@ def fire_lateness(events: DataFrame, messages: DataFrame) -> DataFrame:
 
 def end_to_end_latency(events: DataFrame, messages: DataFrame) -> DataFrame:
     """-> (namespace, topic, hour, value): per ack, ack time − produceTime."""
-    acks = events.where(F.col("to_status") == ACKED).select(*KEY, "at")
+    acks = events.where(F.col("to_status") == Status.ACKED).select(*KEY, "at")
     return (current_lifecycle(acks, messages)
             .select("namespace", "topic", hour_of(F.col("at")).alias("hour"),
                     (F.col("at") - F.col("produce_time")).alias("value")))

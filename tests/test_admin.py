@@ -13,7 +13,8 @@ import redis
 from delayqueue import selectors
 from delayqueue import services
 from delayqueue.messagelog.selectors import EXACT_COUNT_LIMIT, estimated_count
-from delayqueue.models import Message, Status
+from delayqueue.constants import Status
+from delayqueue.models import Message
 from delayqueue.messagelog.writer import LogWriter
 from delayqueue.sync import run_with_runtime
 from tests.conftest import REDIS_URL

@@ -12,8 +12,9 @@ from delayqueue.messagelog import recovery
 from delayqueue import selectors
 from delayqueue import services
 from delayqueue.messagelog.writer import Event, LogWriter
-from delayqueue.messagelog.group_commit import LogUnavailable, MessageLog
-from delayqueue.messages import ACKED, CONSUMING, DELETED, EXHAUSTED, EXPIRED, READY, WAITING
+from delayqueue.exceptions import LogUnavailable
+from delayqueue.messagelog.group_commit import MessageLog
+from delayqueue.constants import Status
 from delayqueue.services import NewMessage
 
 from .conftest import REDIS_URL, drain_log, make_runtime, log_database_url, wait_until
@@ -55,7 +56,7 @@ async def test_a_send_is_committed_in_the_log_before_it_is_answered(api):
     message = reply["delayMsg"]
     # No log writer has run: the row is there because the send itself committed it.
     assert await logged("t", message["msgId"]) == as_logged(message)
-    assert message["status"] == WAITING and message["triggerTime"] == message["produceTime"] + 5000
+    assert message["status"] == Status.WAITING and message["triggerTime"] == message["produceTime"] + 5000
 
 
 async def test_every_transition_is_in_the_history_and_moves_the_message_row(single_rt, start_scanner):
@@ -64,18 +65,18 @@ async def test_every_transition_is_in_the_history_and_moves_the_message_row(sing
     await start_scanner(rt)  # promotes it, requeues the ack timeout, and runs the log writer
     [m1] = await services.long_poll_messages(rt, "t", ack_timeout_millis=100, timeout_millis=5000)
     [m2] = await services.long_poll_messages(rt, "t", timeout_millis=5000)  # back after the ack timeout
-    assert await services.nack_message(rt, "t", m["msgId"]) == READY
+    assert await services.nack_message(rt, "t", m["msgId"]) == Status.READY
     [m3], _ = await services.pull_messages(rt, "t")
-    assert await services.ack_message(rt, "t", m["msgId"]) == ACKED
+    assert await services.ack_message(rt, "t", m["msgId"]) == Status.ACKED
     assert (m1["retry"], m2["retry"], m3["retry"]) == (1, 2, 3)
     expected = [
-        ("sent", 0, WAITING, 0), ("due", WAITING, READY, 0), ("pulled", READY, CONSUMING, 1),
-        ("ack_timeout", CONSUMING, READY, 1), ("pulled", READY, CONSUMING, 2), ("nacked", CONSUMING, READY, 2),
-        ("pulled", READY, CONSUMING, 3), ("acked", CONSUMING, ACKED, 3),
+        ("sent", 0, Status.WAITING, 0), ("due", Status.WAITING, Status.READY, 0), ("pulled", Status.READY, Status.CONSUMING, 1),
+        ("ack_timeout", Status.CONSUMING, Status.READY, 1), ("pulled", Status.READY, Status.CONSUMING, 2), ("nacked", Status.CONSUMING, Status.READY, 2),
+        ("pulled", Status.READY, Status.CONSUMING, 3), ("acked", Status.CONSUMING, Status.ACKED, 3),
     ]
     await wait_until(lambda: _equal(history("t", m["msgId"]), expected), what="complete history")
     row = await logged("t", m["msgId"])
-    assert (row["status"], row["retry"]) == (ACKED, 3)
+    assert (row["status"], row["retry"]) == (Status.ACKED, 3)
     [(process, host)] = await query(
         "SELECT DISTINCT process, host FROM delayqueue_messageevent WHERE reason = 'due'")
     assert process.startswith("scanner ") and host
@@ -92,15 +93,15 @@ async def test_ends_are_recorded_with_their_reason(single_rt):
     exhausted = await services.send_message(rt, NewMessage(topic="u", msg="x", delay_millis=0, max_retry=0))
     assert await services.delete_message(rt, "t", deleted["msgId"])
     [pulled], _ = await services.pull_messages(rt, "u")
-    assert await services.nack_message(rt, "u", pulled["msgId"]) == EXHAUSTED
+    assert await services.nack_message(rt, "u", pulled["msgId"]) == Status.EXHAUSTED
     await asyncio.sleep(0.1)  # past triggerTime + TTL, and no scanner has promoted it
-    assert (await selectors.get_message(rt, "t", expired["msgId"]))["status"] == EXPIRED
+    assert (await selectors.get_message(rt, "t", expired["msgId"]))["status"] == Status.EXPIRED
     await drain_log(rt, ["t", "u"])
-    assert (await history("t", deleted["msgId"]))[-1] == ("deleted", READY, DELETED, 0)
-    assert (await history("t", expired["msgId"]))[-1] == ("expired", WAITING, EXPIRED, 0)
-    assert (await history("u", exhausted["msgId"]))[-1] == ("retries_exhausted", CONSUMING, EXHAUSTED, 1)
+    assert (await history("t", deleted["msgId"]))[-1] == ("deleted", Status.READY, Status.DELETED, 0)
+    assert (await history("t", expired["msgId"]))[-1] == ("expired", Status.WAITING, Status.EXPIRED, 0)
+    assert (await history("u", exhausted["msgId"]))[-1] == ("retries_exhausted", Status.CONSUMING, Status.EXHAUSTED, 1)
     assert [(await logged(t, m["msgId"]))["status"] for t, m in (("t", deleted), ("t", expired), ("u", exhausted))] \
-        == [DELETED, EXPIRED, EXHAUSTED]
+        == [Status.DELETED, Status.EXPIRED, Status.EXHAUSTED]
 
 
 async def test_a_duplicate_send_leaves_the_logged_message_alone(single_rt):
@@ -109,7 +110,7 @@ async def test_a_duplicate_send_leaves_the_logged_message_alone(single_rt):
     again = await services.send_message(rt, NewMessage(topic="t", msg="second", delay_millis=0, msg_id="dup"))
     assert again == first
     assert await logged("t", "dup") == as_logged(first)
-    assert await history("t", "dup") == [("sent", 0, WAITING, 0)]  # the duplicate was no send
+    assert await history("t", "dup") == [("sent", 0, Status.WAITING, 0)]  # the duplicate was no send
 
 
 async def test_a_live_duplicate_only_redis_knew_takes_back_the_sent_row(single_rt):
@@ -132,9 +133,9 @@ async def test_a_send_due_by_the_time_redis_took_it_is_logged_ready(single_rt, m
     behind = services._now_millis() - 50
     monkeypatch.setattr(services, "_now_millis", lambda: behind)
     m = await services.send_message(rt, NewMessage(topic="t", msg="late", delay_millis=10, msg_id="late"))
-    assert m["status"] == READY
-    assert (await logged("t", "late"))["status"] == READY
-    assert await history("t", "late") == [("sent", 0, READY, 0)]
+    assert m["status"] == Status.READY
+    assert (await logged("t", "late"))["status"] == Status.READY
+    assert await history("t", "late") == [("sent", 0, Status.READY, 0)]
 
 
 async def test_a_resend_after_the_end_replaces_the_row_even_before_the_log_caught_up(single_rt):
@@ -143,15 +144,15 @@ async def test_a_resend_after_the_end_replaces_the_row_even_before_the_log_caugh
     [m], _ = await services.pull_messages(rt, "t")
     await services.ack_message(rt, "t", "again")
     # The log still says "ready" (no writer ran); Redis knows it is acked and takes the new send.
-    assert (await logged("t", "again"))["status"] == READY
+    assert (await logged("t", "again"))["status"] == Status.READY
     second = await services.send_message(rt, NewMessage(topic="t", msg="second", delay_millis=1000, msg_id="again"))
-    assert second["msg"] == "second" and second["status"] == WAITING
+    assert second["msg"] == "second" and second["status"] == Status.WAITING
     assert await logged("t", "again") == as_logged(second)
     # The first life's late events do not move the second life's row.
     await drain_log(rt, ["t"])
-    assert (await logged("t", "again"))["status"] == WAITING
+    assert (await logged("t", "again"))["status"] == Status.WAITING
     assert await history("t", "again") == [
-        ("sent", 0, READY, 0), ("pulled", READY, CONSUMING, 1), ("acked", CONSUMING, ACKED, 1), ("sent", 0, WAITING, 0)]
+        ("sent", 0, Status.READY, 0), ("pulled", Status.READY, Status.CONSUMING, 1), ("acked", Status.CONSUMING, Status.ACKED, 1), ("sent", 0, Status.WAITING, 0)]
 
 
 async def test_a_batch_naming_one_msgid_twice_logs_the_first(single_rt):
@@ -164,7 +165,7 @@ async def test_a_batch_naming_one_msgid_twice_logs_the_first(single_rt):
     assert [r["msg"] for r in results] == ["a", "a", "c"]
     assert (await logged("t", "same"))["msg"] == "a"
     assert (await query("SELECT count(*) FROM delayqueue_message"))[0][0] == 2
-    assert await history("t", "same") == [("sent", 0, READY, 0)]
+    assert await history("t", "same") == [("sent", 0, Status.READY, 0)]
 
 
 async def test_a_batch_with_a_logged_msgid_logs_the_new_ones_once_and_leaves_that_one(single_rt, monkeypatch):
@@ -192,14 +193,14 @@ async def test_a_batch_with_a_logged_msgid_logs_the_new_ones_once_and_leaves_tha
         results = await services.send_messages(rt, batch)
         assert results[-1] == first
         for i, result in enumerate(results[:3]):
-            assert result["msg"] == f"new{round_}-{i}" and result["status"] == READY
+            assert result["msg"] == f"new{round_}-{i}" and result["status"] == Status.READY
             assert await logged("t", f"n{round_}-{i}") == as_logged(result)
-            assert await history("t", f"n{round_}-{i}") == [("sent", 0, READY, 0)]
+            assert await history("t", f"n{round_}-{i}") == [("sent", 0, Status.READY, 0)]
     statements.append([])
     await services.send_message(rt, NewMessage(topic="t", msg="fresh", delay_millis=0, msg_id="fresh"))
     assert statements == [["insert", "upsert"], ["upsert"], ["insert", "upsert"], ["upsert"], ["insert"]]
     assert await logged("t", "dup") == as_logged(first)
-    assert await history("t", "dup") == [("sent", 0, WAITING, 0)]
+    assert await history("t", "dup") == [("sent", 0, Status.WAITING, 0)]
     assert (await query("SELECT count(*) FROM delayqueue_message"))[0][0] == 14
     assert (await query("SELECT count(*) FROM delayqueue_messageevent"))[0][0] == 14
 
@@ -269,7 +270,7 @@ def test_a_log_writer_killed_mid_batch_loses_and_repeats_nothing(scanner_process
     per_message = asyncio.run(query(
         "SELECT string_agg(reason, ',' ORDER BY at, id) FROM delayqueue_messageevent GROUP BY msg_id"))
     assert len(per_message) == 3000 and {r[0] for r in per_message} == {"sent,pulled,acked"}
-    assert asyncio.run(query("SELECT count(*) FROM delayqueue_message WHERE status = %s", ACKED))[0][0] == 3000
+    assert asyncio.run(query("SELECT count(*) FROM delayqueue_message WHERE status = %s", Status.ACKED))[0][0] == 3000
 
 
 async def _fill_history(count: int) -> None:
@@ -308,8 +309,8 @@ async def test_a_restarted_scanner_writer_picks_up_what_it_left(single_rt):
     finally:
         await writer.close()
     assert await drain_log(rt, ["t"]) == 1
-    assert await history("t", m["msgId"]) == [("sent", 0, READY, 0), ("pulled", READY, CONSUMING, 1)]
-    assert (await logged("t", m["msgId"]))["status"] == CONSUMING
+    assert await history("t", m["msgId"]) == [("sent", 0, Status.READY, 0), ("pulled", Status.READY, Status.CONSUMING, 1)]
+    assert (await logged("t", m["msgId"]))["status"] == Status.CONSUMING
 
 
 async def test_a_restore_logs_one_stream_entry_per_script_call_and_one_row_per_message(monkeypatch):
@@ -326,7 +327,7 @@ async def test_a_restore_logs_one_stream_entry_per_script_call_and_one_row_per_m
         assert await drain_log(rt, ["r"]) == 120
         assert await rt.redis.xlen(rt.ns.topic("r").events) == 0
         for m in sent:
-            assert (await history("r", m["msgId"]))[-1] == ("restored", 0, WAITING, 0)
+            assert (await history("r", m["msgId"]))[-1] == ("restored", 0, Status.WAITING, 0)
         assert (await query("SELECT count(*) FROM delayqueue_messageevent WHERE reason = 'restored'")) == [(120,)]
     finally:
         await rt.close()
@@ -388,7 +389,7 @@ async def test_the_log_writer_reads_only_the_streams_a_script_said_got_entries(s
     await services.delete_message(rt, "w7", sent[7]["msgId"], release=False)
 
     async def deleted_logged():
-        return ("deleted", WAITING, DELETED, 0) in await history("w7", sent[7]["msgId"])
+        return ("deleted", Status.WAITING, Status.DELETED, 0) in await history("w7", sent[7]["msgId"])
 
     await wait_until(deleted_logged, timeout=5, what="the deletion's history row")
     assert await xrange_calls() - before <= 2  # that one stream, read until it was empty
@@ -404,7 +405,7 @@ async def test_a_notice_reaches_the_log_writer_on_a_cluster_too(rt, start_scanne
         assert pulled["msgId"] == sent[i]["msgId"]
 
     async def pulls_logged():
-        return all([("pulled", READY, CONSUMING, 1) in await history(f"n{i}", sent[i]["msgId"]) for i in range(6)])
+        return all([("pulled", Status.READY, Status.CONSUMING, 1) in await history(f"n{i}", sent[i]["msgId"]) for i in range(6)])
 
     await wait_until(pulls_logged, timeout=5, what="the pulls' history rows")
 
@@ -420,6 +421,6 @@ async def test_entries_whose_notice_was_missed_are_written_by_the_safety_read(si
     await services.pull_messages(rt, "m")
 
     async def pull_logged():
-        return ("pulled", READY, CONSUMING, 1) in await history("m", sent["msgId"])
+        return ("pulled", Status.READY, Status.CONSUMING, 1) in await history("m", sent["msgId"])
 
     await wait_until(pull_logged, timeout=5, what="the pull's history row")

@@ -15,7 +15,7 @@ from django.core.management import call_command
 from delayqueue.messagelog import recovery
 from delayqueue import selectors
 from delayqueue import services
-from delayqueue.messages import CONSUMING, READY, WAITING
+from delayqueue.constants import Status
 from delayqueue.messagelog.retention import prune_log
 from delayqueue.services import NewMessage
 
@@ -110,9 +110,9 @@ async def test_flushall_then_restore_brings_back_every_live_message_as_it_was(si
             assert new[field] == old[field], (key, field)
         assert new["expiryScore"] == old["expireTime"]
     for key in groups["waiting"]:
-        assert after[key]["status"] == WAITING and after[key]["waitingScore"] == before[key]["triggerTime"]
+        assert after[key]["status"] == Status.WAITING and after[key]["waitingScore"] == before[key]["triggerTime"]
     for key in live - groups["waiting"]:  # in-flight ones are ready again
-        assert after[key]["status"] == READY and after[key]["where"] == "ready"
+        assert after[key]["status"] == Status.READY and after[key]["where"] == "ready"
     assert set(await selectors.list_topics(rt)) >= {t for t, _ in live}
 
     again = await recovery.restore(rt)
@@ -121,15 +121,15 @@ async def test_flushall_then_restore_brings_back_every_live_message_as_it_was(si
     # Restored messages are delivered like any other, and their history says so.
     key = next(iter(groups["inflight"]))
     await drain_log(rt, ALL_TOPICS)
-    assert (await history(*key))[-1] == ("restored", 0, READY, before[key]["retry"])
-    assert (await logged(*key))["status"] == READY
+    assert (await history(*key))[-1] == ("restored", 0, Status.READY, before[key]["retry"])
+    assert (await logged(*key))["status"] == Status.READY
     # One 'restored' row per restored message, saying what Redis made of it, and the log's
     # message rows moved to that status (in-flight ones to ready).
     rows = await query("SELECT topic, msg_id, to_status, retry FROM delayqueue_messageevent WHERE reason = 'restored'")
     assert len(rows) == len(live)
     assert {(t, i): (s, r) for t, i, s, r in rows} == {key: (after[key]["status"], after[key]["retry"]) for key in live}
     statuses = await query("SELECT topic, msg_id, status FROM delayqueue_message WHERE status = ANY(%s)",
-                           [WAITING, READY, CONSUMING])
+                           [Status.WAITING, Status.READY, Status.CONSUMING])
     assert {(t, i): s for t, i, s in statuses} == {key: after[key]["status"] for key in live}
 
 
@@ -198,7 +198,7 @@ async def test_include_expired_brings_back_undelivered_expired_messages_with_a_f
     counts = await recovery.restore(rt, include_expired=True)
     assert counts.restored == 1
     back = await selectors.get_message(rt, "x", m["msgId"])
-    assert back["status"] == READY and back["expireTime"] - back["triggerTime"] >= 30
+    assert back["status"] == Status.READY and back["expireTime"] - back["triggerTime"] >= 30
     [pulled], _ = await services.pull_messages(rt, "x")
     assert pulled["msg"] == "late"
 
@@ -275,7 +275,7 @@ def test_prune_log_deletes_old_ended_messages_and_their_history_only():
     assert prune_log(timedelta(days=30)) == (0, 0)
     assert prune_log(timedelta(days=7), batch=3) == (4, 12)  # 4 acked: sent, pulled, acked each
     statuses = sorted(r[0] for r in asyncio.run(query("SELECT status FROM delayqueue_message")))
-    assert statuses == [READY, READY]
+    assert statuses == [Status.READY, Status.READY]
     assert asyncio.run(query("SELECT count(*) FROM delayqueue_messageevent"))[0][0] == 2
     for days, problem in (("0", "must be at least 1, got 0"), ("99999999999", "must be at most 36500 days")):
         out = manage("prune_log", "--older-than-days", days)
@@ -284,7 +284,7 @@ def test_prune_log_deletes_old_ended_messages_and_their_history_only():
 
 
 def test_which_logged_rows_are_restored():
-    row = {"status": CONSUMING, "expire_time": 10_000, "trigger_time": 1_000}
+    row = {"status": Status.CONSUMING, "expire_time": 10_000, "trigger_time": 1_000}
     assert recovery.restorable(row, now=5_000, include_expired=False) == row
     assert recovery.restorable(row, now=20_000, include_expired=False) is None  # its TTL ran out
     assert recovery.restorable(row, now=20_000, include_expired=True)["expire_time"] == 29_000  # TTL anew

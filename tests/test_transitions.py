@@ -6,7 +6,7 @@ import pytest
 
 from delayqueue import selectors
 from delayqueue import services
-from delayqueue.messages import ACKED, CONSUMING, DELETED, EXHAUSTED, EXPIRED, READY, WAITING
+from delayqueue.constants import Status
 from delayqueue.services import NewMessage
 
 from .conftest import make_runtime, wait_until
@@ -23,7 +23,7 @@ async def sizes(rt, topic="t"):
 
 async def test_send_due_now_is_ready_with_defaults(rt):
     m = await send(rt, msg="hello", delay=0)
-    assert m["status"] == READY and m["retry"] == 0 and len(m["msgId"]) == 32
+    assert m["status"] == Status.READY and m["retry"] == 0 and len(m["msgId"]) == 32
     assert m["triggerTime"] == m["produceTime"]
     assert m["expireTime"] == m["triggerTime"] + rt.config.ttl_millis
     assert m["maxRetry"] == rt.config.max_retry
@@ -49,11 +49,11 @@ async def test_generated_msg_ids_are_uuid7_in_time_order(rt):
 
 async def test_send_delayed_is_waiting_and_defaults_follow_the_le_zero_rules(rt):
     m = await send(rt, delay=60_000, ttl_millis=0, max_retry=-1)
-    assert m["status"] == WAITING
+    assert m["status"] == Status.WAITING
     assert m["triggerTime"] == m["produceTime"] + 60_000
     assert m["expireTime"] == m["triggerTime"] + rt.config.ttl_millis
     m2 = await send(rt, delay=-5, ttl_millis=1234, max_retry=0)
-    assert m2["status"] == READY and m2["triggerTime"] == m2["produceTime"]
+    assert m2["status"] == Status.READY and m2["triggerTime"] == m2["produceTime"]
     assert m2["expireTime"] == m2["triggerTime"] + 1234 and m2["maxRetry"] == 0
     assert await sizes(rt) == (1, 1, 0)
 
@@ -86,9 +86,9 @@ async def test_concurrent_sends_of_one_msg_id_store_it_once(rt):
 async def test_duplicate_of_ended_message_starts_a_fresh_lifecycle(rt):
     await send(rt, msg="first", msg_id="order-2")
     [pulled], _ = await services.pull_messages(rt, "t")
-    assert await services.ack_message(rt, "t", "order-2") == ACKED
+    assert await services.ack_message(rt, "t", "order-2") == Status.ACKED
     fresh = await send(rt, msg="second", msg_id="order-2")
-    assert fresh["msg"] == "second" and fresh["status"] == READY and fresh["retry"] == 0
+    assert fresh["msg"] == "second" and fresh["status"] == Status.READY and fresh["retry"] == 0
     assert await sizes(rt) == (0, 1, 0)
 
 
@@ -97,9 +97,9 @@ async def test_pull_moves_to_consuming_and_counts_retry(rt):
     messages, remaining = await services.pull_messages(rt, "t", batch=5, ack_timeout_millis=10_000)
     assert remaining == 0
     assert [m["msgId"] for m in messages] == [sent["msgId"]]
-    assert messages[0]["status"] == CONSUMING and messages[0]["retry"] == 1
+    assert messages[0]["status"] == Status.CONSUMING and messages[0]["retry"] == 1
     assert await sizes(rt) == (0, 0, 1)
-    assert (await selectors.get_message(rt, "t", sent["msgId"]))["status"] == CONSUMING
+    assert (await selectors.get_message(rt, "t", sent["msgId"]))["status"] == Status.CONSUMING
     assert await services.pull_messages(rt, "t") == ([], 0)
 
 
@@ -113,13 +113,13 @@ async def test_batch_pull_is_fifo(rt):
 
 async def test_ack_only_from_consuming(rt):
     waiting = await send(rt, delay=60_000)
-    assert await services.ack_message(rt, "t", waiting["msgId"]) == WAITING  # left alone
-    assert (await selectors.get_message(rt, "t", waiting["msgId"]))["status"] == WAITING
+    assert await services.ack_message(rt, "t", waiting["msgId"]) == Status.WAITING  # left alone
+    assert (await selectors.get_message(rt, "t", waiting["msgId"]))["status"] == Status.WAITING
     ready = await send(rt)
     [m], _ = await services.pull_messages(rt, "t")
     assert m["msgId"] == ready["msgId"]
-    assert await services.ack_message(rt, "t", m["msgId"]) == ACKED
-    assert (await selectors.get_message(rt, "t", m["msgId"]))["status"] == ACKED
+    assert await services.ack_message(rt, "t", m["msgId"]) == Status.ACKED
+    assert (await selectors.get_message(rt, "t", m["msgId"]))["status"] == Status.ACKED
     assert await sizes(rt) == (1, 0, 0)
     assert await services.ack_message(rt, "t", "no-such-id") == 0
 
@@ -128,16 +128,16 @@ async def test_deleted_message_cannot_be_acked_back_to_life(rt):
     m = await send(rt)
     await services.pull_messages(rt, "t")
     assert await services.delete_message(rt, "t", m["msgId"])
-    assert await services.ack_message(rt, "t", m["msgId"]) == DELETED
-    assert (await selectors.get_message(rt, "t", m["msgId"]))["status"] == DELETED
+    assert await services.ack_message(rt, "t", m["msgId"]) == Status.DELETED
+    assert (await selectors.get_message(rt, "t", m["msgId"]))["status"] == Status.DELETED
 
 
 async def test_nack_requeues_at_once_behind_ready_messages(rt):
     a = await send(rt, msg="a")
     [pulled], _ = await services.pull_messages(rt, "t")
     b = await send(rt, msg="b")
-    assert await services.nack_message(rt, "t", a["msgId"]) == READY
-    assert (await selectors.get_message(rt, "t", a["msgId"]))["status"] == READY
+    assert await services.nack_message(rt, "t", a["msgId"]) == Status.READY
+    assert (await selectors.get_message(rt, "t", a["msgId"]))["status"] == Status.READY
     batch, _ = await services.pull_messages(rt, "t", batch=2)
     assert [m["msgId"] for m in batch] == [b["msgId"], a["msgId"]]
     assert batch[1]["retry"] == 2
@@ -146,15 +146,15 @@ async def test_nack_requeues_at_once_behind_ready_messages(rt):
 async def test_nack_of_last_delivery_ends_with_6(rt):
     m = await send(rt, max_retry=0)
     await services.pull_messages(rt, "t")
-    assert await services.nack_message(rt, "t", m["msgId"]) == EXHAUSTED
+    assert await services.nack_message(rt, "t", m["msgId"]) == Status.EXHAUSTED
     assert await sizes(rt) == (0, 0, 0)
-    assert (await selectors.get_message(rt, "t", m["msgId"]))["status"] == EXHAUSTED
+    assert (await selectors.get_message(rt, "t", m["msgId"]))["status"] == Status.EXHAUSTED
 
 
 async def test_nack_of_unknown_or_not_consuming_changes_nothing(rt):
     m = await send(rt)
     assert await services.nack_message(rt, "t", "ghost") == 0
-    assert await services.nack_message(rt, "t", m["msgId"]) == READY
+    assert await services.nack_message(rt, "t", m["msgId"]) == Status.READY
     assert await sizes(rt) == (0, 1, 0)  # not pushed a second time
 
 
@@ -165,7 +165,7 @@ async def test_delete_removes_from_every_structure_at_once(rt, stage):
         await services.pull_messages(rt, "t")
     assert await services.delete_message(rt, "t", m["msgId"])
     assert await sizes(rt) == (0, 0, 0)
-    assert (await selectors.get_message(rt, "t", m["msgId"]))["status"] == DELETED
+    assert (await selectors.get_message(rt, "t", m["msgId"]))["status"] == Status.DELETED
     assert not await services.delete_message(rt, "t", m["msgId"])  # already ended: 404
 
 
@@ -188,7 +188,7 @@ async def test_promote_due_moves_waiting_to_ready_in_trigger_order(rt):
     await asyncio.sleep(0.5)
     [(moved, next_us)] = await rt.scripts.run(calls)
     assert moved == 2 and next_us == -1
-    assert (await selectors.get_message(rt, "t", early["msgId"]))["status"] == READY
+    assert (await selectors.get_message(rt, "t", early["msgId"]))["status"] == Status.READY
     batch, _ = await services.pull_messages(rt, "t", batch=2)
     assert [m["msgId"] for m in batch] == [early["msgId"], late["msgId"]]
 
@@ -208,7 +208,7 @@ async def test_scanner_requeues_ack_timeout_then_exhausts_retries(rt, start_scan
 
     async def ended():
         stored = await selectors.get_message(rt, "t", m["msgId"])
-        return stored["status"] == EXHAUSTED and stored
+        return stored["status"] == Status.EXHAUSTED and stored
 
     final = await wait_until(ended, what="retries to run out")
     assert final["retry"] == 2
@@ -227,7 +227,7 @@ async def test_ttl_expiry_gives_5_when_never_delivered_and_6_when_delivered(rt, 
 
     async def all_ended():
         return (await status("t", never["msgId"]), await status("w", waiting["msgId"]),
-                await status("d", delivered["msgId"])) == (EXPIRED, EXPIRED, EXHAUSTED)
+                await status("d", delivered["msgId"])) == (Status.EXPIRED, Status.EXPIRED, Status.EXHAUSTED)
 
     await wait_until(all_ended, what="messages to expire")
     for topic in ("t", "w", "d"):
@@ -238,7 +238,7 @@ async def test_pull_never_returns_an_expired_message(rt):
     m = await send(rt, ttl_millis=50)
     await asyncio.sleep(0.1)  # no scanner: pull itself must notice
     assert await services.pull_messages(rt, "t") == ([], 0)
-    assert (await selectors.get_message(rt, "t", m["msgId"]))["status"] == EXPIRED
+    assert (await selectors.get_message(rt, "t", m["msgId"]))["status"] == Status.EXPIRED
 
 
 async def test_ended_messages_are_purged_after_retention(rt, start_scanner):
@@ -246,7 +246,7 @@ async def test_ended_messages_are_purged_after_retention(rt, start_scanner):
     await services.pull_messages(rt, "t")
     await services.ack_message(rt, "t", m["msgId"])
     await start_scanner(rt)
-    assert (await selectors.get_message(rt, "t", m["msgId"]))["status"] == ACKED
+    assert (await selectors.get_message(rt, "t", m["msgId"]))["status"] == Status.ACKED
 
     async def gone():
         return await selectors.get_message(rt, "t", m["msgId"]) is None
@@ -295,16 +295,16 @@ async def test_script_calls_survive_their_connection_being_killed(single_rt):
     for _ in range(3):
         killed = await rt.redis.execute_command("CLIENT KILL", "TYPE", "normal", "SKIPME", "yes")
         assert killed >= 1
-        assert (await send(rt))["status"] == READY
+        assert (await send(rt))["status"] == Status.READY
         results = await services.send_messages(rt, [NewMessage(topic="t", msg="x", delay_millis=0)] * 3)
-        assert all(r["status"] == READY for r in results)
+        assert all(r["status"] == Status.READY for r in results)
 
 
 async def test_scripts_reload_after_the_script_cache_is_flushed(rt):
     await send(rt)
     await rt.redis.script_flush()
     m = await send(rt)  # NOSCRIPT -> load -> retry
-    assert m["status"] == READY
+    assert m["status"] == Status.READY
     await rt.redis.script_flush()
     results = await services.send_messages(rt, [NewMessage(topic="t", msg="x", delay_millis=0)] * 3)
-    assert all(r["status"] == READY for r in results)
+    assert all(r["status"] == Status.READY for r in results)

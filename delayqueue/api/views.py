@@ -20,7 +20,7 @@ from delayqueue.api import health
 from delayqueue.messagelog import recovery
 from delayqueue import selectors
 from delayqueue import services
-from delayqueue.messagelog.group_commit import LogUnavailable
+from delayqueue.exceptions import LogUnavailable
 from delayqueue.api.parsers import FORM_CONTENT_TYPE, JSONBodyParser, TooManyFields, parse_form
 from delayqueue.runtime import current
 from delayqueue.api.schema import (

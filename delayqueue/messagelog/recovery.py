@@ -15,11 +15,12 @@ from dataclasses import dataclass
 import psycopg
 from psycopg.rows import dict_row
 
-from delayqueue.messagelog.group_commit import MESSAGE_TABLE, LogUnavailable, connect, first_line
-from delayqueue.messages import CONSUMING, EXPIRED, READY, WAITING
+from delayqueue.messagelog.connection import MESSAGE_TABLE, connect, first_line
+from delayqueue.exceptions import LogUnavailable
+from delayqueue.constants import Status
 from delayqueue.runtime import Runtime
 
-LIVE = (WAITING, READY, CONSUMING)
+LIVE = (Status.WAITING, Status.READY, Status.CONSUMING)
 PAGE_ROWS = 10_000
 PAGES_IN_FLIGHT = 3
 SCRIPT_MESSAGES = 500  # messages per restore script call: long enough to amortise, short enough not to stall Redis
@@ -50,7 +51,7 @@ def restorable(row: dict, now: int, include_expired: bool) -> dict | None:
     """The row as it should go back into Redis, or None when it stays out. With include_expired a
     message whose TTL ran out before it was ever delivered comes back ready with its TTL anew."""
     status = row["status"]
-    expired = status == EXPIRED or (status in LIVE and row["expire_time"] <= now)
+    expired = status == Status.EXPIRED or (status in LIVE and row["expire_time"] <= now)
     if expired and include_expired:
         ttl = max(row["expire_time"] - row["trigger_time"], 1)
         return {**row, "expire_time": now + ttl}
@@ -118,7 +119,7 @@ def scope(namespace: str, topic: str | None, msg_id: str | None) -> tuple[str, l
 def restorable_statuses(include_expired: bool) -> str:
     """The statuses a restore may bring back, as an SQL list. Inlined, not a parameter, so the
     planner can use the partial index on live messages."""
-    return ", ".join(str(s) for s in ([*LIVE, EXPIRED] if include_expired else LIVE))
+    return ", ".join(str(s) for s in ([*LIVE, Status.EXPIRED] if include_expired else LIVE))
 
 
 def count_columns(statuses: str) -> str:

@@ -7,7 +7,7 @@ from datetime import datetime, timedelta, timezone
 
 from django.db import connection, transaction
 
-from delayqueue.messagelog.group_commit import EVENT_TABLE, MESSAGE_TABLE
+from delayqueue.messagelog.connection import EVENT_TABLE, MESSAGE_TABLE
 
 _DELETE_MESSAGES = f"""
 WITH doomed AS (

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 
 import orjson
 
-from delayqueue.messagelog.group_commit import EVENT_TABLE, MESSAGE_TABLE, LogConnection, first_line, sql_time
+from delayqueue.messagelog.connection import EVENT_TABLE, MESSAGE_TABLE, LogConnection, first_line
+from delayqueue.messagelog.group_commit import sql_time
 from delayqueue.messagelog.recovery import restorable_statuses
 
 log = logging.getLogger(__name__)

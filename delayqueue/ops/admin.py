@@ -15,7 +15,8 @@ from delayqueue import selectors
 from delayqueue import services
 from delayqueue.conf import load_config
 from delayqueue.messagelog.selectors import estimated_count, message_history
-from delayqueue.models import Message, Status, TopicHourStats
+from delayqueue.constants import Status
+from delayqueue.models import Message, TopicHourStats
 from delayqueue.api.validation import MsgIdField, TopicSerializer, first_error
 from delayqueue.sync import run_with_runtime
 

@@ -24,7 +24,7 @@ from delayqueue.live import store
 from delayqueue.scanner.timer import PreciseTimer
 from delayqueue.stopping import cancel_and_wait
 from delayqueue.messagelog.writer import LogWriter
-from delayqueue.messagelog.group_commit import LogUnavailable
+from delayqueue.exceptions import LogUnavailable
 from delayqueue.runtime import Runtime
 
 log = logging.getLogger(__name__)

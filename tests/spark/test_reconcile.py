@@ -6,7 +6,7 @@ import pytest
 from django.core.management import call_command
 
 from delayqueue.live.keys import topic_keys
-from delayqueue.messages import ACKED
+from delayqueue.constants import Status
 from delayqueue.models import Message
 from spark import common, pgread, reconcile
 
@@ -119,7 +119,7 @@ def test_reconcile_fix_leaves_out_a_missing_message_that_ended_meanwhile(spark, 
     found = reconcile.disagreements(logged, reconcile.read_redis(spark, args, ["gone"], 2)).persist()
     assert sorted(r.msg_id for r in found.collect()) == ["gone-0", "gone-1", "gone-2"]
 
-    Message.objects.filter(msg_id="gone-1").update(status=ACKED)  # acked while reconcile ran
+    Message.objects.filter(msg_id="gone-1").update(status=Status.ACKED)  # acked while reconcile ran
     assert reconcile.restore_missing(spark, args, logged, found, 2) == (2, 0, 0)
     client = common.sync_redis(REDIS_URL)
     assert client.lrange(topic_keys("default", "gone").ready, 0, -1) == ["gone-2", "gone-0"]

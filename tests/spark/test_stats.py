@@ -6,7 +6,7 @@ from asgiref.sync import sync_to_async
 
 from delayqueue import selectors
 from delayqueue import services
-from delayqueue.messages import EXPIRED
+from delayqueue.constants import Status
 from delayqueue.models import TopicHourStats
 from delayqueue.services import NewMessage
 from spark import stats
@@ -146,7 +146,7 @@ async def test_stats_of_history_the_service_itself_logged(spark, single_rt):
     await services.nack_message(rt, "svc", pulled[6]["msgId"])  # no tries left: ended 6
     assert await services.delete_message(rt, "svc", sent[5]["msgId"])
     await asyncio.sleep(0.1)
-    assert (await selectors.get_message(rt, "svc", expiring["msgId"]))["status"] == EXPIRED
+    assert (await selectors.get_message(rt, "svc", expiring["msgId"]))["status"] == Status.EXPIRED
     await drain_log(rt, ["svc"])
 
     stats.run(spark, job_args("spark.stats", "--database-url", log_database_url()))

@@ -7,7 +7,7 @@ from redis.exceptions import RedisError
 
 from delayqueue.arguments import non_empty, topic_name
 from delayqueue.conf import load_config
-from delayqueue.messagelog.group_commit import LogUnavailable
+from delayqueue.exceptions import LogUnavailable
 from delayqueue.messagelog.recovery import RestoreCounts, restore
 from delayqueue.runtime import Runtime
 

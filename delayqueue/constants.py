@@ -1,0 +1,45 @@
+"""The contract values shared by Python, the Lua scripts and the SQL: defined here once.
+
+The scripts get them through a prelude generated from this module (live/scripts.py), the SQL
+as statement parameters (messagelog/sql.py); neither spells a status or a bound itself."""
+from django.db.models.enums import IntegerChoices, TextChoices
+
+
+class Status(IntegerChoices):
+    WAITING = 1, "waiting"
+    READY = 2, "ready"
+    CONSUMING = 3, "consuming"
+    ACKED = 4, "acked"
+    EXPIRED = 5, "expired"
+    EXHAUSTED = 6, "retries or TTL exhausted"
+    DELETED = 7, "deleted"
+
+
+LIVE_STATUSES = (Status.WAITING, Status.READY, Status.CONSUMING)
+ENDED_STATUSES = (Status.ACKED, Status.EXPIRED, Status.EXHAUSTED, Status.DELETED)
+
+
+class Reason(TextChoices):
+    """Why a message changed status: the lifecycle history's `reason`."""
+
+    SENT = "sent"
+    DUE = "due"
+    PULLED = "pulled"
+    ACKED = "acked"
+    NACKED = "nacked"
+    ACK_TIMEOUT = "ack_timeout", "ack timeout"
+    EXPIRED = "expired"
+    RETRIES_EXHAUSTED = "retries_exhausted", "retries exhausted"
+    DELETED = "deleted"
+    RESTORED = "restored"
+
+
+# Fire lateness (promotion time - triggerTime) histogram bounds in ms: promote_due.lua counts each
+# promoted message under the first bound it does not exceed ("inf" past the last).
+LATENESS_BOUNDS_MS = (1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000)
+# The per-minute lateness series behind the dashboard's chart: prune_stats.lua keeps this many minutes.
+CHART_MINUTES = 60
+
+# Upper bounds keep every time (ms) well inside what Redis' Lua numbers and JSON hold exactly.
+MAX_DELAY_MILLIS = 10 * 365 * 86_400_000  # ten years
+MAX_RETRY = 100_000

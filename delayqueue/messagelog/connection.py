@@ -1,0 +1,66 @@
+"""Connections to the PostgreSQL message log, and how their failures are reported."""
+import asyncio
+import contextlib
+
+import psycopg
+from django.db import connections
+from psycopg.conninfo import make_conninfo
+
+from delayqueue.exceptions import LogUnavailable
+
+MESSAGE_TABLE = "delayqueue_message"
+EVENT_TABLE = "delayqueue_messageevent"
+
+
+def conninfo(timeout_millis: int) -> str:
+    """Connection string of Django's default database (the test database under pytest), with
+    `timeout_millis` as the server's statement timeout (a lock must end in an error)."""
+    s = connections["default"].settings_dict
+    params = {"dbname": s["NAME"], "user": s.get("USER") or None, "password": s.get("PASSWORD") or None,
+              "host": s.get("HOST") or None, "port": s.get("PORT") or None}
+    return make_conninfo(**{k: v for k, v in params.items() if v}, connect_timeout=3,
+                         options=f"-c statement_timeout={timeout_millis}", application_name="delayqueue")
+
+
+async def connect(timeout_millis: int) -> psycopg.AsyncConnection:
+    try:
+        return await psycopg.AsyncConnection.connect(conninfo(timeout_millis), autocommit=True)
+    except psycopg.Error as exc:
+        raise LogUnavailable(f"message log unavailable: {first_line(exc)}") from None
+
+
+def first_line(exc: Exception) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
+class LogConnection:
+    """One autocommit connection to the message log, opened on first use and again after a
+    failure. Any PostgreSQL error inside `use()` drops it and comes out as LogUnavailable; so
+    does a block that takes longer than `timeout_millis`. A send waits on the log, and the
+    server's statement timeout cannot end a wait on a server that is hung or unreachable."""
+
+    def __init__(self, timeout_millis: int):
+        self._timeout_millis = timeout_millis
+        self._conn: psycopg.AsyncConnection | None = None
+
+    @contextlib.asynccontextmanager
+    async def use(self):
+        try:
+            async with asyncio.timeout(self._timeout_millis / 1000):
+                if self._conn is None or self._conn.closed:
+                    self._conn = await connect(self._timeout_millis)
+                yield self._conn
+        except psycopg.Error as exc:
+            await self.close()
+            raise LogUnavailable(f"message log unavailable: {first_line(exc)}") from None
+        except TimeoutError:
+            await self.close()
+            raise LogUnavailable(f"message log unavailable: no answer within {self._timeout_millis / 1000:g} s") from None
+
+    async def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            try:
+                await conn.close()
+            except Exception:
+                pass
