@@ -47,8 +47,8 @@ async def raw_evalsha_rate(redis_url: str, seconds: int, concurrency: int) -> fl
     """Messages/s of the send script called by SHA, pipelined 100 per round trip."""
     from delayqueue.conf import QueueConfig
     from delayqueue.runtime import Runtime
-    from delayqueue.services import NewMessage, _prepare, _send_call
-    from delayqueue.live.store import load_scripts
+    from delayqueue.services import SendRequest, _prepare, send_call
+    from delayqueue.live.scripts import load_scripts
 
     rt = Runtime(QueueConfig(redis_url=redis_url, namespace="raw"))
     await load_scripts(rt.redis)
@@ -61,7 +61,7 @@ async def raw_evalsha_rate(redis_url: str, seconds: int, concurrency: int) -> fl
             # New msgIds every round, over four topics as the HTTP batches: a msgId sent again
             # while live is a duplicate, which the script answers without writing anything.
             produced = time.time_ns() // 1_000_000
-            calls = [_send_call(rt, _prepare(rt, NewMessage(topic=f"raw{i % 4}", msg="hello", delay_millis=600_000),
+            calls = [send_call(rt, _prepare(rt, SendRequest(topic=f"raw{i % 4}", msg="hello", delay_millis=600_000),
                                              produced))
                      for i in range(BATCH)]
             await rt.scripts.run(calls)

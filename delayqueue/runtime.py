@@ -8,7 +8,8 @@ import os
 import socket
 import weakref
 
-from delayqueue.live import store
+from delayqueue.live import client
+from delayqueue.live.runners import script_runner
 from delayqueue.conf import QueueConfig, load_config
 from delayqueue.live.keys import namespace_keys
 
@@ -17,8 +18,8 @@ class Runtime:
     def __init__(self, config: QueueConfig, process: str | None = None):
         self.config = config
         self.ns = namespace_keys(config.namespace)
-        self.redis = store.connect(config.redis_url, config.redis_timeout)
-        self.scripts = store.script_runner(self.redis, config.redis_url, config.redis_timeout)
+        self.redis = client.connect(config.redis_url, config.redis_timeout)
+        self.scripts = script_runner(self.redis, config.redis_url, config.redis_timeout)
         self._notifier = None
         self._notifier_lock = asyncio.Lock()
         self._log = None
@@ -35,7 +36,7 @@ class Runtime:
         if self._log is None:
             from delayqueue.messagelog.group_commit import MessageLog
 
-            self._log = MessageLog(self.actor, self.config.log_timeout_millis)
+            self._log = MessageLog(self.config.namespace, self.actor, self.config.log_timeout_millis)
         return self._log
 
     async def notifier(self):
@@ -48,10 +49,6 @@ class Runtime:
                     await notifier.start()
                     self._notifier = notifier
         return self._notifier
-
-    async def call(self, name: str, keys, args):
-        """Runs one Lua script, sharing a round trip with the other calls of this loop turn."""
-        return await self.scripts.call(name, keys, args)
 
     async def close(self) -> None:
         if self._log is not None:

@@ -5,7 +5,7 @@ from pathlib import Path
 import dj_database_url
 
 from delayqueue.arguments import MAX_AGE_DAYS
-from delayqueue.live.store import checked_url
+from delayqueue.live.client import checked_url
 from project.env import env_bool, env_int, env_url
 
 BASE_DIR = Path(__file__).resolve().parent.parent

@@ -14,7 +14,7 @@ from itertools import islice
 import psycopg
 import redis
 
-from delayqueue.live import store
+from delayqueue.live.client import cluster_nodes, is_cluster_url
 from delayqueue.arguments import positive_int
 from delayqueue.messagelog.connection import first_line
 
@@ -85,8 +85,8 @@ def check_postgres(dsn: str, tables: tuple[str, ...]) -> None:
 
 def sync_redis(url: str):
     """A blocking client (executors have no event loop to share) for the URL forms delayqueue accepts."""
-    if store.is_cluster_url(url):
-        return redis.RedisCluster(startup_nodes=[redis.cluster.ClusterNode(h, p) for h, p in store.cluster_nodes(url)],
+    if is_cluster_url(url):
+        return redis.RedisCluster(startup_nodes=[redis.cluster.ClusterNode(h, p) for h, p in cluster_nodes(url)],
                                   decode_responses=True, socket_timeout=30)
     return redis.Redis.from_url(url, decode_responses=True, socket_timeout=30)
 

@@ -63,7 +63,7 @@ def restore_partition(config, include_expired: bool, dry_run: bool, rows: Iterab
                 # Connected on the first rows: a partition that has none (a topic hashed
                 # elsewhere) costs no Redis connection.
                 rt = rt or Runtime(config, process="spark restore")
-                counts += await recovery.restore_rows(rt, chunk, include_expired=include_expired, dry_run=dry_run)
+                counts += await recovery.restore_rows(rt, rows=chunk, include_expired=include_expired, dry_run=dry_run)
         finally:
             if rt is not None:
                 await rt.close()

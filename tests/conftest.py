@@ -14,7 +14,7 @@ import psycopg
 import pytest
 import redis
 
-from delayqueue.live import store
+from delayqueue.live.client import cluster_nodes
 from delayqueue.conf import load_config
 from delayqueue.runtime import Runtime, close_current
 from delayqueue.scanner.scanner import Scanner
@@ -43,7 +43,7 @@ def clean_redis(settings, transactional_db):
     client.flushall()
     client.close()
     if REDIS_CLUSTER_URL:
-        cluster = redis.RedisCluster(startup_nodes=[redis.cluster.ClusterNode(h, p) for h, p in store.cluster_nodes(REDIS_CLUSTER_URL)])
+        cluster = redis.RedisCluster(startup_nodes=[redis.cluster.ClusterNode(h, p) for h, p in cluster_nodes(REDIS_CLUSTER_URL)])
         cluster.flushall(target_nodes=redis.RedisCluster.PRIMARIES)
         cluster.close()
     yield

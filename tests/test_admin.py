@@ -36,7 +36,8 @@ def log_message(topic="orders", msg_id="m1", status=Status.WAITING, produced=NOW
 
 
 def send(topic, msg_id, delay_millis=0) -> dict:
-    return run_with_runtime(services.send_message, services.NewMessage(topic, f"body of {msg_id}", delay_millis, msg_id))
+    return run_with_runtime(services.send_message, topic=topic, msg=f"body of {msg_id}", delay_millis=delay_millis,
+                            msg_id=msg_id)
 
 
 def drain_history(topic):
@@ -76,7 +77,7 @@ def test_actions_need_a_staff_login(client):
             client.login(username="clerk", password="pw")
         response = client.post(LIST, {"action": "delete_selected_messages", "_selected_action": [row.pk]})
         assert response.status_code == 302 and response["Location"].startswith("/admin/login/")
-    assert run_with_runtime(selectors.get_message, "orders", "keep")["status"] == Status.WAITING
+    assert run_with_runtime(selectors.get_message, topic="orders", msg_id="keep")["status"] == Status.WAITING
 
 
 def test_list_newest_first_with_search_and_filters(admin_client):
@@ -138,9 +139,9 @@ def test_list_never_counts_the_whole_table(admin_client):
 
 def test_detail_shows_history_timeline_and_live_state(admin_client):
     send("orders", "o-42", 0)
-    run_with_runtime(services.pull_messages, "orders")
+    run_with_runtime(services.pull_messages, topic="orders")
     drain_history("orders")
-    run_with_runtime(services.nack_message, "orders", "o-42")
+    run_with_runtime(services.nack_message, topic="orders", msg_id="o-42")
     send("orders", "someone-else", 0)
     drain_history("orders")
     message = Message.objects.get(msg_id="o-42")
@@ -156,7 +157,7 @@ def test_detail_shows_history_timeline_and_live_state(admin_client):
 
 def test_detail_flags_redis_ahead_of_the_log(admin_client):
     send("orders", "o-43", 0)
-    run_with_runtime(services.pull_messages, "orders")  # not drained: the log still says ready
+    run_with_runtime(services.pull_messages, topic="orders")  # not drained: the log still says ready
     message = Message.objects.get(msg_id="o-43")
     live = admin_client.get(f"{LIST}{message.pk}/change/").content.decode()
     assert "3 (consuming)" in live and "Redis is ahead of the log" in live
@@ -178,8 +179,8 @@ def test_delete_selected_goes_through_the_queue(admin_client):
                                  follow=True)
     assert "Deleted 2; 1 were not live" in response.content.decode()
     for msg_id in ("d1", "d2"):
-        assert run_with_runtime(selectors.get_message, "orders", msg_id)["status"] == Status.DELETED
-    info = run_with_runtime(selectors.topic_info, "orders")
+        assert run_with_runtime(selectors.get_message, topic="orders", msg_id=msg_id)["status"] == Status.DELETED
+    info = run_with_runtime(selectors.topic_info, topic="orders")
     assert info["waitingQueueSize"] == 0 and info["readyQueueSize"] == 0
     assert Message.objects.count() == 3  # the log keeps its rows
     drain_history("orders")
@@ -197,11 +198,11 @@ def test_restore_selected_brings_back_what_redis_lost(admin_client):
     action = {"action": "restore_selected", "_selected_action": selected}
     page = admin_client.post(LIST, action, follow=True).content.decode()
     assert "Restored 2; 0 already live in Redis; 1 skipped" in page
-    restored = run_with_runtime(selectors.get_message, "orders", "r1")
+    restored = run_with_runtime(selectors.get_message, topic="orders", msg_id="r1")
     assert restored["status"] == Status.WAITING
     assert (restored["triggerTime"], restored["expireTime"]) == (sent["triggerTime"], sent["expireTime"])
-    assert run_with_runtime(selectors.get_message, "orders", "r2")["status"] == Status.READY
-    assert run_with_runtime(selectors.get_message, "orders", "finished") is None
+    assert run_with_runtime(selectors.get_message, topic="orders", msg_id="r2")["status"] == Status.READY
+    assert run_with_runtime(selectors.get_message, topic="orders", msg_id="finished") is None
     again = admin_client.post(LIST, action, follow=True).content.decode()
     assert "Restored 0; 2 already live in Redis; 1 skipped" in again
 
@@ -260,4 +261,4 @@ def test_actions_refuse_more_rows_than_the_limit(admin_client, monkeypatch):
     page = admin_client.post(LIST, {"action": "delete_selected_messages", "select_across": "1", "index": "0",
                                     "_selected_action": [m.pk for m in Message.objects.all()]}, follow=True)
     assert "Select at most 2 messages at a time" in page.content.decode()
-    assert run_with_runtime(selectors.topic_info, "orders")["waitingQueueSize"] == 3  # nothing deleted
+    assert run_with_runtime(selectors.topic_info, topic="orders")["waitingQueueSize"] == 3  # nothing deleted

@@ -96,7 +96,7 @@ def test_operator_walkthrough(uvicorn_server, browser):
     send("browser", "b1", 600_000)
     send("browser", "b2", 0)
     send("other", "x1", 0)
-    run_with_runtime(services.pull_messages, "browser")  # b2 is being consumed
+    run_with_runtime(services.pull_messages, topic="browser")  # b2 is being consumed
     drain_history("browser")
     # Redis loses the topic (say, its cluster slot failed over to an empty replica).
     client = redis.Redis.from_url(REDIS_URL)

@@ -8,6 +8,8 @@ from django.utils import timezone
 
 from delayqueue.messagelog import recovery
 from delayqueue import selectors
+from delayqueue.live import scripts
+from delayqueue.ops import figures
 from delayqueue import services
 from delayqueue.models import TopicHourStats
 from delayqueue.sync import run_with_runtime
@@ -31,7 +33,7 @@ def test_dashboard_shows_sizes_buckets_and_flags_stuck_topics(admin_client, monk
     send("calm", "c1", 3_600_000 * 2)
     send("stuck-ready", "s1", 0)  # ready, and nobody pulls it for a whole interval
     send("overdue", "o1", 200)  # no scanner runs, so once due it stays waiting
-    run_with_runtime(services.pull_messages, "calm")
+    run_with_runtime(services.pull_messages, topic="calm")
     time.sleep(1.1)
     send("fresh", "f1", 0)  # ready just now: consumers are behind, not absent
     page = admin_client.get(DASHBOARD).content.decode()
@@ -69,7 +71,7 @@ async def _stats_key(rt, topic):
 
 
 async def _previous_interval(rt):
-    return await selectors.redis_millis(rt) // rt.config.monitor_interval_millis - 1
+    return await figures.redis_millis(rt) // rt.config.monitor_interval_millis - 1
 
 
 def test_dashboard_chart_draws_promotions(admin_client):
@@ -77,9 +79,10 @@ def test_dashboard_chart_draws_promotions(admin_client):
     time.sleep(0.3)
 
     async def promote(rt):
-        k = rt.ns.topic("drawn")
-        await rt.call("promote_due", [k.waiting, k.ready, k.msgs, k.expiry, k.ended, k.stats, k.events],
-                      [100, 1000, rt.config.monitor_interval_millis, rt.ns.ready_channel, "drawn", rt.actor])
+        await rt.scripts.call(scripts.promote_due(
+            rt.ns.topic("drawn"), limit=100, retention_millis=1000,
+            stats_interval_millis=rt.config.monitor_interval_millis, ready_channel=rt.ns.ready_channel,
+            topic="drawn", actor=rt.actor))
 
     run_with_runtime(promote)
     page = admin_client.get(DASHBOARD, {"topic": "drawn"}).content.decode()

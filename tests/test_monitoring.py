@@ -7,7 +7,9 @@ import time
 from prometheus_client.parser import text_string_to_metric_families
 
 from delayqueue.api import health
-from delayqueue.selectors import live_state
+from delayqueue.live import scripts
+from delayqueue.ops import figures
+from delayqueue.ops.figures import live_state
 from tests.conftest import wait_until
 from tests.test_api import call
 
@@ -64,8 +66,8 @@ async def test_monitor_data_counts_known_traffic_of_web_and_scanner_processes(ap
     assert (await call(api, "deleteMsg", topic="mon", msgId="nope"))["code"] == 404  # not counted
 
     async def requeued_and_expired():
-        m1 = await live_state(single_rt, "default", "mon", "m1")
-        m5 = await live_state(single_rt, "default", "mon", "m5")
+        m1 = await live_state(single_rt, namespace="default", topic="mon", msg_id="m1")
+        m5 = await live_state(single_rt, namespace="default", topic="mon", msg_id="m5")
         return m1["message"]["status"] == 2 and m5["message"]["status"] == 5
     await wait_until(requeued_and_expired, what="the ack timeout of m1 and the TTL of m5")
     assert await redis_seconds(single_rt) < started - started % INTERVAL + INTERVAL, \
@@ -130,9 +132,9 @@ async def _ready(api, topic, n):
 
 
 async def _overview(rt, topic):
-    from delayqueue.selectors import topic_overview
+    from delayqueue.ops.figures import topic_overview
 
-    return (await topic_overview(rt, [topic]))[0]
+    return (await topic_overview(rt, topics=[topic]))[0]
 
 
 async def test_metrics_sizes_buckets_backlog_and_scanner_lag(api, single_rt, scanner_process):
@@ -266,32 +268,31 @@ async def test_overview_and_monitor_reads_work_on_a_cluster_too(rt):
     from delayqueue import services
 
     for topic in ("c1", "c2", "c3"):  # on a cluster these land in different slots
-        await services.send_message(rt, services.NewMessage(topic, "x", 100, "m"))
+        await services.send_message(rt, topic=topic, msg="x", delay_millis=100, msg_id="m")
     await asyncio.sleep(0.15)
     for topic in ("c1", "c2", "c3"):
-        k = rt.ns.topic(topic)
-        await rt.call("promote_due", [k.waiting, k.ready, k.msgs, k.expiry, k.ended, k.stats, k.events],
-                      [100, 1000, rt.config.monitor_interval_millis, rt.ns.ready_channel, topic, rt.actor])
-    overviews = await selectors.topic_overview(rt, await selectors.list_topics(rt))
+        await rt.scripts.call(scripts.promote_due(
+            rt.ns.topic(topic), limit=100, retention_millis=1000,
+            stats_interval_millis=rt.config.monitor_interval_millis, ready_channel=rt.ns.ready_channel,
+            topic=topic, actor=rt.actor))
+    overviews = await figures.topic_overview(rt, topics=await selectors.list_topics(rt))
     assert [(o["topic"], o["readyQueueSize"], o["lateness_count"], o["totals"]["triggerMsgReady"])
             for o in overviews] == [("c1", 1, 1, 1), ("c2", 1, 1, 1), ("c3", 1, 1, 1)]
     assert all(o["log_backlog"] == 1 for o in overviews)  # due ('sent' is written by the send)
     assert sum(p["count"] for p in overviews[0]["lateness_series"]) == 1
     data = await selectors.monitor_data(rt)
     assert set(data) == {"requestStatsList", "pullMsgTimeGapStatsList", "readyQueueTimeGapStatsList"}
-    assert await selectors.scanner_lags(rt) == {}
+    assert await figures.scanner_lags(rt) == {}
 
 
 async def test_prune_keeps_totals_histogram_and_the_last_hour_of_the_chart(single_rt):
-    from delayqueue import selectors
-
     rt = single_rt
-    now = await selectors.redis_millis(rt)
+    now = await figures.redis_millis(rt)
     interval, minute = now // rt.config.monitor_interval_millis, now // 60_000
     stats = rt.ns.topic("p").stats
     keep = {f"{interval}:sendMsg": 1, f"{interval - 1}:sendMsg": 2, "total:sendMsg": 9, "lateness:le:5": 3,
             "lateness:count": 3, f"m{minute - 59}:lateness:count": 4, f"m{minute}:lateness:max": 7}
     drop = {f"{interval - 2}:sendMsg": 5, f"m{minute - 61}:lateness:count": 6}
     await rt.redis.hset(stats, mapping={**keep, **drop})
-    assert await rt.call("prune_stats", [stats], [rt.config.monitor_interval_millis]) == 2
+    assert await rt.scripts.call(scripts.prune_stats(rt.ns.topic("p"), stats_interval_millis=rt.config.monitor_interval_millis)) == 2
     assert {k: int(v) for k, v in (await rt.redis.hgetall(stats)).items()} == keep

@@ -9,12 +9,14 @@ import socket
 import time
 
 import pytest
-from redis.exceptions import ConnectionError as RedisConnectionError, TimeoutError as RedisTimeoutError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from delayqueue.exceptions import MaybeSent, RedisUnavailable
 
 from delayqueue.messagelog import recovery
 from delayqueue import selectors
 from delayqueue import services
-from delayqueue.services import NewMessage
+from delayqueue.services import SendRequest
 from delayqueue.stopping import cancel_and_wait
 from tools.stack import Services, free_port
 
@@ -61,12 +63,12 @@ def restartable_redis(tmp_path):
 async def test_calls_reconnect_and_reload_the_scripts_after_a_restart(restartable_redis):
     rt = make_runtime(restartable_redis.url, message_log=False)
     try:
-        before = await services.send_message(rt, NewMessage(topic="t", msg="before", delay_millis=0))
+        before = await services.send_message(rt, topic="t", msg="before", delay_millis=0)
         restartable_redis.restart()
         # The first call finds its connection gone and the new Redis without the scripts.
-        after = await services.send_message(rt, NewMessage(topic="t", msg="after", delay_millis=0))
+        after = await services.send_message(rt, topic="t", msg="after", delay_millis=0)
         assert after["status"] == 2
-        pulled, _ = await services.pull_messages(rt, "t", 10)
+        pulled, _ = await services.pull_messages(rt, topic="t", batch=10)
         assert [m["msg"] for m in pulled] == ["after"]  # "before" went with the old Redis
         assert before["msgId"] != after["msgId"]
     finally:
@@ -78,7 +80,7 @@ async def test_a_poll_held_across_a_restart_is_woken_by_a_message_due_after_it(r
     try:
         await start_scanner(rt)
         hold_seconds = 20
-        poll = asyncio.ensure_future(services.long_poll_messages(rt, "t", 1, -1, hold_seconds * 1000))
+        poll = asyncio.ensure_future(services.long_poll_messages(rt, topic="t", batch=1, ack_timeout_millis=-1, timeout_millis=hold_seconds * 1000))
         notifier = await rt.notifier()
 
         async def held():
@@ -88,7 +90,7 @@ async def test_a_poll_held_across_a_restart_is_woken_by_a_message_due_after_it(r
 
         restartable_redis.restart()
         sent_at = time.monotonic()
-        sent = await services.send_message(rt, NewMessage(topic="t", msg="after", delay_millis=300))
+        sent = await services.send_message(rt, topic="t", msg="after", delay_millis=300)
         assert sent["status"] == 1  # waiting: only the scanner, on the new Redis, can make it due
 
         messages = await asyncio.wait_for(poll, hold_seconds)
@@ -105,11 +107,11 @@ async def test_a_scanner_process_carries_on_after_a_restart_and_stops_on_sigterm
     scanner = scanner_process("restart", REDIS_URL=restartable_redis.url, DELAYQUEUE_MESSAGE_LOG=0)
     try:
         scanner.wait_started()
-        before = await services.send_message(rt, NewMessage(topic="t", msg="before", delay_millis=100))
+        before = await services.send_message(rt, topic="t", msg="before", delay_millis=100)
         await wait_until(lambda: promoted(rt, before), what="the first message to be promoted")
 
         restartable_redis.restart()
-        after = await services.send_message(rt, NewMessage(topic="t", msg="after", delay_millis=300))
+        after = await services.send_message(rt, topic="t", msg="after", delay_millis=300)
         assert after["status"] == 1
         await wait_until(lambda: promoted(rt, after), what="a message sent after the restart to be promoted")
     finally:
@@ -118,7 +120,7 @@ async def test_a_scanner_process_carries_on_after_a_restart_and_stops_on_sigterm
 
 
 async def promoted(rt, message) -> bool:
-    stored = await selectors.get_message(rt, message["topic"], message["msgId"])
+    stored = await selectors.get_message(rt, topic=message["topic"], msg_id=message["msgId"])
     return stored is not None and stored["status"] == 2
 
 async def test_stopping_right_after_a_restart_never_hangs(restartable_redis, start_scanner):
@@ -156,14 +158,14 @@ async def test_cancel_and_wait_repeats_a_cancellation_the_task_dropped():
 async def test_a_hung_redis_fails_calls_after_the_timeout_then_they_work_again(restartable_redis):
     rt = make_runtime(restartable_redis.url, redis_timeout_millis=500)  # the message log on
     try:
-        await services.send_message(rt, NewMessage(topic="t", msg="before", delay_millis=0))
+        await services.send_message(rt, topic="t", msg="before", delay_millis=0)
         restartable_redis.pause()
         try:
             # Script calls (the direct runner) and redis-py's commands alike; the outer bound only
             # keeps a regression from hanging the suite.
-            with pytest.raises(RedisTimeoutError, match="send it again with msgId maybe"):
+            with pytest.raises(MaybeSent, match="send it again with msgId maybe"):
                 await asyncio.wait_for(services.send_message(
-                    rt, NewMessage(topic="t", msg="x", delay_millis=0, msg_id="maybe")), 30)
+                    rt, topic="t", msg="x", delay_millis=0, msg_id="maybe"), 30)
             with pytest.raises(RedisTimeoutError):
                 await asyncio.wait_for(selectors.list_topics(rt), 30)
         finally:
@@ -171,9 +173,9 @@ async def test_a_hung_redis_fails_calls_after_the_timeout_then_they_work_again(r
         # Redis may have run the send after all (here it did, once it could read it): the log
         # kept its row, and sending it again under its msgId enqueues it once either way.
         assert (await logged("t", "maybe"))["msg"] == "x"
-        again = await services.send_message(rt, NewMessage(topic="t", msg="x", delay_millis=0, msg_id="maybe"))
+        again = await services.send_message(rt, topic="t", msg="x", delay_millis=0, msg_id="maybe")
         assert again["msgId"] == "maybe"
-        pulled, _ = await services.pull_messages(rt, "t", 10)
+        pulled, _ = await services.pull_messages(rt, topic="t", batch=10)
         assert [m["msg"] for m in pulled] == ["before", "x"]
     finally:
         await rt.close()
@@ -220,9 +222,9 @@ async def test_a_redis_that_takes_no_connection_fails_sends_after_the_timeout(un
     rt = make_runtime(unanswering_redis_url, redis_timeout_millis=500)  # the message log on
     try:
         # The outer bound only keeps a regression from hanging the suite.
-        with pytest.raises(RedisConnectionError, match="cannot connect to Redis: no answer within 0.5 s"):
+        with pytest.raises(RedisUnavailable, match="cannot connect to Redis: no answer within 0.5 s"):
             await asyncio.wait_for(services.send_message(
-                rt, NewMessage(topic="t", msg="x", delay_millis=0, msg_id="never")), 30)
+                rt, topic="t", msg="x", delay_millis=0, msg_id="never"), 30)
         with pytest.raises(RedisTimeoutError, match="Timeout connecting"):
             await asyncio.wait_for(selectors.list_topics(rt), 30)
     finally:
@@ -239,11 +241,11 @@ async def test_a_held_poll_is_not_cut_by_the_redis_timeout(restartable_redis, ca
     not drop and renew its subscription every time nothing was published for that long."""
     rt = make_runtime(restartable_redis.url, message_log=False, redis_timeout_millis=300)
     try:
-        poll = asyncio.ensure_future(services.long_poll_messages(rt, "t", 1, -1, 20_000))
+        poll = asyncio.ensure_future(services.long_poll_messages(rt, topic="t", batch=1, ack_timeout_millis=-1, timeout_millis=20_000))
         await asyncio.sleep(1.5)  # five timeouts with nothing published
         assert not poll.done()
         assert not [r.getMessage() for r in caplog.records if "subscription" in r.getMessage()]
-        await services.send_message(rt, NewMessage(topic="t", msg="now", delay_millis=0))
+        await services.send_message(rt, topic="t", msg="now", delay_millis=0)
         messages = await asyncio.wait_for(poll, 5)  # woken, well before the 20 s hold ends
         assert [m["msg"] for m in messages] == ["now"]
     finally:
@@ -263,7 +265,7 @@ async def _data_lost_gauge(api) -> float:
 
 async def test_a_scanner_reports_redis_losing_its_data_until_a_full_restore(single_rt, start_scanner, api, caplog):
     rt = single_rt
-    await services.send_messages(rt, [NewMessage(topic="t", msg=str(i), delay_millis=60_000) for i in range(3)])
+    await services.send_messages(rt, requests=[SendRequest(topic="t", msg=str(i), delay_millis=60_000) for i in range(3)])
     await start_scanner(rt)
 
     async def marked():
@@ -291,7 +293,7 @@ async def test_a_scanner_reports_redis_losing_its_data_until_a_full_restore(sing
 async def test_a_scanner_started_on_an_emptied_redis_reports_the_live_messages_of_the_log(
         single_rt, start_scanner, caplog):
     rt = single_rt
-    await services.send_messages(rt, [NewMessage(topic="t", msg="m", delay_millis=60_000)])
+    await services.send_messages(rt, requests=[SendRequest(topic="t", msg="m", delay_millis=60_000)])
     await rt.redis.flushall()  # lost before any scanner ran
 
     async def reported():
@@ -306,7 +308,7 @@ async def test_a_scanner_started_on_an_emptied_redis_reports_the_live_messages_o
 async def test_no_loss_is_reported_for_a_new_redis_or_sends_made_before_the_first_scanner(
         single_rt, start_scanner, caplog):
     rt = single_rt
-    await services.send_messages(rt, [NewMessage(topic="t", msg="m", delay_millis=60_000)])  # no scanner yet
+    await services.send_messages(rt, requests=[SendRequest(topic="t", msg="m", delay_millis=60_000)])  # no scanner yet
     await start_scanner(rt)
 
     async def marked():

@@ -17,7 +17,7 @@ from delayqueue import selectors
 from delayqueue import services
 from delayqueue.constants import Status
 from delayqueue.messagelog.retention import prune_log
-from delayqueue.services import NewMessage
+from delayqueue.services import SendRequest
 
 from .conftest import REDIS_URL, ROOT, TEST_CONFIG, drain_log, log_database_url, make_runtime
 from .test_message_log import history, logged, query
@@ -36,7 +36,7 @@ async def snapshot(rt, topics) -> dict:
         inflight = set(await rt.redis.zrange(k.inflight, 0, -1))
         expiry = dict(await rt.redis.zrange(k.expiry, 0, -1, withscores=True))
         for msg_id in await rt.redis.hkeys(k.msgs):
-            m = await selectors.get_message(rt, topic, msg_id)
+            m = await selectors.get_message(rt, topic=topic, msg_id=msg_id)
             where = ("waiting" if msg_id in waiting else "ready" if msg_id in ready
                      else "inflight" if msg_id in inflight else None)
             state[(topic, msg_id)] = {**m, "where": where, "waitingScore": waiting.get(msg_id),
@@ -59,16 +59,16 @@ async def fill_every_state(rt, per_topic: int) -> dict[str, set]:
         for group, (share, delay) in GROUPS.items():
             topic, count = f"{base}.{group}", int(per_topic * share)
             ttl = 20 if group == "expired" else 7_200_000
-            sent = await services.send_messages(rt, [
-                NewMessage(topic=topic, msg=f"{group}-{i}", delay_millis=delay, ttl_millis=ttl, max_retry=5)
+            sent = await services.send_messages(rt, requests=[
+                SendRequest(topic=topic, msg=f"{group}-{i}", delay_millis=delay, ttl_millis=ttl, max_retry=5)
                 for i in range(count)])
             groups[group] |= {(topic, m["msgId"]) for m in sent}
 
             async def pull():
-                return (await services.pull_messages(rt, topic, batch=count, ack_timeout_millis=3_600_000))[0]
+                return (await services.pull_messages(rt, topic=topic, batch=count, ack_timeout_millis=3_600_000))[0]
 
             async def each(action, messages):
-                await asyncio.gather(*(action(rt, topic, m["msgId"]) for m in messages))
+                await asyncio.gather(*(action(rt, topic=topic, msg_id=m["msgId"]) for m in messages))
 
             if group == "inflight":
                 await pull()
@@ -134,7 +134,7 @@ async def test_flushall_then_restore_brings_back_every_live_message_as_it_was(si
 
 
 async def test_restore_runs_on_a_cluster_too(rt):
-    sent = await services.send_messages(rt, [NewMessage(topic=f"c{i % 7}", msg=str(i), delay_millis=(i % 2) * 60_000)
+    sent = await services.send_messages(rt, requests=[SendRequest(topic=f"c{i % 7}", msg=str(i), delay_millis=(i % 2) * 60_000)
                                              for i in range(70)])
     before = {m["msgId"]: m for m in sent}
     await drain_log(rt, [f"c{i}" for i in range(7)])
@@ -144,12 +144,12 @@ async def test_restore_runs_on_a_cluster_too(rt):
     counts = await recovery.restore(rt)
     assert counts.restored == 70
     for msg_id, m in before.items():
-        assert await selectors.get_message(rt, m["topic"], msg_id) == m
+        assert await selectors.get_message(rt, topic=m["topic"], msg_id=msg_id) == m
 
 
 async def test_restore_while_sends_continue_loses_nothing(single_rt):
     rt = single_rt
-    old = await services.send_messages(rt, [NewMessage(topic="busy", msg=str(i), delay_millis=60_000)
+    old = await services.send_messages(rt, requests=[SendRequest(topic="busy", msg=str(i), delay_millis=60_000)
                                             for i in range(3000)])
     await rt.redis.flushall()
     new = []
@@ -157,7 +157,7 @@ async def test_restore_while_sends_continue_loses_nothing(single_rt):
     async def keep_sending():
         for i in range(30):
             new.extend(await services.send_messages(
-                rt, [NewMessage(topic="busy", msg=f"n{i}-{j}", delay_millis=60_000) for j in range(20)]))
+                rt, requests=[SendRequest(topic="busy", msg=f"n{i}-{j}", delay_millis=60_000) for j in range(20)]))
             await asyncio.sleep(0.003)
 
     sending = asyncio.ensure_future(keep_sending())
@@ -169,37 +169,37 @@ async def test_restore_while_sends_continue_loses_nothing(single_rt):
     k = rt.ns.topic("busy")
     assert await rt.redis.zcard(k.waiting) == 3000 + 600
     for m in old[:50] + new[:50]:
-        assert (await selectors.get_message(rt, "busy", m["msgId"]))["msg"] == m["msg"]
+        assert (await selectors.get_message(rt, topic="busy", msg_id=m["msgId"]))["msg"] == m["msg"]
 
 
 async def test_restore_scope_options_and_dry_run(single_rt):
     rt = single_rt
-    a = await services.send_message(rt, NewMessage(topic="a", msg="a", delay_millis=0))
-    b = await services.send_messages(rt, [NewMessage(topic="b", msg=str(i), delay_millis=0) for i in range(3)])
+    a = await services.send_message(rt, topic="a", msg="a", delay_millis=0)
+    b = await services.send_messages(rt, requests=[SendRequest(topic="b", msg=str(i), delay_millis=0) for i in range(3)])
     await rt.redis.flushall()
     dry = await recovery.restore(rt, dry_run=True)
     assert (dry.restored, dry.already_live) == (4, 0)
     assert await rt.redis.keys("dq:{*") == []
     one = await recovery.restore(rt, topic="b", msg_id=b[1]["msgId"])
-    assert one.restored == 1 and await selectors.get_message(rt, "b", b[0]["msgId"]) is None
+    assert one.restored == 1 and await selectors.get_message(rt, topic="b", msg_id=b[0]["msgId"]) is None
     topic = await recovery.restore(rt, topic="b")
     assert (topic.restored, topic.already_live) == (2, 1)
-    assert await selectors.get_message(rt, "a", a["msgId"]) is None
+    assert await selectors.get_message(rt, topic="a", msg_id=a["msgId"]) is None
 
 
 async def test_include_expired_brings_back_undelivered_expired_messages_with_a_fresh_ttl(single_rt):
     rt = single_rt
-    m = await services.send_message(rt, NewMessage(topic="x", msg="late", delay_millis=0, ttl_millis=30))
+    m = await services.send_message(rt, topic="x", msg="late", delay_millis=0, ttl_millis=30)
     await asyncio.sleep(0.06)
-    assert (await services.pull_messages(rt, "x"))[0] == []  # ends it: expired, never delivered
+    assert (await services.pull_messages(rt, topic="x"))[0] == []  # ends it: expired, never delivered
     await drain_log(rt, ["x"])
     await rt.redis.flushall()
     assert (await recovery.restore(rt)).skipped == 1
     counts = await recovery.restore(rt, include_expired=True)
     assert counts.restored == 1
-    back = await selectors.get_message(rt, "x", m["msgId"])
+    back = await selectors.get_message(rt, topic="x", msg_id=m["msgId"])
     assert back["status"] == Status.READY and back["expireTime"] - back["triggerTime"] >= 30
-    [pulled], _ = await services.pull_messages(rt, "x")
+    [pulled], _ = await services.pull_messages(rt, topic="x")
     assert pulled["msg"] == "late"
 
 
@@ -230,7 +230,7 @@ def manage(*args, **env_overrides):
 def test_restore_command_prints_counts_and_refuses_bad_options():
     async def setup():
         rt = make_runtime(REDIS_URL)
-        await services.send_messages(rt, [NewMessage(topic="cli", msg=str(i), delay_millis=0) for i in range(5)])
+        await services.send_messages(rt, requests=[SendRequest(topic="cli", msg=str(i), delay_millis=0) for i in range(5)])
         await rt.redis.flushall()
         await rt.close()
 
@@ -261,10 +261,10 @@ def test_restore_command_prints_counts_and_refuses_bad_options():
 def test_prune_log_deletes_old_ended_messages_and_their_history_only():
     async def setup():
         rt = make_runtime(REDIS_URL)
-        done = await services.send_messages(rt, [NewMessage(topic="p", msg=str(i), delay_millis=0) for i in range(6)])
-        pulled, _ = await services.pull_messages(rt, "p", batch=4)
+        done = await services.send_messages(rt, requests=[SendRequest(topic="p", msg=str(i), delay_millis=0) for i in range(6)])
+        pulled, _ = await services.pull_messages(rt, topic="p", batch=4)
         for m in pulled:
-            await services.ack_message(rt, "p", m["msgId"])
+            await services.ack_message(rt, topic="p", msg_id=m["msgId"])
         await drain_log(rt, ["p"])
         await rt.close()
         return done
@@ -334,7 +334,7 @@ def test_a_restore_the_log_stops_answering_ends_in_a_plain_error():
     command with exit code 1 and one line, not a traceback."""
     async def setup():
         rt = make_runtime(REDIS_URL)
-        await services.send_messages(rt, [NewMessage(topic="locked", msg="m", delay_millis=0)])
+        await services.send_messages(rt, requests=[SendRequest(topic="locked", msg="m", delay_millis=0)])
         await rt.close()
 
     asyncio.run(setup())

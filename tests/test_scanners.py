@@ -6,7 +6,7 @@ from collections import Counter
 
 from delayqueue import selectors
 from delayqueue import services
-from delayqueue.services import NewMessage
+from delayqueue.services import SendRequest
 
 from .conftest import wait_until
 
@@ -18,10 +18,10 @@ async def drain(rt, topics, expected, timeout=30):
     while len(delivered) < expected and time.monotonic() < deadline:
         got_any = False
         for topic in topics:
-            messages, _ = await services.pull_messages(rt, topic, batch=500)
+            messages, _ = await services.pull_messages(rt, topic=topic, batch=500)
             for m in messages:
                 delivered.append(m)
-                await services.ack_message(rt, topic, m["msgId"])
+                await services.ack_message(rt, topic=topic, msg_id=m["msgId"])
             got_any = got_any or bool(messages)
         if not got_any:
             await asyncio.sleep(0.02)
@@ -33,8 +33,8 @@ async def test_two_scanner_processes_promote_each_message_once(single_rt, scanne
     topics = [f"t{i}" for i in range(8)]
     a, b = scanner_process("a"), scanner_process("b")
     a.wait_started(), b.wait_started()
-    messages = [NewMessage(topic=topics[i % 8], msg=str(i), delay_millis=200 + (i % 50) * 20) for i in range(2000)]
-    await services.send_messages(rt, messages)
+    messages = [SendRequest(topic=topics[i % 8], msg=str(i), delay_millis=200 + (i % 50) * 20) for i in range(2000)]
+    await services.send_messages(rt, requests=messages)
     delivered = await drain(rt, topics, 2000)
     counts = Counter(m["msg"] for m in delivered)
     assert len(counts) == 2000 and set(counts.values()) == {1}
@@ -47,12 +47,12 @@ async def test_two_scanners_sharing_one_lock_token_still_promote_once(single_rt,
     rt = single_rt
     a, b = scanner_process("same"), scanner_process("same")
     a.wait_started(), b.wait_started()
-    messages = [NewMessage(topic="shared", msg=str(i), delay_millis=100 + i) for i in range(1000)]
-    await services.send_messages(rt, messages)
+    messages = [SendRequest(topic="shared", msg=str(i), delay_millis=100 + i) for i in range(1000)]
+    await services.send_messages(rt, requests=messages)
     delivered = await drain(rt, ["shared"], 1000)
     counts = Counter(m["msg"] for m in delivered)
     assert len(counts) == 1000 and set(counts.values()) == {1}
-    info = await selectors.topic_info(rt, "shared")
+    info = await selectors.topic_info(rt, topic="shared")
     assert (info["waitingQueueSize"], info["readyQueueSize"]) == (0, 0)
 
 
@@ -61,13 +61,13 @@ async def test_sigkill_mid_run_another_scanner_takes_over_within_the_lock_ttl(si
     lock_ttl = settings.DELAYQUEUE["SCANNER_LOCK_TTL_MILLIS"] / 1000
     a = scanner_process("a")
     a.wait_started()
-    await services.send_message(rt, NewMessage(topic="k", msg="warm-up", delay_millis=0))
+    await services.send_message(rt, topic="k", msg="warm-up", delay_millis=0)
     await wait_until(lambda: rt.redis.get(rt.ns.topic("k").lock), what="scanner a to take topic k")
     b = scanner_process("b")
     b.wait_started()
     assert await rt.redis.get(rt.ns.topic("k").lock) == "a"
     # A steady stream of due messages; kill a while they flow.
-    sends = [await services.send_message(rt, NewMessage(topic="k", msg=str(i), delay_millis=100 + 50 * i))
+    sends = [await services.send_message(rt, topic="k", msg=str(i), delay_millis=100 + 50 * i)
              for i in range(40)]
     await asyncio.sleep(0.5)
     a.kill(signal.SIGKILL)
@@ -79,7 +79,7 @@ async def test_sigkill_mid_run_another_scanner_takes_over_within_the_lock_ttl(si
     due_after_kill = [m for m in sends if m["triggerTime"] > killed_at]
     assert due_after_kill
     for m in due_after_kill:
-        stored = await selectors.get_message(rt, "k", m["msgId"])
+        stored = await selectors.get_message(rt, topic="k", msg_id=m["msgId"])
         assert stored["status"] == 4
     stats = await rt.redis.hgetall(rt.ns.topic("k").stats)
     max_ready_gap = max(int(v) for f, v in stats.items() if f.endswith("readyGap:max"))
@@ -90,7 +90,7 @@ async def test_sigterm_stops_cleanly_and_releases_locks(single_rt, scanner_proce
     rt = single_rt
     a = scanner_process("a")
     a.wait_started()
-    await services.send_message(rt, NewMessage(topic="term", msg="x", delay_millis=0))
+    await services.send_message(rt, topic="term", msg="x", delay_millis=0)
     await wait_until(lambda: rt.redis.get(rt.ns.topic("term").lock), what="scanner to take the topic")
     assert a.stop() == 0
     assert await rt.redis.get(rt.ns.topic("term").lock) is None
@@ -102,10 +102,10 @@ async def test_scanner_precision_single_message(single_rt, start_scanner):
     Only checks that it is promoted on time-ish; the figures are in bench/fire_lateness.py."""
     rt = single_rt
     await start_scanner(rt)
-    sent = await services.send_message(rt, NewMessage(topic="p", msg="x", delay_millis=500))
+    sent = await services.send_message(rt, topic="p", msg="x", delay_millis=500)
 
     async def ready():
-        return (await selectors.get_message(rt, "p", sent["msgId"]))["status"] == 2
+        return (await selectors.get_message(rt, topic="p", msg_id=sent["msgId"]))["status"] == 2
 
     await wait_until(ready, timeout=5, interval=0.005, what="promotion")
     stats = await rt.redis.hgetall(rt.ns.topic("p").stats)
@@ -120,26 +120,26 @@ async def test_a_topic_runs_only_the_scripts_that_have_work_and_all_of_them_on_a
     run = rt.scripts.run
 
     async def recording(calls):
-        names = [name for name, keys, _ in calls if keys and keys[0].startswith("dq:{default:s}")]
+        names = [call.script.name for call in calls if call.keys and call.keys[0].startswith("dq:{default:s}")]
         if names and names[0] != "lock_renew":
             passes.append(names)
         return await run(calls)
 
     rt.scripts.run = recording
-    first = await services.send_message(rt, NewMessage(topic="s", msg="x", delay_millis=700))
+    first = await services.send_message(rt, topic="s", msg="x", delay_millis=700)
     await start_scanner(rt)
 
     async def ready(message):
-        return (await selectors.get_message(rt, "s", message["msgId"]))["status"] == 2
+        return (await selectors.get_message(rt, topic="s", msg_id=message["msgId"]))["status"] == 2
 
     await wait_until(lambda: ready(first), timeout=5, interval=0.005, what="the first promotion")
     everything = ["promote_due", "requeue_timed_out", "expire", "purge_ended"]
     assert passes[0] == everything  # a new worker looks at everything
     assert passes[-1] == ["promote_due"]  # woken for the due message: nothing else had work
     # A send due before anything the topic sleeps towards wakes it through the schedule channel.
-    await services.send_message(rt, NewMessage(topic="s", msg="later", delay_millis=60_000))
+    await services.send_message(rt, topic="s", msg="later", delay_millis=60_000)
     woken = len(passes)
-    earlier = await services.send_message(rt, NewMessage(topic="s", msg="sooner", delay_millis=300))
+    earlier = await services.send_message(rt, topic="s", msg="sooner", delay_millis=300)
 
     async def woke():
         return len(passes) > woken

@@ -5,19 +5,20 @@ import uuid
 import pytest
 
 from delayqueue import selectors
+from delayqueue.live import scripts
 from delayqueue import services
 from delayqueue.constants import Status
-from delayqueue.services import NewMessage
+from delayqueue.services import SendRequest
 
 from .conftest import make_runtime, wait_until
 
 
 async def send(rt, topic="t", msg="m", delay=0, **kw):
-    return await services.send_message(rt, NewMessage(topic=topic, msg=msg, delay_millis=delay, **kw))
+    return await services.send_message(rt, topic=topic, msg=msg, delay_millis=delay, **kw)
 
 
 async def sizes(rt, topic="t"):
-    info = await selectors.topic_info(rt, topic)
+    info = await selectors.topic_info(rt, topic=topic)
     return info["waitingQueueSize"], info["readyQueueSize"], info["ackQueueSize"]
 
 
@@ -36,7 +37,7 @@ async def test_generated_msg_ids_are_uuid7_in_time_order(rt):
     produceTime, so ids sort by the millisecond they were made in."""
     sent = []
     for _ in range(3):
-        sent += await services.send_messages(rt, [NewMessage(topic="t", msg=str(i), delay_millis=0) for i in range(50)])
+        sent += await services.send_messages(rt, requests=[SendRequest(topic="t", msg=str(i), delay_millis=0) for i in range(50)])
         await asyncio.sleep(0.002)
     ids = [m["msgId"] for m in sent]
     assert len(set(ids)) == 150
@@ -79,14 +80,14 @@ async def test_concurrent_sends_of_one_msg_id_store_it_once(rt):
             await client.close()
     assert len({(r["msg"], r["produceTime"]) for r in results}) == 1
     assert await sizes(rt) == (1, 0, 0)
-    stored = await selectors.get_message(rt, "t", "same")
+    stored = await selectors.get_message(rt, topic="t", msg_id="same")
     assert stored["msg"] == results[0]["msg"]
 
 
 async def test_duplicate_of_ended_message_starts_a_fresh_lifecycle(rt):
     await send(rt, msg="first", msg_id="order-2")
-    [pulled], _ = await services.pull_messages(rt, "t")
-    assert await services.ack_message(rt, "t", "order-2") == Status.ACKED
+    [pulled], _ = await services.pull_messages(rt, topic="t")
+    assert await services.ack_message(rt, topic="t", msg_id="order-2") == Status.ACKED
     fresh = await send(rt, msg="second", msg_id="order-2")
     assert fresh["msg"] == "second" and fresh["status"] == Status.READY and fresh["retry"] == 0
     assert await sizes(rt) == (0, 1, 0)
@@ -94,67 +95,67 @@ async def test_duplicate_of_ended_message_starts_a_fresh_lifecycle(rt):
 
 async def test_pull_moves_to_consuming_and_counts_retry(rt):
     sent = await send(rt)
-    messages, remaining = await services.pull_messages(rt, "t", batch=5, ack_timeout_millis=10_000)
+    messages, remaining = await services.pull_messages(rt, topic="t", batch=5, ack_timeout_millis=10_000)
     assert remaining == 0
     assert [m["msgId"] for m in messages] == [sent["msgId"]]
     assert messages[0]["status"] == Status.CONSUMING and messages[0]["retry"] == 1
     assert await sizes(rt) == (0, 0, 1)
-    assert (await selectors.get_message(rt, "t", sent["msgId"]))["status"] == Status.CONSUMING
-    assert await services.pull_messages(rt, "t") == ([], 0)
+    assert (await selectors.get_message(rt, topic="t", msg_id=sent["msgId"]))["status"] == Status.CONSUMING
+    assert await services.pull_messages(rt, topic="t") == ([], 0)
 
 
 async def test_batch_pull_is_fifo(rt):
     ids = [(await send(rt, msg=str(i)))["msgId"] for i in range(20)]
-    first, remaining = await services.pull_messages(rt, "t", batch=7)
+    first, remaining = await services.pull_messages(rt, topic="t", batch=7)
     assert [m["msgId"] for m in first] == ids[:7] and remaining == 13
-    rest, remaining = await services.pull_messages(rt, "t", batch=100)
+    rest, remaining = await services.pull_messages(rt, topic="t", batch=100)
     assert [m["msgId"] for m in rest] == ids[7:] and remaining == 0
 
 
 async def test_ack_only_from_consuming(rt):
     waiting = await send(rt, delay=60_000)
-    assert await services.ack_message(rt, "t", waiting["msgId"]) == Status.WAITING  # left alone
-    assert (await selectors.get_message(rt, "t", waiting["msgId"]))["status"] == Status.WAITING
+    assert await services.ack_message(rt, topic="t", msg_id=waiting["msgId"]) == Status.WAITING  # left alone
+    assert (await selectors.get_message(rt, topic="t", msg_id=waiting["msgId"]))["status"] == Status.WAITING
     ready = await send(rt)
-    [m], _ = await services.pull_messages(rt, "t")
+    [m], _ = await services.pull_messages(rt, topic="t")
     assert m["msgId"] == ready["msgId"]
-    assert await services.ack_message(rt, "t", m["msgId"]) == Status.ACKED
-    assert (await selectors.get_message(rt, "t", m["msgId"]))["status"] == Status.ACKED
+    assert await services.ack_message(rt, topic="t", msg_id=m["msgId"]) == Status.ACKED
+    assert (await selectors.get_message(rt, topic="t", msg_id=m["msgId"]))["status"] == Status.ACKED
     assert await sizes(rt) == (1, 0, 0)
-    assert await services.ack_message(rt, "t", "no-such-id") == 0
+    assert await services.ack_message(rt, topic="t", msg_id="no-such-id") == 0
 
 
 async def test_deleted_message_cannot_be_acked_back_to_life(rt):
     m = await send(rt)
-    await services.pull_messages(rt, "t")
-    assert await services.delete_message(rt, "t", m["msgId"])
-    assert await services.ack_message(rt, "t", m["msgId"]) == Status.DELETED
-    assert (await selectors.get_message(rt, "t", m["msgId"]))["status"] == Status.DELETED
+    await services.pull_messages(rt, topic="t")
+    assert await services.delete_message(rt, topic="t", msg_id=m["msgId"])
+    assert await services.ack_message(rt, topic="t", msg_id=m["msgId"]) == Status.DELETED
+    assert (await selectors.get_message(rt, topic="t", msg_id=m["msgId"]))["status"] == Status.DELETED
 
 
 async def test_nack_requeues_at_once_behind_ready_messages(rt):
     a = await send(rt, msg="a")
-    [pulled], _ = await services.pull_messages(rt, "t")
+    [pulled], _ = await services.pull_messages(rt, topic="t")
     b = await send(rt, msg="b")
-    assert await services.nack_message(rt, "t", a["msgId"]) == Status.READY
-    assert (await selectors.get_message(rt, "t", a["msgId"]))["status"] == Status.READY
-    batch, _ = await services.pull_messages(rt, "t", batch=2)
+    assert await services.nack_message(rt, topic="t", msg_id=a["msgId"]) == Status.READY
+    assert (await selectors.get_message(rt, topic="t", msg_id=a["msgId"]))["status"] == Status.READY
+    batch, _ = await services.pull_messages(rt, topic="t", batch=2)
     assert [m["msgId"] for m in batch] == [b["msgId"], a["msgId"]]
     assert batch[1]["retry"] == 2
 
 
 async def test_nack_of_last_delivery_ends_with_6(rt):
     m = await send(rt, max_retry=0)
-    await services.pull_messages(rt, "t")
-    assert await services.nack_message(rt, "t", m["msgId"]) == Status.EXHAUSTED
+    await services.pull_messages(rt, topic="t")
+    assert await services.nack_message(rt, topic="t", msg_id=m["msgId"]) == Status.EXHAUSTED
     assert await sizes(rt) == (0, 0, 0)
-    assert (await selectors.get_message(rt, "t", m["msgId"]))["status"] == Status.EXHAUSTED
+    assert (await selectors.get_message(rt, topic="t", msg_id=m["msgId"]))["status"] == Status.EXHAUSTED
 
 
 async def test_nack_of_unknown_or_not_consuming_changes_nothing(rt):
     m = await send(rt)
-    assert await services.nack_message(rt, "t", "ghost") == 0
-    assert await services.nack_message(rt, "t", m["msgId"]) == Status.READY
+    assert await services.nack_message(rt, topic="t", msg_id="ghost") == 0
+    assert await services.nack_message(rt, topic="t", msg_id=m["msgId"]) == Status.READY
     assert await sizes(rt) == (0, 1, 0)  # not pushed a second time
 
 
@@ -162,52 +163,51 @@ async def test_nack_of_unknown_or_not_consuming_changes_nothing(rt):
 async def test_delete_removes_from_every_structure_at_once(rt, stage):
     m = await send(rt, delay=60_000 if stage == "waiting" else 0)
     if stage == "consuming":
-        await services.pull_messages(rt, "t")
-    assert await services.delete_message(rt, "t", m["msgId"])
+        await services.pull_messages(rt, topic="t")
+    assert await services.delete_message(rt, topic="t", msg_id=m["msgId"])
     assert await sizes(rt) == (0, 0, 0)
-    assert (await selectors.get_message(rt, "t", m["msgId"]))["status"] == Status.DELETED
-    assert not await services.delete_message(rt, "t", m["msgId"])  # already ended: 404
+    assert (await selectors.get_message(rt, topic="t", msg_id=m["msgId"]))["status"] == Status.DELETED
+    assert not await services.delete_message(rt, topic="t", msg_id=m["msgId"])  # already ended: 404
 
 
 async def test_delete_with_release_frees_the_body(rt):
     m = await send(rt)
-    assert await services.delete_message(rt, "t", m["msgId"], release=True)
-    assert await selectors.get_message(rt, "t", m["msgId"]) is None
-    assert not await services.delete_message(rt, "t", "ghost")
+    assert await services.delete_message(rt, topic="t", msg_id=m["msgId"], release=True)
+    assert await selectors.get_message(rt, topic="t", msg_id=m["msgId"]) is None
+    assert not await services.delete_message(rt, topic="t", msg_id="ghost")
 
 
 async def test_promote_due_moves_waiting_to_ready_in_trigger_order(rt):
     # Delays long enough that a busy machine does not make "early" due before the first look.
     late = await send(rt, msg="late", delay=400)
     early = await send(rt, msg="early", delay=300)
-    k = rt.ns.topic("t")
-    calls = [("promote_due", [k.waiting, k.ready, k.msgs, k.expiry, k.ended, k.stats, k.events],
-              [100, 2000, 2000, rt.ns.ready_channel, "t", rt.actor])]
+    calls = [scripts.promote_due(rt.ns.topic("t"), limit=100, retention_millis=2000, stats_interval_millis=2000,
+                                 ready_channel=rt.ns.ready_channel, topic="t", actor=rt.actor)]
     [(moved, next_us)] = await rt.scripts.run(calls)
     assert moved == 0 and 0 < next_us <= 300_000  # µs until "early" is due
     await asyncio.sleep(0.5)
     [(moved, next_us)] = await rt.scripts.run(calls)
     assert moved == 2 and next_us == -1
-    assert (await selectors.get_message(rt, "t", early["msgId"]))["status"] == Status.READY
-    batch, _ = await services.pull_messages(rt, "t", batch=2)
+    assert (await selectors.get_message(rt, topic="t", msg_id=early["msgId"]))["status"] == Status.READY
+    batch, _ = await services.pull_messages(rt, topic="t", batch=2)
     assert [m["msgId"] for m in batch] == [early["msgId"], late["msgId"]]
 
 
 async def test_scanner_requeues_ack_timeout_then_exhausts_retries(rt, start_scanner):
     m = await send(rt, max_retry=1)
     await start_scanner(rt)
-    [first], _ = await services.pull_messages(rt, "t", ack_timeout_millis=100)
+    [first], _ = await services.pull_messages(rt, topic="t", ack_timeout_millis=100)
     assert first["retry"] == 1
 
     async def pulled_again():
-        got, _ = await services.pull_messages(rt, "t", ack_timeout_millis=100)
+        got, _ = await services.pull_messages(rt, topic="t", ack_timeout_millis=100)
         return got
 
     [second] = await wait_until(pulled_again, what="the timed-out message to come back")
     assert second["msgId"] == m["msgId"] and second["retry"] == 2
 
     async def ended():
-        stored = await selectors.get_message(rt, "t", m["msgId"])
+        stored = await selectors.get_message(rt, topic="t", msg_id=m["msgId"])
         return stored["status"] == Status.EXHAUSTED and stored
 
     final = await wait_until(ended, what="retries to run out")
@@ -219,11 +219,11 @@ async def test_ttl_expiry_gives_5_when_never_delivered_and_6_when_delivered(rt, 
     never = await send(rt, msg="never", ttl_millis=150)
     waiting = await send(rt, msg="waiting", delay=50, ttl_millis=100, topic="w")
     delivered = await send(rt, msg="delivered", ttl_millis=150, topic="d")
-    [got], _ = await services.pull_messages(rt, "d", ack_timeout_millis=60_000)
+    [got], _ = await services.pull_messages(rt, topic="d", ack_timeout_millis=60_000)
     await start_scanner(rt)
 
     async def status(topic, msg_id):
-        return (await selectors.get_message(rt, topic, msg_id))["status"]
+        return (await selectors.get_message(rt, topic=topic, msg_id=msg_id))["status"]
 
     async def all_ended():
         return (await status("t", never["msgId"]), await status("w", waiting["msgId"]),
@@ -237,19 +237,19 @@ async def test_ttl_expiry_gives_5_when_never_delivered_and_6_when_delivered(rt, 
 async def test_pull_never_returns_an_expired_message(rt):
     m = await send(rt, ttl_millis=50)
     await asyncio.sleep(0.1)  # no scanner: pull itself must notice
-    assert await services.pull_messages(rt, "t") == ([], 0)
-    assert (await selectors.get_message(rt, "t", m["msgId"]))["status"] == Status.EXPIRED
+    assert await services.pull_messages(rt, topic="t") == ([], 0)
+    assert (await selectors.get_message(rt, topic="t", msg_id=m["msgId"]))["status"] == Status.EXPIRED
 
 
 async def test_ended_messages_are_purged_after_retention(rt, start_scanner):
     m = await send(rt)
-    await services.pull_messages(rt, "t")
-    await services.ack_message(rt, "t", m["msgId"])
+    await services.pull_messages(rt, topic="t")
+    await services.ack_message(rt, topic="t", msg_id=m["msgId"])
     await start_scanner(rt)
-    assert (await selectors.get_message(rt, "t", m["msgId"]))["status"] == Status.ACKED
+    assert (await selectors.get_message(rt, topic="t", msg_id=m["msgId"]))["status"] == Status.ACKED
 
     async def gone():
-        return await selectors.get_message(rt, "t", m["msgId"]) is None
+        return await selectors.get_message(rt, topic="t", msg_id=m["msgId"]) is None
 
     await wait_until(gone, timeout=10, what="the retention window to pass")
 
@@ -257,12 +257,11 @@ async def test_ended_messages_are_purged_after_retention(rt, start_scanner):
 async def test_retire_topic_only_when_idle_and_empty(rt):
     await send(rt, topic="busy", delay=60_000)
     await send(rt, topic="idle")
-    [m], _ = await services.pull_messages(rt, "idle")
-    await services.ack_message(rt, "idle", m["msgId"])
+    [m], _ = await services.pull_messages(rt, topic="idle")
+    await services.ack_message(rt, topic="idle", msg_id=m["msgId"])
 
     async def retire(topic):
-        k = rt.ns.topic(topic)
-        return await rt.call("retire_topic", [k.waiting, k.ready, k.inflight, k.msgs, k.meta, k.stats, k.events], [0])
+        return await rt.scripts.call(scripts.retire_topic(rt.ns.topic(topic), idle_millis=0))
 
     assert await retire("busy") == 0
     assert await retire("idle") == 0  # the acked body is still retained
@@ -280,11 +279,11 @@ async def test_retire_topic_only_when_idle_and_empty(rt):
 
 
 async def test_batch_send_one_round_trip_many_topics(rt):
-    messages = [NewMessage(topic=f"b{i % 5}", msg=str(i), delay_millis=0 if i % 2 else 60_000) for i in range(50)]
-    results = await services.send_messages(rt, messages)
+    messages = [SendRequest(topic=f"b{i % 5}", msg=str(i), delay_millis=0 if i % 2 else 60_000) for i in range(50)]
+    results = await services.send_messages(rt, requests=messages)
     assert [r["msg"] for r in results] == [str(i) for i in range(50)]
     assert sorted(await selectors.list_topics(rt)) == [f"b{i}" for i in range(5)]
-    infos = await selectors.topic_infos(rt, [f"b{i}" for i in range(5)])
+    infos = await selectors.topic_infos(rt, topics=[f"b{i}" for i in range(5)])
     assert sum(i["readyQueueSize"] for i in infos) == 25 and sum(i["waitingQueueSize"] for i in infos) == 25
 
 
@@ -296,7 +295,7 @@ async def test_script_calls_survive_their_connection_being_killed(single_rt):
         killed = await rt.redis.execute_command("CLIENT KILL", "TYPE", "normal", "SKIPME", "yes")
         assert killed >= 1
         assert (await send(rt))["status"] == Status.READY
-        results = await services.send_messages(rt, [NewMessage(topic="t", msg="x", delay_millis=0)] * 3)
+        results = await services.send_messages(rt, requests=[SendRequest(topic="t", msg="x", delay_millis=0)] * 3)
         assert all(r["status"] == Status.READY for r in results)
 
 
@@ -306,5 +305,5 @@ async def test_scripts_reload_after_the_script_cache_is_flushed(rt):
     m = await send(rt)  # NOSCRIPT -> load -> retry
     assert m["status"] == Status.READY
     await rt.redis.script_flush()
-    results = await services.send_messages(rt, [NewMessage(topic="t", msg="x", delay_millis=0)] * 3)
+    results = await services.send_messages(rt, requests=[SendRequest(topic="t", msg="x", delay_millis=0)] * 3)
     assert all(r["status"] == Status.READY for r in results)

@@ -4,10 +4,8 @@ logic is in services (writes) and selectors (reads).
 Every answer is HTTP 200 with the business result in `code` (200, 400, 404, 500), as the
 camellia Java SDK expects.
 """
-import logging
 
 import orjson
-from redis.exceptions import RedisError
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpResponse
@@ -20,7 +18,7 @@ from delayqueue.api import health
 from delayqueue.messagelog import recovery
 from delayqueue import selectors
 from delayqueue import services
-from delayqueue.exceptions import LogUnavailable
+from delayqueue.exceptions import error_answer
 from delayqueue.api.parsers import FORM_CONTENT_TYPE, JSONBodyParser, TooManyFields, parse_form
 from delayqueue.runtime import current
 from delayqueue.api.schema import (
@@ -49,7 +47,6 @@ from delayqueue.api.validation import (
     first_error,
 )
 
-log = logging.getLogger(__name__)
 
 # Parameters whose empty value is itself an answer (400, or "generate an id"); any other empty
 # parameter counts as absent, as Spring treats it.
@@ -87,8 +84,8 @@ def reply(code: int = 200, msg: str = "success", **payload) -> HttpResponse:
     return HttpResponse(orjson.dumps({"code": code, "msg": msg, **payload}), content_type="application/json")
 
 
-def to_new_message(data: dict) -> services.NewMessage:
-    return services.NewMessage(
+def to_new_message(data: dict) -> services.SendRequest:
+    return services.SendRequest(
         topic=data["topic"],
         msg=data["msg"],
         delay_millis=data["delayMillis"],
@@ -145,14 +142,7 @@ class QueueAPIView(APIView):
             return reply(400, f"method {self.request.method} not allowed, use GET or POST")
         if isinstance(exc, exceptions.APIException):
             return reply(400, f"bad request: {first_error(exc.detail)}")
-        if isinstance(exc, LogUnavailable):
-            log.error("message log error in %s: %s", type(self).__name__, exc)
-            return reply(500, str(exc))
-        if isinstance(exc, RedisError):
-            log.error("redis error in %s: %s", type(self).__name__, exc)
-            return reply(500, f"redis unavailable: {exc}")
-        log.exception("unexpected error in %s", type(self).__name__)
-        return reply(500, f"internal error: {type(exc).__name__}")
+        return reply(*error_answer(exc, type(self).__name__))
 
     def body_data(self):
         """A JSON or multipart body, parsed by DRF (its Request costs more than a form's parse)."""
@@ -195,7 +185,9 @@ class QueueAPIView(APIView):
 class SendMsgView(QueueAPIView):
     async def handle(self):
         data = self.validated(SendMsgSerializer)
-        message = await services.send_message(self.rt, to_new_message(data))
+        message = (await services.send_messages(self.rt, requests=[to_new_message(data)]))[0]
+        if isinstance(message, Exception):
+            raise message
         return reply(delayMsg=message)
 
 
@@ -226,10 +218,11 @@ class SendMsgBatchView(QueueAPIView):
             else:
                 accepted.append(to_new_message(data))
                 positions.append(i)
-        sent = await services.send_messages(rt, accepted) if accepted else []
+        sent = await services.send_messages(rt, requests=accepted) if accepted else []
         for i, outcome in zip(positions, sent):
             if isinstance(outcome, Exception):
-                results[i] = {"code": 500, "msg": f"message {i}: {outcome}"}
+                code, msg = error_answer(outcome, type(self).__name__)
+                results[i] = {"code": code, "msg": f"message {i}: {msg}"}
             else:
                 results[i] = {"code": 200, "msg": "success", "delayMsg": outcome}
         return reply(results=results)
@@ -240,7 +233,7 @@ class PullMsgView(QueueAPIView):
     async def handle(self):
         data = self.validated(PullMsgSerializer)
         messages, _remaining = await services.pull_messages(
-            self.rt, data["topic"], data["batch"], data["ackTimeoutMillis"]
+            self.rt, topic=data["topic"], batch=data["batch"], ack_timeout_millis=data["ackTimeoutMillis"]
         )
         return reply(delayMsgList=messages)
 
@@ -251,7 +244,8 @@ class LongPollingMsgView(QueueAPIView):
     async def handle(self):
         data = self.validated(LongPollingMsgSerializer)
         messages = await services.long_poll_messages(
-            self.rt, data["topic"], data["batch"], data["ackTimeoutMillis"], data["longPollingTimeoutMillis"]
+            self.rt, topic=data["topic"], batch=data["batch"], ack_timeout_millis=data["ackTimeoutMillis"],
+            timeout_millis=data["longPollingTimeoutMillis"]
         )
         return reply(delayMsgList=messages)
 
@@ -262,7 +256,7 @@ class AckMsgView(QueueAPIView):
     async def handle(self):
         data = self.validated(AckMsgSerializer)
         ack = services.ack_message if data["ack"] else services.nack_message
-        await ack(self.rt, data["topic"], data["msgId"])
+        await ack(self.rt, topic=data["topic"], msg_id=data["msgId"])
         return reply()
 
 
@@ -270,7 +264,7 @@ class AckMsgView(QueueAPIView):
 class GetMsgView(QueueAPIView):
     async def handle(self):
         data = self.validated(MessageRefSerializer)
-        message = await selectors.get_message(self.rt, data["topic"], data["msgId"])
+        message = await selectors.get_message(self.rt, topic=data["topic"], msg_id=data["msgId"])
         if message is None:
             return reply(404, f"message {data['msgId']} not found in topic {data['topic']}", delayMsg=None)
         return reply(delayMsg=message)
@@ -280,7 +274,8 @@ class GetMsgView(QueueAPIView):
 class DeleteMsgView(QueueAPIView):
     async def handle(self):
         data = self.validated(DeleteMsgSerializer)
-        if not await services.delete_message(self.rt, data["topic"], data["msgId"], data["release"]):
+        if not await services.delete_message(self.rt, topic=data["topic"], msg_id=data["msgId"],
+                                             release=data["release"]):
             return reply(404, f"message {data['msgId']} not found or already ended in topic {data['topic']}")
         return reply()
 
@@ -301,7 +296,7 @@ class GetTopicInfoView(QueueAPIView):
 
     async def handle(self):
         data = self.validated(TopicSerializer)
-        return reply(data=await selectors.topic_info(self.rt, data["topic"]))
+        return reply(data=await selectors.topic_info(self.rt, topic=data["topic"]))
 
 
 @queue_endpoint("getTopicInfo of every registered topic", TopicInfoListResultSerializer)
@@ -310,7 +305,7 @@ class GetTopicInfoListView(QueueAPIView):
 
     async def handle(self):
         rt = self.rt
-        return reply(data=await selectors.topic_infos(rt, await selectors.list_topics(rt)))
+        return reply(data=await selectors.topic_infos(rt, topics=await selectors.list_topics(rt)))
 
 
 def restore_reply(counts: recovery.RestoreCounts) -> HttpResponse:

@@ -9,6 +9,12 @@ from functools import lru_cache
 
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 
+# A topic's keys are "<TOPIC_PREFIX>{<namespace>:<topic>}:<name>"; its history channel is its
+# events key with the last part swapped (the scripts derive it so, from this module's names).
+TOPIC_PREFIX = "dq:"
+EVENTS_SUFFIX = "events"
+HISTORY_SUFFIX = "history"
+
 
 @dataclass(frozen=True)
 class TopicKeys:
@@ -22,8 +28,8 @@ class TopicKeys:
     meta: str  # HASH registered, last_active
     stats: str  # HASH "<interval>:<counter>" -> value
     lock: str  # STRING scanner lock token
-    events: str  # STREAM lifecycle events waiting for the log writer
-    history: str  # pub/sub channel: the events stream got its first entry (the scripts derive it from `events`)
+    events: str  # STREAM lifecycle events waiting for the log writer (EVENTS_SUFFIX)
+    history: str  # pub/sub channel: the events stream got its first entry (HISTORY_SUFFIX)
 
 
 @dataclass(frozen=True)
@@ -43,7 +49,7 @@ class NamespaceKeys:
 
     def topic_of_history(self, channel: str) -> str | None:
         """The topic whose history channel this is, None for another namespace's."""
-        prefix, suffix = f"dq:{{{self.namespace}:", "}:history"
+        prefix, suffix = f"{TOPIC_PREFIX}{{{self.namespace}:", f"}}:{HISTORY_SUFFIX}"
         if channel.startswith(prefix) and channel.endswith(suffix):
             return channel[len(prefix):-len(suffix)]
         return None
@@ -51,11 +57,8 @@ class NamespaceKeys:
 
 @lru_cache(maxsize=65_536)
 def topic_keys(namespace: str, topic: str) -> TopicKeys:
-    tag = f"dq:{{{namespace}:{topic}}}:"
-    return TopicKeys(
-        topic=topic,
-        **{name: tag + name for name in ("waiting", "ready", "inflight", "msgs", "expiry", "ended", "meta", "stats", "lock", "events", "history")},
-    )
+    tag = f"{TOPIC_PREFIX}{{{namespace}:{topic}}}:"
+    return TopicKeys(topic=topic, **{name: tag + name for name in TopicKeys.__dataclass_fields__ if name != "topic"})
 
 
 @lru_cache(maxsize=64)
@@ -70,7 +73,7 @@ def namespace_keys(namespace: str) -> NamespaceKeys:
         health=base + "health",
         marker=base + "marker",
         data_lost=base + "data_lost",
-        history_pattern=f"dq:{{{_glob_escape(namespace)}:*}}:history",
+        history_pattern=f"{TOPIC_PREFIX}{{{_glob_escape(namespace)}:*}}:{HISTORY_SUFFIX}",
     )
 
 

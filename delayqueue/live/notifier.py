@@ -6,13 +6,11 @@ oldest waiter on that topic. A waiter that pulls and sees messages left wakes th
 one (`pass_on`), across processes if this one has nobody left waiting.
 """
 import asyncio
-import logging
 from collections import deque
 
-from delayqueue.live import store
+from delayqueue.live.client import connect_pubsub_node
+from delayqueue.live.pubsub import subscribe_forever
 from delayqueue.stopping import cancel_and_wait
-
-log = logging.getLogger(__name__)
 
 
 class ReadyNotifier:
@@ -26,7 +24,7 @@ class ReadyNotifier:
         self._publisher = None
 
     async def start(self) -> None:
-        self._publisher = store.connect_pubsub_node(self._redis_url, self._redis_timeout)
+        self._publisher = connect_pubsub_node(self._redis_url, self._redis_timeout)
         self._task = asyncio.get_running_loop().create_task(self._listen(), name="ready-notifier")
         await self._subscribed.wait()
 
@@ -77,31 +75,16 @@ class ReadyNotifier:
             self.wake(topic, len(self._waiters.get(topic, ())))
 
     async def _listen(self) -> None:
-        backoff = 0.05
-        while True:
-            client = store.connect_pubsub_node(self._redis_url, self._redis_timeout)
-            pubsub = client.pubsub(ignore_subscribe_messages=True)
-            try:
-                await pubsub.subscribe(self._channel)
-                if self._subscribed.is_set():
-                    # Wakes may have been missed while disconnected: let every waiter pull again.
-                    self._wake_everyone()
-                self._subscribed.set()
-                backoff = 0.05
-                while True:
-                    message = await pubsub.get_message(timeout=None)
-                    if message is not None and message["type"] == "message":
-                        self.wake(message["data"], 1)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # connection lost: back off and subscribe again
-                log.warning("ready notifier lost its subscription (%s); retrying in %.2fs", exc, backoff)
-                self._subscribed.set()  # waiters still time out and pull; do not block start()
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, 2.0)
-            finally:
-                try:
-                    await pubsub.aclose()
-                    await client.aclose()
-                except Exception:
-                    pass
+        def subscribed(rescan: bool) -> None:
+            if rescan:  # wakes may have been missed while disconnected: let every waiter pull again
+                self._wake_everyone()
+            self._subscribed.set()
+
+        def received(message: dict) -> None:
+            if message["type"] == "message":
+                self.wake(message["data"], 1)
+
+        # A lost subscription still releases start(): waiters time out and pull.
+        await subscribe_forever(self._redis_url, self._redis_timeout, what="ready notifier",
+                                channels=(self._channel,), on_message=received, on_subscribed=subscribed,
+                                on_lost=self._subscribed.set)

@@ -6,33 +6,18 @@ flight wait and go together in the next one (one multi-row statement, one commit
 number of Postgres round trips grows with time, not with messages.
 """
 import asyncio
+import logging
 from collections.abc import Set
 from dataclasses import dataclass
 
 import orjson
 import psycopg
 
+from delayqueue.exceptions import LogUnavailable, MaybeSent
+from delayqueue.messages import Message
 from delayqueue.messagelog.connection import EVENT_TABLE, MESSAGE_TABLE, LogConnection
 
-@dataclass(slots=True)  # not frozen: see services.NewMessage
-class LoggedMessage:
-    """One message row as the send path writes it. Times are epoch milliseconds."""
-
-    namespace: str
-    topic: str
-    msg_id: str
-    payload: str
-    produce_time: int
-    trigger_time: int
-    expire_time: int
-    max_retry: int
-    retry: int
-    status: int
-
-    @property
-    def key(self) -> tuple[str, str]:
-        return self.topic, self.msg_id
-
+log = logging.getLogger(__name__)
 
 _COLUMNS = "namespace, topic, msg_id, payload, produce_time, trigger_time, expire_time, max_retry, retry, status, updated_at"
 
@@ -115,9 +100,9 @@ ON CONFLICT (namespace, topic, msg_id, event_id) DO UPDATE SET to_status = EXCLU
 """
 
 
-def _rows_json(rows: list[LoggedMessage]) -> str:
+def _rows_json(namespace: str, rows: list[Message]) -> str:
     return orjson.dumps([
-        {"ns": r.namespace, "t": r.topic, "i": r.msg_id, "p": r.payload, "pt": r.produce_time, "tt": r.trigger_time,
+        {"ns": namespace, "t": r.topic, "i": r.msg_id, "p": r.payload, "pt": r.produce_time, "tt": r.trigger_time,
          "et": r.expire_time, "mr": r.max_retry, "r": r.retry, "s": r.status}
         for r in rows
     ]).decode()
@@ -125,7 +110,7 @@ def _rows_json(rows: list[LoggedMessage]) -> str:
 
 @dataclass
 class _Request:
-    rows: list[LoggedMessage]
+    rows: list[Message]
     keys: Set[tuple[str, str]]  # of the rows, distinct: worked out once per request
     overwrite: bool
     future: asyncio.Future
@@ -140,14 +125,15 @@ class MessageLog:
     # a producer that resends msgIds then wastes one statement in this many, not every other.
     UPSERTS_AFTER_CONFLICT = 100
 
-    def __init__(self, actor: str, timeout_millis: int):
+    def __init__(self, namespace: str, actor: str, timeout_millis: int):
+        self._namespace = namespace
         self._process, _, self._host = actor.rpartition("@")
         self._db = LogConnection(timeout_millis)
         self._pending: list[_Request] = []
         self._flusher: asyncio.Task | None = None
         self._upserts_left = 0
 
-    async def record(self, rows: list[LoggedMessage]) -> list[bool]:
+    async def record(self, rows: list[Message]) -> list[bool]:
         """Writes new messages and their 'sent' history rows; True per row the log now holds as
         given, False where a live message with that msgId is already logged (left untouched) or
         the row repeats an earlier msgId of the same call (a batch naming one msgId twice)."""
@@ -160,23 +146,57 @@ class MessageLog:
             logged[i] = key in written
         return logged
 
-    async def overwrite(self, rows: list[LoggedMessage]) -> None:
+    async def overwrite(self, rows: list[Message]) -> None:
         """Makes the log hold exactly these rows (what Redis answered a send with)."""
         by_key = {row.key: row for row in rows}
         await self._submit(list(by_key.values()), by_key.keys(), overwrite=True)
 
-    async def forget(self, rows: list[LoggedMessage]) -> None:
+    async def forget(self, rows: list[Message]) -> None:
         """Removes rows (and their 'sent' history) this process wrote for sends that Redis then
         did not take."""
         async with self._db.use() as conn:
-            await conn.execute(_FORGET, [_rows_json(rows)])
+            await conn.execute(_FORGET, [_rows_json(self._namespace, rows)])
 
-    async def correct_sent(self, unsent: list[LoggedMessage], sent: list[LoggedMessage]) -> None:
+    async def correct_sent(self, unsent: list[Message], sent: list[Message]) -> None:
         """Removes the 'sent' history of `unsent` rows and writes (or corrects) that of `sent`."""
         async with self._db.use() as conn:
-            await conn.execute(_CORRECT_SENT, [_rows_json(unsent), self._process, self._host, _rows_json(sent)])
+            await conn.execute(_CORRECT_SENT, [_rows_json(self._namespace, unsent), self._process, self._host, _rows_json(self._namespace, sent)])
 
-    def _submit(self, rows: list[LoggedMessage], keys: Set[tuple[str, str]], overwrite: bool) -> asyncio.Future:
+    async def settle(self, rows: list[Message], written: list[bool], replies: list, outcomes: list) -> None:
+        """Makes the log agree with what Redis did with recorded sends (`replies`: the send
+        script's SendReply or the error per row; `outcomes`: the message each send answers with,
+        replaced here by the error when the log cannot be corrected). Rows for sends Redis refused
+        are removed (not those it may have taken: MaybeSent); a msgId whose live state only Redis
+        knew (the log lags a few ms behind it) gets Redis' message; so does a message that was due
+        by the time Redis took it (ready, where the row said waiting). The 'sent' history follows:
+        it names exactly the sends Redis took, with their status."""
+        refused, corrections, unsent, sent = [], [], [], []
+        for i, (row, was_written, reply) in enumerate(zip(rows, written, replies)):
+            if isinstance(reply, MaybeSent):
+                continue  # Redis may have taken it: the row stays
+            if isinstance(reply, Exception):
+                if was_written:
+                    refused.append(row)
+            elif reply.created and (not was_written or reply.status != row.status):
+                corrections.append(i)  # only Redis knew the last life had ended, or it was due by then
+                sent.append(outcomes[i])
+            elif not reply.created and was_written:
+                corrections.append(i)  # a live duplicate only Redis knew
+                unsent.append(row)
+        if refused:
+            try:
+                await self.forget(refused)
+            except LogUnavailable as exc:
+                log.error("could not remove %d logged sends that Redis refused: %s", len(refused), exc)
+        if corrections:
+            try:
+                await self.overwrite([outcomes[i] for i in corrections])
+                await self.correct_sent(unsent, sent)
+            except LogUnavailable as exc:
+                for i in corrections:
+                    outcomes[i] = exc
+
+    def _submit(self, rows: list[Message], keys: Set[tuple[str, str]], overwrite: bool) -> asyncio.Future:
         """Queues rows with distinct keys; resolves to the keys the statement wrote."""
         future = asyncio.get_running_loop().create_future()
         if not rows:
@@ -217,13 +237,13 @@ class MessageLog:
                 if not request.future.done():
                     request.future.set_result(written)
 
-    async def _write(self, rows: list[LoggedMessage], keys: set[tuple[str, str]],
+    async def _write(self, rows: list[Message], keys: set[tuple[str, str]],
                      overwrite: bool) -> set[tuple[str, str]]:
         async with self._db.use() as conn:
             if overwrite:
-                cursor = await conn.execute(_OVERWRITE, [_rows_json(rows)])
+                cursor = await conn.execute(_OVERWRITE, [_rows_json(self._namespace, rows)])
                 return {tuple(row) for row in await cursor.fetchall()}
-            params = [_rows_json(rows), self._process, self._host]
+            params = [_rows_json(self._namespace, rows), self._process, self._host]
             if self._upserts_left == 0:
                 try:
                     await conn.execute(_INSERT_NEW, params)

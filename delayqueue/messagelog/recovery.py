@@ -1,4 +1,4 @@
-"""Rebuilding Redis from the message log after a loss (SPEC §5): `manage.py restore`, the
+"""Rebuilding Redis from the message log after a loss: `manage.py restore`, the
 restore endpoints, the admin's restore action and the Spark restore all come through here.
 
 A logged message that is live (waiting, ready or in flight) goes back waiting if it is not yet
@@ -18,6 +18,8 @@ from psycopg.rows import dict_row
 from delayqueue.messagelog.connection import MESSAGE_TABLE, connect, first_line
 from delayqueue.exceptions import LogUnavailable
 from delayqueue.constants import Status
+from delayqueue.live import scripts
+from delayqueue.messages import Message
 from delayqueue.runtime import Runtime
 
 LIVE = (Status.WAITING, Status.READY, Status.CONSUMING)
@@ -60,34 +62,32 @@ def restorable(row: dict, now: int, include_expired: bool) -> dict | None:
     return None
 
 
-async def restore_rows(rt: Runtime, rows: Iterable[dict], *, include_expired: bool = False,
+async def restore_rows(rt: Runtime, *, rows: Iterable[dict], include_expired: bool = False,
                        dry_run: bool = False) -> RestoreCounts:
-    """Puts logged messages back into Redis (see the module doc). Each row: namespace, topic,
-    msg_id, payload, produce_time, trigger_time, expire_time (epoch ms), max_retry, retry, status."""
+    """Puts logged messages back into Redis (see the module doc). Each row: Message.to_row()'s
+    columns (times as epoch ms); other columns are ignored."""
     now = _now_millis()
     counts = RestoreCounts()
-    by_topic: dict[str, list[dict]] = defaultdict(list)
+    by_topic: dict[str, list[Message]] = defaultdict(list)
     for row in rows:
         ready = restorable(row, now, include_expired)
         if ready is None:
             counts.skipped += 1
         else:
-            by_topic[row["topic"]].append(ready)
+            by_topic[row["topic"]].append(Message.from_row(ready))
     calls = []
     for topic, messages in by_topic.items():
-        k = rt.ns.topic(topic)
-        head = [rt.ns.ready_channel, rt.ns.schedule_channel, topic, 1 if dry_run else 0, rt.actor]
         for start in range(0, len(messages), SCRIPT_MESSAGES):
-            args = list(head)
-            for m in messages[start:start + SCRIPT_MESSAGES]:
-                args += [m["msg_id"], m["payload"], m["produce_time"], m["trigger_time"], m["expire_time"],
-                         m["max_retry"], m["retry"]]
-            calls.append(("restore", [k.waiting, k.ready, k.msgs, k.expiry, k.meta, k.events], args))
+            calls.append(scripts.restore(
+                rt.ns.topic(topic), ready_channel=rt.ns.ready_channel, schedule_channel=rt.ns.schedule_channel,
+                topic=topic, dry_run=dry_run, actor=rt.actor,
+                messages=[(m.msg_id, m.payload, m.produce_time, m.trigger_time, m.expire_time, m.max_retry, m.retry)
+                          for m in messages[start:start + SCRIPT_MESSAGES]]))
     for result in await rt.scripts.run(calls):
         if isinstance(result, Exception):
             raise result
-        counts.restored += result[0]
-        counts.already_live += result[1]
+        counts.restored += result.restored
+        counts.already_live += result.already_held
     if counts.restored and not dry_run:
         await rt.redis.zadd(rt.ns.topics, {topic: now for topic in by_topic}, nx=True)
     return counts
@@ -186,7 +186,7 @@ async def _restore(rt: Runtime, topic: str | None, msg_id: str | None, include_e
                         break
                     last_id = rows[-1]["id"]
                     writing.add(asyncio.ensure_future(
-                        restore_rows(rt, rows, include_expired=include_expired, dry_run=dry_run)))
+                        restore_rows(rt, rows=rows, include_expired=include_expired, dry_run=dry_run)))
                     if len(writing) >= PAGES_IN_FLIGHT:
                         await collect(asyncio.FIRST_COMPLETED)
             if writing:

@@ -12,6 +12,7 @@ from redis.exceptions import RedisError
 
 from delayqueue.messagelog import recovery
 from delayqueue import selectors
+from delayqueue.ops import figures
 from delayqueue import services
 from delayqueue.conf import load_config
 from delayqueue.messagelog.selectors import estimated_count, message_history
@@ -183,7 +184,8 @@ class MessageAdmin(admin.ModelAdmin):
     @staticmethod
     def _live_state(message: Message) -> dict:
         try:
-            live = run_with_runtime(selectors.live_state, message.namespace, message.topic, message.msg_id)
+            live = run_with_runtime(figures.live_state, namespace=message.namespace, topic=message.topic,
+                                    msg_id=message.msg_id)
         except RedisError as exc:
             return {"live_error": f"Redis unavailable: {exc}"}
         body = live["message"]
@@ -209,7 +211,7 @@ class MessageAdmin(admin.ModelAdmin):
             return
         rows = [log_row(m) for m in selected if m.namespace == namespace]
         try:
-            counts = run_with_runtime(recovery.restore_rows, rows)
+            counts = run_with_runtime(recovery.restore_rows, rows=rows)
         except RedisError as exc:
             self.message_user(request, f"Nothing restored: Redis unavailable ({exc})", messages.ERROR)
             return
@@ -229,7 +231,7 @@ class MessageAdmin(admin.ModelAdmin):
         other = len(selected) - len(targets)
 
         async def delete_all(rt):
-            return [await services.delete_message(rt, topic, msg_id) for topic, msg_id in targets]
+            return [await services.delete_message(rt, topic=topic, msg_id=msg_id) for topic, msg_id in targets]
 
         try:
             deleted = sum(run_with_runtime(delete_all))

@@ -11,7 +11,9 @@ from redis.exceptions import RedisError
 from delayqueue import selectors
 from delayqueue.conf import load_config
 from delayqueue.messagelog.selectors import recent_topic_hours
-from delayqueue.selectors import CHART_MINUTES, WAITING_BUCKETS
+from delayqueue.constants import CHART_MINUTES
+from delayqueue.ops import figures
+from delayqueue.selectors import WAITING_BUCKETS
 from delayqueue.api.validation import TopicSerializer, first_error
 from delayqueue.sync import run_with_runtime
 
@@ -108,7 +110,7 @@ def dashboard(request):
 
     async def load(rt):
         topics = [wanted] if wanted else await selectors.list_topics(rt)
-        return await selectors.topic_overview(rt, topics), await rt.redis.get(rt.ns.data_lost)
+        return await figures.topic_overview(rt, topics=topics), await rt.redis.get(rt.ns.data_lost)
 
     data_lost_at = None
     try:

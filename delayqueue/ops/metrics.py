@@ -8,6 +8,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from redis.exceptions import RedisError
 
 from delayqueue import selectors
+from delayqueue.ops import figures
 from delayqueue.runtime import current
 from delayqueue.selectors import REQUEST_COUNTERS, WAITING_BUCKETS
 
@@ -28,7 +29,7 @@ class Snapshot:
         waiting = GaugeMetricFamily("delayqueue_waiting_messages", "Waiting messages by time until due "
                                     "(getTopicInfo's buckets)", labels=["topic", "due_in"])
         overdue = GaugeMetricFamily("delayqueue_overdue_messages", "Waiting messages more than "
-                                    f"{selectors.OVERDUE_MILLIS} ms past their triggerTime", labels=["topic"])
+                                    f"{figures.OVERDUE_MILLIS} ms past their triggerTime", labels=["topic"])
         oldest = GaugeMetricFamily("delayqueue_oldest_ready_age_seconds", "How long the oldest ready message "
                                    "has been due (0 when none is ready)", labels=["topic"])
         backlog = GaugeMetricFamily("delayqueue_log_writer_backlog", "Lifecycle events in Redis not yet "
@@ -68,8 +69,8 @@ class Snapshot:
 async def metrics(request):
     rt = current()
     try:
-        overviews = await selectors.topic_overview(rt, await selectors.list_topics(rt))
-        lags = await selectors.scanner_lags(rt)
+        overviews = await figures.topic_overview(rt, topics=await selectors.list_topics(rt))
+        lags = await figures.scanner_lags(rt)
         data_lost = int(await rt.redis.get(rt.ns.data_lost) or 0)
     except RedisError as exc:
         return HttpResponse(f"# Redis unavailable: {exc}\n", status=503, content_type="text/plain")

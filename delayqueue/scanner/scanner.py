@@ -13,118 +13,27 @@ for at most the lock TTL. Correctness never rests on the lock: every transition 
 script, so two scanners working a topic at once still promote each message once.
 """
 import asyncio
-import functools
 import logging
 import os
 import socket
 import time
 import uuid
 
-from delayqueue.live import store
-from delayqueue.scanner.timer import PreciseTimer
-from delayqueue.stopping import cancel_and_wait
-from delayqueue.messagelog.writer import LogWriter
 from delayqueue.exceptions import LogUnavailable
+from delayqueue.live import scripts
+from delayqueue.live.pubsub import subscribe_forever
+from delayqueue.messagelog.writer import LogWriter
 from delayqueue.runtime import Runtime
+from delayqueue.scanner.timer import PreciseTimer
+from delayqueue.scanner.worker import TopicWorker
+from delayqueue.stopping import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
-# Every script of a topic runs at least this often, even with nothing scheduled. A safety net
-# only: sends and pulls that bring work earlier than what a topic sleeps towards wake it through
-# the schedule channel, and losing the channel wakes every topic. Each looked-at topic costs
-# four script calls, so with thousands of topics this bounds the idle load.
-MAX_IDLE_SLEEP = 5.0
-TIMER_SLACK = 0.001
 REGISTRY_REFRESH = 1.0
-ERROR_BACKOFF = 0.5
 LAG_SAMPLE = 0.1  # the lag probe sleeps this long and measures how late it wakes
 LAG_REPORT = 1.0  # and reports the worst overrun to Redis this often (for /metrics)
 GONE_AFTER_MILLIS = 10_000  # a scanner whose lag report is this old has stopped
-
-
-class TopicWorker:
-    """Runs a topic's four scanner scripts, each when it has work: a script answers how long
-    until its next item, and the worker's timer fires for the earliest; a wake from the
-    schedule channel (something earlier arrived) runs all four. A topic with 5,000 others due
-    at the same moment costs one promote call, not four calls."""
-
-    SCRIPTS = ("promote_due", "requeue_timed_out", "expire", "purge_ended")
-    COUNTS = dict(zip(SCRIPTS, ("promoted", "requeued", "expired", "purged")))
-
-    def __init__(self, scanner: "Scanner", topic: str):
-        self.scanner = scanner
-        self.topic = topic
-        self.keys = scanner.rt.ns.topic(topic)
-        self._wake = asyncio.Event()
-        self._run_all = True  # the first pass looks at everything
-        self._due_at = dict.fromkeys(self.SCRIPTS, 0.0)  # monotonic time each script has work again
-        self._sleeps = 0
-        self.task = asyncio.get_running_loop().create_task(self._run(), name=f"scan:{topic}")
-
-    def wake(self) -> None:
-        """The topic got earlier work (or the channel was lost and wakes may have been missed)."""
-        self._run_all = True
-        self._wake.set()
-
-    def _call(self, name: str):
-        cfg = self.scanner.rt.config
-        ns = self.scanner.rt.ns
-        k = self.keys
-        actor = self.scanner.rt.actor
-        limit, retention, interval = cfg.scanner_batch, cfg.ended_retention_millis, cfg.monitor_interval_millis
-        if name == "promote_due":
-            return name, [k.waiting, k.ready, k.msgs, k.expiry, k.ended, k.stats, k.events], \
-                [limit, retention, interval, ns.ready_channel, self.topic, actor]
-        if name == "requeue_timed_out":
-            return name, [k.inflight, k.ready, k.msgs, k.expiry, k.ended, k.stats, k.events], \
-                [limit, retention, interval, ns.ready_channel, self.topic, actor]
-        if name == "expire":
-            return name, [k.waiting, k.ready, k.inflight, k.msgs, k.expiry, k.ended, k.stats, k.events], \
-                [limit, retention, interval, actor]
-        return name, [k.msgs, k.ended], [limit]
-
-    async def tick(self) -> float:
-        """One pass over the scripts that have work (all of them after a wake); returns seconds
-        until the next one has."""
-        run_all, self._run_all = self._run_all, False
-        now = time.monotonic()
-        # A timer may fire a hair before the due time it was set for: that script runs now.
-        names = [n for n in self.SCRIPTS if run_all or self._due_at[n] <= now + TIMER_SLACK]
-        results = await self.scanner.rt.scripts.run([self._call(name) for name in names])
-        now = time.monotonic()
-        for name, result in zip(names, results):
-            if isinstance(result, Exception):
-                self._run_all = True  # try everything again after the back-off
-                raise result
-            self.scanner.counts[self.COUNTS[name]] += result[0]
-            # The scripts answer in µs, -1 when they have nothing scheduled.
-            wait = result[1] / 1_000_000 if result[1] >= 0 else MAX_IDLE_SLEEP
-            self._due_at[name] = now + min(wait, MAX_IDLE_SLEEP)
-        return min(self._due_at.values()) - now
-
-    async def _run(self) -> None:
-        while True:
-            self._wake.clear()
-            try:
-                delay = await self.tick()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                log.warning("scanning topic %s failed: %s", self.topic, exc)
-                delay = ERROR_BACKOFF
-            if delay > 0:
-                # Woken by the precise timer at the due time, or earlier by the schedule channel;
-                # a timer left over from an earlier sleep finds a newer generation and does nothing.
-                self._sleeps += 1
-                self.scanner.timer.call_at(time.monotonic() + delay, functools.partial(self._timer_fired, self._sleeps))
-                await self._wake.wait()
-
-    def _timer_fired(self, sleep: int) -> None:
-        if sleep == self._sleeps:
-            self._wake.set()
-
-    async def stop(self) -> None:
-        await cancel_and_wait(self.task)
 
 
 class Scanner:
@@ -152,7 +61,7 @@ class Scanner:
         self._poke.set()
 
     async def run(self) -> None:
-        await store.load_scripts(self.rt.redis)
+        await scripts.load_scripts(self.rt.redis)
         loop = asyncio.get_running_loop()
         self.timer = PreciseTimer(loop)
         listener = loop.create_task(self._listen(), name="schedule-listener")
@@ -248,10 +157,10 @@ class Scanner:
         if not topics:
             return
         results = await self.rt.scripts.run(
-            [("lock_renew", [self.rt.ns.topic(t).lock], [self.token, self.lock_ttl]) for t in topics],
+            [scripts.lock_renew(self.rt.ns.topic(t), token=self.token, ttl_millis=self.lock_ttl) for t in topics],
         )
         for topic, renewed in zip(topics, results):
-            if renewed != 1:
+            if renewed is not True:
                 log.warning("scanner %s lost the lock of topic %s", self.token, topic)
                 await self.workers.pop(topic).stop()
 
@@ -259,8 +168,7 @@ class Scanner:
         idle_ms = self.rt.config.topic_idle_seconds * 1000
         for topic in list(self.workers):
             k = self.rt.ns.topic(topic)
-            if await self.rt.call("retire_topic", [k.waiting, k.ready, k.inflight, k.msgs, k.meta, k.stats, k.events],
-                                  [idle_ms]) != 1:
+            if not await self.rt.scripts.call(scripts.retire_topic(k, idle_millis=idle_ms)):
                 continue
             await self.rt.redis.zrem(self.rt.ns.topics, topic)
             if await self.rt.redis.hget(k.meta, "registered"):
@@ -270,7 +178,7 @@ class Scanner:
             log.info("scanner %s retired idle topic %s", self.token, topic)
             self.known.discard(topic)
             await self.workers.pop(topic).stop()
-            await self.rt.call("lock_release", [k.lock], [self.token])
+            await self.rt.scripts.call(scripts.lock_release(k, token=self.token))
 
     async def _report_lag(self) -> None:
         """How late this process' event loop wakes timers, which is how late it can promote a
@@ -301,57 +209,38 @@ class Scanner:
         await self._forget_gone_scanners()
         if self.workers:
             await self.rt.scripts.run(
-                [("prune_stats", [self.rt.ns.topic(t).stats], [self.rt.config.monitor_interval_millis])
+                [scripts.prune_stats(self.rt.ns.topic(t), stats_interval_millis=self.rt.config.monitor_interval_millis)
                  for t in self.workers],
             )
 
     async def _listen(self) -> None:
-        backoff = 0.05
-        while True:
-            client = store.connect_pubsub_node(self.rt.config.redis_url, self.rt.config.redis_timeout)
-            pubsub = client.pubsub(ignore_subscribe_messages=True)
-            try:
-                await pubsub.subscribe(self.rt.ns.schedule_channel)
+        def subscribed(rescan: bool) -> None:
+            if rescan:
+                for worker in self.workers.values():  # wakes may have been missed
+                    worker.wake()
                 if self.log_writer is not None:
-                    await pubsub.psubscribe(self.rt.ns.history_pattern)
-                if self._subscribed.is_set():
-                    for worker in self.workers.values():  # wakes may have been missed
-                        worker.wake()
-                    if self.log_writer is not None:
-                        self.log_writer.notice_all()  # and so may notices
-                self._subscribed.set()
-                backoff = 0.05
-                while True:
-                    message = await pubsub.get_message(timeout=None)
-                    if message is None:
-                        continue
-                    if message["type"] == "pmessage":
-                        topic = self.rt.ns.topic_of_history(message["channel"])
-                        if topic is not None:
-                            self.log_writer.notice(topic)
-                        continue
-                    if message["type"] != "message":
-                        continue
-                    topic = message["data"]
-                    worker = self.workers.get(topic)
-                    if worker is not None:
-                        worker.wake()
-                    elif topic not in self.known:
-                        self.known.add(topic)
-                        self._poke.set()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                log.warning("scanner %s lost its schedule subscription (%s)", self.token, exc)
-                self._subscribed.set()
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, 2.0)
-            finally:
-                try:
-                    await pubsub.aclose()
-                    await client.aclose()
-                except Exception:
-                    pass
+                    self.log_writer.notice_all()  # and so may notices
+            self._subscribed.set()
+
+        await subscribe_forever(
+            self.rt.config.redis_url, self.rt.config.redis_timeout, what=f"scanner {self.token}",
+            channels=(self.rt.ns.schedule_channel,),
+            patterns=(self.rt.ns.history_pattern,) if self.log_writer is not None else (),
+            on_message=self._received, on_subscribed=subscribed, on_lost=self._subscribed.set)
+
+    def _received(self, message: dict) -> None:
+        if message["type"] == "pmessage":
+            topic = self.rt.ns.topic_of_history(message["channel"])
+            if topic is not None:
+                self.log_writer.notice(topic)
+        elif message["type"] == "message":
+            topic = message["data"]
+            worker = self.workers.get(topic)
+            if worker is not None:
+                worker.wake()
+            elif topic not in self.known:
+                self.known.add(topic)
+                self._poke.set()
 
     async def _shutdown(self) -> None:
         try:
@@ -366,7 +255,7 @@ class Scanner:
         if topics:
             try:
                 await self.rt.scripts.run(
-                    [("lock_release", [self.rt.ns.topic(t).lock], [self.token]) for t in topics]
+                    [scripts.lock_release(self.rt.ns.topic(t), token=self.token) for t in topics]
                 )
             except Exception as exc:
                 log.warning("scanner %s could not release its locks: %s", self.token, exc)

@@ -8,7 +8,7 @@ from delayqueue import selectors
 from delayqueue import services
 from delayqueue.constants import Status
 from delayqueue.models import TopicHourStats
-from delayqueue.services import NewMessage
+from delayqueue.services import SendRequest
 from spark import stats
 
 from ..conftest import drain_log, log_database_url
@@ -135,18 +135,18 @@ def test_the_admin_lists_the_stats_the_job_wrote(admin_client):
 async def test_stats_of_history_the_service_itself_logged(spark, single_rt):
     """The history the Lua scripts and the log writer produce, counted as the job promises."""
     rt = single_rt
-    sent = await services.send_messages(rt, [NewMessage(topic="svc", msg=f"m{i}", delay_millis=0) for i in range(6)])
-    await services.send_message(rt, NewMessage(topic="svc", msg="once", delay_millis=0, max_retry=0))
-    expiring = await services.send_message(rt, NewMessage(topic="svc", msg="late", delay_millis=10, ttl_millis=30))
-    pulled, _ = await services.pull_messages(rt, "svc", batch=7)
+    sent = await services.send_messages(rt, requests=[SendRequest(topic="svc", msg=f"m{i}", delay_millis=0) for i in range(6)])
+    await services.send_message(rt, topic="svc", msg="once", delay_millis=0, max_retry=0)
+    expiring = await services.send_message(rt, topic="svc", msg="late", delay_millis=10, ttl_millis=30)
+    pulled, _ = await services.pull_messages(rt, topic="svc", batch=7)
     assert len(pulled) == 7
     for m in sent[:4]:
-        await services.ack_message(rt, "svc", m["msgId"])
-    await services.nack_message(rt, "svc", sent[4]["msgId"])
-    await services.nack_message(rt, "svc", pulled[6]["msgId"])  # no tries left: ended 6
-    assert await services.delete_message(rt, "svc", sent[5]["msgId"])
+        await services.ack_message(rt, topic="svc", msg_id=m["msgId"])
+    await services.nack_message(rt, topic="svc", msg_id=sent[4]["msgId"])
+    await services.nack_message(rt, topic="svc", msg_id=pulled[6]["msgId"])  # no tries left: ended 6
+    assert await services.delete_message(rt, topic="svc", msg_id=sent[5]["msgId"])
     await asyncio.sleep(0.1)
-    assert (await selectors.get_message(rt, "svc", expiring["msgId"]))["status"] == Status.EXPIRED
+    assert (await selectors.get_message(rt, topic="svc", msg_id=expiring["msgId"]))["status"] == Status.EXPIRED
     await drain_log(rt, ["svc"])
 
     stats.run(spark, job_args("spark.stats", "--database-url", log_database_url()))

@@ -1,21 +1,33 @@
--- Marks a consuming message as acked (4). Any other state is left alone.
--- KEYS: inflight, msgs, expiry, ended, stats, meta, events
--- ARGV: msgId, retentionMillis, statsIntervalMillis, actor
+-- Marks a consuming message as acked. Any other state is left alone.
+-- KEYS[1] inflight
+-- KEYS[2] msgs
+-- KEYS[3] expiry
+-- KEYS[4] ended
+-- KEYS[5] stats
+-- KEYS[6] meta
+-- KEYS[7] events
+-- ARGV[1] msg_id
+-- ARGV[2] retention_millis: how long an ended body stays readable
+-- ARGV[3] stats_interval_millis
+-- ARGV[4] actor: 'process@host' for the history, '' with the message log off
 -- Returns the message's status after the call, or 0 if it is unknown.
--- @include common
-local inflight, msgs, expiry, ended, stats, meta = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
-EVENTS, ACTOR = KEYS[7], ARGV[4]
+-- @include clock
+-- @include stats
+-- @include end_message
+local t = {inflight = KEYS[1], msgs = KEYS[2], expiry = KEYS[3], ended = KEYS[4], events = KEYS[7],
+           actor = ARGV[4], retention = tonumber(ARGV[2])}
+local stats, meta = KEYS[5], KEYS[6]
 local id = ARGV[1]
 local now = clock()
 redis.call('HSET', meta, 'last_active', now)
 stat_add(stats, tonumber(ARGV[3]), now, 'ackMsg', 1)
-local raw = redis.call('HGET', msgs, id)
+local raw = redis.call('HGET', t.msgs, id)
 if not raw then
   return 0
 end
 local m = cjson.decode(raw)
-if m.status ~= 3 then
+if m.status ~= STATUS.CONSUMING then
   return m.status
 end
-redis.call('ZREM', inflight, id)
-return end_message(msgs, expiry, ended, id, m, now, tonumber(ARGV[2]), 'acked', 4)
+redis.call('ZREM', t.inflight, id)
+return end_message(t, id, m, now, REASON.ACKED, STATUS.ACKED)

@@ -1,40 +1,50 @@
--- Deletes a live message: status 7 and out of every queue structure at once; with release
+-- Deletes a live message: status deleted and out of every queue structure at once; with release
 -- the body goes too. A missing, ended or expired message is not deleted (returns 0), but
 -- release still frees an ended body.
--- KEYS: waiting, ready, inflight, msgs, expiry, ended, stats, events
--- ARGV: msgId, release (1|0), retentionMillis, statsIntervalMillis, actor
+-- KEYS[1] waiting
+-- KEYS[2] ready
+-- KEYS[3] inflight
+-- KEYS[4] msgs
+-- KEYS[5] expiry
+-- KEYS[6] ended
+-- KEYS[7] stats
+-- KEYS[8] events
+-- ARGV[1] msg_id
+-- ARGV[2] release: 1 frees the body at once, 0 keeps it readable for the retention
+-- ARGV[3] retention_millis: how long an ended body stays readable
+-- ARGV[4] stats_interval_millis
+-- ARGV[5] actor: 'process@host' for the history, '' with the message log off
 -- Returns 1 when a live message was deleted, else 0.
--- @include common
-local waiting, ready, inflight, msgs, expiry, ended, stats = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
-EVENTS, ACTOR = KEYS[8], ARGV[5]
+-- @include clock
+-- @include stats
+-- @include status
+-- @include end_message
+-- @include remove_from_queues
+local t = {waiting = KEYS[1], ready = KEYS[2], inflight = KEYS[3], msgs = KEYS[4], expiry = KEYS[5],
+           ended = KEYS[6], events = KEYS[8], actor = ARGV[5], retention = tonumber(ARGV[3])}
+local stats = KEYS[7]
 local id = ARGV[1]
-local release = ARGV[2] == '1'
-local retention = tonumber(ARGV[3])
 local interval = tonumber(ARGV[4])
 local now = clock()
-local raw = redis.call('HGET', msgs, id)
+local raw = redis.call('HGET', t.msgs, id)
 if not raw then
   return 0
 end
 local m = cjson.decode(raw)
 local deleted = 0
 if is_live(m) then
-  redis.call('ZREM', waiting, id)
-  redis.call('ZREM', inflight, id)
-  if m.status == 2 then
-    redis.call('LREM', ready, -1, id)
-  end
+  remove_from_queues(t, id, m.status)
   if m.expireTime <= now then
-    end_message(msgs, expiry, ended, id, m, now, retention, 'expired')
+    end_message(t, id, m, now, REASON.EXPIRED)
     stat_add(stats, interval, now, 'triggerMsgEndLife', 1)
   else
-    end_message(msgs, expiry, ended, id, m, now, retention, 'deleted', 7)
+    end_message(t, id, m, now, REASON.DELETED, STATUS.DELETED)
     stat_add(stats, interval, now, 'deleteMsg', 1)
     deleted = 1
   end
 end
-if release then
-  redis.call('HDEL', msgs, id)
-  redis.call('ZREM', ended, id)
+if ARGV[2] == '1' then
+  redis.call('HDEL', t.msgs, id)
+  redis.call('ZREM', t.ended, id)
 end
 return deleted

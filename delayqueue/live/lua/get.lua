@@ -1,26 +1,37 @@
--- Reads one message. A live message already past its TTL is ended first (5 or 6), so a
--- reader never sees a live status the scanner simply has not reached yet.
--- KEYS: waiting, ready, inflight, msgs, expiry, ended, stats, events
--- ARGV: msgId, retentionMillis, statsIntervalMillis, actor
+-- Reads one message. A live message already past its TTL is ended first (expired or
+-- exhausted), so a reader never sees a live status the scanner simply has not reached yet.
+-- KEYS[1] waiting
+-- KEYS[2] ready
+-- KEYS[3] inflight
+-- KEYS[4] msgs
+-- KEYS[5] expiry
+-- KEYS[6] ended
+-- KEYS[7] stats
+-- KEYS[8] events
+-- ARGV[1] msg_id
+-- ARGV[2] retention_millis: how long an ended body stays readable
+-- ARGV[3] stats_interval_millis
+-- ARGV[4] actor: 'process@host' for the history, '' with the message log off
 -- Returns the message json, or nil.
--- @include common
-local waiting, ready, inflight, msgs, expiry, ended, stats = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
-EVENTS, ACTOR = KEYS[8], ARGV[4]
+-- @include clock
+-- @include stats
+-- @include status
+-- @include end_message
+-- @include remove_from_queues
+local t = {waiting = KEYS[1], ready = KEYS[2], inflight = KEYS[3], msgs = KEYS[4], expiry = KEYS[5],
+           ended = KEYS[6], events = KEYS[8], actor = ARGV[4], retention = tonumber(ARGV[2])}
+local stats = KEYS[7]
 local id = ARGV[1]
 local interval = tonumber(ARGV[3])
 local now = clock()
-local raw = redis.call('HGET', msgs, id)
+local raw = redis.call('HGET', t.msgs, id)
 if not raw then
   return nil
 end
 local m = cjson.decode(raw)
 if is_live(m) and m.expireTime <= now then
-  redis.call('ZREM', waiting, id)
-  redis.call('ZREM', inflight, id)
-  if m.status == 2 then
-    redis.call('LREM', ready, -1, id)
-  end
-  end_message(msgs, expiry, ended, id, m, now, tonumber(ARGV[2]), 'expired')
+  remove_from_queues(t, id, m.status)
+  end_message(t, id, m, now, REASON.EXPIRED)
   stat_add(stats, interval, now, 'triggerMsgEndLife', 1)
   raw = cjson.encode(m)
 end

@@ -1,14 +1,14 @@
--- Scanner: keeps only the current and the previous monitor interval in a topic's stats
--- hash, so getMonitorData always reads one complete, cluster-wide interval, and the last
--- hour of the per-minute lateness series. Lifetime totals and the histogram stay.
--- KEYS: stats
--- ARGV: statsIntervalMillis
+-- Scanner: keeps only the current and the previous monitor interval in a topic's stats hash, so
+-- getMonitorData always reads one complete, cluster-wide interval, and the last CHART_MINUTES
+-- of the per-minute lateness series. Lifetime totals and the histogram stay.
+-- KEYS[1] stats
+-- ARGV[1] stats_interval_millis
 -- Returns the number of fields removed.
--- @include common
+-- @include clock
 local stats = KEYS[1]
 local now = clock()
 local current = math.floor(now / tonumber(ARGV[1]))
-local first_minute = math.floor(now / 60000) - 60
+local first_minute = math.floor(now / 60000) - CHART_MINUTES
 local removed = 0
 for _, field in ipairs(redis.call('HKEYS', stats)) do
   local index = tonumber(string.match(field, '^(%d+):'))

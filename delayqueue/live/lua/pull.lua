@@ -1,14 +1,31 @@
--- Takes up to `batch` messages from the ready list, oldest first, and puts them in flight
--- with an ack deadline. A message found past its TTL or out of deliveries is ended
--- (5 or 6) instead of returned.
--- KEYS: ready, inflight, msgs, expiry, ended, stats, meta, events
--- ARGV: batch, ackTimeoutMillis, retentionMillis, statsIntervalMillis, scheduleChannel, topic, actor
+-- Takes up to `batch` messages from the ready list, oldest first, and puts them in flight with
+-- an ack deadline. A message found past its TTL or out of deliveries is ended instead of
+-- returned.
+-- KEYS[1] ready
+-- KEYS[2] inflight
+-- KEYS[3] msgs
+-- KEYS[4] expiry
+-- KEYS[5] ended
+-- KEYS[6] stats
+-- KEYS[7] meta
+-- KEYS[8] events
+-- ARGV[1] batch: most messages returned
+-- ARGV[2] ack_timeout_millis
+-- ARGV[3] retention_millis: how long an ended body stays readable
+-- ARGV[4] stats_interval_millis
+-- ARGV[5] schedule_channel: published when the ack deadline is earlier than the scanner expects
+-- ARGV[6] topic
+-- ARGV[7] actor: 'process@host' for the history, '' with the message log off
 -- Returns {messages left in ready, json1, json2, ...}
--- @include common
-local ready, inflight, msgs, expiry, ended, stats, meta = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
-EVENTS, ACTOR = KEYS[8], ARGV[7]
+-- @include clock
+-- @include stats
+-- @include status
+-- @include end_message
+-- @include next_due
+local t = {msgs = KEYS[3], expiry = KEYS[4], ended = KEYS[5], events = KEYS[8], actor = ARGV[7],
+           retention = tonumber(ARGV[3])}
+local ready, inflight, stats, meta = KEYS[1], KEYS[2], KEYS[6], KEYS[7]
 local batch = tonumber(ARGV[1])
-local retention = tonumber(ARGV[3])
 local interval = tonumber(ARGV[4])
 local now, now_us = clock()
 local deadline = now + tonumber(ARGV[2])
@@ -25,20 +42,20 @@ while #out <= batch and budget > 0 do
   if not id then
     break
   end
-  local raw = redis.call('HGET', msgs, id)
+  local raw = redis.call('HGET', t.msgs, id)
   if raw then
     local m = cjson.decode(raw)
     if is_live(m) then
       if m.expireTime <= now or m.retry > m.maxRetry then
-        end_message(msgs, expiry, ended, id, m, now, retention, end_reason(m, now))
+        end_message(t, id, m, now, end_reason(m, now))
         ended_count = ended_count + 1
       else
-        m.status = 3
+        m.status = STATUS.CONSUMING
         m.retry = m.retry + 1
         local encoded = cjson.encode(m)
-        redis.call('HSET', msgs, id, encoded)
+        redis.call('HSET', t.msgs, id, encoded)
         redis.call('ZADD', inflight, deadline, id)
-        log_event(id, m, 2, 'pulled')
+        log_event(t.events, t.actor, id, m, STATUS.READY, REASON.PULLED)
         out[#out + 1] = encoded
         stat_gap(stats, interval, now, 'pullGap', now - m.triggerTime)
       end

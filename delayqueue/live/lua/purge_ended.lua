@@ -1,8 +1,10 @@
--- Scanner: drops ended messages (4-7) whose getMsg retention window has passed.
--- KEYS: msgs, ended
--- ARGV: limit
+-- Scanner: drops ended messages whose getMsg retention window has passed.
+-- KEYS[1] msgs
+-- KEYS[2] ended
+-- ARGV[1] limit: most messages handled per call
 -- Returns {purged, µs until the next purge (0: more due now, -1: none)}
--- @include common
+-- @include clock
+-- @include scan_reply
 local msgs, ended = KEYS[1], KEYS[2]
 local limit = tonumber(ARGV[1])
 local now = clock()
@@ -11,8 +13,4 @@ for _, id in ipairs(ids) do
   redis.call('HDEL', msgs, id)
   redis.call('ZREM', ended, id)
 end
-if #ids == limit then
-  return {#ids, 0}
-end
--- The clock again: the loop above may have taken a while, and the scanner sleeps on this.
-return {#ids, next_due(ended, select(2, clock()))}
+return scan_reply(#ids, #ids, limit, ended)

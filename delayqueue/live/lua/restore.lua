@@ -1,13 +1,22 @@
 -- Puts messages from the message log back into Redis after a loss: waiting if not yet due,
 -- ready otherwise (an in-flight one is ready again), with its logged times and retry count.
 -- A msgId Redis still holds, in any status, is left alone: Redis is the fresher record.
--- KEYS: waiting, ready, msgs, expiry, meta, events
--- ARGV: readyChannel, scheduleChannel, topic, dryRun (1|0), actor, then per message:
---       msgId, payload, produceTime, triggerTime, expireTime, maxRetry, retry
+-- KEYS[1] waiting
+-- KEYS[2] ready
+-- KEYS[3] msgs
+-- KEYS[4] expiry
+-- KEYS[5] meta
+-- KEYS[6] events
+-- ARGV[1] ready_channel: published when the ready list goes from empty to non-empty
+-- ARGV[2] schedule_channel: published so the topic's scanner looks at the restored messages
+-- ARGV[3] topic
+-- ARGV[4] dry_run: 1 counts only, 0 restores
+-- ARGV[5] actor: 'process@host' for the history, '' with the message log off
+-- ARGV[6...] per message: msg_id, payload, produce_time, trigger_time, expire_time, max_retry, retry
 -- Returns {restored, already held}
--- @include common
-local waiting, ready, msgs, expiry, meta = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-EVENTS, ACTOR = KEYS[6], ARGV[5]
+-- @include clock
+-- @include history
+local waiting, ready, msgs, expiry, meta, events = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local topic = ARGV[3]
 local dry_run = ARGV[4] == '1'
 local now = clock()
@@ -33,14 +42,14 @@ for i = 6, #ARGV, 7 do
       maxRetry = tonumber(ARGV[i + 5]),
       retry = tonumber(ARGV[i + 6]),
     }
-    m.status = (m.triggerTime <= now) and 2 or 1
+    m.status = (m.triggerTime <= now) and STATUS.READY or STATUS.WAITING
     if redis.call('HSETNX', msgs, id, cjson.encode(m)) == 0 then
       held = held + 1
     else
       restored = restored + 1
       expiring[#expiring + 1] = m.expireTime
       expiring[#expiring + 1] = id
-      if m.status == 2 then
+      if m.status == STATUS.READY then
         due_now[#due_now + 1] = id
       else
         due_later[#due_later + 1] = m.triggerTime
@@ -62,6 +71,6 @@ if restored > 0 and not dry_run then
   redis.call('HSETNX', meta, 'registered', 1)
   -- The topic's scanner may be asleep towards a later time, or not know the topic yet.
   redis.call('PUBLISH', ARGV[2], topic)
-  log_events(changes, 0, 'restored')
+  log_events(events, ARGV[5], changes, 0, REASON.RESTORED)
 end
 return {restored, held}

@@ -1,12 +1,17 @@
--- Scanner: marks a topic retired when it holds nothing and has seen no send, pull or ack
--- for idleMillis. The next send re-registers it (send.lua sets 'registered' again), which
--- is how the caller knows to put it back in the topic registry if a send raced the retire.
--- KEYS: waiting, ready, inflight, msgs, meta, stats, events
--- ARGV: idleMillis
+-- Scanner: marks a topic retired when it holds nothing and has seen no send, pull or ack for
+-- idle_millis. The next send re-registers it (send.lua sets 'registered' again), which is how
+-- the caller knows to put it back in the topic registry if a send raced the retire.
+-- KEYS[1] waiting
+-- KEYS[2] ready
+-- KEYS[3] inflight
+-- KEYS[4] msgs
+-- KEYS[5] meta
+-- KEYS[6] stats
+-- KEYS[7] events
+-- ARGV[1] idle_millis
 -- Returns 1 if the topic was retired, else 0.
--- @include common
-local waiting, ready, inflight, msgs, meta, stats = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
-local events = KEYS[7]
+-- @include clock
+local waiting, ready, inflight, msgs, meta, stats, events = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local now = clock()
 if redis.call('ZCARD', waiting) > 0 or redis.call('LLEN', ready) > 0
     or redis.call('ZCARD', inflight) > 0 or redis.call('HLEN', msgs) > 0

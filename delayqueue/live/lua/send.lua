@@ -1,21 +1,41 @@
--- Accepts one message: waiting if it is not yet due, ready otherwise. A live duplicate
--- msgId enqueues nothing and returns the stored message; an ended one starts afresh.
--- produceTime comes from the caller, which wrote the same times to the message log first,
--- with the 'sent' history row (so this script records no event).
--- KEYS: waiting, ready, inflight, msgs, expiry, ended, meta, stats
--- ARGV: msgId, payload, delayMillis, ttlMillis, maxRetry, topic, readyChannel,
---       scheduleChannel, statsIntervalMillis, produceTime
+-- Accepts one message: waiting if it is not yet due, ready otherwise. A live duplicate msgId
+-- enqueues nothing and returns the stored message; an ended one starts afresh. produceTime
+-- comes from the caller, which wrote the same times to the message log first, with the 'sent'
+-- history row (so this script records no event).
+-- KEYS[1] waiting
+-- KEYS[2] ready
+-- KEYS[3] inflight
+-- KEYS[4] msgs
+-- KEYS[5] expiry
+-- KEYS[6] ended
+-- KEYS[7] meta
+-- KEYS[8] stats
+-- ARGV[1] msg_id
+-- ARGV[2] payload
+-- ARGV[3] delay_millis: from produce_time; negative counts as 0
+-- ARGV[4] ttl_millis: from the trigger time
+-- ARGV[5] max_retry
+-- ARGV[6] topic
+-- ARGV[7] ready_channel: published when the ready list goes from empty to non-empty
+-- ARGV[8] schedule_channel: published when the message is due or expires before what the scanner expects
+-- ARGV[9] stats_interval_millis
+-- ARGV[10] produce_time: epoch ms, the sending process' clock
 -- Returns {1, status, newTopic (1|0)} when created (the caller has the rest of the message),
 -- or {0, stored message json, newTopic (1|0)} for a live duplicate.
--- @include common
-local waiting, ready, inflight, msgs, expiry, ended, meta, stats = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
+-- @include clock
+-- @include stats
+-- @include status
+-- @include next_due
+-- @include push_ready
+-- @include remove_from_queues
+local t = {waiting = KEYS[1], ready = KEYS[2], inflight = KEYS[3]}
+local msgs, expiry, ended, meta, stats = KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local id, topic = ARGV[1], ARGV[6]
-local interval = tonumber(ARGV[9])
 local now, now_us = clock()
 
 redis.call('HSET', meta, 'last_active', now)
 local new_topic = redis.call('HSETNX', meta, 'registered', 1)
-stat_add(stats, interval, now, 'sendMsg', 1)
+stat_add(stats, tonumber(ARGV[9]), now, 'sendMsg', 1)
 
 local existing = redis.call('HGET', msgs, id)
 if existing then
@@ -24,12 +44,8 @@ if existing then
     return {0, existing, new_topic}
   end
   redis.call('ZREM', ended, id)
-  redis.call('ZREM', waiting, id)
-  redis.call('ZREM', inflight, id)
   redis.call('ZREM', expiry, id)
-  if old.status == 2 then
-    redis.call('LREM', ready, -1, id)
-  end
+  remove_from_queues(t, id, old.status)
 end
 
 local delay = tonumber(ARGV[3])
@@ -47,22 +63,22 @@ local m = {
   expireTime = trigger + tonumber(ARGV[4]),
   maxRetry = tonumber(ARGV[5]),
   retry = 0,
-  status = (trigger <= now) and 2 or 1,
+  status = (trigger <= now) and STATUS.READY or STATUS.WAITING,
 }
 local encoded = cjson.encode(m)
 redis.call('HSET', msgs, id, encoded)
 
--- Wake the scanner that owns this topic when this message is due or expires before
--- anything it is already sleeping towards.
+-- Wake the scanner that owns this topic when this message is due or expires before anything it
+-- is already sleeping towards.
 local wake = next_due(expiry, now_us)
 wake = (wake < 0) or ((m.expireTime - now) * 1000 < wake)
 redis.call('ZADD', expiry, m.expireTime, id)
-if m.status == 2 then
-  push_ready(ready, ARGV[7], topic, id)
+if m.status == STATUS.READY then
+  push_ready(t.ready, ARGV[7], topic, id)
 else
-  local due = next_due(waiting, now_us)
+  local due = next_due(t.waiting, now_us)
   wake = wake or due < 0 or (trigger - now) * 1000 < due
-  redis.call('ZADD', waiting, trigger, id)
+  redis.call('ZADD', t.waiting, trigger, id)
 end
 if wake then
   redis.call('PUBLISH', ARGV[8], topic)

@@ -4,25 +4,30 @@ import asyncio
 import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from delayqueue.live import store
-from delayqueue.messages import decode_message
-from delayqueue.services import NewMessage, _now_millis, _prepare, _send_call
+from delayqueue.live import protocol as direct
+from delayqueue.live import scripts
+from delayqueue.messages import Message
+from delayqueue.services import SendRequest, _now_millis, _prepare, send_call as _send_call
 
 from .conftest import make_runtime
 
 
 def send_call(runtime, topic):
-    return _send_call(runtime, _prepare(runtime, NewMessage(topic=topic, msg="ok", delay_millis=0), 1_000))
+    return _send_call(runtime, _prepare(runtime, SendRequest(topic=topic, msg="ok", delay_millis=0), 1_000))
+
+
+def evalsha(call):
+    return direct.evalsha(call.script.sha, call.keys, call.args)
 
 
 async def test_concurrent_calls_share_a_round_trip_and_fail_alone(rt):
     good = send_call(rt, "t")
-    bad = ("send", good[1], ["id", "x", "not-a-number", 1000, 1, "t", "c1", "c2", 1000, 1_000, ""])
+    bad = good._replace(args=[*good.args[:2], "not-a-number", *good.args[3:]])
     results = await asyncio.gather(
-        rt.call(*good), rt.call(*bad), rt.call(*send_call(rt, "u")),
+        rt.scripts.call(good), rt.scripts.call(bad), rt.scripts.call(send_call(rt, "u")),
         return_exceptions=True,
     )
-    assert results[0][0] == 1 and results[2][0] == 1
+    assert results[0].created and results[2].created
     assert isinstance(results[1], Exception)  # the Lua error reaches its own caller only
 
 
@@ -30,28 +35,22 @@ async def test_many_calls_in_flight_each_get_their_own_reply(single_rt):
     """The direct runner matches replies to calls by their order on the connection."""
     rt = single_rt
     now = _now_millis()
-    rows = [_prepare(rt, NewMessage(topic="t", msg=f"payload {i}", delay_millis=60_000, msg_id=f"id{i}"), now)
+    rows = [_prepare(rt, SendRequest(topic="t", msg=f"payload {i}", delay_millis=60_000, msg_id=f"id{i}"), now)
             for i in range(200)]
-    first = await asyncio.gather(*[rt.call(*_send_call(rt, row)) for row in rows])
-    assert all(r[0] == 1 for r in first)
+    first = await asyncio.gather(*[rt.scripts.call(_send_call(rt, row)) for row in rows])
+    assert all(r.created for r in first)
     # Sent again, each is a duplicate answered with the stored message: its own, by its msgId.
-    again = await asyncio.gather(*[rt.call(*_send_call(rt, row)) for row in reversed(rows)])
-    stored = [decode_message(r[1]) for r in again]
-    assert [(m["msgId"], m["msg"]) for m in stored] == [(row.msg_id, row.payload) for row in reversed(rows)]
+    again = await asyncio.gather(*[rt.scripts.call(_send_call(rt, row)) for row in reversed(rows)])
+    stored = [Message.from_stored(r.stored) for r in again]
+    assert [(m.msg_id, m.payload) for m in stored] == [(row.msg_id, row.payload) for row in reversed(rows)]
 
 
 async def test_a_lost_connection_fails_every_waiting_caller():
     runtime = make_runtime("redis://127.0.0.1:1/0")  # nothing listens there
     call = send_call(runtime, "t")
-    results = await asyncio.gather(*[runtime.call(*call) for _ in range(3)], return_exceptions=True)
+    results = await asyncio.gather(*[runtime.scripts.call(call) for _ in range(3)], return_exceptions=True)
     assert all(isinstance(r, Exception) for r in results)
     await runtime.close()
-
-
-async def test_script_sources_inline_their_includes():
-    for script in store.SCRIPTS.values():
-        assert not store._INCLUDE.search(script.source), script.name
-    assert "local function end_message" in store.SCRIPTS["pull"].source
 
 
 class WriteRecorder:
@@ -73,36 +72,36 @@ async def test_a_loop_turns_calls_share_writes_the_first_written_at_once(single_
     nothing), the others of that turn HELD_CALLS_MAX at a time and the rest when it ends, a
     pipeline at once with the calls held before it; every caller gets its own reply."""
     rt = single_rt
-    await rt.call(*send_call(rt, "warm-up"))  # connected
+    await rt.scripts.call(send_call(rt, "warm-up"))  # connected
     protocol = rt.scripts._protocol
     recorder = protocol.transport = WriteRecorder(protocol.transport)
-    lone = protocol.submit([store._evalsha(*send_call(rt, "lone"))])
+    lone = protocol.submit([evalsha(send_call(rt, "lone"))])
     assert len(recorder.writes) == 1  # before the loop had a turn
     assert (await lone)[0][0] == 1
     recorder.writes.clear()
     now = _now_millis()
-    rows = [_prepare(rt, NewMessage(topic="t", msg=f"m{i}", delay_millis=60_000, msg_id=f"turn{i}"), now)
+    rows = [_prepare(rt, SendRequest(topic="t", msg=f"m{i}", delay_millis=60_000, msg_id=f"turn{i}"), now)
             for i in range(10)]
-    calls = [asyncio.ensure_future(rt.call(*_send_call(rt, row))) for row in rows]  # all start in one turn
-    assert all(r[0] == 1 for r in await asyncio.gather(*calls))
-    assert [data.count(b"EVALSHA") for data in recorder.writes] == [1, store.HELD_CALLS_MAX, 9 - store.HELD_CALLS_MAX]
+    calls = [asyncio.ensure_future(rt.scripts.call(_send_call(rt, row))) for row in rows]  # all start in one turn
+    assert all(r.created for r in await asyncio.gather(*calls))
+    assert [data.count(b"EVALSHA") for data in recorder.writes] == [1, direct.HELD_CALLS_MAX, 9 - direct.HELD_CALLS_MAX]
     recorder.writes.clear()
     # Sent again, each is a duplicate answered with the stored message: its own, by its msgId.
-    first, second = (protocol.submit([store._evalsha(*_send_call(rt, row))]) for row in rows[:2])
+    first, second = (protocol.submit([evalsha(_send_call(rt, row))]) for row in rows[:2])
     assert len(recorder.writes) == 1  # the second is held
-    pipeline = protocol.submit([store._evalsha(*_send_call(rt, row)) for row in rows[2:]])
+    pipeline = protocol.submit([evalsha(_send_call(rt, row)) for row in rows[2:]])
     assert [data.count(b"EVALSHA") for data in recorder.writes] == [1, 1 + 8]  # at once, after the held one
     again = [*await first, *await second, *await pipeline]
-    assert [decode_message(r[1])["msgId"] for r in again] == [row.msg_id for row in rows]
+    assert [Message.from_stored(r[1]).msg_id for r in again] == [row.msg_id for row in rows]
 
 
 async def test_a_call_on_a_lost_connection_fails_at_once(single_rt):
     rt = single_rt
-    await rt.call(*send_call(rt, "warm-up"))  # connected
+    await rt.scripts.call(send_call(rt, "warm-up"))  # connected
     protocol = rt.scripts._protocol
     protocol.transport.close()
     await asyncio.sleep(0.05)  # connection_lost has run
     assert protocol.lost
     with pytest.raises(RedisConnectionError):
-        await asyncio.wait_for(protocol.submit([store._evalsha(*send_call(rt, "t"))]), 1)
-    assert (await rt.call(*send_call(rt, "t")))[0] == 1  # the runner connects again
+        await asyncio.wait_for(protocol.submit([evalsha(send_call(rt, "t"))]), 1)
+    assert (await rt.scripts.call(send_call(rt, "t"))).created  # the runner connects again

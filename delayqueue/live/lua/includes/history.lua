@@ -1,0 +1,30 @@
+-- Lifecycle history: a status change goes into the topic's event stream in the same atomic step
+-- as the change itself; the scanners' log writer drains the stream into PostgreSQL. The entry
+-- id (Redis time) is the event's time and its idempotency key; produceTime tells apart two
+-- lives of one msgId. An actor of '' means the message log is off: nothing is recorded.
+-- log_event(events key, actor, msgId, message, from status, reason)
+-- log_events(events key, actor, {{msgId, to status, retry, produceTime}, ...}, from status, reason):
+--   the same change of many messages as one entry (field 'b'), one XADD per call, not per message
+
+-- The writer reads a stream when told it has entries: one notice as the stream goes from empty
+-- to non-empty is enough, since the writer reads on while entries remain.
+local function notify_writer(events)
+  if redis.call('XLEN', events) == 1 then
+    redis.call('PUBLISH', string.sub(events, 1, -#EVENTS_SUFFIX - 1) .. HISTORY_SUFFIX, '')
+  end
+end
+
+local function log_event(events, actor, id, m, from, reason)
+  if actor ~= '' then
+    redis.call('XADD', events, '*', 'i', id, 'f', from, 't', m.status, 'r', m.retry,
+      'p', m.produceTime, 'w', reason, 'a', actor)
+    notify_writer(events)
+  end
+end
+
+local function log_events(events, actor, changes, from, reason)
+  if actor ~= '' and #changes > 0 then
+    redis.call('XADD', events, '*', 'b', cjson.encode(changes), 'f', from, 'w', reason, 'a', actor)
+    notify_writer(events)
+  end
+end

@@ -1,0 +1,14 @@
+-- The reply of a scanner script that took up to `limit` due members of a sorted set:
+-- {count, µs until the next is due}, 0 when it took a full batch (more may be due now), -1 when
+-- the set is empty. The clock is read again: the batch may have taken a while, and the scanner
+-- sleeps on this.
+-- scan_reply(count, ids taken, limit, sorted set key)
+-- @include clock
+-- @include next_due
+local function scan_reply(count, taken, limit, zset)
+  if taken == limit then
+    return {count, 0}
+  end
+  local _, now_us = clock()
+  return {count, next_due(zset, now_us)}
+end

@@ -1,0 +1,156 @@
+"""Running the Lua scripts: by SHA, pipelined, over redis-py (a Cluster, TLS) or over the
+direct connection (protocol.py) on a plain single Redis. Every call is a scripts.ScriptCall and
+comes back as its script's typed reply."""
+import asyncio
+
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import NoScriptError
+
+from delayqueue.live.protocol import ReplyProtocol, as_error, connect_direct, evalsha
+from delayqueue.live.scripts import ScriptCall, load_scripts
+
+
+def _typed(call: ScriptCall, raw):
+    return raw if isinstance(raw, Exception) else call.script.reply(raw)
+
+
+class ScriptBatcher:
+    """Coalesces the script calls made during one event-loop turn (concurrent requests) into one
+    pipelined round trip, so the cost of a round trip is shared."""
+
+    def __init__(self, runner: "ScriptRunner"):
+        self._runner = runner
+        self._pending: list[tuple[ScriptCall, asyncio.Future]] = []
+        self._running: set[asyncio.Task] = set()  # the loop keeps only weak references to tasks
+
+    def call(self, call: ScriptCall) -> asyncio.Future:
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        if not self._pending:
+            loop.call_soon(self._flush)
+        self._pending.append((call, future))
+        return future
+
+    def _flush(self) -> None:
+        batch, self._pending = self._pending, []
+        task = asyncio.ensure_future(self._run(batch))
+        self._running.add(task)
+        task.add_done_callback(self._running.discard)
+
+    async def _run(self, batch) -> None:
+        try:
+            results = await self._runner.run([call for call, _ in batch])
+        except Exception as exc:  # the whole round trip failed: every caller gets the error
+            results = [exc] * len(batch)
+        for (_call, future), result in zip(batch, results):
+            if future.done():  # the caller went away (cancelled request)
+                continue
+            if isinstance(result, Exception):
+                future.set_exception(result)
+            else:
+                future.set_result(result)
+
+
+class ScriptRunner:
+    """Runs the Lua scripts by SHA through redis-py's pipeline (one round trip per node on a
+    cluster). `run` takes many calls at once; `call` runs one, sharing a round trip with the
+    other calls of the same event-loop turn.
+
+    Results come back in call order, typed; a call's Redis error comes back as the exception.
+    Calls refused for a missing script cache (Redis restarted) are loaded and run again.
+    """
+
+    def __init__(self, client):
+        self.client = client  # redis-py's client: loads the scripts, and runs them on a cluster
+        self._batcher: ScriptBatcher | None = None
+
+    async def call(self, call: ScriptCall):
+        if self._batcher is None:
+            self._batcher = ScriptBatcher(self)
+        return await self._batcher.call(call)
+
+    async def run(self, calls: list[ScriptCall]) -> list:
+        if not calls:
+            return []
+        results = await self._pipeline(calls)
+        missing = [i for i, r in enumerate(results) if isinstance(r, NoScriptError)]
+        if missing:
+            await load_scripts(self.client)
+            again = await self._pipeline([calls[i] for i in missing])
+            for i, result in zip(missing, again):
+                results[i] = result
+        return [_typed(call, raw) for call, raw in zip(calls, results)]
+
+    async def _pipeline(self, calls: list[ScriptCall]) -> list:
+        pipe = self.client.pipeline(transaction=False)
+        for call in calls:
+            pipe.execute_command("EVALSHA", call.script.sha, len(call.keys), *call.keys, *call.args)
+        return await pipe.execute(raise_on_error=False)
+
+    async def close(self) -> None:
+        pass
+
+
+class DirectScriptRunner(ScriptRunner):
+    """Script calls on a single Redis over a connection of their own, written with hiredis and
+    read by a bare asyncio protocol: redis-py's pipeline spends more per call (retry wrapper,
+    timeout context, response callbacks) than the rest of a send."""
+
+    def __init__(self, client, url: str, timeout: float):
+        super().__init__(client)
+        self._url = url
+        self._timeout = timeout
+        self._protocol: ReplyProtocol | None = None
+        self._connecting = asyncio.Lock()
+
+    async def call(self, call: ScriptCall):
+        command = evalsha(call.script.sha, call.keys, call.args)
+        [result] = await self._send([command])
+        if isinstance(result, NoScriptError):
+            await load_scripts(self.client)
+            [result] = await self._send([command])
+        if isinstance(result, Exception):
+            raise result
+        return call.script.reply(result)
+
+    async def _pipeline(self, calls: list[ScriptCall]) -> list:
+        return await self._send([evalsha(call.script.sha, call.keys, call.args) for call in calls])
+
+    async def _send(self, commands: list[bytes]) -> list:
+        """The commands' replies, in order. A connection lost under them is replaced and the
+        commands sent once more, as redis-py's client retries (Redis restarted, failed over)."""
+        for attempt in (1, 2):
+            protocol = self._protocol
+            if protocol is None or protocol.lost:
+                protocol = await self._connect()
+            future = protocol.submit(commands)
+            try:
+                return [as_error(reply) for reply in await future]
+            except BaseException as exc:
+                # Failed with the connection, or abandoned (cancelled caller): nobody else will
+                # look at it, so its error must not be left unretrieved.
+                if not future.done():
+                    future.cancel()
+                elif not future.cancelled():
+                    future.exception()
+                if attempt == 2 or not isinstance(exc, RedisConnectionError):
+                    raise
+
+    async def _connect(self) -> ReplyProtocol:
+        async with self._connecting:
+            if self._protocol is None or self._protocol.lost:
+                self._protocol = await connect_direct(self._url, self._timeout)
+            return self._protocol
+
+    async def close(self) -> None:
+        if self._protocol is not None:
+            self._protocol.transport.close()
+            self._protocol = None
+
+
+def script_runner(client, url: str, timeout: float) -> ScriptRunner:
+    """The direct runner for a plain (redis:// or unix://) single Redis; redis-py's pipeline
+    for a cluster (it routes by slot) and for TLS."""
+    if url.startswith(("redis://", "unix://")):
+        return DirectScriptRunner(client, url, timeout)
+    return ScriptRunner(client)

@@ -1,0 +1,100 @@
+"""A scanner's work on one topic it holds the lock of: promote due messages, requeue ack
+timeouts, expire TTLs and purge ended bodies, each script when it has work, woken by the precise
+timer at the earliest due time or earlier by the schedule channel."""
+import asyncio
+import functools
+import logging
+import time
+
+from delayqueue.live import scripts
+from delayqueue.live.scripts import ScriptCall
+from delayqueue.stopping import cancel_and_wait
+
+log = logging.getLogger(__name__)
+
+# Every script of a topic runs at least this often, even with nothing scheduled. A safety net
+# only: sends and pulls that bring work earlier than what a topic sleeps towards wake it through
+# the schedule channel, and losing the channel wakes every topic. Each looked-at topic costs
+# four script calls, so with thousands of topics this bounds the idle load.
+MAX_IDLE_SLEEP = 5.0
+TIMER_SLACK = 0.001
+ERROR_BACKOFF = 0.5
+
+
+class TopicWorker:
+    """Runs a topic's four scanner scripts, each when it has work: a script answers how long
+    until its next item, and the worker's timer fires for the earliest; a wake from the
+    schedule channel (something earlier arrived) runs all four. A topic with 5,000 others due
+    at the same moment costs one promote call, not four calls."""
+
+    SCRIPTS = ("promote_due", "requeue_timed_out", "expire", "purge_ended")
+    COUNTS = dict(zip(SCRIPTS, ("promoted", "requeued", "expired", "purged")))
+
+    def __init__(self, scanner, topic: str):
+        self.scanner = scanner
+        self.topic = topic
+        self.keys = scanner.rt.ns.topic(topic)
+        self._wake = asyncio.Event()
+        self._run_all = True  # the first pass looks at everything
+        self._due_at = dict.fromkeys(self.SCRIPTS, 0.0)  # monotonic time each script has work again
+        self._sleeps = 0
+        self.task = asyncio.get_running_loop().create_task(self._run(), name=f"scan:{topic}")
+
+    def wake(self) -> None:
+        """The topic got earlier work (or the channel was lost and wakes may have been missed)."""
+        self._run_all = True
+        self._wake.set()
+
+    def _call(self, name: str) -> ScriptCall:
+        rt = self.scanner.rt
+        cfg, k = rt.config, self.keys
+        if name == "purge_ended":
+            return scripts.purge_ended(k, limit=cfg.scanner_batch)
+        common = dict(limit=cfg.scanner_batch, retention_millis=cfg.ended_retention_millis,
+                      stats_interval_millis=cfg.monitor_interval_millis, actor=rt.actor)
+        if name == "expire":
+            return scripts.expire(k, **common)
+        build = scripts.promote_due if name == "promote_due" else scripts.requeue_timed_out
+        return build(k, ready_channel=rt.ns.ready_channel, topic=self.topic, **common)
+
+    async def tick(self) -> float:
+        """One pass over the scripts that have work (all of them after a wake); returns seconds
+        until the next one has."""
+        run_all, self._run_all = self._run_all, False
+        now = time.monotonic()
+        # A timer may fire a hair before the due time it was set for: that script runs now.
+        names = [n for n in self.SCRIPTS if run_all or self._due_at[n] <= now + TIMER_SLACK]
+        results = await self.scanner.rt.scripts.run([self._call(name) for name in names])
+        now = time.monotonic()
+        for name, result in zip(names, results):
+            if isinstance(result, Exception):
+                self._run_all = True  # try everything again after the back-off
+                raise result
+            self.scanner.counts[self.COUNTS[name]] += result.count
+            wait = result.next_due_us / 1_000_000 if result.next_due_us >= 0 else MAX_IDLE_SLEEP
+            self._due_at[name] = now + min(wait, MAX_IDLE_SLEEP)
+        return min(self._due_at.values()) - now
+
+    async def _run(self) -> None:
+        while True:
+            self._wake.clear()
+            try:
+                delay = await self.tick()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning("scanning topic %s failed: %s", self.topic, exc)
+                delay = ERROR_BACKOFF
+            if delay > 0:
+                # Woken by the precise timer at the due time, or earlier by the schedule channel;
+                # a timer left over from an earlier sleep finds a newer generation and does nothing.
+                self._sleeps += 1
+                self.scanner.timer.call_at(time.monotonic() + delay, functools.partial(self._timer_fired, self._sleeps))
+                await self._wake.wait()
+
+    def _timer_fired(self, sleep: int) -> None:
+        if sleep == self._sleeps:
+            self._wake.set()
+
+    async def stop(self) -> None:
+        await cancel_and_wait(self.task)
