@@ -5,6 +5,7 @@ from datetime import datetime, timezone
 
 from django.contrib import admin
 from django.contrib.admin.views.decorators import staff_member_required
+from django.core.cache import cache
 from django.shortcuts import render
 from redis.exceptions import RedisError
 
@@ -19,6 +20,9 @@ CHART_WIDTH, CHART_HEIGHT = 720, 180
 # getTopicInfo's nine buckets (selectors.WAITING_BUCKETS), as column headings: due in ...
 BUCKET_LABELS = ("≤1m", "1–10m", "10–30m", "30m–1h", "1–6h", "6h–1d", "1–7d", "7–30d", ">30d")
 SPARK_WIDTH, SPARK_HEIGHT = 180, 36
+# The page's Redis figures (every topic scanned) are shared for this long: several staff reloading
+# it cost one scan. /metrics reads Redis at every scrape.
+FIGURES_SECONDS = 2
 
 
 def combine_series(overviews: list[dict]) -> list[dict]:
@@ -110,9 +114,12 @@ def dashboard(request):
         topics = [wanted] if wanted else await selectors.list_topics(rt)
         return await selectors.topic_overview(rt, topics), await rt.redis.get(rt.ns.data_lost)
 
+    namespace = load_config().namespace
     data_lost_at = None
     try:
-        overviews, data_lost = run_with_runtime(load)
+        # Keyed by namespace and by topic (every topic: "*", which no topic name can be).
+        overviews, data_lost = cache.get_or_set(f"dashboard:{namespace}:{wanted or '*'}",
+                                                lambda: run_with_runtime(load), FIGURES_SECONDS)
     except RedisError as exc:
         overviews, error = [], f"Redis unavailable: {exc}"
     else:
@@ -143,6 +150,6 @@ def dashboard(request):
         "data_lost_at": data_lost_at,
         "stuck": sum(r["state"] == "stuck" for r in rows),
         "busy": sum(r["state"] == "busy" for r in rows),
-        "hourly": recent_topic_hours(load_config().namespace, wanted),
+        "hourly": recent_topic_hours(namespace, wanted),
     }
     return render(request, "delayqueue/dashboard.html", context)
