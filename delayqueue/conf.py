@@ -66,6 +66,8 @@ class QueueConfig:
         "DATABASE_URL", "postgres://postgres@127.0.0.1:15432/delayqueue",
         "the PostgreSQL message log", check=checked_postgres_url)
     namespace: str = setting("DELAYQUEUE_NAMESPACE", "default", "separates deployments sharing one Redis")
+    # A Redis that stops answering (hung, paused, dropping packets) fails the calls waiting on it
+    # after this long, instead of holding them forever.
     redis_timeout_millis: int = setting(
         "DELAYQUEUE_REDIS_TIMEOUT_MILLIS", 10_000, "a Redis call not answered within this long fails", minimum=1)
     ttl_millis: int = setting("DELAYQUEUE_TTL_MILLIS", 3_600_000, "default TTL, counted from triggerTime", minimum=1)
@@ -100,6 +102,7 @@ class QueueConfig:
         "DELAYQUEUE_LOG_WRITER_BATCH", 5000, "about how many events per topic per drain", minimum=1)
     log_retention_days: int = setting(
         "DELAYQUEUE_LOG_RETENTION_DAYS", 7, "prune_log's default age", minimum=1, maximum=MAX_AGE_DAYS)
+    # Whether PostgreSQL times the statement out or does not answer at all (a send waits for one).
     log_timeout_millis: int = setting(
         "DELAYQUEUE_LOG_TIMEOUT_MILLIS", 30_000, "a statement on the message log fails after this long", minimum=1)
 
