@@ -1,34 +1,110 @@
-"""The queue's settings as one immutable object, read from settings.DELAYQUEUE."""
-from dataclasses import dataclass, fields, replace
+"""The queue's settings, each declared once on QueueConfig: its environment variable, default,
+bounds and meaning. project/settings.py and the Spark jobs (which run without Django settings)
+read the environment through these declarations; the service reads the result through
+load_config(). A bad value stops the process at start with one line naming the variable."""
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
 
-from django.conf import settings
+import dj_database_url
+
+from delayqueue.arguments import MAX_AGE_DAYS
+from delayqueue.live.client import checked_url
+from project.env import env_bool, env_int, env_url
+
+# Variables with this prefix live in settings.DELAYQUEUE under the rest of their name; the
+# others (the two URLs) are Django settings of their own name.
+PREFIX = "DELAYQUEUE_"
+
+
+def checked_postgres_url(url: str) -> str:
+    """The URL, if it names a PostgreSQL database; else ValueError saying what is wrong."""
+    try:
+        engine = dj_database_url.parse(url).get("ENGINE")
+    except ValueError:
+        engine = None
+    if engine != "django.db.backends.postgresql":
+        raise ValueError("must be a postgres://user:password@host:port/database URL (the message log is PostgreSQL)")
+    return url
+
+
+@dataclass(frozen=True)
+class Setting:
+    env: str
+    default: Any
+    doc: str
+    minimum: int | None = None
+    maximum: int | None = None
+    check: Callable[[str], str] | None = None  # a URL's checker, raising ValueError
+
+    def read(self) -> Any:
+        """The value from the environment (unset or empty: the default), checked."""
+        if isinstance(self.default, bool):
+            return env_bool(self.env, self.default)
+        if isinstance(self.default, int):
+            return env_int(self.env, self.default, self.minimum, self.maximum)
+        if self.check is not None:
+            return env_url(self.env, self.default, self.check)
+        return os.environ.get(self.env) or self.default
+
+    @property
+    def django_key(self) -> str:
+        return self.env.removeprefix(PREFIX)
+
+
+def setting(env: str, default: Any, doc: str, **bounds) -> Any:
+    return field(default=default, metadata={"setting": Setting(env, default, doc, **bounds)})
 
 
 @dataclass(frozen=True)
 class QueueConfig:
-    namespace: str = "default"
-    ttl_millis: int = 3_600_000
-    max_retry: int = 10
-    ack_timeout_millis: int = 30_000
-    pull_batch: int = 1
-    max_pull_batch: int = 1000
-    long_polling_timeout_millis: int = 10_000
-    max_long_polling_timeout_millis: int = 60_000
-    ended_retention_millis: int = 300_000
-    max_msg_bytes: int = 65_536
-    max_batch_send: int = 1000
-    monitor_interval_seconds: int = 60
-    scanner_lock_ttl_millis: int = 5_000
-    scanner_batch: int = 1000
-    topic_idle_seconds: int = 1800
-    topic_check_seconds: int = 600
-    message_log: bool = True
-    log_writer_interval_millis: int = 100
-    log_writer_batch: int = 5000
-    log_retention_days: int = 7
-    log_timeout_millis: int = 30_000
-    redis_url: str = "redis://127.0.0.1:16379/0"
-    redis_timeout_millis: int = 10_000
+    redis_url: str = setting(
+        "REDIS_URL", "redis://127.0.0.1:16379/0",
+        "the live queue: redis://, rediss://, unix:// or redis-cluster://host:port[,host:port...]", check=checked_url)
+    database_url: str = setting(
+        "DATABASE_URL", "postgres://postgres@127.0.0.1:15432/delayqueue",
+        "the PostgreSQL message log", check=checked_postgres_url)
+    namespace: str = setting("DELAYQUEUE_NAMESPACE", "default", "separates deployments sharing one Redis")
+    # A Redis that stops answering (hung, paused, dropping packets) fails the calls waiting on it
+    # after this long, instead of holding them forever.
+    redis_timeout_millis: int = setting(
+        "DELAYQUEUE_REDIS_TIMEOUT_MILLIS", 10_000, "a Redis call not answered within this long fails", minimum=1)
+    ttl_millis: int = setting("DELAYQUEUE_TTL_MILLIS", 3_600_000, "default TTL, counted from triggerTime", minimum=1)
+    max_retry: int = setting("DELAYQUEUE_MAX_RETRY", 10, "default redeliveries", minimum=0)
+    ack_timeout_millis: int = setting(
+        "DELAYQUEUE_ACK_TIMEOUT_MILLIS", 30_000, "default ack deadline after a pull", minimum=1)
+    pull_batch: int = setting("DELAYQUEUE_PULL_BATCH", 1, "default pull batch", minimum=1)
+    max_pull_batch: int = setting("DELAYQUEUE_MAX_PULL_BATCH", 1000, "largest pull batch", minimum=1)
+    long_polling_timeout_millis: int = setting(
+        "DELAYQUEUE_LONG_POLLING_TIMEOUT_MILLIS", 10_000, "default long-poll hold", minimum=1)
+    max_long_polling_timeout_millis: int = setting(
+        "DELAYQUEUE_MAX_LONG_POLLING_TIMEOUT_MILLIS", 60_000, "longest long-poll hold", minimum=1)
+    ended_retention_millis: int = setting(
+        "DELAYQUEUE_ENDED_RETENTION_MILLIS", 300_000, "how long ended messages stay readable by getMsg", minimum=1)
+    max_msg_bytes: int = setting("DELAYQUEUE_MAX_MSG_BYTES", 65_536, "largest msg in UTF-8 bytes", minimum=1)
+    max_batch_send: int = setting("DELAYQUEUE_MAX_BATCH_SEND", 1000, "most messages in one sendMsgBatch", minimum=1)
+    monitor_interval_seconds: int = setting(
+        "DELAYQUEUE_MONITOR_INTERVAL_SECONDS", 60, "getMonitorData interval", minimum=1)
+    # Below 100 ms a scanner could lose its lock between two of its own calls.
+    scanner_lock_ttl_millis: int = setting(
+        "DELAYQUEUE_SCANNER_LOCK_TTL_MILLIS", 5_000, "scanner topic lock TTL (the take-over bound)", minimum=100)
+    scanner_batch: int = setting("DELAYQUEUE_SCANNER_BATCH", 1000, "messages per scanner script call", minimum=1)
+    topic_idle_seconds: int = setting(
+        "DELAYQUEUE_TOPIC_IDLE_SECONDS", 1800, "an idle, empty topic is retired after this long", minimum=1)
+    topic_check_seconds: int = setting(
+        "DELAYQUEUE_TOPIC_CHECK_SECONDS", 600, "how often topics are checked for retirement", minimum=1)
+    message_log: bool = setting(
+        "DELAYQUEUE_MESSAGE_LOG", True, "the PostgreSQL message log; off only to measure what it costs")
+    log_writer_interval_millis: int = setting(
+        "DELAYQUEUE_LOG_WRITER_INTERVAL_MILLIS", 100, "how often the log writer drains the streams", minimum=1)
+    log_writer_batch: int = setting(
+        "DELAYQUEUE_LOG_WRITER_BATCH", 5000, "about how many events per topic per drain", minimum=1)
+    log_retention_days: int = setting(
+        "DELAYQUEUE_LOG_RETENTION_DAYS", 7, "prune_log's default age", minimum=1, maximum=MAX_AGE_DAYS)
+    # Whether PostgreSQL times the statement out or does not answer at all (a send waits for one).
+    log_timeout_millis: int = setting(
+        "DELAYQUEUE_LOG_TIMEOUT_MILLIS", 30_000, "a statement on the message log fails after this long", minimum=1)
 
     @property
     def redis_timeout(self) -> float:
@@ -41,8 +117,36 @@ class QueueConfig:
     def with_overrides(self, **changes) -> "QueueConfig":
         return replace(self, **changes)
 
+    @classmethod
+    def from_environment(cls) -> "QueueConfig":
+        return cls(**{name: s.read() for name, s in SETTINGS.items()})
+
+    def queue_settings(self) -> dict:
+        """settings.DELAYQUEUE: the DELAYQUEUE_* settings, keyed without the prefix."""
+        return {s.django_key: getattr(self, name) for name, s in SETTINGS.items() if s.env.startswith(PREFIX)}
+
+
+# field name -> its declaration, in declaration order
+SETTINGS: dict[str, Setting] = {f.name: f.metadata["setting"] for f in fields(QueueConfig)}
+
+_current: QueueConfig | None = None
+
 
 def load_config() -> QueueConfig:
-    names = {f.name for f in fields(QueueConfig)}
-    values = {key.lower(): value for key, value in settings.DELAYQUEUE.items() if key.lower() in names}
-    return QueueConfig(redis_url=settings.REDIS_URL, **values)
+    """The running service's config, built from Django's settings on first use and kept until
+    they change (the setting_changed handler below: tests' settings overrides)."""
+    global _current
+    if _current is None:
+        from django.conf import settings
+
+        _current = QueueConfig(**{
+            name: settings.DELAYQUEUE[s.django_key] if s.env.startswith(PREFIX) else getattr(settings, s.env)
+            for name, s in SETTINGS.items()
+        })
+    return _current
+
+
+def settings_changed(setting: str, **kwargs) -> None:
+    global _current
+    if setting == "DELAYQUEUE" or setting in {s.env for s in SETTINGS.values()}:
+        _current = None

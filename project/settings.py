@@ -4,9 +4,8 @@ from pathlib import Path
 
 import dj_database_url
 
-from delayqueue.arguments import MAX_AGE_DAYS
-from delayqueue.live.client import checked_url
-from project.env import env_bool, env_int, env_url
+from delayqueue.conf import QueueConfig
+from project.env import env_bool
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -57,66 +56,42 @@ TEMPLATES = [
     },
 ]
 
-def postgres_database(url: str) -> dict:
-    try:
-        database = dj_database_url.parse(url, conn_max_age=60)
-    except ValueError:
-        database = {}
-    if database.get("ENGINE") != "django.db.backends.postgresql":
-        raise ValueError("must be a postgres://user:password@host:port/database URL (the message log is PostgreSQL)")
-    return database
-
+# The queue's settings (and the two URLs) as delayqueue/conf.py declares them.
+_queue = QueueConfig.from_environment()
 
 # The message log. Default matches the PostgreSQL that `./dev run` starts when DATABASE_URL is unset.
-DATABASES = {"default": env_url("DATABASE_URL", "postgres://postgres@127.0.0.1:15432/delayqueue", postgres_database)}
+DATABASE_URL = _queue.database_url
+DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60)}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
-# The live queue. redis://, rediss:// or redis-cluster://host:port[,host:port...].
-REDIS_URL = env_url("REDIS_URL", "redis://127.0.0.1:16379/0", checked_url)
+# The live queue. redis://, rediss://, unix:// or redis-cluster://host:port[,host:port...].
+REDIS_URL = _queue.redis_url
 
-# django-redis as Django's cache on a single Redis; a cluster deployment keeps the cache per process.
+DELAYQUEUE = _queue.queue_settings()
+
+# django-redis as Django's cache on a single Redis; a cluster deployment keeps the cache per
+# process. It holds the admin's sessions and the dashboard's figures. A Redis outage must not
+# take the admin down with it: cache calls then miss (sessions fall back to the database) after
+# at most the queue's Redis timeout.
 if REDIS_URL.startswith(("redis://", "rediss://", "unix://")):
     CACHES = {
         "default": {
             "BACKEND": "django_redis.cache.RedisCache",
             "LOCATION": REDIS_URL,
             "KEY_PREFIX": "dqcache",
+            "OPTIONS": {
+                "IGNORE_EXCEPTIONS": True,
+                "SOCKET_CONNECT_TIMEOUT": _queue.redis_timeout,
+                "SOCKET_TIMEOUT": _queue.redis_timeout,
+            },
         }
     }
 else:
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 
-# Queue defaults (SPEC §2). "≤ 0 means default" rules are applied per request.
-DELAYQUEUE = {
-    "NAMESPACE": os.environ.get("DELAYQUEUE_NAMESPACE", "default"),
-    "TTL_MILLIS": env_int("DELAYQUEUE_TTL_MILLIS", 3_600_000, minimum=1),
-    "MAX_RETRY": env_int("DELAYQUEUE_MAX_RETRY", 10, minimum=0),
-    "ACK_TIMEOUT_MILLIS": env_int("DELAYQUEUE_ACK_TIMEOUT_MILLIS", 30_000, minimum=1),
-    "PULL_BATCH": env_int("DELAYQUEUE_PULL_BATCH", 1, minimum=1),
-    "MAX_PULL_BATCH": env_int("DELAYQUEUE_MAX_PULL_BATCH", 1000, minimum=1),
-    "LONG_POLLING_TIMEOUT_MILLIS": env_int("DELAYQUEUE_LONG_POLLING_TIMEOUT_MILLIS", 10_000, minimum=1),
-    "MAX_LONG_POLLING_TIMEOUT_MILLIS": env_int("DELAYQUEUE_MAX_LONG_POLLING_TIMEOUT_MILLIS", 60_000, minimum=1),
-    "ENDED_RETENTION_MILLIS": env_int("DELAYQUEUE_ENDED_RETENTION_MILLIS", 300_000, minimum=1),
-    "MAX_MSG_BYTES": env_int("DELAYQUEUE_MAX_MSG_BYTES", 65_536, minimum=1),
-    "MAX_BATCH_SEND": env_int("DELAYQUEUE_MAX_BATCH_SEND", 1000, minimum=1),
-    "MONITOR_INTERVAL_SECONDS": env_int("DELAYQUEUE_MONITOR_INTERVAL_SECONDS", 60, minimum=1),
-    "SCANNER_LOCK_TTL_MILLIS": env_int("DELAYQUEUE_SCANNER_LOCK_TTL_MILLIS", 5_000, minimum=100),
-    "SCANNER_BATCH": env_int("DELAYQUEUE_SCANNER_BATCH", 1000, minimum=1),
-    "TOPIC_IDLE_SECONDS": env_int("DELAYQUEUE_TOPIC_IDLE_SECONDS", 1800, minimum=1),
-    "TOPIC_CHECK_SECONDS": env_int("DELAYQUEUE_TOPIC_CHECK_SECONDS", 600, minimum=1),
-    # A Redis that stops answering (hung, paused, or a network that drops packets) fails the
-    # calls waiting on it after this long, instead of holding them forever.
-    "REDIS_TIMEOUT_MILLIS": env_int("DELAYQUEUE_REDIS_TIMEOUT_MILLIS", 10_000, minimum=1),
-    # The PostgreSQL message log (README: "Message log"). Off: sends skip Postgres and the
-    # scripts record no history; only for measuring what the log costs.
-    "MESSAGE_LOG": env_bool("DELAYQUEUE_MESSAGE_LOG", True),
-    "LOG_WRITER_INTERVAL_MILLIS": env_int("DELAYQUEUE_LOG_WRITER_INTERVAL_MILLIS", 100, minimum=1),
-    "LOG_WRITER_BATCH": env_int("DELAYQUEUE_LOG_WRITER_BATCH", 5000, minimum=1),
-    "LOG_RETENTION_DAYS": env_int("DELAYQUEUE_LOG_RETENTION_DAYS", 7, minimum=1, maximum=MAX_AGE_DAYS),
-    # A statement on the log (a send waits for one) fails after this long, whether PostgreSQL
-    # times it out or does not answer at all.
-    "LOG_TIMEOUT_MILLIS": env_int("DELAYQUEUE_LOG_TIMEOUT_MILLIS", 30_000, minimum=1),
-}
+# Sessions in the cache and the database: a session outlives a cache loss, and one process's
+# login holds in every other even when each has its own cache (Redis Cluster deployments).
+SESSION_ENGINE = "django.contrib.sessions.backends.cached_db"
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [],

@@ -16,10 +16,8 @@ import redis
 
 from delayqueue.live.client import cluster_nodes, is_cluster_url
 from delayqueue.arguments import positive_int
+from delayqueue.conf import SETTINGS
 from delayqueue.messagelog.connection import first_line
-
-DEFAULT_DATABASE_URL = "postgres://postgres@127.0.0.1:15432/delayqueue"
-DEFAULT_REDIS_URL = "redis://127.0.0.1:16379/0"
 
 STATS_TABLE = "delayqueue_topichourstats"
 
@@ -38,15 +36,16 @@ class OneLineParser(argparse.ArgumentParser):
 def parser(prog: str, description: str) -> OneLineParser:
     p = OneLineParser(prog=prog, description=description)
     p.add_argument("--master", help="Spark master URL (default: what spark-submit set, else local[*])")
-    p.add_argument("--database-url", default=os.environ.get("DATABASE_URL") or DEFAULT_DATABASE_URL,
+    # Defaults as the service reads them: the same variables, defaults and checks.
+    p.add_argument("--database-url", default=SETTINGS["database_url"].read(),
                    help="the message log (default: $DATABASE_URL)")
-    p.add_argument("--namespace", default=os.environ.get("DELAYQUEUE_NAMESPACE") or "default",
+    p.add_argument("--namespace", default=SETTINGS["namespace"].read(),
                    help="delayqueue namespace (default: $DELAYQUEUE_NAMESPACE or 'default')")
     return p
 
 
 def add_redis_url(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--redis-url", default=os.environ.get("REDIS_URL") or DEFAULT_REDIS_URL,
+    p.add_argument("--redis-url", default=SETTINGS["redis_url"].read(),
                    help="the live queue: redis://, rediss://, unix:// or redis-cluster://h:p,h:p (default: $REDIS_URL)")
 
 

@@ -53,6 +53,27 @@ def listed_ids(response) -> list[str]:
     return re.findall(r'<th class="field-msg_id"><a href="[^"]+">([^<]+)</a>', response.content.decode())
 
 
+def test_a_staff_session_is_kept_in_the_redis_cache_and_outlives_its_loss(client):
+    User.objects.create_superuser("boss", password="pw")
+    assert client.post("/admin/login/", {"username": "boss", "password": "pw"}).status_code == 302
+    session_key = client.cookies["sessionid"].value
+    cached = redis.Redis.from_url(REDIS_URL)
+    try:
+        assert any(session_key in key.decode() for key in cached.keys("dqcache:*"))
+        cached.flushall()  # the cache is lost: the session is still in the database
+        assert client.get(LIST).status_code == 200
+        assert any(session_key in key.decode() for key in cached.keys("dqcache:*"))  # and cached again
+    finally:
+        cached.close()
+
+
+def test_the_admin_works_while_the_cache_is_unreachable(client, settings):
+    settings.CACHES = {"default": {**settings.CACHES["default"], "LOCATION": "redis://127.0.0.1:1/0"}}
+    User.objects.create_superuser("boss", password="pw")
+    assert client.post("/admin/login/", {"username": "boss", "password": "pw"}).status_code == 302
+    assert client.get(LIST).status_code == 200
+
+
 @pytest.mark.parametrize("path", [
     LIST, LIST + "1/change/", LIST + "1/history/", "/admin/", "/admin/delayqueue/", "/admin/dashboard/",
     "/admin/dashboard/?topic=orders",
@@ -253,7 +274,7 @@ def test_garbage_parameters_never_give_a_500(admin_client, params):
 
 
 def test_actions_refuse_more_rows_than_the_limit(admin_client, monkeypatch):
-    from delayqueue import admin as message_admin
+    from delayqueue.ops import admin as message_admin
 
     monkeypatch.setattr(message_admin, "ACTION_LIMIT", 2)
     for msg_id in ("l1", "l2", "l3"):

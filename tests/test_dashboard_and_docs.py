@@ -12,6 +12,7 @@ from delayqueue.live import scripts
 from delayqueue.ops import figures
 from delayqueue import services
 from delayqueue.models import TopicHourStats
+from delayqueue.ops.dashboard import FIGURES_SECONDS
 from delayqueue.sync import run_with_runtime
 from tests.test_admin import send
 
@@ -50,6 +51,22 @@ def test_dashboard_shows_sizes_buckets_and_flags_stuck_topics(admin_client, monk
     assert '<span class="dq-stuck" id="stuck-count">2 stuck</span>' in page
     assert '<span class="dq-busy" id="busy-count">1 busy</span>' in page
     assert 'id="lateness-chart"' in page
+
+
+def test_dashboard_figures_are_shared_for_a_moment_then_read_again(admin_client):
+    send("shared", "s1", 0)
+    first = admin_client.get(DASHBOARD).content.decode()
+    assert cells(rows(first)["shared"], "ready") == ["1"]
+    send("shared", "s2", 0)
+    send("later", "l1", 0)
+    # Within the window, the same figures: Redis was not read again.
+    again = rows(admin_client.get(DASHBOARD).content.decode())
+    assert list(again) == ["shared"] and cells(again["shared"], "ready") == ["1"]
+    # One topic's page has figures of its own.
+    assert cells(rows(admin_client.get(DASHBOARD, {"topic": "later"}).content.decode())["later"], "ready") == ["1"]
+    time.sleep(FIGURES_SECONDS + 0.2)
+    fresh = rows(admin_client.get(DASHBOARD).content.decode())
+    assert sorted(fresh) == ["later", "shared"] and cells(fresh["shared"], "ready") == ["2"]
 
 
 def test_dashboard_busy_topic(admin_client, settings):

@@ -2,11 +2,14 @@
 line naming the variable (README "Configuration"), before it misbehaves (a monitor interval of 0
 divides by zero, a negative retention prunes every ended message, a huge one overflows)."""
 import os
+import re
 import subprocess
 import sys
 
 import pytest
 
+from delayqueue.api.validation import PullMsgSerializer, SendMsgSerializer, first_error
+from delayqueue.conf import SETTINGS, load_config
 from .conftest import ROOT
 
 
@@ -81,3 +84,72 @@ def test_dev_run_refuses_a_bad_setting_before_starting_anything(name, value, pro
     assert refused.returncode == 1
     assert refused.stderr.strip() == f"environment variable {name} {problem}"
     assert "[dev] started" not in refused.stdout  # no Redis, no PostgreSQL
+
+
+DECLARED = list(SETTINGS.values())
+
+
+def readme_default(value) -> str:
+    if isinstance(value, bool):
+        return str(value).lower()
+    return str(value) if isinstance(value, int) else f"`{value}`"
+
+
+def test_the_readme_lists_every_declared_setting_with_its_default_and_nothing_else():
+    section = (ROOT / "README.md").read_text().split("\n## Configuration\n", 1)[1]
+    table = section.split("| queue setting | meaning |\n", 1)[1].split("\n\n", 1)[0]
+    first_cells = [line.split(" | ")[0] for line in table.splitlines()[1:]]
+    listed = re.findall(r"`([A-Z][A-Z0-9_]*)` \[([^\]]+)\]", "\n".join(first_cells))
+    assert sorted(listed) == sorted((s.env, readme_default(s.default)) for s in DECLARED)
+
+
+@pytest.mark.parametrize("declared", [s for s in DECLARED if s.minimum is not None or s.maximum is not None],
+                         ids=lambda s: s.env)
+def test_every_declared_bound_is_enforced(declared, monkeypatch):
+    for bound, outside, word in ((declared.minimum, -1, "least"), (declared.maximum, 1, "most")):
+        if bound is None:
+            continue
+        monkeypatch.setenv(declared.env, str(bound))
+        assert declared.read() == bound
+        monkeypatch.setenv(declared.env, str(bound + outside))
+        with pytest.raises(SystemExit) as refused:
+            declared.read()
+        assert str(refused.value) == f"environment variable {declared.env} must be at {word} {bound}, got {bound + outside}"
+
+
+def test_the_spark_jobs_take_their_defaults_from_the_declarations(monkeypatch):
+    from spark import common
+
+    for declared in (SETTINGS["database_url"], SETTINGS["redis_url"], SETTINGS["namespace"]):
+        monkeypatch.delenv(declared.env, raising=False)
+    p = common.parser("job", "a job")
+    common.add_redis_url(p)
+    args = p.parse_args([])
+    assert (args.database_url, args.redis_url, args.namespace) == (
+        SETTINGS["database_url"].default, SETTINGS["redis_url"].default, SETTINGS["namespace"].default)
+    monkeypatch.setenv("DELAYQUEUE_NAMESPACE", "other")
+    monkeypatch.setenv("DATABASE_URL", "mysql://dq:secret@db/dq")
+    with pytest.raises(SystemExit) as refused:
+        common.parser("job", "a job")
+    assert str(refused.value).startswith("environment variable DATABASE_URL must be a postgres://")
+    monkeypatch.delenv("DATABASE_URL")
+    assert common.parser("job", "a job").parse_args([]).namespace == "other"
+
+
+def test_the_config_is_read_once_and_again_when_the_settings_change(settings):
+    config = load_config()
+    assert load_config() is config
+    settings.DELAYQUEUE = {**settings.DELAYQUEUE, "MAX_MSG_BYTES": 10}
+    settings.REDIS_URL = "redis://127.0.0.1:1/0"
+    changed = load_config()
+    assert (changed.max_msg_bytes, changed.redis_url) == (10, "redis://127.0.0.1:1/0")
+    assert load_config() is changed
+
+
+def test_the_serializers_take_their_limits_from_the_config(settings):
+    settings.DELAYQUEUE = {**settings.DELAYQUEUE, "MAX_MSG_BYTES": 4, "MAX_PULL_BATCH": 2}
+    too_big = SendMsgSerializer(data={"topic": "t", "msg": "é" * 3, "delayMillis": 0})
+    assert not too_big.is_valid() and first_error(too_big.errors) == "msg: is 6 bytes, over the limit of 4 bytes"
+    assert SendMsgSerializer(data={"topic": "t", "msg": "abcd", "delayMillis": 0}).is_valid()
+    too_many = PullMsgSerializer(data={"topic": "t", "batch": 3})
+    assert not too_many.is_valid() and first_error(too_many.errors) == "batch: must be at most 2"

@@ -1,12 +1,12 @@
 """Request parsing for the camellia-compatible API. Errors name the parameter."""
 import re
 
-from django.conf import settings
 from django.core.validators import BaseValidator, ProhibitNullCharactersValidator, RegexValidator
 from rest_framework import serializers
 from rest_framework.fields import empty
 from rest_framework.validators import ProhibitSurrogateCharactersValidator
 
+from delayqueue.conf import load_config
 from delayqueue.live.keys import NAME_PATTERN
 
 # Upper bounds keep every time (ms) well inside what Redis' Lua numbers and JSON hold exactly.
@@ -46,7 +46,7 @@ class SendMsgSerializer(TopicSerializer):
     maxRetry = serializers.IntegerField(required=False, default=-1, max_value=MAX_RETRY)
 
     def validate_msg(self, value: str) -> str:
-        limit = settings.DELAYQUEUE["MAX_MSG_BYTES"]
+        limit = load_config().max_msg_bytes
         if len(value) * 4 <= limit:  # no character takes more than 4 bytes in UTF-8: no need to encode
             return value
         size = len(value.encode("utf-8"))
@@ -60,7 +60,7 @@ class PullMsgSerializer(TopicSerializer):
     batch = serializers.IntegerField(required=False, default=-1)
 
     def validate_batch(self, value: int) -> int:
-        limit = settings.DELAYQUEUE["MAX_PULL_BATCH"]
+        limit = load_config().max_pull_batch
         if value > limit:
             raise serializers.ValidationError(f"must be at most {limit}")
         return value

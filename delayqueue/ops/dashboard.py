@@ -5,6 +5,7 @@ from datetime import datetime, timezone
 
 from django.contrib import admin
 from django.contrib.admin.views.decorators import staff_member_required
+from django.core.cache import cache
 from django.shortcuts import render
 from redis.exceptions import RedisError
 
@@ -21,6 +22,9 @@ CHART_WIDTH, CHART_HEIGHT = 720, 180
 # getTopicInfo's nine buckets (selectors.WAITING_BUCKETS), as column headings: due in ...
 BUCKET_LABELS = ("≤1m", "1–10m", "10–30m", "30m–1h", "1–6h", "6h–1d", "1–7d", "7–30d", ">30d")
 SPARK_WIDTH, SPARK_HEIGHT = 180, 36
+# The page's Redis figures (every topic scanned) are shared for this long: several staff reloading
+# it cost one scan. /metrics reads Redis at every scrape.
+FIGURES_SECONDS = 2
 
 
 def combine_series(overviews: list[dict]) -> list[dict]:
@@ -108,9 +112,19 @@ def dashboard(request):
         if not serializer.is_valid():
             error, wanted = first_error(serializer.errors), None
 
-    async def load(rt):
+    async def overview(rt):
         topics = [wanted] if wanted else await selectors.list_topics(rt)
-        return await figures.topic_overview(rt, topics=topics), await rt.redis.get(rt.ns.data_lost)
+        return await figures.topic_overview(rt, topics=topics)
+
+    async def load(rt):
+        # Keyed by namespace and by topic (every topic: "*", which no topic name can be). The
+        # data-lost mark is one cheap read, and news that must not wait.
+        key = f"dashboard:{rt.config.namespace}:{wanted or '*'}"
+        overviews = await cache.aget(key)
+        if overviews is None:
+            overviews = await overview(rt)
+            await cache.aset(key, overviews, FIGURES_SECONDS)
+        return overviews, await rt.redis.get(rt.ns.data_lost)
 
     data_lost_at = None
     try:
