@@ -16,12 +16,11 @@ import redis
 
 from delayqueue.live import store
 from delayqueue.arguments import positive_int
+from delayqueue.messagelog import sql
 from delayqueue.messagelog.connection import first_line
 
 DEFAULT_DATABASE_URL = "postgres://postgres@127.0.0.1:15432/delayqueue"
 DEFAULT_REDIS_URL = "redis://127.0.0.1:16379/0"
-
-STATS_TABLE = "delayqueue_topichourstats"
 
 
 class JobError(Exception):
@@ -62,7 +61,7 @@ def chunks(items: Iterable, size: int) -> Iterator[list]:
         yield chunk
 
 
-def query(dsn: str, statement: str, params: tuple = ()) -> list[tuple]:
+def query(dsn: str, statement, params) -> list[tuple]:
     """A small query on the driver; JobError if PostgreSQL fails."""
     try:
         with psycopg.connect(dsn, connect_timeout=10) as conn:
@@ -76,7 +75,7 @@ def check_postgres(dsn: str, tables: tuple[str, ...]) -> None:
     try:
         with psycopg.connect(dsn, connect_timeout=5, autocommit=True) as conn:
             for table in tables:
-                if conn.execute("SELECT to_regclass(%s)", (table,)).fetchone()[0] is None:
+                if conn.execute(sql.TABLE_EXISTS, (table,)).fetchone()[0] is None:
                     raise JobError(f"table {table} does not exist in database {conn.info.dbname!r} "
                                    "(run manage.py migrate)")
     except psycopg.Error as exc:

@@ -7,7 +7,7 @@ import psycopg
 import pytest
 from redis.exceptions import RedisError
 
-from delayqueue.messagelog import group_commit
+from delayqueue.messagelog import sql
 from delayqueue.messagelog import recovery
 from delayqueue import selectors
 from delayqueue import services
@@ -178,7 +178,7 @@ async def test_a_batch_with_a_logged_msgid_logs_the_new_ones_once_and_leaves_tha
     # Which of the two statements the log's (real) connection runs, per send.
     conn, statements = rt.log._db._conn, []
     execute = conn.execute
-    kinds = {group_commit._INSERT_NEW: "insert", group_commit._RECORD: "upsert"}
+    kinds = {sql.INSERT_NEW: "insert", sql.RECORD: "upsert"}
 
     async def recording_execute(query, params=None, **kwargs):
         statements[-1].append(kinds.get(query, "other"))
