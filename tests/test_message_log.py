@@ -30,8 +30,8 @@ async def query(sql: str, *params):
 
 async def logged(topic: str, msg_id: str) -> dict | None:
     rows = await query(
-        "SELECT payload, (extract(epoch FROM produce_time) * 1000)::int8, (extract(epoch FROM trigger_time) * 1000)::int8,"
-        " (extract(epoch FROM expire_time) * 1000)::int8, max_retry, retry, status"
+        f"SELECT payload, {sql.to_millis('produce_time')}, {sql.to_millis('trigger_time')},"
+        f" {sql.to_millis('expire_time')}, max_retry, retry, status"
         " FROM delayqueue_message WHERE topic = %s AND msg_id = %s", topic, msg_id)
     if not rows:
         return None
