@@ -32,6 +32,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from delayqueue.arguments import age_in_days
+from delayqueue.messagelog import sql
 from delayqueue.messagelog.connection import EVENT_TABLE, MESSAGE_TABLE, first_line
 from delayqueue.constants import Status
 from spark import common, pgread
@@ -41,8 +42,6 @@ KEY = ["namespace", "topic", "msg_id"]
 KINDS = ("messages", "events")
 CRASH_ENV = "DELAYQUEUE_ARCHIVE_CRASH_AT"  # tests: staged | moving | committed
 DELETE_CHUNK = 5000
-# Ended: acked or after, in the words of the partial index on ended messages (and of prune_log).
-ENDED = f"status >= {Status.ACKED}"
 
 
 class SimulatedCrash(BaseException):
@@ -151,12 +150,10 @@ def delete_rows(dsn: str, kind: str, rows) -> None:
 def _delete_chunk(conn, kind: str, chunk: list) -> None:
     with conn.transaction():
         if kind == "messages":
-            conn.execute(
-                f"DELETE FROM {MESSAGE_TABLE} m USING unnest(%s::int8[], %s::int8[]) AS a(id, ended) "
-                f"WHERE m.id = a.id AND m.{ENDED} AND {pgread.epoch_ms('m.updated_at')} = a.ended",
-                ([r.id for r in chunk], [r.ended for r in chunk]))
+            conn.execute(sql.ARCHIVE_DELETE_MESSAGES, {"ids": [r.id for r in chunk], "ended": [r.ended for r in chunk],
+                                                       "first_ended": Status.ACKED})
         else:
-            conn.execute(f"DELETE FROM {EVENT_TABLE} WHERE id = ANY(%s::int8[])", ([r.id for r in chunk],))
+            conn.execute(sql.ARCHIVE_DELETE_EVENTS, {"ids": [r.id for r in chunk]})
 
 
 def delete_committed(spark, archive: Archive, batch: str, dsn: str) -> None:
@@ -194,7 +191,7 @@ def cutoff(dsn: str, days: int) -> datetime:
     """now − days, by PostgreSQL's clock (the one updated_at was written with)."""
     try:
         with psycopg.connect(dsn, connect_timeout=10) as conn:
-            return conn.execute("SELECT now() - make_interval(days => %s)", (days,)).fetchone()[0]
+            return conn.execute(sql.CUTOFF, (days,)).fetchone()[0]
     except psycopg.Error as exc:
         raise JobError(f"cannot use PostgreSQL: {first_line(exc)}") from None
 
@@ -210,7 +207,7 @@ def run(spark, args) -> dict:
     before = cutoff(args.database_url, args.older_than_days)
     messages = pgread.read_messages(
         spark, args.database_url, list(pgread.MESSAGE_COLUMNS), partitions=partitions,
-        where=f"namespace = %s AND {ENDED} AND updated_at < %s", params=(args.namespace, before))
+        where=sql.ARCHIVABLE_MESSAGES, params={"namespace": args.namespace, "before": before})
     batch = f"{datetime.now(timezone.utc):%Y%m%dT%H%M%S}-{secrets.token_hex(4)}"
     staged = archive.staging / batch
     archived_messages(messages).write.partitionBy("date", "topic").parquet(str(staged / "messages"))
@@ -221,10 +218,8 @@ def run(spark, args) -> dict:
     # The events join the staged messages, not a second read of the log, so both agree.
     archived = spark.read.parquet(str(staged / "messages"))
     counts = {"messages": archived.count()}
-    # A message's events are no later than its updated_at (the log writer sets it from them),
-    # so only events before the cutoff can belong to an archived message.
     events = pgread.read_events(spark, args.database_url, list(pgread.EVENT_COLUMNS), partitions=partitions,
-                                where="namespace = %s AND at < %s", params=(args.namespace, before))
+                                where=sql.ARCHIVABLE_EVENTS, params={"namespace": args.namespace, "before": before})
     history_of(events, archived).write.partitionBy("date", "topic").parquet(str(staged / "events"))
     counts["events"] = spark.read.parquet(str(staged / "events")).count()
     crash_point("staged")

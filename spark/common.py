@@ -17,9 +17,8 @@ import redis
 from delayqueue.live.client import cluster_nodes, is_cluster_url
 from delayqueue.arguments import positive_int
 from delayqueue.conf import SETTINGS
+from delayqueue.messagelog import sql
 from delayqueue.messagelog.connection import first_line
-
-STATS_TABLE = "delayqueue_topichourstats"
 
 
 class JobError(Exception):
@@ -61,7 +60,7 @@ def chunks(items: Iterable, size: int) -> Iterator[list]:
         yield chunk
 
 
-def query(dsn: str, statement: str, params: tuple = ()) -> list[tuple]:
+def query(dsn: str, statement, params) -> list[tuple]:
     """A small query on the driver; JobError if PostgreSQL fails."""
     try:
         with psycopg.connect(dsn, connect_timeout=10) as conn:
@@ -75,7 +74,7 @@ def check_postgres(dsn: str, tables: tuple[str, ...]) -> None:
     try:
         with psycopg.connect(dsn, connect_timeout=5, autocommit=True) as conn:
             for table in tables:
-                if conn.execute("SELECT to_regclass(%s)", (table,)).fetchone()[0] is None:
+                if conn.execute(sql.TABLE_EXISTS, (table,)).fetchone()[0] is None:
                     raise JobError(f"table {table} does not exist in database {conn.info.dbname!r} "
                                    "(run manage.py migrate)")
     except psycopg.Error as exc:

@@ -10,10 +10,11 @@ from dataclasses import dataclass
 from functools import partial
 
 import psycopg
-from psycopg import sql
+from psycopg.sql import Composable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
+from delayqueue.messagelog import sql
 from delayqueue.messagelog.connection import EVENT_TABLE, MESSAGE_TABLE, first_line
 from spark.common import JobError
 
@@ -26,25 +27,20 @@ class Column:
     spark_type: T.DataType
 
 
-def epoch_ms(column: str) -> str:
-    """The SQL for a timestamptz as epoch milliseconds, as delayqueue.messagelog.recovery computes it."""
-    return f"(extract(epoch FROM {column}) * 1000)::int8"
-
-
-# Per PostgreSQL column type (varchar counts as text): the SQL that sends a column of it (over
-# the column's name), the type COPY sends and the Spark type.
+# Per PostgreSQL column type (varchar counts as text): the type COPY sends (sql.spark_column's
+# expression of it) and the Spark type.
 PG_TYPES = {
-    "int8": ("{}", "int8", T.LongType()),
-    "int4": ("{}", "int4", T.IntegerType()),
-    "int2": ("{}::int4", "int4", T.IntegerType()),  # smallint (statuses), widened like the int4 columns
-    "text": ("{}", "text", T.StringType()),
-    "timestamptz": (epoch_ms("{}"), "int8", T.LongType()),
+    "int8": ("int8", T.LongType()),
+    "int4": ("int4", T.IntegerType()),
+    "int2": ("int4", T.IntegerType()),
+    "text": ("text", T.StringType()),
+    "timestamptz": ("int8", T.LongType()),
 }
 
 
 def table_columns(**kinds: str) -> dict[str, Column]:
     """A table's columns, each declared by name and PostgreSQL type (a key of PG_TYPES)."""
-    return {name: Column(name, PG_TYPES[kind][0].format(name), *PG_TYPES[kind][1:]) for name, kind in kinds.items()}
+    return {name: Column(name, sql.spark_column(name, kind), *PG_TYPES[kind]) for name, kind in kinds.items()}
 
 
 MESSAGE_COLUMNS = table_columns(
@@ -67,35 +63,28 @@ def id_ranges(low: int, high: int, parts: int) -> list[tuple[int, int]]:
     return [(bounds[i], bounds[i + 1]) for i in range(parts) if bounds[i] < bounds[i + 1]]
 
 
-def select(table: str, columns: list[Column], where: str) -> sql.Composed:
-    """SELECT of the columns' expressions from `table` WHERE `where` (may hold %s placeholders)."""
-    return sql.SQL("SELECT {} FROM {} WHERE ({})").format(
-        sql.SQL(", ").join(sql.SQL(c.expression) for c in columns), sql.Identifier(table), sql.SQL(where))
-
-
-def stream(dsn: str, query: str, columns: list[Column], params: tuple):
-    """Runs on an executor: the query's rows as tuples, streamed with a binary COPY."""
+def stream(dsn: str, query: str, columns: list[Column], params: dict):
+    """Runs on an executor: the rows of a binary COPY (messagelog.sql's copy_*), as tuples."""
     with psycopg.connect(dsn, connect_timeout=10) as conn:
         with conn.cursor() as cur:
-            with cur.copy(f"COPY ({query}) TO STDOUT (FORMAT BINARY)", params) as copy:
+            with cur.copy(query, params) as copy:
                 copy.set_types([c.pg_type for c in columns])
                 yield from copy.rows()
 
 
-def _read_range(dsn: str, query: str, columns: list[Column], params: tuple, id_range: tuple[int, int]):
-    return stream(dsn, query, columns, (*params, *id_range))
+def _read_range(dsn: str, query: str, columns: list[Column], params: dict, id_range: tuple[int, int]):
+    return stream(dsn, query, columns, {**params, "low": id_range[0], "high": id_range[1]})
 
 
 def read_table(spark: SparkSession, dsn: str, table: str, columns: dict[str, Column], names: list[str], *,
-               where: str = "TRUE", params: tuple = (), partitions: int) -> DataFrame:
-    """The rows of `table` matching `where` (SQL with %s placeholders for `params`), with the
-    named columns, as a DataFrame read in `partitions` id ranges."""
-    chosen = [columns[n] for n in names]
-    bounds = sql.SQL("SELECT min(id), max(id) FROM {} WHERE {}").format(sql.Identifier(table), sql.SQL(where))
+               where: Composable = sql.ALL, params: dict | None = None, partitions: int) -> DataFrame:
+    """The rows of `table` matching `where` (a condition of messagelog.sql, with named
+    placeholders for `params`), with the named columns, as a DataFrame read in `partitions` id ranges."""
+    chosen, params = [columns[n] for n in names], params or {}
     try:
         with psycopg.connect(dsn, connect_timeout=10) as conn:
-            low, high = conn.execute(bounds, params).fetchone()
-            query = (select(table, chosen, where) + sql.SQL(" AND id >= %s AND id < %s")).as_string(conn)
+            low, high = conn.execute(sql.id_bounds(table, where), params).fetchone()
+            query = sql.copy_id_range(table, [c.expression for c in chosen], where).as_string(conn)
     except psycopg.Error as exc:
         raise JobError(f"cannot read {table}: {first_line(exc)}") from None
     ranges = id_ranges(low, high, partitions)

@@ -23,7 +23,8 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from delayqueue import arguments
-from delayqueue.messagelog import recovery
+from delayqueue.constants import LIVE_STATUSES
+from delayqueue.messagelog import sql
 from delayqueue.live.keys import namespace_keys, topic_keys
 from delayqueue.messagelog.connection import EVENT_TABLE, MESSAGE_TABLE
 from spark import common, pgread, restore
@@ -59,7 +60,7 @@ def disagreements(log: DataFrame, redis: DataFrame) -> DataFrame:
 
     both = side(log, "log").join(side(redis, "redis"), KEY, "full_outer")
     in_log, in_redis = F.col("in_log").isNotNull(), F.col("in_redis").isNotNull()
-    log_live, redis_live = F.col("log_status").isin(*recovery.LIVE), F.col("redis_status").isin(*recovery.LIVE)
+    log_live, redis_live = F.col("log_status").isin(*LIVE_STATUSES), F.col("redis_status").isin(*LIVE_STATUSES)
     ended_in_log = in_log & in_redis & ~log_live & redis_live
 
     def differs(c: str) -> F.Column:
@@ -88,7 +89,7 @@ def rows_by_id(dsn: str, query: str, ids, chunk_rows: int):
     restore.RESTORE_COLUMNS. Each chunk comes in id order, so ids given in each topic's id order
     keep it."""
     for chunk in common.chunks(ids, chunk_rows):
-        yield from restore.logged_rows(dsn, query, (chunk,))
+        yield from restore.logged_rows(dsn, query, {"ids": chunk})
 
 
 def add_arguments(p) -> None:
@@ -133,7 +134,7 @@ def restore_missing(spark, args, log: DataFrame, found: DataFrame, partitions: i
     meanwhile) is left out."""
     missing = found.where(F.col("kind") == "missing_in_redis").select(*KEY)
     ids = by_topic_in_id_order(log.join(missing, KEY, "left_semi").select("topic", "id"), partitions)
-    query = restore.rows_query(f"id = ANY(%s::int8[]) AND status IN ({recovery.restorable_statuses(include_expired=False)})")
+    query = restore.rows_query(sql.LIVE_BY_ID)
     config, dsn = restore.queue_config(args), args.database_url
     per_partition = ids.rdd.mapPartitions(
         lambda part: restore.restore_partition(config, False, False, rows_by_id(dsn, query, (r.id for r in part), chunk_rows)))
@@ -141,7 +142,7 @@ def restore_missing(spark, args, log: DataFrame, found: DataFrame, partitions: i
 
 
 def run(spark, args) -> dict:
-    where, params = recovery.scope(args.namespace, args.topic, None)
+    where, _, params = sql.restore_scope(args.namespace, args.topic, None, include_expired=False)
     partitions = common.default_partitions(spark, args.partitions)
     # One read of each side: every later step works on the same snapshot (--fix reads the
     # payloads of the messages it restores, and only those, when it restores them).

@@ -14,17 +14,14 @@ import os
 import sys
 from collections.abc import Iterable
 
-from psycopg import sql
-
 from delayqueue import arguments
-from delayqueue.messagelog import recovery
+from delayqueue.messagelog import recovery, sql
 from delayqueue.live.keys import namespace_keys
 from delayqueue.messagelog.connection import EVENT_TABLE, MESSAGE_TABLE
 from delayqueue.runtime import Runtime
 from spark import common, pgread
 
-RESTORE_COLUMNS = ["id", "namespace", "topic", "msg_id", "payload", "produce_time", "trigger_time", "expire_time",
-                   "max_retry", "retry", "status"]
+RESTORE_COLUMNS = list(sql.RESTORE_COLUMNS)
 _RESTORE_SQL_COLUMNS = [pgread.MESSAGE_COLUMNS[n] for n in RESTORE_COLUMNS]
 CHUNK_ROWS = 10_000  # rows per restore_rows call, as manage.py restore pages the log
 
@@ -73,21 +70,22 @@ def restore_partition(config, include_expired: bool, dry_run: bool, rows: Iterab
     yield counts.restored, counts.already_live, counts.skipped
 
 
-def rows_query(where: str) -> str:
-    """The SQL for the RESTORE_COLUMNS of the log rows matching `where` (%s placeholders), in id order."""
-    return (pgread.select(MESSAGE_TABLE, _RESTORE_SQL_COLUMNS, where) + sql.SQL(" ORDER BY id")).as_string(None)
+def rows_query(where) -> str:
+    """The statement streaming the RESTORE_COLUMNS of the log rows matching `where` (a
+    condition of messagelog.sql), in id order."""
+    return sql.copy_in_id_order(MESSAGE_TABLE, [c.expression for c in _RESTORE_SQL_COLUMNS], where).as_string(None)
 
 
-def logged_rows(dsn: str, query: str, params: tuple):
+def logged_rows(dsn: str, query: str, params: dict):
     """Runs on an executor: the rows of a rows_query, as dicts of RESTORE_COLUMNS."""
     for values in pgread.stream(dsn, query, _RESTORE_SQL_COLUMNS, params):
         yield dict(zip(RESTORE_COLUMNS, values))
 
 
-def topic_rows(dsn: str, query: str, params: tuple, topics: Iterable[str]):
+def topic_rows(dsn: str, query: str, params: dict, topics: Iterable[str]):
     """Runs on an executor: the rows of each topic, in id order, as dicts."""
     for topic in topics:
-        yield from logged_rows(dsn, query, (*params, topic))
+        yield from logged_rows(dsn, query, {**params, "topic": topic})
 
 
 def add_arguments(p) -> None:
@@ -109,14 +107,11 @@ def run(spark, args) -> tuple[int, int, int]:
     config = queue_config(args)
     # The rows manage.py restore would consider (namespace, --topic, --msg-id), counted per topic
     # in one scan: candidates, and the rest (skipped as ended or expired).
-    where, params = recovery.scope(args.namespace, args.topic, args.msg_id)
-    statuses = recovery.restorable_statuses(args.include_expired)
-    live = f"{where} AND status IN ({statuses})"
-    counts = common.query(args.database_url, f"SELECT topic, {recovery.count_columns(statuses)}"
-                                             f" FROM {MESSAGE_TABLE} WHERE {where} GROUP BY topic", params)
-    rows_per_topic = {topic: candidates for topic, candidates, _ in counts if candidates}
+    scope, candidates, params = sql.restore_scope(args.namespace, args.topic, args.msg_id, args.include_expired)
+    counts = common.query(args.database_url, sql.restore_counts(scope, candidates, per_topic=True), params)
+    rows_per_topic = {topic: n for topic, n, _ in counts if n}
     ended = sum(rest for _, _, rest in counts)
-    query = rows_query(f"{live} AND topic = %s")
+    query = rows_query(sql.both(sql.both(scope, candidates), sql.IN_TOPIC))
     groups = balance(rows_per_topic, common.default_partitions(spark, args.partitions))
     include_expired, dry_run, dsn = args.include_expired, args.dry_run, args.database_url
     per_partition = (spark.sparkContext.parallelize(groups, len(groups)).mapPartitions(

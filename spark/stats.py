@@ -17,11 +17,11 @@ from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from delayqueue.messagelog.connection import EVENT_TABLE, MESSAGE_TABLE, first_line
-from delayqueue.messagelog.group_commit import sql_time
+from delayqueue.messagelog import sql
+from delayqueue.messagelog.connection import EVENT_TABLE, MESSAGE_TABLE, STATS_TABLE, first_line
 from delayqueue.constants import Status
 from spark import common, pgread
-from spark.common import STATS_TABLE, JobError
+from spark.common import JobError
 
 HOUR_MS = 3_600_000
 NO_STATUS = 0  # from_status of a message's first event (sent)
@@ -121,31 +121,23 @@ def preflight(args) -> None:
 
 def read_inputs(spark, args) -> tuple[DataFrame, DataFrame]:
     partitions = common.default_partitions(spark, args.partitions)
-    where, params = ("TRUE", ()) if args.all_namespaces else ("namespace = %s", (args.namespace,))
-    event_where, event_params = where, params
-    message_where, message_params = where, params
+    where = sql.ALL if args.all_namespaces else sql.IN_NAMESPACE
+    params = {"namespace": args.namespace, "since": args.since}
+    event_where = message_where = where
     if args.since:
-        event_where, event_params = f"{where} AND at >= %s", (*params, args.since)
+        event_where = sql.both(where, sql.EVENTS_SINCE)
         # The messages are only joined to these events: read those that have one.
-        message_where, message_params = (
-            f"{where} AND EXISTS (SELECT FROM {EVENT_TABLE} e WHERE e.namespace = {MESSAGE_TABLE}.namespace"
-            f" AND e.topic = {MESSAGE_TABLE}.topic AND e.msg_id = {MESSAGE_TABLE}.msg_id AND e.at >= %s)",
-            (*params, args.since))
+        message_where = sql.both(where, sql.MESSAGES_WITH_EVENTS_SINCE)
     events = pgread.read_events(spark, args.database_url,
                                 ["namespace", "topic", "msg_id", "at", "from_status", "to_status", "reason"],
-                                where=event_where, params=event_params, partitions=partitions)
+                                where=event_where, params=params, partitions=partitions)
     messages = pgread.read_messages(spark, args.database_url,
                                     ["namespace", "topic", "msg_id", "produce_time", "trigger_time"],
-                                    where=message_where, params=message_params, partitions=partitions)
+                                    where=message_where, params=params, partitions=partitions)
     return events, messages
 
 
-UPSERT = f"""
-INSERT INTO {STATS_TABLE} ({", ".join(STATS_COLUMNS)}, computed_at)
-VALUES (%s, %s, {sql_time("%s")}, {", ".join(["%s"] * (len(STATS_COLUMNS) - 3))}, now())
-ON CONFLICT (namespace, topic, hour) DO UPDATE SET
-{", ".join(f"{c} = EXCLUDED.{c}" for c in STATS_COLUMNS[3:])}, computed_at = EXCLUDED.computed_at
-"""
+UPSERT = sql.stats_upsert(STATS_COLUMNS)
 
 
 def write_stats(dsn: str, rows: list) -> None:

@@ -6,7 +6,7 @@ import signal
 import psycopg
 import pytest
 
-from delayqueue.messagelog import group_commit
+from delayqueue.messagelog import sql
 from delayqueue.messagelog import recovery
 from delayqueue import selectors
 from delayqueue import services
@@ -29,8 +29,8 @@ async def query(sql: str, *params):
 
 async def logged(topic: str, msg_id: str) -> dict | None:
     rows = await query(
-        "SELECT payload, (extract(epoch FROM produce_time) * 1000)::int8, (extract(epoch FROM trigger_time) * 1000)::int8,"
-        " (extract(epoch FROM expire_time) * 1000)::int8, max_retry, retry, status"
+        f"SELECT payload, {sql.to_millis('produce_time')}, {sql.to_millis('trigger_time')},"
+        f" {sql.to_millis('expire_time')}, max_retry, retry, status"
         " FROM delayqueue_message WHERE topic = %s AND msg_id = %s", topic, msg_id)
     if not rows:
         return None
@@ -177,7 +177,7 @@ async def test_a_batch_with_a_logged_msgid_logs_the_new_ones_once_and_leaves_tha
     # Which of the two statements the log's (real) connection runs, per send.
     conn, statements = rt.log._db._conn, []
     execute = conn.execute
-    kinds = {group_commit._INSERT_NEW: "insert", group_commit._RECORD: "upsert"}
+    kinds = {sql.INSERT_NEW: "insert", sql.RECORD: "upsert"}
 
     async def recording_execute(query, params=None, **kwargs):
         statements[-1].append(kinds.get(query, "other"))

@@ -5,14 +5,15 @@ import signal
 import subprocess
 import sys
 import time
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 
 import psycopg
+import psycopg.sql
 import redis
 
 from django.core.management import call_command
 
-from delayqueue.messagelog import recovery
+from delayqueue.messagelog import recovery, sql
 from delayqueue import selectors
 from delayqueue import services
 from delayqueue.constants import Status
@@ -344,3 +345,18 @@ def test_a_restore_the_log_stops_answering_ends_in_a_plain_error():
     assert stuck.returncode == 1, stuck.stderr
     assert "message log unavailable" in stuck.stderr and "statement timeout" in stuck.stderr
     assert "Traceback" not in stuck.stderr
+
+
+async def test_restore_scan_and_retention_use_their_partial_indexes(single_rt):
+    """Their statuses are rendered into the text (messagelog.sql) so the planner matches the
+    predicates of message_live and message_ended; with sequential scans off, EXPLAIN names them."""
+    scope, candidates, params = sql.restore_scope("default", None, None, include_expired=False)
+    async with await psycopg.AsyncConnection.connect(log_database_url(), autocommit=True) as conn:
+        await conn.execute("SET enable_seqscan = off")
+        for statement, args, index in [
+            (sql.restore_page(scope, candidates), {**params, "after": 0, "limit": 10}, "message_live"),
+            (psycopg.sql.SQL(sql.HOLDS_LIVE), ["default"], "message_live"),
+            (psycopg.sql.SQL(sql.DELETE_ENDED_MESSAGES), [datetime.now(timezone.utc), 10], "message_ended"),
+        ]:
+            plan = await (await conn.execute(psycopg.sql.SQL("EXPLAIN ") + statement, args)).fetchall()
+            assert index in "\n".join(line for line, in plan), plan

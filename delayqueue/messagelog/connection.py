@@ -10,6 +10,7 @@ from delayqueue.exceptions import LogUnavailable
 
 MESSAGE_TABLE = "delayqueue_message"
 EVENT_TABLE = "delayqueue_messageevent"
+STATS_TABLE = "delayqueue_topichourstats"
 
 
 def conninfo(timeout_millis: int) -> str:

@@ -13,91 +13,13 @@ from dataclasses import dataclass
 import orjson
 import psycopg
 
+from delayqueue.constants import Status
+from delayqueue.messagelog import sql
+from delayqueue.messagelog.connection import LogConnection
 from delayqueue.exceptions import LogUnavailable, MaybeSent
 from delayqueue.messages import Message
-from delayqueue.messagelog.connection import EVENT_TABLE, MESSAGE_TABLE, LogConnection
 
 log = logging.getLogger(__name__)
-
-_COLUMNS = "namespace, topic, msg_id, payload, produce_time, trigger_time, expire_time, max_retry, retry, status, updated_at"
-
-
-def sql_time(millis: str) -> str:
-    """SQL for epoch milliseconds as a timestamptz. Float division: the same value as numeric
-    division (both round to the nearest double, to_timestamp to the microsecond), for less."""
-    return f"to_timestamp({millis} / 1000.0::float8)"
-
-
-# Rows travel as one JSON document: psycopg dumps array parameters element by element in
-# Python, which cost more than the statement itself; PostgreSQL unpacks JSON in C.
-_ROWS = "json_to_recordset(%s::json) AS u(ns text, t text, i text, p text, pt int8, tt int8, et int8, mr int4, r int4, s int2)"
-_UPSERT = f"""
-INSERT INTO {MESSAGE_TABLE} ({_COLUMNS})
-SELECT ns, t, i, p, {sql_time("pt")}, {sql_time("tt")}, {sql_time("et")}, mr, r, s, {sql_time("pt")}
-FROM {_ROWS}
-ON CONFLICT (namespace, topic, msg_id) DO UPDATE SET
-    payload = EXCLUDED.payload, produce_time = EXCLUDED.produce_time, trigger_time = EXCLUDED.trigger_time,
-    expire_time = EXCLUDED.expire_time, max_retry = EXCLUDED.max_retry, retry = EXCLUDED.retry,
-    status = EXCLUDED.status, updated_at = EXCLUDED.updated_at
-"""
-# The 'sent' history row goes in the same statement as the message row: the send path knows
-# everything it says, and writing it here spares a stream entry in Redis and the writer's
-# round trip for most of the history. Its event id, 'sent-<produceTime ms>', tells lives apart.
-def _sent_id(produce_millis: str) -> str:
-    return f"'sent-' || {produce_millis}"
-
-
-_INSERT_SENT = f"""INSERT INTO {EVENT_TABLE} (namespace, topic, msg_id, event_id, at, from_status, to_status, retry,
-                                            reason, process, host)"""
-# The 'sent' rows of the messages in `u` (ns, t, i, pt).
-_DELETE_SENT = f"""DELETE FROM {EVENT_TABLE} e USING u
-    WHERE e.namespace = u.ns AND e.topic = u.t AND e.msg_id = u.i AND e.event_id = {_sent_id("u.pt")}"""
-_KEYS_JSON = "SELECT * FROM json_to_recordset(%s::json) AS u(ns text, t text, i text, pt int8)"
-
-# Messages whose msgIds the log does not hold, with their 'sent' rows: plain INSERTs, so one
-# msgId the log holds fails the whole statement on the unique key, and MessageLog sends the
-# rows again through _RECORD, which decides row by row. ON CONFLICT costs every row a
-# speculative insertion, a seventh of the statement (docs/benchmarks.md), for the rare resend.
-_INSERT_NEW = f"""
-WITH u AS MATERIALIZED (
-    SELECT ns, t, i, p, pt, {sql_time("pt")} AS produced, tt, et, mr, r, s FROM {_ROWS}
-), messages AS (
-    INSERT INTO {MESSAGE_TABLE} ({_COLUMNS})
-    SELECT ns, t, i, p, produced, {sql_time("tt")}, {sql_time("et")}, mr, r, s, produced FROM u
-)
-{_INSERT_SENT}
-SELECT ns, t, i, {_sent_id("pt")}, produced, 0, s, 0, 'sent', %s, %s FROM u
-"""
-# A send replaces a logged message only when that one is over; a live one is a duplicate
-# that Redis will answer with the stored message.
-_RECORD = f"""
-WITH written AS (
-    {_UPSERT} WHERE {MESSAGE_TABLE}.status >= 4 OR {MESSAGE_TABLE}.expire_time <= EXCLUDED.produce_time
-    RETURNING namespace, topic, msg_id, produce_time, status
-), sent AS (
-    {_INSERT_SENT}
-    SELECT namespace, topic, msg_id, {_sent_id("round(extract(epoch FROM produce_time) * 1000)::int8")},
-           produce_time, 0, status, 0, 'sent', %s, %s
-    FROM written
-    ON CONFLICT (namespace, topic, msg_id, event_id) DO NOTHING
-)
-SELECT topic, msg_id FROM written
-"""
-_OVERWRITE = _UPSERT + "RETURNING topic, msg_id"
-_FORGET = f"""
-WITH u AS ({_KEYS_JSON}), unsent AS ({_DELETE_SENT})
-DELETE FROM {MESSAGE_TABLE} m USING u
-WHERE m.namespace = u.ns AND m.topic = u.t AND m.msg_id = u.i AND m.produce_time = {sql_time("u.pt")}
-"""
-# Where Redis decided otherwise than the log expected: 'sent' rows of sends Redis answered with
-# an older live message go; sends Redis took get theirs, with the status Redis gave them.
-_CORRECT_SENT = f"""
-WITH u AS ({_KEYS_JSON}), unsent AS ({_DELETE_SENT})
-{_INSERT_SENT}
-SELECT ns, t, i, {_sent_id("pt")}, {sql_time("pt")}, 0, s, 0, 'sent', %s, %s
-FROM json_to_recordset(%s::json) AS n(ns text, t text, i text, pt int8, s int2)
-ON CONFLICT (namespace, topic, msg_id, event_id) DO UPDATE SET to_status = EXCLUDED.to_status
-"""
 
 
 def _rows_json(namespace: str, rows: list[Message]) -> str:
@@ -121,7 +43,7 @@ class MessageLog:
     is who the 'sent' history rows name; `timeout_millis` bounds each statement."""
 
     MAX_ROWS = 5000
-    # After a group whose plain INSERT met a logged msgId, this many go straight to _RECORD:
+    # After a group whose plain INSERT met a logged msgId, this many go straight to sql.RECORD:
     # a producer that resends msgIds then wastes one statement in this many, not every other.
     UPSERTS_AFTER_CONFLICT = 100
 
@@ -155,12 +77,13 @@ class MessageLog:
         """Removes rows (and their 'sent' history) this process wrote for sends that Redis then
         did not take."""
         async with self._db.use() as conn:
-            await conn.execute(_FORGET, [_rows_json(self._namespace, rows)])
+            await conn.execute(sql.FORGET, [_rows_json(self._namespace, rows)])
 
     async def correct_sent(self, unsent: list[Message], sent: list[Message]) -> None:
         """Removes the 'sent' history of `unsent` rows and writes (or corrects) that of `sent`."""
         async with self._db.use() as conn:
-            await conn.execute(_CORRECT_SENT, [_rows_json(self._namespace, unsent), self._process, self._host, _rows_json(self._namespace, sent)])
+            await conn.execute(sql.CORRECT_SENT, [_rows_json(self._namespace, unsent), self._process, self._host,
+                                                  _rows_json(self._namespace, sent)])
 
     async def settle(self, rows: list[Message], written: list[bool], replies: list, outcomes: list) -> None:
         """Makes the log agree with what Redis did with recorded sends (`replies`: the send
@@ -241,17 +164,17 @@ class MessageLog:
                      overwrite: bool) -> set[tuple[str, str]]:
         async with self._db.use() as conn:
             if overwrite:
-                cursor = await conn.execute(_OVERWRITE, [_rows_json(self._namespace, rows)])
+                cursor = await conn.execute(sql.OVERWRITE, [_rows_json(self._namespace, rows)])
                 return {tuple(row) for row in await cursor.fetchall()}
-            params = [_rows_json(self._namespace, rows), self._process, self._host]
+            rows_json = _rows_json(self._namespace, rows)
             if self._upserts_left == 0:
                 try:
-                    await conn.execute(_INSERT_NEW, params)
+                    await conn.execute(sql.INSERT_NEW, [rows_json, self._process, self._host])
                     return keys
                 except psycopg.errors.UniqueViolation:  # the statement left nothing behind
                     self._upserts_left = self.UPSERTS_AFTER_CONFLICT
             self._upserts_left -= 1
-            cursor = await conn.execute(_RECORD, params)
+            cursor = await conn.execute(sql.RECORD, [rows_json, Status.ACKED, self._process, self._host])
             return {tuple(row) for row in await cursor.fetchall()}
 
     async def close(self) -> None:

@@ -15,14 +15,14 @@ from dataclasses import dataclass
 import psycopg
 from psycopg.rows import dict_row
 
-from delayqueue.messagelog.connection import MESSAGE_TABLE, connect, first_line
+from delayqueue.messagelog import sql
+from delayqueue.messagelog.connection import connect, first_line
 from delayqueue.exceptions import LogUnavailable
-from delayqueue.constants import Status
+from delayqueue.constants import LIVE_STATUSES, Status
 from delayqueue.live import scripts
 from delayqueue.messages import Message
 from delayqueue.runtime import Runtime
 
-LIVE = (Status.WAITING, Status.READY, Status.CONSUMING)
 PAGE_ROWS = 10_000
 PAGES_IN_FLIGHT = 3
 SCRIPT_MESSAGES = 500  # messages per restore script call: long enough to amortise, short enough not to stall Redis
@@ -53,11 +53,11 @@ def restorable(row: dict, now: int, include_expired: bool) -> dict | None:
     """The row as it should go back into Redis, or None when it stays out. With include_expired a
     message whose TTL ran out before it was ever delivered comes back ready with its TTL anew."""
     status = row["status"]
-    expired = status == Status.EXPIRED or (status in LIVE and row["expire_time"] <= now)
+    expired = status == Status.EXPIRED or (status in LIVE_STATUSES and row["expire_time"] <= now)
     if expired and include_expired:
         ttl = max(row["expire_time"] - row["trigger_time"], 1)
         return {**row, "expire_time": now + ttl}
-    if status in LIVE and not expired:
+    if status in LIVE_STATUSES and not expired:
         return row
     return None
 
@@ -93,41 +93,6 @@ async def restore_rows(rt: Runtime, *, rows: Iterable[dict], include_expired: bo
     return counts
 
 
-_SELECT = f"""
-SELECT id, namespace, topic, msg_id, payload,
-       (extract(epoch FROM produce_time) * 1000)::int8 AS produce_time,
-       (extract(epoch FROM trigger_time) * 1000)::int8 AS trigger_time,
-       (extract(epoch FROM expire_time) * 1000)::int8 AS expire_time,
-       max_retry, retry, status
-FROM {MESSAGE_TABLE}
-"""
-
-
-def scope(namespace: str, topic: str | None, msg_id: str | None) -> tuple[str, list]:
-    """The logged rows a restore considers, as SQL conditions and their parameters (the Spark
-    restore uses the same)."""
-    where, params = ["namespace = %s"], [namespace]
-    if topic is not None:
-        where.append("topic = %s")
-        params.append(topic)
-    if msg_id is not None:
-        where.append("msg_id = %s")
-        params.append(msg_id)
-    return " AND ".join(where), params
-
-
-def restorable_statuses(include_expired: bool) -> str:
-    """The statuses a restore may bring back, as an SQL list. Inlined, not a parameter, so the
-    planner can use the partial index on live messages."""
-    return ", ".join(str(s) for s in ([*LIVE, Status.EXPIRED] if include_expired else LIVE))
-
-
-def count_columns(statuses: str) -> str:
-    """Two counts over logged rows, as SQL: the restore's candidates (`statuses`, from
-    restorable_statuses) and the rest, which it skips as ended or expired."""
-    return f"count(*) FILTER (WHERE status IN ({statuses})), count(*) FILTER (WHERE status NOT IN ({statuses}))"
-
-
 async def restore(rt: Runtime, *, topic: str | None = None, msg_id: str | None = None,
                   include_expired: bool = False, dry_run: bool = False,
                   progress: Callable[[RestoreCounts, int], None] | None = None) -> RestoreCounts:
@@ -153,14 +118,12 @@ def answers_loss_report(topic: str | None, msg_id: str | None, dry_run: bool) ->
 
 async def _restore(rt: Runtime, topic: str | None, msg_id: str | None, include_expired: bool, dry_run: bool,
                    progress: Callable[[RestoreCounts, int], None] | None) -> RestoreCounts:
-    where, params = scope(rt.config.namespace, topic, msg_id)
-    statuses = restorable_statuses(include_expired)
+    scope, candidates, params = sql.restore_scope(rt.config.namespace, topic, msg_id, include_expired)
+    page = sql.restore_page(scope, candidates)
     counts = RestoreCounts()
     async with await connect(rt.config.log_timeout_millis) as conn:
         # One scan counts both the candidates and the rest (skipped as ended or expired).
-        total, ended = await (await conn.execute(
-            f"SELECT {count_columns(statuses)} FROM {MESSAGE_TABLE} WHERE {where}", params
-        )).fetchone()
+        total, ended = await (await conn.execute(sql.restore_counts(scope, candidates), params)).fetchone()
         if progress:
             progress(counts, total)
         writing: set[asyncio.Task] = set()
@@ -177,10 +140,7 @@ async def _restore(rt: Runtime, topic: str | None, msg_id: str | None, include_e
             last_id = 0
             async with conn.cursor(row_factory=dict_row) as cursor:
                 while True:
-                    await cursor.execute(
-                        _SELECT + f"WHERE {where} AND status IN ({statuses}) AND id > %s ORDER BY id LIMIT {PAGE_ROWS}",
-                        [*params, last_id],
-                    )
+                    await cursor.execute(page, {**params, "after": last_id, "limit": PAGE_ROWS})
                     rows = await cursor.fetchall()
                     if not rows:
                         break

@@ -7,24 +7,7 @@ from datetime import datetime, timedelta, timezone
 
 from django.db import connection, transaction
 
-from delayqueue.messagelog.connection import EVENT_TABLE, MESSAGE_TABLE
-
-_DELETE_MESSAGES = f"""
-WITH doomed AS (
-    SELECT id FROM {MESSAGE_TABLE}
-    WHERE status >= 4 AND updated_at < %s
-    ORDER BY updated_at LIMIT %s
-    FOR UPDATE SKIP LOCKED
-)
-DELETE FROM {MESSAGE_TABLE} m USING doomed WHERE m.id = doomed.id
-RETURNING m.namespace, m.topic, m.msg_id
-"""
-# History of a deleted message (its earlier lives too): the row is gone, and a later life of
-# the same msgId would have kept the row alive.
-_DELETE_EVENTS = f"""
-DELETE FROM {EVENT_TABLE} e USING unnest(%s::text[], %s::text[], %s::text[]) AS d(ns, t, i)
-WHERE e.namespace = d.ns AND e.topic = d.t AND e.msg_id = d.i AND e.at < %s
-"""
+from delayqueue.messagelog import sql
 
 
 def prune_log(older_than: timedelta, batch: int = 5000, on_batch=None) -> tuple[int, int]:
@@ -34,10 +17,10 @@ def prune_log(older_than: timedelta, batch: int = 5000, on_batch=None) -> tuple[
     messages = events = 0
     while True:
         with transaction.atomic(), connection.cursor() as cursor:
-            cursor.execute(_DELETE_MESSAGES, [cutoff, batch])
+            cursor.execute(sql.DELETE_ENDED_MESSAGES, [cutoff, batch])
             keys = cursor.fetchall()
             if keys:
-                cursor.execute(_DELETE_EVENTS, [[k[0] for k in keys], [k[1] for k in keys], [k[2] for k in keys],
+                cursor.execute(sql.DELETE_HISTORY, [[k[0] for k in keys], [k[1] for k in keys], [k[2] for k in keys],
                                                 cutoff])
                 events += cursor.rowcount
         messages += len(keys)

@@ -5,6 +5,7 @@ from datetime import timedelta
 
 from django.db import connections
 
+from delayqueue.messagelog import sql
 from delayqueue.models import Message, MessageEvent, TopicHourStats
 
 # Filtered lists are counted exactly up to this many rows; beyond it the planner's estimate
@@ -35,18 +36,16 @@ def recent_topic_hours(namespace: str, topic: str | None = None, hours: int = 24
 def table_estimate(model) -> int:
     """The row count PostgreSQL keeps in pg_class (updated by ANALYZE / autovacuum)."""
     with connections["default"].cursor() as cursor:
-        cursor.execute(
-            "SELECT reltuples::bigint FROM pg_class WHERE oid = %s::regclass", [model._meta.db_table]
-        )
+        cursor.execute(sql.TABLE_ESTIMATE, [model._meta.db_table])
         row = cursor.fetchone()
     return max(row[0], 0) if row else 0
 
 
 def planner_estimate(queryset) -> int:
     """How many rows PostgreSQL's planner expects the query to return (EXPLAIN, not run)."""
-    sql, params = queryset.order_by().values("pk").query.sql_with_params()
+    query, params = queryset.order_by().values("pk").query.sql_with_params()
     with connections[queryset.db].cursor() as cursor:
-        cursor.execute("EXPLAIN (FORMAT JSON) " + sql, params)
+        cursor.execute(sql.EXPLAIN_JSON + query, params)
         plan = cursor.fetchone()[0]
     if isinstance(plan, str):
         plan = json.loads(plan)

@@ -18,9 +18,8 @@ from dataclasses import dataclass
 
 import orjson
 
-from delayqueue.messagelog.connection import EVENT_TABLE, MESSAGE_TABLE, LogConnection, first_line
-from delayqueue.messagelog.group_commit import sql_time
-from delayqueue.messagelog.recovery import restorable_statuses
+from delayqueue.messagelog import sql
+from delayqueue.messagelog.connection import LogConnection, first_line
 
 log = logging.getLogger(__name__)
 
@@ -28,26 +27,6 @@ ERROR_BACKOFF = 1.0
 # Every held stream is read at least this often, notice or not: a safety net only (a lost
 # subscription marks every stream), which bounds what thousands of idle topics cost.
 SWEEP_SECONDS = 5.0
-
-# Rows travel as one JSON document: psycopg dumps array parameters element by element in
-# Python, which cost more than the rest of a drain; PostgreSQL unpacks JSON in C.
-_INSERT_EVENTS = f"""
-INSERT INTO {EVENT_TABLE} (namespace, topic, msg_id, event_id, at, from_status, to_status, retry, reason, process, host)
-SELECT %s, t, i, e, {sql_time("at")}, f, s, r, w, p, h
-FROM json_to_recordset(%s::json) AS u(t text, i text, e text, at int8, f int2, s int2, r int4, w text, p text, h text)
-ON CONFLICT (namespace, topic, msg_id, event_id) DO NOTHING
-"""
-# Only the life of the message the row describes (same produceTime) moves its status, never
-# backwards in time (two writers may briefly overlap while a topic changes hands), and a row
-# already in that state is not rewritten.
-_UPDATE_MESSAGES = f"""
-UPDATE {MESSAGE_TABLE} m SET status = u.s, retry = u.r, updated_at = {sql_time("u.at")}
-FROM json_to_recordset(%s::json) AS u(t text, i text, s int2, r int4, at int8, pt int8)
-WHERE m.namespace = %s AND m.topic = u.t AND m.msg_id = u.i
-  AND m.produce_time = {sql_time("u.pt")} AND m.updated_at <= {sql_time("u.at")}
-  AND (m.status <> u.s OR m.retry <> u.r)
-"""
-
 
 @dataclass(frozen=True, slots=True)
 class Event:
@@ -214,16 +193,14 @@ class LogWriter:
         ns = self.rt.config.namespace
         latest = latest_per_message(events)
         async with self._db.use() as conn, conn.transaction():
-            await conn.execute(_INSERT_EVENTS, [ns, history_json(events)])
+            await conn.execute(sql.INSERT_EVENTS, [ns, history_json(events)])
             if latest:
-                await conn.execute(_UPDATE_MESSAGES, [status_json(latest), ns])
+                await conn.execute(sql.UPDATE_MESSAGES, [status_json(latest), ns])
 
     async def holds_live_messages(self) -> bool:
         """Whether the log holds a waiting, ready or in-flight message of this namespace."""
         async with self._db.use() as conn:
-            cursor = await conn.execute(
-                f"SELECT EXISTS (SELECT 1 FROM {MESSAGE_TABLE} WHERE namespace = %s"
-                f" AND status IN ({restorable_statuses(include_expired=False)}))", [self.rt.config.namespace])
+            cursor = await conn.execute(sql.HOLDS_LIVE, [self.rt.config.namespace])
             return (await cursor.fetchone())[0]
 
     async def close(self) -> None:

@@ -2,7 +2,7 @@
 history beside its live Redis state, restore or delete selected messages through the same
 service layer as the API. Built for a log of millions of rows: no full-table COUNT(*), every
 filter on an indexed column, sorting only on indexed times."""
-from datetime import datetime, timedelta, timezone
+from datetime import datetime
 
 from django.contrib import admin, messages
 from django.core.paginator import Paginator
@@ -17,6 +17,7 @@ from delayqueue import services
 from delayqueue.conf import load_config
 from delayqueue.messagelog.selectors import estimated_count, message_history
 from delayqueue.constants import Status
+from delayqueue.epoch import from_millis, to_millis
 from delayqueue.models import Message, TopicHourStats
 from delayqueue.api.validation import MsgIdField, TopicSerializer, first_error
 from delayqueue.sync import run_with_runtime
@@ -61,17 +62,6 @@ class TopicFilter(admin.SimpleListFilter):
         return queryset.filter(topic=value)
 
 
-EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
-
-
-def epoch_millis(moment: datetime) -> int:
-    return (moment - EPOCH) // timedelta(milliseconds=1)  # exact, where timestamp() * 1000 may round
-
-
-def from_millis(millis: int | None) -> datetime | None:
-    return None if millis is None else datetime.fromtimestamp(millis / 1000, tz=timezone.utc)
-
-
 def millis_text(moment: datetime) -> str:
     return django_timezone.localtime(moment).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
 
@@ -83,9 +73,9 @@ def log_row(message: Message) -> dict:
         "topic": message.topic,
         "msg_id": message.msg_id,
         "payload": message.payload,
-        "produce_time": epoch_millis(message.produce_time),
-        "trigger_time": epoch_millis(message.trigger_time),
-        "expire_time": epoch_millis(message.expire_time),
+        "produce_time": to_millis(message.produce_time),
+        "trigger_time": to_millis(message.trigger_time),
+        "expire_time": to_millis(message.expire_time),
         "max_retry": message.max_retry,
         "retry": message.retry,
         "status": message.status,

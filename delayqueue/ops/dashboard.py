@@ -1,7 +1,6 @@
 """The topic dashboard (staff only, linked from the admin index): every topic's queue sizes,
 waiting-delay buckets, request rates, and a drawn chart of fire lateness over the last hour.
 A stuck or busy topic is flagged and sorted to the top."""
-from datetime import datetime, timezone
 
 from django.contrib import admin
 from django.contrib.admin.views.decorators import staff_member_required
@@ -11,6 +10,7 @@ from redis.exceptions import RedisError
 
 from delayqueue import selectors
 from delayqueue.conf import load_config
+from delayqueue.epoch import from_millis
 from delayqueue.messagelog.selectors import recent_topic_hours
 from delayqueue.constants import CHART_MINUTES
 from delayqueue.ops import figures
@@ -133,7 +133,7 @@ def dashboard(request):
         overviews, error = [], f"Redis unavailable: {exc}"
     else:
         if data_lost:  # a scanner found Redis had lost its data, and no full restore has run since
-            data_lost_at = datetime.fromtimestamp(int(data_lost) / 1000, tz=timezone.utc)
+            data_lost_at = from_millis(int(data_lost))
     rows = []
     for overview in overviews:
         state, why = assess(overview)

@@ -22,6 +22,7 @@ from pathlib import Path
 import pyspark
 import pytest
 
+from delayqueue.epoch import from_millis, to_millis
 from tools.stack import free_port, terminate, wait_for_port
 from spark import common
 
@@ -123,8 +124,7 @@ def run_cli(module_name: str, *argv: str, env: dict | None = None, command: list
 
 def ms(text: str) -> int:
     """'2026-11-20T10:00:00' (UTC) -> epoch milliseconds."""
-    return int(datetime.fromisoformat(text).replace(tzinfo=timezone.utc).timestamp() * 1000)
+    return to_millis(datetime.fromisoformat(text).replace(tzinfo=timezone.utc))
 
 
-def dt(epoch_ms: int) -> datetime:
-    return datetime.fromtimestamp(epoch_ms / 1000, tz=timezone.utc)
+dt = from_millis

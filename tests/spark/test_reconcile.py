@@ -7,6 +7,7 @@ from django.core.management import call_command
 
 from delayqueue.live.keys import topic_keys
 from delayqueue.constants import Status
+from delayqueue.messagelog import sql
 from delayqueue.models import Message
 from spark import common, pgread, reconcile
 
@@ -115,7 +116,7 @@ def test_reconcile_fix_leaves_out_a_missing_message_that_ended_meanwhile(spark, 
                     "--partitions", "2", "--fix")
     # The comparison's snapshot, as run() takes it (persisted: later steps do not read again).
     logged = pgread.read_messages(spark, args.database_url, ["id", *reconcile.KEY, *reconcile.COMPARED],
-                                  where="namespace = %s", params=("default",), partitions=2).persist()
+                                  where=sql.IN_NAMESPACE, params={"namespace": "default"}, partitions=2).persist()
     found = reconcile.disagreements(logged, reconcile.read_redis(spark, args, ["gone"], 2)).persist()
     assert sorted(r.msg_id for r in found.collect()) == ["gone-0", "gone-1", "gone-2"]
 
@@ -140,7 +141,7 @@ def test_reconcile_fix_restores_each_topic_in_id_order_across_chunks(spark, sett
     args = job_args("spark.reconcile", "--database-url", log_database_url(), "--redis-url", REDIS_URL,
                     "--partitions", "1", "--fix")
     logged = pgread.read_messages(spark, args.database_url, ["id", *reconcile.KEY, *reconcile.COMPARED],
-                                  where="namespace = %s", params=("default",), partitions=3).persist()
+                                  where=sql.IN_NAMESPACE, params={"namespace": "default"}, partitions=3).persist()
     found = reconcile.disagreements(logged, reconcile.read_redis(spark, args, ["left", "right"], 1)).persist()
     assert reconcile.restore_missing(spark, args, logged, found, 1, chunk_rows=4) == (18, 0, 0)
     client = common.sync_redis(REDIS_URL)

@@ -7,6 +7,7 @@ from asgiref.sync import sync_to_async
 from delayqueue import selectors
 from delayqueue import services
 from delayqueue.constants import Status
+from delayqueue.epoch import to_millis
 from delayqueue.models import TopicHourStats
 from delayqueue.services import SendRequest
 from spark import stats
@@ -75,7 +76,7 @@ EXPECTED = {
 
 def stored_stats() -> dict:
     fields = [*ZERO, *NO_LATENCY]
-    return {(row.topic, int(row.hour.timestamp() * 1000)): {f: getattr(row, f) for f in fields}
+    return {(row.topic, to_millis(row.hour)): {f: getattr(row, f) for f in fields}
             for row in TopicHourStats.objects.filter(namespace="default")}
 
 

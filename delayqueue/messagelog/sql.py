@@ -1,0 +1,292 @@
+"""Every SQL statement of the message log, for the app and the Spark jobs alike, built once at
+import. A statement that varies with its caller's options is built by one function here.
+
+Statuses come from delayqueue.constants, as parameters; only where a partial index's predicate
+must be matched by the planner are they rendered into the text (a parameter would defeat the
+index under a generic plan), still from the constants. Times cross the SQL boundary as epoch
+milliseconds, through from_millis / to_millis (their Python pair is delayqueue.epoch).
+"""
+from psycopg import sql
+
+from delayqueue.constants import LIVE_STATUSES, Status
+from delayqueue.messagelog.connection import EVENT_TABLE, MESSAGE_TABLE, STATS_TABLE
+
+
+def from_millis(millis: str) -> str:
+    """SQL for epoch milliseconds as a timestamptz. Float division: the same value as numeric
+    division (both round to the nearest double, to_timestamp to the microsecond), for less."""
+    return f"to_timestamp({millis} / 1000.0::float8)"
+
+
+def to_millis(moment: str) -> str:
+    """SQL for a timestamptz as epoch milliseconds, the inverse of from_millis: extract gives an
+    exact numeric and the cast rounds it to the nearest ms, so a time written in ms reads back
+    as the same integer."""
+    return f"(extract(epoch FROM {moment}) * 1000)::int8"
+
+
+def _rendered(statuses) -> str:
+    return ", ".join(str(int(s)) for s in statuses)
+
+
+# The predicates of the partial indexes message_live and message_ended, rendered from the
+# constants: the planner uses such an index only when it can see the query implies them.
+LIVE = f"status IN ({_rendered(LIVE_STATUSES)})"
+ENDED = f"status >= {int(Status.ACKED)}"
+
+# --- The send path (group_commit.MessageLog): performance-critical, one statement per group.
+
+_COLUMNS = "namespace, topic, msg_id, payload, produce_time, trigger_time, expire_time, max_retry, retry, status, updated_at"
+# Rows travel as one JSON document: psycopg dumps array parameters element by element in
+# Python, which cost more than the statement itself; PostgreSQL unpacks JSON in C.
+_ROWS = "json_to_recordset(%s::json) AS u(ns text, t text, i text, p text, pt int8, tt int8, et int8, mr int4, r int4, s int2)"
+_UPSERT = f"""
+INSERT INTO {MESSAGE_TABLE} ({_COLUMNS})
+SELECT ns, t, i, p, {from_millis("pt")}, {from_millis("tt")}, {from_millis("et")}, mr, r, s, {from_millis("pt")}
+FROM {_ROWS}
+ON CONFLICT (namespace, topic, msg_id) DO UPDATE SET
+    payload = EXCLUDED.payload, produce_time = EXCLUDED.produce_time, trigger_time = EXCLUDED.trigger_time,
+    expire_time = EXCLUDED.expire_time, max_retry = EXCLUDED.max_retry, retry = EXCLUDED.retry,
+    status = EXCLUDED.status, updated_at = EXCLUDED.updated_at
+"""
+
+
+# The 'sent' history row goes in the same statement as the message row: the send path knows
+# everything it says, and writing it here spares a stream entry in Redis and the writer's
+# round trip for most of the history. Its event id, 'sent-<produceTime ms>', tells lives apart.
+def _sent_id(produce_millis: str) -> str:
+    return f"'sent-' || {produce_millis}"
+
+
+_INSERT_SENT = f"""INSERT INTO {EVENT_TABLE} (namespace, topic, msg_id, event_id, at, from_status, to_status, retry,
+                                            reason, process, host)"""
+# The 'sent' rows of the messages in `u` (ns, t, i, pt).
+_DELETE_SENT = f"""DELETE FROM {EVENT_TABLE} e USING u
+    WHERE e.namespace = u.ns AND e.topic = u.t AND e.msg_id = u.i AND e.event_id = {_sent_id("u.pt")}"""
+_KEYS_JSON = "SELECT * FROM json_to_recordset(%s::json) AS u(ns text, t text, i text, pt int8)"
+
+# Messages whose msgIds the log does not hold, with their 'sent' rows: plain INSERTs, so one
+# msgId the log holds fails the whole statement on the unique key, and MessageLog sends the
+# rows again through RECORD, which decides row by row. ON CONFLICT costs every row a
+# speculative insertion, a seventh of the statement (docs/benchmarks.md), for the rare resend.
+INSERT_NEW = f"""
+WITH u AS MATERIALIZED (
+    SELECT ns, t, i, p, pt, {from_millis("pt")} AS produced, tt, et, mr, r, s FROM {_ROWS}
+), messages AS (
+    INSERT INTO {MESSAGE_TABLE} ({_COLUMNS})
+    SELECT ns, t, i, p, produced, {from_millis("tt")}, {from_millis("et")}, mr, r, s, produced FROM u
+)
+{_INSERT_SENT}
+SELECT ns, t, i, {_sent_id("pt")}, produced, 0, s, 0, 'sent', %s, %s FROM u
+"""
+# A send replaces a logged message only when that one is over (ended, or past its TTL); a live
+# one is a duplicate that Redis will answer with the stored message. The first ended status is
+# a parameter: this conflict path scans no index on status.
+RECORD = f"""
+WITH written AS (
+    {_UPSERT} WHERE {MESSAGE_TABLE}.status >= %s OR {MESSAGE_TABLE}.expire_time <= EXCLUDED.produce_time
+    RETURNING namespace, topic, msg_id, produce_time, status
+), sent AS (
+    {_INSERT_SENT}
+    SELECT namespace, topic, msg_id, {_sent_id(to_millis("produce_time"))},
+           produce_time, 0, status, 0, 'sent', %s, %s
+    FROM written
+    ON CONFLICT (namespace, topic, msg_id, event_id) DO NOTHING
+)
+SELECT topic, msg_id FROM written
+"""
+# Makes the log hold exactly the rows given (what Redis answered a send with).
+OVERWRITE = _UPSERT + "RETURNING topic, msg_id"
+# Removes rows, and their 'sent' history, of sends Redis did not take: only the life this
+# process wrote (same produceTime), never a later one.
+FORGET = f"""
+WITH u AS ({_KEYS_JSON}), unsent AS ({_DELETE_SENT})
+DELETE FROM {MESSAGE_TABLE} m USING u
+WHERE m.namespace = u.ns AND m.topic = u.t AND m.msg_id = u.i AND m.produce_time = {from_millis("u.pt")}
+"""
+# Where Redis decided otherwise than the log expected: 'sent' rows of sends Redis answered with
+# an older live message go; sends Redis took get theirs, with the status Redis gave them.
+CORRECT_SENT = f"""
+WITH u AS ({_KEYS_JSON}), unsent AS ({_DELETE_SENT})
+{_INSERT_SENT}
+SELECT ns, t, i, {_sent_id("pt")}, {from_millis("pt")}, 0, s, 0, 'sent', %s, %s
+FROM json_to_recordset(%s::json) AS n(ns text, t text, i text, pt int8, s int2)
+ON CONFLICT (namespace, topic, msg_id, event_id) DO UPDATE SET to_status = EXCLUDED.to_status
+"""
+
+# --- The history writer (writer.LogWriter).
+
+# Stream entries as history rows, one JSON document per drain; a row already written (the
+# entry read again after a crash between commit and XDEL) is skipped on its unique key.
+INSERT_EVENTS = f"""
+INSERT INTO {EVENT_TABLE} (namespace, topic, msg_id, event_id, at, from_status, to_status, retry, reason, process, host)
+SELECT %s, t, i, e, {from_millis("at")}, f, s, r, w, p, h
+FROM json_to_recordset(%s::json) AS u(t text, i text, e text, at int8, f int2, s int2, r int4, w text, p text, h text)
+ON CONFLICT (namespace, topic, msg_id, event_id) DO NOTHING
+"""
+# Only the life of the message the row describes (same produceTime) moves its status, never
+# backwards in time (two writers may briefly overlap while a topic changes hands), and a row
+# already in that state is not rewritten.
+UPDATE_MESSAGES = f"""
+UPDATE {MESSAGE_TABLE} m SET status = u.s, retry = u.r, updated_at = {from_millis("u.at")}
+FROM json_to_recordset(%s::json) AS u(t text, i text, s int2, r int4, at int8, pt int8)
+WHERE m.namespace = %s AND m.topic = u.t AND m.msg_id = u.i
+  AND m.produce_time = {from_millis("u.pt")} AND m.updated_at <= {from_millis("u.at")}
+  AND (m.status <> u.s OR m.retry <> u.r)
+"""
+# Whether a namespace has a live message in the log: one probe of message_live.
+HOLDS_LIVE = f"SELECT EXISTS (SELECT 1 FROM {MESSAGE_TABLE} WHERE namespace = %s AND {LIVE})"
+
+# --- Retention (retention.prune_log): small batches, each its own short transaction.
+
+# A batch of ended messages last changed before the cutoff, oldest first, from message_ended;
+# rows another transaction holds are left for the next run.
+DELETE_ENDED_MESSAGES = f"""
+WITH doomed AS (
+    SELECT id FROM {MESSAGE_TABLE}
+    WHERE {ENDED} AND updated_at < %s
+    ORDER BY updated_at LIMIT %s
+    FOR UPDATE SKIP LOCKED
+)
+DELETE FROM {MESSAGE_TABLE} m USING doomed WHERE m.id = doomed.id
+RETURNING m.namespace, m.topic, m.msg_id
+"""
+# History of a deleted message (its earlier lives too): the row is gone, and a later life of
+# the same msgId would have kept the row alive.
+DELETE_HISTORY = f"""
+DELETE FROM {EVENT_TABLE} e USING unnest(%s::text[], %s::text[], %s::text[]) AS d(ns, t, i)
+WHERE e.namespace = d.ns AND e.topic = d.t AND e.msg_id = d.i AND e.at < %s
+"""
+
+# --- Restore (recovery, spark/restore.py, spark/reconcile.py --fix).
+
+# A log row as restore_rows takes it: times in epoch ms.
+RESTORE_COLUMNS = ("id", "namespace", "topic", "msg_id", "payload", "produce_time", "trigger_time", "expire_time",
+                   "max_retry", "retry", "status")
+_RESTORE_SELECT = ", ".join(f"{to_millis(c)} AS {c}" if c.endswith("_time") else c for c in RESTORE_COLUMNS)
+
+
+def restore_scope(namespace: str, topic: str | None, msg_id: str | None,
+                  include_expired: bool) -> tuple[sql.Composed, sql.Composed, dict]:
+    """The log rows a restore considers, as conditions (the scope: namespace, optional topic
+    and msgId; and among them the candidates it may bring back) and their parameters. Live
+    candidates are message_live's predicate; with expired ones too no partial index applies,
+    so the statuses are a parameter."""
+    conditions, params = [sql.SQL("namespace = %(namespace)s")], {"namespace": namespace}
+    if topic is not None:
+        conditions.append(sql.SQL("topic = %(topic)s"))
+        params["topic"] = topic
+    if msg_id is not None:
+        conditions.append(sql.SQL("msg_id = %(msg_id)s"))
+        params["msg_id"] = msg_id
+    if include_expired:
+        candidates = sql.SQL("status = ANY(%(restorable)s)")
+        params["restorable"] = [int(s) for s in (*LIVE_STATUSES, Status.EXPIRED)]
+    else:
+        candidates = sql.SQL(LIVE)
+    return sql.SQL(" AND ").join(conditions), candidates, params
+
+
+def restore_counts(scope: sql.Composed, candidates: sql.Composed, per_topic: bool = False) -> sql.Composed:
+    """One scan that counts the candidates and the rest (skipped as ended or expired), in all
+    or (per_topic) per topic, the topic first."""
+    counts = sql.SQL("count(*) FILTER (WHERE {c}), count(*) FILTER (WHERE NOT ({c}))").format(c=candidates)
+    if per_topic:
+        return sql.SQL("SELECT topic, {} FROM {} WHERE {} GROUP BY topic").format(
+            counts, sql.Identifier(MESSAGE_TABLE), scope)
+    return sql.SQL("SELECT {} FROM {} WHERE {}").format(counts, sql.Identifier(MESSAGE_TABLE), scope)
+
+
+def restore_page(scope: sql.Composed, candidates: sql.Composed) -> sql.Composed:
+    """A page of candidates after id %(after)s, %(limit)s rows in id order: keyset paging on
+    message_live (namespace, id) reads each row once however far the restore has got."""
+    return sql.SQL("SELECT {} FROM {} WHERE {} AND {} AND id > %(after)s ORDER BY id LIMIT %(limit)s").format(
+        sql.SQL(_RESTORE_SELECT), sql.Identifier(MESSAGE_TABLE), scope, candidates)
+
+
+# --- The Spark jobs' reads (spark/pgread.py): times leave PostgreSQL as epoch ms (bigint).
+
+def spark_column(name: str, pg_type: str) -> str:
+    """The SQL that sends a column of this type to Spark: times as epoch ms, smallints
+    (statuses) widened like the int4 columns."""
+    if pg_type == "timestamptz":
+        return to_millis(name)
+    return f"{name}::int4" if pg_type == "int2" else name
+
+
+def _copy(table: str, expressions: list[str], where: sql.Composable, rest: str) -> sql.Composed:
+    """A binary COPY of a SELECT: psycopg loads the rows in C, with the types Spark expects."""
+    return sql.SQL("COPY (SELECT {} FROM {} WHERE ({}){}) TO STDOUT (FORMAT BINARY)").format(
+        sql.SQL(", ").join(sql.SQL(e) for e in expressions), sql.Identifier(table), where, sql.SQL(rest))
+
+
+def id_bounds(table: str, where: sql.Composable) -> sql.Composed:
+    """The id range of the rows a partitioned read covers, cut into ranges on the driver."""
+    return sql.SQL("SELECT min(id), max(id) FROM {} WHERE ({})").format(sql.Identifier(table), where)
+
+
+def copy_id_range(table: str, expressions: list[str], where: sql.Composable) -> sql.Composed:
+    """One Spark task's rows: those matching `where` with %(low)s <= id < %(high)s, on the
+    primary key, so the ranges split the work without overlap."""
+    return _copy(table, expressions, where, " AND id >= %(low)s AND id < %(high)s")
+
+
+def copy_in_id_order(table: str, expressions: list[str], where: sql.Composable) -> sql.Composed:
+    """The rows matching `where`, in id order: a restore keeps each topic's order of sending."""
+    return _copy(table, expressions, where, " ORDER BY id")
+
+
+# Conditions of the jobs' reads, with named parameters.
+ALL = sql.SQL("TRUE")
+IN_NAMESPACE = sql.SQL("namespace = %(namespace)s")
+EVENTS_SINCE = sql.SQL("at >= %(since)s")
+# Messages with an event since %(since)s: the stats only join messages to those events.
+MESSAGES_WITH_EVENTS_SINCE = sql.SQL(
+    "EXISTS (SELECT FROM {e} e WHERE e.namespace = {m}.namespace AND e.topic = {m}.topic"
+    " AND e.msg_id = {m}.msg_id AND e.at >= %(since)s)").format(
+    e=sql.Identifier(EVENT_TABLE), m=sql.Identifier(MESSAGE_TABLE))
+IN_TOPIC = sql.SQL("topic = %(topic)s")
+# Live rows by id, for reconcile --fix: a row that ended meanwhile is left out.
+LIVE_BY_ID = sql.SQL(f"id = ANY(%(ids)s::int8[]) AND {LIVE}")
+# The archive's messages: ended before %(before)s, on message_ended.
+ARCHIVABLE_MESSAGES = sql.SQL(f"namespace = %(namespace)s AND {ENDED} AND updated_at < %(before)s")
+# Their history can only be older than the cutoff (updated_at is set from the events).
+ARCHIVABLE_EVENTS = sql.SQL("namespace = %(namespace)s AND at < %(before)s")
+
+
+def both(first: sql.Composable, second: sql.Composable) -> sql.Composed:
+    return sql.SQL("({}) AND ({})").format(first, second)
+
+
+# --- The Spark jobs' writes and small queries.
+
+# Whether a table exists (None if not), checked before a job starts.
+TABLE_EXISTS = "SELECT to_regclass(%s)"
+# The archive's cutoff by PostgreSQL's clock, the one updated_at was written with.
+CUTOFF = "SELECT now() - make_interval(days => %s)"
+# Archived message rows go only if still the ended life that was archived (a reused msgId
+# updates the row); by id, so the ended status is a parameter.
+ARCHIVE_DELETE_MESSAGES = f"""
+DELETE FROM {MESSAGE_TABLE} m USING unnest(%(ids)s::int8[], %(ended)s::int8[]) AS a(id, ended)
+WHERE m.id = a.id AND m.status >= %(first_ended)s AND {to_millis("m.updated_at")} = a.ended
+"""
+ARCHIVE_DELETE_EVENTS = f"DELETE FROM {EVENT_TABLE} WHERE id = ANY(%(ids)s::int8[])"
+
+
+def stats_upsert(columns: tuple[str, ...]) -> str:
+    """Writes a topic-hour row (namespace, topic, hour in epoch ms, then the figures), replacing
+    the figures of one already there."""
+    return f"""
+INSERT INTO {STATS_TABLE} ({", ".join(columns)}, computed_at)
+VALUES (%s, %s, {from_millis("%s")}, {", ".join(["%s"] * (len(columns) - 3))}, now())
+ON CONFLICT (namespace, topic, hour) DO UPDATE SET
+{", ".join(f"{c} = EXCLUDED.{c}" for c in columns[3:])}, computed_at = EXCLUDED.computed_at
+"""
+
+
+# --- The admin's counts (selectors.py).
+
+# The row count PostgreSQL keeps in pg_class (updated by ANALYZE / autovacuum).
+TABLE_ESTIMATE = "SELECT reltuples::bigint FROM pg_class WHERE oid = %s::regclass"
+# The planner's row estimate of a query, without running it.
+EXPLAIN_JSON = "EXPLAIN (FORMAT JSON) "
