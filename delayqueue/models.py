@@ -9,6 +9,8 @@ later `MessageEvent` rows from the per-topic Redis streams the Lua scripts write
 from django.contrib.postgres.indexes import BrinIndex
 from django.db import models
 
+from delayqueue import messages
+from delayqueue.epoch import to_millis
 from delayqueue.constants import LIVE_STATUSES, Reason, Status
 
 
@@ -48,6 +50,12 @@ class Message(models.Model):
 
     def __str__(self):
         return f"{self.topic}/{self.msg_id}"
+
+    def as_queue_message(self) -> messages.Message:
+        return messages.Message(
+            topic=self.topic, msg_id=self.msg_id, payload=self.payload, produce_time=to_millis(self.produce_time),
+            trigger_time=to_millis(self.trigger_time), expire_time=to_millis(self.expire_time),
+            max_retry=self.max_retry, retry=self.retry, status=self.status)
 
 
 class MessageEvent(models.Model):

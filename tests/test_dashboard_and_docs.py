@@ -30,7 +30,7 @@ def cells(row: str, name: str) -> list[str]:
 
 def test_dashboard_shows_sizes_buckets_and_flags_stuck_topics(admin_client, monkeypatch, settings):
     settings.DELAYQUEUE = {**settings.DELAYQUEUE, "MONITOR_INTERVAL_SECONDS": 1}
-    monkeypatch.setattr(selectors, "OVERDUE_MILLIS", 0)  # anything due and still waiting is overdue
+    monkeypatch.setattr(figures, "OVERDUE_MILLIS", 0)  # anything due and still waiting is overdue
     send("calm", "c1", 3_600_000 * 2)
     send("stuck-ready", "s1", 0)  # ready, and nobody pulls it for a whole interval
     send("overdue", "o1", 200)  # no scanner runs, so once due it stays waiting

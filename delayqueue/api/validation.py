@@ -79,7 +79,7 @@ class DeleteMsgSerializer(MessageRefSerializer):
 
 
 class RestoreSerializer(serializers.Serializer):
-    """Restore from the message log (seed 003's /restore?expire=true|false), optionally one topic."""
+    """Restore from the message log (restore?expire=true|false), optionally one topic."""
 
     topic = TopicField(required=False)
     expire = serializers.BooleanField(required=False, default=False)

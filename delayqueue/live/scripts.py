@@ -212,18 +212,21 @@ def get(k: TopicKeys, *, msg_id: str, retention_millis: int, stats_interval_mill
                             stats_interval_millis=stats_interval_millis, actor=actor))
 
 
-def promote_due(k: TopicKeys, *, limit: int, retention_millis: int, stats_interval_millis: int, ready_channel: str,
-                topic: str, actor: str) -> ScriptCall:
-    return PROMOTE_DUE.call(k, dict(limit=limit, retention_millis=retention_millis,
-                                    stats_interval_millis=stats_interval_millis, ready_channel=ready_channel,
-                                    topic=topic, actor=actor))
+def _due_work(script: Script):
+    """promote_due and requeue_timed_out take the same ARGV: one builder shape for both."""
+
+    def build(k: TopicKeys, *, limit: int, retention_millis: int, stats_interval_millis: int, ready_channel: str,
+              topic: str, actor: str) -> ScriptCall:
+        return script.call(k, dict(limit=limit, retention_millis=retention_millis,
+                                   stats_interval_millis=stats_interval_millis, ready_channel=ready_channel,
+                                   topic=topic, actor=actor))
+
+    build.__name__ = build.__qualname__ = script.name
+    return build
 
 
-def requeue_timed_out(k: TopicKeys, *, limit: int, retention_millis: int, stats_interval_millis: int,
-                      ready_channel: str, topic: str, actor: str) -> ScriptCall:
-    return REQUEUE_TIMED_OUT.call(k, dict(limit=limit, retention_millis=retention_millis,
-                                          stats_interval_millis=stats_interval_millis, ready_channel=ready_channel,
-                                          topic=topic, actor=actor))
+promote_due = _due_work(PROMOTE_DUE)
+requeue_timed_out = _due_work(REQUEUE_TIMED_OUT)
 
 
 def expire(k: TopicKeys, *, limit: int, retention_millis: int, stats_interval_millis: int,

@@ -17,7 +17,7 @@ from delayqueue import services
 from delayqueue.conf import load_config
 from delayqueue.messagelog.selectors import estimated_count, message_history
 from delayqueue.constants import Status
-from delayqueue.epoch import from_millis, to_millis
+from delayqueue.epoch import from_millis
 from delayqueue.models import Message, TopicHourStats
 from delayqueue.api.validation import MsgIdField, TopicSerializer, first_error
 from delayqueue.sync import run_with_runtime
@@ -64,22 +64,6 @@ class TopicFilter(admin.SimpleListFilter):
 
 def millis_text(moment: datetime) -> str:
     return django_timezone.localtime(moment).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
-
-
-def log_row(message: Message) -> dict:
-    """A message row in the shape recovery.restore_rows takes."""
-    return {
-        "namespace": message.namespace,
-        "topic": message.topic,
-        "msg_id": message.msg_id,
-        "payload": message.payload,
-        "produce_time": to_millis(message.produce_time),
-        "trigger_time": to_millis(message.trigger_time),
-        "expire_time": to_millis(message.expire_time),
-        "max_retry": message.max_retry,
-        "retry": message.retry,
-        "status": message.status,
-    }
 
 
 @admin.register(Message)
@@ -140,13 +124,22 @@ class MessageAdmin(admin.ModelAdmin):
             return queryset.none(), False
         return queryset.filter(msg_id=term), False
 
-    def _selected(self, request, queryset) -> list[Message] | None:
+    def _selected(self, request, queryset) -> tuple[list[Message], int] | None:
+        """The selected messages of this service's namespace, and how many of another were left
+        out; None (and an error shown) when more than an action takes are selected."""
         selected = list(queryset[:ACTION_LIMIT + 1])
         if len(selected) > ACTION_LIMIT:
             self.message_user(request, f"Select at most {ACTION_LIMIT:,} messages at a time (for a whole topic "
                                        "use manage.py restore --topic).", messages.ERROR)
             return None
-        return selected
+        namespace = load_config().namespace
+        ours = [m for m in selected if m.namespace == namespace]
+        return ours, len(selected) - len(ours)
+
+    def _done(self, request, text: str, other: int) -> None:
+        if other:
+            text += f" {other} belong to another namespace and were left alone."
+        self.message_user(request, text, messages.SUCCESS)
 
     def get_actions(self, request):
         actions = super().get_actions(request)
@@ -195,30 +188,24 @@ class MessageAdmin(admin.ModelAdmin):
 
     @admin.action(description="Restore selected messages into Redis", permissions=["change"])
     def restore_selected(self, request, queryset):
-        namespace = load_config().namespace
         selected = self._selected(request, queryset)
         if selected is None:
             return
-        rows = [log_row(m) for m in selected if m.namespace == namespace]
+        rows, other = [m.as_queue_message().to_row() for m in selected[0]], selected[1]
         try:
             counts = run_with_runtime(recovery.restore_rows, rows=rows)
         except RedisError as exc:
             self.message_user(request, f"Nothing restored: Redis unavailable ({exc})", messages.ERROR)
             return
-        text = (f"Restored {counts.restored}; {counts.already_live} already live in Redis; "
-                f"{counts.skipped} skipped (ended or expired).")
-        if len(rows) < len(selected):
-            text += f" {len(selected) - len(rows)} belong to another namespace and were left alone."
-        self.message_user(request, text, messages.SUCCESS)
+        self._done(request, f"Restored {counts.restored}; {counts.already_live} already live in Redis; "
+                            f"{counts.skipped} skipped (ended or expired).", other)
 
     @admin.action(description="Delete selected messages from the queue", permissions=["change"])
     def delete_selected_messages(self, request, queryset):
-        namespace = load_config().namespace
         selected = self._selected(request, queryset)
         if selected is None:
             return
-        targets = [(m.topic, m.msg_id) for m in selected if m.namespace == namespace]
-        other = len(selected) - len(targets)
+        targets, other = [(m.topic, m.msg_id) for m in selected[0]], selected[1]
 
         async def delete_all(rt):
             return [await services.delete_message(rt, topic=topic, msg_id=msg_id) for topic, msg_id in targets]
@@ -228,10 +215,8 @@ class MessageAdmin(admin.ModelAdmin):
         except RedisError as exc:
             self.message_user(request, f"Redis unavailable ({exc}): some may be left undeleted, run the action again", messages.ERROR)
             return
-        text = f"Deleted {deleted}; {len(targets) - deleted} were not live (already ended or not in Redis)."
-        if other:
-            text += f" {other} belong to another namespace and were left alone."
-        self.message_user(request, text, messages.SUCCESS)
+        self._done(request, f"Deleted {deleted}; {len(targets) - deleted} were not live (already ended or not in "
+                            "Redis).", other)
 
 
 @admin.register(TopicHourStats)

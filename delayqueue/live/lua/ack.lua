@@ -12,22 +12,14 @@
 -- ARGV[4] actor: 'process@host' for the history, '' with the message log off
 -- Returns the message's status after the call, or 0 if it is unknown.
 -- @include clock
--- @include stats
+-- @include take_consuming
 -- @include end_message
-local t = {inflight = KEYS[1], msgs = KEYS[2], expiry = KEYS[3], ended = KEYS[4], events = KEYS[7],
-           actor = ARGV[4], retention = tonumber(ARGV[2])}
-local stats, meta = KEYS[5], KEYS[6]
+local t = {inflight = KEYS[1], msgs = KEYS[2], expiry = KEYS[3], ended = KEYS[4], stats = KEYS[5], meta = KEYS[6],
+           events = KEYS[7], actor = ARGV[4], retention = tonumber(ARGV[2])}
 local id = ARGV[1]
 local now = clock()
-redis.call('HSET', meta, 'last_active', now)
-stat_add(stats, tonumber(ARGV[3]), now, 'ackMsg', 1)
-local raw = redis.call('HGET', t.msgs, id)
-if not raw then
-  return 0
+local m, status = take_consuming(t, tonumber(ARGV[3]), now, id)
+if not m then
+  return status
 end
-local m = cjson.decode(raw)
-if m.status ~= STATUS.CONSUMING then
-  return m.status
-end
-redis.call('ZREM', t.inflight, id)
 return end_message(t, id, m, now, REASON.ACKED, STATUS.ACKED)

@@ -16,13 +16,10 @@
 -- ARGV[5] actor: 'process@host' for the history, '' with the message log off
 -- Returns 1 when a live message was deleted, else 0.
 -- @include clock
--- @include stats
 -- @include status
 -- @include end_message
--- @include remove_from_queues
 local t = {waiting = KEYS[1], ready = KEYS[2], inflight = KEYS[3], msgs = KEYS[4], expiry = KEYS[5],
-           ended = KEYS[6], events = KEYS[8], actor = ARGV[5], retention = tonumber(ARGV[3])}
-local stats = KEYS[7]
+           ended = KEYS[6], stats = KEYS[7], events = KEYS[8], actor = ARGV[5], retention = tonumber(ARGV[3])}
 local id = ARGV[1]
 local interval = tonumber(ARGV[4])
 local now = clock()
@@ -33,13 +30,12 @@ end
 local m = cjson.decode(raw)
 local deleted = 0
 if is_live(m) then
-  remove_from_queues(t, id, m.status)
   if m.expireTime <= now then
-    end_message(t, id, m, now, REASON.EXPIRED)
-    stat_add(stats, interval, now, 'triggerMsgEndLife', 1)
+    end_expired(t, id, m, now, interval)
   else
+    remove_from_queues(t, id, m.status)
     end_message(t, id, m, now, REASON.DELETED, STATUS.DELETED)
-    stat_add(stats, interval, now, 'deleteMsg', 1)
+    stat_add(t.stats, interval, now, 'deleteMsg', 1)
     deleted = 1
   end
 end

@@ -19,23 +19,19 @@
 -- @include end_message
 -- @include remove_from_queues
 -- @include scan_reply
+-- @include take_due
 local t = {waiting = KEYS[1], ready = KEYS[2], inflight = KEYS[3], msgs = KEYS[4], expiry = KEYS[5],
            ended = KEYS[6], events = KEYS[8], actor = ARGV[4], retention = tonumber(ARGV[2])}
 local limit = tonumber(ARGV[1])
 local now = clock()
 local ids = redis.call('ZRANGEBYSCORE', t.expiry, '-inf', now, 'LIMIT', 0, limit)
 local expired = 0
-for _, id in ipairs(ids) do
-  redis.call('ZREM', t.expiry, id)
-  local raw = redis.call('HGET', t.msgs, id)
-  if raw then
-    local m = cjson.decode(raw)
-    if is_live(m) then
-      remove_from_queues(t, id, m.status)
-      end_message(t, id, m, now, REASON.EXPIRED)
-      expired = expired + 1
-    end
+take_due(t.expiry, t.msgs, ids, function(id, m)
+  if is_live(m) then
+    remove_from_queues(t, id, m.status)
+    end_message(t, id, m, now, REASON.EXPIRED)
+    expired = expired + 1
   end
-end
+end)
 stat_add(KEYS[7], tonumber(ARGV[3]), now, 'triggerMsgEndLife', expired)
 return scan_reply(expired, #ids, limit, t.expiry)

@@ -14,26 +14,20 @@
 -- ARGV[4] actor: 'process@host' for the history, '' with the message log off
 -- Returns the message json, or nil.
 -- @include clock
--- @include stats
 -- @include status
 -- @include end_message
--- @include remove_from_queues
 local t = {waiting = KEYS[1], ready = KEYS[2], inflight = KEYS[3], msgs = KEYS[4], expiry = KEYS[5],
-           ended = KEYS[6], events = KEYS[8], actor = ARGV[4], retention = tonumber(ARGV[2])}
-local stats = KEYS[7]
-local id = ARGV[1]
+           ended = KEYS[6], stats = KEYS[7], events = KEYS[8], actor = ARGV[4], retention = tonumber(ARGV[2])}
 local interval = tonumber(ARGV[3])
 local now = clock()
-local raw = redis.call('HGET', t.msgs, id)
+local raw = redis.call('HGET', t.msgs, ARGV[1])
 if not raw then
   return nil
 end
 local m = cjson.decode(raw)
 if is_live(m) and m.expireTime <= now then
-  remove_from_queues(t, id, m.status)
-  end_message(t, id, m, now, REASON.EXPIRED)
-  stat_add(stats, interval, now, 'triggerMsgEndLife', 1)
+  end_expired(t, ARGV[1], m, now, interval)
   raw = cjson.encode(m)
 end
-stat_add(stats, interval, now, 'getMsg', 1)
+stat_add(t.stats, interval, now, 'getMsg', 1)
 return raw

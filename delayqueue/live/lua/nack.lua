@@ -16,32 +16,23 @@
 -- ARGV[6] actor: 'process@host' for the history, '' with the message log off
 -- Returns the message's status after the call, or 0 if it is unknown.
 -- @include clock
--- @include stats
+-- @include take_consuming
 -- @include end_message
--- @include push_ready
-local t = {inflight = KEYS[1], msgs = KEYS[3], expiry = KEYS[4], ended = KEYS[5], events = KEYS[8],
-           actor = ARGV[6], retention = tonumber(ARGV[2])}
-local ready, stats, meta = KEYS[2], KEYS[6], KEYS[7]
+-- @include set_ready
+local t = {inflight = KEYS[1], ready = KEYS[2], msgs = KEYS[3], expiry = KEYS[4], ended = KEYS[5], stats = KEYS[6],
+           meta = KEYS[7], events = KEYS[8], actor = ARGV[6], retention = tonumber(ARGV[2])}
 local id = ARGV[1]
 local interval = tonumber(ARGV[3])
 local now = clock()
-redis.call('HSET', meta, 'last_active', now)
-stat_add(stats, interval, now, 'ackMsg', 1)
-local raw = redis.call('HGET', t.msgs, id)
-if not raw then
-  return 0
+local m, status = take_consuming(t, interval, now, id)
+if not m then
+  return status
 end
-local m = cjson.decode(raw)
-if m.status ~= STATUS.CONSUMING then
-  return m.status
-end
-redis.call('ZREM', t.inflight, id)
 if m.expireTime <= now or m.retry > m.maxRetry then
-  stat_add(stats, interval, now, 'triggerMsgEndLife', 1)
+  stat_add(t.stats, interval, now, 'triggerMsgEndLife', 1)
   return end_message(t, id, m, now, end_reason(m, now), STATUS.EXHAUSTED)
 end
-m.status = STATUS.READY
-redis.call('HSET', t.msgs, id, cjson.encode(m))
-log_event(t.events, t.actor, id, m, STATUS.CONSUMING, REASON.NACKED)
-push_ready(ready, ARGV[4], ARGV[5], id)
+if set_ready(t, id, m, STATUS.CONSUMING, REASON.NACKED) == 1 then
+  redis.call('PUBLISH', ARGV[4], ARGV[5])
+end
 return STATUS.READY

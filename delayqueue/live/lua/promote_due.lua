@@ -19,40 +19,28 @@
 -- @include lateness
 -- @include end_message
 -- @include scan_reply
-local t = {waiting = KEYS[1], msgs = KEYS[3], expiry = KEYS[4], ended = KEYS[5], events = KEYS[7],
+-- @include set_ready
+-- @include due_to_ready
+local t = {waiting = KEYS[1], ready = KEYS[2], msgs = KEYS[3], expiry = KEYS[4], ended = KEYS[5], events = KEYS[7],
            actor = ARGV[6], retention = tonumber(ARGV[2])}
-local ready, stats = KEYS[2], KEYS[6]
-local limit = tonumber(ARGV[1])
-local interval = tonumber(ARGV[3])
+local stats, limit, interval = KEYS[6], tonumber(ARGV[1]), tonumber(ARGV[3])
 local now = clock()
-local ids = redis.call('ZRANGEBYSCORE', t.waiting, '-inf', now, 'LIMIT', 0, limit)
-local moved, ended_count = 0, 0
+local ended_count = 0
 local lateness = {}
-local was_empty = redis.call('LLEN', ready) == 0
-for _, id in ipairs(ids) do
-  redis.call('ZREM', t.waiting, id)
-  local raw = redis.call('HGET', t.msgs, id)
-  if raw then
-    local m = cjson.decode(raw)
-    if m.status == STATUS.WAITING then
-      if m.expireTime <= now then
-        end_message(t, id, m, now, REASON.EXPIRED)
-        ended_count = ended_count + 1
-      else
-        m.status = STATUS.READY
-        redis.call('HSET', t.msgs, id, cjson.encode(m))
-        redis.call('LPUSH', ready, id)
-        log_event(t.events, t.actor, id, m, STATUS.WAITING, REASON.DUE)
-        moved = moved + 1
-        stat_gap(stats, interval, now, 'readyGap', now - m.triggerTime)
-        lateness_add(lateness, now - m.triggerTime)
-      end
-    end
+local ids, moved = due_to_ready(t, t.waiting, now, limit, ARGV[4], ARGV[5], function(id, m)
+  if m.status ~= STATUS.WAITING then
+    return false
   end
-end
-if moved > 0 and was_empty then
-  redis.call('PUBLISH', ARGV[4], ARGV[5])
-end
+  if m.expireTime <= now then
+    end_message(t, id, m, now, REASON.EXPIRED)
+    ended_count = ended_count + 1
+    return false
+  end
+  set_ready(t, id, m, STATUS.WAITING, REASON.DUE)
+  stat_gap(stats, interval, now, 'readyGap', now - m.triggerTime)
+  lateness_add(lateness, now - m.triggerTime)
+  return true
+end)
 stat_add(stats, interval, now, 'triggerMsgReady', moved)
 lateness_flush(stats, now, lateness)
 stat_add(stats, interval, now, 'triggerMsgEndLife', ended_count)

@@ -18,37 +18,25 @@
 -- @include stats
 -- @include end_message
 -- @include scan_reply
-local t = {inflight = KEYS[1], msgs = KEYS[3], expiry = KEYS[4], ended = KEYS[5], events = KEYS[7],
+-- @include set_ready
+-- @include due_to_ready
+local t = {inflight = KEYS[1], ready = KEYS[2], msgs = KEYS[3], expiry = KEYS[4], ended = KEYS[5], events = KEYS[7],
            actor = ARGV[6], retention = tonumber(ARGV[2])}
-local ready, stats = KEYS[2], KEYS[6]
-local limit = tonumber(ARGV[1])
-local interval = tonumber(ARGV[3])
+local stats, limit, interval = KEYS[6], tonumber(ARGV[1]), tonumber(ARGV[3])
 local now = clock()
-local ids = redis.call('ZRANGEBYSCORE', t.inflight, '-inf', now, 'LIMIT', 0, limit)
-local requeued, ended_count = 0, 0
-local was_empty = redis.call('LLEN', ready) == 0
-for _, id in ipairs(ids) do
-  redis.call('ZREM', t.inflight, id)
-  local raw = redis.call('HGET', t.msgs, id)
-  if raw then
-    local m = cjson.decode(raw)
-    if m.status == STATUS.CONSUMING then
-      if m.expireTime <= now or m.retry > m.maxRetry then
-        end_message(t, id, m, now, end_reason(m, now), STATUS.EXHAUSTED)
-        ended_count = ended_count + 1
-      else
-        m.status = STATUS.READY
-        redis.call('HSET', t.msgs, id, cjson.encode(m))
-        redis.call('LPUSH', ready, id)
-        log_event(t.events, t.actor, id, m, STATUS.CONSUMING, REASON.ACK_TIMEOUT)
-        requeued = requeued + 1
-      end
-    end
+local ended_count = 0
+local ids, requeued = due_to_ready(t, t.inflight, now, limit, ARGV[4], ARGV[5], function(id, m)
+  if m.status ~= STATUS.CONSUMING then
+    return false
   end
-end
-if requeued > 0 and was_empty then
-  redis.call('PUBLISH', ARGV[4], ARGV[5])
-end
+  if m.expireTime <= now or m.retry > m.maxRetry then
+    end_message(t, id, m, now, end_reason(m, now), STATUS.EXHAUSTED)
+    ended_count = ended_count + 1
+    return false
+  end
+  set_ready(t, id, m, STATUS.CONSUMING, REASON.ACK_TIMEOUT)
+  return true
+end)
 stat_add(stats, interval, now, 'triggerMsgTimeout', requeued)
 stat_add(stats, interval, now, 'triggerMsgEndLife', ended_count)
 return scan_reply(requeued, #ids, limit, t.inflight)

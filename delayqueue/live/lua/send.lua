@@ -26,7 +26,6 @@
 -- @include stats
 -- @include status
 -- @include next_due
--- @include push_ready
 -- @include remove_from_queues
 local t = {waiting = KEYS[1], ready = KEYS[2], inflight = KEYS[3]}
 local msgs, expiry, ended, meta, stats = KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
@@ -74,7 +73,9 @@ local wake = next_due(expiry, now_us)
 wake = (wake < 0) or ((m.expireTime - now) * 1000 < wake)
 redis.call('ZADD', expiry, m.expireTime, id)
 if m.status == STATUS.READY then
-  push_ready(t.ready, ARGV[7], topic, id)
+  if redis.call('LPUSH', t.ready, id) == 1 then
+    redis.call('PUBLISH', ARGV[7], topic)  -- the list was empty: wake long pollers
+  end
 else
   local due = next_due(t.waiting, now_us)
   wake = wake or due < 0 or (trigger - now) * 1000 < due

@@ -17,3 +17,14 @@ end
 local function end_reason(m, now)
   return (m.expireTime <= now) and REASON.EXPIRED or REASON.RETRIES_EXHAUSTED
 end
+
+-- A reader (getMsg, deleteMsg) found a live message past its TTL: it ends now, out of its queue.
+-- end_expired(t, id, message, now ms, interval ms)
+--   t: as end_message, plus waiting, ready, inflight, stats (keys)
+-- @include stats
+-- @include remove_from_queues
+local function end_expired(t, id, m, now, interval)
+  remove_from_queues(t, id, m.status)
+  end_message(t, id, m, now, REASON.EXPIRED)
+  stat_add(t.stats, interval, now, 'triggerMsgEndLife', 1)
+end

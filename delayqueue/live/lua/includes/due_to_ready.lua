@@ -1,0 +1,20 @@
+-- The body of promote_due and requeue_timed_out: takes up to `limit` due members of a sorted
+-- set, hands each message still there to decide(id, message), which answers true when it made
+-- the message ready, and wakes long pollers once if the ready list was empty and got messages.
+-- due_to_ready(t, sorted set key, now ms, limit, ready channel, topic, decide) -> ids taken, made ready
+--   t: ready, msgs (keys)
+-- @include take_due
+local function due_to_ready(t, zset, now, limit, channel, topic, decide)
+  local ids = redis.call('ZRANGEBYSCORE', zset, '-inf', now, 'LIMIT', 0, limit)
+  local was_empty = redis.call('LLEN', t.ready) == 0
+  local made_ready = 0
+  take_due(zset, t.msgs, ids, function(id, m)
+    if decide(id, m) then
+      made_ready = made_ready + 1
+    end
+  end)
+  if made_ready > 0 and was_empty then
+    redis.call('PUBLISH', channel, topic)
+  end
+  return ids, made_ready
+end
