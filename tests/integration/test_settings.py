@@ -7,7 +7,11 @@ import sys
 
 import pytest
 
-from .conftest import ROOT
+from tests.helpers import ROOT
+
+
+# Every test here starts manage.py or ./dev as a process; none needs a server.
+pytestmark = pytest.mark.process
 
 
 def manage_check(**env):

@@ -4,12 +4,12 @@ Figures come from Redis, so they add up whichever process did the work."""
 import asyncio
 import time
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from delayqueue.api import health
 from delayqueue.selectors import live_state
-from tests.conftest import wait_until
-from tests.test_api import call
+from tests.helpers import call, wait_until
 
 INTERVAL = 4  # long enough for the traffic below to fit in one monitor interval on a slow machine
 
@@ -40,6 +40,7 @@ def sample(samples, name, **labels):
     return samples.get((name, frozenset(labels.items())))
 
 
+@pytest.mark.process
 async def test_monitor_data_counts_known_traffic_of_web_and_scanner_processes(api, single_rt, settings,
                                                                             scanner_process):
     settings.DELAYQUEUE = {**settings.DELAYQUEUE, "MONITOR_INTERVAL_SECONDS": INTERVAL}
@@ -135,6 +136,7 @@ async def _overview(rt, topic):
     return (await topic_overview(rt, [topic]))[0]
 
 
+@pytest.mark.process
 async def test_metrics_sizes_buckets_backlog_and_scanner_lag(api, single_rt, scanner_process):
     await call(api, "sendMsg", topic="sizes", msg="a", delayMillis="0")
     await call(api, "sendMsg", topic="sizes", msg="b", delayMillis="0")

@@ -8,7 +8,7 @@ from delayqueue.live import store
 from delayqueue.messages import decode_message
 from delayqueue.services import NewMessage, _now_millis, _prepare, _send_call
 
-from .conftest import make_runtime
+from tests.helpers import make_runtime
 
 
 def send_call(runtime, topic):
@@ -46,12 +46,6 @@ async def test_a_lost_connection_fails_every_waiting_caller():
     results = await asyncio.gather(*[runtime.call(*call) for _ in range(3)], return_exceptions=True)
     assert all(isinstance(r, Exception) for r in results)
     await runtime.close()
-
-
-async def test_script_sources_inline_their_includes():
-    for script in store.SCRIPTS.values():
-        assert not store._INCLUDE.search(script.source), script.name
-    assert "local function end_message" in store.SCRIPTS["pull"].source
 
 
 class WriteRecorder:
