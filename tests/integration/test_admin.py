@@ -241,7 +241,7 @@ def test_garbage_parameters_never_give_a_500(admin_client, params):
 
 
 def test_actions_refuse_more_rows_than_the_limit(admin_client, monkeypatch):
-    from delayqueue import admin as message_admin
+    from delayqueue.ops import admin as message_admin
 
     monkeypatch.setattr(message_admin, "ACTION_LIMIT", 2)
     for msg_id in ("l1", "l2", "l3"):
