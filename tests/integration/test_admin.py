@@ -15,7 +15,6 @@ from delayqueue import services
 from delayqueue.messagelog.selectors import EXACT_COUNT_LIMIT, estimated_count
 from delayqueue.constants import Status
 from delayqueue.models import Message
-from delayqueue.messagelog.writer import LogWriter
 from delayqueue.sync import run_with_runtime
 from tests.helpers import REDIS_URL, drain_history, send
 

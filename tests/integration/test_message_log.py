@@ -3,7 +3,6 @@ import asyncio
 import os
 import signal
 
-import psycopg
 import pytest
 from redis.exceptions import RedisError
 
