@@ -9,7 +9,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from delayqueue.api import health
 from delayqueue.selectors import live_state
-from tests.helpers import call, wait_until
+from tests.helpers import ROOT, call, wait_until
 
 INTERVAL = 4  # long enough for the traffic below to fit in one monitor interval on a slow machine
 
@@ -244,7 +244,6 @@ async def test_health_state_is_shared_by_the_hosts_workers(api, single_rt, monke
 async def test_grafana_dashboard_queries_only_exported_metrics(api, single_rt, start_scanner):
     import json
     import re
-    from pathlib import Path
 
     await start_scanner(single_rt)
     await call(api, "sendMsg", topic="g", msg="x", delayMillis="10")
@@ -252,7 +251,7 @@ async def test_grafana_dashboard_queries_only_exported_metrics(api, single_rt, s
     await wait_until(lambda: _lag_reported(api), what="the scanner's lag report")
     exported = {name.removesuffix("_bucket").removesuffix("_total").removesuffix("_sum").removesuffix("_count")
                 for name, _ in await scrape(api)}
-    dashboard = json.loads((Path(__file__).parent.parent / "docs" / "grafana-dashboard.json").read_text())
+    dashboard = json.loads((ROOT / "docs" / "grafana-dashboard.json").read_text())
     queried = {re.sub(r"_(bucket|total|sum|count)$", "", name)
                for panel in dashboard["panels"] for target in panel["targets"]
                for name in re.findall(r"delayqueue_\w+", target["expr"])}
