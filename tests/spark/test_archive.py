@@ -6,9 +6,12 @@ import pytest
 from delayqueue.models import Message, MessageEvent
 from spark import archive
 
-from ..conftest import log_database_url
-from .conftest import job_args, ms
-from .logdata import LogBuilder
+from tests.helpers import log_database_url
+from .helpers import LogBuilder, job_args, ms
+
+
+# The jobs read and write the log over their own connections: real commits, emptied after each test.
+pytestmark = pytest.mark.usefixtures("clean_state")
 
 DAY = 86_400_000
 
@@ -70,7 +73,6 @@ def test_archive_moves_ended_messages_and_history_to_parquet_by_date_and_topic(s
     assert_archived_once(spark, tmp_path, messages, events)
 
 
-@pytest.mark.parametrize("spark", ["local"], indirect=True)
 @pytest.mark.parametrize("crash_at", ["staged", "moving", "committed"])
 def test_archive_rerun_after_a_crash_neither_loses_nor_duplicates(spark, tmp_path, monkeypatch, crash_at):
     messages, events = build_log()
@@ -88,7 +90,6 @@ def test_archive_rerun_after_a_crash_neither_loses_nor_duplicates(spark, tmp_pat
     assert len(list((tmp_path / "_batches").glob("*.json"))) == 1
 
 
-@pytest.mark.parametrize("spark", ["local"], indirect=True)
 def test_archive_keeps_a_row_that_changed_after_it_was_archived(spark, tmp_path, monkeypatch):
     """A msgId sent again after its batch was committed (the row is live again) keeps its row;
     the archive holds the ended life that was archived."""

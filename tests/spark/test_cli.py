@@ -5,9 +5,11 @@ import pytest
 
 from delayqueue.models import TopicHourStats
 
-from ..conftest import log_database_url
-from .conftest import SPARK_HOME, ROOT, run_cli
-from .test_stats import build_log
+from tests.helpers import ROOT, log_database_url
+from .helpers import SPARK_HOME, run_cli, stats_log
+
+# Every test here runs a job as its own process.
+pytestmark = pytest.mark.process
 
 NO_PG = "postgres://postgres@127.0.0.1:1/delayqueue"
 NO_REDIS = "redis://127.0.0.1:1/0"
@@ -37,7 +39,7 @@ def test_archive_refuses_a_url_as_its_target(url):
     one_line_error(result, 2, "argument --to: must be a directory path", f"not a URL: '{url}'")
 
 
-def test_unreachable_servers_and_missing_tables_fail_in_one_line_before_any_write(tmp_path):
+def test_unreachable_servers_and_missing_tables_fail_in_one_line_before_any_write(tmp_path, db):
     target = tmp_path / "archive"
     one_line_error(run_cli("spark.archive", "--database-url", NO_PG, "--to", str(target), "--older-than-days", "7"),
                    1, "cannot use PostgreSQL", "127.0.0.1")
@@ -54,11 +56,11 @@ def test_unreachable_servers_and_missing_tables_fail_in_one_line_before_any_writ
                    1, "already exists")
 
 
-@pytest.mark.parametrize("spark", ["cluster"], indirect=True)
-def test_spark_submit_runs_a_job_on_the_standalone_cluster(spark):
-    build_log()
+# The one test on the standalone cluster: the rest run on local[2], where the jobs do the same.
+def test_spark_submit_runs_a_job_on_the_standalone_cluster(spark_cluster, clean_state):
+    stats_log()
     result = run_cli("spark.stats", "--database-url", log_database_url(), env={"PYSPARK_PYTHON": sys.executable},
-                     command=[str(SPARK_HOME / "bin" / "spark-submit"), "--master", spark.sparkContext.master,
+                     command=[str(SPARK_HOME / "bin" / "spark-submit"), "--master", spark_cluster,
                               "--conf", "spark.cores.max=2", "--conf", "spark.executor.memory=512m",
                               "--conf", "spark.ui.enabled=false", str(ROOT / "spark" / "stats.py")])
     assert result.returncode == 0, result.stdout + result.stderr

@@ -11,9 +11,12 @@ from delayqueue.messagelog import sql
 from delayqueue.models import Message
 from spark import common, pgread, reconcile
 
-from ..conftest import REDIS_CLUSTER_URL, REDIS_URL, log_database_url
-from .conftest import job_args
-from .logdata import LogBuilder
+from tests.helpers import REDIS_CLUSTER_URL, REDIS_URL, log_database_url
+from .helpers import LogBuilder, job_args
+
+
+# The jobs read and write the log over their own connections: real commits, emptied after each test.
+pytestmark = pytest.mark.usefixtures("clean_state")
 
 HOUR = 3_600_000
 
@@ -55,8 +58,8 @@ def build(url: str) -> set:
             ("t2", "t2-wait-3", "trigger_time"), ("t2", "t2-wait-3", "retry"), ("t3", "lost", "missing_in_redis")}
 
 
-def test_reconcile_lists_every_planted_disagreement_and_fix_restores_the_missing(spark, settings, tmp_path, capsys):
-    url = REDIS_URL if spark.sparkContext.master.startswith("local") else REDIS_CLUSTER_URL
+@pytest.mark.parametrize("url", [REDIS_URL, REDIS_CLUSTER_URL], ids=["single", "cluster"])
+def test_reconcile_lists_every_planted_disagreement_and_fix_restores_the_missing(spark, settings, tmp_path, capsys, url):
     settings.REDIS_URL = url
     expected = build(url)
     argv = ("spark.reconcile", "--database-url", log_database_url(), "--redis-url", url, "--partitions", "2")
@@ -78,7 +81,6 @@ def test_reconcile_lists_every_planted_disagreement_and_fix_restores_the_missing
     client.close()
 
 
-@pytest.mark.parametrize("spark", ["local"], indirect=True)
 def test_reconcile_fix_skips_expired_messages_and_lists_the_first_20_then_how_many_more(spark, settings, capsys):
     settings.REDIS_URL = REDIS_URL
     now = int(time.time() * 1000)
@@ -103,7 +105,6 @@ def test_reconcile_fix_skips_expired_messages_and_lists_the_first_20_then_how_ma
     client.close()
 
 
-@pytest.mark.parametrize("spark", ["local"], indirect=True)
 def test_reconcile_fix_leaves_out_a_missing_message_that_ended_meanwhile(spark, settings):
     """--fix re-reads the rows it restores: one acked between the comparison and the fix stays out."""
     settings.REDIS_URL = REDIS_URL
@@ -127,7 +128,6 @@ def test_reconcile_fix_leaves_out_a_missing_message_that_ended_meanwhile(spark, 
     client.close()
 
 
-@pytest.mark.parametrize("spark", ["local"], indirect=True)
 def test_reconcile_fix_restores_each_topic_in_id_order_across_chunks(spark, settings):
     """Two topics whose ids interleave, in one task, read back 4 ids per query: each topic's
     ready list still comes back in id order."""

@@ -10,9 +10,12 @@ from delayqueue.live.keys import namespace_keys, topic_keys
 from delayqueue.messagelog.writer import Event
 from spark import common, restore
 
-from ..conftest import REDIS_CLUSTER_URL, REDIS_URL, log_database_url
-from .conftest import job_args
-from .logdata import LogBuilder
+from tests.helpers import REDIS_CLUSTER_URL, REDIS_URL, log_database_url
+from .helpers import LogBuilder, job_args
+
+
+# The jobs read and write the log over their own connections: real commits, emptied after each test.
+pytestmark = pytest.mark.usefixtures("clean_state")
 
 HOUR = 3_600_000
 HELD = json.dumps({"topic": "a", "msgId": "a-held", "msg": "already here", "status": 2})
@@ -38,11 +41,6 @@ def build_log() -> None:
                     status=1 if waiting else 2)
     log.message("a", "a-elsewhere", now - 60_000, status=2, namespace="other")
     log.save()
-
-
-def redis_for(spark) -> str:
-    """Local Spark restores into the single Redis, the Spark cluster into the Redis Cluster."""
-    return REDIS_URL if spark.sparkContext.master.startswith("local") else REDIS_CLUSTER_URL
 
 
 def reset(url: str) -> None:
@@ -89,8 +87,8 @@ def spark_restore(spark, url: str, *options: str, capsys) -> str:
     return capsys.readouterr().out.strip()
 
 
-def test_spark_restore_gives_the_same_redis_as_manage_py_restore(spark, settings, capsys):
-    url = redis_for(spark)
+@pytest.mark.parametrize("url", [REDIS_URL, REDIS_CLUSTER_URL], ids=["single", "cluster"])
+def test_spark_restore_gives_the_same_redis_as_manage_py_restore(spark, settings, capsys, url):
     settings.REDIS_URL = url
     build_log()
     reset(url)
@@ -115,7 +113,6 @@ def test_spark_restore_gives_the_same_redis_as_manage_py_restore(spark, settings
     assert snapshot(url)["b"] == expected["b"]
 
 
-@pytest.mark.parametrize("spark", ["local"], indirect=True)
 @pytest.mark.parametrize("options", [("--topic", "b", "--dry-run"), ("--include-expired",),
                                      ("--topic", "a", "--msg-id", "a-wait")])
 def test_spark_restore_options_count_as_manage_py_restore(spark, capsys, options):
@@ -132,9 +129,3 @@ def test_spark_restore_options_count_as_manage_py_restore(spark, capsys, options
                 state["a"]["msgs"][msg_id].pop("expireTime")
             state["a"]["expiry"] = [i for i, _ in state["a"]["expiry"]]
     assert spark_state == command_state
-
-
-def test_topics_are_dealt_into_partitions_of_about_equal_rows():
-    assert restore.balance({"a": 10, "b": 5, "c": 5, "d": 1}, 2) == [["a", "d"], ["b", "c"]]
-    assert restore.balance({"a": 1}, 8) == [["a"]]
-    assert restore.balance({}, 4) == []

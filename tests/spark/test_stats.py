@@ -12,55 +12,12 @@ from delayqueue.models import TopicHourStats
 from delayqueue.services import SendRequest
 from spark import stats
 
-from ..conftest import drain_log, log_database_url
-from .conftest import dt, job_args, ms
-from .logdata import LogBuilder
-
-H0 = ms("2026-11-20T10:00:00")
-HOUR = 3_600_000
+from tests.helpers import drain_log, log_database_url
+from .helpers import H0, HOUR, dt, job_args, stats_log
 
 
-def build_log() -> LogBuilder:
-    """orders, hour H0: 100 messages sent with a 60 s delay, message i ready i ms late;
-    1-80 acked 70 s + 10·i ms after being sent; 81-85 nacked, redelivered, timed out, exhausted;
-    86-90 timed out then out of TTL (ended 6); 91-95 expired undelivered; 96-100 deleted.
-    o1 also has an earlier lifecycle in hour H0-1 (counted, but not in its latencies).
-    mail, hour H0+1: 3 messages sent already due. Namespace `other`: one message, not counted."""
-    log = LogBuilder()
-    for i in range(1, 101):
-        msg_id, produce = f"o{i}", H0 + i * 1000
-        ready = produce + 60_000 + i
-        status = 4 if i <= 80 else 6 if i <= 90 else 5 if i <= 95 else 7
-        log.message("orders", msg_id, produce, delay=60_000, status=status)
-        log.event("orders", msg_id, produce, 0, 1, "sent")
-        log.event("orders", msg_id, ready, 1, 2, "due")
-        if i <= 80:
-            log.event("orders", msg_id, ready + 10, 2, 3, "pulled", 1)
-            log.event("orders", msg_id, produce + 70_000 + 10 * i, 3, 4, "acked", 1)
-        elif i <= 85:
-            log.event("orders", msg_id, ready + 10, 2, 3, "pulled", 1)
-            log.event("orders", msg_id, ready + 20, 3, 2, "nacked", 1)
-            log.event("orders", msg_id, ready + 30, 2, 3, "pulled", 2)
-            log.event("orders", msg_id, ready + 40, 3, 2, "ack_timeout", 2)
-            log.event("orders", msg_id, ready + 50, 2, 6, "retries_exhausted", 2)
-        elif i <= 90:
-            log.event("orders", msg_id, ready + 10, 2, 3, "pulled", 1)
-            log.event("orders", msg_id, ready + 20, 3, 2, "ack_timeout", 1)
-            log.event("orders", msg_id, ready + 30, 2, 6, "expired", 1)
-        elif i <= 95:
-            log.event("orders", msg_id, ready + 10, 2, 5, "expired")
-        else:
-            log.event("orders", msg_id, ready + 10, 2, 7, "deleted")
-    earlier = H0 - HOUR + 5000
-    for offset, (from_status, to_status, reason) in enumerate([(0, 1, "sent"), (1, 2, "due"), (2, 3, "pulled"), (3, 4, "acked")]):
-        log.event("orders", "o1", earlier + 1000 * offset, from_status, to_status, reason)
-    for i in range(1, 4):
-        log.message("mail", f"m{i}", H0 + HOUR + i * 1000, status=2)
-        log.event("mail", f"m{i}", H0 + HOUR + i * 1000, 0, 2, "sent")
-    log.message("orders", "x1", H0 + 500, namespace="other")
-    log.event("orders", "x1", H0 + 500, 0, 1, "sent", namespace="other")
-    return log.save()
-
+# The jobs read and write the log over their own connections: real commits, emptied after each test.
+pytestmark = pytest.mark.usefixtures("clean_state")
 
 ZERO = dict(sent=0, delivered=0, acked=0, nacked=0, timed_out=0, expired=0, exhausted=0, deleted=0)
 NO_LATENCY = {f"{name}_p{p}": None for name in ("fire_lateness", "latency") for p in (50, 90, 99)}
@@ -88,7 +45,7 @@ def assert_stats(actual: dict, expected: dict) -> None:
 
 
 def test_stats_counts_and_percentiles_per_topic_and_hour(spark):
-    build_log()
+    stats_log()
     TopicHourStats.objects.create(namespace="default", topic="orders", hour=dt(H0), computed_at=dt(H0),
                                   **{**ZERO, "sent": 999})  # a stale row the job replaces
     written = stats.run(spark, job_args("spark.stats", "--database-url", log_database_url(), "--partitions", "3"))
@@ -96,9 +53,8 @@ def test_stats_counts_and_percentiles_per_topic_and_hour(spark):
     assert_stats(stored_stats(), EXPECTED)
 
 
-@pytest.mark.parametrize("spark", ["local"], indirect=True)
 def test_stats_since_an_hour_reads_and_writes_only_later_hours_and_leaves_the_others_alone(spark):
-    build_log()
+    stats_log()
     untouched = {**ZERO, **NO_LATENCY, "sent": 999}
     # An hour before --since that the log has, and one the log no longer has.
     kept = [TopicHourStats.objects.create(namespace="default", topic=topic, hour=dt(hour), computed_at=dt(H0), **untouched)
@@ -114,9 +70,8 @@ def test_stats_since_an_hour_reads_and_writes_only_later_hours_and_leaves_the_ot
     assert [TopicHourStats.objects.get(pk=row.pk).computed_at for row in kept] == [dt(H0), dt(H0)]
 
 
-@pytest.mark.parametrize("spark", ["local"], indirect=True)
 def test_stats_of_every_namespace(spark):
-    build_log()
+    stats_log()
     stats.run(spark, job_args("spark.stats", "--database-url", log_database_url(), "--all-namespaces"))
     other = TopicHourStats.objects.get(namespace="other")
     assert (other.topic, other.hour, other.sent, other.delivered) == ("orders", dt(H0), 1, 0)
@@ -132,7 +87,6 @@ def test_the_admin_lists_the_stats_the_job_wrote(admin_client):
     assert admin_client.get("/admin/delayqueue/topichourstats/add/").status_code == 403
 
 
-@pytest.mark.parametrize("spark", ["local"], indirect=True)
 async def test_stats_of_history_the_service_itself_logged(spark, single_rt):
     """The history the Lua scripts and the log writer produce, counted as the job promises."""
     rt = single_rt

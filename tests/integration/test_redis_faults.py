@@ -17,13 +17,15 @@ from delayqueue.messagelog import recovery
 from delayqueue import selectors
 from delayqueue import services
 from delayqueue.services import SendRequest
-from delayqueue.stopping import cancel_and_wait
 from tools.stack import Services, free_port
 
-from .conftest import make_runtime, wait_until
-from .test_message_log import logged
+from tests.helpers import logged, make_runtime, wait_until
 
 API = "/camellia/delayQueue/"
+
+
+# Every test here takes Redis away under the code: restarted, hung, unreachable or emptied.
+pytestmark = pytest.mark.fault
 
 
 class RestartableRedis:
@@ -102,6 +104,7 @@ async def test_a_poll_held_across_a_restart_is_woken_by_a_message_due_after_it(r
 
 
 
+@pytest.mark.process
 async def test_a_scanner_process_carries_on_after_a_restart_and_stops_on_sigterm(restartable_redis, scanner_process):
     rt = make_runtime(restartable_redis.url, message_log=False)
     scanner = scanner_process("restart", REDIS_URL=restartable_redis.url, DELAYQUEUE_MESSAGE_LOG=0)
@@ -139,23 +142,7 @@ async def test_stopping_right_after_a_restart_never_hangs(restartable_redis, sta
             task.result()
 
 
-async def test_cancel_and_wait_repeats_a_cancellation_the_task_dropped():
-    dropped = asyncio.Event()
-
-    async def drops_the_first_cancellation():
-        try:
-            await asyncio.sleep(60)
-        except asyncio.CancelledError:
-            dropped.set()  # as Python 3.11's wait_for does when what it waits for completes
-        await asyncio.sleep(60)
-
-    task = asyncio.ensure_future(drops_the_first_cancellation())
-    await asyncio.sleep(0)
-    await asyncio.wait_for(cancel_and_wait(task), 5)
-    assert dropped.is_set() and task.cancelled()
-
-
-async def test_a_hung_redis_fails_calls_after_the_timeout_then_they_work_again(restartable_redis):
+async def test_a_hung_redis_fails_calls_after_the_timeout_then_they_work_again(clean_state, restartable_redis):
     rt = make_runtime(restartable_redis.url, redis_timeout_millis=500)  # the message log on
     try:
         await services.send_message(rt, topic="t", msg="before", delay_millis=0)

@@ -9,7 +9,7 @@ from delayqueue.live import scripts
 from delayqueue.messages import Message
 from delayqueue.services import SendRequest, _now_millis, _prepare, send_call as _send_call
 
-from .conftest import make_runtime
+from tests.helpers import make_runtime
 
 
 def send_call(runtime, topic):

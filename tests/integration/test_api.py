@@ -3,20 +3,9 @@ import asyncio
 
 import pytest
 
-BASE = "/camellia/delayQueue/"
+from tests.helpers import API, call
+
 MSG_FIELDS = ["topic", "msgId", "msg", "produceTime", "triggerTime", "expireTime", "maxRetry", "retry", "status"]
-
-
-async def call(api, endpoint, method="post", json=None, **params):
-    if json is not None:
-        response = await api.post(BASE + endpoint, json=json)
-    elif method == "get":
-        response = await api.get(BASE + endpoint, params=params)
-    else:
-        response = await api.post(BASE + endpoint, data=params)
-    assert response.status_code == 200, response.text  # the business code is in the body
-    assert response.headers["content-type"].startswith("application/json")
-    return response.json()
 
 
 async def test_send_get_pull_ack_round_trip(api):
@@ -40,15 +29,15 @@ async def test_send_get_pull_ack_round_trip(api):
 async def test_json_bodies_and_query_strings_are_accepted(api):
     sent = await call(api, "sendMsg", json={"topic": "j", "msg": "hi 你好", "delayMillis": 60000, "maxRetry": 2})
     assert sent["code"] == 200 and sent["delayMsg"]["msg"] == "hi 你好" and sent["delayMsg"]["maxRetry"] == 2
-    response = await api.post(BASE + "getMsg", params={"topic": "j", "msgId": sent["delayMsg"]["msgId"]})
+    response = await api.post(API + "getMsg", params={"topic": "j", "msgId": sent["delayMsg"]["msgId"]})
     assert response.json()["delayMsg"]["status"] == 1
 
 
 async def test_query_string_and_body_merge_with_the_body_winning(api):
-    response = await api.post(BASE + "sendMsg?topic=q&msg=from-query&delayMillis=0&msgId=m1", data={"msg": "from-body"})
+    response = await api.post(API + "sendMsg?topic=q&msg=from-query&delayMillis=0&msgId=m1", data={"msg": "from-body"})
     sent = response.json()["delayMsg"]
     assert (sent["topic"], sent["msgId"], sent["msg"], sent["status"]) == ("q", "m1", "from-body", 2)
-    response = await api.post(BASE + "sendMsg?msg=from-query", params={"topic": "q", "delayMillis": "0"},
+    response = await api.post(API + "sendMsg?msg=from-query", params={"topic": "q", "delayMillis": "0"},
                               data={"msg": "from-multipart", "msgId": "m2"}, files={"attachment": b"ignored"})
     sent = response.json()["delayMsg"]
     assert (sent["msgId"], sent["msg"]) == ("m2", "from-multipart")
@@ -132,7 +121,7 @@ async def test_send_msg_batch(api):
 @pytest.mark.parametrize("body", [[], {"x": 1}, "text", None])
 async def test_send_msg_batch_bad_bodies(api, body):
     if body is None:
-        response = await api.post(BASE + "sendMsgBatch", content=b"[{", headers={"content-type": "application/json"})
+        response = await api.post(API + "sendMsgBatch", content=b"[{", headers={"content-type": "application/json"})
         result = response.json()
     else:
         result = await call(api, "sendMsgBatch", json=body)
@@ -180,7 +169,7 @@ async def test_oversized_message_is_rejected(api, settings):
 
 
 async def test_malformed_json_body(api):
-    response = await api.post(BASE + "sendMsg", content=b'{"topic": ', headers={"content-type": "application/json"})
+    response = await api.post(API + "sendMsg", content=b'{"topic": ', headers={"content-type": "application/json"})
     assert response.status_code == 200
     assert response.json()["code"] == 400 and "JSON" in response.json()["msg"]
 
@@ -213,7 +202,7 @@ async def test_bad_input_on_every_endpoint(api, endpoint, params, parameter):
 
 
 async def test_unsupported_method(api):
-    response = await api.put(BASE + "sendMsg")
+    response = await api.put(API + "sendMsg")
     assert response.status_code == 200 and response.json()["code"] == 400
 
 

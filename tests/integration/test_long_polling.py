@@ -2,11 +2,13 @@
 import asyncio
 import time
 
+import pytest
+
 from delayqueue import services
 from delayqueue.runtime import close_current, current
 from delayqueue.services import SendRequest
 
-from .conftest import REDIS_URL, make_runtime
+from tests.helpers import REDIS_URL, make_runtime
 
 BASE = "/camellia/delayQueue/"
 
@@ -37,6 +39,7 @@ async def test_timeout_is_clamped_to_the_configured_maximum(api, settings):
     assert messages == [] and 0.3 <= elapsed < 30
 
 
+@pytest.mark.process
 async def test_woken_by_a_due_message_promoted_by_a_scanner_in_another_process(api, scanner_process):
     scanner = scanner_process("s1")
     scanner.wait_started()
@@ -95,7 +98,7 @@ async def test_a_timed_out_waiter_leaves_nothing_behind_and_takes_no_wake(single
     assert [m["msg"] for m in messages] == ["x"] and remaining == 0
 
 
-async def test_a_client_that_hangs_up_stops_its_hold():
+async def test_a_client_that_hangs_up_stops_its_hold(clean_state):
     """Served as uvicorn serves it: the body, then http.disconnect while the poll is held."""
     from project.asgi import application
 

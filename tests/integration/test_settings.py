@@ -10,7 +10,11 @@ import pytest
 
 from delayqueue.api.validation import PullMsgSerializer, SendMsgSerializer, first_error
 from delayqueue.conf import SETTINGS, load_config
-from .conftest import ROOT
+from tests.helpers import ROOT
+
+
+# Every test here starts manage.py or ./dev as a process; none needs a server.
+pytestmark = pytest.mark.process
 
 
 def manage_check(**env):

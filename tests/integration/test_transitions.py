@@ -10,7 +10,7 @@ from delayqueue import services
 from delayqueue.constants import Status
 from delayqueue.services import SendRequest
 
-from .conftest import make_runtime, wait_until
+from tests.helpers import make_runtime, wait_until
 
 
 async def send(rt, topic="t", msg="m", delay=0, **kw):
@@ -287,6 +287,7 @@ async def test_batch_send_one_round_trip_many_topics(rt):
     assert sum(i["readyQueueSize"] for i in infos) == 25 and sum(i["waitingQueueSize"] for i in infos) == 25
 
 
+@pytest.mark.fault
 async def test_script_calls_survive_their_connection_being_killed(single_rt):
     """Redis closing the scripts' connection (restart, failover, CLIENT KILL) costs no call."""
     rt = single_rt
@@ -299,6 +300,7 @@ async def test_script_calls_survive_their_connection_being_killed(single_rt):
         assert all(r["status"] == Status.READY for r in results)
 
 
+@pytest.mark.fault
 async def test_scripts_reload_after_the_script_cache_is_flushed(rt):
     await send(rt)
     await rt.redis.script_flush()

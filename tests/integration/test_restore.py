@@ -9,6 +9,7 @@ from datetime import datetime, timedelta, timezone
 
 import psycopg
 import psycopg.sql
+import pytest
 import redis
 
 from django.core.management import call_command
@@ -20,8 +21,7 @@ from delayqueue.constants import Status
 from delayqueue.messagelog.retention import prune_log
 from delayqueue.services import SendRequest
 
-from .conftest import REDIS_URL, ROOT, TEST_CONFIG, drain_log, log_database_url, make_runtime
-from .test_message_log import history, logged, query
+from tests.helpers import REDIS_URL, ROOT, TEST_CONFIG, drain_log, history, log_database_url, logged, make_runtime, query
 
 API = "/camellia/delayQueue/"
 TOPICS = ["r0", "r1", "r2", "r3"]
@@ -88,6 +88,7 @@ async def fill_every_state(rt, per_topic: int) -> dict[str, set]:
     return groups
 
 
+@pytest.mark.fault
 async def test_flushall_then_restore_brings_back_every_live_message_as_it_was(single_rt):
     rt = single_rt
     groups = await fill_every_state(rt, per_topic=2500)  # 10,000 messages
@@ -148,6 +149,7 @@ async def test_restore_runs_on_a_cluster_too(rt):
         assert await selectors.get_message(rt, topic=m["topic"], msg_id=msg_id) == m
 
 
+@pytest.mark.fault
 async def test_restore_while_sends_continue_loses_nothing(single_rt):
     rt = single_rt
     old = await services.send_messages(rt, requests=[SendRequest(topic="busy", msg=str(i), delay_millis=60_000)
@@ -173,6 +175,7 @@ async def test_restore_while_sends_continue_loses_nothing(single_rt):
         assert (await selectors.get_message(rt, topic="busy", msg_id=m["msgId"]))["msg"] == m["msg"]
 
 
+@pytest.mark.fault
 async def test_restore_scope_options_and_dry_run(single_rt):
     rt = single_rt
     a = await services.send_message(rt, topic="a", msg="a", delay_millis=0)
@@ -188,6 +191,7 @@ async def test_restore_scope_options_and_dry_run(single_rt):
     assert await selectors.get_message(rt, topic="a", msg_id=a["msgId"]) is None
 
 
+@pytest.mark.fault
 async def test_include_expired_brings_back_undelivered_expired_messages_with_a_fresh_ttl(single_rt):
     rt = single_rt
     m = await services.send_message(rt, topic="x", msg="late", delay_millis=0, ttl_millis=30)
@@ -204,6 +208,7 @@ async def test_include_expired_brings_back_undelivered_expired_messages_with_a_f
     assert pulled["msg"] == "late"
 
 
+@pytest.mark.fault
 async def test_restore_endpoints(api, single_rt):
     sent = (await api.post(API + "sendMsg", data={"topic": "h", "msg": "m", "delayMillis": 60_000})).json()["delayMsg"]
     await single_rt.redis.flushall()
@@ -228,7 +233,9 @@ def manage(*args, **env_overrides):
                           timeout=60)
 
 
-def test_restore_command_prints_counts_and_refuses_bad_options():
+@pytest.mark.process
+@pytest.mark.fault
+def test_restore_command_prints_counts_and_refuses_bad_options(clean_state):
     async def setup():
         rt = make_runtime(REDIS_URL)
         await services.send_messages(rt, requests=[SendRequest(topic="cli", msg=str(i), delay_millis=0) for i in range(5)])
@@ -259,7 +266,7 @@ def test_restore_command_prints_counts_and_refuses_bad_options():
     assert no_redis.returncode == 1 and "redis unavailable" in no_redis.stderr and "Traceback" not in no_redis.stderr
 
 
-def test_prune_log_deletes_old_ended_messages_and_their_history_only():
+def test_prune_log_deletes_old_ended_messages_and_their_history_only(clean_state):
     async def setup():
         rt = make_runtime(REDIS_URL)
         done = await services.send_messages(rt, requests=[SendRequest(topic="p", msg=str(i), delay_millis=0) for i in range(6)])
@@ -284,7 +291,7 @@ def test_prune_log_deletes_old_ended_messages_and_their_history_only():
     call_command("prune_log", "--older-than-days", "1")  # nothing left to prune, still fine
 
 
-def test_which_logged_rows_are_restored():
+def test_which_logged_rows_are_restored(clean_state):
     row = {"status": Status.CONSUMING, "expire_time": 10_000, "trigger_time": 1_000}
     assert recovery.restorable(row, now=5_000, include_expired=False) == row
     assert recovery.restorable(row, now=20_000, include_expired=False) is None  # its TTL ran out
@@ -302,7 +309,8 @@ FROM generate_series(1, %s) AS g
 """
 
 
-def test_a_restore_interrupted_by_ctrl_c_leaves_nothing_half_done_and_a_rerun_finishes_it():
+@pytest.mark.process
+def test_a_restore_interrupted_by_ctrl_c_leaves_nothing_half_done_and_a_rerun_finishes_it(clean_state):
     total = 150_000
     asyncio.run(query(FILL_LOG, total))
     client = redis.Redis.from_url(REDIS_URL)
@@ -330,7 +338,9 @@ def test_a_restore_interrupted_by_ctrl_c_leaves_nothing_half_done_and_a_rerun_fi
     client.close()
 
 
-def test_a_restore_the_log_stops_answering_ends_in_a_plain_error():
+@pytest.mark.process
+@pytest.mark.fault
+def test_a_restore_the_log_stops_answering_ends_in_a_plain_error(clean_state):
     """A statement of the restore's that PostgreSQL times out (here: held by a lock) ends the
     command with exit code 1 and one line, not a traceback."""
     async def setup():

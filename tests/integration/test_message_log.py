@@ -3,7 +3,6 @@ import asyncio
 import os
 import signal
 
-import psycopg
 import pytest
 
 from delayqueue.messagelog import sql
@@ -16,37 +15,7 @@ from delayqueue.messagelog.group_commit import MessageLog
 from delayqueue.constants import Status
 from delayqueue.services import SendRequest
 
-from .conftest import REDIS_URL, drain_log, make_runtime, log_database_url, wait_until
-
-API = "/camellia/delayQueue/"
-
-
-async def query(sql: str, *params):
-    async with await psycopg.AsyncConnection.connect(log_database_url(), autocommit=True) as conn:
-        cursor = await conn.execute(sql, params)
-        return await cursor.fetchall() if cursor.description else []
-
-
-async def logged(topic: str, msg_id: str) -> dict | None:
-    rows = await query(
-        f"SELECT payload, {sql.to_millis('produce_time')}, {sql.to_millis('trigger_time')},"
-        f" {sql.to_millis('expire_time')}, max_retry, retry, status"
-        " FROM delayqueue_message WHERE topic = %s AND msg_id = %s", topic, msg_id)
-    if not rows:
-        return None
-    names = ("msg", "produceTime", "triggerTime", "expireTime", "maxRetry", "retry", "status")
-    return dict(zip(names, rows[0]))
-
-
-async def history(topic: str, msg_id: str) -> list[tuple]:
-    return await query(
-        "SELECT reason, from_status, to_status, retry FROM delayqueue_messageevent"
-        " WHERE topic = %s AND msg_id = %s ORDER BY at, id", topic, msg_id)
-
-
-def as_logged(message: dict) -> dict:
-    return {k: message[k] for k in ("msg", "produceTime", "triggerTime", "expireTime", "maxRetry", "retry", "status")}
-
+from tests.helpers import API, REDIS_URL, as_logged, drain_log, history, logged, make_runtime, query, wait_until
 
 async def test_a_send_is_committed_in_the_log_before_it_is_answered(api):
     reply = (await api.post(API + "sendMsg", data={"topic": "t", "msg": "hello", "delayMillis": 5000,
@@ -204,6 +173,7 @@ async def test_a_batch_with_a_logged_msgid_logs_the_new_ones_once_and_leaves_tha
     assert (await query("SELECT count(*) FROM delayqueue_messageevent"))[0][0] == 14
 
 
+@pytest.mark.fault
 async def test_postgres_down_means_500_and_nothing_in_redis(api, single_rt, postgres):
     postgres.stop()
     reply = (await api.post(API + "sendMsg", data={"topic": "t", "msg": "lost?", "delayMillis": 0})).json()
@@ -217,7 +187,7 @@ async def test_postgres_down_means_500_and_nothing_in_redis(api, single_rt, post
     assert (await logged("t", reply["delayMsg"]["msgId"]))["msg"] == "back"
 
 
-async def test_sends_redis_refuses_are_taken_out_of_the_log():
+async def test_sends_redis_refuses_are_taken_out_of_the_log(clean_state):
     rt = make_runtime("redis://127.0.0.1:1/0")  # nothing listens there
     with pytest.raises(Exception):
         await services.send_message(rt, topic="t", msg="x", delay_millis=0, msg_id="refused")
@@ -230,6 +200,7 @@ async def test_sends_redis_refuses_are_taken_out_of_the_log():
         assert await history("t", msg_id) == []
 
 
+@pytest.mark.fault
 async def test_history_waits_in_redis_while_postgres_is_down(single_rt, start_scanner, postgres):
     rt = single_rt
     sent = await services.send_messages(rt, requests=[SendRequest(topic="t", msg=str(i), delay_millis=0) for i in range(50)])
@@ -254,6 +225,7 @@ async def _event_count(expected=150):
     return (await query("SELECT count(*) FROM delayqueue_messageevent"))[0][0] == expected
 
 
+@pytest.mark.process
 def test_a_log_writer_killed_mid_batch_loses_and_repeats_nothing(scanner_process):
     asyncio.run(_fill_history(3000))
     first = scanner_process("writer-a", DELAYQUEUE_LOG_WRITER_BATCH="100")
@@ -285,7 +257,7 @@ async def _some_events():
     return (await query("SELECT count(*) FROM delayqueue_messageevent"))[0][0] > 0
 
 
-async def test_with_the_log_off_nothing_reaches_postgres_or_the_streams():
+async def test_with_the_log_off_nothing_reaches_postgres_or_the_streams(clean_state):
     rt = make_runtime(REDIS_URL, message_log=False)
     m = await services.send_message(rt, topic="t", msg="x", delay_millis=0)
     [pulled], _ = await services.pull_messages(rt, topic="t")
@@ -312,7 +284,8 @@ async def test_a_restarted_scanner_writer_picks_up_what_it_left(single_rt):
     assert (await logged("t", m["msgId"]))["status"] == Status.CONSUMING
 
 
-async def test_a_restore_logs_one_stream_entry_per_script_call_and_one_row_per_message(monkeypatch):
+@pytest.mark.fault
+async def test_a_restore_logs_one_stream_entry_per_script_call_and_one_row_per_message(clean_state, monkeypatch):
     """restore.lua records its messages as one entry per call; the writer splits entries into
     rows and, with entries bigger than its batch, still writes each event exactly once."""
     monkeypatch.setattr(recovery, "SCRIPT_MESSAGES", 30)
@@ -332,6 +305,7 @@ async def test_a_restore_logs_one_stream_entry_per_script_call_and_one_row_per_m
         await rt.close()
 
 
+@pytest.mark.fault
 async def test_a_hung_message_log_answers_sends_with_500_and_enqueues_nothing(single_rt):
     """A PostgreSQL that stops answering (here the connection's backend, paused) cannot end the
     wait with its own statement timeout: the send path gives up after DELAYQUEUE_LOG_TIMEOUT_MILLIS

@@ -4,14 +4,14 @@ Figures come from Redis, so they add up whichever process did the work."""
 import asyncio
 import time
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from delayqueue.api import health
 from delayqueue.live import scripts
 from delayqueue.ops import figures
 from delayqueue.ops.figures import live_state
-from tests.conftest import wait_until
-from tests.test_api import call
+from tests.helpers import ROOT, call, wait_until
 
 INTERVAL = 4  # long enough for the traffic below to fit in one monitor interval on a slow machine
 
@@ -42,6 +42,7 @@ def sample(samples, name, **labels):
     return samples.get((name, frozenset(labels.items())))
 
 
+@pytest.mark.process
 async def test_monitor_data_counts_known_traffic_of_web_and_scanner_processes(api, single_rt, settings,
                                                                             scanner_process):
     settings.DELAYQUEUE = {**settings.DELAYQUEUE, "MONITOR_INTERVAL_SECONDS": INTERVAL}
@@ -137,6 +138,7 @@ async def _overview(rt, topic):
     return (await topic_overview(rt, topics=[topic]))[0]
 
 
+@pytest.mark.process
 async def test_metrics_sizes_buckets_backlog_and_scanner_lag(api, single_rt, scanner_process):
     await call(api, "sendMsg", topic="sizes", msg="a", delayMillis="0")
     await call(api, "sendMsg", topic="sizes", msg="b", delayMillis="0")
@@ -244,7 +246,6 @@ async def test_health_state_is_shared_by_the_hosts_workers(api, single_rt, monke
 async def test_grafana_dashboard_queries_only_exported_metrics(api, single_rt, start_scanner):
     import json
     import re
-    from pathlib import Path
 
     await start_scanner(single_rt)
     await call(api, "sendMsg", topic="g", msg="x", delayMillis="10")
@@ -252,7 +253,7 @@ async def test_grafana_dashboard_queries_only_exported_metrics(api, single_rt, s
     await wait_until(lambda: _lag_reported(api), what="the scanner's lag report")
     exported = {name.removesuffix("_bucket").removesuffix("_total").removesuffix("_sum").removesuffix("_count")
                 for name, _ in await scrape(api)}
-    dashboard = json.loads((Path(__file__).parent.parent / "docs" / "grafana-dashboard.json").read_text())
+    dashboard = json.loads((ROOT / "docs" / "grafana-dashboard.json").read_text())
     queried = {re.sub(r"_(bucket|total|sum|count)$", "", name)
                for panel in dashboard["panels"] for target in panel["targets"]
                for name in re.findall(r"delayqueue_\w+", target["expr"])}

@@ -15,16 +15,16 @@ from django.contrib.auth.models import User
 from delayqueue import services
 from delayqueue.models import Message
 from delayqueue.sync import run_with_runtime
-from tests import conftest
-from tests.conftest import REDIS_URL, ROOT, TEST_CONFIG
-from tests.test_admin import drain_history, send
+from tests.helpers import REDIS_URL, ROOT, TEST_CONFIG, drain_history, log_database_url, send
 from tools.stack import free_port
 
 ARTIFACTS = ROOT / ".local" / "artifacts" / "browser"
 BROWSER, DRIVER = shutil.which("chromium"), shutil.which("chromedriver")
 
 pytestmark = [
-    pytest.mark.django_db(transaction=True),
+    pytest.mark.usefixtures("clean_state"),
+    pytest.mark.browser,
+    pytest.mark.process,
     pytest.mark.skipif(not (BROWSER and DRIVER), reason="BROWSER TEST SKIPPED: chromium and chromedriver are not "
                        "installed and ./dev test could not install them (needs root and apt-get)"),
 ]
@@ -34,7 +34,7 @@ pytestmark = [
 def uvicorn_server():
     """uvicorn on a free port, on the test database and Redis, as ./dev run serves the app."""
     port = free_port()
-    env = dict(os.environ, DATABASE_URL=conftest.log_database_url(), REDIS_URL=REDIS_URL,
+    env = dict(os.environ, DATABASE_URL=log_database_url(), REDIS_URL=REDIS_URL,
                **{f"DELAYQUEUE_{k}": str(v) for k, v in TEST_CONFIG.items()})
     log = open(ARTIFACTS / "uvicorn.log", "wb")
     proc = subprocess.Popen(

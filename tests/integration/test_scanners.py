@@ -4,11 +4,13 @@ import signal
 import time
 from collections import Counter
 
+import pytest
+
 from delayqueue import selectors
 from delayqueue import services
 from delayqueue.services import SendRequest
 
-from .conftest import wait_until
+from tests.helpers import wait_until
 
 
 async def drain(rt, topics, expected, timeout=30):
@@ -28,6 +30,7 @@ async def drain(rt, topics, expected, timeout=30):
     return delivered
 
 
+@pytest.mark.process
 async def test_two_scanner_processes_promote_each_message_once(single_rt, scanner_process):
     rt = single_rt
     topics = [f"t{i}" for i in range(8)]
@@ -41,6 +44,7 @@ async def test_two_scanner_processes_promote_each_message_once(single_rt, scanne
     assert all(m["retry"] == 1 for m in delivered)  # first delivery each: nothing promoted twice
 
 
+@pytest.mark.process
 async def test_two_scanners_sharing_one_lock_token_still_promote_once(single_rt, scanner_process):
     """Both believe they hold every lock (as a scanner resuming from a long pause would):
     atomic scripts alone must keep each message promoted once."""
@@ -56,6 +60,7 @@ async def test_two_scanners_sharing_one_lock_token_still_promote_once(single_rt,
     assert (info["waitingQueueSize"], info["readyQueueSize"]) == (0, 0)
 
 
+@pytest.mark.process
 async def test_sigkill_mid_run_another_scanner_takes_over_within_the_lock_ttl(single_rt, scanner_process, settings):
     rt = single_rt
     lock_ttl = settings.DELAYQUEUE["SCANNER_LOCK_TTL_MILLIS"] / 1000
@@ -86,6 +91,7 @@ async def test_sigkill_mid_run_another_scanner_takes_over_within_the_lock_ttl(si
     assert max_ready_gap <= lock_ttl * 1000 + 1000, max_ready_gap
 
 
+@pytest.mark.process
 async def test_sigterm_stops_cleanly_and_releases_locks(single_rt, scanner_process):
     rt = single_rt
     a = scanner_process("a")

@@ -1,0 +1,225 @@
+"""Plain helpers shared by the tests (fixtures live in the conftests). `./dev test` starts a real
+Redis, a real 3-master Redis Cluster and a real PostgreSQL and passes them in REDIS_URL,
+REDIS_CLUSTER_URL and DATABASE_URL; unit tests use none of them."""
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from delayqueue import services
+from delayqueue.conf import load_config
+from delayqueue.messagelog import sql
+from delayqueue.messagelog.writer import LogWriter
+from delayqueue.runtime import Runtime
+from delayqueue.scanner.scanner import Scanner
+from delayqueue.sync import run_with_runtime
+
+ROOT = Path(__file__).resolve().parent.parent
+REDIS_URL = os.environ.get("REDIS_URL")
+REDIS_CLUSTER_URL = os.environ.get("REDIS_CLUSTER_URL")
+API = "/camellia/delayQueue/"
+
+# Short windows so that TTLs, retention and lock take-over happen within a test.
+TEST_CONFIG = {
+    "ENDED_RETENTION_MILLIS": 2_000,
+    "SCANNER_LOCK_TTL_MILLIS": 1_500,
+    "MONITOR_INTERVAL_SECONDS": 2,
+}
+
+
+def require_servers() -> None:
+    """Called by the conftests of the tests that need Redis and PostgreSQL (not tests/unit)."""
+    if not REDIS_URL:
+        raise pytest.UsageError("REDIS_URL is not set: run the suite with ./dev test, which starts Redis and "
+                                "PostgreSQL (tests/unit needs neither: pytest tests/unit)")
+
+
+def make_runtime(url: str, **overrides) -> Runtime:
+    return Runtime(load_config().with_overrides(redis_url=url, **overrides))
+
+
+def log_database_url() -> str:
+    """The database pytest-django created (test_...), for processes the tests start."""
+    from django.db import connections
+
+    s = connections["default"].settings_dict
+    password = f":{s['PASSWORD']}" if s.get("PASSWORD") else ""
+    return f"postgres://{s['USER']}{password}@{s['HOST']}:{s['PORT']}/{s['NAME']}"
+
+
+def scanner_env(**extra) -> dict:
+    env = dict(os.environ)
+    env["DATABASE_URL"] = log_database_url()
+    env.update({f"DELAYQUEUE_{k}": str(v) for k, v in TEST_CONFIG.items()})
+    env.update({k: str(v) for k, v in extra.items()})
+    return env
+
+
+class RunningScanner:
+    def __init__(self, scanner: Scanner, task: asyncio.Task):
+        self.scanner, self.task = scanner, task
+
+    async def stop(self):
+        self.scanner.stop()
+        await asyncio.wait_for(self.task, 10)
+
+
+class ScannerProcess:
+    """`manage.py run_scanners` as a real separate process."""
+
+    def __init__(self, name: str, env: dict | None = None):
+        self.name = name
+        self.log_path = Path(os.environ.get("TMPDIR", "/tmp")) / f"dq-scanner-{name}-{os.getpid()}-{time.time_ns()}.log"
+        self.log = open(self.log_path, "wb")
+        self.proc = subprocess.Popen(
+            [sys.executable, "manage.py", "run_scanners", "--name", name],
+            cwd=ROOT, env=env or scanner_env(), stdout=self.log, stderr=subprocess.STDOUT,
+        )
+
+    def output(self) -> str:
+        if not self.log.closed:
+            self.log.flush()
+        return self.log_path.read_text()
+
+    def wait_started(self, timeout=20):
+        deadline = time.monotonic() + timeout
+        while "started" not in self.output():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError(f"scanner {self.name} did not start:\n{self.output()}")
+            time.sleep(0.05)
+
+    def kill(self, sig=signal.SIGKILL):
+        self.proc.send_signal(sig)
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+        return self.proc.returncode
+
+
+async def wait_until(predicate, timeout=10.0, interval=0.01, what="condition"):
+    """Polls an async predicate until it returns a truthy value."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = await predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        await asyncio.sleep(interval)
+
+
+class PostgresControl:
+    """Stops and restarts the test PostgreSQL that ./dev test started (same data, same port)."""
+
+    def __init__(self, spec: dict):
+        self.spec = spec
+        self.restarted: subprocess.Popen | None = None
+
+    def _pid(self) -> int | None:
+        try:
+            return int((Path(self.spec["data"]) / "postmaster.pid").read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            return None
+
+    def stop(self) -> None:
+        pid = self._pid()
+        assert pid, "PostgreSQL is not running"
+        os.kill(pid, signal.SIGINT)  # fast shutdown: open sessions are cut off, as in a crash of the server
+        deadline = time.monotonic() + 20
+        while self._pid() is not None:
+            assert time.monotonic() < deadline, "PostgreSQL did not stop"
+            time.sleep(0.05)
+
+    def start(self) -> None:
+        user = {"user": self.spec["uid"], "group": self.spec["gid"], "extra_groups": []} if self.spec["uid"] is not None else {}
+        with open(self.spec["log"], "ab") as log:
+            self.restarted = subprocess.Popen(self.spec["argv"], stdout=log, stderr=subprocess.STDOUT,
+                                              start_new_session=True, **user)
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                psycopg.connect(log_database_url(), connect_timeout=1).close()
+                return
+            except Exception:
+                assert self.restarted.poll() is None, "PostgreSQL did not start again"
+                assert time.monotonic() < deadline, "PostgreSQL did not accept connections again"
+                time.sleep(0.1)
+
+
+async def drain_log(runtime: Runtime, topics) -> int:
+    """Runs the log writer over these topics until their streams are empty; returns events written."""
+    writer = LogWriter(runtime, lambda: topics)
+    try:
+        while await writer.drain_once():
+            pass
+    finally:
+        await writer.close()
+    return writer.written
+
+
+# The message log as PostgreSQL holds it.
+async def query(statement: str, *params):
+    async with await psycopg.AsyncConnection.connect(log_database_url(), autocommit=True) as conn:
+        cursor = await conn.execute(statement, params)
+        return await cursor.fetchall() if cursor.description else []
+
+
+async def logged(topic: str, msg_id: str) -> dict | None:
+    rows = await query(
+        f"SELECT payload, {sql.to_millis('produce_time')}, {sql.to_millis('trigger_time')},"
+        f" {sql.to_millis('expire_time')}, max_retry, retry, status"
+        " FROM delayqueue_message WHERE topic = %s AND msg_id = %s", topic, msg_id)
+    if not rows:
+        return None
+    names = ("msg", "produceTime", "triggerTime", "expireTime", "maxRetry", "retry", "status")
+    return dict(zip(names, rows[0]))
+
+
+async def history(topic: str, msg_id: str) -> list[tuple]:
+    return await query(
+        "SELECT reason, from_status, to_status, retry FROM delayqueue_messageevent"
+        " WHERE topic = %s AND msg_id = %s ORDER BY at, id", topic, msg_id)
+
+
+def as_logged(message: dict) -> dict:
+    return {k: message[k] for k in ("msg", "produceTime", "triggerTime", "expireTime", "maxRetry", "retry", "status")}
+
+
+async def call(api, endpoint, method="post", json=None, **params):
+    if json is not None:
+        response = await api.post(API + endpoint, json=json)
+    elif method == "get":
+        response = await api.get(API + endpoint, params=params)
+    else:
+        response = await api.post(API + endpoint, data=params)
+    assert response.status_code == 200, response.text  # the business code is in the body
+    assert response.headers["content-type"].startswith("application/json")
+    return response.json()
+
+
+# The queue as the admin's synchronous code reaches it.
+def send(topic, msg_id, delay_millis=0) -> dict:
+    return run_with_runtime(services.send_message, topic=topic, msg=f"body of {msg_id}", delay_millis=delay_millis,
+                            msg_id=msg_id)
+
+
+def drain_history(topic):
+    """Runs the scanners' log writer once: the topic's events become history rows."""
+
+    async def drain(rt):
+        await LogWriter(rt, lambda: [topic]).drain_once()
+
+    run_with_runtime(drain)

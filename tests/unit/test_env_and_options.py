@@ -1,0 +1,70 @@
+"""Settings and option values: project/env.py reads environment variables the way Django's
+settings and ./dev do; delayqueue/arguments.py types the command lines' options."""
+import argparse
+
+import pytest
+
+from delayqueue.arguments import MAX_AGE_DAYS, age_in_days, non_empty, positive_int, topic_name
+from project.env import env_bool, env_int, env_url
+
+
+@pytest.mark.parametrize("value, expected", [(None, True), ("", True), ("1", True), ("TRUE", True), (" yes ", True),
+                                             ("on", True), ("0", False), ("false", False), ("nope", False)])
+def test_env_bool(monkeypatch, value, expected):
+    if value is None:
+        monkeypatch.delenv("DQ_FLAG", raising=False)
+    else:
+        monkeypatch.setenv("DQ_FLAG", value)
+    assert env_bool("DQ_FLAG", True) is expected
+
+
+def test_env_int_takes_the_default_when_unset_or_blank_and_checks_bounds(monkeypatch):
+    monkeypatch.delenv("DQ_N", raising=False)
+    assert env_int("DQ_N", 7, minimum=1) == 7
+    monkeypatch.setenv("DQ_N", "  ")
+    assert env_int("DQ_N", 7, minimum=1) == 7
+    monkeypatch.setenv("DQ_N", "1")
+    assert env_int("DQ_N", 7, minimum=1, maximum=1) == 1
+    for value, message in [("0", "environment variable DQ_N must be at least 1, got 0"),
+                           ("11", "environment variable DQ_N must be at most 10, got 11"),
+                           ("1h", "environment variable DQ_N must be an integer, got '1h'")]:
+        monkeypatch.setenv("DQ_N", value)
+        with pytest.raises(SystemExit) as stopped:
+            env_int("DQ_N", 7, minimum=1, maximum=10)
+        assert str(stopped.value) == message
+
+
+def test_env_url_names_the_variable_and_never_echoes_the_value(monkeypatch):
+    def parse(url):
+        if not url.startswith("redis://"):
+            raise ValueError("must be a redis:// URL")
+        return url.upper()
+
+    monkeypatch.delenv("DQ_URL", raising=False)
+    assert env_url("DQ_URL", "redis://default", parse) == "REDIS://DEFAULT"
+    monkeypatch.setenv("DQ_URL", "mysql://user:secret@db")
+    with pytest.raises(SystemExit) as stopped:
+        env_url("DQ_URL", "redis://default", parse)
+    assert str(stopped.value) == "environment variable DQ_URL must be a redis:// URL"
+
+
+def test_option_types_take_good_values_and_refuse_bad_ones_in_argparse_terms():
+    assert positive_int("1") == 1 and age_in_days(str(MAX_AGE_DAYS)) == MAX_AGE_DAYS
+    assert topic_name("a.b:c-d_e") == "a.b:c-d_e" and non_empty("x") == "x"
+    for parse, text, message in [(positive_int, "0", "must be at least 1, got 0"),
+                                 (positive_int, "ten", "not an integer: 'ten'"),
+                                 (age_in_days, str(MAX_AGE_DAYS + 1), f"must be at most {MAX_AGE_DAYS} days"),
+                                 (topic_name, "no spaces", "not a topic name"),
+                                 (topic_name, "x" * 129, "not a topic name"),
+                                 (non_empty, "", "must not be empty")]:
+        with pytest.raises(argparse.ArgumentTypeError, match=message):
+            parse(text)
+
+
+def test_a_bad_option_value_exits_2_naming_the_option(capsys):
+    parser = argparse.ArgumentParser(prog="job")
+    parser.add_argument("--older-than-days", type=age_in_days)
+    with pytest.raises(SystemExit) as stopped:
+        parser.parse_args(["--older-than-days", "-3"])
+    assert stopped.value.code == 2
+    assert "argument --older-than-days: must be at least 1, got -3" in capsys.readouterr().err
