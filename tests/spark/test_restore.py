@@ -6,6 +6,7 @@ import time
 import pytest
 from django.core.management import call_command
 
+from delayqueue.live.client import is_cluster_url
 from delayqueue.live.keys import namespace_keys, topic_keys
 from delayqueue.messagelog.writer import Event
 from spark import common, restore
@@ -46,7 +47,7 @@ def build_log() -> None:
 def reset(url: str) -> None:
     """Redis lost everything except one message, which it still holds."""
     client = common.sync_redis(url)
-    if common.store.is_cluster_url(url):
+    if is_cluster_url(url):
         client.flushall(target_nodes=client.PRIMARIES)
     else:
         client.flushall()
