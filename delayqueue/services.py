@@ -102,8 +102,9 @@ async def send_messages(rt: Runtime, *, requests: list[SendRequest]) -> list[dic
     outcomes = [_sent_message(row, reply) for row, reply in zip(rows, replies)]
     if rt.config.message_log:
         await rt.log.settle(rows, written, replies, outcomes)
-    await _register_topics(rt, {row.topic for row, reply in zip(rows, replies)
-                                if not isinstance(reply, Exception) and reply.new_topic})
+    new_topics = {row.topic for row, reply in zip(rows, replies) if not isinstance(reply, Exception) and reply.new_topic}
+    if new_topics:
+        await _register_topics(rt, new_topics)
     return [outcome if isinstance(outcome, Exception) else outcome.to_wire() for outcome in outcomes]
 
 
@@ -119,7 +120,9 @@ async def _run_send_scripts(rt: Runtime, rows: list[Message]) -> list[scripts.Se
                           f"msgId {row.msg_id} to be sure") for row in rows]
     except RedisError as exc:  # Redis unreachable: each message fails, and leaves the log
         return [redis_unavailable(exc)] * len(calls)
-    return [redis_unavailable(reply) if isinstance(reply, RedisError) else reply for reply in replies]
+    if len(replies) > 1:  # a pipeline answers each call's Redis error in its place
+        replies = [redis_unavailable(reply) if isinstance(reply, RedisError) else reply for reply in replies]
+    return replies
 
 
 def _sent_message(row: Message, reply: scripts.SendReply | QueueError) -> Message | QueueError:
@@ -134,9 +137,8 @@ def _sent_message(row: Message, reply: scripts.SendReply | QueueError) -> Messag
 
 async def _register_topics(rt: Runtime, topics: set[str]) -> None:
     """Adds topics the send scripts saw for the first time (or after retirement) to the registry."""
-    if topics:
-        now = int(time.time() * 1000)
-        await rt.redis.zadd(rt.ns.topics, {topic: now for topic in topics}, nx=True)
+    now = int(time.time() * 1000)
+    await rt.redis.zadd(rt.ns.topics, {topic: now for topic in topics}, nx=True)
 
 
 async def pull_messages(rt: Runtime, *, topic: str, batch: int = -1,

@@ -78,15 +78,6 @@ class Script:
         object.__setattr__(self, "source", source)
         object.__setattr__(self, "sha", hashlib.sha1(source.encode()).hexdigest())
 
-    def call(self, topic_keys: TopicKeys, argv: dict, items: Sequence[Sequence] = ()) -> ScriptCall:
-        """A call with KEYS and ARGV in this script's order; a missing or extra name is an error."""
-        if len(argv) != len(self.args):
-            raise TypeError(f"{self.name}.lua takes ARGV {self.args}, got {tuple(argv)}")
-        args = [argv[name] for name in self.args]
-        for item in items:
-            args += item
-        return ScriptCall(self, [getattr(topic_keys, name) for name in self.keys], args)
-
 
 class SendReply(NamedTuple):
     created: bool  # False: a live message already had the msgId, and `stored` is it
@@ -171,95 +162,97 @@ async def load_scripts(client) -> None:
         await client.script_load(script.source)  # redis-py sends it to every primary of a cluster
 
 
-# One keyword-only builder per script; its parameters are the script's ARGV names.
+# One keyword-only builder per script: its parameters are the script's ARGV names, and it
+# writes KEYS and ARGV out in header order (plain lists: a send builds one per message).
+# tests/unit/test_script_headers.py calls each with every value standing for its slot.
 
 def send(k: TopicKeys, *, msg_id: str, payload: str, delay_millis: int, ttl_millis: int, max_retry: int,
          topic: str, ready_channel: str, schedule_channel: str, stats_interval_millis: int,
          produce_time: int) -> ScriptCall:
-    return SEND.call(k, dict(msg_id=msg_id, payload=payload, delay_millis=delay_millis, ttl_millis=ttl_millis,
-                             max_retry=max_retry, topic=topic, ready_channel=ready_channel,
-                             schedule_channel=schedule_channel, stats_interval_millis=stats_interval_millis,
-                             produce_time=produce_time))
+    return ScriptCall(SEND, [k.waiting, k.ready, k.inflight, k.msgs, k.expiry, k.ended, k.meta, k.stats],
+                      [msg_id, payload, delay_millis, ttl_millis, max_retry, topic, ready_channel, schedule_channel,
+                       stats_interval_millis, produce_time])
 
 
 def pull(k: TopicKeys, *, batch: int, ack_timeout_millis: int, retention_millis: int, stats_interval_millis: int,
          schedule_channel: str, topic: str, actor: str) -> ScriptCall:
-    return PULL.call(k, dict(batch=batch, ack_timeout_millis=ack_timeout_millis, retention_millis=retention_millis,
-                             stats_interval_millis=stats_interval_millis, schedule_channel=schedule_channel,
-                             topic=topic, actor=actor))
+    return ScriptCall(PULL, [k.ready, k.inflight, k.msgs, k.expiry, k.ended, k.stats, k.meta, k.events],
+                      [batch, ack_timeout_millis, retention_millis, stats_interval_millis, schedule_channel, topic,
+                       actor])
 
 
 def ack(k: TopicKeys, *, msg_id: str, retention_millis: int, stats_interval_millis: int, actor: str) -> ScriptCall:
-    return ACK.call(k, dict(msg_id=msg_id, retention_millis=retention_millis,
-                            stats_interval_millis=stats_interval_millis, actor=actor))
+    return ScriptCall(ACK, [k.inflight, k.msgs, k.expiry, k.ended, k.stats, k.meta, k.events],
+                      [msg_id, retention_millis, stats_interval_millis, actor])
 
 
 def nack(k: TopicKeys, *, msg_id: str, retention_millis: int, stats_interval_millis: int, ready_channel: str,
          topic: str, actor: str) -> ScriptCall:
-    return NACK.call(k, dict(msg_id=msg_id, retention_millis=retention_millis,
-                             stats_interval_millis=stats_interval_millis, ready_channel=ready_channel, topic=topic,
-                             actor=actor))
+    return ScriptCall(NACK, [k.inflight, k.ready, k.msgs, k.expiry, k.ended, k.stats, k.meta, k.events],
+                      [msg_id, retention_millis, stats_interval_millis, ready_channel, topic, actor])
 
 
 def delete(k: TopicKeys, *, msg_id: str, release: bool, retention_millis: int, stats_interval_millis: int,
            actor: str) -> ScriptCall:
-    return DELETE.call(k, dict(msg_id=msg_id, release=1 if release else 0, retention_millis=retention_millis,
-                               stats_interval_millis=stats_interval_millis, actor=actor))
+    return ScriptCall(DELETE, [k.waiting, k.ready, k.inflight, k.msgs, k.expiry, k.ended, k.stats, k.events],
+                      [msg_id, _flag(release), retention_millis, stats_interval_millis, actor])
 
 
 def get(k: TopicKeys, *, msg_id: str, retention_millis: int, stats_interval_millis: int, actor: str) -> ScriptCall:
-    return GET.call(k, dict(msg_id=msg_id, retention_millis=retention_millis,
-                            stats_interval_millis=stats_interval_millis, actor=actor))
+    return ScriptCall(GET, [k.waiting, k.ready, k.inflight, k.msgs, k.expiry, k.ended, k.stats, k.events],
+                      [msg_id, retention_millis, stats_interval_millis, actor])
 
 
-def _due_work(script: Script):
-    """promote_due and requeue_timed_out take the same ARGV: one builder shape for both."""
-
-    def build(k: TopicKeys, *, limit: int, retention_millis: int, stats_interval_millis: int, ready_channel: str,
-              topic: str, actor: str) -> ScriptCall:
-        return script.call(k, dict(limit=limit, retention_millis=retention_millis,
-                                   stats_interval_millis=stats_interval_millis, ready_channel=ready_channel,
-                                   topic=topic, actor=actor))
-
-    build.__name__ = build.__qualname__ = script.name
-    return build
+def promote_due(k: TopicKeys, *, limit: int, retention_millis: int, stats_interval_millis: int, ready_channel: str,
+                topic: str, actor: str) -> ScriptCall:
+    return ScriptCall(PROMOTE_DUE, [k.waiting, k.ready, k.msgs, k.expiry, k.ended, k.stats, k.events],
+                      [limit, retention_millis, stats_interval_millis, ready_channel, topic, actor])
 
 
-promote_due = _due_work(PROMOTE_DUE)
-requeue_timed_out = _due_work(REQUEUE_TIMED_OUT)
+def requeue_timed_out(k: TopicKeys, *, limit: int, retention_millis: int, stats_interval_millis: int,
+                      ready_channel: str, topic: str, actor: str) -> ScriptCall:
+    return ScriptCall(REQUEUE_TIMED_OUT, [k.inflight, k.ready, k.msgs, k.expiry, k.ended, k.stats, k.events],
+                      [limit, retention_millis, stats_interval_millis, ready_channel, topic, actor])
 
 
 def expire(k: TopicKeys, *, limit: int, retention_millis: int, stats_interval_millis: int,
            actor: str) -> ScriptCall:
-    return EXPIRE.call(k, dict(limit=limit, retention_millis=retention_millis,
-                               stats_interval_millis=stats_interval_millis, actor=actor))
+    return ScriptCall(EXPIRE, [k.waiting, k.ready, k.inflight, k.msgs, k.expiry, k.ended, k.stats, k.events],
+                      [limit, retention_millis, stats_interval_millis, actor])
 
 
 def purge_ended(k: TopicKeys, *, limit: int) -> ScriptCall:
-    return PURGE_ENDED.call(k, dict(limit=limit))
+    return ScriptCall(PURGE_ENDED, [k.msgs, k.ended], [limit])
 
 
 def retire_topic(k: TopicKeys, *, idle_millis: int) -> ScriptCall:
-    return RETIRE_TOPIC.call(k, dict(idle_millis=idle_millis))
+    return ScriptCall(RETIRE_TOPIC, [k.waiting, k.ready, k.inflight, k.msgs, k.meta, k.stats, k.events], [idle_millis])
 
 
 def prune_stats(k: TopicKeys, *, stats_interval_millis: int) -> ScriptCall:
-    return PRUNE_STATS.call(k, dict(stats_interval_millis=stats_interval_millis))
+    return ScriptCall(PRUNE_STATS, [k.stats], [stats_interval_millis])
 
 
 def lock_renew(k: TopicKeys, *, token: str, ttl_millis: int) -> ScriptCall:
-    return LOCK_RENEW.call(k, dict(token=token, ttl_millis=ttl_millis))
+    return ScriptCall(LOCK_RENEW, [k.lock], [token, ttl_millis])
 
 
 def lock_release(k: TopicKeys, *, token: str) -> ScriptCall:
-    return LOCK_RELEASE.call(k, dict(token=token))
+    return ScriptCall(LOCK_RELEASE, [k.lock], [token])
 
 
 def restore(k: TopicKeys, *, ready_channel: str, schedule_channel: str, topic: str, dry_run: bool, actor: str,
             messages: Sequence[Sequence]) -> ScriptCall:
     """`messages`: per message the values named by RESTORE.repeated, in that order."""
-    return RESTORE.call(k, dict(ready_channel=ready_channel, schedule_channel=schedule_channel, topic=topic,
-                                dry_run=1 if dry_run else 0, actor=actor), messages)
+    args = [ready_channel, schedule_channel, topic, _flag(dry_run), actor]
+    for message in messages:
+        args += message
+    return ScriptCall(RESTORE, [k.waiting, k.ready, k.msgs, k.expiry, k.meta, k.events], args)
+
+
+def _flag(value: bool) -> int:
+    """A yes/no ARGV as the scripts read it."""
+    return 1 if value else 0
 
 
 BUILDERS = {script.name: globals()[script.name] for script in SCRIPTS}

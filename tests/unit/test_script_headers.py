@@ -48,16 +48,23 @@ def test_script_reads_only_the_keys_and_args_its_header_names(script):
     assert set(range(1, len(args) + 1)) <= used_args
 
 
-def test_wrappers_put_keys_and_args_in_header_order():
-    k = TopicKeys(**{name: f"key:{name}" for name in TopicKeys.__dataclass_fields__})
-    call = scripts.ack(k, msg_id="m1", retention_millis=5, stats_interval_millis=6, actor="a@h")
-    assert call.keys == [f"key:{name}" for name in scripts.ACK.keys]
-    assert call.args == ["m1", 5, 6, "a@h"]
-    restore = scripts.restore(k, ready_channel="r", schedule_channel="s", topic="t", dry_run=True, actor="",
-                              messages=[("i1", "p", 1, 2, 3, 4, 0), ("i2", "q", 1, 2, 3, 4, 1)])
-    assert restore.args == ["r", "s", "t", 1, "", "i1", "p", 1, 2, 3, 4, 0, "i2", "q", 1, 2, 3, 4, 1]
-    with pytest.raises(TypeError):
-        scripts.ACK.call(k, {"msg_id": "m1"})
+FLAGS = {"release", "dry_run"}  # yes/no ARGV, sent as 1 or 0
+
+
+@pytest.mark.parametrize("script", scripts.SCRIPTS, ids=lambda s: s.name)
+def test_builders_write_keys_and_args_in_header_order(script):
+    """Every value stands for its slot (a key by its TopicKeys field, an ARGV by its name), so the
+    call the builder writes must read back as the header."""
+    k = TopicKeys(**{name: name for name in TopicKeys.__dataclass_fields__})
+    argv = {name: True if name in FLAGS else name for name in script.args}
+    expected = [1 if name in FLAGS else name for name in script.args]
+    if script.repeated:
+        argv["messages"] = [script.repeated, script.repeated]
+        expected += [*script.repeated, *script.repeated]
+    call = scripts.BUILDERS[script.name](k, **argv)
+    assert call.script is script
+    assert call.keys == list(script.keys)
+    assert call.args == expected
 
 
 def test_sources_inline_every_include_once_after_the_generated_prelude():
