@@ -12,10 +12,13 @@ from delayqueue.live.keys import NAME_PATTERN
 # Upper bounds keep every time (ms) well inside what Redis' Lua numbers and JSON hold exactly.
 MAX_DELAY_MILLIS = 10 * 365 * 86_400_000  # ten years
 MAX_RETRY = 100_000
+# Counts and retries below 0 mean "the default"; a floor keeps them plain integers all the way to Lua.
+MIN_COUNT = -100_000
 
 
 class TopicField(serializers.RegexField):
     def __init__(self, **kwargs):
+        kwargs.setdefault("help_text", "the topic: 1-128 characters of A-Z a-z 0-9 . _ : -")
         super().__init__(
             NAME_PATTERN,
             max_length=128,
@@ -27,7 +30,20 @@ class TopicField(serializers.RegexField):
 class MsgIdField(serializers.CharField):
     def __init__(self, **kwargs):
         kwargs.setdefault("max_length", 256)
+        kwargs.setdefault("help_text", "the message's id within its topic (at most 256 characters)")
         super().__init__(**kwargs)
+
+
+def millis(help_text: str, **kwargs) -> serializers.IntegerField:
+    """A time in ms; the bounds keep it inside what Redis' Lua numbers hold exactly."""
+    kwargs.setdefault("min_value", -MAX_DELAY_MILLIS)
+    return serializers.IntegerField(max_value=MAX_DELAY_MILLIS, help_text=help_text, **kwargs)
+
+
+def flag(help_text: str, default: bool) -> serializers.BooleanField:
+    return serializers.BooleanField(
+        required=False, default=default,
+        help_text=f"{help_text}; true/false (also 1/0, yes/no, on/off), default {str(default).lower()}")
 
 
 class TopicSerializer(serializers.Serializer):
@@ -39,11 +55,19 @@ class MessageRefSerializer(TopicSerializer):
 
 
 class SendMsgSerializer(TopicSerializer):
-    msgId = MsgIdField(required=False, allow_blank=True)  # empty means "generate one"
-    msg = serializers.CharField(trim_whitespace=False)
-    delayMillis = serializers.IntegerField(min_value=-MAX_DELAY_MILLIS, max_value=MAX_DELAY_MILLIS)
-    ttlMillis = serializers.IntegerField(required=False, default=-1, max_value=MAX_DELAY_MILLIS)
-    maxRetry = serializers.IntegerField(required=False, default=-1, max_value=MAX_RETRY)
+    msgId = MsgIdField(required=False, allow_blank=True,
+                       help_text="the message's id within its topic (at most 256 characters); absent or empty: "
+                                 "the server generates one. Sending again under a live id returns the stored "
+                                 "message instead of a new one")
+    msg = serializers.CharField(
+        trim_whitespace=False,
+        help_text="the payload, any text; at most DELAYQUEUE_MAX_MSG_BYTES bytes in UTF-8 (default 65536)")
+    delayMillis = millis("ms from now until the message can be pulled; 0 or less: at once")
+    ttlMillis = millis("ms the message may wait to be consumed once due; 0 or less: the server default "
+                       "(DELAYQUEUE_TTL_MILLIS, 1 hour)", required=False, default=-1)
+    maxRetry = serializers.IntegerField(
+        required=False, default=-1, min_value=MIN_COUNT, max_value=MAX_RETRY,
+        help_text="deliveries allowed after the first; below 0: the server default (DELAYQUEUE_MAX_RETRY, 10)")
 
     def validate_msg(self, value: str) -> str:
         limit = settings.DELAYQUEUE["MAX_MSG_BYTES"]
@@ -56,8 +80,11 @@ class SendMsgSerializer(TopicSerializer):
 
 
 class PullMsgSerializer(TopicSerializer):
-    ackTimeoutMillis = serializers.IntegerField(required=False, default=-1, max_value=MAX_DELAY_MILLIS)
-    batch = serializers.IntegerField(required=False, default=-1)
+    ackTimeoutMillis = millis("ms a pulled message may stay unacked before it is delivered again; 0 or less: "
+                              "the server default (DELAYQUEUE_ACK_TIMEOUT_MILLIS, 30 s)", required=False, default=-1)
+    batch = serializers.IntegerField(
+        required=False, default=-1, min_value=MIN_COUNT,
+        help_text="most messages to return; 0 or less: 1; at most DELAYQUEUE_MAX_PULL_BATCH (default 1000)")
 
     def validate_batch(self, value: int) -> int:
         limit = settings.DELAYQUEUE["MAX_PULL_BATCH"]
@@ -67,26 +94,30 @@ class PullMsgSerializer(TopicSerializer):
 
 
 class LongPollingMsgSerializer(PullMsgSerializer):
-    longPollingTimeoutMillis = serializers.IntegerField(required=False, default=-1, max_value=MAX_DELAY_MILLIS)
+    longPollingTimeoutMillis = millis(
+        "ms to hold the request while no message is ready; 0 or less: the server default "
+        "(DELAYQUEUE_LONG_POLLING_TIMEOUT_MILLIS, 10 s); capped at DELAYQUEUE_MAX_LONG_POLLING_TIMEOUT_MILLIS "
+        "(default 60 s)", required=False, default=-1)
 
 
 class AckMsgSerializer(MessageRefSerializer):
-    ack = serializers.BooleanField(required=False, default=True)
+    ack = flag("true: consumed (acked); false: give it back for immediate redelivery", True)
 
 
 class DeleteMsgSerializer(MessageRefSerializer):
-    release = serializers.BooleanField(required=False, default=False)
+    release = flag("true: free the deleted message's body at once instead of keeping it readable by getMsg "
+                   "for a while", False)
 
 
 class RestoreSerializer(serializers.Serializer):
     """Restore from the message log (seed 003's /restore?expire=true|false), optionally one topic."""
 
-    topic = TopicField(required=False)
-    expire = serializers.BooleanField(required=False, default=False)
+    topic = TopicField(required=False, help_text="restore only this topic; absent: every topic")
+    expire = flag("true: also restore messages whose TTL ran out before delivery", False)
 
 
 class RestoreMsgSerializer(MessageRefSerializer):
-    expire = serializers.BooleanField(required=False, default=False)
+    expire = flag("true: restore the message even if its TTL ran out before delivery", False)
 
 
 def first_error(errors) -> str:
