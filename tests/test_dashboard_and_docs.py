@@ -179,6 +179,7 @@ def test_openapi_schema_states_the_limits_validation_enforces(client, settings):
     # An error answer is code 4xx/5xx and msg, nothing else.
     assert components["Error"]["required"] == ["code", "msg"] and set(components["Error"]["properties"]) == {
         "code", "msg"}
+    assert components["Error"]["additionalProperties"] is False
     assert components["SendMsgBatchItemAnswer"]["oneOf"][1]["$ref"].endswith("/Error")
     batch = schema["paths"]["/camellia/delayQueue/sendMsgBatch"]["post"]["requestBody"]["content"]
     assert set(batch) == {"application/json"}

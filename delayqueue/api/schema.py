@@ -2,7 +2,7 @@
 that validate them (validation.py); these document what comes back, and how each endpoint is
 listed: one operation per endpoint, the method camellia's SDK uses."""
 from django.conf import settings
-from drf_spectacular.utils import OpenApiResponse, PolymorphicProxySerializer, extend_schema
+from drf_spectacular.utils import OpenApiExample, OpenApiResponse, PolymorphicProxySerializer, extend_schema
 from rest_framework import serializers
 
 from delayqueue.selectors import GAP_STATS, REQUEST_COUNTERS, WAITING_BUCKETS
@@ -133,11 +133,13 @@ HOW_PARAMETERS_COME = {
 
 
 def queue_endpoint(summary: str, description: str, response, params=None, *, method: str = "POST",
-                   body=None, tag: str = "delayQueue"):
+                   body=None, example=None, tag: str = "delayQueue"):
     """Documents a queue view as one operation (`method`) and hides the other method the view also
-    serves. Applied to the class, so no view method is wrapped (a wrapped method would be sync)."""
+    serves. Applied to the class, so no view method is wrapped (a wrapped method would be sync).
+    `example`: a typical request's parameters (or body)."""
     request = {JSON: body} if body is not None else {FORM: params, JSON: params} if params else None
     described = extend_schema(
+        examples=[OpenApiExample("a typical request", value=example, request_only=True)] if example is not None else None,
         methods=[method], summary=summary, tags=[tag],
         description=f"{description}\n\n{HOW_PARAMETERS_COME[method]}" if params else description,
         parameters=[params] if params and method == "GET" else None,
@@ -162,9 +164,13 @@ def health_endpoint(summary: str, description: str, failing: str):
 
 def settings_limits(result, generator, request, public):
     """Limits the operator sets (DELAYQUEUE_*) go into the schema when it is generated, as the
-    server reads them per request; the serializers cannot state them at import."""
+    server reads them per request; the serializers cannot state them at import. Answers are
+    closed objects: an answer carries exactly the fields listed (an error only code and msg)."""
     limits = settings.DELAYQUEUE
     schemas = result["components"]["schemas"]
+    for name, component in schemas.items():
+        if "properties" in component and not name.endswith("Request"):
+            component["additionalProperties"] = False
     schemas["SendMsgRequest"]["properties"]["msg"]["maxLength"] = limits["MAX_MSG_BYTES"]  # bytes >= characters
     for name in ("PullMsgRequest", "LongPollingMsgRequest"):
         schemas[name]["properties"]["batch"]["maximum"] = limits["MAX_PULL_BATCH"]

@@ -212,7 +212,9 @@ class QueueAPIView(APIView):
     "the stored message: its msgId (generated when none was given), its times and its status (1 waiting, "
     "or 2 ready when the delay is 0 or less). Sending again under the msgId of a message that is still live "
     "changes nothing and answers the stored message.",
-    answer("SendMsgAnswer", DelayMsgResultSerializer), SendMsgSerializer)
+    answer("SendMsgAnswer", DelayMsgResultSerializer), SendMsgSerializer,
+    example={"topic": "orders", "msg": '{"orderId": 42, "action": "cancel-if-unpaid"}', "delayMillis": 1800000,
+             "msgId": "order-42-cancel", "ttlMillis": 3600000, "maxRetry": 3})
 class SendMsgView(QueueAPIView):
     async def handle(self):
         data = self.validated(SendMsgSerializer)
@@ -227,7 +229,9 @@ class SendMsgView(QueueAPIView):
     "code and msg saying why that message was not sent (its msg starts with `message <index>:`). A "
     "refused message does not stop the others. The body may also be a JSON object "
     '`{"messages": [...]}`. The list must hold 1 to DELAYQUEUE_MAX_BATCH_SEND (default 1000) messages.',
-    answer("SendMsgBatchAnswer", BatchResultSerializer), body=SendMsgSerializer(many=True))
+    answer("SendMsgBatchAnswer", BatchResultSerializer), body=SendMsgSerializer(many=True),
+    example=[{"topic": "orders", "msg": "remind 42", "delayMillis": 600000},
+             {"topic": "orders", "msg": "cancel 42", "delayMillis": 1800000, "msgId": "order-42-cancel"}])
 class SendMsgBatchView(QueueAPIView):
     async def handle(self):
         items = self.body_data()
@@ -270,7 +274,8 @@ def item_error(index: int, exc: Exception) -> dict:
     "Hands out up to `batch` messages of the topic that are due, oldest first, and answers at once; the "
     "list is empty when none is ready. Each message handed out is consuming (status 3) until it is acked "
     "with ackMsg; if it is not acked within ackTimeoutMillis it is delivered again (while retries last).",
-    answer("PullMsgAnswer", DelayMsgListResultSerializer), PullMsgSerializer)
+    answer("PullMsgAnswer", DelayMsgListResultSerializer), PullMsgSerializer,
+    example={"topic": "orders", "batch": 10, "ackTimeoutMillis": 30000})
 class PullMsgView(QueueAPIView):
     async def handle(self):
         data = self.validated(PullMsgSerializer)
@@ -284,7 +289,8 @@ class PullMsgView(QueueAPIView):
     "Pull, waiting for a ready message",
     "As pullMsg, but when no message is ready the request is held until one becomes ready or "
     "longPollingTimeoutMillis pass; the list is empty if the time ran out.",
-    answer("LongPollingMsgAnswer", DelayMsgListResultSerializer), LongPollingMsgSerializer)
+    answer("LongPollingMsgAnswer", DelayMsgListResultSerializer), LongPollingMsgSerializer,
+    example={"topic": "orders", "batch": 10, "ackTimeoutMillis": 30000, "longPollingTimeoutMillis": 10000})
 class LongPollingMsgView(QueueAPIView):
     async def handle(self):
         data = self.validated(LongPollingMsgSerializer)
@@ -298,7 +304,8 @@ class LongPollingMsgView(QueueAPIView):
     "Acknowledge a pulled message",
     "ack=true (the default) marks a pulled message as consumed (status 4): it is not delivered again. "
     "ack=false gives it back for immediate redelivery. Code 200 means done.",
-    answer("AckMsgAnswer", ResultSerializer), AckMsgSerializer)
+    answer("AckMsgAnswer", ResultSerializer), AckMsgSerializer,
+    example={"topic": "orders", "msgId": "order-42-cancel", "ack": True})
 class AckMsgView(QueueAPIView):
     async def handle(self):
         data = self.validated(AckMsgSerializer)
@@ -311,7 +318,8 @@ class AckMsgView(QueueAPIView):
     "Read one message",
     "Answers the message with its current status, without changing it. Ended messages (acked, expired, "
     "deleted) stay readable for a while. Code 404 when the topic has no such message.",
-    answer("GetMsgAnswer", DelayMsgResultSerializer), MessageRefSerializer)
+    answer("GetMsgAnswer", DelayMsgResultSerializer), MessageRefSerializer,
+    example={"topic": "orders", "msgId": "order-42-cancel"})
 class GetMsgView(QueueAPIView):
     async def handle(self):
         data = self.validated(MessageRefSerializer)
@@ -325,7 +333,8 @@ class GetMsgView(QueueAPIView):
     "Delete a message",
     "Ends a message that is waiting, ready or being consumed (status 7): it is not delivered any more. "
     "Code 200 when deleted, 404 when the topic has no such message or it had already ended.",
-    answer("DeleteMsgAnswer", ResultSerializer), DeleteMsgSerializer)
+    answer("DeleteMsgAnswer", ResultSerializer), DeleteMsgSerializer,
+    example={"topic": "orders", "msgId": "order-42-cancel", "release": False})
 class DeleteMsgView(QueueAPIView):
     async def handle(self):
         data = self.validated(DeleteMsgSerializer)
@@ -383,7 +392,8 @@ def restore_reply(counts: recovery.RestoreCounts) -> HttpResponse:
     "topic or only `topic`; expire=true also brings back messages whose TTL ran out before delivery. Safe "
     "to repeat: messages Redis still holds are counted in alreadyLive and left alone. Code 404 when "
     "`topic` has no messages in the log.",
-    answer("RestoreAnswer", RestoreResultSerializer), RestoreSerializer)
+    answer("RestoreAnswer", RestoreResultSerializer), RestoreSerializer,
+    example={"topic": "orders", "expire": False})
 class RestoreView(QueueAPIView):
     async def handle(self):
         data = self.validated(RestoreSerializer)
@@ -398,7 +408,8 @@ class RestoreView(QueueAPIView):
 @queue_endpoint(
     "Restore one message from the message log",
     "As restore, for one message. Code 404 when the message log does not have it.",
-    answer("RestoreMsgAnswer", RestoreResultSerializer), RestoreMsgSerializer)
+    answer("RestoreMsgAnswer", RestoreResultSerializer), RestoreMsgSerializer,
+    example={"topic": "orders", "msgId": "order-42-cancel", "expire": False})
 class RestoreMsgView(QueueAPIView):
     async def handle(self):
         data = self.validated(RestoreMsgSerializer)
