@@ -1,6 +1,7 @@
 """Schema-driven fuzzing: requests generated from /api/schema/ against a real uvicorn server on
 the test Redis and PostgreSQL. Every answer must match the schema (status, content type, body)
-and none may be a server error, neither HTTP 5xx nor code 500 in the envelope.
+none may be a server error, neither HTTP 5xx nor code 500 in the envelope, and none may refuse
+as bad input (code 400) a request the schema allows.
 
 Not fuzzed: /camellia/health/online and /offline. They flip this host's online state for every
 process and every later test, and offline answers HTTP 500 by design while the host serves."""
@@ -90,6 +91,9 @@ def test_every_answer_matches_the_schema(server, path, method):
         response = case.call_and_validate(base_url=base, session=session, checks=CHECKS)
         body = response.json()
         assert body["code"] != 500, (case.as_curl_command(), body)
+        # The schema states what validation accepts: a request it allows is not refused as bad input.
+        refused = [answer for answer in [body, *body.get("results", [])] if answer["code"] == 400]
+        assert not refused, (case.as_curl_command(), refused)
         seen.append(body["code"])
 
     run()

@@ -187,7 +187,9 @@ def test_openapi_schema_states_the_limits_validation_enforces(client, settings):
     send = components["SendMsgRequest"]["properties"]
     assert send["msg"]["minLength"] == 1 and send["msg"]["maxLength"] == 99
     assert "minLength" not in send["msgId"] and send["msgId"]["maxLength"] == 256  # empty: generate one
-    assert components["MessageRefRequest"]["properties"]["msgId"]["minLength"] == 1
+    msg_id = components["MessageRefRequest"]["properties"]["msgId"]
+    assert msg_id["minLength"] == 1 and not re.search(msg_id["pattern"], " \t\u3000")  # blank once trimmed: 400
+    assert send["msg"]["not"] == {"pattern": "\\x00"}  # DRF refuses NUL characters
     assert send["topic"]["maxLength"] == 128 and send["topic"]["pattern"]
     assert (send["delayMillis"]["minimum"], send["delayMillis"]["maximum"]) == (-MAX_DELAY_MILLIS, MAX_DELAY_MILLIS)
     assert "ms" in send["delayMillis"]["description"] and "bytes" in send["msg"]["description"]
