@@ -110,10 +110,20 @@ REST_FRAMEWORK = {
 # from our own static files: the docs work with no Internet access.
 SPECTACULAR_SETTINGS = {
     "TITLE": "delayqueue API",
-    "DESCRIPTION": "camellia-delay-queue compatible delay queue. Every answer is HTTP 200 with the "
-                   "business result in `code` (200, 400, 404, 500), except the health endpoints.",
+    "DESCRIPTION": "A delay queue compatible with camellia-delay-queue's HTTP API and Java SDK. Every queue "
+                   "answer is HTTP 200 with the result in `code`: 200 done; otherwise the answer is only "
+                   "`code` (400 bad parameter, 401 not authenticated, 403 not allowed, 404 not found, 429 "
+                   "too many requests, 500 server error) and `msg`, saying what went wrong. The health "
+                   "endpoints answer `{\"code\": N}` with N as the HTTP status. Times are in milliseconds, "
+                   "sizes in bytes.",
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
+    # Request components of their own, so required text parameters say minLength 1 (answers need not).
+    "COMPONENT_SPLIT_REQUEST": True,
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "delayqueue.api.schema.settings_limits",
+    ],
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",

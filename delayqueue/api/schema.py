@@ -1,43 +1,69 @@
-"""OpenAPI descriptions of the API's answers (drf-spectacular). Requests are described by the
-serializers that validate them (serializers.py); these only document what comes back."""
-from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
+"""OpenAPI descriptions of the API (drf-spectacular). Requests are described by the serializers
+that validate them (validation.py); these document what comes back, and how each endpoint is
+listed: one operation per endpoint, the method camellia's SDK uses."""
+from django.conf import settings
+from drf_spectacular.utils import OpenApiExample, OpenApiResponse, PolymorphicProxySerializer, extend_schema
 from rest_framework import serializers
 
 from delayqueue.selectors import GAP_STATS, REQUEST_COUNTERS, WAITING_BUCKETS
 
 FORM = "application/x-www-form-urlencoded"
 JSON = "application/json"
+BATCH_PATH = "/camellia/delayQueue/sendMsgBatch"
 
 
 class DelayMsgSerializer(serializers.Serializer):
     topic = serializers.CharField()
     msgId = serializers.CharField()
-    msg = serializers.CharField()
+    msg = serializers.CharField(help_text="the payload, as sent")
     produceTime = serializers.IntegerField(help_text="server time the message was accepted (epoch ms)")
-    triggerTime = serializers.IntegerField(help_text="produceTime + delayMillis (epoch ms)")
+    triggerTime = serializers.IntegerField(help_text="produceTime + delayMillis: when it can be pulled (epoch ms)")
     expireTime = serializers.IntegerField(help_text="triggerTime + ttlMillis (epoch ms)")
-    maxRetry = serializers.IntegerField()
+    maxRetry = serializers.IntegerField(help_text="deliveries allowed after the first")
     retry = serializers.IntegerField(help_text="deliveries so far")
     status = serializers.IntegerField(
         help_text="1 waiting, 2 ready, 3 consuming, 4 acked, 5 expired undelivered, 6 retries/TTL exhausted, 7 deleted"
     )
 
 
+class ErrorSerializer(serializers.Serializer):
+    """Every refusal or failure: only `code` and `msg`."""
+
+    code = serializers.IntegerField(
+        min_value=400, max_value=599,
+        help_text="400 bad parameter, 401 not authenticated, 403 not allowed, 404 not found, 429 too many "
+                  "requests, 500 server error (e.g. Redis or the message log unavailable)")
+    msg = serializers.CharField(help_text="what went wrong; for a bad parameter it starts with the parameter's "
+                                          "name, e.g. `delayMillis: A valid integer is required.`")
+
+
 class ResultSerializer(serializers.Serializer):
-    code = serializers.IntegerField(help_text="200 ok, 400 bad parameter, 404 not found, 500 server error")
-    msg = serializers.CharField(help_text='"success", or what went wrong')
+    code = serializers.IntegerField(min_value=200, max_value=200, help_text="200: done")
+    msg = serializers.CharField(help_text='"success"')
 
 
 class DelayMsgResultSerializer(ResultSerializer):
-    delayMsg = DelayMsgSerializer(allow_null=True)
+    delayMsg = DelayMsgSerializer()
 
 
 class DelayMsgListResultSerializer(ResultSerializer):
-    delayMsgList = DelayMsgSerializer(many=True)
+    delayMsgList = DelayMsgSerializer(many=True, help_text="possibly empty")
+
+
+def answer(name: str, success, description: str = "") -> OpenApiResponse:
+    """Every queue answer is HTTP 200 and either the success shape (code 200) or an error (code 4xx/5xx)."""
+    return OpenApiResponse(
+        PolymorphicProxySerializer(component_name=name, serializers=[success, ErrorSerializer],
+                                   resource_type_field_name=None, many=False),
+        description=description or "code 200 with the result, or an error's code and msg",
+    )
 
 
 class BatchResultSerializer(ResultSerializer):
-    results = DelayMsgResultSerializer(many=True, help_text="one result per message, in request order")
+    results = PolymorphicProxySerializer(
+        component_name="SendMsgBatchItemAnswer", serializers=[DelayMsgResultSerializer, ErrorSerializer],
+        resource_type_field_name=None, many=True,
+        help_text="one result per message, in request order: the sent message, or why it was not sent")
 
 
 # Built from the same name lists the selectors answer with, so the schema cannot drift from them.
@@ -70,10 +96,10 @@ WaitingQueueInfoSerializer = type("WaitingQueueInfoSerializer", (serializers.Ser
 
 class TopicInfoSerializer(serializers.Serializer):
     topic = serializers.CharField()
-    waitingQueueSize = serializers.IntegerField()
-    waitingQueueInfo = WaitingQueueInfoSerializer()
-    readyQueueSize = serializers.IntegerField()
-    ackQueueSize = serializers.IntegerField()
+    waitingQueueSize = serializers.IntegerField(help_text="messages not yet due")
+    waitingQueueInfo = WaitingQueueInfoSerializer(help_text="waiting messages by how long until they are due")
+    readyQueueSize = serializers.IntegerField(help_text="due messages not yet pulled")
+    ackQueueSize = serializers.IntegerField(help_text="pulled messages not yet acked")
 
 
 class TopicInfoResultSerializer(ResultSerializer):
@@ -85,46 +111,69 @@ class TopicInfoListResultSerializer(ResultSerializer):
 
 
 class RestoreResultSerializer(ResultSerializer):
-    restored = serializers.IntegerField()
+    restored = serializers.IntegerField(help_text="messages put back into Redis")
     alreadyLive = serializers.IntegerField(help_text="Redis already held the msgId")
     skipped = serializers.IntegerField(help_text="ended, or past its TTL without expire=true")
 
 
-class HealthSerializer(serializers.Serializer):
-    code = serializers.IntegerField()
+def _fixed_code(code: int):
+    return type(f"Health{code}Serializer", (serializers.Serializer,), {
+        "code": serializers.IntegerField(min_value=code, max_value=code, help_text=f"{code}, as the HTTP status"),
+    })
 
 
-def _described(get, post):
-    """extend_schema_view, keeping the view async: for methods a view inherits, spectacular
-    stores the schema on a sync wrapper, which would make Django and DRF run the view as sync.
-    So each view gets its own async get/post first (dispatch calls handle() for both anyway)."""
+HEALTH_OK, HEALTH_FAILED = _fixed_code(200), _fixed_code(500)
 
-    def decorate(view):
-        for name in ("get", "post"):
-            if name not in view.__dict__:
-                async def method(self, request, *args, **kwargs):
-                    return await self.handle(request)
-
-                method.__name__ = name
-                setattr(view, name, method)
-        return extend_schema_view(get=get, post=post)(view)
-
-    return decorate
+OTHER_METHOD = {"POST": "GET", "GET": "POST"}
+HOW_PARAMETERS_COME = {
+    "POST": "Parameters come as form fields (as camellia's SDK sends them) or a JSON object; they may also "
+            "come in the query string, and GET is accepted too. Empty optional parameters count as absent.",
+    "GET": "Parameters come in the query string; POST with form fields or a JSON object is accepted too.",
+}
 
 
-def queue_endpoint(summary: str, response, params=None, body=None, tag="delayQueue"):
-    """GET takes the parameters in the query string; POST as form fields or a JSON object."""
-    get = extend_schema(summary=summary, tags=[tag], parameters=[params] if params else None,
-                        responses={200: response})
-    post = extend_schema(summary=summary, tags=[tag],
-                         request={FORM: body or params, JSON: body or params} if (body or params) else None,
-                         responses={200: response})
-    return _described(get, post)
+def queue_endpoint(summary: str, description: str, response, params=None, *, method: str = "POST",
+                   body=None, example=None, tag: str = "delayQueue"):
+    """Documents a queue view as one operation (`method`) and hides the other method the view also
+    serves. Applied to the class, so no view method is wrapped (a wrapped method would be sync).
+    `example`: a typical request's parameters (or body)."""
+    request = {JSON: body} if body is not None else {FORM: params, JSON: params} if params else None
+    described = extend_schema(
+        examples=[OpenApiExample("a typical request", value=example, request_only=True)] if example is not None else None,
+        methods=[method], summary=summary, tags=[tag],
+        description=f"{description}\n\n{HOW_PARAMETERS_COME[method]}" if params else description,
+        parameters=[params] if params and method == "GET" else None,
+        request=request if method == "POST" else None,
+        responses={200: response},
+    )
+    hidden = extend_schema(methods=[OTHER_METHOD[method]], exclude=True)
+    return lambda view: hidden(described(view))
 
 
-def health_endpoint(summary: str, failing: str | None = None):
-    responses = {200: OpenApiResponse(HealthSerializer, description='{"code":200}')}
-    if failing:
-        responses[500] = OpenApiResponse(HealthSerializer, description=failing)
-    view = extend_schema(summary=summary, tags=["health"], request=None, responses=responses)
-    return _described(view, view)
+def health_endpoint(summary: str, description: str, failing: str):
+    """camellia's health endpoints, for load balancers: the answer's code is also its HTTP status."""
+    described = extend_schema(
+        methods=["GET"], summary=summary, description=f"{description} POST is accepted too.",
+        tags=["health"], request=None,
+        responses={200: OpenApiResponse(HEALTH_OK, description='HTTP 200, {"code":200}'),
+                   500: OpenApiResponse(HEALTH_FAILED, description=f'HTTP 500, {{"code":500}}: {failing}')},
+    )
+    hidden = extend_schema(methods=["POST"], exclude=True)
+    return lambda view: hidden(described(view))
+
+
+def settings_limits(result, generator, request, public):
+    """Limits the operator sets (DELAYQUEUE_*) go into the schema when it is generated, as the
+    server reads them per request; the serializers cannot state them at import. Answers are
+    closed objects: an answer carries exactly the fields listed (an error only code and msg)."""
+    limits = settings.DELAYQUEUE
+    schemas = result["components"]["schemas"]
+    for name, component in schemas.items():
+        if "properties" in component and not name.endswith("Request"):
+            component["additionalProperties"] = False
+    schemas["SendMsgRequest"]["properties"]["msg"]["maxLength"] = limits["MAX_MSG_BYTES"]  # bytes >= characters
+    for name in ("PullMsgRequest", "LongPollingMsgRequest"):
+        schemas[name]["properties"]["batch"]["maximum"] = limits["MAX_PULL_BATCH"]
+    batch = result["paths"][BATCH_PATH]["post"]["requestBody"]["content"][JSON]["schema"]
+    batch.update(minItems=1, maxItems=limits["MAX_BATCH_SEND"])
+    return result

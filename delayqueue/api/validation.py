@@ -2,20 +2,22 @@
 import re
 
 from django.core.validators import BaseValidator, ProhibitNullCharactersValidator, RegexValidator
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 from rest_framework.fields import empty
 from rest_framework.validators import ProhibitSurrogateCharactersValidator
 
 from delayqueue.conf import load_config
+from delayqueue.constants import MAX_DELAY_MILLIS, MAX_RETRY
 from delayqueue.live.keys import NAME_PATTERN
 
-# Upper bounds keep every time (ms) well inside what Redis' Lua numbers and JSON hold exactly.
-MAX_DELAY_MILLIS = 10 * 365 * 86_400_000  # ten years
-MAX_RETRY = 100_000
+# Counts and retries below 0 mean "the default"; a floor keeps them plain integers all the way to Lua.
+MIN_COUNT = -100_000
 
 
 class TopicField(serializers.RegexField):
     def __init__(self, **kwargs):
+        kwargs.setdefault("help_text", "the topic: 1-128 characters of A-Z a-z 0-9 . _ : -")
         super().__init__(
             NAME_PATTERN,
             max_length=128,
@@ -24,10 +26,40 @@ class TopicField(serializers.RegexField):
         )
 
 
-class MsgIdField(serializers.CharField):
+# A character str.strip() keeps (DRF trims with it), spelled out, as regex \s differs between
+# engines; U+3000 is the last character str.isspace() accepts.
+NOT_ONLY_SPACE = "[^%s]" % "".join(f"\\u{ord(c):04x}" for c in map(chr, range(0x3001)) if c.isspace())
+
+
+class TextField(serializers.CharField):
+    """A CharField whose schema also states what DRF refuses in text: NUL characters, and (where
+    blank is not allowed) a value that is blank once trimmed. Schema only: no regex runs per request."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        schema = {"type": "string", "not": {"pattern": "\\x00"}}
+        if self.trim_whitespace and not self.allow_blank:
+            schema["pattern"] = NOT_ONLY_SPACE
+        extend_schema_field(schema)(self)
+
+
+class MsgIdField(TextField):
     def __init__(self, **kwargs):
         kwargs.setdefault("max_length", 256)
+        kwargs.setdefault("help_text", "the message's id within its topic (at most 256 characters)")
         super().__init__(**kwargs)
+
+
+def millis(help_text: str, **kwargs) -> serializers.IntegerField:
+    """A time in ms; the bounds keep it inside what Redis' Lua numbers hold exactly."""
+    kwargs.setdefault("min_value", -MAX_DELAY_MILLIS)
+    return serializers.IntegerField(max_value=MAX_DELAY_MILLIS, help_text=help_text, **kwargs)
+
+
+def flag(help_text: str, default: bool) -> serializers.BooleanField:
+    return serializers.BooleanField(
+        required=False, default=default,
+        help_text=f"{help_text}; true/false (also 1/0, yes/no, on/off), default {str(default).lower()}")
 
 
 class TopicSerializer(serializers.Serializer):
@@ -39,11 +71,19 @@ class MessageRefSerializer(TopicSerializer):
 
 
 class SendMsgSerializer(TopicSerializer):
-    msgId = MsgIdField(required=False, allow_blank=True)  # empty means "generate one"
-    msg = serializers.CharField(trim_whitespace=False)
-    delayMillis = serializers.IntegerField(min_value=-MAX_DELAY_MILLIS, max_value=MAX_DELAY_MILLIS)
-    ttlMillis = serializers.IntegerField(required=False, default=-1, max_value=MAX_DELAY_MILLIS)
-    maxRetry = serializers.IntegerField(required=False, default=-1, max_value=MAX_RETRY)
+    msgId = MsgIdField(required=False, allow_blank=True,
+                       help_text="the message's id within its topic (at most 256 characters); absent or empty: "
+                                 "the server generates one. Sending again under a live id returns the stored "
+                                 "message instead of a new one")
+    msg = TextField(
+        trim_whitespace=False,
+        help_text="the payload, any text; at most DELAYQUEUE_MAX_MSG_BYTES bytes in UTF-8 (default 65536)")
+    delayMillis = millis("ms from now until the message can be pulled; 0 or less: at once")
+    ttlMillis = millis("ms the message may wait to be consumed once due; 0 or less: the server default "
+                       "(DELAYQUEUE_TTL_MILLIS, 1 hour)", required=False, default=-1)
+    maxRetry = serializers.IntegerField(
+        required=False, default=-1, min_value=MIN_COUNT, max_value=MAX_RETRY,
+        help_text="deliveries allowed after the first; below 0: the server default (DELAYQUEUE_MAX_RETRY, 10)")
 
     def validate_msg(self, value: str) -> str:
         limit = load_config().max_msg_bytes
@@ -56,8 +96,11 @@ class SendMsgSerializer(TopicSerializer):
 
 
 class PullMsgSerializer(TopicSerializer):
-    ackTimeoutMillis = serializers.IntegerField(required=False, default=-1, max_value=MAX_DELAY_MILLIS)
-    batch = serializers.IntegerField(required=False, default=-1)
+    ackTimeoutMillis = millis("ms a pulled message may stay unacked before it is delivered again; 0 or less: "
+                              "the server default (DELAYQUEUE_ACK_TIMEOUT_MILLIS, 30 s)", required=False, default=-1)
+    batch = serializers.IntegerField(
+        required=False, default=-1, min_value=MIN_COUNT,
+        help_text="most messages to return; 0 or less: 1; at most DELAYQUEUE_MAX_PULL_BATCH (default 1000)")
 
     def validate_batch(self, value: int) -> int:
         limit = load_config().max_pull_batch
@@ -67,26 +110,30 @@ class PullMsgSerializer(TopicSerializer):
 
 
 class LongPollingMsgSerializer(PullMsgSerializer):
-    longPollingTimeoutMillis = serializers.IntegerField(required=False, default=-1, max_value=MAX_DELAY_MILLIS)
+    longPollingTimeoutMillis = millis(
+        "ms to hold the request while no message is ready; 0 or less: the server default "
+        "(DELAYQUEUE_LONG_POLLING_TIMEOUT_MILLIS, 10 s); capped at DELAYQUEUE_MAX_LONG_POLLING_TIMEOUT_MILLIS "
+        "(default 60 s)", required=False, default=-1)
 
 
 class AckMsgSerializer(MessageRefSerializer):
-    ack = serializers.BooleanField(required=False, default=True)
+    ack = flag("true: consumed (acked); false: give it back for immediate redelivery", True)
 
 
 class DeleteMsgSerializer(MessageRefSerializer):
-    release = serializers.BooleanField(required=False, default=False)
+    release = flag("true: free the deleted message's body at once instead of keeping it readable by getMsg "
+                   "for a while", False)
 
 
 class RestoreSerializer(serializers.Serializer):
     """Restore from the message log (restore?expire=true|false), optionally one topic."""
 
-    topic = TopicField(required=False)
-    expire = serializers.BooleanField(required=False, default=False)
+    topic = TopicField(required=False, help_text="restore only this topic; absent: every topic")
+    expire = flag("true: also restore messages whose TTL ran out before delivery", False)
 
 
 class RestoreMsgSerializer(MessageRefSerializer):
-    expire = serializers.BooleanField(required=False, default=False)
+    expire = flag("true: restore the message even if its TTL ran out before delivery", False)
 
 
 def first_error(errors) -> str:

@@ -1,24 +1,24 @@
 """The camellia-compatible HTTP API. Views only parse (serializers) and render; the queue
 logic is in services (writes) and selectors (reads).
 
-Every answer is HTTP 200 with the business result in `code` (200, 400, 404, 500), as the
-camellia Java SDK expects.
+Every answer is HTTP 200 with the business result in `code`, as the camellia Java SDK expects;
+an error answer is only `code` and `msg`, both from exceptions.error_answer.
 """
-
 import orjson
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpResponse
-from rest_framework import exceptions
+from rest_framework import exceptions as drf_exceptions
 from rest_framework.exceptions import ValidationError
 from rest_framework.parsers import FormParser, MultiPartParser
+from rest_framework.permissions import AllowAny
 from rest_framework.views import APIView
 
 from delayqueue.api import health
 from delayqueue.messagelog import recovery
 from delayqueue import selectors
 from delayqueue import services
-from delayqueue.exceptions import error_answer
+from delayqueue.exceptions import BadRequest, NotFound, QueueError, error_answer
 from delayqueue.api.parsers import FORM_CONTENT_TYPE, JSONBodyParser, TooManyFields, parse_form
 from delayqueue.runtime import current
 from delayqueue.api.schema import (
@@ -30,6 +30,7 @@ from delayqueue.api.schema import (
     ResultSerializer,
     TopicInfoListResultSerializer,
     TopicInfoResultSerializer,
+    answer,
     health_endpoint,
     queue_endpoint,
 )
@@ -47,14 +48,20 @@ from delayqueue.api.validation import (
     first_error,
 )
 
-
 # Parameters whose empty value is itself an answer (400, or "generate an id"); any other empty
 # parameter counts as absent, as Spring treats it.
 KEEP_EMPTY = {"topic", "msg", "msgId"}
 
+# DRF's refusals of a caller that keep their own code: not authenticated, not allowed, throttled.
+CALLER_REFUSALS = (401, 403, 429)
 
-class BadInput(Exception):
-    pass
+
+class Refused(QueueError):
+    """DRF's authentication, permission or throttle refusal, its HTTP status as the answer's code."""
+
+    def __init__(self, exc: drf_exceptions.APIException):
+        super().__init__(first_error(exc.detail))
+        self.code = exc.status_code
 
 
 _parsers: dict[type, tuple] = {}
@@ -75,7 +82,7 @@ def parse(serializer_class, data: dict) -> dict:
     try:
         return parser[0].run_validation(data)
     except ValidationError as exc:
-        raise BadInput(first_error(exc.detail)) from None
+        raise BadRequest(first_error(exc.detail)) from None
 
 
 def reply(code: int = 200, msg: str = "success", **payload) -> HttpResponse:
@@ -84,7 +91,7 @@ def reply(code: int = 200, msg: str = "success", **payload) -> HttpResponse:
     return HttpResponse(orjson.dumps({"code": code, "msg": msg, **payload}), content_type="application/json")
 
 
-def to_new_message(data: dict) -> services.SendRequest:
+def send_request(data: dict) -> services.SendRequest:
     return services.SendRequest(
         topic=data["topic"],
         msg=data["msg"],
@@ -98,8 +105,8 @@ def to_new_message(data: dict) -> services.SendRequest:
 class QueueAPIView(APIView):
     """An async DRF view: serializers validate the parameters, `reply` renders JSON. Form bodies
     (every call of camellia's SDK) and query strings are read from Django's request; DRF's
-    Request and parsers are built only for a JSON or multipart body (`body_data`). No
-    authentication, permissions or throttling: the API is camellia's, open to its SDK."""
+    Request and parsers are built only for a JSON or multipart body (`body_data`), or when the
+    view has authentication, permission or throttle checks to run (`checks_callers`)."""
 
     http_method_names = ["get", "post"]
     parser_classes = [FormParser, JSONBodyParser, MultiPartParser]  # form bodies: see params()
@@ -120,33 +127,51 @@ class QueueAPIView(APIView):
             QueueAPIView._negotiator = super().get_content_negotiator()
         return QueueAPIView._negotiator
 
+    def checks_callers(self) -> bool:
+        """Whether DRF's authentication, permission or throttle checks have anything to do. Only
+        then is DRF's Request built before the view runs: for a form body it costs more than the
+        rest of a send."""
+        return bool(self.authentication_classes or self.throttle_classes) or any(
+            permission is not AllowAny for permission in self.permission_classes)
+
     async def dispatch(self, request, *args, **kwargs):
         self.args, self.kwargs = args, kwargs
         self.request = request  # Django's: see body_data()
-        self.rt = current()  # once: each asyncio.get_running_loop() is a getpid() system call
-        if self.marks_use:
-            health.mark_use(self.rt)
+        self.drf_request = None
         try:
             if request.method.lower() not in self.http_method_names:
-                raise exceptions.MethodNotAllowed(request.method)
+                raise drf_exceptions.MethodNotAllowed(request.method)
+            if self.checks_callers():
+                self.drf_request = self.initialize_request(request, *args, **kwargs)
+                self.initial(self.drf_request, *args, **kwargs)  # authenticates, checks permissions and throttles
+            self.rt = current()  # once: each asyncio.get_running_loop() is a getpid() system call
+            if self.marks_use:
+                health.mark_use(self.rt)
             return await self.handle()
         except Exception as exc:
             return self.handle_exception(exc)
 
     def handle_exception(self, exc):
-        if isinstance(exc, BadInput):
-            return reply(400, str(exc))
+        code, msg = error_answer(self.queue_error(exc), type(self).__name__)
+        return reply(code, msg)
+
+    def queue_error(self, exc: Exception) -> Exception:
+        """Problems of the HTTP request itself as the queue's error kinds; error_answer words them all."""
         if isinstance(exc, RequestDataTooBig):
-            return reply(400, f"request body is over {settings.DATA_UPLOAD_MAX_MEMORY_SIZE} bytes")
-        if isinstance(exc, exceptions.MethodNotAllowed):
-            return reply(400, f"method {self.request.method} not allowed, use GET or POST")
-        if isinstance(exc, exceptions.APIException):
-            return reply(400, f"bad request: {first_error(exc.detail)}")
-        return reply(*error_answer(exc, type(self).__name__))
+            return BadRequest(f"request body is over {settings.DATA_UPLOAD_MAX_MEMORY_SIZE} bytes")
+        if isinstance(exc, drf_exceptions.MethodNotAllowed):
+            return BadRequest(f"method {self.request.method} not allowed, use GET or POST")
+        if isinstance(exc, drf_exceptions.APIException):
+            if exc.status_code in CALLER_REFUSALS:
+                return Refused(exc)
+            return BadRequest(f"bad request: {first_error(exc.detail)}")
+        return exc
 
     def body_data(self):
         """A JSON or multipart body, parsed by DRF (its Request costs more than a form's parse)."""
-        return self.initialize_request(self.request, *self.args, **self.kwargs).data
+        if self.drf_request is None:
+            self.drf_request = self.initialize_request(self.request, *self.args, **self.kwargs)
+        return self.drf_request.data
 
     def params(self) -> dict:
         """Query string and body (form or JSON object) merged; the body wins."""
@@ -157,13 +182,13 @@ class QueueAPIView(APIView):
             try:
                 data = parse_form(request.body, request.encoding or settings.DEFAULT_CHARSET)
             except TooManyFields as exc:
-                raise BadInput(f"request body has {exc}") from None
+                raise BadRequest(f"request body has {exc}") from None
         else:
             data = self.body_data()
             if hasattr(data, "dict"):
                 data = data.dict()
             if not isinstance(data, dict):
-                raise BadInput("request body must be form fields or a JSON object")
+                raise BadRequest("request body must be form fields or a JSON object")
         params.update(data)
         return {k: v for k, v in params.items() if v != "" or k in KEEP_EMPTY}
 
@@ -181,54 +206,75 @@ class QueueAPIView(APIView):
         raise NotImplementedError
 
 
-@queue_endpoint("Send a message", DelayMsgResultSerializer, SendMsgSerializer)
+@queue_endpoint(
+    "Send a message",
+    "Stores a message that can be pulled from its topic once delayMillis have passed. The answer carries "
+    "the stored message: its msgId (generated when none was given), its times and its status (1 waiting, "
+    "or 2 ready when the delay is 0 or less). Sending again under the msgId of a message that is still live "
+    "changes nothing and answers the stored message.",
+    answer("SendMsgAnswer", DelayMsgResultSerializer), SendMsgSerializer,
+    example={"topic": "orders", "msg": '{"orderId": 42, "action": "cancel-if-unpaid"}', "delayMillis": 1800000,
+             "msgId": "order-42-cancel", "ttlMillis": 3600000, "maxRetry": 3})
 class SendMsgView(QueueAPIView):
     async def handle(self):
         data = self.validated(SendMsgSerializer)
-        message = (await services.send_messages(self.rt, requests=[to_new_message(data)]))[0]
-        if isinstance(message, Exception):
-            raise message
-        return reply(delayMsg=message)
+        return reply(delayMsg=await services.send_message(self.rt, **send_request(data)._asdict()))
 
 
-@queue_endpoint("Send many messages (a JSON list of sendMsg objects)", BatchResultSerializer,
-                body=SendMsgSerializer(many=True))
+@queue_endpoint(
+    "Send many messages",
+    "Sends each message of a JSON list (each with sendMsg's parameters), in one call. The answer's "
+    "`results` has one entry per message, in request order: code 200 with the stored message, or the "
+    "code and msg saying why that message was not sent (its msg starts with `message <index>:`). A "
+    "refused message does not stop the others. The body may also be a JSON object "
+    '`{"messages": [...]}`. The list must hold 1 to DELAYQUEUE_MAX_BATCH_SEND (default 1000) messages.',
+    answer("SendMsgBatchAnswer", BatchResultSerializer), body=SendMsgSerializer(many=True),
+    example=[{"topic": "orders", "msg": "remind 42", "delayMillis": 600000},
+             {"topic": "orders", "msg": "cancel 42", "delayMillis": 1800000, "msgId": "order-42-cancel"}])
 class SendMsgBatchView(QueueAPIView):
-    """A JSON list of sendMsg objects; one {code, msg, delayMsg} result per message, in order."""
-
     async def handle(self):
         items = self.body_data()
         if isinstance(items, dict) and "messages" in items:
             items = items["messages"]
         if not isinstance(items, list) or not items:
-            raise BadInput("body must be a non-empty JSON list of messages")
+            raise BadRequest("body must be a non-empty JSON list of messages")
         rt = self.rt
         if len(items) > rt.config.max_batch_send:
-            raise BadInput(f"batch has {len(items)} messages, over the limit of {rt.config.max_batch_send}")
+            raise BadRequest(f"batch has {len(items)} messages, over the limit of {rt.config.max_batch_send}")
         results: list[dict | None] = [None] * len(items)
         accepted, positions = [], []
         for i, item in enumerate(items):
-            if not isinstance(item, dict):
-                results[i] = {"code": 400, "msg": f"message {i}: must be a JSON object"}
-                continue
             try:
+                if not isinstance(item, dict):
+                    raise BadRequest("must be a JSON object")
                 data = parse(SendMsgSerializer, {k: v for k, v in item.items() if v != "" or k in KEEP_EMPTY})
-            except BadInput as exc:
-                results[i] = {"code": 400, "msg": f"message {i}: {exc}"}
+            except BadRequest as exc:
+                results[i] = item_error(i, exc)
             else:
-                accepted.append(to_new_message(data))
+                accepted.append(send_request(data))
                 positions.append(i)
         sent = await services.send_messages(rt, requests=accepted) if accepted else []
         for i, outcome in zip(positions, sent):
             if isinstance(outcome, Exception):
-                code, msg = error_answer(outcome, type(self).__name__)
-                results[i] = {"code": code, "msg": f"message {i}: {msg}"}
+                results[i] = item_error(i, outcome)
             else:
                 results[i] = {"code": 200, "msg": "success", "delayMsg": outcome}
         return reply(results=results)
 
 
-@queue_endpoint("Pull ready messages (short poll)", DelayMsgListResultSerializer, PullMsgSerializer)
+def item_error(index: int, exc: Exception) -> dict:
+    """A batch item's error answer: worded as a single send's, prefixed with its position."""
+    code, msg = error_answer(exc, "sendMsgBatch")
+    return {"code": code, "msg": f"message {index}: {msg}"}
+
+
+@queue_endpoint(
+    "Pull ready messages",
+    "Hands out up to `batch` messages of the topic that are due, oldest first, and answers at once; the "
+    "list is empty when none is ready. Each message handed out is consuming (status 3) until it is acked "
+    "with ackMsg; if it is not acked within ackTimeoutMillis it is delivered again (while retries last).",
+    answer("PullMsgAnswer", DelayMsgListResultSerializer), PullMsgSerializer,
+    example={"topic": "orders", "batch": 10, "ackTimeoutMillis": 30000})
 class PullMsgView(QueueAPIView):
     async def handle(self):
         data = self.validated(PullMsgSerializer)
@@ -238,8 +284,12 @@ class PullMsgView(QueueAPIView):
         return reply(delayMsgList=messages)
 
 
-@queue_endpoint("Pull, holding the request until a message is ready or the timeout",
-                DelayMsgListResultSerializer, LongPollingMsgSerializer)
+@queue_endpoint(
+    "Pull, waiting for a ready message",
+    "As pullMsg, but when no message is ready the request is held until one becomes ready or "
+    "longPollingTimeoutMillis pass; the list is empty if the time ran out.",
+    answer("LongPollingMsgAnswer", DelayMsgListResultSerializer), LongPollingMsgSerializer,
+    example={"topic": "orders", "batch": 10, "ackTimeoutMillis": 30000, "longPollingTimeoutMillis": 10000})
 class LongPollingMsgView(QueueAPIView):
     async def handle(self):
         data = self.validated(LongPollingMsgSerializer)
@@ -250,8 +300,12 @@ class LongPollingMsgView(QueueAPIView):
         return reply(delayMsgList=messages)
 
 
-@queue_endpoint("Ack (ack=true) or give back for immediate retry (ack=false)", ResultSerializer,
-                AckMsgSerializer)
+@queue_endpoint(
+    "Acknowledge a pulled message",
+    "ack=true (the default) marks a pulled message as consumed (status 4): it is not delivered again. "
+    "ack=false gives it back for immediate redelivery. Code 200 means done.",
+    answer("AckMsgAnswer", ResultSerializer), AckMsgSerializer,
+    example={"topic": "orders", "msgId": "order-42-cancel", "ack": True})
 class AckMsgView(QueueAPIView):
     async def handle(self):
         data = self.validated(AckMsgSerializer)
@@ -260,28 +314,43 @@ class AckMsgView(QueueAPIView):
         return reply()
 
 
-@queue_endpoint("Read one message", DelayMsgResultSerializer, MessageRefSerializer)
+@queue_endpoint(
+    "Read one message",
+    "Answers the message with its current status, without changing it. Ended messages (acked, expired, "
+    "deleted) stay readable for a while. Code 404 when the topic has no such message.",
+    answer("GetMsgAnswer", DelayMsgResultSerializer), MessageRefSerializer,
+    example={"topic": "orders", "msgId": "order-42-cancel"})
 class GetMsgView(QueueAPIView):
     async def handle(self):
         data = self.validated(MessageRefSerializer)
         message = await selectors.get_message(self.rt, topic=data["topic"], msg_id=data["msgId"])
         if message is None:
-            return reply(404, f"message {data['msgId']} not found in topic {data['topic']}", delayMsg=None)
+            raise NotFound(f"message {data['msgId']} not found in topic {data['topic']}")
         return reply(delayMsg=message)
 
 
-@queue_endpoint("Delete a live message", ResultSerializer, DeleteMsgSerializer)
+@queue_endpoint(
+    "Delete a message",
+    "Ends a message that is waiting, ready or being consumed (status 7): it is not delivered any more. "
+    "Code 200 when deleted, 404 when the topic has no such message or it had already ended.",
+    answer("DeleteMsgAnswer", ResultSerializer), DeleteMsgSerializer,
+    example={"topic": "orders", "msgId": "order-42-cancel", "release": False})
 class DeleteMsgView(QueueAPIView):
     async def handle(self):
         data = self.validated(DeleteMsgSerializer)
         if not await services.delete_message(self.rt, topic=data["topic"], msg_id=data["msgId"],
                                              release=data["release"]):
-            return reply(404, f"message {data['msgId']} not found or already ended in topic {data['topic']}")
+            raise NotFound(f"message {data['msgId']} not found or already ended in topic {data['topic']}")
         return reply()
 
 
-@queue_endpoint("Last monitor interval's counters, summed over all processes",
-                MonitorDataResultSerializer)
+@queue_endpoint(
+    "Request counters and delivery delays",
+    "Per topic, the number of requests of each kind and of messages becoming ready, ending or timing out, "
+    "and the average and longest delays (ms) between a message's trigger time and its pull or its move to "
+    "the ready queue, over the last complete monitor interval (DELAYQUEUE_MONITOR_INTERVAL_SECONDS), "
+    "summed over all server processes. Empty lists before the first interval completes.",
+    answer("GetMonitorDataAnswer", MonitorDataResultSerializer), method="GET")
 class GetMonitorDataView(QueueAPIView):
     marks_use = False
 
@@ -289,8 +358,11 @@ class GetMonitorDataView(QueueAPIView):
         return reply(data=await selectors.monitor_data(self.rt))
 
 
-@queue_endpoint("Queue sizes and nine waiting-delay buckets of a topic", TopicInfoResultSerializer,
-                TopicSerializer)
+@queue_endpoint(
+    "Queue sizes of a topic",
+    "How many of the topic's messages are waiting (and how far off they are, in nine buckets), ready, "
+    "and pulled but not yet acked. A topic never used answers zeros.",
+    answer("GetTopicInfoAnswer", TopicInfoResultSerializer), TopicSerializer, method="GET")
 class GetTopicInfoView(QueueAPIView):
     marks_use = False
 
@@ -299,7 +371,10 @@ class GetTopicInfoView(QueueAPIView):
         return reply(data=await selectors.topic_info(self.rt, topic=data["topic"]))
 
 
-@queue_endpoint("getTopicInfo of every registered topic", TopicInfoListResultSerializer)
+@queue_endpoint(
+    "Queue sizes of every topic",
+    "getTopicInfo for every topic in use, in the order topics were first used.",
+    answer("GetTopicInfoListAnswer", TopicInfoListResultSerializer), method="GET")
 class GetTopicInfoListView(QueueAPIView):
     marks_use = False
 
@@ -312,24 +387,30 @@ def restore_reply(counts: recovery.RestoreCounts) -> HttpResponse:
     return reply(restored=counts.restored, alreadyLive=counts.already_live, skipped=counts.skipped)
 
 
-@queue_endpoint("Restore live messages from the message log into Redis", RestoreResultSerializer,
-                RestoreSerializer)
+@queue_endpoint(
+    "Restore messages from the message log",
+    "Puts back into Redis the messages the message log says are live (after Redis lost data), for every "
+    "topic or only `topic`; expire=true also brings back messages whose TTL ran out before delivery. Safe "
+    "to repeat: messages Redis still holds are counted in alreadyLive and left alone. Code 404 when "
+    "`topic` has no messages in the log.",
+    answer("RestoreAnswer", RestoreResultSerializer), RestoreSerializer,
+    example={"topic": "orders", "expire": False})
 class RestoreView(QueueAPIView):
-    """Brings back into Redis what the message log says is live; expire=true also brings back
-    messages whose TTL ran out before delivery. Safe to repeat: what Redis holds is skipped."""
-
     async def handle(self):
         data = self.validated(RestoreSerializer)
         rt = self.rt
         topic = data.get("topic")
         counts = await recovery.restore(rt, topic=topic, include_expired=data["expire"])
         if topic is not None and not counts.seen:
-            return reply(404, f"topic {topic} has no messages in the message log")
+            raise NotFound(f"topic {topic} has no messages in the message log")
         return restore_reply(counts)
 
 
-@queue_endpoint("Restore one message from the message log into Redis", RestoreResultSerializer,
-                RestoreMsgSerializer)
+@queue_endpoint(
+    "Restore one message from the message log",
+    "As restore, for one message. Code 404 when the message log does not have it.",
+    answer("RestoreMsgAnswer", RestoreResultSerializer), RestoreMsgSerializer,
+    example={"topic": "orders", "msgId": "order-42-cancel", "expire": False})
 class RestoreMsgView(QueueAPIView):
     async def handle(self):
         data = self.validated(RestoreMsgSerializer)
@@ -337,7 +418,7 @@ class RestoreMsgView(QueueAPIView):
         topic, msg_id = data["topic"], data["msgId"]
         counts = await recovery.restore(rt, topic=topic, msg_id=msg_id, include_expired=data["expire"])
         if not counts.seen:
-            return reply(404, f"message {msg_id} not found in the message log of topic {topic}")
+            raise NotFound(f"message {msg_id} not found in the message log of topic {topic}")
         return restore_reply(counts)
 
 
@@ -350,28 +431,38 @@ def health_reply(code: int) -> HttpResponse:
 class HealthView(QueueAPIView):
     marks_use = False
 
+    def handle_exception(self, exc):
+        code, _msg = error_answer(self.queue_error(exc), type(self).__name__)
+        return health_reply(code)
 
-@health_endpoint("200 while this host is online, 500 after /offline", failing="offline")
+
+@health_endpoint("Is this host online",
+                 "Answers 200 while this host reports itself online, 500 after /camellia/health/offline "
+                 "(until /camellia/health/online).", failing="offline, or the check failed")
 class HealthStatusView(HealthView):
     async def handle(self):
         return health_reply(200 if await health.is_online(self.rt) else 500)
 
 
-@health_endpoint("Always 200 while the process serves requests")
+@health_endpoint("Is the process serving", "Answers 200 whenever the process serves requests.",
+                 failing="the check failed")
 class HealthCheckView(HealthView):
     async def handle(self):
         return health_reply(200)
 
 
-@health_endpoint("Report online again")
+@health_endpoint("Report this host online", "Makes /camellia/health/status answer 200 again.",
+                 failing="the change failed")
 class HealthOnlineView(HealthView):
     async def handle(self):
         await health.set_online(self.rt, True)
         return health_reply(200)
 
 
-@health_endpoint("Report this host offline (to drain); 200 once none of its workers served a queue request "
-                 "for 20 s, else 500",
+@health_endpoint("Report this host offline (to drain it)",
+                 "Makes /camellia/health/status answer 500 so load balancers stop sending traffic. Answers "
+                 "200 once no worker of this host has served a queue request for 20 s, else 500: call it "
+                 "again until it answers 200.",
                  failing="still serving queue requests")
 class HealthOfflineView(HealthView):
     async def handle(self):

@@ -112,17 +112,14 @@ def dashboard(request):
         if not serializer.is_valid():
             error, wanted = first_error(serializer.errors), None
 
-    async def overview(rt):
-        topics = [wanted] if wanted else await selectors.list_topics(rt)
-        return await figures.topic_overview(rt, topics=topics)
-
     async def load(rt):
         # Keyed by namespace and by topic (every topic: "*", which no topic name can be). The
         # data-lost mark is one cheap read, and news that must not wait.
         key = f"dashboard:{rt.config.namespace}:{wanted or '*'}"
         overviews = await cache.aget(key)
         if overviews is None:
-            overviews = await overview(rt)
+            topics = [wanted] if wanted else await selectors.list_topics(rt)
+            overviews = await figures.topic_overview(rt, topics=topics)
             await cache.aset(key, overviews, FIGURES_SECONDS)
         return overviews, await rt.redis.get(rt.ns.data_lost)
 

@@ -7,7 +7,6 @@ import pytest
 from django.utils import timezone
 
 from delayqueue.messagelog import recovery
-from delayqueue import selectors
 from delayqueue.live import scripts
 from delayqueue.ops import figures
 from delayqueue import services

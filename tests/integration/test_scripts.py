@@ -5,7 +5,6 @@ import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from delayqueue.live import protocol as direct
-from delayqueue.live import scripts
 from delayqueue.messages import Message
 from delayqueue.services import SendRequest, _now_millis, _prepare, send_call as _send_call
 

@@ -1,9 +1,13 @@
 """The OpenAPI schema and its UI pages, which must work without the internet. Neither needs
 Redis nor the database."""
+import re
 from html.parser import HTMLParser
 from urllib.parse import urlsplit
 
 import pytest
+
+from delayqueue.api.validation import MIN_COUNT
+from delayqueue.constants import MAX_DELAY_MILLIS
 
 API_ENDPOINTS = ["sendMsg", "sendMsgBatch", "pullMsg", "longPollingMsg", "ackMsg", "getMsg", "deleteMsg",
                  "getMonitorData", "getTopicInfo", "getTopicInfoList", "restore", "restoreMsg"]
@@ -18,12 +22,22 @@ def test_openapi_schema_lists_every_endpoint_and_parameter(client):
     expected = {f"/camellia/delayQueue/{name}" for name in API_ENDPOINTS}
     expected |= {f"/camellia/health/{name}" for name in ("status", "check", "online", "offline")}
     assert expected <= set(paths)
-    assert set(paths["/camellia/delayQueue/sendMsg"]) == {"get", "post"}
+    # One operation per endpoint (GET and POST both work; the description says so).
+    assert {path: len(operations) for path, operations in paths.items()} == {path: 1 for path in paths}
+    assert set(paths["/camellia/delayQueue/sendMsg"]) == {"post"}
+    assert set(paths["/camellia/delayQueue/getTopicInfo"]) == {"get"}
+    for path, operations in paths.items():
+        [operation] = operations.values()
+        assert operation["summary"] and len(operation["description"]) > 40, path
+    assert "query string" in paths["/camellia/delayQueue/sendMsg"]["post"]["description"]
+
+    components = schema["components"]["schemas"]
+
+    def resolve(ref):
+        return components[ref.rsplit("/", 1)[1]]
 
     def form_fields(path):
-        body = paths[path]["post"]["requestBody"]["content"]
-        ref = body["application/x-www-form-urlencoded"]["schema"]["$ref"].rsplit("/", 1)[1]
-        return schema["components"]["schemas"][ref]
+        return resolve(paths[path]["post"]["requestBody"]["content"]["application/x-www-form-urlencoded"]["schema"]["$ref"])
 
     send_form = form_fields("/camellia/delayQueue/sendMsg")
     assert {"topic", "msgId", "msg", "delayMillis", "ttlMillis", "maxRetry"} == set(send_form["properties"])
@@ -32,10 +46,36 @@ def test_openapi_schema_lists_every_endpoint_and_parameter(client):
         form_fields("/camellia/delayQueue/longPollingMsg")["properties"])
     query = {p["name"] for p in paths["/camellia/delayQueue/getTopicInfo"]["get"]["parameters"]}
     assert query == {"topic"}
-    assert {p["name"] for p in paths["/camellia/delayQueue/ackMsg"]["get"]["parameters"]} == {"topic", "msgId", "ack"}
+    assert set(form_fields("/camellia/delayQueue/ackMsg")["properties"]) == {"topic", "msgId", "ack"}
     answer = paths["/camellia/delayQueue/getTopicInfo"]["get"]["responses"]["200"]["content"]["application/json"]
-    assert answer["schema"]["$ref"].endswith("/TopicInfoResult")
+    assert [ref["$ref"].rsplit("/", 1)[1] for ref in resolve(answer["schema"]["$ref"])["oneOf"]] == [
+        "TopicInfoResult", "Error"]
     assert set(paths["/camellia/health/status"]["get"]["responses"]) == {"200", "500"}
+
+
+def test_openapi_schema_states_the_limits_validation_enforces(client, settings):
+    settings.DELAYQUEUE = {**settings.DELAYQUEUE, "MAX_BATCH_SEND": 7, "MAX_PULL_BATCH": 9, "MAX_MSG_BYTES": 99}
+    schema = client.get("/api/schema/", {"format": "json"}).json()
+    components = schema["components"]["schemas"]
+    # An error answer is code 4xx/5xx and msg, nothing else.
+    assert components["Error"]["required"] == ["code", "msg"] and set(components["Error"]["properties"]) == {
+        "code", "msg"}
+    assert components["Error"]["additionalProperties"] is False
+    assert components["SendMsgBatchItemAnswer"]["oneOf"][1]["$ref"].endswith("/Error")
+    batch = schema["paths"]["/camellia/delayQueue/sendMsgBatch"]["post"]["requestBody"]["content"]
+    assert set(batch) == {"application/json"}
+    assert (batch["application/json"]["schema"]["minItems"], batch["application/json"]["schema"]["maxItems"]) == (1, 7)
+    send = components["SendMsgRequest"]["properties"]
+    assert send["msg"]["minLength"] == 1 and send["msg"]["maxLength"] == 99
+    assert "minLength" not in send["msgId"] and send["msgId"]["maxLength"] == 256  # empty: generate one
+    msg_id = components["MessageRefRequest"]["properties"]["msgId"]
+    assert msg_id["minLength"] == 1 and not re.search(msg_id["pattern"], " \t\u3000")  # blank once trimmed: 400
+    assert send["msg"]["not"] == {"pattern": "\\x00"}  # DRF refuses NUL characters
+    assert send["topic"]["maxLength"] == 128 and send["topic"]["pattern"]
+    assert (send["delayMillis"]["minimum"], send["delayMillis"]["maximum"]) == (-MAX_DELAY_MILLIS, MAX_DELAY_MILLIS)
+    assert "ms" in send["delayMillis"]["description"] and "bytes" in send["msg"]["description"]
+    pull = components["PullMsgRequest"]["properties"]["batch"]
+    assert pull["maximum"] == 9 and pull["minimum"] == MIN_COUNT
 
 
 class Loads(HTMLParser):
