@@ -110,3 +110,15 @@ def postgres(transactional_db):
     yield control
     if control._pid() is None:  # a failed test must not leave the rest of the suite without a database
         control.start()
+
+
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_setup, django_db_blocker):
+    """The test database, dropped at the end without waiting: a connection a test process left
+    open (Spark's workers, a runtime's log connection) would make DROP DATABASE wait 5 s and fail."""
+    yield
+    from django.db import connection
+
+    with django_db_blocker.unblock(), connection.cursor() as cursor:
+        cursor.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                       " WHERE datname = current_database() AND pid <> pg_backend_pid()")

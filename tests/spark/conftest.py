@@ -1,5 +1,5 @@
 """Spark for the spark/ job tests: one local[2] SparkSession for the whole run, and a standalone
-cluster (a master and two workers on localhost, started from pyspark's own launch classes) only
+cluster (a master and a worker on localhost, started from pyspark's own launch classes) only
 for the test that spark-submits a job onto it. Each worker offers two cores and an application
 takes at most two."""
 import logging

@@ -24,7 +24,7 @@ LOCAL_IP = "127.0.0.1"
 
 
 class StandaloneCluster:
-    def __init__(self, base: Path, workers: int = 2):
+    def __init__(self, base: Path, workers: int = 1):
         self.base = base
         self.env = {**os.environ, "SPARK_HOME": str(SPARK_HOME), "SPARK_LOCAL_IP": LOCAL_IP,
                     "SPARK_LOG_DIR": str(base), "PYSPARK_PYTHON": sys.executable}
