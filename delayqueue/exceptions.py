@@ -25,6 +25,14 @@ class NotFound(QueueError):
     code = 404
 
 
+class Refused(QueueError):
+    """The caller is not let in: not authenticated (401), not allowed (403) or throttled (429)."""
+
+    def __init__(self, msg: str, code: int):
+        super().__init__(msg)
+        self.code = code
+
+
 class Unavailable(QueueError):
     """A store the queue needs could not be reached or refused the work."""
 

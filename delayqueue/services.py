@@ -98,7 +98,12 @@ async def send_messages(rt: Runtime, *, requests: list[SendRequest]) -> list[dic
             written = await rt.log.record(rows)
         except LogUnavailable as exc:
             return [exc] * len(rows)
-    replies = await _run_send_scripts(rt, rows)
+    calls = [send_call(rt, row) for row in rows]
+    try:
+        # A single send shares its round trip with the loop's other calls.
+        replies = [await rt.scripts.call(calls[0])] if len(calls) == 1 else await rt.scripts.run(calls)
+    except RedisError as exc:
+        replies = _send_failed(rows, exc)
     outcomes = [_sent_message(row, reply) for row, reply in zip(rows, replies)]
     if rt.config.message_log:
         await rt.log.settle(rows, written, replies, outcomes)
@@ -108,28 +113,21 @@ async def send_messages(rt: Runtime, *, requests: list[SendRequest]) -> list[dic
     return [outcome if isinstance(outcome, Exception) else outcome.to_wire() for outcome in outcomes]
 
 
-async def _run_send_scripts(rt: Runtime, rows: list[Message]) -> list[scripts.SendReply | QueueError]:
-    calls = [send_call(rt, row) for row in rows]
-    try:
-        # A single send shares its round trip with the loop's other calls.
-        replies = [await rt.scripts.call(calls[0])] if len(calls) == 1 else await rt.scripts.run(calls)
-    except RedisTimeoutError as exc:
+def _send_failed(rows: list[Message], exc: RedisError) -> list[QueueError]:
+    if isinstance(exc, RedisTimeoutError):
         # Written but not answered: Redis may yet run them. Each stays in the log, and its answer
         # names its msgId, under which sending it again is safe (a live msgId is not enqueued twice).
         return [MaybeSent(f"redis unavailable: {exc}; the message may have been enqueued: send it again with "
                           f"msgId {row.msg_id} to be sure") for row in rows]
-    except RedisError as exc:  # Redis unreachable: each message fails, and leaves the log
-        return [redis_unavailable(exc)] * len(calls)
-    if len(replies) > 1:  # a pipeline answers each call's Redis error in its place
-        replies = [redis_unavailable(reply) if isinstance(reply, RedisError) else reply for reply in replies]
-    return replies
+    return [redis_unavailable(exc)] * len(rows)  # Redis unreachable: each message fails, and leaves the log
 
 
-def _sent_message(row: Message, reply: scripts.SendReply | QueueError) -> Message | QueueError:
+def _sent_message(row: Message, reply: scripts.SendReply | Exception) -> Message | QueueError:
     """What a send answers: the row it was sent as, with the status Redis gave it (ready if it
-    was due by the time Redis took it), or the live message Redis already held."""
+    was due by the time Redis took it), the live message Redis already held, or the error (a
+    pipeline answers each call's Redis error in its place)."""
     if isinstance(reply, Exception):
-        return reply
+        return redis_unavailable(reply) if isinstance(reply, RedisError) else reply
     if reply.created:
         return row if reply.status == row.status else dataclasses.replace(row, status=reply.status)
     return Message.from_stored(reply.stored)

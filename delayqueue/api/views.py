@@ -18,7 +18,7 @@ from delayqueue.api import health
 from delayqueue.messagelog import recovery
 from delayqueue import selectors
 from delayqueue import services
-from delayqueue.exceptions import BadRequest, NotFound, QueueError, error_answer
+from delayqueue.exceptions import BadRequest, NotFound, Refused, error_answer
 from delayqueue.api.parsers import FORM_CONTENT_TYPE, JSONBodyParser, TooManyFields, parse_form
 from delayqueue.runtime import current
 from delayqueue.api.schema import (
@@ -52,16 +52,11 @@ from delayqueue.api.validation import (
 # parameter counts as absent, as Spring treats it.
 KEEP_EMPTY = {"topic", "msg", "msgId"}
 
+# Permission classes that let everyone in: no check to run.
+NOTHING_TO_PERMIT = ((), (AllowAny,))
+
 # DRF's refusals of a caller that keep their own code: not authenticated, not allowed, throttled.
 CALLER_REFUSALS = (401, 403, 429)
-
-
-class Refused(QueueError):
-    """DRF's authentication, permission or throttle refusal, its HTTP status as the answer's code."""
-
-    def __init__(self, exc: drf_exceptions.APIException):
-        super().__init__(first_error(exc.detail))
-        self.code = exc.status_code
 
 
 _parsers: dict[type, tuple] = {}
@@ -91,15 +86,10 @@ def reply(code: int = 200, msg: str = "success", **payload) -> HttpResponse:
     return HttpResponse(orjson.dumps({"code": code, "msg": msg, **payload}), content_type="application/json")
 
 
-def send_request(data: dict) -> services.SendRequest:
-    return services.SendRequest(
-        topic=data["topic"],
-        msg=data["msg"],
-        delay_millis=data["delayMillis"],
-        msg_id=data.get("msgId") or None,
-        ttl_millis=data["ttlMillis"],
-        max_retry=data["maxRetry"],
-    )
+def send_parameters(data: dict) -> dict:
+    """sendMsg's validated parameters as services.send_message's keywords."""
+    return {"topic": data["topic"], "msg": data["msg"], "delay_millis": data["delayMillis"],
+            "msg_id": data.get("msgId") or None, "ttl_millis": data["ttlMillis"], "max_retry": data["maxRetry"]}
 
 
 class QueueAPIView(APIView):
@@ -131,8 +121,8 @@ class QueueAPIView(APIView):
         """Whether DRF's authentication, permission or throttle checks have anything to do. Only
         then is DRF's Request built before the view runs: for a form body it costs more than the
         rest of a send."""
-        return bool(self.authentication_classes or self.throttle_classes) or any(
-            permission is not AllowAny for permission in self.permission_classes)
+        return bool(self.authentication_classes or self.throttle_classes) or (
+            tuple(self.permission_classes) not in NOTHING_TO_PERMIT)
 
     async def dispatch(self, request, *args, **kwargs):
         self.args, self.kwargs = args, kwargs
@@ -163,7 +153,7 @@ class QueueAPIView(APIView):
             return BadRequest(f"method {self.request.method} not allowed, use GET or POST")
         if isinstance(exc, drf_exceptions.APIException):
             if exc.status_code in CALLER_REFUSALS:
-                return Refused(exc)
+                return Refused(first_error(exc.detail), exc.status_code)
             return BadRequest(f"bad request: {first_error(exc.detail)}")
         return exc
 
@@ -218,7 +208,7 @@ class QueueAPIView(APIView):
 class SendMsgView(QueueAPIView):
     async def handle(self):
         data = self.validated(SendMsgSerializer)
-        return reply(delayMsg=await services.send_message(self.rt, **send_request(data)._asdict()))
+        return reply(delayMsg=await services.send_message(self.rt, **send_parameters(data)))
 
 
 @queue_endpoint(
@@ -251,7 +241,7 @@ class SendMsgBatchView(QueueAPIView):
             except BadRequest as exc:
                 results[i] = item_error(i, exc)
             else:
-                accepted.append(send_request(data))
+                accepted.append(services.SendRequest(**send_parameters(data)))
                 positions.append(i)
         sent = await services.send_messages(rt, requests=accepted) if accepted else []
         for i, outcome in zip(positions, sent):
