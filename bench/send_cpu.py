@@ -1,0 +1,67 @@
+"""CPU per sendMsg in the web process: the ASGI application called in-process (no HTTP, no
+load generator sharing the cores), message log off, on a Redis of its own. What the Python side
+of a send costs, steadier than a wrk run; run it on two commits to compare them.
+
+    .venv/bin/python -m bench.send_cpu [--sends 20000] [--concurrency 32] [--rounds 3]
+"""
+import argparse
+import asyncio
+import os
+import time
+
+from bench.harness import scratch_services
+from delayqueue.arguments import positive_int
+
+PATH = "/camellia/delayQueue/sendMsg"
+BODY = b"topic=bench&msg=hello&delayMillis=60000"
+
+
+def scope() -> dict:
+    return {"type": "http", "method": "POST", "path": PATH, "raw_path": PATH.encode(), "query_string": b"",
+            "headers": [(b"content-type", b"application/x-www-form-urlencoded"), (b"host", b"127.0.0.1")],
+            "server": ("127.0.0.1", 8000), "client": ("127.0.0.1", 1234), "scheme": "http", "root_path": "",
+            "http_version": "1.1", "asgi": {"version": "3.0"}}
+
+
+async def send_one(application) -> None:
+    answer = []
+
+    async def receive():
+        return {"type": "http.request", "body": BODY, "more_body": False}
+
+    async def send(message):
+        answer.append(message)
+
+    await application(scope(), receive, send)
+    if b'"code":200' not in answer[-1]["body"]:
+        raise SystemExit(f"sendMsg failed: {answer[-1]['body'][:200]!r}")
+
+
+async def cpu_per_send(application, sends: int, concurrency: int) -> float:
+    await send_one(application)  # connected, scripts loaded
+    started = time.process_time()
+    for _ in range(sends // concurrency):
+        await asyncio.gather(*[send_one(application) for _ in range(concurrency)])
+    return (time.process_time() - started) / (sends // concurrency * concurrency) * 1e6
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sends", type=positive_int, default=20_000)
+    parser.add_argument("--concurrency", type=positive_int, default=32)
+    parser.add_argument("--rounds", type=positive_int, default=3)
+    args = parser.parse_args()
+    with scratch_services("bench-", durable=False) as services:
+        os.environ.update(REDIS_URL=services.single_redis(), DELAYQUEUE_MESSAGE_LOG="off",
+                          DJANGO_SETTINGS_MODULE="bench.settings")
+        import uvloop
+
+        from project.asgi import application
+
+        figures = [uvloop.run(cpu_per_send(application, args.sends, args.concurrency)) for _ in range(args.rounds)]
+    print(f"CPU per sendMsg in the web process (message log off, {args.sends} sends, {args.concurrency} at once):")
+    print("  " + ", ".join(f"{us:.1f} us" for us in figures) + f"; median {sorted(figures)[len(figures) // 2]:.1f} us")
+
+
+if __name__ == "__main__":
+    main()
