@@ -1,9 +1,10 @@
 """The Lua scripts, each with one Python owner.
 
-A `Script` names its KEYS and ARGV in order, as the script's header documents them (one
-`-- KEYS[n] name` / `-- ARGV[n] name` line each; tests/unit/test_script_headers.py holds the two
-together), and reads its reply into a typed value. The keyword-only function per script below is
-the only way the rest of the code builds a call, so no other module knows an order or an index.
+A script's header names its KEYS and ARGV in order (one `-- KEYS[n] name` / `-- ARGV[n] name`
+line each); its `Script` reads them from there and reads its reply into a typed value. The
+keyword-only builder per script below is the only way the rest of the code builds a call, so no
+other module knows an order or an index (tests/unit/test_script_headers.py holds each builder
+to its header).
 
 Scripts are loaded with a prelude generated from delayqueue.constants and delayqueue.live.keys:
 statuses, reasons, bounds and key suffixes are defined in Python once and never spelled in Lua.
@@ -20,6 +21,8 @@ from delayqueue.live.keys import EVENTS_SUFFIX, HISTORY_SUFFIX, TopicKeys
 
 LUA_DIR = Path(__file__).with_name("lua")
 _INCLUDE = re.compile(r"^-- @include (\w+)\s*$", re.MULTILINE)
+_HEADER = re.compile(r"^-- (KEYS|ARGV)\[(\d+)\] (\w+)", re.MULTILINE)
+_REPEATED = re.compile(r"^-- ARGV\[\d+\.\.\.\] per message: ([\w, ]+)$", re.MULTILINE)
 
 
 def _lua_table(items) -> str:
@@ -52,9 +55,16 @@ def _inline(source: str, included: set[str]) -> str:
     return _INCLUDE.sub(include, source)
 
 
-def script_source(name: str) -> str:
-    """What Redis runs: the prelude, then the script with its includes inlined."""
-    return prelude() + _inline((LUA_DIR / f"{name}.lua").read_text(), set())
+def header_names(text: str) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+    """A script's KEYS, ARGV and per-item ARGV names, from its header; ValueError when the
+    numbering skips or repeats."""
+    names = {"KEYS": [], "ARGV": []}
+    for kind, index, name in _HEADER.findall(text):
+        if int(index) != len(names[kind]) + 1:
+            raise ValueError(f"{kind}[{index}] out of order")
+        names[kind].append(name)
+    repeated = _REPEATED.search(text)
+    return tuple(names["KEYS"]), tuple(names["ARGV"]), tuple(repeated.group(1).split(", ")) if repeated else ()
 
 
 class ScriptCall(NamedTuple):
@@ -66,17 +76,21 @@ class ScriptCall(NamedTuple):
 @dataclass(frozen=True)
 class Script:
     name: str
-    keys: tuple[str, ...]  # KEYS in order: names of TopicKeys fields
-    args: tuple[str, ...]  # ARGV in order
     reply: Callable[[Any], Any]  # the raw reply -> its typed value
-    repeated: tuple[str, ...] = ()  # ARGV after `args`, once per item
-    source: str = field(init=False, repr=False)
+    text: str = field(init=False, repr=False)  # lua/<name>.lua as written
+    source: str = field(init=False, repr=False)  # what Redis runs: prelude, script, includes inlined
     sha: str = field(init=False)
+    keys: tuple[str, ...] = field(init=False)  # KEYS in header order: names of TopicKeys fields
+    args: tuple[str, ...] = field(init=False)  # ARGV in header order
+    repeated: tuple[str, ...] = field(init=False)  # ARGV after `args`, once per item
 
     def __post_init__(self):
-        source = script_source(self.name)
-        object.__setattr__(self, "source", source)
-        object.__setattr__(self, "sha", hashlib.sha1(source.encode()).hexdigest())
+        text = (LUA_DIR / f"{self.name}.lua").read_text()
+        source = prelude() + _inline(text, set())
+        keys, args, repeated = header_names(text)
+        for name, value in dict(text=text, source=source, sha=hashlib.sha1(source.encode()).hexdigest(), keys=keys,
+                                args=args, repeated=repeated).items():
+            object.__setattr__(self, name, value)
 
 
 class SendReply(NamedTuple):
@@ -118,39 +132,21 @@ def _restore_reply(raw) -> RestoreReply:
     return RestoreReply(int(raw[0]), int(raw[1]))
 
 
-_QUEUES = ("waiting", "ready", "inflight", "msgs", "expiry", "ended")
-
-SEND = Script("send", (*_QUEUES, "meta", "stats"),
-              ("msg_id", "payload", "delay_millis", "ttl_millis", "max_retry", "topic", "ready_channel",
-               "schedule_channel", "stats_interval_millis", "produce_time"), _send_reply)
-PULL = Script("pull", ("ready", "inflight", "msgs", "expiry", "ended", "stats", "meta", "events"),
-              ("batch", "ack_timeout_millis", "retention_millis", "stats_interval_millis", "schedule_channel", "topic",
-               "actor"), _pull_reply)
-ACK = Script("ack", ("inflight", "msgs", "expiry", "ended", "stats", "meta", "events"),
-             ("msg_id", "retention_millis", "stats_interval_millis", "actor"), int)
-NACK = Script("nack", ("inflight", "ready", "msgs", "expiry", "ended", "stats", "meta", "events"),
-              ("msg_id", "retention_millis", "stats_interval_millis", "ready_channel", "topic", "actor"), int)
-DELETE = Script("delete", (*_QUEUES, "stats", "events"),
-                ("msg_id", "release", "retention_millis", "stats_interval_millis", "actor"), bool)
-GET = Script("get", (*_QUEUES, "stats", "events"),
-             ("msg_id", "retention_millis", "stats_interval_millis", "actor"), lambda raw: raw)
-PROMOTE_DUE = Script("promote_due", ("waiting", "ready", "msgs", "expiry", "ended", "stats", "events"),
-                     ("limit", "retention_millis", "stats_interval_millis", "ready_channel", "topic", "actor"),
-                     _scan_reply)
-REQUEUE_TIMED_OUT = Script("requeue_timed_out", ("inflight", "ready", "msgs", "expiry", "ended", "stats", "events"),
-                           ("limit", "retention_millis", "stats_interval_millis", "ready_channel", "topic", "actor"),
-                           _scan_reply)
-EXPIRE = Script("expire", (*_QUEUES, "stats", "events"),
-                ("limit", "retention_millis", "stats_interval_millis", "actor"), _scan_reply)
-PURGE_ENDED = Script("purge_ended", ("msgs", "ended"), ("limit",), _scan_reply)
-RETIRE_TOPIC = Script("retire_topic", ("waiting", "ready", "inflight", "msgs", "meta", "stats", "events"),
-                      ("idle_millis",), lambda raw: raw == 1)
-PRUNE_STATS = Script("prune_stats", ("stats",), ("stats_interval_millis",), int)
-LOCK_RENEW = Script("lock_renew", ("lock",), ("token", "ttl_millis"), lambda raw: raw == 1)
-LOCK_RELEASE = Script("lock_release", ("lock",), ("token",), lambda raw: raw == 1)
-RESTORE = Script("restore", ("waiting", "ready", "msgs", "expiry", "meta", "events"),
-                 ("ready_channel", "schedule_channel", "topic", "dry_run", "actor"), _restore_reply,
-                 repeated=("msg_id", "payload", "produce_time", "trigger_time", "expire_time", "max_retry", "retry"))
+SEND = Script("send", _send_reply)
+PULL = Script("pull", _pull_reply)
+ACK = Script("ack", int)
+NACK = Script("nack", int)
+DELETE = Script("delete", bool)
+GET = Script("get", lambda raw: raw)
+PROMOTE_DUE = Script("promote_due", _scan_reply)
+REQUEUE_TIMED_OUT = Script("requeue_timed_out", _scan_reply)
+EXPIRE = Script("expire", _scan_reply)
+PURGE_ENDED = Script("purge_ended", _scan_reply)
+RETIRE_TOPIC = Script("retire_topic", lambda raw: raw == 1)
+PRUNE_STATS = Script("prune_stats", int)
+LOCK_RENEW = Script("lock_renew", lambda raw: raw == 1)
+LOCK_RELEASE = Script("lock_release", lambda raw: raw == 1)
+RESTORE = Script("restore", _restore_reply)
 
 SCRIPTS = (SEND, PULL, ACK, NACK, DELETE, GET, PROMOTE_DUE, REQUEUE_TIMED_OUT, EXPIRE, PURGE_ENDED, RETIRE_TOPIC,
            PRUNE_STATS, LOCK_RENEW, LOCK_RELEASE, RESTORE)

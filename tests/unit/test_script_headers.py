@@ -1,5 +1,6 @@
-"""Each Lua script's header (one `-- KEYS[n] name` / `-- ARGV[n] name` line each) against its
-Python wrapper in delayqueue.live.scripts, so a header and its caller cannot drift apart."""
+"""Each Lua script's header (one `-- KEYS[n] name` / `-- ARGV[n] name` line each, read by its
+Script) against its builder in delayqueue.live.scripts and its own body, so a header and its
+caller cannot drift apart."""
 import inspect
 import re
 
@@ -8,44 +9,29 @@ import pytest
 from delayqueue.live import scripts
 from delayqueue.live.keys import TopicKeys
 
-HEADER = re.compile(r"^-- (KEYS|ARGV)\[(\d+)(\.\.\.)?\] ([\w, ]+?)(?::|$)", re.MULTILINE)
-REPEATED = re.compile(r"^-- ARGV\[(\d+)\.\.\.\] per message: ([\w, ]+)$", re.MULTILINE)
-
-
-def header(script: scripts.Script) -> tuple[list[str], list[str], list[str], str]:
-    text = (scripts.LUA_DIR / f"{script.name}.lua").read_text()
-    keys, args = [], []
-    for kind, index, repeated, name in HEADER.findall(text):
-        if repeated:
-            continue
-        names = keys if kind == "KEYS" else args
-        assert int(index) == len(names) + 1, f"{script.name}.lua: {kind}[{index}] out of order"
-        names.append(name)
-    repeated = REPEATED.search(text)
-    return keys, args, repeated.group(2).split(", ") if repeated else [], text
-
-
 @pytest.mark.parametrize("script", scripts.SCRIPTS, ids=lambda s: s.name)
-def test_header_matches_the_wrapper(script):
-    keys, args, repeated, _ = header(script)
-    assert tuple(keys) == script.keys
-    assert tuple(args) == script.args
-    assert tuple(repeated) == script.repeated
-    assert set(script.keys) <= set(TopicKeys.__dataclass_fields__)
+def test_header_names_topic_keys_and_the_builders_arguments(script):
+    assert script.keys and set(script.keys) <= set(TopicKeys.__dataclass_fields__)
     builder = scripts.BUILDERS[script.name]
     params = [p.name for p in inspect.signature(builder).parameters.values() if p.kind is p.KEYWORD_ONLY]
     assert params == [*script.args, *(["messages"] if script.repeated else [])]
 
 
+def test_a_header_numbered_out_of_order_is_refused():
+    with pytest.raises(ValueError, match=r"KEYS\[3\] out of order"):
+        scripts.header_names("-- KEYS[1] waiting\n-- KEYS[3] ready\n")
+    assert scripts.header_names("-- KEYS[1] lock\n-- ARGV[1] token: who\n-- ARGV[2...] per message: a, b\n") == (
+        ("lock",), ("token",), ("a", "b"))
+
+
 @pytest.mark.parametrize("script", scripts.SCRIPTS, ids=lambda s: s.name)
 def test_script_reads_only_the_keys_and_args_its_header_names(script):
-    keys, args, repeated, text = header(script)
-    body = "\n".join(line for line in text.splitlines() if not line.startswith("--"))
+    body = "\n".join(line for line in script.text.splitlines() if not line.startswith("--"))
     used_keys = {int(i) for i in re.findall(r"KEYS\[(\d+)\]", body)}
     used_args = {int(i) for i in re.findall(r"ARGV\[(\d+)\]", body)}
-    assert used_keys == set(range(1, len(keys) + 1))
-    assert max(used_args, default=0) <= len(args) or repeated
-    assert set(range(1, len(args) + 1)) <= used_args
+    assert used_keys == set(range(1, len(script.keys) + 1))
+    assert max(used_args, default=0) <= len(script.args) or script.repeated
+    assert set(range(1, len(script.args) + 1)) <= used_args
 
 
 FLAGS = {"release", "dry_run"}  # yes/no ARGV, sent as 1 or 0
