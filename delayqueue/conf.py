@@ -11,7 +11,7 @@ import dj_database_url
 
 from delayqueue.arguments import MAX_AGE_DAYS
 from delayqueue.live.client import checked_url
-from project.env import env_bool, env_int, env_url
+from delayqueue.env import env_bool, env_int, env_url
 
 # Variables with this prefix live in settings.DELAYQUEUE under the rest of their name; the
 # others (the two URLs) are Django settings of their own name.

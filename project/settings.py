@@ -5,7 +5,7 @@ from pathlib import Path
 import dj_database_url
 
 from delayqueue.conf import QueueConfig
-from project.env import env_bool
+from delayqueue.env import env_bool
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 

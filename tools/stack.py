@@ -23,7 +23,7 @@ from importlib import import_module
 from importlib.util import find_spec
 from pathlib import Path
 
-from project.env import env_int
+from delayqueue.env import env_int
 
 ROOT = Path(__file__).resolve().parent.parent
 LOCAL = ROOT / ".local"

@@ -1,11 +1,11 @@
-"""Settings and option values: project/env.py reads environment variables the way Django's
+"""Settings and option values: delayqueue/env.py reads environment variables the way Django's
 settings and ./dev do; delayqueue/arguments.py types the command lines' options."""
 import argparse
 
 import pytest
 
 from delayqueue.arguments import MAX_AGE_DAYS, age_in_days, non_empty, positive_int, topic_name
-from project.env import env_bool, env_int, env_url
+from delayqueue.env import env_bool, env_int, env_url
 
 
 @pytest.mark.parametrize("value, expected", [(None, True), ("", True), ("1", True), ("TRUE", True), (" yes ", True),
