@@ -1,9 +1,15 @@
 """Epoch milliseconds (the unit of Redis, the HTTP API and the Spark jobs) <-> aware datetimes
 (Django's and PostgreSQL's timestamptz). Their SQL pair is messagelog.sql.from_millis / to_millis."""
+import time
 from datetime import datetime, timedelta, timezone
 
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 _MILLISECOND = timedelta(milliseconds=1)
+
+
+def now_millis() -> int:
+    """This process' clock in epoch ms (Redis' clock is selectors.redis_millis)."""
+    return time.time_ns() // 1_000_000
 
 
 def to_millis(moment: datetime) -> int:

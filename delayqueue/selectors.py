@@ -1,6 +1,6 @@
 """Reads: messages, topic sizes and the monitor figures."""
-import time
 
+from delayqueue.epoch import now_millis
 from delayqueue.live import scripts
 from delayqueue.messages import Message
 from delayqueue.runtime import Runtime
@@ -42,7 +42,7 @@ async def list_topics(rt: Runtime) -> list[str]:
 
 async def topic_infos(rt: Runtime, *, topics: list[str]) -> list[dict]:
     """getTopicInfo for each topic, in one pipelined round trip. Unknown topics give zeros."""
-    now = int(time.time() * 1000)
+    now = now_millis()
     pipe = rt.redis.pipeline(transaction=False)
     for topic in topics:
         k = rt.ns.topic(topic)
@@ -73,13 +73,17 @@ async def topic_info(rt: Runtime, *, topic: str) -> dict:
     return (await topic_infos(rt, topics=[topic]))[0]
 
 
+async def redis_millis(rt: Runtime) -> int:
+    """Redis' clock, the one the scripts stamp every time with."""
+    seconds, micros = await rt.redis.time()
+    return int(seconds) * 1000 + int(micros) // 1000
+
+
 async def monitor_data(rt: Runtime) -> dict:
     """getMonitorData: the last complete interval's counters, summed over every process
     (the scripts count in Redis), for each registered topic that saw activity."""
     topics = await list_topics(rt)
-    seconds, micros = await rt.redis.time()
-    interval = rt.config.monitor_interval_millis
-    previous = (int(seconds) * 1000 + int(micros) // 1000) // interval - 1
+    previous = await redis_millis(rt) // rt.config.monitor_interval_millis - 1
     fields = [f"{previous}:{name}" for name in REQUEST_COUNTERS]
     for prefix, _ in GAP_STATS:
         fields += [f"{previous}:{prefix}:{part}" for part in ("count", "sum", "max")]

@@ -2,13 +2,13 @@
 import asyncio
 import dataclasses
 import random
-import time
 from typing import NamedTuple
 
 from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from delayqueue.constants import Status
+from delayqueue.epoch import now_millis
 from delayqueue.exceptions import LogUnavailable, MaybeSent, QueueError, redis_unavailable
 from delayqueue.live import scripts
 from delayqueue.messages import Message
@@ -39,10 +39,6 @@ def _new_msg_id(produce_time: int) -> str:
     child, so worker processes do not repeat ids."""
     rand = random.getrandbits(74)
     return f"{produce_time << 80 | 0x7 << 76 | (rand >> 62) << 64 | 0b10 << 62 | rand & _LOW_62:032x}"
-
-
-def _now_millis() -> int:
-    return time.time_ns() // 1_000_000
 
 
 def _prepare(rt: Runtime, request: SendRequest, produce_time: int) -> Message:
@@ -91,7 +87,7 @@ async def send_messages(rt: Runtime, *, requests: list[SendRequest]) -> list[dic
     in one pipelined Redis round trip, settle the log with what Redis did, and register the
     topics Redis saw first. A send answered with a message is therefore in the log; a log
     failure enqueues nothing."""
-    produce_time = _now_millis()
+    produce_time = now_millis()
     rows = [_prepare(rt, request, produce_time) for request in requests]
     if rt.config.message_log:
         try:
@@ -135,7 +131,7 @@ def _sent_message(row: Message, reply: scripts.SendReply | Exception) -> Message
 
 async def _register_topics(rt: Runtime, topics: set[str]) -> None:
     """Adds topics the send scripts saw for the first time (or after retirement) to the registry."""
-    now = int(time.time() * 1000)
+    now = now_millis()
     await rt.redis.zadd(rt.ns.topics, {topic: now for topic in topics}, nx=True)
 
 

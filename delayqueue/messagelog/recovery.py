@@ -7,7 +7,6 @@ still holds is left alone, so a restore is idempotent and safe while the service
 after an interrupted one finishes it. Every restored message gets a 'restored' history row.
 """
 import asyncio
-import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -18,6 +17,7 @@ from psycopg.rows import dict_row
 from delayqueue.messagelog import sql
 from delayqueue.messagelog.connection import connect, first_line
 from delayqueue.exceptions import LogUnavailable
+from delayqueue.epoch import now_millis
 from delayqueue.constants import LIVE_STATUSES, Status
 from delayqueue.live import scripts
 from delayqueue.messages import Message
@@ -45,10 +45,6 @@ class RestoreCounts:
         return self.restored + self.already_live + self.skipped
 
 
-def _now_millis() -> int:
-    return time.time_ns() // 1_000_000
-
-
 def restorable(row: dict, now: int, include_expired: bool) -> dict | None:
     """The row as it should go back into Redis, or None when it stays out. With include_expired a
     message whose TTL ran out before it was ever delivered comes back ready with its TTL anew."""
@@ -66,7 +62,7 @@ async def restore_rows(rt: Runtime, *, rows: Iterable[dict], include_expired: bo
                        dry_run: bool = False) -> RestoreCounts:
     """Puts logged messages back into Redis (see the module doc). Each row: Message.to_row()'s
     columns (times as epoch ms); other columns are ignored."""
-    now = _now_millis()
+    now = now_millis()
     counts = RestoreCounts()
     by_topic: dict[str, list[Message]] = defaultdict(list)
     for row in rows:

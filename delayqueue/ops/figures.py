@@ -9,12 +9,6 @@ from delayqueue.runtime import Runtime
 OVERDUE_MILLIS = 5_000  # a waiting message this far past its triggerTime means no scanner promotes it
 
 
-async def redis_millis(rt: Runtime) -> int:
-    """Redis' clock, the one the scripts stamp every time with."""
-    seconds, micros = await rt.redis.time()
-    return int(seconds) * 1000 + int(micros) // 1000
-
-
 def _number(value) -> int:
     return int(value) if value is not None else 0
 
@@ -27,7 +21,7 @@ async def topic_overview(rt: Runtime, *, topics: list[str]) -> list[dict]:
     if not topics:
         return []
     infos = await selectors.topic_infos(rt, topics=topics)
-    now = await redis_millis(rt)
+    now = await selectors.redis_millis(rt)
     interval = rt.config.monitor_interval_millis
     previous = now // interval - 1
     pipe = rt.redis.pipeline(transaction=False)
@@ -81,7 +75,7 @@ SCANNER_REPORT_STALE_MILLIS = 10_000  # a scanner that has not reported for this
 
 async def scanner_lags(rt: Runtime) -> dict[str, float]:
     """Each running scanner's latest event-loop lag in ms (see Scanner._report_lag)."""
-    now = await redis_millis(rt)
+    now = await selectors.redis_millis(rt)
     lags = {}
     for token, value in (await rt.redis.hgetall(rt.ns.scanners)).items():
         lag, _, reported = value.partition(":")

@@ -16,9 +16,9 @@ import asyncio
 import logging
 import os
 import socket
-import time
 import uuid
 
+from delayqueue.epoch import now_millis
 from delayqueue.exceptions import LogUnavailable
 from delayqueue.live import scripts
 from delayqueue.live.pubsub import subscribe_forever
@@ -110,7 +110,7 @@ class Scanner:
         its data (FLUSHALL, a restart without persistence, a failover to an empty replica), and
         only a restore from the log brings the messages back: said loudly, and recorded for
         /metrics. Of several scanners, the one that sets the marker again reports."""
-        if not await self.rt.redis.set(self.rt.ns.marker, int(time.time() * 1000), nx=True):
+        if not await self.rt.redis.set(self.rt.ns.marker, now_millis(), nx=True):
             self._marker_seen = True
             return
         if self._marker_seen:
@@ -122,7 +122,7 @@ class Scanner:
             self._marker_seen = True  # the first scanner on this Redis, which holds what it should
             return
         self._marker_seen = True
-        await self.rt.redis.set(self.rt.ns.data_lost, int(time.time() * 1000))
+        await self.rt.redis.set(self.rt.ns.data_lost, now_millis())
         log.error("Redis lost its data (%s): run `manage.py restore` to bring back the messages the log holds", why)
 
     async def _log_holds_live_messages(self) -> bool:
@@ -173,7 +173,7 @@ class Scanner:
             await self.rt.redis.zrem(self.rt.ns.topics, topic)
             if await self.rt.redis.hget(k.meta, "registered"):
                 # A send re-registered the topic between the two steps: keep it listed.
-                await self.rt.redis.zadd(self.rt.ns.topics, {topic: int(time.time() * 1000)}, nx=True)
+                await self.rt.redis.zadd(self.rt.ns.topics, {topic: now_millis()}, nx=True)
                 continue
             log.info("scanner %s retired idle topic %s", self.token, topic)
             self.known.discard(topic)
@@ -192,13 +192,13 @@ class Scanner:
             if loop.time() >= report_at:
                 try:
                     await self.rt.redis.hset(self.rt.ns.scanners, self.token,
-                                             f"{worst * 1000:.3f}:{int(time.time() * 1000)}")
+                                             f"{worst * 1000:.3f}:{now_millis()}")
                 except Exception as exc:
                     log.warning("scanner %s could not report its loop lag: %s", self.token, exc)
                 worst, report_at = 0.0, loop.time() + LAG_REPORT
 
     async def _forget_gone_scanners(self) -> None:
-        now = int(time.time() * 1000)
+        now = now_millis()
         reports = await self.rt.redis.hgetall(self.rt.ns.scanners)
         gone = [token for token, value in reports.items()
                 if now - int(value.partition(":")[2] or 0) > GONE_AFTER_MILLIS]

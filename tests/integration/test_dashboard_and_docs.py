@@ -9,7 +9,7 @@ from django.utils import timezone
 from delayqueue.messagelog import recovery
 from delayqueue.live import scripts
 from delayqueue.ops import figures
-from delayqueue import services
+from delayqueue import selectors, services
 from delayqueue.models import TopicHourStats
 from delayqueue.ops.dashboard import FIGURES_SECONDS
 from delayqueue.sync import run_with_runtime
@@ -90,7 +90,7 @@ async def _stats_key(rt, topic):
 
 
 async def _previous_interval(rt):
-    return await figures.redis_millis(rt) // rt.config.monitor_interval_millis - 1
+    return await selectors.redis_millis(rt) // rt.config.monitor_interval_millis - 1
 
 
 def test_dashboard_chart_draws_promotions(admin_client):

@@ -98,8 +98,8 @@ async def test_a_send_due_by_the_time_redis_took_it_is_logged_ready(single_rt, m
     """The web process's clock said 'not yet due'; Redis' clock said due: Redis decides, for the
     row and for its 'sent' history row."""
     rt = single_rt
-    behind = services._now_millis() - 50
-    monkeypatch.setattr(services, "_now_millis", lambda: behind)
+    behind = services.now_millis() - 50
+    monkeypatch.setattr(services, "now_millis", lambda: behind)
     m = await services.send_message(rt, topic="t", msg="late", delay_millis=10, msg_id="late")
     assert m["status"] == Status.READY
     assert (await logged("t", "late"))["status"] == Status.READY

@@ -7,6 +7,7 @@ import time
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from delayqueue import selectors, services
 from delayqueue.api import health
 from delayqueue.live import scripts
 from delayqueue.ops import figures
@@ -265,8 +266,6 @@ async def _lag_reported(api):
 
 
 async def test_overview_and_monitor_reads_work_on_a_cluster_too(rt):
-    from delayqueue import selectors
-    from delayqueue import services
 
     for topic in ("c1", "c2", "c3"):  # on a cluster these land in different slots
         await services.send_message(rt, topic=topic, msg="x", delay_millis=100, msg_id="m")
@@ -288,7 +287,7 @@ async def test_overview_and_monitor_reads_work_on_a_cluster_too(rt):
 
 async def test_prune_keeps_totals_histogram_and_the_last_hour_of_the_chart(single_rt):
     rt = single_rt
-    now = await figures.redis_millis(rt)
+    now = await selectors.redis_millis(rt)
     interval, minute = now // rt.config.monitor_interval_millis, now // 60_000
     stats = rt.ns.topic("p").stats
     keep = {f"{interval}:sendMsg": 1, f"{interval - 1}:sendMsg": 2, "total:sendMsg": 9, "lateness:le:5": 3,

@@ -6,7 +6,8 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 
 from delayqueue.live import protocol as direct
 from delayqueue.messages import Message
-from delayqueue.services import SendRequest, _now_millis, _prepare, send_call as _send_call
+from delayqueue.epoch import now_millis
+from delayqueue.services import SendRequest, _prepare, send_call as _send_call
 
 from tests.helpers import make_runtime
 
@@ -33,7 +34,7 @@ async def test_concurrent_calls_share_a_round_trip_and_fail_alone(rt):
 async def test_many_calls_in_flight_each_get_their_own_reply(single_rt):
     """The direct runner matches replies to calls by their order on the connection."""
     rt = single_rt
-    now = _now_millis()
+    now = now_millis()
     rows = [_prepare(rt, SendRequest(topic="t", msg=f"payload {i}", delay_millis=60_000, msg_id=f"id{i}"), now)
             for i in range(200)]
     first = await asyncio.gather(*[rt.scripts.call(_send_call(rt, row)) for row in rows])
@@ -78,7 +79,7 @@ async def test_a_loop_turns_calls_share_writes_the_first_written_at_once(single_
     assert len(recorder.writes) == 1  # before the loop had a turn
     assert (await lone)[0][0] == 1
     recorder.writes.clear()
-    now = _now_millis()
+    now = now_millis()
     rows = [_prepare(rt, SendRequest(topic="t", msg=f"m{i}", delay_millis=60_000, msg_id=f"turn{i}"), now)
             for i in range(10)]
     calls = [asyncio.ensure_future(rt.scripts.call(_send_call(rt, row))) for row in rows]  # all start in one turn
