@@ -12,7 +12,7 @@ from delayqueue.conf import load_config
 from delayqueue.runtime import Runtime
 from delayqueue.scanner.scanner import Scanner
 
-log = logging.getLogger("delayqueue.scanner.scanner")
+log = logging.getLogger("delayqueue.scanner")
 
 
 class Command(BaseCommand):
