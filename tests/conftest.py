@@ -114,8 +114,9 @@ def postgres(transactional_db):
 
 @pytest.fixture(scope="session")
 def django_db_setup(django_db_setup, django_db_blocker):
-    """The test database, dropped at the end without waiting: a connection a test process left
-    open (Spark's workers, a runtime's log connection) would make DROP DATABASE wait 5 s and fail."""
+    """The test database, dropped at the end without waiting. Async tests reach the ORM through
+    asgiref's worker threads, whose Django connections pytest-django never closes (one was found
+    idle after a Spark stats test's ORM read); left open, it makes DROP DATABASE wait 5 s and fail."""
     yield
     from django.db import connection
 
