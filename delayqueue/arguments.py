@@ -2,7 +2,7 @@
 A bad value ends, as argparse reports it, in one line naming the option and exit code 2."""
 import argparse
 
-from delayqueue.live.keys import NAME_PATTERN
+from delayqueue.topics import topic_problem
 
 # The longest age a retention option takes: a hundred years. Far more overflows date arithmetic
 # (Python's and PostgreSQL's) instead of being refused with a message.
@@ -27,8 +27,9 @@ def age_in_days(text: str) -> int:
 
 
 def topic_name(text: str) -> str:
-    if not NAME_PATTERN.match(text):
-        raise argparse.ArgumentTypeError(f"not a topic name (1-128 of A-Z a-z 0-9 . _ : -): {text!r}")
+    problem = topic_problem(text)
+    if problem:
+        raise argparse.ArgumentTypeError(f"{text!r}: a topic {problem}")
     return text
 
 

@@ -43,3 +43,6 @@ CHART_MINUTES = 60
 # Upper bounds keep every time (ms) well inside what Redis' Lua numbers and JSON hold exactly.
 MAX_DELAY_MILLIS = 10 * 365 * 86_400_000  # ten years
 MAX_RETRY = 100_000
+# A topic name, as camellia accepts it: non-empty UTF-8 text without control characters, up to
+# this many bytes (delayqueue/topics.py checks it).
+MAX_TOPIC_BYTES = 255

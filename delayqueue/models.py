@@ -11,12 +11,13 @@ from django.db import models
 
 from delayqueue import messages
 from delayqueue.epoch import to_millis
-from delayqueue.constants import LIVE_STATUSES, Reason, Status
+from delayqueue.constants import LIVE_STATUSES, MAX_TOPIC_BYTES, Reason, Status
 
 
 class Message(models.Model):
     namespace = models.CharField(max_length=128)
-    topic = models.CharField(max_length=128)
+    # varchar counts characters: a topic of MAX_TOPIC_BYTES bytes has at most as many.
+    topic = models.CharField(max_length=MAX_TOPIC_BYTES)
     msg_id = models.CharField("msgId", max_length=256)
     payload = models.TextField()
     produce_time = models.DateTimeField()
@@ -63,7 +64,7 @@ class MessageEvent(models.Model):
     which makes the log writer's insert idempotent."""
 
     namespace = models.CharField(max_length=128)
-    topic = models.CharField(max_length=128)
+    topic = models.CharField(max_length=MAX_TOPIC_BYTES)
     msg_id = models.CharField("msgId", max_length=256)
     event_id = models.CharField(max_length=40)
     at = models.DateTimeField()
@@ -99,7 +100,7 @@ class TopicHourStats(models.Model):
     """
 
     namespace = models.CharField(max_length=128)
-    topic = models.CharField(max_length=128)
+    topic = models.CharField(max_length=MAX_TOPIC_BYTES)
     hour = models.DateTimeField()
     sent = models.BigIntegerField()
     delivered = models.BigIntegerField()

@@ -8,22 +8,33 @@ from rest_framework.fields import empty
 from rest_framework.validators import ProhibitSurrogateCharactersValidator
 
 from delayqueue.conf import load_config
-from delayqueue.constants import MAX_DELAY_MILLIS, MAX_RETRY
-from delayqueue.live.keys import NAME_PATTERN
+from delayqueue.constants import MAX_DELAY_MILLIS, MAX_RETRY, MAX_TOPIC_BYTES
+from delayqueue.topics import CONTROL_CHARACTER_PATTERN, topic_problem
 
 # Counts and retries below 0 mean "the default"; a floor keeps them plain integers all the way to Lua.
 MIN_COUNT = -100_000
 
 
-class TopicField(serializers.RegexField):
+class TopicField(serializers.CharField):
+    """A topic name (delayqueue/topics.py), taken exactly as sent: no trimming, as a topic with
+    spaces around it is another topic to camellia."""
+
     def __init__(self, **kwargs):
-        kwargs.setdefault("help_text", "the topic: 1-128 characters of A-Z a-z 0-9 . _ : -")
-        super().__init__(
-            NAME_PATTERN,
-            max_length=128,
-            error_messages={"invalid": "must be 1-128 characters of A-Z a-z 0-9 . _ : -"},
-            **kwargs,
-        )
+        kwargs.setdefault("help_text", "the topic: any non-empty text without control characters (U+0000-U+001F, "
+                                       f"U+007F-U+009F), at most {MAX_TOPIC_BYTES} bytes in UTF-8; taken as sent, "
+                                       "not trimmed")
+        super().__init__(trim_whitespace=False, validators=[check_topic],
+                         error_messages={"blank": topic_problem("")}, **kwargs)
+        # The schema states the rule as far as JSON Schema can: its lengths count characters, so
+        # maxLength is the byte limit only for ASCII (the description says bytes).
+        extend_schema_field({"type": "string", "minLength": 1, "maxLength": MAX_TOPIC_BYTES,
+                             "not": {"pattern": CONTROL_CHARACTER_PATTERN}})(self)
+
+
+def check_topic(value: str) -> None:
+    problem = topic_problem(value)
+    if problem:
+        raise serializers.ValidationError(problem)
 
 
 # A character str.strip() keeps (DRF trims with it), spelled out, as regex \s differs between

@@ -2,18 +2,38 @@
 
 Every key of a topic carries the hash tag {namespace:topic}, so one topic lives in one
 Redis Cluster slot and each Lua script (which gets all its keys in KEYS) runs on one node.
+The topic goes into its keys encoded (key_text), and comes back out of a key or channel name
+through topic_of_key_text; everything else (the registry, the scripts' ARGV, the message log)
+holds the topic's real text.
 """
 import re
 from dataclasses import dataclass
 from functools import lru_cache
 
-NAME_PATTERN = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
-
-# A topic's keys are "<TOPIC_PREFIX>{<namespace>:<topic>}:<name>"; its history channel is its
-# events key with the last part swapped (the scripts derive it so, from this module's names).
+# A topic's keys are "<TOPIC_PREFIX>{<namespace>:<key_text(topic)>}:<name>"; its history channel
+# is its events key with the last part swapped (the scripts derive it so, from this module's names).
 TOPIC_PREFIX = "dq:"
 EVENTS_SUFFIX = "events"
 HISTORY_SUFFIX = "history"
+
+
+# Percent-encoded inside key names: "{" and "}" would move the hash tag (Redis Cluster hashes
+# the text between the first "{" and the next "}", so a topic's keys would scatter over slots),
+# "*?[]\\" are glob metacharacters (PSUBSCRIBE, SCAN MATCH), and "%" keeps the encoding
+# reversible. Every character the old rule allowed ([A-Za-z0-9._:-]) stays as it is, so keys of
+# existing topics do not change.
+_KEY_UNSAFE = re.compile(r"[%{}*?\[\]\\]")
+_PERCENT_ESCAPE = re.compile(r"%([0-9A-F]{2})")
+
+
+def key_text(topic: str) -> str:
+    """The topic as it stands inside its key names."""
+    return _KEY_UNSAFE.sub(lambda m: f"%{ord(m[0]):02X}", topic)
+
+
+def topic_of_key_text(text: str) -> str:
+    """key_text's inverse."""
+    return _PERCENT_ESCAPE.sub(lambda m: chr(int(m[1], 16)), text)
 
 
 @dataclass(frozen=True)
@@ -51,13 +71,13 @@ class NamespaceKeys:
         """The topic whose history channel this is, None for another namespace's."""
         prefix, suffix = f"{TOPIC_PREFIX}{{{self.namespace}:", f"}}:{HISTORY_SUFFIX}"
         if channel.startswith(prefix) and channel.endswith(suffix):
-            return channel[len(prefix):-len(suffix)]
+            return topic_of_key_text(channel[len(prefix):-len(suffix)])
         return None
 
 
 @lru_cache(maxsize=65_536)
 def topic_keys(namespace: str, topic: str) -> TopicKeys:
-    tag = f"{TOPIC_PREFIX}{{{namespace}:{topic}}}:"
+    tag = f"{TOPIC_PREFIX}{{{namespace}:{key_text(topic)}}}:"
     return TopicKeys(topic=topic, **{name: tag + name for name in TopicKeys.__dataclass_fields__ if name != "topic"})
 
 

@@ -1,6 +1,7 @@
 """The topic dashboard (staff only, linked from the admin index): every topic's queue sizes,
 waiting-delay buckets, request rates, and a drawn chart of fire lateness over the last hour.
 A stuck or busy topic is flagged and sorted to the top."""
+import hashlib
 
 from django.contrib import admin
 from django.contrib.admin.views.decorators import staff_member_required
@@ -113,9 +114,11 @@ def dashboard(request):
             error, wanted = first_error(serializer.errors), None
 
     async def load(rt):
-        # Keyed by namespace and by topic (every topic: "*", which no topic name can be). The
-        # data-lost mark is one cheap read, and news that must not wait.
-        key = f"dashboard:{rt.config.namespace}:{wanted or '*'}"
+        # Keyed by namespace and by topic: its digest, as a topic may be up to 255 bytes of any
+        # text, more than a portable cache key takes (every topic: "all"). The data-lost mark is
+        # one cheap read, and news that must not wait.
+        topic_key = f"topic:{hashlib.sha256(wanted.encode()).hexdigest()}" if wanted else "all"
+        key = f"dashboard:{rt.config.namespace}:{topic_key}"
         overviews = await cache.aget(key)
         if overviews is None:
             topics = [wanted] if wanted else await selectors.list_topics(rt)

@@ -7,7 +7,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from delayqueue.api.validation import MIN_COUNT
-from delayqueue.constants import MAX_DELAY_MILLIS
+from delayqueue.constants import MAX_DELAY_MILLIS, MAX_TOPIC_BYTES
 
 API_ENDPOINTS = ["sendMsg", "sendMsgBatch", "pullMsg", "longPollingMsg", "ackMsg", "getMsg", "deleteMsg",
                  "getMonitorData", "getTopicInfo", "getTopicInfoList", "restore", "restoreMsg"]
@@ -71,7 +71,10 @@ def test_openapi_schema_states_the_limits_validation_enforces(client, settings):
     msg_id = components["MessageRefRequest"]["properties"]["msgId"]
     assert msg_id["minLength"] == 1 and not re.search(msg_id["pattern"], " \t\u3000")  # blank once trimmed: 400
     assert send["msg"]["not"] == {"pattern": "\\x00"}  # DRF refuses NUL characters
-    assert send["topic"]["maxLength"] == 128 and send["topic"]["pattern"]
+    topic = send["topic"]  # as far as JSON Schema can: its lengths count characters, not bytes
+    assert (topic["minLength"], topic["maxLength"]) == (1, MAX_TOPIC_BYTES) and "bytes" in topic["description"]
+    assert "pattern" not in topic and all(re.search(topic["not"]["pattern"], c) for c in "\x00\n\x1f\x7f\x85\x9f")
+    assert not re.search(topic["not"]["pattern"], " /{}*?[]\\%\xa0订单")
     assert (send["delayMillis"]["minimum"], send["delayMillis"]["maximum"]) == (-MAX_DELAY_MILLIS, MAX_DELAY_MILLIS)
     assert "ms" in send["delayMillis"]["description"] and "bytes" in send["msg"]["description"]
     pull = components["PullMsgRequest"]["properties"]["batch"]

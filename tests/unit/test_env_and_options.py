@@ -51,11 +51,15 @@ def test_env_url_names_the_variable_and_never_echoes_the_value(monkeypatch):
 def test_option_types_take_good_values_and_refuse_bad_ones_in_argparse_terms():
     assert positive_int("1") == 1 and age_in_days(str(MAX_AGE_DAYS)) == MAX_AGE_DAYS
     assert topic_name("a.b:c-d_e") == "a.b:c-d_e" and non_empty("x") == "x"
+    assert [topic_name(t) for t in ("订单-cancel", " a/b {c}* ", "é" * 127 + "x")] == ["订单-cancel", " a/b {c}* ", "é" * 127 + "x"]
     for parse, text, message in [(positive_int, "0", "must be at least 1, got 0"),
                                  (positive_int, "ten", "not an integer: 'ten'"),
                                  (age_in_days, str(MAX_AGE_DAYS + 1), f"must be at most {MAX_AGE_DAYS} days"),
-                                 (topic_name, "no spaces", "not a topic name"),
-                                 (topic_name, "x" * 129, "not a topic name"),
+                                 (topic_name, "", "a topic must be 1-255 bytes of UTF-8 text without control "
+                                                  "characters; it is empty"),
+                                 (topic_name, "é" * 128, "a topic must be .*; it is 256 bytes"),
+                                 (topic_name, "tab\there", "a topic must be .*; it has U\\+0009"),
+                                 (topic_name, "bad\udcffbyte", "it has U\\+DCFF"),  # a non-UTF-8 argv byte
                                  (non_empty, "", "must not be empty")]:
         with pytest.raises(argparse.ArgumentTypeError, match=message):
             parse(text)

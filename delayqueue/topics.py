@@ -1,0 +1,27 @@
+"""What a topic may be called: what camellia accepts, any non-empty UTF-8 text without control
+characters, up to MAX_TOPIC_BYTES bytes. The API's serializers, the admin, the dashboard and the
+command lines' --topic all ask topic_problem. Inside Redis key names a topic is encoded
+(delayqueue/live/keys.py), so no character of it can break a key."""
+import re
+
+from delayqueue.constants import MAX_TOPIC_BYTES
+
+TOPIC_RULE = f"must be 1-{MAX_TOPIC_BYTES} bytes of UTF-8 text without control characters"
+# Control characters (C0, DEL, C1), and surrogates, which are no text and have no UTF-8 form.
+_REFUSED_CHARACTER = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
+# A JSON-schema pattern (ECMA and Python alike) for a control character, for the API's schema.
+CONTROL_CHARACTER_PATTERN = "[\\x00-\\x1f\\x7f-\\x9f]"
+
+
+def topic_problem(topic: str) -> str | None:
+    """What makes this text no topic name, worded after the rule; None for a good one."""
+    if not topic:
+        return f"{TOPIC_RULE}; it is empty"
+    refused = _REFUSED_CHARACTER.search(topic)
+    if refused:
+        return f"{TOPIC_RULE}; it has U+{ord(refused[0]):04X}"
+    if len(topic) * 4 > MAX_TOPIC_BYTES:  # up to 4 bytes a character: only a long one needs encoding
+        size = len(topic.encode("utf-8"))
+        if size > MAX_TOPIC_BYTES:
+            return f"{TOPIC_RULE}; it is {size} bytes"
+    return None
