@@ -17,11 +17,13 @@ EVENTS_SUFFIX = "events"
 HISTORY_SUFFIX = "history"
 
 
-# Percent-encoded inside key names: "{" and "}" would move the hash tag (Redis Cluster hashes
-# the text between the first "{" and the next "}", so a topic's keys would scatter over slots),
-# "*?[]\\" are glob metacharacters (PSUBSCRIBE, SCAN MATCH), and "%" keeps the encoding
-# reversible. Every character the old rule allowed ([A-Za-z0-9._:-]) stays as it is, so keys of
-# existing topics do not change.
+# Percent-encoded inside key names: "{" and "}", so that a topic's hash tag is always the whole
+# "namespace:topic" (Redis Cluster hashes from the first "{" to the next "}": a "}" in a topic
+# would cut the tag short, and every topic sharing the text before it would share one slot) and
+# the first "}" of a key ends its topic; the glob metacharacters "*?[]\\", so that a topic's key
+# and channel names stand for themselves in a pattern (PSUBSCRIBE, SCAN MATCH); and "%", which
+# keeps the encoding reversible. Every character the old rule allowed ([A-Za-z0-9._:-]) stays as
+# it is, so existing topics keep their keys.
 _KEY_UNSAFE = re.compile(r"[%{}*?\[\]\\]")
 _PERCENT_ESCAPE = re.compile(r"%([0-9A-F]{2})")
 

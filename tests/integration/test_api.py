@@ -115,7 +115,7 @@ async def test_send_msg_batch(api):
     body = [
         {"topic": "s1", "msg": "a", "delayMillis": 0},
         {"topic": "s2", "msg": "b", "delayMillis": 60000, "msgId": "fixed"},
-        {"topic": "bad topic", "msg": "c", "delayMillis": 0},
+        {"topic": "bad\ttopic", "msg": "c", "delayMillis": 0},
         {"topic": "s1", "msg": "d"},
         "not an object",
         {"topic": "s2", "msg": "dup", "delayMillis": 0, "msgId": "fixed"},
@@ -151,8 +151,9 @@ async def test_send_msg_batch_size_limit(api, settings):
 BAD_SENDS = [
     ({"msg": "x", "delayMillis": "0"}, "topic"),
     ({"topic": "", "msg": "x", "delayMillis": "0"}, "topic"),
-    ({"topic": "a b", "msg": "x", "delayMillis": "0"}, "topic"),
-    ({"topic": "t" * 129, "msg": "x", "delayMillis": "0"}, "topic"),
+    ({"topic": "a\nb", "msg": "x", "delayMillis": "0"}, "topic"),
+    ({"topic": "t" * 256, "msg": "x", "delayMillis": "0"}, "topic"),
+    ({"topic": "é" * 128, "msg": "x", "delayMillis": "0"}, "topic"),  # 128 characters, 256 bytes
     ({"topic": "t", "delayMillis": "0"}, "msg"),
     ({"topic": "t", "msg": "", "delayMillis": "0"}, "msg"),
     ({"topic": "t", "msg": "x"}, "delayMillis"),
@@ -199,7 +200,7 @@ async def test_json_list_body_on_single_endpoint(api):
     ("pullMsg", {"topic": "t", "batch": "100000"}, "batch"),
     ("pullMsg", {"topic": "t", "ackTimeoutMillis": "soon"}, "ackTimeoutMillis"),
     ("longPollingMsg", {"topic": "t", "longPollingTimeoutMillis": "x"}, "longPollingTimeoutMillis"),
-    ("longPollingMsg", {"topic": "$"}, "topic"),
+    ("longPollingMsg", {"topic": "del\x7f"}, "topic"),
     ("ackMsg", {"topic": "t"}, "msgId"),
     ("ackMsg", {"topic": "t", "msgId": ""}, "msgId"),
     ("ackMsg", {"topic": "t", "msgId": "m", "ack": "maybe"}, "ack"),

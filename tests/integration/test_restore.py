@@ -256,8 +256,10 @@ def test_restore_command_prints_counts_and_refuses_bad_options(clean_state):
         assert f"no message in the message log matches {' '.join(scope)}" in unknown.stderr
         assert "Traceback" not in unknown.stderr
 
-    bad_topic = manage("restore", "--topic", "no spaces allowed")
-    assert bad_topic.returncode == 2 and "--topic" in bad_topic.stderr and "Traceback" not in bad_topic.stderr
+    bad_topic = manage("restore", "--topic", "no\ttabs")
+    assert bad_topic.returncode == 2 and "Traceback" not in bad_topic.stderr
+    assert "argument --topic: 'no\\ttabs': a topic must be 1-255 bytes of UTF-8 text without control characters; " \
+           "it has U+0009" in bad_topic.stderr
     bad_flag = manage("restore", "--bogus")
     assert bad_flag.returncode == 2 and "--bogus" in bad_flag.stderr
     no_log = manage("restore", DATABASE_URL="postgres://postgres@127.0.0.1:1/none")

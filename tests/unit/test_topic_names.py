@@ -40,6 +40,17 @@ def test_key_text_round_trips_and_leaves_nothing_that_breaks_a_key(topic):
     assert {key_slot(getattr(keys, name).encode()) for name in KEY_NAMES} == {key_slot(f"default:{text}".encode())}
 
 
+def test_the_encoding_spelled_out():
+    assert [key_text(t) for t in ["{a}b}", "%41", "*?[x]\\", "a/b c", "订单-cancel"]] == [
+        "%7Ba%7Db%7D", "%2541", "%2A%3F%5Bx%5D%5C", "a/b c", "订单-cancel"]
+    assert topic_keys("default", "{a}b}").msgs == "dq:{default:%7Ba%7Db%7D}:msgs"
+
+
+def test_topics_after_a_brace_still_spread_over_the_cluster():
+    """Raw, "}1", "}2", ... would all hash "default:" alone: one slot for all of them."""
+    assert len({key_slot(topic_keys("default", f"}}{i}").msgs.encode()) for i in range(100)}) > 90
+
+
 def test_distinct_topics_get_distinct_keys():
     """Injective: a topic spelling another's encoding is encoded again, so they never share keys."""
     topics = ["{", "%7B", "%257B", "%", "%25", "a*", "a%2A", "*", "\\", "%5C"]

@@ -1,4 +1,5 @@
 import asyncio
+import shlex
 import sys
 import time
 
@@ -69,7 +70,8 @@ class Command(BaseCommand):
         bar.finish()
         if not counts.seen and (options["topic"] or options["msg_id"]):
             # As the restore endpoints' 404: a mistyped topic or msgId must not read as success.
-            scope = " ".join(f"--{name.replace('_', '-')} {options[name]}" for name in ("topic", "msg_id")
+            # Quoted as a shell would take it back: a topic may have spaces or quotes.
+            scope = " ".join(f"--{name.replace('_', '-')} {shlex.quote(options[name])}" for name in ("topic", "msg_id")
                              if options[name])
             raise CommandError(f"no message in the message log matches {scope}")
         verb = "would restore" if options["dry_run"] else "restored"
