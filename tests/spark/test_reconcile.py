@@ -19,6 +19,8 @@ from .helpers import LogBuilder, job_args
 pytestmark = pytest.mark.usefixtures("clean_state")
 
 HOUR = 3_600_000
+# A topic name with the characters the Redis key encoding handles: the jobs must reach its keys too.
+T3 = "t3 {订单}/*?[x]\\%41"
 
 
 def build(url: str) -> set:
@@ -32,7 +34,7 @@ def build(url: str) -> set:
             log.message(topic, f"{topic}-ready-{i}", now - 1000, status=2)
     log.message("t1", "acked-long-ago", now - HOUR, status=4)  # ended, purged from Redis: agrees
     log.message("t1", "ended-but-live", now - 1000, status=4)
-    log.message("t3", "lost", now - 1000, status=2)  # a topic Redis lost entirely
+    log.message(T3, "lost", now - 1000, status=2)  # a topic Redis lost entirely
     log.save()
     call_command("restore", stdout=open("/dev/null", "w"))
 
@@ -51,11 +53,11 @@ def build(url: str) -> set:
     edit(t1, "t1-ready-1", status=3)
     edit(t2, "t2-ready-2", retry=4)
     edit(t2, "t2-wait-3", triggerTime=now + HOUR + 5000, retry=1)
-    client.delete(*(k for k in vars(topic_keys("default", "t3")).values() if k != "t3"))
+    client.delete(*(k for k in vars(topic_keys("default", T3)).values() if k != T3))
     client.close()
     return {("t1", "t1-wait-0", "missing_in_redis"), ("t2", "stray", "missing_in_log"),
             ("t1", "ended-but-live", "ended_in_log"), ("t1", "t1-ready-1", "status"), ("t2", "t2-ready-2", "retry"),
-            ("t2", "t2-wait-3", "trigger_time"), ("t2", "t2-wait-3", "retry"), ("t3", "lost", "missing_in_redis")}
+            ("t2", "t2-wait-3", "trigger_time"), ("t2", "t2-wait-3", "retry"), (T3, "lost", "missing_in_redis")}
 
 
 @pytest.mark.parametrize("url", [REDIS_URL, REDIS_CLUSTER_URL], ids=["single", "cluster"])
@@ -77,7 +79,7 @@ def test_reconcile_lists_every_planted_disagreement_and_fix_restores_the_missing
     assert after == {**counts, "missing_in_redis": 0}
     client = common.sync_redis(url)
     assert client.zscore(topic_keys("default", "t1").waiting, "t1-wait-0") is not None
-    assert json.loads(client.hget(topic_keys("default", "t3").msgs, "lost"))["status"] == 2
+    assert json.loads(client.hget(topic_keys("default", T3).msgs, "lost"))["status"] == 2
     client.close()
 
 

@@ -19,12 +19,14 @@ from .helpers import LogBuilder, job_args
 pytestmark = pytest.mark.usefixtures("clean_state")
 
 HOUR = 3_600_000
+# A topic name with the characters the Redis key encoding handles: the jobs must reach its keys too.
+B = "b {订单}/*?[x]\\%41"
 HELD = json.dumps({"topic": "a", "msgId": "a-held", "msg": "already here", "status": 2})
 
 
 def build_log() -> None:
     """Topic a: one message in each live state, one live in the log but past its TTL, one Redis
-    already holds, and one per ended state. Topic b: 30 due and 10 waiting, ids interleaved.
+    already holds, and one per ended state. Topic B: 30 due and 10 waiting, ids interleaved.
     Another namespace's live message, which stays out."""
     now = int(time.time() * 1000)
     log = LogBuilder()
@@ -38,7 +40,7 @@ def build_log() -> None:
         log.message("a", f"a-{name}", now - 60_000, status=status)
     for i in range(40):
         waiting = i % 4 == 3
-        log.message("b", f"b-{i:02}", now - HOUR + i, delay=2 * HOUR if waiting else 0, ttl=3 * HOUR,
+        log.message(B, f"b-{i:02}", now - HOUR + i, delay=2 * HOUR if waiting else 0, ttl=3 * HOUR,
                     status=1 if waiting else 2)
     log.message("a", "a-elsewhere", now - 60_000, status=2, namespace="other")
     log.save()
@@ -59,7 +61,7 @@ def snapshot(url: str) -> dict:
     """Every structure a restore writes, except times that are 'now' (topic registration)."""
     client = common.sync_redis(url)
     state = {"topics": sorted(client.zrange(namespace_keys("default").topics, 0, -1))}
-    for topic in ("a", "b"):
+    for topic in ("a", B):
         k = topic_keys("default", topic)
         state[topic] = {
             "msgs": {i: json.loads(m) for i, m in client.hgetall(k.msgs).items()},
@@ -106,15 +108,15 @@ def test_spark_restore_gives_the_same_redis_as_manage_py_restore(spark, settings
     a = expected["a"]
     assert a["msgs"]["a-held"]["msg"] == "already here" and a["msgs"]["a-consuming"]["retry"] == 2
     assert [i for i, _ in a["waiting"]] == ["a-wait"] and sorted(a["ready"]) == ["a-consuming", "a-due", "a-ready"]
-    assert expected["b"]["ready"] == [f"b-{i:02}" for i in reversed(range(40)) if i % 4 != 3]  # LPUSH in id order
+    assert expected[B]["ready"] == [f"b-{i:02}" for i in reversed(range(40)) if i % 4 != 3]  # LPUSH in id order
     assert expected["other"] == 0
 
     again = spark_restore(spark, url, capsys=capsys)  # idempotent
     assert again == "restored 0, already live 45, skipped (ended or expired) 5"
-    assert snapshot(url)["b"] == expected["b"]
+    assert snapshot(url)[B] == expected[B]
 
 
-@pytest.mark.parametrize("options", [("--topic", "b", "--dry-run"), ("--include-expired",),
+@pytest.mark.parametrize("options", [("--topic", B, "--dry-run"), ("--include-expired",),
                                      ("--topic", "a", "--msg-id", "a-wait")])
 def test_spark_restore_options_count_as_manage_py_restore(spark, capsys, options):
     build_log()
