@@ -8,6 +8,7 @@ import html
 import re
 import subprocess
 import sys
+from urllib.parse import parse_qs
 
 import pytest
 import redis
@@ -23,7 +24,8 @@ from tests.helpers import (REDIS_CLUSTER_URL, REDIS_URL, ROOT, call, drain_log, 
                            scanner_env, send, wait_until)
 
 LONGEST = "订" * (MAX_TOPIC_BYTES // 3)  # 85 characters, 255 bytes
-TOPICS = ["my topic", "a/b", "{}", "{a}b}", "*", "?", "[x]", "%41", "\\", "订单-cancel", " padded ", LONGEST]
+TOPICS = ["my topic", "a/b", "{}", "{a}b}", "*", "?", "[x]", "%41", "\\", "订单-cancel", " padded ", "a+b&c=d#e",
+          LONGEST]
 TOO_LONG = ["x" * (MAX_TOPIC_BYTES + 1), "订" * 86, "é" * 128]
 CONTROL = ["a\nb", "tab\t", "nul\x00", "del\x7f", "nel\x85", "\x9f"]
 # Every endpoint that takes a topic, with the other parameters it needs.
@@ -241,6 +243,8 @@ def test_dashboard_and_admin_show_and_filter_such_topics(admin_client, clean_sta
     assert "<b>&" not in page
     shown = {html.unescape(t) for t in re.findall(r'<tr class="row-\w+" data-topic="([^"]+)">', page)}
     assert shown == set(topics)
+    linked = [parse_qs(html.unescape(q))["topic"][0] for q in re.findall(r'<a href="\?(topic=[^"]*)">', page)]
+    assert sorted(linked) == sorted(topics)
     for topic in topics:
         one = admin_client.get(DASHBOARD, {"topic": topic}).content.decode()
         assert [html.unescape(t) for t in re.findall(r'<tr class="row-\w+" data-topic="([^"]+)">', one)] == [topic]
