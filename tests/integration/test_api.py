@@ -215,6 +215,30 @@ async def test_bad_input_on_every_endpoint(api, endpoint, params, parameter):
     assert result["msg"].startswith(parameter + ":"), result["msg"]
 
 
+CONTROL_CHARACTERS = ["a\x00b", "a\x01b", "\x1b[31mred", "id\n", "\tid", "a\x7fb", "a\x85b", "a\x9fb"]
+MSG_ID_ENDPOINTS = [("sendMsg", {"msg": "x", "delayMillis": "0"}), ("ackMsg", {}), ("getMsg", {}), ("deleteMsg", {}),
+                    ("restoreMsg", {})]
+
+
+@pytest.mark.parametrize("endpoint,params", MSG_ID_ENDPOINTS, ids=[e for e, _ in MSG_ID_ENDPOINTS])
+async def test_a_msg_id_with_control_characters_is_refused_everywhere(api, endpoint, params):
+    for msg_id in CONTROL_CHARACTERS:
+        for how in ("form", "get", "json"):
+            fields = {"topic": "t", "msgId": msg_id, **params}
+            if how == "json":
+                result = await call(api, endpoint, json=fields)
+            else:
+                result = await call(api, endpoint, method="get" if how == "get" else "post", **fields)
+            assert result == {"code": 400, "msg": "msgId: must not contain control characters"}, (msg_id, how)
+    batch = await call(api, "sendMsgBatch", json=[{"topic": "t", "msg": "x", "delayMillis": 0, "msgId": m}
+                                                  for m in CONTROL_CHARACTERS])
+    assert {r["msg"].split(": ", 1)[1] for r in batch["results"]} == {"msgId: must not contain control characters"}
+    assert (await call(api, "getTopicInfoList", method="get"))["data"] == []  # nothing sent
+    # Other text is an id as before: spaces inside, any script, U+00A0 (not a control character).
+    for msg_id in ("order 42", "订单-42", "a\u00a0b"):
+        assert (await call(api, "sendMsg", topic="t", msg="x", delayMillis="0", msgId=msg_id))["code"] == 200
+
+
 async def test_unsupported_method(api):
     response = await api.put(API + "sendMsg")
     assert response.status_code == 200 and response.json()["code"] == 400

@@ -70,6 +70,7 @@ def test_openapi_schema_states_the_limits_validation_enforces(client, settings):
     assert "minLength" not in send["msgId"] and send["msgId"]["maxLength"] == 256  # empty: generate one
     msg_id = components["MessageRefRequest"]["properties"]["msgId"]
     assert msg_id["minLength"] == 1 and not re.search(msg_id["pattern"], " \t\u3000")  # blank once trimmed: 400
+    assert msg_id["not"] == send["msgId"]["not"] == {"pattern": "[\\x00-\\x1f\\x7f-\\x9f]"}  # control characters: 400
     assert send["msg"]["not"] == {"pattern": "\\x00"}  # DRF refuses NUL characters
     assert send["topic"]["maxLength"] == 128 and send["topic"]["pattern"]
     assert (send["delayMillis"]["minimum"], send["delayMillis"]["maximum"]) == (-MAX_DELAY_MILLIS, MAX_DELAY_MILLIS)
