@@ -1,7 +1,6 @@
 """Writes: every state transition of a message, each one Lua script run atomically in Redis."""
 import asyncio
 import dataclasses
-import random
 from typing import NamedTuple
 
 from redis.exceptions import RedisError
@@ -12,6 +11,7 @@ from delayqueue.epoch import now_millis
 from delayqueue.exceptions import LogUnavailable, MaybeSent, QueueError, redis_unavailable
 from delayqueue.live import scripts
 from delayqueue.messages import Message
+from delayqueue.random_bits import random_bits
 from delayqueue.runtime import Runtime
 
 
@@ -33,11 +33,10 @@ def _new_msg_id(produce_time: int) -> str:
     """A version 7 UUID (RFC 9562) in 32 hex digits, as camellia's dashless UUIDs: the
     millisecond first, then 74 random bits. Ids made in time order go in at the right-hand end
     of the message log's msgId indexes instead of at random pages, which costs PostgreSQL a
-    quarter less per logged send and does not grow with the log (docs/benchmarks.md). Ids must be
-    unique, not secret (the API that acks by id is open to every client): the Mersenne Twister
-    is enough, and unlike os.urandom makes no system call per id. Python reseeds it in a forked
-    child, so worker processes do not repeat ids."""
-    rand = random.getrandbits(74)
+    quarter less per logged send and does not grow with the log (docs/benchmarks.md). The random
+    bits come from the OS CSPRNG (random_bits.py), so one id tells nothing of the next: knowing
+    an id is what lets a client ack, delete or read a message."""
+    rand = random_bits(74)
     return f"{produce_time << 80 | 0x7 << 76 | (rand >> 62) << 64 | 0b10 << 62 | rand & _LOW_62:032x}"
 
 
