@@ -8,7 +8,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from delayqueue.constants import Status
 from delayqueue.epoch import now_millis
-from delayqueue.exceptions import LogUnavailable, MaybeSent, QueueError, redis_unavailable
+from delayqueue.exceptions import LogUnavailable, MaybeSent, QueueError, redis_reason, redis_unavailable
 from delayqueue.live import scripts
 from delayqueue.messages import Message
 from delayqueue.random_bits import random_bits
@@ -112,8 +112,8 @@ def _send_failed(rows: list[Message], exc: RedisError) -> list[QueueError]:
     if isinstance(exc, RedisTimeoutError):
         # Written but not answered: Redis may yet run them. Each stays in the log, and its answer
         # names its msgId, under which sending it again is safe (a live msgId is not enqueued twice).
-        return [MaybeSent(f"redis unavailable: {exc}; the message may have been enqueued: send it again with "
-                          f"msgId {row.msg_id} to be sure") for row in rows]
+        return [MaybeSent(f"redis unavailable: {redis_reason(exc)}; the message may have been enqueued: send it "
+                          f"again with msgId {row.msg_id} to be sure", detail=str(exc)) for row in rows]
     return [redis_unavailable(exc)] * len(rows)  # Redis unreachable: each message fails, and leaves the log
 
 
