@@ -18,11 +18,14 @@ import os
 import socket
 import uuid
 
+from redis.exceptions import RedisError
+
 from delayqueue.epoch import now_millis
 from delayqueue.exceptions import LogUnavailable
 from delayqueue.live import scripts
 from delayqueue.live.pubsub import subscribe_forever
 from delayqueue.messagelog.writer import LogWriter
+from delayqueue.outage import Outage, describe
 from delayqueue.runtime import Runtime
 from delayqueue.scanner.timer import PreciseTimer
 from delayqueue.scanner.worker import TopicWorker
@@ -34,6 +37,8 @@ REGISTRY_REFRESH = 1.0
 LAG_SAMPLE = 0.1  # the lag probe sleeps this long and measures how late it wakes
 LAG_REPORT = 1.0  # and reports the worst overrun to Redis this often (for /metrics)
 GONE_AFTER_MILLIS = 10_000  # a scanner whose lag report is this old has stopped
+START_BACKOFF, MAX_START_BACKOFF = 0.1, 2.0  # seconds between tries to reach Redis at start
+RETRY_AFTER_FAILURE = 0.5  # seconds before the main loop tries a failed step again
 
 
 class Scanner:
@@ -60,8 +65,29 @@ class Scanner:
         self._stop.set()
         self._poke.set()
 
+    async def _wait_for_redis(self) -> bool:
+        """Loads the scripts, waiting while Redis cannot take them (down, still loading its data,
+        refusing the password): a scanner started before its Redis, or during a restart, must not
+        exit. False if stopped while waiting."""
+        outage = Outage(log, f"scanner {self.token} cannot start yet")
+        backoff = START_BACKOFF
+        while not self._stop.is_set():
+            try:
+                await scripts.load_scripts(self.rt.redis)
+                outage.ok()
+                return True
+            except RedisError as exc:
+                outage.failed(describe(exc))
+            try:
+                await asyncio.wait_for(self._stop.wait(), backoff)
+            except asyncio.TimeoutError:
+                pass
+            backoff = min(backoff * 2, MAX_START_BACKOFF)
+        return False
+
     async def run(self) -> None:
-        await scripts.load_scripts(self.rt.redis)
+        if not await self._wait_for_redis():
+            return
         loop = asyncio.get_running_loop()
         self.timer = PreciseTimer(loop)
         listener = loop.create_task(self._listen(), name="schedule-listener")
@@ -69,12 +95,20 @@ class Scanner:
         writer = loop.create_task(self.log_writer.run(self._stop), name="log-writer") if self.log_writer else None
         await self._subscribed.wait()
         next_refresh = next_renew = next_retire = next_prune = loop.time()
+        outage = Outage(log, f"scanner {self.token}")
+        # Its own: the loss check may need the message log, which the topics' work does not.
+        loss_check_outage = Outage(log, f"scanner {self.token} cannot check for lost Redis data")
         try:
             while not self._stop.is_set():
                 now = loop.time()
+                failed = False
                 try:
                     if now >= next_refresh:
-                        await self._check_marker()
+                        try:
+                            await self._check_marker()
+                            loss_check_outage.ok()
+                        except LogUnavailable as exc:
+                            loss_check_outage.failed(describe(exc))
                         self.known.update(await self.rt.redis.zrange(self.rt.ns.topics, 0, -1))
                         next_refresh = now + REGISTRY_REFRESH
                     if now >= next_renew:
@@ -87,11 +121,15 @@ class Scanner:
                     if now >= next_prune:
                         await self._prune_stats()
                         next_prune = now + self.rt.config.monitor_interval_seconds
+                    outage.ok()
                 except asyncio.CancelledError:
                     raise
                 except Exception as exc:
-                    log.warning("scanner %s: %s", self.token, exc)
+                    outage.failed(describe(exc))
+                    failed = True
                 wake_at = min([next_refresh, next_renew, *self.next_try.values()])
+                if failed:  # the failed step is due again at once: not in a busy loop
+                    wake_at = max(wake_at, loop.time() + RETRY_AFTER_FAILURE)
                 self._poke.clear()
                 try:
                     await asyncio.wait_for(self._poke.wait(), max(0.0, wake_at - loop.time()))
