@@ -99,6 +99,7 @@ async def send_messages(rt: Runtime, *, requests: list[SendRequest]) -> list[dic
         replies = [await rt.scripts.call(calls[0])] if len(calls) == 1 else await rt.scripts.run(calls)
     except RedisError as exc:
         replies = _send_failed(rows, exc)
+    replies = [_own_resend(row, reply) for row, reply in zip(rows, replies)]
     outcomes = [_sent_message(row, reply) for row, reply in zip(rows, replies)]
     if rt.config.message_log:
         await rt.log.settle(rows, written, replies, outcomes)
@@ -115,6 +116,18 @@ def _send_failed(rows: list[Message], exc: RedisError) -> list[QueueError]:
         return [MaybeSent(f"redis unavailable: {redis_reason(exc)}; the message may have been enqueued: send it "
                           f"again with msgId {row.msg_id} to be sure", detail=str(exc)) for row in rows]
     return [redis_unavailable(exc)] * len(rows)  # Redis unreachable: each message fails, and leaves the log
+
+
+def _own_resend(row: Message, reply: scripts.SendReply | Exception) -> scripts.SendReply | Exception:
+    """A send whose connection broke after it was written is sent again (live/runners.py); if
+    the first try ran, Redis answers the second as a live duplicate of this very message: the
+    same msgId, produceTime, body and times. That is the send taking effect, answered as created
+    (its topic registered again, as the lost reply may have said it was new)."""
+    if isinstance(reply, scripts.SendReply) and not reply.created:
+        stored = Message.from_stored(reply.stored)
+        if dataclasses.replace(stored, status=row.status, retry=row.retry) == row:
+            return reply._replace(created=True, status=stored.status, stored=None, new_topic=True)
+    return reply
 
 
 def _sent_message(row: Message, reply: scripts.SendReply | Exception) -> Message | QueueError:

@@ -190,7 +190,7 @@ async def test_postgres_down_means_500_and_nothing_in_redis(api, single_rt, post
 
 
 async def test_sends_redis_refuses_are_taken_out_of_the_log(clean_state):
-    rt = make_runtime("redis://127.0.0.1:1/0")  # nothing listens there
+    rt = make_runtime("redis://127.0.0.1:1/0", redis_timeout_millis=300)  # nothing listens there
     with pytest.raises(Exception):
         await services.send_message(rt, topic="t", msg="x", delay_millis=0, msg_id="refused")
     batch = await services.send_messages(rt, requests=[SendRequest(topic="t", msg="x", delay_millis=0, msg_id=f"refused{i}")
