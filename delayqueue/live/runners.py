@@ -2,6 +2,7 @@
 direct connection (protocol.py) on a plain single Redis. Every call is a scripts.ScriptCall and
 comes back as its script's typed reply."""
 import asyncio
+import time
 
 from redis.exceptions import BusyLoadingError, NoScriptError
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -128,25 +129,37 @@ class DirectScriptRunner(ScriptRunner):
         may have run: sending it again is safe for every script the service sends, a send being
         a no-op on its own live msgId (services.py answers that as the send it is). Not retried:
         a timeout (the watchdog's), as Redis may still run what it was sent."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self._timeout
-        replies: list = [None] * len(commands)
-        pending = list(range(len(commands)))
+        deadline = time.monotonic() + self._timeout
+        try:
+            replies = await self._send_once(commands)
+        except RedisConnectionError as exc:
+            return await self._retry(commands, [exc] * len(commands), exc, deadline)
+        if BusyLoadingError in map(type, replies):
+            return await self._retry(commands, replies, None, deadline)
+        return replies
+
+    async def _retry(self, commands: list[bytes], replies: list, error: RedisConnectionError | None,
+                     deadline: float) -> list:
+        """_send's tries after the first: `error` is the connection's failure, else the
+        LOADING replies go again."""
+        pending = [i for i, reply in enumerate(replies) if isinstance(reply, RedisConnectionError)]  # LOADING too
         backoff = FIRST_RETRY_BACKOFF
-        while True:
+        while time.monotonic() + backoff < deadline:
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, MAX_RETRY_BACKOFF)
             try:
                 for i, reply in zip(pending, await self._send_once([commands[i] for i in pending])):
                     replies[i] = reply
-                pending = [i for i in pending if isinstance(replies[i], BusyLoadingError)]
-                if not pending:
-                    return replies
-            except RedisConnectionError:
-                if loop.time() + backoff >= deadline:
-                    raise
-            if loop.time() + backoff >= deadline:
-                return replies  # still loading: those calls answer LOADING
-            await asyncio.sleep(backoff)
-            backoff = min(backoff * 2, MAX_RETRY_BACKOFF)
+            except RedisConnectionError as exc:
+                error = exc
+                continue
+            error = None
+            pending = [i for i in pending if isinstance(replies[i], BusyLoadingError)]
+            if not pending:
+                return replies
+        if error is not None:
+            raise error
+        return replies  # still loading: those calls answer LOADING
 
     async def _send_once(self, commands: list[bytes]) -> list:
         protocol = self._protocol
