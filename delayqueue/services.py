@@ -1,7 +1,6 @@
 """Writes: every state transition of a message, each one Lua script run atomically in Redis."""
 import asyncio
 import dataclasses
-import random
 from typing import NamedTuple
 
 from redis.exceptions import RedisError
@@ -9,9 +8,10 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from delayqueue.constants import Status
 from delayqueue.epoch import now_millis
-from delayqueue.exceptions import LogUnavailable, MaybeSent, QueueError, redis_unavailable
+from delayqueue.exceptions import LogUnavailable, MaybeSent, QueueError, redis_reason, redis_unavailable
 from delayqueue.live import scripts
 from delayqueue.messages import Message
+from delayqueue.random_bits import random_bits
 from delayqueue.runtime import Runtime
 
 
@@ -33,11 +33,10 @@ def _new_msg_id(produce_time: int) -> str:
     """A version 7 UUID (RFC 9562) in 32 hex digits, as camellia's dashless UUIDs: the
     millisecond first, then 74 random bits. Ids made in time order go in at the right-hand end
     of the message log's msgId indexes instead of at random pages, which costs PostgreSQL a
-    quarter less per logged send and does not grow with the log (docs/benchmarks.md). Ids must be
-    unique, not secret (the API that acks by id is open to every client): the Mersenne Twister
-    is enough, and unlike os.urandom makes no system call per id. Python reseeds it in a forked
-    child, so worker processes do not repeat ids."""
-    rand = random.getrandbits(74)
+    quarter less per logged send and does not grow with the log (docs/benchmarks.md). The random
+    bits come from the OS CSPRNG (random_bits.py), so one id tells nothing of the next: knowing
+    an id is what lets a client ack, delete or read a message."""
+    rand = random_bits(74)
     return f"{produce_time << 80 | 0x7 << 76 | (rand >> 62) << 64 | 0b10 << 62 | rand & _LOW_62:032x}"
 
 
@@ -100,6 +99,7 @@ async def send_messages(rt: Runtime, *, requests: list[SendRequest]) -> list[dic
         replies = [await rt.scripts.call(calls[0])] if len(calls) == 1 else await rt.scripts.run(calls)
     except RedisError as exc:
         replies = _send_failed(rows, exc)
+    replies = [_own_resend(row, reply) for row, reply in zip(rows, replies)]
     outcomes = [_sent_message(row, reply) for row, reply in zip(rows, replies)]
     if rt.config.message_log:
         await rt.log.settle(rows, written, replies, outcomes)
@@ -113,9 +113,21 @@ def _send_failed(rows: list[Message], exc: RedisError) -> list[QueueError]:
     if isinstance(exc, RedisTimeoutError):
         # Written but not answered: Redis may yet run them. Each stays in the log, and its answer
         # names its msgId, under which sending it again is safe (a live msgId is not enqueued twice).
-        return [MaybeSent(f"redis unavailable: {exc}; the message may have been enqueued: send it again with "
-                          f"msgId {row.msg_id} to be sure") for row in rows]
+        return [MaybeSent(f"redis unavailable: {redis_reason(exc)}; the message may have been enqueued: send it "
+                          f"again with msgId {row.msg_id} to be sure", detail=str(exc)) for row in rows]
     return [redis_unavailable(exc)] * len(rows)  # Redis unreachable: each message fails, and leaves the log
+
+
+def _own_resend(row: Message, reply: scripts.SendReply | Exception) -> scripts.SendReply | Exception:
+    """A send whose connection broke after it was written is sent again (live/runners.py); if
+    the first try ran, Redis answers the second as a live duplicate of this very message: the
+    same msgId, produceTime, body and times. That is the send taking effect, answered as created
+    (its topic registered again, as the lost reply may have said it was new)."""
+    if isinstance(reply, scripts.SendReply) and not reply.created:
+        stored = Message.from_stored(reply.stored)
+        if dataclasses.replace(stored, status=row.status, retry=row.retry) == row:
+            return reply._replace(created=True, status=stored.status, stored=None, new_topic=True)
+    return reply
 
 
 def _sent_message(row: Message, reply: scripts.SendReply | Exception) -> Message | QueueError:

@@ -110,6 +110,12 @@ def postgres(transactional_db):
     yield control
     if control._pid() is None:  # a failed test must not leave the rest of the suite without a database
         control.start()
+    if control.restarted is not None:
+        # Django's connections died with the server: the test database's flush must open new ones.
+        from django.db import connections
+
+        for connection in connections.all(initialized_only=True):
+            connection.close()
 
 
 @pytest.fixture(scope="session")

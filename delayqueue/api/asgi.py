@@ -40,6 +40,21 @@ class EventLoopAPIHandler(ASGIHandler):
         request.resolver_match = match
         return match
 
+    def create_request(self, scope, body_file):
+        """Django answers a query string that is not UTF-8 with a bare HTTP 400 (and a traceback in
+        the log); the request is made without it instead, marked, for the view to answer in the
+        API's envelope (QueueAPIView.params)."""
+        query = scope.get("query_string", b"")
+        if not query.isascii():
+            try:
+                query.decode()
+            except UnicodeDecodeError as exc:
+                request, error = super().create_request({**scope, "query_string": b""}, body_file)
+                if request is not None:
+                    request.query_string_error = f"query string is not valid utf-8 (byte {exc.start})"
+                return request, error
+        return super().create_request(scope, body_file)
+
     async def read_body(self, receive):
         """A body that came in one message (every queue call's) is read from memory; Django
         spools every body through a temporary-file object, which costs more than the parse."""

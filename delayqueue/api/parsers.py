@@ -1,47 +1,106 @@
-"""Request bodies for the queue API: form bodies without DRF's parser machinery, JSON through
-DRF with a faster decoder."""
+"""Request bodies and query strings for the queue API: form fields without DRF's parser machinery,
+JSON through DRF with a faster decoder, multipart through DRF. Text that is not valid in its
+charset is refused, never guessed at: a silently re-decoded body stores mojibake."""
+import io
 from urllib.parse import unquote_plus
 
 import orjson
 from django.conf import settings
 from rest_framework.exceptions import ParseError
-from rest_framework.parsers import JSONParser
+from rest_framework.parsers import BaseParser, JSONParser, MultiPartParser
 
 FORM_CONTENT_TYPE = "application/x-www-form-urlencoded"
 
+# Enough of a field name to recognise it in an error answer.
+NAME_SHOWN = 64
 
-class TooManyFields(ValueError):
-    pass
+
+class FormError(ValueError):
+    """Form fields (a body or a query string) that cannot be read; the text says why."""
 
 
-def parse_form(body: bytes, encoding: str) -> dict[str, str]:
+def parse_form(body: bytes, encoding: str, what: str = "request body") -> dict[str, str]:
     """A form body as a plain dict, the last value of a repeated field winning: what Django's
-    QueryDict(body).dict() gives (tests/test_parsers.py holds it to that), at a fifth of the cost.
-    Camellia's SDK sends every call as a form, so this is most requests' parse."""
+    QueryDict(body).dict() gives for a body valid in its charset (tests/unit/test_parsers.py
+    holds it to that), at a fifth of the cost. Camellia's SDK sends every call as a form, so
+    this is most requests' parse. Unlike QueryDict, a body (or a percent-encoded field) not
+    valid in `encoding` is a FormError, not Latin-1 or U+FFFD."""
     try:
         text = body.decode(encoding)
-    except UnicodeDecodeError:
-        text = body.decode("iso-8859-1")  # as QueryDict: some clients send Latin-1 unannounced
+    except UnicodeDecodeError as exc:
+        raise FormError(f"{what} is not valid {encoding} (byte {exc.start})") from None
+    return parse_fields(text, encoding, what)
+
+
+def parse_fields(text: str, encoding: str, what: str = "query string") -> dict[str, str]:
+    """parse_form of text already decoded (a query string): percent-escapes decode in `encoding`."""
     limit = settings.DATA_UPLOAD_MAX_NUMBER_FIELDS
     if limit is not None and text.count("&") >= limit:
-        raise TooManyFields(f"more than {limit} form fields")
+        raise FormError(f"{what} has more than {limit} fields")
     fields = {}
     for field in text.split("&"):
         if field:
             name, _, value = field.partition("=")
             if "%" in field or "+" in field:  # most fields of a send have nothing to unquote
-                name, value = unquote_plus(name, encoding), unquote_plus(value, encoding)
+                try:
+                    name = unquote_plus(name, encoding, errors="strict")
+                except UnicodeDecodeError:
+                    raise FormError(f"{what} has a field name that is not valid {encoding} once "
+                                    "percent-decoded") from None
+                try:
+                    value = unquote_plus(value, encoding, errors="strict")
+                except UnicodeDecodeError:
+                    raise FormError(f"{what} field {name[:NAME_SHOWN]} is not valid {encoding} once "
+                                    "percent-decoded") from None
             fields[name] = value
     return fields
+
+
+def _encoding(parser_context) -> str:
+    return (parser_context or {}).get("encoding") or settings.DEFAULT_CHARSET
+
+
+class FormBodyParser(BaseParser):
+    """DRF's place for parse_form (a form body read through DRF: sendMsgBatch's)."""
+
+    media_type = FORM_CONTENT_TYPE
+
+    def parse(self, stream, media_type=None, parser_context=None):
+        try:
+            return parse_form(stream.read() if stream is not None else b"", _encoding(parser_context))
+        except FormError as exc:
+            raise ParseError(str(exc)) from None
 
 
 class JSONBodyParser(JSONParser):
     """DRF's JSON parser, decoding with orjson (as strict: no NaN or Infinity)."""
 
     def parse(self, stream, media_type=None, parser_context=None):
-        encoding = (parser_context or {}).get("encoding", settings.DEFAULT_CHARSET)
+        encoding = _encoding(parser_context)
         body = stream.read()
         try:
             return orjson.loads(body if encoding.lower().replace("_", "-") == "utf-8" else body.decode(encoding))
-        except (ValueError, UnicodeDecodeError) as exc:
+        except UnicodeDecodeError as exc:
+            raise ParseError(f"request body is not valid {encoding} (byte {exc.start})") from None
+        except ValueError as exc:
+            try:  # orjson's words for bad UTF-8 name neither the body nor the byte
+                body.decode("utf-8")
+            except UnicodeDecodeError as bad:
+                raise ParseError(f"request body is not valid {encoding} (byte {bad.start})") from None
             raise ParseError(f"JSON parse error - {exc}") from None
+
+
+class StrictMultiPartParser(MultiPartParser):
+    """DRF's multipart parser, refusing a body not valid in its charset: Django's replaces bad
+    bytes in field values with U+FFFD. The body is checked only when a value holds U+FFFD."""
+
+    def parse(self, stream, media_type=None, parser_context=None):
+        body = stream.read() if stream is not None else b""
+        parsed = super().parse(io.BytesIO(body), media_type, parser_context)
+        if any("\ufffd" in key or "\ufffd" in value for key, values in parsed.data.lists() for value in values):
+            encoding = _encoding(parser_context)
+            try:
+                body.decode(encoding)
+            except UnicodeDecodeError as exc:
+                raise ParseError(f"request body is not valid {encoding} (byte {exc.start})") from None
+        return parsed

@@ -43,22 +43,40 @@ NOT_ONLY_SPACE = "[^%s]" % "".join(f"\\u{ord(c):04x}" for c in map(chr, range(0x
 
 
 class TextField(serializers.CharField):
-    """A CharField whose schema also states what DRF refuses in text: NUL characters, and (where
-    blank is not allowed) a value that is blank once trimmed. Schema only: no regex runs per request."""
+    """A CharField whose schema also states what DRF refuses in text: NUL characters (or a
+    subclass' `refused` pattern), and (where blank is not allowed) a value that is blank once
+    trimmed. Schema only: no regex runs per request."""
+
+    refused: re.Pattern | None = None
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
-        schema = {"type": "string", "not": {"pattern": "\\x00"}}
+        schema = {"type": "string", "not": {"pattern": self.refused.pattern if self.refused else "\\x00"}}
         if self.trim_whitespace and not self.allow_blank:
             schema["pattern"] = NOT_ONLY_SPACE
         extend_schema_field(schema)(self)
 
 
+# A msgId's own rule, apart from the topic's: no C0 or C1 control character and no DEL (they
+# would reach logs, terminals and the admin's pages as commands or invisible text).
+MSG_ID_CONTROL_CHARACTERS = "[\\x00-\\x1f\\x7f-\\x9f]"
+
+
 class MsgIdField(TextField):
+    # Searched in the value as sent, before trimming: "id\n" is refused, not taken as "id".
+    refused = re.compile(MSG_ID_CONTROL_CHARACTERS)
+    default_error_messages = {"control": "must not contain control characters"}
+
     def __init__(self, **kwargs):
         kwargs.setdefault("max_length", 256)
-        kwargs.setdefault("help_text", "the message's id within its topic (at most 256 characters)")
+        kwargs.setdefault("help_text", "the message's id within its topic (at most 256 characters, no control "
+                                       "characters)")
         super().__init__(**kwargs)
+
+    def run_validation(self, data=empty):
+        if type(data) is str and self.refused.search(data):
+            self.fail("control")
+        return super().run_validation(data)
 
 
 def millis(help_text: str, **kwargs) -> serializers.IntegerField:
@@ -208,9 +226,12 @@ class FastValidation:
         validators = [test for test in map(self._predicate, field.validators) if test is not None]
         if isinstance(field, serializers.CharField):
             blank_ok, trim = field.allow_blank, field.trim_whitespace
+            refused = getattr(field, "refused", None)  # a pattern the value as sent must not hold
 
             def coerce(value):
                 if type(value) is not str or "\x00" in value or self._SURROGATE.search(value):
+                    return empty
+                if refused is not None and refused.search(value):
                     return empty
                 if trim:
                     value = value.strip()

@@ -6,11 +6,10 @@ an error answer is only `code` and `msg`, both from exceptions.error_answer.
 """
 import orjson
 from django.conf import settings
-from django.core.exceptions import RequestDataTooBig
+from django.core.exceptions import RequestDataTooBig, TooManyFieldsSent
 from django.http import HttpResponse
 from rest_framework import exceptions as drf_exceptions
 from rest_framework.exceptions import ValidationError
-from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.permissions import AllowAny
 from rest_framework.views import APIView
 
@@ -19,7 +18,8 @@ from delayqueue.messagelog import recovery
 from delayqueue import selectors
 from delayqueue import services
 from delayqueue.exceptions import BadRequest, NotFound, Refused, error_answer
-from delayqueue.api.parsers import FORM_CONTENT_TYPE, JSONBodyParser, TooManyFields, parse_form
+from delayqueue.api.parsers import (FORM_CONTENT_TYPE, FormBodyParser, FormError, JSONBodyParser,
+                                    StrictMultiPartParser, parse_fields, parse_form)
 from delayqueue.runtime import current
 from delayqueue.api.schema import (
     BatchResultSerializer,
@@ -99,7 +99,7 @@ class QueueAPIView(APIView):
     view has authentication, permission or throttle checks to run (`checks_callers`)."""
 
     http_method_names = ["get", "post"]
-    parser_classes = [FormParser, JSONBodyParser, MultiPartParser]  # form bodies: see params()
+    parser_classes = [FormBodyParser, JSONBodyParser, StrictMultiPartParser]  # form bodies: see params()
     # Message operations count as use for /camellia/health/offline; monitor reads do not.
     marks_use = True
 
@@ -149,6 +149,8 @@ class QueueAPIView(APIView):
         """Problems of the HTTP request itself as the queue's error kinds; error_answer words them all."""
         if isinstance(exc, RequestDataTooBig):
             return BadRequest(f"request body is over {settings.DATA_UPLOAD_MAX_MEMORY_SIZE} bytes")
+        if isinstance(exc, TooManyFieldsSent):  # Django's own parse (request.GET, multipart) met the limit
+            return BadRequest(f"request has more than {settings.DATA_UPLOAD_MAX_NUMBER_FIELDS} fields")
         if isinstance(exc, drf_exceptions.MethodNotAllowed):
             return BadRequest(f"method {self.request.method} not allowed, use GET or POST")
         if isinstance(exc, drf_exceptions.APIException):
@@ -166,14 +168,17 @@ class QueueAPIView(APIView):
     def params(self) -> dict:
         """Query string and body (form or JSON object) merged; the body wins."""
         request = self.request
-        # Building the query-string QueryDict costs a noticeable share of a send: only when there is one.
-        params = request.GET.dict() if request.META.get("QUERY_STRING") else {}
-        if request.content_type == FORM_CONTENT_TYPE:
-            try:
-                data = parse_form(request.body, request.encoding or settings.DEFAULT_CHARSET)
-            except TooManyFields as exc:
-                raise BadRequest(f"request body has {exc}") from None
-        else:
+        if query_string_error := getattr(request, "query_string_error", None):  # see api/asgi.py
+            raise BadRequest(query_string_error)
+        encoding = request.encoding or settings.DEFAULT_CHARSET
+        query = request.META.get("QUERY_STRING")
+        try:
+            # As request.GET.dict(), but refusing what it would guess at (see parsers.py), and cheaper.
+            params = parse_fields(query, encoding) if query else {}
+            data = parse_form(request.body, encoding) if request.content_type == FORM_CONTENT_TYPE else None
+        except FormError as exc:
+            raise BadRequest(str(exc)) from None
+        if data is None:
             data = self.body_data()
             if hasattr(data, "dict"):
                 data = data.dict()

@@ -69,6 +69,10 @@ class NamespaceKeys:
     def topic(self, topic: str) -> TopicKeys:
         return topic_keys(self.namespace, topic)
 
+    def scanner_alive(self, token: str) -> str:
+        """STRING set with a short TTL while the scanner with this lock token runs (its heartbeat)."""
+        return f"dq:ns:{self.namespace}:alive:{token}"
+
     def topic_of_history(self, channel: str) -> str | None:
         """The topic whose history channel this is, None for another namespace's."""
         prefix, suffix = f"{TOPIC_PREFIX}{{{self.namespace}:", f"}}:{HISTORY_SUFFIX}"

@@ -7,7 +7,7 @@ import functools
 import hiredis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.asyncio.connection import parse_url
-from redis.exceptions import InvalidResponse, NoScriptError, ResponseError
+from redis.exceptions import BusyLoadingError, InvalidResponse, NoScriptError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 
@@ -16,9 +16,14 @@ def evalsha(sha: str, keys: list, args: list) -> bytes:
 
 
 def as_error(reply):
-    """hiredis gives every error reply as ResponseError; redis-py's callers look for NOSCRIPT."""
-    if isinstance(reply, ResponseError) and str(reply).startswith("NOSCRIPT"):
-        return NoScriptError(str(reply))
+    """hiredis gives every error reply as ResponseError; redis-py's callers look for NOSCRIPT,
+    the runner for LOADING (as redis-py's classes name them)."""
+    if isinstance(reply, ResponseError):
+        text = str(reply)
+        if text.startswith("NOSCRIPT"):
+            return NoScriptError(text)
+        if text.startswith("LOADING"):
+            return BusyLoadingError(text)
     return reply
 
 

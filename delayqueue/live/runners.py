@@ -2,12 +2,17 @@
 direct connection (protocol.py) on a plain single Redis. Every call is a scripts.ScriptCall and
 comes back as its script's typed reply."""
 import asyncio
+import time
 
+from redis.exceptions import BusyLoadingError, NoScriptError
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import NoScriptError
 
 from delayqueue.live.protocol import ReplyProtocol, as_error, connect_direct, evalsha
 from delayqueue.live.scripts import ScriptCall, load_scripts
+
+
+# Back-off between tries of a call Redis failed transiently (doubling up to the second figure).
+FIRST_RETRY_BACKOFF, MAX_RETRY_BACKOFF = 0.01, 0.2
 
 
 def _typed(call: ScriptCall, raw):
@@ -117,24 +122,60 @@ class DirectScriptRunner(ScriptRunner):
         return await self._send([evalsha(call.script.sha, call.keys, call.args) for call in calls])
 
     async def _send(self, commands: list[bytes]) -> list:
-        """The commands' replies, in order. A connection lost under them is replaced and the
-        commands sent once more, as redis-py's client retries (Redis restarted, failed over)."""
-        for attempt in (1, 2):
-            protocol = self._protocol
-            if protocol is None or protocol.lost:
-                protocol = await self._connect()
-            future = protocol.submit(commands)
+        """The commands' replies, in order. Transient failures are retried with a short back-off
+        until `timeout` after the call started: a connection lost or refused (Redis restarting
+        or failing over; the connection is replaced) and LOADING replies (a restarted Redis
+        reading its data back; only those commands go again). A command whose connection broke
+        may have run: sending it again is safe for every script the service sends, a send being
+        a no-op on its own live msgId (services.py answers that as the send it is). Not retried:
+        a timeout (the watchdog's), as Redis may still run what it was sent."""
+        deadline = time.monotonic() + self._timeout
+        try:
+            replies = await self._send_once(commands)
+        except RedisConnectionError as exc:
+            return await self._retry(commands, [exc] * len(commands), exc, deadline)
+        if BusyLoadingError in map(type, replies):
+            return await self._retry(commands, replies, None, deadline)
+        return replies
+
+    async def _retry(self, commands: list[bytes], replies: list, error: RedisConnectionError | None,
+                     deadline: float) -> list:
+        """_send's tries after the first: `error` is the connection's failure, else the
+        LOADING replies go again."""
+        pending = [i for i, reply in enumerate(replies) if isinstance(reply, RedisConnectionError)]  # LOADING too
+        backoff = FIRST_RETRY_BACKOFF
+        while time.monotonic() + backoff < deadline:
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, MAX_RETRY_BACKOFF)
             try:
-                return [as_error(reply) for reply in await future]
-            except BaseException as exc:
-                # Failed with the connection, or abandoned (cancelled caller): nobody else will
-                # look at it, so its error must not be left unretrieved.
-                if not future.done():
-                    future.cancel()
-                elif not future.cancelled():
-                    future.exception()
-                if attempt == 2 or not isinstance(exc, RedisConnectionError):
-                    raise
+                for i, reply in zip(pending, await self._send_once([commands[i] for i in pending])):
+                    replies[i] = reply
+            except RedisConnectionError as exc:
+                error = exc
+                continue
+            error = None
+            pending = [i for i in pending if isinstance(replies[i], BusyLoadingError)]
+            if not pending:
+                return replies
+        if error is not None:
+            raise error
+        return replies  # still loading: those calls answer LOADING
+
+    async def _send_once(self, commands: list[bytes]) -> list:
+        protocol = self._protocol
+        if protocol is None or protocol.lost:
+            protocol = await self._connect()
+        future = protocol.submit(commands)
+        try:
+            return [as_error(reply) for reply in await future]
+        except BaseException:
+            # Failed with the connection, or abandoned (cancelled caller): nobody else will
+            # look at it, so its error must not be left unretrieved.
+            if not future.done():
+                future.cancel()
+            elif not future.cancelled():
+                future.exception()
+            raise
 
     async def _connect(self) -> ReplyProtocol:
         async with self._connecting:

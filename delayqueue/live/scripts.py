@@ -146,10 +146,11 @@ RETIRE_TOPIC = Script("retire_topic", lambda raw: raw == 1)
 PRUNE_STATS = Script("prune_stats", int)
 LOCK_RENEW = Script("lock_renew", lambda raw: raw == 1)
 LOCK_RELEASE = Script("lock_release", lambda raw: raw == 1)
+LOCK_TAKE_OVER = Script("lock_take_over", lambda raw: raw == 1)
 RESTORE = Script("restore", _restore_reply)
 
 SCRIPTS = (SEND, PULL, ACK, NACK, DELETE, GET, PROMOTE_DUE, REQUEUE_TIMED_OUT, EXPIRE, PURGE_ENDED, RETIRE_TOPIC,
-           PRUNE_STATS, LOCK_RENEW, LOCK_RELEASE, RESTORE)
+           PRUNE_STATS, LOCK_RENEW, LOCK_RELEASE, LOCK_TAKE_OVER, RESTORE)
 
 
 async def load_scripts(client) -> None:
@@ -235,6 +236,10 @@ def lock_renew(k: TopicKeys, *, token: str, ttl_millis: int) -> ScriptCall:
 
 def lock_release(k: TopicKeys, *, token: str) -> ScriptCall:
     return ScriptCall(LOCK_RELEASE, [k.lock], [token])
+
+
+def lock_take_over(k: TopicKeys, *, gone_token: str, token: str, ttl_millis: int) -> ScriptCall:
+    return ScriptCall(LOCK_TAKE_OVER, [k.lock], [gone_token, token, ttl_millis])
 
 
 def restore(k: TopicKeys, *, ready_channel: str, schedule_channel: str, topic: str, dry_run: bool, actor: str,

@@ -6,7 +6,7 @@ import psycopg
 from django.db import connections
 from psycopg.conninfo import make_conninfo
 
-from delayqueue.exceptions import LogUnavailable
+from delayqueue.exceptions import LogUnavailable, connection_reason
 
 MESSAGE_TABLE = "delayqueue_message"
 EVENT_TABLE = "delayqueue_messageevent"
@@ -27,11 +27,28 @@ async def connect(timeout_millis: int) -> psycopg.AsyncConnection:
     try:
         return await psycopg.AsyncConnection.connect(conninfo(timeout_millis), autocommit=True)
     except psycopg.Error as exc:
-        raise LogUnavailable(f"message log unavailable: {first_line(exc)}") from None
+        raise log_unavailable(exc) from None
 
 
 def first_line(exc: Exception) -> str:
     return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
+def log_reason(exc: psycopg.Error) -> str:
+    """Why the message log failed, in words naming no host, port or path (psycopg's connection
+    errors name them all)."""
+    if isinstance(exc, psycopg.errors.QueryCanceled):
+        return "statement timed out"
+    if isinstance(exc, (psycopg.errors.AdminShutdown, psycopg.errors.CannotConnectNow)):
+        return "server shutting down or starting"
+    if exc.sqlstate is None or exc.sqlstate.startswith("08") or isinstance(exc, psycopg.errors.InvalidPassword):
+        # Client-side (no state): could not connect, or the connection broke.
+        return connection_reason(str(exc), otherwise="connection failed")
+    return f"database error {exc.sqlstate} ({type(exc).__name__})"
+
+
+def log_unavailable(exc: psycopg.Error) -> LogUnavailable:
+    return LogUnavailable(f"message log unavailable: {log_reason(exc)}", detail=first_line(exc))
 
 
 class LogConnection:
@@ -53,7 +70,7 @@ class LogConnection:
                 yield self._conn
         except psycopg.Error as exc:
             await self.close()
-            raise LogUnavailable(f"message log unavailable: {first_line(exc)}") from None
+            raise log_unavailable(exc) from None
         except TimeoutError:
             await self.close()
             raise LogUnavailable(f"message log unavailable: no answer within {self._timeout_millis / 1000:g} s") from None

@@ -15,8 +15,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from delayqueue.messagelog import sql
-from delayqueue.messagelog.connection import connect, first_line
-from delayqueue.exceptions import LogUnavailable
+from delayqueue.messagelog.connection import connect, log_unavailable
 from delayqueue.epoch import now_millis
 from delayqueue.constants import LIVE_STATUSES, Status
 from delayqueue.live import scripts
@@ -100,7 +99,7 @@ async def restore(rt: Runtime, *, topic: str | None = None, msg_id: str | None =
     try:
         counts = await _restore(rt, topic, msg_id, include_expired, dry_run, progress)
     except psycopg.Error as exc:
-        raise LogUnavailable(f"message log unavailable: {first_line(exc)}") from None
+        raise log_unavailable(exc) from None
     if answers_loss_report(topic, msg_id, dry_run):
         await rt.redis.delete(rt.ns.data_lost)
     return counts

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 import orjson
 
 from delayqueue.messagelog import sql
-from delayqueue.messagelog.connection import LogConnection, first_line
+from delayqueue.messagelog.connection import LogConnection
+from delayqueue.outage import Outage, describe
 
 log = logging.getLogger(__name__)
 
@@ -101,19 +102,21 @@ class LogWriter:
     async def run(self, stopping: asyncio.Event) -> None:
         interval = self.rt.config.log_writer_interval_millis / 1000
         writing: asyncio.Task | None = None
+        outage = Outage(log, "log writer: events wait in Redis")
         while not stopping.is_set():
             try:
                 batch, full = await self._read()
                 if writing is not None:
                     await writing
                     writing = None
+                    outage.ok()  # a write went through (reads alone say nothing of PostgreSQL)
                 if batch:
                     writing = asyncio.ensure_future(self._write(*batch))
                 delay = 0 if full else interval
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                log.warning("log writer: %s; events wait in Redis", first_line(exc))
+                outage.failed(describe(exc))
                 if writing is not None:
                     writing.cancel()  # whatever it did not commit is read again
                     writing = None

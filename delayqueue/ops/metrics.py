@@ -8,6 +8,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from redis.exceptions import RedisError
 
 from delayqueue import selectors
+from delayqueue.exceptions import log_failure, redis_reason
 from delayqueue.ops import figures
 from delayqueue.runtime import current
 from delayqueue.selectors import REQUEST_COUNTERS, WAITING_BUCKETS
@@ -72,8 +73,9 @@ async def metrics(request):
         overviews = await figures.topic_overview(rt, topics=await selectors.list_topics(rt))
         lags = await figures.scanner_lags(rt)
         data_lost = int(await rt.redis.get(rt.ns.data_lost) or 0)
-    except RedisError as exc:
-        return HttpResponse(f"# Redis unavailable: {exc}\n", status=503, content_type="text/plain")
+    except RedisError as exc:  # what failed, not where (a scraper may be anyone): the where goes to the log
+        log_failure("/metrics", f"Redis unavailable: {exc}")
+        return HttpResponse(f"# Redis unavailable: {redis_reason(exc)}\n", status=503, content_type="text/plain")
     registry = CollectorRegistry(auto_describe=False)
     registry.register(Snapshot(overviews, lags, data_lost))
     return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)

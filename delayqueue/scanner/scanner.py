@@ -7,10 +7,20 @@ channel says the topic got earlier work (a send due sooner, a pull with a nearer
 So a message is promoted within milliseconds of its triggerTime instead of on a fixed tick.
 
 Any number of scanners cooperate: a topic is worked by whoever holds its lock
-(SET NX PX, renewed at a third of its TTL, compare-and-delete on release). A scanner that
-fails to get a lock retries when the lock's PTTL runs out, so a killed holder stops the topic
-for at most the lock TTL. Correctness never rests on the lock: every transition is one atomic
-script, so two scanners working a topic at once still promote each message once.
+(SET NX PX, renewed at a third of its TTL, compare-and-delete on release). Each scanner also
+keeps a heartbeat key of its own alive (`alive:<token>`, TTL 0.8 s, renewed every 0.2 s). A
+standby, one that failed to get a lock, notes who holds it and looks at that holder's heartbeat
+every 0.1 s: once it is gone (the holder was killed, or stopped and released its locks) the
+standby takes the lock over with a compare-and-set (lock_take_over.lua: only while the lock
+still names the gone holder, or nobody), so a killed holder's topics move on within about a
+second, whatever the lock TTL. Otherwise a standby tries again when the lock's PTTL runs out,
+and a scanner alone, restarted under a new token, waits at most that long as before. A holder
+that was only paused past its heartbeat finds, at its next renewal, that it lost the lock, and
+stops its worker. Correctness never rests on the lock: every transition is one atomic script,
+so two scanners working a topic at once still promote each message once.
+
+Started while Redis is down, a scanner waits for it; Redis or PostgreSQL failing later is
+retried, each outage logged once as it starts and once as it ends (outage.py).
 """
 import asyncio
 import logging
@@ -18,11 +28,14 @@ import os
 import socket
 import uuid
 
+from redis.exceptions import RedisError
+
 from delayqueue.epoch import now_millis
 from delayqueue.exceptions import LogUnavailable
 from delayqueue.live import scripts
 from delayqueue.live.pubsub import subscribe_forever
 from delayqueue.messagelog.writer import LogWriter
+from delayqueue.outage import Outage, describe
 from delayqueue.runtime import Runtime
 from delayqueue.scanner.timer import PreciseTimer
 from delayqueue.scanner.worker import TopicWorker
@@ -34,6 +47,15 @@ REGISTRY_REFRESH = 1.0
 LAG_SAMPLE = 0.1  # the lag probe sleeps this long and measures how late it wakes
 LAG_REPORT = 1.0  # and reports the worst overrun to Redis this often (for /metrics)
 GONE_AFTER_MILLIS = 10_000  # a scanner whose lag report is this old has stopped
+START_BACKOFF, MAX_START_BACKOFF = 0.1, 2.0  # seconds between tries to reach Redis at start
+RETRY_AFTER_FAILURE = 0.5  # seconds before the main loop tries a failed step again
+# A running scanner keeps its heartbeat key alive (TTL HEARTBEAT_TTL_MILLIS, renewed every
+# HEARTBEAT_EVERY s); standbys look at the heartbeats of the holders of the locks they want
+# every WATCH_EVERY s. A holder killed is seen gone within TTL + WATCH_EVERY, about 0.9 s,
+# whatever the lock TTL; its event loop may stall up to TTL - HEARTBEAT_EVERY before it is.
+HEARTBEAT_TTL_MILLIS = 800
+HEARTBEAT_EVERY = 0.2
+WATCH_EVERY = 0.1
 
 
 class Scanner:
@@ -46,6 +68,7 @@ class Scanner:
         self.workers: dict[str, TopicWorker] = {}
         self.known: set[str] = set()
         self.next_try: dict[str, float] = {}  # topic -> monotonic time to try its lock again
+        self.holders: dict[str, str] = {}  # topic -> the lock token of the scanner seen holding it
         self.counts = {"promoted": 0, "requeued": 0, "expired": 0, "purged": 0}
         self._stop = asyncio.Event()
         self._poke = asyncio.Event()
@@ -60,21 +83,56 @@ class Scanner:
         self._stop.set()
         self._poke.set()
 
+    async def _wait_for_redis(self) -> bool:
+        """Loads the scripts, waiting while Redis cannot take them (down, still loading its data,
+        refusing the password): a scanner started before its Redis, or during a restart, must not
+        exit. False if stopped while waiting."""
+        outage = Outage(log, f"scanner {self.token} cannot start yet")
+        backoff = START_BACKOFF
+        while not self._stop.is_set():
+            try:
+                await scripts.load_scripts(self.rt.redis)
+                outage.ok()
+                return True
+            except RedisError as exc:
+                outage.failed(describe(exc))
+            try:
+                await asyncio.wait_for(self._stop.wait(), backoff)
+            except asyncio.TimeoutError:
+                pass
+            backoff = min(backoff * 2, MAX_START_BACKOFF)
+        return False
+
     async def run(self) -> None:
-        await scripts.load_scripts(self.rt.redis)
+        if not await self._wait_for_redis():
+            return
         loop = asyncio.get_running_loop()
         self.timer = PreciseTimer(loop)
+        try:
+            await self._beat()  # alive before it holds a lock, or standbys would take it at once
+        except RedisError:
+            pass  # the heartbeat task tries again
         listener = loop.create_task(self._listen(), name="schedule-listener")
         lag_probe = loop.create_task(self._report_lag(), name="lag-probe")
+        heartbeat = loop.create_task(self._heartbeat(), name="heartbeat")
+        watcher = loop.create_task(self._watch_holders(), name="holder-watcher")
         writer = loop.create_task(self.log_writer.run(self._stop), name="log-writer") if self.log_writer else None
         await self._subscribed.wait()
         next_refresh = next_renew = next_retire = next_prune = loop.time()
+        outage = Outage(log, f"scanner {self.token}")
+        # Its own: the loss check may need the message log, which the topics' work does not.
+        loss_check_outage = Outage(log, f"scanner {self.token} cannot check for lost Redis data")
         try:
             while not self._stop.is_set():
                 now = loop.time()
+                failed = False
                 try:
                     if now >= next_refresh:
-                        await self._check_marker()
+                        try:
+                            await self._check_marker()
+                            loss_check_outage.ok()
+                        except LogUnavailable as exc:
+                            loss_check_outage.failed(describe(exc))
                         self.known.update(await self.rt.redis.zrange(self.rt.ns.topics, 0, -1))
                         next_refresh = now + REGISTRY_REFRESH
                     if now >= next_renew:
@@ -87,18 +145,22 @@ class Scanner:
                     if now >= next_prune:
                         await self._prune_stats()
                         next_prune = now + self.rt.config.monitor_interval_seconds
+                    outage.ok()
                 except asyncio.CancelledError:
                     raise
                 except Exception as exc:
-                    log.warning("scanner %s: %s", self.token, exc)
+                    outage.failed(describe(exc))
+                    failed = True
                 wake_at = min([next_refresh, next_renew, *self.next_try.values()])
+                if failed:  # the failed step is due again at once: not in a busy loop
+                    wake_at = max(wake_at, loop.time() + RETRY_AFTER_FAILURE)
                 self._poke.clear()
                 try:
                     await asyncio.wait_for(self._poke.wait(), max(0.0, wake_at - loop.time()))
                 except asyncio.TimeoutError:
                     pass
         finally:
-            await cancel_and_wait(listener, lag_probe)
+            await cancel_and_wait(listener, lag_probe, heartbeat, watcher)
             if writer is not None:
                 self._stop.set()
                 await asyncio.gather(writer, return_exceptions=True)
@@ -141,16 +203,76 @@ class Scanner:
             lock = self.rt.ns.topic(topic).lock
             pipe.set(lock, self.token, nx=True, px=self.lock_ttl)
             pipe.pttl(lock)
+            pipe.get(lock)
         replies = await pipe.execute()
         for i, topic in enumerate(candidates):
-            got, pttl = replies[2 * i], replies[2 * i + 1]
+            got, pttl, holder = replies[3 * i:3 * i + 3]
+            if topic in self.workers:  # taken over (_watch_holders) while this ran
+                continue
             if got:
-                self.next_try.pop(topic, None)
-                self.workers[topic] = TopicWorker(self, topic)
+                self._start_worker(topic)
                 log.info("scanner %s took topic %s", self.token, topic)
             else:
-                # Someone else holds it: look again the moment their lock would run out.
+                # Someone else holds it: look again the moment their lock would run out, or
+                # sooner if _watch_holders sees the holder gone.
                 self.next_try[topic] = now + (max(pttl, 0) + 1) / 1000
+                if holder is not None:
+                    self.holders[topic] = holder
+
+    def _start_worker(self, topic: str) -> None:
+        self.next_try.pop(topic, None)
+        self.holders.pop(topic, None)
+        self.workers[topic] = TopicWorker(self, topic)
+
+    async def _beat(self) -> None:
+        await self.rt.redis.set(self.rt.ns.scanner_alive(self.token), now_millis(), px=HEARTBEAT_TTL_MILLIS)
+
+    async def _heartbeat(self) -> None:
+        """Keeps this scanner's heartbeat key alive; standbys take its topics when it is gone.
+        Failures are the main loop's to report (Redis is down for it too)."""
+        while True:
+            try:
+                await self._beat()
+            except RedisError:
+                pass
+            await asyncio.sleep(HEARTBEAT_EVERY)
+
+    async def _watch_holders(self) -> None:
+        """Standby: takes over, at once, the topics whose lock holder's heartbeat is gone (killed,
+        or stopped and released), instead of waiting for the lock's TTL. The take-over is a
+        compare-and-set on the lock, so of several standbys one gets each topic."""
+        while True:
+            await asyncio.sleep(WATCH_EVERY)
+            try:
+                await self._take_over_from_gone_holders()
+            except RedisError:
+                pass  # the main loop reports Redis' failures
+
+    async def _take_over_from_gone_holders(self) -> None:
+        holders = sorted({h for t, h in self.holders.items() if t not in self.workers and h != self.token})
+        if not holders:
+            return
+        pipe = self.rt.redis.pipeline(transaction=False)
+        for holder in holders:
+            pipe.exists(self.rt.ns.scanner_alive(holder))
+        gone = {holder for holder, alive in zip(holders, await pipe.execute()) if not alive}
+        topics = [t for t, h in self.holders.items() if h in gone and t not in self.workers]
+        if not topics:
+            return
+        taken = await self.rt.scripts.run(
+            [scripts.lock_take_over(self.rt.ns.topic(t), gone_token=self.holders[t], token=self.token,
+                                    ttl_millis=self.lock_ttl) for t in topics])
+        for topic, got in zip(topics, taken):
+            if topic in self.workers:
+                continue
+            if got is True:
+                log.info("scanner %s took over topic %s from %s, which is gone", self.token, topic,
+                         self.holders[topic])
+                self._start_worker(topic)
+            else:  # another standby was quicker: the main loop looks at who holds it now
+                self.holders.pop(topic, None)
+                self.next_try[topic] = 0.0
+                self._poke.set()
 
     async def _renew(self) -> None:
         topics = list(self.workers)
@@ -247,6 +369,10 @@ class Scanner:
             await self.rt.redis.hdel(self.rt.ns.scanners, self.token)
         except Exception as exc:
             log.warning("scanner %s could not withdraw its lag report: %s", self.token, exc)
+        try:  # gone at once, so standbys take the topics released below without waiting
+            await self.rt.redis.delete(self.rt.ns.scanner_alive(self.token))
+        except Exception as exc:
+            log.warning("scanner %s could not withdraw its heartbeat: %s", self.token, exc)
         topics = list(self.workers)
         for worker in self.workers.values():
             await worker.stop()

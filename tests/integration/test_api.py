@@ -1,5 +1,7 @@
 """The camellia-compatible HTTP API: shapes, defaults, and bad input on every endpoint."""
 import asyncio
+import logging
+import re
 from types import SimpleNamespace
 
 import orjson
@@ -10,6 +12,7 @@ from rest_framework.exceptions import AuthenticationFailed
 from rest_framework.permissions import BasePermission, IsAuthenticated
 from rest_framework.throttling import BaseThrottle
 
+from delayqueue import exceptions
 from delayqueue.api.urls import urlpatterns
 from delayqueue.api.views import GetTopicInfoView, SendMsgView
 from delayqueue.runtime import close_current
@@ -216,6 +219,30 @@ async def test_bad_input_on_every_endpoint(api, endpoint, params, parameter):
     assert result["msg"].startswith(parameter + ":"), result["msg"]
 
 
+CONTROL_CHARACTERS = ["a\x00b", "a\x01b", "\x1b[31mred", "id\n", "\tid", "a\x7fb", "a\x85b", "a\x9fb"]
+MSG_ID_ENDPOINTS = [("sendMsg", {"msg": "x", "delayMillis": "0"}), ("ackMsg", {}), ("getMsg", {}), ("deleteMsg", {}),
+                    ("restoreMsg", {})]
+
+
+@pytest.mark.parametrize("endpoint,params", MSG_ID_ENDPOINTS, ids=[e for e, _ in MSG_ID_ENDPOINTS])
+async def test_a_msg_id_with_control_characters_is_refused_everywhere(api, endpoint, params):
+    for msg_id in CONTROL_CHARACTERS:
+        for how in ("form", "get", "json"):
+            fields = {"topic": "t", "msgId": msg_id, **params}
+            if how == "json":
+                result = await call(api, endpoint, json=fields)
+            else:
+                result = await call(api, endpoint, method="get" if how == "get" else "post", **fields)
+            assert result == {"code": 400, "msg": "msgId: must not contain control characters"}, (msg_id, how)
+    batch = await call(api, "sendMsgBatch", json=[{"topic": "t", "msg": "x", "delayMillis": 0, "msgId": m}
+                                                  for m in CONTROL_CHARACTERS])
+    assert {r["msg"].split(": ", 1)[1] for r in batch["results"]} == {"msgId: must not contain control characters"}
+    assert (await call(api, "getTopicInfoList", method="get"))["data"] == []  # nothing sent
+    # Other text is an id as before: spaces inside, any script, U+00A0 (not a control character).
+    for msg_id in ("order 42", "订单-42", "a\u00a0b"):
+        assert (await call(api, "sendMsg", topic="t", msg="x", delayMillis="0", msgId=msg_id))["code"] == 200
+
+
 async def test_unsupported_method(api):
     response = await api.put(API + "sendMsg")
     assert response.status_code == 200 and response.json()["code"] == 400
@@ -268,16 +295,33 @@ async def test_monitor_data_counts_the_last_interval(api, settings):
     assert data["readyQueueTimeGapStatsList"] == []
 
 
-async def test_redis_down_gives_500_not_a_traceback(api, settings):
+def assert_names_no_place(text: str, port: int) -> None:
+    """An error answer says what failed, not where: no host, address, port or socket path."""
+    assert not re.search(r"\d+\.\d+\.\d+\.\d+|localhost|\[::1\]|/tmp|\.sock|port", text), text
+    assert str(port) not in text, text
+
+
+async def test_redis_down_gives_500_naming_what_failed_not_where(api, settings, caplog, monkeypatch):
+    monkeypatch.setattr(exceptions, "_logged", {})  # no failure seen yet
     settings.REDIS_URL = "redis://127.0.0.1:1/0"  # nothing listens there
+    settings.DELAYQUEUE = {**settings.DELAYQUEUE, "REDIS_TIMEOUT_MILLIS": 300}
     from delayqueue.runtime import close_current
 
     await close_current()  # the next request builds its runtime from the settings above
     try:
-        result = await call(api, "sendMsg", topic="t", msg="x", delayMillis="0")
-        assert result["code"] == 500 and "redis unavailable" in result["msg"]
+        answers = [await call(api, "sendMsg", topic="t", msg="x", delayMillis="0"),
+                   *[await call(api, "pullMsg", topic="t") for _ in range(5)],
+                   await call(api, "getTopicInfoList", method="get"),
+                   *(await call(api, "sendMsgBatch", json=[{"topic": "t", "msg": "x", "delayMillis": 0}]))["results"]]
     finally:
         await close_current()
+    for answer in answers:
+        assert answer["code"] == 500 and answer["msg"].endswith("redis unavailable: connection refused"), answer
+        assert_names_no_place(answer["msg"], 1)
+    # Where it failed is in the log, once per failure however many requests met it: one for the
+    # script connection's error text, one for redis-py's.
+    logged = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(logged) == 2 and all("127.0.0.1" in line for line in logged), logged
 
 
 class DenyAll(BasePermission):

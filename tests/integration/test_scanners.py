@@ -154,3 +154,53 @@ async def test_a_topic_runs_only_the_scripts_that_have_work_and_all_of_them_on_a
     assert passes[woken] == everything
     await wait_until(lambda: ready(earlier), timeout=5, interval=0.005, what="the second promotion")
     assert passes[-1] == ["promote_due"]
+
+
+@pytest.mark.process
+@pytest.mark.fault
+async def test_a_standby_takes_over_a_killed_holders_topic_within_a_second_not_the_lock_ttl(single_rt, scanner_process):
+    """The lock TTL is 10 s here: only watching the holder's heartbeat can take over in time."""
+    rt = single_rt
+    env = {"DELAYQUEUE_SCANNER_LOCK_TTL_MILLIS": 10_000}
+    a = scanner_process("a", **env)
+    a.wait_started()
+    await services.send_message(rt, topic="k", msg="warm-up", delay_millis=0)
+    await wait_until(lambda: rt.redis.get(rt.ns.topic("k").lock), what="scanner a to take topic k")
+    b = scanner_process("b", **env)
+    b.wait_started()
+    await asyncio.sleep(1.5)  # b has tried the lock and knows who holds it
+    assert await rt.redis.get(rt.ns.topic("k").lock) == "a"
+    a.kill(signal.SIGKILL)
+    killed_at = time.monotonic()
+    sent = await services.send_message(rt, topic="k", msg="due after the kill", delay_millis=300)
+
+    async def promoted():
+        return (await selectors.get_message(rt, topic="k", msg_id=sent["msgId"]))["status"] == 2
+
+    await wait_until(promoted, timeout=15, interval=0.005, what="the message to be promoted")
+    taken_after = time.monotonic() - killed_at
+    assert taken_after < 1.5, f"promoted {taken_after:.2f} s after the kill"  # the lock had 10 s left
+    assert await rt.redis.get(rt.ns.topic("k").lock) == "b"
+    assert "took over topic k from a, which is gone" in b.output()
+
+
+@pytest.mark.process
+async def test_a_standby_takes_a_topic_released_by_sigterm_at_once(single_rt, scanner_process):
+    rt = single_rt
+    env = {"DELAYQUEUE_SCANNER_LOCK_TTL_MILLIS": 10_000}
+    a, b = scanner_process("a", **env), scanner_process("b", **env)
+    a.wait_started()
+    await services.send_message(rt, topic="k", msg="warm-up", delay_millis=0)
+    await wait_until(lambda: rt.redis.get(rt.ns.topic("k").lock), what="a scanner to take topic k")
+    b.wait_started()
+    await asyncio.sleep(1.5)
+    holder = await rt.redis.get(rt.ns.topic("k").lock)
+    standby = b if holder == "a" else a
+    stopped_at = time.monotonic()
+    assert (a if holder == "a" else b).stop() == 0
+
+    async def taken():
+        return await rt.redis.get(rt.ns.topic("k").lock) == standby.name
+
+    await wait_until(taken, timeout=15, interval=0.01, what="the standby to take the topic")
+    assert time.monotonic() - stopped_at < 3  # the stop itself plus well under the 10 s lock TTL

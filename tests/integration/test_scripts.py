@@ -46,7 +46,7 @@ async def test_many_calls_in_flight_each_get_their_own_reply(single_rt):
 
 
 async def test_a_lost_connection_fails_every_waiting_caller():
-    runtime = make_runtime("redis://127.0.0.1:1/0")  # nothing listens there
+    runtime = make_runtime("redis://127.0.0.1:1/0", redis_timeout_millis=300)  # nothing listens there
     call = send_call(runtime, "t")
     results = await asyncio.gather(*[runtime.scripts.call(call) for _ in range(3)], return_exceptions=True)
     assert all(isinstance(r, Exception) for r in results)

@@ -70,6 +70,7 @@ def test_openapi_schema_states_the_limits_validation_enforces(client, settings):
     assert "minLength" not in send["msgId"] and send["msgId"]["maxLength"] == 256  # empty: generate one
     msg_id = components["MessageRefRequest"]["properties"]["msgId"]
     assert msg_id["minLength"] == 1 and not re.search(msg_id["pattern"], " \t\u3000")  # blank once trimmed: 400
+    assert msg_id["not"] == send["msgId"]["not"] == {"pattern": "[\\x00-\\x1f\\x7f-\\x9f]"}  # control characters: 400
     assert send["msg"]["not"] == {"pattern": "\\x00"}  # DRF refuses NUL characters
     topic = send["topic"]  # as far as JSON Schema can: its lengths count characters, not bytes
     assert (topic["minLength"], topic["maxLength"]) == (1, MAX_TOPIC_BYTES) and "bytes" in topic["description"]

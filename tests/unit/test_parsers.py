@@ -1,13 +1,16 @@
-"""Form bodies: parse_form gives what Django's QueryDict(body).dict() gives."""
+"""Form bodies: parse_form gives what Django's QueryDict(body).dict() gives for a body valid in
+its charset, and refuses one that is not (QueryDict would re-decode it as Latin-1 or put U+FFFD
+in its place)."""
 import random
+from urllib.parse import unquote_to_bytes
 
 import pytest
 from django.http import QueryDict
 
-from delayqueue.api.parsers import TooManyFields, parse_form
+from delayqueue.api.parsers import FormError, parse_fields, parse_form
 
 PIECES = ["topic", "msg", "delayMillis", "=", "==", "&", "&&", "+", "%20", "%2B", "%26", "%3D", "%", "%4", "%zz",
-          "%e4%bd%a0", "%E4%BD", "你好", "é", " ", "a", "12", "", "%00", "\u00ff"]
+          "%e4%bd%a0", "%E4%BD", "%ff", "你好", "é", " ", "a", "12", "", "%00", "\u00ff"]
 
 
 def random_body(rng: random.Random) -> bytes:
@@ -18,16 +21,53 @@ def random_body(rng: random.Random) -> bytes:
     return encoded
 
 
+def valid_in(body: bytes, encoding: str) -> bool:
+    """Whether the body, and each of its fields once percent-decoded, is text in `encoding`."""
+    try:
+        text = body.decode(encoding)
+        for field in text.split("&"):
+            for part in field.partition("="):
+                unquote_to_bytes(part.replace("+", " ")).decode(encoding)
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
 @pytest.mark.parametrize("encoding", ["utf-8", "iso-8859-1"])
-def test_parse_form_agrees_with_querydict(encoding):
+def test_parse_form_agrees_with_querydict_and_refuses_what_it_would_guess_at(encoding):
     rng = random.Random(7)
+    refused = 0
     for _ in range(5000):
         body = random_body(rng)
-        assert parse_form(body, encoding) == QueryDict(body, encoding=encoding).dict(), body
+        if valid_in(body, encoding):
+            assert parse_form(body, encoding) == QueryDict(body, encoding=encoding).dict(), body
+        else:
+            refused += 1
+            with pytest.raises(FormError, match=f"not valid {encoding}"):
+                parse_form(body, encoding)
+    # Every byte string is Latin-1; a tenth of the bodies, and more of the fields, are not UTF-8.
+    assert refused == 0 if encoding == "iso-8859-1" else refused > 500
+
+
+def test_a_stray_byte_is_refused_not_read_as_latin1():
+    order = "msg=订单".encode()
+    assert parse_form(order, "utf-8") == {"msg": "订单"}
+    with pytest.raises(FormError, match=r"^request body is not valid utf-8 \(byte 10\)$"):
+        parse_form(order + b"\xff", "utf-8")
+
+
+def test_a_percent_encoded_field_must_decode_in_the_charset():
+    assert parse_form(b"topic=t&msg=%E8%AE%A2%E5%8D%95", "utf-8")["msg"] == "订单"
+    with pytest.raises(FormError, match="^request body field msg is not valid utf-8 once percent-decoded$"):
+        parse_form(b"topic=t&msg=%E8%AE%A2%E5", "utf-8")
+    with pytest.raises(FormError, match="^query string has a field name that is not valid utf-8"):
+        parse_fields("%ff=1", "utf-8")
 
 
 def test_parse_form_refuses_too_many_fields(settings):
     settings.DATA_UPLOAD_MAX_NUMBER_FIELDS = 3
     assert parse_form(b"a=1&b=2&c=3", "utf-8") == {"a": "1", "b": "2", "c": "3"}
-    with pytest.raises(TooManyFields):
+    with pytest.raises(FormError, match="^request body has more than 3 fields$"):
         parse_form(b"a=1&b=2&c=3&d=4", "utf-8")
+    with pytest.raises(FormError, match="^query string has more than 3 fields$"):
+        parse_fields("a=1&b=2&c=3&d=4", "utf-8")

@@ -25,7 +25,7 @@ CANDIDATES = [
     MISSING, None, "", " ", "orders", "a b", "x" * 128, "x" * 129, "x" * 300, "ünïcode", " padded ", "12", "-5",
     "0", "007", "12.0", " 12 ", "1e3", "9" * 30, 12, -1, 0, 600_000, -600_000, 10 ** 20, 315_360_000_001,
     True, False, "true", "TRUE", "tRuE", "no", "off", "1", "2", 1, 2, 1.5, [], {}, ["a"], "\x00a", "a\ud800",
-    "y" * 70_000, "-", "a:b.c_d-e",
+    "y" * 70_000, "-", "a:b.c_d-e", "a\x01b", "id\n", "\x85x", "\x9f",
     # topic names: camellia's rule, bytes not characters
     "订单-cancel", "a/b {c}* ?[x]", "x" * 255, "x" * 256, "é" * 127 + "x", "é" * 128, "a\nb", "a\x85", "\x7f", "\t",
 ]

@@ -63,8 +63,8 @@ class Command(BaseCommand):
             bar.finish()
             raise CommandError("interrupted: what was restored stays restored; run the command again to finish",
                                returncode=130) from None
-        except LogUnavailable as exc:
-            raise CommandError(str(exc)) from None
+        except LogUnavailable as exc:  # an operator's console: where it failed too
+            raise CommandError(f"{exc} ({exc.detail})" if exc.detail else str(exc)) from None
         except RedisError as exc:
             raise CommandError(f"redis unavailable: {exc}") from None
         bar.finish()

@@ -4,8 +4,7 @@ import logging
 import signal
 
 import uvloop
-from django.core.management.base import BaseCommand, CommandError
-from redis.exceptions import RedisError
+from django.core.management.base import BaseCommand
 
 from delayqueue.arguments import non_empty
 from delayqueue.conf import load_config
@@ -27,10 +26,8 @@ class Command(BaseCommand):
 
     def handle(self, *args, **options):
         gc.freeze()  # Django's startup objects live as long as the process: no full GC passes over them
-        try:
-            uvloop.run(self._run(options.get("name")))  # the event loop uvicorn serves the API on
-        except RedisError as exc:  # once running, a scanner rides out Redis restarts; it cannot start without it
-            raise CommandError(f"redis unavailable: {exc}") from None
+        # The event loop uvicorn serves the API on. Redis or PostgreSQL down, at start or later: it waits.
+        uvloop.run(self._run(options.get("name")))
 
     async def _run(self, name):
         rt = Runtime(load_config())
