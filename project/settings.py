@@ -64,7 +64,7 @@ DATABASE_URL = _queue.database_url
 DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60)}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
-# The live queue. redis://, rediss://, unix:// or redis-cluster://host:port[,host:port...].
+# The live queue: any URL form of delayqueue/live/client.py (URL_FORMS).
 REDIS_URL = _queue.redis_url
 
 DELAYQUEUE = _queue.queue_settings()

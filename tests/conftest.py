@@ -9,7 +9,7 @@ import httpx
 import pytest
 import redis
 
-from delayqueue.live.client import cluster_nodes
+from delayqueue.live.client import url_credentials, url_nodes
 from delayqueue.runtime import close_current
 from delayqueue.scanner.scanner import Scanner
 from tests.helpers import (REDIS_CLUSTER_URL, REDIS_URL, TEST_CONFIG, PostgresControl, RunningScanner,
@@ -24,7 +24,8 @@ def clean_redis(settings):
     client.flushall()
     client.close()
     if REDIS_CLUSTER_URL:
-        cluster = redis.RedisCluster(startup_nodes=[redis.cluster.ClusterNode(h, p) for h, p in cluster_nodes(REDIS_CLUSTER_URL)])
+        cluster = redis.RedisCluster(startup_nodes=[redis.cluster.ClusterNode(h, p) for h, p in url_nodes(REDIS_CLUSTER_URL)],
+                                     **url_credentials(REDIS_CLUSTER_URL))
         cluster.flushall(target_nodes=redis.RedisCluster.PRIMARIES)
         cluster.close()
 
