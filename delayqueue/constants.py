@@ -43,3 +43,9 @@ CHART_MINUTES = 60
 # Upper bounds keep every time (ms) well inside what Redis' Lua numbers and JSON hold exactly.
 MAX_DELAY_MILLIS = 10 * 365 * 86_400_000  # ten years
 MAX_RETRY = 100_000
+
+# Failed admin logins (ops/login_limit.py): this many for one username, or from one client
+# address, within the window lock that username or address out for the lock time.
+ADMIN_LOGIN_MAX_FAILURES = 5
+ADMIN_LOGIN_WINDOW_SECONDS = 15 * 60
+ADMIN_LOGIN_LOCK_SECONDS = 15 * 60
