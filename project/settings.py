@@ -2,11 +2,13 @@
 docs/deploy.md gives the values of a production deployment."""
 import os
 from pathlib import Path
+from urllib.parse import quote
 
 import dj_database_url
 
 from delayqueue.conf import QueueConfig
 from delayqueue.env import env_bool, env_int, env_list
+from delayqueue.live.client import is_cluster_url, is_sentinel_url, sentinel_target, url_credentials, url_nodes
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -94,25 +96,39 @@ REDIS_URL = _queue.redis_url
 
 DELAYQUEUE = _queue.queue_settings()
 
-# django-redis as Django's cache on a single Redis; a cluster deployment keeps the cache per
-# process. It holds the admin's sessions and the dashboard's figures. A Redis outage must not
-# take the admin down with it: cache calls then miss (sessions fall back to the database) after
-# at most the queue's Redis timeout.
-if REDIS_URL.startswith(("redis://", "rediss://", "unix://")):
+# django-redis as Django's cache on a single Redis (through its Sentinel if the URL names one);
+# a cluster deployment keeps the cache per process. It holds the admin's sessions, the failed
+# admin login counts and the dashboard's figures. A Redis outage must not take the admin down
+# with it: cache calls then miss (sessions fall back to the database) after at most the queue's
+# Redis timeout.
+_cache_options = {
+    "IGNORE_EXCEPTIONS": True,
+    "SOCKET_CONNECT_TIMEOUT": _queue.redis_timeout,
+    "SOCKET_TIMEOUT": _queue.redis_timeout,
+}
+if is_sentinel_url(REDIS_URL):
+    _service, _db, _sentinel_auth = sentinel_target(REDIS_URL)
+    _password = url_credentials(REDIS_URL).get("password")
+    _cache_location = f"redis://{':' + quote(_password, safe='') + '@' if _password else ''}{_service}/{_db}"
+    _cache_options.update(
+        CLIENT_CLASS="django_redis.client.SentinelClient",
+        CONNECTION_FACTORY="django_redis.pool.SentinelConnectionFactory",
+        SENTINELS=url_nodes(REDIS_URL),
+        SENTINEL_KWARGS={"socket_timeout": _queue.redis_timeout, **_sentinel_auth},
+    )
+else:
+    _cache_location = REDIS_URL
+if is_cluster_url(REDIS_URL):
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+else:
     CACHES = {
         "default": {
             "BACKEND": "django_redis.cache.RedisCache",
-            "LOCATION": REDIS_URL,
+            "LOCATION": _cache_location,
             "KEY_PREFIX": "dqcache",
-            "OPTIONS": {
-                "IGNORE_EXCEPTIONS": True,
-                "SOCKET_CONNECT_TIMEOUT": _queue.redis_timeout,
-                "SOCKET_TIMEOUT": _queue.redis_timeout,
-            },
+            "OPTIONS": _cache_options,
         }
     }
-else:
-    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 
 # Sessions in the cache and the database: a session outlives a cache loss, and one process's
 # login holds in every other even when each has its own cache (Redis Cluster deployments).

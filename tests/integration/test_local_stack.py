@@ -127,6 +127,16 @@ async def test_a_redis_sentinel_url_sends_and_pulls_through_the_master_it_names(
             assert time.monotonic() - started < 10  # by the wake, not by the end of the hold
         finally:
             await rt.close()
+        # Django's cache (sessions, admin login counts) goes through the sentinel too.
+        shell = subprocess.run(
+            [sys.executable, "manage.py", "shell", "-c", "from django.core.cache import cache; cache.set('k', 'v')"],
+            cwd=ROOT, env={**os.environ, "REDIS_URL": url}, capture_output=True, text=True, timeout=60)
+        assert shell.returncode == 0, shell.stderr
+        master = redis.Redis(port=master_port, password=servers.redis_password)
+        try:
+            assert master.keys("dqcache:*") == [b"dqcache:1:k"]
+        finally:
+            master.close()
         refused = make_runtime(url.split("?")[0], message_log=False)  # the sentinel's own password left out
         try:
             with pytest.raises(redis.RedisError):
