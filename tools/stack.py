@@ -302,15 +302,21 @@ class Services:
             stop_restarted_postgres(Path(self.postgres_control["data"]))
 
 
+def trusted_rule(line: str) -> bool:
+    """A pg_hba.conf line letting connections in without a password."""
+    return not line.lstrip().startswith("#") and line.split()[-1:] == ["trust"]
+
+
 def trusts_connections(data: Path) -> bool:
     """Whether pg_hba.conf lets some connection in without a password (a data folder made before
     ./dev used passwords)."""
-    return any(line.split()[-1:] == ["trust"] for line in hba_lines(data))
+    return any(trusted_rule(line) for line in (data / "pg_hba.conf").read_text().splitlines())
 
 
-def hba_lines(data: Path) -> list[str]:
-    return [line for line in (data / "pg_hba.conf").read_text().splitlines()
-            if line.strip() and not line.lstrip().startswith("#")]
+def hba_requiring_passwords(hba: str) -> str:
+    """pg_hba.conf's text with every trust rule asking for a scram-sha-256 password instead."""
+    return "".join(line.rsplit("trust", 1)[0] + "scram-sha-256\n" if trusted_rule(line) else line + "\n"
+                   for line in hba.splitlines())
 
 
 def require_password(data: Path, port: int, password: str) -> None:
@@ -322,9 +328,7 @@ def require_password(data: Path, port: int, password: str) -> None:
     with psycopg.connect(host="127.0.0.1", port=port, user="postgres", dbname="postgres", autocommit=True) as conn:
         conn.execute(sql.SQL("ALTER ROLE postgres PASSWORD {}").format(sql.Literal(password)))
         hba = data / "pg_hba.conf"
-        hba.write_text("".join(
-            line.rsplit("trust", 1)[0] + "scram-sha-256\n" if line.split()[-1:] == ["trust"] else line + "\n"
-            for line in hba.read_text().splitlines()))
+        hba.write_text(hba_requiring_passwords(hba.read_text()))
         conn.execute("SELECT pg_reload_conf()")
 
 

@@ -18,7 +18,7 @@ import redis
 from delayqueue import services
 from delayqueue.live.client import url_credentials, url_nodes
 from tests.helpers import REDIS_CLUSTER_URL, REDIS_URL, ROOT, log_database_url, make_runtime, scanner_env
-from tools.stack import SYSTEM_USER, Services, free_port
+from tools.stack import SYSTEM_USER, Services, free_port, pg_bin
 
 
 def without_credentials(url: str) -> str:
@@ -205,3 +205,39 @@ def serving(port: int) -> dict | None:
         return httpx.post(f"http://127.0.0.1:{port}/camellia/delayQueue/getMonitorData", timeout=5).json()
     except httpx.HTTPError:
         return None
+
+
+@pytest.mark.process
+def test_a_data_folder_from_before_passwords_is_given_the_password_and_requires_it(server_dir):
+    """PostgreSQL data folders made by ./dev run before it used passwords trust every local
+    connection: the next start sets the password and makes pg_hba.conf ask for it."""
+    servers = Services(server_dir, durable=False)
+    data = server_dir / "postgres"
+    servers._own(data)
+    subprocess.run([pg_bin("initdb"), "-D", str(data), "-U", "postgres", "--auth=trust", "-E", "UTF8",
+                    "--locale=C"], check=True, stdout=subprocess.DEVNULL, **servers.as_owner)
+    try:
+        url = servers.postgres(free_port()).replace("postgres://", "postgresql://")
+        with pytest.raises(psycopg.OperationalError, match="password"):
+            psycopg.connect(without_credentials(url).replace("://", "://postgres@"), connect_timeout=5,
+                            passfile=os.devnull).close()
+        with psycopg.connect(url, connect_timeout=5) as conn:
+            assert conn.execute("SELECT current_database()").fetchone() == ("delayqueue",)
+    finally:
+        servers.stop()
+
+
+@pytest.mark.process
+def test_dev_manage_runs_manage_py_with_the_local_secret_key():
+    """Without SECRET_KEY, plain manage.py refuses to start; ./dev manage passes the key
+    ./dev run keeps in .local/run/ (made there if this is the first use)."""
+    env = {k: v for k, v in os.environ.items() if k != "SECRET_KEY"}
+    plain = subprocess.run([sys.executable, "manage.py", "check"], cwd=ROOT, env=env, capture_output=True,
+                           text=True, timeout=60)
+    assert plain.returncode == 1 and plain.stderr.startswith("SECRET_KEY is not set: set it to a long random string")
+    managed = subprocess.run([sys.executable, "-m", "tools.stack", "manage", "check"], cwd=ROOT, env=env,
+                             capture_output=True, text=True, timeout=60)
+    assert managed.returncode == 0, managed.stderr
+    assert "System check identified no issues" in managed.stdout
+    key_file = ROOT / ".local" / "run" / "secret_key"
+    assert oct(key_file.stat().st_mode & 0o777) == "0o600"
