@@ -11,7 +11,7 @@ import os
 import statistics
 import time
 
-from tools.stack import LOCAL, Services, free_port
+from tools.stack import LOCAL, Services, free_port, stored_secret
 
 MESSAGES = 1_000_000
 EVENTS_PER_MESSAGE = 5
@@ -45,7 +45,8 @@ FROM delayqueue_message m, generate_series(0, {EVENTS_PER_MESSAGE - 1}) e
 def start_servers() -> Services:
     base = LOCAL / "bench-admin"
     base.mkdir(parents=True, exist_ok=True)
-    services = Services(base, durable=False)
+    # The filled log is kept for the next run, and with it the password it was made with.
+    services = Services(base, durable=False, pg_password=stored_secret(base / "postgres.password"))
     if not os.environ.get("DATABASE_URL"):
         os.environ["DATABASE_URL"] = services.postgres(free_port())
     if not os.environ.get("REDIS_URL"):

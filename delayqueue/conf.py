@@ -10,7 +10,7 @@ from typing import Any
 import dj_database_url
 
 from delayqueue.arguments import MAX_AGE_DAYS
-from delayqueue.live.client import checked_url
+from delayqueue.live.client import URL_FORMS, checked_url
 from delayqueue.env import env_bool, env_int, env_url
 
 # Variables with this prefix live in settings.DELAYQUEUE under the rest of their name; the
@@ -61,7 +61,7 @@ def setting(env: str, default: Any, doc: str, **bounds) -> Any:
 class QueueConfig:
     redis_url: str = setting(
         "REDIS_URL", "redis://127.0.0.1:16379/0",
-        "the live queue: redis://, rediss://, unix:// or redis-cluster://host:port[,host:port...]", check=checked_url)
+        "the live queue: " + URL_FORMS, check=checked_url)
     database_url: str = setting(
         "DATABASE_URL", "postgres://postgres@127.0.0.1:15432/delayqueue",
         "the PostgreSQL message log", check=checked_postgres_url)

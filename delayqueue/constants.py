@@ -46,3 +46,9 @@ MAX_RETRY = 100_000
 # A topic name, as camellia accepts it: non-empty UTF-8 text without control characters, up to
 # this many bytes (delayqueue/topics.py checks it).
 MAX_TOPIC_BYTES = 255
+
+# Failed admin logins (ops/login_limit.py): this many for one username, or from one client
+# address, within the window lock that username or address out for the lock time.
+ADMIN_LOGIN_MAX_FAILURES = 5
+ADMIN_LOGIN_WINDOW_SECONDS = 15 * 60
+ADMIN_LOGIN_LOCK_SECONDS = 15 * 60

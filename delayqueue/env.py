@@ -13,6 +13,12 @@ def env_bool(name: str, default: bool) -> bool:
     return value.strip().lower() in {"1", "true", "yes", "on"}
 
 
+def env_list(name: str, default: str) -> list[str]:
+    """A comma-separated list (unset means the default), without blanks."""
+    value = os.environ.get(name)
+    return [item.strip() for item in (default if value is None else value).split(",") if item.strip()]
+
+
 def env_url(name: str, default: str, parse: Callable[[str], Any]) -> Any:
     """What `parse` makes of the URL in `name` (empty means the default); `parse` raises
     ValueError saying what is wrong. The value is not echoed: URLs carry passwords."""

@@ -1,18 +1,45 @@
-"""Django settings. Every knob comes from an environment variable; README.md lists them."""
+"""Django settings. Every knob comes from an environment variable; README.md lists them, and
+docs/deploy.md gives the values of a production deployment."""
 import os
 from pathlib import Path
+from urllib.parse import quote
 
 import dj_database_url
 
 from delayqueue.conf import QueueConfig
-from delayqueue.env import env_bool
+from delayqueue.env import env_bool, env_int, env_list
+from delayqueue.live.client import is_cluster_url, is_sentinel_url, sentinel_target, url_credentials, url_nodes
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 
 DEBUG = env_bool("DEBUG", False)
-SECRET_KEY = os.environ.get("SECRET_KEY") or "insecure-dev-key-set-SECRET_KEY-in-production"
-ALLOWED_HOSTS = [h.strip() for h in os.environ.get("ALLOWED_HOSTS", "127.0.0.1,localhost,[::1]").split(",") if h.strip()]
+# ./dev run keeps a generated key in .local/run/ (./dev manage passes it too), ./dev test makes
+# one per run; anything else sets its own. A fixed fallback key would be public.
+SECRET_KEY = os.environ.get("SECRET_KEY", "")
+if not SECRET_KEY:
+    if not DEBUG:
+        raise SystemExit("SECRET_KEY is not set: set it to a long random string, e.g. the output of "
+                         "python3 -c 'import secrets; print(secrets.token_urlsafe(50))' "
+                         "(./dev run and ./dev manage set one for the local stack)")
+    SECRET_KEY = "insecure-debug-only-key"  # DEBUG only: never served to anyone but a developer
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", "127.0.0.1,localhost,[::1]")
+
+# HTTPS behind a reverse proxy (docs/deploy.md). The defaults suit ./dev run's plain HTTP on
+# 127.0.0.1; a deployment turns them on.
+CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", "")
+# The header the proxy sets to "https" for requests that came over TLS, e.g. X-Forwarded-Proto.
+# Only behind a proxy that always sets it: a client could send it otherwise.
+_proxy_ssl_header = os.environ.get("SECURE_PROXY_SSL_HEADER", "").strip()
+SECURE_PROXY_SSL_HEADER = (f"HTTP_{_proxy_ssl_header.upper().replace('-', '_')}", "https") if _proxy_ssl_header else None
+SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", False)
+# Prometheus scrapes the web process directly, over plain HTTP on the private network.
+SECURE_REDIRECT_EXEMPT = [r"^metrics$"]
+SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 0, minimum=0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", False)
+SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", False)
+SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", False)
+CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", False)
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -64,34 +91,55 @@ DATABASE_URL = _queue.database_url
 DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60)}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
-# The live queue. redis://, rediss://, unix:// or redis-cluster://host:port[,host:port...].
+# The live queue: any URL form of delayqueue/live/client.py (URL_FORMS).
 REDIS_URL = _queue.redis_url
 
 DELAYQUEUE = _queue.queue_settings()
 
-# django-redis as Django's cache on a single Redis; a cluster deployment keeps the cache per
-# process. It holds the admin's sessions and the dashboard's figures. A Redis outage must not
-# take the admin down with it: cache calls then miss (sessions fall back to the database) after
-# at most the queue's Redis timeout.
-if REDIS_URL.startswith(("redis://", "rediss://", "unix://")):
+# django-redis as Django's cache on a single Redis (through its Sentinel if the URL names one);
+# a cluster deployment keeps the cache per process. It holds the admin's sessions, the failed
+# admin login counts and the dashboard's figures. A Redis outage must not take the admin down
+# with it: cache calls then miss (sessions fall back to the database) after at most the queue's
+# Redis timeout.
+_cache_options = {
+    "IGNORE_EXCEPTIONS": True,
+    "SOCKET_CONNECT_TIMEOUT": _queue.redis_timeout,
+    "SOCKET_TIMEOUT": _queue.redis_timeout,
+}
+if is_sentinel_url(REDIS_URL):
+    _service, _db, _sentinel_auth = sentinel_target(REDIS_URL)
+    _password = url_credentials(REDIS_URL).get("password")
+    _cache_location = f"redis://{':' + quote(_password, safe='') + '@' if _password else ''}{_service}/{_db}"
+    _cache_options.update(
+        CLIENT_CLASS="django_redis.client.SentinelClient",
+        CONNECTION_FACTORY="django_redis.pool.SentinelConnectionFactory",
+        SENTINELS=url_nodes(REDIS_URL),
+        SENTINEL_KWARGS={"socket_timeout": _queue.redis_timeout, **_sentinel_auth},
+    )
+else:
+    _cache_location = REDIS_URL
+if is_cluster_url(REDIS_URL):
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+else:
     CACHES = {
         "default": {
             "BACKEND": "django_redis.cache.RedisCache",
-            "LOCATION": REDIS_URL,
+            "LOCATION": _cache_location,
             "KEY_PREFIX": "dqcache",
-            "OPTIONS": {
-                "IGNORE_EXCEPTIONS": True,
-                "SOCKET_CONNECT_TIMEOUT": _queue.redis_timeout,
-                "SOCKET_TIMEOUT": _queue.redis_timeout,
-            },
+            "OPTIONS": _cache_options,
         }
     }
-else:
-    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 
 # Sessions in the cache and the database: a session outlives a cache loss, and one process's
 # login holds in every other even when each has its own cache (Redis Cluster deployments).
 SESSION_ENGINE = "django.contrib.sessions.backends.cached_db"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [],

@@ -14,7 +14,8 @@ from itertools import islice
 import psycopg
 import redis
 
-from delayqueue.live.client import cluster_nodes, is_cluster_url
+from delayqueue.live.client import (is_cluster_url, is_sentinel_url, sentinel_target, url_credentials, url_nodes,
+                                    without_password)
 from delayqueue.arguments import positive_int
 from delayqueue.conf import SETTINGS
 from delayqueue.messagelog import sql
@@ -45,7 +46,8 @@ def parser(prog: str, description: str) -> OneLineParser:
 
 def add_redis_url(p: argparse.ArgumentParser) -> None:
     p.add_argument("--redis-url", default=SETTINGS["redis_url"].read(),
-                   help="the live queue: redis://, rediss://, unix:// or redis-cluster://h:p,h:p (default: $REDIS_URL)")
+                   help="the live queue: redis://, rediss://, unix://, redis-cluster://h:p,h:p or "
+                        "redis+sentinel://h:p,h:p/service (default: $REDIS_URL)")
 
 
 def add_partitions(p: argparse.ArgumentParser) -> None:
@@ -84,8 +86,12 @@ def check_postgres(dsn: str, tables: tuple[str, ...]) -> None:
 def sync_redis(url: str):
     """A blocking client (executors have no event loop to share) for the URL forms delayqueue accepts."""
     if is_cluster_url(url):
-        return redis.RedisCluster(startup_nodes=[redis.cluster.ClusterNode(h, p) for h, p in cluster_nodes(url)],
-                                  decode_responses=True, socket_timeout=30)
+        return redis.RedisCluster(startup_nodes=[redis.cluster.ClusterNode(h, p) for h, p in url_nodes(url)],
+                                  decode_responses=True, socket_timeout=30, **url_credentials(url))
+    if is_sentinel_url(url):
+        service, db, sentinel_auth = sentinel_target(url)
+        sentinel = redis.sentinel.Sentinel(url_nodes(url), sentinel_kwargs={"socket_timeout": 30, **sentinel_auth})
+        return sentinel.master_for(service, db=db, decode_responses=True, socket_timeout=30, **url_credentials(url))
     return redis.Redis.from_url(url, decode_responses=True, socket_timeout=30)
 
 
@@ -97,7 +103,7 @@ def check_redis(url: str) -> None:
         finally:
             client.close()
     except (redis.RedisError, redis.exceptions.RedisClusterException, OSError, ValueError) as exc:
-        raise JobError(f"cannot reach Redis at {url}: {first_line(exc)}") from None
+        raise JobError(f"cannot reach Redis at {without_password(url)}: {first_line(exc)}") from None
 
 
 def session(app: str, master: str | None):

@@ -4,14 +4,18 @@ for none. Plain helpers are in tests/helpers.py."""
 import asyncio
 import json
 import os
+import shutil
+import tempfile
+from pathlib import Path
 
 import httpx
 import pytest
 import redis
 
-from delayqueue.live.client import cluster_nodes
+from delayqueue.live.client import url_credentials, url_nodes
 from delayqueue.runtime import close_current
 from delayqueue.scanner.scanner import Scanner
+from tools.stack import LOCAL
 from tests.helpers import (REDIS_CLUSTER_URL, REDIS_URL, TEST_CONFIG, PostgresControl, RunningScanner,
                            ScannerProcess, make_runtime, scanner_env)
 
@@ -24,7 +28,8 @@ def clean_redis(settings):
     client.flushall()
     client.close()
     if REDIS_CLUSTER_URL:
-        cluster = redis.RedisCluster(startup_nodes=[redis.cluster.ClusterNode(h, p) for h, p in cluster_nodes(REDIS_CLUSTER_URL)])
+        cluster = redis.RedisCluster(startup_nodes=[redis.cluster.ClusterNode(h, p) for h, p in url_nodes(REDIS_CLUSTER_URL)],
+                                     **url_credentials(REDIS_CLUSTER_URL))
         cluster.flushall(target_nodes=redis.RedisCluster.PRIMARIES)
         cluster.close()
 
@@ -99,6 +104,16 @@ def scanner_process(clean_state):
     for proc in started:
         proc.stop()
         proc.log_path.unlink(missing_ok=True)
+
+
+@pytest.fixture
+def server_dir():
+    """A fresh folder for the servers a test starts with tools.stack.Services, under .local/:
+    run as root, they run as an unprivileged user, who cannot enter pytest's private tmp_path."""
+    LOCAL.mkdir(exist_ok=True)
+    path = Path(tempfile.mkdtemp(prefix="servers-", dir=LOCAL))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture

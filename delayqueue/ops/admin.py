@@ -13,6 +13,7 @@ from redis.exceptions import RedisError
 from delayqueue.messagelog import recovery
 from delayqueue import selectors
 from delayqueue.ops import figures
+from delayqueue.ops.login_limit import LimitedAdminAuthenticationForm
 from delayqueue import services
 from delayqueue.conf import load_config
 from delayqueue.messagelog.selectors import estimated_count, message_history
@@ -22,6 +23,8 @@ from delayqueue.models import Message, TopicHourStats
 from delayqueue.api.validation import MsgIdField, TopicSerializer, first_error
 from delayqueue.sync import run_with_runtime
 
+
+admin.site.login_form = LimitedAdminAuthenticationForm
 
 # The actions work on rows in memory; a "select all" over millions of rows is a job for
 # `manage.py restore --topic ...`, not a web request.

@@ -58,8 +58,8 @@ class RestartableRedis:
 
 
 @pytest.fixture
-def restartable_redis(tmp_path):
-    redis = RestartableRedis(tmp_path)
+def restartable_redis(server_dir):
+    redis = RestartableRedis(server_dir)
     yield redis
     redis.resume()  # a paused Redis would not stop on SIGTERM
     redis.services.stop()

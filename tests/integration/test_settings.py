@@ -46,7 +46,9 @@ def test_settings_at_their_bounds_are_taken():
 
 
 @pytest.mark.parametrize("name, value, problem", [
-    ("REDIS_URL", "localhost:6379", "must be a redis://, rediss://, unix:// or redis-cluster://"),
+    ("REDIS_URL", "localhost:6379", "must be a redis://, rediss://, unix://, redis-cluster://"),
+    ("REDIS_URL", "redis+sentinel://127.0.0.1:26379", "must name the master's service after the sentinels"),
+    ("REDIS_URL", "redis+sentinel://:secret@127.0.0.1:26379/mymaster/queue", "names the database 'queue'"),
     ("REDIS_URL", "redis://127.0.0.1:63790x/0", "has a port that is not a number"),
     ("REDIS_URL", "redis-cluster://127.0.0.1:7000,127.0.0.1:x", "has a port that is not a number"),
     ("REDIS_URL", "redis://127.0.0.1:6379/queue", "names the database 'queue': the path must be a database number"),
@@ -62,7 +64,8 @@ def test_a_url_the_service_cannot_use_stops_it_with_one_line_that_hides_the_pass
 
 def test_urls_of_every_supported_form_are_taken():
     for redis_url in ("redis://u:p@127.0.0.1:6379/2", "rediss://127.0.0.1:6380", "unix:///run/redis.sock?db=1",
-                      "redis-cluster://127.0.0.1:7000,127.0.0.1:7001"):
+                      "redis-cluster://127.0.0.1:7000,127.0.0.1:7001", "redis-cluster://:pw@127.0.0.1:7000,127.0.0.1:7001",
+                      "redis+sentinel://:pw@10.0.0.1:26379,10.0.0.2:26379/mymaster/1?sentinel_password=s"):
         taken = manage_check(REDIS_URL=redis_url, DATABASE_URL="postgresql://dq:pw@db.internal:5433/dq")
         assert taken.returncode == 0, (redis_url, taken.stderr)
 

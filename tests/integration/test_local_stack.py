@@ -1,0 +1,243 @@
+"""The servers `./dev` starts are locked down (a password each, an unprivileged user when run as
+root), a Redis Sentinel URL works end to end, and `./dev run` keeps serving when its scanner
+exits. The servers are the ones `./dev test` started, reached through the URLs it handed over."""
+import asyncio
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from urllib.parse import urlsplit, urlunsplit
+
+import httpx
+import psycopg
+import pytest
+import redis
+
+from delayqueue import services
+from delayqueue.live.client import url_credentials, url_nodes
+from tests.helpers import REDIS_CLUSTER_URL, REDIS_URL, ROOT, log_database_url, make_runtime, scanner_env
+from tools.stack import SYSTEM_USER, Services, free_port, pg_bin
+
+
+def without_credentials(url: str) -> str:
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+
+
+def with_password(url: str, password: str) -> str:
+    parts = urlsplit(url)
+    user = parts.username or ""
+    return urlunsplit(parts._replace(netloc=f"{user}:{password}@{parts.netloc.rpartition('@')[2]}"))
+
+
+def process_uid(pid: int) -> int:
+    status = open(f"/proc/{pid}/status").read()
+    return int(re.search(r"^Uid:\s+(\d+)", status, re.M).group(1))
+
+
+def test_the_local_redis_refuses_a_client_without_its_password_and_serves_one_with_it():
+    assert urlsplit(REDIS_URL).password, "./dev test hands over a URL with the password"
+    for url, refusal in ((without_credentials(REDIS_URL), redis.AuthenticationError),
+                         (with_password(REDIS_URL, "wrong"), redis.AuthenticationError)):
+        client = redis.Redis.from_url(url)
+        try:
+            with pytest.raises(refusal):
+                client.set("dq:test:written", "1")
+        finally:
+            client.close()
+    client = redis.Redis.from_url(REDIS_URL)
+    try:
+        assert client.ping() is True
+    finally:
+        client.close()
+
+
+def test_every_node_of_the_local_cluster_refuses_a_client_without_its_password():
+    password = url_credentials(REDIS_CLUSTER_URL)["password"]
+    for host, port in url_nodes(REDIS_CLUSTER_URL):
+        for kwargs in ({}, {"password": password}):
+            client = redis.Redis(host=host, port=port, **kwargs)
+            try:
+                if kwargs:
+                    assert client.execute_command("CLUSTER INFO")["cluster_state"] == "ok"
+                else:
+                    with pytest.raises(redis.AuthenticationError):
+                        client.execute_command("CLUSTER INFO")
+            finally:
+                client.close()
+
+
+def test_the_local_postgresql_refuses_a_connection_without_its_password_and_takes_one_with_it(monkeypatch):
+    for variable in ("PGPASSWORD", "PGPASSFILE"):
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.setenv("PGPASSFILE", os.devnull)  # no ~/.pgpass may supply it either
+    url = log_database_url().replace("postgres://", "postgresql://")
+    assert urlsplit(url).password, "./dev test hands over a URL with the password"
+    for refused in (without_credentials(url).replace("://", "://postgres@"), with_password(url, "wrong")):
+        with pytest.raises(psycopg.OperationalError, match="password"):
+            psycopg.connect(refused, connect_timeout=5).close()
+    with psycopg.connect(url, connect_timeout=5) as conn:
+        assert conn.execute("SELECT current_user").fetchone() == ("postgres",)
+        # scram-sha-256, not md5 or trust, for every connection pg_hba.conf describes
+        methods = {row[0] for row in conn.execute("SELECT auth_method FROM pg_hba_file_rules")}
+        assert methods == {"scram-sha-256"}
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only a run as root hands the servers to another user")
+def test_run_as_root_the_local_servers_run_as_the_unprivileged_user():
+    import pwd
+
+    uid = pwd.getpwnam(SYSTEM_USER).pw_uid
+    client = redis.Redis.from_url(REDIS_URL)
+    try:
+        redis_pid = client.info("server")["process_id"]
+    finally:
+        client.close()
+    with psycopg.connect(log_database_url(), connect_timeout=5) as conn:
+        postgres_pid = conn.info.backend_pid
+    assert process_uid(redis_pid) == uid
+    assert process_uid(postgres_pid) == uid
+
+
+@pytest.mark.process
+async def test_a_redis_sentinel_url_sends_and_pulls_through_the_master_it_names(server_dir):
+    """A redis-server and one `redis-server --sentinel` watching it, both with a password."""
+    servers = Services(server_dir, durable=False)
+    try:
+        master_port, sentinel_port = free_port(), free_port()
+        servers.single_redis(master_port)
+        url = servers.sentinel(sentinel_port, master_port)
+        rt = make_runtime(url, message_log=False)
+        try:
+            assert (await rt.redis.info("server"))["tcp_port"] == master_port  # the sentinel named it
+            sent = await services.send_message(rt, topic="sentinel", msg="through the sentinel", delay_millis=0)
+            pulled, _ = await services.pull_messages(rt, topic="sentinel", batch=10)
+            assert [(m["msgId"], m["msg"]) for m in pulled] == [(sent["msgId"], "through the sentinel")]
+            # Long polls are woken over pub/sub through the sentinel's master as well.
+            started = time.monotonic()
+            poll = asyncio.ensure_future(services.long_poll_messages(
+                rt, topic="sentinel", batch=1, ack_timeout_millis=-1, timeout_millis=20_000))
+            notifier = await rt.notifier()
+            while notifier.waiting("sentinel") != 1:
+                await asyncio.sleep(0.01)
+            await services.send_message(rt, topic="sentinel", msg="woken", delay_millis=0)
+            assert [m["msg"] for m in await asyncio.wait_for(poll, 20)] == ["woken"]
+            assert time.monotonic() - started < 10  # by the wake, not by the end of the hold
+        finally:
+            await rt.close()
+        # Django's cache (sessions, admin login counts) goes through the sentinel too.
+        shell = subprocess.run(
+            [sys.executable, "manage.py", "shell", "-c", "from django.core.cache import cache; cache.set('k', 'v')"],
+            cwd=ROOT, env={**os.environ, "REDIS_URL": url}, capture_output=True, text=True, timeout=60)
+        assert shell.returncode == 0, shell.stderr
+        master = redis.Redis(port=master_port, password=servers.redis_password)
+        try:
+            assert master.keys("dqcache:*") == [b"dqcache:1:k"]
+        finally:
+            master.close()
+        refused = make_runtime(url.split("?")[0], message_log=False)  # the sentinel's own password left out
+        try:
+            with pytest.raises(redis.RedisError):
+                await refused.redis.ping()
+        finally:
+            await refused.close()
+    finally:
+        servers.stop()
+
+
+def children(pid: int) -> list[tuple[int, str]]:
+    """(pid, command line) of the process' children."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = open(f"/proc/{entry}/stat").read()
+            cmdline = open(f"/proc/{entry}/cmdline", "rb").read().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+            found.append((int(entry), cmdline))
+    return found
+
+
+def wait_for(predicate, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while not (value := predicate()):
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+    return value
+
+
+@pytest.mark.process
+def test_dev_run_restarts_a_scanner_that_exits_and_keeps_serving(clean_state, tmp_path):
+    """./dev run on the test servers (so it starts none of its own): its scanner killed, it says
+    so, starts another and the API answers throughout; Ctrl-C stops everything."""
+    port = free_port()
+    env = {**scanner_env(), "REDIS_URL": REDIS_URL, "PORT": str(port), "HOST": "127.0.0.1", "WEB_CONCURRENCY": "1"}
+    output = tmp_path / "dev-run.log"
+    with open(output, "wb") as log:
+        dev = subprocess.Popen([sys.executable, "-m", "tools.stack", "run"], cwd=ROOT, env=env, stdout=log,
+                               stderr=subprocess.STDOUT)
+    try:
+        def scanner():
+            return next((pid for pid, cmd in children(dev.pid) if "run_scanners" in cmd), None)
+
+        first = wait_for(scanner, 60, "the scanner to start")
+        wait_for(lambda: "delayqueue is serving http://127.0.0.1:" in output.read_text(), 60, "the serving line")
+        os.kill(first, signal.SIGKILL)
+        wait_for(lambda: "run_scanners exited with code -9; starting it again in 1 s" in output.read_text(), 10,
+                 "the restart line")
+        second = wait_for(lambda: (pid := scanner()) not in (None, first) and pid, 10, "a new scanner")
+        assert dev.poll() is None
+        assert wait_for(lambda: serving(port), 30, "the API to answer")["code"] == 200
+    finally:
+        dev.send_signal(signal.SIGINT)
+        dev.wait(30)
+    assert dev.returncode == 0, output.read_text()
+    assert not os.path.exists(f"/proc/{second}"), "the scanner outlived ./dev run"
+
+
+def serving(port: int) -> dict | None:
+    try:
+        return httpx.post(f"http://127.0.0.1:{port}/camellia/delayQueue/getMonitorData", timeout=5).json()
+    except httpx.HTTPError:
+        return None
+
+
+@pytest.mark.process
+def test_a_data_folder_from_before_passwords_is_given_the_password_and_requires_it(server_dir):
+    """PostgreSQL data folders made by ./dev run before it used passwords trust every local
+    connection: the next start sets the password and makes pg_hba.conf ask for it."""
+    servers = Services(server_dir, durable=False)
+    data = server_dir / "postgres"
+    servers._own(data)
+    subprocess.run([pg_bin("initdb"), "-D", str(data), "-U", "postgres", "--auth=trust", "-E", "UTF8",
+                    "--locale=C"], check=True, stdout=subprocess.DEVNULL, **servers.as_owner)
+    try:
+        url = servers.postgres(free_port()).replace("postgres://", "postgresql://")
+        with pytest.raises(psycopg.OperationalError, match="password"):
+            psycopg.connect(without_credentials(url).replace("://", "://postgres@"), connect_timeout=5,
+                            passfile=os.devnull).close()
+        with psycopg.connect(url, connect_timeout=5) as conn:
+            assert conn.execute("SELECT current_database()").fetchone() == ("delayqueue",)
+    finally:
+        servers.stop()
+
+
+@pytest.mark.process
+def test_dev_manage_runs_manage_py_with_the_local_secret_key():
+    """Without SECRET_KEY, plain manage.py refuses to start; ./dev manage passes the key
+    ./dev run keeps in .local/run/ (made there if this is the first use)."""
+    env = {k: v for k, v in os.environ.items() if k != "SECRET_KEY"}
+    plain = subprocess.run([sys.executable, "manage.py", "check"], cwd=ROOT, env=env, capture_output=True,
+                           text=True, timeout=60)
+    assert plain.returncode == 1 and plain.stderr.startswith("SECRET_KEY is not set: set it to a long random string")
+    managed = subprocess.run([sys.executable, "-m", "tools.stack", "manage", "check"], cwd=ROOT, env=env,
+                             capture_output=True, text=True, timeout=60)
+    assert managed.returncode == 0, managed.stderr
+    assert "System check identified no issues" in managed.stdout
+    key_file = ROOT / ".local" / "run" / "secret_key"
+    assert oct(key_file.stat().st_mode & 0o777) == "0o600"
