@@ -43,3 +43,9 @@ CHART_MINUTES = 60
 # Upper bounds keep every time (ms) well inside what Redis' Lua numbers and JSON hold exactly.
 MAX_DELAY_MILLIS = 10 * 365 * 86_400_000  # ten years
 MAX_RETRY = 100_000
+
+# Rate limits (delayqueue/limits.py): a token bucket holds at most this long's worth of its rate,
+# so a burst is at most one second's worth. A bucket left alone this long is full again.
+BURST_MILLIS = 1000
+# The largest rate (messages/s) or live-message cap an operator can set.
+MAX_LIMIT = 1_000_000_000

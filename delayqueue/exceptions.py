@@ -33,6 +33,15 @@ class Refused(QueueError):
         self.code = code
 
 
+class Throttled(Refused):
+    """Over a rate limit or a live-message cap (429). The answer says when trying again is worth
+    it: `retryAfterMillis` beside code and msg."""
+
+    def __init__(self, msg: str, retry_after_millis: int):
+        super().__init__(f"{msg}, retry after {retry_after_millis} ms", 429)
+        self.retry_after_millis = retry_after_millis
+
+
 class Unavailable(QueueError):
     """A store the queue needs could not be reached or refused the work."""
 
@@ -52,6 +61,15 @@ class MaybeSent(RedisUnavailable):
 
 def redis_unavailable(exc: RedisError) -> RedisUnavailable:
     return RedisUnavailable(f"redis unavailable: {exc}")
+
+
+def error_body(exc: BaseException, where: str = "") -> dict:
+    """The API's whole error answer: code and msg (error_answer's), and for a throttled call
+    retryAfterMillis."""
+    code, msg = error_answer(exc, where)
+    if isinstance(exc, Throttled):
+        return {"code": code, "msg": msg, "retryAfterMillis": exc.retry_after_millis}
+    return {"code": code, "msg": msg}
 
 
 def error_answer(exc: BaseException, where: str = "") -> tuple[int, str]:

@@ -2,7 +2,7 @@
 logic is in services (writes) and selectors (reads).
 
 Every answer is HTTP 200 with the business result in `code`, as the camellia Java SDK expects;
-an error answer is only `code` and `msg`, both from exceptions.error_answer.
+an error answer is `code` and `msg` (and `retryAfterMillis` when throttled), from exceptions.error_body.
 """
 import orjson
 from django.conf import settings
@@ -18,7 +18,7 @@ from delayqueue.api import health
 from delayqueue.messagelog import recovery
 from delayqueue import selectors
 from delayqueue import services
-from delayqueue.exceptions import BadRequest, NotFound, Refused, error_answer
+from delayqueue.exceptions import BadRequest, NotFound, Refused, error_answer, error_body
 from delayqueue.api.parsers import FORM_CONTENT_TYPE, JSONBodyParser, TooManyFields, parse_form
 from delayqueue.runtime import current
 from delayqueue.api.schema import (
@@ -142,8 +142,7 @@ class QueueAPIView(APIView):
             return self.handle_exception(exc)
 
     def handle_exception(self, exc):
-        code, msg = error_answer(self.queue_error(exc), type(self).__name__)
-        return reply(code, msg)
+        return reply(**error_body(self.queue_error(exc), type(self).__name__))
 
     def queue_error(self, exc: Exception) -> Exception:
         """Problems of the HTTP request itself as the queue's error kinds; error_answer words them all."""
@@ -254,8 +253,9 @@ class SendMsgBatchView(QueueAPIView):
 
 def item_error(index: int, exc: Exception) -> dict:
     """A batch item's error answer: worded as a single send's, prefixed with its position."""
-    code, msg = error_answer(exc, "sendMsgBatch")
-    return {"code": code, "msg": f"message {index}: {msg}"}
+    body = error_body(exc, "sendMsgBatch")
+    body["msg"] = f"message {index}: {body['msg']}"
+    return body
 
 
 @queue_endpoint(
