@@ -13,7 +13,7 @@ from delayqueue.live.client import cluster_nodes
 from delayqueue.runtime import close_current
 from delayqueue.scanner.scanner import Scanner
 from tests.helpers import (REDIS_CLUSTER_URL, REDIS_URL, TEST_CONFIG, PostgresControl, RunningScanner,
-                           ScannerProcess, make_runtime, scanner_env)
+                           ScannerProcess, WebProcess, make_runtime, scanner_env)
 
 
 @pytest.fixture
@@ -99,6 +99,23 @@ def scanner_process(clean_state):
     for proc in started:
         proc.stop()
         proc.log_path.unlink(missing_ok=True)
+
+
+@pytest.fixture
+def web_processes(clean_state):
+    """uvicorn processes on the test servers, started together; stopped at the end of the test."""
+    started = []
+
+    def start(count: int, **env) -> list[WebProcess]:
+        procs = [WebProcess(f"w{len(started) + i}", scanner_env(**env) if env else None) for i in range(count)]
+        started.extend(procs)
+        for proc in procs:
+            proc.wait_started()
+        return procs
+
+    yield start
+    for proc in started:
+        proc.stop()
 
 
 @pytest.fixture
