@@ -67,23 +67,24 @@ class LimitCache:
         self._redis = redis
         self._ns = ns
         self._db = LogConnection(READ_TIMEOUT_MILLIS)
-        self._table: dict[str, Limits] | None = None
+        self.current: dict[str, Limits] | None = None  # the table in force, None until the first read
         self._first_read: asyncio.Future | None = None
         self._refresher: asyncio.Task | None = None
         self._failing = False  # a read failed, and the log said so: said again once one succeeds
         self._live = 0  # the namespace's live messages at the last count
         self._admitted_since_count = 0
         self._counted_at = -math.inf
+        self._count_failing = False  # as _failing, for the count
 
     async def table(self) -> dict[str, Limits]:
-        """Topic -> its limits, and NAMESPACE -> the namespace's; empty when none is set."""
-        if self._table is None:
+        """Topic -> its limits, and NAMESPACE -> the namespace's; empty when none is set. The
+        hot paths read `current` and call this only before the first read."""
+        if self.current is None:
             if self._first_read is None:
                 self._first_read = asyncio.ensure_future(self._read())
-            await asyncio.shield(self._first_read)  # a caller that goes away leaves the read to the others
-            if self._refresher is None:
                 self._refresher = asyncio.ensure_future(self._refresh_forever())
-        return self._table
+            await asyncio.shield(self._first_read)  # a caller that goes away leaves the read to the others
+        return self.current
 
     def namespace_room(self, max_live: int) -> int:
         """How many more messages the namespace's live cap lets in, as far as this process knows."""
@@ -95,21 +96,29 @@ class LimitCache:
     async def _refresh_forever(self) -> None:
         while True:
             await asyncio.sleep(REFRESH_SECONDS)
-            await self._read()
+            try:
+                await self._read()
+            except Exception:  # the refresher must outlive any one failed read
+                log.exception("reading the limits of namespace %s failed", self._ns.namespace)
 
     async def _read(self) -> None:
+        try:
+            await self._read_table()
+        finally:
+            if self.current is None:
+                self.current = {}  # whatever went wrong, requests are not held by it
+
+    async def _read_table(self) -> None:
         try:
             async with self._db.use() as conn:
                 cursor = await conn.execute(sql.LIMITS, [self._ns.namespace])
                 rows = await cursor.fetchall()
         except LogUnavailable as exc:
             if not self._failing:
-                log.warning("limits of namespace %s could not be read; %s: %s", self._ns.namespace,
-                            "none in force until they can" if self._table is None else "the last read stay in force",
-                            exc)
+                log.warning("limits of namespace %s could not be read, %s: %s", self._ns.namespace,
+                            "none are in force until they can" if self.current is None else
+                            "the limits last read stay in force", exc)
                 self._failing = True
-            if self._table is None:
-                self._table = {}
             return
         if self._failing:
             log.warning("limits of namespace %s read again", self._ns.namespace)
@@ -118,7 +127,7 @@ class LimitCache:
         namespace = table.get(NAMESPACE)
         if namespace and namespace.max_live and asyncio.get_running_loop().time() - self._counted_at >= LIVE_COUNT_SECONDS:
             await self._count_live()
-        self._table = table
+        self.current = table
 
     async def _count_live(self) -> None:
         """Sums the live counts (expiry index sizes) of the namespace's registered topics. What
@@ -132,9 +141,12 @@ class LimitCache:
                 pipe.zcard(self._ns.topic(topic).expiry)
             counts = await pipe.execute() if topics else []
         except RedisError as exc:
-            log.warning("live messages of namespace %s could not be counted, the last count stays: %s",
-                        self._ns.namespace, exc)
+            if not self._count_failing:
+                log.warning("live messages of namespace %s could not be counted, the last count stays: %s",
+                            self._ns.namespace, exc)
+                self._count_failing = True
             return
+        self._count_failing = False
         self._live = sum(counts)
         self._admitted_since_count -= admitted_before
         self._counted_at = started

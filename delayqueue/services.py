@@ -91,9 +91,11 @@ async def send_messages(rt: Runtime, *, requests: list[SendRequest]) -> list[dic
     scripts run in one pipelined Redis round trip, the log is settled with what Redis did, and
     the topics Redis saw first are registered. A send answered with a message is therefore in
     the log; a log failure enqueues nothing."""
-    table = await rt.limits.table()
+    table = rt.limits.current
+    if table is None:
+        table = await rt.limits.table()
     if not table:
-        return await _send_admitted(rt, requests, table)
+        return await _send_admitted(rt, requests, None)
     try:
         refusals = await limits.admit_sends(rt, table=table, topics=[request.topic for request in requests])
     except RedisError as exc:
@@ -103,7 +105,7 @@ async def send_messages(rt: Runtime, *, requests: list[SendRequest]) -> list[dic
 
 
 async def _send_admitted(rt: Runtime, requests: list[SendRequest],
-                         table: dict[str, limits.Limits]) -> list[dict | QueueError]:
+                         table: dict[str, limits.Limits] | None) -> list[dict | QueueError]:
     if not requests:
         return []
     produce_time = now_millis()
@@ -113,14 +115,15 @@ async def _send_admitted(rt: Runtime, requests: list[SendRequest],
             written = await rt.log.record(rows)
         except LogUnavailable as exc:
             return [exc] * len(rows)
-    caps = [table[row.topic].max_live if row.topic in table else 0 for row in rows] if table else [0] * len(rows)
-    calls = [send_call(rt, row, max_live) for row, max_live in zip(rows, caps)]
+    caps = [table[row.topic].max_live if row.topic in table else 0 for row in rows] if table else None
+    calls = [send_call(rt, row, max_live) for row, max_live in zip(rows, caps)] if caps else [
+        send_call(rt, row) for row in rows]
     try:
         # A single send shares its round trip with the loop's other calls.
         replies = [await rt.scripts.call(calls[0])] if len(calls) == 1 else await rt.scripts.run(calls)
     except RedisError as exc:
         replies = _send_failed(rows, exc)
-    if any(caps):
+    if caps and any(caps):
         # The cap was reached between admission and the send: refused like any send Redis refused.
         replies = [limits.cap_refusal(rt, topic=row.topic, max_live=max_live)
                    if not isinstance(reply, Exception) and reply.over_live_cap else reply
@@ -167,7 +170,9 @@ async def pull_messages(rt: Runtime, *, topic: str, batch: int = -1,
     when there is none (of the namespace's bucket or the topic's)."""
     cfg = rt.config
     batch = batch if batch > 0 else cfg.pull_batch
-    table = await rt.limits.table()
+    table = rt.limits.current
+    if table is None:
+        table = await rt.limits.table()
     namespace = table.get(limits.NAMESPACE) if table else None
     topic_rate = table[topic].consume_rate if table and topic in table else 0
     reserved = 0
