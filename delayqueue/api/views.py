@@ -200,7 +200,8 @@ class QueueAPIView(APIView):
     "Stores a message that can be pulled from its topic once delayMillis have passed. The answer carries "
     "the stored message: its msgId (generated when none was given), its times and its status (1 waiting, "
     "or 2 ready when the delay is 0 or less). Sending again under the msgId of a message that is still live "
-    "changes nothing and answers the stored message.",
+    "changes nothing and answers the stored message. Over a produce rate or a live-message cap of the "
+    "namespace or the topic: code 429 with retryAfterMillis.",
     answer("SendMsgAnswer", DelayMsgResultSerializer), SendMsgSerializer,
     example={"topic": "orders", "msg": '{"orderId": 42, "action": "cancel-if-unpaid"}', "delayMillis": 1800000,
              "msgId": "order-42-cancel", "ttlMillis": 3600000, "maxRetry": 3})
@@ -214,8 +215,8 @@ class SendMsgView(QueueAPIView):
     "Send many messages",
     "Sends each message of a JSON list (each with sendMsg's parameters), in one call. The answer's "
     "`results` has one entry per message, in request order: code 200 with the stored message, or the "
-    "code and msg saying why that message was not sent (its msg starts with `message <index>:`). A "
-    "refused message does not stop the others. The body may also be a JSON object "
+    "code and msg saying why that message was not sent (its msg starts with `message <index>:`; over a "
+    "limit, code 429 with retryAfterMillis). A refused message does not stop the others. The body may also be a JSON object "
     '`{"messages": [...]}`. The list must hold 1 to DELAYQUEUE_MAX_BATCH_SEND (default 1000) messages.',
     answer("SendMsgBatchAnswer", BatchResultSerializer), body=SendMsgSerializer(many=True),
     example=[{"topic": "orders", "msg": "remind 42", "delayMillis": 600000},
@@ -262,7 +263,9 @@ def item_error(index: int, exc: Exception) -> dict:
     "Pull ready messages",
     "Hands out up to `batch` messages of the topic that are due, oldest first, and answers at once; the "
     "list is empty when none is ready. Each message handed out is consuming (status 3) until it is acked "
-    "with ackMsg; if it is not acked within ackTimeoutMillis it is delivered again (while retries last).",
+    "with ackMsg; if it is not acked within ackTimeoutMillis it is delivered again (while retries last). "
+    "Under a consume rate at most as many messages as the rate has tokens left are handed out, and none at "
+    "all answers code 429 with retryAfterMillis.",
     answer("PullMsgAnswer", DelayMsgListResultSerializer), PullMsgSerializer,
     example={"topic": "orders", "batch": 10, "ackTimeoutMillis": 30000})
 class PullMsgView(QueueAPIView):
@@ -277,7 +280,8 @@ class PullMsgView(QueueAPIView):
 @queue_endpoint(
     "Pull, waiting for a ready message",
     "As pullMsg, but when no message is ready the request is held until one becomes ready or "
-    "longPollingTimeoutMillis pass; the list is empty if the time ran out.",
+    "longPollingTimeoutMillis pass; the list is empty if the time ran out. Over a consume rate the request "
+    "is held until the rate lets a message through, not refused.",
     answer("LongPollingMsgAnswer", DelayMsgListResultSerializer), LongPollingMsgSerializer,
     example={"topic": "orders", "batch": 10, "ackTimeoutMillis": 30000, "longPollingTimeoutMillis": 10000})
 class LongPollingMsgView(QueueAPIView):
