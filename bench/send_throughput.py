@@ -20,13 +20,10 @@ import re
 import shutil
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 
-from bench.harness import BENCH_HELLO, empty_redis, stack
-from delayqueue.constants import MAX_LIMIT
-from tools.stack import ROOT
+from bench.harness import BENCH_HELLO, empty_redis, set_unreached_limits, stack
 
 API = "/camellia/delayQueue/"
 BATCH = 100
@@ -81,15 +78,6 @@ async def raw_evalsha_rate(redis_url: str, seconds: int, concurrency: int) -> fl
     return rate
 
 
-def set_unreached_limits(env: dict) -> None:
-    """The highest produce rate and live cap on the namespace and on every topic the sends go to."""
-    for topic in [None, "bench", *(f"bench{i}" for i in range(4))]:
-        subprocess.run([sys.executable, "manage.py", "set_limits", *(["--topic", topic] if topic else []),
-                        "--produce-rate", str(MAX_LIMIT), "--max-live", str(MAX_LIMIT)],
-                       cwd=ROOT, env=env, check=True, stdout=subprocess.DEVNULL)
-    time.sleep(1)  # every web process has read them
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=int, default=10)
@@ -113,7 +101,8 @@ def main():
     with stack(scanners=0, workers=args.workers, servers=servers) as (urls, env):
         url = urls["main"]
         if args.limits:
-            set_unreached_limits(env)
+            set_unreached_limits(env, ["bench", *(f"bench{i}" for i in range(4))])
+            time.sleep(1)  # every web process has read them
         wrk(url + BENCH_HELLO, 2, args.connections)  # warm-up
         # Every send phase starts on an empty Redis: sorted sets holding a million messages from
         # the phases before make the scripts slower, and would favour whichever phase runs first.

@@ -176,47 +176,60 @@ def cap_refusal(rt: "Runtime", *, topic: str, max_live: int) -> Throttled:
 
 async def admit_sends(rt: "Runtime", *, table: dict[str, Limits], topics: list[str]) -> list[Throttled | None]:
     """Per message to send (given by its topic, in request order): None if it may go, else its
-    refusal. Takes the tokens of the messages it lets go: the namespace's first, then each
-    topic's (giving back the namespace's tokens of messages a topic refused). Raises RedisError."""
+    refusal. Raises RedisError.
+
+    The namespace's bucket and each limited topic's admission are asked at once, in one
+    pipelined round trip (their keys are in different slots, so no one script can hold both);
+    each grants the first messages of its own, in request order. A message goes if both let it;
+    the tokens taken for a message one of them refused are given back to the other. (A topic
+    counts against its live cap the messages the namespace refused in the same call too, which
+    errs towards refusing.)"""
     refusals: list[Throttled | None] = [None] * len(topics)
-    going = list(range(len(topics)))
+    going = range(len(topics))
     namespace = table.get(NAMESPACE)
-    namespace_tokens = 0
     if namespace and namespace.max_live:
         room = rt.limits.namespace_room(namespace.max_live)
         for i in going[room:]:
             refusals[i] = cap_refusal(rt, topic=NAMESPACE, max_live=namespace.max_live)
         going = going[:room]
-    if namespace and namespace.produce_rate and going:
-        grant = await rt.scripts.call(scripts.take_tokens(rt.ns, kind="produce", wanted=len(going),
-                                                          rate=namespace.produce_rate))
-        for i in going[grant.granted:]:
-            refusals[i] = rate_refusal(rt, kind="produce", topic=NAMESPACE, rate=namespace.produce_rate,
-                                       retry_after_millis=grant.retry_after_millis)
-        going = going[:grant.granted]
-        namespace_tokens = grant.granted
+    namespace_rate = namespace.produce_rate if namespace and going else 0
     by_topic: dict[str, list[int]] = {}
     for i in going:
         limits = table.get(topics[i])
         if limits and (limits.produce_rate or limits.max_live):
             by_topic.setdefault(topics[i], []).append(i)
-    if by_topic:
-        calls = [scripts.admit_send(rt.ns.topic(topic), wanted=len(positions), produce_rate=table[topic].produce_rate,
-                                    max_live=table[topic].max_live) for topic, positions in by_topic.items()]
-        grants = await rt.scripts.run(calls)
-        refused = 0
-        for (topic, positions), grant in zip(by_topic.items(), grants):
+    calls = [scripts.admit_send(rt.ns.topic(topic), wanted=len(positions), produce_rate=table[topic].produce_rate,
+                                max_live=table[topic].max_live) for topic, positions in by_topic.items()]
+    if namespace_rate:
+        calls.append(scripts.take_tokens(rt.ns, kind="produce", wanted=len(going), rate=namespace_rate))
+    if calls:
+        # One call (a single send's) shares its round trip with the loop's other calls.
+        grants = [await rt.scripts.call(calls[0])] if len(calls) == 1 else await rt.scripts.run(calls)
+        for grant in grants:
             if isinstance(grant, Exception):
                 raise grant
+        namespace_granted = going[:grants[-1].granted] if namespace_rate else going
+        if namespace_rate:
+            for i in going[grants[-1].granted:]:
+                refusals[i] = rate_refusal(rt, kind="produce", topic=NAMESPACE, rate=namespace_rate,
+                                           retry_after_millis=grants[-1].retry_after_millis)
+        give_back, topic_refused = [], 0
+        for (topic, positions), grant in zip(by_topic.items(), grants):
             limits = table[topic]
             for j, i in enumerate(positions[grant.granted:], grant.granted):
-                refused += 1
-                refusals[i] = (cap_refusal(rt, topic=topic, max_live=limits.max_live) if j >= grant.within_cap else
-                               rate_refusal(rt, kind="produce", topic=topic, rate=limits.produce_rate,
-                                            retry_after_millis=grant.retry_after_millis))
-        if namespace_tokens and refused:
-            await rt.scripts.call(scripts.take_tokens(rt.ns, kind="produce", wanted=-refused,
-                                                      rate=namespace.produce_rate))
+                if refusals[i] is None:
+                    topic_refused += 1
+                    refusals[i] = (cap_refusal(rt, topic=topic, max_live=limits.max_live) if j >= grant.within_cap
+                                   else rate_refusal(rt, kind="produce", topic=topic, rate=limits.produce_rate,
+                                                     retry_after_millis=grant.retry_after_millis))
+            unused = sum(i not in namespace_granted for i in positions[:grant.granted])
+            if unused and limits.produce_rate:
+                give_back.append(scripts.take_tokens(rt.ns.topic(topic), kind="produce", wanted=-unused,
+                                                     rate=limits.produce_rate))
+        if topic_refused and namespace_rate:
+            give_back.append(scripts.take_tokens(rt.ns, kind="produce", wanted=-topic_refused, rate=namespace_rate))
+        if give_back:
+            await rt.scripts.run(give_back)
     if namespace and namespace.max_live:
         rt.limits.count_admitted(sum(refusal is None for refusal in refusals))
     return refusals

@@ -267,7 +267,7 @@ def restore(k: TopicKeys, *, ready_channel: str, schedule_channel: str, topic: s
     return ScriptCall(RESTORE, [k.waiting, k.ready, k.msgs, k.expiry, k.meta, k.events], args)
 
 
-def take_tokens(k: NamespaceKeys, *, kind: str, wanted: int, rate: int) -> ScriptCall:
+def take_tokens(k: NamespaceKeys | TopicKeys, *, kind: str, wanted: int, rate: int) -> ScriptCall:
     return ScriptCall(TAKE_TOKENS, [k.buckets], [kind, wanted, rate])
 
 

@@ -1,5 +1,6 @@
 -- Takes up to `wanted` tokens from a namespace's rate bucket: one per message sent or handed
--- out. A negative `wanted` gives tokens back (taken for messages that then did not go).
+-- out. A negative `wanted` gives tokens back (taken for messages that then did not go), to a
+-- namespace's bucket or a topic's.
 -- KEYS[1] buckets
 -- ARGV[1] kind: 'produce' or 'consume'
 -- ARGV[2] wanted
