@@ -51,6 +51,17 @@ def start_uvicorn(env: dict, workers: int, log: Path) -> tuple[subprocess.Popen,
             time.sleep(0.1)
 
 
+def set_unreached_limits(env: dict, topics: list[str]) -> None:
+    """The highest produce rate and live cap on the namespace and on each topic: every check a
+    send can meet, none of them reached."""
+    from delayqueue.constants import MAX_LIMIT
+
+    for topic in [None, *topics]:
+        subprocess.run([sys.executable, "manage.py", "set_limits", *(["--topic", topic] if topic else []),
+                        "--produce-rate", str(MAX_LIMIT), "--max-live", str(MAX_LIMIT)],
+                       cwd=ROOT, env=env, check=True, stdout=subprocess.DEVNULL)
+
+
 _own_redis: set[str] = set()  # the Redis servers stack() started (the only ones empty_redis empties)
 
 

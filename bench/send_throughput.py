@@ -7,7 +7,11 @@
 
 Needs wrk (Debian: apt-get install wrk).
 
+With --limits, the namespace and every topic the benchmark sends to get a produce rate and a
+live-message cap far above what it reaches: what checking limits costs a send.
+
     .venv/bin/python -m bench.send_throughput [--seconds 10] [--connections 32] [--workers 1] [--message-log off]
+                                              [--limits]
 """
 import argparse
 import asyncio
@@ -19,7 +23,7 @@ import subprocess
 import tempfile
 import time
 
-from bench.harness import BENCH_HELLO, empty_redis, stack
+from bench.harness import BENCH_HELLO, empty_redis, set_unreached_limits, stack
 
 API = "/camellia/delayQueue/"
 BATCH = 100
@@ -81,6 +85,8 @@ def main():
     parser.add_argument("--workers", type=int, default=1, help="uvicorn worker processes")
     parser.add_argument("--message-log", choices=["on", "off"], default="off",
                         help="the server's DELAYQUEUE_MESSAGE_LOG (bench.log_overhead compares the two)")
+    parser.add_argument("--limits", action="store_true",
+                        help="set limits that are never reached on the namespace and the topics sent to")
     parser.add_argument("--rounds", type=int, default=3,
                         help="measure each side this many times, interleaved; medians are reported")
     args = parser.parse_args()
@@ -94,6 +100,9 @@ def main():
     servers = {"main": {"DELAYQUEUE_MESSAGE_LOG": "1" if args.message_log == "on" else "0"}}
     with stack(scanners=0, workers=args.workers, servers=servers) as (urls, env):
         url = urls["main"]
+        if args.limits:
+            set_unreached_limits(env, ["bench", *(f"bench{i}" for i in range(4))])
+            time.sleep(1)  # every web process has read them
         wrk(url + BENCH_HELLO, 2, args.connections)  # warm-up
         # Every send phase starts on an empty Redis: sorted sets holding a million messages from
         # the phases before make the scripts slower, and would favour whichever phase runs first.
@@ -110,7 +119,8 @@ def main():
     hello, single, batch, raw = (statistics.median(rounds[k]) for k in ("hello", "single", "batch", "raw"))
     single_ratio = statistics.median(s / h for s, h in zip(rounds["single"], rounds["hello"]))
     batch_ratio = statistics.median(b / r for b, r in zip(rounds["batch"], rounds["raw"]))
-    print(f"message log {args.message_log}, uvicorn workers: {args.workers}, wrk connections: {args.connections}, "
+    print(f"limits {'set, never reached' if args.limits else 'none'}, "
+          f"message log {args.message_log}, uvicorn workers: {args.workers}, wrk connections: {args.connections}, "
           f"medians of {args.rounds} interleaved rounds of {args.seconds} s")
     print(f"  hello-world view   {hello:10.0f} req/s")
     print(f"  sendMsg (single)   {single:10.0f} msg/s   ratio to hello-world {single_ratio:.2f} (goal >= 0.5)")

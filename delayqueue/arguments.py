@@ -2,6 +2,7 @@
 A bad value ends, as argparse reports it, in one line naming the option and exit code 2."""
 import argparse
 
+from delayqueue.constants import MAX_LIMIT
 from delayqueue.topics import topic_problem
 
 # The longest age a retention option takes: a hundred years. Far more overflows date arithmetic
@@ -16,6 +17,17 @@ def positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
     if value <= 0:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def limit_value(text: str) -> int:
+    """A rate (messages/s) or a live-message cap; 0 removes the limit."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if not 0 <= value <= MAX_LIMIT:
+        raise argparse.ArgumentTypeError(f"must be 0 (no limit) to {MAX_LIMIT}, got {value}")
     return value
 
 
@@ -36,4 +48,10 @@ def topic_name(text: str) -> str:
 def non_empty(text: str) -> str:
     if not text:
         raise argparse.ArgumentTypeError("must not be empty")
+    return text
+
+
+def namespace_name(text: str) -> str:
+    if not 1 <= len(text) <= 128:
+        raise argparse.ArgumentTypeError(f"a namespace is 1-128 characters, got {len(text)}")
     return text

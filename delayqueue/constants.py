@@ -52,3 +52,9 @@ MAX_TOPIC_BYTES = 255
 ADMIN_LOGIN_MAX_FAILURES = 5
 ADMIN_LOGIN_WINDOW_SECONDS = 15 * 60
 ADMIN_LOGIN_LOCK_SECONDS = 15 * 60
+
+# Rate limits (delayqueue/limits.py): a token bucket holds at most this long's worth of its rate,
+# so a burst is at most one second's worth. A bucket left alone this long is full again.
+BURST_MILLIS = 1000
+# The largest rate (messages/s) or live-message cap an operator can set.
+MAX_LIMIT = 1_000_000_000

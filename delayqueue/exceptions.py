@@ -41,6 +41,15 @@ class Refused(QueueError):
         self.code = code
 
 
+class Throttled(Refused):
+    """Over a rate limit or a live-message cap (429). The answer says when trying again is worth
+    it: `retryAfterMillis` beside code and msg."""
+
+    def __init__(self, msg: str, retry_after_millis: int):
+        super().__init__(f"{msg}, retry after {retry_after_millis} ms", 429)
+        self.retry_after_millis = retry_after_millis
+
+
 class Unavailable(QueueError):
     """A store the queue needs could not be reached or refused the work. The message says what
     failed; `detail` (the store's own error text, which may name hosts and ports) is for the log."""
@@ -141,6 +150,15 @@ def log_failure(where: str, failure: str) -> None:
         _logged.clear()
     _logged[failure] = [now, 0]
     log.error("%s failed: %s%s", where, failure, repeats)
+
+
+def error_body(exc: BaseException, where: str = "") -> dict:
+    """The API's whole error answer: code and msg (error_answer's), and for a throttled call
+    retryAfterMillis."""
+    code, msg = error_answer(exc, where)
+    if isinstance(exc, Throttled):
+        return {"code": code, "msg": msg, "retryAfterMillis": exc.retry_after_millis}
+    return {"code": code, "msg": msg}
 
 
 def error_answer(exc: BaseException, where: str = "") -> tuple[int, str]:

@@ -7,11 +7,12 @@ later `MessageEvent` rows from the per-topic Redis streams the Lua scripts write
 `Message.status` along.
 """
 from django.contrib.postgres.indexes import BrinIndex
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 
 from delayqueue import messages
 from delayqueue.epoch import to_millis
-from delayqueue.constants import LIVE_STATUSES, MAX_TOPIC_BYTES, Reason, Status
+from delayqueue.constants import LIVE_STATUSES, MAX_LIMIT, MAX_TOPIC_BYTES, Reason, Status
 
 
 class Message(models.Model):
@@ -129,3 +130,29 @@ class TopicHourStats(models.Model):
 
     def __str__(self):
         return f"{self.topic} {self.hour:%Y-%m-%d %H}:00"
+
+
+def _limit_field(verbose_name: str, help_text: str) -> models.PositiveIntegerField:
+    return models.PositiveIntegerField(verbose_name, null=True, blank=True, help_text=help_text,
+                                       validators=[MinValueValidator(1), MaxValueValidator(MAX_LIMIT)])
+
+
+class Limit(models.Model):
+    """The limits of a namespace (`topic` empty) or of one of its topics; an empty limit is no
+    limit. Web processes read this table every half second (delayqueue/limits.py) and enforce
+    it in Redis, so a change takes effect on every one of them within a second."""
+
+    namespace = models.CharField(max_length=128)
+    topic = models.CharField(max_length=255, blank=True, help_text="empty: the whole namespace")
+    produce_rate = _limit_field("produce rate", "messages per second sent (sendMsg, each message of sendMsgBatch)")
+    consume_rate = _limit_field("consume rate", "messages per second handed out (pullMsg, longPollingMsg)")
+    max_live = _limit_field("live-message cap", "most messages waiting, ready or consuming at once")
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["namespace", "topic"], name="limit_once"),
+        ]
+
+    def __str__(self):
+        return f"{self.namespace}/{self.topic}" if self.topic else f"{self.namespace} (namespace)"

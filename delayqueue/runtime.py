@@ -1,4 +1,5 @@
-"""What the services need at run time: the config, the Redis client and the long-poll notifier.
+"""What the services need at run time: the config, the Redis client, the long-poll notifier and
+the limits in force.
 
 asyncio Redis connections belong to one event loop, so the web process keeps one Runtime per
 loop (`current()`); the scanner and the tests build their own.
@@ -11,6 +12,7 @@ import weakref
 from delayqueue.live import client
 from delayqueue.live.runners import script_runner
 from delayqueue.conf import QueueConfig, load_config
+from delayqueue.limits import LimitCache
 from delayqueue.live.keys import namespace_keys
 
 
@@ -23,6 +25,7 @@ class Runtime:
         self._notifier = None
         self._notifier_lock = asyncio.Lock()
         self._log = None
+        self.limits = LimitCache(self.redis, self.ns)  # read on first use
         self.set_process(process or f"web pid {os.getpid()}")
 
     def set_process(self, process: str) -> None:
@@ -51,6 +54,7 @@ class Runtime:
         return self._notifier
 
     async def close(self) -> None:
+        await self.limits.close()
         if self._log is not None:
             await self._log.close()
             self._log = None

@@ -8,7 +8,8 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from delayqueue.constants import Status
 from delayqueue.epoch import now_millis
-from delayqueue.exceptions import LogUnavailable, MaybeSent, QueueError, redis_reason, redis_unavailable
+from delayqueue import limits
+from delayqueue.exceptions import LogUnavailable, MaybeSent, QueueError, Throttled, redis_reason, redis_unavailable
 from delayqueue.live import scripts
 from delayqueue.messages import Message
 from delayqueue.random_bits import random_bits
@@ -58,13 +59,15 @@ def _prepare(rt: Runtime, request: SendRequest, produce_time: int) -> Message:
     )
 
 
-def send_call(rt: Runtime, message: Message) -> scripts.ScriptCall:
+def send_call(rt: Runtime, message: Message, max_live: int = 0) -> scripts.ScriptCall:
+    """`max_live`: the topic's live-message cap, 0 for none."""
     return scripts.send(
         rt.ns.topic(message.topic), msg_id=message.msg_id, payload=message.payload,
         delay_millis=message.trigger_time - message.produce_time,
         ttl_millis=message.expire_time - message.trigger_time, max_retry=message.max_retry, topic=message.topic,
         ready_channel=rt.ns.ready_channel, schedule_channel=rt.ns.schedule_channel,
-        stats_interval_millis=rt.config.monitor_interval_millis, produce_time=message.produce_time)
+        stats_interval_millis=rt.config.monitor_interval_millis, produce_time=message.produce_time,
+        max_live=max_live)
 
 
 async def send_message(rt: Runtime, *, topic: str, msg: str, delay_millis: int, msg_id: str | None = None,
@@ -82,10 +85,28 @@ async def send_message(rt: Runtime, *, topic: str, msg: str, delay_millis: int, 
 async def send_messages(rt: Runtime, *, requests: list[SendRequest]) -> list[dict | QueueError]:
     """Enqueues messages; per message its wire dict (the stored message) or its error.
 
-    With the message log on: record the rows in PostgreSQL (group commit), run the send scripts
-    in one pipelined Redis round trip, settle the log with what Redis did, and register the
-    topics Redis saw first. A send answered with a message is therefore in the log; a log
-    failure enqueues nothing."""
+    Messages over a limit of the namespace or their topic are refused first (limits.py). With
+    the message log on, the others are recorded in PostgreSQL (group commit); then the send
+    scripts run in one pipelined Redis round trip, the log is settled with what Redis did, and
+    the topics Redis saw first are registered. A send answered with a message is therefore in
+    the log; a log failure enqueues nothing."""
+    table = rt.limits.current
+    if table is None:
+        table = await rt.limits.table()
+    if not table:
+        return await _send_admitted(rt, requests, None)
+    try:
+        refusals = await limits.admit_sends(rt, table=table, topics=[request.topic for request in requests])
+    except RedisError as exc:
+        return [redis_unavailable(exc)] * len(requests)
+    sent = iter(await _send_admitted(rt, [r for r, refusal in zip(requests, refusals) if refusal is None], table))
+    return [next(sent) if refusal is None else refusal for refusal in refusals]
+
+
+async def _send_admitted(rt: Runtime, requests: list[SendRequest],
+                         table: dict[str, limits.Limits] | None) -> list[dict | QueueError]:
+    if not requests:
+        return []
     produce_time = now_millis()
     rows = [_prepare(rt, request, produce_time) for request in requests]
     if rt.config.message_log:
@@ -93,13 +114,20 @@ async def send_messages(rt: Runtime, *, requests: list[SendRequest]) -> list[dic
             written = await rt.log.record(rows)
         except LogUnavailable as exc:
             return [exc] * len(rows)
-    calls = [send_call(rt, row) for row in rows]
+    caps = [table[row.topic].max_live if row.topic in table else 0 for row in rows] if table else None
+    calls = [send_call(rt, row, max_live) for row, max_live in zip(rows, caps)] if caps else [
+        send_call(rt, row) for row in rows]
     try:
         # A single send shares its round trip with the loop's other calls.
         replies = [await rt.scripts.call(calls[0])] if len(calls) == 1 else await rt.scripts.run(calls)
     except RedisError as exc:
         replies = _send_failed(rows, exc)
     replies = [_own_resend(row, reply) for row, reply in zip(rows, replies)]
+    if caps and any(caps):
+        # The cap was reached between admission and the send: refused like any send Redis refused.
+        replies = [limits.cap_refusal(rt, topic=row.topic, max_live=max_live)
+                   if not isinstance(reply, Exception) and reply.over_live_cap else reply
+                   for row, max_live, reply in zip(rows, caps, replies)]
     outcomes = [_sent_message(row, reply) for row, reply in zip(rows, replies)]
     if rt.config.message_log:
         await rt.log.settle(rows, written, replies, outcomes)
@@ -149,13 +177,29 @@ async def _register_topics(rt: Runtime, topics: set[str]) -> None:
 
 async def pull_messages(rt: Runtime, *, topic: str, batch: int = -1,
                         ack_timeout_millis: int = -1) -> tuple[list[dict], int]:
-    """Delivers up to `batch` ready messages, oldest first. Returns them and how many stay ready."""
+    """Delivers up to `batch` ready messages, oldest first. Returns them and how many stay ready.
+    Under a consume rate it hands out at most as many as there are tokens, and raises Throttled
+    when there is none (of the namespace's bucket or the topic's)."""
     cfg = rt.config
+    batch = batch if batch > 0 else cfg.pull_batch
+    table = rt.limits.current
+    if table is None:
+        table = await rt.limits.table()
+    namespace = table.get(limits.NAMESPACE) if table else None
+    topic_rate = table[topic].consume_rate if table and topic in table else 0
+    reserved = 0
+    if namespace and namespace.consume_rate:
+        batch = reserved = await limits.reserve_consume(rt, namespace=namespace, wanted=batch)
     reply = await rt.scripts.call(scripts.pull(
-        rt.ns.topic(topic), batch=batch if batch > 0 else cfg.pull_batch,
+        rt.ns.topic(topic), batch=batch,
         ack_timeout_millis=ack_timeout_millis if ack_timeout_millis > 0 else cfg.ack_timeout_millis,
         retention_millis=cfg.ended_retention_millis, stats_interval_millis=cfg.monitor_interval_millis,
-        schedule_channel=rt.ns.schedule_channel, topic=topic, actor=rt.actor))
+        schedule_channel=rt.ns.schedule_channel, topic=topic, actor=rt.actor, consume_rate=topic_rate))
+    if reserved > len(reply.messages):
+        await limits.give_back_consume(rt, namespace=namespace, unused=reserved - len(reply.messages))
+    if reply.retry_after_millis:
+        raise limits.rate_refusal(rt, kind="consume", topic=topic, rate=topic_rate,
+                                  retry_after_millis=reply.retry_after_millis)
     return [Message.from_stored(raw).to_wire() for raw in reply.messages], reply.remaining
 
 
@@ -167,7 +211,8 @@ def _time_up(waiter: asyncio.Future) -> None:
 async def long_poll_messages(rt: Runtime, *, topic: str, batch: int = -1, ack_timeout_millis: int = -1,
                              timeout_millis: int = -1) -> list[dict]:
     """Pulls at once; if nothing is ready, holds until a message is or the timeout passes, then
-    answers with one last pull. Holding costs a future, not a thread."""
+    answers with one last pull. Holding costs a future, not a thread. Over a consume rate it
+    holds too, until the bucket has a token (answering an empty list if the time is up first)."""
     cfg = rt.config
     if timeout_millis <= 0:
         timeout_millis = cfg.long_polling_timeout_millis
@@ -180,7 +225,17 @@ async def long_poll_messages(rt: Runtime, *, topic: str, batch: int = -1, ack_ti
         while True:
             # Register before pulling, so a wake published between the pull and the wait is kept.
             waiter = notifier.register(topic)
-            messages, remaining = await pull_messages(rt, topic=topic, batch=batch, ack_timeout_millis=ack_timeout_millis)
+            try:
+                messages, remaining = await pull_messages(rt, topic=topic, batch=batch,
+                                                          ack_timeout_millis=ack_timeout_millis)
+            except Throttled as exc:
+                notifier.discard(topic, waiter)
+                waiter = None
+                pause = min(exc.retry_after_millis / 1000, deadline - loop.time())
+                if pause <= 0:
+                    return []
+                await asyncio.sleep(pause)
+                continue
             time_left = deadline - loop.time()
             if messages or time_left <= 0:
                 if messages and remaining > 0:

@@ -17,7 +17,7 @@ from delayqueue.runtime import close_current
 from delayqueue.scanner.scanner import Scanner
 from tools.stack import LOCAL
 from tests.helpers import (REDIS_CLUSTER_URL, REDIS_URL, TEST_CONFIG, PostgresControl, RunningScanner,
-                           ScannerProcess, make_runtime, scanner_env)
+                           ScannerProcess, WebProcess, make_runtime, scanner_env)
 
 
 @pytest.fixture
@@ -114,6 +114,23 @@ def server_dir():
     path = Path(tempfile.mkdtemp(prefix="servers-", dir=LOCAL))
     yield path
     shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def web_processes(clean_state):
+    """uvicorn processes on the test servers, started together; stopped at the end of the test."""
+    started = []
+
+    def start(count: int, **env) -> list[WebProcess]:
+        procs = [WebProcess(f"w{len(started) + i}", scanner_env(**env) if env else None) for i in range(count)]
+        started.extend(procs)
+        for proc in procs:
+            proc.wait_started()
+        return procs
+
+    yield start
+    for proc in started:
+        proc.stop()
 
 
 @pytest.fixture

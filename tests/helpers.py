@@ -109,6 +109,36 @@ class ScannerProcess:
         return self.proc.returncode
 
 
+class WebProcess:
+    """uvicorn serving project.asgi:application as a real separate process (one worker), on the
+    test servers, as `./dev run` serves it; `url` is its base URL once started."""
+
+    def __init__(self, name: str, env: dict | None = None):
+        from tools.stack import free_port
+
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = Path(os.environ.get("TMPDIR", "/tmp")) / f"dq-web-{name}-{os.getpid()}-{time.time_ns()}.log"
+        self.log = open(self.log_path, "wb")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "uvicorn", "project.asgi:application", "--host", "127.0.0.1", "--port",
+             str(self.port), "--lifespan", "off", "--no-access-log"],
+            cwd=ROOT, env=env or scanner_env(), stdout=self.log, stderr=subprocess.STDOUT)
+
+    def wait_started(self, timeout=30):
+        from tools.stack import wait_for_port
+
+        self.log.flush()
+        wait_for_port(self.port, self.proc, "uvicorn", self.log_path, timeout)
+
+    def stop(self) -> None:
+        from tools.stack import terminate
+
+        terminate([self.proc])
+        self.log.close()
+        self.log_path.unlink(missing_ok=True)
+
+
 async def wait_until(predicate, timeout=10.0, interval=0.01, what="condition"):
     """Polls an async predicate until it returns a truthy value."""
     deadline = time.monotonic() + timeout

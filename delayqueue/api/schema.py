@@ -27,7 +27,7 @@ class DelayMsgSerializer(serializers.Serializer):
 
 
 class ErrorSerializer(serializers.Serializer):
-    """Every refusal or failure: only `code` and `msg`."""
+    """Every refusal or failure: `code` and `msg`, and `retryAfterMillis` when over a limit (429)."""
 
     code = serializers.IntegerField(
         min_value=400, max_value=599,
@@ -35,6 +35,10 @@ class ErrorSerializer(serializers.Serializer):
                   "requests, 500 server error (e.g. Redis or the message log unavailable)")
     msg = serializers.CharField(help_text="what went wrong; for a bad parameter it starts with the parameter's "
                                           "name, e.g. `delayMillis: A valid integer is required.`")
+    retryAfterMillis = serializers.IntegerField(
+        required=False, min_value=1,
+        help_text="code 429 only: ms until the rate limit the call ran into lets one through again (for a "
+                  "live-message cap, a hint: messages leave as they are acked, deleted or expire)")
 
 
 class ResultSerializer(serializers.Serializer):
@@ -165,7 +169,7 @@ def health_endpoint(summary: str, description: str, failing: str):
 def settings_limits(result, generator, request, public):
     """Limits the operator sets (DELAYQUEUE_*) go into the schema when it is generated, as the
     server reads them per request; the serializers cannot state them at import. Answers are
-    closed objects: an answer carries exactly the fields listed (an error only code and msg)."""
+    closed objects: an answer carries exactly the fields listed (an error: code, msg, retryAfterMillis)."""
     limits = settings.DELAYQUEUE
     schemas = result["components"]["schemas"]
     for name, component in schemas.items():

@@ -2,7 +2,7 @@
 logic is in services (writes) and selectors (reads).
 
 Every answer is HTTP 200 with the business result in `code`, as the camellia Java SDK expects;
-an error answer is only `code` and `msg`, both from exceptions.error_answer.
+an error answer is `code` and `msg` (and `retryAfterMillis` when throttled), from exceptions.error_body.
 """
 import orjson
 from django.conf import settings
@@ -17,7 +17,7 @@ from delayqueue.api import health
 from delayqueue.messagelog import recovery
 from delayqueue import selectors
 from delayqueue import services
-from delayqueue.exceptions import BadRequest, NotFound, Refused, error_answer
+from delayqueue.exceptions import BadRequest, NotFound, Refused, error_answer, error_body
 from delayqueue.api.parsers import (FORM_CONTENT_TYPE, FormBodyParser, FormError, JSONBodyParser,
                                     StrictMultiPartParser, parse_fields, parse_form)
 from delayqueue.runtime import current
@@ -142,8 +142,7 @@ class QueueAPIView(APIView):
             return self.handle_exception(exc)
 
     def handle_exception(self, exc):
-        code, msg = error_answer(self.queue_error(exc), type(self).__name__)
-        return reply(code, msg)
+        return reply(**error_body(self.queue_error(exc), type(self).__name__))
 
     def queue_error(self, exc: Exception) -> Exception:
         """Problems of the HTTP request itself as the queue's error kinds; error_answer words them all."""
@@ -206,7 +205,8 @@ class QueueAPIView(APIView):
     "Stores a message that can be pulled from its topic once delayMillis have passed. The answer carries "
     "the stored message: its msgId (generated when none was given), its times and its status (1 waiting, "
     "or 2 ready when the delay is 0 or less). Sending again under the msgId of a message that is still live "
-    "changes nothing and answers the stored message.",
+    "changes nothing and answers the stored message. Over a produce rate or a live-message cap of the "
+    "namespace or the topic: code 429 with retryAfterMillis.",
     answer("SendMsgAnswer", DelayMsgResultSerializer), SendMsgSerializer,
     example={"topic": "orders", "msg": '{"orderId": 42, "action": "cancel-if-unpaid"}', "delayMillis": 1800000,
              "msgId": "order-42-cancel", "ttlMillis": 3600000, "maxRetry": 3})
@@ -220,8 +220,8 @@ class SendMsgView(QueueAPIView):
     "Send many messages",
     "Sends each message of a JSON list (each with sendMsg's parameters), in one call. The answer's "
     "`results` has one entry per message, in request order: code 200 with the stored message, or the "
-    "code and msg saying why that message was not sent (its msg starts with `message <index>:`). A "
-    "refused message does not stop the others. The body may also be a JSON object "
+    "code and msg saying why that message was not sent (its msg starts with `message <index>:`; over a "
+    "limit, code 429 with retryAfterMillis). A refused message does not stop the others. The body may also be a JSON object "
     '`{"messages": [...]}`. The list must hold 1 to DELAYQUEUE_MAX_BATCH_SEND (default 1000) messages.',
     answer("SendMsgBatchAnswer", BatchResultSerializer), body=SendMsgSerializer(many=True),
     example=[{"topic": "orders", "msg": "remind 42", "delayMillis": 600000},
@@ -259,15 +259,18 @@ class SendMsgBatchView(QueueAPIView):
 
 def item_error(index: int, exc: Exception) -> dict:
     """A batch item's error answer: worded as a single send's, prefixed with its position."""
-    code, msg = error_answer(exc, "sendMsgBatch")
-    return {"code": code, "msg": f"message {index}: {msg}"}
+    body = error_body(exc, "sendMsgBatch")
+    body["msg"] = f"message {index}: {body['msg']}"
+    return body
 
 
 @queue_endpoint(
     "Pull ready messages",
     "Hands out up to `batch` messages of the topic that are due, oldest first, and answers at once; the "
     "list is empty when none is ready. Each message handed out is consuming (status 3) until it is acked "
-    "with ackMsg; if it is not acked within ackTimeoutMillis it is delivered again (while retries last).",
+    "with ackMsg; if it is not acked within ackTimeoutMillis it is delivered again (while retries last). "
+    "Under a consume rate at most as many messages as the rate has tokens left are handed out, and none at "
+    "all answers code 429 with retryAfterMillis.",
     answer("PullMsgAnswer", DelayMsgListResultSerializer), PullMsgSerializer,
     example={"topic": "orders", "batch": 10, "ackTimeoutMillis": 30000})
 class PullMsgView(QueueAPIView):
@@ -282,7 +285,8 @@ class PullMsgView(QueueAPIView):
 @queue_endpoint(
     "Pull, waiting for a ready message",
     "As pullMsg, but when no message is ready the request is held until one becomes ready or "
-    "longPollingTimeoutMillis pass; the list is empty if the time ran out.",
+    "longPollingTimeoutMillis pass; the list is empty if the time ran out. Over a consume rate the request "
+    "is held until the rate lets a message through, not refused.",
     answer("LongPollingMsgAnswer", DelayMsgListResultSerializer), LongPollingMsgSerializer,
     example={"topic": "orders", "batch": 10, "ackTimeoutMillis": 30000, "longPollingTimeoutMillis": 10000})
 class LongPollingMsgView(QueueAPIView):

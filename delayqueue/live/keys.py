@@ -52,6 +52,7 @@ class TopicKeys:
     lock: str  # STRING scanner lock token
     events: str  # STREAM lifecycle events waiting for the log writer (EVENTS_SUFFIX)
     history: str  # pub/sub channel: the events stream got its first entry (HISTORY_SUFFIX)
+    buckets: str  # HASH the topic's rate-limit token buckets (includes/token_bucket.lua), only while in use
 
 
 @dataclass(frozen=True)
@@ -65,6 +66,7 @@ class NamespaceKeys:
     marker: str  # STRING ms it was set: there for as long as Redis keeps its data
     data_lost: str  # STRING ms a scanner found Redis had lost its data; a full restore deletes it
     history_pattern: str  # pub/sub pattern matching every topic's history channel
+    buckets: str  # HASH the namespace's rate-limit token buckets, only while in use
 
     def topic(self, topic: str) -> TopicKeys:
         return topic_keys(self.namespace, topic)
@@ -100,6 +102,7 @@ def namespace_keys(namespace: str) -> NamespaceKeys:
         marker=base + "marker",
         data_lost=base + "data_lost",
         history_pattern=f"{TOPIC_PREFIX}{{{_glob_escape(namespace)}:*}}:{HISTORY_SUFFIX}",
+        buckets=base + "buckets",
     )
 
 

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from delayqueue.constants import CHART_MINUTES, LATENESS_BOUNDS_MS, Reason, Status
-from delayqueue.live.keys import EVENTS_SUFFIX, HISTORY_SUFFIX, TopicKeys
+from delayqueue.constants import BURST_MILLIS, CHART_MINUTES, LATENESS_BOUNDS_MS, Reason, Status
+from delayqueue.live.keys import EVENTS_SUFFIX, HISTORY_SUFFIX, NamespaceKeys, TopicKeys
 
 LUA_DIR = Path(__file__).with_name("lua")
 _INCLUDE = re.compile(r"^-- @include (\w+)\s*$", re.MULTILINE)
@@ -37,6 +37,7 @@ def prelude() -> str:
         "local REASON = " + _lua_table(f"{r.name} = '{r.value}'" for r in Reason),
         "local LATENESS_BOUNDS = " + _lua_table(str(bound) for bound in LATENESS_BOUNDS_MS),
         f"local CHART_MINUTES = {CHART_MINUTES}",
+        f"local BURST_MILLIS = {BURST_MILLIS}",
         f"local EVENTS_SUFFIX, HISTORY_SUFFIX = '{EVENTS_SUFFIX}', '{HISTORY_SUFFIX}'",
         "",
     ])
@@ -94,15 +95,23 @@ class Script:
 
 
 class SendReply(NamedTuple):
-    created: bool  # False: a live message already had the msgId, and `stored` is it
+    created: bool  # False: a live message already had the msgId (`stored` is it), or the topic was full
     status: int  # the created message's status (ready if it was due when Redis took it)
     stored: str | None  # the live duplicate's stored json
     new_topic: bool  # the topic was registered by this send (first use, or after retirement)
+    over_live_cap: bool = False  # refused: the topic held its max_live live messages already
 
 
 class PullReply(NamedTuple):
     remaining: int  # messages left in the ready list
     messages: list[str]  # the pulled messages' stored json, oldest first
+    retry_after_millis: int  # > 0: the topic's consume rate allowed no message, for this long
+
+
+class Grant(NamedTuple):
+    granted: int  # tokens taken (take_tokens) or messages admitted (admit_send)
+    within_cap: int  # admit_send: messages under the topic's live-message cap (take_tokens: as asked)
+    retry_after_millis: int  # until the bucket holds what it refused; 0 if it refused nothing
 
 
 class ScanReply(NamedTuple):
@@ -116,12 +125,22 @@ class RestoreReply(NamedTuple):
 
 
 def _send_reply(raw) -> SendReply:
+    if raw[0] == 2:
+        return SendReply(False, 0, None, raw[2] == 1, over_live_cap=True)
     created = raw[0] == 1
     return SendReply(created, raw[1] if created else 0, None if created else raw[1], raw[2] == 1)
 
 
 def _pull_reply(raw) -> PullReply:
-    return PullReply(int(raw[0]), raw[1:])
+    return PullReply(int(raw[0]), raw[2:], int(raw[1]))
+
+
+def _take_reply(raw) -> Grant:
+    return Grant(int(raw[0]), -1, int(raw[1]))
+
+
+def _admit_reply(raw) -> Grant:
+    return Grant(int(raw[0]), int(raw[1]), int(raw[2]))
 
 
 def _scan_reply(raw) -> ScanReply:
@@ -148,9 +167,11 @@ LOCK_RENEW = Script("lock_renew", lambda raw: raw == 1)
 LOCK_RELEASE = Script("lock_release", lambda raw: raw == 1)
 LOCK_TAKE_OVER = Script("lock_take_over", lambda raw: raw == 1)
 RESTORE = Script("restore", _restore_reply)
+TAKE_TOKENS = Script("take_tokens", _take_reply)
+ADMIT_SEND = Script("admit_send", _admit_reply)
 
 SCRIPTS = (SEND, PULL, ACK, NACK, DELETE, GET, PROMOTE_DUE, REQUEUE_TIMED_OUT, EXPIRE, PURGE_ENDED, RETIRE_TOPIC,
-           PRUNE_STATS, LOCK_RENEW, LOCK_RELEASE, LOCK_TAKE_OVER, RESTORE)
+           PRUNE_STATS, LOCK_RENEW, LOCK_RELEASE, LOCK_TAKE_OVER, RESTORE, TAKE_TOKENS, ADMIT_SEND)
 
 
 async def load_scripts(client) -> None:
@@ -165,17 +186,17 @@ async def load_scripts(client) -> None:
 
 def send(k: TopicKeys, *, msg_id: str, payload: str, delay_millis: int, ttl_millis: int, max_retry: int,
          topic: str, ready_channel: str, schedule_channel: str, stats_interval_millis: int,
-         produce_time: int) -> ScriptCall:
+         produce_time: int, max_live: int) -> ScriptCall:
     return ScriptCall(SEND, [k.waiting, k.ready, k.inflight, k.msgs, k.expiry, k.ended, k.meta, k.stats],
                       [msg_id, payload, delay_millis, ttl_millis, max_retry, topic, ready_channel, schedule_channel,
-                       stats_interval_millis, produce_time])
+                       stats_interval_millis, produce_time, max_live])
 
 
 def pull(k: TopicKeys, *, batch: int, ack_timeout_millis: int, retention_millis: int, stats_interval_millis: int,
-         schedule_channel: str, topic: str, actor: str) -> ScriptCall:
-    return ScriptCall(PULL, [k.ready, k.inflight, k.msgs, k.expiry, k.ended, k.stats, k.meta, k.events],
+         schedule_channel: str, topic: str, actor: str, consume_rate: int) -> ScriptCall:
+    return ScriptCall(PULL, [k.ready, k.inflight, k.msgs, k.expiry, k.ended, k.stats, k.meta, k.events, k.buckets],
                       [batch, ack_timeout_millis, retention_millis, stats_interval_millis, schedule_channel, topic,
-                       actor])
+                       actor, consume_rate])
 
 
 def ack(k: TopicKeys, *, msg_id: str, retention_millis: int, stats_interval_millis: int, actor: str) -> ScriptCall:
@@ -249,6 +270,14 @@ def restore(k: TopicKeys, *, ready_channel: str, schedule_channel: str, topic: s
     for message in messages:
         args += message
     return ScriptCall(RESTORE, [k.waiting, k.ready, k.msgs, k.expiry, k.meta, k.events], args)
+
+
+def take_tokens(k: NamespaceKeys | TopicKeys, *, kind: str, wanted: int, rate: int) -> ScriptCall:
+    return ScriptCall(TAKE_TOKENS, [k.buckets], [kind, wanted, rate])
+
+
+def admit_send(k: TopicKeys, *, wanted: int, produce_rate: int, max_live: int) -> ScriptCall:
+    return ScriptCall(ADMIT_SEND, [k.buckets, k.expiry], [wanted, produce_rate, max_live])
 
 
 def _flag(value: bool) -> int:

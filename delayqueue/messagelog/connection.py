@@ -12,6 +12,7 @@ from delayqueue.exceptions import LogUnavailable, connection_reason
 MESSAGE_TABLE = "delayqueue_message"
 EVENT_TABLE = "delayqueue_messageevent"
 STATS_TABLE = "delayqueue_topichourstats"
+LIMIT_TABLE = "delayqueue_limit"
 
 
 # libpq's parameters, which DATABASE_URL's query may carry (sslmode=verify-full, sslrootcert=...)

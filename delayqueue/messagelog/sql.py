@@ -9,7 +9,7 @@ milliseconds, through from_millis / to_millis (their Python pair is delayqueue.e
 from psycopg import sql
 
 from delayqueue.constants import LIVE_STATUSES, Status
-from delayqueue.messagelog.connection import EVENT_TABLE, MESSAGE_TABLE, STATS_TABLE
+from delayqueue.messagelog.connection import EVENT_TABLE, LIMIT_TABLE, MESSAGE_TABLE, STATS_TABLE
 
 
 def from_millis(millis: str) -> str:
@@ -290,3 +290,7 @@ ON CONFLICT (namespace, topic, hour) DO UPDATE SET
 TABLE_ESTIMATE = "SELECT reltuples::bigint FROM pg_class WHERE oid = %s::regclass"
 # The planner's row estimate of a query, without running it.
 EXPLAIN_JSON = "EXPLAIN (FORMAT JSON) "
+
+# --- Limits (delayqueue/limits.py): every web process reads its namespace's twice a second.
+LIMITS = ("SELECT topic, coalesce(produce_rate, 0), coalesce(consume_rate, 0), coalesce(max_live, 0)"
+          f" FROM {LIMIT_TABLE} WHERE namespace = %s")

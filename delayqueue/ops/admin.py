@@ -4,6 +4,7 @@ service layer as the API. Built for a log of millions of rows: no full-table COU
 filter on an indexed column, sorting only on indexed times."""
 from datetime import datetime
 
+from django import forms
 from django.contrib import admin, messages
 from django.core.paginator import Paginator
 from django.utils import timezone as django_timezone
@@ -19,7 +20,7 @@ from delayqueue.conf import load_config
 from delayqueue.messagelog.selectors import estimated_count, message_history
 from delayqueue.constants import Status
 from delayqueue.epoch import from_millis
-from delayqueue.models import Message, TopicHourStats
+from delayqueue.models import Limit, Message, TopicHourStats
 from delayqueue.api.validation import MsgIdField, TopicSerializer, first_error
 from delayqueue.sync import run_with_runtime
 
@@ -246,3 +247,38 @@ class TopicHourStatsAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request, obj=None):
         return False
+
+
+class LimitForm(forms.ModelForm):
+    class Meta:
+        model = Limit
+        fields = ("namespace", "topic", "produce_rate", "consume_rate", "max_live")
+
+    def clean_topic(self):
+        topic = self.cleaned_data["topic"]
+        if topic:
+            serializer = TopicSerializer(data={"topic": topic})
+            if not serializer.is_valid():
+                raise forms.ValidationError(first_error(serializer.errors))
+        return topic
+
+
+@admin.register(Limit)
+class LimitAdmin(admin.ModelAdmin):
+    """Rate limits and live-message caps (delayqueue/limits.py), as `manage.py set_limits` sets
+    them: an empty topic is the whole namespace, an empty limit is none. Every web process
+    applies a change within a second."""
+
+    form = LimitForm
+    list_display = ("namespace", "whose", "produce_rate", "consume_rate", "max_live", "updated_at")
+    list_filter = ("namespace",)
+    search_fields = ("=topic",)
+    search_help_text = "Exact topic"
+    ordering = ("namespace", "topic")
+
+    @admin.display(description="topic", ordering="topic")
+    def whose(self, obj):
+        return obj.topic or "(the whole namespace)"
+
+    def get_changeform_initial_data(self, request):
+        return {"namespace": load_config().namespace, **super().get_changeform_initial_data(request)}

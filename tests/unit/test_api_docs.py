@@ -57,9 +57,9 @@ def test_openapi_schema_states_the_limits_validation_enforces(client, settings):
     settings.DELAYQUEUE = {**settings.DELAYQUEUE, "MAX_BATCH_SEND": 7, "MAX_PULL_BATCH": 9, "MAX_MSG_BYTES": 99}
     schema = client.get("/api/schema/", {"format": "json"}).json()
     components = schema["components"]["schemas"]
-    # An error answer is code 4xx/5xx and msg, nothing else.
+    # An error answer is code 4xx/5xx and msg, and retryAfterMillis when throttled, nothing else.
     assert components["Error"]["required"] == ["code", "msg"] and set(components["Error"]["properties"]) == {
-        "code", "msg"}
+        "code", "msg", "retryAfterMillis"}
     assert components["Error"]["additionalProperties"] is False
     assert components["SendMsgBatchItemAnswer"]["oneOf"][1]["$ref"].endswith("/Error")
     batch = schema["paths"]["/camellia/delayQueue/sendMsgBatch"]["post"]["requestBody"]["content"]

@@ -1,6 +1,8 @@
 -- Takes up to `batch` messages from the ready list, oldest first, and puts them in flight with
 -- an ack deadline. A message found past its TTL or out of deliveries is ended instead of
--- returned.
+-- returned. With a consume rate, each message handed out takes a token from the topic's bucket:
+-- a pull hands out at most the whole tokens there are, and none at all answers how long until
+-- there is one.
 -- KEYS[1] ready
 -- KEYS[2] inflight
 -- KEYS[3] msgs
@@ -9,6 +11,7 @@
 -- KEYS[6] stats
 -- KEYS[7] meta
 -- KEYS[8] events
+-- KEYS[9] buckets
 -- ARGV[1] batch: most messages returned
 -- ARGV[2] ack_timeout_millis
 -- ARGV[3] retention_millis: how long an ended body stays readable
@@ -16,27 +19,39 @@
 -- ARGV[5] schedule_channel: published when the ack deadline is earlier than the scanner expects
 -- ARGV[6] topic
 -- ARGV[7] actor: 'process@host' for the history, '' with the message log off
--- Returns {messages left in ready, json1, json2, ...}
+-- ARGV[8] consume_rate: messages a second, 0 for no limit
+-- Returns {messages left in ready, 0, json1, json2, ...}, or {messages in ready, ms until a
+-- token} when the consume rate allows none now.
 -- @include clock
+-- @include token_bucket
 -- @include stats
 -- @include status
 -- @include end_message
 -- @include next_due
 local t = {msgs = KEYS[3], expiry = KEYS[4], ended = KEYS[5], events = KEYS[8], actor = ARGV[7],
            retention = tonumber(ARGV[3])}
-local ready, inflight, stats, meta = KEYS[1], KEYS[2], KEYS[6], KEYS[7]
+local ready, inflight, stats, meta, buckets = KEYS[1], KEYS[2], KEYS[6], KEYS[7], KEYS[9]
 local batch = tonumber(ARGV[1])
 local interval = tonumber(ARGV[4])
+local rate = tonumber(ARGV[8])
 local now, now_us = clock()
+local tokens
+if rate > 0 then
+  tokens = bucket_level(buckets, 'consume', rate, now_us)
+  if tokens < 1 then
+    return {redis.call('LLEN', ready), bucket_wait(tokens, 1, rate)}
+  end
+  batch = math.min(batch, math.floor(tokens))
+end
 local deadline = now + tonumber(ARGV[2])
 local earliest_deadline = next_due(inflight, now_us)
 
 redis.call('HSET', meta, 'last_active', now)
-local out = {0}
+local out = {0, 0}
 local ended_count = 0
 -- Bounded so that a list of stale ids cannot hold the script for long.
 local budget = batch + 1000
-while #out <= batch and budget > 0 do
+while #out - 2 < batch and budget > 0 do
   budget = budget - 1
   local id = redis.call('RPOP', ready)
   if not id then
@@ -63,7 +78,10 @@ while #out <= batch and budget > 0 do
   end
 end
 
-local pulled = #out - 1
+local pulled = #out - 2
+if rate > 0 then
+  bucket_store(buckets, 'consume', tokens - pulled, now_us)
+end
 stat_add(stats, interval, now, 'pullMsg', pulled)
 stat_add(stats, interval, now, 'triggerMsgEndLife', ended_count)
 if pulled > 0 and (earliest_deadline < 0 or (deadline - now) * 1000 < earliest_deadline) then

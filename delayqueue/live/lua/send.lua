@@ -20,8 +20,10 @@
 -- ARGV[8] schedule_channel: published when the message is due or expires before what the scanner expects
 -- ARGV[9] stats_interval_millis
 -- ARGV[10] produce_time: epoch ms, the sending process' clock
+-- ARGV[11] max_live: the topic's live-message cap, 0 for none
 -- Returns {1, status, newTopic (1|0)} when created (the caller has the rest of the message),
--- or {0, stored message json, newTopic (1|0)} for a live duplicate.
+-- {0, stored message json, newTopic (1|0)} for a live duplicate, or {2, 0, newTopic (1|0)}
+-- when the topic holds max_live live messages already (nothing enqueued).
 -- @include clock
 -- @include stats
 -- @include status
@@ -37,11 +39,17 @@ local new_topic = redis.call('HSETNX', meta, 'registered', 1)
 stat_add(stats, tonumber(ARGV[9]), now, 'sendMsg', 1)
 
 local existing = redis.call('HGET', msgs, id)
-if existing then
-  local old = cjson.decode(existing)
-  if is_live(old) and old.expireTime > now then
-    return {0, existing, new_topic}
-  end
+local old = existing and cjson.decode(existing)
+if old and is_live(old) and old.expireTime > now then
+  return {0, existing, new_topic}
+end
+-- The cap holds exactly, whatever runs concurrently. A message that replaces one still in the
+-- expiry index (past its TTL, not yet ended) leaves the count as it was.
+local max_live = tonumber(ARGV[11])
+if max_live > 0 and redis.call('ZCARD', expiry) >= max_live and not redis.call('ZSCORE', expiry, id) then
+  return {2, 0, new_topic}
+end
+if old then
   redis.call('ZREM', ended, id)
   redis.call('ZREM', expiry, id)
   remove_from_queues(t, id, old.status)

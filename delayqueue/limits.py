@@ -1,0 +1,250 @@
+"""Rate limits and live-message caps, per namespace and per topic, as web processes enforce them.
+
+The operator sets them in PostgreSQL (the Limit model: the admin, `manage.py set_limits`). Each
+Runtime reads its namespace's limits on first use and every REFRESH_SECONDS after (LimitCache),
+so a change takes effect on every web process within a second, and a namespace without limits
+costs a send or a pull one empty-table test. What they count lives in Redis, shared by every
+web process:
+
+- Rates: token buckets of `rate` tokens a second holding at most one second's worth
+  (lua/includes/token_bucket.lua). A namespace's live on its own key (take_tokens.lua); a
+  topic's in its slot, taken by admit_send.lua for sends and by pull.lua itself for pulls, so
+  a pull takes tokens only for the messages it hands out.
+- A topic's live cap: exact. send.lua checks it against the topic's expiry index as each
+  message goes in; admit_send.lua checks it before the message log is written, so a refused
+  send costs the log nothing.
+- A namespace's live cap: against the sum of its topics' live counts, which each process reads
+  every LIVE_COUNT_SECONDS, plus what that process admitted since. Sends of other processes
+  since their last count are not seen, so the namespace can go over its cap by about what the
+  other web processes send in one second.
+
+Reading the limits fails open: while PostgreSQL cannot be read, the last limits read stay in
+force (none, in a process that has not read them yet) and the log says so once.
+"""
+import asyncio
+import logging
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from redis.exceptions import RedisError
+
+from delayqueue.exceptions import LogUnavailable, Throttled
+from delayqueue.live import scripts
+from delayqueue.live.keys import NamespaceKeys
+from delayqueue.messagelog import sql
+from delayqueue.messagelog.connection import LogConnection
+
+if TYPE_CHECKING:
+    from delayqueue.runtime import Runtime
+
+log = logging.getLogger(__name__)
+
+REFRESH_SECONDS = 0.5
+LIVE_COUNT_SECONDS = 1.0
+# A read of the limits that takes longer fails (and the last ones read stay in force): the
+# first read holds the process' first queue requests.
+READ_TIMEOUT_MILLIS = 2_000
+# What a refusal under a live-message cap suggests: messages leave as they are acked, deleted
+# or expire, which nothing here can foresee; a namespace's count is read again within a second.
+LIVE_CAP_RETRY_AFTER_MILLIS = 1_000
+# The `topic` of a namespace's own limits (a topic name is never empty).
+NAMESPACE = ""
+
+
+@dataclass(frozen=True)
+class Limits:
+    produce_rate: int = 0  # messages/s sent; 0: no limit
+    consume_rate: int = 0  # messages/s handed out; 0: no limit
+    max_live: int = 0  # live messages (waiting, ready, consuming); 0: no cap
+
+
+class LimitCache:
+    """One namespace's limits, read from PostgreSQL on first use and every REFRESH_SECONDS
+    after, and (while the namespace has a live cap) its live-message count, read from Redis."""
+
+    def __init__(self, redis, ns: NamespaceKeys):
+        self._redis = redis
+        self._ns = ns
+        self._db = LogConnection(READ_TIMEOUT_MILLIS)
+        self.current: dict[str, Limits] | None = None  # the table in force, None until the first read
+        self._first_read: asyncio.Future | None = None
+        self._refresher: asyncio.Task | None = None
+        self._failing = False  # a read failed, and the log said so: said again once one succeeds
+        self._live = 0  # the namespace's live messages at the last count
+        self._admitted_since_count = 0
+        self._counted_at = -math.inf
+        self._count_failing = False  # as _failing, for the count
+
+    async def table(self) -> dict[str, Limits]:
+        """Topic -> its limits, and NAMESPACE -> the namespace's; empty when none is set. The
+        hot paths read `current` and call this only before the first read."""
+        if self.current is None:
+            if self._first_read is None:
+                self._first_read = asyncio.ensure_future(self._read())
+                self._refresher = asyncio.ensure_future(self._refresh_forever())
+            await asyncio.shield(self._first_read)  # a caller that goes away leaves the read to the others
+        return self.current
+
+    def namespace_room(self, max_live: int) -> int:
+        """How many more messages the namespace's live cap lets in, as far as this process knows."""
+        return max(max_live - self._live - self._admitted_since_count, 0)
+
+    def count_admitted(self, n: int) -> None:
+        self._admitted_since_count += n
+
+    async def _refresh_forever(self) -> None:
+        while True:
+            await asyncio.sleep(REFRESH_SECONDS)
+            try:
+                await self._read()
+            except Exception:  # the refresher must outlive any one failed read
+                log.exception("reading the limits of namespace %s failed", self._ns.namespace)
+
+    async def _read(self) -> None:
+        try:
+            await self._read_table()
+        finally:
+            if self.current is None:
+                self.current = {}  # whatever went wrong, requests are not held by it
+
+    async def _read_table(self) -> None:
+        try:
+            async with self._db.use() as conn:
+                cursor = await conn.execute(sql.LIMITS, [self._ns.namespace])
+                rows = await cursor.fetchall()
+        except LogUnavailable as exc:
+            if not self._failing:
+                log.warning("limits of namespace %s could not be read, %s: %s", self._ns.namespace,
+                            "none are in force until they can" if self.current is None else
+                            "the limits last read stay in force", exc)
+                self._failing = True
+            return
+        if self._failing:
+            log.warning("limits of namespace %s read again", self._ns.namespace)
+            self._failing = False
+        table = {topic: Limits(*values) for topic, *values in rows if any(values)}
+        namespace = table.get(NAMESPACE)
+        if namespace and namespace.max_live and asyncio.get_running_loop().time() - self._counted_at >= LIVE_COUNT_SECONDS:
+            await self._count_live()
+        self.current = table
+
+    async def _count_live(self) -> None:
+        """Sums the live counts (expiry index sizes) of the namespace's registered topics. What
+        this process admits while the count runs stays counted too, so nothing is missed."""
+        started = asyncio.get_running_loop().time()
+        admitted_before = self._admitted_since_count
+        try:
+            topics = await self._redis.zrange(self._ns.topics, 0, -1)
+            pipe = self._redis.pipeline(transaction=False)
+            for topic in topics:
+                pipe.zcard(self._ns.topic(topic).expiry)
+            counts = await pipe.execute() if topics else []
+        except RedisError as exc:
+            if not self._count_failing:
+                log.warning("live messages of namespace %s could not be counted, the last count stays: %s",
+                            self._ns.namespace, exc)
+                self._count_failing = True
+            return
+        self._count_failing = False
+        self._live = sum(counts)
+        self._admitted_since_count -= admitted_before
+        self._counted_at = started
+
+    async def close(self) -> None:
+        for task in (self._refresher, self._first_read):
+            if task is not None and not task.done():
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+        self._refresher = self._first_read = None
+        await self._db.close()
+
+
+def _whose(rt: "Runtime", topic: str) -> str:
+    return f"topic {topic}" if topic != NAMESPACE else f"namespace {rt.ns.namespace}"
+
+
+def rate_refusal(rt: "Runtime", *, kind: str, topic: str, rate: int, retry_after_millis: int) -> Throttled:
+    return Throttled(f"too many requests: the {kind} rate limit of {_whose(rt, topic)} ({rate} messages/s) is "
+                     "reached", retry_after_millis)
+
+
+def cap_refusal(rt: "Runtime", *, topic: str, max_live: int) -> Throttled:
+    return Throttled(f"too many live messages: the live-message cap of {_whose(rt, topic)} ({max_live} messages) "
+                     "is reached", LIVE_CAP_RETRY_AFTER_MILLIS)
+
+
+async def admit_sends(rt: "Runtime", *, table: dict[str, Limits], topics: list[str]) -> list[Throttled | None]:
+    """Per message to send (given by its topic, in request order): None if it may go, else its
+    refusal. Raises RedisError.
+
+    The namespace's bucket and each limited topic's admission are asked at once, in one
+    pipelined round trip (their keys are in different slots, so no one script can hold both);
+    each grants the first messages of its own, in request order. A message goes if both let it;
+    the tokens taken for a message one of them refused are given back to the other. (A topic
+    counts against its live cap the messages the namespace refused in the same call too, which
+    errs towards refusing.)"""
+    refusals: list[Throttled | None] = [None] * len(topics)
+    going = range(len(topics))
+    namespace = table.get(NAMESPACE)
+    if namespace and namespace.max_live:
+        room = rt.limits.namespace_room(namespace.max_live)
+        for i in going[room:]:
+            refusals[i] = cap_refusal(rt, topic=NAMESPACE, max_live=namespace.max_live)
+        going = going[:room]
+    namespace_rate = namespace.produce_rate if namespace and going else 0
+    by_topic: dict[str, list[int]] = {}
+    for i in going:
+        limits = table.get(topics[i])
+        if limits and (limits.produce_rate or limits.max_live):
+            by_topic.setdefault(topics[i], []).append(i)
+    calls = [scripts.admit_send(rt.ns.topic(topic), wanted=len(positions), produce_rate=table[topic].produce_rate,
+                                max_live=table[topic].max_live) for topic, positions in by_topic.items()]
+    if namespace_rate:
+        calls.append(scripts.take_tokens(rt.ns, kind="produce", wanted=len(going), rate=namespace_rate))
+    if calls:
+        # One call (a single send's) shares its round trip with the loop's other calls.
+        grants = [await rt.scripts.call(calls[0])] if len(calls) == 1 else await rt.scripts.run(calls)
+        for grant in grants:
+            if isinstance(grant, Exception):
+                raise grant
+        namespace_granted = going[:grants[-1].granted] if namespace_rate else going
+        if namespace_rate:
+            for i in going[grants[-1].granted:]:
+                refusals[i] = rate_refusal(rt, kind="produce", topic=NAMESPACE, rate=namespace_rate,
+                                           retry_after_millis=grants[-1].retry_after_millis)
+        give_back, topic_refused = [], 0
+        for (topic, positions), grant in zip(by_topic.items(), grants):
+            limits = table[topic]
+            for j, i in enumerate(positions[grant.granted:], grant.granted):
+                if refusals[i] is None:
+                    topic_refused += 1
+                    refusals[i] = (cap_refusal(rt, topic=topic, max_live=limits.max_live) if j >= grant.within_cap
+                                   else rate_refusal(rt, kind="produce", topic=topic, rate=limits.produce_rate,
+                                                     retry_after_millis=grant.retry_after_millis))
+            unused = sum(i not in namespace_granted for i in positions[:grant.granted])
+            if unused and limits.produce_rate:
+                give_back.append(scripts.take_tokens(rt.ns.topic(topic), kind="produce", wanted=-unused,
+                                                     rate=limits.produce_rate))
+        if topic_refused and namespace_rate:
+            give_back.append(scripts.take_tokens(rt.ns, kind="produce", wanted=-topic_refused, rate=namespace_rate))
+        if give_back:
+            await rt.scripts.run(give_back)
+    if namespace and namespace.max_live:
+        rt.limits.count_admitted(sum(refusal is None for refusal in refusals))
+    return refusals
+
+
+async def reserve_consume(rt: "Runtime", *, namespace: Limits, wanted: int) -> int:
+    """Takes up to `wanted` tokens of the namespace's consume bucket for a pull; Throttled when
+    there is none. The pull gives back what it did not hand out (give_back_consume)."""
+    grant = await rt.scripts.call(scripts.take_tokens(rt.ns, kind="consume", wanted=wanted,
+                                                      rate=namespace.consume_rate))
+    if grant.granted == 0:
+        raise rate_refusal(rt, kind="consume", topic=NAMESPACE, rate=namespace.consume_rate,
+                           retry_after_millis=grant.retry_after_millis)
+    return grant.granted
+
+
+async def give_back_consume(rt: "Runtime", *, namespace: Limits, unused: int) -> None:
+    await rt.scripts.call(scripts.take_tokens(rt.ns, kind="consume", wanted=-unused, rate=namespace.consume_rate))

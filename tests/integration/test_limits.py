@@ -1,0 +1,338 @@
+"""Rate limits and live-message caps per namespace and per topic (delayqueue/limits.py): refused
+with code 429 and retryAfterMillis, recovering after it, on a single Redis and the Cluster, over
+HTTP, set by `manage.py set_limits`, and shared by two web processes."""
+import asyncio
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+from asgiref.sync import sync_to_async
+from django.core.management import CommandError, call_command
+from django.db import connection
+
+from delayqueue import services
+from delayqueue.exceptions import Throttled
+from delayqueue.models import Limit
+from delayqueue.ops.limits import set_limits
+from tests.helpers import API, ROOT, call, query, scanner_env
+
+
+
+@sync_to_async
+def set_limits_now(**limits):
+    """set_limits from an async test. The worker thread's connection is closed after: a fault
+    test restarts PostgreSQL, and a later test would find it broken."""
+    try:
+        return set_limits(**limits)
+    finally:
+        connection.close()
+
+
+async def send(rt, topic: str, count: int = 1, delay_millis: int = 0) -> list:
+    """One sendMsgBatch-like call of `count` messages; per message its dict or its error."""
+    return await services.send_messages(rt, requests=[
+        services.SendRequest(topic, f"body {i}", delay_millis) for i in range(count)])
+
+
+def refused(outcomes: list) -> list[Throttled]:
+    assert all(isinstance(o, (dict, Throttled)) for o in outcomes), outcomes
+    return [o for o in outcomes if isinstance(o, Throttled)]
+
+
+async def logged_count(topic: str) -> int:
+    [(count,)] = await query("SELECT count(*) FROM delayqueue_message WHERE topic = %s", topic)
+    return count
+
+
+async def test_topic_produce_rate_lets_a_burst_of_one_second_through_then_refuses_until_a_token(rt):
+    await set_limits_now(namespace=rt.ns.namespace, topic="t", produce_rate=5)
+    outcomes = await send(rt, "t", 8)
+    assert [isinstance(o, dict) for o in outcomes] == [True] * 5 + [False] * 3  # the first five, in order
+    for refusal in refused(outcomes):
+        assert refusal.code == 429
+        assert str(refusal).startswith("too many requests: the produce rate limit of topic t (5 messages/s) is reached")
+        # Three refused, an empty bucket of 5/s: about 600 ms until it holds three again.
+        assert 450 <= refusal.retry_after_millis <= 600, refusal.retry_after_millis
+    assert await logged_count("t") == 5  # a refused send costs the message log nothing
+    assert not refused(await send(rt, "other", 8))  # other topics are not limited
+
+    [single] = await send(rt, "t")
+    assert isinstance(single, Throttled) and 1 <= single.retry_after_millis <= 200
+    await asyncio.sleep(single.retry_after_millis / 1000)
+    [after] = await send(rt, "t")
+    assert isinstance(after, dict) and after["topic"] == "t"
+
+
+async def test_namespace_produce_rate_counts_every_topic_and_gets_back_tokens_a_topic_refused(rt):
+    ns = rt.ns.namespace
+    await set_limits_now(namespace=ns, produce_rate=10)
+    await set_limits_now(namespace=ns, topic="small", produce_rate=2)
+    outcomes = await send(rt, "small", 5)
+    assert len(refused(outcomes)) == 3 and "of topic small (2 messages/s)" in str(refused(outcomes)[0])
+    # The namespace's bucket lent three tokens to messages the topic refused, and got them back.
+    outcomes = await send(rt, "a", 4) + await send(rt, "b", 5)
+    assert len(refused(outcomes)) == 1, outcomes
+    [refusal] = refused(outcomes)
+    assert f"the produce rate limit of namespace {ns} (10 messages/s)" in str(refusal)
+    assert 1 <= refusal.retry_after_millis <= 100
+
+
+async def test_a_topic_gets_back_the_tokens_of_messages_its_namespace_refused(rt):
+    ns = rt.ns.namespace
+    await set_limits_now(namespace=ns, produce_rate=5)
+    await set_limits_now(namespace=ns, topic="t", produce_rate=2)
+    assert not refused(await send(rt, "other", 5))  # the namespace's bucket is empty
+    outcomes = await send(rt, "t", 2)
+    assert all(f"of namespace {ns}" in str(o) for o in refused(outcomes)) and len(refused(outcomes)) == 2
+    await asyncio.sleep(0.45)  # the namespace's bucket holds 2 again; the topic's 2 only if it got them back
+    assert not refused(await send(rt, "t", 2))
+
+
+async def test_consume_rate_hands_out_at_most_the_tokens_left_and_answers_429_at_none(rt):
+    await set_limits_now(namespace=rt.ns.namespace, topic="c", consume_rate=3)
+    assert not refused(await send(rt, "c", 10))
+    messages, remaining = await services.pull_messages(rt, topic="c", batch=10)
+    assert len(messages) == 3 and remaining == 7
+    with pytest.raises(Throttled) as caught:
+        await services.pull_messages(rt, topic="c", batch=10)
+    assert str(caught.value).startswith("too many requests: the consume rate limit of topic c (3 messages/s)")
+    assert 1 <= caught.value.retry_after_millis <= 334
+    await asyncio.sleep(caught.value.retry_after_millis / 1000)
+    messages, _ = await services.pull_messages(rt, topic="c", batch=10)
+    assert 1 <= len(messages) <= 2  # what one third of a second brought, not a new burst
+
+
+async def test_namespace_consume_rate_counts_only_messages_handed_out(rt):
+    await set_limits_now(namespace=rt.ns.namespace, consume_rate=2)
+    for _ in range(5):  # pulls that find nothing give their tokens back
+        assert await services.pull_messages(rt, topic="empty", batch=2) == ([], 0)
+    assert not refused(await send(rt, "n", 3))
+    messages, remaining = await services.pull_messages(rt, topic="n", batch=3)
+    assert len(messages) == 2 and remaining == 1
+    with pytest.raises(Throttled, match=f"the consume rate limit of namespace {rt.ns.namespace} "):
+        await services.pull_messages(rt, topic="n", batch=3)
+
+
+async def test_long_poll_over_a_consume_rate_is_held_until_a_token_instead_of_refused(rt):
+    await set_limits_now(namespace=rt.ns.namespace, topic="lp", consume_rate=2)
+    assert not refused(await send(rt, "lp", 4))
+    assert len(await services.long_poll_messages(rt, topic="lp", batch=2, timeout_millis=3000)) == 2
+    started = time.monotonic()
+    held = await services.long_poll_messages(rt, topic="lp", batch=2, timeout_millis=3000)
+    waited = time.monotonic() - started
+    assert len(held) >= 1 and 0.3 <= waited < 2.0, (len(held), waited)  # a token comes after 500 ms
+    # A poll whose time runs out before the next token answers an empty list, not 429.
+    assert await services.long_poll_messages(rt, topic="lp", batch=1, timeout_millis=100) == []
+
+
+async def test_topic_live_cap_is_exact_under_concurrent_sends(rt):
+    await set_limits_now(namespace=rt.ns.namespace, topic="cap", max_live=10)
+    outcomes = await asyncio.gather(*[send(rt, "cap") for _ in range(30)])
+    outcomes = [o for [o] in outcomes]
+    assert len(refused(outcomes)) == 20
+    assert str(refused(outcomes)[0]) == ("too many live messages: the live-message cap of topic cap (10 messages) is "
+                                         "reached, retry after 1000 ms")
+    assert await rt.redis.zcard(rt.ns.topic("cap").expiry) == 10
+    assert await logged_count("cap") == 10  # sends refused by the send script itself left the log again
+    # Room again once a message is no longer live.
+    [message], _ = await services.pull_messages(rt, topic="cap")
+    await services.ack_message(rt, topic="cap", msg_id=message["msgId"])
+    assert [isinstance(o, dict) for o in await send(rt, "cap", 2)] == [True, False]
+
+
+async def test_namespace_live_cap_counts_every_topic_and_frees_room_as_messages_end(rt):
+    ns = rt.ns.namespace
+    await set_limits_now(namespace=ns, max_live=4)
+    assert not refused(await send(rt, "a", 2, delay_millis=60_000) + await send(rt, "b", 2, delay_millis=60_000))
+    [refusal] = await send(rt, "c")
+    assert isinstance(refusal, Throttled) and f"the live-message cap of namespace {ns} (4 messages)" in str(refusal)
+    [first] = await rt.redis.zrange(rt.ns.topic("a").expiry, 0, 0)
+    assert await services.delete_message(rt, topic="a", msg_id=first)
+    deadline = time.monotonic() + 2.5  # the namespace's count is read again every second
+    while isinstance((await send(rt, "c"))[0], Throttled):
+        assert time.monotonic() < deadline, "the namespace cap did not free the deleted message's room"
+        await asyncio.sleep(0.05)
+
+
+async def test_zero_removes_a_limit_within_a_second(rt):
+    ns = rt.ns.namespace
+    await set_limits_now(namespace=ns, topic="z", produce_rate=1, max_live=100)
+    assert [isinstance(o, dict) for o in await send(rt, "z", 2)] == [True, False]
+    assert (await set_limits_now(namespace=ns, topic="z", produce_rate=0)).max_live == 100
+    removed = time.monotonic()
+    while isinstance((await send(rt, "z"))[0], Throttled):
+        assert time.monotonic() - removed < 1.0, "the removed rate was still enforced after 1 s"
+        await asyncio.sleep(0.02)
+    assert not refused(await send(rt, "z", 20))
+    assert await set_limits_now(namespace=ns, topic="z", max_live=0) is None
+    assert await query("SELECT topic FROM delayqueue_limit") == []
+
+
+async def test_limits_survive_redis_losing_its_data(single_rt):
+    """The limits are PostgreSQL's; Redis holds only the buckets, which start full again."""
+    rt = single_rt
+    await set_limits_now(namespace=rt.ns.namespace, topic="f", produce_rate=2)
+    assert len(refused(await send(rt, "f", 3))) == 1
+    await rt.redis.flushall()
+    assert [isinstance(o, dict) for o in await send(rt, "f", 3)] == [True, True, False]
+
+
+@pytest.mark.fault
+async def test_while_postgres_is_down_the_limits_last_read_stay_in_force(single_rt, postgres):
+    rt = single_rt
+    await set_limits_now(namespace=rt.ns.namespace, topic="pg", consume_rate=1)
+    assert not refused(await send(rt, "pg", 5))
+    assert len((await services.pull_messages(rt, topic="pg", batch=5))[0]) == 1
+    postgres.stop()
+    try:
+        await asyncio.sleep(1.2)  # the refresher tried to read them again, and failed
+        assert len((await services.pull_messages(rt, topic="pg", batch=5))[0]) == 1  # the token of that second
+        with pytest.raises(Throttled, match="consume rate limit of topic pg"):
+            await services.pull_messages(rt, topic="pg", batch=5)
+    finally:
+        postgres.start()
+
+
+async def test_http_answers_429_with_retry_after_for_single_calls_and_per_batch_item(api):
+    from delayqueue.conf import load_config
+
+    ns = load_config().namespace
+    await set_limits_now(namespace=ns, topic="h", produce_rate=2, consume_rate=1)
+    assert (await call(api, "sendMsg", topic="h", msg="x", delayMillis="0"))["code"] == 200
+    batch = await call(api, "sendMsgBatch", json=[{"topic": "h", "msg": f"m{i}", "delayMillis": 0} for i in range(3)])
+    assert [r["code"] for r in batch["results"]] == [200, 429, 429]
+    for i, result in enumerate(batch["results"][1:], 1):
+        assert set(result) == {"code", "msg", "retryAfterMillis"} and 1 <= result["retryAfterMillis"] <= 1000
+        assert result["msg"].startswith(f"message {i}: too many requests: the produce rate limit of topic h "
+                                        "(2 messages/s) is reached, retry after ")
+    single = await call(api, "sendMsg", topic="h", msg="x", delayMillis="0")
+    assert single["code"] == 429 and set(single) == {"code", "msg", "retryAfterMillis"}
+    assert single["msg"] == (f"too many requests: the produce rate limit of topic h (2 messages/s) is reached, "
+                             f"retry after {single['retryAfterMillis']} ms")
+    assert len((await call(api, "pullMsg", topic="h", batch="5"))["delayMsgList"]) == 1
+    pulled = await call(api, "pullMsg", topic="h", batch="5")
+    assert pulled["code"] == 429 and "consume rate limit of topic h (1 messages/s)" in pulled["msg"]
+    assert 1 <= pulled["retryAfterMillis"] <= 1000
+    assert (await call(api, "sendMsg", topic="unlimited", msg="x", delayMillis="0"))["code"] == 200
+
+
+def test_set_limits_command_sets_shows_and_removes(transactional_db, capsys):
+    call_command("set_limits", "--namespace", "ns1", "--topic", "orders", "--produce-rate", "50", "--max-live", "1000")
+    assert capsys.readouterr().out == ("now in force (on every web process within 1 s): topic orders of namespace ns1: "
+                                       "produce 50 messages/s, consume no limit, live cap 1000 messages\n")
+    call_command("set_limits", "--namespace", "ns1", "--consume-rate", "20", "--show")
+    assert capsys.readouterr().out.splitlines() == [
+        "now in force (on every web process within 1 s): the namespace of namespace ns1: produce no limit, "
+        "consume 20 messages/s, live cap none",
+        "the namespace of namespace ns1: produce no limit, consume 20 messages/s, live cap none",
+        "topic orders of namespace ns1: produce 50 messages/s, consume no limit, live cap 1000 messages",
+    ]
+    call_command("set_limits", "--namespace", "ns1", "--topic", "orders", "--produce-rate", "0", "--max-live", "0")
+    assert capsys.readouterr().out.endswith("topic orders of namespace ns1: no limits\n")
+    assert list(Limit.objects.values_list("topic", flat=True)) == [""]
+
+
+@pytest.mark.parametrize("argv,error", [
+    (["--produce-rate", "-1"], "argument --produce-rate: must be 0 (no limit) to 1000000000, got -1"),
+    (["--max-live", "lots"], "argument --max-live: not an integer: 'lots'"),
+    (["--topic", "bad topic!", "--max-live", "1"], "argument --topic: not a topic name"),
+    ([], "nothing to set: give --produce-rate, --consume-rate or --max-live (0 removes one), or --show"),
+])
+def test_set_limits_command_refuses_bad_values_in_one_line(transactional_db, argv, error):
+    result = subprocess.run([sys.executable, "manage.py", "set_limits", *argv], cwd=ROOT, env=scanner_env(),
+                            capture_output=True, text=True)
+    assert result.returncode != 0 and result.stdout == ""
+    last = result.stderr.strip().splitlines()[-1]
+    assert error in last and "Traceback" not in result.stderr, result.stderr
+    with pytest.raises(CommandError):
+        call_command("set_limits", *argv)
+    assert not Limit.objects.exists()
+
+
+async def hammer(client: httpx.AsyncClient, url: str, until: float, topic: str) -> dict[int, int]:
+    """sendMsg as fast as one connection allows until `until`; how many answers of each code."""
+    codes: dict[int, int] = {}
+    while time.monotonic() < until:
+        answer = (await client.post(url + API + "sendMsg", data={"topic": topic, "msg": "x", "delayMillis": "0"})).json()
+        codes[answer["code"]] = codes.get(answer["code"], 0) + 1
+    return codes
+
+
+@pytest.mark.process
+async def test_a_rate_is_shared_by_two_web_processes(web_processes, transactional_db):
+    from delayqueue.conf import load_config
+
+    await set_limits_now(namespace=load_config().namespace, produce_rate=50)
+    procs = await asyncio.to_thread(web_processes, 2)
+    async with httpx.AsyncClient(timeout=10) as client:
+        for proc in procs:  # each has read the limits before the window opens (a pull reads them)
+            assert (await call_url(client, proc.url, "pullMsg", topic="elsewhere"))["code"] == 200
+        until = time.monotonic() + 2.0
+        results = await asyncio.gather(*[hammer(client, proc.url, until, "shared") for proc in procs for _ in range(4)])
+    accepted = [sum(r.get(200, 0) for r in results[i * 4:(i + 1) * 4]) for i in range(2)]
+    assert {code for r in results for code in r} == {200, 429}
+    # A full bucket (50) and 2 s of 50/s: about 150 over both processes, not twice that.
+    assert 110 <= sum(accepted) <= 165, accepted
+    assert min(accepted) >= 20, accepted  # both processes drew on the one bucket
+
+
+async def call_url(client: httpx.AsyncClient, url: str, endpoint: str, **params) -> dict:
+    return (await client.post(url + API + endpoint, data=params)).json()
+
+
+async def refused_within(client: httpx.AsyncClient, url: str, seconds: float) -> float:
+    """Sends until one is refused; how long that took. The rate set is 1/s: once in force, at
+    most one more send goes through."""
+    started = time.monotonic()
+    while (await call_url(client, url, "sendMsg", topic="live", msg="x", delayMillis="0"))["code"] != 429:
+        assert time.monotonic() - started < seconds, f"{url} still accepted every send after {seconds} s"
+        await asyncio.sleep(0.01)
+    return time.monotonic() - started
+
+
+@pytest.mark.process
+async def test_set_limits_takes_effect_on_every_web_process_within_a_second(web_processes, transactional_db):
+    procs = await asyncio.to_thread(web_processes, 2)
+    command = [sys.executable, "manage.py", "set_limits", "--topic", "live"]
+    async with httpx.AsyncClient(timeout=10) as client:
+        for proc in procs:
+            for _ in range(3):  # no limit yet: each process has read an empty table
+                assert (await call_url(client, proc.url, "sendMsg", topic="live", msg="x", delayMillis="0"))["code"] == 200
+        await asyncio.to_thread(subprocess.run, [*command, "--produce-rate", "1"], cwd=ROOT, env=scanner_env(),
+                                check=True, capture_output=True)
+        took = await asyncio.gather(*[refused_within(client, proc.url, 1.0) for proc in procs])
+        assert max(took) < 1.0, took
+
+        await asyncio.to_thread(subprocess.run, [*command, "--produce-rate", "0"], cwd=ROOT, env=scanner_env(),
+                                check=True, capture_output=True)
+        removed = time.monotonic()
+        for proc in procs:
+            while True:
+                codes = [(await call_url(client, proc.url, "sendMsg", topic="live", msg="x", delayMillis="0"))["code"]
+                         for _ in range(3)]
+                if codes == [200, 200, 200]:
+                    break
+                assert time.monotonic() - removed < 1.0, f"{proc.url} still limited 1 s after the limit was removed"
+                await asyncio.sleep(0.02)
+
+
+def test_the_admin_sets_limits_and_refuses_bad_ones(client, clean_state):
+    from django.contrib.auth.models import User
+
+    client.force_login(User.objects.create_superuser("boss", password="pw"))
+    add = "/admin/delayqueue/limit/add/"
+    page = client.get(add)
+    assert page.status_code == 200 and 'name="namespace" value="default"' in page.content.decode()
+    form = {"namespace": "default", "topic": "orders", "produce_rate": "10", "consume_rate": "", "max_live": "500"}
+    assert client.post(add, form).status_code == 302
+    limit = Limit.objects.get(namespace="default", topic="orders")
+    assert (limit.produce_rate, limit.consume_rate, limit.max_live) == (10, None, 500)
+    for field, value, error in [("topic", "bad topic!", "topic"), ("produce_rate", "0", "greater than or equal to 1"),
+                                ("max_live", "-5", "greater than or equal to")]:
+        answer = client.post(add, {**form, "topic": "other", field: value})
+        assert answer.status_code == 200 and error in answer.content.decode(), field  # the form, with its error
+    assert client.post(add, {**form, "topic": ""}).status_code == 302  # the whole namespace
+    listing = client.get("/admin/delayqueue/limit/").content.decode()
+    assert "(the whole namespace)" in listing and "orders" in listing
