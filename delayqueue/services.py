@@ -122,12 +122,12 @@ async def _send_admitted(rt: Runtime, requests: list[SendRequest],
         replies = [await rt.scripts.call(calls[0])] if len(calls) == 1 else await rt.scripts.run(calls)
     except RedisError as exc:
         replies = _send_failed(rows, exc)
-    replies = [_own_resend(row, reply) for row, reply in zip(rows, replies)]
     if caps and any(caps):
         # The cap was reached between admission and the send: refused like any send Redis refused.
         replies = [limits.cap_refusal(rt, topic=row.topic, max_live=max_live)
                    if not isinstance(reply, Exception) and reply.over_live_cap else reply
                    for row, max_live, reply in zip(rows, caps, replies)]
+    replies = [_own_resend(row, reply) for row, reply in zip(rows, replies)]
     outcomes = [_sent_message(row, reply) for row, reply in zip(rows, replies)]
     if rt.config.message_log:
         await rt.log.settle(rows, written, replies, outcomes)

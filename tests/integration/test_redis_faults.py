@@ -313,15 +313,15 @@ async def test_no_loss_is_reported_for_a_new_redis_or_sends_made_before_the_firs
 
 
 @pytest.fixture
-def loading_redis(tmp_path):
+def loading_redis(server_dir):
     """A Redis with an append-only file fsynced on every write, and a filler of 20 MB in its RDB
     preamble; restarted with a delay per key loaded, it answers LOADING for a couple of seconds
     (every 2 MB of the file, when Redis 6.2 looks at its clients while loading)."""
-    services = Services(tmp_path, durable=True)
+    services = Services(server_dir, durable=True)
     port = free_port()
-    url = f"redis://127.0.0.1:{port}/0"
+    url = f"redis://:{services.redis_password}@127.0.0.1:{port}/0"
     services.redis("redis", port, "--appendfsync", "always")
-    filler = redis.Redis(port=port, db=1)
+    filler = redis.Redis(port=port, db=1, password=services.redis_password)
     for start in range(0, 20_000, 1000):
         filler.mset({f"filler:{i}": os.urandom(1000) for i in range(start, start + 1000)})
     filler.bgrewriteaof()

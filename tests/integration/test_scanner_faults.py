@@ -22,15 +22,15 @@ def lines_with(scanner, text: str) -> list[str]:
     return [line for line in scanner.output().splitlines() if text in line]
 
 
-async def test_a_scanner_started_while_redis_is_down_waits_for_it(tmp_path, scanner_process):
+async def test_a_scanner_started_while_redis_is_down_waits_for_it(server_dir, scanner_process):
     port = free_port()
-    url = f"redis://127.0.0.1:{port}/0"
+    redis = Services(server_dir, durable=False)
+    url = f"redis://:{redis.redis_password}@127.0.0.1:{port}/0"
     scanner = scanner_process("early", REDIS_URL=url, DELAYQUEUE_MESSAGE_LOG=0)
     await asyncio.sleep(3)  # a dozen tries at start
     assert scanner.proc.poll() is None, scanner.output()
     [waiting] = lines_with(scanner, "cannot start yet")  # one line, not one per try
     assert "connection refused" in waiting
-    redis = Services(tmp_path, durable=False)
     rt = make_runtime(url, message_log=False)
     try:
         redis.redis("redis", port)

@@ -16,7 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from delayqueue import services
 from delayqueue.constants import MAX_TOPIC_BYTES, Status
-from delayqueue.live.client import cluster_nodes
+from delayqueue.live.client import url_credentials, url_nodes
 from delayqueue.live.keys import key_text, namespace_keys
 from delayqueue.messagelog import writer as log_writer
 from delayqueue.topics import TOPIC_RULE
@@ -44,8 +44,8 @@ TOPIC_ENDPOINTS = {
 
 def redis_client(url: str):
     if url == REDIS_CLUSTER_URL:
-        return redis.RedisCluster(startup_nodes=[redis.cluster.ClusterNode(h, p) for h, p in cluster_nodes(url)],
-                                  decode_responses=True)
+        return redis.RedisCluster(startup_nodes=[redis.cluster.ClusterNode(h, p) for h, p in url_nodes(url)],
+                                  decode_responses=True, **url_credentials(url))
     return redis.Redis.from_url(url, decode_responses=True)
 
 
