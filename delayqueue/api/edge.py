@@ -12,10 +12,11 @@ from urllib.parse import urlsplit
 
 import orjson
 from django.core.exceptions import DisallowedHost
-from django.http import HttpResponse
+from django.http import HttpRequest, HttpResponse
 from django.utils.cache import patch_vary_headers
 
-from delayqueue.conf import load_config
+from delayqueue.conf import ORIGIN_DEFAULT_PORTS, load_config
+from delayqueue.exceptions import BadRequest, Refused
 
 # Load balancers probe these with whatever Host they know the node by: no check at all.
 OPEN_PATHS = ("/camellia/health/status", "/camellia/health/check")
@@ -23,16 +24,9 @@ OPEN_PATHS = ("/camellia/health/status", "/camellia/health/check")
 HEALTH_PATHS = "/camellia/health/"
 # Sec-Fetch-Site values of a request that no other site's page made: same origin, or typed by the user.
 NOT_CROSS_SITE = ("same-origin", "none")
-DEFAULT_PORTS = {"http": "80", "https": "443"}
 PREFLIGHT_MAX_AGE_SECONDS = 600
 # An attacker's Host or Origin is quoted back in the refusal only this far.
 QUOTED_CHARS = 100
-
-
-class EdgeRefusal(Exception):
-    def __init__(self, code: int, msg: str):
-        super().__init__(msg)
-        self.code = code
 
 
 @lru_cache(maxsize=4)
@@ -50,18 +44,18 @@ def same_host(origin: str, host: str) -> bool:
     parts = urlsplit(origin)
     netloc = parts.netloc.lower()
     host = host.lower()
-    return netloc == host or f"{netloc}:{DEFAULT_PORTS.get(parts.scheme)}" == host
+    return netloc == host or f"{netloc}:{ORIGIN_DEFAULT_PORTS.get(parts.scheme)}" == host
 
 
-def check_browser_request(request) -> str | None:
-    """Raises EdgeRefusal for a Host not in ALLOWED_HOSTS (400) or a cross-site browser request
-    from an origin not in DELAYQUEUE_ALLOWED_ORIGINS (403). Returns the request's Origin when it is
+def check_browser_request(request: HttpRequest) -> str | None:
+    """Raises BadRequest for a Host not in ALLOWED_HOSTS, Refused (403) for a cross-site browser
+    request from an origin not in DELAYQUEUE_ALLOWED_ORIGINS. Returns the request's Origin when it is
     an allowed cross origin (its answer then carries CORS headers), else None."""
     try:
         host = request.get_host()  # Django's semantics: ALLOWED_HOSTS, X-Forwarded-Host, DEBUG's localhost
     except DisallowedHost:
         raw = request._get_raw_host()  # what get_host() checked
-        raise EdgeRefusal(400, f"Host {raw[:QUOTED_CHARS]!r} is not allowed: it is not in ALLOWED_HOSTS") from None
+        raise BadRequest(f"Host {raw[:QUOTED_CHARS]!r} is not allowed: it is not in ALLOWED_HOSTS") from None
     meta = request.META
     origin = meta.get("HTTP_ORIGIN")
     fetch_site = meta.get("HTTP_SEC_FETCH_SITE")
@@ -72,11 +66,11 @@ def check_browser_request(request) -> str | None:
     if (fetch_site is None or fetch_site in NOT_CROSS_SITE) and (origin is None or same_host(origin, host)):
         return None
     source = f"origin {origin[:QUOTED_CHARS]!r}" if origin is not None else "another site"
-    raise EdgeRefusal(403, f"cross-site browser request from {source} refused: list the origin in "
-                           "DELAYQUEUE_ALLOWED_ORIGINS to allow it")
+    raise Refused(f"cross-site browser request from {source} refused: list the origin in "
+                  "DELAYQUEUE_ALLOWED_ORIGINS to allow it", 403)
 
 
-def refusal_answer(path: str, refusal: EdgeRefusal) -> HttpResponse:
+def refusal_answer(path: str, refusal: BadRequest | Refused) -> HttpResponse:
     """In the API's envelope (HTTP 200); on the health endpoints the code is the HTTP status, as
     their other answers, so a drain script reading the status is not told `offline` succeeded."""
     body = orjson.dumps({"code": refusal.code, "msg": str(refusal)})
@@ -98,15 +92,15 @@ def allow_origin(response: HttpResponse, origin: str) -> HttpResponse:
     return response
 
 
-async def guarded(request, get_response) -> HttpResponse:
+async def guarded(request: HttpRequest, get_response) -> HttpResponse:
     """The answer to a queue API request, through the edge's checks: refused, a CORS preflight
     answered, or the view's answer (with CORS headers for an allowed cross origin)."""
-    if request.path.startswith(OPEN_PATHS):
+    if request.path_info.startswith(OPEN_PATHS):
         return await get_response(request)
     try:
         cross_origin = check_browser_request(request)
-    except EdgeRefusal as refusal:
-        return refusal_answer(request.path, refusal)
+    except (BadRequest, Refused) as refusal:
+        return refusal_answer(request.path_info, refusal)
     if cross_origin is None:
         return await get_response(request)
     if request.method == "OPTIONS":
@@ -120,15 +114,17 @@ def metrics_token_required(view):
     if iscoroutinefunction(view):
         @wraps(view)
         async def checked(request, *args, **kwargs):
-            return bearer_refusal(request) or await view(request, *args, **kwargs)
+            refusal = bearer_refusal(request)
+            return refusal if refusal is not None else await view(request, *args, **kwargs)
     else:
         @wraps(view)
         def checked(request, *args, **kwargs):
-            return bearer_refusal(request) or view(request, *args, **kwargs)
+            refusal = bearer_refusal(request)
+            return refusal if refusal is not None else view(request, *args, **kwargs)
     return checked
 
 
-def bearer_refusal(request) -> HttpResponse | None:
+def bearer_refusal(request: HttpRequest) -> HttpResponse | None:
     token = load_config().metrics_token
     if not token:
         return None
