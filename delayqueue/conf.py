@@ -6,6 +6,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
+from urllib.parse import urlsplit
 
 import dj_database_url
 
@@ -29,6 +30,32 @@ def checked_postgres_url(url: str) -> str:
     return url
 
 
+ORIGIN_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def checked_origins(value: str) -> str:
+    """A comma-separated list of web origins, normalized as browsers send them in Origin
+    (lower case, no default port); ValueError saying what is wrong."""
+    origins = []
+    for item in value.split(","):
+        origin = item.strip().lower().rstrip("/")
+        if not origin:
+            continue
+        try:
+            parts = urlsplit(origin)
+            port = parts.port
+        except ValueError:
+            parts, port = None, None
+        if parts is None or parts.scheme not in ORIGIN_DEFAULT_PORTS or not parts.hostname or parts.path \
+                or parts.query or parts.fragment or "@" in parts.netloc:
+            raise ValueError("must be comma-separated origins like https://app.example.com (scheme, host and "
+                             "optional port, no path)")
+        if port == ORIGIN_DEFAULT_PORTS[parts.scheme]:
+            origin = origin.rsplit(":", 1)[0]
+        origins.append(origin)
+    return ",".join(origins)
+
+
 @dataclass(frozen=True)
 class Setting:
     env: str
@@ -36,7 +63,8 @@ class Setting:
     doc: str
     minimum: int | None = None
     maximum: int | None = None
-    check: Callable[[str], str] | None = None  # a URL's checker, raising ValueError
+    check: Callable[[str], str] | None = None  # a URL's (or list's) checker, raising ValueError
+    secret: bool = False  # kept out of the config's repr (and so out of any log line showing it)
 
     def read(self) -> Any:
         """The value from the environment (unset or empty: the default), checked."""
@@ -54,7 +82,8 @@ class Setting:
 
 
 def setting(env: str, default: Any, doc: str, **bounds) -> Any:
-    return field(default=default, metadata={"setting": Setting(env, default, doc, **bounds)})
+    declared = Setting(env, default, doc, **bounds)
+    return field(default=default, repr=not declared.secret, metadata={"setting": declared})
 
 
 @dataclass(frozen=True)
@@ -105,6 +134,12 @@ class QueueConfig:
     # Whether PostgreSQL times the statement out or does not answer at all (a send waits for one).
     log_timeout_millis: int = setting(
         "DELAYQUEUE_LOG_TIMEOUT_MILLIS", 30_000, "a statement on the message log fails after this long", minimum=1)
+    allowed_origins: str = setting(
+        "DELAYQUEUE_ALLOWED_ORIGINS", "", "web origins whose pages may call the queue API "
+        "(comma-separated, like https://app.example.com); other sites' requests are refused", check=checked_origins)
+    metrics_token: str = setting(
+        "DELAYQUEUE_METRICS_TOKEN", "", "bearer token that /metrics and the API docs require; unset: open",
+        secret=True)
 
     @property
     def redis_timeout(self) -> float:

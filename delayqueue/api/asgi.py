@@ -15,6 +15,7 @@ from django.core.handlers.exception import convert_exception_to_response
 from django.core.exceptions import RequestAborted
 from django.urls import set_script_prefix
 
+from delayqueue.api import edge
 from delayqueue.stopping import cancel_and_wait
 
 # Requests that may be held open; only these watch for the client hanging up.
@@ -104,5 +105,6 @@ class EventLoopAPIHandler(ASGIHandler):
             body_file.close()
 
     async def _respond(self, request, send):
-        response = await self.get_response_async(request)
+        # Django's middleware would check the Host; here the edge does, and refuses other sites' pages.
+        response = await edge.guarded(request, self.get_response_async)
         await self.send_response(response, send)

@@ -154,13 +154,18 @@ def queue_endpoint(summary: str, description: str, response, params=None, *, met
     return lambda view: hidden(described(view))
 
 
-def health_endpoint(summary: str, description: str, failing: str):
-    """camellia's health endpoints, for load balancers: the answer's code is also its HTTP status."""
+def health_endpoint(summary: str, description: str, failing: str, refusable: bool = False):
+    """camellia's health endpoints, for load balancers: the answer's code is also its HTTP status.
+    `refusable`: the browser-safe edge checks it (delayqueue/api/edge.py), so it may be refused."""
+    responses = {200: OpenApiResponse(HEALTH_OK, description='HTTP 200, {"code":200}'),
+                 500: OpenApiResponse(HEALTH_FAILED, description=f'HTTP 500, {{"code":500}}: {failing}')}
+    if refusable:
+        responses[400] = OpenApiResponse(ErrorSerializer, description="HTTP 400, code and msg: Host not in ALLOWED_HOSTS")
+        responses[403] = OpenApiResponse(ErrorSerializer, description="HTTP 403, code and msg: a cross-site browser "
+                                                                      "request (see DELAYQUEUE_ALLOWED_ORIGINS)")
     described = extend_schema(
         methods=["GET"], summary=summary, description=f"{description} POST is accepted too.",
-        tags=["health"], request=None,
-        responses={200: OpenApiResponse(HEALTH_OK, description='HTTP 200, {"code":200}'),
-                   500: OpenApiResponse(HEALTH_FAILED, description=f'HTTP 500, {{"code":500}}: {failing}')},
+        tags=["health"], request=None, responses=responses,
     )
     hidden = extend_schema(methods=["POST"], exclude=True)
     return lambda view: hidden(described(view))

@@ -451,7 +451,7 @@ class HealthCheckView(HealthView):
 
 
 @health_endpoint("Report this host online", "Makes /camellia/health/status answer 200 again.",
-                 failing="the change failed")
+                 failing="the change failed", refusable=True)
 class HealthOnlineView(HealthView):
     async def handle(self):
         await health.set_online(self.rt, True)
@@ -462,7 +462,7 @@ class HealthOnlineView(HealthView):
                  "Makes /camellia/health/status answer 500 so load balancers stop sending traffic. Answers "
                  "200 once no worker of this host has served a queue request for 20 s, else 500: call it "
                  "again until it answers 200.",
-                 failing="still serving queue requests")
+                 failing="still serving queue requests", refusable=True)
 class HealthOfflineView(HealthView):
     async def handle(self):
         rt = self.rt

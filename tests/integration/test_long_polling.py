@@ -118,7 +118,7 @@ async def test_a_client_that_hangs_up_stops_its_hold(clean_state):
 
     scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
              "path": BASE + "longPollingMsg", "raw_path": (BASE + "longPollingMsg").encode(), "query_string": b"",
-             "root_path": "", "headers": [(b"host", b"x"), (b"content-type", b"application/x-www-form-urlencoded")],
+             "root_path": "", "headers": [(b"host", b"127.0.0.1"), (b"content-type", b"application/x-www-form-urlencoded")],
              "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 80)}
     held = asyncio.create_task(application(scope, receive, send))
     notifier = await current().notifier()

@@ -75,6 +75,8 @@ def test_urls_of_every_supported_form_are_taken():
     ("PORT", "http", "must be an integer, got 'http'"),
     ("DELAYQUEUE_LOCAL_PG_PORT", "70000", "must be at most 65535, got 70000"),
     ("WEB_CONCURRENCY", "0", "must be at least 1, got 0"),
+    ("DELAYQUEUE_ALLOWED_ORIGINS", "https://app.example.com/page", "must be comma-separated origins like "
+     "https://app.example.com (scheme, host and optional port, no path)"),
 ])
 def test_dev_run_refuses_a_bad_setting_before_starting_anything(name, value, problem):
     refused = subprocess.run([sys.executable, "-m", "tools.stack", "run"], cwd=ROOT,
@@ -88,6 +90,8 @@ DECLARED = list(SETTINGS.values())
 
 
 def readme_default(value) -> str:
+    if value == "":
+        return "unset"
     if isinstance(value, bool):
         return str(value).lower()
     return str(value) if isinstance(value, int) else f"`{value}`"

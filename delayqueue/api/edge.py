@@ -1,0 +1,139 @@
+"""The browser-safe edge of the queue API, and the bearer token of /metrics and the API docs.
+
+The queue API is served without Django's middleware (delayqueue/api/asgi.py), so nothing else
+checks the Host header (DNS rebinding) or refuses a request a web page made the browser send
+(a cross-origin text/plain or form POST needs no preflight). Non-browser clients (curl, the
+Java SDK) send neither Origin nor Sec-Fetch-Site and are unaffected.
+"""
+import hmac
+from functools import lru_cache, wraps
+from inspect import iscoroutinefunction
+from urllib.parse import urlsplit
+
+import orjson
+from django.core.exceptions import DisallowedHost
+from django.http import HttpRequest, HttpResponse
+from django.utils.cache import patch_vary_headers
+
+from delayqueue.conf import ORIGIN_DEFAULT_PORTS, load_config
+from delayqueue.exceptions import BadRequest, Refused
+
+# Load balancers probe these with whatever Host they know the node by: no check at all.
+OPEN_PATHS = ("/camellia/health/status", "/camellia/health/check")
+# Answered as camellia's health endpoints answer: the code is also the HTTP status.
+HEALTH_PATHS = "/camellia/health/"
+# Sec-Fetch-Site values of a request that no other site's page made: same origin, or typed by the user.
+NOT_CROSS_SITE = ("same-origin", "none")
+PREFLIGHT_MAX_AGE_SECONDS = 600
+# An attacker's Host or Origin is quoted back in the refusal only this far.
+QUOTED_CHARS = 100
+
+
+@lru_cache(maxsize=4)
+def parsed_origins(setting: str) -> frozenset[str]:
+    return frozenset(filter(None, setting.split(",")))
+
+
+def allowed_origins() -> frozenset[str]:
+    """DELAYQUEUE_ALLOWED_ORIGINS, normalized by conf.checked_origins."""
+    return parsed_origins(load_config().allowed_origins)
+
+
+def same_host(origin: str, host: str) -> bool:
+    """Whether the origin names the request's Host (host and port; browsers omit a default port)."""
+    parts = urlsplit(origin)
+    netloc = parts.netloc.lower()
+    host = host.lower()
+    return netloc == host or f"{netloc}:{ORIGIN_DEFAULT_PORTS.get(parts.scheme)}" == host
+
+
+def check_browser_request(request: HttpRequest) -> str | None:
+    """Raises BadRequest for a Host not in ALLOWED_HOSTS, Refused (403) for a cross-site browser
+    request from an origin not in DELAYQUEUE_ALLOWED_ORIGINS. Returns the request's Origin when it is
+    an allowed cross origin (its answer then carries CORS headers), else None."""
+    try:
+        host = request.get_host()  # Django's semantics: ALLOWED_HOSTS, X-Forwarded-Host, DEBUG's localhost
+    except DisallowedHost:
+        raw = request._get_raw_host()  # what get_host() checked
+        raise BadRequest(f"Host {raw[:QUOTED_CHARS]!r} is not allowed: it is not in ALLOWED_HOSTS") from None
+    meta = request.META
+    origin = meta.get("HTTP_ORIGIN")
+    fetch_site = meta.get("HTTP_SEC_FETCH_SITE")
+    if origin is None and fetch_site is None:
+        return None  # not a browser
+    if origin is not None and origin.lower() in allowed_origins():
+        return origin
+    if (fetch_site is None or fetch_site in NOT_CROSS_SITE) and (origin is None or same_host(origin, host)):
+        return None
+    source = f"origin {origin[:QUOTED_CHARS]!r}" if origin is not None else "another site"
+    raise Refused(f"cross-site browser request from {source} refused: list the origin in "
+                  "DELAYQUEUE_ALLOWED_ORIGINS to allow it", 403)
+
+
+def refusal_answer(path: str, refusal: BadRequest | Refused) -> HttpResponse:
+    """In the API's envelope (HTTP 200); on the health endpoints the code is the HTTP status, as
+    their other answers, so a drain script reading the status is not told `offline` succeeded."""
+    body = orjson.dumps({"code": refusal.code, "msg": str(refusal)})
+    status = refusal.code if path.startswith(HEALTH_PATHS) else 200
+    return HttpResponse(body, status=status, content_type="application/json")
+
+
+def preflight_answer(origin: str) -> HttpResponse:
+    response = HttpResponse(status=204)
+    response["Access-Control-Allow-Methods"] = "GET, POST"
+    response["Access-Control-Allow-Headers"] = "Authorization, Content-Type"
+    response["Access-Control-Max-Age"] = str(PREFLIGHT_MAX_AGE_SECONDS)
+    return allow_origin(response, origin)
+
+
+def allow_origin(response: HttpResponse, origin: str) -> HttpResponse:
+    response["Access-Control-Allow-Origin"] = origin
+    patch_vary_headers(response, ("Origin",))
+    return response
+
+
+async def guarded(request: HttpRequest, get_response) -> HttpResponse:
+    """The answer to a queue API request, through the edge's checks: refused, a CORS preflight
+    answered, or the view's answer (with CORS headers for an allowed cross origin)."""
+    if request.path_info.startswith(OPEN_PATHS):
+        return await get_response(request)
+    try:
+        cross_origin = check_browser_request(request)
+    except (BadRequest, Refused) as refusal:
+        return refusal_answer(request.path_info, refusal)
+    if cross_origin is None:
+        return await get_response(request)
+    if request.method == "OPTIONS":
+        return preflight_answer(cross_origin)
+    return allow_origin(await get_response(request), cross_origin)
+
+
+def metrics_token_required(view):
+    """Protects a view (sync or async) with DELAYQUEUE_METRICS_TOKEN when it is set: without
+    `Authorization: Bearer <it>` the answer is HTTP 401 with WWW-Authenticate."""
+    if iscoroutinefunction(view):
+        @wraps(view)
+        async def checked(request, *args, **kwargs):
+            refusal = bearer_refusal(request)
+            return refusal if refusal is not None else await view(request, *args, **kwargs)
+    else:
+        @wraps(view)
+        def checked(request, *args, **kwargs):
+            refusal = bearer_refusal(request)
+            return refusal if refusal is not None else view(request, *args, **kwargs)
+    return checked
+
+
+def bearer_refusal(request: HttpRequest) -> HttpResponse | None:
+    token = load_config().metrics_token
+    if not token:
+        return None
+    scheme, _, given = request.META.get("HTTP_AUTHORIZATION", "").partition(" ")
+    # compare_digest: the time taken does not tell how much of a guess was right.
+    if scheme.lower() == "bearer" and hmac.compare_digest(
+            given.strip().encode("utf-8", "surrogateescape"), token.encode("utf-8", "surrogateescape")):
+        return None
+    response = HttpResponse("a bearer token is required: Authorization: Bearer <DELAYQUEUE_METRICS_TOKEN>\n",
+                            status=401, content_type="text/plain")
+    response["WWW-Authenticate"] = 'Bearer realm="delayqueue"'
+    return response
