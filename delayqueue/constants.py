@@ -43,3 +43,18 @@ CHART_MINUTES = 60
 # Upper bounds keep every time (ms) well inside what Redis' Lua numbers and JSON hold exactly.
 MAX_DELAY_MILLIS = 10 * 365 * 86_400_000  # ten years
 MAX_RETRY = 100_000
+
+
+class Scope(TextChoices):
+    """What an API token lets its holder do (each endpoint declares the one it needs)."""
+
+    PRODUCE = "produce"  # sendMsg, sendMsgBatch
+    CONSUME = "consume"  # pullMsg, longPollingMsg, ackMsg, getMsg
+    MANAGE = "manage"  # deleteMsg, restore, restoreMsg, health online/offline
+    MONITOR = "monitor"  # getMonitorData, getTopicInfo, getTopicInfoList
+
+
+# A namespace goes raw into Redis keys (inside the topic's hash tag): no ':' or braces.
+NAMESPACE_PATTERN = r"[A-Za-z0-9._-]{1,64}"
+# Tokens start with this, so a leaked one is recognisable (secret scanners, logs).
+TOKEN_PREFIX = "dq_"
