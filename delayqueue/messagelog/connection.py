@@ -11,6 +11,7 @@ from delayqueue.exceptions import LogUnavailable
 MESSAGE_TABLE = "delayqueue_message"
 EVENT_TABLE = "delayqueue_messageevent"
 STATS_TABLE = "delayqueue_topichourstats"
+TOKEN_TABLE = "delayqueue_apitoken"
 
 
 def conninfo(timeout_millis: int) -> str:

@@ -9,7 +9,7 @@ milliseconds, through from_millis / to_millis (their Python pair is delayqueue.e
 from psycopg import sql
 
 from delayqueue.constants import LIVE_STATUSES, Status
-from delayqueue.messagelog.connection import EVENT_TABLE, MESSAGE_TABLE, STATS_TABLE
+from delayqueue.messagelog.connection import EVENT_TABLE, MESSAGE_TABLE, STATS_TABLE, TOKEN_TABLE
 
 
 def from_millis(millis: str) -> str:
@@ -290,3 +290,8 @@ ON CONFLICT (namespace, topic, hour) DO UPDATE SET
 TABLE_ESTIMATE = "SELECT reltuples::bigint FROM pg_class WHERE oid = %s::regclass"
 # The planner's row estimate of a query, without running it.
 EXPLAIN_JSON = "EXPLAIN (FORMAT JSON) "
+
+# --- API tokens (api/auth.py): the request path checks them without the ORM.
+
+TOKEN_BY_HASH = f"SELECT namespace, scopes, revoked_at IS NOT NULL FROM {TOKEN_TABLE} WHERE token_hash = %s"
+TOKEN_NAMESPACES = f"SELECT DISTINCT namespace FROM {TOKEN_TABLE} WHERE revoked_at IS NULL"

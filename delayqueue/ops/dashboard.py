@@ -115,7 +115,7 @@ def dashboard(request):
     async def load(rt):
         # Keyed by namespace and by topic (every topic: "*", which no topic name can be). The
         # data-lost mark is one cheap read, and news that must not wait.
-        key = f"dashboard:{rt.config.namespace}:{wanted or '*'}"
+        key = f"dashboard:{rt.ns.namespace}:{wanted or '*'}"
         overviews = await cache.aget(key)
         if overviews is None:
             topics = [wanted] if wanted else await selectors.list_topics(rt)

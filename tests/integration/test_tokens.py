@@ -1,14 +1,18 @@
 """API tokens: created, listed and revoked by the commands and the admin; stored only hashed;
 checked on every queue endpoint by scope and namespace."""
+import asyncio
 import hashlib
 import io
 import re
 
 import pytest
+from asgiref.sync import sync_to_async
 from django.contrib.auth.models import User
 from django.core.management import CommandError, call_command
 
-from delayqueue.models import ApiToken
+from delayqueue.models import ApiToken, Message
+from delayqueue.runtime import current
+from tests.helpers import call
 
 TOKEN_RE = re.compile(r"dq_[A-Za-z0-9_-]{43}")
 
@@ -81,3 +85,122 @@ def test_the_admin_creates_a_token_shown_once_and_revokes_it(client):
     assert "not a namespace" in refused.content.decode()
     client.post("/admin/delayqueue/apitoken/", {"action": "revoke_selected", "_selected_action": [row.pk]})
     assert ApiToken.objects.get(name="web").revoked_at is not None
+
+
+# --- The queue API with DELAYQUEUE_AUTH=tokens
+
+# Each endpoint, the scope it needs and a valid call's parameters (GET endpoints take a query).
+ENDPOINTS = [
+    ("delayQueue/sendMsg", "produce", "post", {"topic": "orders", "msg": "m", "delayMillis": "0", "msgId": "m1"}),
+    ("delayQueue/sendMsgBatch", "produce", "json", [{"topic": "orders", "msg": "m", "delayMillis": 0}]),
+    ("delayQueue/pullMsg", "consume", "post", {"topic": "orders"}),
+    ("delayQueue/longPollingMsg", "consume", "post", {"topic": "orders", "longPollingTimeoutMillis": "1"}),
+    ("delayQueue/ackMsg", "consume", "post", {"topic": "orders", "msgId": "m1"}),
+    ("delayQueue/getMsg", "consume", "post", {"topic": "orders", "msgId": "m1"}),
+    ("delayQueue/deleteMsg", "manage", "post", {"topic": "orders", "msgId": "m1"}),
+    ("delayQueue/restore", "manage", "post", {}),
+    ("delayQueue/restoreMsg", "manage", "post", {"topic": "orders", "msgId": "m1"}),
+    ("health/online", "manage", "get", {}),
+    ("health/offline", "manage", "get", {}),
+    ("delayQueue/getMonitorData", "monitor", "get", {}),
+    ("delayQueue/getTopicInfo", "monitor", "get", {"topic": "orders"}),
+    ("delayQueue/getTopicInfoList", "monitor", "get", {}),
+]
+SCOPES = ("produce", "consume", "manage", "monitor")
+
+
+@pytest.fixture
+def tokens_on(settings, clean_state):
+    settings.DELAYQUEUE = {**settings.DELAYQUEUE, "AUTH": "tokens"}
+
+
+def new_token(namespace="shop", scopes=SCOPES, name=None) -> str:
+    return run("create_token", "--namespace", namespace, "--scopes", ",".join(scopes),
+               *(("--name", name) if name else ())).splitlines()[-1]
+
+
+async def ask(api, endpoint, how, params, token=None, prefix=False) -> dict:
+    """One call, its token as a Bearer header or as the /t/<token> path prefix; the envelope's body
+    (health endpoints answer their code as the HTTP status too)."""
+    path = (f"/t/{token}" if prefix else "") + "/camellia/" + endpoint
+    headers = {"Authorization": f"Bearer {token}"} if token and not prefix else {}
+    if how == "json":
+        response = await api.post(path, json=params, headers=headers)
+    elif how == "get":
+        response = await api.get(path, params=params, headers=headers)
+    else:
+        response = await api.post(path, data=params, headers=headers)
+    assert response.headers["content-type"].startswith("application/json")
+    if not endpoint.startswith("health/"):
+        assert response.status_code == 200, response.text
+    return response.json()
+
+
+@pytest.mark.usefixtures("tokens_on")
+async def test_every_endpoint_takes_exactly_its_scope_in_either_token_form(api):
+    single = {scope: await sync_to_async(new_token)(scopes=[scope]) for scope in SCOPES}
+    for endpoint, needed, how, params in ENDPOINTS:
+        for scope, token in single.items():
+            for prefix in (False, True):
+                body = await ask(api, endpoint, how, params, token, prefix)
+                if scope == needed:
+                    assert body["code"] not in (401, 403), (endpoint, scope, body)
+                else:
+                    assert body == {"code": 403, "msg": f"this API token lacks the {needed} scope"} or (
+                        endpoint.startswith("health/") and body == {"code": 403}), (endpoint, scope, body)
+                    assert token not in str(body)
+    await ask(api, "health/online", "get", {}, single["manage"])  # leave the host online
+
+
+@pytest.mark.usefixtures("tokens_on")
+async def test_a_missing_bad_or_revoked_token_answers_401_and_health_checks_stay_open(api):
+    for endpoint, _needed, how, params in ENDPOINTS:
+        body = await ask(api, endpoint, how, params)
+        assert body["code"] == 401, (endpoint, body)
+    missing = await ask(api, "delayQueue/pullMsg", "post", {"topic": "orders"})
+    assert missing["msg"].startswith("missing API token: send the header 'Authorization: Bearer <token>'")
+    for bad in ("dq_nope", "Basic abc"):
+        answer = await ask(api, "delayQueue/pullMsg", "post", {"topic": "orders"}, bad)
+        assert answer == {"code": 401, "msg": "invalid or revoked API token"}
+    prefixed = await ask(api, "delayQueue/pullMsg", "post", {"topic": "orders"}, "dq_nope", prefix=True)
+    assert prefixed == {"code": 401, "msg": "invalid or revoked API token"}
+    token = await sync_to_async(new_token)(name="soon-gone")
+    assert (await ask(api, "delayQueue/pullMsg", "post", {"topic": "orders"}, token))["code"] == 200
+    await sync_to_async(run)("revoke_token", "soon-gone")
+    await asyncio.sleep(1.0)  # the promise: refused within 1 s
+    assert (await ask(api, "delayQueue/pullMsg", "post", {"topic": "orders"}, token))["code"] == 401
+    for open_endpoint in ("health/status", "health/check"):
+        response = await api.get("/camellia/" + open_endpoint)
+        assert (response.status_code, response.json()) == (200, {"code": 200})
+
+
+@pytest.mark.usefixtures("tokens_on")
+async def test_two_namespaces_do_not_see_each_others_messages(api, start_scanner):
+    a = await sync_to_async(new_token)("ns-a")
+    b = await sync_to_async(new_token)("ns-b")
+    sent = await ask(api, "delayQueue/sendMsg", "post", {"topic": "orders", "msg": "for a", "delayMillis": "300",
+                                                         "msgId": "x1"}, a)
+    assert sent["code"] == 200
+    for token, expected in ((a, 200), (b, 404)):
+        got = await ask(api, "delayQueue/getMsg", "post", {"topic": "orders", "msgId": "x1"}, token)
+        assert got["code"] == expected
+    listed_b = await ask(api, "delayQueue/getTopicInfoList", "get", {}, b)
+    assert listed_b["data"] == []
+    # The message becomes ready through the scanner of its own namespace, and only a's consumer gets it.
+    await start_scanner(current().for_namespace("ns-a"))
+    await asyncio.sleep(0.5)
+    pulled_b = await ask(api, "delayQueue/longPollingMsg", "post",
+                         {"topic": "orders", "longPollingTimeoutMillis": "300"}, b)
+    assert pulled_b["delayMsgList"] == []
+    pulled_a = await ask(api, "delayQueue/longPollingMsg", "post",
+                         {"topic": "orders", "longPollingTimeoutMillis": "3000"}, a)
+    assert [m["msgId"] for m in pulled_a["delayMsgList"]] == ["x1"]
+    logged = await sync_to_async(lambda: list(Message.objects.values_list("namespace", "msg_id")))()
+    assert logged == [("ns-a", "x1")]
+
+
+async def test_open_mode_needs_no_token_and_works_in_the_configured_namespace(api):
+    body = await call(api, "sendMsg", topic="orders", msg="m", delayMillis="0", msgId="o1")
+    assert body["code"] == 200
+    logged = await sync_to_async(lambda: list(Message.objects.values_list("namespace", "msg_id")))()
+    assert logged == [("default", "o1")]

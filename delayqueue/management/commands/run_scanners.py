@@ -38,7 +38,7 @@ class Command(BaseCommand):
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, scanner.stop)
-        log.info("scanner %s started (namespace %s)", scanner.token, rt.config.namespace)
+        log.info("scanner %s started (namespace %s)", scanner.token, rt.ns.namespace)
         try:
             await scanner.run()
         finally:
