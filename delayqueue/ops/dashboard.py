@@ -157,5 +157,6 @@ def dashboard(request):
         "stuck": sum(r["state"] == "stuck" for r in rows),
         "busy": sum(r["state"] == "busy" for r in rows),
         "hourly": recent_topic_hours(load_config().namespace, wanted),
+        "open_namespace": load_config().namespace if load_config().auth == "open" else None,
     }
     return render(request, "delayqueue/dashboard.html", context)

@@ -4,7 +4,11 @@ import asyncio
 import hashlib
 import io
 import re
+import subprocess
+import sys
+import time
 
+import httpx
 import pytest
 from asgiref.sync import sync_to_async
 from django.contrib.auth.models import User
@@ -12,7 +16,8 @@ from django.core.management import CommandError, call_command
 
 from delayqueue.models import ApiToken, Message
 from delayqueue.runtime import current
-from tests.helpers import call
+from tests.helpers import REDIS_URL, ROOT, call, scanner_env
+from tools.stack import free_port
 
 TOKEN_RE = re.compile(r"dq_[A-Za-z0-9_-]{43}")
 
@@ -204,3 +209,71 @@ async def test_open_mode_needs_no_token_and_works_in_the_configured_namespace(ap
     assert body["code"] == 200
     logged = await sync_to_async(lambda: list(Message.objects.values_list("namespace", "msg_id")))()
     assert logged == [("default", "o1")]
+
+
+def test_the_dashboard_warns_in_open_mode_only(admin_client, settings, clean_state):
+    assert 'id="auth-open"' in admin_client.get("/admin/dashboard/").content.decode()
+    settings.DELAYQUEUE = {**settings.DELAYQUEUE, "AUTH": "tokens"}
+    assert 'id="auth-open"' not in admin_client.get("/admin/dashboard/").content.decode()
+
+
+# --- Real uvicorn processes
+
+def start_uvicorn(log_path, access_log: bool) -> tuple[subprocess.Popen, str]:
+    port = free_port()
+    env = dict(scanner_env(), REDIS_URL=REDIS_URL, DELAYQUEUE_AUTH="tokens")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "uvicorn", "project.asgi:application", "--host", "127.0.0.1", "--port", str(port),
+         "--lifespan", "off", *(() if access_log else ("--no-access-log",))],
+        cwd=ROOT, env=env, stdout=open(log_path, "wb"), stderr=subprocess.STDOUT)
+    return proc, f"http://127.0.0.1:{port}"
+
+
+def wait_serving(proc, url, log_path, timeout=30):
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            httpx.get(url + "/camellia/health/check", timeout=1)
+            return
+        except httpx.TransportError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError(f"uvicorn did not start: {log_path.read_text()}")
+            time.sleep(0.1)
+
+
+@pytest.fixture
+def two_web_processes(clean_state, tmp_path):
+    started = [start_uvicorn(tmp_path / f"uvicorn{i}.log", access_log=i == 0) for i in range(2)]
+    try:
+        for i, (proc, url) in enumerate(started):
+            wait_serving(proc, url, tmp_path / f"uvicorn{i}.log")
+        yield [url for _proc, url in started], tmp_path / "uvicorn0.log"
+    finally:
+        for proc, _url in started:
+            proc.terminate()
+        for proc, _url in started:
+            proc.wait(timeout=15)
+
+
+@pytest.mark.process
+def test_java_sdk_style_prefix_bearer_and_revocation_across_two_web_processes(two_web_processes):
+    (first, second), access_log = two_web_processes
+    token = new_token(name="app")
+    # camellia's Java SDK, configured with <url>/t/<token>, appends /camellia/delayQueue/<endpoint>
+    # and sends a form body.
+    sent = httpx.post(f"{first}/t/{token}/camellia/delayQueue/sendMsg",
+                      data={"topic": "orders", "msg": "m", "delayMillis": "0", "msgId": "j1"}).json()
+    assert sent["code"] == 200, sent
+    pulled = httpx.post(f"{second}/camellia/delayQueue/pullMsg", data={"topic": "orders"},
+                        headers={"Authorization": f"Bearer {token}"}).json()
+    assert [m["msgId"] for m in pulled["delayMsgList"]] == ["j1"]
+    run("revoke_token", "app")
+    time.sleep(1.0)  # the promise: every web process refuses it within 1 s
+    for url in (first, second):
+        for prefix, headers in ((f"/t/{token}", {}), ("", {"Authorization": f"Bearer {token}"})):
+            answer = httpx.post(f"{url}{prefix}/camellia/delayQueue/pullMsg", data={"topic": "t"},
+                                headers=headers).json()
+            assert answer == {"code": 401, "msg": "invalid or revoked API token"}
+    logged = access_log.read_text()
+    assert "/camellia/delayQueue/sendMsg" in logged and "/camellia/delayQueue/pullMsg" in logged
+    assert token not in logged and "/t/" not in logged
