@@ -1,7 +1,9 @@
 """Option types shared by the command lines (manage.py commands, the Spark jobs, the benchmarks).
 A bad value ends, as argparse reports it, in one line naming the option and exit code 2."""
 import argparse
+import re
 
+from delayqueue.constants import NAMESPACE_PATTERN
 from delayqueue.live.keys import NAME_PATTERN
 
 # The longest age a retention option takes: a hundred years. Far more overflows date arithmetic
@@ -29,6 +31,12 @@ def age_in_days(text: str) -> int:
 def topic_name(text: str) -> str:
     if not NAME_PATTERN.match(text):
         raise argparse.ArgumentTypeError(f"not a topic name (1-128 of A-Z a-z 0-9 . _ : -): {text!r}")
+    return text
+
+
+def namespace_name(text: str) -> str:
+    if not re.fullmatch(NAMESPACE_PATTERN, text):
+        raise argparse.ArgumentTypeError(f"not a namespace (1-64 of A-Z a-z 0-9 . _ -): {text!r}")
     return text
 
 

@@ -9,6 +9,7 @@ import sys
 import time
 
 import httpx
+import redis
 import pytest
 from asgiref.sync import sync_to_async
 from django.contrib.auth.models import User
@@ -277,3 +278,35 @@ def test_java_sdk_style_prefix_bearer_and_revocation_across_two_web_processes(tw
     logged = access_log.read_text()
     assert "/camellia/delayQueue/sendMsg" in logged and "/camellia/delayQueue/pullMsg" in logged
     assert token not in logged and "/t/" not in logged
+
+
+@pytest.mark.process
+@pytest.mark.usefixtures("tokens_on")
+async def test_run_scanners_runs_a_scanner_for_each_token_namespace_and_restore_takes_a_namespace(
+        api, scanner_process):
+    first = await sync_to_async(new_token)("ns-a")
+    proc = scanner_process("multi")
+    await asyncio.to_thread(proc.wait_started)
+    later = await sync_to_async(new_token)("ns-late")  # picked up at the next check of the token table
+    for token, msg_id in ((first, "a1"), (later, "l1")):
+        sent = await ask(api, "delayQueue/sendMsg", "post",
+                         {"topic": "orders", "msg": "m", "delayMillis": "200", "msgId": msg_id}, token)
+        assert sent["code"] == 200
+    for token, msg_id in ((first, "a1"), (later, "l1")):
+        pulled = await ask(api, "delayQueue/longPollingMsg", "post",
+                           {"topic": "orders", "longPollingTimeoutMillis": "10000"}, token)
+        assert [m["msgId"] for m in pulled["delayMsgList"]] == [msg_id]
+    output = proc.output()
+    for namespace in ("default", "ns-a", "ns-late"):
+        assert f"started (namespace {namespace})" in output
+
+    await ask(api, "delayQueue/sendMsg", "post",
+              {"topic": "later", "msg": "m", "delayMillis": "600000", "msgId": "r1"}, first)
+    redis.Redis.from_url(REDIS_URL).flushall()  # Redis loses its data
+    assert (await ask(api, "delayQueue/getMsg", "post", {"topic": "later", "msgId": "r1"}, first))["code"] == 404
+    out = await sync_to_async(run)("restore", "--namespace", "ns-a", "--topic", "later")
+    assert out.startswith("restored 1,")
+    got = await ask(api, "delayQueue/getMsg", "post", {"topic": "later", "msgId": "r1"}, first)
+    assert (got["code"], got["delayMsg"]["status"]) == (200, 1)
+    with pytest.raises(CommandError, match="not a namespace"):
+        await sync_to_async(run)("restore", "--namespace", "a:b")
