@@ -310,3 +310,33 @@ async def test_run_scanners_runs_a_scanner_for_each_token_namespace_and_restore_
     assert (got["code"], got["delayMsg"]["status"]) == (200, 1)
     with pytest.raises(CommandError, match="not a namespace"):
         await sync_to_async(run)("restore", "--namespace", "a:b")
+
+
+@pytest.mark.usefixtures("tokens_on")
+async def test_concurrent_checks_of_one_token_share_one_query(api):
+    token = await sync_to_async(new_token)()
+    cache = current().tokens
+    grants = await asyncio.gather(*(cache.grant(token) for _ in range(50)))
+    assert grants[0].namespace == "shop"
+    assert all(g is grants[0] for g in grants)  # one query answered them all: one Grant object
+    await asyncio.sleep(0.6)
+    assert await cache.grant(token) is not grants[0]  # an answer older than 0.5 s is asked again
+
+
+@pytest.mark.fault
+@pytest.mark.usefixtures("tokens_on")
+async def test_postgres_down_a_known_token_keeps_its_answer_an_unknown_one_gets_500(api, postgres):
+    known = await sync_to_async(new_token)()
+    unknown = "dq_" + "x" * 43
+    info = ("delayQueue/getTopicInfo", "get", {"topic": "orders"})  # Redis only: works without the log
+    assert (await ask(api, *info, known))["code"] == 200
+    postgres.stop()
+    try:
+        await asyncio.sleep(0.6)  # past the refresh time: the check asks PostgreSQL, which is down
+        assert (await ask(api, *info, known))["code"] == 200
+        refused = await ask(api, *info, unknown)
+        assert refused == {"code": 500, "msg": "token check unavailable: the message log (PostgreSQL) does not answer"}
+    finally:
+        await asyncio.to_thread(postgres.start)
+    await asyncio.sleep(0.6)
+    assert (await ask(api, *info, unknown))["code"] == 401
