@@ -2,7 +2,6 @@
 these); the API checks them in delayqueue/api/auth.py without the ORM. A token is
 `dq_` + 32 random bytes (URL-safe base64) and is stored only as its sha256."""
 import hashlib
-import re
 import secrets
 from dataclasses import dataclass
 from datetime import datetime
@@ -10,11 +9,11 @@ from datetime import datetime
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from delayqueue.constants import NAMESPACE_PATTERN, TOKEN_PREFIX, Scope
+from delayqueue import conf
+from delayqueue.constants import TOKEN_PREFIX, Scope
 from delayqueue.exceptions import BadRequest, NotFound
 from delayqueue.models import ApiToken
 
-NAMESPACE_RE = re.compile(rf"\A{NAMESPACE_PATTERN}\Z")
 NAME_MAX = ApiToken._meta.get_field("name").max_length
 
 
@@ -23,9 +22,10 @@ def token_hash(token: str) -> str:
 
 
 def checked_namespace(namespace: str) -> str:
-    if not NAMESPACE_RE.match(namespace):
-        raise BadRequest(f"not a namespace (1-64 of A-Z a-z 0-9 . _ -): {namespace!r}")
-    return namespace
+    try:
+        return conf.checked_namespace(namespace)
+    except ValueError as exc:
+        raise BadRequest(f"not a namespace: {exc}") from None
 
 
 def checked_scopes(scopes: list[str]) -> list[str]:
@@ -80,8 +80,3 @@ def list_tokens() -> list[TokenInfo]:
     return [TokenInfo(t.name, t.namespace, t.scope_list, t.created_at, t.revoked_at)
             for t in ApiToken.objects.order_by("created_at", "name")]
 
-
-def token_namespaces() -> list[str]:
-    """Namespaces that have a token not revoked (each gets its scanner)."""
-    return list(ApiToken.objects.filter(revoked_at__isnull=True).values_list("namespace", flat=True)
-                .distinct().order_by("namespace"))

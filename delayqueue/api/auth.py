@@ -81,7 +81,7 @@ class TokenCache:
 
 def request_token(request) -> str | None:
     """The token of the path prefix, else of the Authorization header; None without one."""
-    token = request.scope.get("delayqueue.token") if hasattr(request, "scope") else None
+    token = getattr(request, "scope", {}).get("delayqueue.token")  # ASGI requests only
     if token:
         return token
     header = request.META.get("HTTP_AUTHORIZATION", "")

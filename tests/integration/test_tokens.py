@@ -340,3 +340,17 @@ async def test_postgres_down_a_known_token_keeps_its_answer_an_unknown_one_gets_
         await asyncio.to_thread(postgres.start)
     await asyncio.sleep(0.6)
     assert (await ask(api, *info, unknown))["code"] == 401
+
+
+@pytest.mark.process
+def test_the_web_process_warns_at_start_in_open_mode_and_refuses_an_unknown_mode():
+    def start(mode: str) -> subprocess.CompletedProcess:
+        env = dict(scanner_env(), DELAYQUEUE_AUTH=mode)
+        return subprocess.run([sys.executable, "-c", "import project.asgi"], cwd=ROOT, env=env,
+                              capture_output=True, text=True, timeout=60)
+
+    opened, tokens, unknown = start("open"), start("tokens"), start("Tokens")
+    assert opened.returncode == 0 and "DELAYQUEUE_AUTH=open: the queue API takes no token" in opened.stderr
+    assert tokens.returncode == 0 and "DELAYQUEUE_AUTH" not in tokens.stderr
+    assert unknown.returncode == 1
+    assert unknown.stderr.strip() == "environment variable DELAYQUEUE_AUTH must be tokens or open, got 'Tokens'"
