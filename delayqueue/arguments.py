@@ -1,8 +1,9 @@
 """Option types shared by the command lines (manage.py commands, the Spark jobs, the benchmarks).
 A bad value ends, as argparse reports it, in one line naming the option and exit code 2."""
 import argparse
+import re
 
-from delayqueue.constants import MAX_LIMIT
+from delayqueue.constants import MAX_LIMIT, NAMESPACE_PATTERN
 from delayqueue.topics import topic_problem
 
 # The longest age a retention option takes: a hundred years. Far more overflows date arithmetic
@@ -45,13 +46,14 @@ def topic_name(text: str) -> str:
     return text
 
 
+def namespace_name(text: str) -> str:
+    if not re.fullmatch(NAMESPACE_PATTERN, text):
+        raise argparse.ArgumentTypeError(f"not a namespace (1-64 of A-Z a-z 0-9 . _ -): {text!r}")
+    return text
+
+
 def non_empty(text: str) -> str:
     if not text:
         raise argparse.ArgumentTypeError("must not be empty")
     return text
 
-
-def namespace_name(text: str) -> str:
-    if not 1 <= len(text) <= 128:
-        raise argparse.ArgumentTypeError(f"a namespace is 1-128 characters, got {len(text)}")
-    return text

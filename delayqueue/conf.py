@@ -3,6 +3,7 @@ bounds and meaning. project/settings.py and the Spark jobs (which run without Dj
 read the environment through these declarations; the service reads the result through
 load_config(). A bad value stops the process at start with one line naming the variable."""
 import os
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
@@ -11,6 +12,7 @@ from urllib.parse import urlsplit
 import dj_database_url
 
 from delayqueue.arguments import MAX_AGE_DAYS
+from delayqueue.constants import NAMESPACE_PATTERN
 from delayqueue.live.client import URL_FORMS, checked_url
 from delayqueue.env import env_bool, env_int, env_url
 
@@ -56,6 +58,21 @@ def checked_origins(value: str) -> str:
     return ",".join(origins)
 
 
+AUTH_MODES = ("tokens", "open")
+
+
+def checked_auth(mode: str) -> str:
+    if mode not in AUTH_MODES:
+        raise ValueError(f"must be {' or '.join(AUTH_MODES)}, got {mode!r}")
+    return mode
+
+
+def checked_namespace(namespace: str) -> str:
+    if not re.fullmatch(NAMESPACE_PATTERN, namespace):
+        raise ValueError(f"must be 1-64 of A-Z a-z 0-9 . _ - (it goes into Redis keys), got {namespace!r}")
+    return namespace
+
+
 @dataclass(frozen=True)
 class Setting:
     env: str
@@ -94,7 +111,13 @@ class QueueConfig:
     database_url: str = setting(
         "DATABASE_URL", "postgres://postgres@127.0.0.1:15432/delayqueue",
         "the PostgreSQL message log", check=checked_postgres_url)
-    namespace: str = setting("DELAYQUEUE_NAMESPACE", "default", "separates deployments sharing one Redis")
+    namespace: str = setting("DELAYQUEUE_NAMESPACE", "default",
+                             "separates deployments sharing one Redis; the namespace of `open` mode and of the "
+                             "health endpoints", check=checked_namespace)
+    auth: str = setting(
+        "DELAYQUEUE_AUTH", "tokens",
+        "`tokens`: every queue call needs an API token (its namespace and scopes); `open`: anyone may do "
+        "anything in DELAYQUEUE_NAMESPACE", check=checked_auth)
     # A Redis that stops answering (hung, paused, dropping packets) fails the calls waiting on it
     # after this long, instead of holding them forever.
     redis_timeout_millis: int = setting(

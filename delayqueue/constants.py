@@ -58,3 +58,18 @@ ADMIN_LOGIN_LOCK_SECONDS = 15 * 60
 BURST_MILLIS = 1000
 # The largest rate (messages/s) or live-message cap an operator can set.
 MAX_LIMIT = 1_000_000_000
+
+
+class Scope(TextChoices):
+    """What an API token lets its holder do (each endpoint declares the one it needs)."""
+
+    PRODUCE = "produce"  # sendMsg, sendMsgBatch
+    CONSUME = "consume"  # pullMsg, longPollingMsg, ackMsg, getMsg
+    MANAGE = "manage"  # deleteMsg, restore, restoreMsg, health online/offline
+    MONITOR = "monitor"  # getMonitorData, getTopicInfo, getTopicInfoList
+
+
+# A namespace goes raw into Redis keys (inside the topic's hash tag): no ':' or braces.
+NAMESPACE_PATTERN = r"[A-Za-z0-9._-]{1,64}"
+# Tokens start with this, so a leaked one is recognisable (secret scanners, logs).
+TOKEN_PREFIX = "dq_"

@@ -156,3 +156,25 @@ class Limit(models.Model):
 
     def __str__(self):
         return f"{self.namespace}/{self.topic}" if self.topic else f"{self.namespace} (namespace)"
+
+
+class ApiToken(models.Model):
+    """A key to the queue API: which namespace its requests work in and which scopes it has.
+    Only the token's sha256 is kept; the token itself is shown once, when created."""
+
+    name = models.CharField(max_length=100, unique=True)
+    namespace = models.CharField(max_length=64)
+    scopes = models.CharField(max_length=100, help_text="comma-separated: produce, consume, manage, monitor")
+    token_hash = models.CharField("token sha256", max_length=64, unique=True, editable=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        verbose_name = "API token"
+
+    def __str__(self):
+        return self.name
+
+    @property
+    def scope_list(self) -> list[str]:
+        return self.scopes.split(",") if self.scopes else []

@@ -2,7 +2,8 @@
 the limits in force.
 
 asyncio Redis connections belong to one event loop, so the web process keeps one Runtime per
-loop (`current()`); the scanner and the tests build their own.
+loop (`current()`); the scanner and the tests build their own. A runtime serves one namespace
+(`ns`); `for_namespace` gives the runtime of another, sharing the Redis connections.
 """
 import asyncio
 import os
@@ -17,21 +18,50 @@ from delayqueue.live.keys import namespace_keys
 
 
 class Runtime:
-    def __init__(self, config: QueueConfig, process: str | None = None):
+    def __init__(self, config: QueueConfig, process: str | None = None, *, namespace: str | None = None,
+                 root: "Runtime | None" = None):
         self.config = config
-        self.ns = namespace_keys(config.namespace)
-        self.redis = client.connect(config.redis_url, config.redis_timeout)
-        self.scripts = script_runner(self.redis, config.redis_url, config.redis_timeout)
+        self.ns = namespace_keys(namespace or config.namespace)
+        if root is None:
+            self.redis = client.connect(config.redis_url, config.redis_timeout)
+            self.scripts = script_runner(self.redis, config.redis_url, config.redis_timeout)
+        else:
+            self.redis, self.scripts = root.redis, root.scripts
+        self._root = root
+        self._namespaces: dict[str, Runtime] = {}
         self._notifier = None
         self._notifier_lock = asyncio.Lock()
         self._log = None
         self.limits = LimitCache(self.redis, self.ns)  # read on first use
+        self._tokens = None
         self.set_process(process or f"web pid {os.getpid()}")
 
     def set_process(self, process: str) -> None:
         """Names who makes the transitions this runtime runs: 'process@host' in the history
         rows, or '' when the message log is off (the scripts then record nothing)."""
+        self.process = process
         self.actor = f"{process}@{socket.gethostname()}" if self.config.message_log else ""
+
+    def for_namespace(self, namespace: str) -> "Runtime":
+        """The runtime of `namespace`: this one's Redis client and scripts, its own keys, message
+        log writer and notifier. Made once per namespace and closed with this one."""
+        if namespace == self.ns.namespace:
+            return self
+        if self._root is not None:
+            return self._root.for_namespace(namespace)
+        rt = self._namespaces.get(namespace)
+        if rt is None:
+            rt = self._namespaces[namespace] = Runtime(self.config, self.process, namespace=namespace, root=self)
+        return rt
+
+    @property
+    def tokens(self):
+        """This process' cache of API token checks (see api/auth.py)."""
+        if self._tokens is None:
+            from delayqueue.api.auth import TokenCache
+
+            self._tokens = TokenCache(self.config.log_timeout_millis)
+        return self._tokens
 
     @property
     def log(self):
@@ -39,7 +69,7 @@ class Runtime:
         if self._log is None:
             from delayqueue.messagelog.group_commit import MessageLog
 
-            self._log = MessageLog(self.config.namespace, self.actor, self.config.log_timeout_millis)
+            self._log = MessageLog(self.ns.namespace, self.actor, self.config.log_timeout_millis)
         return self._log
 
     async def notifier(self):
@@ -54,6 +84,14 @@ class Runtime:
         return self._notifier
 
     async def close(self) -> None:
+        """Closes this runtime's connections; a root runtime also closes its namespaces' and the
+        Redis client they share."""
+        for rt in self._namespaces.values():
+            await rt.close()
+        self._namespaces.clear()
+        if self._tokens is not None:
+            await self._tokens.close()
+            self._tokens = None
         await self.limits.close()
         if self._log is not None:
             await self._log.close()
@@ -61,8 +99,9 @@ class Runtime:
         if self._notifier is not None:
             await self._notifier.stop()
             self._notifier = None
-        await self.scripts.close()
-        await self.redis.aclose()
+        if self._root is None:
+            await self.scripts.close()
+            await self.redis.aclose()
 
 
 _runtimes: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Runtime]" = weakref.WeakKeyDictionary()

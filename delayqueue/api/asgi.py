@@ -27,6 +27,18 @@ HELD_PATHS = ("/longPollingMsg",)
 ROUTE_CACHE_SIZE = 64
 
 
+def strip_token_prefix(scope: dict) -> None:
+    """/t/<token>/rest -> /rest, with the token kept in scope["delayqueue.token"] (see api/auth.py).
+    The scope is changed in place: uvicorn's access log reads this same dict, so it logs the
+    path without the token."""
+    token, _slash, rest = scope["path"][1:].partition("/")[2].partition("/")
+    scope["delayqueue.token"] = token
+    scope["path"] = "/" + rest
+    raw = scope.get("raw_path")
+    if raw:
+        scope["raw_path"] = b"/" + raw[1:].partition(b"/")[2].partition(b"/")[2]
+
+
 class EventLoopAPIHandler(ASGIHandler):
     def __init__(self):
         super().__init__()

@@ -186,3 +186,24 @@ def settings_limits(result, generator, request, public):
     batch = result["paths"][BATCH_PATH]["post"]["requestBody"]["content"][JSON]["schema"]
     batch.update(minItems=1, maxItems=limits["MAX_BATCH_SEND"])
     return result
+
+
+def token_security(result, generator, request, public):
+    """The API token each endpoint needs (DELAYQUEUE_AUTH=tokens): the bearer scheme, and per
+    operation the scope its view declares (health status and check need none)."""
+    from django.urls import resolve
+
+    result["components"]["securitySchemes"] = {"apiToken": {
+        "type": "http", "scheme": "bearer",
+        "description": "An API token (manage.py create_token), as `Authorization: Bearer <token>` or as the path "
+                       "prefix `/t/<token>/camellia/...`. Not needed when the server runs with DELAYQUEUE_AUTH=open.",
+    }}
+    for path, operations in result["paths"].items():
+        scope = getattr(resolve(path).func.view_class, "needs_scope", None)
+        for operation in operations.values():
+            if scope is None:
+                operation["security"] = []
+            else:
+                operation["security"] = [{"apiToken": []}]
+                operation["description"] += f"\n\nNeeds an API token with the `{scope}` scope."
+    return result

@@ -14,6 +14,8 @@ from rest_framework.permissions import AllowAny
 from rest_framework.views import APIView
 
 from delayqueue.api import health
+from delayqueue.api.auth import authorize
+from delayqueue.constants import Scope
 from delayqueue.messagelog import recovery
 from delayqueue import selectors
 from delayqueue import services
@@ -102,6 +104,10 @@ class QueueAPIView(APIView):
     parser_classes = [FormBodyParser, JSONBodyParser, StrictMultiPartParser]  # form bodies: see params()
     # Message operations count as use for /camellia/health/offline; monitor reads do not.
     marks_use = True
+    # The scope a token needs (DELAYQUEUE_AUTH=tokens); None: open to anyone.
+    needs_scope: Scope | None = None
+    # Host-wide views (health) work in DELAYQUEUE_NAMESPACE whatever the token's namespace.
+    host_wide = False
 
     # Parsers and the negotiator keep no per-request state: build them once, not per request.
     _parsers = None
@@ -134,9 +140,14 @@ class QueueAPIView(APIView):
             if self.checks_callers():
                 self.drf_request = self.initialize_request(request, *args, **kwargs)
                 self.initial(self.drf_request, *args, **kwargs)  # authenticates, checks permissions and throttles
-            self.rt = current()  # once: each asyncio.get_running_loop() is a getpid() system call
+            root = current()  # once: each asyncio.get_running_loop() is a getpid() system call
+            self.rt = root
+            if self.needs_scope is not None and root.config.auth == "tokens":
+                namespace = await authorize(root, request, self.needs_scope)
+                if not self.host_wide:
+                    self.rt = root.for_namespace(namespace)
             if self.marks_use:
-                health.mark_use(self.rt)
+                health.mark_use(root)  # host-wide
             return await self.handle()
         except Exception as exc:
             return self.handle_exception(exc)
@@ -211,6 +222,7 @@ class QueueAPIView(APIView):
     example={"topic": "orders", "msg": '{"orderId": 42, "action": "cancel-if-unpaid"}', "delayMillis": 1800000,
              "msgId": "order-42-cancel", "ttlMillis": 3600000, "maxRetry": 3})
 class SendMsgView(QueueAPIView):
+    needs_scope = Scope.PRODUCE
     async def handle(self):
         data = self.validated(SendMsgSerializer)
         return reply(delayMsg=await services.send_message(self.rt, **send_parameters(data)))
@@ -227,6 +239,7 @@ class SendMsgView(QueueAPIView):
     example=[{"topic": "orders", "msg": "remind 42", "delayMillis": 600000},
              {"topic": "orders", "msg": "cancel 42", "delayMillis": 1800000, "msgId": "order-42-cancel"}])
 class SendMsgBatchView(QueueAPIView):
+    needs_scope = Scope.PRODUCE
     async def handle(self):
         items = self.body_data()
         if isinstance(items, dict) and "messages" in items:
@@ -274,6 +287,7 @@ def item_error(index: int, exc: Exception) -> dict:
     answer("PullMsgAnswer", DelayMsgListResultSerializer), PullMsgSerializer,
     example={"topic": "orders", "batch": 10, "ackTimeoutMillis": 30000})
 class PullMsgView(QueueAPIView):
+    needs_scope = Scope.CONSUME
     async def handle(self):
         data = self.validated(PullMsgSerializer)
         messages, _remaining = await services.pull_messages(
@@ -290,6 +304,7 @@ class PullMsgView(QueueAPIView):
     answer("LongPollingMsgAnswer", DelayMsgListResultSerializer), LongPollingMsgSerializer,
     example={"topic": "orders", "batch": 10, "ackTimeoutMillis": 30000, "longPollingTimeoutMillis": 10000})
 class LongPollingMsgView(QueueAPIView):
+    needs_scope = Scope.CONSUME
     async def handle(self):
         data = self.validated(LongPollingMsgSerializer)
         messages = await services.long_poll_messages(
@@ -306,6 +321,7 @@ class LongPollingMsgView(QueueAPIView):
     answer("AckMsgAnswer", ResultSerializer), AckMsgSerializer,
     example={"topic": "orders", "msgId": "order-42-cancel", "ack": True})
 class AckMsgView(QueueAPIView):
+    needs_scope = Scope.CONSUME
     async def handle(self):
         data = self.validated(AckMsgSerializer)
         ack = services.ack_message if data["ack"] else services.nack_message
@@ -320,6 +336,7 @@ class AckMsgView(QueueAPIView):
     answer("GetMsgAnswer", DelayMsgResultSerializer), MessageRefSerializer,
     example={"topic": "orders", "msgId": "order-42-cancel"})
 class GetMsgView(QueueAPIView):
+    needs_scope = Scope.CONSUME
     async def handle(self):
         data = self.validated(MessageRefSerializer)
         message = await selectors.get_message(self.rt, topic=data["topic"], msg_id=data["msgId"])
@@ -335,6 +352,7 @@ class GetMsgView(QueueAPIView):
     answer("DeleteMsgAnswer", ResultSerializer), DeleteMsgSerializer,
     example={"topic": "orders", "msgId": "order-42-cancel", "release": False})
 class DeleteMsgView(QueueAPIView):
+    needs_scope = Scope.MANAGE
     async def handle(self):
         data = self.validated(DeleteMsgSerializer)
         if not await services.delete_message(self.rt, topic=data["topic"], msg_id=data["msgId"],
@@ -351,6 +369,7 @@ class DeleteMsgView(QueueAPIView):
     "summed over all server processes. Empty lists before the first interval completes.",
     answer("GetMonitorDataAnswer", MonitorDataResultSerializer), method="GET")
 class GetMonitorDataView(QueueAPIView):
+    needs_scope = Scope.MONITOR
     marks_use = False
 
     async def handle(self):
@@ -363,6 +382,7 @@ class GetMonitorDataView(QueueAPIView):
     "and pulled but not yet acked. A topic never used answers zeros.",
     answer("GetTopicInfoAnswer", TopicInfoResultSerializer), TopicSerializer, method="GET")
 class GetTopicInfoView(QueueAPIView):
+    needs_scope = Scope.MONITOR
     marks_use = False
 
     async def handle(self):
@@ -375,6 +395,7 @@ class GetTopicInfoView(QueueAPIView):
     "getTopicInfo for every topic in use, in the order topics were first used.",
     answer("GetTopicInfoListAnswer", TopicInfoListResultSerializer), method="GET")
 class GetTopicInfoListView(QueueAPIView):
+    needs_scope = Scope.MONITOR
     marks_use = False
 
     async def handle(self):
@@ -395,6 +416,7 @@ def restore_reply(counts: recovery.RestoreCounts) -> HttpResponse:
     answer("RestoreAnswer", RestoreResultSerializer), RestoreSerializer,
     example={"topic": "orders", "expire": False})
 class RestoreView(QueueAPIView):
+    needs_scope = Scope.MANAGE
     async def handle(self):
         data = self.validated(RestoreSerializer)
         rt = self.rt
@@ -411,6 +433,7 @@ class RestoreView(QueueAPIView):
     answer("RestoreMsgAnswer", RestoreResultSerializer), RestoreMsgSerializer,
     example={"topic": "orders", "msgId": "order-42-cancel", "expire": False})
 class RestoreMsgView(QueueAPIView):
+    needs_scope = Scope.MANAGE
     async def handle(self):
         data = self.validated(RestoreMsgSerializer)
         rt = self.rt
@@ -429,6 +452,7 @@ def health_reply(code: int) -> HttpResponse:
 
 class HealthView(QueueAPIView):
     marks_use = False
+    host_wide = True
 
     def handle_exception(self, exc):
         code, _msg = error_answer(self.queue_error(exc), type(self).__name__)
@@ -453,6 +477,7 @@ class HealthCheckView(HealthView):
 @health_endpoint("Report this host online", "Makes /camellia/health/status answer 200 again.",
                  failing="the change failed", refusable=True)
 class HealthOnlineView(HealthView):
+    needs_scope = Scope.MANAGE
     async def handle(self):
         await health.set_online(self.rt, True)
         return health_reply(200)
@@ -464,6 +489,7 @@ class HealthOnlineView(HealthView):
                  "again until it answers 200.",
                  failing="still serving queue requests", refusable=True)
 class HealthOfflineView(HealthView):
+    needs_scope = Scope.MANAGE
     async def handle(self):
         rt = self.rt
         await health.set_online(rt, False)

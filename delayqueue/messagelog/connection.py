@@ -18,6 +18,7 @@ LIMIT_TABLE = "delayqueue_limit"
 # libpq's parameters, which DATABASE_URL's query may carry (sslmode=verify-full, sslrootcert=...)
 # as Django's OPTIONS; Django's own OPTIONS (pool, isolation_level...) are not for libpq.
 LIBPQ_KEYWORDS = frozenset(d.keyword.decode() for d in pq.Conninfo.get_defaults())
+TOKEN_TABLE = "delayqueue_apitoken"
 
 
 def conninfo(timeout_millis: int) -> str:

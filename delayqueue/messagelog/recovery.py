@@ -113,7 +113,7 @@ def answers_loss_report(topic: str | None, msg_id: str | None, dry_run: bool) ->
 
 async def _restore(rt: Runtime, topic: str | None, msg_id: str | None, include_expired: bool, dry_run: bool,
                    progress: Callable[[RestoreCounts, int], None] | None) -> RestoreCounts:
-    scope, candidates, params = sql.restore_scope(rt.config.namespace, topic, msg_id, include_expired)
+    scope, candidates, params = sql.restore_scope(rt.ns.namespace, topic, msg_id, include_expired)
     page = sql.restore_page(scope, candidates)
     counts = RestoreCounts()
     async with await connect(rt.config.log_timeout_millis) as conn:

@@ -9,7 +9,7 @@ milliseconds, through from_millis / to_millis (their Python pair is delayqueue.e
 from psycopg import sql
 
 from delayqueue.constants import LIVE_STATUSES, Status
-from delayqueue.messagelog.connection import EVENT_TABLE, LIMIT_TABLE, MESSAGE_TABLE, STATS_TABLE
+from delayqueue.messagelog.connection import EVENT_TABLE, LIMIT_TABLE, MESSAGE_TABLE, STATS_TABLE, TOKEN_TABLE
 
 
 def from_millis(millis: str) -> str:
@@ -294,3 +294,8 @@ EXPLAIN_JSON = "EXPLAIN (FORMAT JSON) "
 # --- Limits (delayqueue/limits.py): every web process reads its namespace's twice a second.
 LIMITS = ("SELECT topic, coalesce(produce_rate, 0), coalesce(consume_rate, 0), coalesce(max_live, 0)"
           f" FROM {LIMIT_TABLE} WHERE namespace = %s")
+
+# --- API tokens (api/auth.py): the request path checks them without the ORM.
+
+TOKEN_BY_HASH = f"SELECT namespace, scopes, revoked_at IS NOT NULL FROM {TOKEN_TABLE} WHERE token_hash = %s"
+TOKEN_NAMESPACES = f"SELECT DISTINCT namespace FROM {TOKEN_TABLE} WHERE revoked_at IS NULL"

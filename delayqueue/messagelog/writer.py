@@ -193,7 +193,7 @@ class LogWriter:
         self.written += len(events)
 
     async def _commit(self, events: list[Event]) -> None:
-        ns = self.rt.config.namespace
+        ns = self.rt.ns.namespace
         latest = latest_per_message(events)
         async with self._db.use() as conn, conn.transaction():
             await conn.execute(sql.INSERT_EVENTS, [ns, history_json(events)])
@@ -203,7 +203,7 @@ class LogWriter:
     async def holds_live_messages(self) -> bool:
         """Whether the log holds a waiting, ready or in-flight message of this namespace."""
         async with self._db.use() as conn:
-            cursor = await conn.execute(sql.HOLDS_LIVE, [self.rt.config.namespace])
+            cursor = await conn.execute(sql.HOLDS_LIVE, [self.rt.ns.namespace])
             return (await cursor.fetchone())[0]
 
     async def close(self) -> None:

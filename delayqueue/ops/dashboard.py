@@ -118,7 +118,7 @@ def dashboard(request):
         # text, more than a portable cache key takes (every topic: "all"). The data-lost mark is
         # one cheap read, and news that must not wait.
         topic_key = f"topic:{hashlib.sha256(wanted.encode()).hexdigest()}" if wanted else "all"
-        key = f"dashboard:{rt.config.namespace}:{topic_key}"
+        key = f"dashboard:{rt.ns.namespace}:{topic_key}"
         overviews = await cache.aget(key)
         if overviews is None:
             topics = [wanted] if wanted else await selectors.list_topics(rt)
@@ -160,5 +160,6 @@ def dashboard(request):
         "stuck": sum(r["state"] == "stuck" for r in rows),
         "busy": sum(r["state"] == "busy" for r in rows),
         "hourly": recent_topic_hours(load_config().namespace, wanted),
+        "open_namespace": load_config().namespace if load_config().auth == "open" else None,
     }
     return render(request, "delayqueue/dashboard.html", context)

@@ -30,6 +30,11 @@ def test_openapi_schema_lists_every_endpoint_and_parameter(client):
         [operation] = operations.values()
         assert operation["summary"] and len(operation["description"]) > 40, path
     assert "query string" in paths["/camellia/delayQueue/sendMsg"]["post"]["description"]
+    assert schema["components"]["securitySchemes"]["apiToken"]["scheme"] == "bearer"
+    send = paths["/camellia/delayQueue/sendMsg"]["post"]
+    assert send["security"] == [{"apiToken": []}] and "`produce` scope" in send["description"]
+    assert "`manage` scope" in paths["/camellia/health/offline"]["get"]["description"]
+    assert paths["/camellia/health/status"]["get"]["security"] == []
 
     components = schema["components"]["schemas"]
 

@@ -6,7 +6,7 @@ import time
 from django.core.management.base import BaseCommand, CommandError
 from redis.exceptions import RedisError
 
-from delayqueue.arguments import non_empty, topic_name
+from delayqueue.arguments import namespace_name, non_empty, topic_name
 from delayqueue.conf import load_config
 from delayqueue.exceptions import LogUnavailable
 from delayqueue.messagelog.recovery import RestoreCounts, restore
@@ -49,6 +49,8 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser):
+        parser.add_argument("--namespace", type=namespace_name,
+                            help="the namespace to restore (default DELAYQUEUE_NAMESPACE)")
         parser.add_argument("--topic", type=topic_name, help="only this topic")
         parser.add_argument("--msg-id", type=non_empty, help="only this message id")
         parser.add_argument("--include-expired", action="store_true",
@@ -79,7 +81,8 @@ class Command(BaseCommand):
                           f"skipped (ended or expired) {counts.skipped}")
 
     async def _restore(self, options, bar) -> RestoreCounts:
-        rt = Runtime(load_config(), process="restore")
+        config = load_config()
+        rt = Runtime(config, process="restore", namespace=options["namespace"] or config.namespace)
         try:
             return await restore(rt, topic=options["topic"], msg_id=options["msg_id"],
                                  include_expired=options["include_expired"], dry_run=options["dry_run"],

@@ -8,17 +8,24 @@ from django.core.management.base import BaseCommand
 
 from delayqueue.arguments import non_empty
 from delayqueue.conf import load_config
+from delayqueue.exceptions import LogUnavailable
+from delayqueue.messagelog import sql
+from delayqueue.messagelog.connection import LogConnection
 from delayqueue.runtime import Runtime
 from delayqueue.scanner.scanner import Scanner
 
 log = logging.getLogger("delayqueue.scanner")
+
+# How often the token table is read for namespaces that need a scanner.
+NAMESPACE_CHECK_SECONDS = 3
 
 
 class Command(BaseCommand):
     help = (
         "Run the scanners: promote due messages, requeue ack timeouts, expire TTLs, purge ended "
         "messages, retire idle topics, prune monitor stats, and write the held topics' history to the message "
-        "log. Run as many as you like; SIGTERM stops cleanly."
+        "log. One scanner per namespace: DELAYQUEUE_NAMESPACE's and every API token's (new ones are picked up within "
+        "seconds). Run as many as you like; SIGTERM stops cleanly."
     )
 
     def add_arguments(self, parser):
@@ -30,15 +37,51 @@ class Command(BaseCommand):
         uvloop.run(self._run(options.get("name")))
 
     async def _run(self, name):
-        rt = Runtime(load_config())
-        scanner = Scanner(rt, name)
+        root = Runtime(load_config())
+        stopping = asyncio.Event()
+        scanners: dict[str, tuple[Scanner, asyncio.Task]] = {}
+
+        def stop():
+            stopping.set()
+            for scanner, _task in scanners.values():
+                scanner.stop()
+
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, scanner.stop)
-        log.info("scanner %s started (namespace %s)", scanner.token, rt.config.namespace)
+            loop.add_signal_handler(sig, stop)
+        tokens = LogConnection(root.config.log_timeout_millis)
         try:
-            await scanner.run()
+            while not stopping.is_set():
+                for namespace in await namespaces(root, tokens) - scanners.keys():
+                    scanner = Scanner(root.for_namespace(namespace), name)
+                    scanners[namespace] = (scanner, loop.create_task(scanner.run(), name=f"scanner {namespace}"))
+                    log.info("scanner %s started (namespace %s)", scanner.token, namespace)
+                waiting = {task for _scanner, task in scanners.values()}
+                stopped = loop.create_task(stopping.wait())
+                done, _ = await asyncio.wait({stopped, *waiting}, timeout=NAMESPACE_CHECK_SECONDS,
+                                             return_when=asyncio.FIRST_COMPLETED)
+                stopped.cancel()
+                for task in done & waiting:
+                    task.result()  # a scanner that failed ends the process, as a lone scanner does
         finally:
-            await rt.close()
-        written = scanner.log_writer.written if scanner.log_writer else 0
-        log.info("scanner %s stopped: %s, history rows written %d", scanner.token, scanner.counts, written)
+            stop()
+            await asyncio.gather(*(task for _scanner, task in scanners.values()), return_exceptions=True)
+            await tokens.close()
+            await root.close()
+        for namespace, (scanner, _task) in sorted(scanners.items()):
+            written = scanner.log_writer.written if scanner.log_writer else 0
+            log.info("scanner %s stopped (namespace %s): %s, history rows written %d", scanner.token, namespace,
+                     scanner.counts, written)
+
+
+async def namespaces(rt: Runtime, tokens: LogConnection) -> set[str]:
+    """DELAYQUEUE_NAMESPACE and every namespace with a token not revoked; when the message log
+    does not answer, DELAYQUEUE_NAMESPACE alone (the others are asked again at the next check)."""
+    found = {rt.config.namespace}
+    try:
+        async with tokens.use() as conn:
+            cursor = await conn.execute(sql.TOKEN_NAMESPACES)
+            found.update(row[0] for row in await cursor.fetchall())
+    except LogUnavailable as exc:
+        log.warning("could not read the token namespaces: %s", exc)
+    return found

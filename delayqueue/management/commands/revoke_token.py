@@ -1,0 +1,18 @@
+from django.core.management.base import BaseCommand, CommandError
+
+from delayqueue.exceptions import QueueError
+from delayqueue.tokens import revoke_token
+
+
+class Command(BaseCommand):
+    help = "Revoke an API token by name: every web process refuses it within a second."
+
+    def add_arguments(self, parser):
+        parser.add_argument("name")
+
+    def handle(self, *args, **options):
+        try:
+            row = revoke_token(name=options["name"])
+        except QueueError as exc:
+            raise CommandError(str(exc)) from None
+        self.stdout.write(f"revoked token {row.name} (namespace {row.namespace})")

@@ -1,0 +1,356 @@
+"""API tokens: created, listed and revoked by the commands and the admin; stored only hashed;
+checked on every queue endpoint by scope and namespace."""
+import asyncio
+import hashlib
+import io
+import re
+import subprocess
+import sys
+import time
+
+import httpx
+import redis
+import pytest
+from asgiref.sync import sync_to_async
+from django.contrib.auth.models import User
+from django.core.management import CommandError, call_command
+
+from delayqueue.models import ApiToken, Message
+from delayqueue.runtime import current
+from tests.helpers import REDIS_URL, ROOT, call, scanner_env
+from tools.stack import free_port
+
+TOKEN_RE = re.compile(r"dq_[A-Za-z0-9_-]{43}")
+
+
+def run(*args) -> str:
+    out = io.StringIO()
+    call_command(*args, stdout=out)
+    return out.getvalue()
+
+
+@pytest.mark.django_db
+def test_create_token_prints_the_token_alone_on_its_last_line_and_stores_only_its_hash():
+    out = run("create_token", "--namespace", "shop", "--scopes", "consume,produce", "--name", "orders-app")
+    token = out.splitlines()[-1]
+    assert TOKEN_RE.fullmatch(token)
+    row = ApiToken.objects.get(name="orders-app")
+    assert (row.namespace, row.scopes) == ("shop", "produce,consume")
+    assert row.token_hash == hashlib.sha256(token.encode()).hexdigest()
+    assert token not in str(ApiToken.objects.values().get())  # the token itself is nowhere in the row
+
+
+@pytest.mark.django_db
+def test_create_token_generates_a_name_and_refuses_bad_input_in_one_line():
+    first = run("create_token", "--namespace", "shop", "--scopes", "monitor").splitlines()[-1]
+    assert ApiToken.objects.get().name.startswith("shop-")
+    assert TOKEN_RE.fullmatch(first)
+    run("create_token", "--namespace", "shop", "--scopes", "monitor", "--name", "dup")
+    for args, problem in [(("--scopes", "produce,admin"), "unknown scope 'admin'"),
+                          (("--scopes", "produce", "--name", "dup"), "a token named 'dup' already exists"),
+                          (("--scopes", ","), "at least one scope"),
+                          (("--scopes", "produce", "--namespace", "a:b"), "not a namespace")]:
+        options = {"--namespace": "shop", **dict(zip(args[::2], args[1::2]))}
+        with pytest.raises(CommandError, match=re.escape(problem)) as caught:
+            run("create_token", *[x for kv in options.items() for x in kv])
+        assert "\n" not in str(caught.value)
+    assert ApiToken.objects.count() == 2
+
+
+@pytest.mark.django_db
+def test_list_tokens_shows_each_token_but_never_the_token_and_revoke_marks_it():
+    token = run("create_token", "--namespace", "shop", "--scopes", "produce", "--name", "a").splitlines()[-1]
+    run("create_token", "--namespace", "other", "--scopes", "manage,monitor", "--name", "b")
+    assert run("revoke_token", "a") == "revoked token a (namespace shop)\n"
+    listing = run("list_tokens").splitlines()
+    assert listing[0].split() == ["NAME", "NAMESPACE", "SCOPES", "CREATED", "REVOKED"]
+    a, b = (line.split() for line in listing[1:])
+    assert a[:3] == ["a", "shop", "produce"] and a[-1] != "-"
+    assert b[:3] == ["b", "other", "manage,monitor"] and b[-1] == "-"
+    assert token not in "\n".join(listing)
+    assert ApiToken.objects.get(name="a").token_hash not in "\n".join(listing)
+    with pytest.raises(CommandError, match="no token named 'nope'"):
+        run("revoke_token", "nope")
+
+
+@pytest.mark.django_db
+def test_the_admin_creates_a_token_shown_once_and_revokes_it(client):
+    User.objects.create_superuser("boss", password="pw")
+    client.force_login(User.objects.get())
+    response = client.post("/admin/delayqueue/apitoken/add/",
+                           {"name": "web", "namespace": "shop", "scopes": ["produce", "monitor"]}, follow=True)
+    shown = TOKEN_RE.findall(response.content.decode())
+    assert len(shown) == 1
+    row = ApiToken.objects.get(name="web")
+    assert (row.scopes, row.token_hash) == ("produce,monitor", hashlib.sha256(shown[0].encode()).hexdigest())
+    listing = client.get("/admin/delayqueue/apitoken/").content.decode()
+    assert "web" in listing and shown[0] not in listing
+    detail = client.get(f"/admin/delayqueue/apitoken/{row.pk}/change/").content.decode()
+    assert shown[0] not in detail
+    refused = client.post("/admin/delayqueue/apitoken/add/", {"name": "x", "namespace": "a{b}", "scopes": ["produce"]})
+    assert "not a namespace" in refused.content.decode()
+    client.post("/admin/delayqueue/apitoken/", {"action": "revoke_selected", "_selected_action": [row.pk]})
+    assert ApiToken.objects.get(name="web").revoked_at is not None
+
+
+# --- The queue API with DELAYQUEUE_AUTH=tokens
+
+# Each endpoint, the scope it needs and a valid call's parameters (GET endpoints take a query).
+ENDPOINTS = [
+    ("delayQueue/sendMsg", "produce", "post", {"topic": "orders", "msg": "m", "delayMillis": "0", "msgId": "m1"}),
+    ("delayQueue/sendMsgBatch", "produce", "json", [{"topic": "orders", "msg": "m", "delayMillis": 0}]),
+    ("delayQueue/pullMsg", "consume", "post", {"topic": "orders"}),
+    ("delayQueue/longPollingMsg", "consume", "post", {"topic": "orders", "longPollingTimeoutMillis": "1"}),
+    ("delayQueue/ackMsg", "consume", "post", {"topic": "orders", "msgId": "m1"}),
+    ("delayQueue/getMsg", "consume", "post", {"topic": "orders", "msgId": "m1"}),
+    ("delayQueue/deleteMsg", "manage", "post", {"topic": "orders", "msgId": "m1"}),
+    ("delayQueue/restore", "manage", "post", {}),
+    ("delayQueue/restoreMsg", "manage", "post", {"topic": "orders", "msgId": "m1"}),
+    ("health/online", "manage", "get", {}),
+    ("health/offline", "manage", "get", {}),
+    ("delayQueue/getMonitorData", "monitor", "get", {}),
+    ("delayQueue/getTopicInfo", "monitor", "get", {"topic": "orders"}),
+    ("delayQueue/getTopicInfoList", "monitor", "get", {}),
+]
+SCOPES = ("produce", "consume", "manage", "monitor")
+
+
+@pytest.fixture
+def tokens_on(settings, clean_state):
+    settings.DELAYQUEUE = {**settings.DELAYQUEUE, "AUTH": "tokens"}
+
+
+def new_token(namespace="shop", scopes=SCOPES, name=None) -> str:
+    return run("create_token", "--namespace", namespace, "--scopes", ",".join(scopes),
+               *(("--name", name) if name else ())).splitlines()[-1]
+
+
+async def ask(api, endpoint, how, params, token=None, prefix=False) -> dict:
+    """One call, its token as a Bearer header or as the /t/<token> path prefix; the envelope's body
+    (health endpoints answer their code as the HTTP status too)."""
+    path = (f"/t/{token}" if prefix else "") + "/camellia/" + endpoint
+    headers = {"Authorization": f"Bearer {token}"} if token and not prefix else {}
+    if how == "json":
+        response = await api.post(path, json=params, headers=headers)
+    elif how == "get":
+        response = await api.get(path, params=params, headers=headers)
+    else:
+        response = await api.post(path, data=params, headers=headers)
+    assert response.headers["content-type"].startswith("application/json")
+    if not endpoint.startswith("health/"):
+        assert response.status_code == 200, response.text
+    return response.json()
+
+
+@pytest.mark.usefixtures("tokens_on")
+async def test_every_endpoint_takes_exactly_its_scope_in_either_token_form(api):
+    single = {scope: await sync_to_async(new_token)(scopes=[scope]) for scope in SCOPES}
+    for endpoint, needed, how, params in ENDPOINTS:
+        for scope, token in single.items():
+            for prefix in (False, True):
+                body = await ask(api, endpoint, how, params, token, prefix)
+                if scope == needed:
+                    assert body["code"] not in (401, 403), (endpoint, scope, body)
+                else:
+                    assert body == {"code": 403, "msg": f"this API token lacks the {needed} scope"} or (
+                        endpoint.startswith("health/") and body == {"code": 403}), (endpoint, scope, body)
+                    assert token not in str(body)
+    await ask(api, "health/online", "get", {}, single["manage"])  # leave the host online
+
+
+@pytest.mark.usefixtures("tokens_on")
+async def test_a_missing_bad_or_revoked_token_answers_401_and_health_checks_stay_open(api):
+    for endpoint, _needed, how, params in ENDPOINTS:
+        body = await ask(api, endpoint, how, params)
+        assert body["code"] == 401, (endpoint, body)
+    missing = await ask(api, "delayQueue/pullMsg", "post", {"topic": "orders"})
+    assert missing["msg"].startswith("missing API token: send the header 'Authorization: Bearer <token>'")
+    for bad in ("dq_nope", "Basic abc"):
+        answer = await ask(api, "delayQueue/pullMsg", "post", {"topic": "orders"}, bad)
+        assert answer == {"code": 401, "msg": "invalid or revoked API token"}
+    prefixed = await ask(api, "delayQueue/pullMsg", "post", {"topic": "orders"}, "dq_nope", prefix=True)
+    assert prefixed == {"code": 401, "msg": "invalid or revoked API token"}
+    token = await sync_to_async(new_token)(name="soon-gone")
+    assert (await ask(api, "delayQueue/pullMsg", "post", {"topic": "orders"}, token))["code"] == 200
+    await sync_to_async(run)("revoke_token", "soon-gone")
+    await asyncio.sleep(1.0)  # the promise: refused within 1 s
+    assert (await ask(api, "delayQueue/pullMsg", "post", {"topic": "orders"}, token))["code"] == 401
+    for open_endpoint in ("health/status", "health/check"):
+        response = await api.get("/camellia/" + open_endpoint)
+        assert (response.status_code, response.json()) == (200, {"code": 200})
+
+
+@pytest.mark.usefixtures("tokens_on")
+async def test_two_namespaces_do_not_see_each_others_messages(api, start_scanner):
+    a = await sync_to_async(new_token)("ns-a")
+    b = await sync_to_async(new_token)("ns-b")
+    sent = await ask(api, "delayQueue/sendMsg", "post", {"topic": "orders", "msg": "for a", "delayMillis": "300",
+                                                         "msgId": "x1"}, a)
+    assert sent["code"] == 200
+    for token, expected in ((a, 200), (b, 404)):
+        got = await ask(api, "delayQueue/getMsg", "post", {"topic": "orders", "msgId": "x1"}, token)
+        assert got["code"] == expected
+    listed_b = await ask(api, "delayQueue/getTopicInfoList", "get", {}, b)
+    assert listed_b["data"] == []
+    # The message becomes ready through the scanner of its own namespace, and only a's consumer gets it.
+    await start_scanner(current().for_namespace("ns-a"))
+    await asyncio.sleep(0.5)
+    pulled_b = await ask(api, "delayQueue/longPollingMsg", "post",
+                         {"topic": "orders", "longPollingTimeoutMillis": "300"}, b)
+    assert pulled_b["delayMsgList"] == []
+    pulled_a = await ask(api, "delayQueue/longPollingMsg", "post",
+                         {"topic": "orders", "longPollingTimeoutMillis": "3000"}, a)
+    assert [m["msgId"] for m in pulled_a["delayMsgList"]] == ["x1"]
+    logged = await sync_to_async(lambda: list(Message.objects.values_list("namespace", "msg_id")))()
+    assert logged == [("ns-a", "x1")]
+
+
+async def test_open_mode_needs_no_token_and_works_in_the_configured_namespace(api):
+    body = await call(api, "sendMsg", topic="orders", msg="m", delayMillis="0", msgId="o1")
+    assert body["code"] == 200
+    logged = await sync_to_async(lambda: list(Message.objects.values_list("namespace", "msg_id")))()
+    assert logged == [("default", "o1")]
+
+
+def test_the_dashboard_warns_in_open_mode_only(admin_client, settings, clean_state):
+    assert 'id="auth-open"' in admin_client.get("/admin/dashboard/").content.decode()
+    settings.DELAYQUEUE = {**settings.DELAYQUEUE, "AUTH": "tokens"}
+    assert 'id="auth-open"' not in admin_client.get("/admin/dashboard/").content.decode()
+
+
+# --- Real uvicorn processes
+
+def start_uvicorn(log_path, access_log: bool) -> tuple[subprocess.Popen, str]:
+    port = free_port()
+    env = dict(scanner_env(), REDIS_URL=REDIS_URL, DELAYQUEUE_AUTH="tokens")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "uvicorn", "project.asgi:application", "--host", "127.0.0.1", "--port", str(port),
+         "--lifespan", "off", *(() if access_log else ("--no-access-log",))],
+        cwd=ROOT, env=env, stdout=open(log_path, "wb"), stderr=subprocess.STDOUT)
+    return proc, f"http://127.0.0.1:{port}"
+
+
+def wait_serving(proc, url, log_path, timeout=30):
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            httpx.get(url + "/camellia/health/check", timeout=1)
+            return
+        except httpx.TransportError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError(f"uvicorn did not start: {log_path.read_text()}")
+            time.sleep(0.1)
+
+
+@pytest.fixture
+def two_web_processes(clean_state, tmp_path):
+    started = [start_uvicorn(tmp_path / f"uvicorn{i}.log", access_log=i == 0) for i in range(2)]
+    try:
+        for i, (proc, url) in enumerate(started):
+            wait_serving(proc, url, tmp_path / f"uvicorn{i}.log")
+        yield [url for _proc, url in started], tmp_path / "uvicorn0.log"
+    finally:
+        for proc, _url in started:
+            proc.terminate()
+        for proc, _url in started:
+            proc.wait(timeout=15)
+
+
+@pytest.mark.process
+def test_java_sdk_style_prefix_bearer_and_revocation_across_two_web_processes(two_web_processes):
+    (first, second), access_log = two_web_processes
+    token = new_token(name="app")
+    # camellia's Java SDK, configured with <url>/t/<token>, appends /camellia/delayQueue/<endpoint>
+    # and sends a form body.
+    sent = httpx.post(f"{first}/t/{token}/camellia/delayQueue/sendMsg",
+                      data={"topic": "orders", "msg": "m", "delayMillis": "0", "msgId": "j1"}).json()
+    assert sent["code"] == 200, sent
+    pulled = httpx.post(f"{second}/camellia/delayQueue/pullMsg", data={"topic": "orders"},
+                        headers={"Authorization": f"Bearer {token}"}).json()
+    assert [m["msgId"] for m in pulled["delayMsgList"]] == ["j1"]
+    run("revoke_token", "app")
+    time.sleep(1.0)  # the promise: every web process refuses it within 1 s
+    for url in (first, second):
+        for prefix, headers in ((f"/t/{token}", {}), ("", {"Authorization": f"Bearer {token}"})):
+            answer = httpx.post(f"{url}{prefix}/camellia/delayQueue/pullMsg", data={"topic": "t"},
+                                headers=headers).json()
+            assert answer == {"code": 401, "msg": "invalid or revoked API token"}
+    logged = access_log.read_text()
+    assert "/camellia/delayQueue/sendMsg" in logged and "/camellia/delayQueue/pullMsg" in logged
+    assert token not in logged and "/t/" not in logged
+
+
+@pytest.mark.process
+@pytest.mark.usefixtures("tokens_on")
+async def test_run_scanners_runs_a_scanner_for_each_token_namespace_and_restore_takes_a_namespace(
+        api, scanner_process):
+    first = await sync_to_async(new_token)("ns-a")
+    proc = scanner_process("multi")
+    await asyncio.to_thread(proc.wait_started)
+    later = await sync_to_async(new_token)("ns-late")  # picked up at the next check of the token table
+    for token, msg_id in ((first, "a1"), (later, "l1")):
+        sent = await ask(api, "delayQueue/sendMsg", "post",
+                         {"topic": "orders", "msg": "m", "delayMillis": "200", "msgId": msg_id}, token)
+        assert sent["code"] == 200
+    for token, msg_id in ((first, "a1"), (later, "l1")):
+        pulled = await ask(api, "delayQueue/longPollingMsg", "post",
+                           {"topic": "orders", "longPollingTimeoutMillis": "10000"}, token)
+        assert [m["msgId"] for m in pulled["delayMsgList"]] == [msg_id]
+    output = proc.output()
+    for namespace in ("default", "ns-a", "ns-late"):
+        assert f"started (namespace {namespace})" in output
+
+    await ask(api, "delayQueue/sendMsg", "post",
+              {"topic": "later", "msg": "m", "delayMillis": "600000", "msgId": "r1"}, first)
+    redis.Redis.from_url(REDIS_URL).flushall()  # Redis loses its data
+    assert (await ask(api, "delayQueue/getMsg", "post", {"topic": "later", "msgId": "r1"}, first))["code"] == 404
+    out = await sync_to_async(run)("restore", "--namespace", "ns-a", "--topic", "later")
+    assert out.startswith("restored 1,")
+    got = await ask(api, "delayQueue/getMsg", "post", {"topic": "later", "msgId": "r1"}, first)
+    assert (got["code"], got["delayMsg"]["status"]) == (200, 1)
+    with pytest.raises(CommandError, match="not a namespace"):
+        await sync_to_async(run)("restore", "--namespace", "a:b")
+
+
+@pytest.mark.usefixtures("tokens_on")
+async def test_concurrent_checks_of_one_token_share_one_query(api):
+    token = await sync_to_async(new_token)()
+    cache = current().tokens
+    grants = await asyncio.gather(*(cache.grant(token) for _ in range(50)))
+    assert grants[0].namespace == "shop"
+    assert all(g is grants[0] for g in grants)  # one query answered them all: one Grant object
+    await asyncio.sleep(0.6)
+    assert await cache.grant(token) is not grants[0]  # an answer older than 0.5 s is asked again
+
+
+@pytest.mark.fault
+@pytest.mark.usefixtures("tokens_on")
+async def test_postgres_down_a_known_token_keeps_its_answer_an_unknown_one_gets_500(api, postgres):
+    known = await sync_to_async(new_token)()
+    unknown = "dq_" + "x" * 43
+    info = ("delayQueue/getTopicInfo", "get", {"topic": "orders"})  # Redis only: works without the log
+    assert (await ask(api, *info, known))["code"] == 200
+    postgres.stop()
+    try:
+        await asyncio.sleep(0.6)  # past the refresh time: the check asks PostgreSQL, which is down
+        assert (await ask(api, *info, known))["code"] == 200
+        refused = await ask(api, *info, unknown)
+        assert refused == {"code": 500, "msg": "token check unavailable: the message log (PostgreSQL) does not answer"}
+    finally:
+        await asyncio.to_thread(postgres.start)
+    await asyncio.sleep(0.6)
+    assert (await ask(api, *info, unknown))["code"] == 401
+
+
+@pytest.mark.process
+def test_the_web_process_warns_at_start_in_open_mode_and_refuses_an_unknown_mode():
+    def start(mode: str) -> subprocess.CompletedProcess:
+        env = dict(scanner_env(), DELAYQUEUE_AUTH=mode)
+        return subprocess.run([sys.executable, "-c", "import project.asgi"], cwd=ROOT, env=env,
+                              capture_output=True, text=True, timeout=60)
+
+    opened, tokens, unknown = start("open"), start("tokens"), start("Tokens")
+    assert opened.returncode == 0 and "DELAYQUEUE_AUTH=open: the queue API takes no token" in opened.stderr
+    assert tokens.returncode == 0 and "DELAYQUEUE_AUTH" not in tokens.stderr
+    assert unknown.returncode == 1
+    assert unknown.stderr.strip() == "environment variable DELAYQUEUE_AUTH must be tokens or open, got 'Tokens'"
