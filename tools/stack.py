@@ -8,6 +8,7 @@ in .local/run/ for ./dev run, fresh for every ./dev test). PostgreSQL refuses to
 and Redis should not: as root both run as the system user `delayqueue` (created if missing).
 """
 import argparse
+import hashlib
 import json
 import os
 import pwd
@@ -451,6 +452,7 @@ def command_run(_args) -> int:
         if migrate.returncode != 0:  # it said why on stderr
             say(f"migrate exited with code {migrate.returncode}; stopping")
             return migrate.returncode
+        token = local_token(env)
         web = subprocess.Popen(
             [sys.executable, "-m", "uvicorn", "project.asgi:application", "--host", host,
              "--port", str(http_port), "--lifespan", "off", "--no-access-log", "--workers", str(workers)],
@@ -460,6 +462,8 @@ def command_run(_args) -> int:
         backoff, restart_at = SCANNER_BACKOFF_SECONDS[0], 0.0
         say(f"delayqueue is serving http://{host}:{http_port}/camellia/delayQueue/ ({workers} web workers) "
             "with scanners; Ctrl-C stops everything. Other commands: ./dev manage <command>")
+        if token:
+            show_token(token, f"http://{host}:{http_port}", token_file(env["DATABASE_URL"]))
         while not stopping:
             if web.poll() is not None:
                 say(f"uvicorn exited with code {web.returncode}; stopping")
@@ -479,6 +483,39 @@ def command_run(_args) -> int:
         say("stopping")
         terminate([proc for proc in (web, scanner) if proc is not None])
         services.stop()
+
+
+def local_token(env: dict) -> str | None:
+    """The API token ./dev run creates on its first start (every scope, in DELAYQUEUE_NAMESPACE),
+    kept in its data folder (0600) for the next starts; None when DELAYQUEUE_AUTH=open. One file
+    per database, as a token lives in the database it was created in."""
+    if env.get("DELAYQUEUE_AUTH") == "open":
+        return None
+    path = token_file(env["DATABASE_URL"])
+    if path.exists():
+        return path.read_text().strip()
+    created = subprocess.run(
+        [sys.executable, "manage.py", "create_token", "--namespace", env.get("DELAYQUEUE_NAMESPACE") or "default",
+         "--scopes", "produce,consume,manage,monitor", "--name", f"dev-run-{secrets.token_hex(3)}"],
+        cwd=ROOT, env=env, capture_output=True, text=True)
+    if created.returncode != 0:
+        say(f"could not create a local API token: {created.stderr.strip() or created.returncode}")
+        return None
+    token = created.stdout.strip().splitlines()[-1]
+    write_private(path, token + "\n")
+    return token
+
+
+def token_file(database_url: str) -> Path:
+    return RUN_DIR / f"token-{hashlib.sha256(database_url.encode()).hexdigest()[:12]}"
+
+
+def show_token(token: str, base_url: str, path: Path) -> None:
+    say(f"API token (every scope; kept in {path}): {token}")
+    say(f"  curl -s -H 'Authorization: Bearer {token}' -d 'topic=demo&msg=hello&delayMillis=1000' "
+        f"{base_url}/camellia/delayQueue/sendMsg")
+    say(f"  curl -s -H 'Authorization: Bearer {token}' -d 'topic=demo&batch=10' {base_url}/camellia/delayQueue/pullMsg")
+    say(f"  camellia's Java SDK: configure the URL {base_url}/t/{token}")
 
 
 def command_manage(manage_args: list[str]) -> int:

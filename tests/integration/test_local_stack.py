@@ -18,7 +18,7 @@ import redis
 from delayqueue import services
 from delayqueue.live.client import url_credentials, url_nodes
 from tests.helpers import REDIS_CLUSTER_URL, REDIS_URL, ROOT, log_database_url, make_runtime, scanner_env
-from tools.stack import SYSTEM_USER, Services, free_port, pg_bin
+from tools.stack import SYSTEM_USER, Services, free_port, pg_bin, token_file
 
 
 def without_credentials(url: str) -> str:
@@ -176,7 +176,9 @@ def test_dev_run_restarts_a_scanner_that_exits_and_keeps_serving(clean_state, tm
     """./dev run on the test servers (so it starts none of its own): its scanner killed, it says
     so, starts another and the API answers throughout; Ctrl-C stops everything."""
     port = free_port()
-    env = {**scanner_env(), "REDIS_URL": REDIS_URL, "PORT": str(port), "HOST": "127.0.0.1", "WEB_CONCURRENCY": "1"}
+    env = {**scanner_env(), "REDIS_URL": REDIS_URL, "PORT": str(port), "HOST": "127.0.0.1", "WEB_CONCURRENCY": "1",
+           "DELAYQUEUE_AUTH": "tokens"}
+    token_path = token_file(env["DATABASE_URL"])
     output = tmp_path / "dev-run.log"
     with open(output, "wb") as log:
         dev = subprocess.Popen([sys.executable, "-m", "tools.stack", "run"], cwd=ROOT, env=env, stdout=log,
@@ -187,22 +189,33 @@ def test_dev_run_restarts_a_scanner_that_exits_and_keeps_serving(clean_state, tm
 
         first = wait_for(scanner, 60, "the scanner to start")
         wait_for(lambda: "delayqueue is serving http://127.0.0.1:" in output.read_text(), 60, "the serving line")
+        # Its first start made an API token, kept (0600) and printed with ready-to-paste lines.
+        token = token_path.read_text().strip()
+        assert oct(token_path.stat().st_mode & 0o777) == "0o600"
+        assert wait_for(lambda: f"API token (every scope; kept in {token_path}): {token}" in output.read_text(), 10,
+                        "the token line")
+        assert f"-H 'Authorization: Bearer {token}'" in output.read_text()
+        assert f"http://127.0.0.1:{port}/t/{token}" in output.read_text()
+        assert wait_for(lambda: serving(port), 30, "the API to answer")["code"] == 401  # no token
         os.kill(first, signal.SIGKILL)
         wait_for(lambda: "run_scanners exited with code -9; starting it again in 1 s" in output.read_text(), 10,
                  "the restart line")
         second = wait_for(lambda: (pid := scanner()) not in (None, first) and pid, 10, "a new scanner")
         assert dev.poll() is None
-        assert wait_for(lambda: serving(port), 30, "the API to answer")["code"] == 200
+        assert wait_for(lambda: serving(port, token), 30, "the API to answer")["code"] == 200
     finally:
         dev.send_signal(signal.SIGINT)
         dev.wait(30)
+        token_path.unlink(missing_ok=True)  # the token lives in the test database, gone after the test
     assert dev.returncode == 0, output.read_text()
     assert not os.path.exists(f"/proc/{second}"), "the scanner outlived ./dev run"
 
 
-def serving(port: int) -> dict | None:
+def serving(port: int, token: str | None = None) -> dict | None:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
     try:
-        return httpx.post(f"http://127.0.0.1:{port}/camellia/delayQueue/getMonitorData", timeout=5).json()
+        return httpx.post(f"http://127.0.0.1:{port}/camellia/delayQueue/getMonitorData", headers=headers,
+                          timeout=5).json()
     except httpx.HTTPError:
         return None
 
