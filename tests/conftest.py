@@ -143,11 +143,18 @@ def postgres(transactional_db):
     if control._pid() is None:  # a failed test must not leave the rest of the suite without a database
         control.start()
     if control.restarted is not None:
-        # Django's connections died with the server: the test database's flush must open new ones.
+        # Django's connections died with the server: the test database's flush must open new ones,
+        # and so must later tests' ORM reads through sync_to_async, which run on asgiref's one
+        # worker thread with connections of its own.
+        from asgiref.sync import SyncToAsync
         from django.db import connections
 
-        for connection in connections.all(initialized_only=True):
-            connection.close()
+        def close_all():
+            for connection in connections.all(initialized_only=True):
+                connection.close()
+
+        close_all()
+        SyncToAsync.single_thread_executor.submit(close_all).result()
 
 
 @pytest.fixture(scope="session")
