@@ -62,6 +62,14 @@ def set_unreached_limits(env: dict, topics: list[str]) -> None:
                        cwd=ROOT, env=env, check=True, stdout=subprocess.DEVNULL)
 
 
+def create_token(env: dict, scopes: str = "produce,consume,manage,monitor") -> str:
+    """A new API token of the default namespace (create_token prints it alone on its last line)."""
+    out = subprocess.run([sys.executable, "manage.py", "create_token", "--namespace",
+                          env.get("DELAYQUEUE_NAMESPACE") or "default", "--scopes", scopes],
+                         cwd=ROOT, env=env, check=True, capture_output=True, text=True).stdout
+    return out.strip().splitlines()[-1]
+
+
 _own_redis: set[str] = set()  # the Redis servers stack() started (the only ones empty_redis empties)
 
 
@@ -103,6 +111,8 @@ def stack(scanners: int = 1, workers: int = 1, servers: dict[str, dict] | None =
     with scratch_services("bench-", durable=True) as services:
         base = services.base
         env = dict(os.environ, DJANGO_SETTINGS_MODULE="bench.settings")
+        # The benchmarks measure the queue; what tokens cost is send_throughput --auth's question.
+        env.setdefault("DELAYQUEUE_AUTH", "open")
         procs = []
         try:
             if not env.get("REDIS_URL"):

@@ -10,8 +10,12 @@ Needs wrk (Debian: apt-get install wrk).
 With --limits, the namespace and every topic the benchmark sends to get a produce rate and a
 live-message cap far above what it reaches: what checking limits costs a send.
 
+With --auth, two servers on the same Redis and PostgreSQL, one with DELAYQUEUE_AUTH=tokens (every
+request carries a Bearer token) and one with DELAYQUEUE_AUTH=open, are measured in interleaved
+rounds instead of the baselines: what checking tokens costs (goal: tokens within 5 % of open).
+
     .venv/bin/python -m bench.send_throughput [--seconds 10] [--connections 32] [--workers 1] [--message-log off]
-                                              [--limits]
+                                              [--limits] [--auth]
 """
 import argparse
 import asyncio
@@ -22,8 +26,9 @@ import statistics
 import subprocess
 import tempfile
 import time
+import urllib.request
 
-from bench.harness import BENCH_HELLO, empty_redis, set_unreached_limits, stack
+from bench.harness import BENCH_HELLO, create_token, empty_redis, set_unreached_limits, stack
 
 API = "/camellia/delayQueue/"
 BATCH = 100
@@ -42,9 +47,12 @@ def wrk(url: str, seconds: int, connections: int, script: str | None = None) -> 
     return float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
 
 
-def post_script(body: str, content_type: str) -> str:
-    return (f'wrk.method = "POST"\nwrk.body = {json.dumps(body)}\n'
-            f'wrk.headers["Content-Type"] = "{content_type}"\n')
+def post_script(body: str, content_type: str, token: str | None = None) -> str:
+    script = (f'wrk.method = "POST"\nwrk.body = {json.dumps(body)}\n'
+              f'wrk.headers["Content-Type"] = "{content_type}"\n')
+    if token:
+        script += f'wrk.headers["Authorization"] = "Bearer {token}"\n'
+    return script
 
 
 async def raw_evalsha_rate(redis_url: str, seconds: int, concurrency: int) -> float:
@@ -89,9 +97,13 @@ def main():
                         help="set limits that are never reached on the namespace and the topics sent to")
     parser.add_argument("--rounds", type=int, default=3,
                         help="measure each side this many times, interleaved; medians are reported")
+    parser.add_argument("--auth", action="store_true",
+                        help="compare a server with DELAYQUEUE_AUTH=tokens to one with DELAYQUEUE_AUTH=open")
     args = parser.parse_args()
     if not shutil.which("wrk"):
         raise SystemExit("wrk is needed: apt-get install wrk")
+    if args.auth:
+        return compare_auth(args)
     single_body = "topic=bench&msg=hello&delayMillis=600000"
     batch_body = json.dumps([{"topic": f"bench{i % 4}", "msg": "hello", "delayMillis": 600000} for i in range(BATCH)])
     # Each pair is measured back to back and the rounds interleaved: on a shared machine the
@@ -126,6 +138,47 @@ def main():
     print(f"  sendMsg (single)   {single:10.0f} msg/s   ratio to hello-world {single_ratio:.2f} (goal >= 0.5)")
     print(f"  raw EVALSHA x{BATCH}    {raw:10.0f} msg/s")
     print(f"  sendMsgBatch x{BATCH}  {batch:10.0f} msg/s   ratio to raw EVALSHA {batch_ratio:.2f} (goal >= 0.5)")
+
+
+def send_once(url: str, body: str, token: str | None) -> dict:
+    headers = {"Content-Type": "application/x-www-form-urlencoded"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    request = urllib.request.Request(url, data=body.encode(), headers=headers)
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return json.load(response)
+
+
+def compare_auth(args) -> None:
+    """sendMsg and sendMsgBatch on a tokens server and an open one, in interleaved rounds."""
+    single_body = "topic=bench&msg=hello&delayMillis=600000"
+    batch_body = json.dumps([{"topic": f"bench{i % 4}", "msg": "hello", "delayMillis": 600000} for i in range(BATCH)])
+    log = "1" if args.message_log == "on" else "0"
+    servers = {side: {"DELAYQUEUE_MESSAGE_LOG": log, "DELAYQUEUE_AUTH": side} for side in ("tokens", "open")}
+    rounds = {(side, kind): [] for side in servers for kind in ("single", "batch")}
+    with stack(scanners=0, workers=args.workers, servers=servers) as (urls, env):
+        token = create_token(env, "produce")
+        for side in servers:  # refusals are HTTP 200 too (camellia's envelope): wrk would not see them
+            answer = send_once(urls[side] + API + "sendMsg", single_body, token if side == "tokens" else None)
+            if answer["code"] != 200:
+                raise SystemExit(f"the {side} server refused a send: {answer}")
+        wrk(urls["open"] + BENCH_HELLO, 2, args.connections)  # warm-up
+        for _ in range(args.rounds):
+            for side in servers:
+                bearer = token if side == "tokens" else None
+                empty_redis(env["REDIS_URL"])
+                rounds[side, "single"].append(wrk(urls[side] + API + "sendMsg", args.seconds, args.connections,
+                                                  post_script(single_body, "application/x-www-form-urlencoded", bearer)))
+                empty_redis(env["REDIS_URL"])
+                rounds[side, "batch"].append(wrk(urls[side] + API + "sendMsgBatch", args.seconds,
+                                                 max(4, args.connections // 4),
+                                                 post_script(batch_body, "application/json", bearer)) * BATCH)
+    print(f"DELAYQUEUE_AUTH tokens vs open, message log {args.message_log}, uvicorn workers: {args.workers}, "
+          f"wrk connections: {args.connections}, medians of {args.rounds} interleaved rounds of {args.seconds} s")
+    for kind, label in (("single", "sendMsg (single)  "), ("batch", f"sendMsgBatch x{BATCH}")):
+        tokens, open_ = statistics.median(rounds["tokens", kind]), statistics.median(rounds["open", kind])
+        ratio = statistics.median(t / o for t, o in zip(rounds["tokens", kind], rounds["open", kind]))
+        print(f"  {label}  tokens {tokens:10.0f} msg/s   open {open_:10.0f} msg/s   ratio {ratio:.3f} (goal >= 0.95)")
 
 
 if __name__ == "__main__":
