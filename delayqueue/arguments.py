@@ -1,9 +1,8 @@
 """Option types shared by the command lines (manage.py commands, the Spark jobs, the benchmarks).
 A bad value ends, as argparse reports it, in one line naming the option and exit code 2."""
 import argparse
-import re
 
-from delayqueue.constants import MAX_LIMIT, NAMESPACE_PATTERN
+from delayqueue.constants import MAX_LIMIT
 from delayqueue.topics import topic_problem
 
 # The longest age a retention option takes: a hundred years. Far more overflows date arithmetic
@@ -47,9 +46,12 @@ def topic_name(text: str) -> str:
 
 
 def namespace_name(text: str) -> str:
-    if not re.fullmatch(NAMESPACE_PATTERN, text):
-        raise argparse.ArgumentTypeError(f"not a namespace (1-64 of A-Z a-z 0-9 . _ -): {text!r}")
-    return text
+    from delayqueue.conf import checked_namespace  # the one namespace rule (conf imports this module)
+
+    try:
+        return checked_namespace(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not a namespace: {exc}") from None
 
 
 def non_empty(text: str) -> str:
