@@ -3,18 +3,12 @@ site's page made a browser send, unless DELAYQUEUE_ALLOWED_ORIGINS lists that si
 the API docs take a bearer token when DELAYQUEUE_METRICS_TOKEN is set. In-process through the
 project's ASGI application, and through a real uvicorn for the attacks a web page can make."""
 import logging
-import os
-import socket
-import subprocess
-import sys
-import time
 
 import httpx
 import pytest
 
 from delayqueue.conf import load_config
-from tests.helpers import API, REDIS_URL, ROOT, TEST_CONFIG, call, log_database_url
-from tools.stack import free_port
+from tests.helpers import API, call
 
 APP = "https://app.example.com"
 EVIL = "https://evil.example"
@@ -149,31 +143,11 @@ async def test_metrics_and_docs_require_the_metrics_token_when_it_is_set(api, se
 
 
 @pytest.fixture
-def uvicorn_url(clean_state, tmp_path):
+def uvicorn_url(web_processes):
     """A real uvicorn serving the project, as ./dev run does, with one allowed origin."""
-    port = free_port()
-    env = dict(os.environ, DATABASE_URL=log_database_url(), REDIS_URL=REDIS_URL,
-               DELAYQUEUE_ALLOWED_ORIGINS=f"{APP}/",  # as an operator may write it: normalized at start
-               **{f"DELAYQUEUE_{k}": str(v) for k, v in TEST_CONFIG.items()})
-    log_path = tmp_path / "uvicorn.log"
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "uvicorn", "project.asgi:application", "--host", "127.0.0.1", "--port", str(port),
-             "--lifespan", "off", "--no-access-log"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise AssertionError(f"uvicorn did not start: {log_path.read_text()}")
-                time.sleep(0.1)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        proc.wait(timeout=15)
+    # Written as an operator may write it (a trailing slash): normalized at start.
+    [web] = web_processes(1, DELAYQUEUE_ALLOWED_ORIGINS=f"{APP}/")
+    return web.url
 
 
 @pytest.mark.process
