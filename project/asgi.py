@@ -11,15 +11,16 @@ django_application = get_asgi_application()  # sets Django up; serves the admin 
 from delayqueue.api.asgi import EventLoopAPIHandler, strip_token_prefix  # noqa: E402  (needs Django set up)
 from delayqueue.conf import load_config  # noqa: E402
 
-if load_config().auth == "open":
+_config = load_config()
+if _config.auth == "open":
     logging.getLogger("delayqueue").warning(
         "DELAYQUEUE_AUTH=open: the queue API takes no token, anyone who reaches it may do anything in namespace %s",
-        load_config().namespace)
+        _config.namespace)
 
 # Paths served without leaving the event loop: async views that never use the ORM.
 EVENT_LOOP_PATHS = ("/camellia/",)
 # /t/<token>/camellia/...: the API token as a path prefix, for clients that cannot set headers.
-TOKEN_PREFIX = "/t/"
+TOKEN_PATH_PREFIX = "/t/"
 api_application = EventLoopAPIHandler()
 
 # Everything loaded so far lives as long as the process: keep it out of the cyclic collector,
@@ -28,7 +29,7 @@ gc.freeze()
 
 
 async def application(scope, receive, send):
-    if scope["type"] == "http" and scope["path"].startswith(TOKEN_PREFIX):
+    if scope["type"] == "http" and scope["path"].startswith(TOKEN_PATH_PREFIX):
         strip_token_prefix(scope)
     if scope["type"] == "http" and scope["path"].startswith(EVENT_LOOP_PATHS):
         await api_application(scope, receive, send)

@@ -223,6 +223,7 @@ class QueueAPIView(APIView):
              "msgId": "order-42-cancel", "ttlMillis": 3600000, "maxRetry": 3})
 class SendMsgView(QueueAPIView):
     needs_scope = Scope.PRODUCE
+
     async def handle(self):
         data = self.validated(SendMsgSerializer)
         return reply(delayMsg=await services.send_message(self.rt, **send_parameters(data)))
@@ -240,6 +241,7 @@ class SendMsgView(QueueAPIView):
              {"topic": "orders", "msg": "cancel 42", "delayMillis": 1800000, "msgId": "order-42-cancel"}])
 class SendMsgBatchView(QueueAPIView):
     needs_scope = Scope.PRODUCE
+
     async def handle(self):
         items = self.body_data()
         if isinstance(items, dict) and "messages" in items:
@@ -288,6 +290,7 @@ def item_error(index: int, exc: Exception) -> dict:
     example={"topic": "orders", "batch": 10, "ackTimeoutMillis": 30000})
 class PullMsgView(QueueAPIView):
     needs_scope = Scope.CONSUME
+
     async def handle(self):
         data = self.validated(PullMsgSerializer)
         messages, _remaining = await services.pull_messages(
@@ -305,6 +308,7 @@ class PullMsgView(QueueAPIView):
     example={"topic": "orders", "batch": 10, "ackTimeoutMillis": 30000, "longPollingTimeoutMillis": 10000})
 class LongPollingMsgView(QueueAPIView):
     needs_scope = Scope.CONSUME
+
     async def handle(self):
         data = self.validated(LongPollingMsgSerializer)
         messages = await services.long_poll_messages(
@@ -322,6 +326,7 @@ class LongPollingMsgView(QueueAPIView):
     example={"topic": "orders", "msgId": "order-42-cancel", "ack": True})
 class AckMsgView(QueueAPIView):
     needs_scope = Scope.CONSUME
+
     async def handle(self):
         data = self.validated(AckMsgSerializer)
         ack = services.ack_message if data["ack"] else services.nack_message
@@ -337,6 +342,7 @@ class AckMsgView(QueueAPIView):
     example={"topic": "orders", "msgId": "order-42-cancel"})
 class GetMsgView(QueueAPIView):
     needs_scope = Scope.CONSUME
+
     async def handle(self):
         data = self.validated(MessageRefSerializer)
         message = await selectors.get_message(self.rt, topic=data["topic"], msg_id=data["msgId"])
@@ -353,6 +359,7 @@ class GetMsgView(QueueAPIView):
     example={"topic": "orders", "msgId": "order-42-cancel", "release": False})
 class DeleteMsgView(QueueAPIView):
     needs_scope = Scope.MANAGE
+
     async def handle(self):
         data = self.validated(DeleteMsgSerializer)
         if not await services.delete_message(self.rt, topic=data["topic"], msg_id=data["msgId"],
@@ -417,6 +424,7 @@ def restore_reply(counts: recovery.RestoreCounts) -> HttpResponse:
     example={"topic": "orders", "expire": False})
 class RestoreView(QueueAPIView):
     needs_scope = Scope.MANAGE
+
     async def handle(self):
         data = self.validated(RestoreSerializer)
         rt = self.rt
@@ -434,6 +442,7 @@ class RestoreView(QueueAPIView):
     example={"topic": "orders", "msgId": "order-42-cancel", "expire": False})
 class RestoreMsgView(QueueAPIView):
     needs_scope = Scope.MANAGE
+
     async def handle(self):
         data = self.validated(RestoreMsgSerializer)
         rt = self.rt
@@ -478,6 +487,7 @@ class HealthCheckView(HealthView):
                  failing="the change failed", refusable=True)
 class HealthOnlineView(HealthView):
     needs_scope = Scope.MANAGE
+
     async def handle(self):
         await health.set_online(self.rt, True)
         return health_reply(200)
@@ -490,6 +500,7 @@ class HealthOnlineView(HealthView):
                  failing="still serving queue requests", refusable=True)
 class HealthOfflineView(HealthView):
     needs_scope = Scope.MANAGE
+
     async def handle(self):
         rt = self.rt
         await health.set_online(rt, False)
