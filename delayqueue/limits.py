@@ -13,17 +13,21 @@ web process:
 - A topic's live cap: exact. send.lua checks it against the topic's expiry index as each
   message goes in; admit_send.lua checks it before the message log is written, so a refused
   send costs the log nothing.
-- A namespace's live cap: against the sum of its topics' live counts, which each process reads
-  every LIVE_COUNT_SECONDS, plus what that process admitted since. Sends of other processes
-  since their last count are not seen, so the namespace can go over its cap by about what the
-  other web processes send in one second.
+- A namespace's live cap: exact too, though its topics live in different Cluster slots. The cap
+  is split into shares: each topic holds one (in its meta hash), which send.lua checks as each
+  message goes in, and the room no topic holds waits in the namespace's pool
+  (lua/borrow_live.lua). A topic short of room borrows from the pool, with some slack; when the
+  pool has too little, every topic's unused room goes back to it first. Shares and pool never
+  hold more than the cap in all, so the cap is never passed. A web process killed between
+  taking room from the pool and adding it to a share (one round trip) leaves that room unused
+  until the cap is changed.
 
 Reading the limits fails open: while PostgreSQL cannot be read, the last limits read stay in
 force (none, in a process that has not read them yet) and the log says so once.
 """
 import asyncio
 import logging
-import math
+from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -41,13 +45,16 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 REFRESH_SECONDS = 0.5
-LIVE_COUNT_SECONDS = 1.0
 # A read of the limits that takes longer fails (and the last ones read stay in force): the
 # first read holds the process' first queue requests.
 READ_TIMEOUT_MILLIS = 2_000
 # What a refusal under a live-message cap suggests: messages leave as they are acked, deleted
-# or expire, which nothing here can foresee; a namespace's count is read again within a second.
+# or expire, which nothing here can foresee.
 LIVE_CAP_RETRY_AFTER_MILLIS = 1_000
+# Room a topic borrows from its namespace's pool beyond what it lacks, so that a steady stream
+# of sends borrows now and then rather than on every call: a 64th of the cap, at most 100.
+SHARE_SLACK_DIVISOR = 64
+SHARE_SLACK_MAX = 100
 # The `topic` of a namespace's own limits (a topic name is never empty).
 NAMESPACE = ""
 
@@ -60,21 +67,15 @@ class Limits:
 
 
 class LimitCache:
-    """One namespace's limits, read from PostgreSQL on first use and every REFRESH_SECONDS
-    after, and (while the namespace has a live cap) its live-message count, read from Redis."""
+    """One namespace's limits, read from PostgreSQL on first use and every REFRESH_SECONDS after."""
 
-    def __init__(self, redis, ns: NamespaceKeys):
-        self._redis = redis
+    def __init__(self, ns: NamespaceKeys):
         self._ns = ns
         self._db = LogConnection(READ_TIMEOUT_MILLIS)
         self.current: dict[str, Limits] | None = None  # the table in force, None until the first read
         self._first_read: asyncio.Future | None = None
         self._refresher: asyncio.Task | None = None
         self._failing = False  # a read failed, and the log said so: said again once one succeeds
-        self._live = 0  # the namespace's live messages at the last count
-        self._admitted_since_count = 0
-        self._counted_at = -math.inf
-        self._count_failing = False  # as _failing, for the count
 
     async def table(self) -> dict[str, Limits]:
         """Topic -> its limits, and NAMESPACE -> the namespace's; empty when none is set. The
@@ -85,13 +86,6 @@ class LimitCache:
                 self._refresher = asyncio.ensure_future(self._refresh_forever())
             await asyncio.shield(self._first_read)  # a caller that goes away leaves the read to the others
         return self.current
-
-    def namespace_room(self, max_live: int) -> int:
-        """How many more messages the namespace's live cap lets in, as far as this process knows."""
-        return max(max_live - self._live - self._admitted_since_count, 0)
-
-    def count_admitted(self, n: int) -> None:
-        self._admitted_since_count += n
 
     async def _refresh_forever(self) -> None:
         while True:
@@ -123,33 +117,7 @@ class LimitCache:
         if self._failing:
             log.warning("limits of namespace %s read again", self._ns.namespace)
             self._failing = False
-        table = {topic: Limits(*values) for topic, *values in rows if any(values)}
-        namespace = table.get(NAMESPACE)
-        if namespace and namespace.max_live and asyncio.get_running_loop().time() - self._counted_at >= LIVE_COUNT_SECONDS:
-            await self._count_live()
-        self.current = table
-
-    async def _count_live(self) -> None:
-        """Sums the live counts (expiry index sizes) of the namespace's registered topics. What
-        this process admits while the count runs stays counted too, so nothing is missed."""
-        started = asyncio.get_running_loop().time()
-        admitted_before = self._admitted_since_count
-        try:
-            topics = await self._redis.zrange(self._ns.topics, 0, -1)
-            pipe = self._redis.pipeline(transaction=False)
-            for topic in topics:
-                pipe.zcard(self._ns.topic(topic).expiry)
-            counts = await pipe.execute() if topics else []
-        except RedisError as exc:
-            if not self._count_failing:
-                log.warning("live messages of namespace %s could not be counted, the last count stays: %s",
-                            self._ns.namespace, exc)
-                self._count_failing = True
-            return
-        self._count_failing = False
-        self._live = sum(counts)
-        self._admitted_since_count -= admitted_before
-        self._counted_at = started
+        self.current = {topic: Limits(*values) for topic, *values in rows if any(values)}
 
     async def close(self) -> None:
         for task in (self._refresher, self._first_read):
@@ -183,15 +151,18 @@ async def admit_sends(rt: "Runtime", *, table: dict[str, Limits], topics: list[s
     each grants the first messages of its own, in request order. A message goes if both let it;
     the tokens taken for a message one of them refused are given back to the other. (A topic
     counts against its live cap the messages the namespace refused in the same call too, which
-    errs towards refusing.)"""
+    errs towards refusing.) Under a namespace live cap each topic first claims room for its
+    messages in its share (claim_namespace_room); the messages beyond it are refused."""
     refusals: list[Throttled | None] = [None] * len(topics)
-    going = range(len(topics))
+    going = list(range(len(topics)))
     namespace = table.get(NAMESPACE)
     if namespace and namespace.max_live:
-        room = rt.limits.namespace_room(namespace.max_live)
-        for i in going[room:]:
-            refusals[i] = cap_refusal(rt, topic=NAMESPACE, max_live=namespace.max_live)
-        going = going[:room]
+        fits = await claim_namespace_room(rt, max_live=namespace.max_live, wanted=Counter(topics))
+        for i in going:
+            fits[topics[i]] -= 1
+            if fits[topics[i]] < 0:
+                refusals[i] = cap_refusal(rt, topic=NAMESPACE, max_live=namespace.max_live)
+        going = [i for i in going if refusals[i] is None]
     namespace_rate = namespace.produce_rate if namespace and going else 0
     by_topic: dict[str, list[int]] = {}
     for i in going:
@@ -230,9 +201,75 @@ async def admit_sends(rt: "Runtime", *, table: dict[str, Limits], topics: list[s
             give_back.append(scripts.take_tokens(rt.ns, kind="produce", wanted=-topic_refused, rate=namespace_rate))
         if give_back:
             await rt.scripts.run(give_back)
-    if namespace and namespace.max_live:
-        rt.limits.count_admitted(sum(refusal is None for refusal in refusals))
     return refusals
+
+
+async def claim_namespace_room(rt: "Runtime", *, max_live: int, wanted: Counter) -> Counter:
+    """Topic -> how many of the `wanted` new messages fit in its share of the namespace's live
+    cap `max_live`, once it has borrowed what it lacks from the namespace's pool. When the pool
+    has too little, every topic's unused room goes back to it and the topics ask again, without
+    slack. Raises RedisError."""
+    short = await _shortfalls(rt, wanted)
+    if not short:
+        return Counter(wanted)
+    slack = min(max(max_live // SHARE_SLACK_DIVISOR, 1), SHARE_SLACK_MAX)
+    granted = await _borrow(rt, max_live=max_live, wanted=sum(short.values()) + slack * len(short))
+    if granted < sum(short.values()):
+        await give_back_room(rt, amount=granted)
+        await _reclaim_unused_room(rt, also=list(wanted))
+        short = await _shortfalls(rt, wanted)
+        slack = 0
+        granted = await _borrow(rt, max_live=max_live, wanted=sum(short.values())) if short else 0
+    grants = Counter()
+    for topic, lacking in short.items():  # what each lacks first, in request order; then the slack
+        grants[topic] = min(lacking, granted - grants.total())
+    for topic in short:
+        grants[topic] += min(slack, granted - grants.total())
+    await _run(rt, [scripts.grant_live_share(rt.ns.topic(topic), amount=n) for topic, n in grants.items() if n])
+    return Counter({topic: n - max(short.get(topic, 0) - grants[topic], 0) for topic, n in wanted.items()})
+
+
+async def _shortfalls(rt: "Runtime", wanted: Counter) -> dict[str, int]:
+    """Topic -> the room it lacks in its share for its wanted messages, for those lacking any."""
+    lacking = await _run(rt, [scripts.live_share_shortfall(rt.ns.topic(topic), wanted=n) for topic, n in wanted.items()])
+    return {topic: n for topic, n in zip(wanted, lacking) if n}
+
+
+async def _borrow(rt: "Runtime", *, max_live: int, wanted: int) -> int:
+    """Takes up to `wanted` room from the namespace's pool, making the pool first when there
+    is none: the cap less the shares its topics hold, each share first raised to cover the
+    topic's live messages."""
+    granted = await rt.scripts.call(scripts.borrow_live(rt.ns, wanted=wanted, max_live=max_live, held=-1))
+    if granted < 0:
+        topics = await rt.redis.zrange(rt.ns.topics, 0, -1)
+        shares = await _run(rt, [scripts.cover_live_share(rt.ns.topic(topic)) for topic in topics])
+        granted = await rt.scripts.call(scripts.borrow_live(rt.ns, wanted=wanted, max_live=max_live,
+                                                            held=sum(shares)))
+    return granted
+
+
+async def _reclaim_unused_room(rt: "Runtime", *, also: list[str]) -> None:
+    """Shrinks every topic's share (the registered ones, and `also`) to its live messages and
+    gives the rest back to the namespace's pool."""
+    topics = set(await rt.redis.zrange(rt.ns.topics, 0, -1)) | set(also)
+    released = sum(await _run(rt, [scripts.release_live_share(rt.ns.topic(topic)) for topic in topics]))
+    if released:
+        await give_back_room(rt, amount=released)
+
+
+async def give_back_room(rt: "Runtime", *, amount: int) -> None:
+    """Returns room a topic no longer holds to the namespace's pool."""
+    if amount:
+        await rt.scripts.call(scripts.borrow_live(rt.ns, wanted=-amount, max_live=0, held=-1))
+
+
+async def _run(rt: "Runtime", calls: list[scripts.ScriptCall]) -> list:
+    """The calls' replies, in one pipelined round trip; raises the first error."""
+    replies = await rt.scripts.run(calls) if calls else []
+    for reply in replies:
+        if isinstance(reply, Exception):
+            raise reply
+    return replies
 
 
 async def reserve_consume(rt: "Runtime", *, namespace: Limits, wanted: int) -> int:

@@ -32,7 +32,7 @@ class Runtime:
         self._notifier = None
         self._notifier_lock = asyncio.Lock()
         self._log = None
-        self.limits = LimitCache(self.redis, self.ns)  # read on first use
+        self.limits = LimitCache(self.ns)  # read on first use
         self._tokens = None
         self.set_process(process or f"web pid {os.getpid()}")
 

@@ -1,6 +1,7 @@
 """Writes: every state transition of a message, each one Lua script run atomically in Redis."""
 import asyncio
 import dataclasses
+from collections import Counter
 from typing import NamedTuple
 
 from redis.exceptions import RedisError
@@ -59,15 +60,15 @@ def _prepare(rt: Runtime, request: SendRequest, produce_time: int) -> Message:
     )
 
 
-def send_call(rt: Runtime, message: Message, max_live: int = 0) -> scripts.ScriptCall:
-    """`max_live`: the topic's live-message cap, 0 for none."""
+def send_call(rt: Runtime, message: Message, max_live: int = 0, namespace_capped: bool = False) -> scripts.ScriptCall:
+    """`max_live`: the topic's live-message cap, 0 for none; `namespace_capped`: the namespace has one."""
     return scripts.send(
         rt.ns.topic(message.topic), msg_id=message.msg_id, payload=message.payload,
         delay_millis=message.trigger_time - message.produce_time,
         ttl_millis=message.expire_time - message.trigger_time, max_retry=message.max_retry, topic=message.topic,
         ready_channel=rt.ns.ready_channel, schedule_channel=rt.ns.schedule_channel,
         stats_interval_millis=rt.config.monitor_interval_millis, produce_time=message.produce_time,
-        max_live=max_live)
+        max_live=max_live, namespace_capped=namespace_capped)
 
 
 async def send_message(rt: Runtime, *, topic: str, msg: str, delay_millis: int, msg_id: str | None = None,
@@ -114,19 +115,15 @@ async def _send_admitted(rt: Runtime, requests: list[SendRequest],
             written = await rt.log.record(rows)
         except LogUnavailable as exc:
             return [exc] * len(rows)
-    caps = [table[row.topic].max_live if row.topic in table else 0 for row in rows] if table else None
-    calls = [send_call(rt, row, max_live) for row, max_live in zip(rows, caps)] if caps else [
-        send_call(rt, row) for row in rows]
-    try:
-        # A single send shares its round trip with the loop's other calls.
-        replies = [await rt.scripts.call(calls[0])] if len(calls) == 1 else await rt.scripts.run(calls)
-    except RedisError as exc:
-        replies = _send_failed(rows, exc)
-    if caps and any(caps):
-        # The cap was reached between admission and the send: refused like any send Redis refused.
-        replies = [limits.cap_refusal(rt, topic=row.topic, max_live=max_live)
-                   if not isinstance(reply, Exception) and reply.over_live_cap else reply
-                   for row, max_live, reply in zip(rows, caps, replies)]
+    caps = [table[row.topic].max_live if row.topic in table else 0 for row in rows] if table else [0] * len(rows)
+    namespace_cap = table[limits.NAMESPACE].max_live if table and limits.NAMESPACE in table else 0
+    calls = [send_call(rt, row, max_live, bool(namespace_cap)) for row, max_live in zip(rows, caps)]
+    replies = await _run_sends(rt, rows, calls)
+    if namespace_cap:
+        replies = await _resend_over_share(rt, rows, calls, replies, namespace_cap)
+    # A cap reached between admission and the send: refused like any send Redis refused.
+    replies = [_cap_refusal(rt, reply, topic=row.topic, max_live=max_live, namespace_cap=namespace_cap)
+               for row, max_live, reply in zip(rows, caps, replies)]
     replies = [_own_resend(row, reply) for row, reply in zip(rows, replies)]
     outcomes = [_sent_message(row, reply) for row, reply in zip(rows, replies)]
     if rt.config.message_log:
@@ -135,6 +132,46 @@ async def _send_admitted(rt: Runtime, requests: list[SendRequest],
     if new_topics:
         await _register_topics(rt, new_topics)
     return [outcome if isinstance(outcome, Exception) else outcome.to_wire() for outcome in outcomes]
+
+
+async def _run_sends(rt: Runtime, rows: list[Message], calls: list[scripts.ScriptCall]) -> list:
+    try:
+        # A single send shares its round trip with the loop's other calls.
+        return [await rt.scripts.call(calls[0])] if len(calls) == 1 else await rt.scripts.run(calls)
+    except RedisError as exc:
+        return _send_failed(rows, exc)
+
+
+async def _resend_over_share(rt: Runtime, rows: list[Message], calls: list[scripts.ScriptCall], replies: list,
+                             namespace_cap: int) -> list:
+    """Sends refused because their topic's share of the namespace's live cap was used up by
+    concurrent sends since admission claim room again and go once more: the namespace's pool
+    may well have room."""
+    again = [i for i, reply in enumerate(replies) if not isinstance(reply, Exception) and reply.over_namespace_cap]
+    if not again:
+        return replies
+    try:
+        fits = await limits.claim_namespace_room(rt, max_live=namespace_cap, wanted=Counter(rows[i].topic for i in again))
+    except RedisError:
+        return replies  # refused, as the send script said
+    going = []
+    for i in again:
+        if fits[rows[i].topic] > 0:
+            fits[rows[i].topic] -= 1
+            going.append(i)
+    if going:
+        for i, reply in zip(going, await _run_sends(rt, [rows[i] for i in going], [calls[i] for i in going])):
+            replies[i] = reply
+    return replies
+
+
+def _cap_refusal(rt: Runtime, reply, *, topic: str, max_live: int, namespace_cap: int):
+    """A send the script refused under a live cap becomes that cap's refusal; other replies stay."""
+    if isinstance(reply, Exception) or not (reply.over_live_cap or reply.over_namespace_cap):
+        return reply
+    if reply.over_live_cap:
+        return limits.cap_refusal(rt, topic=topic, max_live=max_live)
+    return limits.cap_refusal(rt, topic=limits.NAMESPACE, max_live=namespace_cap)
 
 
 def _send_failed(rows: list[Message], exc: RedisError) -> list[QueueError]:

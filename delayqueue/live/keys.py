@@ -67,6 +67,7 @@ class NamespaceKeys:
     data_lost: str  # STRING ms a scanner found Redis had lost its data; a full restore deletes it
     history_pattern: str  # pub/sub pattern matching every topic's history channel
     buckets: str  # HASH the namespace's rate-limit token buckets, only while in use
+    live_pool: str  # HASH the room of its live-message cap no topic holds (lua/borrow_live.lua)
 
     def topic(self, topic: str) -> TopicKeys:
         return topic_keys(self.namespace, topic)
@@ -103,6 +104,7 @@ def namespace_keys(namespace: str) -> NamespaceKeys:
         data_lost=base + "data_lost",
         history_pattern=f"{TOPIC_PREFIX}{{{_glob_escape(namespace)}:*}}:{HISTORY_SUFFIX}",
         buckets=base + "buckets",
+        live_pool=base + "live_pool",
     )
 
 

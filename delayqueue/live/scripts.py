@@ -100,6 +100,7 @@ class SendReply(NamedTuple):
     stored: str | None  # the live duplicate's stored json
     new_topic: bool  # the topic was registered by this send (first use, or after retirement)
     over_live_cap: bool = False  # refused: the topic held its max_live live messages already
+    over_namespace_cap: bool = False  # refused: the topic held its share of the namespace's live cap
 
 
 class PullReply(NamedTuple):
@@ -114,6 +115,11 @@ class Grant(NamedTuple):
     retry_after_millis: int  # until the bucket holds what it refused; 0 if it refused nothing
 
 
+class RetireReply(NamedTuple):
+    retired: bool
+    live_share: int  # the retired topic's share of its namespace's live cap, to give back
+
+
 class ScanReply(NamedTuple):
     count: int  # messages the scanner script handled
     next_due_us: int  # µs until it has work again: 0 now, -1 nothing scheduled
@@ -125,8 +131,8 @@ class RestoreReply(NamedTuple):
 
 
 def _send_reply(raw) -> SendReply:
-    if raw[0] == 2:
-        return SendReply(False, 0, None, raw[2] == 1, over_live_cap=True)
+    if raw[0] in (2, 3):
+        return SendReply(False, 0, None, raw[2] == 1, over_live_cap=raw[0] == 2, over_namespace_cap=raw[0] == 3)
     created = raw[0] == 1
     return SendReply(created, raw[1] if created else 0, None if created else raw[1], raw[2] == 1)
 
@@ -161,7 +167,7 @@ PROMOTE_DUE = Script("promote_due", _scan_reply)
 REQUEUE_TIMED_OUT = Script("requeue_timed_out", _scan_reply)
 EXPIRE = Script("expire", _scan_reply)
 PURGE_ENDED = Script("purge_ended", _scan_reply)
-RETIRE_TOPIC = Script("retire_topic", lambda raw: raw == 1)
+RETIRE_TOPIC = Script("retire_topic", lambda raw: RetireReply(raw[0] == 1, int(raw[1])))
 PRUNE_STATS = Script("prune_stats", int)
 LOCK_RENEW = Script("lock_renew", lambda raw: raw == 1)
 LOCK_RELEASE = Script("lock_release", lambda raw: raw == 1)
@@ -169,9 +175,15 @@ LOCK_TAKE_OVER = Script("lock_take_over", lambda raw: raw == 1)
 RESTORE = Script("restore", _restore_reply)
 TAKE_TOKENS = Script("take_tokens", _take_reply)
 ADMIT_SEND = Script("admit_send", _admit_reply)
+LIVE_SHARE_SHORTFALL = Script("live_share_shortfall", int)
+GRANT_LIVE_SHARE = Script("grant_live_share", int)
+RELEASE_LIVE_SHARE = Script("release_live_share", int)
+COVER_LIVE_SHARE = Script("cover_live_share", int)
+BORROW_LIVE = Script("borrow_live", int)
 
 SCRIPTS = (SEND, PULL, ACK, NACK, DELETE, GET, PROMOTE_DUE, REQUEUE_TIMED_OUT, EXPIRE, PURGE_ENDED, RETIRE_TOPIC,
-           PRUNE_STATS, LOCK_RENEW, LOCK_RELEASE, LOCK_TAKE_OVER, RESTORE, TAKE_TOKENS, ADMIT_SEND)
+           PRUNE_STATS, LOCK_RENEW, LOCK_RELEASE, LOCK_TAKE_OVER, RESTORE, TAKE_TOKENS, ADMIT_SEND, LIVE_SHARE_SHORTFALL,
+           GRANT_LIVE_SHARE, RELEASE_LIVE_SHARE, COVER_LIVE_SHARE, BORROW_LIVE)
 
 
 async def load_scripts(client) -> None:
@@ -186,10 +198,10 @@ async def load_scripts(client) -> None:
 
 def send(k: TopicKeys, *, msg_id: str, payload: str, delay_millis: int, ttl_millis: int, max_retry: int,
          topic: str, ready_channel: str, schedule_channel: str, stats_interval_millis: int,
-         produce_time: int, max_live: int) -> ScriptCall:
+         produce_time: int, max_live: int, namespace_capped: bool) -> ScriptCall:
     return ScriptCall(SEND, [k.waiting, k.ready, k.inflight, k.msgs, k.expiry, k.ended, k.meta, k.stats],
                       [msg_id, payload, delay_millis, ttl_millis, max_retry, topic, ready_channel, schedule_channel,
-                       stats_interval_millis, produce_time, max_live])
+                       stats_interval_millis, produce_time, max_live, _flag(namespace_capped)])
 
 
 def pull(k: TopicKeys, *, batch: int, ack_timeout_millis: int, retention_millis: int, stats_interval_millis: int,
@@ -278,6 +290,26 @@ def take_tokens(k: NamespaceKeys | TopicKeys, *, kind: str, wanted: int, rate: i
 
 def admit_send(k: TopicKeys, *, wanted: int, produce_rate: int, max_live: int) -> ScriptCall:
     return ScriptCall(ADMIT_SEND, [k.buckets, k.expiry], [wanted, produce_rate, max_live])
+
+
+def live_share_shortfall(k: TopicKeys, *, wanted: int) -> ScriptCall:
+    return ScriptCall(LIVE_SHARE_SHORTFALL, [k.expiry, k.meta], [wanted])
+
+
+def grant_live_share(k: TopicKeys, *, amount: int) -> ScriptCall:
+    return ScriptCall(GRANT_LIVE_SHARE, [k.meta], [amount])
+
+
+def release_live_share(k: TopicKeys) -> ScriptCall:
+    return ScriptCall(RELEASE_LIVE_SHARE, [k.expiry, k.meta], [])
+
+
+def cover_live_share(k: TopicKeys) -> ScriptCall:
+    return ScriptCall(COVER_LIVE_SHARE, [k.expiry, k.meta], [])
+
+
+def borrow_live(k: NamespaceKeys, *, wanted: int, max_live: int, held: int) -> ScriptCall:
+    return ScriptCall(BORROW_LIVE, [k.live_pool], [wanted, max_live, held])
 
 
 def _flag(value: bool) -> int:

@@ -30,6 +30,7 @@ import uuid
 
 from redis.exceptions import RedisError
 
+from delayqueue import limits
 from delayqueue.epoch import now_millis
 from delayqueue.exceptions import LogUnavailable
 from delayqueue.live import scripts
@@ -290,8 +291,10 @@ class Scanner:
         idle_ms = self.rt.config.topic_idle_seconds * 1000
         for topic in list(self.workers):
             k = self.rt.ns.topic(topic)
-            if not await self.rt.scripts.call(scripts.retire_topic(k, idle_millis=idle_ms)):
+            reply = await self.rt.scripts.call(scripts.retire_topic(k, idle_millis=idle_ms))
+            if not reply.retired:
                 continue
+            await limits.give_back_room(self.rt, amount=reply.live_share)
             await self.rt.redis.zrem(self.rt.ns.topics, topic)
             if await self.rt.redis.hget(k.meta, "registered"):
                 # A send re-registered the topic between the two steps: keep it listed.

@@ -13,10 +13,11 @@ from django.core.management import CommandError, call_command
 from django.db import connection
 
 from delayqueue import services
+from delayqueue.messagelog import recovery
 from delayqueue.exceptions import Throttled
 from delayqueue.models import Limit
 from delayqueue.ops.limits import set_limits
-from tests.helpers import API, ROOT, call, query, scanner_env
+from tests.helpers import API, REDIS_URL, ROOT, call, make_runtime, query, scanner_env
 
 
 
@@ -142,6 +143,10 @@ async def test_topic_live_cap_is_exact_under_concurrent_sends(rt):
     assert [isinstance(o, dict) for o in await send(rt, "cap", 2)] == [True, False]
 
 
+async def live_in(rt, topics) -> int:
+    return sum([await rt.redis.zcard(rt.ns.topic(topic).expiry) for topic in topics])
+
+
 async def test_namespace_live_cap_counts_every_topic_and_frees_room_as_messages_end(rt):
     ns = rt.ns.namespace
     await set_limits_now(namespace=ns, max_live=4)
@@ -150,10 +155,37 @@ async def test_namespace_live_cap_counts_every_topic_and_frees_room_as_messages_
     assert isinstance(refusal, Throttled) and f"the live-message cap of namespace {ns} (4 messages)" in str(refusal)
     [first] = await rt.redis.zrange(rt.ns.topic("a").expiry, 0, 0)
     assert await services.delete_message(rt, topic="a", msg_id=first)
-    deadline = time.monotonic() + 2.5  # the namespace's count is read again every second
-    while isinstance((await send(rt, "c"))[0], Throttled):
-        assert time.monotonic() < deadline, "the namespace cap did not free the deleted message's room"
-        await asyncio.sleep(0.05)
+    # The room topic a no longer uses goes to topic c at once.
+    assert not refused(await send(rt, "c"))
+    assert len(refused(await send(rt, "b", 2))) == 2
+    assert await live_in(rt, "abc") == 4
+
+
+async def test_namespace_live_cap_is_exact_under_concurrent_sends_to_many_topics(rt):
+    await set_limits_now(namespace=rt.ns.namespace, max_live=25)
+    topics = [f"n{i}" for i in range(5)]
+    calls = [send(rt, topics[i % 5]) for i in range(40)] + [send(rt, topics[i], 6) for i in range(5)]
+    outcomes = [o for call in await asyncio.gather(*calls) for o in call]
+    assert len(outcomes) - len(refused(outcomes)) == 25
+    assert await live_in(rt, topics) == 25
+    assert sum([await logged_count(topic) for topic in topics]) == 25  # the refused sends left the log
+
+
+async def test_a_changed_namespace_cap_counts_what_its_topics_hold(rt):
+    ns = rt.ns.namespace
+    await set_limits_now(namespace=ns, max_live=6)
+    assert not refused(await send(rt, "x", 3) + await send(rt, "y", 3))
+    await set_limits_now(namespace=ns, max_live=4)
+    await asyncio.sleep(1.0)  # the web process reads the new cap
+    assert len(refused(await send(rt, "z", 2))) == 2  # 6 live already, over the cap of 4
+    for topic in "xy":
+        for msg_id in (await rt.redis.zrange(rt.ns.topic(topic).expiry, 0, -1))[:2]:
+            assert await services.delete_message(rt, topic=topic, msg_id=msg_id)
+    assert [isinstance(o, dict) for o in await send(rt, "z", 3)] == [True, True, False]  # 2 live + 2 = 4
+    await set_limits_now(namespace=ns, max_live=10)
+    await asyncio.sleep(1.0)
+    assert len(refused(await send(rt, "x", 8))) == 2
+    assert await live_in(rt, "xyz") == 10
 
 
 async def test_zero_removes_a_limit_within_a_second(rt):
@@ -177,6 +209,17 @@ async def test_limits_survive_redis_losing_its_data(single_rt):
     assert len(refused(await send(rt, "f", 3))) == 1
     await rt.redis.flushall()
     assert [isinstance(o, dict) for o in await send(rt, "f", 3)] == [True, True, False]
+
+
+async def test_a_namespace_cap_survives_redis_losing_its_data(single_rt):
+    """The topics' shares and the namespace's pool are lost together; restored messages count."""
+    rt = single_rt
+    await set_limits_now(namespace=rt.ns.namespace, max_live=5)
+    assert not refused(await send(rt, "g", 3))
+    await rt.redis.flushall()
+    assert (await recovery.restore(rt)).restored == 3
+    assert [isinstance(o, dict) for o in await send(rt, "h", 3)] == [True, True, False]
+    assert await live_in(rt, "gh") == 5
 
 
 @pytest.mark.fault
@@ -251,11 +294,13 @@ def test_set_limits_command_refuses_bad_values_in_one_line(transactional_db, arg
     assert not Limit.objects.exists()
 
 
-async def hammer(client: httpx.AsyncClient, url: str, until: float, topic: str) -> dict[int, int]:
+async def hammer(client: httpx.AsyncClient, url: str, until: float, topic: str,
+                 delay_millis: int = 0) -> dict[int, int]:
     """sendMsg as fast as one connection allows until `until`; how many answers of each code."""
     codes: dict[int, int] = {}
     while time.monotonic() < until:
-        answer = (await client.post(url + API + "sendMsg", data={"topic": topic, "msg": "x", "delayMillis": "0"})).json()
+        answer = (await client.post(url + API + "sendMsg", data={"topic": topic, "msg": "x",
+                                                                 "delayMillis": str(delay_millis)})).json()
         codes[answer["code"]] = codes.get(answer["code"], 0) + 1
     return codes
 
@@ -276,6 +321,23 @@ async def test_a_rate_is_shared_by_two_web_processes(web_processes, transactiona
     # A full bucket (50) and 2 s of 50/s: about 150 over both processes, not twice that.
     assert 110 <= sum(accepted) <= 165, accepted
     assert min(accepted) >= 20, accepted  # both processes drew on the one bucket
+
+
+@pytest.mark.process
+async def test_a_namespace_live_cap_is_exact_across_two_web_processes(web_processes, transactional_db):
+    rt = make_runtime(REDIS_URL)  # the web processes' Redis and namespace
+    await set_limits_now(namespace=rt.ns.namespace, max_live=60)
+    procs = await asyncio.to_thread(web_processes, 2)
+    topics = [f"shared{i}" for i in range(8)]
+    async with httpx.AsyncClient(timeout=10) as client:
+        until = time.monotonic() + 1.5
+        results = await asyncio.gather(*[hammer(client, proc.url, until, topic, delay_millis=60_000)
+                                         for proc in procs for topic in topics])
+    assert sum(r.get(200, 0) for r in results) == 60 and {code for r in results for code in r} == {200, 429}
+    try:
+        assert await live_in(rt, topics) == 60
+    finally:
+        await rt.close()
 
 
 async def call_url(client: httpx.AsyncClient, url: str, endpoint: str, **params) -> dict:

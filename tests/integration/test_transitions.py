@@ -261,15 +261,17 @@ async def test_retire_topic_only_when_idle_and_empty(rt):
     await services.ack_message(rt, topic="idle", msg_id=m["msgId"])
 
     async def retire(topic):
-        return await rt.scripts.call(scripts.retire_topic(rt.ns.topic(topic), idle_millis=0))
+        return (await rt.scripts.call(scripts.retire_topic(rt.ns.topic(topic), idle_millis=0))).retired
 
-    assert await retire("busy") == 0
-    assert await retire("idle") == 0  # the acked body is still retained
+    assert not await retire("busy")
+    assert not await retire("idle")  # the acked body is still retained
     k = rt.ns.topic("idle")
     await rt.redis.delete(k.msgs, k.ended)
-    assert await retire("idle") == 0  # its history has not reached the message log yet
+    assert not await retire("idle")  # its history has not reached the message log yet
     await rt.redis.xtrim(k.events, maxlen=0)  # as the log writer leaves a drained stream
-    assert await retire("idle") == 1
+    await rt.redis.hset(k.meta, "live_share", 3)  # room it held of a namespace live cap
+    assert await rt.scripts.call(scripts.retire_topic(k, idle_millis=0)) == (True, 3)
+    assert not await rt.redis.hget(k.meta, "live_share")  # for the scanner to give back
     assert not await rt.redis.exists(k.events)
     # The next send registers the topic again.
     assert not await rt.redis.hget(k.meta, "registered")

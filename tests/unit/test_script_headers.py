@@ -7,11 +7,18 @@ import re
 import pytest
 
 from delayqueue.live import scripts
-from delayqueue.live.keys import TopicKeys
+from delayqueue.live.keys import NamespaceKeys, TopicKeys
+
+KEY_FIELDS = {kind: set(kind.__dataclass_fields__) for kind in (TopicKeys, NamespaceKeys)}
+
+
+def keys_kind(script) -> type:
+    """The keys a script works on: a topic's (one Cluster slot) or, if not, its namespace's."""
+    return TopicKeys if set(script.keys) <= KEY_FIELDS[TopicKeys] else NamespaceKeys
 
 @pytest.mark.parametrize("script", scripts.SCRIPTS, ids=lambda s: s.name)
 def test_header_names_topic_keys_and_the_builders_arguments(script):
-    assert script.keys and set(script.keys) <= set(TopicKeys.__dataclass_fields__)
+    assert script.keys and set(script.keys) <= KEY_FIELDS[keys_kind(script)]
     builder = scripts.BUILDERS[script.name]
     params = [p.name for p in inspect.signature(builder).parameters.values() if p.kind is p.KEYWORD_ONLY]
     assert params == [*script.args, *(["messages"] if script.repeated else [])]
@@ -34,14 +41,14 @@ def test_script_reads_only_the_keys_and_args_its_header_names(script):
     assert set(range(1, len(script.args) + 1)) <= used_args
 
 
-FLAGS = {"release", "dry_run"}  # yes/no ARGV, sent as 1 or 0
+FLAGS = {"release", "dry_run", "namespace_capped"}  # yes/no ARGV, sent as 1 or 0
 
 
 @pytest.mark.parametrize("script", scripts.SCRIPTS, ids=lambda s: s.name)
 def test_builders_write_keys_and_args_in_header_order(script):
     """Every value stands for its slot (a key by its TopicKeys field, an ARGV by its name), so the
     call the builder writes must read back as the header."""
-    k = TopicKeys(**{name: name for name in TopicKeys.__dataclass_fields__})
+    k = keys_kind(script)(**{name: name for name in KEY_FIELDS[keys_kind(script)]})
     argv = {name: True if name in FLAGS else name for name in script.args}
     expected = [1 if name in FLAGS else name for name in script.args]
     if script.repeated:

@@ -9,19 +9,21 @@
 -- KEYS[6] stats
 -- KEYS[7] events
 -- ARGV[1] idle_millis
--- Returns 1 if the topic was retired, else 0.
+-- Returns {1, its share of the namespace's live-message cap, which the caller gives back to the
+-- namespace's pool} if the topic was retired, else {0, 0}.
 -- @include clock
 local waiting, ready, inflight, msgs, meta, stats, events = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local now = clock()
 if redis.call('ZCARD', waiting) > 0 or redis.call('LLEN', ready) > 0
     or redis.call('ZCARD', inflight) > 0 or redis.call('HLEN', msgs) > 0
     or redis.call('XLEN', events) > 0 then
-  return 0
+  return {0, 0}
 end
 local last_active = tonumber(redis.call('HGET', meta, 'last_active') or '0')
 if now - last_active < tonumber(ARGV[1]) then
-  return 0
+  return {0, 0}
 end
-redis.call('HDEL', meta, 'registered')
+local share = tonumber(redis.call('HGET', meta, 'live_share') or '0')
+redis.call('HDEL', meta, 'registered', 'live_share')
 redis.call('DEL', stats, events)
-return 1
+return {1, share}

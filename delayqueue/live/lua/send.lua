@@ -21,9 +21,12 @@
 -- ARGV[9] stats_interval_millis
 -- ARGV[10] produce_time: epoch ms, the sending process' clock
 -- ARGV[11] max_live: the topic's live-message cap, 0 for none
+-- ARGV[12] namespace_capped: 1 when the namespace has a live-message cap (the topic's share of it
+-- is then a cap too, see borrow_live.lua)
 -- Returns {1, status, newTopic (1|0)} when created (the caller has the rest of the message),
--- {0, stored message json, newTopic (1|0)} for a live duplicate, or {2, 0, newTopic (1|0)}
--- when the topic holds max_live live messages already (nothing enqueued).
+-- {0, stored message json, newTopic (1|0)} for a live duplicate, {2, 0, newTopic (1|0)}
+-- when the topic holds max_live live messages already, or {3, 0, newTopic (1|0)} when it holds
+-- its share of the namespace's cap (nothing enqueued in either).
 -- @include clock
 -- @include stats
 -- @include status
@@ -43,11 +46,17 @@ local old = existing and cjson.decode(existing)
 if old and is_live(old) and old.expireTime > now then
   return {0, existing, new_topic}
 end
--- The cap holds exactly, whatever runs concurrently. A message that replaces one still in the
+-- The caps hold exactly, whatever runs concurrently. A message that replaces one still in the
 -- expiry index (past its TTL, not yet ended) leaves the count as it was.
-local max_live = tonumber(ARGV[11])
-if max_live > 0 and redis.call('ZCARD', expiry) >= max_live and not redis.call('ZSCORE', expiry, id) then
-  return {2, 0, new_topic}
+local max_live, namespace_capped = tonumber(ARGV[11]), ARGV[12] == '1'
+if (max_live > 0 or namespace_capped) and not redis.call('ZSCORE', expiry, id) then
+  local live = redis.call('ZCARD', expiry)
+  if max_live > 0 and live >= max_live then
+    return {2, 0, new_topic}
+  end
+  if namespace_capped and live >= tonumber(redis.call('HGET', meta, 'live_share') or '0') then
+    return {3, 0, new_topic}
+  end
 end
 if old then
   redis.call('ZREM', ended, id)

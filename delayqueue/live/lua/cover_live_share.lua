@@ -1,0 +1,13 @@
+-- Raises a topic's share of its namespace's live-message cap to the live messages it holds
+-- (messages restored from the log come back without one), for the count of every topic's
+-- share that a namespace's new pool starts from (borrow_live.lua).
+-- KEYS[1] expiry
+-- KEYS[2] meta
+-- Returns the topic's share now.
+local live = redis.call('ZCARD', KEYS[1])
+local share = tonumber(redis.call('HGET', KEYS[2], 'live_share') or '0')
+if live > share then
+  redis.call('HSET', KEYS[2], 'live_share', live)
+  return live
+end
+return share

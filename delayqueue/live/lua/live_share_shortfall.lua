@@ -1,0 +1,10 @@
+-- How many more live messages a topic needs room for, beyond its share of its namespace's
+-- live-message cap, to take `wanted` more. The share is the room this topic holds of the cap
+-- (borrow_live.lua hands it out); send.lua refuses a message that would pass it.
+-- KEYS[1] expiry
+-- KEYS[2] meta
+-- ARGV[1] wanted
+-- Returns the shortfall, 0 when the share has room for all of them.
+local live = redis.call('ZCARD', KEYS[1])
+local share = tonumber(redis.call('HGET', KEYS[2], 'live_share') or '0')
+return math.max(live + tonumber(ARGV[1]) - share, 0)

@@ -1,0 +1,12 @@
+-- Shrinks a topic's share of its namespace's live-message cap to the live messages it holds,
+-- so the caller can give the rest back to the namespace's pool (borrow_live.lua).
+-- KEYS[1] expiry
+-- KEYS[2] meta
+-- Returns the room released.
+local live = redis.call('ZCARD', KEYS[1])
+local share = tonumber(redis.call('HGET', KEYS[2], 'live_share') or '0')
+if share <= live then
+  return 0
+end
+redis.call('HSET', KEYS[2], 'live_share', live)
+return share - live
