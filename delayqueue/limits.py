@@ -31,7 +31,6 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from redis.exceptions import RedisError
 
 from delayqueue.exceptions import LogUnavailable, Throttled
 from delayqueue.live import scripts

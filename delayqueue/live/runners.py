@@ -4,7 +4,7 @@ comes back as its script's typed reply."""
 import asyncio
 import time
 
-from redis.exceptions import BusyLoadingError, NoScriptError
+from redis.exceptions import NoScriptError
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from delayqueue.live.protocol import ReplyProtocol, as_error, connect_direct, evalsha
@@ -65,8 +65,9 @@ class ScriptRunner:
     Calls refused for a missing script cache (Redis restarted) are loaded and run again.
     """
 
-    def __init__(self, client):
+    def __init__(self, client, timeout: float):
         self.client = client  # redis-py's client: loads the scripts, and runs them on a cluster
+        self._timeout = timeout
         self._batcher: ScriptBatcher | None = None
 
     async def call(self, call: ScriptCall):
@@ -87,6 +88,50 @@ class ScriptRunner:
         return [_typed(call, raw) for call, raw in zip(calls, results)]
 
     async def _pipeline(self, calls: list[ScriptCall]) -> list:
+        return await self._send(calls)
+
+    async def _send(self, commands: list) -> list:
+        """The commands' replies, in order (a command: what _send_once takes). Transient
+        failures are retried with a short back-off until `timeout` after the call started: a
+        connection lost or refused (Redis restarting or failing over; the connection is
+        replaced; on a cluster, redis-py may answer that per command) and LOADING replies (a
+        restarted Redis reading its data back); only the commands that failed go again. A command whose connection broke
+        may have run: sending it again is safe for every script the service sends, a send being
+        a no-op on its own live msgId (services.py answers that as the send it is). Not retried:
+        a timeout (the watchdog's), as Redis may still run what it was sent."""
+        deadline = time.monotonic() + self._timeout
+        try:
+            replies = await self._send_once(commands)
+        except RedisConnectionError as exc:
+            return await self._retry(commands, [exc] * len(commands), exc, deadline)
+        if any(isinstance(reply, RedisConnectionError) for reply in replies):  # LOADING too
+            return await self._retry(commands, replies, None, deadline)
+        return replies
+
+    async def _retry(self, commands: list, replies: list, error: RedisConnectionError | None,
+                     deadline: float) -> list:
+        """_send's tries after the first: `error` is the connection's failure, else the
+        commands answered with one (or LOADING) go again."""
+        pending = [i for i, reply in enumerate(replies) if isinstance(reply, RedisConnectionError)]  # LOADING too
+        backoff = FIRST_RETRY_BACKOFF
+        while time.monotonic() + backoff < deadline:
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, MAX_RETRY_BACKOFF)
+            try:
+                for i, reply in zip(pending, await self._send_once([commands[i] for i in pending])):
+                    replies[i] = reply
+            except RedisConnectionError as exc:
+                error = exc
+                continue
+            error = None
+            pending = [i for i in pending if isinstance(replies[i], RedisConnectionError)]
+            if not pending:
+                return replies
+        if error is not None:
+            raise error
+        return replies  # still loading (or failing): those calls answer so
+
+    async def _send_once(self, calls: list[ScriptCall]) -> list:
         pipe = self.client.pipeline(transaction=False)
         for call in calls:
             pipe.execute_command("EVALSHA", call.script.sha, len(call.keys), *call.keys, *call.args)
@@ -102,9 +147,8 @@ class DirectScriptRunner(ScriptRunner):
     timeout context, response callbacks) than the rest of a send."""
 
     def __init__(self, client, url: str, timeout: float):
-        super().__init__(client)
+        super().__init__(client, timeout)
         self._url = url
-        self._timeout = timeout
         self._protocol: ReplyProtocol | None = None
         self._connecting = asyncio.Lock()
 
@@ -120,46 +164,6 @@ class DirectScriptRunner(ScriptRunner):
 
     async def _pipeline(self, calls: list[ScriptCall]) -> list:
         return await self._send([evalsha(call.script.sha, call.keys, call.args) for call in calls])
-
-    async def _send(self, commands: list[bytes]) -> list:
-        """The commands' replies, in order. Transient failures are retried with a short back-off
-        until `timeout` after the call started: a connection lost or refused (Redis restarting
-        or failing over; the connection is replaced) and LOADING replies (a restarted Redis
-        reading its data back; only those commands go again). A command whose connection broke
-        may have run: sending it again is safe for every script the service sends, a send being
-        a no-op on its own live msgId (services.py answers that as the send it is). Not retried:
-        a timeout (the watchdog's), as Redis may still run what it was sent."""
-        deadline = time.monotonic() + self._timeout
-        try:
-            replies = await self._send_once(commands)
-        except RedisConnectionError as exc:
-            return await self._retry(commands, [exc] * len(commands), exc, deadline)
-        if BusyLoadingError in map(type, replies):
-            return await self._retry(commands, replies, None, deadline)
-        return replies
-
-    async def _retry(self, commands: list[bytes], replies: list, error: RedisConnectionError | None,
-                     deadline: float) -> list:
-        """_send's tries after the first: `error` is the connection's failure, else the
-        LOADING replies go again."""
-        pending = [i for i, reply in enumerate(replies) if isinstance(reply, RedisConnectionError)]  # LOADING too
-        backoff = FIRST_RETRY_BACKOFF
-        while time.monotonic() + backoff < deadline:
-            await asyncio.sleep(backoff)
-            backoff = min(backoff * 2, MAX_RETRY_BACKOFF)
-            try:
-                for i, reply in zip(pending, await self._send_once([commands[i] for i in pending])):
-                    replies[i] = reply
-            except RedisConnectionError as exc:
-                error = exc
-                continue
-            error = None
-            pending = [i for i in pending if isinstance(replies[i], BusyLoadingError)]
-            if not pending:
-                return replies
-        if error is not None:
-            raise error
-        return replies  # still loading: those calls answer LOADING
 
     async def _send_once(self, commands: list[bytes]) -> list:
         protocol = self._protocol
@@ -194,4 +198,4 @@ def script_runner(client, url: str, timeout: float) -> ScriptRunner:
     for a cluster (it routes by slot), a Sentinel's master (it follows failovers) and TLS."""
     if url.startswith(("redis://", "unix://")):
         return DirectScriptRunner(client, url, timeout)
-    return ScriptRunner(client)
+    return ScriptRunner(client, timeout)

@@ -15,6 +15,7 @@ import redis.asyncio
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from delayqueue.exceptions import MaybeSent, RedisUnavailable
+from delayqueue.live.runners import ScriptRunner
 
 from delayqueue.messagelog import recovery
 from delayqueue import selectors
@@ -340,9 +341,14 @@ def loading_redis(server_dir):
     services.stop()
 
 
-async def test_sends_ride_out_a_restart_and_loading_and_are_each_enqueued_once(clean_state, loading_redis):
+@pytest.mark.parametrize("runner", ["direct", "redis-py"])
+async def test_sends_ride_out_a_restart_and_loading_and_are_each_enqueued_once(clean_state, loading_redis, runner):
+    """Both script runners: the direct connection (a plain Redis) and redis-py's pipeline (what
+    a Cluster, a Sentinel's master and TLS use)."""
     url, restart = loading_redis
     rt = make_runtime(url)  # the message log on; the default 10 s deadline covers the restart
+    if runner == "redis-py":
+        rt.scripts = ScriptRunner(rt.redis, rt.config.redis_timeout)
     answers, stop = [], asyncio.Event()
 
     async def producer(n):
