@@ -32,6 +32,11 @@ class Reason(TextChoices):
     RETRIES_EXHAUSTED = "retries_exhausted", "retries exhausted"
     DELETED = "deleted"
     RESTORED = "restored"
+    TOUCHED = "touched"  # a consumer extended its ack deadline
+    RESCHEDULED = "rescheduled"  # given a new trigger time while waiting or ready
+    DEAD_LETTERED = "dead_lettered", "dead-lettered"  # ended as a dead letter by its consumer
+    REDRIVEN = "redriven"  # a dead letter sent back as a new life
+    PURGED = "purged"  # ended by a purge of its topic
 
 
 # Fire lateness (promotion time - triggerTime) histogram bounds in ms: promote_due.lua counts each

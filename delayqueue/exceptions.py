@@ -33,6 +33,12 @@ class NotFound(QueueError):
     code = 404
 
 
+class Conflict(QueueError):
+    """The message is not in a status the operation applies to (e.g. touching one not consuming)."""
+
+    code = 409
+
+
 class Refused(QueueError):
     """The caller is not let in: not authenticated (401), not allowed (403) or throttled (429)."""
 
