@@ -2,17 +2,22 @@
 these); the API checks them in delayqueue/api/auth.py without the ORM. A token is
 `dq_` + 32 random bytes (URL-safe base64) and is stored only as its sha256."""
 import hashlib
+import logging
 import secrets
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
-from django.db import IntegrityError, transaction
+from django.db import DatabaseError, IntegrityError, connections, transaction
 from django.utils import timezone
 
 from delayqueue import conf
 from delayqueue.constants import TOKEN_PREFIX, Scope
 from delayqueue.exceptions import BadRequest, NotFound
+from delayqueue.messagelog import sql
 from delayqueue.models import ApiToken
+
+log = logging.getLogger(__name__)
 
 NAME_MAX = ApiToken._meta.get_field("name").max_length
 
@@ -80,3 +85,23 @@ def list_tokens() -> list[TokenInfo]:
     return [TokenInfo(t.name, t.namespace, t.scope_list, t.created_at, t.revoked_at)
             for t in ApiToken.objects.order_by("created_at", "name")]
 
+
+
+def ordered_namespaces(own: str, token_namespaces: Iterable[str]) -> list[str]:
+    """DELAYQUEUE_NAMESPACE first, then the tokens' other namespaces, sorted and each once."""
+    return [own, *sorted(set(token_namespaces) - {own})]
+
+
+def served_namespaces() -> list[str]:
+    """The namespaces this service serves (the admin, the dashboard and /metrics show them):
+    DELAYQUEUE_NAMESPACE, then every namespace with a token not revoked, as `manage.py
+    run_scanners` runs a scanner for each. When PostgreSQL does not answer, DELAYQUEUE_NAMESPACE
+    alone (as run_scanners), so that /metrics still reports its Redis figures."""
+    try:
+        with connections["default"].cursor() as cursor:
+            cursor.execute(sql.TOKEN_NAMESPACES)
+            found = [row[0] for row in cursor.fetchall()]
+    except DatabaseError as exc:
+        log.warning("could not read the token namespaces: %s", exc)
+        found = []
+    return ordered_namespaces(conf.load_config().namespace, found)

@@ -241,9 +241,14 @@ async def call(api, endpoint, method="post", json=None, **params):
 
 
 # The queue as the admin's synchronous code reaches it.
-def send(topic, msg_id, delay_millis=0) -> dict:
-    return run_with_runtime(services.send_message, topic=topic, msg=f"body of {msg_id}", delay_millis=delay_millis,
-                            msg_id=msg_id)
+def send(topic, msg_id, delay_millis=0, namespace=None) -> dict:
+    """Sends through the services, in DELAYQUEUE_NAMESPACE or in the namespace given."""
+
+    async def send_there(rt):
+        return await services.send_message(rt.for_namespace(namespace or rt.ns.namespace), topic=topic,
+                                           msg=f"body of {msg_id}", delay_millis=delay_millis, msg_id=msg_id)
+
+    return run_with_runtime(send_there)
 
 
 def drain_history(topic):

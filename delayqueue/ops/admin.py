@@ -42,18 +42,24 @@ class EstimatedCountPaginator(Paginator):
 
 
 class TopicFilter(admin.SimpleListFilter):
-    """Topics from the Redis registry (a DISTINCT over the log would scan it); any valid topic
-    name may be typed into the URL, an invalid one is refused with the API's message."""
+    """Topics from the Redis registries of the served namespaces (a DISTINCT over the log would
+    scan it); any valid topic name may be typed into the URL, an invalid one is refused with the
+    API's message."""
 
     title = "topic"
     parameter_name = "topic"
 
     def lookups(self, request, model_admin):
+        namespaces = tokens.served_namespaces()
+
+        async def every_registry(rt):
+            return [t for ns in namespaces for t in await selectors.list_topics(rt.for_namespace(ns))]
+
         try:
-            topics = run_with_runtime(selectors.list_topics)
+            topics = run_with_runtime(every_registry)
         except RedisError:
             topics = []
-        return [(t, t) for t in topics]
+        return [(t, t) for t in dict.fromkeys(topics)]  # a topic name used in two namespaces is offered once
 
     def has_output(self):
         return True  # filter by a typed topic even when none is registered (retired topics)
@@ -131,22 +137,18 @@ class MessageAdmin(admin.ModelAdmin):
             return queryset.none(), False
         return queryset.filter(msg_id=term), False
 
-    def _selected(self, request, queryset) -> tuple[list[Message], int] | None:
-        """The selected messages of this service's namespace, and how many of another were left
-        out; None (and an error shown) when more than an action takes are selected."""
+    def _selected(self, request, queryset) -> dict[str, list[Message]] | None:
+        """The selected messages by namespace, each acted on in its own; None (and an error
+        shown) when more than an action takes are selected."""
         selected = list(queryset[:ACTION_LIMIT + 1])
         if len(selected) > ACTION_LIMIT:
             self.message_user(request, f"Select at most {ACTION_LIMIT:,} messages at a time (for a whole topic "
                                        "use manage.py restore --topic).", messages.ERROR)
             return None
-        namespace = load_config().namespace
-        ours = [m for m in selected if m.namespace == namespace]
-        return ours, len(selected) - len(ours)
-
-    def _done(self, request, text: str, other: int) -> None:
-        if other:
-            text += f" {other} belong to another namespace and were left alone."
-        self.message_user(request, text, messages.SUCCESS)
+        by_namespace: dict[str, list[Message]] = {}
+        for message in selected:
+            by_namespace.setdefault(message.namespace, []).append(message)
+        return by_namespace
 
     def get_actions(self, request):
         actions = super().get_actions(request)
@@ -198,32 +200,40 @@ class MessageAdmin(admin.ModelAdmin):
         selected = self._selected(request, queryset)
         if selected is None:
             return
-        rows, other = [m.as_queue_message().to_row() for m in selected[0]], selected[1]
+        rows = {ns: [m.as_queue_message().to_row() for m in group] for ns, group in selected.items()}
+
+        async def restore_all(rt):
+            return [await recovery.restore_rows(rt.for_namespace(ns), rows=ns_rows) for ns, ns_rows in rows.items()]
+
         try:
-            counts = run_with_runtime(recovery.restore_rows, rows=rows)
+            counts = run_with_runtime(restore_all)
         except RedisError as exc:
-            self.message_user(request, f"Nothing restored: Redis unavailable ({exc})", messages.ERROR)
+            self.message_user(request, f"Redis unavailable ({exc}): some may be left unrestored, run the action again",
+                              messages.ERROR)
             return
-        self._done(request, f"Restored {counts.restored}; {counts.already_live} already live in Redis; "
-                            f"{counts.skipped} skipped (ended or expired).", other)
+        self.message_user(request, f"Restored {sum(c.restored for c in counts)}; "
+                                   f"{sum(c.already_live for c in counts)} already live in Redis; "
+                                   f"{sum(c.skipped for c in counts)} skipped (ended or expired).", messages.SUCCESS)
 
     @admin.action(description="Delete selected messages from the queue", permissions=["change"])
     def delete_selected_messages(self, request, queryset):
         selected = self._selected(request, queryset)
         if selected is None:
             return
-        targets, other = [(m.topic, m.msg_id) for m in selected[0]], selected[1]
+        targets = {ns: [(m.topic, m.msg_id) for m in group] for ns, group in selected.items()}
 
         async def delete_all(rt):
-            return [await services.delete_message(rt, topic=topic, msg_id=msg_id) for topic, msg_id in targets]
+            return [await services.delete_message(rt.for_namespace(ns), topic=topic, msg_id=msg_id)
+                    for ns, ns_targets in targets.items() for topic, msg_id in ns_targets]
 
         try:
             deleted = sum(run_with_runtime(delete_all))
         except RedisError as exc:
             self.message_user(request, f"Redis unavailable ({exc}): some may be left undeleted, run the action again", messages.ERROR)
             return
-        self._done(request, f"Deleted {deleted}; {len(targets) - deleted} were not live (already ended or not in "
-                            "Redis).", other)
+        total = sum(len(t) for t in targets.values())
+        self.message_user(request, f"Deleted {deleted}; {total - deleted} were not live (already ended or not in "
+                                   "Redis).", messages.SUCCESS)
 
 
 @admin.register(TopicHourStats)

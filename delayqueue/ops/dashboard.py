@@ -1,6 +1,7 @@
 """The topic dashboard (staff only, linked from the admin index): every topic's queue sizes,
-waiting-delay buckets, request rates, and a drawn chart of fire lateness over the last hour.
-A stuck or busy topic is flagged and sorted to the top."""
+waiting-delay buckets, request rates, and a drawn chart of fire lateness over the last hour,
+for one served namespace at a time (`?namespace=`, DELAYQUEUE_NAMESPACE by default). A stuck
+or busy topic is flagged and sorted to the top."""
 import hashlib
 
 from django.contrib import admin
@@ -10,7 +11,7 @@ from django.shortcuts import render
 from redis.exceptions import RedisError
 
 from delayqueue import selectors
-from delayqueue.conf import load_config
+from delayqueue.conf import checked_namespace, load_config
 from delayqueue.epoch import from_millis
 from delayqueue.messagelog.selectors import recent_topic_hours
 from delayqueue.constants import CHART_MINUTES
@@ -18,6 +19,7 @@ from delayqueue.ops import figures
 from delayqueue.selectors import WAITING_BUCKETS
 from delayqueue.api.validation import TopicSerializer, first_error
 from delayqueue.sync import run_with_runtime
+from delayqueue.tokens import served_namespaces
 
 CHART_WIDTH, CHART_HEIGHT = 720, 180
 # getTopicInfo's nine buckets (selectors.WAITING_BUCKETS), as column headings: due in ...
@@ -107,16 +109,25 @@ SEVERITY = {"stuck": 0, "busy": 1, "ok": 2}
 
 @staff_member_required
 def dashboard(request):
-    error, wanted = None, request.GET.get("topic")
+    config = load_config()
+    served = served_namespaces()
+    errors, namespace, wanted = [], request.GET.get("namespace", config.namespace), request.GET.get("topic")
+    try:
+        checked_namespace(namespace)
+    except ValueError as exc:
+        errors.append(f"namespace: {exc}")
+        namespace = config.namespace
     if wanted is not None:
         serializer = TopicSerializer(data={"topic": wanted})
         if not serializer.is_valid():
-            error, wanted = first_error(serializer.errors), None
+            errors.append(first_error(serializer.errors))
+            wanted = None
 
-    async def load(rt):
+    async def load(root):
         # Keyed by namespace and by topic: its digest, as a topic may be up to 255 bytes of any
         # text, more than a portable cache key takes (every topic: "all"). The data-lost mark is
         # one cheap read, and news that must not wait.
+        rt = root.for_namespace(namespace)
         topic_key = f"topic:{hashlib.sha256(wanted.encode()).hexdigest()}" if wanted else "all"
         key = f"dashboard:{rt.ns.namespace}:{topic_key}"
         overviews = await cache.aget(key)
@@ -130,7 +141,8 @@ def dashboard(request):
     try:
         overviews, data_lost = run_with_runtime(load)
     except RedisError as exc:
-        overviews, error = [], f"Redis unavailable: {exc}"
+        overviews = []
+        errors.append(f"Redis unavailable: {exc}")
     else:
         if data_lost:  # a scanner found Redis had lost its data, and no full restore has run since
             data_lost_at = from_millis(int(data_lost))
@@ -149,17 +161,20 @@ def dashboard(request):
     rows.sort(key=lambda r: (SEVERITY[r["state"]], r["topic"]))
     context = {
         **admin.site.each_context(request),
-        "title": "Topic dashboard",
+        "title": f"Topic dashboard: namespace {namespace}",
         "rows": rows,
         "bucket_names": BUCKET_LABELS,
         "chart": chart(combine_series(overviews), CHART_WIDTH, CHART_HEIGHT) if overviews else None,
         "chart_minutes": CHART_MINUTES,
+        "namespace": namespace,
+        # A namespace typed into the URL that no token serves is still shown (its Redis keys may hold messages).
+        "namespaces": served if namespace in served else [*served, namespace],
         "topic": wanted,
-        "error": error,
+        "errors": errors,
         "data_lost_at": data_lost_at,
         "stuck": sum(r["state"] == "stuck" for r in rows),
         "busy": sum(r["state"] == "busy" for r in rows),
-        "hourly": recent_topic_hours(load_config().namespace, wanted),
-        "open_namespace": load_config().namespace if load_config().auth == "open" else None,
+        "hourly": recent_topic_hours(namespace, wanted),
+        "open_namespace": config.namespace if config.auth == "open" else None,
     }
     return render(request, "delayqueue/dashboard.html", context)

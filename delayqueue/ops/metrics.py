@@ -1,6 +1,11 @@
 """GET /metrics in Prometheus' text format. Every figure is read from Redis at scrape time
 (the scripts count there), so it is the same whichever process is scraped and covers every
-web and scanner process; no process keeps counters of its own."""
+web and scanner process; no process keeps counters of its own. It covers every served
+namespace (tokens.served_namespaces), each series labelled with its namespace."""
+import asyncio
+from dataclasses import dataclass
+
+from asgiref.sync import sync_to_async
 from django.http import HttpResponse
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
@@ -10,72 +15,94 @@ from redis.exceptions import RedisError
 from delayqueue import selectors
 from delayqueue.exceptions import log_failure, redis_reason
 from delayqueue.ops import figures
-from delayqueue.runtime import current
+from delayqueue.runtime import Runtime, current
 from delayqueue.selectors import REQUEST_COUNTERS, WAITING_BUCKETS
+from delayqueue.tokens import served_namespaces
+
+
+@dataclass(frozen=True)
+class NamespaceFigures:
+    namespace: str
+    overviews: list[dict]
+    scanner_lags: dict[str, float]
+    data_lost_millis: int
+
+
+async def namespace_figures(rt: Runtime) -> NamespaceFigures:
+    overviews = await figures.topic_overview(rt, topics=await selectors.list_topics(rt))
+    lags = await figures.scanner_lags(rt)
+    data_lost = int(await rt.redis.get(rt.ns.data_lost) or 0)
+    return NamespaceFigures(rt.ns.namespace, overviews, lags, data_lost)
 
 
 class Snapshot:
-    """A prometheus_client collector over figures already read from Redis."""
+    """A prometheus_client collector over figures already read from Redis, every series
+    labelled with its namespace."""
 
-    def __init__(self, overviews: list[dict], scanner_lags: dict[str, float], data_lost_millis: int):
-        self.overviews = overviews
-        self.scanner_lags = scanner_lags
-        self.data_lost_millis = data_lost_millis
+    def __init__(self, namespaces: list[NamespaceFigures]):
+        self.namespaces = namespaces
 
     def collect(self):
         requests = CounterMetricFamily(
             "delayqueue_requests", "Requests and scanner events per topic since the topic was registered "
-            "(camellia's request types; pullMsg counts messages delivered)", labels=["topic", "type"])
-        sizes = GaugeMetricFamily("delayqueue_queue_size", "Messages per queue structure", labels=["topic", "queue"])
+            "(camellia's request types; pullMsg counts messages delivered)", labels=["namespace", "topic", "type"])
+        sizes = GaugeMetricFamily("delayqueue_queue_size", "Messages per queue structure",
+                                  labels=["namespace", "topic", "queue"])
         waiting = GaugeMetricFamily("delayqueue_waiting_messages", "Waiting messages by time until due "
-                                    "(getTopicInfo's buckets)", labels=["topic", "due_in"])
+                                    "(getTopicInfo's buckets)", labels=["namespace", "topic", "due_in"])
         overdue = GaugeMetricFamily("delayqueue_overdue_messages", "Waiting messages more than "
-                                    f"{figures.OVERDUE_MILLIS} ms past their triggerTime", labels=["topic"])
+                                    f"{figures.OVERDUE_MILLIS} ms past their triggerTime", labels=["namespace", "topic"])
         oldest = GaugeMetricFamily("delayqueue_oldest_ready_age_seconds", "How long the oldest ready message "
-                                   "has been due (0 when none is ready)", labels=["topic"])
+                                   "has been due (0 when none is ready)", labels=["namespace", "topic"])
         backlog = GaugeMetricFamily("delayqueue_log_writer_backlog", "Lifecycle events in Redis not yet "
-                                    "written to the PostgreSQL message log", labels=["topic"])
+                                    "written to the PostgreSQL message log", labels=["namespace", "topic"])
         lateness = HistogramMetricFamily(
             "delayqueue_fire_lateness_seconds", "Promotion to ready minus triggerTime, per promoted message",
-            labels=["topic"])
-        for o in self.overviews:
-            topic = o["topic"]
-            for name in REQUEST_COUNTERS:
-                requests.add_metric([topic, name], o["totals"][name])
-            sizes.add_metric([topic, "waiting"], o["waitingQueueSize"])
-            sizes.add_metric([topic, "ready"], o["readyQueueSize"])
-            sizes.add_metric([topic, "inflight"], o["ackQueueSize"])
-            for name, _ in WAITING_BUCKETS:
-                waiting.add_metric([topic, name.removeprefix("sizeOf")], o["waitingQueueInfo"][name])
-            overdue.add_metric([topic], o["overdue"])
-            backlog.add_metric([topic], o["log_backlog"])
-            oldest.add_metric([topic], o["oldest_ready_age_ms"] / 1000)
-            cumulative, buckets = 0, []
-            for bound, count in o["lateness_buckets"]:
-                cumulative += count
-                buckets.append(("+Inf" if bound is None else repr(bound / 1000), cumulative))
-            lateness.add_metric([topic], buckets, o["lateness_sum_ms"] / 1000)
-        topics = GaugeMetricFamily("delayqueue_topics", "Registered topics")
-        topics.add_metric([], len(self.overviews))
+            labels=["namespace", "topic"])
+        topics = GaugeMetricFamily("delayqueue_topics", "Registered topics", labels=["namespace"])
         lag = GaugeMetricFamily("delayqueue_scanner_loop_lag_seconds", "Worst event-loop lag of each running "
-                                "scanner over its last report period", labels=["scanner"])
-        for token, millis in sorted(self.scanner_lags.items()):
-            lag.add_metric([token], millis / 1000)
+                                "scanner over its last report period", labels=["namespace", "scanner"])
         lost = GaugeMetricFamily("delayqueue_redis_data_lost_timestamp_seconds", "When a scanner found that Redis "
-                                 "had lost its data (0: never, or answered by a full manage.py restore)")
-        lost.add_metric([], self.data_lost_millis / 1000)
+                                 "had lost its data (0: never, or answered by a full manage.py restore)",
+                                 labels=["namespace"])
+        for figured in self.namespaces:
+            ns = figured.namespace
+            for o in figured.overviews:
+                topic = o["topic"]
+                for name in REQUEST_COUNTERS:
+                    requests.add_metric([ns, topic, name], o["totals"][name])
+                sizes.add_metric([ns, topic, "waiting"], o["waitingQueueSize"])
+                sizes.add_metric([ns, topic, "ready"], o["readyQueueSize"])
+                sizes.add_metric([ns, topic, "inflight"], o["ackQueueSize"])
+                for name, _ in WAITING_BUCKETS:
+                    waiting.add_metric([ns, topic, name.removeprefix("sizeOf")], o["waitingQueueInfo"][name])
+                overdue.add_metric([ns, topic], o["overdue"])
+                backlog.add_metric([ns, topic], o["log_backlog"])
+                oldest.add_metric([ns, topic], o["oldest_ready_age_ms"] / 1000)
+                cumulative, buckets = 0, []
+                for bound, count in o["lateness_buckets"]:
+                    cumulative += count
+                    buckets.append(("+Inf" if bound is None else repr(bound / 1000), cumulative))
+                lateness.add_metric([ns, topic], buckets, o["lateness_sum_ms"] / 1000)
+            topics.add_metric([ns], len(figured.overviews))
+            for token, millis in sorted(figured.scanner_lags.items()):
+                lag.add_metric([ns, token], millis / 1000)
+            lost.add_metric([ns], figured.data_lost_millis / 1000)
         yield from (requests, sizes, waiting, overdue, oldest, backlog, lateness, topics, lag, lost)
 
 
 async def metrics(request):
     rt = current()
+    namespaces = await sync_to_async(served_namespaces)()
+    figured = await asyncio.gather(*(namespace_figures(rt.for_namespace(ns)) for ns in namespaces),
+                                   return_exceptions=True)  # every read ended before answering
     try:
-        overviews = await figures.topic_overview(rt, topics=await selectors.list_topics(rt))
-        lags = await figures.scanner_lags(rt)
-        data_lost = int(await rt.redis.get(rt.ns.data_lost) or 0)
+        for result in figured:
+            if isinstance(result, BaseException):
+                raise result
     except RedisError as exc:  # what failed, not where (a scraper may be anyone): the where goes to the log
         log_failure("/metrics", f"Redis unavailable: {exc}")
         return HttpResponse(f"# Redis unavailable: {redis_reason(exc)}\n", status=503, content_type="text/plain")
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(Snapshot(overviews, lags, data_lost))
+    registry.register(Snapshot(list(figured)))
     return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)

@@ -9,7 +9,7 @@ from django.utils import timezone
 from delayqueue.messagelog import recovery
 from delayqueue.live import scripts
 from delayqueue.ops import figures
-from delayqueue import selectors, services
+from delayqueue import selectors, services, tokens
 from delayqueue.models import TopicHourStats
 from delayqueue.ops.dashboard import FIGURES_SECONDS
 from delayqueue.sync import run_with_runtime
@@ -142,6 +142,39 @@ def test_dashboard_bad_topic_is_refused_with_the_api_message(admin_client):
     page = response.content.decode()
     assert "topic: must be 1-255 bytes of UTF-8 text without control characters; it is 256 bytes" in page
     assert list(rows(page)) == ["fine"]  # shows every topic instead
+
+
+def test_dashboard_shows_the_chosen_namespace(admin_client):
+    tokens.create_token(namespace="other", scopes=["produce"])  # "other" is now served
+    send("here", "h1", 0)
+    send("there", "t1", 60_000, namespace="other")
+    run_with_runtime(lambda rt: rt.redis.set(rt.for_namespace("other").ns.data_lost, 1_795_000_000_000))
+    hour = timezone.now().replace(minute=0, second=0, microsecond=0)
+    TopicHourStats.objects.create(
+        namespace="other", topic="there", hour=hour, sent=1, delivered=0, acked=0, nacked=0, timed_out=0,
+        expired=0, exhausted=0, deleted=0, computed_at=hour)
+    ours = admin_client.get(DASHBOARD).content.decode()
+    assert list(rows(ours)) == ["here"] and "<title>Topic dashboard: namespace default" in ours
+    assert '<option value="default" selected>' in ours and '<option value="other">' in ours
+    assert 'id="data-lost"' not in ours and 'id="hourly"' not in ours
+    page = admin_client.get(DASHBOARD, {"namespace": "other"}).content.decode()
+    assert list(rows(page)) == ["there"] and cells(rows(page)["there"], "waiting") == ["1"]
+    assert "<title>Topic dashboard: namespace other" in page and '<option value="other" selected>' in page
+    assert 'href="?namespace=other&amp;topic=there"' in page  # a topic's link stays in its namespace
+    assert 'id="data-lost"' in page and "2026-11-18 11:06:40" in page
+    assert re.findall(r'<tr data-topic="([^"]+)">', page[page.index('id="hourly"'):]) == ["there"]
+    one = admin_client.get(DASHBOARD, {"namespace": "other", "topic": "there"}).content.decode()
+    assert list(rows(one)) == ["there"]
+
+
+@pytest.mark.parametrize("namespace", ["a:b", "", "x" * 65])
+def test_dashboard_bad_namespace_is_refused_with_a_readable_error(admin_client, namespace):
+    send("fine", "f1", 0)
+    response = admin_client.get(DASHBOARD, {"namespace": namespace})
+    assert response.status_code == 200
+    page = response.content.decode()
+    assert "namespace: must be 1-64 of A-Z a-z 0-9 . _ - (it goes into Redis keys)" in page
+    assert list(rows(page)) == ["fine"]  # shows DELAYQUEUE_NAMESPACE's instead
 
 
 def test_admin_index_links_the_dashboard_and_docs(admin_client):

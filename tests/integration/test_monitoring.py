@@ -5,9 +5,10 @@ import asyncio
 import time
 
 import pytest
+from asgiref.sync import sync_to_async
 from prometheus_client.parser import text_string_to_metric_families
 
-from delayqueue import selectors, services
+from delayqueue import selectors, services, tokens
 from delayqueue.api import health
 from delayqueue.live import scripts
 from delayqueue.ops import figures
@@ -39,8 +40,8 @@ async def scrape(api) -> dict:
     return samples
 
 
-def sample(samples, name, **labels):
-    return samples.get((name, frozenset(labels.items())))
+def sample(samples, name, namespace="default", **labels):
+    return samples.get((name, frozenset({"namespace": namespace, **labels}.items())))
 
 
 @pytest.mark.process
@@ -171,6 +172,47 @@ async def test_metrics_sizes_buckets_backlog_and_scanner_lag(api, single_rt, sca
     assert scanner.stop() == 0
     samples = await scrape(api)  # a stopped scanner withdraws its report
     assert sample(samples, "delayqueue_scanner_loop_lag_seconds", scanner="lag") is None
+
+
+async def test_metrics_cover_every_served_namespace(api, single_rt):
+    await sync_to_async(tokens.create_token)(namespace="other", scopes=["produce"])  # "other" is now served
+    await services.send_message(single_rt, topic="t", msg="x", delay_millis=0)
+    other = single_rt.for_namespace("other")
+    for msg in ("a", "b"):
+        await services.send_message(other, topic="t", msg=msg, delay_millis=60_000)
+    await services.send_message(other, topic="u", msg="c", delay_millis=0)
+    await other.redis.set(other.ns.data_lost, 1_795_000_000_000)
+    await other.redis.hset(other.ns.scanners, "their-scanner", f"12:{await selectors.redis_millis(other)}")
+    samples = await scrape(api)
+    assert sample(samples, "delayqueue_queue_size", topic="t", queue="ready") == 1
+    assert sample(samples, "delayqueue_queue_size", topic="t", queue="waiting") == 0
+    assert sample(samples, "delayqueue_queue_size", "other", topic="t", queue="waiting") == 2
+    assert sample(samples, "delayqueue_queue_size", "other", topic="u", queue="ready") == 1
+    assert sample(samples, "delayqueue_requests_total", "other", topic="t", type="sendMsg") == 2
+    assert sample(samples, "delayqueue_topics") == 1 and sample(samples, "delayqueue_topics", "other") == 2
+    assert sample(samples, "delayqueue_redis_data_lost_timestamp_seconds") == 0
+    assert sample(samples, "delayqueue_redis_data_lost_timestamp_seconds", "other") == 1_795_000_000
+    assert sample(samples, "delayqueue_scanner_loop_lag_seconds", "other", scanner="their-scanner") == 0.012
+    assert sample(samples, "delayqueue_scanner_loop_lag_seconds", scanner="their-scanner") is None
+    # Every series carries its namespace.
+    assert all(dict(labels).get("namespace") in ("default", "other") for _name, labels in samples)
+
+
+@pytest.mark.fault
+async def test_metrics_answer_for_delayqueue_namespace_while_postgres_is_down(api, single_rt, postgres, caplog):
+    await sync_to_async(tokens.create_token)(namespace="other", scopes=["produce"])
+    await services.send_message(single_rt, topic="t", msg="x", delay_millis=0)
+    await services.send_message(single_rt.for_namespace("other"), topic="t", msg="y", delay_millis=0)
+    assert sample(await scrape(api), "delayqueue_topics", "other") == 1
+    postgres.stop()
+    try:
+        samples = await scrape(api)  # the served namespaces are not known: DELAYQUEUE_NAMESPACE's figures alone
+        assert sample(samples, "delayqueue_queue_size", topic="t", queue="ready") == 1
+        assert sample(samples, "delayqueue_topics", "other") is None
+        assert "could not read the token namespaces" in caplog.text
+    finally:
+        await asyncio.to_thread(postgres.start)
+    assert sample(await scrape(api), "delayqueue_topics", "other") == 1
 
 
 async def test_unknown_topics_give_zeros(api):

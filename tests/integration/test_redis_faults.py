@@ -251,7 +251,7 @@ def _lost_reports(caplog) -> list[str]:
 
 async def _data_lost_gauge(api) -> float:
     for line in (await api.get("/metrics")).text.splitlines():
-        if line.startswith("delayqueue_redis_data_lost_timestamp_seconds "):
+        if line.startswith('delayqueue_redis_data_lost_timestamp_seconds{namespace="default"} '):
             return float(line.split()[1])
     raise AssertionError("no delayqueue_redis_data_lost_timestamp_seconds in /metrics")
 

@@ -243,8 +243,9 @@ def test_dashboard_and_admin_show_and_filter_such_topics(admin_client, clean_sta
     assert "<b>&" not in page
     shown = {html.unescape(t) for t in re.findall(r'<tr class="row-\w+" data-topic="([^"]+)">', page)}
     assert shown == set(topics)
-    linked = [parse_qs(html.unescape(q))["topic"][0] for q in re.findall(r'<a href="\?(topic=[^"]*)">', page)]
-    assert sorted(linked) == sorted(topics)
+    links = [parse_qs(html.unescape(q)) for q in re.findall(r'<a href="\?(namespace=[^"]*&amp;topic=[^"]*)">', page)]
+    assert sorted(link["topic"][0] for link in links) == sorted(topics)
+    assert {link["namespace"][0] for link in links} == {"default"}
     for topic in topics:
         one = admin_client.get(DASHBOARD, {"topic": topic}).content.decode()
         assert [html.unescape(t) for t in re.findall(r'<tr class="row-\w+" data-topic="([^"]+)">', one)] == [topic]

@@ -13,6 +13,7 @@ from delayqueue.messagelog import sql
 from delayqueue.messagelog.connection import LogConnection
 from delayqueue.runtime import Runtime
 from delayqueue.scanner.scanner import Scanner
+from delayqueue.tokens import ordered_namespaces
 
 log = logging.getLogger("delayqueue.scanner")
 
@@ -52,7 +53,9 @@ class Command(BaseCommand):
         tokens = LogConnection(root.config.log_timeout_millis)
         try:
             while not stopping.is_set():
-                for namespace in await namespaces(root, tokens) - scanners.keys():
+                for namespace in await namespaces(root, tokens):
+                    if namespace in scanners:
+                        continue
                     scanner = Scanner(root.for_namespace(namespace), name)
                     scanners[namespace] = (scanner, loop.create_task(scanner.run(), name=f"scanner {namespace}"))
                     log.info("scanner %s started (namespace %s)", scanner.token, namespace)
@@ -74,14 +77,15 @@ class Command(BaseCommand):
                      scanner.counts, written)
 
 
-async def namespaces(rt: Runtime, tokens: LogConnection) -> set[str]:
-    """DELAYQUEUE_NAMESPACE and every namespace with a token not revoked; when the message log
-    does not answer, DELAYQUEUE_NAMESPACE alone (the others are asked again at the next check)."""
-    found = {rt.config.namespace}
+async def namespaces(rt: Runtime, tokens: LogConnection) -> list[str]:
+    """The served namespaces (tokens.served_namespaces' list, read on this process' own log
+    connection: no Django ORM on the scanners' loop); when the message log does not answer,
+    DELAYQUEUE_NAMESPACE alone (the others are asked again at the next check)."""
+    found = []
     try:
         async with tokens.use() as conn:
             cursor = await conn.execute(sql.TOKEN_NAMESPACES)
-            found.update(row[0] for row in await cursor.fetchall())
+            found = [row[0] for row in await cursor.fetchall()]
     except LogUnavailable as exc:
         log.warning("could not read the token namespaces: %s", exc)
-    return found
+    return ordered_namespaces(rt.config.namespace, found)
