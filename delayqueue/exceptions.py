@@ -49,11 +49,14 @@ class Refused(QueueError):
 
 class Throttled(Refused):
     """Over a rate limit or a live-message cap (429). The answer says when trying again is worth
-    it: `retryAfterMillis` beside code and msg."""
+    it: `retryAfterMillis` beside code and msg. `limit` names the limit (produce_rate,
+    consume_rate, max_live) and `topic` whose it is ('' for the namespace's own)."""
 
-    def __init__(self, msg: str, retry_after_millis: int):
+    def __init__(self, msg: str, retry_after_millis: int, *, limit: str, topic: str):
         super().__init__(f"{msg}, retry after {retry_after_millis} ms", 429)
         self.retry_after_millis = retry_after_millis
+        self.limit = limit
+        self.topic = topic
 
 
 class Unavailable(QueueError):

@@ -31,6 +31,8 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from redis.exceptions import RedisError
+
 
 from delayqueue.exceptions import LogUnavailable, Throttled
 from delayqueue.live import scripts
@@ -133,12 +135,32 @@ def _whose(rt: "Runtime", topic: str) -> str:
 
 def rate_refusal(rt: "Runtime", *, kind: str, topic: str, rate: int, retry_after_millis: int) -> Throttled:
     return Throttled(f"too many requests: the {kind} rate limit of {_whose(rt, topic)} ({rate} messages/s) is "
-                     "reached", retry_after_millis)
+                     "reached", retry_after_millis, limit=f"{kind}_rate", topic=topic)
 
 
 def cap_refusal(rt: "Runtime", *, topic: str, max_live: int) -> Throttled:
     return Throttled(f"too many live messages: the live-message cap of {_whose(rt, topic)} ({max_live} messages) "
-                     "is reached", LIVE_CAP_RETRY_AFTER_MILLIS)
+                     "is reached", LIVE_CAP_RETRY_AFTER_MILLIS, limit="max_live", topic=topic)
+
+
+async def count_refusals(rt: "Runtime", refusals: list) -> None:
+    """Counts the Throttled among `refusals` in the namespace's counters that /metrics shows, per
+    limit and whose it is. A count Redis fails is lost: the request answers as it would anyway."""
+    counts = Counter(throttled_field(r.limit, r.topic) for r in refusals if isinstance(r, Throttled))
+    if not counts:
+        return
+    pipe = rt.redis.pipeline(transaction=False)
+    for name, n in counts.items():
+        pipe.hincrby(rt.ns.throttled, name, n)
+    try:
+        await pipe.execute()
+    except RedisError:
+        pass
+
+
+def throttled_field(limit: str, topic: str) -> str:
+    """A field of the namespace's throttled counters: a topic has no control character."""
+    return f"{limit}\t{topic}"
 
 
 async def admit_sends(rt: "Runtime", *, table: dict[str, Limits], topics: list[str]) -> list[Throttled | None]:
@@ -277,8 +299,10 @@ async def reserve_consume(rt: "Runtime", *, namespace: Limits, wanted: int) -> i
     grant = await rt.scripts.call(scripts.take_tokens(rt.ns, kind="consume", wanted=wanted,
                                                       rate=namespace.consume_rate))
     if grant.granted == 0:
-        raise rate_refusal(rt, kind="consume", topic=NAMESPACE, rate=namespace.consume_rate,
-                           retry_after_millis=grant.retry_after_millis)
+        refusal = rate_refusal(rt, kind="consume", topic=NAMESPACE, rate=namespace.consume_rate,
+                               retry_after_millis=grant.retry_after_millis)
+        await count_refusals(rt, [refusal])
+        raise refusal
     return grant.granted
 
 

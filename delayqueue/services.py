@@ -101,7 +101,9 @@ async def send_messages(rt: Runtime, *, requests: list[SendRequest]) -> list[dic
     except RedisError as exc:
         return [redis_unavailable(exc)] * len(requests)
     sent = iter(await _send_admitted(rt, [r for r, refusal in zip(requests, refusals) if refusal is None], table))
-    return [next(sent) if refusal is None else refusal for refusal in refusals]
+    outcomes = [next(sent) if refusal is None else refusal for refusal in refusals]
+    await limits.count_refusals(rt, outcomes)
+    return outcomes
 
 
 async def _send_admitted(rt: Runtime, requests: list[SendRequest],
@@ -235,8 +237,10 @@ async def pull_messages(rt: Runtime, *, topic: str, batch: int = -1,
     if reserved > len(reply.messages):
         await limits.give_back_consume(rt, namespace=namespace, unused=reserved - len(reply.messages))
     if reply.retry_after_millis:
-        raise limits.rate_refusal(rt, kind="consume", topic=topic, rate=topic_rate,
-                                  retry_after_millis=reply.retry_after_millis)
+        refusal = limits.rate_refusal(rt, kind="consume", topic=topic, rate=topic_rate,
+                                      retry_after_millis=reply.retry_after_millis)
+        await limits.count_refusals(rt, [refusal])
+        raise refusal
     return [Message.from_stored(raw).to_wire() for raw in reply.messages], reply.remaining
 
 

@@ -68,6 +68,7 @@ class NamespaceKeys:
     history_pattern: str  # pub/sub pattern matching every topic's history channel
     buckets: str  # HASH the namespace's rate-limit token buckets, only while in use
     live_pool: str  # HASH the room of its live-message cap no topic holds (lua/borrow_live.lua)
+    throttled: str  # HASH "<limit>\t<topic>" -> messages its limits refused or held (limits.count_refusals)
 
     def topic(self, topic: str) -> TopicKeys:
         return topic_keys(self.namespace, topic)
@@ -105,6 +106,7 @@ def namespace_keys(namespace: str) -> NamespaceKeys:
         history_pattern=f"{TOPIC_PREFIX}{{{_glob_escape(namespace)}:*}}:{HISTORY_SUFFIX}",
         buckets=base + "buckets",
         live_pool=base + "live_pool",
+        throttled=base + "throttled",
     )
 
 

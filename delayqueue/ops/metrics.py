@@ -26,13 +26,15 @@ class NamespaceFigures:
     overviews: list[dict]
     scanner_lags: dict[str, float]
     data_lost_millis: int
+    throttled: dict[tuple[str, str], int]  # (limit, topic) -> messages refused or held by it
 
 
 async def namespace_figures(rt: Runtime) -> NamespaceFigures:
     overviews = await figures.topic_overview(rt, topics=await selectors.list_topics(rt))
     lags = await figures.scanner_lags(rt)
     data_lost = int(await rt.redis.get(rt.ns.data_lost) or 0)
-    return NamespaceFigures(rt.ns.namespace, overviews, lags, data_lost)
+    throttled = {tuple(field.split("\t", 1)): int(n) for field, n in (await rt.redis.hgetall(rt.ns.throttled)).items()}
+    return NamespaceFigures(rt.ns.namespace, overviews, lags, data_lost, throttled)
 
 
 class Snapshot:
@@ -65,8 +67,14 @@ class Snapshot:
         lost = GaugeMetricFamily("delayqueue_redis_data_lost_timestamp_seconds", "When a scanner found that Redis "
                                  "had lost its data (0: never, or answered by a full manage.py restore)",
                                  labels=["namespace"])
+        throttled = CounterMetricFamily(
+            "delayqueue_throttled", "Messages a rate limit or live-message cap refused (code 429), or held (a "
+            "long poll over its consume rate), by limit and whose it is (topic \"\": the namespace's own)",
+            labels=["namespace", "topic", "limit"])
         for figured in self.namespaces:
             ns = figured.namespace
+            for (limit, topic), count in sorted(figured.throttled.items()):
+                throttled.add_metric([ns, topic, limit], count)
             for o in figured.overviews:
                 topic = o["topic"]
                 for name in REQUEST_COUNTERS:
@@ -88,7 +96,7 @@ class Snapshot:
             for token, millis in sorted(figured.scanner_lags.items()):
                 lag.add_metric([ns, token], millis / 1000)
             lost.add_metric([ns], figured.data_lost_millis / 1000)
-        yield from (requests, sizes, waiting, overdue, oldest, backlog, lateness, topics, lag, lost)
+        yield from (requests, sizes, waiting, overdue, oldest, backlog, lateness, topics, lag, lost, throttled)
 
 
 async def metrics(request):

@@ -259,6 +259,10 @@ async def test_http_answers_429_with_retry_after_for_single_calls_and_per_batch_
     assert pulled["code"] == 429 and "consume rate limit of topic h (1 messages/s)" in pulled["msg"]
     assert 1 <= pulled["retryAfterMillis"] <= 1000
     assert (await call(api, "sendMsg", topic="unlimited", msg="x", delayMillis="0"))["code"] == 200
+    # /metrics counts what each limit refused.
+    metrics = (await api.get("/metrics")).text
+    assert f'delayqueue_throttled_total{{limit="produce_rate",namespace="{ns}",topic="h"}} 3.0' in metrics
+    assert f'delayqueue_throttled_total{{limit="consume_rate",namespace="{ns}",topic="h"}} 1.0' in metrics
 
 
 def test_set_limits_command_sets_shows_and_removes(transactional_db, capsys):
