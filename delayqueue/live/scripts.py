@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from delayqueue.constants import BURST_MILLIS, CHART_MINUTES, LATENESS_BOUNDS_MS, Reason, Status
+from delayqueue.constants import (BURST_MILLIS, CHART_MINUTES, LATENESS_BOUNDS_MS, RETRY_BACKOFF_JITTER,
+                                  RETRY_BACKOFF_MAX_MILLIS, Reason, Status)
 from delayqueue.live.keys import EVENTS_SUFFIX, HISTORY_SUFFIX, NamespaceKeys, TopicKeys
 
 LUA_DIR = Path(__file__).with_name("lua")
@@ -38,6 +39,7 @@ def prelude() -> str:
         "local LATENESS_BOUNDS = " + _lua_table(str(bound) for bound in LATENESS_BOUNDS_MS),
         f"local CHART_MINUTES = {CHART_MINUTES}",
         f"local BURST_MILLIS = {BURST_MILLIS}",
+        f"local RETRY_BACKOFF_MAX_MILLIS, RETRY_BACKOFF_JITTER = {RETRY_BACKOFF_MAX_MILLIS}, {RETRY_BACKOFF_JITTER}",
         f"local EVENTS_SUFFIX, HISTORY_SUFFIX = '{EVENTS_SUFFIX}', '{HISTORY_SUFFIX}'",
         "",
     ])
@@ -240,9 +242,11 @@ def promote_due(k: TopicKeys, *, limit: int, retention_millis: int, stats_interv
 
 
 def requeue_timed_out(k: TopicKeys, *, limit: int, retention_millis: int, stats_interval_millis: int,
-                      ready_channel: str, topic: str, actor: str) -> ScriptCall:
-    return ScriptCall(REQUEUE_TIMED_OUT, [k.inflight, k.ready, k.msgs, k.expiry, k.ended, k.stats, k.events],
-                      [limit, retention_millis, stats_interval_millis, ready_channel, topic, actor])
+                      ready_channel: str, topic: str, actor: str, schedule_channel: str, seed: int) -> ScriptCall:
+    return ScriptCall(REQUEUE_TIMED_OUT, [k.inflight, k.ready, k.msgs, k.expiry, k.ended, k.stats, k.events,
+                                          k.waiting, k.meta],
+                      [limit, retention_millis, stats_interval_millis, ready_channel, topic, actor, schedule_channel,
+                       seed])
 
 
 def expire(k: TopicKeys, *, limit: int, retention_millis: int, stats_interval_millis: int,
