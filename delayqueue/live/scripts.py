@@ -109,6 +109,7 @@ class PullReply(NamedTuple):
     remaining: int  # messages left in the ready list
     messages: list[str]  # the pulled messages' stored json, oldest first
     retry_after_millis: int  # > 0: the topic's consume rate allowed no message, for this long
+    paused: bool = False  # the topic is paused: nothing handed out
 
 
 class Grant(NamedTuple):
@@ -127,6 +128,11 @@ class ScanReply(NamedTuple):
     next_due_us: int  # µs until it has work again: 0 now, -1 nothing scheduled
 
 
+class PurgeReply(NamedTuple):
+    purged: int  # live messages this call ended
+    more: bool  # live messages remain: call again
+
+
 class RestoreReply(NamedTuple):
     restored: int
     already_held: int  # Redis held the msgId already (in any status)
@@ -140,6 +146,8 @@ def _send_reply(raw) -> SendReply:
 
 
 def _pull_reply(raw) -> PullReply:
+    if int(raw[1]) < 0:
+        return PullReply(int(raw[0]), [], 0, paused=True)
     return PullReply(int(raw[0]), raw[2:], int(raw[1]))
 
 
@@ -182,10 +190,11 @@ GRANT_LIVE_SHARE = Script("grant_live_share", int)
 RELEASE_LIVE_SHARE = Script("release_live_share", int)
 COVER_LIVE_SHARE = Script("cover_live_share", int)
 BORROW_LIVE = Script("borrow_live", int)
+PURGE_TOPIC = Script("purge_topic", lambda raw: PurgeReply(int(raw[0]), raw[1] == 1))
 
 SCRIPTS = (SEND, PULL, ACK, NACK, DELETE, GET, PROMOTE_DUE, REQUEUE_TIMED_OUT, EXPIRE, PURGE_ENDED, RETIRE_TOPIC,
            PRUNE_STATS, LOCK_RENEW, LOCK_RELEASE, LOCK_TAKE_OVER, RESTORE, TAKE_TOKENS, ADMIT_SEND, LIVE_SHARE_SHORTFALL,
-           GRANT_LIVE_SHARE, RELEASE_LIVE_SHARE, COVER_LIVE_SHARE, BORROW_LIVE)
+           GRANT_LIVE_SHARE, RELEASE_LIVE_SHARE, COVER_LIVE_SHARE, BORROW_LIVE, PURGE_TOPIC)
 
 
 async def load_scripts(client) -> None:
@@ -314,6 +323,11 @@ def cover_live_share(k: TopicKeys) -> ScriptCall:
 
 def borrow_live(k: NamespaceKeys, *, wanted: int, max_live: int, held: int) -> ScriptCall:
     return ScriptCall(BORROW_LIVE, [k.live_pool], [wanted, max_live, held])
+
+
+def purge_topic(k: TopicKeys, *, limit: int, retention_millis: int, actor: str) -> ScriptCall:
+    return ScriptCall(PURGE_TOPIC, [k.waiting, k.ready, k.inflight, k.msgs, k.expiry, k.ended, k.events],
+                      [limit, retention_millis, actor])
 
 
 def _flag(value: bool) -> int:
