@@ -51,11 +51,12 @@ def _new_msg_id(produce_time: int) -> str:
     return f"{produce_time << 80 | 0x7 << 76 | (rand >> 62) << 64 | 0b10 << 62 | rand & _LOW_62:032x}"
 
 
-def _prepare(rt: Runtime, request: SendRequest, produce_time: int, settings: dict[str, TopicSettings]) -> Message:
-    """The message with its defaults applied (its topic's, else the service's) and its times
-    fixed, as the log and Redis get it."""
+def _prepare(rt: Runtime, request: SendRequest, produce_time: int,
+             settings: dict[str, TopicSettings] | None = None) -> Message:
+    """The message with its defaults applied (its topic's in `settings`, else the service's) and
+    its times fixed, as the log and Redis get it."""
     cfg = rt.config
-    topic = settings.get(request.topic, DEFAULT_SETTINGS)
+    topic = settings.get(request.topic, DEFAULT_SETTINGS) if settings else DEFAULT_SETTINGS
     delay = max(request.delay_millis, 0)
     trigger = produce_time + delay
     if request.ttl_millis > 0:
