@@ -48,6 +48,10 @@ CHART_MINUTES = 60
 # Upper bounds keep every time (ms) well inside what Redis' Lua numbers and JSON hold exactly.
 MAX_DELAY_MILLIS = 10 * 365 * 86_400_000  # ten years
 MAX_RETRY = 100_000
+# A topic's longest retry backoff wait unless it sets its own (TopicConfig.retry_backoff_max_millis).
+RETRY_BACKOFF_MAX_MILLIS = 3_600_000
+# Jitter of a backoff wait: up to this share of it is taken off at random (lua/includes/backoff.lua).
+RETRY_BACKOFF_JITTER = 0.2
 # A topic name, as camellia accepts it: non-empty UTF-8 text without control characters, up to
 # this many bytes (delayqueue/topics.py checks it).
 MAX_TOPIC_BYTES = 255

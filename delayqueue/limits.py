@@ -88,6 +88,10 @@ class LimitCache:
             await asyncio.shield(self._first_read)  # a caller that goes away leaves the read to the others
         return self.current
 
+    async def read_again(self) -> None:
+        """After this process changed the limits: in force here at once."""
+        await self._read()
+
     async def _refresh_forever(self) -> None:
         while True:
             await asyncio.sleep(REFRESH_SECONDS)

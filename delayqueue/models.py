@@ -12,7 +12,7 @@ from django.db import models
 
 from delayqueue import messages
 from delayqueue.epoch import to_millis
-from delayqueue.constants import LIVE_STATUSES, MAX_LIMIT, MAX_TOPIC_BYTES, Reason, Status
+from delayqueue.constants import LIVE_STATUSES, MAX_LIMIT, MAX_TOPIC_BYTES, RETRY_BACKOFF_MAX_MILLIS, Reason, Status
 
 
 class Message(models.Model):
@@ -178,3 +178,33 @@ class ApiToken(models.Model):
     @property
     def scope_list(self) -> list[str]:
         return self.scopes.split(",") if self.scopes else []
+
+
+class TopicConfig(models.Model):
+    """A topic's own settings: defaults for its sends and pulls (null: the service's from
+    conf.py), its retry backoff, whether its status-6 ends are kept as dead letters, and whether
+    it is paused. Web processes read this table every half second (delayqueue/topic_config.py);
+    the scanner scripts read the copy kept in the topic's Redis meta hash, which restore writes
+    back after Redis lost its data. Its rate limits and live cap are the Limit table's."""
+
+    namespace = models.CharField(max_length=128)
+    topic = models.CharField(max_length=MAX_TOPIC_BYTES)
+    ttl_millis = models.BigIntegerField(null=True, blank=True, help_text="default TTL of its sends; empty: DELAYQUEUE_TTL_MILLIS")
+    max_retry = models.IntegerField(null=True, blank=True, help_text="default maxRetry of its sends; empty: DELAYQUEUE_MAX_RETRY")
+    ack_timeout_millis = models.BigIntegerField(
+        null=True, blank=True, help_text="default ack timeout of its pulls; empty: DELAYQUEUE_ACK_TIMEOUT_MILLIS")
+    retry_backoff_millis = models.BigIntegerField(default=0, help_text="wait before the first redelivery after an "
+                                                                       "ack timeout, doubling per delivery; 0: none")
+    retry_backoff_max_millis = models.BigIntegerField(default=RETRY_BACKOFF_MAX_MILLIS,
+                                                      help_text="longest backoff wait")
+    dead_letter = models.BooleanField(default=True, help_text="keep messages ended as 6 as dead letters")
+    paused = models.BooleanField(default=False, help_text="pulls hand out nothing; messages still fall due")
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["namespace", "topic"], name="topic_config_once"),
+        ]
+
+    def __str__(self):
+        return f"{self.namespace}/{self.topic}"

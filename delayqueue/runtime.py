@@ -14,6 +14,7 @@ from delayqueue.live import client
 from delayqueue.live.runners import script_runner
 from delayqueue.conf import QueueConfig, load_config
 from delayqueue.limits import LimitCache
+from delayqueue.topic_config import TopicConfigCache
 from delayqueue.live.keys import namespace_keys
 
 
@@ -33,6 +34,7 @@ class Runtime:
         self._notifier_lock = asyncio.Lock()
         self._log = None
         self.limits = LimitCache(self.ns)  # read on first use
+        self.topic_configs = TopicConfigCache(self.ns)  # read on first use
         self._tokens = None
         self.set_process(process or f"web pid {os.getpid()}")
 
@@ -93,6 +95,7 @@ class Runtime:
             await self._tokens.close()
             self._tokens = None
         await self.limits.close()
+        await self.topic_configs.close()
         if self._log is not None:
             await self._log.close()
             self._log = None

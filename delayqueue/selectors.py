@@ -3,7 +3,9 @@
 from delayqueue.epoch import now_millis
 from delayqueue.live import scripts
 from delayqueue.messages import Message
+from delayqueue.limits import Limits
 from delayqueue.runtime import Runtime
+from delayqueue.topic_config import DEFAULT as DEFAULT_SETTINGS
 
 # getTopicInfo's waiting-delay buckets (camellia's names), as upper bounds from now in ms.
 # Ranges are half-open (lower, upper] so a message is counted once; the first takes overdue ones.
@@ -105,3 +107,26 @@ async def monitor_data(rt: Runtime) -> dict:
             if count:
                 data[list_name].append({"topic": topic, "count": count, "avg": total / count, "max": maximum})
     return data
+
+
+async def topic_config(rt: Runtime, *, topic: str) -> dict:
+    """getTopicConfig's `data`: every setting of the topic in force, defaults included (a limit
+    of 0: none), read from PostgreSQL now. Raises LogUnavailable."""
+    cfg = rt.config
+    settings = (await rt.topic_configs.fresh()).get(topic, DEFAULT_SETTINGS)
+    await rt.limits.read_again()
+    limits = (rt.limits.current or {}).get(topic, Limits())
+    return {
+        "topic": topic,
+        "ttlMillis": settings.ttl_millis if settings.ttl_millis is not None else cfg.ttl_millis,
+        "maxRetry": settings.max_retry if settings.max_retry is not None else cfg.max_retry,
+        "ackTimeoutMillis": settings.ack_timeout_millis if settings.ack_timeout_millis is not None
+        else cfg.ack_timeout_millis,
+        "retryBackoffMillis": settings.retry_backoff_millis,
+        "retryBackoffMaxMillis": settings.retry_backoff_max_millis,
+        "deadLetter": settings.dead_letter,
+        "paused": settings.paused,
+        "produceRatePerSecond": limits.produce_rate,
+        "consumeRatePerSecond": limits.consume_rate,
+        "maxLiveMessages": limits.max_live,
+    }

@@ -1,9 +1,11 @@
 """Writes: every state transition of a message, each one Lua script run atomically in Redis."""
 import asyncio
 import dataclasses
+import logging
 from collections import Counter
 from typing import NamedTuple
 
+from asgiref.sync import sync_to_async
 from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
@@ -15,6 +17,11 @@ from delayqueue.live import scripts
 from delayqueue.messages import Message
 from delayqueue.random_bits import random_bits
 from delayqueue.runtime import Runtime
+from delayqueue.topic_config import DEFAULT as DEFAULT_SETTINGS
+from delayqueue.topic_config import TopicSettings, write_mirrors
+from delayqueue.ops.topic_config import save_topic_config
+
+log = logging.getLogger(__name__)
 
 
 class SendRequest(NamedTuple):
@@ -29,6 +36,8 @@ class SendRequest(NamedTuple):
 
 
 _LOW_62 = (1 << 62) - 1
+# A long poll of a paused topic pulls again at least this often (topic_config.REFRESH_SECONDS).
+PAUSED_RECHECK_SECONDS = 0.5
 
 
 def _new_msg_id(produce_time: int) -> str:
@@ -42,19 +51,30 @@ def _new_msg_id(produce_time: int) -> str:
     return f"{produce_time << 80 | 0x7 << 76 | (rand >> 62) << 64 | 0b10 << 62 | rand & _LOW_62:032x}"
 
 
-def _prepare(rt: Runtime, request: SendRequest, produce_time: int) -> Message:
-    """The message with its defaults applied and its times fixed, as the log and Redis get it."""
+def _prepare(rt: Runtime, request: SendRequest, produce_time: int,
+             settings: dict[str, TopicSettings] | None = None) -> Message:
+    """The message with its defaults applied (its topic's in `settings`, else the service's) and
+    its times fixed, as the log and Redis get it."""
     cfg = rt.config
+    topic = settings.get(request.topic, DEFAULT_SETTINGS) if settings else DEFAULT_SETTINGS
     delay = max(request.delay_millis, 0)
     trigger = produce_time + delay
+    if request.ttl_millis > 0:
+        ttl = request.ttl_millis
+    else:
+        ttl = topic.ttl_millis if topic.ttl_millis is not None else cfg.ttl_millis
+    if request.max_retry >= 0:
+        max_retry = request.max_retry
+    else:
+        max_retry = topic.max_retry if topic.max_retry is not None else cfg.max_retry
     return Message(
         topic=request.topic,
         msg_id=request.msg_id or _new_msg_id(produce_time),
         payload=request.msg,
         produce_time=produce_time,
         trigger_time=trigger,
-        expire_time=trigger + (request.ttl_millis if request.ttl_millis > 0 else cfg.ttl_millis),
-        max_retry=request.max_retry if request.max_retry >= 0 else cfg.max_retry,
+        expire_time=trigger + ttl,
+        max_retry=max_retry,
         retry=0,
         status=Status.READY if delay == 0 else Status.WAITING,
     )
@@ -110,8 +130,9 @@ async def _send_admitted(rt: Runtime, requests: list[SendRequest],
                          table: dict[str, limits.Limits] | None) -> list[dict | QueueError]:
     if not requests:
         return []
+    settings = await _topic_settings(rt)
     produce_time = now_millis()
-    rows = [_prepare(rt, request, produce_time) for request in requests]
+    rows = [_prepare(rt, request, produce_time, settings) for request in requests]
     if rt.config.message_log:
         try:
             written = await rt.log.record(rows)
@@ -214,12 +235,29 @@ async def _register_topics(rt: Runtime, topics: set[str]) -> None:
     await rt.redis.zadd(rt.ns.topics, {topic: now for topic in topics}, nx=True)
 
 
+async def _topic_settings(rt: Runtime) -> dict[str, TopicSettings]:
+    """The namespace's topic settings in force in this process (topic_config.py)."""
+    table = rt.topic_configs.current
+    return table if table is not None else await rt.topic_configs.table()
+
+
 async def pull_messages(rt: Runtime, *, topic: str, batch: int = -1,
                         ack_timeout_millis: int = -1) -> tuple[list[dict], int]:
     """Delivers up to `batch` ready messages, oldest first. Returns them and how many stay ready.
     Under a consume rate it hands out at most as many as there are tokens, and raises Throttled
-    when there is none (of the namespace's bucket or the topic's)."""
+    when there is none (of the namespace's bucket or the topic's). A paused topic hands out none."""
+    messages, remaining, _paused = await _pull(rt, topic=topic, batch=batch, ack_timeout_millis=ack_timeout_millis)
+    return messages, remaining
+
+
+async def _pull(rt: Runtime, *, topic: str, batch: int, ack_timeout_millis: int) -> tuple[list[dict], int, bool]:
+    """pull_messages, also answering whether the topic is paused."""
     cfg = rt.config
+    settings = (await _topic_settings(rt)).get(topic, DEFAULT_SETTINGS)
+    if settings.paused:
+        return [], 0, True
+    if ack_timeout_millis <= 0:
+        ack_timeout_millis = settings.ack_timeout_millis or cfg.ack_timeout_millis
     batch = batch if batch > 0 else cfg.pull_batch
     table = rt.limits.current
     if table is None:
@@ -231,7 +269,7 @@ async def pull_messages(rt: Runtime, *, topic: str, batch: int = -1,
         batch = reserved = await limits.reserve_consume(rt, namespace=namespace, wanted=batch)
     reply = await rt.scripts.call(scripts.pull(
         rt.ns.topic(topic), batch=batch,
-        ack_timeout_millis=ack_timeout_millis if ack_timeout_millis > 0 else cfg.ack_timeout_millis,
+        ack_timeout_millis=ack_timeout_millis,
         retention_millis=cfg.ended_retention_millis, stats_interval_millis=cfg.monitor_interval_millis,
         schedule_channel=rt.ns.schedule_channel, topic=topic, actor=rt.actor, consume_rate=topic_rate))
     if reserved > len(reply.messages):
@@ -241,7 +279,7 @@ async def pull_messages(rt: Runtime, *, topic: str, batch: int = -1,
                                       retry_after_millis=reply.retry_after_millis)
         await limits.count_refusals(rt, [refusal])
         raise refusal
-    return [Message.from_stored(raw).to_wire() for raw in reply.messages], reply.remaining
+    return [Message.from_stored(raw).to_wire() for raw in reply.messages], reply.remaining, reply.paused
 
 
 def _time_up(waiter: asyncio.Future) -> None:
@@ -267,7 +305,7 @@ async def long_poll_messages(rt: Runtime, *, topic: str, batch: int = -1, ack_ti
             # Register before pulling, so a wake published between the pull and the wait is kept.
             waiter = notifier.register(topic)
             try:
-                messages, remaining = await pull_messages(rt, topic=topic, batch=batch,
+                messages, remaining, paused = await _pull(rt, topic=topic, batch=batch,
                                                           ack_timeout_millis=ack_timeout_millis)
             except Throttled as exc:
                 notifier.discard(topic, waiter)
@@ -284,7 +322,10 @@ async def long_poll_messages(rt: Runtime, *, topic: str, batch: int = -1, ack_ti
                 return messages
             # A timer that resolves the waiter itself (False: time is up) holds fewer objects per
             # held poll than asyncio.wait, which matters with thousands held (docs/benchmarks.md).
-            timer = loop.call_at(deadline, _time_up, waiter)
+            # A paused topic is looked at again now and then: a resume answered by another
+            # process is seen here once this one's settings are read again.
+            wake_at = min(deadline, loop.time() + PAUSED_RECHECK_SECONDS) if paused else deadline
+            timer = loop.call_at(wake_at, _time_up, waiter)
             try:
                 woken = await waiter
             finally:
@@ -320,3 +361,44 @@ async def delete_message(rt: Runtime, *, topic: str, msg_id: str, release: bool 
     return await rt.scripts.call(scripts.delete(
         rt.ns.topic(topic), msg_id=msg_id, release=release, retention_millis=cfg.ended_retention_millis,
         stats_interval_millis=cfg.monitor_interval_millis, actor=rt.actor))
+
+
+async def set_topic_config(rt: Runtime, *, topic: str, changes: dict, limits: dict) -> None:
+    """Changes a topic's settings (TopicConfig fields; None: back to the default) and its limits
+    (ops.limits.set_limits' keywords) in PostgreSQL, then its Redis mirror; in force in this
+    process at once, in every other within a second. Raises RedisError when the mirror could not
+    be written (PostgreSQL has the change: calling again is safe)."""
+    await sync_to_async(save_topic_config, thread_sensitive=False)(
+        namespace=rt.ns.namespace, topic=topic, changes=changes, limits=limits)
+    table = await rt.topic_configs.fresh()
+    if limits:
+        await rt.limits.read_again()
+    await write_mirrors(rt, {topic: table.get(topic, DEFAULT_SETTINGS)})
+
+
+async def pause_topic(rt: Runtime, *, topic: str) -> None:
+    """Pulls of the topic hand out nothing (long polls are held) until resume_topic; its messages
+    still fall due."""
+    await set_topic_config(rt, topic=topic, changes={"paused": True}, limits={})
+
+
+async def resume_topic(rt: Runtime, *, topic: str) -> None:
+    """Undoes pause_topic and wakes the topic's held long polls."""
+    await set_topic_config(rt, topic=topic, changes={"paused": False}, limits={})
+    await rt.redis.publish(rt.ns.ready_channel, topic)
+
+
+async def purge_topic(rt: Runtime, *, topic: str) -> int:
+    """Ends every live message of the topic as deleted (history reason 'purged'), a bounded
+    batch per script call, and returns how many. Messages sent while it runs may be purged too."""
+    cfg = rt.config
+    call = scripts.purge_topic(rt.ns.topic(topic), limit=cfg.scanner_batch,
+                               retention_millis=cfg.ended_retention_millis, actor=rt.actor)
+    purged = 0
+    while True:
+        reply = await rt.scripts.call(call)
+        purged += reply.purged
+        if not reply.more:
+            break
+    log.info("purged topic %s of namespace %s: %d messages", topic, rt.ns.namespace, purged)
+    return purged

@@ -120,6 +120,28 @@ class RestoreResultSerializer(ResultSerializer):
     skipped = serializers.IntegerField(help_text="ended, or past its TTL without expire=true")
 
 
+class TopicConfigSerializer(serializers.Serializer):
+    topic = serializers.CharField()
+    ttlMillis = serializers.IntegerField(help_text="default TTL of the topic's sends (its own, else the server's)")
+    maxRetry = serializers.IntegerField(help_text="default maxRetry of the topic's sends")
+    ackTimeoutMillis = serializers.IntegerField(help_text="default ack timeout of the topic's pulls")
+    retryBackoffMillis = serializers.IntegerField(help_text="first backoff wait after an ack timeout; 0: none")
+    retryBackoffMaxMillis = serializers.IntegerField(help_text="longest backoff wait")
+    deadLetter = serializers.BooleanField(help_text="messages ending as 6 are kept as dead letters")
+    paused = serializers.BooleanField(help_text="pulls hand out nothing (pauseTopic)")
+    produceRatePerSecond = serializers.IntegerField(help_text="0: no limit")
+    consumeRatePerSecond = serializers.IntegerField(help_text="0: no limit")
+    maxLiveMessages = serializers.IntegerField(help_text="0: no cap")
+
+
+class TopicConfigResultSerializer(ResultSerializer):
+    data = TopicConfigSerializer()
+
+
+class PurgeResultSerializer(ResultSerializer):
+    count = serializers.IntegerField(help_text="live messages ended as deleted")
+
+
 def _fixed_code(code: int):
     return type(f"Health{code}Serializer", (serializers.Serializer,), {
         "code": serializers.IntegerField(min_value=code, max_value=code, help_text=f"{code}, as the HTTP status"),
@@ -205,5 +227,6 @@ def token_security(result, generator, request, public):
                 operation["security"] = []
             else:
                 operation["security"] = [{"apiToken": []}]
-                operation["description"] += f"\n\nNeeds an API token with the `{scope}` scope."
+                scopes = " or ".join(f"`{name}`" for name in (scope if isinstance(scope, tuple) else (scope,)))
+                operation["description"] += f"\n\nNeeds an API token with the {scopes} scope."
     return result

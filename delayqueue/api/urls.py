@@ -10,6 +10,8 @@ ENDPOINTS = {
         "deleteMsg": views.DeleteMsgView, "getMonitorData": views.GetMonitorDataView,
         "getTopicInfo": views.GetTopicInfoView, "getTopicInfoList": views.GetTopicInfoListView,
         "restore": views.RestoreView, "restoreMsg": views.RestoreMsgView,
+        "getTopicConfig": views.GetTopicConfigView, "setTopicConfig": views.SetTopicConfigView,
+        "pauseTopic": views.PauseTopicView, "resumeTopic": views.ResumeTopicView, "purgeTopic": views.PurgeTopicView,
     },
     "camellia/health/": {
         "status": views.HealthStatusView, "check": views.HealthCheckView, "online": views.HealthOnlineView,

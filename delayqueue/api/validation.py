@@ -8,7 +8,7 @@ from rest_framework.fields import empty
 from rest_framework.validators import ProhibitSurrogateCharactersValidator
 
 from delayqueue.conf import load_config
-from delayqueue.constants import MAX_DELAY_MILLIS, MAX_RETRY, MAX_TOPIC_BYTES
+from delayqueue.constants import MAX_DELAY_MILLIS, MAX_LIMIT, MAX_RETRY, MAX_TOPIC_BYTES
 from delayqueue.topics import CONTROL_CHARACTER_PATTERN, topic_problem
 
 # Counts and retries below 0 mean "the default"; a floor keeps them plain integers all the way to Lua.
@@ -163,6 +163,38 @@ class RestoreSerializer(serializers.Serializer):
 
 class RestoreMsgSerializer(MessageRefSerializer):
     expire = flag("true: restore the message even if its TTL ran out before delivery", False)
+
+
+def _limit(help_text: str) -> serializers.IntegerField:
+    return serializers.IntegerField(required=False, min_value=0, max_value=MAX_LIMIT,
+                                    help_text=f"{help_text}; 0 removes the limit")
+
+
+class SetTopicConfigSerializer(TopicSerializer):
+    """setTopicConfig: a setting absent stays as it is."""
+
+    ttlMillis = millis("default TTL of the topic's sends that give none; 0 or less: back to the server default",
+                       required=False)
+    maxRetry = serializers.IntegerField(
+        required=False, min_value=MIN_COUNT, max_value=MAX_RETRY,
+        help_text="default maxRetry of the topic's sends that give none; below 0: back to the server default")
+    ackTimeoutMillis = millis("default ack timeout of the topic's pulls that give none; 0 or less: back to the "
+                              "server default", required=False)
+    retryBackoffMillis = millis("wait before a message given back by its ack timeout is ready again, doubling "
+                                "with each delivery; 0: ready at once", required=False, min_value=0)
+    retryBackoffMaxMillis = millis("longest backoff wait; 0: back to the default (1 hour)", required=False,
+                                   min_value=0)
+    deadLetter = serializers.BooleanField(
+        required=False, help_text="keep the topic's messages that end as 6 as dead letters; true/false")
+    produceRatePerSecond = _limit("messages a second the topic takes")
+    consumeRatePerSecond = _limit("messages a second the topic hands out")
+    maxLiveMessages = _limit("most messages of the topic waiting, ready or consuming at once")
+
+    def validate(self, attrs: dict) -> dict:
+        if len(attrs) == 1:
+            raise serializers.ValidationError(
+                "give at least one setting: " + ", ".join(name for name in self.fields if name != "topic"))
+        return attrs
 
 
 def first_error(errors) -> str:

@@ -28,8 +28,10 @@ from delayqueue.api.schema import (
     DelayMsgListResultSerializer,
     DelayMsgResultSerializer,
     MonitorDataResultSerializer,
+    PurgeResultSerializer,
     RestoreResultSerializer,
     ResultSerializer,
+    TopicConfigResultSerializer,
     TopicInfoListResultSerializer,
     TopicInfoResultSerializer,
     answer,
@@ -46,6 +48,7 @@ from delayqueue.api.validation import (
     RestoreMsgSerializer,
     RestoreSerializer,
     SendMsgSerializer,
+    SetTopicConfigSerializer,
     TopicSerializer,
     first_error,
 )
@@ -105,7 +108,7 @@ class QueueAPIView(APIView):
     # Message operations count as use for /camellia/health/offline; monitor reads do not.
     marks_use = True
     # The scope a token needs (DELAYQUEUE_AUTH=tokens); None: open to anyone.
-    needs_scope: Scope | None = None
+    needs_scope: Scope | tuple[Scope, ...] | None = None  # a tuple: any one of them
     # Host-wide views (health) work in DELAYQUEUE_NAMESPACE whatever the token's namespace.
     host_wide = False
 
@@ -451,6 +454,97 @@ class RestoreMsgView(QueueAPIView):
         if not counts.seen:
             raise NotFound(f"message {msg_id} not found in the message log of topic {topic}")
         return restore_reply(counts)
+
+
+# setTopicConfig's parameters: TopicConfig fields, and set_limits' keywords.
+TOPIC_SETTINGS = {"ttlMillis": "ttl_millis", "maxRetry": "max_retry", "ackTimeoutMillis": "ack_timeout_millis",
+                  "retryBackoffMillis": "retry_backoff_millis", "retryBackoffMaxMillis": "retry_backoff_max_millis",
+                  "deadLetter": "dead_letter"}
+TOPIC_LIMITS = {"produceRatePerSecond": "produce_rate", "consumeRatePerSecond": "consume_rate",
+                "maxLiveMessages": "max_live"}
+
+
+def topic_setting(name: str, value):
+    """A setTopicConfig value as TopicConfig stores it: None (the default) for "use the default"."""
+    if name == "maxRetry":
+        return value if value >= 0 else None
+    if name in ("ttlMillis", "ackTimeoutMillis", "retryBackoffMaxMillis"):
+        return value if value > 0 else None
+    return value
+
+
+@queue_endpoint(
+    "A topic's settings",
+    "Every setting of the topic in force: the defaults of its sends and pulls (its own, else the server's), "
+    "its retry backoff, dead letters on or off, whether it is paused, and its rate limits and live-message cap "
+    "(0: none).",
+    answer("GetTopicConfigAnswer", TopicConfigResultSerializer), TopicSerializer, method="GET")
+class GetTopicConfigView(QueueAPIView):
+    needs_scope = (Scope.MONITOR, Scope.MANAGE)
+    marks_use = False
+
+    async def handle(self):
+        data = self.validated(TopicSerializer)
+        return reply(data=await selectors.topic_config(self.rt, topic=data["topic"]))
+
+
+@queue_endpoint(
+    "Change a topic's settings",
+    "Sets the settings given; the others stay as they are. Defaults for the topic's sends and pulls that give "
+    "none (ttlMillis, maxRetry, ackTimeoutMillis; 0, or below 0 for maxRetry: back to the server's), the retry "
+    "backoff after an ack timeout (min(retryBackoffMaxMillis, retryBackoffMillis * 2^(retry-1)), less up to "
+    "20% at random), deadLetter, and the topic's limits (0: none). In force on every server process within a "
+    "second. Answers the topic's settings, as getTopicConfig.",
+    answer("SetTopicConfigAnswer", TopicConfigResultSerializer), SetTopicConfigSerializer,
+    example={"topic": "orders", "maxRetry": 5, "retryBackoffMillis": 1000, "retryBackoffMaxMillis": 60000})
+class SetTopicConfigView(QueueAPIView):
+    needs_scope = Scope.MANAGE
+
+    async def handle(self):
+        data = self.validated(SetTopicConfigSerializer)
+        topic = data["topic"]
+        await services.set_topic_config(
+            self.rt, topic=topic,
+            changes={field: topic_setting(name, data[name]) for name, field in TOPIC_SETTINGS.items() if name in data},
+            limits={field: data[name] for name, field in TOPIC_LIMITS.items() if name in data})
+        return reply(data=await selectors.topic_config(self.rt, topic=topic))
+
+
+@queue_endpoint(
+    "Pause a topic",
+    "Until resumeTopic, pulls of the topic answer an empty list and long polls are held (until resumed or "
+    "their timeout); its messages still fall due and sends still go in.",
+    answer("PauseTopicAnswer", ResultSerializer), TopicSerializer, example={"topic": "orders"})
+class PauseTopicView(QueueAPIView):
+    needs_scope = Scope.MANAGE
+
+    async def handle(self):
+        await services.pause_topic(self.rt, topic=self.validated(TopicSerializer)["topic"])
+        return reply()
+
+
+@queue_endpoint(
+    "Resume a paused topic",
+    "Pulls hand out the topic's messages again; held long polls are woken.",
+    answer("ResumeTopicAnswer", ResultSerializer), TopicSerializer, example={"topic": "orders"})
+class ResumeTopicView(QueueAPIView):
+    needs_scope = Scope.MANAGE
+
+    async def handle(self):
+        await services.resume_topic(self.rt, topic=self.validated(TopicSerializer)["topic"])
+        return reply()
+
+
+@queue_endpoint(
+    "Delete every live message of a topic",
+    "Every waiting, ready or consuming message of the topic ends as deleted (status 7, history reason purged), "
+    "in bounded batches. Answers how many.",
+    answer("PurgeTopicAnswer", PurgeResultSerializer), TopicSerializer, example={"topic": "orders"})
+class PurgeTopicView(QueueAPIView):
+    needs_scope = Scope.MANAGE
+
+    async def handle(self):
+        return reply(count=await services.purge_topic(self.rt, topic=self.validated(TopicSerializer)["topic"]))
 
 
 def health_reply(code: int) -> HttpResponse:

@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from delayqueue.constants import BURST_MILLIS, CHART_MINUTES, LATENESS_BOUNDS_MS, Reason, Status
+from delayqueue.constants import (BURST_MILLIS, CHART_MINUTES, LATENESS_BOUNDS_MS, RETRY_BACKOFF_JITTER,
+                                  RETRY_BACKOFF_MAX_MILLIS, Reason, Status)
 from delayqueue.live.keys import EVENTS_SUFFIX, HISTORY_SUFFIX, NamespaceKeys, TopicKeys
 
 LUA_DIR = Path(__file__).with_name("lua")
@@ -38,6 +39,7 @@ def prelude() -> str:
         "local LATENESS_BOUNDS = " + _lua_table(str(bound) for bound in LATENESS_BOUNDS_MS),
         f"local CHART_MINUTES = {CHART_MINUTES}",
         f"local BURST_MILLIS = {BURST_MILLIS}",
+        f"local RETRY_BACKOFF_MAX_MILLIS, RETRY_BACKOFF_JITTER = {RETRY_BACKOFF_MAX_MILLIS}, {RETRY_BACKOFF_JITTER}",
         f"local EVENTS_SUFFIX, HISTORY_SUFFIX = '{EVENTS_SUFFIX}', '{HISTORY_SUFFIX}'",
         "",
     ])
@@ -107,6 +109,7 @@ class PullReply(NamedTuple):
     remaining: int  # messages left in the ready list
     messages: list[str]  # the pulled messages' stored json, oldest first
     retry_after_millis: int  # > 0: the topic's consume rate allowed no message, for this long
+    paused: bool = False  # the topic is paused: nothing handed out
 
 
 class Grant(NamedTuple):
@@ -125,6 +128,11 @@ class ScanReply(NamedTuple):
     next_due_us: int  # µs until it has work again: 0 now, -1 nothing scheduled
 
 
+class PurgeReply(NamedTuple):
+    purged: int  # live messages this call ended
+    more: bool  # live messages remain: call again
+
+
 class RestoreReply(NamedTuple):
     restored: int
     already_held: int  # Redis held the msgId already (in any status)
@@ -138,6 +146,8 @@ def _send_reply(raw) -> SendReply:
 
 
 def _pull_reply(raw) -> PullReply:
+    if int(raw[1]) < 0:
+        return PullReply(int(raw[0]), [], 0, paused=True)
     return PullReply(int(raw[0]), raw[2:], int(raw[1]))
 
 
@@ -180,10 +190,11 @@ GRANT_LIVE_SHARE = Script("grant_live_share", int)
 RELEASE_LIVE_SHARE = Script("release_live_share", int)
 COVER_LIVE_SHARE = Script("cover_live_share", int)
 BORROW_LIVE = Script("borrow_live", int)
+PURGE_TOPIC = Script("purge_topic", lambda raw: PurgeReply(int(raw[0]), raw[1] == 1))
 
 SCRIPTS = (SEND, PULL, ACK, NACK, DELETE, GET, PROMOTE_DUE, REQUEUE_TIMED_OUT, EXPIRE, PURGE_ENDED, RETIRE_TOPIC,
            PRUNE_STATS, LOCK_RENEW, LOCK_RELEASE, LOCK_TAKE_OVER, RESTORE, TAKE_TOKENS, ADMIT_SEND, LIVE_SHARE_SHORTFALL,
-           GRANT_LIVE_SHARE, RELEASE_LIVE_SHARE, COVER_LIVE_SHARE, BORROW_LIVE)
+           GRANT_LIVE_SHARE, RELEASE_LIVE_SHARE, COVER_LIVE_SHARE, BORROW_LIVE, PURGE_TOPIC)
 
 
 async def load_scripts(client) -> None:
@@ -240,9 +251,11 @@ def promote_due(k: TopicKeys, *, limit: int, retention_millis: int, stats_interv
 
 
 def requeue_timed_out(k: TopicKeys, *, limit: int, retention_millis: int, stats_interval_millis: int,
-                      ready_channel: str, topic: str, actor: str) -> ScriptCall:
-    return ScriptCall(REQUEUE_TIMED_OUT, [k.inflight, k.ready, k.msgs, k.expiry, k.ended, k.stats, k.events],
-                      [limit, retention_millis, stats_interval_millis, ready_channel, topic, actor])
+                      ready_channel: str, topic: str, actor: str, schedule_channel: str, seed: int) -> ScriptCall:
+    return ScriptCall(REQUEUE_TIMED_OUT, [k.inflight, k.ready, k.msgs, k.expiry, k.ended, k.stats, k.events,
+                                          k.waiting, k.meta],
+                      [limit, retention_millis, stats_interval_millis, ready_channel, topic, actor, schedule_channel,
+                       seed])
 
 
 def expire(k: TopicKeys, *, limit: int, retention_millis: int, stats_interval_millis: int,
@@ -310,6 +323,11 @@ def cover_live_share(k: TopicKeys) -> ScriptCall:
 
 def borrow_live(k: NamespaceKeys, *, wanted: int, max_live: int, held: int) -> ScriptCall:
     return ScriptCall(BORROW_LIVE, [k.live_pool], [wanted, max_live, held])
+
+
+def purge_topic(k: TopicKeys, *, limit: int, retention_millis: int, actor: str) -> ScriptCall:
+    return ScriptCall(PURGE_TOPIC, [k.waiting, k.ready, k.inflight, k.msgs, k.expiry, k.ended, k.events],
+                      [limit, retention_millis, actor])
 
 
 def _flag(value: bool) -> int:

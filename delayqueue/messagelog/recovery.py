@@ -4,7 +4,8 @@ restore endpoints, the admin's restore action and the Spark restore all come thr
 A logged message that is live (waiting, ready or in flight) goes back waiting if it is not yet
 due and ready otherwise, with its logged triggerTime, expireTime and retry count. A msgId Redis
 still holds is left alone, so a restore is idempotent and safe while the service runs; a rerun
-after an interrupted one finishes it. Every restored message gets a 'restored' history row.
+after an interrupted one finishes it. Every restored message gets a 'restored' history row. The topics' settings go back into their
+Redis mirrors first (topic_config.py).
 """
 import asyncio
 from collections import defaultdict
@@ -21,6 +22,7 @@ from delayqueue.constants import LIVE_STATUSES, Status
 from delayqueue.live import scripts
 from delayqueue.messages import Message
 from delayqueue.runtime import Runtime
+from delayqueue.topic_config import write_mirrors
 
 PAGE_ROWS = 10_000
 PAGES_IN_FLIGHT = 3
@@ -96,6 +98,8 @@ async def restore(rt: Runtime, *, topic: str | None = None, msg_id: str | None =
     and Redis' work overlap), and reports progress (counts so far, total candidates) per page.
     Raises LogUnavailable when the log fails part-way; what was restored stays, and a rerun
     finishes the rest. A full restore clears the scanners' report that Redis lost its data."""
+    if not dry_run:
+        await restore_topic_settings(rt, topic=topic)
     try:
         counts = await _restore(rt, topic, msg_id, include_expired, dry_run, progress)
     except psycopg.Error as exc:
@@ -103,6 +107,14 @@ async def restore(rt: Runtime, *, topic: str | None = None, msg_id: str | None =
     if answers_loss_report(topic, msg_id, dry_run):
         await rt.redis.delete(rt.ns.data_lost)
     return counts
+
+
+async def restore_topic_settings(rt: Runtime, *, topic: str | None = None) -> None:
+    """Writes the topics' settings (pause, backoff, dead letters) back into their Redis mirrors
+    from PostgreSQL, before their messages come back: a paused topic's restored messages are not
+    handed out."""
+    table = await rt.topic_configs.fresh()
+    await write_mirrors(rt, {name: settings for name, settings in table.items() if topic in (None, name)})
 
 
 def answers_loss_report(topic: str | None, msg_id: str | None, dry_run: bool) -> bool:

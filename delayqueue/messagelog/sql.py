@@ -9,7 +9,8 @@ milliseconds, through from_millis / to_millis (their Python pair is delayqueue.e
 from psycopg import sql
 
 from delayqueue.constants import LIVE_STATUSES, Status
-from delayqueue.messagelog.connection import EVENT_TABLE, LIMIT_TABLE, MESSAGE_TABLE, STATS_TABLE, TOKEN_TABLE
+from delayqueue.messagelog.connection import (EVENT_TABLE, LIMIT_TABLE, MESSAGE_TABLE, STATS_TABLE, TOKEN_TABLE,
+                                             TOPIC_CONFIG_TABLE)
 
 
 def from_millis(millis: str) -> str:
@@ -128,11 +129,12 @@ ON CONFLICT (namespace, topic, msg_id, event_id) DO NOTHING
 # backwards in time (two writers may briefly overlap while a topic changes hands), and a row
 # already in that state is not rewritten.
 UPDATE_MESSAGES = f"""
-UPDATE {MESSAGE_TABLE} m SET status = u.s, retry = u.r, updated_at = {from_millis("u.at")}
-FROM json_to_recordset(%s::json) AS u(t text, i text, s int2, r int4, at int8, pt int8)
+UPDATE {MESSAGE_TABLE} m SET status = u.s, retry = u.r, updated_at = {from_millis("u.at")},
+  trigger_time = coalesce({from_millis("u.g")}, m.trigger_time)
+FROM json_to_recordset(%s::json) AS u(t text, i text, s int2, r int4, at int8, pt int8, g int8)
 WHERE m.namespace = %s AND m.topic = u.t AND m.msg_id = u.i
   AND m.produce_time = {from_millis("u.pt")} AND m.updated_at <= {from_millis("u.at")}
-  AND (m.status <> u.s OR m.retry <> u.r)
+  AND (m.status <> u.s OR m.retry <> u.r OR u.g IS NOT NULL)
 """
 # Whether a namespace has a live message in the log: one probe of message_live.
 HOLDS_LIVE = f"SELECT EXISTS (SELECT 1 FROM {MESSAGE_TABLE} WHERE namespace = %s AND {LIVE})"
@@ -294,6 +296,13 @@ EXPLAIN_JSON = "EXPLAIN (FORMAT JSON) "
 # --- Limits (delayqueue/limits.py): every web process reads its namespace's twice a second.
 LIMITS = ("SELECT topic, coalesce(produce_rate, 0), coalesce(consume_rate, 0), coalesce(max_live, 0)"
           f" FROM {LIMIT_TABLE} WHERE namespace = %s")
+
+# --- Topic settings (topic_config.py): read by every web process and scanner twice a second.
+
+# Columns in TopicSettings' order, after the topic.
+TOPIC_CONFIGS = ("SELECT topic, ttl_millis, max_retry, ack_timeout_millis, retry_backoff_millis,"
+                 " retry_backoff_max_millis, dead_letter, paused"
+                 f" FROM {TOPIC_CONFIG_TABLE} WHERE namespace = %s")
 
 # --- API tokens (api/auth.py): the request path checks them without the ORM.
 

@@ -12,9 +12,9 @@ already has (unique on the stream entry id) and the status update is idempotent,
 lost and nothing is written twice. While Postgres is down the entries wait in Redis.
 """
 import asyncio
+import dataclasses
 import logging
 import time
-from dataclasses import dataclass
 
 import orjson
 
@@ -29,7 +29,7 @@ ERROR_BACKOFF = 1.0
 # subscription marks every stream), which bounds what thousands of idle topics cost.
 SWEEP_SECONDS = 5.0
 
-@dataclass(frozen=True, slots=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class Event:
     topic: str
     entry_id: str
@@ -41,6 +41,7 @@ class Event:
     reason: str
     process: str
     host: str
+    trigger_time: int | None = None  # the message's new triggerTime (ms), when the change set one
 
     @property
     def at(self) -> int:
@@ -56,8 +57,9 @@ class Event:
             return [cls(topic, f"{entry_id}.{n}", msg_id, from_status, to_status, retry, produce_time, reason,
                         process, host)
                     for n, (msg_id, to_status, retry, produce_time) in enumerate(orjson.loads(fields["b"]))]
+        trigger_time = int(fields["g"]) if "g" in fields else None
         return [cls(topic, entry_id, fields["i"], from_status, int(fields["t"]), int(fields["r"]),
-                    int(fields["p"]), reason, process, host)]
+                    int(fields["p"]), reason, process, host, trigger_time)]
 
 
 def history_json(events: list[Event]) -> str:
@@ -68,12 +70,20 @@ def history_json(events: list[Event]) -> str:
 
 def status_json(events: list[Event]) -> str:
     return orjson.dumps([{"t": e.topic, "i": e.msg_id, "s": e.to_status, "r": e.retry, "at": e.at,
-                          "pt": e.produce_time} for e in events]).decode()
+                          "pt": e.produce_time, "g": e.trigger_time} for e in events]).decode()
 
 
 def latest_per_message(events: list[Event]) -> list[Event]:
-    """The last event of each message: a stream is read in order, so later wins."""
-    return list({(e.topic, e.msg_id): e for e in events}.values())
+    """The last event of each message: a stream is read in order, so later wins. A triggerTime
+    set by an earlier event of the same life is kept: the row must show it once the message moved on."""
+    latest: dict[tuple[str, str], Event] = {}
+    for e in events:
+        before = latest.get((e.topic, e.msg_id))
+        if (e.trigger_time is None and before is not None and before.trigger_time is not None
+                and before.produce_time == e.produce_time):
+            e = dataclasses.replace(e, trigger_time=before.trigger_time)
+        latest[(e.topic, e.msg_id)] = e
+    return list(latest.values())
 
 
 class LogWriter:

@@ -4,6 +4,7 @@ timer at the earliest due time or earlier by the schedule channel."""
 import asyncio
 import functools
 import logging
+import random
 import time
 
 from delayqueue.live import scripts
@@ -54,8 +55,10 @@ class TopicWorker:
                       stats_interval_millis=cfg.monitor_interval_millis, actor=rt.actor)
         if name == "expire":
             return scripts.expire(k, **common)
-        build = scripts.promote_due if name == "promote_due" else scripts.requeue_timed_out
-        return build(k, ready_channel=rt.ns.ready_channel, topic=self.topic, **common)
+        if name == "promote_due":
+            return scripts.promote_due(k, ready_channel=rt.ns.ready_channel, topic=self.topic, **common)
+        return scripts.requeue_timed_out(k, ready_channel=rt.ns.ready_channel, topic=self.topic,
+                                         schedule_channel=rt.ns.schedule_channel, seed=random.getrandbits(31), **common)
 
     async def tick(self) -> float:
         """One pass over the scripts that have work (all of them after a wake); returns seconds

@@ -41,4 +41,18 @@ def test_history_and_status_rows_carry_every_column_the_statements_unpack():
         "t": "orders", "i": "m1", "e": "1700000005000-3", "at": 1_700_000_005_000, "f": 1, "s": 2, "r": 0,
         "w": "due", "p": "scanner-1", "h": "host-a"}]
     assert orjson.loads(status_json([event])) == [{
-        "t": "orders", "i": "m1", "s": 2, "r": 0, "at": 1_700_000_005_000, "pt": 1_700_000_000_000}]
+        "t": "orders", "i": "m1", "s": 2, "r": 0, "at": 1_700_000_005_000, "pt": 1_700_000_000_000, "g": None}]
+
+
+def test_a_retimed_change_carries_the_new_trigger_time_to_the_row():
+    [event] = Event.parse("orders", "9-0", {**ONE, "f": "3", "t": "1", "w": "ack_timeout", "g": "1700000009000"})
+    assert event.trigger_time == 1_700_000_009_000
+    assert orjson.loads(status_json([event]))[0]["g"] == 1_700_000_009_000
+
+
+def test_a_trigger_time_set_earlier_in_the_batch_survives_later_changes_of_the_same_life():
+    backed_off = Event("a", "1-0", "m", 3, 1, 1, 100, "ack_timeout", "p", "h", 5_000)
+    due = Event("a", "2-0", "m", 1, 2, 1, 100, "due", "p", "h")
+    next_life = Event("a", "3-0", "m", 0, 1, 0, 200, "sent", "p", "h")
+    assert latest_per_message([backed_off, due]) == [Event("a", "2-0", "m", 1, 2, 1, 100, "due", "p", "h", 5_000)]
+    assert latest_per_message([backed_off, next_life]) == [next_life]

@@ -2,7 +2,7 @@
 -- an ack deadline. A message found past its TTL or out of deliveries is ended instead of
 -- returned. With a consume rate, each message handed out takes a token from the topic's bucket:
 -- a pull hands out at most the whole tokens there are, and none at all answers how long until
--- there is one.
+-- there is one. A paused topic (its meta hash's 'paused', topic_config.py) hands out nothing.
 -- KEYS[1] ready
 -- KEYS[2] inflight
 -- KEYS[3] msgs
@@ -21,7 +21,7 @@
 -- ARGV[7] actor: 'process@host' for the history, '' with the message log off
 -- ARGV[8] consume_rate: messages a second, 0 for no limit
 -- Returns {messages left in ready, 0, json1, json2, ...}, or {messages in ready, ms until a
--- token} when the consume rate allows none now.
+-- token} when the consume rate allows none now, or {messages in ready, -1} when the topic is paused.
 -- @include clock
 -- @include token_bucket
 -- @include stats
@@ -35,6 +35,9 @@ local batch = tonumber(ARGV[1])
 local interval = tonumber(ARGV[4])
 local rate = tonumber(ARGV[8])
 local now, now_us = clock()
+if redis.call('HGET', meta, 'paused') == '1' then
+  return {redis.call('LLEN', ready), -1}
+end
 local tokens
 if rate > 0 then
   tokens = bucket_level(buckets, 'consume', rate, now_us)

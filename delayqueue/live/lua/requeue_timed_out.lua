@@ -1,5 +1,7 @@
 -- Scanner: a consuming message whose ack deadline passed goes back to ready and wakes long
--- pollers; with no deliveries or TTL left it is ended (exhausted) instead.
+-- pollers; with no deliveries or TTL left it is ended (exhausted) instead. Under its topic's
+-- retry backoff (includes/backoff.lua) it waits instead (status waiting, its triggerTime when it
+-- becomes ready), and the scanner is woken if that is earlier than what it sleeps towards.
 -- KEYS[1] inflight
 -- KEYS[2] ready
 -- KEYS[3] msgs
@@ -7,12 +9,16 @@
 -- KEYS[5] ended
 -- KEYS[6] stats
 -- KEYS[7] events
+-- KEYS[8] waiting
+-- KEYS[9] meta
 -- ARGV[1] limit: most messages handled per call
 -- ARGV[2] retention_millis: how long an ended body stays readable
 -- ARGV[3] stats_interval_millis
 -- ARGV[4] ready_channel: published when the ready list goes from empty to non-empty
 -- ARGV[5] topic
 -- ARGV[6] actor: 'process@host' for the history, '' with the message log off
+-- ARGV[7] schedule_channel: published when a backed-off message is due before what the scanner expects
+-- ARGV[8] seed: random, for the backoff's jitter
 -- Returns {requeued, µs until the next ack deadline (0: more due now, -1: none)}
 -- @include clock
 -- @include stats
@@ -20,11 +26,19 @@
 -- @include scan_reply
 -- @include set_ready
 -- @include due_to_ready
+-- @include backoff
+-- @include next_due
 local t = {inflight = KEYS[1], ready = KEYS[2], msgs = KEYS[3], expiry = KEYS[4], ended = KEYS[5], events = KEYS[7],
            actor = ARGV[6], retention = tonumber(ARGV[2])}
 local stats, limit, interval = KEYS[6], tonumber(ARGV[1]), tonumber(ARGV[3])
-local now = clock()
+local waiting, meta = KEYS[8], KEYS[9]
+local now, now_us = clock()
 local ended_count = 0
+math.randomseed(tonumber(ARGV[8]))
+local backoff_base, backoff_max = backoff_settings(meta)
+local earliest_due = next_due(waiting, now_us)
+local backed_off_first
+local backed_off = 0
 local ids, requeued = due_to_ready(t, t.inflight, now, limit, ARGV[4], ARGV[5], function(id, m)
   if m.status ~= STATUS.CONSUMING then
     return false
@@ -34,9 +48,24 @@ local ids, requeued = due_to_ready(t, t.inflight, now, limit, ARGV[4], ARGV[5], 
     ended_count = ended_count + 1
     return false
   end
+  local wait = backoff_wait(backoff_base, backoff_max, m.retry)
+  if wait > 0 then
+    m.status = STATUS.WAITING
+    m.triggerTime = now + wait
+    redis.call('HSET', t.msgs, id, cjson.encode(m))
+    redis.call('ZADD', waiting, m.triggerTime, id)
+    log_retimed(t.events, t.actor, id, m, STATUS.CONSUMING, REASON.ACK_TIMEOUT)
+    backed_off = backed_off + 1
+    backed_off_first = math.min(backed_off_first or m.triggerTime, m.triggerTime)
+    return false
+  end
   set_ready(t, id, m, STATUS.CONSUMING, REASON.ACK_TIMEOUT)
   return true
 end)
+if backed_off_first and (earliest_due < 0 or (backed_off_first - now) * 1000 < earliest_due) then
+  redis.call('PUBLISH', ARGV[7], ARGV[5])
+end
+requeued = requeued + backed_off
 stat_add(stats, interval, now, 'triggerMsgTimeout', requeued)
 stat_add(stats, interval, now, 'triggerMsgEndLife', ended_count)
 return scan_reply(requeued, #ids, limit, t.inflight)

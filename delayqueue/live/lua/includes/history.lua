@@ -3,6 +3,8 @@
 -- id (Redis time) is the event's time and its idempotency key; produceTime tells apart two
 -- lives of one msgId. An actor of '' means the message log is off: nothing is recorded.
 -- log_event(events key, actor, msgId, message, from status, reason)
+-- log_retimed(events key, actor, msgId, message, from status, reason): as log_event, also
+--   recording the message's new triggerTime (field 'g'), which the writer copies to its row
 -- log_events(events key, actor, {{msgId, to status, retry, produceTime}, ...}, from status, reason):
 --   the same change of many messages as one entry (field 'b'), one XADD per call, not per message
 
@@ -18,6 +20,14 @@ local function log_event(events, actor, id, m, from, reason)
   if actor ~= '' then
     redis.call('XADD', events, '*', 'i', id, 'f', from, 't', m.status, 'r', m.retry,
       'p', m.produceTime, 'w', reason, 'a', actor)
+    notify_writer(events)
+  end
+end
+
+local function log_retimed(events, actor, id, m, from, reason)
+  if actor ~= '' then
+    redis.call('XADD', events, '*', 'i', id, 'f', from, 't', m.status, 'r', m.retry,
+      'p', m.produceTime, 'w', reason, 'a', actor, 'g', m.triggerTime)
     notify_writer(events)
   end
 end

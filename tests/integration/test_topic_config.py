@@ -1,0 +1,313 @@
+"""Topic settings and control (issue 17 items 6 and 8): getTopicConfig / setTopicConfig, per-topic
+defaults, retry backoff after an ack timeout, pauseTopic / resumeTopic, purgeTopic; on a single
+Redis and the Cluster, over HTTP, and across FLUSHALL + restore."""
+import asyncio
+
+from asgiref.sync import sync_to_async
+
+from delayqueue import selectors, services
+from delayqueue.constants import RETRY_BACKOFF_MAX_MILLIS, Status
+from delayqueue.live import scripts
+from delayqueue.messagelog import recovery
+from delayqueue.models import Limit
+from delayqueue.services import SendRequest
+
+from tests.helpers import REDIS_URL, call, drain_log, history, logged, make_runtime
+
+
+async def send(rt, topic="t", delay=0, **kw):
+    return await services.send_message(rt, topic=topic, msg="m", delay_millis=delay, **kw)
+
+
+async def redis_now(rt) -> float:
+    """Redis' clock in ms (the scripts' clock)."""
+    seconds, micros = await rt.redis.time()
+    return seconds * 1000 + micros / 1000
+
+
+def requeue(rt, topic="t"):
+    cfg = rt.config
+    return rt.scripts.call(scripts.requeue_timed_out(
+        rt.ns.topic(topic), limit=1000, retention_millis=cfg.ended_retention_millis,
+        stats_interval_millis=cfg.monitor_interval_millis, ready_channel=rt.ns.ready_channel, topic=topic,
+        actor=rt.actor, schedule_channel=rt.ns.schedule_channel, seed=12345))
+
+
+def promote(rt, topic="t"):
+    cfg = rt.config
+    return rt.scripts.call(scripts.promote_due(
+        rt.ns.topic(topic), limit=1000, retention_millis=cfg.ended_retention_millis,
+        stats_interval_millis=cfg.monitor_interval_millis, ready_channel=rt.ns.ready_channel, topic=topic,
+        actor=rt.actor))
+
+
+async def test_a_topic_without_settings_answers_the_service_defaults(rt):
+    cfg = rt.config
+    assert await selectors.topic_config(rt, topic="t") == {
+        "topic": "t", "ttlMillis": cfg.ttl_millis, "maxRetry": cfg.max_retry, "ackTimeoutMillis": cfg.ack_timeout_millis,
+        "retryBackoffMillis": 0, "retryBackoffMaxMillis": RETRY_BACKOFF_MAX_MILLIS, "deadLetter": True,
+        "paused": False, "produceRatePerSecond": 0, "consumeRatePerSecond": 0, "maxLiveMessages": 0}
+
+
+async def test_topic_defaults_apply_to_sends_and_pulls_that_give_none(rt):
+    await services.set_topic_config(rt, topic="t", changes={"ttl_millis": 5_000, "max_retry": 2,
+                                                            "ack_timeout_millis": 7_000}, limits={})
+    own = await send(rt)
+    assert own["expireTime"] - own["triggerTime"] == 5_000 and own["maxRetry"] == 2
+    given = await send(rt, ttl_millis=9_000, max_retry=4)
+    assert given["expireTime"] - given["triggerTime"] == 9_000 and given["maxRetry"] == 4
+    other = await send(rt, topic="other")
+    assert other["expireTime"] - other["triggerTime"] == rt.config.ttl_millis
+    before = await redis_now(rt)
+    [pulled], _ = await services.pull_messages(rt, topic="t")
+    deadline = await rt.redis.zscore(rt.ns.topic("t").inflight, pulled["msgId"])
+    assert 7_000 <= deadline - int(before) <= 7_000 + 50
+    # Back to the service defaults: None.
+    await services.set_topic_config(rt, topic="t", changes={"ttl_millis": None, "max_retry": None}, limits={})
+    again = await send(rt)
+    assert again["expireTime"] - again["triggerTime"] == rt.config.ttl_millis
+    assert again["maxRetry"] == rt.config.max_retry
+
+
+async def test_another_process_sees_a_change_within_a_second(rt):
+    other = make_runtime(rt.config.redis_url)
+    try:
+        assert (await send(other))["maxRetry"] == rt.config.max_retry  # its cache is read now
+        await services.set_topic_config(rt, topic="t", changes={"max_retry": 1}, limits={})
+        await asyncio.sleep(1.0)
+        assert (await send(other))["maxRetry"] == 1
+    finally:
+        await other.close()
+
+
+async def test_limits_are_written_through_the_limit_table_and_enforced(rt):
+    await services.set_topic_config(rt, topic="t", changes={}, limits={"produce_rate": 2, "max_live": 10})
+    row = await sync_to_async(Limit.objects.get)(namespace=rt.ns.namespace, topic="t")
+    assert (row.produce_rate, row.consume_rate, row.max_live) == (2, None, 10)
+    config = await selectors.topic_config(rt, topic="t")
+    assert (config["produceRatePerSecond"], config["consumeRatePerSecond"], config["maxLiveMessages"]) == (2, 0, 10)
+    outcomes = await services.send_messages(rt, requests=[SendRequest("t", "m", 0)] * 3)
+    assert sum(isinstance(o, Exception) for o in outcomes) == 1  # a burst of one second's worth, then refused
+    await services.set_topic_config(rt, topic="t", changes={}, limits={"produce_rate": 0, "max_live": 0})
+    assert not await sync_to_async(Limit.objects.filter(namespace=rt.ns.namespace, topic="t").exists)()
+
+
+async def test_ack_timeout_under_a_backoff_waits_the_computed_time_by_redis_clock(rt):
+    """min(max, base * 2^(retry-1)), less up to 20% jitter: checked against Redis' own clock
+    around the scanner script, then the message falls due and the log row keeps its new triggerTime."""
+    base, cap = 200, 1_000
+    await services.set_topic_config(rt, topic="t", changes={"retry_backoff_millis": base,
+                                                            "retry_backoff_max_millis": cap}, limits={})
+    sent = await services.send_messages(rt, requests=[SendRequest("t", "m", 0, max_retry=10)] * 20)
+    waits = []
+    for retry in range(1, 5):
+        pulled, _ = await services.pull_messages(rt, topic="t", batch=20, ack_timeout_millis=1)
+        assert len(pulled) == 20 and {m["retry"] for m in pulled} == {retry}
+        await asyncio.sleep(0.005)
+        before = await redis_now(rt)
+        assert (await requeue(rt)).count == 20
+        after = await redis_now(rt)
+        wanted = min(cap, base * 2 ** (retry - 1))
+        for m in sent:
+            now = await selectors.get_message(rt, topic="t", msg_id=m["msgId"])
+            assert now["status"] == Status.WAITING
+            score = await rt.redis.zscore(rt.ns.topic("t").waiting, m["msgId"])
+            assert score == now["triggerTime"]
+            # The script read Redis' clock between `before` and `after` (ms, truncated).
+            assert now["triggerTime"] - after <= wanted + 1
+            assert now["triggerTime"] - before >= wanted * 0.8 - 1
+            waits.append(now["triggerTime"] - before)
+        assert (await promote(rt)).count == 0  # not due yet
+        await asyncio.sleep(wanted / 1000 + 0.01)
+        assert (await promote(rt)).count == 20
+    assert len(set(waits)) > 10  # jittered, not one wait for all
+    await drain_log(rt, ["t"])
+    row = await logged("t", sent[0]["msgId"])
+    current = await selectors.get_message(rt, topic="t", msg_id=sent[0]["msgId"])
+    assert row["status"] == Status.READY and row["triggerTime"] == current["triggerTime"] != sent[0]["triggerTime"]
+    assert ("ack_timeout", Status.CONSUMING, Status.WAITING, 1) in await history("t", sent[0]["msgId"])
+
+
+async def test_without_a_backoff_an_ack_timeout_is_ready_at_once(rt):
+    m = await send(rt)
+    await services.pull_messages(rt, topic="t", ack_timeout_millis=1)
+    await asyncio.sleep(0.005)
+    assert (await requeue(rt)).count == 1
+    assert (await selectors.get_message(rt, topic="t", msg_id=m["msgId"]))["status"] == Status.READY
+
+
+async def test_a_backed_off_message_wakes_the_scanner_at_its_ready_time(rt, start_scanner):
+    await services.set_topic_config(rt, topic="t", changes={"retry_backoff_millis": 300}, limits={})
+    m = await send(rt)
+    await start_scanner(rt)
+    await services.pull_messages(rt, topic="t", ack_timeout_millis=50)
+    start = asyncio.get_running_loop().time()
+    got = await services.long_poll_messages(rt, topic="t", timeout_millis=5_000)
+    elapsed = asyncio.get_running_loop().time() - start
+    assert [g["msgId"] for g in got] == [m["msgId"]] and got[0]["retry"] == 2
+    assert 0.05 + 0.24 <= elapsed < 1.5  # ack timeout, then the backoff (less its jitter)
+
+
+async def test_pause_holds_pulls_and_long_polls_while_messages_fall_due_and_resume_wakes_them(rt):
+    ready = await send(rt)
+    later = await send(rt, delay=100)
+    await services.pause_topic(rt, topic="t")
+    assert await services.pull_messages(rt, topic="t", batch=10) == ([], 0)
+    poll = asyncio.ensure_future(services.long_poll_messages(rt, topic="t", batch=10, timeout_millis=10_000))
+    await asyncio.sleep(0.15)
+    assert (await promote(rt)).count == 1  # messages keep falling due
+    assert (await selectors.get_message(rt, topic="t", msg_id=later["msgId"]))["status"] == Status.READY
+    await asyncio.sleep(0.6)  # past a recheck of the paused topic
+    assert not poll.done()
+    assert (await selectors.topic_config(rt, topic="t"))["paused"] is True
+    await services.resume_topic(rt, topic="t")
+    got = await asyncio.wait_for(poll, 1.0)
+    assert {g["msgId"] for g in got} == {ready["msgId"], later["msgId"]}
+
+
+async def test_a_pause_is_exact_for_another_process_at_once_through_the_mirror(rt):
+    await send(rt)
+    other = make_runtime(rt.config.redis_url)
+    try:
+        await other.topic_configs.table()  # read before the pause: not paused in its cache
+        await services.pause_topic(rt, topic="t")
+        assert (await services.pull_messages(other, topic="t"))[0] == []
+    finally:
+        await other.close()
+
+
+async def test_a_long_poll_held_in_another_process_is_woken_within_a_second_of_a_resume(rt):
+    m = await send(rt)
+    await services.pause_topic(rt, topic="t")
+    other = make_runtime(rt.config.redis_url)
+    try:
+        poll = asyncio.ensure_future(services.long_poll_messages(other, topic="t", timeout_millis=10_000))
+        await asyncio.sleep(0.3)
+        assert not poll.done()
+        await services.resume_topic(rt, topic="t")
+        got = await asyncio.wait_for(poll, 1.5)
+        assert [g["msgId"] for g in got] == [m["msgId"]]
+    finally:
+        await other.close()
+
+
+async def test_purge_ends_every_live_message_as_deleted_in_batches_and_logs_it(rt):
+    rt.config = rt.config.with_overrides(scanner_batch=2)  # several script calls
+    waiting = [await send(rt, delay=60_000) for _ in range(3)]
+    ready = [await send(rt) for _ in range(5)]
+    consuming, _ = await services.pull_messages(rt, topic="t", batch=2, ack_timeout_millis=60_000)
+    [to_ack], _ = await services.pull_messages(rt, topic="t", batch=1)
+    await services.ack_message(rt, topic="t", msg_id=to_ack["msgId"])
+    ready = ready[3:]
+    other = await send(rt, topic="other")
+    assert await services.purge_topic(rt, topic="t") == 7
+    info = await selectors.topic_info(rt, topic="t")
+    assert (info["waitingQueueSize"], info["readyQueueSize"], info["ackQueueSize"]) == (0, 0, 0)
+    assert not await rt.redis.zcard(rt.ns.topic("t").expiry)
+    await drain_log(rt, ["t"])
+    live_before = {m["msgId"]: m["status"] for m in waiting + ready}
+    live_before.update({m["msgId"]: Status.CONSUMING for m in consuming})
+    for msg_id, was in live_before.items():
+        assert (await selectors.get_message(rt, topic="t", msg_id=msg_id))["status"] == Status.DELETED
+        assert (await logged("t", msg_id))["status"] == Status.DELETED
+        assert (await history("t", msg_id))[-1][:3] == ("purged", was, Status.DELETED)
+    assert (await selectors.get_message(rt, topic="t", msg_id=to_ack["msgId"]))["status"] == Status.ACKED
+    assert (await selectors.get_message(rt, topic="other", msg_id=other["msgId"]))["status"] == Status.READY
+    assert await services.purge_topic(rt, topic="t") == 0
+
+
+async def test_settings_and_pause_survive_flushall_and_restore(single_rt):
+    rt = single_rt
+    await services.set_topic_config(rt, topic="t", changes={"retry_backoff_millis": 100, "ttl_millis": 8_000,
+                                                            "dead_letter": False}, limits={})
+    await services.pause_topic(rt, topic="t")
+    m = await send(rt)
+    mirror = await rt.redis.hgetall(rt.ns.topic("t").meta)
+    await drain_log(rt, ["t"])
+    await rt.redis.flushall()
+    # Before the restore: a new process reads the settings from PostgreSQL, not the lost mirror.
+    fresh = make_runtime(REDIS_URL)
+    try:
+        fresh_send = await send(fresh, topic="t")
+        assert fresh_send["expireTime"] - fresh_send["triggerTime"] == 8_000
+        assert await services.pull_messages(fresh, topic="t") == ([], 0)
+    finally:
+        await fresh.close()
+    await recovery.restore(rt)
+    restored = await rt.redis.hgetall(rt.ns.topic("t").meta)
+    for field in ("retry_backoff", "retry_backoff_max", "dead_letter", "paused"):
+        assert restored[field] == mirror[field]
+    assert restored["paused"] == "1" and restored["dead_letter"] == "0"
+    config = await selectors.topic_config(rt, topic="t")
+    assert (config["paused"], config["retryBackoffMillis"], config["deadLetter"]) == (True, 100, False)
+    # Paused in Redis itself: a process whose cache says otherwise hands out nothing either.
+    rt.topic_configs.current = {}
+    assert (await services.pull_messages(rt, topic="t"))[0] == []
+    await services.resume_topic(rt, topic="t")
+    got, _ = await services.pull_messages(rt, topic="t", batch=10)
+    assert m["msgId"] in {g["msgId"] for g in got}
+
+
+async def test_a_backed_off_message_comes_back_waiting_until_its_new_trigger_time(single_rt):
+    rt = single_rt
+    await services.set_topic_config(rt, topic="t", changes={"retry_backoff_millis": 60_000}, limits={})
+    m = await send(rt)
+    await services.pull_messages(rt, topic="t", ack_timeout_millis=1)
+    await asyncio.sleep(0.005)
+    await requeue(rt)
+    backed_off = await selectors.get_message(rt, topic="t", msg_id=m["msgId"])
+    await drain_log(rt, ["t"])
+    await rt.redis.flushall()
+    assert (await recovery.restore(rt)).restored == 1
+    again = await selectors.get_message(rt, topic="t", msg_id=m["msgId"])
+    assert again["status"] == Status.WAITING and again["triggerTime"] == backed_off["triggerTime"]
+    assert await rt.redis.zscore(rt.ns.topic("t").waiting, m["msgId"]) == backed_off["triggerTime"]
+
+
+# --- Over HTTP
+
+
+async def test_http_get_and_set_topic_config(api):
+    got = await call(api, "getTopicConfig", method="get", topic="orders")
+    assert got["code"] == 200 and got["data"]["retryBackoffMillis"] == 0 and got["data"]["paused"] is False
+    changed = await call(api, "setTopicConfig", topic="orders", maxRetry="3", retryBackoffMillis="500",
+                         retryBackoffMaxMillis="4000", deadLetter="false", consumeRatePerSecond="9")
+    assert changed["code"] == 200, changed
+    data = changed["data"]
+    assert (data["maxRetry"], data["retryBackoffMillis"], data["retryBackoffMaxMillis"], data["deadLetter"],
+            data["consumeRatePerSecond"]) == (3, 500, 4000, False, 9)
+    assert (await call(api, "getTopicConfig", method="get", topic="orders"))["data"] == data
+    json_body = await call(api, "setTopicConfig", json={"topic": "orders", "maxRetry": -1})
+    assert json_body["data"]["maxRetry"] == 10 and json_body["data"]["retryBackoffMillis"] == 500
+
+
+async def test_http_bad_topic_settings_answer_400_naming_the_parameter(api):
+    for params, named in [
+        ({"topic": "orders", "ttlMillis": "soon"}, "ttlMillis"),
+        ({"topic": "orders", "retryBackoffMillis": "-1"}, "retryBackoffMillis"),
+        ({"topic": "orders", "retryBackoffMaxMillis": "1e3"}, "retryBackoffMaxMillis"),
+        ({"topic": "orders", "maxRetry": "100001"}, "maxRetry"),
+        ({"topic": "orders", "deadLetter": "maybe"}, "deadLetter"),
+        ({"topic": "orders", "produceRatePerSecond": "-5"}, "produceRatePerSecond"),
+        ({"topic": "orders", "maxLiveMessages": "10000000000"}, "maxLiveMessages"),
+        ({"maxRetry": "1"}, "topic"),
+        ({"topic": "orders"}, "at least one setting"),
+    ]:
+        body = await call(api, "setTopicConfig", **params)
+        assert body["code"] == 400 and named in body["msg"], (params, body)
+    for endpoint in ("getTopicConfig", "pauseTopic", "resumeTopic", "purgeTopic"):
+        body = await call(api, endpoint)
+        assert body["code"] == 400 and "topic" in body["msg"], (endpoint, body)
+        body = await call(api, endpoint, topic="a\x01b")
+        assert body["code"] == 400 and "topic" in body["msg"], (endpoint, body)
+
+
+async def test_http_pause_resume_and_purge(api):
+    sent = await call(api, "sendMsg", topic="orders", msg="m", delayMillis="0")
+    assert (await call(api, "pauseTopic", topic="orders")) == {"code": 200, "msg": "success"}
+    assert (await call(api, "pullMsg", topic="orders"))["delayMsgList"] == []
+    assert (await call(api, "resumeTopic", topic="orders")) == {"code": 200, "msg": "success"}
+    await call(api, "sendMsg", topic="orders", msg="m2", delayMillis="60000")
+    assert (await call(api, "purgeTopic", topic="orders")) == {"code": 200, "msg": "success", "count": 2}
+    got = await call(api, "getMsg", topic="orders", msgId=sent["delayMsg"]["msgId"])
+    assert got["delayMsg"]["status"] == Status.DELETED
