@@ -90,9 +90,9 @@ def request_token(request) -> str | None:
     return None
 
 
-async def authorize(rt, request, scope: str) -> str:
+async def authorize(rt, request, scope: str | tuple[str, ...]) -> str:
     """The namespace the request's token works in; Refused 401 without a valid token, 403 when
-    the token lacks `scope`. No message names the token."""
+    the token lacks `scope` (a tuple: lacks every one of them). No message names the token."""
     token = request_token(request)
     if token is None:
         raise Refused("missing API token: send the header 'Authorization: Bearer <token>' "
@@ -100,6 +100,9 @@ async def authorize(rt, request, scope: str) -> str:
     grant = await rt.tokens.grant(token)
     if grant is None or grant.revoked:
         raise Refused("invalid or revoked API token", 401)
-    if scope not in grant.scopes:
+    if isinstance(scope, tuple):
+        if grant.scopes.isdisjoint(scope):
+            raise Refused(f"this API token lacks the {' or '.join(scope)} scope", 403)
+    elif scope not in grant.scopes:
         raise Refused(f"this API token lacks the {scope} scope", 403)
     return grant.namespace

@@ -10,6 +10,8 @@ ENDPOINTS = {
         "deleteMsg": views.DeleteMsgView, "getMonitorData": views.GetMonitorDataView,
         "getTopicInfo": views.GetTopicInfoView, "getTopicInfoList": views.GetTopicInfoListView,
         "restore": views.RestoreView, "restoreMsg": views.RestoreMsgView,
+        "getDeadMsgList": views.GetDeadMsgListView, "redriveDeadMsg": views.RedriveDeadMsgView,
+        "getRedriveTask": views.GetRedriveTaskView, "purgeDeadMsg": views.PurgeDeadMsgView,
     },
     "camellia/health/": {
         "status": views.HealthStatusView, "check": views.HealthCheckView, "online": views.HealthOnlineView,

@@ -19,6 +19,7 @@ LIMIT_TABLE = "delayqueue_limit"
 # as Django's OPTIONS; Django's own OPTIONS (pool, isolation_level...) are not for libpq.
 LIBPQ_KEYWORDS = frozenset(d.keyword.decode() for d in pq.Conninfo.get_defaults())
 TOKEN_TABLE = "delayqueue_apitoken"
+REDRIVE_TABLE = "delayqueue_redrivetask"
 
 
 def conninfo(timeout_millis: int) -> str:
