@@ -208,7 +208,7 @@ SELECT count(*) FROM gone
 # scope holds no dead letter.
 CREATE_REDRIVE = f"""
 INSERT INTO {REDRIVE_TABLE} (namespace, topic, msg_ids, max_per_second, created_at, after_id, moved, lease_owner)
-SELECT %(namespace)s, %(topic)s, %(msg_ids_json)s::jsonb, %(rate)s, greatest(now(), max(m.updated_at)), 0, 0, ''
+SELECT %(namespace)s::text, %(topic)s::text, %(msg_ids_json)s::jsonb, %(rate)s::int4, greatest(now(), max(m.updated_at)), 0, 0, ''
 FROM {MESSAGE_TABLE} m WHERE {_DEAD_IN}
 HAVING count(*) > 0
 RETURNING id
