@@ -186,8 +186,10 @@ class DeadMsgListSerializer(TopicSerializer):
     limit = serializers.IntegerField(required=False, default=DEAD_LIST_DEFAULT_LIMIT, min_value=1,
                                      max_value=DEAD_LIST_MAX_LIMIT,
                                      help_text=f"most dead letters in the page (default {DEAD_LIST_DEFAULT_LIMIT})")
-    cursor = serializers.CharField(required=False, max_length=64,
-                                   help_text="the nextCursor of the previous page; absent: the first page")
+    cursor = serializers.RegexField(
+        r"^[0-9]{1,19}\.[0-9]{1,19}$", required=False, max_length=64,
+        error_messages={"invalid": "not a nextCursor that getDeadMsgList answered"},
+        help_text="the nextCursor of the previous page; absent: the first page")
 
 
 class RedriveDeadMsgSerializer(TopicSerializer, MsgIdListSerializer):

@@ -495,7 +495,7 @@ class GetDeadMsgListView(QueueAPIView):
     "a second. The scanners run it, and a scanner that stops halfway leaves it to another. Answers taskId "
     "(see getRedriveTask); code 404 when there is no such dead letter. Rate and live-message limits do not "
     "apply: maxPerSecond paces it.",
-    answer("RedriveDeadMsgAnswer", TaskIdResultSerializer), RedriveDeadMsgSerializer,
+    answer("RedriveDeadMsgAnswer", TaskIdResultSerializer), body=RedriveDeadMsgSerializer,
     example={"topic": "orders", "msgIds": ["order-42-cancel"], "maxPerSecond": 500})
 class RedriveDeadMsgView(QueueAPIView):
     needs_scope = Scope.MANAGE
@@ -533,7 +533,7 @@ class GetRedriveTaskView(QueueAPIView):
     "Remove dead letters",
     "Removes the topic's dead letters (only those in msgIds, a JSON list in a JSON body, when given) and "
     "their history from the message log. Answers count, the number removed.",
-    answer("PurgeDeadMsgAnswer", CountResultSerializer), PurgeDeadMsgSerializer,
+    answer("PurgeDeadMsgAnswer", CountResultSerializer), body=PurgeDeadMsgSerializer,
     example={"topic": "orders", "msgIds": ["order-42-cancel"]})
 class PurgeDeadMsgView(QueueAPIView):
     needs_scope = Scope.MANAGE
