@@ -187,7 +187,7 @@ class DeadMsgListSerializer(TopicSerializer):
                                      max_value=DEAD_LIST_MAX_LIMIT,
                                      help_text=f"most dead letters in the page (default {DEAD_LIST_DEFAULT_LIMIT})")
     cursor = serializers.RegexField(
-        r"^[0-9]{1,19}\.[0-9]{1,19}$", required=False, max_length=64,
+        r"^[0-9]{1,18}\.[0-9]{1,18}$", required=False, max_length=64,
         error_messages={"invalid": "not a nextCursor that getDeadMsgList answered"},
         help_text="the nextCursor of the previous page; absent: the first page")
 
