@@ -154,6 +154,9 @@ class QueueConfig:
         "DELAYQUEUE_LOG_WRITER_BATCH", 5000, "about how many events per topic per drain", minimum=1)
     log_retention_days: int = setting(
         "DELAYQUEUE_LOG_RETENTION_DAYS", 7, "prune_log's default age", minimum=1, maximum=MAX_AGE_DAYS)
+    dead_letter_retention_days: int = setting(
+        "DELAYQUEUE_DEAD_LETTER_RETENTION_DAYS", 14, "how long prune_log keeps dead letters (status 6)", minimum=1,
+        maximum=MAX_AGE_DAYS)
     # Whether PostgreSQL times the statement out or does not answer at all (a send waits for one).
     log_timeout_millis: int = setting(
         "DELAYQUEUE_LOG_TIMEOUT_MILLIS", 30_000, "a statement on the message log fails after this long", minimum=1)

@@ -82,3 +82,10 @@ class Scope(TextChoices):
 NAMESPACE_PATTERN = r"[A-Za-z0-9._-]{1,64}"
 # Tokens start with this, so a leaked one is recognisable (secret scanners, logs).
 TOKEN_PREFIX = "dq_"
+
+# Dead letters (messagelog/deadletters.py): a getDeadMsgList page holds at most this many (and
+# this many by default); a redrive sends at most this many per second unless told otherwise.
+DEAD_LIST_MAX_LIMIT = 1000
+DEAD_LIST_DEFAULT_LIMIT = 100
+REDRIVE_DEFAULT_RATE = 500
+REDRIVE_MAX_RATE = 100_000

@@ -48,6 +48,10 @@ class Message(models.Model):
             # Retention: ended messages by age.
             models.Index(fields=["updated_at"], name="message_ended",
                          condition=models.Q(status__gte=Status.ACKED)),
+            # Dead letters of a topic in the order they died: getDeadMsgList's keyset pages, a
+            # redrive's walk and purgeDeadMsg.
+            models.Index(fields=["namespace", "topic", "updated_at", "id"], name="message_dead",
+                         condition=models.Q(status=Status.EXHAUSTED)),
         ]
 
     def __str__(self):
@@ -208,3 +212,33 @@ class TopicConfig(models.Model):
 
     def __str__(self):
         return f"{self.namespace}/{self.topic}"
+
+
+class RedriveTask(models.Model):
+    """A redrive of a topic's dead letters (all, or those in `msg_ids`) that died before
+    `created_at`, run by whichever scanner holds its lease. Progress is committed with each
+    batch's log rows, so a task taken over after its scanner died goes on where it stopped:
+    `after_time`/`after_id` is the last dead letter sent, `sending` the batch the log holds as
+    redriven that Redis may not have got yet."""
+
+    namespace = models.CharField(max_length=128)
+    topic = models.CharField(max_length=MAX_TOPIC_BYTES)
+    msg_ids = models.JSONField(null=True, blank=True, help_text="only these msgIds; null: every dead letter")
+    max_per_second = models.PositiveIntegerField()
+    created_at = models.DateTimeField()
+    after_time = models.DateTimeField(null=True, blank=True)
+    after_id = models.BigIntegerField(default=0)
+    moved = models.BigIntegerField(default=0)
+    sending = models.JSONField(null=True, blank=True)
+    done_at = models.DateTimeField(null=True, blank=True)
+    lease_owner = models.CharField(max_length=200, blank=True)
+    lease_until = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [
+            # The scanners' claim: unfinished tasks only.
+            models.Index(fields=["namespace", "id"], name="redrive_running", condition=models.Q(done_at__isnull=True)),
+        ]
+
+    def __str__(self):
+        return f"redrive {self.id} of {self.topic}"

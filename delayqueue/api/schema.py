@@ -114,6 +114,33 @@ class TopicInfoListResultSerializer(ResultSerializer):
     data = TopicInfoSerializer(many=True)
 
 
+class DeadMsgSerializer(DelayMsgSerializer):
+    deadReason = serializers.CharField(
+        help_text="why it died: retries_exhausted, expired (its TTL ran out after a delivery) or dead_lettered "
+                  "(by its consumer)")
+    deadTime = serializers.IntegerField(help_text="when it died (epoch ms)")
+
+
+class DeadMsgListResultSerializer(ResultSerializer):
+    delayMsgList = DeadMsgSerializer(many=True, help_text="oldest death first; possibly empty")
+    nextCursor = serializers.CharField(required=False,
+                                       help_text="pass as `cursor` for the next page; absent on the last page")
+
+
+class CountResultSerializer(ResultSerializer):
+    count = serializers.IntegerField(help_text="messages removed")
+
+
+class TaskIdResultSerializer(ResultSerializer):
+    taskId = serializers.IntegerField(help_text="the redrive task, for getRedriveTask")
+
+
+class RedriveTaskResultSerializer(ResultSerializer):
+    moved = serializers.IntegerField(help_text="dead letters sent back so far")
+    left = serializers.IntegerField(help_text="dead letters still to send (0 when done)")
+    state = serializers.ChoiceField(choices=["running", "done"])
+
+
 class RestoreResultSerializer(ResultSerializer):
     restored = serializers.IntegerField(help_text="messages put back into Redis")
     alreadyLive = serializers.IntegerField(help_text="Redis already held the msgId")

@@ -12,6 +12,8 @@ ENDPOINTS = {
         "restore": views.RestoreView, "restoreMsg": views.RestoreMsgView,
         "getTopicConfig": views.GetTopicConfigView, "setTopicConfig": views.SetTopicConfigView,
         "pauseTopic": views.PauseTopicView, "resumeTopic": views.ResumeTopicView, "purgeTopic": views.PurgeTopicView,
+        "getDeadMsgList": views.GetDeadMsgListView, "redriveDeadMsg": views.RedriveDeadMsgView,
+        "getRedriveTask": views.GetRedriveTaskView, "purgeDeadMsg": views.PurgeDeadMsgView,
     },
     "camellia/health/": {
         "status": views.HealthStatusView, "check": views.HealthCheckView, "online": views.HealthOnlineView,

@@ -8,7 +8,8 @@ from rest_framework.fields import empty
 from rest_framework.validators import ProhibitSurrogateCharactersValidator
 
 from delayqueue.conf import load_config
-from delayqueue.constants import MAX_DELAY_MILLIS, MAX_LIMIT, MAX_RETRY, MAX_TOPIC_BYTES
+from delayqueue.constants import (DEAD_LIST_DEFAULT_LIMIT, DEAD_LIST_MAX_LIMIT, MAX_DELAY_MILLIS, MAX_LIMIT,
+                                  MAX_RETRY, MAX_TOPIC_BYTES, REDRIVE_DEFAULT_RATE, REDRIVE_MAX_RATE)
 from delayqueue.topics import CONTROL_CHARACTER_PATTERN, topic_problem
 
 # Counts and retries below 0 mean "the default"; a floor keeps them plain integers all the way to Lua.
@@ -195,6 +196,46 @@ class SetTopicConfigSerializer(TopicSerializer):
             raise serializers.ValidationError(
                 "give at least one setting: " + ", ".join(name for name in self.fields if name != "topic"))
         return attrs
+
+
+class MsgIdListSerializer(serializers.Serializer):
+    """`msgIds` of the dead-letter operations: a JSON list in a JSON body (absent: every dead
+    letter of the topic). Validated by the serializer itself: the fast path takes no lists."""
+
+    msgIds = serializers.ListField(
+        child=MsgIdField(), required=False, min_length=1,
+        error_messages={"not_a_list": "must be a JSON list of msgIds, in a JSON body", "min_length": "must not be empty"},
+        help_text="only these msgIds, a JSON list in a JSON body (at most DELAYQUEUE_MAX_BATCH_SEND); absent: all")
+
+    def validate_msgIds(self, value: list[str]) -> list[str]:
+        limit = load_config().max_batch_send
+        if len(value) > limit:
+            raise serializers.ValidationError(f"has {len(value)} msgIds, over the limit of {limit}")
+        return value
+
+
+class DeadMsgListSerializer(TopicSerializer):
+    limit = serializers.IntegerField(required=False, default=DEAD_LIST_DEFAULT_LIMIT, min_value=1,
+                                     max_value=DEAD_LIST_MAX_LIMIT,
+                                     help_text=f"most dead letters in the page (default {DEAD_LIST_DEFAULT_LIMIT})")
+    cursor = serializers.RegexField(
+        r"^[0-9]{1,18}\.[0-9]{1,18}$", required=False, max_length=64,
+        error_messages={"invalid": "not a nextCursor that getDeadMsgList answered"},
+        help_text="the nextCursor of the previous page; absent: the first page")
+
+
+class RedriveDeadMsgSerializer(TopicSerializer, MsgIdListSerializer):
+    maxPerSecond = serializers.IntegerField(
+        required=False, default=REDRIVE_DEFAULT_RATE, min_value=1, max_value=REDRIVE_MAX_RATE,
+        help_text=f"most dead letters sent back per second (default {REDRIVE_DEFAULT_RATE})")
+
+
+class RedriveTaskSerializer(serializers.Serializer):
+    taskId = serializers.IntegerField(min_value=1, max_value=2 ** 63 - 1, help_text="as redriveDeadMsg answered it")
+
+
+class PurgeDeadMsgSerializer(TopicSerializer, MsgIdListSerializer):
+    pass
 
 
 def first_error(errors) -> str:

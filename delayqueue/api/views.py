@@ -16,7 +16,7 @@ from rest_framework.views import APIView
 from delayqueue.api import health
 from delayqueue.api.auth import authorize
 from delayqueue.constants import Scope
-from delayqueue.messagelog import recovery
+from delayqueue.messagelog import deadletters, recovery
 from delayqueue import selectors
 from delayqueue import services
 from delayqueue.exceptions import BadRequest, NotFound, Refused, error_answer, error_body
@@ -25,12 +25,16 @@ from delayqueue.api.parsers import (FORM_CONTENT_TYPE, FormBodyParser, FormError
 from delayqueue.runtime import current
 from delayqueue.api.schema import (
     BatchResultSerializer,
+    CountResultSerializer,
+    DeadMsgListResultSerializer,
     DelayMsgListResultSerializer,
     DelayMsgResultSerializer,
     MonitorDataResultSerializer,
     PurgeResultSerializer,
+    RedriveTaskResultSerializer,
     RestoreResultSerializer,
     ResultSerializer,
+    TaskIdResultSerializer,
     TopicConfigResultSerializer,
     TopicInfoListResultSerializer,
     TopicInfoResultSerializer,
@@ -40,11 +44,15 @@ from delayqueue.api.schema import (
 )
 from delayqueue.api.validation import (
     AckMsgSerializer,
+    DeadMsgListSerializer,
     DeleteMsgSerializer,
     FastValidation,
     LongPollingMsgSerializer,
     MessageRefSerializer,
     PullMsgSerializer,
+    PurgeDeadMsgSerializer,
+    RedriveDeadMsgSerializer,
+    RedriveTaskSerializer,
     RestoreMsgSerializer,
     RestoreSerializer,
     SendMsgSerializer,
@@ -202,6 +210,14 @@ class QueueAPIView(APIView):
 
     def validated(self, serializer_class) -> dict:
         return parse(serializer_class, self.params())
+
+    def validated_fully(self, serializer_class) -> dict:
+        """As validated(), by the serializer alone: for parameters the fast path does not take
+        (a JSON list of msgIds), on endpoints that are not hot."""
+        try:
+            return serializer_class().run_validation(self.params())
+        except ValidationError as exc:
+            raise BadRequest(first_error(exc.detail)) from None
 
     # Declared async so Django treats the view as async; dispatch() calls handle() for both.
     async def get(self, request, *args, **kwargs):
@@ -545,6 +561,81 @@ class PurgeTopicView(QueueAPIView):
 
     async def handle(self):
         return reply(count=await services.purge_topic(self.rt, topic=self.validated(TopicSerializer)["topic"]))
+
+
+@queue_endpoint(
+    "List a topic's dead letters",
+    "Messages of the topic that ended as dead letters (status 6: their deliveries or TTL ran out after a "
+    "delivery, or their consumer dead-lettered them), kept in the message log for "
+    "DELAYQUEUE_DEAD_LETTER_RETENTION_DAYS (default 14), oldest death first, `limit` per page. Each carries "
+    "deadReason and deadTime. Pass the answer's nextCursor as `cursor` for the next page; the last page has none.",
+    answer("GetDeadMsgListAnswer", DeadMsgListResultSerializer), DeadMsgListSerializer, method="GET",
+    example={"topic": "orders", "limit": 100})
+class GetDeadMsgListView(QueueAPIView):
+    needs_scope = (Scope.MONITOR, Scope.MANAGE)
+    marks_use = False
+
+    async def handle(self):
+        data = self.validated(DeadMsgListSerializer)
+        page, next_cursor = await deadletters.dead_letters(self.rt, topic=data["topic"], limit=data["limit"],
+                                                           cursor=data.get("cursor"))
+        return reply(delayMsgList=page, **({"nextCursor": next_cursor} if next_cursor else {}))
+
+
+@queue_endpoint(
+    "Send dead letters back",
+    "Starts a redrive of the topic's dead letters (only those in msgIds, a JSON list in a JSON body, when "
+    "given): each goes back as a new life under its msgId, ready at once with retry 0, at most maxPerSecond "
+    "a second. The scanners run it, and a scanner that stops halfway leaves it to another. Answers taskId "
+    "(see getRedriveTask); code 404 when there is no such dead letter. Rate and live-message limits do not "
+    "apply: maxPerSecond paces it.",
+    answer("RedriveDeadMsgAnswer", TaskIdResultSerializer), body=RedriveDeadMsgSerializer,
+    example={"topic": "orders", "msgIds": ["order-42-cancel"], "maxPerSecond": 500})
+class RedriveDeadMsgView(QueueAPIView):
+    needs_scope = Scope.MANAGE
+
+    async def handle(self):
+        data = self.validated_fully(RedriveDeadMsgSerializer)
+        topic = data["topic"]
+        task_id = await deadletters.create_redrive(self.rt, topic=topic, msg_ids=data.get("msgIds"),
+                                                   max_per_second=data["maxPerSecond"])
+        if task_id is None:
+            raise NotFound(f"topic {topic} has no such dead letter" if "msgIds" in data
+                           else f"topic {topic} has no dead letters")
+        return reply(taskId=task_id)
+
+
+@queue_endpoint(
+    "Progress of a redrive",
+    "How many dead letters a redrive has sent back (moved), how many it has still to send (left), and its "
+    "state: running or done. Code 404 for an unknown taskId.",
+    answer("GetRedriveTaskAnswer", RedriveTaskResultSerializer), RedriveTaskSerializer, method="GET",
+    example={"taskId": 1})
+class GetRedriveTaskView(QueueAPIView):
+    needs_scope = Scope.MANAGE
+    marks_use = False
+
+    async def handle(self):
+        task_id = self.validated(RedriveTaskSerializer)["taskId"]
+        state = await deadletters.redrive_state(self.rt, task_id=task_id)
+        if state is None:
+            raise NotFound(f"redrive task {task_id} not found")
+        return reply(**state)
+
+
+@queue_endpoint(
+    "Remove dead letters",
+    "Removes the topic's dead letters (only those in msgIds, a JSON list in a JSON body, when given) and "
+    "their history from the message log. Answers count, the number removed.",
+    answer("PurgeDeadMsgAnswer", CountResultSerializer), body=PurgeDeadMsgSerializer,
+    example={"topic": "orders", "msgIds": ["order-42-cancel"]})
+class PurgeDeadMsgView(QueueAPIView):
+    needs_scope = Scope.MANAGE
+
+    async def handle(self):
+        data = self.validated_fully(PurgeDeadMsgSerializer)
+        return reply(count=await deadletters.purge_dead_letters(self.rt, topic=data["topic"],
+                                                                msg_ids=data.get("msgIds")))
 
 
 def health_reply(code: int) -> HttpResponse:

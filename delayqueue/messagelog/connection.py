@@ -20,6 +20,7 @@ LIMIT_TABLE = "delayqueue_limit"
 LIBPQ_KEYWORDS = frozenset(d.keyword.decode() for d in pq.Conninfo.get_defaults())
 TOKEN_TABLE = "delayqueue_apitoken"
 TOPIC_CONFIG_TABLE = "delayqueue_topicconfig"
+REDRIVE_TABLE = "delayqueue_redrivetask"
 
 
 def conninfo(timeout_millis: int) -> str:

@@ -1,4 +1,5 @@
-"""Retention of the message log: ended messages and their history go after a configurable age.
+"""Retention of the message log: ended messages and their history go after a configurable age;
+dead letters (status 6) after their own, DELAYQUEUE_DEAD_LETTER_RETENTION_DAYS.
 
 Deletes in small batches, each its own short transaction (SKIP LOCKED), so the tables stay
 writable while it runs and an interrupted run loses nothing but time.
@@ -7,24 +8,39 @@ from datetime import datetime, timedelta, timezone
 
 from django.db import connection, transaction
 
+from delayqueue.conf import load_config
+from delayqueue.constants import Status
 from delayqueue.messagelog import sql
 
 
-def prune_log(older_than: timedelta, batch: int = 5000, on_batch=None) -> tuple[int, int]:
-    """Deletes ended messages last changed before now - older_than, and their history.
-    Returns (messages, history rows) deleted."""
-    cutoff = datetime.now(timezone.utc) - older_than
-    messages = events = 0
+def prune_log(older_than: timedelta, batch: int = 5000, on_batch=None,
+              dead_older_than: timedelta | None = None) -> tuple[int, int]:
+    """Deletes ended messages last changed before now - older_than, dead letters last changed
+    before now - dead_older_than (default DELAYQUEUE_DEAD_LETTER_RETENTION_DAYS), and their
+    history. Returns (messages, history rows) deleted."""
+    if dead_older_than is None:
+        dead_older_than = timedelta(days=load_config().dead_letter_retention_days)
+    now = datetime.now(timezone.utc)
+    totals = [0, 0]
+    for dead_letters, cutoff in ((False, now - older_than), (True, now - dead_older_than)):
+        _prune(cutoff, dead_letters, batch, totals, on_batch)
+    return totals[0], totals[1]
+
+
+def _prune(cutoff: datetime, dead_letters: bool, batch: int, totals: list[int], on_batch) -> None:
+    since = datetime.min.replace(tzinfo=timezone.utc)
     while True:
         with transaction.atomic(), connection.cursor() as cursor:
-            cursor.execute(sql.DELETE_ENDED_MESSAGES, [cutoff, batch])
+            cursor.execute(sql.DELETE_ENDED_MESSAGES, {"before": cutoff, "since": since, "dead": Status.EXHAUSTED,
+                                                       "dead_letters": dead_letters, "batch": batch})
             keys = cursor.fetchall()
             if keys:
                 cursor.execute(sql.DELETE_HISTORY, [[k[0] for k in keys], [k[1] for k in keys], [k[2] for k in keys],
-                                                cutoff])
-                events += cursor.rowcount
-        messages += len(keys)
+                                                    cutoff])
+                totals[1] += cursor.rowcount
+                since = max(k[3] for k in keys)
+        totals[0] += len(keys)
         if on_batch:
-            on_batch(messages, events)
+            on_batch(*totals)
         if len(keys) < batch:
-            return messages, events
+            return

@@ -9,8 +9,8 @@ milliseconds, through from_millis / to_millis (their Python pair is delayqueue.e
 from psycopg import sql
 
 from delayqueue.constants import LIVE_STATUSES, Status
-from delayqueue.messagelog.connection import (EVENT_TABLE, LIMIT_TABLE, MESSAGE_TABLE, STATS_TABLE, TOKEN_TABLE,
-                                             TOPIC_CONFIG_TABLE)
+from delayqueue.messagelog.connection import (EVENT_TABLE, LIMIT_TABLE, MESSAGE_TABLE, REDRIVE_TABLE, STATS_TABLE,
+                                              TOKEN_TABLE, TOPIC_CONFIG_TABLE)
 
 
 def from_millis(millis: str) -> str:
@@ -34,6 +34,7 @@ def _rendered(statuses) -> str:
 # constants: the planner uses such an index only when it can see the query implies them.
 LIVE = f"status IN ({_rendered(LIVE_STATUSES)})"
 ENDED = f"status >= {int(Status.ACKED)}"
+DEAD = f"status = {int(Status.EXHAUSTED)}"
 
 # --- The send path (group_commit.MessageLog): performance-critical, one statement per group.
 
@@ -141,17 +142,19 @@ HOLDS_LIVE = f"SELECT EXISTS (SELECT 1 FROM {MESSAGE_TABLE} WHERE namespace = %s
 
 # --- Retention (retention.prune_log): small batches, each its own short transaction.
 
-# A batch of ended messages last changed before the cutoff, oldest first, from message_ended;
-# rows another transaction holds are left for the next run.
+# A batch of ended messages last changed before the cutoff and not before %(since)s (where the
+# previous batch stopped: rows it left behind are not read again), oldest first, from
+# message_ended; either dead letters (status 6, kept for their own retention) or the other ended
+# rows. Rows another transaction holds are left for the next run.
 DELETE_ENDED_MESSAGES = f"""
 WITH doomed AS (
     SELECT id FROM {MESSAGE_TABLE}
-    WHERE {ENDED} AND updated_at < %s
-    ORDER BY updated_at LIMIT %s
+    WHERE {ENDED} AND updated_at < %(before)s AND updated_at >= %(since)s AND (status = %(dead)s) = %(dead_letters)s
+    ORDER BY updated_at LIMIT %(batch)s
     FOR UPDATE SKIP LOCKED
 )
 DELETE FROM {MESSAGE_TABLE} m USING doomed WHERE m.id = doomed.id
-RETURNING m.namespace, m.topic, m.msg_id
+RETURNING m.namespace, m.topic, m.msg_id, m.updated_at
 """
 # History of a deleted message (its earlier lives too): the row is gone, and a later life of
 # the same msgId would have kept the row alive.
@@ -159,6 +162,114 @@ DELETE_HISTORY = f"""
 DELETE FROM {EVENT_TABLE} e USING unnest(%s::text[], %s::text[], %s::text[]) AS d(ns, t, i)
 WHERE e.namespace = d.ns AND e.topic = d.t AND e.msg_id = d.i AND e.at < %s
 """
+
+# --- Dead letters (messagelog/deadletters.py): status-6 rows of a topic on message_dead, in the
+# order they died (updated_at, id). A keyset position is updated_at in epoch microseconds (exact
+# both ways, as interval arithmetic is) and the row id.
+
+def _at_micros(micros: str) -> str:
+    return f"('epoch'::timestamptz + {micros} * interval '1 microsecond')"
+
+
+_MICROS = "(extract(epoch FROM m.updated_at) * 1000000)::int8"
+_DEAD_IN = (f"m.namespace = %(namespace)s AND m.topic = %(topic)s AND m.{DEAD}"
+            " AND (%(msg_ids)s::text[] IS NULL OR m.msg_id = ANY(%(msg_ids)s::text[]))")
+
+# A page after position (%(after)s µs, %(after_id)s; the first page: NULL, 0), with why each died: the reason of the
+# history row that ended its life (the newest one into status 6).
+DEAD_PAGE = f"""
+SELECT m.id, {_MICROS}, m.topic, m.msg_id, m.payload, {to_millis("m.produce_time")}, {to_millis("m.trigger_time")},
+       {to_millis("m.expire_time")}, m.max_retry, m.retry, m.status, {to_millis("m.updated_at")}, r.reason
+FROM {MESSAGE_TABLE} m
+LEFT JOIN LATERAL (
+    SELECT e.reason FROM {EVENT_TABLE} e
+    WHERE e.msg_id = m.msg_id AND e.topic = m.topic AND e.namespace = m.namespace AND e.to_status = m.status
+    ORDER BY e.at DESC, e.id DESC LIMIT 1
+) r ON TRUE
+WHERE {_DEAD_IN} AND (m.updated_at, m.id) > (coalesce({_at_micros("%(after)s::int8")}, '-infinity'), %(after_id)s)
+ORDER BY m.updated_at, m.id LIMIT %(limit)s
+"""
+# Removes a batch of dead letters and their history (all their lives'); answers how many.
+PURGE_DEAD = f"""
+WITH doomed AS (
+    SELECT m.id FROM {MESSAGE_TABLE} m WHERE {_DEAD_IN}
+    ORDER BY m.updated_at, m.id LIMIT %(batch)s
+    FOR UPDATE SKIP LOCKED
+), gone AS (
+    DELETE FROM {MESSAGE_TABLE} m USING doomed WHERE m.id = doomed.id
+    RETURNING m.namespace, m.topic, m.msg_id
+), history AS (
+    DELETE FROM {EVENT_TABLE} e USING gone
+    WHERE e.msg_id = gone.msg_id AND e.topic = gone.topic AND e.namespace = gone.namespace
+)
+SELECT count(*) FROM gone
+"""
+# A redrive task over the dead letters in scope, bounded by the newest of them (and the
+# database's now): a message redriven and dead again later is not taken twice. None when the
+# scope holds no dead letter.
+CREATE_REDRIVE = f"""
+INSERT INTO {REDRIVE_TABLE} (namespace, topic, msg_ids, max_per_second, created_at, after_id, moved, lease_owner)
+SELECT %(namespace)s::text, %(topic)s::text, %(msg_ids_json)s::jsonb, %(rate)s::int4, greatest(now(), max(m.updated_at)), 0, 0, ''
+FROM {MESSAGE_TABLE} m WHERE {_DEAD_IN}
+HAVING count(*) > 0
+RETURNING id
+"""
+_TASK = """id, topic, msg_ids, max_per_second, created_at, after_time, after_id, moved, sending,
+            done_at IS NOT NULL"""
+# A scanner takes the oldest unfinished task of its namespace that nobody holds a lease on.
+CLAIM_REDRIVE = f"""
+UPDATE {REDRIVE_TABLE} SET lease_owner = %(owner)s, lease_until = now() + %(lease_millis)s * interval '1 millisecond'
+WHERE id = (
+    SELECT id FROM {REDRIVE_TABLE}
+    WHERE namespace = %(namespace)s AND done_at IS NULL AND (lease_until IS NULL OR lease_until < now())
+    ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED
+)
+RETURNING {_TASK}
+"""
+# The task, locked, if this scanner still holds its lease (and the lease renewed): every batch
+# starts with it, so two scanners never move the same batch.
+HOLD_REDRIVE = f"""
+UPDATE {REDRIVE_TABLE} SET lease_until = now() + %(lease_millis)s * interval '1 millisecond'
+WHERE id = %(id)s AND lease_owner = %(owner)s AND done_at IS NULL
+RETURNING {_TASK}
+"""
+# The task's next dead letters, locked, with what a new life needs.
+_NEXT_DEAD = f"""
+SELECT m.id, m.updated_at, m.msg_id, m.payload, m.max_retry,
+       {to_millis("m.expire_time")} - {to_millis("m.trigger_time")} AS ttl
+FROM {MESSAGE_TABLE} m
+WHERE {_DEAD_IN} AND m.updated_at <= %(created_at)s
+  AND (m.updated_at, m.id) > (coalesce(%(after_time)s::timestamptz, '-infinity'), %(after_id)s)
+ORDER BY m.updated_at, m.id LIMIT %(limit)s
+"""
+NEXT_DEAD = _NEXT_DEAD + "FOR UPDATE"
+# How many dead letters a task has still to move.
+REDRIVE_LEFT = f"SELECT count(*) FROM ({_NEXT_DEAD}) AS left_over"
+# The batch's new lives: ready now, retry 0, their TTL from now; history reason 'redriven' (the
+# first row of the life, keyed by its produceTime as a send's 'sent' row is).
+REDRIVE_ROWS = f"""
+WITH u AS (SELECT * FROM json_to_recordset(%(rows)s::json) AS u(id int8, pt int8, et int8)),
+moved AS (
+    UPDATE {MESSAGE_TABLE} m SET produce_time = {from_millis("u.pt")}, trigger_time = {from_millis("u.pt")},
+        expire_time = {from_millis("u.et")}, retry = 0, status = %(ready)s, updated_at = {from_millis("u.pt")}
+    FROM u WHERE m.id = u.id AND m.{DEAD}
+    RETURNING m.namespace, m.topic, m.msg_id, u.pt
+)
+{_INSERT_SENT}
+SELECT namespace, topic, msg_id, 'redriven-' || pt, {from_millis("pt")}, %(dead)s, %(ready)s, 0, 'redriven', %(process)s,
+       %(host)s
+FROM moved
+"""
+# The batch's progress, committed with its rows: where the walk is, how many moved, and the
+# batch Redis is still to get.
+REDRIVE_PROGRESS = f"""
+UPDATE {REDRIVE_TABLE} SET after_time = %(after_time)s, after_id = %(after_id)s, moved = moved + %(moved)s,
+    sending = %(sending)s::jsonb
+WHERE id = %(id)s
+"""
+REDRIVE_SENT = f"UPDATE {REDRIVE_TABLE} SET sending = NULL WHERE id = %(id)s"
+REDRIVE_DONE = f"UPDATE {REDRIVE_TABLE} SET done_at = now(), sending = NULL, lease_until = NULL WHERE id = %(id)s"
+REDRIVE_STATE = f"SELECT {_TASK} FROM {REDRIVE_TABLE} WHERE id = %(id)s AND namespace = %(namespace)s"
 
 # --- Restore (recovery, spark/restore.py, spark/reconcile.py --fix).
 

@@ -19,6 +19,9 @@ that was only paused past its heartbeat finds, at its next renewal, that it lost
 stops its worker. Correctness never rests on the lock: every transition is one atomic script,
 so two scanners working a topic at once still promote each message once.
 
+Each scanner also runs the namespace's dead-letter redrive tasks (messagelog/deadletters.py),
+one at a time, under a lease in PostgreSQL.
+
 Started while Redis is down, a scanner waits for it; Redis or PostgreSQL failing later is
 retried, each outage logged once as it starts and once as it ends (outage.py).
 """
@@ -35,6 +38,7 @@ from delayqueue.epoch import now_millis
 from delayqueue.exceptions import LogUnavailable
 from delayqueue.live import scripts
 from delayqueue.live.pubsub import subscribe_forever
+from delayqueue.messagelog.deadletters import Redriver
 from delayqueue.messagelog.writer import LogWriter
 from delayqueue.outage import Outage, describe
 from delayqueue.runtime import Runtime
@@ -118,6 +122,9 @@ class Scanner:
         heartbeat = loop.create_task(self._heartbeat(), name="heartbeat")
         watcher = loop.create_task(self._watch_holders(), name="holder-watcher")
         writer = loop.create_task(self.log_writer.run(self._stop), name="log-writer") if self.log_writer else None
+        # Dead letters live in the message log: without it there is nothing to redrive.
+        redriver = (loop.create_task(Redriver(self.rt, self.token).run(self._stop), name="redriver")
+                    if self.log_writer else None)
         await self._subscribed.wait()
         next_refresh = next_renew = next_retire = next_prune = loop.time()
         outage = Outage(log, f"scanner {self.token}")
@@ -164,7 +171,7 @@ class Scanner:
             await cancel_and_wait(listener, lag_probe, heartbeat, watcher)
             if writer is not None:
                 self._stop.set()
-                await asyncio.gather(writer, return_exceptions=True)
+                await asyncio.gather(writer, redriver, return_exceptions=True)
             await self._shutdown()
 
     async def _check_marker(self) -> None:

@@ -42,6 +42,10 @@ OPERATIONS = [
     ("/camellia/delayQueue/getTopicInfoList", "GET"),
     ("/camellia/delayQueue/restore", "POST"),
     ("/camellia/delayQueue/restoreMsg", "POST"),
+    ("/camellia/delayQueue/getDeadMsgList", "GET"),
+    ("/camellia/delayQueue/redriveDeadMsg", "POST"),
+    ("/camellia/delayQueue/getRedriveTask", "GET"),
+    ("/camellia/delayQueue/purgeDeadMsg", "POST"),
     ("/camellia/health/status", "GET"),
     ("/camellia/health/check", "GET"),
 ]

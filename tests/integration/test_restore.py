@@ -362,7 +362,8 @@ def test_a_restore_the_log_stops_answering_ends_in_a_plain_error(clean_state):
 
 async def test_restore_scan_and_retention_use_their_partial_indexes(single_rt):
     """Their statuses are rendered into the text (messagelog.sql) so the planner matches the
-    predicates of message_live and message_ended; with sequential scans off, EXPLAIN names them."""
+    predicates of message_live, message_ended and message_dead; with sequential scans off, EXPLAIN
+    names them."""
     scope, candidates, params = sql.restore_scope("default", None, None, include_expired=False)
     async with await psycopg.AsyncConnection.connect(log_database_url(), autocommit=True) as conn:
         # A log of mostly ended messages, as a real one is, analysed: the partial indexes are then
@@ -377,7 +378,12 @@ async def test_restore_scan_and_retention_use_their_partial_indexes(single_rt):
         for statement, args, index in [
             (sql.restore_page(scope, candidates), {**params, "after": 0, "limit": 10}, "message_live"),
             (psycopg.sql.SQL(sql.HOLDS_LIVE), ["default"], "message_live"),
-            (psycopg.sql.SQL(sql.DELETE_ENDED_MESSAGES), [datetime.now(timezone.utc), 10], "message_ended"),
+            (psycopg.sql.SQL(sql.DELETE_ENDED_MESSAGES),
+             {"before": datetime.now(timezone.utc), "since": datetime.min.replace(tzinfo=timezone.utc),
+              "dead": Status.EXHAUSTED, "dead_letters": False, "batch": 10}, "message_ended"),
+            (psycopg.sql.SQL(sql.DEAD_PAGE),
+             {"namespace": "default", "topic": "t", "msg_ids": None, "after": None, "after_id": 0, "limit": 10},
+             "message_dead"),
         ]:
             plan = await (await conn.execute(psycopg.sql.SQL("EXPLAIN ") + statement, args)).fetchall()
             assert index in "\n".join(line for line, in plan), plan

@@ -116,6 +116,10 @@ ENDPOINTS = [
     ("delayQueue/pauseTopic", "manage", "post", {"topic": "orders"}),
     ("delayQueue/resumeTopic", "manage", "post", {"topic": "orders"}),
     ("delayQueue/purgeTopic", "manage", "post", {"topic": "orders"}),
+    ("delayQueue/getDeadMsgList", ("monitor", "manage"), "get", {"topic": "orders"}),
+    ("delayQueue/redriveDeadMsg", "manage", "json", {"topic": "orders", "msgIds": ["m1"]}),
+    ("delayQueue/getRedriveTask", "manage", "get", {"taskId": "1"}),
+    ("delayQueue/purgeDeadMsg", "manage", "json", {"topic": "orders", "msgIds": ["m1"]}),
 ]
 SCOPES = ("produce", "consume", "manage", "monitor")
 

@@ -1,0 +1,79 @@
+import asyncio
+import sys
+from argparse import ArgumentTypeError
+import time
+
+from django.core.management.base import BaseCommand, CommandError
+
+from delayqueue.arguments import namespace_name, positive_int, topic_name
+from delayqueue.conf import load_config
+from delayqueue.constants import REDRIVE_DEFAULT_RATE, REDRIVE_MAX_RATE
+from delayqueue.exceptions import LogUnavailable
+from delayqueue.messagelog import deadletters
+from delayqueue.runtime import Runtime
+
+POLL_SECONDS = 0.2
+PLAIN_LINE_SECONDS = 5  # not a terminal: a line this often
+
+
+def rate(text: str) -> int:
+    value = positive_int(text)
+    if value > REDRIVE_MAX_RATE:
+        raise ArgumentTypeError(f"must be at most {REDRIVE_MAX_RATE}, got {value}")
+    return value
+
+
+class Command(BaseCommand):
+    help = ("Send a topic's dead letters back as new lives (ready now, retry 0) at a rate, and show the "
+            "progress until done. The scanners (manage.py run_scanners) do the work; interrupted, the redrive "
+            "goes on in them.")
+
+    def add_arguments(self, parser):
+        parser.add_argument("--topic", type=topic_name, required=True, help="the topic whose dead letters go back")
+        parser.add_argument("--rate", type=rate, default=REDRIVE_DEFAULT_RATE,
+                            help=f"most messages per second ({REDRIVE_DEFAULT_RATE})")
+        parser.add_argument("--namespace", type=namespace_name, help="default DELAYQUEUE_NAMESPACE")
+
+    def handle(self, *args, **options):
+        try:
+            asyncio.run(self._run(options))
+        except KeyboardInterrupt:
+            raise CommandError("interrupted: the redrive goes on in the scanners", returncode=130) from None
+        except LogUnavailable as exc:
+            raise CommandError(f"{exc} ({exc.detail})" if exc.detail else str(exc)) from None
+
+    async def _run(self, options) -> None:
+        config = load_config()
+        rt = Runtime(config, "manage.py redrive", namespace=options["namespace"] or config.namespace)
+        try:
+            task_id = await deadletters.create_redrive(rt, topic=options["topic"], msg_ids=None,
+                                                       max_per_second=options["rate"])
+            if task_id is None:
+                raise CommandError(f"topic {options['topic']} has no dead letters")
+            self.stdout.write(f"redrive task {task_id} started (run by the scanners)")
+            self.stdout.flush()
+            await self._follow(rt, task_id)
+        finally:
+            await rt.close()
+
+    async def _follow(self, rt, task_id: int) -> None:
+        out = sys.stderr
+        tty, last = out.isatty(), 0.0
+        while True:
+            state = await deadletters.redrive_state(rt, task_id=task_id)
+            done = state["state"] == "done"
+            total = state["moved"] + state["left"]
+            now = time.monotonic()
+            if tty or done or now - last >= PLAIN_LINE_SECONDS:
+                last = now
+                share = state["moved"] / total if total else 1.0
+                filled = int(share * 30)
+                line = f"redrive [{'#' * filled}{'.' * (30 - filled)}] {share:6.1%} {state['moved']:,}/{total:,}"
+                out.write(("\r" + line) if tty else line + "\n")
+                out.flush()
+            if done:
+                if tty:
+                    out.write("\n")
+                self.stdout.write(f"redriven {state['moved']}")
+                return
+            await asyncio.sleep(POLL_SECONDS)

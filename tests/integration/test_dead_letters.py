@@ -1,0 +1,289 @@
+"""Dead letters (status 6) in the message log: listed in keyset pages with why and when they
+died, kept by prune_log for their own retention, redriven by the scanners as a rate-paced,
+resumable task, and purged."""
+import asyncio
+import os
+import subprocess
+import sys
+from datetime import timedelta
+
+import psycopg
+import pytest
+import redis
+
+from delayqueue import services
+from delayqueue.constants import Status
+from delayqueue.messagelog import deadletters
+from delayqueue.messagelog.retention import prune_log
+from delayqueue.services import SendRequest
+from tests.helpers import (REDIS_URL, ROOT, TEST_CONFIG, call, drain_log, history, log_database_url, logged,
+                           make_runtime, query, wait_until)
+
+# Dead letters written straight into the log, as the log writer leaves them: status 6 and the
+# history row that ended them, `g` seconds apart in death order.
+FILL_DEAD = """
+WITH rows AS (
+    INSERT INTO delayqueue_message (namespace, topic, msg_id, payload, produce_time, trigger_time, expire_time,
+                                    max_retry, retry, status, updated_at)
+    SELECT 'default', %(topic)s, 'd' || g, 'body ' || g, now() - interval '1 hour', now() - interval '1 hour',
+           now() + interval '1 hour', 0, 1, 6, now() - interval '1 hour' + g * interval '1 millisecond'
+    FROM generate_series(1, %(count)s) AS g
+    RETURNING namespace, topic, msg_id, updated_at
+)
+INSERT INTO delayqueue_messageevent (namespace, topic, msg_id, event_id, at, from_status, to_status, retry, reason,
+                                     process, host)
+SELECT namespace, topic, msg_id, 'x', updated_at, 3, 6, 1, 'retries_exhausted', 'test', 'test' FROM rows
+"""
+
+
+async def fill_dead(topic: str, count: int) -> None:
+    async with await psycopg.AsyncConnection.connect(log_database_url(), autocommit=True) as conn:
+        await conn.execute(FILL_DEAD, {"topic": topic, "count": count})
+
+
+async def make_dead(rt, topic: str, exhausted: list[str], expired: list[str] = ()) -> None:
+    """Real dead letters: delivered once, then given back with no delivery left (retries_exhausted)
+    or after their TTL ran out (expired); the log writer then records them."""
+    requests = [SendRequest(topic, f"body of {i}", 0, i, max_retry=0) for i in exhausted]
+    requests += [SendRequest(topic, f"body of {i}", 0, i, ttl_millis=100, max_retry=5) for i in expired]
+    await services.send_messages(rt, requests=requests)
+    pulled, _ = await services.pull_messages(rt, topic=topic, batch=len(requests), ack_timeout_millis=60_000)
+    assert len(pulled) == len(requests)
+    if expired:
+        await asyncio.sleep(0.15)
+    for msg_id in [*exhausted, *expired]:
+        assert await services.nack_message(rt, topic=topic, msg_id=msg_id) == Status.EXHAUSTED
+    await drain_log(rt, [topic])
+
+
+async def all_pages(rt, topic: str, limit: int) -> list[list[dict]]:
+    pages, cursor = [], None
+    while True:
+        page, cursor = await deadletters.dead_letters(rt, topic=topic, limit=limit, cursor=cursor)
+        pages.append(page)
+        if cursor is None:
+            return pages
+
+
+async def test_dead_letters_are_listed_in_pages_with_why_and_when_they_died(rt):
+    await make_dead(rt, "orders", exhausted=["e1", "e2", "e3"], expired=["x1", "x2"])
+    await services.send_message(rt, topic="orders", msg="live", delay_millis=0, msg_id="live")
+    await make_dead(rt, "other", exhausted=["o1"])
+    pages = await all_pages(rt, "orders", limit=2)
+    assert [len(p) for p in pages] == [2, 2, 1]
+    dead = [m for page in pages for m in page]
+    reasons = {m["msgId"]: m["deadReason"] for m in dead}
+    assert reasons == {"e1": "retries_exhausted", "e2": "retries_exhausted", "e3": "retries_exhausted",
+                       "x1": "expired", "x2": "expired"}
+    times = [m["deadTime"] for m in dead]
+    assert times == sorted(times) and all(m["status"] == Status.EXHAUSTED and m["retry"] == 1 for m in dead)
+    assert dead[0]["msg"] == f"body of {dead[0]['msgId']}" and dead[0]["topic"] == "orders"
+    for m in dead:  # deadTime is when the log writer recorded the ending: the message row's last change
+        row = await logged("orders", m["msgId"])
+        assert {k: row[k] for k in ("produceTime", "expireTime", "maxRetry")} == {
+            k: m[k] for k in ("produceTime", "expireTime", "maxRetry")}
+    # A page as large as everything is the last page: no cursor.
+    page, cursor = await deadletters.dead_letters(rt, topic="orders", limit=1000, cursor=None)
+    assert len(page) == 5 and cursor is None
+
+
+async def test_keyset_pages_cover_every_dead_letter_once_in_order(single_rt):
+    await fill_dead("bulk", 250)
+    pages = await all_pages(single_rt, "bulk", limit=100)
+    ids = [m["msgId"] for page in pages for m in page]
+    assert [len(p) for p in pages] == [100, 100, 50] and ids == [f"d{g}" for g in range(1, 251)]
+
+
+def test_prune_log_keeps_dead_letters_for_their_own_retention(clean_state):
+    async def setup():
+        rt = make_runtime(REDIS_URL)
+        await make_dead(rt, "p", exhausted=["dead"])
+        await services.send_message(rt, topic="p", msg="acked", delay_millis=0, msg_id="acked")
+        await services.pull_messages(rt, topic="p")
+        await services.ack_message(rt, topic="p", msg_id="acked")
+        await drain_log(rt, ["p"])
+        await rt.close()
+
+    asyncio.run(setup())
+
+    def age(days: int) -> None:
+        asyncio.run(query("UPDATE delayqueue_message SET updated_at = now() - %s * interval '1 day'", days))
+        asyncio.run(query("UPDATE delayqueue_messageevent SET at = now() - %s * interval '1 day' - interval '1 s'",
+                          days))
+
+    def left() -> list[str]:
+        return sorted(r[0] for r in asyncio.run(query("SELECT msg_id FROM delayqueue_message")))
+
+    age(10)  # past the log's retention (7 days), within the dead letters' (14, the default)
+    assert prune_log(timedelta(days=7)) == (1, 3)  # acked: sent, pulled, acked
+    assert left() == ["dead"]
+    age(15)
+    assert prune_log(timedelta(days=7), dead_older_than=timedelta(days=30)) == (0, 0)
+    assert prune_log(timedelta(days=7)) == (1, 3)  # the dead letter: sent, pulled, retries_exhausted
+    assert left() == []
+
+
+async def test_a_redrive_sends_dead_letters_back_as_new_lives_that_are_delivered(rt, start_scanner):
+    await make_dead(rt, "t", exhausted=["a", "b", "c"])
+    task_id = await deadletters.create_redrive(rt, topic="t", msg_ids=["a", "b", "nope"], max_per_second=500)
+    assert await deadletters.create_redrive(rt, topic="t", msg_ids=["nope"], max_per_second=500) is None
+    assert await deadletters.create_redrive(rt, topic="empty", msg_ids=None, max_per_second=500) is None
+    await start_scanner(rt)
+
+    async def done():
+        state = await deadletters.redrive_state(rt, task_id=task_id)
+        return state if state["state"] == "done" else None
+
+    assert await wait_until(done, timeout=10, what="the redrive") == {"moved": 2, "left": 0, "state": "done"}
+    pulled, _ = await services.pull_messages(rt, topic="t", batch=10)
+    assert sorted(m["msgId"] for m in pulled) == ["a", "b"]
+    assert all(m["retry"] == 1 and m["status"] == Status.CONSUMING and m["msg"] == f"body of {m['msgId']}"
+               for m in pulled)
+    assert [m["msgId"] for m in (await deadletters.dead_letters(rt, topic="t", limit=10, cursor=None))[0]] == ["c"]
+    async def lives():  # the scanner's log writer records the new life's pull
+        rows = await history("t", "a")
+        return rows if rows[-1][0] == "pulled" and len(rows) == 5 else None
+
+    assert await wait_until(lives, what="the pull in the history") == [
+        ("sent", 0, 2, 0), ("pulled", 2, 3, 1), ("retries_exhausted", 3, 6, 1), ("redriven", 6, 2, 0),
+        ("pulled", 2, 3, 1)]
+    # Dead again: a dead letter again, and another redrive takes it.
+    assert await services.nack_message(rt, topic="t", msg_id="a") == Status.EXHAUSTED
+    await wait_until(lambda: logged_status("t", "a", Status.EXHAUSTED), what="the second death in the log")
+    page, _ = await deadletters.dead_letters(rt, topic="t", limit=10, cursor=None)
+    assert [(m["msgId"], m["deadReason"]) for m in page] == [("c", "retries_exhausted"), ("a", "retries_exhausted")]
+
+
+async def logged_status(topic: str, msg_id: str, status: int) -> bool:
+    row = await logged(topic, msg_id)
+    return row is not None and row["status"] == status
+
+
+async def test_purge_removes_dead_letters_and_their_history_only(single_rt):
+    rt = single_rt
+    await make_dead(rt, "t", exhausted=["a", "b", "c"])
+    await services.send_message(rt, topic="t", msg="live", delay_millis=0, msg_id="live")
+    assert await deadletters.purge_dead_letters(rt, topic="t", msg_ids=["a", "live", "nope"]) == 1
+    assert await logged("t", "a") is None and await history("t", "a") == []
+    assert await deadletters.purge_dead_letters(rt, topic="t", batch=1) == 2
+    assert await deadletters.purge_dead_letters(rt, topic="t") == 0
+    assert (await logged("t", "live"))["status"] == Status.READY
+
+
+async def redriven_at(topic: str) -> list[int]:
+    rows = await query("SELECT (extract(epoch FROM at) * 1000)::int8 FROM delayqueue_messageevent"
+                       " WHERE topic = %s AND reason = 'redriven' ORDER BY at", topic)
+    return [r[0] for r in rows]
+
+
+@pytest.mark.process
+async def test_a_redrive_keeps_to_its_rate_in_a_scanner_process(single_rt, scanner_process):
+    await fill_dead("paced", 300)
+    scanner = scanner_process("pacer")
+    scanner.wait_started()
+    task_id = await deadletters.create_redrive(single_rt, topic="paced", msg_ids=None, max_per_second=100)
+
+    async def done():
+        return (await deadletters.redrive_state(single_rt, task_id=task_id))["state"] == "done"
+
+    await wait_until(done, timeout=30, interval=0.1, what="the redrive")
+    times = await redriven_at("paced")
+    assert len(times) == 300
+    rate = (len(times) - 1) / ((times[-1] - times[0]) / 1000)
+    assert 90 <= rate <= 110, rate
+    assert redis.Redis.from_url(REDIS_URL).llen("dq:{default:paced}:ready") == 300
+
+
+@pytest.mark.process
+@pytest.mark.fault
+async def test_a_redrive_goes_on_in_another_scanner_after_its_scanner_is_killed(single_rt, scanner_process):
+    total = 400
+    await fill_dead("killed", total)
+    first = scanner_process("first")
+    first.wait_started()
+    task_id = await deadletters.create_redrive(single_rt, topic="killed", msg_ids=None, max_per_second=100)
+
+    async def moved_some():
+        return (await deadletters.redrive_state(single_rt, task_id=task_id))["moved"] >= 100
+
+    await wait_until(moved_some, timeout=20, interval=0.05, what="the first scanner's progress")
+    first.kill()
+    first.proc.wait()
+    second = scanner_process("second")
+    second.wait_started()
+
+    async def done():
+        state = await deadletters.redrive_state(single_rt, task_id=task_id)
+        return state if state["state"] == "done" else None
+
+    assert await wait_until(done, timeout=30, interval=0.1, what="the redrive") == {
+        "moved": total, "left": 0, "state": "done"}
+    assert "runs redrive task" in second.output()
+    per_message = await query("SELECT msg_id, count(*) FROM delayqueue_messageevent"
+                              " WHERE topic = 'killed' AND reason = 'redriven' GROUP BY msg_id")
+    assert len(per_message) == total and {count for _id, count in per_message} == {1}  # none twice, none lost
+    statuses = await query("SELECT status, count(*) FROM delayqueue_message WHERE topic = 'killed' GROUP BY status")
+    assert statuses == [(Status.READY, total)]
+    client = redis.Redis.from_url(REDIS_URL)
+    ready = client.lrange("dq:{default:killed}:ready", 0, -1)
+    assert len(ready) == total and len(set(ready)) == total
+
+
+@pytest.mark.process
+def test_redrive_command_shows_progress_until_done(clean_state, scanner_process):
+    asyncio.run(fill_dead("cli", 50))
+    scanner = scanner_process("cli")
+    scanner.wait_started()
+    env = {**os.environ, "DATABASE_URL": log_database_url(),
+           **{f"DELAYQUEUE_{k}": str(v) for k, v in TEST_CONFIG.items()}}
+    out = subprocess.run([sys.executable, "manage.py", "redrive", "--topic", "cli", "--rate", "100"], cwd=ROOT,
+                         env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "100.0% 50/50" in out.stderr and out.stdout.strip().endswith("redriven 50")
+    again = subprocess.run([sys.executable, "manage.py", "redrive", "--topic", "cli"], cwd=ROOT, env=env,
+                           capture_output=True, text=True, timeout=60)
+    assert again.returncode == 1 and "topic cli has no dead letters" in again.stderr
+    bad = subprocess.run([sys.executable, "manage.py", "redrive", "--topic", "cli", "--rate", "0"], cwd=ROOT,
+                         env=env, capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "--rate: must be at least 1" in bad.stderr and "Traceback" not in bad.stderr
+
+
+async def test_the_dead_letter_endpoints_over_http(api, single_rt):
+    await make_dead(single_rt, "h", exhausted=["a", "b", "c"])
+    first = await call(api, "getDeadMsgList", method="get", topic="h", limit="2")
+    assert first["code"] == 200 and [m["msgId"] for m in first["delayMsgList"]] == ["a", "b"]
+    assert set(first["delayMsgList"][0]) == {"topic", "msgId", "msg", "produceTime", "triggerTime", "expireTime",
+                                             "maxRetry", "retry", "status", "deadReason", "deadTime"}
+    last = await call(api, "getDeadMsgList", method="get", topic="h", cursor=first["nextCursor"])
+    assert [m["msgId"] for m in last["delayMsgList"]] == ["c"] and "nextCursor" not in last
+    purged = await call(api, "purgeDeadMsg", json={"topic": "h", "msgIds": ["c"]})
+    assert purged == {"code": 200, "msg": "success", "count": 1}
+    started = await call(api, "redriveDeadMsg", json={"topic": "h", "msgIds": ["a"], "maxPerSecond": 10})
+    assert started["code"] == 200
+    task = await call(api, "getRedriveTask", method="get", taskId=str(started["taskId"]))
+    assert task == {"code": 200, "msg": "success", "moved": 0, "left": 1, "state": "running"}
+    assert (await call(api, "redriveDeadMsg", topic="none"))["code"] == 404
+
+
+@pytest.mark.parametrize("endpoint,how,params,problem", [
+    ("getDeadMsgList", "get", {"topic": "h", "limit": "0"}, "limit: Ensure this value is greater than or equal to 1."),
+    ("getDeadMsgList", "get", {"topic": "h", "limit": "1001"}, "limit: Ensure this value is less than or equal to 1000."),
+    ("getDeadMsgList", "get", {"topic": "h", "cursor": "x"}, "cursor: not a nextCursor that getDeadMsgList answered"),
+    ("getDeadMsgList", "get", {}, "topic: This field is required."),
+    ("redriveDeadMsg", "post", {"topic": "h", "msgIds": "a"}, "msgIds: must be a JSON list of msgIds, in a JSON body"),
+    ("redriveDeadMsg", "json", {"topic": "h", "msgIds": []}, "msgIds: must not be empty"),
+    ("redriveDeadMsg", "json", {"topic": "h", "msgIds": [{"id": 1}]}, "msgIds: 0: Not a valid string."),
+    ("redriveDeadMsg", "post", {"topic": "h", "maxPerSecond": "0"},
+     "maxPerSecond: Ensure this value is greater than or equal to 1."),
+    ("getRedriveTask", "get", {"taskId": "abc"}, "taskId: A valid integer is required."),
+    ("purgeDeadMsg", "json", {"topic": "h", "msgIds": ["a\n"]}, "msgIds: 0: must not contain control characters"),
+    ("purgeDeadMsg", "json", {"msgIds": ["a"]}, "topic: This field is required."),
+])
+async def test_bad_input_is_code_400_naming_the_parameter(api, endpoint, how, params, problem):
+    body = await (call(api, endpoint, json=params) if how == "json" else call(api, endpoint, method=how, **params))
+    assert body == {"code": 400, "msg": problem}
+
+
+async def test_an_unknown_redrive_task_is_code_404(api):
+    assert await call(api, "getRedriveTask", method="get", taskId="999999") == {
+        "code": 404, "msg": "redrive task 999999 not found"}
