@@ -120,6 +120,25 @@ class RestoreResultSerializer(ResultSerializer):
     skipped = serializers.IntegerField(help_text="ended, or past its TTL without expire=true")
 
 
+class AckResultSerializer(ResultSerializer):
+    done = serializers.BooleanField(help_text="true: the message was being consumed and this call acked it (or gave "
+                                              "it back, or dead-lettered it); false: it was not (unknown, already "
+                                              "ended, or given back by its ack timeout)")
+
+
+class AckBatchItemSerializer(serializers.Serializer):
+    msgId = serializers.CharField()
+    done = serializers.BooleanField(help_text="as ackMsg's done")
+
+
+class AckBatchResultSerializer(ResultSerializer):
+    results = AckBatchItemSerializer(many=True, help_text="one per msgId, in request order")
+
+
+class TouchResultSerializer(ResultSerializer):
+    ackDeadline = serializers.IntegerField(help_text="the new ack deadline (epoch ms, Redis' clock)")
+
+
 def _fixed_code(code: int):
     return type(f"Health{code}Serializer", (serializers.Serializer,), {
         "code": serializers.IntegerField(min_value=code, max_value=code, help_text=f"{code}, as the HTTP status"),
@@ -185,6 +204,7 @@ def settings_limits(result, generator, request, public):
         schemas[name]["properties"]["batch"]["maximum"] = limits["MAX_PULL_BATCH"]
     batch = result["paths"][BATCH_PATH]["post"]["requestBody"]["content"][JSON]["schema"]
     batch.update(minItems=1, maxItems=limits["MAX_BATCH_SEND"])
+    schemas["AckMsgBatchRequest"]["properties"]["msgIds"].update(minItems=1, maxItems=limits["MAX_BATCH_SEND"])
     return result
 
 

@@ -10,6 +10,8 @@ ENDPOINTS = {
         "deleteMsg": views.DeleteMsgView, "getMonitorData": views.GetMonitorDataView,
         "getTopicInfo": views.GetTopicInfoView, "getTopicInfoList": views.GetTopicInfoListView,
         "restore": views.RestoreView, "restoreMsg": views.RestoreMsgView,
+        "ackMsgBatch": views.AckMsgBatchView, "touchMsg": views.TouchMsgView,
+        "rescheduleMsg": views.RescheduleMsgView,
     },
     "camellia/health/": {
         "status": views.HealthStatusView, "check": views.HealthCheckView, "online": views.HealthOnlineView,

@@ -42,3 +42,18 @@ def test_history_and_status_rows_carry_every_column_the_statements_unpack():
         "w": "due", "p": "scanner-1", "h": "host-a"}]
     assert orjson.loads(status_json([event])) == [{
         "t": "orders", "i": "m1", "s": 2, "r": 0, "at": 1_700_000_005_000, "pt": 1_700_000_000_000}]
+
+
+def test_a_change_that_moved_the_times_carries_them_to_the_status_row():
+    """A reschedule (or a nack with a delay) records the new triggerTime and expireTime; a later
+    event of the same life in the same batch ('due') keeps them for the row, another life does not."""
+    [moved] = Event.parse("t", "10-0", {**ONE, "w": "rescheduled", "t": "1", "tt": "5000", "et": "9000"})
+    assert (moved.trigger_time, moved.expire_time) == (5000, 9000)
+    due = Event("t", "11-0", "m1", 1, 2, 0, 1_700_000_000_000, "due", "p", "h")
+    [latest] = latest_per_message([moved, due])
+    assert latest.reason == "due" and (latest.trigger_time, latest.expire_time) == (5000, 9000)
+    assert orjson.loads(status_json([latest]))[0] == {
+        "t": "t", "i": "m1", "s": 2, "r": 0, "at": 11, "pt": 1_700_000_000_000, "tt": 5000, "et": 9000}
+    other_life = Event("t", "11-0", "m1", 0, 2, 0, 1_800_000_000_000, "sent", "p", "h")
+    [latest] = latest_per_message([moved, other_life])
+    assert latest.trigger_time is None and "tt" not in orjson.loads(status_json([latest]))[0]
