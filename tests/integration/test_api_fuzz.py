@@ -42,6 +42,9 @@ OPERATIONS = [
     ("/camellia/delayQueue/getTopicInfoList", "GET"),
     ("/camellia/delayQueue/restore", "POST"),
     ("/camellia/delayQueue/restoreMsg", "POST"),
+    ("/camellia/delayQueue/ackMsgBatch", "POST"),
+    ("/camellia/delayQueue/touchMsg", "POST"),
+    ("/camellia/delayQueue/rescheduleMsg", "POST"),
     ("/camellia/health/status", "GET"),
     ("/camellia/health/check", "GET"),
 ]
