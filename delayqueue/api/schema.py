@@ -208,6 +208,30 @@ def settings_limits(result, generator, request, public):
     return result
 
 
+# Rules between parameters that the serializers' validate() enforce, stated for the schema.
+ONE_OF_DELAY_OR_TRIGGER = [{"required": ["delayMillis"]}, {"required": ["triggerTime"]}]
+ACK_CHOICES = [
+    # ack=false: given back, at once or after delayMillis
+    {"required": ["ack"], "properties": {"ack": {"enum": [False]}, "deadLetter": {"enum": [False]}}},
+    # ack=false with deadLetter=true: no delayMillis
+    {"required": ["ack", "deadLetter"], "properties": {"ack": {"enum": [False]}, "deadLetter": {"enum": [True]}},
+     "not": {"required": ["delayMillis"]}},
+    # ack=true (the default): neither
+    {"properties": {"ack": {"enum": [True]}, "deadLetter": {"enum": [False]}}, "not": {"required": ["delayMillis"]}},
+]
+
+
+def parameter_rules(result, generator, request, public):
+    """The rules between parameters (exactly one of delayMillis and triggerTime; what goes with
+    ack=false), which no single field states."""
+    schemas = result["components"]["schemas"]
+    for name in ("SendMsgRequest", "RescheduleMsgRequest"):
+        schemas[name]["oneOf"] = ONE_OF_DELAY_OR_TRIGGER
+    for name in ("AckMsgRequest", "AckMsgBatchRequest"):
+        schemas[name]["anyOf"] = ACK_CHOICES
+    return result
+
+
 def token_security(result, generator, request, public):
     """The API token each endpoint needs (DELAYQUEUE_AUTH=tokens): the bearer scheme, and per
     operation the scope its view declares (health status and check need none)."""

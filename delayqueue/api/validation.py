@@ -9,12 +9,12 @@ from rest_framework.validators import ProhibitSurrogateCharactersValidator
 
 from delayqueue.conf import load_config
 from delayqueue.constants import MAX_DELAY_MILLIS, MAX_RETRY, MAX_TOPIC_BYTES
-from delayqueue.epoch import now_millis
 from delayqueue.topics import CONTROL_CHARACTER_PATTERN, topic_problem
 
 # Counts and retries below 0 mean "the default"; a floor keeps them plain integers all the way to Lua.
 MIN_COUNT = -100_000
-# A triggerTime's static bound (year 2100); check_trigger_time holds it to ten years from now.
+# A triggerTime's bound: 2100-01-01, which keeps every time (plus a TTL) exact in Redis' Lua numbers
+# and in the scripts' JSON.
 MAX_TRIGGER_TIME_MILLIS = 4_102_444_800_000
 
 
@@ -97,14 +97,8 @@ def flag(help_text: str, default: bool) -> serializers.BooleanField:
 def trigger_time(help_text: str) -> serializers.IntegerField:
     return serializers.IntegerField(
         required=False, default=None, min_value=0, max_value=MAX_TRIGGER_TIME_MILLIS,
-        help_text=f"{help_text}: epoch ms; not in the future (0 too): due now; at most ten years ahead")
-
-
-def check_trigger_time(value: int) -> None:
-    """A triggerTime at most MAX_DELAY_MILLIS ahead, as a delayMillis is (the bound keeps every
-    time exact in Redis' Lua numbers)."""
-    if value - now_millis() > MAX_DELAY_MILLIS:
-        raise serializers.ValidationError({"triggerTime": "must be at most ten years from now"})
+        help_text=f"{help_text}: epoch ms; not in the future (0 too): due now; at most {MAX_TRIGGER_TIME_MILLIS} "
+                  "(the year 2100)")
 
 
 class TopicSerializer(serializers.Serializer):
@@ -138,8 +132,6 @@ class SendMsgSerializer(TopicSerializer):
                 raise serializers.ValidationError({"delayMillis": self.fields["delayMillis"].error_messages["required"]})
         elif attrs["delayMillis"] is not None:
             raise serializers.ValidationError({"triggerTime": "give triggerTime or delayMillis, not both"})
-        else:
-            check_trigger_time(attrs["triggerTime"])
         return attrs
 
     def validate_msg(self, value: str) -> str:
@@ -220,8 +212,6 @@ class RescheduleMsgSerializer(MessageRefSerializer):
     def validate(self, attrs: dict) -> dict:
         if (attrs["delayMillis"] is None) == (attrs["triggerTime"] is None):
             raise serializers.ValidationError({"delayMillis": "give exactly one of delayMillis and triggerTime"})
-        if attrs["triggerTime"] is not None:
-            check_trigger_time(attrs["triggerTime"])
         return attrs
 
 

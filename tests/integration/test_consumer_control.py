@@ -362,8 +362,7 @@ async def test_http_reschedule(api):
     for params, problem in [({}, "delayMillis: give exactly one"), ({"delayMillis": "1", "triggerTime": "1"},
                                                                   "delayMillis: give exactly one"),
                             ({"triggerTime": "-1"}, "triggerTime: "),
-                            ({"triggerTime": str(sent["produceTime"] + 11 * 365 * 86_400_000)},
-                             "triggerTime: must be at most ten years from now")]:
+                            ({"triggerTime": "4102444800001"}, "triggerTime: ")]:
         body = await call(api, "rescheduleMsg", topic="h", msgId="ghost", **params)
         assert body["code"] == 400 and body["msg"].startswith(problem), body
 
