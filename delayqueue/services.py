@@ -1,6 +1,7 @@
 """Writes: every state transition of a message, each one Lua script run atomically in Redis."""
 import asyncio
 import dataclasses
+import random
 import logging
 from collections import Counter
 from typing import NamedTuple
@@ -12,7 +13,8 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from delayqueue.constants import Status
 from delayqueue.epoch import now_millis
 from delayqueue import limits
-from delayqueue.exceptions import LogUnavailable, MaybeSent, QueueError, Throttled, redis_reason, redis_unavailable
+from delayqueue.exceptions import (Conflict, LogUnavailable, MaybeSent, NotFound, QueueError, Throttled, redis_reason,
+                                  redis_unavailable)
 from delayqueue.live import scripts
 from delayqueue.messages import Message
 from delayqueue.random_bits import random_bits
@@ -33,6 +35,7 @@ class SendRequest(NamedTuple):
     msg_id: str | None = None
     ttl_millis: int = -1
     max_retry: int = -1
+    trigger_time: int | None = None  # epoch ms, in place of delay_millis; not after produceTime: due now
 
 
 _LOW_62 = (1 << 62) - 1
@@ -57,7 +60,7 @@ def _prepare(rt: Runtime, request: SendRequest, produce_time: int,
     its times fixed, as the log and Redis get it."""
     cfg = rt.config
     topic = settings.get(request.topic, DEFAULT_SETTINGS) if settings else DEFAULT_SETTINGS
-    delay = max(request.delay_millis, 0)
+    delay = max(request.delay_millis if request.trigger_time is None else request.trigger_time - produce_time, 0)
     trigger = produce_time + delay
     if request.ttl_millis > 0:
         ttl = request.ttl_millis
@@ -92,12 +95,12 @@ def send_call(rt: Runtime, message: Message, max_live: int = 0, namespace_capped
 
 
 async def send_message(rt: Runtime, *, topic: str, msg: str, delay_millis: int, msg_id: str | None = None,
-                       ttl_millis: int = -1, max_retry: int = -1) -> dict:
+                       ttl_millis: int = -1, max_retry: int = -1, trigger_time: int | None = None) -> dict:
     """Enqueues one message and answers it as the API shows it; a live duplicate msgId answers
     the stored message unchanged. Raises LogUnavailable (nothing enqueued) when the message log
     cannot take it, RedisUnavailable when Redis cannot (MaybeSent if it may have)."""
     [outcome] = await send_messages(rt, requests=[SendRequest(topic, msg, delay_millis, msg_id, ttl_millis,
-                                                                max_retry)])
+                                                                max_retry, trigger_time)])
     if isinstance(outcome, Exception):
         raise outcome
     return outcome
@@ -338,21 +341,84 @@ async def long_poll_messages(rt: Runtime, *, topic: str, batch: int = -1, ack_ti
             notifier.discard(topic, waiter)
 
 
-async def ack_message(rt: Runtime, *, topic: str, msg_id: str) -> int:
-    """ack=true: a consuming message becomes acked. Returns the resulting status, 0 if unknown."""
-    cfg = rt.config
-    return await rt.scripts.call(scripts.ack(
-        rt.ns.topic(topic), msg_id=msg_id, retention_millis=cfg.ended_retention_millis,
-        stats_interval_millis=cfg.monitor_interval_millis, actor=rt.actor))
+async def ack_message(rt: Runtime, *, topic: str, msg_id: str) -> scripts.AckReply:
+    """ack=true: a consuming message becomes acked. Answers whether it did (done) and the
+    message's status after the call (0: unknown)."""
+    return await rt.scripts.call(ack_call(rt, topic=topic, msg_id=msg_id))
 
 
-async def nack_message(rt: Runtime, *, topic: str, msg_id: str) -> int:
-    """ack=false: a consuming message is ready again at once (or ended if out of tries)."""
+async def nack_message(rt: Runtime, *, topic: str, msg_id: str, delay_millis: int = -1,
+                       dead_letter: bool = False) -> scripts.AckReply:
+    """ack=false: a consuming message is ready again at once (or waiting out its topic's retry
+    backoff), or waiting for `delay_millis` (-1: none given), or ended if out of tries; with `dead_letter` it ends now as a dead letter
+    (status 6, reason dead_lettered). Answered as ack_message."""
+    return await rt.scripts.call(nack_call(rt, topic=topic, msg_id=msg_id, delay_millis=delay_millis,
+                                           dead_letter=dead_letter))
+
+
+def ack_call(rt: Runtime, *, topic: str, msg_id: str) -> scripts.ScriptCall:
     cfg = rt.config
-    return await rt.scripts.call(scripts.nack(
+    return scripts.ack(rt.ns.topic(topic), msg_id=msg_id, retention_millis=cfg.ended_retention_millis,
+                       stats_interval_millis=cfg.monitor_interval_millis, actor=rt.actor)
+
+
+def nack_call(rt: Runtime, *, topic: str, msg_id: str, delay_millis: int, dead_letter: bool) -> scripts.ScriptCall:
+    cfg = rt.config
+    return scripts.nack(
         rt.ns.topic(topic), msg_id=msg_id, retention_millis=cfg.ended_retention_millis,
         stats_interval_millis=cfg.monitor_interval_millis, ready_channel=rt.ns.ready_channel, topic=topic,
-        actor=rt.actor))
+        actor=rt.actor, delay_millis=delay_millis, dead_letter=dead_letter, schedule_channel=rt.ns.schedule_channel,
+        seed=random.getrandbits(31))
+
+
+async def ack_messages(rt: Runtime, *, topic: str, msg_ids: list[str], ack: bool = True, delay_millis: int = -1,
+                       dead_letter: bool = False) -> list[bool]:
+    """ackMsgBatch: ack_message (or nack_message) of each msgId, in one pipelined round trip;
+    per msgId, in order, whether it was done. Raises the first Redis error."""
+    if ack:
+        calls = [ack_call(rt, topic=topic, msg_id=msg_id) for msg_id in msg_ids]
+    else:
+        calls = [nack_call(rt, topic=topic, msg_id=msg_id, delay_millis=delay_millis, dead_letter=dead_letter)
+                 for msg_id in msg_ids]
+    replies = await rt.scripts.run(calls)
+    for reply in replies:
+        if isinstance(reply, Exception):
+            raise redis_unavailable(reply) if isinstance(reply, RedisError) else reply
+    return [reply.done for reply in replies]
+
+
+async def touch_message(rt: Runtime, *, topic: str, msg_id: str, ack_timeout_millis: int) -> int:
+    """A consuming message's ack deadline becomes Redis' now + ack_timeout_millis; answers it
+    (epoch ms). Raises NotFound when unknown, Conflict when it is not consuming."""
+    reply = await rt.scripts.call(scripts.touch(
+        rt.ns.topic(topic), msg_id=msg_id, ack_timeout_millis=ack_timeout_millis,
+        schedule_channel=rt.ns.schedule_channel, topic=topic, actor=rt.actor))
+    if reply.touched:
+        return reply.ack_deadline
+    if reply.status == 0:
+        raise NotFound(f"message {msg_id} not found in topic {topic}")
+    raise Conflict(f"message {msg_id} is not being consumed (status {reply.status}): only a consuming message "
+                   f"can be touched")
+
+
+async def reschedule_message(rt: Runtime, *, topic: str, msg_id: str, trigger_time: int = -1,
+                             delay_millis: int = 0) -> dict:
+    """A waiting or ready message gets a new trigger time: `trigger_time` (epoch ms), or with -1
+    Redis' now + `delay_millis`; one not in the future makes it ready now. Its expireTime moves
+    with it (the TTL counts from the new trigger time). Answers the message as the API shows it.
+    Raises Conflict when it is consuming, NotFound when it is unknown or ended."""
+    cfg = rt.config
+    reply = await rt.scripts.call(scripts.reschedule(
+        rt.ns.topic(topic), msg_id=msg_id, trigger_time=trigger_time, delay_millis=delay_millis,
+        retention_millis=cfg.ended_retention_millis, stats_interval_millis=cfg.monitor_interval_millis,
+        ready_channel=rt.ns.ready_channel, schedule_channel=rt.ns.schedule_channel, topic=topic, actor=rt.actor))
+    if reply.stored is not None:
+        return Message.from_stored(reply.stored).to_wire()
+    if reply.status == Status.CONSUMING:
+        raise Conflict(f"message {msg_id} is being consumed: only a waiting or ready message can be rescheduled")
+    if reply.status == 0:
+        raise NotFound(f"message {msg_id} not found in topic {topic}")
+    raise NotFound(f"message {msg_id} has already ended (status {reply.status}) in topic {topic}")
 
 
 async def delete_message(rt: Runtime, *, topic: str, msg_id: str, release: bool = False) -> bool:

@@ -171,6 +171,7 @@ SPECTACULAR_SETTINGS = {
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
         "delayqueue.api.schema.settings_limits",
+        "delayqueue.api.schema.parameter_rules",
         "delayqueue.api.schema.token_security",
     ],
     "SWAGGER_UI_DIST": "SIDECAR",

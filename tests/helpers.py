@@ -14,6 +14,7 @@ import pytest
 
 from delayqueue import services
 from delayqueue.conf import load_config
+from delayqueue.live import scripts
 from delayqueue.messagelog import sql
 from delayqueue.messagelog.writer import LogWriter
 from delayqueue.runtime import Runtime
@@ -258,3 +259,21 @@ def drain_history(topic):
         await LogWriter(rt, lambda: [topic]).drain_once()
 
     run_with_runtime(drain)
+
+
+def promote(rt: Runtime, topic: str = "t"):
+    """One run of the scanner's promote_due.lua on the topic, as a scanner would call it."""
+    cfg = rt.config
+    return rt.scripts.call(scripts.promote_due(
+        rt.ns.topic(topic), limit=1000, retention_millis=cfg.ended_retention_millis,
+        stats_interval_millis=cfg.monitor_interval_millis, ready_channel=rt.ns.ready_channel, topic=topic,
+        actor=rt.actor))
+
+
+def requeue(rt: Runtime, topic: str = "t", seed: int = 12345):
+    """One run of the scanner's requeue_timed_out.lua on the topic, as a scanner would call it."""
+    cfg = rt.config
+    return rt.scripts.call(scripts.requeue_timed_out(
+        rt.ns.topic(topic), limit=1000, retention_millis=cfg.ended_retention_millis,
+        stats_interval_millis=cfg.monitor_interval_millis, ready_channel=rt.ns.ready_channel, topic=topic,
+        actor=rt.actor, schedule_channel=rt.ns.schedule_channel, seed=seed))

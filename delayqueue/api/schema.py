@@ -169,6 +169,25 @@ class PurgeResultSerializer(ResultSerializer):
     count = serializers.IntegerField(help_text="live messages ended as deleted")
 
 
+class AckResultSerializer(ResultSerializer):
+    done = serializers.BooleanField(help_text="true: the message was being consumed and this call acked it (or gave "
+                                              "it back, or dead-lettered it); false: it was not (unknown, already "
+                                              "ended, or given back by its ack timeout)")
+
+
+class AckBatchItemSerializer(serializers.Serializer):
+    msgId = serializers.CharField()
+    done = serializers.BooleanField(help_text="as ackMsg's done")
+
+
+class AckBatchResultSerializer(ResultSerializer):
+    results = AckBatchItemSerializer(many=True, help_text="one per msgId, in request order")
+
+
+class TouchResultSerializer(ResultSerializer):
+    ackDeadline = serializers.IntegerField(help_text="the new ack deadline (epoch ms, Redis' clock)")
+
+
 def _fixed_code(code: int):
     return type(f"Health{code}Serializer", (serializers.Serializer,), {
         "code": serializers.IntegerField(min_value=code, max_value=code, help_text=f"{code}, as the HTTP status"),
@@ -234,6 +253,31 @@ def settings_limits(result, generator, request, public):
         schemas[name]["properties"]["batch"]["maximum"] = limits["MAX_PULL_BATCH"]
     batch = result["paths"][BATCH_PATH]["post"]["requestBody"]["content"][JSON]["schema"]
     batch.update(minItems=1, maxItems=limits["MAX_BATCH_SEND"])
+    schemas["AckMsgBatchRequest"]["properties"]["msgIds"].update(minItems=1, maxItems=limits["MAX_BATCH_SEND"])
+    return result
+
+
+# Rules between parameters that the serializers' validate() enforce, stated for the schema.
+ONE_OF_DELAY_OR_TRIGGER = [{"required": ["delayMillis"]}, {"required": ["triggerTime"]}]
+ACK_CHOICES = [
+    # ack=false: given back, at once or after delayMillis
+    {"required": ["ack"], "properties": {"ack": {"enum": [False]}, "deadLetter": {"enum": [False]}}},
+    # ack=false with deadLetter=true: no delayMillis
+    {"required": ["ack", "deadLetter"], "properties": {"ack": {"enum": [False]}, "deadLetter": {"enum": [True]}},
+     "not": {"required": ["delayMillis"]}},
+    # ack=true (the default): neither
+    {"properties": {"ack": {"enum": [True]}, "deadLetter": {"enum": [False]}}, "not": {"required": ["delayMillis"]}},
+]
+
+
+def parameter_rules(result, generator, request, public):
+    """The rules between parameters (exactly one of delayMillis and triggerTime; what goes with
+    ack=false), which no single field states."""
+    schemas = result["components"]["schemas"]
+    for name in ("SendMsgRequest", "RescheduleMsgRequest"):
+        schemas[name]["oneOf"] = ONE_OF_DELAY_OR_TRIGGER
+    for name in ("AckMsgRequest", "AckMsgBatchRequest"):
+        schemas[name]["anyOf"] = ACK_CHOICES
     return result
 
 

@@ -14,6 +14,8 @@ ENDPOINTS = {
         "pauseTopic": views.PauseTopicView, "resumeTopic": views.ResumeTopicView, "purgeTopic": views.PurgeTopicView,
         "getDeadMsgList": views.GetDeadMsgListView, "redriveDeadMsg": views.RedriveDeadMsgView,
         "getRedriveTask": views.GetRedriveTaskView, "purgeDeadMsg": views.PurgeDeadMsgView,
+        "ackMsgBatch": views.AckMsgBatchView, "touchMsg": views.TouchMsgView,
+        "rescheduleMsg": views.RescheduleMsgView,
     },
     "camellia/health/": {
         "status": views.HealthStatusView, "check": views.HealthCheckView, "online": views.HealthOnlineView,

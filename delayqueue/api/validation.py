@@ -14,6 +14,9 @@ from delayqueue.topics import CONTROL_CHARACTER_PATTERN, topic_problem
 
 # Counts and retries below 0 mean "the default"; a floor keeps them plain integers all the way to Lua.
 MIN_COUNT = -100_000
+# A triggerTime's bound: 2100-01-01, which keeps every time (plus a TTL) exact in Redis' Lua numbers
+# and in the scripts' JSON.
+MAX_TRIGGER_TIME_MILLIS = 4_102_444_800_000
 
 
 class TopicField(serializers.CharField):
@@ -92,6 +95,13 @@ def flag(help_text: str, default: bool) -> serializers.BooleanField:
         help_text=f"{help_text}; true/false (also 1/0, yes/no, on/off), default {str(default).lower()}")
 
 
+def trigger_time(help_text: str) -> serializers.IntegerField:
+    return serializers.IntegerField(
+        required=False, default=None, min_value=0, max_value=MAX_TRIGGER_TIME_MILLIS,
+        help_text=f"{help_text}: epoch ms; not in the future (0 too): due now; at most {MAX_TRIGGER_TIME_MILLIS} "
+                  "(the year 2100)")
+
+
 class TopicSerializer(serializers.Serializer):
     topic = TopicField()
 
@@ -108,12 +118,22 @@ class SendMsgSerializer(TopicSerializer):
     msg = TextField(
         trim_whitespace=False,
         help_text="the payload, any text; at most DELAYQUEUE_MAX_MSG_BYTES bytes in UTF-8 (default 65536)")
-    delayMillis = millis("ms from now until the message can be pulled; 0 or less: at once")
+    delayMillis = millis("ms from now until the message can be pulled; 0 or less: at once. Required unless "
+                         "triggerTime is given", required=False, default=None)
+    triggerTime = trigger_time("when the message can be pulled, in place of delayMillis (not both)")
     ttlMillis = millis("ms the message may wait to be consumed once due; 0 or less: the server default "
                        "(DELAYQUEUE_TTL_MILLIS, 1 hour)", required=False, default=-1)
     maxRetry = serializers.IntegerField(
         required=False, default=-1, min_value=MIN_COUNT, max_value=MAX_RETRY,
         help_text="deliveries allowed after the first; below 0: the server default (DELAYQUEUE_MAX_RETRY, 10)")
+
+    def validate(self, attrs: dict) -> dict:
+        if attrs["triggerTime"] is None:
+            if attrs["delayMillis"] is None:
+                raise serializers.ValidationError({"delayMillis": self.fields["delayMillis"].error_messages["required"]})
+        elif attrs["delayMillis"] is not None:
+            raise serializers.ValidationError({"triggerTime": "give triggerTime or delayMillis, not both"})
+        return attrs
 
     def validate_msg(self, value: str) -> str:
         limit = load_config().max_msg_bytes
@@ -146,8 +166,54 @@ class LongPollingMsgSerializer(PullMsgSerializer):
         "(default 60 s)", required=False, default=-1)
 
 
-class AckMsgSerializer(MessageRefSerializer):
+class AckFields(serializers.Serializer):
+    """ackMsg's and ackMsgBatch's choice: ack, or give back (after a delay), or dead-letter."""
+
     ack = flag("true: consumed (acked); false: give it back for immediate redelivery", True)
+    delayMillis = millis("ack=false only: ms until it is delivered again (it waits, status 1, its retry count "
+                         "kept); absent: at once", required=False, default=-1, min_value=0)
+    deadLetter = flag("ack=false only: true ends the message now as a dead letter (status 6), not to be "
+                      "delivered again", False)
+
+    def validate(self, attrs: dict) -> dict:
+        if attrs["ack"]:
+            if attrs["deadLetter"]:
+                raise serializers.ValidationError({"deadLetter": "only with ack=false"})
+            if attrs["delayMillis"] >= 0:
+                raise serializers.ValidationError({"delayMillis": "only with ack=false"})
+        elif attrs["deadLetter"] and attrs["delayMillis"] >= 0:
+            raise serializers.ValidationError({"deadLetter": "cannot be given with delayMillis"})
+        return attrs
+
+
+class AckMsgSerializer(AckFields, MessageRefSerializer):
+    pass
+
+
+class AckMsgBatchSerializer(AckFields, TopicSerializer):
+    msgIds = serializers.ListField(child=MsgIdField(), allow_empty=False,
+                                   help_text="the msgIds, a JSON list of 1 to DELAYQUEUE_MAX_BATCH_SEND (default 1000)")
+
+    def validate_msgIds(self, value: list) -> list:
+        limit = load_config().max_batch_send
+        if len(value) > limit:
+            raise serializers.ValidationError(f"has {len(value)} msgIds, over the limit of {limit}")
+        return value
+
+
+class TouchMsgSerializer(MessageRefSerializer):
+    ackTimeoutMillis = millis("the new ack deadline, in ms from now", min_value=1)
+
+
+class RescheduleMsgSerializer(MessageRefSerializer):
+    delayMillis = millis("the new trigger time in ms from now; 0 or less: due now. Give it or triggerTime",
+                         required=False, default=None)
+    triggerTime = trigger_time("the new trigger time, in place of delayMillis")
+
+    def validate(self, attrs: dict) -> dict:
+        if (attrs["delayMillis"] is None) == (attrs["triggerTime"] is None):
+            raise serializers.ValidationError({"delayMillis": "give exactly one of delayMillis and triggerTime"})
+        return attrs
 
 
 class DeleteMsgSerializer(MessageRefSerializer):
@@ -318,6 +384,14 @@ class FastValidation:
                 if type(value) is str and self._INTEGER.fullmatch(value):
                     return int(value)
                 return empty
+        elif isinstance(field, serializers.ListField):
+            item, allow_empty = self._check_for(field.child), field.allow_empty
+
+            def coerce(value):
+                if type(value) is not list or not (value or allow_empty):
+                    return empty
+                items = [item(each) for each in value]
+                return empty if empty in items else items
         elif isinstance(field, serializers.BooleanField):
             true, false = field.TRUE_VALUES, field.FALSE_VALUES
 

@@ -24,6 +24,8 @@ from delayqueue.api.parsers import (FORM_CONTENT_TYPE, FormBodyParser, FormError
                                     StrictMultiPartParser, parse_fields, parse_form)
 from delayqueue.runtime import current
 from delayqueue.api.schema import (
+    AckBatchResultSerializer,
+    AckResultSerializer,
     BatchResultSerializer,
     CountResultSerializer,
     DeadMsgListResultSerializer,
@@ -38,11 +40,13 @@ from delayqueue.api.schema import (
     TopicConfigResultSerializer,
     TopicInfoListResultSerializer,
     TopicInfoResultSerializer,
+    TouchResultSerializer,
     answer,
     health_endpoint,
     queue_endpoint,
 )
 from delayqueue.api.validation import (
+    AckMsgBatchSerializer,
     AckMsgSerializer,
     DeadMsgListSerializer,
     DeleteMsgSerializer,
@@ -54,10 +58,12 @@ from delayqueue.api.validation import (
     RedriveDeadMsgSerializer,
     RedriveTaskSerializer,
     RestoreMsgSerializer,
+    RescheduleMsgSerializer,
     RestoreSerializer,
     SendMsgSerializer,
     SetTopicConfigSerializer,
     TopicSerializer,
+    TouchMsgSerializer,
     first_error,
 )
 
@@ -101,8 +107,10 @@ def reply(code: int = 200, msg: str = "success", **payload) -> HttpResponse:
 
 def send_parameters(data: dict) -> dict:
     """sendMsg's validated parameters as services.send_message's keywords."""
-    return {"topic": data["topic"], "msg": data["msg"], "delay_millis": data["delayMillis"],
-            "msg_id": data.get("msgId") or None, "ttl_millis": data["ttlMillis"], "max_retry": data["maxRetry"]}
+    delay = data["delayMillis"]
+    return {"topic": data["topic"], "msg": data["msg"], "delay_millis": 0 if delay is None else delay,
+            "msg_id": data.get("msgId") or None, "ttl_millis": data["ttlMillis"], "max_retry": data["maxRetry"],
+            "trigger_time": data["triggerTime"]}
 
 
 class QueueAPIView(APIView):
@@ -340,17 +348,75 @@ class LongPollingMsgView(QueueAPIView):
 @queue_endpoint(
     "Acknowledge a pulled message",
     "ack=true (the default) marks a pulled message as consumed (status 4): it is not delivered again. "
-    "ack=false gives it back for immediate redelivery. Code 200 means done.",
-    answer("AckMsgAnswer", ResultSerializer), AckMsgSerializer,
+    "ack=false gives it back: for immediate redelivery, or with delayMillis after that delay (it waits, status 1, "
+    "its retry count kept), or with deadLetter=true it ends now as a dead letter (status 6). `done` says whether "
+    "the message was being consumed and so was acked (or given back, or dead-lettered) by this call.",
+    answer("AckMsgAnswer", AckResultSerializer), AckMsgSerializer,
     example={"topic": "orders", "msgId": "order-42-cancel", "ack": True})
 class AckMsgView(QueueAPIView):
     needs_scope = Scope.CONSUME
 
     async def handle(self):
         data = self.validated(AckMsgSerializer)
-        ack = services.ack_message if data["ack"] else services.nack_message
-        await ack(self.rt, topic=data["topic"], msg_id=data["msgId"])
-        return reply()
+        if data["ack"]:
+            outcome = await services.ack_message(self.rt, topic=data["topic"], msg_id=data["msgId"])
+        else:
+            outcome = await services.nack_message(self.rt, topic=data["topic"], msg_id=data["msgId"],
+                                                  delay_millis=data["delayMillis"], dead_letter=data["deadLetter"])
+        return reply(done=outcome.done)
+
+
+@queue_endpoint(
+    "Acknowledge many pulled messages",
+    "ackMsg for each msgId of a JSON list (1 to DELAYQUEUE_MAX_BATCH_SEND), all with the same ack, delayMillis and "
+    "deadLetter, in one Redis round trip. `results` has one {msgId, done} per msgId, in request order.",
+    answer("AckMsgBatchAnswer", AckBatchResultSerializer), body=AckMsgBatchSerializer,
+    example={"topic": "orders", "msgIds": ["order-42-cancel", "order-43-cancel"], "ack": True})
+class AckMsgBatchView(QueueAPIView):
+    needs_scope = Scope.CONSUME
+
+    async def handle(self):
+        data = self.validated(AckMsgBatchSerializer)
+        msg_ids = data["msgIds"]
+        done = await services.ack_messages(self.rt, topic=data["topic"], msg_ids=msg_ids, ack=data["ack"],
+                                           delay_millis=data["delayMillis"], dead_letter=data["deadLetter"])
+        return reply(results=[{"msgId": msg_id, "done": each} for msg_id, each in zip(msg_ids, done)])
+
+
+@queue_endpoint(
+    "Extend a pulled message's ack deadline",
+    "A message being consumed (status 3) gets the ack deadline now + ackTimeoutMillis (Redis' clock), answered as "
+    "ackDeadline. Code 409 when the message is not being consumed, 404 when the topic has no such message.",
+    answer("TouchMsgAnswer", TouchResultSerializer), TouchMsgSerializer,
+    example={"topic": "orders", "msgId": "order-42-cancel", "ackTimeoutMillis": 60000})
+class TouchMsgView(QueueAPIView):
+    needs_scope = Scope.CONSUME
+
+    async def handle(self):
+        data = self.validated(TouchMsgSerializer)
+        deadline = await services.touch_message(self.rt, topic=data["topic"], msg_id=data["msgId"],
+                                                ack_timeout_millis=data["ackTimeoutMillis"])
+        return reply(ackDeadline=deadline)
+
+
+@queue_endpoint(
+    "Change when a message falls due",
+    "A waiting or ready message gets a new triggerTime: delayMillis from now, or triggerTime (epoch ms); exactly "
+    "one of them. One not in the future makes it ready now (run now). Its expireTime moves by as much as its "
+    "triggerTime, so its TTL counts from the new trigger time. Answers the updated message. Code 409 when it is "
+    "being consumed, 404 when the topic has no such message or it has ended.",
+    answer("RescheduleMsgAnswer", DelayMsgResultSerializer), RescheduleMsgSerializer,
+    example={"topic": "orders", "msgId": "order-42-cancel", "delayMillis": 600000})
+class RescheduleMsgView(QueueAPIView):
+    needs_scope = Scope.MANAGE
+
+    async def handle(self):
+        data = self.validated(RescheduleMsgSerializer)
+        trigger, delay = data["triggerTime"], data["delayMillis"]
+        message = await services.reschedule_message(
+            self.rt, topic=data["topic"], msg_id=data["msgId"], trigger_time=-1 if trigger is None else trigger,
+            delay_millis=0 if delay is None else delay)
+        return reply(delayMsg=message)
 
 
 @queue_endpoint(

@@ -10,6 +10,7 @@ Scripts are loaded with a prelude generated from delayqueue.constants and delayq
 statuses, reasons, bounds and key suffixes are defined in Python once and never spelled in Lua.
 """
 import hashlib
+import json
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -133,6 +134,22 @@ class PurgeReply(NamedTuple):
     more: bool  # live messages remain: call again
 
 
+class AckReply(NamedTuple):
+    done: bool  # the message was consuming, and this call acked (or gave back, or dead-lettered) it
+    status: int  # its status after the call (0: unknown)
+
+
+class TouchReply(NamedTuple):
+    touched: bool  # False: it was not consuming (`status` says what it was)
+    ack_deadline: int  # the new ack deadline (epoch ms), when touched
+    status: int  # when not touched: its status (0: unknown)
+
+
+class RescheduleReply(NamedTuple):
+    stored: str | None  # the rescheduled message's json; None when not rescheduled
+    status: int  # its status (0: unknown; waiting or ready when rescheduled)
+
+
 class RestoreReply(NamedTuple):
     restored: int
     already_held: int  # Redis held the msgId already (in any status)
@@ -163,14 +180,26 @@ def _scan_reply(raw) -> ScanReply:
     return ScanReply(int(raw[0]), int(raw[1]))
 
 
+def _ack_reply(raw) -> AckReply:
+    return AckReply(raw[0] == 1, int(raw[1]))
+
+
+def _touch_reply(raw) -> TouchReply:
+    return TouchReply(True, int(raw[1]), 3) if raw[0] == 1 else TouchReply(False, 0, int(raw[1]))
+
+
+def _reschedule_reply(raw) -> RescheduleReply:
+    return RescheduleReply(raw[1], json.loads(raw[1])["status"]) if raw[0] == 1 else RescheduleReply(None, int(raw[1]))
+
+
 def _restore_reply(raw) -> RestoreReply:
     return RestoreReply(int(raw[0]), int(raw[1]))
 
 
 SEND = Script("send", _send_reply)
 PULL = Script("pull", _pull_reply)
-ACK = Script("ack", int)
-NACK = Script("nack", int)
+ACK = Script("ack", _ack_reply)
+NACK = Script("nack", _ack_reply)
 DELETE = Script("delete", bool)
 GET = Script("get", lambda raw: raw)
 PROMOTE_DUE = Script("promote_due", _scan_reply)
@@ -191,10 +220,12 @@ RELEASE_LIVE_SHARE = Script("release_live_share", int)
 COVER_LIVE_SHARE = Script("cover_live_share", int)
 BORROW_LIVE = Script("borrow_live", int)
 PURGE_TOPIC = Script("purge_topic", lambda raw: PurgeReply(int(raw[0]), raw[1] == 1))
+TOUCH = Script("touch", _touch_reply)
+RESCHEDULE = Script("reschedule", _reschedule_reply)
 
 SCRIPTS = (SEND, PULL, ACK, NACK, DELETE, GET, PROMOTE_DUE, REQUEUE_TIMED_OUT, EXPIRE, PURGE_ENDED, RETIRE_TOPIC,
            PRUNE_STATS, LOCK_RENEW, LOCK_RELEASE, LOCK_TAKE_OVER, RESTORE, TAKE_TOKENS, ADMIT_SEND, LIVE_SHARE_SHORTFALL,
-           GRANT_LIVE_SHARE, RELEASE_LIVE_SHARE, COVER_LIVE_SHARE, BORROW_LIVE, PURGE_TOPIC)
+           GRANT_LIVE_SHARE, RELEASE_LIVE_SHARE, COVER_LIVE_SHARE, BORROW_LIVE, PURGE_TOPIC, TOUCH, RESCHEDULE)
 
 
 async def load_scripts(client) -> None:
@@ -228,9 +259,28 @@ def ack(k: TopicKeys, *, msg_id: str, retention_millis: int, stats_interval_mill
 
 
 def nack(k: TopicKeys, *, msg_id: str, retention_millis: int, stats_interval_millis: int, ready_channel: str,
-         topic: str, actor: str) -> ScriptCall:
-    return ScriptCall(NACK, [k.inflight, k.ready, k.msgs, k.expiry, k.ended, k.stats, k.meta, k.events],
-                      [msg_id, retention_millis, stats_interval_millis, ready_channel, topic, actor])
+         topic: str, actor: str, delay_millis: int, dead_letter: bool, schedule_channel: str,
+         seed: int) -> ScriptCall:
+    """`delay_millis` -1: none given (the topic's retry backoff applies)."""
+    return ScriptCall(NACK, [k.inflight, k.ready, k.msgs, k.expiry, k.ended, k.stats, k.meta, k.events, k.waiting],
+                      [msg_id, retention_millis, stats_interval_millis, ready_channel, topic, actor, delay_millis,
+                       _flag(dead_letter), schedule_channel, seed])
+
+
+def touch(k: TopicKeys, *, msg_id: str, ack_timeout_millis: int, schedule_channel: str, topic: str,
+          actor: str) -> ScriptCall:
+    return ScriptCall(TOUCH, [k.inflight, k.msgs, k.meta, k.events],
+                      [msg_id, ack_timeout_millis, schedule_channel, topic, actor])
+
+
+def reschedule(k: TopicKeys, *, msg_id: str, trigger_time: int, delay_millis: int, retention_millis: int,
+               stats_interval_millis: int, ready_channel: str, schedule_channel: str, topic: str,
+               actor: str) -> ScriptCall:
+    """`trigger_time` -1: Redis' now + `delay_millis`."""
+    return ScriptCall(RESCHEDULE, [k.waiting, k.ready, k.inflight, k.msgs, k.expiry, k.ended, k.stats, k.meta,
+                                   k.events],
+                      [msg_id, trigger_time, delay_millis, retention_millis, stats_interval_millis, ready_channel,
+                       schedule_channel, topic, actor])
 
 
 def delete(k: TopicKeys, *, msg_id: str, release: bool, retention_millis: int, stats_interval_millis: int,

@@ -129,13 +129,15 @@ ON CONFLICT (namespace, topic, msg_id, event_id) DO NOTHING
 # Only the life of the message the row describes (same produceTime) moves its status, never
 # backwards in time (two writers may briefly overlap while a topic changes hands), and a row
 # already in that state is not rewritten.
+# A change that moved the message's times (tt, et: reschedule, nack with a delay) sets them too.
 UPDATE_MESSAGES = f"""
 UPDATE {MESSAGE_TABLE} m SET status = u.s, retry = u.r, updated_at = {from_millis("u.at")},
-  trigger_time = coalesce({from_millis("u.g")}, m.trigger_time)
-FROM json_to_recordset(%s::json) AS u(t text, i text, s int2, r int4, at int8, pt int8, g int8)
+  trigger_time = COALESCE({from_millis("u.tt")}, m.trigger_time),
+  expire_time = COALESCE({from_millis("u.et")}, m.expire_time)
+FROM json_to_recordset(%s::json) AS u(t text, i text, s int2, r int4, at int8, pt int8, tt int8, et int8)
 WHERE m.namespace = %s AND m.topic = u.t AND m.msg_id = u.i
   AND m.produce_time = {from_millis("u.pt")} AND m.updated_at <= {from_millis("u.at")}
-  AND (m.status <> u.s OR m.retry <> u.r OR u.g IS NOT NULL)
+  AND (m.status <> u.s OR m.retry <> u.r OR u.tt IS NOT NULL)
 """
 # Whether a namespace has a live message in the log: one probe of message_live.
 HOLDS_LIVE = f"SELECT EXISTS (SELECT 1 FROM {MESSAGE_TABLE} WHERE namespace = %s AND {LIVE})"

@@ -41,7 +41,8 @@ class Event:
     reason: str
     process: str
     host: str
-    trigger_time: int | None = None  # the message's new triggerTime (ms), when the change set one
+    trigger_time: int | None = None  # set by a change that moved the message's times (reschedule, nack with a delay)
+    expire_time: int | None = None
 
     @property
     def at(self) -> int:
@@ -57,9 +58,9 @@ class Event:
             return [cls(topic, f"{entry_id}.{n}", msg_id, from_status, to_status, retry, produce_time, reason,
                         process, host)
                     for n, (msg_id, to_status, retry, produce_time) in enumerate(orjson.loads(fields["b"]))]
-        trigger_time = int(fields["g"]) if "g" in fields else None
+        times = (int(fields["tt"]), int(fields["et"])) if "tt" in fields else (None, None)
         return [cls(topic, entry_id, fields["i"], from_status, int(fields["t"]), int(fields["r"]),
-                    int(fields["p"]), reason, process, host, trigger_time)]
+                    int(fields["p"]), reason, process, host, *times)]
 
 
 def history_json(events: list[Event]) -> str:
@@ -69,20 +70,24 @@ def history_json(events: list[Event]) -> str:
 
 
 def status_json(events: list[Event]) -> str:
+    """Each message's new status and retry, and its new times when a change moved them (absent: kept)."""
     return orjson.dumps([{"t": e.topic, "i": e.msg_id, "s": e.to_status, "r": e.retry, "at": e.at,
-                          "pt": e.produce_time, "g": e.trigger_time} for e in events]).decode()
+                          "pt": e.produce_time,
+                          **({} if e.trigger_time is None else {"tt": e.trigger_time, "et": e.expire_time})}
+                         for e in events]).decode()
 
 
 def latest_per_message(events: list[Event]) -> list[Event]:
-    """The last event of each message: a stream is read in order, so later wins. A triggerTime
-    set by an earlier event of the same life is kept: the row must show it once the message moved on."""
+    """The last event of each message: a stream is read in order, so later wins. It carries the
+    latest times an earlier event of the same life moved (a reschedule followed by 'due')."""
     latest: dict[tuple[str, str], Event] = {}
     for e in events:
-        before = latest.get((e.topic, e.msg_id))
+        key = (e.topic, e.msg_id)
+        before = latest.get(key)
         if (e.trigger_time is None and before is not None and before.trigger_time is not None
                 and before.produce_time == e.produce_time):
-            e = dataclasses.replace(e, trigger_time=before.trigger_time)
-        latest[(e.topic, e.msg_id)] = e
+            e = dataclasses.replace(e, trigger_time=before.trigger_time, expire_time=before.expire_time)
+        latest[key] = e
     return list(latest.values())
 
 

@@ -36,7 +36,7 @@ async def test_send_get_pull_ack_round_trip(api):
     assert pulled["delayMsgList"][0]["status"] == 3 and pulled["delayMsgList"][0]["retry"] == 1
 
     acked = await call(api, "ackMsg", topic="orders", msgId="o1", ack="true")
-    assert acked == {"code": 200, "msg": "success"}
+    assert acked == {"code": 200, "msg": "success", "done": True}
     assert (await call(api, "getMsg", topic="orders", msgId="o1"))["delayMsg"]["status"] == 4
 
 

@@ -46,6 +46,9 @@ OPERATIONS = [
     ("/camellia/delayQueue/redriveDeadMsg", "POST"),
     ("/camellia/delayQueue/getRedriveTask", "GET"),
     ("/camellia/delayQueue/purgeDeadMsg", "POST"),
+    ("/camellia/delayQueue/ackMsgBatch", "POST"),
+    ("/camellia/delayQueue/touchMsg", "POST"),
+    ("/camellia/delayQueue/rescheduleMsg", "POST"),
     ("/camellia/health/status", "GET"),
     ("/camellia/health/check", "GET"),
 ]
@@ -96,7 +99,8 @@ def test_every_answer_matches_the_schema(server, path, method):
         body = response.json()
         assert body["code"] != 500, (case.as_curl_command(), body)
         # The schema states what validation accepts: a request it allows is not refused as bad input.
-        refused = [answer for answer in [body, *body.get("results", [])] if answer["code"] == 400]
+        # (ackMsgBatch's results carry no code of their own.)
+        refused = [answer for answer in [body, *body.get("results", [])] if answer.get("code") == 400]
         assert not refused, (case.as_curl_command(), refused)
         seen.append(body["code"])
 

@@ -33,9 +33,9 @@ async def test_every_transition_is_in_the_history_and_moves_the_message_row(sing
     await start_scanner(rt)  # promotes it, requeues the ack timeout, and runs the log writer
     [m1] = await services.long_poll_messages(rt, topic="t", ack_timeout_millis=100, timeout_millis=5000)
     [m2] = await services.long_poll_messages(rt, topic="t", timeout_millis=5000)  # back after the ack timeout
-    assert await services.nack_message(rt, topic="t", msg_id=m["msgId"]) == Status.READY
+    assert (await services.nack_message(rt, topic="t", msg_id=m["msgId"])).status == Status.READY
     [m3], _ = await services.pull_messages(rt, topic="t")
-    assert await services.ack_message(rt, topic="t", msg_id=m["msgId"]) == Status.ACKED
+    assert (await services.ack_message(rt, topic="t", msg_id=m["msgId"])).status == Status.ACKED
     assert (m1["retry"], m2["retry"], m3["retry"]) == (1, 2, 3)
     expected = [
         ("sent", 0, Status.WAITING, 0), ("due", Status.WAITING, Status.READY, 0), ("pulled", Status.READY, Status.CONSUMING, 1),
@@ -61,7 +61,7 @@ async def test_ends_are_recorded_with_their_reason(single_rt):
     exhausted = await services.send_message(rt, topic="u", msg="x", delay_millis=0, max_retry=0)
     assert await services.delete_message(rt, topic="t", msg_id=deleted["msgId"])
     [pulled], _ = await services.pull_messages(rt, topic="u")
-    assert await services.nack_message(rt, topic="u", msg_id=pulled["msgId"]) == Status.EXHAUSTED
+    assert (await services.nack_message(rt, topic="u", msg_id=pulled["msgId"])).status == Status.EXHAUSTED
     await asyncio.sleep(0.1)  # past triggerTime + TTL, and no scanner has promoted it
     assert (await selectors.get_message(rt, topic="t", msg_id=expired["msgId"]))["status"] == Status.EXPIRED
     await drain_log(rt, ["t", "u"])

@@ -7,12 +7,11 @@ from asgiref.sync import sync_to_async
 
 from delayqueue import selectors, services
 from delayqueue.constants import RETRY_BACKOFF_MAX_MILLIS, Status
-from delayqueue.live import scripts
 from delayqueue.messagelog import recovery
 from delayqueue.models import Limit
 from delayqueue.services import SendRequest
 
-from tests.helpers import REDIS_URL, call, drain_log, history, logged, make_runtime
+from tests.helpers import REDIS_URL, call, drain_log, history, logged, make_runtime, promote, requeue
 
 
 async def send(rt, topic="t", delay=0, **kw):
@@ -23,22 +22,6 @@ async def redis_now(rt) -> float:
     """Redis' clock in ms (the scripts' clock)."""
     seconds, micros = await rt.redis.time()
     return seconds * 1000 + micros / 1000
-
-
-def requeue(rt, topic="t"):
-    cfg = rt.config
-    return rt.scripts.call(scripts.requeue_timed_out(
-        rt.ns.topic(topic), limit=1000, retention_millis=cfg.ended_retention_millis,
-        stats_interval_millis=cfg.monitor_interval_millis, ready_channel=rt.ns.ready_channel, topic=topic,
-        actor=rt.actor, schedule_channel=rt.ns.schedule_channel, seed=12345))
-
-
-def promote(rt, topic="t"):
-    cfg = rt.config
-    return rt.scripts.call(scripts.promote_due(
-        rt.ns.topic(topic), limit=1000, retention_millis=cfg.ended_retention_millis,
-        stats_interval_millis=cfg.monitor_interval_millis, ready_channel=rt.ns.ready_channel, topic=topic,
-        actor=rt.actor))
 
 
 async def test_a_topic_without_settings_answers_the_service_defaults(rt):
@@ -126,6 +109,29 @@ async def test_ack_timeout_under_a_backoff_waits_the_computed_time_by_redis_cloc
     current = await selectors.get_message(rt, topic="t", msg_id=sent[0]["msgId"])
     assert row["status"] == Status.READY and row["triggerTime"] == current["triggerTime"] != sent[0]["triggerTime"]
     assert ("ack_timeout", Status.CONSUMING, Status.WAITING, 1) in await history("t", sent[0]["msgId"])
+
+
+async def test_a_nack_without_a_delay_waits_the_topics_backoff_and_one_with_a_delay_its_own(rt):
+    base = 400
+    await services.set_topic_config(rt, topic="t", changes={"retry_backoff_millis": base}, limits={})
+    first, second = await send(rt, max_retry=5), await send(rt, max_retry=5)
+    for retry in (1, 2):
+        pulled, _ = await services.pull_messages(rt, topic="t", batch=2)
+        assert {m["msgId"] for m in pulled} == {first["msgId"], second["msgId"]}
+        before = await redis_now(rt)
+        assert (await services.nack_message(rt, topic="t", msg_id=first["msgId"])).done
+        assert (await services.nack_message(rt, topic="t", msg_id=second["msgId"], delay_millis=50)).done
+        after = await redis_now(rt)
+        backed_off = await selectors.get_message(rt, topic="t", msg_id=first["msgId"])
+        wanted = base * 2 ** (retry - 1)
+        assert backed_off["status"] == Status.WAITING and backed_off["retry"] == retry
+        assert before + wanted * 0.8 - 1 <= backed_off["triggerTime"] <= after + wanted + 1
+        delayed = await selectors.get_message(rt, topic="t", msg_id=second["msgId"])
+        assert before + 50 - 1 <= delayed["triggerTime"] <= after + 50 + 1  # its own delay, no backoff
+        await asyncio.sleep(wanted / 1000 + 0.01)
+        assert (await promote(rt)).count == 2
+    await drain_log(rt, ["t"])
+    assert ("nacked", Status.CONSUMING, Status.WAITING, 1) in await history("t", first["msgId"])
 
 
 async def test_without_a_backoff_an_ack_timeout_is_ready_at_once(rt):

@@ -87,7 +87,7 @@ async def test_concurrent_sends_of_one_msg_id_store_it_once(rt):
 async def test_duplicate_of_ended_message_starts_a_fresh_lifecycle(rt):
     await send(rt, msg="first", msg_id="order-2")
     [pulled], _ = await services.pull_messages(rt, topic="t")
-    assert await services.ack_message(rt, topic="t", msg_id="order-2") == Status.ACKED
+    assert (await services.ack_message(rt, topic="t", msg_id="order-2")).status == Status.ACKED
     fresh = await send(rt, msg="second", msg_id="order-2")
     assert fresh["msg"] == "second" and fresh["status"] == Status.READY and fresh["retry"] == 0
     assert await sizes(rt) == (0, 1, 0)
@@ -114,22 +114,22 @@ async def test_batch_pull_is_fifo(rt):
 
 async def test_ack_only_from_consuming(rt):
     waiting = await send(rt, delay=60_000)
-    assert await services.ack_message(rt, topic="t", msg_id=waiting["msgId"]) == Status.WAITING  # left alone
+    assert (await services.ack_message(rt, topic="t", msg_id=waiting["msgId"])).status == Status.WAITING  # left alone
     assert (await selectors.get_message(rt, topic="t", msg_id=waiting["msgId"]))["status"] == Status.WAITING
     ready = await send(rt)
     [m], _ = await services.pull_messages(rt, topic="t")
     assert m["msgId"] == ready["msgId"]
-    assert await services.ack_message(rt, topic="t", msg_id=m["msgId"]) == Status.ACKED
+    assert (await services.ack_message(rt, topic="t", msg_id=m["msgId"])).status == Status.ACKED
     assert (await selectors.get_message(rt, topic="t", msg_id=m["msgId"]))["status"] == Status.ACKED
     assert await sizes(rt) == (1, 0, 0)
-    assert await services.ack_message(rt, topic="t", msg_id="no-such-id") == 0
+    assert (await services.ack_message(rt, topic="t", msg_id="no-such-id")).status == 0
 
 
 async def test_deleted_message_cannot_be_acked_back_to_life(rt):
     m = await send(rt)
     await services.pull_messages(rt, topic="t")
     assert await services.delete_message(rt, topic="t", msg_id=m["msgId"])
-    assert await services.ack_message(rt, topic="t", msg_id=m["msgId"]) == Status.DELETED
+    assert (await services.ack_message(rt, topic="t", msg_id=m["msgId"])).status == Status.DELETED
     assert (await selectors.get_message(rt, topic="t", msg_id=m["msgId"]))["status"] == Status.DELETED
 
 
@@ -137,7 +137,7 @@ async def test_nack_requeues_at_once_behind_ready_messages(rt):
     a = await send(rt, msg="a")
     [pulled], _ = await services.pull_messages(rt, topic="t")
     b = await send(rt, msg="b")
-    assert await services.nack_message(rt, topic="t", msg_id=a["msgId"]) == Status.READY
+    assert (await services.nack_message(rt, topic="t", msg_id=a["msgId"])).status == Status.READY
     assert (await selectors.get_message(rt, topic="t", msg_id=a["msgId"]))["status"] == Status.READY
     batch, _ = await services.pull_messages(rt, topic="t", batch=2)
     assert [m["msgId"] for m in batch] == [b["msgId"], a["msgId"]]
@@ -147,15 +147,15 @@ async def test_nack_requeues_at_once_behind_ready_messages(rt):
 async def test_nack_of_last_delivery_ends_with_6(rt):
     m = await send(rt, max_retry=0)
     await services.pull_messages(rt, topic="t")
-    assert await services.nack_message(rt, topic="t", msg_id=m["msgId"]) == Status.EXHAUSTED
+    assert (await services.nack_message(rt, topic="t", msg_id=m["msgId"])).status == Status.EXHAUSTED
     assert await sizes(rt) == (0, 0, 0)
     assert (await selectors.get_message(rt, topic="t", msg_id=m["msgId"]))["status"] == Status.EXHAUSTED
 
 
 async def test_nack_of_unknown_or_not_consuming_changes_nothing(rt):
     m = await send(rt)
-    assert await services.nack_message(rt, topic="t", msg_id="ghost") == 0
-    assert await services.nack_message(rt, topic="t", msg_id=m["msgId"]) == Status.READY
+    assert (await services.nack_message(rt, topic="t", msg_id="ghost")).status == 0
+    assert (await services.nack_message(rt, topic="t", msg_id=m["msgId"])).status == Status.READY
     assert await sizes(rt) == (0, 1, 0)  # not pushed a second time
 
 

@@ -10,7 +10,8 @@ from delayqueue.api.validation import MIN_COUNT
 from delayqueue.constants import MAX_DELAY_MILLIS, MAX_TOPIC_BYTES
 
 API_ENDPOINTS = ["sendMsg", "sendMsgBatch", "pullMsg", "longPollingMsg", "ackMsg", "getMsg", "deleteMsg",
-                 "getMonitorData", "getTopicInfo", "getTopicInfoList", "restore", "restoreMsg"]
+                 "getMonitorData", "getTopicInfo", "getTopicInfoList", "restore", "restoreMsg", "ackMsgBatch",
+                 "touchMsg", "rescheduleMsg"]
 
 
 def test_openapi_schema_lists_every_endpoint_and_parameter(client):
@@ -45,13 +46,16 @@ def test_openapi_schema_lists_every_endpoint_and_parameter(client):
         return resolve(paths[path]["post"]["requestBody"]["content"]["application/x-www-form-urlencoded"]["schema"]["$ref"])
 
     send_form = form_fields("/camellia/delayQueue/sendMsg")
-    assert {"topic", "msgId", "msg", "delayMillis", "ttlMillis", "maxRetry"} == set(send_form["properties"])
-    assert {"topic", "msg", "delayMillis"} == set(send_form["required"])
+    assert {"topic", "msgId", "msg", "delayMillis", "ttlMillis", "maxRetry", "triggerTime"} == set(
+        send_form["properties"])
+    assert {"topic", "msg"} == set(send_form["required"])  # and one of delayMillis, triggerTime
     assert {"topic", "batch", "ackTimeoutMillis", "longPollingTimeoutMillis"} == set(
         form_fields("/camellia/delayQueue/longPollingMsg")["properties"])
     query = {p["name"] for p in paths["/camellia/delayQueue/getTopicInfo"]["get"]["parameters"]}
     assert query == {"topic"}
-    assert set(form_fields("/camellia/delayQueue/ackMsg")["properties"]) == {"topic", "msgId", "ack"}
+    assert set(form_fields("/camellia/delayQueue/ackMsg")["properties"]) == {"topic", "msgId", "ack", "delayMillis",
+                                                                             "deadLetter"}
+    assert {"topic", "msgId", "ackTimeoutMillis"} == set(form_fields("/camellia/delayQueue/touchMsg")["required"])
     answer = paths["/camellia/delayQueue/getTopicInfo"]["get"]["responses"]["200"]["content"]["application/json"]
     assert [ref["$ref"].rsplit("/", 1)[1] for ref in resolve(answer["schema"]["$ref"])["oneOf"]] == [
         "TopicInfoResult", "Error"]

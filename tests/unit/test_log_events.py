@@ -41,18 +41,19 @@ def test_history_and_status_rows_carry_every_column_the_statements_unpack():
         "t": "orders", "i": "m1", "e": "1700000005000-3", "at": 1_700_000_005_000, "f": 1, "s": 2, "r": 0,
         "w": "due", "p": "scanner-1", "h": "host-a"}]
     assert orjson.loads(status_json([event])) == [{
-        "t": "orders", "i": "m1", "s": 2, "r": 0, "at": 1_700_000_005_000, "pt": 1_700_000_000_000, "g": None}]
+        "t": "orders", "i": "m1", "s": 2, "r": 0, "at": 1_700_000_005_000, "pt": 1_700_000_000_000}]
 
 
-def test_a_retimed_change_carries_the_new_trigger_time_to_the_row():
-    [event] = Event.parse("orders", "9-0", {**ONE, "f": "3", "t": "1", "w": "ack_timeout", "g": "1700000009000"})
-    assert event.trigger_time == 1_700_000_009_000
-    assert orjson.loads(status_json([event]))[0]["g"] == 1_700_000_009_000
-
-
-def test_a_trigger_time_set_earlier_in_the_batch_survives_later_changes_of_the_same_life():
-    backed_off = Event("a", "1-0", "m", 3, 1, 1, 100, "ack_timeout", "p", "h", 5_000)
-    due = Event("a", "2-0", "m", 1, 2, 1, 100, "due", "p", "h")
-    next_life = Event("a", "3-0", "m", 0, 1, 0, 200, "sent", "p", "h")
-    assert latest_per_message([backed_off, due]) == [Event("a", "2-0", "m", 1, 2, 1, 100, "due", "p", "h", 5_000)]
-    assert latest_per_message([backed_off, next_life]) == [next_life]
+def test_a_change_that_moved_the_times_carries_them_to_the_status_row():
+    """A reschedule (or a nack with a delay) records the new triggerTime and expireTime; a later
+    event of the same life in the same batch ('due') keeps them for the row, another life does not."""
+    [moved] = Event.parse("t", "10-0", {**ONE, "w": "rescheduled", "t": "1", "tt": "5000", "et": "9000"})
+    assert (moved.trigger_time, moved.expire_time) == (5000, 9000)
+    due = Event("t", "11-0", "m1", 1, 2, 0, 1_700_000_000_000, "due", "p", "h")
+    [latest] = latest_per_message([moved, due])
+    assert latest.reason == "due" and (latest.trigger_time, latest.expire_time) == (5000, 9000)
+    assert orjson.loads(status_json([latest]))[0] == {
+        "t": "t", "i": "m1", "s": 2, "r": 0, "at": 11, "pt": 1_700_000_000_000, "tt": 5000, "et": 9000}
+    other_life = Event("t", "11-0", "m1", 0, 2, 0, 1_800_000_000_000, "sent", "p", "h")
+    [latest] = latest_per_message([moved, other_life])
+    assert latest.trigger_time is None and "tt" not in orjson.loads(status_json([latest]))[0]

@@ -41,7 +41,7 @@ def test_script_reads_only_the_keys_and_args_its_header_names(script):
     assert set(range(1, len(script.args) + 1)) <= used_args
 
 
-FLAGS = {"release", "dry_run", "namespace_capped"}  # yes/no ARGV, sent as 1 or 0
+FLAGS = {"release", "dry_run", "namespace_capped", "dead_letter"}  # yes/no ARGV, sent as 1 or 0
 
 
 @pytest.mark.parametrize("script", scripts.SCRIPTS, ids=lambda s: s.name)

@@ -6,20 +6,24 @@ import pytest
 from rest_framework.exceptions import ValidationError
 
 from delayqueue.api.validation import (
+    AckMsgBatchSerializer,
     AckMsgSerializer,
     DeleteMsgSerializer,
     FastValidation,
     LongPollingMsgSerializer,
     MessageRefSerializer,
     PullMsgSerializer,
+    RescheduleMsgSerializer,
     RestoreMsgSerializer,
     RestoreSerializer,
     SendMsgSerializer,
     TopicSerializer,
+    TouchMsgSerializer,
 )
 
 SERIALIZERS = [AckMsgSerializer, DeleteMsgSerializer, LongPollingMsgSerializer, MessageRefSerializer,
-               PullMsgSerializer, RestoreMsgSerializer, RestoreSerializer, SendMsgSerializer, TopicSerializer]
+               PullMsgSerializer, RestoreMsgSerializer, RestoreSerializer, SendMsgSerializer, TopicSerializer,
+               AckMsgBatchSerializer, TouchMsgSerializer, RescheduleMsgSerializer]
 MISSING = object()
 CANDIDATES = [
     MISSING, None, "", " ", "orders", "a b", "x" * 128, "x" * 129, "x" * 300, "ünïcode", " padded ", "12", "-5",
@@ -29,6 +33,12 @@ CANDIDATES = [
     # topic names: camellia's rule, bytes not characters
     "订单-cancel", "a/b {c}* ?[x]", "x" * 255, "x" * 256, "é" * 127 + "x", "é" * 128, "a\nb", "a\x85", "\x7f", "\t",
 ]
+
+# Parameters that stand for one another or go only with some value of another (ackMsg's delayMillis
+# and deadLetter with ack=false): a request mostly leaves them out.
+MOSTLY_ABSENT = ("delayMillis", "triggerTime", "deadLetter")
+# A list parameter's own candidates.
+FIELD_CANDIDATES = {"msgIds": [MISSING, None, [], ["a"], ["a", "b c"], ["x" * 300], ["a", 5], ["a\n"], "a", [None]]}
 
 
 def drf(serializer, data):
@@ -46,7 +56,11 @@ def test_fast_path_agrees_with_the_serializer(serializer_class):
     rng = random.Random(serializer_class.__name__)
     taken = 0
     for _ in range(3000):
-        data = {name: value for name in names if (value := rng.choice(CANDIDATES)) is not MISSING}
+        data = {name: value for name in names
+                if (value := rng.choice(FIELD_CANDIDATES.get(name, CANDIDATES))) is not MISSING}
+        for name in MOSTLY_ABSENT:
+            if rng.random() < 0.6:
+                data.pop(name, None)
         quick = fast(data)
         expected = drf(serializer, data)
         if quick is not None:
@@ -65,6 +79,10 @@ def test_the_common_requests_take_the_fast_path():
         (LongPollingMsgSerializer, {"topic": "orders", "longPollingTimeoutMillis": "10000"}),
         (AckMsgSerializer, {"topic": "orders", "msgId": "abc", "ack": "false"}),
         (DeleteMsgSerializer, {"topic": "orders", "msgId": "abc", "release": "true"}),
+        (SendMsgSerializer, {"topic": "orders", "msg": "hello", "triggerTime": "1700000000000"}),
+        (AckMsgSerializer, {"topic": "orders", "msgId": "abc", "ack": "false", "delayMillis": "5000"}),
+        (AckMsgBatchSerializer, {"topic": "orders", "msgIds": ["a", "b"], "ack": True}),
+        (TouchMsgSerializer, {"topic": "orders", "msgId": "abc", "ackTimeoutMillis": "60000"}),
     ]
     for serializer_class, data in cases:
         serializer = serializer_class()

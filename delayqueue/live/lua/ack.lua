@@ -10,7 +10,7 @@
 -- ARGV[2] retention_millis: how long an ended body stays readable
 -- ARGV[3] stats_interval_millis
 -- ARGV[4] actor: 'process@host' for the history, '' with the message log off
--- Returns the message's status after the call, or 0 if it is unknown.
+-- Returns {1, acked status} when it was consuming, else {0, its status (0: unknown)}.
 -- @include clock
 -- @include take_consuming
 -- @include end_message
@@ -20,6 +20,6 @@ local id = ARGV[1]
 local now = clock()
 local m, status = take_consuming(t, tonumber(ARGV[3]), now, id)
 if not m then
-  return status
+  return {0, status}
 end
-return end_message(t, id, m, now, REASON.ACKED, STATUS.ACKED)
+return {1, end_message(t, id, m, now, REASON.ACKED, STATUS.ACKED)}

@@ -1,5 +1,8 @@
--- Gives a consuming message back (ack=false): ready again at once, or ended (exhausted) when it
--- has no deliveries or TTL left. Any other state is left alone.
+-- Gives a consuming message back (ack=false): ready again at once (or after the topic's retry
+-- backoff, includes/backoff.lua, waiting meanwhile), or waiting for delay_millis
+-- (retry count kept; its expireTime stays, so a delay past it ends the message then), or ended
+-- (exhausted) when it has no deliveries or TTL left. With dead_letter it ends now as a dead
+-- letter (exhausted, reason dead_lettered). Any other state is left alone.
 -- KEYS[1] inflight
 -- KEYS[2] ready
 -- KEYS[3] msgs
@@ -8,31 +11,54 @@
 -- KEYS[6] stats
 -- KEYS[7] meta
 -- KEYS[8] events
+-- KEYS[9] waiting
 -- ARGV[1] msg_id
 -- ARGV[2] retention_millis: how long an ended body stays readable
 -- ARGV[3] stats_interval_millis
 -- ARGV[4] ready_channel: published when the ready list goes from empty to non-empty
 -- ARGV[5] topic
 -- ARGV[6] actor: 'process@host' for the history, '' with the message log off
--- Returns the message's status after the call, or 0 if it is unknown.
+-- ARGV[7] delay_millis: ms until it is due again; -1: none given (the topic's retry backoff applies)
+-- ARGV[8] dead_letter: 1 ends it now as a dead letter
+-- ARGV[9] schedule_channel: published when it waits and is due before what the scanner expects
+-- ARGV[10] seed: for the backoff's jitter
+-- Returns {1, its status now} when it was consuming, else {0, its status (0: unknown)}.
 -- @include clock
 -- @include take_consuming
 -- @include end_message
 -- @include set_ready
+-- @include set_waiting
+-- @include backoff
 local t = {inflight = KEYS[1], ready = KEYS[2], msgs = KEYS[3], expiry = KEYS[4], ended = KEYS[5], stats = KEYS[6],
-           meta = KEYS[7], events = KEYS[8], actor = ARGV[6], retention = tonumber(ARGV[2])}
+           meta = KEYS[7], events = KEYS[8], waiting = KEYS[9], actor = ARGV[6], retention = tonumber(ARGV[2])}
 local id = ARGV[1]
 local interval = tonumber(ARGV[3])
-local now = clock()
+local now, now_us = clock()
 local m, status = take_consuming(t, interval, now, id)
 if not m then
-  return status
+  return {0, status}
+end
+if ARGV[8] == '1' then
+  stat_add(t.stats, interval, now, 'triggerMsgEndLife', 1)
+  return {1, end_message(t, id, m, now, REASON.DEAD_LETTERED, STATUS.EXHAUSTED)}
 end
 if m.expireTime <= now or m.retry > m.maxRetry then
   stat_add(t.stats, interval, now, 'triggerMsgEndLife', 1)
-  return end_message(t, id, m, now, end_reason(m, now), STATUS.EXHAUSTED)
+  return {1, end_message(t, id, m, now, end_reason(m, now), STATUS.EXHAUSTED)}
+end
+local delay = tonumber(ARGV[7])
+if delay < 0 then
+  math.randomseed(tonumber(ARGV[10]))
+  local base, max = backoff_settings(t.meta)
+  delay = backoff_wait(base, max, m.retry)
+end
+if delay > 0 then
+  if set_waiting(t, id, m, STATUS.CONSUMING, REASON.NACKED, now + delay, now_us) then
+    redis.call('PUBLISH', ARGV[9], ARGV[5])
+  end
+  return {1, STATUS.WAITING}
 end
 if set_ready(t, id, m, STATUS.CONSUMING, REASON.NACKED) == 1 then
   redis.call('PUBLISH', ARGV[4], ARGV[5])
 end
-return STATUS.READY
+return {1, STATUS.READY}

@@ -27,17 +27,17 @@
 -- @include set_ready
 -- @include due_to_ready
 -- @include backoff
--- @include next_due
+-- @include set_waiting
 local t = {inflight = KEYS[1], ready = KEYS[2], msgs = KEYS[3], expiry = KEYS[4], ended = KEYS[5], events = KEYS[7],
            actor = ARGV[6], retention = tonumber(ARGV[2])}
 local stats, limit, interval = KEYS[6], tonumber(ARGV[1]), tonumber(ARGV[3])
-local waiting, meta = KEYS[8], KEYS[9]
+local meta = KEYS[9]
+t.waiting = KEYS[8]
 local now, now_us = clock()
 local ended_count = 0
 math.randomseed(tonumber(ARGV[8]))
 local backoff_base, backoff_max = backoff_settings(meta)
-local earliest_due = next_due(waiting, now_us)
-local backed_off_first
+local wake = false
 local backed_off = 0
 local ids, requeued = due_to_ready(t, t.inflight, now, limit, ARGV[4], ARGV[5], function(id, m)
   if m.status ~= STATUS.CONSUMING then
@@ -50,19 +50,14 @@ local ids, requeued = due_to_ready(t, t.inflight, now, limit, ARGV[4], ARGV[5], 
   end
   local wait = backoff_wait(backoff_base, backoff_max, m.retry)
   if wait > 0 then
-    m.status = STATUS.WAITING
-    m.triggerTime = now + wait
-    redis.call('HSET', t.msgs, id, cjson.encode(m))
-    redis.call('ZADD', waiting, m.triggerTime, id)
-    log_retimed(t.events, t.actor, id, m, STATUS.CONSUMING, REASON.ACK_TIMEOUT)
+    wake = set_waiting(t, id, m, STATUS.CONSUMING, REASON.ACK_TIMEOUT, now + wait, now_us) or wake
     backed_off = backed_off + 1
-    backed_off_first = math.min(backed_off_first or m.triggerTime, m.triggerTime)
     return false
   end
   set_ready(t, id, m, STATUS.CONSUMING, REASON.ACK_TIMEOUT)
   return true
 end)
-if backed_off_first and (earliest_due < 0 or (backed_off_first - now) * 1000 < earliest_due) then
+if wake then
   redis.call('PUBLISH', ARGV[7], ARGV[5])
 end
 requeued = requeued + backed_off

@@ -2,9 +2,9 @@
 -- as the change itself; the scanners' log writer drains the stream into PostgreSQL. The entry
 -- id (Redis time) is the event's time and its idempotency key; produceTime tells apart two
 -- lives of one msgId. An actor of '' means the message log is off: nothing is recorded.
--- log_event(events key, actor, msgId, message, from status, reason)
--- log_retimed(events key, actor, msgId, message, from status, reason): as log_event, also
---   recording the message's new triggerTime (field 'g'), which the writer copies to its row
+-- log_event(events key, actor, msgId, message, from status, reason, with_times)
+--   with_times: the message's triggerTime and expireTime go too (fields 'tt', 'et'), for a change
+--   that moved them (the writer sets them on the log row, so a restore brings back the new times)
 -- log_events(events key, actor, {{msgId, to status, retry, produceTime}, ...}, from status, reason):
 --   the same change of many messages as one entry (field 'b'), one XADD per call, not per message
 
@@ -16,18 +16,15 @@ local function notify_writer(events)
   end
 end
 
-local function log_event(events, actor, id, m, from, reason)
+local function log_event(events, actor, id, m, from, reason, with_times)
   if actor ~= '' then
-    redis.call('XADD', events, '*', 'i', id, 'f', from, 't', m.status, 'r', m.retry,
-      'p', m.produceTime, 'w', reason, 'a', actor)
-    notify_writer(events)
-  end
-end
-
-local function log_retimed(events, actor, id, m, from, reason)
-  if actor ~= '' then
-    redis.call('XADD', events, '*', 'i', id, 'f', from, 't', m.status, 'r', m.retry,
-      'p', m.produceTime, 'w', reason, 'a', actor, 'g', m.triggerTime)
+    if with_times then
+      redis.call('XADD', events, '*', 'i', id, 'f', from, 't', m.status, 'r', m.retry,
+        'p', m.produceTime, 'w', reason, 'a', actor, 'tt', m.triggerTime, 'et', m.expireTime)
+    else
+      redis.call('XADD', events, '*', 'i', id, 'f', from, 't', m.status, 'r', m.retry,
+        'p', m.produceTime, 'w', reason, 'a', actor)
+    end
     notify_writer(events)
   end
 end

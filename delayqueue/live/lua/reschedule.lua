@@ -1,0 +1,80 @@
+-- Gives a waiting or ready message a new trigger time: trigger_time, or Redis' now + delay_millis;
+-- one not after now is due now (ready, keeping its place if it was ready already). Its expireTime
+-- moves by as much as its triggerTime, so its TTL counts from the new trigger time. A live message
+-- found past its TTL is ended first (expired or exhausted), as a reader would.
+-- KEYS[1] waiting
+-- KEYS[2] ready
+-- KEYS[3] inflight
+-- KEYS[4] msgs
+-- KEYS[5] expiry
+-- KEYS[6] ended
+-- KEYS[7] stats
+-- KEYS[8] meta
+-- KEYS[9] events
+-- ARGV[1] msg_id
+-- ARGV[2] trigger_time: epoch ms; -1: from delay_millis
+-- ARGV[3] delay_millis: from Redis' now, when trigger_time is -1
+-- ARGV[4] retention_millis: how long an ended body stays readable
+-- ARGV[5] stats_interval_millis
+-- ARGV[6] ready_channel: published when the ready list goes from empty to non-empty
+-- ARGV[7] schedule_channel: published when it is due or expires before what the scanner expects
+-- ARGV[8] topic
+-- ARGV[9] actor: 'process@host' for the history, '' with the message log off
+-- Returns {1, the message json} when rescheduled, {0, 0} when unknown, {2, status} when consuming,
+-- {3, status} when ended.
+-- @include clock
+-- @include status
+-- @include end_message
+-- @include set_ready
+-- @include set_waiting
+local t = {waiting = KEYS[1], ready = KEYS[2], inflight = KEYS[3], msgs = KEYS[4], expiry = KEYS[5],
+           ended = KEYS[6], stats = KEYS[7], events = KEYS[9], actor = ARGV[9], retention = tonumber(ARGV[4])}
+local id = ARGV[1]
+local now, now_us = clock()
+local raw = redis.call('HGET', t.msgs, id)
+if not raw then
+  return {0, 0}
+end
+local m = cjson.decode(raw)
+if is_live(m) and m.expireTime <= now then
+  end_expired(t, id, m, now, tonumber(ARGV[5]))
+end
+if m.status == STATUS.CONSUMING then
+  return {2, m.status}
+end
+if not is_live(m) then
+  return {3, m.status}
+end
+redis.call('HSET', KEYS[8], 'last_active', now)
+local trigger = tonumber(ARGV[2])
+if trigger < 0 then
+  trigger = now + tonumber(ARGV[3])
+end
+if trigger < now then
+  trigger = now
+end
+local from = m.status
+m.expireTime = m.expireTime + trigger - m.triggerTime
+local wake = next_due(t.expiry, now_us)
+wake = wake < 0 or (m.expireTime - now) * 1000 < wake
+redis.call('ZADD', t.expiry, m.expireTime, id)
+if trigger > now then
+  if from == STATUS.READY then
+    remove_from_queues(t, id, from)
+  end
+  wake = set_waiting(t, id, m, from, REASON.RESCHEDULED, trigger, now_us) or wake
+elseif from == STATUS.READY then
+  m.triggerTime = trigger
+  redis.call('HSET', t.msgs, id, cjson.encode(m))
+  log_event(t.events, t.actor, id, m, from, REASON.RESCHEDULED, true)
+else
+  redis.call('ZREM', t.waiting, id)
+  m.triggerTime = trigger
+  if set_ready(t, id, m, from, REASON.RESCHEDULED, true) == 1 then
+    redis.call('PUBLISH', ARGV[6], ARGV[8])  -- the list was empty: wake long pollers
+  end
+end
+if wake then
+  redis.call('PUBLISH', ARGV[7], ARGV[8])
+end
+return {1, cjson.encode(m)}

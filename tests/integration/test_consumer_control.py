@@ -1,0 +1,373 @@
+"""What consumers and operators do to a message beyond ack: ack results and batch acks, nack with a
+delay or as a dead letter, touch, reschedule and sends with a triggerTime. Each transition on a
+single Redis and on the Redis Cluster, its history row and its log row; then over HTTP with good
+and bad input; then FLUSHALL + restore."""
+import asyncio
+import time
+
+import pytest
+
+from delayqueue import selectors, services
+from delayqueue.constants import Status
+from delayqueue.exceptions import Conflict, NotFound
+from delayqueue.messagelog import recovery
+from delayqueue.services import SendRequest
+
+from tests.helpers import call, drain_log, history, logged, promote, requeue
+
+
+async def send(rt, msg_id, delay=0, topic="t", **kw):
+    return await services.send_message(rt, topic=topic, msg=f"body of {msg_id}", delay_millis=delay, msg_id=msg_id,
+                                       **kw)
+
+
+async def pull(rt, batch=10, ack_timeout_millis=60_000, topic="t"):
+    return (await services.pull_messages(rt, topic=topic, batch=batch, ack_timeout_millis=ack_timeout_millis))[0]
+
+
+async def get(rt, msg_id, topic="t"):
+    return await selectors.get_message(rt, topic=topic, msg_id=msg_id)
+
+
+async def redis_now(rt) -> int:
+    seconds, micros = await rt.redis.time()
+    return seconds * 1000 + micros // 1000
+
+
+async def structures(rt, msg_id, topic="t") -> dict:
+    """Where Redis holds the message: its waiting, in-flight and expiry scores and its ready-list membership."""
+    k = rt.ns.topic(topic)
+    return {"waiting": await rt.redis.zscore(k.waiting, msg_id), "inflight": await rt.redis.zscore(k.inflight, msg_id),
+            "ready": msg_id in await rt.redis.lrange(k.ready, 0, -1), "expiry": await rt.redis.zscore(k.expiry, msg_id)}
+
+
+# --- ack results and batch acks
+
+async def test_ack_says_whether_it_acked_a_consuming_message(rt):
+    await send(rt, "a")
+    await send(rt, "w", delay=60_000)
+    await pull(rt)
+    assert await services.ack_message(rt, topic="t", msg_id="a") == (True, Status.ACKED)
+    assert await services.ack_message(rt, topic="t", msg_id="a") == (False, Status.ACKED)  # already ended
+    assert await services.ack_message(rt, topic="t", msg_id="ghost") == (False, 0)
+    assert await services.ack_message(rt, topic="t", msg_id="w") == (False, Status.WAITING)
+    assert await services.nack_message(rt, topic="t", msg_id="w") == (False, Status.WAITING)
+
+
+async def test_an_ack_after_the_ack_timeout_gave_it_back_is_not_done(rt):
+    await send(rt, "late")
+    await pull(rt, ack_timeout_millis=1)
+    await asyncio.sleep(0.01)
+    assert (await requeue(rt)).count == 1
+    assert await services.ack_message(rt, topic="t", msg_id="late") == (False, Status.READY)
+    assert (await get(rt, "late"))["status"] == Status.READY
+
+
+async def test_batch_ack_answers_each_msg_id_in_order(rt):
+    for msg_id in "abc":
+        await send(rt, msg_id)
+    await pull(rt)
+    assert await services.ack_messages(rt, topic="t", msg_ids=["a", "ghost", "b", "a", "c"]) == [
+        True, False, True, False, True]
+    assert [(await get(rt, msg_id))["status"] for msg_id in "abc"] == [Status.ACKED] * 3
+    assert (await selectors.topic_info(rt, topic="t"))["ackQueueSize"] == 0
+
+
+async def test_batch_nack_with_a_delay_or_as_dead_letters(rt):
+    for msg_id in "abcd":
+        await send(rt, msg_id)
+    await pull(rt)
+    assert await services.ack_messages(rt, topic="t", msg_ids=["a", "b"], ack=False, delay_millis=60_000) == [True, True]
+    assert await services.ack_messages(rt, topic="t", msg_ids=["c", "ghost"], ack=False, dead_letter=True) == [True, False]
+    assert await services.ack_messages(rt, topic="t", msg_ids=["d"], ack=False) == [True]
+    assert [(await get(rt, msg_id))["status"] for msg_id in "abcd"] == [
+        Status.WAITING, Status.WAITING, Status.EXHAUSTED, Status.READY]
+
+
+# --- nack with a delay, and dead-lettering
+
+async def test_nack_with_a_delay_waits_then_falls_due_with_its_retry_count_kept(rt):
+    sent = await send(rt, "n")
+    await pull(rt)
+    before = await redis_now(rt)
+    assert await services.nack_message(rt, topic="t", msg_id="n", delay_millis=300) == (True, Status.WAITING)
+    after = await redis_now(rt)
+    m = await get(rt, "n")
+    assert m["status"] == Status.WAITING and m["retry"] == 1
+    assert before + 300 <= m["triggerTime"] <= after + 300
+    assert m["expireTime"] == sent["expireTime"]  # the TTL is not extended by a nack
+    where = await structures(rt, "n")
+    assert where["waiting"] == m["triggerTime"] and where["inflight"] is None and not where["ready"]
+    assert (await promote(rt)).count == 0  # not yet due
+    await asyncio.sleep(0.35)
+    assert (await promote(rt)).count == 1
+    [again] = await pull(rt)
+    assert again["msgId"] == "n" and again["retry"] == 2
+    await drain_log(rt, ["t"])
+    assert (await history("t", "n"))[2] == ("nacked", Status.CONSUMING, Status.WAITING, 1)
+    assert (await logged("t", "n"))["triggerTime"] == m["triggerTime"]
+
+
+async def test_nack_without_a_delay_is_ready_at_once_as_before(rt):
+    await send(rt, "n")
+    await pull(rt)
+    assert await services.nack_message(rt, topic="t", msg_id="n") == (True, Status.READY)
+    assert await services.nack_message(rt, topic="t", msg_id="n", delay_millis=0) == (False, Status.READY)
+    assert (await structures(rt, "n"))["ready"]
+
+
+async def test_dead_letter_ends_a_consuming_message_now_with_its_reason(rt):
+    await send(rt, "poison", max_retry=5)
+    await pull(rt)
+    assert await services.nack_message(rt, topic="t", msg_id="poison", dead_letter=True) == (True, Status.EXHAUSTED)
+    where = await structures(rt, "poison")
+    assert where == {"waiting": None, "inflight": None, "ready": False, "expiry": None}
+    assert await pull(rt) == []
+    await drain_log(rt, ["t"])
+    assert (await history("t", "poison"))[-1] == ("dead_lettered", Status.CONSUMING, Status.EXHAUSTED, 1)
+    assert (await logged("t", "poison"))["status"] == Status.EXHAUSTED
+    # Not consuming (any more): nothing to dead-letter.
+    assert await services.nack_message(rt, topic="t", msg_id="poison", dead_letter=True) == (False, Status.EXHAUSTED)
+
+
+# --- touch
+
+async def test_touch_moves_the_ack_deadline_of_a_consuming_message(rt):
+    await send(rt, "slow")
+    await pull(rt, ack_timeout_millis=50)
+    before = await redis_now(rt)
+    deadline = await services.touch_message(rt, topic="t", msg_id="slow", ack_timeout_millis=60_000)
+    after = await redis_now(rt)
+    assert before + 60_000 <= deadline <= after + 60_000
+    assert (await structures(rt, "slow"))["inflight"] == deadline
+    await asyncio.sleep(0.1)  # past the first deadline: the touched one holds
+    assert (await requeue(rt)).count == 0
+    assert (await get(rt, "slow"))["status"] == Status.CONSUMING
+    await drain_log(rt, ["t"])
+    assert (await history("t", "slow"))[-1] == ("touched", Status.CONSUMING, Status.CONSUMING, 1)
+
+
+async def test_touch_of_a_message_not_consuming_is_a_conflict_and_of_an_unknown_one_not_found(rt):
+    await send(rt, "ready")
+    with pytest.raises(Conflict, match="not being consumed"):
+        await services.touch_message(rt, topic="t", msg_id="ready", ack_timeout_millis=1000)
+    with pytest.raises(NotFound):
+        await services.touch_message(rt, topic="t", msg_id="ghost", ack_timeout_millis=1000)
+    assert await structures(rt, "ready") == {"waiting": None, "inflight": None, "ready": True,
+                                             "expiry": (await get(rt, "ready"))["expireTime"]}
+
+
+# --- reschedule
+
+async def test_reschedule_a_waiting_message_later_keeps_its_ttl_from_the_new_trigger_time(rt):
+    sent = await send(rt, "w", delay=60_000, ttl_millis=5_000)
+    before = await redis_now(rt)
+    m = await services.reschedule_message(rt, topic="t", msg_id="w", delay_millis=120_000)
+    after = await redis_now(rt)
+    assert m["status"] == Status.WAITING and before + 120_000 <= m["triggerTime"] <= after + 120_000
+    assert m["expireTime"] - m["triggerTime"] == 5_000 and m["produceTime"] == sent["produceTime"]
+    assert m == await get(rt, "w")
+    where = await structures(rt, "w")
+    assert where["waiting"] == m["triggerTime"] and where["expiry"] == m["expireTime"]
+    exact = await services.reschedule_message(rt, topic="t", msg_id="w", trigger_time=m["triggerTime"] + 1)
+    assert exact["triggerTime"] == m["triggerTime"] + 1
+    await drain_log(rt, ["t"])
+    assert (await history("t", "w"))[-1] == ("rescheduled", Status.WAITING, Status.WAITING, 0)
+    row = await logged("t", "w")
+    assert (row["triggerTime"], row["expireTime"], row["status"]) == (
+        exact["triggerTime"], exact["expireTime"], Status.WAITING)
+
+
+async def test_reschedule_to_now_or_the_past_runs_it_now(rt):
+    await send(rt, "w", delay=60_000)
+    before = await redis_now(rt)
+    m = await services.reschedule_message(rt, topic="t", msg_id="w", trigger_time=0)
+    assert m["status"] == Status.READY and before <= m["triggerTime"] <= await redis_now(rt)
+    where = await structures(rt, "w")
+    assert where["ready"] and where["waiting"] is None
+    [pulled] = await pull(rt)
+    assert pulled["msgId"] == "w"
+    await drain_log(rt, ["t"])
+    assert (await history("t", "w"))[1] == ("rescheduled", Status.WAITING, Status.READY, 0)
+    assert (await logged("t", "w"))["triggerTime"] == m["triggerTime"]
+
+
+async def test_reschedule_a_ready_message_into_the_future_makes_it_wait(rt):
+    await send(rt, "r")
+    m = await services.reschedule_message(rt, topic="t", msg_id="r", delay_millis=60_000)
+    assert m["status"] == Status.WAITING
+    where = await structures(rt, "r")
+    assert not where["ready"] and where["waiting"] == m["triggerTime"]
+    assert await pull(rt) == []
+
+
+async def test_reschedule_refuses_consuming_ended_and_unknown_messages(rt):
+    await send(rt, "c")
+    await send(rt, "acked")
+    await pull(rt)
+    await services.ack_message(rt, topic="t", msg_id="acked")
+    with pytest.raises(Conflict, match="being consumed"):
+        await services.reschedule_message(rt, topic="t", msg_id="c", delay_millis=0)
+    with pytest.raises(NotFound, match="ended"):
+        await services.reschedule_message(rt, topic="t", msg_id="acked", delay_millis=0)
+    with pytest.raises(NotFound, match="not found"):
+        await services.reschedule_message(rt, topic="t", msg_id="ghost", delay_millis=0)
+    assert (await get(rt, "c"))["status"] == Status.CONSUMING
+
+
+async def test_a_resend_after_a_reschedule_answers_the_stored_rescheduled_message(rt):
+    await send(rt, "once", delay=60_000)
+    moved = await services.reschedule_message(rt, topic="t", msg_id="once", delay_millis=600_000)
+    again = await send(rt, "once", delay=0)
+    assert again == moved
+    assert (await selectors.topic_info(rt, topic="t"))["waitingQueueSize"] == 1
+    await drain_log(rt, ["t"])
+    assert (await logged("t", "once"))["triggerTime"] == moved["triggerTime"]
+
+
+# --- sends with a triggerTime
+
+async def test_send_with_a_trigger_time_in_the_future_or_the_past(rt):
+    now = await redis_now(rt)
+    later = await services.send_message(rt, topic="t", msg="x", delay_millis=0, trigger_time=now + 60_000)
+    assert later["status"] == Status.WAITING and later["triggerTime"] == now + 60_000
+    assert later["expireTime"] == now + 60_000 + rt.config.ttl_millis
+    [past, zero] = await services.send_messages(rt, requests=[
+        SendRequest("t", "y", 0, trigger_time=now - 5_000), SendRequest("t", "z", 0, trigger_time=0)])
+    for m in (past, zero):
+        assert m["status"] == Status.READY and m["triggerTime"] == m["produceTime"]
+
+
+# --- FLUSHALL + restore
+
+@pytest.mark.fault
+async def test_restore_brings_back_rescheduled_and_delayed_nacked_messages_as_they_were(single_rt):
+    rt = single_rt
+    await send(rt, "later", delay=60_000)
+    await send(rt, "now", delay=60_000)
+    await send(rt, "nacked", max_retry=5)
+    await send(rt, "dead")
+    await pull(rt)
+    await services.reschedule_message(rt, topic="t", msg_id="later", delay_millis=3_600_000)
+    await services.reschedule_message(rt, topic="t", msg_id="now", trigger_time=0)
+    await services.nack_message(rt, topic="t", msg_id="nacked", delay_millis=1_800_000)
+    await services.nack_message(rt, topic="t", msg_id="dead", dead_letter=True)
+    before = {msg_id: await get(rt, msg_id) for msg_id in ("later", "now", "nacked")}
+    await drain_log(rt, ["t"])
+
+    await rt.redis.flushall()
+    counts = await recovery.restore(rt)
+    assert (counts.restored, counts.skipped) == (3, 1)  # the dead letter stays ended
+    assert await get(rt, "dead") is None
+    for msg_id, old in before.items():
+        new = await get(rt, msg_id)
+        for field in ("status", "triggerTime", "expireTime", "retry", "maxRetry", "produceTime"):
+            assert new[field] == old[field], (msg_id, field)
+    assert (before["later"]["status"], before["now"]["status"], before["nacked"]["status"]) == (
+        Status.WAITING, Status.READY, Status.WAITING)
+    assert before["nacked"]["retry"] == 1
+    assert (await structures(rt, "nacked"))["waiting"] == before["nacked"]["triggerTime"]
+    assert [m["msgId"] for m in await pull(rt)] == ["now"]
+
+
+# --- over HTTP
+
+async def test_http_ack_answers_done(api):
+    await call(api, "sendMsg", topic="h", msg="x", delayMillis="0", msgId="m1")
+    await call(api, "pullMsg", topic="h")
+    assert await call(api, "ackMsg", topic="h", msgId="m1") == {"code": 200, "msg": "success", "done": True}
+    assert await call(api, "ackMsg", topic="h", msgId="m1") == {"code": 200, "msg": "success", "done": False}
+    assert await call(api, "ackMsg", topic="h", msgId="ghost", ack="false") == {
+        "code": 200, "msg": "success", "done": False}
+
+
+async def test_http_nack_with_a_delay_and_as_a_dead_letter(api):
+    for msg_id in ("m1", "m2"):
+        await call(api, "sendMsg", topic="h", msg="x", delayMillis="0", msgId=msg_id)
+    await call(api, "pullMsg", topic="h", batch="2")
+    assert (await call(api, "ackMsg", topic="h", msgId="m1", ack="false", delayMillis="60000"))["done"] is True
+    assert (await call(api, "getMsg", topic="h", msgId="m1"))["delayMsg"]["status"] == Status.WAITING
+    assert (await call(api, "ackMsg", json={"topic": "h", "msgId": "m2", "ack": False, "deadLetter": True}))["done"]
+    assert (await call(api, "getMsg", topic="h", msgId="m2"))["delayMsg"]["status"] == Status.EXHAUSTED
+
+
+@pytest.mark.parametrize("params, problem", [
+    ({"deadLetter": "true"}, "deadLetter: only with ack=false"),
+    ({"ack": "true", "delayMillis": "10"}, "delayMillis: only with ack=false"),
+    ({"ack": "false", "delayMillis": "10", "deadLetter": "true"}, "deadLetter: cannot be given with delayMillis"),
+    ({"ack": "false", "delayMillis": "-1"}, "delayMillis: "),
+    ({"ack": "false", "delayMillis": "soon"}, "delayMillis: "),
+    ({"ack": "false", "deadLetter": "maybe"}, "deadLetter: "),
+])
+async def test_http_ack_refuses_bad_new_parameters(api, params, problem):
+    body = await call(api, "ackMsg", topic="h", msgId="m1", **params)
+    assert body["code"] == 400 and body["msg"].startswith(problem), body
+
+
+async def test_http_ack_batch(api, settings):
+    settings.DELAYQUEUE = {**settings.DELAYQUEUE, "MAX_BATCH_SEND": 3}
+    for msg_id in ("a", "b"):
+        await call(api, "sendMsg", topic="h", msg="x", delayMillis="0", msgId=msg_id)
+    await call(api, "pullMsg", topic="h", batch="2")
+    body = await call(api, "ackMsgBatch", json={"topic": "h", "msgIds": ["a", "ghost", "b"]})
+    assert body == {"code": 200, "msg": "success", "results": [
+        {"msgId": "a", "done": True}, {"msgId": "ghost", "done": False}, {"msgId": "b", "done": True}]}
+    for bad, problem in [
+        ({"topic": "h", "msgIds": ["a", "b", "c", "d"]}, "msgIds: has 4 msgIds, over the limit of 3"),
+        ({"topic": "h", "msgIds": []}, "msgIds: "),
+        ({"topic": "h", "msgIds": "a"}, "msgIds: "),
+        ({"topic": "h", "msgIds": ["a", "bad\n"]}, "msgIds: "),
+        ({"msgIds": ["a"]}, "topic: "),
+        ({"topic": "h", "msgIds": ["a"], "deadLetter": True}, "deadLetter: only with ack=false"),
+    ]:
+        body = await call(api, "ackMsgBatch", json=bad)
+        assert body["code"] == 400 and body["msg"].startswith(problem), (bad, body)
+
+
+async def test_http_touch(api):
+    await call(api, "sendMsg", topic="h", msg="x", delayMillis="0", msgId="m1")
+    await call(api, "sendMsg", topic="h", msg="x", delayMillis="60000", msgId="w")
+    [pulled] = (await call(api, "pullMsg", topic="h", ackTimeoutMillis="1000"))["delayMsgList"]
+    body = await call(api, "touchMsg", topic="h", msgId="m1", ackTimeoutMillis="60000")
+    assert body["code"] == 200 and body["ackDeadline"] >= pulled["produceTime"] + 60_000
+    assert (await call(api, "touchMsg", topic="h", msgId="w", ackTimeoutMillis="1000"))["code"] == 409
+    assert (await call(api, "touchMsg", topic="h", msgId="ghost", ackTimeoutMillis="1000"))["code"] == 404
+    for params in ({}, {"ackTimeoutMillis": "0"}, {"ackTimeoutMillis": "x"}):
+        body = await call(api, "touchMsg", topic="h", msgId="m1", **params)
+        assert body["code"] == 400 and body["msg"].startswith("ackTimeoutMillis: "), body
+
+
+async def test_http_reschedule(api):
+    sent = (await call(api, "sendMsg", topic="h", msg="x", delayMillis="60000", msgId="w"))["delayMsg"]
+    body = await call(api, "rescheduleMsg", topic="h", msgId="w", triggerTime=str(sent["triggerTime"] + 1000))
+    assert body["code"] == 200 and body["delayMsg"]["triggerTime"] == sent["triggerTime"] + 1000
+    assert body["delayMsg"]["expireTime"] == sent["expireTime"] + 1000
+    assert (await call(api, "getMsg", topic="h", msgId="w"))["delayMsg"] == body["delayMsg"]
+    ran = await call(api, "rescheduleMsg", topic="h", msgId="w", delayMillis="0")
+    assert ran["delayMsg"]["status"] == Status.READY
+    await call(api, "pullMsg", topic="h")
+    assert (await call(api, "rescheduleMsg", topic="h", msgId="w", delayMillis="0"))["code"] == 409
+    await call(api, "ackMsg", topic="h", msgId="w")
+    assert (await call(api, "rescheduleMsg", topic="h", msgId="w", delayMillis="0"))["code"] == 404
+    assert (await call(api, "rescheduleMsg", topic="h", msgId="ghost", delayMillis="0"))["code"] == 404
+    for params, problem in [({}, "delayMillis: give exactly one"), ({"delayMillis": "1", "triggerTime": "1"},
+                                                                  "delayMillis: give exactly one"),
+                            ({"triggerTime": "-1"}, "triggerTime: "),
+                            ({"triggerTime": "4102444800001"}, "triggerTime: ")]:
+        body = await call(api, "rescheduleMsg", topic="h", msgId="ghost", **params)
+        assert body["code"] == 400 and body["msg"].startswith(problem), body
+
+
+async def test_http_send_with_a_trigger_time(api):
+    tomorrow = int(time.time() * 1000) + 86_400_000
+    sent = await call(api, "sendMsg", topic="h", msg="x", triggerTime=str(tomorrow), msgId="far")
+    assert sent["delayMsg"]["triggerTime"] == tomorrow and sent["delayMsg"]["status"] == Status.WAITING
+    both = await call(api, "sendMsg", topic="h", msg="x", triggerTime="1", delayMillis="1")
+    assert both["code"] == 400 and both["msg"] == "triggerTime: give triggerTime or delayMillis, not both"
+    neither = await call(api, "sendMsg", topic="h", msg="x")
+    assert neither == {"code": 400, "msg": "delayMillis: This field is required."}  # as before triggerTime
+    batch = await call(api, "sendMsgBatch", json=[{"topic": "h", "msg": "x", "triggerTime": 0},
+                                                  {"topic": "h", "msg": "y", "triggerTime": 1, "delayMillis": 1}])
+    first, second = batch["results"]
+    assert first["code"] == 200 and first["delayMsg"]["status"] == Status.READY
+    assert second["code"] == 400 and second["msg"].startswith("message 1: triggerTime: ")
