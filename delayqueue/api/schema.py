@@ -154,7 +154,8 @@ class TopicConfigSerializer(serializers.Serializer):
     ackTimeoutMillis = serializers.IntegerField(help_text="default ack timeout of the topic's pulls")
     retryBackoffMillis = serializers.IntegerField(help_text="first backoff wait after an ack timeout; 0: none")
     retryBackoffMaxMillis = serializers.IntegerField(help_text="longest backoff wait")
-    deadLetter = serializers.BooleanField(help_text="messages ending as 6 are kept as dead letters")
+    deadLetter = serializers.BooleanField(help_text="messages ending as 6 are kept as dead letters (false: "
+                                                    "its status-6 messages are not dead letters, see setTopicConfig)")
     paused = serializers.BooleanField(help_text="pulls hand out nothing (pauseTopic)")
     produceRatePerSecond = serializers.IntegerField(help_text="0: no limit")
     consumeRatePerSecond = serializers.IntegerField(help_text="0: no limit")

@@ -252,7 +252,10 @@ class SetTopicConfigSerializer(TopicSerializer):
     retryBackoffMaxMillis = millis("longest backoff wait; 0: back to the default (1 hour)", required=False,
                                    min_value=0)
     deadLetter = serializers.BooleanField(
-        required=False, help_text="keep the topic's messages that end as 6 as dead letters; true/false")
+        required=False, help_text="keep the topic's messages that end as 6 as dead letters; true/false. Judged "
+        "by the setting in force, not at their death: false takes the topic's status-6 messages out of "
+        "getDeadMsgList, redrives and purgeDeadMsg, and prune_log removes them as other ended messages; true "
+        "again brings back those not yet pruned")
     produceRatePerSecond = _limit("messages a second the topic takes")
     consumeRatePerSecond = _limit("messages a second the topic hands out")
     maxLiveMessages = _limit("most messages of the topic waiting, ready or consuming at once")

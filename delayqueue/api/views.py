@@ -575,7 +575,8 @@ class GetTopicConfigView(QueueAPIView):
     "Sets the settings given; the others stay as they are. Defaults for the topic's sends and pulls that give "
     "none (ttlMillis, maxRetry, ackTimeoutMillis; 0, or below 0 for maxRetry: back to the server's), the retry "
     "backoff after an ack timeout (min(retryBackoffMaxMillis, retryBackoffMillis * 2^(retry-1)), less up to "
-    "20% at random), deadLetter, and the topic's limits (0: none). In force on every server process within a "
+    "20% at random), deadLetter (false: the topic's status-6 messages, earlier ones included, are not dead "
+    "letters while it stays false), and the topic's limits (0: none). In force on every server process within a "
     "second. Answers the topic's settings, as getTopicConfig.",
     answer("SetTopicConfigAnswer", TopicConfigResultSerializer), SetTopicConfigSerializer,
     example={"topic": "orders", "maxRetry": 5, "retryBackoffMillis": 1000, "retryBackoffMaxMillis": 60000})
@@ -633,7 +634,8 @@ class PurgeTopicView(QueueAPIView):
     "List a topic's dead letters",
     "Messages of the topic that ended as dead letters (status 6: their deliveries or TTL ran out after a "
     "delivery, or their consumer dead-lettered them), kept in the message log for "
-    "DELAYQUEUE_DEAD_LETTER_RETENTION_DAYS (default 14), oldest death first, `limit` per page. Each carries "
+    "DELAYQUEUE_DEAD_LETTER_RETENTION_DAYS (default 14), oldest death first, `limit` per page. Only while the "
+    "topic's deadLetter setting (setTopicConfig) is true: with it false the list is empty. Each carries "
     "deadReason and deadTime. Pass the answer's nextCursor as `cursor` for the next page; the last page has none.",
     answer("GetDeadMsgListAnswer", DeadMsgListResultSerializer), DeadMsgListSerializer, method="GET",
     example={"topic": "orders", "limit": 100})

@@ -35,6 +35,11 @@ def _rendered(statuses) -> str:
 LIVE = f"status IN ({_rendered(LIVE_STATUSES)})"
 ENDED = f"status >= {int(Status.ACKED)}"
 DEAD = f"status = {int(Status.EXHAUSTED)}"
+# A status-6 row `m` is a dead letter while its topic keeps dead letters. Judged by the topic's
+# setting now (TopicConfig.dead_letter; no row: on): switched off, its status-6 rows leave the
+# lists, redrives and purges, and prune_log removes them at the ordinary retention.
+KEEPS_DEAD = (f"NOT EXISTS (SELECT 1 FROM {TOPIC_CONFIG_TABLE} c"
+              " WHERE c.namespace = m.namespace AND c.topic = m.topic AND NOT c.dead_letter)")
 
 # --- The send path (group_commit.MessageLog): performance-critical, one statement per group.
 
@@ -146,12 +151,13 @@ HOLDS_LIVE = f"SELECT EXISTS (SELECT 1 FROM {MESSAGE_TABLE} WHERE namespace = %s
 
 # A batch of ended messages last changed before the cutoff and not before %(since)s (where the
 # previous batch stopped: rows it left behind are not read again), oldest first, from
-# message_ended; either dead letters (status 6, kept for their own retention) or the other ended
-# rows. Rows another transaction holds are left for the next run.
+# message_ended; either dead letters (status 6 of a topic that keeps them, kept for their own
+# retention) or the other ended rows. Rows another transaction holds are left for the next run.
 DELETE_ENDED_MESSAGES = f"""
 WITH doomed AS (
-    SELECT id FROM {MESSAGE_TABLE}
-    WHERE {ENDED} AND updated_at < %(before)s AND updated_at >= %(since)s AND (status = %(dead)s) = %(dead_letters)s
+    SELECT id FROM {MESSAGE_TABLE} m
+    WHERE {ENDED} AND updated_at < %(before)s AND updated_at >= %(since)s
+      AND (status = %(dead)s AND {KEEPS_DEAD}) = %(dead_letters)s
     ORDER BY updated_at LIMIT %(batch)s
     FOR UPDATE SKIP LOCKED
 )
@@ -174,7 +180,7 @@ def _at_micros(micros: str) -> str:
 
 
 _MICROS = "(extract(epoch FROM m.updated_at) * 1000000)::int8"
-_DEAD_IN = (f"m.namespace = %(namespace)s AND m.topic = %(topic)s AND m.{DEAD}"
+_DEAD_IN = (f"m.namespace = %(namespace)s AND m.topic = %(topic)s AND m.{DEAD} AND {KEEPS_DEAD}"
             " AND (%(msg_ids)s::text[] IS NULL OR m.msg_id = ANY(%(msg_ids)s::text[]))")
 
 # A page after position (%(after)s µs, %(after_id)s; the first page: NULL, 0), with why each died: the reason of the

@@ -10,6 +10,7 @@ from datetime import timedelta
 import psycopg
 import pytest
 import redis
+from asgiref.sync import sync_to_async
 
 from delayqueue import services
 from delayqueue.constants import Status
@@ -52,7 +53,7 @@ async def make_dead(rt, topic: str, exhausted: list[str], expired: list[str] = (
     if expired:
         await asyncio.sleep(0.15)
     for msg_id in [*exhausted, *expired]:
-        assert await services.nack_message(rt, topic=topic, msg_id=msg_id) == Status.EXHAUSTED
+        assert await services.nack_message(rt, topic=topic, msg_id=msg_id) == (True, Status.EXHAUSTED)
     await drain_log(rt, [topic])
 
 
@@ -148,7 +149,7 @@ async def test_a_redrive_sends_dead_letters_back_as_new_lives_that_are_delivered
         ("sent", 0, 2, 0), ("pulled", 2, 3, 1), ("retries_exhausted", 3, 6, 1), ("redriven", 6, 2, 0),
         ("pulled", 2, 3, 1)]
     # Dead again: a dead letter again, and another redrive takes it.
-    assert await services.nack_message(rt, topic="t", msg_id="a") == Status.EXHAUSTED
+    assert await services.nack_message(rt, topic="t", msg_id="a") == (True, Status.EXHAUSTED)
     await wait_until(lambda: logged_status("t", "a", Status.EXHAUSTED), what="the second death in the log")
     page, _ = await deadletters.dead_letters(rt, topic="t", limit=10, cursor=None)
     assert [(m["msgId"], m["deadReason"]) for m in page] == [("c", "retries_exhausted"), ("a", "retries_exhausted")]
@@ -287,3 +288,61 @@ async def test_bad_input_is_code_400_naming_the_parameter(api, endpoint, how, pa
 async def test_an_unknown_redrive_task_is_code_404(api):
     assert await call(api, "getRedriveTask", method="get", taskId="999999") == {
         "code": 404, "msg": "redrive task 999999 not found"}
+
+
+# --- The topic's deadLetter setting
+
+
+async def age(topic: str, msg_id: str, days: int) -> None:
+    """The message and its history last changed `days` ago."""
+    await query("UPDATE delayqueue_message SET updated_at = now() - %s * interval '1 day'"
+                " WHERE topic = %s AND msg_id = %s", days, topic, msg_id)
+    await query("UPDATE delayqueue_messageevent SET at = now() - %s * interval '1 day' - interval '1 s'"
+                " WHERE topic = %s AND msg_id = %s", days, topic, msg_id)
+
+
+async def listed(api, topic: str) -> list[str]:
+    body = await call(api, "getDeadMsgList", method="get", topic=topic)
+    assert body["code"] == 200, body
+    return [m["msgId"] for m in body["delayMsgList"]]
+
+
+async def test_the_dead_letter_setting_decides_as_it_stands_whether_status_6_messages_are_dead_letters(
+        api, single_rt):
+    await make_dead(single_rt, "off", exhausted=["old", "young"])
+    await make_dead(single_rt, "on", exhausted=["kept"])
+    for topic, on in (("off", "false"), ("on", "true")):
+        assert (await call(api, "setTopicConfig", topic=topic, deadLetter=on))["data"]["deadLetter"] is (on == "true")
+    # Off: its status-6 messages, those that died while it was on included, are not dead letters.
+    assert await listed(api, "off") == []
+    assert await call(api, "redriveDeadMsg", json={"topic": "off"}) == {
+        "code": 404, "msg": "topic off has no dead letters"}
+    assert (await call(api, "redriveDeadMsg", json={"topic": "off", "msgIds": ["old"]}))["code"] == 404
+    assert await call(api, "purgeDeadMsg", json={"topic": "off"}) == {"code": 200, "msg": "success", "count": 0}
+    assert (await logged("off", "old"))["status"] == Status.EXHAUSTED
+    # prune_log removes them after the log's ordinary retention; the kept topic's stays for its own.
+    await age("off", "old", 10)
+    await age("on", "kept", 10)
+    assert await sync_to_async(prune_log)(timedelta(days=7)) == (1, 3)  # sent, pulled, retries_exhausted
+    assert await logged("off", "old") is None and await logged("on", "kept") is not None
+    assert await listed(api, "on") == ["kept"]
+    # On again: those not yet pruned are dead letters again, listed and redriven.
+    await call(api, "setTopicConfig", topic="off", deadLetter="true")
+    assert await listed(api, "off") == ["young"]
+    assert (await call(api, "redriveDeadMsg", json={"topic": "off"}))["code"] == 200
+
+
+async def test_a_redrive_running_when_dead_letters_are_switched_off_moves_no_more(single_rt, start_scanner):
+    rt = single_rt
+    await fill_dead("switched", 20)
+    task_id = await deadletters.create_redrive(rt, topic="switched", msg_ids=None, max_per_second=500)
+    await services.set_topic_config(rt, topic="switched", changes={"dead_letter": False}, limits={})
+    assert await deadletters.redrive_state(rt, task_id=task_id) == {"moved": 0, "left": 0, "state": "running"}
+    await start_scanner(rt)
+
+    async def done():
+        state = await deadletters.redrive_state(rt, task_id=task_id)
+        return state if state["state"] == "done" else None
+
+    assert await wait_until(done, timeout=10, what="the redrive") == {"moved": 0, "left": 0, "state": "done"}
+    assert await rt.redis.llen(rt.ns.topic("switched").ready) == 0
