@@ -237,16 +237,28 @@ def test_redrive_command_shows_progress_until_done(clean_state, scanner_process)
     scanner.wait_started()
     env = {**os.environ, "DATABASE_URL": log_database_url(),
            **{f"DELAYQUEUE_{k}": str(v) for k, v in TEST_CONFIG.items()}}
+    chosen = subprocess.run([sys.executable, "manage.py", "redrive", "--topic", "cli", "--msg-id", "d3",
+                             "--msg-id", "d7", "--msg-id", "nope"], cwd=ROOT, env=env, capture_output=True,
+                            text=True, timeout=60)
+    assert chosen.returncode == 0, chosen.stderr
+    assert "100.0% 2/2" in chosen.stderr and chosen.stdout.strip().endswith("redriven 2")
+    assert sorted(redis.Redis.from_url(REDIS_URL).lrange("dq:{default:cli}:ready", 0, -1)) == [b"d3", b"d7"]
+    missing = subprocess.run([sys.executable, "manage.py", "redrive", "--topic", "cli", "--msg-id", "d3"], cwd=ROOT,
+                             env=env, capture_output=True, text=True, timeout=60)
+    assert missing.returncode == 1 and "topic cli has no such dead letter" in missing.stderr
     out = subprocess.run([sys.executable, "manage.py", "redrive", "--topic", "cli", "--rate", "100"], cwd=ROOT,
                          env=env, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
-    assert "100.0% 50/50" in out.stderr and out.stdout.strip().endswith("redriven 50")
+    assert "100.0% 48/48" in out.stderr and out.stdout.strip().endswith("redriven 48")
     again = subprocess.run([sys.executable, "manage.py", "redrive", "--topic", "cli"], cwd=ROOT, env=env,
                            capture_output=True, text=True, timeout=60)
     assert again.returncode == 1 and "topic cli has no dead letters" in again.stderr
     bad = subprocess.run([sys.executable, "manage.py", "redrive", "--topic", "cli", "--rate", "0"], cwd=ROOT,
                          env=env, capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "--rate: must be at least 1" in bad.stderr and "Traceback" not in bad.stderr
+    empty = subprocess.run([sys.executable, "manage.py", "redrive", "--topic", "cli", "--msg-id", ""], cwd=ROOT,
+                           env=env, capture_output=True, text=True, timeout=60)
+    assert empty.returncode == 2 and "--msg-id: must not be empty" in empty.stderr
 
 
 async def test_the_dead_letter_endpoints_over_http(api, single_rt):

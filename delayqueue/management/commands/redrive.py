@@ -5,7 +5,7 @@ import time
 
 from django.core.management.base import BaseCommand, CommandError
 
-from delayqueue.arguments import namespace_name, positive_int, topic_name
+from delayqueue.arguments import namespace_name, non_empty, positive_int, topic_name
 from delayqueue.conf import load_config
 from delayqueue.constants import REDRIVE_DEFAULT_RATE, REDRIVE_MAX_RATE
 from delayqueue.exceptions import LogUnavailable
@@ -24,12 +24,14 @@ def rate(text: str) -> int:
 
 
 class Command(BaseCommand):
-    help = ("Send a topic's dead letters back as new lives (ready now, retry 0) at a rate, and show the "
-            "progress until done. The scanners (manage.py run_scanners) do the work; interrupted, the redrive "
-            "goes on in them.")
+    help = ("Send a topic's dead letters (all, or those of --msg-id) back as new lives (ready now, retry 0) at a "
+            "rate, and show the progress until done. The scanners (manage.py run_scanners) do the work; "
+            "interrupted, the redrive goes on in them.")
 
     def add_arguments(self, parser):
         parser.add_argument("--topic", type=topic_name, required=True, help="the topic whose dead letters go back")
+        parser.add_argument("--msg-id", dest="msg_ids", action="append", type=non_empty,
+                            help="only this dead letter (repeatable); default: all of the topic's")
         parser.add_argument("--rate", type=rate, default=REDRIVE_DEFAULT_RATE,
                             help=f"most messages per second ({REDRIVE_DEFAULT_RATE})")
         parser.add_argument("--namespace", type=namespace_name, help="default DELAYQUEUE_NAMESPACE")
@@ -46,10 +48,12 @@ class Command(BaseCommand):
         config = load_config()
         rt = Runtime(config, "manage.py redrive", namespace=options["namespace"] or config.namespace)
         try:
-            task_id = await deadletters.create_redrive(rt, topic=options["topic"], msg_ids=None,
+            topic, msg_ids = options["topic"], options["msg_ids"]
+            task_id = await deadletters.create_redrive(rt, topic=topic, msg_ids=msg_ids,
                                                        max_per_second=options["rate"])
             if task_id is None:
-                raise CommandError(f"topic {options['topic']} has no dead letters")
+                raise CommandError(f"topic {topic} has no such dead letter" if msg_ids
+                                   else f"topic {topic} has no dead letters")
             self.stdout.write(f"redrive task {task_id} started (run by the scanners)")
             self.stdout.flush()
             await self._follow(rt, task_id)
