@@ -455,11 +455,12 @@ async def resume_topic(rt: Runtime, *, topic: str) -> None:
 
 
 async def purge_topic(rt: Runtime, *, topic: str) -> int:
-    """Ends every live message of the topic as deleted (history reason 'purged'), a bounded
-    batch per script call, and returns how many. Messages sent while it runs may be purged too."""
+    """Ends every live message of the topic as deleted (history reason 'purged', counted as
+    deleteMsg in the monitor counters), a bounded batch per script call, and returns how many. Messages sent while it runs may be purged too."""
     cfg = rt.config
     call = scripts.purge_topic(rt.ns.topic(topic), limit=cfg.scanner_batch,
-                               retention_millis=cfg.ended_retention_millis, actor=rt.actor)
+                               retention_millis=cfg.ended_retention_millis, actor=rt.actor,
+                               stats_interval_millis=cfg.monitor_interval_millis)
     purged = 0
     while True:
         reply = await rt.scripts.call(call)

@@ -375,9 +375,10 @@ def borrow_live(k: NamespaceKeys, *, wanted: int, max_live: int, held: int) -> S
     return ScriptCall(BORROW_LIVE, [k.live_pool], [wanted, max_live, held])
 
 
-def purge_topic(k: TopicKeys, *, limit: int, retention_millis: int, actor: str) -> ScriptCall:
-    return ScriptCall(PURGE_TOPIC, [k.waiting, k.ready, k.inflight, k.msgs, k.expiry, k.ended, k.events],
-                      [limit, retention_millis, actor])
+def purge_topic(k: TopicKeys, *, limit: int, retention_millis: int, actor: str,
+                stats_interval_millis: int) -> ScriptCall:
+    return ScriptCall(PURGE_TOPIC, [k.waiting, k.ready, k.inflight, k.msgs, k.expiry, k.ended, k.events, k.stats],
+                      [limit, retention_millis, actor, stats_interval_millis])
 
 
 def _flag(value: bool) -> int:

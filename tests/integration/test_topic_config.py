@@ -9,6 +9,7 @@ from delayqueue import selectors, services
 from delayqueue.constants import RETRY_BACKOFF_MAX_MILLIS, Status
 from delayqueue.messagelog import recovery
 from delayqueue.models import Limit
+from delayqueue.ops import figures
 from delayqueue.services import SendRequest
 
 from tests.helpers import REDIS_URL, call, drain_log, history, logged, make_runtime, promote, requeue
@@ -220,6 +221,30 @@ async def test_purge_ends_every_live_message_as_deleted_in_batches_and_logs_it(r
     assert (await selectors.get_message(rt, topic="t", msg_id=to_ack["msgId"]))["status"] == Status.ACKED
     assert (await selectors.get_message(rt, topic="other", msg_id=other["msgId"]))["status"] == Status.READY
     assert await services.purge_topic(rt, topic="t") == 0
+
+
+async def test_a_purge_counts_its_messages_as_deletes_in_every_monitor_figure(rt):
+    """getMonitorData's interval, the dashboard's and /metrics' totals: purged messages are deletes."""
+    rt.config = rt.config.with_overrides(monitor_interval_seconds=2, scanner_batch=2)  # several script calls
+    for delay in (60_000, 60_000, 0, 0, 0):
+        await send(rt, delay=delay)
+    await services.pull_messages(rt, topic="t", batch=1, ack_timeout_millis=60_000)
+
+    async def next_interval():
+        await asyncio.sleep((2_000 - await redis_now(rt) % 2_000 + 20) / 1000)
+
+    await next_interval()  # the purge alone in its interval
+    assert await services.purge_topic(rt, topic="t") == 5
+    [overview] = await figures.topic_overview(rt, topics=["t"])
+    assert overview["totals"]["deleteMsg"] == 5  # /metrics' delayqueue_requests_total{type="deleteMsg"}
+    await next_interval()
+    assert (await selectors.monitor_data(rt))["requestStatsList"] == [
+        {"topic": "t", "sendMsg": 0, "pullMsg": 0, "deleteMsg": 5, "ackMsg": 0, "getMsg": 0, "triggerMsgReady": 0,
+         "triggerMsgEndLife": 0, "triggerMsgTimeout": 0}]
+    [overview] = await figures.topic_overview(rt, topics=["t"])
+    assert overview["last_interval"]["deleteMsg"] == 5
+    info = await selectors.topic_info(rt, topic="t")
+    assert (info["waitingQueueSize"], info["readyQueueSize"], info["ackQueueSize"]) == (0, 0, 0)
 
 
 async def test_settings_and_pause_survive_flushall_and_restore(single_rt):

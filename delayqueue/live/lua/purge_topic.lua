@@ -1,7 +1,8 @@
 -- purgeTopic, one bounded batch: up to `limit` live messages of the topic end as deleted
 -- (status 7, history reason 'purged'), the ready ones first (popped from the list's tail, not
 -- searched for), then waiting, then consuming ones. The caller repeats it while more remain,
--- so a large topic never holds Redis for long.
+-- so a large topic never holds Redis for long. Counted as deletes (deleteMsg) in the monitor
+-- counters, so getMonitorData and /metrics see them as delete.lua's.
 -- KEYS[1] waiting
 -- KEYS[2] ready
 -- KEYS[3] inflight
@@ -9,12 +10,15 @@
 -- KEYS[5] expiry
 -- KEYS[6] ended
 -- KEYS[7] events
+-- KEYS[8] stats
 -- ARGV[1] limit: most messages ended per call
 -- ARGV[2] retention_millis: how long an ended body stays readable
 -- ARGV[3] actor: 'process@host' for the history, '' with the message log off
+-- ARGV[4] stats_interval_millis
 -- Returns {messages purged, 1 if live messages remain else 0}
 -- @include clock
 -- @include history
+-- @include stats
 local waiting, ready, inflight, msgs, expiry, ended, events = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6],
   KEYS[7]
 local limit, retention, actor = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
@@ -56,5 +60,6 @@ for _, queue in ipairs({{waiting, STATUS.WAITING}, {inflight, STATUS.CONSUMING}}
     end
   end
 end
+stat_add(KEYS[8], tonumber(ARGV[4]), now, 'deleteMsg', purged)
 local more = redis.call('LLEN', ready) + redis.call('ZCARD', waiting) + redis.call('ZCARD', inflight) > 0
 return {purged, more and 1 or 0}
