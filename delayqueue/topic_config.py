@@ -6,10 +6,12 @@ PostgreSQL holds them. Two copies serve the hot paths:
   (TopicConfigCache, as limits.LimitCache does), so a send or a pull never waits on PostgreSQL or
   depends on Redis for its defaults, and a change is in force on every web process within a
   second (at once on the process that made it, which reads again).
-- The topic's Redis meta hash mirrors what the scripts need (MIRROR_FIELDS): the retry backoff
-  (requeue_timed_out.lua), the pause (pull.lua) and the dead-letter switch. Written by every
-  change and written back by restore (messagelog/recovery.py) after Redis lost its data; a topic
-  retired by the scanner keeps them (retire_topic.lua only drops its registration).
+- The topic's Redis meta hash mirrors the settings the scripts act on (MIRROR_FIELDS): the retry
+  backoff (requeue_timed_out.lua, nack.lua) and the pause (pull.lua); and the dead-letter switch,
+  which no script reads (dead letters are judged in the message log, sql.KEEPS_DEAD). Written by
+  every change and written back by restore (messagelog/recovery.py, spark/restore.py) after Redis
+  lost its data; a topic retired by the scanner keeps them (retire_topic.lua only drops its
+  registration).
 
 A pull of a paused topic hands out nothing if either copy says paused: the mirror makes a pause
 exact the moment it is answered, the cache keeps it while a Redis that lost its data waits for
@@ -57,6 +59,11 @@ MIRROR_FIELDS = {
 }
 
 
+def settings_table(rows) -> dict[str, TopicSettings]:
+    """Topic -> settings, from the rows of sql.TOPIC_CONFIGS."""
+    return {topic: TopicSettings(*values) for topic, *values in rows}
+
+
 class TopicConfigCache:
     """One namespace's topic settings, read from PostgreSQL on first use and every
     REFRESH_SECONDS after. The hot paths read `current` and call table() only before the first read."""
@@ -86,7 +93,7 @@ class TopicConfigCache:
         async with self._db.use() as conn:
             cursor = await conn.execute(sql.TOPIC_CONFIGS, [self._ns.namespace])
             rows = await cursor.fetchall()
-        self.current = {topic: TopicSettings(*values) for topic, *values in rows}
+        self.current = settings_table(rows)
         return self.current
 
     async def _refresh_forever(self) -> None:

@@ -6,7 +6,9 @@ size; each Spark task streams its topics' rows from PostgreSQL in id order and p
 with `delayqueue.messagelog.recovery.restore_rows`, the same function and Lua script `manage.py restore`
 uses. The result is the same as the command's: the same messages, states and times, and each
 topic's ready list in the same (id) order. Nothing is shuffled: rows go from PostgreSQL to
-Redis inside one Python task. Idempotent: a msgId Redis already holds is counted already live
+Redis inside one Python task. First, on the driver, the topics' settings go back into their
+Redis mirrors (pause, backoff) with `recovery.restore_topic_settings`, as `manage.py restore`
+does before its messages. Idempotent: a msgId Redis already holds is counted already live
 and left alone, so a re-run after a failed task finishes the job. Parallelism is across topics.
 """
 import asyncio
@@ -17,8 +19,9 @@ from collections.abc import Iterable
 from delayqueue import arguments
 from delayqueue.messagelog import recovery, sql
 from delayqueue.live.keys import namespace_keys
-from delayqueue.messagelog.connection import EVENT_TABLE, MESSAGE_TABLE
+from delayqueue.messagelog.connection import EVENT_TABLE, MESSAGE_TABLE, TOPIC_CONFIG_TABLE
 from delayqueue.runtime import Runtime
+from delayqueue.topic_config import settings_table
 from spark import common, pgread
 
 RESTORE_COLUMNS = list(sql.RESTORE_COLUMNS)
@@ -70,6 +73,21 @@ def restore_partition(config, include_expired: bool, dry_run: bool, rows: Iterab
     yield counts.restored, counts.already_live, counts.skipped
 
 
+def restore_settings(config, dsn: str, namespace: str, topic: str | None) -> None:
+    """On the driver: the namespace's topic settings (only --topic's when given), read from the
+    job's database, written into their Redis mirrors."""
+    table = settings_table(common.query(dsn, sql.TOPIC_CONFIGS, [namespace]))
+
+    async def write() -> None:
+        rt = Runtime(config, process="spark restore")
+        try:
+            await recovery.restore_topic_settings(rt, topic=topic, table=table)
+        finally:
+            await rt.close()
+
+    asyncio.run(write())
+
+
 def rows_query(where) -> str:
     """The statement streaming the RESTORE_COLUMNS of the log rows matching `where` (a
     condition of messagelog.sql), in id order."""
@@ -99,7 +117,7 @@ def add_arguments(p) -> None:
 
 
 def preflight(args) -> None:
-    common.check_postgres(args.database_url, (MESSAGE_TABLE, EVENT_TABLE))
+    common.check_postgres(args.database_url, (MESSAGE_TABLE, EVENT_TABLE, TOPIC_CONFIG_TABLE))
     common.check_redis(args.redis_url)
 
 
@@ -112,6 +130,8 @@ def run(spark, args) -> tuple[int, int, int]:
     rows_per_topic = {topic: n for topic, n, _ in counts if n}
     ended = sum(rest for _, _, rest in counts)
     query = rows_query(sql.both(sql.both(scope, candidates), sql.IN_TOPIC))
+    if not args.dry_run:
+        restore_settings(config, args.database_url, args.namespace, args.topic)
     groups = balance(rows_per_topic, common.default_partitions(spark, args.partitions))
     include_expired, dry_run, dsn = args.include_expired, args.dry_run, args.database_url
     per_partition = (spark.sparkContext.parallelize(groups, len(groups)).mapPartitions(

@@ -22,7 +22,7 @@ from delayqueue.constants import LIVE_STATUSES, Status
 from delayqueue.live import scripts
 from delayqueue.messages import Message
 from delayqueue.runtime import Runtime
-from delayqueue.topic_config import write_mirrors
+from delayqueue.topic_config import TopicSettings, write_mirrors
 
 PAGE_ROWS = 10_000
 PAGES_IN_FLIGHT = 3
@@ -109,11 +109,14 @@ async def restore(rt: Runtime, *, topic: str | None = None, msg_id: str | None =
     return counts
 
 
-async def restore_topic_settings(rt: Runtime, *, topic: str | None = None) -> None:
+async def restore_topic_settings(rt: Runtime, *, topic: str | None = None,
+                                 table: dict[str, TopicSettings] | None = None) -> None:
     """Writes the topics' settings (pause, backoff, dead letters) back into their Redis mirrors
     from PostgreSQL, before their messages come back: a paused topic's restored messages are not
-    handed out."""
-    table = await rt.topic_configs.fresh()
+    handed out. `table`: the namespace's settings as read by the caller (spark.restore, from its
+    own database); default: read now."""
+    if table is None:
+        table = await rt.topic_configs.fresh()
     await write_mirrors(rt, {name: settings for name, settings in table.items() if topic in (None, name)})
 
 

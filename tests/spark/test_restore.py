@@ -9,6 +9,8 @@ from django.core.management import call_command
 from delayqueue.live.client import is_cluster_url
 from delayqueue.live.keys import namespace_keys, topic_keys
 from delayqueue.messagelog.writer import Event
+from delayqueue.models import TopicConfig
+from delayqueue.topic_config import MIRROR_FIELDS
 from spark import common, restore
 
 from tests.helpers import REDIS_CLUSTER_URL, REDIS_URL, log_database_url
@@ -27,7 +29,8 @@ HELD = json.dumps({"topic": "a", "msgId": "a-held", "msg": "already here", "stat
 def build_log() -> None:
     """Topic a: one message in each live state, one live in the log but past its TTL, one Redis
     already holds, and one per ended state. Topic B: 30 due and 10 waiting, ids interleaved.
-    Another namespace's live message, which stays out."""
+    Another namespace's live message, which stays out. Settings of a (paused), of B and of the
+    other namespace's a."""
     now = int(time.time() * 1000)
     log = LogBuilder()
     log.message("a", "a-wait", now - 1000, delay=HOUR)
@@ -44,6 +47,10 @@ def build_log() -> None:
                     status=1 if waiting else 2)
     log.message("a", "a-elsewhere", now - 60_000, status=2, namespace="other")
     log.save()
+    TopicConfig.objects.create(namespace="default", topic="a", paused=True, retry_backoff_millis=250,
+                               dead_letter=False)
+    TopicConfig.objects.create(namespace="default", topic=B, retry_backoff_max_millis=9_000)
+    TopicConfig.objects.create(namespace="other", topic="a", paused=True)
 
 
 def reset(url: str) -> None:
@@ -70,9 +77,10 @@ def snapshot(url: str) -> dict:
             "expiry": client.zrange(k.expiry, 0, -1, withscores=True),
             "restored_events": sorted(event.msg_id for entry_id, fields in client.xrange(k.events)
                                       for event in Event.parse(topic, entry_id, fields)),
+            "settings": {field: value for field, value in client.hgetall(k.meta).items() if field in MIRROR_FIELDS},
         }
     other = topic_keys("other", "a")
-    state["other"] = client.exists(other.msgs)
+    state["other"] = client.exists(other.msgs) + client.exists(other.meta)
     client.close()
     return state
 
@@ -110,6 +118,10 @@ def test_spark_restore_gives_the_same_redis_as_manage_py_restore(spark, settings
     assert [i for i, _ in a["waiting"]] == ["a-wait"] and sorted(a["ready"]) == ["a-consuming", "a-due", "a-ready"]
     assert expected[B]["ready"] == [f"b-{i:02}" for i in reversed(range(40)) if i % 4 != 3]  # LPUSH in id order
     assert expected["other"] == 0
+    # The topics' settings are back in their Redis mirrors, the pause the pull script reads included.
+    assert a["settings"] == {"retry_backoff": "250", "retry_backoff_max": "3600000", "dead_letter": "0", "paused": "1"}
+    assert expected[B]["settings"] == {"retry_backoff": "0", "retry_backoff_max": "9000", "dead_letter": "1",
+                                       "paused": "0"}
 
     again = spark_restore(spark, url, capsys=capsys)  # idempotent
     assert again == "restored 0, already live 45, skipped (ended or expired) 5"
