@@ -12,9 +12,9 @@ import pytest
 import redis
 from asgiref.sync import sync_to_async
 
-from delayqueue import services
+from delayqueue import selectors, services
 from delayqueue.constants import Status
-from delayqueue.messagelog import deadletters
+from delayqueue.messagelog import deadletters, recovery
 from delayqueue.messagelog.retention import prune_log
 from delayqueue.services import SendRequest
 from tests.helpers import (REDIS_URL, ROOT, TEST_CONFIG, call, drain_log, history, log_database_url, logged,
@@ -358,3 +358,32 @@ async def test_a_redrive_running_when_dead_letters_are_switched_off_moves_no_mor
 
     assert await wait_until(done, timeout=10, what="the redrive") == {"moved": 0, "left": 0, "state": "done"}
     assert await rt.redis.llen(rt.ns.topic("switched").ready) == 0
+
+
+async def test_after_flushall_and_restore_dead_letters_stay_dead_and_a_redriven_one_is_live(single_rt,
+                                                                                           start_scanner):
+    rt = single_rt
+    await make_dead(rt, "fr", exhausted=["dead", "back"])
+    task_id = await deadletters.create_redrive(rt, topic="fr", msg_ids=["back"], max_per_second=500)
+    scanner = await start_scanner(rt)
+
+    async def done():
+        return (await deadletters.redrive_state(rt, task_id=task_id))["state"] == "done"
+
+    await wait_until(done, timeout=10, what="the redrive")
+    await scanner.stop()
+    await drain_log(rt, ["fr"])
+    redriven = await selectors.get_message(rt, topic="fr", msg_id="back")
+    await rt.redis.flushall()
+    counts = await recovery.restore(rt)
+    assert (counts.restored, counts.already_live, counts.skipped) == (1, 0, 1)
+    # The dead letter stays in the log only: not in Redis, still listed as dead.
+    assert await selectors.get_message(rt, topic="fr", msg_id="dead") is None
+    page, _ = await deadletters.dead_letters(rt, topic="fr", limit=10, cursor=None)
+    assert [m["msgId"] for m in page] == ["dead"]
+    # The redriven one is live again as it was redriven: ready, retry 0, its new life's times.
+    back = await selectors.get_message(rt, topic="fr", msg_id="back")
+    assert back == redriven and back["status"] == Status.READY and back["retry"] == 0
+    assert await rt.redis.lrange(rt.ns.topic("fr").ready, 0, -1) == ["back"]
+    pulled, _ = await services.pull_messages(rt, topic="fr", batch=10)
+    assert [m["msgId"] for m in pulled] == ["back"]
