@@ -46,12 +46,13 @@ async def make_dead(rt, topic: str, exhausted: list[str], expired: list[str] = (
     """Real dead letters: delivered once, then given back with no delivery left (retries_exhausted)
     or after their TTL ran out (expired); the log writer then records them."""
     requests = [SendRequest(topic, f"body of {i}", 0, i, max_retry=0) for i in exhausted]
-    requests += [SendRequest(topic, f"body of {i}", 0, i, ttl_millis=100, max_retry=5) for i in expired]
+    # A TTL long enough for a loaded machine to pull them before it runs out.
+    requests += [SendRequest(topic, f"body of {i}", 0, i, ttl_millis=1_000, max_retry=5) for i in expired]
     await services.send_messages(rt, requests=requests)
     pulled, _ = await services.pull_messages(rt, topic=topic, batch=len(requests), ack_timeout_millis=60_000)
     assert len(pulled) == len(requests)
     if expired:
-        await asyncio.sleep(0.15)
+        await asyncio.sleep(1.05)
     for msg_id in [*exhausted, *expired]:
         assert await services.nack_message(rt, topic=topic, msg_id=msg_id) == (True, Status.EXHAUSTED)
     await drain_log(rt, [topic])
