@@ -203,7 +203,9 @@ class TopicConfigAdmin(admin.ModelAdmin):
 
         try:
             return in_namespace(namespace, read)
-        except (RedisError, QueueError) as exc:
+        except RedisError as exc:
+            return {"error": f"Redis unavailable: {exc}"}
+        except QueueError as exc:
             return {"error": str(exc)}
 
     def pause_view(self, request):

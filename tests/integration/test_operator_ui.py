@@ -57,6 +57,11 @@ def clerk_client(client):
     return client
 
 
+def message_page(admin_client, msg_id: str) -> tuple[str, str]:
+    pk = Message.objects.get(msg_id=msg_id).pk
+    return f"{MESSAGES}{pk}/change/", f"{MESSAGES}{pk}/queue/"
+
+
 # --- the topic page
 
 
@@ -161,12 +166,22 @@ def test_the_topic_page_counts_messages_waiting_after_a_delivery(admin_client):
     assert re.search(r'id="waiting">2<', page) and re.search(r'id="backoff">1<', page)
 
 
+def test_redis_down_gives_messages_not_errors(admin_client, settings):
+    send("orders", "m1", 60_000)
+    change, act = message_page(admin_client, "m1")
+    settings.REDIS_URL = "redis://127.0.0.1:1/0"  # nothing listens there
+    settings.DELAYQUEUE = {**settings.DELAYQUEUE, "REDIS_TIMEOUT_MILLIS": 300}
+    assert "Redis unavailable" in page_of(admin_client.get(topic_url("topic", "default", "orders")))
+    paused = admin_client.post("/admin/delayqueue/topicconfig/topic/pause/",
+                               {"namespace": "default", "topic": "orders", "confirmed": "on"}, follow=True)
+    assert "pause failed" in page_of(paused).lower()
+    ran = page_of(admin_client.post(act, {"action": "run_now"}, follow=True))
+    assert "Redis unavailable" in ran and "nothing changed" in ran
+
+
 # --- a message's page
 
 
-def message_page(admin_client, msg_id: str) -> tuple[str, str]:
-    pk = Message.objects.get(msg_id=msg_id).pk
-    return f"{MESSAGES}{pk}/change/", f"{MESSAGES}{pk}/queue/"
 
 
 def live_box(page: str) -> str:
