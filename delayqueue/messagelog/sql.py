@@ -279,6 +279,29 @@ REDRIVE_SENT = f"UPDATE {REDRIVE_TABLE} SET sending = NULL WHERE id = %(id)s"
 REDRIVE_DONE = f"UPDATE {REDRIVE_TABLE} SET done_at = now(), sending = NULL, lease_until = NULL WHERE id = %(id)s"
 REDRIVE_STATE = f"SELECT {_TASK} FROM {REDRIVE_TABLE} WHERE id = %(id)s AND namespace = %(namespace)s"
 
+# --- Operators' figures (ops/figures.py: dashboard, /metrics, the admin's topic pages).
+
+# Dead letters per topic of the namespaces given (one topic's when %(topic)s is not NULL): one
+# statement per scrape, counted on the partial index message_dead.
+DEAD_COUNTS = f"""
+SELECT m.namespace, m.topic, count(*) FROM {MESSAGE_TABLE} m
+WHERE m.namespace = ANY(%(namespaces)s::text[]) AND (%(topic)s::text IS NULL OR m.topic = %(topic)s) AND m.{DEAD}
+GROUP BY m.namespace, m.topic
+"""
+# Unfinished redrive tasks of the namespaces given, each with how many dead letters it has still
+# to move (REDRIVE_LEFT's count, its msgIds read from the task's JSON list).
+RUNNING_REDRIVES = f"""
+SELECT t.id, t.namespace, t.topic, t.max_per_second, t.moved, (
+    SELECT count(*) FROM {MESSAGE_TABLE} m
+    WHERE m.namespace = t.namespace AND m.topic = t.topic AND m.{DEAD} AND m.updated_at <= t.created_at
+      AND (t.msg_ids IS NULL OR m.msg_id IN (SELECT jsonb_array_elements_text(t.msg_ids)))
+      AND (m.updated_at, m.id) > (coalesce(t.after_time, '-infinity'), t.after_id)
+)
+FROM {REDRIVE_TABLE} t
+WHERE t.namespace = ANY(%(namespaces)s::text[]) AND t.done_at IS NULL
+ORDER BY t.id
+"""
+
 # --- Restore (recovery, spark/restore.py, spark/reconcile.py --fix).
 
 # A log row as restore_rows takes it: times in epoch ms.

@@ -6,7 +6,11 @@ from datetime import datetime
 
 from django import forms
 from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
+from django.http import HttpResponseRedirect
+from django.template.response import TemplateResponse
+from django.urls import path, reverse
 from django.utils import timezone as django_timezone
 from django.utils.functional import cached_property
 from redis.exceptions import RedisError
@@ -18,13 +22,14 @@ from delayqueue.ops.login_limit import LimitedAdminAuthenticationForm
 from delayqueue import services
 from delayqueue.conf import load_config
 from delayqueue.messagelog.selectors import estimated_count, message_history
-from delayqueue.constants import Status
-from delayqueue.epoch import from_millis
+from delayqueue.constants import MAX_DELAY_MILLIS, Status
+from delayqueue.epoch import from_millis, to_millis
 from delayqueue.models import ApiToken, Limit, Message, TopicHourStats
 from delayqueue.constants import Scope
 from delayqueue.exceptions import QueueError
 from delayqueue import tokens
 from delayqueue.api.validation import MsgIdField, TopicSerializer, first_error
+from delayqueue.ops.topic_admin import in_namespace, topic_url
 from delayqueue.sync import run_with_runtime
 
 
@@ -79,6 +84,27 @@ def millis_text(moment: datetime) -> str:
     return django_timezone.localtime(moment).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
 
 
+# The log row of a message changed here is written a moment later, by the scanners' log writer.
+LOG_CATCHES_UP = ("the log's row and history catch up within a moment, when the scanners' log writer records "
+                  "the change")
+
+
+class RescheduleForm(forms.Form):
+    """A message's new time: a delay from now, or a trigger time (in the admin's time zone)."""
+
+    delay_millis = forms.IntegerField(required=False, min_value=0, max_value=MAX_DELAY_MILLIS)
+    trigger_time = forms.DateTimeField(required=False, input_formats=["%Y-%m-%d %H:%M:%S.%f", "%Y-%m-%d %H:%M:%S",
+                                                                       "%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M"])
+
+    def clean(self):
+        data = super().clean()
+        given = [name for name in ("delay_millis", "trigger_time") if data.get(name) is not None]
+        if len(given) != 1 and not self.errors:
+            raise forms.ValidationError("give either a delay in ms or a trigger time, not both"
+                                        if given else "give a delay in ms or a trigger time")
+        return data
+
+
 @admin.register(Message)
 class MessageAdmin(admin.ModelAdmin):
     list_display = ("msg_id", "topic", "status", "produced", "triggered", "deliveries", "updated")
@@ -103,6 +129,65 @@ class MessageAdmin(admin.ModelAdmin):
     readonly_fields = fields
     change_form_template = "admin/delayqueue/message/change_form.html"
     change_list_template = "admin/delayqueue/message/change_list.html"
+
+    def get_urls(self):
+        return [path("<path:object_id>/queue/", self.admin_site.admin_view(self.queue_action_view),
+                     name="delayqueue_message_queue_action"), *super().get_urls()]
+
+    def queue_action_view(self, request, object_id):
+        """Run now, change the delay or delete one message, through the queue's services in its
+        namespace (POST only; delete after a confirmation page); then back to its page, which
+        reads its live state from Redis again."""
+        if request.method != "POST" or not self.has_change_permission(request):
+            raise PermissionDenied
+        message = self.get_object(request, object_id)
+        if message is None:
+            return self._get_obj_does_not_exist_redirect(request, self.opts, object_id)
+        page = reverse("admin:delayqueue_message_change", args=[message.pk])
+        action, where = request.POST.get("action"), dict(topic=message.topic, msg_id=message.msg_id)
+        try:
+            if action == "run_now":
+                moved = in_namespace(message.namespace, services.reschedule_message, **where, delay_millis=0)
+                done = f"Due now: {Status(moved['status']).label}"
+            elif action == "reschedule":
+                form = RescheduleForm(request.POST)
+                if not form.is_valid():
+                    errors = [f"{name.replace('_', ' ')}: {' '.join(e)}" if name != "__all__" else " ".join(e)
+                              for name, e in form.errors.items()]
+                    self.message_user(request, "; ".join(errors), messages.ERROR)
+                    return HttpResponseRedirect(page)
+                data = form.cleaned_data
+                when = {"delay_millis": data["delay_millis"]} if data["delay_millis"] is not None \
+                    else {"trigger_time": to_millis(data["trigger_time"])}
+                moved = in_namespace(message.namespace, services.reschedule_message, **where, **when)
+                done = (f"Rescheduled: {Status(moved['status']).label}, trigger time "
+                        f"{millis_text(from_millis(moved['triggerTime']))}")
+            elif action == "delete":
+                if request.POST.get("confirmed") != "on":
+                    return TemplateResponse(request, "admin/delayqueue/confirm.html", {
+                        **self.admin_site.each_context(request), "opts": self.opts,
+                        "title": f"Delete message {message.msg_id}", "action": request.path,
+                        "namespace": message.namespace, "topic": message.topic,
+                        "topic_url": topic_url("topic", message.namespace, message.topic), "back_url": page,
+                        "fields": {"action": "delete"},
+                        "question": f"Delete message {message.msg_id} of topic {message.topic}? It ends as deleted "
+                                    "(status 7) and is never delivered."})
+                if not in_namespace(message.namespace, services.delete_message, **where):
+                    self.message_user(request, "Not deleted: it is not live in Redis (already ended, or not "
+                                               "restored).", messages.WARNING)
+                    return HttpResponseRedirect(page)
+                done = "Deleted"
+            else:
+                self.message_user(request, "action: must be run_now, reschedule or delete", messages.ERROR)
+                return HttpResponseRedirect(page)
+        except RedisError as exc:
+            self.message_user(request, f"Redis unavailable ({exc}): nothing changed, try again", messages.ERROR)
+        except QueueError as exc:  # 404 / 409 of the service: ended, unknown or consuming
+            self.message_user(request, str(exc), messages.ERROR)
+        else:
+            self.message_user(request, f"{done}. The live state below is read from Redis; {LOG_CATCHES_UP}.",
+                              messages.SUCCESS)
+        return HttpResponseRedirect(page)
 
     @admin.display(description="deliveries")
     def deliveries(self, obj):
@@ -169,6 +254,8 @@ class MessageAdmin(admin.ModelAdmin):
         message = self.get_object(request, object_id)
         if message is not None:
             extra_context["title"] = f"Message {message.msg_id} of topic {message.topic}"
+            extra_context["topic_page"] = topic_url("topic", message.namespace, message.topic)
+            extra_context["can_act"] = self.has_change_permission(request, message)
             extra_context["history"] = list(message_history(message))
             extra_context.update(self._live_state(message))
         return super().change_view(request, object_id, form_url, extra_context)
@@ -233,7 +320,7 @@ class MessageAdmin(admin.ModelAdmin):
             return
         total = sum(len(t) for t in targets.values())
         self.message_user(request, f"Deleted {deleted}; {total - deleted} were not live (already ended or not in "
-                                   "Redis).", messages.SUCCESS)
+                                   f"Redis). The list shows the message log: {LOG_CATCHES_UP}.", messages.SUCCESS)
 
 
 @admin.register(TopicHourStats)

@@ -1,7 +1,8 @@
 """The topic dashboard (staff only, linked from the admin index): every topic's queue sizes,
 waiting-delay buckets, request rates, and a drawn chart of fire lateness over the last hour,
 for one served namespace at a time (`?namespace=`, DELAYQUEUE_NAMESPACE by default). A stuck
-or busy topic is flagged and sorted to the top."""
+or busy topic is flagged and sorted to the top. Each topic's dead letters (counted in the log)
+and pause are shown with it, and the namespace's running redrives with their progress."""
 import hashlib
 
 from django.contrib import admin
@@ -13,9 +14,11 @@ from redis.exceptions import RedisError
 from delayqueue import selectors
 from delayqueue.conf import checked_namespace, load_config
 from delayqueue.epoch import from_millis
+from delayqueue.exceptions import LogUnavailable
 from delayqueue.messagelog.selectors import recent_topic_hours
 from delayqueue.constants import CHART_MINUTES
 from delayqueue.ops import figures
+from delayqueue.ops.topic_admin import topic_url
 from delayqueue.selectors import WAITING_BUCKETS
 from delayqueue.api.validation import TopicSerializer, first_error
 from delayqueue.sync import run_with_runtime
@@ -146,6 +149,11 @@ def dashboard(request):
     else:
         if data_lost:  # a scanner found Redis had lost its data, and no full restore has run since
             data_lost_at = from_millis(int(data_lost))
+    try:
+        dead, redrives = run_with_runtime(figures.log_figures, namespaces=[namespace], topic=wanted)
+    except LogUnavailable as exc:
+        dead, redrives = None, []
+        errors.append(f"dead letters not counted: {exc}")
     rows = []
     for overview in overviews:
         state, why = assess(overview)
@@ -157,6 +165,9 @@ def dashboard(request):
             "buckets": [overview["waitingQueueInfo"][name] for name, _ in WAITING_BUCKETS],
             "rates": {name: overview["last_interval"][name] / seconds for name in ("sendMsg", "pullMsg", "ackMsg")},
             "spark": chart(overview["lateness_series"], SPARK_WIDTH, SPARK_HEIGHT),
+            "dead": None if dead is None else dead.get((namespace, overview["topic"]), 0),
+            "page": topic_url("topic", namespace, overview["topic"]),
+            "dead_page": topic_url("deadletters", namespace, overview["topic"]),
         })
     rows.sort(key=lambda r: (SEVERITY[r["state"]], r["topic"]))
     context = {
@@ -173,6 +184,8 @@ def dashboard(request):
         "errors": errors,
         "data_lost_at": data_lost_at,
         "stuck": sum(r["state"] == "stuck" for r in rows),
+        "paused": sum(r["paused"] for r in rows),
+        "redrives": redrives,
         "busy": sum(r["state"] == "busy" for r in rows),
         "hourly": recent_topic_hours(namespace, wanted),
         "open_namespace": config.namespace if config.auth == "open" else None,

@@ -1,8 +1,13 @@
-"""Reads for the operators' views (dashboard, /metrics, the admin's message page): per-topic
-figures, scanner lags and a message's live state, read from Redis without side effects."""
+"""Reads for the operators' views (dashboard, /metrics, the admin's message and topic pages):
+per-topic figures, scanner lags and a message's live state, read from Redis without side
+effects; dead-letter counts and running redrives, read from the message log."""
+from dataclasses import dataclass
+
 from delayqueue import selectors
 from delayqueue.constants import CHART_MINUTES, LATENESS_BOUNDS_MS
 from delayqueue.live.keys import topic_keys
+from delayqueue.messagelog import sql
+from delayqueue.messagelog.connection import LogConnection
 from delayqueue.messages import Message
 from delayqueue.runtime import Runtime
 
@@ -16,8 +21,9 @@ def _number(value) -> int:
 async def topic_overview(rt: Runtime, *, topics: list[str]) -> list[dict]:
     """What the dashboard and /metrics show per topic: getTopicInfo, the last complete monitor
     interval's counters, lifetime totals, the lateness histogram and per-minute series, how
-    many waiting messages are overdue, how long the oldest ready message has been due, and how
-    many lifecycle events wait for the log writer. Unknown topics give zeros."""
+    many waiting messages are overdue, how long the oldest ready message has been due, how
+    many lifecycle events wait for the log writer, and whether it is paused. Unknown topics
+    give zeros."""
     if not topics:
         return []
     infos = await selectors.topic_infos(rt, topics=topics)
@@ -31,8 +37,9 @@ async def topic_overview(rt: Runtime, *, topics: list[str]) -> list[dict]:
         pipe.zcount(k.waiting, "-inf", now - OVERDUE_MILLIS)
         pipe.xlen(k.events)
         pipe.lindex(k.ready, -1)  # the oldest ready id: pulls take from the tail
+        pipe.hget(k.meta, "paused")  # the pause as the pull script reads it (topic_config.MIRROR_FIELDS)
     replies = await pipe.execute()
-    oldest_ids = {topic: replies[4 * i + 3] for i, topic in enumerate(topics) if replies[4 * i + 3]}
+    oldest_ids = {topic: replies[5 * i + 3] for i, topic in enumerate(topics) if replies[5 * i + 3]}
     pipe = rt.redis.pipeline(transaction=False)
     for topic, msg_id in oldest_ids.items():
         pipe.hget(rt.ns.topic(topic).msgs, msg_id)
@@ -40,7 +47,7 @@ async def topic_overview(rt: Runtime, *, topics: list[str]) -> list[dict]:
     this_minute = now // 60_000
     overviews = []
     for i, info in enumerate(infos):
-        stats, overdue, backlog = replies[4 * i:4 * i + 3]
+        stats, overdue, backlog = replies[5 * i:5 * i + 3]
         oldest = bodies.get(info["topic"])
         last = {name: _number(stats.get(f"{previous}:{name}")) for name in selectors.REQUEST_COUNTERS}
         series = []
@@ -56,6 +63,7 @@ async def topic_overview(rt: Runtime, *, topics: list[str]) -> list[dict]:
             **info,
             "overdue": overdue,
             "log_backlog": backlog,
+            "paused": replies[5 * i + 4] == "1",
             "oldest_ready_age_ms": max(now - Message.from_stored(oldest).trigger_time, 0) if oldest else 0,
             "last_interval": last,
             "interval_seconds": rt.config.monitor_interval_seconds,
@@ -102,3 +110,54 @@ async def live_state(rt: Runtime, *, namespace: str, topic: str, msg_id: str) ->
         "ack_deadline": None if ack_deadline is None else int(ack_deadline),
         "purge_at": None if purge_at is None else int(purge_at),
     }
+
+
+# A backoff never waits longer than its topic's retryBackoffMaxMillis, so the messages waiting
+# for one are among those due within it; at most this many of them are read.
+BACKOFF_SCAN_LIMIT = 10_000
+
+
+async def waiting_after_delivery(rt: Runtime, *, topic: str, within_millis: int) -> tuple[int, bool]:
+    """How many waiting messages due within `within_millis` have been delivered before (retry >
+    0: given back by their ack timeout or a nack, waiting out a backoff or a nack's delay), read
+    from their bodies; and whether the scan stopped at BACKOFF_SCAN_LIMIT (then the count is a
+    lower bound). The waiting set holds only trigger times, so this reads bodies: one topic's
+    page, not every scrape."""
+    k = rt.ns.topic(topic)
+    now = await selectors.redis_millis(rt)
+    ids = await rt.redis.zrangebyscore(k.waiting, "-inf", now + within_millis, start=0, num=BACKOFF_SCAN_LIMIT + 1)
+    capped = len(ids) > BACKOFF_SCAN_LIMIT
+    count = 0
+    for start in range(0, min(len(ids), BACKOFF_SCAN_LIMIT), 1000):
+        bodies = await rt.redis.hmget(k.msgs, ids[start:start + 1000])
+        count += sum(1 for raw in bodies if raw is not None and Message.from_stored(raw).retry > 0)
+    return count, capped
+
+
+@dataclass(frozen=True)
+class RunningRedrive:
+    task_id: int
+    namespace: str
+    topic: str
+    max_per_second: int
+    moved: int
+    left: int
+
+
+async def log_figures(rt: Runtime, *, namespaces: list[str], topic: str | None = None
+                      ) -> tuple[dict[tuple[str, str], int], list[RunningRedrive]]:
+    """Dead letters per (namespace, topic) (one topic's when given) and the unfinished redrive
+    tasks with their progress, of the namespaces given: two statements on one connection.
+    Raises LogUnavailable."""
+    db = LogConnection(rt.config.log_timeout_millis)
+    try:
+        async with db.use() as conn:
+            found = await conn.execute(sql.DEAD_COUNTS, {"namespaces": namespaces, "topic": topic})
+            dead = {(namespace, name): count for namespace, name, count in await found.fetchall()}
+            found = await conn.execute(sql.RUNNING_REDRIVES, {"namespaces": namespaces})
+            redrives = [RunningRedrive(*row) for row in await found.fetchall()]
+    finally:
+        await db.close()
+    if topic is not None:
+        redrives = [r for r in redrives if r.topic == topic]
+    return dead, redrives

@@ -1,7 +1,10 @@
 """GET /metrics in Prometheus' text format. Every figure is read from Redis at scrape time
 (the scripts count there), so it is the same whichever process is scraped and covers every
 web and scanner process; no process keeps counters of its own. It covers every served
-namespace (tokens.served_namespaces), each series labelled with its namespace."""
+namespace (tokens.served_namespaces), each series labelled with its namespace. Dead letters and
+redrive progress live in the message log: read with one connection per scrape (two statements
+for every namespace and topic at once), and left out, with the failure logged, when PostgreSQL
+does not answer."""
 import asyncio
 from dataclasses import dataclass
 
@@ -13,7 +16,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from redis.exceptions import RedisError
 
 from delayqueue import selectors
-from delayqueue.exceptions import log_failure, redis_reason
+from delayqueue.exceptions import LogUnavailable, log_failure, redis_reason
 from delayqueue.ops import figures
 from delayqueue.runtime import Runtime, current
 from delayqueue.selectors import REQUEST_COUNTERS, WAITING_BUCKETS
@@ -41,8 +44,11 @@ class Snapshot:
     """A prometheus_client collector over figures already read from Redis, every series
     labelled with its namespace."""
 
-    def __init__(self, namespaces: list[NamespaceFigures]):
+    def __init__(self, namespaces: list[NamespaceFigures], dead: dict[tuple[str, str], int] | None = None,
+                 redrives: list[figures.RunningRedrive] = ()):
         self.namespaces = namespaces
+        self.dead = dead  # None: the message log did not answer
+        self.redrives = redrives
 
     def collect(self):
         requests = CounterMetricFamily(
@@ -71,6 +77,17 @@ class Snapshot:
             "delayqueue_throttled", "Messages a rate limit or live-message cap refused (code 429), or held (a "
             "long poll over its consume rate), by limit and whose it is (topic \"\": the namespace's own)",
             labels=["namespace", "topic", "limit"])
+        paused = GaugeMetricFamily("delayqueue_topic_paused", "1 while the topic is paused (pauseTopic)",
+                                   labels=["namespace", "topic"])
+        dead = GaugeMetricFamily("delayqueue_dead_letters", "Dead letters (status 6) of the topic kept in the "
+                                 "message log", labels=["namespace", "topic"])
+        redrive_moved = GaugeMetricFamily("delayqueue_redrive_moved", "Dead letters a running redrive has sent back",
+                                          labels=["namespace", "topic", "task"])
+        redrive_left = GaugeMetricFamily("delayqueue_redrive_left", "Dead letters a running redrive has still to "
+                                         "send back", labels=["namespace", "topic", "task"])
+        for task in self.redrives:
+            redrive_moved.add_metric([task.namespace, task.topic, str(task.task_id)], task.moved)
+            redrive_left.add_metric([task.namespace, task.topic, str(task.task_id)], task.left)
         for figured in self.namespaces:
             ns = figured.namespace
             for (limit, topic), count in sorted(figured.throttled.items()):
@@ -87,6 +104,7 @@ class Snapshot:
                 overdue.add_metric([ns, topic], o["overdue"])
                 backlog.add_metric([ns, topic], o["log_backlog"])
                 oldest.add_metric([ns, topic], o["oldest_ready_age_ms"] / 1000)
+                paused.add_metric([ns, topic], int(o["paused"]))
                 cumulative, buckets = 0, []
                 for bound, count in o["lateness_buckets"]:
                     cumulative += count
@@ -96,7 +114,15 @@ class Snapshot:
             for token, millis in sorted(figured.scanner_lags.items()):
                 lag.add_metric([ns, token], millis / 1000)
             lost.add_metric([ns], figured.data_lost_millis / 1000)
-        yield from (requests, sizes, waiting, overdue, oldest, backlog, lateness, topics, lag, lost, throttled)
+        if self.dead is not None:
+            # Every registered topic (0 if none), and topics no longer registered that still have some.
+            counts = {(f.namespace, o["topic"]): 0 for f in self.namespaces for o in f.overviews} | self.dead
+            for (ns, topic), count in sorted(counts.items()):
+                dead.add_metric([ns, topic], count)
+        yield from (requests, sizes, waiting, overdue, oldest, backlog, lateness, topics, lag, lost, throttled,
+                    paused, redrive_moved, redrive_left)
+        if self.dead is not None:
+            yield dead
 
 
 async def metrics(request):
@@ -111,6 +137,11 @@ async def metrics(request):
     except RedisError as exc:  # what failed, not where (a scraper may be anyone): the where goes to the log
         log_failure("/metrics", f"Redis unavailable: {exc}")
         return HttpResponse(f"# Redis unavailable: {redis_reason(exc)}\n", status=503, content_type="text/plain")
+    try:
+        dead, redrives = await figures.log_figures(rt, namespaces=namespaces)
+    except LogUnavailable as exc:
+        log_failure("/metrics' dead letters", str(exc))
+        dead, redrives = None, []
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(Snapshot(list(figured)))
+    registry.register(Snapshot(list(figured), dead, redrives))
     return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,375 @@
+"""The admin's topic pages: a topic's settings form with pause / resume / purge, and its dead
+letters with redrive and purge. Any topic can be opened (`?namespace=&topic=`), also one without
+a TopicConfig row yet: saving its form creates the row. Every action goes through the same
+services as the API (services.py, messagelog/deadletters.py) in the topic's namespace, is a POST
+(the admin's CSRF check) by a staff user with the change permission on topic settings, and the
+broad ones (pause, purge, purging dead letters) first show a confirmation page."""
+from urllib.parse import urlencode
+
+from django import forms
+from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
+from django.http import HttpResponseRedirect
+from django.template.response import TemplateResponse
+from django.urls import path, reverse
+from redis.exceptions import RedisError
+
+from delayqueue import selectors, services
+from delayqueue.api.validation import MsgIdField, TopicSerializer, first_error
+from delayqueue.conf import checked_namespace, load_config
+from delayqueue.constants import (MAX_DELAY_MILLIS, MAX_LIMIT, MAX_RETRY, REDRIVE_DEFAULT_RATE, REDRIVE_MAX_RATE,
+                                  RETRY_BACKOFF_MAX_MILLIS)
+from delayqueue.epoch import from_millis
+from delayqueue.exceptions import QueueError
+from delayqueue.messagelog import deadletters
+from delayqueue.models import Limit, RedriveTask, TopicConfig
+from delayqueue.ops import figures
+from delayqueue.sync import run_with_runtime
+
+DEAD_PAGE_SIZE = 50
+# A running redrive's page reloads itself this often.
+REDRIVE_REFRESH_SECONDS = 1
+
+
+class BadTarget(Exception):
+    """A namespace, topic or msgId from the request that the API would refuse; its text says why."""
+
+
+def _target(params) -> tuple[str, str]:
+    """The (namespace, topic) a request names, checked as the API checks them."""
+    namespace = params.get("namespace") or load_config().namespace
+    try:
+        checked_namespace(namespace)
+    except ValueError as exc:
+        raise BadTarget(f"namespace: {exc}") from None
+    serializer = TopicSerializer(data={"topic": params.get("topic", "")})
+    if not serializer.is_valid():
+        raise BadTarget(first_error(serializer.errors))
+    return namespace, serializer.validated_data["topic"]
+
+
+def in_namespace(namespace: str, func, **kwargs):
+    """`await func(rt, **kwargs)` with the runtime of `namespace`, from sync code."""
+    return run_with_runtime(lambda rt: func(rt.for_namespace(namespace), **kwargs))
+
+
+def _optional(label: str, minimum: int, maximum: int, help_text: str) -> forms.IntegerField:
+    return forms.IntegerField(label=label, required=False, min_value=minimum, max_value=maximum, help_text=help_text)
+
+
+class TopicSettingsForm(forms.Form):
+    """setTopicConfig's settings; an empty field is the default (the service's, or no limit)."""
+
+    ttl_millis = _optional("TTL (ms)", 1, MAX_DELAY_MILLIS, "default ttlMillis of its sends; empty: the service's")
+    max_retry = _optional("max retry", 0, MAX_RETRY, "default maxRetry of its sends; empty: the service's")
+    ack_timeout_millis = _optional("ack timeout (ms)", 1, MAX_DELAY_MILLIS,
+                                   "default ack timeout of its pulls; empty: the service's")
+    retry_backoff_millis = forms.IntegerField(
+        label="retry backoff (ms)", min_value=0, max_value=MAX_DELAY_MILLIS,
+        help_text="wait before a message given back is ready again, doubling per delivery; 0: none")
+    retry_backoff_max_millis = forms.IntegerField(label="longest backoff (ms)", min_value=1,
+                                                  max_value=MAX_DELAY_MILLIS)
+    dead_letter = forms.BooleanField(label="keep dead letters", required=False)
+    produce_rate = _optional("produce rate (/s)", 1, MAX_LIMIT, "empty: no limit")
+    consume_rate = _optional("consume rate (/s)", 1, MAX_LIMIT, "empty: no limit")
+    max_live = _optional("live-message cap", 1, MAX_LIMIT, "empty: none")
+
+    SETTINGS = ("ttl_millis", "max_retry", "ack_timeout_millis", "retry_backoff_millis", "retry_backoff_max_millis",
+                "dead_letter")
+    LIMITS = ("produce_rate", "consume_rate", "max_live")
+
+    @classmethod
+    def initial_of(cls, namespace: str, topic: str) -> dict:
+        """The topic's own values as stored (None: the default), its defaults when it has no row."""
+        row = TopicConfig.objects.filter(namespace=namespace, topic=topic).first() or TopicConfig()
+        limit = Limit.objects.filter(namespace=namespace, topic=topic).first() or Limit()
+        return {**{name: getattr(row, name) for name in cls.SETTINGS},
+                **{name: getattr(limit, name) for name in cls.LIMITS}}
+
+
+class ConfirmForm(forms.Form):
+    confirmed = forms.BooleanField(required=True)
+
+
+@admin.register(TopicConfig)
+class TopicConfigAdmin(admin.ModelAdmin):
+    list_display = ("topic", "namespace", "paused", "retry_backoff_millis", "dead_letter", "updated_at")
+    list_filter = ("namespace", "paused")
+    search_fields = ("=topic",)
+    search_help_text = "Exact topic"
+    ordering = ("namespace", "topic")
+    show_facets = admin.ShowFacets.NEVER
+    change_list_template = "admin/delayqueue/topicconfig/change_list.html"
+
+    # A row is created by saving a topic's page; a topic's settings are changed there too.
+    def has_add_permission(self, request):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+    def changelist_view(self, request, extra_context=None):
+        return super().changelist_view(request, dict(extra_context or {}, default_namespace=load_config().namespace))
+
+    def change_view(self, request, object_id, form_url="", extra_context=None):
+        row = self.get_object(request, object_id)
+        if row is None:
+            return self._get_obj_does_not_exist_redirect(request, self.opts, object_id)
+        return HttpResponseRedirect(topic_url("topic", row.namespace, row.topic))
+
+    def get_urls(self):
+        view = self.admin_site.admin_view
+        return [
+            path("topic/", view(self.topic_view), name="delayqueue_topic"),
+            path("topic/pause/", view(self.pause_view), name="delayqueue_topic_pause"),
+            path("topic/resume/", view(self.resume_view), name="delayqueue_topic_resume"),
+            path("topic/purge/", view(self.purge_view), name="delayqueue_topic_purge"),
+            path("deadletters/", view(self.dead_letters_view), name="delayqueue_dead_letters"),
+            path("redrive/<int:task_id>/", view(self.redrive_view), name="delayqueue_redrive"),
+            *super().get_urls(),
+        ]
+
+    # --- helpers
+
+    def _context(self, request, title: str, namespace: str, topic: str | None, **extra) -> dict:
+        return {**self.admin_site.each_context(request), "opts": self.opts, "title": title, "namespace": namespace,
+                "topic": topic, "topic_url": topic_url("topic", namespace, topic) if topic is not None else None,
+                **extra}
+
+    def _checked(self, request, *, change: bool) -> tuple[str, str]:
+        """The request's (namespace, topic); PermissionDenied without the permission it needs."""
+        allowed = self.has_change_permission(request) if change else self.has_view_or_change_permission(request)
+        if not allowed or (change and request.method != "POST"):
+            raise PermissionDenied
+        return _target(request.POST if request.method == "POST" else request.GET)
+
+    def _bad_target(self, request, exc: BadTarget):
+        self.message_user(request, str(exc), messages.ERROR)
+        return HttpResponseRedirect(reverse("admin:delayqueue_topicconfig_changelist"))
+
+    def _confirm(self, request, *, title: str, question: str, action: str, namespace: str, topic: str,
+                 fields: dict | None = None):
+        return TemplateResponse(request, "admin/delayqueue/confirm.html", self._context(
+            request, title, namespace, topic, question=question, action=action, fields=fields or {}))
+
+    # --- the topic page
+
+    def topic_view(self, request):
+        try:
+            namespace, topic = _target(request.POST if request.method == "POST" else request.GET)
+        except BadTarget as exc:
+            return self._bad_target(request, exc)
+        if not self.has_view_or_change_permission(request):
+            raise PermissionDenied
+        if request.method == "POST":
+            if not self.has_change_permission(request):
+                raise PermissionDenied
+            form = TopicSettingsForm(request.POST)
+            if form.is_valid():
+                data = form.cleaned_data
+                try:
+                    in_namespace(namespace, services.set_topic_config, topic=topic,
+                                 changes={name: data[name] for name in form.SETTINGS},
+                                 limits={name: data[name] or 0 for name in form.LIMITS})
+                except (RedisError, QueueError) as exc:
+                    self.message_user(request, f"Settings saved in PostgreSQL, but their Redis copy could not be "
+                                               f"written ({exc}): save again", messages.ERROR)
+                else:
+                    self.message_user(request, "Settings saved; in force on every process within a second.",
+                                      messages.SUCCESS)
+                return HttpResponseRedirect(topic_url("topic", namespace, topic))
+        else:
+            form = TopicSettingsForm(initial=TopicSettingsForm.initial_of(namespace, topic))
+        return TemplateResponse(request, "admin/delayqueue/topicconfig/topic.html", self._context(
+            request, f"Topic {topic}", namespace, topic, form=form, state=self._state(namespace, topic),
+            can_change=self.has_change_permission(request),
+            dead_letters_url=topic_url("deadletters", namespace, topic),
+            pause_url=reverse("admin:delayqueue_topic_pause"), resume_url=reverse("admin:delayqueue_topic_resume"),
+            purge_url=reverse("admin:delayqueue_topic_purge"),
+            messages_url=reverse("admin:delayqueue_message_changelist") + "?" + urlencode({"topic": topic})))
+
+    @staticmethod
+    def _state(namespace: str, topic: str) -> dict:
+        """What the topic page shows of the topic now: settings in force, queue sizes and
+        messages waiting after a delivery (Redis), dead letters and running redrives (the log)."""
+        async def read(rt):
+            config = await selectors.topic_config(rt, topic=topic)
+            info = await selectors.topic_info(rt, topic=topic)
+            after_delivery, capped = await figures.waiting_after_delivery(
+                rt, topic=topic, within_millis=config["retryBackoffMaxMillis"] or RETRY_BACKOFF_MAX_MILLIS)
+            dead, redrives = await figures.log_figures(rt, namespaces=[namespace], topic=topic)
+            return {"config": config, "info": info, "after_delivery": after_delivery, "capped": capped,
+                    "dead": dead.get((namespace, topic), 0), "redrives": redrives}
+
+        try:
+            return in_namespace(namespace, read)
+        except RedisError as exc:
+            return {"error": f"Redis unavailable: {exc}"}
+        except QueueError as exc:
+            return {"error": str(exc)}
+
+    def pause_view(self, request):
+        return self._topic_action(request, "pause", confirm="Pause topic {topic}? Pulls hand out nothing and long "
+                                  "polls are held until it is resumed; its messages still fall due and sends still "
+                                  "go in.")
+
+    def resume_view(self, request):
+        return self._topic_action(request, "resume", confirm=None)
+
+    def purge_view(self, request):
+        return self._topic_action(request, "purge", confirm="Purge topic {topic}? Every waiting, ready and consuming "
+                                  "message ({live} now) ends as deleted. This cannot be undone.")
+
+    def _topic_action(self, request, action: str, confirm: str | None):
+        if request.method == "GET" and confirm is not None:
+            # The confirmation page: a GET changes nothing.
+            if not self.has_change_permission(request):
+                raise PermissionDenied
+            try:
+                namespace, topic = _target(request.GET)
+            except BadTarget as exc:
+                return self._bad_target(request, exc)
+            try:
+                info = in_namespace(namespace, selectors.topic_info, topic=topic)
+                live = info["waitingQueueSize"] + info["readyQueueSize"] + info["ackQueueSize"]
+            except RedisError:
+                live = "?"
+            return self._confirm(request, title=f"{action.capitalize()} topic {topic}", action=request.path,
+                                 question=confirm.format(topic=topic, live=live), namespace=namespace, topic=topic)
+        try:
+            namespace, topic = self._checked(request, change=True)
+        except BadTarget as exc:
+            return self._bad_target(request, exc)
+        if confirm is not None and not ConfirmForm(request.POST).is_valid():
+            return self._confirm(request, title=f"{action.capitalize()} topic {topic}", action=request.path,
+                                 question=confirm.format(topic=topic, live="?"), namespace=namespace, topic=topic)
+        try:
+            if action == "pause":
+                in_namespace(namespace, services.pause_topic, topic=topic)
+                done = "Paused: pulls hand out nothing until it is resumed."
+            elif action == "resume":
+                in_namespace(namespace, services.resume_topic, topic=topic)
+                done = "Resumed: pulls hand out its ready messages again."
+            else:
+                done = f"Purged: {in_namespace(namespace, services.purge_topic, topic=topic)} messages ended as deleted."
+        except (RedisError, QueueError) as exc:
+            self.message_user(request, f"{action} failed ({exc}): try again", messages.ERROR)
+        else:
+            self.message_user(request, done, messages.SUCCESS)
+        return HttpResponseRedirect(topic_url("topic", namespace, topic))
+
+    # --- dead letters
+
+    def dead_letters_view(self, request):
+        try:
+            namespace, topic = _target(request.POST if request.method == "POST" else request.GET)
+        except BadTarget as exc:
+            return self._bad_target(request, exc)
+        if request.method == "POST":
+            return self._dead_letter_action(request, namespace, topic)
+        if not self.has_view_or_change_permission(request):
+            raise PermissionDenied
+        cursor = request.GET.get("cursor") or None
+        if cursor is not None and not _is_cursor(cursor):
+            self.message_user(request, "cursor: not a cursor a page of dead letters gave", messages.ERROR)
+            cursor = None
+        try:
+            page, next_cursor = in_namespace(namespace, deadletters.dead_letters, topic=topic, limit=DEAD_PAGE_SIZE,
+                                             cursor=cursor)
+            dead, redrives = in_namespace(namespace, figures.log_figures, namespaces=[namespace], topic=topic)
+            error = None
+        except QueueError as exc:
+            page, next_cursor, dead, redrives, error = [], None, {}, [], str(exc)
+        for message in page:
+            message["dead_at"] = from_millis(message["deadTime"])
+        return TemplateResponse(request, "admin/delayqueue/topicconfig/dead_letters.html", self._context(
+            request, f"Dead letters of topic {topic}", namespace, topic, page=page, error=error,
+            count=dead.get((namespace, topic), 0), redrives=redrives,
+            next_url=topic_url("deadletters", namespace, topic, cursor=next_cursor) if next_cursor else None,
+            first_url=topic_url("deadletters", namespace, topic) if cursor else None,
+            default_rate=REDRIVE_DEFAULT_RATE, max_rate=REDRIVE_MAX_RATE,
+            can_change=self.has_change_permission(request)))
+
+    def _dead_letter_action(self, request, namespace: str, topic: str):
+        if not self.has_change_permission(request):
+            raise PermissionDenied
+        action = request.POST.get("action")
+        everything = request.POST.get("scope") == "all"
+        msg_ids = None if everything else request.POST.getlist("msg_id")
+        back = HttpResponseRedirect(topic_url("deadletters", namespace, topic))
+        if action not in ("redrive", "purge"):
+            self.message_user(request, "action: must be redrive or purge", messages.ERROR)
+            return back
+        if not everything:
+            if not msg_ids:
+                self.message_user(request, "Select dead letters first (or act on all of them).", messages.WARNING)
+                return back
+            try:
+                msg_ids = [MsgIdField().run_validation(msg_id) for msg_id in msg_ids]
+            except Exception as exc:  # DRF's ValidationError, with the API's wording
+                self.message_user(request, f"msgId: {first_error(getattr(exc, 'detail', str(exc)))}", messages.ERROR)
+                return back
+        if action == "redrive":
+            rate = forms.IntegerField(min_value=1, max_value=REDRIVE_MAX_RATE)
+            try:
+                max_per_second = rate.clean(request.POST.get("rate") or REDRIVE_DEFAULT_RATE)
+            except forms.ValidationError as exc:
+                self.message_user(request, f"rate: {' '.join(exc.messages)}", messages.ERROR)
+                return back
+            try:
+                task_id = in_namespace(namespace, deadletters.create_redrive, topic=topic, msg_ids=msg_ids,
+                                       max_per_second=max_per_second)
+            except QueueError as exc:
+                self.message_user(request, f"redrive failed ({exc}): try again", messages.ERROR)
+                return back
+            if task_id is None:
+                self.message_user(request, "No such dead letter: nothing to redrive.", messages.WARNING)
+                return back
+            return HttpResponseRedirect(reverse("admin:delayqueue_redrive", args=[task_id]) + "?"
+                                        + urlencode({"namespace": namespace}))
+        if not ConfirmForm(request.POST).is_valid():
+            which = "every dead letter" if everything else f"{len(msg_ids)} selected dead letter(s)"
+            return self._confirm(
+                request, title=f"Purge dead letters of topic {topic}", action=request.path, namespace=namespace,
+                topic=topic, question=f"Remove {which} of topic {topic} and their history from the message log? "
+                                      "This cannot be undone.",
+                fields={"action": "purge", "scope": "all" if everything else "selected", "msg_id": msg_ids or []})
+        try:
+            count = in_namespace(namespace, deadletters.purge_dead_letters, topic=topic, msg_ids=msg_ids)
+        except QueueError as exc:
+            self.message_user(request, f"purge failed ({exc}): try again", messages.ERROR)
+        else:
+            self.message_user(request, f"Purged {count} dead letter(s).", messages.SUCCESS)
+        return back
+
+    def redrive_view(self, request, task_id: int):
+        if not self.has_view_or_change_permission(request):
+            raise PermissionDenied
+        namespace = request.GET.get("namespace") or load_config().namespace
+        try:
+            checked_namespace(namespace)
+        except ValueError as exc:
+            return self._bad_target(request, BadTarget(f"namespace: {exc}"))
+        task = RedriveTask.objects.filter(pk=task_id, namespace=namespace).first()
+        if task is None:
+            self.message_user(request, f"redrive task {task_id} not found in namespace {namespace}", messages.ERROR)
+            return HttpResponseRedirect(reverse("admin:delayqueue_topicconfig_changelist"))
+        try:
+            progress, error = in_namespace(namespace, deadletters.redrive_state, task_id=task_id), None
+        except QueueError as exc:
+            progress, error = None, str(exc)
+        return TemplateResponse(request, "admin/delayqueue/topicconfig/redrive.html", self._context(
+            request, f"Redrive {task_id} of topic {task.topic}", namespace, task.topic, task=task, progress=progress,
+            error=error, refresh=REDRIVE_REFRESH_SECONDS,
+            dead_letters_url=topic_url("deadletters", namespace, task.topic)))
+
+
+def _is_cursor(cursor: str) -> bool:
+    micros, dot, row_id = cursor.partition(".")
+    return bool(dot) and micros.lstrip("-").isdigit() and row_id.isdigit() and len(cursor) <= 40
+
+
+def topic_url(view: str, namespace: str, topic: str, **params) -> str:
+    """The admin URL of a topic's page ("topic") or dead letters ("deadletters")."""
+    name = {"topic": "admin:delayqueue_topic", "deadletters": "admin:delayqueue_dead_letters"}[view]
+    return reverse(name) + "?" + urlencode({"namespace": namespace, "topic": topic, **params})
