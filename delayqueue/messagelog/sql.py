@@ -286,6 +286,7 @@ REDRIVE_STATE = f"SELECT {_TASK} FROM {REDRIVE_TABLE} WHERE id = %(id)s AND name
 DEAD_COUNTS = f"""
 SELECT m.namespace, m.topic, count(*) FROM {MESSAGE_TABLE} m
 WHERE m.namespace = ANY(%(namespaces)s::text[]) AND (%(topic)s::text IS NULL OR m.topic = %(topic)s) AND m.{DEAD}
+  AND {KEEPS_DEAD}
 GROUP BY m.namespace, m.topic
 """
 # Unfinished redrive tasks of the namespaces given, each with how many dead letters it has still
@@ -293,7 +294,7 @@ GROUP BY m.namespace, m.topic
 RUNNING_REDRIVES = f"""
 SELECT t.id, t.namespace, t.topic, t.max_per_second, t.moved, (
     SELECT count(*) FROM {MESSAGE_TABLE} m
-    WHERE m.namespace = t.namespace AND m.topic = t.topic AND m.{DEAD} AND m.updated_at <= t.created_at
+    WHERE m.namespace = t.namespace AND m.topic = t.topic AND m.{DEAD} AND {KEEPS_DEAD} AND m.updated_at <= t.created_at
       AND (t.msg_ids IS NULL OR m.msg_id IN (SELECT jsonb_array_elements_text(t.msg_ids)))
       AND (m.updated_at, m.id) > (coalesce(t.after_time, '-infinity'), t.after_id)
 )
