@@ -43,7 +43,7 @@ class TopicKeys:
     topic: str
     waiting: str  # ZSET msgId -> triggerTime
     ready: str  # LIST of msgIds of priority 0, LPUSH in, RPOP out
-    prioritised: str  # ZSET msgId -> level band + arrival (includes/ready_queue.lua): ready msgIds of priority 1-9, only while any
+    prioritised: str  # ZSET ready msgIds of priority 1-9 -> band + arrival (includes/ready_queue.lua), only while any
     inflight: str  # ZSET msgId -> ack deadline
     msgs: str  # HASH msgId -> message json
     expiry: str  # ZSET msgId -> expireTime, live messages only

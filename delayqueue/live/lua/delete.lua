@@ -20,7 +20,8 @@
 -- @include status
 -- @include end_message
 local t = {waiting = KEYS[1], ready = KEYS[2], inflight = KEYS[3], msgs = KEYS[4], expiry = KEYS[5],
-           ended = KEYS[6], stats = KEYS[7], events = KEYS[8], prioritised = KEYS[9], actor = ARGV[5], retention = tonumber(ARGV[3])}
+           ended = KEYS[6], stats = KEYS[7], events = KEYS[8], prioritised = KEYS[9],
+           actor = ARGV[5], retention = tonumber(ARGV[3])}
 local id = ARGV[1]
 local interval = tonumber(ARGV[4])
 local now = clock()

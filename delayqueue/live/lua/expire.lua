@@ -22,7 +22,8 @@
 -- @include scan_reply
 -- @include take_due
 local t = {waiting = KEYS[1], ready = KEYS[2], inflight = KEYS[3], msgs = KEYS[4], expiry = KEYS[5],
-           ended = KEYS[6], events = KEYS[8], prioritised = KEYS[9], actor = ARGV[4], retention = tonumber(ARGV[2])}
+           ended = KEYS[6], events = KEYS[8], prioritised = KEYS[9],
+           actor = ARGV[4], retention = tonumber(ARGV[2])}
 local limit = tonumber(ARGV[1])
 local now = clock()
 local ids = redis.call('ZRANGEBYSCORE', t.expiry, '-inf', now, 'LIMIT', 0, limit)

@@ -31,7 +31,8 @@
 -- @include set_waiting
 -- @include backoff
 local t = {inflight = KEYS[1], ready = KEYS[2], msgs = KEYS[3], expiry = KEYS[4], ended = KEYS[5], stats = KEYS[6],
-           meta = KEYS[7], events = KEYS[8], waiting = KEYS[9], prioritised = KEYS[10], actor = ARGV[6], retention = tonumber(ARGV[2])}
+           meta = KEYS[7], events = KEYS[8], waiting = KEYS[9], prioritised = KEYS[10],
+           actor = ARGV[6], retention = tonumber(ARGV[2])}
 local id = ARGV[1]
 local interval = tonumber(ARGV[3])
 local now, now_us = clock()

@@ -67,5 +67,6 @@ for _, queue in ipairs({{waiting, STATUS.WAITING}, {inflight, STATUS.CONSUMING}}
     end
   end
 end
-local more = redis.call('LLEN', ready) + redis.call('ZCARD', prioritised) + redis.call('ZCARD', waiting) + redis.call('ZCARD', inflight) > 0
+local more = redis.call('LLEN', ready) + redis.call('ZCARD', prioritised) + redis.call('ZCARD', waiting)
+  + redis.call('ZCARD', inflight) > 0
 return {purged, more and 1 or 0}

@@ -29,7 +29,8 @@
 -- @include set_ready
 -- @include set_waiting
 local t = {waiting = KEYS[1], ready = KEYS[2], inflight = KEYS[3], msgs = KEYS[4], expiry = KEYS[5],
-           ended = KEYS[6], stats = KEYS[7], events = KEYS[9], prioritised = KEYS[10], actor = ARGV[9], retention = tonumber(ARGV[4])}
+           ended = KEYS[6], stats = KEYS[7], events = KEYS[9], prioritised = KEYS[10],
+           actor = ARGV[9], retention = tonumber(ARGV[4])}
 local id = ARGV[1]
 local now, now_us = clock()
 local raw = redis.call('HGET', t.msgs, id)

@@ -1,6 +1,6 @@
--- A message becomes ready: its status changes, its id goes onto its level's ready structure
--- (includes/ready_queue.lua; FIFO within a level), and the change is recorded. Long pollers are the caller's to wake, once
--- per call: a woken poller passes the wake on while messages remain.
+-- A message becomes ready: its status changes, its id goes onto its priority's ready structure
+-- (includes/ready_queue.lua; FIFO within a priority), and the change is recorded. Long pollers are
+-- the caller's to wake, once per call: a woken poller passes the wake on while messages remain.
 -- set_ready(t, id, message, from status, reason, with_times) -> the size of the ready structure
 --   it went onto (1: it was empty, wake long pollers)
 --   with_times: the change moved the message's times (see log_event)
