@@ -48,6 +48,12 @@ CHART_MINUTES = 60
 # Upper bounds keep every time (ms) well inside what Redis' Lua numbers and JSON hold exactly.
 MAX_DELAY_MILLIS = 10 * 365 * 86_400_000  # ten years
 MAX_RETRY = 100_000
+# A message's priority: 0 (the default) to MAX_PRIORITY; pulls take higher levels first, FIFO within
+# a level. Level 0 is the ready list; levels above it share one sorted set (lua/includes/ready_queue.lua).
+MAX_PRIORITY = 9
+# The set's score of a priority p's ready message: (MAX_PRIORITY - p) * PRIORITY_BAND + its arrival in
+# the band, so the highest priority scores lowest; 2^48 keeps every score an exact integer in a double.
+PRIORITY_BAND = 2 ** 48
 # A topic's longest retry backoff wait unless it sets its own (TopicConfig.retry_backoff_max_millis).
 RETRY_BACKOFF_MAX_MILLIS = 3_600_000
 # Jitter of a backoff wait: up to this share of it is taken off at random (lua/includes/backoff.lua).

@@ -5,8 +5,10 @@ from dataclasses import dataclass
 
 import orjson
 
-# The wire fields in the order the API answers them.
-WIRE_FIELDS = ("topic", "msgId", "msg", "produceTime", "triggerTime", "expireTime", "maxRetry", "retry", "status")
+# The wire fields in the order the API answers them; "priority" only when above 0, so a message
+# sent without one answers exactly as before priorities (and as camellia's).
+WIRE_FIELDS = ("topic", "msgId", "msg", "produceTime", "triggerTime", "expireTime", "maxRetry", "retry", "status",
+               "priority")
 
 
 @dataclass(slots=True)  # not frozen: a frozen dataclass costs 6x as much to build, per message
@@ -22,20 +24,24 @@ class Message:
     max_retry: int
     retry: int
     status: int
+    priority: int = 0  # 0-9, higher pulled first
 
     @property
     def key(self) -> tuple[str, str]:
         return self.topic, self.msg_id
 
     def to_wire(self) -> dict:
-        return {"topic": self.topic, "msgId": self.msg_id, "msg": self.payload, "produceTime": self.produce_time,
+        wire = {"topic": self.topic, "msgId": self.msg_id, "msg": self.payload, "produceTime": self.produce_time,
                 "triggerTime": self.trigger_time, "expireTime": self.expire_time, "maxRetry": self.max_retry,
                 "retry": self.retry, "status": self.status}
+        if self.priority:
+            wire["priority"] = self.priority
+        return wire
 
     @classmethod
     def from_wire(cls, wire: Mapping) -> "Message":
         return cls(wire["topic"], wire["msgId"], wire["msg"], wire["produceTime"], wire["triggerTime"],
-                   wire["expireTime"], wire["maxRetry"], wire["retry"], wire["status"])
+                   wire["expireTime"], wire["maxRetry"], wire["retry"], wire["status"], wire.get("priority", 0))
 
     @classmethod
     def from_stored(cls, raw: str) -> "Message":
@@ -47,10 +53,10 @@ class Message:
         return {"topic": self.topic, "msg_id": self.msg_id, "payload": self.payload,
                 "produce_time": self.produce_time, "trigger_time": self.trigger_time,
                 "expire_time": self.expire_time, "max_retry": self.max_retry, "retry": self.retry,
-                "status": self.status}
+                "status": self.status, "priority": self.priority}
 
     @classmethod
     def from_row(cls, row: Mapping) -> "Message":
         return cls(row["topic"], row["msg_id"], row["payload"], row["produce_time"], row["trigger_time"],
-                   row["expire_time"], row["max_retry"], row["retry"], row["status"])
+                   row["expire_time"], row["max_retry"], row["retry"], row["status"], row.get("priority", 0))
 

@@ -27,6 +27,8 @@ class Message(models.Model):
     max_retry = models.IntegerField()
     retry = models.IntegerField(default=0)
     status = models.SmallIntegerField(choices=Status.choices)
+    # 0-9, higher pulled first; a database default too, for rows written by a process older than the column.
+    priority = models.SmallIntegerField(default=0, db_default=0)
     updated_at = models.DateTimeField()
 
     class Meta:
@@ -61,7 +63,7 @@ class Message(models.Model):
         return messages.Message(
             topic=self.topic, msg_id=self.msg_id, payload=self.payload, produce_time=to_millis(self.produce_time),
             trigger_time=to_millis(self.trigger_time), expire_time=to_millis(self.expire_time),
-            max_retry=self.max_retry, retry=self.retry, status=self.status)
+            max_retry=self.max_retry, retry=self.retry, status=self.status, priority=self.priority)
 
 
 class MessageEvent(models.Model):

@@ -50,6 +50,7 @@ async def topic_infos(rt: Runtime, *, topics: list[str]) -> list[dict]:
         k = rt.ns.topic(topic)
         pipe.zcard(k.waiting)
         pipe.llen(k.ready)
+        pipe.zcard(k.prioritised)
         pipe.zcard(k.inflight)
         lower = "-inf"
         for _name, upper in WAITING_BUCKETS:
@@ -58,14 +59,14 @@ async def topic_infos(rt: Runtime, *, topics: list[str]) -> list[dict]:
             lower = f"({upper_bound}"
     replies = await pipe.execute()
     infos = []
-    width = 3 + len(WAITING_BUCKETS)
+    width = 4 + len(WAITING_BUCKETS)
     for i, topic in enumerate(topics):
-        waiting, ready, inflight, *buckets = replies[i * width:(i + 1) * width]
+        waiting, ready, prioritised, inflight, *buckets = replies[i * width:(i + 1) * width]
         infos.append({
             "topic": topic,
             "waitingQueueSize": waiting,
             "waitingQueueInfo": {name: count for (name, _), count in zip(WAITING_BUCKETS, buckets)},
-            "readyQueueSize": ready,
+            "readyQueueSize": ready + prioritised,  # every priority
             "ackQueueSize": inflight,
         })
     return infos

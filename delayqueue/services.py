@@ -36,6 +36,7 @@ class SendRequest(NamedTuple):
     ttl_millis: int = -1
     max_retry: int = -1
     trigger_time: int | None = None  # epoch ms, in place of delay_millis; not after produceTime: due now
+    priority: int = 0  # 0-9, higher pulled first
 
 
 _LOW_62 = (1 << 62) - 1
@@ -80,6 +81,7 @@ def _prepare(rt: Runtime, request: SendRequest, produce_time: int,
         max_retry=max_retry,
         retry=0,
         status=Status.READY if delay == 0 else Status.WAITING,
+        priority=request.priority,
     )
 
 
@@ -91,16 +93,17 @@ def send_call(rt: Runtime, message: Message, max_live: int = 0, namespace_capped
         ttl_millis=message.expire_time - message.trigger_time, max_retry=message.max_retry, topic=message.topic,
         ready_channel=rt.ns.ready_channel, schedule_channel=rt.ns.schedule_channel,
         stats_interval_millis=rt.config.monitor_interval_millis, produce_time=message.produce_time,
-        max_live=max_live, namespace_capped=namespace_capped)
+        max_live=max_live, namespace_capped=namespace_capped, priority=message.priority)
 
 
 async def send_message(rt: Runtime, *, topic: str, msg: str, delay_millis: int, msg_id: str | None = None,
-                       ttl_millis: int = -1, max_retry: int = -1, trigger_time: int | None = None) -> dict:
+                       ttl_millis: int = -1, max_retry: int = -1, trigger_time: int | None = None,
+                       priority: int = 0) -> dict:
     """Enqueues one message and answers it as the API shows it; a live duplicate msgId answers
     the stored message unchanged. Raises LogUnavailable (nothing enqueued) when the message log
     cannot take it, RedisUnavailable when Redis cannot (MaybeSent if it may have)."""
     [outcome] = await send_messages(rt, requests=[SendRequest(topic, msg, delay_millis, msg_id, ttl_millis,
-                                                                max_retry, trigger_time)])
+                                                                max_retry, trigger_time, priority)])
     if isinstance(outcome, Exception):
         raise outcome
     return outcome
@@ -246,7 +249,8 @@ async def _topic_settings(rt: Runtime) -> dict[str, TopicSettings]:
 
 async def pull_messages(rt: Runtime, *, topic: str, batch: int = -1,
                         ack_timeout_millis: int = -1) -> tuple[list[dict], int]:
-    """Delivers up to `batch` ready messages, oldest first. Returns them and how many stay ready.
+    """Delivers up to `batch` ready messages, the highest priority first and the oldest first within
+    a priority. Returns them and how many stay ready.
     Under a consume rate it hands out at most as many as there are tokens, and raises Throttled
     when there is none (of the namespace's bucket or the topic's). A paused topic hands out none."""
     messages, remaining, _paused = await _pull(rt, topic=topic, batch=batch, ack_timeout_millis=ack_timeout_millis)

@@ -5,6 +5,7 @@ from django.conf import settings
 from drf_spectacular.utils import OpenApiExample, OpenApiResponse, PolymorphicProxySerializer, extend_schema
 from rest_framework import serializers
 
+from delayqueue.constants import MAX_PRIORITY
 from delayqueue.selectors import GAP_STATS, REQUEST_COUNTERS, WAITING_BUCKETS
 
 FORM = "application/x-www-form-urlencoded"
@@ -24,6 +25,9 @@ class DelayMsgSerializer(serializers.Serializer):
     status = serializers.IntegerField(
         help_text="1 waiting, 2 ready, 3 consuming, 4 acked, 5 expired undelivered, 6 retries/TTL exhausted, 7 deleted"
     )
+    priority = serializers.IntegerField(
+        required=False, min_value=1, max_value=MAX_PRIORITY,
+        help_text="the priority it was sent with, only when above 0 (absent: 0); higher is pulled first")
 
 
 class ErrorSerializer(serializers.Serializer):

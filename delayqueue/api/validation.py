@@ -9,7 +9,7 @@ from rest_framework.validators import ProhibitSurrogateCharactersValidator
 
 from delayqueue.conf import load_config
 from delayqueue.constants import (DEAD_LIST_DEFAULT_LIMIT, DEAD_LIST_MAX_LIMIT, MAX_DELAY_MILLIS, MAX_LIMIT,
-                                  MAX_RETRY, MAX_TOPIC_BYTES, REDRIVE_DEFAULT_RATE, REDRIVE_MAX_RATE)
+                                  MAX_PRIORITY, MAX_RETRY, MAX_TOPIC_BYTES, REDRIVE_DEFAULT_RATE, REDRIVE_MAX_RATE)
 from delayqueue.topics import CONTROL_CHARACTER_PATTERN, topic_problem
 
 # Counts and retries below 0 mean "the default"; a floor keeps them plain integers all the way to Lua.
@@ -126,6 +126,10 @@ class SendMsgSerializer(TopicSerializer):
     maxRetry = serializers.IntegerField(
         required=False, default=-1, min_value=MIN_COUNT, max_value=MAX_RETRY,
         help_text="deliveries allowed after the first; below 0: the server default (DELAYQUEUE_MAX_RETRY, 10)")
+    priority = serializers.IntegerField(
+        required=False, default=0, min_value=0, max_value=MAX_PRIORITY,
+        help_text=f"0 (default) to {MAX_PRIORITY}: ready messages of a higher priority are pulled first, "
+                  "oldest first within a priority")
 
     def validate(self, attrs: dict) -> dict:
         if attrs["triggerTime"] is None:

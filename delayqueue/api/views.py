@@ -110,7 +110,7 @@ def send_parameters(data: dict) -> dict:
     delay = data["delayMillis"]
     return {"topic": data["topic"], "msg": data["msg"], "delay_millis": 0 if delay is None else delay,
             "msg_id": data.get("msgId") or None, "ttl_millis": data["ttlMillis"], "max_retry": data["maxRetry"],
-            "trigger_time": data["triggerTime"]}
+            "trigger_time": data["triggerTime"], "priority": data["priority"]}
 
 
 class QueueAPIView(APIView):

@@ -42,7 +42,8 @@ def topic_of_key_text(text: str) -> str:
 class TopicKeys:
     topic: str
     waiting: str  # ZSET msgId -> triggerTime
-    ready: str  # LIST of msgIds, LPUSH in, RPOP out
+    ready: str  # LIST of msgIds of priority 0, LPUSH in, RPOP out
+    prioritised: str  # ZSET ready msgIds of priority 1-9 -> band + arrival (includes/ready_queue.lua), only while any
     inflight: str  # ZSET msgId -> ack deadline
     msgs: str  # HASH msgId -> message json
     expiry: str  # ZSET msgId -> expireTime, live messages only

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from delayqueue.constants import (BURST_MILLIS, CHART_MINUTES, LATENESS_BOUNDS_MS, RETRY_BACKOFF_JITTER,
+from delayqueue.constants import (BURST_MILLIS, CHART_MINUTES, LATENESS_BOUNDS_MS, MAX_PRIORITY, PRIORITY_BAND,
+                                  RETRY_BACKOFF_JITTER,
                                   RETRY_BACKOFF_MAX_MILLIS, Reason, Status)
 from delayqueue.live.keys import EVENTS_SUFFIX, HISTORY_SUFFIX, NamespaceKeys, TopicKeys
 
@@ -40,6 +41,7 @@ def prelude() -> str:
         "local LATENESS_BOUNDS = " + _lua_table(str(bound) for bound in LATENESS_BOUNDS_MS),
         f"local CHART_MINUTES = {CHART_MINUTES}",
         f"local BURST_MILLIS = {BURST_MILLIS}",
+        f"local MAX_PRIORITY, PRIORITY_BAND = {MAX_PRIORITY}, {PRIORITY_BAND}",
         f"local RETRY_BACKOFF_MAX_MILLIS, RETRY_BACKOFF_JITTER = {RETRY_BACKOFF_MAX_MILLIS}, {RETRY_BACKOFF_JITTER}",
         f"local EVENTS_SUFFIX, HISTORY_SUFFIX = '{EVENTS_SUFFIX}', '{HISTORY_SUFFIX}'",
         "",
@@ -107,7 +109,7 @@ class SendReply(NamedTuple):
 
 
 class PullReply(NamedTuple):
-    remaining: int  # messages left in the ready list
+    remaining: int  # messages left ready (every priority)
     messages: list[str]  # the pulled messages' stored json, oldest first
     retry_after_millis: int  # > 0: the topic's consume rate allowed no message, for this long
     paused: bool = False  # the topic is paused: nothing handed out
@@ -240,15 +242,16 @@ async def load_scripts(client) -> None:
 
 def send(k: TopicKeys, *, msg_id: str, payload: str, delay_millis: int, ttl_millis: int, max_retry: int,
          topic: str, ready_channel: str, schedule_channel: str, stats_interval_millis: int,
-         produce_time: int, max_live: int, namespace_capped: bool) -> ScriptCall:
-    return ScriptCall(SEND, [k.waiting, k.ready, k.inflight, k.msgs, k.expiry, k.ended, k.meta, k.stats],
+         produce_time: int, max_live: int, namespace_capped: bool, priority: int) -> ScriptCall:
+    return ScriptCall(SEND, [k.waiting, k.ready, k.inflight, k.msgs, k.expiry, k.ended, k.meta, k.stats, k.prioritised],
                       [msg_id, payload, delay_millis, ttl_millis, max_retry, topic, ready_channel, schedule_channel,
-                       stats_interval_millis, produce_time, max_live, _flag(namespace_capped)])
+                       stats_interval_millis, produce_time, max_live, _flag(namespace_capped), priority])
 
 
 def pull(k: TopicKeys, *, batch: int, ack_timeout_millis: int, retention_millis: int, stats_interval_millis: int,
          schedule_channel: str, topic: str, actor: str, consume_rate: int) -> ScriptCall:
-    return ScriptCall(PULL, [k.ready, k.inflight, k.msgs, k.expiry, k.ended, k.stats, k.meta, k.events, k.buckets],
+    return ScriptCall(PULL, [k.ready, k.inflight, k.msgs, k.expiry, k.ended, k.stats, k.meta, k.events, k.buckets,
+                             k.prioritised],
                       [batch, ack_timeout_millis, retention_millis, stats_interval_millis, schedule_channel, topic,
                        actor, consume_rate])
 
@@ -262,7 +265,8 @@ def nack(k: TopicKeys, *, msg_id: str, retention_millis: int, stats_interval_mil
          topic: str, actor: str, delay_millis: int, dead_letter: bool, schedule_channel: str,
          seed: int) -> ScriptCall:
     """`delay_millis` -1: none given (the topic's retry backoff applies)."""
-    return ScriptCall(NACK, [k.inflight, k.ready, k.msgs, k.expiry, k.ended, k.stats, k.meta, k.events, k.waiting],
+    return ScriptCall(NACK, [k.inflight, k.ready, k.msgs, k.expiry, k.ended, k.stats, k.meta, k.events, k.waiting,
+                             k.prioritised],
                       [msg_id, retention_millis, stats_interval_millis, ready_channel, topic, actor, delay_millis,
                        _flag(dead_letter), schedule_channel, seed])
 
@@ -278,39 +282,43 @@ def reschedule(k: TopicKeys, *, msg_id: str, trigger_time: int, delay_millis: in
                actor: str) -> ScriptCall:
     """`trigger_time` -1: Redis' now + `delay_millis`."""
     return ScriptCall(RESCHEDULE, [k.waiting, k.ready, k.inflight, k.msgs, k.expiry, k.ended, k.stats, k.meta,
-                                   k.events],
+                                   k.events, k.prioritised],
                       [msg_id, trigger_time, delay_millis, retention_millis, stats_interval_millis, ready_channel,
                        schedule_channel, topic, actor])
 
 
 def delete(k: TopicKeys, *, msg_id: str, release: bool, retention_millis: int, stats_interval_millis: int,
            actor: str) -> ScriptCall:
-    return ScriptCall(DELETE, [k.waiting, k.ready, k.inflight, k.msgs, k.expiry, k.ended, k.stats, k.events],
+    return ScriptCall(DELETE, [k.waiting, k.ready, k.inflight, k.msgs, k.expiry, k.ended, k.stats, k.events,
+                                      k.prioritised],
                       [msg_id, _flag(release), retention_millis, stats_interval_millis, actor])
 
 
 def get(k: TopicKeys, *, msg_id: str, retention_millis: int, stats_interval_millis: int, actor: str) -> ScriptCall:
-    return ScriptCall(GET, [k.waiting, k.ready, k.inflight, k.msgs, k.expiry, k.ended, k.stats, k.events],
+    return ScriptCall(GET, [k.waiting, k.ready, k.inflight, k.msgs, k.expiry, k.ended, k.stats, k.events,
+                                   k.prioritised],
                       [msg_id, retention_millis, stats_interval_millis, actor])
 
 
 def promote_due(k: TopicKeys, *, limit: int, retention_millis: int, stats_interval_millis: int, ready_channel: str,
                 topic: str, actor: str) -> ScriptCall:
-    return ScriptCall(PROMOTE_DUE, [k.waiting, k.ready, k.msgs, k.expiry, k.ended, k.stats, k.events],
+    return ScriptCall(PROMOTE_DUE, [k.waiting, k.ready, k.msgs, k.expiry, k.ended, k.stats, k.events,
+                                    k.prioritised],
                       [limit, retention_millis, stats_interval_millis, ready_channel, topic, actor])
 
 
 def requeue_timed_out(k: TopicKeys, *, limit: int, retention_millis: int, stats_interval_millis: int,
                       ready_channel: str, topic: str, actor: str, schedule_channel: str, seed: int) -> ScriptCall:
     return ScriptCall(REQUEUE_TIMED_OUT, [k.inflight, k.ready, k.msgs, k.expiry, k.ended, k.stats, k.events,
-                                          k.waiting, k.meta],
+                                          k.waiting, k.meta, k.prioritised],
                       [limit, retention_millis, stats_interval_millis, ready_channel, topic, actor, schedule_channel,
                        seed])
 
 
 def expire(k: TopicKeys, *, limit: int, retention_millis: int, stats_interval_millis: int,
            actor: str) -> ScriptCall:
-    return ScriptCall(EXPIRE, [k.waiting, k.ready, k.inflight, k.msgs, k.expiry, k.ended, k.stats, k.events],
+    return ScriptCall(EXPIRE, [k.waiting, k.ready, k.inflight, k.msgs, k.expiry, k.ended, k.stats, k.events,
+                                      k.prioritised],
                       [limit, retention_millis, stats_interval_millis, actor])
 
 
@@ -319,7 +327,8 @@ def purge_ended(k: TopicKeys, *, limit: int) -> ScriptCall:
 
 
 def retire_topic(k: TopicKeys, *, idle_millis: int) -> ScriptCall:
-    return ScriptCall(RETIRE_TOPIC, [k.waiting, k.ready, k.inflight, k.msgs, k.meta, k.stats, k.events], [idle_millis])
+    return ScriptCall(RETIRE_TOPIC, [k.waiting, k.ready, k.inflight, k.msgs, k.meta, k.stats, k.events, k.prioritised],
+                      [idle_millis])
 
 
 def prune_stats(k: TopicKeys, *, stats_interval_millis: int) -> ScriptCall:
@@ -344,7 +353,7 @@ def restore(k: TopicKeys, *, ready_channel: str, schedule_channel: str, topic: s
     args = [ready_channel, schedule_channel, topic, _flag(dry_run), actor]
     for message in messages:
         args += message
-    return ScriptCall(RESTORE, [k.waiting, k.ready, k.msgs, k.expiry, k.meta, k.events], args)
+    return ScriptCall(RESTORE, [k.waiting, k.ready, k.msgs, k.expiry, k.meta, k.events, k.prioritised], args)
 
 
 def take_tokens(k: NamespaceKeys | TopicKeys, *, kind: str, wanted: int, rate: int) -> ScriptCall:
@@ -377,7 +386,8 @@ def borrow_live(k: NamespaceKeys, *, wanted: int, max_live: int, held: int) -> S
 
 def purge_topic(k: TopicKeys, *, limit: int, retention_millis: int, actor: str,
                 stats_interval_millis: int) -> ScriptCall:
-    return ScriptCall(PURGE_TOPIC, [k.waiting, k.ready, k.inflight, k.msgs, k.expiry, k.ended, k.events, k.stats],
+    return ScriptCall(PURGE_TOPIC, [k.waiting, k.ready, k.inflight, k.msgs, k.expiry, k.ended, k.events, k.stats,
+                                   k.prioritised],
                       [limit, retention_millis, actor, stats_interval_millis])
 
 

@@ -231,8 +231,8 @@ class Redriver:
             rows = await found.fetchall()
             if not rows:
                 return []
-            batch = [[msg_id, payload, max_retry, max(ttl, 1), now, rid] for rid, _at, msg_id, payload, max_retry, ttl
-                     in rows]
+            batch = [[msg_id, payload, max_retry, max(ttl, 1), now, rid, priority]
+                     for rid, _at, msg_id, payload, max_retry, ttl, priority in rows]
             await conn.execute(sql.REDRIVE_ROWS, {
                 "rows": orjson.dumps([{"id": b[5], "pt": now, "et": now + b[3]} for b in batch]).decode(),
                 "ready": Status.READY, "dead": Status.EXHAUSTED, **self._actor})
@@ -254,8 +254,9 @@ class Redriver:
         holds (same produceTime, in any status) is not sent again. Raises if Redis fails: the
         batch stays `sending`, and is sent by whoever runs the task next."""
         rt = self.rt
-        messages = [Message(topic, msg_id, payload, pt, pt, pt + ttl, max_retry, 0, Status.READY)
-                    for msg_id, payload, max_retry, ttl, pt, _rid in batch]
+        # A batch recorded before priorities has no seventh value: priority 0.
+        messages = [Message(topic, msg_id, payload, pt, pt, pt + ttl, max_retry, 0, Status.READY, (*priority, 0)[0])
+                    for msg_id, payload, max_retry, ttl, pt, _rid, *priority in batch]
         if resumed:
             stored = await rt.redis.hmget(rt.ns.topic(topic).msgs, [m.msg_id for m in messages])
             messages = [m for m, raw in zip(messages, stored)

@@ -25,7 +25,7 @@ log = logging.getLogger(__name__)
 def _rows_json(namespace: str, rows: list[Message]) -> str:
     return orjson.dumps([
         {"ns": namespace, "t": r.topic, "i": r.msg_id, "p": r.payload, "pt": r.produce_time, "tt": r.trigger_time,
-         "et": r.expire_time, "mr": r.max_retry, "r": r.retry, "s": r.status}
+         "et": r.expire_time, "mr": r.max_retry, "r": r.retry, "s": r.status, "pr": r.priority}
         for r in rows
     ]).decode()
 

@@ -78,7 +78,8 @@ async def restore_rows(rt: Runtime, *, rows: Iterable[dict], include_expired: bo
             calls.append(scripts.restore(
                 rt.ns.topic(topic), ready_channel=rt.ns.ready_channel, schedule_channel=rt.ns.schedule_channel,
                 topic=topic, dry_run=dry_run, actor=rt.actor,
-                messages=[(m.msg_id, m.payload, m.produce_time, m.trigger_time, m.expire_time, m.max_retry, m.retry)
+                messages=[(m.msg_id, m.payload, m.produce_time, m.trigger_time, m.expire_time, m.max_retry, m.retry,
+                           m.priority)
                           for m in messages[start:start + SCRIPT_MESSAGES]]))
     for result in await rt.scripts.run(calls):
         if isinstance(result, Exception):

@@ -43,18 +43,20 @@ KEEPS_DEAD = (f"NOT EXISTS (SELECT 1 FROM {TOPIC_CONFIG_TABLE} c"
 
 # --- The send path (group_commit.MessageLog): performance-critical, one statement per group.
 
-_COLUMNS = "namespace, topic, msg_id, payload, produce_time, trigger_time, expire_time, max_retry, retry, status, updated_at"
+_COLUMNS = ("namespace, topic, msg_id, payload, produce_time, trigger_time, expire_time, max_retry, retry, status, "
+            "priority, updated_at")
 # Rows travel as one JSON document: psycopg dumps array parameters element by element in
 # Python, which cost more than the statement itself; PostgreSQL unpacks JSON in C.
-_ROWS = "json_to_recordset(%s::json) AS u(ns text, t text, i text, p text, pt int8, tt int8, et int8, mr int4, r int4, s int2)"
+_ROWS = ("json_to_recordset(%s::json) AS u(ns text, t text, i text, p text, pt int8, tt int8, et int8, mr int4, r int4, "
+         "s int2, pr int2)")
 _UPSERT = f"""
 INSERT INTO {MESSAGE_TABLE} ({_COLUMNS})
-SELECT ns, t, i, p, {from_millis("pt")}, {from_millis("tt")}, {from_millis("et")}, mr, r, s, {from_millis("pt")}
+SELECT ns, t, i, p, {from_millis("pt")}, {from_millis("tt")}, {from_millis("et")}, mr, r, s, pr, {from_millis("pt")}
 FROM {_ROWS}
 ON CONFLICT (namespace, topic, msg_id) DO UPDATE SET
     payload = EXCLUDED.payload, produce_time = EXCLUDED.produce_time, trigger_time = EXCLUDED.trigger_time,
     expire_time = EXCLUDED.expire_time, max_retry = EXCLUDED.max_retry, retry = EXCLUDED.retry,
-    status = EXCLUDED.status, updated_at = EXCLUDED.updated_at
+    status = EXCLUDED.status, priority = EXCLUDED.priority, updated_at = EXCLUDED.updated_at
 """
 
 
@@ -78,10 +80,10 @@ _KEYS_JSON = "SELECT * FROM json_to_recordset(%s::json) AS u(ns text, t text, i 
 # speculative insertion, a seventh of the statement (docs/benchmarks.md), for the rare resend.
 INSERT_NEW = f"""
 WITH u AS MATERIALIZED (
-    SELECT ns, t, i, p, pt, {from_millis("pt")} AS produced, tt, et, mr, r, s FROM {_ROWS}
+    SELECT ns, t, i, p, pt, {from_millis("pt")} AS produced, tt, et, mr, r, s, pr FROM {_ROWS}
 ), messages AS (
     INSERT INTO {MESSAGE_TABLE} ({_COLUMNS})
-    SELECT ns, t, i, p, produced, {from_millis("tt")}, {from_millis("et")}, mr, r, s, produced FROM u
+    SELECT ns, t, i, p, produced, {from_millis("tt")}, {from_millis("et")}, mr, r, s, pr, produced FROM u
 )
 {_INSERT_SENT}
 SELECT ns, t, i, {_sent_id("pt")}, produced, 0, s, 0, 'sent', %s, %s FROM u
@@ -244,7 +246,7 @@ RETURNING {_TASK}
 # The task's next dead letters, locked, with what a new life needs.
 _NEXT_DEAD = f"""
 SELECT m.id, m.updated_at, m.msg_id, m.payload, m.max_retry,
-       {to_millis("m.expire_time")} - {to_millis("m.trigger_time")} AS ttl
+       {to_millis("m.expire_time")} - {to_millis("m.trigger_time")} AS ttl, m.priority
 FROM {MESSAGE_TABLE} m
 WHERE {_DEAD_IN} AND m.updated_at <= %(created_at)s
   AND (m.updated_at, m.id) > (coalesce(%(after_time)s::timestamptz, '-infinity'), %(after_id)s)
@@ -307,7 +309,7 @@ ORDER BY t.id
 
 # A log row as restore_rows takes it: times in epoch ms.
 RESTORE_COLUMNS = ("id", "namespace", "topic", "msg_id", "payload", "produce_time", "trigger_time", "expire_time",
-                   "max_retry", "retry", "status")
+                   "max_retry", "retry", "status", "priority")
 _RESTORE_SELECT = ", ".join(f"{to_millis(c)} AS {c}" if c.endswith("_time") else c for c in RESTORE_COLUMNS)
 
 

@@ -4,7 +4,7 @@ effects; dead-letter counts and running redrives, read from the message log."""
 from dataclasses import dataclass
 
 from delayqueue import selectors
-from delayqueue.constants import CHART_MINUTES, LATENESS_BOUNDS_MS
+from delayqueue.constants import CHART_MINUTES, LATENESS_BOUNDS_MS, MAX_PRIORITY, PRIORITY_BAND
 from delayqueue.live.keys import topic_keys
 from delayqueue.messagelog import sql
 from delayqueue.messagelog.connection import LogConnection
@@ -12,6 +12,9 @@ from delayqueue.messages import Message
 from delayqueue.runtime import Runtime
 
 OVERDUE_MILLIS = 5_000  # a waiting message this far past its triggerTime means no scanner promotes it
+# The score range [low, high) of each priority 1-9 in a topic's prioritised set.
+PRIORITY_BANDS = [((MAX_PRIORITY - p) * PRIORITY_BAND, (MAX_PRIORITY - p + 1) * PRIORITY_BAND)
+                  for p in range(1, MAX_PRIORITY + 1)]
 
 
 def _number(value) -> int:
@@ -36,19 +39,35 @@ async def topic_overview(rt: Runtime, *, topics: list[str]) -> list[dict]:
         pipe.hgetall(k.stats)
         pipe.zcount(k.waiting, "-inf", now - OVERDUE_MILLIS)
         pipe.xlen(k.events)
-        pipe.lindex(k.ready, -1)  # the oldest ready id: pulls take from the tail
+        pipe.lindex(k.ready, -1)  # the oldest ready id of priority 0: pulls take from the tail
+        pipe.exists(k.prioritised)
         pipe.hget(k.meta, "paused")  # the pause as the pull script reads it (topic_config.MIRROR_FIELDS)
     replies = await pipe.execute()
-    oldest_ids = {topic: replies[5 * i + 3] for i, topic in enumerate(topics) if replies[5 * i + 3]}
+    oldest_ids = {topic: [replies[6 * i + 3]] if replies[6 * i + 3] else [] for i, topic in enumerate(topics)}
+    prioritised = [topic for i, topic in enumerate(topics) if replies[6 * i + 4]]
+    if prioritised:
+        # The oldest ready message of each priority heads its band (lua/includes/ready_queue.lua).
+        pipe = rt.redis.pipeline(transaction=False)
+        for topic in prioritised:
+            for low, high in PRIORITY_BANDS:
+                pipe.zrangebyscore(rt.ns.topic(topic).prioritised, low, f"({high}", start=0, num=1)
+        heads = iter(await pipe.execute())
+        for topic in prioritised:
+            for _band in PRIORITY_BANDS:
+                oldest_ids[topic] += next(heads)
     pipe = rt.redis.pipeline(transaction=False)
-    for topic, msg_id in oldest_ids.items():
+    wanted = [(topic, msg_id) for topic, ids in oldest_ids.items() for msg_id in ids]
+    for topic, msg_id in wanted:
         pipe.hget(rt.ns.topic(topic).msgs, msg_id)
-    bodies = dict(zip(oldest_ids, await pipe.execute())) if oldest_ids else {}
+    bodies: dict[str, list[str]] = {}
+    for (topic, _), raw in zip(wanted, await pipe.execute() if wanted else []):
+        if raw:
+            bodies.setdefault(topic, []).append(raw)
     this_minute = now // 60_000
     overviews = []
     for i, info in enumerate(infos):
-        stats, overdue, backlog = replies[5 * i:5 * i + 3]
-        oldest = bodies.get(info["topic"])
+        stats, overdue, backlog = replies[6 * i:6 * i + 3]
+        oldest = min((Message.from_stored(raw).trigger_time for raw in bodies.get(info["topic"], [])), default=None)
         last = {name: _number(stats.get(f"{previous}:{name}")) for name in selectors.REQUEST_COUNTERS}
         series = []
         for minute in range(this_minute - CHART_MINUTES + 1, this_minute + 1):
@@ -63,8 +82,8 @@ async def topic_overview(rt: Runtime, *, topics: list[str]) -> list[dict]:
             **info,
             "overdue": overdue,
             "log_backlog": backlog,
-            "paused": replies[5 * i + 4] == "1",
-            "oldest_ready_age_ms": max(now - Message.from_stored(oldest).trigger_time, 0) if oldest else 0,
+            "paused": replies[6 * i + 5] == "1",
+            "oldest_ready_age_ms": max(now - oldest, 0) if oldest is not None else 0,
             "last_interval": last,
             "interval_seconds": rt.config.monitor_interval_seconds,
             "totals": {name: _number(stats.get(f"total:{name}")) for name in selectors.REQUEST_COUNTERS},
@@ -100,13 +119,14 @@ async def live_state(rt: Runtime, *, namespace: str, topic: str, msg_id: str) ->
     pipe.hget(k.msgs, msg_id)
     pipe.zscore(k.waiting, msg_id)
     pipe.lpos(k.ready, msg_id)
+    pipe.zscore(k.prioritised, msg_id)
     pipe.zscore(k.inflight, msg_id)
     pipe.zscore(k.ended, msg_id)
-    raw, waiting, ready_pos, ack_deadline, purge_at = await pipe.execute()
+    raw, waiting, ready_pos, prioritised, ack_deadline, purge_at = await pipe.execute()
     return {
         "message": None if raw is None else Message.from_stored(raw).to_wire(),
         "waiting_until": None if waiting is None else int(waiting),
-        "in_ready_list": ready_pos is not None,
+        "in_ready_list": ready_pos is not None or prioritised is not None,
         "ack_deadline": None if ack_deadline is None else int(ack_deadline),
         "purge_at": None if purge_at is None else int(purge_at),
     }

@@ -46,7 +46,7 @@ def test_openapi_schema_lists_every_endpoint_and_parameter(client):
         return resolve(paths[path]["post"]["requestBody"]["content"]["application/x-www-form-urlencoded"]["schema"]["$ref"])
 
     send_form = form_fields("/camellia/delayQueue/sendMsg")
-    assert {"topic", "msgId", "msg", "delayMillis", "ttlMillis", "maxRetry", "triggerTime"} == set(
+    assert {"topic", "msgId", "msg", "delayMillis", "ttlMillis", "maxRetry", "triggerTime", "priority"} == set(
         send_form["properties"])
     assert {"topic", "msg"} == set(send_form["required"])  # and one of delayMillis, triggerTime
     assert {"topic", "batch", "ackTimeoutMillis", "longPollingTimeoutMillis"} == set(

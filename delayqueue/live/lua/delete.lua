@@ -9,6 +9,7 @@
 -- KEYS[6] ended
 -- KEYS[7] stats
 -- KEYS[8] events
+-- KEYS[9] prioritised
 -- ARGV[1] msg_id
 -- ARGV[2] release: 1 frees the body at once, 0 keeps it readable for the retention
 -- ARGV[3] retention_millis: how long an ended body stays readable
@@ -19,7 +20,8 @@
 -- @include status
 -- @include end_message
 local t = {waiting = KEYS[1], ready = KEYS[2], inflight = KEYS[3], msgs = KEYS[4], expiry = KEYS[5],
-           ended = KEYS[6], stats = KEYS[7], events = KEYS[8], actor = ARGV[5], retention = tonumber(ARGV[3])}
+           ended = KEYS[6], stats = KEYS[7], events = KEYS[8], prioritised = KEYS[9],
+           actor = ARGV[5], retention = tonumber(ARGV[3])}
 local id = ARGV[1]
 local interval = tonumber(ARGV[4])
 local now = clock()
@@ -33,7 +35,7 @@ if is_live(m) then
   if m.expireTime <= now then
     end_expired(t, id, m, now, interval)
   else
-    remove_from_queues(t, id, m.status)
+    remove_from_queues(t, id, m)
     end_message(t, id, m, now, REASON.DELETED, STATUS.DELETED)
     stat_add(t.stats, interval, now, 'deleteMsg', 1)
     deleted = 1

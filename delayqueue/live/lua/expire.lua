@@ -8,6 +8,7 @@
 -- KEYS[6] ended
 -- KEYS[7] stats
 -- KEYS[8] events
+-- KEYS[9] prioritised
 -- ARGV[1] limit: most messages handled per call
 -- ARGV[2] retention_millis: how long an ended body stays readable
 -- ARGV[3] stats_interval_millis
@@ -21,14 +22,15 @@
 -- @include scan_reply
 -- @include take_due
 local t = {waiting = KEYS[1], ready = KEYS[2], inflight = KEYS[3], msgs = KEYS[4], expiry = KEYS[5],
-           ended = KEYS[6], events = KEYS[8], actor = ARGV[4], retention = tonumber(ARGV[2])}
+           ended = KEYS[6], events = KEYS[8], prioritised = KEYS[9],
+           actor = ARGV[4], retention = tonumber(ARGV[2])}
 local limit = tonumber(ARGV[1])
 local now = clock()
 local ids = redis.call('ZRANGEBYSCORE', t.expiry, '-inf', now, 'LIMIT', 0, limit)
 local expired = 0
 take_due(t.expiry, t.msgs, ids, function(id, m)
   if is_live(m) then
-    remove_from_queues(t, id, m.status)
+    remove_from_queues(t, id, m)
     end_message(t, id, m, now, REASON.EXPIRED)
     expired = expired + 1
   end

@@ -8,6 +8,7 @@
 -- KEYS[6] ended
 -- KEYS[7] stats
 -- KEYS[8] events
+-- KEYS[9] prioritised
 -- ARGV[1] msg_id
 -- ARGV[2] retention_millis: how long an ended body stays readable
 -- ARGV[3] stats_interval_millis
@@ -17,7 +18,8 @@
 -- @include status
 -- @include end_message
 local t = {waiting = KEYS[1], ready = KEYS[2], inflight = KEYS[3], msgs = KEYS[4], expiry = KEYS[5],
-           ended = KEYS[6], stats = KEYS[7], events = KEYS[8], actor = ARGV[4], retention = tonumber(ARGV[2])}
+           ended = KEYS[6], stats = KEYS[7], events = KEYS[8], prioritised = KEYS[9],
+           actor = ARGV[4], retention = tonumber(ARGV[2])}
 local interval = tonumber(ARGV[3])
 local now = clock()
 local raw = redis.call('HGET', t.msgs, ARGV[1])

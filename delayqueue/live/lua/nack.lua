@@ -1,4 +1,4 @@
--- Gives a consuming message back (ack=false): ready again at once (or after the topic's retry
+-- Gives a consuming message back (ack=false): ready again at once at its priority (or after the topic's retry
 -- backoff, includes/backoff.lua, waiting meanwhile), or waiting for delay_millis
 -- (retry count kept; its expireTime stays, so a delay past it ends the message then), or ended
 -- (exhausted) when it has no deliveries or TTL left. With dead_letter it ends now as a dead
@@ -12,6 +12,7 @@
 -- KEYS[7] meta
 -- KEYS[8] events
 -- KEYS[9] waiting
+-- KEYS[10] prioritised
 -- ARGV[1] msg_id
 -- ARGV[2] retention_millis: how long an ended body stays readable
 -- ARGV[3] stats_interval_millis
@@ -30,7 +31,8 @@
 -- @include set_waiting
 -- @include backoff
 local t = {inflight = KEYS[1], ready = KEYS[2], msgs = KEYS[3], expiry = KEYS[4], ended = KEYS[5], stats = KEYS[6],
-           meta = KEYS[7], events = KEYS[8], waiting = KEYS[9], actor = ARGV[6], retention = tonumber(ARGV[2])}
+           meta = KEYS[7], events = KEYS[8], waiting = KEYS[9], prioritised = KEYS[10],
+           actor = ARGV[6], retention = tonumber(ARGV[2])}
 local id = ARGV[1]
 local interval = tonumber(ARGV[3])
 local now, now_us = clock()

@@ -1,5 +1,5 @@
--- Scanner: moves due waiting messages to ready in triggerTime order and wakes long pollers. One
--- already past its TTL is ended (expired) instead.
+-- Scanner: moves due waiting messages to ready (each at its priority) in triggerTime order and
+-- wakes long pollers. One already past its TTL is ended (expired) instead.
 -- KEYS[1] waiting
 -- KEYS[2] ready
 -- KEYS[3] msgs
@@ -7,6 +7,7 @@
 -- KEYS[5] ended
 -- KEYS[6] stats
 -- KEYS[7] events
+-- KEYS[8] prioritised
 -- ARGV[1] limit: most messages handled per call
 -- ARGV[2] retention_millis: how long an ended body stays readable
 -- ARGV[3] stats_interval_millis
@@ -22,6 +23,7 @@
 -- @include set_ready
 -- @include due_to_ready
 local t = {waiting = KEYS[1], ready = KEYS[2], msgs = KEYS[3], expiry = KEYS[4], ended = KEYS[5], events = KEYS[7],
+           prioritised = KEYS[8],
            actor = ARGV[6], retention = tonumber(ARGV[2])}
 local stats, limit, interval = KEYS[6], tonumber(ARGV[1]), tonumber(ARGV[3])
 local now = clock()

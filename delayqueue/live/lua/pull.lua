@@ -1,8 +1,9 @@
--- Takes up to `batch` messages from the ready list, oldest first, and puts them in flight with
--- an ack deadline. A message found past its TTL or out of deliveries is ended instead of
--- returned. With a consume rate, each message handed out takes a token from the topic's bucket:
--- a pull hands out at most the whole tokens there are, and none at all answers how long until
--- there is one. A paused topic (its meta hash's 'paused', topic_config.py) hands out nothing.
+-- Takes up to `batch` ready messages, the highest priority first and the oldest first within a
+-- priority, and puts them in flight with an ack deadline. A message found past its TTL or out of
+-- deliveries is ended instead of returned. With a consume rate, each message handed out takes a
+-- token from the topic's bucket: a pull hands out at most the whole tokens there are, and none at
+-- all answers how long until there is one. A paused topic (its meta hash's 'paused',
+-- topic_config.py) hands out nothing.
 -- KEYS[1] ready
 -- KEYS[2] inflight
 -- KEYS[3] msgs
@@ -12,6 +13,7 @@
 -- KEYS[7] meta
 -- KEYS[8] events
 -- KEYS[9] buckets
+-- KEYS[10] prioritised
 -- ARGV[1] batch: most messages returned
 -- ARGV[2] ack_timeout_millis
 -- ARGV[3] retention_millis: how long an ended body stays readable
@@ -20,7 +22,7 @@
 -- ARGV[6] topic
 -- ARGV[7] actor: 'process@host' for the history, '' with the message log off
 -- ARGV[8] consume_rate: messages a second, 0 for no limit
--- Returns {messages left in ready, 0, json1, json2, ...}, or {messages in ready, ms until a
+-- Returns {messages left ready (every priority), 0, json1, json2, ...}, or {messages in ready, ms until a
 -- token} when the consume rate allows none now, or {messages in ready, -1} when the topic is paused.
 -- @include clock
 -- @include token_bucket
@@ -28,21 +30,22 @@
 -- @include status
 -- @include end_message
 -- @include next_due
+-- @include ready_queue
 local t = {msgs = KEYS[3], expiry = KEYS[4], ended = KEYS[5], events = KEYS[8], actor = ARGV[7],
-           retention = tonumber(ARGV[3])}
-local ready, inflight, stats, meta, buckets = KEYS[1], KEYS[2], KEYS[6], KEYS[7], KEYS[9]
+           retention = tonumber(ARGV[3]), ready = KEYS[1], prioritised = KEYS[10]}
+local inflight, stats, meta, buckets = KEYS[2], KEYS[6], KEYS[7], KEYS[9]
 local batch = tonumber(ARGV[1])
 local interval = tonumber(ARGV[4])
 local rate = tonumber(ARGV[8])
 local now, now_us = clock()
 if redis.call('HGET', meta, 'paused') == '1' then
-  return {redis.call('LLEN', ready), -1}
+  return {ready_count(t), -1}
 end
 local tokens
 if rate > 0 then
   tokens = bucket_level(buckets, 'consume', rate, now_us)
   if tokens < 1 then
-    return {redis.call('LLEN', ready), bucket_wait(tokens, 1, rate)}
+    return {ready_count(t), bucket_wait(tokens, 1, rate)}
   end
   batch = math.min(batch, math.floor(tokens))
 end
@@ -54,9 +57,11 @@ local out = {0, 0}
 local ended_count = 0
 -- Bounded so that a list of stale ids cannot hold the script for long.
 local budget = batch + 1000
+local pop_prioritised = true
 while #out - 2 < batch and budget > 0 do
   budget = budget - 1
-  local id = redis.call('RPOP', ready)
+  local id
+  id, pop_prioritised = pop_ready(t, pop_prioritised)
   if not id then
     break
   end
@@ -90,5 +95,5 @@ stat_add(stats, interval, now, 'triggerMsgEndLife', ended_count)
 if pulled > 0 and (earliest_deadline < 0 or (deadline - now) * 1000 < earliest_deadline) then
   redis.call('PUBLISH', ARGV[5], ARGV[6])
 end
-out[1] = redis.call('LLEN', ready)
+out[1] = ready_count(t)
 return out

@@ -1,8 +1,8 @@
 -- purgeTopic, one bounded batch: up to `limit` live messages of the topic end as deleted
--- (status 7, history reason 'purged'), the ready ones first (popped from the list's tail, not
--- searched for), then waiting, then consuming ones. The caller repeats it while more remain,
--- so a large topic never holds Redis for long. Counted as deletes (deleteMsg) in the monitor
--- counters, so getMonitorData and /metrics see them as delete.lua's.
+-- (status 7, history reason 'purged'), the ready ones first (popped from the list's tail and the
+-- prioritised set's head, not searched for), then waiting, then consuming ones. The caller
+-- repeats it while more remain, so a large topic never holds Redis for long. Counted as deletes
+-- (deleteMsg) in the monitor counters, so getMonitorData and /metrics see them as delete.lua's.
 -- KEYS[1] waiting
 -- KEYS[2] ready
 -- KEYS[3] inflight
@@ -11,6 +11,7 @@
 -- KEYS[6] ended
 -- KEYS[7] events
 -- KEYS[8] stats
+-- KEYS[9] prioritised
 -- ARGV[1] limit: most messages ended per call
 -- ARGV[2] retention_millis: how long an ended body stays readable
 -- ARGV[3] actor: 'process@host' for the history, '' with the message log off
@@ -21,6 +22,7 @@
 -- @include stats
 local waiting, ready, inflight, msgs, expiry, ended, events = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6],
   KEYS[7]
+local prioritised = KEYS[9]
 local limit, retention, actor = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
 local now = clock()
 local purged = 0
@@ -45,10 +47,19 @@ local function purge(ids, from)
   purged = purged + #changes
 end
 
-local popped = redis.call('RPOP', ready, limit)
-local taken = popped and #popped or 0
-if popped then
-  purge(popped, STATUS.READY)
+local ready_ids = {}
+local top = redis.call('ZPOPMIN', prioritised, limit)
+for i = 1, #top, 2 do
+  ready_ids[#ready_ids + 1] = top[i]
+end
+if #ready_ids < limit then
+  for _, id in ipairs(redis.call('RPOP', ready, limit - #ready_ids) or {}) do
+    ready_ids[#ready_ids + 1] = id
+  end
+end
+local taken = #ready_ids
+if taken > 0 then
+  purge(ready_ids, STATUS.READY)
 end
 for _, queue in ipairs({{waiting, STATUS.WAITING}, {inflight, STATUS.CONSUMING}}) do
   if taken < limit then
@@ -61,5 +72,6 @@ for _, queue in ipairs({{waiting, STATUS.WAITING}, {inflight, STATUS.CONSUMING}}
   end
 end
 stat_add(KEYS[8], tonumber(ARGV[4]), now, 'deleteMsg', purged)
-local more = redis.call('LLEN', ready) + redis.call('ZCARD', waiting) + redis.call('ZCARD', inflight) > 0
+local more = redis.call('LLEN', ready) + redis.call('ZCARD', prioritised) + redis.call('ZCARD', waiting)
+  + redis.call('ZCARD', inflight) > 0
 return {purged, more and 1 or 0}

@@ -1,5 +1,5 @@
--- Scanner: a consuming message whose ack deadline passed goes back to ready and wakes long
--- pollers; with no deliveries or TTL left it is ended (exhausted) instead. Under its topic's
+-- Scanner: a consuming message whose ack deadline passed goes back to ready (at its priority) and
+-- wakes long pollers; with no deliveries or TTL left it is ended (exhausted) instead. Under its topic's
 -- retry backoff (includes/backoff.lua) it waits instead (status waiting, its triggerTime when it
 -- becomes ready), and the scanner is woken if that is earlier than what it sleeps towards.
 -- KEYS[1] inflight
@@ -11,6 +11,7 @@
 -- KEYS[7] events
 -- KEYS[8] waiting
 -- KEYS[9] meta
+-- KEYS[10] prioritised
 -- ARGV[1] limit: most messages handled per call
 -- ARGV[2] retention_millis: how long an ended body stays readable
 -- ARGV[3] stats_interval_millis
@@ -33,6 +34,7 @@ local t = {inflight = KEYS[1], ready = KEYS[2], msgs = KEYS[3], expiry = KEYS[4]
 local stats, limit, interval = KEYS[6], tonumber(ARGV[1]), tonumber(ARGV[3])
 local meta = KEYS[9]
 t.waiting = KEYS[8]
+t.prioritised = KEYS[10]
 local now, now_us = clock()
 local ended_count = 0
 math.randomseed(tonumber(ARGV[8]))

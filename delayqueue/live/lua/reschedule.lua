@@ -1,5 +1,5 @@
 -- Gives a waiting or ready message a new trigger time: trigger_time, or Redis' now + delay_millis;
--- one not after now is due now (ready, keeping its place if it was ready already). Its expireTime
+-- one not after now is due now (ready at its priority, keeping its place if it was ready already). Its expireTime
 -- moves by as much as its triggerTime, so its TTL counts from the new trigger time. A live message
 -- found past its TTL is ended first (expired or exhausted), as a reader would.
 -- KEYS[1] waiting
@@ -11,6 +11,7 @@
 -- KEYS[7] stats
 -- KEYS[8] meta
 -- KEYS[9] events
+-- KEYS[10] prioritised
 -- ARGV[1] msg_id
 -- ARGV[2] trigger_time: epoch ms; -1: from delay_millis
 -- ARGV[3] delay_millis: from Redis' now, when trigger_time is -1
@@ -28,7 +29,8 @@
 -- @include set_ready
 -- @include set_waiting
 local t = {waiting = KEYS[1], ready = KEYS[2], inflight = KEYS[3], msgs = KEYS[4], expiry = KEYS[5],
-           ended = KEYS[6], stats = KEYS[7], events = KEYS[9], actor = ARGV[9], retention = tonumber(ARGV[4])}
+           ended = KEYS[6], stats = KEYS[7], events = KEYS[9], prioritised = KEYS[10],
+           actor = ARGV[9], retention = tonumber(ARGV[4])}
 local id = ARGV[1]
 local now, now_us = clock()
 local raw = redis.call('HGET', t.msgs, id)
@@ -60,7 +62,7 @@ wake = wake < 0 or (m.expireTime - now) * 1000 < wake
 redis.call('ZADD', t.expiry, m.expireTime, id)
 if trigger > now then
   if from == STATUS.READY then
-    remove_from_queues(t, id, from)
+    remove_from_queues(t, id, m)
   end
   wake = set_waiting(t, id, m, from, REASON.RESCHEDULED, trigger, now_us) or wake
 elseif from == STATUS.READY then
@@ -71,7 +73,7 @@ else
   redis.call('ZREM', t.waiting, id)
   m.triggerTime = trigger
   if set_ready(t, id, m, from, REASON.RESCHEDULED, true) == 1 then
-    redis.call('PUBLISH', ARGV[6], ARGV[8])  -- the list was empty: wake long pollers
+    redis.call('PUBLISH', ARGV[6], ARGV[8])  -- its level was empty: wake long pollers
   end
 end
 if wake then

@@ -1,5 +1,6 @@
 -- Puts messages from the message log back into Redis after a loss: waiting if not yet due,
--- ready otherwise (an in-flight one is ready again), with its logged times and retry count.
+-- ready otherwise (an in-flight one is ready again, at its priority, after the ready ones of that
+-- priority already there, in the order given), with its logged times, retry count and priority.
 -- A msgId Redis still holds, in any status, is left alone: Redis is the fresher record.
 -- KEYS[1] waiting
 -- KEYS[2] ready
@@ -7,23 +8,26 @@
 -- KEYS[4] expiry
 -- KEYS[5] meta
 -- KEYS[6] events
+-- KEYS[7] prioritised
 -- ARGV[1] ready_channel: published when the ready list goes from empty to non-empty
 -- ARGV[2] schedule_channel: published so the topic's scanner looks at the restored messages
 -- ARGV[3] topic
 -- ARGV[4] dry_run: 1 counts only, 0 restores
 -- ARGV[5] actor: 'process@host' for the history, '' with the message log off
--- ARGV[6...] per message: msg_id, payload, produce_time, trigger_time, expire_time, max_retry, retry
+-- ARGV[6...] per message: msg_id, payload, produce_time, trigger_time, expire_time, max_retry, retry, priority
 -- Returns {restored, already held}
 -- @include clock
 -- @include history
+-- @include ready_queue
 local waiting, ready, msgs, expiry, meta, events = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local t = {ready = ready, prioritised = KEYS[7]}
 local topic = ARGV[3]
 local dry_run = ARGV[4] == '1'
 local now = clock()
 local restored, held = 0, 0
 -- Members are gathered and added with one command per structure: restores come in hundreds.
 local expiring, due_later, due_now, changes = {}, {}, {}, {}
-for i = 6, #ARGV, 7 do
+for i = 6, #ARGV, 8 do
   local id = ARGV[i]
   if dry_run then
     if redis.call('HEXISTS', msgs, id) == 1 then
@@ -42,6 +46,10 @@ for i = 6, #ARGV, 7 do
       maxRetry = tonumber(ARGV[i + 5]),
       retry = tonumber(ARGV[i + 6]),
     }
+    local priority = tonumber(ARGV[i + 7])
+    if priority > 0 then
+      m.priority = priority
+    end
     m.status = (m.triggerTime <= now) and STATUS.READY or STATUS.WAITING
     if redis.call('HSETNX', msgs, id, cjson.encode(m)) == 0 then
       held = held + 1
@@ -50,7 +58,7 @@ for i = 6, #ARGV, 7 do
       expiring[#expiring + 1] = m.expireTime
       expiring[#expiring + 1] = id
       if m.status == STATUS.READY then
-        due_now[#due_now + 1] = id
+        due_now[#due_now + 1] = m
       else
         due_later[#due_later + 1] = m.triggerTime
         due_later[#due_later + 1] = id
@@ -64,8 +72,23 @@ if restored > 0 and not dry_run then
   if #due_later > 0 then
     redis.call('ZADD', waiting, unpack(due_later))
   end
-  if #due_now > 0 and redis.call('LPUSH', ready, unpack(due_now)) == #due_now then
-    redis.call('PUBLISH', ARGV[1], topic)  -- the list was empty: wake long pollers
+  if #due_now > 0 then
+    local was_empty = ready_count(t) == 0
+    -- Priority 0, by far the most, goes onto the list with one LPUSH.
+    local level_zero = {}
+    for _, m in ipairs(due_now) do
+      if m.priority then
+        push_ready(t, m.msgId, m.priority)
+      else
+        level_zero[#level_zero + 1] = m.msgId
+      end
+    end
+    if #level_zero > 0 then
+      redis.call('LPUSH', ready, unpack(level_zero))
+    end
+    if was_empty then
+      redis.call('PUBLISH', ARGV[1], topic)  -- nothing was ready: wake long pollers
+    end
   end
   redis.call('HSET', meta, 'last_active', now)
   redis.call('HSETNX', meta, 'registered', 1)

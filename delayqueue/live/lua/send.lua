@@ -10,6 +10,7 @@
 -- KEYS[6] ended
 -- KEYS[7] meta
 -- KEYS[8] stats
+-- KEYS[9] prioritised
 -- ARGV[1] msg_id
 -- ARGV[2] payload
 -- ARGV[3] delay_millis: from produce_time; negative counts as 0
@@ -23,6 +24,7 @@
 -- ARGV[11] max_live: the topic's live-message cap, 0 for none
 -- ARGV[12] namespace_capped: 1 when the namespace has a live-message cap (the topic's share of it
 -- is then a cap too, see borrow_live.lua)
+-- ARGV[13] priority: 0-9, higher pulled first (kept in the message only when above 0)
 -- Returns {1, status, newTopic (1|0)} when created (the caller has the rest of the message),
 -- {0, stored message json, newTopic (1|0)} for a live duplicate, {2, 0, newTopic (1|0)}
 -- when the topic holds max_live live messages already, or {3, 0, newTopic (1|0)} when it holds
@@ -32,7 +34,8 @@
 -- @include status
 -- @include next_due
 -- @include remove_from_queues
-local t = {waiting = KEYS[1], ready = KEYS[2], inflight = KEYS[3]}
+-- @include ready_queue
+local t = {waiting = KEYS[1], ready = KEYS[2], inflight = KEYS[3], prioritised = KEYS[9]}
 local msgs, expiry, ended, meta, stats = KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local id, topic = ARGV[1], ARGV[6]
 local now, now_us = clock()
@@ -61,7 +64,7 @@ end
 if old then
   redis.call('ZREM', ended, id)
   redis.call('ZREM', expiry, id)
-  remove_from_queues(t, id, old.status)
+  remove_from_queues(t, id, old)
 end
 
 local delay = tonumber(ARGV[3])
@@ -81,6 +84,10 @@ local m = {
   retry = 0,
   status = (trigger <= now) and STATUS.READY or STATUS.WAITING,
 }
+local priority = tonumber(ARGV[13])
+if priority > 0 then
+  m.priority = priority
+end
 local encoded = cjson.encode(m)
 redis.call('HSET', msgs, id, encoded)
 
@@ -90,8 +97,8 @@ local wake = next_due(expiry, now_us)
 wake = (wake < 0) or ((m.expireTime - now) * 1000 < wake)
 redis.call('ZADD', expiry, m.expireTime, id)
 if m.status == STATUS.READY then
-  if redis.call('LPUSH', t.ready, id) == 1 then
-    redis.call('PUBLISH', ARGV[7], topic)  -- the list was empty: wake long pollers
+  if push_ready(t, id, m.priority) == 1 then
+    redis.call('PUBLISH', ARGV[7], topic)  -- its level was empty: wake long pollers
   end
 else
   local due = next_due(t.waiting, now_us)

@@ -2,11 +2,12 @@
 -- set, hands each message still there to decide(id, message), which answers true when it made
 -- the message ready, and wakes long pollers once if the ready list was empty and got messages.
 -- due_to_ready(t, sorted set key, now ms, limit, ready channel, topic, decide) -> ids taken, made ready
---   t: ready, msgs (keys)
+--   t: ready, prioritised, msgs (keys)
 -- @include take_due
+-- @include ready_queue
 local function due_to_ready(t, zset, now, limit, channel, topic, decide)
   local ids = redis.call('ZRANGEBYSCORE', zset, '-inf', now, 'LIMIT', 0, limit)
-  local was_empty = redis.call('LLEN', t.ready) == 0
+  local was_empty = ready_count(t) == 0
   local made_ready = 0
   take_due(zset, t.msgs, ids, function(id, m)
     if decide(id, m) then

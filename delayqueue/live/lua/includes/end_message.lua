@@ -20,11 +20,11 @@ end
 
 -- A reader (getMsg, deleteMsg) found a live message past its TTL: it ends now, out of its queue.
 -- end_expired(t, id, message, now ms, interval ms)
---   t: as end_message, plus waiting, ready, inflight, stats (keys)
+--   t: as end_message, plus waiting, ready, prioritised, inflight, stats (keys)
 -- @include stats
 -- @include remove_from_queues
 local function end_expired(t, id, m, now, interval)
-  remove_from_queues(t, id, m.status)
+  remove_from_queues(t, id, m)
   end_message(t, id, m, now, REASON.EXPIRED)
   stat_add(t.stats, interval, now, 'triggerMsgEndLife', 1)
 end
