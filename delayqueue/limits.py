@@ -1,7 +1,8 @@
 """Rate limits and live-message caps, per namespace and per topic, as web processes enforce them.
 
 The operator sets them in PostgreSQL (the Limit model: the admin, `manage.py set_limits`). Each
-Runtime reads its namespace's limits on first use and every REFRESH_SECONDS after (LimitCache),
+Runtime reads its namespace's limits on first use and every REFRESH_SECONDS after (LimitCache, a
+messagelog/refreshed.RefreshedTable),
 so a change takes effect on every web process within a second, and a namespace without limits
 costs a send or a pull one empty-table test. What they count lives in Redis, shared by every
 web process:
@@ -25,8 +26,6 @@ web process:
 Reading the limits fails open: while PostgreSQL cannot be read, the last limits read stay in
 force (none, in a process that has not read them yet) and the log says so once.
 """
-import asyncio
-import logging
 from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -34,21 +33,14 @@ from typing import TYPE_CHECKING
 from redis.exceptions import RedisError
 
 
-from delayqueue.exceptions import LogUnavailable, Throttled
+from delayqueue.exceptions import Throttled
 from delayqueue.live import scripts
-from delayqueue.live.keys import NamespaceKeys
 from delayqueue.messagelog import sql
-from delayqueue.messagelog.connection import LogConnection
+from delayqueue.messagelog.refreshed import RefreshedTable
 
 if TYPE_CHECKING:
     from delayqueue.runtime import Runtime
 
-log = logging.getLogger(__name__)
-
-REFRESH_SECONDS = 0.5
-# A read of the limits that takes longer fails (and the last ones read stay in force): the
-# first read holds the process' first queue requests.
-READ_TIMEOUT_MILLIS = 2_000
 # What a refusal under a live-message cap suggests: messages leave as they are acked, deleted
 # or expire, which nothing here can foresee.
 LIVE_CAP_RETRY_AFTER_MILLIS = 1_000
@@ -67,70 +59,15 @@ class Limits:
     max_live: int = 0  # live messages (waiting, ready, consuming); 0: no cap
 
 
-class LimitCache:
-    """One namespace's limits, read from PostgreSQL on first use and every REFRESH_SECONDS after."""
+class LimitCache(RefreshedTable):
+    """One namespace's limits: topic -> its Limits, and NAMESPACE -> the namespace's; empty when none is set."""
 
-    def __init__(self, ns: NamespaceKeys):
-        self._ns = ns
-        self._db = LogConnection(READ_TIMEOUT_MILLIS)
-        self.current: dict[str, Limits] | None = None  # the table in force, None until the first read
-        self._first_read: asyncio.Future | None = None
-        self._refresher: asyncio.Task | None = None
-        self._failing = False  # a read failed, and the log said so: said again once one succeeds
+    what = "limits"
+    statement = sql.LIMITS
+    unread = "none are in force"
 
-    async def table(self) -> dict[str, Limits]:
-        """Topic -> its limits, and NAMESPACE -> the namespace's; empty when none is set. The
-        hot paths read `current` and call this only before the first read."""
-        if self.current is None:
-            if self._first_read is None:
-                self._first_read = asyncio.ensure_future(self._read())
-                self._refresher = asyncio.ensure_future(self._refresh_forever())
-            await asyncio.shield(self._first_read)  # a caller that goes away leaves the read to the others
-        return self.current
-
-    async def read_again(self) -> None:
-        """After this process changed the limits: in force here at once."""
-        await self._read()
-
-    async def _refresh_forever(self) -> None:
-        while True:
-            await asyncio.sleep(REFRESH_SECONDS)
-            try:
-                await self._read()
-            except Exception:  # the refresher must outlive any one failed read
-                log.exception("reading the limits of namespace %s failed", self._ns.namespace)
-
-    async def _read(self) -> None:
-        try:
-            await self._read_table()
-        finally:
-            if self.current is None:
-                self.current = {}  # whatever went wrong, requests are not held by it
-
-    async def _read_table(self) -> None:
-        try:
-            async with self._db.use() as conn:
-                cursor = await conn.execute(sql.LIMITS, [self._ns.namespace])
-                rows = await cursor.fetchall()
-        except LogUnavailable as exc:
-            if not self._failing:
-                log.warning("limits of namespace %s could not be read, %s: %s", self._ns.namespace,
-                            "none are in force until they can" if self.current is None else
-                            "the limits last read stay in force", exc)
-                self._failing = True
-            return
-        if self._failing:
-            log.warning("limits of namespace %s read again", self._ns.namespace)
-            self._failing = False
-        self.current = {topic: Limits(*values) for topic, *values in rows if any(values)}
-
-    async def close(self) -> None:
-        for task in (self._refresher, self._first_read):
-            if task is not None and not task.done():
-                task.cancel()
-                await asyncio.gather(task, return_exceptions=True)
-        self._refresher = self._first_read = None
-        await self._db.close()
+    def build(self, rows: list[tuple]) -> dict[str, Limits]:
+        return {topic: Limits(*values) for topic, *values in rows if any(values)}
 
 
 def _whose(rt: "Runtime", topic: str) -> str:

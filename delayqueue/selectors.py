@@ -115,7 +115,7 @@ async def topic_config(rt: Runtime, *, topic: str) -> dict:
     of 0: none), read from PostgreSQL now. Raises LogUnavailable."""
     cfg = rt.config
     settings = (await rt.topic_configs.fresh()).get(topic, DEFAULT_SETTINGS)
-    await rt.limits.read_again()
+    await rt.limits.fresh()
     limits = (rt.limits.current or {}).get(topic, Limits())
     return {
         "topic": topic,

@@ -13,6 +13,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from delayqueue.constants import Status
 from delayqueue.epoch import now_millis
 from delayqueue import limits
+from delayqueue.messagelog import refreshed
 from delayqueue.exceptions import (Conflict, LogUnavailable, MaybeSent, NotFound, QueueError, Throttled, redis_reason,
                                   redis_unavailable)
 from delayqueue.live import scripts
@@ -40,8 +41,8 @@ class SendRequest(NamedTuple):
 
 
 _LOW_62 = (1 << 62) - 1
-# A long poll of a paused topic pulls again at least this often (topic_config.REFRESH_SECONDS).
-PAUSED_RECHECK_SECONDS = 0.5
+# A long poll of a paused topic pulls again at least this often: as often as the settings are read.
+PAUSED_RECHECK_SECONDS = refreshed.REFRESH_SECONDS
 
 
 def _new_msg_id(produce_time: int) -> str:
@@ -442,7 +443,7 @@ async def set_topic_config(rt: Runtime, *, topic: str, changes: dict, limits: di
         namespace=rt.ns.namespace, topic=topic, changes=changes, limits=limits)
     table = await rt.topic_configs.fresh()
     if limits:
-        await rt.limits.read_again()
+        await rt.limits.fresh()
     await write_mirrors(rt, {topic: table.get(topic, DEFAULT_SETTINGS)})
 
 

@@ -3,7 +3,7 @@
 PostgreSQL holds them. Two copies serve the hot paths:
 
 - Each Runtime reads its namespace's settings on first use and every REFRESH_SECONDS after
-  (TopicConfigCache, as limits.LimitCache does), so a send or a pull never waits on PostgreSQL or
+  (TopicConfigCache, a messagelog/refreshed.RefreshedTable, as the limits are), so a send or a pull never waits on PostgreSQL or
   depends on Redis for its defaults, and a change is in force on every web process within a
   second (at once on the process that made it, which reads again).
 - The topic's Redis meta hash mirrors the settings the scripts act on (MIRROR_FIELDS): the retry
@@ -17,24 +17,16 @@ A pull of a paused topic hands out nothing if either copy says paused: the mirro
 exact the moment it is answered, the cache keeps it while a Redis that lost its data waits for
 its restore. Reading fails open as the limits do: the settings last read stay in force.
 """
-import asyncio
-import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from delayqueue.constants import RETRY_BACKOFF_MAX_MILLIS
-from delayqueue.exceptions import LogUnavailable
-from delayqueue.live.keys import NamespaceKeys
 from delayqueue.messagelog import sql
-from delayqueue.messagelog.connection import LogConnection
+from delayqueue.messagelog.refreshed import RefreshedTable
 
 if TYPE_CHECKING:
     from delayqueue.runtime import Runtime
 
-log = logging.getLogger(__name__)
-
-REFRESH_SECONDS = 0.5
-READ_TIMEOUT_MILLIS = 2_000
 
 
 @dataclass(frozen=True)
@@ -64,69 +56,19 @@ def settings_table(rows) -> dict[str, TopicSettings]:
     return {topic: TopicSettings(*values) for topic, *values in rows}
 
 
-class TopicConfigCache:
-    """One namespace's topic settings, read from PostgreSQL on first use and every
-    REFRESH_SECONDS after. The hot paths read `current` and call table() only before the first read."""
+class TopicConfigCache(RefreshedTable):
+    """One namespace's topic settings: topic -> its TopicSettings (a topic without a row: DEFAULT)."""
 
-    def __init__(self, ns: NamespaceKeys):
-        self._ns = ns
-        self._db = LogConnection(READ_TIMEOUT_MILLIS)
-        self.current: dict[str, TopicSettings] | None = None
-        self._first_read: asyncio.Future | None = None
-        self._refresher: asyncio.Task | None = None
-        self._failing = False
+    what = "topic settings"
+    statement = sql.TOPIC_CONFIGS
+    unread = "the defaults are in force"
 
-    async def table(self) -> dict[str, TopicSettings]:
-        if self.current is None:
-            if self._first_read is None:
-                self._first_read = asyncio.ensure_future(self._read())
-                self._refresher = asyncio.ensure_future(self._refresh_forever())
-            await asyncio.shield(self._first_read)
-        return self.current
+    def build(self, rows: list[tuple]) -> dict[str, TopicSettings]:
+        return settings_table(rows)
 
     async def settings(self, topic: str) -> TopicSettings:
         table = self.current if self.current is not None else await self.table()
         return table.get(topic, DEFAULT)
-
-    async def fresh(self) -> dict[str, TopicSettings]:
-        """The table read now (and in force in this process from now). Raises LogUnavailable."""
-        async with self._db.use() as conn:
-            cursor = await conn.execute(sql.TOPIC_CONFIGS, [self._ns.namespace])
-            rows = await cursor.fetchall()
-        self.current = settings_table(rows)
-        return self.current
-
-    async def _refresh_forever(self) -> None:
-        while True:
-            await asyncio.sleep(REFRESH_SECONDS)
-            try:
-                await self._read()
-            except Exception:  # the refresher must outlive any one failed read
-                log.exception("reading the topic settings of namespace %s failed", self._ns.namespace)
-
-    async def _read(self) -> None:
-        try:
-            await self.fresh()
-        except LogUnavailable as exc:
-            if not self._failing:
-                log.warning("topic settings of namespace %s could not be read, %s: %s", self._ns.namespace,
-                            "the defaults are in force until they can" if self.current is None else
-                            "the settings last read stay in force", exc)
-                self._failing = True
-            if self.current is None:
-                self.current = {}  # requests are not held by it
-            return
-        if self._failing:
-            log.warning("topic settings of namespace %s read again", self._ns.namespace)
-            self._failing = False
-
-    async def close(self) -> None:
-        for task in (self._refresher, self._first_read):
-            if task is not None and not task.done():
-                task.cancel()
-                await asyncio.gather(task, return_exceptions=True)
-        self._refresher = self._first_read = None
-        await self._db.close()
 
 
 async def write_mirrors(rt: "Runtime", settings: dict[str, TopicSettings]) -> None:

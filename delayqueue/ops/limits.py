@@ -1,5 +1,5 @@
 """Setting and listing the limits that delayqueue/limits.py enforces, for `manage.py set_limits`
-and the admin. Web processes read them from the Limit table within REFRESH_SECONDS."""
+and the admin. Web processes read them from the Limit table within a second (messagelog/refreshed.py)."""
 from django.db import transaction
 
 from delayqueue.limits import NAMESPACE
