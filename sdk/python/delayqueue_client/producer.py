@@ -1,0 +1,97 @@
+"""The batching producer: sends from any number of threads gathered into sendMsgBatch calls."""
+import queue
+import threading
+import time
+from concurrent.futures import Future, wait
+
+from delayqueue_client._calls import Call, batch_results, send_body
+
+_CLOSE = object()
+
+
+class Producer:
+    """`send()` answers a Future of the stored Message at once; one sender thread gathers the sends
+    of `linger_ms` after the first waiting one (or `max_batch` of them) into one sendMsgBatch. Every
+    message gets its msgId here, so a batch whose answer was lost is sent again without doubles."""
+
+    def __init__(self, client, *, linger_ms: float = 2, max_batch: int = 500):
+        if max_batch < 1:
+            raise ValueError(f"max_batch must be at least 1, got {max_batch}")
+        self._client, self._linger, self._max_batch = client, linger_ms / 1000, max_batch
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._pending: set[Future] = set()
+        self._lock = threading.Lock()
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, name="delayqueue-producer", daemon=True)
+        self._thread.start()
+
+    def send(self, topic: str, msg: str, **options) -> Future:
+        """send()'s arguments (delay_ms, trigger_time, msg_id, ttl_ms, max_retry, priority); the
+        Future fails with the message's error (RateLimited, BadRequest, ...) or the batch's."""
+        body = send_body(topic, msg, **options)
+        future: Future = Future()
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("the producer is closed")
+            self._pending.add(future)
+            self._queue.put((body, future))
+        future.add_done_callback(self._forget)
+        return future
+
+    def _forget(self, future: Future) -> None:
+        with self._lock:
+            self._pending.discard(future)
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Waits until every send made before this call is answered."""
+        with self._lock:
+            pending = list(self._pending)
+        wait(pending, timeout)
+
+    def close(self, timeout: float | None = None) -> None:
+        """Takes no more sends, waits for those pending and stops the sender thread."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._queue.put(_CLOSE)
+        self._thread.join(timeout)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _run(self) -> None:
+        closing = False
+        while not closing:
+            first = self._queue.get()
+            if first is _CLOSE:
+                return
+            batch, deadline = [first], time.monotonic() + self._linger
+            while len(batch) < self._max_batch:
+                try:
+                    item = self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
+                except queue.Empty:
+                    break
+                if item is _CLOSE:
+                    closing = True
+                    break
+                batch.append(item)
+            self._send(batch)
+
+    def _send(self, batch: list) -> None:
+        futures = [future for _body, future in batch]
+        try:
+            results = self._client._run(Call("sendMsgBatch", [body for body, _future in batch], batch_results,
+                                             idempotent=True))
+        except BaseException as exc:  # the whole batch failed: each of its sends with the reason
+            for future in futures:
+                future.set_exception(exc)
+            return
+        for future, result in zip(futures, results):
+            if isinstance(result, Exception):
+                future.set_exception(result)
+            else:
+                future.set_result(result)
