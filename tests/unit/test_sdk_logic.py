@@ -8,7 +8,7 @@ import pytest
 
 from delayqueue_client import (BadRequest, Conflict, DeadLetter, DelayQueueError, Forbidden, Message, NotFound,
                                RateLimited, ServerError, Unauthorized)
-from delayqueue_client._calls import Call, answer_of, backoff, batch_results, result_of, send_body
+from delayqueue_client._calls import Call, answer_of, backoff, batch_results, merge_batch, result_of, send_body
 from delayqueue_client.client import Client
 from delayqueue_client.errors import error_from_answer
 from delayqueue_client.message import new_msg_id
@@ -62,7 +62,9 @@ def test_a_client_made_msg_id_is_a_uuid7_in_32_hex_carrying_the_time_as_the_serv
 def test_send_body_names_the_api_fields_gives_every_send_a_msg_id_and_refuses_non_text():
     assert send_body("t", "m", delay_ms=5, msg_id="x", ttl_ms=9, max_retry=2, priority=3, trigger_time=None) == {
         "topic": "t", "msg": "m", "msgId": "x", "delayMillis": 5, "ttlMillis": 9, "maxRetry": 2, "priority": 3}
-    assert len(send_body("t", "m")["msgId"]) == 32
+    plain = send_body("t", "m")
+    assert len(plain["msgId"]) == 32 and plain["delayMillis"] == 0  # neither delay nor trigger time: due now
+    assert "delayMillis" not in send_body("t", "m", trigger_time=5)
     with pytest.raises(TypeError, match="msg must be a str, got dict"):
         send_body("t", {"a": 1})
 
@@ -115,3 +117,13 @@ def test_url_and_token_come_from_the_environment_and_the_token_shows_in_no_repr(
     assert "dq_secret" not in repr(client)
     assert Client("http://other", token="dq_2")._http.headers["Authorization"] == "Bearer dq_2"
     client.close()
+
+
+def test_merge_batch_places_answers_and_picks_only_unavailable_items_to_send_again():
+    results = [None] * 4
+    answered = [Message.from_api(API_MESSAGE), ServerError("message 1: message log unavailable: connection refused"),
+                RateLimited("message 2: too many requests", retry_after_ms=5), ServerError("message 3: bug")]
+    assert merge_batch(results, [0, 1, 2, 3], answered, retry=True) == [1]
+    assert results == answered
+    assert merge_batch(results, [1], [ServerError("message 0: redis unavailable: timeout")], retry=False) == []
+    assert results[1].msg == "message 0: redis unavailable: timeout"

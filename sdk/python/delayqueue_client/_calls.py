@@ -61,6 +61,11 @@ def transient(answer: dict) -> bool:
     return answer["code"] == 500 and "unavailable" in str(answer.get("msg", ""))
 
 
+def transient_error(error: DelayQueueError) -> bool:
+    """transient() for a sendMsgBatch item's error."""
+    return error.code == 500 and "unavailable" in error.msg
+
+
 def result_of(call: Call, answer: dict) -> Any:
     if answer["code"] == 200:
         return call.parse(answer)
@@ -72,10 +77,13 @@ def result_of(call: Call, answer: dict) -> Any:
 def send_body(topic: str, msg: str, *, delay_ms: int | None = None, trigger_time: int | None = None,
               msg_id: str | None = None, ttl_ms: int | None = None, max_retry: int | None = None,
               priority: int | None = None) -> dict:
-    """sendMsg's JSON object; a msgId is made here when none is given, so every send can be retried."""
+    """sendMsg's JSON object; a msgId is made here when none is given, so every send can be retried.
+    Neither delay_ms nor trigger_time: due now (the API needs one of them)."""
     if not isinstance(msg, str):
         raise TypeError(f"msg must be a str, got {type(msg).__name__} (encode it, e.g. json.dumps)")
     body = {"topic": topic, "msg": msg, "msgId": msg_id or new_msg_id()}
+    if delay_ms is None and trigger_time is None:
+        delay_ms = 0
     for key, value in (("delayMillis", delay_ms), ("triggerTime", trigger_time), ("ttlMillis", ttl_ms),
                        ("maxRetry", max_retry), ("priority", priority)):
         if value is not None:
@@ -87,6 +95,17 @@ def batch_results(answer: dict) -> list:
     """sendMsgBatch's results: per message its Message or its error (not raised)."""
     return [Message.from_api(r["delayMsg"]) if r["code"] == 200 else error_from_answer(r)
             for r in answer["results"]]
+
+
+def merge_batch(results: list, todo: list[int], answered: list, retry: bool) -> list[int]:
+    """Puts a sendMsgBatch answer for the positions `todo` into `results`; answers the positions a
+    store was unavailable for (an item's own 500 in a 200 answer), to send again when `retry`."""
+    again = []
+    for position, result in zip(todo, answered):
+        results[position] = result
+        if retry and isinstance(result, DelayQueueError) and transient_error(result):
+            again.append(position)
+    return again
 
 
 def backoff(attempt: int, base: float, cap: float) -> float:
@@ -140,9 +159,13 @@ class Calls:
         return self._run(Call("sendMsg", body, lambda a: Message.from_api(a["delayMsg"]), idempotent=True))
 
     def send_many(self, items: list[dict]) -> list[Message | DelayQueueError]:
-        """One sendMsgBatch of dicts with send()'s keyword names; per item its Message or its error."""
-        body = [send_body(**item) for item in items]
-        return self._run(Call("sendMsgBatch", body, batch_results, idempotent=True))
+        """One sendMsgBatch of dicts with send()'s keyword names; per item its Message or its error
+        (an item a store was unavailable for is retried as a call is)."""
+        return self._send_batch([send_body(**item) for item in items])
+
+    def _send_batch(self, bodies: list[dict]):
+        """sendMsgBatch of these bodies; items a store was unavailable for are sent again (same msgIds)."""
+        raise NotImplementedError
 
     def get(self, topic: str, msg_id: str) -> Message | None:
         return self._run(Call("getMsg", {"topic": topic, "msgId": msg_id}, lambda a: Message.from_api(a["delayMsg"]),

@@ -5,7 +5,7 @@ import time
 
 import httpx
 
-from delayqueue_client._calls import API_PATH, Call, Calls, answer_of, result_of
+from delayqueue_client._calls import API_PATH, Call, Calls, answer_of, backoff, batch_results, merge_batch, result_of
 
 
 class Client(Calls):
@@ -34,6 +34,16 @@ class Client(Calls):
                     return result_of(call, answer)
             time.sleep(wait)
             attempt += 1
+
+    def _send_batch(self, bodies: list[dict]) -> list:
+        results, todo = [None] * len(bodies), list(range(len(bodies)))
+        for attempt in range(self.max_retries + 1):
+            answered = self._run(Call("sendMsgBatch", [bodies[i] for i in todo], batch_results, idempotent=True))
+            todo = merge_batch(results, todo, answered, attempt < self.max_retries)
+            if not todo:
+                break
+            time.sleep(backoff(attempt, self.backoff_base, self.backoff_max))
+        return results
 
     def producer(self, *, linger_ms: float = 2, max_batch: int = 500):
         """A batching producer on this client (see Producer)."""
@@ -76,6 +86,17 @@ class AsyncClient(Calls):
                     return result_of(call, answer)
             await asyncio.sleep(wait)
             attempt += 1
+
+    async def _send_batch(self, bodies: list[dict]) -> list:
+        results, todo = [None] * len(bodies), list(range(len(bodies)))
+        for attempt in range(self.max_retries + 1):
+            answered = await self._run(Call("sendMsgBatch", [bodies[i] for i in todo], batch_results,
+                                            idempotent=True))
+            todo = merge_batch(results, todo, answered, attempt < self.max_retries)
+            if not todo:
+                break
+            await asyncio.sleep(backoff(attempt, self.backoff_base, self.backoff_max))
+        return results
 
     async def aclose(self) -> None:
         await self._http.aclose()

@@ -4,7 +4,7 @@ import threading
 import time
 from concurrent.futures import Future, wait
 
-from delayqueue_client._calls import Call, batch_results, send_body
+from delayqueue_client._calls import send_body
 
 _CLOSE = object()
 
@@ -12,7 +12,8 @@ _CLOSE = object()
 class Producer:
     """`send()` answers a Future of the stored Message at once; one sender thread gathers the sends
     of `linger_ms` after the first waiting one (or `max_batch` of them) into one sendMsgBatch. Every
-    message gets its msgId here, so a batch whose answer was lost is sent again without doubles."""
+    message gets its msgId here, so a batch whose answer was lost, or an item a store was unavailable
+    for, is sent again without doubles (Client.send_many's retries)."""
 
     def __init__(self, client, *, linger_ms: float = 2, max_batch: int = 500):
         if max_batch < 1:
@@ -82,15 +83,13 @@ class Producer:
             self._send(batch)
 
     def _send(self, batch: list) -> None:
-        futures = [future for _body, future in batch]
         try:
-            results = self._client._run(Call("sendMsgBatch", [body for body, _future in batch], batch_results,
-                                             idempotent=True))
+            results = self._client._send_batch([body for body, _future in batch])
         except BaseException as exc:  # the whole batch failed: each of its sends with the reason
-            for future in futures:
+            for _body, future in batch:
                 future.set_exception(exc)
             return
-        for future, result in zip(futures, results):
+        for (_body, future), result in zip(batch, results):
             if isinstance(result, Exception):
                 future.set_exception(result)
             else:
