@@ -1,12 +1,14 @@
 """The Python client SDK (sdk/python, delayqueue_client) against a real uvicorn server: every method,
 every error class provoked for real, retries across a server that is not up yet and a PostgreSQL
-that is down, the batching producer under 8 threads, AsyncClient, and DELAYQUEUE_URL/_TOKEN."""
+that is down, the batching producer under 8 threads (and its asyncio flavour under 8 tasks), AsyncClient, and DELAYQUEUE_URL/_TOKEN."""
+import asyncio
 import socket
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from asgiref.sync import sync_to_async
 
 from delayqueue.models import Message as LoggedMessage
 from delayqueue.ops.limits import set_limits
@@ -283,3 +285,29 @@ async def test_the_async_client_has_the_same_methods(server):
         assert await client.ack("async", "a1") is True
         with pytest.raises(BadRequest):
             await client.send("async", "x", delay_ms=1, trigger_time=1)
+
+
+async def test_the_async_producer_batches_sends_of_8_tasks_each_stored_once(server):
+    async with AsyncClient(server) as client:
+        async with client.producer(linger_ms=2, max_batch=100) as producer:
+            async def produce(t):
+                return [producer.send("aprod", f"{t}-{i}", delay_ms=60_000) for i in range(100)]
+            futures = [f for mine in await asyncio.gather(*(produce(t) for t in range(8))) for f in mine]
+            await producer.flush()
+            assert all(f.done() for f in futures)
+            bad = producer.send("aprod", "x", priority=99)
+        assert isinstance(bad.exception(), BadRequest)  # aclose waited for it
+        with pytest.raises(RuntimeError, match="closed"):
+            producer.send("aprod", "late")
+        messages = [f.result() for f in futures]
+        assert len({m.msg_id for m in messages}) == 800
+        assert (await client.topic_info("aprod"))["waitingQueueSize"] == 800
+    assert await sync_to_async(logged_count)("aprod") == 800
+
+
+def test_a_send_cancelled_before_its_batch_left_is_not_sent(client):
+    with client.producer(linger_ms=300) as producer:
+        kept, dropped = producer.send("cx", "kept", msg_id="k"), producer.send("cx", "dropped", msg_id="d")
+        assert dropped.cancel()
+    assert kept.result().msg_id == "k"
+    assert client.get("cx", "d") is None and logged_count("cx") == 1

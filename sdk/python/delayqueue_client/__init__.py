@@ -5,7 +5,7 @@ from delayqueue_client.client import AsyncClient, Client
 from delayqueue_client.errors import (BadRequest, Conflict, DeadLetter, DelayQueueError, Forbidden, NotFound,
                                       RateLimited, ServerError, Unauthorized)
 from delayqueue_client.message import Message
-from delayqueue_client.producer import Producer
+from delayqueue_client.producer import AsyncProducer, Producer
 
-__all__ = ["AsyncClient", "BadRequest", "Client", "Conflict", "DeadLetter", "DeadLetterPage", "DelayQueueError",
+__all__ = ["AsyncClient", "AsyncProducer", "BadRequest", "Client", "Conflict", "DeadLetter", "DeadLetterPage", "DelayQueueError",
            "Forbidden", "Message", "NotFound", "Producer", "RateLimited", "ServerError", "Unauthorized"]

@@ -98,6 +98,12 @@ class AsyncClient(Calls):
             await asyncio.sleep(backoff(attempt, self.backoff_base, self.backoff_max))
         return results
 
+    def producer(self, *, linger_ms: float = 2, max_batch: int = 500):
+        """A batching producer on this client (see AsyncProducer); made inside the running loop."""
+        from delayqueue_client.producer import AsyncProducer
+
+        return AsyncProducer(self, linger_ms=linger_ms, max_batch=max_batch)
+
     async def aclose(self) -> None:
         await self._http.aclose()
 
