@@ -1,0 +1,114 @@
+"""Client (blocking) and AsyncClient (asyncio): the same methods (see _calls.Calls), one keep-alive
+httpx connection pool each."""
+import asyncio
+import time
+
+import httpx
+
+from delayqueue_client._calls import API_PATH, Call, Calls, answer_of, backoff, batch_results, merge_batch, result_of
+
+
+class Client(Calls):
+    """The blocking client; safe to share between threads. `Client(base_url, token)`, both read from
+    DELAYQUEUE_URL and DELAYQUEUE_TOKEN when not given."""
+
+    def __init__(self, base_url: str | None = None, token: str | None = None, *, timeout: float = 10.0,
+                 max_retries: int = 4, backoff_base: float = 0.1, backoff_max: float = 2.0):
+        super().__init__(base_url, token, timeout=timeout, max_retries=max_retries, backoff_base=backoff_base,
+                         backoff_max=backoff_max)
+        self._http = httpx.Client(base_url=self.base_url + API_PATH, headers=self._headers, timeout=timeout)
+
+    def _run(self, call: Call):
+        attempt = 0
+        while True:
+            try:
+                answer = answer_of(self._http.post(call.endpoint, json=call.body,
+                                                   timeout=self.timeout + call.extra_timeout))
+            except httpx.HTTPError as exc:
+                wait = self._retry_after(call, attempt, exc, None)
+                if wait is None:
+                    raise self._unreachable(exc) from exc
+            else:
+                wait = self._retry_after(call, attempt, None, answer)
+                if wait is None:
+                    return result_of(call, answer)
+            time.sleep(wait)
+            attempt += 1
+
+    def _send_batch(self, bodies: list[dict]) -> list:
+        results, todo = [None] * len(bodies), list(range(len(bodies)))
+        for attempt in range(self.max_retries + 1):
+            answered = self._run(Call("sendMsgBatch", [bodies[i] for i in todo], batch_results, idempotent=True))
+            todo = merge_batch(results, todo, answered, attempt < self.max_retries)
+            if not todo:
+                break
+            time.sleep(backoff(attempt, self.backoff_base, self.backoff_max))
+        return results
+
+    def producer(self, *, linger_ms: float = 2, max_batch: int = 500):
+        """A batching producer on this client (see Producer)."""
+        from delayqueue_client.producer import Producer
+
+        return Producer(self, linger_ms=linger_ms, max_batch=max_batch)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class AsyncClient(Calls):
+    """The asyncio client: Client's methods, each answering an awaitable of the same value."""
+
+    def __init__(self, base_url: str | None = None, token: str | None = None, *, timeout: float = 10.0,
+                 max_retries: int = 4, backoff_base: float = 0.1, backoff_max: float = 2.0):
+        super().__init__(base_url, token, timeout=timeout, max_retries=max_retries, backoff_base=backoff_base,
+                         backoff_max=backoff_max)
+        self._http = httpx.AsyncClient(base_url=self.base_url + API_PATH, headers=self._headers, timeout=timeout)
+
+    async def _run(self, call: Call):
+        attempt = 0
+        while True:
+            try:
+                answer = answer_of(await self._http.post(call.endpoint, json=call.body,
+                                                         timeout=self.timeout + call.extra_timeout))
+            except httpx.HTTPError as exc:
+                wait = self._retry_after(call, attempt, exc, None)
+                if wait is None:
+                    raise self._unreachable(exc) from exc
+            else:
+                wait = self._retry_after(call, attempt, None, answer)
+                if wait is None:
+                    return result_of(call, answer)
+            await asyncio.sleep(wait)
+            attempt += 1
+
+    async def _send_batch(self, bodies: list[dict]) -> list:
+        results, todo = [None] * len(bodies), list(range(len(bodies)))
+        for attempt in range(self.max_retries + 1):
+            answered = await self._run(Call("sendMsgBatch", [bodies[i] for i in todo], batch_results,
+                                            idempotent=True))
+            todo = merge_batch(results, todo, answered, attempt < self.max_retries)
+            if not todo:
+                break
+            await asyncio.sleep(backoff(attempt, self.backoff_base, self.backoff_max))
+        return results
+
+    def producer(self, *, linger_ms: float = 2, max_batch: int = 500):
+        """A batching producer on this client (see AsyncProducer); made inside the running loop."""
+        from delayqueue_client.producer import AsyncProducer
+
+        return AsyncProducer(self, linger_ms=linger_ms, max_batch=max_batch)
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def __aenter__(self):
+        return self
+
+    async def __aexit__(self, *exc):
+        await self.aclose()

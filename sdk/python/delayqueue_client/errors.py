@@ -1,0 +1,71 @@
+"""One exception class per answer code of the camellia envelope (HTTP 200, `code`, `msg`)."""
+
+
+class DelayQueueError(Exception):
+    """An error answer of the server, or a server that could not be reached (code None)."""
+
+    code: int | None = None
+
+    def __init__(self, msg: str, *, code: int | None = None):
+        super().__init__(msg)
+        self.msg = msg
+        if code is not None:
+            self.code = code
+
+
+class BadRequest(DelayQueueError):
+    code = 400
+
+
+class Unauthorized(DelayQueueError):
+    code = 401
+
+
+class Forbidden(DelayQueueError):
+    code = 403
+
+
+class NotFound(DelayQueueError):
+    code = 404
+
+
+class Conflict(DelayQueueError):
+    code = 409
+
+
+class RateLimited(DelayQueueError):
+    """Over a rate limit or live cap: `retry_after` is in seconds (a float, as HTTP's Retry-After),
+    `retry_after_ms` the server's `retryAfterMillis` as it sent it."""
+
+    code = 429
+
+    def __init__(self, msg: str, *, code: int | None = None, retry_after_ms: int | None = None):
+        super().__init__(msg, code=code)
+        self.retry_after_ms = retry_after_ms
+        self.retry_after = retry_after_ms / 1000 if retry_after_ms is not None else None
+
+
+class ServerError(DelayQueueError):
+    """Code 500 (e.g. `redis unavailable: ...`), or the server could not be reached at all."""
+
+    code = 500
+
+
+class DeadLetter(Exception):
+    """Raised by a worker's handler: the message ends now as a dead letter instead of being retried."""
+
+
+ERRORS_BY_CODE: dict[int, type[DelayQueueError]] = {
+    cls.code: cls for cls in (BadRequest, Unauthorized, Forbidden, NotFound, Conflict, RateLimited, ServerError)}
+
+
+def error_from_answer(answer: dict) -> DelayQueueError:
+    """The exception of an error answer (or of a sendMsgBatch item): its code's class, or
+    DelayQueueError for a code this client does not know."""
+    code = answer.get("code")
+    msg = str(answer.get("msg") or f"code {code}")
+    cls = ERRORS_BY_CODE.get(code, DelayQueueError) if isinstance(code, int) else DelayQueueError
+    if cls is RateLimited:
+        retry_after = answer.get("retryAfterMillis")
+        return RateLimited(msg, retry_after_ms=retry_after if isinstance(retry_after, int) else None)
+    return cls(msg, code=code if isinstance(code, int) else None)

@@ -1,0 +1,313 @@
+"""The Python client SDK (sdk/python, delayqueue_client) against a real uvicorn server: every method,
+every error class provoked for real, retries across a server that is not up yet and a PostgreSQL
+that is down, the batching producer under 8 threads (and its asyncio flavour under 8 tasks), AsyncClient, and DELAYQUEUE_URL/_TOKEN."""
+import asyncio
+import socket
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from asgiref.sync import sync_to_async
+
+from delayqueue.models import Message as LoggedMessage
+from delayqueue.ops.limits import set_limits
+from delayqueue_client import (AsyncClient, BadRequest, Client, Conflict, DelayQueueError, Forbidden, Message,
+                               NotFound, RateLimited, ServerError, Unauthorized)
+from tests.helpers import WebProcess, scanner_env
+from tests.integration.test_tokens import new_token
+
+pytestmark = pytest.mark.process
+
+
+@pytest.fixture
+def server(web_processes) -> str:
+    """One uvicorn in open mode (the suite's default): its base URL."""
+    return web_processes(1)[0].url
+
+
+@pytest.fixture
+def client(server):
+    with Client(server) as c:
+        yield c
+
+
+def logged_count(topic: str) -> int:
+    return LoggedMessage.objects.filter(topic=topic).count()
+
+
+def wait_for(predicate, timeout=10.0, what="condition"):
+    deadline = time.monotonic() + timeout
+    while not (value := predicate()):
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+    return value
+
+
+def test_send_get_pull_ack_and_the_other_message_calls(client):
+    sent = client.send("orders", "hello", delay_ms=0, msg_id="m1", ttl_ms=60_000, max_retry=2, priority=4)
+    assert isinstance(sent, Message)
+    assert (sent.topic, sent.msg_id, sent.msg, sent.max_retry, sent.priority, sent.status) == (
+        "orders", "m1", "hello", 2, 4, 2)
+    assert sent.expire_time == sent.trigger_time + 60_000
+    assert client.get("orders", "m1") == sent
+    assert client.get("orders", "nope") is None
+    generated = client.send("orders", "second")  # no msgId given: the client made one
+    assert len(generated.msg_id) == 32 and generated.priority == 0
+
+    pulled = client.pull("orders", batch=10, ack_timeout_ms=30_000)
+    assert [m.msg_id for m in pulled] == ["m1", generated.msg_id]  # priority 4 first
+    assert all(m.status == 3 and m.retry == 1 for m in pulled)
+    deadline = client.touch("orders", "m1", ack_timeout_ms=60_000)
+    assert deadline >= int(time.time() * 1000) + 55_000
+    assert client.ack("orders", "m1") is True
+    assert client.ack("orders", "m1") is False  # already ended
+    assert client.get("orders", "m1").status == 4
+    assert client.nack("orders", generated.msg_id, delay_ms=60_000) is True
+    assert client.get("orders", generated.msg_id).status == 1  # waits again
+
+    moved = client.reschedule("orders", generated.msg_id, delay_ms=0)
+    assert moved.status == 2 and moved.msg_id == generated.msg_id
+    assert client.pull("orders", wait_ms=2_000)[0].msg_id == generated.msg_id  # a long poll
+    assert client.nack("orders", generated.msg_id, dead_letter=True) is True
+    assert client.get("orders", generated.msg_id).status == 6
+
+    client.send_many([{"topic": "batch", "msg": f"b{i}", "msg_id": f"b{i}"} for i in range(3)])
+    assert [m.msg_id for m in client.pull("batch", batch=3)] == ["b0", "b1", "b2"]
+    assert client.ack_many("batch", ["b0", "b1", "b2", "b9"]) == [True, True, True, False]
+
+    client.send("orders", "gone", msg_id="d1", delay_ms=60_000)
+    assert client.delete("orders", "d1") is True
+    assert client.delete("orders", "d1") is False
+    assert started_long_poll_returns_empty(client)
+    info = client.topic_info("orders")
+    assert isinstance(info, dict) and info["topic"] == "orders"
+
+
+def started_long_poll_returns_empty(client) -> bool:
+    started = time.monotonic()
+    empty = client.pull("empty-topic", wait_ms=300)
+    return empty == [] and time.monotonic() - started >= 0.25
+
+
+def test_send_many_answers_each_item_its_message_or_its_error(client):
+    results = client.send_many([{"topic": "t", "msg": "ok", "msg_id": "a"},
+                                {"topic": "t", "msg": "bad", "priority": 12},
+                                {"topic": "t", "msg": "ok too", "delay_ms": 60_000}])
+    assert isinstance(results[0], Message) and results[0].msg_id == "a"
+    assert isinstance(results[1], BadRequest) and "priority" in results[1].msg
+    assert isinstance(results[2], Message) and results[2].status == 1
+    assert logged_count("t") == 2
+
+
+def test_topic_config_pause_resume_and_purge(client):
+    config = client.set_topic_config("jobs", max_retry=5, retry_backoff_ms=100, dead_letter=False)
+    assert (config["maxRetry"], config["retryBackoffMillis"], config["deadLetter"]) == (5, 100, False)
+    assert client.topic_config("jobs") == config
+    with pytest.raises(TypeError, match="unknown topic setting colour"):
+        client.set_topic_config("jobs", colour="red")
+    client.send("jobs", "x", msg_id="j1")
+    client.pause("jobs")
+    assert client.pull("jobs") == []
+    client.resume("jobs")
+    assert [m.msg_id for m in client.pull("jobs")] == ["j1"]
+    client.send("jobs", "y", delay_ms=60_000)
+    assert client.purge("jobs") == 2  # the consuming j1 and the waiting one
+
+
+def test_dead_letters_listed_redriven_and_purged(client, scanner_process):
+    scanner_process("sdk").wait_started()  # its log writer records the deaths the listing reads
+    client.send("dl", "dies", msg_id="x1")
+    client.pull("dl")
+    assert client.nack("dl", "x1", dead_letter=True)
+    page = wait_for(lambda: client.dead_letters("dl").messages, what="the dead letter listed")
+    assert [(m.msg_id, m.dead_reason) for m in page] == [("x1", "dead_lettered")]
+    assert client.dead_letters("dl", limit=1).next_cursor is None
+    task = client.redrive("dl", ["x1"], max_per_second=100)
+    assert wait_for(lambda: client.redrive_task(task)["state"] == "done", what="the redrive")
+    assert client.redrive_task(task)["moved"] == 1
+    assert client.get("dl", "x1").status == 2  # live again
+    client.pull("dl")
+    client.nack("dl", "x1", dead_letter=True)
+    wait_for(lambda: client.dead_letters("dl").messages, what="the second death listed")
+    assert client.purge_dead("dl") == 1
+    assert client.dead_letters("dl").messages == []
+
+
+def test_bad_input_unknown_and_conflict_raise_their_classes(client):
+    with pytest.raises(BadRequest, match="priority") as bad:
+        client.send("t", "x", priority=12)
+    assert bad.value.code == 400
+    with pytest.raises(NotFound):
+        client.touch("t", "unknown", ack_timeout_ms=1000)
+    with pytest.raises(NotFound):
+        client.redrive_task(987654)
+    client.send("t", "later", msg_id="w1", delay_ms=60_000)
+    with pytest.raises(Conflict) as conflict:  # waiting, not consuming
+        client.touch("t", "w1", ack_timeout_ms=1000)
+    assert conflict.value.code == 409 and isinstance(conflict.value, DelayQueueError)
+
+
+def test_over_a_limit_is_rate_limited_with_retry_after(client):
+    set_limits(namespace="default", topic="limited", produce_rate=2)
+
+    def refused():
+        try:
+            client.send("limited", "x")
+        except RateLimited as exc:
+            return exc
+    error = wait_for(refused, what="the limit read by the web process")
+    assert error.code == 429 and "produce rate limit of topic limited" in error.msg
+    assert 0 < error.retry_after <= 1 and error.retry_after == error.retry_after_ms / 1000
+
+
+def test_tokens_unauthorized_forbidden_and_the_environment(web_processes, monkeypatch):
+    (web,) = web_processes(1, DELAYQUEUE_AUTH="tokens")
+    produce_only = new_token(namespace="shop", scopes=["produce"])
+    with Client(web.url, token="dq_not-a-token") as stranger, pytest.raises(Unauthorized) as unauthorized:
+        stranger.send("t", "x")
+    assert unauthorized.value.code == 401 and "dq_not-a-token" not in str(unauthorized.value)
+    with Client(web.url) as anonymous, pytest.raises(Unauthorized):
+        anonymous.get("t", "x")
+    monkeypatch.setenv("DELAYQUEUE_URL", web.url)
+    monkeypatch.setenv("DELAYQUEUE_TOKEN", produce_only)
+    with Client() as from_env:
+        assert from_env.send("t", "x", msg_id="e1").msg_id == "e1"
+        with pytest.raises(Forbidden) as forbidden:
+            from_env.pull("t")
+    assert forbidden.value.code == 403
+    assert LoggedMessage.objects.get(msg_id="e1").namespace == "shop"
+
+
+@pytest.mark.fault
+def test_postgres_down_is_a_server_error_and_a_send_retried_until_it_is_back_is_stored_once(client, server,
+                                                                                            postgres):
+    postgres.stop()
+    try:
+        with Client(server, max_retries=0) as impatient, pytest.raises(ServerError, match="unavailable") as down:
+            impatient.send("pg", "x")
+        assert down.value.code == 500
+        with Client(server, max_retries=100, backoff_base=0.05, backoff_max=0.2) as patient, \
+                ThreadPoolExecutor(2) as pool, patient.producer() as producer:
+            sending = pool.submit(patient.send, "pg", "survives", msg_id="p1")
+            # A batch's items each answer their own 500 in a 200 answer: sent again as well.
+            batch = pool.submit(patient.send_many, [{"topic": "pg", "msg": "b", "msg_id": "p2"}])
+            produced = producer.send("pg", "produced", msg_id="p3")
+            time.sleep(0.5)
+            assert not (sending.done() or batch.done() or produced.done())  # retrying while PostgreSQL is down
+            postgres.start()
+            assert sending.result(timeout=30).msg_id == "p1"
+            assert [m.msg_id for m in batch.result(timeout=30)] == ["p2"]
+            assert produced.result(timeout=30).msg_id == "p3"
+    finally:
+        if postgres._pid() is None:
+            postgres.start()
+    assert client.get("pg", "p1").msg == "survives"
+    assert sorted(LoggedMessage.objects.filter(topic="pg").values_list("msg_id", flat=True)) == ["p1", "p2", "p3"]
+
+
+def test_a_send_made_before_the_server_listens_is_retried_until_it_does(web_processes):
+    web = WebProcess("late", scanner_env())
+    try:
+        with socket.socket() as probe:
+            assert probe.connect_ex(("127.0.0.1", web.port)) != 0  # not listening yet: refused
+        with Client(web.url, max_retries=200, backoff_base=0.05, backoff_max=0.1) as client:
+            sent = client.send("late", "x", msg_id="l1")
+            assert client.get("late", "l1") == sent
+    finally:
+        web.stop()
+    assert logged_count("late") == 1
+
+
+def test_an_unreachable_server_fails_after_the_retries_as_a_server_error():
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        port = holder.getsockname()[1]  # bound, never listening: connections are refused
+        with Client(f"http://127.0.0.1:{port}", max_retries=2, backoff_base=0.01) as client, \
+                pytest.raises(ServerError, match="unreachable: ConnectError"):
+            client.get("t", "x")
+
+
+def test_the_producer_batches_sends_of_8_threads_each_stored_once(client):
+    per_thread, threads = 250, 8
+    producer = client.producer(linger_ms=2, max_batch=500)
+    futures, lock = [], threading.Lock()
+
+    def produce(t):
+        mine = [producer.send("prod", f"{t}-{i}", delay_ms=60_000) for i in range(per_thread)]
+        with lock:
+            futures.extend(mine)
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(produce, range(threads)))
+    producer.flush()
+    assert all(f.done() for f in futures)
+    messages = [f.result() for f in futures]
+    assert len(messages) == threads * per_thread
+    assert sorted(m.msg for m in messages) == sorted(f"{t}-{i}" for t in range(threads) for i in range(per_thread))
+    assert len({m.msg_id for m in messages}) == len(messages)
+    assert logged_count("prod") == len(messages)
+    assert client.topic_info("prod")["waitingQueueSize"] == len(messages)
+    for message in messages[::97]:
+        assert client.get("prod", message.msg_id) == message
+    producer.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        producer.send("prod", "late")
+
+
+def test_the_producer_fails_a_refused_item_with_its_class_and_a_failed_batch_with_the_reason(client):
+    set_limits(namespace="default", topic="plim", produce_rate=3)
+    with client.producer(linger_ms=50) as producer:
+        def refused_some():
+            futures = [producer.send("plim", f"m{i}") for i in range(6)]
+            producer.flush()
+            return [f.exception() for f in futures if f.exception() is not None]
+        errors = wait_for(refused_some, what="the limit read by the web process")
+    assert all(isinstance(e, RateLimited) and e.retry_after_ms > 0 for e in errors)
+    with client.producer() as producer:
+        bad = producer.send("plim", "x", priority=99)
+        assert isinstance(bad.exception(timeout=10), BadRequest)
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        with Client(f"http://127.0.0.1:{holder.getsockname()[1]}", max_retries=0) as nowhere:
+            producer = nowhere.producer(linger_ms=20)
+            futures = [producer.send("t", str(i)) for i in range(3)]
+            producer.close()
+    reasons = [f.exception(timeout=0) for f in futures]
+    assert all(isinstance(r, ServerError) and "unreachable" in r.msg for r in reasons)
+
+
+async def test_the_async_client_has_the_same_methods(server):
+    async with AsyncClient(server) as client:
+        sent = await client.send("async", "hi", msg_id="a1")
+        assert await client.get("async", "a1") == sent
+        assert await client.get("async", "zz") is None
+        assert [m.msg_id for m in await client.pull("async", wait_ms=1000)] == ["a1"]
+        assert await client.ack("async", "a1") is True
+        with pytest.raises(BadRequest):
+            await client.send("async", "x", delay_ms=1, trigger_time=1)
+
+
+async def test_the_async_producer_batches_sends_of_8_tasks_each_stored_once(server):
+    async with AsyncClient(server) as client:
+        async with client.producer(linger_ms=2, max_batch=100) as producer:
+            async def produce(t):
+                return [producer.send("aprod", f"{t}-{i}", delay_ms=60_000) for i in range(100)]
+            futures = [f for mine in await asyncio.gather(*(produce(t) for t in range(8))) for f in mine]
+            await producer.flush()
+            assert all(f.done() for f in futures)
+            bad = producer.send("aprod", "x", priority=99)
+        assert isinstance(bad.exception(), BadRequest)  # aclose waited for it
+        with pytest.raises(RuntimeError, match="closed"):
+            producer.send("aprod", "late")
+        messages = [f.result() for f in futures]
+        assert len({m.msg_id for m in messages}) == 800
+        assert (await client.topic_info("aprod"))["waitingQueueSize"] == 800
+    assert await sync_to_async(logged_count)("aprod") == 800
+
+
+def test_a_send_cancelled_before_its_batch_left_is_not_sent(client):
+    with client.producer(linger_ms=300) as producer:
+        kept, dropped = producer.send("cx", "kept", msg_id="k"), producer.send("cx", "dropped", msg_id="d")
+        assert dropped.cancel()
+    assert kept.result().msg_id == "k"
+    assert client.get("cx", "d") is None and logged_count("cx") == 1
