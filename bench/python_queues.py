@@ -5,8 +5,9 @@ servers (message log on, the default, and off) and one scanner. Each row is meas
 --messages messages (20,000 by default):
 
 - huey 3.5: one producer (this process) calling the task normally; the drain of a due backlog
-  by one, then two `huey_consumer` processes (one worker thread each, logging -q) running an
-  empty task; lateness of 300 tasks due over 10 s (task start - eta).
+  by one, then two `huey_consumer` processes (huey's defaults: one worker thread, logging to a
+  scratch file; -q measured the same) running an empty task; lateness of 300 tasks due over
+  10 s (task start - eta; huey's scheduler looks once a second).
 - requests: a hand-written `requests.Session` loop (keep-alive), one sendMsg after the other from
   one thread, to each server: what a Python user writes without the SDK.
 - sdk (only when `delayqueue_client` is importable): the batching producer (linger 2 ms, batches
@@ -99,7 +100,7 @@ def huey_rows(env: dict, messages: int) -> dict:
     from bench import huey_app
 
     huey = huey_app.huey
-    consumer = [sys.executable, "-m", "huey.bin.huey_consumer", "bench.huey_app.huey", "-q"]
+    consumer = [sys.executable, "-m", "huey.bin.huey_consumer", "bench.huey_app.huey"]
     rows = {}
     print("huey", flush=True)
     huey.flush()
@@ -239,14 +240,18 @@ def worker_lateness(client, worker_class, topic: str, count: int, spread_s: floa
         if len(lateness) >= count:
             all_in.set()
 
+    # Due times from one instant after a lead that covers the sends (about 5,000 msg/s at worst).
+    first_due_ms = time.time() * 1000 + (LEAD_S + count / 5000) * 1000
     producer = client.producer(linger_ms=2, max_batch=500)
     for i in range(count):
-        producer.send(topic, f"m{i}", delay_ms=int(LEAD_S * 1000 + random.uniform(0, spread_s * 1000)))
+        producer.send(topic, f"m{i}", trigger_time=int(first_due_ms + random.uniform(0, spread_s * 1000)))
     producer.close()
+    if time.time() * 1000 > first_due_ms:
+        raise SystemExit("the lateness row's sends took longer than their lead: its figures would count them")
     worker = worker_class(client, topic, handler)
 
     def stop_when_all_in():
-        all_in.wait(LEAD_S + spread_s + 30)
+        all_in.wait(LEAD_S + count / 5000 + spread_s + 30)
         worker.stop()
 
     threading.Thread(target=stop_when_all_in, daemon=True).start()
