@@ -1,0 +1,25 @@
+"""The huey application bench.python_queues measures (the reference queue of issue 18): an empty
+task and one that records how late it started. Its consumers run as real processes:
+
+    BENCH_HUEY_REDIS_URL=redis://... python -m huey.bin.huey_consumer bench.huey_app.huey
+"""
+import os
+import time
+
+from huey import RedisHuey
+
+LATENESS_KEY = "bench:huey:lateness"
+
+huey = RedisHuey("bench", url=os.environ.get("BENCH_HUEY_REDIS_URL", "redis://127.0.0.1:6379/0"))
+
+
+@huey.task()
+def noop():
+    pass
+
+
+@huey.task()
+def record_lateness(due_ms: float):
+    """Started (due_ms given as its eta): appends ms started - due to a Redis list the benchmark reads."""
+    late_ms = time.time() * 1000 - due_ms
+    huey.storage.conn.rpush(LATENESS_KEY, f"{late_ms:.3f}")

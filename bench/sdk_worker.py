@@ -1,0 +1,18 @@
+"""One SDK worker process with an empty handler, as bench.python_queues starts it for the drain
+rows; SIGTERM stops it (the Worker finishes and acks what it holds).
+
+    python -m bench.sdk_worker BASE_URL TOPIC
+"""
+import sys
+
+from delayqueue_client import Client, Worker
+
+
+def main():
+    base_url, topic = sys.argv[1:3]
+    with Client(base_url) as client:
+        Worker(client, topic, lambda message: None).run()
+
+
+if __name__ == "__main__":
+    main()
