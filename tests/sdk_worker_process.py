@@ -11,6 +11,7 @@ from delayqueue_client import Client, Worker
 def main() -> None:
     url, topic, seconds, done_path = sys.argv[1:5]
     logging.basicConfig(level=logging.INFO)
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request otherwise
 
     def handler(message):
         time.sleep(float(seconds))

@@ -144,7 +144,7 @@ def test_concurrency_bounds_the_handlers_and_the_messages_in_hand(client):
         with lock:
             now[0] += 1
             peak[0] = max(peak[0], now[0])
-        time.sleep(0.05)
+        time.sleep(0.03 * (int(message.msg_id[1:]) % 3 + 1))  # uneven, so they do not all end together
         with lock:
             now[0] -= 1
             handled.append(message.msg_id)
@@ -159,17 +159,25 @@ def test_an_async_handler_runs_as_tasks_on_an_async_client(server, client):
     ids = [f"a{i}" for i in range(8)]
     client.send_many([{"topic": "aio", "msg": i, "msg_id": i} for i in ids])
     acked, now, peak, handled = [], [0], [0], []
+    in_hand, peak_in_hand = [0], [0]
 
     class ObservedAsyncClient(AsyncClient):
+        async def pull(self, *args, **kwargs):
+            pulled = await super().pull(*args, **kwargs)
+            in_hand[0] += len(pulled)
+            peak_in_hand[0] = max(peak_in_hand[0], in_hand[0])
+            return pulled
+
         async def ack_many(self, topic, msg_ids, **kwargs):
             done = await super().ack_many(topic, msg_ids, **kwargs)
+            in_hand[0] -= len(msg_ids)
             acked.extend(msg_ids)
             return done
 
     async def handler(message):
         now[0] += 1
         peak[0] = max(peak[0], now[0])
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(0.03 * (int(message.msg_id[1:]) % 3 + 1))
         now[0] -= 1
         handled.append(message.msg_id)
 
@@ -184,7 +192,7 @@ def test_an_async_handler_runs_as_tasks_on_an_async_client(server, client):
             await asyncio.wait_for(running_worker, 10)
 
     asyncio.run(main())
-    assert peak[0] == 3 and sorted(handled) == sorted(acked) == sorted(ids)
+    assert peak[0] == peak_in_hand[0] == 3 and sorted(handled) == sorted(acked) == sorted(ids)
     with pytest.raises(TypeError, match="async handler"):
         Worker(client, "aio", handler)
     with pytest.raises(TypeError, match="async handler"):

@@ -228,7 +228,7 @@ class Worker:
         error = None
         try:
             self.handler(message)
-        except Exception as exc:
+        except BaseException as exc:  # SystemExit too: its message must still be settled
             error = exc
         self._finished(message.msg_id)
         results.put((message.msg_id, self._outcome(message, error)))
@@ -328,10 +328,12 @@ class Worker:
         error = None
         try:
             await self.handler(message)
-        except Exception as exc:
+        except BaseException as exc:  # a cancelled handler too: its message is nacked, then it is cancelled
             error = exc
         self._finished(message.msg_id)
         results.put_nowait((message.msg_id, self._outcome(message, error)))
+        if error is not None and not isinstance(error, Exception):
+            raise error
 
     async def _settle_task(self, results: asyncio.Queue) -> None:
         closing = False
