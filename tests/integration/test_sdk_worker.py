@@ -199,12 +199,14 @@ def test_an_async_handler_runs_as_tasks_on_an_async_client(server, client):
         Worker(AsyncClient(server), "aio", lambda message: None)
 
 
-def test_sigterm_mid_batch_finishes_and_acks_what_the_worker_holds_and_exits_0(client, server, scanner, tmp_path):
+@pytest.mark.parametrize("flavour", ["threads", "async"])
+def test_sigterm_mid_batch_finishes_and_acks_what_the_worker_holds_and_exits_0(client, server, scanner, tmp_path,
+                                                                               flavour):
     ids = [f"g{i}" for i in range(6)]
     client.send_many([{"topic": "sig", "msg": i, "msg_id": i} for i in ids])
     done = tmp_path / "done"
-    proc = subprocess.Popen([sys.executable, "-m", "tests.sdk_worker_process", server, "sig", "1.5", str(done)],
-                            cwd=ROOT, env=scanner_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    command = [sys.executable, "-m", "tests.sdk_worker_process", server, "sig", "1.5", str(done), flavour]
+    proc = subprocess.Popen(command, cwd=ROOT, env=scanner_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         def four_in_hand():
             consuming = [i for i in ids if client.get("sig", i).status == 3]
