@@ -193,10 +193,6 @@ def test_an_async_handler_runs_as_tasks_on_an_async_client(server, client):
 
     asyncio.run(main())
     assert peak[0] == peak_in_hand[0] == 3 and sorted(handled) == sorted(acked) == sorted(ids)
-    with pytest.raises(TypeError, match="async handler"):
-        Worker(client, "aio", handler)
-    with pytest.raises(TypeError, match="async handler"):
-        Worker(AsyncClient(server), "aio", lambda message: None)
 
 
 @pytest.mark.parametrize("flavour", ["threads", "async"])
