@@ -1,0 +1,370 @@
+"""Worker: long-polls one topic in batches, runs a handler per message (a thread pool for a Client
+and a plain function, tasks for an AsyncClient and a coroutine function), acks successes in shared
+ackMsgBatch calls, nacks failures (the topic's retry backoff applies), dead-letters on DeadLetter,
+touches messages whose handler runs past half the ack timeout, and stops gracefully."""
+import asyncio
+import inspect
+import logging
+import queue
+import signal
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Callable
+
+from delayqueue_client.client import AsyncClient, Client
+from delayqueue_client.errors import (BadRequest, Conflict, DeadLetter, DelayQueueError, Forbidden, NotFound,
+                                      RateLimited, Unauthorized)
+from delayqueue_client.message import Message
+
+log = logging.getLogger("delayqueue_client.worker")
+
+ACK, NACK, DEAD = "ack", "nack", "dead"
+# The server's default ack timeout (DELAYQUEUE_ACK_TIMEOUT_MILLIS), for a token that may not read the topic's.
+DEFAULT_ACK_TIMEOUT_MS = 30_000
+MAX_SETTLE_BATCH = 500  # well under the server's DELAYQUEUE_MAX_BATCH_SEND
+# Answers no retry can change: the worker stops and raises them.
+FATAL = (BadRequest, Unauthorized, Forbidden, NotFound)
+POLL_STEP = 0.1  # seconds: how often blocked waits look at the stop flag (set by signal handlers)
+SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+@dataclass
+class _Held:
+    """A pulled message not yet settled (acked, nacked or dead-lettered)."""
+    message: Message
+    touch_at: float  # time.monotonic() at which to move its ack deadline again
+    running: bool = True
+
+
+class Worker:
+    """`Worker(client, topic, handler, concurrency=8)`. `run()` blocks until `stop()` (or SIGTERM /
+    SIGINT when run in the main thread); with an AsyncClient and an async handler, `await
+    worker.run_async()` (or `run()`, which runs it in a new event loop)."""
+
+    def __init__(self, client: Client | AsyncClient, topic: str, handler: Callable[[Message], object], *,
+                 concurrency: int = 8, batch: int | None = None, ack_timeout_ms: int | None = None,
+                 wait_ms: int = 5_000):
+        self.is_async = isinstance(client, AsyncClient)
+        if self.is_async != inspect.iscoroutinefunction(handler):
+            raise TypeError("an AsyncClient needs an async handler (async def), a Client a plain function")
+        if concurrency < 1 or (batch is not None and batch < 1):
+            raise ValueError("concurrency and batch must be at least 1")
+        if ack_timeout_ms is not None and ack_timeout_ms < 2:
+            raise ValueError("ack_timeout_ms must be at least 2 (ms)")
+        self.client, self.topic, self.handler = client, topic, handler
+        self.concurrency = concurrency
+        self.batch = min(batch or concurrency, concurrency)
+        self.ack_timeout_ms = ack_timeout_ms
+        self.wait_ms = wait_ms
+        # A plain flag, not an Event: a signal handler may interrupt a thread holding an Event's lock.
+        self._stopping = False
+        self._held: dict[str, _Held] = {}
+        self._lock = threading.Lock()
+        self._room = threading.Condition(self._lock)
+
+    def stop(self) -> None:
+        """Stop pulling; run() returns once every message in hand is handled and settled. Safe from
+        any thread and from a signal handler."""
+        self._stopping = True
+
+    # --- shared logic
+
+    def _outcome(self, message: Message, error: BaseException | None) -> str:
+        if error is None:
+            return ACK
+        if isinstance(error, DeadLetter):
+            log.warning("handler dead-lettered %s/%s: %s", message.topic, message.msg_id, error)
+            return DEAD
+        log.error("handler failed on %s/%s; nacked, the topic's retry backoff applies", message.topic,
+                  message.msg_id, exc_info=error)
+        return NACK
+
+    def _hold(self, message: Message, pulled_at: float) -> None:
+        # The server's deadline counts from its answer, so from the pull's start is a safe estimate.
+        with self._lock:
+            self._held[message.msg_id] = _Held(message, pulled_at + self.ack_timeout_ms / 2000)
+
+    def _release(self, msg_ids: list[str]) -> None:
+        with self._room:
+            for msg_id in msg_ids:
+                self._held.pop(msg_id, None)
+            self._room.notify_all()
+
+    def _finished(self, msg_id: str) -> None:
+        with self._lock:
+            if held := self._held.get(msg_id):
+                held.running = False
+
+    def _due_touches(self) -> list[str]:
+        now = time.monotonic()
+        with self._lock:
+            return [i for i, h in self._held.items() if h.running and h.touch_at <= now]
+
+    def _next_touch_in(self) -> float:
+        with self._lock:
+            times = [h.touch_at for h in self._held.values() if h.running]
+        return min(POLL_STEP, max(0.0, min(times) - time.monotonic())) if times else POLL_STEP
+
+    def _touched(self, msg_id: str, called_at: float, error: DelayQueueError | None) -> None:
+        with self._lock:
+            held = self._held.get(msg_id)
+            if held is None:
+                return
+            if error is None:
+                held.touch_at = called_at + self.ack_timeout_ms / 2000
+            elif isinstance(error, (Conflict, NotFound)):
+                log.warning("%s/%s is no longer being consumed (ack timeout passed?): it will be delivered again",
+                            self.topic, msg_id)
+                held.touch_at = float("inf")
+            else:  # transient: try again soon, well before the deadline
+                log.warning("touch of %s/%s failed: %s", self.topic, msg_id, error)
+                held.touch_at = called_at + min(0.2, self.ack_timeout_ms / 8000)
+
+    def _settle_groups(self, results: list[tuple[str, str]]) -> list[tuple[str, list[str]]]:
+        """(outcome, msg_ids) calls for these handler results, each at most MAX_SETTLE_BATCH ids."""
+        groups: dict[str, list[str]] = {}
+        for msg_id, outcome in results:
+            groups.setdefault(outcome, []).append(msg_id)
+        return [(outcome, ids[i:i + MAX_SETTLE_BATCH]) for outcome, ids in groups.items()
+                for i in range(0, len(ids), MAX_SETTLE_BATCH)]
+
+    def _settle_kwargs(self, outcome: str) -> dict:
+        return {"ack": outcome == ACK, "dead_letter": outcome == DEAD}
+
+    def _settled(self, outcome: str, msg_ids: list[str], done: list[bool]) -> None:
+        late = [i for i, ok in zip(msg_ids, done) if not ok]
+        if late:
+            log.warning("%s of %s/%s came too late (no longer consuming: delivered again or ended)", outcome,
+                        self.topic, ", ".join(late))
+        self._release(msg_ids)
+
+    def _settle_failed(self, outcome: str, msg_ids: list[str], error: DelayQueueError) -> bool:
+        """Whether to try again: while some of them may still be before their ack deadline."""
+        log.warning("%s of %d message(s) of %s failed: %s", outcome, len(msg_ids), self.topic, error)
+        with self._lock:
+            before_deadline = any(self._held[i].touch_at != float("inf") and
+                                  time.monotonic() < self._held[i].touch_at + self.ack_timeout_ms / 2000
+                                  for i in msg_ids if i in self._held)
+        if not before_deadline or isinstance(error, FATAL):
+            log.error("gave up the %s of %s/%s: the server delivers them again after their ack timeout", outcome,
+                      self.topic, ", ".join(msg_ids))
+            self._release(msg_ids)
+            return False
+        return True
+
+    def _pull_failed(self, error: DelayQueueError) -> float:
+        """Seconds to wait before the next pull; raises what no retry can change."""
+        if isinstance(error, FATAL):
+            raise error
+        log.warning("pull from %s failed: %s", self.topic, error)
+        return error.retry_after if isinstance(error, RateLimited) and error.retry_after else 1.0
+
+    def _resolved_ack_timeout(self, config: dict | None) -> int:
+        if self.ack_timeout_ms is not None:
+            return self.ack_timeout_ms
+        return int(config["ackTimeoutMillis"]) if config else DEFAULT_ACK_TIMEOUT_MS
+
+    # --- threads (Client)
+
+    def run(self, *, install_signal_handlers: bool = True) -> None:
+        """Blocks until stopped; then finishes and settles every message in hand. In the main thread
+        (and install_signal_handlers), SIGTERM and SIGINT stop it; the previous handlers come back after."""
+        if self.is_async:
+            return asyncio.run(self.run_async(install_signal_handlers=install_signal_handlers))
+        previous = {}
+        if install_signal_handlers and threading.current_thread() is threading.main_thread():
+            previous = {sig: signal.signal(sig, lambda *_: self.stop()) for sig in SIGNALS}
+        try:
+            self._run_threads()
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+    def _run_threads(self) -> None:
+        if self.ack_timeout_ms is None:
+            try:
+                self.ack_timeout_ms = self._resolved_ack_timeout(self.client.topic_config(self.topic))
+            except Forbidden:
+                self.ack_timeout_ms = self._resolved_ack_timeout(None)
+        results: queue.SimpleQueue = queue.SimpleQueue()
+        settler = threading.Thread(target=self._settle_thread, args=(results,), name=f"dq-settle-{self.topic}",
+                                   daemon=True)
+        settler.start()
+        pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix=f"dq-worker-{self.topic}")
+        try:
+            while not self._stopping:
+                free = self._wait_for_room()
+                if not free:
+                    break
+                pulled_at = time.monotonic()
+                try:
+                    messages = self.client.pull(self.topic, batch=min(self.batch, free),
+                                                ack_timeout_ms=self.ack_timeout_ms, wait_ms=self.wait_ms)
+                except DelayQueueError as error:
+                    self._sleep(self._pull_failed(error))
+                    continue
+                for message in messages:
+                    self._hold(message, pulled_at)
+                    pool.submit(self._handle, message, results)
+        finally:
+            pool.shutdown(wait=True)  # every handler has queued its result
+            results.put(None)
+            settler.join()
+
+    def _wait_for_room(self) -> int:
+        with self._room:
+            while len(self._held) >= self.concurrency and not self._stopping:
+                self._room.wait(POLL_STEP)
+            return 0 if self._stopping else self.concurrency - len(self._held)
+
+    def _sleep(self, seconds: float) -> None:
+        end = time.monotonic() + seconds
+        while not self._stopping and time.monotonic() < end:
+            time.sleep(min(POLL_STEP, end - time.monotonic()))
+
+    def _handle(self, message: Message, results: queue.SimpleQueue) -> None:
+        error = None
+        try:
+            self.handler(message)
+        except BaseException as exc:  # SystemExit too: its message must still be settled
+            error = exc
+        self._finished(message.msg_id)
+        results.put((message.msg_id, self._outcome(message, error)))
+
+    def _settle_thread(self, results: queue.SimpleQueue) -> None:
+        closing = False
+        while not closing or self._held:
+            gathered = []
+            try:  # results that arrive while the previous call was out share the next one
+                item = results.get(timeout=self._next_touch_in())
+                while True:
+                    if item is None:
+                        closing = True
+                    else:
+                        gathered.append(item)
+                    item = results.get_nowait()
+            except queue.Empty:
+                pass
+            for outcome, msg_ids in self._settle_groups(gathered):
+                while True:
+                    try:
+                        done = self.client.ack_many(self.topic, msg_ids, **self._settle_kwargs(outcome))
+                    except DelayQueueError as error:
+                        if self._settle_failed(outcome, msg_ids, error):
+                            time.sleep(0.1)
+                            continue
+                    else:
+                        self._settled(outcome, msg_ids, done)
+                    break
+            for msg_id in self._due_touches():
+                called_at = time.monotonic()
+                try:
+                    self.client.touch(self.topic, msg_id, ack_timeout_ms=self.ack_timeout_ms)
+                    self._touched(msg_id, called_at, None)
+                except DelayQueueError as error:
+                    self._touched(msg_id, called_at, error)
+
+    # --- tasks (AsyncClient)
+
+    async def run_async(self, *, install_signal_handlers: bool = True) -> None:
+        """run() for an AsyncClient and an async handler, in the running event loop."""
+        if not self.is_async:
+            raise TypeError("run_async() needs an AsyncClient and an async handler; use run()")
+        loop = asyncio.get_running_loop()
+        installed = []
+        if install_signal_handlers and threading.current_thread() is threading.main_thread():
+            for sig in SIGNALS:
+                loop.add_signal_handler(sig, self.stop)
+                installed.append(sig)
+        try:
+            await self._run_tasks()
+        finally:
+            for sig in installed:
+                loop.remove_signal_handler(sig)
+
+    async def _run_tasks(self) -> None:
+        if self.ack_timeout_ms is None:
+            try:
+                self.ack_timeout_ms = self._resolved_ack_timeout(await self.client.topic_config(self.topic))
+            except Forbidden:
+                self.ack_timeout_ms = self._resolved_ack_timeout(None)
+        results: asyncio.Queue = asyncio.Queue()
+        settler = asyncio.create_task(self._settle_task(results))
+        handlers: set[asyncio.Task] = set()
+        try:
+            while not self._stopping:
+                while len(self._held) >= self.concurrency and not self._stopping:
+                    await asyncio.sleep(0.005)
+                if self._stopping:
+                    break
+                pulled_at = time.monotonic()
+                try:
+                    free = self.concurrency - len(self._held)
+                    messages = await self.client.pull(self.topic, batch=min(self.batch, free),
+                                                      ack_timeout_ms=self.ack_timeout_ms, wait_ms=self.wait_ms)
+                except DelayQueueError as error:
+                    end = time.monotonic() + self._pull_failed(error)
+                    while not self._stopping and time.monotonic() < end:
+                        await asyncio.sleep(POLL_STEP)
+                    continue
+                for message in messages:
+                    self._hold(message, pulled_at)
+                    task = asyncio.create_task(self._handle_async(message, results))
+                    handlers.add(task)
+                    task.add_done_callback(handlers.discard)
+        finally:
+            # Shielded: a cancelled run_async still settles what it holds.
+            await asyncio.shield(self._finish_tasks(handlers, results, settler))
+
+    async def _finish_tasks(self, handlers: set, results: asyncio.Queue, settler: asyncio.Task) -> None:
+        if handlers:
+            await asyncio.gather(*handlers, return_exceptions=True)
+        results.put_nowait(None)
+        await settler
+
+    async def _handle_async(self, message: Message, results: asyncio.Queue) -> None:
+        error = None
+        try:
+            await self.handler(message)
+        except BaseException as exc:  # a cancelled handler too: its message is nacked, then it is cancelled
+            error = exc
+        self._finished(message.msg_id)
+        results.put_nowait((message.msg_id, self._outcome(message, error)))
+        if error is not None and not isinstance(error, Exception):
+            raise error
+
+    async def _settle_task(self, results: asyncio.Queue) -> None:
+        closing = False
+        while not closing or self._held:
+            gathered = []
+            try:
+                item = await asyncio.wait_for(results.get(), self._next_touch_in())
+                while True:
+                    if item is None:
+                        closing = True
+                    else:
+                        gathered.append(item)
+                    item = results.get_nowait()
+            except (asyncio.TimeoutError, asyncio.QueueEmpty):
+                pass
+            for outcome, msg_ids in self._settle_groups(gathered):
+                while True:
+                    try:
+                        done = await self.client.ack_many(self.topic, msg_ids, **self._settle_kwargs(outcome))
+                    except DelayQueueError as error:
+                        if self._settle_failed(outcome, msg_ids, error):
+                            await asyncio.sleep(0.1)
+                            continue
+                    else:
+                        self._settled(outcome, msg_ids, done)
+                    break
+            for msg_id in self._due_touches():
+                called_at = time.monotonic()
+                try:
+                    await self.client.touch(self.topic, msg_id, ack_timeout_ms=self.ack_timeout_ms)
+                    self._touched(msg_id, called_at, None)
+                except DelayQueueError as error:
+                    self._touched(msg_id, called_at, error)
+

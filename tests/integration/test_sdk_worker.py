@@ -1,0 +1,225 @@
+"""The SDK's Worker (delayqueue_client.Worker) against a real uvicorn server and a real scanner
+process: a failure nacked and delivered again, DeadLetter, a handler slower than the ack timeout
+(touched, delivered once), the concurrency bound, async handlers, and SIGTERM to a worker process
+mid-batch (what it holds is finished and acked, the rest left for others, exit 0)."""
+import asyncio
+import logging
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import defaultdict
+from contextlib import contextmanager
+
+import pytest
+
+from delayqueue.models import MessageEvent
+from delayqueue_client import AsyncClient, Client, DeadLetter, Worker
+from tests.helpers import ROOT, scanner_env
+
+pytestmark = pytest.mark.process
+
+
+class ObservedClient(Client):
+    """A real Client that counts what its worker holds: pulled and not yet acked, nacked or dead-lettered."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.lock = threading.Lock()
+        self.in_hand = self.peak = 0
+        self.settled: dict[str, list[str]] = defaultdict(list)  # ack/nack/dead -> msgIds
+
+    def pull(self, *args, **kwargs):
+        pulled = super().pull(*args, **kwargs)
+        with self.lock:
+            self.in_hand += len(pulled)
+            self.peak = max(self.peak, self.in_hand)
+        return pulled
+
+    def ack_many(self, topic, msg_ids, *, ack=True, delay_ms=None, dead_letter=False):
+        done = super().ack_many(topic, msg_ids, ack=ack, delay_ms=delay_ms, dead_letter=dead_letter)
+        with self.lock:
+            self.in_hand -= len(msg_ids)
+            self.settled["ack" if ack else "dead" if dead_letter else "nack"].extend(msg_ids)
+        return done
+
+
+@pytest.fixture
+def server(web_processes) -> str:
+    return web_processes(1)[0].url
+
+
+@pytest.fixture
+def client(server):
+    with ObservedClient(server) as c:
+        yield c
+
+
+@pytest.fixture
+def scanner(scanner_process):
+    """A scanner process: it makes nacked messages ready again, times out unacked ones and writes the history."""
+    scanner_process("sdk-worker").wait_started()
+
+
+def wait_for(predicate, timeout=15.0, what="condition"):
+    deadline = time.monotonic() + timeout
+    while not (value := predicate()):
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+    return value
+
+
+def reasons(topic: str, msg_id: str) -> list[str]:
+    """The message's history as the log writer recorded it, oldest first."""
+    return list(MessageEvent.objects.filter(topic=topic, msg_id=msg_id).order_by("at", "id")
+                .values_list("reason", flat=True))
+
+
+@contextmanager
+def running(worker: Worker):
+    """worker.run() in a thread (no signal handlers outside the main thread); stopped and joined after."""
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        worker.stop()
+        thread.join(15)
+        assert not thread.is_alive(), "the worker did not stop"
+
+
+def test_a_failure_is_nacked_and_delivered_again_and_dead_letter_ends_the_message(client, scanner, caplog):
+    client.set_topic_config("jobs", retry_backoff_ms=100)
+    client.send("jobs", "flaky", msg_id="f1")
+    client.send("jobs", "poison", msg_id="p1")
+    deliveries = defaultdict(list)
+
+    def handler(message):
+        deliveries[message.msg_id].append(message.retry)
+        if message.msg == "poison":
+            raise DeadLetter("cannot parse")
+        if len(deliveries[message.msg_id]) == 1:
+            raise RuntimeError("flaky the first time")
+
+    with caplog.at_level(logging.WARNING, logger="delayqueue_client.worker"), \
+            running(Worker(client, "jobs", handler, concurrency=2, wait_ms=300)):
+        dead = wait_for(lambda: client.dead_letters("jobs").messages, what="the dead letter listed")
+        wait_for(lambda: "acked" in reasons("jobs", "f1"), what="f1 acked")
+    assert [(m.msg_id, m.dead_reason) for m in dead] == [("p1", "dead_lettered")]
+    assert deliveries == {"f1": [1, 2], "p1": [1]}  # delivered again after the nack, then acked
+    history = reasons("jobs", "f1")
+    assert (history.count("pulled"), history.count("nacked"), history.count("acked")) == (2, 1, 1)
+    assert history.index("nacked") < history.index("acked") and "ack_timeout" not in history
+    failed = [r for r in caplog.records if r.levelno == logging.ERROR and "jobs/f1" in r.getMessage()]
+    assert len(failed) == 1 and "flaky the first time" in str(failed[0].exc_info[1])
+    assert "Traceback" in caplog.text
+    assert client.settled == {"nack": ["f1"], "dead": ["p1"], "ack": ["f1"]}
+
+
+def test_a_handler_slower_than_the_ack_timeout_is_touched_and_delivered_once(client, scanner):
+    client.send("slow", "x", msg_id="s1")
+    calls = []
+
+    def handler(message):
+        calls.append(message.msg_id)
+        time.sleep(2.0)  # over three ack timeouts
+
+    with running(Worker(client, "slow", handler, concurrency=1, ack_timeout_ms=600, wait_ms=300)):
+        wait_for(lambda: "acked" in reasons("slow", "s1"), what="s1 acked")
+        time.sleep(1.0)  # past another ack timeout: nothing comes again
+    assert calls == ["s1"]
+    history = reasons("slow", "s1")
+    assert (history.count("pulled"), history.count("acked")) == (1, 1)
+    assert history.count("touched") >= 3 and "ack_timeout" not in history
+    assert client.settled == {"ack": ["s1"]}
+
+
+def test_concurrency_bounds_the_handlers_and_the_messages_in_hand(client):
+    ids = [f"c{i}" for i in range(20)]
+    client.send_many([{"topic": "many", "msg": i, "msg_id": i} for i in ids])
+    lock, now, peak, handled = threading.Lock(), [0], [0], []
+
+    def handler(message):
+        with lock:
+            now[0] += 1
+            peak[0] = max(peak[0], now[0])
+        time.sleep(0.03 * (int(message.msg_id[1:]) % 3 + 1))  # uneven, so they do not all end together
+        with lock:
+            now[0] -= 1
+            handled.append(message.msg_id)
+
+    with running(Worker(client, "many", handler, concurrency=3, batch=10, wait_ms=300)):
+        wait_for(lambda: len(client.settled["ack"]) == 20, what="all acked")
+    assert peak[0] == 3 and client.peak == 3  # reached, never passed
+    assert sorted(handled) == sorted(ids) and sorted(client.settled["ack"]) == sorted(ids)  # each once
+
+
+def test_an_async_handler_runs_as_tasks_on_an_async_client(server, client):
+    ids = [f"a{i}" for i in range(8)]
+    client.send_many([{"topic": "aio", "msg": i, "msg_id": i} for i in ids])
+    acked, now, peak, handled = [], [0], [0], []
+    in_hand, peak_in_hand = [0], [0]
+
+    class ObservedAsyncClient(AsyncClient):
+        async def pull(self, *args, **kwargs):
+            pulled = await super().pull(*args, **kwargs)
+            in_hand[0] += len(pulled)
+            peak_in_hand[0] = max(peak_in_hand[0], in_hand[0])
+            return pulled
+
+        async def ack_many(self, topic, msg_ids, **kwargs):
+            done = await super().ack_many(topic, msg_ids, **kwargs)
+            in_hand[0] -= len(msg_ids)
+            acked.extend(msg_ids)
+            return done
+
+    async def handler(message):
+        now[0] += 1
+        peak[0] = max(peak[0], now[0])
+        await asyncio.sleep(0.03 * (int(message.msg_id[1:]) % 3 + 1))
+        now[0] -= 1
+        handled.append(message.msg_id)
+
+    async def main():
+        async with ObservedAsyncClient(server) as aclient:
+            worker = Worker(aclient, "aio", handler, concurrency=3, wait_ms=300)
+            running_worker = asyncio.create_task(worker.run_async(install_signal_handlers=False))
+            while len(acked) < 8:
+                assert not running_worker.done(), running_worker
+                await asyncio.sleep(0.02)
+            worker.stop()
+            await asyncio.wait_for(running_worker, 10)
+
+    asyncio.run(main())
+    assert peak[0] == peak_in_hand[0] == 3 and sorted(handled) == sorted(acked) == sorted(ids)
+
+
+@pytest.mark.parametrize("flavour", ["threads", "async"])
+def test_sigterm_mid_batch_finishes_and_acks_what_the_worker_holds_and_exits_0(client, server, scanner, tmp_path,
+                                                                               flavour):
+    ids = [f"g{i}" for i in range(6)]
+    client.send_many([{"topic": "sig", "msg": i, "msg_id": i} for i in ids])
+    done = tmp_path / "done"
+    command = [sys.executable, "-m", "tests.sdk_worker_process", server, "sig", "1.5", str(done), flavour]
+    proc = subprocess.Popen(command, cwd=ROOT, env=scanner_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        def four_in_hand():
+            consuming = [i for i in ids if client.get("sig", i).status == 3]
+            return consuming if len(consuming) == 4 else None
+        consuming = wait_for(four_in_hand, what="the worker holding 4 messages")
+        assert not done.exists()  # the handlers are still sleeping
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=10) == 0, proc.stdout.read().decode()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stdout.close()
+    finished = done.read_text().split()
+    assert sorted(finished) == sorted(consuming)  # every message in hand was finished
+    for msg_id in consuming:
+        wait_for(lambda: "acked" in reasons("sig", msg_id), what=f"{msg_id} acked")
+        assert reasons("sig", msg_id).count("acked") == 1
+    for msg_id in set(ids) - set(consuming):  # never pulled: still ready for another worker
+        assert client.get("sig", msg_id).status == 2

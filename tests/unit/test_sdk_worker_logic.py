@@ -1,0 +1,51 @@
+"""The SDK Worker's pure logic (no server): handler and client pairing, the batch bound, how
+outcomes are grouped into ackMsgBatch calls, which pull failures stop it."""
+import asyncio
+
+import pytest
+
+from delayqueue_client import AsyncClient, Client, Forbidden, RateLimited, ServerError, Unauthorized, Worker
+
+
+@pytest.fixture
+def client():
+    with Client("http://127.0.0.1:9") as c:  # never called
+        yield c
+
+
+def test_a_handler_must_match_its_client(client):
+    async def async_handler(message):
+        pass
+
+    with pytest.raises(TypeError, match="async handler"):
+        Worker(client, "t", async_handler)
+    async_client = AsyncClient("http://127.0.0.1:9")
+    with pytest.raises(TypeError, match="async handler"):
+        Worker(async_client, "t", lambda message: None)
+    asyncio.run(async_client.aclose())
+    with pytest.raises(ValueError, match="concurrency"):
+        Worker(client, "t", print, concurrency=0)
+
+
+def test_a_batch_is_never_larger_than_the_concurrency(client):
+    assert Worker(client, "t", print, concurrency=4).batch == 4
+    assert Worker(client, "t", print, concurrency=4, batch=100).batch == 4
+    assert Worker(client, "t", print, concurrency=4, batch=2).batch == 2
+
+
+def test_outcomes_are_grouped_by_kind_in_calls_of_at_most_500(client):
+    worker = Worker(client, "t", print)
+    results = [(f"a{i}", "ack") for i in range(501)] + [("n1", "nack"), ("d1", "dead"), ("n2", "nack")]
+    calls = worker._settle_groups(results)
+    assert [(outcome, len(ids)) for outcome, ids in calls] == [("ack", 500), ("ack", 1), ("nack", 2), ("dead", 1)]
+    assert calls[2][1] == ["n1", "n2"]
+    assert worker._settle_kwargs("dead") == {"ack": False, "dead_letter": True}
+
+
+def test_pull_failures_pause_or_stop_the_worker(client):
+    worker = Worker(client, "t", print)
+    assert worker._pull_failed(ServerError("redis unavailable: x")) == 1.0
+    assert worker._pull_failed(RateLimited("slow down", retry_after_ms=250)) == 0.25
+    for fatal in (Unauthorized("no"), Forbidden("no")):
+        with pytest.raises(type(fatal)):
+            worker._pull_failed(fatal)
