@@ -5,6 +5,7 @@ without Django, its console script included."""
 import json
 import os
 import queue
+import shutil
 import signal
 import subprocess
 import sys
@@ -224,7 +225,9 @@ def test_the_sdk_installs_into_a_fresh_venv_without_django(tmp_path):
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
     python, script = venv / "bin" / "python", venv / "bin" / "delayqueue"
-    subprocess.run([str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", str(SDK_DIR)],
+    # A copy, so the build leaves nothing (build/, *.egg-info) in the worktree.
+    source = shutil.copytree(SDK_DIR, tmp_path / "sdk", ignore=shutil.ignore_patterns("build", "*.egg-info"))
+    subprocess.run([str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", str(source)],
                    check=True, timeout=300, capture_output=True)
     clean = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     probe = ("import importlib.util, sys, delayqueue_client as dq\n"
