@@ -218,6 +218,10 @@ class Calls:
     def topic_info(self, topic: str) -> dict:
         return self._run(Call("getTopicInfo", {"topic": topic}, lambda a: a["data"], idempotent=True))
 
+    def topic_infos(self) -> list[dict]:
+        """topic_info of every topic in use, in the order topics were first used."""
+        return self._run(Call("getTopicInfoList", {}, lambda a: a["data"], idempotent=True))
+
     def topic_config(self, topic: str) -> dict:
         return self._run(Call("getTopicConfig", {"topic": topic}, lambda a: a["data"], idempotent=True))
 
