@@ -159,7 +159,7 @@ def requests_rows(urls: dict, env: dict, messages: int) -> dict:
     return rows
 
 
-def sdk_rows(urls: dict, env: dict, messages: int) -> dict:
+def sdk_rows(urls: dict, env: dict, messages: int, worker_concurrency: int | None) -> dict:
     try:
         from delayqueue_client import Client
     except ImportError:
@@ -208,7 +208,9 @@ def sdk_rows(urls: dict, env: dict, messages: int) -> dict:
                 info = client.topic_info(topic)
                 return info["waitingQueueSize"] + info["readyQueueSize"] + info["ackQueueSize"]
 
-            procs = start_processes([sys.executable, "-m", "bench.sdk_worker", urls["on"], topic], count, env)
+            concurrency = [str(worker_concurrency)] if worker_concurrency else []
+            procs = start_processes([sys.executable, "-m", "bench.sdk_worker", urls["on"], topic, *concurrency],
+                                    count, env)
             try:
                 rows[f"sdk drain {count}"] = time_drain(left, messages, procs)
             finally:
@@ -220,7 +222,7 @@ def sdk_rows(urls: dict, env: dict, messages: int) -> dict:
         for key, count, spread_s in (("sdk lateness", LATENESS_MESSAGES, LATENESS_SPREAD_S),
                                      ("sdk lateness busy", BUSY_RATE * BUSY_SECONDS, BUSY_SECONDS)):
             empty_redis(env["REDIS_URL"])
-            rows[key] = worker_lateness(client, Worker, f"late{count}", count, spread_s)
+            rows[key] = worker_lateness(client, Worker, f"late{count}", count, spread_s, worker_concurrency)
             show_lateness(f"lateness through a Worker, {count:,} messages due over {spread_s} s", rows[key])
     finally:
         for each in clients.values():
@@ -228,7 +230,8 @@ def sdk_rows(urls: dict, env: dict, messages: int) -> dict:
     return rows
 
 
-def worker_lateness(client, worker_class, topic: str, count: int, spread_s: float) -> tuple:
+def worker_lateness(client, worker_class, topic: str, count: int, spread_s: float,
+                    concurrency: int | None) -> tuple:
     """Sends `count` messages due uniformly over `spread_s` after the lead, runs a Worker (on this
     thread: it may want the signals) until each was handled, and answers the lateness figures
     (received - triggerTime)."""
@@ -248,7 +251,7 @@ def worker_lateness(client, worker_class, topic: str, count: int, spread_s: floa
     producer.close()
     if time.time() * 1000 > first_due_ms:
         raise SystemExit("the lateness row's sends took longer than their lead: its figures would count them")
-    worker = worker_class(client, topic, handler)
+    worker = worker_class(client, topic, handler, **({"concurrency": concurrency} if concurrency else {}))
 
     def stop_when_all_in():
         all_in.wait(LEAD_S + count / 5000 + spread_s + 30)
@@ -286,6 +289,8 @@ def summary(rows: dict) -> None:
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=20_000, help="messages per throughput row")
+    parser.add_argument("--worker-concurrency", type=int, default=None,
+                        help="the SDK Worker's concurrency (and so its pull batch) in its rows; default: the Worker's")
     parser.add_argument("--only", action="append", choices=("huey", "requests", "sdk"),
                         help="run only these sides (repeatable); all by default")
     args = parser.parse_args()
@@ -299,7 +304,7 @@ def main():
         if "requests" in sides:
             rows.update(requests_rows(urls, env, args.messages))
         if "sdk" in sides:
-            rows.update(sdk_rows(urls, env, args.messages))
+            rows.update(sdk_rows(urls, env, args.messages, args.worker_concurrency))
     summary(rows)
 
 

@@ -1,7 +1,7 @@
 """One SDK worker process with an empty handler, as bench.python_queues starts it for the drain
 rows; SIGTERM stops it (the Worker finishes and acks what it holds).
 
-    python -m bench.sdk_worker BASE_URL TOPIC
+    python -m bench.sdk_worker BASE_URL TOPIC [CONCURRENCY]
 """
 import sys
 
@@ -10,8 +10,9 @@ from delayqueue_client import Client, Worker
 
 def main():
     base_url, topic = sys.argv[1:3]
+    options = {"concurrency": int(sys.argv[3])} if len(sys.argv) > 3 else {}
     with Client(base_url) as client:
-        Worker(client, topic, lambda message: None).run()
+        Worker(client, topic, lambda message: None, **options).run()
 
 
 if __name__ == "__main__":
