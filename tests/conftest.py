@@ -168,3 +168,9 @@ def django_db_setup(django_db_setup, django_db_blocker):
     with django_db_blocker.unblock(), connection.cursor() as cursor:
         cursor.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
                        " WHERE datname = current_database() AND pid <> pg_backend_pid()")
+
+
+@pytest.fixture
+def sdk_server(web_processes) -> str:
+    """One uvicorn in open mode (the suite's default), for the SDK's tests: its base URL."""
+    return web_processes(1)[0].url

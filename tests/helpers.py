@@ -140,6 +140,15 @@ class WebProcess:
         self.log_path.unlink(missing_ok=True)
 
 
+def wait_for(predicate, timeout=10.0, what="condition"):
+    """wait_until for synchronous tests (the SDK's): the predicate's truthy value, polled every 50 ms."""
+    deadline = time.monotonic() + timeout
+    while not (value := predicate()):
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+    return value
+
+
 async def wait_until(predicate, timeout=10.0, interval=0.01, what="condition"):
     """Polls an async predicate until it returns a truthy value."""
     deadline = time.monotonic() + timeout

@@ -54,19 +54,14 @@ def failed(result: subprocess.CompletedProcess, code: int) -> str:
 
 
 @pytest.fixture
-def server(web_processes) -> str:
-    return web_processes(1)[0].url
-
-
-@pytest.fixture
-def client(server):
-    with Client(server) as c:
+def client(sdk_server):
+    with Client(sdk_server) as c:
         yield c
 
 
-def test_send_with_every_option_then_get_and_delete(server, client):
+def test_send_with_every_option_then_get_and_delete(sdk_server, client):
     before = int(time.time() * 1000)
-    sent = json.loads(ok(run_cli(server, "send", "orders", "cancel 42", "--delay", "5m", "--msg-id", "o42",
+    sent = json.loads(ok(run_cli(sdk_server, "send", "orders", "cancel 42", "--delay", "5m", "--msg-id", "o42",
                                  "--ttl", "1h", "--max-retry", "2", "--priority", "3", "--json")))
     assert (sent["topic"], sent["msg_id"], sent["msg"], sent["max_retry"], sent["priority"], sent["status"]) == (
         "orders", "o42", "cancel 42", 2, 3, 1)
@@ -74,32 +69,32 @@ def test_send_with_every_option_then_get_and_delete(server, client):
     assert sent["expire_time"] == sent["trigger_time"] + 3_600_000
     assert client.get("orders", "o42").msg == "cancel 42"
 
-    human = ok(run_cli(server, "send", "orders", "now", "--msg-id", "n1"))
+    human = ok(run_cli(sdk_server, "send", "orders", "now", "--msg-id", "n1"))
     assert human.startswith("sent n1 to orders, due ") and human.endswith(" (ready)\n")
     at = "2031-05-06T07:08:09.250+00:00"
-    ok(run_cli(server, "send", "orders", "-", "--at", at, "--msg-id", "at1", stdin="from stdin\n"))
+    ok(run_cli(sdk_server, "send", "orders", "-", "--at", at, "--msg-id", "at1", stdin="from stdin\n"))
     stored = client.get("orders", "at1")
     assert (stored.msg, stored.trigger_time) == ("from stdin\n", int(datetime.fromisoformat(at).timestamp() * 1000))
-    ok(run_cli(server, "send", "orders", "epoch", "--at", "1999999999000", "--msg-id", "at2"))
+    ok(run_cli(sdk_server, "send", "orders", "epoch", "--at", "1999999999000", "--msg-id", "at2"))
     assert client.get("orders", "at2").trigger_time == 1999999999000
-    generated = json.loads(ok(run_cli(server, "send", "orders", "no id", "--delay", "250ms", "--json")))
+    generated = json.loads(ok(run_cli(sdk_server, "send", "orders", "no id", "--delay", "250ms", "--json")))
     assert len(generated["msg_id"]) == 32
 
-    got = json.loads(ok(run_cli(server, "get", "orders", "o42", "--json")))
+    got = json.loads(ok(run_cli(sdk_server, "get", "orders", "o42", "--json")))
     assert got == sent
-    lines = ok(run_cli(server, "get", "orders", "o42")).splitlines()
+    lines = ok(run_cli(sdk_server, "get", "orders", "o42")).splitlines()
     assert "msg_id       o42" in lines and "status       1 waiting" in lines and lines[-1] == "msg          cancel 42"
-    assert failed(run_cli(server, "get", "orders", "missing"), 1) == (
+    assert failed(run_cli(sdk_server, "get", "orders", "missing"), 1) == (
         "delayqueue: error: 404 message missing not found in topic orders")
 
-    assert ok(run_cli(server, "delete", "orders", "o42")) == "deleted o42 from orders\n"
+    assert ok(run_cli(sdk_server, "delete", "orders", "o42")) == "deleted o42 from orders\n"
     assert client.get("orders", "o42").status == 7
-    assert failed(run_cli(server, "delete", "orders", "o42"), 1) == (
+    assert failed(run_cli(sdk_server, "delete", "orders", "o42"), 1) == (
         "delayqueue: error: 404 message o42 not found or already ended in topic orders")
 
 
-def test_a_refused_request_is_one_line_with_its_code_and_exit_1(server):
-    line = failed(run_cli(server, "send", "t", "x", "--priority", "12"), 1)
+def test_a_refused_request_is_one_line_with_its_code_and_exit_1(sdk_server):
+    line = failed(run_cli(sdk_server, "send", "t", "x", "--priority", "12"), 1)
     assert line.startswith("delayqueue: error: 400 ") and "priority" in line and "\n" not in line
 
 
@@ -112,8 +107,8 @@ def test_a_refused_request_is_one_line_with_its_code_and_exit_1(server):
     (("dead", "purge", "t"), "name them with --msg-id, or pass --all"),
     (("frobnicate",), "invalid choice: 'frobnicate'"),
 ])
-def test_usage_errors_exit_2_naming_the_problem(server, args, problem):
-    line = failed(run_cli(server, *args), 2)
+def test_usage_errors_exit_2_naming_the_problem(sdk_server, args, problem):
+    line = failed(run_cli(sdk_server, *args), 2)
     assert line.startswith("delayqueue") and ": error: " in line and problem in line
 
 
@@ -136,20 +131,20 @@ def test_tokens_from_the_environment_or_option_never_in_an_error(web_processes):
     assert failed(result, 1).startswith("delayqueue: error: 401 ") and wrong not in result.stderr
 
 
-def test_consume_prints_and_acks_or_leaves_them_with_no_ack(server, client):
+def test_consume_prints_and_acks_or_leaves_them_with_no_ack(sdk_server, client):
     for i in range(3):
         client.send("jobs", f"job {i}", msg_id=f"j{i}")
     printed = [json.loads(line) for line in
-               ok(run_cli(server, "consume", "jobs", "--json", "--count", "2", "--batch", "5")).splitlines()]
+               ok(run_cli(sdk_server, "consume", "jobs", "--json", "--count", "2", "--batch", "5")).splitlines()]
     assert [(m["msg_id"], m["msg"], m["status"]) for m in printed] == [("j0", "job 0", 3), ("j1", "job 1", 3)]
     assert [client.get("jobs", f"j{i}").status for i in range(3)] == [4, 4, 2]  # acked; j2 not taken
 
-    assert ok(run_cli(server, "consume", "jobs", "--no-ack", "--count", "1")) == "j2\tjob 2\n"
+    assert ok(run_cli(sdk_server, "consume", "jobs", "--no-ack", "--count", "1")) == "j2\tjob 2\n"
     assert client.get("jobs", "j2").status == 3  # left consuming, for its ack timeout
 
 
-def test_consume_prints_messages_as_they_come_and_ctrl_c_stops_cleanly(server, client):
-    proc = subprocess.Popen(CLI + ["consume", "live"], env=cli_env(server), stdout=subprocess.PIPE,
+def test_consume_prints_messages_as_they_come_and_ctrl_c_stops_cleanly(sdk_server, client):
+    proc = subprocess.Popen(CLI + ["consume", "live"], env=cli_env(sdk_server), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     lines = queue.Queue()
     threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout], daemon=True).start()
@@ -172,25 +167,25 @@ def test_consume_prints_messages_as_they_come_and_ctrl_c_stops_cleanly(server, c
     assert client.get("live", "l1").status == 4
 
 
-def test_stats_of_every_topic_and_of_one(server, client):
-    assert ok(run_cli(server, "stats")) == "no topics\n"
+def test_stats_of_every_topic_and_of_one(sdk_server, client):
+    assert ok(run_cli(sdk_server, "stats")) == "no topics\n"
     client.send("alpha", "a", msg_id="a1")
     client.send("alpha", "a", msg_id="a2", delay_ms=60_000)
     client.send("beta", "b", msg_id="b1")
     client.pull("beta")
-    table = ok(run_cli(server, "stats")).splitlines()
+    table = ok(run_cli(sdk_server, "stats")).splitlines()
     assert table[0].split() == ["topic", "waiting", "ready", "consuming"]
     assert [row.split() for row in table[1:]] == [["alpha", "1", "1", "0"], ["beta", "0", "0", "1"]]
-    infos = json.loads(ok(run_cli(server, "stats", "--json")))
+    infos = json.loads(ok(run_cli(sdk_server, "stats", "--json")))
     assert [(i["topic"], i["waitingQueueSize"], i["readyQueueSize"], i["ackQueueSize"]) for i in infos] == [
         ("alpha", 1, 1, 0), ("beta", 0, 0, 1)]
-    one = json.loads(ok(run_cli(server, "stats", "alpha", "--json")))
+    one = json.loads(ok(run_cli(sdk_server, "stats", "alpha", "--json")))
     assert one == infos[0]
-    human = ok(run_cli(server, "stats", "alpha"))
+    human = ok(run_cli(sdk_server, "stats", "alpha"))
     assert human.splitlines()[1].split() == ["alpha", "1", "1", "0"] and "waiting, by time until due:" in human
 
 
-def test_dead_list_redrive_and_purge(server, client, scanner_process):
+def test_dead_list_redrive_and_purge(sdk_server, client, scanner_process):
     scanner_process("cli").wait_started()  # its log writer records the deaths the listing reads
 
     def kill(msg_id):
@@ -204,20 +199,20 @@ def test_dead_list_redrive_and_purge(server, client, scanner_process):
         assert time.monotonic() < deadline, "dead letters not listed"
         time.sleep(0.05)
 
-    listed = json.loads(ok(run_cli(server, "dead", "list", "dl", "--json", "--limit", "1")))
+    listed = json.loads(ok(run_cli(sdk_server, "dead", "list", "dl", "--json", "--limit", "1")))
     assert [(m["msg_id"], m["dead_reason"]) for m in listed["messages"]] == [("x1", "dead_lettered")]
-    rest = ok(run_cli(server, "dead", "list", "dl", "--cursor", listed["next_cursor"]))
+    rest = ok(run_cli(sdk_server, "dead", "list", "dl", "--cursor", listed["next_cursor"]))
     assert rest.startswith("x2\t") and rest.rstrip().endswith("dead_lettered\tbody x2")
-    assert ok(run_cli(server, "dead", "list", "empty")) == "no dead letters in empty\n"
+    assert ok(run_cli(sdk_server, "dead", "list", "empty")) == "no dead letters in empty\n"
 
-    done = json.loads(ok(run_cli(server, "dead", "redrive", "dl", "--msg-id", "x1", "--rate", "50", "--wait",
+    done = json.loads(ok(run_cli(sdk_server, "dead", "redrive", "dl", "--msg-id", "x1", "--rate", "50", "--wait",
                                  "--json")))
     assert (done["moved"], done["left"], done["state"]) == (1, 0, "done") and isinstance(done["task_id"], int)
     assert client.get("dl", "x1").status == 2  # live again
-    assert failed(run_cli(server, "dead", "redrive", "dl", "--msg-id", "nope"), 1).startswith(
+    assert failed(run_cli(sdk_server, "dead", "redrive", "dl", "--msg-id", "nope"), 1).startswith(
         "delayqueue: error: 404 ")
 
-    assert ok(run_cli(server, "dead", "purge", "dl", "--all")) == "purged 1 dead letters from dl\n"
+    assert ok(run_cli(sdk_server, "dead", "purge", "dl", "--all")) == "purged 1 dead letters from dl\n"
     assert client.dead_letters("dl").messages == []
 
 

@@ -14,34 +14,20 @@ from delayqueue.models import Message as LoggedMessage
 from delayqueue.ops.limits import set_limits
 from delayqueue_client import (AsyncClient, BadRequest, Client, Conflict, DelayQueueError, Forbidden, Message,
                                NotFound, RateLimited, ServerError, Unauthorized)
-from tests.helpers import WebProcess, scanner_env
+from tests.helpers import WebProcess, scanner_env, wait_for
 from tests.integration.test_tokens import new_token
 
 pytestmark = pytest.mark.process
 
 
 @pytest.fixture
-def server(web_processes) -> str:
-    """One uvicorn in open mode (the suite's default): its base URL."""
-    return web_processes(1)[0].url
-
-
-@pytest.fixture
-def client(server):
-    with Client(server) as c:
+def client(sdk_server):
+    with Client(sdk_server) as c:
         yield c
 
 
 def logged_count(topic: str) -> int:
     return LoggedMessage.objects.filter(topic=topic).count()
-
-
-def wait_for(predicate, timeout=10.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while not (value := predicate()):
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
-    return value
 
 
 def test_send_get_pull_ack_and_the_other_message_calls(client):
@@ -180,14 +166,14 @@ def test_tokens_unauthorized_forbidden_and_the_environment(web_processes, monkey
 
 
 @pytest.mark.fault
-def test_postgres_down_is_a_server_error_and_a_send_retried_until_it_is_back_is_stored_once(client, server,
+def test_postgres_down_is_a_server_error_and_a_send_retried_until_it_is_back_is_stored_once(client, sdk_server,
                                                                                             postgres):
     postgres.stop()
     try:
-        with Client(server, max_retries=0) as impatient, pytest.raises(ServerError, match="unavailable") as down:
+        with Client(sdk_server, max_retries=0) as impatient, pytest.raises(ServerError, match="unavailable") as down:
             impatient.send("pg", "x")
         assert down.value.code == 500
-        with Client(server, max_retries=100, backoff_base=0.05, backoff_max=0.2) as patient, \
+        with Client(sdk_server, max_retries=100, backoff_base=0.05, backoff_max=0.2) as patient, \
                 ThreadPoolExecutor(2) as pool, patient.producer() as producer:
             sending = pool.submit(patient.send, "pg", "survives", msg_id="p1")
             # A batch's items each answer their own 500 in a 200 answer: sent again as well.
@@ -276,8 +262,8 @@ def test_the_producer_fails_a_refused_item_with_its_class_and_a_failed_batch_wit
     assert all(isinstance(r, ServerError) and "unreachable" in r.msg for r in reasons)
 
 
-async def test_the_async_client_has_the_same_methods(server):
-    async with AsyncClient(server) as client:
+async def test_the_async_client_has_the_same_methods(sdk_server):
+    async with AsyncClient(sdk_server) as client:
         sent = await client.send("async", "hi", msg_id="a1")
         assert await client.get("async", "a1") == sent
         assert await client.get("async", "zz") is None
@@ -287,8 +273,8 @@ async def test_the_async_client_has_the_same_methods(server):
             await client.send("async", "x", delay_ms=1, trigger_time=1)
 
 
-async def test_the_async_producer_batches_sends_of_8_tasks_each_stored_once(server):
-    async with AsyncClient(server) as client:
+async def test_the_async_producer_batches_sends_of_8_tasks_each_stored_once(sdk_server):
+    async with AsyncClient(sdk_server) as client:
         async with client.producer(linger_ms=2, max_batch=100) as producer:
             async def produce(t):
                 return [producer.send("aprod", f"{t}-{i}", delay_ms=60_000) for i in range(100)]

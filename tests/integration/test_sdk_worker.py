@@ -16,7 +16,7 @@ import pytest
 
 from delayqueue.models import MessageEvent
 from delayqueue_client import AsyncClient, Client, DeadLetter, Worker
-from tests.helpers import ROOT, scanner_env
+from tests.helpers import ROOT, scanner_env, wait_for
 
 pytestmark = pytest.mark.process
 
@@ -46,13 +46,8 @@ class ObservedClient(Client):
 
 
 @pytest.fixture
-def server(web_processes) -> str:
-    return web_processes(1)[0].url
-
-
-@pytest.fixture
-def client(server):
-    with ObservedClient(server) as c:
+def client(sdk_server):
+    with ObservedClient(sdk_server) as c:
         yield c
 
 
@@ -60,14 +55,6 @@ def client(server):
 def scanner(scanner_process):
     """A scanner process: it makes nacked messages ready again, times out unacked ones and writes the history."""
     scanner_process("sdk-worker").wait_started()
-
-
-def wait_for(predicate, timeout=15.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while not (value := predicate()):
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
-    return value
 
 
 def reasons(topic: str, msg_id: str) -> list[str]:
@@ -104,8 +91,8 @@ def test_a_failure_is_nacked_and_delivered_again_and_dead_letter_ends_the_messag
 
     with caplog.at_level(logging.WARNING, logger="delayqueue_client.worker"), \
             running(Worker(client, "jobs", handler, concurrency=2, wait_ms=300)):
-        dead = wait_for(lambda: client.dead_letters("jobs").messages, what="the dead letter listed")
-        wait_for(lambda: "acked" in reasons("jobs", "f1"), what="f1 acked")
+        dead = wait_for(lambda: client.dead_letters("jobs").messages, timeout=15, what="the dead letter listed")
+        wait_for(lambda: "acked" in reasons("jobs", "f1"), timeout=15, what="f1 acked")
     assert [(m.msg_id, m.dead_reason) for m in dead] == [("p1", "dead_lettered")]
     assert deliveries == {"f1": [1, 2], "p1": [1]}  # delivered again after the nack, then acked
     history = reasons("jobs", "f1")
@@ -126,7 +113,7 @@ def test_a_handler_slower_than_the_ack_timeout_is_touched_and_delivered_once(cli
         time.sleep(2.0)  # over three ack timeouts
 
     with running(Worker(client, "slow", handler, concurrency=1, ack_timeout_ms=600, wait_ms=300)):
-        wait_for(lambda: "acked" in reasons("slow", "s1"), what="s1 acked")
+        wait_for(lambda: "acked" in reasons("slow", "s1"), timeout=15, what="s1 acked")
         time.sleep(1.0)  # past another ack timeout: nothing comes again
     assert calls == ["s1"]
     history = reasons("slow", "s1")
@@ -150,12 +137,12 @@ def test_concurrency_bounds_the_handlers_and_the_messages_in_hand(client):
             handled.append(message.msg_id)
 
     with running(Worker(client, "many", handler, concurrency=3, batch=10, wait_ms=300)):
-        wait_for(lambda: len(client.settled["ack"]) == 20, what="all acked")
+        wait_for(lambda: len(client.settled["ack"]) == 20, timeout=15, what="all acked")
     assert peak[0] == 3 and client.peak == 3  # reached, never passed
     assert sorted(handled) == sorted(ids) and sorted(client.settled["ack"]) == sorted(ids)  # each once
 
 
-def test_an_async_handler_runs_as_tasks_on_an_async_client(server, client):
+def test_an_async_handler_runs_as_tasks_on_an_async_client(sdk_server, client):
     ids = [f"a{i}" for i in range(8)]
     client.send_many([{"topic": "aio", "msg": i, "msg_id": i} for i in ids])
     acked, now, peak, handled = [], [0], [0], []
@@ -182,7 +169,7 @@ def test_an_async_handler_runs_as_tasks_on_an_async_client(server, client):
         handled.append(message.msg_id)
 
     async def main():
-        async with ObservedAsyncClient(server) as aclient:
+        async with ObservedAsyncClient(sdk_server) as aclient:
             worker = Worker(aclient, "aio", handler, concurrency=3, wait_ms=300)
             running_worker = asyncio.create_task(worker.run_async(install_signal_handlers=False))
             while len(acked) < 8:
@@ -196,18 +183,18 @@ def test_an_async_handler_runs_as_tasks_on_an_async_client(server, client):
 
 
 @pytest.mark.parametrize("flavour", ["threads", "async"])
-def test_sigterm_mid_batch_finishes_and_acks_what_the_worker_holds_and_exits_0(client, server, scanner, tmp_path,
+def test_sigterm_mid_batch_finishes_and_acks_what_the_worker_holds_and_exits_0(client, sdk_server, scanner, tmp_path,
                                                                                flavour):
     ids = [f"g{i}" for i in range(6)]
     client.send_many([{"topic": "sig", "msg": i, "msg_id": i} for i in ids])
     done = tmp_path / "done"
-    command = [sys.executable, "-m", "tests.sdk_worker_process", server, "sig", "1.5", str(done), flavour]
+    command = [sys.executable, "-m", "tests.sdk_worker_process", sdk_server, "sig", "1.5", str(done), flavour]
     proc = subprocess.Popen(command, cwd=ROOT, env=scanner_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         def four_in_hand():
             consuming = [i for i in ids if client.get("sig", i).status == 3]
             return consuming if len(consuming) == 4 else None
-        consuming = wait_for(four_in_hand, what="the worker holding 4 messages")
+        consuming = wait_for(four_in_hand, timeout=15, what="the worker holding 4 messages")
         assert not done.exists()  # the handlers are still sleeping
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=10) == 0, proc.stdout.read().decode()
@@ -219,7 +206,7 @@ def test_sigterm_mid_batch_finishes_and_acks_what_the_worker_holds_and_exits_0(c
     finished = done.read_text().split()
     assert sorted(finished) == sorted(consuming)  # every message in hand was finished
     for msg_id in consuming:
-        wait_for(lambda: "acked" in reasons("sig", msg_id), what=f"{msg_id} acked")
+        wait_for(lambda: "acked" in reasons("sig", msg_id), timeout=15, what=f"{msg_id} acked")
         assert reasons("sig", msg_id).count("acked") == 1
     for msg_id in set(ids) - set(consuming):  # never pulled: still ready for another worker
         assert client.get("sig", msg_id).status == 2
