@@ -137,10 +137,7 @@ async def admit_sends(rt: "Runtime", *, table: dict[str, Limits], topics: list[s
         calls.append(scripts.take_tokens(rt.ns, kind="produce", wanted=len(going), rate=namespace_rate))
     if calls:
         # One call (a single send's) shares its round trip with the loop's other calls.
-        grants = [await rt.scripts.call(calls[0])] if len(calls) == 1 else await rt.scripts.run(calls)
-        for grant in grants:
-            if isinstance(grant, Exception):
-                raise grant
+        grants = [await rt.scripts.call(calls[0])] if len(calls) == 1 else await rt.scripts.run_all(calls)
         namespace_granted = going[:grants[-1].granted] if namespace_rate else going
         if namespace_rate:
             for i in going[grants[-1].granted:]:
@@ -187,13 +184,15 @@ async def claim_namespace_room(rt: "Runtime", *, max_live: int, wanted: Counter)
         grants[topic] = min(lacking, granted - grants.total())
     for topic in short:
         grants[topic] += min(slack, granted - grants.total())
-    await _run(rt, [scripts.grant_live_share(rt.ns.topic(topic), amount=n) for topic, n in grants.items() if n])
+    await rt.scripts.run_all([scripts.grant_live_share(rt.ns.topic(topic), amount=n)
+                              for topic, n in grants.items() if n])
     return Counter({topic: n - max(short.get(topic, 0) - grants[topic], 0) for topic, n in wanted.items()})
 
 
 async def _shortfalls(rt: "Runtime", wanted: Counter) -> dict[str, int]:
     """Topic -> the room it lacks in its share for its wanted messages, for those lacking any."""
-    lacking = await _run(rt, [scripts.live_share_shortfall(rt.ns.topic(topic), wanted=n) for topic, n in wanted.items()])
+    lacking = await rt.scripts.run_all([scripts.live_share_shortfall(rt.ns.topic(topic), wanted=n)
+                                        for topic, n in wanted.items()])
     return {topic: n for topic, n in zip(wanted, lacking) if n}
 
 
@@ -204,7 +203,7 @@ async def _borrow(rt: "Runtime", *, max_live: int, wanted: int) -> int:
     granted = await rt.scripts.call(scripts.borrow_live(rt.ns, wanted=wanted, max_live=max_live, held=-1))
     if granted < 0:
         topics = await rt.redis.zrange(rt.ns.topics, 0, -1)
-        shares = await _run(rt, [scripts.cover_live_share(rt.ns.topic(topic)) for topic in topics])
+        shares = await rt.scripts.run_all([scripts.cover_live_share(rt.ns.topic(topic)) for topic in topics])
         granted = await rt.scripts.call(scripts.borrow_live(rt.ns, wanted=wanted, max_live=max_live,
                                                             held=sum(shares)))
     return granted
@@ -214,7 +213,7 @@ async def _reclaim_unused_room(rt: "Runtime", *, also: list[str]) -> None:
     """Shrinks every topic's share (the registered ones, and `also`) to its live messages and
     gives the rest back to the namespace's pool."""
     topics = set(await rt.redis.zrange(rt.ns.topics, 0, -1)) | set(also)
-    released = sum(await _run(rt, [scripts.release_live_share(rt.ns.topic(topic)) for topic in topics]))
+    released = sum(await rt.scripts.run_all([scripts.release_live_share(rt.ns.topic(topic)) for topic in topics]))
     if released:
         await give_back_room(rt, amount=released)
 
@@ -223,15 +222,6 @@ async def give_back_room(rt: "Runtime", *, amount: int) -> None:
     """Returns room a topic no longer holds to the namespace's pool."""
     if amount:
         await rt.scripts.call(scripts.borrow_live(rt.ns, wanted=-amount, max_live=0, held=-1))
-
-
-async def _run(rt: "Runtime", calls: list[scripts.ScriptCall]) -> list:
-    """The calls' replies, in one pipelined round trip; raises the first error."""
-    replies = await rt.scripts.run(calls) if calls else []
-    for reply in replies:
-        if isinstance(reply, Exception):
-            raise reply
-    return replies
 
 
 async def reserve_consume(rt: "Runtime", *, namespace: Limits, wanted: int) -> int:

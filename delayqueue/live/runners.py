@@ -87,6 +87,14 @@ class ScriptRunner:
                 results[i] = result
         return [_typed(call, raw) for call, raw in zip(calls, results)]
 
+    async def run_all(self, calls: list[ScriptCall]) -> list:
+        """As run, for callers that need every call done: raises the first call's error."""
+        replies = await self.run(calls)
+        for reply in replies:
+            if isinstance(reply, Exception):
+                raise reply
+        return replies
+
     async def _pipeline(self, calls: list[ScriptCall]) -> list:
         return await self._send(calls)
 

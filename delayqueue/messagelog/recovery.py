@@ -81,9 +81,7 @@ async def restore_rows(rt: Runtime, *, rows: Iterable[dict], include_expired: bo
                 messages=[(m.msg_id, m.payload, m.produce_time, m.trigger_time, m.expire_time, m.max_retry, m.retry,
                            m.priority)
                           for m in messages[start:start + SCRIPT_MESSAGES]]))
-    for result in await rt.scripts.run(calls):
-        if isinstance(result, Exception):
-            raise result
+    for result in await rt.scripts.run_all(calls):
         counts.restored += result.restored
         counts.already_live += result.already_held
     if counts.restored and not dry_run:
