@@ -132,11 +132,14 @@ async def redrive_state(rt, *, task_id: int) -> dict | None:
         if row is None:
             return None
         task = Task(*row)
-        left = 0
-        if not task.done:
-            counted = await conn.execute(sql.REDRIVE_LEFT, task.bounds(rt.ns.namespace, None))
-            left = (await counted.fetchone())[0]
+        left = 0 if task.done else await left_to_move(conn, namespace=rt.ns.namespace, task=task)
     return {"moved": task.moved, "left": left, "state": "done" if task.done else "running"}
+
+
+async def left_to_move(conn, *, namespace: str, task: Task) -> int:
+    """How many dead letters an unfinished task has still to move."""
+    counted = await conn.execute(sql.REDRIVE_LEFT, task.bounds(namespace, None))
+    return (await counted.fetchone())[0]
 
 
 class Redriver:

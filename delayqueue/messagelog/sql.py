@@ -291,18 +291,12 @@ WHERE m.namespace = ANY(%(namespaces)s::text[]) AND (%(topic)s::text IS NULL OR 
   AND {KEEPS_DEAD}
 GROUP BY m.namespace, m.topic
 """
-# Unfinished redrive tasks of the namespaces given, each with how many dead letters it has still
-# to move (REDRIVE_LEFT's count, its msgIds read from the task's JSON list).
+# Unfinished redrive tasks of the namespaces given, each as REDRIVE_STATE answers it with its
+# namespace first (how many it has still to move: REDRIVE_LEFT, per task).
 RUNNING_REDRIVES = f"""
-SELECT t.id, t.namespace, t.topic, t.max_per_second, t.moved, (
-    SELECT count(*) FROM {MESSAGE_TABLE} m
-    WHERE m.namespace = t.namespace AND m.topic = t.topic AND m.{DEAD} AND {KEEPS_DEAD} AND m.updated_at <= t.created_at
-      AND (t.msg_ids IS NULL OR m.msg_id IN (SELECT jsonb_array_elements_text(t.msg_ids)))
-      AND (m.updated_at, m.id) > (coalesce(t.after_time, '-infinity'), t.after_id)
-)
-FROM {REDRIVE_TABLE} t
-WHERE t.namespace = ANY(%(namespaces)s::text[]) AND t.done_at IS NULL
-ORDER BY t.id
+SELECT namespace, {_TASK} FROM {REDRIVE_TABLE}
+WHERE namespace = ANY(%(namespaces)s::text[]) AND done_at IS NULL
+ORDER BY id
 """
 
 # --- Restore (recovery, spark/restore.py, spark/reconcile.py --fix).
