@@ -115,7 +115,7 @@ def test_usage_errors_exit_2_naming_the_problem(sdk_server, args, problem):
 def test_an_unreachable_server_exits_3():
     url = f"http://127.0.0.1:{free_port()}"
     line = failed(run_cli(url, "get", "t", "x"), 3)
-    assert line.startswith("delayqueue: error: delayqueue server unreachable: ConnectError") and line.endswith(
+    assert line.startswith("delayqueue: error: delayqueue server unreachable: ConnectionRefusedError") and line.endswith(
         f"({url})")
     assert failed(run_cli(None, "--url", url, "stats"), 3).endswith(f"({url})")  # --url beats the environment
 

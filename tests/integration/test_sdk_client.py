@@ -210,7 +210,7 @@ def test_an_unreachable_server_fails_after_the_retries_as_a_server_error():
         holder.bind(("127.0.0.1", 0))
         port = holder.getsockname()[1]  # bound, never listening: connections are refused
         with Client(f"http://127.0.0.1:{port}", max_retries=2, backoff_base=0.01) as client, \
-                pytest.raises(ServerError, match="unreachable: ConnectError"):
+                pytest.raises(ServerError, match="unreachable: ConnectionRefusedError"):
             client.get("t", "x")
 
 

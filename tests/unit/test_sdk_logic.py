@@ -3,11 +3,11 @@ client-made msgIds, request bodies and the retry decision. No server."""
 import time
 import uuid
 
-import httpx
 import pytest
 
 from delayqueue_client import (BadRequest, Conflict, DeadLetter, DelayQueueError, Forbidden, Message, NotFound,
                                RateLimited, ServerError, Unauthorized)
+from delayqueue_client._http import MaybeSent, NotSent
 from delayqueue_client._calls import Call, answer_of, backoff, batch_results, merge_batch, result_of, send_body
 from delayqueue_client.client import Client
 from delayqueue_client.errors import error_from_answer
@@ -89,13 +89,13 @@ def test_batch_results_keep_order_with_each_failed_item_as_its_error_not_raised(
 
 def test_a_non_envelope_http_answer_is_a_server_error():
     with pytest.raises(ServerError, match="HTTP 502"):
-        answer_of(httpx.Response(502, text="<html>bad gateway</html>"))
+        answer_of(502, b"<html>bad gateway</html>")
 
 
 def test_retry_decision_connect_errors_always_sent_errors_and_unavailable_only_when_idempotent():
     client = Client("http://127.0.0.1:1", max_retries=2)
     safe, unsafe = (Call("x", {}, dict, idempotent=flag) for flag in (True, False))
-    refused, cut = httpx.ConnectError("refused"), httpx.ReadError("reset")
+    refused, cut = NotSent("ConnectionRefusedError"), MaybeSent("ConnectionResetError")
     unavailable, broken = {"code": 500, "msg": "redis unavailable: timeout"}, {"code": 500, "msg": "bug"}
     assert client._retry_after(unsafe, 0, refused, None) is not None
     assert client._retry_after(unsafe, 0, cut, None) is None
@@ -113,9 +113,9 @@ def test_url_and_token_come_from_the_environment_and_the_token_shows_in_no_repr(
     monkeypatch.setenv("DELAYQUEUE_TOKEN", "dq_secret")
     client = Client()
     assert client.base_url == "http://queue.example:9000"
-    assert client._http.headers["Authorization"] == "Bearer dq_secret"
+    assert client._headers["Authorization"] == "Bearer dq_secret"
     assert "dq_secret" not in repr(client)
-    assert Client("http://other", token="dq_2")._http.headers["Authorization"] == "Bearer dq_2"
+    assert Client("http://other", token="dq_2")._headers["Authorization"] == "Bearer dq_2"
     client.close()
 
 

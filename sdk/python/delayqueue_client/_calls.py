@@ -1,24 +1,19 @@
 """The API's calls, defined once for Client and AsyncClient: each method builds a Call (endpoint,
 JSON body, how to read the answer, whether it may be retried) and hands it to the client's `_run`,
 which sends it (Client) or returns the coroutine that sends it (AsyncClient)."""
+import json
 import os
 import random
 from dataclasses import dataclass, field
 from typing import Any, Callable, NamedTuple
 
-import httpx
-
+from delayqueue_client._http import MaybeSent, NotSent, TransportError
 from delayqueue_client.errors import DelayQueueError, ServerError, error_from_answer
 from delayqueue_client.message import Message, new_msg_id
 
 API_PATH = "/camellia/delayQueue/"
 DEFAULT_URL = "http://127.0.0.1:8000"  # ./dev run's address
 _RAISE = object()
-
-# Errors raised before the request left this process: safe to retry for any call.
-NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
-# Errors after it may have reached the server: retried only for idempotent calls.
-MAYBE_SENT = (httpx.ReadError, httpx.WriteError, httpx.RemoteProtocolError, httpx.ReadTimeout, httpx.WriteTimeout)
 
 # setTopicConfig's settings by set_topic_config's keyword names.
 TOPIC_SETTINGS = {
@@ -45,14 +40,14 @@ class Call:
     headers: dict = field(default_factory=dict)
 
 
-def answer_of(response: httpx.Response) -> dict:
+def answer_of(status: int, content: bytes) -> dict:
     """The envelope of a response; a non-JSON or non-200 HTTP answer (a proxy's 502, say) as ServerError."""
     try:
-        answer = response.json()
+        answer = json.loads(content)
     except ValueError:
         answer = None
     if not isinstance(answer, dict) or not isinstance(answer.get("code"), int):
-        raise ServerError(f"unexpected HTTP {response.status_code} answer, not the API's envelope")
+        raise ServerError(f"unexpected HTTP {status} answer, not the API's envelope")
     return answer
 
 
@@ -136,15 +131,15 @@ class Calls:
         """Seconds to wait before attempt+1, or None when this outcome is final."""
         if attempt >= self.max_retries:
             return None
-        if exc is not None:
-            retry = isinstance(exc, NOT_SENT) or (call.idempotent and isinstance(exc, MAYBE_SENT))
+        if exc is not None:  # a request that may have reached the server is sent again only when idempotent
+            retry = isinstance(exc, NotSent) or (call.idempotent and isinstance(exc, MaybeSent))
         else:
             retry = call.idempotent and transient(answer)
         return backoff(attempt, self.backoff_base, self.backoff_max) if retry else None
 
     @staticmethod
-    def _unreachable(exc: httpx.HTTPError) -> DelayQueueError:
-        return ServerError(f"delayqueue server unreachable: {type(exc).__name__}: {exc}")
+    def _unreachable(exc: TransportError) -> DelayQueueError:
+        return ServerError(f"delayqueue server unreachable: {exc}")
 
     def _run(self, call: Call):
         raise NotImplementedError

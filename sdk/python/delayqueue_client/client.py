@@ -1,10 +1,9 @@
-"""Client (blocking) and AsyncClient (asyncio): the same methods (see _calls.Calls), one keep-alive
-httpx connection pool each."""
+"""Client (blocking) and AsyncClient (asyncio): the same methods (see _calls.Calls), one pool of
+keep-alive connections each (see _http)."""
 import asyncio
 import time
 
-import httpx
-
+from delayqueue_client._http import AsyncPool, Pool, TransportError, encoded
 from delayqueue_client._calls import API_PATH, Call, Calls, answer_of, backoff, batch_results, merge_batch, result_of
 
 
@@ -16,15 +15,14 @@ class Client(Calls):
                  max_retries: int = 4, backoff_base: float = 0.1, backoff_max: float = 2.0):
         super().__init__(base_url, token, timeout=timeout, max_retries=max_retries, backoff_base=backoff_base,
                          backoff_max=backoff_max)
-        self._http = httpx.Client(base_url=self.base_url + API_PATH, headers=self._headers, timeout=timeout)
+        self._http = Pool(self.base_url + API_PATH, self._headers, timeout)
 
     def _run(self, call: Call):
-        attempt = 0
+        attempt, body = 0, encoded(call.body)
         while True:
             try:
-                answer = answer_of(self._http.post(call.endpoint, json=call.body,
-                                                   timeout=self.timeout + call.extra_timeout))
-            except httpx.HTTPError as exc:
+                answer = answer_of(*self._http.post(call.endpoint, body, self.timeout + call.extra_timeout))
+            except TransportError as exc:
                 wait = self._retry_after(call, attempt, exc, None)
                 if wait is None:
                     raise self._unreachable(exc) from exc
@@ -68,15 +66,14 @@ class AsyncClient(Calls):
                  max_retries: int = 4, backoff_base: float = 0.1, backoff_max: float = 2.0):
         super().__init__(base_url, token, timeout=timeout, max_retries=max_retries, backoff_base=backoff_base,
                          backoff_max=backoff_max)
-        self._http = httpx.AsyncClient(base_url=self.base_url + API_PATH, headers=self._headers, timeout=timeout)
+        self._http = AsyncPool(self.base_url + API_PATH, self._headers, timeout)
 
     async def _run(self, call: Call):
-        attempt = 0
+        attempt, body = 0, encoded(call.body)
         while True:
             try:
-                answer = answer_of(await self._http.post(call.endpoint, json=call.body,
-                                                         timeout=self.timeout + call.extra_timeout))
-            except httpx.HTTPError as exc:
+                answer = answer_of(*await self._http.post(call.endpoint, body, self.timeout + call.extra_timeout))
+            except TransportError as exc:
                 wait = self._retry_after(call, attempt, exc, None)
                 if wait is None:
                     raise self._unreachable(exc) from exc
@@ -105,7 +102,7 @@ class AsyncClient(Calls):
         return AsyncProducer(self, linger_ms=linger_ms, max_batch=max_batch)
 
     async def aclose(self) -> None:
-        await self._http.aclose()
+        await self._http.close()
 
     async def __aenter__(self):
         return self
