@@ -28,7 +28,7 @@ def main() -> None:
 
     # Worker.run() on an AsyncClient runs run_async() in a new event loop.
     client = AsyncClient(url) if flavour == "async" else Client(url)
-    Worker(client, topic, async_handler if flavour == "async" else handler, concurrency=4, ack_timeout_ms=5_000,
+    Worker(client, topic, async_handler if flavour == "async" else handler, concurrency=4, batch=4, ack_timeout_ms=5_000,
            wait_ms=300).run()
 
 

@@ -22,25 +22,29 @@ pytestmark = pytest.mark.process
 
 
 class ObservedClient(Client):
-    """A real Client that counts what its worker holds: pulled and not yet acked, nacked or dead-lettered."""
+    """A real Client that records what its worker settles, and the most messages it held unhandled
+    (pulled, less those whose handler counted itself in `handled`)."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.lock = threading.Lock()
-        self.in_hand = self.peak = 0
+        self.pulled = self.handled = self.peak_unhandled = 0
         self.settled: dict[str, list[str]] = defaultdict(list)  # ack/nack/dead -> msgIds
 
     def pull(self, *args, **kwargs):
         pulled = super().pull(*args, **kwargs)
         with self.lock:
-            self.in_hand += len(pulled)
-            self.peak = max(self.peak, self.in_hand)
+            self.pulled += len(pulled)
+            self.peak_unhandled = max(self.peak_unhandled, self.pulled - self.handled)
         return pulled
+
+    def count_handled(self):
+        with self.lock:
+            self.handled += 1
 
     def ack_many(self, topic, msg_ids, *, ack=True, delay_ms=None, dead_letter=False):
         done = super().ack_many(topic, msg_ids, ack=ack, delay_ms=delay_ms, dead_letter=dead_letter)
         with self.lock:
-            self.in_hand -= len(msg_ids)
             self.settled["ack" if ack else "dead" if dead_letter else "nack"].extend(msg_ids)
         return done
 
@@ -122,7 +126,7 @@ def test_a_handler_slower_than_the_ack_timeout_is_touched_and_delivered_once(cli
     assert client.settled == {"ack": ["s1"]}
 
 
-def test_concurrency_bounds_the_handlers_and_the_messages_in_hand(client):
+def test_concurrency_bounds_the_handlers_and_the_batch_the_messages_in_hand(client):
     ids = [f"c{i}" for i in range(20)]
     client.send_many([{"topic": "many", "msg": i, "msg_id": i} for i in ids])
     lock, now, peak, handled = threading.Lock(), [0], [0], []
@@ -135,10 +139,11 @@ def test_concurrency_bounds_the_handlers_and_the_messages_in_hand(client):
         with lock:
             now[0] -= 1
             handled.append(message.msg_id)
+        client.count_handled()  # before the worker counts it: the observed peak is never low
 
     with running(Worker(client, "many", handler, concurrency=3, batch=10, wait_ms=300)):
         wait_for(lambda: len(client.settled["ack"]) == 20, timeout=15, what="all acked")
-    assert peak[0] == 3 and client.peak == 3  # reached, never passed
+    assert peak[0] == 3 and client.peak_unhandled == 10  # reached, never passed
     assert sorted(handled) == sorted(ids) and sorted(client.settled["ack"]) == sorted(ids)  # each once
 
 
@@ -146,18 +151,17 @@ def test_an_async_handler_runs_as_tasks_on_an_async_client(sdk_server, client):
     ids = [f"a{i}" for i in range(8)]
     client.send_many([{"topic": "aio", "msg": i, "msg_id": i} for i in ids])
     acked, now, peak, handled = [], [0], [0], []
-    in_hand, peak_in_hand = [0], [0]
+    pulled, peak_unhandled = [0], [0]
 
     class ObservedAsyncClient(AsyncClient):
         async def pull(self, *args, **kwargs):
-            pulled = await super().pull(*args, **kwargs)
-            in_hand[0] += len(pulled)
-            peak_in_hand[0] = max(peak_in_hand[0], in_hand[0])
-            return pulled
+            messages = await super().pull(*args, **kwargs)
+            pulled[0] += len(messages)
+            peak_unhandled[0] = max(peak_unhandled[0], pulled[0] - len(handled))
+            return messages
 
         async def ack_many(self, topic, msg_ids, **kwargs):
             done = await super().ack_many(topic, msg_ids, **kwargs)
-            in_hand[0] -= len(msg_ids)
             acked.extend(msg_ids)
             return done
 
@@ -170,7 +174,7 @@ def test_an_async_handler_runs_as_tasks_on_an_async_client(sdk_server, client):
 
     async def main():
         async with ObservedAsyncClient(sdk_server) as aclient:
-            worker = Worker(aclient, "aio", handler, concurrency=3, wait_ms=300)
+            worker = Worker(aclient, "aio", handler, concurrency=3, batch=6, wait_ms=300)
             running_worker = asyncio.create_task(worker.run_async(install_signal_handlers=False))
             while len(acked) < 8:
                 assert not running_worker.done(), running_worker
@@ -179,7 +183,7 @@ def test_an_async_handler_runs_as_tasks_on_an_async_client(sdk_server, client):
             await asyncio.wait_for(running_worker, 10)
 
     asyncio.run(main())
-    assert peak[0] == peak_in_hand[0] == 3 and sorted(handled) == sorted(acked) == sorted(ids)
+    assert peak[0] == 3 and peak_unhandled[0] == 6 and sorted(handled) == sorted(acked) == sorted(ids)
 
 
 @pytest.mark.parametrize("flavour", ["threads", "async"])

@@ -1,4 +1,4 @@
-"""The SDK Worker's pure logic (no server): handler and client pairing, the batch bound, how
+"""The SDK Worker's pure logic (no server): handler and client pairing, the batch default, how
 outcomes are grouped into ackMsgBatch calls, which pull failures stop it."""
 import asyncio
 
@@ -27,10 +27,10 @@ def test_a_handler_must_match_its_client(client):
         Worker(client, "t", print, concurrency=0)
 
 
-def test_a_batch_is_never_larger_than_the_concurrency(client):
-    assert Worker(client, "t", print, concurrency=4).batch == 4
-    assert Worker(client, "t", print, concurrency=4, batch=100).batch == 4
-    assert Worker(client, "t", print, concurrency=4, batch=2).batch == 2
+def test_the_batch_defaults_to_four_per_handler_and_is_never_below_the_concurrency(client):
+    assert Worker(client, "t", print, concurrency=4).batch == 16
+    assert Worker(client, "t", print, concurrency=4, batch=100).batch == 100
+    assert Worker(client, "t", print, concurrency=4, batch=2).batch == 4
 
 
 def test_outcomes_are_grouped_by_kind_in_calls_of_at_most_500(client):

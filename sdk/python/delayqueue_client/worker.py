@@ -24,6 +24,7 @@ ACK, NACK, DEAD = "ack", "nack", "dead"
 # The server's default ack timeout (DELAYQUEUE_ACK_TIMEOUT_MILLIS), for a token that may not read the topic's.
 DEFAULT_ACK_TIMEOUT_MS = 30_000
 MAX_SETTLE_BATCH = 500  # well under the server's DELAYQUEUE_MAX_BATCH_SEND
+PREFETCH_PER_HANDLER = 4  # the default batch: this many messages in hand per handler
 # Answers no retry can change: the worker stops and raises them.
 FATAL = (BadRequest, Unauthorized, Forbidden, NotFound)
 POLL_STEP = 0.1  # seconds: how often blocked waits look at the stop flag (set by signal handlers)
@@ -41,7 +42,10 @@ class _Held:
 class Worker:
     """`Worker(client, topic, handler, concurrency=8)`. `run()` blocks until `stop()` (or SIGTERM /
     SIGINT when run in the main thread); with an AsyncClient and an async handler, `await
-    worker.run_async()` (or `run()`, which runs it in a new event loop)."""
+    worker.run_async()` (or `run()`, which runs it in a new event loop).
+
+    `concurrency` handlers run at once; up to `batch` (default 4 per handler) messages are in hand
+    unhandled, so the next poll is out while handlers run and while their acks are being sent."""
 
     def __init__(self, client: Client | AsyncClient, topic: str, handler: Callable[[Message], object], *,
                  concurrency: int = 8, batch: int | None = None, ack_timeout_ms: int | None = None,
@@ -55,12 +59,13 @@ class Worker:
             raise ValueError("ack_timeout_ms must be at least 2 (ms)")
         self.client, self.topic, self.handler = client, topic, handler
         self.concurrency = concurrency
-        self.batch = min(batch or concurrency, concurrency)
+        self.batch = max(batch or PREFETCH_PER_HANDLER * concurrency, concurrency)
         self.ack_timeout_ms = ack_timeout_ms
         self.wait_ms = wait_ms
         # A plain flag, not an Event: a signal handler may interrupt a thread holding an Event's lock.
         self._stopping = False
         self._held: dict[str, _Held] = {}
+        self._unhandled = 0  # held messages whose handler has not returned
         self._lock = threading.Lock()
         self._room = threading.Condition(self._lock)
 
@@ -85,6 +90,7 @@ class Worker:
         # The server's deadline counts from its answer, so from the pull's start is a safe estimate.
         with self._lock:
             self._held[message.msg_id] = _Held(message, pulled_at + self.ack_timeout_ms / 2000)
+            self._unhandled += 1
 
     def _release(self, msg_ids: list[str]) -> None:
         with self._room:
@@ -93,9 +99,18 @@ class Worker:
             self._room.notify_all()
 
     def _finished(self, msg_id: str) -> None:
-        with self._lock:
+        with self._room:
             if held := self._held.get(msg_id):
                 held.running = False
+            self._unhandled -= 1
+            self._room.notify_all()
+
+    def _free(self) -> int:
+        """How many messages the next poll may take (0: wait): the batch less those unhandled,
+        while the outcomes not yet answered stay few (a server slow to take acks slows the polls)."""
+        if len(self._held) >= self.batch + MAX_SETTLE_BATCH:
+            return 0
+        return self.batch - self._unhandled
 
     def _due_touches(self) -> list[str]:
         now = time.monotonic()
@@ -200,7 +215,7 @@ class Worker:
                     break
                 pulled_at = time.monotonic()
                 try:
-                    messages = self.client.pull(self.topic, batch=min(self.batch, free),
+                    messages = self.client.pull(self.topic, batch=free,
                                                 ack_timeout_ms=self.ack_timeout_ms, wait_ms=self.wait_ms)
                 except DelayQueueError as error:
                     self._sleep(self._pull_failed(error))
@@ -215,9 +230,9 @@ class Worker:
 
     def _wait_for_room(self) -> int:
         with self._room:
-            while len(self._held) >= self.concurrency and not self._stopping:
+            while self._free() <= 0 and not self._stopping:
                 self._room.wait(POLL_STEP)
-            return 0 if self._stopping else self.concurrency - len(self._held)
+            return 0 if self._stopping else self._free()
 
     def _sleep(self, seconds: float) -> None:
         end = time.monotonic() + seconds
@@ -293,16 +308,21 @@ class Worker:
         results: asyncio.Queue = asyncio.Queue()
         settler = asyncio.create_task(self._settle_task(results))
         handlers: set[asyncio.Task] = set()
+        slots = asyncio.Semaphore(self.concurrency)
+        self._room_changed = asyncio.Event()
         try:
             while not self._stopping:
-                while len(self._held) >= self.concurrency and not self._stopping:
-                    await asyncio.sleep(0.005)
+                while self._free() <= 0 and not self._stopping:
+                    self._room_changed.clear()
+                    try:
+                        await asyncio.wait_for(self._room_changed.wait(), POLL_STEP)
+                    except asyncio.TimeoutError:
+                        pass
                 if self._stopping:
                     break
                 pulled_at = time.monotonic()
                 try:
-                    free = self.concurrency - len(self._held)
-                    messages = await self.client.pull(self.topic, batch=min(self.batch, free),
+                    messages = await self.client.pull(self.topic, batch=self._free(),
                                                       ack_timeout_ms=self.ack_timeout_ms, wait_ms=self.wait_ms)
                 except DelayQueueError as error:
                     end = time.monotonic() + self._pull_failed(error)
@@ -311,7 +331,7 @@ class Worker:
                     continue
                 for message in messages:
                     self._hold(message, pulled_at)
-                    task = asyncio.create_task(self._handle_async(message, results))
+                    task = asyncio.create_task(self._handle_async(message, results, slots))
                     handlers.add(task)
                     task.add_done_callback(handlers.discard)
         finally:
@@ -324,13 +344,15 @@ class Worker:
         results.put_nowait(None)
         await settler
 
-    async def _handle_async(self, message: Message, results: asyncio.Queue) -> None:
+    async def _handle_async(self, message: Message, results: asyncio.Queue, slots: asyncio.Semaphore) -> None:
         error = None
         try:
-            await self.handler(message)
+            async with slots:
+                await self.handler(message)
         except BaseException as exc:  # a cancelled handler too: its message is nacked, then it is cancelled
             error = exc
         self._finished(message.msg_id)
+        self._room_changed.set()
         results.put_nowait((message.msg_id, self._outcome(message, error)))
         if error is not None and not isinstance(error, Exception):
             raise error
