@@ -214,10 +214,23 @@ def test_an_unreachable_server_fails_after_the_retries_as_a_server_error():
             client.get("t", "x")
 
 
-def test_the_producer_batches_sends_of_8_threads_each_stored_once(client):
+def test_the_producer_batches_sends_of_8_threads_each_stored_once_in_flight_bounded(client):
     per_thread, threads = 250, 8
-    producer = client.producer(linger_ms=2, max_batch=500)
-    futures, lock = [], threading.Lock()
+    out, peak, lock = [0], [0], threading.Lock()
+    send_batch = client._send_batch
+
+    def observed_send_batch(bodies):
+        with lock:
+            out[0] += 1
+            peak[0] = max(peak[0], out[0])
+        try:
+            return send_batch(bodies)
+        finally:
+            with lock:
+                out[0] -= 1
+    client._send_batch = observed_send_batch
+    producer = client.producer(linger_ms=2, max_batch=50, in_flight=3)
+    futures = []
 
     def produce(t):
         mine = [producer.send("prod", f"{t}-{i}", delay_ms=60_000) for i in range(per_thread)]
@@ -231,6 +244,7 @@ def test_the_producer_batches_sends_of_8_threads_each_stored_once(client):
     assert len(messages) == threads * per_thread
     assert sorted(m.msg for m in messages) == sorted(f"{t}-{i}" for t in range(threads) for i in range(per_thread))
     assert len({m.msg_id for m in messages}) == len(messages)
+    assert 1 < peak[0] <= 3  # 40 batches or more: several out at once, never more than in_flight
     assert logged_count("prod") == len(messages)
     assert client.topic_info("prod")["waitingQueueSize"] == len(messages)
     for message in messages[::97]:

@@ -43,11 +43,11 @@ class Client(Calls):
             time.sleep(backoff(attempt, self.backoff_base, self.backoff_max))
         return results
 
-    def producer(self, *, linger_ms: float = 2, max_batch: int = 500):
+    def producer(self, *, linger_ms: float = 2, max_batch: int = 500, in_flight: int = 4):
         """A batching producer on this client (see Producer)."""
         from delayqueue_client.producer import Producer
 
-        return Producer(self, linger_ms=linger_ms, max_batch=max_batch)
+        return Producer(self, linger_ms=linger_ms, max_batch=max_batch, in_flight=in_flight)
 
     def close(self) -> None:
         self._http.close()
@@ -95,11 +95,11 @@ class AsyncClient(Calls):
             await asyncio.sleep(backoff(attempt, self.backoff_base, self.backoff_max))
         return results
 
-    def producer(self, *, linger_ms: float = 2, max_batch: int = 500):
+    def producer(self, *, linger_ms: float = 2, max_batch: int = 500, in_flight: int = 4):
         """A batching producer on this client (see AsyncProducer); made inside the running loop."""
         from delayqueue_client.producer import AsyncProducer
 
-        return AsyncProducer(self, linger_ms=linger_ms, max_batch=max_batch)
+        return AsyncProducer(self, linger_ms=linger_ms, max_batch=max_batch, in_flight=in_flight)
 
     async def aclose(self) -> None:
         await self._http.close()

@@ -4,23 +4,30 @@ import asyncio
 import queue
 import threading
 import time
-from concurrent.futures import Future, wait
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 
 from delayqueue_client._calls import send_body
 
 _CLOSE = object()
 
 
-class Producer:
-    """`send()` answers a Future of the stored Message at once; one sender thread gathers the sends
-    of `linger_ms` after the first waiting one (or `max_batch` of them) into one sendMsgBatch. Every
-    message gets its msgId here, so a batch whose answer was lost, or an item a store was unavailable
-    for, is sent again without doubles (Client.send_many's retries)."""
+def _check(max_batch: int, in_flight: int) -> None:
+    if max_batch < 1 or in_flight < 1:
+        raise ValueError(f"max_batch and in_flight must be at least 1, got {max_batch} and {in_flight}")
 
-    def __init__(self, client, *, linger_ms: float = 2, max_batch: int = 500):
-        if max_batch < 1:
-            raise ValueError(f"max_batch must be at least 1, got {max_batch}")
+
+class Producer:
+    """`send()` answers a Future of the stored Message at once; one thread gathers the sends of
+    `linger_ms` after the first waiting one (or `max_batch` of them) into one sendMsgBatch, and up to
+    `in_flight` batches are out at once (while all are, the sends waiting gather into the next one).
+    Every message gets its msgId here, so a batch whose answer was lost, or an item a store was
+    unavailable for, is sent again without doubles (Client.send_many's retries)."""
+
+    def __init__(self, client, *, linger_ms: float = 2, max_batch: int = 500, in_flight: int = 4):
+        _check(max_batch, in_flight)
         self._client, self._linger, self._max_batch = client, linger_ms / 1000, max_batch
+        self._senders = ThreadPoolExecutor(in_flight, thread_name_prefix="delayqueue-producer-send")
+        self._slots = threading.BoundedSemaphore(in_flight)
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._pending: set[Future] = set()
         self._lock = threading.Lock()
@@ -67,11 +74,18 @@ class Producer:
         self.close()
 
     def _run(self) -> None:
+        try:
+            self._gather()
+        finally:
+            self._senders.shutdown(wait=True)
+
+    def _gather(self) -> None:
         closing = False
         while not closing:
             first = self._queue.get()
             if first is _CLOSE:
                 return
+            self._slots.acquire()  # a sender is free: what waits now, and for the linger, goes in this batch
             batch, deadline = [first], time.monotonic() + self._linger
             while len(batch) < self._max_batch:
                 try:
@@ -82,9 +96,15 @@ class Producer:
                     closing = True
                     break
                 batch.append(item)
-            self._send(batch)
+            self._senders.submit(self._send, batch)
 
     def _send(self, batch: list) -> None:
+        try:
+            self._send_batch(batch)
+        finally:
+            self._slots.release()
+
+    def _send_batch(self, batch: list) -> None:
         # A future its caller cancelled is not sent; the others can no longer be cancelled.
         batch = [(body, future) for body, future in batch if future.set_running_or_notify_cancel()]
         if not batch:
@@ -104,13 +124,15 @@ class Producer:
 
 class AsyncProducer:
     """Producer for AsyncClient: `send()` answers an asyncio Future of the stored Message; one task
-    gathers the sends of `linger_ms` after the first waiting one (or `max_batch`) into one call.
-    Made inside a running event loop; `flush()` and `aclose()` are awaited."""
+    gathers the sends of `linger_ms` after the first waiting one (or `max_batch`) into one call, up
+    to `in_flight` calls out at once. Made inside a running event loop; `flush()` and `aclose()` are
+    awaited."""
 
-    def __init__(self, client, *, linger_ms: float = 2, max_batch: int = 500):
-        if max_batch < 1:
-            raise ValueError(f"max_batch must be at least 1, got {max_batch}")
+    def __init__(self, client, *, linger_ms: float = 2, max_batch: int = 500, in_flight: int = 4):
+        _check(max_batch, in_flight)
         self._client, self._linger, self._max_batch = client, linger_ms / 1000, max_batch
+        self._slots = asyncio.Semaphore(in_flight)
+        self._sending: set[asyncio.Task] = set()
         self._queue: asyncio.Queue = asyncio.Queue()
         self._pending: set[asyncio.Future] = set()
         self._closed = False
@@ -145,11 +167,19 @@ class AsyncProducer:
         await self.aclose()
 
     async def _run(self) -> None:
+        try:
+            await self._gather()
+        finally:
+            if self._sending:
+                await asyncio.wait(list(self._sending))
+
+    async def _gather(self) -> None:
         closing = False
         while not closing:
             first = await self._queue.get()
             if first is _CLOSE:
                 return
+            await self._slots.acquire()
             if self._queue.qsize() + 1 < self._max_batch:
                 await asyncio.sleep(self._linger)  # then take what came meanwhile, without waiting more
             batch = [first]
@@ -159,9 +189,17 @@ class AsyncProducer:
                     closing = True
                     break
                 batch.append(item)
-            await self._send([(body, future) for body, future in batch if not future.done()])
+            task = asyncio.create_task(self._send([(body, future) for body, future in batch if not future.done()]))
+            self._sending.add(task)
+            task.add_done_callback(self._sending.discard)
 
     async def _send(self, batch: list) -> None:
+        try:
+            await self._send_batch(batch)
+        finally:
+            self._slots.release()
+
+    async def _send_batch(self, batch: list) -> None:
         if not batch:
             return
         try:
