@@ -192,8 +192,9 @@ class Scanner:
             self._marker_seen = True  # the first scanner on this Redis, which holds what it should
             return
         self._marker_seen = True
-        await self.rt.redis.set(self.rt.ns.data_lost, now_millis())
+        # Said before it is recorded: whoever sees the record (/metrics, a test) finds it said.
         log.error("Redis lost its data (%s): run `manage.py restore` to bring back the messages the log holds", why)
+        await self.rt.redis.set(self.rt.ns.data_lost, now_millis())
 
     async def _log_holds_live_messages(self) -> bool:
         try:
