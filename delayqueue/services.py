@@ -2,6 +2,7 @@
 import asyncio
 import dataclasses
 import random
+import time
 import logging
 from collections import Counter
 from typing import NamedTuple
@@ -254,16 +255,16 @@ async def pull_messages(rt: Runtime, *, topic: str, batch: int = -1,
     a priority. Returns them and how many stay ready.
     Under a consume rate it hands out at most as many as there are tokens, and raises Throttled
     when there is none (of the namespace's bucket or the topic's). A paused topic hands out none."""
-    messages, remaining, _paused = await _pull(rt, topic=topic, batch=batch, ack_timeout_millis=ack_timeout_millis)
-    return messages, remaining
+    reply = await _pull(rt, topic=topic, batch=batch, ack_timeout_millis=ack_timeout_millis)
+    return reply.messages, reply.remaining
 
 
-async def _pull(rt: Runtime, *, topic: str, batch: int, ack_timeout_millis: int) -> tuple[list[dict], int, bool]:
-    """pull_messages, also answering whether the topic is paused."""
+async def _pull(rt: Runtime, *, topic: str, batch: int, ack_timeout_millis: int) -> scripts.PullReply:
+    """pull_messages' script reply, its messages in the API's form."""
     cfg = rt.config
     settings = (await _topic_settings(rt)).get(topic, DEFAULT_SETTINGS)
     if settings.paused:
-        return [], 0, True
+        return scripts.PullReply(0, [], 0, paused=True)
     if ack_timeout_millis <= 0:
         ack_timeout_millis = settings.ack_timeout_millis or cfg.ack_timeout_millis
     batch = batch if batch > 0 else cfg.pull_batch
@@ -279,7 +280,8 @@ async def _pull(rt: Runtime, *, topic: str, batch: int, ack_timeout_millis: int)
         rt.ns.topic(topic), batch=batch,
         ack_timeout_millis=ack_timeout_millis,
         retention_millis=cfg.ended_retention_millis, stats_interval_millis=cfg.monitor_interval_millis,
-        schedule_channel=rt.ns.schedule_channel, topic=topic, actor=rt.actor, consume_rate=topic_rate))
+        schedule_channel=rt.ns.schedule_channel, topic=topic, actor=rt.actor, consume_rate=topic_rate,
+        promote_limit=cfg.scanner_batch, ready_channel=rt.ns.ready_channel))
     if reserved > len(reply.messages):
         await limits.give_back_consume(rt, namespace=namespace, unused=reserved - len(reply.messages))
     if reply.retry_after_millis:
@@ -287,7 +289,7 @@ async def _pull(rt: Runtime, *, topic: str, batch: int, ack_timeout_millis: int)
                                       retry_after_millis=reply.retry_after_millis)
         await limits.count_refusals(rt, [refusal])
         raise refusal
-    return [Message.from_stored(raw).to_wire() for raw in reply.messages], reply.remaining, reply.paused
+    return reply._replace(messages=[Message.from_stored(raw).to_wire() for raw in reply.messages])
 
 
 def _time_up(waiter: asyncio.Future) -> None:
@@ -313,8 +315,7 @@ async def long_poll_messages(rt: Runtime, *, topic: str, batch: int = -1, ack_ti
             # Register before pulling, so a wake published between the pull and the wait is kept.
             waiter = notifier.register(topic)
             try:
-                messages, remaining, paused = await _pull(rt, topic=topic, batch=batch,
-                                                          ack_timeout_millis=ack_timeout_millis)
+                reply = await _pull(rt, topic=topic, batch=batch, ack_timeout_millis=ack_timeout_millis)
             except Throttled as exc:
                 notifier.discard(topic, waiter)
                 waiter = None
@@ -324,15 +325,17 @@ async def long_poll_messages(rt: Runtime, *, topic: str, batch: int = -1, ack_ti
                 await asyncio.sleep(pause)
                 continue
             time_left = deadline - loop.time()
-            if messages or time_left <= 0:
-                if messages and remaining > 0:
-                    await notifier.pass_on(topic, remaining)
-                return messages
+            if reply.messages or time_left <= 0:
+                if reply.messages and reply.remaining > 0:
+                    await notifier.pass_on(topic, reply.remaining)
+                return reply.messages
+            if reply.next_due_us > 0 and reply.next_due_us / 1_000_000 < time_left:
+                notifier.wake_at(topic, time.monotonic() + reply.next_due_us / 1_000_000)
             # A timer that resolves the waiter itself (False: time is up) holds fewer objects per
             # held poll than asyncio.wait, which matters with thousands held (docs/benchmarks.md).
             # A paused topic is looked at again now and then: a resume answered by another
             # process is seen here once this one's settings are read again.
-            wake_at = min(deadline, loop.time() + PAUSED_RECHECK_SECONDS) if paused else deadline
+            wake_at = min(deadline, loop.time() + PAUSED_RECHECK_SECONDS) if reply.paused else deadline
             timer = loop.call_at(wake_at, _time_up, waiter)
             try:
                 woken = await waiter

@@ -4,6 +4,10 @@ One pub/sub subscription per process. The Lua scripts publish a topic on its rea
 channel when its ready list goes from empty to non-empty; each process then wakes its
 oldest waiter on that topic. A waiter that pulls and sees messages left wakes the next
 one (`pass_on`), across processes if this one has nobody left waiting.
+
+A poll that found nothing ready but a message waiting also asks for a wake at its due time
+(`wake_at`): the pull then made takes it the moment it is due (pull.lua makes due messages
+ready), without waiting for the scanner to promote it and publish.
 """
 import asyncio
 from collections import deque
@@ -11,6 +15,7 @@ from collections import deque
 from delayqueue.live.client import connect_pubsub_node
 from delayqueue.live.pubsub import subscribe_forever
 from delayqueue.stopping import cancel_and_wait
+from delayqueue.timer import PreciseTimer
 
 
 class ReadyNotifier:
@@ -22,9 +27,12 @@ class ReadyNotifier:
         self._task: asyncio.Task | None = None
         self._subscribed = asyncio.Event()
         self._publisher = None
+        self._timer: PreciseTimer | None = None
+        self._due_wakes: dict[str, float] = {}  # topic -> the earliest wake asked for (time.monotonic())
 
     async def start(self) -> None:
         self._publisher = connect_pubsub_node(self._redis_url, self._redis_timeout)
+        self._timer = PreciseTimer(asyncio.get_running_loop())
         self._task = asyncio.get_running_loop().create_task(self._listen(), name="ready-notifier")
         await self._subscribed.wait()
 
@@ -33,6 +41,8 @@ class ReadyNotifier:
             await cancel_and_wait(self._task)
         if self._publisher is not None:
             await self._publisher.aclose()
+        if self._timer is not None:
+            self._timer.close()
 
     def register(self, topic: str) -> asyncio.Future:
         future = asyncio.get_running_loop().create_future()
@@ -61,6 +71,19 @@ class ReadyNotifier:
         if queue is not None and not queue:
             del self._waiters[topic]
         return woken
+
+    def wake_at(self, topic: str, when: float) -> None:
+        """Wakes the topic's oldest waiter at `when` (time.monotonic()), when a message falls due;
+        one wake per topic and due time, however many polls ask."""
+        if self._due_wakes.get(topic, float("inf")) <= when:
+            return
+        self._due_wakes[topic] = when
+        self._timer.call_at(when, lambda: self._due(topic, when))
+
+    def _due(self, topic: str, when: float) -> None:
+        if self._due_wakes.get(topic) == when:
+            del self._due_wakes[topic]
+        self.wake(topic, 1)
 
     async def pass_on(self, topic: str, remaining: int) -> None:
         """Messages are left in the ready list after a pull: wake waiters to take them."""

@@ -113,6 +113,7 @@ class PullReply(NamedTuple):
     messages: list[str]  # the pulled messages' stored json, oldest first
     retry_after_millis: int  # > 0: the topic's consume rate allowed no message, for this long
     paused: bool = False  # the topic is paused: nothing handed out
+    next_due_us: int = -1  # µs until the topic's next waiting message is due (-1: none, or not looked at)
 
 
 class Grant(NamedTuple):
@@ -167,7 +168,9 @@ def _send_reply(raw) -> SendReply:
 def _pull_reply(raw) -> PullReply:
     if int(raw[1]) < 0:
         return PullReply(int(raw[0]), [], 0, paused=True)
-    return PullReply(int(raw[0]), raw[2:], int(raw[1]))
+    if int(raw[1]) > 0:
+        return PullReply(int(raw[0]), [], int(raw[1]))
+    return PullReply(int(raw[0]), raw[3:], 0, next_due_us=int(raw[2]))
 
 
 def _take_reply(raw) -> Grant:
@@ -249,11 +252,12 @@ def send(k: TopicKeys, *, msg_id: str, payload: str, delay_millis: int, ttl_mill
 
 
 def pull(k: TopicKeys, *, batch: int, ack_timeout_millis: int, retention_millis: int, stats_interval_millis: int,
-         schedule_channel: str, topic: str, actor: str, consume_rate: int) -> ScriptCall:
+         schedule_channel: str, topic: str, actor: str, consume_rate: int, promote_limit: int,
+         ready_channel: str) -> ScriptCall:
     return ScriptCall(PULL, [k.ready, k.inflight, k.msgs, k.expiry, k.ended, k.stats, k.meta, k.events, k.buckets,
-                             k.prioritised],
+                             k.prioritised, k.waiting],
                       [batch, ack_timeout_millis, retention_millis, stats_interval_millis, schedule_channel, topic,
-                       actor, consume_rate])
+                       actor, consume_rate, promote_limit, ready_channel])
 
 
 def ack(k: TopicKeys, *, msg_id: str, retention_millis: int, stats_interval_millis: int, actor: str) -> ScriptCall:

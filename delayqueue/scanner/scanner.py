@@ -42,7 +42,7 @@ from delayqueue.messagelog.deadletters import Redriver
 from delayqueue.messagelog.writer import LogWriter
 from delayqueue.outage import Outage, describe
 from delayqueue.runtime import Runtime
-from delayqueue.scanner.timer import PreciseTimer
+from delayqueue.timer import PreciseTimer
 from delayqueue.scanner.worker import TopicWorker
 from delayqueue.stopping import cancel_and_wait
 

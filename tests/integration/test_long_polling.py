@@ -146,3 +146,24 @@ async def test_a_cancelled_waiter_passes_its_wake_on(single_rt):
     messages = await asyncio.wait_for(second, 10)
     assert [m["msg"] for m in messages] == ["x"]
     assert notifier.waiting("c") == 0
+
+
+async def test_a_held_poll_takes_a_waiting_message_when_it_falls_due_without_a_scanner(api):
+    # No scanner runs here: the poll saw the message waiting and asked for a wake at its due time.
+    rt = current()
+    sent = await services.send_message(rt, topic="own", msg="x", delay_millis=400)
+    messages, elapsed = await long_poll(api, "own", timeout_ms=20_000)
+    received = time.time() * 1000
+    assert [m["msgId"] for m in messages] == [sent["msgId"]] and messages[0]["retry"] == 1
+    assert received >= sent["triggerTime"] and 0.3 <= elapsed < 15  # not early, long before the hold ends
+
+
+@pytest.mark.parametrize("rt", ["single", "cluster"], indirect=True)
+async def test_a_pull_makes_due_messages_ready_first_each_at_its_priority(rt):
+    sent = await services.send_messages(rt, requests=[
+        SendRequest(topic="late", msg=str(p), delay_millis=100, priority=p) for p in (0, 5, 9)])
+    assert await services.pull_messages(rt, topic="late", batch=3) == ([], 0)  # not due yet
+    await asyncio.sleep(0.2)  # due now; no scanner has promoted them
+    messages, remaining = await services.pull_messages(rt, topic="late", batch=2)
+    assert [m["msg"] for m in messages] == ["9", "5"] and remaining == 1
+    assert all(m["retry"] == 1 for m in messages) and {m["msgId"] for m in messages} < {s["msgId"] for s in sent}

@@ -17,7 +17,7 @@ from django.core.management import CommandError, call_command
 
 from delayqueue.models import ApiToken, Message
 from delayqueue.runtime import current
-from tests.helpers import REDIS_URL, ROOT, call, scanner_env
+from tests.helpers import REDIS_URL, ROOT, call, scanner_env, wait_until
 from tools.stack import free_port
 
 TOKEN_RE = re.compile(r"dq_[A-Za-z0-9_-]{43}")
@@ -305,6 +305,12 @@ async def test_run_scanners_runs_a_scanner_for_each_token_namespace_and_restore_
         sent = await ask(api, "delayQueue/sendMsg", "post",
                          {"topic": "orders", "msg": "m", "delayMillis": "200", "msgId": msg_id}, token)
         assert sent["code"] == 200
+    # Nothing pulls them: made ready, each was promoted by its namespace's scanner.
+    for token, msg_id in ((first, "a1"), (later, "l1")):
+        async def ready(token=token, msg_id=msg_id):
+            got = await ask(api, "delayQueue/getMsg", "post", {"topic": "orders", "msgId": msg_id}, token)
+            return got["delayMsg"]["status"] == 2
+        await wait_until(ready, timeout=15, interval=0.05, what=f"{msg_id} promoted")
     for token, msg_id in ((first, "a1"), (later, "l1")):
         pulled = await ask(api, "delayQueue/longPollingMsg", "post",
                            {"topic": "orders", "longPollingTimeoutMillis": "10000"}, token)

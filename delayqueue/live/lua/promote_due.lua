@@ -16,34 +16,11 @@
 -- ARGV[6] actor: 'process@host' for the history, '' with the message log off
 -- Returns {moved, µs until the next due message (0: more due now, -1: none)}
 -- @include clock
--- @include stats
--- @include lateness
--- @include end_message
 -- @include scan_reply
--- @include set_ready
--- @include due_to_ready
+-- @include promote
 local t = {waiting = KEYS[1], ready = KEYS[2], msgs = KEYS[3], expiry = KEYS[4], ended = KEYS[5], events = KEYS[7],
            prioritised = KEYS[8],
            actor = ARGV[6], retention = tonumber(ARGV[2])}
-local stats, limit, interval = KEYS[6], tonumber(ARGV[1]), tonumber(ARGV[3])
-local now = clock()
-local ended_count = 0
-local lateness = {}
-local ids, moved = due_to_ready(t, t.waiting, now, limit, ARGV[4], ARGV[5], function(id, m)
-  if m.status ~= STATUS.WAITING then
-    return false
-  end
-  if m.expireTime <= now then
-    end_message(t, id, m, now, REASON.EXPIRED)
-    ended_count = ended_count + 1
-    return false
-  end
-  set_ready(t, id, m, STATUS.WAITING, REASON.DUE)
-  stat_gap(stats, interval, now, 'readyGap', now - m.triggerTime)
-  lateness_add(lateness, now - m.triggerTime)
-  return true
-end)
-stat_add(stats, interval, now, 'triggerMsgReady', moved)
-lateness_flush(stats, now, lateness)
-stat_add(stats, interval, now, 'triggerMsgEndLife', ended_count)
+local limit = tonumber(ARGV[1])
+local ids, moved = promote(t, KEYS[6], tonumber(ARGV[3]), clock(), limit, ARGV[4], ARGV[5])
 return scan_reply(moved, #ids, limit, t.waiting)

@@ -1,5 +1,6 @@
 -- Takes up to `batch` ready messages, the highest priority first and the oldest first within a
--- priority, and puts them in flight with an ack deadline. A message found past its TTL or out of
+-- priority, and puts them in flight with an ack deadline. Messages due by now are made ready first
+-- (as the scanner's promote_due does), so a pull made at a message's due time gets it. A message found past its TTL or out of
 -- deliveries is ended instead of returned. With a consume rate, each message handed out takes a
 -- token from the topic's bucket: a pull hands out at most the whole tokens there are, and none at
 -- all answers how long until there is one. A paused topic (its meta hash's 'paused',
@@ -14,6 +15,7 @@
 -- KEYS[8] events
 -- KEYS[9] buckets
 -- KEYS[10] prioritised
+-- KEYS[11] waiting
 -- ARGV[1] batch: most messages returned
 -- ARGV[2] ack_timeout_millis
 -- ARGV[3] retention_millis: how long an ended body stays readable
@@ -22,8 +24,11 @@
 -- ARGV[6] topic
 -- ARGV[7] actor: 'process@host' for the history, '' with the message log off
 -- ARGV[8] consume_rate: messages a second, 0 for no limit
--- Returns {messages left ready (every priority), 0, json1, json2, ...}, or {messages in ready, ms until a
--- token} when the consume rate allows none now, or {messages in ready, -1} when the topic is paused.
+-- ARGV[9] promote_limit: most due messages made ready first
+-- ARGV[10] ready_channel: published when that makes the ready list non-empty
+-- Returns {messages left ready (every priority), 0, µs until the next waiting message is due (-1:
+-- none), json1, json2, ...}, or {messages in ready, ms until a token} when the consume rate allows
+-- none now, or {messages in ready, -1} when the topic is paused.
 -- @include clock
 -- @include token_bucket
 -- @include stats
@@ -31,8 +36,9 @@
 -- @include end_message
 -- @include next_due
 -- @include ready_queue
+-- @include promote
 local t = {msgs = KEYS[3], expiry = KEYS[4], ended = KEYS[5], events = KEYS[8], actor = ARGV[7],
-           retention = tonumber(ARGV[3]), ready = KEYS[1], prioritised = KEYS[10]}
+           retention = tonumber(ARGV[3]), ready = KEYS[1], prioritised = KEYS[10], waiting = KEYS[11]}
 local inflight, stats, meta, buckets = KEYS[2], KEYS[6], KEYS[7], KEYS[9]
 local batch = tonumber(ARGV[1])
 local interval = tonumber(ARGV[4])
@@ -49,16 +55,17 @@ if rate > 0 then
   end
   batch = math.min(batch, math.floor(tokens))
 end
+promote(t, stats, interval, now, tonumber(ARGV[9]), ARGV[10], ARGV[6])
 local deadline = now + tonumber(ARGV[2])
 local earliest_deadline = next_due(inflight, now_us)
 
 redis.call('HSET', meta, 'last_active', now)
-local out = {0, 0}
+local out = {0, 0, 0}
 local ended_count = 0
 -- Bounded so that a list of stale ids cannot hold the script for long.
 local budget = batch + 1000
 local pop_prioritised = true
-while #out - 2 < batch and budget > 0 do
+while #out - 3 < batch and budget > 0 do
   budget = budget - 1
   local id
   id, pop_prioritised = pop_ready(t, pop_prioritised)
@@ -86,7 +93,7 @@ while #out - 2 < batch and budget > 0 do
   end
 end
 
-local pulled = #out - 2
+local pulled = #out - 3
 if rate > 0 then
   bucket_store(buckets, 'consume', tokens - pulled, now_us)
 end
@@ -96,4 +103,5 @@ if pulled > 0 and (earliest_deadline < 0 or (deadline - now) * 1000 < earliest_d
   redis.call('PUBLISH', ARGV[5], ARGV[6])
 end
 out[1] = ready_count(t)
+out[3] = next_due(t.waiting, now_us)
 return out

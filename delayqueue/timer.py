@@ -1,4 +1,4 @@
-"""Wake-ups to the tens of microseconds for the scanner's topic workers.
+"""Wake-ups to the tens of microseconds: the scanner's topic workers, and long polls waiting for a due time.
 
 The event loop's own timers end in epoll, whose timeout is whole milliseconds rounded up: a
 sleep until a message's due time ends on average half a millisecond late, most of what a

@@ -1,0 +1,32 @@
+-- Moves due waiting messages to ready (each at its priority) in triggerTime order and wakes long
+-- pollers; one already past its TTL is ended (expired) instead. The scanner's promote_due, and
+-- pull, so a consumer that comes for a message the moment it is due need not wait for the scanner.
+-- promote(t, stats key, stats interval, now ms, limit, ready channel, topic) -> ids taken, moved
+--   t: waiting, ready, prioritised, msgs, expiry, ended, events (keys), actor, retention
+-- @include stats
+-- @include lateness
+-- @include end_message
+-- @include set_ready
+-- @include due_to_ready
+local function promote(t, stats, interval, now, limit, channel, topic)
+  local ended_count = 0
+  local lateness = {}
+  local ids, moved = due_to_ready(t, t.waiting, now, limit, channel, topic, function(id, m)
+    if m.status ~= STATUS.WAITING then
+      return false
+    end
+    if m.expireTime <= now then
+      end_message(t, id, m, now, REASON.EXPIRED)
+      ended_count = ended_count + 1
+      return false
+    end
+    set_ready(t, id, m, STATUS.WAITING, REASON.DUE)
+    stat_gap(stats, interval, now, 'readyGap', now - m.triggerTime)
+    lateness_add(lateness, now - m.triggerTime)
+    return true
+  end)
+  stat_add(stats, interval, now, 'triggerMsgReady', moved)
+  lateness_flush(stats, now, lateness)
+  stat_add(stats, interval, now, 'triggerMsgEndLife', ended_count)
+  return ids, moved
+end
