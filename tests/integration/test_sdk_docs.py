@@ -1,0 +1,73 @@
+"""docs/sdk.md's Python examples run as written: each block is saved to a file and run with
+DELAYQUEUE_URL naming a real server; the workers run until SIGTERM, as the page says. (The
+Django block needs the reader's models: test_sdk_django covers send_on_commit.)"""
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from delayqueue_client import Client
+from tests.helpers import ROOT, wait_for
+
+pytestmark = pytest.mark.process
+
+BLOCK = re.compile(r"^```python\n(.*?)^```", re.MULTILINE | re.DOTALL)
+
+
+def example(marker: str) -> str:
+    blocks = [b for b in BLOCK.findall((ROOT / "docs" / "sdk.md").read_text()) if marker in b]
+    assert len(blocks) == 1, f"one example with {marker!r} in docs/sdk.md, found {len(blocks)}"
+    return blocks[0]
+
+
+def start(code: str, url: str, tmp_path) -> subprocess.Popen:
+    path = tmp_path / "example.py"
+    path.write_text(code)
+    env = {**os.environ, "DELAYQUEUE_URL": url, "PYTHONUNBUFFERED": "1"}
+    env.pop("DELAYQUEUE_TOKEN", None)
+    return subprocess.Popen([sys.executable, str(path)], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+
+
+def finished(proc: subprocess.Popen, timeout: float = 60) -> str:
+    out, _ = proc.communicate(timeout=timeout)
+    assert proc.returncode == 0, out
+    return out
+
+
+def test_the_client_example_sends_and_polls(sdk_server, tmp_path):
+    out = finished(start(example('msg_id="order-42-cancel"'), sdk_server, tmp_path))
+    assert out.startswith("order-42-cancel ")
+    with Client(sdk_server) as client:
+        assert client.get("orders", "order-42-cancel").status == 1  # waiting its 30 minutes
+
+
+def test_the_producer_example_stores_10000(sdk_server, tmp_path):
+    assert finished(start(example("client.producer("), sdk_server, tmp_path)).strip() == "10000 stored"
+    with Client(sdk_server) as client:
+        assert client.topic_info("orders")["waitingQueueSize"] == 10_000
+
+
+@pytest.mark.parametrize("marker,topic,expected", [
+    ("cancel_order(order", "orders", "cancelled order 7"),
+    ("await notify(", "notifications", "notified: hello"),
+])
+def test_the_worker_examples_handle_then_stop_on_sigterm(sdk_server, tmp_path, marker, topic, expected):
+    with Client(sdk_server) as client:
+        if topic == "orders":
+            client.send(topic, json.dumps({"id": 7}), msg_id="good")
+            client.send(topic, json.dumps({"no": "id"}), msg_id="bad")
+        else:
+            client.send(topic, "hello", msg_id="good")
+        proc = start(example(marker), sdk_server, tmp_path)
+        try:
+            wait_for(lambda: client.get(topic, "good").status == 4, timeout=30, what="the example's ack")
+            if topic == "orders":
+                wait_for(lambda: client.get(topic, "bad").status == 6, timeout=30, what="the dead letter")
+        finally:
+            proc.send_signal(signal.SIGTERM)
+        assert expected in finished(proc, timeout=30)
