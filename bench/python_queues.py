@@ -9,9 +9,10 @@ servers (message log on, the default, and off) and one scanner. Each row is meas
   scratch file; -q measured the same) running an empty task; lateness of 300 tasks due over
   10 s (task start - eta; huey's scheduler looks once a second).
 - requests: a hand-written `requests.Session` loop (keep-alive), one sendMsg after the other from
-  one thread, to each server: what a Python user writes without the SDK.
-- sdk (only when `delayqueue_client` is importable): the batching producer (linger 2 ms, batches
-  of 500), sequential Client.send to each server, the drain by one and two
+  one thread, to each server: what a Python user writes without the SDK; then the same with a
+  bare `http.client` connection and pre-encoded bodies, the least a client can add to a call.
+- sdk (only when `delayqueue_client` is importable): the batching producer (its defaults: linger
+  2 ms, batches of 500, 4 in flight), sequential Client.send to each server, the drain by one and two
   `python -m bench.sdk_worker` processes (Worker with an empty handler, its defaults), and
   lateness through a Worker in this process: 300 messages due over 10 s, then 1,000 due a second
   over 20 s (received - triggerTime).
@@ -22,10 +23,13 @@ counted) and stops when nothing is left (huey: its queue is empty; delayqueue: n
 ready or unacked). The ratios issue 18 sets goals for are printed when both sides ran.
 
     .venv/bin/python -m bench.python_queues [--messages 20000] [--only huey|requests|sdk ...]
+        [--worker-concurrency N] [--worker-batch N]
 """
 import argparse
 import datetime
 import gc
+import http.client
+import json
 import os
 import random
 import subprocess
@@ -33,6 +37,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.parse
 
 import requests
 
@@ -156,10 +161,26 @@ def requests_rows(urls: dict, env: dict, messages: int) -> dict:
                 assert answer["code"] == 200, answer
             rows[f"requests log {log}"] = messages / (time.perf_counter() - started)
         show_rate(f"log {log}", rows[f"requests log {log}"])
+    print("bare http.client loop, sequential sendMsg from one thread (no client library: the server's floor)",
+          flush=True)
+    for log in ("on", "off"):
+        empty_redis(env["REDIS_URL"])
+        address = urllib.parse.urlsplit(urls[log])
+        connection = http.client.HTTPConnection(address.hostname, address.port)
+        headers = {"Content-Type": "application/json"}
+        bodies = [json.dumps({"topic": "bare", "msg": f"m{i}", "delayMillis": FAR_DELAY_MS}) for i in range(messages)]
+        started = time.perf_counter()
+        for body in bodies:
+            connection.request("POST", API + "sendMsg", body, headers)
+            answer = json.loads(connection.getresponse().read())
+            assert answer["code"] == 200, answer
+        rows[f"bare log {log}"] = messages / (time.perf_counter() - started)
+        connection.close()
+        show_rate(f"log {log}", rows[f"bare log {log}"])
     return rows
 
 
-def sdk_rows(urls: dict, env: dict, messages: int, worker_concurrency: int | None) -> dict:
+def sdk_rows(urls: dict, env: dict, messages: int, worker_options: dict) -> dict:
     try:
         from delayqueue_client import Client
     except ImportError:
@@ -208,8 +229,8 @@ def sdk_rows(urls: dict, env: dict, messages: int, worker_concurrency: int | Non
                 info = client.topic_info(topic)
                 return info["waitingQueueSize"] + info["readyQueueSize"] + info["ackQueueSize"]
 
-            concurrency = [str(worker_concurrency)] if worker_concurrency else []
-            procs = start_processes([sys.executable, "-m", "bench.sdk_worker", urls["on"], topic, *concurrency],
+            options = [f"{name}={value}" for name, value in worker_options.items()]
+            procs = start_processes([sys.executable, "-m", "bench.sdk_worker", urls["on"], topic, *options],
                                     count, env)
             try:
                 rows[f"sdk drain {count}"] = time_drain(left, messages, procs)
@@ -222,7 +243,7 @@ def sdk_rows(urls: dict, env: dict, messages: int, worker_concurrency: int | Non
         for key, count, spread_s in (("sdk lateness", LATENESS_MESSAGES, LATENESS_SPREAD_S),
                                      ("sdk lateness busy", BUSY_RATE * BUSY_SECONDS, BUSY_SECONDS)):
             empty_redis(env["REDIS_URL"])
-            rows[key] = worker_lateness(client, Worker, f"late{count}", count, spread_s, worker_concurrency)
+            rows[key] = worker_lateness(client, Worker, f"late{count}", count, spread_s, worker_options)
             show_lateness(f"lateness through a Worker, {count:,} messages due over {spread_s} s", rows[key])
     finally:
         for each in clients.values():
@@ -231,7 +252,7 @@ def sdk_rows(urls: dict, env: dict, messages: int, worker_concurrency: int | Non
 
 
 def worker_lateness(client, worker_class, topic: str, count: int, spread_s: float,
-                    concurrency: int | None) -> tuple:
+                    worker_options: dict) -> tuple:
     """Sends `count` messages due uniformly over `spread_s` after the lead, runs a Worker (on this
     thread: it may want the signals) until each was handled, and answers the lateness figures
     (received - triggerTime)."""
@@ -251,7 +272,7 @@ def worker_lateness(client, worker_class, topic: str, count: int, spread_s: floa
     producer.close()
     if time.time() * 1000 > first_due_ms:
         raise SystemExit("the lateness row's sends took longer than their lead: its figures would count them")
-    worker = worker_class(client, topic, handler, **({"concurrency": concurrency} if concurrency else {}))
+    worker = worker_class(client, topic, handler, **worker_options)
 
     def stop_when_all_in():
         all_in.wait(LEAD_S + count / 5000 + spread_s + 30)
@@ -264,10 +285,10 @@ def worker_lateness(client, worker_class, topic: str, count: int, spread_s: floa
     return lateness_figures(lateness)
 
 
-def ratio(rows: dict, ours: str, theirs: str, label: str, goal: float) -> None:
+def ratio(rows: dict, ours: str, theirs: str, label: str, goal: float | None) -> None:
     if ours in rows and theirs in rows:
-        print(f"  {label}: {rows[ours]:,.0f} / {rows[theirs]:,.0f} msg/s = {rows[ours] / rows[theirs]:.2f}x "
-              f"(goal >= {goal:g}x)")
+        print(f"  {label}: {rows[ours]:,.0f} / {rows[theirs]:,.0f} msg/s = {rows[ours] / rows[theirs]:.2f}x"
+              + (f" (goal >= {goal:g}x)" if goal else ""))
 
 
 def summary(rows: dict) -> None:
@@ -275,6 +296,8 @@ def summary(rows: dict) -> None:
     ratio(rows, "sdk producer", "huey enqueue", "batching producer / huey enqueue", 2)
     for log in ("on", "off"):
         ratio(rows, f"sdk send log {log}", f"requests log {log}", f"Client.send / requests loop, log {log}", 3)
+        ratio(rows, f"bare log {log}", f"requests log {log}",
+              f"bare http.client loop / requests loop, log {log} (the most any client reaches)", None)
     for count in (1, 2):
         ratio(rows, f"sdk drain {count}", f"huey drain {count}", f"Worker drain / huey drain, {count} process(es)", 2)
     if "sdk lateness" in rows:
@@ -290,7 +313,9 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=20_000, help="messages per throughput row")
     parser.add_argument("--worker-concurrency", type=int, default=None,
-                        help="the SDK Worker's concurrency (and so its pull batch) in its rows; default: the Worker's")
+                        help="the SDK Worker's concurrency in its rows; default: the Worker's")
+    parser.add_argument("--worker-batch", type=int, default=None,
+                        help="the SDK Worker's batch (messages in hand) in its rows; default: the Worker's")
     parser.add_argument("--only", action="append", choices=("huey", "requests", "sdk"),
                         help="run only these sides (repeatable); all by default")
     args = parser.parse_args()
@@ -304,7 +329,9 @@ def main():
         if "requests" in sides:
             rows.update(requests_rows(urls, env, args.messages))
         if "sdk" in sides:
-            rows.update(sdk_rows(urls, env, args.messages, args.worker_concurrency))
+            worker_options = {name: value for name, value in (("concurrency", args.worker_concurrency),
+                                                              ("batch", args.worker_batch)) if value}
+            rows.update(sdk_rows(urls, env, args.messages, worker_options))
     summary(rows)
 
 
