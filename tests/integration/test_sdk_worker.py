@@ -28,13 +28,14 @@ class ObservedClient(Client):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.lock = threading.Lock()
-        self.pulled = self.handled = self.peak_unhandled = 0
+        self.pulled = self.handled = self.peak_unhandled = self.largest_pull = 0
         self.settled: dict[str, list[str]] = defaultdict(list)  # ack/nack/dead -> msgIds
 
     def pull(self, *args, **kwargs):
         pulled = super().pull(*args, **kwargs)
         with self.lock:
             self.pulled += len(pulled)
+            self.largest_pull = max(self.largest_pull, len(pulled))
             self.peak_unhandled = max(self.peak_unhandled, self.pulled - self.handled)
         return pulled
 
@@ -145,6 +146,20 @@ def test_concurrency_bounds_the_handlers_and_the_batch_the_messages_in_hand(clie
         wait_for(lambda: len(client.settled["ack"]) == 20, timeout=15, what="all acked")
     assert peak[0] == 3 and client.peak_unhandled == 10  # reached, never passed
     assert sorted(handled) == sorted(ids) and sorted(client.settled["ack"]) == sorted(ids)  # each once
+
+
+def test_the_default_batch_grows_for_fast_handlers_and_stays_small_for_slow_ones(client):
+    client.send_many([{"topic": "fast", "msg": str(i)} for i in range(400)])
+    fast = Worker(client, "fast", lambda message: None, concurrency=2, wait_ms=300)
+    with running(fast):
+        wait_for(lambda: len(client.settled["ack"]) == 400, timeout=30, what="all acked")
+    assert fast.batch > 8 and client.largest_pull > 8  # above the first 4 per handler
+
+    client.send_many([{"topic": "slow", "msg": str(i)} for i in range(12)])
+    slow = Worker(client, "slow", lambda message: time.sleep(0.2), concurrency=2, wait_ms=300)
+    with running(slow):
+        wait_for(lambda: len(client.settled["ack"]) == 412, timeout=30, what="all acked")
+    assert slow.batch == 2  # 0.2 s handlers: nothing queued beyond the two running
 
 
 def test_an_async_handler_runs_as_tasks_on_an_async_client(sdk_server, client):

@@ -24,7 +24,13 @@ ACK, NACK, DEAD = "ack", "nack", "dead"
 # The server's default ack timeout (DELAYQUEUE_ACK_TIMEOUT_MILLIS), for a token that may not read the topic's.
 DEFAULT_ACK_TIMEOUT_MS = 30_000
 MAX_SETTLE_BATCH = 500  # well under the server's DELAYQUEUE_MAX_BATCH_SEND
-PREFETCH_PER_HANDLER = 4  # the default batch: this many messages in hand per handler
+# The default batch adapts to the handlers: the messages queued beyond the running ones cover
+# about QUEUED_WORK_SECONDS of handler time (a message waits about that long in this worker's
+# queue, where another worker might have run it), so fast handlers get large polls and slow ones
+# small; 4 per handler until handlers have been timed, never above MAX_DEFAULT_BATCH.
+QUEUED_WORK_SECONDS = 0.05
+MAX_DEFAULT_BATCH = 500
+FIRST_BATCH_PER_HANDLER = 4
 # Answers no retry can change: the worker stops and raises them.
 FATAL = (BadRequest, Unauthorized, Forbidden, NotFound)
 POLL_STEP = 0.1  # seconds: how often blocked waits look at the stop flag (set by signal handlers)
@@ -44,8 +50,9 @@ class Worker:
     SIGINT when run in the main thread); with an AsyncClient and an async handler, `await
     worker.run_async()` (or `run()`, which runs it in a new event loop).
 
-    `concurrency` handlers run at once; up to `batch` (default 4 per handler) messages are in hand
-    unhandled, so the next poll is out while handlers run and while their acks are being sent."""
+    `concurrency` handlers run at once; up to `batch` messages are in hand unhandled, so the next
+    poll is out while handlers run and while their acks are being sent. By default the batch adapts
+    to how long handlers take (see QUEUED_WORK_SECONDS)."""
 
     def __init__(self, client: Client | AsyncClient, topic: str, handler: Callable[[Message], object], *,
                  concurrency: int = 8, batch: int | None = None, ack_timeout_ms: int | None = None,
@@ -59,7 +66,9 @@ class Worker:
             raise ValueError("ack_timeout_ms must be at least 2 (ms)")
         self.client, self.topic, self.handler = client, topic, handler
         self.concurrency = concurrency
-        self.batch = max(batch or PREFETCH_PER_HANDLER * concurrency, concurrency)
+        self.adaptive = batch is None
+        self.batch = max(batch or FIRST_BATCH_PER_HANDLER * concurrency, concurrency)
+        self._handler_seconds: float | None = None  # a moving mean of how long handlers take
         self.ack_timeout_ms = ack_timeout_ms
         self.wait_ms = wait_ms
         # A plain flag, not an Event: a signal handler may interrupt a thread holding an Event's lock.
@@ -98,12 +107,21 @@ class Worker:
                 self._held.pop(msg_id, None)
             self._room.notify_all()
 
-    def _finished(self, msg_id: str) -> None:
+    def _finished(self, msg_id: str, seconds: float | None) -> None:
+        """The handler of msg_id returned (or raised) after `seconds` (None: it never started)."""
         with self._room:
             if held := self._held.get(msg_id):
                 held.running = False
             self._unhandled -= 1
+            if self.adaptive and seconds is not None:
+                self._timed(seconds)
             self._room.notify_all()
+
+    def _timed(self, seconds: float) -> None:
+        mean = self._handler_seconds
+        self._handler_seconds = mean = seconds if mean is None else mean + 0.1 * (seconds - mean)
+        queued = QUEUED_WORK_SECONDS / max(mean, 1e-6) * self.concurrency
+        self.batch = max(self.concurrency, min(MAX_DEFAULT_BATCH, int(self.concurrency + queued)))
 
     def _free(self) -> int:
         """How many messages the next poll may take (0: wait): the batch less those unhandled,
@@ -240,12 +258,12 @@ class Worker:
             time.sleep(min(POLL_STEP, end - time.monotonic()))
 
     def _handle(self, message: Message, results: queue.SimpleQueue) -> None:
-        error = None
+        error, started = None, time.monotonic()
         try:
             self.handler(message)
         except BaseException as exc:  # SystemExit too: its message must still be settled
             error = exc
-        self._finished(message.msg_id)
+        self._finished(message.msg_id, time.monotonic() - started)
         results.put((message.msg_id, self._outcome(message, error)))
 
     def _settle_thread(self, results: queue.SimpleQueue) -> None:
@@ -345,13 +363,14 @@ class Worker:
         await settler
 
     async def _handle_async(self, message: Message, results: asyncio.Queue, slots: asyncio.Semaphore) -> None:
-        error = None
+        error, started = None, None
         try:
             async with slots:
+                started = time.monotonic()
                 await self.handler(message)
         except BaseException as exc:  # a cancelled handler too: its message is nacked, then it is cancelled
             error = exc
-        self._finished(message.msg_id)
+        self._finished(message.msg_id, time.monotonic() - started if started is not None else None)
         self._room_changed.set()
         results.put_nowait((message.msg_id, self._outcome(message, error)))
         if error is not None and not isinstance(error, Exception):
