@@ -516,6 +516,7 @@ def show_token(token: str, base_url: str, path: Path) -> None:
         f"{base_url}/camellia/delayQueue/sendMsg")
     say(f"  curl -s -H 'Authorization: Bearer {token}' -d 'topic=demo&batch=10' {base_url}/camellia/delayQueue/pullMsg")
     say(f"  camellia's Java SDK: configure the URL {base_url}/t/{token}")
+    say(f"  the Python SDK and its delayqueue command: export DELAYQUEUE_URL={base_url} DELAYQUEUE_TOKEN={token}")
 
 
 def command_manage(manage_args: list[str]) -> int:

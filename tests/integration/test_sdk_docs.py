@@ -1,6 +1,6 @@
-"""docs/sdk.md's Python examples run as written: each block is saved to a file and run with
-DELAYQUEUE_URL naming a real server; the workers run until SIGTERM, as the page says. (The
-Django block needs the reader's models: test_sdk_django covers send_on_commit.)"""
+"""docs/sdk.md's Python examples, and the README's, run as written: each block is saved to a
+file and run with DELAYQUEUE_URL naming a real server; the workers run until SIGTERM, as the
+pages say. (The Django block needs the reader's models: test_sdk_django covers send_on_commit.)"""
 import json
 import os
 import re
@@ -18,9 +18,9 @@ pytestmark = pytest.mark.process
 BLOCK = re.compile(r"^```python\n(.*?)^```", re.MULTILINE | re.DOTALL)
 
 
-def example(marker: str) -> str:
-    blocks = [b for b in BLOCK.findall((ROOT / "docs" / "sdk.md").read_text()) if marker in b]
-    assert len(blocks) == 1, f"one example with {marker!r} in docs/sdk.md, found {len(blocks)}"
+def example(marker: str, page: str = "docs/sdk.md") -> str:
+    blocks = [b for b in BLOCK.findall((ROOT / page).read_text()) if marker in b]
+    assert len(blocks) == 1, f"one example with {marker!r} in {page}, found {len(blocks)}"
     return blocks[0]
 
 
@@ -29,12 +29,16 @@ def start(code: str, url: str, tmp_path) -> subprocess.Popen:
     path.write_text(code)
     env = {**os.environ, "DELAYQUEUE_URL": url, "PYTHONUNBUFFERED": "1"}
     env.pop("DELAYQUEUE_TOKEN", None)
-    return subprocess.Popen([sys.executable, str(path)], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    with open(tmp_path / "out.txt", "w") as out:  # the child keeps its own copy of the descriptor
+        proc = subprocess.Popen([sys.executable, str(path)], cwd=tmp_path, env=env, stdout=out,
+                                stderr=subprocess.STDOUT)
+    proc.out = tmp_path / "out.txt"
+    return proc
 
 
 def finished(proc: subprocess.Popen, timeout: float = 60) -> str:
-    out, _ = proc.communicate(timeout=timeout)
+    proc.wait(timeout=timeout)
+    out = proc.out.read_text()
     assert proc.returncode == 0, out
     return out
 
@@ -71,3 +75,15 @@ def test_the_worker_examples_handle_then_stop_on_sigterm(sdk_server, tmp_path, m
         finally:
             proc.send_signal(signal.SIGTERM)
         assert expected in finished(proc, timeout=30)
+
+
+def test_the_readme_example_sends_then_its_worker_prints_the_message_when_due(sdk_server, tmp_path):
+    proc = start(example("Worker(client, \"orders\"", page="README.md"), sdk_server, tmp_path)
+    try:
+        wait_for(lambda: "cancel order 42" in proc.out.read_text(), timeout=30, what="the message, 3 s later")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+    finished(proc, timeout=30)
+    with Client(sdk_server) as client:
+        info = client.topic_info("orders")
+        assert info["waitingQueueSize"] + info["readyQueueSize"] + info["ackQueueSize"] == 0  # acked
