@@ -106,6 +106,7 @@ def test_a_refused_request_is_one_line_with_its_code_and_exit_1(sdk_server):
     (("consume", "t", "--batch", "0"), "invalid count '0'"),
     (("dead", "purge", "t"), "name them with --msg-id, or pass --all"),
     (("frobnicate",), "invalid choice: 'frobnicate'"),
+    (("--url", "queue.example:8000", "stats"), "the server URL must be http(s)://host[:port][/prefix]"),
 ])
 def test_usage_errors_exit_2_naming_the_problem(sdk_server, args, problem):
     line = failed(run_cli(sdk_server, *args), 2)

@@ -5,7 +5,7 @@ import uuid
 
 import pytest
 
-from delayqueue_client import (BadRequest, Conflict, DeadLetter, DelayQueueError, Forbidden, Message, NotFound,
+from delayqueue_client import (AsyncClient, BadRequest, Conflict, DeadLetter, DelayQueueError, Forbidden, Message, NotFound,
                                RateLimited, ServerError, Unauthorized)
 from delayqueue_client._http import MaybeSent, NotSent
 from delayqueue_client._calls import Call, answer_of, backoff, batch_results, merge_batch, result_of, send_body
@@ -127,3 +127,11 @@ def test_merge_batch_places_answers_and_picks_only_unavailable_items_to_send_aga
     assert results == answered
     assert merge_batch(results, [1], [ServerError("message 0: redis unavailable: timeout")], retry=False) == []
     assert results[1].msg == "message 0: redis unavailable: timeout"
+
+
+@pytest.mark.parametrize("url", ["ftp://queue.example", "queue.example:8000", "http://"])
+def test_a_server_url_that_is_not_http_is_refused_by_both_clients(url):
+    with pytest.raises(ValueError, match="must be http"):
+        Client(url)
+    with pytest.raises(ValueError, match="must be http"):
+        AsyncClient(url)

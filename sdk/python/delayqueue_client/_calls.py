@@ -6,6 +6,7 @@ import os
 import random
 from dataclasses import dataclass, field
 from typing import Any, Callable, NamedTuple
+from urllib.parse import urlsplit
 
 from delayqueue_client._http import MaybeSent, NotSent, TransportError
 from delayqueue_client.errors import DelayQueueError, ServerError, error_from_answer
@@ -118,6 +119,9 @@ class Calls:
     def __init__(self, base_url: str | None = None, token: str | None = None, *, timeout: float = 10.0,
                  max_retries: int = 4, backoff_base: float = 0.1, backoff_max: float = 2.0):
         self.base_url = (base_url or os.environ.get("DELAYQUEUE_URL") or DEFAULT_URL).rstrip("/")
+        parts = urlsplit(self.base_url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"the server URL must be http(s)://host[:port][/prefix], got {self.base_url!r}")
         token = token if token is not None else os.environ.get("DELAYQUEUE_TOKEN")
         self._headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.timeout = timeout

@@ -58,9 +58,7 @@ class Pool:
     connection (or opens one) and gives it back once its answer is read."""
 
     def __init__(self, base_url: str, headers: dict, timeout: float):
-        parts = urlsplit(base_url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(f"the server URL must be http(s)://host[:port][/prefix], got {base_url!r}")
+        parts = urlsplit(base_url)  # checked by the client
         self._https = parts.scheme == "https"
         self._host, self._port = parts.hostname, parts.port
         self._prefix = parts.path.rstrip("/") + "/"  # endpoints are relative to the base URL's path
@@ -143,7 +141,7 @@ class AsyncPool:
     async def post(self, path: str, body: bytes, timeout: float) -> tuple[int, bytes]:
         try:
             response = await self._http.post(path, content=body, timeout=timeout)
-        except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout, httpx.UnsupportedProtocol) as exc:
+        except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
             raise NotSent(_described(exc)) from exc
         except httpx.HTTPError as exc:
             raise MaybeSent(_described(exc)) from exc

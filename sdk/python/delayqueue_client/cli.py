@@ -267,7 +267,10 @@ def error_line(error: DelayQueueError) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    client = Client(args.url, args.token)
+    try:
+        client = Client(args.url, args.token)
+    except ValueError as exc:  # a URL that is not http(s)
+        parser.error(str(exc))
     try:
         with client:
             return args.handler(args, client)
