@@ -255,16 +255,17 @@ async def pull_messages(rt: Runtime, *, topic: str, batch: int = -1,
     a priority. Returns them and how many stay ready.
     Under a consume rate it hands out at most as many as there are tokens, and raises Throttled
     when there is none (of the namespace's bucket or the topic's). A paused topic hands out none."""
-    reply = await _pull(rt, topic=topic, batch=batch, ack_timeout_millis=ack_timeout_millis)
-    return reply.messages, reply.remaining
+    messages, reply = await _pull(rt, topic=topic, batch=batch, ack_timeout_millis=ack_timeout_millis)
+    return messages, reply.remaining
 
 
-async def _pull(rt: Runtime, *, topic: str, batch: int, ack_timeout_millis: int) -> scripts.PullReply:
-    """pull_messages' script reply, its messages in the API's form."""
+async def _pull(rt: Runtime, *, topic: str, batch: int,
+                ack_timeout_millis: int) -> tuple[list[dict], scripts.PullReply]:
+    """pull_messages' messages in the API's form, and the script's reply."""
     cfg = rt.config
     settings = (await _topic_settings(rt)).get(topic, DEFAULT_SETTINGS)
     if settings.paused:
-        return scripts.PullReply(0, [], 0, paused=True)
+        return [], scripts.PullReply(0, [], 0, paused=True)
     if ack_timeout_millis <= 0:
         ack_timeout_millis = settings.ack_timeout_millis or cfg.ack_timeout_millis
     batch = batch if batch > 0 else cfg.pull_batch
@@ -289,7 +290,7 @@ async def _pull(rt: Runtime, *, topic: str, batch: int, ack_timeout_millis: int)
                                       retry_after_millis=reply.retry_after_millis)
         await limits.count_refusals(rt, [refusal])
         raise refusal
-    return reply._replace(messages=[Message.from_stored(raw).to_wire() for raw in reply.messages])
+    return [Message.from_stored(raw).to_wire() for raw in reply.messages], reply
 
 
 def _time_up(waiter: asyncio.Future) -> None:
@@ -315,7 +316,7 @@ async def long_poll_messages(rt: Runtime, *, topic: str, batch: int = -1, ack_ti
             # Register before pulling, so a wake published between the pull and the wait is kept.
             waiter = notifier.register(topic)
             try:
-                reply = await _pull(rt, topic=topic, batch=batch, ack_timeout_millis=ack_timeout_millis)
+                messages, reply = await _pull(rt, topic=topic, batch=batch, ack_timeout_millis=ack_timeout_millis)
             except Throttled as exc:
                 notifier.discard(topic, waiter)
                 waiter = None
@@ -325,10 +326,10 @@ async def long_poll_messages(rt: Runtime, *, topic: str, batch: int = -1, ack_ti
                 await asyncio.sleep(pause)
                 continue
             time_left = deadline - loop.time()
-            if reply.messages or time_left <= 0:
-                if reply.messages and reply.remaining > 0:
+            if messages or time_left <= 0:
+                if messages and reply.remaining > 0:
                     await notifier.pass_on(topic, reply.remaining)
-                return reply.messages
+                return messages
             if reply.next_due_us > 0 and reply.next_due_us / 1_000_000 < time_left:
                 notifier.wake_at(topic, time.monotonic() + reply.next_due_us / 1_000_000)
             # A timer that resolves the waiter itself (False: time is up) holds fewer objects per

@@ -48,6 +48,10 @@ class _Connection:
         if time.monotonic() - self.idle_since > MAX_IDLE_SECONDS or self.conn.sock is None:
             return True
         try:
+            if hasattr(select, "poll"):  # select() cannot watch descriptors above FD_SETSIZE (1024)
+                poller = select.poll()
+                poller.register(self.conn.sock, select.POLLIN)
+                return bool(poller.poll(0))
             return bool(select.select([self.conn.sock], [], [], 0)[0])
         except (OSError, ValueError):
             return True
