@@ -184,6 +184,8 @@ def test_stats_of_every_topic_and_of_one(sdk_server, client):
     assert one == infos[0]
     human = ok(run_cli(sdk_server, "stats", "alpha"))
     assert human.splitlines()[1].split() == ["alpha", "1", "1", "0"] and "waiting, by time until due:" in human
+    buckets = [line.split() for line in human.split("waiting, by time until due:\n")[1].splitlines()]
+    assert ["sizeOf30dayToInfinite", "0"] in buckets and all(len(b) == 2 for b in buckets)  # label, count
 
 
 def test_dead_list_redrive_and_purge(sdk_server, client, scanner_process):

@@ -143,7 +143,9 @@ def cmd_stats(args, client: Client) -> int:
     if args.json:
         out(json.dumps(info))
     else:
-        buckets = "\n".join(f"  {name:<16}{count}" for name, count in info.get("waitingQueueInfo", {}).items())
+        waiting = info.get("waitingQueueInfo", {})
+        width = max(map(len, waiting), default=0) + 2  # the labels run to 20 characters (sizeOf30dayToInfinite)
+        buckets = "\n".join(f"  {name:<{width}}{count}" for name, count in waiting.items())
         out(topic_info_table([info]) + ("\nwaiting, by time until due:\n" + buckets if buckets else ""))
     return OK
 
