@@ -141,9 +141,19 @@ class Calls:
             retry = call.idempotent and transient(answer)
         return backoff(attempt, self.backoff_base, self.backoff_max) if retry else None
 
-    @staticmethod
-    def _unreachable(exc: TransportError) -> DelayQueueError:
-        return ServerError(f"delayqueue server unreachable: {exc}")
+    def _after_attempt(self, call: Call, attempt: int,
+                       posted: tuple[int, bytes] | TransportError) -> tuple[Any, float | None]:
+        """What one attempt of `call` came to, for Client._run and AsyncClient._run: (its result,
+        None) when final, (None, seconds to wait) when worth another; raises the call's error
+        when final. `posted`: the HTTP status and content, or why there was none."""
+        if isinstance(posted, TransportError):
+            wait = self._retry_after(call, attempt, posted, None)
+            if wait is None:
+                raise ServerError(f"delayqueue server unreachable: {posted}") from posted
+            return None, wait
+        answer = answer_of(*posted)
+        wait = self._retry_after(call, attempt, None, answer)
+        return (result_of(call, answer), None) if wait is None else (None, wait)
 
     def _run(self, call: Call):
         raise NotImplementedError

@@ -1,10 +1,11 @@
 """Client (blocking) and AsyncClient (asyncio): the same methods (see _calls.Calls), one pool of
 keep-alive connections each (see _http)."""
 import asyncio
+import itertools
 import time
 
 from delayqueue_client._http import AsyncPool, Pool, TransportError, encoded
-from delayqueue_client._calls import API_PATH, Call, Calls, answer_of, backoff, batch_results, merge_batch, result_of
+from delayqueue_client._calls import API_PATH, Call, Calls, backoff, batch_results, merge_batch
 
 
 class Client(Calls):
@@ -18,20 +19,16 @@ class Client(Calls):
         self._http = Pool(self.base_url + API_PATH, self._headers, timeout)
 
     def _run(self, call: Call):
-        attempt, body = 0, encoded(call.body)
-        while True:
+        body = encoded(call.body)
+        for attempt in itertools.count():
             try:
-                answer = answer_of(*self._http.post(call.endpoint, body, self.timeout + call.extra_timeout))
+                posted = self._http.post(call.endpoint, body, self.timeout + call.extra_timeout)
             except TransportError as exc:
-                wait = self._retry_after(call, attempt, exc, None)
-                if wait is None:
-                    raise self._unreachable(exc) from exc
-            else:
-                wait = self._retry_after(call, attempt, None, answer)
-                if wait is None:
-                    return result_of(call, answer)
+                posted = exc
+            result, wait = self._after_attempt(call, attempt, posted)
+            if wait is None:
+                return result
             time.sleep(wait)
-            attempt += 1
 
     def _send_batch(self, bodies: list[dict]) -> list:
         results, todo = [None] * len(bodies), list(range(len(bodies)))
@@ -69,20 +66,16 @@ class AsyncClient(Calls):
         self._http = AsyncPool(self.base_url + API_PATH, self._headers, timeout)
 
     async def _run(self, call: Call):
-        attempt, body = 0, encoded(call.body)
-        while True:
+        body = encoded(call.body)
+        for attempt in itertools.count():
             try:
-                answer = answer_of(*await self._http.post(call.endpoint, body, self.timeout + call.extra_timeout))
+                posted = await self._http.post(call.endpoint, body, self.timeout + call.extra_timeout)
             except TransportError as exc:
-                wait = self._retry_after(call, attempt, exc, None)
-                if wait is None:
-                    raise self._unreachable(exc) from exc
-            else:
-                wait = self._retry_after(call, attempt, None, answer)
-                if wait is None:
-                    return result_of(call, answer)
+                posted = exc
+            result, wait = self._after_attempt(call, attempt, posted)
+            if wait is None:
+                return result
             await asyncio.sleep(wait)
-            attempt += 1
 
     async def _send_batch(self, bodies: list[dict]) -> list:
         results, todo = [None] * len(bodies), list(range(len(bodies)))
