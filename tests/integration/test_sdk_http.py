@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from delayqueue_client import Client, ServerError
+from delayqueue_client import AsyncClient, Client, ServerError
 
 ENVELOPE = json.dumps({"code": 200, "msg": "success", "data": {"topic": "t"}, "done": True}).encode()
 
@@ -123,3 +123,20 @@ def test_a_long_poll_waits_its_wait_beyond_the_client_timeout(serve):
     server = serve(slow)
     with Client(server.url, timeout=0.3, max_retries=0) as client:
         assert client.pull("t", wait_ms=1000) == []
+
+
+async def test_the_async_client_retries_as_the_blocking_one(serve):
+    server = serve(lambda conn, nth: False)  # reads each request, closes without an answer
+    async with AsyncClient(server.url, max_retries=2, backoff_base=0.001) as client:
+        with pytest.raises(ServerError, match="unreachable: RemoteProtocolError"):
+            await client.ack("t", "m1")
+        assert server.requests == 1  # not idempotent: it may have been taken
+        with pytest.raises(ServerError, match="unreachable: RemoteProtocolError"):
+            await client.topic_info("t")
+        assert server.requests == 1 + 3
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))  # bound, never listening: refused before anything was sent
+        async with AsyncClient(f"http://127.0.0.1:{holder.getsockname()[1]}", max_retries=1,
+                               backoff_base=0.001) as client:
+            with pytest.raises(ServerError, match="unreachable: ConnectError"):
+                await client.ack("t", "m1")
