@@ -110,10 +110,10 @@ class SendReply(NamedTuple):
 
 class PullReply(NamedTuple):
     remaining: int  # messages left ready (every priority)
-    messages: list[str]  # the pulled messages' stored json, oldest first
+    messages: list[str]  # the pulled messages' stored json, highest priority first, then oldest first
     retry_after_millis: int  # > 0: the topic's consume rate allowed no message, for this long
     paused: bool = False  # the topic is paused: nothing handed out
-    next_due_us: int = -1  # µs until the topic's next waiting message is due (-1: none, or not looked at)
+    next_due_us: int = -1  # µs until the topic's next waiting message is due (-1: none; 0: not looked at)
 
 
 class Grant(NamedTuple):

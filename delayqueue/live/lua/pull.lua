@@ -25,9 +25,9 @@
 -- ARGV[7] actor: 'process@host' for the history, '' with the message log off
 -- ARGV[8] consume_rate: messages a second, 0 for no limit
 -- ARGV[9] promote_limit: most due messages made ready first
--- ARGV[10] ready_channel: published when that makes the ready list non-empty
+-- ARGV[10] ready_channel: published when messages this pull made ready are left for others
 -- Returns {messages left ready (every priority), 0, µs until the next waiting message is due (-1:
--- none), json1, json2, ...}, or {messages in ready, ms until a token} when the consume rate allows
+-- none; 0 when the pull handed out messages: not looked at), json1, json2, ...}, or {messages in ready, ms until a token} when the consume rate allows
 -- none now, or {messages in ready, -1} when the topic is paused.
 -- @include clock
 -- @include token_bucket
@@ -55,7 +55,8 @@ if rate > 0 then
   end
   batch = math.min(batch, math.floor(tokens))
 end
-promote(t, stats, interval, now, tonumber(ARGV[9]), ARGV[10], ARGV[6])
+-- No channel: this pull takes what it made ready; only what it leaves is published, below.
+local _, promoted = promote(t, stats, interval, now, tonumber(ARGV[9]), nil, ARGV[6])
 local deadline = now + tonumber(ARGV[2])
 local earliest_deadline = next_due(inflight, now_us)
 
@@ -103,5 +104,10 @@ if pulled > 0 and (earliest_deadline < 0 or (deadline - now) * 1000 < earliest_d
   redis.call('PUBLISH', ARGV[5], ARGV[6])
 end
 out[1] = ready_count(t)
-out[3] = next_due(t.waiting, now_us)
+if promoted > 0 and out[1] > 0 then
+  redis.call('PUBLISH', ARGV[10], ARGV[6])
+end
+if pulled == 0 then  -- only a long poll that got nothing waits for the next due time
+  out[3] = next_due(t.waiting, now_us)
+end
 return out

@@ -1,13 +1,17 @@
--- The body of promote_due and requeue_timed_out: takes up to `limit` due members of a sorted
--- set, hands each message still there to decide(id, message), which answers true when it made
--- the message ready, and wakes long pollers once if the ready list was empty and got messages.
--- due_to_ready(t, sorted set key, now ms, limit, ready channel, topic, decide) -> ids taken, made ready
+-- The body of promote (promote_due, pull) and requeue_timed_out: takes up to `limit` due members
+-- of a sorted set, hands each message still there to decide(id, message), which answers true when
+-- it made the message ready, and, given a channel, wakes long pollers once if the topic had no
+-- ready message (at any priority) and now has some.
+-- due_to_ready(t, sorted set key, now ms, limit, ready channel or nil, topic, decide) -> ids taken, made ready
 --   t: ready, prioritised, msgs (keys)
 -- @include take_due
 -- @include ready_queue
 local function due_to_ready(t, zset, now, limit, channel, topic, decide)
   local ids = redis.call('ZRANGEBYSCORE', zset, '-inf', now, 'LIMIT', 0, limit)
-  local was_empty = ready_count(t) == 0
+  if #ids == 0 then  -- the common case: nothing due, nothing more to read
+    return ids, 0
+  end
+  local was_empty = channel and ready_count(t) == 0
   local made_ready = 0
   take_due(zset, t.msgs, ids, function(id, m)
     if decide(id, m) then

@@ -1,7 +1,7 @@
 -- Moves due waiting messages to ready (each at its priority) in triggerTime order and wakes long
 -- pollers; one already past its TTL is ended (expired) instead. The scanner's promote_due, and
 -- pull, so a consumer that comes for a message the moment it is due need not wait for the scanner.
--- promote(t, stats key, stats interval, now ms, limit, ready channel, topic) -> ids taken, moved
+-- promote(t, stats key, stats interval, now ms, limit, ready channel or nil, topic) -> ids taken, moved
 --   t: waiting, ready, prioritised, msgs, expiry, ended, events (keys), actor, retention
 -- @include stats
 -- @include lateness
