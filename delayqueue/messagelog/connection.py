@@ -93,3 +93,14 @@ class LogConnection:
                 await conn.close()
             except Exception:
                 pass
+
+
+@contextlib.asynccontextmanager
+async def one_use(timeout_millis: int):
+    """A LogConnection's connection for one piece of work (a page, a call), closed after it."""
+    db = LogConnection(timeout_millis)
+    try:
+        async with db.use() as conn:
+            yield conn
+    finally:
+        await db.close()

@@ -26,7 +26,7 @@ from psycopg.types.json import Jsonb
 from delayqueue.constants import Status
 from delayqueue.epoch import now_millis
 from delayqueue.messagelog import sql
-from delayqueue.messagelog.connection import LogConnection
+from delayqueue.messagelog.connection import LogConnection, one_use
 from delayqueue.messages import Message
 from delayqueue.outage import Outage, describe
 from delayqueue.services import send_call
@@ -38,16 +38,6 @@ CLAIM_EVERY_SECONDS = 1.0
 # A batch is a tenth of a second's worth at the task's rate (at least 1, at most this many).
 MAX_BATCH = 1000
 RETRY_AFTER_FAILURE = 0.5
-
-
-@contextlib.asynccontextmanager
-async def _connection(rt):
-    db = LogConnection(rt.config.log_timeout_millis)
-    try:
-        async with db.use() as conn:
-            yield conn
-    finally:
-        await db.close()
 
 
 def _scope(rt, topic: str, msg_ids: list[str] | None) -> dict:
@@ -68,7 +58,7 @@ async def dead_letters(rt, *, topic: str, limit: int, cursor: str | None,
     """One page of the topic's dead letters, oldest death first, each as the API shows a message
     plus deadReason and deadTime (ms); and the cursor of the next page (None after the last)."""
     after, after_id = parse_cursor(cursor)
-    async with _connection(rt) as conn:
+    async with one_use(rt.config.log_timeout_millis) as conn:
         found = await conn.execute(sql.DEAD_PAGE, {**_scope(rt, topic, msg_ids), "after": after, "after_id": after_id,
                                                    "limit": limit + 1})
         rows = await found.fetchall()
@@ -86,7 +76,7 @@ async def purge_dead_letters(rt, *, topic: str, msg_ids: list[str] | None = None
     """Removes the topic's dead letters (only those in msg_ids when given) and their history, in
     batches of one transaction each; answers how many messages went."""
     removed = 0
-    async with _connection(rt) as conn:
+    async with one_use(rt.config.log_timeout_millis) as conn:
         while True:
             found = await conn.execute(sql.PURGE_DEAD, {**_scope(rt, topic, msg_ids), "batch": batch})
             count = (await found.fetchone())[0]
@@ -98,7 +88,7 @@ async def purge_dead_letters(rt, *, topic: str, msg_ids: list[str] | None = None
 async def create_redrive(rt, *, topic: str, msg_ids: list[str] | None, max_per_second: int) -> int | None:
     """A redrive task for the topic's dead letters (those in msg_ids when given); its id, or None
     when there is no such dead letter. The scanners run it."""
-    async with _connection(rt) as conn:
+    async with one_use(rt.config.log_timeout_millis) as conn:
         found = await conn.execute(sql.CREATE_REDRIVE, {
             **_scope(rt, topic, msg_ids), "msg_ids_json": None if msg_ids is None else Jsonb(msg_ids),
             "rate": max_per_second})
@@ -126,7 +116,7 @@ class Task:
 
 async def redrive_state(rt, *, task_id: int) -> dict | None:
     """moved, left and state (running, done) of a task of this namespace; None if there is none."""
-    async with _connection(rt) as conn:
+    async with one_use(rt.config.log_timeout_millis) as conn:
         found = await conn.execute(sql.REDRIVE_STATE, {"id": task_id, "namespace": rt.ns.namespace})
         row = await found.fetchone()
         if row is None:

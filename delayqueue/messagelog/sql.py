@@ -291,11 +291,12 @@ WHERE m.namespace = ANY(%(namespaces)s::text[]) AND (%(topic)s::text IS NULL OR 
   AND {KEEPS_DEAD}
 GROUP BY m.namespace, m.topic
 """
-# Unfinished redrive tasks of the namespaces given, each as REDRIVE_STATE answers it with its
+# Unfinished redrive tasks of the namespaces given (of one topic, when given), each as REDRIVE_STATE answers it with its
 # namespace first (how many it has still to move: REDRIVE_LEFT, per task).
 RUNNING_REDRIVES = f"""
 SELECT namespace, {_TASK} FROM {REDRIVE_TABLE}
 WHERE namespace = ANY(%(namespaces)s::text[]) AND done_at IS NULL
+  AND (%(topic)s::text IS NULL OR topic = %(topic)s)
 ORDER BY id
 """
 

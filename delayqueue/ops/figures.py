@@ -7,7 +7,7 @@ from delayqueue import selectors
 from delayqueue.constants import CHART_MINUTES, LATENESS_BOUNDS_MS, MAX_PRIORITY, PRIORITY_BAND
 from delayqueue.live.keys import topic_keys
 from delayqueue.messagelog import deadletters, sql
-from delayqueue.messagelog.connection import LogConnection
+from delayqueue.messagelog.connection import one_use
 from delayqueue.messages import Message
 from delayqueue.runtime import Runtime
 
@@ -166,23 +166,18 @@ class RunningRedrive:
 
 async def log_figures(rt: Runtime, *, namespaces: list[str], topic: str | None = None
                       ) -> tuple[dict[tuple[str, str], int], list[RunningRedrive]]:
-    """Dead letters per (namespace, topic) (one topic's when given) and the unfinished redrive
-    tasks with their progress, of the namespaces given: two statements on one connection, and one
+    """Dead letters per (namespace, topic) and the unfinished redrive tasks with their progress,
+    of the namespaces given (of one topic when given): two statements on one connection, and one
     more per unfinished task.
     Raises LogUnavailable."""
-    db = LogConnection(rt.config.log_timeout_millis)
-    try:
-        async with db.use() as conn:
-            found = await conn.execute(sql.DEAD_COUNTS, {"namespaces": namespaces, "topic": topic})
-            dead = {(namespace, name): count for namespace, name, count in await found.fetchall()}
-            found = await conn.execute(sql.RUNNING_REDRIVES, {"namespaces": namespaces})
-            redrives = []
-            for namespace, *row in await found.fetchall():
-                task = deadletters.Task(*row)
-                redrives.append(RunningRedrive(task.id, namespace, task.topic, task.max_per_second, task.moved,
-                                               await deadletters.left_to_move(conn, namespace=namespace, task=task)))
-    finally:
-        await db.close()
-    if topic is not None:
-        redrives = [r for r in redrives if r.topic == topic]
+    scope = {"namespaces": namespaces, "topic": topic}
+    async with one_use(rt.config.log_timeout_millis) as conn:
+        found = await conn.execute(sql.DEAD_COUNTS, scope)
+        dead = {(namespace, name): count for namespace, name, count in await found.fetchall()}
+        found = await conn.execute(sql.RUNNING_REDRIVES, scope)
+        redrives = []
+        for namespace, *row in await found.fetchall():
+            task = deadletters.Task(*row)
+            redrives.append(RunningRedrive(task.id, namespace, task.topic, task.max_per_second, task.moved,
+                                           await deadletters.left_to_move(conn, namespace=namespace, task=task)))
     return dead, redrives
