@@ -3,6 +3,7 @@ socket servers that misbehave as servers and proxies do: closing a kept-alive co
 request arrives, closing without an answer, never answering."""
 import json
 import socket
+import struct
 import threading
 import time
 
@@ -89,6 +90,22 @@ def test_a_kept_alive_connection_closed_as_the_request_arrives_is_replaced_and_t
         assert client.topic_info("t") == {"topic": "t"}
         assert client.ack("t", "m1") is True
         assert server.connections == 2 and server.requests == 3
+
+
+def test_an_answer_cut_after_it_began_on_a_kept_alive_connection_is_not_sent_again(serve):
+    def cut_second(conn, nth):
+        if nth == 1:
+            return answer(conn)
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 500\r\n\r\n{\"code\"")
+        conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # reset, not a clean close
+        return False
+
+    server = serve(cut_second)
+    with Client(server.url, max_retries=2, backoff_base=0.001) as client:
+        assert client.topic_info("t") == {"topic": "t"}
+        with pytest.raises(ServerError, match="unreachable"):
+            client.ack("t", "m1")  # the server may have acked it: not sent again
+        assert server.requests == 2
 
 
 def test_a_connection_closed_without_an_answer_fails_a_fresh_call_and_is_retried_only_when_idempotent(serve):

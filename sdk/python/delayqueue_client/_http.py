@@ -77,29 +77,31 @@ class Pool:
         conn, reused = self._take()
         try:
             try:
-                return self._exchange(conn, path, body, timeout)
+                response = self._ask(conn, path, body, timeout)
             except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError):
                 if not reused:
                     raise
-            # A reused connection the server closed before reading the request (no answer
-            # started): the request was not processed, so it goes once more on a new connection.
-            conn.close()
-            conn = self._connect()
-            return self._exchange(conn, path, body, timeout)
+                # A reused connection the server closed before answering (no status line came):
+                # the request was not processed, so it goes once more on a new connection.
+                conn.close()
+                conn = self._connect()
+                response = self._ask(conn, path, body, timeout)
+            content = response.read()  # an answer begun and then cut is never sent again
         except (OSError, http.client.HTTPException) as exc:
             conn.close()
             raise MaybeSent(_described(exc)) from exc
-
-    def _exchange(self, conn: http.client.HTTPConnection, path: str, body: bytes, timeout: float) -> tuple[int, bytes]:
-        conn.sock.settimeout(timeout)
-        conn.request("POST", self._prefix + path, body, self._headers)
-        response = conn.getresponse()
-        content = response.read()
         if response.will_close:
             conn.close()
         else:
             self._give_back(conn)
         return response.status, content
+
+    def _ask(self, conn: http.client.HTTPConnection, path: str, body: bytes,
+             timeout: float) -> http.client.HTTPResponse:
+        """Sends the request and reads the status line and headers."""
+        conn.sock.settimeout(timeout)
+        conn.request("POST", self._prefix + path, body, self._headers)
+        return conn.getresponse()
 
     def _take(self) -> tuple[http.client.HTTPConnection, bool]:
         while True:
