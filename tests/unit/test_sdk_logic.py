@@ -129,6 +129,23 @@ def test_merge_batch_places_answers_and_picks_only_unavailable_items_to_send_aga
     assert results[1].msg == "message 0: redis unavailable: timeout"
 
 
+def test_a_resend_that_fails_as_a_whole_keeps_what_the_first_answer_stored():
+    class FlakyBatchClient(Client):
+        """A Client whose server stores the first item, is unavailable for the second, then unreachable."""
+        calls = 0
+
+        def _run(self, call):
+            self.calls += 1
+            if self.calls == 1:
+                return [Message.from_api(API_MESSAGE), ServerError("message 1: redis unavailable: timeout")]
+            raise ServerError("delayqueue server unreachable: ConnectionRefusedError")
+
+    with FlakyBatchClient("http://127.0.0.1:9", backoff_base=0.001) as client:
+        stored, failed = client._send_batch([{"msgId": "m1"}, {"msgId": "m2"}])
+    assert stored.msg_id == "m1"  # stored by the first answer: never reported as failed
+    assert isinstance(failed, ServerError) and "unreachable" in failed.msg
+
+
 @pytest.mark.parametrize("url", ["ftp://queue.example", "queue.example:8000", "http://"])
 def test_a_server_url_that_is_not_http_is_refused_by_both_clients(url):
     with pytest.raises(ValueError, match="must be http"):

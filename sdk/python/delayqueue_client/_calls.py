@@ -93,9 +93,15 @@ def batch_results(answer: dict) -> list:
             for r in answer["results"]]
 
 
-def merge_batch(results: list, todo: list[int], answered: list, retry: bool) -> list[int]:
+def merge_batch(results: list, todo: list[int], answered: list | DelayQueueError, retry: bool) -> list[int]:
     """Puts a sendMsgBatch answer for the positions `todo` into `results`; answers the positions a
-    store was unavailable for (an item's own 500 in a 200 answer), to send again when `retry`."""
+    store was unavailable for (an item's own 500 in a 200 answer), to send again when `retry`.
+    A resend that failed as a whole (`answered` is its error) is each of its positions' error:
+    the positions an earlier answer stored keep their messages."""
+    if isinstance(answered, DelayQueueError):
+        for position in todo:
+            results[position] = answered
+        return []
     again = []
     for position, result in zip(todo, answered):
         results[position] = result
@@ -175,6 +181,10 @@ class Calls:
     def _send_batch(self, bodies: list[dict]):
         """sendMsgBatch of these bodies; items a store was unavailable for are sent again (same msgIds)."""
         raise NotImplementedError
+
+    @staticmethod
+    def _batch_call(bodies: list[dict], todo: list[int]) -> Call:
+        return Call("sendMsgBatch", [bodies[i] for i in todo], batch_results, idempotent=True)
 
     def get(self, topic: str, msg_id: str) -> Message | None:
         return self._run(Call("getMsg", {"topic": topic, "msgId": msg_id}, lambda a: Message.from_api(a["delayMsg"]),

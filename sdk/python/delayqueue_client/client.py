@@ -5,7 +5,8 @@ import itertools
 import time
 
 from delayqueue_client._http import AsyncPool, Pool, TransportError, encoded
-from delayqueue_client._calls import API_PATH, Call, Calls, backoff, batch_results, merge_batch
+from delayqueue_client._calls import API_PATH, Call, Calls, backoff, merge_batch
+from delayqueue_client.errors import DelayQueueError
 
 
 class Client(Calls):
@@ -33,7 +34,12 @@ class Client(Calls):
     def _send_batch(self, bodies: list[dict]) -> list:
         results, todo = [None] * len(bodies), list(range(len(bodies)))
         for attempt in range(self.max_retries + 1):
-            answered = self._run(Call("sendMsgBatch", [bodies[i] for i in todo], batch_results, idempotent=True))
+            try:
+                answered = self._run(self._batch_call(bodies, todo))
+            except DelayQueueError as exc:
+                if attempt == 0:
+                    raise  # the whole batch failed: nothing of it is known stored
+                answered = exc
             todo = merge_batch(results, todo, answered, attempt < self.max_retries)
             if not todo:
                 break
@@ -80,8 +86,12 @@ class AsyncClient(Calls):
     async def _send_batch(self, bodies: list[dict]) -> list:
         results, todo = [None] * len(bodies), list(range(len(bodies)))
         for attempt in range(self.max_retries + 1):
-            answered = await self._run(Call("sendMsgBatch", [bodies[i] for i in todo], batch_results,
-                                            idempotent=True))
+            try:
+                answered = await self._run(self._batch_call(bodies, todo))
+            except DelayQueueError as exc:
+                if attempt == 0:
+                    raise  # the whole batch failed: nothing of it is known stored
+                answered = exc
             todo = merge_batch(results, todo, answered, attempt < self.max_retries)
             if not todo:
                 break
