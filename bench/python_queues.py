@@ -182,14 +182,10 @@ def requests_rows(urls: dict, env: dict, messages: int) -> dict:
 
 def sdk_rows(urls: dict, env: dict, messages: int, worker_options: dict) -> dict:
     try:
-        from delayqueue_client import Client
+        from delayqueue_client import Client, Worker
     except ImportError:
         print("SDK rows: delayqueue_client not installed", flush=True)
         return {}
-    try:
-        from delayqueue_client import Worker
-    except ImportError:  # the client's send rows are worth measuring before its Worker exists
-        Worker = None
     rows = {}
     print("delayqueue_client", flush=True)
     clients = {log: Client(urls[log]) for log in ("on", "off")}
@@ -214,9 +210,6 @@ def sdk_rows(urls: dict, env: dict, messages: int, worker_options: dict) -> dict
             rows[f"sdk send log {log}"] = messages / (time.perf_counter() - started)
             show_rate(f"sequential Client.send, log {log}", rows[f"sdk send log {log}"])
 
-        if Worker is None:
-            print("SDK worker rows: delayqueue_client has no Worker", flush=True)
-            return rows
         for count in (1, 2):
             empty_redis(env["REDIS_URL"])
             topic = f"drain{count}"

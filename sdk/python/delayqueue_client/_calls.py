@@ -4,7 +4,7 @@ which sends it (Client) or returns the coroutine that sends it (AsyncClient)."""
 import json
 import os
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, NamedTuple
 from urllib.parse import urlsplit
 
@@ -38,7 +38,6 @@ class Call:
     idempotent: bool
     not_found: Any = _RAISE  # what a 404 answers instead of raising NotFound
     extra_timeout: float = 0.0  # a long poll's wait, on top of the client's timeout
-    headers: dict = field(default_factory=dict)
 
 
 def answer_of(status: int, content: bytes) -> dict:
@@ -52,14 +51,9 @@ def answer_of(status: int, content: bytes) -> dict:
     return answer
 
 
-def transient(answer: dict) -> bool:
+def transient(code: int, msg: str) -> bool:
     """A 500 saying a store is unavailable (`redis unavailable: ...`): worth another try."""
-    return answer["code"] == 500 and "unavailable" in str(answer.get("msg", ""))
-
-
-def transient_error(error: DelayQueueError) -> bool:
-    """transient() for a sendMsgBatch item's error."""
-    return error.code == 500 and "unavailable" in error.msg
+    return code == 500 and "unavailable" in msg
 
 
 def result_of(call: Call, answer: dict) -> Any:
@@ -105,7 +99,7 @@ def merge_batch(results: list, todo: list[int], answered: list | DelayQueueError
     again = []
     for position, result in zip(todo, answered):
         results[position] = result
-        if retry and isinstance(result, DelayQueueError) and transient_error(result):
+        if retry and isinstance(result, DelayQueueError) and transient(result.code, result.msg):
             again.append(position)
     return again
 
@@ -144,7 +138,7 @@ class Calls:
         if exc is not None:  # a request that may have reached the server is sent again only when idempotent
             retry = isinstance(exc, NotSent) or (call.idempotent and isinstance(exc, MaybeSent))
         else:
-            retry = call.idempotent and transient(answer)
+            retry = call.idempotent and transient(answer["code"], str(answer.get("msg", "")))
         return backoff(attempt, self.backoff_base, self.backoff_max) if retry else None
 
     def _after_attempt(self, call: Call, attempt: int,

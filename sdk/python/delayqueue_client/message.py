@@ -3,8 +3,6 @@ import os
 import time
 from dataclasses import dataclass
 
-WAITING, READY, CONSUMING, ACKED, EXPIRED, DEAD, DELETED = range(1, 8)
-
 
 @dataclass(frozen=True, slots=True)
 class Message:

@@ -75,6 +75,7 @@ class Worker:
         self._stopping = False
         self._held: dict[str, _Held] = {}
         self._unhandled = 0  # held messages whose handler has not returned
+        self._room_changed: asyncio.Event | None = None  # run_async's wake for its polls (threads: _room)
         self._lock = threading.Lock()
         self._room = threading.Condition(self._lock)
 
@@ -105,7 +106,7 @@ class Worker:
         with self._room:
             for msg_id in msg_ids:
                 self._held.pop(msg_id, None)
-            self._room.notify_all()
+            self._room_freed()
 
     def _finished(self, msg_id: str, seconds: float | None) -> None:
         """The handler of msg_id returned (or raised) after `seconds` (None: it never started)."""
@@ -115,7 +116,13 @@ class Worker:
             self._unhandled -= 1
             if self.adaptive and seconds is not None:
                 self._timed(seconds)
-            self._room.notify_all()
+            self._room_freed()
+
+    def _room_freed(self) -> None:
+        """Wakes a poll waiting for room (called holding _room)."""
+        self._room.notify_all()
+        if self._room_changed is not None:
+            self._room_changed.set()
 
     def _timed(self, seconds: float) -> None:
         mean = self._handler_seconds
@@ -371,7 +378,6 @@ class Worker:
         except BaseException as exc:  # a cancelled handler too: its message is nacked, then it is cancelled
             error = exc
         self._finished(message.msg_id, time.monotonic() - started if started is not None else None)
-        self._room_changed.set()
         results.put_nowait((message.msg_id, self._outcome(message, error)))
         if error is not None and not isinstance(error, Exception):
             raise error
