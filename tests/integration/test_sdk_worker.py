@@ -15,7 +15,7 @@ from contextlib import contextmanager
 import pytest
 
 from delayqueue.models import MessageEvent
-from delayqueue_client import AsyncClient, Client, DeadLetter, Worker
+from delayqueue_client import AsyncClient, Client, DeadLetter, ServerError, Worker
 from tests.helpers import ROOT, scanner_env, wait_for
 
 pytestmark = pytest.mark.process
@@ -125,6 +125,31 @@ def test_a_handler_slower_than_the_ack_timeout_is_touched_and_delivered_once(cli
     assert (history.count("pulled"), history.count("acked")) == (1, 1)
     assert history.count("touched") >= 3 and "ack_timeout" not in history
     assert client.settled == {"ack": ["s1"]}
+
+
+def test_acks_refused_for_a_while_are_retried_while_the_running_handlers_stay_touched(client, scanner):
+    # The ackMsgBatch calls fail (500: store unavailable) for 1.5 s; meanwhile the slow handler's
+    # message must stay touched while f1's ack is tried again.
+    client.send("flaky", "fast", msg_id="f1")
+    client.send("flaky", "slow", msg_id="s1")
+    refuse_until = time.monotonic() + 1.5
+    ack_many = client.ack_many
+
+    def refusing_ack_many(topic, msg_ids, **kwargs):
+        if time.monotonic() < refuse_until:
+            raise ServerError("redis unavailable: failing over")
+        return ack_many(topic, msg_ids, **kwargs)
+    client.ack_many = refusing_ack_many
+
+    def handler(message):
+        if message.msg_id == "s1":
+            time.sleep(2.0)  # over three ack timeouts, while the acks are refused
+
+    with running(Worker(client, "flaky", handler, concurrency=2, ack_timeout_ms=600, wait_ms=300)):
+        wait_for(lambda: all("acked" in reasons("flaky", i) for i in ("f1", "s1")), timeout=15, what="both acked")
+    history = reasons("flaky", "s1")  # f1, done and unacked past its deadline, may come back: at least once
+    assert (history.count("pulled"), history.count("acked")) == (1, 1) and "ack_timeout" not in history
+    assert history.count("touched") >= 3
 
 
 def test_concurrency_bounds_the_handlers_and_the_batch_the_messages_in_hand(client):

@@ -274,7 +274,7 @@ class Worker:
         results.put((message.msg_id, self._outcome(message, error)))
 
     def _settle_thread(self, results: queue.SimpleQueue) -> None:
-        closing = False
+        closing, again = False, []
         while not closing or self._held:
             gathered = []
             try:  # results that arrive while the previous call was out share the next one
@@ -287,17 +287,17 @@ class Worker:
                     item = results.get_nowait()
             except queue.Empty:
                 pass
-            for outcome, msg_ids in self._settle_groups(gathered):
-                while True:
-                    try:
-                        done = self.client.ack_many(self.topic, msg_ids, **self._settle_kwargs(outcome))
-                    except DelayQueueError as error:
-                        if self._settle_failed(outcome, msg_ids, error):
-                            time.sleep(0.1)
-                            continue
-                    else:
-                        self._settled(outcome, msg_ids, done)
-                    break
+            # A failed call is tried again on the next turn (at most POLL_STEP later), after the
+            # touches: a server refusing acks for a while must not let running messages time out.
+            groups, again = again + self._settle_groups(gathered), []
+            for outcome, msg_ids in groups:
+                try:
+                    done = self.client.ack_many(self.topic, msg_ids, **self._settle_kwargs(outcome))
+                except DelayQueueError as error:
+                    if self._settle_failed(outcome, msg_ids, error):
+                        again.append((outcome, msg_ids))
+                else:
+                    self._settled(outcome, msg_ids, done)
             for msg_id in self._due_touches():
                 called_at = time.monotonic()
                 try:
@@ -383,7 +383,7 @@ class Worker:
             raise error
 
     async def _settle_task(self, results: asyncio.Queue) -> None:
-        closing = False
+        closing, again = False, []
         while not closing or self._held:
             gathered = []
             try:
@@ -396,17 +396,15 @@ class Worker:
                     item = results.get_nowait()
             except (asyncio.TimeoutError, asyncio.QueueEmpty):
                 pass
-            for outcome, msg_ids in self._settle_groups(gathered):
-                while True:
-                    try:
-                        done = await self.client.ack_many(self.topic, msg_ids, **self._settle_kwargs(outcome))
-                    except DelayQueueError as error:
-                        if self._settle_failed(outcome, msg_ids, error):
-                            await asyncio.sleep(0.1)
-                            continue
-                    else:
-                        self._settled(outcome, msg_ids, done)
-                    break
+            groups, again = again + self._settle_groups(gathered), []  # as in _settle_thread
+            for outcome, msg_ids in groups:
+                try:
+                    done = await self.client.ack_many(self.topic, msg_ids, **self._settle_kwargs(outcome))
+                except DelayQueueError as error:
+                    if self._settle_failed(outcome, msg_ids, error):
+                        again.append((outcome, msg_ids))
+                else:
+                    self._settled(outcome, msg_ids, done)
             for msg_id in self._due_touches():
                 called_at = time.monotonic()
                 try:
