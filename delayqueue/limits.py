@@ -1,7 +1,7 @@
 """Rate limits and live-message caps, per namespace and per topic, as web processes enforce them.
 
 The operator sets them in PostgreSQL (the Limit model: the admin, `manage.py set_limits`). Each
-Runtime reads its namespace's limits on first use and every REFRESH_SECONDS after (LimitCache, a
+Runtime reads its namespace's limits on first use and every refreshed.REFRESH_SECONDS after (LimitCache, a
 messagelog/refreshed.RefreshedTable),
 so a change takes effect on every web process within a second, and a namespace without limits
 costs a send or a pull one empty-table test. What they count lives in Redis, shared by every

@@ -5,12 +5,6 @@ from dataclasses import dataclass
 
 import orjson
 
-# The wire fields in the order the API answers them; "priority" only when above 0, so a message
-# sent without one answers exactly as before priorities (and as camellia's).
-WIRE_FIELDS = ("topic", "msgId", "msg", "produceTime", "triggerTime", "expireTime", "maxRetry", "retry", "status",
-               "priority")
-
-
 @dataclass(slots=True)  # not frozen: a frozen dataclass costs 6x as much to build, per message
 class Message:
     """A message; times are epoch milliseconds."""
@@ -34,7 +28,7 @@ class Message:
         wire = {"topic": self.topic, "msgId": self.msg_id, "msg": self.payload, "produceTime": self.produce_time,
                 "triggerTime": self.trigger_time, "expireTime": self.expire_time, "maxRetry": self.max_retry,
                 "retry": self.retry, "status": self.status}
-        if self.priority:
+        if self.priority:  # only above 0: a message sent without one answers exactly as camellia's
             wire["priority"] = self.priority
         return wire
 

@@ -115,8 +115,7 @@ async def topic_config(rt: Runtime, *, topic: str) -> dict:
     of 0: none), read from PostgreSQL now. Raises LogUnavailable."""
     cfg = rt.config
     settings = (await rt.topic_configs.fresh()).get(topic, DEFAULT_SETTINGS)
-    await rt.limits.fresh()
-    limits = (rt.limits.current or {}).get(topic, Limits())
+    limits = (await rt.limits.fresh()).get(topic, Limits())
     return {
         "topic": topic,
         "ttlMillis": settings.ttl_millis if settings.ttl_millis is not None else cfg.ttl_millis,

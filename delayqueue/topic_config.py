@@ -2,7 +2,7 @@
 
 PostgreSQL holds them. Two copies serve the hot paths:
 
-- Each Runtime reads its namespace's settings on first use and every REFRESH_SECONDS after
+- Each Runtime reads its namespace's settings on first use and every refreshed.REFRESH_SECONDS after
   (TopicConfigCache, a messagelog/refreshed.RefreshedTable, as the limits are), so a send or a pull never waits on PostgreSQL or
   depends on Redis for its defaults, and a change is in force on every web process within a
   second (at once on the process that made it, which reads again).
@@ -42,7 +42,7 @@ class TopicSettings:
 
 DEFAULT = TopicSettings()
 
-# Meta hash field -> how a TopicSettings gives its value, as the scripts read it.
+# Meta hash field -> how a TopicSettings gives its value; the scripts read all but dead_letter (see above).
 MIRROR_FIELDS = {
     "retry_backoff": lambda s: s.retry_backoff_millis,
     "retry_backoff_max": lambda s: s.retry_backoff_max_millis,

@@ -287,12 +287,16 @@ class MsgIdListSerializer(serializers.Serializer):
         return value
 
 
+# getDeadMsgList's nextCursor: the last row's death time (µs) and id; the admin's pages take it too.
+DEAD_CURSOR = re.compile(r"^[0-9]{1,18}\.[0-9]{1,18}$")
+
+
 class DeadMsgListSerializer(TopicSerializer):
     limit = serializers.IntegerField(required=False, default=DEAD_LIST_DEFAULT_LIMIT, min_value=1,
                                      max_value=DEAD_LIST_MAX_LIMIT,
                                      help_text=f"most dead letters in the page (default {DEAD_LIST_DEFAULT_LIMIT})")
     cursor = serializers.RegexField(
-        r"^[0-9]{1,18}\.[0-9]{1,18}$", required=False, max_length=64,
+        DEAD_CURSOR, required=False, max_length=64,
         error_messages={"invalid": "not a nextCursor that getDeadMsgList answered"},
         help_text="the nextCursor of the previous page; absent: the first page")
 

@@ -1,7 +1,7 @@
-"""Wakes long polls held in this process when a topic's ready list gets messages.
+"""Wakes long polls held in this process when a topic gets ready messages.
 
 One pub/sub subscription per process. The Lua scripts publish a topic on its ready
-channel when its ready list goes from empty to non-empty; each process then wakes its
+channel when it goes from no ready message to some (any priority); each process then wakes its
 oldest waiter on that topic. A waiter that pulls and sees messages left wakes the next
 one (`pass_on`), across processes if this one has nobody left waiting.
 
@@ -27,12 +27,11 @@ class ReadyNotifier:
         self._task: asyncio.Task | None = None
         self._subscribed = asyncio.Event()
         self._publisher = None
-        self._timer: PreciseTimer | None = None
+        self._timer: PreciseTimer | None = None  # its thread starts with the first wake_at
         self._due_wakes: dict[str, float] = {}  # topic -> the earliest wake asked for (time.monotonic())
 
     async def start(self) -> None:
         self._publisher = connect_pubsub_node(self._redis_url, self._redis_timeout)
-        self._timer = PreciseTimer(asyncio.get_running_loop())
         self._task = asyncio.get_running_loop().create_task(self._listen(), name="ready-notifier")
         await self._subscribed.wait()
 
@@ -78,6 +77,8 @@ class ReadyNotifier:
         if self._due_wakes.get(topic, float("inf")) <= when:
             return
         self._due_wakes[topic] = when
+        if self._timer is None:
+            self._timer = PreciseTimer(asyncio.get_running_loop())
         self._timer.call_at(when, lambda: self._due(topic, when))
 
     def _due(self, topic: str, when: float) -> None:
@@ -86,7 +87,7 @@ class ReadyNotifier:
         self.wake(topic, 1)
 
     async def pass_on(self, topic: str, remaining: int) -> None:
-        """Messages are left in the ready list after a pull: wake waiters to take them."""
+        """Messages are left ready after a pull: wake waiters to take them."""
         if self.wake(topic, remaining) < remaining:
             await self._publisher.publish(self._channel, topic)
 

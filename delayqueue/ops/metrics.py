@@ -3,7 +3,7 @@
 web and scanner process; no process keeps counters of its own. It covers every served
 namespace (tokens.served_namespaces), each series labelled with its namespace. Dead letters and
 redrive progress live in the message log: read with one connection per scrape (two statements
-for every namespace and topic at once), and left out, with the failure logged, when PostgreSQL
+for every namespace and topic at once, and one per running redrive), and left out, with the failure logged, when PostgreSQL
 does not answer."""
 import asyncio
 from dataclasses import dataclass

@@ -15,7 +15,7 @@ from django.urls import path, reverse
 from redis.exceptions import RedisError
 
 from delayqueue import selectors, services
-from delayqueue.api.validation import MsgIdField, TopicSerializer, first_error
+from delayqueue.api.validation import DEAD_CURSOR, MsgIdField, TopicSerializer, first_error
 from delayqueue.conf import checked_namespace, load_config
 from delayqueue.constants import (MAX_DELAY_MILLIS, MAX_LIMIT, MAX_RETRY, REDRIVE_DEFAULT_RATE, REDRIVE_MAX_RATE,
                                   RETRY_BACKOFF_MAX_MILLIS)
@@ -136,12 +136,11 @@ class TopicConfigAdmin(admin.ModelAdmin):
                 "topic": topic, "topic_url": topic_url("topic", namespace, topic) if topic is not None else None,
                 **extra}
 
-    def _checked(self, request, *, change: bool) -> tuple[str, str]:
-        """The request's (namespace, topic); PermissionDenied without the permission it needs."""
-        allowed = self.has_change_permission(request) if change else self.has_view_or_change_permission(request)
-        if not allowed or (change and request.method != "POST"):
+    def _checked(self, request) -> tuple[str, str]:
+        """A change's (namespace, topic), from its POST; PermissionDenied without the change permission."""
+        if not self.has_change_permission(request) or request.method != "POST":
             raise PermissionDenied
-        return _target(request.POST if request.method == "POST" else request.GET)
+        return _target(request.POST)
 
     def _bad_target(self, request, exc: BadTarget):
         self.message_user(request, str(exc), messages.ERROR)
@@ -237,7 +236,7 @@ class TopicConfigAdmin(admin.ModelAdmin):
             return self._confirm(request, title=f"{action.capitalize()} topic {topic}", action=request.path,
                                  question=confirm.format(topic=topic, live=live), namespace=namespace, topic=topic)
         try:
-            namespace, topic = self._checked(request, change=True)
+            namespace, topic = self._checked(request)
         except BadTarget as exc:
             return self._bad_target(request, exc)
         if confirm is not None and not ConfirmForm(request.POST).is_valid():
@@ -270,7 +269,7 @@ class TopicConfigAdmin(admin.ModelAdmin):
         if not self.has_view_or_change_permission(request):
             raise PermissionDenied
         cursor = request.GET.get("cursor") or None
-        if cursor is not None and not _is_cursor(cursor):
+        if cursor is not None and not DEAD_CURSOR.match(cursor):
             self.message_user(request, "cursor: not a cursor a page of dead letters gave", messages.ERROR)
             cursor = None
         try:
@@ -362,11 +361,6 @@ class TopicConfigAdmin(admin.ModelAdmin):
             request, f"Redrive {task_id} of topic {task.topic}", namespace, task.topic, task=task, progress=progress,
             error=error, refresh=REDRIVE_REFRESH_SECONDS,
             dead_letters_url=topic_url("deadletters", namespace, task.topic)))
-
-
-def _is_cursor(cursor: str) -> bool:
-    micros, dot, row_id = cursor.partition(".")
-    return bool(dot) and micros.lstrip("-").isdigit() and row_id.isdigit() and len(cursor) <= 40
 
 
 def topic_url(view: str, namespace: str, topic: str, **params) -> str:

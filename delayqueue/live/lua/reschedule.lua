@@ -73,7 +73,7 @@ else
   redis.call('ZREM', t.waiting, id)
   m.triggerTime = trigger
   if set_ready(t, id, m, from, REASON.RESCHEDULED, true) == 1 then
-    redis.call('PUBLISH', ARGV[6], ARGV[8])  -- its level was empty: wake long pollers
+    redis.call('PUBLISH', ARGV[6], ARGV[8])  -- its queue (list or prioritised set) was empty: wake long pollers
   end
 end
 if wake then

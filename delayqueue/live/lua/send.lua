@@ -98,7 +98,7 @@ wake = (wake < 0) or ((m.expireTime - now) * 1000 < wake)
 redis.call('ZADD', expiry, m.expireTime, id)
 if m.status == STATUS.READY then
   if push_ready(t, id, m.priority) == 1 then
-    redis.call('PUBLISH', ARGV[7], topic)  -- its level was empty: wake long pollers
+    redis.call('PUBLISH', ARGV[7], topic)  -- its queue (list or prioritised set) was empty: wake long pollers
   end
 else
   local due = next_due(t.waiting, now_us)

@@ -1,5 +1,5 @@
 -- Takes a message's id out of the queue structure its status puts it in (every script keeps
--- that invariant): the waiting set, the ready list or the in-flight set.
+-- that invariant): the waiting set, the ready queue (list or prioritised set) or the in-flight set.
 -- remove_from_queues(t, id, message)
 --   t: waiting, ready, prioritised, inflight (keys)
 -- @include ready_queue
