@@ -228,9 +228,9 @@ def test_the_sdk_installs_into_a_fresh_venv_without_django(tmp_path):
     subprocess.run([str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", str(source)],
                    check=True, timeout=300, capture_output=True)
     clean = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    probe = ("import importlib.util, sys, delayqueue_client as dq\n"
+    # (That importing the SDK leaves Django alone where it is installed: test_sdk_django.)
+    probe = ("import importlib.util, delayqueue_client as dq\n"
              "assert dq.Client and dq.NotFound and dq.Message\n"
-             "assert 'django' not in sys.modules\n"
              "print(dq.__file__, importlib.util.find_spec('django'))")
     shown = subprocess.run([str(python), "-c", probe], env=clean, cwd=tmp_path, capture_output=True, text=True,
                            timeout=60)
