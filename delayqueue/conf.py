@@ -15,6 +15,7 @@ from delayqueue.arguments import MAX_AGE_DAYS
 from delayqueue.constants import NAMESPACE_PATTERN
 from delayqueue.live.client import URL_FORMS, checked_url
 from delayqueue.env import env_bool, env_int, env_url
+from delayqueue.push.hosts import HostPolicy, checked_allowed_hosts
 
 # Variables with this prefix live in settings.DELAYQUEUE under the rest of their name; the
 # others (the two URLs) are Django settings of their own name.
@@ -163,6 +164,12 @@ class QueueConfig:
     allowed_origins: str = setting(
         "DELAYQUEUE_ALLOWED_ORIGINS", "", "web origins whose pages may call the queue API "
         "(comma-separated, like https://app.example.com); other sites' requests are refused", check=checked_origins)
+    push_allowed_hosts: str = setting(
+        "DELAYQUEUE_PUSH_ALLOWED_HOSTS", "", "hosts push URLs may name (comma-separated: host names, *.domain, IP "
+        "addresses or networks, or *); loopback and private addresses only when listed as addresses; empty: push "
+        "is off", check=checked_allowed_hosts)
+    push_secret_grace_seconds: int = setting(
+        "DELAYQUEUE_PUSH_SECRET_GRACE_SECONDS", 86_400, "how long a rotated push secret still signs", minimum=0)
     metrics_token: str = setting(
         "DELAYQUEUE_METRICS_TOKEN", "", "bearer token that /metrics and the API docs require; unset: open",
         secret=True)
@@ -170,6 +177,10 @@ class QueueConfig:
     @property
     def redis_timeout(self) -> float:
         return self.redis_timeout_millis / 1000
+
+    @property
+    def push_hosts(self) -> HostPolicy:
+        return HostPolicy.parse(self.push_allowed_hosts)
 
     @property
     def monitor_interval_millis(self) -> int:

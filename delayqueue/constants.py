@@ -37,6 +37,8 @@ class Reason(TextChoices):
     DEAD_LETTERED = "dead_lettered", "dead-lettered"  # ended as a dead letter by its consumer
     REDRIVEN = "redriven"  # a dead letter sent back as a new life
     PURGED = "purged"  # ended by a purge of its topic
+    PUSHED = "pushed"  # delivered to its topic's push URL, which answered 2xx (the event's detail: the status)
+    PUSH_FAILED = "push_failed", "push failed"  # a push attempt failed (detail: the status or the error)
 
 
 # Fire lateness (promotion time - triggerTime) histogram bounds in ms: promote_due.lua counts each
@@ -95,3 +97,12 @@ DEAD_LIST_MAX_LIMIT = 1000
 DEAD_LIST_DEFAULT_LIMIT = 100
 REDRIVE_DEFAULT_RATE = 500
 REDRIVE_MAX_RATE = 100_000
+
+# Push delivery (delayqueue/push/): a topic's settings' defaults and bounds.
+PUSH_CONCURRENCY_DEFAULT = 8  # pushes of a topic in flight at once, across every pusher process
+PUSH_MAX_CONCURRENCY = 1000
+PUSH_TIMEOUT_DEFAULT_MILLIS = 10_000  # one attempt, connecting to reading the answer
+PUSH_MAX_TIMEOUT_MILLIS = 300_000
+MAX_PUSH_URL_LENGTH = 2000
+# A history event's detail (a push attempt's status or error) is cut to this many characters.
+MAX_EVENT_DETAIL = 200

@@ -12,7 +12,9 @@ from django.db import models
 
 from delayqueue import messages
 from delayqueue.epoch import to_millis
-from delayqueue.constants import LIVE_STATUSES, MAX_LIMIT, MAX_TOPIC_BYTES, RETRY_BACKOFF_MAX_MILLIS, Reason, Status
+from delayqueue.constants import (LIVE_STATUSES, MAX_EVENT_DETAIL, MAX_LIMIT, MAX_PUSH_URL_LENGTH, MAX_TOPIC_BYTES,
+                                  PUSH_CONCURRENCY_DEFAULT, PUSH_MAX_CONCURRENCY, PUSH_MAX_TIMEOUT_MILLIS,
+                                  PUSH_TIMEOUT_DEFAULT_MILLIS, RETRY_BACKOFF_MAX_MILLIS, Reason, Status)
 
 
 class Message(models.Model):
@@ -81,6 +83,9 @@ class MessageEvent(models.Model):
     reason = models.CharField(max_length=24, choices=Reason.choices)
     process = models.CharField(max_length=200)
     host = models.CharField(max_length=200)
+    # A push attempt's HTTP status or error ('' for other changes); a database default too, for
+    # rows written by a process older than the column.
+    detail = models.CharField(max_length=MAX_EVENT_DETAIL, blank=True, default="", db_default="")
 
     class Meta:
         constraints = [
@@ -188,8 +193,8 @@ class ApiToken(models.Model):
 
 class TopicConfig(models.Model):
     """A topic's own settings: defaults for its sends and pulls (null: the service's from
-    conf.py), its retry backoff, whether its status-6 ends are kept as dead letters, and whether
-    it is paused. Web processes read this table every half second (delayqueue/topic_config.py);
+    conf.py), its retry backoff, whether its status-6 ends are kept as dead letters, whether
+    it is paused, and its push delivery (a URL its due messages are POSTed to, docs/push.md). Web processes read this table every half second (delayqueue/topic_config.py);
     the scanner scripts read the copy kept in the topic's Redis meta hash, which restore writes
     back after Redis lost its data. Its rate limits and live cap are the Limit table's."""
 
@@ -205,6 +210,21 @@ class TopicConfig(models.Model):
                                                       help_text="longest backoff wait")
     dead_letter = models.BooleanField(default=True, help_text="keep messages ended as 6 as dead letters")
     paused = models.BooleanField(default=False, help_text="pulls hand out nothing; messages still fall due")
+    push_url = models.CharField(max_length=MAX_PUSH_URL_LENGTH, blank=True, default="",
+                                help_text="due messages are POSTed here (docs/push.md); empty: consumers pull them")
+    push_concurrency = models.PositiveIntegerField(
+        default=PUSH_CONCURRENCY_DEFAULT, validators=[MinValueValidator(1), MaxValueValidator(PUSH_MAX_CONCURRENCY)],
+        help_text="pushes in flight at once, across every pusher")
+    push_timeout_millis = models.PositiveIntegerField(
+        default=PUSH_TIMEOUT_DEFAULT_MILLIS, validators=[MinValueValidator(1), MaxValueValidator(PUSH_MAX_TIMEOUT_MILLIS)],
+        help_text="an attempt not answered within this long fails")
+    push_rate = models.PositiveIntegerField("push rate", default=0, validators=[MaxValueValidator(MAX_LIMIT)],
+                                            help_text="most pushes started per second; 0: no limit")
+    # The signing secrets: HMAC keys the pushers need in the clear. The previous one signs too
+    # until push_previous_until (epoch ms), the grace period of a rotation.
+    push_secret = models.CharField(max_length=100, blank=True, default="", editable=False)
+    push_previous_secret = models.CharField(max_length=100, blank=True, default="", editable=False)
+    push_previous_until = models.BigIntegerField(default=0, editable=False)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:

@@ -129,4 +129,9 @@ async def topic_config(rt: Runtime, *, topic: str) -> dict:
         "produceRatePerSecond": limits.produce_rate,
         "consumeRatePerSecond": limits.consume_rate,
         "maxLiveMessages": limits.max_live,
+        "pushUrl": settings.push_url,
+        "pushConcurrency": settings.push_concurrency,
+        "pushTimeoutMillis": settings.push_timeout_millis,
+        "pushRatePerSecond": settings.push_rate,
+        "pushSecretRotating": len(settings.signing_secrets(now_millis())) > 1,
     }

@@ -15,7 +15,7 @@ from delayqueue.constants import Status
 from delayqueue.epoch import now_millis
 from delayqueue import limits
 from delayqueue.messagelog import refreshed
-from delayqueue.exceptions import (Conflict, LogUnavailable, MaybeSent, NotFound, QueueError, Throttled, redis_reason,
+from delayqueue.exceptions import (BadRequest, Conflict, LogUnavailable, MaybeSent, NotFound, QueueError, Throttled, redis_reason,
                                   redis_unavailable)
 from delayqueue.live import scripts
 from delayqueue.messages import Message
@@ -24,6 +24,7 @@ from delayqueue.runtime import Runtime
 from delayqueue.topic_config import DEFAULT as DEFAULT_SETTINGS
 from delayqueue.topic_config import TopicSettings, write_mirrors
 from delayqueue.ops.topic_config import save_topic_config
+from delayqueue.push.hosts import push_url_problem
 
 log = logging.getLogger(__name__)
 
@@ -254,7 +255,8 @@ async def pull_messages(rt: Runtime, *, topic: str, batch: int = -1,
     """Delivers up to `batch` ready messages, the highest priority first and the oldest first within
     a priority. Returns them and how many stay ready.
     Under a consume rate it hands out at most as many as there are tokens, and raises Throttled
-    when there is none (of the namespace's bucket or the topic's). A paused topic hands out none."""
+    when there is none (of the namespace's bucket or the topic's). A paused topic, or one with a
+    push URL (its pushers take its messages), hands out none."""
     messages, reply = await _pull(rt, topic=topic, batch=batch, ack_timeout_millis=ack_timeout_millis)
     return messages, reply.remaining
 
@@ -264,7 +266,7 @@ async def _pull(rt: Runtime, *, topic: str, batch: int,
     """pull_messages' messages in the API's form, and the script's reply."""
     cfg = rt.config
     settings = (await _topic_settings(rt)).get(topic, DEFAULT_SETTINGS)
-    if settings.paused:
+    if settings.paused or settings.push_url:  # a push topic's messages go to its URL: consumers get none
         return [], scripts.PullReply(0, [], 0, paused=True)
     if ack_timeout_millis <= 0:
         ack_timeout_millis = settings.ack_timeout_millis or cfg.ack_timeout_millis
@@ -438,17 +440,26 @@ async def delete_message(rt: Runtime, *, topic: str, msg_id: str, release: bool 
         stats_interval_millis=cfg.monitor_interval_millis, actor=rt.actor))
 
 
-async def set_topic_config(rt: Runtime, *, topic: str, changes: dict, limits: dict) -> None:
+async def set_topic_config(rt: Runtime, *, topic: str, changes: dict, limits: dict,
+                           rotate_push_secret: bool = False) -> str | None:
     """Changes a topic's settings (TopicConfig fields; None: back to the default) and its limits
     (ops.limits.set_limits' keywords) in PostgreSQL, then its Redis mirror; in force in this
-    process at once, in every other within a second. Raises RedisError when the mirror could not
-    be written (PostgreSQL has the change: calling again is safe)."""
-    await sync_to_async(save_topic_config, thread_sensitive=False)(
-        namespace=rt.ns.namespace, topic=topic, changes=changes, limits=limits)
+    process at once, in every other within a second. A push URL must be one
+    DELAYQUEUE_PUSH_ALLOWED_HOSTS allows (BadRequest). Answers a new push signing secret
+    (save_topic_config), or None. Raises RedisError when the mirror could not be written
+    (PostgreSQL has the change: calling again is safe)."""
+    if changes.get("push_url"):
+        problem = await push_url_problem(rt.config.push_hosts, changes["push_url"])
+        if problem:
+            raise BadRequest(f"pushUrl {problem}")
+    secret = await sync_to_async(save_topic_config, thread_sensitive=False)(
+        namespace=rt.ns.namespace, topic=topic, changes=changes, limits=limits,
+        rotate_push_secret=rotate_push_secret, secret_grace_millis=rt.config.push_secret_grace_seconds * 1000)
     table = await rt.topic_configs.fresh()
     if limits:
         await rt.limits.fresh()
     await write_mirrors(rt, {topic: table.get(topic, DEFAULT_SETTINGS)})
+    return secret
 
 
 async def pause_topic(rt: Runtime, *, topic: str) -> None:

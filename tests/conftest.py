@@ -13,10 +13,11 @@ import pytest
 import redis
 
 from delayqueue.live.client import url_credentials, url_nodes
+from delayqueue.push.pusher import Pusher
 from delayqueue.runtime import close_current
 from delayqueue.scanner.scanner import Scanner
 from tools.stack import LOCAL
-from tests.helpers import (REDIS_CLUSTER_URL, REDIS_URL, TEST_CONFIG, PostgresControl, RunningScanner,
+from tests.helpers import (REDIS_CLUSTER_URL, REDIS_URL, TEST_CONFIG, PostgresControl, PushReceiver, RunningScanner,
                            ScannerProcess, WebProcess, make_runtime, scanner_env)
 
 
@@ -77,6 +78,39 @@ async def start_scanner(clean_state):
     for handle in running:
         if not handle.task.done():
             await handle.stop()
+
+
+@pytest.fixture
+async def start_pusher(clean_state):
+    """Starts in-process pushers (each on its own runtime, as separate processes would be); stops them at the end."""
+    running = []
+
+    async def start(runtime=None) -> Pusher:
+        runtime = runtime or make_runtime(REDIS_URL)
+        pusher, stop = Pusher(runtime), asyncio.Event()
+        running.append((pusher, asyncio.get_running_loop().create_task(pusher.run(stop)), stop, runtime))
+        return pusher
+
+    yield start
+    for _pusher, task, stop, runtime in running:
+        stop.set()
+        await asyncio.wait_for(task, 15)
+        await runtime.close()
+
+
+@pytest.fixture
+async def push_receiver():
+    """Starts PushReceivers (real HTTP servers); stopped at the end of the test."""
+    started = []
+
+    async def start(answer=None) -> PushReceiver:
+        receiver = await PushReceiver(answer).start()
+        started.append(receiver)
+        return receiver
+
+    yield start
+    for receiver in started:
+        await receiver.stop()
 
 
 @pytest.fixture

@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+import orjson
 import psycopg
 import pytest
 
@@ -31,6 +32,7 @@ TEST_CONFIG = {
     "ENDED_RETENTION_MILLIS": 2_000,
     "SCANNER_LOCK_TTL_MILLIS": 1_500,
     "MONITOR_INTERVAL_SECONDS": 2,
+    "PUSH_ALLOWED_HOSTS": "127.0.0.1",  # the tests' push receivers (PushReceiver)
 }
 
 
@@ -286,3 +288,59 @@ def requeue(rt: Runtime, topic: str = "t", seed: int = 12345):
         rt.ns.topic(topic), limit=1000, retention_millis=cfg.ended_retention_millis,
         stats_interval_millis=cfg.monitor_interval_millis, ready_channel=rt.ns.ready_channel, topic=topic,
         actor=rt.actor, schedule_channel=rt.ns.schedule_channel, seed=seed))
+
+
+class PushReceiver:
+    """A real HTTP server (aiohttp, on the test's event loop) that push URLs point at: it records
+    every request it gets (arrival time, headers, raw body) and answers with what `answer`
+    returns for it: a status, or a coroutine's status (a handler that sleeps hangs the pusher)."""
+
+    def __init__(self, answer=None):
+        self.requests: list[dict] = []
+        self.answer = answer or (lambda request: 200)
+        self.in_flight = 0
+        self.most_in_flight = 0
+        self._runner = None
+        self.port = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/hook"
+
+    async def start(self) -> "PushReceiver":
+        from aiohttp import web
+
+        from tools.stack import free_port
+
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", self._handle)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        self.port = free_port()
+        await web.TCPSite(self._runner, "127.0.0.1", self.port).start()
+        return self
+
+    async def _handle(self, request):
+        from aiohttp import web
+
+        body = await request.read()
+        record = {"at": time.time() * 1000, "headers": dict(request.headers), "body": body,
+                  "message": orjson.loads(body) if body else None, "path": request.path}
+        self.requests.append(record)
+        self.in_flight += 1
+        self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        try:
+            status = self.answer(record)
+            if asyncio.iscoroutine(status):
+                status = await status
+            return web.Response(status=status, headers={"Location": "http://127.0.0.1:1/"} if 300 <= status < 400
+                                else None)
+        finally:
+            self.in_flight -= 1
+
+    def of(self, msg_id: str) -> list[dict]:
+        return [r for r in self.requests if r["message"]["msgId"] == msg_id]
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()

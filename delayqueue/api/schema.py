@@ -164,10 +164,24 @@ class TopicConfigSerializer(serializers.Serializer):
     produceRatePerSecond = serializers.IntegerField(help_text="0: no limit")
     consumeRatePerSecond = serializers.IntegerField(help_text="0: no limit")
     maxLiveMessages = serializers.IntegerField(help_text="0: no cap")
+    pushUrl = serializers.CharField(help_text="where due messages are POSTed; empty: consumers pull them")
+    pushConcurrency = serializers.IntegerField(help_text="most pushes in flight at once")
+    pushTimeoutMillis = serializers.IntegerField(help_text="a push attempt's time limit")
+    pushRatePerSecond = serializers.IntegerField(help_text="most pushes started a second; 0: no limit")
+    pushSecretRotating = serializers.BooleanField(help_text="a rotated-out secret still signs (its grace period)")
 
 
 class TopicConfigResultSerializer(ResultSerializer):
     data = TopicConfigSerializer()
+
+
+class SetTopicConfigDataSerializer(TopicConfigSerializer):
+    pushSecret = serializers.CharField(required=False, help_text="the new signing secret, answered this once: when "
+                                       "a first pushUrl was set, or rotatePushSecret")
+
+
+class SetTopicConfigResultSerializer(ResultSerializer):
+    data = SetTopicConfigDataSerializer()
 
 
 class PurgeResultSerializer(ResultSerializer):

@@ -9,6 +9,8 @@ from rest_framework.validators import ProhibitSurrogateCharactersValidator
 
 from delayqueue.conf import load_config
 from delayqueue.constants import (DEAD_LIST_DEFAULT_LIMIT, DEAD_LIST_MAX_LIMIT, MAX_DELAY_MILLIS, MAX_LIMIT,
+                                  MAX_PUSH_URL_LENGTH, PUSH_CONCURRENCY_DEFAULT, PUSH_MAX_CONCURRENCY,
+                                  PUSH_MAX_TIMEOUT_MILLIS, PUSH_TIMEOUT_DEFAULT_MILLIS,
                                   MAX_PRIORITY, MAX_RETRY, MAX_TOPIC_BYTES, REDRIVE_DEFAULT_RATE, REDRIVE_MAX_RATE)
 from delayqueue.topics import CONTROL_CHARACTER_PATTERN, topic_problem
 
@@ -263,6 +265,21 @@ class SetTopicConfigSerializer(TopicSerializer):
     produceRatePerSecond = _limit("messages a second the topic takes")
     consumeRatePerSecond = _limit("messages a second the topic hands out")
     maxLiveMessages = _limit("most messages of the topic waiting, ready or consuming at once")
+    pushUrl = serializers.CharField(
+        required=False, allow_blank=True, max_length=MAX_PUSH_URL_LENGTH, trim_whitespace=True,
+        help_text="due messages are POSTed to this http(s) URL, whose host DELAYQUEUE_PUSH_ALLOWED_HOSTS must allow, "
+        "instead of being pulled (docs/push.md); the first one set generates the signing secret, answered once as "
+        "pushSecret; empty: push off, secrets forgotten")
+    pushConcurrency = serializers.IntegerField(
+        required=False, min_value=1, max_value=PUSH_MAX_CONCURRENCY,
+        help_text=f"most pushes of the topic in flight at once, across every pusher (default {PUSH_CONCURRENCY_DEFAULT})")
+    pushTimeoutMillis = serializers.IntegerField(
+        required=False, min_value=1, max_value=PUSH_MAX_TIMEOUT_MILLIS,
+        help_text=f"a push attempt not answered within this long fails (default {PUSH_TIMEOUT_DEFAULT_MILLIS})")
+    pushRatePerSecond = _limit("most pushes of the topic started a second")
+    rotatePushSecret = serializers.BooleanField(
+        required=False, help_text="true: a new signing secret, answered once as pushSecret; the old one still "
+        "signs for DELAYQUEUE_PUSH_SECRET_GRACE_SECONDS")
 
     def validate(self, attrs: dict) -> dict:
         if len(attrs) == 1:

@@ -36,6 +36,7 @@ from delayqueue.api.schema import (
     RedriveTaskResultSerializer,
     RestoreResultSerializer,
     ResultSerializer,
+    SetTopicConfigResultSerializer,
     TaskIdResultSerializer,
     TopicConfigResultSerializer,
     TopicInfoListResultSerializer,
@@ -67,9 +68,9 @@ from delayqueue.api.validation import (
     first_error,
 )
 
-# Parameters whose empty value is itself an answer (400, or "generate an id"); any other empty
-# parameter counts as absent, as Spring treats it.
-KEEP_EMPTY = {"topic", "msg", "msgId"}
+# Parameters whose empty value is itself an answer (400, "generate an id", "push off"); any other
+# empty parameter counts as absent, as Spring treats it.
+KEEP_EMPTY = {"topic", "msg", "msgId", "pushUrl"}
 
 # Permission classes that let everyone in: no check to run.
 NOTHING_TO_PERMIT = ((), (AllowAny,))
@@ -541,7 +542,8 @@ class RestoreMsgView(QueueAPIView):
 # setTopicConfig's parameters: TopicConfig fields, and set_limits' keywords.
 TOPIC_SETTINGS = {"ttlMillis": "ttl_millis", "maxRetry": "max_retry", "ackTimeoutMillis": "ack_timeout_millis",
                   "retryBackoffMillis": "retry_backoff_millis", "retryBackoffMaxMillis": "retry_backoff_max_millis",
-                  "deadLetter": "dead_letter"}
+                  "deadLetter": "dead_letter", "pushUrl": "push_url", "pushConcurrency": "push_concurrency",
+                  "pushTimeoutMillis": "push_timeout_millis", "pushRatePerSecond": "push_rate"}
 TOPIC_LIMITS = {"produceRatePerSecond": "produce_rate", "consumeRatePerSecond": "consume_rate",
                 "maxLiveMessages": "max_live"}
 
@@ -576,9 +578,10 @@ class GetTopicConfigView(QueueAPIView):
     "none (ttlMillis, maxRetry, ackTimeoutMillis; 0, or below 0 for maxRetry: back to the server's), the retry "
     "backoff after an ack timeout (min(retryBackoffMaxMillis, retryBackoffMillis * 2^(retry-1)), less up to "
     "20% at random), deadLetter (false: the topic's status-6 messages, earlier ones included, are not dead "
-    "letters while it stays false), and the topic's limits (0: none). In force on every server process within a "
-    "second. Answers the topic's settings, as getTopicConfig.",
-    answer("SetTopicConfigAnswer", TopicConfigResultSerializer), SetTopicConfigSerializer,
+    "letters while it stays false), the topic's limits (0: none), and push delivery (pushUrl and its "
+    "settings, docs/push.md). In force on every server process within a second. Answers the topic's settings, as "
+    "getTopicConfig, with pushSecret when this call made a signing secret.",
+    answer("SetTopicConfigAnswer", SetTopicConfigResultSerializer), SetTopicConfigSerializer,
     example={"topic": "orders", "maxRetry": 5, "retryBackoffMillis": 1000, "retryBackoffMaxMillis": 60000})
 class SetTopicConfigView(QueueAPIView):
     needs_scope = Scope.MANAGE
@@ -586,11 +589,13 @@ class SetTopicConfigView(QueueAPIView):
     async def handle(self):
         data = self.validated(SetTopicConfigSerializer)
         topic = data["topic"]
-        await services.set_topic_config(
+        secret = await services.set_topic_config(
             self.rt, topic=topic,
             changes={field: topic_setting(name, data[name]) for name, field in TOPIC_SETTINGS.items() if name in data},
-            limits={field: data[name] for name, field in TOPIC_LIMITS.items() if name in data})
-        return reply(data=await selectors.topic_config(self.rt, topic=topic))
+            limits={field: data[name] for name, field in TOPIC_LIMITS.items() if name in data},
+            rotate_push_secret=data.get("rotatePushSecret", False))
+        answered = await selectors.topic_config(self.rt, topic=topic)
+        return reply(data=answered if secret is None else {**answered, "pushSecret": secret})
 
 
 @queue_endpoint(

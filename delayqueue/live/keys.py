@@ -70,6 +70,7 @@ class NamespaceKeys:
     buckets: str  # HASH the namespace's rate-limit token buckets, only while in use
     live_pool: str  # HASH the room of its live-message cap no topic holds (lua/borrow_live.lua)
     throttled: str  # HASH "<limit>\t<topic>" -> messages its limits refused or held (limits.count_refusals)
+    pushes: str  # HASH push attempts' outcomes and lateness per topic (push/figures.py)
 
     def topic(self, topic: str) -> TopicKeys:
         return topic_keys(self.namespace, topic)
@@ -108,6 +109,7 @@ def namespace_keys(namespace: str) -> NamespaceKeys:
         buckets=base + "buckets",
         live_pool=base + "live_pool",
         throttled=base + "throttled",
+        pushes=base + "pushes",
     )
 
 

@@ -253,26 +253,29 @@ def send(k: TopicKeys, *, msg_id: str, payload: str, delay_millis: int, ttl_mill
 
 def pull(k: TopicKeys, *, batch: int, ack_timeout_millis: int, retention_millis: int, stats_interval_millis: int,
          schedule_channel: str, topic: str, actor: str, consume_rate: int, promote_limit: int,
-         ready_channel: str) -> ScriptCall:
+         ready_channel: str, max_inflight: int = 0) -> ScriptCall:
     return ScriptCall(PULL, [k.ready, k.inflight, k.msgs, k.expiry, k.ended, k.stats, k.meta, k.events, k.buckets,
                              k.prioritised, k.waiting],
                       [batch, ack_timeout_millis, retention_millis, stats_interval_millis, schedule_channel, topic,
-                       actor, consume_rate, promote_limit, ready_channel])
+                       actor, consume_rate, promote_limit, ready_channel, max_inflight])
 
 
-def ack(k: TopicKeys, *, msg_id: str, retention_millis: int, stats_interval_millis: int, actor: str) -> ScriptCall:
+def ack(k: TopicKeys, *, msg_id: str, retention_millis: int, stats_interval_millis: int, actor: str,
+        push_status: str = "") -> ScriptCall:
+    """`push_status`: a push's HTTP status, when the ack is its 2xx answer."""
     return ScriptCall(ACK, [k.inflight, k.msgs, k.expiry, k.ended, k.stats, k.meta, k.events],
-                      [msg_id, retention_millis, stats_interval_millis, actor])
+                      [msg_id, retention_millis, stats_interval_millis, actor, push_status])
 
 
 def nack(k: TopicKeys, *, msg_id: str, retention_millis: int, stats_interval_millis: int, ready_channel: str,
          topic: str, actor: str, delay_millis: int, dead_letter: bool, schedule_channel: str,
-         seed: int) -> ScriptCall:
-    """`delay_millis` -1: none given (the topic's retry backoff applies)."""
+         seed: int, push_failure: str = "") -> ScriptCall:
+    """`delay_millis` -1: none given (the topic's retry backoff applies); `push_failure`: a failed
+    push attempt's status or error, when the nack is its outcome."""
     return ScriptCall(NACK, [k.inflight, k.ready, k.msgs, k.expiry, k.ended, k.stats, k.meta, k.events, k.waiting,
                              k.prioritised],
                       [msg_id, retention_millis, stats_interval_millis, ready_channel, topic, actor, delay_millis,
-                       _flag(dead_letter), schedule_channel, seed])
+                       _flag(dead_letter), schedule_channel, seed, push_failure])
 
 
 def touch(k: TopicKeys, *, msg_id: str, ack_timeout_millis: int, schedule_channel: str, topic: str,

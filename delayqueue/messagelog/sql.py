@@ -128,9 +128,11 @@ ON CONFLICT (namespace, topic, msg_id, event_id) DO UPDATE SET to_status = EXCLU
 # Stream entries as history rows, one JSON document per drain; a row already written (the
 # entry read again after a crash between commit and XDEL) is skipped on its unique key.
 INSERT_EVENTS = f"""
-INSERT INTO {EVENT_TABLE} (namespace, topic, msg_id, event_id, at, from_status, to_status, retry, reason, process, host)
-SELECT %s, t, i, e, {from_millis("at")}, f, s, r, w, p, h
-FROM json_to_recordset(%s::json) AS u(t text, i text, e text, at int8, f int2, s int2, r int4, w text, p text, h text)
+INSERT INTO {EVENT_TABLE} (namespace, topic, msg_id, event_id, at, from_status, to_status, retry, reason, process, host,
+  detail)
+SELECT %s, t, i, e, {from_millis("at")}, f, s, r, w, p, h, d
+FROM json_to_recordset(%s::json) AS u(t text, i text, e text, at int8, f int2, s int2, r int4, w text, p text, h text,
+  d text)
 ON CONFLICT (namespace, topic, msg_id, event_id) DO NOTHING
 """
 # Only the life of the message the row describes (same produceTime) moves its status, never
@@ -441,7 +443,8 @@ LIMITS = ("SELECT topic, coalesce(produce_rate, 0), coalesce(consume_rate, 0), c
 
 # Columns in TopicSettings' order, after the topic.
 TOPIC_CONFIGS = ("SELECT topic, ttl_millis, max_retry, ack_timeout_millis, retry_backoff_millis,"
-                 " retry_backoff_max_millis, dead_letter, paused"
+                 " retry_backoff_max_millis, dead_letter, paused, push_url, push_concurrency, push_timeout_millis,"
+                 " push_rate, push_secret, push_previous_secret, push_previous_until"
                  f" FROM {TOPIC_CONFIG_TABLE} WHERE namespace = %s")
 
 # --- API tokens (api/auth.py): the request path checks them without the ORM.

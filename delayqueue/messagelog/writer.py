@@ -43,6 +43,7 @@ class Event:
     host: str
     trigger_time: int | None = None  # set by a change that moved the message's times (reschedule, nack with a delay)
     expire_time: int | None = None
+    detail: str = ""  # a push attempt's HTTP status or error
 
     @property
     def at(self) -> int:
@@ -60,12 +61,13 @@ class Event:
                     for n, (msg_id, to_status, retry, produce_time) in enumerate(orjson.loads(fields["b"]))]
         times = (int(fields["tt"]), int(fields["et"])) if "tt" in fields else (None, None)
         return [cls(topic, entry_id, fields["i"], from_status, int(fields["t"]), int(fields["r"]),
-                    int(fields["p"]), reason, process, host, *times)]
+                    int(fields["p"]), reason, process, host, *times, fields.get("d", ""))]
 
 
 def history_json(events: list[Event]) -> str:
     return orjson.dumps([{"t": e.topic, "i": e.msg_id, "e": e.entry_id, "at": e.at, "f": e.from_status,
-                          "s": e.to_status, "r": e.retry, "w": e.reason, "p": e.process, "h": e.host}
+                          "s": e.to_status, "r": e.retry, "w": e.reason, "p": e.process, "h": e.host,
+                          "d": e.detail}
                          for e in events]).decode()
 
 

@@ -39,9 +39,15 @@ def test_history_and_status_rows_carry_every_column_the_statements_unpack():
     [event] = Event.parse("orders", "1700000005000-3", ONE)
     assert orjson.loads(history_json([event])) == [{
         "t": "orders", "i": "m1", "e": "1700000005000-3", "at": 1_700_000_005_000, "f": 1, "s": 2, "r": 0,
-        "w": "due", "p": "scanner-1", "h": "host-a"}]
+        "w": "due", "p": "scanner-1", "h": "host-a", "d": ""}]
     assert orjson.loads(status_json([event])) == [{
         "t": "orders", "i": "m1", "s": 2, "r": 0, "at": 1_700_000_005_000, "pt": 1_700_000_000_000}]
+
+
+def test_a_push_attempts_status_or_error_is_the_events_detail():
+    [event] = Event.parse("orders", "9-0", {**ONE, "w": "push_failed", "d": "HTTP 503"})
+    assert event.detail == "HTTP 503"
+    assert orjson.loads(history_json([event]))[0]["d"] == "HTTP 503"
 
 
 def test_a_change_that_moved_the_times_carries_them_to_the_status_row():

@@ -2,7 +2,8 @@
 -- backoff, includes/backoff.lua, waiting meanwhile), or waiting for delay_millis
 -- (retry count kept; its expireTime stays, so a delay past it ends the message then), or ended
 -- (exhausted) when it has no deliveries or TTL left. With dead_letter it ends now as a dead
--- letter (exhausted, reason dead_lettered). Any other state is left alone.
+-- letter (exhausted, reason dead_lettered). Any other state is left alone. A failed push attempt gives
+-- its message back as a nack does, with reason 'push_failed' and the status or error as the detail.
 -- KEYS[1] inflight
 -- KEYS[2] ready
 -- KEYS[3] msgs
@@ -23,6 +24,7 @@
 -- ARGV[8] dead_letter: 1 ends it now as a dead letter
 -- ARGV[9] schedule_channel: published when it waits and is due before what the scanner expects
 -- ARGV[10] seed: for the backoff's jitter
+-- ARGV[11] push_failure: '' for a consumer's nack; else the failed push attempt's status or error
 -- Returns {1, its status now} when it was consuming, else {0, its status (0: unknown)}.
 -- @include clock
 -- @include take_consuming
@@ -40,6 +42,11 @@ local m, status = take_consuming(t, interval, now, id)
 if not m then
   return {0, status}
 end
+local given_back = REASON.NACKED
+if ARGV[11] ~= '' then
+  given_back = REASON.PUSH_FAILED
+  set_event_detail(ARGV[11])
+end
 if ARGV[8] == '1' then
   stat_add(t.stats, interval, now, 'triggerMsgEndLife', 1)
   return {1, end_message(t, id, m, now, REASON.DEAD_LETTERED, STATUS.EXHAUSTED)}
@@ -55,12 +62,12 @@ if delay < 0 then
   delay = backoff_wait(base, max, m.retry)
 end
 if delay > 0 then
-  if set_waiting(t, id, m, STATUS.CONSUMING, REASON.NACKED, now + delay, now_us) then
+  if set_waiting(t, id, m, STATUS.CONSUMING, given_back, now + delay, now_us) then
     redis.call('PUBLISH', ARGV[9], ARGV[5])
   end
   return {1, STATUS.WAITING}
 end
-if set_ready(t, id, m, STATUS.CONSUMING, REASON.NACKED) == 1 then
+if set_ready(t, id, m, STATUS.CONSUMING, given_back) == 1 then
   redis.call('PUBLISH', ARGV[4], ARGV[5])
 end
 return {1, STATUS.READY}

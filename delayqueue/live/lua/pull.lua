@@ -26,6 +26,8 @@
 -- ARGV[8] consume_rate: messages a second, 0 for no limit
 -- ARGV[9] promote_limit: most due messages made ready first
 -- ARGV[10] ready_channel: published when messages this pull made ready are left for others
+-- ARGV[11] max_inflight: 0 for none; else the pull hands out at most what keeps the topic's in-flight
+--   messages at or under it (a push topic's pushConcurrency, counted across every pusher)
 -- Returns {messages left ready (every priority), 0, µs until the next waiting message is due (-1:
 -- none; 0 when the pull handed out messages: not looked at), json1, json2, ...}, or {messages in ready, ms until a token} when the consume rate allows
 -- none now, or {messages in ready, -1} when the topic is paused.
@@ -54,6 +56,10 @@ if rate > 0 then
     return {ready_count(t), bucket_wait(tokens, 1, rate)}
   end
   batch = math.min(batch, math.floor(tokens))
+end
+local max_inflight = tonumber(ARGV[11])
+if max_inflight > 0 then
+  batch = math.min(batch, max_inflight - redis.call('ZCARD', inflight))
 end
 -- No channel: this pull takes what it made ready; only what it leaves is published, below.
 local _, promoted = promote(t, stats, interval, now, tonumber(ARGV[9]), nil, ARGV[6])

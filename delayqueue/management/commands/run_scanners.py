@@ -11,6 +11,7 @@ from delayqueue.conf import load_config
 from delayqueue.exceptions import LogUnavailable
 from delayqueue.messagelog import sql
 from delayqueue.messagelog.connection import LogConnection
+from delayqueue.push.pusher import Pusher
 from delayqueue.runtime import Runtime
 from delayqueue.scanner.scanner import Scanner
 from delayqueue.tokens import ordered_namespaces
@@ -25,8 +26,9 @@ class Command(BaseCommand):
     help = (
         "Run the scanners: promote due messages, requeue ack timeouts, expire TTLs, purge ended "
         "messages, retire idle topics, prune monitor stats, and write the held topics' history to the message "
-        "log. One scanner per namespace: DELAYQUEUE_NAMESPACE's and every API token's (new ones are picked up within "
-        "seconds). Run as many as you like; SIGTERM stops cleanly."
+        "log; and push the due messages of topics with a push URL (docs/push.md). One scanner and one pusher per "
+        "namespace: DELAYQUEUE_NAMESPACE's and every API token's (new ones are picked up within seconds). Run as "
+        "many as you like; SIGTERM stops cleanly."
     )
 
     def add_arguments(self, parser):
@@ -41,6 +43,7 @@ class Command(BaseCommand):
         root = Runtime(load_config())
         stopping = asyncio.Event()
         scanners: dict[str, tuple[Scanner, asyncio.Task]] = {}
+        pushers: dict[str, tuple[Pusher, asyncio.Task]] = {}
 
         def stop():
             stopping.set()
@@ -58,23 +61,26 @@ class Command(BaseCommand):
                         continue
                     scanner = Scanner(root.for_namespace(namespace), name)
                     scanners[namespace] = (scanner, loop.create_task(scanner.run(), name=f"scanner {namespace}"))
+                    pusher = Pusher(scanner.rt)
+                    pushers[namespace] = (pusher, loop.create_task(pusher.run(stopping), name=f"pusher {namespace}"))
                     log.info("scanner %s started (namespace %s)", scanner.token, namespace)
-                waiting = {task for _scanner, task in scanners.values()}
+                waiting = {task for _worker, task in (*scanners.values(), *pushers.values())}
                 stopped = loop.create_task(stopping.wait())
                 done, _ = await asyncio.wait({stopped, *waiting}, timeout=NAMESPACE_CHECK_SECONDS,
                                              return_when=asyncio.FIRST_COMPLETED)
                 stopped.cancel()
                 for task in done & waiting:
-                    task.result()  # a scanner that failed ends the process, as a lone scanner does
+                    task.result()  # a scanner or pusher that failed ends the process, as a lone scanner does
         finally:
             stop()
-            await asyncio.gather(*(task for _scanner, task in scanners.values()), return_exceptions=True)
+            await asyncio.gather(*(task for _worker, task in (*scanners.values(), *pushers.values())),
+                                 return_exceptions=True)
             await tokens.close()
             await root.close()
         for namespace, (scanner, _task) in sorted(scanners.items()):
             written = scanner.log_writer.written if scanner.log_writer else 0
-            log.info("scanner %s stopped (namespace %s): %s, history rows written %d", scanner.token, namespace,
-                     scanner.counts, written)
+            log.info("scanner %s stopped (namespace %s): %s, history rows written %d, pushes %s", scanner.token,
+                     namespace, scanner.counts, written, dict(pushers[namespace][0].counts))
 
 
 async def namespaces(rt: Runtime, tokens: LogConnection) -> list[str]:

@@ -6,7 +6,9 @@ from delayqueue_client.errors import (BadRequest, Conflict, DeadLetter, DelayQue
                                       RateLimited, ServerError, Unauthorized)
 from delayqueue_client.message import Message
 from delayqueue_client.producer import AsyncProducer, Producer
+from delayqueue_client.signature import InvalidSignature, verify_signature
 from delayqueue_client.worker import Worker
 
 __all__ = ["AsyncClient", "AsyncProducer", "BadRequest", "Client", "Conflict", "DeadLetter", "DeadLetterPage", "DelayQueueError",
-           "Forbidden", "Message", "NotFound", "Producer", "RateLimited", "ServerError", "Unauthorized", "Worker"]
+           "Forbidden", "InvalidSignature", "Message", "NotFound", "Producer", "RateLimited", "ServerError", "Unauthorized",
+           "Worker", "verify_signature"]

@@ -22,7 +22,11 @@ TOPIC_SETTINGS = {
     "retry_backoff_ms": "retryBackoffMillis", "retry_backoff_max_ms": "retryBackoffMaxMillis",
     "dead_letter": "deadLetter", "produce_rate_per_second": "produceRatePerSecond",
     "consume_rate_per_second": "consumeRatePerSecond", "max_live_messages": "maxLiveMessages",
+    "push_url": "pushUrl", "push_concurrency": "pushConcurrency", "push_timeout_ms": "pushTimeoutMillis",
+    "push_rate_per_second": "pushRatePerSecond", "rotate_push_secret": "rotatePushSecret",
 }
+# A call that may make a push signing secret is not sent twice: the secret it answers is shown once.
+_MAKES_SECRET = ("push_url", "rotate_push_secret")
 
 
 class DeadLetterPage(NamedTuple):
@@ -239,12 +243,14 @@ class Calls:
         return self._run(Call("getTopicConfig", {"topic": topic}, lambda a: a["data"], idempotent=True))
 
     def set_topic_config(self, topic: str, **settings) -> dict:
-        """Changes the settings given (keywords: TOPIC_SETTINGS' keys); answers all of them in force."""
+        """Changes the settings given (keywords: TOPIC_SETTINGS' keys); answers all of them in force,
+        with "pushSecret" when the call made a push signing secret (docs/push.md)."""
         unknown = sorted(set(settings) - set(TOPIC_SETTINGS))
         if unknown:
             raise TypeError(f"unknown topic setting {', '.join(unknown)}; known: {', '.join(TOPIC_SETTINGS)}")
         body = {"topic": topic, **{TOPIC_SETTINGS[k]: v for k, v in settings.items()}}
-        return self._run(Call("setTopicConfig", body, lambda a: a["data"], idempotent=True))
+        return self._run(Call("setTopicConfig", body, lambda a: a["data"],
+                              idempotent=not any(k in settings for k in _MAKES_SECRET)))
 
     def pause(self, topic: str) -> None:
         return self._run(Call("pauseTopic", {"topic": topic}, lambda a: None, idempotent=True))

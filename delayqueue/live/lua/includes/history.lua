@@ -7,6 +7,13 @@
 --   that moved them (the writer sets them on the log row, so a restore brings back the new times)
 -- log_events(events key, actor, {{msgId, to status, retry, produceTime}, ...}, from status, reason):
 --   the same change of many messages as one entry (field 'b'), one XADD per call, not per message
+-- set_event_detail(text): the events this script logs from now on carry it (field 'd'): a push
+--   attempt's HTTP status or error
+local event_detail = ''
+
+local function set_event_detail(text)
+  event_detail = text
+end
 
 -- The writer reads a stream when told it has entries: one notice as the stream goes from empty
 -- to non-empty is enough, since the writer reads on while entries remain.
@@ -18,13 +25,18 @@ end
 
 local function log_event(events, actor, id, m, from, reason, with_times)
   if actor ~= '' then
+    local entry = {'i', id, 'f', from, 't', m.status, 'r', m.retry, 'p', m.produceTime, 'w', reason, 'a', actor}
     if with_times then
-      redis.call('XADD', events, '*', 'i', id, 'f', from, 't', m.status, 'r', m.retry,
-        'p', m.produceTime, 'w', reason, 'a', actor, 'tt', m.triggerTime, 'et', m.expireTime)
-    else
-      redis.call('XADD', events, '*', 'i', id, 'f', from, 't', m.status, 'r', m.retry,
-        'p', m.produceTime, 'w', reason, 'a', actor)
+      table.insert(entry, 'tt')
+      table.insert(entry, m.triggerTime)
+      table.insert(entry, 'et')
+      table.insert(entry, m.expireTime)
     end
+    if event_detail ~= '' then
+      table.insert(entry, 'd')
+      table.insert(entry, event_detail)
+    end
+    redis.call('XADD', events, '*', unpack(entry))
     notify_writer(events)
   end
 end

@@ -1,0 +1,135 @@
+"""Which push URLs an operator allows (DELAYQUEUE_PUSH_ALLOWED_HOSTS), checked when a URL is set
+and again for every address a push connects to, so that a topic's settings cannot aim the
+service at its own network (a cloud metadata address, a database, an admin port).
+
+Entries: a host name (`hooks.example.com`), a subdomain wildcard (`*.example.com`: subdomains
+only), an IP address or network (`10.1.0.0/16`, `127.0.0.1`) or `*` (any host). A URL's host
+must match an entry; an address that is not globally routable (loopback, private, link-local,
+reserved) is refused unless an IP or network entry covers it, whatever name led there."""
+import asyncio
+import ipaddress
+import socket
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+Address = ipaddress.IPv4Address | ipaddress.IPv6Address
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+SCHEMES = ("http", "https")
+
+
+def _address(host: str) -> Address | None:
+    try:
+        return ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return None
+
+
+@dataclass(frozen=True)
+class HostPolicy:
+    names: frozenset[str] = frozenset()
+    suffixes: tuple[str, ...] = ()  # ".example.com" for `*.example.com`
+    networks: tuple[Network, ...] = ()
+    any_host: bool = False
+
+    @classmethod
+    def parse(cls, value: str) -> "HostPolicy":
+        """The policy of a DELAYQUEUE_PUSH_ALLOWED_HOSTS value; ValueError naming a bad entry."""
+        names, suffixes, networks, any_host = set(), [], [], False
+        for item in value.split(","):
+            entry = item.strip().lower().rstrip(".")
+            if not entry:
+                continue
+            if entry == "*":
+                any_host = True
+            elif entry.startswith("*."):
+                if not _is_name(entry[2:]):
+                    raise ValueError(f"{item.strip()!r} is not a host name wildcard like *.example.com")
+                suffixes.append(entry[1:])
+            elif "/" in entry or _address(entry) is not None:
+                try:
+                    networks.append(ipaddress.ip_network(entry.strip("[]"), strict=False))
+                except ValueError:
+                    raise ValueError(f"{item.strip()!r} is not an IP address or network like 10.1.0.0/16") from None
+            elif _is_name(entry):
+                names.add(entry)
+            else:
+                raise ValueError(f"{item.strip()!r} is not a host name, *.domain, IP address, network or *")
+        return cls(frozenset(names), tuple(suffixes), tuple(networks), any_host)
+
+    @property
+    def empty(self) -> bool:
+        return not (self.names or self.suffixes or self.networks or self.any_host)
+
+    def _listed(self, address: Address) -> bool:
+        return any(address in network for network in self.networks)
+
+    def allows_name(self, host: str) -> bool:
+        return self.any_host or host in self.names or any(host.endswith(suffix) for suffix in self.suffixes)
+
+    def url_problem(self, url: str) -> str | None:
+        """Why `url` cannot be a push URL under this policy, or None. Names are judged here;
+        the addresses they resolve to are checked where they are resolved (address_problem)."""
+        try:
+            parts = urlsplit(url)
+            parts.port  # noqa: B018 - raises ValueError for a bad port
+        except ValueError:
+            return "is not a valid URL"
+        if parts.scheme not in SCHEMES or not parts.hostname:
+            return "must be an http:// or https:// URL with a host"
+        if parts.username is not None or parts.password is not None:
+            return "must not carry a user name or password (the topic's settings are not secret)"
+        if self.empty:
+            return "cannot be set: push is off on this server (DELAYQUEUE_PUSH_ALLOWED_HOSTS lists no host)"
+        host = parts.hostname.rstrip(".")
+        address = _address(host)
+        if address is not None:
+            if self._listed(address) or (self.any_host and address.is_global):
+                return None
+            return self.address_problem(address) or f"has address {address}, which DELAYQUEUE_PUSH_ALLOWED_HOSTS does not list"
+        if not self.allows_name(host):
+            return f"has host {host}, which DELAYQUEUE_PUSH_ALLOWED_HOSTS does not list"
+        return None
+
+    def address_problem(self, address: Address) -> str | None:
+        """Why a push may not connect to `address` (an allowed name resolved to it), or None."""
+        if self._listed(address) or address.is_global:
+            return None
+        return (f"goes to {address}, a loopback, private or reserved address that DELAYQUEUE_PUSH_ALLOWED_HOSTS "
+                "does not list")
+
+
+async def resolved_addresses(host: str, port: int | None = None) -> list[tuple[Address, int]]:
+    """The addresses `host` resolves to, each with its address family. Raises OSError."""
+    infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    return [(ipaddress.ip_address(info[4][0].split("%", 1)[0]), info[0]) for info in infos]
+
+
+async def push_url_problem(policy: HostPolicy, url: str) -> str | None:
+    """Why `url` cannot be a push URL, its host's addresses included, or None."""
+    problem = policy.url_problem(url)
+    if problem is not None:
+        return problem
+    host = urlsplit(url).hostname.rstrip(".")
+    if _address(host) is not None:
+        return None
+    try:
+        addresses = await resolved_addresses(host)
+    except OSError:
+        return f"has host {host}, which does not resolve"
+    for address, _family in addresses:
+        problem = policy.address_problem(address)
+        if problem is not None:
+            return f"has host {host}, which {problem}"
+    return None
+
+
+def _is_name(text: str) -> bool:
+    labels = text.split(".")
+    return all(label and len(label) <= 63 and label.replace("-", "").isalnum() and label.isascii()
+               for label in labels) and len(text) <= 253
+
+
+def checked_allowed_hosts(value: str) -> str:
+    HostPolicy.parse(value)
+    return value

@@ -1,0 +1,326 @@
+"""The pusher: POSTs the due messages of a namespace's topics that have a push URL (docs/push.md).
+
+It is a consumer like any other, inside `manage.py run_scanners`: it takes messages with the
+same pull script (which makes due ones ready first), so they are in flight with an ack deadline
+of the topic's pushTimeoutMillis plus a margin; a 2xx answer acks one, anything else gives it
+back with the topic's backoff (nack.lua), so retries, maxRetry, TTL, dead letters and the
+history come from the queue itself. A pusher killed mid-delivery leaves its messages in flight
+until their deadline, and the scanner then makes them ready again: at least once, never lost.
+Any number of pushers share a topic: each message is pulled by one of them, and the pull
+counts the topic's in-flight messages against pushConcurrency across all of them (and takes
+pushRatePerSecond from the topic's consume bucket).
+
+It learns which topics have work from the ready channel (the scanner publishes a topic as its
+messages become ready) and pulls those; a delivery that ends frees a slot for its topic's next
+pull; every push topic is pulled now and then all the same (SWEEP_SECONDS). It holds nothing
+for a topic with nothing to push: state lives per delivery and per endpoint in use.
+"""
+import asyncio
+import hashlib
+import hmac
+import logging
+import random
+import socket
+import time
+from collections import Counter
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+import aiohttp
+import orjson
+from aiohttp.abc import AbstractResolver
+from redis.exceptions import RedisError
+
+from delayqueue.constants import MAX_EVENT_DETAIL
+from delayqueue.epoch import now_millis
+from delayqueue.live import scripts
+from delayqueue.live.pubsub import subscribe_forever
+from delayqueue.messages import Message
+from delayqueue.outage import Outage, describe
+from delayqueue.push import figures
+from delayqueue.push.hosts import HostPolicy, resolved_addresses
+from delayqueue.runtime import Runtime
+from delayqueue.stopping import cancel_and_wait
+from delayqueue.topic_config import TopicSettings
+
+log = logging.getLogger(__name__)
+
+# A pushed message's ack deadline is its attempt's time limit plus this: room for the answer's
+# ack to reach Redis before the scanner gives the message back.
+ACK_MARGIN_MILLIS = 2_000
+ANSWER_LIMIT_BYTES = 4096  # of an answer, read and dropped (a connection is reused only once it is read)
+SWEEP_SECONDS = 5.0  # every push topic is pulled at least this often: a safety net for lost wakes
+HELD_RETRY_SECONDS = 0.2  # a topic with messages ready but its slots held by other pushers is pulled again
+ERROR_BACKOFF = 0.5
+FIGURES_EVERY = 1.0  # counts go to Redis this often
+ENDPOINT_IDLE_SECONDS = 60.0  # an endpoint's connections are closed after this long unused
+STOP_GRACE_SECONDS = 5.0  # deliveries still running at a stop after this are cancelled (redelivered later)
+
+
+def signature_header(secrets: list[str], at_millis: int, body: bytes) -> str:
+    """`t=<ms>,v1=<hex>` with one v1 per secret: HMAC-SHA256 of "<t>." and the body."""
+    signed = f"{at_millis}.".encode() + body
+    return ",".join([f"t={at_millis}", *(f"v1={hmac.new(secret.encode(), signed, hashlib.sha256).hexdigest()}"
+                                        for secret in secrets)])
+
+
+class RefusedAddress(OSError):
+    """A push URL's host resolved to an address DELAYQUEUE_PUSH_ALLOWED_HOSTS does not allow."""
+
+
+class _AllowedResolver(AbstractResolver):
+    """Resolves as the system does, then refuses addresses the policy does not allow: checked
+    where the connection is made, so a name cannot be pointed elsewhere after it was set."""
+
+    def __init__(self, policy: HostPolicy):
+        self._policy = policy
+
+    async def resolve(self, host: str, port: int = 0, family: int = socket.AF_INET) -> list[dict]:
+        found = []
+        for address, address_family in await resolved_addresses(host, port):
+            problem = self._policy.address_problem(address)
+            if problem is not None:
+                raise RefusedAddress(f"{host} {problem}")
+            found.append({"hostname": host, "host": str(address), "port": port, "family": address_family,
+                          "proto": 0, "flags": socket.AI_NUMERICHOST})
+        return found
+
+    async def close(self) -> None:
+        pass
+
+
+@dataclass
+class _Endpoint:
+    """The keep-alive connections to one origin (scheme, host, port), used by every topic pushing there."""
+    session: aiohttp.ClientSession
+    last_used: float
+
+
+class Pusher:
+    def __init__(self, rt: Runtime):
+        self.rt = rt
+        self.policy = rt.config.push_hosts
+        self.counts = Counter()  # pushed, failed: for the stop's log line
+        self._wanted: set[str] = set()  # topics to pull at the next turn
+        self._held: set[str] = set()  # topics whose slots were full: a delivery that ends wants them
+        self._retry_at: dict[str, float] = {}  # topic -> loop time to pull it again
+        self._running = Counter()  # topic -> this process' deliveries in flight
+        self._deliveries: set[asyncio.Task] = set()
+        self._endpoints: dict[tuple[str, str, int | None], _Endpoint] = {}
+        self._figures = Counter()  # pushes hash field -> what to add
+        self._kick = asyncio.Event()
+        self._sweep_now = False
+
+    def want(self, topic: str) -> None:
+        self._wanted.add(topic)
+        self._kick.set()
+
+    async def run(self, stop: asyncio.Event) -> None:
+        loop = asyncio.get_running_loop()
+        listener = loop.create_task(self._listen(), name="push-listener")
+        outage = Outage(log, f"pusher of namespace {self.rt.ns.namespace}")
+        next_sweep = next_figures = loop.time()
+        try:
+            while not stop.is_set():
+                table = await self._settings()
+                now = loop.time()
+                if now >= next_sweep or self._sweep_now:
+                    self._sweep_now = False
+                    self._wanted.update(topic for topic, s in table.items() if s.push_url)
+                    next_sweep = now + SWEEP_SECONDS
+                if now >= next_figures:
+                    await self._write_figures()
+                    await self._close_idle_endpoints()
+                    next_figures = now + FIGURES_EVERY
+                for topic, at in list(self._retry_at.items()):
+                    if at <= now:
+                        del self._retry_at[topic]
+                        self._wanted.add(topic)
+                if self._wanted:
+                    try:
+                        await self._pull(table)
+                        outage.ok()
+                    except RedisError as exc:
+                        outage.failed(describe(exc))
+                self._kick.clear()
+                if self._wanted:
+                    continue
+                wake_at = min([next_sweep, next_figures, *self._retry_at.values()])
+                stopped = loop.create_task(stop.wait())
+                kicked = loop.create_task(self._kick.wait())
+                await asyncio.wait({stopped, kicked}, timeout=max(0.0, wake_at - loop.time()),
+                                   return_when=asyncio.FIRST_COMPLETED)
+                stopped.cancel()
+                kicked.cancel()
+        finally:
+            await cancel_and_wait(listener)
+            if self._deliveries:
+                await asyncio.wait(set(self._deliveries), timeout=STOP_GRACE_SECONDS)
+                await cancel_and_wait(*self._deliveries)
+            await self._write_figures()
+            for endpoint in self._endpoints.values():
+                await endpoint.session.close()
+
+    async def _settings(self) -> dict[str, TopicSettings]:
+        configs = self.rt.topic_configs
+        return configs.current if configs.current is not None else await configs.table()
+
+    async def _pull(self, table: dict[str, TopicSettings]) -> None:
+        """Pulls every wanted push topic with a free slot, in one pipelined round trip, and
+        starts a delivery per message."""
+        rt, cfg = self.rt, self.rt.config
+        wanted, self._wanted = self._wanted, set()
+        pulls = []
+        for topic in wanted:
+            settings = table.get(topic)
+            if settings is None or not settings.push_url:
+                continue
+            room = settings.push_concurrency - self._running[topic]
+            if room <= 0:
+                self._held.add(topic)
+                continue
+            pulls.append((topic, settings, room, scripts.pull(
+                rt.ns.topic(topic), batch=room, ack_timeout_millis=settings.push_timeout_millis + ACK_MARGIN_MILLIS,
+                retention_millis=cfg.ended_retention_millis, stats_interval_millis=cfg.monitor_interval_millis,
+                schedule_channel=rt.ns.schedule_channel, topic=topic, actor=rt.actor, consume_rate=settings.push_rate,
+                promote_limit=cfg.scanner_batch, ready_channel=rt.ns.ready_channel,
+                max_inflight=settings.push_concurrency)))
+        if not pulls:
+            return
+        replies = await rt.scripts.run([call for *_, call in pulls])
+        now = asyncio.get_running_loop().time()
+        failure = None
+        for (topic, settings, room, _call), reply in zip(pulls, replies):
+            if isinstance(reply, Exception):
+                self._retry_at[topic] = now + ERROR_BACKOFF
+                failure = reply
+                continue
+            for raw in reply.messages:
+                self._start(topic, settings, raw)
+            if reply.paused:  # resumeTopic publishes it on the ready channel
+                continue
+            if reply.retry_after_millis:
+                self._retry_at[topic] = now + reply.retry_after_millis / 1000
+            elif reply.remaining > 0:
+                if len(reply.messages) >= room:
+                    self._held.add(topic)
+                else:  # other pushers hold the topic's slots: their deliveries end in time
+                    self._retry_at.setdefault(topic, now + HELD_RETRY_SECONDS)
+        if isinstance(failure, RedisError):
+            raise failure
+
+    def _start(self, topic: str, settings: TopicSettings, raw: str) -> None:
+        message = Message.from_stored(raw)
+        self._running[topic] += 1
+        task = asyncio.get_running_loop().create_task(self._deliver(topic, settings, message))
+        self._deliveries.add(task)
+        task.add_done_callback(self._deliveries.discard)
+
+    async def _deliver(self, topic: str, settings: TopicSettings, message: Message) -> None:
+        rt, cfg = self.rt, self.rt.config
+        try:
+            body = orjson.dumps(message.to_wire())
+            signed_at = now_millis()
+            headers = {"Content-Type": "application/json", "DelayQueue-Topic": topic,
+                       "DelayQueue-Msg-Id": message.msg_id, "DelayQueue-Retry": str(message.retry),
+                       "DelayQueue-Signature": signature_header(settings.signing_secrets(signed_at), signed_at, body)}
+            status, detail = await self._post(settings, body, headers)
+            k = rt.ns.topic(topic)
+            if status is not None and 200 <= status < 300:
+                self.counts["pushed"] += 1
+                lateness = now_millis() - message.trigger_time
+                for name in figures.pushed_fields(topic, lateness):
+                    self._figures[name] += 1
+                self._figures[figures.lateness_field(topic)] += max(lateness, 0)
+                call = scripts.ack(k, msg_id=message.msg_id, retention_millis=cfg.ended_retention_millis,
+                                   stats_interval_millis=cfg.monitor_interval_millis, actor=rt.actor,
+                                   push_status=str(status))
+            else:
+                self.counts["failed"] += 1
+                self._figures[figures.failed_field(topic, str(status) if status is not None else detail[0])] += 1
+                call = scripts.nack(
+                    k, msg_id=message.msg_id, retention_millis=cfg.ended_retention_millis,
+                    stats_interval_millis=cfg.monitor_interval_millis, ready_channel=rt.ns.ready_channel, topic=topic,
+                    actor=rt.actor, delay_millis=-1, dead_letter=False, schedule_channel=rt.ns.schedule_channel,
+                    seed=random.getrandbits(31),
+                    push_failure=(f"HTTP {status}" if status is not None else ": ".join(detail))[:MAX_EVENT_DETAIL])
+            try:
+                await rt.scripts.call(call)
+            except RedisError as exc:  # the message comes back at its ack deadline: pushed again
+                log.warning("pusher could not settle message %s of topic %s: %s", message.msg_id, topic, exc)
+        finally:
+            self._running[topic] -= 1
+            if not self._running[topic]:
+                del self._running[topic]
+            if topic in self._held:
+                self._held.discard(topic)
+                self.want(topic)
+
+    async def _post(self, settings: TopicSettings, body: bytes,
+                    headers: dict[str, str]) -> tuple[int | None, tuple[str, str]]:
+        """The answer's status, or None and (status label, error) for an attempt that got none."""
+        url = settings.push_url
+        problem = self.policy.url_problem(url)
+        if problem is not None:
+            return None, ("refused", f"pushUrl {problem}")
+        session = self._session(url)
+        try:
+            async with asyncio.timeout(settings.push_timeout_millis / 1000):
+                async with session.post(url, data=body, headers=headers, allow_redirects=False) as answer:
+                    await answer.content.read(ANSWER_LIMIT_BYTES)
+                    return answer.status, ("", "")
+        except TimeoutError:
+            return None, ("timeout", f"no answer within {settings.push_timeout_millis} ms")
+        except aiohttp.ClientConnectorError as exc:
+            if isinstance(exc.os_error, RefusedAddress):
+                return None, ("refused", str(exc.os_error))
+            return None, ("connection", str(exc.os_error) or type(exc.os_error).__name__)
+        except (aiohttp.ClientError, OSError) as exc:
+            return None, ("connection", str(exc) or type(exc).__name__)
+
+    def _session(self, url: str) -> aiohttp.ClientSession:
+        parts = urlsplit(url)
+        origin = (parts.scheme, parts.hostname, parts.port)
+        endpoint = self._endpoints.get(origin)
+        if endpoint is None:
+            # No connection limit of its own: each topic's pushConcurrency bounds what it holds,
+            # so a hanging endpoint holds only its own topics' slots.
+            connector = aiohttp.TCPConnector(limit=0, resolver=_AllowedResolver(self.policy))
+            session = aiohttp.ClientSession(connector=connector, auto_decompress=False,
+                                            skip_auto_headers=("User-Agent",),
+                                            headers={"User-Agent": "delayqueue-pusher"})
+            endpoint = self._endpoints[origin] = _Endpoint(session, 0.0)
+        endpoint.last_used = time.monotonic()
+        return endpoint.session
+
+    async def _close_idle_endpoints(self) -> None:
+        now = time.monotonic()
+        idle = [origin for origin, e in self._endpoints.items() if now - e.last_used > ENDPOINT_IDLE_SECONDS]
+        for origin in idle:
+            await self._endpoints.pop(origin).session.close()
+
+    async def _write_figures(self) -> None:
+        if not self._figures:
+            return
+        counts, self._figures = self._figures, Counter()
+        pipe = self.rt.redis.pipeline(transaction=False)
+        for name, n in counts.items():
+            pipe.hincrby(self.rt.ns.pushes, name, n)
+        try:
+            await pipe.execute()
+        except RedisError:
+            self._figures.update(counts)  # added at the next write
+
+    async def _listen(self) -> None:
+        def received(message: dict) -> None:
+            if message["type"] == "message":
+                self.want(message["data"])
+
+        def subscribed(rescan: bool) -> None:
+            if rescan:  # wakes may have been missed: look at every push topic
+                self._sweep_now = True
+                self._kick.set()
+
+        cfg = self.rt.config
+        await subscribe_forever(cfg.redis_url, cfg.redis_timeout, what="pusher", channels=(self.rt.ns.ready_channel,),
+                                on_message=received, on_subscribed=subscribed, on_lost=lambda: None)

@@ -1,0 +1,281 @@
+"""Push delivery (docs/push.md) against real HTTP receivers: what a receiver gets, what its
+answers do to the message, and what the pushers hold to."""
+import asyncio
+import hashlib
+import hmac
+import time
+
+import pytest
+
+from delayqueue.constants import Reason, Status
+from delayqueue.runtime import close_current
+from delayqueue_client import verify_signature
+from tests.helpers import call, drain_log, query, wait_until
+
+
+async def set_push(api, topic: str, url: str, **settings) -> dict:
+    answer = await call(api, "setTopicConfig", topic=topic, pushUrl=url, **settings)
+    assert answer["code"] == 200, answer
+    return answer["data"]
+
+
+async def send(api, topic: str, msg_id: str, delay: int = 0, **params) -> dict:
+    answer = await call(api, "sendMsg", topic=topic, msgId=msg_id, msg=f"body of {msg_id}", delayMillis=delay, **params)
+    assert answer["code"] == 200, answer
+    return answer["delayMsg"]
+
+
+async def status_of(api, topic: str, msg_id: str) -> int:
+    answer = await call(api, "getMsg", method="get", topic=topic, msgId=msg_id)
+    return answer["delayMsg"]["status"]
+
+
+async def arrived(receiver, msg_id: str, count: int = 1, timeout: float = 10) -> list[dict]:
+    async def enough():
+        return len(receiver.of(msg_id)) >= count
+
+    await wait_until(enough, timeout=timeout, what=f"{count} push(es) of {msg_id}")
+    return receiver.of(msg_id)
+
+
+async def ends_as(api, topic: str, msg_id: str, status: int, timeout: float = 10) -> None:
+    async def ended():
+        return await status_of(api, topic, msg_id) == status
+
+    await wait_until(ended, timeout=timeout, what=f"{msg_id} in status {status}")
+
+
+async def attempts(rt, topic: str, msg_id: str) -> list[tuple]:
+    """The push attempts in the message log's history, (reason, detail) in order: each event
+    with a detail (the last failed attempt's reason says how the message ended)."""
+    await drain_log(rt, [topic])
+    rows = await query("SELECT reason, detail FROM delayqueue_messageevent WHERE topic = %s AND msg_id = %s"
+                       " AND detail <> '' ORDER BY at, id", topic, msg_id)
+    return [tuple(row) for row in rows]
+
+
+async def test_a_due_message_is_posted_signed_and_acked_by_a_2xx(api, single_rt, start_pusher, push_receiver):
+    receiver = await push_receiver()
+    config = await set_push(api, "orders", receiver.url)
+    secret = config["pushSecret"]
+    assert secret.startswith("dqps_") and len(secret) == 5 + 43
+    await start_pusher()
+    sent = await send(api, "orders", "m1", delay=300)
+    [request] = await arrived(receiver, "m1")
+    assert request["at"] >= sent["triggerTime"]
+    assert request["message"] == {**sent, "retry": 1, "status": Status.CONSUMING}
+    headers = request["headers"]
+    assert headers["DelayQueue-Topic"] == "orders"
+    assert headers["DelayQueue-Msg-Id"] == "m1"
+    assert headers["DelayQueue-Retry"] == "1"
+    assert headers["Content-Type"] == "application/json"
+    t, v1 = headers["DelayQueue-Signature"].split(",")
+    assert t.startswith("t=") and abs(int(t[2:]) - request["at"]) < 5_000
+    expected = hmac.new(secret.encode(), f"{t[2:]}.".encode() + request["body"], hashlib.sha256).hexdigest()
+    assert v1 == f"v1={expected}"
+    verify_signature(secret, headers, request["body"])
+    await ends_as(api, "orders", "m1", Status.ACKED)
+    assert await attempts(single_rt, "orders", "m1") == [(Reason.PUSHED, "200")]
+    assert len(receiver.requests) == 1
+    # Consumers get nothing of a push topic.
+    await send(api, "orders", "m2", delay=60_000)
+    answer = await call(api, "pullMsg", topic="orders", batch=10)
+    assert answer["code"] == 200 and answer["delayMsgList"] == []
+
+
+async def test_a_failed_attempt_is_pushed_again_after_the_topics_backoff(api, single_rt, start_scanner, start_pusher,
+                                                                          push_receiver):
+    receiver = await push_receiver(lambda request: 500 if request["headers"]["DelayQueue-Retry"] == "1" else 204)
+    await set_push(api, "t", receiver.url, retryBackoffMillis=400)
+    await start_scanner(single_rt)
+    await start_pusher()
+    await send(api, "t", "m1")
+    first, second = await arrived(receiver, "m1", 2)
+    # The backoff is 400 ms less up to 20% jitter: not before 320 ms.
+    assert second["at"] - first["at"] >= 320
+    assert second["headers"]["DelayQueue-Retry"] == "2"
+    await ends_as(api, "t", "m1", Status.ACKED)
+    assert await attempts(single_rt, "t", "m1") == [(Reason.PUSH_FAILED, "HTTP 500"), (Reason.PUSHED, "204")]
+
+
+async def test_a_hanging_receiver_times_out_and_a_redirect_is_not_followed(api, single_rt, start_scanner,
+                                                                          start_pusher, push_receiver):
+    async def hang_then_redirect_then_ok(request):
+        retry = request["headers"]["DelayQueue-Retry"]
+        if retry == "1":
+            await asyncio.sleep(5)
+        return 302 if retry == "2" else 200
+
+    receiver = await push_receiver(hang_then_redirect_then_ok)
+    await set_push(api, "t", receiver.url, pushTimeoutMillis=300)
+    await start_scanner(single_rt)
+    await start_pusher()
+    await send(api, "t", "m1")
+    await arrived(receiver, "m1", 3)
+    await ends_as(api, "t", "m1", Status.ACKED)
+    assert await attempts(single_rt, "t", "m1") == [
+        (Reason.PUSH_FAILED, "timeout: no answer within 300 ms"), (Reason.PUSH_FAILED, "HTTP 302"),
+        (Reason.PUSHED, "200")]
+    assert all(r["path"] == "/hook" for r in receiver.requests)  # the redirect's Location was not visited
+
+
+async def test_a_receiver_that_is_down_makes_a_dead_letter_after_max_retry(api, single_rt, start_scanner,
+                                                                          start_pusher, push_receiver):
+    receiver = await push_receiver()
+    url = receiver.url
+    await receiver.stop()  # nothing listens on its port now
+    await set_push(api, "t", url)
+    await start_scanner(single_rt)
+    await start_pusher()
+    await send(api, "t", "m1", maxRetry=2)
+    await ends_as(api, "t", "m1", Status.EXHAUSTED)
+    tried = await attempts(single_rt, "t", "m1")
+    # The first delivery and 2 retries; the last one's failure ended the message.
+    assert [reason for reason, _ in tried] == [Reason.PUSH_FAILED, Reason.PUSH_FAILED, Reason.RETRIES_EXHAUSTED]
+    assert all(detail.startswith("connection: ") for _, detail in tried)
+    dead = await call(api, "getDeadMsgList", method="get", topic="t")
+    assert [m["msgId"] for m in dead["delayMsgList"]] == ["m1"]
+
+
+async def test_push_concurrency_holds_across_pushers_and_rate_is_respected(api, single_rt, start_scanner,
+                                                                           start_pusher, push_receiver):
+    async def slow(request):
+        await asyncio.sleep(0.2)
+        return 200
+
+    receiver = await push_receiver(slow)
+    await set_push(api, "c", receiver.url, pushConcurrency=3)
+    await start_scanner(single_rt)
+    await start_pusher()
+    await start_pusher()  # two pushers, as two processes would run them
+    for i in range(12):
+        await send(api, "c", f"m{i}")
+    for i in range(12):
+        await arrived(receiver, f"m{i}")
+    assert receiver.most_in_flight == 3
+    assert len(receiver.requests) == 12
+
+    rated = await push_receiver()
+    await set_push(api, "r", rated.url, pushRatePerSecond=4)
+    started = time.time() * 1000
+    for i in range(12):
+        await send(api, "r", f"m{i}")
+    for i in range(12):
+        await arrived(rated, f"m{i}")
+    # A bucket of 4/s holds at most a second's worth: 12 pushes take at least 2 s.
+    arrivals = sorted(r["at"] for r in rated.requests)
+    assert arrivals[-1] - started >= 1_900
+    assert sum(at - started < 1_000 for at in arrivals) <= 8
+
+
+async def test_a_hanging_endpoint_holds_only_its_own_topics_slots(api, single_rt, start_scanner, start_pusher,
+                                                                 push_receiver):
+    async def hang(request):
+        await asyncio.sleep(3)
+        return 200
+
+    stuck, healthy = await push_receiver(hang), await push_receiver()
+    await set_push(api, "stuck", stuck.url, pushConcurrency=2, pushTimeoutMillis=10_000)
+    await set_push(api, "healthy", healthy.url)
+    await start_scanner(single_rt)
+    await start_pusher()
+    for i in range(6):
+        await send(api, "stuck", f"s{i}")
+    await wait_until(lambda: asyncio.sleep(0, stuck.in_flight == 2), what="the stuck topic's slots held")
+    for i in range(20):
+        await send(api, "healthy", f"h{i}")
+    for i in range(20):
+        await arrived(healthy, f"h{i}", timeout=2)
+    assert stuck.most_in_flight == 2 and len(stuck.requests) == 2
+
+
+async def test_push_urls_are_checked_when_set(api, settings):
+    async def refused(url: str, **extra) -> str:
+        answer = await call(api, "setTopicConfig", topic="t", pushUrl=url, **extra)
+        assert answer["code"] == 400, answer
+        return answer["msg"]
+
+    assert "DELAYQUEUE_PUSH_ALLOWED_HOSTS does not list" in await refused("http://example.com/hook")
+    assert "loopback, private or reserved" in await refused("http://10.1.2.3/hook")
+    assert "http:// or https://" in await refused("ftp://127.0.0.1/hook")
+    assert "user name or password" in await refused("http://user:pw@127.0.0.1/hook")
+    assert "rotatePushSecret" in (await call(api, "setTopicConfig", topic="u", rotatePushSecret="true"))["msg"]
+    settings.DELAYQUEUE = {**settings.DELAYQUEUE, "PUSH_ALLOWED_HOSTS": ""}
+    await close_current()  # the API's runtime is built again, from the settings now
+    assert "push is off" in await refused("http://127.0.0.1:9/hook")
+    settings.DELAYQUEUE = {**settings.DELAYQUEUE, "PUSH_ALLOWED_HOSTS": "localhost"}
+    await close_current()
+    # A listed name that resolves to loopback is refused unless the address is listed too.
+    assert "loopback, private or reserved" in await refused("http://localhost:9/hook")
+    config = await call(api, "getTopicConfig", method="get", topic="t")
+    assert config["data"]["pushUrl"] == ""
+
+
+async def test_the_secret_is_shown_once_and_a_rotation_signs_with_both(api, single_rt, start_pusher, push_receiver):
+    receiver = await push_receiver()
+    first = (await set_push(api, "t", receiver.url))["pushSecret"]
+    again = await set_push(api, "t", receiver.url, pushConcurrency=4)
+    assert "pushSecret" not in again and again["pushConcurrency"] == 4
+    got = (await call(api, "getTopicConfig", method="get", topic="t"))["data"]
+    assert "pushSecret" not in got and got["pushSecretRotating"] is False and got["pushUrl"] == receiver.url
+    rotated = await call(api, "setTopicConfig", topic="t", rotatePushSecret="true")
+    second = rotated["data"]["pushSecret"]
+    assert second != first and rotated["data"]["pushSecretRotating"] is True
+    await start_pusher()
+    await send(api, "t", "m1")
+    [request] = await arrived(receiver, "m1")
+    assert request["headers"]["DelayQueue-Signature"].count("v1=") == 2
+    verify_signature(first, request["headers"], request["body"])
+    verify_signature(second, request["headers"], request["body"])
+    # Turning push off forgets the secrets: a new URL gets a new one.
+    off = await call(api, "setTopicConfig", topic="t", pushUrl="")
+    assert off["data"]["pushUrl"] == "" and "pushSecret" not in off["data"]
+    third = (await set_push(api, "t", receiver.url))["pushSecret"]
+    assert third not in (first, second)
+
+
+@pytest.mark.process
+async def test_two_pusher_processes_push_each_message_once(api, scanner_process, push_receiver):
+    receiver = await push_receiver()
+    topics = ["a", "b", "c"]
+    for topic in topics:
+        await set_push(api, topic, receiver.url, pushConcurrency=16)
+    procs = [scanner_process("p1"), scanner_process("p2")]
+    for proc in procs:
+        await asyncio.to_thread(proc.wait_started)
+    sent = []
+    for i in range(300):
+        topic = topics[i % 3]
+        await send(api, topic, f"m{i}", delay=200 + i % 50)
+        sent.append((topic, f"m{i}"))
+    for topic, msg_id in sent:
+        await arrived(receiver, msg_id, timeout=20)
+    for topic, msg_id in sent:
+        await ends_as(api, topic, msg_id, Status.ACKED)
+    await asyncio.sleep(0.5)  # a second push of any of them would have come by now
+    assert sorted(r["message"]["msgId"] for r in receiver.requests) == sorted(msg_id for _, msg_id in sent)
+
+
+@pytest.mark.process
+@pytest.mark.fault
+async def test_a_pusher_killed_mid_delivery_leaves_the_message_to_be_pushed_again(api, scanner_process,
+                                                                                 push_receiver):
+    async def hang_first(request):
+        if request["headers"]["DelayQueue-Retry"] == "1":
+            await asyncio.sleep(30)
+        return 200
+
+    receiver = await push_receiver(hang_first)
+    await set_push(api, "t", receiver.url, pushTimeoutMillis=1_000)
+    first = scanner_process("first")
+    await asyncio.to_thread(first.wait_started)
+    await send(api, "t", "m1")
+    await arrived(receiver, "m1")
+    first.kill()
+    first.proc.wait()
+    second = scanner_process("second")
+    await asyncio.to_thread(second.wait_started)
+    # Back once its ack deadline (1 s + the margin) passed, and pushed by the pusher still alive.
+    [_, again] = await arrived(receiver, "m1", 2, timeout=20)
+    assert again["headers"]["DelayQueue-Retry"] == "2"
+    await ends_as(api, "t", "m1", Status.ACKED)
