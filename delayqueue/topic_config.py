@@ -7,8 +7,9 @@ PostgreSQL holds them. Two copies serve the hot paths:
   depends on Redis for its defaults, and a change is in force on every web process within a
   second (at once on the process that made it, which reads again).
 - The topic's Redis meta hash mirrors the settings the scripts act on (MIRROR_FIELDS): the retry
-  backoff (requeue_timed_out.lua, nack.lua) and the pause (pull.lua); and the dead-letter switch,
-  which no script reads (dead letters are judged in the message log, sql.KEEPS_DEAD). Written by
+  backoff (requeue_timed_out.lua, nack.lua) and the pause (pull.lua); the dead-letter switch,
+  which no script reads (dead letters are judged in the message log, sql.KEEPS_DEAD); and
+  whether it has a push URL, which the operators' views read beside its other figures. Written by
   every change and written back by restore (messagelog/recovery.py, spark/restore.py) after Redis
   lost its data; a topic retired by the scanner keeps them (retire_topic.lua only drops its
   registration).
@@ -64,6 +65,7 @@ MIRROR_FIELDS = {
     "retry_backoff_max": lambda s: s.retry_backoff_max_millis,
     "dead_letter": lambda s: int(s.dead_letter),
     "paused": lambda s: int(s.paused),
+    "push": lambda s: int(bool(s.push_url)),  # read by the operators' views only (ops/figures.py)
 }
 
 

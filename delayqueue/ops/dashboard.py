@@ -186,6 +186,7 @@ def dashboard(request):
         "stuck": sum(r["state"] == "stuck" for r in rows),
         "paused": sum(r["paused"] for r in rows),
         "redrives": redrives,
+        "pushes": [r for r in rows if r["push"] is not None],
         "busy": sum(r["state"] == "busy" for r in rows),
         "hourly": recent_topic_hours(namespace, wanted),
         "open_namespace": config.namespace if config.auth == "open" else None,

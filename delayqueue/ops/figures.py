@@ -9,6 +9,7 @@ from delayqueue.live.keys import topic_keys
 from delayqueue.messagelog import deadletters, sql
 from delayqueue.messagelog.connection import one_use
 from delayqueue.messages import Message
+from delayqueue.push.figures import TopicPushFigures, bucket_quantile, topic_figures
 from delayqueue.runtime import Runtime
 
 OVERDUE_MILLIS = 5_000  # a waiting message this far past its triggerTime means no scanner promotes it
@@ -25,8 +26,8 @@ async def topic_overview(rt: Runtime, *, topics: list[str]) -> list[dict]:
     """What the dashboard and /metrics show per topic: getTopicInfo, the last complete monitor
     interval's counters, lifetime totals, the lateness histogram and per-minute series, how
     many waiting messages are overdue, how long the oldest ready message has been due, how
-    many lifecycle events wait for the log writer, and whether it is paused. Unknown topics
-    give zeros."""
+    many lifecycle events wait for the log writer, whether it is paused, and for a topic with a
+    push URL (or push figures) its pushes (`push`, else None). Unknown topics give zeros."""
     if not topics:
         return []
     infos = await selectors.topic_infos(rt, topics=topics)
@@ -41,8 +42,10 @@ async def topic_overview(rt: Runtime, *, topics: list[str]) -> list[dict]:
         pipe.xlen(k.events)
         pipe.lindex(k.ready, -1)  # the oldest ready id of priority 0: pulls take from the tail
         pipe.exists(k.prioritised)
-        pipe.hget(k.meta, "paused")  # the pause as the pull script reads it (topic_config.MIRROR_FIELDS)
-    replies = await pipe.execute()
+        pipe.hmget(k.meta, "paused", "push")  # the pause as the pull script reads it (topic_config.MIRROR_FIELDS)
+    pipe.hgetall(rt.ns.pushes)
+    *replies, push_counts = await pipe.execute()
+    pushes = topic_figures(push_counts)
     oldest_ids = {topic: [replies[6 * i + 3]] if replies[6 * i + 3] else [] for i, topic in enumerate(topics)}
     prioritised = [topic for i, topic in enumerate(topics) if replies[6 * i + 4]]
     if prioritised:
@@ -82,7 +85,8 @@ async def topic_overview(rt: Runtime, *, topics: list[str]) -> list[dict]:
             **info,
             "overdue": overdue,
             "log_backlog": backlog,
-            "paused": replies[6 * i + 5] == "1",
+            "paused": replies[6 * i + 5][0] == "1",
+            "push": _push_overview(info, replies[6 * i + 5][1] == "1", pushes.get(info["topic"])),
             "oldest_ready_age_ms": max(now - oldest, 0) if oldest is not None else 0,
             "last_interval": last,
             "interval_seconds": rt.config.monitor_interval_seconds,
@@ -95,6 +99,19 @@ async def topic_overview(rt: Runtime, *, topics: list[str]) -> list[dict]:
             "lateness_series": series,
         })
     return overviews
+
+
+def _push_overview(info: dict, has_url: bool, figures: TopicPushFigures | None) -> dict | None:
+    """A topic's push figures as the dashboard and /metrics show them; in flight: its in-flight
+    messages, which are all pushes while it has a push URL."""
+    if not has_url and figures is None:
+        return None
+    figures = figures or TopicPushFigures()
+    buckets = figures.lateness_buckets
+    return {"url_set": has_url, "pushed": figures.pushed, "failed": sum(figures.failures.values()),
+            "failures": sorted(figures.failures.items()), "in_flight": info["ackQueueSize"] if has_url else 0,
+            "lateness_buckets": buckets, "lateness_sum_ms": figures.lateness_sum_ms,
+            "lateness_p50_ms": bucket_quantile(buckets, 0.5), "lateness_p99_ms": bucket_quantile(buckets, 0.99)}
 
 
 SCANNER_REPORT_STALE_MILLIS = 10_000  # a scanner that has not reported for this long is gone

@@ -81,6 +81,17 @@ class Snapshot:
                                    labels=["namespace", "topic"])
         dead = GaugeMetricFamily("delayqueue_dead_letters", "Dead letters (status 6) of the topic kept in the "
                                  "message log", labels=["namespace", "topic"])
+        pushes = CounterMetricFamily("delayqueue_pushes", "Push attempts answered 2xx (the message acked)",
+                                     labels=["namespace", "topic"])
+        push_failures = CounterMetricFamily(
+            "delayqueue_push_failures", "Push attempts that failed, by the answer's HTTP status or \"timeout\", "
+            "\"connection\" or \"refused\" (an address DELAYQUEUE_PUSH_ALLOWED_HOSTS does not allow)",
+            labels=["namespace", "topic", "status"])
+        push_lateness = HistogramMetricFamily(
+            "delayqueue_push_lateness_seconds", "A 2xx push answer's arrival minus the message's triggerTime",
+            labels=["namespace", "topic"])
+        push_in_flight = GaugeMetricFamily("delayqueue_push_in_flight", "Pushes in flight now (every pusher)",
+                                           labels=["namespace", "topic"])
         redrive_moved = GaugeMetricFamily("delayqueue_redrive_moved", "Dead letters a running redrive has sent back",
                                           labels=["namespace", "topic", "task"])
         redrive_left = GaugeMetricFamily("delayqueue_redrive_left", "Dead letters a running redrive has still to "
@@ -105,11 +116,16 @@ class Snapshot:
                 backlog.add_metric([ns, topic], o["log_backlog"])
                 oldest.add_metric([ns, topic], o["oldest_ready_age_ms"] / 1000)
                 paused.add_metric([ns, topic], int(o["paused"]))
-                cumulative, buckets = 0, []
-                for bound, count in o["lateness_buckets"]:
-                    cumulative += count
-                    buckets.append(("+Inf" if bound is None else repr(bound / 1000), cumulative))
+                buckets = cumulative_buckets(o["lateness_buckets"])
                 lateness.add_metric([ns, topic], buckets, o["lateness_sum_ms"] / 1000)
+                push = o["push"]
+                if push is not None:
+                    pushes.add_metric([ns, topic], push["pushed"])
+                    for status, count in push["failures"]:
+                        push_failures.add_metric([ns, topic, status], count)
+                    push_lateness.add_metric([ns, topic], cumulative_buckets(push["lateness_buckets"]),
+                                             push["lateness_sum_ms"] / 1000)
+                    push_in_flight.add_metric([ns, topic], push["in_flight"])
             topics.add_metric([ns], len(figured.overviews))
             for token, millis in sorted(figured.scanner_lags.items()):
                 lag.add_metric([ns, token], millis / 1000)
@@ -120,9 +136,18 @@ class Snapshot:
             for (ns, topic), count in sorted(counts.items()):
                 dead.add_metric([ns, topic], count)
         yield from (requests, sizes, waiting, overdue, oldest, backlog, lateness, topics, lag, lost, throttled,
-                    paused, redrive_moved, redrive_left)
+                    paused, pushes, push_failures, push_lateness, push_in_flight, redrive_moved, redrive_left)
         if self.dead is not None:
             yield dead
+
+
+def cumulative_buckets(buckets: list[tuple[int | None, int]]) -> list[tuple[str, int]]:
+    """(bound ms or None, count) pairs as Prometheus' cumulative (le seconds, count) buckets."""
+    cumulative, out = 0, []
+    for bound, count in buckets:
+        cumulative += count
+        out.append(("+Inf" if bound is None else repr(bound / 1000), cumulative))
+    return out
 
 
 async def metrics(request):

@@ -17,10 +17,11 @@ from redis.exceptions import RedisError
 from delayqueue import selectors, services
 from delayqueue.api.validation import DEAD_CURSOR, MsgIdField, TopicSerializer, first_error
 from delayqueue.conf import checked_namespace, load_config
-from delayqueue.constants import (MAX_DELAY_MILLIS, MAX_LIMIT, MAX_RETRY, REDRIVE_DEFAULT_RATE, REDRIVE_MAX_RATE,
+from delayqueue.constants import (MAX_DELAY_MILLIS, MAX_LIMIT, MAX_PUSH_URL_LENGTH, MAX_RETRY, PUSH_MAX_CONCURRENCY,
+                                  PUSH_MAX_TIMEOUT_MILLIS, REDRIVE_DEFAULT_RATE, REDRIVE_MAX_RATE,
                                   RETRY_BACKOFF_MAX_MILLIS)
 from delayqueue.epoch import from_millis
-from delayqueue.exceptions import QueueError
+from delayqueue.exceptions import BadRequest, QueueError
 from delayqueue.messagelog import deadletters
 from delayqueue.models import Limit, RedriveTask, TopicConfig
 from delayqueue.ops import figures
@@ -73,9 +74,20 @@ class TopicSettingsForm(forms.Form):
     produce_rate = _optional("produce rate (/s)", 1, MAX_LIMIT, "empty: no limit")
     consume_rate = _optional("consume rate (/s)", 1, MAX_LIMIT, "empty: no limit")
     max_live = _optional("live-message cap", 1, MAX_LIMIT, "empty: none")
+    push_url = forms.CharField(label="push URL", required=False, max_length=MAX_PUSH_URL_LENGTH,
+                               help_text="due messages are POSTed here instead of being pulled (docs/push.md); "
+                                         "empty: push off, its signing secrets forgotten")
+    push_concurrency = forms.IntegerField(label="push concurrency", min_value=1, max_value=PUSH_MAX_CONCURRENCY,
+                                          help_text="pushes in flight at once, across every pusher")
+    push_timeout_millis = forms.IntegerField(label="push timeout (ms)", min_value=1, max_value=PUSH_MAX_TIMEOUT_MILLIS)
+    push_rate = forms.IntegerField(label="push rate (/s)", required=False, min_value=0, max_value=MAX_LIMIT,
+                                   help_text="pushes started a second; empty or 0: no limit")
+    rotate_push_secret = forms.BooleanField(
+        label="rotate push secret", required=False,
+        help_text="a new signing secret, shown once; the old one signs too for DELAYQUEUE_PUSH_SECRET_GRACE_SECONDS")
 
     SETTINGS = ("ttl_millis", "max_retry", "ack_timeout_millis", "retry_backoff_millis", "retry_backoff_max_millis",
-                "dead_letter")
+                "dead_letter", "push_url", "push_concurrency", "push_timeout_millis", "push_rate")
     LIMITS = ("produce_rate", "consume_rate", "max_live")
 
     @classmethod
@@ -164,23 +176,32 @@ class TopicConfigAdmin(admin.ModelAdmin):
             if not self.has_change_permission(request):
                 raise PermissionDenied
             form = TopicSettingsForm(request.POST)
+            secret = None
             if form.is_valid():
                 data = form.cleaned_data
                 try:
-                    in_namespace(namespace, services.set_topic_config, topic=topic,
-                                 changes={name: data[name] for name in form.SETTINGS},
-                                 limits={name: data[name] or 0 for name in form.LIMITS})
+                    secret = in_namespace(namespace, services.set_topic_config, topic=topic,
+                                          changes={name: data[name] for name in form.SETTINGS},
+                                          limits={name: data[name] or 0 for name in form.LIMITS},
+                                          rotate_push_secret=data["rotate_push_secret"])
+                except BadRequest as exc:  # a push URL not allowed, a rotation without one: nothing saved
+                    form.add_error("push_url", str(exc))
                 except (RedisError, QueueError) as exc:
                     self.message_user(request, f"Settings saved in PostgreSQL, but their Redis copy could not be "
                                                f"written ({exc}): save again", messages.ERROR)
+                    return HttpResponseRedirect(topic_url("topic", namespace, topic))
                 else:
                     self.message_user(request, "Settings saved; in force on every process within a second.",
                                       messages.SUCCESS)
-                return HttpResponseRedirect(topic_url("topic", namespace, topic))
+                    if secret is None:
+                        return HttpResponseRedirect(topic_url("topic", namespace, topic))
+                    # Shown on this page only: a redirect would carry it through the session's messages.
+                    form = TopicSettingsForm(initial=TopicSettingsForm.initial_of(namespace, topic))
         else:
-            form = TopicSettingsForm(initial=TopicSettingsForm.initial_of(namespace, topic))
+            form, secret = TopicSettingsForm(initial=TopicSettingsForm.initial_of(namespace, topic)), None
         return TemplateResponse(request, "admin/delayqueue/topicconfig/topic.html", self._context(
             request, f"Topic {topic}", namespace, topic, form=form, state=self._state(namespace, topic),
+            new_push_secret=secret,
             can_change=self.has_change_permission(request),
             dead_letters_url=topic_url("deadletters", namespace, topic),
             pause_url=reverse("admin:delayqueue_topic_pause"), resume_url=reverse("admin:delayqueue_topic_resume"),

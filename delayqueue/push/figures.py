@@ -57,3 +57,17 @@ def topic_figures(counts: dict[str, str]) -> dict[str, TopicPushFigures]:
             else:
                 figures.lateness_counts[int(detail)] += n
     return topics
+
+
+def bucket_quantile(buckets: list[tuple[int | None, int]], q: float) -> int | None:
+    """The upper bound (ms) of the bucket holding the q-quantile (0 < q <= 1) of a histogram
+    given as (bound, count) pairs; None when it is empty or falls past the last bound."""
+    total = sum(count for _, count in buckets)
+    if not total:
+        return None
+    seen = 0
+    for bound, count in buckets:
+        seen += count
+        if seen >= q * total:
+            return bound
+    return None

@@ -44,7 +44,8 @@ def form_values(**changes) -> dict:
     """The topic page's settings form as a browser posts it, all defaults, with `changes`."""
     values = {"namespace": "default", "topic": "orders", "ttl_millis": "", "max_retry": "", "ack_timeout_millis": "",
               "retry_backoff_millis": "0", "retry_backoff_max_millis": "3600000", "dead_letter": "on",
-              "produce_rate": "", "consume_rate": "", "max_live": ""}
+              "produce_rate": "", "consume_rate": "", "max_live": "", "push_url": "", "push_concurrency": "8",
+              "push_timeout_millis": "10000", "push_rate": ""}
     return {**values, **changes}
 
 
@@ -91,6 +92,26 @@ def test_any_topic_opens_and_its_settings_form_saves_through_the_service(admin_c
     # Cleared: back to the defaults, the limit removed.
     admin_client.post(topic_url("topic", "default", "orders"), form_values(), follow=True)
     assert settings_of("orders")["consumeRatePerSecond"] == 0 and not Limit.objects.exists()
+
+
+def test_the_topic_page_sets_a_push_url_and_shows_its_secret_once(admin_client):
+    refused = page_of(admin_client.post(topic_url("topic", "default", "orders"),
+                                        form_values(push_url="http://10.9.9.9/hook")))
+    assert "loopback, private or reserved" in refused and not TopicConfig.objects.exists()
+    saved = page_of(admin_client.post(topic_url("topic", "default", "orders"),
+                                      form_values(push_url="http://127.0.0.1:9/hook", push_concurrency="3")))
+    secret = TopicConfig.objects.get(topic="orders").push_secret
+    assert secret.startswith("dqps_") and f"<code>{secret}</code>" in saved and "Settings saved" in saved
+    assert settings_of("orders")["pushConcurrency"] == 3
+    # Never shown again: not on the page, nor after saving other settings.
+    assert secret not in page_of(admin_client.get(topic_url("topic", "default", "orders")))
+    again = admin_client.post(topic_url("topic", "default", "orders"),
+                              form_values(push_url="http://127.0.0.1:9/hook", max_retry="3"), follow=True)
+    assert secret not in page_of(again) and TopicConfig.objects.get(topic="orders").push_secret == secret
+    rotated = page_of(admin_client.post(topic_url("topic", "default", "orders"), form_values(
+        push_url="http://127.0.0.1:9/hook", rotate_push_secret="on")))
+    row = TopicConfig.objects.get(topic="orders")
+    assert row.push_previous_secret == secret and f"<code>{row.push_secret}</code>" in rotated
 
 
 def test_bad_settings_and_bad_topics_are_refused_with_a_reason(admin_client):

@@ -279,3 +279,37 @@ async def test_a_pusher_killed_mid_delivery_leaves_the_message_to_be_pushed_agai
     [_, again] = await arrived(receiver, "m1", 2, timeout=20)
     assert again["headers"]["DelayQueue-Retry"] == "2"
     await ends_as(api, "t", "m1", Status.ACKED)
+
+
+async def test_operators_see_pushes_failures_lateness_and_each_attempt(api, single_rt, start_scanner, start_pusher,
+                                                                       push_receiver, async_client):
+    receiver = await push_receiver(lambda request: 503 if request["headers"]["DelayQueue-Retry"] == "1" else 200)
+    await set_push(api, "orders", receiver.url, retryBackoffMillis=100)
+    await start_scanner(single_rt)
+    pusher = await start_pusher()
+    await send(api, "orders", "m1")
+    await send(api, "orders", "m2", delay=200)
+    for msg_id in ("m1", "m2"):
+        await arrived(receiver, msg_id, 2)
+        await ends_as(api, "orders", msg_id, Status.ACKED)
+    await pusher._write_figures()  # what the pusher writes every second
+    metrics = (await api.get("/metrics")).text
+    assert 'delayqueue_pushes_total{namespace="default",topic="orders"} 2.0' in metrics
+    assert 'delayqueue_push_failures_total{namespace="default",status="503",topic="orders"} 2.0' in metrics
+    assert 'delayqueue_push_lateness_seconds_count{namespace="default",topic="orders"} 2.0' in metrics
+    assert 'delayqueue_push_in_flight{namespace="default",topic="orders"} 0.0' in metrics
+
+    from django.contrib.auth.models import User
+
+    from delayqueue.models import Message
+
+    await User.objects.acreate_superuser("admin", password="pw")
+    await async_client.alogin(username="admin", password="pw")
+    dashboard = (await async_client.get("/admin/dashboard/")).content.decode()
+    table = dashboard.split('id="pushes"', 1)[1].split("</table>", 1)[0]
+    assert 'class="pushed">2<' in table and "503: 2" in table
+    await drain_log(single_rt, ["orders"])
+    row = await Message.objects.aget(topic="orders", msg_id="m1")
+    page = (await async_client.get(f"/admin/delayqueue/message/{row.pk}/change/")).content.decode()
+    assert "(push failed, delivery 1)" in page and '<span class="detail">HTTP 503</span>' in page
+    assert '(Pushed, delivery 2)' in page and '<span class="detail">200</span>' in page

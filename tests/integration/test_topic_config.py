@@ -6,7 +6,7 @@ import asyncio
 from asgiref.sync import sync_to_async
 
 from delayqueue import selectors, services
-from delayqueue.constants import RETRY_BACKOFF_MAX_MILLIS, Status
+from delayqueue.constants import PUSH_CONCURRENCY_DEFAULT, PUSH_TIMEOUT_DEFAULT_MILLIS, RETRY_BACKOFF_MAX_MILLIS, Status
 from delayqueue.messagelog import recovery
 from delayqueue.models import Limit
 from delayqueue.ops import figures
@@ -30,7 +30,9 @@ async def test_a_topic_without_settings_answers_the_service_defaults(rt):
     assert await selectors.topic_config(rt, topic="t") == {
         "topic": "t", "ttlMillis": cfg.ttl_millis, "maxRetry": cfg.max_retry, "ackTimeoutMillis": cfg.ack_timeout_millis,
         "retryBackoffMillis": 0, "retryBackoffMaxMillis": RETRY_BACKOFF_MAX_MILLIS, "deadLetter": True,
-        "paused": False, "produceRatePerSecond": 0, "consumeRatePerSecond": 0, "maxLiveMessages": 0}
+        "paused": False, "produceRatePerSecond": 0, "consumeRatePerSecond": 0, "maxLiveMessages": 0,
+        "pushUrl": "", "pushConcurrency": PUSH_CONCURRENCY_DEFAULT, "pushTimeoutMillis": PUSH_TIMEOUT_DEFAULT_MILLIS,
+        "pushRatePerSecond": 0, "pushSecretRotating": False}
 
 
 async def test_topic_defaults_apply_to_sends_and_pulls_that_give_none(rt):

@@ -1,0 +1,98 @@
+"""DELAYQUEUE_PUSH_ALLOWED_HOSTS' rules (push/hosts.py) and the push figures' arithmetic
+(push/figures.py, pusher.signature_header): pure logic, no server."""
+import hashlib
+import hmac
+import ipaddress
+
+import pytest
+
+from delayqueue.constants import LATENESS_BOUNDS_MS
+from delayqueue.push.figures import (bucket_quantile, failed_field, lateness_field, pushed_fields, topic_figures)
+from delayqueue.push.hosts import HostPolicy
+from delayqueue.push.pusher import signature_header
+from delayqueue_client import verify_signature
+
+
+def problem(policy: str, url: str) -> str | None:
+    return HostPolicy.parse(policy).url_problem(url)
+
+
+def test_push_is_off_until_hosts_are_listed():
+    assert "push is off" in problem("", "https://hooks.example.com/x")
+
+
+@pytest.mark.parametrize("policy, url", [
+    ("hooks.example.com", "https://hooks.example.com/x"),
+    ("hooks.example.com", "https://HOOKS.example.com.:8443/x"),
+    ("*.example.com", "http://a.b.example.com/x"),
+    ("*", "https://anything.test/x"),
+    ("*", "https://93.184.215.14/x"),
+    ("127.0.0.1", "http://127.0.0.1:8080/hook"),
+    ("10.1.0.0/16", "http://10.1.2.3/hook"),
+    ("::1", "http://[::1]:9000/hook"),
+])
+def test_allowed(policy, url):
+    assert problem(policy, url) is None
+
+
+@pytest.mark.parametrize("policy, url, says", [
+    ("hooks.example.com", "https://evil.example.com/x", "does not list"),
+    ("*.example.com", "https://example.com/x", "does not list"),
+    ("*", "http://127.0.0.1/x", "loopback, private or reserved"),
+    ("*", "http://169.254.169.254/latest/meta-data", "loopback, private or reserved"),
+    ("hooks.example.com", "http://10.0.0.1/x", "loopback, private or reserved"),
+    ("hooks.example.com", "http://93.184.215.14/x", "does not list"),
+    ("*", "ftp://hooks.example.com/x", "http:// or https://"),
+    ("*", "https:///x", "http:// or https://"),
+    ("*", "https://user:secret@hooks.example.com/x", "user name or password"),
+    ("*", "https://hooks.example.com:99999/x", "not a valid URL"),
+])
+def test_refused(policy, url, says):
+    assert says in problem(policy, url)
+
+
+def test_a_name_resolving_to_a_private_address_needs_that_address_listed():
+    policy = HostPolicy.parse("hooks.internal, 10.1.0.0/16")
+    assert policy.address_problem(ipaddress.ip_address("10.1.4.5")) is None
+    assert "loopback, private or reserved" in policy.address_problem(ipaddress.ip_address("10.2.0.1"))
+    assert "loopback, private or reserved" in policy.address_problem(ipaddress.ip_address("127.0.0.1"))
+    assert policy.address_problem(ipaddress.ip_address("93.184.215.14")) is None
+
+
+@pytest.mark.parametrize("value", ["exa mple.com", "*..com", "10.1.0.0/99", "*.bad_name!"])
+def test_a_bad_entry_is_named(value):
+    with pytest.raises(ValueError, match="is not"):
+        HostPolicy.parse(value)
+
+
+def test_push_figures_add_up_per_topic():
+    counts = {}
+    for name in pushed_fields("a", 3) + pushed_fields("a", 40) + pushed_fields("b", 0):
+        counts[name] = counts.get(name, 0) + 1
+    counts[lateness_field("a")] = 43
+    counts[failed_field("a", "500")] = 2
+    counts[failed_field("a", "timeout")] = 1
+    figures = topic_figures({name: str(n) for name, n in counts.items()})
+    a = figures["a"]
+    assert (a.pushed, a.lateness_sum_ms, dict(a.failures)) == (2, 43, {"500": 2, "timeout": 1})
+    assert dict(a.lateness_buckets)[5] == 1 and dict(a.lateness_buckets)[50] == 1
+    assert figures["b"].pushed == 1 and dict(figures["b"].lateness_buckets)[LATENESS_BOUNDS_MS[0]] == 1
+
+
+def test_bucket_quantile_is_the_upper_bound_of_the_bucket_holding_it():
+    buckets = [(1, 50), (2, 40), (5, 9), (None, 1)]
+    assert bucket_quantile(buckets, 0.5) == 1
+    assert bucket_quantile(buckets, 0.9) == 2
+    assert bucket_quantile(buckets, 0.99) == 5
+    assert bucket_quantile(buckets, 1.0) is None  # past the last bound
+    assert bucket_quantile([(1, 0), (None, 0)], 0.5) is None
+
+
+def test_the_signature_header_has_one_v1_per_secret_and_verifies():
+    body = b'{"msgId":"m1"}'
+    header = signature_header(["new", "old"], 1_700_000_000_000, body)
+    t, *v1s = header.split(",")
+    assert t == "t=1700000000000"
+    assert v1s == [f"v1={hmac.new(s.encode(), b'1700000000000.' + body, hashlib.sha256).hexdigest()}"
+                   for s in ("new", "old")]
+    verify_signature("old", {"DelayQueue-Signature": header}, body, now_ms=1_700_000_000_000)
