@@ -104,5 +104,8 @@ PUSH_MAX_CONCURRENCY = 1000
 PUSH_TIMEOUT_DEFAULT_MILLIS = 10_000  # one attempt, connecting to reading the answer
 PUSH_MAX_TIMEOUT_MILLIS = 300_000
 MAX_PUSH_URL_LENGTH = 2000
+# A failed push waits this long before the next attempt, doubling per delivery, when its topic sets
+# no retryBackoffMillis: a receiver down for a moment must not use up a message's tries at once.
+PUSH_RETRY_BACKOFF_DEFAULT_MILLIS = 1000
 # A history event's detail (a push attempt's status or error) is cut to this many characters.
 MAX_EVENT_DETAIL = 200

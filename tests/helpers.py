@@ -314,7 +314,8 @@ class PushReceiver:
 
         app = web.Application()
         app.router.add_route("*", "/{tail:.*}", self._handle)
-        self._runner = web.AppRunner(app, access_log=None)
+        # Stopping does not wait for handlers still hanging (a test's endpoint that never answers).
+        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.1, handler_cancellation=True)
         await self._runner.setup()
         self.port = free_port()
         await web.TCPSite(self._runner, "127.0.0.1", self.port).start()

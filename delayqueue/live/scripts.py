@@ -269,13 +269,14 @@ def ack(k: TopicKeys, *, msg_id: str, retention_millis: int, stats_interval_mill
 
 def nack(k: TopicKeys, *, msg_id: str, retention_millis: int, stats_interval_millis: int, ready_channel: str,
          topic: str, actor: str, delay_millis: int, dead_letter: bool, schedule_channel: str,
-         seed: int, push_failure: str = "") -> ScriptCall:
-    """`delay_millis` -1: none given (the topic's retry backoff applies); `push_failure`: a failed
-    push attempt's status or error, when the nack is its outcome."""
+         seed: int, push_failure: str = "", default_backoff_millis: int = 0) -> ScriptCall:
+    """`delay_millis` -1: none given (the topic's retry backoff applies, or one starting at
+    `default_backoff_millis` when the topic has none); `push_failure`: a failed push attempt's
+    status or error, when the nack is its outcome."""
     return ScriptCall(NACK, [k.inflight, k.ready, k.msgs, k.expiry, k.ended, k.stats, k.meta, k.events, k.waiting,
                              k.prioritised],
                       [msg_id, retention_millis, stats_interval_millis, ready_channel, topic, actor, delay_millis,
-                       _flag(dead_letter), schedule_channel, seed, push_failure])
+                       _flag(dead_letter), schedule_channel, seed, push_failure, default_backoff_millis])
 
 
 def touch(k: TopicKeys, *, msg_id: str, ack_timeout_millis: int, schedule_channel: str, topic: str,

@@ -11,12 +11,16 @@ counts the topic's in-flight messages against pushConcurrency across all of them
 pushRatePerSecond from the topic's consume bucket).
 
 It learns which topics have work from the ready channel (the scanner publishes a topic as its
-messages become ready) and pulls those; a delivery that ends frees a slot for its topic's next
-pull; every push topic is pulled now and then all the same (SWEEP_SECONDS). It holds nothing
-for a topic with nothing to push: state lives per delivery and per endpoint in use.
+messages become ready) and the schedule channel (a send due earlier than the topic's other
+messages), and pulls those; a pull that found nothing ready answers when the
+topic's next message is due, and the topic is pulled again then; a delivery that ends frees a
+slot for its topic's next pull; every push topic is pulled now and then all the same
+(SWEEP_SECONDS). It holds nothing for a topic with nothing due: state lives per delivery, per
+endpoint in use and per topic with a message waiting (its next pull's time).
 """
 import asyncio
 import hashlib
+import heapq
 import hmac
 import logging
 import random
@@ -31,10 +35,11 @@ import orjson
 from aiohttp.abc import AbstractResolver
 from redis.exceptions import RedisError
 
-from delayqueue.constants import MAX_EVENT_DETAIL
+from delayqueue.constants import MAX_EVENT_DETAIL, PUSH_RETRY_BACKOFF_DEFAULT_MILLIS
 from delayqueue.epoch import now_millis
 from delayqueue.live import scripts
 from delayqueue.live.pubsub import subscribe_forever
+from delayqueue.messagelog.refreshed import REFRESH_SECONDS
 from delayqueue.messages import Message
 from delayqueue.outage import Outage, describe
 from delayqueue.push import figures
@@ -96,6 +101,34 @@ class _Endpoint:
     last_used: float
 
 
+class _Wakes:
+    """Topic -> the loop time to pull it again, the earliest asked for; the due ones taken in
+    time order (a heap: thousands of topics waiting cost nothing per turn)."""
+
+    def __init__(self):
+        self._at: dict[str, float] = {}
+        self._heap: list[tuple[float, str]] = []
+
+    def at(self, topic: str, when: float) -> None:
+        if when < self._at.get(topic, float("inf")):
+            self._at[topic] = when
+            heapq.heappush(self._heap, (when, topic))
+
+    def due(self, now: float) -> list[str]:
+        topics = []
+        while self._heap and self._heap[0][0] <= now:
+            when, topic = heapq.heappop(self._heap)
+            if self._at.get(topic) == when:  # else a stale entry: an earlier wake replaced it
+                del self._at[topic]
+                topics.append(topic)
+        return topics
+
+    def next(self) -> float:
+        while self._heap and self._at.get(self._heap[0][1]) != self._heap[0][0]:
+            heapq.heappop(self._heap)
+        return self._heap[0][0] if self._heap else float("inf")
+
+
 class Pusher:
     def __init__(self, rt: Runtime):
         self.rt = rt
@@ -103,7 +136,7 @@ class Pusher:
         self.counts = Counter()  # pushed, failed: for the stop's log line
         self._wanted: set[str] = set()  # topics to pull at the next turn
         self._held: set[str] = set()  # topics whose slots were full: a delivery that ends wants them
-        self._retry_at: dict[str, float] = {}  # topic -> loop time to pull it again
+        self._wakes = _Wakes()  # topics to pull again later (a due time, a rate's refill, slots held elsewhere)
         self._running = Counter()  # topic -> this process' deliveries in flight
         self._deliveries: set[asyncio.Task] = set()
         self._endpoints: dict[tuple[str, str, int | None], _Endpoint] = {}
@@ -120,22 +153,25 @@ class Pusher:
         listener = loop.create_task(self._listen(), name="push-listener")
         outage = Outage(log, f"pusher of namespace {self.rt.ns.namespace}")
         next_sweep = next_figures = loop.time()
+        known: set[str] = set()  # the push topics of the settings last looked at
         try:
             while not stop.is_set():
                 table = await self._settings()
+                push_topics = {topic for topic, s in table.items() if s.push_url}
+                # A topic given a push URL since is pulled now: messages sent before this
+                # process read its setting were not its to take when their wakes came.
+                self._wanted.update(push_topics - known)
+                known = push_topics
                 now = loop.time()
                 if now >= next_sweep or self._sweep_now:
                     self._sweep_now = False
-                    self._wanted.update(topic for topic, s in table.items() if s.push_url)
+                    self._wanted.update(push_topics)
                     next_sweep = now + SWEEP_SECONDS
                 if now >= next_figures:
                     await self._write_figures()
                     await self._close_idle_endpoints()
                     next_figures = now + FIGURES_EVERY
-                for topic, at in list(self._retry_at.items()):
-                    if at <= now:
-                        del self._retry_at[topic]
-                        self._wanted.add(topic)
+                self._wanted.update(self._wakes.due(now))
                 if self._wanted:
                     try:
                         await self._pull(table)
@@ -145,7 +181,7 @@ class Pusher:
                 self._kick.clear()
                 if self._wanted:
                     continue
-                wake_at = min([next_sweep, next_figures, *self._retry_at.values()])
+                wake_at = min(next_sweep, next_figures, now + REFRESH_SECONDS, self._wakes.next())
                 stopped = loop.create_task(stop.wait())
                 kicked = loop.create_task(self._kick.wait())
                 await asyncio.wait({stopped, kicked}, timeout=max(0.0, wake_at - loop.time()),
@@ -192,7 +228,7 @@ class Pusher:
         failure = None
         for (topic, settings, room, _call), reply in zip(pulls, replies):
             if isinstance(reply, Exception):
-                self._retry_at[topic] = now + ERROR_BACKOFF
+                self._wakes.at(topic, now + ERROR_BACKOFF)
                 failure = reply
                 continue
             for raw in reply.messages:
@@ -200,12 +236,16 @@ class Pusher:
             if reply.paused:  # resumeTopic publishes it on the ready channel
                 continue
             if reply.retry_after_millis:
-                self._retry_at[topic] = now + reply.retry_after_millis / 1000
+                self._wakes.at(topic, now + reply.retry_after_millis / 1000)
+            elif reply.next_due_us > 0:
+                # Pulled again at the next message's due time (the pull makes it ready), not only
+                # when the scanner has promoted it and said so: one hop less.
+                self._wakes.at(topic, now + reply.next_due_us / 1e6)
             elif reply.remaining > 0:
                 if len(reply.messages) >= room:
                     self._held.add(topic)
                 else:  # other pushers hold the topic's slots: their deliveries end in time
-                    self._retry_at.setdefault(topic, now + HELD_RETRY_SECONDS)
+                    self._wakes.at(topic, now + HELD_RETRY_SECONDS)
         if isinstance(failure, RedisError):
             raise failure
 
@@ -242,7 +282,7 @@ class Pusher:
                     k, msg_id=message.msg_id, retention_millis=cfg.ended_retention_millis,
                     stats_interval_millis=cfg.monitor_interval_millis, ready_channel=rt.ns.ready_channel, topic=topic,
                     actor=rt.actor, delay_millis=-1, dead_letter=False, schedule_channel=rt.ns.schedule_channel,
-                    seed=random.getrandbits(31),
+                    seed=random.getrandbits(31), default_backoff_millis=PUSH_RETRY_BACKOFF_DEFAULT_MILLIS,
                     push_failure=(f"HTTP {status}" if status is not None else ": ".join(detail))[:MAX_EVENT_DETAIL])
             try:
                 await rt.scripts.call(call)
@@ -322,5 +362,8 @@ class Pusher:
                 self._kick.set()
 
         cfg = self.rt.config
-        await subscribe_forever(cfg.redis_url, cfg.redis_timeout, what="pusher", channels=(self.rt.ns.ready_channel,),
+        # Ready: a topic has messages to take. Schedule: it has an earlier due time than before (a
+        # send), which a pull answers, so the topic is pulled again at that time.
+        channels = (self.rt.ns.ready_channel, self.rt.ns.schedule_channel)
+        await subscribe_forever(cfg.redis_url, cfg.redis_timeout, what="pusher", channels=channels,
                                 on_message=received, on_subscribed=subscribed, on_lost=lambda: None)

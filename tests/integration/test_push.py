@@ -83,16 +83,16 @@ async def test_a_due_message_is_posted_signed_and_acked_by_a_2xx(api, single_rt,
     assert answer["code"] == 200 and answer["delayMsgList"] == []
 
 
-async def test_a_failed_attempt_is_pushed_again_after_the_topics_backoff(api, single_rt, start_scanner, start_pusher,
-                                                                          push_receiver):
+async def test_a_failed_attempt_is_pushed_again_after_a_backoff(api, single_rt, start_scanner, start_pusher,
+                                                                push_receiver):
     receiver = await push_receiver(lambda request: 500 if request["headers"]["DelayQueue-Retry"] == "1" else 204)
-    await set_push(api, "t", receiver.url, retryBackoffMillis=400)
+    await set_push(api, "t", receiver.url)  # no retryBackoffMillis: push's own default, 1 s doubling
     await start_scanner(single_rt)
     await start_pusher()
     await send(api, "t", "m1")
     first, second = await arrived(receiver, "m1", 2)
-    # The backoff is 400 ms less up to 20% jitter: not before 320 ms.
-    assert second["at"] - first["at"] >= 320
+    # The backoff is 1 s less up to 20% jitter: not before 800 ms.
+    assert second["at"] - first["at"] >= 800
     assert second["headers"]["DelayQueue-Retry"] == "2"
     await ends_as(api, "t", "m1", Status.ACKED)
     assert await attempts(single_rt, "t", "m1") == [(Reason.PUSH_FAILED, "HTTP 500"), (Reason.PUSHED, "204")]
@@ -107,11 +107,13 @@ async def test_a_hanging_receiver_times_out_and_a_redirect_is_not_followed(api, 
         return 302 if retry == "2" else 200
 
     receiver = await push_receiver(hang_then_redirect_then_ok)
-    await set_push(api, "t", receiver.url, pushTimeoutMillis=300)
+    await set_push(api, "t", receiver.url, pushTimeoutMillis=300, retryBackoffMillis=200)
     await start_scanner(single_rt)
     await start_pusher()
     await send(api, "t", "m1")
-    await arrived(receiver, "m1", 3)
+    first, second, third = await arrived(receiver, "m1", 3)
+    # The topic's own backoff: 200 ms, then 400 ms, less up to 20%.
+    assert second["at"] - first["at"] >= 300 + 160 and third["at"] - second["at"] >= 320
     await ends_as(api, "t", "m1", Status.ACKED)
     assert await attempts(single_rt, "t", "m1") == [
         (Reason.PUSH_FAILED, "timeout: no answer within 300 ms"), (Reason.PUSH_FAILED, "HTTP 302"),
@@ -124,7 +126,7 @@ async def test_a_receiver_that_is_down_makes_a_dead_letter_after_max_retry(api, 
     receiver = await push_receiver()
     url = receiver.url
     await receiver.stop()  # nothing listens on its port now
-    await set_push(api, "t", url)
+    await set_push(api, "t", url, retryBackoffMillis=50)
     await start_scanner(single_rt)
     await start_pusher()
     await send(api, "t", "m1", maxRetry=2)

@@ -25,6 +25,7 @@
 -- ARGV[9] schedule_channel: published when it waits and is due before what the scanner expects
 -- ARGV[10] seed: for the backoff's jitter
 -- ARGV[11] push_failure: '' for a consumer's nack; else the failed push attempt's status or error
+-- ARGV[12] default_backoff_millis: the backoff's first wait when the topic sets none (0: ready at once)
 -- Returns {1, its status now} when it was consuming, else {0, its status (0: unknown)}.
 -- @include clock
 -- @include take_consuming
@@ -59,6 +60,9 @@ local delay = tonumber(ARGV[7])
 if delay < 0 then
   math.randomseed(tonumber(ARGV[10]))
   local base, max = backoff_settings(t.meta)
+  if base <= 0 then
+    base = tonumber(ARGV[12])
+  end
   delay = backoff_wait(base, max, m.retry)
 end
 if delay > 0 then

@@ -1,5 +1,5 @@
-"""DELAYQUEUE_PUSH_ALLOWED_HOSTS' rules (push/hosts.py) and the push figures' arithmetic
-(push/figures.py, pusher.signature_header): pure logic, no server."""
+"""Push delivery's pure logic, no server: DELAYQUEUE_PUSH_ALLOWED_HOSTS' rules (push/hosts.py), the
+push figures' arithmetic (push/figures.py), the signature header and the pusher's wake schedule."""
 import hashlib
 import hmac
 import ipaddress
@@ -96,3 +96,17 @@ def test_the_signature_header_has_one_v1_per_secret_and_verifies():
     assert v1s == [f"v1={hmac.new(s.encode(), b'1700000000000.' + body, hashlib.sha256).hexdigest()}"
                    for s in ("new", "old")]
     verify_signature("old", {"DelayQueue-Signature": header}, body, now_ms=1_700_000_000_000)
+
+
+def test_wakes_keep_each_topics_earliest_and_hand_them_out_in_time_order():
+    from delayqueue.push.pusher import _Wakes
+
+    wakes = _Wakes()
+    wakes.at("a", 5.0)
+    wakes.at("b", 2.0)
+    wakes.at("a", 1.0)  # earlier: replaces 5.0
+    wakes.at("b", 3.0)  # later: ignored
+    assert wakes.next() == 1.0
+    assert wakes.due(2.5) == ["a", "b"]
+    assert wakes.due(10.0) == []  # a's stale 5.0 went with it
+    assert wakes.next() == float("inf")
