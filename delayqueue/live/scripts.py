@@ -25,7 +25,7 @@ from delayqueue.live.keys import EVENTS_SUFFIX, HISTORY_SUFFIX, NamespaceKeys, T
 LUA_DIR = Path(__file__).with_name("lua")
 _INCLUDE = re.compile(r"^-- @include (\w+)\s*$", re.MULTILINE)
 _HEADER = re.compile(r"^-- (KEYS|ARGV)\[(\d+)\] (\w+)", re.MULTILINE)
-_REPEATED = re.compile(r"^-- ARGV\[\d+\.\.\.\] per message: ([\w, ]+)$", re.MULTILINE)
+_REPEATED = re.compile(r"^-- ARGV\[\d+\.\.\.\] per (\w+): ([\w, ]+)$", re.MULTILINE)
 
 
 def _lua_table(items) -> str:
@@ -61,16 +61,19 @@ def _inline(source: str, included: set[str]) -> str:
     return _INCLUDE.sub(include, source)
 
 
-def header_names(text: str) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
-    """A script's KEYS, ARGV and per-item ARGV names, from its header; ValueError when the
-    numbering skips or repeats."""
+def header_names(text: str) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...], str]:
+    """A script's KEYS, ARGV and per-item ARGV names, and what an item is called in the plural
+    (`-- ARGV[n...] per message: ...`: "messages", its builder's keyword), from its header;
+    ValueError when the numbering skips or repeats."""
     names = {"KEYS": [], "ARGV": []}
     for kind, index, name in _HEADER.findall(text):
         if int(index) != len(names[kind]) + 1:
             raise ValueError(f"{kind}[{index}] out of order")
         names[kind].append(name)
     repeated = _REPEATED.search(text)
-    return tuple(names["KEYS"]), tuple(names["ARGV"]), tuple(repeated.group(1).split(", ")) if repeated else ()
+    if repeated is None:
+        return tuple(names["KEYS"]), tuple(names["ARGV"]), (), ""
+    return tuple(names["KEYS"]), tuple(names["ARGV"]), tuple(repeated.group(2).split(", ")), repeated.group(1) + "s"
 
 
 class ScriptCall(NamedTuple):
@@ -89,13 +92,14 @@ class Script:
     keys: tuple[str, ...] = field(init=False)  # KEYS in header order: names of TopicKeys fields
     args: tuple[str, ...] = field(init=False)  # ARGV in header order
     repeated: tuple[str, ...] = field(init=False)  # ARGV after `args`, once per item
+    items: str = field(init=False)  # the builder's keyword for the items ("" when none)
 
     def __post_init__(self):
         text = (LUA_DIR / f"{self.name}.lua").read_text()
         source = prelude() + _inline(text, set())
-        keys, args, repeated = header_names(text)
+        keys, args, repeated, items = header_names(text)
         for name, value in dict(text=text, source=source, sha=hashlib.sha1(source.encode()).hexdigest(), keys=keys,
-                                args=args, repeated=repeated).items():
+                                args=args, repeated=repeated, items=items).items():
             object.__setattr__(self, name, value)
 
 
@@ -225,12 +229,14 @@ RELEASE_LIVE_SHARE = Script("release_live_share", int)
 COVER_LIVE_SHARE = Script("cover_live_share", int)
 BORROW_LIVE = Script("borrow_live", int)
 PURGE_TOPIC = Script("purge_topic", lambda raw: PurgeReply(int(raw[0]), raw[1] == 1))
+ADD_COUNTS = Script("add_counts", int)
 TOUCH = Script("touch", _touch_reply)
 RESCHEDULE = Script("reschedule", _reschedule_reply)
 
 SCRIPTS = (SEND, PULL, ACK, NACK, DELETE, GET, PROMOTE_DUE, REQUEUE_TIMED_OUT, EXPIRE, PURGE_ENDED, RETIRE_TOPIC,
            PRUNE_STATS, LOCK_RENEW, LOCK_RELEASE, LOCK_TAKE_OVER, RESTORE, TAKE_TOKENS, ADMIT_SEND, LIVE_SHARE_SHORTFALL,
-           GRANT_LIVE_SHARE, RELEASE_LIVE_SHARE, COVER_LIVE_SHARE, BORROW_LIVE, PURGE_TOPIC, TOUCH, RESCHEDULE)
+           GRANT_LIVE_SHARE, RELEASE_LIVE_SHARE, COVER_LIVE_SHARE, BORROW_LIVE, PURGE_TOPIC, TOUCH, RESCHEDULE,
+           ADD_COUNTS)
 
 
 async def load_scripts(client) -> None:
@@ -397,6 +403,14 @@ def purge_topic(k: TopicKeys, *, limit: int, retention_millis: int, actor: str,
     return ScriptCall(PURGE_TOPIC, [k.waiting, k.ready, k.inflight, k.msgs, k.expiry, k.ended, k.events, k.stats,
                                    k.prioritised],
                       [limit, retention_millis, actor, stats_interval_millis])
+
+
+def add_counts(k: NamespaceKeys, *, fields: Sequence[Sequence]) -> ScriptCall:
+    """`fields`: per field the values named by ADD_COUNTS.repeated (its name, what to add)."""
+    args = []
+    for field_and_increment in fields:
+        args += field_and_increment
+    return ScriptCall(ADD_COUNTS, [k.pushes], args)
 
 
 def _flag(value: bool) -> int:

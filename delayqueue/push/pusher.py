@@ -343,11 +343,8 @@ class Pusher:
         if not self._figures:
             return
         counts, self._figures = self._figures, Counter()
-        pipe = self.rt.redis.pipeline(transaction=False)
-        for name, n in counts.items():
-            pipe.hincrby(self.rt.ns.pushes, name, n)
         try:
-            await pipe.execute()
+            await self.rt.scripts.call(scripts.add_counts(self.rt.ns, fields=list(counts.items())))
         except RedisError:
             self._figures.update(counts)  # added at the next write
 

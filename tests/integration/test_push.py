@@ -10,7 +10,7 @@ import pytest
 from delayqueue.constants import Reason, Status
 from delayqueue.runtime import close_current
 from delayqueue_client import verify_signature
-from tests.helpers import call, drain_log, query, wait_until
+from tests.helpers import REDIS_URL, PushReceiver, call, drain_log, make_runtime, query, wait_until
 
 
 async def set_push(api, topic: str, url: str, **settings) -> dict:
@@ -315,3 +315,49 @@ async def test_operators_see_pushes_failures_lateness_and_each_attempt(api, sing
     page = (await async_client.get(f"/admin/delayqueue/message/{row.pk}/change/")).content.decode()
     assert "(push failed, delivery 1)" in page and '<span class="detail">HTTP 503</span>' in page
     assert '(Pushed, delivery 2)' in page and '<span class="detail">200</span>' in page
+
+
+async def test_an_answer_is_read_only_up_to_its_limit(api, single_rt, start_pusher, push_receiver):
+    from aiohttp import web
+
+    async def endless(request):  # a 2xx whose body never ends: read in full, it would time out
+        answer = web.StreamResponse(status=200)
+        await answer.prepare(request)
+        while True:
+            await answer.write(b"x" * 65_536)
+            await asyncio.sleep(0.01)
+
+    receiver = await PushReceiver().start()
+    receiver.answer = lambda request: 200
+    app = web.Application()
+    app.router.add_post("/endless", endless)
+    runner = web.AppRunner(app, shutdown_timeout=0.1, handler_cancellation=True)
+    await runner.setup()
+    from tools.stack import free_port
+
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    try:
+        await set_push(api, "t", f"http://127.0.0.1:{port}/endless", pushTimeoutMillis=2_000)
+        await start_pusher()
+        await send(api, "t", "m1")
+        await ends_as(api, "t", "m1", Status.ACKED, timeout=5)
+        assert await attempts(single_rt, "t", "m1") == [(Reason.PUSHED, "200")]
+    finally:
+        await runner.cleanup()
+        await receiver.stop()
+
+
+async def test_addresses_are_checked_again_where_each_connection_is_made(api, single_rt, start_pusher,
+                                                                         push_receiver, settings):
+    receiver = await push_receiver()
+    settings.DELAYQUEUE = {**settings.DELAYQUEUE, "PUSH_ALLOWED_HOSTS": "localhost,127.0.0.1"}
+    await close_current()
+    await set_push(api, "t", f"http://localhost:{receiver.port}/hook", retryBackoffMillis=50)
+    # This pusher's operator lists the name only: it resolves to loopback, which is not listed.
+    await start_pusher(make_runtime(REDIS_URL, push_allowed_hosts="localhost"))
+    await send(api, "t", "m1", maxRetry=0)
+    await ends_as(api, "t", "m1", Status.EXHAUSTED)
+    [(reason, detail)] = await attempts(single_rt, "t", "m1")
+    assert reason == Reason.RETRIES_EXHAUSTED and "loopback, private or reserved" in detail
+    assert receiver.requests == []

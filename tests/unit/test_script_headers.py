@@ -21,14 +21,14 @@ def test_header_names_topic_keys_and_the_builders_arguments(script):
     assert script.keys and set(script.keys) <= KEY_FIELDS[keys_kind(script)]
     builder = scripts.BUILDERS[script.name]
     params = [p.name for p in inspect.signature(builder).parameters.values() if p.kind is p.KEYWORD_ONLY]
-    assert params == [*script.args, *(["messages"] if script.repeated else [])]
+    assert params == [*script.args, *([script.items] if script.repeated else [])]
 
 
 def test_a_header_numbered_out_of_order_is_refused():
     with pytest.raises(ValueError, match=r"KEYS\[3\] out of order"):
         scripts.header_names("-- KEYS[1] waiting\n-- KEYS[3] ready\n")
     assert scripts.header_names("-- KEYS[1] lock\n-- ARGV[1] token: who\n-- ARGV[2...] per message: a, b\n") == (
-        ("lock",), ("token",), ("a", "b"))
+        ("lock",), ("token",), ("a", "b"), "messages")
 
 
 @pytest.mark.parametrize("script", scripts.SCRIPTS, ids=lambda s: s.name)
@@ -52,7 +52,7 @@ def test_builders_write_keys_and_args_in_header_order(script):
     argv = {name: True if name in FLAGS else name for name in script.args}
     expected = [1 if name in FLAGS else name for name in script.args]
     if script.repeated:
-        argv["messages"] = [script.repeated, script.repeated]
+        argv[script.items] = [script.repeated, script.repeated]
         expected += [*script.repeated, *script.repeated]
     call = scripts.BUILDERS[script.name](k, **argv)
     assert call.script is script
