@@ -28,7 +28,7 @@ import socket
 import time
 from collections import Counter
 from dataclasses import dataclass
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 import aiohttp
 import orjson
@@ -60,6 +60,15 @@ ERROR_BACKOFF = 0.5
 FIGURES_EVERY = 1.0  # counts go to Redis this often
 ENDPOINT_IDLE_SECONDS = 60.0  # an endpoint's connections are closed after this long unused
 STOP_GRACE_SECONDS = 5.0  # deliveries still running at a stop after this are cancelled (redelivered later)
+
+
+# Header values are ASCII: a topic or msgId with other characters (or a '%') goes percent-encoded
+# as UTF-8, and one of printable ASCII goes as it is.
+_HEADER_SAFE = "".join(chr(c) for c in range(0x20, 0x7F) if chr(c) != "%")
+
+
+def header_value(text: str) -> str:
+    return quote(text, safe=_HEADER_SAFE)
 
 
 def signature_header(secrets: list[str], at_millis: int, body: bytes) -> str:
@@ -223,7 +232,13 @@ class Pusher:
                 max_inflight=settings.push_concurrency)))
         if not pulls:
             return
-        replies = await rt.scripts.run([call for *_, call in pulls])
+        try:
+            replies = await rt.scripts.run([call for *_, call in pulls])
+        except RedisError:
+            retry_at = asyncio.get_running_loop().time() + ERROR_BACKOFF
+            for topic, *_ in pulls:
+                self._wakes.at(topic, retry_at)
+            raise
         now = asyncio.get_running_loop().time()
         failure = None
         for (topic, settings, room, _call), reply in zip(pulls, replies):
@@ -261,8 +276,8 @@ class Pusher:
         try:
             body = orjson.dumps(message.to_wire())
             signed_at = now_millis()
-            headers = {"Content-Type": "application/json", "DelayQueue-Topic": topic,
-                       "DelayQueue-Msg-Id": message.msg_id, "DelayQueue-Retry": str(message.retry),
+            headers = {"Content-Type": "application/json", "DelayQueue-Topic": header_value(topic),
+                       "DelayQueue-Msg-Id": header_value(message.msg_id), "DelayQueue-Retry": str(message.retry),
                        "DelayQueue-Signature": signature_header(settings.signing_secrets(signed_at), signed_at, body)}
             status, detail = await self._post(settings, body, headers)
             k = rt.ns.topic(topic)
@@ -288,6 +303,8 @@ class Pusher:
                 await rt.scripts.call(call)
             except RedisError as exc:  # the message comes back at its ack deadline: pushed again
                 log.warning("pusher could not settle message %s of topic %s: %s", message.msg_id, topic, exc)
+        except Exception:  # left in flight: it comes back at its ack deadline
+            log.exception("pushing message %s of topic %s failed", message.msg_id, topic)
         finally:
             self._running[topic] -= 1
             if not self._running[topic]:

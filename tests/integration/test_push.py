@@ -361,3 +361,19 @@ async def test_addresses_are_checked_again_where_each_connection_is_made(api, si
     [(reason, detail)] = await attempts(single_rt, "t", "m1")
     assert reason == Reason.RETRIES_EXHAUSTED and "loopback, private or reserved" in detail
     assert receiver.requests == []
+
+
+async def test_a_topic_and_msg_id_beyond_ascii_go_percent_encoded_in_the_headers(api, single_rt, start_pusher,
+                                                                                push_receiver):
+    from urllib.parse import unquote
+
+    receiver = await push_receiver()
+    secret = (await set_push(api, "订单 orders", receiver.url))["pushSecret"]
+    await start_pusher()
+    await send(api, "订单 orders", "ид-1 100%")
+    [request] = await arrived(receiver, "ид-1 100%")
+    assert request["message"]["topic"] == "订单 orders"
+    assert request["headers"]["DelayQueue-Topic"] == "%E8%AE%A2%E5%8D%95 orders"
+    assert unquote(request["headers"]["DelayQueue-Msg-Id"]) == "ид-1 100%"
+    verify_signature(secret, request["headers"], request["body"])
+    await ends_as(api, "订单 orders", "ид-1 100%", Status.ACKED)
