@@ -1,7 +1,8 @@
 """Per topic and hour statistics of the message log, written to delayqueue_topichourstats.
 
 Counts of history events by the hour they happened: sent, delivered (pulls, redeliveries
-included), acked, nacked, timed out (ack timeouts), expired (ended 5), retries exhausted
+included), acked (pushes answered 2xx included), nacked (failed push attempts included), timed
+out (ack timeouts), expired (ended 5), retries exhausted
 (ended 6), deleted. Fire lateness (the first time a message became ready − its triggerTime)
 and end-to-end latency (its ack − its produceTime) as exact p50/p90/p99 in milliseconds, in the
 hour of that ready or ack. A msgId reused after it ended has one log row, its latest lifecycle:
@@ -19,7 +20,7 @@ from pyspark.sql import functions as F
 
 from delayqueue.messagelog import sql
 from delayqueue.messagelog.connection import EVENT_TABLE, MESSAGE_TABLE, STATS_TABLE, first_line
-from delayqueue.constants import Status
+from delayqueue.constants import Reason, Status
 from spark import common, pgread
 from spark.common import JobError
 
@@ -48,7 +49,7 @@ def event_counts(events: DataFrame) -> DataFrame:
         count(reason == "sent", "sent"),
         count(reason == "pulled", "delivered"),
         count(to_status == Status.ACKED, "acked"),
-        count(reason == "nacked", "nacked"),
+        count(reason.isin(Reason.NACKED.value, Reason.PUSH_FAILED.value), "nacked"),
         count(reason == "ack_timeout", "timed_out"),
         count(to_status == Status.EXPIRED, "expired"),
         count(to_status == Status.EXHAUSTED, "exhausted"),

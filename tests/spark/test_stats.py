@@ -8,6 +8,7 @@ from delayqueue import selectors
 from delayqueue import services
 from delayqueue.constants import Status
 from delayqueue.epoch import to_millis
+from delayqueue.live import scripts
 from delayqueue.models import TopicHourStats
 from delayqueue.services import SendRequest
 from spark import stats
@@ -92,13 +93,19 @@ async def test_stats_of_history_the_service_itself_logged(spark, single_rt):
     rt = single_rt
     sent = await services.send_messages(rt, requests=[SendRequest(topic="svc", msg=f"m{i}", delay_millis=0) for i in range(6)])
     await services.send_message(rt, topic="svc", msg="once", delay_millis=0, max_retry=0)
+    await services.send_message(rt, topic="svc", msg="pushed", delay_millis=0)
     expiring = await services.send_message(rt, topic="svc", msg="late", delay_millis=10, ttl_millis=30)
-    pulled, _ = await services.pull_messages(rt, topic="svc", batch=7)
-    assert len(pulled) == 7
+    pulled, _ = await services.pull_messages(rt, topic="svc", batch=8)
+    assert len(pulled) == 8
     for m in sent[:4]:
         await services.ack_message(rt, topic="svc", msg_id=m["msgId"])
     await services.nack_message(rt, topic="svc", msg_id=sent[4]["msgId"])
     await services.nack_message(rt, topic="svc", msg_id=pulled[6]["msgId"])  # no tries left: ended 6
+    # A failed push attempt (push/pusher.py) counts as a nack.
+    await rt.scripts.call(scripts.nack(
+        rt.ns.topic("svc"), msg_id=pulled[7]["msgId"], retention_millis=60_000, stats_interval_millis=60_000,
+        ready_channel=rt.ns.ready_channel, topic="svc", actor=rt.actor, delay_millis=60_000, dead_letter=False,
+        schedule_channel=rt.ns.schedule_channel, seed=1, push_failure="HTTP 500"))
     assert await services.delete_message(rt, topic="svc", msg_id=sent[5]["msgId"])
     await asyncio.sleep(0.1)
     assert (await selectors.get_message(rt, topic="svc", msg_id=expiring["msgId"]))["status"] == Status.EXPIRED
@@ -108,6 +115,6 @@ async def test_stats_of_history_the_service_itself_logged(spark, single_rt):
     # One hour, or two if the test straddled one.
     rows = await sync_to_async(lambda: list(TopicHourStats.objects.filter(topic="svc")))()
     totals = {name: sum(getattr(r, name) for r in rows) for name in ZERO}
-    assert totals == dict(sent=8, delivered=7, acked=4, nacked=1, timed_out=0, expired=1, exhausted=1, deleted=1)
+    assert totals == dict(sent=9, delivered=8, acked=4, nacked=2, timed_out=0, expired=1, exhausted=1, deleted=1)
     assert all(r.fire_lateness_p50 is not None and r.fire_lateness_p50 >= 0 for r in rows)
     assert any(r.latency_p99 is not None and r.latency_p99 >= r.latency_p50 >= 0 for r in rows)
