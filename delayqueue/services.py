@@ -444,12 +444,15 @@ async def set_topic_config(rt: Runtime, *, topic: str, changes: dict, limits: di
                            rotate_push_secret: bool = False) -> str | None:
     """Changes a topic's settings (TopicConfig fields; None: back to the default) and its limits
     (ops.limits.set_limits' keywords) in PostgreSQL, then its Redis mirror; in force in this
-    process at once, in every other within a second. A push URL must be one
+    process at once, in every other within a second. A new push URL must be one
     DELAYQUEUE_PUSH_ALLOWED_HOSTS allows (BadRequest). Answers a new push signing secret
     (save_topic_config), or None. Raises RedisError when the mirror could not be written
     (PostgreSQL has the change: calling again is safe)."""
-    if changes.get("push_url"):
-        problem = await push_url_problem(rt.config.push_hosts, changes["push_url"])
+    url = changes.get("push_url")
+    # A URL the topic has already is not judged again: the pushers judge every connection, and
+    # its other settings stay changeable after the operator narrowed the allowed hosts.
+    if url and url != (await rt.topic_configs.fresh()).get(topic, DEFAULT_SETTINGS).push_url:
+        problem = await push_url_problem(rt.config.push_hosts, url)
         if problem:
             raise BadRequest(f"pushUrl {problem}")
     secret = await sync_to_async(save_topic_config, thread_sensitive=False)(

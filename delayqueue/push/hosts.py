@@ -84,24 +84,53 @@ class HostPolicy:
         host = parts.hostname.rstrip(".")
         address = _address(host)
         if address is not None:
-            if self._listed(address) or (self.any_host and address.is_global):
+            if self._listed(address) or (self.any_host and _is_global(address)):
                 return None
-            return self.address_problem(address) or f"has address {address}, which DELAYQUEUE_PUSH_ALLOWED_HOSTS does not list"
+            if not _is_global(address):
+                return (f"has address {address}, a loopback, private or reserved address that "
+                        "DELAYQUEUE_PUSH_ALLOWED_HOSTS does not list")
+            return f"has address {address}, which DELAYQUEUE_PUSH_ALLOWED_HOSTS does not list"
+        # Only plain ASCII names: what an HTTP client makes of any other text (full-width digits,
+        # other dots) need not be what was judged here. An IDN goes in its xn-- form.
+        if not _is_name(host) or host.rpartition(".")[2].isdigit():
+            return f"has host {host!r}, which is not a host name (ASCII letters, digits, hyphens) or an IP address"
         if not self.allows_name(host):
             return f"has host {host}, which DELAYQUEUE_PUSH_ALLOWED_HOSTS does not list"
         return None
 
     def address_problem(self, address: Address) -> str | None:
-        """Why a push may not connect to `address` (an allowed name resolved to it), or None."""
-        if self._listed(address) or address.is_global:
+        """Why a push may not connect to `address` (an allowed name resolved to it), or None. The
+        address itself is not named: the answer goes to whoever set the URL."""
+        if self._listed(address) or _is_global(address):
             return None
-        return (f"goes to {address}, a loopback, private or reserved address that DELAYQUEUE_PUSH_ALLOWED_HOSTS "
-                "does not list")
+        return "resolves to a loopback, private or reserved address that DELAYQUEUE_PUSH_ALLOWED_HOSTS does not list"
+
+
+# IPv6 addresses that carry an IPv4 one a network may route to: NAT64's well-known prefix, and
+# the old IPv4-compatible form (::a.b.c.d); IPv4-mapped and 6to4 have ipaddress' own properties.
+_NAT64 = ipaddress.ip_network("64:ff9b::/96")
+_IPV4_COMPATIBLE = ipaddress.ip_network("::/96")
+
+
+def _is_global(address: Address) -> bool:
+    """Globally routable, and so is any IPv4 address an IPv6 one carries."""
+    if not address.is_global:
+        return False
+    if isinstance(address, ipaddress.IPv6Address):
+        carried = address.ipv4_mapped or address.sixtofour
+        if carried is None and (address in _NAT64 or address in _IPV4_COMPATIBLE):
+            carried = ipaddress.IPv4Address(int(address) & 0xFFFF_FFFF)
+        if carried is not None and not carried.is_global:
+            return False
+    return True
 
 
 async def resolved_addresses(host: str, port: int | None = None) -> list[tuple[Address, int]]:
     """The addresses `host` resolves to, each with its address family. Raises OSError."""
-    infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    try:
+        infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except UnicodeError as exc:  # a label the IDNA codec refuses (too long, empty): no such name
+        raise OSError(f"not a resolvable name: {exc}") from None
     return [(ipaddress.ip_address(info[4][0].split("%", 1)[0]), info[0]) for info in infos]
 
 

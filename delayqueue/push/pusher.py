@@ -107,7 +107,8 @@ class _AllowedResolver(AbstractResolver):
 class _Endpoint:
     """The keep-alive connections to one origin (scheme, host, port), used by every topic pushing there."""
     session: aiohttp.ClientSession
-    last_used: float
+    last_used: float  # time.monotonic() an attempt last started or ended
+    in_flight: int = 0  # attempts under way: closing the session would cut them
 
 
 class _Wakes:
@@ -187,6 +188,8 @@ class Pusher:
                         outage.ok()
                     except RedisError as exc:
                         outage.failed(describe(exc))
+                    except Exception:  # one bad pull must not end run_scanners with every namespace's scanner
+                        log.exception("pusher of namespace %s: a pull failed", self.rt.ns.namespace)
                 self._kick.clear()
                 if self._wanted:
                     continue
@@ -247,20 +250,26 @@ class Pusher:
                 failure = reply
                 continue
             for raw in reply.messages:
-                self._start(topic, settings, raw)
+                try:
+                    self._start(topic, settings, raw)
+                except Exception:  # left in flight: it comes back at its ack deadline
+                    log.exception("pusher could not start a push of topic %s", topic)
             if reply.paused:  # resumeTopic publishes it on the ready channel
                 continue
             if reply.retry_after_millis:
                 self._wakes.at(topic, now + reply.retry_after_millis / 1000)
-            elif reply.next_due_us > 0:
+                continue
+            if reply.remaining > 0:
+                if len(reply.messages) >= room:
+                    self._held.add(topic)  # its next delivery to end pulls it again
+                else:
+                    # Its slots are held elsewhere (other pushers, consumers' pulls from before it
+                    # had a push URL): whoever holds them sends no wake when they end.
+                    self._wakes.at(topic, now + HELD_RETRY_SECONDS)
+            if reply.next_due_us > 0:
                 # Pulled again at the next message's due time (the pull makes it ready), not only
                 # when the scanner has promoted it and said so: one hop less.
                 self._wakes.at(topic, now + reply.next_due_us / 1e6)
-            elif reply.remaining > 0:
-                if len(reply.messages) >= room:
-                    self._held.add(topic)
-                else:  # other pushers hold the topic's slots: their deliveries end in time
-                    self._wakes.at(topic, now + HELD_RETRY_SECONDS)
         if isinstance(failure, RedisError):
             raise failure
 
@@ -320,10 +329,11 @@ class Pusher:
         problem = self.policy.url_problem(url)
         if problem is not None:
             return None, ("refused", f"pushUrl {problem}")
-        session = self._session(url)
+        endpoint = self._endpoint(url)
+        endpoint.in_flight += 1
         try:
             async with asyncio.timeout(settings.push_timeout_millis / 1000):
-                async with session.post(url, data=body, headers=headers, allow_redirects=False) as answer:
+                async with endpoint.session.post(url, data=body, headers=headers, allow_redirects=False) as answer:
                     await answer.content.read(ANSWER_LIMIT_BYTES)
                     return answer.status, ("", "")
         except TimeoutError:
@@ -334,25 +344,31 @@ class Pusher:
             return None, ("connection", str(exc.os_error) or type(exc.os_error).__name__)
         except (aiohttp.ClientError, OSError) as exc:
             return None, ("connection", str(exc) or type(exc).__name__)
+        finally:
+            endpoint.in_flight -= 1
+            endpoint.last_used = time.monotonic()
 
-    def _session(self, url: str) -> aiohttp.ClientSession:
+    def _endpoint(self, url: str) -> _Endpoint:
         parts = urlsplit(url)
         origin = (parts.scheme, parts.hostname, parts.port)
         endpoint = self._endpoints.get(origin)
         if endpoint is None:
             # No connection limit of its own: each topic's pushConcurrency bounds what it holds,
-            # so a hanging endpoint holds only its own topics' slots.
+            # so a hanging endpoint holds only its own topics' slots. No timeouts of its own
+            # either: the attempt's whole time limit is pushTimeoutMillis (_post).
             connector = aiohttp.TCPConnector(limit=0, resolver=_AllowedResolver(self.policy))
             session = aiohttp.ClientSession(connector=connector, auto_decompress=False,
+                                            timeout=aiohttp.ClientTimeout(total=None, sock_connect=None),
                                             skip_auto_headers=("User-Agent",),
                                             headers={"User-Agent": "delayqueue-pusher"})
             endpoint = self._endpoints[origin] = _Endpoint(session, 0.0)
         endpoint.last_used = time.monotonic()
-        return endpoint.session
+        return endpoint
 
     async def _close_idle_endpoints(self) -> None:
         now = time.monotonic()
-        idle = [origin for origin, e in self._endpoints.items() if now - e.last_used > ENDPOINT_IDLE_SECONDS]
+        idle = [origin for origin, e in self._endpoints.items()
+                if not e.in_flight and now - e.last_used > ENDPOINT_IDLE_SECONDS]
         for origin in idle:
             await self._endpoints.pop(origin).session.close()
 

@@ -81,6 +81,10 @@ async def test_a_due_message_is_posted_signed_and_acked_by_a_2xx(api, single_rt,
     await send(api, "orders", "m2", delay=60_000)
     answer = await call(api, "pullMsg", topic="orders", batch=10)
     assert answer["code"] == 200 and answer["delayMsgList"] == []
+    await send(api, "orders", "m3")  # due now: the pusher's, not a long poll's
+    answer = await call(api, "longPollingMsg", topic="orders", batch=10, longPollingTimeoutMillis=300)
+    assert answer["code"] == 200 and answer["delayMsgList"] == []
+    await arrived(receiver, "m3")
 
 
 async def test_a_failed_attempt_is_pushed_again_after_a_backoff(api, single_rt, start_scanner, start_pusher,
@@ -198,6 +202,7 @@ async def test_push_urls_are_checked_when_set(api, settings):
         return answer["msg"]
 
     assert "DELAYQUEUE_PUSH_ALLOWED_HOSTS does not list" in await refused("http://example.com/hook")
+    assert "not a host name" in await refused("http://127\u30020\u30020\u30021/hook")  # ideographic dots
     assert "loopback, private or reserved" in await refused("http://10.1.2.3/hook")
     assert "http:// or https://" in await refused("ftp://127.0.0.1/hook")
     assert "user name or password" in await refused("http://user:pw@127.0.0.1/hook")
@@ -209,6 +214,12 @@ async def test_push_urls_are_checked_when_set(api, settings):
     await close_current()
     # A listed name that resolves to loopback is refused unless the address is listed too.
     assert "loopback, private or reserved" in await refused("http://localhost:9/hook")
+    settings.DELAYQUEUE = {**settings.DELAYQUEUE, "PUSH_ALLOWED_HOSTS": "*"}
+    await close_current()
+    # Names no resolver takes are a 400, not a failed lookup's 500.
+    assert "not a host name" in await refused(f"http://{'a' * 64}.example.com/hook")
+    assert "not a host name" in await refused("http://a..example.com/hook")
+    assert "loopback, private or reserved" in await refused("http://[64:ff9b::a00:5]/hook")  # NAT64 of 10.0.0.5
     config = await call(api, "getTopicConfig", method="get", topic="t")
     assert config["data"]["pushUrl"] == ""
 
@@ -377,3 +388,41 @@ async def test_a_topic_and_msg_id_beyond_ascii_go_percent_encoded_in_the_headers
     assert unquote(request["headers"]["DelayQueue-Msg-Id"]) == "ид-1 100%"
     verify_signature(secret, request["headers"], request["body"])
     await ends_as(api, "订单 orders", "ид-1 100%", Status.ACKED)
+
+
+async def test_a_topic_whose_slots_were_held_elsewhere_is_pulled_again_when_they_free(api, single_rt, start_pusher,
+                                                                                      push_receiver):
+    receiver = await push_receiver()
+    for i in range(5):
+        await send(api, "t", f"m{i}")
+    await send(api, "t", "later", delay=3_600_000)  # what a pull that hands out nothing answers: due in an hour
+    # Consumers took two before the topic got its push URL: they hold its two slots.
+    taken = (await call(api, "pullMsg", topic="t", batch=2, ackTimeoutMillis=60_000))["delayMsgList"]
+    await set_push(api, "t", receiver.url, pushConcurrency=2)
+    await start_pusher()
+    await asyncio.sleep(0.5)
+    assert receiver.requests == []  # no slot free
+    for message in taken:
+        answer = await call(api, "ackMsg", topic="t", msgId=message["msgId"], ack="true")
+        assert answer["code"] == 200
+    # Their acks send no wake; the pusher looks again soon, not at its 5 s sweep.
+    for message_id in {f"m{i}" for i in range(5)} - {m["msgId"] for m in taken}:
+        await arrived(receiver, message_id, timeout=3)
+
+
+async def test_an_attempt_outlasting_the_idle_endpoint_limit_is_not_cut(api, single_rt, start_pusher, push_receiver,
+                                                                        monkeypatch):
+    from delayqueue.push import pusher as pusher_module
+
+    monkeypatch.setattr(pusher_module, "ENDPOINT_IDLE_SECONDS", 0.1)
+
+    async def slow(request):
+        await asyncio.sleep(1.6)  # past a figures turn (1 s), when idle endpoints are closed
+        return 200
+
+    receiver = await push_receiver(slow)
+    await set_push(api, "t", receiver.url, pushTimeoutMillis=5_000)
+    await start_pusher()
+    await send(api, "t", "m1")
+    await ends_as(api, "t", "m1", Status.ACKED)
+    assert await attempts(single_rt, "t", "m1") == [(Reason.PUSHED, "200")]

@@ -149,8 +149,9 @@ async def test_a_backed_off_message_wakes_the_scanner_at_its_ready_time(rt, star
     await services.set_topic_config(rt, topic="t", changes={"retry_backoff_millis": 300}, limits={})
     m = await send(rt)
     await start_scanner(rt)
-    await services.pull_messages(rt, topic="t", ack_timeout_millis=50)
+    # Timed from before the pull: its ack deadline counts from when Redis ran it, not from its answer.
     start = asyncio.get_running_loop().time()
+    await services.pull_messages(rt, topic="t", ack_timeout_millis=50)
     got = await services.long_poll_messages(rt, topic="t", timeout_millis=5_000)
     elapsed = asyncio.get_running_loop().time() - start
     assert [g["msgId"] for g in got] == [m["msgId"]] and got[0]["retry"] == 2

@@ -119,7 +119,8 @@ def test_spark_restore_gives_the_same_redis_as_manage_py_restore(spark, settings
     assert expected[B]["ready"] == [f"b-{i:02}" for i in reversed(range(40)) if i % 4 != 3]  # LPUSH in id order
     assert expected["other"] == 0
     # The topics' settings are back in their Redis mirrors, the pause the pull script reads included.
-    assert a["settings"] == {"retry_backoff": "250", "retry_backoff_max": "3600000", "dead_letter": "0", "paused": "1"}
+    assert a["settings"] == {"retry_backoff": "250", "retry_backoff_max": "3600000", "dead_letter": "0", "paused": "1",
+                              "push": "0"}
     assert expected[B]["settings"] == {"retry_backoff": "0", "retry_backoff_max": "9000", "dead_letter": "1",
                                        "paused": "0"}
 

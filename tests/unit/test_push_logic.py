@@ -110,3 +110,20 @@ def test_wakes_keep_each_topics_earliest_and_hand_them_out_in_time_order():
     assert wakes.due(2.5) == ["a", "b"]
     assert wakes.due(10.0) == []  # a's stale 5.0 went with it
     assert wakes.next() == float("inf")
+
+
+def test_a_rotated_out_secret_signs_only_until_its_grace_period_ends():
+    from delayqueue.topic_config import TopicSettings
+
+    settings = TopicSettings(push_url="https://hooks.example.com/", push_secret="new", push_previous_secret="old",
+                             push_previous_until=1_000)
+    assert settings.signing_secrets(999) == ["new", "old"]
+    assert settings.signing_secrets(1_000) == ["new"]
+    assert "new" not in repr(settings) and "old" not in repr(settings)
+
+
+@pytest.mark.parametrize("url", ["http://127\u30020\u30020\u30021/", "http://\uff11\uff12\uff17.0.0.1/",
+                                 "http://2130706433/", "http://[2002:7f00:1::]/", "http://[::a00:5]/",
+                                 "http://[::ffff:10.0.0.1]/"])
+def test_hosts_an_http_client_could_read_as_internal_addresses_are_refused(url):
+    assert problem("*", url) is not None
