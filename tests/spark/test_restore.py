@@ -122,7 +122,7 @@ def test_spark_restore_gives_the_same_redis_as_manage_py_restore(spark, settings
     assert a["settings"] == {"retry_backoff": "250", "retry_backoff_max": "3600000", "dead_letter": "0", "paused": "1",
                               "push": "0"}
     assert expected[B]["settings"] == {"retry_backoff": "0", "retry_backoff_max": "9000", "dead_letter": "1",
-                                       "paused": "0"}
+                                       "paused": "0", "push": "0"}
 
     again = spark_restore(spark, url, capsys=capsys)  # idempotent
     assert again == "restored 0, already live 45, skipped (ended or expired) 5"
