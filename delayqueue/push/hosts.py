@@ -7,8 +7,10 @@ only), an IP address or network (`10.1.0.0/16`, `127.0.0.1`) or `*` (any host). 
 must match an entry; an address that is not globally routable (loopback, private, link-local,
 reserved) is refused unless an IP or network entry covers it, whatever name led there."""
 import asyncio
+import functools
 import ipaddress
 import socket
+from concurrent.futures import Executor
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -125,10 +127,13 @@ def _is_global(address: Address) -> bool:
     return True
 
 
-async def resolved_addresses(host: str, port: int | None = None) -> list[tuple[Address, int]]:
-    """The addresses `host` resolves to, each with its address family. Raises OSError."""
+async def resolved_addresses(host: str, port: int | None = None,
+                             executor: Executor | None = None) -> list[tuple[Address, int]]:
+    """The addresses `host` resolves to, each with its address family, looked up on `executor`
+    (None: the loop's own). Raises OSError."""
     try:
-        infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        infos = await asyncio.get_running_loop().run_in_executor(
+            executor, functools.partial(socket.getaddrinfo, host, port, type=socket.SOCK_STREAM))
     except UnicodeError as exc:  # a label the IDNA codec refuses (too long, empty): no such name
         raise OSError(f"not a resolvable name: {exc}") from None
     return [(ipaddress.ip_address(info[4][0].split("%", 1)[0]), info[0]) for info in infos]

@@ -27,6 +27,7 @@ import random
 import socket
 import time
 from collections import Counter
+from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
 from urllib.parse import quote, urlsplit
 
@@ -59,7 +60,8 @@ HELD_RETRY_SECONDS = 0.2  # a topic with messages ready but its slots held by ot
 ERROR_BACKOFF = 0.5
 FIGURES_EVERY = 1.0  # counts go to Redis this often
 ENDPOINT_IDLE_SECONDS = 60.0  # an endpoint's connections are closed after this long unused
-STOP_GRACE_SECONDS = 5.0  # deliveries still running at a stop after this are cancelled (redelivered later)
+STOP_GRACE_SECONDS = 5.0
+DNS_THREADS = 16  # the pushers' name lookups, apart from the loop's default executor  # deliveries still running at a stop after this are cancelled (redelivered later)
 
 
 # Header values are ASCII: a topic or msgId with other characters (or a '%') goes percent-encoded
@@ -84,14 +86,17 @@ class RefusedAddress(OSError):
 
 class _AllowedResolver(AbstractResolver):
     """Resolves as the system does, then refuses addresses the policy does not allow: checked
-    where the connection is made, so a name cannot be pointed elsewhere after it was set."""
+    where the connection is made, so a name cannot be pointed elsewhere after it was set.
+    Lookups run on the pushers' own threads: a receiver's DNS that never answers ties up one of
+    those (aiohttp looks a name up once at a time), not the loop's, which the scanner needs."""
 
-    def __init__(self, policy: HostPolicy):
+    def __init__(self, policy: HostPolicy, executor: Executor):
         self._policy = policy
+        self._executor = executor
 
     async def resolve(self, host: str, port: int = 0, family: int = socket.AF_INET) -> list[dict]:
         found = []
-        for address, address_family in await resolved_addresses(host, port):
+        for address, address_family in await resolved_addresses(host, port, self._executor):
             problem = self._policy.address_problem(address)
             if problem is not None:
                 raise RefusedAddress(f"{host} {problem}")
@@ -153,6 +158,7 @@ class Pusher:
         self._figures = Counter()  # pushes hash field -> what to add
         self._kick = asyncio.Event()
         self._sweep_now = False
+        self._dns = ThreadPoolExecutor(DNS_THREADS, thread_name_prefix="push-dns")
 
     def want(self, topic: str) -> None:
         self._wanted.add(topic)
@@ -208,6 +214,7 @@ class Pusher:
             await self._write_figures()
             for endpoint in self._endpoints.values():
                 await endpoint.session.close()
+            self._dns.shutdown(wait=False, cancel_futures=True)
 
     async def _settings(self) -> dict[str, TopicSettings]:
         configs = self.rt.topic_configs
@@ -356,7 +363,7 @@ class Pusher:
             # No connection limit of its own: each topic's pushConcurrency bounds what it holds,
             # so a hanging endpoint holds only its own topics' slots. No timeouts of its own
             # either: the attempt's whole time limit is pushTimeoutMillis (_post).
-            connector = aiohttp.TCPConnector(limit=0, resolver=_AllowedResolver(self.policy))
+            connector = aiohttp.TCPConnector(limit=0, resolver=_AllowedResolver(self.policy, self._dns))
             session = aiohttp.ClientSession(connector=connector, auto_decompress=False,
                                             timeout=aiohttp.ClientTimeout(total=None, sock_connect=None),
                                             skip_auto_headers=("User-Agent",),
