@@ -105,7 +105,7 @@ class ConfirmForm(forms.Form):
 
 @admin.register(TopicConfig)
 class TopicConfigAdmin(admin.ModelAdmin):
-    list_display = ("topic", "namespace", "paused", "retry_backoff_millis", "dead_letter", "updated_at")
+    list_display = ("topic", "namespace", "paused", "retry_backoff_millis", "dead_letter", "push_url", "updated_at")
     list_filter = ("namespace", "paused")
     search_fields = ("=topic",)
     search_help_text = "Exact topic"

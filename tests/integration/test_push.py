@@ -207,6 +207,10 @@ async def test_push_urls_are_checked_when_set(api, settings):
     assert "http:// or https://" in await refused("ftp://127.0.0.1/hook")
     assert "user name or password" in await refused("http://user:pw@127.0.0.1/hook")
     assert "rotatePushSecret" in (await call(api, "setTopicConfig", topic="u", rotatePushSecret="true"))["msg"]
+    for bad in ({"pushConcurrency": 0}, {"pushConcurrency": 1001}, {"pushTimeoutMillis": 0},
+                {"pushRatePerSecond": -1}, {"pushUrl": "http://127.0.0.1/" + "x" * 2000}):
+        answer = await call(api, "setTopicConfig", topic="t", **bad)
+        assert answer["code"] == 400 and next(iter(bad)) in answer["msg"], answer
     settings.DELAYQUEUE = {**settings.DELAYQUEUE, "PUSH_ALLOWED_HOSTS": ""}
     await close_current()  # the API's runtime is built again, from the settings now
     assert "push is off" in await refused("http://127.0.0.1:9/hook")
