@@ -4,13 +4,20 @@ import asyncio
 import hashlib
 import hmac
 import time
+from urllib.parse import unquote
 
 import pytest
+from aiohttp import web
+from django.contrib.auth.models import User
 
+from delayqueue import selectors, services
 from delayqueue.constants import Reason, Status
+from delayqueue.models import Message
+from delayqueue.push import pusher as pusher_module
 from delayqueue.runtime import close_current
 from delayqueue_client import verify_signature
-from tests.helpers import REDIS_URL, PushReceiver, call, drain_log, make_runtime, query, wait_until
+from tools.stack import free_port
+from tests.helpers import REDIS_CLUSTER_URL, REDIS_URL, call, drain_log, make_runtime, query, wait_until
 
 
 async def set_push(api, topic: str, url: str, **settings) -> dict:
@@ -316,10 +323,6 @@ async def test_operators_see_pushes_failures_lateness_and_each_attempt(api, sing
     assert 'delayqueue_push_lateness_seconds_count{namespace="default",topic="orders"} 2.0' in metrics
     assert 'delayqueue_push_in_flight{namespace="default",topic="orders"} 0.0' in metrics
 
-    from django.contrib.auth.models import User
-
-    from delayqueue.models import Message
-
     await User.objects.acreate_superuser("admin", password="pw")
     await async_client.alogin(username="admin", password="pw")
     dashboard = (await async_client.get("/admin/dashboard/")).content.decode()
@@ -332,9 +335,7 @@ async def test_operators_see_pushes_failures_lateness_and_each_attempt(api, sing
     assert '(Pushed, delivery 2)' in page and '<span class="detail">200</span>' in page
 
 
-async def test_an_answer_is_read_only_up_to_its_limit(api, single_rt, start_pusher, push_receiver):
-    from aiohttp import web
-
+async def test_an_answer_is_read_only_up_to_its_limit(api, single_rt, start_pusher):
     async def endless(request):  # a 2xx whose body never ends: read in full, it would time out
         answer = web.StreamResponse(status=200)
         await answer.prepare(request)
@@ -342,14 +343,10 @@ async def test_an_answer_is_read_only_up_to_its_limit(api, single_rt, start_push
             await answer.write(b"x" * 65_536)
             await asyncio.sleep(0.01)
 
-    receiver = await PushReceiver().start()
-    receiver.answer = lambda request: 200
     app = web.Application()
     app.router.add_post("/endless", endless)
     runner = web.AppRunner(app, shutdown_timeout=0.1, handler_cancellation=True)
     await runner.setup()
-    from tools.stack import free_port
-
     port = free_port()
     await web.TCPSite(runner, "127.0.0.1", port).start()
     try:
@@ -360,7 +357,6 @@ async def test_an_answer_is_read_only_up_to_its_limit(api, single_rt, start_push
         assert await attempts(single_rt, "t", "m1") == [(Reason.PUSHED, "200")]
     finally:
         await runner.cleanup()
-        await receiver.stop()
 
 
 async def test_addresses_are_checked_again_where_each_connection_is_made(api, single_rt, start_pusher,
@@ -380,8 +376,6 @@ async def test_addresses_are_checked_again_where_each_connection_is_made(api, si
 
 async def test_a_topic_and_msg_id_beyond_ascii_go_percent_encoded_in_the_headers(api, single_rt, start_pusher,
                                                                                 push_receiver):
-    from urllib.parse import unquote
-
     receiver = await push_receiver()
     secret = (await set_push(api, "订单 orders", receiver.url))["pushSecret"]
     await start_pusher()
@@ -416,8 +410,6 @@ async def test_a_topic_whose_slots_were_held_elsewhere_is_pulled_again_when_they
 
 async def test_an_attempt_outlasting_the_idle_endpoint_limit_is_not_cut(api, single_rt, start_pusher, push_receiver,
                                                                         monkeypatch):
-    from delayqueue.push import pusher as pusher_module
-
     monkeypatch.setattr(pusher_module, "ENDPOINT_IDLE_SECONDS", 0.1)
 
     async def slow(request):
@@ -430,3 +422,26 @@ async def test_an_attempt_outlasting_the_idle_endpoint_limit_is_not_cut(api, sin
     await send(api, "t", "m1")
     await ends_as(api, "t", "m1", Status.ACKED)
     assert await attempts(single_rt, "t", "m1") == [(Reason.PUSHED, "200")]
+
+
+async def test_pushers_work_on_a_single_redis_and_on_the_cluster(rt, start_scanner, start_pusher, push_receiver):
+    receiver = await push_receiver(lambda request: 500 if request["headers"]["DelayQueue-Retry"] == "1" else 200)
+    for topic in ("a", "b"):  # two topics: on the Cluster, two slots in one pipelined pull
+        await services.set_topic_config(rt, topic=topic, changes={"push_url": receiver.url, "retry_backoff_millis": 50},
+                                        limits={})
+    await start_scanner(rt)
+    url = REDIS_CLUSTER_URL if rt.config.redis_url == REDIS_CLUSTER_URL else REDIS_URL
+    pusher = await start_pusher(make_runtime(url))
+    sent = [await services.send_message(rt, topic=topic, msg="x", delay_millis=100, msg_id=f"{topic}1")
+            for topic in ("a", "b")]
+    for message in sent:
+        await arrived(receiver, message["msgId"], 2)
+
+    async def both_acked():
+        statuses = [(await selectors.get_message(rt, topic=m["topic"], msg_id=m["msgId"]))["status"] for m in sent]
+        return statuses == [Status.ACKED, Status.ACKED]
+
+    await wait_until(both_acked, what="both acked")
+    await pusher._write_figures()
+    counts = await rt.redis.hgetall(rt.ns.pushes)
+    assert counts["pushed\ta"] == "1" and counts["failed\tb\t500"] == "1"
