@@ -24,6 +24,25 @@ def raise_fd_limit(wanted: int = 16_384) -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (min(wanted, hard), hard))
 
 
+def cpu_seconds(pid: int) -> float:
+    """The CPU time (user + system) process `pid` has used."""
+    fields = open(f"/proc/{pid}/stat").read().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def child_pid(command: str) -> int:
+    """The pid of this process' child whose command line names `command`."""
+    for entry in os.listdir("/proc"):
+        try:
+            if not entry.isdigit() or int(open(f"/proc/{entry}/stat").read().rpartition(")")[2].split()[1]) != os.getpid():
+                continue
+            if command in open(f"/proc/{entry}/cmdline").read():
+                return int(entry)
+        except OSError:  # gone meanwhile
+            continue
+    raise SystemExit(f"no {command} process found")
+
+
 def percentile(values, p):
     ordered = sorted(values)
     if not ordered:

@@ -9,37 +9,18 @@ writer's reads).
     .venv/bin/python -m bench.many_topics [--topics 5000]
 """
 import argparse
-import os
 import time
 
 import httpx
 import redis
 
-from bench.harness import percentile, stack
+from bench.harness import child_pid, cpu_seconds, percentile, stack
 from delayqueue.arguments import positive_int
 from delayqueue.live.keys import namespace_keys
 
 API = "/camellia/delayQueue/"
 LEAD_MS = 5000  # every send is done before the messages fall due
 IDLE_SECONDS = 10
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = open(f"/proc/{pid}/stat").read().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def child_pid(command: str) -> int:
-    """The pid of this process' child whose command line names `command`."""
-    for entry in os.listdir("/proc"):
-        try:
-            if not entry.isdigit() or int(open(f"/proc/{entry}/stat").read().rpartition(")")[2].split()[1]) != os.getpid():
-                continue
-            if command in open(f"/proc/{entry}/cmdline").read():
-                return int(entry)
-        except OSError:  # gone meanwhile
-            continue
-    raise SystemExit(f"no {command} process found")
 
 
 def main():

@@ -34,7 +34,7 @@ import urllib.request
 from collections import Counter
 from pathlib import Path
 
-from bench.harness import percentile, stack
+from bench.harness import child_pid, cpu_seconds, percentile, stack
 
 API = "/camellia/delayQueue/"
 LEAD_MS = 5000  # the first message falls due this long after the sends are done
@@ -167,24 +167,6 @@ class Receiver:
 
 
 # The benchmark ------------------------------------------------------------------------------
-
-def child_pid(command: str) -> int:
-    """The pid of this process' child whose command line names `command`."""
-    for entry in os.listdir("/proc"):
-        try:
-            if not entry.isdigit() or int(open(f"/proc/{entry}/stat").read().rpartition(")")[2].split()[1]) != os.getpid():
-                continue
-            if command in open(f"/proc/{entry}/cmdline").read():
-                return int(entry)
-        except OSError:  # gone meanwhile
-            continue
-    raise SystemExit(f"no {command} process found")
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = open(f"/proc/{pid}/stat").read().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
 
 def rss_mib(pid: int) -> float:
     for line in open(f"/proc/{pid}/status"):
