@@ -12,6 +12,7 @@ from delayqueue import selectors, services, tokens
 from delayqueue.api import health
 from delayqueue.live import scripts
 from delayqueue.ops import figures
+from delayqueue.push import figures as push_figures
 from delayqueue.ops.figures import live_state
 from tests.helpers import ROOT, call, wait_until
 
@@ -295,6 +296,11 @@ async def test_grafana_dashboard_queries_only_exported_metrics(api, single_rt, s
     await call(api, "sendMsg", topic="g", msg="x", delayMillis="10")
     await wait_until(lambda: _ready(api, "g", 1), what="a promotion")
     await wait_until(lambda: _lag_reported(api), what="the scanner's lag report")
+    # A push topic with a pushed and a failed attempt counted, as a pusher counts them.
+    await call(api, "setTopicConfig", topic="p", pushUrl="http://127.0.0.1:9/hook")
+    await call(api, "sendMsg", topic="p", msg="x", delayMillis="600000")
+    await single_rt.scripts.call(scripts.add_counts(single_rt.ns, fields=[
+        (push_figures.failed_field("p", "500"), 1), *((name, 1) for name in push_figures.pushed_fields("p", 3))]))
     exported = {name.removesuffix("_bucket").removesuffix("_total").removesuffix("_sum").removesuffix("_count")
                 for name, _ in await scrape(api)}
     dashboard = json.loads((ROOT / "docs" / "grafana-dashboard.json").read_text())
