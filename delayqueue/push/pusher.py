@@ -390,8 +390,13 @@ class Pusher:
 
     async def _listen(self) -> None:
         def received(message: dict) -> None:
+            # Only push topics wake the loop: the channels carry every topic of the namespace,
+            # pulled ones too. One given a push URL since is pulled as the settings show it.
             if message["type"] == "message":
-                self.want(message["data"])
+                table = self.rt.topic_configs.current
+                settings = table.get(message["data"]) if table is not None else None
+                if table is None or (settings is not None and settings.push_url):
+                    self.want(message["data"])
 
         def subscribed(rescan: bool) -> None:
             if rescan:  # wakes may have been missed: look at every push topic
