@@ -12,11 +12,12 @@ pushRatePerSecond from the topic's consume bucket).
 
 It learns which topics have work from the ready channel (the scanner publishes a topic as its
 messages become ready) and the schedule channel (a send due earlier than the topic's other
-messages), and pulls those; a pull that found nothing ready answers when the
-topic's next message is due, and the topic is pulled again then; a delivery that ends frees a
-slot for its topic's next pull; every push topic is pulled now and then all the same
-(SWEEP_SECONDS). It holds nothing for a topic with nothing due: state lives per delivery, per
-endpoint in use and per topic with a message waiting (its next pull's time).
+messages), and pulls those; a pull that found nothing ready answers when the topic's next
+message is due, and the topic is pulled again then; a delivery that ends frees a slot for its
+topic's next pull; slots held elsewhere are looked at again shortly (HELD_RETRY_SECONDS); every
+push topic is pulled now and then all the same (SWEEP_SECONDS). It holds nothing for a topic
+with nothing due: state lives per delivery, per endpoint in use and per topic with a message
+waiting (its next pull's time).
 """
 import asyncio
 import hashlib
@@ -60,8 +61,8 @@ HELD_RETRY_SECONDS = 0.2  # a topic with messages ready but its slots held by ot
 ERROR_BACKOFF = 0.5
 FIGURES_EVERY = 1.0  # counts go to Redis this often
 ENDPOINT_IDLE_SECONDS = 60.0  # an endpoint's connections are closed after this long unused
-STOP_GRACE_SECONDS = 5.0
-DNS_THREADS = 16  # the pushers' name lookups, apart from the loop's default executor  # deliveries still running at a stop after this are cancelled (redelivered later)
+STOP_GRACE_SECONDS = 5.0  # deliveries still running at a stop after this are cancelled (redelivered later)
+DNS_THREADS = 16  # the pushers' name lookups, apart from the loop's default executor
 
 
 # Header values are ASCII: a topic or msgId with other characters (or a '%') goes percent-encoded
