@@ -6,7 +6,7 @@ one request at a time per connection), notes each request's arrival (epoch ms, o
 request is read) and answers 200 at once; a path starting with /hang is never answered. Lateness
 = arrival - the body's triggerTime. The pushers run inside the stack's `run_scanners` process.
 
-    .venv/bin/python -m bench.push_delivery [--scenario rate|topics|hang] [--seconds N]
+    .venv/bin/python -m bench.push_delivery [--scenario rate|topics|hang] [--seconds N] [--control]
                                             [--rate 1000] [--topics 500]
 
 rate:   one topic (default pushConcurrency 8), --rate messages due a second for --seconds
@@ -17,7 +17,8 @@ topics: --topics push topics (default 500), one message due a second on each, ea
         idle (topics set, nothing due, 5 s), then every 5 s of the run. Goal: p99 <= 20 ms, flat.
 hang:   topic "healthy" 200 due msg/s for --seconds (default 20); topic "stuck" (a /hang URL on
         the same receiver, pushTimeoutMillis 10000, pushConcurrency 8) 200 due msg/s over the
-        second half. healthy's lateness in each half, side by side.
+        second half. healthy's lateness in each half, side by side. --control: stuck answers
+        like healthy, so the second half's rise from the added load alone is seen.
 
 No --scenario: all three, each on a fresh stack. Internal: `--receiver PORT OUTFILE` runs the
 receiver (it writes its records to OUTFILE on SIGTERM).
@@ -340,12 +341,14 @@ def run_topics(http, env, folder: str, topics: int, seconds: int) -> None:
     report_log(log)
 
 
-def run_hang(http, env, folder: str, seconds: int) -> None:
+def run_hang(http, env, folder: str, seconds: int, control: bool = False) -> None:
     rate = 200
     receiver = Receiver(folder)
     try:
         set_config(http, "healthy", pushUrl=receiver.url + "/push")
-        set_config(http, "stuck", pushUrl=receiver.url + "/hang", pushTimeoutMillis=10000, pushConcurrency=8)
+        # The control run's "stuck" answers like healthy: the same load in the second half, no hang.
+        set_config(http, "stuck", pushUrl=receiver.url + ("/push" if control else "/hang"), pushTimeoutMillis=10000,
+                   pushConcurrency=8)
         time.sleep(1)
         half_ms = seconds * 1000 // 2
         step = 1000 / rate
@@ -367,14 +370,16 @@ def run_hang(http, env, folder: str, seconds: int) -> None:
     first, _, dup1 = lateness(rows, "healthy", due, due + half_ms)
     second, _, dup2 = lateness(rows, "healthy", due + half_ms, due + seconds * 1000)
     hung = [row for row in rows if row[1].startswith("/hang")]
-    print(f"hang: topic healthy {rate} due msg/s for {seconds} s; topic stuck (never answered, pushTimeoutMillis "
+    stuck_is = "answering as healthy does (--control)" if control else "never answered"
+    print(f"hang: topic healthy {rate} due msg/s for {seconds} s; topic stuck ({stuck_is}, pushTimeoutMillis "
           f"10000, pushConcurrency 8) {rate} due msg/s over the second half; healthy's lateness:")
-    print(f"  first {seconds // 2} s, no hang:       {figures_line(first)}   ({len(first)} of {len(healthy) // 2}, "
+    print(f"  first {seconds // 2} s, healthy alone:  {figures_line(first)}   ({len(first)} of {len(healthy) // 2}, "
           f"{dup1} duplicates)")
-    print(f"  second {seconds // 2} s, stuck hangs:  {figures_line(second)}   "
+    print(f"  second {seconds // 2} s, with stuck:    {figures_line(second)}   "
           f"({len(second)} of {len(healthy) - len(healthy) // 2}, {dup2} duplicates)")
-    print(f"  stuck: {len(hung)} requests reached the receiver (held open, never answered; at most 8 at once "
-          f"until the first times out)")
+    if not control:
+        print(f"  stuck: {len(hung)} requests reached the receiver (held open, never answered; at most 8 at once "
+              f"until the first times out)")
     print("  " + counts)
     report_log(log)
 
@@ -388,6 +393,8 @@ def main():
     parser.add_argument("--seconds", type=int, help="the run's length (default: rate 20, topics 60, hang 20)")
     parser.add_argument("--rate", type=int, default=1000, help="rate: due messages a second")
     parser.add_argument("--topics", type=int, default=500, help="topics: how many push topics")
+    parser.add_argument("--control", action="store_true",
+                        help="hang: topic stuck answers as healthy does (the second half's load without the hang)")
     args = parser.parse_args()
     import httpx
 
@@ -403,7 +410,7 @@ def main():
             elif scenario == "topics":
                 run_topics(http, env, folder, args.topics, args.seconds or 60)
             else:
-                run_hang(http, env, folder, args.seconds or 20)
+                run_hang(http, env, folder, args.seconds or 20, args.control)
 
 
 if __name__ == "__main__":
