@@ -1,7 +1,9 @@
 """The SDK's Worker (delayqueue_client.Worker) against a real uvicorn server and a real scanner
 process: a failure nacked and delivered again, DeadLetter, a handler slower than the ack timeout
-(touched, delivered once), the concurrency bound, async handlers, and SIGTERM to a worker process
-mid-batch (what it holds is finished and acked, the rest left for others, exit 0)."""
+(touched, delivered once), the concurrency bound, async handlers, SIGTERM to a worker process
+mid-batch (what it holds is finished and acked, the rest left for others, exit 0), and what
+docs/sdk.md promises of failures: outcomes given up past their deadline, the 30 s ack timeout
+of a consume-only token, a fatal pull error raised after settling, a cancelled run_async()."""
 import asyncio
 import logging
 import signal
@@ -13,10 +15,13 @@ from collections import defaultdict
 from contextlib import contextmanager
 
 import pytest
+import redis
 
+from delayqueue.live.keys import topic_keys
 from delayqueue.models import MessageEvent
-from delayqueue_client import AsyncClient, Client, DeadLetter, ServerError, Worker
-from tests.helpers import ROOT, scanner_env, wait_for
+from delayqueue_client import AsyncClient, BadRequest, Client, DeadLetter, ServerError, Worker
+from tests.helpers import REDIS_URL, ROOT, scanner_env, wait_for
+from tests.integration.test_tokens import new_token
 
 pytestmark = pytest.mark.process
 
@@ -254,3 +259,86 @@ def test_sigterm_mid_batch_finishes_and_acks_what_the_worker_holds_and_exits_0(c
         assert reasons("sig", msg_id).count("acked") == 1
     for msg_id in set(ids) - set(consuming):  # never pulled: still ready for another worker
         assert client.get("sig", msg_id).status == 2
+
+
+def test_an_outcome_refused_past_its_ack_deadline_is_given_up_and_the_server_delivers_again(client, scanner,
+                                                                                            caplog):
+    client.send("lost", "x", msg_id="g1")
+
+    def refusing_ack_many(topic, msg_ids, **kwargs):
+        raise ServerError("redis unavailable: failing over")
+    client.ack_many = refusing_ack_many
+    handled = []
+    worker = Worker(client, "lost", lambda message: handled.append(message.msg_id), concurrency=1,
+                    ack_timeout_ms=600, wait_ms=200)
+    with caplog.at_level(logging.WARNING, logger="delayqueue_client.worker"), running(worker):
+        wait_for(lambda: "gave up the ack of lost/g1" in caplog.text, timeout=10, what="the worker giving up")
+        # Given up, not lost: the server makes it ready again after its ack timeout, and it is pulled again.
+        wait_for(lambda: "ack_timeout" in reasons("lost", "g1") and handled.count("g1") >= 2, timeout=10,
+                 what="g1 delivered again")
+    # running() joined the worker: a given-up outcome holds nothing at the stop.
+
+
+def test_a_worker_whose_token_may_not_read_the_topic_config_uses_a_30_s_ack_timeout(web_processes):
+    (web,) = web_processes(1, DELAYQUEUE_AUTH="tokens")
+    producer = Client(web.url, token=new_token(namespace="shop", scopes=["produce"], name="p"))
+    consumer = Client(web.url, token=new_token(namespace="shop", scopes=["consume"], name="c"))
+    producer.send("t", "x", msg_id="f1")
+    release = threading.Event()
+    worker = Worker(consumer, "t", lambda message: release.wait(10), concurrency=1, wait_ms=200)
+    r = redis.Redis.from_url(REDIS_URL, decode_responses=True)
+    try:
+        with running(worker):
+            deadline = wait_for(lambda: r.zscore(topic_keys("shop", "t").inflight, "f1"), what="f1 pulled")
+            seconds, micros = r.time()
+            now_ms = seconds * 1000 + micros // 1000
+            assert worker.ack_timeout_ms == 30_000  # getTopicConfig was Forbidden to it
+            assert 30_000 - 2_000 <= deadline - now_ms <= 30_000
+            release.set()
+    finally:
+        r.close()
+        producer.close()
+        consumer.close()
+
+
+def test_a_fatal_pull_error_is_raised_by_run_after_what_the_worker_holds_is_settled(client):
+    client.send("fatal", "x", msg_id="h1")
+    pull = client.pull
+    pulls = []
+
+    def pull_then_refuse(*args, **kwargs):
+        pulls.append(1)
+        if len(pulls) > 1:
+            raise BadRequest("topic: not allowed any more")
+        return pull(*args, **kwargs)
+    client.pull = pull_then_refuse
+
+    def slow(message):
+        time.sleep(0.5)  # still running when the second pull fails
+
+    with pytest.raises(BadRequest):
+        Worker(client, "fatal", slow, concurrency=2, batch=2, ack_timeout_ms=5_000, wait_ms=200).run(
+            install_signal_handlers=False)
+    assert client.settled["ack"] == ["h1"]  # sent before run() raised
+    assert client.get("fatal", "h1").status == 4
+
+
+def test_a_cancelled_run_async_waits_for_its_handlers_and_settles_their_messages(sdk_server):
+    async def scenario():
+        async with AsyncClient(sdk_server) as client:
+            await client.send("cancelled", "x", msg_id="c1")
+            started = asyncio.Event()
+
+            async def handler(message):
+                started.set()
+                await asyncio.sleep(0.5)
+
+            worker = Worker(client, "cancelled", handler, concurrency=1, ack_timeout_ms=5_000, wait_ms=200)
+            task = asyncio.create_task(worker.run_async(install_signal_handlers=False))
+            await asyncio.wait_for(started.wait(), 10)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            return (await client.get("cancelled", "c1")).status
+
+    assert asyncio.run(scenario()) == 4  # acked: the handler finished and its outcome was sent
