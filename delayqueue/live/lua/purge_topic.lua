@@ -20,6 +20,7 @@
 -- @include clock
 -- @include history
 -- @include stats
+-- @include ready_queue
 local waiting, ready, inflight, msgs, expiry, ended, events = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6],
   KEYS[7]
 local prioritised = KEYS[9]
@@ -72,6 +73,6 @@ for _, queue in ipairs({{waiting, STATUS.WAITING}, {inflight, STATUS.CONSUMING}}
   end
 end
 stat_add(KEYS[8], tonumber(ARGV[4]), now, 'deleteMsg', purged)
-local more = redis.call('LLEN', ready) + redis.call('ZCARD', prioritised) + redis.call('ZCARD', waiting)
+local more = ready_count({ready = ready, prioritised = prioritised}) + redis.call('ZCARD', waiting)
   + redis.call('ZCARD', inflight) > 0
 return {purged, more and 1 or 0}

@@ -13,10 +13,11 @@
 -- Returns {1, its share of the namespace's live-message cap, which the caller gives back to the
 -- namespace's pool} if the topic was retired, else {0, 0}.
 -- @include clock
-local waiting, ready, inflight, msgs, meta, stats, events = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
+-- @include ready_queue
+local waiting, inflight, msgs, meta, stats, events = KEYS[1], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local now = clock()
-if redis.call('ZCARD', waiting) > 0 or redis.call('LLEN', ready) > 0
-    or redis.call('ZCARD', KEYS[8]) > 0 or redis.call('ZCARD', inflight) > 0 or redis.call('HLEN', msgs) > 0
+if redis.call('ZCARD', waiting) > 0 or ready_count({ready = KEYS[2], prioritised = KEYS[8]}) > 0
+    or redis.call('ZCARD', inflight) > 0 or redis.call('HLEN', msgs) > 0
     or redis.call('XLEN', events) > 0 then
   return {0, 0}
 end
