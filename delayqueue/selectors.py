@@ -133,5 +133,5 @@ async def topic_config(rt: Runtime, *, topic: str) -> dict:
         "pushConcurrency": settings.push_concurrency,
         "pushTimeoutMillis": settings.push_timeout_millis,
         "pushRatePerSecond": settings.push_rate,
-        "pushSecretRotating": len(settings.signing_secrets(now_millis())) > 1,
+        "pushSecretRotating": settings.push_previous_until > now_millis(),
     }

@@ -18,7 +18,7 @@ A pull of a paused topic hands out nothing if either copy says paused: the mirro
 exact the moment it is answered, the cache keeps it while a Redis that lost its data waits for
 its restore. Reading fails open as the limits do: the settings last read stay in force.
 """
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from delayqueue.constants import PUSH_CONCURRENCY_DEFAULT, PUSH_TIMEOUT_DEFAULT_MILLIS, RETRY_BACKOFF_MAX_MILLIS
@@ -43,18 +43,9 @@ class TopicSettings:
     push_concurrency: int = PUSH_CONCURRENCY_DEFAULT
     push_timeout_millis: int = PUSH_TIMEOUT_DEFAULT_MILLIS
     push_rate: int = 0  # pushes started per second; 0: no limit
-    # Signing secrets, kept out of reprs (and so out of any log line showing the settings).
-    push_secret: str = field(default="", repr=False)
-    push_previous_secret: str = field(default="", repr=False)
-    push_previous_until: int = 0  # epoch ms: the previous secret signs too until then
-
-    def signing_secrets(self, now_millis: int) -> list[str]:
-        """The secrets a push made at `now_millis` is signed with: the current one, and the
-        previous one during a rotation's grace period."""
-        secrets = [self.push_secret]
-        if self.push_previous_secret and now_millis < self.push_previous_until:
-            secrets.append(self.push_previous_secret)
-        return secrets
+    # Epoch ms until which a rotated-out signing secret still signs. The secrets themselves are
+    # read by the pushers alone (push/topics.py).
+    push_previous_until: int = 0
 
 
 DEFAULT = TopicSettings()

@@ -444,8 +444,12 @@ LIMITS = ("SELECT topic, coalesce(produce_rate, 0), coalesce(consume_rate, 0), c
 # Columns in TopicSettings' order, after the topic.
 TOPIC_CONFIGS = ("SELECT topic, ttl_millis, max_retry, ack_timeout_millis, retry_backoff_millis,"
                  " retry_backoff_max_millis, dead_letter, paused, push_url, push_concurrency, push_timeout_millis,"
-                 " push_rate, push_secret, push_previous_secret, push_previous_until"
+                 " push_rate, push_previous_until"
                  f" FROM {TOPIC_CONFIG_TABLE} WHERE namespace = %s")
+# The push topics with their signing secrets, for the pushers alone (push/topics.py).
+PUSH_TOPICS = ("SELECT topic, push_url, push_concurrency, push_timeout_millis, push_rate, push_secret,"
+               " push_previous_secret, push_previous_until"
+               f" FROM {TOPIC_CONFIG_TABLE} WHERE namespace = %s AND push_url <> ''")
 
 # --- API tokens (api/auth.py): the request path checks them without the ORM.
 

@@ -48,7 +48,7 @@ from delayqueue.push import figures
 from delayqueue.push.hosts import HostPolicy, resolved_addresses
 from delayqueue.runtime import Runtime
 from delayqueue.stopping import cancel_and_wait
-from delayqueue.topic_config import TopicSettings
+from delayqueue.push.topics import PushTopic, PushTopicCache
 
 log = logging.getLogger(__name__)
 
@@ -160,6 +160,7 @@ class Pusher:
         self._kick = asyncio.Event()
         self._sweep_now = False
         self._dns = ThreadPoolExecutor(DNS_THREADS, thread_name_prefix="push-dns")
+        self._topics = PushTopicCache(rt.ns)  # its own: the runtime's topic settings carry no secrets
 
     def want(self, topic: str) -> None:
         self._wanted.add(topic)
@@ -174,7 +175,7 @@ class Pusher:
         try:
             while not stop.is_set():
                 table = await self._settings()
-                push_topics = {topic for topic, s in table.items() if s.push_url}
+                push_topics = set(table)
                 # A topic given a push URL since is pulled now: messages sent before this
                 # process read its setting were not its to take when their wakes came.
                 self._wanted.update(push_topics - known)
@@ -216,12 +217,13 @@ class Pusher:
             for endpoint in self._endpoints.values():
                 await endpoint.session.close()
             self._dns.shutdown(wait=False, cancel_futures=True)
+            await self._topics.close()
 
-    async def _settings(self) -> dict[str, TopicSettings]:
-        configs = self.rt.topic_configs
-        return configs.current if configs.current is not None else await configs.table()
+    async def _settings(self) -> dict[str, PushTopic]:
+        topics = self._topics
+        return topics.current if topics.current is not None else await topics.table()
 
-    async def _pull(self, table: dict[str, TopicSettings]) -> None:
+    async def _pull(self, table: dict[str, PushTopic]) -> None:
         """Pulls every wanted push topic with a free slot, in one pipelined round trip, and
         starts a delivery per message."""
         rt, cfg = self.rt, self.rt.config
@@ -229,7 +231,7 @@ class Pusher:
         pulls = []
         for topic in wanted:
             settings = table.get(topic)
-            if settings is None or not settings.push_url:
+            if settings is None:
                 continue
             room = settings.push_concurrency - self._running[topic]
             if room <= 0:
@@ -281,14 +283,14 @@ class Pusher:
         if isinstance(failure, RedisError):
             raise failure
 
-    def _start(self, topic: str, settings: TopicSettings, raw: str) -> None:
+    def _start(self, topic: str, settings: PushTopic, raw: str) -> None:
         message = Message.from_stored(raw)
         self._running[topic] += 1
         task = asyncio.get_running_loop().create_task(self._deliver(topic, settings, message))
         self._deliveries.add(task)
         task.add_done_callback(self._deliveries.discard)
 
-    async def _deliver(self, topic: str, settings: TopicSettings, message: Message) -> None:
+    async def _deliver(self, topic: str, settings: PushTopic, message: Message) -> None:
         rt, cfg = self.rt, self.rt.config
         try:
             body = orjson.dumps(message.to_wire())
@@ -330,7 +332,7 @@ class Pusher:
                 self._held.discard(topic)
                 self.want(topic)
 
-    async def _post(self, settings: TopicSettings, body: bytes,
+    async def _post(self, settings: PushTopic, body: bytes,
                     headers: dict[str, str]) -> tuple[int | None, tuple[str, str]]:
         """The answer's status, or None and (status label, error) for an attempt that got none."""
         url = settings.push_url
@@ -394,9 +396,8 @@ class Pusher:
             # Only push topics wake the loop: the channels carry every topic of the namespace,
             # pulled ones too. One given a push URL since is pulled as the settings show it.
             if message["type"] == "message":
-                table = self.rt.topic_configs.current
-                settings = table.get(message["data"]) if table is not None else None
-                if table is None or (settings is not None and settings.push_url):
+                table = self._topics.current
+                if table is None or message["data"] in table:
                     self.want(message["data"])
 
         def subscribed(rescan: bool) -> None:

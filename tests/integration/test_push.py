@@ -1,6 +1,7 @@
 """Push delivery (docs/push.md) against real HTTP receivers: what a receiver gets, what its
 answers do to the message, and what the pushers hold to."""
 import asyncio
+import dataclasses
 import hashlib
 import hmac
 import time
@@ -251,6 +252,9 @@ async def test_the_secret_is_shown_once_and_a_rotation_signs_with_both(api, sing
     assert request["headers"]["DelayQueue-Signature"].count("v1=") == 2
     verify_signature(first, request["headers"], request["body"])
     verify_signature(second, request["headers"], request["body"])
+    # The topic settings every web process holds carry no secret: only pushers read them.
+    held = (await single_rt.topic_configs.fresh())["t"]
+    assert not any(secret in str(value) for value in dataclasses.astuple(held) for secret in (first, second))
     # Turning push off forgets the secrets: a new URL gets a new one.
     off = await call(api, "setTopicConfig", topic="t", pushUrl="")
     assert off["data"]["pushUrl"] == "" and "pushSecret" not in off["data"]

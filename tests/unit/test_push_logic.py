@@ -10,6 +10,7 @@ from delayqueue.constants import LATENESS_BOUNDS_MS
 from delayqueue.push.figures import (bucket_quantile, failed_field, lateness_field, pushed_fields, topic_figures)
 from delayqueue.push.hosts import HostPolicy
 from delayqueue.push.pusher import signature_header
+from delayqueue.push.topics import PushTopic
 from delayqueue_client import verify_signature
 
 
@@ -113,10 +114,8 @@ def test_wakes_keep_each_topics_earliest_and_hand_them_out_in_time_order():
 
 
 def test_a_rotated_out_secret_signs_only_until_its_grace_period_ends():
-    from delayqueue.topic_config import TopicSettings
-
-    settings = TopicSettings(push_url="https://hooks.example.com/", push_secret="new", push_previous_secret="old",
-                             push_previous_until=1_000)
+    settings = PushTopic(push_url="https://hooks.example.com/", push_concurrency=8, push_timeout_millis=10_000,
+                         push_rate=0, push_secret="new", push_previous_secret="old", push_previous_until=1_000)
     assert settings.signing_secrets(999) == ["new", "old"]
     assert settings.signing_secrets(1_000) == ["new"]
     assert "new" not in repr(settings) and "old" not in repr(settings)
