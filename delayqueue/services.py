@@ -451,7 +451,7 @@ async def set_topic_config(rt: Runtime, *, topic: str, changes: dict, limits: di
     url = changes.get("push_url")
     # A URL the topic has already is not judged again: the pushers judge every connection, and
     # its other settings stay changeable after the operator narrowed the allowed hosts.
-    if url and url != (await rt.topic_configs.fresh()).get(topic, DEFAULT_SETTINGS).push_url:
+    if url and url != (await _topic_settings(rt)).get(topic, DEFAULT_SETTINGS).push_url:
         problem = await push_url_problem(rt.config.push_hosts, url)
         if problem:
             raise BadRequest(f"pushUrl {problem}")

@@ -170,6 +170,9 @@ class Pusher:
         loop = asyncio.get_running_loop()
         listener = loop.create_task(self._listen(), name="push-listener")
         outage = Outage(log, f"pusher of namespace {self.rt.ns.namespace}")
+        # A stop wakes the loop as any other news does.
+        stopper = loop.create_task(stop.wait())
+        stopper.add_done_callback(lambda _: self._kick.set())
         next_sweep = next_figures = loop.time()
         known: set[str] = set()  # the push topics of the settings last looked at
         try:
@@ -199,17 +202,16 @@ class Pusher:
                     except Exception:  # one bad pull must not end run_scanners with every namespace's scanner
                         log.exception("pusher of namespace %s: a pull failed", self.rt.ns.namespace)
                 self._kick.clear()
-                if self._wanted:
+                if self._wanted or stop.is_set():
                     continue
                 wake_at = min(next_sweep, next_figures, now + REFRESH_SECONDS, self._wakes.next())
-                stopped = loop.create_task(stop.wait())
-                kicked = loop.create_task(self._kick.wait())
-                await asyncio.wait({stopped, kicked}, timeout=max(0.0, wake_at - loop.time()),
-                                   return_when=asyncio.FIRST_COMPLETED)
-                stopped.cancel()
-                kicked.cancel()
+                timer = loop.call_at(wake_at, self._kick.set)
+                try:
+                    await self._kick.wait()
+                finally:
+                    timer.cancel()
         finally:
-            await cancel_and_wait(listener)
+            await cancel_and_wait(listener, stopper)
             if self._deliveries:
                 await asyncio.wait(set(self._deliveries), timeout=STOP_GRACE_SECONDS)
                 await cancel_and_wait(*self._deliveries)

@@ -16,7 +16,7 @@ from delayqueue.constants import Reason, Status
 from delayqueue.models import Message
 from delayqueue.push import pusher as pusher_module
 from delayqueue.runtime import close_current
-from delayqueue_client import verify_signature
+from delayqueue_client import InvalidSignature, verify_signature
 from tools.stack import free_port
 from tests.helpers import REDIS_CLUSTER_URL, REDIS_URL, call, drain_log, make_runtime, query, wait_until
 
@@ -449,3 +449,44 @@ async def test_pushers_work_on_a_single_redis_and_on_the_cluster(rt, start_scann
     await pusher._write_figures()
     counts = await rt.redis.hgetall(rt.ns.pushes)
     assert counts["pushed\ta"] == "1" and counts["failed\tb\t500"] == "1"
+
+
+async def test_a_stopped_pusher_lets_a_running_attempt_finish_and_settles_it(api, single_rt, push_receiver):
+    async def slow(request):
+        await asyncio.sleep(0.5)
+        return 200
+
+    receiver = await push_receiver(slow)
+    await set_push(api, "t", receiver.url)
+    runtime = make_runtime(REDIS_URL)
+    pusher, stop = pusher_module.Pusher(runtime), asyncio.Event()
+    task = asyncio.create_task(pusher.run(stop))
+    try:
+        await send(api, "t", "m1")
+        await arrived(receiver, "m1")
+        stop.set()  # what SIGTERM to run_scanners does
+        await asyncio.wait_for(task, 5)
+        # Stopped only once the attempt under way was answered and acked.
+        assert await status_of(api, "t", "m1") == Status.ACKED
+        assert await attempts(single_rt, "t", "m1") == [(Reason.PUSHED, "200")]
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 10)
+        await runtime.close()
+
+
+async def test_without_a_grace_period_a_rotation_signs_with_the_new_secret_alone(api, single_rt, start_pusher,
+                                                                                  push_receiver, settings):
+    settings.DELAYQUEUE = {**settings.DELAYQUEUE, "PUSH_SECRET_GRACE_SECONDS": 0}
+    await close_current()
+    receiver = await push_receiver()
+    first = (await set_push(api, "t", receiver.url))["pushSecret"]
+    rotated = (await call(api, "setTopicConfig", topic="t", rotatePushSecret="true"))["data"]
+    assert rotated["pushSecretRotating"] is False
+    await start_pusher()
+    await send(api, "t", "m1")
+    [request] = await arrived(receiver, "m1")
+    assert request["headers"]["DelayQueue-Signature"].count("v1=") == 1
+    verify_signature(rotated["pushSecret"], request["headers"], request["body"])
+    with pytest.raises(InvalidSignature):
+        verify_signature(first, request["headers"], request["body"])
