@@ -26,7 +26,7 @@ API = "/camellia/delayQueue/"
 
 async def promotion_lateness(redis_url: str) -> str:
     """The scanner's share: (ready time - triggerTime), from the per-topic monitor counters."""
-    from delayqueue.conf import QueueConfig
+    from delayqueue.config.settings import QueueConfig
     from delayqueue.runtime import Runtime
 
     rt = Runtime(QueueConfig(redis_url=redis_url))

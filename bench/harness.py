@@ -73,7 +73,7 @@ def start_uvicorn(env: dict, workers: int, log: Path) -> tuple[subprocess.Popen,
 def set_unreached_limits(env: dict, topics: list[str]) -> None:
     """The highest produce rate and live cap on the namespace and on each topic: every check a
     send can meet, none of them reached."""
-    from delayqueue.constants import MAX_LIMIT
+    from delayqueue.core.constants import MAX_LIMIT
 
     for topic in [None, *topics]:
         subprocess.run([sys.executable, "manage.py", "set_limits", *(["--topic", topic] if topic else []),

@@ -16,7 +16,7 @@ import time
 import aiohttp
 
 from bench.harness import percentile, stack
-from delayqueue.arguments import positive_int
+from delayqueue.config.arguments import positive_int
 
 API = "/camellia/delayQueue/"
 

@@ -27,7 +27,7 @@ async def run(rate: int, seconds: int, env: dict) -> None:
     os.environ["DJANGO_SETTINGS_MODULE"] = "project.settings"
     django.setup()
     from delayqueue import services
-    from delayqueue.conf import load_config
+    from delayqueue.config.settings import load_config
     from delayqueue.runtime import Runtime
     from delayqueue.services import SendRequest
 

@@ -15,7 +15,7 @@ import httpx
 import redis
 
 from bench.harness import child_pid, cpu_seconds, percentile, stack
-from delayqueue.arguments import positive_int
+from delayqueue.config.arguments import positive_int
 from delayqueue.live.keys import namespace_keys
 
 API = "/camellia/delayQueue/"

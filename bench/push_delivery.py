@@ -233,7 +233,7 @@ def pusher_figures(env: dict) -> str:
     import redis
 
     from delayqueue.live.keys import namespace_keys
-    from delayqueue.push.figures import topic_figures
+    from delayqueue.live.push_counts import topic_figures
 
     time.sleep(1.5)  # each pusher adds its counts about once a second
     r = redis.Redis.from_url(env["REDIS_URL"], decode_responses=True)

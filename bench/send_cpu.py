@@ -14,7 +14,7 @@ import sys
 import time
 
 from bench.harness import scratch_services, set_unreached_limits
-from delayqueue.arguments import positive_int
+from delayqueue.config.arguments import positive_int
 from tools.stack import ROOT, free_port
 
 PATH = "/camellia/delayQueue/sendMsg"

@@ -58,7 +58,7 @@ def post_script(body: str, content_type: str, token: str | None = None) -> str:
 
 async def raw_evalsha_rate(redis_url: str, seconds: int, concurrency: int) -> float:
     """Messages/s of the send script called by SHA, pipelined 100 per round trip."""
-    from delayqueue.conf import QueueConfig
+    from delayqueue.config.settings import QueueConfig
     from delayqueue.runtime import Runtime
     from delayqueue.services import SendRequest, _prepare, send_call
     from delayqueue.live.scripts import load_scripts

@@ -9,7 +9,7 @@ class DelayQueueConfig(AppConfig):
     def ready(self):
         from django.core.signals import setting_changed
 
-        from delayqueue import conf
+        from delayqueue.config import settings as conf
 
         # load_config() keeps its object until the settings change (tests override them).
         setting_changed.connect(conf.settings_changed)

@@ -10,9 +10,9 @@ from django.contrib.postgres.indexes import BrinIndex
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 
-from delayqueue import messages
-from delayqueue.epoch import to_millis
-from delayqueue.constants import (LIVE_STATUSES, MAX_EVENT_DETAIL, MAX_LIMIT, MAX_PUSH_URL_LENGTH, MAX_TOPIC_BYTES,
+from delayqueue.core import messages
+from delayqueue.core.clock import to_millis
+from delayqueue.core.constants import (LIVE_STATUSES, MAX_EVENT_DETAIL, MAX_LIMIT, MAX_PUSH_URL_LENGTH, MAX_TOPIC_BYTES,
                                   PUSH_CONCURRENCY_DEFAULT, PUSH_MAX_CONCURRENCY, PUSH_MAX_TIMEOUT_MILLIS,
                                   PUSH_TIMEOUT_DEFAULT_MILLIS, RETRY_BACKOFF_MAX_MILLIS, Reason, Status)
 

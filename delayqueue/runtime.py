@@ -12,9 +12,9 @@ import weakref
 
 from delayqueue.live import client
 from delayqueue.live.runners import script_runner
-from delayqueue.conf import QueueConfig, load_config
-from delayqueue.limits import LimitCache
-from delayqueue.topic_config import TopicConfigCache
+from delayqueue.config.settings import QueueConfig, load_config
+from delayqueue.stores.limits import LimitCache
+from delayqueue.stores.topic_settings import TopicConfigCache
 from delayqueue.live.keys import namespace_keys
 
 

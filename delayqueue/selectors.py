@@ -1,11 +1,11 @@
 """Reads: messages, topic sizes and the monitor figures."""
 
-from delayqueue.epoch import now_millis
+from delayqueue.core.clock import now_millis
 from delayqueue.live import scripts
-from delayqueue.messages import Message
-from delayqueue.limits import Limits
+from delayqueue.core.messages import Message
+from delayqueue.stores.limits import Limits
 from delayqueue.runtime import Runtime
-from delayqueue.topic_config import DEFAULT as DEFAULT_SETTINGS
+from delayqueue.stores.topic_settings import DEFAULT as DEFAULT_SETTINGS
 
 # getTopicInfo's waiting-delay buckets (camellia's names), as upper bounds from now in ms.
 # Ranges are half-open (lower, upper] so a message is counted once; the first takes overdue ones.

@@ -11,20 +11,20 @@ from asgiref.sync import sync_to_async
 from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from delayqueue.constants import Status
-from delayqueue.epoch import now_millis
-from delayqueue import limits
-from delayqueue.messagelog import refreshed
-from delayqueue.exceptions import (BadRequest, Conflict, LogUnavailable, MaybeSent, NotFound, QueueError, Throttled, redis_reason,
+from delayqueue.core.constants import Status
+from delayqueue.core.clock import now_millis
+from delayqueue.stores import limits
+from delayqueue.stores import refreshed
+from delayqueue.core.exceptions import (BadRequest, Conflict, LogUnavailable, MaybeSent, NotFound, QueueError, Throttled, redis_reason,
                                   redis_unavailable)
 from delayqueue.live import scripts
-from delayqueue.messages import Message
-from delayqueue.random_bits import random_bits
+from delayqueue.core.messages import Message
+from delayqueue.core.random_bits import random_bits
 from delayqueue.runtime import Runtime
-from delayqueue.topic_config import DEFAULT as DEFAULT_SETTINGS
-from delayqueue.topic_config import TopicSettings, write_mirrors
+from delayqueue.stores.topic_settings import DEFAULT as DEFAULT_SETTINGS
+from delayqueue.stores.topic_settings import TopicSettings, write_mirrors
 from delayqueue.ops.topic_config import save_topic_config
-from delayqueue.push.hosts import push_url_problem
+from delayqueue.config.push_hosts import push_url_problem
 
 log = logging.getLogger(__name__)
 

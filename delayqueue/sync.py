@@ -6,7 +6,7 @@ import os
 
 from asgiref.sync import async_to_sync
 
-from delayqueue.conf import load_config
+from delayqueue.config.settings import load_config
 from delayqueue.runtime import Runtime
 
 

@@ -9,7 +9,7 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "project.settings")
 django_application = get_asgi_application()  # sets Django up; serves the admin and the rest
 
 from delayqueue.api.asgi import EventLoopAPIHandler, strip_token_prefix  # noqa: E402  (needs Django set up)
-from delayqueue.conf import load_config  # noqa: E402
+from delayqueue.config.settings import load_config  # noqa: E402
 
 _config = load_config()
 if _config.auth == "open":

@@ -31,10 +31,10 @@ import psycopg
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from delayqueue.arguments import age_in_days
+from delayqueue.config.arguments import age_in_days
 from delayqueue.messagelog import sql
 from delayqueue.messagelog.connection import EVENT_TABLE, MESSAGE_TABLE, first_line
-from delayqueue.constants import Status
+from delayqueue.core.constants import Status
 from spark import common, pgread
 from spark.common import JobError
 

@@ -22,8 +22,8 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from delayqueue import arguments
-from delayqueue.constants import LIVE_STATUSES
+from delayqueue.config import arguments
+from delayqueue.core.constants import LIVE_STATUSES
 from delayqueue.messagelog import sql
 from delayqueue.live.keys import namespace_keys, topic_keys
 from delayqueue.messagelog.connection import EVENT_TABLE, MESSAGE_TABLE

@@ -16,12 +16,12 @@ import os
 import sys
 from collections.abc import Iterable
 
-from delayqueue import arguments
+from delayqueue.config import arguments
 from delayqueue.messagelog import recovery, sql
 from delayqueue.live.keys import namespace_keys
 from delayqueue.messagelog.connection import EVENT_TABLE, MESSAGE_TABLE, TOPIC_CONFIG_TABLE
 from delayqueue.runtime import Runtime
-from delayqueue.topic_config import settings_table
+from delayqueue.stores.topic_settings import settings_table
 from spark import common, pgread
 
 RESTORE_COLUMNS = list(sql.RESTORE_COLUMNS)
@@ -48,7 +48,7 @@ def queue_config(args):
 
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "project.settings")
     django.setup()
-    from delayqueue.conf import load_config
+    from delayqueue.config.settings import load_config
 
     return load_config().with_overrides(redis_url=args.redis_url, namespace=args.namespace)
 

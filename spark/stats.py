@@ -20,7 +20,7 @@ from pyspark.sql import functions as F
 
 from delayqueue.messagelog import sql
 from delayqueue.messagelog.connection import EVENT_TABLE, MESSAGE_TABLE, STATS_TABLE, first_line
-from delayqueue.constants import Reason, Status
+from delayqueue.core.constants import Reason, Status
 from spark import common, pgread
 from spark.common import JobError
 

@@ -14,12 +14,12 @@ import psycopg
 import pytest
 
 from delayqueue import services
-from delayqueue.conf import load_config
+from delayqueue.config.settings import load_config
 from delayqueue.live import scripts
 from delayqueue.messagelog import sql
-from delayqueue.messagelog.writer import LogWriter
+from delayqueue.workers.log_writer import LogWriter
 from delayqueue.runtime import Runtime
-from delayqueue.scanner.scanner import Scanner
+from delayqueue.workers.scanner import Scanner
 from delayqueue.sync import run_with_runtime
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -26,7 +26,7 @@ from importlib import import_module
 from importlib.util import find_spec
 from pathlib import Path
 
-from delayqueue.env import env_int
+from delayqueue.config.env import env_int
 from delayqueue.live.client import without_password
 
 ROOT = Path(__file__).resolve().parent.parent

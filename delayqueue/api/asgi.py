@@ -16,7 +16,7 @@ from django.core.exceptions import RequestAborted
 from django.urls import set_script_prefix
 
 from delayqueue.api import edge
-from delayqueue.stopping import cancel_and_wait
+from delayqueue.core.stopping import cancel_and_wait
 
 # Requests that may be held open; only these watch for the client hanging up.
 HELD_PATHS = ("/longPollingMsg",)

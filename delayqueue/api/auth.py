@@ -10,10 +10,10 @@ import logging
 import time
 from dataclasses import dataclass
 
-from delayqueue.exceptions import LogUnavailable, Refused, Unavailable
+from delayqueue.core.exceptions import LogUnavailable, Refused, Unavailable
 from delayqueue.messagelog import sql
 from delayqueue.messagelog.connection import LogConnection
-from delayqueue.tokens import token_hash
+from delayqueue.stores.tokens import token_hash
 
 log = logging.getLogger(__name__)
 

@@ -15,8 +15,8 @@ from django.core.exceptions import DisallowedHost
 from django.http import HttpRequest, HttpResponse
 from django.utils.cache import patch_vary_headers
 
-from delayqueue.conf import ORIGIN_DEFAULT_PORTS, load_config
-from delayqueue.exceptions import BadRequest, Refused
+from delayqueue.config.settings import ORIGIN_DEFAULT_PORTS, load_config
+from delayqueue.core.exceptions import BadRequest, Refused
 
 # Load balancers probe these with whatever Host they know the node by: no check at all.
 OPEN_PATHS = ("/camellia/health/status", "/camellia/health/check")

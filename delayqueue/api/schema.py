@@ -5,7 +5,7 @@ from django.conf import settings
 from drf_spectacular.utils import OpenApiExample, OpenApiResponse, PolymorphicProxySerializer, extend_schema
 from rest_framework import serializers
 
-from delayqueue.constants import MAX_PRIORITY
+from delayqueue.core.constants import MAX_PRIORITY
 from delayqueue.selectors import GAP_STATS, REQUEST_COUNTERS, WAITING_BUCKETS
 
 FORM = "application/x-www-form-urlencoded"

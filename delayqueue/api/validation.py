@@ -7,12 +7,12 @@ from rest_framework import serializers
 from rest_framework.fields import empty
 from rest_framework.validators import ProhibitSurrogateCharactersValidator
 
-from delayqueue.conf import load_config
-from delayqueue.constants import (DEAD_LIST_DEFAULT_LIMIT, DEAD_LIST_MAX_LIMIT, MAX_DELAY_MILLIS, MAX_LIMIT,
+from delayqueue.config.settings import load_config
+from delayqueue.core.constants import (DEAD_LIST_DEFAULT_LIMIT, DEAD_LIST_MAX_LIMIT, MAX_DELAY_MILLIS, MAX_LIMIT,
                                   MAX_PUSH_URL_LENGTH, PUSH_CONCURRENCY_DEFAULT, PUSH_MAX_CONCURRENCY,
                                   PUSH_MAX_TIMEOUT_MILLIS, PUSH_TIMEOUT_DEFAULT_MILLIS,
                                   MAX_PRIORITY, MAX_RETRY, MAX_TOPIC_BYTES, REDRIVE_DEFAULT_RATE, REDRIVE_MAX_RATE)
-from delayqueue.topics import CONTROL_CHARACTER_PATTERN, topic_problem
+from delayqueue.core.names import CONTROL_CHARACTER_PATTERN, topic_problem
 
 # Counts and retries below 0 mean "the default"; a floor keeps them plain integers all the way to Lua.
 MIN_COUNT = -100_000

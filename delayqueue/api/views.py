@@ -15,11 +15,11 @@ from rest_framework.views import APIView
 
 from delayqueue.api import health
 from delayqueue.api.auth import authorize
-from delayqueue.constants import Scope
+from delayqueue.core.constants import Scope
 from delayqueue.messagelog import deadletters, recovery
 from delayqueue import selectors
 from delayqueue import services
-from delayqueue.exceptions import BadRequest, NotFound, Refused, error_answer, error_body
+from delayqueue.core.exceptions import BadRequest, NotFound, Refused, error_answer, error_body
 from delayqueue.api.parsers import (FORM_CONTENT_TYPE, FormBodyParser, FormError, JSONBodyParser,
                                     StrictMultiPartParser, parse_fields, parse_form)
 from delayqueue.runtime import current

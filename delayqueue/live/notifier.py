@@ -14,8 +14,8 @@ from collections import deque
 
 from delayqueue.live.client import connect_pubsub_node
 from delayqueue.live.pubsub import subscribe_forever
-from delayqueue.stopping import cancel_and_wait
-from delayqueue.timer import PreciseTimer
+from delayqueue.core.stopping import cancel_and_wait
+from delayqueue.core.timer import PreciseTimer
 
 
 class ReadyNotifier:

@@ -7,7 +7,7 @@ from django.db import connections
 from psycopg import pq
 from psycopg.conninfo import make_conninfo
 
-from delayqueue.exceptions import LogUnavailable, connection_reason
+from delayqueue.core.exceptions import LogUnavailable, connection_reason
 
 MESSAGE_TABLE = "delayqueue_message"
 EVENT_TABLE = "delayqueue_messageevent"

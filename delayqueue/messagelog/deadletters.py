@@ -23,12 +23,12 @@ from datetime import datetime
 import orjson
 from psycopg.types.json import Jsonb
 
-from delayqueue.constants import Status
-from delayqueue.epoch import now_millis
+from delayqueue.core.constants import Status
+from delayqueue.core.clock import now_millis
 from delayqueue.messagelog import sql
 from delayqueue.messagelog.connection import LogConnection, one_use
-from delayqueue.messages import Message
-from delayqueue.outage import Outage, describe
+from delayqueue.core.messages import Message
+from delayqueue.core.outage import Outage, describe
 from delayqueue.services import send_call
 
 log = logging.getLogger(__name__)

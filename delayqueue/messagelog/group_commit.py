@@ -13,11 +13,11 @@ from dataclasses import dataclass
 import orjson
 import psycopg
 
-from delayqueue.constants import Status
+from delayqueue.core.constants import Status
 from delayqueue.messagelog import sql
 from delayqueue.messagelog.connection import LogConnection
-from delayqueue.exceptions import LogUnavailable, MaybeSent
-from delayqueue.messages import Message
+from delayqueue.core.exceptions import LogUnavailable, MaybeSent
+from delayqueue.core.messages import Message
 
 log = logging.getLogger(__name__)
 

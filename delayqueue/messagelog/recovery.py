@@ -17,12 +17,12 @@ from psycopg.rows import dict_row
 
 from delayqueue.messagelog import sql
 from delayqueue.messagelog.connection import connect, log_unavailable
-from delayqueue.epoch import now_millis
-from delayqueue.constants import LIVE_STATUSES, Status
+from delayqueue.core.clock import now_millis
+from delayqueue.core.constants import LIVE_STATUSES, Status
 from delayqueue.live import scripts
-from delayqueue.messages import Message
+from delayqueue.core.messages import Message
 from delayqueue.runtime import Runtime
-from delayqueue.topic_config import TopicSettings, write_mirrors
+from delayqueue.stores.topic_settings import TopicSettings, write_mirrors
 
 PAGE_ROWS = 10_000
 PAGES_IN_FLIGHT = 3

@@ -8,8 +8,8 @@ from datetime import datetime, timedelta, timezone
 
 from django.db import connection, transaction
 
-from delayqueue.conf import load_config
-from delayqueue.constants import Status
+from delayqueue.config.settings import load_config
+from delayqueue.core.constants import Status
 from delayqueue.messagelog import sql
 
 

@@ -8,7 +8,7 @@ milliseconds, through from_millis / to_millis (their Python pair is delayqueue.e
 """
 from psycopg import sql
 
-from delayqueue.constants import LIVE_STATUSES, Status
+from delayqueue.core.constants import LIVE_STATUSES, Status
 from delayqueue.messagelog.connection import (EVENT_TABLE, LIMIT_TABLE, MESSAGE_TABLE, REDRIVE_TABLE, STATS_TABLE,
                                               TOKEN_TABLE, TOPIC_CONFIG_TABLE)
 

@@ -12,17 +12,17 @@ from django.shortcuts import render
 from redis.exceptions import RedisError
 
 from delayqueue import selectors
-from delayqueue.conf import checked_namespace, load_config
-from delayqueue.epoch import from_millis
-from delayqueue.exceptions import LogUnavailable
+from delayqueue.config.settings import checked_namespace, load_config
+from delayqueue.core.clock import from_millis
+from delayqueue.core.exceptions import LogUnavailable
 from delayqueue.messagelog.selectors import recent_topic_hours
-from delayqueue.constants import CHART_MINUTES
+from delayqueue.core.constants import CHART_MINUTES
 from delayqueue.ops import figures
-from delayqueue.ops.topic_admin import topic_url
+from delayqueue.ops.admin.topics import topic_url
 from delayqueue.selectors import WAITING_BUCKETS
 from delayqueue.api.validation import TopicSerializer, first_error
 from delayqueue.sync import run_with_runtime
-from delayqueue.tokens import served_namespaces
+from delayqueue.stores.tokens import served_namespaces
 
 CHART_WIDTH, CHART_HEIGHT = 720, 180
 # getTopicInfo's nine buckets (selectors.WAITING_BUCKETS), as column headings: due in ...

@@ -4,12 +4,12 @@ effects; dead-letter counts and running redrives, read from the message log."""
 from dataclasses import dataclass
 
 from delayqueue import selectors
-from delayqueue.constants import CHART_MINUTES, LATENESS_BOUNDS_MS, MAX_PRIORITY, PRIORITY_BAND
+from delayqueue.core.constants import CHART_MINUTES, LATENESS_BOUNDS_MS, MAX_PRIORITY, PRIORITY_BAND
 from delayqueue.live.keys import topic_keys
 from delayqueue.messagelog import deadletters, sql
 from delayqueue.messagelog.connection import one_use
-from delayqueue.messages import Message
-from delayqueue.push.figures import TopicPushFigures, bucket_quantile, topic_figures
+from delayqueue.core.messages import Message
+from delayqueue.live.push_counts import TopicPushFigures, bucket_quantile, topic_figures
 from delayqueue.runtime import Runtime
 
 OVERDUE_MILLIS = 5_000  # a waiting message this far past its triggerTime means no scanner promotes it

@@ -2,7 +2,7 @@
 and the admin. Web processes read them from the Limit table within a second (messagelog/refreshed.py)."""
 from django.db import transaction
 
-from delayqueue.limits import NAMESPACE
+from delayqueue.stores.limits import NAMESPACE
 from delayqueue.models import Limit
 
 LIMIT_FIELDS = ("produce_rate", "consume_rate", "max_live")

@@ -11,7 +11,7 @@ from django.contrib.admin.forms import AdminAuthenticationForm
 from django.core.cache import cache
 from django.core.exceptions import ValidationError
 
-from delayqueue.constants import ADMIN_LOGIN_LOCK_SECONDS, ADMIN_LOGIN_MAX_FAILURES, ADMIN_LOGIN_WINDOW_SECONDS
+from delayqueue.core.constants import ADMIN_LOGIN_LOCK_SECONDS, ADMIN_LOGIN_MAX_FAILURES, ADMIN_LOGIN_WINDOW_SECONDS
 
 
 def _subjects(*, username: str, address: str) -> list[str]:

@@ -16,11 +16,11 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from redis.exceptions import RedisError
 
 from delayqueue import selectors
-from delayqueue.exceptions import LogUnavailable, log_failure, redis_reason
+from delayqueue.core.exceptions import LogUnavailable, log_failure, redis_reason
 from delayqueue.ops import figures
 from delayqueue.runtime import Runtime, current
 from delayqueue.selectors import REQUEST_COUNTERS, WAITING_BUCKETS
-from delayqueue.tokens import served_namespaces
+from delayqueue.stores.tokens import served_namespaces
 
 
 @dataclass(frozen=True)

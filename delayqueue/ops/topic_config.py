@@ -5,11 +5,11 @@ import secrets
 
 from django.db import connection, transaction
 
-from delayqueue.epoch import now_millis
-from delayqueue.exceptions import BadRequest
+from delayqueue.core.clock import now_millis
+from delayqueue.core.exceptions import BadRequest
 from delayqueue.models import TopicConfig
 from delayqueue.ops.limits import set_limits
-from delayqueue.topic_config import TopicSettings
+from delayqueue.stores.topic_settings import TopicSettings
 
 # A push signing secret: recognisable (secret scanners, logs) and 256 random bits.
 PUSH_SECRET_PREFIX = "dqps_"

@@ -11,9 +11,10 @@ from django.test.utils import CaptureQueriesContext
 import redis
 
 from delayqueue import selectors
-from delayqueue import services, tokens
+from delayqueue import services
+from delayqueue.stores import tokens
 from delayqueue.messagelog.selectors import EXACT_COUNT_LIMIT, estimated_count
-from delayqueue.constants import Status
+from delayqueue.core.constants import Status
 from delayqueue.models import Message
 from delayqueue.sync import run_with_runtime
 from tests.helpers import REDIS_URL, drain_history, send
@@ -295,7 +296,7 @@ def test_garbage_parameters_never_give_a_500(admin_client, params):
 
 
 def test_actions_refuse_more_rows_than_the_limit(admin_client, monkeypatch):
-    from delayqueue.ops import admin as message_admin
+    from delayqueue.ops.admin import messages as message_admin
 
     monkeypatch.setattr(message_admin, "ACTION_LIMIT", 2)
     for msg_id in ("l1", "l2", "l3"):

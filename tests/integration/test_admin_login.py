@@ -8,7 +8,7 @@ import pytest
 import redis
 from django.contrib.auth.models import User
 
-from delayqueue.constants import ADMIN_LOGIN_MAX_FAILURES
+from delayqueue.core.constants import ADMIN_LOGIN_MAX_FAILURES
 from delayqueue.ops import login_limit
 from tests.helpers import REDIS_URL
 

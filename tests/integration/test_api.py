@@ -12,7 +12,7 @@ from rest_framework.exceptions import AuthenticationFailed
 from rest_framework.permissions import BasePermission, IsAuthenticated
 from rest_framework.throttling import BaseThrottle
 
-from delayqueue import exceptions
+from delayqueue.core import exceptions
 from delayqueue.api.urls import urlpatterns
 from delayqueue.api.views import GetTopicInfoView, SendMsgView
 from delayqueue.runtime import close_current

@@ -7,7 +7,7 @@ import logging
 import httpx
 import pytest
 
-from delayqueue.conf import load_config
+from delayqueue.config.settings import load_config
 from tests.helpers import API, call
 
 APP = "https://app.example.com"

@@ -8,8 +8,8 @@ import time
 import pytest
 
 from delayqueue import selectors, services
-from delayqueue.constants import Status
-from delayqueue.exceptions import Conflict, NotFound
+from delayqueue.core.constants import Status
+from delayqueue.core.exceptions import Conflict, NotFound
 from delayqueue.messagelog import recovery
 from delayqueue.services import SendRequest
 

@@ -9,7 +9,8 @@ from django.utils import timezone
 from delayqueue.messagelog import recovery
 from delayqueue.live import scripts
 from delayqueue.ops import figures
-from delayqueue import selectors, services, tokens
+from delayqueue import selectors, services
+from delayqueue.stores import tokens
 from delayqueue.models import TopicHourStats
 from delayqueue.ops.dashboard import FIGURES_SECONDS
 from delayqueue.sync import run_with_runtime

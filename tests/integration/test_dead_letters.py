@@ -13,7 +13,7 @@ import redis
 from asgiref.sync import sync_to_async
 
 from delayqueue import selectors, services
-from delayqueue.constants import Status
+from delayqueue.core.constants import Status
 from delayqueue.messagelog import deadletters, recovery
 from delayqueue.messagelog.retention import prune_log
 from delayqueue.services import SendRequest

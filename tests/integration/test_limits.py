@@ -14,7 +14,7 @@ from django.db import connection
 
 from delayqueue import services
 from delayqueue.messagelog import recovery
-from delayqueue.exceptions import Throttled
+from delayqueue.core.exceptions import Throttled
 from delayqueue.models import Limit
 from delayqueue.ops.limits import set_limits
 from tests.helpers import API, REDIS_URL, ROOT, call, make_runtime, query, scanner_env
@@ -239,7 +239,7 @@ async def test_while_postgres_is_down_the_limits_last_read_stay_in_force(single_
 
 
 async def test_http_answers_429_with_retry_after_for_single_calls_and_per_batch_item(api):
-    from delayqueue.conf import load_config
+    from delayqueue.config.settings import load_config
 
     ns = load_config().namespace
     await set_limits_now(namespace=ns, topic="h", produce_rate=2, consume_rate=1)
@@ -311,7 +311,7 @@ async def hammer(client: httpx.AsyncClient, url: str, until: float, topic: str,
 
 @pytest.mark.process
 async def test_a_rate_is_shared_by_two_web_processes(web_processes, transactional_db):
-    from delayqueue.conf import load_config
+    from delayqueue.config.settings import load_config
 
     await set_limits_now(namespace=load_config().namespace, produce_rate=50)
     procs = await asyncio.to_thread(web_processes, 2)

@@ -9,10 +9,10 @@ from delayqueue.messagelog import sql
 from delayqueue.messagelog import recovery
 from delayqueue import selectors
 from delayqueue import services
-from delayqueue.messagelog.writer import Event, LogWriter
-from delayqueue.exceptions import LogUnavailable, RedisUnavailable
+from delayqueue.workers.log_writer import Event, LogWriter
+from delayqueue.core.exceptions import LogUnavailable, RedisUnavailable
 from delayqueue.messagelog.group_commit import MessageLog
-from delayqueue.constants import Status
+from delayqueue.core.constants import Status
 from delayqueue.services import SendRequest
 
 from tests.helpers import API, REDIS_URL, as_logged, drain_log, history, logged, make_runtime, query, wait_until
@@ -334,7 +334,7 @@ async def test_a_hung_message_log_answers_sends_with_500_and_enqueues_nothing(si
 def notices_only(monkeypatch):
     """Puts the log writer's every-few-seconds read of every held stream out of reach: a history
     row that comes in can only have come through a script's notice."""
-    from delayqueue.messagelog import writer as log_writer
+    from delayqueue.workers import log_writer
     monkeypatch.setattr(log_writer, "SWEEP_SECONDS", 3600.0)
 
 
@@ -387,7 +387,7 @@ async def test_a_notice_reaches_the_log_writer_on_a_cluster_too(rt, start_scanne
 
 async def test_entries_whose_notice_was_missed_are_written_by_the_safety_read(single_rt, start_scanner, monkeypatch):
     from delayqueue.live import keys
-    from delayqueue.messagelog import writer as log_writer
+    from delayqueue.workers import log_writer
     monkeypatch.setattr(log_writer, "SWEEP_SECONDS", 0.5)
     monkeypatch.setattr(keys.NamespaceKeys, "topic_of_history", lambda self, channel: None)  # every notice lost
     rt = single_rt

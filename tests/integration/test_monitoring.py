@@ -8,11 +8,12 @@ import pytest
 from asgiref.sync import sync_to_async
 from prometheus_client.parser import text_string_to_metric_families
 
-from delayqueue import selectors, services, tokens
+from delayqueue import selectors, services
+from delayqueue.stores import tokens
 from delayqueue.api import health
 from delayqueue.live import scripts
 from delayqueue.ops import figures
-from delayqueue.push import figures as push_figures
+from delayqueue.live import push_counts as push_figures
 from delayqueue.ops.figures import live_state
 from tests.helpers import ROOT, call, wait_until
 

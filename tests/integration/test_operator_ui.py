@@ -13,10 +13,10 @@ from django.contrib.auth.models import Permission, User
 from django.utils import timezone
 
 from delayqueue import selectors, services
-from delayqueue.constants import Status
+from delayqueue.core.constants import Status
 from delayqueue.messagelog import deadletters
 from delayqueue.models import Limit, Message, TopicConfig
-from delayqueue.ops.topic_admin import topic_url
+from delayqueue.ops.admin.topics import topic_url
 from delayqueue.sync import run_with_runtime
 from tests.helpers import drain_history, send
 from tests.integration.test_dead_letters import fill_dead

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from delayqueue import selectors, services
-from delayqueue.constants import Status
+from delayqueue.core.constants import Status
 from delayqueue.live.keys import TopicKeys
 from delayqueue.messagelog import deadletters, recovery
 

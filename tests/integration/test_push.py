@@ -12,9 +12,9 @@ from aiohttp import web
 from django.contrib.auth.models import User
 
 from delayqueue import selectors, services
-from delayqueue.constants import Reason, Status
+from delayqueue.core.constants import Reason, Status
 from delayqueue.models import Message
-from delayqueue.push import pusher as pusher_module
+from delayqueue.workers import pusher as pusher_module
 from delayqueue.runtime import close_current
 from delayqueue_client import InvalidSignature, verify_signature
 from tools.stack import free_port

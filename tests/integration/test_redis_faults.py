@@ -14,7 +14,7 @@ import redis
 import redis.asyncio
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from delayqueue.exceptions import MaybeSent, RedisUnavailable
+from delayqueue.core.exceptions import MaybeSent, RedisUnavailable
 from delayqueue.live.runners import ScriptRunner
 
 from delayqueue.messagelog import recovery

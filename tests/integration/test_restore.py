@@ -17,7 +17,7 @@ from django.core.management import call_command
 from delayqueue.messagelog import recovery, sql
 from delayqueue import selectors
 from delayqueue import services
-from delayqueue.constants import Status
+from delayqueue.core.constants import Status
 from delayqueue.messagelog.retention import prune_log
 from delayqueue.services import SendRequest
 

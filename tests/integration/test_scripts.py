@@ -5,8 +5,8 @@ import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from delayqueue.live import protocol as direct
-from delayqueue.messages import Message
-from delayqueue.epoch import now_millis
+from delayqueue.core.messages import Message
+from delayqueue.core.clock import now_millis
 from delayqueue.services import SendRequest, _prepare, send_call as _send_call
 
 from tests.helpers import make_runtime

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from delayqueue.api.validation import PullMsgSerializer, SendMsgSerializer, first_error
-from delayqueue.conf import SETTINGS, load_config
+from delayqueue.config.settings import SETTINGS, load_config
 from tests.helpers import ROOT
 
 

@@ -6,7 +6,7 @@ import asyncio
 from asgiref.sync import sync_to_async
 
 from delayqueue import selectors, services
-from delayqueue.constants import PUSH_CONCURRENCY_DEFAULT, PUSH_TIMEOUT_DEFAULT_MILLIS, RETRY_BACKOFF_MAX_MILLIS, Status
+from delayqueue.core.constants import PUSH_CONCURRENCY_DEFAULT, PUSH_TIMEOUT_DEFAULT_MILLIS, RETRY_BACKOFF_MAX_MILLIS, Status
 from delayqueue.messagelog import recovery
 from delayqueue.models import Limit
 from delayqueue.ops import figures

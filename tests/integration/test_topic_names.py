@@ -15,11 +15,11 @@ import redis
 from prometheus_client.parser import text_string_to_metric_families
 
 from delayqueue import services
-from delayqueue.constants import MAX_TOPIC_BYTES, Status
+from delayqueue.core.constants import MAX_TOPIC_BYTES, Status
 from delayqueue.live.client import url_credentials, url_nodes
 from delayqueue.live.keys import key_text, namespace_keys
-from delayqueue.messagelog import writer as log_writer
-from delayqueue.topics import TOPIC_RULE
+from delayqueue.workers import log_writer
+from delayqueue.core.names import TOPIC_RULE
 from tests.helpers import (REDIS_CLUSTER_URL, REDIS_URL, ROOT, call, drain_log, history, logged, make_runtime,
                            scanner_env, send, wait_until)
 

@@ -7,7 +7,7 @@ import pytest
 from delayqueue import selectors
 from delayqueue.live import scripts
 from delayqueue import services
-from delayqueue.constants import Status
+from delayqueue.core.constants import Status
 from delayqueue.services import SendRequest
 
 from tests.helpers import make_runtime, wait_until

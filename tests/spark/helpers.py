@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pyspark
 
-from delayqueue.epoch import from_millis, to_millis
+from delayqueue.core.clock import from_millis, to_millis
 from delayqueue.models import Message, MessageEvent
 from spark import common
 from tests.helpers import ROOT

@@ -6,7 +6,7 @@ import pytest
 from django.core.management import call_command
 
 from delayqueue.live.keys import topic_keys
-from delayqueue.constants import Status
+from delayqueue.core.constants import Status
 from delayqueue.messagelog import sql
 from delayqueue.models import Message
 from spark import common, pgread, reconcile

@@ -8,9 +8,9 @@ from django.core.management import call_command
 
 from delayqueue.live.client import is_cluster_url
 from delayqueue.live.keys import namespace_keys, topic_keys
-from delayqueue.messagelog.writer import Event
+from delayqueue.workers.log_writer import Event
 from delayqueue.models import TopicConfig
-from delayqueue.topic_config import MIRROR_FIELDS
+from delayqueue.stores.topic_settings import MIRROR_FIELDS
 from spark import common, restore
 
 from tests.helpers import REDIS_CLUSTER_URL, REDIS_URL, log_database_url

@@ -6,8 +6,8 @@ from asgiref.sync import sync_to_async
 
 from delayqueue import selectors
 from delayqueue import services
-from delayqueue.constants import Status
-from delayqueue.epoch import to_millis
+from delayqueue.core.constants import Status
+from delayqueue.core.clock import to_millis
 from delayqueue.live import scripts
 from delayqueue.models import TopicHourStats
 from delayqueue.services import SendRequest

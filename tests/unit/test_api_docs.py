@@ -7,7 +7,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from delayqueue.api.validation import MIN_COUNT
-from delayqueue.constants import MAX_DELAY_MILLIS, MAX_TOPIC_BYTES
+from delayqueue.core.constants import MAX_DELAY_MILLIS, MAX_TOPIC_BYTES
 
 API_ENDPOINTS = ["sendMsg", "sendMsgBatch", "pullMsg", "longPollingMsg", "ackMsg", "getMsg", "deleteMsg",
                  "getMonitorData", "getTopicInfo", "getTopicInfoList", "restore", "restoreMsg", "ackMsgBatch",

@@ -6,8 +6,8 @@ import psycopg
 import pytest
 from redis.exceptions import BusyLoadingError, ConnectionError, ResponseError, TimeoutError
 
-from delayqueue import exceptions
-from delayqueue.exceptions import RedisUnavailable, error_answer, redis_reason
+from delayqueue.core import exceptions
+from delayqueue.core.exceptions import RedisUnavailable, error_answer, redis_reason
 from delayqueue.messagelog.connection import log_reason
 
 REDIS_FAILURES = [

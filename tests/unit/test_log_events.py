@@ -2,7 +2,7 @@
 same change of many messages; the rows it sends to PostgreSQL as JSON."""
 import orjson
 
-from delayqueue.messagelog.writer import Event, history_json, latest_per_message, status_json
+from delayqueue.workers.log_writer import Event, history_json, latest_per_message, status_json
 
 ONE = {"a": "scanner-1@host-a", "f": "1", "w": "due", "i": "m1", "t": "2", "r": "0", "p": "1700000000000"}
 

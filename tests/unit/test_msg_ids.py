@@ -5,7 +5,7 @@ import random
 import threading
 import uuid
 
-from delayqueue.random_bits import CHUNK_BYTES, SLICE_BYTES
+from delayqueue.core.random_bits import CHUNK_BYTES, SLICE_BYTES
 from delayqueue.services import _new_msg_id
 
 

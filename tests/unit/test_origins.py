@@ -2,7 +2,7 @@
 import pytest
 
 from delayqueue.api.edge import same_host
-from delayqueue.conf import checked_origins
+from delayqueue.config.settings import checked_origins
 
 
 def test_origins_are_normalized_as_browsers_send_them():

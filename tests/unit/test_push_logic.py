@@ -6,11 +6,11 @@ import ipaddress
 
 import pytest
 
-from delayqueue.constants import LATENESS_BOUNDS_MS
-from delayqueue.push.figures import (bucket_quantile, failed_field, lateness_field, pushed_fields, topic_figures)
-from delayqueue.push.hosts import HostPolicy
-from delayqueue.push.pusher import signature_header
-from delayqueue.push.topics import PushTopic
+from delayqueue.core.constants import LATENESS_BOUNDS_MS
+from delayqueue.live.push_counts import (bucket_quantile, failed_field, lateness_field, pushed_fields, topic_figures)
+from delayqueue.config.push_hosts import HostPolicy
+from delayqueue.workers.pusher import signature_header
+from delayqueue.stores.push_topics import PushTopic
 from delayqueue_client import verify_signature
 
 
@@ -100,7 +100,7 @@ def test_the_signature_header_has_one_v1_per_secret_and_verifies():
 
 
 def test_wakes_keep_each_topics_earliest_and_hand_them_out_in_time_order():
-    from delayqueue.push.pusher import _Wakes
+    from delayqueue.workers.pusher import _Wakes
 
     wakes = _Wakes()
     wakes.at("a", 5.0)

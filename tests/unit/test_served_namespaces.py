@@ -1,5 +1,5 @@
 """The order the admin, the dashboard, /metrics and run_scanners list the served namespaces in."""
-from delayqueue.tokens import ordered_namespaces
+from delayqueue.stores.tokens import ordered_namespaces
 
 
 def test_delayqueue_namespace_first_then_the_others_sorted_each_once():

@@ -1,7 +1,7 @@
 """Stopping a task that swallows a cancellation still stops it."""
 import asyncio
 
-from delayqueue.stopping import cancel_and_wait
+from delayqueue.core.stopping import cancel_and_wait
 
 
 async def test_cancel_and_wait_repeats_a_cancellation_the_task_dropped():

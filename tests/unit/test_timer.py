@@ -4,7 +4,7 @@ import asyncio
 import threading
 import time
 
-from delayqueue.timer import PreciseTimer
+from delayqueue.core.timer import PreciseTimer
 
 
 async def test_callbacks_run_in_the_loop_in_due_order_and_never_early():

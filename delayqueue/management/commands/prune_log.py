@@ -3,8 +3,8 @@ from datetime import timedelta
 from django.core.management.base import BaseCommand, CommandError
 from django.db import DatabaseError
 
-from delayqueue.arguments import age_in_days, positive_int
-from delayqueue.conf import load_config
+from delayqueue.config.arguments import age_in_days, positive_int
+from delayqueue.config.settings import load_config
 from delayqueue.messagelog.retention import prune_log
 
 

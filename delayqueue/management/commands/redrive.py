@@ -5,10 +5,10 @@ import time
 
 from django.core.management.base import BaseCommand, CommandError
 
-from delayqueue.arguments import namespace_name, non_empty, positive_int, topic_name
-from delayqueue.conf import load_config
-from delayqueue.constants import REDRIVE_DEFAULT_RATE, REDRIVE_MAX_RATE
-from delayqueue.exceptions import LogUnavailable
+from delayqueue.config.arguments import namespace_name, non_empty, positive_int, topic_name
+from delayqueue.config.settings import load_config
+from delayqueue.core.constants import REDRIVE_DEFAULT_RATE, REDRIVE_MAX_RATE
+from delayqueue.core.exceptions import LogUnavailable
 from delayqueue.messagelog import deadletters
 from delayqueue.runtime import Runtime
 

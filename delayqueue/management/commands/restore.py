@@ -6,9 +6,9 @@ import time
 from django.core.management.base import BaseCommand, CommandError
 from redis.exceptions import RedisError
 
-from delayqueue.arguments import namespace_name, non_empty, topic_name
-from delayqueue.conf import load_config
-from delayqueue.exceptions import LogUnavailable
+from delayqueue.config.arguments import namespace_name, non_empty, topic_name
+from delayqueue.config.settings import load_config
+from delayqueue.core.exceptions import LogUnavailable
 from delayqueue.messagelog.recovery import RestoreCounts, restore
 from delayqueue.runtime import Runtime
 

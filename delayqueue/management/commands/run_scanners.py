@@ -6,15 +6,15 @@ import signal
 import uvloop
 from django.core.management.base import BaseCommand
 
-from delayqueue.arguments import non_empty
-from delayqueue.conf import load_config
-from delayqueue.exceptions import LogUnavailable
+from delayqueue.config.arguments import non_empty
+from delayqueue.config.settings import load_config
+from delayqueue.core.exceptions import LogUnavailable
 from delayqueue.messagelog import sql
 from delayqueue.messagelog.connection import LogConnection
-from delayqueue.push.pusher import Pusher
+from delayqueue.workers.pusher import Pusher
 from delayqueue.runtime import Runtime
-from delayqueue.scanner.scanner import Scanner
-from delayqueue.tokens import ordered_namespaces
+from delayqueue.workers.scanner import Scanner
+from delayqueue.stores.tokens import ordered_namespaces
 
 log = logging.getLogger("delayqueue.scanner")
 

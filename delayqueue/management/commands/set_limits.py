@@ -1,9 +1,9 @@
 from django.core.management.base import BaseCommand, CommandError
 from django.db import DatabaseError
 
-from delayqueue.arguments import limit_value, namespace_name, topic_name
-from delayqueue.conf import load_config
-from delayqueue.limits import NAMESPACE
+from delayqueue.config.arguments import limit_value, namespace_name, topic_name
+from delayqueue.config.settings import load_config
+from delayqueue.stores.limits import NAMESPACE
 from delayqueue.messagelog.connection import first_line
 from delayqueue.ops.limits import describe, limits_of, set_limits
 

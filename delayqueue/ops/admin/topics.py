@@ -16,12 +16,12 @@ from redis.exceptions import RedisError
 
 from delayqueue import selectors, services
 from delayqueue.api.validation import DEAD_CURSOR, MsgIdField, TopicSerializer, first_error
-from delayqueue.conf import checked_namespace, load_config
-from delayqueue.constants import (MAX_DELAY_MILLIS, MAX_LIMIT, MAX_PUSH_URL_LENGTH, MAX_RETRY, PUSH_MAX_CONCURRENCY,
+from delayqueue.config.settings import checked_namespace, load_config
+from delayqueue.core.constants import (MAX_DELAY_MILLIS, MAX_LIMIT, MAX_PUSH_URL_LENGTH, MAX_RETRY, PUSH_MAX_CONCURRENCY,
                                   PUSH_MAX_TIMEOUT_MILLIS, REDRIVE_DEFAULT_RATE, REDRIVE_MAX_RATE,
                                   RETRY_BACKOFF_MAX_MILLIS)
-from delayqueue.epoch import from_millis
-from delayqueue.exceptions import BadRequest, QueueError
+from delayqueue.core.clock import from_millis
+from delayqueue.core.exceptions import BadRequest, QueueError
 from delayqueue.messagelog import deadletters
 from delayqueue.models import Limit, RedriveTask, TopicConfig
 from delayqueue.ops import figures

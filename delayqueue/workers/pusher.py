@@ -37,18 +37,18 @@ import orjson
 from aiohttp.abc import AbstractResolver
 from redis.exceptions import RedisError
 
-from delayqueue.constants import MAX_EVENT_DETAIL, PUSH_RETRY_BACKOFF_DEFAULT_MILLIS
-from delayqueue.epoch import now_millis
+from delayqueue.core.constants import MAX_EVENT_DETAIL, PUSH_RETRY_BACKOFF_DEFAULT_MILLIS
+from delayqueue.core.clock import now_millis
 from delayqueue.live import scripts
 from delayqueue.live.pubsub import subscribe_forever
-from delayqueue.messagelog.refreshed import REFRESH_SECONDS
-from delayqueue.messages import Message
-from delayqueue.outage import Outage, describe
-from delayqueue.push import figures
-from delayqueue.push.hosts import HostPolicy, resolved_addresses
+from delayqueue.stores.refreshed import REFRESH_SECONDS
+from delayqueue.core.messages import Message
+from delayqueue.core.outage import Outage, describe
+from delayqueue.live import push_counts
+from delayqueue.config.push_hosts import HostPolicy, resolved_addresses
 from delayqueue.runtime import Runtime
-from delayqueue.stopping import cancel_and_wait
-from delayqueue.push.topics import PushTopic, PushTopicCache
+from delayqueue.core.stopping import cancel_and_wait
+from delayqueue.stores.push_topics import PushTopic, PushTopicCache
 
 log = logging.getLogger(__name__)
 

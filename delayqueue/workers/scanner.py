@@ -33,18 +33,18 @@ import uuid
 
 from redis.exceptions import RedisError
 
-from delayqueue import limits
-from delayqueue.epoch import now_millis
-from delayqueue.exceptions import LogUnavailable
+from delayqueue.stores import limits
+from delayqueue.core.clock import now_millis
+from delayqueue.core.exceptions import LogUnavailable
 from delayqueue.live import scripts
 from delayqueue.live.pubsub import subscribe_forever
 from delayqueue.messagelog.deadletters import Redriver
-from delayqueue.messagelog.writer import LogWriter
-from delayqueue.outage import Outage, describe
+from delayqueue.workers.log_writer import LogWriter
+from delayqueue.core.outage import Outage, describe
 from delayqueue.runtime import Runtime
-from delayqueue.timer import PreciseTimer
-from delayqueue.scanner.worker import TopicWorker
-from delayqueue.stopping import cancel_and_wait
+from delayqueue.core.timer import PreciseTimer
+from delayqueue.workers.topic_worker import TopicWorker
+from delayqueue.core.stopping import cancel_and_wait
 
 log = logging.getLogger(__name__)
 

@@ -2,8 +2,8 @@
 A bad value ends, as argparse reports it, in one line naming the option and exit code 2."""
 import argparse
 
-from delayqueue.constants import MAX_LIMIT
-from delayqueue.topics import topic_problem
+from delayqueue.core.constants import MAX_LIMIT
+from delayqueue.core.names import topic_problem
 
 # The longest age a retention option takes: a hundred years. Far more overflows date arithmetic
 # (Python's and PostgreSQL's) instead of being refused with a message.
@@ -46,7 +46,7 @@ def topic_name(text: str) -> str:
 
 
 def namespace_name(text: str) -> str:
-    from delayqueue.conf import checked_namespace  # the one namespace rule (conf imports this module)
+    from delayqueue.config.settings import checked_namespace  # the one namespace rule (conf imports this module)
 
     try:
         return checked_namespace(text)

@@ -7,7 +7,7 @@ from bisect import bisect_left
 from collections import Counter
 from dataclasses import dataclass, field
 
-from delayqueue.constants import LATENESS_BOUNDS_MS
+from delayqueue.core.constants import LATENESS_BOUNDS_MS
 
 _PUSHED, _FAILED, _LATE, _LATE_SUM = "pushed", "failed", "late", "late_sum"
 

@@ -6,7 +6,7 @@ import time
 
 from redis.exceptions import RedisError
 
-from delayqueue.exceptions import redis_reason
+from delayqueue.core.exceptions import redis_reason
 
 
 class Outage:

@@ -20,7 +20,7 @@ import orjson
 
 from delayqueue.messagelog import sql
 from delayqueue.messagelog.connection import LogConnection
-from delayqueue.outage import Outage, describe
+from delayqueue.core.outage import Outage, describe
 
 log = logging.getLogger(__name__)
 

@@ -11,11 +11,11 @@ from urllib.parse import urlsplit
 
 import dj_database_url
 
-from delayqueue.arguments import MAX_AGE_DAYS
-from delayqueue.constants import NAMESPACE_PATTERN
+from delayqueue.config.arguments import MAX_AGE_DAYS
+from delayqueue.core.constants import NAMESPACE_PATTERN
 from delayqueue.live.client import URL_FORMS, checked_url
-from delayqueue.env import env_bool, env_int, env_url
-from delayqueue.push.hosts import HostPolicy, checked_allowed_hosts
+from delayqueue.config.env import env_bool, env_int, env_url
+from delayqueue.config.push_hosts import HostPolicy, checked_allowed_hosts
 
 # Variables with this prefix live in settings.DELAYQUEUE under the rest of their name; the
 # others (the two URLs) are Django settings of their own name.

@@ -4,7 +4,7 @@ command lines' --topic all ask topic_problem. Inside Redis key names a topic is 
 (delayqueue/live/keys.py), so no character of it can break a key."""
 import re
 
-from delayqueue.constants import MAX_TOPIC_BYTES
+from delayqueue.core.constants import MAX_TOPIC_BYTES
 
 TOPIC_RULE = f"must be 1-{MAX_TOPIC_BYTES} bytes of UTF-8 text without control characters"
 # Control characters (C0, DEL, C1), and surrogates, which are no text and have no UTF-8 form.

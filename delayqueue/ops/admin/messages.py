@@ -20,16 +20,16 @@ from delayqueue import selectors
 from delayqueue.ops import figures
 from delayqueue.ops.login_limit import LimitedAdminAuthenticationForm
 from delayqueue import services
-from delayqueue.conf import load_config
+from delayqueue.config.settings import load_config
 from delayqueue.messagelog.selectors import estimated_count, message_history
-from delayqueue.constants import MAX_DELAY_MILLIS, Status
-from delayqueue.epoch import from_millis, to_millis
+from delayqueue.core.constants import MAX_DELAY_MILLIS, Status
+from delayqueue.core.clock import from_millis, to_millis
 from delayqueue.models import ApiToken, Limit, Message, TopicHourStats
-from delayqueue.constants import Scope
-from delayqueue.exceptions import QueueError
-from delayqueue import tokens
+from delayqueue.core.constants import Scope
+from delayqueue.core.exceptions import QueueError
+from delayqueue.stores import tokens
 from delayqueue.api.validation import MsgIdField, TopicSerializer, first_error
-from delayqueue.ops.topic_admin import in_namespace, topic_url
+from delayqueue.ops.admin.topics import in_namespace, topic_url
 from delayqueue.sync import run_with_runtime
 
 

@@ -6,7 +6,7 @@ second. Reading fails open: while PostgreSQL cannot be read, the table last read
 import asyncio
 import logging
 
-from delayqueue.exceptions import LogUnavailable
+from delayqueue.core.exceptions import LogUnavailable
 from delayqueue.live.keys import NamespaceKeys
 from delayqueue.messagelog.connection import LogConnection
 

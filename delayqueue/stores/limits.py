@@ -33,10 +33,10 @@ from typing import TYPE_CHECKING
 from redis.exceptions import RedisError
 
 
-from delayqueue.exceptions import Throttled
+from delayqueue.core.exceptions import Throttled
 from delayqueue.live import scripts
 from delayqueue.messagelog import sql
-from delayqueue.messagelog.refreshed import RefreshedTable
+from delayqueue.stores.refreshed import RefreshedTable
 
 if TYPE_CHECKING:
     from delayqueue.runtime import Runtime

@@ -5,7 +5,7 @@ processes' topic settings (topic_config.py) leave them out."""
 from dataclasses import dataclass, field
 
 from delayqueue.messagelog import sql
-from delayqueue.messagelog.refreshed import RefreshedTable
+from delayqueue.stores.refreshed import RefreshedTable
 
 
 @dataclass(frozen=True)

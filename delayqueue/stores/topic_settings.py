@@ -21,9 +21,9 @@ its restore. Reading fails open as the limits do: the settings last read stay in
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from delayqueue.constants import PUSH_CONCURRENCY_DEFAULT, PUSH_TIMEOUT_DEFAULT_MILLIS, RETRY_BACKOFF_MAX_MILLIS
+from delayqueue.core.constants import PUSH_CONCURRENCY_DEFAULT, PUSH_TIMEOUT_DEFAULT_MILLIS, RETRY_BACKOFF_MAX_MILLIS
 from delayqueue.messagelog import sql
-from delayqueue.messagelog.refreshed import RefreshedTable
+from delayqueue.stores.refreshed import RefreshedTable
 
 if TYPE_CHECKING:
     from delayqueue.runtime import Runtime

@@ -9,7 +9,7 @@ import time
 
 from delayqueue.live import scripts
 from delayqueue.live.scripts import ScriptCall
-from delayqueue.stopping import cancel_and_wait
+from delayqueue.core.stopping import cancel_and_wait
 
 log = logging.getLogger(__name__)
 

@@ -11,9 +11,9 @@ from datetime import datetime
 from django.db import DatabaseError, IntegrityError, connections, transaction
 from django.utils import timezone
 
-from delayqueue import conf
-from delayqueue.constants import TOKEN_PREFIX, Scope
-from delayqueue.exceptions import BadRequest, NotFound
+from delayqueue.config import settings as conf
+from delayqueue.core.constants import TOKEN_PREFIX, Scope
+from delayqueue.core.exceptions import BadRequest, NotFound
 from delayqueue.messagelog import sql
 from delayqueue.models import ApiToken
 

@@ -1,0 +1,1 @@
+"""Settings from the environment and the command line; imports only core."""
