@@ -26,10 +26,10 @@ async def run(rate: int, seconds: int, env: dict) -> None:
     os.environ.update({k: env[k] for k in ("REDIS_URL", "DATABASE_URL")})
     os.environ["DJANGO_SETTINGS_MODULE"] = "project.settings"
     django.setup()
-    from delayqueue import services
     from delayqueue.config.settings import load_config
     from delayqueue.runtime import Runtime
-    from delayqueue.services import SendRequest
+    from delayqueue.services.consume import ack_message, pull_messages
+    from delayqueue.services.send import SendRequest, send_messages
 
     rt = Runtime(load_config(), process="bench-load")
     topics = [f"lag{i}" for i in range(4)]
@@ -45,7 +45,7 @@ async def run(rate: int, seconds: int, env: dict) -> None:
         pending = set()
         while time.monotonic() < stop_at:
             batch = [SendRequest(topic=topics[(sent + j) % 4], msg="x", delay_millis=0) for j in range(per_tick)]
-            task = asyncio.ensure_future(services.send_messages(rt, requests=batch))
+            task = asyncio.ensure_future(send_messages(rt, requests=batch))
             pending.add(task)
             task.add_done_callback(pending.discard)
             sent += per_tick
@@ -56,11 +56,11 @@ async def run(rate: int, seconds: int, env: dict) -> None:
     async def consume(topic):
         nonlocal acked
         while time.monotonic() < stop_at + 1:
-            messages, _ = await services.pull_messages(rt, topic=topic, batch=200)
+            messages, _ = await pull_messages(rt, topic=topic, batch=200)
             if not messages:
                 await asyncio.sleep(0.005)
                 continue
-            await asyncio.gather(*(services.ack_message(rt, topic=topic, msg_id=m["msgId"]) for m in messages))
+            await asyncio.gather(*(ack_message(rt, topic=topic, msg_id=m["msgId"]) for m in messages))
             acked += len(messages)
 
     async def poll():

@@ -59,9 +59,9 @@ def post_script(body: str, content_type: str, token: str | None = None) -> str:
 async def raw_evalsha_rate(redis_url: str, seconds: int, concurrency: int) -> float:
     """Messages/s of the send script called by SHA, pipelined 100 per round trip."""
     from delayqueue.config.settings import QueueConfig
-    from delayqueue.runtime import Runtime
-    from delayqueue.services import SendRequest, _prepare, send_call
     from delayqueue.live.scripts import load_scripts
+    from delayqueue.runtime import Runtime
+    from delayqueue.services.send import SendRequest, _prepare, send_call
 
     rt = Runtime(QueueConfig(redis_url=redis_url, namespace="raw"))
     await load_scripts(rt.redis)

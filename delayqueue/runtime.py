@@ -10,12 +10,15 @@ import os
 import socket
 import weakref
 
-from delayqueue.live import client
-from delayqueue.live.runners import script_runner
+from asgiref.sync import async_to_sync
+
 from delayqueue.config.settings import QueueConfig, load_config
-from delayqueue.stores.limits import LimitCache
-from delayqueue.stores.topic_settings import TopicConfigCache
+from delayqueue.live import client
 from delayqueue.live.keys import namespace_keys
+from delayqueue.live.runners import script_runner
+from delayqueue.stores.limits import LimitCache
+from delayqueue.stores.tokens import TokenCache
+from delayqueue.stores.topic_settings import TopicConfigCache
 
 
 class Runtime:
@@ -58,10 +61,8 @@ class Runtime:
 
     @property
     def tokens(self):
-        """This process' cache of API token checks (see api/auth.py)."""
+        """This process' cache of API token checks (stores/tokens.py)."""
         if self._tokens is None:
-            from delayqueue.api.auth import TokenCache
-
             self._tokens = TokenCache(self.config.log_timeout_millis)
         return self._tokens
 
@@ -132,3 +133,18 @@ async def close_current() -> None:
     rt = _runtimes.pop(asyncio.get_running_loop(), None)
     if rt is not None:
         await rt.close()
+
+
+def run_with_runtime(func, *args, **kwargs):
+    """Runs `await func(rt, *args, **kwargs)` from sync code (the admin, the dashboard) with a
+    fresh Runtime, closed before returning: asyncio Redis connections belong to one event loop,
+    and async_to_sync may run each call on a different one."""
+
+    async def call():
+        rt = Runtime(load_config(), process=f"admin pid {os.getpid()}")
+        try:
+            return await func(rt, *args, **kwargs)
+        finally:
+            await rt.close()
+
+    return async_to_sync(call)()

@@ -14,9 +14,9 @@ from itertools import islice
 import psycopg
 import redis
 
-from delayqueue.live.client import (is_cluster_url, is_sentinel_url, sentinel_target, url_credentials, url_nodes,
-                                    without_password)
 from delayqueue.config.arguments import positive_int
+from delayqueue.config.redis_urls import (is_cluster_url, is_sentinel_url, sentinel_target, url_credentials, url_nodes,
+                                          without_password)
 from delayqueue.config.settings import SETTINGS
 from delayqueue.messagelog import sql
 from delayqueue.messagelog.connection import first_line

@@ -3,11 +3,11 @@ too big for one process.
 
 The driver counts the live rows per topic and deals the topics into partitions of about equal
 size; each Spark task streams its topics' rows from PostgreSQL in id order and puts them back
-with `delayqueue.messagelog.recovery.restore_rows`, the same function and Lua script `manage.py restore`
+with `delayqueue.services.restore.restore_rows`, the same function and Lua script `manage.py restore`
 uses. The result is the same as the command's: the same messages, states and times, and each
 topic's ready list in the same (id) order. Nothing is shuffled: rows go from PostgreSQL to
 Redis inside one Python task. First, on the driver, the topics' settings go back into their
-Redis mirrors (pause, backoff) with `recovery.restore_topic_settings`, as `manage.py restore`
+Redis mirrors (pause, backoff) with `restore_topic_settings`, as `manage.py restore`
 does before its messages. Idempotent: a msgId Redis already holds is counted already live
 and left alone, so a re-run after a failed task finishes the job. Parallelism is across topics.
 """
@@ -17,10 +17,11 @@ import sys
 from collections.abc import Iterable
 
 from delayqueue.config import arguments
-from delayqueue.messagelog import recovery, sql
 from delayqueue.live.keys import namespace_keys
+from delayqueue.messagelog import sql
 from delayqueue.messagelog.connection import EVENT_TABLE, MESSAGE_TABLE, TOPIC_CONFIG_TABLE
 from delayqueue.runtime import Runtime
+from delayqueue.services.restore import RestoreCounts, answers_loss_report, restore_rows, restore_topic_settings
 from delayqueue.stores.topic_settings import settings_table
 from spark import common, pgread
 
@@ -56,14 +57,14 @@ def queue_config(args):
 def restore_partition(config, include_expired: bool, dry_run: bool, rows: Iterable[dict]):
     """Runs on an executor: restores rows (dicts of RESTORE_COLUMNS) in the order given; yields
     this partition's (restored, already live, skipped)."""
-    async def restore_all() -> recovery.RestoreCounts:
-        counts, rt = recovery.RestoreCounts(), None
+    async def restore_all() -> RestoreCounts:
+        counts, rt = RestoreCounts(), None
         try:
             for chunk in common.chunks(rows, CHUNK_ROWS):
                 # Connected on the first rows: a partition that has none (a topic hashed
                 # elsewhere) costs no Redis connection.
                 rt = rt or Runtime(config, process="spark restore")
-                counts += await recovery.restore_rows(rt, rows=chunk, include_expired=include_expired, dry_run=dry_run)
+                counts += await restore_rows(rt, rows=chunk, include_expired=include_expired, dry_run=dry_run)
         finally:
             if rt is not None:
                 await rt.close()
@@ -81,7 +82,7 @@ def restore_settings(config, dsn: str, namespace: str, topic: str | None) -> Non
     async def write() -> None:
         rt = Runtime(config, process="spark restore")
         try:
-            await recovery.restore_topic_settings(rt, topic=topic, table=table)
+            await restore_topic_settings(rt, topic=topic, table=table)
         finally:
             await rt.close()
 
@@ -140,7 +141,7 @@ def run(spark, args) -> tuple[int, int, int]:
                      .collect()) if groups else []
     restored, already_live, skipped = (sum(column) for column in zip(*per_partition)) if per_partition else (0, 0, 0)
     skipped += ended
-    if recovery.answers_loss_report(args.topic, args.msg_id, dry_run):
+    if answers_loss_report(args.topic, args.msg_id, dry_run):
         client = common.sync_redis(args.redis_url)
         try:
             client.delete(namespace_keys(args.namespace).data_lost)

@@ -12,13 +12,13 @@ import httpx
 import pytest
 import redis
 
-from delayqueue.live.client import url_credentials, url_nodes
-from delayqueue.workers.pusher import Pusher
+from delayqueue.config.redis_urls import url_credentials, url_nodes
 from delayqueue.runtime import close_current
+from delayqueue.workers.pusher import Pusher
 from delayqueue.workers.scanner import Scanner
-from tools.stack import LOCAL
 from tests.helpers import (REDIS_CLUSTER_URL, REDIS_URL, TEST_CONFIG, PostgresControl, PushReceiver, RunningScanner,
                            ScannerProcess, WebProcess, make_runtime, scanner_env)
+from tools.stack import LOCAL
 
 
 @pytest.fixture

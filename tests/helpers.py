@@ -13,14 +13,13 @@ import orjson
 import psycopg
 import pytest
 
-from delayqueue import services
 from delayqueue.config.settings import load_config
 from delayqueue.live import scripts
 from delayqueue.messagelog import sql
+from delayqueue.runtime import Runtime, run_with_runtime
+from delayqueue.services.send import send_message
 from delayqueue.workers.log_writer import LogWriter
-from delayqueue.runtime import Runtime
 from delayqueue.workers.scanner import Scanner
-from delayqueue.sync import run_with_runtime
 
 ROOT = Path(__file__).resolve().parent.parent
 REDIS_URL = os.environ.get("REDIS_URL")
@@ -257,7 +256,7 @@ def send(topic, msg_id, delay_millis=0, namespace=None) -> dict:
     """Sends through the services, in DELAYQUEUE_NAMESPACE or in the namespace given."""
 
     async def send_there(rt):
-        return await services.send_message(rt.for_namespace(namespace or rt.ns.namespace), topic=topic,
+        return await send_message(rt.for_namespace(namespace or rt.ns.namespace), topic=topic,
                                            msg=f"body of {msg_id}", delay_millis=delay_millis, msg_id=msg_id)
 
     return run_with_runtime(send_there)

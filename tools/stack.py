@@ -27,7 +27,7 @@ from importlib.util import find_spec
 from pathlib import Path
 
 from delayqueue.config.env import env_int
-from delayqueue.live.client import without_password
+from delayqueue.config.redis_urls import without_password
 
 ROOT = Path(__file__).resolve().parent.parent
 LOCAL = ROOT / ".local"

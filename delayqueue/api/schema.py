@@ -6,7 +6,7 @@ from drf_spectacular.utils import OpenApiExample, OpenApiResponse, PolymorphicPr
 from rest_framework import serializers
 
 from delayqueue.core.constants import MAX_PRIORITY
-from delayqueue.selectors import GAP_STATS, REQUEST_COUNTERS, WAITING_BUCKETS
+from delayqueue.services.topics import GAP_STATS, REQUEST_COUNTERS, WAITING_BUCKETS
 
 FORM = "application/x-www-form-urlencoded"
 JSON = "application/json"

@@ -15,58 +15,32 @@ from rest_framework.views import APIView
 
 from delayqueue.api import health
 from delayqueue.api.auth import authorize
+from delayqueue.api.parsers import (FORM_CONTENT_TYPE, FormBodyParser, FormError, JSONBodyParser, StrictMultiPartParser,
+                                    parse_fields, parse_form)
+from delayqueue.api.schema import (AckBatchResultSerializer, AckResultSerializer, BatchResultSerializer,
+                                   CountResultSerializer, DeadMsgListResultSerializer, DelayMsgListResultSerializer,
+                                   DelayMsgResultSerializer, MonitorDataResultSerializer, PurgeResultSerializer,
+                                   RedriveTaskResultSerializer, RestoreResultSerializer, ResultSerializer,
+                                   SetTopicConfigResultSerializer, TaskIdResultSerializer, TopicConfigResultSerializer,
+                                   TopicInfoListResultSerializer, TopicInfoResultSerializer, TouchResultSerializer,
+                                   answer, health_endpoint, queue_endpoint)
+from delayqueue.api.validation import (AckMsgBatchSerializer, AckMsgSerializer, DeadMsgListSerializer,
+                                       DeleteMsgSerializer, FastValidation, LongPollingMsgSerializer,
+                                       MessageRefSerializer, PullMsgSerializer, PurgeDeadMsgSerializer,
+                                       RedriveDeadMsgSerializer, RedriveTaskSerializer, RescheduleMsgSerializer,
+                                       RestoreMsgSerializer, RestoreSerializer, SendMsgSerializer,
+                                       SetTopicConfigSerializer, TopicSerializer, TouchMsgSerializer, first_error)
 from delayqueue.core.constants import Scope
-from delayqueue.messagelog import deadletters, recovery
-from delayqueue import selectors
-from delayqueue import services
 from delayqueue.core.exceptions import BadRequest, NotFound, Refused, error_answer, error_body
-from delayqueue.api.parsers import (FORM_CONTENT_TYPE, FormBodyParser, FormError, JSONBodyParser,
-                                    StrictMultiPartParser, parse_fields, parse_form)
 from delayqueue.runtime import current
-from delayqueue.api.schema import (
-    AckBatchResultSerializer,
-    AckResultSerializer,
-    BatchResultSerializer,
-    CountResultSerializer,
-    DeadMsgListResultSerializer,
-    DelayMsgListResultSerializer,
-    DelayMsgResultSerializer,
-    MonitorDataResultSerializer,
-    PurgeResultSerializer,
-    RedriveTaskResultSerializer,
-    RestoreResultSerializer,
-    ResultSerializer,
-    SetTopicConfigResultSerializer,
-    TaskIdResultSerializer,
-    TopicConfigResultSerializer,
-    TopicInfoListResultSerializer,
-    TopicInfoResultSerializer,
-    TouchResultSerializer,
-    answer,
-    health_endpoint,
-    queue_endpoint,
-)
-from delayqueue.api.validation import (
-    AckMsgBatchSerializer,
-    AckMsgSerializer,
-    DeadMsgListSerializer,
-    DeleteMsgSerializer,
-    FastValidation,
-    LongPollingMsgSerializer,
-    MessageRefSerializer,
-    PullMsgSerializer,
-    PurgeDeadMsgSerializer,
-    RedriveDeadMsgSerializer,
-    RedriveTaskSerializer,
-    RestoreMsgSerializer,
-    RescheduleMsgSerializer,
-    RestoreSerializer,
-    SendMsgSerializer,
-    SetTopicConfigSerializer,
-    TopicSerializer,
-    TouchMsgSerializer,
-    first_error,
-)
+from delayqueue.services.consume import (ack_message, ack_messages, long_poll_messages, nack_message, pull_messages,
+                                         touch_message)
+from delayqueue.services.dead_letters import create_redrive, dead_letters, purge_dead_letters, redrive_state
+from delayqueue.services.messages import delete_message, get_message, reschedule_message
+from delayqueue.services.restore import RestoreCounts, restore
+from delayqueue.services.send import SendRequest, send_message, send_messages
+from delayqueue.services.topics import (list_topics, monitor_data, pause_topic, purge_topic, resume_topic,
+                                        set_topic_config, topic_config, topic_info, topic_infos)
 
 # Parameters whose empty value is itself an answer (400, "generate an id", "push off"); any other
 # empty parameter counts as absent, as Spring treats it.
@@ -107,7 +81,7 @@ def reply(code: int = 200, msg: str = "success", **payload) -> HttpResponse:
 
 
 def send_parameters(data: dict) -> dict:
-    """sendMsg's validated parameters as services.send_message's keywords."""
+    """sendMsg's validated parameters as send_message's keywords."""
     delay = data["delayMillis"]
     return {"topic": data["topic"], "msg": data["msg"], "delay_millis": 0 if delay is None else delay,
             "msg_id": data.get("msgId") or None, "ttl_millis": data["ttlMillis"], "max_retry": data["maxRetry"],
@@ -254,7 +228,7 @@ class SendMsgView(QueueAPIView):
 
     async def handle(self):
         data = self.validated(SendMsgSerializer)
-        return reply(delayMsg=await services.send_message(self.rt, **send_parameters(data)))
+        return reply(delayMsg=await send_message(self.rt, **send_parameters(data)))
 
 
 @queue_endpoint(
@@ -289,9 +263,9 @@ class SendMsgBatchView(QueueAPIView):
             except BadRequest as exc:
                 results[i] = item_error(i, exc)
             else:
-                accepted.append(services.SendRequest(**send_parameters(data)))
+                accepted.append(SendRequest(**send_parameters(data)))
                 positions.append(i)
-        sent = await services.send_messages(rt, requests=accepted) if accepted else []
+        sent = await send_messages(rt, requests=accepted) if accepted else []
         for i, outcome in zip(positions, sent):
             if isinstance(outcome, Exception):
                 results[i] = item_error(i, outcome)
@@ -321,7 +295,7 @@ class PullMsgView(QueueAPIView):
 
     async def handle(self):
         data = self.validated(PullMsgSerializer)
-        messages, _remaining = await services.pull_messages(
+        messages, _remaining = await pull_messages(
             self.rt, topic=data["topic"], batch=data["batch"], ack_timeout_millis=data["ackTimeoutMillis"]
         )
         return reply(delayMsgList=messages)
@@ -339,7 +313,7 @@ class LongPollingMsgView(QueueAPIView):
 
     async def handle(self):
         data = self.validated(LongPollingMsgSerializer)
-        messages = await services.long_poll_messages(
+        messages = await long_poll_messages(
             self.rt, topic=data["topic"], batch=data["batch"], ack_timeout_millis=data["ackTimeoutMillis"],
             timeout_millis=data["longPollingTimeoutMillis"]
         )
@@ -360,9 +334,9 @@ class AckMsgView(QueueAPIView):
     async def handle(self):
         data = self.validated(AckMsgSerializer)
         if data["ack"]:
-            outcome = await services.ack_message(self.rt, topic=data["topic"], msg_id=data["msgId"])
+            outcome = await ack_message(self.rt, topic=data["topic"], msg_id=data["msgId"])
         else:
-            outcome = await services.nack_message(self.rt, topic=data["topic"], msg_id=data["msgId"],
+            outcome = await nack_message(self.rt, topic=data["topic"], msg_id=data["msgId"],
                                                   delay_millis=data["delayMillis"], dead_letter=data["deadLetter"])
         return reply(done=outcome.done)
 
@@ -379,7 +353,7 @@ class AckMsgBatchView(QueueAPIView):
     async def handle(self):
         data = self.validated(AckMsgBatchSerializer)
         msg_ids = data["msgIds"]
-        done = await services.ack_messages(self.rt, topic=data["topic"], msg_ids=msg_ids, ack=data["ack"],
+        done = await ack_messages(self.rt, topic=data["topic"], msg_ids=msg_ids, ack=data["ack"],
                                            delay_millis=data["delayMillis"], dead_letter=data["deadLetter"])
         return reply(results=[{"msgId": msg_id, "done": each} for msg_id, each in zip(msg_ids, done)])
 
@@ -395,7 +369,7 @@ class TouchMsgView(QueueAPIView):
 
     async def handle(self):
         data = self.validated(TouchMsgSerializer)
-        deadline = await services.touch_message(self.rt, topic=data["topic"], msg_id=data["msgId"],
+        deadline = await touch_message(self.rt, topic=data["topic"], msg_id=data["msgId"],
                                                 ack_timeout_millis=data["ackTimeoutMillis"])
         return reply(ackDeadline=deadline)
 
@@ -414,7 +388,7 @@ class RescheduleMsgView(QueueAPIView):
     async def handle(self):
         data = self.validated(RescheduleMsgSerializer)
         trigger, delay = data["triggerTime"], data["delayMillis"]
-        message = await services.reschedule_message(
+        message = await reschedule_message(
             self.rt, topic=data["topic"], msg_id=data["msgId"], trigger_time=-1 if trigger is None else trigger,
             delay_millis=0 if delay is None else delay)
         return reply(delayMsg=message)
@@ -431,7 +405,7 @@ class GetMsgView(QueueAPIView):
 
     async def handle(self):
         data = self.validated(MessageRefSerializer)
-        message = await selectors.get_message(self.rt, topic=data["topic"], msg_id=data["msgId"])
+        message = await get_message(self.rt, topic=data["topic"], msg_id=data["msgId"])
         if message is None:
             raise NotFound(f"message {data['msgId']} not found in topic {data['topic']}")
         return reply(delayMsg=message)
@@ -448,7 +422,7 @@ class DeleteMsgView(QueueAPIView):
 
     async def handle(self):
         data = self.validated(DeleteMsgSerializer)
-        if not await services.delete_message(self.rt, topic=data["topic"], msg_id=data["msgId"],
+        if not await delete_message(self.rt, topic=data["topic"], msg_id=data["msgId"],
                                              release=data["release"]):
             raise NotFound(f"message {data['msgId']} not found or already ended in topic {data['topic']}")
         return reply()
@@ -466,7 +440,7 @@ class GetMonitorDataView(QueueAPIView):
     marks_use = False
 
     async def handle(self):
-        return reply(data=await selectors.monitor_data(self.rt))
+        return reply(data=await monitor_data(self.rt))
 
 
 @queue_endpoint(
@@ -480,7 +454,7 @@ class GetTopicInfoView(QueueAPIView):
 
     async def handle(self):
         data = self.validated(TopicSerializer)
-        return reply(data=await selectors.topic_info(self.rt, topic=data["topic"]))
+        return reply(data=await topic_info(self.rt, topic=data["topic"]))
 
 
 @queue_endpoint(
@@ -493,10 +467,10 @@ class GetTopicInfoListView(QueueAPIView):
 
     async def handle(self):
         rt = self.rt
-        return reply(data=await selectors.topic_infos(rt, topics=await selectors.list_topics(rt)))
+        return reply(data=await topic_infos(rt, topics=await list_topics(rt)))
 
 
-def restore_reply(counts: recovery.RestoreCounts) -> HttpResponse:
+def restore_reply(counts: RestoreCounts) -> HttpResponse:
     return reply(restored=counts.restored, alreadyLive=counts.already_live, skipped=counts.skipped)
 
 
@@ -515,7 +489,7 @@ class RestoreView(QueueAPIView):
         data = self.validated(RestoreSerializer)
         rt = self.rt
         topic = data.get("topic")
-        counts = await recovery.restore(rt, topic=topic, include_expired=data["expire"])
+        counts = await restore(rt, topic=topic, include_expired=data["expire"])
         if topic is not None and not counts.seen:
             raise NotFound(f"topic {topic} has no messages in the message log")
         return restore_reply(counts)
@@ -533,7 +507,7 @@ class RestoreMsgView(QueueAPIView):
         data = self.validated(RestoreMsgSerializer)
         rt = self.rt
         topic, msg_id = data["topic"], data["msgId"]
-        counts = await recovery.restore(rt, topic=topic, msg_id=msg_id, include_expired=data["expire"])
+        counts = await restore(rt, topic=topic, msg_id=msg_id, include_expired=data["expire"])
         if not counts.seen:
             raise NotFound(f"message {msg_id} not found in the message log of topic {topic}")
         return restore_reply(counts)
@@ -569,7 +543,7 @@ class GetTopicConfigView(QueueAPIView):
 
     async def handle(self):
         data = self.validated(TopicSerializer)
-        return reply(data=await selectors.topic_config(self.rt, topic=data["topic"]))
+        return reply(data=await topic_config(self.rt, topic=data["topic"]))
 
 
 @queue_endpoint(
@@ -589,12 +563,12 @@ class SetTopicConfigView(QueueAPIView):
     async def handle(self):
         data = self.validated(SetTopicConfigSerializer)
         topic = data["topic"]
-        secret = await services.set_topic_config(
+        secret = await set_topic_config(
             self.rt, topic=topic,
             changes={field: topic_setting(name, data[name]) for name, field in TOPIC_SETTINGS.items() if name in data},
             limits={field: data[name] for name, field in TOPIC_LIMITS.items() if name in data},
             rotate_push_secret=data.get("rotatePushSecret", False))
-        answered = await selectors.topic_config(self.rt, topic=topic)
+        answered = await topic_config(self.rt, topic=topic)
         return reply(data=answered if secret is None else {**answered, "pushSecret": secret})
 
 
@@ -607,7 +581,7 @@ class PauseTopicView(QueueAPIView):
     needs_scope = Scope.MANAGE
 
     async def handle(self):
-        await services.pause_topic(self.rt, topic=self.validated(TopicSerializer)["topic"])
+        await pause_topic(self.rt, topic=self.validated(TopicSerializer)["topic"])
         return reply()
 
 
@@ -619,7 +593,7 @@ class ResumeTopicView(QueueAPIView):
     needs_scope = Scope.MANAGE
 
     async def handle(self):
-        await services.resume_topic(self.rt, topic=self.validated(TopicSerializer)["topic"])
+        await resume_topic(self.rt, topic=self.validated(TopicSerializer)["topic"])
         return reply()
 
 
@@ -632,7 +606,7 @@ class PurgeTopicView(QueueAPIView):
     needs_scope = Scope.MANAGE
 
     async def handle(self):
-        return reply(count=await services.purge_topic(self.rt, topic=self.validated(TopicSerializer)["topic"]))
+        return reply(count=await purge_topic(self.rt, topic=self.validated(TopicSerializer)["topic"]))
 
 
 @queue_endpoint(
@@ -650,7 +624,7 @@ class GetDeadMsgListView(QueueAPIView):
 
     async def handle(self):
         data = self.validated(DeadMsgListSerializer)
-        page, next_cursor = await deadletters.dead_letters(self.rt, topic=data["topic"], limit=data["limit"],
+        page, next_cursor = await dead_letters(self.rt, topic=data["topic"], limit=data["limit"],
                                                            cursor=data.get("cursor"))
         return reply(delayMsgList=page, **({"nextCursor": next_cursor} if next_cursor else {}))
 
@@ -670,7 +644,7 @@ class RedriveDeadMsgView(QueueAPIView):
     async def handle(self):
         data = self.validated_fully(RedriveDeadMsgSerializer)
         topic = data["topic"]
-        task_id = await deadletters.create_redrive(self.rt, topic=topic, msg_ids=data.get("msgIds"),
+        task_id = await create_redrive(self.rt, topic=topic, msg_ids=data.get("msgIds"),
                                                    max_per_second=data["maxPerSecond"])
         if task_id is None:
             raise NotFound(f"topic {topic} has no such dead letter" if "msgIds" in data
@@ -690,7 +664,7 @@ class GetRedriveTaskView(QueueAPIView):
 
     async def handle(self):
         task_id = self.validated(RedriveTaskSerializer)["taskId"]
-        state = await deadletters.redrive_state(self.rt, task_id=task_id)
+        state = await redrive_state(self.rt, task_id=task_id)
         if state is None:
             raise NotFound(f"redrive task {task_id} not found")
         return reply(**state)
@@ -707,7 +681,7 @@ class PurgeDeadMsgView(QueueAPIView):
 
     async def handle(self):
         data = self.validated_fully(PurgeDeadMsgSerializer)
-        return reply(count=await deadletters.purge_dead_letters(self.rt, topic=data["topic"],
+        return reply(count=await purge_dead_letters(self.rt, topic=data["topic"],
                                                                 msg_ids=data.get("msgIds")))
 
 

@@ -2,12 +2,8 @@
 A bad value ends, as argparse reports it, in one line naming the option and exit code 2."""
 import argparse
 
-from delayqueue.core.constants import MAX_LIMIT
-from delayqueue.core.names import topic_problem
-
-# The longest age a retention option takes: a hundred years. Far more overflows date arithmetic
-# (Python's and PostgreSQL's) instead of being refused with a message.
-MAX_AGE_DAYS = 36_500
+from delayqueue.core.constants import MAX_AGE_DAYS, MAX_LIMIT
+from delayqueue.core.names import checked_namespace, topic_problem
 
 
 def positive_int(text: str) -> int:
@@ -46,8 +42,6 @@ def topic_name(text: str) -> str:
 
 
 def namespace_name(text: str) -> str:
-    from delayqueue.config.settings import checked_namespace  # the one namespace rule (conf imports this module)
-
     try:
         return checked_namespace(text)
     except ValueError as exc:

@@ -3,7 +3,6 @@ bounds and meaning. project/settings.py and the Spark jobs (which run without Dj
 read the environment through these declarations; the service reads the result through
 load_config(). A bad value stops the process at start with one line naming the variable."""
 import os
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
@@ -11,11 +10,11 @@ from urllib.parse import urlsplit
 
 import dj_database_url
 
-from delayqueue.config.arguments import MAX_AGE_DAYS
-from delayqueue.core.constants import NAMESPACE_PATTERN
-from delayqueue.live.client import URL_FORMS, checked_url
 from delayqueue.config.env import env_bool, env_int, env_url
 from delayqueue.config.push_hosts import HostPolicy, checked_allowed_hosts
+from delayqueue.config.redis_urls import URL_FORMS, checked_url
+from delayqueue.core.constants import MAX_AGE_DAYS
+from delayqueue.core.names import checked_namespace
 
 # Variables with this prefix live in settings.DELAYQUEUE under the rest of their name; the
 # others (the two URLs) are Django settings of their own name.
@@ -66,12 +65,6 @@ def checked_auth(mode: str) -> str:
     if mode not in AUTH_MODES:
         raise ValueError(f"must be {' or '.join(AUTH_MODES)}, got {mode!r}")
     return mode
-
-
-def checked_namespace(namespace: str) -> str:
-    if not re.fullmatch(NAMESPACE_PATTERN, namespace):
-        raise ValueError(f"must be 1-64 of A-Z a-z 0-9 . _ - (it goes into Redis keys), got {namespace!r}")
-    return namespace
 
 
 @dataclass(frozen=True)

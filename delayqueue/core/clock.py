@@ -8,7 +8,7 @@ _MILLISECOND = timedelta(milliseconds=1)
 
 
 def now_millis() -> int:
-    """This process' clock in epoch ms (Redis' clock is selectors.redis_millis)."""
+    """This process' clock in epoch ms (Redis' clock: services.topics.redis_millis)."""
     return time.time_ns() // 1_000_000
 
 

@@ -86,8 +86,9 @@ class Scope(TextChoices):
     MONITOR = "monitor"  # getMonitorData, getTopicInfo, getTopicInfoList
 
 
-# A namespace goes raw into Redis keys (inside the topic's hash tag): no ':' or braces.
-NAMESPACE_PATTERN = r"[A-Za-z0-9._-]{1,64}"
+# The longest age a retention setting or option takes: a hundred years. Far more overflows date
+# arithmetic (Python's and PostgreSQL's) instead of being refused with a message.
+MAX_AGE_DAYS = 36_500
 # Tokens start with this, so a leaked one is recognisable (secret scanners, logs).
 TOKEN_PREFIX = "dq_"
 

@@ -1,10 +1,17 @@
-"""What a topic may be called: what camellia accepts, any non-empty UTF-8 text without control
-characters, up to MAX_TOPIC_BYTES bytes. The API's serializers, the admin, the dashboard and the
-command lines' --topic all ask topic_problem. Inside Redis key names a topic is encoded
-(delayqueue/live/keys.py), so no character of it can break a key."""
+"""What a topic and a namespace may be called.
+
+A topic: what camellia accepts, any non-empty UTF-8 text without control characters, up to
+MAX_TOPIC_BYTES bytes. The API's serializers, the admin, the dashboard and the command lines'
+--topic all ask topic_problem. Inside Redis key names a topic is encoded (delayqueue/live/keys.py),
+so no character of it can break a key.
+
+A namespace goes raw into Redis keys (inside the topic's hash tag), so it has no ':' or braces:
+NAMESPACE_PATTERN. DELAYQUEUE_NAMESPACE, tokens, the admin and --namespace all ask checked_namespace."""
 import re
 
 from delayqueue.core.constants import MAX_TOPIC_BYTES
+
+NAMESPACE_PATTERN = r"[A-Za-z0-9._-]{1,64}"
 
 TOPIC_RULE = f"must be 1-{MAX_TOPIC_BYTES} bytes of UTF-8 text without control characters"
 # Control characters (C0, DEL, C1), and surrogates, which are no text and have no UTF-8 form.
@@ -25,3 +32,10 @@ def topic_problem(topic: str) -> str | None:
         if size > MAX_TOPIC_BYTES:
             return f"{TOPIC_RULE}; it is {size} bytes"
     return None
+
+
+def checked_namespace(namespace: str) -> str:
+    """The namespace, if it is one; else ValueError saying what is wrong."""
+    if not re.fullmatch(NAMESPACE_PATTERN, namespace):
+        raise ValueError(f"must be 1-64 of A-Z a-z 0-9 . _ - (it goes into Redis keys), got {namespace!r}")
+    return namespace

@@ -69,8 +69,8 @@ class NamespaceKeys:
     history_pattern: str  # pub/sub pattern matching every topic's history channel
     buckets: str  # HASH the namespace's rate-limit token buckets, only while in use
     live_pool: str  # HASH the room of its live-message cap no topic holds (lua/borrow_live.lua)
-    throttled: str  # HASH "<limit>\t<topic>" -> messages its limits refused or held (limits.count_refusals)
-    pushes: str  # HASH push attempts' outcomes and lateness per topic (push/figures.py)
+    throttled: str  # HASH "<limit>\t<topic>" -> messages its limits refused or held (services/admission.py)
+    pushes: str  # HASH push attempts' outcomes and lateness per topic (live/push_counts.py)
 
     def topic(self, topic: str) -> TopicKeys:
         return topic_keys(self.namespace, topic)

@@ -11,21 +11,21 @@ from django.core.cache import cache
 from django.shortcuts import render
 from redis.exceptions import RedisError
 
-from delayqueue import selectors
-from delayqueue.config.settings import checked_namespace, load_config
+from delayqueue.api.validation import TopicSerializer, first_error
+from delayqueue.config.settings import load_config
 from delayqueue.core.clock import from_millis
-from delayqueue.core.exceptions import LogUnavailable
-from delayqueue.messagelog.selectors import recent_topic_hours
 from delayqueue.core.constants import CHART_MINUTES
+from delayqueue.core.exceptions import LogUnavailable
+from delayqueue.core.names import checked_namespace
+from delayqueue.messagelog.selectors import recent_topic_hours
 from delayqueue.ops import figures
 from delayqueue.ops.admin.topics import topic_url
-from delayqueue.selectors import WAITING_BUCKETS
-from delayqueue.api.validation import TopicSerializer, first_error
-from delayqueue.sync import run_with_runtime
-from delayqueue.stores.tokens import served_namespaces
+from delayqueue.runtime import run_with_runtime
+from delayqueue.services.topics import WAITING_BUCKETS, list_topics
+from delayqueue.stores.rows import served_namespaces
 
 CHART_WIDTH, CHART_HEIGHT = 720, 180
-# getTopicInfo's nine buckets (selectors.WAITING_BUCKETS), as column headings: due in ...
+# getTopicInfo's nine buckets (WAITING_BUCKETS), as column headings: due in ...
 BUCKET_LABELS = ("≤1m", "1–10m", "10–30m", "30m–1h", "1–6h", "6h–1d", "1–7d", "7–30d", ">30d")
 SPARK_WIDTH, SPARK_HEIGHT = 180, 36
 # The page's Redis figures (every topic scanned) are shared for this long: several staff reloading
@@ -135,7 +135,7 @@ def dashboard(request):
         key = f"dashboard:{rt.ns.namespace}:{topic_key}"
         overviews = await cache.aget(key)
         if overviews is None:
-            topics = [wanted] if wanted else await selectors.list_topics(rt)
+            topics = [wanted] if wanted else await list_topics(rt)
             overviews = await figures.topic_overview(rt, topics=topics)
             await cache.aset(key, overviews, FIGURES_SECONDS)
         return overviews, await rt.redis.get(rt.ns.data_lost)

@@ -3,14 +3,15 @@ per-topic figures, scanner lags and a message's live state, read from Redis with
 effects; dead-letter counts and running redrives, read from the message log."""
 from dataclasses import dataclass
 
-from delayqueue import selectors
 from delayqueue.core.constants import CHART_MINUTES, LATENESS_BOUNDS_MS, MAX_PRIORITY, PRIORITY_BAND
-from delayqueue.live.keys import topic_keys
-from delayqueue.messagelog import deadletters, sql
-from delayqueue.messagelog.connection import one_use
 from delayqueue.core.messages import Message
+from delayqueue.live.keys import topic_keys
 from delayqueue.live.push_counts import TopicPushFigures, bucket_quantile, topic_figures
+from delayqueue.messagelog import sql
+from delayqueue.messagelog.connection import one_use
+from delayqueue.messagelog.dead_letters import Task, left_to_move
 from delayqueue.runtime import Runtime
+from delayqueue.services.topics import REQUEST_COUNTERS, redis_millis, topic_infos
 
 OVERDUE_MILLIS = 5_000  # a waiting message this far past its triggerTime means no scanner promotes it
 # The score range [low, high) of each priority 1-9 in a topic's prioritised set.
@@ -30,8 +31,8 @@ async def topic_overview(rt: Runtime, *, topics: list[str]) -> list[dict]:
     push URL (or push figures) its pushes (`push`, else None). Unknown topics give zeros."""
     if not topics:
         return []
-    infos = await selectors.topic_infos(rt, topics=topics)
-    now = await selectors.redis_millis(rt)
+    infos = await topic_infos(rt, topics=topics)
+    now = await redis_millis(rt)
     interval = rt.config.monitor_interval_millis
     previous = now // interval - 1
     pipe = rt.redis.pipeline(transaction=False)
@@ -71,7 +72,7 @@ async def topic_overview(rt: Runtime, *, topics: list[str]) -> list[dict]:
     for i, info in enumerate(infos):
         stats, overdue, backlog = replies[6 * i:6 * i + 3]
         oldest = min((Message.from_stored(raw).trigger_time for raw in bodies.get(info["topic"], [])), default=None)
-        last = {name: _number(stats.get(f"{previous}:{name}")) for name in selectors.REQUEST_COUNTERS}
+        last = {name: _number(stats.get(f"{previous}:{name}")) for name in REQUEST_COUNTERS}
         series = []
         for minute in range(this_minute - CHART_MINUTES + 1, this_minute + 1):
             count = _number(stats.get(f"m{minute}:lateness:count"))
@@ -90,7 +91,7 @@ async def topic_overview(rt: Runtime, *, topics: list[str]) -> list[dict]:
             "oldest_ready_age_ms": max(now - oldest, 0) if oldest is not None else 0,
             "last_interval": last,
             "interval_seconds": rt.config.monitor_interval_seconds,
-            "totals": {name: _number(stats.get(f"total:{name}")) for name in selectors.REQUEST_COUNTERS},
+            "totals": {name: _number(stats.get(f"total:{name}")) for name in REQUEST_COUNTERS},
             "lateness_buckets": [
                 (bound, _number(stats.get(f"lateness:le:{bound}"))) for bound in LATENESS_BOUNDS_MS
             ] + [(None, _number(stats.get("lateness:le:inf")))],
@@ -119,7 +120,7 @@ SCANNER_REPORT_STALE_MILLIS = 10_000  # a scanner that has not reported for this
 
 async def scanner_lags(rt: Runtime) -> dict[str, float]:
     """Each running scanner's latest event-loop lag in ms (see Scanner._report_lag)."""
-    now = await selectors.redis_millis(rt)
+    now = await redis_millis(rt)
     lags = {}
     for token, value in (await rt.redis.hgetall(rt.ns.scanners)).items():
         lag, _, reported = value.partition(":")
@@ -161,7 +162,7 @@ async def waiting_after_delivery(rt: Runtime, *, topic: str, within_millis: int)
     lower bound). The waiting set holds only trigger times, so this reads bodies: one topic's
     page, not every scrape."""
     k = rt.ns.topic(topic)
-    now = await selectors.redis_millis(rt)
+    now = await redis_millis(rt)
     ids = await rt.redis.zrangebyscore(k.waiting, "-inf", now + within_millis, start=0, num=BACKOFF_SCAN_LIMIT + 1)
     capped = len(ids) > BACKOFF_SCAN_LIMIT
     count = 0
@@ -194,7 +195,7 @@ async def log_figures(rt: Runtime, *, namespaces: list[str], topic: str | None =
         found = await conn.execute(sql.RUNNING_REDRIVES, scope)
         redrives = []
         for namespace, *row in await found.fetchall():
-            task = deadletters.Task(*row)
+            task = Task(*row)
             redrives.append(RunningRedrive(task.id, namespace, task.topic, task.max_per_second, task.moved,
-                                           await deadletters.left_to_move(conn, namespace=namespace, task=task)))
+                                           await left_to_move(conn, namespace=namespace, task=task)))
     return dead, redrives

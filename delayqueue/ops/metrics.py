@@ -15,12 +15,11 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from redis.exceptions import RedisError
 
-from delayqueue import selectors
 from delayqueue.core.exceptions import LogUnavailable, log_failure, redis_reason
 from delayqueue.ops import figures
 from delayqueue.runtime import Runtime, current
-from delayqueue.selectors import REQUEST_COUNTERS, WAITING_BUCKETS
-from delayqueue.stores.tokens import served_namespaces
+from delayqueue.services.topics import REQUEST_COUNTERS, WAITING_BUCKETS, list_topics
+from delayqueue.stores.rows import served_namespaces
 
 
 @dataclass(frozen=True)
@@ -33,7 +32,7 @@ class NamespaceFigures:
 
 
 async def namespace_figures(rt: Runtime) -> NamespaceFigures:
-    overviews = await figures.topic_overview(rt, topics=await selectors.list_topics(rt))
+    overviews = await figures.topic_overview(rt, topics=await list_topics(rt))
     lags = await figures.scanner_lags(rt)
     data_lost = int(await rt.redis.get(rt.ns.data_lost) or 0)
     throttled = {tuple(field.split("\t", 1)): int(n) for field, n in (await rt.redis.hgetall(rt.ns.throttled)).items()}

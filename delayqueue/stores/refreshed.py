@@ -39,7 +39,7 @@ class RefreshedTable:
         raise NotImplementedError
 
     async def table(self) -> dict:
-        """The table in force; the hot paths read `current` and call this only before the first read."""
+        """The table in force (read first, on the first call)."""
         if self.current is None:
             if self._first_read is None:
                 self._first_read = asyncio.ensure_future(self._read())

@@ -1,16 +1,17 @@
 """A topic's own settings (the TopicConfig model) as the queue uses them.
 
-PostgreSQL holds them. Two copies serve the hot paths:
+PostgreSQL holds them (stores/rows.py writes them). Two copies serve the hot paths:
 
-- Each Runtime reads its namespace's settings on first use and every refreshed.REFRESH_SECONDS after
-  (TopicConfigCache, a messagelog/refreshed.RefreshedTable, as the limits are), so a send or a pull never waits on PostgreSQL or
-  depends on Redis for its defaults, and a change is in force on every web process within a
+- Each Runtime reads its namespace's settings on first use and every refreshed.REFRESH_SECONDS
+  after (TopicConfigCache, a RefreshedTable, as the limits are), so a send or a pull never waits
+  on PostgreSQL or depends on Redis for its defaults, and a change is in force on every web process within a
   second (at once on the process that made it, which reads again).
 - The topic's Redis meta hash mirrors the settings the scripts act on (MIRROR_FIELDS): the retry
   backoff (requeue_timed_out.lua, nack.lua) and the pause (pull.lua); the dead-letter switch,
   which no script reads (dead letters are judged in the message log, sql.KEEPS_DEAD); and
   whether it has a push URL, which the operators' views read beside its other figures. Written by
-  every change and written back by restore (messagelog/recovery.py, spark/restore.py) after Redis
+  every change (services/topics.write_mirrors) and written back by restore (services/restore.py,
+  spark/restore.py) after Redis
   lost its data; a topic retired by the scanner keeps them (retire_topic.lua only drops its
   registration).
 
@@ -19,20 +20,15 @@ exact the moment it is answered, the cache keeps it while a Redis that lost its 
 its restore. Reading fails open as the limits do: the settings last read stay in force.
 """
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from delayqueue.core.constants import PUSH_CONCURRENCY_DEFAULT, PUSH_TIMEOUT_DEFAULT_MILLIS, RETRY_BACKOFF_MAX_MILLIS
 from delayqueue.messagelog import sql
 from delayqueue.stores.refreshed import RefreshedTable
 
-if TYPE_CHECKING:
-    from delayqueue.runtime import Runtime
-
-
 
 @dataclass(frozen=True)
 class TopicSettings:
-    ttl_millis: int | None = None  # None: the service's default (conf.py)
+    ttl_millis: int | None = None  # None: the service's default (config/settings.py)
     max_retry: int | None = None
     ack_timeout_millis: int | None = None
     retry_backoff_millis: int = 0  # 0: ready again at once after an ack timeout
@@ -76,15 +72,5 @@ class TopicConfigCache(RefreshedTable):
         return settings_table(rows)
 
     async def settings(self, topic: str) -> TopicSettings:
-        table = self.current if self.current is not None else await self.table()
-        return table.get(topic, DEFAULT)
-
-
-async def write_mirrors(rt: "Runtime", settings: dict[str, TopicSettings]) -> None:
-    """Writes each topic's settings into its meta hash, in one pipelined round trip. Raises RedisError."""
-    if not settings:
-        return
-    pipe = rt.redis.pipeline(transaction=False)
-    for topic, values in settings.items():
-        pipe.hset(rt.ns.topic(topic).meta, mapping={field: get(values) for field, get in MIRROR_FIELDS.items()})
-    await pipe.execute()
+        """The topic's settings in force."""
+        return (await self.table()).get(topic, DEFAULT)

@@ -37,18 +37,17 @@ import orjson
 from aiohttp.abc import AbstractResolver
 from redis.exceptions import RedisError
 
-from delayqueue.core.constants import MAX_EVENT_DETAIL, PUSH_RETRY_BACKOFF_DEFAULT_MILLIS
+from delayqueue.config.push_hosts import HostPolicy, resolved_addresses
 from delayqueue.core.clock import now_millis
-from delayqueue.live import scripts
-from delayqueue.live.pubsub import subscribe_forever
-from delayqueue.stores.refreshed import REFRESH_SECONDS
+from delayqueue.core.constants import MAX_EVENT_DETAIL, PUSH_RETRY_BACKOFF_DEFAULT_MILLIS
 from delayqueue.core.messages import Message
 from delayqueue.core.outage import Outage, describe
-from delayqueue.live import push_counts
-from delayqueue.config.push_hosts import HostPolicy, resolved_addresses
-from delayqueue.runtime import Runtime
 from delayqueue.core.stopping import cancel_and_wait
+from delayqueue.live import push_counts, scripts
+from delayqueue.live.pubsub import subscribe_forever
+from delayqueue.runtime import Runtime
 from delayqueue.stores.push_topics import PushTopic, PushTopicCache
+from delayqueue.stores.refreshed import REFRESH_SECONDS
 
 log = logging.getLogger(__name__)
 
@@ -305,15 +304,15 @@ class Pusher:
             if status is not None and 200 <= status < 300:
                 self.counts["pushed"] += 1
                 lateness = now_millis() - message.trigger_time
-                for name in figures.pushed_fields(topic, lateness):
+                for name in push_counts.pushed_fields(topic, lateness):
                     self._figures[name] += 1
-                self._figures[figures.lateness_field(topic)] += max(lateness, 0)
+                self._figures[push_counts.lateness_field(topic)] += max(lateness, 0)
                 call = scripts.ack(k, msg_id=message.msg_id, retention_millis=cfg.ended_retention_millis,
                                    stats_interval_millis=cfg.monitor_interval_millis, actor=rt.actor,
                                    push_status=str(status))
             else:
                 self.counts["failed"] += 1
-                self._figures[figures.failed_field(topic, str(status) if status is not None else detail[0])] += 1
+                self._figures[push_counts.failed_field(topic, str(status) if status is not None else detail[0])] += 1
                 call = scripts.nack(
                     k, msg_id=message.msg_id, retention_millis=cfg.ended_retention_millis,
                     stats_interval_millis=cfg.monitor_interval_millis, ready_channel=rt.ns.ready_channel, topic=topic,

@@ -33,18 +33,18 @@ import uuid
 
 from redis.exceptions import RedisError
 
-from delayqueue.stores import limits
 from delayqueue.core.clock import now_millis
 from delayqueue.core.exceptions import LogUnavailable
+from delayqueue.core.outage import Outage, describe
+from delayqueue.core.stopping import cancel_and_wait
+from delayqueue.core.timer import PreciseTimer
 from delayqueue.live import scripts
 from delayqueue.live.pubsub import subscribe_forever
-from delayqueue.messagelog.deadletters import Redriver
-from delayqueue.workers.log_writer import LogWriter
-from delayqueue.core.outage import Outage, describe
 from delayqueue.runtime import Runtime
-from delayqueue.core.timer import PreciseTimer
+from delayqueue.services.admission import give_back_room
+from delayqueue.workers.log_writer import LogWriter
+from delayqueue.workers.redriver import Redriver
 from delayqueue.workers.topic_worker import TopicWorker
-from delayqueue.core.stopping import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -302,7 +302,7 @@ class Scanner:
             reply = await self.rt.scripts.call(scripts.retire_topic(k, idle_millis=idle_ms))
             if not reply.retired:
                 continue
-            await limits.give_back_room(self.rt, amount=reply.live_share)
+            await give_back_room(self.rt, amount=reply.live_share)
             await self.rt.redis.zrem(self.rt.ns.topics, topic)
             if await self.rt.redis.hget(k.meta, "registered"):
                 # A send re-registered the topic between the two steps: keep it listed.

@@ -4,19 +4,19 @@ import re
 from datetime import datetime, timedelta, timezone
 
 import pytest
+import redis
 from django.contrib.auth.models import User
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-import redis
-
-from delayqueue import selectors
-from delayqueue import services
-from delayqueue.stores import tokens
-from delayqueue.messagelog.selectors import EXACT_COUNT_LIMIT, estimated_count
 from delayqueue.core.constants import Status
+from delayqueue.messagelog.selectors import EXACT_COUNT_LIMIT, estimated_count
 from delayqueue.models import Message
-from delayqueue.sync import run_with_runtime
+from delayqueue.runtime import run_with_runtime
+from delayqueue.services.consume import nack_message, pull_messages
+from delayqueue.services.messages import get_message
+from delayqueue.services.topics import topic_info
+from delayqueue.stores import rows
 from tests.helpers import REDIS_URL, drain_history, send
 
 # Every page reads the log and the live state; actions go through the queue.
@@ -85,7 +85,7 @@ def test_actions_need_a_staff_login(client):
             client.login(username="clerk", password="pw")
         response = client.post(LIST, {"action": "delete_selected_messages", "_selected_action": [row.pk]})
         assert response.status_code == 302 and response["Location"].startswith("/admin/login/")
-    assert run_with_runtime(selectors.get_message, topic="orders", msg_id="keep")["status"] == Status.WAITING
+    assert run_with_runtime(get_message, topic="orders", msg_id="keep")["status"] == Status.WAITING
 
 
 def test_list_newest_first_with_search_and_filters(admin_client):
@@ -148,9 +148,9 @@ def test_list_never_counts_the_whole_table(admin_client):
 
 def test_detail_shows_history_timeline_and_live_state(admin_client):
     send("orders", "o-42", 0)
-    run_with_runtime(services.pull_messages, topic="orders")
+    run_with_runtime(pull_messages, topic="orders")
     drain_history("orders")
-    run_with_runtime(services.nack_message, topic="orders", msg_id="o-42")
+    run_with_runtime(nack_message, topic="orders", msg_id="o-42")
     send("orders", "someone-else", 0)
     drain_history("orders")
     message = Message.objects.get(msg_id="o-42")
@@ -166,7 +166,7 @@ def test_detail_shows_history_timeline_and_live_state(admin_client):
 
 def test_detail_flags_redis_ahead_of_the_log(admin_client):
     send("orders", "o-43", 0)
-    run_with_runtime(services.pull_messages, topic="orders")  # not drained: the log still says ready
+    run_with_runtime(pull_messages, topic="orders")  # not drained: the log still says ready
     message = Message.objects.get(msg_id="o-43")
     live = admin_client.get(f"{LIST}{message.pk}/change/").content.decode()
     assert "3 (consuming)" in live and "Redis is ahead of the log" in live
@@ -188,8 +188,8 @@ def test_delete_selected_goes_through_the_queue(admin_client):
                                  follow=True)
     assert "Deleted 2; 1 were not live" in response.content.decode()
     for msg_id in ("d1", "d2"):
-        assert run_with_runtime(selectors.get_message, topic="orders", msg_id=msg_id)["status"] == Status.DELETED
-    info = run_with_runtime(selectors.topic_info, topic="orders")
+        assert run_with_runtime(get_message, topic="orders", msg_id=msg_id)["status"] == Status.DELETED
+    info = run_with_runtime(topic_info, topic="orders")
     assert info["waitingQueueSize"] == 0 and info["readyQueueSize"] == 0
     assert Message.objects.count() == 3  # the log keeps its rows
     drain_history("orders")
@@ -208,11 +208,11 @@ def test_restore_selected_brings_back_what_redis_lost(admin_client):
     action = {"action": "restore_selected", "_selected_action": selected}
     page = admin_client.post(LIST, action, follow=True).content.decode()
     assert "Restored 2; 0 already live in Redis; 1 skipped" in page
-    restored = run_with_runtime(selectors.get_message, topic="orders", msg_id="r1")
+    restored = run_with_runtime(get_message, topic="orders", msg_id="r1")
     assert restored["status"] == Status.WAITING
     assert (restored["triggerTime"], restored["expireTime"]) == (sent["triggerTime"], sent["expireTime"])
-    assert run_with_runtime(selectors.get_message, topic="orders", msg_id="r2")["status"] == Status.READY
-    assert run_with_runtime(selectors.get_message, topic="orders", msg_id="finished") is None
+    assert run_with_runtime(get_message, topic="orders", msg_id="r2")["status"] == Status.READY
+    assert run_with_runtime(get_message, topic="orders", msg_id="finished") is None
     again = admin_client.post(LIST, action, follow=True).content.decode()
     assert "Restored 0; 2 already live in Redis; 1 skipped" in again
 
@@ -223,7 +223,7 @@ def in_namespace(namespace, func, **kwargs):
 
 @pytest.mark.fault
 def test_actions_act_on_each_message_in_its_own_namespace(admin_client):
-    tokens.create_token(namespace="other", scopes=["produce"])  # "other" is now served
+    rows.create_token(namespace="other", scopes=["produce"])  # "other" is now served
     send("orders", "here", 60_000)
     send("orders", "there", 60_000, namespace="other")  # the same topic name in another namespace
     send("elsewhere", "e1", 0, namespace="other")
@@ -236,16 +236,16 @@ def test_actions_act_on_each_message_in_its_own_namespace(admin_client):
     page = admin_client.post(LIST, {"action": "restore_selected", "_selected_action": selected},
                              follow=True).content.decode()
     assert "Restored 3; 0 already live in Redis; 0 skipped" in page and "another namespace" not in page
-    assert in_namespace("other", selectors.get_message, topic="orders", msg_id="there")["status"] == Status.WAITING
-    assert in_namespace("other", selectors.get_message, topic="elsewhere", msg_id="e1")["status"] == Status.READY
-    assert run_with_runtime(selectors.get_message, topic="orders", msg_id="there") is None  # not put in ours
-    assert run_with_runtime(selectors.get_message, topic="orders", msg_id="here")["status"] == Status.WAITING
+    assert in_namespace("other", get_message, topic="orders", msg_id="there")["status"] == Status.WAITING
+    assert in_namespace("other", get_message, topic="elsewhere", msg_id="e1")["status"] == Status.READY
+    assert run_with_runtime(get_message, topic="orders", msg_id="there") is None  # not put in ours
+    assert run_with_runtime(get_message, topic="orders", msg_id="here")["status"] == Status.WAITING
     page = admin_client.post(LIST, {"action": "delete_selected_messages", "_selected_action": selected},
                              follow=True).content.decode()
     assert "Deleted 3; 0 were not live" in page
     for namespace, topic, msg_id in (("other", "orders", "there"), ("other", "elsewhere", "e1"),
                                      ("default", "orders", "here")):
-        assert in_namespace(namespace, selectors.get_message, topic=topic, msg_id=msg_id)["status"] == Status.DELETED
+        assert in_namespace(namespace, get_message, topic=topic, msg_id=msg_id)["status"] == Status.DELETED
 
 
 def test_no_add_or_row_delete_in_the_admin(admin_client):
@@ -304,4 +304,4 @@ def test_actions_refuse_more_rows_than_the_limit(admin_client, monkeypatch):
     page = admin_client.post(LIST, {"action": "delete_selected_messages", "select_across": "1", "index": "0",
                                     "_selected_action": [m.pk for m in Message.objects.all()]}, follow=True)
     assert "Select at most 2 messages at a time" in page.content.decode()
-    assert run_with_runtime(selectors.topic_info, topic="orders")["waitingQueueSize"] == 3  # nothing deleted
+    assert run_with_runtime(topic_info, topic="orders")["waitingQueueSize"] == 3  # nothing deleted

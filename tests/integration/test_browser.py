@@ -12,9 +12,9 @@ import pytest
 import redis
 from django.contrib.auth.models import User
 
-from delayqueue import services
 from delayqueue.models import Message
-from delayqueue.sync import run_with_runtime
+from delayqueue.runtime import run_with_runtime
+from delayqueue.services.consume import pull_messages
 from tests.helpers import REDIS_URL, ROOT, TEST_CONFIG, drain_history, log_database_url, send
 from tools.stack import free_port
 
@@ -96,7 +96,7 @@ def test_operator_walkthrough(uvicorn_server, browser):
     send("browser", "b1", 600_000)
     send("browser", "b2", 0)
     send("other", "x1", 0)
-    run_with_runtime(services.pull_messages, topic="browser")  # b2 is being consumed
+    run_with_runtime(pull_messages, topic="browser")  # b2 is being consumed
     drain_history("browser")
     # Redis loses the topic (say, its cluster slot failed over to an empty replica).
     client = redis.Redis.from_url(REDIS_URL)

@@ -7,26 +7,27 @@ import time
 
 import pytest
 
-from delayqueue import selectors, services
 from delayqueue.core.constants import Status
 from delayqueue.core.exceptions import Conflict, NotFound
-from delayqueue.messagelog import recovery
-from delayqueue.services import SendRequest
-
+from delayqueue.services.consume import ack_message, ack_messages, nack_message, pull_messages, touch_message
+from delayqueue.services.messages import get_message, reschedule_message
+from delayqueue.services.restore import restore
+from delayqueue.services.send import SendRequest, send_message, send_messages
+from delayqueue.services.topics import topic_info
 from tests.helpers import call, drain_log, history, logged, promote, requeue
 
 
 async def send(rt, msg_id, delay=0, topic="t", **kw):
-    return await services.send_message(rt, topic=topic, msg=f"body of {msg_id}", delay_millis=delay, msg_id=msg_id,
+    return await send_message(rt, topic=topic, msg=f"body of {msg_id}", delay_millis=delay, msg_id=msg_id,
                                        **kw)
 
 
 async def pull(rt, batch=10, ack_timeout_millis=60_000, topic="t"):
-    return (await services.pull_messages(rt, topic=topic, batch=batch, ack_timeout_millis=ack_timeout_millis))[0]
+    return (await pull_messages(rt, topic=topic, batch=batch, ack_timeout_millis=ack_timeout_millis))[0]
 
 
 async def get(rt, msg_id, topic="t"):
-    return await selectors.get_message(rt, topic=topic, msg_id=msg_id)
+    return await get_message(rt, topic=topic, msg_id=msg_id)
 
 
 async def redis_now(rt) -> int:
@@ -47,11 +48,11 @@ async def test_ack_says_whether_it_acked_a_consuming_message(rt):
     await send(rt, "a")
     await send(rt, "w", delay=60_000)
     await pull(rt)
-    assert await services.ack_message(rt, topic="t", msg_id="a") == (True, Status.ACKED)
-    assert await services.ack_message(rt, topic="t", msg_id="a") == (False, Status.ACKED)  # already ended
-    assert await services.ack_message(rt, topic="t", msg_id="ghost") == (False, 0)
-    assert await services.ack_message(rt, topic="t", msg_id="w") == (False, Status.WAITING)
-    assert await services.nack_message(rt, topic="t", msg_id="w") == (False, Status.WAITING)
+    assert await ack_message(rt, topic="t", msg_id="a") == (True, Status.ACKED)
+    assert await ack_message(rt, topic="t", msg_id="a") == (False, Status.ACKED)  # already ended
+    assert await ack_message(rt, topic="t", msg_id="ghost") == (False, 0)
+    assert await ack_message(rt, topic="t", msg_id="w") == (False, Status.WAITING)
+    assert await nack_message(rt, topic="t", msg_id="w") == (False, Status.WAITING)
 
 
 async def test_an_ack_after_the_ack_timeout_gave_it_back_is_not_done(rt):
@@ -59,7 +60,7 @@ async def test_an_ack_after_the_ack_timeout_gave_it_back_is_not_done(rt):
     await pull(rt, ack_timeout_millis=1)
     await asyncio.sleep(0.01)
     assert (await requeue(rt)).count == 1
-    assert await services.ack_message(rt, topic="t", msg_id="late") == (False, Status.READY)
+    assert await ack_message(rt, topic="t", msg_id="late") == (False, Status.READY)
     assert (await get(rt, "late"))["status"] == Status.READY
 
 
@@ -67,19 +68,19 @@ async def test_batch_ack_answers_each_msg_id_in_order(rt):
     for msg_id in "abc":
         await send(rt, msg_id)
     await pull(rt)
-    assert await services.ack_messages(rt, topic="t", msg_ids=["a", "ghost", "b", "a", "c"]) == [
+    assert await ack_messages(rt, topic="t", msg_ids=["a", "ghost", "b", "a", "c"]) == [
         True, False, True, False, True]
     assert [(await get(rt, msg_id))["status"] for msg_id in "abc"] == [Status.ACKED] * 3
-    assert (await selectors.topic_info(rt, topic="t"))["ackQueueSize"] == 0
+    assert (await topic_info(rt, topic="t"))["ackQueueSize"] == 0
 
 
 async def test_batch_nack_with_a_delay_or_as_dead_letters(rt):
     for msg_id in "abcd":
         await send(rt, msg_id)
     await pull(rt)
-    assert await services.ack_messages(rt, topic="t", msg_ids=["a", "b"], ack=False, delay_millis=60_000) == [True, True]
-    assert await services.ack_messages(rt, topic="t", msg_ids=["c", "ghost"], ack=False, dead_letter=True) == [True, False]
-    assert await services.ack_messages(rt, topic="t", msg_ids=["d"], ack=False) == [True]
+    assert await ack_messages(rt, topic="t", msg_ids=["a", "b"], ack=False, delay_millis=60_000) == [True, True]
+    assert await ack_messages(rt, topic="t", msg_ids=["c", "ghost"], ack=False, dead_letter=True) == [True, False]
+    assert await ack_messages(rt, topic="t", msg_ids=["d"], ack=False) == [True]
     assert [(await get(rt, msg_id))["status"] for msg_id in "abcd"] == [
         Status.WAITING, Status.WAITING, Status.EXHAUSTED, Status.READY]
 
@@ -90,7 +91,7 @@ async def test_nack_with_a_delay_waits_then_falls_due_with_its_retry_count_kept(
     sent = await send(rt, "n")
     await pull(rt)
     before = await redis_now(rt)
-    assert await services.nack_message(rt, topic="t", msg_id="n", delay_millis=300) == (True, Status.WAITING)
+    assert await nack_message(rt, topic="t", msg_id="n", delay_millis=300) == (True, Status.WAITING)
     after = await redis_now(rt)
     m = await get(rt, "n")
     assert m["status"] == Status.WAITING and m["retry"] == 1
@@ -111,15 +112,15 @@ async def test_nack_with_a_delay_waits_then_falls_due_with_its_retry_count_kept(
 async def test_nack_without_a_delay_is_ready_at_once_as_before(rt):
     await send(rt, "n")
     await pull(rt)
-    assert await services.nack_message(rt, topic="t", msg_id="n") == (True, Status.READY)
-    assert await services.nack_message(rt, topic="t", msg_id="n", delay_millis=0) == (False, Status.READY)
+    assert await nack_message(rt, topic="t", msg_id="n") == (True, Status.READY)
+    assert await nack_message(rt, topic="t", msg_id="n", delay_millis=0) == (False, Status.READY)
     assert (await structures(rt, "n"))["ready"]
 
 
 async def test_dead_letter_ends_a_consuming_message_now_with_its_reason(rt):
     await send(rt, "poison", max_retry=5)
     await pull(rt)
-    assert await services.nack_message(rt, topic="t", msg_id="poison", dead_letter=True) == (True, Status.EXHAUSTED)
+    assert await nack_message(rt, topic="t", msg_id="poison", dead_letter=True) == (True, Status.EXHAUSTED)
     where = await structures(rt, "poison")
     assert where == {"waiting": None, "inflight": None, "ready": False, "expiry": None}
     assert await pull(rt) == []
@@ -127,7 +128,7 @@ async def test_dead_letter_ends_a_consuming_message_now_with_its_reason(rt):
     assert (await history("t", "poison"))[-1] == ("dead_lettered", Status.CONSUMING, Status.EXHAUSTED, 1)
     assert (await logged("t", "poison"))["status"] == Status.EXHAUSTED
     # Not consuming (any more): nothing to dead-letter.
-    assert await services.nack_message(rt, topic="t", msg_id="poison", dead_letter=True) == (False, Status.EXHAUSTED)
+    assert await nack_message(rt, topic="t", msg_id="poison", dead_letter=True) == (False, Status.EXHAUSTED)
 
 
 # --- touch
@@ -136,7 +137,7 @@ async def test_touch_moves_the_ack_deadline_of_a_consuming_message(rt):
     await send(rt, "slow")
     await pull(rt, ack_timeout_millis=50)
     before = await redis_now(rt)
-    deadline = await services.touch_message(rt, topic="t", msg_id="slow", ack_timeout_millis=60_000)
+    deadline = await touch_message(rt, topic="t", msg_id="slow", ack_timeout_millis=60_000)
     after = await redis_now(rt)
     assert before + 60_000 <= deadline <= after + 60_000
     assert (await structures(rt, "slow"))["inflight"] == deadline
@@ -150,9 +151,9 @@ async def test_touch_moves_the_ack_deadline_of_a_consuming_message(rt):
 async def test_touch_of_a_message_not_consuming_is_a_conflict_and_of_an_unknown_one_not_found(rt):
     await send(rt, "ready")
     with pytest.raises(Conflict, match="not being consumed"):
-        await services.touch_message(rt, topic="t", msg_id="ready", ack_timeout_millis=1000)
+        await touch_message(rt, topic="t", msg_id="ready", ack_timeout_millis=1000)
     with pytest.raises(NotFound):
-        await services.touch_message(rt, topic="t", msg_id="ghost", ack_timeout_millis=1000)
+        await touch_message(rt, topic="t", msg_id="ghost", ack_timeout_millis=1000)
     assert await structures(rt, "ready") == {"waiting": None, "inflight": None, "ready": True,
                                              "expiry": (await get(rt, "ready"))["expireTime"]}
 
@@ -162,14 +163,14 @@ async def test_touch_of_a_message_not_consuming_is_a_conflict_and_of_an_unknown_
 async def test_reschedule_a_waiting_message_later_keeps_its_ttl_from_the_new_trigger_time(rt):
     sent = await send(rt, "w", delay=60_000, ttl_millis=5_000)
     before = await redis_now(rt)
-    m = await services.reschedule_message(rt, topic="t", msg_id="w", delay_millis=120_000)
+    m = await reschedule_message(rt, topic="t", msg_id="w", delay_millis=120_000)
     after = await redis_now(rt)
     assert m["status"] == Status.WAITING and before + 120_000 <= m["triggerTime"] <= after + 120_000
     assert m["expireTime"] - m["triggerTime"] == 5_000 and m["produceTime"] == sent["produceTime"]
     assert m == await get(rt, "w")
     where = await structures(rt, "w")
     assert where["waiting"] == m["triggerTime"] and where["expiry"] == m["expireTime"]
-    exact = await services.reschedule_message(rt, topic="t", msg_id="w", trigger_time=m["triggerTime"] + 1)
+    exact = await reschedule_message(rt, topic="t", msg_id="w", trigger_time=m["triggerTime"] + 1)
     assert exact["triggerTime"] == m["triggerTime"] + 1
     await drain_log(rt, ["t"])
     assert (await history("t", "w"))[-1] == ("rescheduled", Status.WAITING, Status.WAITING, 0)
@@ -181,7 +182,7 @@ async def test_reschedule_a_waiting_message_later_keeps_its_ttl_from_the_new_tri
 async def test_reschedule_to_now_or_the_past_runs_it_now(rt):
     await send(rt, "w", delay=60_000)
     before = await redis_now(rt)
-    m = await services.reschedule_message(rt, topic="t", msg_id="w", trigger_time=0)
+    m = await reschedule_message(rt, topic="t", msg_id="w", trigger_time=0)
     assert m["status"] == Status.READY and before <= m["triggerTime"] <= await redis_now(rt)
     where = await structures(rt, "w")
     assert where["ready"] and where["waiting"] is None
@@ -194,7 +195,7 @@ async def test_reschedule_to_now_or_the_past_runs_it_now(rt):
 
 async def test_reschedule_a_ready_message_into_the_future_makes_it_wait(rt):
     await send(rt, "r")
-    m = await services.reschedule_message(rt, topic="t", msg_id="r", delay_millis=60_000)
+    m = await reschedule_message(rt, topic="t", msg_id="r", delay_millis=60_000)
     assert m["status"] == Status.WAITING
     where = await structures(rt, "r")
     assert not where["ready"] and where["waiting"] == m["triggerTime"]
@@ -205,22 +206,22 @@ async def test_reschedule_refuses_consuming_ended_and_unknown_messages(rt):
     await send(rt, "c")
     await send(rt, "acked")
     await pull(rt)
-    await services.ack_message(rt, topic="t", msg_id="acked")
+    await ack_message(rt, topic="t", msg_id="acked")
     with pytest.raises(Conflict, match="being consumed"):
-        await services.reschedule_message(rt, topic="t", msg_id="c", delay_millis=0)
+        await reschedule_message(rt, topic="t", msg_id="c", delay_millis=0)
     with pytest.raises(NotFound, match="ended"):
-        await services.reschedule_message(rt, topic="t", msg_id="acked", delay_millis=0)
+        await reschedule_message(rt, topic="t", msg_id="acked", delay_millis=0)
     with pytest.raises(NotFound, match="not found"):
-        await services.reschedule_message(rt, topic="t", msg_id="ghost", delay_millis=0)
+        await reschedule_message(rt, topic="t", msg_id="ghost", delay_millis=0)
     assert (await get(rt, "c"))["status"] == Status.CONSUMING
 
 
 async def test_a_resend_after_a_reschedule_answers_the_stored_rescheduled_message(rt):
     await send(rt, "once", delay=60_000)
-    moved = await services.reschedule_message(rt, topic="t", msg_id="once", delay_millis=600_000)
+    moved = await reschedule_message(rt, topic="t", msg_id="once", delay_millis=600_000)
     again = await send(rt, "once", delay=0)
     assert again == moved
-    assert (await selectors.topic_info(rt, topic="t"))["waitingQueueSize"] == 1
+    assert (await topic_info(rt, topic="t"))["waitingQueueSize"] == 1
     await drain_log(rt, ["t"])
     assert (await logged("t", "once"))["triggerTime"] == moved["triggerTime"]
 
@@ -229,10 +230,10 @@ async def test_a_resend_after_a_reschedule_answers_the_stored_rescheduled_messag
 
 async def test_send_with_a_trigger_time_in_the_future_or_the_past(rt):
     now = await redis_now(rt)
-    later = await services.send_message(rt, topic="t", msg="x", delay_millis=0, trigger_time=now + 60_000)
+    later = await send_message(rt, topic="t", msg="x", delay_millis=0, trigger_time=now + 60_000)
     assert later["status"] == Status.WAITING and later["triggerTime"] == now + 60_000
     assert later["expireTime"] == now + 60_000 + rt.config.ttl_millis
-    [past, zero] = await services.send_messages(rt, requests=[
+    [past, zero] = await send_messages(rt, requests=[
         SendRequest("t", "y", 0, trigger_time=now - 5_000), SendRequest("t", "z", 0, trigger_time=0)])
     for m in (past, zero):
         assert m["status"] == Status.READY and m["triggerTime"] == m["produceTime"]
@@ -248,15 +249,15 @@ async def test_restore_brings_back_rescheduled_and_delayed_nacked_messages_as_th
     await send(rt, "nacked", max_retry=5)
     await send(rt, "dead")
     await pull(rt)
-    await services.reschedule_message(rt, topic="t", msg_id="later", delay_millis=3_600_000)
-    await services.reschedule_message(rt, topic="t", msg_id="now", trigger_time=0)
-    await services.nack_message(rt, topic="t", msg_id="nacked", delay_millis=1_800_000)
-    await services.nack_message(rt, topic="t", msg_id="dead", dead_letter=True)
+    await reschedule_message(rt, topic="t", msg_id="later", delay_millis=3_600_000)
+    await reschedule_message(rt, topic="t", msg_id="now", trigger_time=0)
+    await nack_message(rt, topic="t", msg_id="nacked", delay_millis=1_800_000)
+    await nack_message(rt, topic="t", msg_id="dead", dead_letter=True)
     before = {msg_id: await get(rt, msg_id) for msg_id in ("later", "now", "nacked")}
     await drain_log(rt, ["t"])
 
     await rt.redis.flushall()
-    counts = await recovery.restore(rt)
+    counts = await restore(rt)
     assert (counts.restored, counts.skipped) == (3, 1)  # the dead letter stays ended
     assert await get(rt, "dead") is None
     for msg_id, old in before.items():

@@ -6,14 +6,15 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from delayqueue.messagelog import recovery
 from delayqueue.live import scripts
-from delayqueue.ops import figures
-from delayqueue import selectors, services
-from delayqueue.stores import tokens
 from delayqueue.models import TopicHourStats
+from delayqueue.ops import figures
 from delayqueue.ops.dashboard import FIGURES_SECONDS
-from delayqueue.sync import run_with_runtime
+from delayqueue.runtime import run_with_runtime
+from delayqueue.services.consume import pull_messages
+from delayqueue.services.restore import restore
+from delayqueue.services.topics import redis_millis
+from delayqueue.stores.rows import create_token
 from tests.helpers import send
 
 DASHBOARD = "/admin/dashboard/"
@@ -37,7 +38,7 @@ def test_dashboard_shows_sizes_buckets_and_flags_stuck_topics(admin_client, monk
     send("calm", "c1", 3_600_000 * 2)
     send("stuck-ready", "s1", 0)  # ready, and nobody pulls it for a whole interval
     send("overdue", "o1", 200)  # no scanner runs, so once due it stays waiting
-    run_with_runtime(services.pull_messages, topic="calm")
+    run_with_runtime(pull_messages, topic="calm")
     time.sleep(1.1)
     send("fresh", "f1", 0)  # ready just now: consumers are behind, not absent
     page = admin_client.get(DASHBOARD).content.decode()
@@ -91,7 +92,7 @@ async def _stats_key(rt, topic):
 
 
 async def _previous_interval(rt):
-    return await selectors.redis_millis(rt) // rt.config.monitor_interval_millis - 1
+    return await redis_millis(rt) // rt.config.monitor_interval_millis - 1
 
 
 def test_dashboard_chart_draws_promotions(admin_client):
@@ -146,7 +147,7 @@ def test_dashboard_bad_topic_is_refused_with_the_api_message(admin_client):
 
 
 def test_dashboard_shows_the_chosen_namespace(admin_client):
-    tokens.create_token(namespace="other", scopes=["produce"])  # "other" is now served
+    create_token(namespace="other", scopes=["produce"])  # "other" is now served
     send("here", "h1", 0)
     send("there", "t1", 60_000, namespace="other")
     run_with_runtime(lambda rt: rt.redis.set(rt.for_namespace("other").ns.data_lost, 1_795_000_000_000))
@@ -189,5 +190,5 @@ def test_dashboard_says_when_redis_lost_its_data_until_a_full_restore(admin_clie
     run_with_runtime(lambda rt: rt.redis.set(rt.ns.data_lost, lost_at))
     page = admin_client.get(DASHBOARD).content.decode()
     assert 'id="data-lost"' in page and "2026-11-18 11:06:40" in page and "manage.py restore" in page
-    run_with_runtime(recovery.restore)
+    run_with_runtime(restore)
     assert 'id="data-lost"' not in admin_client.get(DASHBOARD).content.decode()

@@ -12,13 +12,14 @@ from asgiref.sync import sync_to_async
 from django.core.management import CommandError, call_command
 from django.db import connection
 
-from delayqueue import services
-from delayqueue.messagelog import recovery
 from delayqueue.core.exceptions import Throttled
 from delayqueue.models import Limit
-from delayqueue.ops.limits import set_limits
+from delayqueue.services.consume import ack_message, long_poll_messages, pull_messages
+from delayqueue.services.messages import delete_message
+from delayqueue.services.restore import restore
+from delayqueue.services.send import SendRequest, send_messages
+from delayqueue.stores.rows import set_limits
 from tests.helpers import API, REDIS_URL, ROOT, call, make_runtime, query, scanner_env
-
 
 
 @sync_to_async
@@ -33,8 +34,8 @@ def set_limits_now(**limits):
 
 async def send(rt, topic: str, count: int = 1, delay_millis: int = 0) -> list:
     """One sendMsgBatch-like call of `count` messages; per message its dict or its error."""
-    return await services.send_messages(rt, requests=[
-        services.SendRequest(topic, f"body {i}", delay_millis) for i in range(count)])
+    return await send_messages(rt, requests=[
+        SendRequest(topic, f"body {i}", delay_millis) for i in range(count)])
 
 
 def refused(outcomes: list) -> list[Throttled]:
@@ -94,38 +95,38 @@ async def test_a_topic_gets_back_the_tokens_of_messages_its_namespace_refused(rt
 async def test_consume_rate_hands_out_at_most_the_tokens_left_and_answers_429_at_none(rt):
     await set_limits_now(namespace=rt.ns.namespace, topic="c", consume_rate=3)
     assert not refused(await send(rt, "c", 10))
-    messages, remaining = await services.pull_messages(rt, topic="c", batch=10)
+    messages, remaining = await pull_messages(rt, topic="c", batch=10)
     assert len(messages) == 3 and remaining == 7
     with pytest.raises(Throttled) as caught:
-        await services.pull_messages(rt, topic="c", batch=10)
+        await pull_messages(rt, topic="c", batch=10)
     assert str(caught.value).startswith("too many requests: the consume rate limit of topic c (3 messages/s)")
     assert 1 <= caught.value.retry_after_millis <= 334
     await asyncio.sleep(caught.value.retry_after_millis / 1000)
-    messages, _ = await services.pull_messages(rt, topic="c", batch=10)
+    messages, _ = await pull_messages(rt, topic="c", batch=10)
     assert 1 <= len(messages) <= 2  # what one third of a second brought, not a new burst
 
 
 async def test_namespace_consume_rate_counts_only_messages_handed_out(rt):
     await set_limits_now(namespace=rt.ns.namespace, consume_rate=2)
     for _ in range(5):  # pulls that find nothing give their tokens back
-        assert await services.pull_messages(rt, topic="empty", batch=2) == ([], 0)
+        assert await pull_messages(rt, topic="empty", batch=2) == ([], 0)
     assert not refused(await send(rt, "n", 3))
-    messages, remaining = await services.pull_messages(rt, topic="n", batch=3)
+    messages, remaining = await pull_messages(rt, topic="n", batch=3)
     assert len(messages) == 2 and remaining == 1
     with pytest.raises(Throttled, match=f"the consume rate limit of namespace {rt.ns.namespace} "):
-        await services.pull_messages(rt, topic="n", batch=3)
+        await pull_messages(rt, topic="n", batch=3)
 
 
 async def test_long_poll_over_a_consume_rate_is_held_until_a_token_instead_of_refused(rt):
     await set_limits_now(namespace=rt.ns.namespace, topic="lp", consume_rate=2)
     assert not refused(await send(rt, "lp", 4))
-    assert len(await services.long_poll_messages(rt, topic="lp", batch=2, timeout_millis=3000)) == 2
+    assert len(await long_poll_messages(rt, topic="lp", batch=2, timeout_millis=3000)) == 2
     started = time.monotonic()
-    held = await services.long_poll_messages(rt, topic="lp", batch=2, timeout_millis=3000)
+    held = await long_poll_messages(rt, topic="lp", batch=2, timeout_millis=3000)
     waited = time.monotonic() - started
     assert len(held) >= 1 and 0.3 <= waited < 2.0, (len(held), waited)  # a token comes after 500 ms
     # A poll whose time runs out before the next token answers an empty list, not 429.
-    assert await services.long_poll_messages(rt, topic="lp", batch=1, timeout_millis=100) == []
+    assert await long_poll_messages(rt, topic="lp", batch=1, timeout_millis=100) == []
 
 
 async def test_topic_live_cap_is_exact_under_concurrent_sends(rt):
@@ -138,8 +139,8 @@ async def test_topic_live_cap_is_exact_under_concurrent_sends(rt):
     assert await rt.redis.zcard(rt.ns.topic("cap").expiry) == 10
     assert await logged_count("cap") == 10  # sends refused by the send script itself left the log again
     # Room again once a message is no longer live.
-    [message], _ = await services.pull_messages(rt, topic="cap")
-    await services.ack_message(rt, topic="cap", msg_id=message["msgId"])
+    [message], _ = await pull_messages(rt, topic="cap")
+    await ack_message(rt, topic="cap", msg_id=message["msgId"])
     assert [isinstance(o, dict) for o in await send(rt, "cap", 2)] == [True, False]
 
 
@@ -154,7 +155,7 @@ async def test_namespace_live_cap_counts_every_topic_and_frees_room_as_messages_
     [refusal] = await send(rt, "c")
     assert isinstance(refusal, Throttled) and f"the live-message cap of namespace {ns} (4 messages)" in str(refusal)
     [first] = await rt.redis.zrange(rt.ns.topic("a").expiry, 0, 0)
-    assert await services.delete_message(rt, topic="a", msg_id=first)
+    assert await delete_message(rt, topic="a", msg_id=first)
     # The room topic a no longer uses goes to topic c at once.
     assert not refused(await send(rt, "c"))
     assert len(refused(await send(rt, "b", 2))) == 2
@@ -180,7 +181,7 @@ async def test_a_changed_namespace_cap_counts_what_its_topics_hold(rt):
     assert len(refused(await send(rt, "z", 2))) == 2  # 6 live already, over the cap of 4
     for topic in "xy":
         for msg_id in (await rt.redis.zrange(rt.ns.topic(topic).expiry, 0, -1))[:2]:
-            assert await services.delete_message(rt, topic=topic, msg_id=msg_id)
+            assert await delete_message(rt, topic=topic, msg_id=msg_id)
     assert [isinstance(o, dict) for o in await send(rt, "z", 3)] == [True, True, False]  # 2 live + 2 = 4
     await set_limits_now(namespace=ns, max_live=10)
     await asyncio.sleep(1.0)
@@ -217,7 +218,7 @@ async def test_a_namespace_cap_survives_redis_losing_its_data(single_rt):
     await set_limits_now(namespace=rt.ns.namespace, max_live=5)
     assert not refused(await send(rt, "g", 3))
     await rt.redis.flushall()
-    assert (await recovery.restore(rt)).restored == 3
+    assert (await restore(rt)).restored == 3
     assert [isinstance(o, dict) for o in await send(rt, "h", 3)] == [True, True, False]
     assert await live_in(rt, "gh") == 5
 
@@ -227,13 +228,13 @@ async def test_while_postgres_is_down_the_limits_last_read_stay_in_force(single_
     rt = single_rt
     await set_limits_now(namespace=rt.ns.namespace, topic="pg", consume_rate=1)
     assert not refused(await send(rt, "pg", 5))
-    assert len((await services.pull_messages(rt, topic="pg", batch=5))[0]) == 1
+    assert len((await pull_messages(rt, topic="pg", batch=5))[0]) == 1
     postgres.stop()
     try:
         await asyncio.sleep(1.2)  # the refresher tried to read them again, and failed
-        assert len((await services.pull_messages(rt, topic="pg", batch=5))[0]) == 1  # the token of that second
+        assert len((await pull_messages(rt, topic="pg", batch=5))[0]) == 1  # the token of that second
         with pytest.raises(Throttled, match="consume rate limit of topic pg"):
-            await services.pull_messages(rt, topic="pg", batch=5)
+            await pull_messages(rt, topic="pg", batch=5)
     finally:
         postgres.start()
 

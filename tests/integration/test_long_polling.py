@@ -4,10 +4,9 @@ import time
 
 import pytest
 
-from delayqueue import services
 from delayqueue.runtime import close_current, current
-from delayqueue.services import SendRequest
-
+from delayqueue.services.consume import long_poll_messages, nack_message, pull_messages
+from delayqueue.services.send import SendRequest, send_message, send_messages
 from tests.helpers import REDIS_URL, make_runtime
 
 BASE = "/camellia/delayQueue/"
@@ -23,7 +22,7 @@ async def long_poll(api, topic, timeout_ms=5000, **params):
 
 
 async def test_returns_at_once_when_a_message_is_ready(api, single_rt):
-    await services.send_message(single_rt, topic="lp", msg="x", delay_millis=0)
+    await send_message(single_rt, topic="lp", msg="x", delay_millis=0)
     messages, elapsed = await long_poll(api, "lp", timeout_ms=5000)
     assert [m["msg"] for m in messages] == ["x"] and elapsed < 4
 
@@ -46,7 +45,7 @@ async def test_woken_by_a_due_message_promoted_by_a_scanner_in_another_process(a
     rt = current()
     poll = asyncio.create_task(long_poll(api, "due", timeout_ms=20_000))
     await asyncio.sleep(0.2)
-    sent = await services.send_message(rt, topic="due", msg="later", delay_millis=300)
+    sent = await send_message(rt, topic="due", msg="later", delay_millis=300)
     messages, elapsed = await poll
     assert [m["msgId"] for m in messages] == [sent["msgId"]]
     assert elapsed < 15  # woken by the promotion, long before the 20 s hold ends
@@ -54,12 +53,12 @@ async def test_woken_by_a_due_message_promoted_by_a_scanner_in_another_process(a
 
 async def test_woken_by_a_nack(api):
     rt = current()
-    sent = await services.send_message(rt, topic="nk", msg="x", delay_millis=0)
-    await services.pull_messages(rt, topic="nk")
+    sent = await send_message(rt, topic="nk", msg="x", delay_millis=0)
+    await pull_messages(rt, topic="nk")
     poll = asyncio.create_task(long_poll(api, "nk", timeout_ms=20_000))
     await asyncio.sleep(0.2)
     assert not poll.done()
-    await services.nack_message(rt, topic="nk", msg_id=sent["msgId"])
+    await nack_message(rt, topic="nk", msg_id=sent["msgId"])
     messages, elapsed = await poll
     assert [m["retry"] for m in messages] == [2] and elapsed < 15
 
@@ -67,8 +66,8 @@ async def test_woken_by_a_nack(api):
 async def test_woken_by_an_ack_timeout(api, start_scanner):
     rt = current()
     await start_scanner(make_runtime(REDIS_URL))
-    sent = await services.send_message(rt, topic="to", msg="x", delay_millis=0)
-    await services.pull_messages(rt, topic="to", ack_timeout_millis=300)
+    sent = await send_message(rt, topic="to", msg="x", delay_millis=0)
+    await pull_messages(rt, topic="to", ack_timeout_millis=300)
     messages, elapsed = await long_poll(api, "to", timeout_ms=20_000)
     assert [m["msgId"] for m in messages] == [sent["msgId"]] and messages[0]["retry"] == 2
     assert elapsed < 15
@@ -80,7 +79,7 @@ async def test_many_waiters_each_get_one_message(api, start_scanner):
     polls = [asyncio.create_task(long_poll(api, "many", timeout_ms=20_000)) for _ in range(20)]
     await asyncio.sleep(0.3)
     # One promotion publishes once; the waiters pass the wake on while messages remain.
-    await services.send_messages(rt, requests=[SendRequest(topic="many", msg=str(i), delay_millis=200) for i in range(20)])
+    await send_messages(rt, requests=[SendRequest(topic="many", msg=str(i), delay_millis=200) for i in range(20)])
     results = await asyncio.gather(*polls)
     delivered = sorted(m["msg"] for messages, _ in results for m in messages)
     assert delivered == sorted(str(i) for i in range(20))
@@ -89,12 +88,12 @@ async def test_many_waiters_each_get_one_message(api, start_scanner):
 
 async def test_a_timed_out_waiter_leaves_nothing_behind_and_takes_no_wake(single_rt):
     rt = single_rt
-    assert await services.long_poll_messages(rt, topic="gone", timeout_millis=200) == []
+    assert await long_poll_messages(rt, topic="gone", timeout_millis=200) == []
     notifier = await rt.notifier()
     assert notifier.waiting("gone") == 0
     # A wake now finds nobody in this process, so the message stays ready for the next pull.
-    await services.send_message(rt, topic="gone", msg="x", delay_millis=0)
-    messages, remaining = await services.pull_messages(rt, topic="gone")
+    await send_message(rt, topic="gone", msg="x", delay_millis=0)
+    messages, remaining = await pull_messages(rt, topic="gone")
     assert [m["msg"] for m in messages] == ["x"] and remaining == 0
 
 
@@ -135,14 +134,14 @@ async def test_a_client_that_hangs_up_stops_its_hold(clean_state):
 
 async def test_a_cancelled_waiter_passes_its_wake_on(single_rt):
     rt = single_rt
-    first = asyncio.create_task(services.long_poll_messages(rt, topic="c", timeout_millis=20_000))
+    first = asyncio.create_task(long_poll_messages(rt, topic="c", timeout_millis=20_000))
     await asyncio.sleep(0.1)
-    second = asyncio.create_task(services.long_poll_messages(rt, topic="c", timeout_millis=20_000))
+    second = asyncio.create_task(long_poll_messages(rt, topic="c", timeout_millis=20_000))
     await asyncio.sleep(0.1)
     notifier = await rt.notifier()
     assert notifier.waiting("c") == 2
     first.cancel()
-    await services.send_message(rt, topic="c", msg="x", delay_millis=0)
+    await send_message(rt, topic="c", msg="x", delay_millis=0)
     messages = await asyncio.wait_for(second, 10)
     assert [m["msg"] for m in messages] == ["x"]
     assert notifier.waiting("c") == 0
@@ -151,7 +150,7 @@ async def test_a_cancelled_waiter_passes_its_wake_on(single_rt):
 async def test_a_held_poll_takes_a_waiting_message_when_it_falls_due_without_a_scanner(api):
     # No scanner runs here: the poll saw the message waiting and asked for a wake at its due time.
     rt = current()
-    sent = await services.send_message(rt, topic="own", msg="x", delay_millis=400)
+    sent = await send_message(rt, topic="own", msg="x", delay_millis=400)
     messages, elapsed = await long_poll(api, "own", timeout_ms=20_000)
     received = time.time() * 1000
     assert [m["msgId"] for m in messages] == [sent["msgId"]] and messages[0]["retry"] == 1
@@ -160,10 +159,10 @@ async def test_a_held_poll_takes_a_waiting_message_when_it_falls_due_without_a_s
 
 @pytest.mark.parametrize("rt", ["single", "cluster"], indirect=True)
 async def test_a_pull_makes_due_messages_ready_first_each_at_its_priority(rt):
-    sent = await services.send_messages(rt, requests=[
+    sent = await send_messages(rt, requests=[
         SendRequest(topic="late", msg=str(p), delay_millis=100, priority=p) for p in (0, 5, 9)])
-    assert await services.pull_messages(rt, topic="late", batch=3) == ([], 0)  # not due yet
+    assert await pull_messages(rt, topic="late", batch=3) == ([], 0)  # not due yet
     await asyncio.sleep(0.2)  # due now; no scanner has promoted them
-    messages, remaining = await services.pull_messages(rt, topic="late", batch=2)
+    messages, remaining = await pull_messages(rt, topic="late", batch=2)
     assert [m["msg"] for m in messages] == ["9", "5"] and remaining == 1
     assert all(m["retry"] == 1 for m in messages) and {m["msgId"] for m in messages} < {s["msgId"] for s in sent}

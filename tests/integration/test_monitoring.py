@@ -8,13 +8,14 @@ import pytest
 from asgiref.sync import sync_to_async
 from prometheus_client.parser import text_string_to_metric_families
 
-from delayqueue import selectors, services
-from delayqueue.stores import tokens
 from delayqueue.api import health
+from delayqueue.live import push_counts as push_figures
 from delayqueue.live import scripts
 from delayqueue.ops import figures
-from delayqueue.live import push_counts as push_figures
 from delayqueue.ops.figures import live_state
+from delayqueue.services.send import send_message
+from delayqueue.services.topics import list_topics, monitor_data, redis_millis
+from delayqueue.stores import rows
 from tests.helpers import ROOT, call, wait_until
 
 INTERVAL = 4  # long enough for the traffic below to fit in one monitor interval on a slow machine
@@ -177,14 +178,14 @@ async def test_metrics_sizes_buckets_backlog_and_scanner_lag(api, single_rt, sca
 
 
 async def test_metrics_cover_every_served_namespace(api, single_rt):
-    await sync_to_async(tokens.create_token)(namespace="other", scopes=["produce"])  # "other" is now served
-    await services.send_message(single_rt, topic="t", msg="x", delay_millis=0)
+    await sync_to_async(rows.create_token)(namespace="other", scopes=["produce"])  # "other" is now served
+    await send_message(single_rt, topic="t", msg="x", delay_millis=0)
     other = single_rt.for_namespace("other")
     for msg in ("a", "b"):
-        await services.send_message(other, topic="t", msg=msg, delay_millis=60_000)
-    await services.send_message(other, topic="u", msg="c", delay_millis=0)
+        await send_message(other, topic="t", msg=msg, delay_millis=60_000)
+    await send_message(other, topic="u", msg="c", delay_millis=0)
     await other.redis.set(other.ns.data_lost, 1_795_000_000_000)
-    await other.redis.hset(other.ns.scanners, "their-scanner", f"12:{await selectors.redis_millis(other)}")
+    await other.redis.hset(other.ns.scanners, "their-scanner", f"12:{await redis_millis(other)}")
     samples = await scrape(api)
     assert sample(samples, "delayqueue_queue_size", topic="t", queue="ready") == 1
     assert sample(samples, "delayqueue_queue_size", topic="t", queue="waiting") == 0
@@ -202,9 +203,9 @@ async def test_metrics_cover_every_served_namespace(api, single_rt):
 
 @pytest.mark.fault
 async def test_metrics_answer_for_delayqueue_namespace_while_postgres_is_down(api, single_rt, postgres, caplog):
-    await sync_to_async(tokens.create_token)(namespace="other", scopes=["produce"])
-    await services.send_message(single_rt, topic="t", msg="x", delay_millis=0)
-    await services.send_message(single_rt.for_namespace("other"), topic="t", msg="y", delay_millis=0)
+    await sync_to_async(rows.create_token)(namespace="other", scopes=["produce"])
+    await send_message(single_rt, topic="t", msg="x", delay_millis=0)
+    await send_message(single_rt.for_namespace("other"), topic="t", msg="y", delay_millis=0)
     assert sample(await scrape(api), "delayqueue_topics", "other") == 1
     postgres.stop()
     try:
@@ -318,26 +319,26 @@ async def _lag_reported(api):
 async def test_overview_and_monitor_reads_work_on_a_cluster_too(rt):
 
     for topic in ("c1", "c2", "c3"):  # on a cluster these land in different slots
-        await services.send_message(rt, topic=topic, msg="x", delay_millis=100, msg_id="m")
+        await send_message(rt, topic=topic, msg="x", delay_millis=100, msg_id="m")
     await asyncio.sleep(0.15)
     for topic in ("c1", "c2", "c3"):
         await rt.scripts.call(scripts.promote_due(
             rt.ns.topic(topic), limit=100, retention_millis=1000,
             stats_interval_millis=rt.config.monitor_interval_millis, ready_channel=rt.ns.ready_channel,
             topic=topic, actor=rt.actor))
-    overviews = await figures.topic_overview(rt, topics=await selectors.list_topics(rt))
+    overviews = await figures.topic_overview(rt, topics=await list_topics(rt))
     assert [(o["topic"], o["readyQueueSize"], o["lateness_count"], o["totals"]["triggerMsgReady"])
             for o in overviews] == [("c1", 1, 1, 1), ("c2", 1, 1, 1), ("c3", 1, 1, 1)]
     assert all(o["log_backlog"] == 1 for o in overviews)  # due ('sent' is written by the send)
     assert sum(p["count"] for p in overviews[0]["lateness_series"]) == 1
-    data = await selectors.monitor_data(rt)
+    data = await monitor_data(rt)
     assert set(data) == {"requestStatsList", "pullMsgTimeGapStatsList", "readyQueueTimeGapStatsList"}
     assert await figures.scanner_lags(rt) == {}
 
 
 async def test_prune_keeps_totals_histogram_and_the_last_hour_of_the_chart(single_rt):
     rt = single_rt
-    now = await selectors.redis_millis(rt)
+    now = await redis_millis(rt)
     interval, minute = now // rt.config.monitor_interval_millis, now // 60_000
     stats = rt.ns.topic("p").stats
     keep = {f"{interval}:sendMsg": 1, f"{interval - 1}:sendMsg": 2, "total:sendMsg": 9, "lateness:le:5": 3,

@@ -12,12 +12,16 @@ from asgiref.sync import async_to_sync
 from django.contrib.auth.models import Permission, User
 from django.utils import timezone
 
-from delayqueue import selectors, services
 from delayqueue.core.constants import Status
-from delayqueue.messagelog import deadletters
 from delayqueue.models import Limit, Message, TopicConfig
 from delayqueue.ops.admin.topics import topic_url
-from delayqueue.sync import run_with_runtime
+from delayqueue.runtime import run_with_runtime
+from delayqueue.services.consume import nack_message, pull_messages
+from delayqueue.services.dead_letters import create_redrive, redrive_state
+from delayqueue.services.messages import get_message
+from delayqueue.services.send import send_message
+from delayqueue.services.topics import pause_topic, redis_millis, topic_config, topic_info
+from delayqueue.workers.redriver import Redriver
 from tests.helpers import drain_history, send
 from tests.integration.test_dead_letters import fill_dead
 from tests.integration.test_monitoring import sample, scrape
@@ -33,11 +37,11 @@ def page_of(response) -> str:
 
 
 def live(topic: str, msg_id: str) -> dict:
-    return run_with_runtime(selectors.get_message, topic=topic, msg_id=msg_id)
+    return run_with_runtime(get_message, topic=topic, msg_id=msg_id)
 
 
 def settings_of(topic: str) -> dict:
-    return run_with_runtime(selectors.topic_config, topic=topic)
+    return run_with_runtime(topic_config, topic=topic)
 
 
 def form_values(**changes) -> dict:
@@ -136,11 +140,11 @@ def test_pause_asks_first_then_pauses_and_resume_resumes(admin_client):
     done = admin_client.post(pause, {"namespace": "default", "topic": "orders", "confirmed": "on"}, follow=True)
     page = page_of(done)
     assert "Paused" in page and re.search(r'id="paused">paused<', page) and 'id="resume"' in page
-    assert run_with_runtime(services.pull_messages, topic="orders")[0] == []  # pulls hand out nothing
+    assert run_with_runtime(pull_messages, topic="orders")[0] == []  # pulls hand out nothing
     resumed = admin_client.post("/admin/delayqueue/topicconfig/topic/resume/",
                                 {"namespace": "default", "topic": "orders"}, follow=True)
     assert re.search(r'id="paused">active<', page_of(resumed))
-    assert [m["msgId"] for m in run_with_runtime(services.pull_messages, topic="orders")[0]] == ["o1"]
+    assert [m["msgId"] for m in run_with_runtime(pull_messages, topic="orders")[0]] == ["o1"]
 
 
 def test_purge_asks_first_with_the_live_count_then_purges(admin_client):
@@ -149,7 +153,7 @@ def test_purge_asks_first_with_the_live_count_then_purges(admin_client):
     purge = "/admin/delayqueue/topicconfig/topic/purge/"
     question = page_of(admin_client.get(purge, {"namespace": "default", "topic": "orders"}))
     assert "Purge topic orders?" in question and "(3 now)" in question
-    assert run_with_runtime(selectors.topic_info, topic="orders")["waitingQueueSize"] == 3
+    assert run_with_runtime(topic_info, topic="orders")["waitingQueueSize"] == 3
     done = admin_client.post(purge, {"namespace": "default", "topic": "orders", "confirmed": "on"}, follow=True)
     assert "Purged: 3 messages ended as deleted." in page_of(done)
     assert live("orders", "p2")["status"] == Status.DELETED
@@ -181,8 +185,8 @@ def test_topic_actions_need_staff_and_the_change_permission(client, clerk_client
 def test_the_topic_page_counts_messages_waiting_after_a_delivery(admin_client):
     send("orders", "fresh", 60_000)
     send("orders", "tried", 0)
-    run_with_runtime(services.pull_messages, topic="orders")
-    run_with_runtime(services.nack_message, topic="orders", msg_id="tried", delay_millis=30_000)
+    run_with_runtime(pull_messages, topic="orders")
+    run_with_runtime(nack_message, topic="orders", msg_id="tried", delay_millis=30_000)
     page = page_of(admin_client.get(topic_url("topic", "default", "orders")))
     assert re.search(r'id="waiting">2<', page) and re.search(r'id="backoff">1<', page)
 
@@ -218,11 +222,11 @@ def test_run_now_change_delay_and_delete_show_the_new_live_state(admin_client):
     assert "Due now: ready" in ran and "catch up" in ran and "2 (ready)" in live_box(ran)
     assert live("orders", "m1")["status"] == Status.READY
 
-    before = run_with_runtime(selectors.redis_millis)
+    before = run_with_runtime(redis_millis)
     moved = page_of(admin_client.post(act, {"action": "reschedule", "delay_millis": "120000"}, follow=True))
     assert "Rescheduled: waiting" in moved and "1 (waiting)" in live_box(moved)
     trigger = live("orders", "m1")["triggerTime"]
-    assert before + 120_000 <= trigger <= run_with_runtime(selectors.redis_millis) + 120_000
+    assert before + 120_000 <= trigger <= run_with_runtime(redis_millis) + 120_000
 
     when = timezone.localtime() + timedelta(hours=2)
     text = when.strftime("%Y-%m-%d %H:%M:%S")
@@ -248,7 +252,7 @@ def test_run_now_change_delay_and_delete_show_the_new_live_state(admin_client):
 
 def test_a_consuming_message_is_not_rescheduled_and_says_why(admin_client):
     send("orders", "busy", 0)
-    run_with_runtime(services.pull_messages, topic="orders")
+    run_with_runtime(pull_messages, topic="orders")
     change, act = message_page(admin_client, "busy")
     page = page_of(admin_client.post(act, {"action": "run_now"}, follow=True))
     assert "is being consumed" in page and "3 (consuming)" in live_box(page)
@@ -286,12 +290,12 @@ def run_redrives_until_done(task_id: int) -> None:
     """A scanner's redrive runner, in this process, until the task is done."""
 
     async def run(rt):
-        runner = deadletters.Redriver(rt, "ui-test")
+        runner = Redriver(rt, "ui-test")
         stopping = asyncio.Event()
         running = asyncio.create_task(runner.run(stopping))
         try:
             for _ in range(200):
-                if (await deadletters.redrive_state(rt, task_id=task_id))["state"] == "done":
+                if (await redrive_state(rt, task_id=task_id))["state"] == "done":
                     return
                 await asyncio.sleep(0.05)
             raise AssertionError(f"redrive {task_id} not done within 10 s")
@@ -372,7 +376,7 @@ def test_dashboard_shows_dead_letters_and_paused_topics(admin_client):
     async_to_sync(fill_dead)("orders", 4)
     send("orders", "o1", 60_000)
     send("calm", "c1", 60_000)
-    run_with_runtime(services.pause_topic, topic="calm")
+    run_with_runtime(pause_topic, topic="calm")
     page = page_of(admin_client.get("/admin/dashboard/"))
     rows = dict(re.findall(r'<tr class="row-\w+" data-topic="([^"]+)">(.*?)</tr>', page, re.S))
     assert re.search(r'<td class="dead"><a [^>]+>4</a>', rows["orders"])
@@ -383,12 +387,12 @@ def test_dashboard_shows_dead_letters_and_paused_topics(admin_client):
 
 
 async def test_metrics_export_dead_letters_pauses_and_redrive_progress(api, single_rt):
-    await services.send_message(single_rt, topic="orders", msg="x", delay_millis=0)
-    await services.send_message(single_rt, topic="calm", msg="y", delay_millis=0)
+    await send_message(single_rt, topic="orders", msg="x", delay_millis=0)
+    await send_message(single_rt, topic="calm", msg="y", delay_millis=0)
     await fill_dead("orders", 5)
     await fill_dead("retired", 2)  # dead letters of a topic no longer registered
-    await services.pause_topic(single_rt, topic="calm")
-    task_id = await deadletters.create_redrive(single_rt, topic="orders", msg_ids=None, max_per_second=10)
+    await pause_topic(single_rt, topic="calm")
+    task_id = await create_redrive(single_rt, topic="orders", msg_ids=None, max_per_second=10)
     samples = await scrape(api)
     assert sample(samples, "delayqueue_dead_letters", topic="orders") == 5
     assert sample(samples, "delayqueue_dead_letters", topic="calm") == 0

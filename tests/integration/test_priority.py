@@ -6,26 +6,29 @@ import asyncio
 
 import pytest
 
-from delayqueue import selectors, services
 from delayqueue.core.constants import Status
 from delayqueue.live.keys import TopicKeys
-from delayqueue.messagelog import deadletters, recovery
-
+from delayqueue.services.consume import ack_message, long_poll_messages, nack_message, pull_messages
+from delayqueue.services.dead_letters import dead_letters
+from delayqueue.services.messages import delete_message, get_message, reschedule_message
+from delayqueue.services.restore import restore
+from delayqueue.services.send import send_message
+from delayqueue.services.topics import pause_topic, purge_topic, resume_topic, set_topic_config, topic_info
 from tests.helpers import call, drain_log, promote, requeue
 
 
 async def send(rt, msg_id, priority=0, delay=0, topic="t", **kw):
-    return await services.send_message(rt, topic=topic, msg=f"body of {msg_id}", delay_millis=delay, msg_id=msg_id,
+    return await send_message(rt, topic=topic, msg=f"body of {msg_id}", delay_millis=delay, msg_id=msg_id,
                                        priority=priority, **kw)
 
 
 async def pulled_ids(rt, batch=100, topic="t", ack_timeout_millis=60_000):
-    got, _ = await services.pull_messages(rt, topic=topic, batch=batch, ack_timeout_millis=ack_timeout_millis)
+    got, _ = await pull_messages(rt, topic=topic, batch=batch, ack_timeout_millis=ack_timeout_millis)
     return [m["msgId"] for m in got]
 
 
 async def get(rt, msg_id, topic="t"):
-    return await selectors.get_message(rt, topic=topic, msg_id=msg_id)
+    return await get_message(rt, topic=topic, msg_id=msg_id)
 
 
 async def topic_key_names(rt, topic="t") -> set[str]:
@@ -41,9 +44,9 @@ async def test_pulls_take_higher_priorities_first_and_each_oldest_first(rt):
     for msg_id, priority in [("a0", 0), ("b3", 3), ("c9", 9), ("d3", 3), ("e0", 0), ("f9", 9), ("g1", 1)]:
         sent = await send(rt, msg_id, priority)
         assert sent.get("priority", 0) == priority
-    assert (await selectors.topic_info(rt, topic="t"))["readyQueueSize"] == 7
+    assert (await topic_info(rt, topic="t"))["readyQueueSize"] == 7
     assert await pulled_ids(rt, batch=3) == ["c9", "f9", "b3"]
-    assert (await selectors.topic_info(rt, topic="t"))["readyQueueSize"] == 4
+    assert (await topic_info(rt, topic="t"))["readyQueueSize"] == 4
     # Later arrivals of a priority go behind the earlier ones still there.
     await send(rt, "h3", 3)
     await send(rt, "i9", 9)
@@ -73,11 +76,11 @@ async def test_a_topic_without_priority_uses_only_the_ready_list(rt):
     await asyncio.sleep(0.01)
     await requeue(rt)
     await pulled_ids(rt)
-    await services.nack_message(rt, topic="t", msg_id="b")
-    await services.reschedule_message(rt, topic="t", msg_id="b", delay_millis=0)
-    await services.purge_topic(rt, topic="t")
+    await nack_message(rt, topic="t", msg_id="b")
+    await reschedule_message(rt, topic="t", msg_id="b", delay_millis=0)
+    await purge_topic(rt, topic="t")
     assert "prioritised" not in await topic_key_names(rt)
-    assert (await selectors.topic_info(rt, topic="t"))["readyQueueSize"] == 0
+    assert (await topic_info(rt, topic="t"))["readyQueueSize"] == 0
 
 
 async def test_nack_ack_timeout_and_reschedule_keep_a_messages_priority(rt):
@@ -88,17 +91,17 @@ async def test_nack_ack_timeout_and_reschedule_keep_a_messages_priority(rt):
     assert (await requeue(rt)).count == 1
     assert (await get(rt, "hi"))["priority"] == 5
     assert await pulled_ids(rt, batch=1) == ["hi"]  # ahead of the older "lo" again
-    assert (await services.nack_message(rt, topic="t", msg_id="hi")).done
+    assert (await nack_message(rt, topic="t", msg_id="hi")).done
     assert await pulled_ids(rt, batch=1) == ["hi"]
-    await services.nack_message(rt, topic="t", msg_id="hi", delay_millis=20)
+    await nack_message(rt, topic="t", msg_id="hi", delay_millis=20)
     await asyncio.sleep(0.03)
     assert (await promote(rt)).count == 1
     # Ready -> waiting -> due now by reschedule, then ready -> ready: still ahead of "lo".
-    await services.reschedule_message(rt, topic="t", msg_id="hi", delay_millis=60_000)
+    await reschedule_message(rt, topic="t", msg_id="hi", delay_millis=60_000)
     assert (await get(rt, "hi"))["status"] == Status.WAITING
-    moved = await services.reschedule_message(rt, topic="t", msg_id="hi", delay_millis=0)
+    moved = await reschedule_message(rt, topic="t", msg_id="hi", delay_millis=0)
     assert (moved["status"], moved["priority"]) == (Status.READY, 5)
-    await services.reschedule_message(rt, topic="t", msg_id="hi", delay_millis=0)
+    await reschedule_message(rt, topic="t", msg_id="hi", delay_millis=0)
     assert await pulled_ids(rt) == ["hi", "lo"]
 
 
@@ -108,21 +111,21 @@ async def test_delete_expiry_purge_and_a_resend_take_a_prioritised_message_out(r
     await send(rt, "short", 4, ttl_millis=20)
     await send(rt, "p", 7)
     await send(rt, "z")
-    assert await services.delete_message(rt, topic="t", msg_id="del")
+    assert await delete_message(rt, topic="t", msg_id="del")
     await asyncio.sleep(0.03)
     assert (await get(rt, "short"))["status"] == Status.EXPIRED  # a reader ends it, out of the set
-    await services.pull_messages(rt, topic="t", batch=1)  # "p"
-    await services.ack_message(rt, topic="t", msg_id="p")
+    await pull_messages(rt, topic="t", batch=1)  # "p"
+    await ack_message(rt, topic="t", msg_id="p")
     # The same msgId sent again once the first life ended: the old one's place goes with it.
     await send(rt, "p", 2)
     k = rt.ns.topic("t")
     assert set(await rt.redis.zrange(k.prioritised, 0, -1)) == {"resent", "p"}
-    assert await services.purge_topic(rt, topic="t") == 3
+    assert await purge_topic(rt, topic="t") == 3
     assert not await rt.redis.exists(k.prioritised) and not await rt.redis.exists(k.ready)
 
 
 async def test_long_polls_take_priorities_in_order_and_wake_for_a_prioritised_send(rt):
-    held = asyncio.create_task(services.long_poll_messages(rt, topic="t", batch=5, timeout_millis=5_000))
+    held = asyncio.create_task(long_poll_messages(rt, topic="t", batch=5, timeout_millis=5_000))
     await asyncio.sleep(0.1)
     assert not held.done()
     await send(rt, "first", 6)
@@ -131,12 +134,12 @@ async def test_long_polls_take_priorities_in_order_and_wake_for_a_prioritised_se
     await send(rt, "z0")
     await send(rt, "y4", 4)
     await send(rt, "x8", 8)
-    got = await services.long_poll_messages(rt, topic="t", batch=2, timeout_millis=1_000)
+    got = await long_poll_messages(rt, topic="t", batch=2, timeout_millis=1_000)
     assert [m["msgId"] for m in got] == ["x8", "y4"]
-    got = await services.long_poll_messages(rt, topic="t", batch=2, timeout_millis=1_000)
+    got = await long_poll_messages(rt, topic="t", batch=2, timeout_millis=1_000)
     assert [m["msgId"] for m in got] == ["z0"]
     # A held poll is woken by a prioritised message falling due.
-    held = asyncio.create_task(services.long_poll_messages(rt, topic="t", batch=5, timeout_millis=5_000))
+    held = asyncio.create_task(long_poll_messages(rt, topic="t", batch=5, timeout_millis=5_000))
     await asyncio.sleep(0.1)
     await send(rt, "w3", 3, delay=50)
     await asyncio.sleep(0.08)
@@ -178,7 +181,7 @@ async def test_http_send_refuses_a_bad_priority(api, value, problem):
 @pytest.mark.fault
 async def test_restore_gives_back_every_new_state_exactly(rt):
     # Backed off: an ack timeout under the topic's retry backoff left it waiting, its triggerTime moved.
-    await services.set_topic_config(rt, topic="bo", changes={"retry_backoff_millis": 600_000}, limits={})
+    await set_topic_config(rt, topic="bo", changes={"retry_backoff_millis": 600_000}, limits={})
     await send(rt, "backed", 3, topic="bo")
     await pulled_ids(rt, topic="bo", ack_timeout_millis=1)
     await asyncio.sleep(0.01)
@@ -187,16 +190,16 @@ async def test_restore_gives_back_every_new_state_exactly(rt):
     await send(rt, "nacked", 2, max_retry=5)
     await send(rt, "dead")
     await pulled_ids(rt)
-    await services.nack_message(rt, topic="t", msg_id="nacked", delay_millis=1_800_000)
-    await services.nack_message(rt, topic="t", msg_id="dead", dead_letter=True)
+    await nack_message(rt, topic="t", msg_id="nacked", delay_millis=1_800_000)
+    await nack_message(rt, topic="t", msg_id="dead", dead_letter=True)
     # Rescheduled, and ready at several priorities.
     await send(rt, "later", 7, delay=60_000)
-    await services.reschedule_message(rt, topic="t", msg_id="later", delay_millis=3_600_000)
+    await reschedule_message(rt, topic="t", msg_id="later", delay_millis=3_600_000)
     for msg_id, priority in [("r0a", 0), ("r5", 5), ("r9a", 9), ("r0b", 0), ("r9b", 9), ("r1", 1)]:
         await send(rt, msg_id, priority)
     # In a paused topic.
     await send(rt, "still", 8, topic="paused")
-    await services.pause_topic(rt, topic="paused")
+    await pause_topic(rt, topic="paused")
 
     live = {("bo", "backed"), ("t", "nacked"), ("t", "later"), ("paused", "still"),
             *(("t", m) for m in ("r0a", "r5", "r9a", "r0b", "r9b", "r1"))}
@@ -206,16 +209,16 @@ async def test_restore_gives_back_every_new_state_exactly(rt):
     await drain_log(rt, ["t", "bo", "paused"])
 
     await rt.redis.flushall()
-    counts = await recovery.restore(rt)
+    counts = await restore(rt)
     assert (counts.restored, counts.skipped) == (len(live), 1)  # the dead letter stays ended
     for (topic, msg_id), old in before.items():
         assert await get(rt, msg_id, topic=topic) == old, msg_id  # status, times, retry, priority
     assert await get(rt, "dead") is None
-    dead, _ = await deadletters.dead_letters(rt, topic="t", limit=10, cursor=None)
+    dead, _ = await dead_letters(rt, topic="t", limit=10, cursor=None)
     assert [m["msgId"] for m in dead] == ["dead"]
     assert await pulled_ids(rt) == ["r9a", "r9b", "r5", "r1", "r0a", "r0b"]
     assert await pulled_ids(rt, topic="paused") == []
     assert (await rt.redis.hget(rt.ns.topic("paused").meta, "paused")) == "1"
-    await services.resume_topic(rt, topic="paused")
+    await resume_topic(rt, topic="paused")
     assert await pulled_ids(rt, topic="paused") == ["still"]
     assert await rt.redis.zscore(rt.ns.topic("bo").waiting, "backed") == before[("bo", "backed")]["triggerTime"]

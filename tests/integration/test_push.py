@@ -9,16 +9,18 @@ from urllib.parse import unquote
 
 import pytest
 from aiohttp import web
+from delayqueue_client import InvalidSignature, verify_signature
 from django.contrib.auth.models import User
 
-from delayqueue import selectors, services
 from delayqueue.core.constants import Reason, Status
 from delayqueue.models import Message
-from delayqueue.workers import pusher as pusher_module
 from delayqueue.runtime import close_current
-from delayqueue_client import InvalidSignature, verify_signature
-from tools.stack import free_port
+from delayqueue.services.messages import get_message
+from delayqueue.services.send import send_message
+from delayqueue.services.topics import set_topic_config
+from delayqueue.workers import pusher as pusher_module
 from tests.helpers import REDIS_CLUSTER_URL, REDIS_URL, call, drain_log, make_runtime, query, wait_until
+from tools.stack import free_port
 
 
 async def set_push(api, topic: str, url: str, **settings) -> dict:
@@ -431,18 +433,18 @@ async def test_an_attempt_outlasting_the_idle_endpoint_limit_is_not_cut(api, sin
 async def test_pushers_work_on_a_single_redis_and_on_the_cluster(rt, start_scanner, start_pusher, push_receiver):
     receiver = await push_receiver(lambda request: 500 if request["headers"]["DelayQueue-Retry"] == "1" else 200)
     for topic in ("a", "b"):  # two topics: on the Cluster, two slots in one pipelined pull
-        await services.set_topic_config(rt, topic=topic, changes={"push_url": receiver.url, "retry_backoff_millis": 50},
+        await set_topic_config(rt, topic=topic, changes={"push_url": receiver.url, "retry_backoff_millis": 50},
                                         limits={})
     await start_scanner(rt)
     url = REDIS_CLUSTER_URL if rt.config.redis_url == REDIS_CLUSTER_URL else REDIS_URL
     pusher = await start_pusher(make_runtime(url))
-    sent = [await services.send_message(rt, topic=topic, msg="x", delay_millis=100, msg_id=f"{topic}1")
+    sent = [await send_message(rt, topic=topic, msg="x", delay_millis=100, msg_id=f"{topic}1")
             for topic in ("a", "b")]
     for message in sent:
         await arrived(receiver, message["msgId"], 2)
 
     async def both_acked():
-        statuses = [(await selectors.get_message(rt, topic=m["topic"], msg_id=m["msgId"]))["status"] for m in sent]
+        statuses = [(await get_message(rt, topic=m["topic"], msg_id=m["msgId"]))["status"] for m in sent]
         return statuses == [Status.ACKED, Status.ACKED]
 
     await wait_until(both_acked, what="both acked")

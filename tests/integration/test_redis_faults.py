@@ -16,14 +16,13 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from delayqueue.core.exceptions import MaybeSent, RedisUnavailable
 from delayqueue.live.runners import ScriptRunner
-
-from delayqueue.messagelog import recovery
-from delayqueue import selectors
-from delayqueue import services
-from delayqueue.services import SendRequest
-from tools.stack import Services, free_port
-
+from delayqueue.services.consume import long_poll_messages, pull_messages
+from delayqueue.services.messages import get_message
+from delayqueue.services.restore import restore
+from delayqueue.services.send import SendRequest, send_message, send_messages
+from delayqueue.services.topics import list_topics
 from tests.helpers import logged, make_runtime, query, wait_until
+from tools.stack import Services, free_port
 
 API = "/camellia/delayQueue/"
 
@@ -69,12 +68,12 @@ def restartable_redis(server_dir):
 async def test_calls_reconnect_and_reload_the_scripts_after_a_restart(restartable_redis):
     rt = make_runtime(restartable_redis.url, message_log=False)
     try:
-        before = await services.send_message(rt, topic="t", msg="before", delay_millis=0)
+        before = await send_message(rt, topic="t", msg="before", delay_millis=0)
         restartable_redis.restart()
         # The first call finds its connection gone and the new Redis without the scripts.
-        after = await services.send_message(rt, topic="t", msg="after", delay_millis=0)
+        after = await send_message(rt, topic="t", msg="after", delay_millis=0)
         assert after["status"] == 2
-        pulled, _ = await services.pull_messages(rt, topic="t", batch=10)
+        pulled, _ = await pull_messages(rt, topic="t", batch=10)
         assert [m["msg"] for m in pulled] == ["after"]  # "before" went with the old Redis
         assert before["msgId"] != after["msgId"]
     finally:
@@ -86,7 +85,7 @@ async def test_a_poll_held_across_a_restart_is_woken_by_a_message_due_after_it(r
     try:
         await start_scanner(rt)
         hold_seconds = 20
-        poll = asyncio.ensure_future(services.long_poll_messages(rt, topic="t", batch=1, ack_timeout_millis=-1, timeout_millis=hold_seconds * 1000))
+        poll = asyncio.ensure_future(long_poll_messages(rt, topic="t", batch=1, ack_timeout_millis=-1, timeout_millis=hold_seconds * 1000))
         notifier = await rt.notifier()
 
         async def held():
@@ -96,7 +95,7 @@ async def test_a_poll_held_across_a_restart_is_woken_by_a_message_due_after_it(r
 
         restartable_redis.restart()
         sent_at = time.monotonic()
-        sent = await services.send_message(rt, topic="t", msg="after", delay_millis=300)
+        sent = await send_message(rt, topic="t", msg="after", delay_millis=300)
         assert sent["status"] == 1  # waiting: only the scanner, on the new Redis, can make it due
 
         messages = await asyncio.wait_for(poll, hold_seconds)
@@ -114,11 +113,11 @@ async def test_a_scanner_process_carries_on_after_a_restart_and_stops_on_sigterm
     scanner = scanner_process("restart", REDIS_URL=restartable_redis.url, DELAYQUEUE_MESSAGE_LOG=0)
     try:
         scanner.wait_started()
-        before = await services.send_message(rt, topic="t", msg="before", delay_millis=100)
+        before = await send_message(rt, topic="t", msg="before", delay_millis=100)
         await wait_until(lambda: promoted(rt, before), what="the first message to be promoted")
 
         restartable_redis.restart()
-        after = await services.send_message(rt, topic="t", msg="after", delay_millis=300)
+        after = await send_message(rt, topic="t", msg="after", delay_millis=300)
         assert after["status"] == 1
         await wait_until(lambda: promoted(rt, after), what="a message sent after the restart to be promoted")
     finally:
@@ -127,7 +126,7 @@ async def test_a_scanner_process_carries_on_after_a_restart_and_stops_on_sigterm
 
 
 async def promoted(rt, message) -> bool:
-    stored = await selectors.get_message(rt, topic=message["topic"], msg_id=message["msgId"])
+    stored = await get_message(rt, topic=message["topic"], msg_id=message["msgId"])
     return stored is not None and stored["status"] == 2
 
 async def test_stopping_right_after_a_restart_never_hangs(restartable_redis, start_scanner):
@@ -149,24 +148,24 @@ async def test_stopping_right_after_a_restart_never_hangs(restartable_redis, sta
 async def test_a_hung_redis_fails_calls_after_the_timeout_then_they_work_again(clean_state, restartable_redis):
     rt = make_runtime(restartable_redis.url, redis_timeout_millis=500)  # the message log on
     try:
-        await services.send_message(rt, topic="t", msg="before", delay_millis=0)
+        await send_message(rt, topic="t", msg="before", delay_millis=0)
         restartable_redis.pause()
         try:
             # Script calls (the direct runner) and redis-py's commands alike; the outer bound only
             # keeps a regression from hanging the suite.
             with pytest.raises(MaybeSent, match="send it again with msgId maybe"):
-                await asyncio.wait_for(services.send_message(
+                await asyncio.wait_for(send_message(
                     rt, topic="t", msg="x", delay_millis=0, msg_id="maybe"), 30)
             with pytest.raises(RedisTimeoutError):
-                await asyncio.wait_for(selectors.list_topics(rt), 30)
+                await asyncio.wait_for(list_topics(rt), 30)
         finally:
             restartable_redis.resume()
         # Redis may have run the send after all (here it did, once it could read it): the log
         # kept its row, and sending it again under its msgId enqueues it once either way.
         assert (await logged("t", "maybe"))["msg"] == "x"
-        again = await services.send_message(rt, topic="t", msg="x", delay_millis=0, msg_id="maybe")
+        again = await send_message(rt, topic="t", msg="x", delay_millis=0, msg_id="maybe")
         assert again["msgId"] == "maybe"
-        pulled, _ = await services.pull_messages(rt, topic="t", batch=10)
+        pulled, _ = await pull_messages(rt, topic="t", batch=10)
         assert [m["msg"] for m in pulled] == ["before", "x"]
     finally:
         await rt.close()
@@ -215,11 +214,11 @@ async def test_a_redis_that_takes_no_connection_fails_sends_after_the_timeout(un
     try:
         # The outer bound only keeps a regression from hanging the suite.
         with pytest.raises(RedisUnavailable, match="^redis unavailable: timed out$") as refused:
-            await asyncio.wait_for(services.send_message(
+            await asyncio.wait_for(send_message(
                 rt, topic="t", msg="x", delay_millis=0, msg_id="never"), 30)
         assert refused.value.detail == "cannot connect to Redis: no answer within 0.5 s"  # for the log
         with pytest.raises(RedisTimeoutError, match="Timeout connecting"):
-            await asyncio.wait_for(selectors.list_topics(rt), 30)
+            await asyncio.wait_for(list_topics(rt), 30)
     finally:
         await rt.close()
     assert await logged("t", "never") is None  # Redis cannot have taken it: the log keeps nothing of it
@@ -234,11 +233,11 @@ async def test_a_held_poll_is_not_cut_by_the_redis_timeout(restartable_redis, ca
     not drop and renew its subscription every time nothing was published for that long."""
     rt = make_runtime(restartable_redis.url, message_log=False, redis_timeout_millis=300)
     try:
-        poll = asyncio.ensure_future(services.long_poll_messages(rt, topic="t", batch=1, ack_timeout_millis=-1, timeout_millis=20_000))
+        poll = asyncio.ensure_future(long_poll_messages(rt, topic="t", batch=1, ack_timeout_millis=-1, timeout_millis=20_000))
         await asyncio.sleep(1.5)  # five timeouts with nothing published
         assert not poll.done()
         assert not [r.getMessage() for r in caplog.records if "subscription" in r.getMessage()]
-        await services.send_message(rt, topic="t", msg="now", delay_millis=0)
+        await send_message(rt, topic="t", msg="now", delay_millis=0)
         messages = await asyncio.wait_for(poll, 5)  # woken, well before the 20 s hold ends
         assert [m["msg"] for m in messages] == ["now"]
     finally:
@@ -258,7 +257,7 @@ async def _data_lost_gauge(api) -> float:
 
 async def test_a_scanner_reports_redis_losing_its_data_until_a_full_restore(single_rt, start_scanner, api, caplog):
     rt = single_rt
-    await services.send_messages(rt, requests=[SendRequest(topic="t", msg=str(i), delay_millis=60_000) for i in range(3)])
+    await send_messages(rt, requests=[SendRequest(topic="t", msg=str(i), delay_millis=60_000) for i in range(3)])
     await start_scanner(rt)
 
     async def marked():
@@ -276,9 +275,9 @@ async def test_a_scanner_reports_redis_losing_its_data_until_a_full_restore(sing
                                      "run `manage.py restore` to bring back the messages the log holds"]
     assert await _data_lost_gauge(api) > 0
 
-    partial = await recovery.restore(rt, topic="t")
+    partial = await restore(rt, topic="t")
     assert partial.restored == 3 and await reported()  # only a full restore answers the report
-    full = await recovery.restore(rt)
+    full = await restore(rt)
     assert full.already_live == 3 and not await reported()
     assert await _data_lost_gauge(api) == 0
 
@@ -286,7 +285,7 @@ async def test_a_scanner_reports_redis_losing_its_data_until_a_full_restore(sing
 async def test_a_scanner_started_on_an_emptied_redis_reports_the_live_messages_of_the_log(
         single_rt, start_scanner, caplog):
     rt = single_rt
-    await services.send_messages(rt, requests=[SendRequest(topic="t", msg="m", delay_millis=60_000)])
+    await send_messages(rt, requests=[SendRequest(topic="t", msg="m", delay_millis=60_000)])
     await rt.redis.flushall()  # lost before any scanner ran
 
     async def reported():
@@ -301,7 +300,7 @@ async def test_a_scanner_started_on_an_emptied_redis_reports_the_live_messages_o
 async def test_no_loss_is_reported_for_a_new_redis_or_sends_made_before_the_first_scanner(
         single_rt, start_scanner, caplog):
     rt = single_rt
-    await services.send_messages(rt, requests=[SendRequest(topic="t", msg="m", delay_millis=60_000)])  # no scanner yet
+    await send_messages(rt, requests=[SendRequest(topic="t", msg="m", delay_millis=60_000)])  # no scanner yet
     await start_scanner(rt)
 
     async def marked():
@@ -355,7 +354,7 @@ async def test_sends_ride_out_a_restart_and_loading_and_are_each_enqueued_once(c
         i = 0
         while not stop.is_set():
             try:
-                answers.append(await services.send_message(rt, topic="t", msg=f"{n}-{i}", delay_millis=60_000))
+                answers.append(await send_message(rt, topic="t", msg=f"{n}-{i}", delay_millis=60_000))
             except Exception as exc:
                 answers.append(exc)
             i += 1

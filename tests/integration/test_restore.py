@@ -11,17 +11,18 @@ import psycopg
 import psycopg.sql
 import pytest
 import redis
-
 from django.core.management import call_command
 
-from delayqueue.messagelog import recovery, sql
-from delayqueue import selectors
-from delayqueue import services
 from delayqueue.core.constants import Status
+from delayqueue.messagelog import sql
 from delayqueue.messagelog.retention import prune_log
-from delayqueue.services import SendRequest
-
-from tests.helpers import REDIS_URL, ROOT, TEST_CONFIG, drain_log, history, log_database_url, logged, make_runtime, query
+from delayqueue.services.consume import ack_message, nack_message, pull_messages
+from delayqueue.services.messages import delete_message, get_message
+from delayqueue.services.restore import restorable, restore
+from delayqueue.services.send import SendRequest, send_message, send_messages
+from delayqueue.services.topics import list_topics
+from tests.helpers import (REDIS_URL, ROOT, TEST_CONFIG, drain_log, history, log_database_url, logged, make_runtime,
+                           query)
 
 API = "/camellia/delayQueue/"
 TOPICS = ["r0", "r1", "r2", "r3"]
@@ -37,7 +38,7 @@ async def snapshot(rt, topics) -> dict:
         inflight = set(await rt.redis.zrange(k.inflight, 0, -1))
         expiry = dict(await rt.redis.zrange(k.expiry, 0, -1, withscores=True))
         for msg_id in await rt.redis.hkeys(k.msgs):
-            m = await selectors.get_message(rt, topic=topic, msg_id=msg_id)
+            m = await get_message(rt, topic=topic, msg_id=msg_id)
             where = ("waiting" if msg_id in waiting else "ready" if msg_id in ready
                      else "inflight" if msg_id in inflight else None)
             state[(topic, msg_id)] = {**m, "where": where, "waitingScore": waiting.get(msg_id),
@@ -60,13 +61,13 @@ async def fill_every_state(rt, per_topic: int) -> dict[str, set]:
         for group, (share, delay) in GROUPS.items():
             topic, count = f"{base}.{group}", int(per_topic * share)
             ttl = 20 if group == "expired" else 7_200_000
-            sent = await services.send_messages(rt, requests=[
+            sent = await send_messages(rt, requests=[
                 SendRequest(topic=topic, msg=f"{group}-{i}", delay_millis=delay, ttl_millis=ttl, max_retry=5)
                 for i in range(count)])
             groups[group] |= {(topic, m["msgId"]) for m in sent}
 
             async def pull():
-                return (await services.pull_messages(rt, topic=topic, batch=count, ack_timeout_millis=3_600_000))[0]
+                return (await pull_messages(rt, topic=topic, batch=count, ack_timeout_millis=3_600_000))[0]
 
             async def each(action, messages):
                 await asyncio.gather(*(action(rt, topic=topic, msg_id=m["msgId"]) for m in messages))
@@ -74,14 +75,14 @@ async def fill_every_state(rt, per_topic: int) -> dict[str, set]:
             if group == "inflight":
                 await pull()
             elif group in ("retried_ready", "retried_inflight"):
-                await each(services.nack_message, await pull())
+                await each(nack_message, await pull())
                 pulled = await pull()
                 if group == "retried_ready":
-                    await each(services.nack_message, pulled)
+                    await each(nack_message, pulled)
             elif group == "acked":
-                await each(services.ack_message, await pull())
+                await each(ack_message, await pull())
             elif group == "deleted":
-                await each(services.delete_message, sent)
+                await each(delete_message, sent)
             elif group == "expired":
                 await asyncio.sleep(0.05)
                 assert await pull() == []  # their TTL ran out before anyone pulled them: ended as expired
@@ -100,7 +101,7 @@ async def test_flushall_then_restore_brings_back_every_live_message_as_it_was(si
     assert {before[key]["retry"] for key in groups["retried_inflight"]} == {2}
 
     await rt.redis.flushall()
-    counts = await recovery.restore(rt)
+    counts = await restore(rt)
     live = groups["waiting"] | groups["ready"] | groups["inflight"] | groups["retried_ready"] | groups["retried_inflight"]
     ended = groups["acked"] | groups["deleted"] | groups["expired"]
     assert (counts.restored, counts.already_live, counts.skipped) == (len(live), 0, len(ended))
@@ -115,9 +116,9 @@ async def test_flushall_then_restore_brings_back_every_live_message_as_it_was(si
         assert after[key]["status"] == Status.WAITING and after[key]["waitingScore"] == before[key]["triggerTime"]
     for key in live - groups["waiting"]:  # in-flight ones are ready again
         assert after[key]["status"] == Status.READY and after[key]["where"] == "ready"
-    assert set(await selectors.list_topics(rt)) >= {t for t, _ in live}
+    assert set(await list_topics(rt)) >= {t for t, _ in live}
 
-    again = await recovery.restore(rt)
+    again = await restore(rt)
     assert (again.restored, again.already_live, again.skipped) == (0, len(live), len(ended))
     assert await snapshot(rt, all_topics) == after
     # Restored messages are delivered like any other, and their history says so.
@@ -136,35 +137,35 @@ async def test_flushall_then_restore_brings_back_every_live_message_as_it_was(si
 
 
 async def test_restore_runs_on_a_cluster_too(rt):
-    sent = await services.send_messages(rt, requests=[SendRequest(topic=f"c{i % 7}", msg=str(i), delay_millis=(i % 2) * 60_000)
+    sent = await send_messages(rt, requests=[SendRequest(topic=f"c{i % 7}", msg=str(i), delay_millis=(i % 2) * 60_000)
                                              for i in range(70)])
     before = {m["msgId"]: m for m in sent}
     await drain_log(rt, [f"c{i}" for i in range(7)])
     for topic in range(7):
         k = rt.ns.topic(f"c{topic}")
         await rt.redis.delete(k.waiting, k.ready, k.msgs, k.expiry)
-    counts = await recovery.restore(rt)
+    counts = await restore(rt)
     assert counts.restored == 70
     for msg_id, m in before.items():
-        assert await selectors.get_message(rt, topic=m["topic"], msg_id=msg_id) == m
+        assert await get_message(rt, topic=m["topic"], msg_id=msg_id) == m
 
 
 @pytest.mark.fault
 async def test_restore_while_sends_continue_loses_nothing(single_rt):
     rt = single_rt
-    old = await services.send_messages(rt, requests=[SendRequest(topic="busy", msg=str(i), delay_millis=60_000)
+    old = await send_messages(rt, requests=[SendRequest(topic="busy", msg=str(i), delay_millis=60_000)
                                             for i in range(3000)])
     await rt.redis.flushall()
     new = []
 
     async def keep_sending():
         for i in range(30):
-            new.extend(await services.send_messages(
+            new.extend(await send_messages(
                 rt, requests=[SendRequest(topic="busy", msg=f"n{i}-{j}", delay_millis=60_000) for j in range(20)]))
             await asyncio.sleep(0.003)
 
     sending = asyncio.ensure_future(keep_sending())
-    counts = await recovery.restore(rt)
+    counts = await restore(rt)
     await sending
     # Every old message restored; a new one whose log row the restore read before its own send
     # reached Redis may be restored too (its send then finds it live and answers with it).
@@ -172,39 +173,39 @@ async def test_restore_while_sends_continue_loses_nothing(single_rt):
     k = rt.ns.topic("busy")
     assert await rt.redis.zcard(k.waiting) == 3000 + 600
     for m in old[:50] + new[:50]:
-        assert (await selectors.get_message(rt, topic="busy", msg_id=m["msgId"]))["msg"] == m["msg"]
+        assert (await get_message(rt, topic="busy", msg_id=m["msgId"]))["msg"] == m["msg"]
 
 
 @pytest.mark.fault
 async def test_restore_scope_options_and_dry_run(single_rt):
     rt = single_rt
-    a = await services.send_message(rt, topic="a", msg="a", delay_millis=0)
-    b = await services.send_messages(rt, requests=[SendRequest(topic="b", msg=str(i), delay_millis=0) for i in range(3)])
+    a = await send_message(rt, topic="a", msg="a", delay_millis=0)
+    b = await send_messages(rt, requests=[SendRequest(topic="b", msg=str(i), delay_millis=0) for i in range(3)])
     await rt.redis.flushall()
-    dry = await recovery.restore(rt, dry_run=True)
+    dry = await restore(rt, dry_run=True)
     assert (dry.restored, dry.already_live) == (4, 0)
     assert await rt.redis.keys("dq:{*") == []
-    one = await recovery.restore(rt, topic="b", msg_id=b[1]["msgId"])
-    assert one.restored == 1 and await selectors.get_message(rt, topic="b", msg_id=b[0]["msgId"]) is None
-    topic = await recovery.restore(rt, topic="b")
+    one = await restore(rt, topic="b", msg_id=b[1]["msgId"])
+    assert one.restored == 1 and await get_message(rt, topic="b", msg_id=b[0]["msgId"]) is None
+    topic = await restore(rt, topic="b")
     assert (topic.restored, topic.already_live) == (2, 1)
-    assert await selectors.get_message(rt, topic="a", msg_id=a["msgId"]) is None
+    assert await get_message(rt, topic="a", msg_id=a["msgId"]) is None
 
 
 @pytest.mark.fault
 async def test_include_expired_brings_back_undelivered_expired_messages_with_a_fresh_ttl(single_rt):
     rt = single_rt
-    m = await services.send_message(rt, topic="x", msg="late", delay_millis=0, ttl_millis=30)
+    m = await send_message(rt, topic="x", msg="late", delay_millis=0, ttl_millis=30)
     await asyncio.sleep(0.06)
-    assert (await services.pull_messages(rt, topic="x"))[0] == []  # ends it: expired, never delivered
+    assert (await pull_messages(rt, topic="x"))[0] == []  # ends it: expired, never delivered
     await drain_log(rt, ["x"])
     await rt.redis.flushall()
-    assert (await recovery.restore(rt)).skipped == 1
-    counts = await recovery.restore(rt, include_expired=True)
+    assert (await restore(rt)).skipped == 1
+    counts = await restore(rt, include_expired=True)
     assert counts.restored == 1
-    back = await selectors.get_message(rt, topic="x", msg_id=m["msgId"])
+    back = await get_message(rt, topic="x", msg_id=m["msgId"])
     assert back["status"] == Status.READY and back["expireTime"] - back["triggerTime"] >= 30
-    [pulled], _ = await services.pull_messages(rt, topic="x")
+    [pulled], _ = await pull_messages(rt, topic="x")
     assert pulled["msg"] == "late"
 
 
@@ -238,7 +239,7 @@ def manage(*args, **env_overrides):
 def test_restore_command_prints_counts_and_refuses_bad_options(clean_state):
     async def setup():
         rt = make_runtime(REDIS_URL)
-        await services.send_messages(rt, requests=[SendRequest(topic="cli", msg=str(i), delay_millis=0) for i in range(5)])
+        await send_messages(rt, requests=[SendRequest(topic="cli", msg=str(i), delay_millis=0) for i in range(5)])
         await rt.redis.flushall()
         await rt.close()
 
@@ -272,10 +273,10 @@ def test_restore_command_prints_counts_and_refuses_bad_options(clean_state):
 def test_prune_log_deletes_old_ended_messages_and_their_history_only(clean_state):
     async def setup():
         rt = make_runtime(REDIS_URL)
-        done = await services.send_messages(rt, requests=[SendRequest(topic="p", msg=str(i), delay_millis=0) for i in range(6)])
-        pulled, _ = await services.pull_messages(rt, topic="p", batch=4)
+        done = await send_messages(rt, requests=[SendRequest(topic="p", msg=str(i), delay_millis=0) for i in range(6)])
+        pulled, _ = await pull_messages(rt, topic="p", batch=4)
         for m in pulled:
-            await services.ack_message(rt, topic="p", msg_id=m["msgId"])
+            await ack_message(rt, topic="p", msg_id=m["msgId"])
         await drain_log(rt, ["p"])
         await rt.close()
         return done
@@ -296,10 +297,10 @@ def test_prune_log_deletes_old_ended_messages_and_their_history_only(clean_state
 
 def test_which_logged_rows_are_restored(clean_state):
     row = {"status": Status.CONSUMING, "expire_time": 10_000, "trigger_time": 1_000}
-    assert recovery.restorable(row, now=5_000, include_expired=False) == row
-    assert recovery.restorable(row, now=20_000, include_expired=False) is None  # its TTL ran out
-    assert recovery.restorable(row, now=20_000, include_expired=True)["expire_time"] == 29_000  # TTL anew
-    assert recovery.restorable({**row, "status": 4}, now=5_000, include_expired=True) is None  # acked
+    assert restorable(row, now=5_000, include_expired=False) == row
+    assert restorable(row, now=20_000, include_expired=False) is None  # its TTL ran out
+    assert restorable(row, now=20_000, include_expired=True)["expire_time"] == 29_000  # TTL anew
+    assert restorable({**row, "status": 4}, now=5_000, include_expired=True) is None  # acked
 
 
 FILL_LOG = """
@@ -348,7 +349,7 @@ def test_a_restore_the_log_stops_answering_ends_in_a_plain_error(clean_state):
     command with exit code 1 and one line, not a traceback."""
     async def setup():
         rt = make_runtime(REDIS_URL)
-        await services.send_messages(rt, requests=[SendRequest(topic="locked", msg="m", delay_millis=0)])
+        await send_messages(rt, requests=[SendRequest(topic="locked", msg="m", delay_millis=0)])
         await rt.close()
 
     asyncio.run(setup())

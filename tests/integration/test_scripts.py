@@ -4,11 +4,11 @@ import asyncio
 import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from delayqueue.live import protocol as direct
-from delayqueue.core.messages import Message
 from delayqueue.core.clock import now_millis
-from delayqueue.services import SendRequest, _prepare, send_call as _send_call
-
+from delayqueue.core.messages import Message
+from delayqueue.live import protocol as direct
+from delayqueue.services.send import SendRequest, _prepare
+from delayqueue.services.send import send_call as _send_call
 from tests.helpers import make_runtime
 
 

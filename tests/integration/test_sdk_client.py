@@ -9,11 +9,11 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from asgiref.sync import sync_to_async
+from delayqueue_client import (AsyncClient, BadRequest, Client, Conflict, DelayQueueError, Forbidden, Message, NotFound,
+                               RateLimited, ServerError, Unauthorized)
 
 from delayqueue.models import Message as LoggedMessage
-from delayqueue.ops.limits import set_limits
-from delayqueue_client import (AsyncClient, BadRequest, Client, Conflict, DelayQueueError, Forbidden, Message,
-                               NotFound, RateLimited, ServerError, Unauthorized)
+from delayqueue.stores.rows import set_limits
 from tests.helpers import WebProcess, scanner_env, wait_for
 from tests.integration.test_tokens import new_token
 

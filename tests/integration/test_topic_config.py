@@ -5,18 +5,21 @@ import asyncio
 
 from asgiref.sync import sync_to_async
 
-from delayqueue import selectors, services
-from delayqueue.core.constants import PUSH_CONCURRENCY_DEFAULT, PUSH_TIMEOUT_DEFAULT_MILLIS, RETRY_BACKOFF_MAX_MILLIS, Status
-from delayqueue.messagelog import recovery
+from delayqueue.core.constants import (PUSH_CONCURRENCY_DEFAULT, PUSH_TIMEOUT_DEFAULT_MILLIS, RETRY_BACKOFF_MAX_MILLIS,
+                                       Status)
 from delayqueue.models import Limit
 from delayqueue.ops import figures
-from delayqueue.services import SendRequest
-
+from delayqueue.services.consume import ack_message, long_poll_messages, nack_message, pull_messages
+from delayqueue.services.messages import get_message
+from delayqueue.services.restore import restore
+from delayqueue.services.send import SendRequest, send_message, send_messages
+from delayqueue.services.topics import (monitor_data, pause_topic, purge_topic, resume_topic, set_topic_config,
+                                        topic_config, topic_info)
 from tests.helpers import REDIS_URL, call, drain_log, history, logged, make_runtime, promote, requeue
 
 
 async def send(rt, topic="t", delay=0, **kw):
-    return await services.send_message(rt, topic=topic, msg="m", delay_millis=delay, **kw)
+    return await send_message(rt, topic=topic, msg="m", delay_millis=delay, **kw)
 
 
 async def redis_now(rt) -> float:
@@ -27,7 +30,7 @@ async def redis_now(rt) -> float:
 
 async def test_a_topic_without_settings_answers_the_service_defaults(rt):
     cfg = rt.config
-    assert await selectors.topic_config(rt, topic="t") == {
+    assert await topic_config(rt, topic="t") == {
         "topic": "t", "ttlMillis": cfg.ttl_millis, "maxRetry": cfg.max_retry, "ackTimeoutMillis": cfg.ack_timeout_millis,
         "retryBackoffMillis": 0, "retryBackoffMaxMillis": RETRY_BACKOFF_MAX_MILLIS, "deadLetter": True,
         "paused": False, "produceRatePerSecond": 0, "consumeRatePerSecond": 0, "maxLiveMessages": 0,
@@ -36,7 +39,7 @@ async def test_a_topic_without_settings_answers_the_service_defaults(rt):
 
 
 async def test_topic_defaults_apply_to_sends_and_pulls_that_give_none(rt):
-    await services.set_topic_config(rt, topic="t", changes={"ttl_millis": 5_000, "max_retry": 2,
+    await set_topic_config(rt, topic="t", changes={"ttl_millis": 5_000, "max_retry": 2,
                                                             "ack_timeout_millis": 7_000}, limits={})
     own = await send(rt)
     assert own["expireTime"] - own["triggerTime"] == 5_000 and own["maxRetry"] == 2
@@ -45,11 +48,11 @@ async def test_topic_defaults_apply_to_sends_and_pulls_that_give_none(rt):
     other = await send(rt, topic="other")
     assert other["expireTime"] - other["triggerTime"] == rt.config.ttl_millis
     before = await redis_now(rt)
-    [pulled], _ = await services.pull_messages(rt, topic="t")
+    [pulled], _ = await pull_messages(rt, topic="t")
     deadline = await rt.redis.zscore(rt.ns.topic("t").inflight, pulled["msgId"])
     assert 7_000 <= deadline - int(before) <= 7_000 + 50
     # Back to the service defaults: None.
-    await services.set_topic_config(rt, topic="t", changes={"ttl_millis": None, "max_retry": None}, limits={})
+    await set_topic_config(rt, topic="t", changes={"ttl_millis": None, "max_retry": None}, limits={})
     again = await send(rt)
     assert again["expireTime"] - again["triggerTime"] == rt.config.ttl_millis
     assert again["maxRetry"] == rt.config.max_retry
@@ -59,7 +62,7 @@ async def test_another_process_sees_a_change_within_a_second(rt):
     other = make_runtime(rt.config.redis_url)
     try:
         assert (await send(other))["maxRetry"] == rt.config.max_retry  # its cache is read now
-        await services.set_topic_config(rt, topic="t", changes={"max_retry": 1}, limits={})
+        await set_topic_config(rt, topic="t", changes={"max_retry": 1}, limits={})
         await asyncio.sleep(1.0)
         assert (await send(other))["maxRetry"] == 1
     finally:
@@ -67,14 +70,14 @@ async def test_another_process_sees_a_change_within_a_second(rt):
 
 
 async def test_limits_are_written_through_the_limit_table_and_enforced(rt):
-    await services.set_topic_config(rt, topic="t", changes={}, limits={"produce_rate": 2, "max_live": 10})
+    await set_topic_config(rt, topic="t", changes={}, limits={"produce_rate": 2, "max_live": 10})
     row = await sync_to_async(Limit.objects.get)(namespace=rt.ns.namespace, topic="t")
     assert (row.produce_rate, row.consume_rate, row.max_live) == (2, None, 10)
-    config = await selectors.topic_config(rt, topic="t")
+    config = await topic_config(rt, topic="t")
     assert (config["produceRatePerSecond"], config["consumeRatePerSecond"], config["maxLiveMessages"]) == (2, 0, 10)
-    outcomes = await services.send_messages(rt, requests=[SendRequest("t", "m", 0)] * 3)
+    outcomes = await send_messages(rt, requests=[SendRequest("t", "m", 0)] * 3)
     assert sum(isinstance(o, Exception) for o in outcomes) == 1  # a burst of one second's worth, then refused
-    await services.set_topic_config(rt, topic="t", changes={}, limits={"produce_rate": 0, "max_live": 0})
+    await set_topic_config(rt, topic="t", changes={}, limits={"produce_rate": 0, "max_live": 0})
     assert not await sync_to_async(Limit.objects.filter(namespace=rt.ns.namespace, topic="t").exists)()
 
 
@@ -82,12 +85,12 @@ async def test_ack_timeout_under_a_backoff_waits_the_computed_time_by_redis_cloc
     """min(max, base * 2^(retry-1)), less up to 20% jitter: checked against Redis' own clock
     around the scanner script, then the message falls due and the log row keeps its new triggerTime."""
     base, cap = 200, 1_000
-    await services.set_topic_config(rt, topic="t", changes={"retry_backoff_millis": base,
+    await set_topic_config(rt, topic="t", changes={"retry_backoff_millis": base,
                                                             "retry_backoff_max_millis": cap}, limits={})
-    sent = await services.send_messages(rt, requests=[SendRequest("t", "m", 0, max_retry=10)] * 20)
+    sent = await send_messages(rt, requests=[SendRequest("t", "m", 0, max_retry=10)] * 20)
     waits = []
     for retry in range(1, 5):
-        pulled, _ = await services.pull_messages(rt, topic="t", batch=20, ack_timeout_millis=1)
+        pulled, _ = await pull_messages(rt, topic="t", batch=20, ack_timeout_millis=1)
         assert len(pulled) == 20 and {m["retry"] for m in pulled} == {retry}
         await asyncio.sleep(0.005)
         before = await redis_now(rt)
@@ -95,7 +98,7 @@ async def test_ack_timeout_under_a_backoff_waits_the_computed_time_by_redis_cloc
         after = await redis_now(rt)
         wanted = min(cap, base * 2 ** (retry - 1))
         for m in sent:
-            now = await selectors.get_message(rt, topic="t", msg_id=m["msgId"])
+            now = await get_message(rt, topic="t", msg_id=m["msgId"])
             assert now["status"] == Status.WAITING
             score = await rt.redis.zscore(rt.ns.topic("t").waiting, m["msgId"])
             assert score == now["triggerTime"]
@@ -109,27 +112,27 @@ async def test_ack_timeout_under_a_backoff_waits_the_computed_time_by_redis_cloc
     assert len(set(waits)) > 10  # jittered, not one wait for all
     await drain_log(rt, ["t"])
     row = await logged("t", sent[0]["msgId"])
-    current = await selectors.get_message(rt, topic="t", msg_id=sent[0]["msgId"])
+    current = await get_message(rt, topic="t", msg_id=sent[0]["msgId"])
     assert row["status"] == Status.READY and row["triggerTime"] == current["triggerTime"] != sent[0]["triggerTime"]
     assert ("ack_timeout", Status.CONSUMING, Status.WAITING, 1) in await history("t", sent[0]["msgId"])
 
 
 async def test_a_nack_without_a_delay_waits_the_topics_backoff_and_one_with_a_delay_its_own(rt):
     base = 400
-    await services.set_topic_config(rt, topic="t", changes={"retry_backoff_millis": base}, limits={})
+    await set_topic_config(rt, topic="t", changes={"retry_backoff_millis": base}, limits={})
     first, second = await send(rt, max_retry=5), await send(rt, max_retry=5)
     for retry in (1, 2):
-        pulled, _ = await services.pull_messages(rt, topic="t", batch=2)
+        pulled, _ = await pull_messages(rt, topic="t", batch=2)
         assert {m["msgId"] for m in pulled} == {first["msgId"], second["msgId"]}
         before = await redis_now(rt)
-        assert (await services.nack_message(rt, topic="t", msg_id=first["msgId"])).done
-        assert (await services.nack_message(rt, topic="t", msg_id=second["msgId"], delay_millis=50)).done
+        assert (await nack_message(rt, topic="t", msg_id=first["msgId"])).done
+        assert (await nack_message(rt, topic="t", msg_id=second["msgId"], delay_millis=50)).done
         after = await redis_now(rt)
-        backed_off = await selectors.get_message(rt, topic="t", msg_id=first["msgId"])
+        backed_off = await get_message(rt, topic="t", msg_id=first["msgId"])
         wanted = base * 2 ** (retry - 1)
         assert backed_off["status"] == Status.WAITING and backed_off["retry"] == retry
         assert before + wanted * 0.8 - 1 <= backed_off["triggerTime"] <= after + wanted + 1
-        delayed = await selectors.get_message(rt, topic="t", msg_id=second["msgId"])
+        delayed = await get_message(rt, topic="t", msg_id=second["msgId"])
         assert before + 50 - 1 <= delayed["triggerTime"] <= after + 50 + 1  # its own delay, no backoff
         await asyncio.sleep(wanted / 1000 + 0.01)
         assert (await promote(rt)).count == 2
@@ -139,20 +142,20 @@ async def test_a_nack_without_a_delay_waits_the_topics_backoff_and_one_with_a_de
 
 async def test_without_a_backoff_an_ack_timeout_is_ready_at_once(rt):
     m = await send(rt)
-    await services.pull_messages(rt, topic="t", ack_timeout_millis=1)
+    await pull_messages(rt, topic="t", ack_timeout_millis=1)
     await asyncio.sleep(0.005)
     assert (await requeue(rt)).count == 1
-    assert (await selectors.get_message(rt, topic="t", msg_id=m["msgId"]))["status"] == Status.READY
+    assert (await get_message(rt, topic="t", msg_id=m["msgId"]))["status"] == Status.READY
 
 
 async def test_a_backed_off_message_wakes_the_scanner_at_its_ready_time(rt, start_scanner):
-    await services.set_topic_config(rt, topic="t", changes={"retry_backoff_millis": 300}, limits={})
+    await set_topic_config(rt, topic="t", changes={"retry_backoff_millis": 300}, limits={})
     m = await send(rt)
     await start_scanner(rt)
     # Timed from before the pull: its ack deadline counts from when Redis ran it, not from its answer.
     start = asyncio.get_running_loop().time()
-    await services.pull_messages(rt, topic="t", ack_timeout_millis=50)
-    got = await services.long_poll_messages(rt, topic="t", timeout_millis=5_000)
+    await pull_messages(rt, topic="t", ack_timeout_millis=50)
+    got = await long_poll_messages(rt, topic="t", timeout_millis=5_000)
     elapsed = asyncio.get_running_loop().time() - start
     assert [g["msgId"] for g in got] == [m["msgId"]] and got[0]["retry"] == 2
     assert 0.05 + 0.24 <= elapsed < 1.5  # ack timeout, then the backoff (less its jitter)
@@ -161,16 +164,16 @@ async def test_a_backed_off_message_wakes_the_scanner_at_its_ready_time(rt, star
 async def test_pause_holds_pulls_and_long_polls_while_messages_fall_due_and_resume_wakes_them(rt):
     ready = await send(rt)
     later = await send(rt, delay=100)
-    await services.pause_topic(rt, topic="t")
-    assert await services.pull_messages(rt, topic="t", batch=10) == ([], 0)
-    poll = asyncio.ensure_future(services.long_poll_messages(rt, topic="t", batch=10, timeout_millis=10_000))
+    await pause_topic(rt, topic="t")
+    assert await pull_messages(rt, topic="t", batch=10) == ([], 0)
+    poll = asyncio.ensure_future(long_poll_messages(rt, topic="t", batch=10, timeout_millis=10_000))
     await asyncio.sleep(0.15)
     assert (await promote(rt)).count == 1  # messages keep falling due
-    assert (await selectors.get_message(rt, topic="t", msg_id=later["msgId"]))["status"] == Status.READY
+    assert (await get_message(rt, topic="t", msg_id=later["msgId"]))["status"] == Status.READY
     await asyncio.sleep(0.6)  # past a recheck of the paused topic
     assert not poll.done()
-    assert (await selectors.topic_config(rt, topic="t"))["paused"] is True
-    await services.resume_topic(rt, topic="t")
+    assert (await topic_config(rt, topic="t"))["paused"] is True
+    await resume_topic(rt, topic="t")
     got = await asyncio.wait_for(poll, 1.0)
     assert {g["msgId"] for g in got} == {ready["msgId"], later["msgId"]}
 
@@ -180,21 +183,21 @@ async def test_a_pause_is_exact_for_another_process_at_once_through_the_mirror(r
     other = make_runtime(rt.config.redis_url)
     try:
         await other.topic_configs.table()  # read before the pause: not paused in its cache
-        await services.pause_topic(rt, topic="t")
-        assert (await services.pull_messages(other, topic="t"))[0] == []
+        await pause_topic(rt, topic="t")
+        assert (await pull_messages(other, topic="t"))[0] == []
     finally:
         await other.close()
 
 
 async def test_a_long_poll_held_in_another_process_is_woken_within_a_second_of_a_resume(rt):
     m = await send(rt)
-    await services.pause_topic(rt, topic="t")
+    await pause_topic(rt, topic="t")
     other = make_runtime(rt.config.redis_url)
     try:
-        poll = asyncio.ensure_future(services.long_poll_messages(other, topic="t", timeout_millis=10_000))
+        poll = asyncio.ensure_future(long_poll_messages(other, topic="t", timeout_millis=10_000))
         await asyncio.sleep(0.3)
         assert not poll.done()
-        await services.resume_topic(rt, topic="t")
+        await resume_topic(rt, topic="t")
         got = await asyncio.wait_for(poll, 1.5)
         assert [g["msgId"] for g in got] == [m["msgId"]]
     finally:
@@ -205,25 +208,25 @@ async def test_purge_ends_every_live_message_as_deleted_in_batches_and_logs_it(r
     rt.config = rt.config.with_overrides(scanner_batch=2)  # several script calls
     waiting = [await send(rt, delay=60_000) for _ in range(3)]
     ready = [await send(rt) for _ in range(5)]
-    consuming, _ = await services.pull_messages(rt, topic="t", batch=2, ack_timeout_millis=60_000)
-    [to_ack], _ = await services.pull_messages(rt, topic="t", batch=1)
-    await services.ack_message(rt, topic="t", msg_id=to_ack["msgId"])
+    consuming, _ = await pull_messages(rt, topic="t", batch=2, ack_timeout_millis=60_000)
+    [to_ack], _ = await pull_messages(rt, topic="t", batch=1)
+    await ack_message(rt, topic="t", msg_id=to_ack["msgId"])
     ready = ready[3:]
     other = await send(rt, topic="other")
-    assert await services.purge_topic(rt, topic="t") == 7
-    info = await selectors.topic_info(rt, topic="t")
+    assert await purge_topic(rt, topic="t") == 7
+    info = await topic_info(rt, topic="t")
     assert (info["waitingQueueSize"], info["readyQueueSize"], info["ackQueueSize"]) == (0, 0, 0)
     assert not await rt.redis.zcard(rt.ns.topic("t").expiry)
     await drain_log(rt, ["t"])
     live_before = {m["msgId"]: m["status"] for m in waiting + ready}
     live_before.update({m["msgId"]: Status.CONSUMING for m in consuming})
     for msg_id, was in live_before.items():
-        assert (await selectors.get_message(rt, topic="t", msg_id=msg_id))["status"] == Status.DELETED
+        assert (await get_message(rt, topic="t", msg_id=msg_id))["status"] == Status.DELETED
         assert (await logged("t", msg_id))["status"] == Status.DELETED
         assert (await history("t", msg_id))[-1][:3] == ("purged", was, Status.DELETED)
-    assert (await selectors.get_message(rt, topic="t", msg_id=to_ack["msgId"]))["status"] == Status.ACKED
-    assert (await selectors.get_message(rt, topic="other", msg_id=other["msgId"]))["status"] == Status.READY
-    assert await services.purge_topic(rt, topic="t") == 0
+    assert (await get_message(rt, topic="t", msg_id=to_ack["msgId"]))["status"] == Status.ACKED
+    assert (await get_message(rt, topic="other", msg_id=other["msgId"]))["status"] == Status.READY
+    assert await purge_topic(rt, topic="t") == 0
 
 
 async def test_a_purge_counts_its_messages_as_deletes_in_every_monitor_figure(rt):
@@ -231,30 +234,30 @@ async def test_a_purge_counts_its_messages_as_deletes_in_every_monitor_figure(rt
     rt.config = rt.config.with_overrides(monitor_interval_seconds=2, scanner_batch=2)  # several script calls
     for delay in (60_000, 60_000, 0, 0, 0):
         await send(rt, delay=delay)
-    await services.pull_messages(rt, topic="t", batch=1, ack_timeout_millis=60_000)
+    await pull_messages(rt, topic="t", batch=1, ack_timeout_millis=60_000)
 
     async def next_interval():
         await asyncio.sleep((2_000 - await redis_now(rt) % 2_000 + 20) / 1000)
 
     await next_interval()  # the purge alone in its interval
-    assert await services.purge_topic(rt, topic="t") == 5
+    assert await purge_topic(rt, topic="t") == 5
     [overview] = await figures.topic_overview(rt, topics=["t"])
     assert overview["totals"]["deleteMsg"] == 5  # /metrics' delayqueue_requests_total{type="deleteMsg"}
     await next_interval()
-    assert (await selectors.monitor_data(rt))["requestStatsList"] == [
+    assert (await monitor_data(rt))["requestStatsList"] == [
         {"topic": "t", "sendMsg": 0, "pullMsg": 0, "deleteMsg": 5, "ackMsg": 0, "getMsg": 0, "triggerMsgReady": 0,
          "triggerMsgEndLife": 0, "triggerMsgTimeout": 0}]
     [overview] = await figures.topic_overview(rt, topics=["t"])
     assert overview["last_interval"]["deleteMsg"] == 5
-    info = await selectors.topic_info(rt, topic="t")
+    info = await topic_info(rt, topic="t")
     assert (info["waitingQueueSize"], info["readyQueueSize"], info["ackQueueSize"]) == (0, 0, 0)
 
 
 async def test_settings_and_pause_survive_flushall_and_restore(single_rt):
     rt = single_rt
-    await services.set_topic_config(rt, topic="t", changes={"retry_backoff_millis": 100, "ttl_millis": 8_000,
+    await set_topic_config(rt, topic="t", changes={"retry_backoff_millis": 100, "ttl_millis": 8_000,
                                                             "dead_letter": False}, limits={})
-    await services.pause_topic(rt, topic="t")
+    await pause_topic(rt, topic="t")
     m = await send(rt)
     mirror = await rt.redis.hgetall(rt.ns.topic("t").meta)
     await drain_log(rt, ["t"])
@@ -264,36 +267,36 @@ async def test_settings_and_pause_survive_flushall_and_restore(single_rt):
     try:
         fresh_send = await send(fresh, topic="t")
         assert fresh_send["expireTime"] - fresh_send["triggerTime"] == 8_000
-        assert await services.pull_messages(fresh, topic="t") == ([], 0)
+        assert await pull_messages(fresh, topic="t") == ([], 0)
     finally:
         await fresh.close()
-    await recovery.restore(rt)
+    await restore(rt)
     restored = await rt.redis.hgetall(rt.ns.topic("t").meta)
     for field in ("retry_backoff", "retry_backoff_max", "dead_letter", "paused"):
         assert restored[field] == mirror[field]
     assert restored["paused"] == "1" and restored["dead_letter"] == "0"
-    config = await selectors.topic_config(rt, topic="t")
+    config = await topic_config(rt, topic="t")
     assert (config["paused"], config["retryBackoffMillis"], config["deadLetter"]) == (True, 100, False)
     # Paused in Redis itself: a process whose cache says otherwise hands out nothing either.
     rt.topic_configs.current = {}
-    assert (await services.pull_messages(rt, topic="t"))[0] == []
-    await services.resume_topic(rt, topic="t")
-    got, _ = await services.pull_messages(rt, topic="t", batch=10)
+    assert (await pull_messages(rt, topic="t"))[0] == []
+    await resume_topic(rt, topic="t")
+    got, _ = await pull_messages(rt, topic="t", batch=10)
     assert m["msgId"] in {g["msgId"] for g in got}
 
 
 async def test_a_backed_off_message_comes_back_waiting_until_its_new_trigger_time(single_rt):
     rt = single_rt
-    await services.set_topic_config(rt, topic="t", changes={"retry_backoff_millis": 60_000}, limits={})
+    await set_topic_config(rt, topic="t", changes={"retry_backoff_millis": 60_000}, limits={})
     m = await send(rt)
-    await services.pull_messages(rt, topic="t", ack_timeout_millis=1)
+    await pull_messages(rt, topic="t", ack_timeout_millis=1)
     await asyncio.sleep(0.005)
     await requeue(rt)
-    backed_off = await selectors.get_message(rt, topic="t", msg_id=m["msgId"])
+    backed_off = await get_message(rt, topic="t", msg_id=m["msgId"])
     await drain_log(rt, ["t"])
     await rt.redis.flushall()
-    assert (await recovery.restore(rt)).restored == 1
-    again = await selectors.get_message(rt, topic="t", msg_id=m["msgId"])
+    assert (await restore(rt)).restored == 1
+    again = await get_message(rt, topic="t", msg_id=m["msgId"])
     assert again["status"] == Status.WAITING and again["triggerTime"] == backed_off["triggerTime"]
     assert await rt.redis.zscore(rt.ns.topic("t").waiting, m["msgId"]) == backed_off["triggerTime"]
 

@@ -14,12 +14,13 @@ import pytest
 import redis
 from prometheus_client.parser import text_string_to_metric_families
 
-from delayqueue import services
+from delayqueue.config.redis_urls import url_credentials, url_nodes
 from delayqueue.core.constants import MAX_TOPIC_BYTES, Status
-from delayqueue.live.client import url_credentials, url_nodes
-from delayqueue.live.keys import key_text, namespace_keys
-from delayqueue.workers import log_writer
 from delayqueue.core.names import TOPIC_RULE
+from delayqueue.live.keys import key_text, namespace_keys
+from delayqueue.services.consume import pull_messages
+from delayqueue.services.send import send_message
+from delayqueue.workers import log_writer
 from tests.helpers import (REDIS_CLUSTER_URL, REDIS_URL, ROOT, call, drain_log, history, logged, make_runtime,
                            scanner_env, send, wait_until)
 
@@ -165,7 +166,7 @@ async def test_the_scanner_promotes_requeues_and_logs_such_topics(rt, start_scan
     events key: only that notice, as the periodic read of every stream is pushed out of reach."""
     monkeypatch.setattr(log_writer, "SWEEP_SECONDS", 3600)
     for topic in TOPICS:
-        await services.send_message(rt, topic=topic, msg="slow", delay_millis=0, msg_id="slow")
+        await send_message(rt, topic=topic, msg="slow", delay_millis=0, msg_id="slow")
     running = await start_scanner(rt)
 
     async def all_held():
@@ -174,15 +175,15 @@ async def test_the_scanner_promotes_requeues_and_logs_such_topics(rt, start_scan
     await wait_until(all_held, what="the scanner to hold every topic")
     await asyncio.sleep(0.5)  # its first reads of the newly held streams are done
     for topic in TOPICS:
-        await services.send_message(rt, topic=topic, msg="late", delay_millis=300, msg_id="late")
-        [pulled], _ = await services.pull_messages(rt, topic=topic, ack_timeout_millis=300)
+        await send_message(rt, topic=topic, msg="late", delay_millis=300, msg_id="late")
+        [pulled], _ = await pull_messages(rt, topic=topic, ack_timeout_millis=300)
         assert pulled["msgId"] == "slow"
 
     delivered = []
 
     async def promoted_and_requeued():
         for topic in TOPICS:
-            got, _ = await services.pull_messages(rt, topic=topic, batch=2)
+            got, _ = await pull_messages(rt, topic=topic, batch=2)
             delivered.extend((m["topic"], m["msgId"], m["retry"]) for m in got)
         return len(delivered) >= 2 * len(TOPICS)
 
@@ -200,8 +201,8 @@ async def test_the_scanner_promotes_requeues_and_logs_such_topics(rt, start_scan
 @pytest.mark.fault
 async def test_manage_py_restore_after_flushall(single_rt):
     for topic in TOPICS:
-        await services.send_message(single_rt, topic=topic, msg=f"in {topic}", delay_millis=600_000, msg_id="w")
-        await services.send_message(single_rt, topic=topic, msg="due", delay_millis=0, msg_id="r")
+        await send_message(single_rt, topic=topic, msg=f"in {topic}", delay_millis=600_000, msg_id="w")
+        await send_message(single_rt, topic=topic, msg="due", delay_millis=0, msg_id="r")
     await single_rt.redis.flushall()
 
     def restore(*options):
@@ -213,7 +214,7 @@ async def test_manage_py_restore_after_flushall(single_rt):
     rest = restore()
     assert rest.returncode == 0 and f"restored {2 * len(TOPICS) - 2}, already live 2" in rest.stdout, rest.stderr
     for topic in TOPICS:
-        info = await services.pull_messages(single_rt, topic=topic, batch=5)
+        info = await pull_messages(single_rt, topic=topic, batch=5)
         assert [(m["topic"], m["msgId"]) for m in info[0]] == [(topic, "r")]
         waiting = await single_rt.redis.zrange(single_rt.ns.topic(topic).waiting, 0, -1)
         assert waiting == ["w"]

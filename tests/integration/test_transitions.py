@@ -4,21 +4,21 @@ import uuid
 
 import pytest
 
-from delayqueue import selectors
-from delayqueue.live import scripts
-from delayqueue import services
 from delayqueue.core.constants import Status
-from delayqueue.services import SendRequest
-
+from delayqueue.live import scripts
+from delayqueue.services.consume import ack_message, nack_message, pull_messages
+from delayqueue.services.messages import delete_message, get_message
+from delayqueue.services.send import SendRequest, send_message, send_messages
+from delayqueue.services.topics import list_topics, topic_info, topic_infos
 from tests.helpers import make_runtime, wait_until
 
 
 async def send(rt, topic="t", msg="m", delay=0, **kw):
-    return await services.send_message(rt, topic=topic, msg=msg, delay_millis=delay, **kw)
+    return await send_message(rt, topic=topic, msg=msg, delay_millis=delay, **kw)
 
 
 async def sizes(rt, topic="t"):
-    info = await selectors.topic_info(rt, topic=topic)
+    info = await topic_info(rt, topic=topic)
     return info["waitingQueueSize"], info["readyQueueSize"], info["ackQueueSize"]
 
 
@@ -29,7 +29,7 @@ async def test_send_due_now_is_ready_with_defaults(rt):
     assert m["expireTime"] == m["triggerTime"] + rt.config.ttl_millis
     assert m["maxRetry"] == rt.config.max_retry
     assert await sizes(rt) == (0, 1, 0)
-    assert await selectors.list_topics(rt) == ["t"]
+    assert await list_topics(rt) == ["t"]
 
 
 async def test_generated_msg_ids_are_uuid7_in_time_order(rt):
@@ -37,7 +37,7 @@ async def test_generated_msg_ids_are_uuid7_in_time_order(rt):
     produceTime, so ids sort by the millisecond they were made in."""
     sent = []
     for _ in range(3):
-        sent += await services.send_messages(rt, requests=[SendRequest(topic="t", msg=str(i), delay_millis=0) for i in range(50)])
+        sent += await send_messages(rt, requests=[SendRequest(topic="t", msg=str(i), delay_millis=0) for i in range(50)])
         await asyncio.sleep(0.002)
     ids = [m["msgId"] for m in sent]
     assert len(set(ids)) == 150
@@ -80,14 +80,14 @@ async def test_concurrent_sends_of_one_msg_id_store_it_once(rt):
             await client.close()
     assert len({(r["msg"], r["produceTime"]) for r in results}) == 1
     assert await sizes(rt) == (1, 0, 0)
-    stored = await selectors.get_message(rt, topic="t", msg_id="same")
+    stored = await get_message(rt, topic="t", msg_id="same")
     assert stored["msg"] == results[0]["msg"]
 
 
 async def test_duplicate_of_ended_message_starts_a_fresh_lifecycle(rt):
     await send(rt, msg="first", msg_id="order-2")
-    [pulled], _ = await services.pull_messages(rt, topic="t")
-    assert (await services.ack_message(rt, topic="t", msg_id="order-2")).status == Status.ACKED
+    [pulled], _ = await pull_messages(rt, topic="t")
+    assert (await ack_message(rt, topic="t", msg_id="order-2")).status == Status.ACKED
     fresh = await send(rt, msg="second", msg_id="order-2")
     assert fresh["msg"] == "second" and fresh["status"] == Status.READY and fresh["retry"] == 0
     assert await sizes(rt) == (0, 1, 0)
@@ -95,67 +95,67 @@ async def test_duplicate_of_ended_message_starts_a_fresh_lifecycle(rt):
 
 async def test_pull_moves_to_consuming_and_counts_retry(rt):
     sent = await send(rt)
-    messages, remaining = await services.pull_messages(rt, topic="t", batch=5, ack_timeout_millis=10_000)
+    messages, remaining = await pull_messages(rt, topic="t", batch=5, ack_timeout_millis=10_000)
     assert remaining == 0
     assert [m["msgId"] for m in messages] == [sent["msgId"]]
     assert messages[0]["status"] == Status.CONSUMING and messages[0]["retry"] == 1
     assert await sizes(rt) == (0, 0, 1)
-    assert (await selectors.get_message(rt, topic="t", msg_id=sent["msgId"]))["status"] == Status.CONSUMING
-    assert await services.pull_messages(rt, topic="t") == ([], 0)
+    assert (await get_message(rt, topic="t", msg_id=sent["msgId"]))["status"] == Status.CONSUMING
+    assert await pull_messages(rt, topic="t") == ([], 0)
 
 
 async def test_batch_pull_is_fifo(rt):
     ids = [(await send(rt, msg=str(i)))["msgId"] for i in range(20)]
-    first, remaining = await services.pull_messages(rt, topic="t", batch=7)
+    first, remaining = await pull_messages(rt, topic="t", batch=7)
     assert [m["msgId"] for m in first] == ids[:7] and remaining == 13
-    rest, remaining = await services.pull_messages(rt, topic="t", batch=100)
+    rest, remaining = await pull_messages(rt, topic="t", batch=100)
     assert [m["msgId"] for m in rest] == ids[7:] and remaining == 0
 
 
 async def test_ack_only_from_consuming(rt):
     waiting = await send(rt, delay=60_000)
-    assert (await services.ack_message(rt, topic="t", msg_id=waiting["msgId"])).status == Status.WAITING  # left alone
-    assert (await selectors.get_message(rt, topic="t", msg_id=waiting["msgId"]))["status"] == Status.WAITING
+    assert (await ack_message(rt, topic="t", msg_id=waiting["msgId"])).status == Status.WAITING  # left alone
+    assert (await get_message(rt, topic="t", msg_id=waiting["msgId"]))["status"] == Status.WAITING
     ready = await send(rt)
-    [m], _ = await services.pull_messages(rt, topic="t")
+    [m], _ = await pull_messages(rt, topic="t")
     assert m["msgId"] == ready["msgId"]
-    assert (await services.ack_message(rt, topic="t", msg_id=m["msgId"])).status == Status.ACKED
-    assert (await selectors.get_message(rt, topic="t", msg_id=m["msgId"]))["status"] == Status.ACKED
+    assert (await ack_message(rt, topic="t", msg_id=m["msgId"])).status == Status.ACKED
+    assert (await get_message(rt, topic="t", msg_id=m["msgId"]))["status"] == Status.ACKED
     assert await sizes(rt) == (1, 0, 0)
-    assert (await services.ack_message(rt, topic="t", msg_id="no-such-id")).status == 0
+    assert (await ack_message(rt, topic="t", msg_id="no-such-id")).status == 0
 
 
 async def test_deleted_message_cannot_be_acked_back_to_life(rt):
     m = await send(rt)
-    await services.pull_messages(rt, topic="t")
-    assert await services.delete_message(rt, topic="t", msg_id=m["msgId"])
-    assert (await services.ack_message(rt, topic="t", msg_id=m["msgId"])).status == Status.DELETED
-    assert (await selectors.get_message(rt, topic="t", msg_id=m["msgId"]))["status"] == Status.DELETED
+    await pull_messages(rt, topic="t")
+    assert await delete_message(rt, topic="t", msg_id=m["msgId"])
+    assert (await ack_message(rt, topic="t", msg_id=m["msgId"])).status == Status.DELETED
+    assert (await get_message(rt, topic="t", msg_id=m["msgId"]))["status"] == Status.DELETED
 
 
 async def test_nack_requeues_at_once_behind_ready_messages(rt):
     a = await send(rt, msg="a")
-    [pulled], _ = await services.pull_messages(rt, topic="t")
+    [pulled], _ = await pull_messages(rt, topic="t")
     b = await send(rt, msg="b")
-    assert (await services.nack_message(rt, topic="t", msg_id=a["msgId"])).status == Status.READY
-    assert (await selectors.get_message(rt, topic="t", msg_id=a["msgId"]))["status"] == Status.READY
-    batch, _ = await services.pull_messages(rt, topic="t", batch=2)
+    assert (await nack_message(rt, topic="t", msg_id=a["msgId"])).status == Status.READY
+    assert (await get_message(rt, topic="t", msg_id=a["msgId"]))["status"] == Status.READY
+    batch, _ = await pull_messages(rt, topic="t", batch=2)
     assert [m["msgId"] for m in batch] == [b["msgId"], a["msgId"]]
     assert batch[1]["retry"] == 2
 
 
 async def test_nack_of_last_delivery_ends_with_6(rt):
     m = await send(rt, max_retry=0)
-    await services.pull_messages(rt, topic="t")
-    assert (await services.nack_message(rt, topic="t", msg_id=m["msgId"])).status == Status.EXHAUSTED
+    await pull_messages(rt, topic="t")
+    assert (await nack_message(rt, topic="t", msg_id=m["msgId"])).status == Status.EXHAUSTED
     assert await sizes(rt) == (0, 0, 0)
-    assert (await selectors.get_message(rt, topic="t", msg_id=m["msgId"]))["status"] == Status.EXHAUSTED
+    assert (await get_message(rt, topic="t", msg_id=m["msgId"]))["status"] == Status.EXHAUSTED
 
 
 async def test_nack_of_unknown_or_not_consuming_changes_nothing(rt):
     m = await send(rt)
-    assert (await services.nack_message(rt, topic="t", msg_id="ghost")).status == 0
-    assert (await services.nack_message(rt, topic="t", msg_id=m["msgId"])).status == Status.READY
+    assert (await nack_message(rt, topic="t", msg_id="ghost")).status == 0
+    assert (await nack_message(rt, topic="t", msg_id=m["msgId"])).status == Status.READY
     assert await sizes(rt) == (0, 1, 0)  # not pushed a second time
 
 
@@ -163,18 +163,18 @@ async def test_nack_of_unknown_or_not_consuming_changes_nothing(rt):
 async def test_delete_removes_from_every_structure_at_once(rt, stage):
     m = await send(rt, delay=60_000 if stage == "waiting" else 0)
     if stage == "consuming":
-        await services.pull_messages(rt, topic="t")
-    assert await services.delete_message(rt, topic="t", msg_id=m["msgId"])
+        await pull_messages(rt, topic="t")
+    assert await delete_message(rt, topic="t", msg_id=m["msgId"])
     assert await sizes(rt) == (0, 0, 0)
-    assert (await selectors.get_message(rt, topic="t", msg_id=m["msgId"]))["status"] == Status.DELETED
-    assert not await services.delete_message(rt, topic="t", msg_id=m["msgId"])  # already ended: 404
+    assert (await get_message(rt, topic="t", msg_id=m["msgId"]))["status"] == Status.DELETED
+    assert not await delete_message(rt, topic="t", msg_id=m["msgId"])  # already ended: 404
 
 
 async def test_delete_with_release_frees_the_body(rt):
     m = await send(rt)
-    assert await services.delete_message(rt, topic="t", msg_id=m["msgId"], release=True)
-    assert await selectors.get_message(rt, topic="t", msg_id=m["msgId"]) is None
-    assert not await services.delete_message(rt, topic="t", msg_id="ghost")
+    assert await delete_message(rt, topic="t", msg_id=m["msgId"], release=True)
+    assert await get_message(rt, topic="t", msg_id=m["msgId"]) is None
+    assert not await delete_message(rt, topic="t", msg_id="ghost")
 
 
 async def test_promote_due_moves_waiting_to_ready_in_trigger_order(rt):
@@ -188,26 +188,26 @@ async def test_promote_due_moves_waiting_to_ready_in_trigger_order(rt):
     await asyncio.sleep(0.5)
     [(moved, next_us)] = await rt.scripts.run(calls)
     assert moved == 2 and next_us == -1
-    assert (await selectors.get_message(rt, topic="t", msg_id=early["msgId"]))["status"] == Status.READY
-    batch, _ = await services.pull_messages(rt, topic="t", batch=2)
+    assert (await get_message(rt, topic="t", msg_id=early["msgId"]))["status"] == Status.READY
+    batch, _ = await pull_messages(rt, topic="t", batch=2)
     assert [m["msgId"] for m in batch] == [early["msgId"], late["msgId"]]
 
 
 async def test_scanner_requeues_ack_timeout_then_exhausts_retries(rt, start_scanner):
     m = await send(rt, max_retry=1)
     await start_scanner(rt)
-    [first], _ = await services.pull_messages(rt, topic="t", ack_timeout_millis=100)
+    [first], _ = await pull_messages(rt, topic="t", ack_timeout_millis=100)
     assert first["retry"] == 1
 
     async def pulled_again():
-        got, _ = await services.pull_messages(rt, topic="t", ack_timeout_millis=100)
+        got, _ = await pull_messages(rt, topic="t", ack_timeout_millis=100)
         return got
 
     [second] = await wait_until(pulled_again, what="the timed-out message to come back")
     assert second["msgId"] == m["msgId"] and second["retry"] == 2
 
     async def ended():
-        stored = await selectors.get_message(rt, topic="t", msg_id=m["msgId"])
+        stored = await get_message(rt, topic="t", msg_id=m["msgId"])
         return stored["status"] == Status.EXHAUSTED and stored
 
     final = await wait_until(ended, what="retries to run out")
@@ -219,11 +219,11 @@ async def test_ttl_expiry_gives_5_when_never_delivered_and_6_when_delivered(rt, 
     never = await send(rt, msg="never", ttl_millis=150)
     waiting = await send(rt, msg="waiting", delay=50, ttl_millis=100, topic="w")
     delivered = await send(rt, msg="delivered", ttl_millis=150, topic="d")
-    [got], _ = await services.pull_messages(rt, topic="d", ack_timeout_millis=60_000)
+    [got], _ = await pull_messages(rt, topic="d", ack_timeout_millis=60_000)
     await start_scanner(rt)
 
     async def status(topic, msg_id):
-        return (await selectors.get_message(rt, topic=topic, msg_id=msg_id))["status"]
+        return (await get_message(rt, topic=topic, msg_id=msg_id))["status"]
 
     async def all_ended():
         return (await status("t", never["msgId"]), await status("w", waiting["msgId"]),
@@ -237,19 +237,19 @@ async def test_ttl_expiry_gives_5_when_never_delivered_and_6_when_delivered(rt, 
 async def test_pull_never_returns_an_expired_message(rt):
     m = await send(rt, ttl_millis=50)
     await asyncio.sleep(0.1)  # no scanner: pull itself must notice
-    assert await services.pull_messages(rt, topic="t") == ([], 0)
-    assert (await selectors.get_message(rt, topic="t", msg_id=m["msgId"]))["status"] == Status.EXPIRED
+    assert await pull_messages(rt, topic="t") == ([], 0)
+    assert (await get_message(rt, topic="t", msg_id=m["msgId"]))["status"] == Status.EXPIRED
 
 
 async def test_ended_messages_are_purged_after_retention(rt, start_scanner):
     m = await send(rt)
-    await services.pull_messages(rt, topic="t")
-    await services.ack_message(rt, topic="t", msg_id=m["msgId"])
+    await pull_messages(rt, topic="t")
+    await ack_message(rt, topic="t", msg_id=m["msgId"])
     await start_scanner(rt)
-    assert (await selectors.get_message(rt, topic="t", msg_id=m["msgId"]))["status"] == Status.ACKED
+    assert (await get_message(rt, topic="t", msg_id=m["msgId"]))["status"] == Status.ACKED
 
     async def gone():
-        return await selectors.get_message(rt, topic="t", msg_id=m["msgId"]) is None
+        return await get_message(rt, topic="t", msg_id=m["msgId"]) is None
 
     await wait_until(gone, timeout=10, what="the retention window to pass")
 
@@ -257,8 +257,8 @@ async def test_ended_messages_are_purged_after_retention(rt, start_scanner):
 async def test_retire_topic_only_when_idle_and_empty(rt):
     await send(rt, topic="busy", delay=60_000)
     await send(rt, topic="idle")
-    [m], _ = await services.pull_messages(rt, topic="idle")
-    await services.ack_message(rt, topic="idle", msg_id=m["msgId"])
+    [m], _ = await pull_messages(rt, topic="idle")
+    await ack_message(rt, topic="idle", msg_id=m["msgId"])
 
     async def retire(topic):
         return (await rt.scripts.call(scripts.retire_topic(rt.ns.topic(topic), idle_millis=0))).retired
@@ -277,15 +277,15 @@ async def test_retire_topic_only_when_idle_and_empty(rt):
     assert not await rt.redis.hget(k.meta, "registered")
     await rt.redis.zrem(rt.ns.topics, "idle")
     await send(rt, topic="idle")
-    assert "idle" in await selectors.list_topics(rt)
+    assert "idle" in await list_topics(rt)
 
 
 async def test_batch_send_one_round_trip_many_topics(rt):
     messages = [SendRequest(topic=f"b{i % 5}", msg=str(i), delay_millis=0 if i % 2 else 60_000) for i in range(50)]
-    results = await services.send_messages(rt, requests=messages)
+    results = await send_messages(rt, requests=messages)
     assert [r["msg"] for r in results] == [str(i) for i in range(50)]
-    assert sorted(await selectors.list_topics(rt)) == [f"b{i}" for i in range(5)]
-    infos = await selectors.topic_infos(rt, topics=[f"b{i}" for i in range(5)])
+    assert sorted(await list_topics(rt)) == [f"b{i}" for i in range(5)]
+    infos = await topic_infos(rt, topics=[f"b{i}" for i in range(5)])
     assert sum(i["readyQueueSize"] for i in infos) == 25 and sum(i["waitingQueueSize"] for i in infos) == 25
 
 
@@ -298,7 +298,7 @@ async def test_script_calls_survive_their_connection_being_killed(single_rt):
         killed = await rt.redis.execute_command("CLIENT KILL", "TYPE", "normal", "SKIPME", "yes")
         assert killed >= 1
         assert (await send(rt))["status"] == Status.READY
-        results = await services.send_messages(rt, requests=[SendRequest(topic="t", msg="x", delay_millis=0)] * 3)
+        results = await send_messages(rt, requests=[SendRequest(topic="t", msg="x", delay_millis=0)] * 3)
         assert all(r["status"] == Status.READY for r in results)
 
 
@@ -309,5 +309,5 @@ async def test_scripts_reload_after_the_script_cache_is_flushed(rt):
     m = await send(rt)  # NOSCRIPT -> load -> retry
     assert m["status"] == Status.READY
     await rt.redis.script_flush()
-    results = await services.send_messages(rt, requests=[SendRequest(topic="t", msg="x", delay_millis=0)] * 3)
+    results = await send_messages(rt, requests=[SendRequest(topic="t", msg="x", delay_millis=0)] * 3)
     assert all(r["status"] == Status.READY for r in results)

@@ -6,16 +6,15 @@ import time
 import pytest
 from django.core.management import call_command
 
-from delayqueue.live.client import is_cluster_url
+from delayqueue.config.redis_urls import is_cluster_url
 from delayqueue.live.keys import namespace_keys, topic_keys
-from delayqueue.workers.log_writer import Event
 from delayqueue.models import TopicConfig
 from delayqueue.stores.topic_settings import MIRROR_FIELDS
+from delayqueue.workers.log_writer import Event
 from spark import common, restore
-
 from tests.helpers import REDIS_CLUSTER_URL, REDIS_URL, log_database_url
-from .helpers import LogBuilder, job_args
 
+from .helpers import LogBuilder, job_args
 
 # The jobs read and write the log over their own connections: real commits, emptied after each test.
 pytestmark = pytest.mark.usefixtures("clean_state")

@@ -4,18 +4,17 @@ import asyncio
 import pytest
 from asgiref.sync import sync_to_async
 
-from delayqueue import selectors
-from delayqueue import services
-from delayqueue.core.constants import Status
 from delayqueue.core.clock import to_millis
+from delayqueue.core.constants import Status
 from delayqueue.live import scripts
 from delayqueue.models import TopicHourStats
-from delayqueue.services import SendRequest
+from delayqueue.services.consume import ack_message, nack_message, pull_messages
+from delayqueue.services.messages import delete_message, get_message
+from delayqueue.services.send import SendRequest, send_message, send_messages
 from spark import stats
-
 from tests.helpers import drain_log, log_database_url
-from .helpers import H0, HOUR, dt, job_args, stats_log
 
+from .helpers import H0, HOUR, dt, job_args, stats_log
 
 # The jobs read and write the log over their own connections: real commits, emptied after each test.
 pytestmark = pytest.mark.usefixtures("clean_state")
@@ -91,24 +90,24 @@ def test_the_admin_lists_the_stats_the_job_wrote(admin_client):
 async def test_stats_of_history_the_service_itself_logged(spark, single_rt):
     """The history the Lua scripts and the log writer produce, counted as the job promises."""
     rt = single_rt
-    sent = await services.send_messages(rt, requests=[SendRequest(topic="svc", msg=f"m{i}", delay_millis=0) for i in range(6)])
-    await services.send_message(rt, topic="svc", msg="once", delay_millis=0, max_retry=0)
-    await services.send_message(rt, topic="svc", msg="pushed", delay_millis=0)
-    expiring = await services.send_message(rt, topic="svc", msg="late", delay_millis=10, ttl_millis=30)
-    pulled, _ = await services.pull_messages(rt, topic="svc", batch=8)
+    sent = await send_messages(rt, requests=[SendRequest(topic="svc", msg=f"m{i}", delay_millis=0) for i in range(6)])
+    await send_message(rt, topic="svc", msg="once", delay_millis=0, max_retry=0)
+    await send_message(rt, topic="svc", msg="pushed", delay_millis=0)
+    expiring = await send_message(rt, topic="svc", msg="late", delay_millis=10, ttl_millis=30)
+    pulled, _ = await pull_messages(rt, topic="svc", batch=8)
     assert len(pulled) == 8
     for m in sent[:4]:
-        await services.ack_message(rt, topic="svc", msg_id=m["msgId"])
-    await services.nack_message(rt, topic="svc", msg_id=sent[4]["msgId"])
-    await services.nack_message(rt, topic="svc", msg_id=pulled[6]["msgId"])  # no tries left: ended 6
+        await ack_message(rt, topic="svc", msg_id=m["msgId"])
+    await nack_message(rt, topic="svc", msg_id=sent[4]["msgId"])
+    await nack_message(rt, topic="svc", msg_id=pulled[6]["msgId"])  # no tries left: ended 6
     # A failed push attempt (push/pusher.py) counts as a nack.
     await rt.scripts.call(scripts.nack(
         rt.ns.topic("svc"), msg_id=pulled[7]["msgId"], retention_millis=60_000, stats_interval_millis=60_000,
         ready_channel=rt.ns.ready_channel, topic="svc", actor=rt.actor, delay_millis=60_000, dead_letter=False,
         schedule_channel=rt.ns.schedule_channel, seed=1, push_failure="HTTP 500"))
-    assert await services.delete_message(rt, topic="svc", msg_id=sent[5]["msgId"])
+    assert await delete_message(rt, topic="svc", msg_id=sent[5]["msgId"])
     await asyncio.sleep(0.1)
-    assert (await selectors.get_message(rt, topic="svc", msg_id=expiring["msgId"]))["status"] == Status.EXPIRED
+    assert (await get_message(rt, topic="svc", msg_id=expiring["msgId"]))["status"] == Status.EXPIRED
     await drain_log(rt, ["svc"])
 
     stats.run(spark, job_args("spark.stats", "--database-url", log_database_url()))

@@ -4,8 +4,9 @@ import argparse
 
 import pytest
 
-from delayqueue.config.arguments import MAX_AGE_DAYS, age_in_days, non_empty, positive_int, topic_name
+from delayqueue.config.arguments import age_in_days, non_empty, positive_int, topic_name
 from delayqueue.config.env import env_bool, env_int, env_url
+from delayqueue.core.constants import MAX_AGE_DAYS
 
 
 @pytest.mark.parametrize("value, expected", [(None, True), ("", True), ("1", True), ("TRUE", True), (" yes ", True),

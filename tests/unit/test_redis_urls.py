@@ -2,7 +2,7 @@
 service and database, and passwords kept out of messages."""
 import pytest
 
-from delayqueue.live.client import checked_url, sentinel_target, url_credentials, url_nodes, without_password
+from delayqueue.config.redis_urls import checked_url, sentinel_target, url_credentials, url_nodes, without_password
 
 
 def test_multi_node_urls_give_their_nodes_and_percent_decoded_credentials():

@@ -1,7 +1,7 @@
 from django.core.management.base import BaseCommand, CommandError
 
 from delayqueue.core.exceptions import QueueError
-from delayqueue.stores.tokens import create_token
+from delayqueue.stores.rows import create_token
 
 
 class Command(BaseCommand):

@@ -1,6 +1,6 @@
 from django.core.management.base import BaseCommand
 
-from delayqueue.stores.tokens import list_tokens
+from delayqueue.stores.rows import list_tokens
 
 
 class Command(BaseCommand):

@@ -1,7 +1,7 @@
 import asyncio
 import sys
-from argparse import ArgumentTypeError
 import time
+from argparse import ArgumentTypeError
 
 from django.core.management.base import BaseCommand, CommandError
 
@@ -9,8 +9,8 @@ from delayqueue.config.arguments import namespace_name, non_empty, positive_int,
 from delayqueue.config.settings import load_config
 from delayqueue.core.constants import REDRIVE_DEFAULT_RATE, REDRIVE_MAX_RATE
 from delayqueue.core.exceptions import LogUnavailable
-from delayqueue.messagelog import deadletters
 from delayqueue.runtime import Runtime
+from delayqueue.services.dead_letters import create_redrive, redrive_state
 
 POLL_SECONDS = 0.2
 PLAIN_LINE_SECONDS = 5  # not a terminal: a line this often
@@ -49,7 +49,7 @@ class Command(BaseCommand):
         rt = Runtime(config, "manage.py redrive", namespace=options["namespace"] or config.namespace)
         try:
             topic, msg_ids = options["topic"], options["msg_ids"]
-            task_id = await deadletters.create_redrive(rt, topic=topic, msg_ids=msg_ids,
+            task_id = await create_redrive(rt, topic=topic, msg_ids=msg_ids,
                                                        max_per_second=options["rate"])
             if task_id is None:
                 raise CommandError(f"topic {topic} has no such dead letter" if msg_ids
@@ -64,7 +64,7 @@ class Command(BaseCommand):
         out = sys.stderr
         tty, last = out.isatty(), 0.0
         while True:
-            state = await deadletters.redrive_state(rt, task_id=task_id)
+            state = await redrive_state(rt, task_id=task_id)
             done = state["state"] == "done"
             total = state["moved"] + state["left"]
             now = time.monotonic()

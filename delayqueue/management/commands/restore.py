@@ -9,8 +9,8 @@ from redis.exceptions import RedisError
 from delayqueue.config.arguments import namespace_name, non_empty, topic_name
 from delayqueue.config.settings import load_config
 from delayqueue.core.exceptions import LogUnavailable
-from delayqueue.messagelog.recovery import RestoreCounts, restore
 from delayqueue.runtime import Runtime
+from delayqueue.services.restore import RestoreCounts, restore
 
 
 class ProgressBar:

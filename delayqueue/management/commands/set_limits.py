@@ -3,9 +3,10 @@ from django.db import DatabaseError
 
 from delayqueue.config.arguments import limit_value, namespace_name, topic_name
 from delayqueue.config.settings import load_config
-from delayqueue.stores.limits import NAMESPACE
 from delayqueue.messagelog.connection import first_line
-from delayqueue.ops.limits import describe, limits_of, set_limits
+from delayqueue.models import Limit
+from delayqueue.stores.limits import NAMESPACE
+from delayqueue.stores.rows import limits_of, set_limits
 
 
 class Command(BaseCommand):
@@ -47,3 +48,15 @@ class Command(BaseCommand):
                     self.stdout.write(describe(limit))
         except DatabaseError as exc:
             raise CommandError(f"limits unavailable: {first_line(exc)}") from None
+
+
+def describe(limit: Limit) -> str:
+    """One line: whose limits these are and each one's value."""
+    whose = f"topic {limit.topic}" if limit.topic != NAMESPACE else "the namespace"
+    values = [f"produce {_rate(limit.produce_rate)}", f"consume {_rate(limit.consume_rate)}",
+              f"live cap {f'{limit.max_live} messages' if limit.max_live else 'none'}"]
+    return f"{whose} of namespace {limit.namespace}: " + ", ".join(values)
+
+
+def _rate(value: int | None) -> str:
+    return f"{value} messages/s" if value else "no limit"

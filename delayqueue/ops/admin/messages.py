@@ -15,23 +15,21 @@ from django.utils import timezone as django_timezone
 from django.utils.functional import cached_property
 from redis.exceptions import RedisError
 
-from delayqueue.messagelog import recovery
-from delayqueue import selectors
-from delayqueue.ops import figures
-from delayqueue.ops.login_limit import LimitedAdminAuthenticationForm
-from delayqueue import services
-from delayqueue.config.settings import load_config
-from delayqueue.messagelog.selectors import estimated_count, message_history
-from delayqueue.core.constants import MAX_DELAY_MILLIS, Status
-from delayqueue.core.clock import from_millis, to_millis
-from delayqueue.models import ApiToken, Limit, Message, TopicHourStats
-from delayqueue.core.constants import Scope
-from delayqueue.core.exceptions import QueueError
-from delayqueue.stores import tokens
 from delayqueue.api.validation import MsgIdField, TopicSerializer, first_error
+from delayqueue.config.settings import load_config
+from delayqueue.core.clock import from_millis, to_millis
+from delayqueue.core.constants import MAX_DELAY_MILLIS, Scope, Status
+from delayqueue.core.exceptions import QueueError
+from delayqueue.messagelog.selectors import estimated_count, message_history
+from delayqueue.models import ApiToken, Limit, Message, TopicHourStats
+from delayqueue.ops import figures
 from delayqueue.ops.admin.topics import in_namespace, topic_url
-from delayqueue.sync import run_with_runtime
-
+from delayqueue.ops.login_limit import LimitedAdminAuthenticationForm
+from delayqueue.runtime import run_with_runtime
+from delayqueue.services.messages import delete_message, reschedule_message
+from delayqueue.services.restore import restore_rows
+from delayqueue.services.topics import list_topics
+from delayqueue.stores import rows
 
 admin.site.login_form = LimitedAdminAuthenticationForm
 
@@ -55,10 +53,10 @@ class TopicFilter(admin.SimpleListFilter):
     parameter_name = "topic"
 
     def lookups(self, request, model_admin):
-        namespaces = tokens.served_namespaces()
+        namespaces = rows.served_namespaces()
 
         async def every_registry(rt):
-            return [t for ns in namespaces for t in await selectors.list_topics(rt.for_namespace(ns))]
+            return [t for ns in namespaces for t in await list_topics(rt.for_namespace(ns))]
 
         try:
             topics = run_with_runtime(every_registry)
@@ -147,7 +145,7 @@ class MessageAdmin(admin.ModelAdmin):
         action, where = request.POST.get("action"), dict(topic=message.topic, msg_id=message.msg_id)
         try:
             if action == "run_now":
-                moved = in_namespace(message.namespace, services.reschedule_message, **where, delay_millis=0)
+                moved = in_namespace(message.namespace, reschedule_message, **where, delay_millis=0)
                 done = f"Due now: {Status(moved['status']).label}"
             elif action == "reschedule":
                 form = RescheduleForm(request.POST)
@@ -159,7 +157,7 @@ class MessageAdmin(admin.ModelAdmin):
                 data = form.cleaned_data
                 when = {"delay_millis": data["delay_millis"]} if data["delay_millis"] is not None \
                     else {"trigger_time": to_millis(data["trigger_time"])}
-                moved = in_namespace(message.namespace, services.reschedule_message, **where, **when)
+                moved = in_namespace(message.namespace, reschedule_message, **where, **when)
                 done = (f"Rescheduled: {Status(moved['status']).label}, trigger time "
                         f"{millis_text(from_millis(moved['triggerTime']))}")
             elif action == "delete":
@@ -172,7 +170,7 @@ class MessageAdmin(admin.ModelAdmin):
                         "fields": {"action": "delete"},
                         "question": f"Delete message {message.msg_id} of topic {message.topic}? It ends as deleted "
                                     "(status 7) and is never delivered."})
-                if not in_namespace(message.namespace, services.delete_message, **where):
+                if not in_namespace(message.namespace, delete_message, **where):
                     self.message_user(request, "Not deleted: it is not live in Redis (already ended, or not "
                                                "restored).", messages.WARNING)
                     return HttpResponseRedirect(page)
@@ -290,7 +288,7 @@ class MessageAdmin(admin.ModelAdmin):
         rows = {ns: [m.as_queue_message().to_row() for m in group] for ns, group in selected.items()}
 
         async def restore_all(rt):
-            return [await recovery.restore_rows(rt.for_namespace(ns), rows=ns_rows) for ns, ns_rows in rows.items()]
+            return [await restore_rows(rt.for_namespace(ns), rows=ns_rows) for ns, ns_rows in rows.items()]
 
         try:
             counts = run_with_runtime(restore_all)
@@ -310,7 +308,7 @@ class MessageAdmin(admin.ModelAdmin):
         targets = {ns: [(m.topic, m.msg_id) for m in group] for ns, group in selected.items()}
 
         async def delete_all(rt):
-            return [await services.delete_message(rt.for_namespace(ns), topic=topic, msg_id=msg_id)
+            return [await delete_message(rt.for_namespace(ns), topic=topic, msg_id=msg_id)
                     for ns, ns_targets in targets.items() for topic, msg_id in ns_targets]
 
         try:
@@ -395,7 +393,7 @@ class ApiTokenForm(forms.ModelForm):
     def clean(self):
         data = super().clean()
         try:
-            tokens.checked_namespace(data.get("namespace") or "")
+            rows.token_namespace(data.get("namespace") or "")
         except QueueError as exc:
             self.add_error("namespace", str(exc))
         if data.get("name") and ApiToken.objects.filter(name=data["name"]).exists():
@@ -428,7 +426,7 @@ class ApiTokenAdmin(admin.ModelAdmin):
         if change:
             return
         data = form.cleaned_data  # checked by the form's clean()
-        row, token = tokens.create_token(namespace=data["namespace"], scopes=data["scopes"], name=data["name"] or None)
+        row, token = rows.create_token(namespace=data["namespace"], scopes=data["scopes"], name=data["name"] or None)
         obj.pk, obj.name = row.pk, row.name
         messages.warning(request, f"Token {row.name} created. Copy it now, it is not shown again: {token}")
 
@@ -436,5 +434,5 @@ class ApiTokenAdmin(admin.ModelAdmin):
     def revoke_selected(self, request, queryset):
         names = list(queryset.filter(revoked_at__isnull=True).values_list("name", flat=True))
         for name in names:
-            tokens.revoke_token(name=name)
+            rows.revoke_token(name=name)
         messages.success(request, f"Revoked {len(names)} token(s).")

@@ -1,7 +1,7 @@
 """The admin's topic pages: a topic's settings form with pause / resume / purge, and its dead
 letters with redrive and purge. Any topic can be opened (`?namespace=&topic=`), also one without
 a TopicConfig row yet: saving its form creates the row. Every action goes through the same
-services as the API (services.py, messagelog/deadletters.py) in the topic's namespace, is a POST
+services as the API (delayqueue/services/) in the topic's namespace, is a POST
 (the admin's CSRF check) by a staff user with the change permission on topic settings, and the
 broad ones (pause, purge, purging dead letters) first show a confirmation page."""
 from urllib.parse import urlencode
@@ -14,18 +14,20 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from redis.exceptions import RedisError
 
-from delayqueue import selectors, services
 from delayqueue.api.validation import DEAD_CURSOR, MsgIdField, TopicSerializer, first_error
-from delayqueue.config.settings import checked_namespace, load_config
-from delayqueue.core.constants import (MAX_DELAY_MILLIS, MAX_LIMIT, MAX_PUSH_URL_LENGTH, MAX_RETRY, PUSH_MAX_CONCURRENCY,
-                                  PUSH_MAX_TIMEOUT_MILLIS, REDRIVE_DEFAULT_RATE, REDRIVE_MAX_RATE,
-                                  RETRY_BACKOFF_MAX_MILLIS)
+from delayqueue.config.settings import load_config
 from delayqueue.core.clock import from_millis
+from delayqueue.core.constants import (MAX_DELAY_MILLIS, MAX_LIMIT, MAX_PUSH_URL_LENGTH, MAX_RETRY,
+                                       PUSH_MAX_CONCURRENCY, PUSH_MAX_TIMEOUT_MILLIS, REDRIVE_DEFAULT_RATE,
+                                       REDRIVE_MAX_RATE, RETRY_BACKOFF_MAX_MILLIS)
 from delayqueue.core.exceptions import BadRequest, QueueError
-from delayqueue.messagelog import deadletters
+from delayqueue.core.names import checked_namespace
 from delayqueue.models import Limit, RedriveTask, TopicConfig
 from delayqueue.ops import figures
-from delayqueue.sync import run_with_runtime
+from delayqueue.runtime import run_with_runtime
+from delayqueue.services.dead_letters import create_redrive, dead_letters, purge_dead_letters, redrive_state
+from delayqueue.services.topics import (pause_topic, purge_topic, resume_topic, set_topic_config, topic_config,
+                                        topic_info)
 
 DEAD_PAGE_SIZE = 50
 # A running redrive's page reloads itself this often.
@@ -180,7 +182,7 @@ class TopicConfigAdmin(admin.ModelAdmin):
             if form.is_valid():
                 data = form.cleaned_data
                 try:
-                    secret = in_namespace(namespace, services.set_topic_config, topic=topic,
+                    secret = in_namespace(namespace, set_topic_config, topic=topic,
                                           changes={name: data[name] for name in form.SETTINGS},
                                           limits={name: data[name] or 0 for name in form.LIMITS},
                                           rotate_push_secret=data["rotate_push_secret"])
@@ -213,8 +215,8 @@ class TopicConfigAdmin(admin.ModelAdmin):
         """What the topic page shows of the topic now: settings in force, queue sizes and
         messages waiting after a delivery (Redis), dead letters and running redrives (the log)."""
         async def read(rt):
-            config = await selectors.topic_config(rt, topic=topic)
-            info = await selectors.topic_info(rt, topic=topic)
+            config = await topic_config(rt, topic=topic)
+            info = await topic_info(rt, topic=topic)
             after_delivery, capped = await figures.waiting_after_delivery(
                 rt, topic=topic, within_millis=config["retryBackoffMaxMillis"] or RETRY_BACKOFF_MAX_MILLIS)
             dead, redrives = await figures.log_figures(rt, namespaces=[namespace], topic=topic)
@@ -250,7 +252,7 @@ class TopicConfigAdmin(admin.ModelAdmin):
             except BadTarget as exc:
                 return self._bad_target(request, exc)
             try:
-                info = in_namespace(namespace, selectors.topic_info, topic=topic)
+                info = in_namespace(namespace, topic_info, topic=topic)
                 live = info["waitingQueueSize"] + info["readyQueueSize"] + info["ackQueueSize"]
             except RedisError:
                 live = "?"
@@ -265,13 +267,13 @@ class TopicConfigAdmin(admin.ModelAdmin):
                                  question=confirm.format(topic=topic, live="?"), namespace=namespace, topic=topic)
         try:
             if action == "pause":
-                in_namespace(namespace, services.pause_topic, topic=topic)
+                in_namespace(namespace, pause_topic, topic=topic)
                 done = "Paused: pulls hand out nothing until it is resumed."
             elif action == "resume":
-                in_namespace(namespace, services.resume_topic, topic=topic)
+                in_namespace(namespace, resume_topic, topic=topic)
                 done = "Resumed: pulls hand out its ready messages again."
             else:
-                done = f"Purged: {in_namespace(namespace, services.purge_topic, topic=topic)} messages ended as deleted."
+                done = f"Purged: {in_namespace(namespace, purge_topic, topic=topic)} messages ended as deleted."
         except (RedisError, QueueError) as exc:
             self.message_user(request, f"{action} failed ({exc}): try again", messages.ERROR)
         else:
@@ -294,7 +296,7 @@ class TopicConfigAdmin(admin.ModelAdmin):
             self.message_user(request, "cursor: not a cursor a page of dead letters gave", messages.ERROR)
             cursor = None
         try:
-            page, next_cursor = in_namespace(namespace, deadletters.dead_letters, topic=topic, limit=DEAD_PAGE_SIZE,
+            page, next_cursor = in_namespace(namespace, dead_letters, topic=topic, limit=DEAD_PAGE_SIZE,
                                              cursor=cursor)
             dead, redrives = in_namespace(namespace, figures.log_figures, namespaces=[namespace], topic=topic)
             error = None
@@ -337,7 +339,7 @@ class TopicConfigAdmin(admin.ModelAdmin):
                 self.message_user(request, f"rate: {' '.join(exc.messages)}", messages.ERROR)
                 return back
             try:
-                task_id = in_namespace(namespace, deadletters.create_redrive, topic=topic, msg_ids=msg_ids,
+                task_id = in_namespace(namespace, create_redrive, topic=topic, msg_ids=msg_ids,
                                        max_per_second=max_per_second)
             except QueueError as exc:
                 self.message_user(request, f"redrive failed ({exc}): try again", messages.ERROR)
@@ -355,7 +357,7 @@ class TopicConfigAdmin(admin.ModelAdmin):
                                       "This cannot be undone.",
                 fields={"action": "purge", "scope": "all" if everything else "selected", "msg_id": msg_ids or []})
         try:
-            count = in_namespace(namespace, deadletters.purge_dead_letters, topic=topic, msg_ids=msg_ids)
+            count = in_namespace(namespace, purge_dead_letters, topic=topic, msg_ids=msg_ids)
         except QueueError as exc:
             self.message_user(request, f"purge failed ({exc}): try again", messages.ERROR)
         else:
@@ -375,7 +377,7 @@ class TopicConfigAdmin(admin.ModelAdmin):
             self.message_user(request, f"redrive task {task_id} not found in namespace {namespace}", messages.ERROR)
             return HttpResponseRedirect(reverse("admin:delayqueue_topicconfig_changelist"))
         try:
-            progress, error = in_namespace(namespace, deadletters.redrive_state, task_id=task_id), None
+            progress, error = in_namespace(namespace, redrive_state, task_id=task_id), None
         except QueueError as exc:
             progress, error = None, str(exc)
         return TemplateResponse(request, "admin/delayqueue/topicconfig/redrive.html", self._context(

@@ -15,17 +15,20 @@ from dataclasses import dataclass
 import psycopg
 from psycopg.rows import dict_row
 
-from delayqueue.messagelog import sql
-from delayqueue.messagelog.connection import connect, log_unavailable
 from delayqueue.core.clock import now_millis
 from delayqueue.core.constants import LIVE_STATUSES, Status
-from delayqueue.live import scripts
 from delayqueue.core.messages import Message
+from delayqueue.live import scripts
+from delayqueue.messagelog import sql
+from delayqueue.messagelog.connection import connect, log_unavailable
 from delayqueue.runtime import Runtime
-from delayqueue.stores.topic_settings import TopicSettings, write_mirrors
+from delayqueue.services.topics import write_mirrors
+from delayqueue.stores.topic_settings import TopicSettings
 
 PAGE_ROWS = 10_000
+
 PAGES_IN_FLIGHT = 3
+
 SCRIPT_MESSAGES = 500  # messages per restore script call: long enough to amortise, short enough not to stall Redis
 
 

@@ -1,135 +1,41 @@
-"""Dead letters: messages that ended as status 6 (their deliveries or TTL ran out after a
-delivery, or their consumer dead-lettered them), kept in the message log, not in Redis, for
-DELAYQUEUE_DEAD_LETTER_RETENTION_DAYS (retention.py).
+"""A scanner's runner of redrive tasks (one per scanner, started beside its log writer).
 
-Listing and purging are single statements. A redrive is a task row that the scanners run
-(`Redriver`, one per scanner): a scanner takes an unfinished task whose lease ran out (SKIP
-LOCKED), then moves its dead letters in batches at the task's rate. Each batch is one
-transaction that turns the rows into new lives (ready now, retry 0, history reason 'redriven'),
-advances the task's position and count, and records the batch as `sending`; the send scripts
-then put them into Redis, and `sending` is cleared. A scanner killed at any point leaves a task
-whose lease runs out: the next one sends what `sending` names that Redis does not hold yet
-(the same life, by produceTime), and goes on from the position. A row moves only while it is
-still dead, in one transaction holding its lock, so nothing is moved twice; the position
-follows the rows in their (updated_at, id) order, so nothing is skipped.
+A scanner takes an unfinished task whose lease ran out (SKIP LOCKED), then moves its dead letters
+in batches at the task's rate. Each batch is one transaction that turns the rows into new lives
+(ready now, retry 0, history reason 'redriven'), advances the task's position and count, and
+records the batch as `sending`; the send scripts then put them into Redis, and `sending` is
+cleared. A scanner killed at any point leaves a task whose lease runs out: the next one sends
+what `sending` names that Redis does not hold yet (the same life, by produceTime), and goes on
+from the position. A row moves only while it is still dead, in one transaction holding its lock,
+so nothing is moved twice; the position follows the rows in their (updated_at, id) order, so
+nothing is skipped.
 """
 import asyncio
 import contextlib
 import logging
 import time
-from dataclasses import dataclass
-from datetime import datetime
 
 import orjson
 from psycopg.types.json import Jsonb
 
-from delayqueue.core.constants import Status
 from delayqueue.core.clock import now_millis
-from delayqueue.messagelog import sql
-from delayqueue.messagelog.connection import LogConnection, one_use
+from delayqueue.core.constants import Status
 from delayqueue.core.messages import Message
 from delayqueue.core.outage import Outage, describe
-from delayqueue.services import send_call
+from delayqueue.messagelog import sql
+from delayqueue.messagelog.connection import LogConnection
+from delayqueue.messagelog.dead_letters import Task
+from delayqueue.services.send import send_call
 
 log = logging.getLogger(__name__)
 
 # How often an idle scanner looks for a redrive task to take.
 CLAIM_EVERY_SECONDS = 1.0
+
 # A batch is a tenth of a second's worth at the task's rate (at least 1, at most this many).
 MAX_BATCH = 1000
+
 RETRY_AFTER_FAILURE = 0.5
-
-
-def _scope(rt, topic: str, msg_ids: list[str] | None) -> dict:
-    return {"namespace": rt.ns.namespace, "topic": topic, "msg_ids": msg_ids}
-
-
-def parse_cursor(cursor: str | None) -> tuple[int | None, int]:
-    """A page's position from the nextCursor an earlier page answered (validated by the API:
-    digits, a dot, digits); none: the first page."""
-    if not cursor:
-        return None, 0
-    micros, _, row_id = cursor.partition(".")
-    return int(micros), int(row_id)
-
-
-async def dead_letters(rt, *, topic: str, limit: int, cursor: str | None,
-                       msg_ids: list[str] | None = None) -> tuple[list[dict], str | None]:
-    """One page of the topic's dead letters, oldest death first, each as the API shows a message
-    plus deadReason and deadTime (ms); and the cursor of the next page (None after the last)."""
-    after, after_id = parse_cursor(cursor)
-    async with one_use(rt.config.log_timeout_millis) as conn:
-        found = await conn.execute(sql.DEAD_PAGE, {**_scope(rt, topic, msg_ids), "after": after, "after_id": after_id,
-                                                   "limit": limit + 1})
-        rows = await found.fetchall()
-    page = []
-    for row in rows[:limit]:
-        wire = Message(*row[2:11]).to_wire()
-        wire["deadReason"] = row[12] or ""
-        wire["deadTime"] = row[11]
-        page.append(wire)
-    next_cursor = f"{rows[limit - 1][1]}.{rows[limit - 1][0]}" if len(rows) > limit else None
-    return page, next_cursor
-
-
-async def purge_dead_letters(rt, *, topic: str, msg_ids: list[str] | None = None, batch: int = 5000) -> int:
-    """Removes the topic's dead letters (only those in msg_ids when given) and their history, in
-    batches of one transaction each; answers how many messages went."""
-    removed = 0
-    async with one_use(rt.config.log_timeout_millis) as conn:
-        while True:
-            found = await conn.execute(sql.PURGE_DEAD, {**_scope(rt, topic, msg_ids), "batch": batch})
-            count = (await found.fetchone())[0]
-            removed += count
-            if count < batch:
-                return removed
-
-
-async def create_redrive(rt, *, topic: str, msg_ids: list[str] | None, max_per_second: int) -> int | None:
-    """A redrive task for the topic's dead letters (those in msg_ids when given); its id, or None
-    when there is no such dead letter. The scanners run it."""
-    async with one_use(rt.config.log_timeout_millis) as conn:
-        found = await conn.execute(sql.CREATE_REDRIVE, {
-            **_scope(rt, topic, msg_ids), "msg_ids_json": None if msg_ids is None else Jsonb(msg_ids),
-            "rate": max_per_second})
-        row = await found.fetchone()
-    return None if row is None else row[0]
-
-
-@dataclass
-class Task:
-    id: int
-    topic: str
-    msg_ids: list[str] | None
-    max_per_second: int
-    created_at: datetime
-    after_time: datetime | None
-    after_id: int
-    moved: int
-    sending: list | None
-    done: bool
-
-    def bounds(self, namespace: str, limit: int | None) -> dict:
-        return {"namespace": namespace, "topic": self.topic, "msg_ids": self.msg_ids, "created_at": self.created_at,
-                "after_time": self.after_time, "after_id": self.after_id, "limit": limit}
-
-
-async def redrive_state(rt, *, task_id: int) -> dict | None:
-    """moved, left and state (running, done) of a task of this namespace; None if there is none."""
-    async with one_use(rt.config.log_timeout_millis) as conn:
-        found = await conn.execute(sql.REDRIVE_STATE, {"id": task_id, "namespace": rt.ns.namespace})
-        row = await found.fetchone()
-        if row is None:
-            return None
-        task = Task(*row)
-        left = 0 if task.done else await left_to_move(conn, namespace=rt.ns.namespace, task=task)
-    return {"moved": task.moved, "left": left, "state": "done" if task.done else "running"}
-
-
-async def left_to_move(conn, *, namespace: str, task: Task) -> int:
-    """How many dead letters an unfinished task has still to move."""
-    counted = await conn.execute(sql.REDRIVE_LEFT, task.bounds(namespace, None))
-    return (await counted.fetchone())[0]
 
 
 class Redriver:

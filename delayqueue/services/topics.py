@@ -1,15 +1,90 @@
-"""Reads: messages, topic sizes and the monitor figures."""
+"""Topics: their settings (written to PostgreSQL, then mirrored into Redis), pause, resume and
+purge; and what the API reads of them: the registry, queue sizes, monitor counters, the
+settings in force."""
+import logging
 
+from asgiref.sync import sync_to_async
+
+from delayqueue.config.push_hosts import push_url_problem
 from delayqueue.core.clock import now_millis
+from delayqueue.core.exceptions import BadRequest
 from delayqueue.live import scripts
-from delayqueue.core.messages import Message
-from delayqueue.stores.limits import Limits
 from delayqueue.runtime import Runtime
+from delayqueue.stores.limits import Limits
+from delayqueue.stores.rows import save_topic_config
 from delayqueue.stores.topic_settings import DEFAULT as DEFAULT_SETTINGS
+from delayqueue.stores.topic_settings import MIRROR_FIELDS, TopicSettings
+
+log = logging.getLogger(__name__)
+
+
+async def set_topic_config(rt: Runtime, *, topic: str, changes: dict, limits: dict,
+                           rotate_push_secret: bool = False) -> str | None:
+    """Changes a topic's settings (TopicConfig fields; None: back to the default) and its limits
+    (stores.rows.set_limits' keywords) in PostgreSQL, then its Redis mirror; in force in this
+    process at once, in every other within a second. A new push URL must be one
+    DELAYQUEUE_PUSH_ALLOWED_HOSTS allows (BadRequest). Answers a new push signing secret
+    (save_topic_config), or None. Raises RedisError when the mirror could not be written
+    (PostgreSQL has the change: calling again is safe)."""
+    url = changes.get("push_url")
+    # A URL the topic has already is not judged again: the pushers judge every connection, and
+    # its other settings stay changeable after the operator narrowed the allowed hosts.
+    if url and url != (await rt.topic_configs.settings(topic)).push_url:
+        problem = await push_url_problem(rt.config.push_hosts, url)
+        if problem:
+            raise BadRequest(f"pushUrl {problem}")
+    secret = await sync_to_async(save_topic_config, thread_sensitive=False)(
+        namespace=rt.ns.namespace, topic=topic, changes=changes, limits=limits,
+        rotate_push_secret=rotate_push_secret, secret_grace_millis=rt.config.push_secret_grace_seconds * 1000)
+    table = await rt.topic_configs.fresh()
+    if limits:
+        await rt.limits.fresh()
+    await write_mirrors(rt, {topic: table.get(topic, DEFAULT_SETTINGS)})
+    return secret
+
+
+async def pause_topic(rt: Runtime, *, topic: str) -> None:
+    """Pulls of the topic hand out nothing (long polls are held) until resume_topic; its messages
+    still fall due."""
+    await set_topic_config(rt, topic=topic, changes={"paused": True}, limits={})
+
+
+async def resume_topic(rt: Runtime, *, topic: str) -> None:
+    """Undoes pause_topic and wakes the topic's held long polls."""
+    await set_topic_config(rt, topic=topic, changes={"paused": False}, limits={})
+    await rt.redis.publish(rt.ns.ready_channel, topic)
+
+
+async def purge_topic(rt: Runtime, *, topic: str) -> int:
+    """Ends every live message of the topic as deleted (history reason 'purged', counted as
+    deleteMsg in the monitor counters), a bounded batch per script call, and returns how many. Messages sent while it runs may be purged too."""
+    cfg = rt.config
+    call = scripts.purge_topic(rt.ns.topic(topic), limit=cfg.scanner_batch,
+                               retention_millis=cfg.ended_retention_millis, actor=rt.actor,
+                               stats_interval_millis=cfg.monitor_interval_millis)
+    purged = 0
+    while True:
+        reply = await rt.scripts.call(call)
+        purged += reply.purged
+        if not reply.more:
+            break
+    log.info("purged topic %s of namespace %s: %d messages", topic, rt.ns.namespace, purged)
+    return purged
+
+
+async def write_mirrors(rt: Runtime, settings: dict[str, TopicSettings]) -> None:
+    """Writes each topic's settings into its meta hash, in one pipelined round trip. Raises RedisError."""
+    if not settings:
+        return
+    pipe = rt.redis.pipeline(transaction=False)
+    for topic, values in settings.items():
+        pipe.hset(rt.ns.topic(topic).meta, mapping={field: get(values) for field, get in MIRROR_FIELDS.items()})
+    await pipe.execute()
 
 # getTopicInfo's waiting-delay buckets (camellia's names), as upper bounds from now in ms.
 # Ranges are half-open (lower, upper] so a message is counted once; the first takes overdue ones.
 MINUTE, HOUR, DAY = 60_000, 3_600_000, 86_400_000
+
 WAITING_BUCKETS = (
     ("sizeOf0To1min", MINUTE),
     ("sizeOf1minTo10min", 10 * MINUTE),
@@ -26,16 +101,8 @@ REQUEST_COUNTERS = (
     "sendMsg", "pullMsg", "deleteMsg", "ackMsg", "getMsg",
     "triggerMsgReady", "triggerMsgEndLife", "triggerMsgTimeout",
 )
+
 GAP_STATS = (("pullGap", "pullMsgTimeGapStatsList"), ("readyGap", "readyQueueTimeGapStatsList"))
-
-
-async def get_message(rt: Runtime, *, topic: str, msg_id: str) -> dict | None:
-    """A live message, or an ended one inside the retention window; None otherwise."""
-    cfg = rt.config
-    raw = await rt.scripts.call(scripts.get(
-        rt.ns.topic(topic), msg_id=msg_id, retention_millis=cfg.ended_retention_millis,
-        stats_interval_millis=cfg.monitor_interval_millis, actor=rt.actor))
-    return None if raw is None else Message.from_stored(raw).to_wire()
 
 
 async def list_topics(rt: Runtime) -> list[str]:

@@ -1,0 +1,72 @@
+"""Dead letters: messages that ended as status 6 (their deliveries or TTL ran out after a
+delivery, or their consumer dead-lettered them), kept in the message log, not in Redis, for
+DELAYQUEUE_DEAD_LETTER_RETENTION_DAYS (retention.py).
+
+Listing and purging are single statements; a redrive is a task row that the scanners run
+(workers/redriver.py)."""
+from psycopg.types.json import Jsonb
+
+from delayqueue.core.messages import Message
+from delayqueue.messagelog import sql
+from delayqueue.messagelog.connection import one_use
+from delayqueue.messagelog.dead_letters import Task, left_to_move, parse_cursor
+from delayqueue.runtime import Runtime
+
+
+def _scope(rt: Runtime, topic: str, msg_ids: list[str] | None) -> dict:
+    return {"namespace": rt.ns.namespace, "topic": topic, "msg_ids": msg_ids}
+
+
+async def dead_letters(rt: Runtime, *, topic: str, limit: int, cursor: str | None,
+                       msg_ids: list[str] | None = None) -> tuple[list[dict], str | None]:
+    """One page of the topic's dead letters, oldest death first, each as the API shows a message
+    plus deadReason and deadTime (ms); and the cursor of the next page (None after the last)."""
+    after, after_id = parse_cursor(cursor)
+    async with one_use(rt.config.log_timeout_millis) as conn:
+        found = await conn.execute(sql.DEAD_PAGE, {**_scope(rt, topic, msg_ids), "after": after, "after_id": after_id,
+                                                   "limit": limit + 1})
+        rows = await found.fetchall()
+    page = []
+    for row in rows[:limit]:
+        wire = Message(*row[2:11]).to_wire()
+        wire["deadReason"] = row[12] or ""
+        wire["deadTime"] = row[11]
+        page.append(wire)
+    next_cursor = f"{rows[limit - 1][1]}.{rows[limit - 1][0]}" if len(rows) > limit else None
+    return page, next_cursor
+
+
+async def purge_dead_letters(rt: Runtime, *, topic: str, msg_ids: list[str] | None = None, batch: int = 5000) -> int:
+    """Removes the topic's dead letters (only those in msg_ids when given) and their history, in
+    batches of one transaction each; answers how many messages went."""
+    removed = 0
+    async with one_use(rt.config.log_timeout_millis) as conn:
+        while True:
+            found = await conn.execute(sql.PURGE_DEAD, {**_scope(rt, topic, msg_ids), "batch": batch})
+            count = (await found.fetchone())[0]
+            removed += count
+            if count < batch:
+                return removed
+
+
+async def create_redrive(rt: Runtime, *, topic: str, msg_ids: list[str] | None, max_per_second: int) -> int | None:
+    """A redrive task for the topic's dead letters (those in msg_ids when given); its id, or None
+    when there is no such dead letter. The scanners run it."""
+    async with one_use(rt.config.log_timeout_millis) as conn:
+        found = await conn.execute(sql.CREATE_REDRIVE, {
+            **_scope(rt, topic, msg_ids), "msg_ids_json": None if msg_ids is None else Jsonb(msg_ids),
+            "rate": max_per_second})
+        row = await found.fetchone()
+    return None if row is None else row[0]
+
+
+async def redrive_state(rt: Runtime, *, task_id: int) -> dict | None:
+    """moved, left and state (running, done) of a task of this namespace; None if there is none."""
+    async with one_use(rt.config.log_timeout_millis) as conn:
+        found = await conn.execute(sql.REDRIVE_STATE, {"id": task_id, "namespace": rt.ns.namespace})
+        row = await found.fetchone()
+        if row is None:
+            return None
+        task = Task(*row)
+        left = 0 if task.done else await left_to_move(conn, namespace=rt.ns.namespace, task=task)
+    return {"moved": task.moved, "left": left, "state": "done" if task.done else "running"}

@@ -1,0 +1,181 @@
+"""Operator data written and listed through Django's ORM: API tokens, limits and topic settings
+(with their push signing secrets), and the namespaces the service serves. The admin, the
+management commands and setTopicConfig (on a worker thread) change them here; every process
+reads them again within a second through the caches beside this module (tokens.py, limits.py,
+topic_settings.py, push_topics.py), which need no Django."""
+import logging
+import secrets
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.db import DatabaseError, IntegrityError, connection, connections, transaction
+from django.utils import timezone
+
+from delayqueue.config.settings import load_config
+from delayqueue.core.clock import now_millis
+from delayqueue.core.constants import TOKEN_PREFIX, Scope
+from delayqueue.core.exceptions import BadRequest, NotFound
+from delayqueue.core.names import checked_namespace
+from delayqueue.messagelog import sql
+from delayqueue.models import ApiToken, Limit, TopicConfig
+from delayqueue.stores.limits import NAMESPACE
+from delayqueue.stores.tokens import ordered_namespaces, token_hash
+from delayqueue.stores.topic_settings import TopicSettings
+
+log = logging.getLogger(__name__)
+
+# --- API tokens: `dq_` + 32 random bytes (URL-safe base64), stored only as their sha256.
+
+NAME_MAX = ApiToken._meta.get_field("name").max_length
+
+
+def token_namespace(namespace: str) -> str:
+    """The namespace, checked; BadRequest naming the rule."""
+    try:
+        return checked_namespace(namespace)
+    except ValueError as exc:
+        raise BadRequest(f"not a namespace: {exc}") from None
+
+
+def checked_scopes(scopes: list[str]) -> list[str]:
+    """The scopes, deduplicated in their canonical order; BadRequest naming an unknown one."""
+    known = list(Scope.values)
+    unknown = [s for s in scopes if s not in known]
+    if unknown:
+        raise BadRequest(f"unknown scope {unknown[0]!r}: choose from {', '.join(known)}")
+    if not scopes:
+        raise BadRequest(f"at least one scope is needed: {', '.join(known)}")
+    return [s for s in known if s in scopes]
+
+
+def create_token(*, namespace: str, scopes: list[str], name: str | None = None) -> tuple[ApiToken, str]:
+    """A new token: its row, and the token itself (shown once: only its hash is stored)."""
+    token_namespace(namespace)
+    scopes = checked_scopes(scopes)
+    if name is not None and not (0 < len(name) <= NAME_MAX):
+        raise BadRequest(f"a token name has 1 to {NAME_MAX} characters")
+    token = TOKEN_PREFIX + secrets.token_urlsafe(32)
+    name = name or f"{namespace}-{secrets.token_hex(4)}"
+    try:
+        with transaction.atomic():  # a duplicate name must not break the caller's transaction
+            row = ApiToken.objects.create(name=name, namespace=namespace, scopes=",".join(scopes),
+                                          token_hash=token_hash(token))
+    except IntegrityError:
+        raise BadRequest(f"a token named {name!r} already exists") from None
+    return row, token
+
+
+def revoke_token(*, name: str) -> ApiToken:
+    """Revokes the token (refused by every web process within a second); NotFound if no such name."""
+    row = ApiToken.objects.filter(name=name).first()
+    if row is None:
+        raise NotFound(f"no token named {name!r}")
+    if row.revoked_at is None:
+        row.revoked_at = timezone.now()
+        row.save(update_fields=["revoked_at"])
+    return row
+
+
+@dataclass(frozen=True)
+class TokenInfo:
+    name: str
+    namespace: str
+    scopes: list[str]
+    created_at: datetime
+    revoked_at: datetime | None
+
+
+def list_tokens() -> list[TokenInfo]:
+    return [TokenInfo(t.name, t.namespace, t.scope_list, t.created_at, t.revoked_at)
+            for t in ApiToken.objects.order_by("created_at", "name")]
+
+
+
+def served_namespaces() -> list[str]:
+    """The namespaces this service serves (the admin, the dashboard and /metrics show them):
+    DELAYQUEUE_NAMESPACE, then every namespace with a token not revoked, as `manage.py
+    run_scanners` runs a scanner for each. When PostgreSQL does not answer, DELAYQUEUE_NAMESPACE
+    alone (as run_scanners), so that /metrics still reports its Redis figures."""
+    try:
+        with connections["default"].cursor() as cursor:
+            cursor.execute(sql.TOKEN_NAMESPACES)
+            found = [row[0] for row in cursor.fetchall()]
+    except DatabaseError as exc:
+        log.warning("could not read the token namespaces: %s", exc)
+        found = []
+    return ordered_namespaces(load_config().namespace, found)
+
+
+# --- Limits (limits.py enforces them).
+
+LIMIT_FIELDS = ("produce_rate", "consume_rate", "max_live")
+
+
+def set_limits(*, namespace: str, topic: str = NAMESPACE, produce_rate: int | None = None,
+               consume_rate: int | None = None, max_live: int | None = None) -> Limit | None:
+    """Changes the limits given of a namespace (topic NAMESPACE) or of one of its topics: 0
+    removes a limit, None leaves it as it is. Returns the limits now in force, None when none is
+    left (the row is then deleted)."""
+    changes = {"produce_rate": produce_rate, "consume_rate": consume_rate, "max_live": max_live}
+    with transaction.atomic():
+        limit = (Limit.objects.select_for_update().filter(namespace=namespace, topic=topic).first()
+                 or Limit(namespace=namespace, topic=topic))
+        for name, value in changes.items():
+            if value is not None:
+                setattr(limit, name, value or None)
+        if all(getattr(limit, name) is None for name in LIMIT_FIELDS):
+            if limit.pk is not None:
+                limit.delete()
+            return None
+        limit.save()
+        return limit
+
+
+def limits_of(*, namespace: str) -> list[Limit]:
+    """The namespace's limits: its own first, then its topics' by name."""
+    return list(Limit.objects.filter(namespace=namespace).order_by("topic"))
+
+
+# --- Topic settings (topic_settings.py), with their limits, in one transaction.
+
+# A push signing secret: recognisable (secret scanners, logs) and 256 random bits.
+PUSH_SECRET_PREFIX = "dqps_"
+
+
+def new_push_secret() -> str:
+    return PUSH_SECRET_PREFIX + secrets.token_urlsafe(32)
+
+
+def save_topic_config(*, namespace: str, topic: str, changes: dict, limits: dict, rotate_push_secret: bool = False,
+                      secret_grace_millis: int = 0) -> str | None:
+    """Sets the TopicConfig fields in `changes` (a value None: back to the default) and the
+    limits in `limits` (set_limits' keywords: 0 removes one); the rest stay as they are.
+
+    A topic given its first push URL gets a signing secret; `rotate_push_secret` makes a new one,
+    the old one signing on for `secret_grace_millis`; an empty push URL forgets both. Answers
+    the new secret, shown this once, or None. BadRequest for a rotation without a push URL. The
+    worker thread's connection is closed after, so a PostgreSQL restart leaves no broken one."""
+    try:
+        with transaction.atomic():
+            config = (TopicConfig.objects.select_for_update().filter(namespace=namespace, topic=topic).first()
+                      or TopicConfig(namespace=namespace, topic=topic))
+            defaults = TopicSettings()
+            for name, value in changes.items():
+                setattr(config, name, getattr(defaults, name) if value is None else value)
+            secret = None
+            if not config.push_url:
+                if rotate_push_secret:
+                    raise BadRequest(f"rotatePushSecret: topic {topic} has no pushUrl, so no secret to rotate")
+                config.push_secret = config.push_previous_secret = ""
+                config.push_previous_until = 0
+            elif not config.push_secret or rotate_push_secret:
+                if config.push_secret:
+                    config.push_previous_secret = config.push_secret
+                    config.push_previous_until = now_millis() + secret_grace_millis
+                config.push_secret = secret = new_push_secret()
+            config.save()
+            if limits:
+                set_limits(namespace=namespace, topic=topic, **limits)
+        return secret
+    finally:
+        connection.close()
