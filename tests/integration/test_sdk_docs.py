@@ -29,17 +29,20 @@ def start(code: str, url: str, tmp_path) -> subprocess.Popen:
     path.write_text(code)
     env = {**os.environ, "DELAYQUEUE_URL": url, "PYTHONUNBUFFERED": "1"}
     env.pop("DELAYQUEUE_TOKEN", None)
-    with open(tmp_path / "out.txt", "w") as out:  # the child keeps its own copy of the descriptor
-        proc = subprocess.Popen([sys.executable, str(path)], cwd=tmp_path, env=env, stdout=out,
-                                stderr=subprocess.STDOUT)
-    proc.out = tmp_path / "out.txt"
+    # The child keeps its own copies of the descriptors. Its output and its log apart: the worker
+    # examples log from one handler's thread while another prints, and unbuffered, print's pieces
+    # ("cancelled order", " 7") would interleave with a log line in one file.
+    with open(tmp_path / "out.txt", "w") as out, open(tmp_path / "err.txt", "w") as err:
+        proc = subprocess.Popen([sys.executable, str(path)], cwd=tmp_path, env=env, stdout=out, stderr=err)
+    proc.out, proc.err = tmp_path / "out.txt", tmp_path / "err.txt"
     return proc
 
 
 def finished(proc: subprocess.Popen, timeout: float = 60) -> str:
+    """What the example printed (its stdout)."""
     proc.wait(timeout=timeout)
     out = proc.out.read_text()
-    assert proc.returncode == 0, out
+    assert proc.returncode == 0, out + proc.err.read_text()
     return out
 
 
