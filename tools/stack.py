@@ -22,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from importlib import import_module
 from importlib.util import find_spec
 from pathlib import Path
@@ -99,12 +100,28 @@ def free_cluster_port() -> int:
             return port
 
 
-def cluster_ports(count: int) -> list[int]:
+def free_ports(count: int) -> list[int]:
+    """`count` different free ports: each stays bound until all are found, so none comes twice."""
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+def cluster_ports(count: int, avoid: set[int] = frozenset()) -> list[int]:
+    """Ports for `count` cluster nodes whose buses (port + 10000) clash with no other port of
+    theirs nor with `avoid`."""
+    taken = set(avoid)
     ports: list[int] = []
     while len(ports) < count:
         port = free_cluster_port()
-        if port not in ports and port + 10_000 not in ports and port - 10_000 not in ports:
+        if not {port, port + 10_000} & taken:
             ports.append(port)
+            taken |= {port, port + 10_000}
     return ports
 
 
@@ -552,29 +569,168 @@ def ensure_browser() -> None:
             say("could not install chromium: the browser test will be SKIPPED")
 
 
+# ./dev test runs the suite on this many pytest-xdist workers, each on servers of its own (a
+# Redis, a 3-master Redis Cluster and a PostgreSQL): the tests empty Redis, restart PostgreSQL
+# and listen on Redis' pub/sub, which is shared by all of a server's databases. The suite mostly
+# waits (timers, sleeps, processes starting), so more workers than the 2 cores of the project's
+# machine pay: measured there, see README.md ("The two commands").
+TEST_WORKERS = 4
+TEST_URLS = ("REDIS_URL", "REDIS_CLUSTER_URL", "DATABASE_URL")
+# pytest options whose value is a separate argument that may look like a test path.
+VALUE_OPTIONS = {"-k", "-m", "-p", "-c", "-o", "--ignore", "--ignore-glob", "--deselect", "--basetemp", "--rootdir",
+                 "--confcutdir", "--override-ini", "--config-file"}
+
+
+def asked_workers(pytest_args: list[str]) -> int | None:
+    """The xdist workers the pytest arguments ask for: -n / --numprocesses N (auto or logical:
+    one per CPU), 0 with -p no:xdist; None when they do not say."""
+    value = None
+    for arg, following in zip(pytest_args, [*pytest_args[1:], ""]):
+        if arg == "-pno:xdist" or (arg == "-p" and following == "no:xdist"):
+            return 0
+        if arg in ("-n", "--numprocesses"):
+            value = following
+        elif arg.startswith("--numprocesses="):
+            value = arg.partition("=")[2]
+        elif arg.startswith("-n") and not arg.startswith("--"):
+            value = arg[2:].removeprefix("=")
+    if value is None:
+        return None
+    if value in ("auto", "logical"):
+        return os.cpu_count() or 1
+    return int(value) if value.isdigit() else 1  # pytest itself says what is wrong with it
+
+
+def named_test_files(pytest_args: list[str]) -> set[Path] | None:
+    """The test files the pytest arguments name (a folder stands for its test files, a test for
+    its file); None when they name none, which runs the whole suite."""
+    files: set[Path] = set()
+    named = False
+    for previous, arg in zip(["", *pytest_args], pytest_args):
+        if arg.startswith("-") or previous in VALUE_OPTIONS:
+            continue
+        path = (ROOT / arg.split("::")[0]).resolve()
+        if path.is_dir():
+            files |= set(path.rglob("test_*.py"))
+        elif path.is_file():
+            files.add(path)
+        else:
+            continue
+        named = True
+    return files if named else None
+
+
+def plan_workers(pytest_args: list[str], own_urls: bool) -> tuple[int, list[str]]:
+    """How many sets of servers ./dev test starts (one per xdist worker) and the pytest arguments
+    it adds. Unless told (-n N, -p no:xdist), TEST_WORKERS workers, or fewer for fewer test files
+    (one file runs without workers, on one set). A crashed worker is not replaced (its
+    replacement would have no servers): the run stops and names the test it crashed in."""
+    asked = asked_workers(pytest_args)
+    if own_urls:
+        if asked and asked > 1:
+            raise SystemExit(f"[dev] with {', '.join(TEST_URLS)} set, the tests share those servers and cannot "
+                             "run on several workers: leave -n out or unset them")
+        return 1, []
+    if asked is None:
+        files = named_test_files(pytest_args)
+        workers = TEST_WORKERS if files is None else max(1, min(TEST_WORKERS, len(files)))
+        extra = ["-n", str(workers)] if workers > 1 else []
+    else:
+        workers, extra = max(asked, 1), []
+    if asked or extra:
+        extra += ["--max-worker-restart", "0"]
+    return workers, extra
+
+
+def start_test_servers(services: Services, redis_port: int, pg_port: int, cluster: list[int]) -> dict:
+    """One worker's Redis, Redis Cluster and PostgreSQL: their URLs, and how to restart PostgreSQL."""
+    return {"REDIS_URL": services.single_redis(redis_port), "REDIS_CLUSTER_URL": services.redis_cluster(cluster),
+            "DATABASE_URL": services.postgres(pg_port), "DELAYQUEUE_TEST_POSTGRES": json.dumps(services.postgres_control)}
+
+
 def command_test(args) -> int:
+    """Starts the servers, one set per xdist worker, and runs pytest on them. tests/environment.py
+    gives each worker its own set (DELAYQUEUE_TEST_SERVERS, by PYTEST_XDIST_WORKER; a run
+    without workers takes gw0's) before Django's settings read the URLs."""
     env = dict(os.environ)
     LOCAL.mkdir(exist_ok=True)
     ensure_browser()
+    own_urls = any(env.get(name) for name in TEST_URLS)
+    workers, extra_args = plan_workers(args.pytest_args, own_urls)
     base = Path(tempfile.mkdtemp(prefix="test-", dir=LOCAL))
-    services = Services(base, durable=False)
+    redis_password, pg_password = new_password(), new_password()
+    sets = {}
+    for i in range(workers):
+        (base / f"gw{i}").mkdir()
+        sets[f"gw{i}"] = Services(base / f"gw{i}", durable=False, redis_password=redis_password,
+                                  pg_password=pg_password)
+    pytest_proc: subprocess.Popen | None = None
+
+    def interrupt(*_):
+        """SIGTERM, SIGHUP: as a Ctrl-C, which pytest gets as well."""
+        if pytest_proc is not None and pytest_proc.poll() is None:
+            pytest_proc.send_signal(signal.SIGINT)
+        raise KeyboardInterrupt
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, interrupt)
     try:
-        if not env.get("REDIS_URL"):
-            env["REDIS_URL"] = services.single_redis()
-        if not env.get("REDIS_CLUSTER_URL"):
-            env["REDIS_CLUSTER_URL"] = services.redis_cluster(cluster_ports(3))
-        if not env.get("DATABASE_URL"):
-            env["DATABASE_URL"] = services.postgres(free_port())
-            env["DELAYQUEUE_TEST_POSTGRES"] = json.dumps(services.postgres_control)
+        if own_urls:
+            servers = {"gw0": own_test_servers(sets["gw0"], env)}
+        else:
+            # Ports picked here, all at once, so that no two sets (starting side by side) take the same.
+            singles = free_ports(2 * workers)
+            cluster = cluster_ports(3 * workers, avoid=set(singles))
+            with ThreadPoolExecutor(workers) as pool:
+                servers = dict(zip(sets, pool.map(start_test_servers, sets.values(), singles[::2], singles[1::2],
+                                                  [cluster[i:i + 3] for i in range(0, 3 * workers, 3)])))
+        env["DELAYQUEUE_TEST_SERVERS"] = json.dumps(servers)
         env["REDIS_SERVER_BIN"] = redis_bin()
         env["SECRET_KEY"] = secrets.token_urlsafe(50)
-        say(f"test services: REDIS_URL={without_password(env['REDIS_URL'])} "
-            f"REDIS_CLUSTER_URL={without_password(env['REDIS_CLUSTER_URL'])} "
-            f"DATABASE_URL={without_password(env['DATABASE_URL'])} (passwords in the tests' environment)")
-        return subprocess.run([sys.executable, "-m", "pytest", *args.pytest_args], cwd=ROOT, env=env).returncode
+        for worker, urls in servers.items():
+            say(f"test servers{f' of {worker}' if workers > 1 else ''}: "
+                + " ".join(f"{name}={without_password(urls[name])}" for name in TEST_URLS if name in urls))
+        say(f"pytest {'on ' + str(workers) + ' workers' if workers > 1 else 'without workers'} "
+            "(passwords in the tests' environment)")
+        pytest_proc = subprocess.Popen([sys.executable, "-m", "pytest", *extra_args, *args.pytest_args], cwd=ROOT,
+                                       env=env)
+        return wait_for_pytest(pytest_proc)
+    except KeyboardInterrupt:  # while the servers were starting
+        say("interrupted")
+        return 130
     finally:
-        services.stop()
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # a second Ctrl-C must not leave servers behind
+            signal.signal(sig, signal.SIG_IGN)
+        with ThreadPoolExecutor(workers) as pool:
+            list(pool.map(Services.stop, sets.values()))
         shutil.rmtree(base, ignore_errors=True)
+
+
+def own_test_servers(services: Services, env: dict) -> dict:
+    """The servers a run on the caller's REDIS_URL, REDIS_CLUSTER_URL or DATABASE_URL still
+    needs: those not given."""
+    servers = {}
+    if not env.get("REDIS_URL"):
+        servers["REDIS_URL"] = services.single_redis()
+    if not env.get("REDIS_CLUSTER_URL"):
+        servers["REDIS_CLUSTER_URL"] = services.redis_cluster(cluster_ports(3))
+    if not env.get("DATABASE_URL"):
+        servers["DATABASE_URL"] = services.postgres(free_port())
+        servers["DELAYQUEUE_TEST_POSTGRES"] = json.dumps(services.postgres_control)
+    return {**{name: env[name] for name in TEST_URLS if env.get(name)}, **servers}
+
+
+def wait_for_pytest(proc: subprocess.Popen) -> int:
+    """pytest's exit code. A Ctrl-C reaches pytest too (it is in the terminal's process group):
+    it is waited for while it stops its tests' processes and reports, up to a minute."""
+    try:
+        return proc.wait()
+    except KeyboardInterrupt:
+        try:
+            return proc.wait(timeout=60)
+        except (subprocess.TimeoutExpired, KeyboardInterrupt):
+            proc.kill()
+            return proc.wait()
 
 
 def main() -> int:

@@ -1,8 +1,12 @@
-"""tools/stack.py's pure helpers: the secrets ./dev run keeps, and turning a data folder's
-trust rules into password rules."""
+"""tools/stack.py's pure helpers: the secrets ./dev run keeps, turning a data folder's trust
+rules into password rules, and how many workers (and sets of servers) ./dev test runs."""
+import os
 import stat
 
-from tools.stack import hba_requiring_passwords, stored_secret, trusted_rule, write_private
+import pytest
+
+from tools.stack import (TEST_WORKERS, asked_workers, cluster_ports, free_ports, hba_requiring_passwords, plan_workers,
+                         stored_secret, trusted_rule, write_private)
 
 OLD_HBA = """# TYPE  DATABASE        USER            ADDRESS                 METHOD
 # "local" is for Unix domain socket connections only; trust would be
@@ -38,3 +42,40 @@ def test_every_trust_rule_asks_for_a_scram_password_and_comments_are_left_alone(
     assert '# "local" is for Unix domain socket connections only; trust would be' in changed
     assert not any(trusted_rule(line) for line in changed.splitlines())
     assert hba_requiring_passwords(changed) == changed
+
+
+@pytest.mark.parametrize("args,workers", [
+    ([], None), (["-k", "n"], None), (["-n", "3"], 3), (["-n3"], 3), (["-n=2"], 2), (["--numprocesses", "5"], 5),
+    (["--numprocesses=0"], 0), (["-n", "auto"], os.cpu_count()), (["-p", "no:xdist"], 0), (["-pno:xdist"], 0),
+])
+def test_the_workers_asked_for_are_read_from_pytest_arguments(args, workers):
+    assert asked_workers(args) == workers
+
+
+@pytest.mark.parametrize("args,sets,extra", [
+    ([], TEST_WORKERS, ["-n", str(TEST_WORKERS), "--max-worker-restart", "0"]),
+    (["-k", "tests", "-m", "not fault"], TEST_WORKERS, ["-n", str(TEST_WORKERS), "--max-worker-restart", "0"]),
+    (["tests/integration/test_api.py"], 1, []),
+    (["tests/integration/test_api.py::test_send_get_pull_ack_round_trip", "-x"], 1, []),
+    (["tests/integration/test_api.py", "tests/unit/test_timer.py"], 2, ["-n", "2", "--max-worker-restart", "0"]),
+    (["--deselect", "tests/integration", "tests/unit/test_timer.py"], 1, []),
+    (["tests/integration"], TEST_WORKERS, ["-n", str(TEST_WORKERS), "--max-worker-restart", "0"]),
+    (["-n", "0"], 1, []),
+    (["-p", "no:xdist", "tests"], 1, []),
+    (["-n", "3", "tests/integration/test_api.py"], 3, ["--max-worker-restart", "0"]),
+])
+def test_one_set_of_servers_per_worker_and_fewer_workers_for_fewer_files(args, sets, extra):
+    assert plan_workers(args, own_urls=False) == (sets, extra)
+
+
+def test_with_servers_of_the_callers_own_the_tests_run_without_workers():
+    assert plan_workers([], own_urls=True) == (1, [])
+    with pytest.raises(SystemExit, match="cannot run on several workers"):
+        plan_workers(["-n", "2"], own_urls=True)
+
+
+def test_ports_picked_at_once_are_all_different_buses_included():
+    singles = free_ports(8)
+    cluster = cluster_ports(12, avoid=set(singles))
+    taken = singles + cluster + [port + 10_000 for port in cluster]
+    assert len(set(taken)) == len(taken) == 32
