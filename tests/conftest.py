@@ -20,6 +20,25 @@ from tests.helpers import (REDIS_CLUSTER_URL, REDIS_URL, TEST_CONFIG, PostgresCo
                            ScannerProcess, WebProcess, make_runtime, scanner_env)
 from tools.stack import LOCAL
 
+SPARK_TESTS = "tests/spark/"
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """On pytest-xdist's workers (./dev test), tests/spark/ is one unit of work for one worker:
+    Spark's JVMs (a SparkSession per worker) would fight over the cores. The other tests go out
+    one by one, as with --dist load. (--dist loadgroup cannot do it on pytest 9.2: it marks the
+    group in the node ids, which pytest 9.2 no longer lets a plugin change; pytest-xdist#1386.)"""
+    if config.getvalue("dist") != "load":
+        return None  # another distribution, asked for with --dist
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SparkOnOneWorker(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return SPARK_TESTS if nodeid.startswith(SPARK_TESTS) else nodeid
+
+    return SparkOnOneWorker(config, log)
+
 
 @pytest.fixture
 def clean_redis(settings):
