@@ -21,12 +21,22 @@ def lines_with(scanner, text: str) -> list[str]:
     return [line for line in scanner.output().splitlines() if text in line]
 
 
+async def said(scanner, text: str) -> None:
+    """Waits for the scanner's first line with `text`: its first try comes once Python and Django
+    are up, which takes seconds on a loaded machine."""
+    async def line():
+        return lines_with(scanner, text)
+
+    await wait_until(line, timeout=60, interval=0.05, what=f"the scanner to say {text!r}")
+
+
 async def test_a_scanner_started_while_redis_is_down_waits_for_it(server_dir, scanner_process):
     port = free_port()
     redis = Services(server_dir, durable=False)
     url = f"redis://:{redis.redis_password}@127.0.0.1:{port}/0"
     scanner = scanner_process("early", REDIS_URL=url, DELAYQUEUE_MESSAGE_LOG=0)
-    await asyncio.sleep(3)  # a dozen tries at start
+    await said(scanner, "cannot start yet")
+    await asyncio.sleep(3)  # a dozen tries more
     assert scanner.proc.poll() is None, scanner.output()
     [waiting] = lines_with(scanner, "cannot start yet")  # one line, not one per try
     assert "connection refused" in waiting
@@ -50,7 +60,8 @@ async def test_a_scanner_started_while_postgres_is_down_works_and_writes_the_his
     scanner = scanner_process("early")
     # Promotion needs only Redis: it goes on while the log is down.
     await wait_until(lambda: promoted(rt, sent), timeout=15, what="the scanner to promote the message")
-    await asyncio.sleep(1.5)  # several of the log writer's tries
+    await said(scanner, "log writer")
+    await asyncio.sleep(1.5)  # several of the log writer's tries more
     assert scanner.proc.poll() is None, scanner.output()
     [waiting] = lines_with(scanner, "log writer")
     assert "message log unavailable: connection refused" in waiting
