@@ -12,7 +12,8 @@ from django.db import models
 
 from delayqueue.core import messages
 from delayqueue.core.clock import to_millis
-from delayqueue.core.constants import (LIVE_STATUSES, MAX_EVENT_DETAIL, MAX_LIMIT, MAX_PUSH_URL_LENGTH, MAX_TOPIC_BYTES,
+from delayqueue.messagelog import tables
+from delayqueue.core.constants import (MAX_EVENT_DETAIL, MAX_LIMIT, MAX_PUSH_URL_LENGTH, MAX_TOPIC_BYTES,
                                   PUSH_CONCURRENCY_DEFAULT, PUSH_MAX_CONCURRENCY, PUSH_MAX_TIMEOUT_MILLIS,
                                   PUSH_TIMEOUT_DEFAULT_MILLIS, RETRY_BACKOFF_MAX_MILLIS, Reason, Status)
 
@@ -34,6 +35,7 @@ class Message(models.Model):
     updated_at = models.DateTimeField()
 
     class Meta:
+        db_table = tables.MESSAGE
         constraints = [
             # msgId leads: it tells rows apart at the first column (namespace and topic are mostly
             # equal), which makes every insert cheaper, and the admin's msgId search uses it.
@@ -48,14 +50,14 @@ class Message(models.Model):
             models.Index(fields=["topic", "-produce_time"], name="message_topic_produced"),
             # The restore scan: live messages only, walked in id order.
             models.Index(fields=["namespace", "id"], name="message_live",
-                         condition=models.Q(status__in=LIVE_STATUSES)),
+                         condition=models.Q(**tables.LIVE.q_keywords())),
             # Retention: ended messages by age.
             models.Index(fields=["updated_at"], name="message_ended",
-                         condition=models.Q(status__gte=Status.ACKED)),
+                         condition=models.Q(**tables.ENDED.q_keywords())),
             # Dead letters of a topic in the order they died: getDeadMsgList's keyset pages, a
             # redrive's walk and purgeDeadMsg.
             models.Index(fields=["namespace", "topic", "updated_at", "id"], name="message_dead",
-                         condition=models.Q(status=Status.EXHAUSTED)),
+                         condition=models.Q(**tables.DEAD.q_keywords())),
         ]
 
     def __str__(self):
@@ -88,6 +90,7 @@ class MessageEvent(models.Model):
     detail = models.CharField(max_length=MAX_EVENT_DETAIL, blank=True, default="", db_default="")
 
     class Meta:
+        db_table = tables.EVENT
         constraints = [
             models.UniqueConstraint(fields=["msg_id", "event_id", "topic", "namespace"], name="event_once"),
         ]
@@ -131,6 +134,7 @@ class TopicHourStats(models.Model):
     computed_at = models.DateTimeField()
 
     class Meta:
+        db_table = tables.STATS
         constraints = [
             models.UniqueConstraint(fields=["namespace", "topic", "hour"], name="topic_hour_once"),
         ]
@@ -161,6 +165,7 @@ class Limit(models.Model):
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
+        db_table = tables.LIMIT
         constraints = [
             models.UniqueConstraint(fields=["namespace", "topic"], name="limit_once"),
         ]
@@ -181,6 +186,7 @@ class ApiToken(models.Model):
     revoked_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
+        db_table = tables.TOKEN
         verbose_name = "API token"
 
     def __str__(self):
@@ -228,6 +234,7 @@ class TopicConfig(models.Model):
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
+        db_table = tables.TOPIC_CONFIG
         constraints = [
             models.UniqueConstraint(fields=["namespace", "topic"], name="topic_config_once"),
         ]
@@ -257,6 +264,7 @@ class RedriveTask(models.Model):
     lease_until = models.DateTimeField(null=True, blank=True)
 
     class Meta:
+        db_table = tables.REDRIVE
         indexes = [
             # The scanners' claim: unfinished tasks only.
             models.Index(fields=["namespace", "id"], name="redrive_running", condition=models.Q(done_at__isnull=True)),

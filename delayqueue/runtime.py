@@ -16,6 +16,7 @@ from delayqueue.config.settings import QueueConfig, load_config
 from delayqueue.live import client
 from delayqueue.live.keys import namespace_keys
 from delayqueue.live.runners import script_runner
+from delayqueue.live.scripts import ScriptContext
 from delayqueue.stores.limits import LimitCache
 from delayqueue.stores.tokens import TokenCache
 from delayqueue.stores.topic_settings import TopicConfigCache
@@ -46,6 +47,9 @@ class Runtime:
         rows, or '' when the message log is off (the scripts then record nothing)."""
         self.process = process
         self.actor = f"{process}@{socket.gethostname()}" if self.config.message_log else ""
+        cfg = self.config
+        self.context = ScriptContext(ns=self.ns, actor=self.actor, stats_interval_millis=cfg.monitor_interval_millis,
+                                     retention_millis=cfg.ended_retention_millis, scan_limit=cfg.scanner_batch)
 
     def for_namespace(self, namespace: str) -> "Runtime":
         """The runtime of `namespace`: this one's Redis client and scripts, its own keys, message

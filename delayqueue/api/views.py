@@ -13,7 +13,7 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.permissions import AllowAny
 from rest_framework.views import APIView
 
-from delayqueue.api import health
+from delayqueue.api import health, wire
 from delayqueue.api.auth import authorize
 from delayqueue.api.parsers import (FORM_CONTENT_TYPE, FormBodyParser, FormError, JSONBodyParser, StrictMultiPartParser,
                                     parse_fields, parse_form)
@@ -37,10 +37,10 @@ from delayqueue.services.consume import (ack_message, ack_messages, long_poll_me
                                          touch_message)
 from delayqueue.services.dead_letters import create_redrive, dead_letters, purge_dead_letters, redrive_state
 from delayqueue.services.messages import delete_message, get_message, reschedule_message
-from delayqueue.services.restore import RestoreCounts, restore
-from delayqueue.services.send import SendRequest, send_message, send_messages
-from delayqueue.services.topics import (list_topics, monitor_data, pause_topic, purge_topic, resume_topic,
-                                        set_topic_config, topic_config, topic_info, topic_infos)
+from delayqueue.services.restore import restore
+from delayqueue.services.send import send_message, send_messages
+from delayqueue.services.topic_control import pause_topic, resume_topic, set_topic_config
+from delayqueue.services.topics import list_topics, monitor_data, purge_topic, topic_config, topic_info, topic_infos
 
 # Parameters whose empty value is itself an answer (400, "generate an id", "push off"); any other
 # empty parameter counts as absent, as Spring treats it.
@@ -78,14 +78,6 @@ def reply(code: int = 200, msg: str = "success", **payload) -> HttpResponse:
     """The API speaks JSON only, so it renders directly instead of through DRF's content
     negotiation and template response (which Django would render via a thread hop)."""
     return HttpResponse(orjson.dumps({"code": code, "msg": msg, **payload}), content_type="application/json")
-
-
-def send_parameters(data: dict) -> dict:
-    """sendMsg's validated parameters as send_message's keywords."""
-    delay = data["delayMillis"]
-    return {"topic": data["topic"], "msg": data["msg"], "delay_millis": 0 if delay is None else delay,
-            "msg_id": data.get("msgId") or None, "ttl_millis": data["ttlMillis"], "max_retry": data["maxRetry"],
-            "trigger_time": data["triggerTime"], "priority": data["priority"]}
 
 
 class QueueAPIView(APIView):
@@ -228,7 +220,7 @@ class SendMsgView(QueueAPIView):
 
     async def handle(self):
         data = self.validated(SendMsgSerializer)
-        return reply(delayMsg=await send_message(self.rt, **send_parameters(data)))
+        return reply(delayMsg=wire.message(await send_message(self.rt, request=wire.send_request(data))))
 
 
 @queue_endpoint(
@@ -263,14 +255,14 @@ class SendMsgBatchView(QueueAPIView):
             except BadRequest as exc:
                 results[i] = item_error(i, exc)
             else:
-                accepted.append(SendRequest(**send_parameters(data)))
+                accepted.append(wire.send_request(data))
                 positions.append(i)
         sent = await send_messages(rt, requests=accepted) if accepted else []
         for i, outcome in zip(positions, sent):
             if isinstance(outcome, Exception):
                 results[i] = item_error(i, outcome)
             else:
-                results[i] = {"code": 200, "msg": "success", "delayMsg": outcome}
+                results[i] = {"code": 200, "msg": "success", "delayMsg": wire.message(outcome)}
         return reply(results=results)
 
 
@@ -295,10 +287,9 @@ class PullMsgView(QueueAPIView):
 
     async def handle(self):
         data = self.validated(PullMsgSerializer)
-        messages, _remaining = await pull_messages(
-            self.rt, topic=data["topic"], batch=data["batch"], ack_timeout_millis=data["ackTimeoutMillis"]
-        )
-        return reply(delayMsgList=messages)
+        pulled = await pull_messages(self.rt, topic=data["topic"], batch=data["batch"],
+                                     ack_timeout_millis=data["ackTimeoutMillis"])
+        return reply(delayMsgList=wire.messages(pulled.messages))
 
 
 @queue_endpoint(
@@ -317,7 +308,7 @@ class LongPollingMsgView(QueueAPIView):
             self.rt, topic=data["topic"], batch=data["batch"], ack_timeout_millis=data["ackTimeoutMillis"],
             timeout_millis=data["longPollingTimeoutMillis"]
         )
-        return reply(delayMsgList=messages)
+        return reply(delayMsgList=wire.messages(messages))
 
 
 @queue_endpoint(
@@ -391,7 +382,7 @@ class RescheduleMsgView(QueueAPIView):
         message = await reschedule_message(
             self.rt, topic=data["topic"], msg_id=data["msgId"], trigger_time=-1 if trigger is None else trigger,
             delay_millis=0 if delay is None else delay)
-        return reply(delayMsg=message)
+        return reply(delayMsg=wire.message(message))
 
 
 @queue_endpoint(
@@ -408,7 +399,7 @@ class GetMsgView(QueueAPIView):
         message = await get_message(self.rt, topic=data["topic"], msg_id=data["msgId"])
         if message is None:
             raise NotFound(f"message {data['msgId']} not found in topic {data['topic']}")
-        return reply(delayMsg=message)
+        return reply(delayMsg=wire.message(message))
 
 
 @queue_endpoint(
@@ -440,7 +431,7 @@ class GetMonitorDataView(QueueAPIView):
     marks_use = False
 
     async def handle(self):
-        return reply(data=await monitor_data(self.rt))
+        return reply(data=wire.monitor_data(await monitor_data(self.rt)))
 
 
 @queue_endpoint(
@@ -454,7 +445,7 @@ class GetTopicInfoView(QueueAPIView):
 
     async def handle(self):
         data = self.validated(TopicSerializer)
-        return reply(data=await topic_info(self.rt, topic=data["topic"]))
+        return reply(data=wire.topic_info(await topic_info(self.rt, topic=data["topic"])))
 
 
 @queue_endpoint(
@@ -467,11 +458,7 @@ class GetTopicInfoListView(QueueAPIView):
 
     async def handle(self):
         rt = self.rt
-        return reply(data=await topic_infos(rt, topics=await list_topics(rt)))
-
-
-def restore_reply(counts: RestoreCounts) -> HttpResponse:
-    return reply(restored=counts.restored, alreadyLive=counts.already_live, skipped=counts.skipped)
+        return reply(data=[wire.topic_info(info) for info in await topic_infos(rt, topics=await list_topics(rt))])
 
 
 @queue_endpoint(
@@ -492,7 +479,7 @@ class RestoreView(QueueAPIView):
         counts = await restore(rt, topic=topic, include_expired=data["expire"])
         if topic is not None and not counts.seen:
             raise NotFound(f"topic {topic} has no messages in the message log")
-        return restore_reply(counts)
+        return reply(**wire.restore_counts(counts))
 
 
 @queue_endpoint(
@@ -510,16 +497,11 @@ class RestoreMsgView(QueueAPIView):
         counts = await restore(rt, topic=topic, msg_id=msg_id, include_expired=data["expire"])
         if not counts.seen:
             raise NotFound(f"message {msg_id} not found in the message log of topic {topic}")
-        return restore_reply(counts)
+        return reply(**wire.restore_counts(counts))
 
 
-# setTopicConfig's parameters: TopicConfig fields, and set_limits' keywords.
-TOPIC_SETTINGS = {"ttlMillis": "ttl_millis", "maxRetry": "max_retry", "ackTimeoutMillis": "ack_timeout_millis",
-                  "retryBackoffMillis": "retry_backoff_millis", "retryBackoffMaxMillis": "retry_backoff_max_millis",
-                  "deadLetter": "dead_letter", "pushUrl": "push_url", "pushConcurrency": "push_concurrency",
-                  "pushTimeoutMillis": "push_timeout_millis", "pushRatePerSecond": "push_rate"}
-TOPIC_LIMITS = {"produceRatePerSecond": "produce_rate", "consumeRatePerSecond": "consume_rate",
-                "maxLiveMessages": "max_live"}
+# setTopicConfig's parameters that are limits (set_limits' keywords); the others are TopicConfig fields.
+TOPIC_LIMITS = ("produceRatePerSecond", "consumeRatePerSecond", "maxLiveMessages")
 
 
 def topic_setting(name: str, value):
@@ -543,7 +525,7 @@ class GetTopicConfigView(QueueAPIView):
 
     async def handle(self):
         data = self.validated(TopicSerializer)
-        return reply(data=await topic_config(self.rt, topic=data["topic"]))
+        return reply(data=wire.topic_config(await topic_config(self.rt, topic=data["topic"])))
 
 
 @queue_endpoint(
@@ -565,10 +547,11 @@ class SetTopicConfigView(QueueAPIView):
         topic = data["topic"]
         secret = await set_topic_config(
             self.rt, topic=topic,
-            changes={field: topic_setting(name, data[name]) for name, field in TOPIC_SETTINGS.items() if name in data},
-            limits={field: data[name] for name, field in TOPIC_LIMITS.items() if name in data},
+            changes={field: topic_setting(name, data[name]) for name, field in wire.TOPIC_CONFIG_NAMES.items()
+                     if name in data and name not in TOPIC_LIMITS},
+            limits={wire.TOPIC_CONFIG_NAMES[name]: data[name] for name in TOPIC_LIMITS if name in data},
             rotate_push_secret=data.get("rotatePushSecret", False))
-        answered = await topic_config(self.rt, topic=topic)
+        answered = wire.topic_config(await topic_config(self.rt, topic=topic))
         return reply(data=answered if secret is None else {**answered, "pushSecret": secret})
 
 
@@ -626,7 +609,8 @@ class GetDeadMsgListView(QueueAPIView):
         data = self.validated(DeadMsgListSerializer)
         page, next_cursor = await dead_letters(self.rt, topic=data["topic"], limit=data["limit"],
                                                            cursor=data.get("cursor"))
-        return reply(delayMsgList=page, **({"nextCursor": next_cursor} if next_cursor else {}))
+        return reply(delayMsgList=[wire.dead_letter(dead) for dead in page],
+                     **({"nextCursor": next_cursor} if next_cursor else {}))
 
 
 @queue_endpoint(
@@ -667,7 +651,7 @@ class GetRedriveTaskView(QueueAPIView):
         state = await redrive_state(self.rt, task_id=task_id)
         if state is None:
             raise NotFound(f"redrive task {task_id} not found")
-        return reply(**state)
+        return reply(**wire.redrive_progress(state))
 
 
 @queue_endpoint(

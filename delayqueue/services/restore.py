@@ -79,8 +79,7 @@ async def restore_rows(rt: Runtime, *, rows: Iterable[dict], include_expired: bo
     for topic, messages in by_topic.items():
         for start in range(0, len(messages), SCRIPT_MESSAGES):
             calls.append(scripts.restore(
-                rt.ns.topic(topic), ready_channel=rt.ns.ready_channel, schedule_channel=rt.ns.schedule_channel,
-                topic=topic, dry_run=dry_run, actor=rt.actor,
+                rt.context, topic, dry_run=dry_run,
                 messages=[(m.msg_id, m.payload, m.produce_time, m.trigger_time, m.expire_time, m.max_retry, m.retry,
                            m.priority)
                           for m in messages[start:start + SCRIPT_MESSAGES]]))

@@ -22,6 +22,7 @@ its restore. Reading fails open as the limits do: the settings last read stay in
 from dataclasses import dataclass
 
 from delayqueue.core.constants import PUSH_CONCURRENCY_DEFAULT, PUSH_TIMEOUT_DEFAULT_MILLIS, RETRY_BACKOFF_MAX_MILLIS
+from delayqueue.live.keys import Meta
 from delayqueue.messagelog import sql
 from delayqueue.stores.refreshed import RefreshedTable
 
@@ -48,11 +49,11 @@ DEFAULT = TopicSettings()
 
 # Meta hash field -> how a TopicSettings gives its value; the scripts read all but dead_letter (see above).
 MIRROR_FIELDS = {
-    "retry_backoff": lambda s: s.retry_backoff_millis,
-    "retry_backoff_max": lambda s: s.retry_backoff_max_millis,
-    "dead_letter": lambda s: int(s.dead_letter),
-    "paused": lambda s: int(s.paused),
-    "push": lambda s: int(bool(s.push_url)),  # read by the operators' views only (ops/figures.py)
+    Meta.RETRY_BACKOFF: lambda s: s.retry_backoff_millis,
+    Meta.RETRY_BACKOFF_MAX: lambda s: s.retry_backoff_max_millis,
+    Meta.DEAD_LETTER: lambda s: int(s.dead_letter),
+    Meta.PAUSED: lambda s: int(s.paused),
+    Meta.PUSH: lambda s: int(bool(s.push_url)),  # read by the operators' views only (ops/figures.py)
 }
 
 

@@ -24,7 +24,6 @@ import hashlib
 import heapq
 import hmac
 import logging
-import random
 import socket
 import time
 from collections import Counter
@@ -46,6 +45,8 @@ from delayqueue.core.stopping import cancel_and_wait
 from delayqueue.live import push_counts, scripts
 from delayqueue.live.pubsub import subscribe_forever
 from delayqueue.runtime import Runtime
+from delayqueue.services.consume import Pull, ack_message, nack_message, pull_many
+from delayqueue.core.exceptions import Throttled
 from delayqueue.stores.push_topics import PushTopic, PushTopicCache
 from delayqueue.stores.refreshed import REFRESH_SECONDS
 
@@ -227,7 +228,6 @@ class Pusher:
     async def _pull(self, table: dict[str, PushTopic]) -> None:
         """Pulls every wanted push topic with a free slot, in one pipelined round trip, and
         starts a delivery per message."""
-        rt, cfg = self.rt, self.rt.config
         wanted, self._wanted = self._wanted, set()
         pulls = []
         for topic in wanted:
@@ -238,31 +238,32 @@ class Pusher:
             if room <= 0:
                 self._held.add(topic)
                 continue
-            pulls.append((topic, settings, room, scripts.pull(
-                rt.ns.topic(topic), batch=room, ack_timeout_millis=settings.push_timeout_millis + ACK_MARGIN_MILLIS,
-                retention_millis=cfg.ended_retention_millis, stats_interval_millis=cfg.monitor_interval_millis,
-                schedule_channel=rt.ns.schedule_channel, topic=topic, actor=rt.actor, consume_rate=settings.push_rate,
-                promote_limit=cfg.scanner_batch, ready_channel=rt.ns.ready_channel,
-                max_inflight=settings.push_concurrency)))
+            pulls.append((settings, room, Pull(topic, room, settings.push_timeout_millis + ACK_MARGIN_MILLIS,
+                                               consume_rate=settings.push_rate,
+                                               max_inflight=settings.push_concurrency)))
         if not pulls:
             return
         try:
-            replies = await rt.scripts.run([call for *_, call in pulls])
-        except RedisError:
+            replies = await pull_many(self.rt, pulls=[pull for *_, pull in pulls])
+        except RedisError:  # the namespace's consume rate could not be asked
             retry_at = asyncio.get_running_loop().time() + ERROR_BACKOFF
-            for topic, *_ in pulls:
-                self._wakes.at(topic, retry_at)
+            for *_, pull in pulls:
+                self._wakes.at(pull.topic, retry_at)
             raise
         now = asyncio.get_running_loop().time()
         failure = None
-        for (topic, settings, room, _call), reply in zip(pulls, replies):
+        for (settings, room, pull), reply in zip(pulls, replies):
+            topic = pull.topic
+            if isinstance(reply, Throttled):  # by the namespace's consume rate
+                self._wakes.at(topic, now + reply.retry_after_millis / 1000)
+                continue
             if isinstance(reply, Exception):
                 self._wakes.at(topic, now + ERROR_BACKOFF)
                 failure = reply
                 continue
-            for raw in reply.messages:
+            for message in reply.messages:
                 try:
-                    self._start(topic, settings, raw)
+                    self._start(topic, settings, message)
                 except Exception:  # left in flight: it comes back at its ack deadline
                     log.exception("pusher could not start a push of topic %s", topic)
             if reply.paused:  # resumeTopic publishes it on the ready channel
@@ -284,15 +285,14 @@ class Pusher:
         if isinstance(failure, RedisError):
             raise failure
 
-    def _start(self, topic: str, settings: PushTopic, raw: str) -> None:
-        message = Message.from_stored(raw)
+    def _start(self, topic: str, settings: PushTopic, message: Message) -> None:
         self._running[topic] += 1
         task = asyncio.get_running_loop().create_task(self._deliver(topic, settings, message))
         self._deliveries.add(task)
         task.add_done_callback(self._deliveries.discard)
 
     async def _deliver(self, topic: str, settings: PushTopic, message: Message) -> None:
-        rt, cfg = self.rt, self.rt.config
+        rt = self.rt
         try:
             body = orjson.dumps(message.to_wire())
             signed_at = now_millis()
@@ -300,27 +300,21 @@ class Pusher:
                        "DelayQueue-Msg-Id": header_value(message.msg_id), "DelayQueue-Retry": str(message.retry),
                        "DelayQueue-Signature": signature_header(settings.signing_secrets(signed_at), signed_at, body)}
             status, detail = await self._post(settings, body, headers)
-            k = rt.ns.topic(topic)
             if status is not None and 200 <= status < 300:
                 self.counts["pushed"] += 1
                 lateness = now_millis() - message.trigger_time
                 for name in push_counts.pushed_fields(topic, lateness):
                     self._figures[name] += 1
                 self._figures[push_counts.lateness_field(topic)] += max(lateness, 0)
-                call = scripts.ack(k, msg_id=message.msg_id, retention_millis=cfg.ended_retention_millis,
-                                   stats_interval_millis=cfg.monitor_interval_millis, actor=rt.actor,
-                                   push_status=str(status))
+                settle = ack_message(rt, topic=topic, msg_id=message.msg_id, push_status=str(status))
             else:
                 self.counts["failed"] += 1
                 self._figures[push_counts.failed_field(topic, str(status) if status is not None else detail[0])] += 1
-                call = scripts.nack(
-                    k, msg_id=message.msg_id, retention_millis=cfg.ended_retention_millis,
-                    stats_interval_millis=cfg.monitor_interval_millis, ready_channel=rt.ns.ready_channel, topic=topic,
-                    actor=rt.actor, delay_millis=-1, dead_letter=False, schedule_channel=rt.ns.schedule_channel,
-                    seed=random.getrandbits(31), default_backoff_millis=PUSH_RETRY_BACKOFF_DEFAULT_MILLIS,
+                settle = nack_message(
+                    rt, topic=topic, msg_id=message.msg_id, default_backoff_millis=PUSH_RETRY_BACKOFF_DEFAULT_MILLIS,
                     push_failure=(f"HTTP {status}" if status is not None else ": ".join(detail))[:MAX_EVENT_DETAIL])
             try:
-                await rt.scripts.call(call)
+                await settle
             except RedisError as exc:  # the message comes back at its ack deadline: pushed again
                 log.warning("pusher could not settle message %s of topic %s: %s", message.msg_id, topic, exc)
         except Exception:  # left in flight: it comes back at its ack deadline
@@ -388,7 +382,7 @@ class Pusher:
             return
         counts, self._figures = self._figures, Counter()
         try:
-            await self.rt.scripts.call(scripts.add_counts(self.rt.ns, fields=list(counts.items())))
+            await self.rt.scripts.call(scripts.add_counts(self.rt.context, fields=list(counts.items())))
         except RedisError:
             self._figures.update(counts)  # added at the next write
 

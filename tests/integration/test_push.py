@@ -16,8 +16,8 @@ from delayqueue.core.constants import Reason, Status
 from delayqueue.models import Message
 from delayqueue.runtime import close_current
 from delayqueue.services.messages import get_message
-from delayqueue.services.send import send_message
-from delayqueue.services.topics import set_topic_config
+from delayqueue.services.send import SendRequest, send_message
+from delayqueue.services.topic_control import set_topic_config
 from delayqueue.workers import pusher as pusher_module
 from tests.helpers import REDIS_CLUSTER_URL, REDIS_URL, call, drain_log, make_runtime, query, wait_until
 from tools.stack import free_port
@@ -438,13 +438,13 @@ async def test_pushers_work_on_a_single_redis_and_on_the_cluster(rt, start_scann
     await start_scanner(rt)
     url = REDIS_CLUSTER_URL if rt.config.redis_url == REDIS_CLUSTER_URL else REDIS_URL
     pusher = await start_pusher(make_runtime(url))
-    sent = [await send_message(rt, topic=topic, msg="x", delay_millis=100, msg_id=f"{topic}1")
+    sent = [await send_message(rt, request=SendRequest(topic=topic, msg="x", delay_millis=100, msg_id=f"{topic}1"))
             for topic in ("a", "b")]
     for message in sent:
-        await arrived(receiver, message["msgId"], 2)
+        await arrived(receiver, message.msg_id, 2)
 
     async def both_acked():
-        statuses = [(await get_message(rt, topic=m["topic"], msg_id=m["msgId"]))["status"] for m in sent]
+        statuses = [(await get_message(rt, topic=m.topic, msg_id=m.msg_id)).status for m in sent]
         return statuses == [Status.ACKED, Status.ACKED]
 
     await wait_until(both_acked, what="both acked")

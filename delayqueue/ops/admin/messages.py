@@ -146,7 +146,7 @@ class MessageAdmin(admin.ModelAdmin):
         try:
             if action == "run_now":
                 moved = in_namespace(message.namespace, reschedule_message, **where, delay_millis=0)
-                done = f"Due now: {Status(moved['status']).label}"
+                done = f"Due now: {Status(moved.status).label}"
             elif action == "reschedule":
                 form = RescheduleForm(request.POST)
                 if not form.is_valid():
@@ -158,8 +158,8 @@ class MessageAdmin(admin.ModelAdmin):
                 when = {"delay_millis": data["delay_millis"]} if data["delay_millis"] is not None \
                     else {"trigger_time": to_millis(data["trigger_time"])}
                 moved = in_namespace(message.namespace, reschedule_message, **where, **when)
-                done = (f"Rescheduled: {Status(moved['status']).label}, trigger time "
-                        f"{millis_text(from_millis(moved['triggerTime']))}")
+                done = (f"Rescheduled: {Status(moved.status).label}, trigger time "
+                        f"{millis_text(from_millis(moved.trigger_time))}")
             elif action == "delete":
                 if request.POST.get("confirmed") != "on":
                     return TemplateResponse(request, "admin/delayqueue/confirm.html", {

@@ -6,7 +6,7 @@
 -- backoff_settings(meta key) -> base ms, max ms (read once per call)
 -- backoff_wait(base ms, max ms, retry: deliveries so far) -> ms to wait
 local function backoff_settings(meta)
-  local fields = redis.call('HMGET', meta, 'retry_backoff', 'retry_backoff_max')
+  local fields = redis.call('HMGET', meta, META.RETRY_BACKOFF, META.RETRY_BACKOFF_MAX)
   return tonumber(fields[1] or '0'), tonumber(fields[2] or RETRY_BACKOFF_MAX_MILLIS)
 end
 
