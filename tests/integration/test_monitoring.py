@@ -9,7 +9,7 @@ from asgiref.sync import sync_to_async
 from prometheus_client.parser import text_string_to_metric_families
 
 from delayqueue.api import wire
-from delayqueue.api import health
+from delayqueue.api import health_state
 from delayqueue.live import push_counts as push_figures
 from delayqueue.live import scripts
 from delayqueue.ops import figures
@@ -264,7 +264,7 @@ async def test_health_endpoints_answer_like_camellia(api, monkeypatch):
         assert (status.status_code, status.json()) == (500, {"code": 500})
         assert (await api.get("/camellia/health/check")).status_code == 200
         await api.get("/camellia/delayQueue/getTopicInfoList")  # monitor reads are not "use"
-        monkeypatch.setattr(health, "IDLE_SECONDS_BEFORE_OFFLINE", 0.2)
+        monkeypatch.setattr(health_state, "IDLE_SECONDS_BEFORE_OFFLINE", 0.2)
         await asyncio.sleep(0.3)
         assert (await api.post("/camellia/health/offline")).status_code == 200  # drained
         assert (await call(api, "sendMsg", topic="h", msg="still served", delayMillis="0"))["code"] == 200
@@ -277,16 +277,16 @@ async def test_health_endpoints_answer_like_camellia(api, monkeypatch):
 async def test_health_state_is_shared_by_the_hosts_workers(api, single_rt, monkeypatch):
     """Another uvicorn worker of the host (here: this one forgetting its own state) answers alike."""
     await api.post("/camellia/health/offline")
-    monkeypatch.setattr(health, "_online", True)
+    monkeypatch.setattr(health_state, "_online", True)
     assert (await api.get("/camellia/health/status")).status_code == 500
     await api.post("/camellia/health/online")
-    monkeypatch.setattr(health, "_online", False)
+    monkeypatch.setattr(health_state, "_online", False)
     assert (await api.get("/camellia/health/status")).status_code == 200
     # A request another worker served a moment ago keeps the host draining.
-    monkeypatch.setattr(health, "_last_use", 0.0)
-    await single_rt.redis.hset(single_rt.ns.health, f"{health.HOST}:last_use", int(time.time() * 1000))
+    monkeypatch.setattr(health_state, "_last_use", 0.0)
+    await single_rt.redis.hset(single_rt.ns.health, f"{health_state.HOST}:last_use", int(time.time() * 1000))
     assert (await api.post("/camellia/health/offline")).status_code == 500
-    await single_rt.redis.hset(single_rt.ns.health, f"{health.HOST}:last_use", int(time.time() * 1000) - 60_000)
+    await single_rt.redis.hset(single_rt.ns.health, f"{health_state.HOST}:last_use", int(time.time() * 1000) - 60_000)
     assert (await api.post("/camellia/health/offline")).status_code == 200
     await api.post("/camellia/health/online")
 

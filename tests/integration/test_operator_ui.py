@@ -13,7 +13,6 @@ from django.contrib.auth.models import Permission, User
 from django.utils import timezone
 
 from delayqueue.api import wire
-from delayqueue.core.messages import Message
 from delayqueue.core.constants import Status
 from delayqueue.models import Limit, Message, TopicConfig
 from delayqueue.ops.admin.topics import topic_url
@@ -39,7 +38,7 @@ def page_of(response) -> str:
     return response.content.decode()
 
 
-def live(topic: str, msg_id: str) -> Message | None:
+def live(topic: str, msg_id: str):
     return run_with_runtime(get_message, topic=topic, msg_id=msg_id)
 
 
