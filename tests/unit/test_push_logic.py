@@ -9,7 +9,7 @@ import pytest
 from delayqueue.core.constants import LATENESS_BOUNDS_MS
 from delayqueue.live.push_counts import (bucket_quantile, failed_field, lateness_field, pushed_fields, topic_figures)
 from delayqueue.config.push_hosts import HostPolicy
-from delayqueue.workers.pusher import signature_header
+from delayqueue.workers.push_http import signature_header
 from delayqueue.stores.push_topics import PushTopic
 from delayqueue_client import verify_signature
 
