@@ -9,6 +9,7 @@ from delayqueue.api.validation import (AckMsgBatchSerializer, AckMsgSerializer, 
                                        LongPollingMsgSerializer, MessageRefSerializer, PullMsgSerializer,
                                        RescheduleMsgSerializer, SendMsgSerializer, TouchMsgSerializer)
 from delayqueue.api.views.base import KEEP_EMPTY, QueueAPIView, parse, reply
+from delayqueue.config.settings import setting_text
 from delayqueue.core.constants import Scope
 from delayqueue.core.exceptions import BadRequest, NotFound, error_body
 from delayqueue.services.consume import (ack_message, ack_messages, long_poll_messages, nack_message, pull_messages,
@@ -41,7 +42,7 @@ class SendMsgView(QueueAPIView):
     "`results` has one entry per message, in request order: code 200 with the stored message, or the "
     "code and msg saying why that message was not sent (its msg starts with `message <index>:`; over a "
     "limit, code 429 with retryAfterMillis). A refused message does not stop the others. The body may also be a JSON object "
-    '`{"messages": [...]}`. The list must hold 1 to DELAYQUEUE_MAX_BATCH_SEND (default 1000) messages.',
+    f'`{{"messages": [...]}}`. The list must hold 1 to {setting_text("max_batch_send")} messages.',
     answer("SendMsgBatchAnswer", BatchResultSerializer), body=SendMsgSerializer(many=True),
     example=[{"topic": "orders", "msg": "remind 42", "delayMillis": 600000},
              {"topic": "orders", "msg": "cancel 42", "delayMillis": 1800000, "msgId": "order-42-cancel"}])

@@ -7,6 +7,7 @@ from delayqueue.api.schema import (CountResultSerializer, DeadMsgListResultSeria
 from delayqueue.api.validation import (DeadMsgListSerializer, PurgeDeadMsgSerializer, RedriveDeadMsgSerializer,
                                        RedriveTaskSerializer, RestoreMsgSerializer, RestoreSerializer)
 from delayqueue.api.views.base import QueueAPIView, reply
+from delayqueue.config.settings import setting_text
 from delayqueue.core.constants import Scope
 from delayqueue.core.exceptions import NotFound
 from delayqueue.services.dead_letters import create_redrive, dead_letters, purge_dead_letters, redrive_state
@@ -56,7 +57,7 @@ class RestoreMsgView(QueueAPIView):
     "List a topic's dead letters",
     "Messages of the topic that ended as dead letters (status 6: their deliveries or TTL ran out after a "
     "delivery, or their consumer dead-lettered them), kept in the message log for "
-    "DELAYQUEUE_DEAD_LETTER_RETENTION_DAYS (default 14), oldest death first, `limit` per page. Only while the "
+    f"days ({setting_text('dead_letter_retention_days')}), oldest death first, `limit` per page. Only while the "
     "topic's deadLetter setting (setTopicConfig) is true: with it false the list is empty. Each carries "
     "deadReason and deadTime. Pass the answer's nextCursor as `cursor` for the next page; the last page has none.",
     answer("GetDeadMsgListAnswer", DeadMsgListResultSerializer), DeadMsgListSerializer, method="GET",

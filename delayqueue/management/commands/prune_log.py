@@ -4,7 +4,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import DatabaseError
 
 from delayqueue.config.arguments import age_in_days, positive_int
-from delayqueue.config.settings import load_config
+from delayqueue.config.settings import load_config, setting_text
 from delayqueue.messagelog.retention import prune_log
 
 
@@ -15,7 +15,7 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--older-than-days", type=age_in_days,
-                            help="age in days (default DELAYQUEUE_LOG_RETENTION_DAYS, 7)")
+                            help=f"age in days ({setting_text('log_retention_days')})")
         parser.add_argument("--batch", type=positive_int, default=5000, help="messages per transaction (5000)")
 
     def handle(self, *args, **options):
