@@ -1,1 +1,2 @@
-"""The bottom layer: contract values, the message type, errors, names, clocks; imports nothing of delayqueue above it."""
+"""The bottom layer: contract values, the message type, errors, names, clocks; imports nothing of
+delayqueue above it."""

@@ -42,7 +42,8 @@ class SendMsgView(QueueAPIView):
     "`results` has one entry per message, in request order: code 200 with the stored message, or the "
     "code and msg saying why that message was not sent (its msg starts with `message <index>:`; over a "
     "limit, code 429 with retryAfterMillis). A refused message does not stop the others. The body may also be a JSON object "
-    f'`{{"messages": [...]}}`. The list must hold 1 to {setting_text("max_batch_send")} messages.',
+    f'`{{"messages": [...]}}`. The list must hold 1 to {setting_text("max_batch_send")} '
+    "messages.",
     answer("SendMsgBatchAnswer", BatchResultSerializer), body=SendMsgSerializer(many=True),
     example=[{"topic": "orders", "msg": "remind 42", "delayMillis": 600000},
              {"topic": "orders", "msg": "cancel 42", "delayMillis": 1800000, "msgId": "order-42-cancel"}])

@@ -6,7 +6,7 @@ from delayqueue.api.schema import (MonitorDataResultSerializer, PurgeResultSeria
                                    TopicInfoListResultSerializer, TopicInfoResultSerializer, answer, queue_endpoint)
 from delayqueue.api.validation import SetTopicConfigSerializer, TopicSerializer
 from delayqueue.api.views.base import QueueAPIView, reply
-from delayqueue.core.constants import Scope
+from delayqueue.core.constants import RETRY_BACKOFF_JITTER, Scope
 from delayqueue.services.topic_control import pause_topic, resume_topic, set_topic_config
 from delayqueue.services.topics import list_topics, monitor_data, purge_topic, topic_config, topic_info, topic_infos
 
@@ -85,8 +85,8 @@ class GetTopicConfigView(QueueAPIView):
     "Sets the settings given; the others stay as they are. Defaults for the topic's sends and pulls that give "
     "none (ttlMillis, maxRetry, ackTimeoutMillis; 0, or below 0 for maxRetry: back to the server's), the retry "
     "backoff after an ack timeout (min(retryBackoffMaxMillis, retryBackoffMillis * 2^(retry-1)), less up to "
-    "20% at random), deadLetter (false: the topic's status-6 messages, earlier ones included, are not dead "
-    "letters while it stays false), the topic's limits (0: none), and push delivery (pushUrl and its "
+    f"{RETRY_BACKOFF_JITTER:.0%} at random), deadLetter (false: the topic's status-6 messages, earlier ones "
+    "included, are not dead letters while it stays false), the topic's limits (0: none), and push delivery (pushUrl and its "
     "settings, docs/push.md). In force on every server process within a second. Answers the topic's settings, as "
     "getTopicConfig, with pushSecret when this call made a signing secret.",
     answer("SetTopicConfigAnswer", SetTopicConfigResultSerializer), SetTopicConfigSerializer,
