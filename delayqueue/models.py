@@ -154,7 +154,7 @@ def _limit_field(verbose_name: str, help_text: str) -> models.PositiveIntegerFie
 
 class Limit(models.Model):
     """The limits of a namespace (`topic` empty) or of one of its topics; an empty limit is no
-    limit. Web processes read this table every half second (delayqueue/limits.py) and enforce
+    limit. Web processes read this table every half second (services/admission.py) and enforce
     it in Redis, so a change takes effect on every one of them within a second."""
 
     namespace = models.CharField(max_length=128)
@@ -199,8 +199,8 @@ class ApiToken(models.Model):
 
 class TopicConfig(models.Model):
     """A topic's own settings: defaults for its sends and pulls (null: the service's from
-    conf.py), its retry backoff, whether its status-6 ends are kept as dead letters, whether
-    it is paused, and its push delivery (a URL its due messages are POSTed to, docs/push.md). Web processes read this table every half second (delayqueue/topic_config.py);
+    config/settings.py), its retry backoff, whether its status-6 ends are kept as dead letters, whether
+    it is paused, and its push delivery (a URL its due messages are POSTed to, docs/push.md). Web processes read this table every half second (stores/topic_settings.py);
     the scanner scripts read the copy kept in the topic's Redis meta hash, which restore writes
     back after Redis lost its data. Its rate limits and live cap are the Limit table's."""
 

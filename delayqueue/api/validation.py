@@ -23,7 +23,7 @@ MAX_TRIGGER_TIME_MILLIS = 4_102_444_800_000
 
 
 class TopicField(serializers.CharField):
-    """A topic name (delayqueue/topics.py), taken exactly as sent: no trimming, as a topic with
+    """A topic name (core/names.py), taken exactly as sent: no trimming, as a topic with
     spaces around it is another topic to camellia."""
 
     def __init__(self, **kwargs):

@@ -105,7 +105,7 @@ class ScriptRunner:
         replaced; on a cluster, redis-py may answer that per command) and LOADING replies (a
         restarted Redis reading its data back); only the commands that failed go again. A command whose connection broke
         may have run: sending it again is safe for every script the service sends, a send being
-        a no-op on its own live msgId (services.py answers that as the send it is). Not retried:
+        a no-op on its own live msgId (services/send.py answers that as the send it is). Not retried:
         a timeout (the watchdog's), as Redis may still run what it was sent."""
         deadline = time.monotonic() + self._timeout
         try:

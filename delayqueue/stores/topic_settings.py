@@ -41,7 +41,7 @@ class TopicSettings:
     push_timeout_millis: int = PUSH_TIMEOUT_DEFAULT_MILLIS
     push_rate: int = 0  # pushes started per second; 0: no limit
     # Epoch ms until which a rotated-out signing secret still signs. The secrets themselves are
-    # read by the pushers alone (push/topics.py).
+    # read by the pushers alone (push_topics.py).
     push_previous_until: int = 0
 
 

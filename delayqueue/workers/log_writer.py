@@ -2,7 +2,7 @@
 
 The Lua scripts append an entry per status change to their topic's Redis stream, atomically
 with the change (a restore, one entry for all the messages of a script call); the send path
-writes 'sent' rows itself, with the message row (messagelog.py). The writer reads the streams
+writes 'sent' rows itself, with the message row (services/send.py). The writer reads the streams
 of the topics its scanner holds that have entries (a script publishes a notice when a stream
 goes from empty to non-empty; every held stream is read every few seconds all the same),
 inserts the entries as history rows and moves each message row's status along, in one

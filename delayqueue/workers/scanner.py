@@ -19,7 +19,7 @@ that was only paused past its heartbeat finds, at its next renewal, that it lost
 stops its worker. Correctness never rests on the lock: every transition is one atomic script,
 so two scanners working a topic at once still promote each message once.
 
-Each scanner also runs the namespace's dead-letter redrive tasks (messagelog/deadletters.py),
+Each scanner also runs the namespace's dead-letter redrive tasks (workers/redriver.py),
 one at a time, under a lease in PostgreSQL.
 
 Started while Redis is down, a scanner waits for it; Redis or PostgreSQL failing later is

@@ -1,4 +1,4 @@
-"""Rate limits and live-message caps per namespace and per topic (delayqueue/limits.py): refused
+"""Rate limits and live-message caps per namespace and per topic (services/admission.py): refused
 with code 429 and retryAfterMillis, recovering after it, on a single Redis and the Cluster, over
 HTTP, set by `manage.py set_limits`, and shared by two web processes."""
 import asyncio

@@ -99,7 +99,7 @@ async def test_stats_of_history_the_service_itself_logged(spark, single_rt):
         await ack_message(rt, topic="svc", msg_id=m.msg_id)
     await nack_message(rt, topic="svc", msg_id=sent[4].msg_id)
     await nack_message(rt, topic="svc", msg_id=pulled[6].msg_id)  # no tries left: ended 6
-    # A failed push attempt (push/pusher.py) counts as a nack.
+    # A failed push attempt (workers/pusher.py) counts as a nack.
     await nack_message(rt, topic="svc", msg_id=pulled[7].msg_id, delay_millis=60_000, push_failure="HTTP 500")
     assert await delete_message(rt, topic="svc", msg_id=sent[5].msg_id)
     await asyncio.sleep(0.1)

@@ -1,5 +1,5 @@
-"""Push delivery's pure logic, no server: DELAYQUEUE_PUSH_ALLOWED_HOSTS' rules (push/hosts.py), the
-push figures' arithmetic (push/figures.py), the signature header and the pusher's wake schedule."""
+"""Push delivery's pure logic, no server: DELAYQUEUE_PUSH_ALLOWED_HOSTS' rules (config/push_hosts.py), the
+push figures' arithmetic (live/push_counts.py), the signature header and the pusher's wake schedule."""
 import hashlib
 import hmac
 import ipaddress

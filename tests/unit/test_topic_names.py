@@ -1,4 +1,4 @@
-"""Topic names as camellia accepts them (delayqueue/topics.py) and their encoding inside Redis key
+"""Topic names as camellia accepts them (delayqueue/core/names.py) and their encoding inside Redis key
 names (delayqueue/live/keys.py): reversible, the old names' keys unchanged, and no character of
 a topic able to move the hash tag or act as a glob metacharacter."""
 import fnmatch

@@ -4,7 +4,7 @@
 -- deliveries is ended instead of returned. With a consume rate, each message handed out takes a
 -- token from the topic's bucket: a pull hands out at most the whole tokens there are, and none at
 -- all answers how long until there is one. A paused topic (its meta hash's 'paused',
--- topic_config.py) hands out nothing.
+-- stores/topic_settings.py) hands out nothing.
 -- KEYS[1] ready
 -- KEYS[2] inflight
 -- KEYS[3] msgs

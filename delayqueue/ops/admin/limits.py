@@ -23,7 +23,7 @@ class LimitForm(forms.ModelForm):
 
 @admin.register(Limit)
 class LimitAdmin(admin.ModelAdmin):
-    """Rate limits and live-message caps (delayqueue/limits.py), as `manage.py set_limits` sets
+    """Rate limits and live-message caps (services/admission.py), as `manage.py set_limits` sets
     them: an empty topic is the whole namespace, an empty limit is none. Every web process
     applies a change within a second."""
 

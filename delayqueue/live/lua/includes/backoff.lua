@@ -1,5 +1,5 @@
 -- Retry backoff: how long a message given back (ack timeout, nack) waits before it is ready
--- again, from its topic's settings mirrored in the meta hash (topic_config.py):
+-- again, from its topic's settings mirrored in the meta hash (stores/topic_settings.py):
 -- min(max, base * 2^(retry-1)), less up to RETRY_BACKOFF_JITTER of it at random; 0 when the
 -- topic has none. Redis seeds math.random alike for every call, so the caller seeds it from
 -- ARGV first (math.randomseed).
