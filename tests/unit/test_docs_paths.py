@@ -3,7 +3,6 @@ is a file of the repository, by its path from the root, from delayqueue/ or from
 or (a bare name) somewhere in the tree; and docs/architecture.md's layer table lists
 delayqueue.LAYERS in order."""
 import re
-from pathlib import Path
 
 from delayqueue import LAYERS
 from tests.helpers import ROOT
