@@ -9,15 +9,19 @@ from urllib.parse import unquote
 
 import pytest
 from aiohttp import web
+from asgiref.sync import sync_to_async
 from delayqueue_client import InvalidSignature, verify_signature
 from django.contrib.auth.models import User
 
 from delayqueue.core.constants import Reason, Status
 from delayqueue.models import Message
 from delayqueue.runtime import close_current
+from delayqueue.services.admission import throttled_field
 from delayqueue.services.messages import get_message
 from delayqueue.services.send import SendRequest, send_message
 from delayqueue.services.topic_control import set_topic_config
+from delayqueue.stores.limits import NAMESPACE
+from delayqueue.stores.rows import set_limits
 from delayqueue.workers import push_http
 from delayqueue.workers import pusher as pusher_module
 from tests.helpers import REDIS_CLUSTER_URL, REDIS_URL, call, drain_log, make_runtime, query, wait_until
@@ -500,3 +504,21 @@ async def test_without_a_grace_period_a_rotation_signs_with_the_new_secret_alone
     verify_signature(rotated["pushSecret"], request["headers"], request["body"])
     with pytest.raises(InvalidSignature):
         verify_signature(first, request["headers"], request["body"])
+
+
+async def test_pushes_take_their_tokens_from_the_namespaces_consume_rate_as_pulls_do(api, single_rt, start_pusher,
+                                                                                      push_receiver):
+    """A push is a consumer's take: under the namespace's consume rate (1 a second here, a bucket of
+    one) the pusher is refused a token, counted as the namespace's consume_rate refusal, and
+    pushes the rest as the bucket refills."""
+    await sync_to_async(set_limits)(namespace=single_rt.ns.namespace, consume_rate=1)
+    receiver = await push_receiver()
+    await set_push(api, "limited", receiver.url)
+    for i in range(3):
+        await send(api, "limited", f"m{i}")
+    await start_pusher()
+    for i in range(3):
+        await arrived(receiver, f"m{i}")
+    throttled = await single_rt.redis.hgetall(single_rt.ns.throttled)
+    assert int(throttled.get(throttled_field("consume_rate", NAMESPACE), 0)) >= 1
+    assert len(receiver.requests) == 3
