@@ -12,10 +12,10 @@ from django.db import models
 
 from delayqueue.core import messages
 from delayqueue.core.clock import to_millis
-from delayqueue.messagelog import tables
 from delayqueue.core.constants import (MAX_EVENT_DETAIL, MAX_LIMIT, MAX_PUSH_URL_LENGTH, MAX_TOPIC_BYTES,
-                                  PUSH_CONCURRENCY_DEFAULT, PUSH_MAX_CONCURRENCY, PUSH_MAX_TIMEOUT_MILLIS,
-                                  PUSH_TIMEOUT_DEFAULT_MILLIS, RETRY_BACKOFF_MAX_MILLIS, Reason, Status)
+                                       PUSH_CONCURRENCY_DEFAULT, PUSH_MAX_CONCURRENCY, PUSH_MAX_TIMEOUT_MILLIS,
+                                       PUSH_TIMEOUT_DEFAULT_MILLIS, RETRY_BACKOFF_MAX_MILLIS, Reason, Status)
+from delayqueue.messagelog import tables
 
 
 class Message(models.Model):

@@ -32,10 +32,9 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from delayqueue.config.arguments import age_in_days
-from delayqueue.messagelog import sql
-from delayqueue.messagelog.connection import first_line
-from delayqueue.messagelog import tables
 from delayqueue.core.constants import Status
+from delayqueue.messagelog import sql, tables
+from delayqueue.messagelog.connection import first_line
 from spark import common, pgread
 from spark.common import JobError
 

@@ -14,9 +14,8 @@ from psycopg.sql import Composable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
-from delayqueue.messagelog import sql
+from delayqueue.messagelog import sql, tables
 from delayqueue.messagelog.connection import first_line
-from delayqueue.messagelog import tables
 from spark.common import JobError
 
 

@@ -24,9 +24,8 @@ from pyspark.sql import types as T
 
 from delayqueue.config import arguments
 from delayqueue.core.constants import LIVE_STATUSES
-from delayqueue.messagelog import sql
 from delayqueue.live.keys import namespace_keys, topic_keys
-from delayqueue.messagelog import tables
+from delayqueue.messagelog import sql, tables
 from spark import common, pgread, restore
 
 KEY = ["topic", "msg_id"]

@@ -18,8 +18,7 @@ from collections.abc import Iterable
 
 from delayqueue.config import arguments
 from delayqueue.live.keys import namespace_keys
-from delayqueue.messagelog import sql
-from delayqueue.messagelog import tables
+from delayqueue.messagelog import sql, tables
 from delayqueue.runtime import Runtime
 from delayqueue.services.restore import RestoreCounts, answers_loss_report, restore_rows, restore_topic_settings
 from delayqueue.stores.topic_settings import settings_table

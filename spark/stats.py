@@ -18,10 +18,9 @@ from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from delayqueue.messagelog import sql
-from delayqueue.messagelog.connection import first_line
-from delayqueue.messagelog import tables
 from delayqueue.core.constants import Reason, Status
+from delayqueue.messagelog import sql, tables
+from delayqueue.messagelog.connection import first_line
 from spark import common, pgread
 from spark.common import JobError
 

@@ -5,8 +5,8 @@ from django.conf import settings
 from drf_spectacular.utils import OpenApiExample, OpenApiResponse, PolymorphicProxySerializer, extend_schema
 from rest_framework import serializers
 
-from delayqueue.core.constants import MAX_PRIORITY
 from delayqueue.api.wire import GAP_LISTS, WAITING_BUCKET_NAMES
+from delayqueue.core.constants import MAX_PRIORITY
 from delayqueue.live.stats import Counter
 
 FORM = "application/x-www-form-urlencoded"

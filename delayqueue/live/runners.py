@@ -4,12 +4,11 @@ comes back as its script's typed reply."""
 import asyncio
 import time
 
-from redis.exceptions import NoScriptError
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import NoScriptError
 
 from delayqueue.live.protocol import ReplyProtocol, as_error, connect_direct, evalsha
 from delayqueue.live.scripts import ScriptCall, load_scripts
-
 
 # Back-off between tries of a call Redis failed transiently (doubling up to the second figure).
 FIRST_RETRY_BACKOFF, MAX_RETRY_BACKOFF = 0.01, 0.2

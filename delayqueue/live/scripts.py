@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from delayqueue.core.messages import Message
 from delayqueue.core.constants import (BURST_MILLIS, CHART_MINUTES, LATENESS_BOUNDS_MS, MAX_PRIORITY, PRIORITY_BAND,
                                        RETRY_BACKOFF_JITTER, RETRY_BACKOFF_MAX_MILLIS, Reason, Status)
+from delayqueue.core.messages import Message
 from delayqueue.live import stats
 from delayqueue.live.history import EVENT_FIELDS
 from delayqueue.live.keys import EVENTS_SUFFIX, HISTORY_SUFFIX, Bucket, Meta, NamespaceKeys
@@ -327,8 +327,8 @@ def send(ctx: ScriptContext, topic: str, *, msg_id: str, payload: str, trigger_t
     k = ctx.ns.topic(topic)
     return ScriptCall(SEND, [k.waiting, k.ready, k.inflight, k.msgs, k.expiry, k.ended, k.meta, k.stats, k.prioritised],
                       [msg_id, payload, trigger_time, expire_time, max_retry, topic, ctx.ns.ready_channel,
-                       ctx.ns.schedule_channel, ctx.stats_interval_millis, produce_time, max_live, _flag(namespace_capped),
-                       priority])
+                       ctx.ns.schedule_channel, ctx.stats_interval_millis, produce_time, max_live,
+                       _flag(namespace_capped), priority])
 
 
 def pull(ctx: ScriptContext, topic: str, *, batch: int, ack_timeout_millis: int, consume_rate: int,
@@ -336,8 +336,9 @@ def pull(ctx: ScriptContext, topic: str, *, batch: int, ack_timeout_millis: int,
     k = ctx.ns.topic(topic)
     return ScriptCall(PULL, [k.ready, k.inflight, k.msgs, k.expiry, k.ended, k.stats, k.meta, k.events, k.buckets,
                              k.prioritised, k.waiting],
-                      [batch, ack_timeout_millis, ctx.retention_millis, ctx.stats_interval_millis, ctx.ns.schedule_channel,
-                       topic, ctx.actor, consume_rate, ctx.scan_limit, ctx.ns.ready_channel, max_inflight])
+                      [batch, ack_timeout_millis, ctx.retention_millis, ctx.stats_interval_millis,
+                       ctx.ns.schedule_channel, topic, ctx.actor, consume_rate, ctx.scan_limit, ctx.ns.ready_channel,
+                       max_inflight])
 
 
 def ack(ctx: ScriptContext, topic: str, *, msg_id: str, push_status: str = "") -> ScriptCall:

@@ -14,10 +14,10 @@ import orjson
 import psycopg
 
 from delayqueue.core.constants import Status
-from delayqueue.messagelog import sql
-from delayqueue.messagelog.connection import LogConnection
 from delayqueue.core.exceptions import LogUnavailable, MaybeSent
 from delayqueue.core.messages import Message
+from delayqueue.messagelog import sql
+from delayqueue.messagelog.connection import LogConnection
 
 log = logging.getLogger(__name__)
 

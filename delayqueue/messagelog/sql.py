@@ -68,8 +68,9 @@ _COLUMNS = ("namespace, topic, msg_id, payload, produce_time, trigger_time, expi
 # same for all): psycopg dumps array parameters element by element in Python, which cost more
 # than the statement itself; PostgreSQL unpacks JSON in C.
 _ROWS = f"json_to_recordset(%(rows)s::json) AS u({record(Message)})"
-_SELECT_ROWS = f"""SELECT %(namespace)s, topic, msg_id, payload, {from_millis("produce_time")}, {from_millis("trigger_time")},
-       {from_millis("expire_time")}, max_retry, retry, status, priority, {from_millis("produce_time")}
+_SELECT_ROWS = f"""SELECT %(namespace)s, topic, msg_id, payload, {from_millis("produce_time")},
+       {from_millis("trigger_time")}, {from_millis("expire_time")}, max_retry, retry, status, priority,
+       {from_millis("produce_time")}
 FROM {_ROWS}"""
 _UPSERT = f"""
 INSERT INTO {tables.MESSAGE} ({_COLUMNS})
@@ -94,7 +95,8 @@ _INSERT_SENT = f"""INSERT INTO {tables.EVENT} (namespace, topic, msg_id, event_i
 _DELETE_SENT = f"""DELETE FROM {tables.EVENT} e USING u
     WHERE e.namespace = %(namespace)s AND e.topic = u.topic AND e.msg_id = u.msg_id
       AND e.event_id = {_sent_id("u.produce_time")}"""
-_KEYS_JSON = f"SELECT * FROM json_to_recordset(%(unsent)s::json) AS u({record(Message, 'topic', 'msg_id', 'produce_time')})"
+_KEYS_JSON = (f"SELECT * FROM json_to_recordset(%(unsent)s::json)"
+              f" AS u({record(Message, 'topic', 'msg_id', 'produce_time')})")
 
 # Messages whose msgIds the log does not hold, with their 'sent' rows: plain INSERTs, so one
 # msgId the log holds fails the whole statement on the unique key, and MessageLog sends the
@@ -109,7 +111,8 @@ WITH u AS MATERIALIZED (
            max_retry, retry, status, priority, produced FROM u
 )
 {_INSERT_SENT}
-SELECT %(namespace)s, topic, msg_id, {_sent_id("produce_time")}, produced, 0, status, 0, 'sent', %(process)s, %(host)s FROM u
+SELECT %(namespace)s, topic, msg_id, {_sent_id("produce_time")}, produced, 0, status, 0, 'sent', %(process)s,
+       %(host)s FROM u
 """
 # A send replaces a logged message only when that one is over (ended, or past its TTL); a live
 # one is a duplicate that Redis will answer with the stored message. The first ended status is
@@ -153,10 +156,10 @@ ON CONFLICT (namespace, topic, msg_id, event_id) DO UPDATE SET to_status = EXCLU
 # Stream entries as history rows, one JSON document per drain; a row already written (the
 # entry read again after a crash between commit and XDEL) is skipped on its unique key.
 INSERT_EVENTS = f"""
-INSERT INTO {tables.EVENT} (namespace, topic, msg_id, event_id, at, from_status, to_status, retry, reason, process, host,
-  detail)
-SELECT %(namespace)s, topic, msg_id, entry_id, {from_millis("at")}, from_status, to_status, retry, reason, process, host,
-       detail
+INSERT INTO {tables.EVENT} (namespace, topic, msg_id, event_id, at, from_status, to_status, retry, reason, process,
+  host, detail)
+SELECT %(namespace)s, topic, msg_id, entry_id, {from_millis("at")}, from_status, to_status, retry, reason, process,
+       host, detail
 FROM json_to_recordset(%(events)s::json) AS u({record(Event, "topic", "msg_id", "entry_id", "at", "from_status",
                                                       "to_status", "retry", "reason", "process", "host", "detail")})
 ON CONFLICT (namespace, topic, msg_id, event_id) DO NOTHING

@@ -17,11 +17,11 @@ from delayqueue.core.clock import from_millis
 from delayqueue.core.constants import CHART_MINUTES
 from delayqueue.core.exceptions import LogUnavailable
 from delayqueue.core.names import checked_namespace
+from delayqueue.live.stats import Counter
 from delayqueue.messagelog.selectors import recent_topic_hours
 from delayqueue.ops import figures
 from delayqueue.ops.admin.topics import topic_url
 from delayqueue.runtime import run_with_runtime
-from delayqueue.live.stats import Counter
 from delayqueue.services.topics import list_topics
 from delayqueue.stores.rows import served_namespaces
 

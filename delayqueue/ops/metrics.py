@@ -15,10 +15,10 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from redis.exceptions import RedisError
 
+from delayqueue.api.wire import WAITING_BUCKET_NAMES
 from delayqueue.core.exceptions import LogUnavailable, log_failure, redis_reason
 from delayqueue.ops import figures
 from delayqueue.runtime import Runtime, current
-from delayqueue.api.wire import WAITING_BUCKET_NAMES
 from delayqueue.services.admission import throttled_counts
 from delayqueue.services.topics import list_topics
 from delayqueue.stores.rows import served_namespaces

@@ -186,7 +186,8 @@ async def admit_sends(rt: Runtime, *, table: dict[str, Limits], topics: list[str
                 give_back.append(scripts.take_tokens(ctx, topic, kind=Bucket.PRODUCE, wanted=-unused,
                                                      rate=limits.produce_rate))
         if topic_refused and namespace_rate:
-            give_back.append(scripts.take_tokens(ctx, None, kind=Bucket.PRODUCE, wanted=-topic_refused, rate=namespace_rate))
+            give_back.append(scripts.take_tokens(ctx, None, kind=Bucket.PRODUCE, wanted=-topic_refused,
+                                                 rate=namespace_rate))
         if give_back:
             await rt.scripts.run(give_back)
     return SendAdmission(rt, table, refusals)

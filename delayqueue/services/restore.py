@@ -4,8 +4,8 @@ restore endpoints, the admin's restore action and the Spark restore all come thr
 A logged message that is live (waiting, ready or in flight) goes back waiting if it is not yet
 due and ready otherwise, with its logged triggerTime, expireTime and retry count. A msgId Redis
 still holds is left alone, so a restore is idempotent and safe while the service runs; a rerun
-after an interrupted one finishes it. Every restored message gets a 'restored' history row. The topics' settings go back into their
-Redis mirrors first (stores/topic_settings.py).
+after an interrupted one finishes it. Every restored message gets a 'restored' history row. The
+topics' settings go back into their Redis mirrors first (stores/topic_settings.py).
 """
 import asyncio
 from collections import defaultdict

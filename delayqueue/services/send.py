@@ -61,7 +61,8 @@ def prepared(rt: Runtime, request: SendRequest, produce_time: int, settings: dic
     )
 
 
-def send_call(rt: Runtime, message: Message, *, max_live: int = 0, namespace_capped: bool = False) -> scripts.ScriptCall:
+def send_call(rt: Runtime, message: Message, *, max_live: int = 0,
+              namespace_capped: bool = False) -> scripts.ScriptCall:
     """The send script's call for a prepared message. `max_live`: the topic's live-message cap, 0
     for none; `namespace_capped`: the namespace has one (the topic's share of it is then a cap too)."""
     return scripts.send(rt.context, message.topic, msg_id=message.msg_id, payload=message.payload,
@@ -127,7 +128,8 @@ async def _send_admitted(rt: Runtime, requests: list[SendRequest],
     outcomes = [_sent_message(row, reply) for row, reply in zip(rows, replies)]
     if rt.config.message_log:
         await rt.log.settle(rows, written, replies, outcomes)
-    new_topics = {row.topic for row, reply in zip(rows, replies) if not isinstance(reply, Exception) and reply.new_topic}
+    new_topics = {row.topic for row, reply in zip(rows, replies)
+                  if not isinstance(reply, Exception) and reply.new_topic}
     if new_topics:
         await rt.redis.zadd(rt.ns.topics, {topic: produce_time for topic in new_topics}, nx=True)
     return outcomes

@@ -4,16 +4,15 @@ PostgreSQL holds them (stores/rows.py writes them). Two copies serve the hot pat
 
 - Each Runtime reads its namespace's settings on first use and every refreshed.REFRESH_SECONDS
   after (TopicConfigCache, a RefreshedTable, as the limits are), so a send or a pull never waits
-  on PostgreSQL or depends on Redis for its defaults, and a change is in force on every web process within a
-  second (at once on the process that made it, which reads again).
+  on PostgreSQL or depends on Redis for its defaults, and a change is in force on every web
+  process within a second (at once on the process that made it, which reads again).
 - The topic's Redis meta hash mirrors the settings the scripts act on (MIRROR_FIELDS): the retry
   backoff (requeue_timed_out.lua, nack.lua) and the pause (pull.lua); the dead-letter switch,
   which no script reads (dead letters are judged in the message log, sql.KEEPS_DEAD); and
   whether it has a push URL, which the operators' views read beside its other figures. Written by
   every change (services/topics.write_mirrors) and written back by restore (services/restore.py,
-  spark/restore.py) after Redis
-  lost its data; a topic retired by the scanner keeps them (retire_topic.lua only drops its
-  registration).
+  spark/restore.py) after Redis lost its data; a topic retired by the scanner keeps them
+  (retire_topic.lua only drops its registration).
 
 A pull of a paused topic hands out nothing if either copy says paused: the mirror makes a pause
 exact the moment it is answered, the cache keeps it while a Redis that lost its data waits for

@@ -18,10 +18,10 @@ import time
 
 import orjson
 
+from delayqueue.core.outage import Outage, describe
 from delayqueue.live.history import Event
 from delayqueue.messagelog import sql
 from delayqueue.messagelog.connection import LogConnection
-from delayqueue.core.outage import Outage, describe
 
 log = logging.getLogger(__name__)
 

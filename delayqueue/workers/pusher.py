@@ -29,6 +29,7 @@ from redis.exceptions import RedisError
 
 from delayqueue.core.clock import now_millis
 from delayqueue.core.constants import MAX_EVENT_DETAIL, PUSH_RETRY_BACKOFF_DEFAULT_MILLIS
+from delayqueue.core.exceptions import Throttled
 from delayqueue.core.messages import Message
 from delayqueue.core.outage import Outage, describe
 from delayqueue.core.stopping import cancel_and_wait
@@ -36,7 +37,6 @@ from delayqueue.live import push_counts, scripts
 from delayqueue.live.pubsub import subscribe_forever
 from delayqueue.runtime import Runtime
 from delayqueue.services.consume import Pull, ack_message, nack_message, pull_many
-from delayqueue.core.exceptions import Throttled
 from delayqueue.stores.push_topics import PushTopic, PushTopicCache
 from delayqueue.stores.refreshed import REFRESH_SECONDS
 from delayqueue.workers.push_http import PushClient, push_headers

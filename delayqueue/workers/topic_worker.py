@@ -6,9 +6,9 @@ import functools
 import logging
 import time
 
+from delayqueue.core.stopping import cancel_and_wait
 from delayqueue.live import scripts
 from delayqueue.live.scripts import ScriptCall
-from delayqueue.core.stopping import cancel_and_wait
 
 log = logging.getLogger(__name__)
 

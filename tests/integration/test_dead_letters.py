@@ -21,8 +21,8 @@ from delayqueue.services.messages import get_message
 from delayqueue.services.restore import restore
 from delayqueue.services.send import SendRequest, send_message, send_messages
 from delayqueue.services.topic_control import set_topic_config
-from tests.helpers import (dead_letter_page, REDIS_URL, ROOT, TEST_CONFIG, call, drain_log, history, log_database_url, logged,
-                           make_runtime, query, wait_until)
+from tests.helpers import (REDIS_URL, ROOT, TEST_CONFIG, call, dead_letter_page, drain_log, history, log_database_url,
+                           logged, make_runtime, query, wait_until)
 
 # Dead letters written straight into the log, as the log writer leaves them: status 6 and the
 # history row that ended them, `g` seconds apart in death order.

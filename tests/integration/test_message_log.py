@@ -8,6 +8,7 @@ import pytest
 from delayqueue.core.clock import now_millis
 from delayqueue.core.constants import Status
 from delayqueue.core.exceptions import LogUnavailable, RedisUnavailable
+from delayqueue.live.history import Event
 from delayqueue.messagelog import sql
 from delayqueue.messagelog.group_commit import MessageLog
 from delayqueue.services import restore as restore_service
@@ -16,7 +17,6 @@ from delayqueue.services.consume import ack_message, long_poll_messages, nack_me
 from delayqueue.services.messages import delete_message, get_message
 from delayqueue.services.restore import restore
 from delayqueue.services.send import SendRequest, send_message, send_messages
-from delayqueue.live.history import Event
 from delayqueue.workers.log_writer import LogWriter
 from tests.helpers import API, REDIS_URL, as_logged, drain_log, history, logged, make_runtime, query, wait_until
 

@@ -8,8 +8,7 @@ import pytest
 from asgiref.sync import sync_to_async
 from prometheus_client.parser import text_string_to_metric_families
 
-from delayqueue.api import wire
-from delayqueue.api import health_state
+from delayqueue.api import health_state, wire
 from delayqueue.live import push_counts as push_figures
 from delayqueue.live import scripts
 from delayqueue.ops import figures

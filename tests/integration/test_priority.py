@@ -14,7 +14,7 @@ from delayqueue.services.restore import restore
 from delayqueue.services.send import SendRequest, send_message
 from delayqueue.services.topic_control import pause_topic, resume_topic, set_topic_config
 from delayqueue.services.topics import purge_topic, topic_info
-from tests.helpers import dead_letter_page, call, drain_log, promote, requeue
+from tests.helpers import call, dead_letter_page, drain_log, promote, requeue
 
 
 async def send(rt, msg_id, priority=0, delay=0, topic="t", **kw):

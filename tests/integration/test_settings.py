@@ -12,7 +12,6 @@ from delayqueue.api.validation import PullMsgSerializer, SendMsgSerializer, firs
 from delayqueue.config.settings import SETTINGS, load_config
 from tests.helpers import ROOT
 
-
 # Every test here starts manage.py or ./dev as a process; none needs a server.
 pytestmark = pytest.mark.process
 
