@@ -60,7 +60,7 @@ async def run(rate: int, seconds: int, env: dict) -> None:
             if not messages:
                 await asyncio.sleep(0.005)
                 continue
-            await asyncio.gather(*(ack_message(rt, topic=topic, msg_id=m["msgId"]) for m in messages))
+            await asyncio.gather(*(ack_message(rt, topic=topic, msg_id=m.msg_id) for m in messages))
             acked += len(messages)
 
     async def poll():

@@ -61,7 +61,7 @@ async def raw_evalsha_rate(redis_url: str, seconds: int, concurrency: int) -> fl
     from delayqueue.config.settings import QueueConfig
     from delayqueue.live.scripts import load_scripts
     from delayqueue.runtime import Runtime
-    from delayqueue.services.send import SendRequest, _prepare, send_call
+    from delayqueue.services.send import SendRequest, prepared, send_call
 
     rt = Runtime(QueueConfig(redis_url=redis_url, namespace="raw"))
     await load_scripts(rt.redis)
@@ -74,8 +74,8 @@ async def raw_evalsha_rate(redis_url: str, seconds: int, concurrency: int) -> fl
             # New msgIds every round, over four topics as the HTTP batches: a msgId sent again
             # while live is a duplicate, which the script answers without writing anything.
             produced = time.time_ns() // 1_000_000
-            calls = [send_call(rt, _prepare(rt, SendRequest(topic=f"raw{i % 4}", msg="hello", delay_millis=600_000),
-                                             produced))
+            calls = [send_call(rt, prepared(rt, SendRequest(topic=f"raw{i % 4}", msg="hello", delay_millis=600_000),
+                                            produced, {}))
                      for i in range(BATCH)]
             await rt.scripts.run(calls)
             sent += BATCH

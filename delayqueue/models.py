@@ -12,9 +12,10 @@ from django.db import models
 
 from delayqueue.core import messages
 from delayqueue.core.clock import to_millis
-from delayqueue.core.constants import (LIVE_STATUSES, MAX_EVENT_DETAIL, MAX_LIMIT, MAX_PUSH_URL_LENGTH, MAX_TOPIC_BYTES,
-                                  PUSH_CONCURRENCY_DEFAULT, PUSH_MAX_CONCURRENCY, PUSH_MAX_TIMEOUT_MILLIS,
-                                  PUSH_TIMEOUT_DEFAULT_MILLIS, RETRY_BACKOFF_MAX_MILLIS, Reason, Status)
+from delayqueue.core.constants import (MAX_EVENT_DETAIL, MAX_LIMIT, MAX_PUSH_URL_LENGTH, MAX_TOPIC_BYTES,
+                                       PUSH_CONCURRENCY_DEFAULT, PUSH_MAX_CONCURRENCY, PUSH_MAX_TIMEOUT_MILLIS,
+                                       PUSH_TIMEOUT_DEFAULT_MILLIS, RETRY_BACKOFF_MAX_MILLIS, Reason, Status)
+from delayqueue.messagelog import tables
 
 
 class Message(models.Model):
@@ -34,6 +35,7 @@ class Message(models.Model):
     updated_at = models.DateTimeField()
 
     class Meta:
+        db_table = tables.MESSAGE
         constraints = [
             # msgId leads: it tells rows apart at the first column (namespace and topic are mostly
             # equal), which makes every insert cheaper, and the admin's msgId search uses it.
@@ -48,14 +50,14 @@ class Message(models.Model):
             models.Index(fields=["topic", "-produce_time"], name="message_topic_produced"),
             # The restore scan: live messages only, walked in id order.
             models.Index(fields=["namespace", "id"], name="message_live",
-                         condition=models.Q(status__in=LIVE_STATUSES)),
+                         condition=models.Q(**tables.LIVE.q_keywords())),
             # Retention: ended messages by age.
             models.Index(fields=["updated_at"], name="message_ended",
-                         condition=models.Q(status__gte=Status.ACKED)),
+                         condition=models.Q(**tables.ENDED.q_keywords())),
             # Dead letters of a topic in the order they died: getDeadMsgList's keyset pages, a
             # redrive's walk and purgeDeadMsg.
             models.Index(fields=["namespace", "topic", "updated_at", "id"], name="message_dead",
-                         condition=models.Q(status=Status.EXHAUSTED)),
+                         condition=models.Q(**tables.DEAD.q_keywords())),
         ]
 
     def __str__(self):
@@ -88,6 +90,7 @@ class MessageEvent(models.Model):
     detail = models.CharField(max_length=MAX_EVENT_DETAIL, blank=True, default="", db_default="")
 
     class Meta:
+        db_table = tables.EVENT
         constraints = [
             models.UniqueConstraint(fields=["msg_id", "event_id", "topic", "namespace"], name="event_once"),
         ]
@@ -131,6 +134,7 @@ class TopicHourStats(models.Model):
     computed_at = models.DateTimeField()
 
     class Meta:
+        db_table = tables.STATS
         constraints = [
             models.UniqueConstraint(fields=["namespace", "topic", "hour"], name="topic_hour_once"),
         ]
@@ -150,7 +154,7 @@ def _limit_field(verbose_name: str, help_text: str) -> models.PositiveIntegerFie
 
 class Limit(models.Model):
     """The limits of a namespace (`topic` empty) or of one of its topics; an empty limit is no
-    limit. Web processes read this table every half second (delayqueue/limits.py) and enforce
+    limit. Web processes read this table every half second (services/admission.py) and enforce
     it in Redis, so a change takes effect on every one of them within a second."""
 
     namespace = models.CharField(max_length=128)
@@ -161,6 +165,7 @@ class Limit(models.Model):
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
+        db_table = tables.LIMIT
         constraints = [
             models.UniqueConstraint(fields=["namespace", "topic"], name="limit_once"),
         ]
@@ -181,6 +186,7 @@ class ApiToken(models.Model):
     revoked_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
+        db_table = tables.TOKEN
         verbose_name = "API token"
 
     def __str__(self):
@@ -193,8 +199,8 @@ class ApiToken(models.Model):
 
 class TopicConfig(models.Model):
     """A topic's own settings: defaults for its sends and pulls (null: the service's from
-    conf.py), its retry backoff, whether its status-6 ends are kept as dead letters, whether
-    it is paused, and its push delivery (a URL its due messages are POSTed to, docs/push.md). Web processes read this table every half second (delayqueue/topic_config.py);
+    config/settings.py), its retry backoff, whether its status-6 ends are kept as dead letters, whether
+    it is paused, and its push delivery (a URL its due messages are POSTed to, docs/push.md). Web processes read this table every half second (stores/topic_settings.py);
     the scanner scripts read the copy kept in the topic's Redis meta hash, which restore writes
     back after Redis lost its data. Its rate limits and live cap are the Limit table's."""
 
@@ -228,6 +234,7 @@ class TopicConfig(models.Model):
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
+        db_table = tables.TOPIC_CONFIG
         constraints = [
             models.UniqueConstraint(fields=["namespace", "topic"], name="topic_config_once"),
         ]
@@ -257,6 +264,7 @@ class RedriveTask(models.Model):
     lease_until = models.DateTimeField(null=True, blank=True)
 
     class Meta:
+        db_table = tables.REDRIVE
         indexes = [
             # The scanners' claim: unfinished tasks only.
             models.Index(fields=["namespace", "id"], name="redrive_running", condition=models.Q(done_at__isnull=True)),

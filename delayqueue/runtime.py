@@ -1,5 +1,6 @@
-"""What the services need at run time: the config, the Redis client, the long-poll notifier and
-the limits in force.
+"""What the services need at run time: the config, the Redis client and script runner, the
+script context every call shares, the long-poll notifier, the message log's writer and the
+operator data in force (limits, topic settings, token checks).
 
 asyncio Redis connections belong to one event loop, so the web process keeps one Runtime per
 loop (`current()`); the scanner and the tests build their own. A runtime serves one namespace
@@ -15,7 +16,10 @@ from asgiref.sync import async_to_sync
 from delayqueue.config.settings import QueueConfig, load_config
 from delayqueue.live import client
 from delayqueue.live.keys import namespace_keys
+from delayqueue.live.notifier import ReadyNotifier
 from delayqueue.live.runners import script_runner
+from delayqueue.live.scripts import ScriptContext
+from delayqueue.messagelog.group_commit import MessageLog
 from delayqueue.stores.limits import LimitCache
 from delayqueue.stores.tokens import TokenCache
 from delayqueue.stores.topic_settings import TopicConfigCache
@@ -46,6 +50,9 @@ class Runtime:
         rows, or '' when the message log is off (the scripts then record nothing)."""
         self.process = process
         self.actor = f"{process}@{socket.gethostname()}" if self.config.message_log else ""
+        cfg = self.config
+        self.context = ScriptContext(ns=self.ns, actor=self.actor, stats_interval_millis=cfg.monitor_interval_millis,
+                                     retention_millis=cfg.ended_retention_millis, scan_limit=cfg.scanner_batch)
 
     def for_namespace(self, namespace: str) -> "Runtime":
         """The runtime of `namespace`: this one's Redis client and scripts, its own keys, message
@@ -60,27 +67,24 @@ class Runtime:
         return rt
 
     @property
-    def tokens(self):
+    def tokens(self) -> TokenCache:
         """This process' cache of API token checks (stores/tokens.py)."""
         if self._tokens is None:
             self._tokens = TokenCache(self.config.log_timeout_millis)
         return self._tokens
 
     @property
-    def log(self):
+    def log(self) -> MessageLog:
         """The message log's group-commit writer, connected on first use."""
         if self._log is None:
-            from delayqueue.messagelog.group_commit import MessageLog
-
             self._log = MessageLog(self.ns.namespace, self.actor, self.config.log_timeout_millis)
         return self._log
 
-    async def notifier(self):
+    async def notifier(self) -> ReadyNotifier:
+        """This namespace's long-poll wakes, subscribed on first use."""
         if self._notifier is None:
             async with self._notifier_lock:
                 if self._notifier is None:
-                    from delayqueue.live.notifier import ReadyNotifier
-
                     notifier = ReadyNotifier(self.config.redis_url, self.config.redis_timeout, self.ns.ready_channel)
                     await notifier.start()
                     self._notifier = notifier

@@ -32,9 +32,9 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from delayqueue.config.arguments import age_in_days
-from delayqueue.messagelog import sql
-from delayqueue.messagelog.connection import EVENT_TABLE, MESSAGE_TABLE, first_line
 from delayqueue.core.constants import Status
+from delayqueue.messagelog import sql, tables
+from delayqueue.messagelog.connection import first_line
 from spark import common, pgread
 from spark.common import JobError
 
@@ -136,7 +136,7 @@ def preflight(args) -> None:
     existing = next((p for p in [args.to, *args.to.parents] if p.exists()), None)
     if existing is None or not existing.is_dir() or not os.access(existing, os.W_OK):
         raise JobError(f"--to {args.to}: cannot create or write {existing}")
-    common.check_postgres(args.database_url, (MESSAGE_TABLE, EVENT_TABLE))
+    common.check_postgres(args.database_url, (tables.MESSAGE, tables.EVENT))
 
 
 def delete_rows(dsn: str, kind: str, rows) -> None:

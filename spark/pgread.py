@@ -14,8 +14,8 @@ from psycopg.sql import Composable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
-from delayqueue.messagelog import sql
-from delayqueue.messagelog.connection import EVENT_TABLE, MESSAGE_TABLE, first_line
+from delayqueue.messagelog import sql, tables
+from delayqueue.messagelog.connection import first_line
 from spark.common import JobError
 
 
@@ -97,8 +97,8 @@ def read_table(spark: SparkSession, dsn: str, table: str, columns: dict[str, Col
 
 
 def read_messages(spark, dsn, names, **kwargs) -> DataFrame:
-    return read_table(spark, dsn, MESSAGE_TABLE, MESSAGE_COLUMNS, names, **kwargs)
+    return read_table(spark, dsn, tables.MESSAGE, MESSAGE_COLUMNS, names, **kwargs)
 
 
 def read_events(spark, dsn, names, **kwargs) -> DataFrame:
-    return read_table(spark, dsn, EVENT_TABLE, EVENT_COLUMNS, names, **kwargs)
+    return read_table(spark, dsn, tables.EVENT, EVENT_COLUMNS, names, **kwargs)

@@ -24,9 +24,8 @@ from pyspark.sql import types as T
 
 from delayqueue.config import arguments
 from delayqueue.core.constants import LIVE_STATUSES
-from delayqueue.messagelog import sql
 from delayqueue.live.keys import namespace_keys, topic_keys
-from delayqueue.messagelog.connection import EVENT_TABLE, MESSAGE_TABLE
+from delayqueue.messagelog import sql, tables
 from spark import common, pgread, restore
 
 KEY = ["topic", "msg_id"]
@@ -104,7 +103,7 @@ def add_arguments(p) -> None:
 def preflight(args) -> None:
     if args.output is not None and args.output.exists():
         raise common.JobError(f"--output {args.output} already exists")
-    common.check_postgres(args.database_url, (MESSAGE_TABLE, EVENT_TABLE))
+    common.check_postgres(args.database_url, (tables.MESSAGE, tables.EVENT))
     common.check_redis(args.redis_url)
 
 

@@ -18,8 +18,7 @@ from collections.abc import Iterable
 
 from delayqueue.config import arguments
 from delayqueue.live.keys import namespace_keys
-from delayqueue.messagelog import sql
-from delayqueue.messagelog.connection import EVENT_TABLE, MESSAGE_TABLE, TOPIC_CONFIG_TABLE
+from delayqueue.messagelog import sql, tables
 from delayqueue.runtime import Runtime
 from delayqueue.services.restore import RestoreCounts, answers_loss_report, restore_rows, restore_topic_settings
 from delayqueue.stores.topic_settings import settings_table
@@ -92,7 +91,7 @@ def restore_settings(config, dsn: str, namespace: str, topic: str | None) -> Non
 def rows_query(where) -> str:
     """The statement streaming the RESTORE_COLUMNS of the log rows matching `where` (a
     condition of messagelog.sql), in id order."""
-    return sql.copy_in_id_order(MESSAGE_TABLE, [c.expression for c in _RESTORE_SQL_COLUMNS], where).as_string(None)
+    return sql.copy_in_id_order(tables.MESSAGE, [c.expression for c in _RESTORE_SQL_COLUMNS], where).as_string(None)
 
 
 def logged_rows(dsn: str, query: str, params: dict):
@@ -118,7 +117,7 @@ def add_arguments(p) -> None:
 
 
 def preflight(args) -> None:
-    common.check_postgres(args.database_url, (MESSAGE_TABLE, EVENT_TABLE, TOPIC_CONFIG_TABLE))
+    common.check_postgres(args.database_url, (tables.MESSAGE, tables.EVENT, tables.TOPIC_CONFIG))
     common.check_redis(args.redis_url)
 
 

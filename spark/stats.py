@@ -18,9 +18,9 @@ from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from delayqueue.messagelog import sql
-from delayqueue.messagelog.connection import EVENT_TABLE, MESSAGE_TABLE, STATS_TABLE, first_line
 from delayqueue.core.constants import Reason, Status
+from delayqueue.messagelog import sql, tables
+from delayqueue.messagelog.connection import first_line
 from spark import common, pgread
 from spark.common import JobError
 
@@ -117,7 +117,7 @@ def since_hour(text: str) -> datetime:
 
 
 def preflight(args) -> None:
-    common.check_postgres(args.database_url, (MESSAGE_TABLE, EVENT_TABLE, STATS_TABLE))
+    common.check_postgres(args.database_url, (tables.MESSAGE, tables.EVENT, tables.STATS))
 
 
 def read_inputs(spark, args) -> tuple[DataFrame, DataFrame]:
@@ -148,7 +148,7 @@ def write_stats(dsn: str, rows: list) -> None:
         with psycopg.connect(dsn, connect_timeout=10) as conn, conn.cursor() as cur:
             cur.executemany(UPSERT, [tuple(row[c] for c in STATS_COLUMNS) for row in rows])
     except psycopg.Error as exc:
-        raise JobError(f"cannot write {STATS_TABLE}: {first_line(exc)}") from None
+        raise JobError(f"cannot write {tables.STATS}: {first_line(exc)}") from None
 
 
 def run(spark, args) -> int:
@@ -158,7 +158,7 @@ def run(spark, args) -> int:
     events.unpersist()
     messages.unpersist()
     write_stats(args.database_url, rows)
-    print(f"stats: wrote {len(rows)} topic-hours to {STATS_TABLE}")
+    print(f"stats: wrote {len(rows)} topic-hours to {tables.STATS}")
     return len(rows)
 
 

@@ -13,11 +13,14 @@ import orjson
 import psycopg
 import pytest
 
+from delayqueue.api import wire
 from delayqueue.config.settings import load_config
+from delayqueue.core.messages import Message
 from delayqueue.live import scripts
 from delayqueue.messagelog import sql
 from delayqueue.runtime import Runtime, run_with_runtime
-from delayqueue.services.send import send_message
+from delayqueue.services.dead_letters import dead_letters
+from delayqueue.services.send import SendRequest, send_message
 from delayqueue.workers.log_writer import LogWriter
 from delayqueue.workers.scanner import Scanner
 
@@ -235,8 +238,16 @@ async def history(topic: str, msg_id: str) -> list[tuple]:
         " WHERE topic = %s AND msg_id = %s ORDER BY at, id", topic, msg_id)
 
 
-def as_logged(message: dict) -> dict:
-    return {k: message[k] for k in ("msg", "produceTime", "triggerTime", "expireTime", "maxRetry", "retry", "status")}
+def as_logged(message: Message | dict) -> dict:
+    """A sent message (as the services or the API answer it) as `logged` reads its log row."""
+    wire = message.to_wire() if isinstance(message, Message) else message
+    return {k: wire[k] for k in ("msg", "produceTime", "triggerTime", "expireTime", "maxRetry", "retry", "status")}
+
+
+async def dead_letter_page(rt: Runtime, **kwargs) -> tuple[list[dict], str | None]:
+    """A page of services.dead_letters as getDeadMsgList answers it."""
+    page, cursor = await dead_letters(rt, **kwargs)
+    return [wire.dead_letter(dead) for dead in page], cursor
 
 
 async def call(api, endpoint, method="post", json=None, **params):
@@ -256,8 +267,7 @@ def send(topic, msg_id, delay_millis=0, namespace=None) -> dict:
     """Sends through the services, in DELAYQUEUE_NAMESPACE or in the namespace given."""
 
     async def send_there(rt):
-        return await send_message(rt.for_namespace(namespace or rt.ns.namespace), topic=topic,
-                                           msg=f"body of {msg_id}", delay_millis=delay_millis, msg_id=msg_id)
+        return await send_message(rt.for_namespace(namespace or rt.ns.namespace), request=SendRequest(topic=topic, msg=f"body of {msg_id}", delay_millis=delay_millis, msg_id=msg_id))
 
     return run_with_runtime(send_there)
 
@@ -273,20 +283,12 @@ def drain_history(topic):
 
 def promote(rt: Runtime, topic: str = "t"):
     """One run of the scanner's promote_due.lua on the topic, as a scanner would call it."""
-    cfg = rt.config
-    return rt.scripts.call(scripts.promote_due(
-        rt.ns.topic(topic), limit=1000, retention_millis=cfg.ended_retention_millis,
-        stats_interval_millis=cfg.monitor_interval_millis, ready_channel=rt.ns.ready_channel, topic=topic,
-        actor=rt.actor))
+    return rt.scripts.call(scripts.promote_due(rt.context, topic))
 
 
 def requeue(rt: Runtime, topic: str = "t", seed: int = 12345):
     """One run of the scanner's requeue_timed_out.lua on the topic, as a scanner would call it."""
-    cfg = rt.config
-    return rt.scripts.call(scripts.requeue_timed_out(
-        rt.ns.topic(topic), limit=1000, retention_millis=cfg.ended_retention_millis,
-        stats_interval_millis=cfg.monitor_interval_millis, ready_channel=rt.ns.ready_channel, topic=topic,
-        actor=rt.actor, schedule_channel=rt.ns.schedule_channel, seed=seed))
+    return rt.scripts.call(scripts.requeue_timed_out(rt.context, topic, seed=seed))
 
 
 class PushReceiver:

@@ -10,9 +10,9 @@ admin and everything else keep Django's standard handler (see project/asgi.py).
 import asyncio
 import io
 
+from django.core.exceptions import RequestAborted
 from django.core.handlers.asgi import ASGIHandler, get_script_prefix
 from django.core.handlers.exception import convert_exception_to_response
-from django.core.exceptions import RequestAborted
 from django.urls import set_script_prefix
 
 from delayqueue.api import edge

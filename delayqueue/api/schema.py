@@ -5,8 +5,9 @@ from django.conf import settings
 from drf_spectacular.utils import OpenApiExample, OpenApiResponse, PolymorphicProxySerializer, extend_schema
 from rest_framework import serializers
 
+from delayqueue.api.wire import GAP_LISTS, WAITING_BUCKET_NAMES
 from delayqueue.core.constants import MAX_PRIORITY
-from delayqueue.services.topics import GAP_STATS, REQUEST_COUNTERS, WAITING_BUCKETS
+from delayqueue.live.stats import Counter
 
 FORM = "application/x-www-form-urlencoded"
 JSON = "application/json"
@@ -74,9 +75,9 @@ class BatchResultSerializer(ResultSerializer):
         help_text="one result per message, in request order: the sent message, or why it was not sent")
 
 
-# Built from the same name lists the selectors answer with, so the schema cannot drift from them.
+# Built from the same names the answers are rendered with (api/wire.py), so the schema cannot drift from them.
 RequestStatsSerializer = type("RequestStatsSerializer", (serializers.Serializer,), {
-    "topic": serializers.CharField(), **{name: serializers.IntegerField() for name in REQUEST_COUNTERS},
+    "topic": serializers.CharField(), **{counter.value: serializers.IntegerField() for counter in Counter},
 })
 
 
@@ -89,7 +90,7 @@ class GapStatsSerializer(serializers.Serializer):
 
 MonitorDataSerializer = type("MonitorDataSerializer", (serializers.Serializer,), {
     "requestStatsList": RequestStatsSerializer(many=True),
-    **{list_name: GapStatsSerializer(many=True) for _, list_name in GAP_STATS},
+    **{list_name: GapStatsSerializer(many=True) for list_name in GAP_LISTS.values()},
 })
 
 
@@ -98,7 +99,7 @@ class MonitorDataResultSerializer(ResultSerializer):
 
 
 WaitingQueueInfoSerializer = type("WaitingQueueInfoSerializer", (serializers.Serializer,), {
-    name: serializers.IntegerField() for name, _ in WAITING_BUCKETS
+    name: serializers.IntegerField() for name in WAITING_BUCKET_NAMES
 })
 
 

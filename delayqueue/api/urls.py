@@ -1,25 +1,25 @@
 from django.urls import path
 
-from delayqueue.api import views
+from delayqueue.api.views import health, messages, recovery, topics
 
 # camellia's paths, each served by one view.
 ENDPOINTS = {
     "camellia/delayQueue/": {
-        "sendMsg": views.SendMsgView, "sendMsgBatch": views.SendMsgBatchView, "pullMsg": views.PullMsgView,
-        "longPollingMsg": views.LongPollingMsgView, "ackMsg": views.AckMsgView, "getMsg": views.GetMsgView,
-        "deleteMsg": views.DeleteMsgView, "getMonitorData": views.GetMonitorDataView,
-        "getTopicInfo": views.GetTopicInfoView, "getTopicInfoList": views.GetTopicInfoListView,
-        "restore": views.RestoreView, "restoreMsg": views.RestoreMsgView,
-        "getTopicConfig": views.GetTopicConfigView, "setTopicConfig": views.SetTopicConfigView,
-        "pauseTopic": views.PauseTopicView, "resumeTopic": views.ResumeTopicView, "purgeTopic": views.PurgeTopicView,
-        "getDeadMsgList": views.GetDeadMsgListView, "redriveDeadMsg": views.RedriveDeadMsgView,
-        "getRedriveTask": views.GetRedriveTaskView, "purgeDeadMsg": views.PurgeDeadMsgView,
-        "ackMsgBatch": views.AckMsgBatchView, "touchMsg": views.TouchMsgView,
-        "rescheduleMsg": views.RescheduleMsgView,
+        "sendMsg": messages.SendMsgView, "sendMsgBatch": messages.SendMsgBatchView, "pullMsg": messages.PullMsgView,
+        "longPollingMsg": messages.LongPollingMsgView, "ackMsg": messages.AckMsgView, "getMsg": messages.GetMsgView,
+        "deleteMsg": messages.DeleteMsgView, "getMonitorData": topics.GetMonitorDataView,
+        "getTopicInfo": topics.GetTopicInfoView, "getTopicInfoList": topics.GetTopicInfoListView,
+        "restore": recovery.RestoreView, "restoreMsg": recovery.RestoreMsgView,
+        "getTopicConfig": topics.GetTopicConfigView, "setTopicConfig": topics.SetTopicConfigView,
+        "pauseTopic": topics.PauseTopicView, "resumeTopic": topics.ResumeTopicView, "purgeTopic": topics.PurgeTopicView,
+        "getDeadMsgList": recovery.GetDeadMsgListView, "redriveDeadMsg": recovery.RedriveDeadMsgView,
+        "getRedriveTask": recovery.GetRedriveTaskView, "purgeDeadMsg": recovery.PurgeDeadMsgView,
+        "ackMsgBatch": messages.AckMsgBatchView, "touchMsg": messages.TouchMsgView,
+        "rescheduleMsg": messages.RescheduleMsgView,
     },
     "camellia/health/": {
-        "status": views.HealthStatusView, "check": views.HealthCheckView, "online": views.HealthOnlineView,
-        "offline": views.HealthOfflineView,
+        "status": health.HealthStatusView, "check": health.HealthCheckView, "online": health.HealthOnlineView,
+        "offline": health.HealthOfflineView,
     },
 }
 

@@ -7,11 +7,12 @@ from rest_framework import serializers
 from rest_framework.fields import empty
 from rest_framework.validators import ProhibitSurrogateCharactersValidator
 
-from delayqueue.config.settings import load_config
+from delayqueue.config.settings import load_config, setting_text
 from delayqueue.core.constants import (DEAD_LIST_DEFAULT_LIMIT, DEAD_LIST_MAX_LIMIT, MAX_DELAY_MILLIS, MAX_LIMIT,
-                                  MAX_PUSH_URL_LENGTH, PUSH_CONCURRENCY_DEFAULT, PUSH_MAX_CONCURRENCY,
-                                  PUSH_MAX_TIMEOUT_MILLIS, PUSH_TIMEOUT_DEFAULT_MILLIS,
-                                  MAX_PRIORITY, MAX_RETRY, MAX_TOPIC_BYTES, REDRIVE_DEFAULT_RATE, REDRIVE_MAX_RATE)
+                                       MAX_PRIORITY, MAX_PUSH_URL_LENGTH, MAX_RETRY, MAX_TOPIC_BYTES,
+                                       PUSH_CONCURRENCY_DEFAULT, PUSH_MAX_CONCURRENCY, PUSH_MAX_TIMEOUT_MILLIS,
+                                       PUSH_TIMEOUT_DEFAULT_MILLIS, REDRIVE_DEFAULT_RATE, REDRIVE_MAX_RATE,
+                                       RETRY_BACKOFF_MAX_MILLIS)
 from delayqueue.core.names import CONTROL_CHARACTER_PATTERN, topic_problem
 
 # Counts and retries below 0 mean "the default"; a floor keeps them plain integers all the way to Lua.
@@ -22,7 +23,7 @@ MAX_TRIGGER_TIME_MILLIS = 4_102_444_800_000
 
 
 class TopicField(serializers.CharField):
-    """A topic name (delayqueue/topics.py), taken exactly as sent: no trimming, as a topic with
+    """A topic name (core/names.py), taken exactly as sent: no trimming, as a topic with
     spaces around it is another topic to camellia."""
 
     def __init__(self, **kwargs):
@@ -119,15 +120,15 @@ class SendMsgSerializer(TopicSerializer):
                                  "message instead of a new one")
     msg = TextField(
         trim_whitespace=False,
-        help_text="the payload, any text; at most DELAYQUEUE_MAX_MSG_BYTES bytes in UTF-8 (default 65536)")
+        help_text=f"the payload, any text; at most that many bytes in UTF-8 ({setting_text('max_msg_bytes')})")
     delayMillis = millis("ms from now until the message can be pulled; 0 or less: at once. Required unless "
                          "triggerTime is given", required=False, default=None)
     triggerTime = trigger_time("when the message can be pulled, in place of delayMillis (not both)")
     ttlMillis = millis("ms the message may wait to be consumed once due; 0 or less: the server default "
-                       "(DELAYQUEUE_TTL_MILLIS, 1 hour)", required=False, default=-1)
+                       f"({setting_text('ttl_millis')} ms)", required=False, default=-1)
     maxRetry = serializers.IntegerField(
         required=False, default=-1, min_value=MIN_COUNT, max_value=MAX_RETRY,
-        help_text="deliveries allowed after the first; below 0: the server default (DELAYQUEUE_MAX_RETRY, 10)")
+        help_text=f"deliveries allowed after the first; below 0: the server default ({setting_text('max_retry')})")
     priority = serializers.IntegerField(
         required=False, default=0, min_value=0, max_value=MAX_PRIORITY,
         help_text=f"0 (default) to {MAX_PRIORITY}: ready messages of a higher priority are pulled first, "
@@ -153,10 +154,12 @@ class SendMsgSerializer(TopicSerializer):
 
 class PullMsgSerializer(TopicSerializer):
     ackTimeoutMillis = millis("ms a pulled message may stay unacked before it is delivered again; 0 or less: "
-                              "the server default (DELAYQUEUE_ACK_TIMEOUT_MILLIS, 30 s)", required=False, default=-1)
+                              f"the server default ({setting_text('ack_timeout_millis')} ms)", required=False,
+                              default=-1)
     batch = serializers.IntegerField(
         required=False, default=-1, min_value=MIN_COUNT,
-        help_text="most messages to return; 0 or less: 1; at most DELAYQUEUE_MAX_PULL_BATCH (default 1000)")
+        help_text=f"most messages to return; 0 or less: the server default ({setting_text('pull_batch')}); at most "
+                  f"{setting_text('max_pull_batch')}")
 
     def validate_batch(self, value: int) -> int:
         limit = load_config().max_pull_batch
@@ -168,8 +171,8 @@ class PullMsgSerializer(TopicSerializer):
 class LongPollingMsgSerializer(PullMsgSerializer):
     longPollingTimeoutMillis = millis(
         "ms to hold the request while no message is ready; 0 or less: the server default "
-        "(DELAYQUEUE_LONG_POLLING_TIMEOUT_MILLIS, 10 s); capped at DELAYQUEUE_MAX_LONG_POLLING_TIMEOUT_MILLIS "
-        "(default 60 s)", required=False, default=-1)
+        f"({setting_text('long_polling_timeout_millis')} ms); capped at "
+        f"{setting_text('max_long_polling_timeout_millis')} ms", required=False, default=-1)
 
 
 class AckFields(serializers.Serializer):
@@ -198,7 +201,7 @@ class AckMsgSerializer(AckFields, MessageRefSerializer):
 
 class AckMsgBatchSerializer(AckFields, TopicSerializer):
     msgIds = serializers.ListField(child=MsgIdField(), allow_empty=False,
-                                   help_text="the msgIds, a JSON list of 1 to DELAYQUEUE_MAX_BATCH_SEND (default 1000)")
+                                   help_text=f"the msgIds, a JSON list of 1 to {setting_text('max_batch_send')}")
 
     def validate_msgIds(self, value: list) -> list:
         limit = load_config().max_batch_send
@@ -255,7 +258,8 @@ class SetTopicConfigSerializer(TopicSerializer):
                               "server default", required=False)
     retryBackoffMillis = millis("wait before a message given back by its ack timeout is ready again, doubling "
                                 "with each delivery; 0: ready at once", required=False, min_value=0)
-    retryBackoffMaxMillis = millis("longest backoff wait; 0: back to the default (1 hour)", required=False,
+    retryBackoffMaxMillis = millis(f"longest backoff wait; 0: back to the default ({RETRY_BACKOFF_MAX_MILLIS} ms)",
+                                   required=False,
                                    min_value=0)
     deadLetter = serializers.BooleanField(
         required=False, help_text="keep the topic's messages that end as 6 as dead letters; true/false. Judged "

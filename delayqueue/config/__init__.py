@@ -1,1 +1,3 @@
-"""Settings from the environment and the command line; imports only core."""
+"""The settings: each environment variable declared once with its default and bounds
+(settings.py), the Redis URL forms, the allowed push hosts, and the command lines' option types.
+Imports core only."""

@@ -194,6 +194,14 @@ class QueueConfig:
 # field name -> its declaration, in declaration order
 SETTINGS: dict[str, Setting] = {f.name: f.metadata["setting"] for f in fields(QueueConfig)}
 
+
+
+def setting_text(name: str) -> str:
+    """How help texts name a setting of QueueConfig: its variable and its default."""
+    declared = SETTINGS[name]
+    return f"{declared.env}, default {declared.default}"
+
+
 _current: QueueConfig | None = None
 
 

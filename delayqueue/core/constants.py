@@ -61,7 +61,7 @@ RETRY_BACKOFF_MAX_MILLIS = 3_600_000
 # Jitter of a backoff wait: up to this share of it is taken off at random (lua/includes/backoff.lua).
 RETRY_BACKOFF_JITTER = 0.2
 # A topic name, as camellia accepts it: non-empty UTF-8 text without control characters, up to
-# this many bytes (delayqueue/topics.py checks it).
+# this many bytes (core/names.py checks it).
 MAX_TOPIC_BYTES = 255
 
 # Failed admin logins (ops/login_limit.py): this many for one username, or from one client
@@ -70,7 +70,7 @@ ADMIN_LOGIN_MAX_FAILURES = 5
 ADMIN_LOGIN_WINDOW_SECONDS = 15 * 60
 ADMIN_LOGIN_LOCK_SECONDS = 15 * 60
 
-# Rate limits (delayqueue/limits.py): a token bucket holds at most this long's worth of its rate,
+# Rate limits (services/admission.py): a token bucket holds at most this long's worth of its rate,
 # so a burst is at most one second's worth. A bucket left alone this long is full again.
 BURST_MILLIS = 1000
 # The largest rate (messages/s) or live-message cap an operator can set.
@@ -92,7 +92,7 @@ MAX_AGE_DAYS = 36_500
 # Tokens start with this, so a leaked one is recognisable (secret scanners, logs).
 TOKEN_PREFIX = "dq_"
 
-# Dead letters (messagelog/deadletters.py): a getDeadMsgList page holds at most this many (and
+# Dead letters (services/dead_letters.py): a getDeadMsgList page holds at most this many (and
 # this many by default); a redrive sends at most this many per second unless told otherwise.
 DEAD_LIST_MAX_LIMIT = 1000
 DEAD_LIST_DEFAULT_LIMIT = 100

@@ -11,8 +11,8 @@ import logging
 import re
 import time
 
-from redis.exceptions import (AuthenticationError, AuthorizationError, BusyLoadingError, ConnectionError,
-                              RedisError, ResponseError, TimeoutError)
+from redis.exceptions import (AuthenticationError, AuthorizationError, BusyLoadingError, ConnectionError, RedisError,
+                              ResponseError, TimeoutError)
 
 log = logging.getLogger(__name__)
 

@@ -8,6 +8,7 @@ holds the topic's real text.
 """
 import re
 from dataclasses import dataclass
+from enum import StrEnum
 from functools import lru_cache
 
 # A topic's keys are "<TOPIC_PREFIX>{<namespace>:<key_text(topic)>}:<name>"; its history channel
@@ -38,6 +39,27 @@ def topic_of_key_text(text: str) -> str:
     return _PERCENT_ESCAPE.sub(lambda m: chr(int(m[1], 16)), text)
 
 
+class Meta(StrEnum):
+    """The fields of a topic's meta hash (the scripts get them as the prelude's META table)."""
+
+    REGISTERED = "registered"  # 1 while the topic is in its namespace's registry
+    LAST_ACTIVE = "last_active"  # ms of its last send or pull (topic retirement)
+    LIVE_SHARE = "live_share"  # its share of the namespace's live-message cap (services/admission.py)
+    # The copy of its settings the scripts act on (stores/topic_settings.MIRROR_FIELDS).
+    RETRY_BACKOFF = "retry_backoff"
+    RETRY_BACKOFF_MAX = "retry_backoff_max"
+    DEAD_LETTER = "dead_letter"
+    PAUSED = "paused"
+    PUSH = "push"
+
+
+class Bucket(StrEnum):
+    """The kinds of rate-limit token bucket in a `buckets` hash (the prelude's BUCKET table)."""
+
+    PRODUCE = "produce"
+    CONSUME = "consume"
+
+
 @dataclass(frozen=True)
 class TopicKeys:
     topic: str
@@ -48,7 +70,7 @@ class TopicKeys:
     msgs: str  # HASH msgId -> message json
     expiry: str  # ZSET msgId -> expireTime, live messages only
     ended: str  # ZSET msgId -> when the ended body may be purged
-    meta: str  # HASH registered, last_active
+    meta: str  # HASH Meta's fields
     stats: str  # HASH "<interval>:<counter>" -> value
     lock: str  # STRING scanner lock token
     events: str  # STREAM lifecycle events waiting for the log writer (EVENTS_SUFFIX)

@@ -12,10 +12,10 @@ ready), without waiting for the scanner to promote it and publish.
 import asyncio
 from collections import deque
 
-from delayqueue.live.client import connect_pubsub_node
-from delayqueue.live.pubsub import subscribe_forever
 from delayqueue.core.stopping import cancel_and_wait
 from delayqueue.core.timer import PreciseTimer
+from delayqueue.live.client import connect_pubsub_node
+from delayqueue.live.pubsub import subscribe_forever
 
 
 class ReadyNotifier:

@@ -4,12 +4,11 @@ comes back as its script's typed reply."""
 import asyncio
 import time
 
-from redis.exceptions import NoScriptError
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import NoScriptError
 
 from delayqueue.live.protocol import ReplyProtocol, as_error, connect_direct, evalsha
 from delayqueue.live.scripts import ScriptCall, load_scripts
-
 
 # Back-off between tries of a call Redis failed transiently (doubling up to the second figure).
 FIRST_RETRY_BACKOFF, MAX_RETRY_BACKOFF = 0.01, 0.2
@@ -105,7 +104,7 @@ class ScriptRunner:
         replaced; on a cluster, redis-py may answer that per command) and LOADING replies (a
         restarted Redis reading its data back); only the commands that failed go again. A command whose connection broke
         may have run: sending it again is safe for every script the service sends, a send being
-        a no-op on its own live msgId (services.py answers that as the send it is). Not retried:
+        a no-op on its own live msgId (services/send.py answers that as the send it is). Not retried:
         a timeout (the watchdog's), as Redis may still run what it was sent."""
         deadline = time.monotonic() + self._timeout
         try:

@@ -9,18 +9,9 @@ from psycopg.conninfo import make_conninfo
 
 from delayqueue.core.exceptions import LogUnavailable, connection_reason
 
-MESSAGE_TABLE = "delayqueue_message"
-EVENT_TABLE = "delayqueue_messageevent"
-STATS_TABLE = "delayqueue_topichourstats"
-LIMIT_TABLE = "delayqueue_limit"
-
-
 # libpq's parameters, which DATABASE_URL's query may carry (sslmode=verify-full, sslrootcert=...)
 # as Django's OPTIONS; Django's own OPTIONS (pool, isolation_level...) are not for libpq.
 LIBPQ_KEYWORDS = frozenset(d.keyword.decode() for d in pq.Conninfo.get_defaults())
-TOKEN_TABLE = "delayqueue_apitoken"
-TOPIC_CONFIG_TABLE = "delayqueue_topicconfig"
-REDRIVE_TABLE = "delayqueue_redrivetask"
 
 
 def conninfo(timeout_millis: int) -> str:

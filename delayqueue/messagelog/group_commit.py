@@ -14,20 +14,17 @@ import orjson
 import psycopg
 
 from delayqueue.core.constants import Status
-from delayqueue.messagelog import sql
-from delayqueue.messagelog.connection import LogConnection
 from delayqueue.core.exceptions import LogUnavailable, MaybeSent
 from delayqueue.core.messages import Message
+from delayqueue.messagelog import sql
+from delayqueue.messagelog.connection import LogConnection
 
 log = logging.getLogger(__name__)
 
 
-def _rows_json(namespace: str, rows: list[Message]) -> str:
-    return orjson.dumps([
-        {"ns": namespace, "t": r.topic, "i": r.msg_id, "p": r.payload, "pt": r.produce_time, "tt": r.trigger_time,
-         "et": r.expire_time, "mr": r.max_retry, "r": r.retry, "s": r.status, "pr": r.priority}
-        for r in rows
-    ]).decode()
+def _rows_json(rows: list[Message]) -> str:
+    """Messages as the statements read them (sql.record(Message))."""
+    return orjson.dumps(rows).decode()
 
 
 @dataclass
@@ -49,7 +46,8 @@ class MessageLog:
 
     def __init__(self, namespace: str, actor: str, timeout_millis: int):
         self._namespace = namespace
-        self._process, _, self._host = actor.rpartition("@")
+        process, _, host = actor.rpartition("@")
+        self._actor = {"process": process, "host": host}  # who the 'sent' history rows name
         self._db = LogConnection(timeout_millis)
         self._pending: list[_Request] = []
         self._flusher: asyncio.Task | None = None
@@ -77,13 +75,13 @@ class MessageLog:
         """Removes rows (and their 'sent' history) this process wrote for sends that Redis then
         did not take."""
         async with self._db.use() as conn:
-            await conn.execute(sql.FORGET, [_rows_json(self._namespace, rows)])
+            await conn.execute(sql.FORGET, {"namespace": self._namespace, "unsent": _rows_json(rows)})
 
     async def correct_sent(self, unsent: list[Message], sent: list[Message]) -> None:
         """Removes the 'sent' history of `unsent` rows and writes (or corrects) that of `sent`."""
         async with self._db.use() as conn:
-            await conn.execute(sql.CORRECT_SENT, [_rows_json(self._namespace, unsent), self._process, self._host,
-                                                  _rows_json(self._namespace, sent)])
+            await conn.execute(sql.CORRECT_SENT, {"namespace": self._namespace, "unsent": _rows_json(unsent),
+                                                  "rows": _rows_json(sent), **self._actor})
 
     async def settle(self, rows: list[Message], written: list[bool], replies: list, outcomes: list) -> None:
         """Makes the log agree with what Redis did with recorded sends (`replies`: the send
@@ -164,17 +162,17 @@ class MessageLog:
                      overwrite: bool) -> set[tuple[str, str]]:
         async with self._db.use() as conn:
             if overwrite:
-                cursor = await conn.execute(sql.OVERWRITE, [_rows_json(self._namespace, rows)])
+                cursor = await conn.execute(sql.OVERWRITE, {"namespace": self._namespace, "rows": _rows_json(rows)})
                 return {tuple(row) for row in await cursor.fetchall()}
-            rows_json = _rows_json(self._namespace, rows)
+            params = {"namespace": self._namespace, "rows": _rows_json(rows), **self._actor}
             if self._upserts_left == 0:
                 try:
-                    await conn.execute(sql.INSERT_NEW, [rows_json, self._process, self._host])
+                    await conn.execute(sql.INSERT_NEW, params)
                     return keys
                 except psycopg.errors.UniqueViolation:  # the statement left nothing behind
                     self._upserts_left = self.UPSERTS_AFTER_CONFLICT
             self._upserts_left -= 1
-            cursor = await conn.execute(sql.RECORD, [rows_json, Status.ACKED, self._process, self._host])
+            cursor = await conn.execute(sql.RECORD, {**params, "ended": Status.ACKED})
             return {tuple(row) for row in await cursor.fetchall()}
 
     async def close(self) -> None:

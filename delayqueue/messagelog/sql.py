@@ -1,16 +1,23 @@
 """Every SQL statement of the message log, for the app and the Spark jobs alike, built once at
 import. A statement that varies with its caller's options is built by one function here.
 
-Statuses come from delayqueue.constants, as parameters; only where a partial index's predicate
+Statuses come from core/constants.py, as parameters; only where a partial index's predicate
 must be matched by the planner are they rendered into the text (a parameter would defeat the
-index under a generic plan), still from the constants. Times cross the SQL boundary as epoch
-milliseconds, through from_millis / to_millis (their Python pair is delayqueue.epoch).
+index under a generic plan), from tables.py's conditions. Times cross the SQL boundary as epoch
+milliseconds, through from_millis / to_millis (their Python pair is core/clock.py). Rows travel
+as one JSON document, orjson's dump of dataclasses: `record` declares each statement's columns
+from the dataclass itself, so the keys cannot drift from the fields.
 """
+import types
+import typing
+from dataclasses import dataclass
+
 from psycopg import sql
 
 from delayqueue.core.constants import LIVE_STATUSES, Status
-from delayqueue.messagelog.connection import (EVENT_TABLE, LIMIT_TABLE, MESSAGE_TABLE, REDRIVE_TABLE, STATS_TABLE,
-                                              TOKEN_TABLE, TOPIC_CONFIG_TABLE)
+from delayqueue.core.messages import Message
+from delayqueue.live.history import Event
+from delayqueue.messagelog import tables
 
 
 def from_millis(millis: str) -> str:
@@ -26,33 +33,48 @@ def to_millis(moment: str) -> str:
     return f"(extract(epoch FROM {moment}) * 1000)::int8"
 
 
-def _rendered(statuses) -> str:
-    return ", ".join(str(int(s)) for s in statuses)
+_SQL_TYPES = {str: "text", int: "int8"}
 
 
-# The predicates of the partial indexes message_live and message_ended, rendered from the
-# constants: the planner uses such an index only when it can see the query implies them.
-LIVE = f"status IN ({_rendered(LIVE_STATUSES)})"
-ENDED = f"status >= {int(Status.ACKED)}"
-DEAD = f"status = {int(Status.EXHAUSTED)}"
+def record(cls: type, *names: str) -> str:
+    """The column list of `json_to_recordset(...) AS u(<this>)` over orjson's dump of `cls`
+    instances (dataclasses): the fields named, or every field, typed from their annotations."""
+    hints = typing.get_type_hints(cls)
+    columns = []
+    for name in names or hints:
+        hint = hints[name]
+        if isinstance(hint, types.UnionType):  # `int | None`
+            [hint] = [arg for arg in typing.get_args(hint) if arg is not type(None)]
+        columns.append(f"{name} {_SQL_TYPES[hint]}")
+    return ", ".join(columns)
+
+
+# The predicates of the partial indexes message_live, message_ended and message_dead: the
+# planner uses such an index only when it can see the query implies them.
+LIVE = tables.LIVE.sql()
+ENDED = tables.ENDED.sql()
+DEAD = tables.DEAD.sql()
 # A status-6 row `m` is a dead letter while its topic keeps dead letters. Judged by the topic's
 # setting now (TopicConfig.dead_letter; no row: on): switched off, its status-6 rows leave the
 # lists, redrives and purges, and prune_log removes them at the ordinary retention.
-KEEPS_DEAD = (f"NOT EXISTS (SELECT 1 FROM {TOPIC_CONFIG_TABLE} c"
+KEEPS_DEAD = (f"NOT EXISTS (SELECT 1 FROM {tables.TOPIC_CONFIG} c"
               " WHERE c.namespace = m.namespace AND c.topic = m.topic AND NOT c.dead_letter)")
 
 # --- The send path (group_commit.MessageLog): performance-critical, one statement per group.
 
 _COLUMNS = ("namespace, topic, msg_id, payload, produce_time, trigger_time, expire_time, max_retry, retry, status, "
             "priority, updated_at")
-# Rows travel as one JSON document: psycopg dumps array parameters element by element in
-# Python, which cost more than the statement itself; PostgreSQL unpacks JSON in C.
-_ROWS = ("json_to_recordset(%s::json) AS u(ns text, t text, i text, p text, pt int8, tt int8, et int8, mr int4, r int4, "
-         "s int2, pr int2)")
+# Rows travel as one JSON document, %(rows)s, of Messages (the namespace, %(namespace)s, is the
+# same for all): psycopg dumps array parameters element by element in Python, which cost more
+# than the statement itself; PostgreSQL unpacks JSON in C.
+_ROWS = f"json_to_recordset(%(rows)s::json) AS u({record(Message)})"
+_SELECT_ROWS = f"""SELECT %(namespace)s, topic, msg_id, payload, {from_millis("produce_time")},
+       {from_millis("trigger_time")}, {from_millis("expire_time")}, max_retry, retry, status, priority,
+       {from_millis("produce_time")}
+FROM {_ROWS}"""
 _UPSERT = f"""
-INSERT INTO {MESSAGE_TABLE} ({_COLUMNS})
-SELECT ns, t, i, p, {from_millis("pt")}, {from_millis("tt")}, {from_millis("et")}, mr, r, s, pr, {from_millis("pt")}
-FROM {_ROWS}
+INSERT INTO {tables.MESSAGE} ({_COLUMNS})
+{_SELECT_ROWS}
 ON CONFLICT (namespace, topic, msg_id) DO UPDATE SET
     payload = EXCLUDED.payload, produce_time = EXCLUDED.produce_time, trigger_time = EXCLUDED.trigger_time,
     expire_time = EXCLUDED.expire_time, max_retry = EXCLUDED.max_retry, retry = EXCLUDED.retry,
@@ -67,12 +89,14 @@ def _sent_id(produce_millis: str) -> str:
     return f"'sent-' || {produce_millis}"
 
 
-_INSERT_SENT = f"""INSERT INTO {EVENT_TABLE} (namespace, topic, msg_id, event_id, at, from_status, to_status, retry,
+_INSERT_SENT = f"""INSERT INTO {tables.EVENT} (namespace, topic, msg_id, event_id, at, from_status, to_status, retry,
                                             reason, process, host)"""
-# The 'sent' rows of the messages in `u` (ns, t, i, pt).
-_DELETE_SENT = f"""DELETE FROM {EVENT_TABLE} e USING u
-    WHERE e.namespace = u.ns AND e.topic = u.t AND e.msg_id = u.i AND e.event_id = {_sent_id("u.pt")}"""
-_KEYS_JSON = "SELECT * FROM json_to_recordset(%s::json) AS u(ns text, t text, i text, pt int8)"
+# The 'sent' rows of the messages in `u`.
+_DELETE_SENT = f"""DELETE FROM {tables.EVENT} e USING u
+    WHERE e.namespace = %(namespace)s AND e.topic = u.topic AND e.msg_id = u.msg_id
+      AND e.event_id = {_sent_id("u.produce_time")}"""
+_KEYS_JSON = (f"SELECT * FROM json_to_recordset(%(unsent)s::json)"
+              f" AS u({record(Message, 'topic', 'msg_id', 'produce_time')})")
 
 # Messages whose msgIds the log does not hold, with their 'sent' rows: plain INSERTs, so one
 # msgId the log holds fails the whole statement on the unique key, and MessageLog sends the
@@ -80,25 +104,27 @@ _KEYS_JSON = "SELECT * FROM json_to_recordset(%s::json) AS u(ns text, t text, i 
 # speculative insertion, a seventh of the statement (docs/benchmarks.md), for the rare resend.
 INSERT_NEW = f"""
 WITH u AS MATERIALIZED (
-    SELECT ns, t, i, p, pt, {from_millis("pt")} AS produced, tt, et, mr, r, s, pr FROM {_ROWS}
+    SELECT *, {from_millis("produce_time")} AS produced FROM {_ROWS}
 ), messages AS (
-    INSERT INTO {MESSAGE_TABLE} ({_COLUMNS})
-    SELECT ns, t, i, p, produced, {from_millis("tt")}, {from_millis("et")}, mr, r, s, pr, produced FROM u
+    INSERT INTO {tables.MESSAGE} ({_COLUMNS})
+    SELECT %(namespace)s, topic, msg_id, payload, produced, {from_millis("trigger_time")}, {from_millis("expire_time")},
+           max_retry, retry, status, priority, produced FROM u
 )
 {_INSERT_SENT}
-SELECT ns, t, i, {_sent_id("pt")}, produced, 0, s, 0, 'sent', %s, %s FROM u
+SELECT %(namespace)s, topic, msg_id, {_sent_id("produce_time")}, produced, 0, status, 0, 'sent', %(process)s,
+       %(host)s FROM u
 """
 # A send replaces a logged message only when that one is over (ended, or past its TTL); a live
 # one is a duplicate that Redis will answer with the stored message. The first ended status is
 # a parameter: this conflict path scans no index on status.
 RECORD = f"""
 WITH written AS (
-    {_UPSERT} WHERE {MESSAGE_TABLE}.status >= %s OR {MESSAGE_TABLE}.expire_time <= EXCLUDED.produce_time
+    {_UPSERT} WHERE {tables.MESSAGE}.status >= %(ended)s OR {tables.MESSAGE}.expire_time <= EXCLUDED.produce_time
     RETURNING namespace, topic, msg_id, produce_time, status
 ), sent AS (
     {_INSERT_SENT}
     SELECT namespace, topic, msg_id, {_sent_id(to_millis("produce_time"))},
-           produce_time, 0, status, 0, 'sent', %s, %s
+           produce_time, 0, status, 0, 'sent', %(process)s, %(host)s
     FROM written
     ON CONFLICT (namespace, topic, msg_id, event_id) DO NOTHING
 )
@@ -110,29 +136,32 @@ OVERWRITE = _UPSERT + "RETURNING topic, msg_id"
 # process wrote (same produceTime), never a later one.
 FORGET = f"""
 WITH u AS ({_KEYS_JSON}), unsent AS ({_DELETE_SENT})
-DELETE FROM {MESSAGE_TABLE} m USING u
-WHERE m.namespace = u.ns AND m.topic = u.t AND m.msg_id = u.i AND m.produce_time = {from_millis("u.pt")}
+DELETE FROM {tables.MESSAGE} m USING u
+WHERE m.namespace = %(namespace)s AND m.topic = u.topic AND m.msg_id = u.msg_id
+  AND m.produce_time = {from_millis("u.produce_time")}
 """
 # Where Redis decided otherwise than the log expected: 'sent' rows of sends Redis answered with
 # an older live message go; sends Redis took get theirs, with the status Redis gave them.
 CORRECT_SENT = f"""
 WITH u AS ({_KEYS_JSON}), unsent AS ({_DELETE_SENT})
 {_INSERT_SENT}
-SELECT ns, t, i, {_sent_id("pt")}, {from_millis("pt")}, 0, s, 0, 'sent', %s, %s
-FROM json_to_recordset(%s::json) AS n(ns text, t text, i text, pt int8, s int2)
+SELECT %(namespace)s, topic, msg_id, {_sent_id("produce_time")}, {from_millis("produce_time")}, 0, status, 0, 'sent',
+       %(process)s, %(host)s
+FROM json_to_recordset(%(rows)s::json) AS n({record(Message, 'topic', 'msg_id', 'produce_time', 'status')})
 ON CONFLICT (namespace, topic, msg_id, event_id) DO UPDATE SET to_status = EXCLUDED.to_status
 """
 
-# --- The history writer (writer.LogWriter).
+# --- The history writer (workers/log_writer.py): Events from the topics' streams.
 
 # Stream entries as history rows, one JSON document per drain; a row already written (the
 # entry read again after a crash between commit and XDEL) is skipped on its unique key.
 INSERT_EVENTS = f"""
-INSERT INTO {EVENT_TABLE} (namespace, topic, msg_id, event_id, at, from_status, to_status, retry, reason, process, host,
-  detail)
-SELECT %s, t, i, e, {from_millis("at")}, f, s, r, w, p, h, d
-FROM json_to_recordset(%s::json) AS u(t text, i text, e text, at int8, f int2, s int2, r int4, w text, p text, h text,
-  d text)
+INSERT INTO {tables.EVENT} (namespace, topic, msg_id, event_id, at, from_status, to_status, retry, reason, process,
+  host, detail)
+SELECT %(namespace)s, topic, msg_id, entry_id, {from_millis("at")}, from_status, to_status, retry, reason, process,
+       host, detail
+FROM json_to_recordset(%(events)s::json) AS u({record(Event, "topic", "msg_id", "entry_id", "at", "from_status",
+                                                      "to_status", "retry", "reason", "process", "host", "detail")})
 ON CONFLICT (namespace, topic, msg_id, event_id) DO NOTHING
 """
 # Only the life of the message the row describes (same produceTime) moves its status, never
@@ -140,16 +169,17 @@ ON CONFLICT (namespace, topic, msg_id, event_id) DO NOTHING
 # already in that state is not rewritten.
 # A change that moved the message's times (tt, et: reschedule, nack with a delay) sets them too.
 UPDATE_MESSAGES = f"""
-UPDATE {MESSAGE_TABLE} m SET status = u.s, retry = u.r, updated_at = {from_millis("u.at")},
-  trigger_time = COALESCE({from_millis("u.tt")}, m.trigger_time),
-  expire_time = COALESCE({from_millis("u.et")}, m.expire_time)
-FROM json_to_recordset(%s::json) AS u(t text, i text, s int2, r int4, at int8, pt int8, tt int8, et int8)
-WHERE m.namespace = %s AND m.topic = u.t AND m.msg_id = u.i
-  AND m.produce_time = {from_millis("u.pt")} AND m.updated_at <= {from_millis("u.at")}
-  AND (m.status <> u.s OR m.retry <> u.r OR u.tt IS NOT NULL)
+UPDATE {tables.MESSAGE} m SET status = u.to_status, retry = u.retry, updated_at = {from_millis("u.at")},
+  trigger_time = COALESCE({from_millis("u.trigger_time")}, m.trigger_time),
+  expire_time = COALESCE({from_millis("u.expire_time")}, m.expire_time)
+FROM json_to_recordset(%(events)s::json) AS u({record(Event, "topic", "msg_id", "to_status", "retry", "at",
+                                                      "produce_time", "trigger_time", "expire_time")})
+WHERE m.namespace = %(namespace)s AND m.topic = u.topic AND m.msg_id = u.msg_id
+  AND m.produce_time = {from_millis("u.produce_time")} AND m.updated_at <= {from_millis("u.at")}
+  AND (m.status <> u.to_status OR m.retry <> u.retry OR u.trigger_time IS NOT NULL)
 """
 # Whether a namespace has a live message in the log: one probe of message_live.
-HOLDS_LIVE = f"SELECT EXISTS (SELECT 1 FROM {MESSAGE_TABLE} WHERE namespace = %s AND {LIVE})"
+HOLDS_LIVE = f"SELECT EXISTS (SELECT 1 FROM {tables.MESSAGE} WHERE namespace = %s AND {LIVE})"
 
 # --- Retention (retention.prune_log): small batches, each its own short transaction.
 
@@ -159,23 +189,23 @@ HOLDS_LIVE = f"SELECT EXISTS (SELECT 1 FROM {MESSAGE_TABLE} WHERE namespace = %s
 # retention) or the other ended rows. Rows another transaction holds are left for the next run.
 DELETE_ENDED_MESSAGES = f"""
 WITH doomed AS (
-    SELECT id FROM {MESSAGE_TABLE} m
+    SELECT id FROM {tables.MESSAGE} m
     WHERE {ENDED} AND updated_at < %(before)s AND updated_at >= %(since)s
       AND (status = %(dead)s AND {KEEPS_DEAD}) = %(dead_letters)s
     ORDER BY updated_at LIMIT %(batch)s
     FOR UPDATE SKIP LOCKED
 )
-DELETE FROM {MESSAGE_TABLE} m USING doomed WHERE m.id = doomed.id
+DELETE FROM {tables.MESSAGE} m USING doomed WHERE m.id = doomed.id
 RETURNING m.namespace, m.topic, m.msg_id, m.updated_at
 """
 # History of a deleted message (its earlier lives too): the row is gone, and a later life of
 # the same msgId would have kept the row alive.
 DELETE_HISTORY = f"""
-DELETE FROM {EVENT_TABLE} e USING unnest(%s::text[], %s::text[], %s::text[]) AS d(ns, t, i)
+DELETE FROM {tables.EVENT} e USING unnest(%s::text[], %s::text[], %s::text[]) AS d(ns, t, i)
 WHERE e.namespace = d.ns AND e.topic = d.t AND e.msg_id = d.i AND e.at < %s
 """
 
-# --- Dead letters (messagelog/deadletters.py): status-6 rows of a topic on message_dead, in the
+# --- Dead letters (messagelog/dead_letters.py, services/dead_letters.py, workers/redriver.py): status-6 rows of a topic on message_dead, in the
 # order they died (updated_at, id). A keyset position is updated_at in epoch microseconds (exact
 # both ways, as interval arithmetic is) and the row id.
 
@@ -192,9 +222,9 @@ _DEAD_IN = (f"m.namespace = %(namespace)s AND m.topic = %(topic)s AND m.{DEAD} A
 DEAD_PAGE = f"""
 SELECT m.id, {_MICROS}, m.topic, m.msg_id, m.payload, {to_millis("m.produce_time")}, {to_millis("m.trigger_time")},
        {to_millis("m.expire_time")}, m.max_retry, m.retry, m.status, {to_millis("m.updated_at")}, r.reason
-FROM {MESSAGE_TABLE} m
+FROM {tables.MESSAGE} m
 LEFT JOIN LATERAL (
-    SELECT e.reason FROM {EVENT_TABLE} e
+    SELECT e.reason FROM {tables.EVENT} e
     WHERE e.msg_id = m.msg_id AND e.topic = m.topic AND e.namespace = m.namespace AND e.to_status = m.status
     ORDER BY e.at DESC, e.id DESC LIMIT 1
 ) r ON TRUE
@@ -204,14 +234,14 @@ ORDER BY m.updated_at, m.id LIMIT %(limit)s
 # Removes a batch of dead letters and their history (all their lives'); answers how many.
 PURGE_DEAD = f"""
 WITH doomed AS (
-    SELECT m.id FROM {MESSAGE_TABLE} m WHERE {_DEAD_IN}
+    SELECT m.id FROM {tables.MESSAGE} m WHERE {_DEAD_IN}
     ORDER BY m.updated_at, m.id LIMIT %(batch)s
     FOR UPDATE SKIP LOCKED
 ), gone AS (
-    DELETE FROM {MESSAGE_TABLE} m USING doomed WHERE m.id = doomed.id
+    DELETE FROM {tables.MESSAGE} m USING doomed WHERE m.id = doomed.id
     RETURNING m.namespace, m.topic, m.msg_id
 ), history AS (
-    DELETE FROM {EVENT_TABLE} e USING gone
+    DELETE FROM {tables.EVENT} e USING gone
     WHERE e.msg_id = gone.msg_id AND e.topic = gone.topic AND e.namespace = gone.namespace
 )
 SELECT count(*) FROM gone
@@ -220,9 +250,9 @@ SELECT count(*) FROM gone
 # database's now): a message redriven and dead again later is not taken twice. None when the
 # scope holds no dead letter.
 CREATE_REDRIVE = f"""
-INSERT INTO {REDRIVE_TABLE} (namespace, topic, msg_ids, max_per_second, created_at, after_id, moved, lease_owner)
+INSERT INTO {tables.REDRIVE} (namespace, topic, msg_ids, max_per_second, created_at, after_id, moved, lease_owner)
 SELECT %(namespace)s::text, %(topic)s::text, %(msg_ids_json)s::jsonb, %(rate)s::int4, greatest(now(), max(m.updated_at)), 0, 0, ''
-FROM {MESSAGE_TABLE} m WHERE {_DEAD_IN}
+FROM {tables.MESSAGE} m WHERE {_DEAD_IN}
 HAVING count(*) > 0
 RETURNING id
 """
@@ -230,9 +260,9 @@ _TASK = """id, topic, msg_ids, max_per_second, created_at, after_time, after_id,
             done_at IS NOT NULL"""
 # A scanner takes the oldest unfinished task of its namespace that nobody holds a lease on.
 CLAIM_REDRIVE = f"""
-UPDATE {REDRIVE_TABLE} SET lease_owner = %(owner)s, lease_until = now() + %(lease_millis)s * interval '1 millisecond'
+UPDATE {tables.REDRIVE} SET lease_owner = %(owner)s, lease_until = now() + %(lease_millis)s * interval '1 millisecond'
 WHERE id = (
-    SELECT id FROM {REDRIVE_TABLE}
+    SELECT id FROM {tables.REDRIVE}
     WHERE namespace = %(namespace)s AND done_at IS NULL AND (lease_until IS NULL OR lease_until < now())
     ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED
 )
@@ -241,7 +271,7 @@ RETURNING {_TASK}
 # The task, locked, if this scanner still holds its lease (and the lease renewed): every batch
 # starts with it, so two scanners never move the same batch.
 HOLD_REDRIVE = f"""
-UPDATE {REDRIVE_TABLE} SET lease_until = now() + %(lease_millis)s * interval '1 millisecond'
+UPDATE {tables.REDRIVE} SET lease_until = now() + %(lease_millis)s * interval '1 millisecond'
 WHERE id = %(id)s AND lease_owner = %(owner)s AND done_at IS NULL
 RETURNING {_TASK}
 """
@@ -249,7 +279,7 @@ RETURNING {_TASK}
 _NEXT_DEAD = f"""
 SELECT m.id, m.updated_at, m.msg_id, m.payload, m.max_retry,
        {to_millis("m.expire_time")} - {to_millis("m.trigger_time")} AS ttl, m.priority
-FROM {MESSAGE_TABLE} m
+FROM {tables.MESSAGE} m
 WHERE {_DEAD_IN} AND m.updated_at <= %(created_at)s
   AND (m.updated_at, m.id) > (coalesce(%(after_time)s::timestamptz, '-infinity'), %(after_id)s)
 ORDER BY m.updated_at, m.id LIMIT %(limit)s
@@ -259,36 +289,46 @@ NEXT_DEAD = _NEXT_DEAD + "FOR UPDATE"
 REDRIVE_LEFT = f"SELECT count(*) FROM ({_NEXT_DEAD}) AS left_over"
 # The batch's new lives: ready now, retry 0, their TTL from now; history reason 'redriven' (the
 # first row of the life, keyed by its produceTime as a send's 'sent' row is).
+@dataclass(frozen=True, slots=True)
+class NewLife:
+    """A redriven dead letter's new life, as REDRIVE_ROWS takes it (orjson's dump of these)."""
+
+    id: int  # the log row's
+    produce_time: int  # epoch ms: now, which is its trigger time too
+    expire_time: int
+
+
 REDRIVE_ROWS = f"""
-WITH u AS (SELECT * FROM json_to_recordset(%(rows)s::json) AS u(id int8, pt int8, et int8)),
+WITH u AS (SELECT * FROM json_to_recordset(%(rows)s::json) AS u({record(NewLife)})),
 moved AS (
-    UPDATE {MESSAGE_TABLE} m SET produce_time = {from_millis("u.pt")}, trigger_time = {from_millis("u.pt")},
-        expire_time = {from_millis("u.et")}, retry = 0, status = %(ready)s, updated_at = {from_millis("u.pt")}
+    UPDATE {tables.MESSAGE} m SET produce_time = {from_millis("u.produce_time")},
+        trigger_time = {from_millis("u.produce_time")}, expire_time = {from_millis("u.expire_time")}, retry = 0,
+        status = %(ready)s, updated_at = {from_millis("u.produce_time")}
     FROM u WHERE m.id = u.id AND m.{DEAD}
-    RETURNING m.namespace, m.topic, m.msg_id, u.pt
+    RETURNING m.namespace, m.topic, m.msg_id, u.produce_time
 )
 {_INSERT_SENT}
-SELECT namespace, topic, msg_id, 'redriven-' || pt, {from_millis("pt")}, %(dead)s, %(ready)s, 0, 'redriven', %(process)s,
-       %(host)s
+SELECT namespace, topic, msg_id, 'redriven-' || produce_time, {from_millis("produce_time")}, %(dead)s, %(ready)s, 0,
+       'redriven', %(process)s, %(host)s
 FROM moved
 """
 # The batch's progress, committed with its rows: where the walk is, how many moved, and the
 # batch Redis is still to get.
 REDRIVE_PROGRESS = f"""
-UPDATE {REDRIVE_TABLE} SET after_time = %(after_time)s, after_id = %(after_id)s, moved = moved + %(moved)s,
+UPDATE {tables.REDRIVE} SET after_time = %(after_time)s, after_id = %(after_id)s, moved = moved + %(moved)s,
     sending = %(sending)s::jsonb
 WHERE id = %(id)s
 """
-REDRIVE_SENT = f"UPDATE {REDRIVE_TABLE} SET sending = NULL WHERE id = %(id)s"
-REDRIVE_DONE = f"UPDATE {REDRIVE_TABLE} SET done_at = now(), sending = NULL, lease_until = NULL WHERE id = %(id)s"
-REDRIVE_STATE = f"SELECT {_TASK} FROM {REDRIVE_TABLE} WHERE id = %(id)s AND namespace = %(namespace)s"
+REDRIVE_SENT = f"UPDATE {tables.REDRIVE} SET sending = NULL WHERE id = %(id)s"
+REDRIVE_DONE = f"UPDATE {tables.REDRIVE} SET done_at = now(), sending = NULL, lease_until = NULL WHERE id = %(id)s"
+REDRIVE_STATE = f"SELECT {_TASK} FROM {tables.REDRIVE} WHERE id = %(id)s AND namespace = %(namespace)s"
 
 # --- Operators' figures (ops/figures.py: dashboard, /metrics, the admin's topic pages).
 
 # Dead letters per topic of the namespaces given (one topic's when %(topic)s is not NULL): one
 # statement per scrape, counted on the partial index message_dead.
 DEAD_COUNTS = f"""
-SELECT m.namespace, m.topic, count(*) FROM {MESSAGE_TABLE} m
+SELECT m.namespace, m.topic, count(*) FROM {tables.MESSAGE} m
 WHERE m.namespace = ANY(%(namespaces)s::text[]) AND (%(topic)s::text IS NULL OR m.topic = %(topic)s) AND m.{DEAD}
   AND {KEEPS_DEAD}
 GROUP BY m.namespace, m.topic
@@ -296,7 +336,7 @@ GROUP BY m.namespace, m.topic
 # Unfinished redrive tasks of the namespaces given (of one topic, when given), each as REDRIVE_STATE answers it with its
 # namespace first (how many it has still to move: REDRIVE_LEFT, per task).
 RUNNING_REDRIVES = f"""
-SELECT namespace, {_TASK} FROM {REDRIVE_TABLE}
+SELECT namespace, {_TASK} FROM {tables.REDRIVE}
 WHERE namespace = ANY(%(namespaces)s::text[]) AND done_at IS NULL
   AND (%(topic)s::text IS NULL OR topic = %(topic)s)
 ORDER BY id
@@ -337,15 +377,15 @@ def restore_counts(scope: sql.Composed, candidates: sql.Composed, per_topic: boo
     counts = sql.SQL("count(*) FILTER (WHERE {c}), count(*) FILTER (WHERE NOT ({c}))").format(c=candidates)
     if per_topic:
         return sql.SQL("SELECT topic, {} FROM {} WHERE {} GROUP BY topic").format(
-            counts, sql.Identifier(MESSAGE_TABLE), scope)
-    return sql.SQL("SELECT {} FROM {} WHERE {}").format(counts, sql.Identifier(MESSAGE_TABLE), scope)
+            counts, sql.Identifier(tables.MESSAGE), scope)
+    return sql.SQL("SELECT {} FROM {} WHERE {}").format(counts, sql.Identifier(tables.MESSAGE), scope)
 
 
 def restore_page(scope: sql.Composed, candidates: sql.Composed) -> sql.Composed:
     """A page of candidates after id %(after)s, %(limit)s rows in id order: keyset paging on
     message_live (namespace, id) reads each row once however far the restore has got."""
     return sql.SQL("SELECT {} FROM {} WHERE {} AND {} AND id > %(after)s ORDER BY id LIMIT %(limit)s").format(
-        sql.SQL(_RESTORE_SELECT), sql.Identifier(MESSAGE_TABLE), scope, candidates)
+        sql.SQL(_RESTORE_SELECT), sql.Identifier(tables.MESSAGE), scope, candidates)
 
 
 # --- The Spark jobs' reads (spark/pgread.py): times leave PostgreSQL as epoch ms (bigint).
@@ -388,7 +428,7 @@ EVENTS_SINCE = sql.SQL("at >= %(since)s")
 MESSAGES_WITH_EVENTS_SINCE = sql.SQL(
     "EXISTS (SELECT FROM {e} e WHERE e.namespace = {m}.namespace AND e.topic = {m}.topic"
     " AND e.msg_id = {m}.msg_id AND e.at >= %(since)s)").format(
-    e=sql.Identifier(EVENT_TABLE), m=sql.Identifier(MESSAGE_TABLE))
+    e=sql.Identifier(tables.EVENT), m=sql.Identifier(tables.MESSAGE))
 IN_TOPIC = sql.SQL("topic = %(topic)s")
 # Live rows by id, for reconcile --fix: a row that ended meanwhile is left out.
 LIVE_BY_ID = sql.SQL(f"id = ANY(%(ids)s::int8[]) AND {LIVE}")
@@ -411,47 +451,47 @@ CUTOFF = "SELECT now() - make_interval(days => %s)"
 # Archived message rows go only if still the ended life that was archived (a reused msgId
 # updates the row); by id, so the ended status is a parameter.
 ARCHIVE_DELETE_MESSAGES = f"""
-DELETE FROM {MESSAGE_TABLE} m USING unnest(%(ids)s::int8[], %(ended)s::int8[]) AS a(id, ended)
+DELETE FROM {tables.MESSAGE} m USING unnest(%(ids)s::int8[], %(ended)s::int8[]) AS a(id, ended)
 WHERE m.id = a.id AND m.status >= %(first_ended)s AND {to_millis("m.updated_at")} = a.ended
 """
-ARCHIVE_DELETE_EVENTS = f"DELETE FROM {EVENT_TABLE} WHERE id = ANY(%(ids)s::int8[])"
+ARCHIVE_DELETE_EVENTS = f"DELETE FROM {tables.EVENT} WHERE id = ANY(%(ids)s::int8[])"
 
 
 def stats_upsert(columns: tuple[str, ...]) -> str:
     """Writes a topic-hour row (namespace, topic, hour in epoch ms, then the figures), replacing
     the figures of one already there."""
     return f"""
-INSERT INTO {STATS_TABLE} ({", ".join(columns)}, computed_at)
+INSERT INTO {tables.STATS} ({", ".join(columns)}, computed_at)
 VALUES (%s, %s, {from_millis("%s")}, {", ".join(["%s"] * (len(columns) - 3))}, now())
 ON CONFLICT (namespace, topic, hour) DO UPDATE SET
 {", ".join(f"{c} = EXCLUDED.{c}" for c in columns[3:])}, computed_at = EXCLUDED.computed_at
 """
 
 
-# --- The admin's counts (selectors.py).
+# --- The admin's counts (messagelog/selectors.py).
 
 # The row count PostgreSQL keeps in pg_class (updated by ANALYZE / autovacuum).
 TABLE_ESTIMATE = "SELECT reltuples::bigint FROM pg_class WHERE oid = %s::regclass"
 # The planner's row estimate of a query, without running it.
 EXPLAIN_JSON = "EXPLAIN (FORMAT JSON) "
 
-# --- Limits (delayqueue/limits.py): every web process reads its namespace's twice a second.
+# --- Limits (stores/limits.py): every web process reads its namespace's twice a second.
 LIMITS = ("SELECT topic, coalesce(produce_rate, 0), coalesce(consume_rate, 0), coalesce(max_live, 0)"
-          f" FROM {LIMIT_TABLE} WHERE namespace = %s")
+          f" FROM {tables.LIMIT} WHERE namespace = %s")
 
-# --- Topic settings (topic_config.py): read by every web process and scanner twice a second.
+# --- Topic settings (stores/topic_settings.py): read by every web process and scanner twice a second.
 
 # Columns in TopicSettings' order, after the topic.
 TOPIC_CONFIGS = ("SELECT topic, ttl_millis, max_retry, ack_timeout_millis, retry_backoff_millis,"
                  " retry_backoff_max_millis, dead_letter, paused, push_url, push_concurrency, push_timeout_millis,"
                  " push_rate, push_previous_until"
-                 f" FROM {TOPIC_CONFIG_TABLE} WHERE namespace = %s")
-# The push topics with their signing secrets, for the pushers alone (push/topics.py).
+                 f" FROM {tables.TOPIC_CONFIG} WHERE namespace = %s")
+# The push topics with their signing secrets, for the pushers alone (stores/push_topics.py).
 PUSH_TOPICS = ("SELECT topic, push_url, push_concurrency, push_timeout_millis, push_rate, push_secret,"
                " push_previous_secret, push_previous_until"
-               f" FROM {TOPIC_CONFIG_TABLE} WHERE namespace = %s AND push_url <> ''")
+               f" FROM {tables.TOPIC_CONFIG} WHERE namespace = %s AND push_url <> ''")
 
-# --- API tokens (api/auth.py): the request path checks them without the ORM.
+# --- API tokens (stores/tokens.py): the request path checks them without the ORM.
 
-TOKEN_BY_HASH = f"SELECT namespace, scopes, revoked_at IS NOT NULL FROM {TOKEN_TABLE} WHERE token_hash = %s"
-TOKEN_NAMESPACES = f"SELECT DISTINCT namespace FROM {TOKEN_TABLE} WHERE revoked_at IS NULL"
+TOKEN_BY_HASH = f"SELECT namespace, scopes, revoked_at IS NOT NULL FROM {tables.TOKEN} WHERE token_hash = %s"
+TOKEN_NAMESPACES = f"SELECT DISTINCT namespace FROM {tables.TOKEN} WHERE revoked_at IS NULL"

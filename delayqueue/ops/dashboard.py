@@ -17,15 +17,16 @@ from delayqueue.core.clock import from_millis
 from delayqueue.core.constants import CHART_MINUTES
 from delayqueue.core.exceptions import LogUnavailable
 from delayqueue.core.names import checked_namespace
+from delayqueue.live.stats import Counter
 from delayqueue.messagelog.selectors import recent_topic_hours
 from delayqueue.ops import figures
 from delayqueue.ops.admin.topics import topic_url
 from delayqueue.runtime import run_with_runtime
-from delayqueue.services.topics import WAITING_BUCKETS, list_topics
+from delayqueue.services.topics import list_topics
 from delayqueue.stores.rows import served_namespaces
 
 CHART_WIDTH, CHART_HEIGHT = 720, 180
-# getTopicInfo's nine buckets (WAITING_BUCKETS), as column headings: due in ...
+# getTopicInfo's nine buckets (services.topics.WAITING_WITHIN), as column headings: due in ...
 BUCKET_LABELS = ("≤1m", "1–10m", "10–30m", "30m–1h", "1–6h", "6h–1d", "1–7d", "7–30d", ">30d")
 SPARK_WIDTH, SPARK_HEIGHT = 180, 36
 # The page's Redis figures (every topic scanned) are shared for this long: several staff reloading
@@ -96,7 +97,7 @@ def assess(overview: dict) -> tuple[str, str]:
     meanwhile (no consumers). Busy: the ready backlog is more than consumers took in the last
     interval."""
     last = overview["last_interval"]
-    ready, pulled = overview["readyQueueSize"], last["pullMsg"]
+    ready, pulled = overview["ready"], last[Counter.PULL]
     if overview["overdue"]:
         return "stuck", f"{overview['overdue']} due messages still waiting (is a scanner running?)"
     if ready and not pulled and overview["oldest_ready_age_ms"] > overview["interval_seconds"] * 1000:
@@ -162,8 +163,9 @@ def dashboard(request):
             **overview,
             "state": state,
             "why": why,
-            "buckets": [overview["waitingQueueInfo"][name] for name, _ in WAITING_BUCKETS],
-            "rates": {name: overview["last_interval"][name] / seconds for name in ("sendMsg", "pullMsg", "ackMsg")},
+            "buckets": overview["waiting_within"],
+            "rates": {counter: overview["last_interval"][counter] / seconds
+                      for counter in (Counter.SEND, Counter.PULL, Counter.ACK)},
             "spark": chart(overview["lateness_series"], SPARK_WIDTH, SPARK_HEIGHT),
             "dead": None if dead is None else dead.get((namespace, overview["topic"]), 0),
             "page": topic_url("topic", namespace, overview["topic"]),

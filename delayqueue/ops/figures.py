@@ -5,13 +5,14 @@ from dataclasses import dataclass
 
 from delayqueue.core.constants import CHART_MINUTES, LATENESS_BOUNDS_MS, MAX_PRIORITY, PRIORITY_BAND
 from delayqueue.core.messages import Message
-from delayqueue.live.keys import topic_keys
+from delayqueue.live import stats
+from delayqueue.live.keys import Meta, topic_keys
 from delayqueue.live.push_counts import TopicPushFigures, bucket_quantile, topic_figures
 from delayqueue.messagelog import sql
 from delayqueue.messagelog.connection import one_use
 from delayqueue.messagelog.dead_letters import Task, left_to_move
 from delayqueue.runtime import Runtime
-from delayqueue.services.topics import REQUEST_COUNTERS, redis_millis, topic_infos
+from delayqueue.services.topics import TopicInfo, redis_millis, topic_infos
 
 OVERDUE_MILLIS = 5_000  # a waiting message this far past its triggerTime means no scanner promotes it
 # The score range [low, high) of each priority 1-9 in a topic's prioritised set.
@@ -24,7 +25,7 @@ def _number(value) -> int:
 
 
 async def topic_overview(rt: Runtime, *, topics: list[str]) -> list[dict]:
-    """What the dashboard and /metrics show per topic: getTopicInfo, the last complete monitor
+    """What the dashboard and /metrics show per topic: its queue sizes (TopicInfo's), the last complete monitor
     interval's counters, lifetime totals, the lateness histogram and per-minute series, how
     many waiting messages are overdue, how long the oldest ready message has been due, how
     many lifecycle events wait for the log writer, whether it is paused, and for a topic with a
@@ -43,7 +44,7 @@ async def topic_overview(rt: Runtime, *, topics: list[str]) -> list[dict]:
         pipe.xlen(k.events)
         pipe.lindex(k.ready, -1)  # the oldest ready id of priority 0: pulls take from the tail
         pipe.exists(k.prioritised)
-        pipe.hmget(k.meta, "paused", "push")  # the pause as the pull script reads it (topic_config.MIRROR_FIELDS)
+        pipe.hmget(k.meta, Meta.PAUSED, Meta.PUSH)  # the pause as the pull script reads it
     pipe.hgetall(rt.ns.pushes)
     *replies, push_counts = await pipe.execute()
     pushes = topic_figures(push_counts)
@@ -70,39 +71,45 @@ async def topic_overview(rt: Runtime, *, topics: list[str]) -> list[dict]:
     this_minute = now // 60_000
     overviews = []
     for i, info in enumerate(infos):
-        stats, overdue, backlog = replies[6 * i:6 * i + 3]
-        oldest = min((Message.from_stored(raw).trigger_time for raw in bodies.get(info["topic"], [])), default=None)
-        last = {name: _number(stats.get(f"{previous}:{name}")) for name in REQUEST_COUNTERS}
+        counts, overdue, backlog = replies[6 * i:6 * i + 3]
+        oldest = min((Message.from_stored(raw).trigger_time for raw in bodies.get(info.topic, [])), default=None)
+
+        def number(template: str, **values) -> int:
+            return _number(counts.get(stats.field(template, **values)))
+
         series = []
         for minute in range(this_minute - CHART_MINUTES + 1, this_minute + 1):
-            count = _number(stats.get(f"m{minute}:lateness:count"))
+            count = number("minute_lateness", minute=minute, part=stats.Part.COUNT)
             series.append({
                 "minute": minute,
                 "count": count,
-                "avg": _number(stats.get(f"m{minute}:lateness:sum")) / count if count else None,
-                "max": _number(stats.get(f"m{minute}:lateness:max")) if count else None,
+                "avg": number("minute_lateness", minute=minute, part=stats.Part.SUM) / count if count else None,
+                "max": number("minute_lateness", minute=minute, part=stats.Part.MAX) if count else None,
             })
         overviews.append({
-            **info,
+            "topic": info.topic,
+            "waiting": info.waiting,
+            "waiting_within": info.waiting_within,
+            "ready": info.ready,
+            "consuming": info.consuming,
             "overdue": overdue,
             "log_backlog": backlog,
             "paused": replies[6 * i + 5][0] == "1",
-            "push": _push_overview(info, replies[6 * i + 5][1] == "1", pushes.get(info["topic"])),
+            "push": _push_overview(info, replies[6 * i + 5][1] == "1", pushes.get(info.topic)),
             "oldest_ready_age_ms": max(now - oldest, 0) if oldest is not None else 0,
-            "last_interval": last,
+            "last_interval": {counter: number("counter", interval=previous, name=counter) for counter in stats.Counter},
             "interval_seconds": rt.config.monitor_interval_seconds,
-            "totals": {name: _number(stats.get(f"total:{name}")) for name in REQUEST_COUNTERS},
-            "lateness_buckets": [
-                (bound, _number(stats.get(f"lateness:le:{bound}"))) for bound in LATENESS_BOUNDS_MS
-            ] + [(None, _number(stats.get("lateness:le:inf")))],
-            "lateness_sum_ms": _number(stats.get("lateness:sum")),
-            "lateness_count": _number(stats.get("lateness:count")),
+            "totals": {counter: number("total", name=counter) for counter in stats.Counter},
+            "lateness_buckets": [(bound, number("lateness_bucket", bound=bound)) for bound in LATENESS_BOUNDS_MS]
+            + [(None, number("lateness_bucket", bound=stats.LATENESS_OVERFLOW))],
+            "lateness_sum_ms": number("lateness", part=stats.Part.SUM),
+            "lateness_count": number("lateness", part=stats.Part.COUNT),
             "lateness_series": series,
         })
     return overviews
 
 
-def _push_overview(info: dict, has_url: bool, figures: TopicPushFigures | None) -> dict | None:
+def _push_overview(info: TopicInfo, has_url: bool, figures: TopicPushFigures | None) -> dict | None:
     """A topic's push figures as the dashboard and /metrics show them; in flight: its in-flight
     messages, which are all pushes while it has a push URL."""
     if not has_url and figures is None:
@@ -110,7 +117,7 @@ def _push_overview(info: dict, has_url: bool, figures: TopicPushFigures | None) 
     figures = figures or TopicPushFigures()
     buckets = figures.lateness_buckets
     return {"url_set": has_url, "pushed": figures.pushed, "failed": sum(figures.failures.values()),
-            "failures": sorted(figures.failures.items()), "in_flight": info["ackQueueSize"] if has_url else 0,
+            "failures": sorted(figures.failures.items()), "in_flight": info.consuming if has_url else 0,
             "lateness_buckets": buckets, "lateness_sum_ms": figures.lateness_sum_ms,
             "lateness_p50_ms": bucket_quantile(buckets, 0.5), "lateness_p99_ms": bucket_quantile(buckets, 0.99)}
 

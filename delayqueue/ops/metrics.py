@@ -15,10 +15,12 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from redis.exceptions import RedisError
 
+from delayqueue.api.wire import WAITING_BUCKET_NAMES
 from delayqueue.core.exceptions import LogUnavailable, log_failure, redis_reason
 from delayqueue.ops import figures
 from delayqueue.runtime import Runtime, current
-from delayqueue.services.topics import REQUEST_COUNTERS, WAITING_BUCKETS, list_topics
+from delayqueue.services.admission import throttled_counts
+from delayqueue.services.topics import list_topics
 from delayqueue.stores.rows import served_namespaces
 
 
@@ -35,7 +37,7 @@ async def namespace_figures(rt: Runtime) -> NamespaceFigures:
     overviews = await figures.topic_overview(rt, topics=await list_topics(rt))
     lags = await figures.scanner_lags(rt)
     data_lost = int(await rt.redis.get(rt.ns.data_lost) or 0)
-    throttled = {tuple(field.split("\t", 1)): int(n) for field, n in (await rt.redis.hgetall(rt.ns.throttled)).items()}
+    throttled = throttled_counts(await rt.redis.hgetall(rt.ns.throttled))
     return NamespaceFigures(rt.ns.namespace, overviews, lags, data_lost, throttled)
 
 
@@ -104,13 +106,13 @@ class Snapshot:
                 throttled.add_metric([ns, topic, limit], count)
             for o in figured.overviews:
                 topic = o["topic"]
-                for name in REQUEST_COUNTERS:
-                    requests.add_metric([ns, topic, name], o["totals"][name])
-                sizes.add_metric([ns, topic, "waiting"], o["waitingQueueSize"])
-                sizes.add_metric([ns, topic, "ready"], o["readyQueueSize"])
-                sizes.add_metric([ns, topic, "inflight"], o["ackQueueSize"])
-                for name, _ in WAITING_BUCKETS:
-                    waiting.add_metric([ns, topic, name.removeprefix("sizeOf")], o["waitingQueueInfo"][name])
+                for counter, total in o["totals"].items():
+                    requests.add_metric([ns, topic, counter], total)
+                sizes.add_metric([ns, topic, "waiting"], o["waiting"])
+                sizes.add_metric([ns, topic, "ready"], o["ready"])
+                sizes.add_metric([ns, topic, "inflight"], o["consuming"])
+                for name, count in zip(WAITING_BUCKET_NAMES, o["waiting_within"]):
+                    waiting.add_metric([ns, topic, name.removeprefix("sizeOf")], count)
                 overdue.add_metric([ns, topic], o["overdue"])
                 backlog.add_metric([ns, topic], o["log_backlog"])
                 oldest.add_metric([ns, topic], o["oldest_ready_age_ms"] / 1000)

@@ -21,22 +21,23 @@ by every web process:
   until the cap is changed.
 """
 from collections import Counter
+from dataclasses import dataclass
 
 from redis.exceptions import RedisError
 
 from delayqueue.core.exceptions import Throttled
+from delayqueue.core.messages import Message
 from delayqueue.live import scripts
+from delayqueue.live.keys import Bucket
 from delayqueue.runtime import Runtime
 from delayqueue.stores.limits import NAMESPACE, Limits
 
 # What a refusal under a live-message cap suggests: messages leave as they are acked, deleted
 # or expire, which nothing here can foresee.
 LIVE_CAP_RETRY_AFTER_MILLIS = 1_000
-
 # Room a topic borrows from its namespace's pool beyond what it lacks, so that a steady stream
 # of sends borrows now and then rather than on every call: a 64th of the cap, at most 100.
 SHARE_SLACK_DIVISOR = 64
-
 SHARE_SLACK_MAX = 100
 
 
@@ -54,6 +55,16 @@ def cap_refusal(rt: Runtime, *, topic: str, max_live: int) -> Throttled:
                      "is reached", LIVE_CAP_RETRY_AFTER_MILLIS, limit="max_live", topic=topic)
 
 
+def throttled_field(limit: str, topic: str) -> str:
+    """A field of the namespace's throttled counters (a topic has no control character)."""
+    return f"{limit}\t{topic}"
+
+
+def throttled_counts(fields: dict[str, str]) -> dict[tuple[str, str], int]:
+    """The namespace's throttled counters: (limit, topic) -> messages refused or held."""
+    return {tuple(name.split("\t", 1)): int(n) for name, n in fields.items()}
+
+
 async def count_refusals(rt: Runtime, refusals: list) -> None:
     """Counts the Throttled among `refusals` in the namespace's counters that /metrics shows, per
     limit and whose it is. A count Redis fails is lost: the request answers as it would anyway."""
@@ -69,14 +80,61 @@ async def count_refusals(rt: Runtime, refusals: list) -> None:
         pass
 
 
-def throttled_field(limit: str, topic: str) -> str:
-    """A field of the namespace's throttled counters: a topic has no control character."""
-    return f"{limit}\t{topic}"
+# --- Sends
+
+@dataclass
+class SendAdmission:
+    """What a batch of sends is admitted under: the refusals decided before the message log was
+    written (one per send, None for those that go), the live caps each send script checks as the
+    message goes in, and the refusals those checks add."""
+
+    rt: Runtime
+    table: dict[str, Limits]
+    refusals: list[Throttled | None]
+
+    @property
+    def namespace_cap(self) -> int:
+        namespace = self.table.get(NAMESPACE)
+        return namespace.max_live if namespace else 0
+
+    def topic_cap(self, topic: str) -> int:
+        limits = self.table.get(topic)
+        return limits.max_live if limits else 0
+
+    async def after_send(self, rows: list[Message], replies: list, send_again) -> list:
+        """The send scripts' replies, with every send a live cap refused turned into that cap's
+        refusal. Those refused because their topic's share of the namespace's cap was used up by
+        concurrent sends since admission first claim room again and go once more through
+        `send_again(indexes) -> replies` (the namespace's pool may well have room)."""
+        namespace_cap = self.namespace_cap
+        again = [i for i, reply in enumerate(replies) if not isinstance(reply, Exception) and reply.over_namespace_cap]
+        if again:
+            try:
+                fits = await claim_namespace_room(self.rt, max_live=namespace_cap,
+                                                  wanted=Counter(rows[i].topic for i in again))
+            except RedisError:
+                fits = Counter()  # refused, as the send script said
+            going = []
+            for i in again:
+                if fits[rows[i].topic] > 0:
+                    fits[rows[i].topic] -= 1
+                    going.append(i)
+            if going:
+                for i, reply in zip(going, await send_again(going)):
+                    replies[i] = reply
+        return [self._cap_refusal(row, reply, namespace_cap) for row, reply in zip(rows, replies)]
+
+    def _cap_refusal(self, row: Message, reply, namespace_cap: int):
+        if isinstance(reply, Exception) or not (reply.over_live_cap or reply.over_namespace_cap):
+            return reply
+        if reply.over_live_cap:
+            return cap_refusal(self.rt, topic=row.topic, max_live=self.topic_cap(row.topic))
+        return cap_refusal(self.rt, topic=NAMESPACE, max_live=namespace_cap)
 
 
-async def admit_sends(rt: Runtime, *, table: dict[str, Limits], topics: list[str]) -> list[Throttled | None]:
-    """Per message to send (given by its topic, in request order): None if it may go, else its
-    refusal. Raises RedisError.
+async def admit_sends(rt: Runtime, *, table: dict[str, Limits], topics: list[str]) -> SendAdmission:
+    """The admission of messages to send (given by their topics, in request order) under the
+    limits in `table`. Raises RedisError.
 
     The namespace's bucket and each limited topic's admission are asked at once, in one
     pipelined round trip (their keys are in different slots, so no one script can hold both);
@@ -85,6 +143,7 @@ async def admit_sends(rt: Runtime, *, table: dict[str, Limits], topics: list[str
     counts against its live cap the messages the namespace refused in the same call too, which
     errs towards refusing.) Under a namespace live cap each topic first claims room for its
     messages in its share (claim_namespace_room); the messages beyond it are refused."""
+    ctx = rt.context
     refusals: list[Throttled | None] = [None] * len(topics)
     going = list(range(len(topics)))
     namespace = table.get(NAMESPACE)
@@ -101,17 +160,17 @@ async def admit_sends(rt: Runtime, *, table: dict[str, Limits], topics: list[str
         limits = table.get(topics[i])
         if limits and (limits.produce_rate or limits.max_live):
             by_topic.setdefault(topics[i], []).append(i)
-    calls = [scripts.admit_send(rt.ns.topic(topic), wanted=len(positions), produce_rate=table[topic].produce_rate,
+    calls = [scripts.admit_send(ctx, topic, wanted=len(positions), produce_rate=table[topic].produce_rate,
                                 max_live=table[topic].max_live) for topic, positions in by_topic.items()]
     if namespace_rate:
-        calls.append(scripts.take_tokens(rt.ns, kind="produce", wanted=len(going), rate=namespace_rate))
+        calls.append(scripts.take_tokens(ctx, None, kind=Bucket.PRODUCE, wanted=len(going), rate=namespace_rate))
     if calls:
         # One call (a single send's) shares its round trip with the loop's other calls.
         grants = [await rt.scripts.call(calls[0])] if len(calls) == 1 else await rt.scripts.run_all(calls)
         namespace_granted = going[:grants[-1].granted] if namespace_rate else going
         if namespace_rate:
             for i in going[grants[-1].granted:]:
-                refusals[i] = rate_refusal(rt, kind="produce", topic=NAMESPACE, rate=namespace_rate,
+                refusals[i] = rate_refusal(rt, kind=Bucket.PRODUCE, topic=NAMESPACE, rate=namespace_rate,
                                            retry_after_millis=grants[-1].retry_after_millis)
         give_back, topic_refused = [], 0
         for (topic, positions), grant in zip(by_topic.items(), grants):
@@ -120,17 +179,18 @@ async def admit_sends(rt: Runtime, *, table: dict[str, Limits], topics: list[str
                 if refusals[i] is None:
                     topic_refused += 1
                     refusals[i] = (cap_refusal(rt, topic=topic, max_live=limits.max_live) if j >= grant.within_cap
-                                   else rate_refusal(rt, kind="produce", topic=topic, rate=limits.produce_rate,
+                                   else rate_refusal(rt, kind=Bucket.PRODUCE, topic=topic, rate=limits.produce_rate,
                                                      retry_after_millis=grant.retry_after_millis))
             unused = sum(i not in namespace_granted for i in positions[:grant.granted])
             if unused and limits.produce_rate:
-                give_back.append(scripts.take_tokens(rt.ns.topic(topic), kind="produce", wanted=-unused,
+                give_back.append(scripts.take_tokens(ctx, topic, kind=Bucket.PRODUCE, wanted=-unused,
                                                      rate=limits.produce_rate))
         if topic_refused and namespace_rate:
-            give_back.append(scripts.take_tokens(rt.ns, kind="produce", wanted=-topic_refused, rate=namespace_rate))
+            give_back.append(scripts.take_tokens(ctx, None, kind=Bucket.PRODUCE, wanted=-topic_refused,
+                                                 rate=namespace_rate))
         if give_back:
             await rt.scripts.run(give_back)
-    return refusals
+    return SendAdmission(rt, table, refusals)
 
 
 async def claim_namespace_room(rt: Runtime, *, max_live: int, wanted: Counter) -> Counter:
@@ -154,14 +214,14 @@ async def claim_namespace_room(rt: Runtime, *, max_live: int, wanted: Counter) -
         grants[topic] = min(lacking, granted - grants.total())
     for topic in short:
         grants[topic] += min(slack, granted - grants.total())
-    await rt.scripts.run_all([scripts.grant_live_share(rt.ns.topic(topic), amount=n)
+    await rt.scripts.run_all([scripts.grant_live_share(rt.context, topic, amount=n)
                               for topic, n in grants.items() if n])
     return Counter({topic: n - max(short.get(topic, 0) - grants[topic], 0) for topic, n in wanted.items()})
 
 
 async def _shortfalls(rt: Runtime, wanted: Counter) -> dict[str, int]:
     """Topic -> the room it lacks in its share for its wanted messages, for those lacking any."""
-    lacking = await rt.scripts.run_all([scripts.live_share_shortfall(rt.ns.topic(topic), wanted=n)
+    lacking = await rt.scripts.run_all([scripts.live_share_shortfall(rt.context, topic, wanted=n)
                                         for topic, n in wanted.items()])
     return {topic: n for topic, n in zip(wanted, lacking) if n}
 
@@ -170,11 +230,11 @@ async def _borrow(rt: Runtime, *, max_live: int, wanted: int) -> int:
     """Takes up to `wanted` room from the namespace's pool, making the pool first when there
     is none: the cap less the shares its topics hold, each share first raised to cover the
     topic's live messages."""
-    granted = await rt.scripts.call(scripts.borrow_live(rt.ns, wanted=wanted, max_live=max_live, held=-1))
+    granted = await rt.scripts.call(scripts.borrow_live(rt.context, wanted=wanted, max_live=max_live, held=-1))
     if granted < 0:
         topics = await rt.redis.zrange(rt.ns.topics, 0, -1)
-        shares = await rt.scripts.run_all([scripts.cover_live_share(rt.ns.topic(topic)) for topic in topics])
-        granted = await rt.scripts.call(scripts.borrow_live(rt.ns, wanted=wanted, max_live=max_live,
+        shares = await rt.scripts.run_all([scripts.cover_live_share(rt.context, topic) for topic in topics])
+        granted = await rt.scripts.call(scripts.borrow_live(rt.context, wanted=wanted, max_live=max_live,
                                                             held=sum(shares)))
     return granted
 
@@ -183,7 +243,7 @@ async def _reclaim_unused_room(rt: Runtime, *, also: list[str]) -> None:
     """Shrinks every topic's share (the registered ones, and `also`) to its live messages and
     gives the rest back to the namespace's pool."""
     topics = set(await rt.redis.zrange(rt.ns.topics, 0, -1)) | set(also)
-    released = sum(await rt.scripts.run_all([scripts.release_live_share(rt.ns.topic(topic)) for topic in topics]))
+    released = sum(await rt.scripts.run_all([scripts.release_live_share(rt.context, topic) for topic in topics]))
     if released:
         await give_back_room(rt, amount=released)
 
@@ -191,21 +251,25 @@ async def _reclaim_unused_room(rt: Runtime, *, also: list[str]) -> None:
 async def give_back_room(rt: Runtime, *, amount: int) -> None:
     """Returns room a topic no longer holds to the namespace's pool."""
     if amount:
-        await rt.scripts.call(scripts.borrow_live(rt.ns, wanted=-amount, max_live=0, held=-1))
+        await rt.scripts.call(scripts.borrow_live(rt.context, wanted=-amount, max_live=0, held=-1))
 
 
-async def reserve_consume(rt: Runtime, *, namespace: Limits, wanted: int) -> int:
-    """Takes up to `wanted` tokens of the namespace's consume bucket for a pull; Throttled when
-    there is none. The pull gives back what it did not hand out (give_back_consume)."""
-    grant = await rt.scripts.call(scripts.take_tokens(rt.ns, kind="consume", wanted=wanted,
+# --- Pulls
+
+async def reserve_consume(rt: Runtime, *, namespace: Limits, wanted: int) -> tuple[int, Throttled | None]:
+    """Takes up to `wanted` tokens of the namespace's consume bucket for pulls: how many, and when
+    there is none the refusal (counted). The pulls give back what they did not hand out
+    (give_back_consume)."""
+    grant = await rt.scripts.call(scripts.take_tokens(rt.context, None, kind=Bucket.CONSUME, wanted=wanted,
                                                       rate=namespace.consume_rate))
-    if grant.granted == 0:
-        refusal = rate_refusal(rt, kind="consume", topic=NAMESPACE, rate=namespace.consume_rate,
-                               retry_after_millis=grant.retry_after_millis)
-        await count_refusals(rt, [refusal])
-        raise refusal
-    return grant.granted
+    if grant.granted:
+        return grant.granted, None
+    refusal = rate_refusal(rt, kind=Bucket.CONSUME, topic=NAMESPACE, rate=namespace.consume_rate,
+                           retry_after_millis=grant.retry_after_millis)
+    await count_refusals(rt, [refusal])
+    return 0, refusal
 
 
 async def give_back_consume(rt: Runtime, *, namespace: Limits, unused: int) -> None:
-    await rt.scripts.call(scripts.take_tokens(rt.ns, kind="consume", wanted=-unused, rate=namespace.consume_rate))
+    await rt.scripts.call(scripts.take_tokens(rt.context, None, kind=Bucket.CONSUME, wanted=-unused,
+                                              rate=namespace.consume_rate))

@@ -1,14 +1,16 @@
 """Consuming: pulls and long polls hand out ready messages (highest priority first, oldest first
-within a priority), and acks, nacks and touches settle them; the HTTP API and the pushers alike."""
+within a priority) with an ack deadline; acks, nacks and touches settle them. The HTTP API and
+the pushers (workers/pusher.py) alike take and settle messages here."""
 import asyncio
-import random
 import time
+from typing import NamedTuple
 
 from redis.exceptions import RedisError
 
 from delayqueue.core.exceptions import Conflict, NotFound, Throttled, redis_unavailable
 from delayqueue.core.messages import Message
 from delayqueue.live import scripts
+from delayqueue.live.keys import Bucket
 from delayqueue.runtime import Runtime
 from delayqueue.services import admission
 from delayqueue.stores import refreshed
@@ -18,47 +20,87 @@ from delayqueue.stores.limits import NAMESPACE
 PAUSED_RECHECK_SECONDS = refreshed.REFRESH_SECONDS
 
 
-async def pull_messages(rt: Runtime, *, topic: str, batch: int = -1,
-                        ack_timeout_millis: int = -1) -> tuple[list[dict], int]:
-    """Delivers up to `batch` ready messages, the highest priority first and the oldest first within
-    a priority. Returns them and how many stay ready.
-    Under a consume rate it hands out at most as many as there are tokens, and raises Throttled
-    when there is none (of the namespace's bucket or the topic's). A paused topic, or one with a
-    push URL (its pushers take its messages), hands out none."""
-    messages, reply = await _pull(rt, topic=topic, batch=batch, ack_timeout_millis=ack_timeout_millis)
-    return messages, reply.remaining
+class Pull(NamedTuple):
+    """One topic's pull as the pull script takes it."""
+
+    topic: str
+    batch: int
+    ack_timeout_millis: int
+    consume_rate: int = 0  # the topic's bucket, tokens a second; 0 for none
+    max_inflight: int = 0  # hand out only what keeps the topic's in-flight messages at most this; 0 for no bound
 
 
-async def _pull(rt: Runtime, *, topic: str, batch: int,
-                ack_timeout_millis: int) -> tuple[list[dict], scripts.PullReply]:
-    """pull_messages' messages in the API's form, and the script's reply."""
+class Pulled(NamedTuple):
+    messages: list[Message]  # handed out, now consuming: highest priority first, oldest first within one
+    remaining: int  # messages left ready (every priority)
+
+
+async def pull_many(rt: Runtime, *, pulls: list[Pull]) -> list[scripts.PullReply | Exception]:
+    """Runs the pulls, in one pipelined round trip: per pull its script's reply (a reply with
+    retry_after_millis: the topic's bucket had no token), or its error.
+
+    Under a namespace consume rate the pulls first share what the namespace's bucket holds, in
+    order, and what they do not hand out goes back; a pull left without a token is not run, and
+    answers the namespace's refusal (Throttled, counted)."""
+    table = await rt.limits.table()
+    namespace = table.get(NAMESPACE) if table else None
+    batches = [pull.batch for pull in pulls]
+    refusal = None
+    if namespace and namespace.consume_rate:
+        granted, refusal = await admission.reserve_consume(rt, namespace=namespace, wanted=sum(batches))
+        for i, wanted in enumerate(batches):
+            batches[i] = min(wanted, granted)
+            granted -= batches[i]
+    going = [i for i, batch in enumerate(batches) if batch > 0]
+    calls = [scripts.pull(rt.context, pulls[i].topic, batch=batches[i], ack_timeout_millis=pulls[i].ack_timeout_millis,
+                          consume_rate=pulls[i].consume_rate, max_inflight=pulls[i].max_inflight) for i in going]
+    try:
+        # A single pull shares its round trip with the loop's other calls.
+        replies = [await rt.scripts.call(calls[0])] if len(calls) == 1 else await rt.scripts.run(calls)
+    except RedisError as exc:
+        replies = [exc] * len(calls)
+    if refusal is None and len(going) < len(pulls):  # the pulls before it took every token there was
+        refusal = admission.rate_refusal(rt, kind=Bucket.CONSUME, topic=NAMESPACE, rate=namespace.consume_rate,
+                                         retry_after_millis=max(1, -(-1000 // namespace.consume_rate)))
+    results: list[scripts.PullReply | Exception] = [refusal] * len(pulls)
+    for i, reply in zip(going, replies):
+        results[i] = reply
+    if namespace and namespace.consume_rate:
+        unused = sum(batches) - sum(len(r.messages) for r in replies if not isinstance(r, Exception))
+        if unused:
+            await admission.give_back_consume(rt, namespace=namespace, unused=unused)
+    return results
+
+
+async def pull_messages(rt: Runtime, *, topic: str, batch: int = -1, ack_timeout_millis: int = -1) -> Pulled:
+    """Delivers up to `batch` ready messages (0 or less: the default batch) with an ack deadline
+    of `ack_timeout_millis` (0 or less: the topic's, else the service's default). Under a consume
+    rate it hands out at most as many as there are tokens, and raises Throttled when there is
+    none (of the namespace's bucket or the topic's). A paused topic, or one with a push URL (its
+    pushers take its messages), hands out none."""
+    return Pulled((reply := await _pull(rt, topic=topic, batch=batch, ack_timeout_millis=ack_timeout_millis)).messages,
+                  reply.remaining)
+
+
+async def _pull(rt: Runtime, *, topic: str, batch: int, ack_timeout_millis: int) -> scripts.PullReply:
     cfg = rt.config
     settings = await rt.topic_configs.settings(topic)
     if settings.paused or settings.push_url:  # a push topic's messages go to its URL: consumers get none
-        return [], scripts.PullReply(0, [], 0, paused=True)
+        return scripts.PullReply(0, [], 0, paused=True)
     if ack_timeout_millis <= 0:
         ack_timeout_millis = settings.ack_timeout_millis or cfg.ack_timeout_millis
-    batch = batch if batch > 0 else cfg.pull_batch
     table = await rt.limits.table()
-    namespace = table.get(NAMESPACE) if table else None
     topic_rate = table[topic].consume_rate if table and topic in table else 0
-    reserved = 0
-    if namespace and namespace.consume_rate:
-        batch = reserved = await admission.reserve_consume(rt, namespace=namespace, wanted=batch)
-    reply = await rt.scripts.call(scripts.pull(
-        rt.ns.topic(topic), batch=batch,
-        ack_timeout_millis=ack_timeout_millis,
-        retention_millis=cfg.ended_retention_millis, stats_interval_millis=cfg.monitor_interval_millis,
-        schedule_channel=rt.ns.schedule_channel, topic=topic, actor=rt.actor, consume_rate=topic_rate,
-        promote_limit=cfg.scanner_batch, ready_channel=rt.ns.ready_channel))
-    if reserved > len(reply.messages):
-        await admission.give_back_consume(rt, namespace=namespace, unused=reserved - len(reply.messages))
+    [reply] = await pull_many(rt, pulls=[Pull(topic, batch if batch > 0 else cfg.pull_batch, ack_timeout_millis,
+                                              topic_rate)])
+    if isinstance(reply, Exception):
+        raise redis_unavailable(reply) if isinstance(reply, RedisError) else reply
     if reply.retry_after_millis:
-        refusal = admission.rate_refusal(rt, kind="consume", topic=topic, rate=topic_rate,
-                                      retry_after_millis=reply.retry_after_millis)
+        refusal = admission.rate_refusal(rt, kind=Bucket.CONSUME, topic=topic, rate=topic_rate,
+                                         retry_after_millis=reply.retry_after_millis)
         await admission.count_refusals(rt, [refusal])
         raise refusal
-    return [Message.from_stored(raw).to_wire() for raw in reply.messages], reply
+    return reply
 
 
 def _time_up(waiter: asyncio.Future) -> None:
@@ -67,10 +109,11 @@ def _time_up(waiter: asyncio.Future) -> None:
 
 
 async def long_poll_messages(rt: Runtime, *, topic: str, batch: int = -1, ack_timeout_millis: int = -1,
-                             timeout_millis: int = -1) -> list[dict]:
-    """Pulls at once; if nothing is ready, holds until a message is or the timeout passes, then
-    answers with one last pull. Holding costs a future, not a thread. Over a consume rate it
-    holds too, until the bucket has a token (answering an empty list if the time is up first)."""
+                             timeout_millis: int = -1) -> list[Message]:
+    """Pulls at once; if nothing is ready, holds until a message is or the timeout passes (0 or
+    less: the default, at most the longest), then answers with one last pull. Holding costs a
+    future, not a thread. Over a consume rate it holds too, until the bucket has a token
+    (answering an empty list if the time is up first)."""
     cfg = rt.config
     if timeout_millis <= 0:
         timeout_millis = cfg.long_polling_timeout_millis
@@ -84,7 +127,7 @@ async def long_poll_messages(rt: Runtime, *, topic: str, batch: int = -1, ack_ti
             # Register before pulling, so a wake published between the pull and the wait is kept.
             waiter = notifier.register(topic)
             try:
-                messages, reply = await _pull(rt, topic=topic, batch=batch, ack_timeout_millis=ack_timeout_millis)
+                reply = await _pull(rt, topic=topic, batch=batch, ack_timeout_millis=ack_timeout_millis)
             except Throttled as exc:
                 notifier.discard(topic, waiter)
                 waiter = None
@@ -94,10 +137,10 @@ async def long_poll_messages(rt: Runtime, *, topic: str, batch: int = -1, ack_ti
                 await asyncio.sleep(pause)
                 continue
             time_left = deadline - loop.time()
-            if messages or time_left <= 0:
-                if messages and reply.remaining > 0:
+            if reply.messages or time_left <= 0:
+                if reply.messages and reply.remaining > 0:
                     await notifier.pass_on(topic, reply.remaining)
-                return messages
+                return reply.messages
             if reply.next_due_us > 0 and reply.next_due_us / 1_000_000 < time_left:
                 notifier.wake_at(topic, time.monotonic() + reply.next_due_us / 1_000_000)
             # A timer that resolves the waiter itself (False: time is up) holds fewer objects per
@@ -118,34 +161,23 @@ async def long_poll_messages(rt: Runtime, *, topic: str, batch: int = -1, ack_ti
             notifier.discard(topic, waiter)
 
 
-async def ack_message(rt: Runtime, *, topic: str, msg_id: str) -> scripts.AckReply:
+async def ack_message(rt: Runtime, *, topic: str, msg_id: str, push_status: str = "") -> scripts.AckReply:
     """ack=true: a consuming message becomes acked. Answers whether it did (done) and the
-    message's status after the call (0: unknown)."""
-    return await rt.scripts.call(ack_call(rt, topic=topic, msg_id=msg_id))
+    message's status after the call (0: unknown). `push_status`: a push's HTTP status, when the
+    ack is its 2xx answer (the history's detail)."""
+    return await rt.scripts.call(scripts.ack(rt.context, topic, msg_id=msg_id, push_status=push_status))
 
 
-async def nack_message(rt: Runtime, *, topic: str, msg_id: str, delay_millis: int = -1,
-                       dead_letter: bool = False) -> scripts.AckReply:
+async def nack_message(rt: Runtime, *, topic: str, msg_id: str, delay_millis: int = -1, dead_letter: bool = False,
+                       push_failure: str = "", default_backoff_millis: int = 0) -> scripts.AckReply:
     """ack=false: a consuming message is ready again at once (or waiting out its topic's retry
-    backoff), or waiting for `delay_millis` (-1: none given), or ended if out of tries; with `dead_letter` it ends now as a dead letter
-    (status 6, reason dead_lettered). Answered as ack_message."""
-    return await rt.scripts.call(nack_call(rt, topic=topic, msg_id=msg_id, delay_millis=delay_millis,
-                                           dead_letter=dead_letter))
-
-
-def ack_call(rt: Runtime, *, topic: str, msg_id: str) -> scripts.ScriptCall:
-    cfg = rt.config
-    return scripts.ack(rt.ns.topic(topic), msg_id=msg_id, retention_millis=cfg.ended_retention_millis,
-                       stats_interval_millis=cfg.monitor_interval_millis, actor=rt.actor)
-
-
-def nack_call(rt: Runtime, *, topic: str, msg_id: str, delay_millis: int, dead_letter: bool) -> scripts.ScriptCall:
-    cfg = rt.config
-    return scripts.nack(
-        rt.ns.topic(topic), msg_id=msg_id, retention_millis=cfg.ended_retention_millis,
-        stats_interval_millis=cfg.monitor_interval_millis, ready_channel=rt.ns.ready_channel, topic=topic,
-        actor=rt.actor, delay_millis=delay_millis, dead_letter=dead_letter, schedule_channel=rt.ns.schedule_channel,
-        seed=random.getrandbits(31))
+    backoff, or one starting at `default_backoff_millis` when the topic sets none), or waiting for
+    `delay_millis` (-1: none given), or ended if out of tries; with `dead_letter` it ends now as a
+    dead letter (status 6, reason dead_lettered). `push_failure`: a failed push attempt's status or
+    error (the history's detail). Answered as ack_message."""
+    return await rt.scripts.call(scripts.nack(rt.context, topic, msg_id=msg_id, delay_millis=delay_millis,
+                                              dead_letter=dead_letter, push_failure=push_failure,
+                                              default_backoff_millis=default_backoff_millis))
 
 
 async def ack_messages(rt: Runtime, *, topic: str, msg_ids: list[str], ack: bool = True, delay_millis: int = -1,
@@ -153,9 +185,9 @@ async def ack_messages(rt: Runtime, *, topic: str, msg_ids: list[str], ack: bool
     """ackMsgBatch: ack_message (or nack_message) of each msgId, in one pipelined round trip;
     per msgId, in order, whether it was done. Raises the first Redis error."""
     if ack:
-        calls = [ack_call(rt, topic=topic, msg_id=msg_id) for msg_id in msg_ids]
+        calls = [scripts.ack(rt.context, topic, msg_id=msg_id) for msg_id in msg_ids]
     else:
-        calls = [nack_call(rt, topic=topic, msg_id=msg_id, delay_millis=delay_millis, dead_letter=dead_letter)
+        calls = [scripts.nack(rt.context, topic, msg_id=msg_id, delay_millis=delay_millis, dead_letter=dead_letter)
                  for msg_id in msg_ids]
     replies = await rt.scripts.run(calls)
     for reply in replies:
@@ -167,9 +199,8 @@ async def ack_messages(rt: Runtime, *, topic: str, msg_ids: list[str], ack: bool
 async def touch_message(rt: Runtime, *, topic: str, msg_id: str, ack_timeout_millis: int) -> int:
     """A consuming message's ack deadline becomes Redis' now + ack_timeout_millis; answers it
     (epoch ms). Raises NotFound when unknown, Conflict when it is not consuming."""
-    reply = await rt.scripts.call(scripts.touch(
-        rt.ns.topic(topic), msg_id=msg_id, ack_timeout_millis=ack_timeout_millis,
-        schedule_channel=rt.ns.schedule_channel, topic=topic, actor=rt.actor))
+    reply = await rt.scripts.call(scripts.touch(rt.context, topic, msg_id=msg_id,
+                                                ack_timeout_millis=ack_timeout_millis))
     if reply.touched:
         return reply.ack_deadline
     if reply.status == 0:

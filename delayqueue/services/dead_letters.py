@@ -4,6 +4,8 @@ DELAYQUEUE_DEAD_LETTER_RETENTION_DAYS (retention.py).
 
 Listing and purging are single statements; a redrive is a task row that the scanners run
 (workers/redriver.py)."""
+from dataclasses import dataclass
+
 from psycopg.types.json import Jsonb
 
 from delayqueue.core.messages import Message
@@ -13,25 +15,34 @@ from delayqueue.messagelog.dead_letters import Task, left_to_move, parse_cursor
 from delayqueue.runtime import Runtime
 
 
+@dataclass(frozen=True)
+class DeadLetter:
+    message: Message
+    reason: str  # the history reason it died with ('' when its history is gone)
+    died_at: int  # epoch ms
+
+
+@dataclass(frozen=True)
+class RedriveProgress:
+    moved: int  # dead letters sent back so far
+    left: int  # dead letters still to send back
+    done: bool
+
+
 def _scope(rt: Runtime, topic: str, msg_ids: list[str] | None) -> dict:
     return {"namespace": rt.ns.namespace, "topic": topic, "msg_ids": msg_ids}
 
 
 async def dead_letters(rt: Runtime, *, topic: str, limit: int, cursor: str | None,
-                       msg_ids: list[str] | None = None) -> tuple[list[dict], str | None]:
-    """One page of the topic's dead letters, oldest death first, each as the API shows a message
-    plus deadReason and deadTime (ms); and the cursor of the next page (None after the last)."""
+                       msg_ids: list[str] | None = None) -> tuple[list[DeadLetter], str | None]:
+    """One page of the topic's dead letters, oldest death first; and the cursor of the next page
+    (None after the last)."""
     after, after_id = parse_cursor(cursor)
     async with one_use(rt.config.log_timeout_millis) as conn:
         found = await conn.execute(sql.DEAD_PAGE, {**_scope(rt, topic, msg_ids), "after": after, "after_id": after_id,
                                                    "limit": limit + 1})
         rows = await found.fetchall()
-    page = []
-    for row in rows[:limit]:
-        wire = Message(*row[2:11]).to_wire()
-        wire["deadReason"] = row[12] or ""
-        wire["deadTime"] = row[11]
-        page.append(wire)
+    page = [DeadLetter(Message(*row[2:11]), row[12] or "", row[11]) for row in rows[:limit]]
     next_cursor = f"{rows[limit - 1][1]}.{rows[limit - 1][0]}" if len(rows) > limit else None
     return page, next_cursor
 
@@ -60,8 +71,8 @@ async def create_redrive(rt: Runtime, *, topic: str, msg_ids: list[str] | None, 
     return None if row is None else row[0]
 
 
-async def redrive_state(rt: Runtime, *, task_id: int) -> dict | None:
-    """moved, left and state (running, done) of a task of this namespace; None if there is none."""
+async def redrive_state(rt: Runtime, *, task_id: int) -> RedriveProgress | None:
+    """How far a redrive task of this namespace has got; None if there is none."""
     async with one_use(rt.config.log_timeout_millis) as conn:
         found = await conn.execute(sql.REDRIVE_STATE, {"id": task_id, "namespace": rt.ns.namespace})
         row = await found.fetchone()
@@ -69,4 +80,4 @@ async def redrive_state(rt: Runtime, *, task_id: int) -> dict | None:
             return None
         task = Task(*row)
         left = 0 if task.done else await left_to_move(conn, namespace=rt.ns.namespace, task=task)
-    return {"moved": task.moved, "left": left, "state": "done" if task.done else "running"}
+    return RedriveProgress(task.moved, left, task.done)

@@ -6,36 +6,27 @@ from delayqueue.live import scripts
 from delayqueue.runtime import Runtime
 
 
-async def get_message(rt: Runtime, *, topic: str, msg_id: str) -> dict | None:
+async def get_message(rt: Runtime, *, topic: str, msg_id: str) -> Message | None:
     """A live message, or an ended one inside the retention window; None otherwise."""
-    cfg = rt.config
-    raw = await rt.scripts.call(scripts.get(
-        rt.ns.topic(topic), msg_id=msg_id, retention_millis=cfg.ended_retention_millis,
-        stats_interval_millis=cfg.monitor_interval_millis, actor=rt.actor))
-    return None if raw is None else Message.from_stored(raw).to_wire()
+    return await rt.scripts.call(scripts.get(rt.context, topic, msg_id=msg_id))
 
 
 async def delete_message(rt: Runtime, *, topic: str, msg_id: str, release: bool = False) -> bool:
-    """Deletes a live message (status deleted); False if it is missing or already ended."""
-    cfg = rt.config
-    return await rt.scripts.call(scripts.delete(
-        rt.ns.topic(topic), msg_id=msg_id, release=release, retention_millis=cfg.ended_retention_millis,
-        stats_interval_millis=cfg.monitor_interval_millis, actor=rt.actor))
+    """Deletes a live message (status deleted); False if it is missing or already ended.
+    `release` frees its body at once instead of keeping it readable for the retention."""
+    return await rt.scripts.call(scripts.delete(rt.context, topic, msg_id=msg_id, release=release))
 
 
 async def reschedule_message(rt: Runtime, *, topic: str, msg_id: str, trigger_time: int = -1,
-                             delay_millis: int = 0) -> dict:
+                             delay_millis: int = 0) -> Message:
     """A waiting or ready message gets a new trigger time: `trigger_time` (epoch ms), or with -1
     Redis' now + `delay_millis`; one not in the future makes it ready now. Its expireTime moves
-    with it (the TTL counts from the new trigger time). Answers the message as the API shows it.
+    with it (the TTL counts from the new trigger time). Answers the message as stored.
     Raises Conflict when it is consuming, NotFound when it is unknown or ended."""
-    cfg = rt.config
-    reply = await rt.scripts.call(scripts.reschedule(
-        rt.ns.topic(topic), msg_id=msg_id, trigger_time=trigger_time, delay_millis=delay_millis,
-        retention_millis=cfg.ended_retention_millis, stats_interval_millis=cfg.monitor_interval_millis,
-        ready_channel=rt.ns.ready_channel, schedule_channel=rt.ns.schedule_channel, topic=topic, actor=rt.actor))
+    reply = await rt.scripts.call(scripts.reschedule(rt.context, topic, msg_id=msg_id, trigger_time=trigger_time,
+                                                     delay_millis=delay_millis))
     if reply.stored is not None:
-        return Message.from_stored(reply.stored).to_wire()
+        return reply.stored
     if reply.status == Status.CONSUMING:
         raise Conflict(f"message {msg_id} is being consumed: only a waiting or ready message can be rescheduled")
     if reply.status == 0:

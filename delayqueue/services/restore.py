@@ -4,8 +4,8 @@ restore endpoints, the admin's restore action and the Spark restore all come thr
 A logged message that is live (waiting, ready or in flight) goes back waiting if it is not yet
 due and ready otherwise, with its logged triggerTime, expireTime and retry count. A msgId Redis
 still holds is left alone, so a restore is idempotent and safe while the service runs; a rerun
-after an interrupted one finishes it. Every restored message gets a 'restored' history row. The topics' settings go back into their
-Redis mirrors first (topic_config.py).
+after an interrupted one finishes it. Every restored message gets a 'restored' history row. The
+topics' settings go back into their Redis mirrors first (stores/topic_settings.py).
 """
 import asyncio
 from collections import defaultdict
@@ -79,8 +79,7 @@ async def restore_rows(rt: Runtime, *, rows: Iterable[dict], include_expired: bo
     for topic, messages in by_topic.items():
         for start in range(0, len(messages), SCRIPT_MESSAGES):
             calls.append(scripts.restore(
-                rt.ns.topic(topic), ready_channel=rt.ns.ready_channel, schedule_channel=rt.ns.schedule_channel,
-                topic=topic, dry_run=dry_run, actor=rt.actor,
+                rt.context, topic, dry_run=dry_run,
                 messages=[(m.msg_id, m.payload, m.produce_time, m.trigger_time, m.expire_time, m.max_retry, m.retry,
                            m.priority)
                           for m in messages[start:start + SCRIPT_MESSAGES]]))

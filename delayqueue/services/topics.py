@@ -1,67 +1,24 @@
-"""Topics: their settings (written to PostgreSQL, then mirrored into Redis), pause, resume and
-purge; and what the API reads of them: the registry, queue sizes, monitor counters, the
-settings in force."""
+"""Topics: their settings' mirror in Redis, purging a topic, and what the API reads of them: the
+registry, queue sizes, monitor counters, the settings in force. (Changing the settings:
+topic_control.py.)"""
 import logging
+from dataclasses import dataclass
 
-from asgiref.sync import sync_to_async
-
-from delayqueue.config.push_hosts import push_url_problem
 from delayqueue.core.clock import now_millis
-from delayqueue.core.exceptions import BadRequest
-from delayqueue.live import scripts
+from delayqueue.live import scripts, stats
 from delayqueue.runtime import Runtime
 from delayqueue.stores.limits import Limits
-from delayqueue.stores.rows import save_topic_config
 from delayqueue.stores.topic_settings import DEFAULT as DEFAULT_SETTINGS
 from delayqueue.stores.topic_settings import MIRROR_FIELDS, TopicSettings
 
 log = logging.getLogger(__name__)
 
 
-async def set_topic_config(rt: Runtime, *, topic: str, changes: dict, limits: dict,
-                           rotate_push_secret: bool = False) -> str | None:
-    """Changes a topic's settings (TopicConfig fields; None: back to the default) and its limits
-    (stores.rows.set_limits' keywords) in PostgreSQL, then its Redis mirror; in force in this
-    process at once, in every other within a second. A new push URL must be one
-    DELAYQUEUE_PUSH_ALLOWED_HOSTS allows (BadRequest). Answers a new push signing secret
-    (save_topic_config), or None. Raises RedisError when the mirror could not be written
-    (PostgreSQL has the change: calling again is safe)."""
-    url = changes.get("push_url")
-    # A URL the topic has already is not judged again: the pushers judge every connection, and
-    # its other settings stay changeable after the operator narrowed the allowed hosts.
-    if url and url != (await rt.topic_configs.settings(topic)).push_url:
-        problem = await push_url_problem(rt.config.push_hosts, url)
-        if problem:
-            raise BadRequest(f"pushUrl {problem}")
-    secret = await sync_to_async(save_topic_config, thread_sensitive=False)(
-        namespace=rt.ns.namespace, topic=topic, changes=changes, limits=limits,
-        rotate_push_secret=rotate_push_secret, secret_grace_millis=rt.config.push_secret_grace_seconds * 1000)
-    table = await rt.topic_configs.fresh()
-    if limits:
-        await rt.limits.fresh()
-    await write_mirrors(rt, {topic: table.get(topic, DEFAULT_SETTINGS)})
-    return secret
-
-
-async def pause_topic(rt: Runtime, *, topic: str) -> None:
-    """Pulls of the topic hand out nothing (long polls are held) until resume_topic; its messages
-    still fall due."""
-    await set_topic_config(rt, topic=topic, changes={"paused": True}, limits={})
-
-
-async def resume_topic(rt: Runtime, *, topic: str) -> None:
-    """Undoes pause_topic and wakes the topic's held long polls."""
-    await set_topic_config(rt, topic=topic, changes={"paused": False}, limits={})
-    await rt.redis.publish(rt.ns.ready_channel, topic)
-
-
 async def purge_topic(rt: Runtime, *, topic: str) -> int:
     """Ends every live message of the topic as deleted (history reason 'purged', counted as
-    deleteMsg in the monitor counters), a bounded batch per script call, and returns how many. Messages sent while it runs may be purged too."""
-    cfg = rt.config
-    call = scripts.purge_topic(rt.ns.topic(topic), limit=cfg.scanner_batch,
-                               retention_millis=cfg.ended_retention_millis, actor=rt.actor,
-                               stats_interval_millis=cfg.monitor_interval_millis)
+    deleteMsg in the monitor counters), a bounded batch per script call, and returns how many.
+    Messages sent while it runs may be purged too."""
+    call = scripts.purge_topic(rt.context, topic)
     purged = 0
     while True:
         reply = await rt.scripts.call(call)
@@ -81,35 +38,69 @@ async def write_mirrors(rt: Runtime, settings: dict[str, TopicSettings]) -> None
         pipe.hset(rt.ns.topic(topic).meta, mapping={field: get(values) for field, get in MIRROR_FIELDS.items()})
     await pipe.execute()
 
-# getTopicInfo's waiting-delay buckets (camellia's names), as upper bounds from now in ms.
-# Ranges are half-open (lower, upper] so a message is counted once; the first takes overdue ones.
+
+# getTopicInfo's waiting-delay buckets: each counts the waiting messages due within its bound of
+# now (ms) and after the previous one's, (lower, upper], so a message is counted once; the first
+# takes the overdue ones, the last (None) everything beyond.
 MINUTE, HOUR, DAY = 60_000, 3_600_000, 86_400_000
+WAITING_WITHIN = (MINUTE, 10 * MINUTE, 30 * MINUTE, HOUR, 6 * HOUR, DAY, 7 * DAY, 30 * DAY, None)
 
-WAITING_BUCKETS = (
-    ("sizeOf0To1min", MINUTE),
-    ("sizeOf1minTo10min", 10 * MINUTE),
-    ("sizeOf10minTo30min", 30 * MINUTE),
-    ("sizeOf30minTo1hour", HOUR),
-    ("sizeOf1hourTo6hour", 6 * HOUR),
-    ("sizeOf6hourTo1day", DAY),
-    ("sizeOf1dayTo7day", 7 * DAY),
-    ("sizeOf7dayTo30day", 30 * DAY),
-    ("sizeOf30dayToInfinite", None),
-)
 
-REQUEST_COUNTERS = (
-    "sendMsg", "pullMsg", "deleteMsg", "ackMsg", "getMsg",
-    "triggerMsgReady", "triggerMsgEndLife", "triggerMsgTimeout",
-)
+@dataclass(frozen=True)
+class TopicInfo:
+    """getTopicInfo: a topic's queue sizes now."""
 
-GAP_STATS = (("pullGap", "pullMsgTimeGapStatsList"), ("readyGap", "readyQueueTimeGapStatsList"))
+    topic: str
+    waiting: int
+    waiting_within: tuple[int, ...]  # waiting messages per WAITING_WITHIN bucket
+    ready: int  # every priority
+    consuming: int
+
+
+@dataclass(frozen=True)
+class Gap:
+    count: int
+    avg: float  # ms
+    max: int  # ms
+
+
+@dataclass(frozen=True)
+class TopicCounters:
+    """A topic's counters over the last complete monitor interval, summed over every process."""
+
+    topic: str
+    counters: dict[stats.Counter, int]
+    gaps: dict[stats.Gap, Gap]  # only the gaps that have a count
+
+
+@dataclass(frozen=True)
+class TopicConfigInForce:
+    """getTopicConfig: every setting of a topic in force, defaults included (a limit of 0: none)."""
+
+    topic: str
+    ttl_millis: int
+    max_retry: int
+    ack_timeout_millis: int
+    retry_backoff_millis: int
+    retry_backoff_max_millis: int
+    dead_letter: bool
+    paused: bool
+    produce_rate: int
+    consume_rate: int
+    max_live: int
+    push_url: str
+    push_concurrency: int
+    push_timeout_millis: int
+    push_rate: int
+    push_secret_rotating: bool  # a rotated-out signing secret still signs
 
 
 async def list_topics(rt: Runtime) -> list[str]:
+    """The namespace's registered topics, in the order they were first used."""
     return await rt.redis.zrange(rt.ns.topics, 0, -1)
 
 
-async def topic_infos(rt: Runtime, *, topics: list[str]) -> list[dict]:
+async def topic_infos(rt: Runtime, *, topics: list[str]) -> list[TopicInfo]:
     """getTopicInfo for each topic, in one pipelined round trip. Unknown topics give zeros."""
     now = now_millis()
     pipe = rt.redis.pipeline(transaction=False)
@@ -120,26 +111,20 @@ async def topic_infos(rt: Runtime, *, topics: list[str]) -> list[dict]:
         pipe.zcard(k.prioritised)
         pipe.zcard(k.inflight)
         lower = "-inf"
-        for _name, upper in WAITING_BUCKETS:
-            upper_bound = "+inf" if upper is None else now + upper
-            pipe.zcount(k.waiting, lower, upper_bound)
-            lower = f"({upper_bound}"
+        for within in WAITING_WITHIN:
+            upper = "+inf" if within is None else now + within
+            pipe.zcount(k.waiting, lower, upper)
+            lower = f"({upper}"
     replies = await pipe.execute()
+    width = 4 + len(WAITING_WITHIN)
     infos = []
-    width = 4 + len(WAITING_BUCKETS)
     for i, topic in enumerate(topics):
         waiting, ready, prioritised, inflight, *buckets = replies[i * width:(i + 1) * width]
-        infos.append({
-            "topic": topic,
-            "waitingQueueSize": waiting,
-            "waitingQueueInfo": {name: count for (name, _), count in zip(WAITING_BUCKETS, buckets)},
-            "readyQueueSize": ready + prioritised,  # every priority
-            "ackQueueSize": inflight,
-        })
+        infos.append(TopicInfo(topic, waiting, tuple(buckets), ready + prioritised, inflight))
     return infos
 
 
-async def topic_info(rt: Runtime, *, topic: str) -> dict:
+async def topic_info(rt: Runtime, *, topic: str) -> TopicInfo:
     return (await topic_infos(rt, topics=[topic]))[0]
 
 
@@ -149,56 +134,53 @@ async def redis_millis(rt: Runtime) -> int:
     return int(seconds) * 1000 + int(micros) // 1000
 
 
-async def monitor_data(rt: Runtime) -> dict:
-    """getMonitorData: the last complete interval's counters, summed over every process
-    (the scripts count in Redis), for each registered topic that saw activity."""
+async def monitor_data(rt: Runtime) -> list[TopicCounters]:
+    """getMonitorData: the last complete interval's counters of each registered topic that counted
+    anything then, summed over every process (the scripts count in Redis)."""
     topics = await list_topics(rt)
     previous = await redis_millis(rt) // rt.config.monitor_interval_millis - 1
-    fields = [f"{previous}:{name}" for name in REQUEST_COUNTERS]
-    for prefix, _ in GAP_STATS:
-        fields += [f"{previous}:{prefix}:{part}" for part in ("count", "sum", "max")]
+    fields = [stats.field("counter", interval=previous, name=counter) for counter in stats.Counter]
+    fields += [stats.field("gap", interval=previous, name=gap, part=part) for gap in stats.Gap
+               for part in (stats.Part.COUNT, stats.Part.SUM, stats.Part.MAX)]
     pipe = rt.redis.pipeline(transaction=False)
     for topic in topics:
         pipe.hmget(rt.ns.topic(topic).stats, fields)
     replies = await pipe.execute() if topics else []
-
-    data = {"requestStatsList": [], "pullMsgTimeGapStatsList": [], "readyQueueTimeGapStatsList": []}
+    found = []
     for topic, values in zip(topics, replies):
-        numbers = [int(v) if v is not None else 0 for v in values]
-        counters = dict(zip(REQUEST_COUNTERS, numbers))
-        if any(counters.values()):
-            data["requestStatsList"].append({"topic": topic, **counters})
-        offset = len(REQUEST_COUNTERS)
-        for _prefix, list_name in GAP_STATS:
-            count, total, maximum = numbers[offset:offset + 3]
-            offset += 3
+        numbers = iter(int(v) if v is not None else 0 for v in values)
+        counters = {counter: next(numbers) for counter in stats.Counter}
+        gaps = {}
+        for gap in stats.Gap:
+            count, total, maximum = next(numbers), next(numbers), next(numbers)
             if count:
-                data[list_name].append({"topic": topic, "count": count, "avg": total / count, "max": maximum})
-    return data
+                gaps[gap] = Gap(count, total / count, maximum)
+        if gaps or any(counters.values()):
+            found.append(TopicCounters(topic, counters, gaps))
+    return found
 
 
-async def topic_config(rt: Runtime, *, topic: str) -> dict:
-    """getTopicConfig's `data`: every setting of the topic in force, defaults included (a limit
-    of 0: none), read from PostgreSQL now. Raises LogUnavailable."""
+async def topic_config(rt: Runtime, *, topic: str) -> TopicConfigInForce:
+    """Every setting of the topic in force, read from PostgreSQL now. Raises LogUnavailable."""
     cfg = rt.config
     settings = (await rt.topic_configs.fresh()).get(topic, DEFAULT_SETTINGS)
     limits = (await rt.limits.fresh()).get(topic, Limits())
-    return {
-        "topic": topic,
-        "ttlMillis": settings.ttl_millis if settings.ttl_millis is not None else cfg.ttl_millis,
-        "maxRetry": settings.max_retry if settings.max_retry is not None else cfg.max_retry,
-        "ackTimeoutMillis": settings.ack_timeout_millis if settings.ack_timeout_millis is not None
+    return TopicConfigInForce(
+        topic=topic,
+        ttl_millis=settings.ttl_millis if settings.ttl_millis is not None else cfg.ttl_millis,
+        max_retry=settings.max_retry if settings.max_retry is not None else cfg.max_retry,
+        ack_timeout_millis=settings.ack_timeout_millis if settings.ack_timeout_millis is not None
         else cfg.ack_timeout_millis,
-        "retryBackoffMillis": settings.retry_backoff_millis,
-        "retryBackoffMaxMillis": settings.retry_backoff_max_millis,
-        "deadLetter": settings.dead_letter,
-        "paused": settings.paused,
-        "produceRatePerSecond": limits.produce_rate,
-        "consumeRatePerSecond": limits.consume_rate,
-        "maxLiveMessages": limits.max_live,
-        "pushUrl": settings.push_url,
-        "pushConcurrency": settings.push_concurrency,
-        "pushTimeoutMillis": settings.push_timeout_millis,
-        "pushRatePerSecond": settings.push_rate,
-        "pushSecretRotating": settings.push_previous_until > now_millis(),
-    }
+        retry_backoff_millis=settings.retry_backoff_millis,
+        retry_backoff_max_millis=settings.retry_backoff_max_millis,
+        dead_letter=settings.dead_letter,
+        paused=settings.paused,
+        produce_rate=limits.produce_rate,
+        consume_rate=limits.consume_rate,
+        max_live=limits.max_live,
+        push_url=settings.push_url,
+        push_concurrency=settings.push_concurrency,
+        push_timeout_millis=settings.push_timeout_millis,
+        push_rate=settings.push_rate,
+        push_secret_rotating=settings.push_previous_until > now_millis(),
+    )

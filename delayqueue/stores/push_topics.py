@@ -1,7 +1,7 @@
 """A namespace's push topics as its pushers use them: each one's push settings and signing
 secrets, read from PostgreSQL on first use and every refreshed.REFRESH_SECONDS after (a
 RefreshedTable, as the topic settings and limits are). Only pushers hold the secrets: the web
-processes' topic settings (topic_config.py) leave them out."""
+processes' topic settings (topic_settings.py) leave them out."""
 from dataclasses import dataclass, field
 
 from delayqueue.messagelog import sql

@@ -4,16 +4,15 @@ PostgreSQL holds them (stores/rows.py writes them). Two copies serve the hot pat
 
 - Each Runtime reads its namespace's settings on first use and every refreshed.REFRESH_SECONDS
   after (TopicConfigCache, a RefreshedTable, as the limits are), so a send or a pull never waits
-  on PostgreSQL or depends on Redis for its defaults, and a change is in force on every web process within a
-  second (at once on the process that made it, which reads again).
+  on PostgreSQL or depends on Redis for its defaults, and a change is in force on every web
+  process within a second (at once on the process that made it, which reads again).
 - The topic's Redis meta hash mirrors the settings the scripts act on (MIRROR_FIELDS): the retry
   backoff (requeue_timed_out.lua, nack.lua) and the pause (pull.lua); the dead-letter switch,
   which no script reads (dead letters are judged in the message log, sql.KEEPS_DEAD); and
   whether it has a push URL, which the operators' views read beside its other figures. Written by
   every change (services/topics.write_mirrors) and written back by restore (services/restore.py,
-  spark/restore.py) after Redis
-  lost its data; a topic retired by the scanner keeps them (retire_topic.lua only drops its
-  registration).
+  spark/restore.py) after Redis lost its data; a topic retired by the scanner keeps them
+  (retire_topic.lua only drops its registration).
 
 A pull of a paused topic hands out nothing if either copy says paused: the mirror makes a pause
 exact the moment it is answered, the cache keeps it while a Redis that lost its data waits for
@@ -22,6 +21,7 @@ its restore. Reading fails open as the limits do: the settings last read stay in
 from dataclasses import dataclass
 
 from delayqueue.core.constants import PUSH_CONCURRENCY_DEFAULT, PUSH_TIMEOUT_DEFAULT_MILLIS, RETRY_BACKOFF_MAX_MILLIS
+from delayqueue.live.keys import Meta
 from delayqueue.messagelog import sql
 from delayqueue.stores.refreshed import RefreshedTable
 
@@ -40,7 +40,7 @@ class TopicSettings:
     push_timeout_millis: int = PUSH_TIMEOUT_DEFAULT_MILLIS
     push_rate: int = 0  # pushes started per second; 0: no limit
     # Epoch ms until which a rotated-out signing secret still signs. The secrets themselves are
-    # read by the pushers alone (push/topics.py).
+    # read by the pushers alone (push_topics.py).
     push_previous_until: int = 0
 
 
@@ -48,11 +48,11 @@ DEFAULT = TopicSettings()
 
 # Meta hash field -> how a TopicSettings gives its value; the scripts read all but dead_letter (see above).
 MIRROR_FIELDS = {
-    "retry_backoff": lambda s: s.retry_backoff_millis,
-    "retry_backoff_max": lambda s: s.retry_backoff_max_millis,
-    "dead_letter": lambda s: int(s.dead_letter),
-    "paused": lambda s: int(s.paused),
-    "push": lambda s: int(bool(s.push_url)),  # read by the operators' views only (ops/figures.py)
+    Meta.RETRY_BACKOFF: lambda s: s.retry_backoff_millis,
+    Meta.RETRY_BACKOFF_MAX: lambda s: s.retry_backoff_max_millis,
+    Meta.DEAD_LETTER: lambda s: int(s.dead_letter),
+    Meta.PAUSED: lambda s: int(s.paused),
+    Meta.PUSH: lambda s: int(bool(s.push_url)),  # read by the operators' views only (ops/figures.py)
 }
 
 

@@ -1,0 +1,1 @@
+"""The admin's template filters (part of the operator's UI layer)."""

@@ -1,1 +1,3 @@
-"""Background workers run by manage.py run_scanners: scanners, log writers, pushers, redrivers."""
+"""The background workers `manage.py run_scanners` runs per namespace: the scanner and its topic
+workers, the log writer, the pusher (and its HTTP side) and the redriver. Imports the services
+and the layers below them."""

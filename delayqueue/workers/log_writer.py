@@ -2,7 +2,7 @@
 
 The Lua scripts append an entry per status change to their topic's Redis stream, atomically
 with the change (a restore, one entry for all the messages of a script call); the send path
-writes 'sent' rows itself, with the message row (messagelog.py). The writer reads the streams
+writes 'sent' rows itself, with the message row (services/send.py). The writer reads the streams
 of the topics its scanner holds that have entries (a script publishes a notice when a stream
 goes from empty to non-empty; every held stream is read every few seconds all the same),
 inserts the entries as history rows and moves each message row's status along, in one
@@ -18,9 +18,10 @@ import time
 
 import orjson
 
+from delayqueue.core.outage import Outage, describe
+from delayqueue.live.history import Event
 from delayqueue.messagelog import sql
 from delayqueue.messagelog.connection import LogConnection
-from delayqueue.core.outage import Outage, describe
 
 log = logging.getLogger(__name__)
 
@@ -28,56 +29,6 @@ ERROR_BACKOFF = 1.0
 # Every held stream is read at least this often, notice or not: a safety net only (a lost
 # subscription marks every stream), which bounds what thousands of idle topics cost.
 SWEEP_SECONDS = 5.0
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Event:
-    topic: str
-    entry_id: str
-    msg_id: str
-    from_status: int
-    to_status: int
-    retry: int
-    produce_time: int
-    reason: str
-    process: str
-    host: str
-    trigger_time: int | None = None  # set by a change that moved the message's times (reschedule, nack with a delay)
-    expire_time: int | None = None
-    detail: str = ""  # a push attempt's HTTP status or error
-
-    @property
-    def at(self) -> int:
-        return int(self.entry_id.split("-", 1)[0])
-
-    @classmethod
-    def parse(cls, topic: str, entry_id: str, fields: dict) -> list["Event"]:
-        """The events of one stream entry: one status change, or (field 'b') the same change of
-        many messages, each then keyed by the entry id and its place in the entry."""
-        process, _, host = fields["a"].rpartition("@")
-        from_status, reason = int(fields["f"]), fields["w"]
-        if "b" in fields:
-            return [cls(topic, f"{entry_id}.{n}", msg_id, from_status, to_status, retry, produce_time, reason,
-                        process, host)
-                    for n, (msg_id, to_status, retry, produce_time) in enumerate(orjson.loads(fields["b"]))]
-        times = (int(fields["tt"]), int(fields["et"])) if "tt" in fields else (None, None)
-        return [cls(topic, entry_id, fields["i"], from_status, int(fields["t"]), int(fields["r"]),
-                    int(fields["p"]), reason, process, host, *times, fields.get("d", ""))]
-
-
-def history_json(events: list[Event]) -> str:
-    return orjson.dumps([{"t": e.topic, "i": e.msg_id, "e": e.entry_id, "at": e.at, "f": e.from_status,
-                          "s": e.to_status, "r": e.retry, "w": e.reason, "p": e.process, "h": e.host,
-                          "d": e.detail}
-                         for e in events]).decode()
-
-
-def status_json(events: list[Event]) -> str:
-    """Each message's new status and retry, and its new times when a change moved them (absent: kept)."""
-    return orjson.dumps([{"t": e.topic, "i": e.msg_id, "s": e.to_status, "r": e.retry, "at": e.at,
-                          "pt": e.produce_time,
-                          **({} if e.trigger_time is None else {"tt": e.trigger_time, "et": e.expire_time})}
-                         for e in events]).decode()
-
 
 def latest_per_message(events: list[Event]) -> list[Event]:
     """The last event of each message: a stream is read in order, so later wins. It carries the
@@ -213,9 +164,9 @@ class LogWriter:
         ns = self.rt.ns.namespace
         latest = latest_per_message(events)
         async with self._db.use() as conn, conn.transaction():
-            await conn.execute(sql.INSERT_EVENTS, [ns, history_json(events)])
+            await conn.execute(sql.INSERT_EVENTS, {"namespace": ns, "events": orjson.dumps(events).decode()})
             if latest:
-                await conn.execute(sql.UPDATE_MESSAGES, [status_json(latest), ns])
+                await conn.execute(sql.UPDATE_MESSAGES, {"namespace": ns, "events": orjson.dumps(latest).decode()})
 
     async def holds_live_messages(self) -> bool:
         """Whether the log holds a waiting, ready or in-flight message of this namespace."""

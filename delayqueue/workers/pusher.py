@@ -20,100 +20,37 @@ with nothing due: state lives per delivery, per endpoint in use and per topic wi
 waiting (its next pull's time).
 """
 import asyncio
-import hashlib
 import heapq
-import hmac
 import logging
-import random
-import socket
-import time
 from collections import Counter
-from concurrent.futures import Executor, ThreadPoolExecutor
-from dataclasses import dataclass
-from urllib.parse import quote, urlsplit
 
-import aiohttp
 import orjson
-from aiohttp.abc import AbstractResolver
 from redis.exceptions import RedisError
 
-from delayqueue.config.push_hosts import HostPolicy, resolved_addresses
 from delayqueue.core.clock import now_millis
 from delayqueue.core.constants import MAX_EVENT_DETAIL, PUSH_RETRY_BACKOFF_DEFAULT_MILLIS
+from delayqueue.core.exceptions import Throttled
 from delayqueue.core.messages import Message
 from delayqueue.core.outage import Outage, describe
 from delayqueue.core.stopping import cancel_and_wait
 from delayqueue.live import push_counts, scripts
 from delayqueue.live.pubsub import subscribe_forever
 from delayqueue.runtime import Runtime
+from delayqueue.services.consume import Pull, ack_message, nack_message, pull_many
 from delayqueue.stores.push_topics import PushTopic, PushTopicCache
 from delayqueue.stores.refreshed import REFRESH_SECONDS
+from delayqueue.workers.push_http import PushClient, push_headers
 
 log = logging.getLogger(__name__)
 
 # A pushed message's ack deadline is its attempt's time limit plus this: room for the answer's
 # ack to reach Redis before the scanner gives the message back.
 ACK_MARGIN_MILLIS = 2_000
-ANSWER_LIMIT_BYTES = 4096  # of an answer, read and dropped (a connection is reused only once it is read)
 SWEEP_SECONDS = 5.0  # every push topic is pulled at least this often: a safety net for lost wakes
 HELD_RETRY_SECONDS = 0.2  # a topic with messages ready but its slots held by other pushers is pulled again
 ERROR_BACKOFF = 0.5
 FIGURES_EVERY = 1.0  # counts go to Redis this often
-ENDPOINT_IDLE_SECONDS = 60.0  # an endpoint's connections are closed after this long unused
 STOP_GRACE_SECONDS = 5.0  # deliveries still running at a stop after this are cancelled (redelivered later)
-DNS_THREADS = 16  # the pushers' name lookups, apart from the loop's default executor
-
-
-# Header values are ASCII: a topic or msgId with other characters (or a '%') goes percent-encoded
-# as UTF-8, and one of printable ASCII goes as it is.
-_HEADER_SAFE = "".join(chr(c) for c in range(0x20, 0x7F) if chr(c) != "%")
-
-
-def header_value(text: str) -> str:
-    return quote(text, safe=_HEADER_SAFE)
-
-
-def signature_header(secrets: list[str], at_millis: int, body: bytes) -> str:
-    """`t=<ms>,v1=<hex>` with one v1 per secret: HMAC-SHA256 of "<t>." and the body."""
-    signed = f"{at_millis}.".encode() + body
-    return ",".join([f"t={at_millis}", *(f"v1={hmac.new(secret.encode(), signed, hashlib.sha256).hexdigest()}"
-                                        for secret in secrets)])
-
-
-class RefusedAddress(OSError):
-    """A push URL's host resolved to an address DELAYQUEUE_PUSH_ALLOWED_HOSTS does not allow."""
-
-
-class _AllowedResolver(AbstractResolver):
-    """Resolves as the system does, then refuses addresses the policy does not allow: checked
-    where the connection is made, so a name cannot be pointed elsewhere after it was set.
-    Lookups run on the pushers' own threads: a receiver's DNS that never answers ties up one of
-    those (aiohttp looks a name up once at a time), not the loop's, which the scanner needs."""
-
-    def __init__(self, policy: HostPolicy, executor: Executor):
-        self._policy = policy
-        self._executor = executor
-
-    async def resolve(self, host: str, port: int = 0, family: int = socket.AF_INET) -> list[dict]:
-        found = []
-        for address, address_family in await resolved_addresses(host, port, self._executor):
-            problem = self._policy.address_problem(address)
-            if problem is not None:
-                raise RefusedAddress(f"{host} {problem}")
-            found.append({"hostname": host, "host": str(address), "port": port, "family": address_family,
-                          "proto": 0, "flags": socket.AI_NUMERICHOST})
-        return found
-
-    async def close(self) -> None:
-        pass
-
-
-@dataclass
-class _Endpoint:
-    """The keep-alive connections to one origin (scheme, host, port), used by every topic pushing there."""
-    session: aiohttp.ClientSession
-    last_used: float  # time.monotonic() an attempt last started or ended
-    in_flight: int = 0  # attempts under way: closing the session would cut them
 
 
 class _Wakes:
@@ -147,18 +84,16 @@ class _Wakes:
 class Pusher:
     def __init__(self, rt: Runtime):
         self.rt = rt
-        self.policy = rt.config.push_hosts
         self.counts = Counter()  # pushed, failed: for the stop's log line
         self._wanted: set[str] = set()  # topics to pull at the next turn
         self._held: set[str] = set()  # topics whose slots were full: a delivery that ends wants them
         self._wakes = _Wakes()  # topics to pull again later (a due time, a rate's refill, slots held elsewhere)
         self._running = Counter()  # topic -> this process' deliveries in flight
         self._deliveries: set[asyncio.Task] = set()
-        self._endpoints: dict[tuple[str, str, int | None], _Endpoint] = {}
+        self._client = PushClient(rt.config.push_hosts)
         self._figures = Counter()  # pushes hash field -> what to add
         self._kick = asyncio.Event()
         self._sweep_now = False
-        self._dns = ThreadPoolExecutor(DNS_THREADS, thread_name_prefix="push-dns")
         self._topics = PushTopicCache(rt.ns)  # its own: the runtime's topic settings carry no secrets
 
     def want(self, topic: str) -> None:
@@ -176,7 +111,7 @@ class Pusher:
         known: set[str] = set()  # the push topics of the settings last looked at
         try:
             while not stop.is_set():
-                table = await self._settings()
+                table = await self._topics.table()
                 push_topics = set(table)
                 # A topic given a push URL since is pulled now: messages sent before this
                 # process read its setting were not its to take when their wakes came.
@@ -189,7 +124,7 @@ class Pusher:
                     next_sweep = now + SWEEP_SECONDS
                 if now >= next_figures:
                     await self._write_figures()
-                    await self._close_idle_endpoints()
+                    await self._client.close_idle()
                     next_figures = now + FIGURES_EVERY
                 self._wanted.update(self._wakes.due(now))
                 if self._wanted:
@@ -215,19 +150,12 @@ class Pusher:
                 await asyncio.wait(set(self._deliveries), timeout=STOP_GRACE_SECONDS)
                 await cancel_and_wait(*self._deliveries)
             await self._write_figures()
-            for endpoint in self._endpoints.values():
-                await endpoint.session.close()
-            self._dns.shutdown(wait=False, cancel_futures=True)
+            await self._client.close()
             await self._topics.close()
-
-    async def _settings(self) -> dict[str, PushTopic]:
-        topics = self._topics
-        return topics.current if topics.current is not None else await topics.table()
 
     async def _pull(self, table: dict[str, PushTopic]) -> None:
         """Pulls every wanted push topic with a free slot, in one pipelined round trip, and
         starts a delivery per message."""
-        rt, cfg = self.rt, self.rt.config
         wanted, self._wanted = self._wanted, set()
         pulls = []
         for topic in wanted:
@@ -238,31 +166,32 @@ class Pusher:
             if room <= 0:
                 self._held.add(topic)
                 continue
-            pulls.append((topic, settings, room, scripts.pull(
-                rt.ns.topic(topic), batch=room, ack_timeout_millis=settings.push_timeout_millis + ACK_MARGIN_MILLIS,
-                retention_millis=cfg.ended_retention_millis, stats_interval_millis=cfg.monitor_interval_millis,
-                schedule_channel=rt.ns.schedule_channel, topic=topic, actor=rt.actor, consume_rate=settings.push_rate,
-                promote_limit=cfg.scanner_batch, ready_channel=rt.ns.ready_channel,
-                max_inflight=settings.push_concurrency)))
+            pulls.append((settings, room, Pull(topic, room, settings.push_timeout_millis + ACK_MARGIN_MILLIS,
+                                               consume_rate=settings.push_rate,
+                                               max_inflight=settings.push_concurrency)))
         if not pulls:
             return
         try:
-            replies = await rt.scripts.run([call for *_, call in pulls])
-        except RedisError:
+            replies = await pull_many(self.rt, pulls=[pull for *_, pull in pulls])
+        except RedisError:  # the namespace's consume rate could not be asked
             retry_at = asyncio.get_running_loop().time() + ERROR_BACKOFF
-            for topic, *_ in pulls:
-                self._wakes.at(topic, retry_at)
+            for *_, pull in pulls:
+                self._wakes.at(pull.topic, retry_at)
             raise
         now = asyncio.get_running_loop().time()
         failure = None
-        for (topic, settings, room, _call), reply in zip(pulls, replies):
+        for (settings, room, pull), reply in zip(pulls, replies):
+            topic = pull.topic
+            if isinstance(reply, Throttled):  # by the namespace's consume rate
+                self._wakes.at(topic, now + reply.retry_after_millis / 1000)
+                continue
             if isinstance(reply, Exception):
                 self._wakes.at(topic, now + ERROR_BACKOFF)
                 failure = reply
                 continue
-            for raw in reply.messages:
+            for message in reply.messages:
                 try:
-                    self._start(topic, settings, raw)
+                    self._start(topic, settings, message)
                 except Exception:  # left in flight: it comes back at its ack deadline
                     log.exception("pusher could not start a push of topic %s", topic)
             if reply.paused:  # resumeTopic publishes it on the ready channel
@@ -284,43 +213,34 @@ class Pusher:
         if isinstance(failure, RedisError):
             raise failure
 
-    def _start(self, topic: str, settings: PushTopic, raw: str) -> None:
-        message = Message.from_stored(raw)
+    def _start(self, topic: str, settings: PushTopic, message: Message) -> None:
         self._running[topic] += 1
         task = asyncio.get_running_loop().create_task(self._deliver(topic, settings, message))
         self._deliveries.add(task)
         task.add_done_callback(self._deliveries.discard)
 
     async def _deliver(self, topic: str, settings: PushTopic, message: Message) -> None:
-        rt, cfg = self.rt, self.rt.config
+        rt = self.rt
         try:
             body = orjson.dumps(message.to_wire())
             signed_at = now_millis()
-            headers = {"Content-Type": "application/json", "DelayQueue-Topic": header_value(topic),
-                       "DelayQueue-Msg-Id": header_value(message.msg_id), "DelayQueue-Retry": str(message.retry),
-                       "DelayQueue-Signature": signature_header(settings.signing_secrets(signed_at), signed_at, body)}
-            status, detail = await self._post(settings, body, headers)
-            k = rt.ns.topic(topic)
+            headers = push_headers(message, settings.signing_secrets(signed_at), signed_at, body)
+            status, detail = await self._client.post(settings.push_url, body, headers, settings.push_timeout_millis)
             if status is not None and 200 <= status < 300:
                 self.counts["pushed"] += 1
                 lateness = now_millis() - message.trigger_time
                 for name in push_counts.pushed_fields(topic, lateness):
                     self._figures[name] += 1
                 self._figures[push_counts.lateness_field(topic)] += max(lateness, 0)
-                call = scripts.ack(k, msg_id=message.msg_id, retention_millis=cfg.ended_retention_millis,
-                                   stats_interval_millis=cfg.monitor_interval_millis, actor=rt.actor,
-                                   push_status=str(status))
+                settle = ack_message(rt, topic=topic, msg_id=message.msg_id, push_status=str(status))
             else:
                 self.counts["failed"] += 1
                 self._figures[push_counts.failed_field(topic, str(status) if status is not None else detail[0])] += 1
-                call = scripts.nack(
-                    k, msg_id=message.msg_id, retention_millis=cfg.ended_retention_millis,
-                    stats_interval_millis=cfg.monitor_interval_millis, ready_channel=rt.ns.ready_channel, topic=topic,
-                    actor=rt.actor, delay_millis=-1, dead_letter=False, schedule_channel=rt.ns.schedule_channel,
-                    seed=random.getrandbits(31), default_backoff_millis=PUSH_RETRY_BACKOFF_DEFAULT_MILLIS,
+                settle = nack_message(
+                    rt, topic=topic, msg_id=message.msg_id, default_backoff_millis=PUSH_RETRY_BACKOFF_DEFAULT_MILLIS,
                     push_failure=(f"HTTP {status}" if status is not None else ": ".join(detail))[:MAX_EVENT_DETAIL])
             try:
-                await rt.scripts.call(call)
+                await settle
             except RedisError as exc:  # the message comes back at its ack deadline: pushed again
                 log.warning("pusher could not settle message %s of topic %s: %s", message.msg_id, topic, exc)
         except Exception:  # left in flight: it comes back at its ack deadline
@@ -333,62 +253,12 @@ class Pusher:
                 self._held.discard(topic)
                 self.want(topic)
 
-    async def _post(self, settings: PushTopic, body: bytes,
-                    headers: dict[str, str]) -> tuple[int | None, tuple[str, str]]:
-        """The answer's status, or None and (status label, error) for an attempt that got none."""
-        url = settings.push_url
-        problem = self.policy.url_problem(url)
-        if problem is not None:
-            return None, ("refused", f"pushUrl {problem}")
-        endpoint = self._endpoint(url)
-        endpoint.in_flight += 1
-        try:
-            async with asyncio.timeout(settings.push_timeout_millis / 1000):
-                async with endpoint.session.post(url, data=body, headers=headers, allow_redirects=False) as answer:
-                    await answer.content.read(ANSWER_LIMIT_BYTES)
-                    return answer.status, ("", "")
-        except TimeoutError:
-            return None, ("timeout", f"no answer within {settings.push_timeout_millis} ms")
-        except aiohttp.ClientConnectorError as exc:
-            if isinstance(exc.os_error, RefusedAddress):
-                return None, ("refused", str(exc.os_error))
-            return None, ("connection", str(exc.os_error) or type(exc.os_error).__name__)
-        except (aiohttp.ClientError, OSError) as exc:
-            return None, ("connection", str(exc) or type(exc).__name__)
-        finally:
-            endpoint.in_flight -= 1
-            endpoint.last_used = time.monotonic()
-
-    def _endpoint(self, url: str) -> _Endpoint:
-        parts = urlsplit(url)
-        origin = (parts.scheme, parts.hostname, parts.port)
-        endpoint = self._endpoints.get(origin)
-        if endpoint is None:
-            # No connection limit of its own: each topic's pushConcurrency bounds what it holds,
-            # so a hanging endpoint holds only its own topics' slots. No timeouts of its own
-            # either: the attempt's whole time limit is pushTimeoutMillis (_post).
-            connector = aiohttp.TCPConnector(limit=0, resolver=_AllowedResolver(self.policy, self._dns))
-            session = aiohttp.ClientSession(connector=connector, auto_decompress=False,
-                                            timeout=aiohttp.ClientTimeout(total=None, sock_connect=None),
-                                            skip_auto_headers=("User-Agent",),
-                                            headers={"User-Agent": "delayqueue-pusher"})
-            endpoint = self._endpoints[origin] = _Endpoint(session, 0.0)
-        endpoint.last_used = time.monotonic()
-        return endpoint
-
-    async def _close_idle_endpoints(self) -> None:
-        now = time.monotonic()
-        idle = [origin for origin, e in self._endpoints.items()
-                if not e.in_flight and now - e.last_used > ENDPOINT_IDLE_SECONDS]
-        for origin in idle:
-            await self._endpoints.pop(origin).session.close()
-
     async def _write_figures(self) -> None:
         if not self._figures:
             return
         counts, self._figures = self._figures, Counter()
         try:
-            await self.rt.scripts.call(scripts.add_counts(self.rt.ns, fields=list(counts.items())))
+            await self.rt.scripts.call(scripts.add_counts(self.rt.context, fields=list(counts.items())))
         except RedisError:
             self._figures.update(counts)  # added at the next write
 

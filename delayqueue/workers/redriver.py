@@ -133,7 +133,7 @@ class Redriver:
             batch = [[msg_id, payload, max_retry, max(ttl, 1), now, rid, priority]
                      for rid, _at, msg_id, payload, max_retry, ttl, priority in rows]
             await conn.execute(sql.REDRIVE_ROWS, {
-                "rows": orjson.dumps([{"id": b[5], "pt": now, "et": now + b[3]} for b in batch]).decode(),
+                "rows": orjson.dumps([sql.NewLife(b[5], now, now + b[3]) for b in batch]).decode(),
                 "ready": Status.READY, "dead": Status.EXHAUSTED, **self._actor})
             task.after_time, task.after_id = rows[-1][1], rows[-1][0]
             await conn.execute(sql.REDRIVE_PROGRESS, {"id": task.id, "after_time": task.after_time,
@@ -164,7 +164,7 @@ class Redriver:
             return
         replies = await rt.scripts.run_all([send_call(rt, m) for m in messages])
         for message, reply in zip(messages, replies):
-            if not reply.created and Message.from_stored(reply.stored).produce_time != message.produce_time:
+            if not reply.created and reply.stored.produce_time != message.produce_time:
                 # A live message under this msgId that only Redis knew of (the log lags it by
                 # milliseconds): Redis' message is the one that is live, as for a send.
-                await rt.log.overwrite([Message.from_stored(reply.stored)])
+                await rt.log.overwrite([reply.stored])

@@ -19,7 +19,7 @@ that was only paused past its heartbeat finds, at its next renewal, that it lost
 stops its worker. Correctness never rests on the lock: every transition is one atomic script,
 so two scanners working a topic at once still promote each message once.
 
-Each scanner also runs the namespace's dead-letter redrive tasks (messagelog/deadletters.py),
+Each scanner also runs the namespace's dead-letter redrive tasks (workers/redriver.py),
 one at a time, under a lease in PostgreSQL.
 
 Started while Redis is down, a scanner waits for it; Redis or PostgreSQL failing later is
@@ -39,6 +39,7 @@ from delayqueue.core.outage import Outage, describe
 from delayqueue.core.stopping import cancel_and_wait
 from delayqueue.core.timer import PreciseTimer
 from delayqueue.live import scripts
+from delayqueue.live.keys import Meta
 from delayqueue.live.pubsub import subscribe_forever
 from delayqueue.runtime import Runtime
 from delayqueue.services.admission import give_back_room
@@ -269,7 +270,7 @@ class Scanner:
         if not topics:
             return
         taken = await self.rt.scripts.run(
-            [scripts.lock_take_over(self.rt.ns.topic(t), gone_token=self.holders[t], token=self.token,
+            [scripts.lock_take_over(self.rt.context, t, gone_token=self.holders[t], token=self.token,
                                     ttl_millis=self.lock_ttl) for t in topics])
         for topic, got in zip(topics, taken):
             if topic in self.workers:
@@ -288,7 +289,7 @@ class Scanner:
         if not topics:
             return
         results = await self.rt.scripts.run(
-            [scripts.lock_renew(self.rt.ns.topic(t), token=self.token, ttl_millis=self.lock_ttl) for t in topics],
+            [scripts.lock_renew(self.rt.context, t, token=self.token, ttl_millis=self.lock_ttl) for t in topics],
         )
         for topic, renewed in zip(topics, results):
             if renewed is not True:
@@ -299,19 +300,19 @@ class Scanner:
         idle_ms = self.rt.config.topic_idle_seconds * 1000
         for topic in list(self.workers):
             k = self.rt.ns.topic(topic)
-            reply = await self.rt.scripts.call(scripts.retire_topic(k, idle_millis=idle_ms))
+            reply = await self.rt.scripts.call(scripts.retire_topic(self.rt.context, topic, idle_millis=idle_ms))
             if not reply.retired:
                 continue
             await give_back_room(self.rt, amount=reply.live_share)
             await self.rt.redis.zrem(self.rt.ns.topics, topic)
-            if await self.rt.redis.hget(k.meta, "registered"):
+            if await self.rt.redis.hget(k.meta, Meta.REGISTERED):
                 # A send re-registered the topic between the two steps: keep it listed.
                 await self.rt.redis.zadd(self.rt.ns.topics, {topic: now_millis()}, nx=True)
                 continue
             log.info("scanner %s retired idle topic %s", self.token, topic)
             self.known.discard(topic)
             await self.workers.pop(topic).stop()
-            await self.rt.scripts.call(scripts.lock_release(k, token=self.token))
+            await self.rt.scripts.call(scripts.lock_release(self.rt.context, topic, token=self.token))
 
     async def _report_lag(self) -> None:
         """How late this process' event loop wakes timers, which is how late it can promote a
@@ -342,8 +343,7 @@ class Scanner:
         await self._forget_gone_scanners()
         if self.workers:
             await self.rt.scripts.run(
-                [scripts.prune_stats(self.rt.ns.topic(t), stats_interval_millis=self.rt.config.monitor_interval_millis)
-                 for t in self.workers],
+                [scripts.prune_stats(self.rt.context, t) for t in self.workers],
             )
 
     async def _listen(self) -> None:
@@ -392,7 +392,7 @@ class Scanner:
         if topics:
             try:
                 await self.rt.scripts.run(
-                    [scripts.lock_release(self.rt.ns.topic(t), token=self.token) for t in topics]
+                    [scripts.lock_release(self.rt.context, t, token=self.token) for t in topics]
                 )
             except Exception as exc:
                 log.warning("scanner %s could not release its locks: %s", self.token, exc)

@@ -4,12 +4,11 @@ timer at the earliest due time or earlier by the schedule channel."""
 import asyncio
 import functools
 import logging
-import random
 import time
 
+from delayqueue.core.stopping import cancel_and_wait
 from delayqueue.live import scripts
 from delayqueue.live.scripts import ScriptCall
-from delayqueue.core.stopping import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +33,6 @@ class TopicWorker:
     def __init__(self, scanner, topic: str):
         self.scanner = scanner
         self.topic = topic
-        self.keys = scanner.rt.ns.topic(topic)
         self._wake = asyncio.Event()
         self._run_all = True  # the first pass looks at everything
         self._due_at = dict.fromkeys(self.SCRIPTS, 0.0)  # monotonic time each script has work again
@@ -47,18 +45,7 @@ class TopicWorker:
         self._wake.set()
 
     def _call(self, name: str) -> ScriptCall:
-        rt = self.scanner.rt
-        cfg, k = rt.config, self.keys
-        if name == "purge_ended":
-            return scripts.purge_ended(k, limit=cfg.scanner_batch)
-        common = dict(limit=cfg.scanner_batch, retention_millis=cfg.ended_retention_millis,
-                      stats_interval_millis=cfg.monitor_interval_millis, actor=rt.actor)
-        if name == "expire":
-            return scripts.expire(k, **common)
-        if name == "promote_due":
-            return scripts.promote_due(k, ready_channel=rt.ns.ready_channel, topic=self.topic, **common)
-        return scripts.requeue_timed_out(k, ready_channel=rt.ns.ready_channel, topic=self.topic,
-                                         schedule_channel=rt.ns.schedule_channel, seed=random.getrandbits(31), **common)
+        return scripts.BUILDERS[name](self.scanner.rt.context, self.topic)
 
     async def tick(self) -> float:
         """One pass over the scripts that have work (all of them after a wake); returns seconds

@@ -85,7 +85,7 @@ def test_actions_need_a_staff_login(client):
             client.login(username="clerk", password="pw")
         response = client.post(LIST, {"action": "delete_selected_messages", "_selected_action": [row.pk]})
         assert response.status_code == 302 and response["Location"].startswith("/admin/login/")
-    assert run_with_runtime(get_message, topic="orders", msg_id="keep")["status"] == Status.WAITING
+    assert run_with_runtime(get_message, topic="orders", msg_id="keep").status == Status.WAITING
 
 
 def test_list_newest_first_with_search_and_filters(admin_client):
@@ -188,9 +188,9 @@ def test_delete_selected_goes_through_the_queue(admin_client):
                                  follow=True)
     assert "Deleted 2; 1 were not live" in response.content.decode()
     for msg_id in ("d1", "d2"):
-        assert run_with_runtime(get_message, topic="orders", msg_id=msg_id)["status"] == Status.DELETED
+        assert run_with_runtime(get_message, topic="orders", msg_id=msg_id).status == Status.DELETED
     info = run_with_runtime(topic_info, topic="orders")
-    assert info["waitingQueueSize"] == 0 and info["readyQueueSize"] == 0
+    assert info.waiting == 0 and info.ready == 0
     assert Message.objects.count() == 3  # the log keeps its rows
     drain_history("orders")
     assert set(Message.objects.filter(msg_id__in=["d1", "d2"]).values_list("status", flat=True)) == {Status.DELETED}
@@ -209,9 +209,9 @@ def test_restore_selected_brings_back_what_redis_lost(admin_client):
     page = admin_client.post(LIST, action, follow=True).content.decode()
     assert "Restored 2; 0 already live in Redis; 1 skipped" in page
     restored = run_with_runtime(get_message, topic="orders", msg_id="r1")
-    assert restored["status"] == Status.WAITING
-    assert (restored["triggerTime"], restored["expireTime"]) == (sent["triggerTime"], sent["expireTime"])
-    assert run_with_runtime(get_message, topic="orders", msg_id="r2")["status"] == Status.READY
+    assert restored.status == Status.WAITING
+    assert (restored.trigger_time, restored.expire_time) == (sent.trigger_time, sent.expire_time)
+    assert run_with_runtime(get_message, topic="orders", msg_id="r2").status == Status.READY
     assert run_with_runtime(get_message, topic="orders", msg_id="finished") is None
     again = admin_client.post(LIST, action, follow=True).content.decode()
     assert "Restored 0; 2 already live in Redis; 1 skipped" in again
@@ -236,16 +236,16 @@ def test_actions_act_on_each_message_in_its_own_namespace(admin_client):
     page = admin_client.post(LIST, {"action": "restore_selected", "_selected_action": selected},
                              follow=True).content.decode()
     assert "Restored 3; 0 already live in Redis; 0 skipped" in page and "another namespace" not in page
-    assert in_namespace("other", get_message, topic="orders", msg_id="there")["status"] == Status.WAITING
-    assert in_namespace("other", get_message, topic="elsewhere", msg_id="e1")["status"] == Status.READY
+    assert in_namespace("other", get_message, topic="orders", msg_id="there").status == Status.WAITING
+    assert in_namespace("other", get_message, topic="elsewhere", msg_id="e1").status == Status.READY
     assert run_with_runtime(get_message, topic="orders", msg_id="there") is None  # not put in ours
-    assert run_with_runtime(get_message, topic="orders", msg_id="here")["status"] == Status.WAITING
+    assert run_with_runtime(get_message, topic="orders", msg_id="here").status == Status.WAITING
     page = admin_client.post(LIST, {"action": "delete_selected_messages", "_selected_action": selected},
                              follow=True).content.decode()
     assert "Deleted 3; 0 were not live" in page
     for namespace, topic, msg_id in (("other", "orders", "there"), ("other", "elsewhere", "e1"),
                                      ("default", "orders", "here")):
-        assert in_namespace(namespace, get_message, topic=topic, msg_id=msg_id)["status"] == Status.DELETED
+        assert in_namespace(namespace, get_message, topic=topic, msg_id=msg_id).status == Status.DELETED
 
 
 def test_no_add_or_row_delete_in_the_admin(admin_client):
@@ -304,4 +304,4 @@ def test_actions_refuse_more_rows_than_the_limit(admin_client, monkeypatch):
     page = admin_client.post(LIST, {"action": "delete_selected_messages", "select_across": "1", "index": "0",
                                     "_selected_action": [m.pk for m in Message.objects.all()]}, follow=True)
     assert "Select at most 2 messages at a time" in page.content.decode()
-    assert run_with_runtime(topic_info, topic="orders")["waitingQueueSize"] == 3  # nothing deleted
+    assert run_with_runtime(topic_info, topic="orders").waiting == 3  # nothing deleted

@@ -12,11 +12,11 @@ from rest_framework.exceptions import AuthenticationFailed
 from rest_framework.permissions import BasePermission, IsAuthenticated
 from rest_framework.throttling import BaseThrottle
 
-from delayqueue.core import exceptions
 from delayqueue.api.urls import urlpatterns
-from delayqueue.api.views import GetTopicInfoView, SendMsgView
+from delayqueue.api.views.messages import SendMsgView
+from delayqueue.api.views.topics import GetTopicInfoView
+from delayqueue.core import exceptions
 from delayqueue.runtime import close_current
-
 from tests.helpers import API, call
 
 MSG_FIELDS = ["topic", "msgId", "msg", "produceTime", "triggerTime", "expireTime", "maxRetry", "retry", "status"]

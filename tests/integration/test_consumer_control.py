@@ -18,8 +18,7 @@ from tests.helpers import call, drain_log, history, logged, promote, requeue
 
 
 async def send(rt, msg_id, delay=0, topic="t", **kw):
-    return await send_message(rt, topic=topic, msg=f"body of {msg_id}", delay_millis=delay, msg_id=msg_id,
-                                       **kw)
+    return await send_message(rt, request=SendRequest(topic=topic, msg=f"body of {msg_id}", delay_millis=delay, msg_id=msg_id, **kw))
 
 
 async def pull(rt, batch=10, ack_timeout_millis=60_000, topic="t"):
@@ -61,7 +60,7 @@ async def test_an_ack_after_the_ack_timeout_gave_it_back_is_not_done(rt):
     await asyncio.sleep(0.01)
     assert (await requeue(rt)).count == 1
     assert await ack_message(rt, topic="t", msg_id="late") == (False, Status.READY)
-    assert (await get(rt, "late"))["status"] == Status.READY
+    assert (await get(rt, "late")).status == Status.READY
 
 
 async def test_batch_ack_answers_each_msg_id_in_order(rt):
@@ -70,8 +69,8 @@ async def test_batch_ack_answers_each_msg_id_in_order(rt):
     await pull(rt)
     assert await ack_messages(rt, topic="t", msg_ids=["a", "ghost", "b", "a", "c"]) == [
         True, False, True, False, True]
-    assert [(await get(rt, msg_id))["status"] for msg_id in "abc"] == [Status.ACKED] * 3
-    assert (await topic_info(rt, topic="t"))["ackQueueSize"] == 0
+    assert [(await get(rt, msg_id)).status for msg_id in "abc"] == [Status.ACKED] * 3
+    assert (await topic_info(rt, topic="t")).consuming == 0
 
 
 async def test_batch_nack_with_a_delay_or_as_dead_letters(rt):
@@ -81,7 +80,7 @@ async def test_batch_nack_with_a_delay_or_as_dead_letters(rt):
     assert await ack_messages(rt, topic="t", msg_ids=["a", "b"], ack=False, delay_millis=60_000) == [True, True]
     assert await ack_messages(rt, topic="t", msg_ids=["c", "ghost"], ack=False, dead_letter=True) == [True, False]
     assert await ack_messages(rt, topic="t", msg_ids=["d"], ack=False) == [True]
-    assert [(await get(rt, msg_id))["status"] for msg_id in "abcd"] == [
+    assert [(await get(rt, msg_id)).status for msg_id in "abcd"] == [
         Status.WAITING, Status.WAITING, Status.EXHAUSTED, Status.READY]
 
 
@@ -94,19 +93,19 @@ async def test_nack_with_a_delay_waits_then_falls_due_with_its_retry_count_kept(
     assert await nack_message(rt, topic="t", msg_id="n", delay_millis=300) == (True, Status.WAITING)
     after = await redis_now(rt)
     m = await get(rt, "n")
-    assert m["status"] == Status.WAITING and m["retry"] == 1
-    assert before + 300 <= m["triggerTime"] <= after + 300
-    assert m["expireTime"] == sent["expireTime"]  # the TTL is not extended by a nack
+    assert m.status == Status.WAITING and m.retry == 1
+    assert before + 300 <= m.trigger_time <= after + 300
+    assert m.expire_time == sent.expire_time  # the TTL is not extended by a nack
     where = await structures(rt, "n")
-    assert where["waiting"] == m["triggerTime"] and where["inflight"] is None and not where["ready"]
+    assert where["waiting"] == m.trigger_time and where["inflight"] is None and not where["ready"]
     assert (await promote(rt)).count == 0  # not yet due
     await asyncio.sleep(0.35)
     assert (await promote(rt)).count == 1
     [again] = await pull(rt)
-    assert again["msgId"] == "n" and again["retry"] == 2
+    assert again.msg_id == "n" and again.retry == 2
     await drain_log(rt, ["t"])
     assert (await history("t", "n"))[2] == ("nacked", Status.CONSUMING, Status.WAITING, 1)
-    assert (await logged("t", "n"))["triggerTime"] == m["triggerTime"]
+    assert (await logged("t", "n"))["triggerTime"] == m.trigger_time
 
 
 async def test_nack_without_a_delay_is_ready_at_once_as_before(rt):
@@ -143,7 +142,7 @@ async def test_touch_moves_the_ack_deadline_of_a_consuming_message(rt):
     assert (await structures(rt, "slow"))["inflight"] == deadline
     await asyncio.sleep(0.1)  # past the first deadline: the touched one holds
     assert (await requeue(rt)).count == 0
-    assert (await get(rt, "slow"))["status"] == Status.CONSUMING
+    assert (await get(rt, "slow")).status == Status.CONSUMING
     await drain_log(rt, ["t"])
     assert (await history("t", "slow"))[-1] == ("touched", Status.CONSUMING, Status.CONSUMING, 1)
 
@@ -155,7 +154,7 @@ async def test_touch_of_a_message_not_consuming_is_a_conflict_and_of_an_unknown_
     with pytest.raises(NotFound):
         await touch_message(rt, topic="t", msg_id="ghost", ack_timeout_millis=1000)
     assert await structures(rt, "ready") == {"waiting": None, "inflight": None, "ready": True,
-                                             "expiry": (await get(rt, "ready"))["expireTime"]}
+                                             "expiry": (await get(rt, "ready")).expire_time}
 
 
 # --- reschedule
@@ -165,40 +164,40 @@ async def test_reschedule_a_waiting_message_later_keeps_its_ttl_from_the_new_tri
     before = await redis_now(rt)
     m = await reschedule_message(rt, topic="t", msg_id="w", delay_millis=120_000)
     after = await redis_now(rt)
-    assert m["status"] == Status.WAITING and before + 120_000 <= m["triggerTime"] <= after + 120_000
-    assert m["expireTime"] - m["triggerTime"] == 5_000 and m["produceTime"] == sent["produceTime"]
+    assert m.status == Status.WAITING and before + 120_000 <= m.trigger_time <= after + 120_000
+    assert m.expire_time - m.trigger_time == 5_000 and m.produce_time == sent.produce_time
     assert m == await get(rt, "w")
     where = await structures(rt, "w")
-    assert where["waiting"] == m["triggerTime"] and where["expiry"] == m["expireTime"]
-    exact = await reschedule_message(rt, topic="t", msg_id="w", trigger_time=m["triggerTime"] + 1)
-    assert exact["triggerTime"] == m["triggerTime"] + 1
+    assert where["waiting"] == m.trigger_time and where["expiry"] == m.expire_time
+    exact = await reschedule_message(rt, topic="t", msg_id="w", trigger_time=m.trigger_time + 1)
+    assert exact.trigger_time == m.trigger_time + 1
     await drain_log(rt, ["t"])
     assert (await history("t", "w"))[-1] == ("rescheduled", Status.WAITING, Status.WAITING, 0)
     row = await logged("t", "w")
     assert (row["triggerTime"], row["expireTime"], row["status"]) == (
-        exact["triggerTime"], exact["expireTime"], Status.WAITING)
+        exact.trigger_time, exact.expire_time, Status.WAITING)
 
 
 async def test_reschedule_to_now_or_the_past_runs_it_now(rt):
     await send(rt, "w", delay=60_000)
     before = await redis_now(rt)
     m = await reschedule_message(rt, topic="t", msg_id="w", trigger_time=0)
-    assert m["status"] == Status.READY and before <= m["triggerTime"] <= await redis_now(rt)
+    assert m.status == Status.READY and before <= m.trigger_time <= await redis_now(rt)
     where = await structures(rt, "w")
     assert where["ready"] and where["waiting"] is None
     [pulled] = await pull(rt)
-    assert pulled["msgId"] == "w"
+    assert pulled.msg_id == "w"
     await drain_log(rt, ["t"])
     assert (await history("t", "w"))[1] == ("rescheduled", Status.WAITING, Status.READY, 0)
-    assert (await logged("t", "w"))["triggerTime"] == m["triggerTime"]
+    assert (await logged("t", "w"))["triggerTime"] == m.trigger_time
 
 
 async def test_reschedule_a_ready_message_into_the_future_makes_it_wait(rt):
     await send(rt, "r")
     m = await reschedule_message(rt, topic="t", msg_id="r", delay_millis=60_000)
-    assert m["status"] == Status.WAITING
+    assert m.status == Status.WAITING
     where = await structures(rt, "r")
-    assert not where["ready"] and where["waiting"] == m["triggerTime"]
+    assert not where["ready"] and where["waiting"] == m.trigger_time
     assert await pull(rt) == []
 
 
@@ -213,7 +212,7 @@ async def test_reschedule_refuses_consuming_ended_and_unknown_messages(rt):
         await reschedule_message(rt, topic="t", msg_id="acked", delay_millis=0)
     with pytest.raises(NotFound, match="not found"):
         await reschedule_message(rt, topic="t", msg_id="ghost", delay_millis=0)
-    assert (await get(rt, "c"))["status"] == Status.CONSUMING
+    assert (await get(rt, "c")).status == Status.CONSUMING
 
 
 async def test_a_resend_after_a_reschedule_answers_the_stored_rescheduled_message(rt):
@@ -221,22 +220,22 @@ async def test_a_resend_after_a_reschedule_answers_the_stored_rescheduled_messag
     moved = await reschedule_message(rt, topic="t", msg_id="once", delay_millis=600_000)
     again = await send(rt, "once", delay=0)
     assert again == moved
-    assert (await topic_info(rt, topic="t"))["waitingQueueSize"] == 1
+    assert (await topic_info(rt, topic="t")).waiting == 1
     await drain_log(rt, ["t"])
-    assert (await logged("t", "once"))["triggerTime"] == moved["triggerTime"]
+    assert (await logged("t", "once"))["triggerTime"] == moved.trigger_time
 
 
 # --- sends with a triggerTime
 
 async def test_send_with_a_trigger_time_in_the_future_or_the_past(rt):
     now = await redis_now(rt)
-    later = await send_message(rt, topic="t", msg="x", delay_millis=0, trigger_time=now + 60_000)
-    assert later["status"] == Status.WAITING and later["triggerTime"] == now + 60_000
-    assert later["expireTime"] == now + 60_000 + rt.config.ttl_millis
+    later = await send_message(rt, request=SendRequest(topic="t", msg="x", delay_millis=0, trigger_time=now + 60_000))
+    assert later.status == Status.WAITING and later.trigger_time == now + 60_000
+    assert later.expire_time == now + 60_000 + rt.config.ttl_millis
     [past, zero] = await send_messages(rt, requests=[
         SendRequest("t", "y", 0, trigger_time=now - 5_000), SendRequest("t", "z", 0, trigger_time=0)])
     for m in (past, zero):
-        assert m["status"] == Status.READY and m["triggerTime"] == m["produceTime"]
+        assert m.status == Status.READY and m.trigger_time == m.produce_time
 
 
 # --- FLUSHALL + restore
@@ -262,13 +261,13 @@ async def test_restore_brings_back_rescheduled_and_delayed_nacked_messages_as_th
     assert await get(rt, "dead") is None
     for msg_id, old in before.items():
         new = await get(rt, msg_id)
-        for field in ("status", "triggerTime", "expireTime", "retry", "maxRetry", "produceTime"):
-            assert new[field] == old[field], (msg_id, field)
-    assert (before["later"]["status"], before["now"]["status"], before["nacked"]["status"]) == (
+        for field in ("status", "trigger_time", "expire_time", "retry", "max_retry", "produce_time"):
+            assert getattr(new, field) == getattr(old, field), (msg_id, field)
+    assert (before["later"].status, before["now"].status, before["nacked"].status) == (
         Status.WAITING, Status.READY, Status.WAITING)
-    assert before["nacked"]["retry"] == 1
-    assert (await structures(rt, "nacked"))["waiting"] == before["nacked"]["triggerTime"]
-    assert [m["msgId"] for m in await pull(rt)] == ["now"]
+    assert before["nacked"].retry == 1
+    assert (await structures(rt, "nacked"))["waiting"] == before["nacked"].trigger_time
+    assert [m.msg_id for m in await pull(rt)] == ["now"]
 
 
 # --- over HTTP

@@ -100,10 +100,7 @@ def test_dashboard_chart_draws_promotions(admin_client):
     time.sleep(0.3)
 
     async def promote(rt):
-        await rt.scripts.call(scripts.promote_due(
-            rt.ns.topic("drawn"), limit=100, retention_millis=1000,
-            stats_interval_millis=rt.config.monitor_interval_millis, ready_channel=rt.ns.ready_channel,
-            topic="drawn", actor=rt.actor))
+        await rt.scripts.call(scripts.promote_due(rt.context, "drawn"))
 
     run_with_runtime(promote)
     page = admin_client.get(DASHBOARD, {"topic": "drawn"}).content.decode()

@@ -12,16 +12,17 @@ import pytest
 import redis
 from asgiref.sync import sync_to_async
 
+from delayqueue.api import wire
 from delayqueue.core.constants import Status
 from delayqueue.messagelog.retention import prune_log
 from delayqueue.services.consume import ack_message, nack_message, pull_messages
-from delayqueue.services.dead_letters import create_redrive, dead_letters, purge_dead_letters, redrive_state
+from delayqueue.services.dead_letters import create_redrive, purge_dead_letters, redrive_state
 from delayqueue.services.messages import get_message
 from delayqueue.services.restore import restore
 from delayqueue.services.send import SendRequest, send_message, send_messages
-from delayqueue.services.topics import set_topic_config
-from tests.helpers import (REDIS_URL, ROOT, TEST_CONFIG, call, drain_log, history, log_database_url, logged,
-                           make_runtime, query, wait_until)
+from delayqueue.services.topic_control import set_topic_config
+from tests.helpers import (REDIS_URL, ROOT, TEST_CONFIG, call, dead_letter_page, drain_log, history, log_database_url,
+                           logged, make_runtime, query, wait_until)
 
 # Dead letters written straight into the log, as the log writer leaves them: status 6 and the
 # history row that ended them, `g` seconds apart in death order.
@@ -64,7 +65,7 @@ async def make_dead(rt, topic: str, exhausted: list[str], expired: list[str] = (
 async def all_pages(rt, topic: str, limit: int) -> list[list[dict]]:
     pages, cursor = [], None
     while True:
-        page, cursor = await dead_letters(rt, topic=topic, limit=limit, cursor=cursor)
+        page, cursor = await dead_letter_page(rt, topic=topic, limit=limit, cursor=cursor)
         pages.append(page)
         if cursor is None:
             return pages
@@ -72,7 +73,7 @@ async def all_pages(rt, topic: str, limit: int) -> list[list[dict]]:
 
 async def test_dead_letters_are_listed_in_pages_with_why_and_when_they_died(rt):
     await make_dead(rt, "orders", exhausted=["e1", "e2", "e3"], expired=["x1", "x2"])
-    await send_message(rt, topic="orders", msg="live", delay_millis=0, msg_id="live")
+    await send_message(rt, request=SendRequest(topic="orders", msg="live", delay_millis=0, msg_id="live"))
     await make_dead(rt, "other", exhausted=["o1"])
     pages = await all_pages(rt, "orders", limit=2)
     assert [len(p) for p in pages] == [2, 2, 1]
@@ -88,7 +89,7 @@ async def test_dead_letters_are_listed_in_pages_with_why_and_when_they_died(rt):
         assert {k: row[k] for k in ("produceTime", "expireTime", "maxRetry")} == {
             k: m[k] for k in ("produceTime", "expireTime", "maxRetry")}
     # A page as large as everything is the last page: no cursor.
-    page, cursor = await dead_letters(rt, topic="orders", limit=1000, cursor=None)
+    page, cursor = await dead_letter_page(rt, topic="orders", limit=1000, cursor=None)
     assert len(page) == 5 and cursor is None
 
 
@@ -103,7 +104,7 @@ def test_prune_log_keeps_dead_letters_for_their_own_retention(clean_state):
     async def setup():
         rt = make_runtime(REDIS_URL)
         await make_dead(rt, "p", exhausted=["dead"])
-        await send_message(rt, topic="p", msg="acked", delay_millis=0, msg_id="acked")
+        await send_message(rt, request=SendRequest(topic="p", msg="acked", delay_millis=0, msg_id="acked"))
         await pull_messages(rt, topic="p")
         await ack_message(rt, topic="p", msg_id="acked")
         await drain_log(rt, ["p"])
@@ -136,15 +137,15 @@ async def test_a_redrive_sends_dead_letters_back_as_new_lives_that_are_delivered
     await start_scanner(rt)
 
     async def done():
-        state = await redrive_state(rt, task_id=task_id)
+        state = wire.redrive_progress(await redrive_state(rt, task_id=task_id))
         return state if state["state"] == "done" else None
 
     assert await wait_until(done, timeout=10, what="the redrive") == {"moved": 2, "left": 0, "state": "done"}
     pulled, _ = await pull_messages(rt, topic="t", batch=10)
-    assert sorted(m["msgId"] for m in pulled) == ["a", "b"]
-    assert all(m["retry"] == 1 and m["status"] == Status.CONSUMING and m["msg"] == f"body of {m['msgId']}"
+    assert sorted(m.msg_id for m in pulled) == ["a", "b"]
+    assert all(m.retry == 1 and m.status == Status.CONSUMING and m.payload == f"body of {m.msg_id}"
                for m in pulled)
-    assert [m["msgId"] for m in (await dead_letters(rt, topic="t", limit=10, cursor=None))[0]] == ["c"]
+    assert [m["msgId"] for m in (await dead_letter_page(rt, topic="t", limit=10, cursor=None))[0]] == ["c"]
     async def lives():  # the scanner's log writer records the new life's pull
         rows = await history("t", "a")
         return rows if rows[-1][0] == "pulled" and len(rows) == 5 else None
@@ -155,7 +156,7 @@ async def test_a_redrive_sends_dead_letters_back_as_new_lives_that_are_delivered
     # Dead again: a dead letter again, and another redrive takes it.
     assert await nack_message(rt, topic="t", msg_id="a") == (True, Status.EXHAUSTED)
     await wait_until(lambda: logged_status("t", "a", Status.EXHAUSTED), what="the second death in the log")
-    page, _ = await dead_letters(rt, topic="t", limit=10, cursor=None)
+    page, _ = await dead_letter_page(rt, topic="t", limit=10, cursor=None)
     assert [(m["msgId"], m["deadReason"]) for m in page] == [("c", "retries_exhausted"), ("a", "retries_exhausted")]
 
 
@@ -167,7 +168,7 @@ async def logged_status(topic: str, msg_id: str, status: int) -> bool:
 async def test_purge_removes_dead_letters_and_their_history_only(single_rt):
     rt = single_rt
     await make_dead(rt, "t", exhausted=["a", "b", "c"])
-    await send_message(rt, topic="t", msg="live", delay_millis=0, msg_id="live")
+    await send_message(rt, request=SendRequest(topic="t", msg="live", delay_millis=0, msg_id="live"))
     assert await purge_dead_letters(rt, topic="t", msg_ids=["a", "live", "nope"]) == 1
     assert await logged("t", "a") is None and await history("t", "a") == []
     assert await purge_dead_letters(rt, topic="t", batch=1) == 2
@@ -189,7 +190,7 @@ async def test_a_redrive_keeps_to_its_rate_in_a_scanner_process(single_rt, scann
     task_id = await create_redrive(single_rt, topic="paced", msg_ids=None, max_per_second=100)
 
     async def done():
-        return (await redrive_state(single_rt, task_id=task_id))["state"] == "done"
+        return wire.redrive_progress(await redrive_state(single_rt, task_id=task_id))["state"] == "done"
 
     await wait_until(done, timeout=30, interval=0.1, what="the redrive")
     times = await redriven_at("paced")
@@ -209,7 +210,7 @@ async def test_a_redrive_goes_on_in_another_scanner_after_its_scanner_is_killed(
     task_id = await create_redrive(single_rt, topic="killed", msg_ids=None, max_per_second=100)
 
     async def moved_some():
-        return (await redrive_state(single_rt, task_id=task_id))["moved"] >= 100
+        return wire.redrive_progress(await redrive_state(single_rt, task_id=task_id))["moved"] >= 100
 
     await wait_until(moved_some, timeout=20, interval=0.05, what="the first scanner's progress")
     first.kill()
@@ -218,7 +219,7 @@ async def test_a_redrive_goes_on_in_another_scanner_after_its_scanner_is_killed(
     second.wait_started()
 
     async def done():
-        state = await redrive_state(single_rt, task_id=task_id)
+        state = wire.redrive_progress(await redrive_state(single_rt, task_id=task_id))
         return state if state["state"] == "done" else None
 
     assert await wait_until(done, timeout=30, interval=0.1, what="the redrive") == {
@@ -353,11 +354,11 @@ async def test_a_redrive_running_when_dead_letters_are_switched_off_moves_no_mor
     await fill_dead("switched", 20)
     task_id = await create_redrive(rt, topic="switched", msg_ids=None, max_per_second=500)
     await set_topic_config(rt, topic="switched", changes={"dead_letter": False}, limits={})
-    assert await redrive_state(rt, task_id=task_id) == {"moved": 0, "left": 0, "state": "running"}
+    assert wire.redrive_progress(await redrive_state(rt, task_id=task_id)) == {"moved": 0, "left": 0, "state": "running"}
     await start_scanner(rt)
 
     async def done():
-        state = await redrive_state(rt, task_id=task_id)
+        state = wire.redrive_progress(await redrive_state(rt, task_id=task_id))
         return state if state["state"] == "done" else None
 
     assert await wait_until(done, timeout=10, what="the redrive") == {"moved": 0, "left": 0, "state": "done"}
@@ -372,7 +373,7 @@ async def test_after_flushall_and_restore_dead_letters_stay_dead_and_a_redriven_
     scanner = await start_scanner(rt)
 
     async def done():
-        return (await redrive_state(rt, task_id=task_id))["state"] == "done"
+        return wire.redrive_progress(await redrive_state(rt, task_id=task_id))["state"] == "done"
 
     await wait_until(done, timeout=10, what="the redrive")
     await scanner.stop()
@@ -383,11 +384,11 @@ async def test_after_flushall_and_restore_dead_letters_stay_dead_and_a_redriven_
     assert (counts.restored, counts.already_live, counts.skipped) == (1, 0, 1)
     # The dead letter stays in the log only: not in Redis, still listed as dead.
     assert await get_message(rt, topic="fr", msg_id="dead") is None
-    page, _ = await dead_letters(rt, topic="fr", limit=10, cursor=None)
+    page, _ = await dead_letter_page(rt, topic="fr", limit=10, cursor=None)
     assert [m["msgId"] for m in page] == ["dead"]
     # The redriven one is live again as it was redriven: ready, retry 0, its new life's times.
     back = await get_message(rt, topic="fr", msg_id="back")
-    assert back == redriven and back["status"] == Status.READY and back["retry"] == 0
+    assert back == redriven and back.status == Status.READY and back.retry == 0
     assert await rt.redis.lrange(rt.ns.topic("fr").ready, 0, -1) == ["back"]
     pulled, _ = await pull_messages(rt, topic="fr", batch=10)
-    assert [m["msgId"] for m in pulled] == ["back"]
+    assert [m.msg_id for m in pulled] == ["back"]

@@ -1,4 +1,4 @@
-"""Rate limits and live-message caps per namespace and per topic (delayqueue/limits.py): refused
+"""Rate limits and live-message caps per namespace and per topic (services/admission.py): refused
 with code 429 and retryAfterMillis, recovering after it, on a single Redis and the Cluster, over
 HTTP, set by `manage.py set_limits`, and shared by two web processes."""
 import asyncio
@@ -13,6 +13,7 @@ from django.core.management import CommandError, call_command
 from django.db import connection
 
 from delayqueue.core.exceptions import Throttled
+from delayqueue.core.messages import Message
 from delayqueue.models import Limit
 from delayqueue.services.consume import ack_message, long_poll_messages, pull_messages
 from delayqueue.services.messages import delete_message
@@ -39,7 +40,7 @@ async def send(rt, topic: str, count: int = 1, delay_millis: int = 0) -> list:
 
 
 def refused(outcomes: list) -> list[Throttled]:
-    assert all(isinstance(o, (dict, Throttled)) for o in outcomes), outcomes
+    assert all(isinstance(o, (Message, Throttled)) for o in outcomes), outcomes
     return [o for o in outcomes if isinstance(o, Throttled)]
 
 
@@ -51,7 +52,7 @@ async def logged_count(topic: str) -> int:
 async def test_topic_produce_rate_lets_a_burst_of_one_second_through_then_refuses_until_a_token(rt):
     await set_limits_now(namespace=rt.ns.namespace, topic="t", produce_rate=5)
     outcomes = await send(rt, "t", 8)
-    assert [isinstance(o, dict) for o in outcomes] == [True] * 5 + [False] * 3  # the first five, in order
+    assert [isinstance(o, Message) for o in outcomes] == [True] * 5 + [False] * 3  # the first five, in order
     for refusal in refused(outcomes):
         assert refusal.code == 429
         assert str(refusal).startswith("too many requests: the produce rate limit of topic t (5 messages/s) is reached")
@@ -64,7 +65,7 @@ async def test_topic_produce_rate_lets_a_burst_of_one_second_through_then_refuse
     assert isinstance(single, Throttled) and 1 <= single.retry_after_millis <= 200
     await asyncio.sleep(single.retry_after_millis / 1000)
     [after] = await send(rt, "t")
-    assert isinstance(after, dict) and after["topic"] == "t"
+    assert isinstance(after, Message) and after.topic == "t"
 
 
 async def test_namespace_produce_rate_counts_every_topic_and_gets_back_tokens_a_topic_refused(rt):
@@ -140,8 +141,8 @@ async def test_topic_live_cap_is_exact_under_concurrent_sends(rt):
     assert await logged_count("cap") == 10  # sends refused by the send script itself left the log again
     # Room again once a message is no longer live.
     [message], _ = await pull_messages(rt, topic="cap")
-    await ack_message(rt, topic="cap", msg_id=message["msgId"])
-    assert [isinstance(o, dict) for o in await send(rt, "cap", 2)] == [True, False]
+    await ack_message(rt, topic="cap", msg_id=message.msg_id)
+    assert [isinstance(o, Message) for o in await send(rt, "cap", 2)] == [True, False]
 
 
 async def live_in(rt, topics) -> int:
@@ -182,7 +183,7 @@ async def test_a_changed_namespace_cap_counts_what_its_topics_hold(rt):
     for topic in "xy":
         for msg_id in (await rt.redis.zrange(rt.ns.topic(topic).expiry, 0, -1))[:2]:
             assert await delete_message(rt, topic=topic, msg_id=msg_id)
-    assert [isinstance(o, dict) for o in await send(rt, "z", 3)] == [True, True, False]  # 2 live + 2 = 4
+    assert [isinstance(o, Message) for o in await send(rt, "z", 3)] == [True, True, False]  # 2 live + 2 = 4
     await set_limits_now(namespace=ns, max_live=10)
     await asyncio.sleep(1.0)
     assert len(refused(await send(rt, "x", 8))) == 2
@@ -192,7 +193,7 @@ async def test_a_changed_namespace_cap_counts_what_its_topics_hold(rt):
 async def test_zero_removes_a_limit_within_a_second(rt):
     ns = rt.ns.namespace
     await set_limits_now(namespace=ns, topic="z", produce_rate=1, max_live=100)
-    assert [isinstance(o, dict) for o in await send(rt, "z", 2)] == [True, False]
+    assert [isinstance(o, Message) for o in await send(rt, "z", 2)] == [True, False]
     assert (await set_limits_now(namespace=ns, topic="z", produce_rate=0)).max_live == 100
     removed = time.monotonic()
     while isinstance((await send(rt, "z"))[0], Throttled):
@@ -209,7 +210,7 @@ async def test_limits_survive_redis_losing_its_data(single_rt):
     await set_limits_now(namespace=rt.ns.namespace, topic="f", produce_rate=2)
     assert len(refused(await send(rt, "f", 3))) == 1
     await rt.redis.flushall()
-    assert [isinstance(o, dict) for o in await send(rt, "f", 3)] == [True, True, False]
+    assert [isinstance(o, Message) for o in await send(rt, "f", 3)] == [True, True, False]
 
 
 async def test_a_namespace_cap_survives_redis_losing_its_data(single_rt):
@@ -219,7 +220,7 @@ async def test_a_namespace_cap_survives_redis_losing_its_data(single_rt):
     assert not refused(await send(rt, "g", 3))
     await rt.redis.flushall()
     assert (await restore(rt)).restored == 3
-    assert [isinstance(o, dict) for o in await send(rt, "h", 3)] == [True, True, False]
+    assert [isinstance(o, Message) for o in await send(rt, "h", 3)] == [True, True, False]
     assert await live_in(rt, "gh") == 5
 
 

@@ -17,7 +17,7 @@ import redis
 
 from delayqueue.config.redis_urls import url_credentials, url_nodes
 from delayqueue.services.consume import long_poll_messages, pull_messages
-from delayqueue.services.send import send_message
+from delayqueue.services.send import SendRequest, send_message
 from tests.helpers import REDIS_CLUSTER_URL, REDIS_URL, ROOT, log_database_url, make_runtime, scanner_env
 from tools.stack import SYSTEM_USER, Services, free_port, pg_bin, token_file
 
@@ -113,9 +113,9 @@ async def test_a_redis_sentinel_url_sends_and_pulls_through_the_master_it_names(
         rt = make_runtime(url, message_log=False)
         try:
             assert (await rt.redis.info("server"))["tcp_port"] == master_port  # the sentinel named it
-            sent = await send_message(rt, topic="sentinel", msg="through the sentinel", delay_millis=0)
+            sent = await send_message(rt, request=SendRequest(topic="sentinel", msg="through the sentinel", delay_millis=0))
             pulled, _ = await pull_messages(rt, topic="sentinel", batch=10)
-            assert [(m["msgId"], m["msg"]) for m in pulled] == [(sent["msgId"], "through the sentinel")]
+            assert [(m.msg_id, m.payload) for m in pulled] == [(sent.msg_id, "through the sentinel")]
             # Long polls are woken over pub/sub through the sentinel's master as well.
             started = time.monotonic()
             poll = asyncio.ensure_future(long_poll_messages(
@@ -123,8 +123,8 @@ async def test_a_redis_sentinel_url_sends_and_pulls_through_the_master_it_names(
             notifier = await rt.notifier()
             while notifier.waiting("sentinel") != 1:
                 await asyncio.sleep(0.01)
-            await send_message(rt, topic="sentinel", msg="woken", delay_millis=0)
-            assert [m["msg"] for m in await asyncio.wait_for(poll, 20)] == ["woken"]
+            await send_message(rt, request=SendRequest(topic="sentinel", msg="woken", delay_millis=0))
+            assert [m.payload for m in await asyncio.wait_for(poll, 20)] == ["woken"]
             assert time.monotonic() - started < 10  # by the wake, not by the end of the hold
         finally:
             await rt.close()

@@ -22,7 +22,7 @@ async def long_poll(api, topic, timeout_ms=5000, **params):
 
 
 async def test_returns_at_once_when_a_message_is_ready(api, single_rt):
-    await send_message(single_rt, topic="lp", msg="x", delay_millis=0)
+    await send_message(single_rt, request=SendRequest(topic="lp", msg="x", delay_millis=0))
     messages, elapsed = await long_poll(api, "lp", timeout_ms=5000)
     assert [m["msg"] for m in messages] == ["x"] and elapsed < 4
 
@@ -45,20 +45,20 @@ async def test_woken_by_a_due_message_promoted_by_a_scanner_in_another_process(a
     rt = current()
     poll = asyncio.create_task(long_poll(api, "due", timeout_ms=20_000))
     await asyncio.sleep(0.2)
-    sent = await send_message(rt, topic="due", msg="later", delay_millis=300)
+    sent = await send_message(rt, request=SendRequest(topic="due", msg="later", delay_millis=300))
     messages, elapsed = await poll
-    assert [m["msgId"] for m in messages] == [sent["msgId"]]
+    assert [m["msgId"] for m in messages] == [sent.msg_id]
     assert elapsed < 15  # woken by the promotion, long before the 20 s hold ends
 
 
 async def test_woken_by_a_nack(api):
     rt = current()
-    sent = await send_message(rt, topic="nk", msg="x", delay_millis=0)
+    sent = await send_message(rt, request=SendRequest(topic="nk", msg="x", delay_millis=0))
     await pull_messages(rt, topic="nk")
     poll = asyncio.create_task(long_poll(api, "nk", timeout_ms=20_000))
     await asyncio.sleep(0.2)
     assert not poll.done()
-    await nack_message(rt, topic="nk", msg_id=sent["msgId"])
+    await nack_message(rt, topic="nk", msg_id=sent.msg_id)
     messages, elapsed = await poll
     assert [m["retry"] for m in messages] == [2] and elapsed < 15
 
@@ -66,10 +66,10 @@ async def test_woken_by_a_nack(api):
 async def test_woken_by_an_ack_timeout(api, start_scanner):
     rt = current()
     await start_scanner(make_runtime(REDIS_URL))
-    sent = await send_message(rt, topic="to", msg="x", delay_millis=0)
+    sent = await send_message(rt, request=SendRequest(topic="to", msg="x", delay_millis=0))
     await pull_messages(rt, topic="to", ack_timeout_millis=300)
     messages, elapsed = await long_poll(api, "to", timeout_ms=20_000)
-    assert [m["msgId"] for m in messages] == [sent["msgId"]] and messages[0]["retry"] == 2
+    assert [m["msgId"] for m in messages] == [sent.msg_id] and messages[0]["retry"] == 2
     assert elapsed < 15
 
 
@@ -92,9 +92,9 @@ async def test_a_timed_out_waiter_leaves_nothing_behind_and_takes_no_wake(single
     notifier = await rt.notifier()
     assert notifier.waiting("gone") == 0
     # A wake now finds nobody in this process, so the message stays ready for the next pull.
-    await send_message(rt, topic="gone", msg="x", delay_millis=0)
+    await send_message(rt, request=SendRequest(topic="gone", msg="x", delay_millis=0))
     messages, remaining = await pull_messages(rt, topic="gone")
-    assert [m["msg"] for m in messages] == ["x"] and remaining == 0
+    assert [m.payload for m in messages] == ["x"] and remaining == 0
 
 
 async def test_a_client_that_hangs_up_stops_its_hold(clean_state):
@@ -141,20 +141,20 @@ async def test_a_cancelled_waiter_passes_its_wake_on(single_rt):
     notifier = await rt.notifier()
     assert notifier.waiting("c") == 2
     first.cancel()
-    await send_message(rt, topic="c", msg="x", delay_millis=0)
+    await send_message(rt, request=SendRequest(topic="c", msg="x", delay_millis=0))
     messages = await asyncio.wait_for(second, 10)
-    assert [m["msg"] for m in messages] == ["x"]
+    assert [m.payload for m in messages] == ["x"]
     assert notifier.waiting("c") == 0
 
 
 async def test_a_held_poll_takes_a_waiting_message_when_it_falls_due_without_a_scanner(api):
     # No scanner runs here: the poll saw the message waiting and asked for a wake at its due time.
     rt = current()
-    sent = await send_message(rt, topic="own", msg="x", delay_millis=400)
+    sent = await send_message(rt, request=SendRequest(topic="own", msg="x", delay_millis=400))
     messages, elapsed = await long_poll(api, "own", timeout_ms=20_000)
     received = time.time() * 1000
-    assert [m["msgId"] for m in messages] == [sent["msgId"]] and messages[0]["retry"] == 1
-    assert received >= sent["triggerTime"] and 0.3 <= elapsed < 15  # not early, long before the hold ends
+    assert [m["msgId"] for m in messages] == [sent.msg_id] and messages[0]["retry"] == 1
+    assert received >= sent.trigger_time and 0.3 <= elapsed < 15  # not early, long before the hold ends
 
 
 @pytest.mark.parametrize("rt", ["single", "cluster"], indirect=True)
@@ -164,5 +164,5 @@ async def test_a_pull_makes_due_messages_ready_first_each_at_its_priority(rt):
     assert await pull_messages(rt, topic="late", batch=3) == ([], 0)  # not due yet
     await asyncio.sleep(0.2)  # due now; no scanner has promoted them
     messages, remaining = await pull_messages(rt, topic="late", batch=2)
-    assert [m["msg"] for m in messages] == ["9", "5"] and remaining == 1
-    assert all(m["retry"] == 1 for m in messages) and {m["msgId"] for m in messages} < {s["msgId"] for s in sent}
+    assert [m.payload for m in messages] == ["9", "5"] and remaining == 1
+    assert all(m.retry == 1 for m in messages) and {m.msg_id for m in messages} < {s.msg_id for s in sent}

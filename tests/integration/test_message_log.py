@@ -8,6 +8,7 @@ import pytest
 from delayqueue.core.clock import now_millis
 from delayqueue.core.constants import Status
 from delayqueue.core.exceptions import LogUnavailable, RedisUnavailable
+from delayqueue.live.history import Event
 from delayqueue.messagelog import sql
 from delayqueue.messagelog.group_commit import MessageLog
 from delayqueue.services import restore as restore_service
@@ -16,7 +17,7 @@ from delayqueue.services.consume import ack_message, long_poll_messages, nack_me
 from delayqueue.services.messages import delete_message, get_message
 from delayqueue.services.restore import restore
 from delayqueue.services.send import SendRequest, send_message, send_messages
-from delayqueue.workers.log_writer import Event, LogWriter
+from delayqueue.workers.log_writer import LogWriter
 from tests.helpers import API, REDIS_URL, as_logged, drain_log, history, logged, make_runtime, query, wait_until
 
 
@@ -32,21 +33,21 @@ async def test_a_send_is_committed_in_the_log_before_it_is_answered(api):
 
 async def test_every_transition_is_in_the_history_and_moves_the_message_row(single_rt, start_scanner):
     rt = single_rt
-    m = await send_message(rt, topic="t", msg="x", delay_millis=400, max_retry=5)
+    m = await send_message(rt, request=SendRequest(topic="t", msg="x", delay_millis=400, max_retry=5))
     await start_scanner(rt)  # promotes it, requeues the ack timeout, and runs the log writer
     [m1] = await long_poll_messages(rt, topic="t", ack_timeout_millis=100, timeout_millis=5000)
     [m2] = await long_poll_messages(rt, topic="t", timeout_millis=5000)  # back after the ack timeout
-    assert (await nack_message(rt, topic="t", msg_id=m["msgId"])).status == Status.READY
+    assert (await nack_message(rt, topic="t", msg_id=m.msg_id)).status == Status.READY
     [m3], _ = await pull_messages(rt, topic="t")
-    assert (await ack_message(rt, topic="t", msg_id=m["msgId"])).status == Status.ACKED
-    assert (m1["retry"], m2["retry"], m3["retry"]) == (1, 2, 3)
+    assert (await ack_message(rt, topic="t", msg_id=m.msg_id)).status == Status.ACKED
+    assert (m1.retry, m2.retry, m3.retry) == (1, 2, 3)
     expected = [
         ("sent", 0, Status.WAITING, 0), ("due", Status.WAITING, Status.READY, 0), ("pulled", Status.READY, Status.CONSUMING, 1),
         ("ack_timeout", Status.CONSUMING, Status.READY, 1), ("pulled", Status.READY, Status.CONSUMING, 2), ("nacked", Status.CONSUMING, Status.READY, 2),
         ("pulled", Status.READY, Status.CONSUMING, 3), ("acked", Status.CONSUMING, Status.ACKED, 3),
     ]
-    await wait_until(lambda: _equal(history("t", m["msgId"]), expected), what="complete history")
-    row = await logged("t", m["msgId"])
+    await wait_until(lambda: _equal(history("t", m.msg_id), expected), what="complete history")
+    row = await logged("t", m.msg_id)
     assert (row["status"], row["retry"]) == (Status.ACKED, 3)
     [(process, host)] = await query(
         "SELECT DISTINCT process, host FROM delayqueue_messageevent WHERE reason = 'due'")
@@ -59,26 +60,26 @@ async def _equal(coro, expected):
 
 async def test_ends_are_recorded_with_their_reason(single_rt):
     rt = single_rt
-    deleted = await send_message(rt, topic="t", msg="d", delay_millis=0)
-    expired = await send_message(rt, topic="t", msg="e", delay_millis=10, ttl_millis=30)
-    exhausted = await send_message(rt, topic="u", msg="x", delay_millis=0, max_retry=0)
-    assert await delete_message(rt, topic="t", msg_id=deleted["msgId"])
+    deleted = await send_message(rt, request=SendRequest(topic="t", msg="d", delay_millis=0))
+    expired = await send_message(rt, request=SendRequest(topic="t", msg="e", delay_millis=10, ttl_millis=30))
+    exhausted = await send_message(rt, request=SendRequest(topic="u", msg="x", delay_millis=0, max_retry=0))
+    assert await delete_message(rt, topic="t", msg_id=deleted.msg_id)
     [pulled], _ = await pull_messages(rt, topic="u")
-    assert (await nack_message(rt, topic="u", msg_id=pulled["msgId"])).status == Status.EXHAUSTED
+    assert (await nack_message(rt, topic="u", msg_id=pulled.msg_id)).status == Status.EXHAUSTED
     await asyncio.sleep(0.1)  # past triggerTime + TTL, and no scanner has promoted it
-    assert (await get_message(rt, topic="t", msg_id=expired["msgId"]))["status"] == Status.EXPIRED
+    assert (await get_message(rt, topic="t", msg_id=expired.msg_id)).status == Status.EXPIRED
     await drain_log(rt, ["t", "u"])
-    assert (await history("t", deleted["msgId"]))[-1] == ("deleted", Status.READY, Status.DELETED, 0)
-    assert (await history("t", expired["msgId"]))[-1] == ("expired", Status.WAITING, Status.EXPIRED, 0)
-    assert (await history("u", exhausted["msgId"]))[-1] == ("retries_exhausted", Status.CONSUMING, Status.EXHAUSTED, 1)
-    assert [(await logged(t, m["msgId"]))["status"] for t, m in (("t", deleted), ("t", expired), ("u", exhausted))] \
+    assert (await history("t", deleted.msg_id))[-1] == ("deleted", Status.READY, Status.DELETED, 0)
+    assert (await history("t", expired.msg_id))[-1] == ("expired", Status.WAITING, Status.EXPIRED, 0)
+    assert (await history("u", exhausted.msg_id))[-1] == ("retries_exhausted", Status.CONSUMING, Status.EXHAUSTED, 1)
+    assert [(await logged(t, m.msg_id))["status"] for t, m in (("t", deleted), ("t", expired), ("u", exhausted))] \
         == [Status.DELETED, Status.EXPIRED, Status.EXHAUSTED]
 
 
 async def test_a_duplicate_send_leaves_the_logged_message_alone(single_rt):
     rt = single_rt
-    first = await send_message(rt, topic="t", msg="first", delay_millis=60_000, msg_id="dup")
-    again = await send_message(rt, topic="t", msg="second", delay_millis=0, msg_id="dup")
+    first = await send_message(rt, request=SendRequest(topic="t", msg="first", delay_millis=60_000, msg_id="dup"))
+    again = await send_message(rt, request=SendRequest(topic="t", msg="second", delay_millis=0, msg_id="dup"))
     assert again == first
     assert await logged("t", "dup") == as_logged(first)
     assert await history("t", "dup") == [("sent", 0, Status.WAITING, 0)]  # the duplicate was no send
@@ -88,10 +89,10 @@ async def test_a_live_duplicate_only_redis_knew_takes_back_the_sent_row(single_r
     """The log lost sight of a live message (its row gone); Redis still holds it, so a send of the
     same msgId is a duplicate: the log gets Redis' message and no 'sent' row for the refused send."""
     rt = single_rt
-    first = await send_message(rt, topic="t", msg="first", delay_millis=60_000, msg_id="d")
+    first = await send_message(rt, request=SendRequest(topic="t", msg="first", delay_millis=60_000, msg_id="d"))
     await query("DELETE FROM delayqueue_message WHERE msg_id = 'd'")
     await query("DELETE FROM delayqueue_messageevent WHERE msg_id = 'd'")
-    again = await send_message(rt, topic="t", msg="second", delay_millis=0, msg_id="d")
+    again = await send_message(rt, request=SendRequest(topic="t", msg="second", delay_millis=0, msg_id="d"))
     assert again == first
     assert await logged("t", "d") == as_logged(first)
     assert await history("t", "d") == []
@@ -103,21 +104,21 @@ async def test_a_send_due_by_the_time_redis_took_it_is_logged_ready(single_rt, m
     rt = single_rt
     behind = now_millis() - 50
     monkeypatch.setattr(send_service, "now_millis", lambda: behind)
-    m = await send_message(rt, topic="t", msg="late", delay_millis=10, msg_id="late")
-    assert m["status"] == Status.READY
+    m = await send_message(rt, request=SendRequest(topic="t", msg="late", delay_millis=10, msg_id="late"))
+    assert m.status == Status.READY
     assert (await logged("t", "late"))["status"] == Status.READY
     assert await history("t", "late") == [("sent", 0, Status.READY, 0)]
 
 
 async def test_a_resend_after_the_end_replaces_the_row_even_before_the_log_caught_up(single_rt):
     rt = single_rt
-    await send_message(rt, topic="t", msg="first", delay_millis=0, msg_id="again")
+    await send_message(rt, request=SendRequest(topic="t", msg="first", delay_millis=0, msg_id="again"))
     [m], _ = await pull_messages(rt, topic="t")
     await ack_message(rt, topic="t", msg_id="again")
     # The log still says "ready" (no writer ran); Redis knows it is acked and takes the new send.
     assert (await logged("t", "again"))["status"] == Status.READY
-    second = await send_message(rt, topic="t", msg="second", delay_millis=1000, msg_id="again")
-    assert second["msg"] == "second" and second["status"] == Status.WAITING
+    second = await send_message(rt, request=SendRequest(topic="t", msg="second", delay_millis=1000, msg_id="again"))
+    assert second.payload == "second" and second.status == Status.WAITING
     assert await logged("t", "again") == as_logged(second)
     # The first life's late events do not move the second life's row.
     await drain_log(rt, ["t"])
@@ -133,7 +134,7 @@ async def test_a_batch_naming_one_msgid_twice_logs_the_first(single_rt):
         SendRequest(topic="t", msg="b", delay_millis=0, msg_id="same"),
         SendRequest(topic="t", msg="c", delay_millis=0, msg_id="other"),
     ])
-    assert [r["msg"] for r in results] == ["a", "a", "c"]
+    assert [r.payload for r in results] == ["a", "a", "c"]
     assert (await logged("t", "same"))["msg"] == "a"
     assert (await query("SELECT count(*) FROM delayqueue_message"))[0][0] == 2
     assert await history("t", "same") == [("sent", 0, Status.READY, 0)]
@@ -145,7 +146,7 @@ async def test_a_batch_with_a_logged_msgid_logs_the_new_ones_once_and_leaves_tha
     UPSERTS_AFTER_CONFLICT statements, after which plain INSERTs come back)."""
     rt = single_rt
     monkeypatch.setattr(MessageLog, "UPSERTS_AFTER_CONFLICT", 2)
-    first = await send_message(rt, topic="t", msg="first", delay_millis=60_000, msg_id="dup")
+    first = await send_message(rt, request=SendRequest(topic="t", msg="first", delay_millis=60_000, msg_id="dup"))
     # Which of the two statements the log's (real) connection runs, per send.
     conn, statements = rt.log._db._conn, []
     execute = conn.execute
@@ -164,11 +165,11 @@ async def test_a_batch_with_a_logged_msgid_logs_the_new_ones_once_and_leaves_tha
         results = await send_messages(rt, requests=batch)
         assert results[-1] == first
         for i, result in enumerate(results[:3]):
-            assert result["msg"] == f"new{round_}-{i}" and result["status"] == Status.READY
+            assert result.payload == f"new{round_}-{i}" and result.status == Status.READY
             assert await logged("t", f"n{round_}-{i}") == as_logged(result)
             assert await history("t", f"n{round_}-{i}") == [("sent", 0, Status.READY, 0)]
     statements.append([])
-    await send_message(rt, topic="t", msg="fresh", delay_millis=0, msg_id="fresh")
+    await send_message(rt, request=SendRequest(topic="t", msg="fresh", delay_millis=0, msg_id="fresh"))
     assert statements == [["insert", "upsert"], ["upsert"], ["insert", "upsert"], ["upsert"], ["insert"]]
     assert await logged("t", "dup") == as_logged(first)
     assert await history("t", "dup") == [("sent", 0, Status.WAITING, 0)]
@@ -195,7 +196,7 @@ async def test_postgres_down_means_500_and_nothing_in_redis(api, single_rt, post
 async def test_sends_redis_refuses_are_taken_out_of_the_log(clean_state):
     rt = make_runtime("redis://127.0.0.1:1/0", redis_timeout_millis=300)  # nothing listens there
     with pytest.raises(Exception):
-        await send_message(rt, topic="t", msg="x", delay_millis=0, msg_id="refused")
+        await send_message(rt, request=SendRequest(topic="t", msg="x", delay_millis=0, msg_id="refused"))
     batch = await send_messages(rt, requests=[SendRequest(topic="t", msg="x", delay_millis=0, msg_id=f"refused{i}")
                                               for i in range(3)])
     await rt.close()
@@ -223,17 +224,17 @@ async def test_history_waits_in_redis_while_postgres_is_down(long_retention_rt, 
     postgres.stop()
     pulled, _ = await pull_messages(rt, topic="t", batch=50)
     for m in pulled[:25]:
-        await ack_message(rt, topic="t", msg_id=m["msgId"])
+        await ack_message(rt, topic="t", msg_id=m.msg_id)
     for m in pulled[25:]:
-        await nack_message(rt, topic="t", msg_id=m["msgId"])
+        await nack_message(rt, topic="t", msg_id=m.msg_id)
     await asyncio.sleep(0.5)  # the writer tries, fails and keeps the events
     assert await rt.redis.xlen(rt.ns.topic("t").events) >= 100
     postgres.start()
     await wait_until(lambda: _event_count(), timeout=20, what="history after Postgres came back")
     for m in sent:
-        reasons = [h[0] for h in await history("t", m["msgId"])]
+        reasons = [h[0] for h in await history("t", m.msg_id)]
         assert reasons in (["sent", "pulled", "acked"], ["sent", "pulled", "nacked"]), reasons
-        assert (await logged("t", m["msgId"]))["status"] == (await get_message(rt, topic="t", msg_id=m["msgId"]))["status"]
+        assert (await logged("t", m.msg_id))["status"] == (await get_message(rt, topic="t", msg_id=m.msg_id)).status
 
 
 async def _event_count(expected=150):
@@ -264,7 +265,7 @@ async def _fill_history(count: int) -> None:
     await send_messages(rt, requests=[SendRequest(topic="k", msg=str(i), delay_millis=0) for i in range(count)])
     for _ in range(count // 1000):
         pulled, _ = await pull_messages(rt, topic="k", batch=1000)
-        await asyncio.gather(*(ack_message(rt, topic="k", msg_id=m["msgId"]) for m in pulled))
+        await asyncio.gather(*(ack_message(rt, topic="k", msg_id=m.msg_id) for m in pulled))
     await rt.close()
 
 
@@ -274,18 +275,18 @@ async def _some_events():
 
 async def test_with_the_log_off_nothing_reaches_postgres_or_the_streams(clean_state):
     rt = make_runtime(REDIS_URL, message_log=False)
-    m = await send_message(rt, topic="t", msg="x", delay_millis=0)
+    m = await send_message(rt, request=SendRequest(topic="t", msg="x", delay_millis=0))
     [pulled], _ = await pull_messages(rt, topic="t")
-    assert pulled["msgId"] == m["msgId"]
+    assert pulled.msg_id == m.msg_id
     assert not await rt.redis.exists(rt.ns.topic("t").events)
     await rt.close()
-    assert await logged("t", m["msgId"]) is None
+    assert await logged("t", m.msg_id) is None
 
 
 async def test_a_restarted_scanner_writer_picks_up_what_it_left(single_rt):
     """Events read but not yet deleted (a crash after commit) are written once, not twice."""
     rt = single_rt
-    m = await send_message(rt, topic="t", msg="x", delay_millis=0)
+    m = await send_message(rt, request=SendRequest(topic="t", msg="x", delay_millis=0))
     await pull_messages(rt, topic="t")
     entries = await rt.redis.xrange(rt.ns.topic("t").events)
     assert len(entries) == 1  # the pull ('sent' is written by the send itself)
@@ -295,8 +296,8 @@ async def test_a_restarted_scanner_writer_picks_up_what_it_left(single_rt):
     finally:
         await writer.close()
     assert await drain_log(rt, ["t"]) == 1
-    assert await history("t", m["msgId"]) == [("sent", 0, Status.READY, 0), ("pulled", Status.READY, Status.CONSUMING, 1)]
-    assert (await logged("t", m["msgId"]))["status"] == Status.CONSUMING
+    assert await history("t", m.msg_id) == [("sent", 0, Status.READY, 0), ("pulled", Status.READY, Status.CONSUMING, 1)]
+    assert (await logged("t", m.msg_id))["status"] == Status.CONSUMING
 
 
 @pytest.mark.fault
@@ -306,7 +307,7 @@ async def test_a_restore_logs_one_stream_entry_per_script_call_and_one_row_per_m
     monkeypatch.setattr(restore_service, "SCRIPT_MESSAGES", 30)
     rt = make_runtime(REDIS_URL, log_writer_batch=50)
     try:
-        sent = [await send_message(rt, topic="r", msg=str(n), delay_millis=60_000)
+        sent = [await send_message(rt, request=SendRequest(topic="r", msg=str(n), delay_millis=60_000))
                 for n in range(120)]
         await rt.redis.flushall()
         assert (await restore(rt)).restored == 120
@@ -314,7 +315,7 @@ async def test_a_restore_logs_one_stream_entry_per_script_call_and_one_row_per_m
         assert await drain_log(rt, ["r"]) == 120
         assert await rt.redis.xlen(rt.ns.topic("r").events) == 0
         for m in sent:
-            assert (await history("r", m["msgId"]))[-1] == ("restored", 0, Status.WAITING, 0)
+            assert (await history("r", m.msg_id))[-1] == ("restored", 0, Status.WAITING, 0)
         assert (await query("SELECT count(*) FROM delayqueue_messageevent WHERE reason = 'restored'")) == [(120,)]
     finally:
         await rt.close()
@@ -327,18 +328,18 @@ async def test_a_hung_message_log_answers_sends_with_500_and_enqueues_nothing(si
     (and the 5 s psycopg gives the server to cancel the statement)."""
     rt = make_runtime(REDIS_URL, log_timeout_millis=500)
     try:
-        await send_message(rt, topic="t", msg="before", delay_millis=0)
+        await send_message(rt, request=SendRequest(topic="t", msg="before", delay_millis=0))
         backend = rt.log._db._conn.info.backend_pid
         os.kill(backend, signal.SIGSTOP)
         try:
             with pytest.raises(LogUnavailable, match="no answer within 0.5 s"):
                 await asyncio.wait_for(
-                    send_message(rt, topic="t", msg="x", delay_millis=0, msg_id="hung"), 60)
+                    send_message(rt, request=SendRequest(topic="t", msg="x", delay_millis=0, msg_id="hung")), 60)
         finally:
             os.kill(backend, signal.SIGCONT)
         assert await single_rt.redis.hget(rt.ns.topic("t").msgs, "hung") is None
-        after = await send_message(rt, topic="t", msg="after", delay_millis=0)
-        assert (await logged("t", after["msgId"]))["msg"] == "after"  # a new connection
+        after = await send_message(rt, request=SendRequest(topic="t", msg="after", delay_millis=0))
+        assert (await logged("t", after.msg_id))["msg"] == "after"  # a new connection
     finally:
         await rt.close()
 
@@ -364,7 +365,7 @@ async def scanner_holding(rt, start_scanner, count: int):
 async def test_the_log_writer_reads_only_the_streams_a_script_said_got_entries(single_rt, start_scanner, notices_only):
     """With thousands of topics, reading every held stream every 100 ms cost a scanner most of a core."""
     rt = single_rt
-    sent = [await send_message(rt, topic=f"w{i}", msg="x", delay_millis=60_000) for i in range(40)]
+    sent = [await send_message(rt, request=SendRequest(topic=f"w{i}", msg="x", delay_millis=60_000)) for i in range(40)]
     await scanner_holding(rt, start_scanner, 40)
 
     async def xrange_calls():
@@ -374,10 +375,10 @@ async def test_the_log_writer_reads_only_the_streams_a_script_said_got_entries(s
     await asyncio.sleep(1.0)  # ten writer cycles
     assert await xrange_calls() == before  # no stream got an entry: none was read
 
-    await delete_message(rt, topic="w7", msg_id=sent[7]["msgId"], release=False)
+    await delete_message(rt, topic="w7", msg_id=sent[7].msg_id, release=False)
 
     async def deleted_logged():
-        return ("deleted", Status.WAITING, Status.DELETED, 0) in await history("w7", sent[7]["msgId"])
+        return ("deleted", Status.WAITING, Status.DELETED, 0) in await history("w7", sent[7].msg_id)
 
     await wait_until(deleted_logged, timeout=5, what="the deletion's history row")
     assert await xrange_calls() - before <= 2  # that one stream, read until it was empty
@@ -386,14 +387,14 @@ async def test_the_log_writer_reads_only_the_streams_a_script_said_got_entries(s
 async def test_a_notice_reaches_the_log_writer_on_a_cluster_too(rt, start_scanner, notices_only):
     """The notice is published by a script on the topic's node; the writer's scanner listens on
     whichever node it subscribed to (on a cluster, pub/sub reaches every node)."""
-    sent = [await send_message(rt, topic=f"n{i}", msg="x", delay_millis=0) for i in range(6)]
+    sent = [await send_message(rt, request=SendRequest(topic=f"n{i}", msg="x", delay_millis=0)) for i in range(6)]
     await scanner_holding(rt, start_scanner, 6)
     for i in range(6):  # topics spread over the cluster's nodes
         [pulled], _ = await pull_messages(rt, topic=f"n{i}")
-        assert pulled["msgId"] == sent[i]["msgId"]
+        assert pulled.msg_id == sent[i].msg_id
 
     async def pulls_logged():
-        return all([("pulled", Status.READY, Status.CONSUMING, 1) in await history(f"n{i}", sent[i]["msgId"]) for i in range(6)])
+        return all([("pulled", Status.READY, Status.CONSUMING, 1) in await history(f"n{i}", sent[i].msg_id) for i in range(6)])
 
     await wait_until(pulls_logged, timeout=5, what="the pulls' history rows")
 
@@ -404,11 +405,11 @@ async def test_entries_whose_notice_was_missed_are_written_by_the_safety_read(si
     monkeypatch.setattr(log_writer, "SWEEP_SECONDS", 0.5)
     monkeypatch.setattr(keys.NamespaceKeys, "topic_of_history", lambda self, channel: None)  # every notice lost
     rt = single_rt
-    sent = await send_message(rt, topic="m", msg="x", delay_millis=0)
+    sent = await send_message(rt, request=SendRequest(topic="m", msg="x", delay_millis=0))
     await scanner_holding(rt, start_scanner, 1)
     await pull_messages(rt, topic="m")
 
     async def pull_logged():
-        return ("pulled", Status.READY, Status.CONSUMING, 1) in await history("m", sent["msgId"])
+        return ("pulled", Status.READY, Status.CONSUMING, 1) in await history("m", sent.msg_id)
 
     await wait_until(pull_logged, timeout=5, what="the pull's history row")

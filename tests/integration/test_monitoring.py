@@ -8,12 +8,12 @@ import pytest
 from asgiref.sync import sync_to_async
 from prometheus_client.parser import text_string_to_metric_families
 
-from delayqueue.api import health
+from delayqueue.api import health_state, wire
 from delayqueue.live import push_counts as push_figures
 from delayqueue.live import scripts
 from delayqueue.ops import figures
 from delayqueue.ops.figures import live_state
-from delayqueue.services.send import send_message
+from delayqueue.services.send import SendRequest, send_message
 from delayqueue.services.topics import list_topics, monitor_data, redis_millis
 from delayqueue.stores import rows
 from tests.helpers import ROOT, call, wait_until
@@ -179,11 +179,11 @@ async def test_metrics_sizes_buckets_backlog_and_scanner_lag(api, single_rt, sca
 
 async def test_metrics_cover_every_served_namespace(api, single_rt):
     await sync_to_async(rows.create_token)(namespace="other", scopes=["produce"])  # "other" is now served
-    await send_message(single_rt, topic="t", msg="x", delay_millis=0)
+    await send_message(single_rt, request=SendRequest(topic="t", msg="x", delay_millis=0))
     other = single_rt.for_namespace("other")
     for msg in ("a", "b"):
-        await send_message(other, topic="t", msg=msg, delay_millis=60_000)
-    await send_message(other, topic="u", msg="c", delay_millis=0)
+        await send_message(other, request=SendRequest(topic="t", msg=msg, delay_millis=60_000))
+    await send_message(other, request=SendRequest(topic="u", msg="c", delay_millis=0))
     await other.redis.set(other.ns.data_lost, 1_795_000_000_000)
     await other.redis.hset(other.ns.scanners, "their-scanner", f"12:{await redis_millis(other)}")
     samples = await scrape(api)
@@ -204,8 +204,8 @@ async def test_metrics_cover_every_served_namespace(api, single_rt):
 @pytest.mark.fault
 async def test_metrics_answer_for_delayqueue_namespace_while_postgres_is_down(api, single_rt, postgres, caplog):
     await sync_to_async(rows.create_token)(namespace="other", scopes=["produce"])
-    await send_message(single_rt, topic="t", msg="x", delay_millis=0)
-    await send_message(single_rt.for_namespace("other"), topic="t", msg="y", delay_millis=0)
+    await send_message(single_rt, request=SendRequest(topic="t", msg="x", delay_millis=0))
+    await send_message(single_rt.for_namespace("other"), request=SendRequest(topic="t", msg="y", delay_millis=0))
     assert sample(await scrape(api), "delayqueue_topics", "other") == 1
     postgres.stop()
     try:
@@ -263,7 +263,7 @@ async def test_health_endpoints_answer_like_camellia(api, monkeypatch):
         assert (status.status_code, status.json()) == (500, {"code": 500})
         assert (await api.get("/camellia/health/check")).status_code == 200
         await api.get("/camellia/delayQueue/getTopicInfoList")  # monitor reads are not "use"
-        monkeypatch.setattr(health, "IDLE_SECONDS_BEFORE_OFFLINE", 0.2)
+        monkeypatch.setattr(health_state, "IDLE_SECONDS_BEFORE_OFFLINE", 0.2)
         await asyncio.sleep(0.3)
         assert (await api.post("/camellia/health/offline")).status_code == 200  # drained
         assert (await call(api, "sendMsg", topic="h", msg="still served", delayMillis="0"))["code"] == 200
@@ -276,16 +276,16 @@ async def test_health_endpoints_answer_like_camellia(api, monkeypatch):
 async def test_health_state_is_shared_by_the_hosts_workers(api, single_rt, monkeypatch):
     """Another uvicorn worker of the host (here: this one forgetting its own state) answers alike."""
     await api.post("/camellia/health/offline")
-    monkeypatch.setattr(health, "_online", True)
+    monkeypatch.setattr(health_state, "_online", True)
     assert (await api.get("/camellia/health/status")).status_code == 500
     await api.post("/camellia/health/online")
-    monkeypatch.setattr(health, "_online", False)
+    monkeypatch.setattr(health_state, "_online", False)
     assert (await api.get("/camellia/health/status")).status_code == 200
     # A request another worker served a moment ago keeps the host draining.
-    monkeypatch.setattr(health, "_last_use", 0.0)
-    await single_rt.redis.hset(single_rt.ns.health, f"{health.HOST}:last_use", int(time.time() * 1000))
+    monkeypatch.setattr(health_state, "_last_use", 0.0)
+    await single_rt.redis.hset(single_rt.ns.health, f"{health_state.HOST}:last_use", int(time.time() * 1000))
     assert (await api.post("/camellia/health/offline")).status_code == 500
-    await single_rt.redis.hset(single_rt.ns.health, f"{health.HOST}:last_use", int(time.time() * 1000) - 60_000)
+    await single_rt.redis.hset(single_rt.ns.health, f"{health_state.HOST}:last_use", int(time.time() * 1000) - 60_000)
     assert (await api.post("/camellia/health/offline")).status_code == 200
     await api.post("/camellia/health/online")
 
@@ -301,7 +301,7 @@ async def test_grafana_dashboard_queries_only_exported_metrics(api, single_rt, s
     # A push topic with a pushed and a failed attempt counted, as a pusher counts them.
     await call(api, "setTopicConfig", topic="p", pushUrl="http://127.0.0.1:9/hook")
     await call(api, "sendMsg", topic="p", msg="x", delayMillis="600000")
-    await single_rt.scripts.call(scripts.add_counts(single_rt.ns, fields=[
+    await single_rt.scripts.call(scripts.add_counts(single_rt.context, fields=[
         (push_figures.failed_field("p", "500"), 1), *((name, 1) for name in push_figures.pushed_fields("p", 3))]))
     exported = {name.removesuffix("_bucket").removesuffix("_total").removesuffix("_sum").removesuffix("_count")
                 for name, _ in await scrape(api)}
@@ -319,19 +319,16 @@ async def _lag_reported(api):
 async def test_overview_and_monitor_reads_work_on_a_cluster_too(rt):
 
     for topic in ("c1", "c2", "c3"):  # on a cluster these land in different slots
-        await send_message(rt, topic=topic, msg="x", delay_millis=100, msg_id="m")
+        await send_message(rt, request=SendRequest(topic=topic, msg="x", delay_millis=100, msg_id="m"))
     await asyncio.sleep(0.15)
     for topic in ("c1", "c2", "c3"):
-        await rt.scripts.call(scripts.promote_due(
-            rt.ns.topic(topic), limit=100, retention_millis=1000,
-            stats_interval_millis=rt.config.monitor_interval_millis, ready_channel=rt.ns.ready_channel,
-            topic=topic, actor=rt.actor))
+        await rt.scripts.call(scripts.promote_due(rt.context, topic))
     overviews = await figures.topic_overview(rt, topics=await list_topics(rt))
-    assert [(o["topic"], o["readyQueueSize"], o["lateness_count"], o["totals"]["triggerMsgReady"])
+    assert [(o["topic"], o["ready"], o["lateness_count"], o["totals"]["triggerMsgReady"])
             for o in overviews] == [("c1", 1, 1, 1), ("c2", 1, 1, 1), ("c3", 1, 1, 1)]
     assert all(o["log_backlog"] == 1 for o in overviews)  # due ('sent' is written by the send)
     assert sum(p["count"] for p in overviews[0]["lateness_series"]) == 1
-    data = await monitor_data(rt)
+    data = wire.monitor_data(await monitor_data(rt))
     assert set(data) == {"requestStatsList", "pullMsgTimeGapStatsList", "readyQueueTimeGapStatsList"}
     assert await figures.scanner_lags(rt) == {}
 
@@ -345,5 +342,5 @@ async def test_prune_keeps_totals_histogram_and_the_last_hour_of_the_chart(singl
             "lateness:count": 3, f"m{minute - 59}:lateness:count": 4, f"m{minute}:lateness:max": 7}
     drop = {f"{interval - 2}:sendMsg": 5, f"m{minute - 61}:lateness:count": 6}
     await rt.redis.hset(stats, mapping={**keep, **drop})
-    assert await rt.scripts.call(scripts.prune_stats(rt.ns.topic("p"), stats_interval_millis=rt.config.monitor_interval_millis)) == 2
+    assert await rt.scripts.call(scripts.prune_stats(rt.context, "p")) == 2
     assert {k: int(v) for k, v in (await rt.redis.hgetall(stats)).items()} == keep

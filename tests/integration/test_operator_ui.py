@@ -12,6 +12,7 @@ from asgiref.sync import async_to_sync
 from django.contrib.auth.models import Permission, User
 from django.utils import timezone
 
+from delayqueue.api import wire
 from delayqueue.core.constants import Status
 from delayqueue.models import Limit, Message, TopicConfig
 from delayqueue.ops.admin.topics import topic_url
@@ -19,8 +20,9 @@ from delayqueue.runtime import run_with_runtime
 from delayqueue.services.consume import nack_message, pull_messages
 from delayqueue.services.dead_letters import create_redrive, redrive_state
 from delayqueue.services.messages import get_message
-from delayqueue.services.send import send_message
-from delayqueue.services.topics import pause_topic, redis_millis, topic_config, topic_info
+from delayqueue.services.send import SendRequest, send_message
+from delayqueue.services.topic_control import pause_topic
+from delayqueue.services.topics import redis_millis, topic_config, topic_info
 from delayqueue.workers.redriver import Redriver
 from tests.helpers import drain_history, send
 from tests.integration.test_dead_letters import fill_dead
@@ -36,12 +38,12 @@ def page_of(response) -> str:
     return response.content.decode()
 
 
-def live(topic: str, msg_id: str) -> dict:
+def live(topic: str, msg_id: str):
     return run_with_runtime(get_message, topic=topic, msg_id=msg_id)
 
 
 def settings_of(topic: str) -> dict:
-    return run_with_runtime(topic_config, topic=topic)
+    return wire.topic_config(run_with_runtime(topic_config, topic=topic))
 
 
 def form_values(**changes) -> dict:
@@ -144,7 +146,7 @@ def test_pause_asks_first_then_pauses_and_resume_resumes(admin_client):
     resumed = admin_client.post("/admin/delayqueue/topicconfig/topic/resume/",
                                 {"namespace": "default", "topic": "orders"}, follow=True)
     assert re.search(r'id="paused">active<', page_of(resumed))
-    assert [m["msgId"] for m in run_with_runtime(pull_messages, topic="orders")[0]] == ["o1"]
+    assert [m.msg_id for m in run_with_runtime(pull_messages, topic="orders").messages] == ["o1"]
 
 
 def test_purge_asks_first_with_the_live_count_then_purges(admin_client):
@@ -153,10 +155,10 @@ def test_purge_asks_first_with_the_live_count_then_purges(admin_client):
     purge = "/admin/delayqueue/topicconfig/topic/purge/"
     question = page_of(admin_client.get(purge, {"namespace": "default", "topic": "orders"}))
     assert "Purge topic orders?" in question and "(3 now)" in question
-    assert run_with_runtime(topic_info, topic="orders")["waitingQueueSize"] == 3
+    assert run_with_runtime(topic_info, topic="orders").waiting == 3
     done = admin_client.post(purge, {"namespace": "default", "topic": "orders", "confirmed": "on"}, follow=True)
     assert "Purged: 3 messages ended as deleted." in page_of(done)
-    assert live("orders", "p2")["status"] == Status.DELETED
+    assert live("orders", "p2").status == Status.DELETED
     assert re.search(r'id="waiting">0<', page_of(done))
 
 
@@ -179,7 +181,7 @@ def test_topic_actions_need_staff_and_the_change_permission(client, clerk_client
         refused = client.post(f"/admin/delayqueue/topicconfig/{url}", target)
         assert refused.status_code == 302 and refused["Location"].startswith("/admin/login/")
     assert settings_of("orders")["paused"] is False and not TopicConfig.objects.exists()
-    assert live("orders", "o1")["status"] == Status.WAITING
+    assert live("orders", "o1").status == Status.WAITING
 
 
 def test_the_topic_page_counts_messages_waiting_after_a_delivery(admin_client):
@@ -220,29 +222,29 @@ def test_run_now_change_delay_and_delete_show_the_new_live_state(admin_client):
 
     ran = page_of(admin_client.post(act, {"action": "run_now"}, follow=True))
     assert "Due now: ready" in ran and "catch up" in ran and "2 (ready)" in live_box(ran)
-    assert live("orders", "m1")["status"] == Status.READY
+    assert live("orders", "m1").status == Status.READY
 
     before = run_with_runtime(redis_millis)
     moved = page_of(admin_client.post(act, {"action": "reschedule", "delay_millis": "120000"}, follow=True))
     assert "Rescheduled: waiting" in moved and "1 (waiting)" in live_box(moved)
-    trigger = live("orders", "m1")["triggerTime"]
+    trigger = live("orders", "m1").trigger_time
     assert before + 120_000 <= trigger <= run_with_runtime(redis_millis) + 120_000
 
     when = timezone.localtime() + timedelta(hours=2)
     text = when.strftime("%Y-%m-%d %H:%M:%S")
     page_of(admin_client.post(act, {"action": "reschedule", "trigger_time": text}, follow=True))
     expected = int(timezone.make_aware(datetime.strptime(text, "%Y-%m-%d %H:%M:%S")).timestamp() * 1000)
-    assert live("orders", "m1")["triggerTime"] == expected
+    assert live("orders", "m1").trigger_time == expected
 
     both = page_of(admin_client.post(act, {"action": "reschedule", "delay_millis": "1", "trigger_time": text},
                                      follow=True))
-    assert "not both" in both and live("orders", "m1")["triggerTime"] == expected
+    assert "not both" in both and live("orders", "m1").trigger_time == expected
     bad = page_of(admin_client.post(act, {"action": "reschedule", "delay_millis": "-3"}, follow=True))
     assert "delay millis: ensure this value is greater than or equal to 0" in bad.lower()
 
     question = page_of(admin_client.post(act, {"action": "delete"}))
     assert "Delete message m1 of topic orders?" in question
-    assert live("orders", "m1")["status"] == Status.WAITING  # not without the confirmation
+    assert live("orders", "m1").status == Status.WAITING  # not without the confirmation
     deleted = page_of(admin_client.post(act, {"action": "delete", "confirmed": "on"}, follow=True))
     assert "Deleted. The live state below is read from Redis" in deleted and "7 (deleted)" in live_box(deleted)
     assert 'id="run-now"' not in deleted  # an ended message offers no actions
@@ -269,14 +271,14 @@ def test_message_actions_need_staff_and_the_change_permission(client, clerk_clie
     client.login(username="outsider", password="pw")
     refused = client.post(act, {"action": "delete", "confirmed": "on"})
     assert refused.status_code == 302 and refused["Location"].startswith("/admin/login/")
-    assert live("orders", "keep")["status"] == Status.WAITING
+    assert live("orders", "keep").status == Status.WAITING
 
 
 def test_message_actions_are_posts(admin_client):
     send("orders", "m1", 60_000)
     _change, act = message_page(admin_client, "m1")
     assert admin_client.get(act, {"action": "delete", "confirmed": "on"}).status_code == 403
-    assert live("orders", "m1")["status"] == Status.WAITING
+    assert live("orders", "m1").status == Status.WAITING
 
 
 # --- dead letters
@@ -295,7 +297,7 @@ def run_redrives_until_done(task_id: int) -> None:
         running = asyncio.create_task(runner.run(stopping))
         try:
             for _ in range(200):
-                if (await redrive_state(rt, task_id=task_id))["state"] == "done":
+                if wire.redrive_progress(await redrive_state(rt, task_id=task_id))["state"] == "done":
                     return
                 await asyncio.sleep(0.05)
             raise AssertionError(f"redrive {task_id} not done within 10 s")
@@ -330,7 +332,7 @@ def test_dead_letters_are_paged_redriven_with_progress_and_purged(admin_client):
     done = page_of(admin_client.get(progress_url))
     assert re.search(r'id="state">done<', done) and re.search(r'id="moved">2<', done)
     assert 'http-equiv="refresh"' not in done
-    assert live("orders", "d1")["status"] == Status.READY and live("orders", "d2")["status"] == Status.READY
+    assert live("orders", "d1").status == Status.READY and live("orders", "d2").status == Status.READY
 
     question = page_of(admin_client.post(url, {**target, "action": "purge", "scope": "selected",
                                                "msg_id": ["d3", "d4"]}))
@@ -387,8 +389,8 @@ def test_dashboard_shows_dead_letters_and_paused_topics(admin_client):
 
 
 async def test_metrics_export_dead_letters_pauses_and_redrive_progress(api, single_rt):
-    await send_message(single_rt, topic="orders", msg="x", delay_millis=0)
-    await send_message(single_rt, topic="calm", msg="y", delay_millis=0)
+    await send_message(single_rt, request=SendRequest(topic="orders", msg="x", delay_millis=0))
+    await send_message(single_rt, request=SendRequest(topic="calm", msg="y", delay_millis=0))
     await fill_dead("orders", 5)
     await fill_dead("retired", 2)  # dead letters of a topic no longer registered
     await pause_topic(single_rt, topic="calm")

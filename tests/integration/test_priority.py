@@ -9,22 +9,21 @@ import pytest
 from delayqueue.core.constants import Status
 from delayqueue.live.keys import TopicKeys
 from delayqueue.services.consume import ack_message, long_poll_messages, nack_message, pull_messages
-from delayqueue.services.dead_letters import dead_letters
 from delayqueue.services.messages import delete_message, get_message, reschedule_message
 from delayqueue.services.restore import restore
-from delayqueue.services.send import send_message
-from delayqueue.services.topics import pause_topic, purge_topic, resume_topic, set_topic_config, topic_info
-from tests.helpers import call, drain_log, promote, requeue
+from delayqueue.services.send import SendRequest, send_message
+from delayqueue.services.topic_control import pause_topic, resume_topic, set_topic_config
+from delayqueue.services.topics import purge_topic, topic_info
+from tests.helpers import call, dead_letter_page, drain_log, promote, requeue
 
 
 async def send(rt, msg_id, priority=0, delay=0, topic="t", **kw):
-    return await send_message(rt, topic=topic, msg=f"body of {msg_id}", delay_millis=delay, msg_id=msg_id,
-                                       priority=priority, **kw)
+    return await send_message(rt, request=SendRequest(topic=topic, msg=f"body of {msg_id}", delay_millis=delay, msg_id=msg_id, priority=priority, **kw))
 
 
 async def pulled_ids(rt, batch=100, topic="t", ack_timeout_millis=60_000):
     got, _ = await pull_messages(rt, topic=topic, batch=batch, ack_timeout_millis=ack_timeout_millis)
-    return [m["msgId"] for m in got]
+    return [m.msg_id for m in got]
 
 
 async def get(rt, msg_id, topic="t"):
@@ -43,10 +42,10 @@ async def topic_key_names(rt, topic="t") -> set[str]:
 async def test_pulls_take_higher_priorities_first_and_each_oldest_first(rt):
     for msg_id, priority in [("a0", 0), ("b3", 3), ("c9", 9), ("d3", 3), ("e0", 0), ("f9", 9), ("g1", 1)]:
         sent = await send(rt, msg_id, priority)
-        assert sent.get("priority", 0) == priority
-    assert (await topic_info(rt, topic="t"))["readyQueueSize"] == 7
+        assert sent.priority == priority
+    assert (await topic_info(rt, topic="t")).ready == 7
     assert await pulled_ids(rt, batch=3) == ["c9", "f9", "b3"]
-    assert (await topic_info(rt, topic="t"))["readyQueueSize"] == 4
+    assert (await topic_info(rt, topic="t")).ready == 4
     # Later arrivals of a priority go behind the earlier ones still there.
     await send(rt, "h3", 3)
     await send(rt, "i9", 9)
@@ -61,7 +60,7 @@ async def test_messages_falling_due_go_to_their_priority(rt):
         await send(rt, msg_id, priority, delay=100)
     await asyncio.sleep(0.12)
     await promote(rt)
-    assert [(await get(rt, m))["status"] for m in ("late0", "late5", "late2")] == [Status.READY] * 3
+    assert [(await get(rt, m)).status for m in ("late0", "late5", "late2")] == [Status.READY] * 3
     assert await pulled_ids(rt) == ["late5", "late2", "now0", "late0"]
 
 
@@ -69,7 +68,7 @@ async def test_a_topic_without_priority_uses_only_the_ready_list(rt):
     await send(rt, "a")
     await send(rt, "b", delay=20)
     assert "priority" not in await rt.redis.hget(rt.ns.topic("t").msgs, "a")  # stored as before priorities
-    assert "priority" not in await get(rt, "a")
+    assert (await get(rt, "a")).priority == 0
     await asyncio.sleep(0.03)
     await promote(rt)
     assert await pulled_ids(rt, batch=1, ack_timeout_millis=1) == ["a"]
@@ -80,7 +79,7 @@ async def test_a_topic_without_priority_uses_only_the_ready_list(rt):
     await reschedule_message(rt, topic="t", msg_id="b", delay_millis=0)
     await purge_topic(rt, topic="t")
     assert "prioritised" not in await topic_key_names(rt)
-    assert (await topic_info(rt, topic="t"))["readyQueueSize"] == 0
+    assert (await topic_info(rt, topic="t")).ready == 0
 
 
 async def test_nack_ack_timeout_and_reschedule_keep_a_messages_priority(rt):
@@ -89,7 +88,7 @@ async def test_nack_ack_timeout_and_reschedule_keep_a_messages_priority(rt):
     assert await pulled_ids(rt, batch=1, ack_timeout_millis=1) == ["hi"]
     await asyncio.sleep(0.01)
     assert (await requeue(rt)).count == 1
-    assert (await get(rt, "hi"))["priority"] == 5
+    assert (await get(rt, "hi")).priority == 5
     assert await pulled_ids(rt, batch=1) == ["hi"]  # ahead of the older "lo" again
     assert (await nack_message(rt, topic="t", msg_id="hi")).done
     assert await pulled_ids(rt, batch=1) == ["hi"]
@@ -98,9 +97,9 @@ async def test_nack_ack_timeout_and_reschedule_keep_a_messages_priority(rt):
     assert (await promote(rt)).count == 1
     # Ready -> waiting -> due now by reschedule, then ready -> ready: still ahead of "lo".
     await reschedule_message(rt, topic="t", msg_id="hi", delay_millis=60_000)
-    assert (await get(rt, "hi"))["status"] == Status.WAITING
+    assert (await get(rt, "hi")).status == Status.WAITING
     moved = await reschedule_message(rt, topic="t", msg_id="hi", delay_millis=0)
-    assert (moved["status"], moved["priority"]) == (Status.READY, 5)
+    assert (moved.status, moved.priority) == (Status.READY, 5)
     await reschedule_message(rt, topic="t", msg_id="hi", delay_millis=0)
     assert await pulled_ids(rt) == ["hi", "lo"]
 
@@ -113,7 +112,7 @@ async def test_delete_expiry_purge_and_a_resend_take_a_prioritised_message_out(r
     await send(rt, "z")
     assert await delete_message(rt, topic="t", msg_id="del")
     await asyncio.sleep(0.03)
-    assert (await get(rt, "short"))["status"] == Status.EXPIRED  # a reader ends it, out of the set
+    assert (await get(rt, "short")).status == Status.EXPIRED  # a reader ends it, out of the set
     await pull_messages(rt, topic="t", batch=1)  # "p"
     await ack_message(rt, topic="t", msg_id="p")
     # The same msgId sent again once the first life ended: the old one's place goes with it.
@@ -130,21 +129,21 @@ async def test_long_polls_take_priorities_in_order_and_wake_for_a_prioritised_se
     assert not held.done()
     await send(rt, "first", 6)
     got = await asyncio.wait_for(held, 3)
-    assert [m["msgId"] for m in got] == ["first"] and got[0]["priority"] == 6
+    assert [m.msg_id for m in got] == ["first"] and got[0].priority == 6
     await send(rt, "z0")
     await send(rt, "y4", 4)
     await send(rt, "x8", 8)
     got = await long_poll_messages(rt, topic="t", batch=2, timeout_millis=1_000)
-    assert [m["msgId"] for m in got] == ["x8", "y4"]
+    assert [m.msg_id for m in got] == ["x8", "y4"]
     got = await long_poll_messages(rt, topic="t", batch=2, timeout_millis=1_000)
-    assert [m["msgId"] for m in got] == ["z0"]
+    assert [m.msg_id for m in got] == ["z0"]
     # A held poll is woken by a prioritised message falling due.
     held = asyncio.create_task(long_poll_messages(rt, topic="t", batch=5, timeout_millis=5_000))
     await asyncio.sleep(0.1)
     await send(rt, "w3", 3, delay=50)
     await asyncio.sleep(0.08)
     await promote(rt)
-    assert [m["msgId"] for m in await asyncio.wait_for(held, 3)] == ["w3"]
+    assert [m.msg_id for m in await asyncio.wait_for(held, 3)] == ["w3"]
 
 
 # --- over HTTP
@@ -204,8 +203,8 @@ async def test_restore_gives_back_every_new_state_exactly(rt):
     live = {("bo", "backed"), ("t", "nacked"), ("t", "later"), ("paused", "still"),
             *(("t", m) for m in ("r0a", "r5", "r9a", "r0b", "r9b", "r1"))}
     before = {key: await get(rt, key[1], topic=key[0]) for key in live}
-    assert before[("bo", "backed")]["status"] == Status.WAITING and before[("bo", "backed")]["retry"] == 1
-    assert before[("t", "nacked")]["status"] == Status.WAITING
+    assert before[("bo", "backed")].status == Status.WAITING and before[("bo", "backed")].retry == 1
+    assert before[("t", "nacked")].status == Status.WAITING
     await drain_log(rt, ["t", "bo", "paused"])
 
     await rt.redis.flushall()
@@ -214,11 +213,11 @@ async def test_restore_gives_back_every_new_state_exactly(rt):
     for (topic, msg_id), old in before.items():
         assert await get(rt, msg_id, topic=topic) == old, msg_id  # status, times, retry, priority
     assert await get(rt, "dead") is None
-    dead, _ = await dead_letters(rt, topic="t", limit=10, cursor=None)
+    dead, _ = await dead_letter_page(rt, topic="t", limit=10, cursor=None)
     assert [m["msgId"] for m in dead] == ["dead"]
     assert await pulled_ids(rt) == ["r9a", "r9b", "r5", "r1", "r0a", "r0b"]
     assert await pulled_ids(rt, topic="paused") == []
     assert (await rt.redis.hget(rt.ns.topic("paused").meta, "paused")) == "1"
     await resume_topic(rt, topic="paused")
     assert await pulled_ids(rt, topic="paused") == ["still"]
-    assert await rt.redis.zscore(rt.ns.topic("bo").waiting, "backed") == before[("bo", "backed")]["triggerTime"]
+    assert await rt.redis.zscore(rt.ns.topic("bo").waiting, "backed") == before[("bo", "backed")].trigger_time

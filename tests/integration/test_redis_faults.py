@@ -68,14 +68,14 @@ def restartable_redis(server_dir):
 async def test_calls_reconnect_and_reload_the_scripts_after_a_restart(restartable_redis):
     rt = make_runtime(restartable_redis.url, message_log=False)
     try:
-        before = await send_message(rt, topic="t", msg="before", delay_millis=0)
+        before = await send_message(rt, request=SendRequest(topic="t", msg="before", delay_millis=0))
         restartable_redis.restart()
         # The first call finds its connection gone and the new Redis without the scripts.
-        after = await send_message(rt, topic="t", msg="after", delay_millis=0)
-        assert after["status"] == 2
+        after = await send_message(rt, request=SendRequest(topic="t", msg="after", delay_millis=0))
+        assert after.status == 2
         pulled, _ = await pull_messages(rt, topic="t", batch=10)
-        assert [m["msg"] for m in pulled] == ["after"]  # "before" went with the old Redis
-        assert before["msgId"] != after["msgId"]
+        assert [m.payload for m in pulled] == ["after"]  # "before" went with the old Redis
+        assert before.msg_id != after.msg_id
     finally:
         await rt.close()
 
@@ -95,11 +95,11 @@ async def test_a_poll_held_across_a_restart_is_woken_by_a_message_due_after_it(r
 
         restartable_redis.restart()
         sent_at = time.monotonic()
-        sent = await send_message(rt, topic="t", msg="after", delay_millis=300)
-        assert sent["status"] == 1  # waiting: only the scanner, on the new Redis, can make it due
+        sent = await send_message(rt, request=SendRequest(topic="t", msg="after", delay_millis=300))
+        assert sent.status == 1  # waiting: only the scanner, on the new Redis, can make it due
 
         messages = await asyncio.wait_for(poll, hold_seconds)
-        assert [m["msg"] for m in messages] == ["after"]
+        assert [m.payload for m in messages] == ["after"]
         # Woken when the message fell due, not by the final pull at the end of the hold.
         assert time.monotonic() - sent_at < hold_seconds / 2
     finally:
@@ -113,12 +113,12 @@ async def test_a_scanner_process_carries_on_after_a_restart_and_stops_on_sigterm
     scanner = scanner_process("restart", REDIS_URL=restartable_redis.url, DELAYQUEUE_MESSAGE_LOG=0)
     try:
         scanner.wait_started()
-        before = await send_message(rt, topic="t", msg="before", delay_millis=100)
+        before = await send_message(rt, request=SendRequest(topic="t", msg="before", delay_millis=100))
         await wait_until(lambda: promoted(rt, before), what="the first message to be promoted")
 
         restartable_redis.restart()
-        after = await send_message(rt, topic="t", msg="after", delay_millis=300)
-        assert after["status"] == 1
+        after = await send_message(rt, request=SendRequest(topic="t", msg="after", delay_millis=300))
+        assert after.status == 1
         await wait_until(lambda: promoted(rt, after), what="a message sent after the restart to be promoted")
     finally:
         await rt.close()
@@ -126,8 +126,8 @@ async def test_a_scanner_process_carries_on_after_a_restart_and_stops_on_sigterm
 
 
 async def promoted(rt, message) -> bool:
-    stored = await get_message(rt, topic=message["topic"], msg_id=message["msgId"])
-    return stored is not None and stored["status"] == 2
+    stored = await get_message(rt, topic=message.topic, msg_id=message.msg_id)
+    return stored is not None and stored.status == 2
 
 async def test_stopping_right_after_a_restart_never_hangs(restartable_redis, start_scanner):
     """Stopping while the listeners reconnect: a cancellation that redis-py's wait_for drops
@@ -148,14 +148,14 @@ async def test_stopping_right_after_a_restart_never_hangs(restartable_redis, sta
 async def test_a_hung_redis_fails_calls_after_the_timeout_then_they_work_again(clean_state, restartable_redis):
     rt = make_runtime(restartable_redis.url, redis_timeout_millis=500)  # the message log on
     try:
-        await send_message(rt, topic="t", msg="before", delay_millis=0)
+        await send_message(rt, request=SendRequest(topic="t", msg="before", delay_millis=0))
         restartable_redis.pause()
         try:
             # Script calls (the direct runner) and redis-py's commands alike; the outer bound only
             # keeps a regression from hanging the suite.
             with pytest.raises(MaybeSent, match="send it again with msgId maybe"):
                 await asyncio.wait_for(send_message(
-                    rt, topic="t", msg="x", delay_millis=0, msg_id="maybe"), 30)
+                    rt, request=SendRequest(topic="t", msg="x", delay_millis=0, msg_id="maybe")), 30)
             with pytest.raises(RedisTimeoutError):
                 await asyncio.wait_for(list_topics(rt), 30)
         finally:
@@ -163,10 +163,10 @@ async def test_a_hung_redis_fails_calls_after_the_timeout_then_they_work_again(c
         # Redis may have run the send after all (here it did, once it could read it): the log
         # kept its row, and sending it again under its msgId enqueues it once either way.
         assert (await logged("t", "maybe"))["msg"] == "x"
-        again = await send_message(rt, topic="t", msg="x", delay_millis=0, msg_id="maybe")
-        assert again["msgId"] == "maybe"
+        again = await send_message(rt, request=SendRequest(topic="t", msg="x", delay_millis=0, msg_id="maybe"))
+        assert again.msg_id == "maybe"
         pulled, _ = await pull_messages(rt, topic="t", batch=10)
-        assert [m["msg"] for m in pulled] == ["before", "x"]
+        assert [m.payload for m in pulled] == ["before", "x"]
     finally:
         await rt.close()
 
@@ -215,7 +215,7 @@ async def test_a_redis_that_takes_no_connection_fails_sends_after_the_timeout(un
         # The outer bound only keeps a regression from hanging the suite.
         with pytest.raises(RedisUnavailable, match="^redis unavailable: timed out$") as refused:
             await asyncio.wait_for(send_message(
-                rt, topic="t", msg="x", delay_millis=0, msg_id="never"), 30)
+                rt, request=SendRequest(topic="t", msg="x", delay_millis=0, msg_id="never")), 30)
         assert refused.value.detail == "cannot connect to Redis: no answer within 0.5 s"  # for the log
         with pytest.raises(RedisTimeoutError, match="Timeout connecting"):
             await asyncio.wait_for(list_topics(rt), 30)
@@ -237,9 +237,9 @@ async def test_a_held_poll_is_not_cut_by_the_redis_timeout(restartable_redis, ca
         await asyncio.sleep(1.5)  # five timeouts with nothing published
         assert not poll.done()
         assert not [r.getMessage() for r in caplog.records if "subscription" in r.getMessage()]
-        await send_message(rt, topic="t", msg="now", delay_millis=0)
+        await send_message(rt, request=SendRequest(topic="t", msg="now", delay_millis=0))
         messages = await asyncio.wait_for(poll, 5)  # woken, well before the 20 s hold ends
-        assert [m["msg"] for m in messages] == ["now"]
+        assert [m.payload for m in messages] == ["now"]
     finally:
         await rt.close()
 
@@ -354,7 +354,7 @@ async def test_sends_ride_out_a_restart_and_loading_and_are_each_enqueued_once(c
         i = 0
         while not stop.is_set():
             try:
-                answers.append(await send_message(rt, topic="t", msg=f"{n}-{i}", delay_millis=60_000))
+                answers.append(await send_message(rt, request=SendRequest(topic="t", msg=f"{n}-{i}", delay_millis=60_000)))
             except Exception as exc:
                 answers.append(exc)
             i += 1
@@ -387,7 +387,7 @@ async def test_sends_ride_out_a_restart_and_loading_and_are_each_enqueued_once(c
     failures = [a for a in answers if isinstance(a, Exception)]
     assert not failures, failures[:3]
     assert before > 0 and len(answers) > before + 8  # sends were in flight across the restart and went on
-    sent = {a["msgId"]: a["msg"] for a in answers}
+    sent = {a.msg_id: a.payload for a in answers}
     assert len(sent) == len(answers)
     # Each answered send is in Redis once and in the log once, with one 'sent' history row.
     check = redis.Redis.from_url(url, decode_responses=True)

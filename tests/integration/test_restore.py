@@ -41,7 +41,7 @@ async def snapshot(rt, topics) -> dict:
             m = await get_message(rt, topic=topic, msg_id=msg_id)
             where = ("waiting" if msg_id in waiting else "ready" if msg_id in ready
                      else "inflight" if msg_id in inflight else None)
-            state[(topic, msg_id)] = {**m, "where": where, "waitingScore": waiting.get(msg_id),
+            state[(topic, msg_id)] = {**m.to_wire(), "where": where, "waitingScore": waiting.get(msg_id),
                                       "expiryScore": expiry.get(msg_id)}
     return state
 
@@ -64,13 +64,13 @@ async def fill_every_state(rt, per_topic: int) -> dict[str, set]:
             sent = await send_messages(rt, requests=[
                 SendRequest(topic=topic, msg=f"{group}-{i}", delay_millis=delay, ttl_millis=ttl, max_retry=5)
                 for i in range(count)])
-            groups[group] |= {(topic, m["msgId"]) for m in sent}
+            groups[group] |= {(topic, m.msg_id) for m in sent}
 
             async def pull():
                 return (await pull_messages(rt, topic=topic, batch=count, ack_timeout_millis=3_600_000))[0]
 
             async def each(action, messages):
-                await asyncio.gather(*(action(rt, topic=topic, msg_id=m["msgId"]) for m in messages))
+                await asyncio.gather(*(action(rt, topic=topic, msg_id=m.msg_id) for m in messages))
 
             if group == "inflight":
                 await pull()
@@ -139,7 +139,7 @@ async def test_flushall_then_restore_brings_back_every_live_message_as_it_was(si
 async def test_restore_runs_on_a_cluster_too(rt):
     sent = await send_messages(rt, requests=[SendRequest(topic=f"c{i % 7}", msg=str(i), delay_millis=(i % 2) * 60_000)
                                              for i in range(70)])
-    before = {m["msgId"]: m for m in sent}
+    before = {m.msg_id: m for m in sent}
     await drain_log(rt, [f"c{i}" for i in range(7)])
     for topic in range(7):
         k = rt.ns.topic(f"c{topic}")
@@ -147,7 +147,7 @@ async def test_restore_runs_on_a_cluster_too(rt):
     counts = await restore(rt)
     assert counts.restored == 70
     for msg_id, m in before.items():
-        assert await get_message(rt, topic=m["topic"], msg_id=msg_id) == m
+        assert await get_message(rt, topic=m.topic, msg_id=msg_id) == m
 
 
 @pytest.mark.fault
@@ -173,29 +173,29 @@ async def test_restore_while_sends_continue_loses_nothing(single_rt):
     k = rt.ns.topic("busy")
     assert await rt.redis.zcard(k.waiting) == 3000 + 600
     for m in old[:50] + new[:50]:
-        assert (await get_message(rt, topic="busy", msg_id=m["msgId"]))["msg"] == m["msg"]
+        assert (await get_message(rt, topic="busy", msg_id=m.msg_id)).payload == m.payload
 
 
 @pytest.mark.fault
 async def test_restore_scope_options_and_dry_run(single_rt):
     rt = single_rt
-    a = await send_message(rt, topic="a", msg="a", delay_millis=0)
+    a = await send_message(rt, request=SendRequest(topic="a", msg="a", delay_millis=0))
     b = await send_messages(rt, requests=[SendRequest(topic="b", msg=str(i), delay_millis=0) for i in range(3)])
     await rt.redis.flushall()
     dry = await restore(rt, dry_run=True)
     assert (dry.restored, dry.already_live) == (4, 0)
     assert await rt.redis.keys("dq:{*") == []
-    one = await restore(rt, topic="b", msg_id=b[1]["msgId"])
-    assert one.restored == 1 and await get_message(rt, topic="b", msg_id=b[0]["msgId"]) is None
+    one = await restore(rt, topic="b", msg_id=b[1].msg_id)
+    assert one.restored == 1 and await get_message(rt, topic="b", msg_id=b[0].msg_id) is None
     topic = await restore(rt, topic="b")
     assert (topic.restored, topic.already_live) == (2, 1)
-    assert await get_message(rt, topic="a", msg_id=a["msgId"]) is None
+    assert await get_message(rt, topic="a", msg_id=a.msg_id) is None
 
 
 @pytest.mark.fault
 async def test_include_expired_brings_back_undelivered_expired_messages_with_a_fresh_ttl(single_rt):
     rt = single_rt
-    m = await send_message(rt, topic="x", msg="late", delay_millis=0, ttl_millis=30)
+    m = await send_message(rt, request=SendRequest(topic="x", msg="late", delay_millis=0, ttl_millis=30))
     await asyncio.sleep(0.06)
     assert (await pull_messages(rt, topic="x"))[0] == []  # ends it: expired, never delivered
     await drain_log(rt, ["x"])
@@ -203,10 +203,10 @@ async def test_include_expired_brings_back_undelivered_expired_messages_with_a_f
     assert (await restore(rt)).skipped == 1
     counts = await restore(rt, include_expired=True)
     assert counts.restored == 1
-    back = await get_message(rt, topic="x", msg_id=m["msgId"])
-    assert back["status"] == Status.READY and back["expireTime"] - back["triggerTime"] >= 30
+    back = await get_message(rt, topic="x", msg_id=m.msg_id)
+    assert back.status == Status.READY and back.expire_time - back.trigger_time >= 30
     [pulled], _ = await pull_messages(rt, topic="x")
-    assert pulled["msg"] == "late"
+    assert pulled.payload == "late"
 
 
 @pytest.mark.fault
@@ -276,7 +276,7 @@ def test_prune_log_deletes_old_ended_messages_and_their_history_only(clean_state
         done = await send_messages(rt, requests=[SendRequest(topic="p", msg=str(i), delay_millis=0) for i in range(6)])
         pulled, _ = await pull_messages(rt, topic="p", batch=4)
         for m in pulled:
-            await ack_message(rt, topic="p", msg_id=m["msgId"])
+            await ack_message(rt, topic="p", msg_id=m.msg_id)
         await drain_log(rt, ["p"])
         await rt.close()
         return done

@@ -5,7 +5,7 @@ import asyncio
 import pytest
 
 from delayqueue.services.messages import get_message
-from delayqueue.services.send import send_message
+from delayqueue.services.send import SendRequest, send_message
 from tests.helpers import history, make_runtime, wait_until
 from tools.stack import Services, free_port
 
@@ -13,8 +13,8 @@ pytestmark = [pytest.mark.process, pytest.mark.fault]
 
 
 async def promoted(rt, message) -> bool:
-    stored = await get_message(rt, topic=message["topic"], msg_id=message["msgId"])
-    return stored is not None and stored["status"] == 2
+    stored = await get_message(rt, topic=message.topic, msg_id=message.msg_id)
+    return stored is not None and stored.status == 2
 
 
 def lines_with(scanner, text: str) -> list[str]:
@@ -43,7 +43,7 @@ async def test_a_scanner_started_while_redis_is_down_waits_for_it(server_dir, sc
     rt = make_runtime(url, message_log=False)
     try:
         redis.redis("redis", port)
-        sent = await send_message(rt, topic="t", msg="x", delay_millis=300)
+        sent = await send_message(rt, request=SendRequest(topic="t", msg="x", delay_millis=300))
         await wait_until(lambda: promoted(rt, sent), timeout=15, what="the scanner to promote the message")
         assert lines_with(scanner, "working again")
     finally:
@@ -55,7 +55,7 @@ async def test_a_scanner_started_while_redis_is_down_waits_for_it(server_dir, sc
 async def test_a_scanner_started_while_postgres_is_down_works_and_writes_the_history_later(
         single_rt, scanner_process, postgres):
     rt = single_rt
-    sent = await send_message(rt, topic="t", msg="x", delay_millis=2000)  # logged before the stop
+    sent = await send_message(rt, request=SendRequest(topic="t", msg="x", delay_millis=2000))  # logged before the stop
     postgres.stop()
     scanner = scanner_process("early")
     # Promotion needs only Redis: it goes on while the log is down.
@@ -68,7 +68,7 @@ async def test_a_scanner_started_while_postgres_is_down_works_and_writes_the_his
     postgres.start()
 
     async def due_in_history():
-        return ("due", 1, 2, 0) in await history("t", sent["msgId"])
+        return ("due", 1, 2, 0) in await history("t", sent.msg_id)
 
     await wait_until(due_in_history, timeout=20, what="the 'due' history row once PostgreSQL is back")
     assert scanner.stop() == 0, scanner.output()

@@ -6,6 +6,7 @@ from collections import Counter
 
 import pytest
 
+from delayqueue.api import wire
 from delayqueue.services.consume import ack_message, pull_messages
 from delayqueue.services.messages import get_message
 from delayqueue.services.send import SendRequest, send_message, send_messages
@@ -23,7 +24,7 @@ async def drain(rt, topics, expected, timeout=30):
             messages, _ = await pull_messages(rt, topic=topic, batch=500)
             for m in messages:
                 delivered.append(m)
-                await ack_message(rt, topic=topic, msg_id=m["msgId"])
+                await ack_message(rt, topic=topic, msg_id=m.msg_id)
             got_any = got_any or bool(messages)
         if not got_any:
             await asyncio.sleep(0.02)
@@ -39,9 +40,9 @@ async def test_two_scanner_processes_promote_each_message_once(single_rt, scanne
     messages = [SendRequest(topic=topics[i % 8], msg=str(i), delay_millis=200 + (i % 50) * 20) for i in range(2000)]
     await send_messages(rt, requests=messages)
     delivered = await drain(rt, topics, 2000)
-    counts = Counter(m["msg"] for m in delivered)
+    counts = Counter(m.payload for m in delivered)
     assert len(counts) == 2000 and set(counts.values()) == {1}
-    assert all(m["retry"] == 1 for m in delivered)  # first delivery each: nothing promoted twice
+    assert all(m.retry == 1 for m in delivered)  # first delivery each: nothing promoted twice
 
 
 @pytest.mark.process
@@ -54,9 +55,9 @@ async def test_two_scanners_sharing_one_lock_token_still_promote_once(single_rt,
     messages = [SendRequest(topic="shared", msg=str(i), delay_millis=100 + i) for i in range(1000)]
     await send_messages(rt, requests=messages)
     delivered = await drain(rt, ["shared"], 1000)
-    counts = Counter(m["msg"] for m in delivered)
+    counts = Counter(m.payload for m in delivered)
     assert len(counts) == 1000 and set(counts.values()) == {1}
-    info = await topic_info(rt, topic="shared")
+    info = wire.topic_info(await topic_info(rt, topic="shared"))
     assert (info["waitingQueueSize"], info["readyQueueSize"]) == (0, 0)
 
 
@@ -66,26 +67,26 @@ async def test_sigkill_mid_run_another_scanner_takes_over_within_the_lock_ttl(si
     lock_ttl = settings.DELAYQUEUE["SCANNER_LOCK_TTL_MILLIS"] / 1000
     a = scanner_process("a")
     a.wait_started()
-    await send_message(rt, topic="k", msg="warm-up", delay_millis=0)
+    await send_message(rt, request=SendRequest(topic="k", msg="warm-up", delay_millis=0))
     await wait_until(lambda: rt.redis.get(rt.ns.topic("k").lock), what="scanner a to take topic k")
     b = scanner_process("b")
     b.wait_started()
     assert await rt.redis.get(rt.ns.topic("k").lock) == "a"
     # A steady stream of due messages; kill a while they flow.
-    sends = [await send_message(rt, topic="k", msg=str(i), delay_millis=100 + 50 * i)
+    sends = [await send_message(rt, request=SendRequest(topic="k", msg=str(i), delay_millis=100 + 50 * i))
              for i in range(40)]
     await asyncio.sleep(0.5)
     a.kill(signal.SIGKILL)
     killed_at = time.time() * 1000
     delivered = await drain(rt, ["k"], 41, timeout=30)
-    assert sorted(m["msg"] for m in delivered) == sorted(["warm-up", *[str(i) for i in range(40)]])
+    assert sorted(m.payload for m in delivered) == sorted(["warm-up", *[str(i) for i in range(40)]])
     assert await rt.redis.get(rt.ns.topic("k").lock) == "b"
     # No due message waited longer than the lock TTL (plus scheduling slack) for promotion.
-    due_after_kill = [m for m in sends if m["triggerTime"] > killed_at]
+    due_after_kill = [m for m in sends if m.trigger_time > killed_at]
     assert due_after_kill
     for m in due_after_kill:
-        stored = await get_message(rt, topic="k", msg_id=m["msgId"])
-        assert stored["status"] == 4
+        stored = await get_message(rt, topic="k", msg_id=m.msg_id)
+        assert stored.status == 4
     stats = await rt.redis.hgetall(rt.ns.topic("k").stats)
     max_ready_gap = max(int(v) for f, v in stats.items() if f.endswith("readyGap:max"))
     assert max_ready_gap <= lock_ttl * 1000 + 1000, max_ready_gap
@@ -96,7 +97,7 @@ async def test_sigterm_stops_cleanly_and_releases_locks(single_rt, scanner_proce
     rt = single_rt
     a = scanner_process("a")
     a.wait_started()
-    await send_message(rt, topic="term", msg="x", delay_millis=0)
+    await send_message(rt, request=SendRequest(topic="term", msg="x", delay_millis=0))
     await wait_until(lambda: rt.redis.get(rt.ns.topic("term").lock), what="scanner to take the topic")
     assert a.stop() == 0
     assert await rt.redis.get(rt.ns.topic("term").lock) is None
@@ -108,10 +109,10 @@ async def test_scanner_precision_single_message(single_rt, start_scanner):
     Only checks that it is promoted on time-ish; the figures are in bench/fire_lateness.py."""
     rt = single_rt
     await start_scanner(rt)
-    sent = await send_message(rt, topic="p", msg="x", delay_millis=500)
+    sent = await send_message(rt, request=SendRequest(topic="p", msg="x", delay_millis=500))
 
     async def ready():
-        return (await get_message(rt, topic="p", msg_id=sent["msgId"]))["status"] == 2
+        return (await get_message(rt, topic="p", msg_id=sent.msg_id)).status == 2
 
     await wait_until(ready, timeout=5, interval=0.005, what="promotion")
     stats = await rt.redis.hgetall(rt.ns.topic("p").stats)
@@ -132,20 +133,20 @@ async def test_a_topic_runs_only_the_scripts_that_have_work_and_all_of_them_on_a
         return await run(calls)
 
     rt.scripts.run = recording
-    first = await send_message(rt, topic="s", msg="x", delay_millis=700)
+    first = await send_message(rt, request=SendRequest(topic="s", msg="x", delay_millis=700))
     await start_scanner(rt)
 
     async def ready(message):
-        return (await get_message(rt, topic="s", msg_id=message["msgId"]))["status"] == 2
+        return (await get_message(rt, topic="s", msg_id=message.msg_id)).status == 2
 
     await wait_until(lambda: ready(first), timeout=5, interval=0.005, what="the first promotion")
     everything = ["promote_due", "requeue_timed_out", "expire", "purge_ended"]
     assert passes[0] == everything  # a new worker looks at everything
     assert passes[-1] == ["promote_due"]  # woken for the due message: nothing else had work
     # A send due before anything the topic sleeps towards wakes it through the schedule channel.
-    await send_message(rt, topic="s", msg="later", delay_millis=60_000)
+    await send_message(rt, request=SendRequest(topic="s", msg="later", delay_millis=60_000))
     woken = len(passes)
-    earlier = await send_message(rt, topic="s", msg="sooner", delay_millis=300)
+    earlier = await send_message(rt, request=SendRequest(topic="s", msg="sooner", delay_millis=300))
 
     async def woke():
         return len(passes) > woken
@@ -164,7 +165,7 @@ async def test_a_standby_takes_over_a_killed_holders_topic_within_a_second_not_t
     env = {"DELAYQUEUE_SCANNER_LOCK_TTL_MILLIS": 10_000}
     a = scanner_process("a", **env)
     a.wait_started()
-    await send_message(rt, topic="k", msg="warm-up", delay_millis=0)
+    await send_message(rt, request=SendRequest(topic="k", msg="warm-up", delay_millis=0))
     await wait_until(lambda: rt.redis.get(rt.ns.topic("k").lock), what="scanner a to take topic k")
     b = scanner_process("b", **env)
     b.wait_started()
@@ -172,10 +173,10 @@ async def test_a_standby_takes_over_a_killed_holders_topic_within_a_second_not_t
     assert await rt.redis.get(rt.ns.topic("k").lock) == "a"
     a.kill(signal.SIGKILL)
     killed_at = time.monotonic()
-    sent = await send_message(rt, topic="k", msg="due after the kill", delay_millis=300)
+    sent = await send_message(rt, request=SendRequest(topic="k", msg="due after the kill", delay_millis=300))
 
     async def promoted():
-        return (await get_message(rt, topic="k", msg_id=sent["msgId"]))["status"] == 2
+        return (await get_message(rt, topic="k", msg_id=sent.msg_id)).status == 2
 
     await wait_until(promoted, timeout=15, interval=0.005, what="the message to be promoted")
     taken_after = time.monotonic() - killed_at
@@ -190,7 +191,7 @@ async def test_a_standby_takes_a_topic_released_by_sigterm_at_once(single_rt, sc
     env = {"DELAYQUEUE_SCANNER_LOCK_TTL_MILLIS": 10_000}
     a, b = scanner_process("a", **env), scanner_process("b", **env)
     a.wait_started()
-    await send_message(rt, topic="k", msg="warm-up", delay_millis=0)
+    await send_message(rt, request=SendRequest(topic="k", msg="warm-up", delay_millis=0))
     await wait_until(lambda: rt.redis.get(rt.ns.topic("k").lock), what="a scanner to take topic k")
     b.wait_started()
     await asyncio.sleep(1.5)

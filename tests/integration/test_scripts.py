@@ -7,13 +7,13 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from delayqueue.core.clock import now_millis
 from delayqueue.core.messages import Message
 from delayqueue.live import protocol as direct
-from delayqueue.services.send import SendRequest, _prepare
+from delayqueue.services.send import SendRequest, prepared
 from delayqueue.services.send import send_call as _send_call
 from tests.helpers import make_runtime
 
 
 def send_call(runtime, topic):
-    return _send_call(runtime, _prepare(runtime, SendRequest(topic=topic, msg="ok", delay_millis=0), 1_000))
+    return _send_call(runtime, prepared(runtime, SendRequest(topic=topic, msg="ok", delay_millis=0), 1_000, {}))
 
 
 def evalsha(call):
@@ -35,13 +35,13 @@ async def test_many_calls_in_flight_each_get_their_own_reply(single_rt):
     """The direct runner matches replies to calls by their order on the connection."""
     rt = single_rt
     now = now_millis()
-    rows = [_prepare(rt, SendRequest(topic="t", msg=f"payload {i}", delay_millis=60_000, msg_id=f"id{i}"), now)
+    rows = [prepared(rt, SendRequest(topic="t", msg=f"payload {i}", delay_millis=60_000, msg_id=f"id{i}"), now, {})
             for i in range(200)]
     first = await asyncio.gather(*[rt.scripts.call(_send_call(rt, row)) for row in rows])
     assert all(r.created for r in first)
     # Sent again, each is a duplicate answered with the stored message: its own, by its msgId.
     again = await asyncio.gather(*[rt.scripts.call(_send_call(rt, row)) for row in reversed(rows)])
-    stored = [Message.from_stored(r.stored) for r in again]
+    stored = [r.stored for r in again]
     assert [(m.msg_id, m.payload) for m in stored] == [(row.msg_id, row.payload) for row in reversed(rows)]
 
 
@@ -80,7 +80,7 @@ async def test_a_loop_turns_calls_share_writes_the_first_written_at_once(single_
     assert (await lone)[0][0] == 1
     recorder.writes.clear()
     now = now_millis()
-    rows = [_prepare(rt, SendRequest(topic="t", msg=f"m{i}", delay_millis=60_000, msg_id=f"turn{i}"), now)
+    rows = [prepared(rt, SendRequest(topic="t", msg=f"m{i}", delay_millis=60_000, msg_id=f"turn{i}"), now, {})
             for i in range(10)]
     calls = [asyncio.ensure_future(rt.scripts.call(_send_call(rt, row))) for row in rows]  # all start in one turn
     assert all(r.created for r in await asyncio.gather(*calls))

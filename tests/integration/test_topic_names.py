@@ -19,7 +19,7 @@ from delayqueue.core.constants import MAX_TOPIC_BYTES, Status
 from delayqueue.core.names import TOPIC_RULE
 from delayqueue.live.keys import key_text, namespace_keys
 from delayqueue.services.consume import pull_messages
-from delayqueue.services.send import send_message
+from delayqueue.services.send import SendRequest, send_message
 from delayqueue.workers import log_writer
 from tests.helpers import (REDIS_CLUSTER_URL, REDIS_URL, ROOT, call, drain_log, history, logged, make_runtime,
                            scanner_env, send, wait_until)
@@ -166,7 +166,7 @@ async def test_the_scanner_promotes_requeues_and_logs_such_topics(rt, start_scan
     events key: only that notice, as the periodic read of every stream is pushed out of reach."""
     monkeypatch.setattr(log_writer, "SWEEP_SECONDS", 3600)
     for topic in TOPICS:
-        await send_message(rt, topic=topic, msg="slow", delay_millis=0, msg_id="slow")
+        await send_message(rt, request=SendRequest(topic=topic, msg="slow", delay_millis=0, msg_id="slow"))
     running = await start_scanner(rt)
 
     async def all_held():
@@ -175,16 +175,16 @@ async def test_the_scanner_promotes_requeues_and_logs_such_topics(rt, start_scan
     await wait_until(all_held, what="the scanner to hold every topic")
     await asyncio.sleep(0.5)  # its first reads of the newly held streams are done
     for topic in TOPICS:
-        await send_message(rt, topic=topic, msg="late", delay_millis=300, msg_id="late")
+        await send_message(rt, request=SendRequest(topic=topic, msg="late", delay_millis=300, msg_id="late"))
         [pulled], _ = await pull_messages(rt, topic=topic, ack_timeout_millis=300)
-        assert pulled["msgId"] == "slow"
+        assert pulled.msg_id == "slow"
 
     delivered = []
 
     async def promoted_and_requeued():
         for topic in TOPICS:
             got, _ = await pull_messages(rt, topic=topic, batch=2)
-            delivered.extend((m["topic"], m["msgId"], m["retry"]) for m in got)
+            delivered.extend((m.topic, m.msg_id, m.retry) for m in got)
         return len(delivered) >= 2 * len(TOPICS)
 
     await wait_until(promoted_and_requeued, timeout=10, what="the late messages promoted, the slow ones requeued")
@@ -201,8 +201,8 @@ async def test_the_scanner_promotes_requeues_and_logs_such_topics(rt, start_scan
 @pytest.mark.fault
 async def test_manage_py_restore_after_flushall(single_rt):
     for topic in TOPICS:
-        await send_message(single_rt, topic=topic, msg=f"in {topic}", delay_millis=600_000, msg_id="w")
-        await send_message(single_rt, topic=topic, msg="due", delay_millis=0, msg_id="r")
+        await send_message(single_rt, request=SendRequest(topic=topic, msg=f"in {topic}", delay_millis=600_000, msg_id="w"))
+        await send_message(single_rt, request=SendRequest(topic=topic, msg="due", delay_millis=0, msg_id="r"))
     await single_rt.redis.flushall()
 
     def restore(*options):
@@ -215,7 +215,7 @@ async def test_manage_py_restore_after_flushall(single_rt):
     assert rest.returncode == 0 and f"restored {2 * len(TOPICS) - 2}, already live 2" in rest.stdout, rest.stderr
     for topic in TOPICS:
         info = await pull_messages(single_rt, topic=topic, batch=5)
-        assert [(m["topic"], m["msgId"]) for m in info[0]] == [(topic, "r")]
+        assert [(m.topic, m.msg_id) for m in info.messages] == [(topic, "r")]
         waiting = await single_rt.redis.zrange(single_rt.ns.topic(topic).waiting, 0, -1)
         assert waiting == ["w"]
     missing = restore("--topic", "my  topic")

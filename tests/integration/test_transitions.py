@@ -4,6 +4,7 @@ import uuid
 
 import pytest
 
+from delayqueue.api import wire
 from delayqueue.core.constants import Status
 from delayqueue.live import scripts
 from delayqueue.services.consume import ack_message, nack_message, pull_messages
@@ -14,20 +15,20 @@ from tests.helpers import make_runtime, wait_until
 
 
 async def send(rt, topic="t", msg="m", delay=0, **kw):
-    return await send_message(rt, topic=topic, msg=msg, delay_millis=delay, **kw)
+    return await send_message(rt, request=SendRequest(topic=topic, msg=msg, delay_millis=delay, **kw))
 
 
 async def sizes(rt, topic="t"):
-    info = await topic_info(rt, topic=topic)
+    info = wire.topic_info(await topic_info(rt, topic=topic))
     return info["waitingQueueSize"], info["readyQueueSize"], info["ackQueueSize"]
 
 
 async def test_send_due_now_is_ready_with_defaults(rt):
     m = await send(rt, msg="hello", delay=0)
-    assert m["status"] == Status.READY and m["retry"] == 0 and len(m["msgId"]) == 32
-    assert m["triggerTime"] == m["produceTime"]
-    assert m["expireTime"] == m["triggerTime"] + rt.config.ttl_millis
-    assert m["maxRetry"] == rt.config.max_retry
+    assert m.status == Status.READY and m.retry == 0 and len(m.msg_id) == 32
+    assert m.trigger_time == m.produce_time
+    assert m.expire_time == m.trigger_time + rt.config.ttl_millis
+    assert m.max_retry == rt.config.max_retry
     assert await sizes(rt) == (0, 1, 0)
     assert await list_topics(rt) == ["t"]
 
@@ -39,23 +40,23 @@ async def test_generated_msg_ids_are_uuid7_in_time_order(rt):
     for _ in range(3):
         sent += await send_messages(rt, requests=[SendRequest(topic="t", msg=str(i), delay_millis=0) for i in range(50)])
         await asyncio.sleep(0.002)
-    ids = [m["msgId"] for m in sent]
+    ids = [m.msg_id for m in sent]
     assert len(set(ids)) == 150
     for m in sent:
-        parsed = uuid.UUID(m["msgId"])
-        assert parsed.hex == m["msgId"] and parsed.version == 7 and parsed.variant == uuid.RFC_4122
-        assert int(m["msgId"][:12], 16) == m["produceTime"]
-    assert [m["produceTime"] for m in sorted(sent, key=lambda m: m["msgId"])] == sorted(m["produceTime"] for m in sent)
+        parsed = uuid.UUID(m.msg_id)
+        assert parsed.hex == m.msg_id and parsed.version == 7 and parsed.variant == uuid.RFC_4122
+        assert int(m.msg_id[:12], 16) == m.produce_time
+    assert [m.produce_time for m in sorted(sent, key=lambda m: m.msg_id)] == sorted(m.produce_time for m in sent)
 
 
 async def test_send_delayed_is_waiting_and_defaults_follow_the_le_zero_rules(rt):
     m = await send(rt, delay=60_000, ttl_millis=0, max_retry=-1)
-    assert m["status"] == Status.WAITING
-    assert m["triggerTime"] == m["produceTime"] + 60_000
-    assert m["expireTime"] == m["triggerTime"] + rt.config.ttl_millis
+    assert m.status == Status.WAITING
+    assert m.trigger_time == m.produce_time + 60_000
+    assert m.expire_time == m.trigger_time + rt.config.ttl_millis
     m2 = await send(rt, delay=-5, ttl_millis=1234, max_retry=0)
-    assert m2["status"] == Status.READY and m2["triggerTime"] == m2["produceTime"]
-    assert m2["expireTime"] == m2["triggerTime"] + 1234 and m2["maxRetry"] == 0
+    assert m2.status == Status.READY and m2.trigger_time == m2.produce_time
+    assert m2.expire_time == m2.trigger_time + 1234 and m2.max_retry == 0
     assert await sizes(rt) == (1, 1, 0)
 
 
@@ -78,10 +79,10 @@ async def test_concurrent_sends_of_one_msg_id_store_it_once(rt):
     finally:
         for client in clients:
             await client.close()
-    assert len({(r["msg"], r["produceTime"]) for r in results}) == 1
+    assert len({(r.payload, r.produce_time) for r in results}) == 1
     assert await sizes(rt) == (1, 0, 0)
     stored = await get_message(rt, topic="t", msg_id="same")
-    assert stored["msg"] == results[0]["msg"]
+    assert stored.payload == results[0].payload
 
 
 async def test_duplicate_of_ended_message_starts_a_fresh_lifecycle(rt):
@@ -89,7 +90,7 @@ async def test_duplicate_of_ended_message_starts_a_fresh_lifecycle(rt):
     [pulled], _ = await pull_messages(rt, topic="t")
     assert (await ack_message(rt, topic="t", msg_id="order-2")).status == Status.ACKED
     fresh = await send(rt, msg="second", msg_id="order-2")
-    assert fresh["msg"] == "second" and fresh["status"] == Status.READY and fresh["retry"] == 0
+    assert fresh.payload == "second" and fresh.status == Status.READY and fresh.retry == 0
     assert await sizes(rt) == (0, 1, 0)
 
 
@@ -97,30 +98,30 @@ async def test_pull_moves_to_consuming_and_counts_retry(rt):
     sent = await send(rt)
     messages, remaining = await pull_messages(rt, topic="t", batch=5, ack_timeout_millis=10_000)
     assert remaining == 0
-    assert [m["msgId"] for m in messages] == [sent["msgId"]]
-    assert messages[0]["status"] == Status.CONSUMING and messages[0]["retry"] == 1
+    assert [m.msg_id for m in messages] == [sent.msg_id]
+    assert messages[0].status == Status.CONSUMING and messages[0].retry == 1
     assert await sizes(rt) == (0, 0, 1)
-    assert (await get_message(rt, topic="t", msg_id=sent["msgId"]))["status"] == Status.CONSUMING
+    assert (await get_message(rt, topic="t", msg_id=sent.msg_id)).status == Status.CONSUMING
     assert await pull_messages(rt, topic="t") == ([], 0)
 
 
 async def test_batch_pull_is_fifo(rt):
-    ids = [(await send(rt, msg=str(i)))["msgId"] for i in range(20)]
+    ids = [(await send(rt, msg=str(i))).msg_id for i in range(20)]
     first, remaining = await pull_messages(rt, topic="t", batch=7)
-    assert [m["msgId"] for m in first] == ids[:7] and remaining == 13
+    assert [m.msg_id for m in first] == ids[:7] and remaining == 13
     rest, remaining = await pull_messages(rt, topic="t", batch=100)
-    assert [m["msgId"] for m in rest] == ids[7:] and remaining == 0
+    assert [m.msg_id for m in rest] == ids[7:] and remaining == 0
 
 
 async def test_ack_only_from_consuming(rt):
     waiting = await send(rt, delay=60_000)
-    assert (await ack_message(rt, topic="t", msg_id=waiting["msgId"])).status == Status.WAITING  # left alone
-    assert (await get_message(rt, topic="t", msg_id=waiting["msgId"]))["status"] == Status.WAITING
+    assert (await ack_message(rt, topic="t", msg_id=waiting.msg_id)).status == Status.WAITING  # left alone
+    assert (await get_message(rt, topic="t", msg_id=waiting.msg_id)).status == Status.WAITING
     ready = await send(rt)
     [m], _ = await pull_messages(rt, topic="t")
-    assert m["msgId"] == ready["msgId"]
-    assert (await ack_message(rt, topic="t", msg_id=m["msgId"])).status == Status.ACKED
-    assert (await get_message(rt, topic="t", msg_id=m["msgId"]))["status"] == Status.ACKED
+    assert m.msg_id == ready.msg_id
+    assert (await ack_message(rt, topic="t", msg_id=m.msg_id)).status == Status.ACKED
+    assert (await get_message(rt, topic="t", msg_id=m.msg_id)).status == Status.ACKED
     assert await sizes(rt) == (1, 0, 0)
     assert (await ack_message(rt, topic="t", msg_id="no-such-id")).status == 0
 
@@ -128,34 +129,34 @@ async def test_ack_only_from_consuming(rt):
 async def test_deleted_message_cannot_be_acked_back_to_life(rt):
     m = await send(rt)
     await pull_messages(rt, topic="t")
-    assert await delete_message(rt, topic="t", msg_id=m["msgId"])
-    assert (await ack_message(rt, topic="t", msg_id=m["msgId"])).status == Status.DELETED
-    assert (await get_message(rt, topic="t", msg_id=m["msgId"]))["status"] == Status.DELETED
+    assert await delete_message(rt, topic="t", msg_id=m.msg_id)
+    assert (await ack_message(rt, topic="t", msg_id=m.msg_id)).status == Status.DELETED
+    assert (await get_message(rt, topic="t", msg_id=m.msg_id)).status == Status.DELETED
 
 
 async def test_nack_requeues_at_once_behind_ready_messages(rt):
     a = await send(rt, msg="a")
     [pulled], _ = await pull_messages(rt, topic="t")
     b = await send(rt, msg="b")
-    assert (await nack_message(rt, topic="t", msg_id=a["msgId"])).status == Status.READY
-    assert (await get_message(rt, topic="t", msg_id=a["msgId"]))["status"] == Status.READY
+    assert (await nack_message(rt, topic="t", msg_id=a.msg_id)).status == Status.READY
+    assert (await get_message(rt, topic="t", msg_id=a.msg_id)).status == Status.READY
     batch, _ = await pull_messages(rt, topic="t", batch=2)
-    assert [m["msgId"] for m in batch] == [b["msgId"], a["msgId"]]
-    assert batch[1]["retry"] == 2
+    assert [m.msg_id for m in batch] == [b.msg_id, a.msg_id]
+    assert batch[1].retry == 2
 
 
 async def test_nack_of_last_delivery_ends_with_6(rt):
     m = await send(rt, max_retry=0)
     await pull_messages(rt, topic="t")
-    assert (await nack_message(rt, topic="t", msg_id=m["msgId"])).status == Status.EXHAUSTED
+    assert (await nack_message(rt, topic="t", msg_id=m.msg_id)).status == Status.EXHAUSTED
     assert await sizes(rt) == (0, 0, 0)
-    assert (await get_message(rt, topic="t", msg_id=m["msgId"]))["status"] == Status.EXHAUSTED
+    assert (await get_message(rt, topic="t", msg_id=m.msg_id)).status == Status.EXHAUSTED
 
 
 async def test_nack_of_unknown_or_not_consuming_changes_nothing(rt):
     m = await send(rt)
     assert (await nack_message(rt, topic="t", msg_id="ghost")).status == 0
-    assert (await nack_message(rt, topic="t", msg_id=m["msgId"])).status == Status.READY
+    assert (await nack_message(rt, topic="t", msg_id=m.msg_id)).status == Status.READY
     assert await sizes(rt) == (0, 1, 0)  # not pushed a second time
 
 
@@ -164,16 +165,16 @@ async def test_delete_removes_from_every_structure_at_once(rt, stage):
     m = await send(rt, delay=60_000 if stage == "waiting" else 0)
     if stage == "consuming":
         await pull_messages(rt, topic="t")
-    assert await delete_message(rt, topic="t", msg_id=m["msgId"])
+    assert await delete_message(rt, topic="t", msg_id=m.msg_id)
     assert await sizes(rt) == (0, 0, 0)
-    assert (await get_message(rt, topic="t", msg_id=m["msgId"]))["status"] == Status.DELETED
-    assert not await delete_message(rt, topic="t", msg_id=m["msgId"])  # already ended: 404
+    assert (await get_message(rt, topic="t", msg_id=m.msg_id)).status == Status.DELETED
+    assert not await delete_message(rt, topic="t", msg_id=m.msg_id)  # already ended: 404
 
 
 async def test_delete_with_release_frees_the_body(rt):
     m = await send(rt)
-    assert await delete_message(rt, topic="t", msg_id=m["msgId"], release=True)
-    assert await get_message(rt, topic="t", msg_id=m["msgId"]) is None
+    assert await delete_message(rt, topic="t", msg_id=m.msg_id, release=True)
+    assert await get_message(rt, topic="t", msg_id=m.msg_id) is None
     assert not await delete_message(rt, topic="t", msg_id="ghost")
 
 
@@ -181,37 +182,36 @@ async def test_promote_due_moves_waiting_to_ready_in_trigger_order(rt):
     # Delays long enough that a busy machine does not make "early" due before the first look.
     late = await send(rt, msg="late", delay=400)
     early = await send(rt, msg="early", delay=300)
-    calls = [scripts.promote_due(rt.ns.topic("t"), limit=100, retention_millis=2000, stats_interval_millis=2000,
-                                 ready_channel=rt.ns.ready_channel, topic="t", actor=rt.actor)]
+    calls = [scripts.promote_due(rt.context, "t")]
     [(moved, next_us)] = await rt.scripts.run(calls)
     assert moved == 0 and 0 < next_us <= 300_000  # µs until "early" is due
     await asyncio.sleep(0.5)
     [(moved, next_us)] = await rt.scripts.run(calls)
     assert moved == 2 and next_us == -1
-    assert (await get_message(rt, topic="t", msg_id=early["msgId"]))["status"] == Status.READY
+    assert (await get_message(rt, topic="t", msg_id=early.msg_id)).status == Status.READY
     batch, _ = await pull_messages(rt, topic="t", batch=2)
-    assert [m["msgId"] for m in batch] == [early["msgId"], late["msgId"]]
+    assert [m.msg_id for m in batch] == [early.msg_id, late.msg_id]
 
 
 async def test_scanner_requeues_ack_timeout_then_exhausts_retries(rt, start_scanner):
     m = await send(rt, max_retry=1)
     await start_scanner(rt)
     [first], _ = await pull_messages(rt, topic="t", ack_timeout_millis=100)
-    assert first["retry"] == 1
+    assert first.retry == 1
 
     async def pulled_again():
         got, _ = await pull_messages(rt, topic="t", ack_timeout_millis=100)
         return got
 
     [second] = await wait_until(pulled_again, what="the timed-out message to come back")
-    assert second["msgId"] == m["msgId"] and second["retry"] == 2
+    assert second.msg_id == m.msg_id and second.retry == 2
 
     async def ended():
-        stored = await get_message(rt, topic="t", msg_id=m["msgId"])
-        return stored["status"] == Status.EXHAUSTED and stored
+        stored = await get_message(rt, topic="t", msg_id=m.msg_id)
+        return stored.status == Status.EXHAUSTED and stored
 
     final = await wait_until(ended, what="retries to run out")
-    assert final["retry"] == 2
+    assert final.retry == 2
     assert await sizes(rt) == (0, 0, 0)
 
 
@@ -223,11 +223,11 @@ async def test_ttl_expiry_gives_5_when_never_delivered_and_6_when_delivered(rt, 
     await start_scanner(rt)
 
     async def status(topic, msg_id):
-        return (await get_message(rt, topic=topic, msg_id=msg_id))["status"]
+        return (await get_message(rt, topic=topic, msg_id=msg_id)).status
 
     async def all_ended():
-        return (await status("t", never["msgId"]), await status("w", waiting["msgId"]),
-                await status("d", delivered["msgId"])) == (Status.EXPIRED, Status.EXPIRED, Status.EXHAUSTED)
+        return (await status("t", never.msg_id), await status("w", waiting.msg_id),
+                await status("d", delivered.msg_id)) == (Status.EXPIRED, Status.EXPIRED, Status.EXHAUSTED)
 
     await wait_until(all_ended, what="messages to expire")
     for topic in ("t", "w", "d"):
@@ -238,18 +238,18 @@ async def test_pull_never_returns_an_expired_message(rt):
     m = await send(rt, ttl_millis=50)
     await asyncio.sleep(0.1)  # no scanner: pull itself must notice
     assert await pull_messages(rt, topic="t") == ([], 0)
-    assert (await get_message(rt, topic="t", msg_id=m["msgId"]))["status"] == Status.EXPIRED
+    assert (await get_message(rt, topic="t", msg_id=m.msg_id)).status == Status.EXPIRED
 
 
 async def test_ended_messages_are_purged_after_retention(rt, start_scanner):
     m = await send(rt)
     await pull_messages(rt, topic="t")
-    await ack_message(rt, topic="t", msg_id=m["msgId"])
+    await ack_message(rt, topic="t", msg_id=m.msg_id)
     await start_scanner(rt)
-    assert (await get_message(rt, topic="t", msg_id=m["msgId"]))["status"] == Status.ACKED
+    assert (await get_message(rt, topic="t", msg_id=m.msg_id)).status == Status.ACKED
 
     async def gone():
-        return await get_message(rt, topic="t", msg_id=m["msgId"]) is None
+        return await get_message(rt, topic="t", msg_id=m.msg_id) is None
 
     await wait_until(gone, timeout=10, what="the retention window to pass")
 
@@ -258,10 +258,10 @@ async def test_retire_topic_only_when_idle_and_empty(rt):
     await send(rt, topic="busy", delay=60_000)
     await send(rt, topic="idle")
     [m], _ = await pull_messages(rt, topic="idle")
-    await ack_message(rt, topic="idle", msg_id=m["msgId"])
+    await ack_message(rt, topic="idle", msg_id=m.msg_id)
 
     async def retire(topic):
-        return (await rt.scripts.call(scripts.retire_topic(rt.ns.topic(topic), idle_millis=0))).retired
+        return (await rt.scripts.call(scripts.retire_topic(rt.context, topic, idle_millis=0))).retired
 
     assert not await retire("busy")
     assert not await retire("idle")  # the acked body is still retained
@@ -270,7 +270,7 @@ async def test_retire_topic_only_when_idle_and_empty(rt):
     assert not await retire("idle")  # its history has not reached the message log yet
     await rt.redis.xtrim(k.events, maxlen=0)  # as the log writer leaves a drained stream
     await rt.redis.hset(k.meta, "live_share", 3)  # room it held of a namespace live cap
-    assert await rt.scripts.call(scripts.retire_topic(k, idle_millis=0)) == (True, 3)
+    assert await rt.scripts.call(scripts.retire_topic(rt.context, "idle", idle_millis=0)) == (True, 3)
     assert not await rt.redis.hget(k.meta, "live_share")  # for the scanner to give back
     assert not await rt.redis.exists(k.events)
     # The next send registers the topic again.
@@ -283,9 +283,9 @@ async def test_retire_topic_only_when_idle_and_empty(rt):
 async def test_batch_send_one_round_trip_many_topics(rt):
     messages = [SendRequest(topic=f"b{i % 5}", msg=str(i), delay_millis=0 if i % 2 else 60_000) for i in range(50)]
     results = await send_messages(rt, requests=messages)
-    assert [r["msg"] for r in results] == [str(i) for i in range(50)]
+    assert [r.payload for r in results] == [str(i) for i in range(50)]
     assert sorted(await list_topics(rt)) == [f"b{i}" for i in range(5)]
-    infos = await topic_infos(rt, topics=[f"b{i}" for i in range(5)])
+    infos = [wire.topic_info(info) for info in await topic_infos(rt, topics=[f"b{i}" for i in range(5)])]
     assert sum(i["readyQueueSize"] for i in infos) == 25 and sum(i["waitingQueueSize"] for i in infos) == 25
 
 
@@ -297,9 +297,9 @@ async def test_script_calls_survive_their_connection_being_killed(single_rt):
     for _ in range(3):
         killed = await rt.redis.execute_command("CLIENT KILL", "TYPE", "normal", "SKIPME", "yes")
         assert killed >= 1
-        assert (await send(rt))["status"] == Status.READY
+        assert (await send(rt)).status == Status.READY
         results = await send_messages(rt, requests=[SendRequest(topic="t", msg="x", delay_millis=0)] * 3)
-        assert all(r["status"] == Status.READY for r in results)
+        assert all(r.status == Status.READY for r in results)
 
 
 @pytest.mark.fault
@@ -307,7 +307,7 @@ async def test_scripts_reload_after_the_script_cache_is_flushed(rt):
     await send(rt)
     await rt.redis.script_flush()
     m = await send(rt)  # NOSCRIPT -> load -> retry
-    assert m["status"] == Status.READY
+    assert m.status == Status.READY
     await rt.redis.script_flush()
     results = await send_messages(rt, requests=[SendRequest(topic="t", msg="x", delay_millis=0)] * 3)
-    assert all(r["status"] == Status.READY for r in results)
+    assert all(r.status == Status.READY for r in results)

@@ -5,15 +5,14 @@ import time
 import pytest
 from django.core.management import call_command
 
-from delayqueue.live.keys import topic_keys
 from delayqueue.core.constants import Status
+from delayqueue.live.keys import topic_keys
 from delayqueue.messagelog import sql
 from delayqueue.models import Message
 from spark import common, pgread, reconcile
-
 from tests.helpers import REDIS_CLUSTER_URL, REDIS_URL, log_database_url
-from .helpers import LogBuilder, job_args
 
+from .helpers import LogBuilder, job_args
 
 # The jobs read and write the log over their own connections: real commits, emptied after each test.
 pytestmark = pytest.mark.usefixtures("clean_state")

@@ -6,7 +6,6 @@ from asgiref.sync import sync_to_async
 
 from delayqueue.core.clock import to_millis
 from delayqueue.core.constants import Status
-from delayqueue.live import scripts
 from delayqueue.models import TopicHourStats
 from delayqueue.services.consume import ack_message, nack_message, pull_messages
 from delayqueue.services.messages import delete_message, get_message
@@ -91,23 +90,20 @@ async def test_stats_of_history_the_service_itself_logged(spark, single_rt):
     """The history the Lua scripts and the log writer produce, counted as the job promises."""
     rt = single_rt
     sent = await send_messages(rt, requests=[SendRequest(topic="svc", msg=f"m{i}", delay_millis=0) for i in range(6)])
-    await send_message(rt, topic="svc", msg="once", delay_millis=0, max_retry=0)
-    await send_message(rt, topic="svc", msg="pushed", delay_millis=0)
-    expiring = await send_message(rt, topic="svc", msg="late", delay_millis=10, ttl_millis=30)
+    await send_message(rt, request=SendRequest(topic="svc", msg="once", delay_millis=0, max_retry=0))
+    await send_message(rt, request=SendRequest(topic="svc", msg="pushed", delay_millis=0))
+    expiring = await send_message(rt, request=SendRequest(topic="svc", msg="late", delay_millis=10, ttl_millis=30))
     pulled, _ = await pull_messages(rt, topic="svc", batch=8)
     assert len(pulled) == 8
     for m in sent[:4]:
-        await ack_message(rt, topic="svc", msg_id=m["msgId"])
-    await nack_message(rt, topic="svc", msg_id=sent[4]["msgId"])
-    await nack_message(rt, topic="svc", msg_id=pulled[6]["msgId"])  # no tries left: ended 6
-    # A failed push attempt (push/pusher.py) counts as a nack.
-    await rt.scripts.call(scripts.nack(
-        rt.ns.topic("svc"), msg_id=pulled[7]["msgId"], retention_millis=60_000, stats_interval_millis=60_000,
-        ready_channel=rt.ns.ready_channel, topic="svc", actor=rt.actor, delay_millis=60_000, dead_letter=False,
-        schedule_channel=rt.ns.schedule_channel, seed=1, push_failure="HTTP 500"))
-    assert await delete_message(rt, topic="svc", msg_id=sent[5]["msgId"])
+        await ack_message(rt, topic="svc", msg_id=m.msg_id)
+    await nack_message(rt, topic="svc", msg_id=sent[4].msg_id)
+    await nack_message(rt, topic="svc", msg_id=pulled[6].msg_id)  # no tries left: ended 6
+    # A failed push attempt (workers/pusher.py) counts as a nack.
+    await nack_message(rt, topic="svc", msg_id=pulled[7].msg_id, delay_millis=60_000, push_failure="HTTP 500")
+    assert await delete_message(rt, topic="svc", msg_id=sent[5].msg_id)
     await asyncio.sleep(0.1)
-    assert (await get_message(rt, topic="svc", msg_id=expiring["msgId"]))["status"] == Status.EXPIRED
+    assert (await get_message(rt, topic="svc", msg_id=expiring.msg_id)).status == Status.EXPIRED
     await drain_log(rt, ["svc"])
 
     stats.run(spark, job_args("spark.stats", "--database-url", log_database_url()))

@@ -2,6 +2,7 @@
 chart's lines broken where nothing fired, and the stuck/busy verdict."""
 import pytest
 
+from delayqueue.live.stats import Counter
 from delayqueue.ops.dashboard import assess, chart, combine_series, nice_ceiling
 
 
@@ -43,7 +44,7 @@ def test_chart_of_a_quiet_hour_has_no_lines_and_an_axis_of_one():
 
 
 def overview(ready=0, pulled=0, overdue=0, oldest_ready_age_ms=0, interval_seconds=60):
-    return {"readyQueueSize": ready, "last_interval": {"pullMsg": pulled}, "overdue": overdue,
+    return {"ready": ready, "last_interval": {Counter.PULL: pulled}, "overdue": overdue,
             "oldest_ready_age_ms": oldest_ready_age_ms, "interval_seconds": interval_seconds}
 
 

@@ -1,5 +1,5 @@
-"""Settings and option values: delayqueue/env.py reads environment variables the way Django's
-settings and ./dev do; delayqueue/arguments.py types the command lines' options."""
+"""Settings and option values: delayqueue/config/env.py reads environment variables the way Django's
+settings and ./dev do; delayqueue/config/arguments.py types the command lines' options."""
 import argparse
 
 import pytest

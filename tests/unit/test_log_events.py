@@ -1,26 +1,33 @@
-"""The log writer's reading of stream entries: one entry is one status change, or (field 'b') the
-same change of many messages; the rows it sends to PostgreSQL as JSON."""
+"""The log writer's reading of stream entries: one entry is one status change, or (the batch field)
+the same change of many messages; and the rows it sends to PostgreSQL as JSON."""
+import re
+
 import orjson
 
-from delayqueue.workers.log_writer import Event, history_json, latest_per_message, status_json
+from delayqueue.live.history import EVENT_FIELDS, Event
+from delayqueue.messagelog import sql
+from delayqueue.workers.log_writer import latest_per_message
 
-ONE = {"a": "scanner-1@host-a", "f": "1", "w": "due", "i": "m1", "t": "2", "r": "0", "p": "1700000000000"}
+F = EVENT_FIELDS
+ONE = {F["actor"]: "scanner-1@host-a", F["from_status"]: "1", F["reason"]: "due", F["msg_id"]: "m1",
+       F["to_status"]: "2", F["retry"]: "0", F["produce_time"]: "1700000000000"}
 
 
 def test_a_single_change_entry_is_one_event():
     [event] = Event.parse("orders", "1700000005000-3", ONE)
-    assert event == Event("orders", "1700000005000-3", "m1", 1, 2, 0, 1_700_000_000_000, "due", "scanner-1", "host-a")
+    assert event == Event("orders", "1700000005000-3", 1_700_000_005_000, "m1", 1, 2, 0, 1_700_000_000_000, "due",
+                          "scanner-1", "host-a")
     assert event.at == 1_700_000_005_000  # the stream entry's time
 
 
 def test_the_process_is_what_comes_before_the_last_at_sign():
-    [event] = Event.parse("t", "1-0", {**ONE, "a": "worker@pod@node-7"})
+    [event] = Event.parse("t", "1-0", {**ONE, F["actor"]: "worker@pod@node-7"})
     assert (event.process, event.host) == ("worker@pod", "node-7")
 
 
 def test_a_batch_entry_gives_one_event_per_message_keyed_by_its_place():
-    fields = {"a": "restore@h", "f": "0", "w": "restored",
-              "b": orjson.dumps([["x", 1, 0, 100], ["y", 2, 3, 200]]).decode()}
+    fields = {F["actor"]: "restore@h", F["from_status"]: "0", F["reason"]: "restored",
+              F["batch"]: orjson.dumps([["x", 1, 0, 100], ["y", 2, 3, 200]]).decode()}
     events = Event.parse("t", "5-1", fields)
     assert [(e.entry_id, e.msg_id, e.from_status, e.to_status, e.retry, e.produce_time) for e in events] == [
         ("5-1.0", "x", 0, 1, 0, 100), ("5-1.1", "y", 0, 2, 3, 200)]
@@ -29,37 +36,41 @@ def test_a_batch_entry_gives_one_event_per_message_keyed_by_its_place():
 
 def test_latest_per_message_keeps_each_messages_last_event_per_topic():
     def ev(topic, msg_id, entry_id, to_status):
-        return Event(topic, entry_id, msg_id, 0, to_status, 0, 1, "r", "p", "h")
+        return Event(topic, entry_id, int(entry_id.split("-")[0]), msg_id, 0, to_status, 0, 1, "r", "p", "h")
 
     events = [ev("a", "m", "1-0", 1), ev("b", "m", "2-0", 1), ev("a", "m", "3-0", 2), ev("a", "n", "4-0", 3)]
     assert latest_per_message(events) == [events[2], events[1], events[3]]
 
 
-def test_history_and_status_rows_carry_every_column_the_statements_unpack():
+def test_the_statements_read_every_column_they_name_from_the_events_json():
+    """INSERT_EVENTS and UPDATE_MESSAGES read orjson's dump of Events by their field names."""
     [event] = Event.parse("orders", "1700000005000-3", ONE)
-    assert orjson.loads(history_json([event])) == [{
-        "t": "orders", "i": "m1", "e": "1700000005000-3", "at": 1_700_000_005_000, "f": 1, "s": 2, "r": 0,
-        "w": "due", "p": "scanner-1", "h": "host-a", "d": ""}]
-    assert orjson.loads(status_json([event])) == [{
-        "t": "orders", "i": "m1", "s": 2, "r": 0, "at": 1_700_000_005_000, "pt": 1_700_000_000_000}]
+    dumped = orjson.loads(orjson.dumps([event]))[0]
+    for statement in (sql.INSERT_EVENTS, sql.UPDATE_MESSAGES):
+        columns = re.search(r"json_to_recordset\(%\(events\)s::json\) AS u\(([^)]*)\)", statement).group(1)
+        assert {column.split()[0] for column in columns.split(",")} <= set(dumped)
+    assert dumped["entry_id"] == "1700000005000-3" and dumped["at"] == 1_700_000_005_000
 
 
 def test_a_push_attempts_status_or_error_is_the_events_detail():
-    [event] = Event.parse("orders", "9-0", {**ONE, "w": "push_failed", "d": "HTTP 503"})
+    [event] = Event.parse("orders", "9-0", {**ONE, F["reason"]: "push_failed", F["detail"]: "HTTP 503"})
     assert event.detail == "HTTP 503"
-    assert orjson.loads(history_json([event]))[0]["d"] == "HTTP 503"
+    assert orjson.loads(orjson.dumps([event]))[0]["detail"] == "HTTP 503"
 
 
 def test_a_change_that_moved_the_times_carries_them_to_the_status_row():
     """A reschedule (or a nack with a delay) records the new triggerTime and expireTime; a later
     event of the same life in the same batch ('due') keeps them for the row, another life does not."""
-    [moved] = Event.parse("t", "10-0", {**ONE, "w": "rescheduled", "t": "1", "tt": "5000", "et": "9000"})
+    [moved] = Event.parse("t", "10-0", {**ONE, F["reason"]: "rescheduled", F["to_status"]: "1",
+                                         F["trigger_time"]: "5000", F["expire_time"]: "9000"})
     assert (moved.trigger_time, moved.expire_time) == (5000, 9000)
-    due = Event("t", "11-0", "m1", 1, 2, 0, 1_700_000_000_000, "due", "p", "h")
+    due = Event("t", "11-0", 11, "m1", 1, 2, 0, 1_700_000_000_000, "due", "p", "h")
     [latest] = latest_per_message([moved, due])
     assert latest.reason == "due" and (latest.trigger_time, latest.expire_time) == (5000, 9000)
-    assert orjson.loads(status_json([latest]))[0] == {
-        "t": "t", "i": "m1", "s": 2, "r": 0, "at": 11, "pt": 1_700_000_000_000, "tt": 5000, "et": 9000}
-    other_life = Event("t", "11-0", "m1", 0, 2, 0, 1_800_000_000_000, "sent", "p", "h")
+    other_life = Event("t", "11-0", 11, "m1", 0, 2, 0, 1_800_000_000_000, "sent", "p", "h")
     [latest] = latest_per_message([moved, other_life])
-    assert latest.trigger_time is None and "tt" not in orjson.loads(status_json([latest]))[0]
+    assert latest.trigger_time is None and orjson.loads(orjson.dumps([latest]))[0]["trigger_time"] is None
+
+
+def test_records_are_typed_from_the_dataclass_fields():
+    assert sql.record(Event, "topic", "at", "trigger_time") == "topic text, at int8, trigger_time int8"

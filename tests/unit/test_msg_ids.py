@@ -5,8 +5,8 @@ import random
 import threading
 import uuid
 
+from delayqueue.core.messages import new_msg_id as _new_msg_id
 from delayqueue.core.random_bits import CHUNK_BYTES, SLICE_BYTES
-from delayqueue.services.send import _new_msg_id
 
 
 def test_a_generated_id_is_a_uuid7_carrying_the_produce_time():

@@ -1,17 +1,17 @@
-"""Push delivery's pure logic, no server: DELAYQUEUE_PUSH_ALLOWED_HOSTS' rules (push/hosts.py), the
-push figures' arithmetic (push/figures.py), the signature header and the pusher's wake schedule."""
+"""Push delivery's pure logic, no server: DELAYQUEUE_PUSH_ALLOWED_HOSTS' rules (config/push_hosts.py), the
+push figures' arithmetic (live/push_counts.py), the signature header and the pusher's wake schedule."""
 import hashlib
 import hmac
 import ipaddress
 
 import pytest
-
-from delayqueue.core.constants import LATENESS_BOUNDS_MS
-from delayqueue.live.push_counts import (bucket_quantile, failed_field, lateness_field, pushed_fields, topic_figures)
-from delayqueue.config.push_hosts import HostPolicy
-from delayqueue.workers.pusher import signature_header
-from delayqueue.stores.push_topics import PushTopic
 from delayqueue_client import verify_signature
+
+from delayqueue.config.push_hosts import HostPolicy
+from delayqueue.core.constants import LATENESS_BOUNDS_MS
+from delayqueue.live.push_counts import bucket_quantile, failed_field, lateness_field, pushed_fields, topic_figures
+from delayqueue.stores.push_topics import PushTopic
+from delayqueue.workers.push_http import signature_header
 
 
 def problem(policy: str, url: str) -> str | None:

@@ -1,6 +1,7 @@
 """`./dev run` installs only `.[local]`: the service's processes (uvicorn on project.asgi, every
 management command, ./dev itself) must run without what only the test, bench and spark extras
 bring. Checked in a process where those packages cannot be imported at all."""
+import os
 import subprocess
 import sys
 from importlib.metadata import PackageNotFoundError, distribution, packages_distributions
@@ -63,3 +64,13 @@ def test_the_service_and_its_commands_import_nothing_that_only_the_test_bench_or
     ran = subprocess.run([sys.executable, "-c", IMPORT_THE_SERVICE, ",".join(sorted(modules))], cwd=ROOT,
                          capture_output=True, text=True, timeout=120)
     assert ran.returncode == 0 and ran.stdout.strip() == "imported", ran.stderr
+
+
+def test_the_spark_jobs_import_without_django_set_up():
+    """Spark's executors import the jobs' modules in a bare Python: nothing they import (the
+    runtime, the restore service, the SQL) may need Django's app registry, as the models do."""
+    env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
+    ran = subprocess.run([sys.executable, "-c", "import sys, spark.restore, spark.reconcile, spark.stats, spark.archive; "
+                          "print('delayqueue.models' in sys.modules)"], cwd=ROOT, env=env, capture_output=True, text=True,
+                         timeout=60)
+    assert ran.returncode == 0 and ran.stdout.strip() == "False", ran.stderr

@@ -1,4 +1,4 @@
-"""Topic names as camellia accepts them (delayqueue/topics.py) and their encoding inside Redis key
+"""Topic names as camellia accepts them (delayqueue/core/names.py) and their encoding inside Redis key
 names (delayqueue/live/keys.py): reversible, the old names' keys unchanged, and no character of
 a topic able to move the hash tag or act as a glob metacharacter."""
 import fnmatch
@@ -9,8 +9,8 @@ import pytest
 from redis.crc import key_slot
 
 from delayqueue.core.constants import MAX_TOPIC_BYTES
-from delayqueue.live.keys import HISTORY_SUFFIX, TopicKeys, key_text, namespace_keys, topic_keys, topic_of_key_text
 from delayqueue.core.names import TOPIC_RULE, topic_problem
+from delayqueue.live.keys import HISTORY_SUFFIX, TopicKeys, key_text, namespace_keys, topic_keys, topic_of_key_text
 
 # The names the tests put through every layer: each character the key encoding must handle.
 ODD_TOPICS = ["my topic", "a/b", "{}", "{a}b}", "*", "?", "[x]", "%41", "\\", "订单-cancel", " padded ",

@@ -1,4 +1,4 @@
--- Adds to many fields of one counts hash in one call: the pushers' figures (push/figures.py), a
+-- Adds to many fields of one counts hash in one call: the pushers' figures (live/push_counts.py), a
 -- few fields per topic pushed to, which as one command each would hold a pusher's loop for long.
 -- KEYS[1] pushes
 -- ARGV[1...] per field: field, increment

@@ -22,9 +22,9 @@ if rate == 0 or within_cap == 0 then
   return {within_cap, within_cap, 0}
 end
 local _, now_us = clock()
-local tokens = bucket_level(buckets, 'produce', rate, now_us)
+local tokens = bucket_level(buckets, BUCKET.PRODUCE, rate, now_us)
 local admitted = math.min(within_cap, math.floor(tokens))
-bucket_store(buckets, 'produce', tokens - admitted, now_us)
+bucket_store(buckets, BUCKET.PRODUCE, tokens - admitted, now_us)
 if admitted < within_cap then
   return {admitted, within_cap, bucket_wait(tokens - admitted, within_cap - admitted, rate)}
 end

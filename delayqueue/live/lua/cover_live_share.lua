@@ -5,9 +5,9 @@
 -- KEYS[2] meta
 -- Returns the topic's share now.
 local live = redis.call('ZCARD', KEYS[1])
-local share = tonumber(redis.call('HGET', KEYS[2], 'live_share') or '0')
+local share = tonumber(redis.call('HGET', KEYS[2], META.LIVE_SHARE) or '0')
 if live > share then
-  redis.call('HSET', KEYS[2], 'live_share', live)
+  redis.call('HSET', KEYS[2], META.LIVE_SHARE, live)
   return live
 end
 return share

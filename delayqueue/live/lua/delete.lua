@@ -37,7 +37,7 @@ if is_live(m) then
   else
     remove_from_queues(t, id, m)
     end_message(t, id, m, now, REASON.DELETED, STATUS.DELETED)
-    stat_add(t.stats, interval, now, 'deleteMsg', 1)
+    stat_add(t.stats, interval, now, COUNTER.DELETE, 1)
     deleted = 1
   end
 end

@@ -9,7 +9,7 @@
 -- KEYS[7] stats
 -- KEYS[8] events
 -- KEYS[9] prioritised
--- ARGV[1] limit: most messages handled per call
+-- ARGV[1] scan_limit: most messages handled per call (DELAYQUEUE_SCANNER_BATCH)
 -- ARGV[2] retention_millis: how long an ended body stays readable
 -- ARGV[3] stats_interval_millis
 -- ARGV[4] actor: 'process@host' for the history, '' with the message log off
@@ -35,5 +35,5 @@ take_due(t.expiry, t.msgs, ids, function(id, m)
     expired = expired + 1
   end
 end)
-stat_add(KEYS[7], tonumber(ARGV[3]), now, 'triggerMsgEndLife', expired)
+stat_add(KEYS[7], tonumber(ARGV[3]), now, COUNTER.END_LIFE, expired)
 return scan_reply(expired, #ids, limit, t.expiry)

@@ -31,5 +31,5 @@ if is_live(m) and m.expireTime <= now then
   end_expired(t, ARGV[1], m, now, interval)
   raw = cjson.encode(m)
 end
-stat_add(t.stats, interval, now, 'getMsg', 1)
+stat_add(t.stats, interval, now, COUNTER.GET, 1)
 return raw

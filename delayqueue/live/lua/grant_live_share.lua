@@ -3,4 +3,4 @@
 -- KEYS[1] meta
 -- ARGV[1] amount
 -- Returns the topic's share now.
-return redis.call('HINCRBY', KEYS[1], 'live_share', tonumber(ARGV[1]))
+return redis.call('HINCRBY', KEYS[1], META.LIVE_SHARE, tonumber(ARGV[1]))

@@ -49,11 +49,11 @@ if ARGV[11] ~= '' then
   set_event_detail(ARGV[11])
 end
 if ARGV[8] == '1' then
-  stat_add(t.stats, interval, now, 'triggerMsgEndLife', 1)
+  stat_add(t.stats, interval, now, COUNTER.END_LIFE, 1)
   return {1, end_message(t, id, m, now, REASON.DEAD_LETTERED, STATUS.EXHAUSTED)}
 end
 if m.expireTime <= now or m.retry > m.maxRetry then
-  stat_add(t.stats, interval, now, 'triggerMsgEndLife', 1)
+  stat_add(t.stats, interval, now, COUNTER.END_LIFE, 1)
   return {1, end_message(t, id, m, now, end_reason(m, now), STATUS.EXHAUSTED)}
 end
 local delay = tonumber(ARGV[7])

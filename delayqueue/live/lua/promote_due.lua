@@ -8,7 +8,7 @@
 -- KEYS[6] stats
 -- KEYS[7] events
 -- KEYS[8] prioritised
--- ARGV[1] limit: most messages handled per call
+-- ARGV[1] scan_limit: most messages handled per call (DELAYQUEUE_SCANNER_BATCH)
 -- ARGV[2] retention_millis: how long an ended body stays readable
 -- ARGV[3] stats_interval_millis
 -- ARGV[4] ready_channel: published when the ready list goes from empty to non-empty

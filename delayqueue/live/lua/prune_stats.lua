@@ -11,8 +11,8 @@ local current = math.floor(now / tonumber(ARGV[1]))
 local first_minute = math.floor(now / 60000) - CHART_MINUTES
 local removed = 0
 for _, field in ipairs(redis.call('HKEYS', stats)) do
-  local index = tonumber(string.match(field, '^(%d+):'))
-  local minute = tonumber(string.match(field, '^m(%d+):'))
+  local index = tonumber(string.match(field, STATS_INTERVAL_PATTERN))
+  local minute = tonumber(string.match(field, STATS_MINUTE_PATTERN))
   if (index and index < current - 1) or (minute and minute < first_minute) then
     redis.call('HDEL', stats, field)
     removed = removed + 1

@@ -4,7 +4,7 @@
 -- deliveries is ended instead of returned. With a consume rate, each message handed out takes a
 -- token from the topic's bucket: a pull hands out at most the whole tokens there are, and none at
 -- all answers how long until there is one. A paused topic (its meta hash's 'paused',
--- topic_config.py) hands out nothing.
+-- stores/topic_settings.py) hands out nothing.
 -- KEYS[1] ready
 -- KEYS[2] inflight
 -- KEYS[3] msgs
@@ -24,7 +24,7 @@
 -- ARGV[6] topic
 -- ARGV[7] actor: 'process@host' for the history, '' with the message log off
 -- ARGV[8] consume_rate: messages a second, 0 for no limit
--- ARGV[9] promote_limit: most due messages made ready first
+-- ARGV[9] scan_limit: most due messages made ready first (DELAYQUEUE_SCANNER_BATCH)
 -- ARGV[10] ready_channel: published when messages this pull made ready are left for others
 -- ARGV[11] max_inflight: 0 for none; else the pull hands out at most what keeps the topic's in-flight
 --   messages at or under it (a push topic's pushConcurrency, counted across every pusher)
@@ -46,12 +46,12 @@ local batch = tonumber(ARGV[1])
 local interval = tonumber(ARGV[4])
 local rate = tonumber(ARGV[8])
 local now, now_us = clock()
-if redis.call('HGET', meta, 'paused') == '1' then
+if redis.call('HGET', meta, META.PAUSED) == '1' then
   return {ready_count(t), -1}
 end
 local tokens
 if rate > 0 then
-  tokens = bucket_level(buckets, 'consume', rate, now_us)
+  tokens = bucket_level(buckets, BUCKET.CONSUME, rate, now_us)
   if tokens < 1 then
     return {ready_count(t), bucket_wait(tokens, 1, rate)}
   end
@@ -66,7 +66,7 @@ local _, promoted = promote(t, stats, interval, now, tonumber(ARGV[9]), nil, ARG
 local deadline = now + tonumber(ARGV[2])
 local earliest_deadline = next_due(inflight, now_us)
 
-redis.call('HSET', meta, 'last_active', now)
+redis.call('HSET', meta, META.LAST_ACTIVE, now)
 local out = {0, 0, 0}
 local ended_count = 0
 -- Bounded so that a list of stale ids cannot hold the script for long.
@@ -94,7 +94,7 @@ while #out - 3 < batch and budget > 0 do
         redis.call('ZADD', inflight, deadline, id)
         log_event(t.events, t.actor, id, m, STATUS.READY, REASON.PULLED)
         out[#out + 1] = encoded
-        stat_gap(stats, interval, now, 'pullGap', now - m.triggerTime)
+        stat_gap(stats, interval, now, GAP.PULL, now - m.triggerTime)
       end
     end
   end
@@ -102,10 +102,10 @@ end
 
 local pulled = #out - 3
 if rate > 0 then
-  bucket_store(buckets, 'consume', tokens - pulled, now_us)
+  bucket_store(buckets, BUCKET.CONSUME, tokens - pulled, now_us)
 end
-stat_add(stats, interval, now, 'pullMsg', pulled)
-stat_add(stats, interval, now, 'triggerMsgEndLife', ended_count)
+stat_add(stats, interval, now, COUNTER.PULL, pulled)
+stat_add(stats, interval, now, COUNTER.END_LIFE, ended_count)
 if pulled > 0 and (earliest_deadline < 0 or (deadline - now) * 1000 < earliest_deadline) then
   redis.call('PUBLISH', ARGV[5], ARGV[6])
 end

@@ -1,7 +1,7 @@
 -- Scanner: drops ended messages whose getMsg retention window has passed.
 -- KEYS[1] msgs
 -- KEYS[2] ended
--- ARGV[1] limit: most messages handled per call
+-- ARGV[1] scan_limit: most messages handled per call (DELAYQUEUE_SCANNER_BATCH)
 -- Returns {purged, µs until the next purge (0: more due now, -1: none)}
 -- @include clock
 -- @include scan_reply

@@ -12,7 +12,7 @@
 -- KEYS[7] events
 -- KEYS[8] stats
 -- KEYS[9] prioritised
--- ARGV[1] limit: most messages ended per call
+-- ARGV[1] scan_limit: most messages ended per call (DELAYQUEUE_SCANNER_BATCH)
 -- ARGV[2] retention_millis: how long an ended body stays readable
 -- ARGV[3] actor: 'process@host' for the history, '' with the message log off
 -- ARGV[4] stats_interval_millis
@@ -72,7 +72,7 @@ for _, queue in ipairs({{waiting, STATUS.WAITING}, {inflight, STATUS.CONSUMING}}
     end
   end
 end
-stat_add(KEYS[8], tonumber(ARGV[4]), now, 'deleteMsg', purged)
+stat_add(KEYS[8], tonumber(ARGV[4]), now, COUNTER.DELETE, purged)
 local more = ready_count({ready = ready, prioritised = prioritised}) + redis.call('ZCARD', waiting)
   + redis.call('ZCARD', inflight) > 0
 return {purged, more and 1 or 0}

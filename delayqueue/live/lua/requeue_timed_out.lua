@@ -12,7 +12,7 @@
 -- KEYS[8] waiting
 -- KEYS[9] meta
 -- KEYS[10] prioritised
--- ARGV[1] limit: most messages handled per call
+-- ARGV[1] scan_limit: most messages handled per call (DELAYQUEUE_SCANNER_BATCH)
 -- ARGV[2] retention_millis: how long an ended body stays readable
 -- ARGV[3] stats_interval_millis
 -- ARGV[4] ready_channel: published when the ready list goes from empty to non-empty
@@ -63,6 +63,6 @@ if wake then
   redis.call('PUBLISH', ARGV[7], ARGV[5])
 end
 requeued = requeued + backed_off
-stat_add(stats, interval, now, 'triggerMsgTimeout', requeued)
-stat_add(stats, interval, now, 'triggerMsgEndLife', ended_count)
+stat_add(stats, interval, now, COUNTER.TIMEOUT, requeued)
+stat_add(stats, interval, now, COUNTER.END_LIFE, ended_count)
 return scan_reply(requeued, #ids, limit, t.inflight)

@@ -47,7 +47,7 @@ end
 if not is_live(m) then
   return {3, m.status}
 end
-redis.call('HSET', KEYS[8], 'last_active', now)
+redis.call('HSET', KEYS[8], META.LAST_ACTIVE, now)
 local trigger = tonumber(ARGV[2])
 if trigger < 0 then
   trigger = now + tonumber(ARGV[3])

@@ -19,6 +19,7 @@
 -- @include clock
 -- @include history
 -- @include ready_queue
+-- @include new_message
 local waiting, ready, msgs, expiry, meta, events = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local t = {ready = ready, prioritised = KEYS[7]}
 local topic = ARGV[3]
@@ -36,21 +37,8 @@ for i = 6, #ARGV, 8 do
       restored = restored + 1
     end
   else
-    local m = {
-      topic = topic,
-      msgId = id,
-      msg = ARGV[i + 1],
-      produceTime = tonumber(ARGV[i + 2]),
-      triggerTime = tonumber(ARGV[i + 3]),
-      expireTime = tonumber(ARGV[i + 4]),
-      maxRetry = tonumber(ARGV[i + 5]),
-      retry = tonumber(ARGV[i + 6]),
-    }
-    local priority = tonumber(ARGV[i + 7])
-    if priority > 0 then
-      m.priority = priority
-    end
-    m.status = (m.triggerTime <= now) and STATUS.READY or STATUS.WAITING
+    local m = new_message(topic, id, ARGV[i + 1], tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3]), tonumber(ARGV[i + 4]),
+                          tonumber(ARGV[i + 5]), tonumber(ARGV[i + 6]), tonumber(ARGV[i + 7]), now)
     if redis.call('HSETNX', msgs, id, cjson.encode(m)) == 0 then
       held = held + 1
     else
@@ -90,8 +78,8 @@ if restored > 0 and not dry_run then
       redis.call('PUBLISH', ARGV[1], topic)  -- nothing was ready: wake long pollers
     end
   end
-  redis.call('HSET', meta, 'last_active', now)
-  redis.call('HSETNX', meta, 'registered', 1)
+  redis.call('HSET', meta, META.LAST_ACTIVE, now)
+  redis.call('HSETNX', meta, META.REGISTERED, 1)
   -- The topic's scanner may be asleep towards a later time, or not know the topic yet.
   redis.call('PUBLISH', ARGV[2], topic)
   log_events(events, ARGV[5], changes, 0, REASON.RESTORED)

@@ -21,11 +21,11 @@ if redis.call('ZCARD', waiting) > 0 or ready_count({ready = KEYS[2], prioritised
     or redis.call('XLEN', events) > 0 then
   return {0, 0}
 end
-local last_active = tonumber(redis.call('HGET', meta, 'last_active') or '0')
+local last_active = tonumber(redis.call('HGET', meta, META.LAST_ACTIVE) or '0')
 if now - last_active < tonumber(ARGV[1]) then
   return {0, 0}
 end
-local share = tonumber(redis.call('HGET', meta, 'live_share') or '0')
-redis.call('HDEL', meta, 'registered', 'live_share')
+local share = tonumber(redis.call('HGET', meta, META.LIVE_SHARE) or '0')
+redis.call('HDEL', meta, META.REGISTERED, META.LIVE_SHARE)
 redis.call('DEL', stats, events)
 return {1, share}

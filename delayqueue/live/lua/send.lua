@@ -1,7 +1,7 @@
--- Accepts one message: waiting if it is not yet due, ready otherwise. A live duplicate msgId
--- enqueues nothing and returns the stored message; an ended one starts afresh. produceTime
--- comes from the caller, which wrote the same times to the message log first, with the 'sent'
--- history row (so this script records no event).
+-- Accepts one message: waiting if it is not yet due by Redis' clock, ready otherwise. A live
+-- duplicate msgId enqueues nothing and returns the stored message; an ended one starts afresh.
+-- Its times come from the caller, which wrote the same times to the message log first, with the
+-- 'sent' history row (so this script records no event).
 -- KEYS[1] waiting
 -- KEYS[2] ready
 -- KEYS[3] inflight
@@ -13,8 +13,8 @@
 -- KEYS[9] prioritised
 -- ARGV[1] msg_id
 -- ARGV[2] payload
--- ARGV[3] delay_millis: from produce_time; negative counts as 0
--- ARGV[4] ttl_millis: from the trigger time
+-- ARGV[3] trigger_time: epoch ms, not before produce_time
+-- ARGV[4] expire_time: epoch ms
 -- ARGV[5] max_retry
 -- ARGV[6] topic
 -- ARGV[7] ready_channel: published when the ready list goes from empty to non-empty
@@ -35,14 +35,15 @@
 -- @include next_due
 -- @include remove_from_queues
 -- @include ready_queue
+-- @include new_message
 local t = {waiting = KEYS[1], ready = KEYS[2], inflight = KEYS[3], prioritised = KEYS[9]}
 local msgs, expiry, ended, meta, stats = KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local id, topic = ARGV[1], ARGV[6]
 local now, now_us = clock()
 
-redis.call('HSET', meta, 'last_active', now)
-local new_topic = redis.call('HSETNX', meta, 'registered', 1)
-stat_add(stats, tonumber(ARGV[9]), now, 'sendMsg', 1)
+redis.call('HSET', meta, META.LAST_ACTIVE, now)
+local new_topic = redis.call('HSETNX', meta, META.REGISTERED, 1)
+stat_add(stats, tonumber(ARGV[9]), now, COUNTER.SEND, 1)
 
 local existing = redis.call('HGET', msgs, id)
 local old = existing and cjson.decode(existing)
@@ -57,7 +58,7 @@ if (max_live > 0 or namespace_capped) and not redis.call('ZSCORE', expiry, id) t
   if max_live > 0 and live >= max_live then
     return {2, 0, new_topic}
   end
-  if namespace_capped and live >= tonumber(redis.call('HGET', meta, 'live_share') or '0') then
+  if namespace_capped and live >= tonumber(redis.call('HGET', meta, META.LIVE_SHARE) or '0') then
     return {3, 0, new_topic}
   end
 end
@@ -67,27 +68,9 @@ if old then
   remove_from_queues(t, id, old)
 end
 
-local delay = tonumber(ARGV[3])
-if delay < 0 then
-  delay = 0
-end
-local produce = tonumber(ARGV[10])
-local trigger = produce + delay
-local m = {
-  topic = topic,
-  msgId = id,
-  msg = ARGV[2],
-  produceTime = produce,
-  triggerTime = trigger,
-  expireTime = trigger + tonumber(ARGV[4]),
-  maxRetry = tonumber(ARGV[5]),
-  retry = 0,
-  status = (trigger <= now) and STATUS.READY or STATUS.WAITING,
-}
-local priority = tonumber(ARGV[13])
-if priority > 0 then
-  m.priority = priority
-end
+local trigger = tonumber(ARGV[3])
+local m = new_message(topic, id, ARGV[2], tonumber(ARGV[10]), trigger, tonumber(ARGV[4]), tonumber(ARGV[5]), 0,
+                      tonumber(ARGV[13]), now)
 local encoded = cjson.encode(m)
 redis.call('HSET', msgs, id, encoded)
 

@@ -2,7 +2,7 @@
 -- out. A negative `wanted` gives tokens back (taken for messages that then did not go), to a
 -- namespace's bucket or a topic's.
 -- KEYS[1] buckets
--- ARGV[1] kind: 'produce' or 'consume'
+-- ARGV[1] kind: a BUCKET
 -- ARGV[2] wanted
 -- ARGV[3] rate: tokens a second
 -- Returns {tokens granted, ms until the bucket holds what was refused (0 when nothing was)}

@@ -24,7 +24,7 @@ local m = cjson.decode(raw)
 if m.status ~= STATUS.CONSUMING then
   return {0, m.status}
 end
-redis.call('HSET', meta, 'last_active', now)
+redis.call('HSET', meta, META.LAST_ACTIVE, now)
 local deadline = now + tonumber(ARGV[2])
 local earliest = next_due(inflight, now_us)
 redis.call('ZADD', inflight, deadline, id)

@@ -4,18 +4,18 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import DatabaseError
 
 from delayqueue.config.arguments import age_in_days, positive_int
-from delayqueue.config.settings import load_config
+from delayqueue.config.settings import load_config, setting_text
 from delayqueue.messagelog.retention import prune_log
 
 
 class Command(BaseCommand):
     help = ("Delete ended messages (acked, expired, exhausted, deleted) and their history from the message log "
-            "once they are older than the retention age; dead letters (status 6) once older than "
-            "DELAYQUEUE_DEAD_LETTER_RETENTION_DAYS (14). Live messages are never touched.")
+            "once they are older than the retention age; dead letters (status 6) once older than their own "
+            f"days ({setting_text('dead_letter_retention_days')}). Live messages are never touched.")
 
     def add_arguments(self, parser):
         parser.add_argument("--older-than-days", type=age_in_days,
-                            help="age in days (default DELAYQUEUE_LOG_RETENTION_DAYS, 7)")
+                            help=f"age in days ({setting_text('log_retention_days')})")
         parser.add_argument("--batch", type=positive_int, default=5000, help="messages per transaction (5000)")
 
     def handle(self, *args, **options):

@@ -64,20 +64,19 @@ class Command(BaseCommand):
         out = sys.stderr
         tty, last = out.isatty(), 0.0
         while True:
-            state = await redrive_state(rt, task_id=task_id)
-            done = state["state"] == "done"
-            total = state["moved"] + state["left"]
+            progress = await redrive_state(rt, task_id=task_id)
+            total = progress.moved + progress.left
             now = time.monotonic()
-            if tty or done or now - last >= PLAIN_LINE_SECONDS:
+            if tty or progress.done or now - last >= PLAIN_LINE_SECONDS:
                 last = now
-                share = state["moved"] / total if total else 1.0
+                share = progress.moved / total if total else 1.0
                 filled = int(share * 30)
-                line = f"redrive [{'#' * filled}{'.' * (30 - filled)}] {share:6.1%} {state['moved']:,}/{total:,}"
+                line = f"redrive [{'#' * filled}{'.' * (30 - filled)}] {share:6.1%} {progress.moved:,}/{total:,}"
                 out.write(("\r" + line) if tty else line + "\n")
                 out.flush()
-            if done:
+            if progress.done:
                 if tty:
                     out.write("\n")
-                self.stdout.write(f"redriven {state['moved']}")
+                self.stdout.write(f"redriven {progress.moved}")
                 return
             await asyncio.sleep(POLL_SECONDS)

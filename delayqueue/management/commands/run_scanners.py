@@ -11,10 +11,10 @@ from delayqueue.config.settings import load_config
 from delayqueue.core.exceptions import LogUnavailable
 from delayqueue.messagelog import sql
 from delayqueue.messagelog.connection import LogConnection
-from delayqueue.workers.pusher import Pusher
 from delayqueue.runtime import Runtime
-from delayqueue.workers.scanner import Scanner
 from delayqueue.stores.tokens import ordered_namespaces
+from delayqueue.workers.pusher import Pusher
+from delayqueue.workers.scanner import Scanner
 
 log = logging.getLogger("delayqueue.scanner")
 

@@ -1,3 +1,8 @@
 """The Django admin's pages over the message log and the operator data; importing this package
-registers them (apps.DelayQueueConfig.ready)."""
-from delayqueue.ops.admin import messages, topics  # noqa: F401
+registers them (apps.DelayQueueConfig.ready), and the admin's login is limited against guessing."""
+from django.contrib import admin
+
+from delayqueue.ops.admin import limits, messages, stats, tokens, topics  # noqa: F401
+from delayqueue.ops.login_limit import LimitedAdminAuthenticationForm
+
+admin.site.login_form = LimitedAdminAuthenticationForm

@@ -16,22 +16,18 @@ from django.utils.functional import cached_property
 from redis.exceptions import RedisError
 
 from delayqueue.api.validation import MsgIdField, TopicSerializer, first_error
-from delayqueue.config.settings import load_config
 from delayqueue.core.clock import from_millis, to_millis
-from delayqueue.core.constants import MAX_DELAY_MILLIS, Scope, Status
+from delayqueue.core.constants import MAX_DELAY_MILLIS, Status
 from delayqueue.core.exceptions import QueueError
 from delayqueue.messagelog.selectors import estimated_count, message_history
-from delayqueue.models import ApiToken, Limit, Message, TopicHourStats
+from delayqueue.models import Message
 from delayqueue.ops import figures
 from delayqueue.ops.admin.topics import in_namespace, topic_url
-from delayqueue.ops.login_limit import LimitedAdminAuthenticationForm
 from delayqueue.runtime import run_with_runtime
 from delayqueue.services.messages import delete_message, reschedule_message
 from delayqueue.services.restore import restore_rows
 from delayqueue.services.topics import list_topics
 from delayqueue.stores import rows
-
-admin.site.login_form = LimitedAdminAuthenticationForm
 
 # The actions work on rows in memory; a "select all" over millions of rows is a job for
 # `manage.py restore --topic ...`, not a web request.
@@ -146,7 +142,7 @@ class MessageAdmin(admin.ModelAdmin):
         try:
             if action == "run_now":
                 moved = in_namespace(message.namespace, reschedule_message, **where, delay_millis=0)
-                done = f"Due now: {Status(moved['status']).label}"
+                done = f"Due now: {Status(moved.status).label}"
             elif action == "reschedule":
                 form = RescheduleForm(request.POST)
                 if not form.is_valid():
@@ -158,8 +154,8 @@ class MessageAdmin(admin.ModelAdmin):
                 when = {"delay_millis": data["delay_millis"]} if data["delay_millis"] is not None \
                     else {"trigger_time": to_millis(data["trigger_time"])}
                 moved = in_namespace(message.namespace, reschedule_message, **where, **when)
-                done = (f"Rescheduled: {Status(moved['status']).label}, trigger time "
-                        f"{millis_text(from_millis(moved['triggerTime']))}")
+                done = (f"Rescheduled: {Status(moved.status).label}, trigger time "
+                        f"{millis_text(from_millis(moved.trigger_time))}")
             elif action == "delete":
                 if request.POST.get("confirmed") != "on":
                     return TemplateResponse(request, "admin/delayqueue/confirm.html", {
@@ -319,120 +315,3 @@ class MessageAdmin(admin.ModelAdmin):
         total = sum(len(t) for t in targets.values())
         self.message_user(request, f"Deleted {deleted}; {total - deleted} were not live (already ended or not in "
                                    f"Redis). The list shows the message log: {LOG_CATCHES_UP}.", messages.SUCCESS)
-
-
-@admin.register(TopicHourStats)
-class TopicHourStatsAdmin(admin.ModelAdmin):
-    """The figures the Spark stats job (spark/stats.py) computes from the log, per topic and
-    hour; empty until the job has run. Read-only: the job replaces them."""
-
-    list_display = ("topic", "hour", "sent", "delivered", "acked", "nacked", "timed_out", "expired", "exhausted",
-                    "deleted", "fire_lateness_p50", "fire_lateness_p90", "fire_lateness_p99",
-                    "latency_p50", "latency_p90", "latency_p99")
-    list_filter = ("namespace", "topic")
-    search_fields = ("=topic",)  # exact: on the unique index, not an icontains scan
-    search_help_text = "Exact topic"
-    date_hierarchy = "hour"
-    ordering = ("-hour", "topic")
-    show_facets = admin.ShowFacets.NEVER
-    list_per_page = 100
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
-
-
-class LimitForm(forms.ModelForm):
-    class Meta:
-        model = Limit
-        fields = ("namespace", "topic", "produce_rate", "consume_rate", "max_live")
-
-    def clean_topic(self):
-        topic = self.cleaned_data["topic"]
-        if topic:
-            serializer = TopicSerializer(data={"topic": topic})
-            if not serializer.is_valid():
-                raise forms.ValidationError(first_error(serializer.errors))
-        return topic
-
-
-@admin.register(Limit)
-class LimitAdmin(admin.ModelAdmin):
-    """Rate limits and live-message caps (delayqueue/limits.py), as `manage.py set_limits` sets
-    them: an empty topic is the whole namespace, an empty limit is none. Every web process
-    applies a change within a second."""
-
-    form = LimitForm
-    list_display = ("namespace", "whose", "produce_rate", "consume_rate", "max_live", "updated_at")
-    list_filter = ("namespace",)
-    search_fields = ("=topic",)
-    search_help_text = "Exact topic"
-    ordering = ("namespace", "topic")
-
-    @admin.display(description="topic", ordering="topic")
-    def whose(self, obj):
-        return obj.topic or "(the whole namespace)"
-
-    def get_changeform_initial_data(self, request):
-        return {"namespace": load_config().namespace, **super().get_changeform_initial_data(request)}
-
-
-class ApiTokenForm(forms.ModelForm):
-    scopes = forms.MultipleChoiceField(choices=Scope.choices, widget=forms.CheckboxSelectMultiple)
-    name = forms.CharField(required=False, max_length=100, help_text="unique; generated if left empty")
-
-    class Meta:
-        model = ApiToken
-        fields = ("name", "namespace", "scopes")
-
-    def clean(self):
-        data = super().clean()
-        try:
-            rows.token_namespace(data.get("namespace") or "")
-        except QueueError as exc:
-            self.add_error("namespace", str(exc))
-        if data.get("name") and ApiToken.objects.filter(name=data["name"]).exists():
-            self.add_error("name", f"a token named {data['name']!r} already exists")
-        return data
-
-
-@admin.register(ApiToken)
-class ApiTokenAdmin(admin.ModelAdmin):
-    """Tokens are created here (the token is shown once, in the message after saving), listed
-    and revoked; a token cannot be edited or read back, only its sha256 is stored."""
-
-    list_display = ("name", "namespace", "scopes", "created_at", "revoked_at")
-    list_filter = ("namespace",)
-    search_fields = ("name",)
-    actions = ["revoke_selected"]
-    form = ApiTokenForm
-    readonly_fields = ("name", "namespace", "scopes", "created_at", "revoked_at")
-
-    def get_readonly_fields(self, request, obj=None):
-        return self.readonly_fields if obj is not None else ()
-
-    def get_fields(self, request, obj=None):
-        return self.readonly_fields if obj is not None else ApiTokenForm.Meta.fields
-
-    def has_delete_permission(self, request, obj=None):
-        return False  # revoke instead: the row says when a token stopped working
-
-    def save_model(self, request, obj, form, change):
-        if change:
-            return
-        data = form.cleaned_data  # checked by the form's clean()
-        row, token = rows.create_token(namespace=data["namespace"], scopes=data["scopes"], name=data["name"] or None)
-        obj.pk, obj.name = row.pk, row.name
-        messages.warning(request, f"Token {row.name} created. Copy it now, it is not shown again: {token}")
-
-    @admin.action(description="Revoke selected tokens")
-    def revoke_selected(self, request, queryset):
-        names = list(queryset.filter(revoked_at__isnull=True).values_list("name", flat=True))
-        for name in names:
-            rows.revoke_token(name=name)
-        messages.success(request, f"Revoked {len(names)} token(s).")

@@ -26,8 +26,8 @@ from delayqueue.models import Limit, RedriveTask, TopicConfig
 from delayqueue.ops import figures
 from delayqueue.runtime import run_with_runtime
 from delayqueue.services.dead_letters import create_redrive, dead_letters, purge_dead_letters, redrive_state
-from delayqueue.services.topics import (pause_topic, purge_topic, resume_topic, set_topic_config, topic_config,
-                                        topic_info)
+from delayqueue.services.topic_control import pause_topic, resume_topic, set_topic_config
+from delayqueue.services.topics import purge_topic, topic_config, topic_info
 
 DEAD_PAGE_SIZE = 50
 # A running redrive's page reloads itself this often.
@@ -218,7 +218,7 @@ class TopicConfigAdmin(admin.ModelAdmin):
             config = await topic_config(rt, topic=topic)
             info = await topic_info(rt, topic=topic)
             after_delivery, capped = await figures.waiting_after_delivery(
-                rt, topic=topic, within_millis=config["retryBackoffMaxMillis"] or RETRY_BACKOFF_MAX_MILLIS)
+                rt, topic=topic, within_millis=config.retry_backoff_max_millis or RETRY_BACKOFF_MAX_MILLIS)
             dead, redrives = await figures.log_figures(rt, namespaces=[namespace], topic=topic)
             return {"config": config, "info": info, "after_delivery": after_delivery, "capped": capped,
                     "dead": dead.get((namespace, topic), 0), "redrives": redrives}
@@ -253,7 +253,7 @@ class TopicConfigAdmin(admin.ModelAdmin):
                 return self._bad_target(request, exc)
             try:
                 info = in_namespace(namespace, topic_info, topic=topic)
-                live = info["waitingQueueSize"] + info["readyQueueSize"] + info["ackQueueSize"]
+                live = info.waiting + info.ready + info.consuming
             except RedisError:
                 live = "?"
             return self._confirm(request, title=f"{action.capitalize()} topic {topic}", action=request.path,
@@ -302,10 +302,9 @@ class TopicConfigAdmin(admin.ModelAdmin):
             error = None
         except QueueError as exc:
             page, next_cursor, dead, redrives, error = [], None, {}, [], str(exc)
-        for message in page:
-            message["dead_at"] = from_millis(message["deadTime"])
+        rows = [{"message": dead.message, "reason": dead.reason, "died_at": from_millis(dead.died_at)} for dead in page]
         return TemplateResponse(request, "admin/delayqueue/topicconfig/dead_letters.html", self._context(
-            request, f"Dead letters of topic {topic}", namespace, topic, page=page, error=error,
+            request, f"Dead letters of topic {topic}", namespace, topic, page=rows, error=error,
             count=dead.get((namespace, topic), 0), redrives=redrives,
             next_url=topic_url("deadletters", namespace, topic, cursor=next_cursor) if next_cursor else None,
             first_url=topic_url("deadletters", namespace, topic) if cursor else None,

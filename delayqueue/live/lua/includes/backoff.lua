@@ -1,12 +1,12 @@
 -- Retry backoff: how long a message given back (ack timeout, nack) waits before it is ready
--- again, from its topic's settings mirrored in the meta hash (topic_config.py):
+-- again, from its topic's settings mirrored in the meta hash (stores/topic_settings.py):
 -- min(max, base * 2^(retry-1)), less up to RETRY_BACKOFF_JITTER of it at random; 0 when the
 -- topic has none. Redis seeds math.random alike for every call, so the caller seeds it from
 -- ARGV first (math.randomseed).
 -- backoff_settings(meta key) -> base ms, max ms (read once per call)
 -- backoff_wait(base ms, max ms, retry: deliveries so far) -> ms to wait
 local function backoff_settings(meta)
-  local fields = redis.call('HMGET', meta, 'retry_backoff', 'retry_backoff_max')
+  local fields = redis.call('HMGET', meta, META.RETRY_BACKOFF, META.RETRY_BACKOFF_MAX)
   return tonumber(fields[1] or '0'), tonumber(fields[2] or RETRY_BACKOFF_MAX_MILLIS)
 end
 

@@ -26,5 +26,5 @@ end
 local function end_expired(t, id, m, now, interval)
   remove_from_queues(t, id, m)
   end_message(t, id, m, now, REASON.EXPIRED)
-  stat_add(t.stats, interval, now, 'triggerMsgEndLife', 1)
+  stat_add(t.stats, interval, now, COUNTER.END_LIFE, 1)
 end

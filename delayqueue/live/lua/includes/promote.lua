@@ -21,12 +21,12 @@ local function promote(t, stats, interval, now, limit, channel, topic)
       return false
     end
     set_ready(t, id, m, STATUS.WAITING, REASON.DUE)
-    stat_gap(stats, interval, now, 'readyGap', now - m.triggerTime)
+    stat_gap(stats, interval, now, GAP.READY, now - m.triggerTime)
     lateness_add(lateness, now - m.triggerTime)
     return true
   end)
-  stat_add(stats, interval, now, 'triggerMsgReady', moved)
+  stat_add(stats, interval, now, COUNTER.READY, moved)
   lateness_flush(stats, now, lateness)
-  stat_add(stats, interval, now, 'triggerMsgEndLife', ended_count)
+  stat_add(stats, interval, now, COUNTER.END_LIFE, ended_count)
   return ids, moved
 end

@@ -5,8 +5,8 @@
 --   t: inflight, msgs, stats, meta (keys)
 -- @include stats
 local function take_consuming(t, interval, now, id)
-  redis.call('HSET', t.meta, 'last_active', now)
-  stat_add(t.stats, interval, now, 'ackMsg', 1)
+  redis.call('HSET', t.meta, META.LAST_ACTIVE, now)
+  stat_add(t.stats, interval, now, COUNTER.ACK, 1)
   local raw = redis.call('HGET', t.msgs, id)
   if not raw then
     return nil, 0

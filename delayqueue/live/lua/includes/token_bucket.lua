@@ -1,5 +1,5 @@
 -- Token buckets for the rate limits: `rate` tokens a second, holding at most BURST_MILLIS'
--- worth. Bucket `kind` ('produce' or 'consume') is two fields of a hash: '<kind>:tokens' and
+-- worth. Bucket `kind` (a BUCKET) is two fields of a hash: '<kind>:tokens' and
 -- '<kind>:at' (µs of the last take). A bucket left alone for BURST_MILLIS is full, so the hash
 -- expires then and a missing one reads as full (an idle topic leaves nothing behind).
 -- bucket_level(key, kind, rate, now µs) -> tokens now

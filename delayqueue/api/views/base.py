@@ -1,0 +1,180 @@
+"""The views' common ground: parameters parsed and validated, answers rendered, callers
+authorized, errors worded."""
+import orjson
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig, TooManyFieldsSent
+from django.http import HttpResponse
+from rest_framework import exceptions as drf_exceptions
+from rest_framework.exceptions import ValidationError
+from rest_framework.permissions import AllowAny
+from rest_framework.views import APIView
+
+from delayqueue.api import health_state
+from delayqueue.api.auth import authorize
+from delayqueue.api.parsers import (FORM_CONTENT_TYPE, FormBodyParser, FormError, JSONBodyParser, StrictMultiPartParser,
+                                    parse_fields, parse_form)
+from delayqueue.api.validation import FastValidation, first_error
+from delayqueue.core.constants import Scope
+from delayqueue.core.exceptions import BadRequest, Refused, error_body
+from delayqueue.runtime import current
+
+# Parameters whose empty value is itself an answer (400, "generate an id", "push off"); any other
+# empty parameter counts as absent, as Spring treats it.
+KEEP_EMPTY = {"topic", "msg", "msgId", "pushUrl"}
+
+# Permission classes that let everyone in: no check to run.
+NOTHING_TO_PERMIT = ((), (AllowAny,))
+
+# DRF's refusals of a caller that keep their own code: not authenticated, not allowed, throttled.
+CALLER_REFUSALS = (401, 403, 429)
+
+_parsers: dict[type, tuple] = {}
+
+
+def parse(serializer_class, data: dict) -> dict:
+    """Validates request parameters: the serializer's fast path for the well-formed common case,
+    the serializer itself for the rest (and for every error message). One serializer instance per
+    class is reused: validation keeps no state on the instance, and building one per request (DRF
+    deep-copies every field) costs more than the rest of a send."""
+    parser = _parsers.get(serializer_class)
+    if parser is None:
+        serializer = serializer_class()
+        parser = _parsers[serializer_class] = (serializer, FastValidation(serializer))
+    validated = parser[1](data)
+    if validated is not None:
+        return validated
+    try:
+        return parser[0].run_validation(data)
+    except ValidationError as exc:
+        raise BadRequest(first_error(exc.detail)) from None
+
+
+def reply(code: int = 200, msg: str = "success", **payload) -> HttpResponse:
+    """The API speaks JSON only, so it renders directly instead of through DRF's content
+    negotiation and template response (which Django would render via a thread hop)."""
+    return HttpResponse(orjson.dumps({"code": code, "msg": msg, **payload}), content_type="application/json")
+
+
+class QueueAPIView(APIView):
+    """An async DRF view: serializers validate the parameters, `reply` renders JSON. Form bodies
+    (every call of camellia's SDK) and query strings are read from Django's request; DRF's
+    Request and parsers are built only for a JSON or multipart body (`body_data`), or when the
+    view has authentication, permission or throttle checks to run (`checks_callers`)."""
+
+    http_method_names = ["get", "post"]
+    parser_classes = [FormBodyParser, JSONBodyParser, StrictMultiPartParser]  # form bodies: see params()
+    # Message operations count as use for /camellia/health/offline; monitor reads do not.
+    marks_use = True
+    # The scope a token needs (DELAYQUEUE_AUTH=tokens); None: open to anyone.
+    needs_scope: Scope | tuple[Scope, ...] | None = None  # a tuple: any one of them
+    # Host-wide views (health) work in DELAYQUEUE_NAMESPACE whatever the token's namespace.
+    host_wide = False
+
+    # Parsers and the negotiator keep no per-request state: build them once, not per request.
+    _parsers = None
+    _negotiator = None
+
+    def get_parsers(self):
+        if QueueAPIView._parsers is None:
+            QueueAPIView._parsers = super().get_parsers()
+        return QueueAPIView._parsers
+
+    def get_content_negotiator(self):
+        if QueueAPIView._negotiator is None:
+            QueueAPIView._negotiator = super().get_content_negotiator()
+        return QueueAPIView._negotiator
+
+    def checks_callers(self) -> bool:
+        """Whether DRF's authentication, permission or throttle checks have anything to do. Only
+        then is DRF's Request built before the view runs: for a form body it costs more than the
+        rest of a send."""
+        return bool(self.authentication_classes or self.throttle_classes) or (
+            tuple(self.permission_classes) not in NOTHING_TO_PERMIT)
+
+    async def dispatch(self, request, *args, **kwargs):
+        self.args, self.kwargs = args, kwargs
+        self.request = request  # Django's: see body_data()
+        self.drf_request = None
+        try:
+            if request.method.lower() not in self.http_method_names:
+                raise drf_exceptions.MethodNotAllowed(request.method)
+            if self.checks_callers():
+                self.drf_request = self.initialize_request(request, *args, **kwargs)
+                self.initial(self.drf_request, *args, **kwargs)  # authenticates, checks permissions and throttles
+            root = current()  # once: each asyncio.get_running_loop() is a getpid() system call
+            self.rt = root
+            if self.needs_scope is not None and root.config.auth == "tokens":
+                namespace = await authorize(root, request, self.needs_scope)
+                if not self.host_wide:
+                    self.rt = root.for_namespace(namespace)
+            if self.marks_use:
+                health_state.mark_use(root)  # host-wide
+            return await self.handle()
+        except Exception as exc:
+            return self.handle_exception(exc)
+
+    def handle_exception(self, exc):
+        return reply(**error_body(self.queue_error(exc), type(self).__name__))
+
+    def queue_error(self, exc: Exception) -> Exception:
+        """Problems of the HTTP request itself as the queue's error kinds; error_answer words them all."""
+        if isinstance(exc, RequestDataTooBig):
+            return BadRequest(f"request body is over {settings.DATA_UPLOAD_MAX_MEMORY_SIZE} bytes")
+        if isinstance(exc, TooManyFieldsSent):  # Django's own parse (request.GET, multipart) met the limit
+            return BadRequest(f"request has more than {settings.DATA_UPLOAD_MAX_NUMBER_FIELDS} fields")
+        if isinstance(exc, drf_exceptions.MethodNotAllowed):
+            return BadRequest(f"method {self.request.method} not allowed, use GET or POST")
+        if isinstance(exc, drf_exceptions.APIException):
+            if exc.status_code in CALLER_REFUSALS:
+                return Refused(first_error(exc.detail), exc.status_code)
+            return BadRequest(f"bad request: {first_error(exc.detail)}")
+        return exc
+
+    def body_data(self):
+        """A JSON or multipart body, parsed by DRF (its Request costs more than a form's parse)."""
+        if self.drf_request is None:
+            self.drf_request = self.initialize_request(self.request, *self.args, **self.kwargs)
+        return self.drf_request.data
+
+    def params(self) -> dict:
+        """Query string and body (form or JSON object) merged; the body wins."""
+        request = self.request
+        if query_string_error := getattr(request, "query_string_error", None):  # see api/asgi.py
+            raise BadRequest(query_string_error)
+        encoding = request.encoding or settings.DEFAULT_CHARSET
+        query = request.META.get("QUERY_STRING")
+        try:
+            # As request.GET.dict(), but refusing what it would guess at (see parsers.py), and cheaper.
+            params = parse_fields(query, encoding) if query else {}
+            data = parse_form(request.body, encoding) if request.content_type == FORM_CONTENT_TYPE else None
+        except FormError as exc:
+            raise BadRequest(str(exc)) from None
+        if data is None:
+            data = self.body_data()
+            if hasattr(data, "dict"):
+                data = data.dict()
+            if not isinstance(data, dict):
+                raise BadRequest("request body must be form fields or a JSON object")
+        params.update(data)
+        return {k: v for k, v in params.items() if v != "" or k in KEEP_EMPTY}
+
+    def validated(self, serializer_class) -> dict:
+        return parse(serializer_class, self.params())
+
+    def validated_fully(self, serializer_class) -> dict:
+        """As validated(), by the serializer alone: for parameters the fast path does not take
+        (a JSON list of msgIds), on endpoints that are not hot."""
+        try:
+            return serializer_class().run_validation(self.params())
+        except ValidationError as exc:
+            raise BadRequest(first_error(exc.detail)) from None
+
+    # Declared async so Django treats the view as async; dispatch() calls handle() for both.
+    async def get(self, request, *args, **kwargs):
+        return await self.handle()
+
+    async def post(self, request, *args, **kwargs):
+        return await self.handle()
+
+    async def handle(self) -> HttpResponse:
+        raise NotImplementedError

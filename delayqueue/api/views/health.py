@@ -1,0 +1,63 @@
+"""camellia's health endpoints, for load balancers: the HTTP status is the answer."""
+import orjson
+from django.http import HttpResponse
+
+from delayqueue.api import health_state
+from delayqueue.api.schema import health_endpoint
+from delayqueue.api.views.base import QueueAPIView
+from delayqueue.core.constants import Scope
+from delayqueue.core.exceptions import error_answer
+
+
+def health_reply(code: int) -> HttpResponse:
+    """camellia's health answers: {"code": N} with the same HTTP status, for load balancers."""
+    return HttpResponse(orjson.dumps({"code": code}), status=code,
+                        content_type="application/json")
+
+
+class HealthView(QueueAPIView):
+    marks_use = False
+    host_wide = True
+
+    def handle_exception(self, exc):
+        code, _msg = error_answer(self.queue_error(exc), type(self).__name__)
+        return health_reply(code)
+
+
+@health_endpoint("Is this host online",
+                 "Answers 200 while this host reports itself online, 500 after /camellia/health/offline "
+                 "(until /camellia/health/online).", failing="offline, or the check failed")
+class HealthStatusView(HealthView):
+    async def handle(self):
+        return health_reply(200 if await health_state.is_online(self.rt) else 500)
+
+
+@health_endpoint("Is the process serving", "Answers 200 whenever the process serves requests.",
+                 failing="the check failed")
+class HealthCheckView(HealthView):
+    async def handle(self):
+        return health_reply(200)
+
+
+@health_endpoint("Report this host online", "Makes /camellia/health/status answer 200 again.",
+                 failing="the change failed", refusable=True)
+class HealthOnlineView(HealthView):
+    needs_scope = Scope.MANAGE
+
+    async def handle(self):
+        await health_state.set_online(self.rt, True)
+        return health_reply(200)
+
+
+@health_endpoint("Report this host offline (to drain it)",
+                 "Makes /camellia/health/status answer 500 so load balancers stop sending traffic. Answers "
+                 "200 once no worker of this host has served a queue request for 20 s, else 500: call it "
+                 "again until it answers 200.",
+                 failing="still serving queue requests", refusable=True)
+class HealthOfflineView(HealthView):
+    needs_scope = Scope.MANAGE
+
+    async def handle(self):
+        rt = self.rt
+        await health_state.set_online(rt, False)
+        return health_reply(200 if await health_state.idle(rt) else 500)

@@ -1,0 +1,42 @@
+"""Rate limits and live-message caps in the admin, as `manage.py set_limits` sets them."""
+from django import forms
+from django.contrib import admin
+
+from delayqueue.api.validation import TopicSerializer, first_error
+from delayqueue.config.settings import load_config
+from delayqueue.models import Limit
+
+
+class LimitForm(forms.ModelForm):
+    class Meta:
+        model = Limit
+        fields = ("namespace", "topic", "produce_rate", "consume_rate", "max_live")
+
+    def clean_topic(self):
+        topic = self.cleaned_data["topic"]
+        if topic:
+            serializer = TopicSerializer(data={"topic": topic})
+            if not serializer.is_valid():
+                raise forms.ValidationError(first_error(serializer.errors))
+        return topic
+
+
+@admin.register(Limit)
+class LimitAdmin(admin.ModelAdmin):
+    """Rate limits and live-message caps (services/admission.py), as `manage.py set_limits` sets
+    them: an empty topic is the whole namespace, an empty limit is none. Every web process
+    applies a change within a second."""
+
+    form = LimitForm
+    list_display = ("namespace", "whose", "produce_rate", "consume_rate", "max_live", "updated_at")
+    list_filter = ("namespace",)
+    search_fields = ("=topic",)
+    search_help_text = "Exact topic"
+    ordering = ("namespace", "topic")
+
+    @admin.display(description="topic", ordering="topic")
+    def whose(self, obj):
+        return obj.topic or "(the whole namespace)"
+
+    def get_changeform_initial_data(self, request):
+        return {"namespace": load_config().namespace, **super().get_changeform_initial_data(request)}

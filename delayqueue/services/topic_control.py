@@ -1,0 +1,47 @@
+"""A topic's settings changed (in PostgreSQL through the ORM, then mirrored into Redis), and its
+pause and resume."""
+from asgiref.sync import sync_to_async
+
+from delayqueue.config.push_hosts import push_url_problem
+from delayqueue.core.exceptions import BadRequest
+from delayqueue.runtime import Runtime
+from delayqueue.services.topics import write_mirrors
+from delayqueue.stores.rows import save_topic_config
+from delayqueue.stores.topic_settings import DEFAULT as DEFAULT_SETTINGS
+
+
+async def set_topic_config(rt: Runtime, *, topic: str, changes: dict, limits: dict,
+                           rotate_push_secret: bool = False) -> str | None:
+    """Changes a topic's settings (TopicConfig fields; None: back to the default) and its limits
+    (stores.rows.set_limits' keywords) in PostgreSQL, then its Redis mirror; in force in this
+    process at once, in every other within a second. A new push URL must be one
+    DELAYQUEUE_PUSH_ALLOWED_HOSTS allows (BadRequest). Answers a new push signing secret
+    (save_topic_config), or None. Raises RedisError when the mirror could not be written
+    (PostgreSQL has the change: calling again is safe)."""
+    url = changes.get("push_url")
+    # A URL the topic has already is not judged again: the pushers judge every connection, and
+    # its other settings stay changeable after the operator narrowed the allowed hosts.
+    if url and url != (await rt.topic_configs.settings(topic)).push_url:
+        problem = await push_url_problem(rt.config.push_hosts, url)
+        if problem:
+            raise BadRequest(f"pushUrl {problem}")
+    secret = await sync_to_async(save_topic_config, thread_sensitive=False)(
+        namespace=rt.ns.namespace, topic=topic, changes=changes, limits=limits,
+        rotate_push_secret=rotate_push_secret, secret_grace_millis=rt.config.push_secret_grace_seconds * 1000)
+    table = await rt.topic_configs.fresh()
+    if limits:
+        await rt.limits.fresh()
+    await write_mirrors(rt, {topic: table.get(topic, DEFAULT_SETTINGS)})
+    return secret
+
+
+async def pause_topic(rt: Runtime, *, topic: str) -> None:
+    """Pulls of the topic hand out nothing (long polls are held) until resume_topic; its messages
+    still fall due."""
+    await set_topic_config(rt, topic=topic, changes={"paused": True}, limits={})
+
+
+async def resume_topic(rt: Runtime, *, topic: str) -> None:
+    """Undoes pause_topic and wakes the topic's held long polls."""
+    await set_topic_config(rt, topic=topic, changes={"paused": False}, limits={})
+    await rt.redis.publish(rt.ns.ready_channel, topic)

@@ -1,0 +1,32 @@
+"""The docs name only files that exist: every `path.py` or `name.lua` they mention (in backticks)
+is a file of the repository, by its path from the root, from delayqueue/ or from the Lua folder,
+or (a bare name) somewhere in the tree; and docs/architecture.md's layer table lists
+delayqueue.LAYERS in order."""
+import re
+
+from delayqueue import LAYERS
+from tests.helpers import ROOT
+
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "spark" / "README.md",
+        ROOT / "templates" / "README.md", ROOT / "sdk" / "python" / "README.md"]
+BASES = [ROOT, ROOT / "delayqueue", ROOT / "delayqueue" / "live" / "lua", ROOT / "sdk" / "python"]
+MENTION = re.compile(r"`[^`\s]*?([\w./-]+\.(?:py|lua))\b")
+
+
+def exists(name: str) -> bool:
+    if "/" in name:
+        return any((base / name).is_file() for base in BASES)
+    return any(path.name == name for path in ROOT.rglob(name) if ".venv" not in path.parts)
+
+
+def test_every_file_the_docs_name_exists():
+    missing = sorted({f"{doc.relative_to(ROOT)}: {name}" for doc in DOCS for name in MENTION.findall(doc.read_text())
+                      if not exists(name)})
+    assert not missing, "\n".join(missing)
+
+
+def test_the_architecture_lists_the_layers_in_order():
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    section = text[text.index("## Layers"):]
+    rows = re.findall(r"^\| (\w+) \| `", section, re.M)
+    assert rows[:len(LAYERS)] == [name for name, _ in LAYERS]
