@@ -343,7 +343,7 @@ def require_password(data: Path, port: int, password: str) -> None:
     from psycopg import sql
 
     say("PostgreSQL's data folder trusted every local connection: setting a password and requiring it")
-    with psycopg.connect(host="127.0.0.1", port=port, user="postgres", dbname="postgres", autocommit=True) as conn:
+    with superuser_connection(port) as conn:
         conn.execute(sql.SQL("ALTER ROLE postgres PASSWORD {}").format(sql.Literal(password)))
         hba = data / "pg_hba.conf"
         hba.write_text(hba_requiring_passwords(hba.read_text()))
@@ -392,17 +392,16 @@ def make_traversable(path: Path) -> None:
             parent.chmod(parent.stat().st_mode | stat.S_IXOTH)
 
 
-def create_database(port: int, password: str) -> None:
+def superuser_connection(port: int, password: str | None = None):
+    """A connection to the local PostgreSQL's postgres database, once it takes one: its port opens
+    before it does ("the database system is starting up"), for seconds on a loaded machine."""
     import psycopg
 
     deadline = time.monotonic() + 30
     while True:
         try:
-            with psycopg.connect(host="127.0.0.1", port=port, user="postgres", password=password, dbname="postgres",
-                                 autocommit=True) as conn:
-                if not conn.execute("SELECT 1 FROM pg_database WHERE datname = 'delayqueue'").fetchone():
-                    conn.execute("CREATE DATABASE delayqueue")
-                return
+            return psycopg.connect(host="127.0.0.1", port=port, user="postgres", password=password, dbname="postgres",
+                                   autocommit=True)
         except psycopg.OperationalError as exc:
             if "password authentication failed" in str(exc):
                 raise SystemExit("the local PostgreSQL refused its password: its data folder was made with another "
@@ -410,6 +409,12 @@ def create_database(port: int, password: str) -> None:
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.1)
+
+
+def create_database(port: int, password: str) -> None:
+    with superuser_connection(port, password) as conn:
+        if not conn.execute("SELECT 1 FROM pg_database WHERE datname = 'delayqueue'").fetchone():
+            conn.execute("CREATE DATABASE delayqueue")
 
 
 def local_run_env() -> dict:
