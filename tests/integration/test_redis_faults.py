@@ -345,10 +345,15 @@ async def test_sends_ride_out_a_restart_and_loading_and_are_each_enqueued_once(c
     """Both script runners: the direct connection (a plain Redis) and redis-py's pipeline (what
     a Cluster, a Sentinel's master and TLS use)."""
     url, restart = loading_redis
-    rt = make_runtime(url)  # the message log on; the default 10 s deadline covers the restart
+    # The message log on. The calls' deadline (10 s by default) must outlast the kill, the start
+    # and the loading, which take several times as long on a loaded machine: a minute.
+    rt = make_runtime(url, redis_timeout_millis=60_000)
     if runner == "redis-py":
         rt.scripts = ScriptRunner(rt.redis, rt.config.redis_timeout)
     answers, stop = [], asyncio.Event()
+
+    async def answered():
+        return answers
 
     async def producer(n):
         i = 0
@@ -361,7 +366,9 @@ async def test_sends_ride_out_a_restart_and_loading_and_are_each_enqueued_once(c
 
     try:
         producers = [asyncio.ensure_future(producer(n)) for n in range(8)]
-        await asyncio.sleep(0.3)
+        # Some answered before the restart: the first sends open the connections, which takes a
+        # while on a loaded machine (a fixed 0.3 s saw none answered).
+        await wait_until(answered, timeout=30, what="a send answered before the restart")
         before = len(answers)
         await asyncio.get_running_loop().run_in_executor(None, restart)  # SIGKILL, then a Redis that loads
         loading_since = time.monotonic()
