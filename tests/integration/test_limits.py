@@ -49,8 +49,15 @@ async def logged_count(topic: str) -> int:
     return count
 
 
+async def redis_millis(rt) -> float:
+    """Redis' clock, the one the token buckets read (ms)."""
+    seconds, micros = await rt.redis.time()
+    return seconds * 1000 + micros / 1000
+
+
 async def test_topic_produce_rate_lets_a_burst_of_one_second_through_then_refuses_until_a_token(rt):
     await set_limits_now(namespace=rt.ns.namespace, topic="t", produce_rate=5)
+    emptied = await redis_millis(rt)  # the burst empties the bucket after this
     outcomes = await send(rt, "t", 8)
     assert [isinstance(o, Message) for o in outcomes] == [True] * 5 + [False] * 3  # the first five, in order
     for refusal in refused(outcomes):
@@ -62,24 +69,31 @@ async def test_topic_produce_rate_lets_a_burst_of_one_second_through_then_refuse
     assert not refused(await send(rt, "other", 8))  # other topics are not limited
 
     [single] = await send(rt, "t")
-    assert isinstance(single, Throttled) and 1 <= single.retry_after_millis <= 200
-    await asyncio.sleep(single.retry_after_millis / 1000)
-    [after] = await send(rt, "t")
-    assert isinstance(after, Message) and after.topic == "t"
+    if isinstance(single, Throttled):  # refused until a token: one comes back 200 ms after the burst
+        assert 1 <= single.retry_after_millis <= 200
+        await asyncio.sleep(single.retry_after_millis / 1000)
+        [single] = await send(rt, "t")
+    else:  # only if a loaded machine took that long to get here
+        assert await redis_millis(rt) - emptied >= 200
+    assert isinstance(single, Message) and single.topic == "t"
 
 
 async def test_namespace_produce_rate_counts_every_topic_and_gets_back_tokens_a_topic_refused(rt):
     ns = rt.ns.namespace
     await set_limits_now(namespace=ns, produce_rate=10)
     await set_limits_now(namespace=ns, topic="small", produce_rate=2)
+    started = await redis_millis(rt)
     outcomes = await send(rt, "small", 5)
     assert len(refused(outcomes)) == 3 and "of topic small (2 messages/s)" in str(refused(outcomes)[0])
-    # The namespace's bucket lent three tokens to messages the topic refused, and got them back.
+    # The namespace's bucket lent three tokens to messages the topic refused, and got them back:
+    # 8 left for 9 sends.
     outcomes = await send(rt, "a", 4) + await send(rt, "b", 5)
-    assert len(refused(outcomes)) == 1, outcomes
-    [refusal] = refused(outcomes)
-    assert f"the produce rate limit of namespace {ns} (10 messages/s)" in str(refusal)
-    assert 1 <= refusal.retry_after_millis <= 100
+    if refused(outcomes):
+        [refusal] = refused(outcomes)
+        assert f"the produce rate limit of namespace {ns} (10 messages/s)" in str(refusal)
+        assert 1 <= refusal.retry_after_millis <= 100
+    else:  # a new token (every 100 ms) came first: only if a loaded machine took that long
+        assert await redis_millis(rt) - started >= 100, outcomes
 
 
 async def test_a_topic_gets_back_the_tokens_of_messages_its_namespace_refused(rt):
@@ -311,6 +325,20 @@ async def hammer(client: httpx.AsyncClient, url: str, until: float, topic: str,
     return codes
 
 
+async def hammer_until(client: httpx.AsyncClient, url: str, full: asyncio.Event, topic: str,
+                       delay_millis: int = 0) -> dict[int, int]:
+    """sendMsg as fast as one connection allows until `full` is set, then three more; how many
+    answers of each code."""
+    codes: dict[int, int] = {}
+    more = 3
+    while more:
+        more -= full.is_set()
+        answer = (await client.post(url + API + "sendMsg", data={"topic": topic, "msg": "x",
+                                                                 "delayMillis": str(delay_millis)})).json()
+        codes[answer["code"]] = codes.get(answer["code"], 0) + 1
+    return codes
+
+
 @pytest.mark.process
 async def test_a_rate_is_shared_by_two_web_processes(web_processes, transactional_db):
     from delayqueue.config.settings import load_config
@@ -335,10 +363,20 @@ async def test_a_namespace_live_cap_is_exact_across_two_web_processes(web_proces
     await set_limits_now(namespace=rt.ns.namespace, max_live=60)
     procs = await asyncio.to_thread(web_processes, 2)
     topics = [f"shared{i}" for i in range(8)]
+    full = asyncio.Event()
+
+    async def fill():
+        """Until the cap is full: room a send borrowed but had not yet put in its topic's share
+        is out of sight of a concurrent send short of room (refused), so the cap fills only as
+        the sends go on, whatever time a loaded machine takes (a fixed 1.5 s did not always do)."""
+        while await live_in(rt, topics) < 60:
+            await asyncio.sleep(0.05)
+        full.set()
+
     async with httpx.AsyncClient(timeout=10) as client:
-        until = time.monotonic() + 1.5
-        results = await asyncio.gather(*[hammer(client, proc.url, until, topic, delay_millis=60_000)
-                                         for proc in procs for topic in topics])
+        [*results, _] = await asyncio.gather(*[hammer_until(client, proc.url, full, topic, delay_millis=60_000)
+                                               for proc in procs for topic in topics],
+                                             asyncio.wait_for(fill(), 60))
     assert sum(r.get(200, 0) for r in results) == 60 and {code for r in results for code in r} == {200, 429}
     try:
         assert await live_in(rt, topics) == 60
