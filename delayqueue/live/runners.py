@@ -80,7 +80,7 @@ class ScriptRunner:
         results = await self._pipeline(calls)
         missing = [i for i, r in enumerate(results) if isinstance(r, NoScriptError)]
         if missing:
-            await load_scripts(self.client)
+            await self._load_scripts()
             again = await self._pipeline([calls[i] for i in missing])
             for i, result in zip(missing, again):
                 results[i] = result
@@ -96,6 +96,20 @@ class ScriptRunner:
 
     async def _pipeline(self, calls: list[ScriptCall]) -> list:
         return await self._send(calls)
+
+    async def _load_scripts(self) -> None:
+        """Loads the scripts a NOSCRIPT found missing, retried as _send retries a call: the
+        Redis that answered it may restart, or still be loading its data, while they load."""
+        deadline = time.monotonic() + self._timeout
+        backoff = FIRST_RETRY_BACKOFF
+        while True:
+            try:
+                return await load_scripts(self.client)
+            except RedisConnectionError:  # LOADING too
+                if time.monotonic() + backoff >= deadline:
+                    raise
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, MAX_RETRY_BACKOFF)
 
     async def _send(self, commands: list) -> list:
         """The commands' replies, in order (a command: what _send_once takes). Transient
@@ -163,7 +177,7 @@ class DirectScriptRunner(ScriptRunner):
         command = evalsha(call.script.sha, call.keys, call.args)
         [result] = await self._send([command])
         if isinstance(result, NoScriptError):
-            await load_scripts(self.client)
+            await self._load_scripts()
             [result] = await self._send([command])
         if isinstance(result, Exception):
             raise result
