@@ -159,10 +159,12 @@ async def test_a_held_poll_takes_a_waiting_message_when_it_falls_due_without_a_s
 
 @pytest.mark.parametrize("rt", ["single", "cluster"], indirect=True)
 async def test_a_pull_makes_due_messages_ready_first_each_at_its_priority(rt):
+    # Due in a second: the send (its log write first) and the pull take more than the 100 ms
+    # this had on a loaded machine, and found them due already.
     sent = await send_messages(rt, requests=[
-        SendRequest(topic="late", msg=str(p), delay_millis=100, priority=p) for p in (0, 5, 9)])
+        SendRequest(topic="late", msg=str(p), delay_millis=1000, priority=p) for p in (0, 5, 9)])
     assert await pull_messages(rt, topic="late", batch=3) == ([], 0)  # not due yet
-    await asyncio.sleep(0.2)  # due now; no scanner has promoted them
+    await asyncio.sleep(1.1)  # due now; no scanner has promoted them
     messages, remaining = await pull_messages(rt, topic="late", batch=2)
     assert [m.payload for m in messages] == ["9", "5"] and remaining == 1
     assert all(m.retry == 1 for m in messages) and {m.msg_id for m in messages} < {s.msg_id for s in sent}

@@ -61,12 +61,14 @@ async def _equal(coro, expected):
 async def test_ends_are_recorded_with_their_reason(single_rt):
     rt = single_rt
     deleted = await send_message(rt, request=SendRequest(topic="t", msg="d", delay_millis=0))
-    expired = await send_message(rt, request=SendRequest(topic="t", msg="e", delay_millis=10, ttl_millis=30))
+    # Due in a second, not 10 ms: a send that reaches Redis after its trigger time is stored ready,
+    # which the log's write before it made happen on a loaded machine; this one must expire waiting.
+    expired = await send_message(rt, request=SendRequest(topic="t", msg="e", delay_millis=1000, ttl_millis=30))
     exhausted = await send_message(rt, request=SendRequest(topic="u", msg="x", delay_millis=0, max_retry=0))
     assert await delete_message(rt, topic="t", msg_id=deleted.msg_id)
     [pulled], _ = await pull_messages(rt, topic="u")
     assert (await nack_message(rt, topic="u", msg_id=pulled.msg_id)).status == Status.EXHAUSTED
-    await asyncio.sleep(0.1)  # past triggerTime + TTL, and no scanner has promoted it
+    await asyncio.sleep(1.1)  # past triggerTime + TTL, and no scanner has promoted it
     assert (await get_message(rt, topic="t", msg_id=expired.msg_id)).status == Status.EXPIRED
     await drain_log(rt, ["t", "u"])
     assert (await history("t", deleted.msg_id))[-1] == ("deleted", Status.READY, Status.DELETED, 0)

@@ -108,13 +108,16 @@ async def test_monitor_data_counts_known_traffic_of_web_and_scanner_processes(ap
 async def test_lateness_histogram_buckets(api, single_rt, start_scanner):
     """Messages due while no scanner runs fire late by at least that outage; ones sent while it
     runs are counted too. Buckets are cumulative and agree with the count, sum and the chart."""
+    # Due in a second, not at once: a send that reaches Redis after its trigger time is stored
+    # ready and never promoted, so not counted, which the log's write before it made happen within
+    # 50 ms on a loaded machine.
     for i in range(3):
-        await call(api, "sendMsg", topic="late", msg=str(i), delayMillis="100")
-    await asyncio.sleep(1.6)  # no scanner: these are at least 1.5 s late when it starts
+        await call(api, "sendMsg", topic="late", msg=str(i), delayMillis="1000")
+    await asyncio.sleep(2.6)  # no scanner: these are at least 1.5 s late when it starts
     await start_scanner(single_rt)
     await wait_until(lambda: _ready(api, "late", 3), what="the late messages to be promoted")
     for i in range(2):
-        await call(api, "sendMsg", topic="late", msg=f"on time {i}", delayMillis="50")
+        await call(api, "sendMsg", topic="late", msg=f"on time {i}", delayMillis="1000")
     await wait_until(lambda: _ready(api, "late", 5), what="the prompt messages to be promoted")
 
     samples = await scrape(api)
@@ -319,8 +322,9 @@ async def _lag_reported(api):
 async def test_overview_and_monitor_reads_work_on_a_cluster_too(rt):
 
     for topic in ("c1", "c2", "c3"):  # on a cluster these land in different slots
-        await send_message(rt, request=SendRequest(topic=topic, msg="x", delay_millis=100, msg_id="m"))
-    await asyncio.sleep(0.15)
+        # Due in a second: one reaching Redis after its trigger time would be stored ready, not promoted.
+        await send_message(rt, request=SendRequest(topic=topic, msg="x", delay_millis=1000, msg_id="m"))
+    await asyncio.sleep(1.05)
     for topic in ("c1", "c2", "c3"):
         await rt.scripts.call(scripts.promote_due(rt.context, topic))
     overviews = await figures.topic_overview(rt, topics=await list_topics(rt))

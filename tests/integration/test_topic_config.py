@@ -164,18 +164,20 @@ async def test_a_backed_off_message_wakes_the_scanner_at_its_ready_time(rt, star
 
 async def test_pause_holds_pulls_and_long_polls_while_messages_fall_due_and_resume_wakes_them(rt):
     ready = await send(rt)
-    later = await send(rt, delay=100)
+    # Due in a second: a send that reaches Redis after its trigger time is stored ready, which the
+    # log's write before it made happen within 100 ms on a loaded machine; this one must fall due.
+    later = await send(rt, delay=1000)
     await pause_topic(rt, topic="t")
     assert await pull_messages(rt, topic="t", batch=10) == ([], 0)
     poll = asyncio.ensure_future(long_poll_messages(rt, topic="t", batch=10, timeout_millis=10_000))
-    await asyncio.sleep(0.15)
+    await asyncio.sleep(1.05)
     assert (await promote(rt)).count == 1  # messages keep falling due
     assert (await get_message(rt, topic="t", msg_id=later.msg_id)).status == Status.READY
     await asyncio.sleep(0.6)  # past a recheck of the paused topic
     assert not poll.done()
     assert wire.topic_config(await topic_config(rt, topic="t"))["paused"] is True
     await resume_topic(rt, topic="t")
-    got = await asyncio.wait_for(poll, 1.0)
+    got = await asyncio.wait_for(poll, 5)  # woken by the resume, long before its hold ends
     assert {g.msg_id for g in got} == {ready.msg_id, later.msg_id}
 
 
