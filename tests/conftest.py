@@ -81,6 +81,15 @@ async def single_rt(clean_state):
 
 
 @pytest.fixture
+async def long_retention_rt(clean_state):
+    """A runtime on the single Redis whose ended messages stay there for the whole test, not the
+    suite's 2 s: for tests that read them back after steps a loaded machine makes take seconds."""
+    runtime = make_runtime(REDIS_URL, ended_retention_millis=600_000)
+    yield runtime
+    await runtime.close()
+
+
+@pytest.fixture
 async def start_scanner(clean_state):
     """Starts in-process scanners on a runtime; stops them at the end of the test."""
     running = []

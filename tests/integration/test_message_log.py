@@ -208,14 +208,6 @@ async def test_sends_redis_refuses_are_taken_out_of_the_log(clean_state):
         assert await history("t", msg_id) == []
 
 
-@pytest.fixture
-async def long_retention_rt(clean_state):
-    """A runtime whose ended messages stay in Redis for the whole test, not the suite's 2 s."""
-    runtime = make_runtime(REDIS_URL, ended_retention_millis=600_000)
-    yield runtime
-    await runtime.close()
-
-
 @pytest.mark.fault
 async def test_history_waits_in_redis_while_postgres_is_down(long_retention_rt, start_scanner, postgres):
     # The acked messages are compared with Redis at the end, after PostgreSQL's restart and the

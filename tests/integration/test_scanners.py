@@ -62,8 +62,9 @@ async def test_two_scanners_sharing_one_lock_token_still_promote_once(single_rt,
 
 
 @pytest.mark.process
-async def test_sigkill_mid_run_another_scanner_takes_over_within_the_lock_ttl(single_rt, scanner_process, settings):
-    rt = single_rt
+async def test_sigkill_mid_run_another_scanner_takes_over_within_the_lock_ttl(long_retention_rt, scanner_process,
+                                                                              settings):
+    rt = long_retention_rt  # its acks are read back after the drain, seconds later on a loaded machine
     lock_ttl = settings.DELAYQUEUE["SCANNER_LOCK_TTL_MILLIS"] / 1000
     a = scanner_process("a")
     a.wait_started()
