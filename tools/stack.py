@@ -6,6 +6,8 @@ PostgreSQL 16), so a fresh machine needs only Python. REDIS_SERVER_BIN and PG_BI
 elsewhere if wanted. Both servers listen on 127.0.0.1 only and need a password (generated; kept
 in .local/run/ for ./dev run, fresh for every ./dev test). PostgreSQL refuses to run as root,
 and Redis should not: as root both run as the system user `delayqueue` (created if missing).
+./dev test starts a Redis, a Redis Cluster and a PostgreSQL for each pytest-xdist worker it runs
+(command_test); tests/environment.py gives each worker its own.
 """
 import argparse
 import hashlib
