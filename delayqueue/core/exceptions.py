@@ -77,8 +77,9 @@ class RedisUnavailable(Unavailable):
 
 
 class MaybeSent(RedisUnavailable):
-    """Redis took the send but did not answer in time: it may have run it. Sending again under
-    the same msgId is safe (a live msgId is never enqueued twice)."""
+    """Redis took the send but did not answer in time: it may have run it (or it ran it, and
+    failed to register the message's new topic). Sending again under the same msgId is safe (a
+    live msgId is never enqueued twice)."""
 
 
 # Words in a connection error's text, and the reason answered for them (first match wins).

@@ -42,7 +42,8 @@ def topic_of_key_text(text: str) -> str:
 class Meta(StrEnum):
     """The fields of a topic's meta hash (the scripts get them as the prelude's META table)."""
 
-    REGISTERED = "registered"  # 1 while the topic is in its namespace's registry
+    REGISTERED = "registered"  # 1 while the topic is in its namespace's registry, 0 from its first send until
+    # the sender has registered it (send.lua)
     LAST_ACTIVE = "last_active"  # ms of its last send or pull (topic retirement)
     LIVE_SHARE = "live_share"  # its share of the namespace's live-message cap (services/admission.py)
     # The copy of its settings the scripts act on (stores/topic_settings.MIRROR_FIELDS).

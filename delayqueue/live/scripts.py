@@ -21,8 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from delayqueue.core.constants import (BURST_MILLIS, CHART_MINUTES, LATENESS_BOUNDS_MS, MAX_PRIORITY, PRIORITY_BAND,
-                                       RETRY_BACKOFF_JITTER, RETRY_BACKOFF_MAX_MILLIS, Reason, Status)
+from delayqueue.core.constants import (BURST_MILLIS, CHART_MINUTES, LATENESS_BOUNDS_MS, LIVE_ROOM_TRANSIT_MILLIS,
+                                       MAX_PRIORITY, PRIORITY_BAND, RETRY_BACKOFF_JITTER, RETRY_BACKOFF_MAX_MILLIS,
+                                       Reason, Status)
 from delayqueue.core.messages import Message
 from delayqueue.live import stats
 from delayqueue.live.history import EVENT_FIELDS
@@ -74,7 +75,7 @@ def prelude() -> str:
         "local REASON = " + _lua_names({r.name: r.value for r in Reason}),
         "local LATENESS_BOUNDS = " + _lua_table(str(bound) for bound in LATENESS_BOUNDS_MS),
         f"local CHART_MINUTES = {CHART_MINUTES}",
-        f"local BURST_MILLIS = {BURST_MILLIS}",
+        f"local BURST_MILLIS, LIVE_ROOM_TRANSIT_MILLIS = {BURST_MILLIS}, {LIVE_ROOM_TRANSIT_MILLIS}",
         f"local MAX_PRIORITY, PRIORITY_BAND = {MAX_PRIORITY}, {PRIORITY_BAND}",
         f"local RETRY_BACKOFF_MAX_MILLIS, RETRY_BACKOFF_JITTER = {RETRY_BACKOFF_MAX_MILLIS}, {RETRY_BACKOFF_JITTER}",
         f"local EVENTS_SUFFIX, HISTORY_SUFFIX = '{EVENTS_SUFFIX}', '{HISTORY_SUFFIX}'",
@@ -151,7 +152,7 @@ class SendReply(NamedTuple):
     created: bool  # False: a live message already had the msgId (`stored` is it), or the topic was full
     status: int  # the created message's status (ready if it was due when Redis took it)
     stored: Message | None  # the live duplicate
-    new_topic: bool  # the topic was registered by this send (first use, or after retirement)
+    new_topic: bool  # its caller must register the topic (first send, after retirement, or unconfirmed)
     over_live_cap: bool = False  # refused: the topic held its max_live live messages already
     over_namespace_cap: bool = False  # refused: the topic held its share of the namespace's live cap
 
@@ -173,6 +174,12 @@ class Grant(NamedTuple):
 class RetireReply(NamedTuple):
     retired: bool
     live_share: int  # the retired topic's share of its namespace's live cap, to give back
+
+
+class Borrowed(NamedTuple):
+    granted: int  # room taken from the namespace's pool; -1: there is no pool yet, count the shares
+    in_transit: int  # room taken (this call's included) that its takers have not yet put in shares
+    borrows: int  # calls that took room from the pool so far (this one included)
 
 
 class ScanReply(NamedTuple):
@@ -274,7 +281,9 @@ LIVE_SHARE_SHORTFALL = Script("live_share_shortfall", int)
 GRANT_LIVE_SHARE = Script("grant_live_share", int)
 RELEASE_LIVE_SHARE = Script("release_live_share", int)
 COVER_LIVE_SHARE = Script("cover_live_share", int)
-BORROW_LIVE = Script("borrow_live", int)
+BORROW_LIVE = Script("borrow_live", lambda raw: Borrowed(*map(int, raw)))
+REGISTER_TOPICS = Script("register_topics", int)
+CONFIRM_REGISTERED = Script("confirm_registered", lambda raw: raw == 1)
 PURGE_TOPIC = Script("purge_topic", lambda raw: PurgeReply(int(raw[0]), raw[1] == 1))
 ADD_COUNTS = Script("add_counts", int)
 TOUCH = Script("touch", _touch_reply)
@@ -282,8 +291,8 @@ RESCHEDULE = Script("reschedule", _reschedule_reply)
 
 SCRIPTS = (SEND, PULL, ACK, NACK, DELETE, GET, PROMOTE_DUE, REQUEUE_TIMED_OUT, EXPIRE, PURGE_ENDED, RETIRE_TOPIC,
            PRUNE_STATS, LOCK_RENEW, LOCK_RELEASE, LOCK_TAKE_OVER, RESTORE, TAKE_TOKENS, ADMIT_SEND, LIVE_SHARE_SHORTFALL,
-           GRANT_LIVE_SHARE, RELEASE_LIVE_SHARE, COVER_LIVE_SHARE, BORROW_LIVE, PURGE_TOPIC, TOUCH, RESCHEDULE,
-           ADD_COUNTS)
+           GRANT_LIVE_SHARE, RELEASE_LIVE_SHARE, COVER_LIVE_SHARE, BORROW_LIVE, REGISTER_TOPICS, CONFIRM_REGISTERED,
+           PURGE_TOPIC, TOUCH, RESCHEDULE, ADD_COUNTS)
 
 
 async def load_scripts(client) -> None:
@@ -479,8 +488,16 @@ def cover_live_share(ctx: ScriptContext, topic: str) -> ScriptCall:
     return ScriptCall(COVER_LIVE_SHARE, [k.expiry, k.meta], [])
 
 
-def borrow_live(ctx: ScriptContext, *, wanted: int, max_live: int, held: int) -> ScriptCall:
-    return ScriptCall(BORROW_LIVE, [ctx.ns.live_pool], [wanted, max_live, held])
+def borrow_live(ctx: ScriptContext, *, wanted: int, max_live: int, held: int, landed: int) -> ScriptCall:
+    return ScriptCall(BORROW_LIVE, [ctx.ns.live_pool], [wanted, max_live, held, landed])
+
+
+def register_topics(ctx: ScriptContext, *, at: int, topics: Sequence[str]) -> ScriptCall:
+    return ScriptCall(REGISTER_TOPICS, [ctx.ns.topics], [at, *topics])
+
+
+def confirm_registered(ctx: ScriptContext, topic: str) -> ScriptCall:
+    return ScriptCall(CONFIRM_REGISTERED, [ctx.ns.topic(topic).meta], [])
 
 
 def purge_topic(ctx: ScriptContext, topic: str) -> ScriptCall:

@@ -87,7 +87,7 @@ async def restore_rows(rt: Runtime, *, rows: Iterable[dict], include_expired: bo
         counts.restored += result.restored
         counts.already_live += result.already_held
     if counts.restored and not dry_run:
-        await rt.redis.zadd(rt.ns.topics, {topic: now for topic in by_topic}, nx=True)
+        await rt.scripts.call(scripts.register_topics(rt.context, at=now, topics=list(by_topic)))
     return counts
 
 

@@ -128,10 +128,32 @@ async def _send_admitted(rt: Runtime, requests: list[SendRequest],
     outcomes = [_sent_message(row, reply) for row, reply in zip(rows, replies)]
     if rt.config.message_log:
         await rt.log.settle(rows, written, replies, outcomes)
-    new_topics = {row.topic for row, reply in zip(rows, replies)
-                  if not isinstance(reply, Exception) and reply.new_topic}
+    new_topics = sorted({row.topic for row, reply in zip(rows, replies)
+                         if not isinstance(reply, Exception) and reply.new_topic})
     if new_topics:
-        await rt.redis.zadd(rt.ns.topics, {topic: produce_time for topic in new_topics}, nx=True)
+        outcomes = await _register(rt, new_topics, produce_time, rows, outcomes)
+    return outcomes
+
+
+async def _register(rt: Runtime, topics: list[str], at: int, rows: list[Message],
+                    outcomes: list[Message | QueueError]) -> list[Message | QueueError]:
+    """Registers the topics these sends found new, for the scanners to find them. If Redis
+    fails to, the messages sent to them are enqueued but not yet delivered: each answers so, and
+    sending it again (a live duplicate) registers its topic, as send.lua answers newTopic until
+    the registration is confirmed."""
+    try:
+        await rt.scripts.call(scripts.register_topics(rt.context, at=at, topics=topics))
+    except RedisError as exc:
+        unregistered = set(topics)
+        return [MaybeSent(f"redis unavailable: {redis_reason(exc)}; the message is enqueued but its topic could not "
+                          f"be registered, so it would not fall due: send it again with msgId {row.msg_id}",
+                          detail=str(exc))
+                if row.topic in unregistered and isinstance(outcome, Message) else outcome
+                for row, outcome in zip(rows, outcomes)]
+    try:
+        await rt.scripts.run_all([scripts.confirm_registered(rt.context, topic) for topic in topics])
+    except RedisError:
+        pass  # unconfirmed: the topic's next send registers it again, which changes nothing
     return outcomes
 
 
@@ -156,10 +178,10 @@ def _own_resend(row: Message, reply: scripts.SendReply | Exception) -> scripts.S
     """A send whose connection broke after it was written is sent again (live/runners.py); if
     the first try ran, Redis answers the second as a live duplicate of this very message: the
     same msgId, produceTime, body and times. That is the send taking effect, answered as created
-    (its topic registered again, as the lost reply may have said it was new)."""
+    (and as new to its topic while the topic's registration is unconfirmed, as send.lua says)."""
     if isinstance(reply, scripts.SendReply) and not reply.created:
         if dataclasses.replace(reply.stored, status=row.status, retry=row.retry) == row:
-            return reply._replace(created=True, status=reply.stored.status, stored=None, new_topic=True)
+            return reply._replace(created=True, status=reply.stored.status, stored=None)
     return reply
 
 

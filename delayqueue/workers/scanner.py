@@ -303,11 +303,12 @@ class Scanner:
             reply = await self.rt.scripts.call(scripts.retire_topic(self.rt.context, topic, idle_millis=idle_ms))
             if not reply.retired:
                 continue
-            await give_back_room(self.rt, amount=reply.live_share)
+            if reply.live_share:
+                await give_back_room(self.rt, amount=reply.live_share)
             await self.rt.redis.zrem(self.rt.ns.topics, topic)
-            if await self.rt.redis.hget(k.meta, Meta.REGISTERED):
+            if await self.rt.redis.hget(k.meta, Meta.REGISTERED) is not None:
                 # A send re-registered the topic between the two steps: keep it listed.
-                await self.rt.redis.zadd(self.rt.ns.topics, {topic: now_millis()}, nx=True)
+                await self.rt.scripts.call(scripts.register_topics(self.rt.context, at=now_millis(), topics=[topic]))
                 continue
             log.info("scanner %s retired idle topic %s", self.token, topic)
             self.known.discard(topic)

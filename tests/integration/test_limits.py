@@ -12,9 +12,12 @@ from asgiref.sync import sync_to_async
 from django.core.management import CommandError, call_command
 from django.db import connection
 
+from delayqueue.core.constants import LIVE_ROOM_TRANSIT_MILLIS
 from delayqueue.core.exceptions import Throttled
 from delayqueue.core.messages import Message
+from delayqueue.live import scripts
 from delayqueue.models import Limit
+from delayqueue.services.admission import give_back_room
 from delayqueue.services.consume import ack_message, long_poll_messages, pull_messages
 from delayqueue.services.messages import delete_message
 from delayqueue.services.restore import restore
@@ -185,6 +188,24 @@ async def test_namespace_live_cap_is_exact_under_concurrent_sends_to_many_topics
     assert len(outcomes) - len(refused(outcomes)) == 25
     assert await live_in(rt, topics) == 25
     assert sum([await logged_count(topic) for topic in topics]) == 25  # the refused sends left the log
+
+
+async def test_room_a_killed_web_process_took_is_never_handed_out_again(rt):
+    """A web process that took room from the namespace's pool and died before putting it in a
+    topic's share: that room stays unused, and sends at the cap are refused (once they have
+    waited for it a while), never let past it."""
+    ns = rt.ns.namespace
+    await set_limits_now(namespace=ns, max_live=10)
+    assert not refused(await send(rt, "a", 4, delay_millis=60_000))  # topic a holds 4 + 1 of slack
+    taken = await rt.scripts.call(scripts.borrow_live(rt.context, wanted=3, max_live=10, held=-1, landed=0))
+    assert (taken.granted, taken.in_transit) == (3, 3)
+    assert len(refused(await send(rt, "b", 5, delay_millis=60_000))) == 2  # 10 less the 3 taken
+    assert await live_in(rt, "ab") == 7
+    await asyncio.sleep(LIVE_ROOM_TRANSIT_MILLIS / 1000 + 0.1)
+    # Its transit is forgotten (sends at the cap no longer wait for it); its room is not free.
+    assert (await give_back_room(rt, amount=0)).in_transit == 0
+    assert refused(await send(rt, "c"))
+    assert await live_in(rt, "abc") == 7
 
 
 async def test_a_changed_namespace_cap_counts_what_its_topics_hold(rt):

@@ -368,8 +368,7 @@ async def test_sends_ride_out_a_restart_and_loading_and_are_each_enqueued_once(c
     try:
         producers = [asyncio.ensure_future(producer(n)) for n in range(8)]
         # Every producer's first send answered before the restart (a fixed 0.3 s saw none on a
-        # loaded machine): the first sends open the connections, and the one that made topic t
-        # registers it in the topic registry, a plain write that is not a script call.
+        # loaded machine): the first sends open the connections.
         await wait_until(all_started, timeout=30, what="every producer's first send")
         before = len(answers)
         await asyncio.get_running_loop().run_in_executor(None, restart)  # SIGKILL, then a Redis that loads
@@ -409,3 +408,28 @@ async def test_sends_ride_out_a_restart_and_loading_and_are_each_enqueued_once(c
     history_rows = await query("SELECT msg_id, count(*) FROM delayqueue_messageevent WHERE topic = 't'"
                                " AND reason = 'sent' GROUP BY msg_id")
     assert dict(history_rows) == dict.fromkeys(sent, 1)
+
+
+async def test_a_send_whose_topic_cannot_be_registered_says_so_and_sending_it_again_registers_it(
+        single_rt, start_scanner):
+    """Redis runs the send but fails the registry write after it (here a registry of the wrong
+    type; in life a restart between the two): the message would never fall due, as no scanner
+    would find its topic. The answer says so, and the same send again repairs it."""
+    rt = single_rt
+    request = SendRequest(topic="unlisted", msg="x", delay_millis=200, msg_id="m-1")
+    await rt.redis.set(rt.ns.topics, "not a sorted set")
+    with pytest.raises(MaybeSent, match="could not be registered.*msgId m-1"):
+        await send_message(rt, request=request)
+    await rt.redis.delete(rt.ns.topics)
+    # Another topic's send registers only its own; the unlisted topic's next send registers it.
+    await send_message(rt, request=SendRequest(topic="other", msg="y", delay_millis=60_000))
+    assert await rt.redis.zscore(rt.ns.topics, "unlisted") is None
+    again = await send_message(rt, request=request)
+    assert again.msg_id == "m-1" and await rt.redis.zscore(rt.ns.topics, "unlisted") is not None
+    assert await rt.redis.hget(rt.ns.topic("unlisted").meta, "registered") == "1"
+    await start_scanner(rt)
+
+    async def due():
+        return (await get_message(rt, topic="unlisted", msg_id="m-1")).status == 2
+
+    await wait_until(due, timeout=10, what="the message to fall due")

@@ -133,8 +133,8 @@ async def test_a_topic_runs_only_the_scripts_that_have_work_and_all_of_them_on_a
             passes.append(names)
         return await run(calls)
 
-    rt.scripts.run = recording
     first = await send_message(rt, request=SendRequest(topic="s", msg="x", delay_millis=700))
+    rt.scripts.run = recording  # from here on: the scanner's passes
     await start_scanner(rt)
 
     async def ready(message):

@@ -72,7 +72,9 @@ def test_builders_write_keys_and_args_in_header_order(script):
     expected = [from_context[name] if name in scripts.CONTEXT_ARGS else 1 if name in FLAGS else name
                 for name in script.args]
     if script.repeated:
-        argv[script.items] = [script.repeated, script.repeated]
+        # An item of one value is given as that value (register_topics' topics), of more as a tuple.
+        item = script.repeated if len(script.repeated) > 1 else script.repeated[0]
+        argv[script.items] = [item, item]
         expected += [*script.repeated, *script.repeated]
     topic_script = keys_kind(script) is TopicKeys
     call = scripts.BUILDERS[script.name](CONTEXT, *(["topic"] if topic_script else []), **argv)

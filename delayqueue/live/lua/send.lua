@@ -42,7 +42,12 @@ local id, topic = ARGV[1], ARGV[6]
 local now, now_us = clock()
 
 redis.call('HSET', meta, META.LAST_ACTIVE, now)
-local new_topic = redis.call('HSETNX', meta, META.REGISTERED, 1)
+-- 'registered' is 0 from the topic's first send until its caller has registered it
+-- (confirm_registered.lua): a registration that failed is made by the next send.
+local new_topic = redis.call('HGET', meta, META.REGISTERED) ~= '1' and 1 or 0
+if new_topic == 1 then
+  redis.call('HSETNX', meta, META.REGISTERED, 0)
+end
 stat_add(stats, tonumber(ARGV[9]), now, COUNTER.SEND, 1)
 
 local existing = redis.call('HGET', msgs, id)

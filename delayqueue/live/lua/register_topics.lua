@@ -1,0 +1,12 @@
+-- Puts topics in their namespace's registry, where the scanners find them and admission finds
+-- the room their shares of the namespace's live-message cap hold. A listed topic keeps its time.
+-- KEYS[1] topics
+-- ARGV[1] at: epoch ms, their registration time
+-- ARGV[2...] per topic: name
+-- Returns how many were not listed before.
+local args = {}
+for i = 2, #ARGV do
+  args[#args + 1] = ARGV[1]
+  args[#args + 1] = ARGV[i]
+end
+return redis.call('ZADD', KEYS[1], 'NX', unpack(args))
