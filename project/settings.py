@@ -6,9 +6,9 @@ from urllib.parse import quote
 
 import dj_database_url
 
-from delayqueue.config.settings import QueueConfig
 from delayqueue.config.env import env_bool, env_int, env_list
 from delayqueue.config.redis_urls import is_cluster_url, is_sentinel_url, sentinel_target, url_credentials, url_nodes
+from delayqueue.config.settings import QueueConfig
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 

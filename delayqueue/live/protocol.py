@@ -5,9 +5,10 @@ import collections
 import functools
 
 import hiredis
-from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.asyncio.connection import parse_url
-from redis.exceptions import BusyLoadingError, InvalidResponse, NoScriptError, ResponseError
+from redis.exceptions import BusyLoadingError
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import InvalidResponse, NoScriptError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 

@@ -15,11 +15,8 @@ import requests
 import schemathesis
 import uvicorn
 from schemathesis.checks import not_a_server_error
-from schemathesis.specs.openapi.checks import (
-    content_type_conformance,
-    response_schema_conformance,
-    status_code_conformance,
-)
+from schemathesis.specs.openapi.checks import (content_type_conformance, response_schema_conformance,
+                                               status_code_conformance)
 
 from delayqueue.runtime import close_current
 

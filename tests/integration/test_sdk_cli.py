@@ -15,8 +15,8 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
-
 from delayqueue_client import Client
+
 from tests.integration.test_tokens import new_token
 from tools.stack import free_port
 

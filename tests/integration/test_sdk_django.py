@@ -4,11 +4,11 @@ import subprocess
 import sys
 
 import pytest
+from delayqueue_client import Client, Message
+from delayqueue_client.django import default_client, send_on_commit
 from django.db import transaction
 
 from delayqueue.models import ApiToken
-from delayqueue_client import Client, Message
-from delayqueue_client.django import default_client, send_on_commit
 
 pytestmark = pytest.mark.process
 

@@ -9,8 +9,8 @@ import subprocess
 import sys
 
 import pytest
-
 from delayqueue_client import Client
+
 from tests.helpers import ROOT, wait_for
 
 pytestmark = pytest.mark.process

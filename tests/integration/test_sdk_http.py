@@ -8,7 +8,6 @@ import threading
 import time
 
 import pytest
-
 from delayqueue_client import AsyncClient, Client, ServerError
 
 ENVELOPE = json.dumps({"code": 200, "msg": "success", "data": {"topic": "t"}, "done": True}).encode()

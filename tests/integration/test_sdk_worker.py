@@ -16,10 +16,10 @@ from contextlib import contextmanager
 
 import pytest
 import redis
+from delayqueue_client import AsyncClient, BadRequest, Client, DeadLetter, ServerError, Worker
 
 from delayqueue.live.keys import topic_keys
 from delayqueue.models import MessageEvent
-from delayqueue_client import AsyncClient, BadRequest, Client, DeadLetter, ServerError, Worker
 from tests.helpers import REDIS_URL, ROOT, scanner_env, wait_for
 from tests.integration.test_tokens import new_token
 

@@ -9,8 +9,8 @@ import sys
 import time
 
 import httpx
-import redis
 import pytest
+import redis
 from asgiref.sync import sync_to_async
 from django.contrib.auth.models import User
 from django.core.management import CommandError, call_command

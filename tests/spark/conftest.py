@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from tests.helpers import require_servers
+
 from .helpers import LOCAL_IP, StandaloneCluster
 
 require_servers()

@@ -5,10 +5,9 @@ import pytest
 
 from delayqueue.models import Message, MessageEvent
 from spark import archive
-
 from tests.helpers import log_database_url
-from .helpers import LogBuilder, job_args, ms
 
+from .helpers import LogBuilder, job_args, ms
 
 # The jobs read and write the log over their own connections: real commits, emptied after each test.
 pytestmark = pytest.mark.usefixtures("clean_state")

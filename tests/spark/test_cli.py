@@ -4,8 +4,8 @@ import sys
 import pytest
 
 from delayqueue.models import TopicHourStats
-
 from tests.helpers import ROOT, log_database_url
+
 from .helpers import SPARK_HOME, run_cli, stats_log
 
 # Every test here runs a job as its own process.

@@ -8,7 +8,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from delayqueue_client import InvalidSignature, verify_signature
 
 ROOT = Path(__file__).resolve().parents[2]

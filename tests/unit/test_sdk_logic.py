@@ -4,11 +4,10 @@ import time
 import uuid
 
 import pytest
-
-from delayqueue_client import (AsyncClient, BadRequest, Conflict, DeadLetter, DelayQueueError, Forbidden, Message, NotFound,
-                               RateLimited, ServerError, Unauthorized)
-from delayqueue_client._http import MaybeSent, NotSent
+from delayqueue_client import (AsyncClient, BadRequest, Conflict, DeadLetter, DelayQueueError, Forbidden, Message,
+                               NotFound, RateLimited, ServerError, Unauthorized)
 from delayqueue_client._calls import Call, answer_of, backoff, batch_results, merge_batch, result_of, send_body
+from delayqueue_client._http import MaybeSent, NotSent
 from delayqueue_client.client import Client
 from delayqueue_client.errors import error_from_answer
 from delayqueue_client.message import new_msg_id

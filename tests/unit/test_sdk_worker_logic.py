@@ -3,9 +3,7 @@ outcomes are grouped into ackMsgBatch calls, which pull failures stop it."""
 import asyncio
 
 import pytest
-
 from delayqueue_client import AsyncClient, Client, Forbidden, Message, RateLimited, ServerError, Unauthorized, Worker
-
 
 API_MESSAGE = {"topic": "t", "msgId": "m", "msg": "body", "produceTime": 1, "triggerTime": 1, "expireTime": 9,
                "maxRetry": 3, "retry": 1, "status": 3}

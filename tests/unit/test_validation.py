@@ -5,21 +5,10 @@ import random
 import pytest
 from rest_framework.exceptions import ValidationError
 
-from delayqueue.api.validation import (
-    AckMsgBatchSerializer,
-    AckMsgSerializer,
-    DeleteMsgSerializer,
-    FastValidation,
-    LongPollingMsgSerializer,
-    MessageRefSerializer,
-    PullMsgSerializer,
-    RescheduleMsgSerializer,
-    RestoreMsgSerializer,
-    RestoreSerializer,
-    SendMsgSerializer,
-    TopicSerializer,
-    TouchMsgSerializer,
-)
+from delayqueue.api.validation import (AckMsgBatchSerializer, AckMsgSerializer, DeleteMsgSerializer, FastValidation,
+                                       LongPollingMsgSerializer, MessageRefSerializer, PullMsgSerializer,
+                                       RescheduleMsgSerializer, RestoreMsgSerializer, RestoreSerializer,
+                                       SendMsgSerializer, TopicSerializer, TouchMsgSerializer)
 
 SERIALIZERS = [AckMsgSerializer, DeleteMsgSerializer, LongPollingMsgSerializer, MessageRefSerializer,
                PullMsgSerializer, RestoreMsgSerializer, RestoreSerializer, SendMsgSerializer, TopicSerializer,
