@@ -12,6 +12,7 @@ from delayqueue.core.random_bits import random_bits
 WIRE_FIELDS = ("topic", "msgId", "msg", "produceTime", "triggerTime", "expireTime", "maxRetry", "retry", "status",
                "priority")
 
+
 @dataclass(slots=True)  # not frozen: a frozen dataclass costs 6x as much to build, per message
 class Message:
     """A message; times are epoch milliseconds."""
@@ -60,7 +61,6 @@ class Message:
     def from_row(cls, row: Mapping) -> "Message":
         return cls(row["topic"], row["msg_id"], row["payload"], row["produce_time"], row["trigger_time"],
                    row["expire_time"], row["max_retry"], row["retry"], row["status"], row.get("priority", 0))
-
 
 
 _LOW_62 = (1 << 62) - 1
