@@ -5,6 +5,7 @@ import asyncio
 import json
 import os
 import shutil
+import signal
 import tempfile
 from pathlib import Path
 
@@ -38,6 +39,14 @@ def pytest_xdist_make_scheduler(config, log):
             return SPARK_TESTS if nodeid.startswith(SPARK_TESTS) else nodeid
 
     return SparkOnOneWorker(config, log)
+
+
+def pytest_configure(config):
+    """A run started in the background (`./dev test &`, or by a CI runner that does the same)
+    inherits SIGINT ignored, as would every process a test starts: the tests that interrupt one
+    as Ctrl-C does, and ./dev test stopping pytest, need SIGINT taken as from a terminal."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture
