@@ -73,12 +73,6 @@ ADMIN_LOGIN_LOCK_SECONDS = 15 * 60
 # Rate limits (services/admission.py): a token bucket holds at most this long's worth of its rate,
 # so a burst is at most one second's worth. A bucket left alone this long is full again.
 BURST_MILLIS = 1000
-# Namespace live-message caps (services/admission.py): room taken from the pool and not yet put in
-# a topic's share is in transit. A send short of room waits for what is in transit at most
-# LIVE_ROOM_WAIT_MILLIS; transit a killed web process left is forgotten once none has been taken
-# for LIVE_ROOM_TRANSIT_MILLIS.
-LIVE_ROOM_WAIT_MILLIS = 1000
-LIVE_ROOM_TRANSIT_MILLIS = 2000
 # The largest rate (messages/s) or live-message cap an operator can set.
 MAX_LIMIT = 1_000_000_000
 

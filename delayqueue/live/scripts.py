@@ -21,9 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from delayqueue.core.constants import (BURST_MILLIS, CHART_MINUTES, LATENESS_BOUNDS_MS, LIVE_ROOM_TRANSIT_MILLIS,
-                                       MAX_PRIORITY, PRIORITY_BAND, RETRY_BACKOFF_JITTER, RETRY_BACKOFF_MAX_MILLIS,
-                                       Reason, Status)
+from delayqueue.core.constants import (BURST_MILLIS, CHART_MINUTES, LATENESS_BOUNDS_MS, MAX_PRIORITY, PRIORITY_BAND,
+                                       RETRY_BACKOFF_JITTER, RETRY_BACKOFF_MAX_MILLIS, Reason, Status)
 from delayqueue.core.messages import Message
 from delayqueue.live import stats
 from delayqueue.live.history import EVENT_FIELDS
@@ -75,7 +74,7 @@ def prelude() -> str:
         "local REASON = " + _lua_names({r.name: r.value for r in Reason}),
         "local LATENESS_BOUNDS = " + _lua_table(str(bound) for bound in LATENESS_BOUNDS_MS),
         f"local CHART_MINUTES = {CHART_MINUTES}",
-        f"local BURST_MILLIS, LIVE_ROOM_TRANSIT_MILLIS = {BURST_MILLIS}, {LIVE_ROOM_TRANSIT_MILLIS}",
+        f"local BURST_MILLIS = {BURST_MILLIS}",
         f"local MAX_PRIORITY, PRIORITY_BAND = {MAX_PRIORITY}, {PRIORITY_BAND}",
         f"local RETRY_BACKOFF_MAX_MILLIS, RETRY_BACKOFF_JITTER = {RETRY_BACKOFF_MAX_MILLIS}, {RETRY_BACKOFF_JITTER}",
         f"local EVENTS_SUFFIX, HISTORY_SUFFIX = '{EVENTS_SUFFIX}', '{HISTORY_SUFFIX}'",
@@ -174,12 +173,6 @@ class Grant(NamedTuple):
 class RetireReply(NamedTuple):
     retired: bool
     live_share: int  # the retired topic's share of its namespace's live cap, to give back
-
-
-class Borrowed(NamedTuple):
-    granted: int  # room taken from the namespace's pool; -1: there is no pool yet, count the shares
-    in_transit: int  # room taken (this call's included) that its takers have not yet put in shares
-    borrows: int  # calls that took room from the pool so far (this one included)
 
 
 class ScanReply(NamedTuple):
@@ -281,7 +274,7 @@ LIVE_SHARE_SHORTFALL = Script("live_share_shortfall", int)
 GRANT_LIVE_SHARE = Script("grant_live_share", int)
 RELEASE_LIVE_SHARE = Script("release_live_share", int)
 COVER_LIVE_SHARE = Script("cover_live_share", int)
-BORROW_LIVE = Script("borrow_live", lambda raw: Borrowed(*map(int, raw)))
+BORROW_LIVE = Script("borrow_live", int)
 REGISTER_TOPICS = Script("register_topics", int)
 CONFIRM_REGISTERED = Script("confirm_registered", lambda raw: raw == 1)
 PURGE_TOPIC = Script("purge_topic", lambda raw: PurgeReply(int(raw[0]), raw[1] == 1))
@@ -488,8 +481,8 @@ def cover_live_share(ctx: ScriptContext, topic: str) -> ScriptCall:
     return ScriptCall(COVER_LIVE_SHARE, [k.expiry, k.meta], [])
 
 
-def borrow_live(ctx: ScriptContext, *, wanted: int, max_live: int, held: int, landed: int) -> ScriptCall:
-    return ScriptCall(BORROW_LIVE, [ctx.ns.live_pool], [wanted, max_live, held, landed])
+def borrow_live(ctx: ScriptContext, *, wanted: int, max_live: int, held: int) -> ScriptCall:
+    return ScriptCall(BORROW_LIVE, [ctx.ns.live_pool], [wanted, max_live, held])
 
 
 def register_topics(ctx: ScriptContext, *, at: int, topics: Sequence[str]) -> ScriptCall:

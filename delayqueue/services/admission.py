@@ -11,28 +11,24 @@ by every web process:
 - A topic's live cap: exact. send.lua checks it against the topic's expiry index as each
   message goes in; admit_send.lua checks it before the message log is written, so a refused
   send costs the log nothing.
-- A namespace's live cap: exact too, though its topics live in different Cluster slots. The cap
-  is split into shares: each topic holds one (in its meta hash), which send.lua checks as each
-  message goes in, and the room no topic holds waits in the namespace's pool
+- A namespace's live cap: never passed, though its topics live in different Cluster slots. The
+  cap is split into shares: each topic holds one (in its meta hash), which send.lua checks as
+  each message goes in, and the room no topic holds waits in the namespace's pool
   (lua/borrow_live.lua). A topic short of room borrows from the pool, with some slack; when the
   pool has too little, every topic's unused room goes back to it first. Shares and pool never
-  hold more than the cap in all, so the cap is never passed; and a send is refused only when
-  the cap is reached, as room taken by concurrent sends is waited for until it lands in their
-  shares (claim_namespace_room). A web process killed between taking room from the pool and
-  adding it to a share (one round trip) leaves that room unused for as long as Redis keeps the
-  pool (a changed cap changes the pool by the difference; a pool Redis lost is counted afresh
-  from the shares), and makes sends refused at the cap wait up to LIVE_ROOM_WAIT_MILLIS until
-  no room has been taken for LIVE_ROOM_TRANSIT_MILLIS.
+  hold more than the cap in all, so the cap is never passed. Room on its way between a share
+  and the pool is out of sight of a concurrent send short of room, so sends racing each other
+  for the last room of the cap may be refused a little before it is full; sent again (after
+  the refusal's retryAfterMillis), they fill it, as no room is lost. A web process killed
+  between taking room from the pool and adding it to a share (one round trip) does leave that
+  room unused, for as long as Redis keeps the pool (a changed cap changes the pool by the
+  difference; a pool Redis lost is counted afresh from the shares).
 """
-import asyncio
-import time
 from collections import Counter
 from dataclasses import dataclass
 
 from redis.exceptions import RedisError
 
-from delayqueue.core.clock import now_millis
-from delayqueue.core.constants import LIVE_ROOM_WAIT_MILLIS
 from delayqueue.core.exceptions import Throttled
 from delayqueue.core.messages import Message
 from delayqueue.live import scripts
@@ -47,9 +43,6 @@ LIVE_CAP_RETRY_AFTER_MILLIS = 1_000
 # of sends borrows now and then rather than on every call: a 64th of the cap, at most 100.
 SHARE_SLACK_DIVISOR = 64
 SHARE_SLACK_MAX = 100
-# How long a send short of room first waits for room in transit, doubled up to the second.
-LIVE_ROOM_FIRST_PAUSE = 0.002
-LIVE_ROOM_MAX_PAUSE = 0.05
 
 
 def _whose(rt: Runtime, topic: str) -> str:
@@ -206,34 +199,20 @@ async def admit_sends(rt: Runtime, *, table: dict[str, Limits], topics: list[str
 
 async def claim_namespace_room(rt: Runtime, *, max_live: int, wanted: Counter) -> Counter:
     """Topic -> how many of the `wanted` new messages fit in its share of the namespace's live
-    cap `max_live`, once it has borrowed what it lacks from the namespace's pool (the topics are
-    registered first, where a send short of room looks for their shares). When the pool has too
-    little, every topic's unused room goes back to it and the topics ask again, without slack;
-    if other sends took room meanwhile, or hold some in transit to their shares, where it may lie
-    unused, they ask again (for LIVE_ROOM_WAIT_MILLIS at most). Raises RedisError."""
+    cap `max_live`, once it has borrowed what it lacks from the namespace's pool. When the pool
+    has too little, every topic's unused room goes back to it and the topics ask again, without
+    slack. Raises RedisError."""
     short = await _shortfalls(rt, wanted)
     if not short:
         return Counter(wanted)
-    await rt.scripts.call(scripts.register_topics(rt.context, at=now_millis(), topics=list(short)))
     slack = min(max(max_live // SHARE_SLACK_DIVISOR, 1), SHARE_SLACK_MAX)
-    borrowed = await _borrow(rt, max_live=max_live, wanted=sum(short.values()) + slack * len(short))
-    give_up_at, pause = time.monotonic() + LIVE_ROOM_WAIT_MILLIS / 1000, LIVE_ROOM_FIRST_PAUSE
-    while borrowed.granted < sum(short.values()):
-        before = await give_back_room(rt, amount=borrowed.granted, landed=borrowed.granted)
+    granted = await _borrow(rt, max_live=max_live, wanted=sum(short.values()) + slack * len(short))
+    if granted < sum(short.values()):
+        await give_back_room(rt, amount=granted)
         await _reclaim_unused_room(rt, also=list(wanted))
         short = await _shortfalls(rt, wanted)
         slack = 0
-        if not short:
-            borrowed = scripts.Borrowed(0, before.in_transit, before.borrows)
-            break
-        borrowed = await _borrow(rt, max_live=max_live, wanted=sum(short.values()))
-        others_took = borrowed.borrows - before.borrows > (borrowed.granted > 0)
-        if (borrowed.granted >= sum(short.values()) or time.monotonic() + pause > give_up_at
-                or (not others_took and borrowed.in_transit == borrowed.granted)):
-            break
-        await asyncio.sleep(pause)
-        pause = min(pause * 2, LIVE_ROOM_MAX_PAUSE)
-    granted = borrowed.granted
+        granted = await _borrow(rt, max_live=max_live, wanted=sum(short.values())) if short else 0
     grants = Counter()
     for topic, lacking in short.items():  # what each lacks first, in request order; then the slack
         grants[topic] = min(lacking, granted - grants.total())
@@ -241,8 +220,6 @@ async def claim_namespace_room(rt: Runtime, *, max_live: int, wanted: Counter) -
         grants[topic] += min(slack, granted - grants.total())
     await rt.scripts.run_all([scripts.grant_live_share(rt.context, topic, amount=n)
                               for topic, n in grants.items() if n])
-    if granted:
-        await give_back_room(rt, amount=0, landed=granted)
     return Counter({topic: n - max(short.get(topic, 0) - grants[topic], 0) for topic, n in wanted.items()})
 
 
@@ -253,18 +230,17 @@ async def _shortfalls(rt: Runtime, wanted: Counter) -> dict[str, int]:
     return {topic: n for topic, n in zip(wanted, lacking) if n}
 
 
-async def _borrow(rt: Runtime, *, max_live: int, wanted: int) -> scripts.Borrowed:
+async def _borrow(rt: Runtime, *, max_live: int, wanted: int) -> int:
     """Takes up to `wanted` room from the namespace's pool, making the pool first when there
     is none: the cap less the shares its topics hold, each share first raised to cover the
     topic's live messages."""
-    borrowed = await rt.scripts.call(scripts.borrow_live(rt.context, wanted=wanted, max_live=max_live, held=-1,
-                                                         landed=0))
-    if borrowed.granted < 0:
+    granted = await rt.scripts.call(scripts.borrow_live(rt.context, wanted=wanted, max_live=max_live, held=-1))
+    if granted < 0:
         topics = await rt.redis.zrange(rt.ns.topics, 0, -1)
         shares = await rt.scripts.run_all([scripts.cover_live_share(rt.context, topic) for topic in topics])
-        borrowed = await rt.scripts.call(scripts.borrow_live(rt.context, wanted=wanted, max_live=max_live,
-                                                             held=sum(shares), landed=0))
-    return borrowed
+        granted = await rt.scripts.call(scripts.borrow_live(rt.context, wanted=wanted, max_live=max_live,
+                                                            held=sum(shares)))
+    return granted
 
 
 async def _reclaim_unused_room(rt: Runtime, *, also: list[str]) -> None:
@@ -276,10 +252,10 @@ async def _reclaim_unused_room(rt: Runtime, *, also: list[str]) -> None:
         await give_back_room(rt, amount=released)
 
 
-async def give_back_room(rt: Runtime, *, amount: int, landed: int = 0) -> scripts.Borrowed:
-    """Returns room no topic holds any more to the namespace's pool, and says that room this
-    process took before (`landed`) is out of transit: in its topics' shares, or in `amount`."""
-    return await rt.scripts.call(scripts.borrow_live(rt.context, wanted=-amount, max_live=0, held=-1, landed=landed))
+async def give_back_room(rt: Runtime, *, amount: int) -> None:
+    """Returns room a topic no longer holds to the namespace's pool."""
+    if amount:
+        await rt.scripts.call(scripts.borrow_live(rt.context, wanted=-amount, max_live=0, held=-1))
 
 
 # --- Pulls

@@ -303,8 +303,7 @@ class Scanner:
             reply = await self.rt.scripts.call(scripts.retire_topic(self.rt.context, topic, idle_millis=idle_ms))
             if not reply.retired:
                 continue
-            if reply.live_share:
-                await give_back_room(self.rt, amount=reply.live_share)
+            await give_back_room(self.rt, amount=reply.live_share)
             await self.rt.redis.zrem(self.rt.ns.topics, topic)
             if await self.rt.redis.hget(k.meta, Meta.REGISTERED) is not None:
                 # A send re-registered the topic between the two steps: keep it listed.

@@ -12,12 +12,10 @@ from asgiref.sync import sync_to_async
 from django.core.management import CommandError, call_command
 from django.db import connection
 
-from delayqueue.core.constants import LIVE_ROOM_TRANSIT_MILLIS
 from delayqueue.core.exceptions import Throttled
 from delayqueue.core.messages import Message
 from delayqueue.live import scripts
 from delayqueue.models import Limit
-from delayqueue.services.admission import give_back_room
 from delayqueue.services.consume import ack_message, long_poll_messages, pull_messages
 from delayqueue.services.messages import delete_message
 from delayqueue.services.restore import restore
@@ -180,30 +178,32 @@ async def test_namespace_live_cap_counts_every_topic_and_frees_room_as_messages_
     assert await live_in(rt, "abc") == 4
 
 
-async def test_namespace_live_cap_is_exact_under_concurrent_sends_to_many_topics(rt):
+async def test_namespace_live_cap_is_never_passed_under_concurrent_sends_to_many_topics(rt):
+    """Sends racing for the last room may be refused a little early (room on its way between a
+    topic's share and the pool is out of sight); sent again, they fill the cap exactly."""
     await set_limits_now(namespace=rt.ns.namespace, max_live=25)
     topics = [f"n{i}" for i in range(5)]
     calls = [send(rt, topics[i % 5]) for i in range(40)] + [send(rt, topics[i], 6) for i in range(5)]
     outcomes = [o for call in await asyncio.gather(*calls) for o in call]
-    assert len(outcomes) - len(refused(outcomes)) == 25
-    assert await live_in(rt, topics) == 25
+    accepted = len(outcomes) - len(refused(outcomes))
+    assert 0 < accepted <= 25 and await live_in(rt, topics) == accepted
+    for topic in topics * 25:  # no room was lost: sends one by one fill the cap, and no more
+        if await live_in(rt, topics) == 25:
+            break
+        accepted += not refused(await send(rt, topic))
+    assert accepted == await live_in(rt, topics) == 25
+    assert refused(await send(rt, "n0"))
     assert sum([await logged_count(topic) for topic in topics]) == 25  # the refused sends left the log
 
 
 async def test_room_a_killed_web_process_took_is_never_handed_out_again(rt):
     """A web process that took room from the namespace's pool and died before putting it in a
-    topic's share: that room stays unused, and sends at the cap are refused (once they have
-    waited for it a while), never let past it."""
+    topic's share: that room stays unused, and the cap is not passed."""
     ns = rt.ns.namespace
     await set_limits_now(namespace=ns, max_live=10)
     assert not refused(await send(rt, "a", 4, delay_millis=60_000))  # topic a holds 4 + 1 of slack
-    taken = await rt.scripts.call(scripts.borrow_live(rt.context, wanted=3, max_live=10, held=-1, landed=0))
-    assert (taken.granted, taken.in_transit) == (3, 3)
+    assert await rt.scripts.call(scripts.borrow_live(rt.context, wanted=3, max_live=10, held=-1)) == 3
     assert len(refused(await send(rt, "b", 5, delay_millis=60_000))) == 2  # 10 less the 3 taken
-    assert await live_in(rt, "ab") == 7
-    await asyncio.sleep(LIVE_ROOM_TRANSIT_MILLIS / 1000 + 0.1)
-    # Its transit is forgotten (sends at the cap no longer wait for it); its room is not free.
-    assert (await give_back_room(rt, amount=0)).in_transit == 0
     assert refused(await send(rt, "c"))
     assert await live_in(rt, "abc") == 7
 
