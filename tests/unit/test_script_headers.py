@@ -90,9 +90,15 @@ def test_take_tokens_takes_the_topics_bucket_or_with_no_topic_the_namespaces():
 
 
 def test_sources_inline_every_include_once_after_the_generated_prelude():
+    every_local = {name for line in scripts.prelude().splitlines() if (m := scripts._DECLARED.match(line))
+                   for name in m.group(1).split(", ")}
     for script in scripts.SCRIPTS:
         assert "-- @include" not in script.source, script.name
-        assert script.source.startswith(scripts.prelude())
+        assert script.source == scripts.prelude(uses=script.body) + script.body
+        # Of the prelude's locals, the script gets exactly those its body names.
+        given = {name for line in script.source[:-len(script.body)].splitlines()
+                 if (m := scripts._DECLARED.match(line)) for name in m.group(1).split(", ")}
+        assert given == every_local & set(re.findall(r"\w+", script.body)), script.name
         functions = re.findall(r"^local function (\w+)", script.source, re.MULTILINE)
         assert len(functions) == len(set(functions)), script.name
     assert "local function end_message" in scripts.PULL.source
