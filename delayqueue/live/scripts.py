@@ -68,14 +68,44 @@ def lua_prefix_pattern(template: str) -> str:
 
 # The names a prelude line declares: `local A, B = ...` or `local function a(...)`.
 _DECLARED = re.compile(r"^local (?:function )?(\w+(?:, \w+)*)")
+_TABLE_FIELD = re.compile(r"\b([A-Z]+)\.([A-Za-z_]\w*)\b")
+_COMMENT = re.compile(r"--.*$", re.MULTILINE)
 
 
 def prelude(*, uses: str | None = None) -> str:
     """The values the scripts share, as Lua locals; with `uses` (a script's body), only those it
     names: Redis builds them on every call, and a send should not pay for the scanner's tables."""
-    words = None if uses is None else set(re.findall(r"\w+", uses))
+    words = None if uses is None else names_used(uses)
     return "\n".join(line for line in _prelude_lines()
                      if words is None or not (m := _DECLARED.match(line)) or words & set(m.group(1).split(", ")))
+
+
+def names_used(body: str) -> set[str]:
+    """The words a script's code (its comments left out) names."""
+    return set(re.findall(r"\w+", _COMMENT.sub("", body)))
+
+
+def with_literals(body: str) -> str:
+    """The script with each field of the prelude's name tables (STATUS.READY, META.PAUSED...)
+    written as its value, so that no call builds the tables."""
+    tables = _name_tables()
+
+    def literal(match: re.Match) -> str:
+        return tables.get(match.group(1), {}).get(match.group(2), match.group(0))
+
+    return _TABLE_FIELD.sub(literal, body)
+
+
+def _name_tables() -> dict[str, dict[str, str]]:
+    """The prelude's tables of names, as Lua literals."""
+    return {"STATUS": {s.name: str(s.value) for s in Status},
+            "REASON": {r.name: _lua_string(r.value) for r in Reason},
+            "META": {m.name: _lua_string(m.value) for m in Meta},
+            "BUCKET": {b.name: _lua_string(b.value) for b in Bucket},
+            "EVENT": {name: _lua_string(value) for name, value in EVENT_FIELDS.items()},
+            "COUNTER": {c.name: _lua_string(c.value) for c in stats.Counter},
+            "GAP": {g.name: _lua_string(g.value) for g in stats.Gap},
+            "PART": {part.name: _lua_string(part.value) for part in stats.Part}}
 
 
 def _prelude_lines() -> list[str]:
@@ -142,7 +172,7 @@ class Script:
     name: str
     reply: Callable[[Any], Any]  # the raw reply -> its typed value
     text: str = field(init=False, repr=False)  # lua/<name>.lua as written
-    body: str = field(init=False, repr=False)  # the script with its includes inlined
+    body: str = field(init=False, repr=False)  # the script, includes inlined and names as literals
     source: str = field(init=False, repr=False)  # what Redis runs: the prelude's locals it uses, then body
     sha: str = field(init=False)
     keys: tuple[str, ...] = field(init=False)  # KEYS in header order: names of TopicKeys fields
@@ -152,7 +182,7 @@ class Script:
 
     def __post_init__(self):
         text = (LUA_DIR / f"{self.name}.lua").read_text()
-        body = _inline(text, set())
+        body = with_literals(_inline(text, set()))
         source = prelude(uses=body) + body
         keys, args, repeated, items = header_names(text)
         for name, value in dict(text=text, body=body, source=source, sha=hashlib.sha1(source.encode()).hexdigest(), keys=keys,

@@ -98,7 +98,7 @@ def test_sources_inline_every_include_once_after_the_generated_prelude():
         # Of the prelude's locals, the script gets exactly those its body names.
         given = {name for line in script.source[:-len(script.body)].splitlines()
                  if (m := scripts._DECLARED.match(line)) for name in m.group(1).split(", ")}
-        assert given == every_local & set(re.findall(r"\w+", script.body)), script.name
+        assert given == every_local & scripts.names_used(script.body), script.name
         functions = re.findall(r"^local function (\w+)", script.source, re.MULTILINE)
         assert len(functions) == len(set(functions)), script.name
     assert "local function end_message" in scripts.PULL.source
