@@ -10,7 +10,8 @@ call shares), the topic, and keyword-only the values that vary per call.
 Scripts are loaded with a prelude generated from Python: statuses, reasons and bounds
 (core/constants.py), key suffixes and the meta hash's fields (keys.py), the event stream's
 fields (history.py) and the stats hash's counters and field names (stats.py) are defined there
-once and never spelled in Lua.
+once and never spelled in Lua. Redis runs a script's prelude on every call, so each script gets
+only the locals it names, and the name tables' fields are written into it as literals.
 """
 import hashlib
 import random
