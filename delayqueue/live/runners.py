@@ -14,6 +14,15 @@ from delayqueue.live.scripts import ScriptCall, load_scripts
 FIRST_RETRY_BACKOFF, MAX_RETRY_BACKOFF = 0.01, 0.2
 
 
+def retry_pauses(deadline: float):
+    """The pauses before each retry that fit before `deadline` (time.monotonic()): the first
+    FIRST_RETRY_BACKOFF, each next twice the last, at most MAX_RETRY_BACKOFF."""
+    pause = FIRST_RETRY_BACKOFF
+    while time.monotonic() + pause < deadline:
+        yield pause
+        pause = min(pause * 2, MAX_RETRY_BACKOFF)
+
+
 def _typed(call: ScriptCall, raw):
     return raw if isinstance(raw, Exception) else call.script.reply(raw)
 
@@ -100,16 +109,15 @@ class ScriptRunner:
     async def _load_scripts(self) -> None:
         """Loads the scripts a NOSCRIPT found missing, retried as _send retries a call: the
         Redis that answered it may restart, or still be loading its data, while they load."""
-        deadline = time.monotonic() + self._timeout
-        backoff = FIRST_RETRY_BACKOFF
+        pauses = retry_pauses(time.monotonic() + self._timeout)
         while True:
             try:
                 return await load_scripts(self.client)
             except RedisConnectionError:  # LOADING too
-                if time.monotonic() + backoff >= deadline:
+                pause = next(pauses, None)
+                if pause is None:
                     raise
-            await asyncio.sleep(backoff)
-            backoff = min(backoff * 2, MAX_RETRY_BACKOFF)
+            await asyncio.sleep(pause)
 
     async def _send(self, commands: list) -> list:
         """The commands' replies, in order (a command: what _send_once takes). Transient
@@ -134,10 +142,8 @@ class ScriptRunner:
         """_send's tries after the first: `error` is the connection's failure, else the
         commands answered with one (or LOADING) go again."""
         pending = [i for i, reply in enumerate(replies) if isinstance(reply, RedisConnectionError)]  # LOADING too
-        backoff = FIRST_RETRY_BACKOFF
-        while time.monotonic() + backoff < deadline:
-            await asyncio.sleep(backoff)
-            backoff = min(backoff * 2, MAX_RETRY_BACKOFF)
+        for pause in retry_pauses(deadline):
+            await asyncio.sleep(pause)
             try:
                 for i, reply in zip(pending, await self._send_once([commands[i] for i in pending])):
                     replies[i] = reply
