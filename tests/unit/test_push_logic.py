@@ -126,3 +126,20 @@ def test_a_rotated_out_secret_signs_only_until_its_grace_period_ends():
                                  "http://[::ffff:10.0.0.1]/"])
 def test_hosts_an_http_client_could_read_as_internal_addresses_are_refused(url):
     assert problem("*", url) is not None
+
+
+@pytest.mark.parametrize("address", [
+    "64:ff9b:1::a00:1", "64:ff9b:1:ffff::808:808",  # NAT64 local use: whatever it maps to
+    "::ffff:0:a00:1", "::ffff:0:7f00:1", "::ffff:0:a9fe:a9fe",  # IPv4-translated 10/8, loopback, metadata
+    "64:ff9b::a9fe:a9fe",  # NAT64 well-known prefix carrying the metadata address
+    "fec0::1", "feff:ffff::1",  # site-local
+])
+def test_ipv6_forms_reaching_private_or_site_networks_are_refused_under_any_host(address):
+    assert "loopback, private or reserved" in problem("*", f"http://[{address}]/hook")
+    assert "loopback, private or reserved" in HostPolicy.parse("*").address_problem(ipaddress.ip_address(address))
+
+
+def test_ipv6_forms_carrying_a_global_ipv4_address_are_allowed_and_a_listed_network_still_is():
+    assert problem("*", "http://[::ffff:0:808:808]/hook") is None  # IPv4-translated 8.8.8.8
+    assert problem("*", "http://[64:ff9b::808:808]/hook") is None
+    assert problem("fec0::/10", "http://[fec0::1]/hook") is None
