@@ -13,7 +13,7 @@ import dj_database_url
 from delayqueue.config.env import env_bool, env_int, env_url
 from delayqueue.config.push_hosts import HostPolicy, checked_allowed_hosts
 from delayqueue.config.redis_urls import URL_FORMS, checked_url
-from delayqueue.core.constants import MAX_AGE_DAYS
+from delayqueue.core.constants import MAX_AGE_DAYS, REDRIVE_MAX_RATE
 from delayqueue.core.names import checked_namespace
 
 # Variables with this prefix live in settings.DELAYQUEUE under the rest of their name; the
@@ -166,6 +166,23 @@ class QueueConfig:
     metrics_token: str = setting(
         "DELAYQUEUE_METRICS_TOKEN", "", "bearer token that /metrics and the API docs require; unset: open",
         secret=True)
+    # Caps that keep one tenant from using up what a shared deployment has (docs/deploy.md,
+    # "Limits and caps"); each refusal answers code 429 naming its variable.
+    max_topics: int = setting(
+        "DELAYQUEUE_MAX_TOPICS", 1_000, "most topics a namespace has registered at once; a send that would "
+        "make one more is refused", minimum=1)
+    max_topic_configs: int = setting(
+        "DELAYQUEUE_MAX_TOPIC_CONFIGS", 1_000, "most topics with their own settings (setTopicConfig rows) per "
+        "namespace", minimum=1)
+    max_long_polls_per_token: int = setting(
+        "DELAYQUEUE_MAX_LONG_POLLS_PER_TOKEN", 100, "most longPollingMsg calls one API token holds at once, over "
+        "every web process", minimum=1)
+    max_push_concurrency: int = setting(
+        "DELAYQUEUE_MAX_PUSH_CONCURRENCY", 200, "most pushes in flight at once for a namespace: the sum of its "
+        "push topics' pushConcurrency", minimum=1)
+    max_redrive_rate: int = setting(
+        "DELAYQUEUE_MAX_REDRIVE_RATE", 1_000, "largest maxPerSecond of a dead-letter redrive", minimum=1,
+        maximum=REDRIVE_MAX_RATE)
 
     @property
     def redis_timeout(self) -> float:

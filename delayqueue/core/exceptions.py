@@ -59,6 +59,14 @@ class Throttled(Refused):
         self.topic = topic
 
 
+class CapReached(Refused):
+    """Over a cap an operator sets per namespace or per token (code 429), which waiting does not
+    lift: the answer names the cap's setting and its value."""
+
+    def __init__(self, msg: str, *, setting: str, cap: int):
+        super().__init__(f"{msg}: the cap is {cap} ({setting})", 429)
+
+
 class Unavailable(QueueError):
     """A store the queue needs could not be reached or refused the work. The message says what
     failed; `detail` (the store's own error text, which may name hosts and ports) is for the log."""

@@ -102,6 +102,10 @@ class NamespaceKeys:
         """STRING set with a short TTL while the scanner with this lock token runs (its heartbeat)."""
         return f"dq:ns:{self.namespace}:alive:{token}"
 
+    def long_polls(self, holder: str) -> str:
+        """ZSET hold id -> ms its hold ends: the long polls one API token (its sha256) holds (services/caps.py)."""
+        return f"dq:ns:{self.namespace}:long_polls:{holder}"
+
     def topic_of_history(self, channel: str) -> str | None:
         """The topic whose history channel this is, None for another namespace's."""
         prefix, suffix = f"{TOPIC_PREFIX}{{{self.namespace}:", f"}}:{HISTORY_SUFFIX}"

@@ -495,3 +495,12 @@ PUSH_TOPICS = ("SELECT topic, push_url, push_concurrency, push_timeout_millis, p
 
 TOKEN_BY_HASH = f"SELECT namespace, scopes, revoked_at IS NOT NULL FROM {tables.TOKEN} WHERE token_hash = %s"
 TOKEN_NAMESPACES = f"SELECT DISTINCT namespace FROM {tables.TOKEN} WHERE revoked_at IS NULL"
+
+# --- Caps (services/caps.py).
+
+# One restore per namespace at a time: a session lock, so a restore whose process or connection
+# dies lets the next one in.
+RESTORE_LOCK = "SELECT pg_try_advisory_lock(hashtextextended('delayqueue restore ' || %s, 0))"
+# setTopicConfig's caps, checked in the transaction that writes the row, under a lock per
+# namespace so that concurrent changes cannot each pass: its rows, and its push topics' concurrency.
+TOPIC_CONFIG_LOCK = "SELECT pg_advisory_xact_lock(hashtextextended('delayqueue topic config ' || %s, 0))"

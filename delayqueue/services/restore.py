@@ -22,6 +22,7 @@ from delayqueue.live import scripts
 from delayqueue.messagelog import sql
 from delayqueue.messagelog.connection import connect, log_unavailable
 from delayqueue.runtime import Runtime
+from delayqueue.services.caps import restore_turn
 from delayqueue.services.topics import write_mirrors
 from delayqueue.stores.topic_settings import TopicSettings
 
@@ -98,11 +99,13 @@ async def restore(rt: Runtime, *, topic: str | None = None, msg_id: str | None =
     page at a time, while earlier pages are written to Redis (reading, building the script calls
     and Redis' work overlap), and reports progress (counts so far, total candidates) per page.
     Raises LogUnavailable when the log fails part-way; what was restored stays, and a rerun
-    finishes the rest. A full restore clears the scanners' report that Redis lost its data."""
-    if not dry_run:
-        await restore_topic_settings(rt, topic=topic)
+    finishes the rest. A full restore clears the scanners' report that Redis lost its data. One
+    restore of a namespace runs at a time: Throttled (429) while another runs (caps.restore_turn)."""
     try:
-        counts = await _restore(rt, topic, msg_id, include_expired, dry_run, progress)
+        async with restore_turn(rt):
+            if not dry_run:
+                await restore_topic_settings(rt, topic=topic)
+            counts = await _restore(rt, topic, msg_id, include_expired, dry_run, progress)
     except psycopg.Error as exc:
         raise log_unavailable(exc) from None
     if answers_loss_report(topic, msg_id, dry_run):

@@ -14,7 +14,7 @@ from delayqueue.core.exceptions import LogUnavailable, MaybeSent, QueueError, re
 from delayqueue.core.messages import Message, new_msg_id
 from delayqueue.live import scripts
 from delayqueue.runtime import Runtime
-from delayqueue.services import admission
+from delayqueue.services import admission, caps
 from delayqueue.stores.topic_settings import DEFAULT as DEFAULT_SETTINGS
 from delayqueue.stores.topic_settings import TopicSettings
 
@@ -87,7 +87,11 @@ async def send_messages(rt: Runtime, *, requests: list[SendRequest]) -> list[Mes
     Messages over a limit of the namespace or their topic are refused first. With the message log
     on, the others are recorded in PostgreSQL (group commit); then the send scripts run in one
     pipelined Redis round trip, the log is settled with what Redis did, and the topics Redis saw
-    first are registered."""
+    first are registered. Sends to a new topic beyond DELAYQUEUE_MAX_TOPICS are refused first of all."""
+    refusals = await caps.new_topic_refusals(rt, topics=[request.topic for request in requests])
+    if any(refusals):
+        sent = iter(await send_messages(rt, requests=[r for r, refusal in zip(requests, refusals) if refusal is None]))
+        return [next(sent) if refusal is None else refusal for refusal in refusals]
     table = await rt.limits.table()
     if not table:
         return await _send_admitted(rt, requests, None)

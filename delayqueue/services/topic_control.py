@@ -6,7 +6,7 @@ from delayqueue.config.push_hosts import push_url_problem
 from delayqueue.core.exceptions import BadRequest
 from delayqueue.runtime import Runtime
 from delayqueue.services.topics import write_mirrors
-from delayqueue.stores.rows import save_topic_config
+from delayqueue.stores.rows import TopicConfigCaps, save_topic_config
 from delayqueue.stores.topic_settings import DEFAULT as DEFAULT_SETTINGS
 
 
@@ -15,7 +15,9 @@ async def set_topic_config(rt: Runtime, *, topic: str, changes: dict, limits: di
     """Changes a topic's settings (TopicConfig fields; None: back to the default) and its limits
     (stores.rows.set_limits' keywords) in PostgreSQL, then its Redis mirror; in force in this
     process at once, in every other within a second. A new push URL must be one
-    DELAYQUEUE_PUSH_ALLOWED_HOSTS allows (BadRequest). Answers a new push signing secret
+    DELAYQUEUE_PUSH_ALLOWED_HOSTS allows (BadRequest). CapReached (429) for a topic's first
+    settings beyond DELAYQUEUE_MAX_TOPIC_CONFIGS, or push concurrency beyond the namespace's
+    DELAYQUEUE_MAX_PUSH_CONCURRENCY. Answers a new push signing secret
     (save_topic_config), or None. Raises RedisError when the mirror could not be written
     (PostgreSQL has the change: calling again is safe)."""
     url = changes.get("push_url")
@@ -27,7 +29,8 @@ async def set_topic_config(rt: Runtime, *, topic: str, changes: dict, limits: di
             raise BadRequest(f"pushUrl {problem}")
     secret = await sync_to_async(save_topic_config, thread_sensitive=False)(
         namespace=rt.ns.namespace, topic=topic, changes=changes, limits=limits,
-        rotate_push_secret=rotate_push_secret, secret_grace_millis=rt.config.push_secret_grace_seconds * 1000)
+        rotate_push_secret=rotate_push_secret, secret_grace_millis=rt.config.push_secret_grace_seconds * 1000,
+        caps=TopicConfigCaps(rows=rt.config.max_topic_configs, push_concurrency=rt.config.max_push_concurrency))
     table = await rt.topic_configs.fresh()
     if limits:
         await rt.limits.fresh()

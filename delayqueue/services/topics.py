@@ -15,12 +15,19 @@ log = logging.getLogger(__name__)
 
 
 async def purge_topic(rt: Runtime, *, topic: str) -> int:
-    """Ends every live message of the topic as deleted (history reason 'purged', counted as
-    deleteMsg in the monitor counters), a bounded batch per script call, and returns how many.
-    Messages sent while it runs may be purged too."""
+    """Ends the topic's live messages as deleted (history reason 'purged', counted as deleteMsg
+    in the monitor counters), a bounded batch per script call, and returns how many.
+
+    It ends, even while producers keep sending: it makes no more calls than it takes to purge
+    what the topic held when it started (its queues' sizes then), and one more. Messages sent
+    while it runs may be purged in place of older ones, which then stay; a purge called again
+    takes them."""
     call = scripts.purge_topic(rt.context, topic)
+    held = await topic_info(rt, topic=topic)
+    calls_left = -(-(held.waiting + held.ready + held.consuming) // rt.context.scan_limit) + 1
     purged = 0
-    while True:
+    while calls_left > 0:
+        calls_left -= 1
         reply = await rt.scripts.call(call)
         purged += reply.purged
         if not reply.more:

@@ -9,12 +9,13 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from django.db import DatabaseError, IntegrityError, connection, connections, transaction
+from django.db.models import Sum
 from django.utils import timezone
 
 from delayqueue.config.settings import load_config
 from delayqueue.core.clock import now_millis
 from delayqueue.core.constants import TOKEN_PREFIX, Scope
-from delayqueue.core.exceptions import BadRequest, NotFound
+from delayqueue.core.exceptions import BadRequest, CapReached, NotFound
 from delayqueue.core.names import checked_namespace
 from delayqueue.messagelog import sql
 from delayqueue.models import ApiToken, Limit, TopicConfig
@@ -146,19 +147,38 @@ def new_push_secret() -> str:
     return PUSH_SECRET_PREFIX + secrets.token_urlsafe(32)
 
 
+@dataclass(frozen=True)
+class TopicConfigCaps:
+    """A namespace's caps on topic settings (0: none), checked by save_topic_config."""
+
+    rows: int = 0  # topics with their own settings (DELAYQUEUE_MAX_TOPIC_CONFIGS)
+    push_concurrency: int = 0  # the sum of its push topics' concurrency (DELAYQUEUE_MAX_PUSH_CONCURRENCY)
+
+
 def save_topic_config(*, namespace: str, topic: str, changes: dict, limits: dict, rotate_push_secret: bool = False,
-                      secret_grace_millis: int = 0) -> str | None:
+                      secret_grace_millis: int = 0, caps: TopicConfigCaps = TopicConfigCaps()) -> str | None:
     """Sets the TopicConfig fields in `changes` (a value None: back to the default) and the
     limits in `limits` (set_limits' keywords: 0 removes one); the rest stay as they are.
 
     A topic given its first push URL gets a signing secret; `rotate_push_secret` makes a new one,
     the old one signing on for `secret_grace_millis`; an empty push URL forgets both. Answers
-    the new secret, shown this once, or None. BadRequest for a rotation without a push URL. The
-    worker thread's connection is closed after, so a PostgreSQL restart leaves no broken one."""
+    the new secret, shown this once, or None. BadRequest for a rotation without a push URL;
+    CapReached for a new row, or more push concurrency, beyond `caps` (a change that adds neither
+    passes, so a lowered cap never blocks a pause). The worker thread's connection is closed
+    after, so a PostgreSQL restart leaves no broken one."""
     try:
         with transaction.atomic():
+            if caps.rows or caps.push_concurrency:
+                with connection.cursor() as cursor:
+                    cursor.execute(sql.TOPIC_CONFIG_LOCK, [namespace])
             config = (TopicConfig.objects.select_for_update().filter(namespace=namespace, topic=topic).first()
                       or TopicConfig(namespace=namespace, topic=topic))
+            if config.pk is None and caps.rows:
+                rows = TopicConfig.objects.filter(namespace=namespace).count()
+                if rows >= caps.rows:
+                    raise CapReached(f"too many topic settings: namespace {namespace} has {rows} topics with their "
+                                     "own settings", setting="DELAYQUEUE_MAX_TOPIC_CONFIGS", cap=caps.rows)
+            pushes_before = _push_share(config)
             defaults = TopicSettings()
             for name, value in changes.items():
                 setattr(config, name, getattr(defaults, name) if value is None else value)
@@ -173,9 +193,21 @@ def save_topic_config(*, namespace: str, topic: str, changes: dict, limits: dict
                     config.push_previous_secret = config.push_secret
                     config.push_previous_until = now_millis() + secret_grace_millis
                 config.push_secret = secret = new_push_secret()
+            if caps.push_concurrency and _push_share(config) > pushes_before:
+                others = (TopicConfig.objects.filter(namespace=namespace).exclude(push_url="").exclude(topic=topic)
+                          .aggregate(total=Sum("push_concurrency"))["total"] or 0)
+                if others + _push_share(config) > caps.push_concurrency:
+                    raise CapReached(f"too many pushes at once: namespace {namespace}'s other push topics have "
+                                     f"{others} in flight at most, and this one would add {_push_share(config)}",
+                                     setting="DELAYQUEUE_MAX_PUSH_CONCURRENCY", cap=caps.push_concurrency)
             config.save()
             if limits:
                 set_limits(namespace=namespace, topic=topic, **limits)
         return secret
     finally:
         connection.close()
+
+
+def _push_share(config: TopicConfig) -> int:
+    """How many pushes the topic may have in flight at once: its concurrency, if it pushes."""
+    return config.push_concurrency if config.push_url else 0

@@ -86,10 +86,12 @@ class Redriver:
         if task.sending:
             await self._send(task.topic, task.sending, resumed=True)
             await self._finish_sending(task)
-        size = max(1, min(MAX_BATCH, task.max_per_second // 10))
+        # A task made before DELAYQUEUE_MAX_REDRIVE_RATE was lowered runs at the cap.
+        rate = min(task.max_per_second, self.rt.config.max_redrive_rate)
+        size = max(1, min(MAX_BATCH, rate // 10))
         started, moved = time.monotonic(), 0
         while not stopping.is_set():
-            if not await self._pause_until(task, started + moved / task.max_per_second, stopping):
+            if not await self._pause_until(task, started + moved / rate, stopping):
                 return
             batch = await self._take_batch(task, size)
             if batch is None:

@@ -1,7 +1,10 @@
 """Endpoints on messages: send, pull and long poll, ack and nack, touch, reschedule, read and
 delete."""
 
+from contextlib import nullcontext
+
 from delayqueue.api import wire
+from delayqueue.api.auth import request_token
 from delayqueue.api.schema import (AckBatchResultSerializer, AckResultSerializer, BatchResultSerializer,
                                    DelayMsgListResultSerializer, DelayMsgResultSerializer, ResultSerializer,
                                    TouchResultSerializer, answer, queue_endpoint)
@@ -15,7 +18,9 @@ from delayqueue.core.exceptions import BadRequest, NotFound, error_body
 from delayqueue.services.consume import (ack_message, ack_messages, long_poll_messages, nack_message, pull_messages,
                                          touch_message)
 from delayqueue.services.messages import delete_message, get_message, reschedule_message
+from delayqueue.services.caps import long_poll_hold
 from delayqueue.services.send import send_message, send_messages
+from delayqueue.stores.tokens import token_hash
 
 
 @queue_endpoint(
@@ -110,7 +115,8 @@ class PullMsgView(QueueAPIView):
     "Pull, waiting for a ready message",
     "As pullMsg, but when no message is ready the request is held until one becomes ready or "
     "longPollingTimeoutMillis pass; the list is empty if the time ran out. Over a consume rate the request "
-    "is held until the rate lets a message through, not refused.",
+    "is held until the rate lets a message through, not refused. A token holding "
+    f"{setting_text('max_long_polls_per_token')} long polls at once gets code 429 with retryAfterMillis.",
     answer("LongPollingMsgAnswer", DelayMsgListResultSerializer), LongPollingMsgSerializer,
     example={"topic": "orders", "batch": 10, "ackTimeoutMillis": 30000, "longPollingTimeoutMillis": 10000})
 class LongPollingMsgView(QueueAPIView):
@@ -118,10 +124,14 @@ class LongPollingMsgView(QueueAPIView):
 
     async def handle(self):
         data = self.validated(LongPollingMsgSerializer)
-        messages = await long_poll_messages(
-            self.rt, topic=data["topic"], batch=data["batch"], ack_timeout_millis=data["ackTimeoutMillis"],
-            timeout_millis=data["longPollingTimeoutMillis"]
-        )
+        token = request_token(self.request)
+        holding = (long_poll_hold(self.rt, holder=token_hash(token), hold_millis=data["longPollingTimeoutMillis"])
+                   if token is not None and self.rt.config.auth == "tokens" else nullcontext())
+        async with holding:
+            messages = await long_poll_messages(
+                self.rt, topic=data["topic"], batch=data["batch"], ack_timeout_millis=data["ackTimeoutMillis"],
+                timeout_millis=data["longPollingTimeoutMillis"]
+            )
         return reply(delayMsgList=wire.messages(messages))
 
 

@@ -8,7 +8,7 @@ from redis.exceptions import RedisError
 
 from delayqueue.config.arguments import namespace_name, non_empty, topic_name
 from delayqueue.config.settings import load_config
-from delayqueue.core.exceptions import LogUnavailable
+from delayqueue.core.exceptions import LogUnavailable, Throttled
 from delayqueue.runtime import Runtime
 from delayqueue.services.restore import RestoreCounts, restore
 
@@ -65,6 +65,8 @@ class Command(BaseCommand):
             bar.finish()
             raise CommandError("interrupted: what was restored stays restored; run the command again to finish",
                                returncode=130) from None
+        except Throttled as exc:  # another restore of the namespace is running
+            raise CommandError(str(exc)) from None
         except LogUnavailable as exc:  # an operator's console: where it failed too
             raise CommandError(f"{exc} ({exc.detail})" if exc.detail else str(exc)) from None
         except RedisError as exc:
