@@ -475,21 +475,66 @@ TABLE_ESTIMATE = "SELECT reltuples::bigint FROM pg_class WHERE oid = %s::regclas
 # The planner's row estimate of a query, without running it.
 EXPLAIN_JSON = "EXPLAIN (FORMAT JSON) "
 
-# --- Limits (stores/limits.py): every web process reads its namespace's twice a second.
-LIMITS = ("SELECT topic, coalesce(produce_rate, 0), coalesce(consume_rate, 0), coalesce(max_live, 0)"
-          f" FROM {tables.LIMIT} WHERE namespace = %s")
+# --- Operator settings every process holds (stores/refreshed.py): a namespace's limits, topic
+# settings and push topics, read in full at first and now and then, and twice a second only the
+# rows changed since the last read. Each row carries the id of the transaction that last wrote it
+# (changed_xid, set by a trigger), and a deleted row leaves one in SETTINGS_DELETION (kept a day).
+# A read asks first for its snapshot's xmin: every transaction below it had committed, so the next
+# read asks for the rows written at or above it, and misses no commit however late it comes.
 
-# --- Topic settings (stores/topic_settings.py): read by every web process and scanner twice a second.
+SNAPSHOT_XMIN = "SELECT pg_snapshot_xmin(pg_current_snapshot())::text"
+SETTINGS_TABLES = (tables.LIMIT, tables.TOPIC_CONFIG)
+SETTINGS_DELETION_DAYS = 1
+SETTINGS_CHANGES = [
+    f"CREATE TABLE {tables.SETTINGS_DELETION} (namespace varchar(128) NOT NULL, table_name text NOT NULL,"
+    " topic varchar(255) NOT NULL, changed_xid xid8 NOT NULL, at timestamptz NOT NULL DEFAULT now())",
+    f"CREATE INDEX settingsdeletion_changes ON {tables.SETTINGS_DELETION} (namespace, changed_xid)",
+    "CREATE FUNCTION delayqueue_settings_written() RETURNS trigger LANGUAGE plpgsql AS $$"
+    " BEGIN NEW.changed_xid := pg_current_xact_id(); RETURN NEW; END $$",
+    "CREATE FUNCTION delayqueue_settings_deleted() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN"
+    f" INSERT INTO {tables.SETTINGS_DELETION} (namespace, table_name, topic, changed_xid)"
+    " VALUES (OLD.namespace, TG_TABLE_NAME, OLD.topic, pg_current_xact_id());"
+    f" DELETE FROM {tables.SETTINGS_DELETION} WHERE at < now() - interval '{SETTINGS_DELETION_DAYS} days';"
+    " RETURN OLD; END $$",
+] + [statement for table in SETTINGS_TABLES for statement in (
+    f"ALTER TABLE {table} ADD COLUMN changed_xid xid8 NOT NULL DEFAULT pg_current_xact_id()",
+    f"CREATE TRIGGER {table}_written BEFORE INSERT OR UPDATE ON {table} FOR EACH ROW"
+    " EXECUTE FUNCTION delayqueue_settings_written()",
+    f"CREATE TRIGGER {table}_deleted AFTER DELETE ON {table} FOR EACH ROW EXECUTE FUNCTION delayqueue_settings_deleted()",
+)]
+SETTINGS_CHANGES_UNDONE = [statement for table in SETTINGS_TABLES for statement in (
+    f"DROP TRIGGER {table}_written ON {table}", f"DROP TRIGGER {table}_deleted ON {table}",
+    f"ALTER TABLE {table} DROP COLUMN changed_xid",
+)] + ["DROP FUNCTION delayqueue_settings_written()", "DROP FUNCTION delayqueue_settings_deleted()",
+      f"DROP TABLE {tables.SETTINGS_DELETION}"]
 
-# Columns in TopicSettings' order, after the topic.
-TOPIC_CONFIGS = ("SELECT topic, ttl_millis, max_retry, ack_timeout_millis, retry_backoff_millis,"
-                 " retry_backoff_max_millis, dead_letter, paused, push_url, push_concurrency, push_timeout_millis,"
-                 " push_rate, push_previous_until"
-                 f" FROM {tables.TOPIC_CONFIG} WHERE namespace = %s")
-# The push topics with their signing secrets, for the pushers alone (stores/push_topics.py).
-PUSH_TOPICS = ("SELECT topic, push_url, push_concurrency, push_timeout_millis, push_rate, push_secret,"
-               " push_previous_secret, push_previous_until"
-               f" FROM {tables.TOPIC_CONFIG} WHERE namespace = %s AND push_url <> ''")
+
+def settings_reads(table: str, columns: tuple[str, ...]) -> tuple[str, str]:
+    """A refreshed table's two statements, each answering rows (deleted, topic, *columns): all of
+    a namespace's rows (parameter `namespace`), and its rows deleted (first, their columns null)
+    or written at or after a snapshot's xmin (parameters `namespace`, `since`)."""
+    values = ", ".join(columns)
+    rows = f"SELECT false, topic, {values} FROM {table} WHERE namespace = %(namespace)s"
+    deleted = (f"SELECT true, topic, {', '.join(['NULL'] * len(columns))} FROM {tables.SETTINGS_DELETION}"
+               f" WHERE namespace = %(namespace)s AND table_name = '{table}' AND changed_xid >= %(since)s::xid8")
+    return rows, f"{deleted} UNION ALL {rows} AND changed_xid >= %(since)s::xid8 ORDER BY 1 DESC"
+
+
+# Limits (stores/limits.py), in Limits' order.
+LIMIT_READS = settings_reads(tables.LIMIT, ("coalesce(produce_rate, 0)", "coalesce(consume_rate, 0)",
+                                            "coalesce(max_live, 0)"))
+# Topic settings (stores/topic_settings.py), in TopicSettings' order.
+TOPIC_CONFIG_COLUMNS = ("ttl_millis", "max_retry", "ack_timeout_millis", "retry_backoff_millis",
+                        "retry_backoff_max_millis", "dead_letter", "paused", "push_url", "push_concurrency",
+                        "push_timeout_millis", "push_rate", "push_previous_until")
+TOPIC_CONFIG_READS = settings_reads(tables.TOPIC_CONFIG, TOPIC_CONFIG_COLUMNS)
+# The same table read in full by the Spark restore, which has no refreshed table: (topic, *columns).
+TOPIC_CONFIGS = f"SELECT topic, {', '.join(TOPIC_CONFIG_COLUMNS)} FROM {tables.TOPIC_CONFIG} WHERE namespace = %s"
+# The push topics with their signing secrets, for the pushers alone (stores/push_topics.py), in
+# PushTopic's order; a row without a push URL is no push topic.
+PUSH_TOPIC_READS = settings_reads(tables.TOPIC_CONFIG, (
+    "push_url", "push_concurrency", "push_timeout_millis", "push_rate", "push_secret", "push_previous_secret",
+    "push_previous_until"))
 
 # --- API tokens (stores/tokens.py): the request path checks them without the ORM.
 

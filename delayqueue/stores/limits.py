@@ -26,8 +26,8 @@ class LimitCache(RefreshedTable):
     """One namespace's limits: topic -> its Limits, and NAMESPACE -> the namespace's; empty when none is set."""
 
     what = "limits"
-    statement = sql.LIMITS
+    reads = sql.LIMIT_READS
     unread = "none are in force"
 
-    def build(self, rows: list[tuple]) -> dict[str, Limits]:
-        return {topic: Limits(*values) for topic, *values in rows if any(values)}
+    def entry(self, values: tuple) -> Limits | None:
+        return Limits(*values) if any(values) else None

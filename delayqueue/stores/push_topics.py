@@ -32,8 +32,8 @@ class PushTopicCache(RefreshedTable):
     """Topic -> its PushTopic, for the topics with a push URL."""
 
     what = "push topics"
-    statement = sql.PUSH_TOPICS
+    reads = sql.PUSH_TOPIC_READS
     unread = "no topic is pushed"
 
-    def build(self, rows: list[tuple]) -> dict[str, PushTopic]:
-        return {topic: PushTopic(*values) for topic, *values in rows}
+    def entry(self, values: tuple) -> PushTopic | None:
+        return PushTopic(*values) if values[0] else None  # no push URL: not pushed

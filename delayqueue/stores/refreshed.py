@@ -1,30 +1,37 @@
 """A namespace's table of operator settings (limits, topic settings) as each process holds it:
 read from PostgreSQL on first use and every REFRESH_SECONDS after, so the hot paths read
 `current` without waiting on PostgreSQL and a change is in force on every process within a
-second. Reading fails open: while PostgreSQL cannot be read, the table last read stays in force
-(an empty one, in a process that has not read it yet) and the log says so once."""
+second. A refresh reads only the rows written or deleted since the last read (sql.settings_reads:
+nothing at all while nothing changes), and the whole table every FULL_READ_SECONDS. Reading fails
+open: while PostgreSQL cannot be read, the table last read stays in force (an empty one, in a
+process that has not read it yet) and the log says so once."""
 import asyncio
 import logging
+import time
 
 from delayqueue.core.exceptions import LogUnavailable
 from delayqueue.live.keys import NamespaceKeys
+from delayqueue.messagelog import sql
 from delayqueue.messagelog.connection import LogConnection
 
 log = logging.getLogger(__name__)
 
 REFRESH_SECONDS = 0.5
+# The whole table is read again this often: a process' table never drifts for longer, whatever
+# went wrong (a row changed by hand with the trigger off, a deletion mark pruned while it could not read).
+FULL_READ_SECONDS = 300.0
 # A read that takes longer fails (and the table last read stays in force): the first read holds
 # the process' first queue requests.
 READ_TIMEOUT_MILLIS = 2_000
 
 
 class RefreshedTable:
-    """Subclasses say what the table is (`what`, for the log), the statement that reads it (one
-    parameter: the namespace), what is in force before the first read (`unread`, for the log),
-    and how its rows become the table (`build`)."""
+    """Subclasses say what the table is (`what`, for the log), the statements that read it
+    (`reads`: sql.settings_reads' pair), what is in force before the first read (`unread`, for
+    the log), and what a row's values are in the table (`entry`)."""
 
     what: str
-    statement: str
+    reads: tuple[str, str]
     unread: str
 
     def __init__(self, ns: NamespaceKeys):
@@ -34,8 +41,13 @@ class RefreshedTable:
         self._first_read: asyncio.Future | None = None
         self._refresher: asyncio.Task | None = None
         self._failing = False  # a read failed, and the log said so: said again once one succeeds
+        self._reading = asyncio.Lock()  # one read at a time: each builds on the one before
+        self._since: str | None = None  # the last read's snapshot xmin; None: read the whole table next
+        self._full_read_at = 0.0  # time.monotonic() of the last whole read
+        self.rows_read = 0  # how many rows the last read's statement answered
 
-    def build(self, rows: list[tuple]) -> dict:
+    def entry(self, values: tuple):
+        """A row's values as the table holds them; None: the row has no entry."""
         raise NotImplementedError
 
     async def table(self) -> dict:
@@ -50,11 +62,26 @@ class RefreshedTable:
     async def fresh(self) -> dict:
         """The table read now, and in force in this process from now (after this process changed
         it). Raises LogUnavailable."""
-        async with self._db.use() as conn:
-            cursor = await conn.execute(self.statement, [self._ns.namespace])
-            rows = await cursor.fetchall()
-        self.current = self.build(rows)
-        return self.current
+        async with self._reading:
+            whole = self._since is None or time.monotonic() - self._full_read_at >= FULL_READ_SECONDS
+            async with self._db.use() as conn:
+                since = (await (await conn.execute(sql.SNAPSHOT_XMIN)).fetchone())[0]
+                all_rows, changed_rows = self.reads
+                cursor = await conn.execute(all_rows if whole else changed_rows,
+                                            {"namespace": self._ns.namespace, "since": self._since})
+                rows = await cursor.fetchall()
+                self.rows_read = cursor.rowcount
+            table = {} if whole else dict(self.current or {})
+            for deleted, topic, *values in rows:  # the deleted first: a topic written since is written again
+                entry = None if deleted else self.entry(tuple(values))
+                if entry is None:
+                    table.pop(topic, None)
+                else:
+                    table[topic] = entry
+            self.current, self._since = table, since
+            if whole:
+                self._full_read_at = time.monotonic()
+        return table
 
     async def _refresh_forever(self) -> None:
         while True:

@@ -65,11 +65,11 @@ class TopicConfigCache(RefreshedTable):
     """One namespace's topic settings: topic -> its TopicSettings (a topic without a row: DEFAULT)."""
 
     what = "topic settings"
-    statement = sql.TOPIC_CONFIGS
+    reads = sql.TOPIC_CONFIG_READS
     unread = "the defaults are in force"
 
-    def build(self, rows: list[tuple]) -> dict[str, TopicSettings]:
-        return settings_table(rows)
+    def entry(self, values: tuple) -> TopicSettings:
+        return TopicSettings(*values)
 
     async def settings(self, topic: str) -> TopicSettings:
         """The topic's settings in force."""
