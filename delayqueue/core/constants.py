@@ -101,9 +101,12 @@ REDRIVE_MAX_RATE = 100_000
 
 # Push delivery (delayqueue/push/): a topic's settings' defaults and bounds.
 PUSH_CONCURRENCY_DEFAULT = 8  # pushes of a topic in flight at once, across every pusher process
-PUSH_MAX_CONCURRENCY = 1000
+# Each push in flight holds a connection (a file descriptor) for up to its timeout: bounded so that
+# one topic cannot hold a pusher's descriptors for long (a namespace's sum: DELAYQUEUE_MAX_PUSH_CONCURRENCY).
+# Settings made under the earlier bounds (1000, 300 s) are pushed at these.
+PUSH_MAX_CONCURRENCY = 200
 PUSH_TIMEOUT_DEFAULT_MILLIS = 10_000  # one attempt, connecting to reading the answer
-PUSH_MAX_TIMEOUT_MILLIS = 300_000
+PUSH_MAX_TIMEOUT_MILLIS = 60_000
 MAX_PUSH_URL_LENGTH = 2000
 # A failed push waits this long before the next attempt, doubling per delivery, when its topic sets
 # no retryBackoffMillis: a receiver down for a moment must not use up a message's tries at once.

@@ -2,8 +2,9 @@
 secrets, read from PostgreSQL on first use and every refreshed.REFRESH_SECONDS after (a
 RefreshedTable, as the topic settings and limits are). Only pushers hold the secrets: the web
 processes' topic settings (topic_settings.py) leave them out."""
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
+from delayqueue.core.constants import PUSH_MAX_CONCURRENCY, PUSH_MAX_TIMEOUT_MILLIS
 from delayqueue.messagelog import sql
 from delayqueue.stores.refreshed import RefreshedTable
 
@@ -36,4 +37,8 @@ class PushTopicCache(RefreshedTable):
     unread = "no topic is pushed"
 
     def entry(self, values: tuple) -> PushTopic | None:
-        return PushTopic(*values) if values[0] else None  # no push URL: not pushed
+        if not values[0]:  # no push URL: not pushed
+            return None
+        topic = PushTopic(*values)
+        return replace(topic, push_concurrency=min(topic.push_concurrency, PUSH_MAX_CONCURRENCY),
+                       push_timeout_millis=min(topic.push_timeout_millis, PUSH_MAX_TIMEOUT_MILLIS))

@@ -7,12 +7,17 @@ import asyncio
 import pytest
 from asgiref.sync import sync_to_async
 
+from delayqueue.core.constants import PUSH_MAX_CONCURRENCY, PUSH_MAX_TIMEOUT_MILLIS
 from delayqueue.core.exceptions import CapReached
+from delayqueue.live.keys import namespace_keys
+from delayqueue.models import TopicConfig
 from delayqueue.runtime import close_current
 from delayqueue.services.caps import restore_turn
 from delayqueue.services.send import SendRequest, send_messages
 from delayqueue.services.topic_control import set_topic_config
 from delayqueue.services.topics import purge_topic, topic_info
+from delayqueue.stores.push_topics import PushTopicCache
+from delayqueue.stores.rows import save_topic_config
 from delayqueue.stores.tokens import token_hash
 from tests.helpers import REDIS_URL, make_runtime, wait_until
 from tests.integration.test_tokens import ask, new_token, tokens_on  # noqa: F401 - tokens_on is a fixture
@@ -182,3 +187,23 @@ async def _live(rt) -> int:
 async def _count_is(count, expected: int, at_least: bool = False) -> bool:
     value = await count
     return value >= expected if at_least else value == expected
+
+
+async def test_a_topic_push_concurrency_and_timeout_are_bounded_and_older_settings_pushed_at_the_bounds(api):
+    shop = await token()
+    url = "http://127.0.0.1:9/hook"
+    for name, value in (("pushConcurrency", "1000"), ("pushTimeoutMillis", "300000")):
+        answer = await ask(api, "delayQueue/setTopicConfig", "post", {"topic": "big", "pushUrl": url, name: value},
+                           shop)
+        assert answer["code"] == 400 and name in answer["msg"], answer
+    # A row set under the earlier bounds (1000 pushes, 300 s) is pushed at the new ones.
+    await sync_to_async(save_topic_config)(namespace="shop", topic="old", changes={"push_url": url}, limits={})
+    await sync_to_async(TopicConfig.objects.filter(topic="old").update)(push_concurrency=1000,
+                                                                         push_timeout_millis=300_000)
+    pushed = PushTopicCache(namespace_keys("shop"))
+    try:
+        old = (await pushed.fresh())["old"]
+        assert (old.push_concurrency, old.push_timeout_millis) == (PUSH_MAX_CONCURRENCY, PUSH_MAX_TIMEOUT_MILLIS)
+        assert (PUSH_MAX_CONCURRENCY, PUSH_MAX_TIMEOUT_MILLIS) == (200, 60_000)
+    finally:
+        await pushed.close()
