@@ -86,7 +86,9 @@ async def long_poll_hold(rt: Runtime, *, holder: str, hold_millis: int):
     now = int(time.time() * 1000)
     hold_millis = hold_millis if hold_millis > 0 else rt.config.long_polling_timeout_millis
     until = now + min(hold_millis, rt.config.max_long_polling_timeout_millis) + HOLD_MARGIN_MILLIS
-    pipe = rt.redis.pipeline(transaction=True)
+    # In this order on one connection (no MULTI: a Cluster node too): each poll counts itself and
+    # every poll added before it, so a count is never below the polls held.
+    pipe = rt.redis.pipeline(transaction=False)
     pipe.zremrangebyscore(key, "-inf", now)
     pipe.zadd(key, {hold_id: until})
     pipe.zcard(key)

@@ -3,6 +3,7 @@ namespace, topic-settings rows, push concurrency, held long polls per token, the
 restore per namespace at a time, and a purgeTopic that ends while a producer keeps sending. Over
 HTTP with API tokens where the cap is an API answer; real Redis and PostgreSQL throughout."""
 import asyncio
+import time
 
 import pytest
 from asgiref.sync import sync_to_async
@@ -207,3 +208,19 @@ async def test_a_topic_push_concurrency_and_timeout_are_bounded_and_older_settin
         assert (PUSH_MAX_CONCURRENCY, PUSH_MAX_TIMEOUT_MILLIS) == (200, 60_000)
     finally:
         await pushed.close()
+
+
+async def test_concurrent_long_polls_of_one_token_never_pass_the_cap_and_a_dead_process_holds_expire(
+        api, caps, single_rt):
+    await caps(MAX_LONG_POLLS_PER_TOKEN=3)
+    shop = await token()
+    key = single_rt.for_namespace("shop").ns.long_polls(token_hash(shop))
+    # Holds a web process left behind when it died: past their end, they no longer count.
+    ended = int(time.time() * 1000) - 1
+    await single_rt.redis.zadd(key, {f"dead{i}": ended for i in range(3)})
+    poll = {"topic": "many", "longPollingTimeoutMillis": "3000"}
+    answers = await asyncio.gather(*[ask(api, "delayQueue/longPollingMsg", "post", poll, shop) for _ in range(10)])
+    held = [a for a in answers if a["code"] == 200]
+    assert 1 <= len(held) <= 3, answers
+    assert all(refused_by(a, "DELAYQUEUE_MAX_LONG_POLLS_PER_TOKEN") for a in answers if a["code"] != 200)
+    assert await single_rt.redis.zcard(key) == 0  # every place given back, the dead ones dropped
