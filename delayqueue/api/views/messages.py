@@ -29,7 +29,8 @@ from delayqueue.stores.tokens import token_hash
     "the stored message: its msgId (generated when none was given), its times and its status (1 waiting, "
     "or 2 ready when the delay is 0 or less). Sending again under the msgId of a message that is still live "
     "changes nothing and answers the stored message. Over a produce rate or a live-message cap of the "
-    "namespace or the topic: code 429 with retryAfterMillis.",
+    "namespace or the topic: code 429 with retryAfterMillis. To a topic new to a namespace that has "
+    f"{setting_text('max_topics')} topics already: code 429.",
     answer("SendMsgAnswer", DelayMsgResultSerializer), SendMsgSerializer,
     example={"topic": "orders", "msg": '{"orderId": 42, "action": "cancel-if-unpaid"}', "delayMillis": 1800000,
              "msgId": "order-42-cancel", "ttlMillis": 3600000, "maxRetry": 3})

@@ -19,7 +19,7 @@ from delayqueue.services.restore import restore
     "Puts back into Redis the messages the message log says are live (after Redis lost data), for every "
     "topic or only `topic`; expire=true also brings back messages whose TTL ran out before delivery. Safe "
     "to repeat: messages Redis still holds are counted in alreadyLive and left alone. Code 404 when "
-    "`topic` has no messages in the log.",
+    "`topic` has no messages in the log; code 429 while another restore of the namespace runs (one at a time).",
     answer("RestoreAnswer", RestoreResultSerializer), RestoreSerializer,
     example={"topic": "orders", "expire": False})
 class RestoreView(QueueAPIView):
@@ -80,7 +80,7 @@ class GetDeadMsgListView(QueueAPIView):
     "given): each goes back as a new life under its msgId, ready at once with retry 0, at most maxPerSecond "
     "a second. The scanners run it, and a scanner that stops halfway leaves it to another. Answers taskId "
     "(see getRedriveTask); code 404 when there is no such dead letter. Rate and live-message limits do not "
-    "apply: maxPerSecond paces it.",
+    f"apply: maxPerSecond paces it, at most {setting_text('max_redrive_rate')} (above it: code 400).",
     answer("RedriveDeadMsgAnswer", TaskIdResultSerializer), body=RedriveDeadMsgSerializer,
     example={"topic": "orders", "msgIds": ["order-42-cancel"], "maxPerSecond": 500})
 class RedriveDeadMsgView(QueueAPIView):

@@ -6,6 +6,7 @@ from delayqueue.api.schema import (MonitorDataResultSerializer, PurgeResultSeria
                                    TopicInfoListResultSerializer, TopicInfoResultSerializer, answer, queue_endpoint)
 from delayqueue.api.validation import SetTopicConfigSerializer, TopicSerializer
 from delayqueue.api.views.base import QueueAPIView, reply
+from delayqueue.config.settings import setting_text
 from delayqueue.core.constants import RETRY_BACKOFF_JITTER, Scope
 from delayqueue.services.topic_control import pause_topic, resume_topic, set_topic_config
 from delayqueue.services.topics import list_topics, monitor_data, purge_topic, topic_config, topic_info, topic_infos
@@ -88,7 +89,9 @@ class GetTopicConfigView(QueueAPIView):
     f"{RETRY_BACKOFF_JITTER:.0%} at random), deadLetter (false: the topic's status-6 messages, earlier ones "
     "included, are not dead letters while it stays false), the topic's limits (0: none), and push delivery (pushUrl and its "
     "settings, docs/push.md). In force on every server process within a second. Answers the topic's settings, as "
-    "getTopicConfig, with pushSecret when this call made a signing secret.",
+    "getTopicConfig, with pushSecret when this call made a signing secret. Code 429 when it would give the "
+    f"namespace more topics with their own settings than {setting_text('max_topic_configs')}, or its push topics "
+    f"more pushes in flight at once than {setting_text('max_push_concurrency')}.",
     answer("SetTopicConfigAnswer", SetTopicConfigResultSerializer), SetTopicConfigSerializer,
     example={"topic": "orders", "maxRetry": 5, "retryBackoffMillis": 1000, "retryBackoffMaxMillis": 60000})
 class SetTopicConfigView(QueueAPIView):
@@ -135,7 +138,8 @@ class ResumeTopicView(QueueAPIView):
 @queue_endpoint(
     "Delete every live message of a topic",
     "Every waiting, ready or consuming message of the topic ends as deleted (status 7, history reason purged), "
-    "in bounded batches. Answers how many.",
+    "in bounded batches. Answers how many. It ends while producers keep sending: it purges about as many as the "
+    "topic held when it started (messages sent meanwhile may go in place of older ones, which a second call takes).",
     answer("PurgeTopicAnswer", PurgeResultSerializer), TopicSerializer, example={"topic": "orders"})
 class PurgeTopicView(QueueAPIView):
     needs_scope = Scope.MANAGE
