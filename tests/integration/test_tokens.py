@@ -14,7 +14,7 @@ import httpx
 import pytest
 import redis
 from asgiref.sync import sync_to_async
-from django.contrib.auth.models import User
+from django.contrib.auth.models import Permission, User
 from django.core.management import CommandError, call_command
 
 from delayqueue.models import ApiToken, Message
@@ -80,9 +80,15 @@ def test_the_admin_creates_a_token_shown_once_and_revokes_it(client):
     User.objects.create_superuser("boss", password="pw")
     client.force_login(User.objects.get())
     response = client.post("/admin/delayqueue/apitoken/add/",
-                           {"name": "web", "namespace": "shop", "scopes": ["produce", "monitor"]}, follow=True)
+                           {"name": "web", "namespace": "shop", "scopes": ["produce", "monitor"]})
+    assert response.status_code == 200  # the token on the answer's own page, not after a redirect
+    assert "no-store" in response["Cache-Control"]
     shown = TOKEN_RE.findall(response.content.decode())
     assert len(shown) == 1
+    # Nowhere else: not in a cookie (Django's messages keep theirs in one), not in the session.
+    assert not any(shown[0] in morsel.value for morsel in client.cookies.values())
+    assert shown[0] not in str(dict(client.session))
+    assert shown[0] not in client.get("/admin/").content.decode()  # no message left to show it again
     row = ApiToken.objects.get(name="web")
     assert (row.scopes, row.token_hash) == ("produce,monitor", hashlib.sha256(shown[0].encode()).hexdigest())
     listing = client.get("/admin/delayqueue/apitoken/").content.decode()
@@ -93,6 +99,24 @@ def test_the_admin_creates_a_token_shown_once_and_revokes_it(client):
     assert "not a namespace" in refused.content.decode()
     client.post("/admin/delayqueue/apitoken/", {"action": "revoke_selected", "_selected_action": [row.pk]})
     assert ApiToken.objects.get(name="web").revoked_at is not None
+
+
+@pytest.mark.django_db
+def test_revoking_tokens_in_the_admin_needs_the_change_permission(client):
+    for name in ("a", "b"):
+        new_token(name=name)
+    selected = {"action": "revoke_selected", "_selected_action": list(ApiToken.objects.values_list("pk", flat=True))}
+    viewer = User.objects.create_user("viewer", password="pw", is_staff=True)
+    viewer.user_permissions.add(Permission.objects.get(codename="view_apitoken"))
+    client.force_login(viewer)
+    assert client.get("/admin/delayqueue/apitoken/").status_code == 200  # may look
+    client.post("/admin/delayqueue/apitoken/", selected)
+    assert not ApiToken.objects.filter(revoked_at__isnull=False).exists()  # may not revoke
+    changer = User.objects.create_user("changer", password="pw", is_staff=True)
+    changer.user_permissions.add(*Permission.objects.filter(codename__in=["view_apitoken", "change_apitoken"]))
+    client.force_login(changer)
+    client.post("/admin/delayqueue/apitoken/", selected)
+    assert ApiToken.objects.filter(revoked_at__isnull=False).count() == 2
 
 
 # --- The queue API with DELAYQUEUE_AUTH=tokens
