@@ -424,7 +424,8 @@ async def test_a_flood_of_random_tokens_is_refused_per_address_while_valid_token
 
         async def flood():
             for _ in range(FLOOD_PER_WORKER):
-                answer = (await flooding.get(info, headers={"Authorization": f"Bearer dq_{secrets.token_urlsafe(32)}"})).json()
+                random_token = f"dq_{secrets.token_urlsafe(32)}"
+                answer = (await flooding.get(info, headers={"Authorization": f"Bearer {random_token}"})).json()
                 flood_answers[answer["code"]] += 1
                 if answer["code"] == 429:
                     assert answer["retryAfterMillis"] > 0 and answer["msg"].startswith("too many invalid API tokens")
