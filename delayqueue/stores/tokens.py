@@ -107,6 +107,7 @@ class BatchedLookup:
                     cursor = await conn.execute(sql.TOKENS_BY_HASH, [list(batch)])
                     rows = await cursor.fetchall()
             except LogUnavailable as exc:
+                log.warning("token check of %d token(s) failed: %s", len(batch), exc)  # once a batch, not a token
                 for future in batch.values():
                     if not future.done():
                         future.set_exception(LogUnavailable(str(exc), exc.detail))
@@ -217,8 +218,7 @@ class TokenCache:
     async def _lookup(self, digest: str, entry: Entry | None) -> Grant | None:
         try:
             grant = await (self._unknown if entry is None else self._held).lookup(digest)
-        except LogUnavailable as exc:
-            log.warning("token check failed: %s", exc)
+        except LogUnavailable:
             now = time.monotonic()
             if entry is None or now - entry.confirmed_at > self._trust_seconds:
                 raise Unavailable(UNAVAILABLE) from None
