@@ -154,14 +154,20 @@ def _limit_field(verbose_name: str, help_text: str) -> models.PositiveIntegerFie
 
 class Limit(models.Model):
     """The limits of a namespace (`topic` empty) or of one of its topics; an empty limit is no
-    limit. Web processes read this table every half second (services/admission.py) and enforce
-    it in Redis, so a change takes effect on every one of them within a second."""
+    limit. A topic's limits set by the operator are the operator's alone (stores/rows.set_limits);
+    a tenant sets the others through setTopicConfig. Web processes read this table every half
+    second (services/admission.py) and enforce it in Redis, so a change takes effect on every one
+    of them within a second."""
 
     namespace = models.CharField(max_length=128)
     topic = models.CharField(max_length=255, blank=True, help_text="empty: the whole namespace")
     produce_rate = _limit_field("produce rate", "messages per second sent (sendMsg, each message of sendMsgBatch)")
     consume_rate = _limit_field("consume rate", "messages per second handed out (pullMsg, longPollingMsg)")
     max_live = _limit_field("live-message cap", "most messages waiting, ready or consuming at once")
+    # Rows from before the column count as the operator's: the safe reading.
+    set_by_operator = models.BooleanField(
+        default=True, db_default=True,
+        help_text="set through the admin or manage.py set_limits: setTopicConfig (a tenant's token) cannot change them")
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:

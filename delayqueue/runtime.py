@@ -70,7 +70,10 @@ class Runtime:
     def tokens(self) -> TokenCache:
         """This process' cache of API token checks (stores/tokens.py)."""
         if self._tokens is None:
-            self._tokens = TokenCache(self.config.log_timeout_millis)
+            config = self.config
+            self._tokens = TokenCache(timeout_millis=config.log_timeout_millis, trust_seconds=config.token_trust_seconds,
+                                      failure_limit=config.auth_failure_limit,
+                                      failure_window_seconds=config.auth_failure_window_seconds)
         return self._tokens
 
     @property

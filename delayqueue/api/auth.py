@@ -3,7 +3,17 @@ stores.tokens.TokenCache (no ORM on the API path).
 
 A token comes as `Authorization: Bearer <token>`, or as the path prefix `/t/<token>/camellia/...`
 that project/asgi.py strips into scope["delayqueue.token"] (camellia's Java SDK cannot set
-headers)."""
+headers).
+
+A token that fails (unknown or revoked) counts against the client address (REMOTE_ADDR: the
+ASGI client, or the proxy's X-Forwarded-For under uvicorn's --proxy-headers); an address past
+DELAYQUEUE_AUTH_FAILURE_LIMIT is refused with 429 (stores/tokens.py).
+
+/camellia/health/online and offline act on the whole host, so they take the host operator's
+credential instead (authorize_host)."""
+import hmac
+
+from delayqueue.core.constants import Scope
 from delayqueue.core.exceptions import Refused
 
 BEARER = "bearer "
@@ -20,14 +30,21 @@ def request_token(request) -> str | None:
     return None
 
 
-async def authorize(rt, request, scope: str | tuple[str, ...]) -> str:
-    """The namespace the request's token works in; Refused 401 without a valid token, 403 when
-    the token lacks `scope` (a tuple: lacks every one of them). No message names the token."""
+def present_token(request) -> str:
+    """The request's token; Refused 401 without one."""
     token = request_token(request)
     if token is None:
         raise Refused("missing API token: send the header 'Authorization: Bearer <token>' "
                       "or call /t/<token>/camellia/...", 401)
-    grant = await rt.tokens.grant(token)
+    return token
+
+
+async def authorize(rt, request, scope: str | tuple[str, ...]) -> str:
+    """The namespace the request's token works in; Refused 401 without a valid token, 403 when
+    the token lacks `scope` (a tuple: lacks every one of them), 429 when the client address
+    presented too many invalid tokens. No message names the token."""
+    token = present_token(request)
+    grant = await rt.tokens.grant(token, address=request.META.get("REMOTE_ADDR") or "")
     if grant is None or grant.revoked:
         raise Refused("invalid or revoked API token", 401)
     if isinstance(scope, tuple):
@@ -36,3 +53,16 @@ async def authorize(rt, request, scope: str | tuple[str, ...]) -> str:
     elif scope not in grant.scopes:
         raise Refused(f"this API token lacks the {scope} scope", 403)
     return grant.namespace
+
+
+async def authorize_host(rt, request) -> None:
+    """For calls on the whole host (health online/offline): with DELAYQUEUE_HOST_TOKEN set, that
+    token alone (in either mode), else in `tokens` mode a manage token of DELAYQUEUE_NAMESPACE, the
+    host's own (a tenant's manage token works only in its namespace). Refused 401/403 otherwise."""
+    host_token = rt.config.host_token
+    if host_token:
+        if not hmac.compare_digest(present_token(request).encode(), host_token.encode()):
+            raise Refused("this call takes the host token (DELAYQUEUE_HOST_TOKEN)", 403)
+    elif rt.config.auth == "tokens" and await authorize(rt, request, Scope.MANAGE) != rt.config.namespace:
+        raise Refused("this call takes a manage token of the host's namespace (DELAYQUEUE_NAMESPACE) or the host "
+                      "token (DELAYQUEUE_HOST_TOKEN)", 403)

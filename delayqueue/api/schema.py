@@ -303,7 +303,8 @@ def parameter_rules(result, generator, request, public):
 
 def token_security(result, generator, request, public):
     """The API token each endpoint needs (DELAYQUEUE_AUTH=tokens): the bearer scheme, and per
-    operation the scope its view declares (health status and check need none)."""
+    operation the scope its view declares (health status and check need none; online and offline
+    the host operator's credential)."""
     from django.urls import resolve
 
     result["components"]["securitySchemes"] = {"apiToken": {
@@ -312,9 +313,15 @@ def token_security(result, generator, request, public):
                        "prefix `/t/<token>/camellia/...`. Not needed when the server runs with DELAYQUEUE_AUTH=open.",
     }}
     for path, operations in result["paths"].items():
-        scope = getattr(resolve(path).func.view_class, "needs_scope", None)
+        view_class = resolve(path).func.view_class
+        scope = getattr(view_class, "needs_scope", None)
         for operation in operations.values():
-            if scope is None:
+            if getattr(view_class, "host_operator", False):
+                operation["security"] = [{"apiToken": []}]
+                operation["description"] += ("\n\nNeeds the host token (DELAYQUEUE_HOST_TOKEN); when none is set, a "
+                                             "token with the `manage` scope of the host's own namespace "
+                                             "(DELAYQUEUE_NAMESPACE).")
+            elif scope is None:
                 operation["security"] = []
             else:
                 operation["security"] = [{"apiToken": []}]

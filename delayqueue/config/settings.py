@@ -67,6 +67,16 @@ def checked_auth(mode: str) -> str:
     return mode
 
 
+HOST_TOKEN_MIN_LENGTH = 32
+
+
+def checked_host_token(token: str) -> str:
+    """The host token, if long enough to resist guessing (empty: none); ValueError without it."""
+    if token and len(token) < HOST_TOKEN_MIN_LENGTH:
+        raise ValueError(f"must be at least {HOST_TOKEN_MIN_LENGTH} characters (openssl rand -hex 32)")
+    return token
+
+
 @dataclass(frozen=True)
 class Setting:
     env: str
@@ -183,6 +193,23 @@ class QueueConfig:
     max_redrive_rate: int = setting(
         "DELAYQUEUE_MAX_REDRIVE_RATE", 1_000, "largest maxPerSecond of a dead-letter redrive", minimum=1,
         maximum=REDRIVE_MAX_RATE)
+    # Failed token checks per client address (stores/tokens.py): past the limit, a token this
+    # process does not already hold as valid is refused without asking PostgreSQL.
+    auth_failure_limit: int = setting(
+        "DELAYQUEUE_AUTH_FAILURE_LIMIT", 50, "unknown or revoked API tokens one client address may present within "
+        "DELAYQUEUE_AUTH_FAILURE_WINDOW_SECONDS (per web process) before its calls with a token not already known "
+        "valid answer 429", minimum=1)
+    auth_failure_window_seconds: int = setting(
+        "DELAYQUEUE_AUTH_FAILURE_WINDOW_SECONDS", 60, "the window of DELAYQUEUE_AUTH_FAILURE_LIMIT, from an "
+        "address' first failure", minimum=1)
+    token_trust_seconds: int = setting(
+        "DELAYQUEUE_TOKEN_TRUST_SECONDS", 60, "while PostgreSQL does not answer, a token's last answer stands for "
+        "at most this long after it was last confirmed; then its calls answer 500 (token check unavailable)",
+        minimum=1)
+    host_token: str = setting(
+        "DELAYQUEUE_HOST_TOKEN", "", "the host operator's bearer token for /camellia/health/online and offline "
+        f"(at least {HOST_TOKEN_MIN_LENGTH} characters); unset: a manage token of DELAYQUEUE_NAMESPACE",
+        check=checked_host_token, secret=True)
 
     @property
     def redis_timeout(self) -> float:

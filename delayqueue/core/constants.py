@@ -64,9 +64,12 @@ RETRY_BACKOFF_JITTER = 0.2
 # this many bytes (core/names.py checks it).
 MAX_TOPIC_BYTES = 255
 
-# Failed admin logins (ops/login_limit.py): this many for one username, or from one client
-# address, within the window lock that username or address out for the lock time.
+# Failed admin logins (ops/login_limit.py): this many for one username from one client address,
+# or (ADMIN_LOGIN_MAX_ADDRESS_FAILURES) from one address for any usernames, within the window
+# lock that username at that address, or that address, out for the lock time. An address' limit
+# is higher: colleagues behind one NAT each mistype a password now and then.
 ADMIN_LOGIN_MAX_FAILURES = 5
+ADMIN_LOGIN_MAX_ADDRESS_FAILURES = 20
 ADMIN_LOGIN_WINDOW_SECONDS = 15 * 60
 ADMIN_LOGIN_LOCK_SECONDS = 15 * 60
 

@@ -538,7 +538,8 @@ PUSH_TOPIC_READS = settings_reads(tables.TOPIC_CONFIG, (
 
 # --- API tokens (stores/tokens.py): the request path checks them without the ORM.
 
-TOKEN_BY_HASH = f"SELECT namespace, scopes, revoked_at IS NOT NULL FROM {tables.TOKEN} WHERE token_hash = %s"
+TOKENS_BY_HASH = (f"SELECT token_hash, namespace, scopes, revoked_at IS NOT NULL FROM {tables.TOKEN}"
+                  " WHERE token_hash = ANY(%s)")
 TOKEN_NAMESPACES = f"SELECT DISTINCT namespace FROM {tables.TOKEN} WHERE revoked_at IS NULL"
 
 # --- Caps (services/caps.py).

@@ -11,9 +11,10 @@ from delayqueue.stores.topic_settings import DEFAULT as DEFAULT_SETTINGS
 
 
 async def set_topic_config(rt: Runtime, *, topic: str, changes: dict, limits: dict,
-                           rotate_push_secret: bool = False) -> str | None:
+                           rotate_push_secret: bool = False, by_operator: bool = False) -> str | None:
     """Changes a topic's settings (TopicConfig fields; None: back to the default) and its limits
-    (stores.rows.set_limits' keywords) in PostgreSQL, then its Redis mirror; in force in this
+    (stores.rows.set_limits' keywords; a tenant's, unless `by_operator`: a tenant cannot change
+    the operator's, Refused 403) in PostgreSQL, then its Redis mirror; in force in this
     process at once, in every other within a second. A new push URL must be one
     DELAYQUEUE_PUSH_ALLOWED_HOSTS allows (BadRequest). CapReached (429) for a topic's first
     settings beyond DELAYQUEUE_MAX_TOPIC_CONFIGS, or push concurrency beyond the namespace's
@@ -28,7 +29,7 @@ async def set_topic_config(rt: Runtime, *, topic: str, changes: dict, limits: di
         if problem:
             raise BadRequest(f"pushUrl {problem}")
     secret = await sync_to_async(save_topic_config, thread_sensitive=False)(
-        namespace=rt.ns.namespace, topic=topic, changes=changes, limits=limits,
+        namespace=rt.ns.namespace, topic=topic, changes=changes, limits=limits, by_operator=by_operator,
         rotate_push_secret=rotate_push_secret, secret_grace_millis=rt.config.push_secret_grace_seconds * 1000,
         caps=TopicConfigCaps(rows=rt.config.max_topic_configs, push_concurrency=rt.config.max_push_concurrency))
     table = await rt.topic_configs.fresh()

@@ -15,7 +15,7 @@ from django.utils import timezone
 from delayqueue.config.settings import load_config
 from delayqueue.core.clock import now_millis
 from delayqueue.core.constants import TOKEN_PREFIX, Scope
-from delayqueue.core.exceptions import BadRequest, CapReached, NotFound
+from delayqueue.core.exceptions import BadRequest, CapReached, NotFound, Refused
 from delayqueue.core.names import checked_namespace
 from delayqueue.messagelog import sql
 from delayqueue.models import ApiToken, Limit, TopicConfig
@@ -113,17 +113,28 @@ LIMIT_FIELDS = ("produce_rate", "consume_rate", "max_live")
 
 
 def set_limits(*, namespace: str, topic: str = NAMESPACE, produce_rate: int | None = None,
-               consume_rate: int | None = None, max_live: int | None = None) -> Limit | None:
+               consume_rate: int | None = None, max_live: int | None = None,
+               by_operator: bool = True) -> Limit | None:
     """Changes the limits given of a namespace (topic NAMESPACE) or of one of its topics: 0
     removes a limit, None leaves it as it is. Returns the limits now in force, None when none is
-    left (the row is then deleted)."""
+    left (the row is then deleted).
+
+    The operator's limits (`by_operator`: the admin, manage.py set_limits) are theirs alone: a
+    tenant's change (setTopicConfig) to a row the operator set is Refused 403, so no tenant lifts
+    a limit the operator put on it. Once the operator removes them all, the tenant may set its own."""
     changes = {"produce_rate": produce_rate, "consume_rate": consume_rate, "max_live": max_live}
     with transaction.atomic():
         limit = (Limit.objects.select_for_update().filter(namespace=namespace, topic=topic).first()
-                 or Limit(namespace=namespace, topic=topic))
-        for name, value in changes.items():
-            if value is not None:
-                setattr(limit, name, value or None)
+                 or Limit(namespace=namespace, topic=topic, set_by_operator=by_operator))
+        changing = [name for name, value in changes.items()
+                    if value is not None and (value or None) != getattr(limit, name)]
+        if not changing:
+            return limit if limit.pk is not None else None
+        if not by_operator and limit.set_by_operator:
+            raise Refused(f"the limits of topic {topic} were set by the operator: only the operator changes them", 403)
+        limit.set_by_operator = by_operator
+        for name in changing:
+            setattr(limit, name, changes[name] or None)
         if all(getattr(limit, name) is None for name in LIMIT_FIELDS):
             if limit.pk is not None:
                 limit.delete()
@@ -155,10 +166,12 @@ class TopicConfigCaps:
     push_concurrency: int = 0  # the sum of its push topics' concurrency (DELAYQUEUE_MAX_PUSH_CONCURRENCY)
 
 
-def save_topic_config(*, namespace: str, topic: str, changes: dict, limits: dict, rotate_push_secret: bool = False,
-                      secret_grace_millis: int = 0, caps: TopicConfigCaps = TopicConfigCaps()) -> str | None:
+def save_topic_config(*, namespace: str, topic: str, changes: dict, limits: dict, by_operator: bool,
+                      rotate_push_secret: bool = False, secret_grace_millis: int = 0,
+                      caps: TopicConfigCaps = TopicConfigCaps()) -> str | None:
     """Sets the TopicConfig fields in `changes` (a value None: back to the default) and the
-    limits in `limits` (set_limits' keywords: 0 removes one); the rest stay as they are.
+    limits in `limits` (set_limits' keywords: 0 removes one, `by_operator` says whose); the rest
+    stay as they are; nothing, if set_limits refuses.
 
     A topic given its first push URL gets a signing secret; `rotate_push_secret` makes a new one,
     the old one signing on for `secret_grace_millis`; an empty push URL forgets both. Answers
@@ -202,7 +215,7 @@ def save_topic_config(*, namespace: str, topic: str, changes: dict, limits: dict
                                      setting="DELAYQUEUE_MAX_PUSH_CONCURRENCY", cap=caps.push_concurrency)
             config.save()
             if limits:
-                set_limits(namespace=namespace, topic=topic, **limits)
+                set_limits(namespace=namespace, topic=topic, by_operator=by_operator, **limits)
         return secret
     finally:
         connection.close()

@@ -20,7 +20,7 @@ from delayqueue.services.consume import ack_message, long_poll_messages, pull_me
 from delayqueue.services.messages import delete_message
 from delayqueue.services.restore import restore
 from delayqueue.services.send import SendRequest, send_messages
-from delayqueue.stores.rows import set_limits
+from delayqueue.stores.rows import create_token, set_limits
 from tests.helpers import API, REDIS_URL, ROOT, call, make_runtime, query, scanner_env
 
 
@@ -463,3 +463,40 @@ def test_the_admin_sets_limits_and_refuses_bad_ones(client, clean_state):
     assert client.post(add, {**form, "topic": ""}).status_code == 302  # the whole namespace
     listing = client.get("/admin/delayqueue/limit/").content.decode()
     assert "(the whole namespace)" in listing and "orders" in listing
+
+
+# --- Whose limits (issue 29, item 7e)
+
+async def test_a_tenant_cannot_lift_or_change_a_topic_limit_the_operator_set(api, settings):
+    settings.DELAYQUEUE = {**settings.DELAYQUEUE, "AUTH": "tokens"}
+    _row, token = await sync_to_async(create_token)(namespace="shop", scopes=["produce", "manage"])
+    headers = {"Authorization": f"Bearer {token}"}
+
+    async def tenant(endpoint, **params) -> dict:
+        response = await api.post(API + endpoint, data=params, headers=headers)
+        assert response.status_code == 200, response.text
+        return response.json()
+
+    await set_limits_now(namespace="shop", topic="orders", produce_rate=1)  # the operator's
+    for change in ({"produceRatePerSecond": "0"}, {"produceRatePerSecond": "1000"}, {"maxLiveMessages": "5"},
+                   {"consumeRatePerSecond": "9", "maxRetry": "2"}):
+        refused = await tenant("setTopicConfig", topic="orders", **change)
+        assert refused == {"code": 403, "msg": "the limits of topic orders were set by the operator: only the "
+                                               "operator changes them"}, change
+    row = await sync_to_async(Limit.objects.get)(namespace="shop", topic="orders")
+    assert (row.produce_rate, row.consume_rate, row.max_live, row.set_by_operator) == (1, None, None, True)
+    config = (await tenant("getTopicConfig", topic="orders"))["data"]
+    assert (config["produceRatePerSecond"], config["maxRetry"]) == (1, 10)  # the refused call changed nothing
+    sent = [await tenant("sendMsg", topic="orders", msg="m", delayMillis="60000") for _ in range(2)]
+    assert [answer["code"] for answer in sent] == [200, 429]  # still in force
+    # The topic's other settings stay the tenant's, and restating the operator's limit changes nothing.
+    assert (await tenant("setTopicConfig", topic="orders", maxRetry="3", produceRatePerSecond="1"))["code"] == 200
+    # The tenant's own limits on a topic the operator left alone are the tenant's to change and remove.
+    for rate in ("5", "50", "0"):
+        assert (await tenant("setTopicConfig", topic="mine", produceRatePerSecond=rate))["code"] == 200
+    assert not await sync_to_async(Limit.objects.filter(topic="mine").exists)()
+    # Once the operator removes theirs, the tenant may set its own.
+    await set_limits_now(namespace="shop", topic="orders", produce_rate=0)
+    assert (await tenant("setTopicConfig", topic="orders", produceRatePerSecond="7"))["code"] == 200
+    row = await sync_to_async(Limit.objects.get)(namespace="shop", topic="orders")
+    assert (row.produce_rate, row.set_by_operator) == (7, False)

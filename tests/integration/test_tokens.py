@@ -4,20 +4,22 @@ import asyncio
 import hashlib
 import io
 import re
+import secrets
 import subprocess
 import sys
 import time
+from collections import Counter
 
 import httpx
 import pytest
 import redis
 from asgiref.sync import sync_to_async
-from django.contrib.auth.models import User
+from django.contrib.auth.models import Permission, User
 from django.core.management import CommandError, call_command
 
 from delayqueue.models import ApiToken, Message
 from delayqueue.runtime import current
-from tests.helpers import REDIS_URL, ROOT, call, scanner_env, wait_until
+from tests.helpers import REDIS_URL, ROOT, WebProcess, call, scanner_env, wait_until
 from tools.stack import free_port
 
 TOKEN_RE = re.compile(r"dq_[A-Za-z0-9_-]{43}")
@@ -78,9 +80,15 @@ def test_the_admin_creates_a_token_shown_once_and_revokes_it(client):
     User.objects.create_superuser("boss", password="pw")
     client.force_login(User.objects.get())
     response = client.post("/admin/delayqueue/apitoken/add/",
-                           {"name": "web", "namespace": "shop", "scopes": ["produce", "monitor"]}, follow=True)
+                           {"name": "web", "namespace": "shop", "scopes": ["produce", "monitor"]})
+    assert response.status_code == 200  # the token on the answer's own page, not after a redirect
+    assert "no-store" in response["Cache-Control"]
     shown = TOKEN_RE.findall(response.content.decode())
     assert len(shown) == 1
+    # Nowhere else: not in a cookie (Django's messages keep theirs in one), not in the session.
+    assert not any(shown[0] in morsel.value for morsel in client.cookies.values())
+    assert shown[0] not in str(dict(client.session))
+    assert shown[0] not in client.get("/admin/").content.decode()  # no message left to show it again
     row = ApiToken.objects.get(name="web")
     assert (row.scopes, row.token_hash) == ("produce,monitor", hashlib.sha256(shown[0].encode()).hexdigest())
     listing = client.get("/admin/delayqueue/apitoken/").content.decode()
@@ -91,6 +99,24 @@ def test_the_admin_creates_a_token_shown_once_and_revokes_it(client):
     assert "not a namespace" in refused.content.decode()
     client.post("/admin/delayqueue/apitoken/", {"action": "revoke_selected", "_selected_action": [row.pk]})
     assert ApiToken.objects.get(name="web").revoked_at is not None
+
+
+@pytest.mark.django_db
+def test_revoking_tokens_in_the_admin_needs_the_change_permission(client):
+    for name in ("a", "b"):
+        new_token(name=name)
+    selected = {"action": "revoke_selected", "_selected_action": list(ApiToken.objects.values_list("pk", flat=True))}
+    viewer = User.objects.create_user("viewer", password="pw", is_staff=True)
+    viewer.user_permissions.add(Permission.objects.get(codename="view_apitoken"))
+    client.force_login(viewer)
+    assert client.get("/admin/delayqueue/apitoken/").status_code == 200  # may look
+    client.post("/admin/delayqueue/apitoken/", selected)
+    assert not ApiToken.objects.filter(revoked_at__isnull=False).exists()  # may not revoke
+    changer = User.objects.create_user("changer", password="pw", is_staff=True)
+    changer.user_permissions.add(*Permission.objects.filter(codename__in=["view_apitoken", "change_apitoken"]))
+    client.force_login(changer)
+    client.post("/admin/delayqueue/apitoken/", selected)
+    assert ApiToken.objects.filter(revoked_at__isnull=False).count() == 2
 
 
 # --- The queue API with DELAYQUEUE_AUTH=tokens
@@ -109,8 +135,9 @@ ENDPOINTS = [
     ("delayQueue/ackMsgBatch", "consume", "json", {"topic": "orders", "msgIds": ["m1"]}),
     ("delayQueue/touchMsg", "consume", "post", {"topic": "orders", "msgId": "m1", "ackTimeoutMillis": "1000"}),
     ("delayQueue/rescheduleMsg", "manage", "post", {"topic": "orders", "msgId": "m1", "delayMillis": "0"}),
-    ("health/online", "manage", "get", {}),
-    ("health/offline", "manage", "get", {}),
+    # The whole host's: no tenant's token, whatever its scopes (test_host_operator_credential...).
+    ("health/online", (), "get", {}),
+    ("health/offline", (), "get", {}),
     ("delayQueue/getMonitorData", "monitor", "get", {}),
     ("delayQueue/getTopicInfo", "monitor", "get", {"topic": "orders"}),
     ("delayQueue/getTopicInfoList", "monitor", "get", {}),
@@ -168,7 +195,6 @@ async def test_every_endpoint_takes_exactly_its_scope_in_either_token_form(api):
                     assert body == {"code": 403, "msg": f"this API token lacks the {' or '.join(allowed)} scope"} or (
                         endpoint.startswith("health/") and body == {"code": 403}), (endpoint, scope, body)
                     assert token not in str(body)
-    await ask(api, "health/online", "get", {}, single["manage"])  # leave the host online
 
 
 @pytest.mark.usefixtures("tokens_on")
@@ -373,3 +399,151 @@ def test_the_web_process_warns_at_start_in_open_mode_and_refuses_an_unknown_mode
     assert tokens.returncode == 0 and "DELAYQUEUE_AUTH" not in tokens.stderr
     assert unknown.returncode == 1
     assert unknown.stderr.strip() == "environment variable DELAYQUEUE_AUTH must be tokens or open, got 'Tokens'"
+
+
+# --- A flood of random tokens (issue 29, item 6)
+
+FLOOD_WORKERS = 40
+FLOOD_PER_WORKER = 75  # 3,000 random tokens from one address
+FLOOD_LIMIT = 50  # DELAYQUEUE_AUTH_FAILURE_LIMIT's default
+
+
+@pytest.mark.process
+async def test_a_flood_of_random_tokens_is_refused_per_address_while_valid_tokens_keep_answering(clean_state):
+    held = await sync_to_async(new_token)(scopes=["monitor"], name="held")
+    web = WebProcess("flood", dict(scanner_env(), REDIS_URL=REDIS_URL, DELAYQUEUE_AUTH="tokens"))
+    info = "/camellia/delayQueue/getTopicInfo?topic=orders"  # Redis only once the token passes
+    flooding = httpx.AsyncClient(base_url=web.url, timeout=60, limits=httpx.Limits(max_connections=FLOOD_WORKERS),
+                                 transport=httpx.AsyncHTTPTransport(local_address="127.0.0.2"))
+    other = httpx.AsyncClient(base_url=web.url, timeout=60)  # from 127.0.0.1
+    try:
+        await asyncio.to_thread(web.wait_started)
+        assert (await other.get(info, headers={"Authorization": f"Bearer {held}"})).json()["code"] == 200
+        flood_answers, valid_answers = Counter(), []
+        flood_done = asyncio.Event()
+
+        async def flood():
+            for _ in range(FLOOD_PER_WORKER):
+                random_token = f"dq_{secrets.token_urlsafe(32)}"
+                answer = (await flooding.get(info, headers={"Authorization": f"Bearer {random_token}"})).json()
+                flood_answers[answer["code"]] += 1
+                if answer["code"] == 429:
+                    assert answer["retryAfterMillis"] > 0 and answer["msg"].startswith("too many invalid API tokens")
+
+        async def use_valid_tokens():
+            new = None
+            while not flood_done.is_set() or new is None:
+                if new is None and sum(flood_answers.values()) > FLOOD_LIMIT:
+                    new = await sync_to_async(new_token)(scopes=["monitor"], name="first-used-in-the-flood")
+                for client, token in ((other, held), (flooding, held), (other, new)):
+                    if token is not None:
+                        answer = (await client.get(info, headers={"Authorization": f"Bearer {token}"})).json()
+                        valid_answers.append(answer["code"])
+
+        checking = asyncio.ensure_future(use_valid_tokens())
+        await asyncio.gather(*(flood() for _ in range(FLOOD_WORKERS)))
+        flood_done.set()
+        await checking
+        assert set(flood_answers) == {401, 429}, flood_answers
+        # Concurrent checks in flight when the count reached the limit may still have been asked.
+        assert FLOOD_LIMIT <= flood_answers[401] < FLOOD_LIMIT + FLOOD_WORKERS, flood_answers
+        assert len(valid_answers) > 10 and set(valid_answers) == {200}, Counter(valid_answers)
+        # Another address is not refused for the flooding one.
+        unknown = (await other.get(info, headers={"Authorization": "Bearer dq_nope"})).json()
+        assert unknown == {"code": 401, "msg": "invalid or revoked API token"}
+    finally:
+        await flooding.aclose()
+        await other.aclose()
+        await asyncio.to_thread(web.stop)
+
+
+@pytest.mark.fault
+@pytest.mark.usefixtures("tokens_on")
+async def test_misses_never_evict_a_valid_grant(api, postgres, settings):
+    settings.DELAYQUEUE = {**settings.DELAYQUEUE, "AUTH_FAILURE_LIMIT": 1_000_000}  # the cache alone, unthrottled
+    token = await sync_to_async(new_token)()
+    cache = current().tokens
+    assert (await cache.grant(token)).namespace == "shop"
+    for start in range(0, 12_000, 1_000):  # more unknown tokens than the cache holds answers
+        assert not any(await asyncio.gather(*(cache.grant(f"dq_random-{start + i}") for i in range(1_000))))
+    postgres.stop()
+    try:
+        await asyncio.sleep(0.6)  # past the refresh time: PostgreSQL is asked, and cannot answer
+        held = await cache.grant(token)  # its grant was kept: its last answer stands
+        assert (held.namespace, held.revoked) == ("shop", False)
+    finally:
+        await asyncio.to_thread(postgres.start)
+
+
+# --- While PostgreSQL is down (issue 29, item 7)
+
+@pytest.mark.fault
+@pytest.mark.usefixtures("tokens_on")
+async def test_postgres_down_a_held_grant_stands_only_within_the_trust_bound(api, postgres, settings):
+    settings.DELAYQUEUE = {**settings.DELAYQUEUE, "TOKEN_TRUST_SECONDS": 5}
+    token = await sync_to_async(new_token)()
+    info = ("delayQueue/getTopicInfo", "get", {"topic": "orders"})  # Redis only: works without the log
+    assert (await ask(api, *info, token))["code"] == 200  # confirmed by PostgreSQL now
+    postgres.stop()
+    try:
+        await asyncio.sleep(0.6)  # past the refresh time: the check asks PostgreSQL, which is down
+        assert (await ask(api, *info, token))["code"] == 200  # within the bound: its last answer stands
+
+        async def refused():
+            return await ask(api, *info, token) == {
+                "code": 500, "msg": "token check unavailable: the message log (PostgreSQL) does not answer"}
+        await wait_until(refused, timeout=30, interval=0.2, what="the grant refused past the trust bound")
+    finally:
+        await asyncio.to_thread(postgres.start)
+
+    async def trusted_again():
+        return (await ask(api, *info, token))["code"] == 200
+    await wait_until(trusted_again, timeout=30, interval=0.2, what="the grant confirmed again")
+
+
+# --- The host operator's credential (issue 29, item 3)
+
+HOST_TOKEN = "host-" + "7" * 40
+
+
+async def host_call(api, which: str, token: str | None = None) -> int:
+    """health online/offline's code (its HTTP status too)."""
+    response = await api.get(f"/camellia/health/{which}",
+                             headers={"Authorization": f"Bearer {token}"} if token else {})
+    assert response.json()["code"] == response.status_code
+    return response.status_code
+
+
+async def host_online(api) -> bool:
+    return (await api.get("/camellia/health/status")).status_code == 200
+
+
+@pytest.mark.usefixtures("tokens_on")
+async def test_without_a_host_token_only_a_manage_token_of_the_hosts_namespace_takes_it_offline(api, settings):
+    tenant = await sync_to_async(new_token)("shop", ["manage"])
+    own = await sync_to_async(new_token)(settings.DELAYQUEUE["NAMESPACE"], ["manage"])
+    own_monitor = await sync_to_async(new_token)(settings.DELAYQUEUE["NAMESPACE"], ["monitor"])
+    for which in ("offline", "online"):
+        assert await host_call(api, which, tenant) == 403
+        assert await host_call(api, which, own_monitor) == 403
+        assert await host_call(api, which) == 401
+    assert await host_online(api)  # no tenant changed it
+    assert await host_call(api, "offline", own) in (200, 500)  # 500: still serving (see the endpoint)
+    assert not await host_online(api)
+    assert await host_call(api, "online", own) == 200
+    assert await host_online(api)
+
+
+@pytest.mark.parametrize("mode", ["tokens", "open"])
+async def test_with_a_host_token_it_alone_takes_the_host_offline_in_either_mode(api, settings, clean_state, mode):
+    settings.DELAYQUEUE = {**settings.DELAYQUEUE, "AUTH": mode, "HOST_TOKEN": HOST_TOKEN}
+    own = await sync_to_async(new_token)(settings.DELAYQUEUE["NAMESPACE"], ["manage"])
+    for which in ("offline", "online"):
+        assert await host_call(api, which, own) == 403
+        assert await host_call(api, which, HOST_TOKEN + "x") == 403
+        assert await host_call(api, which) == 401
+    assert await host_online(api)
+    assert await host_call(api, "offline", HOST_TOKEN) in (200, 500)
+    assert not await host_online(api)
+    prefixed = await api.get(f"/t/{HOST_TOKEN}/camellia/health/online")  # as camellia's Java SDK sends it
+    assert prefixed.status_code == 200 and await host_online(api)

@@ -34,7 +34,8 @@ def test_openapi_schema_lists_every_endpoint_and_parameter(client):
     assert schema["components"]["securitySchemes"]["apiToken"]["scheme"] == "bearer"
     send = paths["/camellia/delayQueue/sendMsg"]["post"]
     assert send["security"] == [{"apiToken": []}] and "`produce` scope" in send["description"]
-    assert "`manage` scope" in paths["/camellia/health/offline"]["get"]["description"]
+    offline = paths["/camellia/health/offline"]["get"]
+    assert offline["security"] == [{"apiToken": []}] and "the host token (DELAYQUEUE_HOST_TOKEN)" in offline["description"]
     assert paths["/camellia/health/status"]["get"]["security"] == []
 
     components = schema["components"]["schemas"]

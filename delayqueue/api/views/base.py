@@ -67,8 +67,6 @@ class QueueAPIView(APIView):
     marks_use = True
     # The scope a token needs (DELAYQUEUE_AUTH=tokens); None: open to anyone.
     needs_scope: Scope | tuple[Scope, ...] | None = None  # a tuple: any one of them
-    # Host-wide views (health) work in DELAYQUEUE_NAMESPACE whatever the token's namespace.
-    host_wide = False
 
     # Parsers and the negotiator keep no per-request state: build them once, not per request.
     _parsers = None
@@ -103,15 +101,18 @@ class QueueAPIView(APIView):
                 self.initial(self.drf_request, *args, **kwargs)  # authenticates, checks permissions and throttles
             root = current()  # once: each asyncio.get_running_loop() is a getpid() system call
             self.rt = root
-            if self.needs_scope is not None and root.config.auth == "tokens":
-                namespace = await authorize(root, request, self.needs_scope)
-                if not self.host_wide:
-                    self.rt = root.for_namespace(namespace)
+            await self.authorize_caller(root, request)
             if self.marks_use:
                 health_state.mark_use(root)  # host-wide
             return await self.handle()
         except Exception as exc:
             return self.handle_exception(exc)
+
+    async def authorize_caller(self, root, request) -> None:
+        """Refuses a caller without `needs_scope` (DELAYQUEUE_AUTH=tokens), and makes the view work
+        in its token's namespace."""
+        if self.needs_scope is not None and root.config.auth == "tokens":
+            self.rt = root.for_namespace(await authorize(root, request, self.needs_scope))
 
     def handle_exception(self, exc):
         return reply(**error_body(self.queue_error(exc), type(self).__name__))

@@ -3,9 +3,9 @@ import orjson
 from django.http import HttpResponse
 
 from delayqueue.api import health_state
+from delayqueue.api.auth import authorize_host
 from delayqueue.api.schema import health_endpoint
 from delayqueue.api.views.base import QueueAPIView
-from delayqueue.core.constants import Scope
 from delayqueue.core.exceptions import error_answer
 
 
@@ -17,7 +17,6 @@ def health_reply(code: int) -> HttpResponse:
 
 class HealthView(QueueAPIView):
     marks_use = False
-    host_wide = True
 
     def handle_exception(self, exc):
         code, _msg = error_answer(self.queue_error(exc), type(self).__name__)
@@ -39,10 +38,19 @@ class HealthCheckView(HealthView):
         return health_reply(200)
 
 
+class HostOperatorView(HealthView):
+    """A change to the whole host: the host operator's credential only (api/auth.py authorize_host),
+    never a tenant's token."""
+
+    host_operator = True  # for the API docs (api/schema.py)
+
+    async def authorize_caller(self, root, request) -> None:
+        await authorize_host(root, request)
+
+
 @health_endpoint("Report this host online", "Makes /camellia/health/status answer 200 again.",
                  failing="the change failed", refusable=True)
-class HealthOnlineView(HealthView):
-    needs_scope = Scope.MANAGE
+class HealthOnlineView(HostOperatorView):
 
     async def handle(self):
         await health_state.set_online(self.rt, True)
@@ -54,8 +62,7 @@ class HealthOnlineView(HealthView):
                  "200 once no worker of this host has served a queue request for 20 s, else 500: call it "
                  "again until it answers 200.",
                  failing="still serving queue requests", refusable=True)
-class HealthOfflineView(HealthView):
-    needs_scope = Scope.MANAGE
+class HealthOfflineView(HostOperatorView):
 
     async def handle(self):
         rt = self.rt

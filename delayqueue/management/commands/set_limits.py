@@ -12,7 +12,8 @@ from delayqueue.stores.rows import limits_of, set_limits
 class Command(BaseCommand):
     help = ("Set the rate limits and the live-message cap of a namespace or of one of its topics (0 removes a "
             "limit; a limit not given stays as it is), or list them with --show. Every web process applies a "
-            "change within a second.")
+            "change within a second. A topic's limits set here are the operator's: a tenant's setTopicConfig "
+            "cannot change them until they are all removed.")
 
     def add_arguments(self, parser):
         parser.add_argument("--namespace", type=namespace_name,

@@ -24,11 +24,12 @@ class LimitForm(forms.ModelForm):
 @admin.register(Limit)
 class LimitAdmin(admin.ModelAdmin):
     """Rate limits and live-message caps (services/admission.py), as `manage.py set_limits` sets
-    them: an empty topic is the whole namespace, an empty limit is none. Every web process
-    applies a change within a second."""
+    them: an empty topic is the whole namespace, an empty limit is none. Limits saved here are the
+    operator's (a tenant's setTopicConfig cannot change them). Every web process applies a change
+    within a second."""
 
     form = LimitForm
-    list_display = ("namespace", "whose", "produce_rate", "consume_rate", "max_live", "updated_at")
+    list_display = ("namespace", "whose", "produce_rate", "consume_rate", "max_live", "set_by_operator", "updated_at")
     list_filter = ("namespace",)
     search_fields = ("=topic",)
     search_help_text = "Exact topic"
@@ -37,6 +38,10 @@ class LimitAdmin(admin.ModelAdmin):
     @admin.display(description="topic", ordering="topic")
     def whose(self, obj):
         return obj.topic or "(the whole namespace)"
+
+    def save_model(self, request, obj, form, change):
+        obj.set_by_operator = True  # saved here: the operator's, beyond any tenant's setTopicConfig
+        super().save_model(request, obj, form, change)
 
     def get_changeform_initial_data(self, request):
         return {"namespace": load_config().namespace, **super().get_changeform_initial_data(request)}

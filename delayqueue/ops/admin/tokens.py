@@ -1,6 +1,8 @@
 """API tokens in the admin: created (shown once), listed and revoked."""
 from django import forms
 from django.contrib import admin, messages
+from django.template.response import TemplateResponse
+from django.utils.cache import add_never_cache_headers
 
 from delayqueue.core.constants import Scope
 from delayqueue.core.exceptions import QueueError
@@ -29,8 +31,9 @@ class ApiTokenForm(forms.ModelForm):
 
 @admin.register(ApiToken)
 class ApiTokenAdmin(admin.ModelAdmin):
-    """Tokens are created here (the token is shown once, in the message after saving), listed
-    and revoked; a token cannot be edited or read back, only its sha256 is stored."""
+    """Tokens are created here (the token is shown once, on the page answering the save, never
+    through messages, the session or a cookie), listed and revoked (with the change permission);
+    a token cannot be edited or read back, only its sha256 is stored."""
 
     list_display = ("name", "namespace", "scopes", "created_at", "revoked_at")
     list_filter = ("namespace",)
@@ -53,10 +56,19 @@ class ApiTokenAdmin(admin.ModelAdmin):
             return
         data = form.cleaned_data  # checked by the form's clean()
         row, token = rows.create_token(namespace=data["namespace"], scopes=data["scopes"], name=data["name"] or None)
-        obj.pk, obj.name = row.pk, row.name
-        messages.warning(request, f"Token {row.name} created. Copy it now, it is not shown again: {token}")
+        obj.pk, obj.name, obj.namespace, obj.scopes = row.pk, row.name, row.namespace, row.scopes
+        obj.shown_once = token  # for response_add, on this object alone: nothing stores it
 
-    @admin.action(description="Revoke selected tokens")
+    def response_add(self, request, obj, post_url_continue=None):
+        """The new token on the answer's own page (not cached): Django's messages would carry it in
+        a cookie."""
+        response = TemplateResponse(request, "admin/delayqueue/apitoken/created.html", {
+            **self.admin_site.each_context(request), "opts": self.model._meta, "title": "API token created",
+            "name": obj.name, "namespace": obj.namespace, "scopes": obj.scopes, "token": obj.shown_once})
+        add_never_cache_headers(response)
+        return response
+
+    @admin.action(description="Revoke selected tokens", permissions=["change"])
     def revoke_selected(self, request, queryset):
         names = list(queryset.filter(revoked_at__isnull=True).values_list("name", flat=True))
         for name in names:

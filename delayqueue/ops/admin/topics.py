@@ -185,7 +185,7 @@ class TopicConfigAdmin(admin.ModelAdmin):
                     secret = in_namespace(namespace, set_topic_config, topic=topic,
                                           changes={name: data[name] for name in form.SETTINGS},
                                           limits={name: data[name] or 0 for name in form.LIMITS},
-                                          rotate_push_secret=data["rotate_push_secret"])
+                                          rotate_push_secret=data["rotate_push_secret"], by_operator=True)
                 except BadRequest as exc:  # a push URL not allowed, a rotation without one: nothing saved
                     form.add_error("push_url", str(exc))
                 except (RedisError, QueueError) as exc:
