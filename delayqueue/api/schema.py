@@ -121,8 +121,8 @@ class TopicInfoListResultSerializer(ResultSerializer):
 
 class DeadMsgSerializer(DelayMsgSerializer):
     deadReason = serializers.CharField(
-        help_text="why it died: retries_exhausted, expired (its TTL ran out after a delivery) or dead_lettered "
-                  "(by its consumer)")
+        help_text="why it died: retries_exhausted, expired (its TTL ran out: status 5 if it was never delivered, "
+                  "6 after a delivery) or dead_lettered (by its consumer)")
     deadTime = serializers.IntegerField(help_text="when it died (epoch ms)")
 
 
@@ -159,8 +159,9 @@ class TopicConfigSerializer(serializers.Serializer):
     ackTimeoutMillis = serializers.IntegerField(help_text="default ack timeout of the topic's pulls")
     retryBackoffMillis = serializers.IntegerField(help_text="first backoff wait after an ack timeout; 0: none")
     retryBackoffMaxMillis = serializers.IntegerField(help_text="longest backoff wait")
-    deadLetter = serializers.BooleanField(help_text="messages ending as 6 are kept as dead letters (false: "
-                                                    "its status-6 messages are not dead letters, see setTopicConfig)")
+    deadLetter = serializers.BooleanField(help_text="messages ending as 5 or 6 are kept as dead letters (false: "
+                                                    "its status-5 and 6 messages are not dead letters, see "
+                                                    "setTopicConfig)")
     paused = serializers.BooleanField(help_text="pulls hand out nothing (pauseTopic)")
     produceRatePerSecond = serializers.IntegerField(help_text="0: no limit")
     consumeRatePerSecond = serializers.IntegerField(help_text="0: no limit")

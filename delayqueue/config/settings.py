@@ -149,7 +149,7 @@ class QueueConfig:
     log_retention_days: int = setting(
         "DELAYQUEUE_LOG_RETENTION_DAYS", 7, "prune_log's default age", minimum=1, maximum=MAX_AGE_DAYS)
     dead_letter_retention_days: int = setting(
-        "DELAYQUEUE_DEAD_LETTER_RETENTION_DAYS", 14, "how long prune_log keeps dead letters (status 6)", minimum=1,
+        "DELAYQUEUE_DEAD_LETTER_RETENTION_DAYS", 14, "how long prune_log keeps dead letters (status 5 or 6)", minimum=1,
         maximum=MAX_AGE_DAYS)
     # Whether PostgreSQL times the statement out or does not answer at all (a send waits for one).
     log_timeout_millis: int = setting(
