@@ -31,6 +31,12 @@ class DelayMsgSerializer(serializers.Serializer):
         help_text="the priority it was sent with, only when above 0 (absent: 0); higher is pulled first")
 
 
+class SentMsgSerializer(DelayMsgSerializer):
+    msg = serializers.CharField(
+        required=False, help_text="the payload; absent when a message sent earlier holds the msgId (see sendMsg) "
+                                  "with another body, which the caller's token, lacking the consume scope, may not read")
+
+
 class ErrorSerializer(serializers.Serializer):
     """Every refusal or failure: `code` and `msg`, and `retryAfterMillis` when over a limit (429)."""
 
@@ -55,6 +61,10 @@ class DelayMsgResultSerializer(ResultSerializer):
     delayMsg = DelayMsgSerializer()
 
 
+class SentMsgResultSerializer(ResultSerializer):
+    delayMsg = SentMsgSerializer()
+
+
 class DelayMsgListResultSerializer(ResultSerializer):
     delayMsgList = DelayMsgSerializer(many=True, help_text="possibly empty")
 
@@ -70,7 +80,7 @@ def answer(name: str, success, description: str = "") -> OpenApiResponse:
 
 class BatchResultSerializer(ResultSerializer):
     results = PolymorphicProxySerializer(
-        component_name="SendMsgBatchItemAnswer", serializers=[DelayMsgResultSerializer, ErrorSerializer],
+        component_name="SendMsgBatchItemAnswer", serializers=[SentMsgResultSerializer, ErrorSerializer],
         resource_type_field_name=None, many=True,
         help_text="one result per message, in request order: the sent message, or why it was not sent")
 

@@ -166,6 +166,12 @@ class QueueConfig:
     metrics_token: str = setting(
         "DELAYQUEUE_METRICS_TOKEN", "", "bearer token that /metrics and the API docs require; unset: open",
         secret=True)
+    # A producer that retries a send after a lost answer must not get a second delivery when the
+    # first was quick: a msgId stays taken this long after its message ended (acked, dead, deleted).
+    dedupe_window_millis: int = setting(
+        "DELAYQUEUE_DEDUPE_WINDOW_MILLIS", 86_400_000, "a send under the msgId of a message that ended less than "
+        "this long ago answers that message and delivers nothing; a dead letter's msgId stays taken until it is "
+        "redriven, purged or pruned", minimum=0, maximum=MAX_AGE_DAYS * 86_400_000)
 
     @property
     def redis_timeout(self) -> float:

@@ -74,7 +74,7 @@ _SELECT_ROWS = f"""SELECT %(namespace)s, topic, msg_id, payload, {from_millis("p
        {from_millis("produce_time")}
 FROM {_ROWS}"""
 _UPSERT = f"""
-INSERT INTO {tables.MESSAGE} ({_COLUMNS})
+INSERT INTO {tables.MESSAGE} AS m ({_COLUMNS})
 {_SELECT_ROWS}
 ON CONFLICT (namespace, topic, msg_id) DO UPDATE SET
     payload = EXCLUDED.payload, produce_time = EXCLUDED.produce_time, trigger_time = EXCLUDED.trigger_time,
@@ -115,12 +115,16 @@ WITH u AS MATERIALIZED (
 SELECT %(namespace)s, topic, msg_id, {_sent_id("produce_time")}, produced, 0, status, 0, 'sent', %(process)s,
        %(host)s FROM u
 """
-# A send replaces a logged message only when that one is over (ended, or past its TTL); a live
-# one is a duplicate that Redis will answer with the stored message. The first ended status is
-# a parameter: this conflict path scans no index on status.
+# A send replaces a logged message only when that one ended more than %(dedupe_window)s ms ago
+# and is not a dead letter; a live one (past its TTL too: it is ending, as a dead letter) is a
+# duplicate that Redis will answer. The ended ones it keeps are answered from here, in the
+# statement's snapshot (so a twin that replaced one meanwhile still finds it ended): each row
+# answered is (topic, msg_id, written, then, where kept, the message as Message takes it). The first
+# ended status is a parameter: this conflict path scans no index on status.
 RECORD = f"""
 WITH written AS (
-    {_UPSERT} WHERE {tables.MESSAGE}.status >= %(ended)s OR {tables.MESSAGE}.expire_time <= EXCLUDED.produce_time
+    {_UPSERT} WHERE m.status >= %(ended)s AND NOT (m.{DEAD} AND {KEEPS_DEAD})
+                AND m.updated_at <= EXCLUDED.updated_at - %(dedupe_window)s * interval '1 millisecond'
     RETURNING namespace, topic, msg_id, produce_time, status
 ), sent AS (
     {_INSERT_SENT}
@@ -129,7 +133,13 @@ WITH written AS (
     FROM written
     ON CONFLICT (namespace, topic, msg_id, event_id) DO NOTHING
 )
-SELECT topic, msg_id FROM written
+SELECT topic, msg_id, TRUE, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL FROM written
+UNION ALL
+SELECT m.topic, m.msg_id, FALSE, m.payload, {to_millis("m.produce_time")}, {to_millis("m.trigger_time")},
+       {to_millis("m.expire_time")}, m.max_retry, m.retry, m.status, m.priority
+FROM {tables.MESSAGE} m JOIN json_to_recordset(%(rows)s::json) AS u({record(Message, "topic", "msg_id")})
+  ON m.namespace = %(namespace)s AND m.topic = u.topic AND m.msg_id = u.msg_id
+WHERE m.status >= %(ended)s AND NOT EXISTS (SELECT FROM written w WHERE w.topic = m.topic AND w.msg_id = m.msg_id)
 """
 # Makes the log hold exactly the rows given (what Redis answered a send with).
 OVERWRITE = _UPSERT + "RETURNING topic, msg_id"

@@ -162,7 +162,7 @@ class Redriver:
                         if raw is None or orjson.loads(raw)["produceTime"] != m.produce_time]
         if not messages:
             return
-        replies = await rt.scripts.run_all([send_call(rt, m) for m in messages])
+        replies = await rt.scripts.run_all([send_call(rt, m, redrive=True) for m in messages])
         for message, reply in zip(messages, replies):
             if not reply.created and reply.stored.produce_time != message.produce_time:
                 # A live message under this msgId that only Redis knew of (the log lags it by

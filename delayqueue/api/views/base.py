@@ -113,6 +113,17 @@ class QueueAPIView(APIView):
         except Exception as exc:
             return self.handle_exception(exc)
 
+    async def holds(self, scope: Scope) -> bool:
+        """Whether the caller's token has `scope` too (with DELAYQUEUE_AUTH=open anyone has every one)."""
+        root = current()
+        if root.config.auth != "tokens":
+            return True
+        try:
+            await authorize(root, self.request, scope)
+        except Refused:
+            return False
+        return True
+
     def handle_exception(self, exc):
         return reply(**error_body(self.queue_error(exc), type(self).__name__))
 
