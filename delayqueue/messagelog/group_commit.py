@@ -105,8 +105,9 @@ class MessageLog:
         """Makes the log agree with what Redis did with recorded sends (`replies`: the send
         script's SendReply or the error per row; `outcomes`: the message each send answers with,
         replaced here by the error when the log cannot be corrected). Rows for sends Redis refused
-        are removed (not those it may have taken: MaybeSent); a msgId whose live state only Redis
-        knew (the log lags a few ms behind it) gets Redis' message; so does a message that was due
+        are removed (not those it may have taken: MaybeSent); a msgId whose state only Redis knew
+        (the log lags a few ms behind it: a live duplicate, or one ended within the dedupe window)
+        gets Redis' message; so does a message that was due
         by the time Redis took it (ready, where the row said waiting). The 'sent' history follows:
         it names exactly the sends Redis took, with their status."""
         refused, corrections, unsent, sent = [], [], [], []
@@ -120,7 +121,7 @@ class MessageLog:
                 corrections.append(i)  # only Redis knew the last life had ended, or it was due by then
                 sent.append(outcomes[i])
             elif not reply.created and was_written:
-                corrections.append(i)  # a live duplicate only Redis knew
+                corrections.append(i)  # a duplicate only Redis knew
                 unsent.append(row)
         if refused:
             try:
