@@ -205,7 +205,7 @@ class ApiToken(models.Model):
 
 class TopicConfig(models.Model):
     """A topic's own settings: defaults for its sends and pulls (null: the service's from
-    config/settings.py), its retry backoff, whether its status-6 ends are kept as dead letters, whether
+    config/settings.py), its retry backoff, whether its status-5 and 6 ends are kept as dead letters, whether
     it is paused, and its push delivery (a URL its due messages are POSTed to, docs/push.md). Web processes read this table every half second (stores/topic_settings.py);
     the scanner scripts read the copy kept in the topic's Redis meta hash, which restore writes
     back after Redis lost its data. Its rate limits and live cap are the Limit table's."""

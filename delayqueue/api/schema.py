@@ -31,6 +31,12 @@ class DelayMsgSerializer(serializers.Serializer):
         help_text="the priority it was sent with, only when above 0 (absent: 0); higher is pulled first")
 
 
+class SentMsgSerializer(DelayMsgSerializer):
+    msg = serializers.CharField(
+        required=False, help_text="the payload; absent when a message sent earlier holds the msgId (see sendMsg) "
+                                  "with another body, which the caller's token, lacking the consume scope, may not read")
+
+
 class ErrorSerializer(serializers.Serializer):
     """Every refusal or failure: `code` and `msg`, and `retryAfterMillis` when over a limit (429)."""
 
@@ -55,6 +61,10 @@ class DelayMsgResultSerializer(ResultSerializer):
     delayMsg = DelayMsgSerializer()
 
 
+class SentMsgResultSerializer(ResultSerializer):
+    delayMsg = SentMsgSerializer()
+
+
 class DelayMsgListResultSerializer(ResultSerializer):
     delayMsgList = DelayMsgSerializer(many=True, help_text="possibly empty")
 
@@ -70,7 +80,7 @@ def answer(name: str, success, description: str = "") -> OpenApiResponse:
 
 class BatchResultSerializer(ResultSerializer):
     results = PolymorphicProxySerializer(
-        component_name="SendMsgBatchItemAnswer", serializers=[DelayMsgResultSerializer, ErrorSerializer],
+        component_name="SendMsgBatchItemAnswer", serializers=[SentMsgResultSerializer, ErrorSerializer],
         resource_type_field_name=None, many=True,
         help_text="one result per message, in request order: the sent message, or why it was not sent")
 
@@ -121,8 +131,8 @@ class TopicInfoListResultSerializer(ResultSerializer):
 
 class DeadMsgSerializer(DelayMsgSerializer):
     deadReason = serializers.CharField(
-        help_text="why it died: retries_exhausted, expired (its TTL ran out after a delivery) or dead_lettered "
-                  "(by its consumer)")
+        help_text="why it died: retries_exhausted, expired (its TTL ran out: status 5 if it was never delivered, "
+                  "6 after a delivery) or dead_lettered (by its consumer)")
     deadTime = serializers.IntegerField(help_text="when it died (epoch ms)")
 
 
@@ -159,8 +169,9 @@ class TopicConfigSerializer(serializers.Serializer):
     ackTimeoutMillis = serializers.IntegerField(help_text="default ack timeout of the topic's pulls")
     retryBackoffMillis = serializers.IntegerField(help_text="first backoff wait after an ack timeout; 0: none")
     retryBackoffMaxMillis = serializers.IntegerField(help_text="longest backoff wait")
-    deadLetter = serializers.BooleanField(help_text="messages ending as 6 are kept as dead letters (false: "
-                                                    "its status-6 messages are not dead letters, see setTopicConfig)")
+    deadLetter = serializers.BooleanField(help_text="messages ending as 5 or 6 are kept as dead letters (false: "
+                                                    "its status-5 and 6 messages are not dead letters, see "
+                                                    "setTopicConfig)")
     paused = serializers.BooleanField(help_text="pulls hand out nothing (pauseTopic)")
     produceRatePerSecond = serializers.IntegerField(help_text="0: no limit")
     consumeRatePerSecond = serializers.IntegerField(help_text="0: no limit")

@@ -262,8 +262,8 @@ class SetTopicConfigSerializer(TopicSerializer):
                                    required=False,
                                    min_value=0)
     deadLetter = serializers.BooleanField(
-        required=False, help_text="keep the topic's messages that end as 6 as dead letters; true/false. Judged "
-        "by the setting in force, not at their death: false takes the topic's status-6 messages out of "
+        required=False, help_text="keep the topic's messages that end as 5 or 6 as dead letters; true/false. Judged "
+        "by the setting in force, not at their death: false takes the topic's status-5 and 6 messages out of "
         "getDeadMsgList, redrives and purgeDeadMsg, and prune_log removes them as other ended messages; true "
         "again brings back those not yet pruned")
     produceRatePerSecond = _limit("messages a second the topic takes")

@@ -36,6 +36,15 @@ def message(m: Message) -> dict:
     return m.to_wire()
 
 
+def sent_message(m: Message, *, body_readable: bool) -> dict:
+    """A send's delayMsg: the message stored under its msgId, without its body (`msg`) unless the
+    caller may read it (it carries the body it sent, or may read messages: scope consume)."""
+    wire = m.to_wire()
+    if not body_readable:
+        del wire["msg"]
+    return wire
+
+
 def messages(found: list[Message]) -> list[dict]:
     return [m.to_wire() for m in found]
 

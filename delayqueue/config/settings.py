@@ -159,7 +159,7 @@ class QueueConfig:
     log_retention_days: int = setting(
         "DELAYQUEUE_LOG_RETENTION_DAYS", 7, "prune_log's default age", minimum=1, maximum=MAX_AGE_DAYS)
     dead_letter_retention_days: int = setting(
-        "DELAYQUEUE_DEAD_LETTER_RETENTION_DAYS", 14, "how long prune_log keeps dead letters (status 6)", minimum=1,
+        "DELAYQUEUE_DEAD_LETTER_RETENTION_DAYS", 14, "how long prune_log keeps dead letters (status 5 or 6)", minimum=1,
         maximum=MAX_AGE_DAYS)
     # Whether PostgreSQL times the statement out or does not answer at all (a send waits for one).
     log_timeout_millis: int = setting(
@@ -210,6 +210,12 @@ class QueueConfig:
         "DELAYQUEUE_HOST_TOKEN", "", "the host operator's bearer token for /camellia/health/online and offline "
         f"(at least {HOST_TOKEN_MIN_LENGTH} characters); unset: a manage token of DELAYQUEUE_NAMESPACE",
         check=checked_host_token, secret=True)
+    # A producer that retries a send after a lost answer must not get a second delivery when the
+    # first was quick: a msgId stays taken this long after its message ended (acked, dead, deleted).
+    dedupe_window_millis: int = setting(
+        "DELAYQUEUE_DEDUPE_WINDOW_MILLIS", 86_400_000, "a send under the msgId of a message that ended less than "
+        "this long ago answers that message and delivers nothing; a dead letter's msgId stays taken until it is "
+        "redriven, purged or pruned", minimum=0, maximum=MAX_AGE_DAYS * 86_400_000)
 
     @property
     def redis_timeout(self) -> float:

@@ -17,6 +17,9 @@ class Status(IntegerChoices):
 
 LIVE_STATUSES = (Status.WAITING, Status.READY, Status.CONSUMING)
 ENDED_STATUSES = (Status.ACKED, Status.EXPIRED, Status.EXHAUSTED, Status.DELETED)
+# The ends that make a dead letter in the message log (while its topic keeps them): a message that
+# expired undelivered (5) as much as one whose deliveries or TTL ran out after a delivery (6).
+DEAD_STATUSES = (Status.EXPIRED, Status.EXHAUSTED)
 
 
 class Reason(TextChoices):

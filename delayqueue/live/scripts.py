@@ -190,9 +190,9 @@ class Script:
 
 
 class SendReply(NamedTuple):
-    created: bool  # False: a live message already had the msgId (`stored` is it), or the topic was full
+    created: bool  # False: the msgId's message is live or ended within the dedupe window (`stored`), or over a cap
     status: int  # the created message's status (ready if it was due when Redis took it)
-    stored: Message | None  # the live duplicate
+    stored: Message | None  # the duplicate: live, or ended within the dedupe window
     new_topic: bool  # its caller must register the topic (first send, after retirement, or unconfirmed)
     over_live_cap: bool = False  # refused: the topic held its max_live live messages already
     over_namespace_cap: bool = False  # refused: the topic held its share of the namespace's live cap
@@ -367,12 +367,14 @@ CONTEXT_ARGS = frozenset({"topic", "actor", "stats_interval_millis", "retention_
 # one per message). tests/unit/test_script_headers.py calls each with every value standing for its slot.
 
 def send(ctx: ScriptContext, topic: str, *, msg_id: str, payload: str, trigger_time: int, expire_time: int,
-         max_retry: int, produce_time: int, max_live: int, namespace_capped: bool, priority: int) -> ScriptCall:
+         max_retry: int, produce_time: int, max_live: int, namespace_capped: bool, priority: int,
+         dedupe_window_millis: int) -> ScriptCall:
     k = ctx.ns.topic(topic)
-    return ScriptCall(SEND, [k.waiting, k.ready, k.inflight, k.msgs, k.expiry, k.ended, k.meta, k.stats, k.prioritised],
+    return ScriptCall(SEND, [k.waiting, k.ready, k.inflight, k.msgs, k.expiry, k.ended, k.meta, k.stats, k.prioritised,
+                             k.events],
                       [msg_id, payload, trigger_time, expire_time, max_retry, topic, ctx.ns.ready_channel,
                        ctx.ns.schedule_channel, ctx.stats_interval_millis, produce_time, max_live,
-                       _flag(namespace_capped), priority])
+                       _flag(namespace_capped), priority, ctx.retention_millis, ctx.actor, dedupe_window_millis])
 
 
 def pull(ctx: ScriptContext, topic: str, *, batch: int, ack_timeout_millis: int, consume_rate: int,

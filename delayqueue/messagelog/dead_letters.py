@@ -1,6 +1,7 @@
-"""Dead letters in the message log: status-6 rows of a topic that keeps them, in the order they
-died (updated_at, id), and the redrive tasks that send them back (sql.py has the statements;
-services/dead_letters.py lists, purges and starts redrives, workers/redriver.py runs them)."""
+"""Dead letters in the message log: status-5 and 6 rows (sql.DEAD) of a topic that keeps them, in
+the order they died (updated_at, id), and the redrive tasks that send them back (sql.py has the
+statements; services/dead_letters.py lists, purges and starts redrives, workers/redriver.py runs
+them)."""
 from dataclasses import dataclass
 from datetime import datetime
 

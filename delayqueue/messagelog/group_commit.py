@@ -9,6 +9,7 @@ import asyncio
 import logging
 from collections.abc import Set
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import orjson
 import psycopg
@@ -27,6 +28,19 @@ def _rows_json(rows: list[Message]) -> str:
     return orjson.dumps(rows).decode()
 
 
+class Recorded(NamedTuple):
+    """What MessageLog.record did, per row given."""
+
+    written: list[bool]  # the log now holds the row as given
+    # The ended message the log keeps under the row's msgId instead (ended within the dedupe window,
+    # or a dead letter): the send answers it and sends nothing.
+    kept: list[Message | None]
+
+
+# What one statement did: the keys it wrote, and the ended messages it kept in their place.
+_Written = tuple[set[tuple[str, str]], dict[tuple[str, str], Message]]
+
+
 @dataclass
 class _Request:
     rows: list[Message]
@@ -37,15 +51,17 @@ class _Request:
 
 class MessageLog:
     """Group commit over one autocommit connection per event loop. `actor` ('process@host')
-    is who the 'sent' history rows name; `timeout_millis` bounds each statement."""
+    is who the 'sent' history rows name; `timeout_millis` bounds each statement; a send does not
+    replace a message that ended less than `dedupe_window_millis` ago, nor a dead letter."""
 
     MAX_ROWS = 5000
     # After a group whose plain INSERT met a logged msgId, this many go straight to sql.RECORD:
     # a producer that resends msgIds then wastes one statement in this many, not every other.
     UPSERTS_AFTER_CONFLICT = 100
 
-    def __init__(self, namespace: str, actor: str, timeout_millis: int):
+    def __init__(self, namespace: str, actor: str, timeout_millis: int, dedupe_window_millis: int):
         self._namespace = namespace
+        self._dedupe_window_millis = dedupe_window_millis
         process, _, host = actor.rpartition("@")
         self._actor = {"process": process, "host": host}  # who the 'sent' history rows name
         self._db = LogConnection(timeout_millis)
@@ -53,18 +69,20 @@ class MessageLog:
         self._flusher: asyncio.Task | None = None
         self._upserts_left = 0
 
-    async def record(self, rows: list[Message]) -> list[bool]:
-        """Writes new messages and their 'sent' history rows; True per row the log now holds as
-        given, False where a live message with that msgId is already logged (left untouched) or
-        the row repeats an earlier msgId of the same call (a batch naming one msgId twice)."""
+    async def record(self, rows: list[Message]) -> Recorded:
+        """Writes new messages and their 'sent' history rows. A row is not written where a live
+        message with that msgId is already logged (left untouched), where an ended one the dedupe
+        window or the dead letters keep is (answered in `kept`), or where it repeats an earlier
+        msgId of the same call (a batch naming one msgId twice)."""
         first: dict[tuple[str, str], int] = {}
         for i, row in enumerate(rows):
             first.setdefault(row.key, i)
-        written = await self._submit([rows[i] for i in first.values()], first.keys(), overwrite=False)
-        logged = [False] * len(rows)
+        written, kept = await self._submit([rows[i] for i in first.values()], first.keys(), overwrite=False)
+        recorded = Recorded([False] * len(rows), [None] * len(rows))
         for key, i in first.items():
-            logged[i] = key in written
-        return logged
+            recorded.written[i] = key in written
+            recorded.kept[i] = kept.get(key)
+        return recorded
 
     async def overwrite(self, rows: list[Message]) -> None:
         """Makes the log hold exactly these rows (what Redis answered a send with)."""
@@ -87,8 +105,9 @@ class MessageLog:
         """Makes the log agree with what Redis did with recorded sends (`replies`: the send
         script's SendReply or the error per row; `outcomes`: the message each send answers with,
         replaced here by the error when the log cannot be corrected). Rows for sends Redis refused
-        are removed (not those it may have taken: MaybeSent); a msgId whose live state only Redis
-        knew (the log lags a few ms behind it) gets Redis' message; so does a message that was due
+        are removed (not those it may have taken: MaybeSent); a msgId whose state only Redis knew
+        (the log lags a few ms behind it: a live duplicate, or one ended within the dedupe window)
+        gets Redis' message; so does a message that was due
         by the time Redis took it (ready, where the row said waiting). The 'sent' history follows:
         it names exactly the sends Redis took, with their status."""
         refused, corrections, unsent, sent = [], [], [], []
@@ -102,7 +121,7 @@ class MessageLog:
                 corrections.append(i)  # only Redis knew the last life had ended, or it was due by then
                 sent.append(outcomes[i])
             elif not reply.created and was_written:
-                corrections.append(i)  # a live duplicate only Redis knew
+                corrections.append(i)  # a duplicate only Redis knew
                 unsent.append(row)
         if refused:
             try:
@@ -118,10 +137,10 @@ class MessageLog:
                     outcomes[i] = exc
 
     def _submit(self, rows: list[Message], keys: Set[tuple[str, str]], overwrite: bool) -> asyncio.Future:
-        """Queues rows with distinct keys; resolves to the keys the statement wrote."""
+        """Queues rows with distinct keys; resolves to what the statement did (_Written)."""
         future = asyncio.get_running_loop().create_future()
         if not rows:
-            future.set_result(set())
+            future.set_result((set(), {}))
             return future
         self._pending.append(_Request(rows, keys, overwrite, future))
         if self._flusher is None or self._flusher.done():
@@ -158,22 +177,28 @@ class MessageLog:
                 if not request.future.done():
                     request.future.set_result(written)
 
-    async def _write(self, rows: list[Message], keys: set[tuple[str, str]],
-                     overwrite: bool) -> set[tuple[str, str]]:
+    async def _write(self, rows: list[Message], keys: set[tuple[str, str]], overwrite: bool) -> _Written:
         async with self._db.use() as conn:
             if overwrite:
                 cursor = await conn.execute(sql.OVERWRITE, {"namespace": self._namespace, "rows": _rows_json(rows)})
-                return {tuple(row) for row in await cursor.fetchall()}
+                return {tuple(row) for row in await cursor.fetchall()}, {}
             params = {"namespace": self._namespace, "rows": _rows_json(rows), **self._actor}
             if self._upserts_left == 0:
                 try:
                     await conn.execute(sql.INSERT_NEW, params)
-                    return keys
+                    return keys, {}
                 except psycopg.errors.UniqueViolation:  # the statement left nothing behind
                     self._upserts_left = self.UPSERTS_AFTER_CONFLICT
             self._upserts_left -= 1
-            cursor = await conn.execute(sql.RECORD, {**params, "ended": Status.ACKED})
-            return {tuple(row) for row in await cursor.fetchall()}
+            cursor = await conn.execute(sql.RECORD, {**params, "ended": Status.ACKED,
+                                                     "dedupe_window": self._dedupe_window_millis})
+            written, kept = set(), {}
+            for topic, msg_id, was_written, *message in await cursor.fetchall():
+                if was_written:
+                    written.add((topic, msg_id))
+                else:
+                    kept[topic, msg_id] = Message(topic, msg_id, *message)
+            return written, kept
 
     async def close(self) -> None:
         if self._flusher is not None:

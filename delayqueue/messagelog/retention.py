@@ -1,5 +1,6 @@
 """Retention of the message log: ended messages and their history go after a configurable age;
-dead letters (status 6) after their own, DELAYQUEUE_DEAD_LETTER_RETENTION_DAYS.
+dead letters (status 5 or 6 of a topic that keeps them: sql.KEEPS_DEAD) after their own,
+DELAYQUEUE_DEAD_LETTER_RETENTION_DAYS.
 
 Deletes in small batches, each its own short transaction (SKIP LOCKED), so the tables stay
 writable while it runs and an interrupted run loses nothing but time.
@@ -9,7 +10,6 @@ from datetime import datetime, timedelta, timezone
 from django.db import connection, transaction
 
 from delayqueue.config.settings import load_config
-from delayqueue.core.constants import Status
 from delayqueue.messagelog import sql
 
 
@@ -31,7 +31,7 @@ def _prune(cutoff: datetime, dead_letters: bool, batch: int, totals: list[int], 
     since = datetime.min.replace(tzinfo=timezone.utc)
     while True:
         with transaction.atomic(), connection.cursor() as cursor:
-            cursor.execute(sql.DELETE_ENDED_MESSAGES, {"before": cutoff, "since": since, "dead": Status.EXHAUSTED,
+            cursor.execute(sql.DELETE_ENDED_MESSAGES, {"before": cutoff, "since": since,
                                                        "dead_letters": dead_letters, "batch": batch})
             keys = cursor.fetchall()
             if keys:

@@ -54,9 +54,10 @@ def record(cls: type, *names: str) -> str:
 LIVE = tables.LIVE.sql()
 ENDED = tables.ENDED.sql()
 DEAD = tables.DEAD.sql()
-# A status-6 row `m` is a dead letter while its topic keeps dead letters. Judged by the topic's
-# setting now (TopicConfig.dead_letter; no row: on): switched off, its status-6 rows leave the
-# lists, redrives and purges, and prune_log removes them at the ordinary retention.
+# A row `m` that ended dead (DEAD: expired undelivered, 5, or exhausted, 6) is a dead letter while
+# its topic keeps dead letters. Judged by the topic's setting now (TopicConfig.dead_letter; no row:
+# on): switched off, its dead rows leave the lists, redrives and purges, and prune_log removes them
+# at the ordinary retention.
 KEEPS_DEAD = (f"NOT EXISTS (SELECT 1 FROM {tables.TOPIC_CONFIG} c"
               " WHERE c.namespace = m.namespace AND c.topic = m.topic AND NOT c.dead_letter)")
 
@@ -73,7 +74,7 @@ _SELECT_ROWS = f"""SELECT %(namespace)s, topic, msg_id, payload, {from_millis("p
        {from_millis("produce_time")}
 FROM {_ROWS}"""
 _UPSERT = f"""
-INSERT INTO {tables.MESSAGE} ({_COLUMNS})
+INSERT INTO {tables.MESSAGE} AS m ({_COLUMNS})
 {_SELECT_ROWS}
 ON CONFLICT (namespace, topic, msg_id) DO UPDATE SET
     payload = EXCLUDED.payload, produce_time = EXCLUDED.produce_time, trigger_time = EXCLUDED.trigger_time,
@@ -114,12 +115,16 @@ WITH u AS MATERIALIZED (
 SELECT %(namespace)s, topic, msg_id, {_sent_id("produce_time")}, produced, 0, status, 0, 'sent', %(process)s,
        %(host)s FROM u
 """
-# A send replaces a logged message only when that one is over (ended, or past its TTL); a live
-# one is a duplicate that Redis will answer with the stored message. The first ended status is
-# a parameter: this conflict path scans no index on status.
+# A send replaces a logged message only when that one ended more than %(dedupe_window)s ms ago
+# and is not a dead letter; a live one (past its TTL too: it is ending, as a dead letter) is a
+# duplicate that Redis will answer. The ended ones it keeps are answered from here, in the
+# statement's snapshot (so a twin that replaced one meanwhile still finds it ended): each row
+# answered is (topic, msg_id, written, then, where kept, the message as Message takes it). The first
+# ended status is a parameter: this conflict path scans no index on status.
 RECORD = f"""
 WITH written AS (
-    {_UPSERT} WHERE {tables.MESSAGE}.status >= %(ended)s OR {tables.MESSAGE}.expire_time <= EXCLUDED.produce_time
+    {_UPSERT} WHERE m.status >= %(ended)s AND NOT (m.{DEAD} AND {KEEPS_DEAD})
+                AND m.updated_at <= EXCLUDED.updated_at - %(dedupe_window)s * interval '1 millisecond'
     RETURNING namespace, topic, msg_id, produce_time, status
 ), sent AS (
     {_INSERT_SENT}
@@ -128,7 +133,13 @@ WITH written AS (
     FROM written
     ON CONFLICT (namespace, topic, msg_id, event_id) DO NOTHING
 )
-SELECT topic, msg_id FROM written
+SELECT topic, msg_id, TRUE, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL FROM written
+UNION ALL
+SELECT m.topic, m.msg_id, FALSE, m.payload, {to_millis("m.produce_time")}, {to_millis("m.trigger_time")},
+       {to_millis("m.expire_time")}, m.max_retry, m.retry, m.status, m.priority
+FROM {tables.MESSAGE} m JOIN json_to_recordset(%(rows)s::json) AS u({record(Message, "topic", "msg_id")})
+  ON m.namespace = %(namespace)s AND m.topic = u.topic AND m.msg_id = u.msg_id
+WHERE m.status >= %(ended)s AND NOT EXISTS (SELECT FROM written w WHERE w.topic = m.topic AND w.msg_id = m.msg_id)
 """
 # Makes the log hold exactly the rows given (what Redis answered a send with).
 OVERWRITE = _UPSERT + "RETURNING topic, msg_id"
@@ -185,13 +196,13 @@ HOLDS_LIVE = f"SELECT EXISTS (SELECT 1 FROM {tables.MESSAGE} WHERE namespace = %
 
 # A batch of ended messages last changed before the cutoff and not before %(since)s (where the
 # previous batch stopped: rows it left behind are not read again), oldest first, from
-# message_ended; either dead letters (status 6 of a topic that keeps them, kept for their own
+# message_ended; either dead letters (DEAD rows of a topic that keeps them, kept for their own
 # retention) or the other ended rows. Rows another transaction holds are left for the next run.
 DELETE_ENDED_MESSAGES = f"""
 WITH doomed AS (
     SELECT id FROM {tables.MESSAGE} m
     WHERE {ENDED} AND updated_at < %(before)s AND updated_at >= %(since)s
-      AND (status = %(dead)s AND {KEEPS_DEAD}) = %(dead_letters)s
+      AND (m.{DEAD} AND {KEEPS_DEAD}) = %(dead_letters)s
     ORDER BY updated_at LIMIT %(batch)s
     FOR UPDATE SKIP LOCKED
 )
@@ -205,8 +216,8 @@ DELETE FROM {tables.EVENT} e USING unnest(%s::text[], %s::text[], %s::text[]) AS
 WHERE e.namespace = d.ns AND e.topic = d.t AND e.msg_id = d.i AND e.at < %s
 """
 
-# --- Dead letters (messagelog/dead_letters.py, services/dead_letters.py, workers/redriver.py): status-6 rows of a topic on message_dead, in the
-# order they died (updated_at, id). A keyset position is updated_at in epoch microseconds (exact
+# --- Dead letters (messagelog/dead_letters.py, services/dead_letters.py, workers/redriver.py): DEAD rows of a topic
+# on message_dead, in the order they died (updated_at, id). A keyset position is updated_at in epoch microseconds (exact
 # both ways, as interval arithmetic is) and the row id.
 
 def _at_micros(micros: str) -> str:
@@ -218,7 +229,7 @@ _DEAD_IN = (f"m.namespace = %(namespace)s AND m.topic = %(topic)s AND m.{DEAD} A
             " AND (%(msg_ids)s::text[] IS NULL OR m.msg_id = ANY(%(msg_ids)s::text[]))")
 
 # A page after position (%(after)s µs, %(after_id)s; the first page: NULL, 0), with why each died: the reason of the
-# history row that ended its life (the newest one into status 6).
+# history row that ended its life (the newest one into its status).
 DEAD_PAGE = f"""
 SELECT m.id, {_MICROS}, m.topic, m.msg_id, m.payload, {to_millis("m.produce_time")}, {to_millis("m.trigger_time")},
        {to_millis("m.expire_time")}, m.max_retry, m.retry, m.status, {to_millis("m.updated_at")}, r.reason
@@ -278,7 +289,7 @@ RETURNING {_TASK}
 # The task's next dead letters, locked, with what a new life needs.
 _NEXT_DEAD = f"""
 SELECT m.id, m.updated_at, m.msg_id, m.payload, m.max_retry,
-       {to_millis("m.expire_time")} - {to_millis("m.trigger_time")} AS ttl, m.priority
+       {to_millis("m.expire_time")} - {to_millis("m.trigger_time")} AS ttl, m.priority, m.status
 FROM {tables.MESSAGE} m
 WHERE {_DEAD_IN} AND m.updated_at <= %(created_at)s
   AND (m.updated_at, m.id) > (coalesce(%(after_time)s::timestamptz, '-infinity'), %(after_id)s)
@@ -296,6 +307,7 @@ class NewLife:
     id: int  # the log row's
     produce_time: int  # epoch ms: now, which is its trigger time too
     expire_time: int
+    dead_status: int  # the status it died with (DEAD), the history row's from_status
 
 
 REDRIVE_ROWS = f"""
@@ -305,10 +317,10 @@ moved AS (
         trigger_time = {from_millis("u.produce_time")}, expire_time = {from_millis("u.expire_time")}, retry = 0,
         status = %(ready)s, updated_at = {from_millis("u.produce_time")}
     FROM u WHERE m.id = u.id AND m.{DEAD}
-    RETURNING m.namespace, m.topic, m.msg_id, u.produce_time
+    RETURNING m.namespace, m.topic, m.msg_id, u.produce_time, u.dead_status
 )
 {_INSERT_SENT}
-SELECT namespace, topic, msg_id, 'redriven-' || produce_time, {from_millis("produce_time")}, %(dead)s, %(ready)s, 0,
+SELECT namespace, topic, msg_id, 'redriven-' || produce_time, {from_millis("produce_time")}, dead_status, %(ready)s, 0,
        'redriven', %(process)s, %(host)s
 FROM moved
 """

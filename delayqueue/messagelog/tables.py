@@ -3,7 +3,7 @@ names them (sql.py, the Spark jobs), without Django: their names, and the condit
 partial indexes, which a query must state in the same words for the planner to use the index."""
 from dataclasses import dataclass
 
-from delayqueue.core.constants import LIVE_STATUSES, Status
+from delayqueue.core.constants import DEAD_STATUSES, LIVE_STATUSES, Status
 
 MESSAGE = "delayqueue_message"
 EVENT = "delayqueue_messageevent"
@@ -36,4 +36,4 @@ class StatusCondition:
 # message_live: the restore's scan; message_ended: retention; message_dead: dead letters.
 LIVE = StatusCondition("in", tuple(int(s) for s in LIVE_STATUSES))
 ENDED = StatusCondition("gte", int(Status.ACKED))
-DEAD = StatusCondition("exact", int(Status.EXHAUSTED))
+DEAD = StatusCondition("in", tuple(int(s) for s in DEAD_STATUSES))

@@ -80,7 +80,7 @@ class Snapshot:
             labels=["namespace", "topic", "limit"])
         paused = GaugeMetricFamily("delayqueue_topic_paused", "1 while the topic is paused (pauseTopic)",
                                    labels=["namespace", "topic"])
-        dead = GaugeMetricFamily("delayqueue_dead_letters", "Dead letters (status 6) of the topic kept in the "
+        dead = GaugeMetricFamily("delayqueue_dead_letters", "Dead letters (status 5 or 6) of the topic kept in the "
                                  "message log", labels=["namespace", "topic"])
         pushes = CounterMetricFamily("delayqueue_pushes", "Push attempts answered 2xx (the message acked)",
                                      labels=["namespace", "topic"])

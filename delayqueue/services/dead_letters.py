@@ -1,5 +1,6 @@
-"""Dead letters: messages that ended as status 6 (their deliveries or TTL ran out after a
-delivery, or their consumer dead-lettered them), kept in the message log, not in Redis, for
+"""Dead letters: messages that ended as status 5 (their TTL ran out before any delivery) or 6
+(their deliveries or TTL ran out after a delivery, or their consumer dead-lettered them), kept in
+the message log, not in Redis, for
 DELAYQUEUE_DEAD_LETTER_RETENTION_DAYS (retention.py).
 
 Listing and purging are single statements; a redrive is a task row that the scanners run

@@ -1,7 +1,13 @@
 """Sending: a message's defaults and times fixed, its admission under the limits
 (admission.py), its log row committed, then its send script run in Redis, and the log settled
 with what Redis did. A send answered with a message is therefore in the log; a log failure
-enqueues nothing."""
+enqueues nothing.
+
+A msgId is deduplicated: while its message is live, and for DELAYQUEUE_DEDUPE_WINDOW_MILLIS after
+it ended (a dead letter's until it is redriven, purged or pruned), a send under it answers that
+message and delivers nothing. The log decides for the ended messages it holds (its insert does not
+replace them, and their sends never reach Redis); send.lua for the rest, as only Redis may know yet
+that a message ended (the log lags it by milliseconds) and with the log off."""
 import dataclasses
 from typing import NamedTuple
 
@@ -61,19 +67,21 @@ def prepared(rt: Runtime, request: SendRequest, produce_time: int, settings: dic
     )
 
 
-def send_call(rt: Runtime, message: Message, *, max_live: int = 0,
-              namespace_capped: bool = False) -> scripts.ScriptCall:
+def send_call(rt: Runtime, message: Message, *, max_live: int = 0, namespace_capped: bool = False,
+              redrive: bool = False) -> scripts.ScriptCall:
     """The send script's call for a prepared message. `max_live`: the topic's live-message cap, 0
-    for none; `namespace_capped`: the namespace has one (the topic's share of it is then a cap too)."""
+    for none; `namespace_capped`: the namespace has one (the topic's share of it is then a cap too);
+    `redrive`: a dead letter's new life, which replaces its ended message whatever the dedupe window."""
     return scripts.send(rt.context, message.topic, msg_id=message.msg_id, payload=message.payload,
                         trigger_time=message.trigger_time, expire_time=message.expire_time,
                         max_retry=message.max_retry, produce_time=message.produce_time, max_live=max_live,
-                        namespace_capped=namespace_capped, priority=message.priority)
+                        namespace_capped=namespace_capped, priority=message.priority,
+                        dedupe_window_millis=0 if redrive else rt.config.dedupe_window_millis)
 
 
 async def send_message(rt: Runtime, *, request: SendRequest) -> Message:
-    """Enqueues one message and answers it as stored; a live duplicate msgId answers the stored
-    message unchanged. Raises LogUnavailable (nothing enqueued) when the message log cannot take
+    """Enqueues one message and answers it as stored; a duplicate msgId (live, or ended within the
+    dedupe window) answers the stored message unchanged and enqueues nothing. Raises LogUnavailable (nothing enqueued) when the message log cannot take
     it, RedisUnavailable when Redis cannot (MaybeSent if it may have), Throttled over a limit."""
     [outcome] = await send_messages(rt, requests=[request])
     if isinstance(outcome, Exception):
@@ -113,9 +121,10 @@ async def _send_admitted(rt: Runtime, requests: list[SendRequest],
     settings = await rt.topic_configs.table()
     produce_time = now_millis()
     rows = [prepared(rt, request, produce_time, settings) for request in requests]
+    kept: list[Message | None] = [None] * len(rows)
     if rt.config.message_log:
         try:
-            written = await rt.log.record(rows)
+            written, kept = await rt.log.record(rows)
         except LogUnavailable as exc:
             return [exc] * len(rows)
     if admitted is None:
@@ -123,7 +132,12 @@ async def _send_admitted(rt: Runtime, requests: list[SendRequest],
     else:
         capped = admitted.namespace_cap > 0
         calls = [send_call(rt, row, max_live=admitted.topic_cap(row.topic), namespace_capped=capped) for row in rows]
-    replies = await _run_sends(rt, rows, calls)
+    # An ended message the log keeps under the msgId is the answer, as a duplicate: nothing is sent.
+    replies = [None if message is None else scripts.SendReply(False, 0, message, False) for message in kept]
+    going = [i for i, message in enumerate(kept) if message is None]
+    if going:
+        for i, reply in zip(going, await _run_sends(rt, [rows[i] for i in going], [calls[i] for i in going])):
+            replies[i] = reply
     if admitted is not None:
         # A cap reached between admission and the send: refused like any send Redis refused.
         replies = await admitted.after_send(rows, replies, lambda again: _run_sends(

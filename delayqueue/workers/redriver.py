@@ -133,10 +133,10 @@ class Redriver:
             if not rows:
                 return []
             batch = [[msg_id, payload, max_retry, max(ttl, 1), now, rid, priority]
-                     for rid, _at, msg_id, payload, max_retry, ttl, priority in rows]
-            await conn.execute(sql.REDRIVE_ROWS, {
-                "rows": orjson.dumps([sql.NewLife(b[5], now, now + b[3]) for b in batch]).decode(),
-                "ready": Status.READY, "dead": Status.EXHAUSTED, **self._actor})
+                     for rid, _at, msg_id, payload, max_retry, ttl, priority, _status in rows]
+            lives = [sql.NewLife(b[5], now, now + b[3], row[-1]) for b, row in zip(batch, rows)]
+            await conn.execute(sql.REDRIVE_ROWS, {"rows": orjson.dumps(lives).decode(), "ready": Status.READY,
+                                                  **self._actor})
             task.after_time, task.after_id = rows[-1][1], rows[-1][0]
             await conn.execute(sql.REDRIVE_PROGRESS, {"id": task.id, "after_time": task.after_time,
                                                       "after_id": task.after_id, "moved": len(rows),
@@ -164,7 +164,7 @@ class Redriver:
                         if raw is None or orjson.loads(raw)["produceTime"] != m.produce_time]
         if not messages:
             return
-        replies = await rt.scripts.run_all([send_call(rt, m) for m in messages])
+        replies = await rt.scripts.run_all([send_call(rt, m, redrive=True) for m in messages])
         for message, reply in zip(messages, replies):
             if not reply.created and reply.stored.produce_time != message.produce_time:
                 # A live message under this msgId that only Redis knew of (the log lags it by

@@ -1,4 +1,4 @@
-"""Dead letters (status 6) in the message log: listed in keyset pages with why and when they
+"""Dead letters (status 6, and 5: expired undelivered) in the message log: listed in keyset pages with why and when they
 died, kept by prune_log for their own retention, redriven by the scanners as a rate-paced,
 resumable task, and purged."""
 import asyncio
@@ -24,26 +24,26 @@ from delayqueue.services.topic_control import set_topic_config
 from tests.helpers import (REDIS_URL, ROOT, TEST_CONFIG, call, dead_letter_page, drain_log, history, log_database_url,
                            logged, make_runtime, query, wait_until)
 
-# Dead letters written straight into the log, as the log writer leaves them: status 6 and the
-# history row that ended them, `g` seconds apart in death order.
+# Dead letters written straight into the log, as the log writer leaves them: their status (6 unless
+# told) and the history row that ended them, `g` milliseconds apart in death order.
 FILL_DEAD = """
 WITH rows AS (
     INSERT INTO delayqueue_message (namespace, topic, msg_id, payload, produce_time, trigger_time, expire_time,
                                     max_retry, retry, status, updated_at)
     SELECT 'default', %(topic)s, 'd' || g, 'body ' || g, now() - interval '1 hour', now() - interval '1 hour',
-           now() + interval '1 hour', 0, 1, 6, now() - interval '1 hour' + g * interval '1 millisecond'
+           now() + interval '1 hour', 0, 1, %(status)s, now() - interval '1 hour' + g * interval '1 millisecond'
     FROM generate_series(1, %(count)s) AS g
     RETURNING namespace, topic, msg_id, updated_at
 )
 INSERT INTO delayqueue_messageevent (namespace, topic, msg_id, event_id, at, from_status, to_status, retry, reason,
                                      process, host)
-SELECT namespace, topic, msg_id, 'x', updated_at, 3, 6, 1, 'retries_exhausted', 'test', 'test' FROM rows
+SELECT namespace, topic, msg_id, 'x', updated_at, 3, %(status)s, 1, %(reason)s, 'test', 'test' FROM rows
 """
 
 
-async def fill_dead(topic: str, count: int) -> None:
+async def fill_dead(topic: str, count: int, status: int = Status.EXHAUSTED, reason: str = "retries_exhausted") -> None:
     async with await psycopg.AsyncConnection.connect(log_database_url(), autocommit=True) as conn:
-        await conn.execute(FILL_DEAD, {"topic": topic, "count": count})
+        await conn.execute(FILL_DEAD, {"topic": topic, "count": count, "status": status, "reason": reason})
 
 
 async def make_dead(rt, topic: str, exhausted: list[str], expired: list[str] = ()) -> None:
@@ -127,6 +127,44 @@ def test_prune_log_keeps_dead_letters_for_their_own_retention(clean_state):
     assert prune_log(timedelta(days=7), dead_older_than=timedelta(days=30)) == (0, 0)
     assert prune_log(timedelta(days=7)) == (1, 3)  # the dead letter: sent, pulled, retries_exhausted
     assert left() == []
+
+
+def test_prune_log_keeps_messages_that_expired_undelivered_for_the_dead_letters_retention(clean_state):
+    asyncio.run(fill_dead("x", 1, Status.EXPIRED, "expired"))
+    asyncio.run(query("UPDATE delayqueue_message SET updated_at = now() - interval '10 days'"))
+    asyncio.run(query("UPDATE delayqueue_messageevent SET at = now() - interval '10 days'"))
+    assert prune_log(timedelta(days=7)) == (0, 0)  # a dead letter: within its 14 days
+    assert prune_log(timedelta(days=7), dead_older_than=timedelta(days=9)) == (1, 1)
+
+
+async def test_a_message_that_expires_undelivered_is_a_dead_letter_listed_and_redriven(api, single_rt,
+                                                                                      start_scanner):
+    """Nobody pulls it before its TTL runs out: the scanner ends it (status 5, reason expired) and
+    getDeadMsgList shows it; a redrive gives it a new life that a consumer pulls."""
+    rt = single_rt
+    await send_message(rt, request=SendRequest("late", "acked in time", 0, "fine"))
+    sent = await send_message(rt, request=SendRequest("late", "never pulled", 0, "lost", ttl_millis=3_000))
+    assert [m.msg_id for m in (await pull_messages(rt, topic="late"))[0]] == ["fine"]
+    assert await ack_message(rt, topic="late", msg_id="fine")
+    await start_scanner(rt)
+
+    async def listed():
+        return (await call(api, "getDeadMsgList", method="get", topic="late"))["delayMsgList"]
+
+    [dead] = await wait_until(listed, timeout=20, what="the expired message in getDeadMsgList")
+    assert dead == {**sent.to_wire(), "status": Status.EXPIRED, "deadReason": "expired", "deadTime": dead["deadTime"]}
+    assert dead["deadTime"] >= sent.expire_time
+    started = await call(api, "redriveDeadMsg", json={"topic": "late"})
+    assert started["code"] == 200
+
+    async def done():
+        task = await call(api, "getRedriveTask", method="get", taskId=str(started["taskId"]))
+        return task["state"] == "done" and task
+
+    assert (await wait_until(done, what="the redrive"))["moved"] == 1
+    pulled = await call(api, "pullMsg", topic="late")
+    assert [(m["msgId"], m["msg"], m["retry"]) for m in pulled["delayMsgList"]] == [("lost", "never pulled", 1)]
+    assert (await call(api, "getDeadMsgList", method="get", topic="late"))["delayMsgList"] == []
 
 
 async def test_a_redrive_sends_dead_letters_back_as_new_lives_that_are_delivered(rt, start_scanner):

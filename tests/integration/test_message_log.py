@@ -112,21 +112,25 @@ async def test_a_send_due_by_the_time_redis_took_it_is_logged_ready(single_rt, m
     assert await history("t", "late") == [("sent", 0, Status.READY, 0)]
 
 
-async def test_a_resend_after_the_end_replaces_the_row_even_before_the_log_caught_up(single_rt):
-    rt = single_rt
-    await send_message(rt, request=SendRequest(topic="t", msg="first", delay_millis=0, msg_id="again"))
-    [m], _ = await pull_messages(rt, topic="t")
-    await ack_message(rt, topic="t", msg_id="again")
-    # The log still says "ready" (no writer ran); Redis knows it is acked and takes the new send.
-    assert (await logged("t", "again"))["status"] == Status.READY
-    second = await send_message(rt, request=SendRequest(topic="t", msg="second", delay_millis=1000, msg_id="again"))
-    assert second.payload == "second" and second.status == Status.WAITING
-    assert await logged("t", "again") == as_logged(second)
-    # The first life's late events do not move the second life's row.
-    await drain_log(rt, ["t"])
-    assert (await logged("t", "again"))["status"] == Status.WAITING
-    assert await history("t", "again") == [
-        ("sent", 0, Status.READY, 0), ("pulled", Status.READY, Status.CONSUMING, 1), ("acked", Status.CONSUMING, Status.ACKED, 1), ("sent", 0, Status.WAITING, 0)]
+async def test_a_resend_after_the_end_replaces_the_row_even_before_the_log_caught_up(clean_state):
+    """With no dedupe window (test_send_dedupe.py has the window's own tests)."""
+    rt = make_runtime(REDIS_URL, dedupe_window_millis=0)
+    try:
+        await send_message(rt, request=SendRequest(topic="t", msg="first", delay_millis=0, msg_id="again"))
+        [m], _ = await pull_messages(rt, topic="t")
+        await ack_message(rt, topic="t", msg_id="again")
+        # The log still says "ready" (no writer ran); Redis knows it is acked and takes the new send.
+        assert (await logged("t", "again"))["status"] == Status.READY
+        second = await send_message(rt, request=SendRequest(topic="t", msg="second", delay_millis=1000, msg_id="again"))
+        assert second.payload == "second" and second.status == Status.WAITING
+        assert await logged("t", "again") == as_logged(second)
+        # The first life's late events do not move the second life's row.
+        await drain_log(rt, ["t"])
+        assert (await logged("t", "again"))["status"] == Status.WAITING
+        assert await history("t", "again") == [
+            ("sent", 0, Status.READY, 0), ("pulled", Status.READY, Status.CONSUMING, 1), ("acked", Status.CONSUMING, Status.ACKED, 1), ("sent", 0, Status.WAITING, 0)]
+    finally:
+        await rt.close()
 
 
 async def test_a_batch_naming_one_msgid_twice_logs_the_first(single_rt):

@@ -22,7 +22,7 @@ def evalsha(call):
 
 async def test_concurrent_calls_share_a_round_trip_and_fail_alone(rt):
     good = send_call(rt, "t")
-    bad = good._replace(args=[*good.args[:2], "not-a-number", *good.args[3:]])
+    bad = good._replace(args=["another-id", good.args[1], "not-a-number", *good.args[3:]])
     results = await asyncio.gather(
         rt.scripts.call(good), rt.scripts.call(bad), rt.scripts.call(send_call(rt, "u")),
         return_exceptions=True,

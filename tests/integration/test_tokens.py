@@ -19,7 +19,7 @@ from django.core.management import CommandError, call_command
 
 from delayqueue.models import ApiToken, Message
 from delayqueue.runtime import current
-from tests.helpers import REDIS_URL, ROOT, WebProcess, call, scanner_env, wait_until
+from tests.helpers import REDIS_URL, ROOT, WebProcess, call, drain_log, scanner_env, wait_until
 from tools.stack import free_port
 
 TOKEN_RE = re.compile(r"dq_[A-Za-z0-9_-]{43}")
@@ -242,6 +242,50 @@ async def test_two_namespaces_do_not_see_each_others_messages(api, start_scanner
     assert [m["msgId"] for m in pulled_a["delayMsgList"]] == ["x1"]
     logged = await sync_to_async(lambda: list(Message.objects.values_list("namespace", "msg_id")))()
     assert logged == [("ns-a", "x1")]
+
+
+@pytest.mark.usefixtures("tokens_on")
+async def test_a_resend_shows_another_messages_body_only_to_a_token_that_may_read_messages(api):
+    """A produce-only token resending someone else's live msgId learns that the msgId is taken, not
+    the message's body (getMsg is consume's); a consume token, or the sender of that very body, gets it."""
+    owner = await sync_to_async(new_token)(scopes=["produce", "consume"])
+    producer = await sync_to_async(new_token)(scopes=["produce"])
+    send = {"topic": "orders", "msg": "card 4111 1111", "delayMillis": "60000", "msgId": "pay-1"}
+    stored = (await ask(api, "delayQueue/sendMsg", "post", send, owner))["delayMsg"]
+    for how, params in (("post", {**send, "msg": "guess"}), ("json", [{**send, "msg": "guess", "delayMillis": 0}])):
+        answer = await ask(api, "delayQueue/" + ("sendMsg" if how == "post" else "sendMsgBatch"), how, params,
+                           producer, prefix=True)
+        delay_msg = answer["delayMsg"] if how == "post" else answer["results"][0]["delayMsg"]
+        assert answer["code"] == 200 and delay_msg == {k: v for k, v in stored.items() if k != "msg"}
+        assert "card" not in str(answer)
+    same_body = await ask(api, "delayQueue/sendMsg", "post", send, producer)
+    assert same_body["delayMsg"] == stored  # it sent that body: it knew it
+    consumer_view = await ask(api, "delayQueue/sendMsg", "post", {**send, "msg": "other"}, owner)
+    assert consumer_view["delayMsg"] == stored
+
+
+@pytest.mark.usefixtures("tokens_on")
+async def test_a_produce_token_cannot_erase_a_dead_letter_by_resending_its_msgid(api):
+    admin = await sync_to_async(new_token)()
+    producer = await sync_to_async(new_token)(scopes=["produce"])
+    await ask(api, "delayQueue/sendMsg", "post", {"topic": "orders", "msg": "poison", "delayMillis": "0",
+                                                  "msgId": "bad-1", "maxRetry": "0"}, admin)
+    assert len((await ask(api, "delayQueue/pullMsg", "post", {"topic": "orders"}, admin))["delayMsgList"]) == 1
+    dead = await ask(api, "delayQueue/ackMsg", "post", {"topic": "orders", "msgId": "bad-1", "ack": "false",
+                                                         "deadLetter": "true"}, admin)
+    assert dead["done"]
+    await drain_log(current().for_namespace("shop"), ["orders"])
+    for _ in range(2):  # once while Redis still holds the dead body, once after it is purged from Redis
+        answer = await ask(api, "delayQueue/sendMsg", "post", {"topic": "orders", "msg": "harmless",
+                                                               "delayMillis": "0", "msgId": "bad-1"}, producer)
+        assert answer["code"] == 200 and answer["delayMsg"]["status"] == 6 and "msg" not in answer["delayMsg"]
+        listed = await ask(api, "delayQueue/getDeadMsgList", "get", {"topic": "orders"}, admin)
+        assert [(m["msgId"], m["msg"]) for m in listed["delayMsgList"]] == [("bad-1", "poison")]
+        assert (await ask(api, "delayQueue/pullMsg", "post", {"topic": "orders"}, admin))["delayMsgList"] == []
+        keys = current().for_namespace("shop").ns.topic("orders")
+        with redis.Redis.from_url(REDIS_URL) as client:  # as purge_ended.lua does after the ended retention
+            client.hdel(keys.msgs, "bad-1")
+            client.zrem(keys.ended, "bad-1")
 
 
 async def test_open_mode_needs_no_token_and_works_in_the_configured_namespace(api):

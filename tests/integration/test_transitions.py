@@ -7,6 +7,7 @@ import pytest
 from delayqueue.api import wire
 from delayqueue.core.constants import Status
 from delayqueue.live import scripts
+from delayqueue.runtime import Runtime
 from delayqueue.services.consume import ack_message, nack_message, pull_messages
 from delayqueue.services.messages import delete_message, get_message
 from delayqueue.services.send import SendRequest, send_message, send_messages
@@ -85,11 +86,18 @@ async def test_concurrent_sends_of_one_msg_id_store_it_once(rt):
     assert stored.payload == results[0].payload
 
 
-async def test_duplicate_of_ended_message_starts_a_fresh_lifecycle(rt):
+async def test_duplicate_of_ended_message_answers_it_within_the_dedupe_window_and_starts_afresh_after(rt):
     await send(rt, msg="first", msg_id="order-2")
     [pulled], _ = await pull_messages(rt, topic="t")
     assert (await ack_message(rt, topic="t", msg_id="order-2")).status == Status.ACKED
-    fresh = await send(rt, msg="second", msg_id="order-2")
+    again = await send(rt, msg="second", msg_id="order-2")
+    assert again.payload == "first" and again.status == Status.ACKED and again.retry == 1
+    assert await sizes(rt) == (0, 0, 0)
+    no_window = Runtime(rt.config.with_overrides(dedupe_window_millis=0))
+    try:
+        fresh = await send(no_window, msg="second", msg_id="order-2")
+    finally:
+        await no_window.close()
     assert fresh.payload == "second" and fresh.status == Status.READY and fresh.retry == 0
     assert await sizes(rt) == (0, 1, 0)
 

@@ -113,6 +113,16 @@ class QueueAPIView(APIView):
         in its token's namespace."""
         if self.needs_scope is not None and root.config.auth == "tokens":
             self.rt = root.for_namespace(await authorize(root, request, self.needs_scope))
+    async def holds(self, scope: Scope) -> bool:
+        """Whether the caller's token has `scope` too (with DELAYQUEUE_AUTH=open anyone has every one)."""
+        root = current()
+        if root.config.auth != "tokens":
+            return True
+        try:
+            await authorize(root, self.request, scope)
+        except Refused:
+            return False
+        return True
 
     def handle_exception(self, exc):
         return reply(**error_body(self.queue_error(exc), type(self).__name__))

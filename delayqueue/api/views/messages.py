@@ -7,7 +7,7 @@ from delayqueue.api import wire
 from delayqueue.api.auth import request_token
 from delayqueue.api.schema import (AckBatchResultSerializer, AckResultSerializer, BatchResultSerializer,
                                    DelayMsgListResultSerializer, DelayMsgResultSerializer, ResultSerializer,
-                                   TouchResultSerializer, answer, queue_endpoint)
+                                   SentMsgResultSerializer, TouchResultSerializer, answer, queue_endpoint)
 from delayqueue.api.validation import (AckMsgBatchSerializer, AckMsgSerializer, DeleteMsgSerializer,
                                        LongPollingMsgSerializer, MessageRefSerializer, PullMsgSerializer,
                                        RescheduleMsgSerializer, SendMsgSerializer, TouchMsgSerializer)
@@ -15,11 +15,12 @@ from delayqueue.api.views.base import KEEP_EMPTY, QueueAPIView, parse, reply
 from delayqueue.config.settings import setting_text
 from delayqueue.core.constants import Scope
 from delayqueue.core.exceptions import BadRequest, NotFound, error_body
+from delayqueue.core.messages import Message
+from delayqueue.services.caps import long_poll_hold
 from delayqueue.services.consume import (ack_message, ack_messages, long_poll_messages, nack_message, pull_messages,
                                          touch_message)
 from delayqueue.services.messages import delete_message, get_message, reschedule_message
-from delayqueue.services.caps import long_poll_hold
-from delayqueue.services.send import send_message, send_messages
+from delayqueue.services.send import SendRequest, send_message, send_messages
 from delayqueue.stores.tokens import token_hash
 
 
@@ -27,19 +28,29 @@ from delayqueue.stores.tokens import token_hash
     "Send a message",
     "Stores a message that can be pulled from its topic once delayMillis have passed. The answer carries "
     "the stored message: its msgId (generated when none was given), its times and its status (1 waiting, "
-    "or 2 ready when the delay is 0 or less). Sending again under the msgId of a message that is still live "
-    "changes nothing and answers the stored message. Over a produce rate or a live-message cap of the "
+    "or 2 ready when the delay is 0 or less). Sending again under the msgId of a message that is still live, "
+    "or that ended (acked, expired, dead, deleted) less than "
+    f"{setting_text('dedupe_window_millis')} ms ago, or that is a dead letter, delivers nothing and answers "
+    "that message, with its body (`msg`) only when it is the body sent or the token has the consume scope; "
+    "after the window the msgId starts a new life. Over a produce rate or a live-message cap of the "
     "namespace or the topic: code 429 with retryAfterMillis. To a topic new to a namespace that has "
     f"{setting_text('max_topics')} topics already: code 429.",
-    answer("SendMsgAnswer", DelayMsgResultSerializer), SendMsgSerializer,
+    answer("SendMsgAnswer", SentMsgResultSerializer), SendMsgSerializer,
     example={"topic": "orders", "msg": '{"orderId": 42, "action": "cancel-if-unpaid"}', "delayMillis": 1800000,
              "msgId": "order-42-cancel", "ttlMillis": 3600000, "maxRetry": 3})
 class SendMsgView(QueueAPIView):
     needs_scope = Scope.PRODUCE
 
     async def handle(self):
-        data = self.validated(SendMsgSerializer)
-        return reply(delayMsg=wire.message(await send_message(self.rt, request=wire.send_request(data))))
+        request = wire.send_request(self.validated(SendMsgSerializer))
+        sent = await send_message(self.rt, request=request)
+        return reply(delayMsg=wire.sent_message(sent, body_readable=await body_readable(self, request, sent)))
+
+
+async def body_readable(view: QueueAPIView, request: SendRequest, sent: Message) -> bool:
+    """Whether a send's caller may read the answered message's body: the one it sent, or another
+    message's that held the msgId, which only a token that may read messages (consume) may read."""
+    return sent.payload == request.msg or await view.holds(Scope.CONSUME)
 
 
 @queue_endpoint(
@@ -78,11 +89,12 @@ class SendMsgBatchView(QueueAPIView):
                 accepted.append(wire.send_request(data))
                 positions.append(i)
         sent = await send_messages(rt, requests=accepted) if accepted else []
-        for i, outcome in zip(positions, sent):
+        for i, request, outcome in zip(positions, accepted, sent):
             if isinstance(outcome, Exception):
                 results[i] = item_error(i, outcome)
             else:
-                results[i] = {"code": 200, "msg": "success", "delayMsg": wire.message(outcome)}
+                delay_msg = wire.sent_message(outcome, body_readable=await body_readable(self, request, outcome))
+                results[i] = {"code": 200, "msg": "success", "delayMsg": delay_msg}
         return reply(results=results)
 
 

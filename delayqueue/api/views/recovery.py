@@ -55,8 +55,9 @@ class RestoreMsgView(QueueAPIView):
 
 @queue_endpoint(
     "List a topic's dead letters",
-    "Messages of the topic that ended as dead letters (status 6: their deliveries or TTL ran out after a "
-    "delivery, or their consumer dead-lettered them), kept in the message log for "
+    "Messages of the topic that ended as dead letters (status 5: their TTL ran out before any delivery; "
+    "status 6: their deliveries or TTL ran out after a delivery, or their consumer dead-lettered them), kept "
+    "in the message log for "
     f"days ({setting_text('dead_letter_retention_days')}), oldest death first, `limit` per page. Only while the "
     "topic's deadLetter setting (setTopicConfig) is true: with it false the list is empty. Each carries "
     "deadReason and deadTime. Pass the answer's nextCursor as `cursor` for the next page; the last page has none.",

@@ -86,7 +86,7 @@ class GetTopicConfigView(QueueAPIView):
     "Sets the settings given; the others stay as they are. Defaults for the topic's sends and pulls that give "
     "none (ttlMillis, maxRetry, ackTimeoutMillis; 0, or below 0 for maxRetry: back to the server's), the retry "
     "backoff after an ack timeout (min(retryBackoffMaxMillis, retryBackoffMillis * 2^(retry-1)), less up to "
-    f"{RETRY_BACKOFF_JITTER:.0%} at random), deadLetter (false: the topic's status-6 messages, earlier ones "
+    f"{RETRY_BACKOFF_JITTER:.0%} at random), deadLetter (false: the topic's status-5 and 6 messages, earlier ones "
     "included, are not dead letters while it stays false), the topic's limits (0: none), and push delivery (pushUrl and its "
     "settings, docs/push.md). In force on every server process within a second. Answers the topic's settings, as "
     "getTopicConfig, with pushSecret when this call made a signing secret. Code 429 when it would give the "

@@ -1,7 +1,10 @@
 -- Accepts one message: waiting if it is not yet due by Redis' clock, ready otherwise. A live
--- duplicate msgId enqueues nothing and returns the stored message; an ended one starts afresh.
+-- duplicate msgId enqueues nothing and returns the stored message; so does the msgId of a message
+-- that ended less than dedupe_window_millis ago (a retried send must not deliver twice: Redis
+-- answers for as long as it keeps ended messages, the message log beyond that); one that ended
+-- earlier starts afresh. A live duplicate past its TTL ends now (expired) and counts as ended.
 -- Its times come from the caller, which wrote the same times to the message log first, with the
--- 'sent' history row (so this script records no event).
+-- 'sent' history row (so this script records no event for the message it enqueues).
 -- KEYS[1] waiting
 -- KEYS[2] ready
 -- KEYS[3] inflight
@@ -11,6 +14,7 @@
 -- KEYS[7] meta
 -- KEYS[8] stats
 -- KEYS[9] prioritised
+-- KEYS[10] events
 -- ARGV[1] msg_id
 -- ARGV[2] payload
 -- ARGV[3] trigger_time: epoch ms, not before produce_time
@@ -25,10 +29,15 @@
 -- ARGV[12] namespace_capped: 1 when the namespace has a live-message cap (the topic's share of it
 -- is then a cap too, see borrow_live.lua)
 -- ARGV[13] priority: 0-9, higher pulled first (kept in the message only when above 0)
+-- ARGV[14] retention_millis: how long an ended body stays readable (the ended set's scores are the
+-- end plus this)
+-- ARGV[15] actor: 'process@host' for the history, '' with the message log off
+-- ARGV[16] dedupe_window_millis: an ended message's msgId stays taken this long after its end (0: a
+-- redrive's new life replaces its dead letter)
 -- Returns {1, status, newTopic (1|0)} when created (the caller has the rest of the message),
--- {0, stored message json, newTopic (1|0)} for a live duplicate, {2, 0, newTopic (1|0)}
--- when the topic holds max_live live messages already, or {3, 0, newTopic (1|0)} when it holds
--- its share of the namespace's cap (nothing enqueued in either).
+-- {0, stored message json, newTopic (1|0)} for a live duplicate or one ended within the window,
+-- {2, 0, newTopic (1|0)} when the topic holds max_live live messages already, or {3, 0, newTopic (1|0)}
+-- when it holds its share of the namespace's cap (nothing enqueued in either).
 -- @include clock
 -- @include stats
 -- @include status
@@ -36,8 +45,11 @@
 -- @include remove_from_queues
 -- @include ready_queue
 -- @include new_message
-local t = {waiting = KEYS[1], ready = KEYS[2], inflight = KEYS[3], prioritised = KEYS[9]}
+-- @include end_message
 local msgs, expiry, ended, meta, stats = KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
+local retention = tonumber(ARGV[14])
+local t = {waiting = KEYS[1], ready = KEYS[2], inflight = KEYS[3], prioritised = KEYS[9], msgs = msgs,
+           expiry = expiry, ended = ended, stats = stats, events = KEYS[10], actor = ARGV[15], retention = retention}
 local id, topic = ARGV[1], ARGV[6]
 local now, now_us = clock()
 
@@ -52,13 +64,22 @@ stat_add(stats, tonumber(ARGV[9]), now, COUNTER.SEND, 1)
 
 local existing = redis.call('HGET', msgs, id)
 local old = existing and cjson.decode(existing)
-if old and is_live(old) and old.expireTime > now then
-  return {0, existing, new_topic}
+if old and is_live(old) then
+  if old.expireTime > now then
+    return {0, existing, new_topic}
+  end
+  end_expired(t, id, old, now, tonumber(ARGV[9]))  -- past its TTL: it ends (a dead letter), as a scan would end it
+  existing = cjson.encode(old)
 end
--- The caps hold exactly, whatever runs concurrently. A message that replaces one still in the
--- expiry index (past its TTL, not yet ended) leaves the count as it was.
+if old then
+  local purge_at = redis.call('ZSCORE', ended, id)
+  if purge_at and tonumber(purge_at) - retention + tonumber(ARGV[16]) > now then
+    return {0, existing, new_topic}
+  end
+end
+-- The caps hold exactly, whatever runs concurrently (an ended message is in no count).
 local max_live, namespace_capped = tonumber(ARGV[11]), ARGV[12] == '1'
-if (max_live > 0 or namespace_capped) and not redis.call('ZSCORE', expiry, id) then
+if max_live > 0 or namespace_capped then
   local live = redis.call('ZCARD', expiry)
   if max_live > 0 and live >= max_live then
     return {2, 0, new_topic}
@@ -69,8 +90,6 @@ if (max_live > 0 or namespace_capped) and not redis.call('ZSCORE', expiry, id) t
 end
 if old then
   redis.call('ZREM', ended, id)
-  redis.call('ZREM', expiry, id)
-  remove_from_queues(t, id, old)
 end
 
 local trigger = tonumber(ARGV[3])

@@ -10,7 +10,7 @@ from delayqueue.messagelog.retention import prune_log
 
 class Command(BaseCommand):
     help = ("Delete ended messages (acked, expired, exhausted, deleted) and their history from the message log "
-            "once they are older than the retention age; dead letters (status 6) once older than their own "
+            "once they are older than the retention age; dead letters (status 5 or 6) once older than their own "
             f"days ({setting_text('dead_letter_retention_days')}). Live messages are never touched.")
 
     def add_arguments(self, parser):

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 class Message:
     topic: str
     msg_id: str
-    msg: str
+    msg: str | None  # None: a send met another message under its msgId, whose body the token may not read
     produce_time: int
     trigger_time: int
     expire_time: int
@@ -23,7 +23,7 @@ class Message:
     @classmethod
     def from_api(cls, data: dict) -> "Message":
         """From a `delayMsg` of the API; fields this client does not know are ignored."""
-        return cls(topic=data["topic"], msg_id=data["msgId"], msg=data["msg"], produce_time=data["produceTime"],
+        return cls(topic=data["topic"], msg_id=data["msgId"], msg=data.get("msg"), produce_time=data["produceTime"],
                    trigger_time=data["triggerTime"], expire_time=data["expireTime"], max_retry=data["maxRetry"],
                    retry=data["retry"], status=data["status"], priority=data.get("priority", 0),
                    dead_reason=data.get("deadReason"), dead_time=data.get("deadTime"))
