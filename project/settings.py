@@ -182,6 +182,9 @@ SPECTACULAR_SETTINGS = {
     "REDOC_DIST": "SIDECAR",
 }
 
+# Debug error pages (DEBUG on) hide the passwords inside the datastores' URLs too.
+DEFAULT_EXCEPTION_REPORTER_FILTER = "delayqueue.ops.error_pages.PasswordHidingFilter"
+
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
 USE_I18N = True

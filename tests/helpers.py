@@ -118,7 +118,7 @@ class WebProcess:
     """uvicorn serving project.asgi:application as a real separate process (one worker), on the
     test servers, as `./dev run` serves it; `url` is its base URL once started."""
 
-    def __init__(self, name: str, env: dict | None = None):
+    def __init__(self, name: str, env: dict | None = None, access_log: bool = False):
         from tools.stack import free_port
 
         self.port = free_port()
@@ -127,8 +127,13 @@ class WebProcess:
         self.log = open(self.log_path, "wb")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "uvicorn", "project.asgi:application", "--host", "127.0.0.1", "--port",
-             str(self.port), "--lifespan", "off", "--no-access-log"],
+             str(self.port), "--lifespan", "off", *(() if access_log else ("--no-access-log",))],
             cwd=ROOT, env=env or scanner_env(), stdout=self.log, stderr=subprocess.STDOUT)
+
+    def output(self) -> str:
+        """What the process wrote so far (its log lines, and uvicorn's access log when on)."""
+        self.log.flush()
+        return self.log_path.read_text()
 
     def wait_started(self, timeout=30):
         from tools.stack import wait_for_port
