@@ -200,17 +200,28 @@ class EventLoopAPIHandler(BoundedASGIHandler):
             response[name] = value
         await super().send_response(response, send)
 
+    async def refuse(self, scope, answer: HttpResponse, send) -> None:
+        """An answer given without the body, through the edge's checks as any other answer: a bad
+        Host or a cross-site request is refused as such, an allowed origin gets its CORS headers."""
+        request, _error = self.create_request(scope, io.BytesIO())
+        if request is not None:
+            async def refusal(_request):
+                return answer
+
+            answer = await edge.guarded(request, refusal)
+        await self.send_response(closing(answer), send)
+
     async def __call__(self, scope, receive, send):
         refusal = await self.early_refusal(scope)
         if refusal is not None:
-            await self.send_response(closing(refusal), send)
+            await self.refuse(scope, refusal, send)
             return
         try:
             body_file = await self.read_body(receive)
         except RequestAborted:
             return
         except edge.BodyRefused as error:
-            await self.send_response(closing(self.view_answer(scope, error)), send)
+            await self.refuse(scope, self.view_answer(scope, error), send)
             return
         try:
             set_script_prefix(get_script_prefix(scope))

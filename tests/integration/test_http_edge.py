@@ -193,6 +193,20 @@ async def test_an_anonymous_body_is_not_read_at_all(api):
 
 
 @pytest.mark.usefixtures("tokens_on")
+async def test_a_refusal_given_before_the_body_passes_the_edge_checks_as_any_answer(api, settings):
+    app = "https://app.example.com"
+    settings.DELAYQUEUE = {**settings.DELAYQUEUE, "ALLOWED_ORIGINS": app}
+    refused = await api.post(SEND, data={"topic": "t"}, headers={"Origin": app, "Sec-Fetch-Site": "cross-site"})
+    assert refused.json()["code"] == 401
+    assert refused.headers["access-control-allow-origin"] == app  # the page can read why
+    elsewhere = await api.post(SEND, data={"topic": "t"}, headers={"Host": "attacker.example"})
+    assert elsewhere.json() == {"code": 400, "msg": "Host 'attacker.example' is not allowed: it is not in ALLOWED_HOSTS"}
+    preflight = await api.options(SEND, headers={"Origin": app, "Sec-Fetch-Site": "cross-site",
+                                                 "Access-Control-Request-Method": "POST"})
+    assert preflight.status_code == 204 and preflight.headers["access-control-allow-origin"] == app
+
+
+@pytest.mark.usefixtures("tokens_on")
 async def test_a_long_poll_refused_for_its_token_answers_after_a_pause(api):
     for headers in ({}, {"Authorization": "Bearer dq_wrong"}):
         started = time.monotonic()
