@@ -145,6 +145,11 @@ async def read_bounded_body(receive):
         deadlines.forget(task)
 
 
+def request_path_info(scope: dict) -> str:
+    """The path as the URLconf sees it (Django's request.path_info), before a request is made."""
+    return scope["path"].removeprefix(get_script_prefix(scope))
+
+
 def closing(response: HttpResponse) -> HttpResponse:
     """An answer given before the body was read: the connection is closed after it, so the
     client cannot go on sending a body nobody reads."""
@@ -193,7 +198,7 @@ class EventLoopAPIHandler(BoundedASGIHandler):
 
     def view_answer(self, scope: dict, error: QueueError) -> HttpResponse:
         """The error as the path's view answers it (health views: as the HTTP status)."""
-        path_info = scope["path"].removeprefix(get_script_prefix(scope).rstrip("/"))
+        path_info = request_path_info(scope)
         match = self.route(path_info)
         view_class = getattr(match.func, "view_class", None) if match is not None else None
         if view_class is None or not hasattr(view_class, "handle_exception"):
@@ -205,8 +210,7 @@ class EventLoopAPIHandler(BoundedASGIHandler):
         before the body is read (the view checks the token's scope). The grant is kept for the view."""
         if scope["method"] == "OPTIONS":  # a CORS preflight: browsers send no credentials with it
             return None
-        path_info = scope["path"].removeprefix(get_script_prefix(scope).rstrip("/"))
-        match = self.route(path_info)
+        match = self.route(request_path_info(scope))
         if match is None or getattr(getattr(match.func, "view_class", None), "needs_scope", None) is None:
             return None
         rt = current()
