@@ -14,6 +14,7 @@ import psycopg
 import pytest
 
 from delayqueue.api import wire
+from delayqueue.api.http_protocol import HTTP_PROTOCOL
 from delayqueue.config.settings import load_config
 from delayqueue.core.messages import Message
 from delayqueue.live import scripts
@@ -127,7 +128,7 @@ class WebProcess:
         self.log = open(self.log_path, "wb")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "uvicorn", "project.asgi:application", "--host", "127.0.0.1", "--port",
-             str(self.port), "--lifespan", "off", *(() if access_log else ("--no-access-log",))],
+             str(self.port), "--lifespan", "off", "--http", HTTP_PROTOCOL, *(() if access_log else ("--no-access-log",))],
             cwd=ROOT, env=env or scanner_env(), stdout=self.log, stderr=subprocess.STDOUT)
 
     def output(self) -> str:

@@ -15,7 +15,6 @@ a missing or invalid token is refused before the body is read at all.
 import asyncio
 import io
 import tempfile
-import weakref
 
 from django.conf import settings
 from django.core.exceptions import RequestAborted
@@ -27,6 +26,7 @@ from django.urls import Resolver404, ResolverMatch, get_resolver, set_script_pre
 from delayqueue.api import edge
 from delayqueue.api.auth import GRANT_KEY, authenticate, bearer_token
 from delayqueue.config.settings import load_config
+from delayqueue.core.deadlines import loop_deadlines
 from delayqueue.core.exceptions import QueueError, Refused
 from delayqueue.core.stopping import cancel_and_wait
 from delayqueue.runtime import current
@@ -36,8 +36,6 @@ HELD_PATHS = ("/longPollingMsg",)
 # A long poll refused for its token answers no sooner than this: camellia's SDK polls again at
 # once on any error, and would otherwise spin on a wrong or revoked token.
 AUTH_REFUSAL_PAUSE_SECONDS = 1.0
-# How often requests still receiving their body are held to DELAYQUEUE_BODY_TIMEOUT_MILLIS.
-BODY_DEADLINE_CHECK_SECONDS = 0.25
 # /t/<token>/ is a prefix of the queue API's paths only: /t/<token>/metrics is not /metrics.
 TOKEN_PREFIXED_PATHS = "camellia/"
 UNSERVED_TOKEN_PREFIX = "/t/-/"
@@ -65,55 +63,14 @@ def strip_token_prefix(scope: dict) -> None:
         scope["raw_path"] = kept.encode() + raw[1:].partition(b"/")[2].partition(b"/")[2]
 
 
-class BodyDeadlines:
-    """The requests of one event loop still receiving their body, and when each must have it. A
-    check every BODY_DEADLINE_CHECK_SECONDS cancels the late ones: a timer per request
-    (asyncio.timeout) costs more than reading a queue call's body."""
-
-    def __init__(self):
-        self.due: dict[asyncio.Task, float] = {}
-        self.late: set[asyncio.Task] = set()
-        self.checker: asyncio.Task | None = None
-
-    def watch(self, task: asyncio.Task, seconds: float) -> None:
-        loop = task.get_loop()
-        self.due[task] = loop.time() + seconds
-        if self.checker is None or self.checker.done():
-            self.checker = loop.create_task(self.check())
-
-    def forget(self, task: asyncio.Task) -> bool:
-        """Stops watching the task; whether check() cancelled it for being late. The task is in
-        `due` only inside read_bounded_body, so that is where such a cancellation arrives."""
-        self.due.pop(task, None)
-        if task in self.late:
-            self.late.discard(task)
-            return True
-        return False
-
-    async def check(self) -> None:
-        loop = asyncio.get_running_loop()
-        while self.due:
-            await asyncio.sleep(BODY_DEADLINE_CHECK_SECONDS)
-            now = loop.time()
-            for task, deadline in list(self.due.items()):
-                if deadline <= now and task not in self.late:
-                    self.late.add(task)
-                    task.cancel()
-
-
-_deadlines: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # event loop -> its BodyDeadlines
-
-
 async def read_bounded_body(receive):
     """The request body as a file, refused (edge.BodyRefused) past the body cap, chunked or not, and
     when not received whole in time. A body that came in one message (every queue call's) is read
     from memory; a longer one is spooled as Django spools it."""
     limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
     task = asyncio.current_task()
-    deadlines = _deadlines.get(task.get_loop())
-    if deadlines is None:
-        deadlines = _deadlines[task.get_loop()] = BodyDeadlines()
-    deadlines.watch(task, load_config().body_timeout_millis / 1000)
+    deadlines = loop_deadlines(task.get_loop())
+    deadlines.watch(task, load_config().body_timeout_millis / 1000, task.cancel)  # see except below
     body_file = None
     try:
         message = await receive()
@@ -137,6 +94,7 @@ async def read_bounded_body(receive):
     except BaseException as exc:
         if body_file is not None:
             body_file.close()
+        # The task is watched only in here, so a cancellation for being late arrives here.
         if isinstance(exc, asyncio.CancelledError) and deadlines.forget(task):
             task.uncancel()  # our own cancellation: the request goes on, to be refused
             raise edge.body_too_slow() from None

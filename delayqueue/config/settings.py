@@ -174,6 +174,9 @@ class QueueConfig:
     body_timeout_millis: int = setting(
         "DELAYQUEUE_BODY_TIMEOUT_MILLIS", 10_000, "a request body not received whole within this long is refused",
         minimum=1)
+    header_timeout_millis: int = setting(
+        "DELAYQUEUE_HEADER_TIMEOUT_MILLIS", 10_000, "a connection whose request line and headers are not received "
+        "within this long is closed", minimum=1)
 
     @property
     def redis_timeout(self) -> float:

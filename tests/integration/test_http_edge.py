@@ -35,9 +35,10 @@ def new_token(name: str) -> str:
 
 @pytest.fixture
 def web(clean_state):
-    """A real uvicorn with tokens required, a 1 MiB body cap, a 1 s body timeout and its access log on."""
+    """A real uvicorn with tokens required, a 1 MiB body cap, 1 s header and body timeouts and its access log on."""
     proc = WebProcess("edge", scanner_env(DELAYQUEUE_AUTH="tokens", DELAYQUEUE_MAX_BODY_BYTES=BODY_CAP,
-                                          DELAYQUEUE_BODY_TIMEOUT_MILLIS=BODY_TIMEOUT_MILLIS), access_log=True)
+                                          DELAYQUEUE_BODY_TIMEOUT_MILLIS=BODY_TIMEOUT_MILLIS,
+                                          DELAYQUEUE_HEADER_TIMEOUT_MILLIS=BODY_TIMEOUT_MILLIS), access_log=True)
     try:
         proc.wait_started()
         yield proc
@@ -149,6 +150,17 @@ def test_a_client_that_trickles_its_body_is_cut_off_after_the_timeout(web):
     assert answer.startswith(b"HTTP/1.1 200"), answer[:200]
     assert answer_body(answer) == (b'{"code":400,"msg":"request body not received within 1000 ms '
                                    b'(DELAYQUEUE_BODY_TIMEOUT_MILLIS)"}')
+
+
+@pytest.mark.process
+@pytest.mark.parametrize("sent", [b"", b"POST /camellia/delayQueue/sendMsg HTTP/1.1\r\nHost: 127.0.0.1\r\n"],
+                         ids=["nothing", "half the headers"])
+def test_a_client_that_never_finishes_its_headers_is_cut_off_after_the_timeout(web, sent):
+    with socket.create_connection(("127.0.0.1", web.port), timeout=30) as sock:
+        sock.sendall(sent)
+        # ... and nothing more: before, uvicorn held the connection for ever (this recv timed out).
+        assert sock.recv(65_536) == b""
+    assert httpx.get(web.url + "/camellia/health/check").status_code == 200
 
 
 @pytest.mark.process
