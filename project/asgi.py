@@ -2,13 +2,12 @@ import gc
 import logging
 import os
 
-from django.core.asgi import get_asgi_application
+import django
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "project.settings")
+django.setup(set_prefix=False)  # as django.core.asgi.get_asgi_application does
 
-django_application = get_asgi_application()  # sets Django up; serves the admin and the rest
-
-from delayqueue.api.asgi import EventLoopAPIHandler, strip_token_prefix  # noqa: E402  (needs Django set up)
+from delayqueue.api.asgi import BoundedASGIHandler, EventLoopAPIHandler, strip_token_prefix  # noqa: E402  (needs Django set up)
 from delayqueue.config.settings import load_config  # noqa: E402
 
 _config = load_config()
@@ -17,6 +16,8 @@ if _config.auth == "open":
         "DELAYQUEUE_AUTH=open: the queue API takes no token, anyone who reaches it may do anything in namespace %s",
         _config.namespace)
 
+# Serves the admin and the rest, with the queue API's bounds on bodies.
+django_application = BoundedASGIHandler()
 # Paths served without leaving the event loop: async views that never use the ORM.
 EVENT_LOOP_PATHS = ("/camellia/",)
 # /t/<token>/camellia/...: the API token as a path prefix, for clients that cannot set headers.
@@ -30,7 +31,7 @@ gc.freeze()
 
 async def application(scope, receive, send):
     if scope["type"] == "http" and scope["path"].startswith(TOKEN_PATH_PREFIX):
-        strip_token_prefix(scope)
+        strip_token_prefix(scope)  # /t/<token>/ outside the queue API becomes /t/-/, which is no page
     if scope["type"] == "http" and scope["path"].startswith(EVENT_LOOP_PATHS):
         await api_application(scope, receive, send)
     else:

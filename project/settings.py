@@ -95,6 +95,9 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 REDIS_URL = _queue.redis_url
 
 DELAYQUEUE = _queue.queue_settings()
+# One cap on every request body (DELAYQUEUE_MAX_BODY_BYTES): Django checks it against Content-Length,
+# delayqueue/api/asgi.py against what a chunked body really carries.
+DATA_UPLOAD_MAX_MEMORY_SIZE = _queue.max_body_bytes
 
 # django-redis as Django's cache on a single Redis (through its Sentinel if the URL names one);
 # a cluster deployment keeps the cache per process. It holds the admin's sessions, the failed
@@ -178,6 +181,9 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
 }
+
+# Debug error pages (DEBUG on) hide the passwords inside the datastores' URLs too.
+DEFAULT_EXCEPTION_REPORTER_FILTER = "delayqueue.ops.error_pages.PasswordHidingFilter"
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"

@@ -14,6 +14,7 @@ import psycopg
 import pytest
 
 from delayqueue.api import wire
+from delayqueue.api.http_protocol import HTTP_PROTOCOL
 from delayqueue.config.settings import load_config
 from delayqueue.core.messages import Message
 from delayqueue.live import scripts
@@ -118,7 +119,7 @@ class WebProcess:
     """uvicorn serving project.asgi:application as a real separate process (one worker), on the
     test servers, as `./dev run` serves it; `url` is its base URL once started."""
 
-    def __init__(self, name: str, env: dict | None = None):
+    def __init__(self, name: str, env: dict | None = None, access_log: bool = False):
         from tools.stack import free_port
 
         self.port = free_port()
@@ -127,8 +128,13 @@ class WebProcess:
         self.log = open(self.log_path, "wb")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "uvicorn", "project.asgi:application", "--host", "127.0.0.1", "--port",
-             str(self.port), "--lifespan", "off", "--no-access-log"],
+             str(self.port), "--lifespan", "off", "--http", HTTP_PROTOCOL, *(() if access_log else ("--no-access-log",))],
             cwd=ROOT, env=env or scanner_env(), stdout=self.log, stderr=subprocess.STDOUT)
+
+    def output(self) -> str:
+        """What the process wrote so far (its log lines, and uvicorn's access log when on)."""
+        self.log.flush()
+        return self.log_path.read_text()
 
     def wait_started(self, timeout=30):
         from tools.stack import wait_for_port

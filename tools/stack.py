@@ -29,6 +29,7 @@ from importlib import import_module
 from importlib.util import find_spec
 from pathlib import Path
 
+from delayqueue.api.http_protocol import HTTP_PROTOCOL
 from delayqueue.config.env import env_int
 from delayqueue.config.redis_urls import without_password
 
@@ -479,7 +480,8 @@ def command_run(_args) -> int:
         token = local_token(env)
         web = subprocess.Popen(
             [sys.executable, "-m", "uvicorn", "project.asgi:application", "--host", host,
-             "--port", str(http_port), "--lifespan", "off", "--no-access-log", "--workers", str(workers)],
+             "--port", str(http_port), "--lifespan", "off", "--no-access-log", "--workers", str(workers),
+             "--http", HTTP_PROTOCOL],
             cwd=ROOT, env=env, start_new_session=True,
         )
         scanner, scanner_started = start_scanner(env), time.monotonic()

@@ -5,21 +5,42 @@ sync request_started / request_finished receivers (database housekeeping) and th
 middleware through sync_to_async: a thread is started and joined per request, capping a
 process at a few hundred requests per second. The queue API's views are async and never
 use the ORM, so this handler serves them with no middleware and no signal receivers. The
-admin and everything else keep Django's standard handler (see project/asgi.py).
+admin and everything else keep Django's standard handler (see project/asgi.py), bounded as
+this one is: BoundedASGIHandler.
+
+Bounds on what a client can make a worker hold: a body is refused past DELAYQUEUE_MAX_BODY_BYTES
+(chunked or not) and when not received within DELAYQUEUE_BODY_TIMEOUT_MILLIS, and on the queue API
+a missing or invalid token is refused before the body is read at all.
 """
 import asyncio
 import io
+import tempfile
 
+from django.conf import settings
 from django.core.exceptions import RequestAborted
 from django.core.handlers.asgi import ASGIHandler, get_script_prefix
 from django.core.handlers.exception import convert_exception_to_response
-from django.urls import set_script_prefix
+from django.http import HttpResponse
+from django.urls import Resolver404, ResolverMatch, get_resolver, set_script_prefix
 
 from delayqueue.api import edge
+from delayqueue.api.auth import GRANT_KEY, authenticate, bearer_token
+from delayqueue.config.settings import load_config
+from delayqueue.core.deadlines import loop_deadlines
+from delayqueue.core.exceptions import QueueError, Refused
 from delayqueue.core.stopping import cancel_and_wait
+from delayqueue.runtime import current
 
 # Requests that may be held open; only these watch for the client hanging up.
 HELD_PATHS = ("/longPollingMsg",)
+# A long poll refused for its token answers no sooner than this: camellia's SDK polls again at
+# once on any error, and would otherwise spin on a wrong or revoked token.
+AUTH_REFUSAL_PAUSE_SECONDS = 1.0
+# /t/<token>/ is a prefix of the queue API's paths only: /t/<token>/metrics is not /metrics.
+TOKEN_PREFIXED_PATHS = "camellia/"
+UNSERVED_TOKEN_PREFIX = "/t/-/"
+# Every answer of the queue API: never sniffed as another type, never kept by a cache.
+ANSWER_HEADERS = (("X-Content-Type-Options", "nosniff"), ("Cache-Control", "no-store"))
 
 
 # The API's paths are fixed (no converters): each is resolved once, not by walking every
@@ -28,30 +49,141 @@ ROUTE_CACHE_SIZE = 64
 
 
 def strip_token_prefix(scope: dict) -> None:
-    """/t/<token>/rest -> /rest, with the token kept in scope["delayqueue.token"] (see api/auth.py).
-    The scope is changed in place: uvicorn's access log reads this same dict, so it logs the
-    path without the token."""
+    """/t/<token>/camellia/... -> /camellia/..., with the token kept in scope["delayqueue.token"]
+    (see api/auth.py). Any other rest is no page: /t/<token>/rest -> /t/-/rest, which Django
+    answers 404 (and logs without the token). The scope is changed in place: uvicorn's access
+    log reads this same dict, so it logs the path without the token."""
     token, _slash, rest = scope["path"][1:].partition("/")[2].partition("/")
-    scope["delayqueue.token"] = token
-    scope["path"] = "/" + rest
+    kept = "/" if rest.startswith(TOKEN_PREFIXED_PATHS) else UNSERVED_TOKEN_PREFIX
+    if kept == "/":
+        scope["delayqueue.token"] = token
+    scope["path"] = kept + rest
     raw = scope.get("raw_path")
     if raw:
-        scope["raw_path"] = b"/" + raw[1:].partition(b"/")[2].partition(b"/")[2]
+        scope["raw_path"] = kept.encode() + raw[1:].partition(b"/")[2].partition(b"/")[2]
 
 
-class EventLoopAPIHandler(ASGIHandler):
+async def read_bounded_body(receive):
+    """The request body as a file, refused (edge.BodyRefused) past the body cap, chunked or not, and
+    when not received whole in time. A body that came in one message (every queue call's) is read
+    from memory; a longer one is spooled as Django spools it."""
+    limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+    task = asyncio.current_task()
+    deadlines = loop_deadlines(task.get_loop())
+    deadlines.watch(task, load_config().body_timeout_millis / 1000, task.cancel)  # see except below
+    body_file = None
+    try:
+        message = await receive()
+        if message["type"] == "http.request" and not message.get("more_body", False):
+            body = message.get("body", b"")
+            if len(body) > limit:
+                raise edge.body_too_big()
+            return io.BytesIO(body)
+        body_file = tempfile.SpooledTemporaryFile(max_size=settings.FILE_UPLOAD_MAX_MEMORY_SIZE, mode="w+b")
+        while True:
+            if message["type"] == "http.disconnect":
+                raise RequestAborted()
+            chunk = message.get("body", b"")
+            if body_file.tell() + len(chunk) > limit:
+                raise edge.body_too_big()
+            body_file.write(chunk)
+            if not message.get("more_body", False):
+                body_file.seek(0)
+                return body_file
+            message = await receive()
+    except BaseException as exc:
+        if body_file is not None:
+            body_file.close()
+        # The task is watched only in here, so a cancellation for being late arrives here.
+        if isinstance(exc, asyncio.CancelledError) and deadlines.forget(task):
+            task.uncancel()  # our own cancellation: the request goes on, to be refused
+            raise edge.body_too_slow() from None
+        raise
+    finally:
+        deadlines.forget(task)
+
+
+def request_path_info(scope: dict) -> str:
+    """The path as the URLconf sees it (Django's request.path_info), before a request is made."""
+    return scope["path"].removeprefix(get_script_prefix(scope))
+
+
+def closing(response: HttpResponse) -> HttpResponse:
+    """An answer given before the body was read: the connection is closed after it, so the
+    client cannot go on sending a body nobody reads."""
+    response["Connection"] = "close"
+    return response
+
+
+class BoundedASGIHandler(ASGIHandler):
+    """Django's ASGI handler with the body bounded (read_bounded_body); refusals are HTTP 413
+    and 408 in plain text. Serves the admin and everything not the queue API."""
+
+    async def read_body(self, receive):
+        return await read_bounded_body(receive)
+
+    async def handle(self, scope, receive, send):
+        try:
+            await super().handle(scope, receive, send)
+        except edge.BodyRefused as refusal:  # raised by read_body, before anything was answered
+            response = HttpResponse(f"{refusal}\n", status=refusal.http_status, content_type="text/plain")
+            await self.send_response(closing(response), send)
+
+
+class EventLoopAPIHandler(BoundedASGIHandler):
     def __init__(self):
         super().__init__()
         self._routes = {}
 
-    def resolve_request(self, request):
-        match = self._routes.get(request.path_info)
+    def route(self, path_info: str) -> ResolverMatch | None:
+        """The URLconf's match for the path (None: no page), cached for the API's fixed paths."""
+        match = self._routes.get(path_info)
         if match is None:
-            match = super().resolve_request(request)
+            try:
+                match = get_resolver().resolve(path_info)
+            except Resolver404:
+                return None
             if not match.args and not match.kwargs and len(self._routes) < ROUTE_CACHE_SIZE:
-                self._routes[request.path_info] = match
+                self._routes[path_info] = match
+        return match
+
+    def resolve_request(self, request):
+        match = self.route(request.path_info)
+        if match is None:
+            return super().resolve_request(request)  # raises Resolver404 as Django expects
         request.resolver_match = match
         return match
+
+    def view_answer(self, scope: dict, error: QueueError) -> HttpResponse:
+        """The error as the path's view answers it (health views: as the HTTP status)."""
+        path_info = request_path_info(scope)
+        match = self.route(path_info)
+        view_class = getattr(match.func, "view_class", None) if match is not None else None
+        if view_class is None or not hasattr(view_class, "handle_exception"):
+            return edge.refusal_answer(path_info, error)
+        return view_class().handle_exception(error)
+
+    async def early_refusal(self, scope: dict) -> HttpResponse | None:
+        """With DELAYQUEUE_AUTH=tokens, a view that needs a token refuses a missing or invalid one
+        before the body is read (the view checks the token's scope). The grant is kept for the view."""
+        if scope["method"] == "OPTIONS":  # a CORS preflight: browsers send no credentials with it
+            return None
+        match = self.route(request_path_info(scope))
+        if match is None or getattr(getattr(match.func, "view_class", None), "needs_scope", None) is None:
+            return None
+        rt = current()
+        if rt.config.auth != "tokens":
+            return None
+        token = scope.get("delayqueue.token") or next(
+            (bearer_token(value.decode("latin-1")) for name, value in scope["headers"] if name == b"authorization"),
+            None)
+        try:
+            scope[GRANT_KEY] = await authenticate(rt, token, address=(scope.get("client") or ("",))[0])
+        except QueueError as error:
+            if isinstance(error, Refused) and scope["path"].endswith(HELD_PATHS):
+                await asyncio.sleep(AUTH_REFUSAL_PAUSE_SECONDS)
+            return self.view_answer(scope, error)
+        return None
 
     def create_request(self, scope, body_file):
         """Django answers a query string that is not UTF-8 with a bare HTTP 400 (and a traceback in
@@ -68,33 +200,39 @@ class EventLoopAPIHandler(ASGIHandler):
                 return request, error
         return super().create_request(scope, body_file)
 
-    async def read_body(self, receive):
-        """A body that came in one message (every queue call's) is read from memory; Django
-        spools every body through a temporary-file object, which costs more than the parse."""
-        first = await receive()
-        if first["type"] == "http.request" and not first.get("more_body", False):
-            return io.BytesIO(first.get("body", b""))
-        replayed = False
-
-        async def replay():
-            nonlocal replayed
-            if replayed:
-                return await receive()
-            replayed = True
-            return first
-
-        return await super().read_body(replay)
-
     def load_middleware(self, is_async=False):
         self._view_middleware = []
         self._template_response_middleware = []
         self._exception_middleware = []
         self._middleware_chain = convert_exception_to_response(self._get_response_async)
 
+    async def send_response(self, response, send):
+        for name, value in ANSWER_HEADERS:
+            response[name] = value
+        await super().send_response(response, send)
+
+    async def refuse(self, scope, answer: HttpResponse, send) -> None:
+        """An answer given without the body, through the edge's checks as any other answer: a bad
+        Host or a cross-site request is refused as such, an allowed origin gets its CORS headers."""
+        request, _error = self.create_request(scope, io.BytesIO())
+        if request is not None:
+            async def refusal(_request):
+                return answer
+
+            answer = await edge.guarded(request, refusal)
+        await self.send_response(closing(answer), send)
+
     async def __call__(self, scope, receive, send):
+        refusal = await self.early_refusal(scope)
+        if refusal is not None:
+            await self.refuse(scope, refusal, send)
+            return
         try:
             body_file = await self.read_body(receive)
         except RequestAborted:
+            return
+        except edge.BodyRefused as error:
+            await self.refuse(scope, self.view_answer(scope, error), send)
             return
         try:
             set_script_prefix(get_script_prefix(scope))

@@ -3,7 +3,8 @@ stores.tokens.TokenCache (no ORM on the API path).
 
 A token comes as `Authorization: Bearer <token>`, or as the path prefix `/t/<token>/camellia/...`
 that project/asgi.py strips into scope["delayqueue.token"] (camellia's Java SDK cannot set
-headers).
+headers). delayqueue/api/asgi.py authenticates before it reads a body and keeps the grant in
+scope["delayqueue.grant"]; the view then checks only the scope.
 
 A token that fails (unknown or revoked) counts against the client address (REMOTE_ADDR: the
 ASGI client, or the proxy's X-Forwarded-For under uvicorn's --proxy-headers); an address past
@@ -15,38 +16,48 @@ import hmac
 
 from delayqueue.core.constants import Scope
 from delayqueue.core.exceptions import Refused
+from delayqueue.stores.tokens import Grant
 
 BEARER = "bearer "
+GRANT_KEY = "delayqueue.grant"
+
+
+def bearer_token(authorization: str) -> str | None:
+    """The token of an Authorization header's value; None when it is not a bearer token."""
+    if authorization[:len(BEARER)].lower() == BEARER:
+        return authorization[len(BEARER):].strip() or None
+    return None
 
 
 def request_token(request) -> str | None:
     """The token of the path prefix, else of the Authorization header; None without one."""
     token = getattr(request, "scope", {}).get("delayqueue.token")  # ASGI requests only
-    if token:
-        return token
-    header = request.META.get("HTTP_AUTHORIZATION", "")
-    if header[:len(BEARER)].lower() == BEARER:
-        return header[len(BEARER):].strip() or None
-    return None
+    return token or bearer_token(request.META.get("HTTP_AUTHORIZATION", ""))
 
 
-def present_token(request) -> str:
-    """The request's token; Refused 401 without one."""
-    token = request_token(request)
+def present(token: str | None) -> str:
+    """The token; Refused 401 without one."""
     if token is None:
         raise Refused("missing API token: send the header 'Authorization: Bearer <token>' "
                       "or call /t/<token>/camellia/...", 401)
     return token
 
 
+async def authenticate(rt, token: str | None, *, address: str) -> Grant:
+    """The token's grant; Refused 401 without a valid token, 429 when the client `address`
+    presented too many invalid tokens. No message names the token."""
+    grant = await rt.tokens.grant(present(token), address=address)
+    if grant is None or grant.revoked:
+        raise Refused("invalid or revoked API token", 401)
+    return grant
+
+
 async def authorize(rt, request, scope: str | tuple[str, ...]) -> str:
     """The namespace the request's token works in; Refused 401 without a valid token, 403 when
     the token lacks `scope` (a tuple: lacks every one of them), 429 when the client address
     presented too many invalid tokens. No message names the token."""
-    token = present_token(request)
-    grant = await rt.tokens.grant(token, address=request.META.get("REMOTE_ADDR") or "")
-    if grant is None or grant.revoked:
-        raise Refused("invalid or revoked API token", 401)
+    grant = getattr(request, "scope", {}).get(GRANT_KEY) or await authenticate(
+        rt, request_token(request), address=request.META.get("REMOTE_ADDR") or "")
     if isinstance(scope, tuple):
         if grant.scopes.isdisjoint(scope):
             raise Refused(f"this API token lacks the {' or '.join(scope)} scope", 403)
@@ -61,7 +72,7 @@ async def authorize_host(rt, request) -> None:
     host's own (a tenant's manage token works only in its namespace). Refused 401/403 otherwise."""
     host_token = rt.config.host_token
     if host_token:
-        if not hmac.compare_digest(present_token(request).encode(), host_token.encode()):
+        if not hmac.compare_digest(present(request_token(request)).encode(), host_token.encode()):
             raise Refused("this call takes the host token (DELAYQUEUE_HOST_TOKEN)", 403)
     elif rt.config.auth == "tokens" and await authorize(rt, request, Scope.MANAGE) != rt.config.namespace:
         raise Refused("this call takes a manage token of the host's namespace (DELAYQUEUE_NAMESPACE) or the host "

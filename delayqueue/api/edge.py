@@ -1,4 +1,5 @@
-"""The browser-safe edge of the queue API, and the bearer token of /metrics and the API docs.
+"""The browser-safe edge of the queue API, the bounds on request bodies, and who may read
+/metrics and the API docs.
 
 The queue API is served without Django's middleware (delayqueue/api/asgi.py), so nothing else
 checks the Host header (DNS rebinding) or refuses a request a web page made the browser send
@@ -6,11 +7,13 @@ checks the Host header (DNS rebinding) or refuses a request a web page made the 
 Java SDK) send neither Origin nor Sec-Fetch-Site and are unaffected.
 """
 import hmac
+import ipaddress
 from functools import lru_cache, wraps
 from inspect import iscoroutinefunction
 from urllib.parse import urlsplit
 
 import orjson
+from django.conf import settings
 from django.core.exceptions import DisallowedHost
 from django.http import HttpRequest, HttpResponse
 from django.utils.cache import patch_vary_headers
@@ -27,6 +30,27 @@ NOT_CROSS_SITE = ("same-origin", "none")
 PREFLIGHT_MAX_AGE_SECONDS = 600
 # An attacker's Host or Origin is quoted back in the refusal only this far.
 QUOTED_CHARS = 100
+# Headers a proxy adds: a request carrying one came through a proxy, whatever its peer address.
+FORWARDING_HEADERS = ("HTTP_X_FORWARDED_FOR", "HTTP_FORWARDED", "HTTP_X_REAL_IP")
+
+
+class BodyRefused(BadRequest):
+    """A request body not taken whole: over the cap (HTTP 413 where the status is the answer) or
+    not received in time (408). The queue API answers code 400 with the same text."""
+
+    def __init__(self, msg: str, http_status: int):
+        super().__init__(msg)
+        self.http_status = http_status
+
+
+def body_too_big() -> BodyRefused:
+    """DATA_UPLOAD_MAX_MEMORY_SIZE is DELAYQUEUE_MAX_BODY_BYTES (project/settings.py)."""
+    return BodyRefused(f"request body is over {settings.DATA_UPLOAD_MAX_MEMORY_SIZE} bytes", 413)
+
+
+def body_too_slow() -> BodyRefused:
+    return BodyRefused(f"request body not received within {load_config().body_timeout_millis} ms "
+                       "(DELAYQUEUE_BODY_TIMEOUT_MILLIS)", 408)
 
 
 @lru_cache(maxsize=4)
@@ -110,7 +134,8 @@ async def guarded(request: HttpRequest, get_response) -> HttpResponse:
 
 def metrics_token_required(view):
     """Protects a view (sync or async) with DELAYQUEUE_METRICS_TOKEN when it is set: without
-    `Authorization: Bearer <it>` the answer is HTTP 401 with WWW-Authenticate."""
+    `Authorization: Bearer <it>` the answer is HTTP 401 with WWW-Authenticate. Unset, only a
+    caller on this host is served (see from_loopback)."""
     if iscoroutinefunction(view):
         @wraps(view)
         async def checked(request, *args, **kwargs):
@@ -124,10 +149,25 @@ def metrics_token_required(view):
     return checked
 
 
+def from_loopback(request: HttpRequest) -> bool:
+    """Whether the caller is on this host: a loopback peer address, and no proxy's header (behind a
+    proxy on this host every peer is loopback; X-Forwarded-For is never trusted to say loopback)."""
+    meta = request.META
+    if any(header in meta for header in FORWARDING_HEADERS):
+        return False
+    try:
+        return ipaddress.ip_address(meta.get("REMOTE_ADDR") or "").is_loopback
+    except ValueError:  # no address (a Unix socket's peer): not known to be on this host
+        return False
+
+
 def bearer_refusal(request: HttpRequest) -> HttpResponse | None:
     token = load_config().metrics_token
     if not token:
-        return None
+        if from_loopback(request):
+            return None
+        return HttpResponse("served only to this host unless DELAYQUEUE_METRICS_TOKEN is set (then with "
+                            "Authorization: Bearer <it>)\n", status=403, content_type="text/plain")
     scheme, _, given = request.META.get("HTTP_AUTHORIZATION", "").partition(" ")
     # compare_digest: the time taken does not tell how much of a guess was right.
     if scheme.lower() == "bearer" and hmac.compare_digest(

@@ -138,7 +138,7 @@ class QueueConfig:
         "DELAYQUEUE_MAX_LONG_POLLING_TIMEOUT_MILLIS", 60_000, "longest long-poll hold", minimum=1)
     ended_retention_millis: int = setting(
         "DELAYQUEUE_ENDED_RETENTION_MILLIS", 300_000, "how long ended messages stay readable by getMsg", minimum=1)
-    max_msg_bytes: int = setting("DELAYQUEUE_MAX_MSG_BYTES", 65_536, "largest msg in UTF-8 bytes", minimum=1)
+    max_msg_bytes: int = setting("DELAYQUEUE_MAX_MSG_BYTES", 1_048_576, "largest msg in UTF-8 bytes", minimum=1)
     max_batch_send: int = setting("DELAYQUEUE_MAX_BATCH_SEND", 1000, "most messages in one sendMsgBatch", minimum=1)
     monitor_interval_seconds: int = setting(
         "DELAYQUEUE_MONITOR_INTERVAL_SECONDS", 60, "getMonitorData interval", minimum=1)
@@ -216,6 +216,17 @@ class QueueConfig:
         "DELAYQUEUE_DEDUPE_WINDOW_MILLIS", 86_400_000, "a send under the msgId of a message that ended less than "
         "this long ago answers that message and delivers nothing; a dead letter's msgId stays taken until it is "
         "redriven, purged or pruned", minimum=0, maximum=MAX_AGE_DAYS * 86_400_000)
+    # The whole body of one request, whatever it carries: a sendMsgBatch of DELAYQUEUE_MAX_BATCH_SEND
+    # messages of DELAYQUEUE_MAX_MSG_BYTES each would otherwise be allowed up to 1 GB.
+    max_body_bytes: int = setting(
+        "DELAYQUEUE_MAX_BODY_BYTES", 16_777_216, "largest request body, chunked or not (code 400, HTTP 413 outside "
+        "the queue API)", minimum=1024)
+    body_timeout_millis: int = setting(
+        "DELAYQUEUE_BODY_TIMEOUT_MILLIS", 10_000, "a request body not received whole within this long is refused",
+        minimum=1)
+    header_timeout_millis: int = setting(
+        "DELAYQUEUE_HEADER_TIMEOUT_MILLIS", 10_000, "a connection whose request line and headers are not received "
+        "within this long is closed", minimum=1)
 
     @property
     def redis_timeout(self) -> float:

@@ -11,6 +11,7 @@ from rest_framework.views import APIView
 
 from delayqueue.api import health_state
 from delayqueue.api.auth import authorize
+from delayqueue.api.edge import body_too_big
 from delayqueue.api.parsers import (FORM_CONTENT_TYPE, FormBodyParser, FormError, JSONBodyParser, StrictMultiPartParser,
                                     parse_fields, parse_form)
 from delayqueue.api.validation import FastValidation, first_error
@@ -130,7 +131,7 @@ class QueueAPIView(APIView):
     def queue_error(self, exc: Exception) -> Exception:
         """Problems of the HTTP request itself as the queue's error kinds; error_answer words them all."""
         if isinstance(exc, RequestDataTooBig):
-            return BadRequest(f"request body is over {settings.DATA_UPLOAD_MAX_MEMORY_SIZE} bytes")
+            return body_too_big()  # Django's check of Content-Length; api/asgi.py counts chunked bodies
         if isinstance(exc, TooManyFieldsSent):  # Django's own parse (request.GET, multipart) met the limit
             return BadRequest(f"request has more than {settings.DATA_UPLOAD_MAX_NUMBER_FIELDS} fields")
         if isinstance(exc, drf_exceptions.MethodNotAllowed):

@@ -1,0 +1,326 @@
+"""The HTTP edge under attack: request bodies are capped (chunked or not) and timed, an anonymous
+client is refused before its body is read, /metrics serves only this host without a metrics
+token, the /t/<token>/ prefix leads only to the queue API and stays out of the logs, answers are
+never sniffed or cached, and debug pages hide the datastores' passwords. Attacks on the body go
+through a real uvicorn and a raw socket, as a client on the network would send them."""
+import io
+import secrets
+import select
+import socket
+import sys
+import time
+
+import httpx
+import pytest
+from asgiref.sync import sync_to_async
+from django.core.management import call_command
+from django.test import RequestFactory, override_settings
+from django.views.debug import technical_500_response
+
+from tests.helpers import WebProcess, scanner_env, wait_for
+
+SEND = "/camellia/delayQueue/sendMsg"
+FORM = {"content-type": "application/x-www-form-urlencoded"}
+BODY_CAP = 1_048_576
+BODY_TIMEOUT_MILLIS = 1000
+MiB = 1_048_576
+
+
+def new_token(name: str) -> str:
+    out = io.StringIO()
+    call_command("create_token", "--namespace", "edge", "--scopes", "produce,consume,manage,monitor", "--name", name,
+                 stdout=out)
+    return out.getvalue().splitlines()[-1]
+
+
+@pytest.fixture
+def web(clean_state):
+    """A real uvicorn with tokens required, a 1 MiB body cap, 1 s header and body timeouts and its access log on."""
+    proc = WebProcess("edge", scanner_env(DELAYQUEUE_AUTH="tokens", DELAYQUEUE_MAX_BODY_BYTES=BODY_CAP,
+                                          DELAYQUEUE_BODY_TIMEOUT_MILLIS=BODY_TIMEOUT_MILLIS,
+                                          DELAYQUEUE_HEADER_TIMEOUT_MILLIS=BODY_TIMEOUT_MILLIS), access_log=True)
+    try:
+        proc.wait_started()
+        yield proc
+    finally:
+        proc.stop()
+
+
+def chunk(data: bytes) -> bytes:
+    return f"{len(data):x}\r\n".encode() + data + b"\r\n"
+
+
+def request_head(path: str, headers: dict) -> bytes:
+    lines = [f"POST {path} HTTP/1.1", "Host: 127.0.0.1", "Transfer-Encoding: chunked",
+             "Content-Type: application/x-www-form-urlencoded", *(f"{k}: {v}" for k, v in headers.items())]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode()
+
+
+def stream_chunked(port: int, path: str, total: int, headers: dict | None = None) -> tuple[int, bytes]:
+    """Streams a chunked body of `total` bytes as fast as the server takes it, stopping when the
+    server answers or drops the connection. Returns (body bytes sent, the answer's bytes)."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+    sock.sendall(request_head(path, headers or {}) + chunk(b"topic=t&msg="))
+    sock.setblocking(False)
+    piece, pending, sent, answer = chunk(b"x" * 65_536), b"", 0, b""
+    deadline = time.monotonic() + 60
+    try:
+        while time.monotonic() < deadline:
+            readable, writable, _ = select.select([sock], [sock] if sent < total else [], [], 1)
+            if readable:
+                data = sock.recv(65_536)
+                if not data:
+                    break
+                answer += data
+                continue
+            if writable:
+                if not pending:
+                    pending = piece if sent + 65_536 < total else piece + b"0\r\n\r\n"
+                    sent += 65_536
+                pending = pending[sock.send(pending):]
+    except OSError:  # reset: the server closed with our body unread
+        pass
+    finally:
+        sock.close()
+    return sent, answer
+
+
+def answer_body(answer: bytes) -> bytes:
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 "), answer[:200]
+    if b"transfer-encoding: chunked" not in head.lower():
+        return body
+    whole = b""
+    while True:
+        size, _, body = body.partition(b"\r\n")
+        if int(size, 16) == 0:
+            return whole
+        whole, body = whole + body[:int(size, 16)], body[int(size, 16) + 2:]
+
+
+@pytest.mark.process
+def test_an_anonymous_chunked_body_is_refused_before_the_server_reads_it(web):
+    total = 256 * MiB
+    sent, answer = stream_chunked(web.port, SEND, total)
+    # Refused on its (missing) token at once: what the client got through is the sockets'
+    # buffers, not the body. Before, the server read all 256 MiB and only then answered 401.
+    assert sent < 32 * MiB, sent
+    if answer:  # the answer can be lost to the reset of the unread body; the refusal is what matters
+        assert answer.startswith(b"HTTP/1.1 200"), answer[:200]
+        assert b'"code":401' in answer_body(answer) and b"connection: close" in answer.lower()
+    # The same with a token that is not one: nothing read past the headers either.
+    sent, _answer = stream_chunked(web.port, "/t/dq_not-a-token" + SEND, total)
+    assert sent < 32 * MiB, sent
+    assert httpx.get(web.url + "/camellia/health/check").status_code == 200  # the worker is fine
+
+
+@pytest.mark.process
+def test_a_chunked_body_over_the_cap_is_refused_on_the_admin_path_too(web):
+    sent, answer = stream_chunked(web.port, "/admin/login/", 256 * MiB)
+    assert sent < 32 * MiB, sent
+    if answer:
+        assert answer.startswith(b"HTTP/1.1 413"), answer[:200]
+        assert answer_body(answer) == f"request body is over {BODY_CAP} bytes\n".encode()
+
+
+@pytest.mark.process
+def test_a_chunked_body_over_the_cap_with_a_valid_token_is_code_400_naming_the_limit(web):
+    token = new_token("big")
+    sent, answer = stream_chunked(web.port, SEND, 64 * MiB, {"Authorization": f"Bearer {token}"})
+    assert sent < 48 * MiB, sent  # read up to the cap, then refused
+    assert answer.startswith(b"HTTP/1.1 200"), answer[:200]
+    assert answer_body(answer) == b'{"code":400,"msg":"request body is over 1048576 bytes"}'
+    under = httpx.post(web.url + SEND, data={"topic": "t", "msg": "x" * (BODY_CAP - 1000), "delayMillis": "0"},
+                       headers={"Authorization": f"Bearer {token}"})
+    assert under.json()["code"] == 200
+
+
+@pytest.mark.process
+def test_a_client_that_trickles_its_body_is_cut_off_after_the_timeout(web):
+    token = new_token("slow")
+    sock = socket.create_connection(("127.0.0.1", web.port), timeout=30)
+    try:
+        sock.sendall(request_head(SEND, {"Authorization": f"Bearer {token}"}) + chunk(b"topic=t&msg="))
+        # ... and nothing more: the server must not wait for the rest for ever (before, it did).
+        answer = b""
+        while data := sock.recv(65_536):
+            answer += data
+    finally:
+        sock.close()
+    assert answer.startswith(b"HTTP/1.1 200"), answer[:200]
+    assert answer_body(answer) == (b'{"code":400,"msg":"request body not received within 1000 ms '
+                                   b'(DELAYQUEUE_BODY_TIMEOUT_MILLIS)"}')
+
+
+@pytest.mark.process
+@pytest.mark.parametrize("sent", [b"", b"POST /camellia/delayQueue/sendMsg HTTP/1.1\r\nHost: 127.0.0.1\r\n"],
+                         ids=["nothing", "half the headers"])
+def test_a_client_that_never_finishes_its_headers_is_cut_off_after_the_timeout(web, sent):
+    with socket.create_connection(("127.0.0.1", web.port), timeout=30) as sock:
+        sock.sendall(sent)
+        # ... and nothing more: before, uvicorn held the connection for ever (this recv timed out).
+        assert sock.recv(65_536) == b""
+    assert httpx.get(web.url + "/camellia/health/check").status_code == 200
+
+
+@pytest.mark.process
+def test_token_prefixes_stay_out_of_the_access_log_and_lead_only_to_the_queue_api(web):
+    token = new_token("logged")
+    sent = httpx.post(f"{web.url}/t/{token}{SEND}", data={"topic": "t", "msg": "m", "delayMillis": "0"})
+    assert sent.json()["code"] == 200
+    for path in ("metrics", "admin/login/", "api/docs/"):
+        assert httpx.get(f"{web.url}/t/{token}/{path}").status_code == 404
+    logged = wait_for(lambda: (out := web.output()).count(" 404") >= 3 and out, what="the access log lines")
+    assert f"/camellia/delayQueue/sendMsg" in logged and "/t/-/metrics" in logged
+    assert token not in logged
+
+
+# --- In process
+
+
+@pytest.fixture
+def tokens_on(settings, clean_state):
+    settings.DELAYQUEUE = {**settings.DELAYQUEUE, "AUTH": "tokens"}
+
+
+def client_from(address: str) -> httpx.AsyncClient:
+    from project.asgi import application
+
+    transport = httpx.ASGITransport(app=application, client=(address, 40_000))
+    return httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1", timeout=30)
+
+
+@pytest.mark.usefixtures("tokens_on")
+async def test_an_anonymous_body_is_not_read_at_all(api):
+    pulled = []
+
+    async def body():
+        for _ in range(1000):
+            pulled.append(1)
+            yield b"x" * 65_536
+
+    refused = await api.post(SEND, content=body(), headers=FORM)
+    assert refused.json()["code"] == 401 and refused.headers["connection"] == "close"
+    assert pulled == []
+
+
+@pytest.mark.usefixtures("tokens_on")
+async def test_a_refusal_given_before_the_body_passes_the_edge_checks_as_any_answer(api, settings):
+    app = "https://app.example.com"
+    settings.DELAYQUEUE = {**settings.DELAYQUEUE, "ALLOWED_ORIGINS": app}
+    refused = await api.post(SEND, data={"topic": "t"}, headers={"Origin": app, "Sec-Fetch-Site": "cross-site"})
+    assert refused.json()["code"] == 401
+    assert refused.headers["access-control-allow-origin"] == app  # the page can read why
+    elsewhere = await api.post(SEND, data={"topic": "t"}, headers={"Host": "attacker.example"})
+    assert elsewhere.json() == {"code": 400, "msg": "Host 'attacker.example' is not allowed: it is not in ALLOWED_HOSTS"}
+    preflight = await api.options(SEND, headers={"Origin": app, "Sec-Fetch-Site": "cross-site",
+                                                 "Access-Control-Request-Method": "POST"})
+    assert preflight.status_code == 204 and preflight.headers["access-control-allow-origin"] == app
+
+
+@pytest.mark.usefixtures("tokens_on")
+async def test_a_long_poll_refused_for_its_token_answers_after_a_pause(api):
+    for headers in ({}, {"Authorization": "Bearer dq_wrong"}):
+        started = time.monotonic()
+        refused = await api.post("/camellia/delayQueue/longPollingMsg", data={"topic": "t"}, headers=headers)
+        assert refused.json()["code"] == 401
+        assert time.monotonic() - started >= 0.9  # the behaviour itself: a blind retry loop cannot spin
+
+
+async def test_a_message_of_a_hundred_kilobytes_is_taken_by_default(api):
+    sent = await api.post(SEND, data={"topic": "t", "msg": "x" * 100_000, "delayMillis": "0"})
+    assert sent.json()["code"] == 200
+
+
+async def test_a_batch_over_the_body_cap_is_refused_naming_the_cap(api, settings):
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 10_000
+    batch = [{"topic": "t", "msg": "x" * 1000, "delayMillis": 0} for _ in range(20)]
+
+    async def body():  # chunked: no Content-Length to check
+        yield b'{"messages": ['
+        for i, item in enumerate(batch):
+            yield (b"," if i else b"") + httpx.Response(200, json=item).content
+        yield b"]}"
+
+    refused = await api.post("/camellia/delayQueue/sendMsgBatch", content=body(),
+                             headers={"content-type": "application/json"})
+    assert refused.json() == {"code": 400, "msg": "request body is over 10000 bytes"}
+
+
+async def test_metrics_and_docs_serve_only_this_host_without_a_metrics_token(api):
+    for path in ("/metrics", "/api/schema/"):
+        assert (await api.get(path)).status_code == 200  # 127.0.0.1
+        async with client_from("::1") as local:
+            assert (await local.get(path)).status_code == 200
+        async with client_from("203.0.113.9") as remote:
+            refused = await remote.get(path)
+            assert refused.status_code == 403 and "DELAYQUEUE_METRICS_TOKEN" in refused.text
+        # Through a proxy on this host every peer is loopback: a forwarded request is not trusted.
+        for header in ({"X-Forwarded-For": "127.0.0.1"}, {"X-Forwarded-For": "203.0.113.9"},
+                       {"Forwarded": "for=127.0.0.1"}):
+            assert (await api.get(path, headers=header)).status_code == 403
+
+
+async def test_metrics_token_serves_any_address(api, settings):
+    settings.DELAYQUEUE = {**settings.DELAYQUEUE, "METRICS_TOKEN": "m-token-1"}
+    async with client_from("203.0.113.9") as remote:
+        assert (await remote.get("/metrics")).status_code == 401
+        assert (await remote.get("/metrics", headers={"Authorization": "Bearer m-token-1"})).status_code == 200
+
+
+async def test_a_token_prefix_before_anything_but_the_queue_api_is_no_page(api):
+    for path in ("/t/anything/metrics", "/t/x/api/schema/", "/t/x/admin/", "/t/x", "/t/"):
+        response = await api.get(path)
+        assert response.status_code == 404, path
+        assert "delayqueue_" not in response.text
+    served = await api.post("/t/anything" + SEND, data={"topic": "t", "msg": "m", "delayMillis": "0"})
+    assert served.json()["code"] == 200  # open mode: the prefix is taken and ignored
+
+
+async def test_api_and_health_answers_are_never_sniffed_or_cached(api):
+    answers = [
+        await api.post(SEND, data={"topic": "t", "msg": "m", "delayMillis": "0"}),
+        await api.post(SEND, data={"topic": "", "msg": "m"}),  # an error
+        await api.get("/camellia/health/status"),
+        await api.get("/camellia/health/check"),
+        await api.get("/camellia/nothing-here"),
+    ]
+    for answer in answers:
+        assert answer.headers["x-content-type-options"] == "nosniff", answer.request.url
+        assert answer.headers["cache-control"] == "no-store", answer.request.url
+    assert (await api.get("/admin/login/")).headers["x-content-type-options"] == "nosniff"  # SecurityMiddleware
+
+
+class Unshown(list):
+    def __repr__(self):
+        return "<the passwords>"
+
+
+def test_debug_error_pages_hide_the_datastores_passwords():
+    # Made at run time (the page shows this test's source lines) and not shown as this frame's variable.
+    passwords = Unshown(f"pw{i}-{secrets.token_hex(8)}" for i in range(5))
+    redis_url = f"redis://:{passwords[0]}@10.0.0.5:6379/0"
+    database_url = f"postgres://dq:{passwords[1]}@10.0.0.6:5432/delayqueue"
+    cluster = f"redis-cluster://:{passwords[2]}@10.0.0.7:7000,10.0.0.8:7000"
+    sentinel = f"redis+sentinel://:{passwords[3]}@10.0.0.9:26379/mymaster?sentinel_password={passwords[4]}"
+    caches = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": redis_url}}
+    with override_settings(DEBUG=True, REDIS_URL=redis_url, DATABASE_URL=database_url, CACHES=caches,
+                           OTHER_URLS=[cluster, sentinel]):
+        request = RequestFactory().get("/admin/")
+        config_in_a_frame = {"redis_url": redis_url, "database_url": database_url}  # noqa: F841  (shown as a local)
+        try:
+            raise RuntimeError("boom")
+        except RuntimeError:
+            page = technical_500_response(request, *sys.exc_info()).content.decode()
+    assert "boom" in page and "10.0.0.5:6379" in page  # the page still shows where
+    for password in passwords:
+        assert password not in page, password
+
+
+async def test_a_token_never_reaches_our_log_lines(api, caplog, tokens_on):
+    token = await sync_to_async(new_token)("quiet")
+    await api.post(f"/t/{token}{SEND}", data={"topic": "t", "msg": "m", "delayMillis": "0"})
+    await api.get(f"/t/{token}/metrics")
+    await api.get(f"/t/{token}/camellia/delayQueue/noSuchThing")
+    ours = [record for record in caplog.records if not record.name.startswith(("httpx", "httpcore"))]  # the client's
+    assert ours and not [record for record in ours if token in record.getMessage()]
