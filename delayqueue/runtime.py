@@ -77,7 +77,8 @@ class Runtime:
     def log(self) -> MessageLog:
         """The message log's group-commit writer, connected on first use."""
         if self._log is None:
-            self._log = MessageLog(self.ns.namespace, self.actor, self.config.log_timeout_millis)
+            self._log = MessageLog(self.ns.namespace, self.actor, self.config.log_timeout_millis,
+                                   self.config.log_retry_millis)
         return self._log
 
     async def notifier(self) -> ReadyNotifier:

@@ -166,6 +166,12 @@ class QueueConfig:
     metrics_token: str = setting(
         "DELAYQUEUE_METRICS_TOKEN", "", "bearer token that /metrics and the API docs require; unset: open",
         secret=True)
+    # A PostgreSQL restart (a fast shutdown and start: about half a second) must not fail the
+    # sends made meanwhile; a log down for longer fails them after this long, as it always did.
+    log_retry_millis: int = setting(
+        "DELAYQUEUE_LOG_RETRY_MILLIS", 2_500, "how long a send's write to the message log is retried while "
+        "PostgreSQL cannot be reached (restarting, connection refused or lost) before the send fails; 0: not "
+        "retried", minimum=0)
 
     @property
     def redis_timeout(self) -> float:

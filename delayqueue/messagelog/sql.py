@@ -116,10 +116,16 @@ SELECT %(namespace)s, topic, msg_id, {_sent_id("produce_time")}, produced, 0, st
 """
 # A send replaces a logged message only when that one is over (ended, or past its TTL); a live
 # one is a duplicate that Redis will answer with the stored message. The first ended status is
-# a parameter: this conflict path scans no index on status.
+# a parameter: this conflict path scans no index on status. A row equal to the one sent, to its
+# produceTime, is this very send, written by a try whose answer was lost (MessageLog retries):
+# it counts as written, and its 'sent' row is not written twice.
+_SAME_SEND = ("produce_time", "payload", "trigger_time", "expire_time", "max_retry", "retry", "status", "priority")
+_IS_SAME_SEND = (f"({', '.join(f'{tables.MESSAGE}.{c}' for c in _SAME_SEND)})"
+                 f" = ({', '.join(f'EXCLUDED.{c}' for c in _SAME_SEND)})")
 RECORD = f"""
 WITH written AS (
     {_UPSERT} WHERE {tables.MESSAGE}.status >= %(ended)s OR {tables.MESSAGE}.expire_time <= EXCLUDED.produce_time
+        OR {_IS_SAME_SEND}
     RETURNING namespace, topic, msg_id, produce_time, status
 ), sent AS (
     {_INSERT_SENT}
