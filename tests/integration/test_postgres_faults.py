@@ -163,11 +163,12 @@ async def test_postgres_down_past_the_retry_bound_fails_sends_with_code_500_afte
     settings.DELAYQUEUE = {**settings.DELAYQUEUE, "LOG_RETRY_MILLIS": 1_000}
     postgres.stop()
     try:
+        message = {"topic": "t", "msg": "x", "delayMillis": 0}
         began = time.monotonic()
         # The outer bound only keeps a regression from hanging the suite.
-        reply = (await asyncio.wait_for(api.post(API + "sendMsg", data={"topic": "t", "msg": "x", "delayMillis": 0}), 60)).json()
+        reply = (await asyncio.wait_for(api.post(API + "sendMsg", data=message), 60)).json()
         waited = time.monotonic() - began
-        batch = (await asyncio.wait_for(api.post(API + "sendMsgBatch", json=[{"topic": "t", "msg": "b", "delayMillis": 0}]), 60)).json()
+        batch = (await asyncio.wait_for(api.post(API + "sendMsgBatch", json=[message]), 60)).json()
     finally:
         await asyncio.to_thread(postgres.start)
     assert reply == {"code": 500, "msg": "message log unavailable: connection refused"}
