@@ -169,8 +169,8 @@ class QueueConfig:
     # A PostgreSQL restart (a fast shutdown and start: about half a second) must not fail the
     # sends made meanwhile; a log down for longer fails them after this long, as it always did.
     log_retry_millis: int = setting(
-        "DELAYQUEUE_LOG_RETRY_MILLIS", 2_500, "how long a send's write to the message log is retried while "
-        "PostgreSQL cannot be reached (restarting, connection refused or lost) before the send fails; 0: not "
+        "DELAYQUEUE_LOG_RETRY_MILLIS", 2_500, "how long the sends' writes to the message log are retried once "
+        "PostgreSQL is found unreachable (restarting, connection refused or lost); then they fail; 0: not "
         "retried", minimum=0)
 
     @property

@@ -45,7 +45,7 @@ def log_reason(exc: psycopg.Error) -> str:
     errors name them all)."""
     if isinstance(exc, psycopg.errors.QueryCanceled):
         return "statement timed out"
-    if isinstance(exc, RESTARTING):
+    if isinstance(exc, RESTARTING) or "the database system is" in str(exc):  # refused at connect: no state
         return "server shutting down or starting"
     if exc.sqlstate is None or exc.sqlstate.startswith("08") or isinstance(exc, psycopg.errors.InvalidPassword):
         # Client-side (no state): could not connect, or the connection broke.

@@ -6,9 +6,12 @@ flight wait and go together in the next one (one multi-row statement, one commit
 number of Postgres round trips grows with time, not with messages.
 
 A write PostgreSQL could not take because it could not be reached (a restart, a connection
-refused or lost) is tried again with a short back-off, up to the retry bound after the send
-began (DELAYQUEUE_LOG_RETRY_MILLIS); then the send fails as the log's other errors do. Every
-statement here may run twice: a try whose connection was lost may have committed.
+refused or lost) is tried again with a short back-off until the retry bound
+(DELAYQUEUE_LOG_RETRY_MILLIS) after the log was first found unreachable; then it fails as the
+log's other errors do, and so does every write's first failure until one succeeds again. The
+bound counts from the outage, not from each send: a send that queued behind a busy log is not
+failed sooner, and in a long outage none waits longer. Every statement here may run twice: a try
+whose connection was lost may have committed.
 """
 import asyncio
 import functools
@@ -41,7 +44,6 @@ class _Request:
     keys: Set[tuple[str, str]]  # of the rows, distinct: worked out once per request
     overwrite: bool
     future: asyncio.Future
-    since: float  # time.monotonic() when it was submitted: its retries end the retry bound after
 
 
 class MessageLog:
@@ -63,6 +65,7 @@ class MessageLog:
         self._pending: list[_Request] = []
         self._flusher: asyncio.Task | None = None
         self._upserts_left = 0
+        self._unreachable_since: float | None = None  # time.monotonic() of this outage's first failure
 
     async def record(self, rows: list[Message]) -> list[bool]:
         """Writes new messages and their 'sent' history rows; True per row the log now holds as
@@ -86,12 +89,12 @@ class MessageLog:
         """Removes rows (and their 'sent' history) this process wrote for sends that Redis then
         did not take."""
         params = {"namespace": self._namespace, "unsent": _rows_json(rows)}
-        await self._retried(lambda conn, _again: conn.execute(sql.FORGET, params), time.monotonic())
+        await self._retried(lambda conn, _again: conn.execute(sql.FORGET, params))
 
     async def correct_sent(self, unsent: list[Message], sent: list[Message]) -> None:
         """Removes the 'sent' history of `unsent` rows and writes (or corrects) that of `sent`."""
         params = {"namespace": self._namespace, "unsent": _rows_json(unsent), "rows": _rows_json(sent), **self._actor}
-        await self._retried(lambda conn, _again: conn.execute(sql.CORRECT_SENT, params), time.monotonic())
+        await self._retried(lambda conn, _again: conn.execute(sql.CORRECT_SENT, params))
 
     async def settle(self, rows: list[Message], written: list[bool], replies: list, outcomes: list) -> None:
         """Makes the log agree with what Redis did with recorded sends (`replies`: the send
@@ -133,7 +136,7 @@ class MessageLog:
         if not rows:
             future.set_result(set())
             return future
-        self._pending.append(_Request(rows, keys, overwrite, future, time.monotonic()))
+        self._pending.append(_Request(rows, keys, overwrite, future))
         if self._flusher is None or self._flusher.done():
             self._flusher = asyncio.ensure_future(self._flush())
         return future
@@ -159,8 +162,7 @@ class MessageLog:
             write = functools.partial(self._write, rows=[row for request in batch for row in request.rows], keys=keys,
                                       overwrite=batch[0].overwrite)
             try:
-                # From the oldest request's start: none waits longer than the bound.
-                written = await self._retried(write, min(request.since for request in batch))
+                written = await self._retried(write)
             except LogUnavailable as exc:
                 for request in batch:
                     if not request.future.done():
@@ -170,17 +172,22 @@ class MessageLog:
                 if not request.future.done():
                     request.future.set_result(written)
 
-    async def _retried(self, statement, since: float):
+    async def _retried(self, statement):
         """`await statement(conn, again)` on the log's connection, tried again while PostgreSQL
-        cannot be reached, until the retry bound after `since` (time.monotonic()); `again` says
-        an earlier try failed (and may have committed)."""
-        pauses = retry_pauses(since + self._retry_seconds)
-        again = False
+        cannot be reached, until the retry bound after the outage began; `again` says an earlier
+        try failed (and may have committed)."""
+        pauses, again = None, False
         while True:
             try:
                 async with self._db.use() as conn:
-                    return await statement(conn, again)
+                    result = await statement(conn, again)
+                self._unreachable_since = None
+                return result
             except LogUnreachable:
+                if self._unreachable_since is None:
+                    self._unreachable_since = time.monotonic()
+                if pauses is None:
+                    pauses = retry_pauses(self._unreachable_since + self._retry_seconds)
                 pause = next(pauses, None)
                 if pause is None:
                     raise

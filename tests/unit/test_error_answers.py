@@ -40,6 +40,9 @@ def test_message_log_failures_answer_a_reason_naming_no_place():
         "statement timed out"
     assert log_reason(psycopg.errors.AdminShutdown("terminating connection due to administrator command")) == \
         "server shutting down or starting"
+    assert log_reason(psycopg.OperationalError('connection failed: connection to server at "10.1.2.3", port 5432 '
+                                               "failed: FATAL:  the database system is starting up")) == \
+        "server shutting down or starting"
     assert log_reason(psycopg.errors.DiskFull("could not extend file")) == "database error 53100 (DiskFull)"
 
 
