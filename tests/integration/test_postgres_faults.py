@@ -181,20 +181,25 @@ async def test_postgres_down_past_the_retry_bound_fails_sends_with_code_500_afte
     assert back["code"] == 200 and (await logged("t", back["delayMsg"]["msgId"]))["msg"] == "x"
 
 
-class AnswerDropper:
-    """A TCP proxy in front of PostgreSQL that forwards everything, except that once armed it
-    cuts the connection that sent the next statement naming `marker` as soon as PostgreSQL
-    answers it: the statement ran (and, autocommitted, committed) but its answer is lost."""
+class LogProxy:
+    """A TCP proxy in front of the test PostgreSQL, which the service's log connections go
+    through (`route`). It forwards everything, except that once `armed` it cuts the connection
+    that sent the next statement naming `marker` as soon as PostgreSQL answers it: the statement
+    ran (and, autocommitted, committed) but its answer is lost."""
 
-    def __init__(self, host: str, port: int, marker: bytes):
-        self.host, self.port, self.marker = host, port, marker
+    def __init__(self, marker: bytes):
+        db = connections["default"].settings_dict
+        self.host, self.port, self.marker = db["HOST"], int(db["PORT"]), marker
         self.armed = False
         self.dropped = 0
         self._server = None
 
-    async def start(self) -> int:
+    async def route(self, monkeypatch) -> None:
         self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        return self._server.sockets[0].getsockname()[1]
+        port = self._server.sockets[0].getsockname()[1]
+        direct = connection.conninfo
+        monkeypatch.setattr(connection, "conninfo", lambda timeout: make_conninfo(direct(timeout), host="127.0.0.1",
+                                                                                  port=port))
 
     async def _serve(self, client_reader, client_writer):
         server_reader, server_writer = await asyncio.open_connection(self.host, self.port)
@@ -230,13 +235,8 @@ class AnswerDropper:
 
 async def test_a_send_whose_committed_log_write_lost_its_answer_is_stored_and_enqueued_once(api, single_rt,
                                                                                            monkeypatch):
-    db = connections["default"].settings_dict
-    dropper = AnswerDropper(db["HOST"], int(db["PORT"]), b"INSERT INTO delayqueue_message")
-    proxy_port = await dropper.start()
-    # The service's log connections go through the proxy.
-    direct = connection.conninfo
-    monkeypatch.setattr(connection, "conninfo", lambda timeout: make_conninfo(direct(timeout), host="127.0.0.1",
-                                                                              port=proxy_port))
+    dropper = LogProxy(b"INSERT INTO delayqueue_message")
+    await dropper.route(monkeypatch)
     try:
         form = {"topic": "t", "msg": "warm-up", "delayMillis": 0}
         assert (await api.post(API + "sendMsg", data=form)).json()["code"] == 200
@@ -250,3 +250,4 @@ async def test_a_send_whose_committed_log_write_lost_its_answer_is_stored_and_en
     assert await query("SELECT count(*) FROM delayqueue_messageevent WHERE msg_id = 'm1' AND reason = 'sent'") == [(1,)]
     pulled, _ = await pull_messages(single_rt, topic="t", batch=10)
     assert sorted(m.payload for m in pulled) == ["once", "warm-up"]
+
