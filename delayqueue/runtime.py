@@ -81,7 +81,7 @@ class Runtime:
         """The message log's group-commit writer, connected on first use."""
         if self._log is None:
             self._log = MessageLog(self.ns.namespace, self.actor, self.config.log_timeout_millis,
-                                   self.config.dedupe_window_millis)
+                                   self.config.log_retry_millis, self.config.dedupe_window_millis)
         return self._log
 
     async def notifier(self) -> ReadyNotifier:

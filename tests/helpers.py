@@ -202,11 +202,25 @@ class PostgresControl:
         while True:
             try:
                 psycopg.connect(log_database_url(), connect_timeout=1).close()
-                return
+                break
             except Exception:
                 assert self.restarted.poll() is None, "PostgreSQL did not start again"
                 assert time.monotonic() < deadline, "PostgreSQL did not accept connections again"
                 time.sleep(0.1)
+        if not _in_event_loop():
+            # A synchronous test's Django connections died with the server: its next ORM query
+            # opens a new one. (Async tests reach the ORM on asgiref's thread: see the fixture.)
+            from django.db import connections
+
+            connections.close_all()
+
+
+def _in_event_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+        return True
+    except RuntimeError:
+        return False
 
 
 async def drain_log(runtime: Runtime, topics) -> int:

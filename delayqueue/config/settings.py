@@ -227,6 +227,12 @@ class QueueConfig:
     header_timeout_millis: int = setting(
         "DELAYQUEUE_HEADER_TIMEOUT_MILLIS", 10_000, "a connection whose request line and headers are not received "
         "within this long is closed", minimum=1)
+    # A PostgreSQL restart (a fast shutdown and start: about half a second) must not fail the
+    # sends made meanwhile; a log down for longer fails them after this long, as it always did.
+    log_retry_millis: int = setting(
+        "DELAYQUEUE_LOG_RETRY_MILLIS", 2_500, "how long the sends' writes to the message log are retried once "
+        "PostgreSQL is found unreachable (restarting, connection refused or lost); then they fail; 0: not "
+        "retried", minimum=0)
 
     @property
     def redis_timeout(self) -> float:

@@ -1,3 +1,3 @@
 """The bottom layer: the contract values shared with the Lua scripts and the SQL (statuses,
 reasons, bounds), the Message type, the errors and their answers, topic and namespace names,
-clocks and the precise timer. Imports nothing of delayqueue."""
+clocks, the precise timer and the back-off of retried calls. Imports nothing of delayqueue."""

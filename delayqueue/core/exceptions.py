@@ -80,6 +80,12 @@ class LogUnavailable(Unavailable):
     """PostgreSQL (the message log) could not be reached or refused the write: nothing was sent."""
 
 
+class LogUnreachable(LogUnavailable):
+    """PostgreSQL could not be reached: the connection was refused or lost, or the server is
+    shutting down or starting (a restart). Worth trying again shortly, unlike a statement that
+    PostgreSQL refused or timed out. A write whose connection was lost may have committed."""
+
+
 class RedisUnavailable(Unavailable):
     """Redis could not be reached or failed the command."""
 

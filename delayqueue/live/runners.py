@@ -7,20 +7,9 @@ import time
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError
 
+from delayqueue.core.retry import retry_pauses
 from delayqueue.live.protocol import ReplyProtocol, as_error, connect_direct, evalsha
 from delayqueue.live.scripts import ScriptCall, load_scripts
-
-# Back-off between tries of a call Redis failed transiently (doubling up to the second figure).
-FIRST_RETRY_BACKOFF, MAX_RETRY_BACKOFF = 0.01, 0.2
-
-
-def retry_pauses(deadline: float):
-    """The pauses before each retry that fit before `deadline` (time.monotonic()): the first
-    FIRST_RETRY_BACKOFF, each next twice the last, at most MAX_RETRY_BACKOFF."""
-    pause = FIRST_RETRY_BACKOFF
-    while time.monotonic() + pause < deadline:
-        yield pause
-        pause = min(pause * 2, MAX_RETRY_BACKOFF)
 
 
 def _typed(call: ScriptCall, raw):

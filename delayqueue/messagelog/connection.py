@@ -7,7 +7,7 @@ from django.db import connections
 from psycopg import pq
 from psycopg.conninfo import make_conninfo
 
-from delayqueue.core.exceptions import LogUnavailable, connection_reason
+from delayqueue.core.exceptions import LogUnavailable, LogUnreachable, connection_reason
 
 # libpq's parameters, which DATABASE_URL's query may carry (sslmode=verify-full, sslrootcert=...)
 # as Django's OPTIONS; Django's own OPTIONS (pool, isolation_level...) are not for libpq.
@@ -36,12 +36,16 @@ def first_line(exc: Exception) -> str:
     return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
 
+# PostgreSQL stopping (a fast shutdown ends every session), crashed, or starting up.
+RESTARTING = (psycopg.errors.AdminShutdown, psycopg.errors.CrashShutdown, psycopg.errors.CannotConnectNow)
+
+
 def log_reason(exc: psycopg.Error) -> str:
     """Why the message log failed, in words naming no host, port or path (psycopg's connection
     errors name them all)."""
     if isinstance(exc, psycopg.errors.QueryCanceled):
         return "statement timed out"
-    if isinstance(exc, (psycopg.errors.AdminShutdown, psycopg.errors.CannotConnectNow)):
+    if isinstance(exc, RESTARTING) or "the database system is" in str(exc):  # refused at connect: no state
         return "server shutting down or starting"
     if exc.sqlstate is None or exc.sqlstate.startswith("08") or isinstance(exc, psycopg.errors.InvalidPassword):
         # Client-side (no state): could not connect, or the connection broke.
@@ -49,8 +53,20 @@ def log_reason(exc: psycopg.Error) -> str:
     return f"database error {exc.sqlstate} ({type(exc).__name__})"
 
 
+def unreachable(exc: psycopg.Error) -> bool:
+    """Whether PostgreSQL could not be reached (a connection refused or lost, the server
+    restarting), rather than refusing the work: a constraint, bad data, a statement timeout, a
+    password. Connection failures come without a state, or in class 08."""
+    if isinstance(exc, RESTARTING):
+        return True
+    if exc.sqlstate is not None:
+        return exc.sqlstate.startswith("08")
+    return isinstance(exc, psycopg.OperationalError) and log_reason(exc) != "authentication failed"
+
+
 def log_unavailable(exc: psycopg.Error) -> LogUnavailable:
-    return LogUnavailable(f"message log unavailable: {log_reason(exc)}", detail=first_line(exc))
+    kind = LogUnreachable if unreachable(exc) else LogUnavailable
+    return kind(f"message log unavailable: {log_reason(exc)}", detail=first_line(exc))
 
 
 class LogConnection:

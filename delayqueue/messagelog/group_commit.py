@@ -4,9 +4,19 @@
 A send is answered 200 only after its row is committed. Sends that arrive while a write is in
 flight wait and go together in the next one (one multi-row statement, one commit), so the
 number of Postgres round trips grows with time, not with messages.
+
+A write PostgreSQL could not take because it could not be reached (a restart, a connection
+refused or lost) is tried again with a short back-off until the retry bound
+(DELAYQUEUE_LOG_RETRY_MILLIS) after the log was first found unreachable; then it fails as the
+log's other errors do, and so does every write's first failure until one succeeds again. The
+bound counts from the outage, not from each send: a send that queued behind a busy log is not
+failed sooner, and in a long outage none waits longer. Every statement here may run twice: a try
+whose connection was lost may have committed.
 """
 import asyncio
+import functools
 import logging
+import time
 from collections.abc import Set
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -15,8 +25,9 @@ import orjson
 import psycopg
 
 from delayqueue.core.constants import Status
-from delayqueue.core.exceptions import LogUnavailable, MaybeSent
+from delayqueue.core.exceptions import LogUnavailable, LogUnreachable, MaybeSent
 from delayqueue.core.messages import Message
+from delayqueue.core.retry import retry_pauses
 from delayqueue.messagelog import sql
 from delayqueue.messagelog.connection import LogConnection
 
@@ -51,23 +62,27 @@ class _Request:
 
 class MessageLog:
     """Group commit over one autocommit connection per event loop. `actor` ('process@host')
-    is who the 'sent' history rows name; `timeout_millis` bounds each statement; a send does not
-    replace a message that ended less than `dedupe_window_millis` ago, nor a dead letter."""
+    is who the 'sent' history rows name; `timeout_millis` bounds each statement, `retry_millis`
+    the retries of a write while PostgreSQL cannot be reached; a send does not replace a message
+    that ended less than `dedupe_window_millis` ago, nor a dead letter."""
 
     MAX_ROWS = 5000
     # After a group whose plain INSERT met a logged msgId, this many go straight to sql.RECORD:
     # a producer that resends msgIds then wastes one statement in this many, not every other.
     UPSERTS_AFTER_CONFLICT = 100
 
-    def __init__(self, namespace: str, actor: str, timeout_millis: int, dedupe_window_millis: int):
+    def __init__(self, namespace: str, actor: str, timeout_millis: int, retry_millis: int,
+                 dedupe_window_millis: int):
         self._namespace = namespace
         self._dedupe_window_millis = dedupe_window_millis
         process, _, host = actor.rpartition("@")
         self._actor = {"process": process, "host": host}  # who the 'sent' history rows name
         self._db = LogConnection(timeout_millis)
+        self._retry_seconds = retry_millis / 1000
         self._pending: list[_Request] = []
         self._flusher: asyncio.Task | None = None
         self._upserts_left = 0
+        self._unreachable_since: float | None = None  # time.monotonic() of this outage's first failure
 
     async def record(self, rows: list[Message]) -> Recorded:
         """Writes new messages and their 'sent' history rows. A row is not written where a live
@@ -92,14 +107,13 @@ class MessageLog:
     async def forget(self, rows: list[Message]) -> None:
         """Removes rows (and their 'sent' history) this process wrote for sends that Redis then
         did not take."""
-        async with self._db.use() as conn:
-            await conn.execute(sql.FORGET, {"namespace": self._namespace, "unsent": _rows_json(rows)})
+        params = {"namespace": self._namespace, "unsent": _rows_json(rows)}
+        await self._retried(lambda conn, _again: conn.execute(sql.FORGET, params))
 
     async def correct_sent(self, unsent: list[Message], sent: list[Message]) -> None:
         """Removes the 'sent' history of `unsent` rows and writes (or corrects) that of `sent`."""
-        async with self._db.use() as conn:
-            await conn.execute(sql.CORRECT_SENT, {"namespace": self._namespace, "unsent": _rows_json(unsent),
-                                                  "rows": _rows_json(sent), **self._actor})
+        params = {"namespace": self._namespace, "unsent": _rows_json(unsent), "rows": _rows_json(sent), **self._actor}
+        await self._retried(lambda conn, _again: conn.execute(sql.CORRECT_SENT, params))
 
     async def settle(self, rows: list[Message], written: list[bool], replies: list, outcomes: list) -> None:
         """Makes the log agree with what Redis did with recorded sends (`replies`: the send
@@ -165,9 +179,10 @@ class MessageLog:
     async def _flush(self) -> None:
         while self._pending:
             batch, keys = self._take_batch()
+            write = functools.partial(self._write, rows=[row for request in batch for row in request.rows], keys=keys,
+                                      overwrite=batch[0].overwrite)
             try:
-                written = await self._write([row for request in batch for row in request.rows], keys,
-                                            batch[0].overwrite)
+                written = await self._retried(write)
             except LogUnavailable as exc:
                 for request in batch:
                     if not request.future.done():
@@ -177,28 +192,51 @@ class MessageLog:
                 if not request.future.done():
                     request.future.set_result(written)
 
-    async def _write(self, rows: list[Message], keys: set[tuple[str, str]], overwrite: bool) -> _Written:
-        async with self._db.use() as conn:
-            if overwrite:
-                cursor = await conn.execute(sql.OVERWRITE, {"namespace": self._namespace, "rows": _rows_json(rows)})
-                return {tuple(row) for row in await cursor.fetchall()}, {}
-            params = {"namespace": self._namespace, "rows": _rows_json(rows), **self._actor}
-            if self._upserts_left == 0:
-                try:
-                    await conn.execute(sql.INSERT_NEW, params)
-                    return keys, {}
-                except psycopg.errors.UniqueViolation:  # the statement left nothing behind
-                    self._upserts_left = self.UPSERTS_AFTER_CONFLICT
-            self._upserts_left -= 1
-            cursor = await conn.execute(sql.RECORD, {**params, "ended": Status.ACKED,
-                                                     "dedupe_window": self._dedupe_window_millis})
-            written, kept = set(), {}
-            for topic, msg_id, was_written, *message in await cursor.fetchall():
-                if was_written:
-                    written.add((topic, msg_id))
-                else:
-                    kept[topic, msg_id] = Message(topic, msg_id, *message)
-            return written, kept
+    async def _retried(self, statement):
+        """`await statement(conn, again)` on the log's connection, tried again while PostgreSQL
+        cannot be reached, until the retry bound after the outage began; `again` says an earlier
+        try failed (and may have committed)."""
+        pauses, again = None, False
+        while True:
+            try:
+                async with self._db.use() as conn:
+                    result = await statement(conn, again)
+                self._unreachable_since = None
+                return result
+            except LogUnreachable:
+                if self._unreachable_since is None:
+                    self._unreachable_since = time.monotonic()
+                if pauses is None:
+                    pauses = retry_pauses(self._unreachable_since + self._retry_seconds)
+                pause = next(pauses, None)
+                if pause is None:
+                    raise
+            await asyncio.sleep(pause)
+            again = True
+
+    async def _write(self, conn: psycopg.AsyncConnection, again: bool, *, rows: list[Message],
+                     keys: set[tuple[str, str]], overwrite: bool) -> _Written:
+        if overwrite:
+            cursor = await conn.execute(sql.OVERWRITE, {"namespace": self._namespace, "rows": _rows_json(rows)})
+            return {tuple(row) for row in await cursor.fetchall()}, {}
+        params = {"namespace": self._namespace, "rows": _rows_json(rows), **self._actor}
+        # Tried again, the rows may be there already: RECORD knows them as this send's own.
+        if self._upserts_left == 0 and not again:
+            try:
+                await conn.execute(sql.INSERT_NEW, params)
+                return keys, {}
+            except psycopg.errors.UniqueViolation:  # the statement left nothing behind
+                self._upserts_left = self.UPSERTS_AFTER_CONFLICT
+        self._upserts_left = max(self._upserts_left - 1, 0)
+        cursor = await conn.execute(sql.RECORD, {**params, "ended": Status.ACKED,
+                                                 "dedupe_window": self._dedupe_window_millis})
+        written, kept = set(), {}
+        for topic, msg_id, was_written, *message in await cursor.fetchall():
+            if was_written:
+                written.add((topic, msg_id))
+            else:
+                kept[topic, msg_id] = Message(topic, msg_id, *message)
+        return written, kept
 
     async def close(self) -> None:
         if self._flusher is not None:

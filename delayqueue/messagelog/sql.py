@@ -117,14 +117,19 @@ SELECT %(namespace)s, topic, msg_id, {_sent_id("produce_time")}, produced, 0, st
 """
 # A send replaces a logged message only when that one ended more than %(dedupe_window)s ms ago
 # and is not a dead letter; a live one (past its TTL too: it is ending, as a dead letter) is a
-# duplicate that Redis will answer. The ended ones it keeps are answered from here, in the
+# duplicate that Redis will answer. A row equal to the one sent, to its produceTime, is this very
+# send, written by a try whose answer was lost (MessageLog retries): it counts as written, and its
+# 'sent' row is not written twice. The ended ones it keeps are answered from here, in the
 # statement's snapshot (so a twin that replaced one meanwhile still finds it ended): each row
 # answered is (topic, msg_id, written, then, where kept, the message as Message takes it). The first
 # ended status is a parameter: this conflict path scans no index on status.
+_SAME_SEND = ("produce_time", "payload", "trigger_time", "expire_time", "max_retry", "retry", "status", "priority")
+_IS_SAME_SEND = f"({', '.join(f'm.{c}' for c in _SAME_SEND)}) = ({', '.join(f'EXCLUDED.{c}' for c in _SAME_SEND)})"
 RECORD = f"""
 WITH written AS (
-    {_UPSERT} WHERE m.status >= %(ended)s AND NOT (m.{DEAD} AND {KEEPS_DEAD})
-                AND m.updated_at <= EXCLUDED.updated_at - %(dedupe_window)s * interval '1 millisecond'
+    {_UPSERT} WHERE (m.status >= %(ended)s AND NOT (m.{DEAD} AND {KEEPS_DEAD})
+                     AND m.updated_at <= EXCLUDED.updated_at - %(dedupe_window)s * interval '1 millisecond')
+                 OR {_IS_SAME_SEND}
     RETURNING namespace, topic, msg_id, produce_time, status
 ), sent AS (
     {_INSERT_SENT}

@@ -7,8 +7,8 @@ import pytest
 from redis.exceptions import BusyLoadingError, ConnectionError, ResponseError, TimeoutError
 
 from delayqueue.core import exceptions
-from delayqueue.core.exceptions import RedisUnavailable, error_answer, redis_reason
-from delayqueue.messagelog.connection import log_reason
+from delayqueue.core.exceptions import LogUnreachable, RedisUnavailable, error_answer, redis_reason
+from delayqueue.messagelog.connection import log_reason, log_unavailable
 
 REDIS_FAILURES = [
     (ConnectionError("Error 111 connecting to 10.1.2.3:6379. Connect call failed ('10.1.2.3', 6379)."),
@@ -40,7 +40,32 @@ def test_message_log_failures_answer_a_reason_naming_no_place():
         "statement timed out"
     assert log_reason(psycopg.errors.AdminShutdown("terminating connection due to administrator command")) == \
         "server shutting down or starting"
+    assert log_reason(psycopg.OperationalError('connection failed: connection to server at "10.1.2.3", port 5432 '
+                                               "failed: FATAL:  the database system is starting up")) == \
+        "server shutting down or starting"
     assert log_reason(psycopg.errors.DiskFull("could not extend file")) == "database error 53100 (DiskFull)"
+
+
+@pytest.mark.parametrize("exc, retried", [
+    (psycopg.OperationalError('connection failed: connection to server at "10.1.2.3", port 5432 failed: '
+                              "Connection refused"), True),
+    (psycopg.OperationalError("consuming input failed: server closed the connection unexpectedly"), True),
+    (psycopg.OperationalError('connection failed: connection to server at "10.1.2.3", port 5432 failed: FATAL:  the '
+                              "database system is starting up"), True),
+    (psycopg.errors.AdminShutdown("terminating connection due to administrator command"), True),
+    (psycopg.errors.CannotConnectNow("the database system is shutting down"), True),
+    (psycopg.OperationalError('connection failed: connection to server at "10.1.2.3", port 5432 failed: FATAL:  '
+                              'password authentication failed for user "dq"'), False),
+    (psycopg.errors.QueryCanceled("canceling statement due to statement timeout"), False),
+    (psycopg.errors.UniqueViolation("duplicate key value violates unique constraint"), False),
+    (psycopg.errors.DiskFull("could not extend file"), False),
+])
+def test_only_a_log_that_cannot_be_reached_is_worth_a_retry(exc, retried):
+    """A send's log write is retried for a while when PostgreSQL is restarting or out of reach,
+    never when it refused the work (messagelog/group_commit.py)."""
+    failure = log_unavailable(exc)
+    assert isinstance(failure, LogUnreachable) is retried
+    assert failure.code == 500 and str(failure).startswith("message log unavailable: ")
 
 
 def test_the_log_has_the_place_once_per_failure(caplog, monkeypatch):
