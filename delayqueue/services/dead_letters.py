@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from psycopg.types.json import Jsonb
 
-from delayqueue.core.exceptions import BadRequest
+from delayqueue.core.exceptions import CapReached
 from delayqueue.core.messages import Message
 from delayqueue.messagelog import sql
 from delayqueue.messagelog.connection import one_use
@@ -64,11 +64,11 @@ async def purge_dead_letters(rt: Runtime, *, topic: str, msg_ids: list[str] | No
 
 async def create_redrive(rt: Runtime, *, topic: str, msg_ids: list[str] | None, max_per_second: int) -> int | None:
     """A redrive task for the topic's dead letters (those in msg_ids when given); its id, or None
-    when there is no such dead letter. The scanners run it. BadRequest for a rate above
-    DELAYQUEUE_MAX_REDRIVE_RATE."""
+    when there is no such dead letter. The scanners run it. CapReached (429) for a rate above
+    DELAYQUEUE_MAX_REDRIVE_RATE, as every cap of a namespace answers."""
     if max_per_second > rt.config.max_redrive_rate:
-        raise BadRequest(f"maxPerSecond: must be at most {rt.config.max_redrive_rate} (DELAYQUEUE_MAX_REDRIVE_RATE), "
-                         f"got {max_per_second}")
+        raise CapReached(f"maxPerSecond {max_per_second} is over the redrive rate cap",
+                         setting="DELAYQUEUE_MAX_REDRIVE_RATE", cap=rt.config.max_redrive_rate)
     async with one_use(rt.config.log_timeout_millis) as conn:
         found = await conn.execute(sql.CREATE_REDRIVE, {
             **_scope(rt, topic, msg_ids), "msg_ids_json": None if msg_ids is None else Jsonb(msg_ids),

@@ -108,7 +108,7 @@ async def test_push_concurrency_beyond_the_namespace_cap_is_refused(api, caps):
 async def test_a_redrive_faster_than_the_cap_is_refused_naming_it(api, caps):
     shop = await token()
     answer = await ask(api, "delayQueue/redriveDeadMsg", "json", {"topic": "orders", "maxPerSecond": 5000}, shop)
-    assert answer["code"] == 400 and "DELAYQUEUE_MAX_REDRIVE_RATE" in answer["msg"] and "1000" in answer["msg"]
+    assert answer["code"] == 429 and "DELAYQUEUE_MAX_REDRIVE_RATE" in answer["msg"] and "1000" in answer["msg"]
     await caps(MAX_REDRIVE_RATE=10_000)
     answer = await ask(api, "delayQueue/redriveDeadMsg", "json", {"topic": "orders", "maxPerSecond": 5000}, shop)
     assert answer["code"] == 404  # allowed: there is just no dead letter
@@ -198,7 +198,7 @@ async def test_a_topic_push_concurrency_and_timeout_are_bounded_and_older_settin
                            shop)
         assert answer["code"] == 400 and name in answer["msg"], answer
     # A row set under the earlier bounds (1000 pushes, 300 s) is pushed at the new ones.
-    await sync_to_async(save_topic_config)(namespace="shop", topic="old", changes={"push_url": url}, limits={})
+    await sync_to_async(save_topic_config)(namespace="shop", topic="old", changes={"push_url": url}, limits={}, by_operator=True)
     await sync_to_async(TopicConfig.objects.filter(topic="old").update)(push_concurrency=1000,
                                                                          push_timeout_millis=300_000)
     pushed = PushTopicCache(namespace_keys("shop"))

@@ -8,6 +8,7 @@ import pytest
 
 from delayqueue.core.constants import Status
 from delayqueue.live.keys import TopicKeys
+from delayqueue.runtime import Runtime
 from delayqueue.services.consume import ack_message, long_poll_messages, nack_message, pull_messages
 from delayqueue.services.messages import delete_message, get_message, reschedule_message
 from delayqueue.services.restore import restore
@@ -115,8 +116,13 @@ async def test_delete_expiry_purge_and_a_resend_take_a_prioritised_message_out(r
     assert (await get(rt, "short")).status == Status.EXPIRED  # a reader ends it, out of the set
     await pull_messages(rt, topic="t", batch=1)  # "p"
     await ack_message(rt, topic="t", msg_id="p")
-    # The same msgId sent again once the first life ended: the old one's place goes with it.
-    await send(rt, "p", 2)
+    # The same msgId sent again once the first life ended (no dedupe window): the old one's place
+    # goes with it.
+    no_window = Runtime(rt.config.with_overrides(dedupe_window_millis=0))
+    try:
+        await send(no_window, "p", 2)
+    finally:
+        await no_window.close()
     k = rt.ns.topic("t")
     assert set(await rt.redis.zrange(k.prioritised, 0, -1)) == {"resent", "p"}
     assert await purge_topic(rt, topic="t") == 3

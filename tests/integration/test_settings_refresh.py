@@ -55,8 +55,8 @@ async def test_a_deleted_row_is_seen(clean_state):
     limits, settings = LimitCache(ns), TopicConfigCache(ns)
     try:
         await asyncio.to_thread(set_limits, "--topic", "gone", "--produce-rate", "5")
-        await sync_to_async(save_topic_config)(namespace=NAMESPACE, topic="gone", changes={"max_retry": 2}, limits={})
-        await sync_to_async(save_topic_config)(namespace=NAMESPACE, topic="kept", changes={"max_retry": 3}, limits={})
+        await sync_to_async(save_topic_config)(namespace=NAMESPACE, topic="gone", changes={"max_retry": 2}, limits={}, by_operator=True)
+        await sync_to_async(save_topic_config)(namespace=NAMESPACE, topic="kept", changes={"max_retry": 3}, limits={}, by_operator=True)
         # Read by hand alone (no refresher): each read below is the first to see what changed.
         assert "gone" in await limits.fresh() and set(await settings.fresh()) == {"gone", "kept"}
 
@@ -68,9 +68,9 @@ async def test_a_deleted_row_is_seen(clean_state):
         assert settings.current["kept"].max_retry == 3
 
         # Deleted and made again between two reads: there again.
-        await sync_to_async(save_topic_config)(namespace=NAMESPACE, topic="gone", changes={"max_retry": 4}, limits={})
+        await sync_to_async(save_topic_config)(namespace=NAMESPACE, topic="gone", changes={"max_retry": 4}, limits={}, by_operator=True)
         await sync_to_async(TopicConfig.objects.filter(namespace=NAMESPACE, topic="kept").delete)()
-        await sync_to_async(save_topic_config)(namespace=NAMESPACE, topic="kept", changes={"max_retry": 5}, limits={})
+        await sync_to_async(save_topic_config)(namespace=NAMESPACE, topic="kept", changes={"max_retry": 5}, limits={}, by_operator=True)
         table = await settings.fresh()
         assert (table["gone"].max_retry, table["kept"].max_retry) == (4, 5)
     finally:
@@ -99,7 +99,7 @@ async def test_a_change_committed_after_a_later_one_is_not_missed(clean_state):
 
         slow = asyncio.ensure_future(asyncio.to_thread(slow_writer))
         await asyncio.wait_for(slow_started.wait(), 30)
-        await sync_to_async(save_topic_config)(namespace=NAMESPACE, topic="quick", changes={"max_retry": 2}, limits={})
+        await sync_to_async(save_topic_config)(namespace=NAMESPACE, topic="quick", changes={"max_retry": 2}, limits={}, by_operator=True)
         assert set(await settings.fresh()) == {"quick"}
         slow_may_commit.set()
         await slow

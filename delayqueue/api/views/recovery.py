@@ -81,7 +81,7 @@ class GetDeadMsgListView(QueueAPIView):
     "given): each goes back as a new life under its msgId, ready at once with retry 0, at most maxPerSecond "
     "a second. The scanners run it, and a scanner that stops halfway leaves it to another. Answers taskId "
     "(see getRedriveTask); code 404 when there is no such dead letter. Rate and live-message limits do not "
-    f"apply: maxPerSecond paces it, at most {setting_text('max_redrive_rate')} (above it: code 400).",
+    f"apply: maxPerSecond paces it, at most {setting_text('max_redrive_rate')} (above it: code 429).",
     answer("RedriveDeadMsgAnswer", TaskIdResultSerializer), body=RedriveDeadMsgSerializer,
     example={"topic": "orders", "msgIds": ["order-42-cancel"], "maxPerSecond": 500})
 class RedriveDeadMsgView(QueueAPIView):
