@@ -40,7 +40,7 @@ AUTH_REFUSAL_PAUSE_SECONDS = 1.0
 TOKEN_PREFIXED_PATHS = "camellia/"
 UNSERVED_TOKEN_PREFIX = "/t/-/"
 # Every answer of the queue API: never sniffed as another type, never kept by a cache.
-ANSWER_HEADERS = (("X-Content-Type-Options", "nosniff"), ("Cache-Control", "no-store"))
+ANSWER_HEADERS = ((b"X-Content-Type-Options", b"nosniff"), (b"Cache-Control", b"no-store"))
 
 
 # The API's paths are fixed (no converters): each is resolved once, not by walking every
@@ -166,14 +166,13 @@ class EventLoopAPIHandler(BoundedASGIHandler):
     async def early_refusal(self, scope: dict) -> HttpResponse | None:
         """With DELAYQUEUE_AUTH=tokens, a view that needs a token refuses a missing or invalid one
         before the body is read (the view checks the token's scope). The grant is kept for the view."""
-        if scope["method"] == "OPTIONS":  # a CORS preflight: browsers send no credentials with it
+        # A CORS preflight: browsers send no credentials with it.
+        if scope["method"] == "OPTIONS" or load_config().auth != "tokens":
             return None
         match = self.route(request_path_info(scope))
         if match is None or getattr(getattr(match.func, "view_class", None), "needs_scope", None) is None:
             return None
         rt = current()
-        if rt.config.auth != "tokens":
-            return None
         token = scope.get("delayqueue.token") or next(
             (bearer_token(value.decode("latin-1")) for name, value in scope["headers"] if name == b"authorization"),
             None)
@@ -207,9 +206,14 @@ class EventLoopAPIHandler(BoundedASGIHandler):
         self._middleware_chain = convert_exception_to_response(self._get_response_async)
 
     async def send_response(self, response, send):
-        for name, value in ANSWER_HEADERS:
-            response[name] = value
-        await super().send_response(response, send)
+        async def send_with_answer_headers(message):
+            # Added as bytes to the start message: through the response object each costs a send
+            # more than the rest of its answer's headers.
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message["headers"], *ANSWER_HEADERS]
+            await send(message)
+
+        await super().send_response(response, send_with_answer_headers)
 
     async def refuse(self, scope, answer: HttpResponse, send) -> None:
         """An answer given without the body, through the edge's checks as any other answer: a bad
