@@ -364,7 +364,8 @@ async def hammer_until(client: httpx.AsyncClient, url: str, full: asyncio.Event,
 async def test_a_rate_is_shared_by_two_web_processes(web_processes, transactional_db):
     from delayqueue.config.settings import load_config
 
-    await set_limits_now(namespace=load_config().namespace, produce_rate=50)
+    # A low rate, so that even a loaded machine's sends (about 50/s seen) exceed it many times over.
+    await set_limits_now(namespace=load_config().namespace, produce_rate=10)
     procs = await asyncio.to_thread(web_processes, 2)
     async with httpx.AsyncClient(timeout=10) as client:
         for proc in procs:  # each has read the limits before the window opens (a pull reads them)
@@ -373,9 +374,9 @@ async def test_a_rate_is_shared_by_two_web_processes(web_processes, transactiona
         results = await asyncio.gather(*[hammer(client, proc.url, until, "shared") for proc in procs for _ in range(4)])
     accepted = [sum(r.get(200, 0) for r in results[i * 4:(i + 1) * 4]) for i in range(2)]
     assert {code for r in results for code in r} == {200, 429}
-    # A full bucket (50) and 2 s of 50/s: about 150 over both processes, not twice that.
-    assert 110 <= sum(accepted) <= 165, accepted
-    assert min(accepted) >= 20, accepted  # both processes drew on the one bucket
+    # A full bucket (10) and 2 s of 10/s: about 30 over both processes, not twice that (a bucket each).
+    assert 22 <= sum(accepted) <= 40, accepted
+    assert min(accepted) >= 5, accepted  # both processes drew on the one bucket
 
 
 @pytest.mark.process
