@@ -92,14 +92,16 @@ async def send_message(rt: Runtime, *, request: SendRequest) -> Message:
 async def send_messages(rt: Runtime, *, requests: list[SendRequest]) -> list[Message | QueueError]:
     """Enqueues messages; per message the message as stored, or its error.
 
-    Messages over a limit of the namespace or their topic are refused first. With the message log
-    on, the others are recorded in PostgreSQL (group commit); then the send scripts run in one
-    pipelined Redis round trip, the log is settled with what Redis did, and the topics Redis saw
-    first are registered. Sends to a new topic beyond DELAYQUEUE_MAX_TOPICS are refused first of all."""
+    Sends to a new topic beyond DELAYQUEUE_MAX_TOPICS are refused first, then messages over a
+    limit of the namespace or their topic. With the message log on, the others are recorded in
+    PostgreSQL (group commit); then the send scripts run in one pipelined Redis round trip, the log
+    is settled with what Redis did, and the topics Redis saw first are registered."""
     refusals = await caps.new_topic_refusals(rt, topics=[request.topic for request in requests])
-    if any(refusals):
-        sent = iter(await send_messages(rt, requests=[r for r, refusal in zip(requests, refusals) if refusal is None]))
-        return [next(sent) if refusal is None else refusal for refusal in refusals]
+    going = [request for request, refusal in zip(requests, refusals) if refusal is None]
+    return _merged(refusals, await _send_under_limits(rt, going) if going else [])
+
+
+async def _send_under_limits(rt: Runtime, requests: list[SendRequest]) -> list[Message | QueueError]:
     table = await rt.limits.table()
     if not table:
         return await _send_admitted(rt, requests, None)
@@ -108,10 +110,15 @@ async def send_messages(rt: Runtime, *, requests: list[SendRequest]) -> list[Mes
     except RedisError as exc:
         return [redis_unavailable(exc)] * len(requests)
     going = [request for request, refusal in zip(requests, admitted.refusals) if refusal is None]
-    sent = iter(await _send_admitted(rt, going, admitted))
-    outcomes = [next(sent) if refusal is None else refusal for refusal in admitted.refusals]
+    outcomes = _merged(admitted.refusals, await _send_admitted(rt, going, admitted))
     await admission.count_refusals(rt, outcomes)
     return outcomes
+
+
+def _merged(refusals: list[QueueError | None], sent: list[Message | QueueError]) -> list[Message | QueueError]:
+    """Per request, its refusal, else the next outcome of the requests that went on."""
+    outcomes = iter(sent)
+    return [next(outcomes) if refusal is None else refusal for refusal in refusals]
 
 
 async def _send_admitted(rt: Runtime, requests: list[SendRequest],
