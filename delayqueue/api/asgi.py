@@ -54,8 +54,9 @@ def strip_token_prefix(scope: dict) -> None:
     answers 404 (and logs without the token). The scope is changed in place: uvicorn's access
     log reads this same dict, so it logs the path without the token."""
     token, _slash, rest = scope["path"][1:].partition("/")[2].partition("/")
-    kept = "/" if rest.startswith(TOKEN_PREFIXED_PATHS) else UNSERVED_TOKEN_PREFIX
-    if kept == "/":
+    served = rest.startswith(TOKEN_PREFIXED_PATHS)
+    kept = "/" if served else UNSERVED_TOKEN_PREFIX
+    if served:
         scope["delayqueue.token"] = token
     scope["path"] = kept + rest
     raw = scope.get("raw_path")

@@ -18,6 +18,7 @@ from django.core.exceptions import DisallowedHost
 from django.http import HttpRequest, HttpResponse
 from django.utils.cache import patch_vary_headers
 
+from delayqueue.api.auth import bearer_token
 from delayqueue.config.settings import ORIGIN_DEFAULT_PORTS, load_config
 from delayqueue.core.exceptions import BadRequest, Refused
 
@@ -168,10 +169,10 @@ def bearer_refusal(request: HttpRequest) -> HttpResponse | None:
             return None
         return HttpResponse("served only to this host unless DELAYQUEUE_METRICS_TOKEN is set (then with "
                             "Authorization: Bearer <it>)\n", status=403, content_type="text/plain")
-    scheme, _, given = request.META.get("HTTP_AUTHORIZATION", "").partition(" ")
+    given = bearer_token(request.META.get("HTTP_AUTHORIZATION", ""))
     # compare_digest: the time taken does not tell how much of a guess was right.
-    if scheme.lower() == "bearer" and hmac.compare_digest(
-            given.strip().encode("utf-8", "surrogateescape"), token.encode("utf-8", "surrogateescape")):
+    if given is not None and hmac.compare_digest(
+            given.encode("utf-8", "surrogateescape"), token.encode("utf-8", "surrogateescape")):
         return None
     response = HttpResponse("a bearer token is required: Authorization: Bearer <DELAYQUEUE_METRICS_TOKEN>\n",
                             status=401, content_type="text/plain")

@@ -22,18 +22,29 @@ KNOWN_TOPICS_SECONDS = 10.0
 _known: dict[tuple[str, str], tuple[float, set[str]]] = {}  # (Redis URL, registry key) -> (since, topics)
 
 
-async def new_topic_refusals(rt: Runtime, *, topics: list[str]) -> list[CapReached | None]:
-    """Per send (given by its topic), the refusal of a topic its namespace has not registered when
-    the namespace has DELAYQUEUE_MAX_TOPICS registered already (counting new topics of the same
-    call in order), else None. Sends racing each other with new topics may each pass, so a
-    namespace can pass the cap by the new topics sent at the same moment. When Redis cannot be
-    asked, nothing is refused: the send itself then meets Redis' failure."""
+def _known_topics(rt: Runtime) -> set[str]:
+    """The topics this process saw registered in the namespace within KNOWN_TOPICS_SECONDS."""
     now = time.monotonic()
     registry = (rt.config.redis_url, rt.ns.topics)
     since, known = _known.get(registry, (now, set()))
     if now - since > KNOWN_TOPICS_SECONDS:
         since, known = now, set()
     _known[registry] = (since, known)
+    return known
+
+
+def remember_topics(rt: Runtime, *, topics: list[str]) -> None:
+    """Topics a send just registered (or found registered): their next sends need not ask Redis."""
+    _known_topics(rt).update(topics)
+
+
+async def new_topic_refusals(rt: Runtime, *, topics: list[str]) -> list[CapReached | None]:
+    """Per send (given by its topic), the refusal of a topic its namespace has not registered when
+    the namespace has DELAYQUEUE_MAX_TOPICS registered already (counting new topics of the same
+    call in order), else None. Sends racing each other with new topics may each pass, so a
+    namespace can pass the cap by the new topics sent at the same moment. When Redis cannot be
+    asked, nothing is refused: the send itself then meets Redis' failure."""
+    known = _known_topics(rt)
     asked = list(dict.fromkeys(topic for topic in topics if topic not in known))
     if not asked:
         return [None] * len(topics)

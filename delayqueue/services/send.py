@@ -98,7 +98,11 @@ async def send_messages(rt: Runtime, *, requests: list[SendRequest]) -> list[Mes
     is settled with what Redis did, and the topics Redis saw first are registered."""
     refusals = await caps.new_topic_refusals(rt, topics=[request.topic for request in requests])
     going = [request for request, refusal in zip(requests, refusals) if refusal is None]
-    return _merged(refusals, await _send_under_limits(rt, going) if going else [])
+    outcomes = _merged(refusals, await _send_under_limits(rt, going) if going else [])
+    # A live message's topic is registered; an ended one answered from the log may have been retired.
+    caps.remember_topics(rt, topics=[outcome.topic for outcome in outcomes
+                                     if isinstance(outcome, Message) and outcome.status < Status.ACKED])
+    return outcomes
 
 
 async def _send_under_limits(rt: Runtime, requests: list[SendRequest]) -> list[Message | QueueError]:

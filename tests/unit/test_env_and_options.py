@@ -6,6 +6,7 @@ import pytest
 
 from delayqueue.config.arguments import age_in_days, non_empty, positive_int, topic_name
 from delayqueue.config.env import env_bool, env_int, env_url
+from delayqueue.config.settings import HOST_TOKEN_MIN_LENGTH, checked_host_token
 from delayqueue.core.constants import MAX_AGE_DAYS
 
 
@@ -73,3 +74,10 @@ def test_a_bad_option_value_exits_2_naming_the_option(capsys):
         parser.parse_args(["--older-than-days", "-3"])
     assert stopped.value.code == 2
     assert "argument --older-than-days: must be at least 1, got -3" in capsys.readouterr().err
+
+
+def test_a_host_token_shorter_than_the_minimum_is_refused_and_none_is_allowed():
+    with pytest.raises(ValueError, match=f"at least {HOST_TOKEN_MIN_LENGTH} characters"):
+        checked_host_token("x" * (HOST_TOKEN_MIN_LENGTH - 1))
+    assert checked_host_token("x" * HOST_TOKEN_MIN_LENGTH) == "x" * HOST_TOKEN_MIN_LENGTH
+    assert checked_host_token("") == ""
