@@ -1,8 +1,10 @@
 """The PostgreSQL message log: durable sends, lifecycle history, faults of Postgres and the writer."""
 import asyncio
+import json
 import os
 import signal
 
+import psycopg
 import pytest
 
 from delayqueue.core.clock import now_millis
@@ -18,7 +20,8 @@ from delayqueue.services.messages import delete_message, get_message
 from delayqueue.services.restore import restore
 from delayqueue.services.send import SendRequest, send_message, send_messages
 from delayqueue.workers.log_writer import LogWriter
-from tests.helpers import API, REDIS_URL, as_logged, drain_log, history, logged, make_runtime, query, wait_until
+from tests.helpers import (API, REDIS_URL, as_logged, drain_log, history, log_database_url, logged, make_runtime, query,
+                           wait_until)
 
 
 async def test_a_send_is_committed_in_the_log_before_it_is_answered(api):
@@ -411,3 +414,30 @@ async def test_entries_whose_notice_was_missed_are_written_by_the_safety_read(si
         return ("pulled", Status.READY, Status.CONSUMING, 1) in await history("m", sent.msg_id)
 
     await wait_until(pull_logged, timeout=5, what="the pull's history row")
+
+
+@pytest.mark.parametrize("statement", ["UPDATE_MESSAGES", "FORGET"])
+async def test_a_batch_sharing_one_produce_time_is_found_by_msg_id_not_by_its_produce_time(single_rt, statement):
+    """Stats taken while every send had its own produceTime make produce_time look unique, and
+    a plan through (topic, produce_time) then walks a whole batch for each of its events: the
+    suite's 12,000-event drain of test_restore ran past the log's 30 s timeout, most likely that
+    way. The log rows must be found by msgId."""
+    rt = single_rt
+    for i in range(300):
+        await send_message(rt, request=SendRequest(topic=f"earlier{i % 7}", msg="x", delay_millis=600_000))
+    await query(f"ANALYZE {sql.tables.MESSAGE}")
+    await query(f"DELETE FROM {sql.tables.MESSAGE}")
+    batch = await send_messages(rt, requests=[SendRequest(topic="t", msg="x", delay_millis=600_000)] * 500)
+    shared = batch[0].produce_time
+    assert {m.produce_time for m in batch} == {shared}
+    rows = [{"topic": "t", "msg_id": m.msg_id, "produce_time": shared, "to_status": Status.DELETED, "retry": 0,
+             "at": shared + 1, "trigger_time": None, "expire_time": None} for m in batch]
+    params = {"namespace": rt.ns.namespace, "events": json.dumps(rows), "unsent": json.dumps(rows)}
+    async with await psycopg.AsyncConnection.connect(log_database_url(), autocommit=True) as conn:
+        # A log of millions of rows is joined by nested loop; a small one would be hashed.
+        await conn.execute("SET enable_hashjoin = off; SET enable_mergejoin = off")
+        plan = "\n".join(row[0] for row in await (await conn.execute("EXPLAIN " + getattr(sql, statement), params))
+                         .fetchall())
+    index_conditions = [line for line in plan.splitlines() if "Index Cond" in line]
+    assert not any("produce_time" in condition for condition in index_conditions), plan
+    assert "message_natural_key" in plan, plan
