@@ -5,6 +5,7 @@ import uuid
 import pytest
 
 from delayqueue.api import wire
+from delayqueue.core.clock import now_millis
 from delayqueue.core.constants import Status
 from delayqueue.live import scripts
 from delayqueue.runtime import Runtime
@@ -187,13 +188,15 @@ async def test_delete_with_release_frees_the_body(rt):
 
 
 async def test_promote_due_moves_waiting_to_ready_in_trigger_order(rt):
-    # Delays long enough that a busy machine does not make "early" due before the first look.
-    late = await send(rt, msg="late", delay=400)
-    early = await send(rt, msg="early", delay=300)
+    # Trigger times, not delays: on a busy machine the second send may come over 100 ms after the
+    # first. Far enough ahead that "early" is not due before the first look.
+    now = now_millis()
+    late = await send_message(rt, request=SendRequest(topic="t", msg="late", trigger_time=now + 1400))
+    early = await send_message(rt, request=SendRequest(topic="t", msg="early", trigger_time=now + 1300))
     calls = [scripts.promote_due(rt.context, "t")]
     [(moved, next_us)] = await rt.scripts.run(calls)
-    assert moved == 0 and 0 < next_us <= 300_000  # µs until "early" is due
-    await asyncio.sleep(0.5)
+    assert moved == 0 and 0 < next_us <= 1_300_000  # µs until "early" is due
+    await asyncio.sleep(max(0, now + 1500 - now_millis()) / 1000)
     [(moved, next_us)] = await rt.scripts.run(calls)
     assert moved == 2 and next_us == -1
     assert (await get_message(rt, topic="t", msg_id=early.msg_id)).status == Status.READY
