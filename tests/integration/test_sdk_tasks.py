@@ -26,17 +26,13 @@ class Order(pydantic.BaseModel):
 
 
 @pytest.fixture
-def client(sdk_server):
-    with Client(sdk_server) as c:
-        yield c
+def app(sdk_server):
+    with Client(sdk_server) as client:
+        yield App(client)
 
 
-@pytest.fixture
-def app(client):
-    return App(client)
-
-
-def test_tasks_sharing_a_topic_are_sent_and_run_by_name(app, client):
+def test_tasks_sharing_a_topic_are_sent_and_run_by_name(app):
+    client = app.client
     done: list[tuple[str, object]] = []
     lock = threading.Lock()
 
@@ -66,9 +62,8 @@ def test_tasks_sharing_a_topic_are_sent_and_run_by_name(app, client):
                                              ("add", 30), ("add", 10)], key=repr)
 
 
-def test_async_tasks_run_on_the_apps_async_client(sdk_server, client):
-    async_client = AsyncClient(sdk_server)
-    app = App(client, async_client=async_client)
+def test_async_tasks_run_on_the_apps_async_client(sdk_server, app):
+    app = App(app.client, async_client=AsyncClient(sdk_server))
     done: list[str] = []
 
     @app.task(topic="aio-tasks", name="greet")
@@ -87,7 +82,8 @@ def test_async_tasks_run_on_the_apps_async_client(sdk_server, client):
     assert sorted(done) == ["hello ada", "plain bob"]
 
 
-def test_what_no_retry_can_run_is_dead_lettered_at_once_with_its_reason(app, client, caplog):
+def test_what_no_retry_can_run_is_dead_lettered_at_once_with_its_reason(app, caplog):
+    client = app.client
     runs: list[int] = []
 
     @app.task(topic="strict", name="strict.count")
@@ -118,7 +114,8 @@ def test_what_no_retry_can_run_is_dead_lettered_at_once_with_its_reason(app, cli
         assert len(logged) == 1 and "dead-lettered" in logged[0] and reason in logged[0], logged
 
 
-def test_a_handle_tells_the_status_and_cancels_and_reschedules(app, client):
+def test_a_handle_tells_the_status_and_cancels_and_reschedules(app):
+    client = app.client
     @app.task(topic="later", name="later.remind", ttl=timedelta(days=2))
     def remind(text: str) -> None:
         pass
@@ -142,7 +139,8 @@ def test_a_handle_tells_the_status_and_cancels_and_reschedules(app, client):
     assert TaskHandle(app, "later", "never-sent", "later.remind").status() is TaskStatus.UNKNOWN
 
 
-def test_per_call_options_and_an_idempotent_msg_id(app, client):
+def test_per_call_options_and_an_idempotent_msg_id(app):
+    client = app.client
     @app.task(topic="opts", name="opts.f", priority=1)
     def f(n: int) -> None:
         pass
@@ -157,7 +155,8 @@ def test_per_call_options_and_an_idempotent_msg_id(app, client):
     assert client.get("opts", f.send(3).msg_id).priority == 1  # the task itself kept its options
 
 
-def test_send_on_commit_sends_after_the_commit_and_never_after_a_rollback(app, client):
+def test_send_on_commit_sends_after_the_commit_and_never_after_a_rollback(app):
+    client = app.client
     @app.task(topic="orders", name="orders.cancel")
     def cancel(order_id: int) -> None:
         pass
