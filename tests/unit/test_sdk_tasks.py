@@ -242,6 +242,9 @@ def test_what_no_retry_can_run_is_dead_lettered_with_a_reason(app):
         with pytest.raises(DeadLetter) as raised:
             app.handle(message(body))
         assert reason in raised.value.reason, raised.value.reason
+    with pytest.raises(DeadLetter) as long:  # the server bounds a reason: a message's text cannot overflow it
+        app.handle(message(envelope_of("x" * 5000)))
+    assert long.value.reason.startswith("unknown task 'xxx") and len(long.value.reason) == 500
 
 
 def test_a_failed_task_is_retried_after_its_backoff_or_left_to_the_worker(app):

@@ -27,7 +27,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import Any, Generic, ParamSpec, TypeVar
+from typing import Any, Generic, NoReturn, ParamSpec, TypeVar
 
 from delayqueue_client.client import AsyncClient, Client
 from delayqueue_client.envelope import MAX_MSG_BYTES, Envelope, EnvelopeError, decode, encode
@@ -41,6 +41,9 @@ T = TypeVar("T")
 Duration = float | timedelta
 # Items per sendMsgBatch of send_many: well under the server's DELAYQUEUE_MAX_BATCH_SEND.
 SEND_MANY_BATCH = 500
+# A dead letter's reason is cut to this many characters: the server bounds the nack reason it
+# stores, and a message's own text (a task name, a validation error) may be of any length.
+MAX_REASON_CHARS = 500
 
 
 class TaskStatus(StrEnum):
@@ -153,6 +156,10 @@ def _mentions(annotation: Any, model: type) -> bool:
     if isinstance(annotation, type) and not typing.get_args(annotation):
         return issubclass(annotation, model)
     return any(_mentions(arg, model) for arg in typing.get_args(annotation))
+
+
+def _dead(reason: str) -> DeadLetter:
+    return DeadLetter(reason if len(reason) <= MAX_REASON_CHARS else reason[:MAX_REASON_CHARS - 1] + "…")
 
 
 def _backoff(value: Duration | tuple[Duration, Duration] | None) -> tuple[float, float] | None:
@@ -316,10 +323,11 @@ class App:
 
     @property
     def client(self) -> Client:
-        with self._lock:
-            if self._client is None:
-                self._client = Client()
-            return self._client
+        if self._client is None:
+            with self._lock:
+                if self._client is None:
+                    self._client = Client()
+        return self._client
 
     @property
     def is_eager(self) -> bool:
@@ -454,19 +462,19 @@ class App:
         try:
             envelope = decode(message.msg)
         except EnvelopeError as exc:
-            raise DeadLetter(str(exc)) from None
+            raise _dead(str(exc)) from None
         task = self._tasks.get(envelope.task)
         if task is None:
-            raise DeadLetter(f"unknown task {envelope.task!r}: this worker's app has no task of that name")
+            raise _dead(f"unknown task {envelope.task!r}: this worker's app has no task of that name")
         try:
             args, kwargs = task._signature.loaded(envelope.args, envelope.kwargs)
         except TypeError as exc:
-            raise DeadLetter(f"task {task.name}: the message's arguments do not fit the function: {exc}") from None
+            raise _dead(f"task {task.name}: the message's arguments do not fit the function: {exc}") from None
         except ValueError as exc:  # pydantic's ValidationError
-            raise DeadLetter(f"task {task.name}: invalid arguments: {exc}") from None
+            raise _dead(f"task {task.name}: invalid arguments: {exc}") from None
         return task, args, kwargs
 
-    def _failed(self, task: Task[Any, Any], message: Message, error: Exception) -> None:
+    def _failed(self, task: Task[Any, Any], message: Message, error: Exception) -> NoReturn:
         """After a task raised: Retry and DeadLetter as raised; else Retry after the task's backoff
         (the error as its cause), or the error itself for the worker's (or the topic's) backoff."""
         delay = None if isinstance(error, (Retry, DeadLetter)) else task.retry_delay(message.retry)
