@@ -4,6 +4,7 @@ server, what no retry can run dead-lettered with its reason, handles (status, ca
 reschedule), per-call options (an idempotent msg_id, priority, ttl), send_many and send_on_commit
 with the project's Django and PostgreSQL."""
 import asyncio
+import json
 import logging
 import threading
 from datetime import datetime, timedelta, timezone
@@ -153,6 +154,22 @@ def test_per_call_options_and_an_idempotent_msg_id(app):
     assert '"args":[1]' in stored.msg  # the second send stored nothing new
     assert client.topic_info("opts")["waitingQueueSize"] == 1
     assert client.get("opts", f.send(3).msg_id).priority == 1  # the task itself kept its options
+
+
+def test_send_many_sends_each_item_once_through_the_producer(app):
+    client = app.client
+
+    @app.task(topic="bulk", name="bulk.f", priority=4)
+    def f(n: int, *, tag: str = "") -> None:
+        pass
+
+    handles = f.send_many([(n,) if n % 2 else {"n": n, "tag": "even"} for n in range(1_200)])
+    ids = [h.msg_id for h in handles if isinstance(h, TaskHandle)]
+    assert len(set(ids)) == 1_200  # more than a batch: every item answered, each with its own message
+    assert client.topic_info("bulk")["readyQueueSize"] == 1_200
+    sent = [json.loads(client.get("bulk", ids[i]).msg) for i in (0, 1)]
+    assert [(e["args"], e["kwargs"]) for e in sent] == [([0], {"tag": "even"}), ([1], {})]  # bound to f
+    assert client.get("bulk", ids[-1]).priority == 4
 
 
 def test_send_on_commit_sends_after_the_commit_and_never_after_a_rollback(app):

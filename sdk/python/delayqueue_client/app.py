@@ -33,14 +33,13 @@ from delayqueue_client.client import AsyncClient, Client
 from delayqueue_client.envelope import MAX_MSG_BYTES, Envelope, EnvelopeError, decode, encode
 from delayqueue_client.errors import DeadLetter, DelayQueueError, Retry
 from delayqueue_client.message import Message, new_msg_id
+from delayqueue_client.producer import Producer
 from delayqueue_client.worker import Worker
 
 P = ParamSpec("P")
 R = TypeVar("R")
 T = TypeVar("T")
 Duration = float | timedelta
-# Items per sendMsgBatch of send_many: well under the server's DELAYQUEUE_MAX_BATCH_SEND.
-SEND_MANY_BATCH = 500
 # A dead letter's reason is cut to this many characters: the server bounds the nack reason it
 # stores, and a message's own text (a task name, a validation error) may be of any length.
 MAX_REASON_CHARS = 500
@@ -232,7 +231,8 @@ class Task(Generic[P, R]):
     - `send_on_commit(*args, **kwargs)`: sent when the Django transaction open on the default
       database commits, never if it rolls back (delayqueue_client.django.send_on_commit);
     - `send_many(items)`: one message per item, a tuple of positional arguments or a dict of
-      keyword arguments, in sendMsgBatch calls; per item its handle or its error (not raised).
+      keyword arguments, through the App's batching producer (sendMsgBatch calls, several at
+      once); per item its handle or its error (not raised).
 
     Each answers a TaskHandle. Per-call message options come from `with_options(msg_id=...,
     priority=..., ttl=..., max_retry=..., headers=...)`, which answers the same task with them:
@@ -319,6 +319,7 @@ class App:
         self.default_topic = default_topic
         self.max_msg_bytes = max_msg_bytes
         self._tasks: dict[str, Task[Any, Any]] = {}
+        self._made_producer: Producer | None = None
         self._lock = threading.Lock()
 
     @property
@@ -429,13 +430,25 @@ class App:
         if self._eager:
             return [self._ran_eagerly(task, body, None) for body in bodies]
         send_options = self._send_options(options)
+        producer = self._producer()
+        futures = [producer.send(task.topic, body, **send_options) for body in bodies]
         results: list[TaskHandle | DelayQueueError] = []
-        for start in range(0, len(bodies), SEND_MANY_BATCH):
-            answered = self.client.send_many([{"topic": task.topic, "msg": body, **send_options}
-                                              for body in bodies[start:start + SEND_MANY_BATCH]])
-            results += [r if isinstance(r, DelayQueueError) else TaskHandle(self, task.topic, r.msg_id, task.name)
-                        for r in answered]
+        for future in futures:
+            try:
+                sent = future.result()
+            except DelayQueueError as error:
+                results.append(error)
+            else:
+                results.append(TaskHandle(self, task.topic, sent.msg_id, task.name))
         return results
+
+    def _producer(self) -> Producer:
+        """The batching producer of send_many, made on first use on the App's client."""
+        if self._made_producer is None:
+            with self._lock:
+                if self._made_producer is None:
+                    self._made_producer = self.client.producer()
+        return self._made_producer
 
     # --- running
 
