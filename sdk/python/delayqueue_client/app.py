@@ -191,13 +191,12 @@ class TaskHandle:
         return TaskStatus.UNKNOWN if message is None else _STATUS_BY_CODE.get(message.status, TaskStatus.UNKNOWN)
 
     def cancel(self) -> bool:
-        """Deletes it: True when it was still waiting, ready or running (a running one's result is
-        then ignored), False when it had already ended or is unknown."""
+        """Deletes it (deleteMsg): True when deleted, False when it had already ended or is unknown."""
         return self._app.client.delete(self.topic, self.msg_id)
 
     def reschedule(self, when: Duration | datetime) -> None:
-        """Moves it to run after a delay (seconds or a timedelta) or at an aware datetime; the
-        server refuses (BadRequest, NotFound) when it is running or has ended."""
+        """Moves it to run after a delay (seconds or a timedelta; 0: now) or at an aware datetime;
+        Conflict while a worker runs it, NotFound once it has ended."""
         if isinstance(when, datetime):
             self._app.client.reschedule(self.topic, self.msg_id, trigger_time=_epoch_ms(when))
         else:
@@ -257,7 +256,8 @@ class Task(Generic[P, R]):
     def with_options(self, *, msg_id: str | None = None, priority: int | None = None, ttl: Duration | None = None,
                      max_retry: int | None = None, headers: Mapping[str, str] | None = None) -> "Task[P, R]":
         """This task with these options for its next sends (the others as the task sets them)."""
-        given: dict[str, Any] = {"msg_id": msg_id, "priority": priority, "ttl": ttl, "max_retry": max_retry, "headers": headers}
+        given: dict[str, Any] = {"msg_id": msg_id, "priority": priority, "ttl": ttl, "max_retry": max_retry,
+                                 "headers": headers}
         if ttl is not None:
             _seconds(ttl, "ttl")
         bound = copy.copy(self)
