@@ -46,6 +46,23 @@ def finished(proc: subprocess.Popen, timeout: float = 60) -> str:
     return out
 
 
+def test_the_tasks_example_sends_runs_and_cancels_until_sigterm(sdk_server, tmp_path):
+    proc = start(example('msg_id="welcome-9"'), sdk_server, tmp_path)
+    with Client(sdk_server) as client:
+        try:
+            wait_for(lambda: (m := client.get("emails", "welcome-9")) and m.status == 4, timeout=30,
+                     what="the example's tasks run")
+        finally:
+            proc.send_signal(signal.SIGTERM)
+    out = finished(proc, timeout=30).splitlines()
+    assert out[0].endswith(" ready waiting") and sorted(out[1:]) == ["welcome 7 pro", "welcome 9 free"]
+
+
+def test_the_eager_example_runs_without_a_server(tmp_path):
+    proc = start(example("App(eager=True)"), "http://127.0.0.1:9", tmp_path)
+    assert finished(proc).strip() == "done 2"
+
+
 def test_the_client_example_sends_and_polls(sdk_server, tmp_path):
     out = finished(start(example('msg_id="order-42-cancel"'), sdk_server, tmp_path))
     assert out.startswith("order-42-cancel ")

@@ -1,4 +1,5 @@
 """One exception class per answer code of the camellia envelope (HTTP 200, `code`, `msg`)."""
+from datetime import timedelta
 
 
 class DelayQueueError(Exception):
@@ -52,7 +53,21 @@ class ServerError(DelayQueueError):
 
 
 class DeadLetter(Exception):
-    """Raised by a worker's handler: the message ends now as a dead letter instead of being retried."""
+    """Raised by a worker's handler: the message ends now as a dead letter instead of being retried;
+    `reason` says why."""
+
+    def __init__(self, reason: str = ""):
+        super().__init__(reason)
+        self.reason = reason
+
+
+class Retry(Exception):
+    """Raised by a worker's handler: the message is given back and delivered again after `delay`
+    (seconds or a timedelta; None: the topic's retry backoff)."""
+
+    def __init__(self, delay: float | timedelta | None = None):
+        super().__init__(f"retry in {delay}" if delay is not None else "retry")
+        self.delay = delay
 
 
 ERRORS_BY_CODE: dict[int, type[DelayQueueError]] = {

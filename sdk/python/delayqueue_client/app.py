@@ -1,0 +1,517 @@
+"""The task layer: `App` turns functions into tasks sent as JSON envelopes (envelope.py) and a
+Worker that runs them by name.
+
+    app = App(Client())
+
+    @app.task(topic="emails", max_retry=5, retry_backoff=(1, 3600))
+    def welcome(user_id: int) -> None: ...
+
+    welcome(7)                                  # runs here, as a plain call
+    handle = welcome.send(7)                    # due now; also delay_in, delay_at, send_on_commit, send_many
+    welcome.with_options(msg_id="welcome-7").delay_in(timedelta(hours=1), 7)
+    app.worker().run()                          # elsewhere: runs welcome(7) when it is due
+
+Arguments travel as JSON; a parameter annotated with a pydantic model (or a type containing one,
+such as `list[Order] | None`) is validated and dumped on send and validated back into the model
+on the worker. pydantic stays optional: it is used only when the task's module has imported it."""
+import asyncio
+import copy
+import functools
+import inspect
+import sys
+import threading
+import typing
+from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import Any, Generic, NoReturn, ParamSpec, TypeVar
+
+from delayqueue_client.client import AsyncClient, Client
+from delayqueue_client.envelope import MAX_MSG_BYTES, Envelope, EnvelopeError, decode, encode
+from delayqueue_client.errors import DeadLetter, DelayQueueError, Retry
+from delayqueue_client.message import Message, new_msg_id
+from delayqueue_client.producer import Producer
+from delayqueue_client.worker import Worker
+
+P = ParamSpec("P")
+R = TypeVar("R")
+T = TypeVar("T")
+Duration = float | timedelta
+# A dead letter's reason is cut to this many characters: the server bounds the nack reason it
+# stores, and a message's own text (a task name, a validation error) may be of any length.
+MAX_REASON_CHARS = 500
+
+
+class TaskStatus(StrEnum):
+    """Where a sent task is, in the server's message statuses."""
+    WAITING = "waiting"  # before its time (again, after a failed run: waiting for its retry)
+    READY = "ready"  # due, waiting for a worker
+    RUNNING = "running"  # a worker has it and has not finished
+    DONE = "done"  # it ran and returned (acked)
+    EXPIRED = "expired"  # its ttl passed before any worker took it
+    DEAD = "dead"  # a dead letter: out of retries (or ttl), or DeadLetter raised; see client.dead_letters
+    CANCELLED = "cancelled"  # deleted (handle.cancel())
+    UNKNOWN = "unknown"  # no such message: never sent, or forgotten after the server's retention
+
+
+_STATUS_BY_CODE = {1: TaskStatus.WAITING, 2: TaskStatus.READY, 3: TaskStatus.RUNNING, 4: TaskStatus.DONE,
+                   5: TaskStatus.EXPIRED, 6: TaskStatus.DEAD, 7: TaskStatus.CANCELLED}
+
+
+def _seconds(value: Duration, what: str) -> float:
+    seconds = value.total_seconds() if isinstance(value, timedelta) else float(value)
+    if not seconds >= 0:
+        raise ValueError(f"{what} must be 0 or more (seconds or a timedelta), got {value!r}")
+    return seconds
+
+
+def _ms(value: Duration, what: str) -> int:
+    return round(_seconds(value, what) * 1000)
+
+
+def _epoch_ms(when: datetime) -> int:
+    if when.tzinfo is None or when.utcoffset() is None:
+        raise ValueError(f"a naive datetime ({when.isoformat()}) has no time zone, so no one instant: give an aware "
+                         "one, e.g. datetime.now(timezone.utc) + timedelta(hours=1)")
+    return round(when.timestamp() * 1000)
+
+
+def _run_coroutine(coroutine: Coroutine[Any, Any, T]) -> T:
+    """An async task's coroutine run to its end from synchronous code (in a thread of its own when
+    this thread already runs an event loop)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coroutine)
+    with ThreadPoolExecutor(1, thread_name_prefix="delayqueue-task") as pool:
+        return pool.submit(asyncio.run, coroutine).result()
+
+
+@dataclass(frozen=True)
+class _Options:
+    """A send's message options: the task's, overridden per call by Task.with_options."""
+    msg_id: str | None = None
+    priority: int | None = None
+    ttl: Duration | None = None
+    max_retry: int | None = None
+    headers: Mapping[str, str] | None = None
+
+
+class _Signature:
+    """A task function's parameters: binds a call's arguments (a wrong call fails in the sender), and
+    converts those of parameters annotated with pydantic models (found on first use, so a model
+    defined after the task still counts)."""
+
+    def __init__(self, fn: Callable[..., Any]):
+        self.fn = fn
+        self.signature = inspect.signature(fn)
+        self._adapters: dict[str, tuple[inspect.Parameter, Any]] | None = None
+
+    def adapters(self) -> dict[str, tuple[inspect.Parameter, Any]]:
+        if self._adapters is None:
+            pydantic = sys.modules.get("pydantic")
+            self._adapters = {} if pydantic is None else self._model_adapters(pydantic)
+        return self._adapters
+
+    def _model_adapters(self, pydantic: Any) -> dict[str, tuple[inspect.Parameter, Any]]:
+        try:
+            hints = typing.get_type_hints(self.fn)
+        except Exception:  # a name only imported under TYPE_CHECKING: the annotations as written
+            hints = {name: p.annotation for name, p in self.signature.parameters.items()}
+        return {name: (param, pydantic.TypeAdapter(hints[name]))
+                for name, param in self.signature.parameters.items()
+                if name in hints and _mentions(hints[name], pydantic.BaseModel)}
+
+    def _converted(self, args: Sequence[Any], kwargs: Mapping[str, Any],
+                   convert: Callable[[Any, Any], Any]) -> tuple[list[Any], dict[str, Any]]:
+        bound = self.signature.bind(*args, **kwargs)
+        for name, (param, adapter) in self.adapters().items():
+            if name not in bound.arguments:
+                continue
+            value = bound.arguments[name]
+            if param.kind is inspect.Parameter.VAR_POSITIONAL:
+                bound.arguments[name] = tuple(convert(adapter, v) for v in value)
+            elif param.kind is inspect.Parameter.VAR_KEYWORD:
+                bound.arguments[name] = {k: convert(adapter, v) for k, v in value.items()}
+            else:
+                bound.arguments[name] = convert(adapter, value)
+        return list(bound.args), dict(bound.kwargs)
+
+    def dumped(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> tuple[list[Any], dict[str, Any]]:
+        """The arguments to send: models validated and dumped to JSON data. TypeError: they do not fit
+        the function; pydantic's ValidationError: a model's data is invalid."""
+        return self._converted(args, kwargs, lambda a, v: a.dump_python(a.validate_python(v), mode="json"))
+
+    def loaded(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> tuple[list[Any], dict[str, Any]]:
+        """The arguments to call the function with: models rebuilt from their data."""
+        return self._converted(args, kwargs, lambda a, v: a.validate_python(v))
+
+
+def _mentions(annotation: Any, model: type) -> bool:
+    """Whether an annotation is a pydantic model or has one inside (Optional, list, Annotated, ...)."""
+    if isinstance(annotation, type) and not typing.get_args(annotation):
+        return issubclass(annotation, model)
+    return any(_mentions(arg, model) for arg in typing.get_args(annotation))
+
+
+def _dead(reason: str) -> DeadLetter:
+    return DeadLetter(reason if len(reason) <= MAX_REASON_CHARS else reason[:MAX_REASON_CHARS - 1] + "…")
+
+
+def _backoff(value: Duration | tuple[Duration, Duration] | None) -> tuple[float, float] | None:
+    """retry_backoff as (first delay, largest delay) in seconds."""
+    if value is None:
+        return None
+    first, largest = value if isinstance(value, tuple) else (value, value)
+    first_s, largest_s = _seconds(first, "retry_backoff"), _seconds(largest, "retry_backoff")
+    if first_s > largest_s:
+        raise ValueError(f"retry_backoff: the first delay ({first_s} s) is over the largest ({largest_s} s)")
+    return first_s, largest_s
+
+
+class TaskHandle:
+    """A sent task: its `msg_id`, `topic` and `task` name; `status()`, `cancel()`, `reschedule()`
+    ask the server (the App's Client)."""
+
+    def __init__(self, app: "App", topic: str, msg_id: str, task: str):
+        self._app, self.topic, self.msg_id, self.task = app, topic, msg_id, task
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(task={self.task!r}, topic={self.topic!r}, msg_id={self.msg_id!r})"
+
+    def message(self) -> Message | None:
+        """The server's message (getMsg), None when it has none of that msgId."""
+        return self._app.client.get(self.topic, self.msg_id)
+
+    def status(self) -> TaskStatus:
+        message = self.message()
+        return TaskStatus.UNKNOWN if message is None else _STATUS_BY_CODE.get(message.status, TaskStatus.UNKNOWN)
+
+    def cancel(self) -> bool:
+        """Deletes it (deleteMsg): True when deleted, False when it had already ended or is unknown."""
+        return self._app.client.delete(self.topic, self.msg_id)
+
+    def reschedule(self, when: Duration | datetime) -> None:
+        """Moves it to run after a delay (seconds or a timedelta; 0: now) or at an aware datetime;
+        Conflict while a worker runs it, NotFound once it has ended."""
+        if isinstance(when, datetime):
+            self._app.client.reschedule(self.topic, self.msg_id, trigger_time=_epoch_ms(when))
+        else:
+            self._app.client.reschedule(self.topic, self.msg_id, delay_ms=_ms(when, "the delay"))
+
+
+class EagerHandle(TaskHandle):
+    """The handle of a task sent in eager mode: it ran in the sender (or runs at the commit, for
+    send_on_commit), nothing went to the server. `result` is what the task returned."""
+
+    def __init__(self, app: "App", topic: str, msg_id: str, task: str):
+        super().__init__(app, topic, msg_id, task)
+        self.ran = False
+        self.result: Any = None
+
+    def status(self) -> TaskStatus:
+        return TaskStatus.DONE if self.ran else TaskStatus.WAITING
+
+    def cancel(self) -> bool:
+        return False
+
+    def reschedule(self, when: Duration | datetime) -> None:
+        raise RuntimeError(f"task {self.task} ran eagerly (App eager mode): there is nothing to reschedule")
+
+
+class Task(Generic[P, R]):
+    """A function made a task by `@app.task(...)`. Calling it runs it here, as before. Sending it:
+
+    - `send(*args, **kwargs)`: due now; `delay_in(delay, *args, **kwargs)` (seconds or a timedelta);
+      `delay_at(when, *args, **kwargs)` (an aware datetime; a naive one is refused);
+    - `send_on_commit(*args, **kwargs)`: sent when the Django transaction open on the default
+      database commits, never if it rolls back (delayqueue_client.django.send_on_commit);
+    - `send_many(items)`: one message per item, a tuple of positional arguments or a dict of
+      keyword arguments, through the App's batching producer (sendMsgBatch calls, several at
+      once); per item its handle or its error (not raised).
+
+    Each answers a TaskHandle. Per-call message options come from `with_options(msg_id=...,
+    priority=..., ttl=..., max_retry=..., headers=...)`, which answers the same task with them:
+    `task.with_options(msg_id="order-42-cancel").delay_in(1800, 42)`. A msg_id makes the send
+    idempotent: a second send of the same msg_id stores nothing new."""
+
+    def __init__(self, app: "App", fn: Callable[P, R], *, name: str, topic: str, options: _Options,
+                 retry_backoff: tuple[float, float] | None):
+        functools.update_wrapper(self, fn)
+        self.app, self.fn, self.name, self.topic = app, fn, name, topic
+        self.is_async = inspect.iscoroutinefunction(fn)
+        self.retry_backoff = retry_backoff
+        self._options = options
+        self._signature = _Signature(fn)
+
+    def __repr__(self) -> str:
+        return f"<task {self.name} on topic {self.topic!r}>"
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        return self.fn(*args, **kwargs)
+
+    def with_options(self, *, msg_id: str | None = None, priority: int | None = None, ttl: Duration | None = None,
+                     max_retry: int | None = None, headers: Mapping[str, str] | None = None) -> "Task[P, R]":
+        """This task with these options for its next sends (the others as the task sets them)."""
+        given: dict[str, Any] = {"msg_id": msg_id, "priority": priority, "ttl": ttl, "max_retry": max_retry,
+                                 "headers": headers}
+        if ttl is not None:
+            _seconds(ttl, "ttl")
+        bound = copy.copy(self)
+        bound._options = replace(self._options, **{k: v for k, v in given.items() if v is not None})
+        return bound
+
+    def send(self, *args: P.args, **kwargs: P.kwargs) -> TaskHandle:
+        return self.app._send(self, self._options, args, kwargs)
+
+    def delay_in(self, delay: Duration, /, *args: P.args, **kwargs: P.kwargs) -> TaskHandle:
+        return self.app._send(self, self._options, args, kwargs, delay_ms=_ms(delay, "the delay"))
+
+    def delay_at(self, when: datetime, /, *args: P.args, **kwargs: P.kwargs) -> TaskHandle:
+        return self.app._send(self, self._options, args, kwargs, trigger_time=_epoch_ms(when))
+
+    def send_on_commit(self, *args: P.args, **kwargs: P.kwargs) -> TaskHandle:
+        return self.app._send_on_commit(self, self._options, args, kwargs)
+
+    def send_many(self, items: Iterable[Sequence[Any] | Mapping[str, Any]]) -> list[TaskHandle | DelayQueueError]:
+        return self.app._send_many(self, self._options, items)
+
+    def retry_delay(self, delivery: int) -> float | None:
+        """Seconds before delivery `delivery` + 1 after a failed one (Message.retry counts from 1):
+        the retry_backoff's first delay doubled per failed delivery, at most its largest."""
+        if self.retry_backoff is None:
+            return None
+        first, largest = self.retry_backoff
+        return min(largest, first * 2.0 ** min(max(delivery - 1, 0), 64))
+
+    def _body(self, options: _Options, args: Sequence[Any], kwargs: Mapping[str, Any]) -> str:
+        try:
+            args_data, kwargs_data = self._signature.dumped(args, kwargs)
+        except TypeError as exc:
+            raise TypeError(f"task {self.name}: {exc}") from None
+        return encode(Envelope(self.name, args_data, kwargs_data, dict(options.headers or {})),
+                      max_bytes=self.app.max_msg_bytes)
+
+    def _run_body(self, body: str) -> R:
+        """Runs the task on a sent body, as a worker does (models rebuilt); for eager mode."""
+        envelope = decode(body)
+        args, kwargs = self._signature.loaded(envelope.args, envelope.kwargs)
+        result = self.fn(*args, **kwargs)
+        return _run_coroutine(result) if inspect.iscoroutine(result) else result
+
+
+class App:
+    """`App(client, *, async_client=None, eager=False, default_topic="tasks", max_msg_bytes=1 MiB)`.
+
+    `client` (a Client; None: `Client()` from DELAYQUEUE_URL / DELAYQUEUE_TOKEN, made on first use)
+    sends tasks and answers handles. `async_client` (an AsyncClient for the same server) is needed
+    only by `worker(asynchronous=True)`. `eager=True` (or `with app.eager():`) runs every send in
+    the sender instead, after a JSON round trip of its envelope. `max_msg_bytes` is the server's
+    DELAYQUEUE_MAX_MSG_BYTES: a bigger envelope is refused before it is sent (TaskTooLarge)."""
+
+    def __init__(self, client: Client | None = None, *, async_client: AsyncClient | None = None,
+                 eager: bool = False, default_topic: str = "tasks", max_msg_bytes: int = MAX_MSG_BYTES):
+        self._client, self.async_client = client, async_client
+        self._eager = eager
+        self.default_topic = default_topic
+        self.max_msg_bytes = max_msg_bytes
+        self._tasks: dict[str, Task[Any, Any]] = {}
+        self._made_producer: Producer | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def client(self) -> Client:
+        if self._client is None:
+            with self._lock:
+                if self._client is None:
+                    self._client = Client()
+        return self._client
+
+    @property
+    def is_eager(self) -> bool:
+        return self._eager
+
+    @contextmanager
+    def eager(self, enabled: bool = True) -> Iterator["App"]:
+        """Eager mode (or not) for the block, for tests: every send runs the task in the sender after
+        a JSON round trip of its envelope (so what would not survive the trip fails here too), and
+        its errors propagate; delays are ignored and nothing is sent."""
+        previous, self._eager = self._eager, enabled
+        try:
+            yield self
+        finally:
+            self._eager = previous
+
+    def task(self, *, topic: str | None = None, name: str | None = None, max_retry: int | None = None,
+             ttl: Duration | None = None, priority: int | None = None,
+             retry_backoff: Duration | tuple[Duration, Duration] | None = None
+             ) -> Callable[[Callable[P, R]], Task[P, R]]:
+        """The decorator making a plain or async function a task. `topic`: where its messages go
+        (several tasks may share one; default the App's default_topic). `name`: what the envelope
+        calls it, unique in the app (default `module.qualname`: give one for a function in
+        `__main__`, which a worker imports under another name). `max_retry`, `ttl` (seconds or a
+        timedelta), `priority`: its messages' (the topic's when None). `retry_backoff`: a delay, or
+        (first, largest) doubling per failed run, before a failed run is retried (None: the
+        worker's, else the topic's)."""
+        options = _Options(priority=priority, ttl=ttl, max_retry=max_retry)
+        if ttl is not None:
+            _seconds(ttl, "ttl")
+        backoff = _backoff(retry_backoff)
+
+        def decorate(fn: Callable[P, R]) -> Task[P, R]:
+            task_name = name or f"{fn.__module__}.{fn.__qualname__}"
+            made = Task(self, fn, name=task_name, topic=topic or self.default_topic, options=options,
+                        retry_backoff=backoff)
+            with self._lock:
+                if task_name in self._tasks:
+                    raise ValueError(f"a task named {task_name!r} is already in this app: give one a name=")
+                self._tasks[task_name] = made
+            return made
+        return decorate
+
+    def topics(self) -> list[str]:
+        """The topics of the app's tasks, in the order first used."""
+        with self._lock:
+            return list(dict.fromkeys(task.topic for task in self._tasks.values()))
+
+    # --- sending
+
+    def _send_options(self, options: _Options) -> dict[str, Any]:
+        return {"msg_id": options.msg_id, "priority": options.priority, "max_retry": options.max_retry,
+                "ttl_ms": None if options.ttl is None else _ms(options.ttl, "ttl")}
+
+    def _send(self, task: Task[Any, Any], options: _Options, args: Sequence[Any], kwargs: Mapping[str, Any], *,
+              delay_ms: int | None = None, trigger_time: int | None = None) -> TaskHandle:
+        body = task._body(options, args, kwargs)
+        if self._eager:
+            return self._ran_eagerly(task, body, options.msg_id)
+        sent = self.client.send(task.topic, body, delay_ms=delay_ms, trigger_time=trigger_time,
+                                **self._send_options(options))
+        return TaskHandle(self, task.topic, sent.msg_id, task.name)
+
+    def _ran_eagerly(self, task: Task[Any, Any], body: str, msg_id: str | None,
+                     handle: EagerHandle | None = None) -> EagerHandle:
+        handle = handle or EagerHandle(self, task.topic, msg_id or new_msg_id(), task.name)
+        handle.result = task._run_body(body)
+        handle.ran = True
+        return handle
+
+    def _send_on_commit(self, task: Task[Any, Any], options: _Options, args: Sequence[Any],
+                        kwargs: Mapping[str, Any]) -> TaskHandle:
+        from django.db import transaction  # Django only for send_on_commit: the SDK runs without it
+
+        from delayqueue_client.django import send_on_commit
+
+        body = task._body(options, args, kwargs)
+        msg_id = options.msg_id or new_msg_id()
+        if self._eager:
+            handle = EagerHandle(self, task.topic, msg_id, task.name)
+            transaction.on_commit(lambda: self._ran_eagerly(task, body, msg_id, handle))
+            return handle
+        send_on_commit(task.topic, body, client=self.client, **{**self._send_options(options), "msg_id": msg_id})
+        return TaskHandle(self, task.topic, msg_id, task.name)
+
+    def _send_many(self, task: Task[Any, Any], options: _Options,
+                   items: Iterable[Sequence[Any] | Mapping[str, Any]]) -> list[TaskHandle | DelayQueueError]:
+        if options.msg_id is not None:
+            raise ValueError(f"task {task.name}: a msg_id names one message, so not one for send_many")
+        bodies = []
+        for item in items:
+            if isinstance(item, Mapping):
+                bodies.append(task._body(options, (), item))
+            elif isinstance(item, (str, bytes)) or not isinstance(item, Sequence):
+                raise TypeError(f"task {task.name}: send_many takes per message a tuple of positional arguments "
+                                f"or a dict of keyword arguments, got {type(item).__name__} (one argument: (x,))")
+            else:
+                bodies.append(task._body(options, item, {}))
+        if self._eager:
+            return [self._ran_eagerly(task, body, None) for body in bodies]
+        send_options = self._send_options(options)
+        producer = self._producer()
+        futures = [producer.send(task.topic, body, **send_options) for body in bodies]
+        results: list[TaskHandle | DelayQueueError] = []
+        for future in futures:
+            try:
+                sent = future.result()
+            except DelayQueueError as error:
+                results.append(error)
+            else:
+                results.append(TaskHandle(self, task.topic, sent.msg_id, task.name))
+        return results
+
+    def _producer(self) -> Producer:
+        """The batching producer of send_many, made on first use on the App's client."""
+        if self._made_producer is None:
+            with self._lock:
+                if self._made_producer is None:
+                    self._made_producer = self.client.producer()
+        return self._made_producer
+
+    # --- running
+
+    def worker(self, topics: Sequence[str] | None = None, *, concurrency: int = 8, asynchronous: bool = False,
+               **worker_options: Any) -> Worker:
+        """A Worker over `topics` (default: every topic of the app's tasks) running the tasks by the
+        name in their envelope: `app.worker().run()`. With `asynchronous=True` it runs on the App's
+        async_client, async tasks as asyncio tasks and plain ones in threads (asyncio.to_thread);
+        else in `concurrency` threads, an async task in an event loop of its own per run.
+        `worker_options` go to Worker (batch, wait_ms, ack_timeout_ms, ...)."""
+        chosen = list(topics) if topics is not None else self.topics()
+        if not chosen:
+            raise ValueError("no topic to serve: the app has no tasks yet (import the modules defining them first)")
+        served: str | list[str] = chosen[0] if len(chosen) == 1 else chosen
+        if asynchronous:
+            if self.async_client is None:
+                raise ValueError("worker(asynchronous=True) runs on an AsyncClient: make the app with "
+                                 "App(client, async_client=AsyncClient(...))")
+            return Worker(self.async_client, served, self.handle_async, concurrency=concurrency, **worker_options)
+        return Worker(self.client, served, self.handle, concurrency=concurrency, **worker_options)
+
+    def _prepared(self, message: Message) -> tuple[Task[Any, Any], list[Any], dict[str, Any]]:
+        """The task a message names and its arguments; DeadLetter for a message no retry can run."""
+        try:
+            envelope = decode(message.msg)
+        except EnvelopeError as exc:
+            raise _dead(str(exc)) from None
+        task = self._tasks.get(envelope.task)
+        if task is None:
+            raise _dead(f"unknown task {envelope.task!r}: this worker's app has no task of that name")
+        try:
+            args, kwargs = task._signature.loaded(envelope.args, envelope.kwargs)
+        except TypeError as exc:
+            raise _dead(f"task {task.name}: the message's arguments do not fit the function: {exc}") from None
+        except ValueError as exc:  # pydantic's ValidationError
+            raise _dead(f"task {task.name}: invalid arguments: {exc}") from None
+        return task, args, kwargs
+
+    def _failed(self, task: Task[Any, Any], message: Message, error: Exception) -> NoReturn:
+        """After a task raised: Retry and DeadLetter as raised; else Retry after the task's backoff
+        (the error as its cause), or the error itself for the worker's (or the topic's) backoff."""
+        delay = None if isinstance(error, (Retry, DeadLetter)) else task.retry_delay(message.retry)
+        if delay is None:
+            raise error
+        raise Retry(delay=delay) from error
+
+    def handle(self, message: Message) -> None:
+        """Runs the task a message names (the handler of worker()'s thread Worker)."""
+        task, args, kwargs = self._prepared(message)
+        try:
+            result = task.fn(*args, **kwargs)
+            if inspect.iscoroutine(result):
+                _run_coroutine(result)
+        except Exception as error:
+            self._failed(task, message, error)
+
+    async def handle_async(self, message: Message) -> None:
+        """handle() for worker(asynchronous=True)."""
+        task, args, kwargs = self._prepared(message)
+        try:
+            if task.is_async:
+                await task.fn(*args, **kwargs)
+            else:
+                await asyncio.to_thread(task.fn, *args, **kwargs)
+        except Exception as error:
+            self._failed(task, message, error)

@@ -1,0 +1,319 @@
+"""The SDK's task layer without a server: the envelope, arguments (JSON, pydantic models), the
+refusals of what cannot be sent, eager mode, and how App.handle routes a message by task name
+(what no retry can run goes to the dead letters with a reason; a task's retry_backoff asks for
+its retry)."""
+import asyncio
+import json
+from datetime import datetime, timedelta, timezone
+
+import pydantic
+import pytest
+from delayqueue_client import (App, AsyncClient, Client, DeadLetter, EagerHandle, EnvelopeError, Message, Retry,
+                               TaskStatus, TaskTooLarge, Worker)
+from delayqueue_client.envelope import MAX_MSG_BYTES, Envelope, decode, encode
+
+
+class Order(pydantic.BaseModel):
+    id: int
+    lines: list[str] = []
+
+
+@pytest.fixture
+def client():
+    with Client("http://127.0.0.1:9") as c:  # never called: eager mode and handle() need no server
+        yield c
+
+
+@pytest.fixture
+def app(client):
+    return App(client, eager=True)
+
+
+def message(body: str | None, retry: int = 1) -> Message:
+    return Message(topic="t", msg_id="m1", msg=body, produce_time=1, trigger_time=1, expire_time=9, max_retry=3,
+                   retry=retry, status=3)
+
+
+def envelope_of(task: str, *args, **kwargs) -> str:
+    return encode(Envelope(task, list(args), kwargs))
+
+
+# --- the envelope
+
+def test_the_envelope_is_versioned_compact_json_and_reads_back():
+    text = encode(Envelope("m.f", [1, "é"], {"k": [True, None]}, {"traceparent": "00-ab"}))
+    assert json.loads(text) == {"v": 1, "task": "m.f", "args": [1, "é"], "kwargs": {"k": [True, None]},
+                                "headers": {"traceparent": "00-ab"}}
+    assert " " not in text and "é" in text  # compact, UTF-8 rather than \u escapes (the limit counts bytes)
+    assert decode(text) == Envelope("m.f", [1, "é"], {"k": [True, None]}, {"traceparent": "00-ab"})
+    assert decode('{"v": 1, "task": "m.f", "args": [], "kwargs": {}}').headers == {}
+
+
+@pytest.mark.parametrize("body,problem", [
+    (None, "no body"),
+    ("plain text", "not JSON"),
+    ('{"task": "m.f"}', 'no "v"'),
+    ('[1, 2]', 'no "v"'),
+    ('{"v": 2, "task": "m.f", "args": [], "kwargs": {}}', "version 2 is unknown"),
+    ('{"v": 1, "args": [], "kwargs": {}}', "names no task"),
+    ('{"v": 1, "task": "m.f", "args": {}, "kwargs": {}}', "args must be a list"),
+    ('{"v": 1, "task": "m.f", "args": [], "kwargs": {}, "headers": {"a": 1}}', "headers must map"),
+])
+def test_a_body_that_is_no_envelope_this_code_reads_says_why(body, problem):
+    with pytest.raises(EnvelopeError, match=problem):
+        decode(body)
+
+
+def test_an_envelope_over_the_message_size_limit_is_refused_counting_utf8_bytes(app):
+    assert MAX_MSG_BYTES == 1_048_576  # the server's default DELAYQUEUE_MAX_MSG_BYTES
+    fits = encode(Envelope("t", ["x" * 100], {}))
+    assert encode(Envelope("t", ["x" * 100], {}), max_bytes=len(fits)) == fits
+    accented = Envelope("t", ["é" * 50], {})
+    characters = len(encode(accented))
+    with pytest.raises(TaskTooLarge, match=rf"is {characters + 50} bytes, over the server's limit of {characters} "
+                                           r"\(DELAYQUEUE_MAX_MSG_BYTES\)"):
+        encode(accented, max_bytes=characters)  # é is 2 bytes in UTF-8
+
+    small = App(app.client, eager=True, max_msg_bytes=1000)
+
+    @small.task(name="echo")
+    def echo(text: str) -> str:
+        return text
+    assert echo.send("x" * 900).result == "x" * 900
+    with pytest.raises(TaskTooLarge, match="task echo"):
+        echo.send("x" * 1000)
+
+
+def test_arguments_that_json_cannot_carry_are_refused_naming_the_argument(app):
+    @app.task(name="f")
+    def f(a: object, *, b: object = None) -> None:
+        pass
+    with pytest.raises(TypeError, match="task f: argument 0 is not JSON-serializable"):
+        f.send({1, 2})
+    with pytest.raises(TypeError, match="task f: argument 'b' is not JSON-serializable"):
+        f.send(1, b=datetime.now(timezone.utc))
+    with pytest.raises(TypeError, match="argument 0 is not JSON-serializable"):
+        f.send(float("nan"))  # JSON has no NaN
+    with pytest.raises(TypeError, match="task f: too many positional arguments"):
+        f.send(1, 2, 3)  # a call that does not fit fails in the sender
+    with pytest.raises(TypeError, match="headers must map str to str"):
+        f.with_options(headers={"a": 1}).send(1)  # type: ignore[dict-item]
+
+
+# --- tasks
+
+def test_a_task_stays_a_plain_function_and_is_named_module_qualname(app):
+    @app.task(topic="maths")
+    def add(a: int, b: int) -> int:
+        """Adds."""
+        return a + b
+    assert add(2, 3) == 5 and add.__doc__ == "Adds." and add.__name__ == "add"
+    assert add.name == f"{__name__}.test_a_task_stays_a_plain_function_and_is_named_module_qualname.<locals>.add"
+    assert add.topic == "maths" and app.topics() == ["maths"]
+
+    @app.task()
+    def other() -> None:
+        pass
+    assert other.topic == "tasks" and app.topics() == ["maths", "tasks"]
+
+
+def test_a_duplicate_task_name_is_refused(app):
+    @app.task(name="jobs.send")
+    def first() -> None:
+        pass
+    with pytest.raises(ValueError, match="a task named 'jobs.send' is already in this app"):
+        @app.task(name="jobs.send")
+        def second() -> None:
+            pass
+
+
+def test_times_naive_datetimes_and_bad_durations_are_refused(app):
+    @app.task(name="t")
+    def t() -> None:
+        pass
+    with pytest.raises(ValueError, match="naive datetime .* has no time zone"):
+        t.delay_at(datetime(2030, 1, 1))
+    with pytest.raises(ValueError, match="the delay must be 0 or more"):
+        t.delay_in(-1)
+    with pytest.raises(ValueError, match="ttl must be 0 or more"):
+        app.task(name="u", ttl=timedelta(seconds=-5))
+    with pytest.raises(ValueError, match="first delay .* is over the largest"):
+        app.task(name="v", retry_backoff=(60, 1))
+    with pytest.raises(ValueError, match="a msg_id names one message"):
+        t.with_options(msg_id="one").send_many([(), ()])
+    with pytest.raises(TypeError, match="a tuple of positional arguments or a dict of keyword arguments, got str"):
+        t.send_many(["ab"])
+
+
+def test_the_retry_delay_doubles_from_the_first_up_to_the_largest(app):
+    @app.task(name="b", retry_backoff=(timedelta(seconds=1), 10))
+    def b() -> None:
+        pass
+
+    @app.task(name="c", retry_backoff=5)
+    def c() -> None:
+        pass
+    assert [b.retry_delay(n) for n in (1, 2, 3, 4, 5, 100)] == [1, 2, 4, 8, 10, 10]
+    assert [c.retry_delay(n) for n in (1, 7)] == [5, 5]
+
+
+# --- eager mode
+
+def test_eager_sends_run_after_a_json_round_trip_and_answer_a_done_handle(app):
+    seen = []
+
+    @app.task(name="record")
+    def record(pair: tuple[int, int], *, note: str = "") -> int:
+        seen.append((pair, note))
+        return sum(pair)
+    handle = record.send((1, 2), note="n")
+    assert isinstance(handle, EagerHandle) and handle.result == 3 and handle.status() is TaskStatus.DONE
+    assert seen == [([1, 2], "n")]  # a list, as a worker would get it: the envelope went through JSON
+    assert record.delay_in(timedelta(hours=1), (3, 4)).result == 7  # delays are ignored
+    assert record.delay_at(datetime.now(timezone.utc) + timedelta(days=1), (0, 1)).result == 1
+    handles = record.send_many([((1, 1),), {"pair": (2, 2), "note": "kw"}])
+    assert [h.result for h in handles] == [2, 4] and seen[-1] == ([2, 2], "kw")
+    assert record.with_options(msg_id="mine").send((0, 0)).msg_id == "mine"
+    assert handle.cancel() is False
+    with pytest.raises(RuntimeError, match="ran eagerly"):
+        handle.reschedule(10)
+
+
+def test_eager_errors_propagate_and_app_eager_switches_the_mode_for_a_block(client):
+    app = App(client)
+
+    @app.task(name="boom")
+    def boom(n: int) -> None:
+        raise LookupError(f"no {n}")
+    assert not app.is_eager
+    with app.eager():
+        assert app.is_eager
+        with pytest.raises(LookupError, match="no 7"):
+            boom.send(7)
+        with app.eager(False):
+            assert not app.is_eager
+        assert app.is_eager
+    assert not app.is_eager
+
+
+def test_eager_async_tasks_run_to_their_end_even_inside_an_event_loop(app):
+    @app.task(name="double")
+    async def double(n: int) -> int:
+        await asyncio.sleep(0)
+        return 2 * n
+    assert double.send(4).result == 8
+
+    async def in_a_loop():
+        return double.send(5).result
+    assert asyncio.run(in_a_loop()) == 10
+
+
+def test_pydantic_models_are_validated_dumped_and_rebuilt(app):
+    got = []
+
+    @app.task(name="ship")
+    def ship(order: Order, extra: list[Order] | None = None, *more: Order) -> int:
+        got.append((order, extra, more))
+        return order.id
+    assert ship.send({"id": "7"}, [Order(id=8)], {"id": 9, "lines": ["a"]}).result == 7
+    order, extra, more = got[0]
+    assert order == Order(id=7) and extra == [Order(id=8)] and more == (Order(id=9, lines=["a"]),)
+    assert ship.send(Order(id=1)).result == 1
+    with pytest.raises(pydantic.ValidationError, match="id"):
+        ship.send({"id": "not a number"})  # refused in the sender: nothing would be sent
+    body = ship._body(ship._options, (Order(id=3, lines=["x"]),), {})
+    assert json.loads(body)["args"] == [{"id": 3, "lines": ["x"]}]  # the model's JSON data travels
+
+
+# --- the worker's side: App.handle
+
+def test_what_no_retry_can_run_is_dead_lettered_with_a_reason(app):
+    @app.task(name="known")
+    def known(order: Order) -> None:
+        pass
+    cases = [
+        (envelope_of("nobody.knows"), "unknown task 'nobody.knows': this worker's app has no task of that name"),
+        ("not json", "not JSON"),
+        ('{"v": 3, "task": "known", "args": [], "kwargs": {}}', "version 3 is unknown"),
+        (envelope_of("known"), "task known: the message's arguments do not fit the function: missing a required"),
+        (envelope_of("known", {"id": "x"}), "task known: invalid arguments: 1 validation error"),
+    ]
+    for body, reason in cases:
+        with pytest.raises(DeadLetter) as raised:
+            app.handle(message(body))
+        assert reason in raised.value.reason, raised.value.reason
+    with pytest.raises(DeadLetter) as long:  # the server bounds a reason: a message's text cannot overflow it
+        app.handle(message(envelope_of("x" * 5000)))
+    assert long.value.reason.startswith("unknown task 'xxx") and len(long.value.reason) == 500
+
+
+def test_a_failed_task_is_retried_after_its_backoff_or_left_to_the_worker(app):
+    runs = []
+
+    @app.task(name="flaky", retry_backoff=(2, 60))
+    def flaky(n: int) -> None:
+        runs.append(n)
+        raise ConnectionError("down")
+
+    @app.task(name="plain")
+    def plain() -> None:
+        raise ConnectionError("down")
+
+    @app.task(name="asks", retry_backoff=(2, 60))
+    def asks(how: str) -> None:
+        raise Retry(delay=30) if how == "retry" else DeadLetter("gave up")
+    for delivery, delay in ((1, 2), (3, 8), (9, 60)):
+        with pytest.raises(Retry) as raised:
+            app.handle(message(envelope_of("flaky", delivery), retry=delivery))
+        assert raised.value.delay == delay and isinstance(raised.value.__cause__, ConnectionError)
+    assert runs == [1, 3, 9]
+    with pytest.raises(ConnectionError):  # no task backoff: the worker's (or the topic's) applies
+        app.handle(message(envelope_of("plain")))
+    with pytest.raises(Retry) as retry:  # the task's own choice wins over its backoff
+        app.handle(message(envelope_of("asks", "retry")))
+    assert retry.value.delay == 30
+    with pytest.raises(DeadLetter, match="gave up"):
+        app.handle(message(envelope_of("asks", "dead")))
+
+
+def test_the_async_handler_runs_async_and_plain_tasks(app):
+    ran = []
+
+    @app.task(name="a")
+    async def a(n: int) -> None:
+        ran.append(("a", n))
+
+    @app.task(name="p")
+    def p(n: int) -> None:
+        ran.append(("p", n))
+    asyncio.run(app.handle_async(message(envelope_of("a", 1))))
+    asyncio.run(app.handle_async(message(envelope_of("p", 2))))
+    app.handle(message(envelope_of("a", 3)))  # an async task under a thread worker
+    assert ran == [("a", 1), ("p", 2), ("a", 3)]
+    with pytest.raises(DeadLetter, match="unknown task"):
+        asyncio.run(app.handle_async(message(envelope_of("q"))))
+
+
+def test_app_worker_serves_the_tasks_topics_on_the_right_client(client):
+    app = App(client)
+    with pytest.raises(ValueError, match="no topic to serve"):
+        app.worker()
+
+    @app.task(topic="emails")
+    def send_email() -> None:
+        pass
+
+    @app.task(topic="emails")
+    async def notify() -> None:
+        pass
+    worker = app.worker(concurrency=3, wait_ms=100)
+    assert isinstance(worker, Worker) and worker.client is client and worker.handler == app.handle
+    assert worker.concurrency == 3 and worker.wait_ms == 100
+    with pytest.raises(ValueError, match="async_client=AsyncClient"):
+        app.worker(asynchronous=True)
+    async_client = AsyncClient("http://127.0.0.1:9")
+    async_worker = App(client, async_client=async_client)
+    async_worker.task(topic="emails")(notify.fn)
+    made = async_worker.worker(asynchronous=True)
+    assert made.client is async_client and made.is_async
+    asyncio.run(async_client.aclose())
