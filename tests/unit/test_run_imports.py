@@ -36,7 +36,7 @@ def installed_with(extras: set[str]) -> set[str]:
 
 
 IMPORT_THE_SERVICE = """
-import importlib.abc, sys
+import importlib.abc, importlib.util, sys
 BLOCKED = set(sys.argv[1].split(","))
 
 class Blocker(importlib.abc.MetaPathFinder):
@@ -45,6 +45,9 @@ class Blocker(importlib.abc.MetaPathFinder):
             raise ModuleNotFoundError(f"No module named {name!r} (not installed by .[local])", name=name)
 
 sys.meta_path.insert(0, Blocker())
+# Probes for optional packages (yarl's for pydantic_core) see them absent, as when not installed.
+probe = importlib.util.find_spec
+importlib.util.find_spec = lambda name, package=None: None if name.split(".")[0] in BLOCKED else probe(name, package)
 import tools.stack
 import project.asgi
 from django.urls import get_resolver
