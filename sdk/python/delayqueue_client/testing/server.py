@@ -571,9 +571,10 @@ class FakeServer:
             at, seq = (int(part) for part in data["cursor"].split("."))
             dead = [m for m in dead if (m.ended_at * 1000, m.end_seq) > (at, seq)]
         page = dead[:data["limit"]]
+        # Without priority, as the server's list (read from its message log) answers them.
         answer: dict[str, Any] = {"delayMsgList": [
-            {**m.wire(), "deadReason": m.end_reason, "deadDetail": m.end_detail, "deadTime": m.ended_at}
-            for m in page]}
+            {**{k: v for k, v in m.wire().items() if k != "priority"}, "deadReason": m.end_reason,
+             "deadDetail": m.end_detail, "deadTime": m.ended_at} for m in page]}
         if len(dead) > len(page):
             answer["nextCursor"] = f"{page[-1].ended_at * 1000}.{page[-1].end_seq}"
         return answer
