@@ -111,6 +111,9 @@ class FakeServer:
         # or an advance (so a Worker notices stop() soon), then answers what it has.
         self.max_real_wait = max_real_wait
         self.jitter = jitter
+        self._defaults = {"ttlMillis": settings.ttl_millis, "maxRetry": settings.max_retry,
+                          "ackTimeoutMillis": settings.ack_timeout_millis, "retryBackoffMillis": 0,
+                          "retryBackoffMaxMillis": rules.RETRY_BACKOFF_MAX_MILLIS}
         self._random = random.Random(seed)
         self._topics: dict[str, Topic] = {}
         self._timeline: list[tuple[int, int, int, str, str, int]] = []  # (at, seq, kind, topic, msgId, version)
@@ -219,13 +222,17 @@ class FakeServer:
 
     def _schedule(self, m: Stored, now: int) -> None:
         """A change of `m`: its earlier timeline events go stale; the ones of its new state are added."""
-        m.version = next(self._seq)
+        m.version = version = next(self._seq)
+        # The TTL's own event only when it comes first: else the due or timeout event ends the message.
         if m.status == WAITING:
-            heapq.heappush(self._timeline, (m.trigger_time, next(self._seq), DUE, m.topic, m.msg_id, m.version))
+            at, kind = (m.trigger_time, DUE) if m.trigger_time < m.expire_time else (m.expire_time, EXPIRY)
         elif m.status == CONSUMING:
-            heapq.heappush(self._timeline, (m.deadline, next(self._seq), TIMEOUT, m.topic, m.msg_id, m.version))
-        if m.status in LIVE:
-            heapq.heappush(self._timeline, (m.expire_time, next(self._seq), EXPIRY, m.topic, m.msg_id, m.version))
+            at, kind = (m.deadline, TIMEOUT) if m.deadline < m.expire_time else (m.expire_time, EXPIRY)
+        elif m.status == READY:
+            at, kind = m.expire_time, EXPIRY
+        else:
+            return
+        heapq.heappush(self._timeline, (at, version, kind, m.topic, m.msg_id, version))
 
     def _settle(self) -> None:
         """Runs what the scanners do, in the order of its times, up to the clock's now: due
@@ -284,11 +291,7 @@ class FakeServer:
 
     def _topic_setting(self, topic: str, name: str) -> int:
         value = self._topic(topic).settings.get(name)
-        if value is not None:
-            return int(value)
-        return {"ttlMillis": self.settings.ttl_millis, "maxRetry": self.settings.max_retry,
-                "ackTimeoutMillis": self.settings.ack_timeout_millis, "retryBackoffMillis": 0,
-                "retryBackoffMaxMillis": rules.RETRY_BACKOFF_MAX_MILLIS}[name]
+        return int(value) if value is not None else self._defaults[name]
 
     def _keeps_dead(self, topic: str) -> bool:
         return bool(self._topic(topic).settings.get("deadLetter", True))
