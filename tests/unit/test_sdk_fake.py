@@ -5,6 +5,9 @@ the pytest fixtures. No server: tests/integration/test_sdk_fake_parity.py holds 
 real one."""
 import asyncio
 import json
+import re
+import subprocess
+import sys
 import threading
 from datetime import timedelta
 
@@ -14,7 +17,7 @@ from delayqueue_client._calls import Call
 from delayqueue_client._http import MaybeSent, NotSent
 from delayqueue_client.testing import FakeClock, FakeServer
 
-from tests.helpers import wait_for
+from tests.helpers import ROOT, wait_for
 
 pytest_plugins = ["delayqueue_client.testing.pytest_plugin"]
 
@@ -386,3 +389,16 @@ def test_the_pytest_fixtures_give_a_client_on_the_fake_and_its_clock(delayqueue_
     delayqueue_clock.advance(5)
     assert len(delayqueue_client.pull("t")) == 1
     assert delayqueue_fake.calls == ["sendMsg", "pullMsg", "pullMsg"]
+
+
+def test_the_testing_examples_of_docs_sdk_md_run_as_written(tmp_path):
+    blocks = re.findall(r"^```python\n(.*?)^```", (ROOT / "docs/sdk.md").read_text(), re.MULTILINE | re.DOTALL)
+    [example] = [b for b in blocks if "server = FakeServer()" in b]
+    ran = subprocess.run([sys.executable, "-c", example], capture_output=True, text=True, timeout=60)
+    assert (ran.returncode, ran.stdout) == (0, "fake ok\n"), ran.stderr
+    [fixtures] = [b for b in blocks if "pytest_plugins" in b]
+    (tmp_path / "test_example.py").write_text(fixtures)
+    ran = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
+                          str(tmp_path / "test_example.py")], capture_output=True, text=True, timeout=120,
+                         cwd=tmp_path)
+    assert ran.returncode == 0 and "1 passed" in ran.stdout, ran.stdout + ran.stderr
