@@ -402,3 +402,53 @@ def test_the_testing_examples_of_docs_sdk_md_run_as_written(tmp_path):
                           str(tmp_path / "test_example.py")], capture_output=True, text=True, timeout=120,
                          cwd=tmp_path)
     assert ran.returncode == 0 and "1 passed" in ran.stdout, ran.stdout + ran.stderr
+
+
+def test_the_producer_fails_a_refused_item_with_its_class_and_sends_the_rest(client):
+    with client.producer(linger_ms=1) as producer:
+        good, bad = producer.send("t", "fine", msg_id="ok"), producer.send("t", "x", priority=10)
+    assert good.result().msg_id == "ok"
+    with pytest.raises(BadRequest, match="priority: Ensure this value is less than or equal to 9."):
+        bad.result()
+
+
+def test_a_worker_dead_letters_on_dead_letter_and_touches_a_handler_slower_than_half_its_ack_timeout(server, client):
+    from delayqueue_client import DeadLetter
+
+    def handler(message):
+        if message.msg == "poison":
+            raise DeadLetter("cannot parse")
+        wait_for(lambda: server.calls.count("touchMsg") >= 2, what="two touches while the handler runs")
+
+    client.send("jobs", "poison", msg_id="p")
+    client.send("jobs", "slow", msg_id="s")
+    worker = Worker(client, "jobs", handler, concurrency=2, ack_timeout_ms=200, wait_ms=100)
+    runner = threading.Thread(target=worker.run, kwargs={"install_signal_handlers": False})
+    runner.start()
+    try:
+        wait_for(lambda: client.get("jobs", "s").status == ACKED, what="the slow one acked")
+    finally:
+        worker.stop()
+        runner.join(timeout=30)
+    assert [(m.msg_id, m.dead_reason) for m in client.dead_letters("jobs").messages] == [("p", "dead_lettered")]
+
+
+async def test_an_async_worker_runs_on_the_fake_and_stops_after_settling():
+    server = FakeServer()
+    client = server.async_client()
+    handled = []
+
+    async def handler(message):
+        handled.append(message.msg)
+        if len(handled) == 3:
+            worker.stop()
+
+    for i in range(3):
+        await client.send("jobs", f"m{i}", msg_id=f"m{i}")
+    worker = Worker(client, "jobs", handler, concurrency=3, wait_ms=100)
+    try:
+        await asyncio.wait_for(worker.run_async(install_signal_handlers=False), 30)
+        assert sorted(handled) == ["m0", "m1", "m2"]
+        assert {(await client.get("jobs", f"m{i}")).status for i in range(3)} == {ACKED}
+    finally:
+        await client.aclose()
