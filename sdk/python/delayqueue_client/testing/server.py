@@ -14,6 +14,7 @@ from delayqueue_client.client import AsyncClient, Client
 
 from delayqueue_client.testing import rules
 from delayqueue_client.testing.clock import FakeClock
+from delayqueue_client.testing.transport import AsyncFakeTransport, FakeTransport
 
 WAITING, READY, CONSUMING, ACKED, EXPIRED, EXHAUSTED, DELETED = 1, 2, 3, 4, 5, 6, 7
 LIVE = (WAITING, READY, CONSUMING)
@@ -132,7 +133,8 @@ class FakeServer:
             "pauseTopic": self._pause_topic, "resumeTopic": self._resume_topic, "purgeTopic": self._purge_topic,
             "getDeadMsgList": self._get_dead_msg_list, "redriveDeadMsg": self._redrive_dead_msg,
             "getRedriveTask": self._get_redrive_task, "purgeDeadMsg": self._purge_dead_msg,
-            "longPollingMsg": self._long_polling_msg, "getMonitorData": self._get_monitor_data, "restore": self._restore, "restoreMsg": self._restore_msg,
+            "longPollingMsg": self._long_polling_msg, "getMonitorData": self._get_monitor_data,
+            "restore": self._restore, "restoreMsg": self._restore_msg,
         }
         self.clock.on_advance(self._advanced)
 
@@ -140,8 +142,6 @@ class FakeServer:
 
     def client(self, **options: Any) -> Client:
         """A real Client (options: Client's keywords but the URL) whose calls this server answers."""
-        from delayqueue_client.testing.transport import FakeTransport
-
         client = Client("http://delayqueue.fake", **options)
         client._http.close()
         # setattr: the attribute's declared type is the HTTP pool, whose post() this one has.
@@ -150,8 +150,6 @@ class FakeServer:
 
     def async_client(self, **options: Any) -> AsyncClient:
         """A real AsyncClient whose calls this server answers."""
-        from delayqueue_client.testing.transport import AsyncFakeTransport
-
         client = AsyncClient("http://delayqueue.fake", **options)
         setattr(client, "_http", AsyncFakeTransport(self))  # as client() does
         return client

@@ -2,8 +2,10 @@
 content)` as _http.Pool and _http.AsyncPool, so everything above it (retries, parsing, errors,
 the producer, the Worker) runs unchanged."""
 import asyncio
+from typing import TYPE_CHECKING
 
-from delayqueue_client.testing.server import FakeServer
+if TYPE_CHECKING:  # the server makes its clients with these transports
+    from delayqueue_client.testing.server import FakeServer
 
 LONG_POLL = "longPollingMsg"
 ASYNC_POLL_STEP = 0.002  # seconds between an async long poll's attempts (the server's lock is a thread's)
@@ -13,7 +15,7 @@ class FakeTransport:
     """Client's transport: a call is the server's at once; a long poll waits on the server's
     changes (a send, an ack, an advance of its clock) until it has messages or its time is up."""
 
-    def __init__(self, server: FakeServer):
+    def __init__(self, server: "FakeServer"):
         self.server = server
 
     def post(self, path: str, body: bytes, timeout: float) -> tuple[int, bytes]:
@@ -32,7 +34,7 @@ class FakeTransport:
 class AsyncFakeTransport:
     """AsyncClient's transport: as FakeTransport, with its long polls waiting in the event loop."""
 
-    def __init__(self, server: FakeServer):
+    def __init__(self, server: "FakeServer"):
         self.server = server
 
     async def post(self, path: str, body: bytes, timeout: float) -> tuple[int, bytes]:
