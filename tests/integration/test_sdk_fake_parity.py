@@ -105,6 +105,16 @@ def scenario(side) -> list:
     side.eventually(lambda: len(c.dead_letters("r").messages) == 3, "three dead letters listed")
     dead = sorted(c.dead_letters("r").messages, key=lambda m: m.msg_id)
     seen.append(("dead", [(shown(m), m.dead_reason) for m in dead]))
+    # Dead letters only while the topic keeps them; a redrive gives one a new life; a purge removes one.
+    c.set_topic_config("r", dead_letter=False)
+    seen.append(("not kept", c.dead_letters("r").messages, error_of(lambda: c.redrive("r"))))
+    c.set_topic_config("r", dead_letter=True)
+    task = c.redrive("r", ["r3"])
+    side.eventually(lambda: c.redrive_task(task)["state"] == "done", "the redrive")
+    seen.append(("redriven", c.redrive_task(task), shown(c.get("r", "r3"))))
+    seen.append(("purged", c.purge_dead("r", ["r1"])))
+    side.eventually(lambda: [m.msg_id for m in c.dead_letters("r").messages] == ["r2"], "r2 left alone")
+    seen.append(("no such dead letter", error_of(lambda: c.redrive("r", ["r1"]))))
 
     # The topic's retry backoff: a nack waits it out.
     c.set_topic_config("b", retry_backoff_ms=300)
