@@ -90,6 +90,21 @@ def test_an_unacked_message_is_delivered_again_after_its_ack_timeout_until_max_r
     assert (dead.msg_id, dead.dead_reason, dead.dead_time) == ("m", "retries_exhausted", server.clock.now_ms())
 
 
+def test_one_long_advance_runs_what_happens_meanwhile_in_the_order_of_its_times(server, client):
+    client.set_topic_config("t", retry_backoff_ms=2000)
+    client.send("t", "x", msg_id="m")
+    [pulled] = client.pull("t", ack_timeout_ms=1000)
+    deadline = server.clock.now_ms() + 1000
+    server.clock.advance(100)  # timed out at +1 s, waited its backoff, ready since: no one pulled it
+    back = client.get("t", "m")
+    assert (back.status, back.retry) == (READY, 1)
+    assert deadline + 1600 <= back.trigger_time <= deadline + 2000  # the backoff less up to a fifth
+    server.clock.advance(3600)  # its TTL (from the first trigger time) ends it, never delivered again
+    gone = client.get("t", "m")
+    assert (gone.status, gone.retry) == (EXHAUSTED, 1)
+    assert client.dead_letters("t").messages[0].dead_time == pulled.expire_time
+
+
 def test_a_nack_waits_the_topics_retry_backoff_doubling_per_delivery_less_up_to_a_fifth(server, client):
     client.set_topic_config("t", retry_backoff_ms=1000, retry_backoff_max_ms=3000)
     client.send("t", "x", msg_id="m")
