@@ -119,7 +119,8 @@ class Field:
 
     def _list(self, value: Any) -> list[str]:
         if not isinstance(value, list):
-            raise Invalid(self.messages.get("not_a_list", f'Expected a list of items but got type "{type(value).__name__}".'))
+            default = f'Expected a list of items but got type "{type(value).__name__}".'
+            raise Invalid(self.messages.get("not_a_list", default))
         if not value:
             raise Invalid(self.messages.get("empty", "This list may not be empty."))
         cleaned = []

@@ -27,7 +27,8 @@ WAITING_BUCKETS = (("sizeOf0To1min", MINUTE), ("sizeOf1minTo10min", 10 * MINUTE)
                    ("sizeOf1dayTo7day", 7 * DAY), ("sizeOf7dayTo30day", 30 * DAY), ("sizeOf30dayToInfinite", None))
 # What Django answers for a path it has no view for (the API's envelope is only for its endpoints).
 NOT_FOUND_PAGE = (b'<!doctype html>\n<html lang="en">\n<head>\n  <title>Not Found</title>\n</head>\n<body>\n'
-                  b'  <h1>Not Found</h1><p>The requested resource was not found on this server.</p>\n</body>\n</html>\n')
+                  b'  <h1>Not Found</h1><p>The requested resource was not found on this server.</p>\n'
+                  b'</body>\n</html>\n')
 # Timeline events: a waiting message falls due, a consuming one's ack deadline passes, a live one's TTL ends.
 DUE, TIMEOUT, EXPIRY = 0, 1, 2
 
@@ -199,7 +200,8 @@ class FakeServer:
         return 200, json.dumps(answer, ensure_ascii=False, separators=(",", ":")).encode()
 
     def long_poll(self, body: bytes) -> "LongPoll":
-        """A long poll's parameters read; its attempts (LongPoll.attempt) run until it has messages or its time is up."""
+        """A long poll, its parameters read: its attempts (LongPoll.attempt) run until it has
+        messages or its time is up."""
         return LongPoll(self, body)
 
     def _fault_for(self, endpoint: str) -> "Fault | None":
@@ -493,7 +495,8 @@ class FakeServer:
             "deadLetter": s.get("deadLetter", True), "paused": topic.paused,
             "produceRatePerSecond": s.get("produceRatePerSecond", 0),
             "consumeRatePerSecond": s.get("consumeRatePerSecond", 0), "maxLiveMessages": s.get("maxLiveMessages", 0),
-            "pushUrl": "", "pushConcurrency": 8, "pushTimeoutMillis": 10_000, "pushRatePerSecond": 0,
+            "pushUrl": "", "pushConcurrency": s.get("pushConcurrency", 8),
+            "pushTimeoutMillis": s.get("pushTimeoutMillis", 10_000), "pushRatePerSecond": s.get("pushRatePerSecond", 0),
             "pushSecretRotating": False}
 
     def _get_topic_config(self, body: Any) -> dict[str, Any]:
@@ -509,8 +512,7 @@ class FakeServer:
         for name, value in data.items():
             if name in back_to_default and back_to_default[name](value):
                 topic.settings.pop(name, None)
-            elif name not in ("pushUrl", "rotatePushSecret", "pushConcurrency", "pushTimeoutMillis",
-                              "pushRatePerSecond"):
+            elif name not in ("pushUrl", "rotatePushSecret"):  # (an empty pushUrl: push stays off)
                 topic.settings[name] = value
         return {"data": self._config(topic)}
 
