@@ -220,7 +220,7 @@ class FakeServer:
             self._settle()
             self._changed.notify_all()
 
-    def _schedule(self, m: Stored, now: int) -> None:
+    def _schedule(self, m: Stored) -> None:
         """A change of `m`: its earlier timeline events go stale; the ones of its new state are added."""
         m.version = version = next(self._seq)
         # The TTL's own event only when it comes first: else the due or timeout event ends the message.
@@ -247,7 +247,7 @@ class FakeServer:
             if m.expire_time <= at or kind == EXPIRY:
                 self._end(m, at, "expired")
             elif kind == DUE:
-                self._make_ready(m, at)
+                self._make_ready(m)
             elif m.retry > m.max_retry:
                 self._end(m, at, "retries_exhausted")
             else:
@@ -262,24 +262,24 @@ class FakeServer:
 
     # --- state changes
 
-    def _make_ready(self, m: Stored, now: int, *, keep_place: bool = False) -> None:
+    def _make_ready(self, m: Stored, *, keep_place: bool = False) -> None:
         m.status = READY
         if not keep_place:
             m.ready_seq = next(self._seq)
             heapq.heappush(self._topics[m.topic].ready, (-m.priority, m.ready_seq, m.msg_id))
-        self._schedule(m, now)
+        self._schedule(m)
 
     def _give_back(self, m: Stored, now: int, delay: int) -> None:
         if delay > 0:
             m.status, m.trigger_time = WAITING, now + delay
-            self._schedule(m, now)
+            self._schedule(m)
         else:
-            self._make_ready(m, now)
+            self._make_ready(m)
 
     def _end(self, m: Stored, now: int, reason: str, status: int | None = None, detail: str = "") -> None:
         m.status = status if status is not None else (EXPIRED if m.retry == 0 else EXHAUSTED)
         m.ended_at, m.end_reason, m.end_detail, m.end_seq = now, reason, detail, next(self._seq)
-        self._schedule(m, now)
+        self._schedule(m)
 
     # --- helpers
 
@@ -329,9 +329,9 @@ class FakeServer:
                    data["priority"])
         topic.messages[msg_id] = m
         if trigger <= now:
-            self._make_ready(m, now)
+            self._make_ready(m)
         else:
-            self._schedule(m, now)
+            self._schedule(m)
         return m
 
     def _send_msg(self, body: Any) -> dict[str, Any]:
@@ -376,7 +376,7 @@ class FakeServer:
                 self._end(m, now, "expired" if m.expire_time <= now else "retries_exhausted")
                 continue
             m.status, m.retry, m.deadline = CONSUMING, m.retry + 1, now + ack_timeout
-            self._schedule(m, now)
+            self._schedule(m)
             out.append(m.wire())
         return out
 
@@ -424,7 +424,7 @@ class FakeServer:
                               f"message can be touched")
         now = self.clock.now_ms()
         m.deadline = now + data["ackTimeoutMillis"]
-        self._schedule(m, now)
+        self._schedule(m)
         return {"ackDeadline": m.deadline}
 
     def _get_msg(self, body: Any) -> dict[str, Any]:
@@ -463,9 +463,9 @@ class FakeServer:
         was_ready, m.trigger_time = m.status == READY, trigger
         if trigger > now:
             m.status = WAITING
-            self._schedule(m, now)
+            self._schedule(m)
         else:
-            self._make_ready(m, now, keep_place=was_ready)
+            self._make_ready(m, keep_place=was_ready)
         return {"delayMsg": m.wire()}
 
     # --- topics
@@ -592,7 +592,7 @@ class FakeServer:
             ttl = max(m.expire_time - m.trigger_time, 1)
             m.produce_time = m.trigger_time = now
             m.expire_time, m.retry, m.ended_at, m.end_reason, m.end_detail = now + ttl, 0, 0, "", ""
-            self._make_ready(m, now)
+            self._make_ready(m)
         task_id = len(self._redrives) + 1
         self._redrives[task_id] = len(dead)
         return {"taskId": task_id}
