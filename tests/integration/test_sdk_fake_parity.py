@@ -156,6 +156,18 @@ def scenario(side) -> list:
     seen.append(("info", {k: v for k, v in c.topic_info("tr").items()}))
     seen.append(("delete", c.delete("tr", "s"), c.get("tr", "nope")))
 
+    # Queue sizes, pause, resume, purge, the topic list.
+    c.send_many([{"topic": "info", "msg": "soon", "delay_ms": 30_000}, {"topic": "info", "msg": "later",
+                 "delay_ms": 2 * 3_600_000}, {"topic": "info", "msg": "x", "msg_id": "twice"},
+                 {"topic": "info", "msg": "y", "msg_id": "twice"}, {"topic": "info", "msg": "z"}])
+    c.pull("info")
+    seen.append(("info", c.topic_info("info")))
+    c.pause("info")
+    seen.append(("paused", c.pull("info", batch=5), c.topic_config("info")["paused"]))
+    c.resume("info")
+    seen.append(("resumed", len(c.pull("info", batch=5)), c.purge("info"), c.topic_info("info")))
+    seen.append(("topics", [info["topic"] for info in c.topic_infos()]))
+
     # Bad input and an unknown endpoint.
     seen.append(("errors", [error_of(action) for action in (
         lambda: c.send("p", "x", priority=10),
