@@ -5,6 +5,7 @@ the pytest fixtures. No server: tests/integration/test_sdk_fake_parity.py holds 
 real one."""
 import asyncio
 import json
+import os
 import re
 import subprocess
 import sys
@@ -414,9 +415,9 @@ def test_the_testing_examples_of_docs_sdk_md_run_as_written(tmp_path):
     assert (ran.returncode, ran.stdout) == (0, "fake ok\n"), ran.stderr
     [fixtures] = [b for b in blocks if "pytest_plugins" in b]
     (tmp_path / "test_example.py").write_text(fixtures)
-    ran = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
-                          str(tmp_path / "test_example.py")], capture_output=True, text=True, timeout=120,
-                         cwd=tmp_path)
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path / "test_example.py")]
+    ran = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                         env={**os.environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"})  # only what the example enables
     assert ran.returncode == 0 and "1 passed" in ran.stdout, ran.stdout + ran.stderr
 
 
