@@ -469,3 +469,19 @@ async def test_an_async_worker_runs_on_the_fake_and_stops_after_settling():
         assert {(await client.get("jobs", f"m{i}")).status for i in range(3)} == {ACKED}
     finally:
         await client.aclose()
+
+
+def test_a_client_made_elsewhere_is_answered_by_the_fake_once_installed():
+    from delayqueue_client import Client
+
+    class CountingClient(Client):
+        sends = 0
+
+        def send(self, *args, **kwargs):
+            self.sends += 1
+            return super().send(*args, **kwargs)
+
+    server = FakeServer()
+    with server.install(CountingClient("http://127.0.0.1:9")) as client:  # nothing listens there
+        assert client.send("t", "x").status == READY and client.sends == 1
+    assert server.calls == ["sendMsg"]

@@ -8,7 +8,7 @@ import random
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
 
 from delayqueue_client.client import AsyncClient, Client
 
@@ -29,6 +29,8 @@ WAITING_BUCKETS = (("sizeOf0To1min", MINUTE), ("sizeOf1minTo10min", 10 * MINUTE)
 NOT_FOUND_PAGE = (b'<!doctype html>\n<html lang="en">\n<head>\n  <title>Not Found</title>\n</head>\n<body>\n'
                   b'  <h1>Not Found</h1><p>The requested resource was not found on this server.</p>\n'
                   b'</body>\n</html>\n')
+URL = "http://delayqueue.fake"  # the clients' base URL: no request leaves the process
+AnyClient = TypeVar("AnyClient", Client, AsyncClient)
 # Timeline events: a waiting message falls due, a consuming one's ack deadline passes, a live one's TTL ends.
 DUE, TIMEOUT, EXPIRY = 0, 1, 2
 
@@ -143,16 +145,22 @@ class FakeServer:
 
     def client(self, **options: Any) -> Client:
         """A real Client (options: Client's keywords but the URL) whose calls this server answers."""
-        client = Client("http://delayqueue.fake", **options)
-        client._http.close()
-        # setattr: the attribute's declared type is the HTTP pool, whose post() this one has.
-        setattr(client, "_http", FakeTransport(self))
-        return client
+        return self.install(Client(URL, **options))
 
     def async_client(self, **options: Any) -> AsyncClient:
         """A real AsyncClient whose calls this server answers."""
-        client = AsyncClient("http://delayqueue.fake", **options)
-        setattr(client, "_http", AsyncFakeTransport(self))  # as client() does
+        return self.install(AsyncClient(URL, **options))
+
+    def install(self, client: AnyClient) -> AnyClient:
+        """Makes this server answer a client made elsewhere (a subclass of Client or AsyncClient,
+        say) from now on; answers the client. Its own connection pool is dropped unused."""
+        if isinstance(client, AsyncClient):
+            transport: FakeTransport | AsyncFakeTransport = AsyncFakeTransport(self)
+        else:
+            client._http.close()
+            transport = FakeTransport(self)
+        # setattr: the attribute's declared type is the HTTP pool, whose post() the transport has.
+        setattr(client, "_http", transport)
         return client
 
     def fail_next(self, endpoint: str | None = None, *, times: int = 1, status: int = 503,
