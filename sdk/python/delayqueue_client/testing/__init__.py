@@ -41,9 +41,15 @@ Where it differs from the server:
 - On a clock that stands still, a long poll with nothing ready waits at most `max_real_wait`
   (0.05 s) of real time for a send, an ack or an advance, then answers an empty list, so a Worker
   idles cheaply and stops soon; with `real_time=True` it waits its longPollingTimeoutMillis.
+- purgeDeadMsg frees a msgId at once (the server's Redis answers a resend with the ended message
+  for its ended retention, five minutes).
 - Parameters come only as the SDK sends them, a JSON body; the DRF texts of exotic inputs
-  (a number where a list belongs, say) may be worded differently, with the same code 400.
-- `retry backoff` jitter comes from `FakeServer(seed=...)`; `jitter=False` waits the full backoff.
+  (a number where a list belongs, say) may be worded differently, with the same code 400, and of
+  two bad parameters the fake may name another first.
+- The retry backoff's jitter comes from `FakeServer(seed=...)`; `jitter=False` waits the full backoff.
+
+tests/integration/test_sdk_fake_parity.py runs one scenario on this fake and on the real server
+and compares every answer, so that what is not listed here stays the same.
 """
 from delayqueue_client.testing.clock import FakeClock
 from delayqueue_client.testing.server import FakeServer, Settings
