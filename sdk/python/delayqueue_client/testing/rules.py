@@ -1,0 +1,242 @@
+"""The server's parameter checks (delayqueue/api/validation.py, which words them through Django
+REST framework) restated for the fake: the same fields, bounds and order, the same `msg` texts
+("<parameter>: <problem>") for what they refuse."""
+import functools
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+MAX_TOPIC_BYTES = 255
+MAX_MSG_ID_LENGTH = 256
+MAX_DELAY_MILLIS = 10 * 365 * 86_400_000
+MAX_TRIGGER_TIME_MILLIS = 4_102_444_800_000  # 2100-01-01
+MAX_RETRY = 100_000
+MAX_PRIORITY = 9
+MIN_COUNT = -100_000
+MAX_LIMIT = 1_000_000_000
+MAX_REASON_LENGTH = 200  # the server's MAX_EVENT_DETAIL: a nack's reason
+DEAD_LIST_DEFAULT_LIMIT = 100
+DEAD_LIST_MAX_LIMIT = 1000
+REDRIVE_DEFAULT_RATE = 500
+REDRIVE_MAX_RATE = 100_000
+RETRY_BACKOFF_MAX_MILLIS = 3_600_000
+
+TOPIC_RULE = f"must be 1-{MAX_TOPIC_BYTES} bytes of UTF-8 text without control characters"
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
+_MSG_ID_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+_DECIMAL_TAIL = re.compile(r"\.0*\s*?$")  # DRF's IntegerField takes "12.0" as 12
+_DEAD_CURSOR = re.compile(r"^[0-9]{1,18}\.[0-9]{1,18}$")
+_TRUE = {"t", "T", "y", "Y", "yes", "Yes", "YES", "true", "True", "TRUE", "on", "On", "ON", "1", 1, True}
+_FALSE = {"f", "F", "n", "N", "no", "No", "NO", "false", "False", "FALSE", "off", "Off", "OFF", "0", 0, 0.0, False}
+# Parameters whose empty value is itself an answer; any other empty parameter counts as absent.
+KEEP_EMPTY = {"topic", "msg", "msgId", "pushUrl"}
+_ABSENT = object()
+
+
+class Invalid(Exception):
+    """A parameter the server refuses: code 400 with this text."""
+
+
+@functools.lru_cache(maxsize=1024)
+def topic_problem(topic: str) -> str | None:
+    if not topic:
+        return f"{TOPIC_RULE}; it is empty"
+    refused = _CONTROL.search(topic)
+    if refused:
+        return f"{TOPIC_RULE}; it has U+{ord(refused[0]):04X}"
+    size = len(topic.encode("utf-8"))
+    return f"{TOPIC_RULE}; it is {size} bytes" if size > MAX_TOPIC_BYTES else None
+
+
+@dataclass(frozen=True)
+class Field:
+    """One parameter: `kind` int, bool, text or list (of msgIds); absent and not required: `default`."""
+
+    kind: str
+    required: bool = False
+    default: Any = _ABSENT
+    low: int | None = None
+    high: int | None = None
+    trim: bool = True
+    allow_blank: bool = False
+    max_length: int | None = None
+    refused: re.Pattern[str] | None = None  # searched in the text as sent
+    check: Callable[[str], str | None] | None = None  # a problem of the whole text, or None
+    blank_error: str = "This field may not be blank."
+    messages: dict[str, str] = field(default_factory=dict)
+
+    def clean(self, value: Any) -> Any:
+        if value is None:
+            raise Invalid("This field may not be null.")
+        return _CLEANERS[self.kind](self, value)
+
+    def _int(self, value: Any) -> int:
+        if type(value) is int:  # the common case, as the SDK sends it
+            number = value
+        elif isinstance(value, bool) or not isinstance(value, (int, float, str)):
+            raise Invalid("A valid integer is required.")
+        else:
+            try:
+                number = int(_DECIMAL_TAIL.sub("", str(value)))
+            except ValueError:
+                raise Invalid("A valid integer is required.") from None
+        if self.high is not None and number > self.high:
+            raise Invalid(f"Ensure this value is less than or equal to {self.high}.")
+        if self.low is not None and number < self.low:
+            raise Invalid(f"Ensure this value is greater than or equal to {self.low}.")
+        return number
+
+    def _bool(self, value: Any) -> bool:
+        try:
+            if value in _TRUE:
+                return True
+            if value in _FALSE:
+                return False
+        except TypeError:  # unhashable
+            pass
+        raise Invalid("Must be a valid boolean.")
+
+    def _text(self, value: Any) -> str:
+        if isinstance(value, str) and self.refused is not None and self.refused.search(value):
+            raise Invalid("must not contain control characters")
+        if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+            raise Invalid("Not a valid string.")
+        text = str(value)
+        if text == "" or (self.trim and text.strip() == ""):
+            if not self.allow_blank:
+                raise Invalid(self.blank_error)
+            return ""
+        if self.trim:
+            text = text.strip()
+        if self.max_length is not None and len(text) > self.max_length:
+            raise Invalid(f"Ensure this field has no more than {self.max_length} characters.")
+        if "\x00" in text:
+            raise Invalid("Null characters are not allowed.")
+        problem = self.check(text) if self.check else None
+        if problem:
+            raise Invalid(problem)
+        return text
+
+    def _list(self, value: Any) -> list[str]:
+        if not isinstance(value, list):
+            default = f'Expected a list of items but got type "{type(value).__name__}".'
+            raise Invalid(self.messages.get("not_a_list", default))
+        if not value:
+            raise Invalid(self.messages.get("empty", "This list may not be empty."))
+        cleaned = []
+        for i, item in enumerate(value):
+            try:
+                cleaned.append(MSG_ID.clean(item))
+            except Invalid as exc:
+                raise Invalid(f"{i}: {exc}") from None
+        return cleaned
+
+
+_CLEANERS: dict[str, Callable[[Field, Any], Any]] = {
+    "int": Field._int, "bool": Field._bool, "text": Field._text, "list": Field._list}
+TOPIC = Field("text", required=True, trim=False, check=topic_problem, blank_error=topic_problem("") or "")
+MSG_ID = Field("text", required=True, max_length=MAX_MSG_ID_LENGTH, refused=_MSG_ID_CONTROL)
+
+
+def millis(**kwargs: Any) -> Field:
+    kwargs.setdefault("low", -MAX_DELAY_MILLIS)
+    return Field("int", high=MAX_DELAY_MILLIS, **kwargs)
+
+
+TRIGGER_TIME = Field("int", default=None, low=0, high=MAX_TRIGGER_TIME_MILLIS)
+ACK_FIELDS = {"ack": Field("bool", default=True), "delayMillis": millis(default=-1, low=0),
+              "deadLetter": Field("bool", default=False),
+              "reason": Field("text", default="", trim=False, allow_blank=True, max_length=MAX_REASON_LENGTH)}
+SEND = {"topic": TOPIC, "msgId": Field("text", allow_blank=True, max_length=MAX_MSG_ID_LENGTH, refused=_MSG_ID_CONTROL),
+        "msg": Field("text", required=True, trim=False), "delayMillis": millis(default=None),
+        "triggerTime": TRIGGER_TIME, "ttlMillis": millis(default=-1),
+        "maxRetry": Field("int", default=-1, low=MIN_COUNT, high=MAX_RETRY),
+        "priority": Field("int", default=0, low=0, high=MAX_PRIORITY)}
+PULL = {"topic": TOPIC, "ackTimeoutMillis": millis(default=-1), "batch": Field("int", default=-1, low=MIN_COUNT)}
+LONG_POLL = {**PULL, "longPollingTimeoutMillis": millis(default=-1)}
+MESSAGE_REF = {"topic": TOPIC, "msgId": MSG_ID}
+ACK = {"topic": TOPIC, "msgId": MSG_ID, **ACK_FIELDS}
+ACK_BATCH = {"topic": TOPIC, **ACK_FIELDS, "msgIds": Field("list", required=True)}
+TOUCH = {**MESSAGE_REF, "ackTimeoutMillis": millis(required=True, low=1)}
+RESCHEDULE = {**MESSAGE_REF, "delayMillis": millis(default=None), "triggerTime": TRIGGER_TIME}
+DELETE = {**MESSAGE_REF, "release": Field("bool", default=False)}
+TOPIC_ONLY = {"topic": TOPIC}
+_LIMIT = Field("int", low=0, high=MAX_LIMIT)
+TOPIC_CONFIG = {
+    "topic": TOPIC, "ttlMillis": millis(), "maxRetry": Field("int", low=MIN_COUNT, high=MAX_RETRY),
+    "ackTimeoutMillis": millis(), "retryBackoffMillis": millis(low=0), "retryBackoffMaxMillis": millis(low=0),
+    "deadLetter": Field("bool"), "produceRatePerSecond": _LIMIT, "consumeRatePerSecond": _LIMIT,
+    "maxLiveMessages": _LIMIT, "pushUrl": Field("text", allow_blank=True, max_length=2000),
+    "pushConcurrency": Field("int", low=1, high=200), "pushTimeoutMillis": Field("int", low=1, high=60_000),
+    "pushRatePerSecond": _LIMIT, "rotatePushSecret": Field("bool")}
+_MSG_IDS = Field("list", messages={"not_a_list": "must be a JSON list of msgIds, in a JSON body",
+                                   "empty": "must not be empty"})
+DEAD_LIST = {"topic": TOPIC, "limit": Field("int", default=DEAD_LIST_DEFAULT_LIMIT, low=1, high=DEAD_LIST_MAX_LIMIT),
+             "cursor": Field("text", max_length=64, check=lambda c: None if _DEAD_CURSOR.match(c) else
+                             "not a nextCursor that getDeadMsgList answered")}
+REDRIVE = {"topic": TOPIC, "msgIds": _MSG_IDS,
+           "maxPerSecond": Field("int", default=REDRIVE_DEFAULT_RATE, low=1, high=REDRIVE_MAX_RATE)}
+PURGE_DEAD = {"topic": TOPIC, "msgIds": _MSG_IDS}
+REDRIVE_TASK = {"taskId": Field("int", required=True, low=1, high=2 ** 63 - 1)}
+
+
+def parse(fields: dict[str, Field], params: dict[str, Any]) -> dict[str, Any]:
+    """The validated parameters (absent ones at their defaults; absent without a default: left
+    out); Invalid naming the first parameter refused, in the server's field order."""
+    data = {k: v for k, v in params.items() if v != "" or k in KEEP_EMPTY}
+    parsed: dict[str, Any] = {}
+    for name, spec in fields.items():
+        if name not in data:
+            if spec.required:
+                raise Invalid(f"{name}: This field is required.")
+            if spec.default is not _ABSENT:
+                parsed[name] = spec.default
+            continue
+        try:
+            parsed[name] = spec.clean(data[name])
+        except Invalid as exc:
+            raise Invalid(f"{name}: {exc}") from None
+    return parsed
+
+
+def checked_send(params: dict[str, Any], max_msg_bytes: int) -> dict[str, Any]:
+    """sendMsg's parameters, with the checks across them."""
+    data = parse(SEND, params)
+    size = len(data["msg"].encode("utf-8"))
+    if size > max_msg_bytes:
+        raise Invalid(f"msg: is {size} bytes, over the limit of {max_msg_bytes} bytes")
+    if data["triggerTime"] is None:
+        if data["delayMillis"] is None:
+            raise Invalid("delayMillis: This field is required.")
+    elif data["delayMillis"] is not None:
+        raise Invalid("triggerTime: give triggerTime or delayMillis, not both")
+    return data
+
+
+def checked_ack(fields: dict[str, Field], params: dict[str, Any]) -> dict[str, Any]:
+    """ackMsg's or ackMsgBatch's parameters, with the checks across them."""
+    data = parse(fields, params)
+    if data["ack"]:
+        if data["deadLetter"]:
+            raise Invalid("deadLetter: only with ack=false")
+        if data["reason"]:
+            raise Invalid("reason: only with ack=false")
+        if data["delayMillis"] >= 0:
+            raise Invalid("delayMillis: only with ack=false")
+    elif data["deadLetter"] and data["delayMillis"] >= 0:
+        raise Invalid("deadLetter: cannot be given with delayMillis")
+    return data
+
+
+def checked_reschedule(params: dict[str, Any]) -> dict[str, Any]:
+    data = parse(RESCHEDULE, params)
+    if (data["delayMillis"] is None) == (data["triggerTime"] is None):
+        raise Invalid("delayMillis: give exactly one of delayMillis and triggerTime")
+    return data
+
+
+def checked_topic_config(params: dict[str, Any]) -> dict[str, Any]:
+    data = parse(TOPIC_CONFIG, params)
+    if len(data) == 1:
+        raise Invalid("give at least one setting: " + ", ".join(name for name in TOPIC_CONFIG if name != "topic"))
+    return data

@@ -1,0 +1,487 @@
+"""delayqueue_client.testing: the FakeServer's rules (delays on its clock, dedupe, priorities, ack
+timeouts, retries and backoff, TTL, dead letters, touch, reschedule, validation errors), real
+clients on it (sync and async, the producer, the Worker, retries through injected faults), and
+the pytest fixtures. No server: tests/integration/test_sdk_fake_parity.py holds the fake to the
+real one."""
+import asyncio
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+from datetime import timedelta
+
+import pytest
+from delayqueue_client import BadRequest, Conflict, NotFound, ServerError, Worker
+from delayqueue_client._calls import Call
+from delayqueue_client._http import MaybeSent, NotSent
+from delayqueue_client.testing import FakeClock, FakeServer
+
+from tests.helpers import ROOT, wait_for
+
+pytest_plugins = ["delayqueue_client.testing.pytest_plugin"]
+
+WAITING, READY, CONSUMING, ACKED, EXPIRED, EXHAUSTED, DELETED = 1, 2, 3, 4, 5, 6, 7
+
+
+@pytest.fixture
+def server():
+    return FakeServer(seed=7)
+
+
+@pytest.fixture
+def client(server):
+    with server.client(backoff_base=0.001, backoff_max=0.002) as c:
+        yield c
+
+
+def call(server, endpoint, **body) -> dict:
+    """One raw call: the envelope the fake answers."""
+    status, content = server.post(endpoint, json.dumps(body).encode())
+    assert status == 200
+    return json.loads(content)
+
+
+def test_a_delayed_message_is_pulled_only_once_the_clock_reaches_its_trigger_time(server, client):
+    sent = client.send("t", "later", delay_ms=30_000, msg_id="m")
+    assert (sent.status, sent.trigger_time - sent.produce_time) == (WAITING, 30_000)
+    assert sent.expire_time == sent.trigger_time + 3_600_000  # the default TTL counts from the trigger time
+    server.clock.advance(29.999)
+    assert client.pull("t") == []
+    server.clock.advance(timedelta(milliseconds=1))
+    [pulled] = client.pull("t")
+    assert (pulled.msg_id, pulled.status, pulled.retry) == ("m", CONSUMING, 1)
+    now = server.clock.now_ms()
+    due_now = client.send("t", "x", trigger_time=now - 5000)  # a past triggerTime: due now
+    assert (due_now.status, due_now.trigger_time) == (READY, now)
+
+
+def test_a_resend_under_a_taken_msg_id_answers_the_message_holding_it_until_the_dedupe_window_ends(server, client):
+    first = client.send("t", "one", msg_id="m", delay_ms=1000)
+    again = client.send("t", "two", msg_id="m")
+    assert again == first  # nothing sent: the live message answered, its own body
+    server.clock.advance(1)
+    [pulled] = client.pull("t")
+    assert client.ack("t", "m")
+    assert client.send("t", "three", msg_id="m").status == ACKED  # ended, within the window
+    server.clock.advance(24 * 3600)
+    renewed = client.send("t", "four", msg_id="m")
+    assert (renewed.msg, renewed.status, renewed.retry) == ("four", READY, 0)
+
+
+def test_ready_messages_come_highest_priority_first_oldest_first_within_one(client):
+    for msg_id, priority in (("low1", 0), ("high1", 9), ("mid", 5), ("high2", 9), ("low2", 0)):
+        client.send("t", msg_id, msg_id=msg_id, priority=priority)
+    assert [m.msg_id for m in client.pull("t", batch=10)] == ["high1", "high2", "mid", "low1", "low2"]
+    assert client.send("t", "p", priority=3).priority == 3
+
+
+def test_an_unacked_message_is_delivered_again_after_its_ack_timeout_until_max_retry_then_dead(server, client):
+    client.send("t", "x", msg_id="m", max_retry=2)
+    for delivery in (1, 2, 3):
+        [pulled] = client.pull("t", ack_timeout_ms=1000)
+        assert pulled.retry == delivery
+        assert client.pull("t") == []
+        server.clock.advance(1)
+    assert client.pull("t") == []
+    gone = client.get("t", "m")
+    assert (gone.status, gone.retry) == (EXHAUSTED, 3)
+    [dead] = client.dead_letters("t").messages
+    assert (dead.msg_id, dead.dead_reason, dead.dead_time) == ("m", "retries_exhausted", server.clock.now_ms())
+
+
+def test_one_long_advance_runs_what_happens_meanwhile_in_the_order_of_its_times(server, client):
+    client.set_topic_config("t", retry_backoff_ms=2000)
+    client.send("t", "x", msg_id="m")
+    [pulled] = client.pull("t", ack_timeout_ms=1000)
+    deadline = server.clock.now_ms() + 1000
+    server.clock.advance(100)  # timed out at +1 s, waited its backoff, ready since: no one pulled it
+    back = client.get("t", "m")
+    assert (back.status, back.retry) == (READY, 1)
+    assert deadline + 1600 <= back.trigger_time <= deadline + 2000  # the backoff less up to a fifth
+    server.clock.advance(3600)  # its TTL (from the first trigger time) ends it, never delivered again
+    gone = client.get("t", "m")
+    assert (gone.status, gone.retry) == (EXHAUSTED, 1)
+    assert client.dead_letters("t").messages[0].dead_time == pulled.expire_time
+
+
+def test_a_nack_waits_the_topics_retry_backoff_doubling_per_delivery_less_up_to_a_fifth(server, client):
+    client.set_topic_config("t", retry_backoff_ms=1000, retry_backoff_max_ms=3000)
+    client.send("t", "x", msg_id="m")
+    waits = []
+    for _ in range(4):
+        [pulled] = client.pull("t")
+        now = server.clock.now_ms()
+        assert client.nack("t", "m")
+        waiting = client.get("t", "m")
+        assert waiting.status == WAITING
+        waits.append(waiting.trigger_time - now)
+        server.clock.advance(3)
+    for wait, full in zip(waits, (1000, 2000, 3000, 3000)):
+        assert full * 0.8 <= wait <= full
+    exact = FakeServer(jitter=False)
+    with exact.client() as c:
+        c.set_topic_config("t", retry_backoff_ms=500)
+        c.send("t", "x", msg_id="m")
+        c.pull("t")
+        c.nack("t", "m")
+        assert c.get("t", "m").trigger_time - exact.clock.now_ms() == 500
+
+
+def test_a_nack_with_a_delay_waits_that_long_keeping_its_retry_count_and_dead_letter_ends_it(server, client):
+    client.send("t", "x", msg_id="m")
+    client.pull("t")
+    assert client.nack("t", "m", delay_ms=5000)
+    assert client.nack("t", "m") is False  # no longer consuming
+    waiting = client.get("t", "m")
+    assert (waiting.status, waiting.retry, waiting.trigger_time) == (WAITING, 1, server.clock.now_ms() + 5000)
+    server.clock.advance(5)
+    [again] = client.pull("t")
+    assert again.retry == 2
+    assert client.nack("t", "m", dead_letter=True)
+    assert client.get("t", "m").status == EXHAUSTED
+    assert [(m.msg_id, m.dead_reason) for m in client.dead_letters("t").messages] == [("m", "dead_lettered")]
+
+
+def test_a_nack_reason_is_kept_as_the_dead_letters_detail(server):
+    call(server, "sendMsg", topic="t", msg="x", msgId="m", delayMillis=0, maxRetry=0)
+    call(server, "pullMsg", topic="t")
+    assert call(server, "ackMsg", topic="t", msgId="m", ack=False, reason="ValueError: bad order")["done"]
+    [dead] = call(server, "getDeadMsgList", topic="t")["delayMsgList"]
+    assert (dead["deadReason"], dead["deadDetail"]) == ("retries_exhausted", "ValueError: bad order")
+    only_nack = call(server, "ackMsg", topic="t", msgId="m", reason="x")
+    assert only_nack == {"code": 400, "msg": "reason: only with ack=false"}
+    too_long = call(server, "ackMsg", topic="t", msgId="m", ack=False, reason="x" * 201)
+    assert too_long == {"code": 400, "msg": "reason: Ensure this field has no more than 200 characters."}
+
+
+def test_the_ttl_ends_a_message_never_delivered_as_expired_and_one_delivered_as_exhausted(server, client):
+    client.send("t", "never pulled", msg_id="a", ttl_ms=10_000)
+    client.send("t", "pulled", msg_id="b", ttl_ms=10_000, delay_ms=1)
+    server.clock.advance(0.001)
+    assert [m.msg_id for m in client.pull("t", batch=1)] == ["a"]
+    client.nack("t", "a", delay_ms=60_000)  # its expireTime stays: the delay outlasts it
+    server.clock.advance(10)
+    assert client.pull("t") == []
+    assert (client.get("t", "a").status, client.get("t", "b").status) == (EXHAUSTED, EXPIRED)
+    dead = client.dead_letters("t").messages
+    assert sorted((m.msg_id, m.dead_reason, m.status) for m in dead) == [("a", "expired", EXHAUSTED),
+                                                                        ("b", "expired", EXPIRED)]
+    server.clock.advance(300)  # past the ended retention: getMsg forgets it, the msgId stays taken
+    assert client.get("t", "a") is None
+    assert client.send("t", "again", msg_id="a").status == EXHAUSTED
+
+
+def test_a_topic_without_dead_letters_lists_none_and_redrive_and_purge_take_them_back(client):
+    client.send("t", "x", msg_id="m", max_retry=0)
+    client.pull("t")
+    client.nack("t", "m")
+    client.set_topic_config("t", dead_letter=False)
+    assert client.dead_letters("t").messages == []
+    with pytest.raises(NotFound, match="topic t has no dead letters"):
+        client.redrive("t")
+    client.set_topic_config("t", dead_letter=True)
+    task = client.redrive("t", ["m"])
+    assert client.redrive_task(task) == {"moved": 1, "left": 0, "state": "done"}
+    back = client.get("t", "m")
+    assert (back.status, back.retry, back.max_retry) == (READY, 0, 0)
+    client.pull("t")
+    client.nack("t", "m", dead_letter=True)
+    assert client.purge_dead("t") == 1
+    assert client.dead_letters("t").messages == [] and client.get("t", "m") is None
+
+
+def test_dead_letters_page_oldest_death_first(server, client):
+    for i in range(5):
+        client.send("t", "x", msg_id=f"m{i}")
+    for i in range(5):
+        client.pull("t")
+        client.nack("t", f"m{i}", dead_letter=True)
+        server.clock.advance(0.001)
+    first = client.dead_letters("t", limit=3)
+    rest = client.dead_letters("t", limit=3, cursor=first.next_cursor)
+    assert [m.msg_id for m in first.messages + rest.messages] == [f"m{i}" for i in range(5)]
+    assert rest.next_cursor is None
+
+
+def test_touch_moves_the_ack_deadline_of_a_consuming_message_only(server, client):
+    client.send("t", "x", msg_id="m")
+    client.pull("t", ack_timeout_ms=1000)
+    assert client.touch("t", "m", ack_timeout_ms=5000) == server.clock.now_ms() + 5000
+    server.clock.advance(4)
+    assert client.pull("t") == []  # not given back at the first deadline
+    server.clock.advance(1)
+    assert [m.retry for m in client.pull("t")] == [2]
+    client.ack("t", "m")
+    with pytest.raises(Conflict, match=r"message m is not being consumed \(status 4\)"):
+        client.touch("t", "m", ack_timeout_ms=10)
+    with pytest.raises(NotFound, match="message nope not found in topic t"):
+        client.touch("t", "nope", ack_timeout_ms=10)
+
+
+def test_reschedule_moves_trigger_and_expire_time_and_run_now_makes_it_ready(server, client):
+    sent = client.send("t", "x", msg_id="m", delay_ms=60_000)
+    moved = client.reschedule("t", "m", delay_ms=120_000)
+    now = server.clock.now_ms()
+    assert (moved.trigger_time, moved.expire_time) == (now + 120_000, sent.expire_time + 60_000)
+    assert client.reschedule("t", "m", trigger_time=0).status == READY
+    client.pull("t")
+    with pytest.raises(Conflict, match="is being consumed"):
+        client.reschedule("t", "m", delay_ms=1)
+    client.ack("t", "m")
+    with pytest.raises(NotFound, match=r"has already ended \(status 4\)"):
+        client.reschedule("t", "m", delay_ms=1)
+
+
+def test_delete_ends_a_live_message_and_release_forgets_its_body(client):
+    client.send("t", "x", msg_id="m", delay_ms=1000)
+    assert client.delete("t", "m") is True and client.delete("t", "m") is False
+    assert client.get("t", "m").status == DELETED
+    client.send("t", "x", msg_id="n")
+    client.delete("t", "n", release=True)
+    assert client.get("t", "n") is None
+
+
+def test_topic_info_counts_waiting_by_delay_ready_and_consuming_and_a_paused_topic_hands_out_nothing(client):
+    client.send("t", "a", delay_ms=30_000)
+    client.send("t", "b", delay_ms=2 * 3_600_000)
+    for _ in range(3):
+        client.send("t", "c")
+    client.pull("t")
+    info = client.topic_info("t")
+    assert (info["waitingQueueSize"], info["readyQueueSize"], info["ackQueueSize"]) == (2, 2, 1)
+    assert (info["waitingQueueInfo"]["sizeOf0To1min"], info["waitingQueueInfo"]["sizeOf1hourTo6hour"]) == (1, 1)
+    assert [t["topic"] for t in client.topic_infos()] == ["t"]
+    client.pause("t")
+    assert client.pull("t", batch=5) == [] and client.topic_config("t")["paused"] is True
+    client.resume("t")
+    assert len(client.pull("t", batch=5)) == 2
+    assert client.purge("t") == 5  # two waiting, three consuming
+
+
+def test_topic_settings_are_defaults_of_sends_and_pulls_and_back_to_the_service_default_at_zero(server, client):
+    config = client.set_topic_config("t", ttl_ms=5000, max_retry=1, ack_timeout_ms=2000)
+    assert (config["ttlMillis"], config["maxRetry"], config["ackTimeoutMillis"]) == (5000, 1, 2000)
+    sent = client.send("t", "x", msg_id="m")
+    assert (sent.expire_time - sent.trigger_time, sent.max_retry) == (5000, 1)
+    client.pull("t")
+    server.clock.advance(2)
+    assert client.get("t", "m").status == READY  # given back at the topic's ack timeout
+    reset = client.set_topic_config("t", ttl_ms=0, max_retry=-1)
+    assert (reset["ttlMillis"], reset["maxRetry"]) == (3_600_000, 10)
+
+
+@pytest.mark.parametrize("send,error", [
+    ({"priority": 10}, "priority: Ensure this value is less than or equal to 9."),
+    ({"delay_ms": 5, "trigger_time": 5}, "triggerTime: give triggerTime or delayMillis, not both"),
+    ({"msg_id": "a" * 257}, "msgId: Ensure this field has no more than 256 characters."),
+    ({"msg_id": "a\n"}, "msgId: must not contain control characters"),
+    ({"topic": ""}, "topic: must be 1-255 bytes of UTF-8 text without control characters; it is empty"),
+    ({"max_retry": 100_001}, "maxRetry: Ensure this value is less than or equal to 100000."),
+    ({"delay_ms": 10 ** 13}, "delayMillis: Ensure this value is less than or equal to 315360000000."),
+])
+def test_bad_sends_answer_code_400_with_the_servers_words(client, send, error):
+    with pytest.raises(BadRequest) as raised:
+        client.send(send.pop("topic", "t"), "x", **send)
+    assert (raised.value.code, raised.value.msg) == (400, error)
+
+
+def test_other_bad_parameters_and_a_bad_batch_item_answer_as_the_server(server, client):
+    with pytest.raises(BadRequest, match="^batch: must be at most 1000$"):
+        client.pull("t", batch=1001)
+    with pytest.raises(BadRequest, match="^ackTimeoutMillis: Ensure this value is greater than or equal to 1.$"):
+        client.touch("t", "m", ack_timeout_ms=0)
+    with pytest.raises(BadRequest, match="^delayMillis: give exactly one of delayMillis and triggerTime$"):
+        client.reschedule("t", "m")
+    with pytest.raises(BadRequest, match="^deadLetter: cannot be given with delayMillis$"):
+        client.nack("t", "m", delay_ms=1, dead_letter=True)
+    assert call(server, "sendMsg", topic="t", msg="x") == {"code": 400, "msg": "delayMillis: This field is required."}
+    ok, bad = client.send_many([{"topic": "t", "msg": "fine"}, {"topic": "t", "msg": "x", "priority": -1}])
+    assert ok.msg == "fine"
+    assert (bad.code, bad.msg) == (400, "message 1: priority: Ensure this value is greater than or equal to 0.")
+
+
+def test_an_unknown_endpoint_answers_as_djangos_404_page_not_the_envelope(server, client):
+    status, content = server.post("noSuchEndpoint", b"{}")
+    assert status == 404 and b"Not Found" in content
+    with pytest.raises(ServerError, match="unexpected HTTP 404 answer"):
+        client._run(Call("noSuchEndpoint", {}, lambda answer: answer, idempotent=True))
+
+
+def test_the_clients_retries_run_on_injected_faults(server, client):
+    client.send("t", "x", msg_id="m")
+    server.fail_next("getMsg", times=2, status=200, content=b'{"code":500,"msg":"redis unavailable: timed out"}')
+    server.fail_next("getMsg", error=NotSent)
+    assert client.get("t", "m").msg_id == "m"  # an idempotent call goes again: four attempts
+    assert server.calls[-4:] == ["getMsg"] * 4
+    client.pull("t")
+    server.fail_next("ackMsg", error=MaybeSent, after_applying=True)
+    with pytest.raises(ServerError):  # an ack is not sent twice: its lost answer is the caller's to judge
+        client.ack("t", "m")
+    assert client.get("t", "m").status == ACKED  # it was applied
+
+
+def test_the_producer_sends_through_the_fake(server, client):
+    with client.producer(linger_ms=1, max_batch=100) as producer:
+        futures = [producer.send("t", f"m{i}", msg_id=f"m{i}") for i in range(250)]
+    assert [f.result().msg_id for f in futures] == [f"m{i}" for i in range(250)]
+    assert client.topic_info("t")["readyQueueSize"] == 250
+
+
+def test_a_worker_runs_on_the_fake_retrying_a_failing_handler_as_the_server_would(server, client):
+    client.set_topic_config("jobs", retry_backoff_ms=10_000)
+    handled, failed_once = [], set()
+
+    def handler(message):
+        if message.msg == "flaky" and message.msg_id not in failed_once:
+            failed_once.add(message.msg_id)
+            raise RuntimeError("first try fails")
+        handled.append((message.msg, message.retry))
+
+    for body in ("a", "flaky", "b"):
+        client.send("jobs", body, msg_id=body)
+    client.send("jobs", "later", msg_id="later", delay_ms=60_000)
+    worker = Worker(client, "jobs", handler, concurrency=2, wait_ms=1000)
+    runner = threading.Thread(target=worker.run, kwargs={"install_signal_handlers": False})
+    runner.start()
+    try:
+        wait_for(lambda: len(handled) == 2 and client.get("jobs", "flaky").status == WAITING, what="first pass")
+        server.clock.advance(10)  # the flaky one's backoff
+        wait_for(lambda: len(handled) == 3, what="the retry")
+        server.clock.advance(50)
+        wait_for(lambda: len(handled) == 4, what="the delayed one")
+    finally:
+        worker.stop()
+        runner.join(timeout=30)
+    assert sorted(handled) == [("a", 1), ("b", 1), ("flaky", 2), ("later", 1)]
+    assert {client.get("jobs", m).status for m in ("a", "b", "flaky", "later")} == {ACKED}
+
+
+def test_a_long_poll_is_woken_by_a_send_and_on_a_real_time_clock_by_a_message_falling_due():
+    server = FakeServer(real_time=True)
+    with server.client() as client:
+        client.send("t", "soon", delay_ms=200)
+        assert [m.msg for m in client.pull("t", wait_ms=10_000)] == ["soon"]
+        got: list = []
+        poller = threading.Thread(target=lambda: got.extend(client.pull("u", wait_ms=10_000)))
+        poller.start()
+        client.send("u", "now")
+        poller.join(timeout=30)
+        assert [m.msg for m in got] == ["now"]
+
+
+def test_a_long_poll_on_a_still_clock_answers_empty_soon(server, client):
+    assert client.pull("t", wait_ms=60_000) == []
+
+
+async def test_an_async_client_runs_on_the_fake_and_its_long_poll_wakes_on_a_send():
+    server = FakeServer(real_time=True)
+    client = server.async_client()
+    try:
+        sent = await client.send("t", "x", msg_id="m", delay_ms=1000)
+        assert sent.status == WAITING
+        waiting = asyncio.create_task(client.pull("u", wait_ms=10_000))
+        await asyncio.sleep(0.01)
+        await client.send("u", "woken")
+        assert [m.msg for m in await waiting] == ["woken"]
+        assert await client.ack("u", (await client.get("u", (await waiting)[0].msg_id)).msg_id)
+    finally:
+        await client.aclose()
+
+
+def test_a_clock_moves_only_ahead_and_a_given_start_is_kept():
+    clock = FakeClock(start=1_000)
+    assert clock.now_ms() == 1_000_000
+    clock.advance(timedelta(minutes=1))
+    assert clock.time() == 1_060
+    with pytest.raises(ValueError, match="only moves ahead"):
+        clock.advance(-1)
+
+
+def test_the_pytest_fixtures_give_a_client_on_the_fake_and_its_clock(delayqueue_fake, delayqueue_client,
+                                                                     delayqueue_clock):
+    delayqueue_client.send("t", "x", delay_ms=5000)
+    assert delayqueue_client.pull("t") == []
+    delayqueue_clock.advance(5)
+    assert len(delayqueue_client.pull("t")) == 1
+    assert delayqueue_fake.calls == ["sendMsg", "pullMsg", "pullMsg"]
+
+
+def test_the_testing_examples_of_docs_sdk_md_run_as_written(tmp_path):
+    blocks = re.findall(r"^```python\n(.*?)^```", (ROOT / "docs/sdk.md").read_text(), re.MULTILINE | re.DOTALL)
+    [example] = [b for b in blocks if "server = FakeServer()" in b]
+    ran = subprocess.run([sys.executable, "-c", example], capture_output=True, text=True, timeout=60)
+    assert (ran.returncode, ran.stdout) == (0, "fake ok\n"), ran.stderr
+    [fixtures] = [b for b in blocks if "pytest_plugins" in b]
+    (tmp_path / "test_example.py").write_text(fixtures)
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path / "test_example.py")]
+    ran = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                         env={**os.environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"})  # only what the example enables
+    assert ran.returncode == 0 and "1 passed" in ran.stdout, ran.stdout + ran.stderr
+
+
+def test_the_producer_fails_a_refused_item_with_its_class_and_sends_the_rest(client):
+    with client.producer(linger_ms=1) as producer:
+        good, bad = producer.send("t", "fine", msg_id="ok"), producer.send("t", "x", priority=10)
+    assert good.result().msg_id == "ok"
+    with pytest.raises(BadRequest, match="priority: Ensure this value is less than or equal to 9."):
+        bad.result()
+
+
+def test_a_worker_dead_letters_on_dead_letter_and_touches_a_handler_slower_than_half_its_ack_timeout(server, client):
+    from delayqueue_client import DeadLetter
+
+    def handler(message):
+        if message.msg == "poison":
+            raise DeadLetter("cannot parse")
+        wait_for(lambda: server.calls.count("touchMsg") >= 2, what="two touches while the handler runs")
+
+    client.send("jobs", "poison", msg_id="p")
+    client.send("jobs", "slow", msg_id="s")
+    worker = Worker(client, "jobs", handler, concurrency=2, ack_timeout_ms=200, wait_ms=100)
+    runner = threading.Thread(target=worker.run, kwargs={"install_signal_handlers": False})
+    runner.start()
+    try:
+        wait_for(lambda: client.get("jobs", "s").status == ACKED, what="the slow one acked")
+    finally:
+        worker.stop()
+        runner.join(timeout=30)
+    assert [(m.msg_id, m.dead_reason) for m in client.dead_letters("jobs").messages] == [("p", "dead_lettered")]
+
+
+async def test_an_async_worker_runs_on_the_fake_and_stops_after_settling():
+    server = FakeServer()
+    client = server.async_client()
+    handled = []
+
+    async def handler(message):
+        handled.append(message.msg)
+        if len(handled) == 3:
+            worker.stop()
+
+    for i in range(3):
+        await client.send("jobs", f"m{i}", msg_id=f"m{i}")
+    worker = Worker(client, "jobs", handler, concurrency=3, wait_ms=100)
+    try:
+        await asyncio.wait_for(worker.run_async(install_signal_handlers=False), 30)
+        assert sorted(handled) == ["m0", "m1", "m2"]
+        assert {(await client.get("jobs", f"m{i}")).status for i in range(3)} == {ACKED}
+    finally:
+        await client.aclose()
+
+
+def test_a_client_made_elsewhere_is_answered_by_the_fake_once_installed():
+    from delayqueue_client import Client
+
+    class CountingClient(Client):
+        sends = 0
+
+        def send(self, *args, **kwargs):
+            self.sends += 1
+            return super().send(*args, **kwargs)
+
+    server = FakeServer()
+    with server.install(CountingClient("http://127.0.0.1:9")) as client:  # nothing listens there
+        assert client.send("t", "x").status == READY and client.sends == 1
+    assert server.calls == ["sendMsg"]
