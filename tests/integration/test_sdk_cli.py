@@ -1,6 +1,6 @@
 """The `delayqueue` command line (sdk/python/delayqueue_client/cli.py) run as real subprocesses
 against a real uvicorn: every command, its output, its one-line errors and its exit codes
-(0 done, 1 refused or not found, 2 usage, 3 unreachable); and the SDK installed into a fresh venv
+(0 done, 1 refused or not found, 2 usage, 3 unreachable, 4 answer lost); and the SDK installed into a fresh venv
 without Django, its console script included."""
 import json
 import os
@@ -202,7 +202,9 @@ def test_dead_list_redrive_and_purge(sdk_server, client, scanner_process):
         assert time.monotonic() < deadline, "dead letters not listed"
         time.sleep(0.05)
 
-    listed = json.loads(ok(run_cli(sdk_server, "dead", "list", "dl", "--json", "--limit", "1")))
+    # Options go before or after the command, between `dead` and `list` too.
+    listed = json.loads(ok(run_cli(sdk_server, "dead", "--json", "list", "dl", "--limit", "1")))
+    assert json.loads(ok(run_cli(sdk_server, "dead", "list", "dl", "--json", "--limit", "1"))) == listed
     assert [(m["msg_id"], m["dead_reason"]) for m in listed["messages"]] == [("x1", "dead_lettered")]
     rest = ok(run_cli(sdk_server, "dead", "list", "dl", "--cursor", listed["next_cursor"]))
     assert rest.startswith("x2\t") and rest.rstrip().endswith("dead_lettered\tbody x2")
