@@ -162,6 +162,10 @@ class Producer:
         while (batch := self._batches.get()) is not _CLOSE:
             try:
                 self._send_batch(batch)
+            except BaseException as exc:  # the sender lives on (the producer would stall): its sends fail with it
+                for _body, future in batch:
+                    if not future.done():
+                        future.set_exception(exc)
             finally:
                 self._slots.release()
 
