@@ -7,6 +7,7 @@ import os
 import queue
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -119,6 +120,27 @@ def test_an_unreachable_server_exits_3():
     assert line.startswith("delayqueue: error: delayqueue server unreachable: ConnectionRefusedError") and line.endswith(
         f"({url})")
     assert failed(run_cli(None, "--url", url, "stats"), 3).endswith(f"({url})")  # --url beats the environment
+
+
+def test_a_lost_answer_exits_4_for_a_command_that_may_have_been_applied_and_3_for_a_read():
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(16)
+
+        def drop_answers():  # reads each request and closes: the answer is lost
+            while True:
+                try:
+                    conn, _ = listener.accept()
+                except OSError:
+                    return
+                with conn:
+                    conn.recv(65536)
+        threading.Thread(target=drop_answers, daemon=True).start()
+        url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+        line = failed(run_cli(url, "delete", "t", "m1"), 4)
+        assert line.startswith("delayqueue: error: deleteMsg: the answer was lost, the call may have been applied: "
+                               "RemoteDisconnected") and line.endswith(f"({url})")
+        assert "unreachable: RemoteDisconnected" in failed(run_cli(url, "get", "t", "m1"), 3)  # a read: retried
 
 
 def test_tokens_from_the_environment_or_option_never_in_an_error(web_processes):

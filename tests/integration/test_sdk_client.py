@@ -16,7 +16,7 @@ from delayqueue_client import (AsyncClient, BadRequest, Client, Conflict, DelayQ
 
 from delayqueue.models import Message as LoggedMessage
 from delayqueue.stores.rows import set_limits
-from tests.helpers import WebProcess, scanner_env, wait_for
+from tests.helpers import WebProcess, scanner_env, wait_for, wait_until
 from tests.integration.test_tokens import new_token
 
 pytestmark = pytest.mark.process
@@ -361,6 +361,37 @@ def test_a_full_producer_raises_or_blocks_until_a_batch_takes_its_sends(sdk_serv
             assert blocked.result(timeout=30).result(timeout=30).msg == "waits"
             assert all(f.result(timeout=30) for f in sent)
         assert client.topic_info("full")["readyQueueSize"] == 10
+
+
+async def test_a_full_async_producer_raises_and_send_when_room_waits_for_a_batch_to_take_some(sdk_server):
+    release = asyncio.Event()
+    async with AsyncClient(sdk_server) as client:
+        send_batch = client._send_batch
+
+        async def slow_server(bodies):
+            await release.wait()
+            return await send_batch(bodies)
+        client._send_batch = slow_server
+
+        async def queue_emptied():
+            return producer._queue.empty()
+        async with client.producer(linger_ms=0, max_batch=1, in_flight=1, max_queue=2) as producer:
+            try:
+                sent = []
+                for text in ("out", "next"):  # one in the batch the server holds, one taken for the next
+                    sent.append(producer.send("afull", text))
+                    await wait_until(queue_emptied, what=f"{text!r} taken from the queue")
+                sent += [producer.send("afull", f"q{i}") for i in range(2)]
+                with pytest.raises(ProducerFull, match="queue is full"):
+                    producer.send("afull", "over")
+                waiting = asyncio.create_task(producer.send_when_room("afull", "waits"))
+                await asyncio.sleep(0.3)
+                assert not waiting.done()  # no room yet: it waits (it did not raise)
+            finally:
+                release.set()
+            sent.append(await waiting)
+            assert [(await f).msg for f in sent] == ["out", "next", "q0", "q1", "waits"]
+        assert (await client.topic_info("afull"))["readyQueueSize"] == 5
 
 
 def test_max_batch_is_held_to_the_servers_limit(client):

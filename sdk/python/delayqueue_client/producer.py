@@ -257,6 +257,7 @@ class AsyncProducer:
             first = await self._queue.get()
             if first is _CLOSE:
                 return
+            self._room.set()
             await self._slots.acquire()
             if self._queue.qsize() + 1 < self._max_batch:
                 await asyncio.sleep(self._linger)  # then take what came meanwhile, without waiting more
@@ -267,7 +268,7 @@ class AsyncProducer:
                     closing = True
                     break
                 batch.append(item)
-            self._room.set()
+            self._room.set()  # send_when_room's waits
             task = asyncio.create_task(self._send([(body, future) for body, future in batch if not future.done()]))
             self._sending.add(task)
             task.add_done_callback(self._sending.discard)
