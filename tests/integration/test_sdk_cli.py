@@ -261,6 +261,7 @@ def test_the_sdk_installs_into_a_fresh_venv_without_django(tmp_path):
     assert shown.returncode == 0, shown.stderr
     where, django_spec = shown.stdout.split()
     assert where.startswith(str(venv)) and django_spec == "None"  # the installed copy, and no Django at all
+    assert (Path(where).parent / "py.typed").is_file()  # type checkers read the installed package's annotations
     helped = subprocess.run([str(script), "--help"], env=clean, capture_output=True, text=True, timeout=60)
     assert helped.returncode == 0 and "exit codes: 0 done" in helped.stdout
     without = subprocess.run([str(python), "-c", "import delayqueue_client.django"], env=clean, cwd=tmp_path,

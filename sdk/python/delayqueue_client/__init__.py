@@ -1,5 +1,6 @@
-"""delayqueue's Python client: Client, AsyncClient, the batching producer (Client.producer) and
-one exception class per answer code, and the Worker that consumes a topic."""
+"""delayqueue's Python client: Client, AsyncClient, the batching producer (Client.producer), one
+exception class per answer code (and Unavailable / MaybeApplied for calls that got no answer), and
+the Worker that consumes a topic."""
 from delayqueue_client._calls import DeadLetterPage
 from delayqueue_client.client import AsyncClient, Client
 from delayqueue_client.errors import (BadRequest, Conflict, DeadLetter, DelayQueueError, Forbidden, MaybeApplied,
