@@ -194,6 +194,20 @@ class Proxy:
                 with urllib.request.build_opener(urllib.request.ProxyHandler({})).open(request, timeout=30) as up:
                     self.answer(up.status, up.read(), up.headers["Content-Type"])
 
+            def do_CONNECT(self):  # a tunnel, for https:// through the proxy
+                proxy.seen.append(f"CONNECT {self.path}")
+                host, port = self.path.rsplit(":", 1)
+                upstream = socket.create_connection((host, int(port)), timeout=30)
+                self.send_response(200)
+                self.end_headers()
+                pipes = [threading.Thread(target=pipe, args=ends, daemon=True)
+                         for ends in ((self.connection, upstream), (upstream, self.connection))]
+                for each in pipes:
+                    each.start()
+                for each in pipes:
+                    each.join()
+                self.close_connection = True
+
             def answer(self, status, content, content_type):
                 self.send_response(status)
                 self.send_header("Content-Type", content_type)
@@ -212,6 +226,20 @@ class Proxy:
     def close(self):
         self._server.shutdown()
         self._server.server_close()
+
+
+def pipe(source, target):
+    try:
+        while data := source.recv(65536):
+            target.sendall(data)
+    except OSError:
+        pass
+    finally:
+        for end in (source, target):
+            try:
+                end.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
 
 
 @pytest.fixture
@@ -319,6 +347,18 @@ def test_the_blocking_pool_opens_at_most_max_connections_and_a_call_waits_for_a_
         assert server.connections == 2  # the three others waited for one of the two
 
 
+async def test_the_async_client_opens_at_most_max_connections_too(serve):
+    release = threading.Event()
+    server = serve(lambda conn, nth: release.wait(30) and answer(conn))
+    async with AsyncClient(server.url, max_connections=2, max_retries=0, timeout=20) as client:
+        calls = [asyncio.create_task(client.topic_info("t")) for _ in range(5)]
+        while server.requests < 2:
+            await asyncio.sleep(0.05)
+        release.set()
+        assert await asyncio.gather(*calls) == [{"topic": "t"}] * 5
+        assert server.connections == 2
+
+
 def test_a_call_finding_no_free_connection_within_its_timeout_is_unavailable_never_sent(serve):
     release = threading.Event()
     server = serve(lambda conn, nth: release.wait(30) and answer(conn, b'{"code":200,"delayMsgList":[]}'))
@@ -394,3 +434,15 @@ def test_both_clients_verify_the_server_certificate_against_a_ca_and_send_a_clie
 
 def answer_all(conn, nth):
     return answer(conn)
+
+
+def test_https_goes_through_the_proxy_in_a_connect_tunnel_in_both_clients(certificates, proxy, no_proxy_env):
+    server = TLSServer(answer_all, certificates, client_ca=False)
+    forward = proxy()
+    try:
+        for call in both_clients(server.url, max_retries=0, verify=str(certificates / "ca.pem"), proxy=forward.url)[1]:
+            forward.seen = []
+            assert call("topic_info", "t") == {"topic": "t"}
+            assert forward.seen == [f"CONNECT {server.url.removeprefix('https://')}"]  # the server's TLS inside
+    finally:
+        server.close()
