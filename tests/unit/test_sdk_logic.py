@@ -243,3 +243,14 @@ def test_a_server_url_that_is_not_http_is_refused_by_both_clients(url):
         Client(url)
     with pytest.raises(ValueError, match="must be http"):
         AsyncClient(url)
+
+
+def test_the_methods_defined_once_show_their_own_parameters_and_doc_on_both_clients():
+    import inspect
+
+    for client in (Client("http://queue"), AsyncClient("http://queue")):
+        assert str(inspect.signature(client.pull)) == (
+            "(topic: 'str', *, batch: 'int' = 1, ack_timeout_ms: 'int | None' = None, wait_ms: 'int' = 0)")
+        assert client.pull.__name__ == "pull" and "long-polls" in client.pull.__doc__
+    assert inspect.iscoroutine(coroutine := AsyncClient("http://queue").topic_infos())
+    coroutine.close()  # never awaited: nothing was sent

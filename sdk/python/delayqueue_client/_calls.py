@@ -4,6 +4,7 @@ client's `_run`, which sends it (Client) or returns the coroutine that sends it 
 types each method accordingly (a Client's answers T, an AsyncClient's an awaitable of T)."""
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import random
@@ -71,6 +72,10 @@ class api(Generic[P, T]):
     def __init__(self, build: Callable[Concatenate[Any, P], Call[T]]):
         self._build = build
         self.__doc__, self.__name__ = build.__doc__, build.__name__
+        # What help() and inspect show for a client's method: build's parameters after self.
+        built = inspect.signature(build)
+        self.__signature__ = built.replace(parameters=list(built.parameters.values())[1:],
+                                           return_annotation=inspect.Signature.empty)
 
     @overload
     def __get__(self, client: None, owner: type[Any]) -> api[P, T]: ...
@@ -89,6 +94,7 @@ class api(Generic[P, T]):
         def method(*args: Any, **kwargs: Any) -> Any:
             return run(build(client, *args, **kwargs))
         method.__doc__, method.__name__ = self.__doc__, self.__name__
+        method.__signature__ = self.__signature__  # type: ignore[attr-defined]
         return method
 
 
