@@ -196,7 +196,9 @@ def test_url_and_token_come_from_the_environment_and_the_token_shows_in_no_repr(
     client = Client()
     assert client.base_url == "http://queue.example:9000"
     assert client._headers["Authorization"] == "Bearer dq_secret"
-    assert "dq_secret" not in repr(client)
+    assert "dq_secret" not in repr(client) and "dq_secret" not in repr(client._settings)
+    with Client("http://queue", proxy="http://user:proxy-secret@proxy:3128") as proxied:
+        assert "proxy-secret" not in repr(proxied._settings)
     assert Client("http://other", token="dq_2")._headers["Authorization"] == "Bearer dq_2"
     client.close()
 

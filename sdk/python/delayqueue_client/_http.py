@@ -17,7 +17,7 @@ import ssl
 import threading
 import time
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 from urllib.parse import unquote, urlsplit
 
@@ -63,10 +63,10 @@ class Settings:
     None for a direct connection; `max_connections` open at once (a call waits for one, up to its
     timeout)."""
     url: str
-    headers: dict[str, str]
+    headers: dict[str, str] = field(repr=False)  # the token: never in a repr
     timeout: float
     ssl_context: ssl.SSLContext
-    proxy: str | None
+    proxy: str | None = field(repr=False)  # may hold the proxy's password
     max_connections: int
 
 
