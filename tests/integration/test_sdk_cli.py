@@ -1,12 +1,13 @@
 """The `delayqueue` command line (sdk/python/delayqueue_client/cli.py) run as real subprocesses
 against a real uvicorn: every command, its output, its one-line errors and its exit codes
-(0 done, 1 refused or not found, 2 usage, 3 unreachable); and the SDK installed into a fresh venv
+(0 done, 1 refused or not found, 2 usage, 3 unreachable, 4 answer lost); and the SDK installed into a fresh venv
 without Django, its console script included."""
 import json
 import os
 import queue
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -121,6 +122,27 @@ def test_an_unreachable_server_exits_3():
     assert failed(run_cli(None, "--url", url, "stats"), 3).endswith(f"({url})")  # --url beats the environment
 
 
+def test_a_lost_answer_exits_4_for_a_command_that_may_have_been_applied_and_3_for_a_read():
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(16)
+
+        def drop_answers():  # reads each request and closes: the answer is lost
+            while True:
+                try:
+                    conn, _ = listener.accept()
+                except OSError:
+                    return
+                with conn:
+                    conn.recv(65536)
+        threading.Thread(target=drop_answers, daemon=True).start()
+        url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+        line = failed(run_cli(url, "delete", "t", "m1"), 4)
+        assert line.startswith("delayqueue: error: deleteMsg: the answer was lost, the call may have been applied: "
+                               "RemoteDisconnected") and line.endswith(f"({url})")
+        assert "unreachable: RemoteDisconnected" in failed(run_cli(url, "get", "t", "m1"), 3)  # a read: retried
+
+
 def test_tokens_from_the_environment_or_option_never_in_an_error(web_processes):
     (web,) = web_processes(1, DELAYQUEUE_AUTH="tokens")
     token = new_token(namespace="shop", scopes=["produce", "consume", "monitor"])
@@ -202,7 +224,9 @@ def test_dead_list_redrive_and_purge(sdk_server, client, scanner_process):
         assert time.monotonic() < deadline, "dead letters not listed"
         time.sleep(0.05)
 
-    listed = json.loads(ok(run_cli(sdk_server, "dead", "list", "dl", "--json", "--limit", "1")))
+    # Options go before or after the command, between `dead` and `list` too.
+    listed = json.loads(ok(run_cli(sdk_server, "dead", "--json", "list", "dl", "--limit", "1")))
+    assert json.loads(ok(run_cli(sdk_server, "dead", "list", "dl", "--json", "--limit", "1"))) == listed
     assert [(m["msg_id"], m["dead_reason"]) for m in listed["messages"]] == [("x1", "dead_lettered")]
     rest = ok(run_cli(sdk_server, "dead", "list", "dl", "--cursor", listed["next_cursor"]))
     assert rest.startswith("x2\t") and rest.rstrip().endswith("dead_lettered\tbody x2")
@@ -237,6 +261,7 @@ def test_the_sdk_installs_into_a_fresh_venv_without_django(tmp_path):
     assert shown.returncode == 0, shown.stderr
     where, django_spec = shown.stdout.split()
     assert where.startswith(str(venv)) and django_spec == "None"  # the installed copy, and no Django at all
+    assert (Path(where).parent / "py.typed").is_file()  # type checkers read the installed package's annotations
     helped = subprocess.run([str(script), "--help"], env=clean, capture_output=True, text=True, timeout=60)
     assert helped.returncode == 0 and "exit codes: 0 done" in helped.stdout
     without = subprocess.run([str(python), "-c", "import delayqueue_client.django"], env=clean, cwd=tmp_path,

@@ -3,6 +3,8 @@ every error class provoked for real, retries across a server that is not up yet 
 that is down, the batching producer under 8 threads (and its asyncio flavour under 8 tasks), AsyncClient, and DELAYQUEUE_URL/_TOKEN."""
 import asyncio
 import socket
+import subprocess
+import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -10,11 +12,11 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from asgiref.sync import sync_to_async
 from delayqueue_client import (AsyncClient, BadRequest, Client, Conflict, DelayQueueError, Forbidden, Message, NotFound,
-                               RateLimited, ServerError, Unauthorized)
+                               ProducerFull, RateLimited, ServerError, Unauthorized, Unavailable)
 
 from delayqueue.models import Message as LoggedMessage
 from delayqueue.stores.rows import set_limits
-from tests.helpers import WebProcess, scanner_env, wait_for
+from tests.helpers import WebProcess, scanner_env, wait_for, wait_until
 from tests.integration.test_tokens import new_token
 
 pytestmark = pytest.mark.process
@@ -134,17 +136,47 @@ def test_bad_input_unknown_and_conflict_raise_their_classes(client):
     assert conflict.value.code == 409 and isinstance(conflict.value, DelayQueueError)
 
 
-def test_over_a_limit_is_rate_limited_with_retry_after(client):
-    set_limits(namespace="default", topic="limited", produce_rate=2)
-
+def rate_limited(client, topic: str, call) -> RateLimited:
+    """The RateLimited `call(client)` raises once the web process has read the topic's limit."""
     def refused():
         try:
-            client.send("limited", "x")
+            call(client)
         except RateLimited as exc:
             return exc
-    error = wait_for(refused, what="the limit read by the web process")
+    return wait_for(refused, what="the limit read by the web process")
+
+
+def test_over_a_limit_is_rate_limited_with_retry_after(sdk_server):
+    set_limits(namespace="default", topic="limited", produce_rate=2)
+    with Client(sdk_server, max_retries=0) as impatient:
+        error = rate_limited(impatient, "limited", lambda c: c.send("limited", "x"))
     assert error.code == 429 and "produce rate limit of topic limited" in error.msg
     assert 0 < error.retry_after <= 1 and error.retry_after == error.retry_after_ms / 1000
+
+
+def test_calls_over_a_rate_limit_wait_its_retry_after_and_go_through_even_pulls(client, sdk_server):
+    set_limits(namespace="default", topic="paced", produce_rate=5, consume_rate=2)
+    with Client(sdk_server, max_retries=0) as impatient:
+        rate_limited(impatient, "paced", lambda c: c.send("paced", "probe"))
+        stored_before = client.topic_info("paced")["readyQueueSize"]
+        sent = [client.send("paced", f"m{i}") for i in range(10)]  # 5 a second: some refused once, then waited
+        assert [client.get("paced", m.msg_id) for m in sent] == sent
+        assert client.topic_info("paced")["readyQueueSize"] == stored_before + 10  # each stored once
+        rate_limited(impatient, "paced", lambda c: [c.pull("paced") for _ in range(3)])  # pulls at this pace: refused
+    # A refused pull took nothing, so it goes again too: every one of these pulls answers a message.
+    assert all(len(client.pull("paced", ack_timeout_ms=60_000)) == 1 for _ in range(5))
+
+
+def test_restore_restore_msg_and_monitor_data(client):
+    sent = client.send("rest", "x", msg_id="r1", delay_ms=60_000)  # in Redis and in the message log
+    assert client.restore_msg("rest", "r1") == {"restored": 0, "alreadyLive": 1, "skipped": 0}
+    assert client.restore("rest") == {"restored": 0, "alreadyLive": 1, "skipped": 0}
+    assert client.restore()["alreadyLive"] >= 1  # every topic
+    with pytest.raises(NotFound, match="not found in the message log"):
+        client.restore_msg("rest", "nope")
+    assert client.get("rest", "r1") == sent
+    data = client.monitor_data()
+    assert isinstance(data["requestStatsList"], list) and "pullMsgTimeGapStatsList" in data
 
 
 def test_tokens_unauthorized_forbidden_and_the_environment(web_processes, monkeypatch):
@@ -210,7 +242,7 @@ def test_an_unreachable_server_fails_after_the_retries_as_a_server_error():
         holder.bind(("127.0.0.1", 0))
         port = holder.getsockname()[1]  # bound, never listening: connections are refused
         with Client(f"http://127.0.0.1:{port}", max_retries=2, backoff_base=0.01) as client, \
-                pytest.raises(ServerError, match="unreachable: ConnectionRefusedError"):
+                pytest.raises(Unavailable, match="unreachable: ConnectionRefusedError"):
             client.get("t", "x")
 
 
@@ -254,9 +286,9 @@ def test_the_producer_batches_sends_of_8_threads_each_stored_once_in_flight_boun
         producer.send("prod", "late")
 
 
-def test_the_producer_fails_a_refused_item_with_its_class_and_a_failed_batch_with_the_reason(client):
+def test_the_producer_fails_a_refused_item_with_its_class_and_a_failed_batch_with_the_reason(client, sdk_server):
     set_limits(namespace="default", topic="plim", produce_rate=3)
-    with client.producer(linger_ms=50) as producer:
+    with Client(sdk_server, max_retries=0) as impatient, impatient.producer(linger_ms=50) as producer:
         def refused_some():
             futures = [producer.send("plim", f"m{i}") for i in range(6)]
             producer.flush()
@@ -273,7 +305,113 @@ def test_the_producer_fails_a_refused_item_with_its_class_and_a_failed_batch_wit
             futures = [producer.send("t", str(i)) for i in range(3)]
             producer.close()
     reasons = [f.exception(timeout=0) for f in futures]
-    assert all(isinstance(r, ServerError) and "unreachable" in r.msg for r in reasons)
+    assert all(isinstance(r, Unavailable) and "unreachable" in r.msg for r in reasons)
+
+
+def raise_refusal(results: list) -> None:
+    for result in results:
+        if isinstance(result, RateLimited):
+            raise result
+
+
+def test_a_producer_batch_over_a_rate_limit_sends_its_refused_items_again_after_the_retry_after(client, sdk_server):
+    set_limits(namespace="default", topic="pwait", produce_rate=5)
+    with Client(sdk_server, max_retries=0) as impatient:
+        rate_limited(impatient, "pwait", lambda c: raise_refusal(c.send_many([{"topic": "pwait", "msg": "p"}] * 10)))
+    stored_before = client.topic_info("pwait")["readyQueueSize"]
+    with Client(sdk_server, max_retries=10) as patient, patient.producer(linger_ms=20) as producer:
+        futures = [producer.send("pwait", f"m{i}") for i in range(12)]
+        messages = [f.result(timeout=60) for f in futures]  # no RateLimited: the refused items went again
+    assert client.topic_info("pwait")["readyQueueSize"] == stored_before + 12
+    assert [client.get("pwait", m.msg_id) for m in messages] == messages
+
+
+def test_a_full_producer_raises_or_blocks_until_a_batch_takes_its_sends(sdk_server):
+    release = threading.Event()
+    with Client(sdk_server) as client:
+        send_batch = client._send_batch
+        client._send_batch = lambda bodies: release.wait(30) and send_batch(bodies)  # a server slow to answer
+
+        def stalled(producer) -> list:
+            """Two sends out of the queue: one in a batch the server holds, one taken for the next batch."""
+            held = []
+            for text in ("out", "next"):
+                held.append(producer.send("full", text))
+                wait_for(lambda: producer._queue.empty(), what=f"{text!r} taken from the queue")
+            return held
+
+        with client.producer(linger_ms=0, max_batch=2, in_flight=1, max_queue=3, when_full="raise") as producer:
+            try:
+                sent = stalled(producer) + [producer.send("full", f"q{i}") for i in range(3)]
+                with pytest.raises(ProducerFull, match="queue is full"):
+                    producer.send("full", "over")
+            finally:
+                release.set()
+            assert [f.result(timeout=30).msg for f in sent] == ["out", "next", "q0", "q1", "q2"]
+        release.clear()
+        with client.producer(linger_ms=0, max_batch=2, in_flight=1, max_queue=2) as producer, \
+                ThreadPoolExecutor(1) as pool:
+            try:
+                sent = stalled(producer) + [producer.send("full", f"w{i}") for i in range(2)]
+                blocked = pool.submit(producer.send, "full", "waits")
+                with pytest.raises(TimeoutError):
+                    blocked.result(timeout=0.3)  # no room: the send waits (it did not raise)
+            finally:
+                release.set()
+            assert blocked.result(timeout=30).result(timeout=30).msg == "waits"
+            assert all(f.result(timeout=30) for f in sent)
+        assert client.topic_info("full")["readyQueueSize"] == 10
+
+
+async def test_a_full_async_producer_raises_and_send_when_room_waits_for_a_batch_to_take_some(sdk_server):
+    release = asyncio.Event()
+    async with AsyncClient(sdk_server) as client:
+        send_batch = client._send_batch
+
+        async def slow_server(bodies):
+            await release.wait()
+            return await send_batch(bodies)
+        client._send_batch = slow_server
+
+        async def queue_emptied():
+            return producer._queue.empty()
+        async with client.producer(linger_ms=0, max_batch=1, in_flight=1, max_queue=2) as producer:
+            try:
+                sent = []
+                for text in ("out", "next"):  # one in the batch the server holds, one taken for the next
+                    sent.append(producer.send("afull", text))
+                    await wait_until(queue_emptied, what=f"{text!r} taken from the queue")
+                sent += [producer.send("afull", f"q{i}") for i in range(2)]
+                with pytest.raises(ProducerFull, match="queue is full"):
+                    producer.send("afull", "over")
+                waiting = asyncio.create_task(producer.send_when_room("afull", "waits"))
+                await asyncio.sleep(0.3)
+                assert not waiting.done()  # no room yet: it waits (it did not raise)
+            finally:
+                release.set()
+            sent.append(await waiting)
+            assert [(await f).msg for f in sent] == ["out", "next", "q0", "q1", "waits"]
+        assert (await client.topic_info("afull"))["readyQueueSize"] == 5
+
+
+def test_max_batch_is_held_to_the_servers_limit(client):
+    # All 2,500 wait within the linger: one batch of them would be refused whole (code 400).
+    with client.producer(max_batch=5000, linger_ms=2000) as producer:
+        futures = [producer.send("big", str(i)) for i in range(2500)]
+    assert all(f.result().topic == "big" for f in futures)
+    assert client.topic_info("big")["readyQueueSize"] == 2500
+
+
+def test_a_producer_not_closed_sends_its_pending_messages_at_interpreter_exit(sdk_server, tmp_path):
+    script = tmp_path / "unclosed.py"
+    script.write_text(
+        "import sys\n"
+        "from delayqueue_client import Client\n"
+        "producer = Client(sys.argv[1]).producer(linger_ms=500)\n"
+        "for i in range(300):\n"
+        "    producer.send('atexit', f'm{i}', msg_id=f'ax{i}')\n")  # no flush, no close: exits at once
+    subprocess.run([sys.executable, str(script), sdk_server], check=True, timeout=60)
+    assert logged_count("atexit") == 300
 
 
 async def test_the_async_client_has_the_same_methods(sdk_server):

@@ -107,3 +107,8 @@ def test_the_readme_example_sends_then_its_worker_prints_the_message_when_due(sd
     with Client(sdk_server) as client:
         info = client.topic_info("orders")
         assert info["waitingQueueSize"] + info["readyQueueSize"] + info["ackQueueSize"] == 0  # acked
+
+
+def test_the_package_readme_example_sends_batches_and_pulls(sdk_server, tmp_path):
+    out = finished(start(example("client.producer()", page="sdk/python/README.md"), sdk_server, tmp_path))
+    assert out.splitlines() == ["1000 stored", "cancel order 42"]

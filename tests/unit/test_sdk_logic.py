@@ -4,10 +4,13 @@ import time
 import uuid
 
 import pytest
-from delayqueue_client import (AsyncClient, BadRequest, Conflict, DeadLetter, DelayQueueError, Forbidden, Message,
-                               NotFound, RateLimited, ServerError, Unauthorized)
-from delayqueue_client._calls import Call, answer_of, backoff, batch_results, merge_batch, result_of, send_body
-from delayqueue_client._http import MaybeSent, NotSent
+import json
+
+from delayqueue_client import (AsyncClient, BadRequest, Conflict, DeadLetter, DelayQueueError, Forbidden, MaybeApplied,
+                               Message, NotFound, RateLimited, ServerError, Unauthorized, Unavailable)
+from delayqueue_client._calls import (Again, Call, backoff, batch_results, envelope_of, merge_batch, result_of,
+                                      send_body)
+from delayqueue_client._http import MaybeSent, NotSent, proxy_for
 from delayqueue_client.client import Client
 from delayqueue_client.errors import error_from_answer
 from delayqueue_client.message import new_msg_id
@@ -86,25 +89,105 @@ def test_batch_results_keep_order_with_each_failed_item_as_its_error_not_raised(
     assert isinstance(results[2], BadRequest) and results[2].msg == "message 2: topic is required"
 
 
-def test_a_non_envelope_http_answer_is_a_server_error():
-    with pytest.raises(ServerError, match="HTTP 502"):
-        answer_of(502, b"<html>bad gateway</html>")
+def test_a_non_envelope_http_answer_is_none():
+    assert envelope_of(b"<html>bad gateway</html>") is None
+    assert envelope_of(b'{"detail": "not found"}') is None
+    assert envelope_of(b'{"code": 200, "msg": "success"}') == {"code": 200, "msg": "success"}
 
 
-def test_retry_decision_connect_errors_always_sent_errors_and_unavailable_only_when_idempotent():
-    client = Client("http://127.0.0.1:1", max_retries=2)
-    safe, unsafe = (Call("x", {}, dict, idempotent=flag) for flag in (True, False))
-    refused, cut = NotSent("ConnectionRefusedError"), MaybeSent("ConnectionResetError")
-    unavailable, broken = {"code": 500, "msg": "redis unavailable: timeout"}, {"code": 500, "msg": "bug"}
-    assert client._retry_after(unsafe, 0, refused, None) is not None
-    assert client._retry_after(unsafe, 0, cut, None) is None
-    assert client._retry_after(safe, 0, cut, None) is not None
-    assert client._retry_after(safe, 0, None, unavailable) is not None
-    assert client._retry_after(unsafe, 0, None, unavailable) is None
-    assert client._retry_after(safe, 0, None, broken) is None
-    assert client._retry_after(safe, 2, refused, None) is None  # max_retries reached
-    assert all(0 <= backoff(n, 0.1, 2.0) <= min(2.0, 0.1 * 2 ** n) for n in range(10))
+def envelope(**fields) -> tuple[int, bytes]:
+    return 200, json.dumps(fields).encode()
+
+
+@pytest.fixture
+def decide():
+    """One attempt's outcome for a Client with 2 retries: a float (seconds to wait before the next
+    attempt), or the error it raises; the result otherwise."""
+    client = Client("http://127.0.0.1:1", max_retries=2, max_retry_after=5.0)
+
+    def outcome(idempotent: bool, posted, attempt: int = 0):
+        try:
+            found = client._after_attempt(Call("ackMsg", {}, lambda a: "result", idempotent=idempotent), attempt, posted)
+        except DelayQueueError as exc:
+            return exc
+        return found.seconds if isinstance(found, Again) else found
+    yield outcome
     client.close()
+
+
+def test_retry_decision_connect_errors_always_sent_errors_and_unavailable_only_when_idempotent(decide):
+    refused, cut = NotSent("ConnectionRefusedError"), MaybeSent("ConnectionResetError")
+    unavailable, broken = envelope(code=500, msg="redis unavailable: timeout"), envelope(code=500, msg="bug")
+    assert isinstance(decide(False, refused), float)
+    assert isinstance(decide(True, cut), float)
+    assert isinstance(decide(True, unavailable), float)
+    assert isinstance(decide(False, unavailable), ServerError)
+    assert isinstance(decide(True, broken), ServerError)
+    assert decide(True, envelope(code=200, msg="success")) == "result"
+    assert all(0 <= backoff(n, 0.1, 2.0) <= min(2.0, 0.1 * 2 ** n) for n in range(10))
+
+
+@pytest.mark.parametrize("status", [502, 503, 504])
+def test_a_proxy_failure_is_retried_only_when_idempotent_then_unavailable_else_maybe_applied(decide, status):
+    page = (status, b"<html>gateway trouble</html>")
+    assert isinstance(decide(True, page), float)
+    final = decide(True, page, attempt=2)  # max_retries reached
+    assert isinstance(final, Unavailable) and isinstance(final, ServerError) and f"HTTP {status}" in final.msg
+    lost = decide(False, page)  # the proxy may have passed an ack on: not sent again
+    assert isinstance(lost, MaybeApplied) and isinstance(lost, ServerError) and "may have been applied" in lost.msg
+
+
+def test_a_non_envelope_answer_is_retried_when_idempotent_and_a_server_error_at_the_end(decide):
+    page = (404, b"<html>no such path</html>")
+    assert isinstance(decide(True, page), float)
+    final = decide(True, page, attempt=2)
+    assert type(final) is ServerError and "HTTP 404 answer, not the API's envelope" in final.msg
+    assert isinstance(decide(False, page), MaybeApplied)
+
+
+def test_a_lost_answer_is_maybe_applied_for_a_call_that_is_not_idempotent_and_unavailable_otherwise(decide):
+    cut, refused = MaybeSent("RemoteDisconnected"), NotSent("ConnectionRefusedError")
+    lost = decide(False, cut)
+    assert isinstance(lost, MaybeApplied) and lost.code is None and "RemoteDisconnected" in lost.msg
+    assert isinstance(decide(True, cut, attempt=2), Unavailable)
+    never_sent = decide(False, refused, attempt=2)
+    assert isinstance(never_sent, Unavailable) and "unreachable: ConnectionRefusedError" in never_sent.msg
+
+
+def test_a_429_with_retry_after_is_waited_for_on_every_call_and_a_cap_without_it_is_raised(decide):
+    throttled = envelope(code=429, msg="too many requests", retryAfterMillis=250)
+    assert decide(False, throttled) == 0.25  # refused, so nothing applied: even an ack goes again
+    assert decide(True, throttled) == 0.25
+    assert isinstance(decide(False, throttled, attempt=2), RateLimited)  # max_retries reached
+    cap = envelope(code=429, msg="too many topics: the cap is 10 (DELAYQUEUE_MAX_TOPICS)")
+    assert isinstance(decide(True, cap), RateLimited)  # waiting does not lift a cap
+    too_long = envelope(code=429, msg="too many invalid API tokens", retryAfterMillis=60_000)
+    assert isinstance(decide(True, too_long), RateLimited)  # over max_retry_after: the caller decides
+
+
+def test_proxy_from_the_argument_or_the_environment_unless_no_proxy_covers_the_host(monkeypatch):
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "all_proxy",
+                 "no_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    assert proxy_for("http://queue:8000", None, True) is None
+    assert proxy_for("http://queue:8000", "http://proxy:3128", False) == "http://proxy:3128"
+    monkeypatch.setenv("HTTPS_PROXY", "http://secure-proxy:3128")
+    monkeypatch.setenv("HTTP_PROXY", "http://plain-proxy:3128")
+    assert proxy_for("https://queue", None, True) == "http://secure-proxy:3128"
+    assert proxy_for("http://queue", None, True) == "http://plain-proxy:3128"
+    assert proxy_for("http://queue", None, False) is None  # trust_env=False
+    monkeypatch.setenv("NO_PROXY", "queue,.internal")
+    assert proxy_for("http://queue:8000", None, True) is None
+    assert proxy_for("http://a.internal", None, True) is None
+    assert proxy_for("http://elsewhere", None, True) == "http://plain-proxy:3128"
+    with pytest.raises(ValueError, match=r"http://\[user:password@\]host:port, got 'socks5://u:\*\*\*@p:1'"):
+        proxy_for("http://queue", "socks5://u:secret@p:1", True)
+
+
+def test_client_options_are_checked():
+    for bad in ({"timeout": 0}, {"max_connections": 0}, {"max_retries": -1}):
+        with pytest.raises(ValueError, match="timeout must be above 0"):
+            Client("http://queue", **bad)
 
 
 def test_url_and_token_come_from_the_environment_and_the_token_shows_in_no_repr(monkeypatch):
@@ -113,19 +196,30 @@ def test_url_and_token_come_from_the_environment_and_the_token_shows_in_no_repr(
     client = Client()
     assert client.base_url == "http://queue.example:9000"
     assert client._headers["Authorization"] == "Bearer dq_secret"
-    assert "dq_secret" not in repr(client)
+    assert "dq_secret" not in repr(client) and "dq_secret" not in repr(client._settings)
+    with Client("http://queue", proxy="http://user:proxy-secret@proxy:3128") as proxied:
+        assert "proxy-secret" not in repr(proxied._settings)
     assert Client("http://other", token="dq_2")._headers["Authorization"] == "Bearer dq_2"
     client.close()
 
 
-def test_merge_batch_places_answers_and_picks_only_unavailable_items_to_send_again():
+def test_merge_batch_places_answers_and_picks_unavailable_and_throttled_items_to_send_again():
     results = [None] * 4
     answered = [Message.from_api(API_MESSAGE), ServerError("message 1: message log unavailable: connection refused"),
                 RateLimited("message 2: too many requests", retry_after_ms=5), ServerError("message 3: bug")]
-    assert merge_batch(results, [0, 1, 2, 3], answered, retry=True) == [1]
+    assert merge_batch(results, [0, 1, 2, 3], answered) == [1, 2]  # unavailable, over a rate limit
     assert results == answered
-    assert merge_batch(results, [1], [ServerError("message 0: redis unavailable: timeout")], retry=False) == []
-    assert results[1].msg == "message 0: redis unavailable: timeout"
+    assert merge_batch(results, [1], ServerError("unreachable")) == []
+    assert results[1].msg == "unreachable"
+
+
+def test_a_batch_sends_again_its_unavailable_and_throttled_items_after_the_longest_retry_after():
+    with Client("http://127.0.0.1:1", max_retries=2, backoff_base=0.001) as client:
+        results = [None] * 3
+        answered = [ServerError("message 0: redis unavailable: x"), RateLimited("message 1: slow", retry_after_ms=300),
+                    RateLimited("message 2: cap")]  # no retryAfterMillis: a cap, not sent again
+        assert client._batch_again(results, [0, 1, 2], answered, attempt=0) == ([0, 1], 0.3)
+        assert client._batch_again(results, [0, 1, 2], answered, attempt=2) == ([], 0.0)
 
 
 def test_a_resend_that_fails_as_a_whole_keeps_what_the_first_answer_stored():
@@ -151,3 +245,14 @@ def test_a_server_url_that_is_not_http_is_refused_by_both_clients(url):
         Client(url)
     with pytest.raises(ValueError, match="must be http"):
         AsyncClient(url)
+
+
+def test_the_methods_defined_once_show_their_own_parameters_and_doc_on_both_clients():
+    import inspect
+
+    for client in (Client("http://queue"), AsyncClient("http://queue")):
+        assert str(inspect.signature(client.pull)) == (
+            "(topic: 'str', *, batch: 'int' = 1, ack_timeout_ms: 'int | None' = None, wait_ms: 'int' = 0)")
+        assert client.pull.__name__ == "pull" and "long-polls" in client.pull.__doc__
+    assert inspect.iscoroutine(coroutine := AsyncClient("http://queue").topic_infos())
+    coroutine.close()  # never awaited: nothing was sent

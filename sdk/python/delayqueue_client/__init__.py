@@ -1,17 +1,18 @@
-"""delayqueue's Python client: Client, AsyncClient, the batching producer (Client.producer) and
-one exception class per answer code, the Worker that consumes a topic, and the task layer (App)."""
+"""delayqueue's Python client: Client, AsyncClient, the batching producer (Client.producer), one
+exception class per answer code (and Unavailable / MaybeApplied for calls that got no answer), the
+Worker that consumes topics, and the task layer (App)."""
 from delayqueue_client._calls import DeadLetterPage
 from delayqueue_client.app import App, EagerHandle, Task, TaskHandle, TaskStatus
 from delayqueue_client.client import AsyncClient, Client
-from delayqueue_client.errors import (BadRequest, Conflict, DeadLetter, DelayQueueError, Forbidden, NotFound,
-                                      RateLimited, Retry, ServerError, Unauthorized)
+from delayqueue_client.errors import (BadRequest, Conflict, DeadLetter, DelayQueueError, Forbidden, MaybeApplied,
+                                      NotFound, RateLimited, Retry, ServerError, Unauthorized, Unavailable)
 from delayqueue_client.envelope import EnvelopeError, TaskTooLarge
 from delayqueue_client.message import Message
-from delayqueue_client.producer import AsyncProducer, Producer
+from delayqueue_client.producer import AsyncProducer, Producer, ProducerFull
 from delayqueue_client.signature import InvalidSignature, verify_signature
 from delayqueue_client.worker import Worker
 
 __all__ = ["App", "AsyncClient", "AsyncProducer", "BadRequest", "Client", "Conflict", "DeadLetter", "DeadLetterPage",
-           "DelayQueueError", "EagerHandle", "EnvelopeError", "Forbidden", "InvalidSignature", "Message", "NotFound",
-           "Producer", "RateLimited", "Retry", "ServerError", "Task", "TaskHandle", "TaskStatus", "TaskTooLarge",
-           "Unauthorized", "Worker", "verify_signature"]
+           "DelayQueueError", "EagerHandle", "EnvelopeError", "Forbidden", "InvalidSignature", "MaybeApplied", "Message",
+           "NotFound", "Producer", "ProducerFull", "RateLimited", "Retry", "ServerError", "Task", "TaskHandle", "TaskStatus",
+           "TaskTooLarge", "Unauthorized", "Unavailable", "Worker", "verify_signature"]

@@ -1,20 +1,36 @@
 """The API's calls, defined once for Client and AsyncClient: each method builds a Call (endpoint,
-JSON body, how to read the answer, whether it may be retried) and hands it to the client's `_run`,
-which sends it (Client) or returns the coroutine that sends it (AsyncClient)."""
+JSON body, how to read the answer, whether it may be retried); the `api` descriptor hands it to the
+client's `_run`, which sends it (Client) or returns the coroutine that sends it (AsyncClient), and
+types each method accordingly (a Client's answers T, an AsyncClient's an awaitable of T)."""
+from __future__ import annotations
+
+import inspect
 import json
 import os
 import random
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
-from typing import Any, Callable, NamedTuple
+from typing import TYPE_CHECKING, Any, Concatenate, Generic, NamedTuple, ParamSpec, TypeVar, cast, overload
 from urllib.parse import urlsplit
 
-from delayqueue_client._http import MaybeSent, NotSent, TransportError
-from delayqueue_client.errors import DelayQueueError, ServerError, error_from_answer
+from delayqueue_client._http import MaybeSent, NotSent, Settings, TransportError, proxy_for, ssl_context
+from delayqueue_client.errors import (DelayQueueError, MaybeApplied, RateLimited, ServerError, Unavailable,
+                                      error_from_answer)
 from delayqueue_client.message import Message, new_msg_id
+
+if TYPE_CHECKING:
+    from delayqueue_client.client import AsyncClient, Client
 
 API_PATH = "/camellia/delayQueue/"
 DEFAULT_URL = "http://127.0.0.1:8000"  # ./dev run's address
-_RAISE = object()
+# What a proxy or load balancer answers when the server is down or slow: for an idempotent call,
+# worth another try; for another, the request may have been passed on and applied.
+PROXY_FAILURES = (502, 503, 504)
+_RAISE: Any = object()
+T = TypeVar("T")
+P = ParamSpec("P")
+Body = dict[str, Any]
+SendResult = Message | DelayQueueError
 
 # setTopicConfig's settings by set_topic_config's keyword names.
 TOPIC_SETTINGS = {
@@ -35,47 +51,95 @@ class DeadLetterPage(NamedTuple):
 
 
 @dataclass(frozen=True)
-class Call:
+class Call(Generic[T]):
     endpoint: str
-    body: dict | list
-    parse: Callable[[dict], Any]
+    body: Body | list[Body]
+    parse: Callable[[Body], T]
     idempotent: bool
     not_found: Any = _RAISE  # what a 404 answers instead of raising NotFound
     extra_timeout: float = 0.0  # a long poll's wait, on top of the client's timeout
 
 
-def answer_of(status: int, content: bytes) -> dict:
-    """The envelope of a response; a non-JSON or non-200 HTTP answer (a proxy's 502, say) as ServerError."""
+class Again(NamedTuple):
+    """An attempt worth another after `seconds`."""
+    seconds: float
+
+
+class api(Generic[P, T]):
+    """A method of both clients, defined once by the function that builds its Call: on a Client it
+    answers the call's result, on an AsyncClient an awaitable of it (and mypy knows which)."""
+
+    def __init__(self, build: Callable[Concatenate[Any, P], Call[T]]):
+        self._build = build
+        self.__doc__, self.__name__ = build.__doc__, build.__name__
+        # What help() and inspect show for a client's method: build's parameters after self.
+        built = inspect.signature(build)
+        self.__signature__ = built.replace(parameters=list(built.parameters.values())[1:],
+                                           return_annotation=inspect.Signature.empty)
+
+    @overload
+    def __get__(self, client: None, owner: type[Any]) -> api[P, T]: ...
+
+    @overload
+    def __get__(self, client: Client, owner: type[Any] | None = None) -> Callable[P, T]: ...
+
+    @overload
+    def __get__(self, client: AsyncClient, owner: type[Any] | None = None) -> Callable[P, Coroutine[Any, Any, T]]: ...
+
+    def __get__(self, client: Any, owner: Any = None) -> Any:
+        if client is None:
+            return self
+        build, run = self._build, client._run
+
+        def method(*args: Any, **kwargs: Any) -> Any:
+            return run(build(client, *args, **kwargs))
+        method.__doc__, method.__name__ = self.__doc__, self.__name__
+        method.__signature__ = self.__signature__  # type: ignore[attr-defined]
+        return method
+
+
+def envelope_of(content: bytes) -> Body | None:
+    """The API's envelope in a response, or None when it is not one (a proxy's 502 page, say)."""
     try:
         answer = json.loads(content)
     except ValueError:
-        answer = None
-    if not isinstance(answer, dict) or not isinstance(answer.get("code"), int):
-        raise ServerError(f"unexpected HTTP {status} answer, not the API's envelope")
-    return answer
+        return None
+    return answer if isinstance(answer, dict) and isinstance(answer.get("code"), int) else None
 
 
-def transient(code: int, msg: str) -> bool:
+def transient(code: int | None, msg: str) -> bool:
     """A 500 saying a store is unavailable (`redis unavailable: ...`): worth another try."""
     return code == 500 and "unavailable" in msg
 
 
-def result_of(call: Call, answer: dict) -> Any:
+def failed(call: Call[Any], failure: TransportError | int) -> ServerError:
+    """The error of a call that got no answer of the API: `failure` is why there was none, or the
+    HTTP status of an answer that was not the API's envelope. Unavailable when nothing was applied
+    or the call is idempotent; MaybeApplied when a call that is not may have been."""
+    what = f"HTTP {failure} answer, not the API's envelope" if isinstance(failure, int) else str(failure)
+    if isinstance(failure, NotSent) or (call.idempotent and (isinstance(failure, MaybeSent) or failure in PROXY_FAILURES)):
+        return Unavailable(f"delayqueue server unreachable: {what}")
+    if call.idempotent:
+        return ServerError(f"unexpected {what}")
+    return MaybeApplied(f"{call.endpoint}: the answer was lost, the call may have been applied: {what}")
+
+
+def result_of(call: Call[T], answer: Body) -> T:
     if answer["code"] == 200:
         return call.parse(answer)
     if answer["code"] == 404 and call.not_found is not _RAISE:
-        return call.not_found
+        return cast(T, call.not_found)
     raise error_from_answer(answer)
 
 
 def send_body(topic: str, msg: str, *, delay_ms: int | None = None, trigger_time: int | None = None,
               msg_id: str | None = None, ttl_ms: int | None = None, max_retry: int | None = None,
-              priority: int | None = None) -> dict:
+              priority: int | None = None) -> Body:
     """sendMsg's JSON object; a msgId is made here when none is given, so every send can be retried.
     Neither delay_ms nor trigger_time: due now (the API needs one of them)."""
     if not isinstance(msg, str):
         raise TypeError(f"msg must be a str, got {type(msg).__name__} (encode it, e.g. json.dumps)")
-    body = {"topic": topic, "msg": msg, "msgId": msg_id or new_msg_id()}
+    body: Body = {"topic": topic, "msg": msg, "msgId": msg_id or new_msg_id()}
     if delay_ms is None and trigger_time is None:
         delay_ms = 0
     for key, value in (("delayMillis", delay_ms), ("triggerTime", trigger_time), ("ttlMillis", ttl_ms),
@@ -85,17 +149,18 @@ def send_body(topic: str, msg: str, *, delay_ms: int | None = None, trigger_time
     return body
 
 
-def batch_results(answer: dict) -> list:
+def batch_results(answer: Body) -> list[SendResult]:
     """sendMsgBatch's results: per message its Message or its error (not raised)."""
     return [Message.from_api(r["delayMsg"]) if r["code"] == 200 else error_from_answer(r)
             for r in answer["results"]]
 
 
-def merge_batch(results: list, todo: list[int], answered: list | DelayQueueError, retry: bool) -> list[int]:
-    """Puts a sendMsgBatch answer for the positions `todo` into `results`; answers the positions a
-    store was unavailable for (an item's own 500 in a 200 answer), to send again when `retry`.
-    A resend that failed as a whole (`answered` is its error) is each of its positions' error:
-    the positions an earlier answer stored keep their messages."""
+def merge_batch(results: list[SendResult | None], todo: list[int],
+                answered: list[SendResult] | DelayQueueError) -> list[int]:
+    """Puts a sendMsgBatch answer for the positions `todo` into `results`; answers the positions
+    whose item failed as worth another try (a store unavailable: its own 500; over a rate limit:
+    its 429). A resend that failed as a whole (`answered` is its error) is each of its positions'
+    error: the positions an earlier answer stored keep their messages."""
     if isinstance(answered, DelayQueueError):
         for position in todo:
             results[position] = answered
@@ -103,7 +168,7 @@ def merge_batch(results: list, todo: list[int], answered: list | DelayQueueError
     again = []
     for position, result in zip(todo, answered):
         results[position] = result
-        if retry and isinstance(result, DelayQueueError) and transient(result.code, result.msg):
+        if isinstance(result, RateLimited) or (isinstance(result, DelayQueueError) and transient(result.code, result.msg)):
             again.append(position)
     return again
 
@@ -113,173 +178,258 @@ def backoff(attempt: int, base: float, cap: float) -> float:
     return random.uniform(0, min(cap, base * 2 ** attempt))
 
 
-def _without_none(**fields) -> dict:
+def _without_none(**fields: Any) -> Body:
     return {k: v for k, v in fields.items() if v is not None}
 
 
+def _message(answer: Body) -> Message:
+    return Message.from_api(answer["delayMsg"])
+
+
+def _messages(answer: Body) -> list[Message]:
+    return [Message.from_api(m) for m in answer["delayMsgList"]]
+
+
+def _data(answer: Body) -> Any:
+    return answer["data"]
+
+
+def _restore_counts(answer: Body) -> dict[str, int]:
+    return {k: answer[k] for k in ("restored", "alreadyLive", "skipped")}
+
+
 class Calls:
-    """The methods of Client and AsyncClient (AsyncClient's answer awaitables of the same values)."""
+    """The methods of Client and AsyncClient (AsyncClient's answer awaitables of the same values).
+
+    `timeout` (seconds) bounds each attempt, waiting for a free connection included; `verify`,
+    `cert`: TLS (see _http.ssl_context); `proxy` an http:// proxy, else with `trust_env` the
+    proxy variables (see _http.proxy_for); `max_connections` open at once."""
 
     def __init__(self, base_url: str | None = None, token: str | None = None, *, timeout: float = 10.0,
-                 max_retries: int = 4, backoff_base: float = 0.1, backoff_max: float = 2.0):
+                 max_retries: int = 4, backoff_base: float = 0.1, backoff_max: float = 2.0,
+                 max_retry_after: float = 5.0, verify: bool | str = True, cert: str | tuple[str, str] | None = None,
+                 proxy: str | None = None, trust_env: bool = True, max_connections: int = 100):
         self.base_url = (base_url or os.environ.get("DELAYQUEUE_URL") or DEFAULT_URL).rstrip("/")
         parts = urlsplit(self.base_url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"the server URL must be http(s)://host[:port][/prefix], got {self.base_url!r}")
+        if timeout <= 0 or max_connections < 1 or max_retries < 0:
+            raise ValueError(f"timeout must be above 0, max_connections at least 1 and max_retries at least 0, "
+                             f"got {timeout}, {max_connections} and {max_retries}")
         token = token if token is not None else os.environ.get("DELAYQUEUE_TOKEN")
         self._headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.timeout = timeout
         self.max_retries = max_retries
         self.backoff_base, self.backoff_max = backoff_base, backoff_max
+        self.max_retry_after = max_retry_after
+        self._settings = Settings(url=self.base_url + API_PATH, headers=self._headers, timeout=timeout,
+                                  ssl_context=ssl_context(verify, cert),
+                                  proxy=proxy_for(self.base_url, proxy, trust_env), max_connections=max_connections)
+        self._http = self._new_transport(self._settings)
 
-    def __repr__(self):  # never the token
+    def _new_transport(self, settings: Settings) -> Any:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:  # never the token
         return f"{type(self).__name__}({self.base_url!r})"
 
-    def _retry_after(self, call: Call, attempt: int, exc: BaseException | None, answer: dict | None) -> float | None:
-        """Seconds to wait before attempt+1, or None when this outcome is final."""
+    def _after_attempt(self, call: Call[T], attempt: int, posted: tuple[int, bytes] | TransportError) -> T | Again:
+        """What one attempt of `call` came to, for Client._run and AsyncClient._run: its result when
+        final, Again when worth another; raises the call's error when final. `posted`: the HTTP
+        status and content, or why there was none."""
+        if isinstance(posted, TransportError):
+            failure: TransportError | int = posted
+        else:
+            answer = envelope_of(posted[1])
+            if answer is not None:
+                wait = self._answer_wait(call, attempt, answer)
+                return result_of(call, answer) if wait is None else Again(wait)
+            failure = posted[0]
+        # A request that may have reached the server is sent again only when idempotent.
+        if attempt < self.max_retries and (isinstance(failure, NotSent) or call.idempotent):
+            return Again(backoff(attempt, self.backoff_base, self.backoff_max))
+        raise failed(call, failure) from (failure if isinstance(failure, TransportError) else None)
+
+    def _answer_wait(self, call: Call[Any], attempt: int, answer: Body) -> float | None:
+        """Seconds to wait before sending `call` again after this envelope, or None when it is final."""
         if attempt >= self.max_retries:
             return None
-        if exc is not None:  # a request that may have reached the server is sent again only when idempotent
-            retry = isinstance(exc, NotSent) or (call.idempotent and isinstance(exc, MaybeSent))
-        else:
-            retry = call.idempotent and transient(answer["code"], str(answer.get("msg", "")))
-        return backoff(attempt, self.backoff_base, self.backoff_max) if retry else None
+        if answer["code"] == 429:  # refused, nothing applied: any call goes again once the limit lets it
+            return self._throttle_wait(answer.get("retryAfterMillis"))
+        if call.idempotent and transient(answer["code"], str(answer.get("msg", ""))):
+            return backoff(attempt, self.backoff_base, self.backoff_max)
+        return None
 
-    def _after_attempt(self, call: Call, attempt: int,
-                       posted: tuple[int, bytes] | TransportError) -> tuple[Any, float | None]:
-        """What one attempt of `call` came to, for Client._run and AsyncClient._run: (its result,
-        None) when final, (None, seconds to wait) when worth another; raises the call's error
-        when final. `posted`: the HTTP status and content, or why there was none."""
-        if isinstance(posted, TransportError):
-            wait = self._retry_after(call, attempt, posted, None)
-            if wait is None:
-                raise ServerError(f"delayqueue server unreachable: {posted}") from posted
-            return None, wait
-        answer = answer_of(*posted)
-        wait = self._retry_after(call, attempt, None, answer)
-        return (result_of(call, answer), None) if wait is None else (None, wait)
+    def _throttle_wait(self, retry_after_ms: object) -> float | None:
+        """A 429's retryAfterMillis in seconds when it is worth waiting for. A 429 without it is a cap
+        that waiting does not lift; one asking for more than max_retry_after is raised at once."""
+        if not isinstance(retry_after_ms, int) or retry_after_ms > self.max_retry_after * 1000:
+            return None
+        return retry_after_ms / 1000
 
-    def _run(self, call: Call):
-        raise NotImplementedError
+    def _batch_again(self, results: list[SendResult | None], todo: list[int],
+                     answered: list[SendResult] | DelayQueueError, attempt: int) -> tuple[list[int], float]:
+        """Merges a sendMsgBatch answer (merge_batch); answers the positions to send again and how
+        long to wait first (the longest retry-after among them, at least a backoff)."""
+        candidates = merge_batch(results, todo, answered)
+        if attempt >= self.max_retries:
+            return [], 0.0
+        again, wait = [], backoff(attempt, self.backoff_base, self.backoff_max)
+        for position in candidates:
+            result = results[position]
+            throttled = self._throttle_wait(result.retry_after_ms) if isinstance(result, RateLimited) else wait
+            if throttled is not None:
+                again.append(position)
+                wait = max(wait, throttled)
+        return again, wait
+
+    @staticmethod
+    def _batch_call(bodies: list[Body], todo: list[int]) -> Call[list[SendResult]]:
+        return Call("sendMsgBatch", [bodies[i] for i in todo], batch_results, idempotent=True)
 
     # --- messages
 
+    @api
     def send(self, topic: str, msg: str, *, delay_ms: int | None = None, trigger_time: int | None = None,
              msg_id: str | None = None, ttl_ms: int | None = None, max_retry: int | None = None,
-             priority: int | None = None) -> Message:
+             priority: int | None = None) -> Call[Message]:
         body = send_body(topic, msg, delay_ms=delay_ms, trigger_time=trigger_time, msg_id=msg_id, ttl_ms=ttl_ms,
                          max_retry=max_retry, priority=priority)
-        return self._run(Call("sendMsg", body, lambda a: Message.from_api(a["delayMsg"]), idempotent=True))
+        return Call("sendMsg", body, _message, idempotent=True)
 
-    def send_many(self, items: list[dict]) -> list[Message | DelayQueueError]:
-        """One sendMsgBatch of dicts with send()'s keyword names; per item its Message or its error
-        (an item a store was unavailable for is retried as a call is)."""
-        return self._send_batch([send_body(**item) for item in items])
+    @api
+    def get(self, topic: str, msg_id: str) -> Call[Message | None]:
+        return Call("getMsg", {"topic": topic, "msgId": msg_id}, _message, idempotent=True, not_found=None)
 
-    def _send_batch(self, bodies: list[dict]):
-        """sendMsgBatch of these bodies; items a store was unavailable for are sent again (same msgIds)."""
-        raise NotImplementedError
-
-    @staticmethod
-    def _batch_call(bodies: list[dict], todo: list[int]) -> Call:
-        return Call("sendMsgBatch", [bodies[i] for i in todo], batch_results, idempotent=True)
-
-    def get(self, topic: str, msg_id: str) -> Message | None:
-        return self._run(Call("getMsg", {"topic": topic, "msgId": msg_id}, lambda a: Message.from_api(a["delayMsg"]),
-                              idempotent=True, not_found=None))
-
-    def delete(self, topic: str, msg_id: str, *, release: bool = False) -> bool:
+    @api
+    def delete(self, topic: str, msg_id: str, *, release: bool = False) -> Call[bool]:
         """True when deleted; False when missing or already ended."""
-        return self._run(Call("deleteMsg", {"topic": topic, "msgId": msg_id, "release": release}, lambda a: True,
-                              idempotent=False, not_found=False))
+        return Call("deleteMsg", {"topic": topic, "msgId": msg_id, "release": release}, lambda a: True,
+                    idempotent=False, not_found=False)
 
+    @api
     def pull(self, topic: str, *, batch: int = 1, ack_timeout_ms: int | None = None,
-             wait_ms: int = 0) -> list[Message]:
+             wait_ms: int = 0) -> Call[list[Message]]:
         """Up to `batch` ready messages; wait_ms > 0 long-polls that long for the first one."""
         body = _without_none(topic=topic, batch=batch, ackTimeoutMillis=ack_timeout_ms)
         endpoint = "pullMsg"
         if wait_ms > 0:
             endpoint, body["longPollingTimeoutMillis"] = "longPollingMsg", wait_ms
-        return self._run(Call(endpoint, body, lambda a: [Message.from_api(m) for m in a["delayMsgList"]],
-                              idempotent=False, extra_timeout=wait_ms / 1000))
+        return Call(endpoint, body, _messages, idempotent=False, extra_timeout=wait_ms / 1000)
 
-    def ack(self, topic: str, msg_id: str) -> bool:
-        return self._run(Call("ackMsg", {"topic": topic, "msgId": msg_id, "ack": True}, lambda a: a["done"],
-                              idempotent=False))
+    @api
+    def ack(self, topic: str, msg_id: str) -> Call[bool]:
+        return Call("ackMsg", {"topic": topic, "msgId": msg_id, "ack": True}, lambda a: bool(a["done"]),
+                    idempotent=False)
 
-    def nack(self, topic: str, msg_id: str, *, delay_ms: int | None = None, dead_letter: bool = False) -> bool:
+    @api
+    def nack(self, topic: str, msg_id: str, *, delay_ms: int | None = None, dead_letter: bool = False) -> Call[bool]:
         """Gives the message back (after delay_ms), or ends it as a dead letter."""
         body = _without_none(topic=topic, msgId=msg_id, ack=False, delayMillis=delay_ms,
                              deadLetter=True if dead_letter else None)
-        return self._run(Call("ackMsg", body, lambda a: a["done"], idempotent=False))
+        return Call("ackMsg", body, lambda a: bool(a["done"]), idempotent=False)
 
+    @api
     def ack_many(self, topic: str, msg_ids: list[str], *, ack: bool = True, delay_ms: int | None = None,
-                 dead_letter: bool = False) -> list[bool]:
+                 dead_letter: bool = False) -> Call[list[bool]]:
         """One ackMsgBatch; `done` per msgId, in order."""
         body = _without_none(topic=topic, msgIds=list(msg_ids), ack=ack, delayMillis=delay_ms,
                              deadLetter=True if dead_letter else None)
-        return self._run(Call("ackMsgBatch", body, lambda a: [r["done"] for r in a["results"]], idempotent=False))
+        return Call("ackMsgBatch", body, lambda a: [bool(r["done"]) for r in a["results"]], idempotent=False)
 
-    def touch(self, topic: str, msg_id: str, *, ack_timeout_ms: int) -> int:
+    @api
+    def touch(self, topic: str, msg_id: str, *, ack_timeout_ms: int) -> Call[int]:
         """Moves a consuming message's ack deadline; answers the new deadline (epoch ms)."""
         body = {"topic": topic, "msgId": msg_id, "ackTimeoutMillis": ack_timeout_ms}
-        return self._run(Call("touchMsg", body, lambda a: a["ackDeadline"], idempotent=True))
+        return Call("touchMsg", body, lambda a: int(a["ackDeadline"]), idempotent=True)
 
+    @api
     def reschedule(self, topic: str, msg_id: str, *, delay_ms: int | None = None,
-                   trigger_time: int | None = None) -> Message:
+                   trigger_time: int | None = None) -> Call[Message]:
         body = _without_none(topic=topic, msgId=msg_id, delayMillis=delay_ms, triggerTime=trigger_time)
-        return self._run(Call("rescheduleMsg", body, lambda a: Message.from_api(a["delayMsg"]), idempotent=False))
+        return Call("rescheduleMsg", body, _message, idempotent=False)
 
     # --- topics
 
-    def topic_info(self, topic: str) -> dict:
-        return self._run(Call("getTopicInfo", {"topic": topic}, lambda a: a["data"], idempotent=True))
+    @api
+    def topic_info(self, topic: str) -> Call[dict[str, Any]]:
+        return Call("getTopicInfo", {"topic": topic}, _data, idempotent=True)
 
-    def topic_infos(self) -> list[dict]:
+    @api
+    def topic_infos(self) -> Call[list[dict[str, Any]]]:
         """topic_info of every topic in use, in the order topics were first used."""
-        return self._run(Call("getTopicInfoList", {}, lambda a: a["data"], idempotent=True))
+        return Call("getTopicInfoList", {}, _data, idempotent=True)
 
-    def topic_config(self, topic: str) -> dict:
-        return self._run(Call("getTopicConfig", {"topic": topic}, lambda a: a["data"], idempotent=True))
+    @api
+    def monitor_data(self) -> Call[dict[str, Any]]:
+        """getMonitorData's `data`: the last monitor interval's request counters and delays per topic."""
+        return Call("getMonitorData", {}, _data, idempotent=True)
 
-    def set_topic_config(self, topic: str, **settings) -> dict:
+    @api
+    def topic_config(self, topic: str) -> Call[dict[str, Any]]:
+        return Call("getTopicConfig", {"topic": topic}, _data, idempotent=True)
+
+    @api
+    def set_topic_config(self, /, topic: str, **settings: Any) -> Call[dict[str, Any]]:
         """Changes the settings given (keywords: TOPIC_SETTINGS' keys); answers all of them in force,
         with "pushSecret" when the call made a push signing secret (docs/push.md)."""
         unknown = sorted(set(settings) - set(TOPIC_SETTINGS))
         if unknown:
             raise TypeError(f"unknown topic setting {', '.join(unknown)}; known: {', '.join(TOPIC_SETTINGS)}")
         body = {"topic": topic, **{TOPIC_SETTINGS[k]: v for k, v in settings.items()}}
-        return self._run(Call("setTopicConfig", body, lambda a: a["data"],
-                              idempotent=not any(k in settings for k in _MAKES_SECRET)))
+        return Call("setTopicConfig", body, _data, idempotent=not any(k in settings for k in _MAKES_SECRET))
 
-    def pause(self, topic: str) -> None:
-        return self._run(Call("pauseTopic", {"topic": topic}, lambda a: None, idempotent=True))
+    @api
+    def pause(self, topic: str) -> Call[None]:
+        return Call("pauseTopic", {"topic": topic}, lambda a: None, idempotent=True)
 
-    def resume(self, topic: str) -> None:
-        return self._run(Call("resumeTopic", {"topic": topic}, lambda a: None, idempotent=True))
+    @api
+    def resume(self, topic: str) -> Call[None]:
+        return Call("resumeTopic", {"topic": topic}, lambda a: None, idempotent=True)
 
-    def purge(self, topic: str) -> int:
+    @api
+    def purge(self, topic: str) -> Call[int]:
         """Ends every live message of the topic as deleted; answers how many."""
-        return self._run(Call("purgeTopic", {"topic": topic}, lambda a: a["count"], idempotent=False))
+        return Call("purgeTopic", {"topic": topic}, lambda a: int(a["count"]), idempotent=False)
+
+    # --- recovery from the message log
+
+    @api
+    def restore(self, topic: str | None = None, *, expire: bool = False) -> Call[dict[str, int]]:
+        """Puts back into Redis the messages the message log says are live (every topic, or `topic`;
+        expire=True also those whose TTL ran out before delivery): {"restored", "alreadyLive",
+        "skipped"}. Safe to repeat."""
+        return Call("restore", _without_none(topic=topic, expire=expire), _restore_counts, idempotent=True)
+
+    @api
+    def restore_msg(self, topic: str, msg_id: str, *, expire: bool = False) -> Call[dict[str, int]]:
+        """restore() of one message; NotFound when the message log does not have it."""
+        return Call("restoreMsg", {"topic": topic, "msgId": msg_id, "expire": expire}, _restore_counts,
+                    idempotent=True)
 
     # --- dead letters
 
-    def dead_letters(self, topic: str, *, limit: int = 100, cursor: str | None = None) -> DeadLetterPage:
+    @api
+    def dead_letters(self, topic: str, *, limit: int = 100, cursor: str | None = None) -> Call[DeadLetterPage]:
         body = _without_none(topic=topic, limit=limit, cursor=cursor)
-        return self._run(Call("getDeadMsgList", body, lambda a: DeadLetterPage(
-            [Message.from_api(m) for m in a["delayMsgList"]], a.get("nextCursor")), idempotent=True))
+        return Call("getDeadMsgList", body, lambda a: DeadLetterPage(_messages(a), a.get("nextCursor")),
+                    idempotent=True)
 
-    def redrive(self, topic: str, msg_ids: list[str] | None = None, *, max_per_second: int | None = None) -> int:
+    @api
+    def redrive(self, topic: str, msg_ids: list[str] | None = None, *,
+                max_per_second: int | None = None) -> Call[int]:
         """Starts sending dead letters back (all of the topic's, or msg_ids'); answers the task id."""
         body = _without_none(topic=topic, msgIds=list(msg_ids) if msg_ids is not None else None,
                              maxPerSecond=max_per_second)
-        return self._run(Call("redriveDeadMsg", body, lambda a: a["taskId"], idempotent=False))
+        return Call("redriveDeadMsg", body, lambda a: int(a["taskId"]), idempotent=False)
 
-    def redrive_task(self, task_id: int) -> dict:
+    @api
+    def redrive_task(self, task_id: int) -> Call[dict[str, Any]]:
         """{"moved", "left", "state"} of a redrive."""
-        return self._run(Call("getRedriveTask", {"taskId": task_id},
-                              lambda a: {k: a[k] for k in ("moved", "left", "state")}, idempotent=True))
+        return Call("getRedriveTask", {"taskId": task_id}, lambda a: {k: a[k] for k in ("moved", "left", "state")},
+                    idempotent=True)
 
-    def purge_dead(self, topic: str, msg_ids: list[str] | None = None) -> int:
+    @api
+    def purge_dead(self, topic: str, msg_ids: list[str] | None = None) -> Call[int]:
         body = _without_none(topic=topic, msgIds=list(msg_ids) if msg_ids is not None else None)
-        return self._run(Call("purgeDeadMsg", body, lambda a: a["count"], idempotent=False))
+        return Call("purgeDeadMsg", body, lambda a: int(a["count"]), idempotent=False)

@@ -1,19 +1,25 @@
 """HTTP for the clients: one `post(endpoint, body, timeout) -> (status, content)` each, raising
-NotSent or MaybeSent for failures below HTTP.
+NotSent or MaybeSent for failures below HTTP. Both pools take one Settings, so TLS, the proxy and
+the connection bound are the same in both clients.
 
 The blocking client speaks HTTP/1.1 through the standard library's http.client over a pool of
 keep-alive connections: measured against the same server, it costs a call less than half of
 what httpx's blocking client adds, and a sequential caller waits that on every call. The asyncio
 client keeps httpx's AsyncClient.
 """
+import base64
 import http.client
 import json
+import os
 import select
 import socket
 import ssl
 import threading
 import time
-from urllib.parse import urlsplit
+import urllib.request
+from dataclasses import dataclass, field
+from typing import Protocol
+from urllib.parse import unquote, urlsplit
 
 import httpx
 
@@ -33,6 +39,75 @@ class NotSent(TransportError):
 
 class MaybeSent(TransportError):
     """The request may have reached the server (reset, timeout while waiting for the answer)."""
+
+
+class Transport(Protocol):
+    """What Client sends its requests through (Pool; a fake server plugs in here)."""
+
+    def post(self, path: str, body: bytes, timeout: float) -> tuple[int, bytes]: ...
+
+    def close(self) -> None: ...
+
+
+class AsyncTransport(Protocol):
+    """What AsyncClient sends its requests through (AsyncPool)."""
+
+    async def post(self, path: str, body: bytes, timeout: float) -> tuple[int, bytes]: ...
+
+    async def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class Settings:
+    """How a client reaches its server: `url` the API's base URL; `proxy` an http:// proxy URL or
+    None for a direct connection; `max_connections` open at once (a call waits for one, up to its
+    timeout)."""
+    url: str
+    headers: dict[str, str] = field(repr=False)  # the token: never in a repr
+    timeout: float
+    ssl_context: ssl.SSLContext
+    proxy: str | None = field(repr=False)  # may hold the proxy's password
+    max_connections: int
+
+
+def ssl_context(verify: bool | str, cert: str | tuple[str, str] | None) -> ssl.SSLContext:
+    """`verify`: True checks the server's certificate against the system's CAs (SSL_CERT_FILE and
+    SSL_CERT_DIR honoured), a path against that CA file or directory, False not at all. `cert`: a
+    client certificate, one PEM file holding it and its key or (cert file, key file)."""
+    if isinstance(verify, str):
+        context = (ssl.create_default_context(capath=verify) if os.path.isdir(verify) else
+                   ssl.create_default_context(cafile=verify))
+    else:
+        context = ssl.create_default_context()
+        if not verify:
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+    if cert is not None:
+        certfile, keyfile = (cert, None) if isinstance(cert, str) else cert
+        context.load_cert_chain(certfile, keyfile)
+    return context
+
+
+def proxy_for(url: str, proxy: str | None, trust_env: bool) -> str | None:
+    """The proxy a client uses for `url`: `proxy` when given, else (with trust_env) the
+    environment's HTTPS_PROXY / HTTP_PROXY / ALL_PROXY for the URL's scheme unless NO_PROXY covers
+    its host, else None. Only http:// proxies (a CONNECT tunnel carries https)."""
+    parts = urlsplit(url)
+    if proxy is None and trust_env:
+        found = urllib.request.getproxies_environment()
+        proxy = found.get(parts.scheme) or found.get("all")
+        if proxy and urllib.request.proxy_bypass(parts.hostname or ""):
+            proxy = None
+    if not proxy:
+        return None
+    if urlsplit(proxy).scheme != "http" or not urlsplit(proxy).hostname:
+        raise ValueError(f"the proxy must be http://[user:password@]host:port, got {_without_password(proxy)!r}")
+    return proxy
+
+
+def _without_password(url: str) -> str:
+    parts = urlsplit(url)
+    return url if parts.password is None else url.replace(f":{parts.password}@", ":***@", 1)
 
 
 def _described(exc: BaseException) -> str:
@@ -61,19 +136,40 @@ class Pool:
     """Keep-alive connections to one server, shared by any number of threads: a call takes an idle
     connection (or opens one) and gives it back once its answer is read."""
 
-    def __init__(self, base_url: str, headers: dict, timeout: float):
-        parts = urlsplit(base_url)  # checked by the client
+    def __init__(self, settings: Settings):
+        parts = urlsplit(settings.url)  # checked by the client
         self._https = parts.scheme == "https"
-        self._host, self._port = parts.hostname, parts.port
-        self._prefix = parts.path.rstrip("/") + "/"  # endpoints are relative to the base URL's path
+        self._host, self._port = parts.hostname or "", parts.port
+        # Endpoints are relative to the base URL's path; through a proxy, plain HTTP names the whole URL.
+        self._prefix = parts.path.rstrip("/") + "/"
         self._headers = {"Content-Type": "application/json", "Accept": "application/json", "User-Agent": USER_AGENT,
-                         **headers}
-        self._timeout = timeout
-        self._ssl = ssl.create_default_context() if self._https else None
+                         **settings.headers}
+        self._proxy = urlsplit(settings.proxy) if settings.proxy else None
+        self._tunnel_headers: dict[str, str] = {}
+        if self._proxy is not None:
+            if self._proxy.username is not None:
+                credentials = f"{unquote(self._proxy.username)}:{unquote(self._proxy.password or '')}"
+                self._tunnel_headers["Proxy-Authorization"] = "Basic " + base64.b64encode(credentials.encode()).decode()
+            if not self._https:
+                self._prefix = f"http://{parts.netloc.rpartition('@')[2]}{self._prefix}"
+                self._headers.update(self._tunnel_headers)
+        self._timeout = settings.timeout
+        self._ssl = settings.ssl_context
         self._idle: list[_Connection] = []
         self._lock = threading.Lock()
+        self._max_connections = settings.max_connections
+        self._slots = threading.BoundedSemaphore(settings.max_connections)
 
     def post(self, path: str, body: bytes, timeout: float) -> tuple[int, bytes]:
+        # A call waits for a free connection up to its timeout; none by then is a request never sent.
+        if not self._slots.acquire(timeout=timeout):
+            raise NotSent(f"PoolTimeout: all {self._max_connections} connections busy for {timeout:g} s")
+        try:
+            return self._post(path, body, timeout)
+        finally:
+            self._slots.release()
+
+    def _post(self, path: str, body: bytes, timeout: float) -> tuple[int, bytes]:
         conn, reused = self._take()
         try:
             try:
@@ -99,6 +195,7 @@ class Pool:
     def _ask(self, conn: http.client.HTTPConnection, path: str, body: bytes,
              timeout: float) -> http.client.HTTPResponse:
         """Sends the request and reads the status line and headers."""
+        assert conn.sock is not None  # connected by _connect
         conn.sock.settimeout(timeout)
         conn.request("POST", self._prefix + path, body, self._headers)
         return conn.getresponse()
@@ -118,12 +215,18 @@ class Pool:
             self._idle.append(_Connection(conn))
 
     def _connect(self) -> http.client.HTTPConnection:
+        host, port = ((self._proxy.hostname or "", self._proxy.port or 80) if self._proxy is not None else
+                      (self._host, self._port))
+        conn: http.client.HTTPConnection
         if self._https:
-            conn = http.client.HTTPSConnection(self._host, self._port, timeout=self._timeout, context=self._ssl)
+            conn = http.client.HTTPSConnection(host, port, timeout=self._timeout, context=self._ssl)
+            if self._proxy is not None:  # HTTPS through the proxy: a CONNECT tunnel, TLS with the server inside
+                conn.set_tunnel(self._host, self._port, headers=self._tunnel_headers)
         else:
-            conn = http.client.HTTPConnection(self._host, self._port, timeout=self._timeout)
+            conn = http.client.HTTPConnection(host, port, timeout=self._timeout)
         try:
             conn.connect()
+            assert conn.sock is not None
             conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         except (OSError, http.client.HTTPException) as exc:
             conn.close()
@@ -140,9 +243,12 @@ class Pool:
 class AsyncPool:
     """Pool's post() for asyncio, on httpx.AsyncClient."""
 
-    def __init__(self, base_url: str, headers: dict, timeout: float):
-        self._http = httpx.AsyncClient(base_url=base_url, timeout=timeout, headers={
-            "Content-Type": "application/json", "User-Agent": USER_AGENT, **headers})
+    def __init__(self, settings: Settings):
+        # trust_env=False: the proxy was chosen by proxy_for, as for Pool, not again by httpx.
+        self._http = httpx.AsyncClient(
+            base_url=settings.url, timeout=settings.timeout, verify=settings.ssl_context, proxy=settings.proxy,
+            trust_env=False, limits=httpx.Limits(max_connections=settings.max_connections),
+            headers={"Content-Type": "application/json", "User-Agent": USER_AGENT, **settings.headers})
 
     async def post(self, path: str, body: bytes, timeout: float) -> tuple[int, bytes]:
         try:
@@ -157,5 +263,5 @@ class AsyncPool:
         await self._http.aclose()
 
 
-def encoded(body: dict | list) -> bytes:
+def encoded(body: dict[str, object] | list[dict[str, object]]) -> bytes:
     return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()

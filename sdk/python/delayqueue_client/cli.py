@@ -1,6 +1,7 @@
 """`delayqueue`, the command line of the client: send, get, delete, consume, stats and dead letters.
 
-Exit codes: 0 done, 1 the server refused or did not find it, 2 usage error, 3 server unreachable.
+Exit codes: 0 done, 1 the server refused or did not find it, 2 usage error, 3 server unreachable,
+4 the answer was lost (the command may have been applied).
 """
 import argparse
 import json
@@ -9,21 +10,23 @@ import re
 import signal
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict
+from typing import Any
 from datetime import datetime, timezone
 
 from delayqueue_client.client import Client
-from delayqueue_client.errors import DelayQueueError, NotFound
+from delayqueue_client.errors import DelayQueueError, MaybeApplied, NotFound, Unavailable
 from delayqueue_client.message import Message
 
-OK, REFUSED, USAGE, UNREACHABLE = 0, 1, 2, 3
-UNREACHABLE_PREFIX = "delayqueue server unreachable:"
+OK, REFUSED, USAGE, UNREACHABLE, MAYBE_APPLIED = 0, 1, 2, 3, 4
 STATUS_NAMES = {1: "waiting", 2: "ready", 3: "consuming", 4: "acked", 5: "expired", 6: "dead", 7: "deleted"}
 UNIT_MS = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 CONSUME_WAIT_MS = 10_000  # each long poll's hold; the server caps it anyway
 EPILOG = """\
 environment: DELAYQUEUE_URL (default http://127.0.0.1:8000), DELAYQUEUE_TOKEN.
-exit codes: 0 done, 1 the server refused or did not find it, 2 usage error, 3 server unreachable."""
+exit codes: 0 done, 1 the server refused or did not find it, 2 usage error, 3 server unreachable,
+4 the answer was lost (the command may have been applied)."""
 
 
 def duration_ms(text: str) -> int:
@@ -80,7 +83,7 @@ def out(text: str) -> None:
 
 # --- commands: each takes the parsed arguments and a Client, prints, answers an exit code
 
-def cmd_send(args, client: Client) -> int:
+def cmd_send(args: argparse.Namespace, client: Client) -> int:
     msg = sys.stdin.read() if args.msg == "-" else args.msg
     sent = client.send(args.topic, msg, delay_ms=args.delay, trigger_time=args.at, msg_id=args.msg_id,
                        ttl_ms=args.ttl, max_retry=args.max_retry, priority=args.priority)
@@ -89,7 +92,7 @@ def cmd_send(args, client: Client) -> int:
     return OK
 
 
-def cmd_get(args, client: Client) -> int:
+def cmd_get(args: argparse.Namespace, client: Client) -> int:
     message = client.get(args.topic, args.msg_id)
     if message is None:
         raise NotFound(f"message {args.msg_id} not found in topic {args.topic}")
@@ -97,7 +100,7 @@ def cmd_get(args, client: Client) -> int:
     return OK
 
 
-def cmd_delete(args, client: Client) -> int:
+def cmd_delete(args: argparse.Namespace, client: Client) -> int:
     if not client.delete(args.topic, args.msg_id):
         raise NotFound(f"message {args.msg_id} not found or already ended in topic {args.topic}")
     out(json.dumps({"deleted": True, "topic": args.topic, "msg_id": args.msg_id}) if args.json else
@@ -105,7 +108,7 @@ def cmd_delete(args, client: Client) -> int:
     return OK
 
 
-def cmd_consume(args, client: Client) -> int:
+def cmd_consume(args: argparse.Namespace, client: Client) -> int:
     """Long-polls and prints each message as it comes; acks it once printed (unless --no-ack).
     Ctrl-C or SIGTERM ends it with code 0; what was pulled and not yet acked waits for its ack timeout."""
     signal.signal(signal.SIGINT, signal.default_int_handler)  # even if started with SIGINT ignored
@@ -126,7 +129,7 @@ def cmd_consume(args, client: Client) -> int:
     return OK
 
 
-def topic_info_table(infos: list[dict]) -> str:
+def topic_info_table(infos: list[dict[str, Any]]) -> str:
     rows = [("topic", "waiting", "ready", "consuming")]
     rows += [(i["topic"], str(i["waitingQueueSize"]), str(i["readyQueueSize"]), str(i["ackQueueSize"])) for i in infos]
     widths = [max(len(row[c]) for row in rows) for c in range(4)]
@@ -134,7 +137,7 @@ def topic_info_table(infos: list[dict]) -> str:
                                enumerate(zip(row, widths))).rstrip() for row in rows)
 
 
-def cmd_stats(args, client: Client) -> int:
+def cmd_stats(args: argparse.Namespace, client: Client) -> int:
     if args.topic is None:
         infos = client.topic_infos()
         out(json.dumps(infos) if args.json else topic_info_table(infos) if infos else "no topics")
@@ -150,7 +153,7 @@ def cmd_stats(args, client: Client) -> int:
     return OK
 
 
-def cmd_dead_list(args, client: Client) -> int:
+def cmd_dead_list(args: argparse.Namespace, client: Client) -> int:
     page = client.dead_letters(args.topic, limit=args.limit, cursor=args.cursor)
     if args.json:
         out(json.dumps({"messages": [asdict(m) for m in page.messages], "next_cursor": page.next_cursor},
@@ -165,7 +168,7 @@ def cmd_dead_list(args, client: Client) -> int:
     return OK
 
 
-def cmd_dead_redrive(args, client: Client) -> int:
+def cmd_dead_redrive(args: argparse.Namespace, client: Client) -> int:
     task_id = client.redrive(args.topic, args.msg_id, max_per_second=args.rate)
     task = None
     if args.wait:
@@ -179,7 +182,7 @@ def cmd_dead_redrive(args, client: Client) -> int:
     return OK
 
 
-def cmd_dead_purge(args, client: Client) -> int:
+def cmd_dead_purge(args: argparse.Namespace, client: Client) -> int:
     if args.msg_id is None and not args.all:
         raise UsageError("dead purge removes dead letters for good: name them with --msg-id, or pass --all")
     count = client.purge_dead(args.topic, args.msg_id)
@@ -192,7 +195,7 @@ class UsageError(Exception):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    def add_common(to: argparse.ArgumentParser, default) -> None:
+    def add_common(to: argparse.ArgumentParser, default: Any) -> None:
         to.add_argument("--url", default=default,
                         help="the server's base URL (default: DELAYQUEUE_URL, else http://127.0.0.1:8000)")
         to.add_argument("--token", default=default, help="API token (default: DELAYQUEUE_TOKEN). Prefer the "
@@ -208,8 +211,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_common(common, argparse.SUPPRESS)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    def command(name, handler, help_text, parent=commands):
-        sub = parent.add_parser(name, parents=[common], help=help_text, description=help_text, epilog=EPILOG,
+    def command(name: str, handler: Callable[[argparse.Namespace, Client], int], help_text: str,
+                parent: Any = commands) -> argparse.ArgumentParser:
+        sub: argparse.ArgumentParser = parent.add_parser(name, parents=[common], help=help_text, description=help_text, epilog=EPILOG,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
         sub.set_defaults(handler=handler)
         return sub
@@ -244,7 +248,8 @@ def build_parser() -> argparse.ArgumentParser:
     stats = command("stats", cmd_stats, "queue sizes of a topic, or of every topic")
     stats.add_argument("topic", nargs="?")
 
-    dead = commands.add_parser("dead", help="dead letters: list, redrive, purge", description="Dead letters.")
+    dead = commands.add_parser("dead", parents=[common], help="dead letters: list, redrive, purge",
+                               description="Dead letters.")
     dead_commands = dead.add_subparsers(dest="dead_command", required=True, metavar="COMMAND")
     listing = command("list", cmd_dead_list, "list a topic's dead letters, oldest death first", dead_commands)
     listing.add_argument("topic")
@@ -275,13 +280,14 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(str(exc))
     try:
         with client:
-            return args.handler(args, client)
+            code: int = args.handler(args, client)
+            return code
     except UsageError as exc:
         parser.error(str(exc))  # exits with code 2
+    except (Unavailable, MaybeApplied) as exc:
+        print(f"delayqueue: error: {exc.msg} ({client.base_url})", file=sys.stderr)
+        return UNREACHABLE if isinstance(exc, Unavailable) else MAYBE_APPLIED
     except DelayQueueError as exc:
-        if exc.msg.startswith(UNREACHABLE_PREFIX):
-            print(f"delayqueue: error: {exc.msg} ({client.base_url})", file=sys.stderr)
-            return UNREACHABLE
         print(f"delayqueue: error: {error_line(exc)}", file=sys.stderr)
         return REFUSED
     except BrokenPipeError:  # `delayqueue consume t | head -3`: the reader left, nothing more to say

@@ -1,114 +1,144 @@
 """Client (blocking) and AsyncClient (asyncio): the same methods (see _calls.Calls), one pool of
 keep-alive connections each (see _http)."""
+from __future__ import annotations
+
 import asyncio
 import itertools
 import time
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
-from delayqueue_client._http import AsyncPool, Pool, TransportError, encoded
-from delayqueue_client._calls import API_PATH, Call, Calls, backoff, merge_batch
+from delayqueue_client._calls import Again, Body, Call, Calls, SendResult, send_body
+from delayqueue_client._http import AsyncPool, AsyncTransport, Pool, Settings, Transport, TransportError, encoded
 from delayqueue_client.errors import DelayQueueError
+
+if TYPE_CHECKING:
+    from delayqueue_client.producer import AsyncProducer, Producer
+
+T = TypeVar("T")
 
 
 class Client(Calls):
     """The blocking client; safe to share between threads. `Client(base_url, token)`, both read from
-    DELAYQUEUE_URL and DELAYQUEUE_TOKEN when not given."""
+    DELAYQUEUE_URL and DELAYQUEUE_TOKEN when not given; the other options are Calls'. Its `_http`
+    (Pool, or anything with its post() and close()) sends the requests."""
 
-    def __init__(self, base_url: str | None = None, token: str | None = None, *, timeout: float = 10.0,
-                 max_retries: int = 4, backoff_base: float = 0.1, backoff_max: float = 2.0):
-        super().__init__(base_url, token, timeout=timeout, max_retries=max_retries, backoff_base=backoff_base,
-                         backoff_max=backoff_max)
-        self._http = Pool(self.base_url + API_PATH, self._headers, timeout)
+    _http: Transport
 
-    def _run(self, call: Call):
+    def _new_transport(self, settings: Settings) -> Transport:
+        return Pool(settings)
+
+    def _run(self, call: Call[T]) -> T:
         body = encoded(call.body)
         for attempt in itertools.count():
+            posted: tuple[int, bytes] | TransportError
             try:
                 posted = self._http.post(call.endpoint, body, self.timeout + call.extra_timeout)
             except TransportError as exc:
                 posted = exc
-            result, wait = self._after_attempt(call, attempt, posted)
-            if wait is None:
-                return result
-            time.sleep(wait)
+            outcome = self._after_attempt(call, attempt, posted)
+            if not isinstance(outcome, Again):
+                return outcome
+            time.sleep(outcome.seconds)
+        raise AssertionError("unreachable")
 
-    def _send_batch(self, bodies: list[dict]) -> list:
-        results, todo = [None] * len(bodies), list(range(len(bodies)))
-        for attempt in range(self.max_retries + 1):
+    def send_many(self, items: list[dict[str, Any]]) -> list[SendResult]:
+        """One sendMsgBatch of dicts with send()'s keyword names; per item its Message or its error
+        (an item a store was unavailable for, or over a rate limit, is sent again as a call is)."""
+        return self._send_batch([send_body(**item) for item in items])
+
+    def _send_batch(self, bodies: list[Body]) -> list[SendResult]:
+        """sendMsgBatch of these bodies; items worth another try are sent again (same msgIds)."""
+        results: list[SendResult | None] = [None] * len(bodies)
+        todo = list(range(len(bodies)))
+        for attempt in itertools.count():
+            answered: list[SendResult] | DelayQueueError
             try:
                 answered = self._run(self._batch_call(bodies, todo))
             except DelayQueueError as exc:
                 if attempt == 0:
                     raise  # the whole batch failed: nothing of it is known stored
                 answered = exc
-            todo = merge_batch(results, todo, answered, attempt < self.max_retries)
+            todo, wait = self._batch_again(results, todo, answered, attempt)
             if not todo:
-                break
-            time.sleep(backoff(attempt, self.backoff_base, self.backoff_max))
-        return results
+                return results  # type: ignore[return-value]  # every position answered
+            time.sleep(wait)
+        raise AssertionError("unreachable")
 
-    def producer(self, *, linger_ms: float = 2, max_batch: int = 500, in_flight: int = 4):
+    def producer(self, *, linger_ms: float = 2, max_batch: int = 500, in_flight: int = 4, max_queue: int = 100_000,
+                 when_full: Literal["block", "raise"] = "block") -> Producer:
         """A batching producer on this client (see Producer)."""
         from delayqueue_client.producer import Producer
 
-        return Producer(self, linger_ms=linger_ms, max_batch=max_batch, in_flight=in_flight)
+        return Producer(self, linger_ms=linger_ms, max_batch=max_batch, in_flight=in_flight, max_queue=max_queue,
+                        when_full=when_full)
 
     def close(self) -> None:
         self._http.close()
 
-    def __enter__(self):
+    def __enter__(self) -> Client:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 
 class AsyncClient(Calls):
-    """The asyncio client: Client's methods, each answering an awaitable of the same value."""
+    """The asyncio client: Client's methods and options, each method answering an awaitable of the
+    same value."""
 
-    def __init__(self, base_url: str | None = None, token: str | None = None, *, timeout: float = 10.0,
-                 max_retries: int = 4, backoff_base: float = 0.1, backoff_max: float = 2.0):
-        super().__init__(base_url, token, timeout=timeout, max_retries=max_retries, backoff_base=backoff_base,
-                         backoff_max=backoff_max)
-        self._http = AsyncPool(self.base_url + API_PATH, self._headers, timeout)
+    _http: AsyncTransport
 
-    async def _run(self, call: Call):
+    def _new_transport(self, settings: Settings) -> AsyncTransport:
+        return AsyncPool(settings)
+
+    async def _run(self, call: Call[T]) -> T:
         body = encoded(call.body)
         for attempt in itertools.count():
+            posted: tuple[int, bytes] | TransportError
             try:
                 posted = await self._http.post(call.endpoint, body, self.timeout + call.extra_timeout)
             except TransportError as exc:
                 posted = exc
-            result, wait = self._after_attempt(call, attempt, posted)
-            if wait is None:
-                return result
-            await asyncio.sleep(wait)
+            outcome = self._after_attempt(call, attempt, posted)
+            if not isinstance(outcome, Again):
+                return outcome
+            await asyncio.sleep(outcome.seconds)
+        raise AssertionError("unreachable")
 
-    async def _send_batch(self, bodies: list[dict]) -> list:
-        results, todo = [None] * len(bodies), list(range(len(bodies)))
-        for attempt in range(self.max_retries + 1):
+    async def send_many(self, items: list[dict[str, Any]]) -> list[SendResult]:
+        """Client.send_many."""
+        return await self._send_batch([send_body(**item) for item in items])
+
+    async def _send_batch(self, bodies: list[Body]) -> list[SendResult]:
+        results: list[SendResult | None] = [None] * len(bodies)
+        todo = list(range(len(bodies)))
+        for attempt in itertools.count():
+            answered: list[SendResult] | DelayQueueError
             try:
                 answered = await self._run(self._batch_call(bodies, todo))
             except DelayQueueError as exc:
                 if attempt == 0:
                     raise  # the whole batch failed: nothing of it is known stored
                 answered = exc
-            todo = merge_batch(results, todo, answered, attempt < self.max_retries)
+            todo, wait = self._batch_again(results, todo, answered, attempt)
             if not todo:
-                break
-            await asyncio.sleep(backoff(attempt, self.backoff_base, self.backoff_max))
-        return results
+                return results  # type: ignore[return-value]  # every position answered
+            await asyncio.sleep(wait)
+        raise AssertionError("unreachable")
 
-    def producer(self, *, linger_ms: float = 2, max_batch: int = 500, in_flight: int = 4):
+    def producer(self, *, linger_ms: float = 2, max_batch: int = 500, in_flight: int = 4,
+                 max_queue: int = 100_000) -> AsyncProducer:
         """A batching producer on this client (see AsyncProducer); made inside the running loop."""
         from delayqueue_client.producer import AsyncProducer
 
-        return AsyncProducer(self, linger_ms=linger_ms, max_batch=max_batch, in_flight=in_flight)
+        return AsyncProducer(self, linger_ms=linger_ms, max_batch=max_batch, in_flight=in_flight,
+                             max_queue=max_queue)
 
     async def aclose(self) -> None:
         await self._http.close()
 
-    async def __aenter__(self):
+    async def __aenter__(self) -> AsyncClient:
         return self
 
-    async def __aexit__(self, *exc):
+    async def __aexit__(self, *exc: object) -> None:
         await self.aclose()

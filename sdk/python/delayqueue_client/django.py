@@ -1,8 +1,9 @@
 """For Django applications: send a message only once the database transaction that decided it
 commits (nothing is sent if it rolls back). The only module of delayqueue_client that imports Django."""
 import threading
+from typing import Any
 
-from django.db import transaction
+from django.db import transaction  # type: ignore[import-untyped]  # Django ships no types
 
 from delayqueue_client._calls import send_body
 from delayqueue_client.client import Client
@@ -23,13 +24,14 @@ def default_client() -> Client:
 
 
 def send_on_commit(topic: str, msg: str, *, client: Client | None = None, using: str | None = None,
-                   robust: bool = False, **send_kwargs) -> str:
+                   robust: bool = False, **send_kwargs: Any) -> str:
     """Sends `client.send(topic, msg, **send_kwargs)` when the transaction open on database `using`
     commits (at once when none is open, as transaction.on_commit does). Answers the msgId, made now
     when not given, so the caller can store it in the same transaction. A send that fails after the
     commit raises from the commit (or, with robust=True, is logged by Django and skipped)."""
-    send_kwargs["msg_id"] = send_kwargs.get("msg_id") or new_msg_id()
+    msg_id: str = send_kwargs.get("msg_id") or new_msg_id()
+    send_kwargs["msg_id"] = msg_id
     send_body(topic, msg, **send_kwargs)  # a wrong argument fails here, in the caller, not after the commit
     sender = client or default_client()
     transaction.on_commit(lambda: sender.send(topic, msg, **send_kwargs), using=using, robust=robust)
-    return send_kwargs["msg_id"]
+    return msg_id

@@ -1,5 +1,7 @@
-"""One exception class per answer code of the camellia envelope (HTTP 200, `code`, `msg`)."""
+"""One exception class per answer code of the camellia envelope (HTTP 200, `code`, `msg`), and
+the two errors of a call that got no answer of the API (Unavailable, MaybeApplied)."""
 from datetime import timedelta
+from typing import Any
 
 
 class DelayQueueError(Exception):
@@ -47,9 +49,26 @@ class RateLimited(DelayQueueError):
 
 
 class ServerError(DelayQueueError):
-    """Code 500 (e.g. `redis unavailable: ...`), or the server could not be reached at all."""
+    """Code 500 (e.g. `redis unavailable: ...`), or no answer of the API (see its two subclasses)."""
 
-    code = 500
+    code: int | None = 500
+
+
+class Unavailable(ServerError):
+    """The call did not go through: the server could not be reached, or a proxy answered 502, 503
+    or 504 (or, for an idempotent call, the answer was lost), after the retries. Nothing of a
+    non-idempotent call was applied, and an idempotent one is safe to make again. `code` is None."""
+
+    code = None
+
+
+class MaybeApplied(ServerError):
+    """The answer to a call that is not idempotent (pull, ack, nack, delete, ...) was lost after the
+    request may have reached the server (a connection cut, a timeout while waiting, a proxy's 502
+    or 504, an answer that is not the API's): it may or may not have been applied, so it was not
+    sent again. Read the state (get) before acting on it. `code` is None."""
+
+    code = None
 
 
 class DeadLetter(Exception):
@@ -71,10 +90,11 @@ class Retry(Exception):
 
 
 ERRORS_BY_CODE: dict[int, type[DelayQueueError]] = {
-    cls.code: cls for cls in (BadRequest, Unauthorized, Forbidden, NotFound, Conflict, RateLimited, ServerError)}
+    cls.code: cls for cls in (BadRequest, Unauthorized, Forbidden, NotFound, Conflict, RateLimited, ServerError)
+    if cls.code is not None}
 
 
-def error_from_answer(answer: dict) -> DelayQueueError:
+def error_from_answer(answer: dict[str, Any]) -> DelayQueueError:
     """The exception of an error answer (or of a sendMsgBatch item): its code's class, or
     DelayQueueError for a code this client does not know."""
     code = answer.get("code")

@@ -2,6 +2,7 @@
 import os
 import time
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,7 +22,7 @@ class Message:
     dead_time: int | None = None
 
     @classmethod
-    def from_api(cls, data: dict) -> "Message":
+    def from_api(cls, data: dict[str, Any]) -> "Message":
         """From a `delayMsg` of the API; fields this client does not know are ignored."""
         return cls(topic=data["topic"], msg_id=data["msgId"], msg=data.get("msg"), produce_time=data["produceTime"],
                    trigger_time=data["triggerTime"], expire_time=data["expireTime"], max_retry=data["maxRetry"],

@@ -1,54 +1,104 @@
 """The batching producers: sends from any number of threads (Producer) or asyncio tasks
 (AsyncProducer) gathered into sendMsgBatch calls."""
+from __future__ import annotations
+
 import asyncio
+import atexit
 import queue
 import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor, wait
+import weakref
+from concurrent.futures import Future, wait
+from typing import TYPE_CHECKING, Any, Literal
 
-from delayqueue_client._calls import send_body
+from delayqueue_client._calls import Body, SendResult, send_body
+from delayqueue_client.message import Message
 
-_CLOSE = object()
+if TYPE_CHECKING:
+    from delayqueue_client.client import AsyncClient, Client
+
+# The server's default DELAYQUEUE_MAX_BATCH_SEND: a larger sendMsgBatch is refused (code 400). The
+# API does not tell a client its server's value, so max_batch is held to the default.
+MAX_BATCH_SEND = 1000
+_CLOSE: Any = object()
+_Item = tuple[Body, "Future[Message]"]
 
 
-def _check(max_batch: int, in_flight: int) -> None:
-    if max_batch < 1 or in_flight < 1:
-        raise ValueError(f"max_batch and in_flight must be at least 1, got {max_batch} and {in_flight}")
+class ProducerFull(Exception):
+    """A send to a producer whose queue holds max_queue sends not yet in a batch (when_full="raise",
+    or AsyncProducer.send)."""
+
+
+def _checked_batch(max_batch: int, in_flight: int, max_queue: int) -> int:
+    """max_batch held to the server's limit, once the three are checked."""
+    if max_batch < 1 or in_flight < 1 or max_queue < 1:
+        raise ValueError(f"max_batch, in_flight and max_queue must be at least 1, got {max_batch}, {in_flight} "
+                         f"and {max_queue}")
+    return min(max_batch, MAX_BATCH_SEND)
+
+
+# Producers not closed yet: each is closed (its pending sends sent) when the interpreter exits.
+_open_producers: weakref.WeakSet[Producer] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_open_producers() -> None:
+    for producer in list(_open_producers):
+        producer.close()
 
 
 class Producer:
     """`send()` answers a Future of the stored Message at once; one thread gathers the sends of
-    `linger_ms` after the first waiting one (or `max_batch` of them) into one sendMsgBatch, and up to
-    `in_flight` batches are out at once (while all are, the sends waiting gather into the next one).
-    Every message gets its msgId here, so a batch whose answer was lost, or an item a store was
-    unavailable for, is sent again without doubles (Client.send_many's retries)."""
+    `linger_ms` after the first waiting one (or `max_batch` of them, at most the server's default
+    limit MAX_BATCH_SEND) into one sendMsgBatch, and up to `in_flight` batches are out at once
+    (while all are, the sends waiting gather into the next one). At most `max_queue` sends wait
+    for a batch: a send beyond them waits for room (`when_full="block"`) or raises ProducerFull
+    ("raise"). Every message gets its msgId here, so a batch whose answer was lost, or an item a
+    store was unavailable for, is sent again without doubles (Client.send_many's retries). A
+    producer not closed is closed at interpreter exit, so its pending sends are not lost."""
 
-    def __init__(self, client, *, linger_ms: float = 2, max_batch: int = 500, in_flight: int = 4):
-        _check(max_batch, in_flight)
-        self._client, self._linger, self._max_batch = client, linger_ms / 1000, max_batch
-        self._senders = ThreadPoolExecutor(in_flight, thread_name_prefix="delayqueue-producer-send")
+    def __init__(self, client: Client, *, linger_ms: float = 2, max_batch: int = 500, in_flight: int = 4,
+                 max_queue: int = 100_000, when_full: Literal["block", "raise"] = "block"):
+        if when_full not in ("block", "raise"):
+            raise ValueError(f'when_full must be "block" or "raise", got {when_full!r}')
+        self._client, self._linger = client, linger_ms / 1000
+        self._max_batch = _checked_batch(max_batch, in_flight, max_queue)
+        self._block = when_full == "block"
+        self._room = threading.BoundedSemaphore(max_queue)  # one per send queued, given back as it joins a batch
         self._slots = threading.BoundedSemaphore(in_flight)
-        self._queue: queue.SimpleQueue = queue.SimpleQueue()
-        self._pending: set[Future] = set()
+        self._queue: queue.SimpleQueue[_Item] = queue.SimpleQueue()
+        self._batches: queue.SimpleQueue[list[_Item]] = queue.SimpleQueue()
+        self._pending: set[Future[Message]] = set()
         self._lock = threading.Lock()
         self._closed = False
+        # Threads of its own, not an executor: concurrent.futures refuses work once the interpreter
+        # exits, when the pending sends must still go out.
+        self._senders = [threading.Thread(target=self._send_loop, name="delayqueue-producer-send", daemon=True)
+                         for _ in range(in_flight)]
         self._thread = threading.Thread(target=self._run, name="delayqueue-producer", daemon=True)
-        self._thread.start()
+        for thread in (*self._senders, self._thread):
+            thread.start()
+        _open_producers.add(self)
 
-    def send(self, topic: str, msg: str, **options) -> Future:
+    def send(self, topic: str, msg: str, **options: Any) -> Future[Message]:
         """send()'s arguments (delay_ms, trigger_time, msg_id, ttl_ms, max_retry, priority); the
         Future fails with the message's error (RateLimited, BadRequest, ...) or the batch's."""
         body = send_body(topic, msg, **options)
-        future: Future = Future()
+        if self._closed:
+            raise RuntimeError("the producer is closed")
+        if not self._room.acquire(blocking=self._block):
+            raise ProducerFull("the producer's queue is full: sends come faster than the server takes them")
+        future: Future[Message] = Future()
         with self._lock:
             if self._closed:
+                self._room.release()
                 raise RuntimeError("the producer is closed")
             self._pending.add(future)
             self._queue.put((body, future))
         future.add_done_callback(self._forget)
         return future
 
-    def _forget(self, future: Future) -> None:
+    def _forget(self, future: Future[Message]) -> None:
         with self._lock:
             self._pending.discard(future)
 
@@ -59,7 +109,8 @@ class Producer:
         wait(pending, timeout)
 
     def close(self, timeout: float | None = None) -> None:
-        """Takes no more sends, waits for those pending and stops the sender thread."""
+        """Takes no more sends, waits for those pending and stops the sender threads."""
+        _open_producers.discard(self)
         with self._lock:
             if self._closed:
                 return
@@ -67,56 +118,69 @@ class Producer:
             self._queue.put(_CLOSE)
         self._thread.join(timeout)
 
-    def __enter__(self):
+    def __enter__(self) -> Producer:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def _run(self) -> None:
         try:
             self._gather()
         finally:
-            self._senders.shutdown(wait=True)
+            for _sender in self._senders:
+                self._batches.put(_CLOSE)
+            for sender in self._senders:
+                sender.join()
+
+    def _take(self, timeout: float | None = None) -> _Item:
+        item = self._queue.get(timeout=timeout)
+        if item is not _CLOSE:
+            self._room.release()
+        return item
 
     def _gather(self) -> None:
         closing = False
         while not closing:
-            first = self._queue.get()
+            first = self._take()
             if first is _CLOSE:
                 return
             self._slots.acquire()  # a sender is free: what waits now, and for the linger, goes in this batch
             batch, deadline = [first], time.monotonic() + self._linger
             while len(batch) < self._max_batch:
                 try:
-                    item = self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
+                    item = self._take(timeout=max(0.0, deadline - time.monotonic()))
                 except queue.Empty:
                     break
                 if item is _CLOSE:
                     closing = True
                     break
                 batch.append(item)
-            self._senders.submit(self._send, batch)
+            self._batches.put(batch)
 
-    def _send(self, batch: list) -> None:
-        try:
-            self._send_batch(batch)
-        finally:
-            self._slots.release()
+    def _send_loop(self) -> None:
+        while (batch := self._batches.get()) is not _CLOSE:
+            try:
+                self._send_batch(batch)
+            except BaseException as exc:  # the sender lives on (the producer would stall): its sends fail with it
+                for _body, future in batch:
+                    if not future.done():
+                        future.set_exception(exc)
+            finally:
+                self._slots.release()
 
-    def _send_batch(self, batch: list) -> None:
+    def _send_batch(self, batch: list[_Item]) -> None:
         # A future its caller cancelled is not sent; the others can no longer be cancelled.
         batch = [(body, future) for body, future in batch if future.set_running_or_notify_cancel()]
         if not batch:
             return
+        results: list[SendResult] | list[BaseException]
         try:
             results = self._client._send_batch([body for body, _future in batch])
         except BaseException as exc:  # the whole batch failed: each of its sends with the reason
-            for _body, future in batch:
-                future.set_exception(exc)
-            return
+            results = [exc] * len(batch)
         for (_body, future), result in zip(batch, results):
-            if isinstance(result, Exception):
+            if isinstance(result, BaseException):
                 future.set_exception(result)
             else:
                 future.set_result(result)
@@ -124,29 +188,43 @@ class Producer:
 
 class AsyncProducer:
     """Producer for AsyncClient: `send()` answers an asyncio Future of the stored Message; one task
-    gathers the sends of `linger_ms` after the first waiting one (or `max_batch`) into one call, up
-    to `in_flight` calls out at once. Made inside a running event loop; `flush()` and `aclose()` are
-    awaited."""
+    gathers the sends of `linger_ms` after the first waiting one (or `max_batch`, at most
+    MAX_BATCH_SEND) into one call, up to `in_flight` calls out at once. At most `max_queue` sends
+    wait for a batch: beyond them `send()` raises ProducerFull and `await send_when_room()` waits
+    for room. Made inside a running event loop; `flush()` and `aclose()` are awaited (close it:
+    at interpreter exit its event loop is gone)."""
 
-    def __init__(self, client, *, linger_ms: float = 2, max_batch: int = 500, in_flight: int = 4):
-        _check(max_batch, in_flight)
-        self._client, self._linger, self._max_batch = client, linger_ms / 1000, max_batch
+    def __init__(self, client: AsyncClient, *, linger_ms: float = 2, max_batch: int = 500, in_flight: int = 4,
+                 max_queue: int = 100_000):
+        self._client, self._linger = client, linger_ms / 1000
+        self._max_batch = _checked_batch(max_batch, in_flight, max_queue)
+        self._max_queue = max_queue
+        self._room = asyncio.Event()  # set when a send left the queue
         self._slots = asyncio.Semaphore(in_flight)
-        self._sending: set[asyncio.Task] = set()
-        self._queue: asyncio.Queue = asyncio.Queue()
-        self._pending: set[asyncio.Future] = set()
+        self._sending: set[asyncio.Task[None]] = set()
+        self._queue: asyncio.Queue[tuple[Body, asyncio.Future[Message]]] = asyncio.Queue()
+        self._pending: set[asyncio.Future[Message]] = set()
         self._closed = False
         self._task = asyncio.get_running_loop().create_task(self._run())
 
-    def send(self, topic: str, msg: str, **options) -> asyncio.Future:
+    def send(self, topic: str, msg: str, **options: Any) -> asyncio.Future[Message]:
         body = send_body(topic, msg, **options)
         if self._closed:
             raise RuntimeError("the producer is closed")
-        future = asyncio.get_running_loop().create_future()
+        if self._queue.qsize() >= self._max_queue:
+            raise ProducerFull("the producer's queue is full: sends come faster than the server takes them")
+        future: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
         self._pending.add(future)
         future.add_done_callback(self._pending.discard)
         self._queue.put_nowait((body, future))
         return future
+
+    async def send_when_room(self, topic: str, msg: str, **options: Any) -> asyncio.Future[Message]:
+        """send(), first waiting while max_queue sends wait for a batch."""
+        while self._queue.qsize() >= self._max_queue and not self._closed:
+            self._room.clear()
+            await self._room.wait()
+        return self.send(topic, msg, **options)
 
     async def flush(self) -> None:
         """Waits until every send made before this call is answered."""
@@ -160,10 +238,10 @@ class AsyncProducer:
             self._queue.put_nowait(_CLOSE)
         await self._task
 
-    async def __aenter__(self):
+    async def __aenter__(self) -> AsyncProducer:
         return self
 
-    async def __aexit__(self, *exc):
+    async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
     async def _run(self) -> None:
@@ -179,6 +257,7 @@ class AsyncProducer:
             first = await self._queue.get()
             if first is _CLOSE:
                 return
+            self._room.set()
             await self._slots.acquire()
             if self._queue.qsize() + 1 < self._max_batch:
                 await asyncio.sleep(self._linger)  # then take what came meanwhile, without waiting more
@@ -189,19 +268,21 @@ class AsyncProducer:
                     closing = True
                     break
                 batch.append(item)
+            self._room.set()  # send_when_room's waits
             task = asyncio.create_task(self._send([(body, future) for body, future in batch if not future.done()]))
             self._sending.add(task)
             task.add_done_callback(self._sending.discard)
 
-    async def _send(self, batch: list) -> None:
+    async def _send(self, batch: list[tuple[Body, asyncio.Future[Message]]]) -> None:
         try:
             await self._send_batch(batch)
         finally:
             self._slots.release()
 
-    async def _send_batch(self, batch: list) -> None:
+    async def _send_batch(self, batch: list[tuple[Body, asyncio.Future[Message]]]) -> None:
         if not batch:
             return
+        results: list[SendResult] | list[Exception]
         try:
             results = await self._client._send_batch([body for body, _future in batch])
         except Exception as exc:  # the whole batch failed: each of its sends with the reason

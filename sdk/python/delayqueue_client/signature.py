@@ -3,11 +3,14 @@ import hashlib
 import hmac
 import re
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 HEADER = "DelayQueue-Signature"
 _NAMES = {"delayqueue-signature", "http-delayqueue-signature"}  # any case; WSGI's HTTP_DELAYQUEUE_SIGNATURE
 _DIGITS = re.compile(r"[0-9]{1,18}")
+# A mapping looked up without regard to case, or (name, value) pairs; str or bytes.
+Headers = Mapping[Any, Any] | Iterable[tuple[Any, Any]]
 
 
 class InvalidSignature(ValueError):
@@ -15,7 +18,7 @@ class InvalidSignature(ValueError):
     matches none of the secrets. Answer it with a non-2xx status (e.g. 401)."""
 
 
-def verify_signature(secret: str | Iterable[str], headers, body: bytes | str, *, tolerance_ms: int = 300_000,
+def verify_signature(secret: str | Iterable[str], headers: Headers, body: bytes | str, *, tolerance_ms: int = 300_000,
                      now_ms: int | None = None) -> None:
     """Returns if `body` carries a valid DelayQueue-Signature; raises InvalidSignature otherwise.
 
@@ -60,7 +63,7 @@ def verify_signature(secret: str | Iterable[str], headers, body: bytes | str, *,
                                " (a replayed delivery, or a clock off)")
 
 
-def _secrets(secret) -> list[bytes]:
+def _secrets(secret: str | bytes | Iterable[str | bytes]) -> list[bytes]:
     items = [secret] if isinstance(secret, (str, bytes)) else list(secret)
     if not items:
         raise ValueError("no push secret given")
@@ -74,11 +77,11 @@ def _secrets(secret) -> list[bytes]:
     return keys
 
 
-def _text(value) -> str:
+def _text(value: object) -> str:
     return value.decode("latin-1") if isinstance(value, (bytes, bytearray)) else str(value)
 
 
-def _header(headers) -> str | None:
+def _header(headers: Headers) -> str | None:
     pairs = headers.items() if hasattr(headers, "items") else headers
     for name, value in pairs:
         if _text(name).strip().lower().replace("_", "-") in _NAMES:

@@ -11,7 +11,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Awaitable, Callable, cast
 
 from delayqueue_client.client import AsyncClient, Client
 from delayqueue_client.errors import (BadRequest, Conflict, DeadLetter, DelayQueueError, Forbidden, NotFound,
@@ -79,6 +79,19 @@ class Worker:
         self._lock = threading.Lock()
         self._room = threading.Condition(self._lock)
 
+    @property
+    def _sync_client(self) -> Client:
+        return cast(Client, self.client)  # run() uses it when not is_async
+
+    @property
+    def _async_client(self) -> AsyncClient:
+        return cast(AsyncClient, self.client)  # run_async() uses it when is_async
+
+    @property
+    def _ack_timeout(self) -> int:
+        assert self.ack_timeout_ms is not None, "resolved as run starts"
+        return self.ack_timeout_ms
+
     def stop(self) -> None:
         """Stop pulling; run() returns once every message in hand is handled and settled. Safe from
         any thread and from a signal handler."""
@@ -99,7 +112,7 @@ class Worker:
     def _hold(self, message: Message, pulled_at: float) -> None:
         # The server's deadline counts from its answer, so from the pull's start is a safe estimate.
         with self._lock:
-            self._held[message.msg_id] = _Held(message, pulled_at + self.ack_timeout_ms / 2000)
+            self._held[message.msg_id] = _Held(message, pulled_at + self._ack_timeout / 2000)
             self._unhandled += 1
 
     def _release(self, msg_ids: list[str]) -> None:
@@ -153,14 +166,14 @@ class Worker:
             if held is None:
                 return
             if error is None:
-                held.touch_at = called_at + self.ack_timeout_ms / 2000
+                held.touch_at = called_at + self._ack_timeout / 2000
             elif isinstance(error, (Conflict, NotFound)):
                 log.warning("%s/%s is no longer being consumed (ack timeout passed?): it will be delivered again",
                             self.topic, msg_id)
                 held.touch_at = float("inf")
             else:  # transient: try again soon, well before the deadline
                 log.warning("touch of %s/%s failed: %s", self.topic, msg_id, error)
-                held.touch_at = called_at + min(0.2, self.ack_timeout_ms / 8000)
+                held.touch_at = called_at + min(0.2, self._ack_timeout / 8000)
 
     def _settle_groups(self, results: list[tuple[str, str]]) -> list[tuple[str, list[str]]]:
         """(outcome, msg_ids) calls for these handler results, each at most MAX_SETTLE_BATCH ids."""
@@ -170,7 +183,7 @@ class Worker:
         return [(outcome, ids[i:i + MAX_SETTLE_BATCH]) for outcome, ids in groups.items()
                 for i in range(0, len(ids), MAX_SETTLE_BATCH)]
 
-    def _settle_kwargs(self, outcome: str) -> dict:
+    def _settle_kwargs(self, outcome: str) -> dict[str, bool]:
         return {"ack": outcome == ACK, "dead_letter": outcome == DEAD}
 
     def _settled(self, outcome: str, msg_ids: list[str], done: list[bool]) -> None:
@@ -185,7 +198,7 @@ class Worker:
         log.warning("%s of %d message(s) of %s failed: %s", outcome, len(msg_ids), self.topic, error)
         with self._lock:
             before_deadline = any(self._held[i].touch_at != float("inf") and
-                                  time.monotonic() < self._held[i].touch_at + self.ack_timeout_ms / 2000
+                                  time.monotonic() < self._held[i].touch_at + self._ack_timeout / 2000
                                   for i in msg_ids if i in self._held)
         if not before_deadline or isinstance(error, FATAL):
             log.error("gave up the %s of %s/%s: the server delivers them again after their ack timeout", outcome,
@@ -201,7 +214,7 @@ class Worker:
         log.warning("pull from %s failed: %s", self.topic, error)
         return error.retry_after if isinstance(error, RateLimited) and error.retry_after else 1.0
 
-    def _resolved_ack_timeout(self, config: dict | None) -> int:
+    def _resolved_ack_timeout(self, config: dict[str, Any] | None) -> int:
         if self.ack_timeout_ms is not None:
             return self.ack_timeout_ms
         return int(config["ackTimeoutMillis"]) if config else DEFAULT_ACK_TIMEOUT_MS
@@ -225,10 +238,10 @@ class Worker:
     def _run_threads(self) -> None:
         if self.ack_timeout_ms is None:
             try:
-                self.ack_timeout_ms = self._resolved_ack_timeout(self.client.topic_config(self.topic))
+                self.ack_timeout_ms = self._resolved_ack_timeout(self._sync_client.topic_config(self.topic))
             except Forbidden:
                 self.ack_timeout_ms = self._resolved_ack_timeout(None)
-        results: queue.SimpleQueue = queue.SimpleQueue()
+        results: queue.SimpleQueue[tuple[str, str] | None] = queue.SimpleQueue()
         settler = threading.Thread(target=self._settle_thread, args=(results,), name=f"dq-settle-{self.topic}",
                                    daemon=True)
         settler.start()
@@ -240,7 +253,7 @@ class Worker:
                     break
                 pulled_at = time.monotonic()
                 try:
-                    messages = self.client.pull(self.topic, batch=free,
+                    messages = self._sync_client.pull(self.topic, batch=free,
                                                 ack_timeout_ms=self.ack_timeout_ms, wait_ms=self.wait_ms)
                 except DelayQueueError as error:
                     self._sleep(self._pull_failed(error))
@@ -264,7 +277,7 @@ class Worker:
         while not self._stopping and time.monotonic() < end:
             time.sleep(min(POLL_STEP, end - time.monotonic()))
 
-    def _handle(self, message: Message, results: queue.SimpleQueue) -> None:
+    def _handle(self, message: Message, results: queue.SimpleQueue[tuple[str, str] | None]) -> None:
         error, started = None, time.monotonic()
         try:
             self.handler(message)
@@ -273,8 +286,8 @@ class Worker:
         self._finished(message.msg_id, time.monotonic() - started)
         results.put((message.msg_id, self._outcome(message, error)))
 
-    def _settle_thread(self, results: queue.SimpleQueue) -> None:
-        closing, again = False, []
+    def _settle_thread(self, results: queue.SimpleQueue[tuple[str, str] | None]) -> None:
+        closing, again = False, list[tuple[str, list[str]]]()
         while not closing or self._held:
             gathered = []
             try:  # results that arrive while the previous call was out share the next one
@@ -292,7 +305,7 @@ class Worker:
             groups, again = again + self._settle_groups(gathered), []
             for outcome, msg_ids in groups:
                 try:
-                    done = self.client.ack_many(self.topic, msg_ids, **self._settle_kwargs(outcome))
+                    done = self._sync_client.ack_many(self.topic, msg_ids, **self._settle_kwargs(outcome))
                 except DelayQueueError as error:
                     if self._settle_failed(outcome, msg_ids, error):
                         again.append((outcome, msg_ids))
@@ -301,7 +314,7 @@ class Worker:
             for msg_id in self._due_touches():
                 called_at = time.monotonic()
                 try:
-                    self.client.touch(self.topic, msg_id, ack_timeout_ms=self.ack_timeout_ms)
+                    self._sync_client.touch(self.topic, msg_id, ack_timeout_ms=self._ack_timeout)
                     self._touched(msg_id, called_at, None)
                 except DelayQueueError as error:
                     self._touched(msg_id, called_at, error)
@@ -327,12 +340,12 @@ class Worker:
     async def _run_tasks(self) -> None:
         if self.ack_timeout_ms is None:
             try:
-                self.ack_timeout_ms = self._resolved_ack_timeout(await self.client.topic_config(self.topic))
+                self.ack_timeout_ms = self._resolved_ack_timeout(await self._async_client.topic_config(self.topic))
             except Forbidden:
                 self.ack_timeout_ms = self._resolved_ack_timeout(None)
-        results: asyncio.Queue = asyncio.Queue()
+        results: asyncio.Queue[tuple[str, str] | None] = asyncio.Queue()
         settler = asyncio.create_task(self._settle_task(results))
-        handlers: set[asyncio.Task] = set()
+        handlers: set[asyncio.Task[None]] = set()
         slots = asyncio.Semaphore(self.concurrency)
         self._room_changed = asyncio.Event()
         try:
@@ -347,7 +360,7 @@ class Worker:
                     break
                 pulled_at = time.monotonic()
                 try:
-                    messages = await self.client.pull(self.topic, batch=self._free(),
+                    messages = await self._async_client.pull(self.topic, batch=self._free(),
                                                       ack_timeout_ms=self.ack_timeout_ms, wait_ms=self.wait_ms)
                 except DelayQueueError as error:
                     end = time.monotonic() + self._pull_failed(error)
@@ -363,18 +376,20 @@ class Worker:
             # Shielded: a cancelled run_async still settles what it holds.
             await asyncio.shield(self._finish_tasks(handlers, results, settler))
 
-    async def _finish_tasks(self, handlers: set, results: asyncio.Queue, settler: asyncio.Task) -> None:
+    async def _finish_tasks(self, handlers: set[asyncio.Task[None]], results: asyncio.Queue[tuple[str, str] | None],
+                            settler: asyncio.Task[None]) -> None:
         if handlers:
             await asyncio.gather(*handlers, return_exceptions=True)
         results.put_nowait(None)
         await settler
 
-    async def _handle_async(self, message: Message, results: asyncio.Queue, slots: asyncio.Semaphore) -> None:
+    async def _handle_async(self, message: Message, results: asyncio.Queue[tuple[str, str] | None],
+                            slots: asyncio.Semaphore) -> None:
         error, started = None, None
         try:
             async with slots:
                 started = time.monotonic()
-                await self.handler(message)
+                await cast(Awaitable[object], self.handler(message))  # an async def, checked in __init__
         except BaseException as exc:  # a cancelled handler too: its message is nacked, then it is cancelled
             error = exc
         self._finished(message.msg_id, time.monotonic() - started if started is not None else None)
@@ -382,8 +397,8 @@ class Worker:
         if error is not None and not isinstance(error, Exception):
             raise error
 
-    async def _settle_task(self, results: asyncio.Queue) -> None:
-        closing, again = False, []
+    async def _settle_task(self, results: asyncio.Queue[tuple[str, str] | None]) -> None:
+        closing, again = False, list[tuple[str, list[str]]]()
         while not closing or self._held:
             gathered = []
             try:
@@ -399,7 +414,7 @@ class Worker:
             groups, again = again + self._settle_groups(gathered), []  # as in _settle_thread
             for outcome, msg_ids in groups:
                 try:
-                    done = await self.client.ack_many(self.topic, msg_ids, **self._settle_kwargs(outcome))
+                    done = await self._async_client.ack_many(self.topic, msg_ids, **self._settle_kwargs(outcome))
                 except DelayQueueError as error:
                     if self._settle_failed(outcome, msg_ids, error):
                         again.append((outcome, msg_ids))
@@ -408,7 +423,7 @@ class Worker:
             for msg_id in self._due_touches():
                 called_at = time.monotonic()
                 try:
-                    await self.client.touch(self.topic, msg_id, ack_timeout_ms=self.ack_timeout_ms)
+                    await self._async_client.touch(self.topic, msg_id, ack_timeout_ms=self._ack_timeout)
                     self._touched(msg_id, called_at, None)
                 except DelayQueueError as error:
                     self._touched(msg_id, called_at, error)
