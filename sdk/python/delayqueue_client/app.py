@@ -401,15 +401,14 @@ class App:
 
     def _send_on_commit(self, task: Task[Any, Any], options: _Options, args: Sequence[Any],
                         kwargs: Mapping[str, Any]) -> TaskHandle:
-        from django.db import transaction  # Django only for send_on_commit: the SDK runs without it
-
-        from delayqueue_client.django import send_on_commit
+        # Django only for send_on_commit: the SDK runs without it.
+        from delayqueue_client.django import run_on_commit, send_on_commit
 
         body = task._body(options, args, kwargs)
         msg_id = options.msg_id or new_msg_id()
         if self._eager:
             handle = EagerHandle(self, task.topic, msg_id, task.name)
-            transaction.on_commit(lambda: self._ran_eagerly(task, body, msg_id, handle))
+            run_on_commit(lambda: self._ran_eagerly(task, body, msg_id, handle))
             return handle
         send_on_commit(task.topic, body, client=self.client, **{**self._send_options(options), "msg_id": msg_id})
         return TaskHandle(self, task.topic, msg_id, task.name)

@@ -1,7 +1,7 @@
 """For Django applications: send a message only once the database transaction that decided it
 commits (nothing is sent if it rolls back). The only module of delayqueue_client that imports Django."""
 import threading
-from typing import Any
+from typing import Any, Callable
 
 from django.db import transaction  # type: ignore[import-untyped]  # Django ships no types
 
@@ -35,3 +35,9 @@ def send_on_commit(topic: str, msg: str, *, client: Client | None = None, using:
     sender = client or default_client()
     transaction.on_commit(lambda: sender.send(topic, msg, **send_kwargs), using=using, robust=robust)
     return msg_id
+
+
+def run_on_commit(fn: Callable[[], object]) -> None:
+    """Runs `fn` when the transaction open on the default database commits (the task layer's
+    eager send_on_commit)."""
+    transaction.on_commit(fn)
