@@ -8,7 +8,7 @@ import inspect
 import json
 import os
 import random
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Concatenate, Generic, NamedTuple, ParamSpec, TypeVar, cast, overload
 from urllib.parse import urlsplit
@@ -17,6 +17,7 @@ from delayqueue_client._http import MaybeSent, NotSent, Settings, TransportError
 from delayqueue_client.errors import (DelayQueueError, MaybeApplied, RateLimited, ServerError, Unavailable,
                                       error_from_answer)
 from delayqueue_client.message import Message, new_msg_id
+from delayqueue_client.middleware import Chain, Middleware, SendContext
 
 if TYPE_CHECKING:
     from delayqueue_client.client import AsyncClient, Client
@@ -58,6 +59,7 @@ class Call(Generic[T]):
     idempotent: bool
     not_found: Any = _RAISE  # what a 404 answers instead of raising NotFound
     extra_timeout: float = 0.0  # a long poll's wait, on top of the client's timeout
+    sends: tuple[SendContext, ...] = ()  # a send's, for the middleware's hooks around it
 
 
 class Again(NamedTuple):
@@ -186,6 +188,11 @@ def _message(answer: Body) -> Message:
     return Message.from_api(answer["delayMsg"])
 
 
+def send_call(body: Body, sends: tuple[SendContext, ...] = ()) -> Call[Message]:
+    """sendMsg of one body; `sends`: its middleware context, before_send run."""
+    return Call("sendMsg", body, _message, idempotent=True, sends=sends)
+
+
 def _messages(answer: Body) -> list[Message]:
     return [Message.from_api(m) for m in answer["delayMsgList"]]
 
@@ -208,7 +215,8 @@ class Calls:
     def __init__(self, base_url: str | None = None, token: str | None = None, *, timeout: float = 10.0,
                  max_retries: int = 4, backoff_base: float = 0.1, backoff_max: float = 2.0,
                  max_retry_after: float = 5.0, verify: bool | str = True, cert: str | tuple[str, str] | None = None,
-                 proxy: str | None = None, trust_env: bool = True, max_connections: int = 100):
+                 proxy: str | None = None, trust_env: bool = True, max_connections: int = 100,
+                 middleware: Sequence[Middleware] = ()):
         self.base_url = (base_url or os.environ.get("DELAYQUEUE_URL") or DEFAULT_URL).rstrip("/")
         parts = urlsplit(self.base_url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
@@ -226,9 +234,34 @@ class Calls:
                                   ssl_context=ssl_context(verify, cert),
                                   proxy=proxy_for(self.base_url, proxy, trust_env), max_connections=max_connections)
         self._http = self._new_transport(self._settings)
+        self.middleware = Chain(middleware)
 
     def _new_transport(self, settings: Settings) -> Any:
         raise NotImplementedError
+
+    def _send_contexts(self, bodies: Sequence[Body],
+                       given: Sequence[SendContext | None] | None = None) -> tuple[SendContext, ...]:
+        """The middleware's contexts of these sendMsg bodies (none without middleware): those
+        `given` (their before_send run by the task layer, which writes their headers into the
+        envelope), the others made here and their before_send run."""
+        if not self.middleware:
+            return ()
+        contexts = []
+        for body, context in zip(bodies, given or [None] * len(bodies)):
+            if context is None:
+                context = SendContext(topic=body["topic"], msg_id=body["msgId"])
+                self.middleware.before_send(context)
+            contexts.append(context)
+        return tuple(contexts)
+
+    def _end_sends(self, contexts: Sequence[SendContext], outcome: Sequence[SendResult] | BaseException) -> None:
+        """The after_send hooks: each send's Message or error, or one error for them all."""
+        for i, context in enumerate(contexts):
+            result = outcome if isinstance(outcome, BaseException) else outcome[i]
+            if isinstance(result, BaseException):
+                self.middleware.after_send(context, None, result)
+            else:
+                self.middleware.after_send(context, result, None)
 
     def __repr__(self) -> str:  # never the token
         return f"{type(self).__name__}({self.base_url!r})"
@@ -295,7 +328,7 @@ class Calls:
              priority: int | None = None) -> Call[Message]:
         body = send_body(topic, msg, delay_ms=delay_ms, trigger_time=trigger_time, msg_id=msg_id, ttl_ms=ttl_ms,
                          max_retry=max_retry, priority=priority)
-        return Call("sendMsg", body, _message, idempotent=True)
+        return send_call(body, self._send_contexts([body]))
 
     @api
     def get(self, topic: str, msg_id: str) -> Call[Message | None]:

@@ -29,10 +29,12 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any, Generic, NoReturn, ParamSpec, TypeVar
 
+from delayqueue_client._calls import send_body, send_call
 from delayqueue_client.client import AsyncClient, Client
 from delayqueue_client.envelope import MAX_MSG_BYTES, Envelope, EnvelopeError, decode, encode
 from delayqueue_client.errors import DeadLetter, DelayQueueError, Retry
 from delayqueue_client.message import Message, new_msg_id
+from delayqueue_client.middleware import SendContext
 from delayqueue_client.producer import Producer
 from delayqueue_client.worker import Worker
 
@@ -287,13 +289,15 @@ class Task(Generic[P, R]):
         first, largest = self.retry_backoff
         return min(largest, first * 2.0 ** min(max(delivery - 1, 0), 64))
 
-    def _body(self, options: _Options, args: Sequence[Any], kwargs: Mapping[str, Any]) -> str:
+    def _body(self, options: _Options, args: Sequence[Any], kwargs: Mapping[str, Any],
+              headers: Mapping[str, str] | None = None) -> str:
+        """The message body; `headers` in place of the options' (what the middleware wrote)."""
         try:
             args_data, kwargs_data = self._signature.dumped(args, kwargs)
         except TypeError as exc:
             raise TypeError(f"task {self.name}: {exc}") from None
-        return encode(Envelope(self.name, args_data, kwargs_data, dict(options.headers or {})),
-                      max_bytes=self.app.max_msg_bytes)
+        headers = options.headers if headers is None else headers
+        return encode(Envelope(self.name, args_data, kwargs_data, dict(headers or {})), max_bytes=self.app.max_msg_bytes)
 
     def _run_body(self, body: str) -> R:
         """Runs the task on a sent body, as a worker does (models rebuilt); for eager mode."""
@@ -385,12 +389,29 @@ class App:
 
     def _send(self, task: Task[Any, Any], options: _Options, args: Sequence[Any], kwargs: Mapping[str, Any], *,
               delay_ms: int | None = None, trigger_time: int | None = None) -> TaskHandle:
-        body = task._body(options, args, kwargs)
         if self._eager:
-            return self._ran_eagerly(task, body, options.msg_id)
-        sent = self.client.send(task.topic, body, delay_ms=delay_ms, trigger_time=trigger_time,
-                                **self._send_options(options))
+            return self._ran_eagerly(task, task._body(options, args, kwargs), options.msg_id)
+        body, msg_id, sends = self._traced_body(task, options, args, kwargs)
+        request = send_body(task.topic, body, delay_ms=delay_ms, trigger_time=trigger_time,
+                            **{**self._send_options(options), "msg_id": msg_id})
+        sent = self.client._run(send_call(request, sends))
         return TaskHandle(self, task.topic, sent.msg_id, task.name)
+
+    def _traced_body(self, task: Task[Any, Any], options: _Options, args: Sequence[Any],
+                     kwargs: Mapping[str, Any]) -> tuple[str, str, tuple[SendContext, ...]]:
+        """A send's body and msgId, and its middleware context when the client has middleware:
+        before_send runs first, so what it writes into the headers (a trace's context) travels
+        in the envelope."""
+        msg_id = options.msg_id or new_msg_id()
+        if not self.client.middleware:
+            return task._body(options, args, kwargs), msg_id, ()
+        context = SendContext(topic=task.topic, msg_id=msg_id, task=task.name, headers=dict(options.headers or {}))
+        self.client.middleware.before_send(context)
+        try:
+            return task._body(options, args, kwargs, context.headers), msg_id, (context,)
+        except BaseException as exc:
+            self.client.middleware.after_send(context, None, exc)
+            raise
 
     def _ran_eagerly(self, task: Task[Any, Any], body: str, msg_id: str | None,
                      handle: EagerHandle | None = None) -> EagerHandle:
@@ -417,20 +438,22 @@ class App:
                    items: Iterable[Sequence[Any] | Mapping[str, Any]]) -> list[TaskHandle | DelayQueueError]:
         if options.msg_id is not None:
             raise ValueError(f"task {task.name}: a msg_id names one message, so not one for send_many")
-        bodies = []
+        calls: list[tuple[Sequence[Any], Mapping[str, Any]]] = []
         for item in items:
             if isinstance(item, Mapping):
-                bodies.append(task._body(options, (), item))
+                calls.append(((), item))
             elif isinstance(item, (str, bytes)) or not isinstance(item, Sequence):
                 raise TypeError(f"task {task.name}: send_many takes per message a tuple of positional arguments "
                                 f"or a dict of keyword arguments, got {type(item).__name__} (one argument: (x,))")
             else:
-                bodies.append(task._body(options, item, {}))
+                calls.append((item, {}))
         if self._eager:
-            return [self._ran_eagerly(task, body, None) for body in bodies]
+            return [self._ran_eagerly(task, task._body(options, args, kwargs), None) for args, kwargs in calls]
         send_options = self._send_options(options)
+        bodies = [self._traced_body(task, options, args, kwargs) for args, kwargs in calls]
         producer = self._producer()
-        futures = [producer.send(task.topic, body, **send_options) for body in bodies]
+        futures = [producer.send(task.topic, body, context=sends[0] if sends else None,
+                                 **{**send_options, "msg_id": msg_id}) for body, msg_id, sends in bodies]
         results: list[TaskHandle | DelayQueueError] = []
         for future in futures:
             try:

@@ -5,11 +5,13 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from delayqueue_client._calls import Again, Body, Call, Calls, SendResult, send_body
 from delayqueue_client._http import AsyncPool, AsyncTransport, Pool, Settings, Transport, TransportError, encoded
 from delayqueue_client.errors import DelayQueueError
+from delayqueue_client.middleware import SendContext
 
 if TYPE_CHECKING:
     from delayqueue_client.producer import AsyncProducer, Producer
@@ -28,6 +30,17 @@ class Client(Calls):
         return Pool(settings)
 
     def _run(self, call: Call[T]) -> T:
+        if not call.sends:
+            return self._attempts(call)
+        try:
+            result = self._attempts(call)
+        except BaseException as exc:
+            self._end_sends(call.sends, exc)
+            raise
+        self._end_sends(call.sends, [result])  # type: ignore[list-item]  # a send's Message
+        return result
+
+    def _attempts(self, call: Call[T]) -> T:
         body = encoded(call.body)
         for attempt in itertools.count():
             posted: tuple[int, bytes] | TransportError
@@ -46,8 +59,19 @@ class Client(Calls):
         (an item a store was unavailable for, or over a rate limit, is sent again as a call is)."""
         return self._send_batch([send_body(**item) for item in items])
 
-    def _send_batch(self, bodies: list[Body]) -> list[SendResult]:
-        """sendMsgBatch of these bodies; items worth another try are sent again (same msgIds)."""
+    def _send_batch(self, bodies: list[Body], sends: Sequence[SendContext] | None = None) -> list[SendResult]:
+        """sendMsgBatch of these bodies; items worth another try are sent again (same msgIds).
+        `sends`: their middleware contexts, before_send run (made here when not given)."""
+        contexts = self._send_contexts(bodies) if sends is None else sends
+        try:
+            results = self._batch_attempts(bodies)
+        except BaseException as exc:
+            self._end_sends(contexts, exc)
+            raise
+        self._end_sends(contexts, results)
+        return results
+
+    def _batch_attempts(self, bodies: list[Body]) -> list[SendResult]:
         results: list[SendResult | None] = [None] * len(bodies)
         todo = list(range(len(bodies)))
         for attempt in itertools.count():
@@ -92,6 +116,17 @@ class AsyncClient(Calls):
         return AsyncPool(settings)
 
     async def _run(self, call: Call[T]) -> T:
+        if not call.sends:
+            return await self._attempts(call)
+        try:
+            result = await self._attempts(call)
+        except BaseException as exc:
+            self._end_sends(call.sends, exc)
+            raise
+        self._end_sends(call.sends, [result])  # type: ignore[list-item]  # a send's Message
+        return result
+
+    async def _attempts(self, call: Call[T]) -> T:
         body = encoded(call.body)
         for attempt in itertools.count():
             posted: tuple[int, bytes] | TransportError
@@ -109,7 +144,18 @@ class AsyncClient(Calls):
         """Client.send_many."""
         return await self._send_batch([send_body(**item) for item in items])
 
-    async def _send_batch(self, bodies: list[Body]) -> list[SendResult]:
+    async def _send_batch(self, bodies: list[Body], sends: Sequence[SendContext] | None = None) -> list[SendResult]:
+        """Client._send_batch."""
+        contexts = self._send_contexts(bodies) if sends is None else sends
+        try:
+            results = await self._batch_attempts(bodies)
+        except BaseException as exc:
+            self._end_sends(contexts, exc)
+            raise
+        self._end_sends(contexts, results)
+        return results
+
+    async def _batch_attempts(self, bodies: list[Body]) -> list[SendResult]:
         results: list[SendResult | None] = [None] * len(bodies)
         todo = list(range(len(bodies)))
         for attempt in itertools.count():

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from delayqueue_client._calls import Body, SendResult, send_body
 from delayqueue_client.message import Message
+from delayqueue_client.middleware import SendContext
 
 if TYPE_CHECKING:
     from delayqueue_client.client import AsyncClient, Client
@@ -21,7 +22,8 @@ if TYPE_CHECKING:
 # API does not tell a client its server's value, so max_batch is held to the default.
 MAX_BATCH_SEND = 1000
 _CLOSE: Any = object()
-_Item = tuple[Body, "Future[Message]"]
+# A send: its body, its future, and its middleware context when the task layer made it.
+_Item = tuple[Body, "Future[Message]", SendContext | None]
 
 
 class ProducerFull(Exception):
@@ -80,9 +82,10 @@ class Producer:
             thread.start()
         _open_producers.add(self)
 
-    def send(self, topic: str, msg: str, **options: Any) -> Future[Message]:
+    def send(self, topic: str, msg: str, *, context: SendContext | None = None, **options: Any) -> Future[Message]:
         """send()'s arguments (delay_ms, trigger_time, msg_id, ttl_ms, max_retry, priority); the
-        Future fails with the message's error (RateLimited, BadRequest, ...) or the batch's."""
+        Future fails with the message's error (RateLimited, BadRequest, ...) or the batch's.
+        `context`: the send's middleware context, its before_send run (the task layer's)."""
         body = send_body(topic, msg, **options)
         if self._closed:
             raise RuntimeError("the producer is closed")
@@ -94,7 +97,7 @@ class Producer:
                 self._room.release()
                 raise RuntimeError("the producer is closed")
             self._pending.add(future)
-            self._queue.put((body, future))
+            self._queue.put((body, future, context))
         future.add_done_callback(self._forget)
         return future
 
@@ -163,7 +166,7 @@ class Producer:
             try:
                 self._send_batch(batch)
             except BaseException as exc:  # the sender lives on (the producer would stall): its sends fail with it
-                for _body, future in batch:
+                for _body, future, _context in batch:
                     if not future.done():
                         future.set_exception(exc)
             finally:
@@ -171,15 +174,17 @@ class Producer:
 
     def _send_batch(self, batch: list[_Item]) -> None:
         # A future its caller cancelled is not sent; the others can no longer be cancelled.
-        batch = [(body, future) for body, future in batch if future.set_running_or_notify_cancel()]
+        batch = [item for item in batch if item[1].set_running_or_notify_cancel()]
         if not batch:
             return
+        bodies = [body for body, _future, _context in batch]
         results: list[SendResult] | list[BaseException]
         try:
-            results = self._client._send_batch([body for body, _future in batch])
+            sends = self._client._send_contexts(bodies, [context for _body, _future, context in batch])
+            results = self._client._send_batch(bodies, sends)
         except BaseException as exc:  # the whole batch failed: each of its sends with the reason
             results = [exc] * len(batch)
-        for (_body, future), result in zip(batch, results):
+        for (_body, future, _context), result in zip(batch, results):
             if isinstance(result, BaseException):
                 future.set_exception(result)
             else:
