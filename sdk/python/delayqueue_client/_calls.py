@@ -14,6 +14,7 @@ from delayqueue_client.message import Message, new_msg_id
 
 API_PATH = "/camellia/delayQueue/"
 DEFAULT_URL = "http://127.0.0.1:8000"  # ./dev run's address
+MAX_REASON = 200  # characters of a nack's reason the server keeps (its MAX_EVENT_DETAIL); more is code 400
 _RAISE = object()
 
 # setTopicConfig's settings by set_topic_config's keyword names.
@@ -207,17 +208,19 @@ class Calls:
         return self._run(Call("ackMsg", {"topic": topic, "msgId": msg_id, "ack": True}, lambda a: a["done"],
                               idempotent=False))
 
-    def nack(self, topic: str, msg_id: str, *, delay_ms: int | None = None, dead_letter: bool = False) -> bool:
-        """Gives the message back (after delay_ms), or ends it as a dead letter."""
+    def nack(self, topic: str, msg_id: str, *, delay_ms: int | None = None, dead_letter: bool = False,
+             reason: str | None = None) -> bool:
+        """Gives the message back (after delay_ms), or ends it as a dead letter. `reason` (at most
+        MAX_REASON characters) is kept on the nack's history row: a dead letter's `dead_detail`."""
         body = _without_none(topic=topic, msgId=msg_id, ack=False, delayMillis=delay_ms,
-                             deadLetter=True if dead_letter else None)
+                             deadLetter=True if dead_letter else None, reason=reason or None)
         return self._run(Call("ackMsg", body, lambda a: a["done"], idempotent=False))
 
     def ack_many(self, topic: str, msg_ids: list[str], *, ack: bool = True, delay_ms: int | None = None,
-                 dead_letter: bool = False) -> list[bool]:
-        """One ackMsgBatch; `done` per msgId, in order."""
+                 dead_letter: bool = False, reason: str | None = None) -> list[bool]:
+        """One ackMsgBatch; `done` per msgId, in order. `reason`: as nack's, for all of them (ack=False)."""
         body = _without_none(topic=topic, msgIds=list(msg_ids), ack=ack, delayMillis=delay_ms,
-                             deadLetter=True if dead_letter else None)
+                             deadLetter=True if dead_letter else None, reason=reason or None)
         return self._run(Call("ackMsgBatch", body, lambda a: [r["done"] for r in a["results"]], idempotent=False))
 
     def touch(self, topic: str, msg_id: str, *, ack_timeout_ms: int) -> int:

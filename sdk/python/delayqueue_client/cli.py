@@ -1,4 +1,5 @@
-"""`delayqueue`, the command line of the client: send, get, delete, consume, stats and dead letters.
+"""`delayqueue`, the command line of the client: send, get, delete, consume, stats, dead letters,
+and `worker` (worker processes of an App, supervisor.py).
 
 Exit codes: 0 done, 1 the server refused or did not find it, 2 usage error, 3 server unreachable.
 """
@@ -12,6 +13,7 @@ import time
 from dataclasses import asdict
 from datetime import datetime, timezone
 
+from delayqueue_client import supervisor
 from delayqueue_client.client import Client
 from delayqueue_client.errors import DelayQueueError, NotFound
 from delayqueue_client.message import Message
@@ -187,6 +189,14 @@ def cmd_dead_purge(args, client: Client) -> int:
     return OK
 
 
+def cmd_worker(args, client: Client) -> int:
+    """Supervises worker processes of an App (supervisor.py); the App brings its own client."""
+    try:
+        return supervisor.supervise(args)
+    except supervisor.AppNotFound as exc:
+        raise UsageError(str(exc)) from None
+
+
 class UsageError(Exception):
     """Arguments argparse accepted that do not make sense together."""
 
@@ -243,6 +253,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     stats = command("stats", cmd_stats, "queue sizes of a topic, or of every topic")
     stats.add_argument("topic", nargs="?")
+
+    worker = command("worker", cmd_worker, "run an App's tasks in worker processes: SIGTERM or Ctrl-C drains, "
+                                           "a second one stops hard")
+    supervisor.add_arguments(worker)
 
     dead = commands.add_parser("dead", help="dead letters: list, redrive, purge", description="Dead letters.")
     dead_commands = dead.add_subparsers(dest="dead_command", required=True, metavar="COMMAND")
