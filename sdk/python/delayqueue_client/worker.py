@@ -186,7 +186,7 @@ class Worker:
         if self.retry_backoff is None or self._own_backoff.get(message.topic, False):
             return None
         low, high = self.retry_backoff
-        return round(min(high, low * 2 ** min(max(message.retry - 1, 0), 60)) * 1000)
+        return round(min(high, low * 2.0 ** min(max(message.retry - 1, 0), 60)) * 1000)
 
     def _ack_timeout(self, topic: str) -> int:
         return self._ack_timeouts.get(topic, self.ack_timeout_ms or DEFAULT_ACK_TIMEOUT_MS)
