@@ -436,16 +436,14 @@ class Worker:
                 with self._room:
                     self._room.wait(POLL_STEP)
         finally:
-            if self._stop_level >= HARD:
-                given_back = self._give_back_all()
-                if settler.is_alive():
-                    for item in given_back:
-                        results.put(item)
-                else:
-                    self._give_back_now(given_back)
+            given_back = self._give_back_all() if self._stop_level >= HARD else []
+            for item in given_back:
+                results.put(item)
             pool.shutdown(wait=False, cancel_futures=True)  # a hard stop's handlers that did not start never do
             results.put(None)
             settler.join()
+            if isinstance(self._failure, WorkerFailed):  # no settle loop gave them back
+                self._give_back_now(given_back)
         self._raise_failure()
 
     def _sync_client(self) -> Client:
@@ -609,18 +607,17 @@ class Worker:
                             settler: "asyncio.Task[None]") -> None:
         for task in pollers:  # a long poll under way (cancelled, or hard stop) is abandoned: what it hands out times out
             task.cancel()
+        given_back = self._give_back_all() if self._stop_level >= HARD else []
         if self._stop_level >= HARD:
-            given_back = self._give_back_all()
             for task in handlers:
                 task.cancel()
-            if not settler.done():
-                for item in given_back:
-                    results.put_nowait(item)
-            else:
-                await self._give_back_async(given_back)
+        for item in given_back:
+            results.put_nowait(item)
         await asyncio.gather(*pollers, *handlers, return_exceptions=True)
         results.put_nowait(None)
         await settler
+        if isinstance(self._failure, WorkerFailed):  # no settle loop gave them back
+            await self._give_back_async(given_back)
 
     async def _give_back_async(self, items: list[tuple[Key, Outcome]]) -> None:
         for topic, outcome, msg_ids in self._settle_groups(items):
