@@ -47,6 +47,9 @@ POLL_STEP = 0.1  # seconds: how often blocked waits look at the stop flag (set b
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
 DRAIN, HARD = 1, 2  # stop levels: the first stop() drains, the second stops hard
 GIVEN_BACK = "worker stopped before handling it"  # the reason of a hard stop's nacks
+# A hard stop waits this long past wait_ms for the long polls under way: a poll left running could
+# take the messages just given back and, its process gone, leave them to their ack timeout.
+POLL_END_MARGIN = 1.0
 
 Handler = Callable[[Message], object]
 Key = tuple[str, str]  # (topic, msg_id)
@@ -422,7 +425,7 @@ class Worker:
         results: queue.SimpleQueue[tuple[Key, Outcome] | None] = queue.SimpleQueue()
         settler = threading.Thread(target=self._settle_thread, args=(results,), name="dq-settle", daemon=True)
         pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="dq-worker")
-        # Daemons: a hard stop does not wait for a long poll under way (what it hands out is given back).
+        # Daemons: a poll that outlives a hard stop's wait (POLL_END_MARGIN) does not keep the process.
         pollers = [threading.Thread(target=self._poll_thread, args=(topic, burst, pool, results),
                                     name=f"dq-poll-{topic}", daemon=True) for topic in self.topics]
         settler.start()
@@ -444,6 +447,9 @@ class Worker:
             settler.join()
             if isinstance(self._failure, WorkerFailed):  # no settle loop gave them back
                 self._give_back_now(given_back)
+            end = time.monotonic() + self.wait_ms / 1000 + POLL_END_MARGIN
+            for poller in pollers:  # what a poll under way brings after a hard stop, its loop gives back
+                poller.join(max(0.0, end - time.monotonic()))
         self._raise_failure()
 
     def _sync_client(self) -> Client:
@@ -605,14 +611,17 @@ class Worker:
     async def _finish_tasks(self, pollers: list["asyncio.Task[None]"], handlers: set["asyncio.Task[None]"],
                             results: "asyncio.Queue[tuple[Key, Outcome] | None]",
                             settler: "asyncio.Task[None]") -> None:
-        for task in pollers:  # a long poll under way (cancelled, or hard stop) is abandoned: what it hands out times out
-            task.cancel()
         given_back = self._give_back_all() if self._stop_level >= HARD else []
         if self._stop_level >= HARD:
             for task in handlers:
                 task.cancel()
         for item in given_back:
             results.put_nowait(item)
+        # A poll under way ends by itself (what it brings after a hard stop, its loop gives back), or
+        # is cancelled once it had wait_ms: a cancelled poll's messages come back after their ack timeout.
+        _, late = await asyncio.wait(pollers, timeout=self.wait_ms / 1000 + POLL_END_MARGIN)
+        for task in late:
+            task.cancel()
         await asyncio.gather(*pollers, *handlers, return_exceptions=True)
         results.put_nowait(None)
         await settler
