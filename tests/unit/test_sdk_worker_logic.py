@@ -39,7 +39,7 @@ def test_a_given_batch_is_kept_and_never_below_the_concurrency(client):
     assert Worker(client, "t", print, concurrency=4, batch=2).batch == 4
     fixed = Worker(client, "t", print, concurrency=4, batch=10, ack_timeout_ms=1000)
     for i in range(50):  # fast handlers do not change a batch given
-        asked = fixed._reserve("t", False)
+        asked = fixed._reserve()
         assert fixed._pulled(asked, [Message.from_api({**API_MESSAGE, "msgId": f"m{i}"})], 0.0)
         fixed._finished(("t", f"m{i}"), 0.0001)
     assert fixed.batch == 10 and not fixed.adaptive
@@ -134,15 +134,15 @@ def test_worker_options_are_checked(client):
 def test_max_messages_bounds_what_the_polls_take(client):
     worker = Worker(client, ["a", "b"], print, concurrency=4, batch=10, max_messages=7)
     with worker._room:
-        first, second = worker._reserve("a", False), worker._reserve("b", False)
+        first, second = worker._reserve(), worker._reserve()
     assert (first, second) == (5, 2)  # each topic's share of the batch, then what max_messages leaves
     worker._pulled(first, [message(topic="a")], 0.0)  # 4 fewer than asked: back within reach
-    assert worker._reserve("a", False) == 4 and worker._poll_done()
+    assert worker._reserve() == 4 and worker._poll_done()
 
 
 def test_stop_drains_first_then_stops_hard(client):
     worker = Worker(client, "t", print)
-    worker._pulled(worker._reserve("t", False), [message()], 0.0)
+    worker._pulled(worker._reserve(), [message()], 0.0)
     worker.stop()
     assert worker._stop_level == 1 and worker._give_back_all() == [(("t", "m"), Outcome(NACK, 0, GIVEN_BACK))]
     worker.stop()

@@ -202,8 +202,8 @@ class Worker:
             self._ack_timeouts[topic] = int(config["ackTimeoutMillis"]) if config else DEFAULT_ACK_TIMEOUT_MS
         self._own_backoff[topic] = bool(config and int(config.get("retryBackoffMillis") or 0) > 0)
 
-    def _reserve(self, topic: str, burst: bool) -> int:
-        """Room for one pull of `topic` (called holding _room): its share of the batch, less the
+    def _reserve(self) -> int:
+        """Room for one pull of a topic (called holding _room): its share of the batch, less the
         unhandled, within max_messages; 0 when there is none now."""
         share = max(1, self.batch // len(self.topics))
         room = min(share, self.batch - self._unhandled - self._reserved)
@@ -461,7 +461,7 @@ class Worker:
         client = self._sync_client()
         while not self._poll_done():
             with self._room:
-                while not (free := self._reserve(topic, burst)) and not self._poll_done():
+                while not (free := self._reserve()) and not self._poll_done():
                     self._room.wait(POLL_STEP)
             if not free:
                 return
@@ -641,7 +641,7 @@ class Worker:
                          slots: asyncio.Semaphore, handlers: set["asyncio.Task[None]"]) -> None:
         client = self._async_client()
         while not self._poll_done():
-            while not (free := self._reserve(topic, burst)) and not self._poll_done():
+            while not (free := self._reserve()) and not self._poll_done():
                 await self._room_change()
             if not free:
                 return
