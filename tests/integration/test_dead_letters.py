@@ -326,8 +326,9 @@ async def test_the_dead_letter_endpoints_over_http(api, single_rt):
 
 
 async def test_a_nack_reason_is_kept_on_its_history_row_and_shown_as_the_dead_letters_detail(api, single_rt):
+    retries = {"once": 0, "d1": 5, "d2": 5, "again": 5, "plain": 5}
     await send_messages(single_rt, requests=[SendRequest("why", f"body of {i}", 0, i, max_retry=m)
-                                             for i, m in (("once", 0), ("d1", 5), ("d2", 5), ("again", 5), ("plain", 5))])
+                                             for i, m in retries.items()])
     pulled, _ = await pull_messages(single_rt, topic="why", batch=5, ack_timeout_millis=60_000)
     assert len(pulled) == 5
     reason = "ValueError: <b>bad</b> input ünïcode"

@@ -10,5 +10,5 @@ from delayqueue_client.signature import InvalidSignature, verify_signature
 from delayqueue_client.worker import Worker
 
 __all__ = ["AsyncClient", "AsyncProducer", "BadRequest", "Client", "Conflict", "DeadLetter", "DeadLetterPage", "DelayQueueError",
-           "Forbidden", "InvalidSignature", "Message", "NotFound", "Producer", "RateLimited", "Retry", "ServerError", "Unauthorized",
-           "Worker", "verify_signature"]
+           "Forbidden", "InvalidSignature", "Message", "NotFound", "Producer", "RateLimited", "Retry", "ServerError",
+           "Unauthorized", "Worker", "verify_signature"]

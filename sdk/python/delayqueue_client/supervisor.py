@@ -236,8 +236,8 @@ def supervise(args: argparse.Namespace) -> int:
     """The `delayqueue worker` command: checks the App imports, then supervises the children."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # --url and --token reach the App's client (and the children's) as the variables a Client reads.
-    for name, value in (("DELAYQUEUE_URL", getattr(args, "url", None)), ("DELAYQUEUE_TOKEN", getattr(args, "token", None))):
-        if value:
+    for name, option in (("DELAYQUEUE_URL", "url"), ("DELAYQUEUE_TOKEN", "token")):
+        if value := getattr(args, option, None):
             os.environ[name] = value
     load_app(args.app)  # a clear error now rather than N crashing children
     return Supervisor(options_of(args), args.processes).run()
