@@ -8,8 +8,8 @@ from rest_framework.fields import empty
 from rest_framework.validators import ProhibitSurrogateCharactersValidator
 
 from delayqueue.config.settings import load_config, setting_text
-from delayqueue.core.constants import (DEAD_LIST_DEFAULT_LIMIT, DEAD_LIST_MAX_LIMIT, MAX_DELAY_MILLIS, MAX_LIMIT,
-                                       MAX_PRIORITY, MAX_PUSH_URL_LENGTH, MAX_RETRY, MAX_TOPIC_BYTES,
+from delayqueue.core.constants import (DEAD_LIST_DEFAULT_LIMIT, DEAD_LIST_MAX_LIMIT, MAX_DELAY_MILLIS, MAX_EVENT_DETAIL,
+                                       MAX_LIMIT, MAX_PRIORITY, MAX_PUSH_URL_LENGTH, MAX_RETRY, MAX_TOPIC_BYTES,
                                        PUSH_CONCURRENCY_DEFAULT, PUSH_MAX_CONCURRENCY, PUSH_MAX_TIMEOUT_MILLIS,
                                        PUSH_TIMEOUT_DEFAULT_MILLIS, REDRIVE_DEFAULT_RATE, REDRIVE_MAX_RATE,
                                        RETRY_BACKOFF_MAX_MILLIS)
@@ -183,11 +183,17 @@ class AckFields(serializers.Serializer):
                          "kept); absent: at once", required=False, default=-1, min_value=0)
     deadLetter = flag("ack=false only: true ends the message now as a dead letter (status 6), not to be "
                       "delivered again", False)
+    reason = TextField(required=False, default="", allow_blank=True, trim_whitespace=False,
+                       max_length=MAX_EVENT_DETAIL,
+                       help_text=f"ack=false only: why it was given back (at most {MAX_EVENT_DETAIL} characters), "
+                                 "kept on the nack's history row and shown as a dead letter's deadDetail")
 
     def validate(self, attrs: dict) -> dict:
         if attrs["ack"]:
             if attrs["deadLetter"]:
                 raise serializers.ValidationError({"deadLetter": "only with ack=false"})
+            if attrs["reason"]:
+                raise serializers.ValidationError({"reason": "only with ack=false"})
             if attrs["delayMillis"] >= 0:
                 raise serializers.ValidationError({"delayMillis": "only with ack=false"})
         elif attrs["deadLetter"] and attrs["delayMillis"] >= 0:

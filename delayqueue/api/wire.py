@@ -50,7 +50,8 @@ def messages(found: list[Message]) -> list[dict]:
 
 
 def dead_letter(dead: DeadLetter) -> dict:
-    return {**dead.message.to_wire(), "deadReason": dead.reason, "deadTime": dead.died_at}
+    return {**dead.message.to_wire(), "deadReason": dead.reason, "deadDetail": dead.detail,
+            "deadTime": dead.died_at}
 
 
 def redrive_progress(progress: RedriveProgress) -> dict:

@@ -117,5 +117,6 @@ MAX_PUSH_URL_LENGTH = 2000
 # A failed push waits this long before the next attempt, doubling per delivery, when its topic sets
 # no retryBackoffMillis: a receiver down for a moment must not use up a message's tries at once.
 PUSH_RETRY_BACKOFF_DEFAULT_MILLIS = 1000
-# A history event's detail (a push attempt's status or error) is cut to this many characters.
+# A history event's detail (a push attempt's status or error, a consumer's nack reason) is at most this many
+# characters: a push's is cut to it, a longer nack reason is refused.
 MAX_EVENT_DETAIL = 200

@@ -35,7 +35,7 @@ class Event:
     host: str
     trigger_time: int | None = None  # set by a change that moved the message's times (reschedule, nack with a delay)
     expire_time: int | None = None
-    detail: str = ""  # a push attempt's HTTP status or error
+    detail: str = ""  # a push attempt's HTTP status or error, a consumer's nack reason
 
     @classmethod
     def parse(cls, topic: str, entry_id: str, fields: dict) -> list["Event"]:

@@ -395,16 +395,17 @@ def ack(ctx: ScriptContext, topic: str, *, msg_id: str, push_status: str = "") -
 
 
 def nack(ctx: ScriptContext, topic: str, *, msg_id: str, delay_millis: int, dead_letter: bool, seed: int | None = None,
-         push_failure: str = "", default_backoff_millis: int = 0) -> ScriptCall:
+         push_failure: str = "", default_backoff_millis: int = 0, reason: str = "") -> ScriptCall:
     """`delay_millis` -1: none given (the topic's retry backoff applies, or one starting at
     `default_backoff_millis` when the topic has none); `push_failure`: a failed push attempt's
-    status or error, when the nack is its outcome; `seed` of the backoff's jitter (random if None)."""
+    status or error, when the nack is its outcome; `reason`: a consumer's why, the history's detail;
+    `seed` of the backoff's jitter (random if None)."""
     k = ctx.ns.topic(topic)
     return ScriptCall(NACK, [k.inflight, k.ready, k.msgs, k.expiry, k.ended, k.stats, k.meta, k.events, k.waiting,
                              k.prioritised],
                       [msg_id, ctx.retention_millis, ctx.stats_interval_millis, ctx.ns.ready_channel, topic, ctx.actor,
                        delay_millis, _flag(dead_letter), ctx.ns.schedule_channel, _seed(seed), push_failure,
-                       default_backoff_millis])
+                       default_backoff_millis, reason])
 
 
 def touch(ctx: ScriptContext, topic: str, *, msg_id: str, ack_timeout_millis: int) -> ScriptCall:

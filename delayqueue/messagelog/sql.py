@@ -239,14 +239,14 @@ _MICROS = "(extract(epoch FROM m.updated_at) * 1000000)::int8"
 _DEAD_IN = (f"m.namespace = %(namespace)s AND m.topic = %(topic)s AND m.{DEAD} AND {KEEPS_DEAD}"
             " AND (%(msg_ids)s::text[] IS NULL OR m.msg_id = ANY(%(msg_ids)s::text[]))")
 
-# A page after position (%(after)s µs, %(after_id)s; the first page: NULL, 0), with why each died: the reason of the
-# history row that ended its life (the newest one into its status).
+# A page after position (%(after)s µs, %(after_id)s; the first page: NULL, 0), with why each died: the reason and
+# detail (a consumer's nack reason) of the history row that ended its life (the newest one into its status).
 DEAD_PAGE = f"""
 SELECT m.id, {_MICROS}, m.topic, m.msg_id, m.payload, {to_millis("m.produce_time")}, {to_millis("m.trigger_time")},
-       {to_millis("m.expire_time")}, m.max_retry, m.retry, m.status, {to_millis("m.updated_at")}, r.reason
+       {to_millis("m.expire_time")}, m.max_retry, m.retry, m.status, {to_millis("m.updated_at")}, r.reason, r.detail
 FROM {tables.MESSAGE} m
 LEFT JOIN LATERAL (
-    SELECT e.reason FROM {tables.EVENT} e
+    SELECT e.reason, e.detail FROM {tables.EVENT} e
     WHERE e.msg_id = m.msg_id AND e.topic = m.topic AND e.namespace = m.namespace AND e.to_status = m.status
     ORDER BY e.at DESC, e.id DESC LIMIT 1
 ) r ON TRUE

@@ -169,26 +169,27 @@ async def ack_message(rt: Runtime, *, topic: str, msg_id: str, push_status: str 
 
 
 async def nack_message(rt: Runtime, *, topic: str, msg_id: str, delay_millis: int = -1, dead_letter: bool = False,
-                       push_failure: str = "", default_backoff_millis: int = 0) -> scripts.AckReply:
+                       push_failure: str = "", default_backoff_millis: int = 0, reason: str = "") -> scripts.AckReply:
     """ack=false: a consuming message is ready again at once (or waiting out its topic's retry
     backoff, or one starting at `default_backoff_millis` when the topic sets none), or waiting for
     `delay_millis` (-1: none given), or ended if out of tries; with `dead_letter` it ends now as a
     dead letter (status 6, reason dead_lettered). `push_failure`: a failed push attempt's status or
-    error (the history's detail). Answered as ack_message."""
+    error (the history's detail); `reason`: the consumer's why (the history's detail, the dead
+    letter's deadDetail). Answered as ack_message."""
     return await rt.scripts.call(scripts.nack(rt.context, topic, msg_id=msg_id, delay_millis=delay_millis,
                                               dead_letter=dead_letter, push_failure=push_failure,
-                                              default_backoff_millis=default_backoff_millis))
+                                              default_backoff_millis=default_backoff_millis, reason=reason))
 
 
 async def ack_messages(rt: Runtime, *, topic: str, msg_ids: list[str], ack: bool = True, delay_millis: int = -1,
-                       dead_letter: bool = False) -> list[bool]:
+                       dead_letter: bool = False, reason: str = "") -> list[bool]:
     """ackMsgBatch: ack_message (or nack_message) of each msgId, in one pipelined round trip;
     per msgId, in order, whether it was done. Raises the first Redis error."""
     if ack:
         calls = [scripts.ack(rt.context, topic, msg_id=msg_id) for msg_id in msg_ids]
     else:
-        calls = [scripts.nack(rt.context, topic, msg_id=msg_id, delay_millis=delay_millis, dead_letter=dead_letter)
-                 for msg_id in msg_ids]
+        calls = [scripts.nack(rt.context, topic, msg_id=msg_id, delay_millis=delay_millis, dead_letter=dead_letter,
+                              reason=reason) for msg_id in msg_ids]
     replies = await rt.scripts.run(calls)
     for reply in replies:
         if isinstance(reply, Exception):

@@ -22,6 +22,7 @@ class DeadLetter:
     message: Message
     reason: str  # the history reason it died with ('' when its history is gone)
     died_at: int  # epoch ms
+    detail: str = ""  # the consumer's reason on the nack that ended it ('' when none)
 
 
 @dataclass(frozen=True)
@@ -44,7 +45,7 @@ async def dead_letters(rt: Runtime, *, topic: str, limit: int, cursor: str | Non
         found = await conn.execute(sql.DEAD_PAGE, {**_scope(rt, topic, msg_ids), "after": after, "after_id": after_id,
                                                    "limit": limit + 1})
         rows = await found.fetchall()
-    page = [DeadLetter(Message(*row[2:11]), row[12] or "", row[11]) for row in rows[:limit]]
+    page = [DeadLetter(Message(*row[2:11]), row[12] or "", row[11], row[13] or "") for row in rows[:limit]]
     next_cursor = f"{rows[limit - 1][1]}.{rows[limit - 1][0]}" if len(rows) > limit else None
     return page, next_cursor
 

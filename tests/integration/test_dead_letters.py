@@ -36,14 +36,16 @@ WITH rows AS (
     RETURNING namespace, topic, msg_id, updated_at
 )
 INSERT INTO delayqueue_messageevent (namespace, topic, msg_id, event_id, at, from_status, to_status, retry, reason,
-                                     process, host)
-SELECT namespace, topic, msg_id, 'x', updated_at, 3, %(status)s, 1, %(reason)s, 'test', 'test' FROM rows
+                                     process, host, detail)
+SELECT namespace, topic, msg_id, 'x', updated_at, 3, %(status)s, 1, %(reason)s, 'test', 'test', %(detail)s FROM rows
 """
 
 
-async def fill_dead(topic: str, count: int, status: int = Status.EXHAUSTED, reason: str = "retries_exhausted") -> None:
+async def fill_dead(topic: str, count: int, status: int = Status.EXHAUSTED, reason: str = "retries_exhausted",
+                    detail: str = "") -> None:
     async with await psycopg.AsyncConnection.connect(log_database_url(), autocommit=True) as conn:
-        await conn.execute(FILL_DEAD, {"topic": topic, "count": count, "status": status, "reason": reason})
+        await conn.execute(FILL_DEAD, {"topic": topic, "count": count, "status": status, "reason": reason,
+                                       "detail": detail})
 
 
 async def make_dead(rt, topic: str, exhausted: list[str], expired: list[str] = ()) -> None:
@@ -152,7 +154,8 @@ async def test_a_message_that_expires_undelivered_is_a_dead_letter_listed_and_re
         return (await call(api, "getDeadMsgList", method="get", topic="late"))["delayMsgList"]
 
     [dead] = await wait_until(listed, timeout=20, what="the expired message in getDeadMsgList")
-    assert dead == {**sent.to_wire(), "status": Status.EXPIRED, "deadReason": "expired", "deadTime": dead["deadTime"]}
+    assert dead == {**sent.to_wire(), "status": Status.EXPIRED, "deadReason": "expired", "deadDetail": "",
+                    "deadTime": dead["deadTime"]}
     assert dead["deadTime"] >= sent.expire_time
     started = await call(api, "redriveDeadMsg", json={"topic": "late"})
     assert started["code"] == 200
@@ -309,7 +312,8 @@ async def test_the_dead_letter_endpoints_over_http(api, single_rt):
     first = await call(api, "getDeadMsgList", method="get", topic="h", limit="2")
     assert first["code"] == 200 and [m["msgId"] for m in first["delayMsgList"]] == ["a", "b"]
     assert set(first["delayMsgList"][0]) == {"topic", "msgId", "msg", "produceTime", "triggerTime", "expireTime",
-                                             "maxRetry", "retry", "status", "deadReason", "deadTime"}
+                                             "maxRetry", "retry", "status", "deadReason", "deadDetail",
+                                             "deadTime"}
     last = await call(api, "getDeadMsgList", method="get", topic="h", cursor=first["nextCursor"])
     assert [m["msgId"] for m in last["delayMsgList"]] == ["c"] and "nextCursor" not in last
     purged = await call(api, "purgeDeadMsg", json={"topic": "h", "msgIds": ["c"]})
@@ -319,6 +323,46 @@ async def test_the_dead_letter_endpoints_over_http(api, single_rt):
     task = await call(api, "getRedriveTask", method="get", taskId=str(started["taskId"]))
     assert task == {"code": 200, "msg": "success", "moved": 0, "left": 1, "state": "running"}
     assert (await call(api, "redriveDeadMsg", topic="none"))["code"] == 404
+
+
+async def test_a_nack_reason_is_kept_on_its_history_row_and_shown_as_the_dead_letters_detail(api, single_rt):
+    retries = {"once": 0, "d1": 5, "d2": 5, "again": 5, "plain": 5}
+    await send_messages(single_rt, requests=[SendRequest("why", f"body of {i}", 0, i, max_retry=m)
+                                             for i, m in retries.items()])
+    pulled, _ = await pull_messages(single_rt, topic="why", batch=5, ack_timeout_millis=60_000)
+    assert len(pulled) == 5
+    reason = "ValueError: <b>bad</b> input ünïcode"
+    exhausted = await call(api, "ackMsg", topic="why", msgId="once", ack="false", reason=reason)
+    batch = await call(api, "ackMsgBatch", json={"topic": "why", "msgIds": ["d1", "d2"], "ack": False,
+                                                "deadLetter": True, "reason": "DeadLetter: unknown task"})
+    retried = await call(api, "ackMsg", topic="why", msgId="again", ack="false", delayMillis="60000",
+                         reason="Retry: later")
+    plain = await call(api, "ackMsg", topic="why", msgId="plain", ack="false", deadLetter="true")
+    assert exhausted["done"] and retried["done"] and plain["done"]
+    assert [r["done"] for r in batch["results"]] == [True, True]
+    await drain_log(single_rt, ["why"])
+    details = await query("SELECT msg_id, reason, detail FROM delayqueue_messageevent WHERE topic = 'why' "
+                          "AND from_status = %s ORDER BY msg_id", Status.CONSUMING)
+    assert details == [("again", "nacked", "Retry: later"), ("d1", "dead_lettered", "DeadLetter: unknown task"),
+                       ("d2", "dead_lettered", "DeadLetter: unknown task"), ("once", "retries_exhausted", reason),
+                       ("plain", "dead_lettered", "")]
+    listed = await call(api, "getDeadMsgList", method="get", topic="why")
+    assert {m["msgId"]: (m["deadReason"], m["deadDetail"]) for m in listed["delayMsgList"]} == {
+        "once": ("retries_exhausted", reason), "d1": ("dead_lettered", "DeadLetter: unknown task"),
+        "d2": ("dead_lettered", "DeadLetter: unknown task"), "plain": ("dead_lettered", "")}
+
+
+@pytest.mark.parametrize("endpoint,params,problem", [
+    ("ackMsg", {"topic": "h", "msgId": "a", "ack": True, "reason": "why"}, "reason: only with ack=false"),
+    ("ackMsg", {"topic": "h", "msgId": "a", "ack": False, "reason": "x" * 201},
+     "reason: Ensure this field has no more than 200 characters."),
+    ("ackMsgBatch", {"topic": "h", "msgIds": ["a"], "ack": True, "reason": "why"}, "reason: only with ack=false"),
+    ("ackMsgBatch", {"topic": "h", "msgIds": ["a"], "ack": False, "reason": "x" * 201},
+     "reason: Ensure this field has no more than 200 characters."),
+    ("ackMsgBatch", {"topic": "h", "msgIds": ["a"], "ack": False, "reason": ["x"]}, "reason: Not a valid string."),
+])
+async def test_a_nack_reason_is_refused_with_ack_true_or_over_its_bound(api, endpoint, params, problem):
+    assert await call(api, endpoint, json=params) == {"code": 400, "msg": problem}
 
 
 @pytest.mark.parametrize("endpoint,how,params,problem", [

@@ -374,6 +374,12 @@ def test_dead_letter_actions_refuse_bad_input(admin_client):
 # --- dashboard and /metrics
 
 
+def test_the_dead_letter_view_shows_the_consumers_reason_escaped(admin_client):
+    async_to_sync(fill_dead)("why", 1, reason="dead_lettered", detail="ValueError: <b>bad</b>")
+    shown = page_of(admin_client.get(topic_url("deadletters", "default", "why")))
+    assert '<span class="detail">ValueError: &lt;b&gt;bad&lt;/b&gt;</span>' in shown
+
+
 def test_dashboard_shows_dead_letters_and_paused_topics(admin_client):
     async_to_sync(fill_dead)("orders", 4)
     send("orders", "o1", 60_000)

@@ -16,7 +16,8 @@ from contextlib import contextmanager
 
 import pytest
 import redis
-from delayqueue_client import AsyncClient, BadRequest, Client, DeadLetter, ServerError, Worker
+from delayqueue_client import AsyncClient, BadRequest, Client, DeadLetter, Retry, ServerError, Worker
+from delayqueue_client.worker import WorkerFailed
 
 from delayqueue.live.keys import topic_keys
 from delayqueue.models import MessageEvent
@@ -35,6 +36,7 @@ class ObservedClient(Client):
         self.lock = threading.Lock()
         self.pulled = self.handled = self.peak_unhandled = self.largest_pull = 0
         self.settled: dict[str, list[str]] = defaultdict(list)  # ack/nack/dead -> msgIds
+        self.reasons: dict[str, str | None] = {}  # msgId -> the reason of its last nack
 
     def pull(self, *args, **kwargs):
         pulled = super().pull(*args, **kwargs)
@@ -48,10 +50,12 @@ class ObservedClient(Client):
         with self.lock:
             self.handled += 1
 
-    def ack_many(self, topic, msg_ids, *, ack=True, delay_ms=None, dead_letter=False):
-        done = super().ack_many(topic, msg_ids, ack=ack, delay_ms=delay_ms, dead_letter=dead_letter)
+    def ack_many(self, topic, msg_ids, *, ack=True, delay_ms=None, dead_letter=False, reason=None):
+        done = super().ack_many(topic, msg_ids, ack=ack, delay_ms=delay_ms, dead_letter=dead_letter, reason=reason)
         with self.lock:
             self.settled["ack" if ack else "dead" if dead_letter else "nack"].extend(msg_ids)
+            if not ack:
+                self.reasons.update(dict.fromkeys(msg_ids, reason))
         return done
 
 
@@ -292,7 +296,7 @@ def test_a_worker_whose_token_may_not_read_the_topic_config_uses_a_30_s_ack_time
             deadline = wait_for(lambda: r.zscore(topic_keys("shop", "t").inflight, "f1"), what="f1 pulled")
             seconds, micros = r.time()
             now_ms = seconds * 1000 + micros // 1000
-            assert worker.ack_timeout_ms == 30_000  # getTopicConfig was Forbidden to it
+            assert worker._ack_timeouts == {"t": 30_000}  # getTopicConfig was Forbidden to it
             assert 30_000 - 2_000 <= deadline - now_ms <= 30_000
             release.set()
     finally:
@@ -342,3 +346,224 @@ def test_a_cancelled_run_async_waits_for_its_handlers_and_settles_their_messages
             return (await client.get("cancelled", "c1")).status
 
     assert asyncio.run(scenario()) == 4  # acked: the handler finished and its outcome was sent
+
+
+# --- failure handling (issue 30): Retry, DeadLetter's reason, the exception's text, retry_backoff, handler_timeout
+
+
+def details(topic: str, msg_id: str) -> list[tuple[str, str]]:
+    """(reason, detail) of the message's history, oldest first."""
+    return list(MessageEvent.objects.filter(topic=topic, msg_id=msg_id).order_by("at", "id")
+                .values_list("reason", "detail"))
+
+
+def test_retry_dead_letter_and_an_exception_settle_with_their_delay_and_reason(client, scanner):
+    client.send("steer", "retry", msg_id="r1")
+    client.send("steer", "dead", msg_id="d1")
+    client.send("steer", "boom", msg_id="b1", max_retry=0)
+    deliveries = defaultdict(list)
+
+    def handler(message):
+        deliveries[message.msg_id].append(time.monotonic())
+        if message.msg == "retry" and len(deliveries["r1"]) == 1:
+            raise Retry(delay=0.5)
+        if message.msg == "dead":
+            raise DeadLetter("unknown task 'x'")
+        if message.msg == "boom":
+            raise ValueError("bad <input>")
+
+    with running(Worker(client, "steer", handler, wait_ms=200)):
+        wait_for(lambda: "acked" in reasons("steer", "r1"), timeout=15, what="r1 acked")
+        dead = wait_for(lambda: (d := client.dead_letters("steer").messages) and len(d) == 2 and d, timeout=15,
+                        what="two dead letters")
+    assert {m.msg_id: (m.dead_reason, m.dead_detail) for m in dead} == {
+        "d1": ("dead_lettered", "unknown task 'x'"), "b1": ("retries_exhausted", "ValueError: bad <input>")}
+    assert deliveries["r1"][1] - deliveries["r1"][0] >= 0.5  # not before the delay Retry asked for
+    assert ("nacked", "Retry: retry in 0.5 s") in details("steer", "r1")
+    assert client.reasons == {"r1": "Retry: retry in 0.5 s", "d1": "unknown task 'x'", "b1": "ValueError: bad <input>"}
+
+
+class DelayRecordingClient(ObservedClient):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.delays: dict[str, list[int | None]] = defaultdict(list)
+
+    def ack_many(self, topic, msg_ids, *, ack=True, delay_ms=None, dead_letter=False, reason=None):
+        for msg_id in msg_ids:
+            if not ack:
+                self.delays[msg_id].append(delay_ms)
+        return super().ack_many(topic, msg_ids, ack=ack, delay_ms=delay_ms, dead_letter=dead_letter, reason=reason)
+
+
+def test_retry_backoff_doubles_per_delivery_where_the_topic_sets_none(sdk_server, scanner):
+    with DelayRecordingClient(sdk_server) as client:
+        client.set_topic_config("own", retry_backoff_ms=100)
+        for topic in ("plain", "own"):
+            client.send(topic, "x", msg_id="f1", max_retry=2)
+        deliveries = defaultdict(list)
+
+        def handler(message):
+            deliveries[message.topic].append(time.monotonic())
+            raise RuntimeError("always")
+
+        with running(Worker(client, ["plain", "own"], handler, retry_backoff=(0.2, 0.3), wait_ms=200)):
+            for topic in ("plain", "own"):
+                wait_for(lambda: client.dead_letters(topic).messages, timeout=20, what=f"{topic} dead")
+        plain = deliveries["plain"]
+        assert len(plain) == 3 and plain[1] - plain[0] >= 0.2 and plain[2] - plain[1] >= 0.3  # 0.2, then 0.4 capped
+        assert client.delays["f1"].count(None) == 3  # "own": the server's backoff (delayMillis left out)
+        assert sorted(d for d in client.delays["f1"] if d is not None) == [200, 300, 300]
+        assert client.dead_letters("plain").messages[0].dead_detail == "RuntimeError: always"
+
+
+@pytest.mark.parametrize("flavour", ["threads", "async"])
+def test_a_handler_over_its_timeout_is_given_back_and_its_late_return_is_not_acked(client, sdk_server, scanner,
+                                                                                   flavour):
+    client.send("slowpoke", "x", msg_id="t1")
+    release = threading.Event()
+    calls = []
+
+    def handler(message):
+        calls.append(message.retry)
+        if len(calls) == 1:
+            release.wait(20)  # a thread cannot be killed: it runs on past the timeout
+
+    async def async_handler(message):
+        calls.append(message.retry)
+        if len(calls) == 1:
+            await asyncio.sleep(20)  # cancelled at the timeout
+
+    def acked_then_released():
+        wait_for(lambda: "acked" in reasons("slowpoke", "t1"), timeout=15, what="t1 acked")
+        release.set()
+        time.sleep(0.3)  # the first handler returns now: its outcome must be ignored
+
+    if flavour == "async":
+        async def scenario():
+            async with AsyncClient(sdk_server) as aclient:
+                worker = Worker(aclient, "slowpoke", async_handler, handler_timeout=0.5, wait_ms=200)
+                task = asyncio.create_task(worker.run_async(install_signal_handlers=False))
+                await asyncio.to_thread(acked_then_released)
+                worker.stop()
+                await asyncio.wait_for(task, 15)
+        asyncio.run(scenario())
+    else:
+        with running(Worker(client, "slowpoke", handler, handler_timeout=0.5, wait_ms=200)):
+            acked_then_released()
+        assert client.settled == {"nack": ["t1"], "ack": ["t1"]}
+        assert client.reasons == {"t1": "HandlerTimeout: handler ran over 0.5 s"}
+    assert calls == [1, 2]
+    history = details("slowpoke", "t1")
+    assert ("nacked", "HandlerTimeout: handler ran over 0.5 s") in history
+    assert [r for r, _ in history].count("acked") == 1
+
+
+# --- several topics, burst, max_messages
+
+
+@pytest.mark.parametrize("flavour", ["threads", "async"])
+def test_burst_handles_what_is_due_on_every_topic_then_returns(sdk_server, client, flavour):
+    for topic in ("b1", "b2"):
+        client.send_many([{"topic": topic, "msg": f"{topic}-{i}", "msg_id": f"{topic}-{i}"} for i in range(7)])
+    client.send("b1", "later", msg_id="later", delay_ms=60_000)
+    handled = []
+
+    def handler(message):
+        handled.append(message.msg)
+
+    async def async_handler(message):
+        handled.append(message.msg)
+
+    if flavour == "async":
+        async def burst():
+            async with AsyncClient(sdk_server) as aclient:
+                await Worker(aclient, ["b1", "b2"], async_handler, concurrency=2, batch=4).run_async(burst=True)
+        asyncio.run(burst())
+    else:
+        Worker(client, ["b1", "b2"], handler, concurrency=2, batch=4).run(burst=True, install_signal_handlers=False)
+    expected = sorted(f"{t}-{i}" for t in ("b1", "b2") for i in range(7))
+    assert sorted(handled) == expected
+    assert all(client.get(m.split("-")[0], m).status == 4 for m in expected)  # acked before run returned
+    assert client.get("b1", "later").status == 1
+
+
+def test_max_messages_handles_that_many_then_returns(client):
+    client.send_many([{"topic": "few", "msg": str(i), "msg_id": f"m{i}"} for i in range(10)])
+    handled = []
+    Worker(client, "few", lambda m: handled.append(m.msg_id), concurrency=2, batch=3, max_messages=4,
+           wait_ms=200).run(install_signal_handlers=False)
+    assert len(handled) == 4 and sorted(client.settled["ack"]) == sorted(handled)
+    assert sum(client.get("few", f"m{i}").status == 2 for i in range(10)) == 6  # the rest left ready
+
+
+# --- a supervised settle loop, and the two-step stop
+
+
+def test_a_failing_settle_loop_stops_the_worker_loudly_and_gives_back_what_it_holds(client):
+    client.send_many([{"topic": "bug", "msg": str(i), "msg_id": f"m{i}"} for i in range(4)])
+    ack_many = client.ack_many
+    calls = []
+
+    def broken_once(*args, **kwargs):
+        calls.append(kwargs.get("ack"))
+        if len(calls) == 1:
+            raise KeyError("a bug in the settle path")
+        return ack_many(*args, **kwargs)
+    client.ack_many = broken_once
+    gate = threading.Event()
+
+    def handler(message):
+        if message.msg_id != "m0":
+            gate.wait(20)
+
+    worker = Worker(client, "bug", handler, concurrency=4, batch=4, ack_timeout_ms=20_000, wait_ms=200)
+    with pytest.raises(WorkerFailed, match="settle loop failed: KeyError") as failed:
+        worker.run(install_signal_handlers=False)
+    gate.set()
+    assert isinstance(failed.value.__cause__, KeyError)
+    # m0's ack was lost with the loop (it comes back after its ack timeout); the others were given back.
+    wait_for(lambda: {f"m{i}": client.get("bug", f"m{i}").status for i in range(4)} == {
+        "m0": 3, "m1": 2, "m2": 2, "m3": 2}, timeout=10, what="m1-m3 given back, m0 left to its ack timeout")
+
+
+@pytest.mark.parametrize("flavour", ["threads", "async"])
+def test_a_second_stop_gives_back_the_messages_in_hand_and_returns(sdk_server, client, flavour):
+    client.send_many([{"topic": "hard", "msg": str(i), "msg_id": f"h{i}"} for i in range(4)])
+    gate = threading.Event()
+    started = []
+
+    def handler(message):
+        started.append(message.msg_id)
+        gate.wait(30)
+
+    async def async_handler(message):
+        started.append(message.msg_id)
+        await asyncio.sleep(30)
+
+    def stop_twice(worker: Worker):
+        wait_for(lambda: len(started) == 2, timeout=15, what="two handlers running")
+        worker.stop()  # drains: would wait for the handlers
+        time.sleep(0.3)
+        assert all(client.get("hard", f"h{i}").status == 3 for i in range(4))
+        worker.stop()
+
+    if flavour == "async":
+        async def scenario():
+            async with AsyncClient(sdk_server) as aclient:
+                worker = Worker(aclient, "hard", async_handler, concurrency=2, batch=4, ack_timeout_ms=30_000,
+                                wait_ms=200)
+                stopper = asyncio.create_task(asyncio.to_thread(stop_twice, worker))
+                await worker.run_async(install_signal_handlers=False)
+                await stopper
+        asyncio.run(scenario())
+    else:
+        worker = Worker(client, "hard", handler, concurrency=2, batch=4, ack_timeout_ms=30_000, wait_ms=200)
+        stopper = threading.Thread(target=stop_twice, args=(worker,))
+        stopper.start()
+        worker.run(install_signal_handlers=False)  # returns while two handlers still block
+        stopper.join()
+        assert not gate.is_set()
+        gate.set()
+        time.sleep(0.3)  # the abandoned handlers return now: nothing is acked
+        assert client.settled["ack"] == []
+    assert all(client.get("hard", f"h{i}").status == 2 for i in range(4))  # all given back, none lost

@@ -1,9 +1,14 @@
 """The SDK Worker's pure logic (no server): handler and client pairing, the batch default, how
-outcomes are grouped into ackMsgBatch calls, which pull failures stop it."""
+outcomes are grouped into ackMsgBatch calls, which pull failures stop it, what a handler's Retry,
+DeadLetter or exception settles its message with."""
 import asyncio
+from datetime import timedelta
 
 import pytest
-from delayqueue_client import AsyncClient, Client, Forbidden, Message, RateLimited, ServerError, Unauthorized, Worker
+from delayqueue_client import (AsyncClient, Client, DeadLetter, Forbidden, Message, RateLimited, Retry, ServerError,
+                               Unauthorized, Worker)
+from delayqueue_client._calls import MAX_REASON
+from delayqueue_client.worker import ACK, DEAD, GIVEN_BACK, NACK, Outcome, error_reason
 
 API_MESSAGE = {"topic": "t", "msgId": "m", "msg": "body", "produceTime": 1, "triggerTime": 1, "expireTime": 9,
                "maxRetry": 3, "retry": 1, "status": 3}
@@ -34,8 +39,9 @@ def test_a_given_batch_is_kept_and_never_below_the_concurrency(client):
     assert Worker(client, "t", print, concurrency=4, batch=2).batch == 4
     fixed = Worker(client, "t", print, concurrency=4, batch=10, ack_timeout_ms=1000)
     for i in range(50):  # fast handlers do not change a batch given
-        fixed._hold(Message.from_api({**API_MESSAGE, "msgId": f"m{i}"}), 0.0)
-        fixed._finished(f"m{i}", 0.0001)
+        asked = fixed._reserve()
+        assert fixed._pulled(asked, [Message.from_api({**API_MESSAGE, "msgId": f"m{i}"})], 0.0)
+        fixed._finished(("t", f"m{i}"), 0.0001)
     assert fixed.batch == 10 and not fixed.adaptive
 
 
@@ -53,19 +59,92 @@ def test_the_default_batch_starts_at_four_per_handler_then_follows_the_handlers_
     assert worker.batch == batch
 
 
-def test_outcomes_are_grouped_by_kind_in_calls_of_at_most_500(client):
-    worker = Worker(client, "t", print)
-    results = [(f"a{i}", "ack") for i in range(501)] + [("n1", "nack"), ("d1", "dead"), ("n2", "nack")]
+def test_outcomes_are_grouped_by_topic_and_outcome_in_calls_of_at_most_500(client):
+    worker = Worker(client, ["t", "u"], print)
+    boom = Outcome(NACK, None, "ValueError: boom")
+    results = [(("t", f"a{i}"), Outcome(ACK)) for i in range(501)] + [
+        (("t", "n1"), boom), (("t", "d1"), Outcome(DEAD, reason="bad")), (("t", "n2"), boom),
+        (("t", "n3"), Outcome(NACK, None, "KeyError: 'x'")), (("u", "a1"), Outcome(ACK))]
     calls = worker._settle_groups(results)
-    assert [(outcome, len(ids)) for outcome, ids in calls] == [("ack", 500), ("ack", 1), ("nack", 2), ("dead", 1)]
-    assert calls[2][1] == ["n1", "n2"]
-    assert worker._settle_kwargs("dead") == {"ack": False, "dead_letter": True}
+    assert [(topic, outcome.kind, len(ids)) for topic, outcome, ids in calls] == [
+        ("t", ACK, 500), ("t", ACK, 1), ("t", NACK, 2), ("t", DEAD, 1), ("t", NACK, 1), ("u", ACK, 1)]
+    assert calls[2][2] == ["n1", "n2"]
+    assert worker._settle_kwargs(Outcome(DEAD, reason="bad")) == {"ack": False, "dead_letter": True,
+                                                                  "delay_ms": None, "reason": "bad"}
+    assert worker._settle_kwargs(Outcome(ACK)) == {"ack": True}
 
 
 def test_pull_failures_pause_or_stop_the_worker(client):
     worker = Worker(client, "t", print)
-    assert worker._pull_failed(ServerError("redis unavailable: x")) == 1.0
-    assert worker._pull_failed(RateLimited("slow down", retry_after_ms=250)) == 0.25
+    assert worker._pull_failed("t", 0, ServerError("redis unavailable: x")) is not None
+    assert worker._failure is None and worker._stop_level == 0
     for fatal in (Unauthorized("no"), Forbidden("no")):
-        with pytest.raises(type(fatal)):
-            worker._pull_failed(fatal)
+        assert worker._pull_failed("t", 0, fatal) is None
+        assert worker._stop_level == 1 and isinstance(worker._failure, Unauthorized)  # drains, then raises the first
+
+
+def message(retry: int = 1, topic: str = "t") -> Message:
+    return Message.from_api({**API_MESSAGE, "retry": retry, "topic": topic})
+
+
+def test_a_handlers_retry_dead_letter_or_exception_decides_the_nack(client):
+    worker = Worker(client, "t", print)
+    assert worker._outcome(message(), None) == Outcome(ACK)
+    assert worker._outcome(message(), Retry(30)) == Outcome(NACK, 30_000, "Retry: retry in 30 s")
+    assert worker._outcome(message(), Retry(timedelta(milliseconds=1500))).delay_ms == 1500
+    assert worker._outcome(message(), Retry()) == Outcome(NACK, None, "Retry: retry")  # the topic's backoff
+    assert worker._outcome(message(), DeadLetter("unknown task x")) == Outcome(DEAD, None, "unknown task x")
+    assert worker._outcome(message(), DeadLetter()) == Outcome(DEAD, None, None)
+    assert worker._outcome(message(), ValueError("bad input")) == Outcome(NACK, None, "ValueError: bad input")
+    assert worker._outcome(message(), KeyError("k")) == Outcome(NACK, None, "KeyError: 'k'")
+    with pytest.raises(ValueError, match="negative"):
+        Retry(-1)
+
+
+def test_a_reason_is_bounded_and_free_of_what_the_server_refuses():
+    long = error_reason(RuntimeError("x" * 1000))
+    assert len(long) == MAX_REASON and long.startswith("RuntimeError: xxx")
+    assert error_reason(ValueError("a\x00b\udc80c")) == "ValueError: a?b?c"
+    assert error_reason(ValueError()) == "ValueError"
+
+
+@pytest.mark.parametrize("topic_backoff,retry,delay_ms", [
+    (0, 1, 1_000), (0, 2, 2_000), (0, 4, 8_000), (0, 10, 60_000),  # min 1 s, doubling per delivery, max 60 s
+    (500, 3, None),  # the topic sets its own: the server applies it
+])
+def test_retry_backoff_grows_with_the_deliveries_where_the_topic_sets_none(client, topic_backoff, retry, delay_ms):
+    worker = Worker(client, "t", print, retry_backoff=(1, 60))
+    worker._configured("t", {"ackTimeoutMillis": 30_000, "retryBackoffMillis": topic_backoff})
+    assert worker._outcome(message(retry), ValueError("x")).delay_ms == delay_ms
+    assert worker._outcome(message(retry), Retry()).delay_ms == delay_ms
+    assert worker._outcome(message(retry), Retry(5)).delay_ms == 5_000  # the handler's own delay wins
+
+
+def test_worker_options_are_checked(client):
+    assert Worker(client, ["a", "b", "a"], print).topics == ("a", "b")
+    assert Worker(client, "a", print).topics == ("a",)
+    for bad in ({"retry_backoff": (0, 1)}, {"retry_backoff": (5, 1)}, {"handler_timeout": 0},
+                {"max_messages": 0}):
+        with pytest.raises(ValueError):
+            Worker(client, "t", print, **bad)
+    with pytest.raises(ValueError, match="at least one topic"):
+        Worker(client, [], print)
+
+
+def test_max_messages_bounds_what_the_polls_take(client):
+    worker = Worker(client, ["a", "b"], print, concurrency=4, batch=10, max_messages=7)
+    with worker._room:
+        first, second = worker._reserve(), worker._reserve()
+    assert (first, second) == (5, 2)  # each topic's share of the batch, then what max_messages leaves
+    worker._pulled(first, [message(topic="a")], 0.0)  # 4 fewer than asked: back within reach
+    assert worker._reserve() == 4 and worker._poll_done()
+
+
+def test_stop_drains_first_then_stops_hard(client):
+    worker = Worker(client, "t", print)
+    worker._pulled(worker._reserve(), [message()], 0.0)
+    worker.stop()
+    assert worker._stop_level == 1 and worker._give_back_all() == [(("t", "m"), Outcome(NACK, 0, GIVEN_BACK))]
+    worker.stop()
+    assert worker._stop_level == 2
+    assert not worker._pulled(1, [message()], 0.0)  # a pull answered after a hard stop is given back by its poller

@@ -153,7 +153,9 @@ class LongPollingMsgView(QueueAPIView):
     "ack=true (the default) marks a pulled message as consumed (status 4): it is not delivered again. "
     "ack=false gives it back: for immediate redelivery, or with delayMillis after that delay (it waits, status 1, "
     "its retry count kept), or with deadLetter=true it ends now as a dead letter (status 6). `done` says whether "
-    "the message was being consumed and so was acked (or given back, or dead-lettered) by this call.",
+    "the message was being consumed and so was acked (or given back, or dead-lettered) by this call. With ack=false "
+    "a `reason` text (why the consumer gave it back) is kept on that history row and shown as a dead letter's "
+    "deadDetail.",
     answer("AckMsgAnswer", AckResultSerializer), AckMsgSerializer,
     example={"topic": "orders", "msgId": "order-42-cancel", "ack": True})
 class AckMsgView(QueueAPIView):
@@ -165,14 +167,15 @@ class AckMsgView(QueueAPIView):
             outcome = await ack_message(self.rt, topic=data["topic"], msg_id=data["msgId"])
         else:
             outcome = await nack_message(self.rt, topic=data["topic"], msg_id=data["msgId"],
-                                                  delay_millis=data["delayMillis"], dead_letter=data["deadLetter"])
+                                                  delay_millis=data["delayMillis"], dead_letter=data["deadLetter"],
+                                                  reason=data["reason"])
         return reply(done=outcome.done)
 
 
 @queue_endpoint(
     "Acknowledge many pulled messages",
-    "ackMsg for each msgId of a JSON list (1 to DELAYQUEUE_MAX_BATCH_SEND), all with the same ack, delayMillis and "
-    "deadLetter, in one Redis round trip. `results` has one {msgId, done} per msgId, in request order.",
+    "ackMsg for each msgId of a JSON list (1 to DELAYQUEUE_MAX_BATCH_SEND), all with the same ack, delayMillis, "
+    "deadLetter and reason, in one Redis round trip. `results` has one {msgId, done} per msgId, in request order.",
     answer("AckMsgBatchAnswer", AckBatchResultSerializer), body=AckMsgBatchSerializer,
     example={"topic": "orders", "msgIds": ["order-42-cancel", "order-43-cancel"], "ack": True})
 class AckMsgBatchView(QueueAPIView):
@@ -182,7 +185,8 @@ class AckMsgBatchView(QueueAPIView):
         data = self.validated(AckMsgBatchSerializer)
         msg_ids = data["msgIds"]
         done = await ack_messages(self.rt, topic=data["topic"], msg_ids=msg_ids, ack=data["ack"],
-                                           delay_millis=data["delayMillis"], dead_letter=data["deadLetter"])
+                                           delay_millis=data["delayMillis"], dead_letter=data["deadLetter"],
+                                           reason=data["reason"])
         return reply(results=[{"msgId": msg_id, "done": each} for msg_id, each in zip(msg_ids, done)])
 
 

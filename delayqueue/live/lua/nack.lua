@@ -3,7 +3,8 @@
 -- (retry count kept; its expireTime stays, so a delay past it ends the message then), or ended
 -- (exhausted) when it has no deliveries or TTL left. With dead_letter it ends now as a dead
 -- letter (exhausted, reason dead_lettered). Any other state is left alone. A failed push attempt gives
--- its message back as a nack does, with reason 'push_failed' and the status or error as the detail.
+-- its message back as a nack does, with reason 'push_failed' and the status or error as the detail; a consumer's
+-- reason is the detail of its nack's event.
 -- KEYS[1] inflight
 -- KEYS[2] ready
 -- KEYS[3] msgs
@@ -26,6 +27,7 @@
 -- ARGV[10] seed: for the backoff's jitter
 -- ARGV[11] push_failure: '' for a consumer's nack; else the failed push attempt's status or error
 -- ARGV[12] default_backoff_millis: the backoff's first wait when the topic sets none (0: ready at once)
+-- ARGV[13] reason: '' or a consumer's why, the detail of the event this nack logs (a dead letter's deadDetail)
 -- Returns {1, its status now} when it was consuming, else {0, its status (0: unknown)}.
 -- @include clock
 -- @include take_consuming
@@ -47,6 +49,8 @@ local given_back = REASON.NACKED
 if ARGV[11] ~= '' then
   given_back = REASON.PUSH_FAILED
   set_event_detail(ARGV[11])
+elseif ARGV[13] ~= '' then
+  set_event_detail(ARGV[13])
 end
 if ARGV[8] == '1' then
   stat_add(t.stats, interval, now, COUNTER.END_LIFE, 1)

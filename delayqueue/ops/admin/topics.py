@@ -302,7 +302,8 @@ class TopicConfigAdmin(admin.ModelAdmin):
             error = None
         except QueueError as exc:
             page, next_cursor, dead, redrives, error = [], None, {}, [], str(exc)
-        rows = [{"message": dead.message, "reason": dead.reason, "died_at": from_millis(dead.died_at)} for dead in page]
+        rows = [{"message": dead.message, "reason": dead.reason, "detail": dead.detail,
+                 "died_at": from_millis(dead.died_at)} for dead in page]
         return TemplateResponse(request, "admin/delayqueue/topicconfig/dead_letters.html", self._context(
             request, f"Dead letters of topic {topic}", namespace, topic, page=rows, error=error,
             count=dead.get((namespace, topic), 0), redrives=redrives,

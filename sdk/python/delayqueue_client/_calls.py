@@ -27,6 +27,7 @@ DEFAULT_URL = "http://127.0.0.1:8000"  # ./dev run's address
 # What a proxy or load balancer answers when the server is down or slow: for an idempotent call,
 # worth another try; for another, the request may have been passed on and applied.
 PROXY_FAILURES = (502, 503, 504)
+MAX_REASON = 200  # characters of a nack's reason the server keeps (its MAX_EVENT_DETAIL); more is code 400
 _RAISE: Any = object()
 T = TypeVar("T")
 P = ParamSpec("P")
@@ -356,18 +357,20 @@ class Calls:
                     idempotent=False)
 
     @api
-    def nack(self, topic: str, msg_id: str, *, delay_ms: int | None = None, dead_letter: bool = False) -> Call[bool]:
-        """Gives the message back (after delay_ms), or ends it as a dead letter."""
+    def nack(self, topic: str, msg_id: str, *, delay_ms: int | None = None, dead_letter: bool = False,
+             reason: str | None = None) -> Call[bool]:
+        """Gives the message back (after delay_ms), or ends it as a dead letter. `reason` (at most
+        MAX_REASON characters) is kept on the nack's history row: a dead letter's `dead_detail`."""
         body = _without_none(topic=topic, msgId=msg_id, ack=False, delayMillis=delay_ms,
-                             deadLetter=True if dead_letter else None)
+                             deadLetter=True if dead_letter else None, reason=reason or None)
         return Call("ackMsg", body, lambda a: bool(a["done"]), idempotent=False)
 
     @api
     def ack_many(self, topic: str, msg_ids: list[str], *, ack: bool = True, delay_ms: int | None = None,
-                 dead_letter: bool = False) -> Call[list[bool]]:
-        """One ackMsgBatch; `done` per msgId, in order."""
+                 dead_letter: bool = False, reason: str | None = None) -> Call[list[bool]]:
+        """One ackMsgBatch; `done` per msgId, in order. `reason`: as nack's, for all of them (ack=False)."""
         body = _without_none(topic=topic, msgIds=list(msg_ids), ack=ack, delayMillis=delay_ms,
-                             deadLetter=True if dead_letter else None)
+                             deadLetter=True if dead_letter else None, reason=reason or None)
         return Call("ackMsgBatch", body, lambda a: [bool(r["done"]) for r in a["results"]], idempotent=False)
 
     @api

@@ -1,4 +1,5 @@
-"""`delayqueue`, the command line of the client: send, get, delete, consume, stats and dead letters.
+"""`delayqueue`, the command line of the client: send, get, delete, consume, stats, dead letters,
+and `worker` (worker processes of an App, supervisor.py).
 
 Exit codes: 0 done, 1 the server refused or did not find it, 2 usage error, 3 server unreachable,
 4 the answer was lost (the command may have been applied).
@@ -15,6 +16,7 @@ from dataclasses import asdict
 from typing import Any
 from datetime import datetime, timezone
 
+from delayqueue_client import supervisor
 from delayqueue_client.client import Client
 from delayqueue_client.errors import DelayQueueError, MaybeApplied, NotFound, Unavailable
 from delayqueue_client.message import Message
@@ -190,6 +192,14 @@ def cmd_dead_purge(args: argparse.Namespace, client: Client) -> int:
     return OK
 
 
+def cmd_worker(args: argparse.Namespace, client: Client) -> int:
+    """Supervises worker processes of an App (supervisor.py); the App brings its own client."""
+    try:
+        return supervisor.supervise(args)
+    except supervisor.AppNotFound as exc:
+        raise UsageError(str(exc)) from None
+
+
 class UsageError(Exception):
     """Arguments argparse accepted that do not make sense together."""
 
@@ -247,6 +257,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     stats = command("stats", cmd_stats, "queue sizes of a topic, or of every topic")
     stats.add_argument("topic", nargs="?")
+
+    worker = command("worker", cmd_worker, "run an App's tasks in worker processes: SIGTERM or Ctrl-C drains, "
+                                           "a second one stops hard")
+    supervisor.add_arguments(worker)
 
     dead = commands.add_parser("dead", parents=[common], help="dead letters: list, redrive, purge",
                                description="Dead letters.")

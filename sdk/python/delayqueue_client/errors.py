@@ -1,5 +1,6 @@
 """One exception class per answer code of the camellia envelope (HTTP 200, `code`, `msg`), and
-the two errors of a call that got no answer of the API (Unavailable, MaybeApplied)."""
+the two errors of a call that got no answer of the API (Unavailable, MaybeApplied), and the
+exceptions a worker's handler raises to steer its message (Retry, DeadLetter)."""
 from datetime import timedelta
 from typing import Any
 
@@ -73,7 +74,7 @@ class MaybeApplied(ServerError):
 
 class DeadLetter(Exception):
     """Raised by a worker's handler: the message ends now as a dead letter instead of being retried;
-    `reason` says why."""
+    `reason` is kept as the dead letter's detail (Message.dead_detail)."""
 
     def __init__(self, reason: str = ""):
         super().__init__(reason)
@@ -81,12 +82,16 @@ class DeadLetter(Exception):
 
 
 class Retry(Exception):
-    """Raised by a worker's handler: the message is given back and delivered again after `delay`
-    (seconds or a timedelta; None: the topic's retry backoff)."""
+    """Raised by a worker's handler: give the message back to be delivered again after `delay`
+    (seconds or a timedelta; None: the topic's retry backoff, or the worker's retry_backoff). It
+    counts as a delivery: a message out of retries ends as a dead letter all the same."""
 
     def __init__(self, delay: float | timedelta | None = None):
-        super().__init__(f"retry in {delay}" if delay is not None else "retry")
-        self.delay = delay
+        seconds = delay.total_seconds() if isinstance(delay, timedelta) else delay
+        if seconds is not None and seconds < 0:
+            raise ValueError(f"Retry's delay must not be negative, got {delay!r}")
+        super().__init__("retry" if seconds is None else f"retry in {seconds:g} s")
+        self.delay: float | None = seconds
 
 
 ERRORS_BY_CODE: dict[int, type[DelayQueueError]] = {

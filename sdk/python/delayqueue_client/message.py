@@ -20,6 +20,7 @@ class Message:
     # Dead letters only (Client.dead_letters): the history reason that ended it and when (epoch ms).
     dead_reason: str | None = None
     dead_time: int | None = None
+    dead_detail: str | None = None  # the reason its consumer gave on the nack that ended it ("" when none)
 
     @classmethod
     def from_api(cls, data: dict[str, Any]) -> "Message":
@@ -27,7 +28,8 @@ class Message:
         return cls(topic=data["topic"], msg_id=data["msgId"], msg=data.get("msg"), produce_time=data["produceTime"],
                    trigger_time=data["triggerTime"], expire_time=data["expireTime"], max_retry=data["maxRetry"],
                    retry=data["retry"], status=data["status"], priority=data.get("priority", 0),
-                   dead_reason=data.get("deadReason"), dead_time=data.get("deadTime"))
+                   dead_reason=data.get("deadReason"), dead_time=data.get("deadTime"),
+                   dead_detail=data.get("deadDetail"))
 
 
 def new_msg_id() -> str:

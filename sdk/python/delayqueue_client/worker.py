@@ -1,7 +1,14 @@
-"""Worker: long-polls one topic in batches, runs a handler per message (a thread pool for a Client
-and a plain function, tasks for an AsyncClient and a coroutine function), acks successes in shared
-ackMsgBatch calls, nacks failures (the topic's retry backoff applies), dead-letters on DeadLetter,
-touches messages whose handler runs past half the ack timeout, and stops gracefully."""
+"""Worker: long-polls one or more topics in batches (one poll loop per topic), runs a handler per
+message (a thread pool for a Client and a plain function, tasks for an AsyncClient and a coroutine
+function), acks successes in shared ackMsgBatch calls, and settles failures as the handler asks:
+Retry(delay) gives the message back after that delay, DeadLetter(reason) ends it as a dead letter,
+any other exception gives it back with "<type>: <message>" as the nack's reason (the worker's
+retry_backoff applies when the topic sets none). It touches messages whose handler runs past half
+the ack timeout, treats a handler running past handler_timeout as failed, and stops in two steps:
+the first stop() drains, the second gives back what is in hand and returns.
+
+A settle loop (a thread, or a task) sends the outcomes and touches; it is supervised: should it
+fail unexpectedly, the worker stops hard and run() raises WorkerFailed."""
 import asyncio
 import inspect
 import logging
@@ -9,13 +16,16 @@ import queue
 import signal
 import threading
 import time
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, cast
+from types import FrameType
+from typing import Any, NamedTuple
 
+from delayqueue_client._calls import MAX_REASON
 from delayqueue_client.client import AsyncClient, Client
 from delayqueue_client.errors import (BadRequest, Conflict, DeadLetter, DelayQueueError, Forbidden, NotFound,
-                                      RateLimited, Unauthorized)
+                                      RateLimited, Retry, Unauthorized)
 from delayqueue_client.message import Message
 
 log = logging.getLogger("delayqueue_client.worker")
@@ -35,6 +45,29 @@ FIRST_BATCH_PER_HANDLER = 4
 FATAL = (BadRequest, Unauthorized, Forbidden, NotFound)
 POLL_STEP = 0.1  # seconds: how often blocked waits look at the stop flag (set by signal handlers)
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
+DRAIN, HARD = 1, 2  # stop levels: the first stop() drains, the second stops hard
+GIVEN_BACK = "worker stopped before handling it"  # the reason of a hard stop's nacks
+# A hard stop waits this long past wait_ms for the long polls under way: a poll left running could
+# take the messages just given back and, its process gone, leave them to their ack timeout.
+POLL_END_MARGIN = 1.0
+
+Handler = Callable[[Message], object]
+Key = tuple[str, str]  # (topic, msg_id)
+
+
+class HandlerTimeout(Exception):
+    """A handler ran longer than the worker's handler_timeout: its message is given back."""
+
+
+class WorkerFailed(RuntimeError):
+    """The worker's settle loop failed unexpectedly; run() raises it (its cause: the error)."""
+
+
+class Outcome(NamedTuple):
+    """How a message is settled: ack, nack (after delay_ms; None: the topic's backoff) or dead letter."""
+    kind: str
+    delay_ms: int | None = None
+    reason: str | None = None
 
 
 @dataclass
@@ -42,93 +75,195 @@ class _Held:
     """A pulled message not yet settled (acked, nacked or dead-lettered)."""
     message: Message
     touch_at: float  # time.monotonic() at which to move its ack deadline again
-    running: bool = True
+    started_at: float | None = None  # when its handler started
+    decided: bool = False  # its outcome is decided (handler returned, timed out, or given back): no touches
+
+
+def reason_text(text: str) -> str:
+    """A nack reason the server takes: at most MAX_REASON characters, no NUL or lone surrogate."""
+    return "".join("?" if c == "\x00" or "\ud800" <= c <= "\udfff" else c for c in text[:MAX_REASON])
+
+
+def error_reason(error: BaseException) -> str:
+    text = str(error)
+    return reason_text(f"{type(error).__name__}: {text}" if text else type(error).__name__)
 
 
 class Worker:
-    """`Worker(client, topic, handler, concurrency=8)`. `run()` blocks until `stop()` (or SIGTERM /
-    SIGINT when run in the main thread); with an AsyncClient and an async handler, `await
-    worker.run_async()` (or `run()`, which runs it in a new event loop).
+    """`Worker(client, topics, handler, concurrency=8)`: `topics` is a topic name or a sequence of
+    them. `run()` blocks until `stop()` (or SIGTERM / SIGINT when run in the main thread); with an
+    AsyncClient and an async handler, `await worker.run_async()` (or `run()`, which runs it in a
+    new event loop).
 
     `concurrency` handlers run at once; up to `batch` messages are in hand unhandled, so the next
     poll is out while handlers run and while their acks are being sent. By default the batch adapts
-    to how long handlers take (see QUEUED_WORK_SECONDS)."""
+    to how long handlers take (see QUEUED_WORK_SECONDS).
 
-    def __init__(self, client: Client | AsyncClient, topic: str, handler: Callable[[Message], object], *,
+    `retry_backoff=(min, max)` (seconds): a message whose handler raised waits min * 2^(deliveries-1),
+    at most max, before its next delivery, on a topic that sets no retryBackoffMillis of its own.
+    `handler_timeout` (seconds): a handler running longer is treated as failed and its message
+    given back (an async handler is cancelled; a thread cannot be: it runs on, keeping its place in
+    the pool, and what it returns is ignored). `max_messages`: drain and return after handling that
+    many. `run(burst=True)`: handle what is due now on every topic, then return."""
+
+    def __init__(self, client: Client | AsyncClient, topics: str | Sequence[str], handler: Handler, *,
                  concurrency: int = 8, batch: int | None = None, ack_timeout_ms: int | None = None,
-                 wait_ms: int = 5_000):
+                 wait_ms: int = 5_000, retry_backoff: tuple[float, float] | None = None,
+                 handler_timeout: float | None = None, max_messages: int | None = None):
         self.is_async = isinstance(client, AsyncClient)
         if self.is_async != inspect.iscoroutinefunction(handler):
             raise TypeError("an AsyncClient needs an async handler (async def), a Client a plain function")
+        self.topics: tuple[str, ...] = (topics,) if isinstance(topics, str) else tuple(dict.fromkeys(topics))
+        if not self.topics:
+            raise ValueError("topics must name at least one topic")
         if concurrency < 1 or (batch is not None and batch < 1):
             raise ValueError("concurrency and batch must be at least 1")
         if ack_timeout_ms is not None and ack_timeout_ms < 2:
             raise ValueError("ack_timeout_ms must be at least 2 (ms)")
-        self.client, self.topic, self.handler = client, topic, handler
+        if retry_backoff is not None and not 0 < retry_backoff[0] <= retry_backoff[1]:
+            raise ValueError("retry_backoff must be (min, max) seconds with 0 < min <= max")
+        if handler_timeout is not None and handler_timeout <= 0:
+            raise ValueError("handler_timeout must be more than 0 (seconds)")
+        if max_messages is not None and max_messages < 1:
+            raise ValueError("max_messages must be at least 1")
+        self.client, self.handler = client, handler
         self.concurrency = concurrency
         self.adaptive = batch is None
         self.batch = max(batch or FIRST_BATCH_PER_HANDLER * concurrency, concurrency)
         self._handler_seconds: float | None = None  # a moving mean of how long handlers take
         self.ack_timeout_ms = ack_timeout_ms
         self.wait_ms = wait_ms
-        # A plain flag, not an Event: a signal handler may interrupt a thread holding an Event's lock.
-        self._stopping = False
-        self._held: dict[str, _Held] = {}
+        self.retry_backoff = retry_backoff
+        self.handler_timeout = handler_timeout
+        self.max_messages = max_messages
+        self._ack_timeouts: dict[str, int] = {}  # per topic: given, or the topic's
+        self._own_backoff: dict[str, bool] = {}  # per topic: whether it sets a retry backoff
+        # A plain int, not an Event: a signal handler may interrupt a thread holding an Event's lock.
+        self._stop_level = 0
+        self._failure: BaseException | None = None
+        self._held: dict[Key, _Held] = {}
         self._unhandled = 0  # held messages whose handler has not returned
+        self._reserved = 0  # room taken by pulls under way
+        self._taken = 0  # messages pulled so far (max_messages)
         self._room_changed: asyncio.Event | None = None  # run_async's wake for its polls (threads: _room)
         self._lock = threading.Lock()
         self._room = threading.Condition(self._lock)
 
     @property
-    def _sync_client(self) -> Client:
-        return cast(Client, self.client)  # run() uses it when not is_async
+    def topic(self) -> str:
+        """The first topic (the only one of a single-topic worker)."""
+        return self.topics[0]
 
     @property
-    def _async_client(self) -> AsyncClient:
-        return cast(AsyncClient, self.client)  # run_async() uses it when is_async
-
-    @property
-    def _ack_timeout(self) -> int:
-        assert self.ack_timeout_ms is not None, "resolved as run starts"
-        return self.ack_timeout_ms
+    def stopped_hard(self) -> bool:
+        """Whether a second stop (or a failed settle loop) stopped it hard: handler threads it
+        abandoned may still run (a process may want os._exit rather than wait for them)."""
+        return self._stop_level >= HARD
 
     def stop(self) -> None:
-        """Stop pulling; run() returns once every message in hand is handled and settled. Safe from
-        any thread and from a signal handler."""
-        self._stopping = True
+        """The first call drains: stop pulling; run() returns once every message in hand is handled
+        and settled. The second stops hard: messages in hand whose outcome is not decided are nacked
+        at once without delay (a running thread handler runs on, its result ignored; an async one
+        is cancelled) and run() returns. Safe from any thread and from a signal handler."""
+        self._stop_level = min(HARD, self._stop_level + 1)
+        if self._stop_level == HARD:
+            log.warning("stopping hard: messages in hand not yet handled are given back")
 
     # --- shared logic
 
-    def _outcome(self, message: Message, error: BaseException | None) -> str:
+    def _outcome(self, message: Message, error: BaseException | None) -> Outcome:
         if error is None:
-            return ACK
+            return Outcome(ACK)
         if isinstance(error, DeadLetter):
-            log.warning("handler dead-lettered %s/%s: %s", message.topic, message.msg_id, error)
-            return DEAD
-        log.error("handler failed on %s/%s; nacked, the topic's retry backoff applies", message.topic,
-                  message.msg_id, exc_info=error)
-        return NACK
+            log.warning("handler dead-lettered %s/%s: %s", message.topic, message.msg_id, error.reason)
+            return Outcome(DEAD, reason=reason_text(error.reason) or None)
+        if isinstance(error, Retry):
+            log.info("handler asked to retry %s/%s (%s)", message.topic, message.msg_id, error)
+            delay_ms = self._backoff_ms(message) if error.delay is None else round(error.delay * 1000)
+            return Outcome(NACK, delay_ms, error_reason(error))
+        log.error("handler failed on %s/%s; nacked", message.topic, message.msg_id, exc_info=error)
+        return Outcome(NACK, self._backoff_ms(message), error_reason(error))
 
-    def _hold(self, message: Message, pulled_at: float) -> None:
-        # The server's deadline counts from its answer, so from the pull's start is a safe estimate.
-        with self._lock:
-            self._held[message.msg_id] = _Held(message, pulled_at + self._ack_timeout / 2000)
-            self._unhandled += 1
+    def _backoff_ms(self, message: Message) -> int | None:
+        """The worker's retry backoff for this delivery; None where the topic's own applies."""
+        if self.retry_backoff is None or self._own_backoff.get(message.topic, False):
+            return None
+        low, high = self.retry_backoff
+        return round(min(high, low * 2.0 ** min(max(message.retry - 1, 0), 60)) * 1000)
 
-    def _release(self, msg_ids: list[str]) -> None:
+    def _ack_timeout(self, topic: str) -> int:
+        return self._ack_timeouts.get(topic, self.ack_timeout_ms or DEFAULT_ACK_TIMEOUT_MS)
+
+    def _configured(self, topic: str, config: dict[str, Any] | None) -> None:
+        """What the worker takes from a topic's config (None: the token may not read it)."""
+        if self.ack_timeout_ms is not None:
+            self._ack_timeouts[topic] = self.ack_timeout_ms
+        else:
+            self._ack_timeouts[topic] = int(config["ackTimeoutMillis"]) if config else DEFAULT_ACK_TIMEOUT_MS
+        self._own_backoff[topic] = bool(config and int(config.get("retryBackoffMillis") or 0) > 0)
+
+    def _reserve(self) -> int:
+        """Room for one pull of a topic (called holding _room): its share of the batch, less the
+        unhandled, within max_messages; 0 when there is none now."""
+        share = max(1, self.batch // len(self.topics))
+        room = min(share, self.batch - self._unhandled - self._reserved)
+        if len(self._held) >= self.batch + MAX_SETTLE_BATCH:  # a server slow to take acks slows the polls
+            room = 0
+        if self.max_messages is not None:
+            room = min(room, self.max_messages - self._taken)
+        if room > 0:
+            self._reserved += room
+            self._taken += room
+        return max(room, 0)
+
+    def _pulled(self, asked: int, messages: list[Message], pulled_at: float) -> bool:
+        """Holds the pulled messages; False when the worker stopped hard meanwhile (the caller gives
+        them back)."""
         with self._room:
-            for msg_id in msg_ids:
-                self._held.pop(msg_id, None)
+            self._reserved -= asked
+            self._taken -= asked - len(messages)
+            if self._stop_level >= HARD:
+                self._room_freed()
+                return False
+            for message in messages:
+                # The server's deadline counts from its answer, so from the pull's start is a safe estimate.
+                self._held[(message.topic, message.msg_id)] = _Held(
+                    message, pulled_at + self._ack_timeout(message.topic) / 2000)
+                self._unhandled += 1
             self._room_freed()
+            return True
 
-    def _finished(self, msg_id: str, seconds: float | None) -> None:
-        """The handler of msg_id returned (or raised) after `seconds` (None: it never started)."""
+    def _poll_done(self) -> bool:
+        """Whether a poll loop ends: stopping, or max_messages all taken."""
+        return self._stop_level > 0 or (self.max_messages is not None and self._taken >= self.max_messages)
+
+    def _started(self, key: Key) -> bool:
+        """A handler is about to run: False when its message was given back meanwhile (hard stop)."""
+        with self._lock:
+            held = self._held.get(key)
+            if held is None or held.decided:
+                return False
+            held.started_at = time.monotonic()
+            return True
+
+    def _finished(self, key: Key, seconds: float | None) -> bool:
+        """The handler of `key` returned (or raised) after `seconds` (None: it never ran); whether
+        its outcome is the message's (not when a timeout or a hard stop decided it first)."""
         with self._room:
-            if held := self._held.get(msg_id):
-                held.running = False
             self._unhandled -= 1
             if self.adaptive and seconds is not None:
                 self._timed(seconds)
+            self._room_freed()
+            held = self._held.get(key)
+            if held is None or held.decided:
+                return False
+            held.decided = True
+            return True
+
+    def _release(self, keys: list[Key]) -> None:
+        with self._room:
+            for key in keys:
+                self._held.pop(key, None)
             self._room_freed()
 
     def _room_freed(self) -> None:
@@ -143,153 +278,250 @@ class Worker:
         queued = QUEUED_WORK_SECONDS / max(mean, 1e-6) * self.concurrency
         self.batch = max(self.concurrency, min(MAX_DEFAULT_BATCH, int(self.concurrency + queued)))
 
-    def _free(self) -> int:
-        """How many messages the next poll may take (0: wait): the batch less those unhandled,
-        while the outcomes not yet answered stay few (a server slow to take acks slows the polls)."""
-        if len(self._held) >= self.batch + MAX_SETTLE_BATCH:
-            return 0
-        return self.batch - self._unhandled
+    def _undecided(self) -> bool:
+        with self._lock:
+            return any(not h.decided for h in self._held.values())
 
-    def _due_touches(self) -> list[str]:
+    def _timed_out(self) -> list[tuple[Key, Outcome]]:
+        """Thread handlers past handler_timeout: their messages are given back now."""
+        if self.handler_timeout is None:
+            return []
+        now, late = time.monotonic(), []
+        with self._lock:
+            for key, held in self._held.items():
+                if not held.decided and held.started_at is not None and now - held.started_at > self.handler_timeout:
+                    held.decided = True
+                    late.append(held.message)
+        error = HandlerTimeout(f"handler ran over {self.handler_timeout:g} s")
+        for message in late:
+            log.error("handler of %s/%s ran over %g s: its message is given back", message.topic, message.msg_id,
+                      self.handler_timeout)
+        return [((m.topic, m.msg_id), Outcome(NACK, self._backoff_ms(m), error_reason(error))) for m in late]
+
+    def _give_back_all(self) -> list[tuple[Key, Outcome]]:
+        """A hard stop: every message in hand whose outcome is not decided, nacked without delay."""
+        with self._lock:
+            keys = [key for key, held in self._held.items() if not held.decided]
+            for key in keys:
+                self._held[key].decided = True
+        return [(key, Outcome(NACK, 0, GIVEN_BACK)) for key in keys]
+
+    def _due_touches(self) -> list[Key]:
         now = time.monotonic()
         with self._lock:
-            return [i for i, h in self._held.items() if h.running and h.touch_at <= now]
+            return [k for k, h in self._held.items() if not h.decided and h.touch_at <= now]
 
     def _next_touch_in(self) -> float:
         with self._lock:
-            times = [h.touch_at for h in self._held.values() if h.running]
+            times = [h.touch_at for h in self._held.values() if not h.decided]
         return min(POLL_STEP, max(0.0, min(times) - time.monotonic())) if times else POLL_STEP
 
-    def _touched(self, msg_id: str, called_at: float, error: DelayQueueError | None) -> None:
+    def _touched(self, key: Key, called_at: float, error: DelayQueueError | None) -> None:
+        timeout_ms = self._ack_timeout(key[0])
         with self._lock:
-            held = self._held.get(msg_id)
+            held = self._held.get(key)
             if held is None:
                 return
             if error is None:
-                held.touch_at = called_at + self._ack_timeout / 2000
+                held.touch_at = called_at + timeout_ms / 2000
             elif isinstance(error, (Conflict, NotFound)):
                 log.warning("%s/%s is no longer being consumed (ack timeout passed?): it will be delivered again",
-                            self.topic, msg_id)
+                            *key)
                 held.touch_at = float("inf")
             else:  # transient: try again soon, well before the deadline
-                log.warning("touch of %s/%s failed: %s", self.topic, msg_id, error)
-                held.touch_at = called_at + min(0.2, self._ack_timeout / 8000)
+                log.warning("touch of %s/%s failed: %s", *key, error)
+                held.touch_at = called_at + min(0.2, timeout_ms / 8000)
 
-    def _settle_groups(self, results: list[tuple[str, str]]) -> list[tuple[str, list[str]]]:
-        """(outcome, msg_ids) calls for these handler results, each at most MAX_SETTLE_BATCH ids."""
-        groups: dict[str, list[str]] = {}
-        for msg_id, outcome in results:
-            groups.setdefault(outcome, []).append(msg_id)
-        return [(outcome, ids[i:i + MAX_SETTLE_BATCH]) for outcome, ids in groups.items()
+    @staticmethod
+    def _settle_groups(results: Iterable[tuple[Key, Outcome]]) -> list[tuple[str, Outcome, list[str]]]:
+        """(topic, outcome, msg_ids) calls for these results, each at most MAX_SETTLE_BATCH ids."""
+        groups: dict[tuple[str, Outcome], list[str]] = {}
+        for (topic, msg_id), outcome in results:
+            groups.setdefault((topic, outcome), []).append(msg_id)
+        return [(topic, outcome, ids[i:i + MAX_SETTLE_BATCH]) for (topic, outcome), ids in groups.items()
                 for i in range(0, len(ids), MAX_SETTLE_BATCH)]
 
-    def _settle_kwargs(self, outcome: str) -> dict[str, bool]:
-        return {"ack": outcome == ACK, "dead_letter": outcome == DEAD}
+    @staticmethod
+    def _settle_kwargs(outcome: Outcome) -> dict[str, Any]:
+        if outcome.kind == ACK:
+            return {"ack": True}
+        return {"ack": False, "dead_letter": outcome.kind == DEAD, "delay_ms": outcome.delay_ms,
+                "reason": outcome.reason}
 
-    def _settled(self, outcome: str, msg_ids: list[str], done: list[bool]) -> None:
+    def _settled(self, topic: str, outcome: Outcome, msg_ids: list[str], done: list[bool]) -> None:
         late = [i for i, ok in zip(msg_ids, done) if not ok]
         if late:
-            log.warning("%s of %s/%s came too late (no longer consuming: delivered again or ended)", outcome,
-                        self.topic, ", ".join(late))
-        self._release(msg_ids)
+            log.warning("%s of %s/%s came too late (no longer consuming: delivered again or ended)", outcome.kind,
+                        topic, ", ".join(late))
+        self._release([(topic, i) for i in msg_ids])
 
-    def _settle_failed(self, outcome: str, msg_ids: list[str], error: DelayQueueError) -> bool:
-        """Whether to try again: while some of them may still be before their ack deadline."""
-        log.warning("%s of %d message(s) of %s failed: %s", outcome, len(msg_ids), self.topic, error)
+    def _settle_failed(self, topic: str, outcome: Outcome, msg_ids: list[str], error: DelayQueueError) -> bool:
+        """Whether to try again: while some of them may still be before their ack deadline (and
+        the worker is not stopping hard)."""
+        log.warning("%s of %d message(s) of %s failed: %s", outcome.kind, len(msg_ids), topic, error)
+        half = self._ack_timeout(topic) / 2000
         with self._lock:
-            before_deadline = any(self._held[i].touch_at != float("inf") and
-                                  time.monotonic() < self._held[i].touch_at + self._ack_timeout / 2000
-                                  for i in msg_ids if i in self._held)
-        if not before_deadline or isinstance(error, FATAL):
-            log.error("gave up the %s of %s/%s: the server delivers them again after their ack timeout", outcome,
-                      self.topic, ", ".join(msg_ids))
-            self._release(msg_ids)
+            before_deadline = any(self._held[k].touch_at != float("inf") and
+                                  time.monotonic() < self._held[k].touch_at + half
+                                  for k in ((topic, i) for i in msg_ids) if k in self._held)
+        if not before_deadline or isinstance(error, FATAL) or self._stop_level >= HARD:
+            log.error("gave up the %s of %s/%s: the server delivers them again after their ack timeout",
+                      outcome.kind, topic, ", ".join(msg_ids))
+            self._release([(topic, i) for i in msg_ids])
             return False
         return True
 
-    def _pull_failed(self, error: DelayQueueError) -> float:
-        """Seconds to wait before the next pull; raises what no retry can change."""
+    def _pull_failed(self, topic: str, asked: int, error: DelayQueueError) -> float | None:
+        """A pull of `asked` failed: when (time.monotonic()) to pull again; None when no retry can
+        change the answer (the worker drains and run() raises it)."""
+        self._pulled(asked, [], 0.0)
         if isinstance(error, FATAL):
-            raise error
-        log.warning("pull from %s failed: %s", self.topic, error)
-        return error.retry_after if isinstance(error, RateLimited) and error.retry_after else 1.0
+            log.error("pull from %s refused: %s; the worker stops", topic, error)
+            self._failure = self._failure or error
+            self._stop_level = max(self._stop_level, DRAIN)
+            return None
+        log.warning("pull from %s failed: %s", topic, error)
+        return time.monotonic() + (error.retry_after if isinstance(error, RateLimited) and error.retry_after else 1.0)
 
-    def _resolved_ack_timeout(self, config: dict[str, Any] | None) -> int:
-        if self.ack_timeout_ms is not None:
-            return self.ack_timeout_ms
-        return int(config["ackTimeoutMillis"]) if config else DEFAULT_ACK_TIMEOUT_MS
+    def _settle_loop_failed(self, error: BaseException) -> None:
+        log.critical("the worker's settle loop failed; the worker stops hard", exc_info=error)
+        self._failure = WorkerFailed(f"the worker's settle loop failed: {type(error).__name__}: {error}")
+        self._failure.__cause__ = error
+        self._stop_level = HARD
+
+    def _raise_failure(self) -> None:
+        if self._failure is not None:
+            raise self._failure
 
     # --- threads (Client)
 
-    def run(self, *, install_signal_handlers: bool = True) -> None:
-        """Blocks until stopped; then finishes and settles every message in hand. In the main thread
-        (and install_signal_handlers), SIGTERM and SIGINT stop it; the previous handlers come back after."""
+    def run(self, burst: bool = False, *, install_signal_handlers: bool = True) -> None:
+        """Blocks until stopped (or, with burst, until what is due now on every topic is handled);
+        then finishes and settles every message in hand. In the main thread (and
+        install_signal_handlers), SIGTERM and SIGINT stop it (the first drains, the second stops
+        hard); the previous handlers come back after."""
         if self.is_async:
-            return asyncio.run(self.run_async(install_signal_handlers=install_signal_handlers))
-        previous = {}
+            return asyncio.run(self.run_async(burst, install_signal_handlers=install_signal_handlers))
+        previous: dict[signal.Signals, Any] = {}
         if install_signal_handlers and threading.current_thread() is threading.main_thread():
-            previous = {sig: signal.signal(sig, lambda *_: self.stop()) for sig in SIGNALS}
+            previous = {sig: signal.signal(sig, self._on_signal) for sig in SIGNALS}
         try:
-            self._run_threads()
+            self._run_threads(burst)
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
 
-    def _run_threads(self) -> None:
-        if self.ack_timeout_ms is None:
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        self.stop()
+
+    def _run_threads(self, burst: bool) -> None:
+        client = self._sync_client()
+        for topic in self.topics:
             try:
-                self.ack_timeout_ms = self._resolved_ack_timeout(self._sync_client.topic_config(self.topic))
+                self._configured(topic, client.topic_config(topic) if self.ack_timeout_ms is None or
+                                 self.retry_backoff is not None else None)
             except Forbidden:
-                self.ack_timeout_ms = self._resolved_ack_timeout(None)
-        results: queue.SimpleQueue[tuple[str, str] | None] = queue.SimpleQueue()
-        settler = threading.Thread(target=self._settle_thread, args=(results,), name=f"dq-settle-{self.topic}",
-                                   daemon=True)
+                self._configured(topic, None)
+        results: queue.SimpleQueue[tuple[Key, Outcome] | None] = queue.SimpleQueue()
+        settler = threading.Thread(target=self._settle_thread, args=(results,), name="dq-settle", daemon=True)
+        pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="dq-worker")
+        # Daemons: a poll that outlives a hard stop's wait (POLL_END_MARGIN) does not keep the process.
+        pollers = [threading.Thread(target=self._poll_thread, args=(topic, burst, pool, results),
+                                    name=f"dq-poll-{topic}", daemon=True) for topic in self.topics]
         settler.start()
-        pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix=f"dq-worker-{self.topic}")
+        for poller in pollers:
+            poller.start()
         try:
-            while not self._stopping:
-                free = self._wait_for_room()
-                if not free:
-                    break
-                pulled_at = time.monotonic()
-                try:
-                    messages = self._sync_client.pull(self.topic, batch=free,
-                                                ack_timeout_ms=self.ack_timeout_ms, wait_ms=self.wait_ms)
-                except DelayQueueError as error:
-                    self._sleep(self._pull_failed(error))
-                    continue
-                for message in messages:
-                    self._hold(message, pulled_at)
-                    pool.submit(self._handle, message, results)
+            with self._room:
+                while any(p.is_alive() for p in pollers) and self._stop_level < HARD:
+                    self._room.wait(POLL_STEP)
+            while self._stop_level < HARD and self._undecided():
+                with self._room:
+                    self._room.wait(POLL_STEP)
         finally:
-            pool.shutdown(wait=True)  # every handler has queued its result
+            given_back = self._give_back_all() if self._stop_level >= HARD else []
+            for item in given_back:
+                results.put(item)
+            pool.shutdown(wait=False, cancel_futures=True)  # a hard stop's handlers that did not start never do
             results.put(None)
             settler.join()
+            if isinstance(self._failure, WorkerFailed):  # no settle loop gave them back
+                self._give_back_now(given_back)
+            end = time.monotonic() + self.wait_ms / 1000 + POLL_END_MARGIN
+            for poller in pollers:  # what a poll under way brings after a hard stop, its loop gives back
+                poller.join(max(0.0, end - time.monotonic()))
+        self._raise_failure()
 
-    def _wait_for_room(self) -> int:
-        with self._room:
-            while self._free() <= 0 and not self._stopping:
-                self._room.wait(POLL_STEP)
-            return 0 if self._stopping else self._free()
+    def _sync_client(self) -> Client:
+        assert isinstance(self.client, Client)
+        return self.client
 
-    def _sleep(self, seconds: float) -> None:
-        end = time.monotonic() + seconds
-        while not self._stopping and time.monotonic() < end:
-            time.sleep(min(POLL_STEP, end - time.monotonic()))
+    def _poll_thread(self, topic: str, burst: bool, pool: ThreadPoolExecutor,
+                     results: "queue.SimpleQueue[tuple[Key, Outcome] | None]") -> None:
+        client = self._sync_client()
+        while not self._poll_done():
+            with self._room:
+                while not (free := self._reserve()) and not self._poll_done():
+                    self._room.wait(POLL_STEP)
+            if not free:
+                return
+            pulled_at = time.monotonic()
+            try:
+                messages = client.pull(topic, batch=free, ack_timeout_ms=self._ack_timeout(topic),
+                                       wait_ms=0 if burst else self.wait_ms)
+            except DelayQueueError as error:
+                if (end := self._pull_failed(topic, free, error)) is None:
+                    return
+                while not self._poll_done() and time.monotonic() < end:
+                    time.sleep(min(POLL_STEP, end - time.monotonic()))
+                continue
+            if not self._pulled(free, messages, pulled_at):
+                self._give_back_now([((topic, m.msg_id), Outcome(NACK, 0, GIVEN_BACK)) for m in messages])
+                return
+            for message in messages:
+                try:
+                    pool.submit(self._handle, message, results)
+                except RuntimeError:  # the pool shut down: a hard stop gave the message back
+                    self._finished((topic, message.msg_id), None)
+            if burst and len(messages) < free:
+                return  # nothing more due now
 
-    def _handle(self, message: Message, results: queue.SimpleQueue[tuple[str, str] | None]) -> None:
+    def _give_back_now(self, items: list[tuple[Key, Outcome]]) -> None:
+        """Nacks these from the calling thread (no settle loop to do it); a failure leaves them to
+        their ack timeout."""
+        for topic, outcome, msg_ids in self._settle_groups(items):
+            try:
+                self._sync_client().ack_many(topic, msg_ids, **self._settle_kwargs(outcome))
+            except DelayQueueError as error:
+                log.error("could not give back %s/%s (%s): delivered again after their ack timeout", topic,
+                          ", ".join(msg_ids), error)
+            self._release([(topic, i) for i in msg_ids])
+
+    def _handle(self, message: Message, results: "queue.SimpleQueue[tuple[Key, Outcome] | None]") -> None:
+        key = (message.topic, message.msg_id)
+        if not self._started(key):
+            self._finished(key, None)
+            return
         error, started = None, time.monotonic()
         try:
             self.handler(message)
         except BaseException as exc:  # SystemExit too: its message must still be settled
             error = exc
-        self._finished(message.msg_id, time.monotonic() - started)
-        results.put((message.msg_id, self._outcome(message, error)))
+        if self._finished(key, time.monotonic() - started):
+            results.put((key, self._outcome(message, error)))
 
-    def _settle_thread(self, results: queue.SimpleQueue[tuple[str, str] | None]) -> None:
-        closing, again = False, list[tuple[str, list[str]]]()
+    def _settle_thread(self, results: "queue.SimpleQueue[tuple[Key, Outcome] | None]") -> None:
+        try:
+            self._settle_turns(results)
+        except BaseException as exc:  # supervised: the worker must not stall on a dead settle loop
+            self._settle_loop_failed(exc)
+
+    def _settle_turns(self, results: "queue.SimpleQueue[tuple[Key, Outcome] | None]") -> None:
+        client = self._sync_client()
+        closing = False
+        again: list[tuple[str, Outcome, list[str]]] = []
         while not closing or self._held:
-            gathered = []
+            gathered = self._timed_out()
             try:  # results that arrive while the previous call was out share the next one
                 item = results.get(timeout=self._next_touch_in())
                 while True:
@@ -303,26 +535,27 @@ class Worker:
             # A failed call is tried again on the next turn (at most POLL_STEP later), after the
             # touches: a server refusing acks for a while must not let running messages time out.
             groups, again = again + self._settle_groups(gathered), []
-            for outcome, msg_ids in groups:
+            for topic, outcome, msg_ids in groups:
                 try:
-                    done = self._sync_client.ack_many(self.topic, msg_ids, **self._settle_kwargs(outcome))
+                    done = client.ack_many(topic, msg_ids, **self._settle_kwargs(outcome))
                 except DelayQueueError as error:
-                    if self._settle_failed(outcome, msg_ids, error):
-                        again.append((outcome, msg_ids))
+                    if self._settle_failed(topic, outcome, msg_ids, error):
+                        again.append((topic, outcome, msg_ids))
                 else:
-                    self._settled(outcome, msg_ids, done)
-            for msg_id in self._due_touches():
+                    self._settled(topic, outcome, msg_ids, done)
+            for key in self._due_touches():
                 called_at = time.monotonic()
                 try:
-                    self._sync_client.touch(self.topic, msg_id, ack_timeout_ms=self._ack_timeout)
-                    self._touched(msg_id, called_at, None)
+                    client.touch(key[0], key[1], ack_timeout_ms=self._ack_timeout(key[0]))
+                    self._touched(key, called_at, None)
                 except DelayQueueError as error:
-                    self._touched(msg_id, called_at, error)
+                    self._touched(key, called_at, error)
 
     # --- tasks (AsyncClient)
 
-    async def run_async(self, *, install_signal_handlers: bool = True) -> None:
-        """run() for an AsyncClient and an async handler, in the running event loop."""
+    async def run_async(self, burst: bool = False, *, install_signal_handlers: bool = True) -> None:
+        """run() for an AsyncClient and an async handler, in the running event loop. Cancelled, it
+        still waits for its handlers and settles their messages (a drain)."""
         if not self.is_async:
             raise TypeError("run_async() needs an AsyncClient and an async handler; use run()")
         loop = asyncio.get_running_loop()
@@ -332,75 +565,155 @@ class Worker:
                 loop.add_signal_handler(sig, self.stop)
                 installed.append(sig)
         try:
-            await self._run_tasks()
+            await self._run_tasks(burst)
         finally:
             for sig in installed:
                 loop.remove_signal_handler(sig)
 
-    async def _run_tasks(self) -> None:
-        if self.ack_timeout_ms is None:
+    def _async_client(self) -> AsyncClient:
+        assert isinstance(self.client, AsyncClient)
+        return self.client
+
+    async def _run_tasks(self, burst: bool) -> None:
+        client = self._async_client()
+        for topic in self.topics:
             try:
-                self.ack_timeout_ms = self._resolved_ack_timeout(await self._async_client.topic_config(self.topic))
+                self._configured(topic, await client.topic_config(topic) if self.ack_timeout_ms is None or
+                                 self.retry_backoff is not None else None)
             except Forbidden:
-                self.ack_timeout_ms = self._resolved_ack_timeout(None)
-        results: asyncio.Queue[tuple[str, str] | None] = asyncio.Queue()
+                self._configured(topic, None)
+        results: asyncio.Queue[tuple[Key, Outcome] | None] = asyncio.Queue()
+        self._room_changed = asyncio.Event()
         settler = asyncio.create_task(self._settle_task(results))
         handlers: set[asyncio.Task[None]] = set()
         slots = asyncio.Semaphore(self.concurrency)
-        self._room_changed = asyncio.Event()
+        pollers = [asyncio.create_task(self._poll_task(topic, burst, results, slots, handlers))
+                   for topic in self.topics]
         try:
-            while not self._stopping:
-                while self._free() <= 0 and not self._stopping:
-                    self._room_changed.clear()
-                    try:
-                        await asyncio.wait_for(self._room_changed.wait(), POLL_STEP)
-                    except asyncio.TimeoutError:
-                        pass
-                if self._stopping:
-                    break
-                pulled_at = time.monotonic()
-                try:
-                    messages = await self._async_client.pull(self.topic, batch=self._free(),
-                                                      ack_timeout_ms=self.ack_timeout_ms, wait_ms=self.wait_ms)
-                except DelayQueueError as error:
-                    end = time.monotonic() + self._pull_failed(error)
-                    while not self._stopping and time.monotonic() < end:
-                        await asyncio.sleep(POLL_STEP)
-                    continue
-                for message in messages:
-                    self._hold(message, pulled_at)
-                    task = asyncio.create_task(self._handle_async(message, results, slots))
-                    handlers.add(task)
-                    task.add_done_callback(handlers.discard)
+            while self._stop_level < HARD and (any(not p.done() for p in pollers) or self._undecided()):
+                await self._room_change()
+        except asyncio.CancelledError:
+            self._stop_level = max(self._stop_level, DRAIN)
+            raise
         finally:
-            # Shielded: a cancelled run_async still settles what it holds.
-            await asyncio.shield(self._finish_tasks(handlers, results, settler))
+            # Shielded: a cancelled run_async still gives back and settles what it holds.
+            await asyncio.shield(self._finish_tasks(pollers, handlers, results, settler))
+        self._raise_failure()
 
-    async def _finish_tasks(self, handlers: set[asyncio.Task[None]], results: asyncio.Queue[tuple[str, str] | None],
-                            settler: asyncio.Task[None]) -> None:
-        if handlers:
-            await asyncio.gather(*handlers, return_exceptions=True)
+    async def _room_change(self) -> None:
+        assert self._room_changed is not None
+        self._room_changed.clear()
+        try:
+            await asyncio.wait_for(self._room_changed.wait(), POLL_STEP)
+        except asyncio.TimeoutError:
+            pass
+
+    async def _finish_tasks(self, pollers: list["asyncio.Task[None]"], handlers: set["asyncio.Task[None]"],
+                            results: "asyncio.Queue[tuple[Key, Outcome] | None]",
+                            settler: "asyncio.Task[None]") -> None:
+        given_back = self._give_back_all() if self._stop_level >= HARD else []
+        if self._stop_level >= HARD:
+            for task in handlers:
+                task.cancel()
+        for item in given_back:
+            results.put_nowait(item)
+        # A poll under way ends by itself (what it brings after a hard stop, its loop gives back), or
+        # is cancelled once it had wait_ms: a cancelled poll's messages come back after their ack timeout.
+        _, late = await asyncio.wait(pollers, timeout=self.wait_ms / 1000 + POLL_END_MARGIN)
+        for task in late:
+            task.cancel()
+        await asyncio.gather(*pollers, *handlers, return_exceptions=True)
         results.put_nowait(None)
         await settler
+        if isinstance(self._failure, WorkerFailed):  # no settle loop gave them back
+            await self._give_back_async(given_back)
 
-    async def _handle_async(self, message: Message, results: asyncio.Queue[tuple[str, str] | None],
+    async def _give_back_async(self, items: list[tuple[Key, Outcome]]) -> None:
+        for topic, outcome, msg_ids in self._settle_groups(items):
+            try:
+                await self._async_client().ack_many(topic, msg_ids, **self._settle_kwargs(outcome))
+            except DelayQueueError as error:
+                log.error("could not give back %s/%s (%s): delivered again after their ack timeout", topic,
+                          ", ".join(msg_ids), error)
+            self._release([(topic, i) for i in msg_ids])
+
+    async def _poll_task(self, topic: str, burst: bool, results: "asyncio.Queue[tuple[Key, Outcome] | None]",
+                         slots: asyncio.Semaphore, handlers: set["asyncio.Task[None]"]) -> None:
+        client = self._async_client()
+        while not self._poll_done():
+            while not (free := self._reserve()) and not self._poll_done():
+                await self._room_change()
+            if not free:
+                return
+            pulled_at = time.monotonic()
+            try:
+                messages = await client.pull(topic, batch=free, ack_timeout_ms=self._ack_timeout(topic),
+                                             wait_ms=0 if burst else self.wait_ms)
+            except DelayQueueError as error:
+                if (end := self._pull_failed(topic, free, error)) is None:
+                    return
+                while not self._poll_done() and time.monotonic() < end:
+                    await asyncio.sleep(POLL_STEP)
+                continue
+            except asyncio.CancelledError:
+                self._pulled(free, [], pulled_at)
+                raise
+            if not self._pulled(free, messages, pulled_at):
+                await self._give_back_async([((topic, m.msg_id), Outcome(NACK, 0, GIVEN_BACK)) for m in messages])
+                return
+            for message in messages:
+                task = asyncio.create_task(self._handle_async(message, results, slots))
+                handlers.add(task)
+                task.add_done_callback(handlers.discard)
+            if burst and len(messages) < free:
+                return
+
+    async def _handle_async(self, message: Message, results: "asyncio.Queue[tuple[Key, Outcome] | None]",
                             slots: asyncio.Semaphore) -> None:
-        error, started = None, None
+        key = (message.topic, message.msg_id)
+        error: BaseException | None = None
+        started: float | None = None
         try:
             async with slots:
+                if not self._started(key):
+                    self._finished(key, None)
+                    return
                 started = time.monotonic()
-                await cast(Awaitable[object], self.handler(message))  # an async def, checked in __init__
+                await self._call_async(message)
         except BaseException as exc:  # a cancelled handler too: its message is nacked, then it is cancelled
             error = exc
-        self._finished(message.msg_id, time.monotonic() - started if started is not None else None)
-        results.put_nowait((message.msg_id, self._outcome(message, error)))
+        if self._finished(key, time.monotonic() - started if started is not None else None):
+            results.put_nowait((key, self._outcome(message, error)))
         if error is not None and not isinstance(error, Exception):
             raise error
 
-    async def _settle_task(self, results: asyncio.Queue[tuple[str, str] | None]) -> None:
-        closing, again = False, list[tuple[str, list[str]]]()
+    async def _call_async(self, message: Message) -> None:
+        handler: Callable[[Message], Awaitable[object]] = self.handler  # type: ignore[assignment]
+        if self.handler_timeout is None:
+            await handler(message)
+            return
+        started = time.monotonic()
+        try:
+            await asyncio.wait_for(handler(message), self.handler_timeout)
+        except TimeoutError:
+            if time.monotonic() - started < self.handler_timeout:
+                raise  # the handler's own
+            raise HandlerTimeout(f"handler ran over {self.handler_timeout:g} s") from None
+
+    async def _settle_task(self, results: "asyncio.Queue[tuple[Key, Outcome] | None]") -> None:
+        try:
+            await self._settle_turns_async(results)
+        except BaseException as exc:  # supervised, as _settle_thread
+            self._settle_loop_failed(exc)
+            if self._room_changed is not None:
+                self._room_changed.set()
+
+    async def _settle_turns_async(self, results: "asyncio.Queue[tuple[Key, Outcome] | None]") -> None:
+        client = self._async_client()
+        closing = False
+        again: list[tuple[str, Outcome, list[str]]] = []
         while not closing or self._held:
-            gathered = []
+            gathered: list[tuple[Key, Outcome]] = []
             try:
                 item = await asyncio.wait_for(results.get(), self._next_touch_in())
                 while True:
@@ -411,20 +724,19 @@ class Worker:
                     item = results.get_nowait()
             except (asyncio.TimeoutError, asyncio.QueueEmpty):
                 pass
-            groups, again = again + self._settle_groups(gathered), []  # as in _settle_thread
-            for outcome, msg_ids in groups:
+            groups, again = again + self._settle_groups(gathered), []  # as in _settle_turns
+            for topic, outcome, msg_ids in groups:
                 try:
-                    done = await self._async_client.ack_many(self.topic, msg_ids, **self._settle_kwargs(outcome))
+                    done = await client.ack_many(topic, msg_ids, **self._settle_kwargs(outcome))
                 except DelayQueueError as error:
-                    if self._settle_failed(outcome, msg_ids, error):
-                        again.append((outcome, msg_ids))
+                    if self._settle_failed(topic, outcome, msg_ids, error):
+                        again.append((topic, outcome, msg_ids))
                 else:
-                    self._settled(outcome, msg_ids, done)
-            for msg_id in self._due_touches():
+                    self._settled(topic, outcome, msg_ids, done)
+            for key in self._due_touches():
                 called_at = time.monotonic()
                 try:
-                    await self._async_client.touch(self.topic, msg_id, ack_timeout_ms=self._ack_timeout)
-                    self._touched(msg_id, called_at, None)
+                    await client.touch(key[0], key[1], ack_timeout_ms=self._ack_timeout(key[0]))
+                    self._touched(key, called_at, None)
                 except DelayQueueError as error:
-                    self._touched(msg_id, called_at, error)
-
+                    self._touched(key, called_at, error)

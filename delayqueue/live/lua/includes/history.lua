@@ -9,7 +9,7 @@
 -- log_events(events key, actor, {{msgId, to status, retry, produceTime}, ...}, from status, reason):
 --   the same change of many messages as one entry (EVENT.batch), one XADD per call, not per message
 -- set_event_detail(text): the events this script logs from now on carry it (EVENT.detail): a push
---   attempt's HTTP status or error
+--   attempt's HTTP status or error, a consumer's nack reason
 local event_detail = ''
 
 local function set_event_detail(text)

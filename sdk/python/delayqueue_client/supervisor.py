@@ -1,0 +1,255 @@
+"""`delayqueue worker MODULE[:attr]`: a supervisor of N worker processes. Each child imports MODULE,
+takes its App (the attribute named after the colon, else the one module-level object with a
+`worker(...)` method) and runs `app.worker(topics=..., concurrency=threads, asynchronous=...,
+max_messages=max_tasks_per_child).run()`.
+
+A child that crashes (killed, or raising) is started again after a backoff that doubles while it
+keeps crashing soon after its start (so a child that always crashes does not spin); one that
+exits after its max tasks is replaced at once. SIGTERM or SIGINT to the supervisor drains: it is
+forwarded as SIGTERM to every child (whose Worker stops pulling, finishes and settles what it
+holds), and the supervisor exits once they have. A second signal stops hard: forwarded again, the
+children give back the messages in hand (nacked without delay) and exit; a child still running
+HARD_STOP_GRACE seconds later (a thread handler that never returns) is killed, its messages left
+to their ack timeout.
+
+The children run in their own session: a Ctrl-C in the terminal reaches the supervisor only, which
+forwards it once (a child hit by both would stop hard)."""
+import argparse
+import importlib
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from types import FrameType, ModuleType
+from typing import Any
+
+log = logging.getLogger("delayqueue_client.supervisor")
+
+RESTART_DELAY = 0.5  # seconds before restarting a child that crashed, doubling per crash in a row
+MAX_RESTART_DELAY = 30.0
+STABLE_AFTER = 30.0  # a child that ran this long before crashing restarts after RESTART_DELAY again
+HARD_STOP_GRACE = 10.0  # seconds a child has to exit after a hard stop before it is killed
+TURN = 0.1  # seconds between the supervisor's looks at its children and its stop level
+
+
+class AppNotFound(Exception):
+    """MODULE[:attr] names no importable object with a worker(...) method."""
+
+
+def load_app(spec: str) -> Any:
+    """The App of `MODULE[:attr]`: the attribute, else the one module-level object (not a class,
+    module or function) with a callable `worker`."""
+    module_name, _, attr = spec.partition(":")
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())  # as `python -m` does: the project's modules import
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise AppNotFound(f"cannot import {module_name}: {exc}") from exc
+    if attr:
+        if not hasattr(module, attr):
+            raise AppNotFound(f"{module_name} has no attribute {attr}")
+        found = getattr(module, attr)
+        if not callable(getattr(found, "worker", None)):
+            raise AppNotFound(f"{spec} is not an App: it has no worker(...) method")
+        return found
+    apps = {name: value for name, value in vars(module).items() if not name.startswith("_")
+            and not isinstance(value, (type, ModuleType)) and not callable(value)
+            and callable(getattr(value, "worker", None))}
+    if len(apps) != 1:
+        what = f"several ({', '.join(sorted(apps))})" if apps else "none"
+        raise AppNotFound(f"{module_name} must hold one App (an object with a worker(...) method), found {what}: "
+                          "name it as MODULE:attr")
+    return next(iter(apps.values()))
+
+
+@dataclass
+class ChildOptions:
+    spec: str
+    topics: list[str] | None
+    threads: int
+    use_async: bool
+    max_tasks_per_child: int | None
+
+    def command(self) -> list[str]:
+        command = [sys.executable, "-m", "delayqueue_client.supervisor", self.spec, "--threads", str(self.threads)]
+        if self.topics:
+            command += ["--topics", ",".join(self.topics)]
+        if self.use_async:
+            command.append("--async")
+        if self.max_tasks_per_child is not None:
+            command += ["--max-tasks-per-child", str(self.max_tasks_per_child)]
+        return command
+
+
+@dataclass
+class Slot:
+    """One of the N children: its process, and its crashes in a row (for the restart backoff)."""
+    number: int
+    process: subprocess.Popen[bytes] | None = None
+    started_at: float = 0.0
+    crashes: int = 0
+    restart_at: float = field(default=0.0)
+
+
+class Supervisor:
+    def __init__(self, options: ChildOptions, processes: int):
+        self.options = options
+        self.slots = [Slot(i) for i in range(processes)]
+        self._stop_level = 0  # signals: 1 drain, 2 hard (a plain int: set from a signal handler)
+        self._forwarded = 0
+        self._hard_since: float | None = None
+
+    def stop(self) -> None:
+        self._stop_level = min(2, self._stop_level + 1)
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        self.stop()
+
+    def run(self) -> int:
+        """Runs the children until stopped and they have exited; answers the exit code (0)."""
+        previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            while True:
+                self._forward()
+                alive = self._look_after()
+                if self._stop_level and not alive:
+                    log.info("every worker process has exited")
+                    return 0
+                time.sleep(TURN)
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+            self._kill_all()
+
+    def _start(self, slot: Slot) -> None:
+        slot.process = subprocess.Popen(self.options.command(), start_new_session=True)
+        slot.started_at = time.monotonic()
+        log.info("worker process %d started (pid %d)", slot.number, slot.process.pid)
+
+    def _look_after(self) -> bool:
+        """Starts, restarts and reaps the children; answers whether any is running."""
+        now, alive = time.monotonic(), False
+        for slot in self.slots:
+            if slot.process is not None:
+                code = slot.process.poll()
+                if code is None:
+                    alive = True
+                    continue
+                self._exited(slot, code, now)
+            if not self._stop_level and now >= slot.restart_at:
+                self._start(slot)
+                alive = True
+        return alive
+
+    def _exited(self, slot: Slot, code: int, now: float) -> None:
+        assert slot.process is not None
+        pid, slot.process = slot.process.pid, None
+        if self._stop_level:
+            log.info("worker process %d (pid %d) exited with %d", slot.number, pid, code)
+            return
+        if code == 0:  # it served its max tasks (or its worker ran out of work): replaced at once
+            log.info("worker process %d (pid %d) exited: starting another", slot.number, pid)
+            slot.crashes, slot.restart_at = 0, now
+            return
+        if now - slot.started_at >= STABLE_AFTER:
+            slot.crashes = 0
+        delay = min(MAX_RESTART_DELAY, RESTART_DELAY * 2 ** slot.crashes)
+        slot.crashes += 1
+        slot.restart_at = now + delay
+        how = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
+        log.error("worker process %d (pid %d) crashed (%s): restarting in %g s", slot.number, pid, how, delay)
+
+    def _forward(self) -> None:
+        """Passes each stop on to the children as a SIGTERM of its own; kills them once a hard
+        stop's grace has run out."""
+        while self._forwarded < self._stop_level:
+            self._forwarded += 1
+            log.warning("%s: SIGTERM to every worker process", "draining" if self._forwarded == 1 else "stopping hard")
+            if self._forwarded == 2:
+                self._hard_since = time.monotonic()
+            for slot in self.slots:
+                if slot.process is not None and slot.process.poll() is None:
+                    slot.process.send_signal(signal.SIGTERM)
+        if self._hard_since is not None and time.monotonic() - self._hard_since > HARD_STOP_GRACE:
+            self._kill_all()
+
+    def _kill_all(self) -> None:
+        for slot in self.slots:
+            if slot.process is not None and slot.process.poll() is None:
+                log.error("worker process %d (pid %d) still running: killed", slot.number, slot.process.pid)
+                slot.process.kill()
+                slot.process.wait()
+
+
+def run_child(options: ChildOptions) -> int:
+    """A child's life: the App's worker until it returns (stopped, or max tasks served)."""
+    app = load_app(options.spec)
+    worker = app.worker(topics=options.topics, concurrency=options.threads, asynchronous=options.use_async,
+                        max_messages=options.max_tasks_per_child)
+    worker.run()
+    if getattr(worker, "stopped_hard", False):
+        # A thread handler abandoned by the hard stop must not keep the process alive.
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
+    return 0
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The worker command's arguments (the CLI's `worker` subcommand and a child's command line)."""
+    parser.add_argument("app", metavar="MODULE[:attr]", help="the module holding the App (MODULE:attr names it)")
+    parser.add_argument("--topics", type=topic_list,
+                        help="comma-separated topics each process serves (default: every topic of the app's tasks)")
+    parser.add_argument("--processes", type=positive, default=1, help="worker processes (default 1)")
+    how = parser.add_mutually_exclusive_group()
+    how.add_argument("--threads", type=positive, default=8, help="handler threads per process (default 8)")
+    how.add_argument("--async", dest="use_async", action="store_true",
+                     help="asyncio: the app's worker with an AsyncClient and async handlers")
+    parser.add_argument("--max-tasks-per-child", type=positive,
+                        help="a process drains and is replaced after handling this many messages")
+
+
+def topic_list(text: str) -> list[str]:
+    topics = [t.strip() for t in text.split(",") if t.strip()]
+    if not topics:
+        raise argparse.ArgumentTypeError(f"invalid topics {text!r}: comma-separated topic names")
+    return topics
+
+
+def positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"invalid count {text!r}: a whole number of at least 1")
+    return int(text)
+
+
+def options_of(args: argparse.Namespace) -> ChildOptions:
+    return ChildOptions(args.app, args.topics, args.threads, args.use_async, args.max_tasks_per_child)
+
+
+def supervise(args: argparse.Namespace) -> int:
+    """The `delayqueue worker` command: checks the App imports, then supervises the children."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # --url and --token reach the App's client (and the children's) as the variables a Client reads.
+    for name, option in (("DELAYQUEUE_URL", "url"), ("DELAYQUEUE_TOKEN", "token")):
+        if value := getattr(args, option, None):
+            os.environ[name] = value
+    load_app(args.app)  # a clear error now rather than N crashing children
+    return Supervisor(options_of(args), args.processes).run()
+
+
+def child_main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="delayqueue worker (child)")
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format=f"%(asctime)s %(levelname)s [{os.getpid()}] %(name)s: %(message)s")
+    return run_child(options_of(args))
+
+
+if __name__ == "__main__":
+    sys.exit(child_main())

@@ -1,0 +1,39 @@
+"""A stand-in for a task App, for the `delayqueue worker` supervisor tests (test_sdk_supervisor.py):
+`app.worker(topics=..., concurrency=..., asynchronous=..., max_messages=...)` answers a real Worker
+on a Client (or AsyncClient) of DELAYQUEUE_URL whose handler sleeps the number of seconds in the
+message body, then appends "<pid> <msgId>" to the file SDK_APP_DONE. SDK_APP_CRASH=1 makes
+worker() raise (a child that always crashes)."""
+import asyncio
+import os
+import time
+from collections.abc import Sequence
+
+from delayqueue_client import AsyncClient, Client, Message, Worker
+
+
+def record(message: Message) -> None:
+    with open(os.environ["SDK_APP_DONE"], "a") as done:
+        done.write(f"{os.getpid()} {message.msg_id}\n")
+
+
+def handler(message: Message) -> None:
+    time.sleep(float(message.msg or 0))
+    record(message)
+
+
+async def async_handler(message: Message) -> None:
+    await asyncio.sleep(float(message.msg or 0))
+    record(message)
+
+
+class StandInApp:
+    def worker(self, topics: Sequence[str] | None = None, *, concurrency: int = 8, asynchronous: bool = False,
+               **worker_options: object) -> Worker:
+        if os.environ.get("SDK_APP_CRASH") == "1":
+            raise RuntimeError("this app cannot start")
+        client = AsyncClient() if asynchronous else Client()
+        return Worker(client, list(topics or ["sup"]), async_handler if asynchronous else handler,
+                      concurrency=concurrency, wait_ms=300, **worker_options)  # type: ignore[arg-type]
+
+
+app = StandInApp()

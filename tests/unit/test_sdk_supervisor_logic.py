@@ -1,0 +1,53 @@
+"""The `delayqueue worker` supervisor's pure logic (no server): finding the App in MODULE[:attr],
+a child's command line, the restart backoff of a crashing child."""
+import subprocess
+import sys
+
+import pytest
+from delayqueue_client.cli import build_parser
+from delayqueue_client.supervisor import AppNotFound, ChildOptions, Slot, Supervisor, load_app, options_of
+
+
+def test_the_app_is_the_named_attribute_or_the_one_object_with_a_worker_method():
+    from tests import sdk_worker_app
+    assert load_app("tests.sdk_worker_app") is sdk_worker_app.app
+    assert load_app("tests.sdk_worker_app:app") is sdk_worker_app.app
+    with pytest.raises(AppNotFound, match="cannot import tests.nowhere"):
+        load_app("tests.nowhere")
+    with pytest.raises(AppNotFound, match="has no attribute nope"):
+        load_app("tests.sdk_worker_app:nope")
+    with pytest.raises(AppNotFound, match="is not an App"):
+        load_app("tests.sdk_worker_app:handler")
+    with pytest.raises(AppNotFound, match="found none"):
+        load_app("tests.helpers")
+
+
+def test_a_child_runs_the_same_options_in_its_own_interpreter():
+    args = build_parser().parse_args(["worker", "my.tasks:app", "--topics", "a, b", "--processes", "3", "--async",
+                                      "--max-tasks-per-child", "100"])
+    options = options_of(args)
+    assert options == ChildOptions("my.tasks:app", ["a", "b"], 8, True, 100)
+    assert options.command() == [sys.executable, "-m", "delayqueue_client.supervisor", "my.tasks:app", "--threads",
+                                 "8", "--topics", "a,b", "--async", "--max-tasks-per-child", "100"]
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["worker", "m", "--threads", "2", "--async"])  # one or the other
+
+
+def test_a_child_crashing_again_and_again_waits_longer_each_time_and_one_that_served_its_tasks_none():
+    supervisor = Supervisor(ChildOptions("m", None, 8, False, None), 1)
+    slot = Slot(0)
+    delays = []
+    for _ in range(8):
+        slot.process = subprocess.Popen(["true"])
+        slot.process.wait()
+        supervisor._exited(slot, 1, slot.started_at + 1.0)  # crashed a second after its start
+        delays.append(slot.restart_at - (slot.started_at + 1.0))
+    assert delays == [0.5, 1, 2, 4, 8, 16, 30, 30]
+    slot.process = subprocess.Popen(["true"])
+    slot.process.wait()
+    supervisor._exited(slot, 1, slot.started_at + 60.0)  # it had run a while: the backoff starts over
+    assert slot.restart_at == slot.started_at + 60.5
+    slot.process = subprocess.Popen(["true"])
+    slot.process.wait()
+    supervisor._exited(slot, 0, 5.0)  # exited by itself after its max tasks: replaced at once
+    assert (slot.crashes, slot.restart_at) == (0, 5.0)
