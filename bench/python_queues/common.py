@@ -9,7 +9,7 @@ from bench.harness import percentile
 from tools.stack import ROOT
 
 LEAD_S = 3  # after the consumers are up, every send is done before the first message falls due
-SENDS_PER_S_AT_WORST = 2_000  # the lead also covers the lateness sends at this rate
+SENDS_PER_S_AT_WORST = 500  # the lead also covers the lateness sends at this rate (huey, loaded machine)
 
 
 @dataclass(frozen=True)
