@@ -50,8 +50,8 @@ def ratio_cell(rows: dict, phase: str, peer: str, goal: float | None, lower_is_b
     ours, theirs = rows.get((phase, delayqueue_side.SIDE)), rows.get((phase, peer))
     if ours is None or theirs is None:
         return "-"
-    if lower_is_better:
-        return f"{theirs[1] / ours[1]:.1f}x lower"
+    if lower_is_better:  # lateness figures: the ratio of the p99s
+        return f"p99 {ours[1] / theirs[1]:.3g}x"
     met = "" if goal is None else (" ✓" if ours / theirs >= goal else " ✗") + f" (goal ≥ {goal:g}x)"
     return f"{ours / theirs:.2f}x{met}"
 
