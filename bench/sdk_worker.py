@@ -8,8 +8,7 @@ handler threads (none is restarted: a child that dies makes this command fail). 
         python -m bench.sdk_worker --topics TOPIC [--processes N] [--threads M]
 
 The tasks: `noop()`, and `record_lateness(due_ms)`, which notes how late it started
-(ms started - due_ms); a thread appends the notes to the Redis list LATENESS_KEY in REDIS_URL's
-Redis every RECORD_EVERY_S (one RPUSH a message cost the handlers more than the queue did).
+(ms started - due_ms) for the Redis list LATENESS_KEY in REDIS_URL's Redis (bench.lateness_notes).
 """
 import argparse
 import json
@@ -17,17 +16,13 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
-from collections import deque
 
-import redis
-
+from bench.lateness_notes import LatenessNotes
 from delayqueue_client import Client, Worker
 
 NOOP, RECORD_LATENESS = "noop", "record_lateness"
 LATENESS_KEY = "bench:delayqueue:lateness"
-RECORD_EVERY_S = 0.1
 
 
 def envelope(task: str, *args) -> str:
@@ -35,24 +30,13 @@ def envelope(task: str, *args) -> str:
     return json.dumps({"v": 1, "task": task, "args": list(args), "kwargs": {}, "headers": {}})
 
 
-def record_notes(notes: deque) -> None:
-    """Moves the notes to LATENESS_KEY every RECORD_EVERY_S, for the life of the process."""
-    conn = redis.Redis.from_url(os.environ["REDIS_URL"])
-    while True:
-        time.sleep(RECORD_EVERY_S)
-        taken = [notes.popleft() for _ in range(len(notes))]  # popleft is atomic beside the handlers' appends
-        if taken:
-            conn.rpush(LATENESS_KEY, *(f"{late_ms:.3f}" for late_ms in taken))
-
-
 def serve(topic: str, threads: int) -> None:
-    notes: deque = deque()
-    threading.Thread(target=record_notes, args=(notes,), daemon=True).start()
+    notes = LatenessNotes(LATENESS_KEY, os.environ["REDIS_URL"])
 
     def handle(message):
         task = json.loads(message.msg)
         if task["task"] == RECORD_LATENESS:
-            notes.append(time.time() * 1000 - task["args"][0])
+            notes.add(time.time() * 1000 - task["args"][0])
 
     with Client() as client:
         Worker(client, topic, handle, concurrency=threads).run()
