@@ -24,6 +24,11 @@ FAR_DELAY_MS = 600_000  # sent messages never fall due during the run
 CONSUMER = [sys.executable, "-m", "bench.sdk_worker"]
 
 
+def with_log(phase: str, log: str) -> str:
+    """The phase's row for the server with the message log `log` (on: the phase's own row)."""
+    return phase if log == "on" else f"{phase}, log off"
+
+
 def start_consumers(topic: str, processes: int, threads: int, env: dict):
     """One command serving `topic` with `processes` processes of `threads` handler threads each."""
     return start_processes([*CONSUMER, "--topics", topic, "--processes", str(processes), "--threads", str(threads)],
@@ -42,15 +47,18 @@ def rows(urls: dict, env: dict, phases: Phases, threads: int) -> dict:
     clients = {log: Client(urls[log]) for log in ("on", "off")}
     client = clients["on"]
     try:
-        empty_redis(env["REDIS_URL"])
-        producer = client.producer(linger_ms=2, max_batch=500)
-        started = time.perf_counter()
-        futures = [producer.send("producer", envelope(NOOP), delay_ms=FAR_DELAY_MS) for _ in range(phases.messages)]
-        producer.flush()
-        measured["enqueue batch", SIDE] = phases.messages / (time.perf_counter() - started)
-        producer.close()
-        assert len({future.result().msg_id for future in futures}) == phases.messages
-        show_rate("enqueue, batching producer, log on", measured["enqueue batch", SIDE])
+        for log, log_client in clients.items():
+            empty_redis(env["REDIS_URL"])
+            producer = log_client.producer(linger_ms=2, max_batch=500)
+            started = time.perf_counter()
+            futures = [producer.send("producer", envelope(NOOP), delay_ms=FAR_DELAY_MS)
+                       for _ in range(phases.messages)]
+            producer.flush()
+            rate = phases.messages / (time.perf_counter() - started)
+            producer.close()
+            assert len({future.result().msg_id for future in futures}) == phases.messages
+            measured[with_log("enqueue batch", log), SIDE] = rate
+            show_rate(f"enqueue, batching producer, log {log}", rate)
 
         for log, log_client in clients.items():
             empty_redis(env["REDIS_URL"])
@@ -59,7 +67,7 @@ def rows(urls: dict, env: dict, phases: Phases, threads: int) -> dict:
             for _ in range(phases.messages):
                 log_client.send("send", envelope(NOOP), delay_ms=FAR_DELAY_MS)
             rate = phases.messages / (time.perf_counter() - started)
-            measured["enqueue one" if log == "on" else "enqueue one, log off", SIDE] = rate
+            measured[with_log("enqueue one", log), SIDE] = rate
             show_rate(f"enqueue, sequential Client.send, log {log}", rate)
 
         for count in (1, 2):

@@ -11,14 +11,10 @@ import requests
 
 from bench.harness import empty_redis
 from bench.python_queues.common import Phases, show_rate
-from bench.python_queues.delayqueue_side import FAR_DELAY_MS
+from bench.python_queues.delayqueue_side import FAR_DELAY_MS, with_log
 
 API = "/camellia/delayQueue/"
 REQUESTS, BARE = "requests loop", "bare http.client loop"
-
-
-def phase(log: str) -> str:
-    return "enqueue one" if log == "on" else "enqueue one, log off"
 
 
 def rows(urls: dict, env: dict, phases: Phases) -> dict:
@@ -33,8 +29,8 @@ def rows(urls: dict, env: dict, phases: Phases) -> dict:
             for i in range(phases.messages):
                 answer = session.post(url, data={"topic": "requests", "msg": f"m{i}", "delayMillis": FAR_DELAY_MS}).json()
                 assert answer["code"] == 200, answer
-            measured[phase(log), REQUESTS] = phases.messages / (time.perf_counter() - started)
-        show_rate(f"log {log}", measured[phase(log), REQUESTS])
+            measured[with_log("enqueue one", log), REQUESTS] = phases.messages / (time.perf_counter() - started)
+        show_rate(f"log {log}", measured[with_log("enqueue one", log), REQUESTS])
     print("bare http.client loop, sequential sendMsg from one thread (no client library: the server's floor)",
           flush=True)
     for log in ("on", "off"):
@@ -49,7 +45,7 @@ def rows(urls: dict, env: dict, phases: Phases) -> dict:
             connection.request("POST", API + "sendMsg", body, headers)
             answer = json.loads(connection.getresponse().read())
             assert answer["code"] == 200, answer
-        measured[phase(log), BARE] = phases.messages / (time.perf_counter() - started)
+        measured[with_log("enqueue one", log), BARE] = phases.messages / (time.perf_counter() - started)
         connection.close()
-        show_rate(f"log {log}", measured[phase(log), BARE])
+        show_rate(f"log {log}", measured[with_log("enqueue one", log), BARE])
     return measured
