@@ -10,8 +10,8 @@ from pathlib import Path
 
 import redis
 
-from bench.python_queues.common import (Phases, check_alive, lateness_figures, show_lateness, show_rate,
-                                        start_processes, time_drain)
+from bench.python_queues.common import (Phases, lateness_figures, show_lateness, show_rate, start_processes,
+                                        time_drain)
 from tools.stack import ROOT, terminate
 
 SIDE = "bullmq"
@@ -63,7 +63,6 @@ def rows(env: dict, phases: Phases) -> dict:
             procs = start_processes([*node, "worker", queue], count, env, cwd=NODE_PROJECT)
             try:
                 measured[f"drain {count}", SIDE] = time_drain(left, phases.messages, procs)
-                check_alive(procs)
             finally:
                 terminate(procs)
             show_rate(f"drain of a waiting backlog, {count} Worker process(es)", measured[f"drain {count}", SIDE])
