@@ -66,11 +66,12 @@ async function lateness(queue, name, rate, seconds, leadMs) {
   }, { connection: connection(), concurrency: CONCURRENCY });
   await worker.waitUntilReady();
   const firstDue = nowMs() + leadMs;
-  const dues = Array.from({ length: count }, () => firstDue + Math.random() * seconds * 1000);
+  // Whole ms, as BullMQ schedules: a fractional due time would run up to half a ms early.
+  const dues = Array.from({ length: count }, () => Math.round(firstDue + Math.random() * seconds * 1000));
   for (let start = 0; start < count; start += BULK) {
     const now = Date.now(); // BullMQ schedules at timestamp + delay: exactly each due ms
     await queue.addBulk(dues.slice(start, start + BULK).map((due) => (
-      { name: "late", data: { due }, opts: { ...JOB_OPTIONS, timestamp: now, delay: Math.max(0, Math.round(due - now)) } })));
+      { name: "late", data: { due }, opts: { ...JOB_OPTIONS, timestamp: now, delay: Math.max(0, due - now) } })));
   }
   if (nowMs() > firstDue) throw new Error("the sends took longer than their lead: the figures would count them");
   await done;
