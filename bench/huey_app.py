@@ -8,9 +8,13 @@ import time
 
 from huey import RedisHuey
 
-LATENESS_KEY = "bench:huey:lateness"
+from bench.lateness_notes import LatenessNotes
 
-huey = RedisHuey("bench", url=os.environ.get("BENCH_HUEY_REDIS_URL", "redis://127.0.0.1:6379/0"))
+LATENESS_KEY = "bench:huey:lateness"
+REDIS_URL = os.environ.get("BENCH_HUEY_REDIS_URL", "redis://127.0.0.1:6379/0")
+
+huey = RedisHuey("bench", url=REDIS_URL)
+notes = LatenessNotes(LATENESS_KEY, REDIS_URL)
 
 
 @huey.task()
@@ -20,6 +24,5 @@ def noop():
 
 @huey.task()
 def record_lateness(due_ms: float):
-    """Started (due_ms given as its eta): appends ms started - due to a Redis list the benchmark reads."""
-    late_ms = time.time() * 1000 - due_ms
-    huey.storage.conn.rpush(LATENESS_KEY, f"{late_ms:.3f}")
+    """Started (due_ms given as its eta): notes ms started - due for the Redis list the benchmark reads."""
+    notes.add(time.time() * 1000 - due_ms)

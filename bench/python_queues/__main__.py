@@ -1,0 +1,125 @@
+"""delayqueue against its peers, as a Python user measures them (issues 18 and 30): BullMQ (Node),
+huey and a hand-written requests loop, every side in one run on one machine and one Redis.
+
+The bench starts its own stack (Redis, PostgreSQL, two delayqueue servers: message log on, the
+default, and off; one scanner); BullMQ's and huey's keys live in the same Redis. Phases, each
+with --messages messages (20,000 by default):
+
+- enqueue: delayqueue's sequential `Client.send` and batching producer, to each server (BullMQ
+  and huey keep nothing but Redis: the log-off rows are the like-for-like ones); BullMQ's
+  sequential `queue.add` and `addBulk` of 500; huey's normal call (it has no batch);
+- drain of a due backlog of no-op tasks by 1, then 2 consumer processes: delayqueue's
+  (bench.sdk_worker: the SDK's Worker, --worker-threads threads a process, started by one command
+  with the options of `delayqueue worker`), BullMQ's Worker (concurrency 50) in as many Node
+  processes, huey's `huey_consumer` (its defaults);
+- lateness (handler start - due time) of --due-rate messages due a second over --due-seconds,
+  through one consumer process of each;
+- the references for sequential sends without the SDK: a `requests.Session` loop and a bare
+  `http.client` loop to each server.
+
+A drain's clock starts when the backlog first shrinks (the consumers' start-up is not counted) and
+stops when nothing is left. Drains and lateness use the log-on server. The end prints one
+table of every row with delayqueue's ratios against BullMQ and huey from the same run.
+
+    .venv/bin/python -m bench.python_queues [--messages 20000] [--due-rate 1000] [--due-seconds 5]
+        [--only sdk|bullmq|huey|requests ...] [--worker-threads 8]
+
+The BullMQ side needs Node.js and npm; it runs `npm ci` in bench/ when BullMQ is not installed.
+"""
+import argparse
+
+from bench.harness import stack
+from bench.python_queues import bullmq_side, delayqueue_side, huey_side, requests_side
+from bench.python_queues.common import Phases
+
+PEERS = (bullmq_side.SIDE, huey_side.SIDE)
+# (delayqueue's phase, the peers' phase, label, what each side runs, goal against BullMQ, against huey)
+RATE_ROWS = (
+    ("enqueue one", "enqueue one", "enqueue, one call at a time, msg/s", "Client.send / queue.add / normal call",
+     None, None),
+    ("enqueue one, log off", "enqueue one", "the same, delayqueue's message log off", "", None, None),
+    ("enqueue batch", "enqueue batch", "enqueue, batched, msg/s",
+     "producer / addBulk of 500 / normal call (huey has no batch)", None, 2),
+    ("enqueue batch, log off", "enqueue batch", "the same, delayqueue's message log off", "", None, 2),
+    ("drain 1", "drain 1", "drain, 1 process, msg/s", "SDK Worker / BullMQ Worker, concurrency 50 / huey_consumer",
+     1.5, 3),
+    ("drain 2", "drain 2", "drain, 2 processes, msg/s", "the same, 2 processes each", 1.5, 3),
+)
+LATENESS_P99_GOAL_MS = 5
+
+
+def cell(rows: dict, phase: str, side: str, format_value) -> str:
+    return format_value(rows[phase, side]) if (phase, side) in rows else "-"
+
+
+def ratio_cell(rows: dict, phase: str, peer_phase: str, peer: str, goal: float | None,
+               lower_is_better: bool = False) -> str:
+    ours, theirs = rows.get((phase, delayqueue_side.SIDE)), rows.get((peer_phase, peer))
+    if ours is None or theirs is None:
+        return "-"
+    if lower_is_better:  # lateness figures: the ratio of the p99s
+        return f"p99 {ours[1] / theirs[1]:.3g}x"
+    met = "" if goal is None else (" ✓" if ours / theirs >= goal else " ✗") + f" (goal ≥ {goal:g}x)"
+    return f"{ours / theirs:.2f}x{met}"
+
+
+def lateness_text(figures: tuple) -> str:
+    p50, p99, worst, early = figures
+    return f"{p50:.1f} / {p99:.1f} / {worst:.1f}" + (f", {early} early" if early else "")
+
+
+def summary(rows: dict, phases: Phases) -> None:
+    sides = (delayqueue_side.SIDE, *PEERS)
+    print("\n| phase | sides run | delayqueue | BullMQ | huey | delayqueue / BullMQ | delayqueue / huey |")
+    print("|---|---|---:|---:|---:|---:|---:|")
+    for phase, peer_phase, label, what, bullmq_goal, huey_goal in RATE_ROWS:
+        values = " | ".join(cell(rows, phase if side == delayqueue_side.SIDE else peer_phase, side, "{:,.0f}".format)
+                            for side in sides)
+        print(f"| {label} | {what} | {values} | "
+              f"{ratio_cell(rows, phase, peer_phase, bullmq_side.SIDE, bullmq_goal)} | "
+              f"{ratio_cell(rows, phase, peer_phase, huey_side.SIDE, huey_goal)} |")
+    values = " | ".join(cell(rows, "lateness", side, lateness_text) for side in sides)
+    ratios = " | ".join(ratio_cell(rows, "lateness", "lateness", peer, None, lower_is_better=True) for peer in PEERS)
+    met = ""
+    if ("lateness", delayqueue_side.SIDE) in rows:
+        met = " ✓" if rows["lateness", delayqueue_side.SIDE][1] <= LATENESS_P99_GOAL_MS else " ✗"
+    print(f"| lateness p50 / p99 / max, ms, {phases.due_rate:,} due/s over {phases.due_seconds} s "
+          f"(goal p99 ≤ {LATENESS_P99_GOAL_MS} ms{met}) | 1 consumer process each | {values} | {ratios} |")
+
+    print("\n| sequential sends, one thread, msg/s | Client.send | requests loop | bare http.client loop "
+          "| Client.send / requests loop |")
+    print("|---|---:|---:|---:|---:|")
+    for phase, log in (("enqueue one", "on"), ("enqueue one, log off", "off")):
+        values = " | ".join(cell(rows, phase, side, "{:,.0f}".format)
+                            for side in (delayqueue_side.SIDE, requests_side.REQUESTS, requests_side.BARE))
+        ours, theirs = rows.get((phase, delayqueue_side.SIDE)), rows.get((phase, requests_side.REQUESTS))
+        print(f"| message log {log} | {values} | {f'{ours / theirs:.2f}x' if ours and theirs else '-'} |")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--messages", type=int, default=20_000, help="messages per enqueue and drain phase")
+    parser.add_argument("--due-rate", type=int, default=1_000, help="the lateness phase's due messages a second")
+    parser.add_argument("--due-seconds", type=int, default=5, help="how long the lateness phase's messages fall due")
+    parser.add_argument("--worker-threads", type=int, default=8, help="delayqueue's handler threads per process")
+    parser.add_argument("--only", action="append", choices=("sdk", "bullmq", "huey", "requests"),
+                        help="run only these sides (repeatable); all by default")
+    args = parser.parse_args()
+    sides = args.only or ["sdk", "bullmq", "huey", "requests"]
+    phases = Phases(messages=args.messages, due_rate=args.due_rate, due_seconds=args.due_seconds)
+    servers = {"on": {"DELAYQUEUE_MESSAGE_LOG": "1"}, "off": {"DELAYQUEUE_MESSAGE_LOG": "0"}}
+    rows = {}
+    with stack(scanners=1, servers=servers) as (urls, env):
+        if "sdk" in sides:
+            rows.update(delayqueue_side.rows(urls, env, phases, args.worker_threads))
+        if "bullmq" in sides:
+            rows.update(bullmq_side.rows(env, phases))
+        if "huey" in sides:
+            rows.update(huey_side.rows(env, phases))
+        if "requests" in sides:
+            rows.update(requests_side.rows(urls, env, phases))
+    summary(rows, phases)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,120 @@
+"""delayqueue's side, through the SDK (delayqueue_client): enqueue by the batching producer (its
+defaults: linger 2 ms, batches of 500, 4 in flight) and by sequential `Client.send` to each server
+(message log on, off); the drain of a due backlog of no-op tasks by one, then two consumer
+processes; lateness through one consumer process (handler start - due). Messages are task
+envelopes, so the consumers are a command line with the options of `delayqueue worker`."""
+import random
+import sys
+import time
+
+import redis
+
+from bench.harness import empty_redis
+from bench.python_queues.common import (Phases, check_lead, lateness_figures, show_lateness, show_rate,
+                                        start_processes, time_drain, wait_until_recorded)
+from bench.sdk_worker import LATENESS_KEY, NOOP, RECORD_LATENESS, envelope
+from tools.stack import terminate
+
+SIDE = "delayqueue"
+FAR_DELAY_MS = 600_000  # sent messages never fall due during the run
+# The consumers' program: bench.sdk_worker runs the SDK's Worker on the bench's tasks. The
+# `delayqueue worker` command takes the same options: with an App serving the same two tasks in
+# bench/tasks_app.py, [str(Path(sys.executable).with_name("delayqueue")), "worker", "bench.tasks_app"]
+# replaces it.
+CONSUMER = [sys.executable, "-m", "bench.sdk_worker"]
+
+
+def with_log(phase: str, log: str) -> str:
+    """The phase's row for the server with the message log `log` (on: the phase's own row)."""
+    return phase if log == "on" else f"{phase}, log off"
+
+
+def start_consumers(topic: str, processes: int, threads: int, env: dict):
+    """One command serving `topic` with `processes` processes of `threads` handler threads each."""
+    return start_processes([*CONSUMER, "--topics", topic, "--processes", str(processes), "--threads", str(threads)],
+                           1, env)
+
+
+def rows(urls: dict, env: dict, phases: Phases, threads: int) -> dict:
+    try:
+        from delayqueue_client import Client
+    except ImportError:
+        print("delayqueue's side: delayqueue_client not installed", flush=True)
+        return {}
+    measured = {}
+    print(f"delayqueue (SDK; consumers: {' '.join(CONSUMER[1:])}, {threads} threads a process)", flush=True)
+    env = dict(env, DELAYQUEUE_URL=urls["on"])
+    clients = {log: Client(urls[log]) for log in ("on", "off")}
+    client = clients["on"]
+    try:
+        for log, log_client in clients.items():
+            empty_redis(env["REDIS_URL"])
+            producer = log_client.producer(linger_ms=2, max_batch=500)
+            started = time.perf_counter()
+            futures = [producer.send("producer", envelope(NOOP), delay_ms=FAR_DELAY_MS)
+                       for _ in range(phases.messages)]
+            producer.flush()
+            rate = phases.messages / (time.perf_counter() - started)
+            producer.close()
+            assert len({future.result().msg_id for future in futures}) == phases.messages
+            measured[with_log("enqueue batch", log), SIDE] = rate
+            show_rate(f"enqueue, batching producer, log {log}", rate)
+
+        for log, log_client in clients.items():
+            empty_redis(env["REDIS_URL"])
+            log_client.send("send", "warm-up", delay_ms=FAR_DELAY_MS)
+            started = time.perf_counter()
+            for _ in range(phases.messages):
+                log_client.send("send", envelope(NOOP), delay_ms=FAR_DELAY_MS)
+            rate = phases.messages / (time.perf_counter() - started)
+            measured[with_log("enqueue one", log), SIDE] = rate
+            show_rate(f"enqueue, sequential Client.send, log {log}", rate)
+
+        for count in (1, 2):
+            empty_redis(env["REDIS_URL"])
+            topic = f"drain{count}"
+            for start in range(0, phases.messages, 500):
+                results = client.send_many([{"topic": topic, "msg": envelope(NOOP), "delay_ms": 0}
+                                            for _ in range(start, min(start + 500, phases.messages))])
+                assert not any(isinstance(result, Exception) for result in results), results
+
+            def left(topic=topic):
+                info = client.topic_info(topic)
+                return info["waitingQueueSize"] + info["readyQueueSize"] + info["ackQueueSize"]
+
+            procs = start_consumers(topic, count, threads, env)
+            try:
+                measured[f"drain {count}", SIDE] = time_drain(left, phases.messages, procs)
+            finally:
+                terminate(procs)
+            show_rate(f"drain of a due backlog, {count} consumer process(es)", measured[f"drain {count}", SIDE])
+
+        empty_redis(env["REDIS_URL"])
+        measured["lateness", SIDE] = consumer_lateness(client, env, phases, threads)
+        show_lateness(f"lateness, {phases.due_rate:,} due/s over {phases.due_seconds} s, 1 consumer process",
+                      measured["lateness", SIDE])
+    finally:
+        for each in clients.values():
+            each.close()
+    return measured
+
+
+def consumer_lateness(client, env: dict, phases: Phases, threads: int) -> tuple:
+    """Starts one consumer process, sends record_lateness tasks due uniformly over the phase's
+    seconds after the lead, and answers the figures the tasks recorded."""
+    recorded = redis.Redis.from_url(env["REDIS_URL"])
+    procs = start_consumers("lateness", 1, threads, env)
+    try:
+        first_due_ms = (time.time() + phases.lead_s) * 1000
+        producer = client.producer(linger_ms=2, max_batch=500)
+        for _ in range(phases.due_messages):
+            due_ms = int(first_due_ms + random.uniform(0, phases.due_seconds * 1000))
+            producer.send("lateness", envelope(RECORD_LATENESS, due_ms), trigger_time=due_ms)
+        producer.close()
+        check_lead(first_due_ms / 1000)
+        wait_until_recorded(lambda: recorded.llen(LATENESS_KEY), phases.due_messages, procs,
+                            phases.lead_s + phases.due_seconds + 60)
+        return lateness_figures([float(v) for v in recorded.lrange(LATENESS_KEY, 0, -1)])
+    finally:
+        terminate(procs)
+        recorded.close()
