@@ -251,12 +251,12 @@ def test_the_producer_batches_sends_of_8_threads_each_stored_once_in_flight_boun
     out, peak, lock = [0], [0], threading.Lock()
     send_batch = client._send_batch
 
-    def observed_send_batch(bodies):
+    def observed_send_batch(bodies, sends=None):
         with lock:
             out[0] += 1
             peak[0] = max(peak[0], out[0])
         try:
-            return send_batch(bodies)
+            return send_batch(bodies, sends)
         finally:
             with lock:
                 out[0] -= 1
@@ -330,7 +330,7 @@ def test_a_full_producer_raises_or_blocks_until_a_batch_takes_its_sends(sdk_serv
     release = threading.Event()
     with Client(sdk_server) as client:
         send_batch = client._send_batch
-        client._send_batch = lambda bodies: release.wait(30) and send_batch(bodies)  # a server slow to answer
+        client._send_batch = lambda bodies, sends=None: release.wait(30) and send_batch(bodies, sends)  # slow to answer
 
         def stalled(producer) -> list:
             """Two sends out of the queue: one in a batch the server holds, one taken for the next batch."""

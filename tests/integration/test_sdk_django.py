@@ -9,6 +9,7 @@ from delayqueue_client.django import default_client, send_on_commit
 from django.db import transaction
 
 from delayqueue.models import ApiToken
+from tests.integration.test_sdk_docs import example
 
 pytestmark = pytest.mark.process
 
@@ -67,6 +68,16 @@ def test_bad_arguments_fail_in_the_caller_and_the_default_client_reads_the_envir
     with transaction.atomic():
         send_on_commit("orders", "by default", msg_id="d1")
     assert default_client().base_url == client.base_url and client.get("orders", "d1").msg == "by default"
+    default_client().close()
+
+
+def test_the_docs_example_sends_at_the_commit(client, monkeypatch):
+    monkeypatch.setenv("DELAYQUEUE_URL", client.base_url)
+    monkeypatch.setattr("delayqueue_client.django._default_client", None)
+    names: dict = {}
+    exec(example("send_on_commit(\"emails\""), names)
+    sent = client.get("emails", names["welcome_id"])
+    assert (sent.msg, sent.status) == (f"welcome {names['user'].pk}", 1)  # waiting its minute
     default_client().close()
 
 

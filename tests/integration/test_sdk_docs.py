@@ -1,6 +1,6 @@
 """docs/sdk.md's Python examples, and the README's, run as written: each block is saved to a
 file and run with DELAYQUEUE_URL naming a real server; the workers run until SIGTERM, as the
-pages say. (The Django block needs the reader's models: test_sdk_django covers send_on_commit.)"""
+pages say. (The Django block runs in test_sdk_django, inside the project's Django and database.)"""
 import json
 import os
 import re
@@ -61,6 +61,12 @@ def test_the_tasks_example_sends_runs_and_cancels_until_sigterm(sdk_server, tmp_
 def test_the_eager_example_runs_without_a_server(tmp_path):
     proc = start(example("App(eager=True)"), "http://127.0.0.1:9", tmp_path)
     assert finished(proc).strip() == "done 2"
+
+
+def test_the_middleware_example_prints_its_send_and_counts_the_handling(sdk_server, tmp_path):
+    lines = finished(start(example("class PrintSends(Middleware)"), sdk_server, tmp_path)).splitlines()
+    assert lines[:2] == ["sent reports reports.build ok", "built 1"]
+    assert lines[2] == str(['delayqueue_client_handled_total{outcome="ok",task="reports.build",topic="reports"} 1.0'])
 
 
 def test_the_client_example_sends_and_polls(sdk_server, tmp_path):

@@ -255,7 +255,9 @@ class AsyncPool:
             response = await self._http.post(path, content=body, timeout=timeout)
         except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
             raise NotSent(_described(exc)) from exc
-        except httpx.HTTPError as exc:
+        except (httpx.HTTPError, OSError) as exc:
+            # OSError: what httpx leaves unmapped, such as a TLS 1.3 alert read after the request
+            # went (a server that wants a client certificate says so only then).
             raise MaybeSent(_described(exc)) from exc
         return response.status_code, response.content
 

@@ -14,6 +14,7 @@ import inspect
 import logging
 import queue
 import signal
+import sys
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
@@ -26,7 +27,9 @@ from delayqueue_client._calls import MAX_REASON
 from delayqueue_client.client import AsyncClient, Client
 from delayqueue_client.errors import (BadRequest, Conflict, DeadLetter, DelayQueueError, Forbidden, NotFound,
                                       RateLimited, Retry, Unauthorized)
+from delayqueue_client.envelope import EnvelopeError, decode
 from delayqueue_client.message import Message
+from delayqueue_client.middleware import Chain, HandleContext, Middleware, SettleContext
 
 log = logging.getLogger("delayqueue_client.worker")
 
@@ -104,12 +107,14 @@ class Worker:
     `handler_timeout` (seconds): a handler running longer is treated as failed and its message
     given back (an async handler is cancelled; a thread cannot be: it runs on, keeping its place in
     the pool, and what it returns is ignored). `max_messages`: drain and return after handling that
-    many. `run(burst=True)`: handle what is due now on every topic, then return."""
+    many. `run(burst=True)`: handle what is due now on every topic, then return. `middleware`: its
+    handle and settle hooks (delayqueue_client.middleware); by default the client's."""
 
     def __init__(self, client: Client | AsyncClient, topics: str | Sequence[str], handler: Handler, *,
                  concurrency: int = 8, batch: int | None = None, ack_timeout_ms: int | None = None,
                  wait_ms: int = 5_000, retry_backoff: tuple[float, float] | None = None,
-                 handler_timeout: float | None = None, max_messages: int | None = None):
+                 handler_timeout: float | None = None, max_messages: int | None = None,
+                 middleware: Sequence[Middleware] | None = None):
         self.is_async = isinstance(client, AsyncClient)
         if self.is_async != inspect.iscoroutinefunction(handler):
             raise TypeError("an AsyncClient needs an async handler (async def), a Client a plain function")
@@ -136,6 +141,7 @@ class Worker:
         self.retry_backoff = retry_backoff
         self.handler_timeout = handler_timeout
         self.max_messages = max_messages
+        self.middleware = client.middleware if middleware is None else Chain(middleware)
         self._ack_timeouts: dict[str, int] = {}  # per topic: given, or the topic's
         self._own_backoff: dict[str, bool] = {}  # per topic: whether it sets a retry backoff
         # A plain int, not an Event: a signal handler may interrupt a thread holding an Event's lock.
@@ -353,7 +359,25 @@ class Worker:
         if late:
             log.warning("%s of %s/%s came too late (no longer consuming: delivered again or ended)", outcome.kind,
                         topic, ", ".join(late))
+        if self.middleware:
+            with self._lock:
+                held = [(self._held.get((topic, i)), ok) for i, ok in zip(msg_ids, done)]
+            for each, ok in held:
+                if each is not None:
+                    self.middleware.after_settle(SettleContext(message=each.message, outcome=outcome.kind, done=ok))
         self._release([(topic, i) for i in msg_ids])
+
+    def _handle_context(self, message: Message) -> HandleContext | None:
+        """The middleware's context of a handling, with the task envelope's name and headers when
+        the message is one (None without middleware)."""
+        if not self.middleware:
+            return None
+        try:
+            envelope = decode(message.msg)
+            task, headers = envelope.task, dict(envelope.headers)
+        except EnvelopeError:
+            task, headers = None, {}
+        return HandleContext(message=message, task=task, headers=headers, started=time.time())
 
     def _settle_failed(self, topic: str, outcome: Outcome, msg_ids: list[str], error: DelayQueueError) -> bool:
         """Whether to try again: while some of them may still be before their ack deadline (and
@@ -503,10 +527,15 @@ class Worker:
             self._finished(key, None)
             return
         error, started = None, time.monotonic()
+        context = self._handle_context(message)
+        if context is not None:
+            self.middleware.before_handle(context)
         try:
             self.handler(message)
         except BaseException as exc:  # SystemExit too: its message must still be settled
             error = exc
+        if context is not None:
+            self.middleware.after_handle(context, error)
         if self._finished(key, time.monotonic() - started):
             results.put((key, self._outcome(message, error)))
 
@@ -679,7 +708,14 @@ class Worker:
                     self._finished(key, None)
                     return
                 started = time.monotonic()
-                await self._call_async(message)
+                context = self._handle_context(message)
+                if context is not None:
+                    self.middleware.before_handle(context)
+                try:
+                    await self._call_async(message)
+                finally:
+                    if context is not None:
+                        self.middleware.after_handle(context, sys.exc_info()[1])
         except BaseException as exc:  # a cancelled handler too: its message is nacked, then it is cancelled
             error = exc
         if self._finished(key, time.monotonic() - started if started is not None else None):
