@@ -6,11 +6,12 @@ default, and off; one scanner); BullMQ's and huey's keys live in the same Redis.
 with --messages messages (20,000 by default):
 
 - enqueue: delayqueue's sequential `Client.send` and batching producer, to each server (BullMQ
-  and huey keep nothing but Redis: the log-off rows are the like-for-like ones); BullMQ's
+  and huey keep nothing but Redis: the log-off rows are the like-for-like ones), and the task
+  layer's `noop.delay_in()` and `noop.send_many()` (bench.tasks_app, log on); BullMQ's
   sequential `queue.add` and `addBulk` of 500; huey's normal call (it has no batch);
 - drain of a due backlog of no-op tasks by 1, then 2 consumer processes: delayqueue's
-  (bench.sdk_worker: the SDK's Worker, --worker-threads threads a process, started by one command
-  with the options of `delayqueue worker`), BullMQ's Worker (concurrency 50) in as many Node
+  (`delayqueue worker bench.tasks_app --processes N --threads M`, --worker-threads threads a
+  process), BullMQ's Worker (concurrency 50) in as many Node
   processes, huey's `huey_consumer` (its defaults);
 - lateness (handler start - due time) of --due-rate messages due a second over --due-seconds,
   through one consumer process of each;
@@ -41,7 +42,12 @@ RATE_ROWS = (
     ("enqueue batch", "enqueue batch", "enqueue, batched, msg/s",
      "producer / addBulk of 500 / normal call (huey has no batch)", None, 2),
     ("enqueue batch, log off", "enqueue batch", "the same, delayqueue's message log off", "", None, 2),
-    ("drain 1", "drain 1", "drain, 1 process, msg/s", "SDK Worker / BullMQ Worker, concurrency 50 / huey_consumer",
+    ("enqueue task one", "enqueue one", "enqueue, one task at a time, msg/s", "noop.delay_in / queue.add / normal call",
+     None, None),
+    ("enqueue task batch", "enqueue batch", "enqueue, tasks batched, msg/s",
+     "noop.send_many (the App's producer) / addBulk of 500 / normal call", None, 2),
+    ("drain 1", "drain 1", "drain, 1 process, msg/s",
+     "delayqueue worker / BullMQ Worker, concurrency 50 / huey_consumer",
      1.5, 3),
     ("drain 2", "drain 2", "drain, 2 processes, msg/s", "the same, 2 processes each", 1.5, 3),
 )
@@ -86,6 +92,11 @@ def summary(rows: dict, phases: Phases) -> None:
     print(f"| lateness p50 / p99 / max, ms, {phases.due_rate:,} due/s over {phases.due_seconds} s "
           f"(goal p99 ≤ {LATENESS_P99_GOAL_MS} ms{met}) | 1 consumer process each | {values} | {ratios} |")
 
+    ours, theirs = rows.get(("enqueue task one", delayqueue_side.SIDE)), rows.get(("enqueue one", delayqueue_side.SIDE))
+    if ours and theirs:
+        slower = (theirs / ours - 1) * 100
+        print(f"\nThe task layer's cost: noop.delay_in {ours:,.0f} msg/s against Client.send of the same body "
+              f"{theirs:,.0f} msg/s, {slower:+.1f}% time a send (goal at most +10%: {'✓' if slower <= 10 else '✗'})")
     print("\n| sequential sends, one thread, msg/s | Client.send | requests loop | bare http.client loop "
           "| Client.send / requests loop |")
     print("|---|---:|---:|---:|---:|")

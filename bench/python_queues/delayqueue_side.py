@@ -1,27 +1,30 @@
 """delayqueue's side, through the SDK (delayqueue_client): enqueue by the batching producer (its
 defaults: linger 2 ms, batches of 500, 4 in flight) and by sequential `Client.send` to each server
 (message log on, off); the drain of a due backlog of no-op tasks by one, then two consumer
-processes; lateness through one consumer process (handler start - due). Messages are task
-envelopes, so the consumers are a command line with the options of `delayqueue worker`."""
+processes; lateness through one consumer process (handler start - due). Messages are the tasks
+of bench.tasks_app, run by `delayqueue worker bench.tasks_app`; the task layer's own rows send
+the same tasks by `noop.send()` and `noop.send_many()` (through the App's producer)."""
+import os
 import random
 import sys
 import time
+from pathlib import Path
 
 import redis
 
 from bench.harness import empty_redis
 from bench.python_queues.common import (Phases, check_lead, lateness_figures, show_lateness, show_rate,
                                         start_processes, time_drain, wait_until_recorded)
-from bench.sdk_worker import LATENESS_KEY, NOOP, RECORD_LATENESS, envelope
+from bench.tasks_app import LATENESS_KEY, noop, record_lateness
+from delayqueue_client.envelope import Envelope, encode
 from tools.stack import terminate
 
 SIDE = "delayqueue"
 FAR_DELAY_MS = 600_000  # sent messages never fall due during the run
-# The consumers' program: bench.sdk_worker runs the SDK's Worker on the bench's tasks. The
-# `delayqueue worker` command takes the same options: with an App serving the same two tasks in
-# bench/tasks_app.py, [str(Path(sys.executable).with_name("delayqueue")), "worker", "bench.tasks_app"]
-# replaces it.
-CONSUMER = [sys.executable, "-m", "bench.sdk_worker"]
+# The consumers: the SDK's worker command on the bench's App (one supervisor, N processes).
+CONSUMER = [str(Path(sys.executable).with_name("delayqueue")), "worker", "bench.tasks_app"]
+# The body of a noop task, as the task layer sends it: the raw sends' payload.
+NOOP_BODY = encode(Envelope(noop.name, [], {}))
 
 
 def with_log(phase: str, log: str) -> str:
@@ -42,8 +45,10 @@ def rows(urls: dict, env: dict, phases: Phases, threads: int) -> dict:
         print("delayqueue's side: delayqueue_client not installed", flush=True)
         return {}
     measured = {}
-    print(f"delayqueue (SDK; consumers: {' '.join(CONSUMER[1:])}, {threads} threads a process)", flush=True)
+    print(f"delayqueue (SDK; consumers: delayqueue {' '.join(CONSUMER[1:])}, {threads} threads a process)",
+          flush=True)
     env = dict(env, DELAYQUEUE_URL=urls["on"])
+    os.environ["DELAYQUEUE_URL"] = urls["on"]  # the bench's App (bench.tasks_app) sends to the log-on server
     clients = {log: Client(urls[log]) for log in ("on", "off")}
     client = clients["on"]
     try:
@@ -51,7 +56,7 @@ def rows(urls: dict, env: dict, phases: Phases, threads: int) -> dict:
             empty_redis(env["REDIS_URL"])
             producer = log_client.producer(linger_ms=2, max_batch=500)
             started = time.perf_counter()
-            futures = [producer.send("producer", envelope(NOOP), delay_ms=FAR_DELAY_MS)
+            futures = [producer.send("producer", NOOP_BODY, delay_ms=FAR_DELAY_MS)
                        for _ in range(phases.messages)]
             producer.flush()
             rate = phases.messages / (time.perf_counter() - started)
@@ -65,16 +70,31 @@ def rows(urls: dict, env: dict, phases: Phases, threads: int) -> dict:
             log_client.send("send", "warm-up", delay_ms=FAR_DELAY_MS)
             started = time.perf_counter()
             for _ in range(phases.messages):
-                log_client.send("send", envelope(NOOP), delay_ms=FAR_DELAY_MS)
+                log_client.send("send", NOOP_BODY, delay_ms=FAR_DELAY_MS)
             rate = phases.messages / (time.perf_counter() - started)
             measured[with_log("enqueue one", log), SIDE] = rate
             show_rate(f"enqueue, sequential Client.send, log {log}", rate)
+
+        empty_redis(env["REDIS_URL"])
+        noop.delay_in(FAR_DELAY_MS / 1000)  # the App's client connected
+        started = time.perf_counter()
+        for _ in range(phases.messages):
+            noop.delay_in(FAR_DELAY_MS / 1000)
+        measured["enqueue task one", SIDE] = rate = phases.messages / (time.perf_counter() - started)
+        show_rate("enqueue, sequential noop.delay_in (the task layer), log on", rate)
+
+        empty_redis(env["REDIS_URL"])
+        started = time.perf_counter()
+        handles = noop.send_many([()] * phases.messages)
+        measured["enqueue task batch", SIDE] = rate = phases.messages / (time.perf_counter() - started)
+        assert len({handle.msg_id for handle in handles}) == phases.messages, handles[:3]
+        show_rate("enqueue, noop.send_many (the task layer, through the App's producer), log on", rate)
 
         for count in (1, 2):
             empty_redis(env["REDIS_URL"])
             topic = f"drain{count}"
             for start in range(0, phases.messages, 500):
-                results = client.send_many([{"topic": topic, "msg": envelope(NOOP), "delay_ms": 0}
+                results = client.send_many([{"topic": topic, "msg": NOOP_BODY, "delay_ms": 0}
                                             for _ in range(start, min(start + 500, phases.messages))])
                 assert not any(isinstance(result, Exception) for result in results), results
 
@@ -109,7 +129,7 @@ def consumer_lateness(client, env: dict, phases: Phases, threads: int) -> tuple:
         producer = client.producer(linger_ms=2, max_batch=500)
         for _ in range(phases.due_messages):
             due_ms = int(first_due_ms + random.uniform(0, phases.due_seconds * 1000))
-            producer.send("lateness", envelope(RECORD_LATENESS, due_ms), trigger_time=due_ms)
+            producer.send("lateness", encode(Envelope(record_lateness.name, [due_ms], {})), trigger_time=due_ms)
         producer.close()
         check_lead(first_due_ms / 1000)
         wait_until_recorded(lambda: recorded.llen(LATENESS_KEY), phases.due_messages, procs,
