@@ -299,8 +299,9 @@ ACK_CHOICES = [
     # ack=false with deadLetter=true: no delayMillis
     {"required": ["ack", "deadLetter"], "properties": {"ack": {"enum": [False]}, "deadLetter": {"enum": [True]}},
      "not": {"required": ["delayMillis"]}},
-    # ack=true (the default): neither
-    {"properties": {"ack": {"enum": [True]}, "deadLetter": {"enum": [False]}}, "not": {"required": ["delayMillis"]}},
+    # ack=true (the default): no delayMillis, no reason
+    {"properties": {"ack": {"enum": [True]}, "deadLetter": {"enum": [False]}},
+     "not": {"anyOf": [{"required": ["delayMillis"]}, {"required": ["reason"]}]}},
 ]
 
 
