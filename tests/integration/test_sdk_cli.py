@@ -213,12 +213,12 @@ def test_stats_of_every_topic_and_of_one(sdk_server, client):
 def test_dead_list_redrive_and_purge(sdk_server, client, scanner_process):
     scanner_process("cli").wait_started()  # its log writer records the deaths the listing reads
 
-    def kill(msg_id):
+    def kill(msg_id, reason=None):
         client.send("dl", f"body {msg_id}", msg_id=msg_id)
         client.pull("dl")
-        assert client.nack("dl", msg_id, dead_letter=True)
+        assert client.nack("dl", msg_id, dead_letter=True, reason=reason)
     kill("x1")
-    kill("x2")
+    kill("x2", reason="card declined")
     deadline = time.monotonic() + 10
     while len(client.dead_letters("dl").messages) < 2:
         assert time.monotonic() < deadline, "dead letters not listed"
@@ -229,7 +229,7 @@ def test_dead_list_redrive_and_purge(sdk_server, client, scanner_process):
     assert json.loads(ok(run_cli(sdk_server, "dead", "list", "dl", "--json", "--limit", "1"))) == listed
     assert [(m["msg_id"], m["dead_reason"]) for m in listed["messages"]] == [("x1", "dead_lettered")]
     rest = ok(run_cli(sdk_server, "dead", "list", "dl", "--cursor", listed["next_cursor"]))
-    assert rest.startswith("x2\t") and rest.rstrip().endswith("dead_lettered\tbody x2")
+    assert rest.startswith("x2\t") and rest.rstrip().endswith("dead_lettered: card declined\tbody x2")
     assert ok(run_cli(sdk_server, "dead", "list", "empty")) == "no dead letters in empty\n"
 
     done = json.loads(ok(run_cli(sdk_server, "dead", "redrive", "dl", "--msg-id", "x1", "--rate", "50", "--wait",

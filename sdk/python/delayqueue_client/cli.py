@@ -162,7 +162,8 @@ def cmd_dead_list(args: argparse.Namespace, client: Client) -> int:
                        ensure_ascii=False))
         return OK
     for m in page.messages:
-        out(f"{m.msg_id}\t{iso(m.dead_time)}\t{m.dead_reason}\t{m.msg}")
+        why = f"{m.dead_reason}: {m.dead_detail}" if m.dead_detail else m.dead_reason
+        out(f"{m.msg_id}\t{iso(m.dead_time)}\t{why}\t{m.msg}")
     if not page.messages:
         out(f"no dead letters in {args.topic}")
     if page.next_cursor:
