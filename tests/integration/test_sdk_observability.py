@@ -4,9 +4,11 @@ middleware's counts of what a Client and a Worker did."""
 import pytest
 from delayqueue_client import App, Client, Retry, Worker
 from delayqueue_client.middleware import Middleware, OpenTelemetryMiddleware, PrometheusMiddleware
+from django.db import transaction
 from opentelemetry import trace
 from prometheus_client import CollectorRegistry
 
+from tests.integration.test_sdk_django import a_write
 from tests.unit.test_sdk_middleware import spans  # noqa: F401  (the fixture: a provider and its in-memory exporter)
 
 pytestmark = pytest.mark.process
@@ -49,6 +51,27 @@ def test_one_trace_runs_from_a_tasks_send_to_its_handler(sdk_server, spans):
     assert value("delayqueue_client_settled_total", topic="traced", outcome="ack", taken="true") == 1
     assert value("delayqueue_client_lateness_seconds_count", topic="traced") == 1
     assert value("delayqueue_client_handle_seconds_count", topic="traced", task="shop.charge") == 1
+
+
+def test_a_task_sent_on_commit_carries_the_trace_it_was_called_in(sdk_server, spans):
+    provider, exporter = spans
+    with Client(sdk_server, middleware=[OpenTelemetryMiddleware(provider)]) as client:
+        app = App(client)
+
+        @app.task(topic="committed", name="shop.ship")
+        def ship(order_id: int) -> None:
+            pass
+
+        with trace.get_tracer("web", tracer_provider=provider).start_as_current_span("POST /ship"):
+            with transaction.atomic():
+                a_write("ship")
+                handle = ship.send_on_commit(7)
+                assert client.get("committed", handle.msg_id) is None  # not before the commit
+        app.worker(wait_ms=200).run(burst=True, install_signal_handlers=False)
+
+    by_name = {span.name: span for span in exporter.get_finished_spans()}
+    request, sent, processed = by_name["POST /ship"], by_name["send committed"], by_name["process committed"]
+    assert sent.parent.span_id == request.context.span_id and processed.parent.span_id == sent.context.span_id
 
 
 class Recorder(Middleware):

@@ -230,7 +230,8 @@ class Task(Generic[P, R]):
     - `send(*args, **kwargs)`: due now; `delay_in(delay, *args, **kwargs)` (seconds or a timedelta);
       `delay_at(when, *args, **kwargs)` (an aware datetime; a naive one is refused);
     - `send_on_commit(*args, **kwargs)`: sent when the Django transaction open on the default
-      database commits, never if it rolls back (delayqueue_client.django.send_on_commit);
+      database commits, never if it rolls back; encoded at the call, so a trace the caller is in
+      travels with it;
     - `send_many(items)`: one message per item, a tuple of positional arguments or a dict of
       keyword arguments, through the App's batching producer (sendMsgBatch calls, several at
       once); per item its handle or its error (not raised).
@@ -423,15 +424,17 @@ class App:
     def _send_on_commit(self, task: Task[Any, Any], options: _Options, args: Sequence[Any],
                         kwargs: Mapping[str, Any]) -> TaskHandle:
         # Django only for send_on_commit: the SDK runs without it.
-        from delayqueue_client.django import run_on_commit, send_on_commit
+        from delayqueue_client.django import run_on_commit
 
-        body = task._body(options, args, kwargs)
-        msg_id = options.msg_id or new_msg_id()
         if self._eager:
+            body, msg_id = task._body(options, args, kwargs), options.msg_id or new_msg_id()
             handle = EagerHandle(self, task.topic, msg_id, task.name)
             run_on_commit(lambda: self._ran_eagerly(task, body, msg_id, handle))
             return handle
-        send_on_commit(task.topic, body, client=self.client, **{**self._send_options(options), "msg_id": msg_id})
+        # Encoded now, in the caller's trace (before_send runs here); sent when the transaction commits.
+        body, msg_id, sends = self._traced_body(task, options, args, kwargs)
+        request = send_body(task.topic, body, **{**self._send_options(options), "msg_id": msg_id})
+        run_on_commit(lambda: self.client._run(send_call(request, sends)))
         return TaskHandle(self, task.topic, msg_id, task.name)
 
     def _send_many(self, task: Task[Any, Any], options: _Options,
