@@ -279,6 +279,10 @@ def _ack_reply(raw) -> AckReply:
     return AckReply(raw[0] == 1, int(raw[1]))
 
 
+def _ack_many_reply(raw) -> list[AckReply]:
+    return [AckReply(raw[i] == 1, int(raw[i + 1])) for i in range(0, len(raw), 2)]
+
+
 def _touch_reply(raw) -> TouchReply:
     return TouchReply(True, int(raw[1]), 3) if raw[0] == 1 else TouchReply(False, 0, int(raw[1]))
 
@@ -296,7 +300,7 @@ def _restore_reply(raw) -> RestoreReply:
 
 SEND = Script("send", _send_reply)
 PULL = Script("pull", _pull_reply)
-ACK = Script("ack", _ack_reply)
+ACK = Script("ack", _ack_many_reply)
 NACK = Script("nack", _ack_reply)
 DELETE = Script("delete", bool)
 GET = Script("get", lambda raw: None if raw is None else Message.from_stored(raw))
@@ -387,11 +391,12 @@ def pull(ctx: ScriptContext, topic: str, *, batch: int, ack_timeout_millis: int,
                        max_inflight])
 
 
-def ack(ctx: ScriptContext, topic: str, *, msg_id: str, push_status: str = "") -> ScriptCall:
-    """`push_status`: a push's HTTP status, when the ack is its 2xx answer."""
+def ack(ctx: ScriptContext, topic: str, *, push_status: str = "", msg_ids: Sequence[str]) -> ScriptCall:
+    """Replies an AckReply per msgId, in order. `push_status`: a push's HTTP status, when the ack
+    is its 2xx answer."""
     k = ctx.ns.topic(topic)
     return ScriptCall(ACK, [k.inflight, k.msgs, k.expiry, k.ended, k.stats, k.meta, k.events],
-                      [msg_id, ctx.retention_millis, ctx.stats_interval_millis, ctx.actor, push_status])
+                      [ctx.retention_millis, ctx.stats_interval_millis, ctx.actor, push_status, *msg_ids])
 
 
 def nack(ctx: ScriptContext, topic: str, *, msg_id: str, delay_millis: int, dead_letter: bool, seed: int | None = None,

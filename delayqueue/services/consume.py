@@ -165,7 +165,8 @@ async def ack_message(rt: Runtime, *, topic: str, msg_id: str, push_status: str 
     """ack=true: a consuming message becomes acked. Answers whether it did (done) and the
     message's status after the call (0: unknown). `push_status`: a push's HTTP status, when the
     ack is its 2xx answer (the history's detail)."""
-    return await rt.scripts.call(scripts.ack(rt.context, topic, msg_id=msg_id, push_status=push_status))
+    (reply,) = await rt.scripts.call(scripts.ack(rt.context, topic, push_status=push_status, msg_ids=[msg_id]))
+    return reply
 
 
 async def nack_message(rt: Runtime, *, topic: str, msg_id: str, delay_millis: int = -1, dead_letter: bool = False,
@@ -183,13 +184,13 @@ async def nack_message(rt: Runtime, *, topic: str, msg_id: str, delay_millis: in
 
 async def ack_messages(rt: Runtime, *, topic: str, msg_ids: list[str], ack: bool = True, delay_millis: int = -1,
                        dead_letter: bool = False, reason: str = "") -> list[bool]:
-    """ackMsgBatch: ack_message (or nack_message) of each msgId, in one pipelined round trip;
-    per msgId, in order, whether it was done. Raises the first Redis error."""
+    """ackMsgBatch: ack_message of every msgId in one script call (one history entry), or
+    nack_message of each in one pipelined round trip; per msgId, in order, whether it was done.
+    Raises the first Redis error."""
     if ack:
-        calls = [scripts.ack(rt.context, topic, msg_id=msg_id) for msg_id in msg_ids]
-    else:
-        calls = [scripts.nack(rt.context, topic, msg_id=msg_id, delay_millis=delay_millis, dead_letter=dead_letter,
-                              reason=reason) for msg_id in msg_ids]
+        return [reply.done for reply in await rt.scripts.call(scripts.ack(rt.context, topic, msg_ids=msg_ids))]
+    calls = [scripts.nack(rt.context, topic, msg_id=msg_id, delay_millis=delay_millis, dead_letter=dead_letter,
+                          reason=reason) for msg_id in msg_ids]
     replies = await rt.scripts.run(calls)
     for reply in replies:
         if isinstance(reply, Exception):

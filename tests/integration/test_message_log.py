@@ -16,7 +16,7 @@ from delayqueue.messagelog import sql
 from delayqueue.messagelog.group_commit import MessageLog
 from delayqueue.services import restore as restore_service
 from delayqueue.services import send as send_service
-from delayqueue.services.consume import ack_message, long_poll_messages, nack_message, pull_messages
+from delayqueue.services.consume import ack_message, ack_messages, long_poll_messages, nack_message, pull_messages
 from delayqueue.services.messages import delete_message, get_message
 from delayqueue.services.restore import restore
 from delayqueue.services.send import SendRequest, send_message, send_messages
@@ -230,7 +230,8 @@ async def test_history_waits_in_redis_while_postgres_is_down(long_retention_rt, 
     for m in pulled[25:]:
         await nack_message(rt, topic="t", msg_id=m.msg_id)
     await asyncio.sleep(0.5)  # the writer tries, fails and keeps the events
-    assert await rt.redis.xlen(rt.ns.topic("t").events) >= 100
+    entries = await rt.redis.xrange(rt.ns.topic("t").events)
+    assert sum(len(Event.parse("t", entry_id, fields)) for entry_id, fields in entries) >= 100
     postgres.start()
     await wait_until(lambda: _event_count(), timeout=20, what="history after Postgres came back")
     for m in sent:
@@ -319,6 +320,30 @@ async def test_a_restore_logs_one_stream_entry_per_script_call_and_one_row_per_m
         for m in sent:
             assert (await history("r", m.msg_id))[-1] == ("restored", 0, Status.WAITING, 0)
         assert (await query("SELECT count(*) FROM delayqueue_messageevent WHERE reason = 'restored'")) == [(120,)]
+    finally:
+        await rt.close()
+
+
+async def test_a_pull_and_an_ack_batch_log_one_stream_entry_each_and_a_row_per_message(clean_state):
+    """pull.lua and ack.lua record the messages they move as one entry per call; an ackMsgBatch
+    answers each msgId in order (unknown, or acked already: not done) and logs only those it acked."""
+    rt = make_runtime(REDIS_URL)
+    try:
+        await send_messages(rt, requests=[SendRequest(topic="b", msg=str(n), delay_millis=0) for n in range(5)])
+        await drain_log(rt, ["b"])
+        pulled, _ = await pull_messages(rt, topic="b", batch=5)
+        assert len(pulled) == 5
+        assert await rt.redis.xlen(rt.ns.topic("b").events) == 1
+        ids = [m.msg_id for m in pulled]
+        done = await ack_messages(rt, topic="b", msg_ids=[ids[0], "unknown", ids[1], ids[0], *ids[2:4]])
+        assert done == [True, False, True, False, True, True]
+        assert await rt.redis.xlen(rt.ns.topic("b").events) == 2
+        assert await drain_log(rt, ["b"]) == 9
+        for msg_id in ids[:4]:
+            assert [h[0] for h in await history("b", msg_id)] == ["sent", "pulled", "acked"]
+            assert (await logged("b", msg_id))["status"] == Status.ACKED
+        assert [h[0] for h in await history("b", ids[4])] == ["sent", "pulled"]
+        assert (await logged("b", ids[4]))["status"] == Status.CONSUMING
     finally:
         await rt.close()
 

@@ -1,5 +1,6 @@
--- Marks a consuming message as acked (by its consumer, or by its push URL's 2xx answer: history
--- reason 'pushed', with the status as the event's detail). Any other state is left alone.
+-- Marks consuming messages as acked (by their consumer, or by a push URL's 2xx answer: history
+-- reason 'pushed', with the status as the event's detail). Any other state is left alone. A
+-- consumer's acks are recorded as one history entry per call.
 -- KEYS[1] inflight
 -- KEYS[2] msgs
 -- KEYS[3] expiry
@@ -7,25 +8,39 @@
 -- KEYS[5] stats
 -- KEYS[6] meta
 -- KEYS[7] events
--- ARGV[1] msg_id
--- ARGV[2] retention_millis: how long an ended body stays readable
--- ARGV[3] stats_interval_millis
--- ARGV[4] actor: 'process@host' for the history, '' with the message log off
--- ARGV[5] push_status: '' for a consumer's ack; else the push's HTTP status
--- Returns {1, acked status} when it was consuming, else {0, its status (0: unknown)}.
+-- ARGV[1] retention_millis: how long an ended body stays readable
+-- ARGV[2] stats_interval_millis
+-- ARGV[3] actor: 'process@host' for the history, '' with the message log off
+-- ARGV[4] push_status: '' for a consumer's ack; else the push's HTTP status
+-- ARGV[5...] per msg_id: msg_id
+-- Returns per msgId, in order, two values: 1 and the acked status when it was consuming, else 0
+-- and its status (0: unknown).
 -- @include clock
 -- @include take_consuming
 -- @include end_message
 local t = {inflight = KEYS[1], msgs = KEYS[2], expiry = KEYS[3], ended = KEYS[4], stats = KEYS[5], meta = KEYS[6],
-           events = KEYS[7], actor = ARGV[4], retention = tonumber(ARGV[2])}
-local id = ARGV[1]
+           events = KEYS[7], actor = ARGV[3], retention = tonumber(ARGV[1])}
 local now = clock()
-local m, status = take_consuming(t, tonumber(ARGV[3]), now, id)
-if not m then
-  return {0, status}
+local first = 5
+count_settles(t, tonumber(ARGV[2]), now, #ARGV - first + 1)
+local acked, reason = {}, REASON.ACKED
+if ARGV[4] ~= '' then  -- a push's ack: its event carries the status, so it gets an entry of its own
+  acked, reason = nil, REASON.PUSHED
+  set_event_detail(ARGV[4])
 end
-if ARGV[5] == '' then
-  return {1, end_message(t, id, m, now, REASON.ACKED, STATUS.ACKED)}
+local out = {}
+for i = first, #ARGV do
+  local id = ARGV[i]
+  local m, status = take_consuming(t, id)
+  if m then
+    out[#out + 1] = 1
+    out[#out + 1] = end_message(t, id, m, now, reason, STATUS.ACKED, acked)
+  else
+    out[#out + 1] = 0
+    out[#out + 1] = status
+  end
 end
-set_event_detail(ARGV[5])
-return {1, end_message(t, id, m, now, REASON.PUSHED, STATUS.ACKED)}
+if acked then
+  log_events(t.events, t.actor, acked, STATUS.CONSUMING, REASON.ACKED)
+end
+return out

@@ -41,7 +41,8 @@ local t = {inflight = KEYS[1], ready = KEYS[2], msgs = KEYS[3], expiry = KEYS[4]
 local id = ARGV[1]
 local interval = tonumber(ARGV[3])
 local now, now_us = clock()
-local m, status = take_consuming(t, interval, now, id)
+count_settles(t, interval, now, 1)
+local m, status = take_consuming(t, id)
 if not m then
   return {0, status}
 end

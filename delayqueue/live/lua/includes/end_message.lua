@@ -1,16 +1,21 @@
 -- Ends a live message: EXPIRED if it was never delivered, EXHAUSTED otherwise, unless a status
 -- is given. The body stays readable (getMsg) until the ended set says to purge it.
--- end_message(t, id, message, now ms, reason, status or nil) -> the new status
+-- end_message(t, id, message, now ms, reason, status or nil, changes or nil) -> the new status
+--   changes: the change joins it (add_change) for the caller's log_events, instead of its own entry
 --   t: msgs, expiry, ended, events (keys), actor, retention (ms the body stays readable)
 -- end_reason(message, now ms): why a live message with no time or deliveries left ends
 -- @include history
-local function end_message(t, id, m, now, reason, status)
+local function end_message(t, id, m, now, reason, status, changes)
   local from = m.status
   m.status = status or ((m.retry == 0) and STATUS.EXPIRED or STATUS.EXHAUSTED)
   redis.call('HSET', t.msgs, id, cjson.encode(m))
   redis.call('ZREM', t.expiry, id)
   redis.call('ZADD', t.ended, now + t.retention, id)
-  log_event(t.events, t.actor, id, m, from, reason)
+  if changes then
+    add_change(changes, id, m)
+  else
+    log_event(t.events, t.actor, id, m, from, reason)
+  end
   return m.status
 end
 

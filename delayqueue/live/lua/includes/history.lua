@@ -8,6 +8,8 @@
 --   (the writer sets them on the log row, so a restore brings back the new times)
 -- log_events(events key, actor, {{msgId, to status, retry, produceTime}, ...}, from status, reason):
 --   the same change of many messages as one entry (EVENT.batch), one XADD per call, not per message
+-- add_change(changes, msgId, message): the message's change (no times, no detail) joins a list
+--   that one log_events call records
 -- set_event_detail(text): the events this script logs from now on carry it (EVENT.detail): a push
 --   attempt's HTTP status or error, a consumer's nack reason
 local event_detail = ''
@@ -41,6 +43,10 @@ local function log_event(events, actor, id, m, from, reason, with_times)
     redis.call('XADD', events, '*', unpack(entry))
     notify_writer(events)
   end
+end
+
+local function add_change(changes, id, m)
+  changes[#changes + 1] = {id, m.status, m.retry, m.produceTime}
 end
 
 local function log_events(events, actor, changes, from, reason)

@@ -1,12 +1,15 @@
--- The start of an ack or a nack: the topic counts as active and the request is counted; then a
--- consuming message is taken out of the in-flight set.
--- take_consuming(t, interval ms, now ms, id) -> the message, or nil and the status to answer
---   (0: unknown)
+-- The start of an ack or a nack: the topic counts as active and the messages are counted (once
+-- per call, however many it settles); then each consuming message is taken out of the in-flight set.
+-- count_settles(t, interval ms, now ms, how many)
+-- take_consuming(t, id) -> the message, or nil and the status to answer (0: unknown)
 --   t: inflight, msgs, stats, meta (keys)
 -- @include stats
-local function take_consuming(t, interval, now, id)
+local function count_settles(t, interval, now, n)
   redis.call('HSET', t.meta, META.LAST_ACTIVE, now)
-  stat_add(t.stats, interval, now, COUNTER.ACK, 1)
+  stat_add(t.stats, interval, now, COUNTER.ACK, n)
+end
+
+local function take_consuming(t, id)
   local raw = redis.call('HGET', t.msgs, id)
   if not raw then
     return nil, 0
