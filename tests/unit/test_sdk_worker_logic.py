@@ -140,6 +140,20 @@ def test_max_messages_bounds_what_the_polls_take(client):
     assert worker._reserve() == 4 and worker._poll_done()
 
 
+def test_a_pull_waits_for_a_quarter_of_a_share_unless_nothing_is_in_hand(client):
+    """Fast handlers returning one by one must not each set off a pull of one message."""
+    worker = Worker(client, "t", print, concurrency=4, batch=100)
+    assert worker._reserve() == 100
+    worker._pulled(100, [Message.from_api({**API_MESSAGE, "msgId": f"m{i}"}) for i in range(100)], 0.0)
+    for i in range(24):
+        worker._finished(("t", f"m{i}"), None)
+        assert worker._reserve() == 0  # 1 to 24 free: less than a quarter of the share (25)
+    worker._finished(("t", "m24"), None)
+    assert worker._reserve() == 25
+    small = Worker(client, "t", print, concurrency=4, batch=100, max_messages=3)
+    assert small._reserve() == 3  # nothing in hand: any room is worth a pull
+
+
 def test_stop_drains_first_then_stops_hard(client):
     worker = Worker(client, "t", print)
     worker._pulled(worker._reserve(), [message()], 0.0)

@@ -148,6 +148,8 @@ class Worker:
         self._stop_level = 0
         self._failure: BaseException | None = None
         self._held: dict[Key, _Held] = {}
+        # At most the earliest touch_at of the held messages not decided (see _due_touches).
+        self._earliest_touch = float("inf")
         self._unhandled = 0  # held messages whose handler has not returned
         self._reserved = 0  # room taken by pulls under way
         self._taken = 0  # messages pulled so far (max_messages)
@@ -208,11 +210,21 @@ class Worker:
             self._ack_timeouts[topic] = int(config["ackTimeoutMillis"]) if config else DEFAULT_ACK_TIMEOUT_MS
         self._own_backoff[topic] = bool(config and int(config.get("retryBackoffMillis") or 0) > 0)
 
+    def _share(self) -> int:
+        """The most one pull of a topic asks for."""
+        return max(1, self.batch // len(self.topics))
+
+    def _worth_a_pull(self, room: int) -> bool:
+        """Whether a pull of `room` messages is worth its call: a quarter of a share, or the worker
+        has nothing else to do (pulling one message as each handler returns would cost a call each)."""
+        return room >= max(1, self._share() // 4) or self._unhandled + self._reserved == 0
+
     def _reserve(self) -> int:
         """Room for one pull of a topic (called holding _room): its share of the batch, less the
-        unhandled, within max_messages; 0 when there is none now."""
-        share = max(1, self.batch // len(self.topics))
-        room = min(share, self.batch - self._unhandled - self._reserved)
+        unhandled, within max_messages; 0 when there is none now, or too little to be worth a pull."""
+        room = min(self._share(), self.batch - self._unhandled - self._reserved)
+        if not self._worth_a_pull(room):
+            room = 0
         if len(self._held) >= self.batch + MAX_SETTLE_BATCH:  # a server slow to take acks slows the polls
             room = 0
         if self.max_messages is not None:
@@ -225,17 +237,18 @@ class Worker:
     def _pulled(self, asked: int, messages: list[Message], pulled_at: float) -> bool:
         """Holds the pulled messages; False when the worker stopped hard meanwhile (the caller gives
         them back)."""
+        # The server's deadline counts from its answer, so from the pull's start is a safe estimate.
+        held = {(m.topic, m.msg_id): _Held(m, pulled_at + self._ack_timeout(m.topic) / 2000) for m in messages}
         with self._room:
             self._reserved -= asked
             self._taken -= asked - len(messages)
             if self._stop_level >= HARD:
                 self._room_freed()
                 return False
-            for message in messages:
-                # The server's deadline counts from its answer, so from the pull's start is a safe estimate.
-                self._held[(message.topic, message.msg_id)] = _Held(
-                    message, pulled_at + self._ack_timeout(message.topic) / 2000)
-                self._unhandled += 1
+            self._held.update(held)
+            self._unhandled += len(held)
+            if held:
+                self._earliest_touch = min(self._earliest_touch, min(h.touch_at for h in held.values()))
             self._room_freed()
             return True
 
@@ -244,13 +257,14 @@ class Worker:
         return self._stop_level > 0 or (self.max_messages is not None and self._taken >= self.max_messages)
 
     def _started(self, key: Key) -> bool:
-        """A handler is about to run: False when its message was given back meanwhile (hard stop)."""
-        with self._lock:
-            held = self._held.get(key)
-            if held is None or held.decided:
-                return False
-            held.started_at = time.monotonic()
-            return True
+        """A handler is about to run: False when its message was given back meanwhile (hard stop).
+        Without the lock (which every handler would wait for): a give-back racing this is as if it
+        came just after, when the handler runs on and its outcome is ignored (_finished decides)."""
+        held = self._held.get(key)
+        if held is None or held.decided:
+            return False
+        held.started_at = time.monotonic()
+        return True
 
     def _finished(self, key: Key, seconds: float | None) -> bool:
         """The handler of `key` returned (or raised) after `seconds` (None: it never ran); whether
@@ -259,7 +273,9 @@ class Worker:
             self._unhandled -= 1
             if self.adaptive and seconds is not None:
                 self._timed(seconds)
-            self._room_freed()
+            # Waking the polls (and a draining run) for every message would cost each handler the lock again.
+            if self._unhandled == 0 or self._worth_a_pull(self.batch - self._unhandled - self._reserved):
+                self._room_freed()
             held = self._held.get(key)
             if held is None or held.decided:
                 return False
@@ -313,14 +329,24 @@ class Worker:
         return [(key, Outcome(NACK, 0, GIVEN_BACK)) for key in keys]
 
     def _due_touches(self) -> list[Key]:
+        """The messages to touch now. The held messages are looked through only once the earliest
+        touch falls due: every settle turn doing so would cost the handlers the lock for long."""
         now = time.monotonic()
+        if now < self._earliest_touch:
+            return []
         with self._lock:
-            return [k for k, h in self._held.items() if not h.decided and h.touch_at <= now]
+            due, later = [], float("inf")
+            for key, held in self._held.items():
+                if not held.decided:
+                    if held.touch_at <= now:
+                        due.append(key)
+                    else:
+                        later = min(later, held.touch_at)
+            self._earliest_touch = later  # each due one's next touch time comes back in _touched
+            return due
 
     def _next_touch_in(self) -> float:
-        with self._lock:
-            times = [h.touch_at for h in self._held.values() if not h.decided]
-        return min(POLL_STEP, max(0.0, min(times) - time.monotonic())) if times else POLL_STEP
+        return min(POLL_STEP, max(0.0, self._earliest_touch - time.monotonic()))
 
     def _touched(self, key: Key, called_at: float, error: DelayQueueError | None) -> None:
         timeout_ms = self._ack_timeout(key[0])
@@ -337,6 +363,7 @@ class Worker:
             else:  # transient: try again soon, well before the deadline
                 log.warning("touch of %s/%s failed: %s", *key, error)
                 held.touch_at = called_at + min(0.2, timeout_ms / 8000)
+            self._earliest_touch = min(self._earliest_touch, held.touch_at)
 
     @staticmethod
     def _settle_groups(results: Iterable[tuple[Key, Outcome]]) -> list[tuple[str, Outcome, list[str]]]:
@@ -456,9 +483,9 @@ class Worker:
         for poller in pollers:
             poller.start()
         try:
-            with self._room:
-                while any(p.is_alive() for p in pollers) and self._stop_level < HARD:
-                    self._room.wait(POLL_STEP)
+            for poller in pollers:
+                while poller.is_alive() and self._stop_level < HARD:
+                    poller.join(POLL_STEP)
             while self._stop_level < HARD and self._undecided():
                 with self._room:
                     self._room.wait(POLL_STEP)
