@@ -92,11 +92,13 @@ def summary(rows: dict, phases: Phases) -> None:
     print(f"| lateness p50 / p99 / max, ms, {phases.due_rate:,} due/s over {phases.due_seconds} s "
           f"(goal p99 ≤ {LATENESS_P99_GOAL_MS} ms{met}) | 1 consumer process each | {values} | {ratios} |")
 
-    ours, theirs = rows.get(("enqueue task one", delayqueue_side.SIDE)), rows.get(("enqueue one", delayqueue_side.SIDE))
+    ours = rows.get(("enqueue task one", delayqueue_side.SIDE))
+    theirs = rows.get(("enqueue one, beside tasks", delayqueue_side.SIDE))
     if ours and theirs:
         slower = (theirs / ours - 1) * 100
         print(f"\nThe task layer's cost: noop.delay_in {ours:,.0f} msg/s against Client.send of the same body "
-              f"{theirs:,.0f} msg/s, {slower:+.1f}% time a send (goal at most +10%: {'✓' if slower <= 10 else '✗'})")
+              f"{theirs:,.0f} msg/s (in turns of {delayqueue_side.TURN}), {slower:+.1f}% time a send "
+              f"(goal at most +10%: {'✓' if slower <= 10 else '✗'})")
     print("\n| sequential sends, one thread, msg/s | Client.send | requests loop | bare http.client loop "
           "| Client.send / requests loop |")
     print("|---|---:|---:|---:|---:|")

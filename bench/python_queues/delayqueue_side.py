@@ -21,6 +21,7 @@ from tools.stack import terminate
 
 SIDE = "delayqueue"
 FAR_DELAY_MS = 600_000  # sent messages never fall due during the run
+TURN = 250  # sends a turn when the task layer's sends and plain sends alternate
 # The consumers: the SDK's worker command on the bench's App (one supervisor, N processes).
 CONSUMER = [str(Path(sys.executable).with_name("delayqueue")), "worker", "bench.tasks_app"]
 # The body of a noop task, as the task layer sends it: the raw sends' payload.
@@ -75,13 +76,24 @@ def rows(urls: dict, env: dict, phases: Phases, threads: int) -> dict:
             measured[with_log("enqueue one", log), SIDE] = rate
             show_rate(f"enqueue, sequential Client.send, log {log}", rate)
 
+        # The task layer's cost: blocks of noop.delay_in() and of Client.send() of the same body take
+        # turns, so the log's commit times (which vary over a run) weigh on both alike.
         empty_redis(env["REDIS_URL"])
         noop.delay_in(FAR_DELAY_MS / 1000)  # the App's client connected
-        started = time.perf_counter()
-        for _ in range(phases.messages):
-            noop.delay_in(FAR_DELAY_MS / 1000)
-        measured["enqueue task one", SIDE] = rate = phases.messages / (time.perf_counter() - started)
+        task_seconds = plain_seconds = 0.0
+        for start in range(0, phases.messages, TURN):
+            count = min(TURN, phases.messages - start)
+            started = time.perf_counter()
+            for _ in range(count):
+                noop.delay_in(FAR_DELAY_MS / 1000)
+            between = time.perf_counter()
+            for _ in range(count):
+                client.send(noop.topic, NOOP_BODY, delay_ms=FAR_DELAY_MS)
+            task_seconds, plain_seconds = task_seconds + between - started, plain_seconds + time.perf_counter() - between
+        measured["enqueue task one", SIDE] = rate = phases.messages / task_seconds
+        measured["enqueue one, beside tasks", SIDE] = plain = phases.messages / plain_seconds
         show_rate("enqueue, sequential noop.delay_in (the task layer), log on", rate)
+        show_rate("enqueue, sequential Client.send of the same body in turns with it, log on", plain)
 
         empty_redis(env["REDIS_URL"])
         started = time.perf_counter()
