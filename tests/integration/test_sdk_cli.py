@@ -5,6 +5,7 @@ without Django, its console script included."""
 import json
 import os
 import queue
+import re
 import shutil
 import signal
 import socket
@@ -127,14 +128,20 @@ def test_a_lost_answer_exits_4_for_a_command_that_may_have_been_applied_and_3_fo
         listener.bind(("127.0.0.1", 0))
         listener.listen(16)
 
-        def drop_answers():  # reads each request and closes: the answer is lost
+        def drop_answers():  # reads each request whole and closes: the answer is lost
             while True:
                 try:
                     conn, _ = listener.accept()
                 except OSError:
                     return
-                with conn:
-                    conn.recv(65536)
+                with conn:  # closed with a byte unread, the close would be a reset, not a lost answer
+                    request = b""
+                    while b"\r\n\r\n" not in request and (chunk := conn.recv(65536)):
+                        request += chunk
+                    head, _, body = request.partition(b"\r\n\r\n")
+                    length = re.search(rb"(?i)content-length: *(\d+)", head)
+                    while length and len(body) < int(length.group(1)) and (chunk := conn.recv(65536)):
+                        body += chunk
         threading.Thread(target=drop_answers, daemon=True).start()
         url = f"http://127.0.0.1:{listener.getsockname()[1]}"
         line = failed(run_cli(url, "delete", "t", "m1"), 4)

@@ -139,6 +139,30 @@ def test_a_second_sigterm_stops_hard_and_gives_back_the_messages_in_hand(client,
     assert "stopping hard" in sup.output()
 
 
+def test_children_of_a_supervisor_killed_with_sigkill_drain_and_exit(client, sdk_server, scanner, tmp_path):
+    ids = [f"o{i}" for i in range(4)]
+    client.send_many([{"topic": "sup", "msg": "1", "msg_id": i} for i in ids])
+    with supervisor(sdk_server, tmp_path, "--processes", "2", "--threads", "2") as sup:
+        wait_for(lambda: len(sup.started_pids()) == 2, timeout=30, what="two children")
+        children = sup.started_pids()
+        wait_for(lambda: sum(client.get("sup", i).status == CONSUMING for i in ids) >= 2, timeout=30,
+                 what="messages in hand")
+        sup.signal(signal.SIGKILL)
+        sup.wait()
+
+        def gone(pid: int) -> bool:  # exited: no process, or a zombie its new parent has not reaped
+            try:
+                return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+            except FileNotFoundError:
+                return True
+        wait_for(lambda: all(gone(pid) for pid in children), timeout=30, what="the orphaned children to exit")
+    # What they held was handled and acked (the drain), the rest left ready: none consuming, none lost.
+    statuses = {i: m.status if (m := client.get("sup", i)) else None for i in ids}
+    assert set(statuses.values()) <= {READY, ACKED, None}, statuses
+    assert sorted(msg_id for _, msg_id in sup.done()) == sorted(i for i, s in statuses.items() if s != READY)
+    assert sup.output().count("draining and exiting") == 2, sup.output()
+
+
 def test_a_child_that_always_crashes_is_restarted_with_a_growing_delay(sdk_server, tmp_path):
     with supervisor(sdk_server, tmp_path, "--processes", "1", SDK_APP_CRASH="1") as sup:
         wait_for(lambda: sup.output().count("crashed") >= 3, timeout=30, what="three crashes")

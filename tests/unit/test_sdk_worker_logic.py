@@ -154,6 +154,22 @@ def test_a_pull_waits_for_a_quarter_of_a_share_unless_nothing_is_in_hand(client)
     assert small._reserve() == 3  # nothing in hand: any room is worth a pull
 
 
+def test_a_nacked_message_delivered_again_before_the_nacks_answer_is_kept(client):
+    """The server may hand a nacked message back to this worker's poll before the settle loop has
+    read the nack's answer: releasing the nack must not drop that new delivery."""
+    worker = Worker(client, "t", print, concurrency=4, batch=10)
+    first = Message.from_api({**API_MESSAGE, "msgId": "m", "retry": 1})
+    worker._pulled(worker._reserve(), [first], 0.0)
+    assert worker._started(("t", "m")) and worker._finished(("t", "m"), 0.01)  # handler failed: a nack to send
+    again = Message.from_api({**API_MESSAGE, "msgId": "m", "retry": 2})
+    worker._pulled(worker._reserve(), [again], 0.0)  # the poll's answer came first
+    worker._settled("t", Outcome(NACK, None, "Error: x"), ["m"], [True])  # then the nack's
+    assert worker._held[("t", "m")].message.retry == 2
+    assert worker._started(("t", "m")) and worker._finished(("t", "m"), 0.01)  # its outcome will be sent
+    worker._settled("t", Outcome(ACK), ["m"], [True])
+    assert not worker._held
+
+
 def test_stop_drains_first_then_stops_hard(client):
     worker = Worker(client, "t", print)
     worker._pulled(worker._reserve(), [message()], 0.0)

@@ -13,7 +13,8 @@ HARD_STOP_GRACE seconds later (a thread handler that never returns) is killed, i
 to their ack timeout.
 
 The children run in their own session: a Ctrl-C in the terminal reaches the supervisor only, which
-forwards it once (a child hit by both would stop hard)."""
+forwards it once (a child hit by both would stop hard). A child whose supervisor is gone (killed
+with SIGKILL, which it cannot forward) drains and exits, as on SIGTERM."""
 import argparse
 import importlib
 import logging
@@ -21,6 +22,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -34,6 +36,10 @@ MAX_RESTART_DELAY = 30.0
 STABLE_AFTER = 30.0  # a child that ran this long before crashing restarts after RESTART_DELAY again
 HARD_STOP_GRACE = 10.0  # seconds a child has to exit after a hard stop before it is killed
 TURN = 0.1  # seconds between the supervisor's looks at its children and its stop level
+ORPHAN_CHECK = 1.0  # seconds between a child's looks at whether its supervisor is still there
+# The supervisor's pid, handed to each child: a child that read its parent pid only once started
+# could read that of whoever adopted it, had the supervisor died meanwhile.
+SUPERVISOR_PID = "DELAYQUEUE_WORKER_SUPERVISOR_PID"
 
 
 class AppNotFound(Exception):
@@ -127,7 +133,8 @@ class Supervisor:
             self._kill_all()
 
     def _start(self, slot: Slot) -> None:
-        slot.process = subprocess.Popen(self.options.command(), start_new_session=True)
+        slot.process = subprocess.Popen(self.options.command(), start_new_session=True,
+                                        env={**os.environ, SUPERVISOR_PID: str(os.getpid())})
         slot.started_at = time.monotonic()
         log.info("worker process %d started (pid %d)", slot.number, slot.process.pid)
 
@@ -191,6 +198,9 @@ def run_child(options: ChildOptions) -> int:
     app = load_app(options.spec)
     worker = app.worker(topics=options.topics, concurrency=options.threads, asynchronous=options.use_async,
                         max_messages=options.max_tasks_per_child)
+    supervisor_pid = int(os.environ.get(SUPERVISOR_PID) or os.getppid())
+    threading.Thread(target=_drain_when_orphaned, args=(worker, supervisor_pid), name="dq-orphan-check",
+                     daemon=True).start()
     worker.run()
     if getattr(worker, "stopped_hard", False):
         # A thread handler abandoned by the hard stop must not keep the process alive.
@@ -199,6 +209,15 @@ def run_child(options: ChildOptions) -> int:
         sys.stderr.flush()
         os._exit(0)
     return 0
+
+
+def _drain_when_orphaned(worker: Any, supervisor_pid: int) -> None:
+    """Stops the worker (a drain) once the supervisor is gone: the child is then another process'
+    (its parent pid changes), and no one would ever stop or restart it."""
+    while os.getppid() == supervisor_pid:
+        time.sleep(ORPHAN_CHECK)
+    log.warning("the supervisor (pid %d) is gone: draining and exiting", supervisor_pid)
+    worker.stop()
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

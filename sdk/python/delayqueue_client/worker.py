@@ -283,9 +283,14 @@ class Worker:
             return True
 
     def _release(self, keys: list[Key]) -> None:
+        """Forgets settled messages. Only a decided one: a nacked message may be delivered to this
+        worker again before the nack's answer is read, and that delivery (same key) is not yet
+        decided; dropping it would leave its outcome unsent and it would wait out its ack timeout."""
         with self._room:
             for key in keys:
-                self._held.pop(key, None)
+                held = self._held.get(key)
+                if held is not None and held.decided:
+                    del self._held[key]
             self._room_freed()
 
     def _room_freed(self) -> None:
@@ -390,7 +395,7 @@ class Worker:
             with self._lock:
                 held = [(self._held.get((topic, i)), ok) for i, ok in zip(msg_ids, done)]
             for each, ok in held:
-                if each is not None:
+                if each is not None and each.decided:
                     self.middleware.after_settle(SettleContext(message=each.message, outcome=outcome.kind, done=ok))
         self._release([(topic, i) for i in msg_ids])
 
