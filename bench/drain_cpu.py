@@ -1,0 +1,103 @@
+"""Where a drain's CPU goes: a due backlog of no-op tasks (bench.tasks_app) drained by
+`delayqueue worker --processes 1 --threads 8`, with the CPU seconds each part of the stack used
+meanwhile (Redis, PostgreSQL, the web process, the scanner with its log writer, the worker).
+
+The backlog is sent with sendMsgBatch (due at once) and its `sent` history written before the
+worker starts, so the figures are the drain's: pulls, handlers, acks and their history.
+
+    .venv/bin/python -m bench.drain_cpu [--messages 20000] [--rounds 2]
+"""
+import argparse
+import os
+import time
+
+import redis
+
+from bench.harness import cpu_seconds, empty_redis, stack
+from bench.python_queues.common import time_drain
+from bench.python_queues.delayqueue_side import NOOP_BODY, start_consumers
+from delayqueue_client import Client
+from tools.stack import terminate
+
+TOPIC = "drain"
+# Each part of the stack by what its processes' command lines hold (the first that matches).
+PARTS = (("Redis", "redis-server"), ("PostgreSQL", "postgres"), ("web process", "uvicorn"),
+         ("scanner + log writer", "run_scanners"), ("worker", "delayqueue"))
+
+
+def descendants() -> dict[int, str]:
+    """pid -> command line of every process below this one."""
+    parents, commands = {}, {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            parents[int(entry)] = int(open(f"/proc/{entry}/stat").read().rpartition(")")[2].split()[1])
+            commands[int(entry)] = open(f"/proc/{entry}/cmdline").read().replace("\0", " ")
+        except OSError:  # gone meanwhile
+            continue
+    below, grown = {os.getpid()}, True
+    while grown:
+        more = {pid for pid, parent in parents.items() if parent in below} - below
+        below |= more
+        grown = bool(more)
+    return {pid: commands[pid] for pid in below - {os.getpid()}}
+
+
+def cpu_by_part() -> dict[str, float]:
+    totals = dict.fromkeys((name for name, _ in PARTS), 0.0)
+    for pid, command in descendants().items():
+        for name, marker in PARTS:
+            if marker in command:
+                try:
+                    totals[name] += cpu_seconds(pid)
+                except OSError:
+                    pass
+                break
+    return totals
+
+
+def one_round(client: Client, env: dict, messages: int) -> tuple[float, dict[str, float]]:
+    empty_redis(env["REDIS_URL"])
+    for start in range(0, messages, 500):
+        client.send_many([{"topic": TOPIC, "msg": NOOP_BODY, "delay_ms": 0}
+                          for _ in range(start, min(start + 500, messages))])
+    events = redis.Redis.from_url(env["REDIS_URL"])
+    while any(events.xlen(key) for key in events.scan_iter("*:events")):  # the sends' history written
+        time.sleep(0.05)
+    events.close()
+
+    def left():
+        info = client.topic_info(TOPIC)
+        return info["waitingQueueSize"] + info["readyQueueSize"] + info["ackQueueSize"]
+
+    before = cpu_by_part()
+    procs = start_consumers(TOPIC, 1, 8, env)
+    try:
+        rate = time_drain(left, messages, procs)
+        used = cpu_by_part()  # before the worker exits: its CPU is counted while it lives
+    finally:
+        terminate(procs)
+    # A worker's start-up (imports) is in its figure; the others started before `before`.
+    return rate, {name: used[name] - before[name] for name in used}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--messages", type=int, default=20_000)
+    parser.add_argument("--rounds", type=int, default=2)
+    args = parser.parse_args()
+    with stack(scanners=1) as (urls, env):
+        env = dict(env, DELAYQUEUE_URL=urls["main"])
+        os.environ["DELAYQUEUE_URL"] = urls["main"]
+        with Client(urls["main"]) as client:
+            for round_number in range(1, args.rounds + 1):
+                rate, used = one_round(client, env, args.messages)
+                parts = ", ".join(f"{name} {seconds:.2f} s ({seconds / args.messages * 1e6:.0f} µs/msg)"
+                                  for name, seconds in used.items())
+                print(f"round {round_number}: {args.messages:,} tasks drained at {rate:,.0f} msg/s; CPU: {parts}",
+                      flush=True)
+
+
+if __name__ == "__main__":
+    main()
