@@ -280,7 +280,7 @@ def _ack_reply(raw) -> AckReply:
 
 
 def _ack_many_reply(raw) -> list[AckReply]:
-    return [AckReply(raw[i] == 1, int(raw[i + 1])) for i in range(0, len(raw), 2)]
+    return [_ack_reply(raw[i:i + 2]) for i in range(0, len(raw), 2)]
 
 
 def _touch_reply(raw) -> TouchReply:

@@ -69,7 +69,7 @@ local earliest_deadline = next_due(inflight, now_us)
 redis.call('HSET', meta, META.LAST_ACTIVE, now)
 local out = {0, 0, 0}
 local ended_count = 0
-local pulled_changes, gap_sum, gap_max = {}, 0, nil
+local pulled_changes, gaps = {}, {}
 -- Bounded so that a list of stale ids cannot hold the script for long.
 local budget = batch + 1000
 local pop_prioritised = true
@@ -95,8 +95,7 @@ while #out - 3 < batch and budget > 0 do
         redis.call('ZADD', inflight, deadline, id)
         add_change(pulled_changes, id, m)
         out[#out + 1] = encoded
-        local gap = now - m.triggerTime
-        gap_sum, gap_max = gap_sum + gap, math.max(gap_max or gap, gap)
+        gap_add(gaps, now - m.triggerTime)
       end
     end
   end
@@ -104,7 +103,7 @@ end
 
 local pulled = #out - 3
 log_events(t.events, t.actor, pulled_changes, STATUS.READY, REASON.PULLED)
-stat_gaps(stats, interval, now, GAP.PULL, pulled, gap_sum, gap_max)
+stat_gaps(stats, interval, now, GAP.PULL, gaps)
 if rate > 0 then
   bucket_store(buckets, BUCKET.CONSUME, tokens - pulled, now_us)
 end

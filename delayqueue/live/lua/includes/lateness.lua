@@ -4,6 +4,8 @@
 -- CHART_MINUTES by prune_stats). Field names: live/stats.py (the prelude's stats_field_*).
 -- lateness_add(accumulator table, gap ms)
 -- lateness_flush(stats key, now ms, accumulator table)
+--   The accumulator is also a gap_add one (its count, sum and max), for stat_gaps.
+-- @include stats
 local function lateness_add(acc, gap)
   local bucket = LATENESS_OVERFLOW
   for _, bound in ipairs(LATENESS_BOUNDS) do
@@ -13,9 +15,7 @@ local function lateness_add(acc, gap)
     end
   end
   acc[bucket] = (acc[bucket] or 0) + 1
-  acc.count = (acc.count or 0) + 1
-  acc.sum = (acc.sum or 0) + gap
-  acc.max = math.max(acc.max or 0, gap)
+  gap_add(acc, gap)
 end
 
 local function lateness_flush(stats, now, acc)

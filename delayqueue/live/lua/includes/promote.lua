@@ -11,7 +11,7 @@
 local function promote(t, stats, interval, now, limit, channel, topic)
   local ended_count = 0
   local lateness = {}
-  local made_ready, gap_sum, gap_max = {}, 0, nil
+  local made_ready = {}
   local ids, moved = due_to_ready(t, t.waiting, now, limit, channel, topic, function(id, m)
     if m.status ~= STATUS.WAITING then
       return false
@@ -22,13 +22,11 @@ local function promote(t, stats, interval, now, limit, channel, topic)
       return false
     end
     set_ready(t, id, m, STATUS.WAITING, REASON.DUE, false, made_ready)
-    local gap = now - m.triggerTime
-    gap_sum, gap_max = gap_sum + gap, math.max(gap_max or gap, gap)
-    lateness_add(lateness, gap)
+    lateness_add(lateness, now - m.triggerTime)
     return true
   end)
   log_events(t.events, t.actor, made_ready, STATUS.WAITING, REASON.DUE)
-  stat_gaps(stats, interval, now, GAP.READY, moved, gap_sum, gap_max)
+  stat_gaps(stats, interval, now, GAP.READY, lateness)  -- the same gaps: promotion lateness
   stat_add(stats, interval, now, COUNTER.READY, moved)
   lateness_flush(stats, now, lateness)
   stat_add(stats, interval, now, COUNTER.END_LIFE, ended_count)
