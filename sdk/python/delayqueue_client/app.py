@@ -29,7 +29,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any, Generic, NoReturn, ParamSpec, TypeVar
 
-from delayqueue_client._calls import send_body, send_call
+from delayqueue_client._calls import Call, send_body, send_call
 from delayqueue_client.client import AsyncClient, Client
 from delayqueue_client.envelope import MAX_MSG_BYTES, Envelope, EnvelopeError, decode, encode
 from delayqueue_client.errors import DeadLetter, DelayQueueError, Retry
@@ -392,11 +392,18 @@ class App:
               delay_ms: int | None = None, trigger_time: int | None = None) -> TaskHandle:
         if self._eager:
             return self._ran_eagerly(task, task._body(options, args, kwargs), options.msg_id)
+        call, _ = self._send_call(task, options, args, kwargs, delay_ms=delay_ms, trigger_time=trigger_time)
+        sent = self.client._run(call)
+        return TaskHandle(self, task.topic, sent.msg_id, task.name)
+
+    def _send_call(self, task: Task[Any, Any], options: _Options, args: Sequence[Any], kwargs: Mapping[str, Any],
+                   delay_ms: int | None = None, trigger_time: int | None = None) -> tuple[Call[Message], str]:
+        """The sendMsg call of a task's message, ready to run, and its msgId: the body encoded, the
+        middleware's before_send run (in the caller's trace) and the arguments checked now."""
         body, msg_id, sends = self._traced_body(task, options, args, kwargs)
         request = send_body(task.topic, body, delay_ms=delay_ms, trigger_time=trigger_time,
                             **{**self._send_options(options), "msg_id": msg_id})
-        sent = self.client._run(send_call(request, sends))
-        return TaskHandle(self, task.topic, sent.msg_id, task.name)
+        return send_call(request, sends), msg_id
 
     def _traced_body(self, task: Task[Any, Any], options: _Options, args: Sequence[Any],
                      kwargs: Mapping[str, Any]) -> tuple[str, str, tuple[SendContext, ...]]:
@@ -431,10 +438,8 @@ class App:
             handle = EagerHandle(self, task.topic, msg_id, task.name)
             run_on_commit(lambda: self._ran_eagerly(task, body, msg_id, handle))
             return handle
-        # Encoded now, in the caller's trace (before_send runs here); sent when the transaction commits.
-        body, msg_id, sends = self._traced_body(task, options, args, kwargs)
-        request = send_body(task.topic, body, **{**self._send_options(options), "msg_id": msg_id})
-        run_on_commit(lambda: self.client._run(send_call(request, sends)))
+        call, msg_id = self._send_call(task, options, args, kwargs)  # sent when the transaction commits
+        run_on_commit(lambda: self.client._run(call))
         return TaskHandle(self, task.topic, msg_id, task.name)
 
     def _send_many(self, task: Task[Any, Any], options: _Options,
