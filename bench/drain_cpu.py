@@ -9,11 +9,10 @@ worker starts, so the figures are the drain's: pulls, handlers, acks and their h
 """
 import argparse
 import os
-import time
 
 import redis
 
-from bench.harness import cpu_seconds, empty_redis, stack
+from bench.harness import cpu_seconds, empty_redis, history_written, parent_pid, stack
 from bench.python_queues.common import time_drain
 from bench.python_queues.delayqueue_side import NOOP_BODY, start_consumers
 from delayqueue_client import Client
@@ -32,7 +31,7 @@ def descendants() -> dict[int, str]:
         if not entry.isdigit():
             continue
         try:
-            parents[int(entry)] = int(open(f"/proc/{entry}/stat").read().rpartition(")")[2].split()[1])
+            parents[int(entry)] = parent_pid(entry)
             commands[int(entry)] = open(f"/proc/{entry}/cmdline").read().replace("\0", " ")
         except OSError:  # gone meanwhile
             continue
@@ -63,8 +62,7 @@ def one_round(client: Client, env: dict, messages: int) -> tuple[float, dict[str
         client.send_many([{"topic": TOPIC, "msg": NOOP_BODY, "delay_ms": 0}
                           for _ in range(start, min(start + 500, messages))])
     events = redis.Redis.from_url(env["REDIS_URL"])
-    while any(events.xlen(key) for key in events.scan_iter("*:events")):  # the sends' history written
-        time.sleep(0.05)
+    history_written(events)  # the sends' history, before the drain's CPU is counted
     events.close()
 
     def left():

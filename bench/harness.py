@@ -30,11 +30,22 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def parent_pid(pid: int | str) -> int:
+    """The parent of process `pid` (OSError when it is gone)."""
+    return int(open(f"/proc/{pid}/stat").read().rpartition(")")[2].split()[1])
+
+
+def history_written(client) -> None:
+    """Waits until the log writer has emptied every event stream of this Redis (redis.Redis)."""
+    while any(client.xlen(key) for key in client.scan_iter("*:events")):
+        time.sleep(0.05)
+
+
 def child_pid(command: str) -> int:
     """The pid of this process' child whose command line names `command`."""
     for entry in os.listdir("/proc"):
         try:
-            if not entry.isdigit() or int(open(f"/proc/{entry}/stat").read().rpartition(")")[2].split()[1]) != os.getpid():
+            if not entry.isdigit() or parent_pid(entry) != os.getpid():
                 continue
             if command in open(f"/proc/{entry}/cmdline").read():
                 return int(entry)

@@ -6,11 +6,10 @@ is written first, so the event stream holds nothing when memory is read.
     .venv/bin/python -m bench.redis_bytes [--messages 100000] [--body-bytes 100] [--topics 1]
 """
 import argparse
-import time
 
 import redis
 
-from bench.harness import empty_redis, stack
+from bench.harness import empty_redis, history_written, stack
 from delayqueue_client import Client
 
 FAR_DELAY_MS = 30 * 24 * 3600 * 1000  # a month ahead: nothing falls due during the run
@@ -34,14 +33,12 @@ def main():
         with Client(urls["main"]) as client:
             for topic in range(args.topics):  # each topic's own keys (meta, stats) exist before the baseline
                 client.send(f"bytes{topic}", body, delay_ms=FAR_DELAY_MS)
-            while any(memory.xlen(key) for key in memory.scan_iter("*:events")):
-                time.sleep(0.05)
+            history_written(memory)
             before = used_memory(memory)
             for start in range(0, args.messages, BATCH):
                 client.send_many([{"topic": f"bytes{i % args.topics}", "msg": body, "delay_ms": FAR_DELAY_MS}
                                   for i in range(start, min(start + BATCH, args.messages))])
-            while any(memory.xlen(key) for key in memory.scan_iter("*:events")):
-                time.sleep(0.05)
+            history_written(memory)
             after = used_memory(memory)
         # MEMORY USAGE of every key (all samples): which structure holds the bytes.
         by_key = sorted(((memory.memory_usage(key, samples=0) or 0, key.decode()) for key in memory.scan_iter()),
