@@ -434,7 +434,7 @@ def test_a_handler_over_its_timeout_is_given_back_and_its_late_return_is_not_ack
             await asyncio.sleep(20)  # cancelled at the timeout
 
     def acked_then_released():
-        wait_for(lambda: "acked" in reasons("slowpoke", "t1"), timeout=30, what="t1 acked")
+        wait_for(lambda: "acked" in reasons("slowpoke", "t1"), timeout=15, what="t1 acked")
         release.set()
         time.sleep(0.3)  # the first handler returns now: its outcome must be ignored
 
