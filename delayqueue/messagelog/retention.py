@@ -35,8 +35,8 @@ def _prune(cutoff: datetime, dead_letters: bool, batch: int, totals: list[int], 
                                                        "dead_letters": dead_letters, "batch": batch})
             keys = cursor.fetchall()
             if keys:
-                cursor.execute(sql.DELETE_HISTORY, [[k[0] for k in keys], [k[1] for k in keys], [k[2] for k in keys],
-                                                    cutoff])
+                cursor.execute(sql.DELETE_HISTORY, {"namespaces": [k[0] for k in keys], "topics": [k[1] for k in keys],
+                                                    "msg_ids": [k[2] for k in keys], "before": cutoff})
                 totals[1] += cursor.rowcount
                 since = max(k[3] for k in keys)
         totals[0] += len(keys)
