@@ -51,6 +51,9 @@ class Message(models.Model):
             # The restore scan: live messages only, walked in id order.
             models.Index(fields=["namespace", "id"], name="message_live",
                          condition=models.Q(**tables.LIVE.q_keywords())),
+            # The cold tier's loader: a topic's waiting messages in due order.
+            models.Index(fields=["namespace", "topic", "trigger_time", "id"], name="message_waiting",
+                         condition=models.Q(**tables.WAITING.q_keywords())),
             # Retention: ended messages by age.
             models.Index(fields=["updated_at"], name="message_ended",
                          condition=models.Q(**tables.ENDED.q_keywords())),

@@ -13,7 +13,7 @@ import dj_database_url
 from delayqueue.config.env import env_bool, env_int, env_url
 from delayqueue.config.push_hosts import HostPolicy, checked_allowed_hosts
 from delayqueue.config.redis_urls import URL_FORMS, checked_url
-from delayqueue.core.constants import MAX_AGE_DAYS, REDRIVE_MAX_RATE
+from delayqueue.core.constants import MAX_AGE_DAYS, MAX_DELAY_MILLIS, REDRIVE_MAX_RATE
 from delayqueue.core.names import checked_namespace
 
 # Variables with this prefix live in settings.DELAYQUEUE under the rest of their name; the
@@ -77,6 +77,15 @@ def checked_host_token(token: str) -> str:
     return token
 
 
+MIN_HOT_WINDOW_MILLIS = 1000
+
+
+def checked_hot_window(millis: int) -> int:
+    if 0 < millis < MIN_HOT_WINDOW_MILLIS:
+        raise ValueError(f"must be 0 (off) or at least {MIN_HOT_WINDOW_MILLIS}, got {millis}")
+    return millis
+
+
 @dataclass(frozen=True)
 class Setting:
     env: str
@@ -84,7 +93,7 @@ class Setting:
     doc: str
     minimum: int | None = None
     maximum: int | None = None
-    check: Callable[[str], str] | None = None  # a URL's (or list's) checker, raising ValueError
+    check: Callable[[Any], Any] | None = None  # a URL's (list's, number's) checker, raising ValueError
     secret: bool = False  # kept out of the config's repr (and so out of any log line showing it)
 
     def read(self) -> Any:
@@ -92,7 +101,11 @@ class Setting:
         if isinstance(self.default, bool):
             return env_bool(self.env, self.default)
         if isinstance(self.default, int):
-            return env_int(self.env, self.default, self.minimum, self.maximum)
+            number = env_int(self.env, self.default, self.minimum, self.maximum)
+            try:
+                return number if self.check is None else self.check(number)
+            except ValueError as exc:
+                raise SystemExit(f"environment variable {self.env} {exc}") from None
         if self.check is not None:
             return env_url(self.env, self.default, self.check)
         return os.environ.get(self.env) or self.default
@@ -216,6 +229,11 @@ class QueueConfig:
         "DELAYQUEUE_DEDUPE_WINDOW_MILLIS", 86_400_000, "a send under the msgId of a message that ended less than "
         "this long ago answers that message and delivers nothing; a dead letter's msgId stays taken until it is "
         "redriven, purged or pruned", minimum=0, maximum=MAX_AGE_DAYS * 86_400_000)
+    # The cold tier (workers/loader.py): messages due beyond the window wait in the message log only.
+    hot_window_millis: int = setting(
+        "DELAYQUEUE_HOT_WINDOW_MILLIS", 0, "Redis holds the waiting messages due within this long (the loader "
+        "brings the others from the message log ahead of their time); 0 holds every message in Redis",
+        minimum=0, maximum=MAX_DELAY_MILLIS, check=checked_hot_window)
     # The whole body of one request, whatever it carries: a sendMsgBatch of DELAYQUEUE_MAX_BATCH_SEND
     # messages of DELAYQUEUE_MAX_MSG_BYTES each would otherwise be allowed up to 1 GB.
     max_body_bytes: int = setting(

@@ -45,6 +45,10 @@ class Message:
         return cls(wire["topic"], wire["msgId"], wire["msg"], wire["produceTime"], wire["triggerTime"],
                    wire["expireTime"], wire["maxRetry"], wire["retry"], wire["status"], wire.get("priority", 0))
 
+    def to_stored(self) -> str:
+        """The message as Redis stores it."""
+        return orjson.dumps(self.to_wire()).decode()
+
     @classmethod
     def from_stored(cls, raw: str) -> "Message":
         """A message as Redis stores it (its wire json)."""

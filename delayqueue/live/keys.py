@@ -52,6 +52,10 @@ class Meta(StrEnum):
     DEAD_LETTER = "dead_letter"
     PAUSED = "paused"
     PUSH = "push"
+    # The cold tier (workers/loader.py), only while DELAYQUEUE_HOT_WINDOW_MILLIS is or was on:
+    HOT_UNTIL = "hot_until"  # ms: Redis holds every live message due by then (sends compare with it)
+    LOADED_TO = "loaded_to"  # "<triggerTime ms>:<log row id>": the loader has brought in every row up to there
+    COLD_SENDS = "cold_sends"  # sends left in the log only, counted until the loader finds none left beyond
 
 
 class Bucket(StrEnum):

@@ -196,6 +196,8 @@ class SendReply(NamedTuple):
     new_topic: bool  # its caller must register the topic (first send, after retirement, or unconfirmed)
     over_live_cap: bool = False  # refused: the topic held its max_live live messages already
     over_namespace_cap: bool = False  # refused: the topic held its share of the namespace's live cap
+    cold: bool = False  # created in the message log only: due after the topic's hot window
+    logged_live: bool = False  # not created: the duplicate of the live message the log holds out of Redis
 
 
 class PullReply(NamedTuple):
@@ -210,6 +212,17 @@ class Grant(NamedTuple):
     granted: int  # tokens taken (take_tokens) or messages admitted (admit_send)
     within_cap: int  # admit_send: messages under the topic's live-message cap (take_tokens: as asked)
     retry_after_millis: int  # until the bucket holds what it refused; 0 if it refused nothing
+
+
+class HotWindow(NamedTuple):
+    hot_until: int  # ms: Redis holds every live message of the topic due by then
+    loaded_to: str  # the loader's position in the log: "<triggerTime ms>:<row id>"
+    cold_sends: int  # sends left in the log only since the loader last found none left there
+
+
+class LoadReply(NamedTuple):
+    loaded: int  # -1: another loader had moved loaded_to, and nothing was loaded
+    held: int  # msgIds Redis already held (live, or in the same life)
 
 
 class RetireReply(NamedTuple):
@@ -251,6 +264,10 @@ class RestoreReply(NamedTuple):
 def _send_reply(raw) -> SendReply:
     if raw[0] in (2, 3):
         return SendReply(False, 0, None, raw[2] == 1, over_live_cap=raw[0] == 2, over_namespace_cap=raw[0] == 3)
+    if raw[0] == 4:
+        return SendReply(True, Status.WAITING, None, raw[2] == 1, cold=True)
+    if raw[0] == 5:
+        return SendReply(False, 0, None, raw[2] == 1, logged_live=True)
     created = raw[0] == 1
     return SendReply(created, raw[1] if created else 0, None if created else Message.from_stored(raw[1]), raw[2] == 1)
 
@@ -302,7 +319,7 @@ SEND = Script("send", _send_reply)
 PULL = Script("pull", _pull_reply)
 ACK = Script("ack", _ack_many_reply)
 NACK = Script("nack", _ack_reply)
-DELETE = Script("delete", bool)
+DELETE = Script("delete", int)
 GET = Script("get", lambda raw: None if raw is None else Message.from_stored(raw))
 PROMOTE_DUE = Script("promote_due", _scan_reply)
 REQUEUE_TIMED_OUT = Script("requeue_timed_out", _scan_reply)
@@ -327,11 +344,14 @@ PURGE_TOPIC = Script("purge_topic", lambda raw: PurgeReply(int(raw[0]), raw[1] =
 ADD_COUNTS = Script("add_counts", int)
 TOUCH = Script("touch", _touch_reply)
 RESCHEDULE = Script("reschedule", _reschedule_reply)
+RAISE_HOT = Script("raise_hot", lambda raw: None if raw[0] == "" else HotWindow(int(raw[0]), raw[1], int(raw[2])))
+LOAD_COLD = Script("load_cold", lambda raw: LoadReply(int(raw[0]), int(raw[1])))
+CLEAR_COLD = Script("clear_cold", lambda raw: raw == 1)
 
 SCRIPTS = (SEND, PULL, ACK, NACK, DELETE, GET, PROMOTE_DUE, REQUEUE_TIMED_OUT, EXPIRE, PURGE_ENDED, RETIRE_TOPIC,
            PRUNE_STATS, LOCK_RENEW, LOCK_RELEASE, LOCK_TAKE_OVER, RESTORE, TAKE_TOKENS, ADMIT_SEND, LIVE_SHARE_SHORTFALL,
            GRANT_LIVE_SHARE, RELEASE_LIVE_SHARE, COVER_LIVE_SHARE, BORROW_LIVE, REGISTER_TOPICS, CONFIRM_REGISTERED,
-           PURGE_TOPIC, TOUCH, RESCHEDULE, ADD_COUNTS)
+           PURGE_TOPIC, TOUCH, RESCHEDULE, ADD_COUNTS, RAISE_HOT, LOAD_COLD, CLEAR_COLD)
 
 
 async def load_scripts(client) -> None:
@@ -372,13 +392,14 @@ CONTEXT_ARGS = frozenset({"topic", "actor", "stats_interval_millis", "retention_
 
 def send(ctx: ScriptContext, topic: str, *, msg_id: str, payload: str, trigger_time: int, expire_time: int,
          max_retry: int, produce_time: int, max_live: int, namespace_capped: bool, priority: int,
-         dedupe_window_millis: int) -> ScriptCall:
+         dedupe_window_millis: int, cold_tier: bool, logged_live: bool) -> ScriptCall:
     k = ctx.ns.topic(topic)
     return ScriptCall(SEND, [k.waiting, k.ready, k.inflight, k.msgs, k.expiry, k.ended, k.meta, k.stats, k.prioritised,
                              k.events],
                       [msg_id, payload, trigger_time, expire_time, max_retry, topic, ctx.ns.ready_channel,
                        ctx.ns.schedule_channel, ctx.stats_interval_millis, produce_time, max_live,
-                       _flag(namespace_capped), priority, ctx.retention_millis, ctx.actor, dedupe_window_millis])
+                       _flag(namespace_capped), priority, ctx.retention_millis, ctx.actor, dedupe_window_millis,
+                       _flag(cold_tier), _flag(logged_live)])
 
 
 def pull(ctx: ScriptContext, topic: str, *, batch: int, ack_timeout_millis: int, consume_rate: int,
@@ -428,11 +449,13 @@ def reschedule(ctx: ScriptContext, topic: str, *, msg_id: str, trigger_time: int
                        ctx.ns.ready_channel, ctx.ns.schedule_channel, topic, ctx.actor])
 
 
-def delete(ctx: ScriptContext, topic: str, *, msg_id: str, release: bool) -> ScriptCall:
+def delete(ctx: ScriptContext, topic: str, *, msg_id: str, release: bool, tombstone: str = "") -> ScriptCall:
+    """Replies 1 (deleted), 0 (had ended), -1 (not held) or 2 (`tombstone` kept: a cold message
+    deleted in the log, as Message.to_stored gives it)."""
     k = ctx.ns.topic(topic)
     return ScriptCall(DELETE, [k.waiting, k.ready, k.inflight, k.msgs, k.expiry, k.ended, k.stats, k.events,
                                k.prioritised],
-                      [msg_id, _flag(release), ctx.retention_millis, ctx.stats_interval_millis, ctx.actor])
+                      [msg_id, _flag(release), ctx.retention_millis, ctx.stats_interval_millis, ctx.actor, tombstone])
 
 
 def get(ctx: ScriptContext, topic: str, *, msg_id: str) -> ScriptCall:
@@ -474,6 +497,27 @@ def retire_topic(ctx: ScriptContext, topic: str, *, idle_millis: int) -> ScriptC
     k = ctx.ns.topic(topic)
     return ScriptCall(RETIRE_TOPIC, [k.waiting, k.ready, k.inflight, k.msgs, k.meta, k.stats, k.events, k.prioritised],
                       [idle_millis])
+
+
+def raise_hot(ctx: ScriptContext, topic: str, *, hot_until: int, loaded_to: str, start: bool) -> ScriptCall:
+    """Replies the topic's HotWindow, None if it has none (and `start` is off). `loaded_to`: where
+    a topic that had no hot_until starts."""
+    return ScriptCall(RAISE_HOT, [ctx.ns.topic(topic).meta], [hot_until, loaded_to, _flag(start)])
+
+
+def load_cold(ctx: ScriptContext, topic: str, *, loaded_from: str, loaded_to: str,
+              messages: Sequence[Sequence]) -> ScriptCall:
+    """`messages`: per message the values named by LOAD_COLD.repeated, in that order."""
+    k = ctx.ns.topic(topic)
+    args = [ctx.ns.ready_channel, ctx.ns.schedule_channel, topic, ctx.actor, loaded_from, loaded_to]
+    for message in messages:
+        args += message
+    return ScriptCall(LOAD_COLD, [k.waiting, k.ready, k.msgs, k.expiry, k.meta, k.events, k.prioritised, k.ended],
+                      args)
+
+
+def clear_cold(ctx: ScriptContext, topic: str, *, cold_sends: int, forget_window: bool) -> ScriptCall:
+    return ScriptCall(CLEAR_COLD, [ctx.ns.topic(topic).meta], [cold_sends, _flag(forget_window)])
 
 
 def prune_stats(ctx: ScriptContext, topic: str) -> ScriptCall:

@@ -24,7 +24,7 @@ from typing import NamedTuple
 import orjson
 import psycopg
 
-from delayqueue.core.constants import Status
+from delayqueue.core.constants import Reason, Status
 from delayqueue.core.exceptions import LogUnavailable, LogUnreachable, MaybeSent
 from delayqueue.core.messages import Message
 from delayqueue.core.retry import retry_pauses
@@ -43,8 +43,8 @@ class Recorded(NamedTuple):
     """What MessageLog.record did, per row given."""
 
     written: list[bool]  # the log now holds the row as given
-    # The ended message the log keeps under the row's msgId instead (ended within the dedupe window,
-    # or a dead letter): the send answers it and sends nothing.
+    # The message the log keeps under the row's msgId instead: ended (within the dedupe window, or
+    # a dead letter: the send answers it and sends nothing) or live (Redis answers, if it holds it).
     kept: list[Message | None]
 
 
@@ -86,9 +86,9 @@ class MessageLog:
 
     async def record(self, rows: list[Message]) -> Recorded:
         """Writes new messages and their 'sent' history rows. A row is not written where a live
-        message with that msgId is already logged (left untouched), where an ended one the dedupe
-        window or the dead letters keep is (answered in `kept`), or where it repeats an earlier
-        msgId of the same call (a batch naming one msgId twice)."""
+        message with that msgId is already logged or an ended one the dedupe window or the dead
+        letters keep is (either answered in `kept`, and left untouched), or where it repeats an
+        earlier msgId of the same call (a batch naming one msgId twice)."""
         first: dict[tuple[str, str], int] = {}
         for i, row in enumerate(rows):
             first.setdefault(row.key, i)
@@ -237,6 +237,24 @@ class MessageLog:
             else:
                 kept[topic, msg_id] = Message(topic, msg_id, *message)
         return written, kept
+
+    async def live_message(self, topic: str, msg_id: str) -> Message | None:
+        """The live message the log holds under the msgId (getMsg of one Redis does not hold)."""
+        params = {"namespace": self._namespace, "topic": topic, "msg_id": msg_id}
+        row = await self._retried(lambda conn, _again: self._fetch_one(conn, sql.LIVE_MESSAGE, params))
+        return None if row is None else Message(*row)
+
+    async def delete_cold(self, topic: str, msg_id: str) -> Message | None:
+        """Deletes the waiting message the log holds under the msgId (one Redis does not hold),
+        with its history row; the message as deleted, None if the log held none waiting."""
+        params = {"namespace": self._namespace, "topic": topic, "msg_id": msg_id, "deleted": Status.DELETED,
+                  "waiting": Status.WAITING, "reason": Reason.DELETED.value, **self._actor}
+        row = await self._retried(lambda conn, _again: self._fetch_one(conn, sql.DELETE_COLD, params))
+        return None if row is None else Message(*row)
+
+    @staticmethod
+    async def _fetch_one(conn: psycopg.AsyncConnection, statement: str, params: dict):
+        return await (await conn.execute(statement, params)).fetchone()
 
     async def close(self) -> None:
         if self._flusher is not None:

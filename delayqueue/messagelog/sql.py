@@ -77,6 +77,7 @@ def record(cls: type, *names: str) -> str:
 LIVE = tables.LIVE.sql()
 ENDED = tables.ENDED.sql()
 DEAD = tables.DEAD.sql()
+WAITING = tables.WAITING.sql()
 # A row `m` that ended dead (DEAD: expired undelivered, 5, or exhausted, 6) is a dead letter while
 # its topic keeps dead letters. Judged by the topic's setting now (TopicConfig.dead_letter; no row:
 # on): switched off, its dead rows leave the lists, redrives and purges, and prune_log removes them
@@ -140,12 +141,13 @@ SELECT %(namespace)s, topic, msg_id, {_sent_id("produce_time")}, produced, 0, st
 """
 # A send replaces a logged message only when that one ended more than %(dedupe_window)s ms ago
 # and is not a dead letter; a live one (past its TTL too: it is ending, as a dead letter) is a
-# duplicate that Redis will answer. A row equal to the one sent, to its produceTime, is this very
-# send, written by a try whose answer was lost (MessageLog retries): it counts as written, and its
-# 'sent' row is not written twice. The ended ones it keeps are answered from here, in the
-# statement's snapshot (so a twin that replaced one meanwhile still finds it ended): each row
-# answered is (topic, msg_id, written, then, where kept, the message as Message takes it). The first
-# ended status is a parameter: this conflict path scans no index on status.
+# duplicate that Redis answers (or, out of Redis in the cold tier, this answer). A row equal to the
+# one sent, to its produceTime, is this very send, written by a try whose answer was lost
+# (MessageLog retries): it counts as written, and its 'sent' row is not written twice. The rows it
+# keeps are answered from here, in the statement's snapshot (so a twin that replaced one meanwhile
+# still finds it ended): each row answered is (topic, msg_id, written, then, where kept, the message
+# as Message takes it). The first ended status is a parameter: this conflict path scans no index on
+# status.
 _SAME_SEND = ("produce_time", "payload", "trigger_time", "expire_time", "max_retry", "retry", "status", "priority")
 _IS_SAME_SEND = f"({', '.join(f'm.{c}' for c in _SAME_SEND)}) = ({', '.join(f'EXCLUDED.{c}' for c in _SAME_SEND)})"
 RECORD = f"""
@@ -167,7 +169,7 @@ SELECT m.topic, m.msg_id, FALSE, m.payload, {to_millis("m.produce_time")}, {to_m
        {to_millis("m.expire_time")}, m.max_retry, m.retry, m.status, m.priority
 FROM json_to_recordset(%(rows)s::json) AS u({record(Message, "topic", "msg_id")})
   {probe_each(tables.MESSAGE, "u.msg_id", _KEY_OF_U, columns="p.*", alias="m")}
-WHERE m.status >= %(ended)s AND NOT EXISTS (SELECT FROM written w WHERE w.topic = m.topic AND w.msg_id = m.msg_id)
+WHERE NOT EXISTS (SELECT FROM written w WHERE w.topic = m.topic AND w.msg_id = m.msg_id)
 """
 # Makes the log hold exactly the rows given (what Redis answered a send with).
 OVERWRITE = _UPSERT + "RETURNING topic, msg_id"
@@ -224,6 +226,49 @@ WHERE m.id = u.id AND {SAME_LIFE} AND m.updated_at <= {from_millis("u.at")}
 """
 # Whether a namespace has a live message in the log: one probe of message_live.
 HOLDS_LIVE = f"SELECT EXISTS (SELECT 1 FROM {tables.MESSAGE} WHERE namespace = %s AND {LIVE})"
+
+# --- The cold tier (workers/loader.py, services/messages.py): waiting messages out of Redis.
+
+# A page of a topic's waiting rows after the loader's position (%(after_time)s ms, row id
+# %(after_id)s) and due by %(hot_until)s, in that order, on message_waiting: each row as
+# load_cold.lua takes it, after its row id.
+COLD_PAGE = f"""
+SELECT id, msg_id, payload, {to_millis("produce_time")}, {to_millis("trigger_time")}, {to_millis("expire_time")},
+       max_retry, retry, priority
+FROM {tables.MESSAGE}
+WHERE namespace = %(namespace)s AND topic = %(topic)s AND {WAITING}
+  AND (trigger_time, id) > ({from_millis("%(after_time)s::int8")}, %(after_id)s)
+  AND trigger_time <= {from_millis("%(hot_until)s::int8")}
+ORDER BY trigger_time, id LIMIT %(limit)s
+"""
+# Whether the topic has a waiting row due after %(hot_until)s: one probe of message_waiting.
+COLD_LEFT = f"""
+SELECT EXISTS (SELECT 1 FROM {tables.MESSAGE} WHERE namespace = %(namespace)s AND topic = %(topic)s AND {WAITING}
+               AND trigger_time > {from_millis("%(hot_until)s::int8")})
+"""
+# A live message by msgId, as Message takes it (getMsg of a message Redis does not hold).
+LIVE_MESSAGE = f"""
+SELECT topic, msg_id, payload, {to_millis("produce_time")}, {to_millis("trigger_time")}, {to_millis("expire_time")},
+       max_retry, retry, status, priority
+FROM {tables.MESSAGE} WHERE namespace = %(namespace)s AND topic = %(topic)s AND msg_id = %(msg_id)s AND {LIVE}
+"""
+# Deletes a waiting message Redis does not hold (deleteMsg in the cold tier): the row is deleted,
+# with its history row, and answers the message as Message takes it.
+DELETE_COLD = f"""
+WITH deleted AS (
+    UPDATE {tables.MESSAGE} SET status = %(deleted)s, updated_at = now()
+    WHERE namespace = %(namespace)s AND topic = %(topic)s AND msg_id = %(msg_id)s AND {WAITING}
+    RETURNING topic, msg_id, payload, produce_time, trigger_time, expire_time, max_retry, retry, status, priority,
+              updated_at
+), history AS (
+    {_INSERT_SENT}
+    SELECT %(namespace)s, topic, msg_id, 'deleted-' || {to_millis("updated_at")}, updated_at, %(waiting)s, status,
+           retry, %(reason)s, %(process)s, %(host)s
+    FROM deleted
+)
+SELECT topic, msg_id, payload, {to_millis("produce_time")}, {to_millis("trigger_time")}, {to_millis("expire_time")},
+       max_retry, retry, status, priority FROM deleted
+"""
 
 # --- Retention (retention.prune_log): small batches, each its own short transaction.
 

@@ -33,7 +33,9 @@ class StatusCondition:
         return f"status {'>=' if self.lookup == 'gte' else '='} {int(self.value)}"
 
 
-# message_live: the restore's scan; message_ended: retention; message_dead: dead letters.
+# message_live: the restore's scan; message_ended: retention; message_dead: dead letters;
+# message_waiting: the cold tier's loader.
 LIVE = StatusCondition("in", tuple(int(s) for s in LIVE_STATUSES))
+WAITING = StatusCondition("exact", int(Status.WAITING))
 ENDED = StatusCondition("gte", int(Status.ACKED))
 DEAD = StatusCondition("in", tuple(int(s) for s in DEAD_STATUSES))

@@ -7,14 +7,33 @@ from delayqueue.runtime import Runtime
 
 
 async def get_message(rt: Runtime, *, topic: str, msg_id: str) -> Message | None:
-    """A live message, or an ended one inside the retention window; None otherwise."""
-    return await rt.scripts.call(scripts.get(rt.context, topic, msg_id=msg_id))
+    """A live message (in the cold tier, from the message log if Redis does not hold it), or an
+    ended one inside the retention window; None otherwise."""
+    message = await rt.scripts.call(scripts.get(rt.context, topic, msg_id=msg_id))
+    if message is None and _cold_tier(rt):
+        return await rt.log.live_message(topic, msg_id)
+    return message
 
 
 async def delete_message(rt: Runtime, *, topic: str, msg_id: str, release: bool = False) -> bool:
     """Deletes a live message (status deleted); False if it is missing or already ended.
-    `release` frees its body at once instead of keeping it readable for the retention."""
-    return await rt.scripts.call(scripts.delete(rt.context, topic, msg_id=msg_id, release=release))
+    `release` frees its body at once instead of keeping it readable for the retention. In the
+    cold tier, a waiting message Redis does not hold is deleted in the message log, and Redis
+    keeps it as deleted for the retention, so a loader that read it before cannot bring it in."""
+    outcome = await rt.scripts.call(scripts.delete(rt.context, topic, msg_id=msg_id, release=release))
+    if outcome != -1 or not _cold_tier(rt):
+        return outcome == 1
+    deleted = await rt.log.delete_cold(topic, msg_id)
+    if deleted is None:
+        return False
+    # Loaded meanwhile, Redis deletes it as any other (1); else it keeps the tombstone (2).
+    return await rt.scripts.call(scripts.delete(rt.context, topic, msg_id=msg_id, release=False,
+                                                tombstone=deleted.to_stored())) in (1, 2)
+
+
+def _cold_tier(rt: Runtime) -> bool:
+    """Whether messages may wait out of Redis: the cold tier is on (with the message log)."""
+    return rt.config.message_log and rt.config.hot_window_millis > 0
 
 
 async def reschedule_message(rt: Runtime, *, topic: str, msg_id: str, trigger_time: int = -1,

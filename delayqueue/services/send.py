@@ -15,7 +15,7 @@ from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from delayqueue.core.clock import now_millis
-from delayqueue.core.constants import Status
+from delayqueue.core.constants import LIVE_STATUSES, Status
 from delayqueue.core.exceptions import LogUnavailable, MaybeSent, QueueError, redis_reason, redis_unavailable
 from delayqueue.core.messages import Message, new_msg_id
 from delayqueue.live import scripts
@@ -68,15 +68,17 @@ def prepared(rt: Runtime, request: SendRequest, produce_time: int, settings: dic
 
 
 def send_call(rt: Runtime, message: Message, *, max_live: int = 0, namespace_capped: bool = False,
-              redrive: bool = False) -> scripts.ScriptCall:
+              redrive: bool = False, logged_live: bool = False) -> scripts.ScriptCall:
     """The send script's call for a prepared message. `max_live`: the topic's live-message cap, 0
     for none; `namespace_capped`: the namespace has one (the topic's share of it is then a cap too);
-    `redrive`: a dead letter's new life, which replaces its ended message whatever the dedupe window."""
+    `redrive`: a dead letter's new life, which replaces its ended message whatever the dedupe window;
+    `logged_live`: the message log holds the msgId live (with the cold tier on, Redis may not)."""
     return scripts.send(rt.context, message.topic, msg_id=message.msg_id, payload=message.payload,
                         trigger_time=message.trigger_time, expire_time=message.expire_time,
                         max_retry=message.max_retry, produce_time=message.produce_time, max_live=max_live,
                         namespace_capped=namespace_capped, priority=message.priority,
-                        dedupe_window_millis=0 if redrive else rt.config.dedupe_window_millis)
+                        dedupe_window_millis=0 if redrive else rt.config.dedupe_window_millis,
+                        cold_tier=rt.config.hot_window_millis > 0, logged_live=logged_live)
 
 
 async def send_message(rt: Runtime, *, request: SendRequest) -> Message:
@@ -138,12 +140,17 @@ async def _send_admitted(rt: Runtime, requests: list[SendRequest],
             written, kept = await rt.log.record(rows)
         except LogUnavailable as exc:
             return [exc] * len(rows)
+    # A live message the log keeps under the msgId is answered by Redis, or, out of Redis in the
+    # cold tier, from here; an ended one is the answer, as a duplicate: nothing is sent.
+    logged_live = [message if message is not None and message.status in LIVE_STATUSES else None for message in kept]
+    kept = [None if live is not None else message for message, live in zip(kept, logged_live)]
+    cold_tier = rt.config.hot_window_millis > 0
     if admitted is None:
-        calls = [send_call(rt, row) for row in rows]
+        calls = [send_call(rt, row, logged_live=cold_tier and live is not None) for row, live in zip(rows, logged_live)]
     else:
         capped = admitted.namespace_cap > 0
-        calls = [send_call(rt, row, max_live=admitted.topic_cap(row.topic), namespace_capped=capped) for row in rows]
-    # An ended message the log keeps under the msgId is the answer, as a duplicate: nothing is sent.
+        calls = [send_call(rt, row, max_live=admitted.topic_cap(row.topic), namespace_capped=capped,
+                           logged_live=cold_tier and live is not None) for row, live in zip(rows, logged_live)]
     replies = [None if message is None else scripts.SendReply(False, 0, message, False) for message in kept]
     going = [i for i, message in enumerate(kept) if message is None]
     if going:
@@ -153,6 +160,8 @@ async def _send_admitted(rt: Runtime, requests: list[SendRequest],
         # A cap reached between admission and the send: refused like any send Redis refused.
         replies = await admitted.after_send(rows, replies, lambda again: _run_sends(
             rt, [rows[i] for i in again], [calls[i] for i in again]))
+    replies = [reply._replace(stored=live) if isinstance(reply, scripts.SendReply) and reply.logged_live else reply
+               for reply, live in zip(replies, logged_live)]
     replies = [_own_resend(row, reply) for row, reply in zip(rows, replies)]
     outcomes = [_sent_message(row, reply) for row, reply in zip(rows, replies)]
     if rt.config.message_log:

@@ -43,6 +43,7 @@ from delayqueue.live.keys import Meta
 from delayqueue.live.pubsub import subscribe_forever
 from delayqueue.runtime import Runtime
 from delayqueue.services.admission import give_back_room
+from delayqueue.workers.loader import Loader
 from delayqueue.workers.log_writer import LogWriter
 from delayqueue.workers.redriver import Redriver
 from delayqueue.workers.topic_worker import TopicWorker
@@ -71,6 +72,8 @@ class Scanner:
         rt.set_process(f"scanner {self.token}")
         # The history of the topics this scanner holds goes to Postgres through it.
         self.log_writer = LogWriter(rt, lambda: list(self.workers)) if rt.config.message_log else None
+        # So do the cold messages of those topics, into Redis (the cold tier keeps them in the log).
+        self.loader = Loader(rt, lambda: list(self.workers)) if rt.config.message_log else None
         self.workers: dict[str, TopicWorker] = {}
         self.known: set[str] = set()
         self.next_try: dict[str, float] = {}  # topic -> monotonic time to try its lock again
@@ -123,6 +126,7 @@ class Scanner:
         heartbeat = loop.create_task(self._heartbeat(), name="heartbeat")
         watcher = loop.create_task(self._watch_holders(), name="holder-watcher")
         writer = loop.create_task(self.log_writer.run(self._stop), name="log-writer") if self.log_writer else None
+        loader = loop.create_task(self.loader.run(self._stop), name="loader") if self.loader else None
         # Dead letters live in the message log: without it there is nothing to redrive.
         redriver = (loop.create_task(Redriver(self.rt, self.token).run(self._stop), name="redriver")
                     if self.log_writer else None)
@@ -172,7 +176,7 @@ class Scanner:
             await cancel_and_wait(listener, lag_probe, heartbeat, watcher)
             if writer is not None:
                 self._stop.set()
-                await asyncio.gather(writer, redriver, return_exceptions=True)
+                await asyncio.gather(writer, redriver, loader, return_exceptions=True)
             await self._shutdown()
 
     async def _check_marker(self) -> None:

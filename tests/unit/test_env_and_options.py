@@ -6,7 +6,7 @@ import pytest
 
 from delayqueue.config.arguments import age_in_days, non_empty, positive_int, topic_name
 from delayqueue.config.env import env_bool, env_int, env_url
-from delayqueue.config.settings import HOST_TOKEN_MIN_LENGTH, checked_host_token
+from delayqueue.config.settings import HOST_TOKEN_MIN_LENGTH, SETTINGS, checked_host_token
 from delayqueue.core.constants import MAX_AGE_DAYS
 
 
@@ -81,3 +81,14 @@ def test_a_host_token_shorter_than_the_minimum_is_refused_and_none_is_allowed():
         checked_host_token("x" * (HOST_TOKEN_MIN_LENGTH - 1))
     assert checked_host_token("x" * HOST_TOKEN_MIN_LENGTH) == "x" * HOST_TOKEN_MIN_LENGTH
     assert checked_host_token("") == ""
+
+
+def test_the_hot_window_is_off_or_at_least_a_second(monkeypatch):
+    declared = SETTINGS["hot_window_millis"]
+    for value, expected in [("", 0), ("0", 0), ("1000", 1000), ("3600000", 3_600_000)]:
+        monkeypatch.setenv("DELAYQUEUE_HOT_WINDOW_MILLIS", value)
+        assert declared.read() == expected
+    monkeypatch.setenv("DELAYQUEUE_HOT_WINDOW_MILLIS", "500")
+    with pytest.raises(SystemExit) as stopped:
+        declared.read()
+    assert str(stopped.value) == "environment variable DELAYQUEUE_HOT_WINDOW_MILLIS must be 0 (off) or at least 1000, got 500"

@@ -15,7 +15,11 @@
 -- ARGV[3] retention_millis: how long an ended body stays readable
 -- ARGV[4] stats_interval_millis
 -- ARGV[5] actor: 'process@host' for the history, '' with the message log off
--- Returns 1 when a live message was deleted, else 0.
+-- ARGV[6] tombstone: '' or, for a cold message the caller has deleted in the message log, its
+-- stored json as deleted: kept readable as an ended message if Redis does not hold the msgId (so
+-- a loader that read the row before the delete does not bring it in), else it is deleted here
+-- Returns 1 when a live message was deleted, 0 when it had ended, -1 when Redis does not hold the
+-- msgId, 2 when the tombstone was kept.
 -- @include clock
 -- @include status
 -- @include end_message
@@ -27,7 +31,13 @@ local interval = tonumber(ARGV[4])
 local now = clock()
 local raw = redis.call('HGET', t.msgs, id)
 if not raw then
-  return 0
+  if ARGV[6] == '' then
+    return -1
+  end
+  redis.call('HSET', t.msgs, id, ARGV[6])
+  redis.call('ZADD', t.ended, now + t.retention, id)
+  stat_add(t.stats, interval, now, COUNTER.DELETE, 1)
+  return 2
 end
 local m = cjson.decode(raw)
 local deleted = 0

@@ -18,16 +18,15 @@
 -- Returns {restored, already held}
 -- @include clock
 -- @include history
--- @include ready_queue
+-- @include add_messages
 -- @include new_message
 local waiting, ready, msgs, expiry, meta, events = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
-local t = {ready = ready, prioritised = KEYS[7]}
+local t = {waiting = waiting, ready = ready, prioritised = KEYS[7], expiry = expiry}
 local topic = ARGV[3]
 local dry_run = ARGV[4] == '1'
 local now = clock()
 local restored, held = 0, 0
--- Members are gathered and added with one command per structure: restores come in hundreds.
-local expiring, due_later, due_now, changes = {}, {}, {}, {}
+local added, changes = {}, {}
 for i = 6, #ARGV, 8 do
   local id = ARGV[i]
   if dry_run then
@@ -43,41 +42,13 @@ for i = 6, #ARGV, 8 do
       held = held + 1
     else
       restored = restored + 1
-      expiring[#expiring + 1] = m.expireTime
-      expiring[#expiring + 1] = id
-      if m.status == STATUS.READY then
-        due_now[#due_now + 1] = m
-      else
-        due_later[#due_later + 1] = m.triggerTime
-        due_later[#due_later + 1] = id
-      end
+      added[#added + 1] = m
       changes[#changes + 1] = {id, m.status, m.retry, m.produceTime}
     end
   end
 end
 if restored > 0 and not dry_run then
-  redis.call('ZADD', expiry, unpack(expiring))
-  if #due_later > 0 then
-    redis.call('ZADD', waiting, unpack(due_later))
-  end
-  if #due_now > 0 then
-    local was_empty = ready_count(t) == 0
-    -- Priority 0, by far the most, goes onto the list with one LPUSH.
-    local level_zero = {}
-    for _, m in ipairs(due_now) do
-      if m.priority then
-        push_ready(t, m.msgId, m.priority)
-      else
-        level_zero[#level_zero + 1] = m.msgId
-      end
-    end
-    if #level_zero > 0 then
-      redis.call('LPUSH', ready, unpack(level_zero))
-    end
-    if was_empty then
-      redis.call('PUBLISH', ARGV[1], topic)  -- nothing was ready: wake long pollers
-    end
-  end
+  add_messages(t, added, ARGV[1], topic)
   redis.call('HSET', meta, META.LAST_ACTIVE, now)
   redis.call('HSETNX', meta, META.REGISTERED, 1)
   -- The topic's scanner may be asleep towards a later time, or not know the topic yet.

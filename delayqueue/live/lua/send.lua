@@ -34,10 +34,15 @@
 -- ARGV[15] actor: 'process@host' for the history, '' with the message log off
 -- ARGV[16] dedupe_window_millis: an ended message's msgId stays taken this long after its end (0: a
 -- redrive's new life replaces its dead letter)
+-- ARGV[17] cold_tier: 1 leaves a message due after the meta's hot_until in the message log only
+-- (the loader brings it in ahead of its time)
+-- ARGV[18] logged_live: 1 when the message log holds this msgId live: if Redis does not, it is cold
+-- (or on its way in), and this send is its duplicate
 -- Returns {1, status, newTopic (1|0)} when created (the caller has the rest of the message),
 -- {0, stored message json, newTopic (1|0)} for a live duplicate or one ended within the window,
 -- {2, 0, newTopic (1|0)} when the topic holds max_live live messages already, or {3, 0, newTopic (1|0)}
--- when it holds its share of the namespace's cap (nothing enqueued in either).
+-- when it holds its share of the namespace's cap (nothing enqueued in either), {4, 0, newTopic (1|0)}
+-- when created cold (in the log only), {5, 0, newTopic (1|0)} for a duplicate of the log's live message.
 -- @include clock
 -- @include stats
 -- @include status
@@ -77,6 +82,21 @@ if old then
     return {0, existing, new_topic}
   end
 end
+if ARGV[18] == '1' and not (old and is_live(old)) then
+  return {5, 0, new_topic}
+end
+local trigger = tonumber(ARGV[3])
+if ARGV[17] == '1' and trigger > now then
+  local hot_until = redis.call('HGET', meta, META.HOT_UNTIL)
+  if hot_until and trigger > tonumber(hot_until) then
+    if old then  -- an older life's ended body: getMsg answers the new one, from the log
+      redis.call('HDEL', msgs, id)
+      redis.call('ZREM', ended, id)
+    end
+    redis.call('HINCRBY', meta, META.COLD_SENDS, 1)
+    return {4, 0, new_topic}
+  end
+end
 -- The caps hold exactly, whatever runs concurrently (an ended message is in no count).
 local max_live, namespace_capped = tonumber(ARGV[11]), ARGV[12] == '1'
 if max_live > 0 or namespace_capped then
@@ -92,7 +112,6 @@ if old then
   redis.call('ZREM', ended, id)
 end
 
-local trigger = tonumber(ARGV[3])
 local m = new_message(topic, id, ARGV[2], tonumber(ARGV[10]), trigger, tonumber(ARGV[4]), tonumber(ARGV[5]), 0,
                       tonumber(ARGV[13]), now)
 local encoded = cjson.encode(m)

@@ -1,0 +1,39 @@
+-- Adds new messages (already in msgs) to the queue structures, one command per structure: a
+-- restore or a load brings them in hundreds.
+-- add_messages(t, messages, ready_channel, topic) -> messages made ready
+--   waiting if their triggerTime is still ahead, else ready (priority 0, by far the most, with one
+--   LPUSH, in the order given); every one into expiry. Publishes ready_channel if nothing was ready.
+--   t: waiting, ready, prioritised, expiry (keys)
+-- @include ready_queue
+local function add_messages(t, messages, ready_channel, topic)
+  local expiring, due_later, level_zero, made_ready = {}, {}, {}, 0
+  local was_empty = ready_count(t) == 0
+  for _, m in ipairs(messages) do
+    expiring[#expiring + 1] = m.expireTime
+    expiring[#expiring + 1] = m.msgId
+    if m.status ~= STATUS.READY then
+      due_later[#due_later + 1] = m.triggerTime
+      due_later[#due_later + 1] = m.msgId
+    else
+      made_ready = made_ready + 1
+      if m.priority then
+        push_ready(t, m.msgId, m.priority)
+      else
+        level_zero[#level_zero + 1] = m.msgId
+      end
+    end
+  end
+  if #expiring > 0 then
+    redis.call('ZADD', t.expiry, unpack(expiring))
+  end
+  if #due_later > 0 then
+    redis.call('ZADD', t.waiting, unpack(due_later))
+  end
+  if #level_zero > 0 then
+    redis.call('LPUSH', t.ready, unpack(level_zero))
+  end
+  if made_ready > 0 and was_empty then
+    redis.call('PUBLISH', ready_channel, topic)  -- nothing was ready: wake long pollers
+  end
+  return made_ready
+end

@@ -1,0 +1,21 @@
+-- The loader (workers/loader.py): raises the topic's hot_until (never lowers it) before it reads
+-- the message log, so a send due by then goes to Redis from now on, and every send left in the log
+-- only was committed before this and is in what the loader reads next. A topic without one yet
+-- sent every message so far to Redis: it starts out loaded up to its new hot_until.
+-- KEYS[1] meta
+-- ARGV[1] hot_until: ms
+-- ARGV[2] loaded_to: the loaded_to of a topic that had no hot_until
+-- ARGV[3] start: 1 gives a topic without a hot_until one; 0 leaves it without (the cold tier is off)
+-- Returns {hot_until, loaded_to, cold_sends}: what the meta holds now ({'', '', '0'} for none).
+local meta = KEYS[1]
+local hot = redis.call('HGET', meta, META.HOT_UNTIL)
+if not hot and ARGV[3] ~= '1' then
+  return {'', '', '0'}
+end
+if not hot then
+  redis.call('HSET', meta, META.HOT_UNTIL, ARGV[1], META.LOADED_TO, ARGV[2])
+elseif tonumber(ARGV[1]) > tonumber(hot) then
+  redis.call('HSET', meta, META.HOT_UNTIL, ARGV[1])
+end
+local values = redis.call('HMGET', meta, META.HOT_UNTIL, META.LOADED_TO, META.COLD_SENDS)
+return {values[1], values[2], values[3] or '0'}

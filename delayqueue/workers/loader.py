@@ -1,0 +1,145 @@
+"""The cold tier's loader, run inside `manage.py run_scanners` for the topics its scanner holds.
+
+With DELAYQUEUE_HOT_WINDOW_MILLIS set, Redis holds only the waiting messages due within the
+window; a send due later is written to the message log only (send.lua compares its trigger
+time with the topic's hot_until). For each held topic the loader, every tenth of the window:
+
+1. raises hot_until to now + window (raise_hot.lua; never lowers it). From then on a send due
+   by then goes to Redis. Every send left in the log only was committed before its script ran,
+   so before this raise, and the reads below see it.
+2. reads the topic's waiting rows due after loaded_to and by hot_until from the log, a page at a
+   time in (triggerTime, row id) order (sql.COLD_PAGE, on the message_waiting index).
+3. loads each page with load_cold.lua, which moves loaded_to to the page's end in the same step
+   and only if it still stands where the page was read from: a loader killed between any two
+   steps resumes at loaded_to, so no page is skipped or loaded twice, and a second loader (a
+   scanner taking the topic over) loads nothing the first did. A msgId Redis holds live, or in
+   the same life (a send that went hot after the raise, a delete's tombstone), is left alone.
+4. once nothing is left beyond hot_until, drops the topic's count of cold sends unless a send
+   came since it was read (clear_cold.lua): a topic with cold messages is not retired.
+
+A cold message is loaded most of a window ahead of its time, so it fires as precisely as one
+sent hot. Switched off (window 0), the loader loads what is left cold of topics that have a
+hot_until, then removes it.
+"""
+import asyncio
+import logging
+
+from delayqueue.core.clock import now_millis
+from delayqueue.core.constants import MAX_DELAY_MILLIS
+from delayqueue.core.outage import Outage, describe
+from delayqueue.live import scripts
+from delayqueue.messagelog import sql
+from delayqueue.messagelog.connection import LogConnection
+
+log = logging.getLogger(__name__)
+
+PAGE = 1000  # rows per log read and per load_cold call
+RAISE_EVERY = 0.1  # of the window: how far hot_until may fall behind now + window before it is raised
+MAX_TICK = 1.0  # seconds between looks at the held topics, at most
+ERROR_BACKOFF = 1.0
+END_OF_MILLI = 2**63 - 1  # a row id after every row: "<ms>:<this>" is past every row due at that ms
+
+
+def position(trigger_time: int, row_id: int = END_OF_MILLI) -> str:
+    """A loaded_to: after the row (triggerTime, id), or after every row due by triggerTime."""
+    return f"{trigger_time}:{row_id}"
+
+
+def parse_position(text: str) -> tuple[int, int]:
+    trigger_time, row_id = text.split(":")
+    return int(trigger_time), int(row_id)
+
+
+class Loader:
+    def __init__(self, rt, topics):
+        """`topics` returns the topics this loader works (its scanner's)."""
+        self.rt = rt
+        self.topics = topics
+        self.loaded = 0
+        self._db = LogConnection(rt.config.log_timeout_millis)
+        self._raised_at: dict[str, int] = {}  # topic -> the hot_until this loader last raised it to
+
+    @property
+    def window(self) -> int:
+        return self.rt.config.hot_window_millis
+
+    def _tick(self) -> float:
+        return min(MAX_TICK, self.window * RAISE_EVERY / 1000) if self.window else MAX_TICK
+
+    async def run(self, stopping: asyncio.Event) -> None:
+        outage = Outage(log, "loader: cold messages wait in the message log")
+        while not stopping.is_set():
+            try:
+                await self.load_once()
+                outage.ok()
+                delay = self._tick()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                outage.failed(describe(exc))
+                await self._db.close()
+                delay = ERROR_BACKOFF
+            try:
+                await asyncio.wait_for(stopping.wait(), delay)
+            except asyncio.TimeoutError:
+                pass
+        await self.close()
+
+    async def load_once(self) -> int:
+        """Raises and loads every held topic whose hot_until is due a raise; returns messages loaded."""
+        held = set(self.topics())
+        for gone in self._raised_at.keys() - held:
+            del self._raised_at[gone]
+        loaded = 0
+        for topic in held:
+            loaded += await self.load_topic(topic)
+        return loaded
+
+    async def load_topic(self, topic: str, *, force: bool = False) -> int:
+        """Steps 1-4 for one topic (step 1 only once a tenth of the window has passed since the
+        last raise, unless `force`); returns messages loaded."""
+        now = now_millis()
+        target = now + (self.window or MAX_DELAY_MILLIS)
+        raised = self._raised_at.get(topic)
+        if not force and self.window and raised is not None and raised - now > self.window * (1 - RAISE_EVERY):
+            return 0
+        hot = await self.rt.scripts.call(scripts.raise_hot(self.rt.context, topic, hot_until=target,
+                                                           loaded_to=position(target), start=self.window > 0))
+        if hot is None:
+            self._raised_at[topic] = target
+            return 0
+        loaded, loaded_to = 0, hot.loaded_to
+        while loaded_to != position(hot.hot_until):
+            after_time, after_id = parse_position(loaded_to)
+            rows = await self._page(topic, after_time, after_id, hot.hot_until)
+            end = position(rows[-1][4], rows[-1][0]) if len(rows) == PAGE else position(hot.hot_until)
+            reply = await self.rt.scripts.call(scripts.load_cold(
+                self.rt.context, topic, loaded_from=loaded_to, loaded_to=end, messages=[row[1:] for row in rows]))
+            if reply.loaded < 0:
+                break  # another loader moved on: it holds the topic now
+            loaded += reply.loaded
+            loaded_to = end
+        self.loaded += loaded
+        self._raised_at[topic] = hot.hot_until
+        if hot.cold_sends or not self.window:
+            await self._forget_cold(topic, hot)
+        return loaded
+
+    async def _page(self, topic: str, after_time: int, after_id: int, hot_until: int) -> list:
+        params = {"namespace": self.rt.ns.namespace, "topic": topic, "after_time": after_time, "after_id": after_id,
+                  "hot_until": hot_until, "limit": PAGE}
+        async with self._db.use() as conn:
+            return await (await conn.execute(sql.COLD_PAGE, params)).fetchall()
+
+    async def _forget_cold(self, topic: str, hot: scripts.HotWindow) -> None:
+        """Step 4: nothing of the topic left in the log beyond hot_until, no cold send counted."""
+        params = {"namespace": self.rt.ns.namespace, "topic": topic, "hot_until": hot.hot_until}
+        async with self._db.use() as conn:
+            left = (await (await conn.execute(sql.COLD_LEFT, params)).fetchone())[0]
+        if not left:
+            await self.rt.scripts.call(scripts.clear_cold(self.rt.context, topic, cold_sends=hot.cold_sends,
+                                                          forget_window=not self.window))
+
+    async def close(self) -> None:
+        await self._db.close()
+

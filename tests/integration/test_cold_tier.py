@@ -1,0 +1,316 @@
+"""The cold tier: messages due beyond DELAYQUEUE_HOT_WINDOW_MILLIS wait in the message log only,
+and the loader (workers/loader.py) brings them into Redis ahead of their time. On a single Redis
+and on the Redis Cluster."""
+import pytest
+
+from delayqueue.core.clock import now_millis
+from delayqueue.core.constants import Status
+from delayqueue.live import scripts
+from delayqueue.live.keys import Meta
+from delayqueue.services.consume import pull_messages
+from delayqueue.services.messages import delete_message, get_message
+from delayqueue.services.send import SendRequest, prepared, send_call, send_message
+from delayqueue.workers import loader as loader_module
+from delayqueue.workers.loader import Loader, position
+from tests.helpers import REDIS_CLUSTER_URL, REDIS_URL, drain_log, history, logged, make_runtime, wait_until
+
+WINDOW = 1000
+
+
+@pytest.fixture(params=["single", "cluster"])
+async def cold_rt(request, clean_state):
+    """A runtime with a 1 s hot window."""
+    url = REDIS_URL if request.param == "single" else REDIS_CLUSTER_URL
+    runtime = make_runtime(url, hot_window_millis=WINDOW)
+    yield runtime
+    await runtime.close()
+
+
+async def send(rt, topic="t", msg="m", delay=0, **kw):
+    return await send_message(rt, request=SendRequest(topic=topic, msg=msg, delay_millis=delay, **kw))
+
+
+async def in_redis(rt, msg_id, topic="t") -> dict:
+    k = rt.ns.topic(topic)
+    return {"body": await rt.redis.hexists(k.msgs, msg_id), "waiting": await rt.redis.zscore(k.waiting, msg_id),
+            "expiry": await rt.redis.zscore(k.expiry, msg_id)}
+
+
+async def started(rt, topic="t") -> Loader:
+    """A loader that has raised the topic's window once: from now on sends compare with it."""
+    loader = Loader(rt, lambda: [topic])
+    await loader.load_topic(topic, force=True)
+    return loader
+
+
+async def test_a_send_due_beyond_the_window_waits_in_the_log_only(cold_rt):
+    rt = cold_rt
+    loader = await started(rt)
+    try:
+        far = await send(rt, msg="far", delay=60_000)
+        near = await send(rt, msg="near", delay=WINDOW // 2)
+        now = await send(rt, msg="now", delay=0)
+        assert far.status == Status.WAITING and far.trigger_time == far.produce_time + 60_000
+        assert await in_redis(rt, far.msg_id) == {"body": False, "waiting": None, "expiry": None}
+        assert (await logged("t", far.msg_id))["status"] == Status.WAITING
+        assert await history("t", far.msg_id) == [("sent", 0, Status.WAITING, 0)]
+        assert await get_message(rt, topic="t", msg_id=far.msg_id) == far  # answered from the log
+        assert (await in_redis(rt, near.msg_id))["waiting"] == near.trigger_time
+        assert (await in_redis(rt, now.msg_id))["body"]
+        assert await rt.redis.hget(rt.ns.topic("t").meta, Meta.COLD_SENDS) == "1"
+    finally:
+        await loader.close()
+
+
+async def test_a_resend_of_a_cold_msg_id_answers_the_cold_message_and_changes_nothing(cold_rt):
+    rt = cold_rt
+    loader = await started(rt)
+    try:
+        first = await send(rt, msg="first", delay=60_000, msg_id="order-1")
+        again = await send(rt, msg="second", delay=0, msg_id="order-1")
+        assert again == first
+        assert await in_redis(rt, "order-1") == {"body": False, "waiting": None, "expiry": None}
+        assert (await logged("t", "order-1"))["msg"] == "first"
+    finally:
+        await loader.close()
+
+
+async def test_the_loader_brings_a_cold_message_in_ahead_of_its_time_and_it_fires_not_early(cold_rt, start_scanner):
+    rt = cold_rt
+    await start_scanner(rt)
+    await send(rt, msg="registers the topic", delay=0)
+    await wait_until(lambda: _has_window(rt), timeout=10, what="the scanner's loader to raise the window")
+    m = await send(rt, msg="cold", delay=2500)
+    assert not (await in_redis(rt, m.msg_id))["body"]
+
+    async def loaded():
+        return (await in_redis(rt, m.msg_id))["waiting"] is not None
+
+    await wait_until(loaded, timeout=10, interval=0.01, what="the loader to bring the message in")
+    assert now_millis() < m.trigger_time  # ahead of its time
+    await pull_messages(rt, topic="t")  # the registering message
+    pulled = []
+
+    async def fired():
+        pulled.extend((await pull_messages(rt, topic="t"))[0])
+        return pulled
+
+    await wait_until(fired, timeout=10, interval=0.005, what="the cold message to fire")
+    assert [p.msg_id for p in pulled] == [m.msg_id] and pulled[0].payload == "cold"
+    assert now_millis() >= m.trigger_time
+
+
+async def _has_window(rt) -> bool:
+    return await rt.redis.hexists(rt.ns.topic("t").meta, Meta.HOT_UNTIL)
+
+
+async def raise_window_to(rt, topic, hot_until):
+    """What the loader's step 1 does when the time comes: hot_until moves past these messages."""
+    await rt.scripts.call(scripts.raise_hot(rt.context, topic, hot_until=hot_until, loaded_to=position(hot_until),
+                                            start=True))
+
+
+async def test_each_cold_message_is_loaded_once_in_due_order_and_a_rerun_loads_nothing(cold_rt, monkeypatch):
+    rt = cold_rt
+    monkeypatch.setattr(loader_module, "PAGE", 3)
+    loader = await started(rt)
+    try:
+        sent = [await send(rt, msg=str(i), delay=60_000 + (7 - i) * 10) for i in range(8)]
+        await raise_window_to(rt, "t", now_millis() + 120_000)
+        assert await loader.load_topic("t", force=True) == 8
+        waiting = await rt.redis.zrange(rt.ns.topic("t").waiting, 0, -1, withscores=True)
+        assert waiting == sorted(((m.msg_id, float(m.trigger_time)) for m in sent), key=lambda w: w[1])
+        assert await get_message(rt, topic="t", msg_id=sent[0].msg_id) == sent[0]  # from Redis now, as it was
+        assert await loader.load_topic("t", force=True) == 0
+        assert await rt.redis.zcard(rt.ns.topic("t").waiting) == 8
+    finally:
+        await loader.close()
+
+
+@pytest.mark.fault
+@pytest.mark.parametrize("killed_after", ["raise", "first page"])
+async def test_a_loader_killed_between_its_steps_is_resumed_with_nothing_lost_or_doubled(cold_rt, monkeypatch,
+                                                                                          killed_after):
+    rt = cold_rt
+    monkeypatch.setattr(loader_module, "PAGE", 2)
+    first = await started(rt)
+    sent = [await send(rt, msg=str(i), delay=60_000 + i) for i in range(5)]
+    await raise_window_to(rt, "t", now_millis() + 120_000)
+    real_call = rt.scripts.call
+    loads = 0
+
+    async def dying_call(call):
+        nonlocal loads
+        if call.script is scripts.LOAD_COLD:
+            if killed_after == "raise" or loads == 1:
+                raise SystemExit("killed")
+            loads += 1
+        return await real_call(call)
+
+    monkeypatch.setattr(rt.scripts, "call", dying_call)
+    with pytest.raises(SystemExit):
+        await first.load_topic("t", force=True)
+    monkeypatch.setattr(rt.scripts, "call", real_call)
+    held = await rt.redis.zcard(rt.ns.topic("t").waiting)
+    assert held == (0 if killed_after == "raise" else 2)
+    second = Loader(rt, lambda: ["t"])
+    try:
+        assert await second.load_topic("t", force=True) == 5 - held
+        assert sorted(await rt.redis.zrange(rt.ns.topic("t").waiting, 0, -1)) == sorted(m.msg_id for m in sent)
+    finally:
+        await first.close()
+        await second.close()
+
+
+async def test_a_page_read_before_another_loader_moved_on_loads_nothing(cold_rt):
+    """Two scanners may briefly both work a topic as it changes hands: a page is loaded only if
+    loaded_to still stands where it was read from."""
+    rt = cold_rt
+    loader = await started(rt)
+    try:
+        m = await send(rt, msg="x", delay=60_000)
+        hot = await rt.scripts.call(scripts.raise_hot(rt.context, "t", hot_until=now_millis() + 120_000,
+                                                      loaded_to="", start=True))
+        rows = await loader._page("t", *map(int, hot.loaded_to.split(":")), hot.hot_until)
+        assert [row[1] for row in rows] == [m.msg_id]
+        assert await loader.load_topic("t", force=True) == 1  # the other loader
+        stale = await rt.scripts.call(scripts.load_cold(rt.context, "t", loaded_from=hot.loaded_to,
+                                                        loaded_to=position(hot.hot_until),
+                                                        messages=[row[1:] for row in rows]))
+        assert stale.loaded == -1
+        assert await rt.redis.zcard(rt.ns.topic("t").waiting) == 1
+    finally:
+        await loader.close()
+
+
+async def test_a_send_whose_script_runs_after_the_raise_goes_hot_and_the_loader_leaves_it(cold_rt):
+    """The send's log row is committed before the window rises, its script runs after: it is
+    hot, and the loader, which reads the row too, does not load it again."""
+    rt = cold_rt
+    loader = await started(rt)
+    try:
+        row = prepared(rt, SendRequest(topic="t", msg="x", delay_millis=60_000), now_millis(), {})
+        await rt.log.record([row])
+        await raise_window_to(rt, "t", now_millis() + 120_000)
+        reply = await rt.scripts.call(send_call(rt, row))
+        assert reply.created and not reply.cold
+        assert await loader.load_topic("t", force=True) == 0
+        assert await rt.redis.zrange(rt.ns.topic("t").waiting, 0, -1) == [row.msg_id]
+    finally:
+        await loader.close()
+
+
+async def test_a_cold_message_deleted_is_never_loaded(cold_rt):
+    rt = cold_rt
+    loader = await started(rt)
+    try:
+        m = await send(rt, msg="x", delay=60_000)
+        assert await delete_message(rt, topic="t", msg_id=m.msg_id)
+        assert (await logged("t", m.msg_id))["status"] == Status.DELETED
+        assert [h[0] for h in await history("t", m.msg_id)] == ["sent", "deleted"]
+        assert (await get_message(rt, topic="t", msg_id=m.msg_id)).status == Status.DELETED
+        assert not await delete_message(rt, topic="t", msg_id=m.msg_id)  # once
+        await raise_window_to(rt, "t", now_millis() + 120_000)
+        assert await loader.load_topic("t", force=True) == 0
+        assert await rt.redis.zcard(rt.ns.topic("t").waiting) == 0
+    finally:
+        await loader.close()
+
+
+@pytest.mark.parametrize("deleted", ["after the loader read it", "after the loader loaded it"])
+async def test_a_delete_racing_the_loader_deletes_the_message(cold_rt, monkeypatch, deleted):
+    rt = cold_rt
+    loader = await started(rt)
+    try:
+        m = await send(rt, msg="x", delay=60_000)
+        await raise_window_to(rt, "t", now_millis() + 120_000)
+        real_page, real_call = loader._page, rt.scripts.call
+        answers = []
+
+        async def page_then_delete(*args):
+            rows = await real_page(*args)
+            if rows and deleted == "after the loader read it":
+                answers.append(await delete_message(rt, topic="t", msg_id=m.msg_id))
+            return rows
+
+        async def load_then_delete(call):
+            reply = await real_call(call)
+            if call.script is scripts.LOAD_COLD and deleted == "after the loader loaded it" and not answers:
+                answers.append(await delete_message(rt, topic="t", msg_id=m.msg_id))
+            return reply
+
+        monkeypatch.setattr(loader, "_page", page_then_delete)
+        monkeypatch.setattr(rt.scripts, "call", load_then_delete)
+        await loader.load_topic("t", force=True)
+        monkeypatch.setattr(rt.scripts, "call", real_call)
+        await drain_log(rt, ["t"])  # a delete of a loaded message is logged as any other
+        assert answers == [True]
+        assert await rt.redis.zcard(rt.ns.topic("t").waiting) == 0
+        assert (await get_message(rt, topic="t", msg_id=m.msg_id)).status == Status.DELETED
+        assert (await logged("t", m.msg_id))["status"] == Status.DELETED
+        assert (await pull_messages(rt, topic="t"))[0] == []
+    finally:
+        await loader.close()
+
+
+async def test_a_topic_with_cold_messages_is_not_retired_until_the_loader_finds_none_left(cold_rt):
+    rt = cold_rt
+    loader = await started(rt)
+    try:
+        m = await send(rt, msg="x", delay=60_000)
+        retire = scripts.retire_topic(rt.context, "t", idle_millis=0)
+        assert not (await rt.scripts.call(retire)).retired
+        assert await delete_message(rt, topic="t", msg_id=m.msg_id, release=True)
+        await rt.redis.hdel(rt.ns.topic("t").msgs, m.msg_id)  # the tombstone's retention passed
+        await loader.load_topic("t", force=True)
+        assert not await rt.redis.hexists(rt.ns.topic("t").meta, Meta.COLD_SENDS)
+        assert (await rt.scripts.call(retire)).retired
+    finally:
+        await loader.close()
+
+
+async def test_switched_off_the_loader_brings_in_every_cold_message_and_forgets_the_window(cold_rt):
+    rt = cold_rt
+    loader = await started(rt)
+    m = await send(rt, msg="x", delay=86_400_000)
+    await loader.close()
+    off = make_runtime(rt.config.redis_url, hot_window_millis=0)
+    loader = Loader(off, lambda: ["t"])
+    try:
+        assert await loader.load_topic("t") == 1
+        assert (await in_redis(rt, m.msg_id))["waiting"] == m.trigger_time
+        meta = await rt.redis.hgetall(rt.ns.topic("t").meta)
+        assert not {Meta.HOT_UNTIL, Meta.LOADED_TO, Meta.COLD_SENDS} & set(meta)
+        assert await loader.load_topic("t") == 0
+    finally:
+        await loader.close()
+        await off.close()
+
+
+async def test_with_the_window_off_nothing_is_cold(clean_state):
+    rt = make_runtime(REDIS_URL)
+    loader = Loader(rt, lambda: ["t"])
+    try:
+        m = await send(rt, msg="x", delay=86_400_000)
+        assert await loader.load_topic("t") == 0
+        assert (await in_redis(rt, m.msg_id))["waiting"] == m.trigger_time
+        assert not await rt.redis.hexists(rt.ns.topic("t").meta, Meta.HOT_UNTIL)
+    finally:
+        await loader.close()
+        await rt.close()
+
+
+async def test_the_scanners_loader_loads_while_it_holds_the_topic(cold_rt, start_scanner):
+    rt = cold_rt
+    scanner = await start_scanner(rt)
+    await send(rt, msg="registers the topic", delay=0)
+    await wait_until(lambda: _has_window(rt), timeout=10, what="the window")
+    m = await send(rt, msg="cold", delay=60_000)
+    assert not (await in_redis(rt, m.msg_id))["body"]
+    await raise_window_to(rt, "t", now_millis() + 120_000)
+    scanner.scanner.loader._raised_at.clear()  # its next tick loads
+
+    async def loaded():
+        return (await in_redis(rt, m.msg_id))["waiting"] == m.trigger_time
+
+    await wait_until(loaded, timeout=10, what="the scanner's loader to load the message")
