@@ -229,22 +229,34 @@ HOLDS_LIVE = f"SELECT EXISTS (SELECT 1 FROM {tables.MESSAGE} WHERE namespace = %
 
 # --- The cold tier (workers/loader.py, services/messages.py): waiting messages out of Redis.
 
+# The loader's reads walk message_waiting in its order. Run after this in their transaction, so
+# that no plan sorts: statistics taken before a topic's rows came make it look a row big, and a
+# plan through another index then read every waiting row of the topic for each page.
+IN_INDEX_ORDER = "SET LOCAL enable_sort = off; SET LOCAL enable_incremental_sort = off"
+# A waiting row as Redis stores the message (Message.to_wire's JSON, priority only above 0),
+# built here: a page comes in thousands, and PostgreSQL builds it for a fraction of what Python
+# would (tests/integration/test_cold_tier.py holds it to Message.to_wire).
+_STORED_FIELDS = (f"'topic', topic, 'msgId', msg_id, 'msg', payload, 'produceTime', {to_millis('produce_time')}, "
+                  f"'triggerTime', {to_millis('trigger_time')}, 'expireTime', {to_millis('expire_time')}, "
+                  f"'maxRetry', max_retry, 'retry', retry, 'status', status")
+_STORED = (f"CASE WHEN priority > 0 THEN json_build_object({_STORED_FIELDS}, 'priority', priority)"
+           f" ELSE json_build_object({_STORED_FIELDS}) END::text")
 # A page of a topic's waiting rows after the loader's position (%(after_time)s ms, row id
-# %(after_id)s) and due by %(hot_until)s, in that order, on message_waiting: each row as
-# load_cold.lua takes it, after its row id.
+# %(after_id)s) and due by %(hot_until)s, in that order: each row's id, then the row as
+# load_cold.lua takes it.
 COLD_PAGE = f"""
-SELECT id, msg_id, payload, {to_millis("produce_time")}, {to_millis("trigger_time")}, {to_millis("expire_time")},
-       max_retry, retry, priority
+SELECT id, msg_id, {_STORED}, {to_millis("trigger_time")}, {to_millis("expire_time")}, priority
 FROM {tables.MESSAGE}
 WHERE namespace = %(namespace)s AND topic = %(topic)s AND {WAITING}
-  AND (trigger_time, id) > ({from_millis("%(after_time)s::int8")}, %(after_id)s)
+  AND (trigger_time, id) > ({from_millis("%(after_time)s::int8")}, %(after_id)s::int8)
   AND trigger_time <= {from_millis("%(hot_until)s::int8")}
 ORDER BY trigger_time, id LIMIT %(limit)s
 """
-# Whether the topic has a waiting row due after %(hot_until)s: one probe of message_waiting.
+# Whether the topic has a waiting row due after %(hot_until)s: its last one, from the index's end.
 COLD_LEFT = f"""
-SELECT EXISTS (SELECT 1 FROM {tables.MESSAGE} WHERE namespace = %(namespace)s AND topic = %(topic)s AND {WAITING}
-               AND trigger_time > {from_millis("%(hot_until)s::int8")})
+SELECT COALESCE((SELECT trigger_time FROM {tables.MESSAGE} WHERE namespace = %(namespace)s AND topic = %(topic)s
+                 AND {WAITING} ORDER BY trigger_time DESC, id DESC LIMIT 1)
+                > {from_millis("%(hot_until)s::int8")}, FALSE)
 """
 # A live message by msgId, as Message takes it (getMsg of a message Redis does not hold).
 LIVE_MESSAGE = f"""

@@ -108,34 +108,54 @@ class Loader:
         if hot is None:
             self._raised_at[topic] = target
             return 0
-        loaded, loaded_to = 0, hot.loaded_to
-        while loaded_to != position(hot.hot_until):
-            after_time, after_id = parse_position(loaded_to)
-            rows = await self._page(topic, after_time, after_id, hot.hot_until)
-            end = position(rows[-1][4], rows[-1][0]) if len(rows) == PAGE else position(hot.hot_until)
-            reply = await self.rt.scripts.call(scripts.load_cold(
-                self.rt.context, topic, loaded_from=loaded_to, loaded_to=end, messages=[row[1:] for row in rows]))
-            if reply.loaded < 0:
-                break  # another loader moved on: it holds the topic now
-            loaded += reply.loaded
-            loaded_to = end
+        loaded = await self._load_pages(topic, hot)
         self.loaded += loaded
         self._raised_at[topic] = hot.hot_until
         if hot.cold_sends or not self.window:
             await self._forget_cold(topic, hot)
         return loaded
 
+    async def _load_pages(self, topic: str, hot: scripts.HotWindow) -> int:
+        """Steps 2 and 3: pages from loaded_to up to hot_until. The next page is read while Redis
+        loads this one (the read needs only this page's last row)."""
+        loaded, loaded_to, done = 0, hot.loaded_to, position(hot.hot_until)
+        if loaded_to == done:
+            return 0
+        reading = asyncio.ensure_future(self._page(topic, *parse_position(loaded_to), hot.hot_until))
+        try:
+            while loaded_to != done:
+                rows = await reading
+                if len(rows) == PAGE:
+                    last_id, _msg_id, _stored, last_trigger, *_ = rows[-1]
+                    end = position(last_trigger, last_id)
+                    reading = asyncio.ensure_future(self._page(topic, last_trigger, last_id, hot.hot_until))
+                else:
+                    end = done
+                reply = await self.rt.scripts.call(scripts.load_cold(
+                    self.rt.context, topic, loaded_from=loaded_to, loaded_to=end, messages=[row[1:] for row in rows]))
+                if reply.loaded < 0:
+                    break  # another loader moved on: it holds the topic now
+                loaded += reply.loaded
+                loaded_to = end
+        finally:
+            if not reading.done():
+                await asyncio.gather(reading, return_exceptions=True)  # the connection is free again
+        return loaded
+
     async def _page(self, topic: str, after_time: int, after_id: int, hot_until: int) -> list:
         params = {"namespace": self.rt.ns.namespace, "topic": topic, "after_time": after_time, "after_id": after_id,
                   "hot_until": hot_until, "limit": PAGE}
-        async with self._db.use() as conn:
-            return await (await conn.execute(sql.COLD_PAGE, params)).fetchall()
+        return await self._read(sql.COLD_PAGE, params)
+
+    async def _read(self, statement: str, params: dict) -> list:
+        async with self._db.use() as conn, conn.transaction():
+            await conn.execute(sql.IN_INDEX_ORDER)
+            return await (await conn.execute(statement, params)).fetchall()
 
     async def _forget_cold(self, topic: str, hot: scripts.HotWindow) -> None:
         """Step 4: nothing of the topic left in the log beyond hot_until, no cold send counted."""
         params = {"namespace": self.rt.ns.namespace, "topic": topic, "hot_until": hot.hot_until}
-        async with self._db.use() as conn:
-            left = (await (await conn.execute(sql.COLD_LEFT, params)).fetchone())[0]
+        [(left,)] = await self._read(sql.COLD_LEFT, params)
         if not left:
             await self.rt.scripts.call(scripts.clear_cold(self.rt.context, topic, cold_sends=hot.cold_sends,
                                                           forget_window=not self.window))

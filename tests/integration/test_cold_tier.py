@@ -1,6 +1,8 @@
 """The cold tier: messages due beyond DELAYQUEUE_HOT_WINDOW_MILLIS wait in the message log only,
 and the loader (workers/loader.py) brings them into Redis ahead of their time. On a single Redis
 and on the Redis Cluster."""
+import json
+
 import pytest
 
 from delayqueue.core.clock import now_millis
@@ -115,12 +117,15 @@ async def test_each_cold_message_is_loaded_once_in_due_order_and_a_rerun_loads_n
     monkeypatch.setattr(loader_module, "PAGE", 3)
     loader = await started(rt)
     try:
-        sent = [await send(rt, msg=str(i), delay=60_000 + (7 - i) * 10) for i in range(8)]
+        bodies = ["plain", 'quoted "x" \\ back', "line\nbreak\ttab", "订单 ✓ 🚀", "\u0001 control", "", "7", "8"]
+        sent = [await send(rt, msg=body, delay=60_000 + (7 - i) * 10, priority=i % 3, max_retry=i)
+                for i, body in enumerate(bodies)]
         await raise_window_to(rt, "t", now_millis() + 120_000)
         assert await loader.load_topic("t", force=True) == 8
         waiting = await rt.redis.zrange(rt.ns.topic("t").waiting, 0, -1, withscores=True)
         assert waiting == sorted(((m.msg_id, float(m.trigger_time)) for m in sent), key=lambda w: w[1])
-        assert await get_message(rt, topic="t", msg_id=sent[0].msg_id) == sent[0]  # from Redis now, as it was
+        for m in sent:  # stored as a hot send stores it (the log builds the JSON: sql.COLD_PAGE)
+            assert json.loads(await rt.redis.hget(rt.ns.topic("t").msgs, m.msg_id)) == m.to_wire()
         assert await loader.load_topic("t", force=True) == 0
         assert await rt.redis.zcard(rt.ns.topic("t").waiting) == 8
     finally:
@@ -314,3 +319,25 @@ async def test_the_scanners_loader_loads_while_it_holds_the_topic(cold_rt, start
         return (await in_redis(rt, m.msg_id))["waiting"] == m.trigger_time
 
     await wait_until(loaded, timeout=10, what="the scanner's loader to load the message")
+
+
+async def test_a_cold_message_loaded_after_its_time_is_ready_at_once_and_logged_as_due(cold_rt):
+    """A loader that fell behind (its scanner was down): the message is late, never lost."""
+    rt = cold_rt
+    loader = await started(rt)
+    try:
+        plain = await send(rt, msg="plain", delay=WINDOW + 500)
+        urgent = await send(rt, msg="urgent", delay=WINDOW + 500, priority=3)
+        assert not (await in_redis(rt, plain.msg_id))["body"]
+        await wait_until(lambda: _past(urgent.trigger_time), timeout=10, what="both to fall due")
+        assert await loader.load_topic("t", force=True) == 2
+        pulled, _ = await pull_messages(rt, topic="t", batch=10)
+        assert [m.msg_id for m in pulled] == [urgent.msg_id, plain.msg_id]  # the higher priority first
+        await drain_log(rt, ["t"])
+        assert [h[0] for h in await history("t", plain.msg_id)] == ["sent", "due", "pulled"]
+    finally:
+        await loader.close()
+
+
+async def _past(millis: int) -> bool:
+    return now_millis() > millis

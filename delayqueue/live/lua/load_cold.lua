@@ -19,13 +19,14 @@
 -- ARGV[5] loaded_from: the loaded_to the page was read after ('' for none): another value means
 -- another loader moved on meanwhile, and nothing is loaded
 -- ARGV[6] loaded_to: the position after this page
--- ARGV[7...] per message: msg_id, payload, produce_time, trigger_time, expire_time, max_retry, retry, priority
+-- ARGV[7...] per message: msg_id, stored, trigger_time, expire_time, priority
+-- (stored: the message as Redis stores it, waiting; the caller builds it, as a page comes in
+-- thousands and cjson would cost the most here)
 -- Returns {loaded, already held}, or {-1, 0} when loaded_to was not loaded_from.
 -- @include clock
 -- @include status
 -- @include history
 -- @include add_messages
--- @include new_message
 local msgs, meta, events, ended = KEYS[3], KEYS[5], KEYS[6], KEYS[8]
 local t = {waiting = KEYS[1], ready = KEYS[2], prioritised = KEYS[7], expiry = KEYS[4]}
 local topic = ARGV[3]
@@ -34,30 +35,53 @@ if (redis.call('HGET', meta, META.LOADED_TO) or '') ~= ARGV[5] then
 end
 local now = clock()
 local loaded, held = 0, 0
-local added, changes = {}, {}
-for i = 7, #ARGV, 8 do
-  local id, produce = ARGV[i], tonumber(ARGV[i + 2])
-  local existing = redis.call('HGET', msgs, id)
-  local old = existing and cjson.decode(existing)
-  if old and (is_live(old) or old.produceTime == produce) then
-    held = held + 1
-  else
-    if old then
+local changes = {}
+-- One command per structure for the page, not one per message, and no table per message: at
+-- thousands a page, these cost the most here.
+local ids = {}
+for i = 7, #ARGV, 5 do
+  ids[#ids + 1] = ARGV[i]
+end
+local held_now = #ids > 0 and redis.call('HMGET', msgs, unpack(ids)) or {}
+local stores, expiring, due_later, due_now = {}, {}, {}, {}
+for j, id in ipairs(ids) do
+  local i = 7 + (j - 1) * 5
+  local stored, existing = ARGV[i + 1], held_now[j]
+  local fresh = true
+  if existing then
+    local old = cjson.decode(existing)
+    if is_live(old) or old.produceTime == cjson.decode(stored).produceTime then
+      held, fresh = held + 1, false
+    else
       redis.call('ZREM', ended, id)
     end
-    local m = new_message(topic, id, ARGV[i + 1], produce, tonumber(ARGV[i + 3]), tonumber(ARGV[i + 4]),
-                          tonumber(ARGV[i + 5]), tonumber(ARGV[i + 6]), tonumber(ARGV[i + 7]), now)
-    redis.call('HSET', msgs, id, cjson.encode(m))
+  end
+  if fresh then
     loaded = loaded + 1
-    added[#added + 1] = m
-    if m.status == STATUS.READY then
+    if tonumber(ARGV[i + 2]) > now then
+      expiring[#expiring + 1] = ARGV[i + 3]
+      expiring[#expiring + 1] = id
+      due_later[#due_later + 1] = ARGV[i + 2]
+      due_later[#due_later + 1] = id
+    else  -- the loader fell behind: ready at once (add_messages below)
+      local m = cjson.decode(stored)
+      m.status = STATUS.READY
+      stored = cjson.encode(m)
+      due_now[#due_now + 1] = m
       add_change(changes, id, m)
     end
+    stores[#stores + 1] = id
+    stores[#stores + 1] = stored
   end
 end
 redis.call('HSET', meta, META.LOADED_TO, ARGV[6])
 if loaded > 0 then
-  if add_messages(t, added, ARGV[1], topic) > 0 then
+  redis.call('HSET', msgs, unpack(stores))
+  if #due_later > 0 then
+    redis.call('ZADD', t.expiry, unpack(expiring))
+    redis.call('ZADD', t.waiting, unpack(due_later))
+  end
+  if add_messages(t, due_now, ARGV[1], topic) > 0 then
     log_events(events, ARGV[4], changes, STATUS.WAITING, REASON.DUE)
   end
   -- The topic's scanner may be asleep towards a later time.
