@@ -305,7 +305,7 @@ def _touch_reply(raw) -> TouchReply:
 
 
 def _reschedule_reply(raw) -> RescheduleReply:
-    if raw[0] != 1:
+    if raw[0] not in (1, 4):
         return RescheduleReply(None, int(raw[1]))
     stored = Message.from_stored(raw[1])
     return RescheduleReply(stored, stored.status)
@@ -440,13 +440,16 @@ def touch(ctx: ScriptContext, topic: str, *, msg_id: str, ack_timeout_millis: in
                       [msg_id, ack_timeout_millis, ctx.ns.schedule_channel, topic, ctx.actor])
 
 
-def reschedule(ctx: ScriptContext, topic: str, *, msg_id: str, trigger_time: int, delay_millis: int) -> ScriptCall:
-    """`trigger_time` -1: Redis' now + `delay_millis`."""
+def reschedule(ctx: ScriptContext, topic: str, *, msg_id: str, trigger_time: int, delay_millis: int,
+               cold: str = "", old_trigger_time: int = 0) -> ScriptCall:
+    """`trigger_time` -1: Redis' now + `delay_millis`. `cold`: a cold message as rescheduled in the
+    log (Message.to_stored), its triggerTime before in `old_trigger_time` (answered as rescheduled
+    whether it comes into Redis or stays in the log only)."""
     k = ctx.ns.topic(topic)
     return ScriptCall(RESCHEDULE, [k.waiting, k.ready, k.inflight, k.msgs, k.expiry, k.ended, k.stats, k.meta,
                                    k.events, k.prioritised],
                       [msg_id, trigger_time, delay_millis, ctx.retention_millis, ctx.stats_interval_millis,
-                       ctx.ns.ready_channel, ctx.ns.schedule_channel, topic, ctx.actor])
+                       ctx.ns.ready_channel, ctx.ns.schedule_channel, topic, ctx.actor, cold, old_trigger_time])
 
 
 def delete(ctx: ScriptContext, topic: str, *, msg_id: str, release: bool, tombstone: str = "") -> ScriptCall:

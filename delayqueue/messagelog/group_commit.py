@@ -252,6 +252,15 @@ class MessageLog:
         row = await self._retried(lambda conn, _again: self._fetch_one(conn, sql.DELETE_COLD, params))
         return None if row is None else Message(*row)
 
+    async def reschedule_cold(self, topic: str, msg_id: str, trigger_time: int) -> tuple[Message, int] | None:
+        """Gives the waiting message the log holds under the msgId (one Redis does not hold) a new
+        trigger time, with its history row; the message as rescheduled and its trigger time
+        before, None if the log held none waiting."""
+        params = {"namespace": self._namespace, "topic": topic, "msg_id": msg_id, "trigger": trigger_time,
+                  "reason": Reason.RESCHEDULED.value, **self._actor}
+        row = await self._retried(lambda conn, _again: self._fetch_one(conn, sql.RESCHEDULE_COLD, params))
+        return None if row is None else (Message(*row[:-1]), row[-1])
+
     @staticmethod
     async def _fetch_one(conn: psycopg.AsyncConnection, statement: str, params: dict):
         return await (await conn.execute(statement, params)).fetchone()

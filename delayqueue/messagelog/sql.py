@@ -277,9 +277,34 @@ WITH deleted AS (
     SELECT %(namespace)s, topic, msg_id, 'deleted-' || {to_millis("updated_at")}, updated_at, %(waiting)s, status,
            retry, %(reason)s, %(process)s, %(host)s
     FROM deleted
+    ON CONFLICT (namespace, topic, msg_id, event_id) DO NOTHING
 )
 SELECT topic, msg_id, payload, {to_millis("produce_time")}, {to_millis("trigger_time")}, {to_millis("expire_time")},
        max_retry, retry, status, priority FROM deleted
+"""
+# Gives a waiting message Redis does not hold a new trigger time, %(trigger)s ms (rescheduleMsg in
+# the cold tier): its expireTime moves as much, and a history row records it with its times.
+# Answers the message as rescheduled, then its triggerTime before.
+RESCHEDULE_COLD = f"""
+WITH old AS (
+    SELECT id, trigger_time FROM {tables.MESSAGE}
+    WHERE namespace = %(namespace)s AND topic = %(topic)s AND msg_id = %(msg_id)s AND {WAITING}
+    FOR UPDATE
+), moved AS (
+    UPDATE {tables.MESSAGE} m SET trigger_time = {from_millis("%(trigger)s::int8")},
+        expire_time = m.expire_time + ({from_millis("%(trigger)s::int8")} - m.trigger_time), updated_at = now()
+    FROM old WHERE m.id = old.id
+    RETURNING m.topic, m.msg_id, m.payload, m.produce_time, m.trigger_time, m.expire_time, m.max_retry, m.retry,
+              m.status, m.priority, m.updated_at, old.trigger_time AS old_trigger_time
+), history AS (
+    {_INSERT_SENT}
+    SELECT %(namespace)s, topic, msg_id, 'rescheduled-' || {to_millis("updated_at")}, updated_at, status, status,
+           retry, %(reason)s, %(process)s, %(host)s
+    FROM moved
+    ON CONFLICT (namespace, topic, msg_id, event_id) DO NOTHING
+)
+SELECT topic, msg_id, payload, {to_millis("produce_time")}, {to_millis("trigger_time")}, {to_millis("expire_time")},
+       max_retry, retry, status, priority, {to_millis("old_trigger_time")} FROM moved
 """
 
 # --- Retention (retention.prune_log): small batches, each its own short transaction.

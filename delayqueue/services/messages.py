@@ -1,4 +1,5 @@
 """One message by its msgId: read, deleted, rescheduled."""
+from delayqueue.core.clock import now_millis
 from delayqueue.core.constants import Status
 from delayqueue.core.exceptions import Conflict, NotFound
 from delayqueue.core.messages import Message
@@ -31,6 +32,22 @@ async def delete_message(rt: Runtime, *, topic: str, msg_id: str, release: bool 
                                                 tombstone=deleted.to_stored())) in (1, 2)
 
 
+async def _reschedule_cold(rt: Runtime, topic: str, msg_id: str, trigger_time: int,
+                           delay_millis: int) -> scripts.RescheduleReply | None:
+    """A waiting message Redis does not hold is rescheduled in the message log, then brought into
+    Redis if its new time is within the hot window or its old one was (reschedule.lua); None if
+    the log holds it not waiting either."""
+    now = now_millis()
+    moved = await rt.log.reschedule_cold(topic, msg_id, max(now + delay_millis if trigger_time < 0 else trigger_time,
+                                                           now))
+    if moved is None:
+        return None
+    message, old_trigger = moved
+    return await rt.scripts.call(scripts.reschedule(rt.context, topic, msg_id=msg_id, trigger_time=message.trigger_time,
+                                                    delay_millis=0, cold=message.to_stored(),
+                                                    old_trigger_time=old_trigger))
+
+
 def _cold_tier(rt: Runtime) -> bool:
     """Whether messages may wait out of Redis: the cold tier is on (with the message log)."""
     return rt.config.message_log and rt.config.hot_window_millis > 0
@@ -44,6 +61,8 @@ async def reschedule_message(rt: Runtime, *, topic: str, msg_id: str, trigger_ti
     Raises Conflict when it is consuming, NotFound when it is unknown or ended."""
     reply = await rt.scripts.call(scripts.reschedule(rt.context, topic, msg_id=msg_id, trigger_time=trigger_time,
                                                      delay_millis=delay_millis))
+    if reply.stored is None and reply.status == 0 and _cold_tier(rt):
+        reply = await _reschedule_cold(rt, topic, msg_id, trigger_time, delay_millis) or reply
     if reply.stored is not None:
         return reply.stored
     if reply.status == Status.CONSUMING:

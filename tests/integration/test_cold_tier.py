@@ -7,10 +7,11 @@ import pytest
 
 from delayqueue.core.clock import now_millis
 from delayqueue.core.constants import Status
+from delayqueue.core.exceptions import NotFound
 from delayqueue.live import scripts
 from delayqueue.live.keys import Meta
 from delayqueue.services.consume import pull_messages
-from delayqueue.services.messages import delete_message, get_message
+from delayqueue.services.messages import delete_message, get_message, reschedule_message
 from delayqueue.services.send import SendRequest, prepared, send_call, send_message
 from delayqueue.workers import loader as loader_module
 from delayqueue.workers.loader import Loader, position
@@ -341,3 +342,67 @@ async def test_a_cold_message_loaded_after_its_time_is_ready_at_once_and_logged_
 
 async def _past(millis: int) -> bool:
     return now_millis() > millis
+
+
+async def test_a_cold_message_rescheduled_further_stays_cold_with_its_new_times(cold_rt):
+    rt = cold_rt
+    loader = await started(rt)
+    try:
+        m = await send(rt, msg="x", delay=60_000, ttl_millis=5000)
+        moved = await reschedule_message(rt, topic="t", msg_id=m.msg_id, delay_millis=120_000)
+        assert moved.trigger_time >= m.trigger_time + 60_000 - 1000
+        assert moved.expire_time == moved.trigger_time + 5000  # the TTL counts from the new time
+        assert not (await in_redis(rt, m.msg_id))["body"]
+        assert await get_message(rt, topic="t", msg_id=m.msg_id) == moved
+        assert [h[0] for h in await history("t", m.msg_id)] == ["sent", "rescheduled"]
+    finally:
+        await loader.close()
+
+
+@pytest.mark.parametrize("delay", [WINDOW // 2, 0])
+async def test_a_cold_message_rescheduled_into_the_window_is_hot_at_once(cold_rt, delay):
+    rt = cold_rt
+    loader = await started(rt)
+    try:
+        m = await send(rt, msg="x", delay=60_000)
+        moved = await reschedule_message(rt, topic="t", msg_id=m.msg_id, delay_millis=delay)
+        assert (await in_redis(rt, m.msg_id))["expiry"] == moved.expire_time
+        if delay:
+            assert moved.status == Status.WAITING
+            assert (await in_redis(rt, m.msg_id))["waiting"] == moved.trigger_time
+        else:
+            assert moved.status == Status.READY
+            assert [p.msg_id for p in (await pull_messages(rt, topic="t"))[0]] == [m.msg_id]
+    finally:
+        await loader.close()
+
+
+async def test_a_cold_message_rescheduled_after_the_loader_read_it_fires_at_its_new_time(cold_rt, monkeypatch):
+    """The loader read the row with its old time; the reschedule moves it far out: Redis takes it
+    with its new time, and the loader's page, applied after, leaves it."""
+    rt = cold_rt
+    loader = await started(rt)
+    try:
+        m = await send(rt, msg="x", delay=60_000)
+        await raise_window_to(rt, "t", now_millis() + 90_000)
+        real_page = loader._page
+        moved = []
+
+        async def page_then_reschedule(*args):
+            rows = await real_page(*args)
+            if rows and not moved:
+                moved.append(await reschedule_message(rt, topic="t", msg_id=m.msg_id, delay_millis=3_600_000))
+            return rows
+
+        monkeypatch.setattr(loader, "_page", page_then_reschedule)
+        await loader.load_topic("t", force=True)
+        assert (await in_redis(rt, m.msg_id))["waiting"] == moved[0].trigger_time
+        assert await get_message(rt, topic="t", msg_id=m.msg_id) == moved[0]
+    finally:
+        await loader.close()
+
+
+async def test_a_message_unknown_to_both_tiers_is_not_found_for_reschedule(cold_rt):
+    rt = cold_rt
+    with pytest.raises(NotFound, match="not found"):
+        await reschedule_message(rt, topic="t", msg_id="nobody", delay_millis=10)

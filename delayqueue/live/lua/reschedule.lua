@@ -21,19 +21,43 @@
 -- ARGV[7] schedule_channel: published when it is due or expires before what the scanner expects
 -- ARGV[8] topic
 -- ARGV[9] actor: 'process@host' for the history, '' with the message log off
+-- ARGV[10] cold: '' or, for a cold message the caller has rescheduled in the message log, its stored
+-- json as rescheduled (waiting, its new times; trigger_time then is that triggerTime): if Redis does
+-- not hold the msgId, it comes into Redis when its new time is within the hot window, or when its
+-- old one was (a loader may have read the old row: the msgId held, it leaves it); else it stays cold
+-- ARGV[11] old_trigger_time: the cold message's triggerTime before
 -- Returns {1, the message json} when rescheduled, {0, 0} when unknown, {2, status} when consuming,
--- {3, status} when ended.
+-- {3, status} when ended, {4, the message json} when the cold message stays in the log only.
 -- @include clock
 -- @include status
 -- @include end_message
 -- @include set_ready
 -- @include set_waiting
+-- @include add_messages
 local t = {waiting = KEYS[1], ready = KEYS[2], inflight = KEYS[3], msgs = KEYS[4], expiry = KEYS[5],
            ended = KEYS[6], stats = KEYS[7], events = KEYS[9], prioritised = KEYS[10],
            actor = ARGV[9], retention = tonumber(ARGV[4])}
 local id = ARGV[1]
 local now, now_us = clock()
 local raw = redis.call('HGET', t.msgs, id)
+if not raw and ARGV[10] ~= '' then
+  local m = cjson.decode(ARGV[10])
+  local hot = redis.call('HGET', KEYS[8], META.HOT_UNTIL)
+  if hot and m.triggerTime > tonumber(hot) and tonumber(ARGV[11]) > tonumber(hot) then
+    return {4, ARGV[10]}
+  end
+  if m.triggerTime <= now then
+    m.status = STATUS.READY
+  end
+  redis.call('HSET', t.msgs, id, cjson.encode(m))
+  add_messages({waiting = t.waiting, ready = t.ready, prioritised = t.prioritised, expiry = t.expiry}, {m}, ARGV[6],
+               ARGV[8])
+  if m.status == STATUS.READY then
+    log_event(t.events, t.actor, id, m, STATUS.WAITING, REASON.RESCHEDULED, true)
+  end
+  redis.call('PUBLISH', ARGV[7], ARGV[8])
+  return {1, cjson.encode(m)}
+end
 if not raw then
   return {0, 0}
 end
