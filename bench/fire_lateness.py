@@ -90,7 +90,7 @@ async def run(url: str, messages: int, spread_ms: int, pollers: int, priorities:
         from delayqueue.live.keys import Meta
 
         memory, keys = topic_keys(redis_url)
-        cold = int(memory.hget(keys.meta, Meta.COLD_SENDS) or 0)  # sends left in the message log only
+        cold = int(memory.hget(keys.meta, Meta.COLD) or 0)  # messages in the message log only
         memory.close()
         lateness: list[float] = []
         done = asyncio.Event()
@@ -118,8 +118,8 @@ async def run(url: str, messages: int, spread_ms: int, pollers: int, priorities:
     early = [x for x in lateness if x < 0]
     print(f"  delivered early: {len(early)} (a message is never consumable before its triggerTime)")
     if hot_window_ms:
-        print(f"  sent cold (to the message log only; the loader brought them into Redis before they fell due): "
-              f"{cold:,} of {messages:,}, hot window {hot_window_ms} ms")
+        print(f"  in the message log only right after the sends (cold; the loader brought them into Redis before "
+              f"they fell due): {cold:,} of {messages:,}, hot window {hot_window_ms} ms")
 
 
 def main():

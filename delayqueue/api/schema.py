@@ -115,8 +115,11 @@ WaitingQueueInfoSerializer = type("WaitingQueueInfoSerializer", (serializers.Ser
 
 class TopicInfoSerializer(serializers.Serializer):
     topic = serializers.CharField()
-    waitingQueueSize = serializers.IntegerField(help_text="messages not yet due")
-    waitingQueueInfo = WaitingQueueInfoSerializer(help_text="waiting messages by how long until they are due")
+    waitingQueueSize = serializers.IntegerField(help_text="messages not yet due (hotWaitingSize + coldWaitingSize)")
+    waitingQueueInfo = WaitingQueueInfoSerializer(help_text="waiting messages in Redis by how long until they are due")
+    hotWaitingSize = serializers.IntegerField(help_text="waiting messages in Redis")
+    coldWaitingSize = serializers.IntegerField(
+        help_text="waiting messages in the message log only, due after the hot window (DELAYQUEUE_HOT_WINDOW_MILLIS)")
     readyQueueSize = serializers.IntegerField(help_text="due messages not yet pulled")
     ackQueueSize = serializers.IntegerField(help_text="pulled messages not yet acked")
 

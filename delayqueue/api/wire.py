@@ -63,6 +63,8 @@ def topic_info(info: TopicInfo) -> dict:
         "topic": info.topic,
         "waitingQueueSize": info.waiting,
         "waitingQueueInfo": dict(zip(WAITING_BUCKET_NAMES, info.waiting_within)),
+        "hotWaitingSize": info.waiting - info.waiting_cold,
+        "coldWaitingSize": info.waiting_cold,
         "readyQueueSize": info.ready,
         "ackQueueSize": info.consuming,
     }

@@ -55,7 +55,9 @@ class Meta(StrEnum):
     # The cold tier (workers/loader.py), only while DELAYQUEUE_HOT_WINDOW_MILLIS is or was on:
     HOT_UNTIL = "hot_until"  # ms: Redis holds every live message due by then (sends compare with it)
     LOADED_TO = "loaded_to"  # "<triggerTime ms>:<log row id>": the loader has brought in every row up to there
-    COLD_SENDS = "cold_sends"  # sends left in the log only, counted until the loader finds none left beyond
+    # Messages in the log only: each script that moves one in or out counts it; dropped once the
+    # loader finds none left beyond hot_until (a topic is not retired while it is there).
+    COLD = "cold"
 
 
 class Bucket(StrEnum):

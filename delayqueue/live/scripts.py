@@ -217,7 +217,7 @@ class Grant(NamedTuple):
 class HotWindow(NamedTuple):
     hot_until: int  # ms: Redis holds every live message of the topic due by then
     loaded_to: str  # the loader's position in the log: "<triggerTime ms>:<row id>"
-    cold_sends: int  # sends left in the log only since the loader last found none left there
+    cold: int | None  # messages in the log only (Meta.COLD); None: the topic has no count
 
 
 class LoadReply(NamedTuple):
@@ -344,7 +344,8 @@ PURGE_TOPIC = Script("purge_topic", lambda raw: PurgeReply(int(raw[0]), raw[1] =
 ADD_COUNTS = Script("add_counts", int)
 TOUCH = Script("touch", _touch_reply)
 RESCHEDULE = Script("reschedule", _reschedule_reply)
-RAISE_HOT = Script("raise_hot", lambda raw: None if raw[0] == "" else HotWindow(int(raw[0]), raw[1], int(raw[2])))
+RAISE_HOT = Script("raise_hot", lambda raw: None if raw[0] == "" else HotWindow(int(raw[0]), raw[1],
+                                                                              None if raw[2] == "" else int(raw[2])))
 LOAD_COLD = Script("load_cold", lambda raw: LoadReply(int(raw[0]), int(raw[1])))
 CLEAR_COLD = Script("clear_cold", lambda raw: raw == 1)
 
@@ -457,7 +458,7 @@ def delete(ctx: ScriptContext, topic: str, *, msg_id: str, release: bool, tombst
     deleted in the log, as Message.to_stored gives it)."""
     k = ctx.ns.topic(topic)
     return ScriptCall(DELETE, [k.waiting, k.ready, k.inflight, k.msgs, k.expiry, k.ended, k.stats, k.events,
-                               k.prioritised],
+                               k.prioritised, k.meta],
                       [msg_id, _flag(release), ctx.retention_millis, ctx.stats_interval_millis, ctx.actor, tombstone])
 
 
@@ -519,8 +520,8 @@ def load_cold(ctx: ScriptContext, topic: str, *, loaded_from: str, loaded_to: st
                       args)
 
 
-def clear_cold(ctx: ScriptContext, topic: str, *, cold_sends: int, forget_window: bool) -> ScriptCall:
-    return ScriptCall(CLEAR_COLD, [ctx.ns.topic(topic).meta], [cold_sends, _flag(forget_window)])
+def clear_cold(ctx: ScriptContext, topic: str, *, cold: int, forget_window: bool) -> ScriptCall:
+    return ScriptCall(CLEAR_COLD, [ctx.ns.topic(topic).meta], [cold, _flag(forget_window)])
 
 
 def prune_stats(ctx: ScriptContext, topic: str) -> ScriptCall:

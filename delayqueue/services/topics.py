@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from delayqueue.core.clock import now_millis
 from delayqueue.live import scripts, stats
+from delayqueue.live.keys import Meta
 from delayqueue.runtime import Runtime
 from delayqueue.stores.limits import Limits
 from delayqueue.stores.topic_settings import DEFAULT as DEFAULT_SETTINGS
@@ -58,10 +59,11 @@ class TopicInfo:
     """getTopicInfo: a topic's queue sizes now."""
 
     topic: str
-    waiting: int
-    waiting_within: tuple[int, ...]  # waiting messages per WAITING_WITHIN bucket
+    waiting: int  # in Redis and, in the cold tier, in the message log only
+    waiting_within: tuple[int, ...]  # waiting messages Redis holds per WAITING_WITHIN bucket
     ready: int  # every priority
     consuming: int
+    waiting_cold: int = 0  # in the message log only (the cold tier): due after the topic's hot window
 
 
 @dataclass(frozen=True)
@@ -117,17 +119,19 @@ async def topic_infos(rt: Runtime, *, topics: list[str]) -> list[TopicInfo]:
         pipe.llen(k.ready)
         pipe.zcard(k.prioritised)
         pipe.zcard(k.inflight)
+        pipe.hget(k.meta, Meta.COLD)
         lower = "-inf"
         for within in WAITING_WITHIN:
             upper = "+inf" if within is None else now + within
             pipe.zcount(k.waiting, lower, upper)
             lower = f"({upper}"
     replies = await pipe.execute()
-    width = 4 + len(WAITING_WITHIN)
+    width = 5 + len(WAITING_WITHIN)
     infos = []
     for i, topic in enumerate(topics):
-        waiting, ready, prioritised, inflight, *buckets = replies[i * width:(i + 1) * width]
-        infos.append(TopicInfo(topic, waiting, tuple(buckets), ready + prioritised, inflight))
+        waiting, ready, prioritised, inflight, cold, *buckets = replies[i * width:(i + 1) * width]
+        cold = max(int(cold or 0), 0)
+        infos.append(TopicInfo(topic, waiting + cold, tuple(buckets), ready + prioritised, inflight, cold))
     return infos
 
 

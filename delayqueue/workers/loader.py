@@ -14,8 +14,9 @@ time with the topic's hot_until). For each held topic the loader, every tenth of
    steps resumes at loaded_to, so no page is skipped or loaded twice, and a second loader (a
    scanner taking the topic over) loads nothing the first did. A msgId Redis holds live, or in
    the same life (a send that went hot after the raise, a delete's tombstone), is left alone.
-4. once nothing is left beyond hot_until, drops the topic's count of cold sends unless a send
-   came since it was read (clear_cold.lua): a topic with cold messages is not retired.
+4. once nothing is left beyond hot_until, drops the topic's count of cold messages (which the
+   scripts moving them keep: getTopicInfo shows it) unless it moved since (clear_cold.lua): a
+   topic with cold messages is not retired.
 
 A cold message is loaded most of a window ahead of its time, so it fires as precisely as one
 sent hot. Switched off (window 0), the loader loads what is left cold of topics that have a
@@ -108,19 +109,21 @@ class Loader:
         if hot is None:
             self._raised_at[topic] = target
             return 0
-        loaded = await self._load_pages(topic, hot)
+        loaded, complete = await self._load_pages(topic, hot)
         self.loaded += loaded
         self._raised_at[topic] = hot.hot_until
-        if hot.cold_sends or not self.window:
-            await self._forget_cold(topic, hot)
+        if complete and (hot.cold is not None or not self.window):
+            # The scripts that loaded counted down a count that was there; none was counted if not.
+            await self._forget_cold(topic, hot.hot_until, 0 if hot.cold is None else hot.cold - loaded)
         return loaded
 
-    async def _load_pages(self, topic: str, hot: scripts.HotWindow) -> int:
-        """Steps 2 and 3: pages from loaded_to up to hot_until. The next page is read while Redis
-        loads this one (the read needs only this page's last row)."""
+    async def _load_pages(self, topic: str, hot: scripts.HotWindow) -> tuple[int, bool]:
+        """Steps 2 and 3: pages from loaded_to up to hot_until; (messages loaded, whether it got
+        there). The next page is read while Redis loads this one (the read needs only this page's
+        last row)."""
         loaded, loaded_to, done = 0, hot.loaded_to, position(hot.hot_until)
         if loaded_to == done:
-            return 0
+            return 0, True
         reading = asyncio.ensure_future(self._page(topic, *parse_position(loaded_to), hot.hot_until))
         try:
             while loaded_to != done:
@@ -134,13 +137,13 @@ class Loader:
                 reply = await self.rt.scripts.call(scripts.load_cold(
                     self.rt.context, topic, loaded_from=loaded_to, loaded_to=end, messages=[row[1:] for row in rows]))
                 if reply.loaded < 0:
-                    break  # another loader moved on: it holds the topic now
+                    return loaded, False  # another loader moved on: it holds the topic now
                 loaded += reply.loaded
                 loaded_to = end
         finally:
             if not reading.done():
                 await asyncio.gather(reading, return_exceptions=True)  # the connection is free again
-        return loaded
+        return loaded, True
 
     async def _page(self, topic: str, after_time: int, after_id: int, hot_until: int) -> list:
         params = {"namespace": self.rt.ns.namespace, "topic": topic, "after_time": after_time, "after_id": after_id,
@@ -152,12 +155,13 @@ class Loader:
             await conn.execute(sql.IN_INDEX_ORDER)
             return await (await conn.execute(statement, params)).fetchall()
 
-    async def _forget_cold(self, topic: str, hot: scripts.HotWindow) -> None:
-        """Step 4: nothing of the topic left in the log beyond hot_until, no cold send counted."""
-        params = {"namespace": self.rt.ns.namespace, "topic": topic, "hot_until": hot.hot_until}
+    async def _forget_cold(self, topic: str, hot_until: int, cold: int) -> None:
+        """Step 4: nothing of the topic left in the log beyond hot_until, no cold message counted
+        (`cold`: the count as this loader left it)."""
+        params = {"namespace": self.rt.ns.namespace, "topic": topic, "hot_until": hot_until}
         [(left,)] = await self._read(sql.COLD_LEFT, params)
         if not left:
-            await self.rt.scripts.call(scripts.clear_cold(self.rt.context, topic, cold_sends=hot.cold_sends,
+            await self.rt.scripts.call(scripts.clear_cold(self.rt.context, topic, cold=cold,
                                                           forget_window=not self.window))
 
     async def close(self) -> None:

@@ -5,6 +5,7 @@ import json
 
 import pytest
 
+from delayqueue.api import wire
 from delayqueue.core.clock import now_millis
 from delayqueue.core.constants import Status
 from delayqueue.core.exceptions import NotFound
@@ -13,6 +14,7 @@ from delayqueue.live.keys import Meta
 from delayqueue.services.consume import pull_messages
 from delayqueue.services.messages import delete_message, get_message, reschedule_message
 from delayqueue.services.send import SendRequest, prepared, send_call, send_message
+from delayqueue.services.topics import topic_info
 from delayqueue.workers import loader as loader_module
 from delayqueue.workers.loader import Loader, position
 from tests.helpers import REDIS_CLUSTER_URL, REDIS_URL, drain_log, history, logged, make_runtime, wait_until
@@ -60,7 +62,9 @@ async def test_a_send_due_beyond_the_window_waits_in_the_log_only(cold_rt):
         assert await get_message(rt, topic="t", msg_id=far.msg_id) == far  # answered from the log
         assert (await in_redis(rt, near.msg_id))["waiting"] == near.trigger_time
         assert (await in_redis(rt, now.msg_id))["body"]
-        assert await rt.redis.hget(rt.ns.topic("t").meta, Meta.COLD_SENDS) == "1"
+        info = await topic_info(rt, topic="t")
+        assert (info.waiting, info.waiting_cold) == (2, 1)  # far (cold) and near (hot)
+        assert wire.topic_info(info)["hotWaitingSize"] == 1 and wire.topic_info(info)["coldWaitingSize"] == 1
     finally:
         await loader.close()
 
@@ -269,7 +273,7 @@ async def test_a_topic_with_cold_messages_is_not_retired_until_the_loader_finds_
         assert await delete_message(rt, topic="t", msg_id=m.msg_id, release=True)
         await rt.redis.hdel(rt.ns.topic("t").msgs, m.msg_id)  # the tombstone's retention passed
         await loader.load_topic("t", force=True)
-        assert not await rt.redis.hexists(rt.ns.topic("t").meta, Meta.COLD_SENDS)
+        assert not await rt.redis.hexists(rt.ns.topic("t").meta, Meta.COLD)
         assert (await rt.scripts.call(retire)).retired
     finally:
         await loader.close()
@@ -286,7 +290,7 @@ async def test_switched_off_the_loader_brings_in_every_cold_message_and_forgets_
         assert await loader.load_topic("t") == 1
         assert (await in_redis(rt, m.msg_id))["waiting"] == m.trigger_time
         meta = await rt.redis.hgetall(rt.ns.topic("t").meta)
-        assert not {Meta.HOT_UNTIL, Meta.LOADED_TO, Meta.COLD_SENDS} & set(meta)
+        assert not {Meta.HOT_UNTIL, Meta.LOADED_TO, Meta.COLD} & set(meta)
         assert await loader.load_topic("t") == 0
     finally:
         await loader.close()
@@ -406,3 +410,30 @@ async def test_a_message_unknown_to_both_tiers_is_not_found_for_reschedule(cold_
     rt = cold_rt
     with pytest.raises(NotFound, match="not found"):
         await reschedule_message(rt, topic="t", msg_id="nobody", delay_millis=10)
+
+
+async def test_the_topic_counts_follow_cold_messages_through_every_move(cold_rt):
+    rt = cold_rt
+    loader = await started(rt)
+
+    async def counts():
+        info = await topic_info(rt, topic="t")
+        return info.waiting - info.waiting_cold, info.waiting_cold
+
+    try:
+        cold = [await send(rt, msg=str(i), delay=60_000 + i) for i in range(5)]
+        await send(rt, msg="dup", delay=60_000, msg_id=cold[0].msg_id)  # a duplicate counts once
+        assert await counts() == (0, 5)
+        await delete_message(rt, topic="t", msg_id=cold[0].msg_id)
+        await reschedule_message(rt, topic="t", msg_id=cold[1].msg_id, delay_millis=WINDOW // 2)
+        await reschedule_message(rt, topic="t", msg_id=cold[2].msg_id, delay_millis=120_000)
+        assert await counts() == (1, 3)
+        await raise_window_to(rt, "t", now_millis() + 90_000)
+        assert await loader.load_topic("t", force=True) == 2
+        assert await counts() == (3, 1)
+        await raise_window_to(rt, "t", now_millis() + 180_000)
+        assert await loader.load_topic("t", force=True) == 1
+        assert await counts() == (4, 0)
+        assert not await rt.redis.hexists(rt.ns.topic("t").meta, Meta.COLD)  # nothing left: dropped
+    finally:
+        await loader.close()

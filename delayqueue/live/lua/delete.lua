@@ -10,6 +10,7 @@
 -- KEYS[7] stats
 -- KEYS[8] events
 -- KEYS[9] prioritised
+-- KEYS[10] meta
 -- ARGV[1] msg_id
 -- ARGV[2] release: 1 frees the body at once, 0 keeps it readable for the retention
 -- ARGV[3] retention_millis: how long an ended body stays readable
@@ -36,6 +37,9 @@ if not raw then
   end
   redis.call('HSET', t.msgs, id, ARGV[6])
   redis.call('ZADD', t.ended, now + t.retention, id)
+  if redis.call('HEXISTS', KEYS[10], META.COLD) == 1 then
+    redis.call('HINCRBY', KEYS[10], META.COLD, -1)
+  end
   stat_add(t.stats, interval, now, COUNTER.DELETE, 1)
   return 2
 end

@@ -75,6 +75,9 @@ for j, id in ipairs(ids) do
   end
 end
 redis.call('HSET', meta, META.LOADED_TO, ARGV[6])
+if loaded > 0 and redis.call('HEXISTS', meta, META.COLD) == 1 then
+  redis.call('HINCRBY', meta, META.COLD, -loaded)
+end
 if loaded > 0 then
   redis.call('HSET', msgs, unpack(stores))
   if #due_later > 0 then

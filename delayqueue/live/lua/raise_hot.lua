@@ -6,16 +6,16 @@
 -- ARGV[1] hot_until: ms
 -- ARGV[2] loaded_to: the loaded_to of a topic that had no hot_until
 -- ARGV[3] start: 1 gives a topic without a hot_until one; 0 leaves it without (the cold tier is off)
--- Returns {hot_until, loaded_to, cold_sends}: what the meta holds now ({'', '', '0'} for none).
+-- Returns {hot_until, loaded_to, cold}: what the meta holds now ('' for none).
 local meta = KEYS[1]
 local hot = redis.call('HGET', meta, META.HOT_UNTIL)
 if not hot and ARGV[3] ~= '1' then
-  return {'', '', '0'}
+  return {'', '', ''}
 end
 if not hot then
   redis.call('HSET', meta, META.HOT_UNTIL, ARGV[1], META.LOADED_TO, ARGV[2])
 elseif tonumber(ARGV[1]) > tonumber(hot) then
   redis.call('HSET', meta, META.HOT_UNTIL, ARGV[1])
 end
-local values = redis.call('HMGET', meta, META.HOT_UNTIL, META.LOADED_TO, META.COLD_SENDS)
-return {values[1], values[2], values[3] or '0'}
+local values = redis.call('HMGET', meta, META.HOT_UNTIL, META.LOADED_TO, META.COLD)
+return {values[1], values[2], values[3] or ''}

@@ -49,6 +49,9 @@ if not raw and ARGV[10] ~= '' then
   if m.triggerTime <= now then
     m.status = STATUS.READY
   end
+  if redis.call('HEXISTS', KEYS[8], META.COLD) == 1 then
+    redis.call('HINCRBY', KEYS[8], META.COLD, -1)
+  end
   redis.call('HSET', t.msgs, id, cjson.encode(m))
   add_messages({waiting = t.waiting, ready = t.ready, prioritised = t.prioritised, expiry = t.expiry}, {m}, ARGV[6],
                ARGV[8])

@@ -93,7 +93,7 @@ if ARGV[17] == '1' and trigger > now then
       redis.call('HDEL', msgs, id)
       redis.call('ZREM', ended, id)
     end
-    redis.call('HINCRBY', meta, META.COLD_SENDS, 1)
+    redis.call('HINCRBY', meta, META.COLD, 1)
     return {4, 0, new_topic}
   end
 end

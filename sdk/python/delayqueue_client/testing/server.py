@@ -487,6 +487,7 @@ class FakeServer:
             buckets[name] = sum(1 for d in waiting if (lower is None or d > lower) and (upper is None or d <= upper))
             lower = upper
         return {"topic": topic.name, "waitingQueueSize": len(waiting), "waitingQueueInfo": buckets,
+                "hotWaitingSize": len(waiting), "coldWaitingSize": 0,  # the fake keeps every message hot
                 "readyQueueSize": sum(1 for m in live if m.status == READY),
                 "ackQueueSize": sum(1 for m in live if m.status == CONSUMING)}
 
