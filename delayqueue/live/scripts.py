@@ -557,7 +557,7 @@ def take_tokens(ctx: ScriptContext, topic: str | None, *, kind: str, wanted: int
 
 def admit_send(ctx: ScriptContext, topic: str, *, wanted: int, produce_rate: int, max_live: int) -> ScriptCall:
     k = ctx.ns.topic(topic)
-    return ScriptCall(ADMIT_SEND, [k.buckets, k.expiry], [wanted, produce_rate, max_live])
+    return ScriptCall(ADMIT_SEND, [k.buckets, k.expiry, k.meta], [wanted, produce_rate, max_live])
 
 
 def live_share_shortfall(ctx: ScriptContext, topic: str, *, wanted: int) -> ScriptCall:

@@ -8,7 +8,7 @@ import pytest
 from delayqueue.api import wire
 from delayqueue.core.clock import now_millis
 from delayqueue.core.constants import Status
-from delayqueue.core.exceptions import NotFound
+from delayqueue.core.exceptions import NotFound, Throttled
 from delayqueue.live import scripts
 from delayqueue.live.keys import Meta
 from delayqueue.services.consume import pull_messages
@@ -18,6 +18,8 @@ from delayqueue.services.topics import topic_info
 from delayqueue.workers import loader as loader_module
 from delayqueue.workers.loader import Loader, position
 from tests.helpers import REDIS_CLUSTER_URL, REDIS_URL, drain_log, history, logged, make_runtime, wait_until
+from tests.integration.test_limits import refused, set_limits_now
+from tests.integration.test_limits import send as limits_send
 
 WINDOW = 1000
 
@@ -51,9 +53,10 @@ async def started(rt, topic="t") -> Loader:
 async def test_a_send_due_beyond_the_window_waits_in_the_log_only(cold_rt):
     rt = cold_rt
     loader = await started(rt)
+    await raise_window_to(rt, "t", now_millis() + 30_000)  # a window a slow step cannot pass
     try:
         far = await send(rt, msg="far", delay=60_000)
-        near = await send(rt, msg="near", delay=WINDOW // 2)
+        near = await send(rt, msg="near", delay=10_000)
         now = await send(rt, msg="now", delay=0)
         assert far.status == Status.WAITING and far.trigger_time == far.produce_time + 60_000
         assert await in_redis(rt, far.msg_id) == {"body": False, "waiting": None, "expiry": None}
@@ -87,7 +90,7 @@ async def test_the_loader_brings_a_cold_message_in_ahead_of_its_time_and_it_fire
     await start_scanner(rt)
     await send(rt, msg="registers the topic", delay=0)
     await wait_until(lambda: _has_window(rt), timeout=10, what="the scanner's loader to raise the window")
-    m = await send(rt, msg="cold", delay=2500)
+    m = await send(rt, msg="cold", delay=4000)  # loaded some 3 s later: a slow step cannot pass it
     assert not (await in_redis(rt, m.msg_id))["body"]
 
     async def loaded():
@@ -363,12 +366,13 @@ async def test_a_cold_message_rescheduled_further_stays_cold_with_its_new_times(
         await loader.close()
 
 
-@pytest.mark.parametrize("delay", [WINDOW // 2, 0])
+@pytest.mark.parametrize("delay", [10_000, 0])
 async def test_a_cold_message_rescheduled_into_the_window_is_hot_at_once(cold_rt, delay):
     rt = cold_rt
     loader = await started(rt)
     try:
         m = await send(rt, msg="x", delay=60_000)
+        await raise_window_to(rt, "t", now_millis() + 30_000)  # a window a slow step cannot pass
         moved = await reschedule_message(rt, topic="t", msg_id=m.msg_id, delay_millis=delay)
         assert (await in_redis(rt, m.msg_id))["expiry"] == moved.expire_time
         if delay:
@@ -425,7 +429,8 @@ async def test_the_topic_counts_follow_cold_messages_through_every_move(cold_rt)
         await send(rt, msg="dup", delay=60_000, msg_id=cold[0].msg_id)  # a duplicate counts once
         assert await counts() == (0, 5)
         await delete_message(rt, topic="t", msg_id=cold[0].msg_id)
-        await reschedule_message(rt, topic="t", msg_id=cold[1].msg_id, delay_millis=WINDOW // 2)
+        await raise_window_to(rt, "t", now_millis() + 30_000)
+        await reschedule_message(rt, topic="t", msg_id=cold[1].msg_id, delay_millis=10_000)
         await reschedule_message(rt, topic="t", msg_id=cold[2].msg_id, delay_millis=120_000)
         assert await counts() == (1, 3)
         await raise_window_to(rt, "t", now_millis() + 90_000)
@@ -435,5 +440,24 @@ async def test_the_topic_counts_follow_cold_messages_through_every_move(cold_rt)
         assert await loader.load_topic("t", force=True) == 1
         assert await counts() == (4, 0)
         assert not await rt.redis.hexists(rt.ns.topic("t").meta, Meta.COLD)  # nothing left: dropped
+    finally:
+        await loader.close()
+
+
+@pytest.mark.parametrize("cap", ["topic", "namespace"])
+async def test_the_live_message_caps_count_cold_messages(cold_rt, cap):
+    rt = cold_rt
+    loader = await started(rt)
+    try:
+        if cap == "topic":
+            await set_limits_now(namespace=rt.ns.namespace, topic="t", max_live=3)
+        else:
+            await set_limits_now(namespace=rt.ns.namespace, max_live=3)
+        sent = await limits_send(rt, "t", 2, delay_millis=60_000) + await limits_send(rt, "t", 1)
+        assert not refused(sent) and (await topic_info(rt, topic="t")).waiting_cold == 2
+        [refusal] = await limits_send(rt, "t", 1, delay_millis=60_000)
+        assert isinstance(refusal, Throttled) and "(3 messages)" in str(refusal)
+        assert await delete_message(rt, topic="t", msg_id=sent[0].msg_id)  # a cold one: room again
+        assert not refused(await limits_send(rt, "t", 1, delay_millis=60_000))
     finally:
         await loader.close()

@@ -1,10 +1,10 @@
 -- Admits up to `wanted` new messages to a topic that has limits, before the message log is
--- written: room under its live-message cap (the expiry index holds exactly its live
--- messages), then a token each from its produce bucket. send.lua checks the cap again, as each
+-- written: room under its live-message cap (includes/live_count.lua), then a token each from its produce bucket. send.lua checks the cap again, as each
 -- message goes in, so concurrent sends cannot pass it; this check spares the log the rows of
 -- sends that would be refused.
 -- KEYS[1] buckets
 -- KEYS[2] expiry
+-- KEYS[3] meta
 -- ARGV[1] wanted
 -- ARGV[2] produce_rate: messages a second, 0 for no rate limit
 -- ARGV[3] max_live: 0 for no cap
@@ -12,11 +12,12 @@
 -- the first `admitted` messages go; up to `within the cap` the rate refused the rest, beyond it the cap.
 -- @include clock
 -- @include token_bucket
+-- @include live_count
 local buckets, expiry = KEYS[1], KEYS[2]
 local wanted, rate, max_live = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local within_cap = wanted
 if max_live > 0 then
-  within_cap = math.max(math.min(wanted, max_live - redis.call('ZCARD', expiry)), 0)
+  within_cap = math.max(math.min(wanted, max_live - live_count(expiry, KEYS[3])), 0)
 end
 if rate == 0 or within_cap == 0 then
   return {within_cap, within_cap, 0}

@@ -51,6 +51,7 @@
 -- @include ready_queue
 -- @include new_message
 -- @include end_message
+-- @include live_count
 local msgs, expiry, ended, meta, stats = KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local retention = tonumber(ARGV[14])
 local t = {waiting = KEYS[1], ready = KEYS[2], inflight = KEYS[3], prioritised = KEYS[9], msgs = msgs,
@@ -85,6 +86,17 @@ end
 if ARGV[18] == '1' and not (old and is_live(old)) then
   return {5, 0, new_topic}
 end
+-- The caps hold exactly, whatever runs concurrently (an ended message is in no count).
+local max_live, namespace_capped = tonumber(ARGV[11]), ARGV[12] == '1'
+if max_live > 0 or namespace_capped then
+  local live = live_count(expiry, meta)
+  if max_live > 0 and live >= max_live then
+    return {2, 0, new_topic}
+  end
+  if namespace_capped and live >= tonumber(redis.call('HGET', meta, META.LIVE_SHARE) or '0') then
+    return {3, 0, new_topic}
+  end
+end
 local trigger = tonumber(ARGV[3])
 if ARGV[17] == '1' and trigger > now then
   local hot_until = redis.call('HGET', meta, META.HOT_UNTIL)
@@ -95,17 +107,6 @@ if ARGV[17] == '1' and trigger > now then
     end
     redis.call('HINCRBY', meta, META.COLD, 1)
     return {4, 0, new_topic}
-  end
-end
--- The caps hold exactly, whatever runs concurrently (an ended message is in no count).
-local max_live, namespace_capped = tonumber(ARGV[11]), ARGV[12] == '1'
-if max_live > 0 or namespace_capped then
-  local live = redis.call('ZCARD', expiry)
-  if max_live > 0 and live >= max_live then
-    return {2, 0, new_topic}
-  end
-  if namespace_capped and live >= tonumber(redis.call('HGET', meta, META.LIVE_SHARE) or '0') then
-    return {3, 0, new_topic}
   end
 end
 if old then
