@@ -13,6 +13,7 @@ from delayqueue.live import scripts
 from delayqueue.live.keys import Meta
 from delayqueue.services.consume import pull_messages
 from delayqueue.services.messages import delete_message, get_message, reschedule_message
+from delayqueue.services.restore import restore
 from delayqueue.services.send import SendRequest, prepared, send_call, send_message
 from delayqueue.services.topics import topic_info
 from delayqueue.workers import loader as loader_module
@@ -459,5 +460,24 @@ async def test_the_live_message_caps_count_cold_messages(cold_rt, cap):
         assert isinstance(refusal, Throttled) and "(3 messages)" in str(refusal)
         assert await delete_message(rt, topic="t", msg_id=sent[0].msg_id)  # a cold one: room again
         assert not refused(await limits_send(rt, "t", 1, delay_millis=60_000))
+    finally:
+        await loader.close()
+
+
+async def test_a_restore_brings_cold_messages_into_redis_and_counts_them_hot(cold_rt):
+    """Without a loss of Redis, a restore puts back every live message the log holds that Redis
+    does not: the cold ones come in too (Redis may hold more than its window) and leave the count."""
+    rt = cold_rt
+    loader = await started(rt)
+    try:
+        cold = [await send(rt, msg=str(i), delay=60_000) for i in range(3)]
+        counts = await restore(rt)
+        assert counts.restored == 3
+        assert [(await in_redis(rt, m.msg_id))["waiting"] for m in cold] == [m.trigger_time for m in cold]
+        info = await topic_info(rt, topic="t")
+        assert (info.waiting, info.waiting_cold) == (3, 0)
+        await raise_window_to(rt, "t", now_millis() + 120_000)
+        assert await loader.load_topic("t", force=True) == 0  # held: none loaded twice
+        assert not await rt.redis.hexists(rt.ns.topic("t").meta, Meta.COLD)
     finally:
         await loader.close()

@@ -27,6 +27,9 @@ local dry_run = ARGV[4] == '1'
 local now = clock()
 local restored, held = 0, 0
 local added, changes = {}, {}
+-- Messages the cold tier kept in the log only (due after hot_until) are in Redis once restored.
+local hot_until = tonumber(redis.call('HGET', meta, META.HOT_UNTIL) or '-1')
+local was_cold = 0
 for i = 6, #ARGV, 8 do
   local id = ARGV[i]
   if dry_run then
@@ -43,12 +46,18 @@ for i = 6, #ARGV, 8 do
     else
       restored = restored + 1
       added[#added + 1] = m
+      if hot_until >= 0 and m.triggerTime > hot_until then
+        was_cold = was_cold + 1
+      end
       changes[#changes + 1] = {id, m.status, m.retry, m.produceTime}
     end
   end
 end
 if restored > 0 and not dry_run then
   add_messages(t, added, ARGV[1], topic)
+  if was_cold > 0 and redis.call('HEXISTS', meta, META.COLD) == 1 then
+    redis.call('HINCRBY', meta, META.COLD, -was_cold)
+  end
   redis.call('HSET', meta, META.LAST_ACTIVE, now)
   redis.call('HSETNX', meta, META.REGISTERED, 1)
   -- The topic's scanner may be asleep towards a later time, or not know the topic yet.
