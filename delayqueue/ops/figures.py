@@ -44,7 +44,7 @@ async def topic_overview(rt: Runtime, *, topics: list[str]) -> list[dict]:
         pipe.xlen(k.events)
         pipe.lindex(k.ready, -1)  # the oldest ready id of priority 0: pulls take from the tail
         pipe.exists(k.prioritised)
-        pipe.hmget(k.meta, Meta.PAUSED, Meta.PUSH)  # the pause as the pull script reads it
+        pipe.hmget(k.meta, Meta.PAUSED, Meta.PUSH, Meta.HOT_UNTIL)  # the pause as the pull script reads it
     pipe.hgetall(rt.ns.pushes)
     *replies, push_counts = await pipe.execute()
     pushes = topic_figures(push_counts)
@@ -89,12 +89,15 @@ async def topic_overview(rt: Runtime, *, topics: list[str]) -> list[dict]:
         overviews.append({
             "topic": info.topic,
             "waiting": info.waiting,
+            "waiting_cold": info.waiting_cold,
             "waiting_within": info.waiting_within,
             "ready": info.ready,
             "consuming": info.consuming,
             "overdue": overdue,
             "log_backlog": backlog,
             "paused": replies[6 * i + 5][0] == "1",
+            # The cold tier: how far ahead of now Redis holds every waiting message (None: no window).
+            "hot_ahead_ms": None if replies[6 * i + 5][2] is None else int(replies[6 * i + 5][2]) - now,
             "push": _push_overview(info, replies[6 * i + 5][1] == "1", pushes.get(info.topic)),
             "oldest_ready_age_ms": max(now - oldest, 0) if oldest is not None else 0,
             "last_interval": {counter: number("counter", interval=previous, name=counter) for counter in stats.Counter},

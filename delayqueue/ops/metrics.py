@@ -55,8 +55,12 @@ class Snapshot:
         requests = CounterMetricFamily(
             "delayqueue_requests", "Requests and scanner events per topic since the topic was registered "
             "(camellia's request types; pullMsg counts messages delivered)", labels=["namespace", "topic", "type"])
-        sizes = GaugeMetricFamily("delayqueue_queue_size", "Messages per queue structure",
+        sizes = GaugeMetricFamily("delayqueue_queue_size", "Messages per queue structure (waiting: in Redis and in "
+                                  "the message log only; cold: those in the log only)",
                                   labels=["namespace", "topic", "queue"])
+        hot_ahead = GaugeMetricFamily("delayqueue_hot_window_ahead_seconds", "The cold tier: how far ahead of now "
+                                      "Redis holds every waiting message of the topic (the loader's hot_until)",
+                                      labels=["namespace", "topic"])
         waiting = GaugeMetricFamily("delayqueue_waiting_messages", "Waiting messages by time until due "
                                     "(getTopicInfo's buckets)", labels=["namespace", "topic", "due_in"])
         overdue = GaugeMetricFamily("delayqueue_overdue_messages", "Waiting messages more than "
@@ -111,6 +115,9 @@ class Snapshot:
                 sizes.add_metric([ns, topic, "waiting"], o["waiting"])
                 sizes.add_metric([ns, topic, "ready"], o["ready"])
                 sizes.add_metric([ns, topic, "inflight"], o["consuming"])
+                sizes.add_metric([ns, topic, "cold"], o["waiting_cold"])
+                if o["hot_ahead_ms"] is not None:
+                    hot_ahead.add_metric([ns, topic], o["hot_ahead_ms"] / 1000)
                 for name, count in zip(WAITING_BUCKET_NAMES, o["waiting_within"]):
                     waiting.add_metric([ns, topic, name.removeprefix("sizeOf")], count)
                 overdue.add_metric([ns, topic], o["overdue"])
@@ -136,7 +143,7 @@ class Snapshot:
             counts = {(f.namespace, o["topic"]): 0 for f in self.namespaces for o in f.overviews} | self.dead
             for (ns, topic), count in sorted(counts.items()):
                 dead.add_metric([ns, topic], count)
-        yield from (requests, sizes, waiting, overdue, oldest, backlog, lateness, topics, lag, lost, throttled,
+        yield from (requests, sizes, hot_ahead, waiting, overdue, oldest, backlog, lateness, topics, lag, lost, throttled,
                     paused, pushes, push_failures, push_lateness, push_in_flight, redrive_moved, redrive_left)
         if self.dead is not None:
             yield dead

@@ -18,9 +18,11 @@ from delayqueue.services.send import SendRequest, prepared, send_call, send_mess
 from delayqueue.services.topics import topic_info
 from delayqueue.workers import loader as loader_module
 from delayqueue.workers.loader import Loader, position
-from tests.helpers import REDIS_CLUSTER_URL, REDIS_URL, drain_log, history, logged, make_runtime, wait_until
+from tests.helpers import REDIS_CLUSTER_URL, REDIS_URL, call, drain_log, history, logged, make_runtime, wait_until
 from tests.integration.test_limits import refused, set_limits_now
 from tests.integration.test_limits import send as limits_send
+from tests.integration.test_monitoring import sample as metric
+from tests.integration.test_monitoring import scrape
 
 WINDOW = 1000
 
@@ -481,3 +483,21 @@ async def test_a_restore_brings_cold_messages_into_redis_and_counts_them_hot(col
         assert not await rt.redis.hexists(rt.ns.topic("t").meta, Meta.COLD)
     finally:
         await loader.close()
+
+
+async def test_metrics_show_cold_messages_and_how_far_ahead_the_window_is(api, settings):
+    settings.DELAYQUEUE = {**settings.DELAYQUEUE, "HOT_WINDOW_MILLIS": 30_000}
+    rt = make_runtime(REDIS_URL, hot_window_millis=30_000)
+    loader = await started(rt)
+    try:
+        await call(api, "sendMsg", topic="t", msg="cold", delayMillis="600000")
+        await call(api, "sendMsg", topic="t", msg="hot", delayMillis="10000")
+        samples = await scrape(api)
+        assert metric(samples, "delayqueue_queue_size", topic="t", queue="waiting") == 2
+        assert metric(samples, "delayqueue_queue_size", topic="t", queue="cold") == 1
+        assert 0 < metric(samples, "delayqueue_hot_window_ahead_seconds", topic="t") <= 30
+        info = (await call(api, "getTopicInfo", method="get", topic="t"))["data"]
+        assert (info["waitingQueueSize"], info["hotWaitingSize"], info["coldWaitingSize"]) == (2, 1, 1)
+    finally:
+        await loader.close()
+        await rt.close()
