@@ -1,6 +1,7 @@
 """The cold tier: messages due beyond DELAYQUEUE_HOT_WINDOW_MILLIS wait in the message log only,
 and the loader (workers/loader.py) brings them into Redis ahead of their time. On a single Redis
 and on the Redis Cluster."""
+import asyncio
 import json
 
 import pytest
@@ -11,10 +12,11 @@ from delayqueue.core.constants import Status
 from delayqueue.core.exceptions import NotFound, Throttled
 from delayqueue.live import scripts
 from delayqueue.live.keys import Meta
-from delayqueue.services.consume import pull_messages
+from delayqueue.core.messages import Message
+from delayqueue.services.consume import ack_messages, pull_messages
 from delayqueue.services.messages import delete_message, get_message, reschedule_message
 from delayqueue.services.restore import restore
-from delayqueue.services.send import SendRequest, prepared, send_call, send_message
+from delayqueue.services.send import SendRequest, prepared, send_call, send_message, send_messages
 from delayqueue.services.topics import topic_info
 from delayqueue.workers import loader as loader_module
 from delayqueue.workers.loader import Loader, position
@@ -501,3 +503,62 @@ async def test_metrics_show_cold_messages_and_how_far_ahead_the_window_is(api, s
     finally:
         await loader.close()
         await rt.close()
+
+
+@pytest.mark.process
+@pytest.mark.fault
+def test_a_scanner_killed_while_its_loader_works_leaves_nothing_lost_doubled_or_early(scanner_process):
+    """SIGKILL of a real run_scanners process while its loader brings 3,000 cold messages in (due
+    over 3 s, the window 1 s): the scanner that takes the topic over loads the rest, and every
+    message is delivered once, none before its time."""
+    window = {"DELAYQUEUE_HOT_WINDOW_MILLIS": "1000"}
+    first = scanner_process("loader-a", **window)
+    first.wait_started()
+
+    async def run():
+        rt = make_runtime(REDIS_URL, hot_window_millis=1000)
+        k = rt.ns.topic("k")
+        try:
+            await send(rt, topic="k", msg="registers the topic", delay=0, msg_id="register")
+
+            async def window_raised():
+                return await rt.redis.hexists(k.meta, Meta.HOT_UNTIL)
+
+            await wait_until(window_raised, timeout=20, what="the first scanner's loader to raise the window")
+            base = now_millis() + 3000
+            sent = await send_messages(rt, requests=[
+                SendRequest(topic="k", msg=str(i), trigger_time=base + i) for i in range(3000)])
+            assert all(isinstance(m, Message) for m in sent) and (await topic_info(rt, topic="k")).waiting_cold > 2500
+
+            async def loading():
+                return await rt.redis.zcard(k.waiting) >= 300
+
+            await wait_until(loading, timeout=20, interval=0.005, what="the loader to be loading")
+            first.kill()
+            first.proc.wait()
+            assert await rt.redis.zcard(k.waiting) < 3000  # killed with some still to load
+            second = scanner_process("loader-b", **window)
+            await asyncio.to_thread(second.wait_started)
+            due = {m.msg_id: m.trigger_time for m in sent}
+            delivered, early = [], []
+
+            async def all_delivered():
+                pulled, _ = await pull_messages(rt, topic="k", batch=500)
+                now = now_millis()
+                for m in pulled:
+                    delivered.append(m.msg_id)
+                    if m.msg_id in due and now < due[m.msg_id]:
+                        early.append(m.msg_id)
+                if pulled:
+                    await ack_messages(rt, topic="k", msg_ids=[m.msg_id for m in pulled])
+                return len(set(delivered)) == len(due) + 1
+
+            await wait_until(all_delivered, timeout=40, interval=0.005, what="every message to be delivered")
+            assert len(delivered) == len(set(delivered)) == 3001  # once each
+            assert early == []
+            info = await topic_info(rt, topic="k")
+            assert (info.waiting, info.waiting_cold, info.ready, info.consuming) == (0, 0, 0, 0)
+        finally:
+            await rt.close()
+
+    asyncio.run(run())
