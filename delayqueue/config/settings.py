@@ -234,6 +234,11 @@ class QueueConfig:
         "DELAYQUEUE_HOT_WINDOW_MILLIS", 0, "Redis holds the waiting messages due within this long (the loader "
         "brings the others from the message log ahead of their time); 0 holds every message in Redis",
         minimum=0, maximum=MAX_DELAY_MILLIS, check=checked_hot_window)
+    @property
+    def cold_tier(self) -> bool:
+        """Whether a message may wait in the message log only: a hot window, and the log to hold it."""
+        return self.message_log and self.hot_window_millis > 0
+
     # The whole body of one request, whatever it carries: a sendMsgBatch of DELAYQUEUE_MAX_BATCH_SEND
     # messages of DELAYQUEUE_MAX_MSG_BYTES each would otherwise be allowed up to 1 GB.
     max_body_bytes: int = setting(

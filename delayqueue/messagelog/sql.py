@@ -258,10 +258,12 @@ SELECT COALESCE((SELECT trigger_time FROM {tables.MESSAGE} WHERE namespace = %(n
                  AND {WAITING} ORDER BY trigger_time DESC, id DESC LIMIT 1)
                 > {from_millis("%(hot_until)s::int8")}, FALSE)
 """
-# A live message by msgId, as Message takes it (getMsg of a message Redis does not hold).
+# A log row's columns as Message takes them.
+_AS_MESSAGE = (f"topic, msg_id, payload, {to_millis('produce_time')}, {to_millis('trigger_time')}, "
+               f"{to_millis('expire_time')}, max_retry, retry, status, priority")
+# A live message by msgId (getMsg of a message Redis does not hold).
 LIVE_MESSAGE = f"""
-SELECT topic, msg_id, payload, {to_millis("produce_time")}, {to_millis("trigger_time")}, {to_millis("expire_time")},
-       max_retry, retry, status, priority
+SELECT {_AS_MESSAGE}
 FROM {tables.MESSAGE} WHERE namespace = %(namespace)s AND topic = %(topic)s AND msg_id = %(msg_id)s AND {LIVE}
 """
 # Deletes a waiting message Redis does not hold (deleteMsg in the cold tier): the row is deleted,
@@ -279,8 +281,7 @@ WITH deleted AS (
     FROM deleted
     ON CONFLICT (namespace, topic, msg_id, event_id) DO NOTHING
 )
-SELECT topic, msg_id, payload, {to_millis("produce_time")}, {to_millis("trigger_time")}, {to_millis("expire_time")},
-       max_retry, retry, status, priority FROM deleted
+SELECT {_AS_MESSAGE} FROM deleted
 """
 # Gives a waiting message Redis does not hold a new trigger time, %(trigger)s ms (rescheduleMsg in
 # the cold tier): its expireTime moves as much, and a history row records it with its times.
@@ -303,8 +304,7 @@ WITH old AS (
     FROM moved
     ON CONFLICT (namespace, topic, msg_id, event_id) DO NOTHING
 )
-SELECT topic, msg_id, payload, {to_millis("produce_time")}, {to_millis("trigger_time")}, {to_millis("expire_time")},
-       max_retry, retry, status, priority, {to_millis("old_trigger_time")} FROM moved
+SELECT {_AS_MESSAGE}, {to_millis("old_trigger_time")} FROM moved
 """
 
 # --- Retention (retention.prune_log): small batches, each its own short transaction.

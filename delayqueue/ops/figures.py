@@ -72,6 +72,7 @@ async def topic_overview(rt: Runtime, *, topics: list[str]) -> list[dict]:
     overviews = []
     for i, info in enumerate(infos):
         counts, overdue, backlog = replies[6 * i:6 * i + 3]
+        paused, push, hot_until = replies[6 * i + 5]
         oldest = min((Message.from_stored(raw).trigger_time for raw in bodies.get(info.topic, [])), default=None)
 
         def number(template: str, **values) -> int:
@@ -95,10 +96,10 @@ async def topic_overview(rt: Runtime, *, topics: list[str]) -> list[dict]:
             "consuming": info.consuming,
             "overdue": overdue,
             "log_backlog": backlog,
-            "paused": replies[6 * i + 5][0] == "1",
+            "paused": paused == "1",
             # The cold tier: how far ahead of now Redis holds every waiting message (None: no window).
-            "hot_ahead_ms": None if replies[6 * i + 5][2] is None else int(replies[6 * i + 5][2]) - now,
-            "push": _push_overview(info, replies[6 * i + 5][1] == "1", pushes.get(info.topic)),
+            "hot_ahead_ms": None if hot_until is None else int(hot_until) - now,
+            "push": _push_overview(info, push == "1", pushes.get(info.topic)),
             "oldest_ready_age_ms": max(now - oldest, 0) if oldest is not None else 0,
             "last_interval": {counter: number("counter", interval=previous, name=counter) for counter in stats.Counter},
             "interval_seconds": rt.config.monitor_interval_seconds,

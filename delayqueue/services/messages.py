@@ -11,7 +11,7 @@ async def get_message(rt: Runtime, *, topic: str, msg_id: str) -> Message | None
     """A live message (in the cold tier, from the message log if Redis does not hold it), or an
     ended one inside the retention window; None otherwise."""
     message = await rt.scripts.call(scripts.get(rt.context, topic, msg_id=msg_id))
-    if message is None and _cold_tier(rt):
+    if message is None and rt.config.cold_tier:
         return await rt.log.live_message(topic, msg_id)
     return message
 
@@ -22,7 +22,7 @@ async def delete_message(rt: Runtime, *, topic: str, msg_id: str, release: bool 
     cold tier, a waiting message Redis does not hold is deleted in the message log, and Redis
     keeps it as deleted for the retention, so a loader that read it before cannot bring it in."""
     outcome = await rt.scripts.call(scripts.delete(rt.context, topic, msg_id=msg_id, release=release))
-    if outcome != -1 or not _cold_tier(rt):
+    if outcome != -1 or not rt.config.cold_tier:
         return outcome == 1
     deleted = await rt.log.delete_cold(topic, msg_id)
     if deleted is None:
@@ -48,11 +48,6 @@ async def _reschedule_cold(rt: Runtime, topic: str, msg_id: str, trigger_time: i
                                                     old_trigger_time=old_trigger))
 
 
-def _cold_tier(rt: Runtime) -> bool:
-    """Whether messages may wait out of Redis: the cold tier is on (with the message log)."""
-    return rt.config.message_log and rt.config.hot_window_millis > 0
-
-
 async def reschedule_message(rt: Runtime, *, topic: str, msg_id: str, trigger_time: int = -1,
                              delay_millis: int = 0) -> Message:
     """A waiting or ready message gets a new trigger time: `trigger_time` (epoch ms), or with -1
@@ -61,7 +56,7 @@ async def reschedule_message(rt: Runtime, *, topic: str, msg_id: str, trigger_ti
     Raises Conflict when it is consuming, NotFound when it is unknown or ended."""
     reply = await rt.scripts.call(scripts.reschedule(rt.context, topic, msg_id=msg_id, trigger_time=trigger_time,
                                                      delay_millis=delay_millis))
-    if reply.stored is None and reply.status == 0 and _cold_tier(rt):
+    if reply.stored is None and reply.status == 0 and rt.config.cold_tier:
         reply = await _reschedule_cold(rt, topic, msg_id, trigger_time, delay_millis) or reply
     if reply.stored is not None:
         return reply.stored

@@ -78,7 +78,7 @@ def send_call(rt: Runtime, message: Message, *, max_live: int = 0, namespace_cap
                         max_retry=message.max_retry, produce_time=message.produce_time, max_live=max_live,
                         namespace_capped=namespace_capped, priority=message.priority,
                         dedupe_window_millis=0 if redrive else rt.config.dedupe_window_millis,
-                        cold_tier=rt.config.hot_window_millis > 0, logged_live=logged_live)
+                        cold_tier=rt.config.cold_tier, logged_live=logged_live)
 
 
 async def send_message(rt: Runtime, *, request: SendRequest) -> Message:
@@ -144,13 +144,13 @@ async def _send_admitted(rt: Runtime, requests: list[SendRequest],
     # cold tier, from here; an ended one is the answer, as a duplicate: nothing is sent.
     logged_live = [message if message is not None and message.status in LIVE_STATUSES else None for message in kept]
     kept = [None if live is not None else message for message, live in zip(kept, logged_live)]
-    cold_tier = rt.config.hot_window_millis > 0
+    live_in_log = [rt.config.cold_tier and live is not None for live in logged_live]
     if admitted is None:
-        calls = [send_call(rt, row, logged_live=cold_tier and live is not None) for row, live in zip(rows, logged_live)]
+        calls = [send_call(rt, row, logged_live=live) for row, live in zip(rows, live_in_log)]
     else:
         capped = admitted.namespace_cap > 0
-        calls = [send_call(rt, row, max_live=admitted.topic_cap(row.topic), namespace_capped=capped,
-                           logged_live=cold_tier and live is not None) for row, live in zip(rows, logged_live)]
+        calls = [send_call(rt, row, max_live=admitted.topic_cap(row.topic), namespace_capped=capped, logged_live=live)
+                 for row, live in zip(rows, live_in_log)]
     replies = [None if message is None else scripts.SendReply(False, 0, message, False) for message in kept]
     going = [i for i, message in enumerate(kept) if message is None]
     if going:

@@ -8,7 +8,7 @@ import pytest
 
 from delayqueue.api import wire
 from delayqueue.core.clock import now_millis
-from delayqueue.core.constants import Status
+from delayqueue.core.constants import MAX_DELAY_MILLIS, Status
 from delayqueue.core.exceptions import NotFound, Throttled
 from delayqueue.live import scripts
 from delayqueue.live.keys import Meta
@@ -117,6 +117,21 @@ async def test_the_loader_brings_a_cold_message_in_ahead_of_its_time_and_it_fire
 
 async def _has_window(rt) -> bool:
     return await rt.redis.hexists(rt.ns.topic("t").meta, Meta.HOT_UNTIL)
+
+
+def after_first_page(monkeypatch, loader, action) -> list:
+    """Runs `action()` once, between the loader's read of a page and its load of it (the race the
+    loader's protocol must survive); returns the list its answer goes into."""
+    answers, real_page = [], loader._page
+
+    async def page_then_act(*args):
+        rows = await real_page(*args)
+        if rows and not answers:
+            answers.append(await action())
+        return rows
+
+    monkeypatch.setattr(loader, "_page", page_then_act)
+    return answers
 
 
 async def raise_window_to(rt, topic, hot_until):
@@ -242,23 +257,23 @@ async def test_a_delete_racing_the_loader_deletes_the_message(cold_rt, monkeypat
     try:
         m = await send(rt, msg="x", delay=60_000)
         await raise_window_to(rt, "t", now_millis() + 120_000)
-        real_page, real_call = loader._page, rt.scripts.call
-        answers = []
+        real_call = rt.scripts.call
 
-        async def page_then_delete(*args):
-            rows = await real_page(*args)
-            if rows and deleted == "after the loader read it":
-                answers.append(await delete_message(rt, topic="t", msg_id=m.msg_id))
-            return rows
+        def delete():
+            return delete_message(rt, topic="t", msg_id=m.msg_id)
 
-        async def load_then_delete(call):
-            reply = await real_call(call)
-            if call.script is scripts.LOAD_COLD and deleted == "after the loader loaded it" and not answers:
-                answers.append(await delete_message(rt, topic="t", msg_id=m.msg_id))
-            return reply
+        if deleted == "after the loader read it":
+            answers = after_first_page(monkeypatch, loader, delete)
+        else:
+            answers = []
 
-        monkeypatch.setattr(loader, "_page", page_then_delete)
-        monkeypatch.setattr(rt.scripts, "call", load_then_delete)
+            async def load_then_delete(call):
+                reply = await real_call(call)
+                if call.script is scripts.LOAD_COLD and not answers:
+                    answers.append(await delete())
+                return reply
+
+            monkeypatch.setattr(rt.scripts, "call", load_then_delete)
         await loader.load_topic("t", force=True)
         monkeypatch.setattr(rt.scripts, "call", real_call)
         await drain_log(rt, ["t"])  # a delete of a loaded message is logged as any other
@@ -398,16 +413,8 @@ async def test_a_cold_message_rescheduled_after_the_loader_read_it_fires_at_its_
     try:
         m = await send(rt, msg="x", delay=60_000)
         await raise_window_to(rt, "t", now_millis() + 90_000)
-        real_page = loader._page
-        moved = []
-
-        async def page_then_reschedule(*args):
-            rows = await real_page(*args)
-            if rows and not moved:
-                moved.append(await reschedule_message(rt, topic="t", msg_id=m.msg_id, delay_millis=3_600_000))
-            return rows
-
-        monkeypatch.setattr(loader, "_page", page_then_reschedule)
+        moved = after_first_page(monkeypatch, loader, lambda: reschedule_message(
+            rt, topic="t", msg_id=m.msg_id, delay_millis=3_600_000))
         await loader.load_topic("t", force=True)
         assert (await in_redis(rt, m.msg_id))["waiting"] == moved[0].trigger_time
         assert await get_message(rt, topic="t", msg_id=m.msg_id) == moved[0]
@@ -562,3 +569,28 @@ def test_a_scanner_killed_while_its_loader_works_leaves_nothing_lost_doubled_or_
             await rt.close()
 
     asyncio.run(run())
+
+
+async def test_a_message_ten_years_ahead_is_one_log_row_and_nothing_in_redis(cold_rt):
+    rt = cold_rt
+    loader = await started(rt)
+    try:
+        m = await send(rt, msg="far", delay=MAX_DELAY_MILLIS)
+        assert m.trigger_time == m.produce_time + MAX_DELAY_MILLIS
+        assert await in_redis(rt, m.msg_id) == {"body": False, "waiting": None, "expiry": None}
+        assert (await logged("t", m.msg_id))["status"] == Status.WAITING
+        assert await get_message(rt, topic="t", msg_id=m.msg_id) == m
+    finally:
+        await loader.close()
+
+
+async def test_with_the_message_log_off_a_window_keeps_every_message_in_redis(clean_state):
+    """Cold messages live in the log: without it, nothing may be left out of Redis."""
+    rt = make_runtime(REDIS_URL, hot_window_millis=1000, message_log=False)
+    try:
+        assert not rt.config.cold_tier
+        await raise_window_to(rt, "t", now_millis() + 1000)
+        m = await send(rt, msg="far", delay=60_000)
+        assert (await in_redis(rt, m.msg_id))["waiting"] == m.trigger_time
+    finally:
+        await rt.close()

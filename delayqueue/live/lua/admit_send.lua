@@ -1,7 +1,7 @@
 -- Admits up to `wanted` new messages to a topic that has limits, before the message log is
--- written: room under its live-message cap (includes/live_count.lua), then a token each from its produce bucket. send.lua checks the cap again, as each
--- message goes in, so concurrent sends cannot pass it; this check spares the log the rows of
--- sends that would be refused.
+-- written: room under its live-message cap (live_count), then a token each from its produce
+-- bucket. send.lua checks the cap again, as each message goes in, so concurrent sends cannot
+-- pass it; this check spares the log the rows of sends that would be refused.
 -- KEYS[1] buckets
 -- KEYS[2] expiry
 -- KEYS[3] meta
@@ -12,7 +12,7 @@
 -- the first `admitted` messages go; up to `within the cap` the rate refused the rest, beyond it the cap.
 -- @include clock
 -- @include token_bucket
--- @include live_count
+-- @include cold_count
 local buckets, expiry = KEYS[1], KEYS[2]
 local wanted, rate, max_live = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local within_cap = wanted

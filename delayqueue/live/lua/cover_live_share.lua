@@ -4,7 +4,7 @@
 -- KEYS[1] expiry
 -- KEYS[2] meta
 -- Returns the topic's share now.
--- @include live_count
+-- @include cold_count
 local live = live_count(KEYS[1], KEYS[2])
 local share = tonumber(redis.call('HGET', KEYS[2], META.LIVE_SHARE) or '0')
 if live > share then

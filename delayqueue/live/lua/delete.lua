@@ -24,6 +24,7 @@
 -- @include clock
 -- @include status
 -- @include end_message
+-- @include cold_count
 local t = {waiting = KEYS[1], ready = KEYS[2], inflight = KEYS[3], msgs = KEYS[4], expiry = KEYS[5],
            ended = KEYS[6], stats = KEYS[7], events = KEYS[8], prioritised = KEYS[9],
            actor = ARGV[5], retention = tonumber(ARGV[3])}
@@ -37,9 +38,7 @@ if not raw then
   end
   redis.call('HSET', t.msgs, id, ARGV[6])
   redis.call('ZADD', t.ended, now + t.retention, id)
-  if redis.call('HEXISTS', KEYS[10], META.COLD) == 1 then
-    redis.call('HINCRBY', KEYS[10], META.COLD, -1)
-  end
+  cold_moved(KEYS[10], 1)
   stat_add(t.stats, interval, now, COUNTER.DELETE, 1)
   return 2
 end

@@ -5,7 +5,7 @@
 -- KEYS[2] meta
 -- ARGV[1] wanted
 -- Returns the shortfall, 0 when the share has room for all of them.
--- @include live_count
+-- @include cold_count
 local live = live_count(KEYS[1], KEYS[2])
 local share = tonumber(redis.call('HGET', KEYS[2], META.LIVE_SHARE) or '0')
 return math.max(live + tonumber(ARGV[1]) - share, 0)

@@ -27,6 +27,7 @@
 -- @include status
 -- @include history
 -- @include add_messages
+-- @include cold_count
 local msgs, meta, events, ended = KEYS[3], KEYS[5], KEYS[6], KEYS[8]
 local t = {waiting = KEYS[1], ready = KEYS[2], prioritised = KEYS[7], expiry = KEYS[4]}
 local topic = ARGV[3]
@@ -75,10 +76,8 @@ for j, id in ipairs(ids) do
   end
 end
 redis.call('HSET', meta, META.LOADED_TO, ARGV[6])
-if loaded > 0 and redis.call('HEXISTS', meta, META.COLD) == 1 then
-  redis.call('HINCRBY', meta, META.COLD, -loaded)
-end
 if loaded > 0 then
+  cold_moved(meta, loaded)
   redis.call('HSET', msgs, unpack(stores))
   if #due_later > 0 then
     redis.call('ZADD', t.expiry, unpack(expiring))

@@ -34,6 +34,7 @@
 -- @include set_ready
 -- @include set_waiting
 -- @include add_messages
+-- @include cold_count
 local t = {waiting = KEYS[1], ready = KEYS[2], inflight = KEYS[3], msgs = KEYS[4], expiry = KEYS[5],
            ended = KEYS[6], stats = KEYS[7], events = KEYS[9], prioritised = KEYS[10],
            actor = ARGV[9], retention = tonumber(ARGV[4])}
@@ -49,12 +50,9 @@ if not raw and ARGV[10] ~= '' then
   if m.triggerTime <= now then
     m.status = STATUS.READY
   end
-  if redis.call('HEXISTS', KEYS[8], META.COLD) == 1 then
-    redis.call('HINCRBY', KEYS[8], META.COLD, -1)
-  end
+  cold_moved(KEYS[8], 1)
   redis.call('HSET', t.msgs, id, cjson.encode(m))
-  add_messages({waiting = t.waiting, ready = t.ready, prioritised = t.prioritised, expiry = t.expiry}, {m}, ARGV[6],
-               ARGV[8])
+  add_messages(t, {m}, ARGV[6], ARGV[8])
   if m.status == STATUS.READY then
     log_event(t.events, t.actor, id, m, STATUS.WAITING, REASON.RESCHEDULED, true)
   end

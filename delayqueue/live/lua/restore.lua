@@ -20,6 +20,7 @@
 -- @include history
 -- @include add_messages
 -- @include new_message
+-- @include cold_count
 local waiting, ready, msgs, expiry, meta, events = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local t = {waiting = waiting, ready = ready, prioritised = KEYS[7], expiry = expiry}
 local topic = ARGV[3]
@@ -55,9 +56,7 @@ for i = 6, #ARGV, 8 do
 end
 if restored > 0 and not dry_run then
   add_messages(t, added, ARGV[1], topic)
-  if was_cold > 0 and redis.call('HEXISTS', meta, META.COLD) == 1 then
-    redis.call('HINCRBY', meta, META.COLD, -was_cold)
-  end
+  cold_moved(meta, was_cold)
   redis.call('HSET', meta, META.LAST_ACTIVE, now)
   redis.call('HSETNX', meta, META.REGISTERED, 1)
   -- The topic's scanner may be asleep towards a later time, or not know the topic yet.

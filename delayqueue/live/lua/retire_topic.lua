@@ -1,6 +1,7 @@
--- Scanner: marks a topic retired when it holds nothing (cold messages included) and has seen no send, pull or ack for
--- idle_millis. The next send re-registers it (send.lua sets 'registered' again), which is how
--- the caller knows to put it back in the topic registry if a send raced the retire.
+-- Scanner: marks a topic retired when it holds nothing (cold messages included) and has seen no
+-- send, pull or ack for idle_millis. The next send re-registers it (send.lua sets 'registered'
+-- again), which is how the caller knows to put it back in the topic registry if a send raced the
+-- retire.
 -- KEYS[1] waiting
 -- KEYS[2] ready
 -- KEYS[3] inflight
@@ -17,7 +18,8 @@
 local waiting, inflight, msgs, meta, stats, events = KEYS[1], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local now = clock()
 -- Messages out of Redis, in the message log only, are held too (its loader works a registered topic).
-if redis.call('HEXISTS', meta, META.COLD) == 1 or redis.call('ZCARD', waiting) > 0 or ready_count({ready = KEYS[2], prioritised = KEYS[8]}) > 0
+if redis.call('HEXISTS', meta, META.COLD) == 1
+    or redis.call('ZCARD', waiting) > 0 or ready_count({ready = KEYS[2], prioritised = KEYS[8]}) > 0
     or redis.call('ZCARD', inflight) > 0 or redis.call('HLEN', msgs) > 0
     or redis.call('XLEN', events) > 0 then
   return {0, 0}

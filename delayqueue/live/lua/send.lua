@@ -51,7 +51,7 @@
 -- @include ready_queue
 -- @include new_message
 -- @include end_message
--- @include live_count
+-- @include cold_count
 local msgs, expiry, ended, meta, stats = KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local retention = tonumber(ARGV[14])
 local t = {waiting = KEYS[1], ready = KEYS[2], inflight = KEYS[3], prioritised = KEYS[9], msgs = msgs,
