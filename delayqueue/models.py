@@ -12,9 +12,10 @@ from django.db import models
 
 from delayqueue.core import messages
 from delayqueue.core.clock import to_millis
-from delayqueue.core.constants import (MAX_EVENT_DETAIL, MAX_LIMIT, MAX_PUSH_URL_LENGTH, MAX_TOPIC_BYTES,
-                                       PUSH_CONCURRENCY_DEFAULT, PUSH_MAX_CONCURRENCY, PUSH_MAX_TIMEOUT_MILLIS,
-                                       PUSH_TIMEOUT_DEFAULT_MILLIS, RETRY_BACKOFF_MAX_MILLIS, Reason, Status)
+from delayqueue.core.constants import (MAX_EVENT_DETAIL, MAX_LIMIT, MAX_PUSH_URL_LENGTH, MAX_SCHEDULE_ID_LENGTH,
+                                       MAX_TOPIC_BYTES, PUSH_CONCURRENCY_DEFAULT, PUSH_MAX_CONCURRENCY,
+                                       PUSH_MAX_TIMEOUT_MILLIS, PUSH_TIMEOUT_DEFAULT_MILLIS, RETRY_BACKOFF_MAX_MILLIS,
+                                       CatchUp, Reason, Status)
 from delayqueue.messagelog import tables
 
 
@@ -281,3 +282,63 @@ class RedriveTask(models.Model):
 
     def __str__(self):
         return f"redrive {self.id} of {self.topic}"
+
+
+class Schedule(models.Model):
+    """A recurring message: each tick of its rule (a cron expression in a time zone, or a fixed
+    interval from `start_time`) becomes one ordinary message of `topic`, sent ahead of the tick
+    by the scanners' planner (workers/scheduler.py). Times are epoch ms, as the API gives them."""
+
+    namespace = models.CharField(max_length=128)
+    schedule_id = models.CharField("scheduleId", max_length=MAX_SCHEDULE_ID_LENGTH)
+    topic = models.CharField(max_length=MAX_TOPIC_BYTES)
+    payload = models.TextField("msg")
+    cron = models.CharField(max_length=200, blank=True, default="")  # '': an interval schedule
+    timezone = models.CharField(max_length=64, default="UTC")
+    every_millis = models.BigIntegerField(null=True, blank=True)  # None: a cron schedule
+    start_time = models.BigIntegerField(null=True, blank=True)
+    end_time = models.BigIntegerField(null=True, blank=True)
+    catch_up = models.CharField(max_length=8, choices=CatchUp.choices, default=CatchUp.LATEST)
+    priority = models.SmallIntegerField(default=0)
+    ttl_millis = models.BigIntegerField(default=0)  # 0: the topic's default
+    max_retry = models.IntegerField(default=-1)  # below 0: the topic's default
+    paused = models.BooleanField(default=False)
+    # Counts the changes that replanned the schedule; a tick's msgId carries it, so a tick a
+    # change deleted can be sent again under the new rule.
+    generation = models.IntegerField(default=0)
+    # Every tick up to here has been sent (or, missed, skipped); the planner goes on after it.
+    planned_until = models.BigIntegerField()
+    # When the planner next looks at the schedule; None while paused or after its last tick.
+    plan_at = models.BigIntegerField(null=True, blank=True)
+    created_at = models.DateTimeField()
+    updated_at = models.DateTimeField()
+
+    class Meta:
+        db_table = tables.SCHEDULE
+        constraints = [models.UniqueConstraint(fields=["namespace", "schedule_id"], name="schedule_id_once")]
+        indexes = [
+            # The planner's claim: schedules due to be planned, soonest first.
+            models.Index(fields=["namespace", "plan_at"], name="schedule_plan_at",
+                         condition=models.Q(plan_at__isnull=False)),
+            models.Index(fields=["namespace", "topic", "schedule_id"], name="schedule_topic"),
+        ]
+
+    def __str__(self):
+        return f"{self.namespace}/{self.schedule_id}"
+
+
+class ScheduleGap(models.Model):
+    """Ticks a schedule missed (no scanner planned them in time), and what its catch-up policy
+    did with them: `fired` of the `missed` ticks were sent (all of them, the latest, or none)."""
+
+    schedule = models.ForeignKey(Schedule, on_delete=models.CASCADE, related_name="gaps")
+    at = models.DateTimeField()
+    first_tick = models.BigIntegerField()
+    last_tick = models.BigIntegerField()
+    missed = models.BigIntegerField()
+    fired = models.BigIntegerField()
+    policy = models.CharField(max_length=8, choices=CatchUp.choices)
+
+    class Meta:
+        db_table = tables.SCHEDULE_GAP
+        indexes = [models.Index(fields=["schedule", "-at"], name="schedule_gap_recent")]

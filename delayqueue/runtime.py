@@ -19,6 +19,7 @@ from delayqueue.live.keys import namespace_keys
 from delayqueue.live.notifier import ReadyNotifier
 from delayqueue.live.runners import script_runner
 from delayqueue.live.scripts import ScriptContext
+from delayqueue.messagelog.connection import SharedConnection
 from delayqueue.messagelog.group_commit import MessageLog
 from delayqueue.stores.limits import LimitCache
 from delayqueue.stores.tokens import TokenCache
@@ -40,6 +41,7 @@ class Runtime:
         self._notifier = None
         self._notifier_lock = asyncio.Lock()
         self._log = None
+        self._schedule_db = None
         self.limits = LimitCache(self.ns)  # read on first use
         self.topic_configs = TopicConfigCache(self.ns)  # read on first use
         self._tokens = None
@@ -84,6 +86,13 @@ class Runtime:
                                    self.config.log_retry_millis, self.config.dedupe_window_millis)
         return self._log
 
+    @property
+    def schedule_db(self) -> SharedConnection:
+        """The connection this namespace's schedule calls take in turn (services/schedules.py)."""
+        if self._schedule_db is None:
+            self._schedule_db = SharedConnection(self.config.log_timeout_millis)
+        return self._schedule_db
+
     async def notifier(self) -> ReadyNotifier:
         """This namespace's long-poll wakes, subscribed on first use."""
         if self._notifier is None:
@@ -108,6 +117,9 @@ class Runtime:
         if self._log is not None:
             await self._log.close()
             self._log = None
+        if self._schedule_db is not None:
+            await self._schedule_db.close()
+            self._schedule_db = None
         if self._notifier is not None:
             await self._notifier.stop()
             self._notifier = None

@@ -346,3 +346,34 @@ def token_security(result, generator, request, public):
                 scopes = " or ".join(f"`{name}`" for name in (scope if isinstance(scope, tuple) else (scope,)))
                 operation["description"] += f"\n\nNeeds an API token with the {scopes} scope."
     return result
+
+
+class ScheduleSerializer(serializers.Serializer):
+    scheduleId = serializers.CharField()
+    topic = serializers.CharField()
+    msg = serializers.CharField(help_text="each tick's message body")
+    cron = serializers.CharField(allow_null=True, help_text="null for an interval schedule")
+    timezone = serializers.CharField(allow_null=True, help_text="the cron's time zone; null for an interval schedule")
+    everyMillis = serializers.IntegerField(allow_null=True, help_text="null for a cron schedule")
+    startTime = serializers.IntegerField(allow_null=True, help_text="epoch ms: an interval schedule's first tick, "
+                                                                    "a cron schedule's earliest; null: none")
+    endTime = serializers.IntegerField(allow_null=True, help_text="epoch ms: no tick after it; null: none")
+    catchUp = serializers.CharField(help_text="latest, all or skip")
+    priority = serializers.IntegerField()
+    ttlMillis = serializers.IntegerField(help_text="0: the topic's default")
+    maxRetry = serializers.IntegerField(help_text="-1: the topic's default")
+    paused = serializers.BooleanField()
+    nextFireTimes = serializers.ListField(child=serializers.IntegerField(),
+                                          help_text="the next five ticks (epoch ms); empty while paused or ended")
+    createTime = serializers.IntegerField()
+    updateTime = serializers.IntegerField()
+
+
+class ScheduleResultSerializer(ResultSerializer):
+    schedule = ScheduleSerializer()
+
+
+class ScheduleListResultSerializer(ResultSerializer):
+    schedules = ScheduleSerializer(many=True, help_text="in scheduleId order; possibly empty")
+    nextCursor = serializers.CharField(required=False,
+                                       help_text="pass as `cursor` for the next page; absent on the last page")

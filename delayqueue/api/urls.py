@@ -1,6 +1,6 @@
 from django.urls import path
 
-from delayqueue.api.views import health, messages, recovery, topics
+from delayqueue.api.views import health, messages, recovery, schedules, topics
 
 # camellia's paths, each served by one view.
 ENDPOINTS = {
@@ -16,6 +16,10 @@ ENDPOINTS = {
         "getRedriveTask": recovery.GetRedriveTaskView, "purgeDeadMsg": recovery.PurgeDeadMsgView,
         "ackMsgBatch": messages.AckMsgBatchView, "touchMsg": messages.TouchMsgView,
         "rescheduleMsg": messages.RescheduleMsgView,
+        "createSchedule": schedules.CreateScheduleView, "getSchedule": schedules.GetScheduleView,
+        "listSchedules": schedules.ListSchedulesView, "updateSchedule": schedules.UpdateScheduleView,
+        "pauseSchedule": schedules.PauseScheduleView, "resumeSchedule": schedules.ResumeScheduleView,
+        "deleteSchedule": schedules.DeleteScheduleView,
     },
     "camellia/health/": {
         "status": health.HealthStatusView, "check": health.HealthCheckView, "online": health.HealthOnlineView,

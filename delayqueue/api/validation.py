@@ -9,10 +9,11 @@ from rest_framework.validators import ProhibitSurrogateCharactersValidator
 
 from delayqueue.config.settings import load_config, setting_text
 from delayqueue.core.constants import (DEAD_LIST_DEFAULT_LIMIT, DEAD_LIST_MAX_LIMIT, MAX_DELAY_MILLIS, MAX_EVENT_DETAIL,
-                                       MAX_LIMIT, MAX_PRIORITY, MAX_PUSH_URL_LENGTH, MAX_RETRY, MAX_TOPIC_BYTES,
-                                       PUSH_CONCURRENCY_DEFAULT, PUSH_MAX_CONCURRENCY, PUSH_MAX_TIMEOUT_MILLIS,
-                                       PUSH_TIMEOUT_DEFAULT_MILLIS, REDRIVE_DEFAULT_RATE, REDRIVE_MAX_RATE,
-                                       RETRY_BACKOFF_MAX_MILLIS)
+                                       MAX_LIMIT, MAX_PRIORITY, MAX_PUSH_URL_LENGTH, MAX_RETRY, MAX_SCHEDULE_ID_LENGTH,
+                                       MAX_TOPIC_BYTES, PUSH_CONCURRENCY_DEFAULT, PUSH_MAX_CONCURRENCY,
+                                       PUSH_MAX_TIMEOUT_MILLIS, PUSH_TIMEOUT_DEFAULT_MILLIS, REDRIVE_DEFAULT_RATE,
+                                       REDRIVE_MAX_RATE, RETRY_BACKOFF_MAX_MILLIS, SCHEDULE_LIST_DEFAULT_LIMIT,
+                                       SCHEDULE_LIST_MAX_LIMIT, CatchUp)
 from delayqueue.core.names import CONTROL_CHARACTER_PATTERN, topic_problem
 
 # Counts and retries below 0 mean "the default"; a floor keeps them plain integers all the way to Lua.
@@ -113,14 +114,29 @@ class MessageRefSerializer(TopicSerializer):
     msgId = MsgIdField()
 
 
+def checked_msg(value: str) -> str:
+    """A message body within DELAYQUEUE_MAX_MSG_BYTES."""
+    limit = load_config().max_msg_bytes
+    if len(value) * 4 <= limit:  # no character takes more than 4 bytes in UTF-8: no need to encode
+        return value
+    size = len(value.encode("utf-8"))
+    if size > limit:
+        raise serializers.ValidationError(f"is {size} bytes, over the limit of {limit} bytes")
+    return value
+
+
+def msg_field(**kwargs) -> "TextField":
+    kwargs.setdefault("help_text", "the payload, any text; at most that many bytes in UTF-8 "
+                                   f"({setting_text('max_msg_bytes')})")
+    return TextField(trim_whitespace=False, **kwargs)
+
+
 class SendMsgSerializer(TopicSerializer):
     msgId = MsgIdField(required=False, allow_blank=True,
                        help_text="the message's id within its topic (at most 256 characters); absent or empty: "
                                  "the server generates one. Sending again under a live id returns the stored "
                                  "message instead of a new one")
-    msg = TextField(
-        trim_whitespace=False,
-        help_text=f"the payload, any text; at most that many bytes in UTF-8 ({setting_text('max_msg_bytes')})")
+    msg = msg_field()
     delayMillis = millis("ms from now until the message can be pulled; 0 or less: at once. Required unless "
                          "triggerTime is given", required=False, default=None)
     triggerTime = trigger_time("when the message can be pulled, in place of delayMillis (not both)")
@@ -143,13 +159,7 @@ class SendMsgSerializer(TopicSerializer):
         return attrs
 
     def validate_msg(self, value: str) -> str:
-        limit = load_config().max_msg_bytes
-        if len(value) * 4 <= limit:  # no character takes more than 4 bytes in UTF-8: no need to encode
-            return value
-        size = len(value.encode("utf-8"))
-        if size > limit:
-            raise serializers.ValidationError(f"is {size} bytes, over the limit of {limit} bytes")
-        return value
+        return checked_msg(value)
 
 
 class PullMsgSerializer(TopicSerializer):
@@ -470,3 +480,83 @@ class FastValidation:
             return self.validate(out) if self.validate else out
         except Exception:  # any failed check: the serializer decides, and words the error
             return None
+
+
+# A scheduleId: its ticks' msgIds are "<scheduleId>@<tick>", so it holds no "@" or "#".
+SCHEDULE_ID = re.compile(rf"^[A-Za-z0-9._:-]{{1,{MAX_SCHEDULE_ID_LENGTH}}}$")
+
+
+class ScheduleRefSerializer(serializers.Serializer):
+    scheduleId = serializers.RegexField(
+        SCHEDULE_ID, max_length=MAX_SCHEDULE_ID_LENGTH,
+        error_messages={"invalid": f"must be 1 to {MAX_SCHEDULE_ID_LENGTH} letters, digits, '.', '_', ':' or '-'"},
+        help_text=f"the schedule's name within the namespace: 1 to {MAX_SCHEDULE_ID_LENGTH} letters, digits, "
+                  "'.', '_', ':' or '-'")
+
+
+def _time_or_none(help_text: str) -> serializers.IntegerField:
+    return serializers.IntegerField(required=False, min_value=0, max_value=MAX_TRIGGER_TIME_MILLIS,
+                                    help_text=f"{help_text}: epoch ms; 0: none")
+
+
+class ScheduleFieldsSerializer(ScheduleRefSerializer):
+    """The settable fields of a schedule; each optional here (updateSchedule), createSchedule
+    requires its own."""
+
+    topic = TopicField(required=False)
+    msg = msg_field(required=False, help_text="the body of each tick's message; at most "
+                                              f"{setting_text('max_msg_bytes')} bytes in UTF-8")
+    cron = serializers.CharField(
+        required=False, max_length=200,
+        help_text="5 fields (minute hour day-of-month month day-of-week) in `timezone`, e.g. '*/5 * * * *'; "
+                  "in place of everyMillis (docs/schedules.md: ranges, steps, names, time changes)")
+    timezone = serializers.CharField(required=False, max_length=64,
+                                     help_text="the cron's IANA time zone, e.g. Europe/Berlin (default UTC)")
+    everyMillis = serializers.IntegerField(
+        required=False, min_value=1, max_value=MAX_DELAY_MILLIS,
+        help_text=f"a tick every this many ms, in place of cron; at least {setting_text('schedule_min_interval_millis')}")
+    startTime = _time_or_none("an interval schedule's first tick (default: one interval after it is created or "
+                              "made an interval schedule), a cron schedule's earliest")
+    endTime = _time_or_none("no tick after this")
+    catchUp = serializers.RegexField(
+        f"^({'|'.join(CatchUp.values)})$", required=False,
+        error_messages={"invalid": f"must be one of {', '.join(CatchUp.values)}"},
+        help_text="ticks missed while no scanner ran: 'latest' (default) fires the latest once, 'all' each once, "
+                  "'skip' none")
+    priority = serializers.IntegerField(required=False, min_value=0, max_value=MAX_PRIORITY,
+                                        help_text=f"each tick's priority, 0 (default) to {MAX_PRIORITY}")
+    ttlMillis = millis("each tick's TTL; 0: the topic's default", required=False, min_value=0)
+    maxRetry = serializers.IntegerField(required=False, min_value=-1, max_value=MAX_RETRY,
+                                        help_text="each tick's maxRetry; -1 (default): the topic's")
+    paused = serializers.BooleanField(required=False, help_text="true: no tick fires until resumeSchedule")
+
+
+class CreateScheduleSerializer(ScheduleFieldsSerializer):
+    def validate(self, attrs: dict) -> dict:
+        for name in ("topic", "msg"):
+            if name not in attrs:
+                raise serializers.ValidationError({name: self.fields[name].error_messages["required"]})
+        if ("cron" in attrs) == ("everyMillis" in attrs):
+            raise serializers.ValidationError({"cron": "give either cron or everyMillis"})
+        return attrs
+
+
+class UpdateScheduleSerializer(ScheduleFieldsSerializer):
+    def validate(self, attrs: dict) -> dict:
+        if len(attrs) == 1:
+            raise serializers.ValidationError(
+                "give at least one field to change: " + ", ".join(n for n in self.fields if n != "scheduleId"))
+        if "cron" in attrs and "everyMillis" in attrs:
+            raise serializers.ValidationError({"cron": "give either cron or everyMillis"})
+        return attrs
+
+
+class ListSchedulesSerializer(serializers.Serializer):
+    topic = TopicField(required=False, help_text="only this topic's schedules; absent: all")
+    limit = serializers.IntegerField(required=False, default=SCHEDULE_LIST_DEFAULT_LIMIT, min_value=1,
+                                     max_value=SCHEDULE_LIST_MAX_LIMIT,
+                                     help_text=f"most schedules in the page (default {SCHEDULE_LIST_DEFAULT_LIMIT})")
+    cursor = serializers.RegexField(
+        SCHEDULE_ID, required=False, max_length=MAX_SCHEDULE_ID_LENGTH,
+        error_messages={"invalid": "not a nextCursor that listSchedules answered"},
+        help_text="the nextCursor of the previous page; absent: the first page")

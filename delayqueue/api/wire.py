@@ -1,9 +1,11 @@
 """The API's wire shapes, in one place: the services answer Messages and typed replies, and the
 views render them here into camellia's JSON (and read a validated send into a SendRequest)."""
 from delayqueue.core.messages import Message
+from delayqueue.core.schedules import ScheduleRow
 from delayqueue.live.stats import Gap
 from delayqueue.services.dead_letters import DeadLetter, RedriveProgress
 from delayqueue.services.restore import RestoreCounts
+from delayqueue.services.schedules import ScheduleSpec
 from delayqueue.services.send import SendRequest
 from delayqueue.services.topics import TopicConfigInForce, TopicCounters, TopicInfo
 
@@ -87,3 +89,35 @@ def topic_config(config: TopicConfigInForce) -> dict:
 
 def restore_counts(counts: RestoreCounts) -> dict:
     return {"restored": counts.restored, "alreadyLive": counts.already_live, "skipped": counts.skipped}
+
+
+# A schedule's wire names -> the fields of services/schedules' ScheduleSpec and core/schedules' ScheduleRow.
+SCHEDULE_NAMES = {
+    "topic": "topic", "msg": "payload", "cron": "cron", "timezone": "timezone", "everyMillis": "every_millis",
+    "startTime": "start_time", "endTime": "end_time", "catchUp": "catch_up", "priority": "priority",
+    "ttlMillis": "ttl_millis", "maxRetry": "max_retry", "paused": "paused",
+}
+
+
+def schedule_fields(data: dict) -> dict:
+    """A createSchedule's or updateSchedule's validated parameters as ScheduleSpec's fields (those
+    given only); a startTime or endTime of 0 is none."""
+    fields = {field: data[name] for name, field in SCHEDULE_NAMES.items() if name in data}
+    for field in ("start_time", "end_time"):
+        if fields.get(field) == 0:
+            fields[field] = None
+    return fields
+
+
+def schedule_spec(data: dict) -> ScheduleSpec:
+    return ScheduleSpec(schedule_id=data["scheduleId"], **schedule_fields(data))
+
+
+def schedule(row: ScheduleRow, now: int) -> dict:
+    answer = {"scheduleId": row.schedule_id, **{name: getattr(row, field) for name, field in SCHEDULE_NAMES.items()}}
+    if row.cron:
+        answer["everyMillis"] = None
+    else:
+        answer["cron"] = answer["timezone"] = None
+    answer.update(nextFireTimes=row.next_fire_times(now), createTime=row.created_at, updateTime=row.updated_at)
+    return answer

@@ -206,6 +206,11 @@ class QueueConfig:
     max_redrive_rate: int = setting(
         "DELAYQUEUE_MAX_REDRIVE_RATE", 1_000, "largest maxPerSecond of a dead-letter redrive", minimum=1,
         maximum=REDRIVE_MAX_RATE)
+    max_schedules: int = setting(
+        "DELAYQUEUE_MAX_SCHEDULES", 10_000, "most schedules per namespace (createSchedule)", minimum=1)
+    schedule_min_interval_millis: int = setting(
+        "DELAYQUEUE_SCHEDULE_MIN_INTERVAL_MILLIS", 1_000, "shortest everyMillis a schedule may have", minimum=1_000,
+        maximum=MAX_DELAY_MILLIS)
     # Failed token checks per client address (stores/tokens.py): past the limit, a token this
     # process does not already hold as valid is refused without asking PostgreSQL.
     auth_failure_limit: int = setting(

@@ -1,3 +1,3 @@
 """The bottom layer: the contract values shared with the Lua scripts and the SQL (statuses,
-reasons, bounds), the Message type, the errors and their answers, topic and namespace names,
+reasons, bounds), the Message type, schedules' rows and their cron and interval rules, the errors and their answers, topic and namespace names,
 clocks, the precise timer and the back-off of retried calls. Imports nothing of delayqueue."""

@@ -120,3 +120,23 @@ PUSH_RETRY_BACKOFF_DEFAULT_MILLIS = 1000
 # A history event's detail (a push attempt's status or error, a consumer's nack reason) is at most this many
 # characters: a push's is cut to it, a longer nack reason is refused.
 MAX_EVENT_DETAIL = 200
+
+# Schedules (workers/scheduler.py): a tick's message is sent this far ahead of the tick, so it
+# fires with the queue's precision, and planned again when less than half of that is left.
+SCHEDULE_LEAD_MILLIS = 10_000
+# A tick first planned more than this after its time was missed (the scanners were down): the
+# schedule's catch-up policy decides whether it fires.
+SCHEDULE_MISSED_AFTER_MILLIS = 5_000
+# Most ticks one schedule sends in one planning round (a catch-up of more goes on in the next rounds).
+SCHEDULE_MAX_TICKS_PER_ROUND = 1_000
+MAX_SCHEDULE_ID_LENGTH = 128
+SCHEDULE_LIST_MAX_LIMIT = 1000
+SCHEDULE_LIST_DEFAULT_LIMIT = 100
+
+
+class CatchUp(TextChoices):
+    """What a schedule does with the ticks it missed while no scanner planned them."""
+
+    LATEST = "latest"  # fire the latest missed tick once
+    ALL = "all"  # fire each missed tick once
+    SKIP = "skip"  # fire none of them

@@ -1,5 +1,9 @@
-"""Stopping background tasks (pub/sub listeners, topic workers) so that they really stop."""
+"""Stopping background tasks (pub/sub listeners, topic workers) so that they really stop, and the
+loop of a background worker that stops when told."""
 import asyncio
+import contextlib
+
+from delayqueue.core.outage import Outage, describe
 
 # How long one cancellation is given before it is made again.
 CANCEL_AGAIN_SECONDS = 0.5
@@ -21,3 +25,23 @@ async def cancel_and_wait(*tasks: asyncio.Task) -> None:
     for task in tasks:
         if not task.cancelled():
             task.exception()  # retrieved: asyncio would otherwise report it as never retrieved
+
+
+async def repeat(step, stopping: asyncio.Event, *, outage: Outage, after_failure, retry_seconds: float) -> None:
+    """Runs `step()` until `stopping` is set; it answers the seconds to pause before it runs again
+    (0: at once). A failure is reported to `outage` (logged once per outage), `after_failure()`
+    is awaited (dropping a connection that may be broken), and the step runs again after
+    `retry_seconds`. A background worker's loop: stopping ends the pause at once."""
+    while not stopping.is_set():
+        try:
+            pause = await step()
+            outage.ok()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            outage.failed(describe(exc))
+            await after_failure()
+            pause = retry_seconds
+        if pause:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(stopping.wait(), pause)

@@ -102,6 +102,20 @@ class LogConnection:
                 pass
 
 
+class SharedConnection(LogConnection):
+    """A LogConnection that concurrent callers take in turn, one block (a transaction) at a time:
+    for infrequent work (a schedule's change) that should not open a connection per call."""
+
+    def __init__(self, timeout_millis: int):
+        super().__init__(timeout_millis)
+        self._turn = asyncio.Lock()
+
+    @contextlib.asynccontextmanager
+    async def use(self):
+        async with self._turn, super().use() as conn:
+            yield conn
+
+
 @contextlib.asynccontextmanager
 async def one_use(timeout_millis: int):
     """A LogConnection's connection for one piece of work (a page, a call), closed after it."""

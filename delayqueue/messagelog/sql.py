@@ -16,6 +16,7 @@ from psycopg import sql
 
 from delayqueue.core.constants import LIVE_STATUSES, Status
 from delayqueue.core.messages import Message
+from delayqueue.core.schedules import FIELDS as SCHEDULE_FIELDS
 from delayqueue.live.history import Event
 from delayqueue.messagelog import tables
 
@@ -678,3 +679,86 @@ RESTORE_LOCK = "SELECT pg_try_advisory_lock(hashtextextended('delayqueue restore
 # setTopicConfig's caps, checked in the transaction that writes the row, under a lock per
 # namespace so that concurrent changes cannot each pass: its rows, and its push topics' concurrency.
 TOPIC_CONFIG_LOCK = "SELECT pg_advisory_xact_lock(hashtextextended('delayqueue topic config ' || %s, 0))"
+
+
+# ---- Schedules (the Schedule and ScheduleGap models; core/schedules.py reads a row) ----------
+
+# core.schedules.FIELDS, the times as epoch ms.
+_SCHEDULE = ", ".join(to_millis(f"s.{name}") if name in ("created_at", "updated_at") else f"s.{name}"
+                      for name in SCHEDULE_FIELDS)
+# A namespace's schedules are created one at a time (a transaction lock per namespace), so the
+# count checked against DELAYQUEUE_MAX_SCHEDULES stays true until the insert commits.
+LOCK_SCHEDULE_CREATION = "SELECT pg_advisory_xact_lock(hashtext('delayqueue schedules ' || %(namespace)s))"
+SCHEDULE_COUNT = f"SELECT count(*) FROM {tables.SCHEDULE} WHERE namespace = %(namespace)s"
+INSERT_SCHEDULE = f"""
+INSERT INTO {tables.SCHEDULE} AS s (namespace, schedule_id, topic, payload, cron, timezone, every_millis, start_time,
+    end_time, catch_up, priority, ttl_millis, max_retry, paused, generation, planned_until, plan_at, created_at,
+    updated_at)
+VALUES (%(namespace)s, %(schedule_id)s, %(topic)s, %(payload)s, %(cron)s, %(timezone)s, %(every_millis)s,
+    %(start_time)s, %(end_time)s, %(catch_up)s, %(priority)s, %(ttl_millis)s, %(max_retry)s, %(paused)s, 0,
+    %(planned_until)s, %(plan_at)s, {from_millis("%(now)s")}, {from_millis("%(now)s")})
+ON CONFLICT (namespace, schedule_id) DO NOTHING
+RETURNING {_SCHEDULE}
+"""
+GET_SCHEDULE = f"SELECT {_SCHEDULE} FROM {tables.SCHEDULE} s WHERE namespace = %(namespace)s AND schedule_id = %(schedule_id)s"
+# The row locked for a change: the planner holds it while it sends the schedule's ticks.
+LOCK_SCHEDULE = GET_SCHEDULE + " FOR UPDATE"
+# A page in scheduleId order after the cursor (the last scheduleId of the page before).
+LIST_SCHEDULES = f"""
+SELECT {_SCHEDULE} FROM {tables.SCHEDULE} s
+WHERE namespace = %(namespace)s AND schedule_id > %(after)s AND (%(topic)s::text IS NULL OR topic = %(topic)s)
+ORDER BY schedule_id LIMIT %(limit)s
+"""
+UPDATE_SCHEDULE = f"""
+UPDATE {tables.SCHEDULE} s SET topic = %(topic)s, payload = %(payload)s, cron = %(cron)s, timezone = %(timezone)s,
+    every_millis = %(every_millis)s, start_time = %(start_time)s, end_time = %(end_time)s, catch_up = %(catch_up)s,
+    priority = %(priority)s, ttl_millis = %(ttl_millis)s, max_retry = %(max_retry)s, paused = %(paused)s,
+    generation = %(generation)s, planned_until = %(planned_until)s, plan_at = %(plan_at)s,
+    updated_at = {from_millis("%(now)s")}
+WHERE id = %(id)s
+RETURNING {_SCHEDULE}
+"""
+DELETE_SCHEDULE = f"DELETE FROM {tables.SCHEDULE} WHERE id = %(id)s"
+# The planner's claim: schedules whose plan_at has come, locked, soonest first; another scanner
+# skips them, and takes them once this one commits or dies.
+CLAIM_SCHEDULES = f"""
+SELECT {_SCHEDULE} FROM {tables.SCHEDULE} s
+WHERE namespace = %(namespace)s AND plan_at IS NOT NULL AND plan_at <= %(now)s
+ORDER BY plan_at LIMIT %(limit)s FOR UPDATE SKIP LOCKED
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class Planned:
+    """A claimed schedule after a planning round (SAVE_PLANS takes orjson's dump of these)."""
+
+    id: int
+    planned_until: int
+    plan_at: int | None
+
+
+SAVE_PLANS = f"""
+UPDATE {tables.SCHEDULE} s SET planned_until = u.planned_until, plan_at = u.plan_at
+FROM json_to_recordset(%(rows)s::json) AS u({record(Planned)}) WHERE s.id = u.id
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class Gap:
+    """Ticks a schedule missed and what its policy fired (INSERT_GAPS takes orjson's dump of these)."""
+
+    schedule_id: int  # the row's id
+    at: int
+    first_tick: int
+    last_tick: int
+    missed: int
+    fired: int
+    policy: str
+
+
+INSERT_GAPS = f"""
+INSERT INTO {tables.SCHEDULE_GAP} (schedule_id, at, first_tick, last_tick, missed, fired, policy)
+SELECT schedule_id, {from_millis("at")}, first_tick, last_tick, missed, fired, policy
+FROM json_to_recordset(%(rows)s::json) AS u({record(Gap)})
+"""
+

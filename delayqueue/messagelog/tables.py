@@ -12,6 +12,8 @@ LIMIT = "delayqueue_limit"
 TOKEN = "delayqueue_apitoken"
 TOPIC_CONFIG = "delayqueue_topicconfig"
 REDRIVE = "delayqueue_redrivetask"
+SCHEDULE = "delayqueue_schedule"
+SCHEDULE_GAP = "delayqueue_schedulegap"
 # Deleted limit and topic-settings rows, for the processes that read only what changed (no model: sql.SETTINGS_CHANGES).
 SETTINGS_DELETION = "delayqueue_settingsdeletion"
 

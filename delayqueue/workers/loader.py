@@ -27,7 +27,8 @@ import logging
 
 from delayqueue.core.clock import now_millis
 from delayqueue.core.constants import MAX_DELAY_MILLIS
-from delayqueue.core.outage import Outage, describe
+from delayqueue.core.outage import Outage
+from delayqueue.core.stopping import repeat
 from delayqueue.live import scripts
 from delayqueue.messagelog import sql
 from delayqueue.messagelog.connection import LogConnection
@@ -68,22 +69,12 @@ class Loader:
         return min(MAX_TICK, self.window * RAISE_EVERY / 1000) if self.window else MAX_TICK
 
     async def run(self, stopping: asyncio.Event) -> None:
-        outage = Outage(log, "loader: cold messages wait in the message log")
-        while not stopping.is_set():
-            try:
-                await self.load_once()
-                outage.ok()
-                delay = self._tick()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                outage.failed(describe(exc))
-                await self._db.close()
-                delay = ERROR_BACKOFF
-            try:
-                await asyncio.wait_for(stopping.wait(), delay)
-            except asyncio.TimeoutError:
-                pass
+        async def step() -> float:
+            await self.load_once()
+            return self._tick()
+
+        await repeat(step, stopping, outage=Outage(log, "loader: cold messages wait in the message log"),
+                     after_failure=self._db.close, retry_seconds=ERROR_BACKOFF)
         await self.close()
 
     async def load_once(self) -> int:

@@ -21,7 +21,8 @@ from psycopg.types.json import Jsonb
 from delayqueue.core.clock import now_millis
 from delayqueue.core.constants import Status
 from delayqueue.core.messages import Message
-from delayqueue.core.outage import Outage, describe
+from delayqueue.core.outage import Outage
+from delayqueue.core.stopping import repeat
 from delayqueue.messagelog import sql
 from delayqueue.messagelog.connection import LogConnection
 from delayqueue.messagelog.dead_letters import Task
@@ -51,25 +52,17 @@ class Redriver:
         self._actor = {"process": process, "host": host}
 
     async def run(self, stopping: asyncio.Event) -> None:
-        outage = Outage(log, f"redrive runner {self.owner}")
+        async def step() -> float:
+            task = await self._claim()
+            if task is None:
+                return CLAIM_EVERY_SECONDS
+            log.info("scanner %s runs redrive task %d of topic %s", self.owner, task.id, task.topic)
+            await self._run_task(task, stopping)
+            return 0
+
         try:
-            while not stopping.is_set():
-                try:
-                    task = await self._claim()
-                    if task is not None:
-                        log.info("scanner %s runs redrive task %d of topic %s", self.owner, task.id, task.topic)
-                        await self._run_task(task, stopping)
-                    outage.ok()
-                    pause = 0 if task is not None else CLAIM_EVERY_SECONDS
-                except asyncio.CancelledError:
-                    raise
-                except Exception as exc:
-                    outage.failed(describe(exc))
-                    await self._db.close()
-                    pause = RETRY_AFTER_FAILURE
-                if pause:
-                    with contextlib.suppress(asyncio.TimeoutError):
-                        await asyncio.wait_for(stopping.wait(), pause)
+            await repeat(step, stopping, outage=Outage(log, f"redrive runner {self.owner}"),
+                         after_failure=self._db.close, retry_seconds=RETRY_AFTER_FAILURE)
         finally:
             await self._db.close()
 

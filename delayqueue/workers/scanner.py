@@ -20,7 +20,7 @@ stops its worker. Correctness never rests on the lock: every transition is one a
 so two scanners working a topic at once still promote each message once.
 
 Each scanner also runs the namespace's dead-letter redrive tasks (workers/redriver.py),
-one at a time, under a lease in PostgreSQL.
+one at a time, under a lease in PostgreSQL, and plans its schedules' ticks (workers/scheduler.py).
 
 Started while Redis is down, a scanner waits for it; Redis or PostgreSQL failing later is
 retried, each outage logged once as it starts and once as it ends (outage.py).
@@ -46,6 +46,7 @@ from delayqueue.services.admission import give_back_room
 from delayqueue.workers.loader import Loader
 from delayqueue.workers.log_writer import LogWriter
 from delayqueue.workers.redriver import Redriver
+from delayqueue.workers.scheduler import Scheduler
 from delayqueue.workers.topic_worker import TopicWorker
 
 log = logging.getLogger(__name__)
@@ -130,6 +131,7 @@ class Scanner:
         # Dead letters live in the message log: without it there is nothing to redrive.
         redriver = (loop.create_task(Redriver(self.rt, self.token).run(self._stop), name="redriver")
                     if self.log_writer else None)
+        scheduler = loop.create_task(Scheduler(self.rt, self.token).run(self._stop), name="scheduler")
         await self._subscribed.wait()
         next_refresh = next_renew = next_retire = next_prune = loop.time()
         outage = Outage(log, f"scanner {self.token}")
@@ -174,9 +176,9 @@ class Scanner:
                     pass
         finally:
             await cancel_and_wait(listener, lag_probe, heartbeat, watcher)
-            if writer is not None:
-                self._stop.set()
-                await asyncio.gather(writer, redriver, loader, return_exceptions=True)
+            self._stop.set()
+            await asyncio.gather(*(task for task in (writer, redriver, loader, scheduler) if task is not None),
+                                 return_exceptions=True)
             await self._shutdown()
 
     async def _check_marker(self) -> None:

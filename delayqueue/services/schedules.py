@@ -1,0 +1,212 @@
+"""Schedules: created, read, changed, paused, resumed and deleted (PostgreSQL holds them; the
+scanners' planner, workers/scheduler.py, sends their ticks).
+
+A change takes the schedule's row lock, which the planner holds while it sends the schedule's
+ticks, so the two never interleave. A change that ends the current plan (any update, a pause, a
+delete) first deletes the ticks already sent ahead and not yet due, then commits the new row
+under a new generation (new tick msgIds) planned from now. Killed between the two, the row is
+unchanged with those ticks gone: the caller's call failed, and calling again completes it."""
+import dataclasses
+from dataclasses import dataclass
+
+from delayqueue.core.clock import now_millis
+from delayqueue.core.constants import SCHEDULE_MAX_TICKS_PER_ROUND, CatchUp
+from delayqueue.core.exceptions import BadRequest, CapReached, Conflict, NotFound
+from delayqueue.core.messages import Message
+from delayqueue.core.schedule_rules import CronRule, RuleError
+from delayqueue.core.schedules import ScheduleRow, plan_time, run_now_msg_id
+from delayqueue.messagelog import sql
+from delayqueue.runtime import Runtime
+from delayqueue.services.messages import delete_message, get_message
+from delayqueue.services.send import SendRequest, send_message
+
+# The fields a caller sets (updateSchedule changes any of them); the others are the planner's.
+SETTABLE = ("topic", "payload", "cron", "timezone", "every_millis", "start_time", "end_time", "catch_up", "priority",
+            "ttl_millis", "max_retry", "paused")
+
+
+@dataclass(frozen=True)
+class ScheduleSpec:
+    """A schedule as its creator gives it: `cron` (with `timezone`) or `every_millis`."""
+
+    schedule_id: str
+    topic: str
+    payload: str
+    cron: str = ""
+    timezone: str = "UTC"
+    every_millis: int | None = None
+    start_time: int | None = None
+    end_time: int | None = None
+    catch_up: str = CatchUp.LATEST
+    priority: int = 0
+    ttl_millis: int = 0  # 0: the topic's default
+    max_retry: int = -1  # below 0: the topic's default
+    paused: bool = False
+
+
+async def create_schedule(rt: Runtime, *, spec: ScheduleSpec) -> ScheduleRow:
+    """Stores a new schedule; its first ticks are sent by the planner within a second. Conflict
+    (409) when the namespace has one under that scheduleId; CapReached (429) beyond
+    DELAYQUEUE_MAX_SCHEDULES; BadRequest naming the problem for a rule that cannot be used."""
+    now = now_millis()
+    fields = _checked(rt, {name: getattr(spec, name) for name in SETTABLE}, now)
+    planned_until = _plan_from(fields, now)
+    draft = ScheduleRow(id=0, namespace=rt.ns.namespace, schedule_id=spec.schedule_id, generation=0,
+                        planned_until=planned_until, plan_at=None, created_at=now, updated_at=now, **fields)
+    async with rt.schedule_db.use() as conn, conn.transaction():
+        params = {"namespace": rt.ns.namespace}
+        await conn.execute(sql.LOCK_SCHEDULE_CREATION, params)
+        count = (await (await conn.execute(sql.SCHEDULE_COUNT, params)).fetchone())[0]
+        if count >= rt.config.max_schedules:
+            raise CapReached(f"namespace {rt.ns.namespace!r} has {count} schedules", setting="DELAYQUEUE_MAX_SCHEDULES",
+                             cap=rt.config.max_schedules)
+        found = await conn.execute(sql.INSERT_SCHEDULE, {
+            **dataclasses.asdict(draft), "plan_at": plan_time(draft, planned_until), "now": now})
+        row = await found.fetchone()
+    if row is None:
+        raise Conflict(f"schedule {spec.schedule_id!r} exists: updateSchedule changes it")
+    return ScheduleRow(*row)
+
+
+async def get_schedule(rt: Runtime, *, schedule_id: str) -> ScheduleRow:
+    """The schedule; NotFound (404) if the namespace has none under that scheduleId."""
+    async with rt.schedule_db.use() as conn:
+        found = await conn.execute(sql.GET_SCHEDULE, {"namespace": rt.ns.namespace, "schedule_id": schedule_id})
+        row = await found.fetchone()
+    if row is None:
+        raise _missing(schedule_id)
+    return ScheduleRow(*row)
+
+
+async def list_schedules(rt: Runtime, *, topic: str | None = None, limit: int,
+                         cursor: str | None = None) -> tuple[list[ScheduleRow], str | None]:
+    """A page of the namespace's schedules (of one topic if given) in scheduleId order after
+    `cursor`, and the cursor of the next page (None on the last)."""
+    async with rt.schedule_db.use() as conn:
+        found = await conn.execute(sql.LIST_SCHEDULES, {"namespace": rt.ns.namespace, "topic": topic,
+                                                        "after": cursor or "", "limit": limit + 1})
+        rows = [ScheduleRow(*row) for row in await found.fetchall()]
+    return rows[:limit], rows[limit - 1].schedule_id if len(rows) > limit else None
+
+
+async def update_schedule(rt: Runtime, *, schedule_id: str, changes: dict) -> ScheduleRow:
+    """Changes the fields given (SETTABLE's names); the ticks already sent ahead and not yet due
+    are deleted and the schedule is planned anew from now under the new rule. Giving `cron`
+    makes it a cron schedule, `every_millis` an interval one (first tick one interval from now
+    unless `start_time` is given)."""
+    unknown = set(changes) - set(SETTABLE)
+    if unknown:
+        raise ValueError(f"not settable: {sorted(unknown)}")
+    return await _change(rt, schedule_id, lambda row: _updated(row, changes))
+
+
+async def pause_schedule(rt: Runtime, *, schedule_id: str) -> ScheduleRow:
+    """No tick fires until resume_schedule: those already sent ahead are deleted."""
+    return await _change(rt, schedule_id, lambda row: {**_settable(row), "paused": True})
+
+
+async def resume_schedule(rt: Runtime, *, schedule_id: str) -> ScheduleRow:
+    """Ticks fire again from now; those that fell while paused are not caught up."""
+    return await _change(rt, schedule_id, lambda row: {**_settable(row), "paused": False})
+
+
+async def delete_schedule(rt: Runtime, *, schedule_id: str) -> None:
+    """Deletes the schedule and the ticks it sent ahead that are not yet due."""
+    async with rt.schedule_db.use() as conn, conn.transaction():
+        row = await _locked(conn, rt, schedule_id)
+        await _withdraw(rt, row, now_millis())
+        await conn.execute(sql.DELETE_SCHEDULE, {"id": row.id})
+
+
+async def run_schedule_now(rt: Runtime, *, schedule_id: str) -> Message:
+    """Sends the schedule's message once, now, apart from its ticks (the admin's "run now")."""
+    row = await get_schedule(rt, schedule_id=schedule_id)
+    now = now_millis()
+    return await send_message(rt, request=SendRequest(
+        topic=row.topic, msg=row.payload, delay_millis=0, msg_id=run_now_msg_id(row.schedule_id, now),
+        ttl_millis=row.ttl_millis, max_retry=row.max_retry, priority=row.priority))
+
+
+def _missing(schedule_id: str) -> NotFound:
+    return NotFound(f"no schedule {schedule_id!r}")
+
+
+async def _locked(conn, rt: Runtime, schedule_id: str) -> ScheduleRow:
+    found = await conn.execute(sql.LOCK_SCHEDULE, {"namespace": rt.ns.namespace, "schedule_id": schedule_id})
+    row = await found.fetchone()
+    if row is None:
+        raise _missing(schedule_id)
+    return ScheduleRow(*row)
+
+
+def _settable(row: ScheduleRow) -> dict:
+    return {name: getattr(row, name) for name in SETTABLE}
+
+
+def _updated(row: ScheduleRow, changes: dict) -> dict:
+    fields = {**_settable(row), **changes}
+    if changes.get("cron"):
+        fields["every_millis"] = None
+    elif changes.get("every_millis") is not None:
+        fields["cron"] = ""
+        if "start_time" not in changes and row.cron:
+            fields["start_time"] = None  # a cron schedule's start is not an interval's anchor
+    return fields
+
+
+async def _change(rt: Runtime, schedule_id: str, change) -> ScheduleRow:
+    """Under the row lock: the new fields from change(row), checked; the current plan's ticks
+    not yet due deleted; the row written under the next generation, planned from now."""
+    async with rt.schedule_db.use() as conn, conn.transaction():
+        row = await _locked(conn, rt, schedule_id)
+        now = now_millis()
+        fields = _checked(rt, change(row), now)
+        floor = now if row.paused else await _withdraw(rt, row, now)  # nothing is planned while paused
+        planned_until = max(floor, _plan_from(fields, now))
+        new = dataclasses.replace(row, **fields, generation=row.generation + 1, planned_until=planned_until)
+        found = await conn.execute(sql.UPDATE_SCHEDULE, {
+            **dataclasses.asdict(new), "plan_at": plan_time(new, planned_until), "now": now})
+        return ScheduleRow(*await found.fetchone())
+
+
+async def _withdraw(rt: Runtime, row: ScheduleRow, now: int) -> int:
+    """Deletes the ticks sent ahead (after now, up to planned_until). Answers the time up to which
+    ticks count as fired: now, or a later tick that was already delivered and so not deleted."""
+    floor = now
+    for tick in row.ticks(now, row.planned_until, SCHEDULE_MAX_TICKS_PER_ROUND):
+        msg_id = row.msg_id(tick)
+        if not await delete_message(rt, topic=row.topic, msg_id=msg_id) and \
+                await get_message(rt, topic=row.topic, msg_id=msg_id) is not None:
+            floor = tick
+    return floor
+
+
+def _plan_from(fields: dict, now: int) -> int:
+    """Where planning starts: after now, or just before the start time."""
+    start = fields["start_time"]
+    return now if start is None else max(now, start - 1)
+
+
+def _checked(rt: Runtime, fields: dict, now: int) -> dict:
+    """The fields with a rule that can be used (BadRequest naming the problem otherwise); an
+    interval schedule without a start first fires one interval from now."""
+    cron, every = fields["cron"], fields["every_millis"]
+    if bool(cron) == (every is not None):
+        raise BadRequest("give either cron or everyMillis")
+    if every is not None:
+        if every < rt.config.schedule_min_interval_millis:
+            raise BadRequest(f"everyMillis must be at least {rt.config.schedule_min_interval_millis} "
+                             "(DELAYQUEUE_SCHEDULE_MIN_INTERVAL_MILLIS)")
+        if fields["start_time"] is None:
+            fields = {**fields, "start_time": now + every}
+        fields = {**fields, "timezone": "UTC"}
+    else:
+        try:
+            CronRule.parse(cron, fields["timezone"])
+        except RuleError as exc:
+            raise BadRequest(str(exc)) from None
+    if fields["end_time"] is not None and fields["start_time"] is not None and fields["end_time"] < fields["start_time"]:
+        raise BadRequest("endTime must not be before startTime")
+    if fields["catch_up"] not in CatchUp.values:
+        raise BadRequest(f"catchUp must be one of {', '.join(CatchUp.values)}")
+    return fields
