@@ -197,7 +197,16 @@ async def test_ticks_missed_while_no_scanner_ran_follow_the_catch_up_policy(rt, 
     assert gap == (missed[0], missed[-1], 5, fired, policy)
 
 
-async def test_a_change_waits_for_the_planning_round_then_replaces_the_ticks_sent_ahead(rt, planner, monkeypatch):
+CHANGES = {
+    "update": lambda rt: update_schedule(rt, schedule_id="s", changes={"payload": "v2"}),
+    "pause": lambda rt: schedules.pause_schedule(rt, schedule_id="s"),
+    "delete": lambda rt: schedules.delete_schedule(rt, schedule_id="s"),
+}
+
+
+@pytest.mark.parametrize("change", CHANGES)
+async def test_a_change_waits_for_the_planning_round_then_replaces_the_ticks_sent_ahead(rt, planner, monkeypatch,
+                                                                                       change):
     await every(rt, start=now_millis() + SECOND)
     real = scheduler_module.send_messages
     sending, release = asyncio.Event(), asyncio.Event()
@@ -210,18 +219,21 @@ async def test_a_change_waits_for_the_planning_round_then_replaces_the_ticks_sen
     monkeypatch.setattr(scheduler_module, "send_messages", slow)
     round_ = asyncio.create_task(planner().plan_once())
     await sending.wait()
-    change = asyncio.create_task(update_schedule(rt, schedule_id="s", changes={"payload": "v2"}))
+    changing = asyncio.create_task(CHANGES[change](rt))
     await asyncio.sleep(0.3)
-    assert not change.done()  # the planner holds the row
+    assert not changing.done()  # the planner holds the row
     release.set()
     await round_
-    row = await change
-    assert row.generation == 1 and row.payload == "v2"
-    old = await live_ticks(rt)
-    assert old == {}  # every tick of generation 0 not yet due was deleted
+    await changing
+    assert await live_ticks(rt) == {}  # every tick that round sent ahead was deleted
     monkeypatch.setattr(scheduler_module, "send_messages", real)
     await planner().plan_once()
     new = await live_ticks(rt)
+    if change != "update":
+        assert new == {}  # paused or gone: nothing planned
+        return
+    row = await schedules.get_schedule(rt, schedule_id="s")
+    assert row.generation == 1 and row.payload == "v2"
     assert new and all(k.endswith("#1") for k in new)
     assert len(set(new.values())) == len(new)
     assert (await get_message(rt, topic="t", msg_id=next(iter(new)))).payload == "v2"
