@@ -530,9 +530,18 @@ class ScheduleFieldsSerializer(ScheduleRefSerializer):
                                         help_text="each tick's maxRetry; -1 (default): the topic's")
     paused = serializers.BooleanField(required=False, help_text="true: no tick fires until resumeSchedule")
 
+    def validate_msg(self, value: str) -> str:
+        return checked_msg(value)
+
+    def validate(self, attrs: dict) -> dict:
+        if "timezone" in attrs and "everyMillis" in attrs:
+            raise serializers.ValidationError({"timezone": "is a cron schedule's: not with everyMillis"})
+        return attrs
+
 
 class CreateScheduleSerializer(ScheduleFieldsSerializer):
     def validate(self, attrs: dict) -> dict:
+        attrs = super().validate(attrs)
         for name in ("topic", "msg"):
             if name not in attrs:
                 raise serializers.ValidationError({name: self.fields[name].error_messages["required"]})
@@ -543,6 +552,7 @@ class CreateScheduleSerializer(ScheduleFieldsSerializer):
 
 class UpdateScheduleSerializer(ScheduleFieldsSerializer):
     def validate(self, attrs: dict) -> dict:
+        attrs = super().validate(attrs)
         if len(attrs) == 1:
             raise serializers.ValidationError(
                 "give at least one field to change: " + ", ".join(n for n in self.fields if n != "scheduleId"))

@@ -703,11 +703,13 @@ RETURNING {_SCHEDULE}
 GET_SCHEDULE = f"SELECT {_SCHEDULE} FROM {tables.SCHEDULE} s WHERE namespace = %(namespace)s AND schedule_id = %(schedule_id)s"
 # The row locked for a change: the planner holds it while it sends the schedule's ticks.
 LOCK_SCHEDULE = GET_SCHEDULE + " FOR UPDATE"
-# A page in scheduleId order after the cursor (the last scheduleId of the page before).
+# A page in scheduleId order (bytewise, whatever the database's collation) after the cursor (the
+# last scheduleId of the page before).
 LIST_SCHEDULES = f"""
 SELECT {_SCHEDULE} FROM {tables.SCHEDULE} s
-WHERE namespace = %(namespace)s AND schedule_id > %(after)s AND (%(topic)s::text IS NULL OR topic = %(topic)s)
-ORDER BY schedule_id LIMIT %(limit)s
+WHERE namespace = %(namespace)s AND schedule_id COLLATE "C" > %(after)s
+    AND (%(topic)s::text IS NULL OR topic = %(topic)s)
+ORDER BY schedule_id COLLATE "C" LIMIT %(limit)s
 """
 UPDATE_SCHEDULE = f"""
 UPDATE {tables.SCHEDULE} s SET topic = %(topic)s, payload = %(payload)s, cron = %(cron)s, timezone = %(timezone)s,

@@ -112,6 +112,8 @@ async def test_a_schedule_is_created_read_listed_changed_paused_resumed_and_dele
     ({"everyMillis": "1000", "scheduleId": "a@b"}, "scheduleId"),
     ({"everyMillis": "1000", "scheduleId": ""}, "scheduleId"),
     ({"everyMillis": "1000", "topic": ""}, "topic"),
+    ({"everyMillis": "1000", "timezone": "Europe/Berlin"}, "timezone"),
+    ({"everyMillis": "1000", "msg": "x" * (1_048_576 + 1)}, "over the limit"),
 ])
 async def test_a_schedule_that_cannot_be_used_is_refused_with_a_message_naming_the_problem(api, params, problem):
     answer = await call(api, "createSchedule", **{"scheduleId": "x", "topic": "t", "msg": "m", **params})
