@@ -7,6 +7,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 from delayqueue_client import Client
@@ -118,3 +119,30 @@ def test_the_readme_example_sends_then_its_worker_prints_the_message_when_due(sd
 def test_the_package_readme_example_sends_batches_and_pulls(sdk_server, tmp_path):
     out = finished(start(example("client.producer()", page="sdk/python/README.md"), sdk_server, tmp_path))
     assert out.splitlines() == ["1000 stored", "cancel order 42"]
+
+
+def test_the_schedules_example_creates_changes_and_deletes(sdk_server, tmp_path):
+    out = finished(start(example('client.create_schedule("reports.nightly"'), sdk_server, tmp_path))
+    assert out.splitlines() == ["30 2 * * * Europe/Berlin 5 30000", "['heartbeat', 'reports.nightly'] True"]
+    with Client(sdk_server) as client:
+        assert client.list_schedules().schedules == []
+
+
+def test_the_scheduled_tasks_example_syncs_once(sdk_server, tmp_path):
+    out = finished(start(example('name="reports.weekly"'), sdk_server, tmp_path))
+    assert out.splitlines() == [
+        "{'task:reports.weekly': 'created', 'task:maintenance.sweep': 'created'}",
+        "{'task:reports.weekly': 'unchanged', 'task:maintenance.sweep': 'unchanged'}",
+        "task:reports.weekly 600000"]
+
+
+def test_the_scheduled_task_example_on_the_fake_runs_three_ticks_without_a_server(tmp_path):
+    out = finished(start(example("fake.clock.advance(timedelta(minutes=15))"), "http://127.0.0.1:9", tmp_path))
+    assert out.splitlines() == ["{'task:maintenance.cleanup': 'created'}", "3 300000"]
+
+
+def test_the_package_readme_schedules_example(sdk_server, tmp_path):
+    out = finished(start(example('create_schedule("nightly-report"', page="sdk/python/README.md"), sdk_server,
+                         tmp_path)).splitlines()
+    assert out[0].endswith(" True") and int(out[0].split()[0]) > time.time() * 1000
+    assert out[1:] == ["{'task:maintenance.sweep': 'created'}"]

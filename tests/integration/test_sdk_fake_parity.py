@@ -206,3 +206,89 @@ def test_the_fake_answers_the_scenario_as_the_real_server_does(sdk_server, scann
     assert [(m[0], m[2], reason) for m, reason in dead_r] == [
         ("r1", EXHAUSTED, "retries_exhausted"), ("r2", EXHAUSTED, "retries_exhausted"),
         ("r3", EXHAUSTED, "dead_lettered")]
+
+
+def schedule_shown(schedule, start_from: str | None = "create") -> tuple | None:
+    """What of a schedule does not depend on when the scenario ran: its fields, its start after
+    its creation or last update (`start_from`; None: as it is, a start given), and an interval
+    schedule's next fire times after its start (a cron schedule's are left out: the fake
+    computes no cron ticks)."""
+    if schedule is None:
+        return None
+    start = schedule.start_time
+    if start is not None and start_from is not None:
+        start -= schedule.create_time if start_from == "create" else schedule.update_time
+    fires = (tuple(t - schedule.start_time for t in schedule.next_fire_times) if schedule.every_ms is not None
+             else None)
+    return (schedule.schedule_id, schedule.topic, schedule.msg, schedule.cron, schedule.timezone, schedule.every_ms,
+            start, schedule.end_time, schedule.catch_up, schedule.priority, schedule.ttl_ms, schedule.max_retry,
+            schedule.paused, fires)
+
+
+def schedule_scenario(client: Client) -> list:
+    c, seen = client, []
+    seen.append(("created", schedule_shown(c.create_schedule("p.every", "sched", "tick", every=3600, priority=2,
+                                                             ttl=60, max_retry=3, catch_up="all"))))
+    seen.append(("created", schedule_shown(c.create_schedule("p:cron", "sched", "{}", cron="15 3 * * mon-fri",
+                                                             timezone="America/New_York", end=4_000_000_000_000))))
+    seen.append(("paused", schedule_shown(c.create_schedule("p_paused", "other", "x", every=60, paused=True,
+                                                            start=3_000_000_000_000), None)))
+    seen.append(("got", schedule_shown(c.get_schedule("p.every")), c.get_schedule("nope")))
+    seen.append(("listed", [schedule_shown(s, None if s.schedule_id == "p_paused" else "create")
+                            for s in c.list_schedules().schedules]))
+    first = c.list_schedules(limit=2)
+    seen.append(("page", [s.schedule_id for s in first.schedules], first.next_cursor,
+                 [s.schedule_id for s in c.list_schedules(limit=2, cursor=first.next_cursor).schedules]))
+    seen.append(("topic", [s.schedule_id for s in c.list_schedules("other").schedules]))
+    seen.append(("updated", schedule_shown(c.update_schedule("p.every", every=7200, priority=0, end=0))))
+    seen.append(("to cron", schedule_shown(c.update_schedule("p.every", cron="0 0 1 1 *"))))
+    seen.append(("to interval", schedule_shown(c.update_schedule("p:cron", every=60), "update")))
+    paused = c.pause_schedule("p:cron")  # its start: one interval after the update before
+    seen.append(("pause", (paused.paused, paused.next_fire_times, paused.every_ms, paused.cron),
+                 schedule_shown(c.resume_schedule("p_paused"), None)))
+    seen.append(("deleted", c.delete_schedule("p_paused"), c.delete_schedule("p_paused")))
+    seen.append(("errors", [error_of(action) for action in (
+        lambda: c.create_schedule("p.every", "sched", "again", every=60),
+        lambda: c.create_schedule("has space", "sched", "x", every=60),
+        lambda: c.create_schedule("x" * 129, "sched", "x", every=60),
+        lambda: c.create_schedule("s", "", "x", every=60),
+        lambda: c.create_schedule("s", "sched", "", every=60),
+        lambda: c.create_schedule("s", "sched", "x"),
+        lambda: c.create_schedule("s", "sched", "x", cron="* * * * *", every=60),
+        lambda: c.create_schedule("s", "sched", "x", every=0.999),
+        lambda: c.create_schedule("s", "sched", "x", every=60, priority=10),
+        lambda: c.create_schedule("s", "sched", "x", every=60, catch_up="never"),
+        lambda: c.create_schedule("s", "sched", "x", every=60, max_retry=-2),
+        lambda: c.create_schedule("s", "sched", "x", every=60, start=2_000_000_000_000, end=1_000_000_000_000),
+        lambda: c.create_schedule("s", "sched", "x", cron="* * * * *", timezone="Nowhere/City"),
+        lambda: c.create_schedule("s", "sched", "x", cron="*/5 * * *"),
+        lambda: c.create_schedule("s", "sched", "x", cron="@hourly"),
+        lambda: c.create_schedule("s", "sched", "x", cron="0 24 * * *"),
+        lambda: c.create_schedule("s", "sched", "x", cron="0 0 * * fri-mon"),
+        lambda: c.create_schedule("s", "sched", "x", cron="0 0 * smarch *"),
+        lambda: c.create_schedule("s", "sched", "x", cron="*/0 * * * *"),
+        lambda: c.create_schedule("s", "sched", "x", cron="0 0 31 4,6 *"),
+        lambda: c.get_schedule("bad id"),
+        lambda: c.update_schedule("p.every"),
+        lambda: c.update_schedule("nope", priority=1),
+        lambda: c.update_schedule("p.every", cron="1 2 3"),
+        lambda: c.pause_schedule("nope"),
+        lambda: c.resume_schedule("nope"),
+        lambda: c.list_schedules(limit=0),
+        lambda: c.list_schedules(cursor="not a cursor"),
+    )]))
+    seen.append(("left", [s.schedule_id for s in c.list_schedules().schedules]))
+    return seen
+
+
+def test_the_fake_answers_schedule_calls_as_the_real_server_does(sdk_server):
+    with Client(sdk_server) as client:
+        real = schedule_scenario(client)
+    with FakeServer().client() as client:
+        fake = schedule_scenario(client)
+    for step, (on_real, on_fake) in enumerate(zip(real, fake)):
+        if step == len(real) - 2:  # the errors, one by one
+            for i, (real_error, fake_error) in enumerate(zip(on_real[1], on_fake[1])):
+                assert fake_error == real_error, f"error {i}: the fake answered {fake_error}, the server {real_error}"
+        assert on_fake == on_real, f"step {step} differs:\nfake {on_fake}\nreal {on_real}"
+    assert len(fake) == len(real)

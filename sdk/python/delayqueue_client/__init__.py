@@ -1,18 +1,20 @@
 """delayqueue's Python client: Client, AsyncClient, the batching producer (Client.producer), one
 exception class per answer code (and Unavailable / MaybeApplied for calls that got no answer), the
-Worker that consumes topics, and the task layer (App)."""
+Worker that consumes topics, the task layer (App), and schedules (recurring messages)."""
 from delayqueue_client._calls import DeadLetterPage
-from delayqueue_client.app import App, EagerHandle, Task, TaskHandle, TaskStatus
+from delayqueue_client.app import App, EagerHandle, Task, TaskHandle, TaskStatus, schedule_id_for
 from delayqueue_client.client import AsyncClient, Client
 from delayqueue_client.errors import (BadRequest, Conflict, DeadLetter, DelayQueueError, Forbidden, MaybeApplied,
                                       NotFound, RateLimited, Retry, ServerError, Unauthorized, Unavailable)
 from delayqueue_client.envelope import EnvelopeError, TaskTooLarge
 from delayqueue_client.message import Message
 from delayqueue_client.producer import AsyncProducer, Producer, ProducerFull
+from delayqueue_client.schedule import Schedule, SchedulePage
 from delayqueue_client.signature import InvalidSignature, verify_signature
 from delayqueue_client.worker import Worker
 
 __all__ = ["App", "AsyncClient", "AsyncProducer", "BadRequest", "Client", "Conflict", "DeadLetter", "DeadLetterPage",
            "DelayQueueError", "EagerHandle", "EnvelopeError", "Forbidden", "InvalidSignature", "MaybeApplied", "Message",
-           "NotFound", "Producer", "ProducerFull", "RateLimited", "Retry", "ServerError", "Task", "TaskHandle", "TaskStatus",
-           "TaskTooLarge", "Unauthorized", "Unavailable", "Worker", "verify_signature"]
+           "NotFound", "Producer", "ProducerFull", "RateLimited", "Retry", "Schedule", "SchedulePage", "ServerError",
+           "Task", "TaskHandle", "TaskStatus", "TaskTooLarge", "Unauthorized", "Unavailable", "Worker",
+           "schedule_id_for", "verify_signature"]

@@ -18,6 +18,7 @@ from delayqueue_client.errors import (DelayQueueError, MaybeApplied, RateLimited
                                       error_from_answer)
 from delayqueue_client.message import Message, new_msg_id
 from delayqueue_client.middleware import Chain, Middleware, SendContext
+from delayqueue_client.schedule import Duration, Instant, Schedule, SchedulePage, schedule_fields
 
 if TYPE_CHECKING:
     from delayqueue_client.client import AsyncClient, Client
@@ -200,6 +201,14 @@ def _messages(answer: Body) -> list[Message]:
 
 def _data(answer: Body) -> Any:
     return answer["data"]
+
+
+def _schedule(answer: Body) -> Schedule:
+    return Schedule.from_api(answer["schedule"])
+
+
+def _schedule_page(answer: Body) -> SchedulePage:
+    return SchedulePage([Schedule.from_api(s) for s in answer["schedules"]], answer.get("nextCursor"))
 
 
 def _restore_counts(answer: Body) -> dict[str, int]:
@@ -469,3 +478,62 @@ class Calls:
     def purge_dead(self, topic: str, msg_ids: list[str] | None = None) -> Call[int]:
         body = _without_none(topic=topic, msgIds=list(msg_ids) if msg_ids is not None else None)
         return Call("purgeDeadMsg", body, lambda a: int(a["count"]), idempotent=False)
+
+    # --- schedules
+
+    @api
+    def create_schedule(self, schedule_id: str, topic: str, msg: str, *, cron: str | None = None,
+                        timezone: str | None = None, every: Duration | None = None, start: Instant | None = None,
+                        end: Instant | None = None, catch_up: str | None = None, priority: int | None = None,
+                        ttl: Duration | None = None, max_retry: int | None = None,
+                        paused: bool | None = None) -> Call[Schedule]:
+        """A recurring message of `topic`: one per tick of `cron` (5 fields, in `timezone`, default
+        UTC) or every `every` (seconds or a timedelta); exactly one of the two. `start`, `end`: an
+        aware datetime or epoch ms. Conflict when schedule_id exists, RateLimited over the
+        namespace's cap of schedules, BadRequest naming what the server refused."""
+        body = {"scheduleId": schedule_id, **schedule_fields(
+            topic=topic, msg=msg, cron=cron, timezone=timezone, every=every, start=start, end=end, catch_up=catch_up,
+            priority=priority, ttl=ttl, max_retry=max_retry, paused=paused)}
+        return Call("createSchedule", body, _schedule, idempotent=False)
+
+    @api
+    def get_schedule(self, schedule_id: str) -> Call[Schedule | None]:
+        """The schedule, or None when there is none of that id."""
+        return Call("getSchedule", {"scheduleId": schedule_id}, _schedule, idempotent=True, not_found=None)
+
+    @api
+    def list_schedules(self, topic: str | None = None, *, limit: int = 100,
+                       cursor: str | None = None) -> Call[SchedulePage]:
+        """A page of the namespace's schedules (of `topic` if given) in scheduleId order; pass its
+        next_cursor as `cursor` for the next page."""
+        return Call("listSchedules", _without_none(topic=topic, limit=limit, cursor=cursor), _schedule_page,
+                    idempotent=True)
+
+    @api
+    def update_schedule(self, schedule_id: str, *, topic: str | None = None, msg: str | None = None,
+                        cron: str | None = None, timezone: str | None = None, every: Duration | None = None,
+                        start: Instant | None = None, end: Instant | None = None, catch_up: str | None = None,
+                        priority: int | None = None, ttl: Duration | None = None, max_retry: int | None = None,
+                        paused: bool | None = None) -> Call[Schedule]:
+        """Changes the fields given (create_schedule's; `cron` makes it a cron schedule, `every` an
+        interval one; `start=0` or `end=0` removes it). The ticks sent ahead and not yet due are
+        withdrawn and the schedule is planned anew. NotFound when there is none of that id."""
+        body = {"scheduleId": schedule_id, **schedule_fields(
+            topic=topic, msg=msg, cron=cron, timezone=timezone, every=every, start=start, end=end, catch_up=catch_up,
+            priority=priority, ttl=ttl, max_retry=max_retry, paused=paused)}
+        return Call("updateSchedule", body, _schedule, idempotent=True)
+
+    @api
+    def pause_schedule(self, schedule_id: str) -> Call[Schedule]:
+        """No tick fires until resume_schedule (the ticks sent ahead are withdrawn); NotFound when none."""
+        return Call("pauseSchedule", {"scheduleId": schedule_id}, _schedule, idempotent=True)
+
+    @api
+    def resume_schedule(self, schedule_id: str) -> Call[Schedule]:
+        """Ticks fire again from now (those that fell while paused do not); NotFound when none."""
+        return Call("resumeSchedule", {"scheduleId": schedule_id}, _schedule, idempotent=True)
+
+    @api
+    def delete_schedule(self, schedule_id: str) -> Call[bool]:
+        """Deletes the schedule and its ticks sent ahead and not yet due: True; False when there was none."""
+        return Call("deleteSchedule", {"scheduleId": schedule_id}, lambda a: True, idempotent=False, not_found=False)

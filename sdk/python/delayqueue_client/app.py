@@ -11,13 +11,19 @@ Worker that runs them by name.
     welcome.with_options(msg_id="welcome-7").delay_in(timedelta(hours=1), 7)
     app.worker().run()                          # elsewhere: runs welcome(7) when it is due
 
+    @app.task(topic="reports", schedule="0 2 * * *", schedule_timezone="Europe/Berlin")
+    def nightly() -> None: ...                  # a scheduled task: the server sends it at each tick
+    app.sync_schedules()                        # at deploy: one server schedule per scheduled task
+
 Arguments travel as JSON; a parameter annotated with a pydantic model (or a type containing one,
 such as `list[Order] | None`) is validated and dumped on send and validated back into the model
 on the worker. pydantic stays optional: it is used only when the task's module has imported it."""
 import asyncio
 import copy
 import functools
+import hashlib
 import inspect
+import re
 import sys
 import threading
 import typing
@@ -32,10 +38,11 @@ from typing import Any, Generic, NoReturn, ParamSpec, TypeVar
 from delayqueue_client._calls import Call, send_body, send_call
 from delayqueue_client.client import AsyncClient, Client
 from delayqueue_client.envelope import MAX_MSG_BYTES, Envelope, EnvelopeError, decode, encode
-from delayqueue_client.errors import DeadLetter, DelayQueueError, Retry
+from delayqueue_client.errors import Conflict, DeadLetter, DelayQueueError, Retry
 from delayqueue_client.message import Message, new_msg_id
 from delayqueue_client.middleware import SendContext
 from delayqueue_client.producer import Producer
+from delayqueue_client.schedule import Schedule
 from delayqueue_client.worker import Worker
 
 P = ParamSpec("P")
@@ -45,6 +52,13 @@ Duration = float | timedelta
 # A dead letter's reason is cut to this many characters: the server bounds the nack reason it
 # stores, and a message's own text (a task name, a validation error) may be of any length.
 MAX_REASON_CHARS = 500
+# A scheduled task's server schedule: "task:<task name>" (schedule_id_for), within the server's
+# rule for a scheduleId (1-128 of letters, digits, '.', '_', ':', '-').
+SCHEDULE_PREFIX = "task:"
+MAX_SCHEDULE_ID_LENGTH = 128
+_SCHEDULE_ID = re.compile(r"[A-Za-z0-9._:-]+")
+_NOT_IN_SCHEDULE_ID = re.compile(r"[^A-Za-z0-9._:-]+")
+_DIGEST_CHARS = 16
 
 
 class TaskStatus(StrEnum):
@@ -79,6 +93,48 @@ def _epoch_ms(when: datetime) -> int:
         raise ValueError(f"a naive datetime ({when.isoformat()}) has no time zone, so no one instant: give an aware "
                          "one, e.g. datetime.now(timezone.utc) + timedelta(hours=1)")
     return round(when.timestamp() * 1000)
+
+
+def schedule_id_for(task_name: str) -> str:
+    """The scheduleId of a scheduled task's server schedule: `task:<task name>` when that is a
+    valid scheduleId (letters, digits, '.', '_', ':', '-'; at most 128 characters, so names of up
+    to 123); else `task:<the name, other characters as '-', cut>-<16 hex digits of its SHA-256>`,
+    so that two task names never share one."""
+    verbatim = SCHEDULE_PREFIX + task_name
+    if _SCHEDULE_ID.fullmatch(task_name) and len(verbatim) <= MAX_SCHEDULE_ID_LENGTH:
+        return verbatim
+    digest = hashlib.sha256(task_name.encode()).hexdigest()[:_DIGEST_CHARS]
+    readable = _NOT_IN_SCHEDULE_ID.sub("-", task_name).strip("-")
+    room = MAX_SCHEDULE_ID_LENGTH - len(SCHEDULE_PREFIX) - _DIGEST_CHARS - 1
+    return f"{SCHEDULE_PREFIX}{readable[:room]}-{digest}" if readable else SCHEDULE_PREFIX + digest
+
+
+@dataclass(frozen=True)
+class _TaskSchedule:
+    """A scheduled task's rule: a cron expression in a time zone, or an interval in ms."""
+    cron: str | None = None
+    timezone: str | None = None
+    every_ms: int | None = None
+
+
+def _task_schedule(schedule: str | Duration | None, timezone: str | None) -> _TaskSchedule | None:
+    if schedule is None:
+        if timezone is not None:
+            raise ValueError("schedule_timezone is the time zone of a cron schedule: give schedule= too")
+        return None
+    if isinstance(schedule, str):
+        if not schedule.strip():
+            raise ValueError("schedule: an empty cron expression (5 fields, e.g. \"*/5 * * * *\")")
+        return _TaskSchedule(cron=schedule.strip(), timezone=timezone or "UTC")
+    if isinstance(schedule, bool) or not isinstance(schedule, (int, float, timedelta)):
+        raise TypeError(f"schedule must be a cron expression (str) or an interval (seconds or a timedelta), "
+                        f"got {type(schedule).__name__}")
+    if timezone is not None:
+        raise ValueError("schedule_timezone is for a cron schedule; an interval has no time zone")
+    every_ms = _ms(schedule, "schedule")
+    if every_ms <= 0:
+        raise ValueError(f"schedule: an interval must be above 0, got {schedule!r}")
+    return _TaskSchedule(every_ms=every_ms)
 
 
 def _run_coroutine(coroutine: Coroutine[Any, Any, T]) -> T:
@@ -150,6 +206,22 @@ class _Signature:
     def loaded(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> tuple[list[Any], dict[str, Any]]:
         """The arguments to call the function with: models rebuilt from their data."""
         return self._converted(args, kwargs, lambda a, v: a.validate_python(v))
+
+
+def _schedule_changes(current: Schedule, wanted: dict[str, Any]) -> dict[str, Any]:
+    """update_schedule's keywords making `current` what a task declares (`wanted`, Task._schedule_fields)."""
+    changes: dict[str, Any] = {}
+    for name in ("topic", "msg", "priority", "max_retry"):
+        if getattr(current, name) != wanted[name]:
+            changes[name] = wanted[name]
+    if current.ttl_ms != wanted["ttl_ms"]:
+        changes["ttl"] = timedelta(milliseconds=wanted["ttl_ms"])
+    if wanted["cron"] is not None:
+        if (current.cron, current.timezone) != (wanted["cron"], wanted["timezone"]):
+            changes.update(cron=wanted["cron"], timezone=wanted["timezone"])
+    elif current.every_ms != wanted["every_ms"]:
+        changes["every"] = timedelta(milliseconds=wanted["every_ms"])
+    return changes
 
 
 def _mentions(annotation: Any, model: type) -> bool:
@@ -242,13 +314,22 @@ class Task(Generic[P, R]):
     idempotent: a second send of the same msg_id stores nothing new."""
 
     def __init__(self, app: "App", fn: Callable[P, R], *, name: str, topic: str, options: _Options,
-                 retry_backoff: tuple[float, float] | None):
+                 retry_backoff: tuple[float, float] | None, schedule: _TaskSchedule | None = None):
         functools.update_wrapper(self, fn)
         self.app, self.fn, self.name, self.topic = app, fn, name, topic
         self.is_async = inspect.iscoroutinefunction(fn)
         self.retry_backoff = retry_backoff
         self._options = options
         self._signature = _Signature(fn)
+        self._schedule = schedule
+        # The server schedule app.sync_schedules() keeps for it; None for a task without schedule=.
+        self.schedule_id: str | None = None if schedule is None else schedule_id_for(name)
+        if schedule is not None:
+            try:
+                self._signature.signature.bind()
+            except TypeError as exc:
+                raise TypeError(f"task {name}: a scheduled task runs with no arguments, and this function needs "
+                                f"some ({exc}): give its parameters defaults") from None
 
     def __repr__(self) -> str:
         return f"<task {self.name} on topic {self.topic!r}>"
@@ -299,6 +380,17 @@ class Task(Generic[P, R]):
             raise TypeError(f"task {self.name}: {exc}") from None
         headers = options.headers if headers is None else headers
         return encode(Envelope(self.name, args_data, kwargs_data, dict(headers or {})), max_bytes=self.app.max_msg_bytes)
+
+    def _schedule_fields(self) -> dict[str, Any]:
+        """The fields of its server schedule, as Schedule names them: what sync_schedules keeps."""
+        schedule = self._schedule
+        assert schedule is not None
+        options = self._options
+        return {"topic": self.topic, "msg": self._body(_Options(), (), {}), "cron": schedule.cron,
+                "timezone": schedule.timezone, "every_ms": schedule.every_ms,
+                "priority": options.priority if options.priority is not None else 0,
+                "ttl_ms": _ms(options.ttl, "ttl") if options.ttl is not None else 0,
+                "max_retry": options.max_retry if options.max_retry is not None else -1}
 
     def _run_body(self, body: str) -> R:
         """Runs the task on a sent body, as a worker does (models rebuilt); for eager mode."""
@@ -352,7 +444,8 @@ class App:
 
     def task(self, *, topic: str | None = None, name: str | None = None, max_retry: int | None = None,
              ttl: Duration | None = None, priority: int | None = None,
-             retry_backoff: Duration | tuple[Duration, Duration] | None = None
+             retry_backoff: Duration | tuple[Duration, Duration] | None = None,
+             schedule: str | Duration | None = None, schedule_timezone: str | None = None
              ) -> Callable[[Callable[P, R]], Task[P, R]]:
         """The decorator making a plain or async function a task. `topic`: where its messages go
         (several tasks may share one; default the App's default_topic). `name`: what the envelope
@@ -360,16 +453,19 @@ class App:
         `__main__`, which a worker imports under another name). `max_retry`, `ttl` (seconds or a
         timedelta), `priority`: its messages' (the topic's when None). `retry_backoff`: a delay, or
         (first, largest) doubling per failed run, before a failed run is retried (None: the
-        worker's, else the topic's)."""
+        worker's, else the topic's). `schedule`: run it recurrently, with no arguments: a cron
+        expression (5 fields, in `schedule_timezone`, an IANA name, default UTC) or an interval
+        (seconds or a timedelta); `app.sync_schedules()` makes its server schedule."""
         options = _Options(priority=priority, ttl=ttl, max_retry=max_retry)
         if ttl is not None:
             _seconds(ttl, "ttl")
         backoff = _backoff(retry_backoff)
+        task_schedule = _task_schedule(schedule, schedule_timezone)
 
         def decorate(fn: Callable[P, R]) -> Task[P, R]:
             task_name = name or f"{fn.__module__}.{fn.__qualname__}"
             made = Task(self, fn, name=task_name, topic=topic or self.default_topic, options=options,
-                        retry_backoff=backoff)
+                        retry_backoff=backoff, schedule=task_schedule)
             with self._lock:
                 if task_name in self._tasks:
                     raise ValueError(f"a task named {task_name!r} is already in this app: give one a name=")
@@ -381,6 +477,64 @@ class App:
         """The topics of the app's tasks, in the order first used."""
         with self._lock:
             return list(dict.fromkeys(task.topic for task in self._tasks.values()))
+
+    def scheduled_tasks(self) -> list[Task[Any, Any]]:
+        """The app's tasks declared with schedule=, in the order declared."""
+        with self._lock:
+            return [task for task in self._tasks.values() if task.schedule_id is not None]
+
+    # --- schedules
+
+    def sync_schedules(self, *, prune: bool = False) -> dict[str, str]:
+        """Makes the server hold one schedule per scheduled task, as declared: created when missing,
+        updated when its topic, body, rule (cron and time zone, or interval), priority, ttl or
+        max_retry differ, else left alone (so a second sync changes nothing, and the ticks already
+        planned stay). Its pause, start, end and catch-up are left as they are. `prune=True` also
+        deletes the schedules of the app's topics whose scheduleId starts with `task:` that no task
+        of this app claims (a scheduled task removed or renamed). Answers per scheduleId what it
+        did: "created", "updated", "unchanged" or "deleted". Needs a token with the manage scope;
+        in eager mode it sends nothing and answers {}."""
+        if self._eager:
+            return {}
+        client = self.client
+        done = {task.schedule_id: self._sync_schedule(client, task) for task in self.scheduled_tasks()
+                if task.schedule_id is not None}
+        if prune:
+            for topic in self.topics():
+                cursor: str | None = None
+                while True:
+                    page = client.list_schedules(topic, limit=1000, cursor=cursor)
+                    for schedule in page.schedules:
+                        if (schedule.schedule_id.startswith(SCHEDULE_PREFIX) and schedule.schedule_id not in done
+                                and client.delete_schedule(schedule.schedule_id)):
+                            done[schedule.schedule_id] = "deleted"
+                    if page.next_cursor is None:
+                        break
+                    cursor = page.next_cursor
+        return done
+
+    @staticmethod
+    def _sync_schedule(client: Client, task: Task[Any, Any]) -> str:
+        assert task.schedule_id is not None
+        wanted = task._schedule_fields()
+        current = client.get_schedule(task.schedule_id)
+        if current is None:
+            try:
+                client.create_schedule(
+                    task.schedule_id, wanted["topic"], wanted["msg"], cron=wanted["cron"], timezone=wanted["timezone"],
+                    every=None if wanted["every_ms"] is None else timedelta(milliseconds=wanted["every_ms"]),
+                    priority=wanted["priority"], ttl=timedelta(milliseconds=wanted["ttl_ms"]),
+                    max_retry=wanted["max_retry"])
+                return "created"
+            except Conflict:  # another process' sync created it meanwhile: compare with that one
+                current = client.get_schedule(task.schedule_id)
+                if current is None:
+                    raise
+        changes = _schedule_changes(current, wanted)
+        if not changes:
+            return "unchanged"
+        client.update_schedule(task.schedule_id, **changes)
+        return "updated"
 
     # --- sending
 

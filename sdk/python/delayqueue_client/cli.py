@@ -1,5 +1,5 @@
 """`delayqueue`, the command line of the client: send, get, delete, consume, stats, dead letters,
-and `worker` (worker processes of an App, supervisor.py).
+schedules, and `worker` (worker processes of an App, supervisor.py).
 
 Exit codes: 0 done, 1 the server refused or did not find it, 2 usage error, 3 server unreachable,
 4 the answer was lost (the command may have been applied).
@@ -14,12 +14,13 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 from delayqueue_client import supervisor
 from delayqueue_client.client import Client
 from delayqueue_client.errors import DelayQueueError, MaybeApplied, NotFound, Unavailable
 from delayqueue_client.message import Message
+from delayqueue_client.schedule import CATCH_UP, Schedule
 
 OK, REFUSED, USAGE, UNREACHABLE, MAYBE_APPLIED = 0, 1, 2, 3, 4
 STATUS_NAMES = {1: "waiting", 2: "ready", 3: "consuming", 4: "acked", 5: "expired", 6: "dead", 7: "deleted"}
@@ -51,6 +52,11 @@ def instant_ms(text: str) -> int:
     return round(moment.timestamp() * 1000)
 
 
+def instant_or_none(text: str) -> int:
+    """instant_ms, or 'none' (0: the API's "no start" / "no end")."""
+    return 0 if text.strip().lower() == "none" else instant_ms(text)
+
+
 def positive_int(text: str) -> int:
     if not text.isdigit() or int(text) < 1:
         raise argparse.ArgumentTypeError(f"invalid count {text!r}: a whole number of at least 1")
@@ -76,6 +82,47 @@ def message_lines(message: Message) -> str:
     if message.dead_time is not None:
         fields += [("dead_reason", message.dead_reason), ("dead_time", iso(message.dead_time))]
     fields.append(("msg", message.msg))
+    return "\n".join(f"{name:<13}{value}" for name, value in fields)
+
+
+def duration_text(ms: int) -> str:
+    """ms in the largest unit that says it exactly: 86400000 -> 1d, 90000 -> 90s."""
+    for unit in ("d", "h", "m", "s"):
+        if ms and ms % UNIT_MS[unit] == 0:
+            return f"{ms // UNIT_MS[unit]}{unit}"
+    return f"{ms}ms"
+
+
+def schedule_rule(schedule: Schedule) -> str:
+    if schedule.cron is not None:
+        return f"cron '{schedule.cron}' ({schedule.timezone})"
+    return f"every {duration_text(schedule.every_ms or 0)}"
+
+
+def schedule_next(schedule: Schedule) -> str:
+    if schedule.paused:
+        return "paused"
+    return f"next {iso(schedule.next_fire_times[0])}" if schedule.next_fire_times else "no more ticks"
+
+
+def schedule_summary(schedule: Schedule) -> str:
+    return f"{schedule.schedule_id} on {schedule.topic}: {schedule_rule(schedule)}, {schedule_next(schedule)}"
+
+
+def schedule_json(schedule: Schedule) -> str:
+    return json.dumps(asdict(schedule), ensure_ascii=False)
+
+
+def schedule_lines(schedule: Schedule) -> str:
+    fields: list[tuple[str, object]] = [
+        ("schedule_id", schedule.schedule_id), ("topic", schedule.topic), ("rule", schedule_rule(schedule)),
+        ("paused", "yes" if schedule.paused else "no"), ("start_time", iso(schedule.start_time)),
+        ("end_time", iso(schedule.end_time)), ("catch_up", schedule.catch_up), ("priority", schedule.priority),
+        ("ttl", duration_text(schedule.ttl_ms) if schedule.ttl_ms else "the topic's"),
+        ("max_retry", schedule.max_retry if schedule.max_retry >= 0 else "the topic's"),
+        ("next_fires", ", ".join(iso(t) for t in schedule.next_fire_times) or "-"),
+        ("create_time", iso(schedule.create_time)), ("update_time", iso(schedule.update_time)),
+        ("msg", schedule.msg)]
     return "\n".join(f"{name:<13}{value}" for name, value in fields)
 
 
@@ -193,6 +240,109 @@ def cmd_dead_purge(args: argparse.Namespace, client: Client) -> int:
     return OK
 
 
+def schedule_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The schedule options given on the command line, as create_schedule's / update_schedule's keywords."""
+    ms_to_delta = {"every": args.every, "ttl": args.ttl}
+    options: dict[str, Any] = {name: timedelta(milliseconds=ms) for name, ms in ms_to_delta.items() if ms is not None}
+    options.update({name: value for name, value in (
+        ("cron", args.cron), ("timezone", args.timezone), ("start", args.start), ("end", args.end),
+        ("catch_up", args.catch_up), ("priority", args.priority), ("max_retry", args.max_retry)) if value is not None})
+    if "timezone" in options and "cron" not in options and "every" in options:
+        raise UsageError("--timezone is the time zone of --cron; an --every schedule has none")
+    return options
+
+
+def cmd_schedule_create(args: argparse.Namespace, client: Client) -> int:
+    options = schedule_options(args)
+    if "cron" not in options and "every" not in options:
+        raise UsageError("schedule create needs --cron EXPRESSION or --every DURATION")
+    msg = sys.stdin.read() if args.msg == "-" else args.msg
+    made = client.create_schedule(args.schedule_id, args.topic, msg, paused=True if args.paused else None, **options)
+    out(schedule_json(made) if args.json else f"created schedule {schedule_summary(made)}")
+    return OK
+
+
+def cmd_schedule_get(args: argparse.Namespace, client: Client) -> int:
+    schedule = client.get_schedule(args.schedule_id)
+    if schedule is None:
+        raise NotFound(f"no schedule {args.schedule_id!r}")
+    out(schedule_json(schedule) if args.json else schedule_lines(schedule))
+    return OK
+
+
+def cmd_schedule_list(args: argparse.Namespace, client: Client) -> int:
+    page = client.list_schedules(args.topic, limit=args.limit, cursor=args.cursor)
+    if args.json:
+        out(json.dumps({"schedules": [asdict(s) for s in page.schedules], "next_cursor": page.next_cursor},
+                       ensure_ascii=False))
+        return OK
+    for s in page.schedules:
+        out(f"{s.schedule_id}\t{s.topic}\t{schedule_rule(s)}\t{schedule_next(s)}")
+    if not page.schedules:
+        out("no schedules" if args.topic is None else f"no schedules of topic {args.topic}")
+    if page.next_cursor:
+        topic = "" if args.topic is None else f" --topic {args.topic}"
+        out(f"more: delayqueue schedule list{topic} --cursor {page.next_cursor}")
+    return OK
+
+
+def cmd_schedule_update(args: argparse.Namespace, client: Client) -> int:
+    options = schedule_options(args)
+    if args.topic is not None:
+        options["topic"] = args.topic
+    if args.msg is not None:
+        options["msg"] = sys.stdin.read() if args.msg == "-" else args.msg
+    if not options:
+        raise UsageError("schedule update changes what it is given: --cron, --every, --timezone, --topic, --msg, "
+                         "--start, --end, --catch-up, --priority, --ttl or --max-retry (pause and resume are "
+                         "commands of their own)")
+    changed = client.update_schedule(args.schedule_id, **options)
+    out(schedule_json(changed) if args.json else f"updated schedule {schedule_summary(changed)}")
+    return OK
+
+
+def cmd_schedule_pause(args: argparse.Namespace, client: Client) -> int:
+    paused = client.pause_schedule(args.schedule_id)
+    out(schedule_json(paused) if args.json else f"paused schedule {schedule_summary(paused)}")
+    return OK
+
+
+def cmd_schedule_resume(args: argparse.Namespace, client: Client) -> int:
+    resumed = client.resume_schedule(args.schedule_id)
+    out(schedule_json(resumed) if args.json else f"resumed schedule {schedule_summary(resumed)}")
+    return OK
+
+
+def cmd_schedule_delete(args: argparse.Namespace, client: Client) -> int:
+    if not client.delete_schedule(args.schedule_id):
+        raise NotFound(f"no schedule {args.schedule_id!r}")
+    out(json.dumps({"deleted": True, "schedule_id": args.schedule_id}) if args.json else
+        f"deleted schedule {args.schedule_id}")
+    return OK
+
+
+def cmd_schedule_sync(args: argparse.Namespace, client: Client) -> int:
+    """app.sync_schedules() of an App (MODULE[:attr], as `worker` finds it); the App brings its own client."""
+    for name, option in (("DELAYQUEUE_URL", "url"), ("DELAYQUEUE_TOKEN", "token")):
+        if value := getattr(args, option, None):
+            os.environ[name] = value
+    try:
+        app = supervisor.load_app(args.app)
+    except supervisor.AppNotFound as exc:
+        raise UsageError(str(exc)) from None
+    if not callable(getattr(app, "sync_schedules", None)):
+        raise UsageError(f"{args.app} is not an App: it has no sync_schedules() method")
+    done: dict[str, str] = app.sync_schedules(prune=args.prune)
+    if args.json:
+        out(json.dumps(done, ensure_ascii=False))
+    else:
+        for schedule_id, action in done.items():
+            out(f"{action} {schedule_id}")
+        if not done:
+            out(f"no scheduled tasks in {args.app}")
+    return OK
+
+
 def cmd_worker(args: argparse.Namespace, client: Client) -> int:
     """Supervises worker processes of an App (supervisor.py); the App brings its own client."""
     try:
@@ -279,6 +429,57 @@ def build_parser() -> argparse.ArgumentParser:
     purge.add_argument("topic")
     purge.add_argument("--msg-id", action="extend", nargs="+", help="only these")
     purge.add_argument("--all", action="store_true", help="all of the topic's dead letters")
+
+    schedule = commands.add_parser("schedule", parents=[common], help="schedules (recurring messages): create, get, "
+                                   "list, update, pause, resume, delete, sync", description="Schedules: each tick of "
+                                   "a cron rule or an interval sends one message.")
+    schedule_commands = schedule.add_subparsers(dest="schedule_command", required=True, metavar="COMMAND")
+
+    def schedule_rule_options(sub: argparse.ArgumentParser, updating: bool) -> None:
+        rule = sub.add_mutually_exclusive_group()
+        rule.add_argument("--cron", help="5 fields: minute hour day-of-month month day-of-week, e.g. '*/5 * * * *'")
+        rule.add_argument("--every", type=duration_ms, help="an interval: 1s, 5m, 2h, 1d (at least the server's "
+                                                            "minimum, 1s by default)")
+        sub.add_argument("--timezone", help="the cron's IANA time zone, e.g. Europe/Berlin (default UTC)")
+        when = instant_or_none if updating else instant_ms
+        none = "; none removes it" if updating else ""
+        sub.add_argument("--start", type=when, help="an interval's first tick, a cron's earliest: epoch ms or "
+                         f"ISO 8601 (no zone: local time){none} (an interval's default: one interval from now)")
+        sub.add_argument("--end", type=when, help=f"no tick after this: epoch ms or ISO 8601{none}")
+        sub.add_argument("--catch-up", choices=CATCH_UP, help="ticks missed while no scanner ran: latest "
+                         "(default) fires the latest once, all each once, skip none")
+        sub.add_argument("--priority", type=int, help="each tick's priority, 0 (default) to 9")
+        sub.add_argument("--ttl", type=duration_ms, help="each tick's TTL (default: the topic's)")
+        sub.add_argument("--max-retry", type=int, help="each tick's maxRetry (default: the topic's)")
+
+    create = command("create", cmd_schedule_create, "create a schedule (--cron or --every)", schedule_commands)
+    create.add_argument("schedule_id", metavar="SCHEDULE_ID", help="1-128 letters, digits, '.', '_', ':', '-'")
+    create.add_argument("topic")
+    create.add_argument("msg", help="each tick's message text; - reads it from standard input")
+    schedule_rule_options(create, updating=False)
+    create.add_argument("--paused", action="store_true", help="created paused: no tick until resumed")
+    show = command("get", cmd_schedule_get, "show a schedule and its next fire times", schedule_commands)
+    show.add_argument("schedule_id", metavar="SCHEDULE_ID")
+    listing = command("list", cmd_schedule_list, "list schedules in scheduleId order", schedule_commands)
+    listing.add_argument("--topic", help="only this topic's")
+    listing.add_argument("--limit", type=positive_int, default=100, help="at most this many (default 100)")
+    listing.add_argument("--cursor", help="the next page, as the previous listing said")
+    update = command("update", cmd_schedule_update, "change a schedule: what is given", schedule_commands)
+    update.add_argument("schedule_id", metavar="SCHEDULE_ID")
+    update.add_argument("--topic", help="send its ticks to this topic")
+    update.add_argument("--msg", help="each tick's message text; - reads it from standard input")
+    schedule_rule_options(update, updating=True)
+    for name, handler, help_text in (
+            ("pause", cmd_schedule_pause, "pause a schedule: no tick until resumed"),
+            ("resume", cmd_schedule_resume, "resume a schedule: ticks from now on"),
+            ("delete", cmd_schedule_delete, "delete a schedule and its ticks not yet due")):
+        sub = command(name, handler, help_text, schedule_commands)
+        sub.add_argument("schedule_id", metavar="SCHEDULE_ID")
+    sync = command("sync", cmd_schedule_sync, "create or update the schedules of an App's scheduled tasks",
+                   schedule_commands)
+    sync.add_argument("app", metavar="MODULE[:attr]", help="the module holding the App (MODULE:attr names it)")
+    sync.add_argument("--prune", action="store_true", help="also delete the app's topics' task: schedules that no "
+                                                           "task claims")
     return parser
 
 

@@ -232,6 +232,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="asyncio: the app's worker with an AsyncClient and async handlers")
     parser.add_argument("--max-tasks-per-child", type=positive,
                         help="a process drains and is replaced after handling this many messages")
+    parser.add_argument("--sync-schedules", action="store_true",
+                        help="first make the server's schedules of the app's scheduled tasks (app.sync_schedules(), "
+                             "once, in the supervisor; needs a token with the manage scope)")
 
 
 def topic_list(text: str) -> list[str]:
@@ -258,7 +261,10 @@ def supervise(args: argparse.Namespace) -> int:
     for name, option in (("DELAYQUEUE_URL", "url"), ("DELAYQUEUE_TOKEN", "token")):
         if value := getattr(args, option, None):
             os.environ[name] = value
-    load_app(args.app)  # a clear error now rather than N crashing children
+    app = load_app(args.app)  # a clear error now rather than N crashing children
+    if getattr(args, "sync_schedules", False):
+        for schedule_id, action in app.sync_schedules().items():
+            log.info("schedule %s: %s", schedule_id, action)
     return Supervisor(options_of(args), args.processes).run()
 
 

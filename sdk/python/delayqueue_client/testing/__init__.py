@@ -22,10 +22,15 @@ ackMsg and ackMsgBatch (ack; nack at once, after delayMillis or after the topic'
 deadLetter; a nack's `reason`, shown as the dead letter's deadDetail), touchMsg, rescheduleMsg,
 getMsg, deleteMsg, getTopicConfig and setTopicConfig, pauseTopic, resumeTopic, purgeTopic,
 getTopicInfo and getTopicInfoList, getDeadMsgList, redriveDeadMsg, getRedriveTask and
-purgeDeadMsg; the validation errors (code 400) of the common bad inputs; an unknown endpoint as
-Django's HTTP 404 page. Time is `server.clock`: it stands still until `advance()`, which runs what
+purgeDeadMsg; createSchedule, getSchedule, listSchedules, updateSchedule, pauseSchedule,
+resumeSchedule and deleteSchedule (the checks of a cron rule and its time zone included, 409 for
+a taken scheduleId, 429 over `Settings.max_schedules`); the validation errors (code 400) of the
+common bad inputs; an unknown endpoint as Django's HTTP 404 page. Time is `server.clock`: it stands still until `advance()`, which runs what
 falls due, times out (ack deadline: redelivery, with the topic's backoff, until maxRetry) and
 expires meanwhile in the order of its times; `FakeServer(real_time=True)` follows the wall clock.
+An interval schedule's ticks become messages on that clock as the server's planner sends them:
+up to 10 s ahead of each tick, msgId `<scheduleId>@<tick>` (`#<generation>` after a change), the
+tick as triggerTime; a change withdraws those sent ahead and not yet due.
 
 Where it differs from the server:
 - No API tokens, scopes, namespaces, rate limits, live-message caps or topic caps: every call is
@@ -47,6 +52,12 @@ Where it differs from the server:
   (a number where a list belongs, say) may be worded differently, with the same code 400, and of
   two bad parameters the fake may name another first.
 - The retry backoff's jitter comes from `FakeServer(seed=...)`; `jitter=False` waits the full backoff.
+- Cron schedules are stored, checked and answered, but their ticks never fire and their
+  nextFireTimes is empty: the fake has no cron engine. Interval schedules fire every tick once,
+  however far the clock jumps (its planner never stops), so catchUp is kept and answered but
+  never applies.
+- A schedule's msg over the message size limit is code 400 at createSchedule and updateSchedule
+  (each of its ticks would be refused).
 
 tests/integration/test_sdk_fake_parity.py runs one scenario on this fake and on the real server
 and compares every answer, so that what is not listed here stays the same.

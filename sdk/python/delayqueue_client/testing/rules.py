@@ -1,8 +1,11 @@
 """The server's parameter checks (delayqueue/api/validation.py, which words them through Django
 REST framework) restated for the fake: the same fields, bounds and order, the same `msg` texts
-("<parameter>: <problem>") for what they refuse."""
+("<parameter>: <problem>") for what they refuse. And the server's reading of a schedule's cron
+rule (delayqueue/core/schedule_rules.py), as far as refusing one goes: the fake fires no cron
+ticks, so it computes none."""
 import functools
 import re
+import zoneinfo
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -20,6 +23,10 @@ DEAD_LIST_MAX_LIMIT = 1000
 REDRIVE_DEFAULT_RATE = 500
 REDRIVE_MAX_RATE = 100_000
 RETRY_BACKOFF_MAX_MILLIS = 3_600_000
+MAX_SCHEDULE_ID_LENGTH = 128
+SCHEDULE_LIST_DEFAULT_LIMIT = 100
+SCHEDULE_LIST_MAX_LIMIT = 1000
+CATCH_UP = ("latest", "all", "skip")
 
 TOPIC_RULE = f"must be 1-{MAX_TOPIC_BYTES} bytes of UTF-8 text without control characters"
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
@@ -240,3 +247,137 @@ def checked_topic_config(params: dict[str, Any]) -> dict[str, Any]:
     if len(data) == 1:
         raise Invalid("give at least one setting: " + ", ".join(name for name in TOPIC_CONFIG if name != "topic"))
     return data
+
+
+# --- schedules
+
+_SCHEDULE_ID = re.compile(rf"[A-Za-z0-9._:-]{{1,{MAX_SCHEDULE_ID_LENGTH}}}")
+SCHEDULE_ID_RULE = f"must be 1 to {MAX_SCHEDULE_ID_LENGTH} letters, digits, '.', '_', ':' or '-'"
+SCHEDULE_ID = Field("text", required=True, max_length=MAX_SCHEDULE_ID_LENGTH,
+                    check=lambda text: None if _SCHEDULE_ID.fullmatch(text) else SCHEDULE_ID_RULE)
+_OPTIONAL_TOPIC = Field("text", trim=False, check=topic_problem, blank_error=topic_problem("") or "")
+_SCHEDULE_TIME = Field("int", low=0, high=MAX_TRIGGER_TIME_MILLIS)
+SCHEDULE_REF = {"scheduleId": SCHEDULE_ID}
+SCHEDULE_FIELDS = {
+    "scheduleId": SCHEDULE_ID, "topic": _OPTIONAL_TOPIC, "msg": Field("text", trim=False),
+    "cron": Field("text", max_length=200), "timezone": Field("text", max_length=64),
+    "everyMillis": Field("int", low=1, high=MAX_DELAY_MILLIS), "startTime": _SCHEDULE_TIME, "endTime": _SCHEDULE_TIME,
+    "catchUp": Field("text", check=lambda v: None if v in CATCH_UP else f"must be one of {', '.join(CATCH_UP)}"),
+    "priority": Field("int", low=0, high=MAX_PRIORITY), "ttlMillis": Field("int", low=0, high=MAX_DELAY_MILLIS),
+    "maxRetry": Field("int", low=-1, high=MAX_RETRY), "paused": Field("bool")}
+LIST_SCHEDULES = {
+    "topic": _OPTIONAL_TOPIC,
+    "limit": Field("int", default=SCHEDULE_LIST_DEFAULT_LIMIT, low=1, high=SCHEDULE_LIST_MAX_LIMIT),
+    "cursor": Field("text", max_length=MAX_SCHEDULE_ID_LENGTH, check=lambda c: None if _SCHEDULE_ID.fullmatch(c) else
+                    "not a nextCursor that listSchedules answered")}
+
+
+def _checked_schedule_msg(data: dict[str, Any], max_msg_bytes: int) -> dict[str, Any]:
+    """Each tick's body within the message size limit (a tick over it could never be sent)."""
+    size = len(data["msg"].encode("utf-8")) if "msg" in data else 0
+    if size > max_msg_bytes:
+        raise Invalid(f"msg: is {size} bytes, over the limit of {max_msg_bytes} bytes")
+    return data
+
+
+def checked_create_schedule(params: dict[str, Any], max_msg_bytes: int) -> dict[str, Any]:
+    data = _checked_schedule_msg(parse(SCHEDULE_FIELDS, params), max_msg_bytes)
+    for name in ("topic", "msg"):
+        if name not in data:
+            raise Invalid(f"{name}: This field is required.")
+    if ("cron" in data) == ("everyMillis" in data):
+        raise Invalid("cron: give either cron or everyMillis")
+    return data
+
+
+def checked_update_schedule(params: dict[str, Any], max_msg_bytes: int) -> dict[str, Any]:
+    data = _checked_schedule_msg(parse(SCHEDULE_FIELDS, params), max_msg_bytes)
+    if len(data) == 1:
+        raise Invalid("give at least one field to change: "
+                      + ", ".join(name for name in SCHEDULE_FIELDS if name != "scheduleId"))
+    if "cron" in data and "everyMillis" in data:
+        raise Invalid("cron: give either cron or everyMillis")
+    return data
+
+
+# A cron rule (the server's core/schedule_rules.py): 5 fields, each a comma list of parts.
+_CRON_FIELD_NAMES = "minute hour day-of-month month day-of-week"
+_CRON_PART = re.compile(r"(?:\*|([0-9]+|[A-Za-z]+)(?:-([0-9]+|[A-Za-z]+))?)(?:/([0-9]+))?")
+_MONTH_NAMES = {name: number for number, name in enumerate(
+    ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"), start=1)}
+_WEEKDAY_NAMES = {name: number for number, name in enumerate(("sun", "mon", "tue", "wed", "thu", "fri", "sat"))}
+# (name, low, high, names, the names' range)
+_CronField = tuple[str, int, int, dict[str, int], str]
+_CRON_FIELDS: tuple[_CronField, ...] = (
+    ("minute", 0, 59, {}, ""), ("hour", 0, 23, {}, ""), ("day-of-month", 1, 31, {}, ""),
+    ("month", 1, 12, _MONTH_NAMES, "jan-dec"), ("day-of-week", 0, 7, _WEEKDAY_NAMES, "sun-sat"))
+_LONGEST_MONTH = (31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)  # Feb 29 comes, in leap years
+
+
+@functools.cache
+def _zone_names() -> frozenset[str]:
+    return frozenset(zoneinfo.available_timezones() - {"localtime"})
+
+
+def _cron_number(digits: str) -> int:
+    significant = digits.lstrip("0") or "0"
+    return int(significant) if len(significant) <= 2 else 100
+
+
+def _cron_value(text: str, spec: _CronField) -> int:
+    name, low, high, names, name_range = spec
+    if text.isdigit():
+        value = _cron_number(text)
+        if not low <= value <= high:
+            raise Invalid(f"cron: {name} field: {text} is out of range {low}-{high}")
+        return value
+    if not names:
+        raise Invalid(f"cron: {name} field: {text!r} is not a number")
+    found = names.get(text.lower())
+    if found is None:
+        raise Invalid(f"cron: {name} field: unknown name {text!r} (use {low}-{high} or {name_range})")
+    return found
+
+
+def _cron_field(text: str, spec: _CronField) -> set[int]:
+    name, low, high = spec[:3]
+    values: set[int] = set()
+    for part in text.split(","):
+        if not part:
+            raise Invalid(f"cron: {name} field: empty item in {text!r}")
+        match = _CRON_PART.fullmatch(part)
+        if match is None:
+            raise Invalid(f"cron: {name} field: cannot read {part!r} (a part is *, a number, a range a-b, "
+                          "or one of these with /step)")
+        first, last, step_text = match.groups()
+        if first is None:
+            start, end = low, high
+        else:
+            start = _cron_value(first, spec)
+            end = _cron_value(last, spec) if last else high if step_text else start
+            if start > end:
+                raise Invalid(f"cron: {name} field: range {part!r} runs backwards")
+        step = 1 if step_text is None else _cron_number(step_text)
+        if step == 0:
+            raise Invalid(f"cron: {name} field: step 0 in {part!r} (a step is at least 1)")
+        values.update(range(start, end + 1, step))
+    return values
+
+
+def check_cron(expression: str, timezone: str) -> None:
+    """Invalid with the server's text for a cron rule it refuses: an unknown time zone, a rule it
+    cannot read, one that never fires."""
+    if timezone not in _zone_names():
+        raise Invalid(f"unknown time zone {timezone!r}")
+    text = expression.strip()
+    if text.startswith("@"):
+        raise Invalid(f"cron: macros such as {text.split()[0]!r} are not supported; write the 5 fields "
+                      f"({_CRON_FIELD_NAMES})")
+    fields = re.split(r"[ \t]+", text) if text else []
+    if len(fields) != 5:
+        raise Invalid(f"cron: needs 5 fields ({_CRON_FIELD_NAMES}), got {len(fields)}")
+    _, _, days, months, _ = (_cron_field(field_text, spec) for field_text, spec in zip(fields, _CRON_FIELDS))
+    either_day = not fields[2].startswith("*") and not fields[4].startswith("*")
+    # Every date comes on every weekday within 28 years: a rule fires unless its days are never in its months.
+    if not either_day and not any(day <= _LONGEST_MONTH[month - 1] for month in months for day in days):
+        raise Invalid(f"cron {expression!r} never fires")

@@ -33,6 +33,19 @@ URL = "http://delayqueue.fake"  # the clients' base URL: no request leaves the p
 AnyClient = TypeVar("AnyClient", Client, AsyncClient)
 # Timeline events: a waiting message falls due, a consuming one's ack deadline passes, a live one's TTL ends.
 DUE, TIMEOUT, EXPIRY = 0, 1, 2
+# Schedules: a tick's message is sent this far ahead of the tick (the server's SCHEDULE_LEAD_MILLIS);
+# a change withdraws at most this many of the ticks sent ahead (its SCHEDULE_MAX_TICKS_PER_ROUND).
+SCHEDULE_LEAD_MILLIS = 10_000
+SCHEDULE_MAX_TICKS_PER_ROUND = 1_000
+NAMESPACE = "default"  # the server's DELAYQUEUE_NAMESPACE, in its texts
+# The fields of a schedule its callers set (the server's services/schedules.SETTABLE).
+SCHEDULE_SETTABLE = ("topic", "payload", "cron", "timezone", "every_millis", "start_time", "end_time", "catch_up",
+                     "priority", "ttl_millis", "max_retry", "paused")
+# A schedule's wire names -> its fields.
+SCHEDULE_NAMES = {"topic": "topic", "msg": "payload", "cron": "cron", "timezone": "timezone",
+                  "everyMillis": "every_millis", "startTime": "start_time", "endTime": "end_time",
+                  "catchUp": "catch_up", "priority": "priority", "ttlMillis": "ttl_millis", "maxRetry": "max_retry",
+                  "paused": "paused"}
 
 
 class Answer(Exception):
@@ -58,6 +71,8 @@ class Settings:
     max_msg_bytes: int = 1_048_576
     max_batch_send: int = 1000
     dedupe_window_millis: int = 86_400_000
+    max_schedules: int = 10_000
+    schedule_min_interval_millis: int = 1_000
 
 
 @dataclass(slots=True)
@@ -94,6 +109,73 @@ class Stored:
 
 
 @dataclass
+class FakeSchedule:
+    """A schedule as the server keeps it (its Schedule row); `planned_from`: when its current plan
+    began, the earliest produceTime of its ticks."""
+
+    schedule_id: str
+    topic: str
+    payload: str
+    cron: str  # "": an interval schedule
+    timezone: str
+    every_millis: int | None
+    start_time: int | None
+    end_time: int | None
+    catch_up: str
+    priority: int
+    ttl_millis: int
+    max_retry: int
+    paused: bool
+    generation: int
+    planned_until: int
+    created_at: int
+    updated_at: int
+    planned_from: int
+
+    def ticks(self, after: int, until: int, limit: int | None = None) -> list[int]:
+        """An interval schedule's ticks in (after, until] within its start and end (a cron
+        schedule's: none, the fake has no cron engine)."""
+        if self.every_millis is None or self.start_time is None:
+            return []
+        after = max(after, self.start_time - 1)
+        if self.end_time is not None:
+            until = min(until, self.end_time)
+        return _every_ticks(self.every_millis, self.start_time, after, until, limit)
+
+    def next_fire_times(self, now: int) -> list[int]:
+        if self.paused or self.every_millis is None or self.start_time is None:
+            return []
+        after = max(now, self.start_time - 1)
+        ticks = _every_ticks(self.every_millis, self.start_time, after, after + 5 * self.every_millis, 5)
+        return [t for t in ticks if self.end_time is None or t <= self.end_time]
+
+    def msg_id(self, tick: int) -> str:
+        return f"{self.schedule_id}@{tick}" if self.generation == 0 else f"{self.schedule_id}@{tick}#{self.generation}"
+
+    def settable(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in SCHEDULE_SETTABLE}
+
+    def wire(self, now: int) -> dict[str, Any]:
+        wire: dict[str, Any] = {"scheduleId": self.schedule_id,
+                                **{name: getattr(self, field) for name, field in SCHEDULE_NAMES.items()}}
+        if self.cron:
+            wire["everyMillis"] = None
+        else:
+            wire["cron"] = wire["timezone"] = None
+        wire.update(nextFireTimes=self.next_fire_times(now), createTime=self.created_at, updateTime=self.updated_at)
+        return wire
+
+
+def _every_ticks(every: int, anchor: int, after: int, until: int, limit: int | None) -> list[int]:
+    """anchor + k * every in (after, until], ascending, at most `limit`."""
+    first = anchor + ((after - anchor) // every + 1) * every
+    if first > until or limit == 0:
+        return []
+    last = until if limit is None else min(until, first + (limit - 1) * every)
+    return list(range(first, last + 1, every))
+
+
+@dataclass
 class Topic:
     name: str
     messages: dict[str, Stored] = field(default_factory=dict)
@@ -123,6 +205,7 @@ class FakeServer:
         self._timeline: list[tuple[int, int, int, str, str, int]] = []  # (at, seq, kind, topic, msgId, version)
         self._seq = itertools.count(1)
         self._redrives: dict[int, int] = {}  # taskId -> messages moved
+        self._schedules: dict[str, FakeSchedule] = {}
         self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)
         self._faults: list[Fault] = []
@@ -138,6 +221,10 @@ class FakeServer:
             "getRedriveTask": self._get_redrive_task, "purgeDeadMsg": self._purge_dead_msg,
             "longPollingMsg": self._long_polling_msg, "getMonitorData": self._get_monitor_data,
             "restore": self._restore, "restoreMsg": self._restore_msg,
+            "createSchedule": self._create_schedule, "getSchedule": self._get_schedule,
+            "listSchedules": self._list_schedules, "updateSchedule": self._update_schedule,
+            "pauseSchedule": self._pause_schedule, "resumeSchedule": self._resume_schedule,
+            "deleteSchedule": self._delete_schedule,
         }
         self.clock.on_advance(self._advanced)
 
@@ -243,9 +330,11 @@ class FakeServer:
         heapq.heappush(self._timeline, (at, version, kind, m.topic, m.msg_id, version))
 
     def _settle(self) -> None:
-        """Runs what the scanners do, in the order of its times, up to the clock's now: due
-        messages become ready, passed ack deadlines give messages back, TTLs end them."""
+        """Runs what the scanners do, in the order of its times, up to the clock's now: schedules
+        send their ticks ahead, due messages become ready, passed ack deadlines give messages
+        back, TTLs end them."""
         now = self.clock.now_ms()
+        self._plan_schedules(now)
         timeline = self._timeline
         while timeline and timeline[0][0] <= now:
             at, _, kind, topic, msg_id, version = heapq.heappop(timeline)
@@ -620,6 +709,167 @@ class FakeServer:
         return {"count": len(dead)}
 
 
+    # --- schedules
+
+    def _plan_schedules(self, now: int) -> None:
+        """The planner, as if it never stopped: each interval schedule's ticks up to
+        SCHEDULE_LEAD_MILLIS ahead sent as messages (msgId `<scheduleId>@<tick>`, the tick as
+        triggerTime), each produced when the planner would have sent it (the lead before its
+        tick, not before the plan began); so every tick fires, once, whatever the clock jumped."""
+        for schedule in self._schedules.values():
+            if schedule.paused:
+                continue
+            ticks = schedule.ticks(schedule.planned_until, now + SCHEDULE_LEAD_MILLIS)
+            for tick in ticks:
+                self._send_one({"topic": schedule.topic, "msgId": schedule.msg_id(tick), "msg": schedule.payload,
+                                "delayMillis": None, "triggerTime": tick, "ttlMillis": schedule.ttl_millis,
+                                "maxRetry": schedule.max_retry, "priority": schedule.priority},
+                               min(now, max(tick - SCHEDULE_LEAD_MILLIS, schedule.planned_from)))
+            if ticks:
+                schedule.planned_until = ticks[-1]
+
+    def _next_plan_ms(self) -> int | None:
+        """When the planner has the next tick to send (SCHEDULE_LEAD_MILLIS before it), if any."""
+        ahead = [ticks[0] - SCHEDULE_LEAD_MILLIS for schedule in self._schedules.values() if not schedule.paused
+                 for ticks in (schedule.ticks(schedule.planned_until, schedule.planned_until + 2 ** 62, 1),) if ticks]
+        return min(ahead, default=None)
+
+    def _schedule_of(self, schedule_id: str) -> FakeSchedule:
+        schedule = self._schedules.get(schedule_id)
+        if schedule is None:
+            raise Answer(404, f"no schedule {schedule_id!r}")
+        return schedule
+
+    def _checked_schedule(self, fields: dict[str, Any], now: int) -> dict[str, Any]:
+        """The server's checks across a schedule's fields (services/schedules._checked); an interval
+        schedule without a start first fires one interval from now."""
+        cron, every = fields["cron"], fields["every_millis"]
+        if bool(cron) == (every is not None):
+            raise Answer(400, "give either cron or everyMillis")
+        if every is not None:
+            least = self.settings.schedule_min_interval_millis
+            if every < least:
+                raise Answer(400, f"everyMillis must be at least {least} (DELAYQUEUE_SCHEDULE_MIN_INTERVAL_MILLIS)")
+            if fields["start_time"] is None:
+                fields = {**fields, "start_time": now + every}
+            fields = {**fields, "timezone": "UTC"}
+        else:
+            rules.check_cron(cron, fields["timezone"])
+        if fields["end_time"] is not None and fields["start_time"] is not None \
+                and fields["end_time"] < fields["start_time"]:
+            raise Answer(400, "endTime must not be before startTime")
+        return fields
+
+    @staticmethod
+    def _schedule_fields(data: dict[str, Any]) -> dict[str, Any]:
+        """Validated parameters as a schedule's fields (those given); startTime or endTime 0: none."""
+        fields = {field: data[name] for name, field in SCHEDULE_NAMES.items() if name in data}
+        for name in ("start_time", "end_time"):
+            if fields.get(name) == 0:
+                fields[name] = None
+        return fields
+
+    def _withdraw(self, schedule: FakeSchedule, now: int) -> int:
+        """Deletes the ticks sent ahead and not yet due; answers the time up to which ticks count
+        as fired (now, or a later tick already delivered)."""
+        floor = now
+        for tick in schedule.ticks(now, schedule.planned_until, SCHEDULE_MAX_TICKS_PER_ROUND):
+            msg_id = schedule.msg_id(tick)
+            m = self._topic(schedule.topic).messages.get(msg_id)
+            if m is not None and m.status in LIVE:
+                self._end(m, now, "deleted", DELETED)
+            elif self._found(schedule.topic, msg_id) is not None:
+                floor = tick
+        return floor
+
+    @staticmethod
+    def _plan_from(fields: dict[str, Any], now: int) -> int:
+        return now if fields["start_time"] is None else max(now, fields["start_time"] - 1)
+
+    def _create_schedule(self, body: Any) -> dict[str, Any]:
+        data = rules.checked_create_schedule(self._params(body), self.settings.max_msg_bytes)
+        now = self.clock.now_ms()
+        given = self._schedule_fields(data)
+        fields = self._checked_schedule({
+            "topic": given["topic"], "payload": given["payload"], "cron": given.get("cron", ""),
+            "timezone": given.get("timezone", "UTC"), "every_millis": given.get("every_millis"),
+            "start_time": given.get("start_time"), "end_time": given.get("end_time"),
+            "catch_up": given.get("catch_up", "latest"), "priority": given.get("priority", 0),
+            "ttl_millis": given.get("ttl_millis", 0), "max_retry": given.get("max_retry", -1),
+            "paused": given.get("paused", False)}, now)
+        if len(self._schedules) >= self.settings.max_schedules:
+            raise Answer(429, f"namespace {NAMESPACE!r} has {len(self._schedules)} schedules: the cap is "
+                              f"{self.settings.max_schedules} (DELAYQUEUE_MAX_SCHEDULES)")
+        schedule_id = data["scheduleId"]
+        if schedule_id in self._schedules:
+            raise Answer(409, f"schedule {schedule_id!r} exists: updateSchedule changes it")
+        schedule = self._schedules[schedule_id] = FakeSchedule(
+            schedule_id=schedule_id, generation=0, planned_until=self._plan_from(fields, now), created_at=now,
+            updated_at=now, planned_from=now, **fields)
+        self._plan_schedules(now)
+        return {"schedule": schedule.wire(now)}
+
+    def _get_schedule(self, body: Any) -> dict[str, Any]:
+        data = rules.parse(rules.SCHEDULE_REF, self._params(body))
+        return {"schedule": self._schedule_of(data["scheduleId"]).wire(self.clock.now_ms())}
+
+    def _list_schedules(self, body: Any) -> dict[str, Any]:
+        data, now = rules.parse(rules.LIST_SCHEDULES, self._params(body)), self.clock.now_ms()
+        after, topic = data.get("cursor", ""), data.get("topic")
+        found = [self._schedules[i] for i in sorted(self._schedules)
+                 if i > after and (topic is None or self._schedules[i].topic == topic)]
+        page = found[:data["limit"]]
+        answer: dict[str, Any] = {"schedules": [schedule.wire(now) for schedule in page]}
+        if len(found) > len(page):
+            answer["nextCursor"] = page[-1].schedule_id
+        return answer
+
+    def _change_schedule(self, schedule_id: str,
+                         change: Callable[[FakeSchedule], dict[str, Any]]) -> dict[str, Any]:
+        """The server's change of a schedule: the new fields checked, the ticks sent ahead and not
+        yet due withdrawn, the schedule planned anew from now under its next generation."""
+        schedule, now = self._schedule_of(schedule_id), self.clock.now_ms()
+        fields = self._checked_schedule(change(schedule), now)
+        floor = now if schedule.paused else self._withdraw(schedule, now)
+        for name, value in fields.items():
+            setattr(schedule, name, value)
+        schedule.generation += 1
+        schedule.planned_until = max(floor, self._plan_from(fields, now))
+        schedule.updated_at = schedule.planned_from = now
+        self._plan_schedules(now)
+        return {"schedule": schedule.wire(now)}
+
+    def _update_schedule(self, body: Any) -> dict[str, Any]:
+        data = rules.checked_update_schedule(self._params(body), self.settings.max_msg_bytes)
+        changes = self._schedule_fields(data)
+
+        def updated(schedule: FakeSchedule) -> dict[str, Any]:
+            fields = {**schedule.settable(), **changes}
+            if changes.get("cron"):
+                fields["every_millis"] = None
+            elif changes.get("every_millis") is not None:
+                fields["cron"] = ""
+                if "start_time" not in changes and schedule.cron:
+                    fields["start_time"] = None  # a cron schedule's start is not an interval's anchor
+            return fields
+        return self._change_schedule(data["scheduleId"], updated)
+
+    def _pause_schedule(self, body: Any) -> dict[str, Any]:
+        schedule_id = rules.parse(rules.SCHEDULE_REF, self._params(body))["scheduleId"]
+        return self._change_schedule(schedule_id, lambda schedule: {**schedule.settable(), "paused": True})
+
+    def _resume_schedule(self, body: Any) -> dict[str, Any]:
+        schedule_id = rules.parse(rules.SCHEDULE_REF, self._params(body))["scheduleId"]
+        return self._change_schedule(schedule_id, lambda schedule: {**schedule.settable(), "paused": False})
+
+    def _delete_schedule(self, body: Any) -> dict[str, Any]:
+        schedule_id = rules.parse(rules.SCHEDULE_REF, self._params(body))["scheduleId"]
+        schedule = self._schedule_of(schedule_id)
+        self._withdraw(schedule, self.clock.now_ms())
+        del self._schedules[schedule_id]
+        return {}
+
+
 @dataclass
 class Fault:
     """A failure fail_next() planned."""
@@ -671,10 +921,12 @@ class LongPoll:
         server = self._server
         with server._lock:
             left = self._real_until - self._monotonic()
-            if server.clock.real_time:  # wake when the next message falls due
+            if server.clock.real_time:  # wake when the next message falls due, or a tick is to be sent
                 timeline = server._timeline
-                if timeline:
-                    left = min(left, max(0.0, (timeline[0][0] - server.clock.now_ms()) / 1000))
+                wake = [timeline[0][0]] if timeline else []
+                wake += [at for at in (server._next_plan_ms(),) if at is not None]
+                if wake:
+                    left = min(left, max(0.0, (min(wake) - server.clock.now_ms()) / 1000))
         return max(0.0, left)
 
 
