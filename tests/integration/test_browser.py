@@ -10,8 +10,11 @@ import time
 
 import pytest
 import redis
+from django.conf import global_settings
 from django.contrib.auth.models import User
+from django.test.utils import override_settings
 
+import project.settings
 from delayqueue.models import Message
 from delayqueue.runtime import run_with_runtime
 from delayqueue.services.consume import pull_messages
@@ -19,6 +22,8 @@ from tests.helpers import REDIS_URL, ROOT, TEST_CONFIG, drain_history, log_datab
 from tools.stack import free_port
 
 ARTIFACTS = ROOT / ".local" / "artifacts" / "browser"
+# What a process of the project hashes passwords with (Django's default unless it sets its own).
+PROJECT_PASSWORD_HASHERS = getattr(project.settings, "PASSWORD_HASHERS", global_settings.PASSWORD_HASHERS)
 BROWSER, DRIVER = shutil.which("chromium"), shutil.which("chromedriver")
 
 pytestmark = [
@@ -92,7 +97,10 @@ def test_operator_walkthrough(uvicorn_server, browser):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import Select
 
-    User.objects.create_superuser("ops", "ops@example.com", "s3cret-pass")
+    # Logged in by the uvicorn process, whose hashers are the project's (Django's), not the
+    # fast one the tests' own process uses (tests/conftest.py): the user's hash is made with them.
+    with override_settings(PASSWORD_HASHERS=PROJECT_PASSWORD_HASHERS):
+        User.objects.create_superuser("ops", "ops@example.com", "s3cret-pass")
     send("browser", "b1", 600_000)
     send("browser", "b2", 0)
     send("other", "x1", 0)
@@ -142,11 +150,21 @@ def test_operator_walkthrough(uvicorn_server, browser):
     shot(browser, "05-restored")
     assert {m.msg_id: m.status for m in Message.objects.filter(topic="browser")} == {"b1": 1, "b2": 3}
 
+    # The buttons on a message's page submit their own forms, not the page's (forms do not nest).
+    browser.get(uvicorn_server + "/admin/delayqueue/message/?topic=browser&q=b1")
+    browser.find_element(By.LINK_TEXT, "b1").click()
+    arrive(browser, "#run-now")
+    browser.find_element(By.ID, "run-now").click()
+    arrive(browser, "ul.messagelist")
+    assert "Due now: ready" in browser.find_element(By.CSS_SELECTOR, "ul.messagelist").text
+    assert "ready" in browser.find_element(By.ID, "live-state").text
+    shot(browser, "05b-run-now")
+
     browser.get(uvicorn_server + "/admin/")
     browser.find_element(By.LINK_TEXT, "Topic dashboard").click()
     arrive(browser, "#topics")
     row = browser.find_element(By.CSS_SELECTOR, "tr[data-topic='browser']")
-    assert row.find_element(By.CSS_SELECTOR, "td.waiting").text == "1"
-    assert row.find_element(By.CSS_SELECTOR, "td.ready").text == "1"  # b2 came back ready, to be redelivered
+    assert row.find_element(By.CSS_SELECTOR, "td.waiting").text == "0"
+    assert row.find_element(By.CSS_SELECTOR, "td.ready").text == "2"  # b1 run now; b2 came back ready, to be redelivered
     assert browser.find_element(By.ID, "lateness-chart")
     shot(browser, "06-dashboard")
