@@ -1,12 +1,14 @@
-"""Reads from the PostgreSQL message log for the admin: history, and row counts that never
-COUNT(*) a big table."""
+"""Reads from the PostgreSQL message log for the admin: history, row counts that never
+COUNT(*) a big table, and a schedule's tick messages and missed ticks."""
 import json
+from dataclasses import dataclass
 from datetime import timedelta
 
 from django.db import connections
 
+from delayqueue.core.constants import Status
 from delayqueue.messagelog import sql
-from delayqueue.models import Message, MessageEvent, TopicHourStats
+from delayqueue.models import Message, MessageEvent, ScheduleGap, TopicHourStats
 
 # Filtered lists are counted exactly up to this many rows; beyond it the planner's estimate
 # is shown, so a broad filter over millions of rows costs no more than a selective one.
@@ -62,3 +64,33 @@ def estimated_count(queryset) -> int:
     if exact <= EXACT_COUNT_LIMIT:
         return exact
     return max(planner_estimate(queryset), exact)
+
+
+@dataclass(frozen=True)
+class LoggedTick:
+    """A schedule tick's message as the log holds it (times in epoch ms)."""
+
+    id: int  # the log row's, for its admin page
+    msg_id: str
+    status: int
+    retry: int
+    max_retry: int
+    produce_time: int
+    updated_at: int
+    ready_at: int | None  # when it first became ready; None: never (yet)
+
+
+def tick_messages(namespace: str, topic: str, msg_ids: list[str]) -> dict[str, LoggedTick]:
+    """The log rows of these msgIds of the topic (those it holds), by msgId, each with when it
+    first became ready: one statement, probing by msgId."""
+    if not msg_ids:
+        return {}
+    with connections["default"].cursor() as cursor:
+        cursor.execute(sql.SCHEDULE_TICK_MESSAGES, {"namespace": namespace, "topic": topic, "msg_ids": list(msg_ids),
+                                                    "ready": int(Status.READY)})
+        return {row[1]: LoggedTick(*row) for row in cursor.fetchall()}
+
+
+def schedule_gaps(schedule_pk: int, limit: int) -> list[ScheduleGap]:
+    """A schedule's latest catch-ups of missed ticks, newest first (on schedule_gap_recent)."""
+    return list(ScheduleGap.objects.filter(schedule_id=schedule_pk).order_by("-at")[:limit])

@@ -688,7 +688,7 @@ _SCHEDULE = ", ".join(to_millis(f"s.{name}") if name in ("created_at", "updated_
                       for name in SCHEDULE_FIELDS)
 # A namespace's schedules are created one at a time (a transaction lock per namespace), so the
 # count checked against DELAYQUEUE_MAX_SCHEDULES stays true until the insert commits.
-LOCK_SCHEDULE_CREATION = "SELECT pg_advisory_xact_lock(hashtext('delayqueue schedules ' || %(namespace)s))"
+LOCK_SCHEDULE_CREATION = "SELECT pg_advisory_xact_lock(hashtextextended('delayqueue schedules ' || %(namespace)s, 0))"
 SCHEDULE_COUNT = f"SELECT count(*) FROM {tables.SCHEDULE} WHERE namespace = %(namespace)s"
 INSERT_SCHEDULE = f"""
 INSERT INTO {tables.SCHEDULE} AS s (namespace, schedule_id, topic, payload, cron, timezone, every_millis, start_time,
@@ -764,3 +764,16 @@ SELECT schedule_id, {from_millis("at")}, first_tick, last_tick, missed, fired, p
 FROM json_to_recordset(%(rows)s::json) AS u({record(Gap)})
 """
 
+
+# ---- A schedule's recent ticks in the admin (ops/admin/schedules.py, through selectors.tick_messages) ----
+# Self-contained: the ticks' msgIds are computed from the schedule's rule (core/schedules.py), and
+# their rows probed by msgId, which leads message_natural_key and event_once. Each row comes with
+# when its message first became ready (%(ready)s: its first history row into that status, 'sent'
+# for a tick sent due, 'due' for one sent ahead), for the tick's lateness.
+SCHEDULE_TICK_MESSAGES = f"""
+SELECT m.id, m.msg_id, m.status, m.retry, m.max_retry, {to_millis("m.produce_time")}, {to_millis("m.updated_at")},
+       (SELECT {to_millis("min(e.at)")} FROM {tables.EVENT} e
+        WHERE e.msg_id = m.msg_id AND e.topic = m.topic AND e.namespace = m.namespace AND e.to_status = %(ready)s)
+FROM {tables.MESSAGE} m
+WHERE m.msg_id = ANY(%(msg_ids)s::text[]) AND m.topic = %(topic)s AND m.namespace = %(namespace)s
+"""

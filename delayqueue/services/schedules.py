@@ -149,8 +149,8 @@ def _updated(row: ScheduleRow, changes: dict) -> dict:
         fields["every_millis"] = None
     elif changes.get("every_millis") is not None:
         fields["cron"] = ""
-        if "start_time" not in changes and row.cron:
-            fields["start_time"] = None  # a cron schedule's start is not an interval's anchor
+    if bool(fields["cron"]) != bool(row.cron) and "start_time" not in changes:
+        fields["start_time"] = None  # a cron schedule's earliest tick is not an interval's anchor, nor the reverse
     return fields
 
 
