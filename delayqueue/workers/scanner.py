@@ -46,7 +46,7 @@ from delayqueue.services.admission import give_back_room
 from delayqueue.workers.loader import Loader
 from delayqueue.workers.log_writer import LogWriter
 from delayqueue.workers.redriver import Redriver
-from delayqueue.workers.scheduler import Scheduler
+from delayqueue.workers.scheduler import PlannerThread
 from delayqueue.workers.topic_worker import TopicWorker
 
 log = logging.getLogger(__name__)
@@ -131,7 +131,8 @@ class Scanner:
         # Dead letters live in the message log: without it there is nothing to redrive.
         redriver = (loop.create_task(Redriver(self.rt, self.token).run(self._stop), name="redriver")
                     if self.log_writer else None)
-        scheduler = loop.create_task(Scheduler(self.rt, self.token).run(self._stop), name="scheduler")
+        planner = PlannerThread(self.rt, self.token)
+        planner.start()
         await self._subscribed.wait()
         next_refresh = next_renew = next_retire = next_prune = loop.time()
         outage = Outage(log, f"scanner {self.token}")
@@ -177,8 +178,8 @@ class Scanner:
         finally:
             await cancel_and_wait(listener, lag_probe, heartbeat, watcher)
             self._stop.set()
-            await asyncio.gather(*(task for task in (writer, redriver, loader, scheduler) if task is not None),
-                                 return_exceptions=True)
+            await asyncio.gather(*(task for task in (writer, redriver, loader) if task is not None),
+                                 planner.stop(), return_exceptions=True)
             await self._shutdown()
 
     async def _check_marker(self) -> None:

@@ -16,6 +16,7 @@ down) stops its schedule's plan there; it is tried again RETRY_MILLIS later.
 """
 import asyncio
 import logging
+import threading
 
 import orjson
 
@@ -28,6 +29,7 @@ from delayqueue.core.schedules import ScheduleRow, plan_time
 from delayqueue.core.stopping import repeat
 from delayqueue.messagelog import sql
 from delayqueue.messagelog.connection import LogConnection
+from delayqueue.runtime import Runtime
 from delayqueue.services.send import SendRequest, send_messages
 
 log = logging.getLogger(__name__)
@@ -108,6 +110,39 @@ class Scheduler:
 
     async def close(self) -> None:
         await self._db.close()
+
+
+class PlannerThread:
+    """A scanner's planner on a thread and event loop of its own, with a Runtime of its own: its
+    Python work (computing ticks, preparing thousands of sends a second) then holds up the
+    scanner's promotions for at most the interpreter's switch interval (run_scanners sets it to
+    1 ms), where on the scanner's loop it held them up for as long as a round's work between two
+    awaits."""
+
+    def __init__(self, rt: Runtime, owner: str):
+        self._config, self._namespace, self._process, self._owner = rt.config, rt.ns.namespace, rt.process, owner
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stopping: asyncio.Event | None = None
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=lambda: asyncio.run(self._run()), name=f"planner {owner}", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    async def _run(self) -> None:
+        self._loop, self._stopping = asyncio.get_running_loop(), asyncio.Event()
+        self._ready.set()
+        rt = Runtime(self._config, self._process, namespace=self._namespace)
+        try:
+            await Scheduler(rt, self._owner).run(self._stopping)
+        finally:
+            await rt.close()
+
+    async def stop(self) -> None:
+        """Stops the planner after its current round and waits for its thread to end."""
+        await asyncio.to_thread(self._ready.wait)
+        self._loop.call_soon_threadsafe(self._stopping.set)
+        await asyncio.to_thread(self._thread.join)
 
 
 class TickPlan:

@@ -2,6 +2,7 @@ import asyncio
 import gc
 import logging
 import signal
+import sys
 
 import uvloop
 from django.core.management.base import BaseCommand
@@ -36,6 +37,9 @@ class Command(BaseCommand):
 
     def handle(self, *args, **options):
         gc.freeze()  # Django's startup objects live as long as the process: no full GC passes over them
+        # The schedule planners run on threads of their own (workers/scheduler.PlannerThread): a
+        # promotion due waits at most this long for a planner busy in Python to hand over.
+        sys.setswitchinterval(0.001)
         # The event loop uvicorn serves the API on. Redis or PostgreSQL down, at start or later: it waits.
         uvloop.run(self._run(options.get("name")))
 

@@ -1,0 +1,100 @@
+"""Schedules at scale: 10,000 schedules of 1 s in one namespace for 60 s.
+
+Each schedule ticks every second for a minute (60 ticks; starts spread over one second, or all on
+the same millisecond with --aligned). Reported from the message log once the history is written:
+ticks fired (each tick's message and its 'ready' event), missing or doubled, fire lateness (when
+the tick's message became ready minus the tick: p50, p99, max; goal p99 <= 10 ms; none early),
+and the CPU the scanner process used over the minute (it plans the ticks and promotes them).
+
+    .venv/bin/python -m bench.schedules [--schedules 10000] [--seconds 60] [--topics 10] [--aligned]
+"""
+import argparse
+import asyncio
+import random
+import time
+
+import aiohttp
+import psycopg
+import redis
+
+from bench.harness import child_pid, cpu_seconds, history_written, stack
+
+API = "/camellia/delayQueue/"
+LEAD_MS = 20_000
+
+
+async def create(url: str, count: int, topics: int, start: int, seconds: int, aligned: bool) -> None:
+    connector = aiohttp.TCPConnector(limit=16)
+    async with aiohttp.ClientSession(url, connector=connector) as client:
+        async def one(i: int) -> None:
+            first = start + (0 if aligned else random.randint(0, 999))
+            async with client.post(API + "createSchedule", data={
+                    "scheduleId": f"s{i}", "topic": f"tick{i % topics}", "msg": "x" * 100, "everyMillis": "1000",
+                    "startTime": str(first), "endTime": str(first + (seconds - 1) * 1000)}) as response:
+                reply = await response.json()
+            assert reply["code"] == 200, reply
+
+        for chunk in range(0, count, 200):
+            await asyncio.gather(*(one(i) for i in range(chunk, min(count, chunk + 200))))
+
+
+# Each tick's promotion (waiting -> ready): when its message became consumable, minus the tick.
+LATENESS = """
+SELECT count(*), count(DISTINCT msg_id), count(*) FILTER (WHERE lateness < 0),
+       percentile_cont(0.5) WITHIN GROUP (ORDER BY lateness), percentile_cont(0.99) WITHIN GROUP (ORDER BY lateness),
+       max(lateness)
+FROM (SELECT msg_id, (extract(epoch FROM at) * 1000)::int8 - split_part(msg_id, '@', 2)::int8 AS lateness
+      FROM delayqueue_messageevent WHERE from_status = 1 AND to_status = 2) promoted
+"""
+# Ticks the planner sent at or after their time (ready at once, not promoted): none when it keeps up.
+SENT_LATE = "SELECT count(*) FROM delayqueue_messageevent WHERE reason = 'sent' AND to_status = 2"
+SENT = "SELECT count(*), count(DISTINCT msg_id) FROM delayqueue_messageevent WHERE reason = 'sent'"
+PER_SCHEDULE = """
+SELECT count(*) FILTER (WHERE n <> %(ticks)s), min(n), max(n)
+FROM (SELECT split_part(msg_id, '@', 1) AS schedule, count(*) AS n FROM delayqueue_message GROUP BY 1) per
+"""
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--schedules", type=int, default=10_000)
+    parser.add_argument("--seconds", type=int, default=60)
+    parser.add_argument("--topics", type=int, default=10)
+    parser.add_argument("--aligned", action="store_true", help="every schedule ticks on the same millisecond")
+    args = parser.parse_args()
+    with stack(scanners=1) as (urls, env):
+        # Each create is a durable commit (about 10 ms here): the first ticks come after the last create.
+        start = int(time.time() * 1000) + LEAD_MS + args.schedules * 20
+        began = time.monotonic()
+        asyncio.run(create(urls["main"], args.schedules, args.topics, start, args.seconds, args.aligned))
+        took = time.monotonic() - began
+        print(f"created {args.schedules:,} schedules of 1 s over {args.topics} topics in {took:.1f} s "
+              f"({args.schedules / took:,.0f}/s); first ticks {(start / 1000 - time.time()):.0f} s later")
+        if time.time() * 1000 > start - 12_000:
+            raise SystemExit("creating the schedules took too long: their first ticks were not planned in time")
+        scanner = child_pid("run_scanners")
+        while time.time() * 1000 < start:
+            time.sleep(0.01)
+        cpu_before = cpu_seconds(scanner)
+        time.sleep(args.seconds)
+        cpu = cpu_seconds(scanner) - cpu_before
+        time.sleep(5)  # the last second's ticks fall due and are promoted
+        history_written(redis.Redis.from_url(env["REDIS_URL"]))
+        with psycopg.connect(env["DATABASE_URL"].replace("postgres://", "postgresql://")) as conn:
+            promotions, promoted, early, p50, p99, worst = conn.execute(LATENESS).fetchone()
+            [sent_late] = conn.execute(SENT_LATE).fetchone()
+            sent, distinct_sent = conn.execute(SENT).fetchone()
+            off, fewest, most = conn.execute(PER_SCHEDULE, {"ticks": args.seconds}).fetchone()
+    expected = args.schedules * args.seconds
+    print(f"ticks expected {expected:,}; messages sent {distinct_sent:,} ('sent' events {sent:,}); "
+          f"promoted when due {promoted:,} (events {promotions:,}); sent at or after their time (ready at once) "
+          f"{sent_late:,}")
+    print(f"schedules with other than {args.seconds} ticks: {off} (fewest {fewest}, most {most}); "
+          f"missing {expected - distinct_sent:,}; doubled {promotions - promoted + sent - distinct_sent:,}")
+    print(f"fire lateness of the promoted ticks (ready - tick, whole ms): p50 {p50:.0f} ms, p99 {p99:.0f} ms, "
+          f"max {worst} ms; early {early}")
+    print(f"scanner CPU over the {args.seconds} s: {cpu:.1f} s ({cpu / args.seconds:.0%} of a core)")
+
+
+if __name__ == "__main__":
+    main()
