@@ -18,6 +18,7 @@ import psycopg
 import redis
 
 from bench.harness import child_pid, cpu_seconds, history_written, stack
+from tools.stack import ROOT
 
 API = "/camellia/delayQueue/"
 LEAD_MS = 20_000
@@ -80,6 +81,8 @@ def main():
         cpu = cpu_seconds(scanner) - cpu_before
         time.sleep(5)  # the last second's ticks fall due and are promoted
         history_written(redis.Redis.from_url(env["REDIS_URL"]))
+        logs = sorted(ROOT.glob(".local/bench-*/scanner-0.log"), key=lambda p: p.stat().st_mtime)
+        warnings = [line for line in logs[-1].read_text().splitlines() if "WARNING" in line or "ERROR" in line]
         with psycopg.connect(env["DATABASE_URL"].replace("postgres://", "postgresql://")) as conn:
             promotions, promoted, early, p50, p99, worst = conn.execute(LATENESS).fetchone()
             [sent_late] = conn.execute(SENT_LATE).fetchone()
@@ -94,6 +97,8 @@ def main():
     print(f"fire lateness of the promoted ticks (ready - tick, whole ms): p50 {p50:.0f} ms, p99 {p99:.0f} ms, "
           f"max {worst} ms; early {early}")
     print(f"scanner CPU over the {args.seconds} s: {cpu:.1f} s ({cpu / args.seconds:.0%} of a core)")
+    if warnings:
+        print("the scanner's log said:\n  " + "\n  ".join(warnings[-10:]))
 
 
 if __name__ == "__main__":

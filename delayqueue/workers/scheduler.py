@@ -39,9 +39,10 @@ RETRY_AFTER_FAILURE = 0.5
 RETRY_MILLIS = 1_000  # a schedule whose tick could not be sent is planned again this much later
 CLAIM_LIMIT = 500  # schedules per round
 TICKS_PER_ROUND = 20_000  # ticks per round, over all its schedules; the rest wait for the next round
-# Sends per call of the send service: the scanner's event loop also promotes its topics' due
-# messages, and a call's Python work between two awaits must not hold them up for long.
+# Sends per call of the send service, and calls in flight at once: a round's ticks go out
+# together, as a producer's batches do.
 SEND_CHUNK = 100
+SENDS_IN_FLIGHT = 8
 
 
 class Scheduler:
@@ -81,10 +82,7 @@ class Scheduler:
                                     ttl_millis=plan.row.ttl_millis, max_retry=plan.row.max_retry, trigger_time=tick,
                                     priority=plan.row.priority)
                         for plan in plans for tick in plan.ticks]
-            outcomes = []
-            for first in range(0, len(requests), SEND_CHUNK):
-                outcomes += await send_messages(self.rt, requests=requests[first:first + SEND_CHUNK])
-                await asyncio.sleep(0)  # the topic workers' promotions run between the chunks
+            outcomes = await self._send(requests)
             saved, gaps, refused, start = [], [], None, 0
             for plan in plans:
                 mine, start = outcomes[start:start + len(plan.ticks)], start + len(plan.ticks)
@@ -107,6 +105,18 @@ class Scheduler:
         else:
             self._refusals.failed(str(refused))
         return len(rows)
+
+    async def _send(self, requests: list[SendRequest]) -> list:
+        """The sends' outcomes, in order: SEND_CHUNK at a time, SENDS_IN_FLIGHT chunks at once (the
+        message log commits chunks in flight together)."""
+        room = asyncio.Semaphore(SENDS_IN_FLIGHT)
+
+        async def chunk(first: int) -> list:
+            async with room:
+                return await send_messages(self.rt, requests=requests[first:first + SEND_CHUNK])
+
+        chunks = await asyncio.gather(*(chunk(first) for first in range(0, len(requests), SEND_CHUNK)))
+        return [outcome for outcomes in chunks for outcome in outcomes]
 
     async def close(self) -> None:
         await self._db.close()
