@@ -1,6 +1,7 @@
 """Fixtures for the tests that use Redis, the Redis Cluster and PostgreSQL (tests/integration,
-tests/spark). None is autouse: a test pays only for the servers it asks for, and tests/unit asks
-for none. Plain helpers are in tests/helpers.py."""
+tests/spark). None that starts or empties a server is autouse: a test pays only for the servers
+it asks for, and tests/unit asks for none (the one autouse fixture, fast_password_hashing, only
+changes a setting). Plain helpers are in tests/helpers.py."""
 import asyncio
 import json
 import os
@@ -47,6 +48,23 @@ def pytest_configure(config):
     as Ctrl-C does, and ./dev test stopping pytest, need SIGINT taken as from a terminal."""
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def fast_password_hashing():
+    """Django's default password hasher (PBKDF2, a million rounds) spends most of a second of
+    CPU on every password set or checked, and every admin test sets one (admin_client's user).
+    What the tests check of passwords and logins (the admin's lock-out, its validators, its
+    pages) does not depend on the hash function, so passwords set in this process are hashed
+    with a fast one; the project's hashers still check a hash made elsewhere. A process a test
+    starts (uvicorn) keeps the project's hashers only: a user who logs in there is made with
+    them (test_browser), so that path still runs the real one."""
+    from django.conf import settings
+    from django.test.utils import override_settings
+
+    fast = ["django.contrib.auth.hashers.MD5PasswordHasher", *settings.PASSWORD_HASHERS]
+    with override_settings(PASSWORD_HASHERS=fast):
+        yield
 
 
 @pytest.fixture

@@ -1,5 +1,6 @@
 """Rebuilding Redis from the message log: manage.py restore, the restore endpoints, retention."""
 import asyncio
+import io
 import os
 import signal
 import subprocess
@@ -11,7 +12,7 @@ import psycopg
 import psycopg.sql
 import pytest
 import redis
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
 
 from delayqueue.core.constants import Status
 from delayqueue.messagelog import sql
@@ -234,9 +235,22 @@ def manage(*args, **env_overrides):
                           timeout=60)
 
 
+def restore_in_process(*args) -> str:
+    """manage.py restore's handling (its parser, its checks, its output) through call_command,
+    in this process: its stdout. A refusal raises the CommandError that a process prints as
+    one line and exits with."""
+    out = io.StringIO()
+    call_command("restore", *args, stdout=out)
+    return out.getvalue()
+
+
 @pytest.mark.process
 @pytest.mark.fault
-def test_restore_command_prints_counts_and_refuses_bad_options(clean_state):
+def test_restore_command_prints_counts_and_refuses_bad_options(clean_state, settings):
+    """The command line as an operator meets it: a process for a restore (its counts on stdout,
+    its progress on stderr), for a refusal by the command (exit 1) and for one by its parser
+    (exit 2), each a line without a traceback. The other refusals and counts go through the
+    same command's code in this process."""
     async def setup():
         rt = make_runtime(REDIS_URL)
         await send_messages(rt, requests=[SendRequest(topic="cli", msg=str(i), delay_millis=0) for i in range(5)])
@@ -244,30 +258,30 @@ def test_restore_command_prints_counts_and_refuses_bad_options(clean_state):
         await rt.close()
 
     asyncio.run(setup())
-    dry = manage("restore", "--dry-run")
-    assert dry.returncode == 0 and "would restore 5, already live 0" in dry.stdout
+    assert "would restore 5, already live 0" in restore_in_process("--dry-run")
     done = manage("restore", "--topic", "cli")
     assert done.returncode == 0 and "restored 5, already live 0, skipped (ended or expired) 0" in done.stdout
     assert "100.0%" in done.stderr  # the progress report
-    assert "restored 0, already live 5" in manage("restore").stdout
+    assert "restored 0, already live 5" in restore_in_process()
 
     for scope in (["--topic", "never"], ["--topic", "cli", "--msg-id", "nope"], ["--msg-id", "nope"]):
-        unknown = manage("restore", *scope)
-        assert unknown.returncode == 1, unknown.stderr
-        assert f"no message in the message log matches {' '.join(scope)}" in unknown.stderr
-        assert "Traceback" not in unknown.stderr
+        with pytest.raises(CommandError) as unknown:
+            restore_in_process(*scope)
+        assert f"no message in the message log matches {' '.join(scope)}" in str(unknown.value)
 
     bad_topic = manage("restore", "--topic", "no\ttabs")
     assert bad_topic.returncode == 2 and "Traceback" not in bad_topic.stderr
     assert "argument --topic: 'no\\ttabs': a topic must be 1-255 bytes of UTF-8 text without control characters; " \
            "it has U+0009" in bad_topic.stderr
-    bad_flag = manage("restore", "--bogus")
-    assert bad_flag.returncode == 2 and "--bogus" in bad_flag.stderr
+    with pytest.raises(CommandError, match="unrecognized arguments: --bogus"):
+        restore_in_process("--bogus")
     no_log = manage("restore", DATABASE_URL="postgres://postgres@127.0.0.1:1/none")
     assert no_log.returncode == 1 and "message log unavailable" in no_log.stderr and "Traceback" not in no_log.stderr
     # A refused connection is retried (Redis may be restarting) until the timeout.
-    no_redis = manage("restore", REDIS_URL="redis://127.0.0.1:1/0", DELAYQUEUE_REDIS_TIMEOUT_MILLIS="300")
-    assert no_redis.returncode == 1 and "redis unavailable" in no_redis.stderr and "Traceback" not in no_redis.stderr
+    settings.REDIS_URL = "redis://127.0.0.1:1/0"
+    settings.DELAYQUEUE = {**settings.DELAYQUEUE, "REDIS_TIMEOUT_MILLIS": 300}
+    with pytest.raises(CommandError, match="^redis unavailable"):
+        restore_in_process()
 
 
 def test_prune_log_deletes_old_ended_messages_and_their_history_only(clean_state):
@@ -289,9 +303,11 @@ def test_prune_log_deletes_old_ended_messages_and_their_history_only(clean_state
     statuses = sorted(r[0] for r in asyncio.run(query("SELECT status FROM delayqueue_message")))
     assert statuses == [Status.READY, Status.READY]
     assert asyncio.run(query("SELECT count(*) FROM delayqueue_messageevent"))[0][0] == 2
-    for days, problem in (("0", "must be at least 1, got 0"), ("99999999999", "must be at most 36500 days")):
-        out = manage("prune_log", "--older-than-days", days)
-        assert out.returncode == 2 and f"--older-than-days: {problem}" in out.stderr and "Traceback" not in out.stderr
+    out = manage("prune_log", "--older-than-days", "0")  # the command line: exit 2, one line
+    assert out.returncode == 2 and "--older-than-days: must be at least 1, got 0" in out.stderr
+    assert "Traceback" not in out.stderr
+    with pytest.raises(CommandError, match="--older-than-days: must be at most 36500 days"):  # the same parser
+        call_command("prune_log", "--older-than-days", "99999999999")
     call_command("prune_log", "--older-than-days", "1")  # nothing left to prune, still fine
 
 

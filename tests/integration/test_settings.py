@@ -3,16 +3,19 @@ line naming the variable (README "Configuration"), before it misbehaves (a monit
 divides by zero, a negative retention prunes every ended message, a huge one overflows)."""
 import os
 import re
+import runpy
 import subprocess
 import sys
 
 import pytest
+from django.core.cache import CacheHandler
 
 from delayqueue.api.validation import PullMsgSerializer, SendMsgSerializer, first_error
 from delayqueue.config.settings import SETTINGS, load_config
 from tests.helpers import ROOT
 
-# Every test here starts manage.py or ./dev as a process; none needs a server.
+# The tests here start manage.py or ./dev as a process, or run the settings module they start
+# with; none needs a server.
 pytestmark = pytest.mark.process
 
 
@@ -21,21 +24,42 @@ def manage_check(**env):
                           capture_output=True, text=True, timeout=60)
 
 
-@pytest.mark.parametrize("name, value, problem", [
-    ("DELAYQUEUE_REDIS_TIMEOUT_MILLIS", "0", "must be at least 1, got 0"),
-    ("DELAYQUEUE_LOG_TIMEOUT_MILLIS", "0", "must be at least 1, got 0"),
-    ("DELAYQUEUE_MONITOR_INTERVAL_SECONDS", "0", "must be at least 1, got 0"),
-    ("DELAYQUEUE_SCANNER_BATCH", "-5", "must be at least 1, got -5"),
-    ("DELAYQUEUE_SCANNER_LOCK_TTL_MILLIS", "10", "must be at least 100, got 10"),
-    ("DELAYQUEUE_MAX_RETRY", "-1", "must be at least 0, got -1"),
-    ("DELAYQUEUE_LOG_RETENTION_DAYS", "-1", "must be at least 1, got -1"),
-    ("DELAYQUEUE_LOG_RETENTION_DAYS", "99999999999", "must be at most 36500, got 99999999999"),
-    ("DELAYQUEUE_TTL_MILLIS", "1h", "must be an integer, got '1h'"),
+def settings_module(monkeypatch, **env) -> dict:
+    """project/settings.py, the code every process of the service (manage.py, uvicorn, ./dev run)
+    runs first and where each of them reads and checks the environment, run afresh in this
+    process with these variables: the settings it makes. A value it refuses raises the
+    SystemExit that stops such a process with its message as the one line on stderr."""
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    return runpy.run_path(str(ROOT / "project" / "settings.py"))
+
+
+def refusal(monkeypatch, **env) -> str:
+    """The one line project/settings.py stops a process with, for these variables."""
+    with pytest.raises(SystemExit) as stopped:
+        settings_module(monkeypatch, **env)
+    return str(stopped.value)
+
+
+# in_a_process: also as manage.py meets it, exit code 1 and that line alone on stderr (one of
+# each kind; the others run the same module in this process).
+@pytest.mark.parametrize("name, value, problem, in_a_process", [
+    ("DELAYQUEUE_REDIS_TIMEOUT_MILLIS", "0", "must be at least 1, got 0", False),
+    ("DELAYQUEUE_LOG_TIMEOUT_MILLIS", "0", "must be at least 1, got 0", False),
+    ("DELAYQUEUE_MONITOR_INTERVAL_SECONDS", "0", "must be at least 1, got 0", True),
+    ("DELAYQUEUE_SCANNER_BATCH", "-5", "must be at least 1, got -5", False),
+    ("DELAYQUEUE_SCANNER_LOCK_TTL_MILLIS", "10", "must be at least 100, got 10", False),
+    ("DELAYQUEUE_MAX_RETRY", "-1", "must be at least 0, got -1", False),
+    ("DELAYQUEUE_LOG_RETENTION_DAYS", "-1", "must be at least 1, got -1", False),
+    ("DELAYQUEUE_LOG_RETENTION_DAYS", "99999999999", "must be at most 36500, got 99999999999", False),
+    ("DELAYQUEUE_TTL_MILLIS", "1h", "must be an integer, got '1h'", False),
 ])
-def test_a_setting_out_of_range_stops_the_service_with_one_line(name, value, problem):
-    refused = manage_check(**{name: value})
-    assert refused.returncode == 1, refused.stderr
-    assert refused.stderr.strip() == f"environment variable {name} {problem}"
+def test_a_setting_out_of_range_stops_the_service_with_one_line(name, value, problem, in_a_process, monkeypatch):
+    assert refusal(monkeypatch, **{name: value}) == f"environment variable {name} {problem}"
+    if in_a_process:
+        refused = manage_check(**{name: value})
+        assert refused.returncode == 1, refused.stderr
+        assert refused.stderr.strip() == f"environment variable {name} {problem}"
 
 
 def test_settings_at_their_bounds_are_taken():
@@ -44,29 +68,41 @@ def test_settings_at_their_bounds_are_taken():
     assert taken.returncode == 0, taken.stderr
 
 
-@pytest.mark.parametrize("name, value, problem", [
-    ("REDIS_URL", "localhost:6379", "must be a redis://, rediss://, unix://, redis-cluster://"),
-    ("REDIS_URL", "redis+sentinel://127.0.0.1:26379", "must name the master's service after the sentinels"),
-    ("REDIS_URL", "redis+sentinel://:secret@127.0.0.1:26379/mymaster/queue", "names the database 'queue'"),
-    ("REDIS_URL", "redis://127.0.0.1:63790x/0", "has a port that is not a number"),
-    ("REDIS_URL", "redis-cluster://127.0.0.1:7000,127.0.0.1:x", "has a port that is not a number"),
-    ("REDIS_URL", "redis://127.0.0.1:6379/queue", "names the database 'queue': the path must be a database number"),
-    ("DATABASE_URL", "mysql://dq:secret@db/dq", "must be a postgres://"),
-    ("DATABASE_URL", "postgres://dq:secret@db:port/dq", "must be a postgres://"),
+@pytest.mark.parametrize("name, value, problem, in_a_process", [
+    ("REDIS_URL", "localhost:6379", "must be a redis://, rediss://, unix://, redis-cluster://", False),
+    ("REDIS_URL", "redis+sentinel://127.0.0.1:26379", "must name the master's service after the sentinels", False),
+    ("REDIS_URL", "redis+sentinel://:secret@127.0.0.1:26379/mymaster/queue", "names the database 'queue'", True),
+    ("REDIS_URL", "redis://127.0.0.1:63790x/0", "has a port that is not a number", False),
+    ("REDIS_URL", "redis-cluster://127.0.0.1:7000,127.0.0.1:x", "has a port that is not a number", False),
+    ("REDIS_URL", "redis://127.0.0.1:6379/queue", "names the database 'queue': the path must be a database number", False),
+    ("DATABASE_URL", "mysql://dq:secret@db/dq", "must be a postgres://", False),
+    ("DATABASE_URL", "postgres://dq:secret@db:port/dq", "must be a postgres://", False),
 ])
-def test_a_url_the_service_cannot_use_stops_it_with_one_line_that_hides_the_password(name, value, problem):
-    refused = manage_check(**{name: value})
-    assert refused.returncode == 1, refused.stderr
-    assert refused.stderr.strip().startswith(f"environment variable {name} {problem}")
-    assert "secret" not in refused.stderr
+def test_a_url_the_service_cannot_use_stops_it_with_one_line_that_hides_the_password(name, value, problem,
+                                                                                     in_a_process, monkeypatch):
+    line = refusal(monkeypatch, **{name: value})
+    assert line.startswith(f"environment variable {name} {problem}") and "\n" not in line
+    assert "secret" not in line
+    if in_a_process:
+        refused = manage_check(**{name: value})
+        assert refused.returncode == 1, refused.stderr
+        assert refused.stderr.strip() == line
+        assert "secret" not in refused.stderr
 
 
-def test_urls_of_every_supported_form_are_taken():
-    for redis_url in ("redis://u:p@127.0.0.1:6379/2", "rediss://127.0.0.1:6380", "unix:///run/redis.sock?db=1",
-                      "redis-cluster://127.0.0.1:7000,127.0.0.1:7001", "redis-cluster://:pw@127.0.0.1:7000,127.0.0.1:7001",
-                      "redis+sentinel://:pw@10.0.0.1:26379,10.0.0.2:26379/mymaster/1?sentinel_password=s"):
-        taken = manage_check(REDIS_URL=redis_url, DATABASE_URL="postgresql://dq:pw@db.internal:5433/dq")
-        assert taken.returncode == 0, (redis_url, taken.stderr)
+def test_urls_of_every_supported_form_are_taken(monkeypatch):
+    database_url = "postgresql://dq:pw@db.internal:5433/dq"
+    forms = ("redis://u:p@127.0.0.1:6379/2", "rediss://127.0.0.1:6380", "unix:///run/redis.sock?db=1",
+             "redis-cluster://127.0.0.1:7000,127.0.0.1:7001", "redis-cluster://:pw@127.0.0.1:7000,127.0.0.1:7001",
+             "redis+sentinel://:pw@10.0.0.1:26379,10.0.0.2:26379/mymaster/1?sentinel_password=s")
+    for redis_url in forms:
+        made = settings_module(monkeypatch, REDIS_URL=redis_url, DATABASE_URL=database_url)
+        assert (made["REDIS_URL"], made["DATABASE_URL"]) == (redis_url, database_url)
+        CacheHandler(made["CACHES"])["default"]  # Django's cache built from them, as manage.py check builds it
+    # And manage.py takes one as a whole: a cluster's (whose cache is per process). The plain form
+    # is taken by every process the suite starts, the sentinel form by one in test_local_stack.
+    taken = manage_check(REDIS_URL=forms[3], DATABASE_URL=database_url)
+    assert taken.returncode == 0, (forms[3], taken.stderr)
 
 
 @pytest.mark.parametrize("name, value, problem", [

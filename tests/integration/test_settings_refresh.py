@@ -2,10 +2,12 @@
 changed since the last read (issue 29 item 4): a change another process makes is seen, a deleted
 row is seen, and a refresh while nothing changed reads no row at all. Real PostgreSQL."""
 import asyncio
+import io
 import subprocess
 import sys
 
 from asgiref.sync import sync_to_async
+from django.core.management import call_command
 
 from delayqueue.live.keys import namespace_keys
 from delayqueue.models import TopicConfig
@@ -23,11 +25,17 @@ def set_limits(*argv: str) -> None:
                    env=scanner_env(), check=True, capture_output=True)
 
 
+@sync_to_async
+def set_limits_here(*argv: str) -> None:
+    """The same command in this process, on a connection of Django's (not the caches')."""
+    call_command("set_limits", "--namespace", NAMESPACE, *argv, stdout=io.StringIO())
+
+
 async def test_a_change_another_process_makes_is_seen_and_a_quiet_refresh_reads_no_row(clean_state):
     limits = LimitCache(namespace_keys(NAMESPACE))
     try:
-        await asyncio.to_thread(set_limits, "--topic", "a", "--produce-rate", "5")
-        await asyncio.to_thread(set_limits, "--topic", "b", "--max-live", "7")
+        await set_limits_here("--topic", "a", "--produce-rate", "5")
+        await set_limits_here("--topic", "b", "--max-live", "7")
         assert await limits.table() == {"a": Limits(produce_rate=5), "b": Limits(max_live=7)}  # the first, whole read
 
         await asyncio.to_thread(set_limits, "--topic", "a", "--produce-rate", "9")
@@ -54,13 +62,13 @@ async def test_a_deleted_row_is_seen(clean_state):
     ns = namespace_keys(NAMESPACE)
     limits, settings = LimitCache(ns), TopicConfigCache(ns)
     try:
-        await asyncio.to_thread(set_limits, "--topic", "gone", "--produce-rate", "5")
+        await set_limits_here("--topic", "gone", "--produce-rate", "5")
         await sync_to_async(save_topic_config)(namespace=NAMESPACE, topic="gone", changes={"max_retry": 2}, limits={}, by_operator=True)
         await sync_to_async(save_topic_config)(namespace=NAMESPACE, topic="kept", changes={"max_retry": 3}, limits={}, by_operator=True)
         # Read by hand alone (no refresher): each read below is the first to see what changed.
         assert "gone" in await limits.fresh() and set(await settings.fresh()) == {"gone", "kept"}
 
-        await asyncio.to_thread(set_limits, "--topic", "gone", "--produce-rate", "0")  # its last limit: the row goes
+        await set_limits_here("--topic", "gone", "--produce-rate", "0")  # its last limit: the row goes
         await sync_to_async(TopicConfig.objects.filter(namespace=NAMESPACE, topic="gone").delete)()
         assert await limits.fresh() == {}
         assert limits.rows_read >= 1  # the deletion, read as a change
