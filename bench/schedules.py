@@ -6,7 +6,7 @@ ticks fired (each tick's message and its 'ready' event), missing or doubled, fir
 the tick's message became ready minus the tick: p50, p99, max; goal p99 <= 10 ms; none early),
 and the CPU the scanner process used over the minute (it plans the ticks and promotes them).
 
-    .venv/bin/python -m bench.schedules [--schedules 10000] [--seconds 60] [--topics 10] [--aligned]
+    .venv/bin/python -m bench.schedules [--schedules 10000] [--seconds 60] [--topics 10] [--aligned] [--scanners 1]
 """
 import argparse
 import asyncio
@@ -62,8 +62,9 @@ def main():
     parser.add_argument("--seconds", type=int, default=60)
     parser.add_argument("--topics", type=int, default=10)
     parser.add_argument("--aligned", action="store_true", help="every schedule ticks on the same millisecond")
+    parser.add_argument("--scanners", type=int, default=1, help="run_scanners processes (they share the planning)")
     args = parser.parse_args()
-    with stack(scanners=1) as (urls, env):
+    with stack(scanners=args.scanners) as (urls, env):
         # Each create is a durable commit (about 10 ms here): the first ticks come after the last create.
         start = int(time.time() * 1000) + LEAD_MS + args.schedules * 20
         began = time.monotonic()
@@ -73,16 +74,16 @@ def main():
               f"({args.schedules / took:,.0f}/s); first ticks {(start / 1000 - time.time()):.0f} s later")
         if time.time() * 1000 > start - 12_000:
             raise SystemExit("creating the schedules took too long: their first ticks were not planned in time")
-        scanner = child_pid("run_scanners")
+        scanners = [child_pid(f"--name bench-{i}".replace(" ", "\0")) for i in range(args.scanners)]
         while time.time() * 1000 < start:
             time.sleep(0.01)
-        cpu_before = cpu_seconds(scanner)
+        cpu_before = sum(map(cpu_seconds, scanners))
         time.sleep(args.seconds)
-        cpu = cpu_seconds(scanner) - cpu_before
+        cpu = sum(map(cpu_seconds, scanners)) - cpu_before
         time.sleep(5)  # the last second's ticks fall due and are promoted
         history_written(redis.Redis.from_url(env["REDIS_URL"]))
-        logs = sorted(ROOT.glob(".local/bench-*/scanner-0.log"), key=lambda p: p.stat().st_mtime)
-        warnings = [line for line in logs[-1].read_text().splitlines() if "WARNING" in line or "ERROR" in line]
+        logs = sorted(ROOT.glob(".local/bench-*/scanner-*.log"), key=lambda p: p.stat().st_mtime)[-args.scanners:]
+        warnings = [line for log in logs for line in log.read_text().splitlines() if "WARNING" in line or "ERROR" in line]
         with psycopg.connect(env["DATABASE_URL"].replace("postgres://", "postgresql://")) as conn:
             promotions, promoted, early, p50, p99, worst = conn.execute(LATENESS).fetchone()
             [sent_late] = conn.execute(SENT_LATE).fetchone()
@@ -96,7 +97,8 @@ def main():
           f"missing {expected - distinct_sent:,}; doubled {promotions - promoted + sent - distinct_sent:,}")
     print(f"fire lateness of the promoted ticks (ready - tick, whole ms): p50 {p50:.0f} ms, p99 {p99:.0f} ms, "
           f"max {worst} ms; early {early}")
-    print(f"scanner CPU over the {args.seconds} s: {cpu:.1f} s ({cpu / args.seconds:.0%} of a core)")
+    print(f"CPU of the {args.scanners} scanner process(es) over the {args.seconds} s: {cpu:.1f} s "
+          f"({cpu / args.seconds:.0%} of a core)")
     if warnings:
         print("the scanner's log said:\n  " + "\n  ".join(warnings[-10:]))
 

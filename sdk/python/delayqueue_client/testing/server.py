@@ -849,8 +849,8 @@ class FakeServer:
                 fields["every_millis"] = None
             elif changes.get("every_millis") is not None:
                 fields["cron"] = ""
-                if "start_time" not in changes and schedule.cron:
-                    fields["start_time"] = None  # a cron schedule's start is not an interval's anchor
+            if bool(fields["cron"]) != bool(schedule.cron) and "start_time" not in changes:
+                fields["start_time"] = None  # a cron schedule's earliest tick is not an interval's anchor, nor the reverse
             return fields
         return self._change_schedule(data["scheduleId"], updated)
 
