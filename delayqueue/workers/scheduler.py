@@ -17,6 +17,7 @@ down) stops its schedule's plan there; it is tried again RETRY_MILLIS later.
 import asyncio
 import logging
 import threading
+from dataclasses import dataclass
 
 import orjson
 
@@ -34,7 +35,7 @@ from delayqueue.services.send import SendRequest, send_messages
 
 log = logging.getLogger(__name__)
 
-PLAN_EVERY_SECONDS = 0.2  # how often an idle planner looks for schedules to plan
+PLAN_EVERY_SECONDS = 0.5  # how often an idle planner looks (one indexed query per namespace)
 RETRY_AFTER_FAILURE = 0.5
 RETRY_MILLIS = 1_000  # a schedule whose tick could not be sent is planned again this much later
 CLAIM_LIMIT = 500  # schedules per round
@@ -74,10 +75,10 @@ class Scheduler:
             budget = TICKS_PER_ROUND
             plans = []
             for row in rows:
-                plan = plan_ticks(row, now, budget) if budget > 0 else None
-                if plan is not None:
-                    plans.append(plan)
-                    budget -= len(plan.ticks)
+                if budget <= 0:
+                    break  # the rows left keep their plan_at: the next round takes them
+                plans.append(plan_ticks(row, now, budget))
+                budget -= len(plans[-1].ticks)
             requests = [SendRequest(topic=plan.row.topic, msg=plan.row.payload, msg_id=plan.row.msg_id(tick),
                                     ttl_millis=plan.row.ttl_millis, max_retry=plan.row.max_retry, trigger_time=tick,
                                     priority=plan.row.priority)
@@ -155,14 +156,15 @@ class PlannerThread:
         await asyncio.to_thread(self._thread.join)
 
 
+@dataclass(frozen=True, slots=True)
 class TickPlan:
     """A claimed schedule's ticks to send this round, how far that plans it, and the gap it
     records if it missed ticks."""
 
-    __slots__ = ("row", "ticks", "planned_until", "gap")
-
-    def __init__(self, row: ScheduleRow, ticks: list[int], planned_until: int, gap: sql.Gap | None):
-        self.row, self.ticks, self.planned_until, self.gap = row, ticks, planned_until, gap
+    row: ScheduleRow
+    ticks: list[int]
+    planned_until: int
+    gap: sql.Gap | None
 
 
 def plan_ticks(row: ScheduleRow, now: int, budget: int) -> TickPlan:

@@ -1,4 +1,6 @@
 """Endpoints on schedules: recurring messages the service sends, one per tick (docs/schedules.md)."""
+from django.http import HttpResponse
+
 from delayqueue.api import wire
 from delayqueue.api.schema import (ResultSerializer, ScheduleListResultSerializer, ScheduleResultSerializer, answer,
                                    queue_endpoint)
@@ -8,11 +10,12 @@ from delayqueue.api.views.base import QueueAPIView, reply
 from delayqueue.config.settings import setting_text
 from delayqueue.core.clock import now_millis
 from delayqueue.core.constants import Scope
+from delayqueue.core.schedules import ScheduleRow
 from delayqueue.services.schedules import (create_schedule, delete_schedule, get_schedule, list_schedules,
                                            pause_schedule, resume_schedule, update_schedule)
 
 
-def schedule_reply(row) -> object:
+def schedule_reply(row: ScheduleRow) -> HttpResponse:
     return reply(schedule=wire.schedule(row, now_millis()))
 
 

@@ -1,0 +1,50 @@
+"""The planner's choice of ticks (workers/scheduler.plan_ticks): pure logic on a schedule's row."""
+import dataclasses
+
+from delayqueue.core.constants import (SCHEDULE_LEAD_MILLIS, SCHEDULE_MAX_TICKS_PER_ROUND,
+                                       SCHEDULE_MISSED_AFTER_MILLIS)
+from delayqueue.core.schedules import ScheduleRow
+from delayqueue.workers.scheduler import plan_ticks
+
+NOW = 1_800_000_000_000
+SECOND = 1000
+
+
+def every_second(planned_until: int, catch_up: str) -> ScheduleRow:
+    return ScheduleRow(id=1, namespace="n", schedule_id="s", topic="t", payload="x", cron="", timezone="UTC",
+                       every_millis=SECOND, start_time=0, end_time=None, catch_up=catch_up, priority=0,
+                       ttl_millis=0, max_retry=-1, paused=False, generation=0, planned_until=planned_until,
+                       plan_at=0, created_at=0, updated_at=0)
+
+
+def test_catching_up_all_of_a_long_outage_goes_on_over_rounds_each_tick_once():
+    """3,000 s without a planner: 'all' sends at most a round's limit, then the rest next rounds."""
+    down_since = NOW - 3000 * SECOND
+    row = every_second(down_since, "all")
+    cutoff = NOW - SCHEDULE_MISSED_AFTER_MILLIS
+    sent = []
+    while True:
+        plan = plan_ticks(row, NOW, budget=10**9)
+        assert len(plan.ticks) <= SCHEDULE_MAX_TICKS_PER_ROUND
+        sent += plan.ticks
+        row = dataclasses.replace(row, planned_until=plan.planned_until)
+        if plan.gap is None:
+            break
+        assert plan.gap.fired == plan.gap.missed == len([t for t in plan.ticks if t <= cutoff])
+    assert sent == list(range(down_since + SECOND, NOW + SCHEDULE_LEAD_MILLIS + 1, SECOND))
+
+
+def test_latest_and_skip_count_every_missed_tick_and_send_at_most_the_last():
+    down_since = NOW - 86_400 * SECOND  # a day: counted, not walked tick by tick
+    cutoff = NOW - SCHEDULE_MISSED_AFTER_MILLIS
+    for policy, fired in (("latest", [cutoff]), ("skip", [])):
+        plan = plan_ticks(every_second(down_since, policy), NOW, budget=10**9)
+        assert (plan.gap.first_tick, plan.gap.last_tick, plan.gap.missed, plan.gap.fired) == (
+            down_since + SECOND, cutoff, (cutoff - down_since) // SECOND, len(fired))
+        assert plan.ticks == fired + list(range(cutoff + SECOND, NOW + SCHEDULE_LEAD_MILLIS + 1, SECOND))
+
+
+def test_a_round_budget_bounds_the_ticks_of_a_schedule():
+    plan = plan_ticks(every_second(NOW, "latest"), NOW, budget=3)
+    assert plan.ticks == [NOW + SECOND, NOW + 2 * SECOND, NOW + 3 * SECOND] and plan.planned_until == NOW + 3 * SECOND
+    assert plan.gap is None
