@@ -8,6 +8,7 @@ import os
 import shutil
 import signal
 import tempfile
+from datetime import datetime, timezone
 from pathlib import Path
 
 import httpx
@@ -48,6 +49,13 @@ def pytest_configure(config):
     as Ctrl-C does, and ./dev test stopping pytest, need SIGINT taken as from a terminal."""
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def pytest_runtest_logstart(nodeid, location):
+    """Each test this worker starts, timed: when a server dies mid-run, ./dev test shows what ran then."""
+    if timeline := os.environ.get("DELAYQUEUE_TEST_TIMELINE"):
+        with open(timeline, "a") as out:
+            out.write(f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M:%S.%f} test {nodeid}\n")
 
 
 @pytest.fixture(scope="session", autouse=True)

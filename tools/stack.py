@@ -584,6 +584,7 @@ def ensure_browser() -> None:
 # waits (timers, sleeps, processes starting), so more workers than the 2 cores of the project's
 # machine pay: measured there, see README.md ("The two commands").
 TEST_WORKERS = 4
+TEST_TIMELINE = "tests-started.log"  # each worker's tests, as they start (conftest.py)
 TEST_URLS = ("REDIS_URL", "REDIS_CLUSTER_URL", "DATABASE_URL")
 # pytest options whose value is a separate argument that may look like a test path.
 VALUE_OPTIONS = {"-k", "-m", "-p", "-c", "-o", "--ignore", "--ignore-glob", "--deselect", "--basetemp", "--rootdir",
@@ -693,6 +694,8 @@ def command_test(args) -> int:
             with ThreadPoolExecutor(workers) as pool:
                 servers = dict(zip(sets, pool.map(start_test_servers, sets.values(), singles[::2], singles[1::2],
                                                   [cluster[i:i + 3] for i in range(0, 3 * workers, 3)])))
+        for worker, urls in servers.items():
+            urls["DELAYQUEUE_TEST_TIMELINE"] = str(sets[worker].base / TEST_TIMELINE)
         env["DELAYQUEUE_TEST_SERVERS"] = json.dumps(servers)
         env["REDIS_SERVER_BIN"] = redis_bin()
         env["SECRET_KEY"] = secrets.token_urlsafe(50)
@@ -703,7 +706,11 @@ def command_test(args) -> int:
             "(passwords in the tests' environment)")
         pytest_proc = subprocess.Popen([sys.executable, "-m", "pytest", *extra_args, *args.pytest_args], cwd=ROOT,
                                        env=env)
-        return wait_for_pytest(pytest_proc)
+        code = wait_for_pytest(pytest_proc)
+        if code != 0:
+            for worker, services in sets.items():
+                report_stopped_postgres(worker, services)
+        return code
     except KeyboardInterrupt:  # while the servers were starting
         say("interrupted")
         return 130
@@ -713,6 +720,38 @@ def command_test(args) -> int:
         with ThreadPoolExecutor(workers) as pool:
             list(pool.map(Services.stop, sets.values()))
         shutil.rmtree(base, ignore_errors=True)
+
+
+# The lines of a PostgreSQL's log that say when it started and stopped, and why.
+POSTGRES_LIFE_LINES = ("shutdown request", "PANIC", "terminated by signal", "lock file", "No space", "is shut down",
+                       "ready to accept", "out of memory")
+STOP_LINES = ("shutdown request", "PANIC", "terminated by signal")
+
+
+def report_stopped_postgres(worker: str, services: Services) -> None:
+    """After a failed run, a worker's PostgreSQL found down (its later tests then fail one after
+    another): what its log and its worker's tests say of when it stopped."""
+    control = services.postgres_control
+    if not control or (Path(control["data"]) / "postmaster.pid").exists():
+        return
+    timeline = services.base / TEST_TIMELINE
+    headline, shown = postgres_stop_story(Path(control["log"]).read_text(errors="replace").splitlines(),
+                                          timeline.read_text().splitlines() if timeline.exists() else [])
+    say(f"the PostgreSQL of {worker} is down at the end of the run; {headline}:")
+    print("\n".join(shown), flush=True)
+
+
+def postgres_stop_story(log: list[str], tests: list[str]) -> tuple[str, list[str]]:
+    """The log's start and stop lines merged in time with the tests started (both lines begin
+    with the UTC time, YYYY-MM-DD HH:MM:SS): the last stop and the tests just before it, or,
+    with no stop since the last start, the tests after that start."""
+    events = sorted([line for line in log if any(mark in line for mark in POSTGRES_LIFE_LINES)] + tests)
+    stops = [i for i, line in enumerate(events) if any(mark in line for mark in STOP_LINES)]
+    starts = [i for i, line in enumerate(events) if "ready to accept" in line]
+    if stops and (not starts or stops[-1] > starts[-1]):
+        return "its last stop among its tests", events[max(0, stops[-1] - 15):stops[-1] + 4]
+    return ("no stop in its log since its last start (killed?); the tests after that start",
+            events[starts[-1] if starts else 0:][:20])
 
 
 def own_test_servers(services: Services, env: dict) -> dict:

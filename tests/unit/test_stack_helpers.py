@@ -1,12 +1,13 @@
 """tools/stack.py's pure helpers: the secrets ./dev run keeps, turning a data folder's trust
-rules into password rules, and how many workers (and sets of servers) ./dev test runs."""
+rules into password rules, how many workers (and sets of servers) ./dev test runs, and what it
+says of a worker's PostgreSQL found down after a failed run."""
 import os
 import stat
 
 import pytest
 
 from tools.stack import (TEST_WORKERS, asked_workers, cluster_ports, free_ports, hba_requiring_passwords, plan_workers,
-                         stored_secret, trusted_rule, write_private)
+                         postgres_stop_story, stored_secret, trusted_rule, write_private)
 
 OLD_HBA = """# TYPE  DATABASE        USER            ADDRESS                 METHOD
 # "local" is for Unix domain socket connections only; trust would be
@@ -79,3 +80,26 @@ def test_ports_picked_at_once_are_all_different_buses_included():
     cluster = cluster_ports(12, avoid=set(singles))
     taken = singles + cluster + [port + 10_000 for port in cluster]
     assert len(set(taken)) == len(taken) == 32
+
+
+PG_LOG = [
+    "2026-11-29 11:08:15.495 UTC [10492] LOG:  database system is ready to accept connections",
+    "2026-11-29 11:08:16.001 UTC [10500] FATAL:  terminating connection due to administrator command",
+    "2026-11-29 11:13:42.412 UTC [10492] LOG:  received fast shutdown request",
+    "2026-11-29 11:13:42.800 UTC [10492] LOG:  database system is shut down",
+]
+TESTS = [f"2026-11-29 11:{minute:02}:00.000000 test tests/integration/test_x.py::test_{minute}" for minute in range(9, 20)]
+
+
+def test_a_postgres_found_down_is_shown_with_the_tests_before_its_last_stop():
+    headline, shown = postgres_stop_story(PG_LOG, TESTS)
+    assert headline == "its last stop among its tests"
+    assert shown[-5:] == ["2026-11-29 11:13:00.000000 test tests/integration/test_x.py::test_13", PG_LOG[2], PG_LOG[3],
+                          TESTS[5], TESTS[6]]
+    assert PG_LOG[1] not in shown  # per-connection noise
+
+
+def test_a_postgres_gone_without_a_stop_line_is_shown_with_the_tests_after_its_last_start():
+    headline, shown = postgres_stop_story(PG_LOG[:2] + [PG_LOG[0].replace("11:08:15", "11:14:00")], TESTS)
+    assert headline.startswith("no stop in its log since its last start (killed?)")
+    assert shown[0].endswith("ready to accept connections") and shown[1:] == TESTS[6:]
