@@ -722,9 +722,11 @@ def command_test(args) -> int:
         shutil.rmtree(base, ignore_errors=True)
 
 
-# The lines of a PostgreSQL's log that say when it started and stopped, and why.
-POSTGRES_LIFE_LINES = ("shutdown request", "PANIC", "terminated by signal", "lock file", "No space", "is shut down",
+# The lines of a PostgreSQL's log that say when it started and stopped, and why (a restart that
+# failed says so in a FATAL line; the connections a stop cuts off say nothing more).
+POSTGRES_LIFE_LINES = ("shutdown request", "PANIC", "FATAL", "terminated by signal", "No space", "is shut down",
                        "ready to accept", "out of memory")
+CUT_OFF = "terminating connection due to administrator command"
 STOP_LINES = ("shutdown request", "PANIC", "terminated by signal")
 
 
@@ -745,7 +747,8 @@ def postgres_stop_story(log: list[str], tests: list[str]) -> tuple[str, list[str
     """The log's start and stop lines merged in time with the tests started (both lines begin
     with the UTC time, YYYY-MM-DD HH:MM:SS): the last stop and the tests just before it, or,
     with no stop since the last start, the tests after that start."""
-    events = sorted([line for line in log if any(mark in line for mark in POSTGRES_LIFE_LINES)] + tests)
+    events = sorted([line for line in log if any(mark in line for mark in POSTGRES_LIFE_LINES)
+                     and CUT_OFF not in line] + tests)
     stops = [i for i, line in enumerate(events) if any(mark in line for mark in STOP_LINES)]
     starts = [i for i, line in enumerate(events) if "ready to accept" in line]
     if stops and (not starts or stops[-1] > starts[-1]):
