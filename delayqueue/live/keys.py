@@ -54,10 +54,27 @@ class Meta(StrEnum):
     PUSH = "push"
     # The cold tier (workers/loader.py), only while DELAYQUEUE_HOT_WINDOW_MILLIS is or was on:
     HOT_UNTIL = "hot_until"  # ms: Redis holds every live message due by then (sends compare with it)
-    LOADED_TO = "loaded_to"  # "<triggerTime ms>:<log row id>": the loader has brought in every row up to there
+    # "<triggerTime ms>:<log row id>[:<fence>]": the loader has brought in every row up to there
+    # (a purge adds the fence, purge_cold.lua)
+    LOADED_TO = "loaded_to"
     # Messages in the log only: each script that moves one in or out counts it; dropped once the
     # loader finds none left beyond hot_until (a topic is not retired while it is there).
     COLD = "cold"
+
+
+END_OF_MILLI = 2**63 - 1  # a row id after every row: "<ms>:<this>" is past every row due at that ms
+
+
+def position(trigger_time: int, row_id: int = END_OF_MILLI) -> str:
+    """A loaded_to: after the row (triggerTime, id), or after every row due by triggerTime."""
+    return f"{trigger_time}:{row_id}"
+
+
+def parse_position(text: str) -> tuple[int, int]:
+    """The (triggerTime, row id) of a loaded_to; a fence number after them (purge_cold.lua's) is
+    only there to be different."""
+    trigger_time, row_id, *_fence = text.split(":")
+    return int(trigger_time), int(row_id)
 
 
 class Bucket(StrEnum):

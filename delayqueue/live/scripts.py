@@ -216,7 +216,7 @@ class Grant(NamedTuple):
 
 class HotWindow(NamedTuple):
     hot_until: int  # ms: Redis holds every live message of the topic due by then
-    loaded_to: str  # the loader's position in the log: "<triggerTime ms>:<row id>"
+    loaded_to: str  # the loader's position in the log: "<triggerTime ms>:<row id>[:<fence>]"
     cold: int | None  # messages in the log only (Meta.COLD); None: the topic has no count
 
 
@@ -348,11 +348,12 @@ RAISE_HOT = Script("raise_hot", lambda raw: None if raw[0] == "" else HotWindow(
                                                                               None if raw[2] == "" else int(raw[2])))
 LOAD_COLD = Script("load_cold", lambda raw: LoadReply(int(raw[0]), int(raw[1])))
 CLEAR_COLD = Script("clear_cold", lambda raw: raw == 1)
+PURGE_COLD = Script("purge_cold", str)
 
 SCRIPTS = (SEND, PULL, ACK, NACK, DELETE, GET, PROMOTE_DUE, REQUEUE_TIMED_OUT, EXPIRE, PURGE_ENDED, RETIRE_TOPIC,
            PRUNE_STATS, LOCK_RENEW, LOCK_RELEASE, LOCK_TAKE_OVER, RESTORE, TAKE_TOKENS, ADMIT_SEND, LIVE_SHARE_SHORTFALL,
            GRANT_LIVE_SHARE, RELEASE_LIVE_SHARE, COVER_LIVE_SHARE, BORROW_LIVE, REGISTER_TOPICS, CONFIRM_REGISTERED,
-           PURGE_TOPIC, TOUCH, RESCHEDULE, ADD_COUNTS, RAISE_HOT, LOAD_COLD, CLEAR_COLD)
+           PURGE_TOPIC, TOUCH, RESCHEDULE, ADD_COUNTS, RAISE_HOT, LOAD_COLD, CLEAR_COLD, PURGE_COLD)
 
 
 async def load_scripts(client) -> None:
@@ -522,6 +523,12 @@ def load_cold(ctx: ScriptContext, topic: str, *, loaded_from: str, loaded_to: st
 
 def clear_cold(ctx: ScriptContext, topic: str, *, cold: int, forget_window: bool) -> ScriptCall:
     return ScriptCall(CLEAR_COLD, [ctx.ns.topic(topic).meta], [cold, _flag(forget_window)])
+
+
+def purge_cold(ctx: ScriptContext, topic: str, *, purged: int) -> ScriptCall:
+    """Replies the topic's loaded_to as fenced ('' if it has none)."""
+    k = ctx.ns.topic(topic)
+    return ScriptCall(PURGE_COLD, [k.meta, k.stats], [purged, ctx.stats_interval_millis])
 
 
 def prune_stats(ctx: ScriptContext, topic: str) -> ScriptCall:

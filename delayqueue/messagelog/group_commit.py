@@ -261,6 +261,27 @@ class MessageLog:
         row = await self._retried(lambda conn, _again: self._fetch_one(conn, sql.RESCHEDULE_COLD, params))
         return None if row is None else (Message(*row[:-1]), row[-1])
 
+    async def cold_after(self, topic: str, after_time: int, after_id: int, limit: int) -> list[tuple[int, str, int, int]]:
+        """Up to `limit` of the topic's waiting rows after the position (triggerTime ms, row id),
+        in that order: (row id, msgId, produceTime, triggerTime) each."""
+        params = {"namespace": self._namespace, "topic": topic, "after_time": after_time, "after_id": after_id,
+                  "limit": limit}
+
+        async def page(conn, _again):
+            async with conn.transaction():
+                await conn.execute(sql.IN_INDEX_ORDER)
+                return await (await conn.execute(sql.COLD_AFTER, params)).fetchall()
+
+        return await self._retried(page)
+
+    async def purge_cold(self, row_ids: list[int]) -> int:
+        """Ends those of the rows still waiting as deleted, with their history rows (purgeTopic in
+        the cold tier); how many."""
+        params = {"namespace": self._namespace, "ids": row_ids, "deleted": Status.DELETED, "waiting": Status.WAITING,
+                  "reason": Reason.PURGED.value, **self._actor}
+        (count,) = await self._retried(lambda conn, _again: self._fetch_one(conn, sql.PURGE_COLD, params))
+        return count
+
     @staticmethod
     async def _fetch_one(conn: psycopg.AsyncConnection, statement: str, params: dict):
         return await (await conn.execute(statement, params)).fetchone()

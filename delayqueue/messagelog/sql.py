@@ -267,6 +267,19 @@ LIVE_MESSAGE = f"""
 SELECT {_AS_MESSAGE}
 FROM {tables.MESSAGE} WHERE namespace = %(namespace)s AND topic = %(topic)s AND msg_id = %(msg_id)s AND {LIVE}
 """
+
+
+def _history_of(changed: str, kind: str, from_status: str) -> str:
+    """The statement of a CTE writing a history row (event id `<kind>-<ms>`, from `from_status`,
+    %(reason)s and the actor) for each row the CTE `changed` returns (topic, msg_id, status,
+    retry, updated_at): the cold tier's changes, made in the log, not through Redis' stream."""
+    return f"""{_INSERT_SENT}
+    SELECT %(namespace)s, topic, msg_id, '{kind}-' || {to_millis("updated_at")}, updated_at, {from_status}, status,
+           retry, %(reason)s, %(process)s, %(host)s
+    FROM {changed}
+    ON CONFLICT (namespace, topic, msg_id, event_id) DO NOTHING"""
+
+
 # Deletes a waiting message Redis does not hold (deleteMsg in the cold tier): the row is deleted,
 # with its history row, and answers the message as Message takes it.
 DELETE_COLD = f"""
@@ -276,11 +289,7 @@ WITH deleted AS (
     RETURNING topic, msg_id, payload, produce_time, trigger_time, expire_time, max_retry, retry, status, priority,
               updated_at
 ), history AS (
-    {_INSERT_SENT}
-    SELECT %(namespace)s, topic, msg_id, 'deleted-' || {to_millis("updated_at")}, updated_at, %(waiting)s, status,
-           retry, %(reason)s, %(process)s, %(host)s
-    FROM deleted
-    ON CONFLICT (namespace, topic, msg_id, event_id) DO NOTHING
+    {_history_of("deleted", "deleted", "%(waiting)s")}
 )
 SELECT {_AS_MESSAGE} FROM deleted
 """
@@ -299,13 +308,32 @@ WITH old AS (
     RETURNING m.topic, m.msg_id, m.payload, m.produce_time, m.trigger_time, m.expire_time, m.max_retry, m.retry,
               m.status, m.priority, m.updated_at, old.trigger_time AS old_trigger_time
 ), history AS (
-    {_INSERT_SENT}
-    SELECT %(namespace)s, topic, msg_id, 'rescheduled-' || {to_millis("updated_at")}, updated_at, status, status,
-           retry, %(reason)s, %(process)s, %(host)s
-    FROM moved
-    ON CONFLICT (namespace, topic, msg_id, event_id) DO NOTHING
+    {_history_of("moved", "rescheduled", "status")}
 )
 SELECT {_AS_MESSAGE}, {to_millis("old_trigger_time")} FROM moved
+"""
+
+# purgeTopic in the cold tier: a page of the topic's waiting rows after the loader's position
+# (%(after_time)s ms, row id %(after_id)s), in that order, each as (id, msgId, produceTime ms,
+# triggerTime ms).
+COLD_AFTER = f"""
+SELECT id, msg_id, {to_millis("produce_time")}, {to_millis("trigger_time")}
+FROM {tables.MESSAGE}
+WHERE namespace = %(namespace)s AND topic = %(topic)s AND {WAITING}
+  AND (trigger_time, id) > ({from_millis("%(after_time)s::int8")}, %(after_id)s::int8)
+ORDER BY trigger_time, id LIMIT %(limit)s
+"""
+# Ends the rows %(ids)s still waiting as deleted, each with its history row (reason purged);
+# answers how many.
+PURGE_COLD = f"""
+WITH purged AS (
+    UPDATE {tables.MESSAGE} SET status = %(deleted)s, updated_at = now()
+    WHERE id = ANY(%(ids)s::int8[]) AND {WAITING}
+    RETURNING topic, msg_id, retry, status, updated_at
+), history AS (
+    {_history_of("purged", "purged", "%(waiting)s")}
+)
+SELECT count(*) FROM purged
 """
 
 # --- Retention (retention.prune_log): small batches, each its own short transaction.

@@ -5,8 +5,9 @@ import logging
 from dataclasses import dataclass
 
 from delayqueue.core.clock import now_millis
+from delayqueue.core.messages import Message
 from delayqueue.live import scripts, stats
-from delayqueue.live.keys import Meta
+from delayqueue.live.keys import Meta, parse_position
 from delayqueue.runtime import Runtime
 from delayqueue.stores.limits import Limits
 from delayqueue.stores.topic_settings import DEFAULT as DEFAULT_SETTINGS
@@ -14,19 +15,22 @@ from delayqueue.stores.topic_settings import MIRROR_FIELDS, TopicSettings
 
 log = logging.getLogger(__name__)
 
+COLD_PURGE_PAGE = 1000  # log rows read, and ended, per statement
+
 
 async def purge_topic(rt: Runtime, *, topic: str) -> int:
     """Ends the topic's live messages as deleted (history reason 'purged', counted as deleteMsg
-    in the monitor counters), a bounded batch per script call, and returns how many.
+    in the monitor counters), a bounded batch per script call, and returns how many: first those
+    the message log alone holds (the cold tier), then those in Redis.
 
     It ends, even while producers keep sending: it makes no more calls than it takes to purge
     what the topic held when it started (its queues' sizes then), and one more. Messages sent
     while it runs may be purged in place of older ones, which then stay; a purge called again
     takes them."""
+    purged = await _purge_cold(rt, topic) if rt.config.message_log else 0
     call = scripts.purge_topic(rt.context, topic)
     held = await topic_info(rt, topic=topic)
     calls_left = -(-(held.waiting + held.ready + held.consuming) // rt.context.scan_limit) + 1
-    purged = 0
     while calls_left > 0:
         calls_left -= 1
         reply = await rt.scripts.call(call)
@@ -34,6 +38,29 @@ async def purge_topic(rt: Runtime, *, topic: str) -> int:
         if not reply.more:
             break
     log.info("purged topic %s of namespace %s: %d messages", topic, rt.ns.namespace, purged)
+    return purged
+
+
+async def _purge_cold(rt: Runtime, topic: str) -> int:
+    """The cold tier's part of a purge: the topic's waiting rows after the loader's position that
+    Redis does not hold (in this life) are ended in the log, a page at a time; then purge_cold.lua
+    counts them and fences the loader, so a page it read before they were ended loads nothing.
+    The Redis part of the purge comes after the fence: it ends whatever a loader brought in
+    meanwhile. A topic the loader never worked has no position, and nothing cold."""
+    k = rt.ns.topic(topic)
+    loaded_to = await rt.redis.hget(k.meta, Meta.LOADED_TO)
+    if loaded_to is None:
+        return 0
+    after_time, after_id = parse_position(loaded_to)
+    purged = 0
+    while rows := await rt.log.cold_after(topic, after_time, after_id, COLD_PURGE_PAGE):
+        held = await rt.redis.hmget(k.msgs, [msg_id for _id, msg_id, _produced, _due in rows])
+        cold = [row_id for (row_id, _msg_id, produced, _due), stored in zip(rows, held)
+                if stored is None or Message.from_stored(stored).produce_time != produced]
+        if cold:
+            purged += await rt.log.purge_cold(cold)
+        after_id, after_time = rows[-1][0], rows[-1][3]
+    await rt.scripts.call(scripts.purge_cold(rt.context, topic, purged=purged))
     return purged
 
 

@@ -30,6 +30,7 @@ from delayqueue.core.constants import MAX_DELAY_MILLIS
 from delayqueue.core.outage import Outage
 from delayqueue.core.stopping import repeat
 from delayqueue.live import scripts
+from delayqueue.live.keys import parse_position, position
 from delayqueue.messagelog import sql
 from delayqueue.messagelog.connection import LogConnection
 
@@ -39,17 +40,6 @@ PAGE = 1000  # rows per log read and per load_cold call
 RAISE_EVERY = 0.1  # of the window: how far hot_until may fall behind now + window before it is raised
 MAX_TICK = 1.0  # seconds between looks at the held topics, at most
 ERROR_BACKOFF = 1.0
-END_OF_MILLI = 2**63 - 1  # a row id after every row: "<ms>:<this>" is past every row due at that ms
-
-
-def position(trigger_time: int, row_id: int = END_OF_MILLI) -> str:
-    """A loaded_to: after the row (triggerTime, id), or after every row due by triggerTime."""
-    return f"{trigger_time}:{row_id}"
-
-
-def parse_position(text: str) -> tuple[int, int]:
-    trigger_time, row_id = text.split(":")
-    return int(trigger_time), int(row_id)
 
 
 class Loader:

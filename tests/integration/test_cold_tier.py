@@ -11,15 +11,16 @@ from delayqueue.core.clock import now_millis
 from delayqueue.core.constants import MAX_DELAY_MILLIS, Status
 from delayqueue.core.exceptions import NotFound, Throttled
 from delayqueue.live import scripts
-from delayqueue.live.keys import Meta
+from delayqueue.live.keys import Meta, position
 from delayqueue.core.messages import Message
 from delayqueue.services.consume import ack_messages, pull_messages
 from delayqueue.services.messages import delete_message, get_message, reschedule_message
 from delayqueue.services.restore import restore
 from delayqueue.services.send import SendRequest, prepared, send_call, send_message, send_messages
-from delayqueue.services.topics import topic_info
+from delayqueue.services import topics as topics_module
+from delayqueue.services.topics import purge_topic, topic_info
 from delayqueue.workers import loader as loader_module
-from delayqueue.workers.loader import Loader, position
+from delayqueue.workers.loader import Loader
 from tests.helpers import REDIS_CLUSTER_URL, REDIS_URL, call, drain_log, history, logged, make_runtime, wait_until
 from tests.integration.test_limits import refused, set_limits_now
 from tests.integration.test_limits import send as limits_send
@@ -452,6 +453,83 @@ async def test_the_topic_counts_follow_cold_messages_through_every_move(cold_rt)
         assert await loader.load_topic("t", force=True) == 1
         assert await counts() == (4, 0)
         assert not await rt.redis.hexists(rt.ns.topic("t").meta, Meta.COLD)  # nothing left: dropped
+    finally:
+        await loader.close()
+
+
+async def test_a_purge_ends_cold_and_hot_messages_alike_each_with_one_history_row(cold_rt, monkeypatch):
+    rt = cold_rt
+    monkeypatch.setattr(topics_module, "COLD_PURGE_PAGE", 2)  # several pages
+    loader = await started(rt)
+    await raise_window_to(rt, "t", now_millis() + 30_000)
+    try:
+        cold = [await send(rt, msg=f"cold {i}", delay=60_000 + i) for i in range(5)]
+        hot = [await send(rt, msg="now"), await send(rt, msg="soon", delay=10_000)]
+        moved = await reschedule_message(rt, topic="t", msg_id=cold[0].msg_id, delay_millis=10_000)  # hot now
+        assert (await in_redis(rt, moved.msg_id))["waiting"] == moved.trigger_time
+        assert await purge_topic(rt, topic="t") == 7
+        await drain_log(rt, ["t"])
+        for m in cold + hot:
+            assert (await logged("t", m.msg_id))["status"] == Status.DELETED
+            assert [h[0] for h in await history("t", m.msg_id) if h[0] != "rescheduled"] == ["sent", "purged"]
+        for m in hot + cold[:1]:  # Redis keeps an ended body for the retention
+            assert (await get_message(rt, topic="t", msg_id=m.msg_id)).status == Status.DELETED
+        for m in cold[1:]:  # the log keeps it, deleted; getMsg answers live ones from there
+            assert await get_message(rt, topic="t", msg_id=m.msg_id) is None
+        info = await topic_info(rt, topic="t")
+        assert (info.waiting, info.waiting_cold, info.ready) == (0, 0, 0)
+        await raise_window_to(rt, "t", now_millis() + 120_000)
+        assert await loader.load_topic("t", force=True) == 0
+        assert (await pull_messages(rt, topic="t"))[0] == []
+        assert await purge_topic(rt, topic="t") == 0
+    finally:
+        await loader.close()
+
+
+async def test_a_page_the_loader_read_before_a_purge_loads_nothing(cold_rt, monkeypatch):
+    """The purge ends the rows in the log, then fences loaded_to: the page read before holds
+    rows that are no longer waiting, and its load is refused; read again, it is empty."""
+    rt = cold_rt
+    loader = await started(rt)
+    try:
+        cold = [await send(rt, msg=str(i), delay=60_000 + i) for i in range(3)]
+        await raise_window_to(rt, "t", now_millis() + 120_000)
+        answers = after_first_page(monkeypatch, loader, lambda: purge_topic(rt, topic="t"))
+        assert await loader.load_topic("t", force=True) == 0
+        assert answers == [3]
+        assert (await rt.redis.hget(rt.ns.topic("t").meta, Meta.LOADED_TO)).endswith(":1")  # the fence
+        assert await loader.load_topic("t", force=True) == 0  # read again: nothing waits
+        assert await rt.redis.zcard(rt.ns.topic("t").waiting) == 0
+        assert [(await logged("t", m.msg_id))["status"] for m in cold] == [Status.DELETED] * 3
+    finally:
+        await loader.close()
+
+
+async def test_a_page_the_loader_loads_while_a_purge_ends_its_rows_is_purged_from_redis(cold_rt, monkeypatch):
+    """The loader loads a page after the purge read which msgIds Redis holds and before it ended
+    them in the log: Redis' part of the purge, after the fence, ends them there."""
+    rt = cold_rt
+    loader = await started(rt)
+    try:
+        cold = [await send(rt, msg=str(i), delay=60_000 + i) for i in range(3)]
+        await raise_window_to(rt, "t", now_millis() + 120_000)
+        real_purge = rt.log.purge_cold
+        loaded = []
+
+        async def loader_first(row_ids):
+            loaded.append(await loader.load_topic("t", force=True))
+            return await real_purge(row_ids)
+
+        monkeypatch.setattr(rt.log, "purge_cold", loader_first)
+        assert await purge_topic(rt, topic="t") >= 3
+        assert loaded == [3]
+        await drain_log(rt, ["t"])
+        assert await rt.redis.zcard(rt.ns.topic("t").waiting) == 0
+        for m in cold:
+            assert (await get_message(rt, topic="t", msg_id=m.msg_id)).status == Status.DELETED
+            assert (await logged("t", m.msg_id))["status"] == Status.DELETED
+        assert (await topic_info(rt, topic="t")).waiting == 0
+        assert (await pull_messages(rt, topic="t"))[0] == []
     finally:
         await loader.close()
 

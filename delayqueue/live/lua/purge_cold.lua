@@ -1,0 +1,27 @@
+-- purgeTopic in the cold tier, once it has ended the topic's cold rows in the message log (those
+-- after the loader's loaded_to that Redis does not hold): counts them out of the cold count and
+-- into the monitor counters as deletes, and fences the loader. loaded_to keeps its position and
+-- gets a new fence number after it, so a page a loader read before those rows were ended loads
+-- nothing (load_cold.lua finds loaded_to moved) and is read again, without them.
+-- KEYS[1] meta
+-- KEYS[2] stats
+-- ARGV[1] purged: cold messages the log ended
+-- ARGV[2] stats_interval_millis
+-- Returns the new loaded_to ('' if the topic has none).
+-- @include clock
+-- @include stats
+-- @include cold_count
+local meta = KEYS[1]
+local purged = tonumber(ARGV[1])
+local loaded_to = redis.call('HGET', meta, META.LOADED_TO)
+if loaded_to then
+  local trigger_time, row_id, fence = string.match(loaded_to, '^([^:]*):([^:]*):?(%d*)$')
+  loaded_to = trigger_time .. ':' .. row_id .. ':' .. ((tonumber(fence) or 0) + 1)
+  redis.call('HSET', meta, META.LOADED_TO, loaded_to)
+end
+-- A page a loader brought in while its rows were being ended was counted out as it came in.
+cold_moved(meta, math.min(purged, tonumber(redis.call('HGET', meta, META.COLD) or '0')))
+if purged > 0 then
+  stat_add(KEYS[2], tonumber(ARGV[2]), clock(), COUNTER.DELETE, purged)
+end
+return loaded_to or ''
