@@ -166,6 +166,8 @@ class RestoreResultSerializer(ResultSerializer):
     restored = serializers.IntegerField(help_text="messages put back into Redis")
     alreadyLive = serializers.IntegerField(help_text="Redis already held the msgId")
     skipped = serializers.IntegerField(help_text="ended, or past its TTL without expire=true")
+    leftCold = serializers.IntegerField(help_text="waiting beyond the hot window: left in the message log for the "
+                                                  "loader (the cold tier; 0 without it)")
 
 
 class TopicConfigSerializer(serializers.Serializer):

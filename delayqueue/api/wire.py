@@ -88,7 +88,8 @@ def topic_config(config: TopicConfigInForce) -> dict:
 
 
 def restore_counts(counts: RestoreCounts) -> dict:
-    return {"restored": counts.restored, "alreadyLive": counts.already_live, "skipped": counts.skipped}
+    return {"restored": counts.restored, "alreadyLive": counts.already_live, "skipped": counts.skipped,
+            "leftCold": counts.left_cold}
 
 
 # A schedule's wire names -> the fields of services/schedules' ScheduleSpec and core/schedules' ScheduleRow.

@@ -528,21 +528,57 @@ def restore_scope(namespace: str, topic: str | None, msg_id: str | None,
     return sql.SQL(" AND ").join(conditions), candidates, params
 
 
-def restore_counts(scope: sql.Composed, candidates: sql.Composed, per_topic: bool = False) -> sql.Composed:
-    """One scan that counts the candidates and the rest (skipped as ended or expired), in all
-    or (per_topic) per topic, the topic first."""
-    counts = sql.SQL("count(*) FILTER (WHERE {c}), count(*) FILTER (WHERE NOT ({c}))").format(c=candidates)
+# The cold tier's part of a restore: a waiting row after its topic's loader position, in
+# %(cold_after)s (a JSON list of {cold_topic, after_time ms, after_id}), is left to the loader.
+# The positions are joined in (one hash lookup a row), not looked up in a subquery per row.
+_WITH_POSITIONS = sql.SQL(
+    f"{tables.MESSAGE} LEFT JOIN json_to_recordset(%(cold_after)s::json)"
+    " AS b(cold_topic text, after_time int8, after_id int8) ON b.cold_topic = topic")
+_AFTER_POSITION = sql.SQL(
+    f"COALESCE({WAITING} AND (trigger_time, id) > ({from_millis('b.after_time')}, b.after_id), FALSE)")
+
+
+def _restore_source(cold: bool) -> tuple[sql.Composable, sql.Composable]:
+    """What a restore reads from, and which of its rows are left cold (the cold tier)."""
+    if cold:
+        return _WITH_POSITIONS, _AFTER_POSITION
+    return sql.Identifier(tables.MESSAGE), sql.SQL("FALSE")
+
+
+def restore_counts(scope: sql.Composed, candidates: sql.Composed, per_topic: bool = False,
+                   cold: bool = False) -> sql.Composed:
+    """One scan that counts the candidates, the rest (skipped as ended or expired) and, in the
+    cold tier, the candidates left to the loader, in all or (per_topic) per topic, the topic
+    first."""
+    source, left = _restore_source(cold)
+    counts = sql.SQL("count(*) FILTER (WHERE {c} AND NOT {left}), count(*) FILTER (WHERE NOT ({c})), "
+                     "count(*) FILTER (WHERE {c} AND {left})").format(c=candidates, left=left)
     if per_topic:
-        return sql.SQL("SELECT topic, {} FROM {} WHERE {} GROUP BY topic").format(
-            counts, sql.Identifier(tables.MESSAGE), scope)
-    return sql.SQL("SELECT {} FROM {} WHERE {}").format(counts, sql.Identifier(tables.MESSAGE), scope)
+        return sql.SQL("SELECT topic, {} FROM {} WHERE {} GROUP BY topic").format(counts, source, scope)
+    return sql.SQL("SELECT {} FROM {} WHERE {}").format(counts, source, scope)
 
 
-def restore_page(scope: sql.Composed, candidates: sql.Composed) -> sql.Composed:
-    """A page of candidates after id %(after)s, %(limit)s rows in id order: keyset paging on
-    message_live (namespace, id) reads each row once however far the restore has got."""
-    return sql.SQL("SELECT {} FROM {} WHERE {} AND {} AND id > %(after)s ORDER BY id LIMIT %(limit)s").format(
-        sql.SQL(_RESTORE_SELECT), sql.Identifier(tables.MESSAGE), scope, candidates)
+def restore_page(scope: sql.Composed, candidates: sql.Composed, cold: bool = False) -> sql.Composed:
+    """A page of candidates (not left cold), after id %(after)s, %(limit)s rows in id order:
+    keyset paging on message_live (namespace, id) reads each row once however far the restore
+    has got."""
+    source, left = _restore_source(cold)
+    return sql.SQL("SELECT {} FROM {} WHERE {} AND {} AND NOT {} AND id > %(after)s ORDER BY id LIMIT %(limit)s"
+                   ).format(sql.SQL(_RESTORE_SELECT), source, scope, candidates, left)
+
+
+# The topics of a namespace with waiting rows, one index probe each (a loose scan of
+# message_waiting), not one look at each row.
+WAITING_TOPICS = f"""
+WITH RECURSIVE found AS (
+    (SELECT topic FROM {tables.MESSAGE} WHERE namespace = %(namespace)s AND {WAITING} ORDER BY topic LIMIT 1)
+    UNION ALL
+    SELECT (SELECT topic FROM {tables.MESSAGE} WHERE namespace = %(namespace)s AND {WAITING} AND topic > found.topic
+            ORDER BY topic LIMIT 1)
+    FROM found WHERE found.topic IS NOT NULL
+)
+SELECT topic FROM found WHERE topic IS NOT NULL
+"""
 
 
 # --- The Spark jobs' reads (spark/pgread.py): times leave PostgreSQL as epoch ms (bigint).

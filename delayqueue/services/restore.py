@@ -8,6 +8,7 @@ after an interrupted one finishes it. Every restored message gets a 'restored' h
 topics' settings go back into their Redis mirrors first (stores/topic_settings.py).
 """
 import asyncio
+import json
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ from delayqueue.core.clock import now_millis
 from delayqueue.core.constants import LIVE_STATUSES, Status
 from delayqueue.core.messages import Message
 from delayqueue.live import scripts
+from delayqueue.live.keys import Meta, parse_position, position
 from delayqueue.messagelog import sql
 from delayqueue.messagelog.connection import connect, log_unavailable
 from delayqueue.runtime import Runtime
@@ -38,16 +40,18 @@ class RestoreCounts:
     restored: int = 0
     already_live: int = 0  # Redis already holds the msgId
     skipped: int = 0  # ended, or past its TTL without --include-expired
+    left_cold: int = 0  # waiting in the message log only, for the loader (the cold tier)
 
     def __iadd__(self, other: "RestoreCounts") -> "RestoreCounts":
         self.restored += other.restored
         self.already_live += other.already_live
         self.skipped += other.skipped
+        self.left_cold += other.left_cold
         return self
 
     @property
     def seen(self) -> int:
-        return self.restored + self.already_live + self.skipped
+        return self.restored + self.already_live + self.skipped + self.left_cold
 
 
 def restorable(row: dict, now: int, include_expired: bool) -> dict | None:
@@ -133,13 +137,22 @@ def answers_loss_report(topic: str | None, msg_id: str | None, dry_run: bool) ->
 async def _restore(rt: Runtime, topic: str | None, msg_id: str | None, include_expired: bool, dry_run: bool,
                    progress: Callable[[RestoreCounts, int], None] | None) -> RestoreCounts:
     scope, candidates, params = sql.restore_scope(rt.ns.namespace, topic, msg_id, include_expired)
-    page = sql.restore_page(scope, candidates)
     counts = RestoreCounts()
     async with await connect(rt.config.log_timeout_millis) as conn:
-        # One scan counts both the candidates and the rest (skipped as ended or expired).
-        total, ended = await (await conn.execute(sql.restore_counts(scope, candidates), params)).fetchone()
+        cold = rt.config.cold_tier
+        if cold:
+            params["cold_after"] = json.dumps(await _loader_positions(rt, conn, topic, dry_run))
+        page = sql.restore_page(scope, candidates, cold)
+        # One scan counts, per topic, the candidates, the rest (skipped as ended or expired) and
+        # those left cold.
+        per_topic = await (await conn.execute(sql.restore_counts(scope, candidates, per_topic=True, cold=cold),
+                                              params)).fetchall()
+        total, ended, counts.left_cold = ((sum(column) for column in list(zip(*per_topic))[1:]) if per_topic
+                                          else (0, 0, 0))
+        if counts.left_cold and not dry_run and msg_id is None:
+            await _set_cold_counts(rt, {name: left for name, _total, _ended, left in per_topic if left})
         if progress:
-            progress(counts, total)
+            progress(counts, total + counts.left_cold)
         writing: set[asyncio.Task] = set()
 
         async def collect(when) -> None:
@@ -172,3 +185,38 @@ async def _restore(rt: Runtime, topic: str | None, msg_id: str | None, include_e
             await asyncio.gather(*writing, return_exceptions=True)
     counts.skipped += ended
     return counts
+
+
+async def _loader_positions(rt: Runtime, conn, topic: str | None, dry_run: bool) -> list[dict]:
+    """Per topic with waiting rows in the log, where its loader stands: the restore brings back
+    the rows up to there and leaves those after it to the loader, so a restore after a loss
+    rebuilds only the hot window. A topic without a window (Redis lost it) gets one first, as
+    the loader's step 1 would give it (hot_until now + window, loaded up to there); a dry run
+    only looks."""
+    if topic is None:
+        topics = [name for (name,) in await (await conn.execute(sql.WAITING_TOPICS,
+                                                                {"namespace": rt.ns.namespace})).fetchall()]
+    else:
+        topics = [topic]
+    hot_until = now_millis() + rt.config.hot_window_millis
+    positions = []
+    for name in topics:
+        if dry_run:
+            loaded_to = await rt.redis.hget(rt.ns.topic(name).meta, Meta.LOADED_TO) or position(hot_until)
+        else:
+            loaded_to = (await rt.scripts.call(scripts.raise_hot(rt.context, name, hot_until=hot_until,
+                                                                 loaded_to=position(hot_until), start=True))).loaded_to
+        after_time, after_id = parse_position(loaded_to)
+        positions.append({"cold_topic": name, "after_time": after_time, "after_id": after_id})
+    return positions
+
+
+async def _set_cold_counts(rt: Runtime, left: dict[str, int]) -> None:
+    """Sets each topic's count of cold messages (its meta's, which getTopicInfo and the caps
+    read, and which went with a lost Redis) to the rows the restore leaves to its loader. A send
+    going cold between the count and the write may be missed; the loader drops the count once
+    it finds nothing left after the window."""
+    pipe = rt.redis.pipeline(transaction=False)
+    for name, count in left.items():
+        pipe.hset(rt.ns.topic(name).meta, Meta.COLD, count)
+    await pipe.execute()

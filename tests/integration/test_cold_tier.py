@@ -553,21 +553,53 @@ async def test_the_live_message_caps_count_cold_messages(cold_rt, cap):
         await loader.close()
 
 
-async def test_a_restore_brings_cold_messages_into_redis_and_counts_them_hot(cold_rt):
-    """Without a loss of Redis, a restore puts back every live message the log holds that Redis
-    does not: the cold ones come in too (Redis may hold more than its window) and leave the count."""
+async def test_a_restore_without_a_loss_leaves_cold_messages_to_the_loader(cold_rt):
     rt = cold_rt
     loader = await started(rt)
     try:
         cold = [await send(rt, msg=str(i), delay=60_000) for i in range(3)]
         counts = await restore(rt)
-        assert counts.restored == 3
-        assert [(await in_redis(rt, m.msg_id))["waiting"] for m in cold] == [m.trigger_time for m in cold]
+        assert (counts.restored, counts.already_live, counts.left_cold) == (0, 0, 3)
+        assert [(await in_redis(rt, m.msg_id))["body"] for m in cold] == [False] * 3
         info = await topic_info(rt, topic="t")
-        assert (info.waiting, info.waiting_cold) == (3, 0)
+        assert (info.waiting, info.waiting_cold) == (3, 3)
         await raise_window_to(rt, "t", now_millis() + 120_000)
-        assert await loader.load_topic("t", force=True) == 0  # held: none loaded twice
+        assert await loader.load_topic("t", force=True) == 3
+        assert [(await in_redis(rt, m.msg_id))["waiting"] for m in cold] == [m.trigger_time for m in cold]
         assert not await rt.redis.hexists(rt.ns.topic("t").meta, Meta.COLD)
+    finally:
+        await loader.close()
+
+
+@pytest.mark.fault
+async def test_a_restore_after_redis_lost_everything_rebuilds_the_hot_window_only(cold_rt):
+    """Redis flushed with messages in both tiers: the restore brings back those up to where the
+    loader stands (the topic gets a window first, as the loader would give it: 1 s here) and
+    leaves the rest, counted, to the loader, even one that was hot before; each comes back once."""
+    rt = cold_rt
+    loader = await started(rt)
+    try:
+        await raise_window_to(rt, "t", now_millis() + 30_000)
+        hot = [await send(rt, msg="now"), await send(rt, msg="soon", delay=10_000)]
+        cold = [await send(rt, msg=f"cold {i}", delay=60_000 + i) for i in range(4)]
+        [pulled], _ = await pull_messages(rt, topic="t")  # in flight when Redis goes
+        await drain_log(rt, ["t"])
+        await rt.redis.flushall()
+        counts = await restore(rt)
+        assert (counts.restored, counts.left_cold) == (1, 5)
+        assert (await get_message(rt, topic="t", msg_id=pulled.msg_id)).status == Status.READY
+        assert [(await in_redis(rt, m.msg_id))["body"] for m in [hot[1], *cold]] == [False] * 5
+        info = await topic_info(rt, topic="t")
+        assert (info.waiting, info.waiting_cold, info.ready) == (5, 5, 1)
+        hot_until = int(await rt.redis.hget(rt.ns.topic("t").meta, Meta.HOT_UNTIL))
+        assert hot_until < hot[1].trigger_time
+        assert (await restore(rt)).left_cold == 5  # a rerun: the same, nothing twice
+        assert (await topic_info(rt, topic="t")).waiting_cold == 5
+        await raise_window_to(rt, "t", now_millis() + 120_000)
+        assert await loader.load_topic("t", force=True) == 5
+        waiting = await rt.redis.zrange(rt.ns.topic("t").waiting, 0, -1, withscores=True)
+        assert waiting == [(m.msg_id, float(m.trigger_time)) for m in [hot[1], *cold]]
+        assert (await topic_info(rt, topic="t")).waiting_cold == 0
     finally:
         await loader.close()
 

@@ -169,8 +169,8 @@ def test_calls_over_a_rate_limit_wait_its_retry_after_and_go_through_even_pulls(
 
 def test_restore_restore_msg_and_monitor_data(client):
     sent = client.send("rest", "x", msg_id="r1", delay_ms=60_000)  # in Redis and in the message log
-    assert client.restore_msg("rest", "r1") == {"restored": 0, "alreadyLive": 1, "skipped": 0}
-    assert client.restore("rest") == {"restored": 0, "alreadyLive": 1, "skipped": 0}
+    assert client.restore_msg("rest", "r1") == {"restored": 0, "alreadyLive": 1, "skipped": 0, "leftCold": 0}
+    assert client.restore("rest") == {"restored": 0, "alreadyLive": 1, "skipped": 0, "leftCold": 0}
     assert client.restore()["alreadyLive"] >= 1  # every topic
     with pytest.raises(NotFound, match="not found in the message log"):
         client.restore_msg("rest", "nope")

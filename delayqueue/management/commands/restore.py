@@ -80,7 +80,9 @@ class Command(BaseCommand):
             raise CommandError(f"no message in the message log matches {scope}")
         verb = "would restore" if options["dry_run"] else "restored"
         self.stdout.write(f"{verb} {counts.restored}, already live {counts.already_live}, "
-                          f"skipped (ended or expired) {counts.skipped}")
+                          f"skipped (ended or expired) {counts.skipped}"
+                          + (f", left cold (in the message log, for the loader) {counts.left_cold}"
+                             if counts.left_cold else ""))
 
     async def _restore(self, options, bar) -> RestoreCounts:
         config = load_config()

@@ -212,7 +212,8 @@ def _schedule_page(answer: Body) -> SchedulePage:
 
 
 def _restore_counts(answer: Body) -> dict[str, int]:
-    return {k: answer[k] for k in ("restored", "alreadyLive", "skipped")}
+    # leftCold: a server before the cold tier's restore does not send it, and left nothing cold.
+    return {**{k: answer[k] for k in ("restored", "alreadyLive", "skipped")}, "leftCold": answer.get("leftCold", 0)}
 
 
 class Calls:
@@ -443,7 +444,8 @@ class Calls:
     def restore(self, topic: str | None = None, *, expire: bool = False) -> Call[dict[str, int]]:
         """Puts back into Redis the messages the message log says are live (every topic, or `topic`;
         expire=True also those whose TTL ran out before delivery): {"restored", "alreadyLive",
-        "skipped"}. Safe to repeat."""
+        "skipped", "leftCold"} (leftCold: waiting beyond the hot window, left in the message log for
+        the scanner's loader). Safe to repeat."""
         return Call("restore", _without_none(topic=topic, expire=expire), _restore_counts, idempotent=True)
 
     @api

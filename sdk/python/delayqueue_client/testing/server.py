@@ -652,7 +652,7 @@ class FakeServer:
     def _restore_counts(found: list[Stored]) -> dict[str, Any]:
         """Memory loses nothing: every live message is already live, the rest skipped."""
         live = sum(1 for m in found if m.status in LIVE)
-        return {"restored": 0, "alreadyLive": live, "skipped": len(found) - live}
+        return {"restored": 0, "alreadyLive": live, "skipped": len(found) - live, "leftCold": 0}
 
     # --- dead letters
 
