@@ -239,6 +239,12 @@ class QueueConfig:
         "DELAYQUEUE_HOT_WINDOW_MILLIS", 0, "Redis holds the waiting messages due within this long (the loader "
         "brings the others from the message log ahead of their time); 0 holds every message in Redis",
         minimum=0, maximum=MAX_DELAY_MILLIS, check=checked_hot_window)
+    # About 620 bytes of Redis each (docs/benchmarks.md): the default holds a topic to about 1.2 GB.
+    hot_max_messages: int = setting(
+        "DELAYQUEUE_HOT_MAX_MESSAGES", 2_000_000, "the cold tier: the loader brings a topic's messages into Redis "
+        "while it holds fewer than this many waiting; beyond, the topic's window shrinks, never below a minute "
+        "ahead (or the window, if shorter)", minimum=1)
+
     @property
     def cold_tier(self) -> bool:
         """Whether a message may wait in the message log only: a hot window, and the log to hold it."""

@@ -253,6 +253,17 @@ WHERE namespace = %(namespace)s AND topic = %(topic)s AND {WAITING}
   AND trigger_time <= {from_millis("%(hot_until)s::int8")}
 ORDER BY trigger_time, id LIMIT %(limit)s
 """
+# The triggerTime (ms) of the topic's waiting row %(skip)s rows after the loader's position
+# (%(after_time)s ms, row id %(after_id)s), if one is due by %(hot_until)s: the loader's window
+# ends before it when Redis has room for only %(skip)s more (DELAYQUEUE_HOT_MAX_MESSAGES).
+COLD_BEYOND_ROOM = f"""
+SELECT {to_millis("trigger_time")}
+FROM {tables.MESSAGE}
+WHERE namespace = %(namespace)s AND topic = %(topic)s AND {WAITING}
+  AND (trigger_time, id) > ({from_millis("%(after_time)s::int8")}, %(after_id)s::int8)
+  AND trigger_time <= {from_millis("%(hot_until)s::int8")}
+ORDER BY trigger_time, id OFFSET %(skip)s LIMIT 1
+"""
 # Whether the topic has a waiting row due after %(hot_until)s: its last one, from the index's end.
 COLD_LEFT = f"""
 SELECT COALESCE((SELECT trigger_time FROM {tables.MESSAGE} WHERE namespace = %(namespace)s AND topic = %(topic)s

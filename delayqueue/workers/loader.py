@@ -4,9 +4,11 @@ With DELAYQUEUE_HOT_WINDOW_MILLIS set, Redis holds only the waiting messages due
 window; a send due later is written to the message log only (send.lua compares its trigger
 time with the topic's hot_until). For each held topic the loader, every tenth of the window:
 
-1. raises hot_until to now + window (raise_hot.lua; never lowers it). From then on a send due
-   by then goes to Redis. Every send left in the log only was committed before its script ran,
-   so before this raise, and the reads below see it.
+1. raises hot_until to now + window (raise_hot.lua; never lowers it), or less far when loading
+   that far would bring the topic's waiting messages in Redis past DELAYQUEUE_HOT_MAX_MESSAGES
+   (though never less than a minute ahead: the window shrinks, nothing fires late). From then
+   on a send due by then goes to Redis. Every send left in the log only was committed before
+   its script ran, so before this raise, and the reads below see it.
 2. reads the topic's waiting rows due after loaded_to and by hot_until from the log, a page at a
    time in (triggerTime, row id) order (sql.COLD_PAGE, on the message_waiting index).
 3. loads each page with load_cold.lua, which moves loaded_to to the page's end in the same step
@@ -30,7 +32,7 @@ from delayqueue.core.constants import MAX_DELAY_MILLIS
 from delayqueue.core.outage import Outage
 from delayqueue.core.stopping import repeat
 from delayqueue.live import scripts
-from delayqueue.live.keys import parse_position, position
+from delayqueue.live.keys import Meta, parse_position, position
 from delayqueue.messagelog import sql
 from delayqueue.messagelog.connection import LogConnection
 
@@ -40,6 +42,7 @@ PAGE = 1000  # rows per log read and per load_cold call
 RAISE_EVERY = 0.1  # of the window: how far hot_until may fall behind now + window before it is raised
 MAX_TICK = 1.0  # seconds between looks at the held topics, at most
 ERROR_BACKOFF = 1.0
+MIN_LEAD_MILLIS = 60_000  # how far ahead a topic's window reaches however little room it has in Redis
 
 
 class Loader:
@@ -85,6 +88,8 @@ class Loader:
         raised = self._raised_at.get(topic)
         if not force and self.window and raised is not None and raised - now > self.window * (1 - RAISE_EVERY):
             return 0
+        if self.window:
+            target = await self._within_room(topic, now, target)
         hot = await self.rt.scripts.call(scripts.raise_hot(self.rt.context, topic, hot_until=target,
                                                            loaded_to=position(target), start=self.window > 0))
         if hot is None:
@@ -97,6 +102,28 @@ class Loader:
             # The scripts that loaded counted down a count that was there; none was counted if not.
             await self._forget_cold(topic, hot.hot_until, 0 if hot.cold is None else hot.cold - loaded)
         return loaded
+
+    async def _within_room(self, topic: str, now: int, target: int) -> int:
+        """The hot_until to raise to: `target`, or, when loading up to it would bring the topic's
+        waiting messages in Redis past DELAYQUEUE_HOT_MAX_MESSAGES, just before the first row that
+        has no room; never less than MIN_LEAD_MILLIS (or the window, if shorter) ahead of now, so
+        nothing fires late for want of room. A topic the loader never worked holds all its
+        messages in Redis already: nothing to bring in, nothing to hold back."""
+        k = self.rt.ns.topic(topic)
+        held, loaded_to = await asyncio.gather(self.rt.redis.zcard(k.waiting), self.rt.redis.hget(k.meta, Meta.LOADED_TO))
+        if loaded_to is None:
+            return target
+        lead = now + min(MIN_LEAD_MILLIS, self.window)
+        room = self.rt.config.hot_max_messages - held
+        if room <= 0:
+            return lead
+        after_time, after_id = parse_position(loaded_to)
+        params = {"namespace": self.rt.ns.namespace, "topic": topic, "after_time": after_time, "after_id": after_id,
+                  "hot_until": target, "skip": room}
+        first_without_room = await self._read(sql.COLD_BEYOND_ROOM, params)
+        if not first_without_room:
+            return target
+        return max(first_without_room[0][0] - 1, lead)
 
     async def _load_pages(self, topic: str, hot: scripts.HotWindow) -> tuple[int, bool]:
         """Steps 2 and 3: pages from loaded_to up to hot_until; (messages loaded, whether it got

@@ -287,6 +287,55 @@ async def test_a_delete_racing_the_loader_deletes_the_message(cold_rt, monkeypat
         await loader.close()
 
 
+@pytest.fixture(params=["single", "cluster"])
+async def capped_rt(request, clean_state):
+    """A two-minute window, and room in Redis for three waiting messages of a topic."""
+    runtime = make_runtime(REDIS_URL if request.param == "single" else REDIS_CLUSTER_URL, hot_window_millis=120_000,
+                           hot_max_messages=3)
+    yield runtime
+    await runtime.close()
+
+
+async def cold_sends(rt, delays: list[int]) -> list[Message]:
+    """Messages sent while the topic's window reaches a second ahead: cold, each of them."""
+    await raise_window_to(rt, "t", now_millis() + 1000)
+    return [await send(rt, msg=str(delay), delay=delay) for delay in delays]
+
+
+async def test_the_window_shrinks_to_what_redis_has_room_for_and_grows_as_room_is_made(capped_rt):
+    rt = capped_rt
+    cold = await cold_sends(rt, [70_000 + 5_000 * i for i in range(6)])
+    loader = Loader(rt, lambda: ["t"])
+    try:
+        assert await loader.load_topic("t", force=True) == 3
+        hot_until = int(await rt.redis.hget(rt.ns.topic("t").meta, Meta.HOT_UNTIL))
+        assert cold[2].trigger_time <= hot_until < cold[3].trigger_time  # just before the first without room
+        later = await send(rt, msg="within the window, beyond the room", delay=100_000)
+        assert not (await in_redis(rt, later.msg_id))["body"]
+        assert (await topic_info(rt, topic="t")).waiting_cold == 4
+        assert await loader.load_topic("t", force=True) == 0  # still no room
+        for m in cold[:2]:
+            assert await delete_message(rt, topic="t", msg_id=m.msg_id)
+        assert await loader.load_topic("t", force=True) == 2
+        assert [(await in_redis(rt, m.msg_id))["waiting"] for m in cold[3:5]] == [m.trigger_time for m in cold[3:5]]
+        assert not (await in_redis(rt, cold[5].msg_id))["body"]
+    finally:
+        await loader.close()
+
+
+async def test_without_room_the_window_still_reaches_a_minute_ahead(capped_rt):
+    """Messages due within a minute come in whatever the room: a full Redis never makes one late."""
+    rt = capped_rt
+    cold = await cold_sends(rt, [20_000 + 1_000 * i for i in range(5)] + [90_000])
+    loader = Loader(rt, lambda: ["t"])
+    try:
+        assert await loader.load_topic("t", force=True) == 5
+        hot_until = int(await rt.redis.hget(rt.ns.topic("t").meta, Meta.HOT_UNTIL))
+        assert now_millis() + 55_000 < hot_until < cold[5].trigger_time
+    finally:
+        await loader.close()
+
+
 async def test_a_topic_with_cold_messages_is_not_retired_until_the_loader_finds_none_left(cold_rt):
     rt = cold_rt
     loader = await started(rt)
