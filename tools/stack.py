@@ -77,10 +77,27 @@ def stored_secret(path: Path, nbytes: int = 24) -> str:
     return value
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def ephemeral_ports() -> range:
+    """The ports the kernel gives outgoing connections as their local port."""
+    try:
+        low, high = map(int, Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    except (OSError, ValueError):
+        low, high = 32_768, 60_999  # Linux's default
+    return range(low, high + 1)
+
+
+def free_port(avoid: frozenset[int] | set[int] = frozenset()) -> int:
+    """A free port for a server, from 10000-19999 and outside the kernel's ephemeral range (the
+    ports outgoing connections take as their local port). A port from that range could be taken
+    by any connection on the machine between the pick and the server's bind, or while a test has
+    the server down, and the server could not bind it again ("Address already in use")."""
+    ephemeral = ephemeral_ports()
+    # A kernel whose ephemeral range covers all of these leaves nothing better than them.
+    outside = not (ephemeral.start <= 10_000 and ephemeral.stop > 19_999)
+    while True:
+        port = random.randint(10_000, 19_999)
+        if not (outside and port in ephemeral) and port not in avoid and port_is_free(port):
+            return port
 
 
 def port_is_free(port: int) -> bool:
@@ -96,23 +113,23 @@ def port_is_free(port: int) -> bool:
 
 
 def free_cluster_port() -> int:
-    """A cluster node also listens on port + 10000 (its bus), so both must be free and valid."""
+    """A cluster node also listens on port + 10000 (its bus), so both must be free and valid,
+    and, as free_port's, outside the ephemeral range where there is room (20000-22767 and their
+    buses are, on Linux's default range)."""
+    ephemeral = ephemeral_ports()
+    outside = [port for port in range(20_000, 30_000) if port not in ephemeral and port + 10_000 not in ephemeral]
     while True:
-        port = random.randint(20_000, 30_000)
+        port = random.choice(outside) if outside else random.randint(20_000, 29_999)
         if port_is_free(port) and port_is_free(port + 10_000):
             return port
 
 
 def free_ports(count: int) -> list[int]:
-    """`count` different free ports: each stays bound until all are found, so none comes twice."""
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
+    """`count` different free ports (free_port's)."""
+    ports: list[int] = []
+    while len(ports) < count:
+        ports.append(free_port(avoid=set(ports)))
+    return ports
 
 
 def cluster_ports(count: int, avoid: set[int] = frozenset()) -> list[int]:

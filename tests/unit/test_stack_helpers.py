@@ -2,12 +2,13 @@
 rules into password rules, how many workers (and sets of servers) ./dev test runs, and what it
 says of a worker's PostgreSQL found down after a failed run."""
 import os
+import socket
 import stat
 
 import pytest
 
-from tools.stack import (TEST_WORKERS, asked_workers, cluster_ports, free_ports, hba_requiring_passwords, plan_workers,
-                         postgres_stop_story, stored_secret, trusted_rule, write_private)
+from tools.stack import (TEST_WORKERS, asked_workers, cluster_ports, ephemeral_ports, free_ports, hba_requiring_passwords,
+                         plan_workers, postgres_stop_story, stored_secret, trusted_rule, write_private)
 
 OLD_HBA = """# TYPE  DATABASE        USER            ADDRESS                 METHOD
 # "local" is for Unix domain socket connections only; trust would be
@@ -80,6 +81,23 @@ def test_ports_picked_at_once_are_all_different_buses_included():
     cluster = cluster_ports(12, avoid=set(singles))
     taken = singles + cluster + [port + 10_000 for port in cluster]
     assert len(set(taken)) == len(taken) == 32
+
+
+def test_servers_get_ports_no_outgoing_connection_could_take():
+    """A client socket holding a port as its local port keeps a server from binding it: one a
+    test stopped, or one started after its port was picked."""
+    ports = free_ports(50)
+    cluster = cluster_ports(12)
+    assert not set(ports + cluster + [port + 10_000 for port in cluster]) & set(ephemeral_ports())
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        with socket.create_connection(server.getsockname()) as client:
+            taken = client.getsockname()[1]
+            assert taken in ephemeral_ports()
+            with socket.socket() as restarted, pytest.raises(OSError, match="in use"):
+                restarted.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                restarted.bind(("127.0.0.1", taken))
 
 
 PG_LOG = [
