@@ -336,6 +336,42 @@ async def test_without_room_the_window_still_reaches_a_minute_ahead(capped_rt):
         await loader.close()
 
 
+@pytest.mark.fault
+async def test_with_postgresql_down_hot_messages_fire_and_the_loader_catches_up_after(start_scanner, postgres):
+    rt = make_runtime(REDIS_URL, hot_window_millis=2000)  # raised every 0.2 s
+    try:
+        await start_scanner(rt)
+        await send(rt, msg="registers the topic")
+        await wait_until(lambda: _has_window(rt), timeout=10, what="the scanner's loader to raise the window")
+        await pull_messages(rt, topic="t")
+        hot = await send(rt, msg="hot", delay=1000)
+        cold = await send(rt, msg="cold", delay=6000)
+        assert not (await in_redis(rt, cold.msg_id))["body"]
+        postgres.stop()
+        pulled = []
+
+        async def fired():
+            pulled.extend((await pull_messages(rt, topic="t"))[0])
+            return pulled
+
+        await wait_until(fired, timeout=10, interval=0.01, what="the hot message to fire while the log is down")
+        assert [m.msg_id for m in pulled] == [hot.msg_id]
+        # Past when the loader would have brought it in (most of the 2 s window ahead): it cannot.
+        await asyncio.sleep(max(cold.trigger_time - 1000 - now_millis(), 0) / 1000)
+        assert not (await in_redis(rt, cold.msg_id))["body"]
+        postgres.start()
+        await wait_until(lambda: _in_redis_waiting(rt, cold.msg_id), timeout=15, what="the loader to catch up")
+        pulled.clear()
+        await wait_until(fired, timeout=15, interval=0.005, what="the cold message to fire")
+        assert [m.msg_id for m in pulled] == [cold.msg_id] and now_millis() >= cold.trigger_time
+    finally:
+        await rt.close()
+
+
+async def _in_redis_waiting(rt, msg_id) -> bool:
+    return (await in_redis(rt, msg_id))["waiting"] is not None
+
+
 async def test_a_topic_with_cold_messages_is_not_retired_until_the_loader_finds_none_left(cold_rt):
     rt = cold_rt
     loader = await started(rt)
