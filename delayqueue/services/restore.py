@@ -147,8 +147,9 @@ async def _restore(rt: Runtime, topic: str | None, msg_id: str | None, include_e
         # those left cold.
         per_topic = await (await conn.execute(sql.restore_counts(scope, candidates, per_topic=True, cold=cold),
                                               params)).fetchall()
-        total, ended, counts.left_cold = ((sum(column) for column in list(zip(*per_topic))[1:]) if per_topic
-                                          else (0, 0, 0))
+        total = sum(candidates for _topic, candidates, _ended, _left in per_topic)
+        ended = sum(rest for _topic, _candidates, rest, _left in per_topic)
+        counts.left_cold = sum(left for _topic, _candidates, _ended, left in per_topic)
         if counts.left_cold and not dry_run and msg_id is None:
             await _set_cold_counts(rt, {name: left for name, _total, _ended, left in per_topic if left})
         if progress:
