@@ -242,14 +242,17 @@ _STORED_FIELDS = (f"'topic', topic, 'msgId', msg_id, 'msg', payload, 'produceTim
                   f"'maxRetry', max_retry, 'retry', retry, 'status', status")
 _STORED = (f"CASE WHEN priority > 0 THEN json_build_object({_STORED_FIELDS}, 'priority', priority)"
            f" ELSE json_build_object({_STORED_FIELDS}) END::text")
+# A topic's waiting rows after a loader position (%(after_time)s ms, row id %(after_id)s), on
+# message_waiting: the cold tier's reads (the loader's pages, its room, a purge's pages).
+_WAITING_AFTER = f"""namespace = %(namespace)s AND topic = %(topic)s AND {WAITING}
+  AND (trigger_time, id) > ({from_millis("%(after_time)s::int8")}, %(after_id)s::int8)"""
 # A page of a topic's waiting rows after the loader's position (%(after_time)s ms, row id
 # %(after_id)s) and due by %(hot_until)s, in that order: each row's id, then the row as
 # load_cold.lua takes it.
 COLD_PAGE = f"""
 SELECT id, msg_id, {_STORED}, {to_millis("trigger_time")}, {to_millis("expire_time")}, priority
 FROM {tables.MESSAGE}
-WHERE namespace = %(namespace)s AND topic = %(topic)s AND {WAITING}
-  AND (trigger_time, id) > ({from_millis("%(after_time)s::int8")}, %(after_id)s::int8)
+WHERE {_WAITING_AFTER}
   AND trigger_time <= {from_millis("%(hot_until)s::int8")}
 ORDER BY trigger_time, id LIMIT %(limit)s
 """
@@ -259,8 +262,7 @@ ORDER BY trigger_time, id LIMIT %(limit)s
 COLD_BEYOND_ROOM = f"""
 SELECT {to_millis("trigger_time")}
 FROM {tables.MESSAGE}
-WHERE namespace = %(namespace)s AND topic = %(topic)s AND {WAITING}
-  AND (trigger_time, id) > ({from_millis("%(after_time)s::int8")}, %(after_id)s::int8)
+WHERE {_WAITING_AFTER}
   AND trigger_time <= {from_millis("%(hot_until)s::int8")}
 ORDER BY trigger_time, id OFFSET %(skip)s LIMIT 1
 """
@@ -330,8 +332,7 @@ SELECT {_AS_MESSAGE}, {to_millis("old_trigger_time")} FROM moved
 COLD_AFTER = f"""
 SELECT id, msg_id, {to_millis("produce_time")}, {to_millis("trigger_time")}
 FROM {tables.MESSAGE}
-WHERE namespace = %(namespace)s AND topic = %(topic)s AND {WAITING}
-  AND (trigger_time, id) > ({from_millis("%(after_time)s::int8")}, %(after_id)s::int8)
+WHERE {_WAITING_AFTER}
 ORDER BY trigger_time, id LIMIT %(limit)s
 """
 # Ends the rows %(ids)s still waiting as deleted, each with its history row (reason purged);

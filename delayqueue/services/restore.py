@@ -200,16 +200,18 @@ async def _loader_positions(rt: Runtime, conn, topic: str | None, dry_run: bool)
     else:
         topics = [topic]
     hot_until = now_millis() + rt.config.hot_window_millis
-    positions = []
-    for name in topics:
-        if dry_run:
-            loaded_to = await rt.redis.hget(rt.ns.topic(name).meta, Meta.LOADED_TO) or position(hot_until)
-        else:
-            loaded_to = (await rt.scripts.call(scripts.raise_hot(rt.context, name, hot_until=hot_until,
-                                                                 loaded_to=position(hot_until), start=True))).loaded_to
-        after_time, after_id = parse_position(loaded_to)
-        positions.append({"cold_topic": name, "after_time": after_time, "after_id": after_id})
-    return positions
+    if dry_run:
+        pipe = rt.redis.pipeline(transaction=False)
+        for name in topics:
+            pipe.hget(rt.ns.topic(name).meta, Meta.LOADED_TO)
+        loaded_to = [held or position(hot_until) for held in await pipe.execute()] if topics else []
+    else:
+        windows = await rt.scripts.run_all([scripts.raise_hot(rt.context, name, hot_until=hot_until,
+                                                              loaded_to=position(hot_until), start=True)
+                                            for name in topics])
+        loaded_to = [window.loaded_to for window in windows]
+    return [dict(zip(("cold_topic", "after_time", "after_id"), (name, *parse_position(at))))
+            for name, at in zip(topics, loaded_to)]
 
 
 async def _set_cold_counts(rt: Runtime, left: dict[str, int]) -> None:
