@@ -232,7 +232,9 @@ async def test_zero_removes_a_limit_within_a_second(rt):
     assert [isinstance(o, Message) for o in await send(rt, "z", 2)] == [True, False]
     assert (await set_limits_now(namespace=ns, topic="z", produce_rate=0)).max_live == 100
     removed = time.monotonic()
-    while isinstance((await send(rt, "z"))[0], Throttled):
+    # Two sends a probe: the old rate's bucket holds one token, which its refill may bring back
+    # within the second, so a single send could pass while the rate still held.
+    while refused(await send(rt, "z", 2)):
         assert time.monotonic() - removed < 1.0, "the removed rate was still enforced after 1 s"
         await asyncio.sleep(0.02)
     assert not refused(await send(rt, "z", 20))
