@@ -116,7 +116,9 @@ WaitingQueueInfoSerializer = type("WaitingQueueInfoSerializer", (serializers.Ser
 class TopicInfoSerializer(serializers.Serializer):
     topic = serializers.CharField()
     waitingQueueSize = serializers.IntegerField(help_text="messages not yet due (hotWaitingSize + coldWaitingSize)")
-    waitingQueueInfo = WaitingQueueInfoSerializer(help_text="waiting messages in Redis by how long until they are due")
+    waitingQueueInfo = WaitingQueueInfoSerializer(
+        help_text="waiting messages by how long until they are due (those in the message log only, the cold tier's, "
+                  "by the hour they fall due in)")
     hotWaitingSize = serializers.IntegerField(help_text="waiting messages in Redis")
     coldWaitingSize = serializers.IntegerField(
         help_text="waiting messages in the message log only, due after the hot window (DELAYQUEUE_HOT_WINDOW_MILLIS)")

@@ -76,6 +76,10 @@ ADMIN_LOGIN_MAX_ADDRESS_FAILURES = 20
 ADMIN_LOGIN_WINDOW_SECONDS = 15 * 60
 ADMIN_LOGIN_LOCK_SECONDS = 15 * 60
 
+# The cold tier counts a topic's messages in the message log only per hour they fall due in (its
+# cold_hours hash), so getTopicInfo's waiting buckets can take them without reading the log.
+COLD_HOUR_MILLIS = 3_600_000
+
 # Rate limits (services/admission.py): a token bucket holds at most this long's worth of its rate,
 # so a burst is at most one second's worth. A bucket left alone this long is full again.
 BURST_MILLIS = 1000

@@ -100,6 +100,8 @@ class TopicKeys:
     events: str  # STREAM lifecycle events waiting for the log writer (EVENTS_SUFFIX)
     history: str  # pub/sub channel: the events stream got its first entry (HISTORY_SUFFIX)
     buckets: str  # HASH the topic's rate-limit token buckets (includes/token_bucket.lua), only while in use
+    # HASH hour (triggerTime // COLD_HOUR_MILLIS) -> the topic's cold messages due in it, alongside Meta.COLD
+    cold_hours: str
 
 
 @dataclass(frozen=True)

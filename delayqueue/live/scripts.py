@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from delayqueue.core.constants import (BURST_MILLIS, CHART_MINUTES, LATENESS_BOUNDS_MS, MAX_PRIORITY, PRIORITY_BAND,
+from delayqueue.core.constants import (BURST_MILLIS, CHART_MINUTES, COLD_HOUR_MILLIS, LATENESS_BOUNDS_MS, MAX_PRIORITY, PRIORITY_BAND,
                                        RETRY_BACKOFF_JITTER, RETRY_BACKOFF_MAX_MILLIS, Reason, Status)
 from delayqueue.core.messages import Message
 from delayqueue.live import stats
@@ -121,6 +121,7 @@ def _prelude_lines() -> list[str]:
         "local LATENESS_BOUNDS = " + _lua_table(str(bound) for bound in LATENESS_BOUNDS_MS),
         f"local CHART_MINUTES = {CHART_MINUTES}",
         f"local BURST_MILLIS = {BURST_MILLIS}",
+        f"local COLD_HOUR_MILLIS = {COLD_HOUR_MILLIS}",
         f"local MAX_PRIORITY, PRIORITY_BAND = {MAX_PRIORITY}, {PRIORITY_BAND}",
         f"local RETRY_BACKOFF_MAX_MILLIS, RETRY_BACKOFF_JITTER = {RETRY_BACKOFF_MAX_MILLIS}, {RETRY_BACKOFF_JITTER}",
         f"local EVENTS_SUFFIX, HISTORY_SUFFIX = '{EVENTS_SUFFIX}', '{HISTORY_SUFFIX}'",
@@ -397,7 +398,7 @@ def send(ctx: ScriptContext, topic: str, *, msg_id: str, payload: str, trigger_t
          dedupe_window_millis: int, cold_tier: bool, logged_live: bool) -> ScriptCall:
     k = ctx.ns.topic(topic)
     return ScriptCall(SEND, [k.waiting, k.ready, k.inflight, k.msgs, k.expiry, k.ended, k.meta, k.stats, k.prioritised,
-                             k.events],
+                             k.events, k.cold_hours],
                       [msg_id, payload, trigger_time, expire_time, max_retry, topic, ctx.ns.ready_channel,
                        ctx.ns.schedule_channel, ctx.stats_interval_millis, produce_time, max_live,
                        _flag(namespace_capped), priority, ctx.retention_millis, ctx.actor, dedupe_window_millis,
@@ -449,7 +450,7 @@ def reschedule(ctx: ScriptContext, topic: str, *, msg_id: str, trigger_time: int
     whether it comes into Redis or stays in the log only)."""
     k = ctx.ns.topic(topic)
     return ScriptCall(RESCHEDULE, [k.waiting, k.ready, k.inflight, k.msgs, k.expiry, k.ended, k.stats, k.meta,
-                                   k.events, k.prioritised],
+                                   k.events, k.prioritised, k.cold_hours],
                       [msg_id, trigger_time, delay_millis, ctx.retention_millis, ctx.stats_interval_millis,
                        ctx.ns.ready_channel, ctx.ns.schedule_channel, topic, ctx.actor, cold, old_trigger_time])
 
@@ -459,7 +460,7 @@ def delete(ctx: ScriptContext, topic: str, *, msg_id: str, release: bool, tombst
     deleted in the log, as Message.to_stored gives it)."""
     k = ctx.ns.topic(topic)
     return ScriptCall(DELETE, [k.waiting, k.ready, k.inflight, k.msgs, k.expiry, k.ended, k.stats, k.events,
-                               k.prioritised, k.meta],
+                               k.prioritised, k.meta, k.cold_hours],
                       [msg_id, _flag(release), ctx.retention_millis, ctx.stats_interval_millis, ctx.actor, tombstone])
 
 
@@ -517,18 +518,24 @@ def load_cold(ctx: ScriptContext, topic: str, *, loaded_from: str, loaded_to: st
     args = [ctx.ns.ready_channel, ctx.ns.schedule_channel, topic, ctx.actor, loaded_from, loaded_to]
     for message in messages:
         args += message
-    return ScriptCall(LOAD_COLD, [k.waiting, k.ready, k.msgs, k.expiry, k.meta, k.events, k.prioritised, k.ended],
+    return ScriptCall(LOAD_COLD, [k.waiting, k.ready, k.msgs, k.expiry, k.meta, k.events, k.prioritised, k.ended,
+                                  k.cold_hours],
                       args)
 
 
 def clear_cold(ctx: ScriptContext, topic: str, *, cold: int, forget_window: bool) -> ScriptCall:
-    return ScriptCall(CLEAR_COLD, [ctx.ns.topic(topic).meta], [cold, _flag(forget_window)])
-
-
-def purge_cold(ctx: ScriptContext, topic: str, *, purged: int) -> ScriptCall:
-    """Replies the topic's loaded_to as fenced ('' if it has none)."""
     k = ctx.ns.topic(topic)
-    return ScriptCall(PURGE_COLD, [k.meta, k.stats], [purged, ctx.stats_interval_millis])
+    return ScriptCall(CLEAR_COLD, [k.meta, k.cold_hours], [cold, _flag(forget_window)])
+
+
+def purge_cold(ctx: ScriptContext, topic: str, *, purged: int, hours: Sequence[Sequence[int]]) -> ScriptCall:
+    """Replies the topic's loaded_to as fenced ('' if it has none). `hours`: (hour, purged due in
+    it) pairs."""
+    k = ctx.ns.topic(topic)
+    args = [purged, ctx.stats_interval_millis]
+    for hour in hours:
+        args += hour
+    return ScriptCall(PURGE_COLD, [k.meta, k.stats, k.cold_hours], args)
 
 
 def prune_stats(ctx: ScriptContext, topic: str) -> ScriptCall:
@@ -553,7 +560,8 @@ def restore(ctx: ScriptContext, topic: str, *, dry_run: bool, messages: Sequence
     args = [ctx.ns.ready_channel, ctx.ns.schedule_channel, topic, _flag(dry_run), ctx.actor]
     for message in messages:
         args += message
-    return ScriptCall(RESTORE, [k.waiting, k.ready, k.msgs, k.expiry, k.meta, k.events, k.prioritised], args)
+    return ScriptCall(RESTORE, [k.waiting, k.ready, k.msgs, k.expiry, k.meta, k.events, k.prioritised, k.cold_hours],
+                      args)
 
 
 def take_tokens(ctx: ScriptContext, topic: str | None, *, kind: str, wanted: int, rate: int) -> ScriptCall:

@@ -274,17 +274,20 @@ class MessageLog:
 
         return await self._retried(page)
 
-    async def purge_cold(self, row_ids: list[int]) -> int:
+    async def purge_cold(self, row_ids: list[int]) -> dict[int, int]:
         """Ends those of the rows still waiting as deleted, with their history rows (purgeTopic in
-        the cold tier); how many."""
+        the cold tier); how many, per hour they fell due in (triggerTime // COLD_HOUR_MILLIS)."""
         params = {"namespace": self._namespace, "ids": row_ids, "deleted": Status.DELETED, "waiting": Status.WAITING,
                   "reason": Reason.PURGED.value, **self._actor}
-        (count,) = await self._retried(lambda conn, _again: self._fetch_one(conn, sql.PURGE_COLD, params))
-        return count
+        return dict(await self._retried(lambda conn, _again: self._fetch_all(conn, sql.PURGE_COLD, params)))
 
     @staticmethod
     async def _fetch_one(conn: psycopg.AsyncConnection, statement: str, params: dict):
         return await (await conn.execute(statement, params)).fetchone()
+
+    @staticmethod
+    async def _fetch_all(conn: psycopg.AsyncConnection, statement: str, params: dict):
+        return await (await conn.execute(statement, params)).fetchall()
 
     async def close(self) -> None:
         if self._flusher is not None:

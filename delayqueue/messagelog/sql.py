@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from psycopg import sql
 
-from delayqueue.core.constants import LIVE_STATUSES, Status
+from delayqueue.core.constants import COLD_HOUR_MILLIS, LIVE_STATUSES, Status
 from delayqueue.core.messages import Message
 from delayqueue.core.schedules import FIELDS as SCHEDULE_FIELDS
 from delayqueue.live.history import Event
@@ -341,11 +341,11 @@ PURGE_COLD = f"""
 WITH purged AS (
     UPDATE {tables.MESSAGE} SET status = %(deleted)s, updated_at = now()
     WHERE id = ANY(%(ids)s::int8[]) AND {WAITING}
-    RETURNING topic, msg_id, retry, status, updated_at
+    RETURNING topic, msg_id, retry, status, updated_at, trigger_time
 ), history AS (
     {_history_of("purged", "purged", "%(waiting)s")}
 )
-SELECT count(*) FROM purged
+SELECT {to_millis("trigger_time")} / {COLD_HOUR_MILLIS}, count(*) FROM purged GROUP BY 1
 """
 
 # --- Retention (retention.prune_log): small batches, each its own short transaction.
@@ -557,17 +557,17 @@ def _restore_source(cold: bool) -> tuple[sql.Composable, sql.Composable]:
     return sql.Identifier(tables.MESSAGE), sql.SQL("FALSE")
 
 
-def restore_counts(scope: sql.Composed, candidates: sql.Composed, per_topic: bool = False,
-                   cold: bool = False) -> sql.Composed:
-    """One scan that counts the candidates, the rest (skipped as ended or expired) and, in the
-    cold tier, the candidates left to the loader, in all or (per_topic) per topic, the topic
-    first."""
+def restore_counts(scope: sql.Composed, candidates: sql.Composed, cold: bool = False) -> sql.Composed:
+    """One scan that counts, per topic and cold hour, the candidates, the rest (skipped as ended
+    or expired) and, in the cold tier, the candidates left to the loader: rows (topic, hour,
+    candidates, rest, left), the hour (triggerTime // COLD_HOUR_MILLIS) that of the rows left cold,
+    NULL for the others."""
     source, left = _restore_source(cold)
+    hour = sql.SQL(f"CASE WHEN {{c}} AND {{left}} THEN {to_millis('trigger_time')} / {COLD_HOUR_MILLIS} END"
+                   ).format(c=candidates, left=left)
     counts = sql.SQL("count(*) FILTER (WHERE {c} AND NOT {left}), count(*) FILTER (WHERE NOT ({c})), "
                      "count(*) FILTER (WHERE {c} AND {left})").format(c=candidates, left=left)
-    if per_topic:
-        return sql.SQL("SELECT topic, {} FROM {} WHERE {} GROUP BY topic").format(counts, source, scope)
-    return sql.SQL("SELECT {} FROM {} WHERE {}").format(counts, source, scope)
+    return sql.SQL("SELECT topic, {}, {} FROM {} WHERE {} GROUP BY 1, 2").format(hour, counts, source, scope)
 
 
 def restore_page(scope: sql.Composed, candidates: sql.Composed, cold: bool = False) -> sql.Composed:

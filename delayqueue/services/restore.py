@@ -143,15 +143,18 @@ async def _restore(rt: Runtime, topic: str | None, msg_id: str | None, include_e
         if cold:
             params["cold_after"] = json.dumps(await _loader_positions(rt, conn, topic, dry_run))
         page = sql.restore_page(scope, candidates, cold)
-        # One scan counts, per topic, the candidates, the rest (skipped as ended or expired) and
-        # those left cold.
-        per_topic = await (await conn.execute(sql.restore_counts(scope, candidates, per_topic=True, cold=cold),
-                                              params)).fetchall()
-        total = sum(candidates for _topic, candidates, _ended, _left in per_topic)
-        ended = sum(rest for _topic, _candidates, rest, _left in per_topic)
-        counts.left_cold = sum(left for _topic, _candidates, _ended, left in per_topic)
+        # One scan counts, per topic and hour, the candidates, the rest (skipped as ended or
+        # expired) and those left cold.
+        groups = await (await conn.execute(sql.restore_counts(scope, candidates, cold=cold), params)).fetchall()
+        total = sum(candidates for _topic, _hour, candidates, _ended, _left in groups)
+        ended = sum(rest for _topic, _hour, _candidates, rest, _left in groups)
+        counts.left_cold = sum(left for _topic, _hour, _candidates, _ended, left in groups)
         if counts.left_cold and not dry_run and msg_id is None:
-            await _set_cold_counts(rt, {name: left for name, _total, _ended, left in per_topic if left})
+            left_cold: dict[str, dict[int, int]] = {}
+            for name, hour, _candidates, _ended, left in groups:
+                if left:
+                    left_cold.setdefault(name, {})[hour] = left
+            await _set_cold_counts(rt, left_cold)
         if progress:
             progress(counts, total + counts.left_cold)
         writing: set[asyncio.Task] = set()
@@ -214,12 +217,15 @@ async def _loader_positions(rt: Runtime, conn, topic: str | None, dry_run: bool)
             for name, at in zip(topics, loaded_to)]
 
 
-async def _set_cold_counts(rt: Runtime, left: dict[str, int]) -> None:
-    """Sets each topic's count of cold messages (its meta's, which getTopicInfo and the caps
-    read, and which went with a lost Redis) to the rows the restore leaves to its loader. A send
-    going cold between the count and the write may be missed; the loader drops the count once
-    it finds nothing left after the window."""
+async def _set_cold_counts(rt: Runtime, left: dict[str, dict[int, int]]) -> None:
+    """Sets each topic's count of cold messages and their hours (its meta's and cold_hours, which
+    getTopicInfo and the caps read, and which went with a lost Redis) to the rows the restore
+    leaves to its loader, `left` per topic per hour. A send going cold between the count and the
+    write may be missed; the loader drops the count once it finds nothing left after the window."""
     pipe = rt.redis.pipeline(transaction=False)
-    for name, count in left.items():
-        pipe.hset(rt.ns.topic(name).meta, Meta.COLD, count)
+    for name, hours in left.items():
+        k = rt.ns.topic(name)
+        pipe.hset(k.meta, Meta.COLD, sum(hours.values()))
+        pipe.delete(k.cold_hours)
+        pipe.hset(k.cold_hours, mapping=hours)
     await pipe.execute()

@@ -2,9 +2,11 @@
 registry, queue sizes, monitor counters, the settings in force. (Changing the settings:
 topic_control.py.)"""
 import logging
+from collections import Counter
 from dataclasses import dataclass
 
 from delayqueue.core.clock import now_millis
+from delayqueue.core.constants import COLD_HOUR_MILLIS
 from delayqueue.core.messages import Message
 from delayqueue.live import scripts, stats
 from delayqueue.live.keys import Meta, parse_position
@@ -52,15 +54,16 @@ async def _purge_cold(rt: Runtime, topic: str) -> int:
     if loaded_to is None:
         return 0
     after_time, after_id = parse_position(loaded_to)
-    purged = 0
+    hours: Counter[int] = Counter()
     while rows := await rt.log.cold_after(topic, after_time, after_id, COLD_PURGE_PAGE):
         held = await rt.redis.hmget(k.msgs, [msg_id for _id, msg_id, _produced, _due in rows])
         cold = [row_id for (row_id, _msg_id, produced, _due), stored in zip(rows, held)
                 if stored is None or Message.from_stored(stored).produce_time != produced]
         if cold:
-            purged += await rt.log.purge_cold(cold)
+            hours.update(await rt.log.purge_cold(cold))
         after_id, after_time = rows[-1][0], rows[-1][3]
-    await rt.scripts.call(scripts.purge_cold(rt.context, topic, purged=purged))
+    purged = hours.total()
+    await rt.scripts.call(scripts.purge_cold(rt.context, topic, purged=purged, hours=list(hours.items())))
     return purged
 
 
@@ -87,7 +90,7 @@ class TopicInfo:
 
     topic: str
     waiting: int  # in Redis and, in the cold tier, in the message log only
-    waiting_within: tuple[int, ...]  # waiting messages Redis holds per WAITING_WITHIN bucket
+    waiting_within: tuple[int, ...]  # waiting messages per WAITING_WITHIN bucket (the cold ones to within an hour)
     ready: int  # every priority
     consuming: int
     waiting_cold: int = 0  # in the message log only (the cold tier): due after the topic's hot window
@@ -146,20 +149,38 @@ async def topic_infos(rt: Runtime, *, topics: list[str]) -> list[TopicInfo]:
         pipe.llen(k.ready)
         pipe.zcard(k.prioritised)
         pipe.zcard(k.inflight)
-        pipe.hget(k.meta, Meta.COLD)
+        pipe.hmget(k.meta, [Meta.COLD, Meta.HOT_UNTIL])
+        pipe.hgetall(k.cold_hours)
         lower = "-inf"
         for within in WAITING_WITHIN:
             upper = "+inf" if within is None else now + within
             pipe.zcount(k.waiting, lower, upper)
             lower = f"({upper}"
     replies = await pipe.execute()
-    width = 5 + len(WAITING_WITHIN)
+    width = 6 + len(WAITING_WITHIN)
     infos = []
     for i, topic in enumerate(topics):
-        waiting, ready, prioritised, inflight, cold, *buckets = replies[i * width:(i + 1) * width]
+        waiting, ready, prioritised, inflight, (cold, hot_until), hours, *buckets = replies[i * width:(i + 1) * width]
         cold = max(int(cold or 0), 0)
-        infos.append(TopicInfo(topic, waiting + cold, tuple(buckets), ready + prioritised, inflight, cold))
+        in_log = cold_buckets(hours={int(hour): int(n) for hour, n in hours.items()}, now=now,
+                              hot_until=None if hot_until is None else int(hot_until))
+        buckets = tuple(held + logged for held, logged in zip(buckets, in_log))
+        infos.append(TopicInfo(topic, waiting + cold, buckets, ready + prioritised, inflight, cold))
     return infos
+
+
+def cold_buckets(*, hours: dict[int, int], now: int, hot_until: int | None) -> list[int]:
+    """The cold messages of each WAITING_WITHIN bucket, from their counts per hour: each hour's
+    count goes where the hour's middle falls, or hot_until's if later (every cold message is due
+    after it), so a bucket's edge beyond the window is right to within an hour."""
+    counts = [0] * len(WAITING_WITHIN)
+    for hour, count in hours.items():
+        due = hour * COLD_HOUR_MILLIS + COLD_HOUR_MILLIS // 2
+        if hot_until is not None:
+            due = max(due, hot_until + 1)
+        at = next((i for i, within in enumerate(WAITING_WITHIN) if within is None or due <= now + within))
+        counts[at] += max(count, 0)
+    return counts
 
 
 async def topic_info(rt: Runtime, *, topic: str) -> TopicInfo:

@@ -3,12 +3,13 @@ and the loader (workers/loader.py) brings them into Redis ahead of their time. O
 and on the Redis Cluster."""
 import asyncio
 import json
+from collections import Counter
 
 import pytest
 
 from delayqueue.api import wire
 from delayqueue.core.clock import now_millis
-from delayqueue.core.constants import MAX_DELAY_MILLIS, Status
+from delayqueue.core.constants import COLD_HOUR_MILLIS, MAX_DELAY_MILLIS, Status
 from delayqueue.core.exceptions import NotFound, Throttled
 from delayqueue.live import scripts
 from delayqueue.live.keys import Meta, position
@@ -47,6 +48,15 @@ async def in_redis(rt, msg_id, topic="t") -> dict:
     k = rt.ns.topic(topic)
     return {"body": await rt.redis.hexists(k.msgs, msg_id), "waiting": await rt.redis.zscore(k.waiting, msg_id),
             "expiry": await rt.redis.zscore(k.expiry, msg_id)}
+
+
+async def cold_hours(rt, topic="t") -> Counter:
+    """The topic's cold messages per hour they fall due in, as Redis counts them."""
+    return Counter({int(hour): int(n) for hour, n in (await rt.redis.hgetall(rt.ns.topic(topic).cold_hours)).items()})
+
+
+def hours_of(*messages) -> Counter:
+    return Counter(m.trigger_time // COLD_HOUR_MILLIS for m in messages)
 
 
 async def started(rt, topic="t") -> Loader:
@@ -542,6 +552,43 @@ async def test_the_topic_counts_follow_cold_messages_through_every_move(cold_rt)
         await loader.close()
 
 
+async def test_the_waiting_buckets_count_cold_messages_by_the_hour_they_fall_due_in(cold_rt):
+    """getTopicInfo's waitingQueueInfo reads the cold messages' hours from Redis, never the log:
+    each move (send, delete, reschedule within the log or into the window, load) keeps them."""
+    rt = cold_rt
+    loader = await started(rt)
+    hour, day = 3_600_000, 86_400_000
+
+    async def buckets():
+        info = await topic_info(rt, topic="t")
+        assert sum(info.waiting_within) == info.waiting
+        return dict(zip(wire.WAITING_BUCKET_NAMES, info.waiting_within))
+
+    try:
+        await raise_window_to(rt, "t", now_millis() + 30_000)
+        await send(rt, msg="soon", delay=10_000)
+        two_hours = [await send(rt, msg=f"2h {i}", delay=2 * hour + i) for i in range(3)]
+        three_days = await send(rt, msg="3d", delay=3 * day)
+        far = await send(rt, msg="40d", delay=40 * day)
+        assert await cold_hours(rt) == hours_of(*two_hours, three_days, far)
+        assert await buckets() == {"sizeOf0To1min": 1, "sizeOf1minTo10min": 0, "sizeOf10minTo30min": 0,
+                                   "sizeOf30minTo1hour": 0, "sizeOf1hourTo6hour": 3, "sizeOf6hourTo1day": 0,
+                                   "sizeOf1dayTo7day": 1, "sizeOf7dayTo30day": 0, "sizeOf30dayToInfinite": 1}
+        await delete_message(rt, topic="t", msg_id=two_hours[0].msg_id)
+        moved = await reschedule_message(rt, topic="t", msg_id=three_days.msg_id, delay_millis=12 * hour)
+        await reschedule_message(rt, topic="t", msg_id=far.msg_id, delay_millis=20_000)  # into the window
+        assert await cold_hours(rt) == hours_of(*two_hours[1:], moved)
+        assert (await buckets())["sizeOf1hourTo6hour"] == 2 and (await buckets())["sizeOf6hourTo1day"] == 1
+        assert (await buckets())["sizeOf0To1min"] == 2 and (await buckets())["sizeOf30dayToInfinite"] == 0
+        await raise_window_to(rt, "t", now_millis() + 3 * hour)
+        assert await loader.load_topic("t", force=True) == 2
+        assert await cold_hours(rt) == hours_of(moved)
+        assert (await buckets())["sizeOf1hourTo6hour"] == 2  # now in Redis: its own score counts
+        assert (await topic_info(rt, topic="t")).waiting_cold == 1 and (await buckets())["sizeOf0To1min"] == 2
+    finally:
+        await loader.close()
+
+
 async def test_a_purge_ends_cold_and_hot_messages_alike_each_with_one_history_row(cold_rt, monkeypatch):
     rt = cold_rt
     monkeypatch.setattr(topics_module, "COLD_PURGE_PAGE", 2)  # several pages
@@ -562,7 +609,8 @@ async def test_a_purge_ends_cold_and_hot_messages_alike_each_with_one_history_ro
         for m in cold[1:]:  # the log keeps it, deleted; getMsg answers live ones from there
             assert await get_message(rt, topic="t", msg_id=m.msg_id) is None
         info = await topic_info(rt, topic="t")
-        assert (info.waiting, info.waiting_cold, info.ready) == (0, 0, 0)
+        assert (info.waiting, info.waiting_cold, info.ready) == (0, 0, 0) and set(info.waiting_within) == {0}
+        assert not await rt.redis.exists(rt.ns.topic("t").cold_hours)
         await raise_window_to(rt, "t", now_millis() + 120_000)
         assert await loader.load_topic("t", force=True) == 0
         assert (await pull_messages(rt, topic="t"))[0] == []
@@ -675,7 +723,8 @@ async def test_a_restore_after_redis_lost_everything_rebuilds_the_hot_window_onl
         assert (await get_message(rt, topic="t", msg_id=pulled.msg_id)).status == Status.READY
         assert [(await in_redis(rt, m.msg_id))["body"] for m in [hot[1], *cold]] == [False] * 5
         info = await topic_info(rt, topic="t")
-        assert (info.waiting, info.waiting_cold, info.ready) == (5, 5, 1)
+        assert (info.waiting, info.waiting_cold, info.ready) == (5, 5, 1) and sum(info.waiting_within) == 5
+        assert await cold_hours(rt) == hours_of(hot[1], *cold)
         hot_until = int(await rt.redis.hget(rt.ns.topic("t").meta, Meta.HOT_UNTIL))
         assert hot_until < hot[1].trigger_time
         assert (await restore(rt)).left_cold == 5  # a rerun: the same, nothing twice
@@ -684,7 +733,7 @@ async def test_a_restore_after_redis_lost_everything_rebuilds_the_hot_window_onl
         assert await loader.load_topic("t", force=True) == 5
         waiting = await rt.redis.zrange(rt.ns.topic("t").waiting, 0, -1, withscores=True)
         assert waiting == [(m.msg_id, float(m.trigger_time)) for m in [hot[1], *cold]]
-        assert (await topic_info(rt, topic="t")).waiting_cold == 0
+        assert (await topic_info(rt, topic="t")).waiting_cold == 0 and await cold_hours(rt) == Counter()
     finally:
         await loader.close()
 

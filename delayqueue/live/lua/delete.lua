@@ -11,6 +11,7 @@
 -- KEYS[8] events
 -- KEYS[9] prioritised
 -- KEYS[10] meta
+-- KEYS[11] cold_hours
 -- ARGV[1] msg_id
 -- ARGV[2] release: 1 frees the body at once, 0 keeps it readable for the retention
 -- ARGV[3] retention_millis: how long an ended body stays readable
@@ -38,7 +39,7 @@ if not raw then
   end
   redis.call('HSET', t.msgs, id, ARGV[6])
   redis.call('ZADD', t.ended, now + t.retention, id)
-  cold_moved(KEYS[10], 1)
+  cold_moved(KEYS[10], KEYS[11], 1, hours_of({cjson.decode(ARGV[6]).triggerTime}))
   stat_add(t.stats, interval, now, COUNTER.DELETE, 1)
   return 2
 end

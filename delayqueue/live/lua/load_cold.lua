@@ -12,6 +12,7 @@
 -- KEYS[6] events
 -- KEYS[7] prioritised
 -- KEYS[8] ended
+-- KEYS[9] cold_hours
 -- ARGV[1] ready_channel: published when the ready list goes from empty to non-empty
 -- ARGV[2] schedule_channel: published so the topic's scanner looks at the loaded messages
 -- ARGV[3] topic
@@ -44,7 +45,7 @@ for i = 7, #ARGV, 5 do
   ids[#ids + 1] = ARGV[i]
 end
 local held_now = #ids > 0 and redis.call('HMGET', msgs, unpack(ids)) or {}
-local stores, expiring, due_later, due_now = {}, {}, {}, {}
+local stores, expiring, due_later, due_now, triggers = {}, {}, {}, {}, {}
 for j, id in ipairs(ids) do
   local i = 7 + (j - 1) * 5
   local stored, existing = ARGV[i + 1], held_now[j]
@@ -59,7 +60,8 @@ for j, id in ipairs(ids) do
   end
   if fresh then
     loaded = loaded + 1
-    if tonumber(ARGV[i + 2]) > now then
+    triggers[loaded] = tonumber(ARGV[i + 2])
+    if triggers[loaded] > now then
       expiring[#expiring + 1] = ARGV[i + 3]
       expiring[#expiring + 1] = id
       due_later[#due_later + 1] = ARGV[i + 2]
@@ -77,7 +79,7 @@ for j, id in ipairs(ids) do
 end
 redis.call('HSET', meta, META.LOADED_TO, ARGV[6])
 if loaded > 0 then
-  cold_moved(meta, loaded)
+  cold_moved(meta, KEYS[9], loaded, hours_of(triggers))
   redis.call('HSET', msgs, unpack(stores))
   if #due_later > 0 then
     redis.call('ZADD', t.expiry, unpack(expiring))

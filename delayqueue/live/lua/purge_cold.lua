@@ -5,8 +5,11 @@
 -- nothing (load_cold.lua finds loaded_to moved) and is read again, without them.
 -- KEYS[1] meta
 -- KEYS[2] stats
+-- KEYS[3] cold_hours
 -- ARGV[1] purged: cold messages the log ended
 -- ARGV[2] stats_interval_millis
+-- ARGV[3...] per hour: hour, count
+-- (of the purged, count were due in hour: triggerTime // COLD_HOUR_MILLIS)
 -- Returns the new loaded_to ('' if the topic has none).
 -- @include clock
 -- @include stats
@@ -20,7 +23,11 @@ if loaded_to then
   redis.call('HSET', meta, META.LOADED_TO, loaded_to)
 end
 -- A page a loader brought in while its rows were being ended was counted out as it came in.
-cold_moved(meta, math.min(purged, tonumber(redis.call('HGET', meta, META.COLD) or '0')))
+local by_hour = {}
+for i = 3, #ARGV, 2 do
+  by_hour[ARGV[i]] = tonumber(ARGV[i + 1])
+end
+cold_moved(meta, KEYS[3], math.min(purged, tonumber(redis.call('HGET', meta, META.COLD) or '0')), by_hour)
 if purged > 0 then
   stat_add(KEYS[2], tonumber(ARGV[2]), clock(), COUNTER.DELETE, purged)
 end

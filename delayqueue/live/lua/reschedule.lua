@@ -12,6 +12,7 @@
 -- KEYS[8] meta
 -- KEYS[9] events
 -- KEYS[10] prioritised
+-- KEYS[11] cold_hours
 -- ARGV[1] msg_id
 -- ARGV[2] trigger_time: epoch ms; -1: from delay_millis
 -- ARGV[3] delay_millis: from Redis' now, when trigger_time is -1
@@ -44,13 +45,18 @@ local raw = redis.call('HGET', t.msgs, id)
 if not raw and ARGV[10] ~= '' then
   local m = cjson.decode(ARGV[10])
   local hot = redis.call('HGET', KEYS[8], META.HOT_UNTIL)
+  local old_hours = hours_of({tonumber(ARGV[11])})
   if hot and m.triggerTime > tonumber(hot) and tonumber(ARGV[11]) > tonumber(hot) then
+    if redis.call('HEXISTS', KEYS[8], META.COLD) == 1 then  -- the count stays; its hour moves
+      cold_moved(KEYS[8], KEYS[11], 1, old_hours)
+      cold_added(KEYS[8], KEYS[11], m.triggerTime)
+    end
     return {4, ARGV[10]}
   end
   if m.triggerTime <= now then
     m.status = STATUS.READY
   end
-  cold_moved(KEYS[8], 1)
+  cold_moved(KEYS[8], KEYS[11], 1, old_hours)
   redis.call('HSET', t.msgs, id, cjson.encode(m))
   add_messages(t, {m}, ARGV[6], ARGV[8])
   if m.status == STATUS.READY then

@@ -9,6 +9,7 @@
 -- KEYS[5] meta
 -- KEYS[6] events
 -- KEYS[7] prioritised
+-- KEYS[8] cold_hours
 -- ARGV[1] ready_channel: published when the ready list goes from empty to non-empty
 -- ARGV[2] schedule_channel: published so the topic's scanner looks at the restored messages
 -- ARGV[3] topic
@@ -30,7 +31,7 @@ local restored, held = 0, 0
 local added, changes = {}, {}
 -- Messages the cold tier kept in the log only (due after hot_until) are in Redis once restored.
 local hot_until = tonumber(redis.call('HGET', meta, META.HOT_UNTIL) or '-1')
-local was_cold = 0
+local was_cold = {}
 for i = 6, #ARGV, 8 do
   local id = ARGV[i]
   if dry_run then
@@ -48,7 +49,7 @@ for i = 6, #ARGV, 8 do
       restored = restored + 1
       added[#added + 1] = m
       if hot_until >= 0 and m.triggerTime > hot_until then
-        was_cold = was_cold + 1
+        was_cold[#was_cold + 1] = m.triggerTime
       end
       changes[#changes + 1] = {id, m.status, m.retry, m.produceTime}
     end
@@ -56,7 +57,7 @@ for i = 6, #ARGV, 8 do
 end
 if restored > 0 and not dry_run then
   add_messages(t, added, ARGV[1], topic)
-  cold_moved(meta, was_cold)
+  cold_moved(meta, KEYS[8], #was_cold, hours_of(was_cold))
   redis.call('HSET', meta, META.LAST_ACTIVE, now)
   redis.call('HSETNX', meta, META.REGISTERED, 1)
   -- The topic's scanner may be asleep towards a later time, or not know the topic yet.

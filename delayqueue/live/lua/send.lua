@@ -15,6 +15,7 @@
 -- KEYS[8] stats
 -- KEYS[9] prioritised
 -- KEYS[10] events
+-- KEYS[11] cold_hours
 -- ARGV[1] msg_id
 -- ARGV[2] payload
 -- ARGV[3] trigger_time: epoch ms, not before produce_time
@@ -105,7 +106,7 @@ if ARGV[17] == '1' and trigger > now then
       redis.call('HDEL', msgs, id)
       redis.call('ZREM', ended, id)
     end
-    redis.call('HINCRBY', meta, META.COLD, 1)
+    cold_added(meta, KEYS[11], trigger)
     return {4, 0, new_topic}
   end
 end
