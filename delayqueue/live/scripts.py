@@ -198,7 +198,7 @@ class SendReply(NamedTuple):
     over_live_cap: bool = False  # refused: the topic held its max_live live messages already
     over_namespace_cap: bool = False  # refused: the topic held its share of the namespace's live cap
     cold: bool = False  # created in the message log only: due after the topic's hot window
-    logged_live: bool = False  # not created: the duplicate of the live message the log holds out of Redis
+    logged_live: bool = False  # not created: the duplicate of the cold message the log holds out of Redis
 
 
 class PullReply(NamedTuple):
@@ -395,14 +395,14 @@ CONTEXT_ARGS = frozenset({"topic", "actor", "stats_interval_millis", "retention_
 
 def send(ctx: ScriptContext, topic: str, *, msg_id: str, payload: str, trigger_time: int, expire_time: int,
          max_retry: int, produce_time: int, max_live: int, namespace_capped: bool, priority: int,
-         dedupe_window_millis: int, cold_tier: bool, logged_live: bool) -> ScriptCall:
+         dedupe_window_millis: int, cold_tier: bool, logged_waiting: int | None) -> ScriptCall:
     k = ctx.ns.topic(topic)
     return ScriptCall(SEND, [k.waiting, k.ready, k.inflight, k.msgs, k.expiry, k.ended, k.meta, k.stats, k.prioritised,
                              k.events, k.cold_hours],
                       [msg_id, payload, trigger_time, expire_time, max_retry, topic, ctx.ns.ready_channel,
                        ctx.ns.schedule_channel, ctx.stats_interval_millis, produce_time, max_live,
                        _flag(namespace_capped), priority, ctx.retention_millis, ctx.actor, dedupe_window_millis,
-                       _flag(cold_tier), _flag(logged_live)])
+                       _flag(cold_tier), "" if logged_waiting is None else logged_waiting])
 
 
 def pull(ctx: ScriptContext, topic: str, *, batch: int, ack_timeout_millis: int, consume_rate: int,

@@ -238,26 +238,32 @@ class MessageLog:
                 kept[topic, msg_id] = Message(topic, msg_id, *message)
         return written, kept
 
-    async def live_message(self, topic: str, msg_id: str) -> Message | None:
-        """The live message the log holds under the msgId (getMsg of one Redis does not hold)."""
-        params = {"namespace": self._namespace, "topic": topic, "msg_id": msg_id}
-        row = await self._retried(lambda conn, _again: self._fetch_one(conn, sql.LIVE_MESSAGE, params))
+    # A cold message is a waiting row after its topic's loader position, `after`: (triggerTime ms,
+    # row id), Meta.LOADED_TO's.
+
+    async def cold_message(self, topic: str, msg_id: str, after: tuple[int, int]) -> Message | None:
+        """The cold message the log holds under the msgId (getMsg of one Redis does not hold)."""
+        params = {"namespace": self._namespace, "topic": topic, "msg_id": msg_id, "after_time": after[0],
+                  "after_id": after[1]}
+        row = await self._retried(lambda conn, _again: self._fetch_one(conn, sql.COLD_MESSAGE, params))
         return None if row is None else Message(*row)
 
-    async def delete_cold(self, topic: str, msg_id: str) -> Message | None:
-        """Deletes the waiting message the log holds under the msgId (one Redis does not hold),
-        with its history row; the message as deleted, None if the log held none waiting."""
+    async def delete_cold(self, topic: str, msg_id: str, after: tuple[int, int]) -> Message | None:
+        """Deletes the cold message the log holds under the msgId (one Redis does not hold), with
+        its history row; the message as deleted, None if the log held none cold."""
         params = {"namespace": self._namespace, "topic": topic, "msg_id": msg_id, "deleted": Status.DELETED,
-                  "waiting": Status.WAITING, "reason": Reason.DELETED.value, **self._actor}
+                  "waiting": Status.WAITING, "reason": Reason.DELETED.value, "after_time": after[0],
+                  "after_id": after[1], **self._actor}
         row = await self._retried(lambda conn, _again: self._fetch_one(conn, sql.DELETE_COLD, params))
         return None if row is None else Message(*row)
 
-    async def reschedule_cold(self, topic: str, msg_id: str, trigger_time: int) -> tuple[Message, int] | None:
-        """Gives the waiting message the log holds under the msgId (one Redis does not hold) a new
+    async def reschedule_cold(self, topic: str, msg_id: str, after: tuple[int, int],
+                              trigger_time: int) -> tuple[Message, int] | None:
+        """Gives the cold message the log holds under the msgId (one Redis does not hold) a new
         trigger time, with its history row; the message as rescheduled and its trigger time
-        before, None if the log held none waiting."""
+        before, None if the log held none cold."""
         params = {"namespace": self._namespace, "topic": topic, "msg_id": msg_id, "trigger": trigger_time,
-                  "reason": Reason.RESCHEDULED.value, **self._actor}
+                  "reason": Reason.RESCHEDULED.value, "after_time": after[0], "after_id": after[1], **self._actor}
         row = await self._retried(lambda conn, _again: self._fetch_one(conn, sql.RESCHEDULE_COLD, params))
         return None if row is None else (Message(*row[:-1]), row[-1])
 

@@ -275,10 +275,11 @@ SELECT COALESCE((SELECT trigger_time FROM {tables.MESSAGE} WHERE namespace = %(n
 # A log row's columns as Message takes them.
 _AS_MESSAGE = (f"topic, msg_id, payload, {to_millis('produce_time')}, {to_millis('trigger_time')}, "
                f"{to_millis('expire_time')}, max_retry, retry, status, priority")
-# A live message by msgId (getMsg of a message Redis does not hold).
-LIVE_MESSAGE = f"""
+# A cold message by msgId: waiting, after the loader's position (getMsg of a message Redis does
+# not hold; a row before the position is Redis' to answer for, whatever the log writer has caught up).
+COLD_MESSAGE = f"""
 SELECT {_AS_MESSAGE}
-FROM {tables.MESSAGE} WHERE namespace = %(namespace)s AND topic = %(topic)s AND msg_id = %(msg_id)s AND {LIVE}
+FROM {tables.MESSAGE} WHERE {_WAITING_AFTER} AND msg_id = %(msg_id)s
 """
 
 
@@ -298,7 +299,7 @@ def _history_of(changed: str, kind: str, from_status: str) -> str:
 DELETE_COLD = f"""
 WITH deleted AS (
     UPDATE {tables.MESSAGE} SET status = %(deleted)s, updated_at = now()
-    WHERE namespace = %(namespace)s AND topic = %(topic)s AND msg_id = %(msg_id)s AND {WAITING}
+    WHERE {_WAITING_AFTER} AND msg_id = %(msg_id)s
     RETURNING topic, msg_id, payload, produce_time, trigger_time, expire_time, max_retry, retry, status, priority,
               updated_at
 ), history AS (
@@ -312,7 +313,7 @@ SELECT {_AS_MESSAGE} FROM deleted
 RESCHEDULE_COLD = f"""
 WITH old AS (
     SELECT id, trigger_time FROM {tables.MESSAGE}
-    WHERE namespace = %(namespace)s AND topic = %(topic)s AND msg_id = %(msg_id)s AND {WAITING}
+    WHERE {_WAITING_AFTER} AND msg_id = %(msg_id)s
     FOR UPDATE
 ), moved AS (
     UPDATE {tables.MESSAGE} m SET trigger_time = {from_millis("%(trigger)s::int8")},

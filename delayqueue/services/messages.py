@@ -4,27 +4,35 @@ from delayqueue.core.constants import Status
 from delayqueue.core.exceptions import Conflict, NotFound
 from delayqueue.core.messages import Message
 from delayqueue.live import scripts
+from delayqueue.live.keys import Meta, parse_position
 from delayqueue.runtime import Runtime
 
 
+async def _cold_after(rt: Runtime, topic: str) -> tuple[int, int] | None:
+    """Where the topic's cold messages begin: its loader's position (its loaded_to), after which
+    Redis holds no waiting row but those sent hot; None when it has none, and nothing is cold."""
+    loaded_to = await rt.redis.hget(rt.ns.topic(topic).meta, Meta.LOADED_TO)
+    return None if loaded_to is None else parse_position(loaded_to)
+
+
 async def get_message(rt: Runtime, *, topic: str, msg_id: str) -> Message | None:
-    """A live message (in the cold tier, from the message log if Redis does not hold it), or an
-    ended one inside the retention window; None otherwise."""
+    """A live message (in the cold tier, from the message log if it is cold), or an ended one
+    inside the retention window; None otherwise."""
     message = await rt.scripts.call(scripts.get(rt.context, topic, msg_id=msg_id))
-    if message is None and rt.config.cold_tier:
-        return await rt.log.live_message(topic, msg_id)
+    if message is None and rt.config.cold_tier and (after := await _cold_after(rt, topic)) is not None:
+        return await rt.log.cold_message(topic, msg_id, after)
     return message
 
 
 async def delete_message(rt: Runtime, *, topic: str, msg_id: str, release: bool = False) -> bool:
     """Deletes a live message (status deleted); False if it is missing or already ended.
     `release` frees its body at once instead of keeping it readable for the retention. In the
-    cold tier, a waiting message Redis does not hold is deleted in the message log, and Redis
-    keeps it as deleted for the retention, so a loader that read it before cannot bring it in."""
+    cold tier, a cold message is deleted in the message log, and Redis keeps it as deleted for the
+    retention, so a loader that read it before cannot bring it in."""
     outcome = await rt.scripts.call(scripts.delete(rt.context, topic, msg_id=msg_id, release=release))
-    if outcome != -1 or not rt.config.cold_tier:
+    if outcome != -1 or not rt.config.cold_tier or (after := await _cold_after(rt, topic)) is None:
         return outcome == 1
-    deleted = await rt.log.delete_cold(topic, msg_id)
+    deleted = await rt.log.delete_cold(topic, msg_id, after)
     if deleted is None:
         return False
     # Loaded meanwhile, Redis deletes it as any other (1); else it keeps the tombstone (2).
@@ -34,12 +42,14 @@ async def delete_message(rt: Runtime, *, topic: str, msg_id: str, release: bool 
 
 async def _reschedule_cold(rt: Runtime, topic: str, msg_id: str, trigger_time: int,
                            delay_millis: int) -> scripts.RescheduleReply | None:
-    """A waiting message Redis does not hold is rescheduled in the message log, then brought into
-    Redis if its new time is within the hot window or its old one was (reschedule.lua); None if
-    the log holds it not waiting either."""
+    """A cold message is rescheduled in the message log, then brought into Redis if its new time
+    is within the hot window or its old one was (reschedule.lua); None if the log holds it not
+    cold either."""
+    if (after := await _cold_after(rt, topic)) is None:
+        return None
     now = now_millis()
-    moved = await rt.log.reschedule_cold(topic, msg_id, max(now + delay_millis if trigger_time < 0 else trigger_time,
-                                                           now))
+    moved = await rt.log.reschedule_cold(topic, msg_id, after,
+                                         max(now + delay_millis if trigger_time < 0 else trigger_time, now))
     if moved is None:
         return None
     message, old_trigger = moved

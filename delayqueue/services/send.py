@@ -68,17 +68,18 @@ def prepared(rt: Runtime, request: SendRequest, produce_time: int, settings: dic
 
 
 def send_call(rt: Runtime, message: Message, *, max_live: int = 0, namespace_capped: bool = False,
-              redrive: bool = False, logged_live: bool = False) -> scripts.ScriptCall:
+              redrive: bool = False, logged_waiting: int | None = None) -> scripts.ScriptCall:
     """The send script's call for a prepared message. `max_live`: the topic's live-message cap, 0
     for none; `namespace_capped`: the namespace has one (the topic's share of it is then a cap too);
     `redrive`: a dead letter's new life, which replaces its ended message whatever the dedupe window;
-    `logged_live`: the message log holds the msgId live (with the cold tier on, Redis may not)."""
+    `logged_waiting`: in the cold tier, the triggerTime of the waiting message the message log
+    holds under the msgId (Redis may not hold it: cold)."""
     return scripts.send(rt.context, message.topic, msg_id=message.msg_id, payload=message.payload,
                         trigger_time=message.trigger_time, expire_time=message.expire_time,
                         max_retry=message.max_retry, produce_time=message.produce_time, max_live=max_live,
                         namespace_capped=namespace_capped, priority=message.priority,
                         dedupe_window_millis=0 if redrive else rt.config.dedupe_window_millis,
-                        cold_tier=rt.config.cold_tier, logged_live=logged_live)
+                        cold_tier=rt.config.cold_tier, logged_waiting=logged_waiting)
 
 
 async def send_message(rt: Runtime, *, request: SendRequest) -> Message:
@@ -140,17 +141,19 @@ async def _send_admitted(rt: Runtime, requests: list[SendRequest],
             written, kept = await rt.log.record(rows)
         except LogUnavailable as exc:
             return [exc] * len(rows)
-    # A live message the log keeps under the msgId is answered by Redis, or, out of Redis in the
-    # cold tier, from here; an ended one is the answer, as a duplicate: nothing is sent.
+    # A live message the log keeps under the msgId is answered by Redis, or, when it is cold (a
+    # waiting one out of Redis, which send.lua tells from the loader's position), from here; an
+    # ended one is the answer, as a duplicate: nothing is sent.
     logged_live = [message if message is not None and message.status in LIVE_STATUSES else None for message in kept]
     kept = [None if live is not None else message for message, live in zip(kept, logged_live)]
-    live_in_log = [rt.config.cold_tier and live is not None for live in logged_live]
+    waiting = [live.trigger_time if rt.config.cold_tier and live is not None and live.status == Status.WAITING
+               else None for live in logged_live]
     if admitted is None:
-        calls = [send_call(rt, row, logged_live=live) for row, live in zip(rows, live_in_log)]
+        calls = [send_call(rt, row, logged_waiting=due) for row, due in zip(rows, waiting)]
     else:
         capped = admitted.namespace_cap > 0
-        calls = [send_call(rt, row, max_live=admitted.topic_cap(row.topic), namespace_capped=capped, logged_live=live)
-                 for row, live in zip(rows, live_in_log)]
+        calls = [send_call(rt, row, max_live=admitted.topic_cap(row.topic), namespace_capped=capped,
+                           logged_waiting=due) for row, due in zip(rows, waiting)]
     replies = [None if message is None else scripts.SendReply(False, 0, message, False) for message in kept]
     going = [i for i, message in enumerate(kept) if message is None]
     if going:

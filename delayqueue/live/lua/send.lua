@@ -37,8 +37,10 @@
 -- redrive's new life replaces its dead letter)
 -- ARGV[17] cold_tier: 1 leaves a message due after the meta's hot_until in the message log only
 -- (the loader brings it in ahead of its time)
--- ARGV[18] logged_live: 1 when the message log holds this msgId live: if Redis does not, it is cold
--- (or on its way in), and this send is its duplicate
+-- ARGV[18] logged_waiting: '' or the triggerTime of the waiting message the message log holds
+-- under this msgId: if Redis does not hold it live and it is due at or after the loader's
+-- loaded_to, it is cold (or on its way in), and this send is its duplicate; one due before is a
+-- row the log writer has not caught up with (Redis ended the message)
 -- Returns {1, status, newTopic (1|0)} when created (the caller has the rest of the message),
 -- {0, stored message json, newTopic (1|0)} for a live duplicate or one ended within the window,
 -- {2, 0, newTopic (1|0)} when the topic holds max_live live messages already, or {3, 0, newTopic (1|0)}
@@ -84,8 +86,11 @@ if old then
     return {0, existing, new_topic}
   end
 end
-if ARGV[18] == '1' and not (old and is_live(old)) then
-  return {5, 0, new_topic}
+if ARGV[18] ~= '' and not (old and is_live(old)) then
+  local loaded_to = redis.call('HGET', meta, META.LOADED_TO)
+  if loaded_to and tonumber(ARGV[18]) >= tonumber(string.match(loaded_to, '^[^:]*')) then
+    return {5, 0, new_topic}
+  end
 end
 -- The caps hold exactly, whatever runs concurrently (an ended message is in no count).
 local max_live, namespace_capped = tonumber(ARGV[11]), ARGV[12] == '1'
