@@ -236,8 +236,9 @@ class QueueConfig:
         "redriven, purged or pruned", minimum=0, maximum=MAX_AGE_DAYS * 86_400_000)
     # The cold tier (workers/loader.py): messages due beyond the window wait in the message log only.
     hot_window_millis: int = setting(
-        "DELAYQUEUE_HOT_WINDOW_MILLIS", 0, "Redis holds the waiting messages due within this long (the loader "
-        "brings the others from the message log ahead of their time); 0 holds every message in Redis",
+        "DELAYQUEUE_HOT_WINDOW_MILLIS", 3_600_000, "Redis holds the waiting messages due within this long (the "
+        "loader brings the others from the message log ahead of their time); 0 holds every message in Redis; "
+        "with the message log off, Redis holds every message whatever this says",
         minimum=0, maximum=MAX_DELAY_MILLIS, check=checked_hot_window)
     # About 620 bytes of Redis each (docs/benchmarks.md): the default holds a topic to about 1.2 GB.
     hot_max_messages: int = setting(

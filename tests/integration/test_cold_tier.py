@@ -417,7 +417,7 @@ async def test_switched_off_the_loader_brings_in_every_cold_message_and_forgets_
 
 
 async def test_with_the_window_off_nothing_is_cold(clean_state):
-    rt = make_runtime(REDIS_URL)
+    rt = make_runtime(REDIS_URL, hot_window_millis=0)
     loader = Loader(rt, lambda: ["t"])
     try:
         m = await send(rt, msg="x", delay=86_400_000)
