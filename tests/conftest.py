@@ -237,8 +237,7 @@ def postgres(transactional_db):
         pytest.fail("DELAYQUEUE_TEST_POSTGRES is not set: ./dev test starts PostgreSQL and says how to restart it")
     control = PostgresControl(json.loads(spec))
     yield control
-    if control._pid() is None:  # a failed test must not leave the rest of the suite without a database
-        control.start()
+    control.ensure_running()  # a failed test must not leave the rest of the suite without a database
     if control.restarted is not None:
         # Django's connections died with the server: the test database's flush must open new ones,
         # and so must later tests' ORM reads through sync_to_async, which run on asgiref's one

@@ -178,20 +178,45 @@ class PostgresControl:
         self.spec = spec
         self.restarted: subprocess.Popen | None = None
 
+    # A fast shutdown ends with a checkpoint that writes every dirty buffer: on a machine busy
+    # with other test workers' writes that has taken over 20 s.
+    STOP_SECONDS = 180
+
     def _pid(self) -> int | None:
+        """The postmaster's, while it runs (its pid file outlives a postmaster killed outright)."""
         try:
-            return int((Path(self.spec["data"]) / "postmaster.pid").read_text().split()[0])
+            pid = int((Path(self.spec["data"]) / "postmaster.pid").read_text().split()[0])
+            os.kill(pid, 0)
         except (OSError, ValueError, IndexError):
             return None
+        return pid
 
     def stop(self) -> None:
         pid = self._pid()
         assert pid, "PostgreSQL is not running"
         os.kill(pid, signal.SIGINT)  # fast shutdown: open sessions are cut off, as in a crash of the server
-        deadline = time.monotonic() + 20
-        while self._pid() is not None:
-            assert time.monotonic() < deadline, "PostgreSQL did not stop"
+        self._stopped(f"PostgreSQL did not stop within {self.STOP_SECONDS} s")
+
+    def _stopped(self, failure: str) -> None:
+        deadline = time.monotonic() + self.STOP_SECONDS
+        while (pid := self._pid()) is not None:
+            if time.monotonic() > deadline:
+                processes = subprocess.run(["ps", "-o", "pid,stat,etime,args", "--pid", str(pid), "--ppid", str(pid)],
+                                           capture_output=True, text=True).stdout
+                log = Path(self.spec["log"]).read_text(errors="replace").splitlines()[-20:]
+                raise AssertionError("\n".join([failure, processes, *log]))
             time.sleep(0.05)
+
+    def ensure_running(self) -> None:
+        """After a test: a server it stopped, or left stopping, runs again."""
+        pid = self._pid()
+        if pid is not None:
+            try:
+                psycopg.connect(log_database_url(), connect_timeout=5).close()
+                return
+            except psycopg.OperationalError:  # shutting down (a stop that outlasted its test)
+                self._stopped("PostgreSQL, left stopping by a test, did not stop")
+        self.start()
 
     def start(self) -> None:
         user = {"user": self.spec["uid"], "group": self.spec["gid"], "extra_groups": []} if self.spec["uid"] is not None else {}

@@ -309,12 +309,15 @@ class Services:
                 )
             finally:
                 pwfile.unlink(missing_ok=True)
-        options = ["-c", "listen_addresses=127.0.0.1", "-c", "max_connections=200",
-                   # The message log writes every send: PostgreSQL's defaults (128 MB of buffers,
-                   # a checkpoint every 1 GB of WAL) cost 10 % of log-on send throughput.
-                   "-c", "shared_buffers=1GB", "-c", "max_wal_size=4GB"]
-        if not self.durable:
-            options += ["-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off"]
+        options = ["-c", "listen_addresses=127.0.0.1", "-c", "max_connections=200", "-c", "max_wal_size=4GB"]
+        if self.durable:
+            # The message log writes every send: PostgreSQL's defaults (128 MB of buffers, a
+            # checkpoint every 1 GB of WAL) cost 10 % of log-on send throughput.
+            options += ["-c", "shared_buffers=1GB"]
+        else:
+            # The tests' small databases: a stop's checkpoint, which writes every dirty buffer, stays short.
+            options += ["-c", "shared_buffers=256MB", "-c", "fsync=off", "-c", "synchronous_commit=off",
+                        "-c", "full_page_writes=off"]
         argv = [pg_bin("postgres"), "-D", str(data), "-p", str(port), "-k", str(sockets), *options]
         proc = self._spawn("postgres", argv, stop_signal=signal.SIGINT, port=port)
         self.postgres_control = {"argv": argv, "data": str(data), "port": port, "log": str(self.base / "postgres.log"),
