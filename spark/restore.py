@@ -126,9 +126,9 @@ def run(spark, args) -> tuple[int, int, int]:
     # The rows manage.py restore would consider (namespace, --topic, --msg-id), counted per topic
     # in one scan: candidates, and the rest (skipped as ended or expired).
     scope, candidates, params = sql.restore_scope(args.namespace, args.topic, args.msg_id, args.include_expired)
-    counts = common.query(args.database_url, sql.restore_counts(scope, candidates, per_topic=True), params)
-    rows_per_topic = {topic: n for topic, n, _, _ in counts if n}
-    ended = sum(rest for _, _, rest, _ in counts)
+    counts = common.query(args.database_url, sql.restore_counts(scope, candidates), params)
+    rows_per_topic = {topic: n for topic, _hour, n, _rest, _left in counts if n}
+    ended = sum(rest for _topic, _hour, _n, rest, _left in counts)
     query = rows_query(sql.both(sql.both(scope, candidates), sql.IN_TOPIC))
     if not args.dry_run:
         restore_settings(config, args.database_url, args.namespace, args.topic)
