@@ -23,6 +23,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from importlib import import_module
@@ -86,18 +87,44 @@ def ephemeral_ports() -> range:
     return range(low, high + 1)
 
 
-def free_port(avoid: frozenset[int] | set[int] = frozenset()) -> int:
-    """A free port for a server, from 10000-19999 and outside the kernel's ephemeral range (the
-    ports outgoing connections take as their local port). A port from that range could be taken
-    by any connection on the machine between the pick and the server's bind, or while a test has
-    the server down, and the server could not bind it again ("Address already in use")."""
+# Every port this process has handed out: two pickers in one process (the threads starting a
+# run's servers) never get the same one, even before either server has bound it.
+_handed_out: set[int] = set()
+_handing = threading.Lock()
+
+
+def port_block(low: int, high: int) -> range:
+    """This process's share of low..high: a test worker's own (pytest-xdist names it gwN and says
+    how many there are), so that two workers picking at the same moment never pick the same port
+    (each sees it free until the other's server binds it); the whole range anywhere else."""
+    worker, workers = os.environ.get("PYTEST_XDIST_WORKER", ""), int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))
+    if not worker.startswith("gw") or workers < 2:
+        return range(low, high + 1)
+    size = (high - low + 1) // workers
+    index = int(worker[2:]) % workers
+    return range(low + index * size, low + (index + 1) * size)
+
+
+def _pick(candidates: list[int], free) -> int:
+    """A random candidate not handed out before (by this process) that `free` finds free."""
+    with _handing:
+        fresh = [port for port in candidates if port not in _handed_out] or candidates
+        while True:
+            port = random.choice(fresh)
+            if free(port):
+                _handed_out.add(port)
+                return port
+
+
+def free_port() -> int:
+    """A free port for a server, from 10000-19999 (this process's block of it) and outside the
+    kernel's ephemeral range (the ports outgoing connections take as their local port). A port
+    from that range could be taken by any connection on the machine between the pick and the
+    server's bind, or while a test has the server down, and the server could not bind it again
+    ("Address already in use")."""
     ephemeral = ephemeral_ports()
-    # A kernel whose ephemeral range covers all of these leaves nothing better than them.
-    outside = not (ephemeral.start <= 10_000 and ephemeral.stop > 19_999)
-    while True:
-        port = random.randint(10_000, 19_999)
-        if not (outside and port in ephemeral) and port not in avoid and port_is_free(port):
-            return port
+    block = port_block(10_000, 19_999)
+    return _pick([port for port in block if port not in ephemeral] or list(block), port_is_free)
 
 
 def port_is_free(port: int) -> bool:
@@ -118,24 +145,19 @@ def free_cluster_port() -> int:
     buses are, on Linux's default range)."""
     ephemeral = ephemeral_ports()
     outside = [port for port in range(20_000, 30_000) if port not in ephemeral and port + 10_000 not in ephemeral]
-    while True:
-        port = random.choice(outside) if outside else random.randint(20_000, 29_999)
-        if port_is_free(port) and port_is_free(port + 10_000):
-            return port
+    block = port_block(outside[0], outside[-1]) if outside else port_block(20_000, 29_999)
+    candidates = [port for port in block if port in outside] if outside else list(block)
+    return _pick(candidates, lambda port: port_is_free(port) and port_is_free(port + 10_000))
 
 
 def free_ports(count: int) -> list[int]:
     """`count` different free ports (free_port's)."""
-    ports: list[int] = []
-    while len(ports) < count:
-        ports.append(free_port(avoid=set(ports)))
-    return ports
+    return [free_port() for _ in range(count)]
 
 
-def cluster_ports(count: int, avoid: set[int] = frozenset()) -> list[int]:
-    """Ports for `count` cluster nodes whose buses (port + 10000) clash with no other port of
-    theirs nor with `avoid`."""
-    taken = set(avoid)
+def cluster_ports(count: int) -> list[int]:
+    """Ports for `count` cluster nodes whose buses (port + 10000) clash with no other port of theirs."""
+    taken: set[int] = set()
     ports: list[int] = []
     while len(ports) < count:
         port = free_cluster_port()
@@ -710,7 +732,7 @@ def command_test(args) -> int:
         else:
             # Ports picked here, all at once, so that no two sets (starting side by side) take the same.
             singles = free_ports(2 * workers)
-            cluster = cluster_ports(3 * workers, avoid=set(singles))
+            cluster = cluster_ports(3 * workers)
             with ThreadPoolExecutor(workers) as pool:
                 servers = dict(zip(sets, pool.map(start_test_servers, sets.values(), singles[::2], singles[1::2],
                                                   [cluster[i:i + 3] for i in range(0, 3 * workers, 3)])))

@@ -4,11 +4,13 @@ says of a worker's PostgreSQL found down after a failed run."""
 import os
 import socket
 import stat
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from tools.stack import (TEST_WORKERS, asked_workers, cluster_ports, ephemeral_ports, free_ports, hba_requiring_passwords,
-                         plan_workers, postgres_stop_story, stored_secret, trusted_rule, write_private)
+from tools.stack import (TEST_WORKERS, asked_workers, cluster_ports, ephemeral_ports, free_cluster_port, free_port,
+                         free_ports, hba_requiring_passwords, plan_workers, port_block, postgres_stop_story, stored_secret,
+                         trusted_rule, write_private)
 
 OLD_HBA = """# TYPE  DATABASE        USER            ADDRESS                 METHOD
 # "local" is for Unix domain socket connections only; trust would be
@@ -78,9 +80,30 @@ def test_with_servers_of_the_callers_own_the_tests_run_without_workers():
 
 def test_ports_picked_at_once_are_all_different_buses_included():
     singles = free_ports(8)
-    cluster = cluster_ports(12, avoid=set(singles))
+    cluster = cluster_ports(12)
     taken = singles + cluster + [port + 10_000 for port in cluster]
     assert len(set(taken)) == len(taken) == 32
+
+
+def test_threads_picking_at_once_in_one_process_get_different_ports():
+    """Each pick is free when made, and stays so until its server binds it: a second picker must
+    not take it meanwhile."""
+    with ThreadPoolExecutor(8) as pool:
+        picked = list(pool.map(lambda _: free_port(), range(200)))
+    assert len(set(picked)) == 200
+
+
+def test_each_test_worker_picks_from_a_block_of_its_own(monkeypatch):
+    """Two workers see the same ports free until one's server binds: they pick from apart."""
+    monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "4")
+    blocks = []
+    for worker in ("gw0", "gw1", "gw2", "gw3"):
+        monkeypatch.setenv("PYTEST_XDIST_WORKER", worker)
+        blocks.append(set(port_block(10_000, 19_999)))
+        assert free_port() in blocks[-1] and free_cluster_port() in set(port_block(20_000, 22_767))
+    assert all(len(block) == 2500 for block in blocks) and len(set.union(*blocks)) == 10_000
+    monkeypatch.delenv("PYTEST_XDIST_WORKER")
+    assert port_block(10_000, 19_999) == range(10_000, 20_000)  # ./dev test itself, or one worker
 
 
 def test_servers_get_ports_no_outgoing_connection_could_take():
