@@ -67,6 +67,16 @@ class Message:
                    row["expire_time"], row["max_retry"], row["retry"], row["status"], row.get("priority", 0))
 
 
+def stored_json(topic: bytes, msg_id: str, payload: str, produce_time: int, trigger_time: int, expire_time: int,
+                max_retry: int, retry: int, status: int, priority: int) -> bytes:
+    """The message's to_stored(), as bytes, for a third of its cost: the cold tier's loader builds
+    thousands a page. `topic`: orjson.dumps of the topic, made once for all of them."""
+    stored = (b'{"topic":%b,"msgId":%b,"msg":%b,"produceTime":%d,"triggerTime":%d,"expireTime":%d,"maxRetry":%d,'
+              b'"retry":%d,"status":%d' % (topic, orjson.dumps(msg_id), orjson.dumps(payload), produce_time,
+                                           trigger_time, expire_time, max_retry, retry, status))
+    return stored + (b',"priority":%d}' % priority if priority else b"}")
+
+
 _LOW_62 = (1 << 62) - 1
 
 

@@ -234,23 +234,17 @@ HOLDS_LIVE = f"SELECT EXISTS (SELECT 1 FROM {tables.MESSAGE} WHERE namespace = %
 # that no plan sorts: statistics taken before a topic's rows came make it look a row big, and a
 # plan through another index then read every waiting row of the topic for each page.
 IN_INDEX_ORDER = "SET LOCAL enable_sort = off; SET LOCAL enable_incremental_sort = off"
-# A waiting row as Redis stores the message (Message.to_wire's JSON, priority only above 0),
-# built here: a page comes in thousands, and PostgreSQL builds it for a fraction of what Python
-# would (tests/integration/test_cold_tier.py holds it to Message.to_wire).
-_STORED_FIELDS = (f"'topic', topic, 'msgId', msg_id, 'msg', payload, 'produceTime', {to_millis('produce_time')}, "
-                  f"'triggerTime', {to_millis('trigger_time')}, 'expireTime', {to_millis('expire_time')}, "
-                  f"'maxRetry', max_retry, 'retry', retry, 'status', status")
-_STORED = (f"CASE WHEN priority > 0 THEN json_build_object({_STORED_FIELDS}, 'priority', priority)"
-           f" ELSE json_build_object({_STORED_FIELDS}) END::text")
 # A topic's waiting rows after a loader position (%(after_time)s ms, row id %(after_id)s), on
 # message_waiting: the cold tier's reads (the loader's pages, its room, a purge's pages).
 _WAITING_AFTER = f"""namespace = %(namespace)s AND topic = %(topic)s AND {WAITING}
   AND (trigger_time, id) > ({from_millis("%(after_time)s::int8")}, %(after_id)s::int8)"""
 # A page of a topic's waiting rows after the loader's position (%(after_time)s ms, row id
-# %(after_id)s) and due by %(hot_until)s, in that order: each row's id, then the row as
-# load_cold.lua takes it.
+# %(after_id)s) and due by %(hot_until)s, in that order: each row's id, then the message's fields
+# as core.messages.stored_json takes them (PostgreSQL's json_build_object took twice as long as
+# raw columns do, and the loader waits on these reads).
 COLD_PAGE = f"""
-SELECT id, msg_id, {_STORED}, {to_millis("trigger_time")}, {to_millis("expire_time")}, priority
+SELECT id, msg_id, payload, {to_millis("produce_time")}, {to_millis("trigger_time")}, {to_millis("expire_time")},
+       max_retry, retry, status, priority
 FROM {tables.MESSAGE}
 WHERE {_WAITING_AFTER}
   AND trigger_time <= {from_millis("%(hot_until)s::int8")}

@@ -163,8 +163,8 @@ async def test_each_cold_message_is_loaded_once_in_due_order_and_a_rerun_loads_n
         assert await loader.load_topic("t", force=True) == 8
         waiting = await rt.redis.zrange(rt.ns.topic("t").waiting, 0, -1, withscores=True)
         assert waiting == sorted(((m.msg_id, float(m.trigger_time)) for m in sent), key=lambda w: w[1])
-        for m in sent:  # stored as a hot send stores it (the log builds the JSON: sql.COLD_PAGE)
-            assert json.loads(await rt.redis.hget(rt.ns.topic("t").msgs, m.msg_id)) == m.to_wire()
+        for m in sent:  # stored as a hot send stores it, byte for byte (the loader builds it: messages.stored_json)
+            assert await rt.redis.hget(rt.ns.topic("t").msgs, m.msg_id) == m.to_stored()
         assert await loader.load_topic("t", force=True) == 0
         assert await rt.redis.zcard(rt.ns.topic("t").waiting) == 8
     finally:
@@ -183,16 +183,19 @@ async def test_a_loader_killed_between_its_steps_is_resumed_with_nothing_lost_or
     real_call = rt.scripts.call
     loads = 0
 
+    class Killed(Exception):
+        """The loader stops here (raised in the task its load runs in)."""
+
     async def dying_call(call):
         nonlocal loads
         if call.script is scripts.LOAD_COLD:
             if killed_after == "raise" or loads == 1:
-                raise SystemExit("killed")
+                raise Killed
             loads += 1
         return await real_call(call)
 
     monkeypatch.setattr(rt.scripts, "call", dying_call)
-    with pytest.raises(SystemExit):
+    with pytest.raises(Killed):
         await first.load_topic("t", force=True)
     monkeypatch.setattr(rt.scripts, "call", real_call)
     held = await rt.redis.zcard(rt.ns.topic("t").waiting)
