@@ -187,6 +187,8 @@ class PostgresControl:
         try:
             pid = int((Path(self.spec["data"]) / "postmaster.pid").read_text().split()[0])
             os.kill(pid, 0)
+        except PermissionError:  # alive, under the servers' own user
+            return pid
         except (OSError, ValueError, IndexError):
             return None
         return pid
