@@ -139,17 +139,14 @@ class Loader:
 
     async def _load_pages(self, topic: str, hot: scripts.HotWindow) -> tuple[int, bool]:
         """Steps 2 and 3: pages from loaded_to up to hot_until; (messages loaded, whether it got
-        there). Three pages are under way at once: the log reads one (a read needs only the last
-        page's last row) while this process builds the one before and Redis loads the one before
-        that (a page's load is sent once the last one is answered: each must find loaded_to where
-        the last left it)."""
+        there). The next page is read while Redis loads this one (the read needs only this page's
+        last row)."""
         loaded, loaded_to, done = 0, hot.loaded_to, position(hot.hot_until)
         if loaded_to == done:
             return 0, True
         reading = asyncio.ensure_future(self._page(topic, *parse_position(loaded_to), hot.hot_until))
-        loading: asyncio.Future | None = None
         try:
-            while True:
+            while loaded_to != done:
                 rows = await reading
                 if len(rows) == PAGE:
                     last_id, _msg_id, _payload, _produced, last_trigger, *_ = rows[-1]
@@ -157,22 +154,16 @@ class Loader:
                     reading = asyncio.ensure_future(self._page(topic, last_trigger, last_id, hot.hot_until))
                 else:
                     end = done
-                call = scripts.load_cold(self.rt.context, topic, loaded_from=loaded_to, loaded_to=end,
-                                         messages=loaded_messages(topic, rows))
-                if loading is not None:
-                    reply = await loading
-                    if reply.loaded < 0:
-                        return loaded, False  # another loader moved on: it holds the topic now
-                    loaded += reply.loaded
-                loading = asyncio.ensure_future(self.rt.scripts.call(call))
+                reply = await self.rt.scripts.call(scripts.load_cold(self.rt.context, topic, loaded_from=loaded_to,
+                                                                     loaded_to=end, messages=loaded_messages(topic, rows)))
+                if reply.loaded < 0:
+                    return loaded, False  # another loader moved on: it holds the topic now
+                loaded += reply.loaded
                 loaded_to = end
-                if end == done:
-                    reply = await loading
-                    return (loaded + reply.loaded, True) if reply.loaded >= 0 else (loaded, False)
         finally:
-            # The connection is free again, and no load is left unanswered.
-            await asyncio.gather(*(f for f in (reading, loading) if f is not None and not f.done()),
-                                 return_exceptions=True)
+            if not reading.done():
+                await asyncio.gather(reading, return_exceptions=True)  # the connection is free again
+        return loaded, True
 
     async def _page(self, topic: str, after_time: int, after_id: int, hot_until: int) -> list:
         params = {"namespace": self.rt.ns.namespace, "topic": topic, "after_time": after_time, "after_id": after_id,

@@ -183,19 +183,16 @@ async def test_a_loader_killed_between_its_steps_is_resumed_with_nothing_lost_or
     real_call = rt.scripts.call
     loads = 0
 
-    class Killed(Exception):
-        """The loader stops here (raised in the task its load runs in)."""
-
     async def dying_call(call):
         nonlocal loads
         if call.script is scripts.LOAD_COLD:
             if killed_after == "raise" or loads == 1:
-                raise Killed
+                raise SystemExit("killed")
             loads += 1
         return await real_call(call)
 
     monkeypatch.setattr(rt.scripts, "call", dying_call)
-    with pytest.raises(Killed):
+    with pytest.raises(SystemExit):
         await first.load_topic("t", force=True)
     monkeypatch.setattr(rt.scripts, "call", real_call)
     held = await rt.redis.zcard(rt.ns.topic("t").waiting)
