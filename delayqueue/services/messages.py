@@ -8,7 +8,7 @@ from delayqueue.live.keys import Meta, parse_position
 from delayqueue.runtime import Runtime
 
 
-async def _cold_after(rt: Runtime, topic: str) -> tuple[int, int] | None:
+async def cold_after(rt: Runtime, topic: str) -> tuple[int, int] | None:
     """Where the topic's cold messages begin: its loader's position (its loaded_to), after which
     Redis holds no waiting row but those sent hot; None when it has none, and nothing is cold."""
     loaded_to = await rt.redis.hget(rt.ns.topic(topic).meta, Meta.LOADED_TO)
@@ -19,7 +19,7 @@ async def get_message(rt: Runtime, *, topic: str, msg_id: str) -> Message | None
     """A live message (in the cold tier, from the message log if it is cold), or an ended one
     inside the retention window; None otherwise."""
     message = await rt.scripts.call(scripts.get(rt.context, topic, msg_id=msg_id))
-    if message is None and rt.config.cold_tier and (after := await _cold_after(rt, topic)) is not None:
+    if message is None and rt.config.cold_tier and (after := await cold_after(rt, topic)) is not None:
         return await rt.log.cold_message(topic, msg_id, after)
     return message
 
@@ -30,7 +30,7 @@ async def delete_message(rt: Runtime, *, topic: str, msg_id: str, release: bool 
     cold tier, a cold message is deleted in the message log, and Redis keeps it as deleted for the
     retention, so a loader that read it before cannot bring it in."""
     outcome = await rt.scripts.call(scripts.delete(rt.context, topic, msg_id=msg_id, release=release))
-    if outcome != -1 or not rt.config.cold_tier or (after := await _cold_after(rt, topic)) is None:
+    if outcome != -1 or not rt.config.cold_tier or (after := await cold_after(rt, topic)) is None:
         return outcome == 1
     deleted = await rt.log.delete_cold(topic, msg_id, after)
     if deleted is None:
@@ -45,7 +45,7 @@ async def _reschedule_cold(rt: Runtime, topic: str, msg_id: str, trigger_time: i
     """A cold message is rescheduled in the message log, then brought into Redis if its new time
     is within the hot window or its old one was (reschedule.lua); None if the log holds it not
     cold either."""
-    if (after := await _cold_after(rt, topic)) is None:
+    if (after := await cold_after(rt, topic)) is None:
         return None
     now = now_millis()
     moved = await rt.log.reschedule_cold(topic, msg_id, after,

@@ -145,15 +145,14 @@ async def _restore(rt: Runtime, topic: str | None, msg_id: str | None, include_e
         page = sql.restore_page(scope, candidates, cold)
         # One scan counts, per topic and hour, the candidates, the rest (skipped as ended or
         # expired) and those left cold.
-        groups = await (await conn.execute(sql.restore_counts(scope, candidates, cold=cold), params)).fetchall()
-        total = sum(candidates for _topic, _hour, candidates, _ended, _left in groups)
-        ended = sum(rest for _topic, _hour, _candidates, rest, _left in groups)
-        counts.left_cold = sum(left for _topic, _hour, _candidates, _ended, left in groups)
-        if counts.left_cold and not dry_run and msg_id is None:
-            left_cold: dict[str, dict[int, int]] = {}
-            for name, hour, _candidates, _ended, left in groups:
-                if left:
-                    left_cold.setdefault(name, {})[hour] = left
+        total = ended = 0
+        left_cold: dict[str, dict[int, int]] = {}  # per topic, per hour
+        for name, hour, candidates_in_group, rest, left in await (
+                await conn.execute(sql.restore_counts(scope, candidates, cold=cold), params)).fetchall():
+            total, ended, counts.left_cold = total + candidates_in_group, ended + rest, counts.left_cold + left
+            if left:
+                left_cold.setdefault(name, {})[hour] = left
+        if left_cold and not dry_run and msg_id is None:
             await _set_cold_counts(rt, left_cold)
         if progress:
             progress(counts, total + counts.left_cold)

@@ -9,8 +9,9 @@ from delayqueue.core.clock import now_millis
 from delayqueue.core.constants import COLD_HOUR_MILLIS
 from delayqueue.core.messages import Message
 from delayqueue.live import scripts, stats
-from delayqueue.live.keys import Meta, parse_position
+from delayqueue.live.keys import Meta
 from delayqueue.runtime import Runtime
+from delayqueue.services.messages import cold_after
 from delayqueue.stores.limits import Limits
 from delayqueue.stores.topic_settings import DEFAULT as DEFAULT_SETTINGS
 from delayqueue.stores.topic_settings import MIRROR_FIELDS, TopicSettings
@@ -50,10 +51,9 @@ async def _purge_cold(rt: Runtime, topic: str) -> int:
     The Redis part of the purge comes after the fence: it ends whatever a loader brought in
     meanwhile. A topic the loader never worked has no position, and nothing cold."""
     k = rt.ns.topic(topic)
-    loaded_to = await rt.redis.hget(k.meta, Meta.LOADED_TO)
-    if loaded_to is None:
+    if (after := await cold_after(rt, topic)) is None:
         return 0
-    after_time, after_id = parse_position(loaded_to)
+    after_time, after_id = after
     hours: Counter[int] = Counter()
     while rows := await rt.log.cold_after(topic, after_time, after_id, COLD_PURGE_PAGE):
         held = await rt.redis.hmget(k.msgs, [msg_id for _id, msg_id, _produced, _due in rows])
