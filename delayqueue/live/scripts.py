@@ -262,15 +262,20 @@ class RestoreReply(NamedTuple):
     already_held: int  # Redis held the msgId already (in any status)
 
 
-def _send_reply(raw) -> SendReply:
-    if raw[0] in (2, 3):
-        return SendReply(False, 0, None, raw[2] == 1, over_live_cap=raw[0] == 2, over_namespace_cap=raw[0] == 3)
-    if raw[0] == 4:
-        return SendReply(True, Status.WAITING, None, raw[2] == 1, cold=True)
-    if raw[0] == 5:
-        return SendReply(False, 0, None, raw[2] == 1, logged_live=True)
-    created = raw[0] == 1
-    return SendReply(created, raw[1] if created else 0, None if created else Message.from_stored(raw[1]), raw[2] == 1)
+def _send_replies(raw) -> list[SendReply]:
+    new_topic = raw[0] == 1
+    return [_send_reply(code, value, new_topic) for code, value in zip(raw[1::2], raw[2::2])]
+
+
+def _send_reply(code: int, value, new_topic: bool) -> SendReply:
+    if code in (2, 3):
+        return SendReply(False, 0, None, new_topic, over_live_cap=code == 2, over_namespace_cap=code == 3)
+    if code == 4:
+        return SendReply(True, Status.WAITING, None, new_topic, cold=True)
+    if code == 5:
+        return SendReply(False, 0, None, new_topic, logged_live=True)
+    created = code == 1
+    return SendReply(created, value if created else 0, None if created else Message.from_stored(value), new_topic)
 
 
 def _pull_reply(raw) -> PullReply:
@@ -316,7 +321,7 @@ def _restore_reply(raw) -> RestoreReply:
     return RestoreReply(int(raw[0]), int(raw[1]))
 
 
-SEND = Script("send", _send_reply)
+SEND = Script("send", _send_replies)
 PULL = Script("pull", _pull_reply)
 ACK = Script("ack", _ack_many_reply)
 NACK = Script("nack", _ack_reply)
@@ -393,16 +398,18 @@ CONTEXT_ARGS = frozenset({"topic", "actor", "stats_interval_millis", "retention_
 # One builder per script: it writes KEYS and ARGV out in header order (plain lists: a send builds
 # one per message). tests/unit/test_script_headers.py calls each with every value standing for its slot.
 
-def send(ctx: ScriptContext, topic: str, *, msg_id: str, payload: str, trigger_time: int, expire_time: int,
-         max_retry: int, produce_time: int, max_live: int, namespace_capped: bool, priority: int,
-         dedupe_window_millis: int, cold_tier: bool, logged_waiting: int | None) -> ScriptCall:
+def send(ctx: ScriptContext, topic: str, *, max_live: int, namespace_capped: bool, dedupe_window_millis: int,
+         cold_tier: bool, messages: Sequence[Sequence]) -> ScriptCall:
+    """`messages`: per message of the topic the values named by SEND.repeated, in that order
+    (logged_waiting None for none). Replies a SendReply per message, in order."""
     k = ctx.ns.topic(topic)
+    args = [topic, ctx.ns.ready_channel, ctx.ns.schedule_channel, ctx.stats_interval_millis, max_live,
+            _flag(namespace_capped), ctx.retention_millis, ctx.actor, dedupe_window_millis, _flag(cold_tier)]
+    for *values, logged_waiting in messages:
+        args += values
+        args.append("" if logged_waiting is None else logged_waiting)
     return ScriptCall(SEND, [k.waiting, k.ready, k.inflight, k.msgs, k.expiry, k.ended, k.meta, k.stats, k.prioritised,
-                             k.events, k.cold_hours],
-                      [msg_id, payload, trigger_time, expire_time, max_retry, topic, ctx.ns.ready_channel,
-                       ctx.ns.schedule_channel, ctx.stats_interval_millis, produce_time, max_live,
-                       _flag(namespace_capped), priority, ctx.retention_millis, ctx.actor, dedupe_window_millis,
-                       _flag(cold_tier), "" if logged_waiting is None else logged_waiting])
+                             k.events, k.cold_hours], args)
 
 
 def pull(ctx: ScriptContext, topic: str, *, batch: int, ack_timeout_millis: int, consume_rate: int,

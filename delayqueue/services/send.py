@@ -9,6 +9,7 @@ message and delivers nothing. The log decides for the ended messages it holds (i
 replace them, and their sends never reach Redis); send.lua for the rest, as only Redis may know yet
 that a message ended (the log lags it by milliseconds) and with the log off."""
 import dataclasses
+from collections.abc import Callable
 from typing import NamedTuple
 
 from redis.exceptions import RedisError
@@ -67,19 +68,43 @@ def prepared(rt: Runtime, request: SendRequest, produce_time: int, settings: dic
     )
 
 
-def send_call(rt: Runtime, message: Message, *, max_live: int = 0, namespace_capped: bool = False,
-              redrive: bool = False, logged_waiting: int | None = None) -> scripts.ScriptCall:
-    """The send script's call for a prepared message. `max_live`: the topic's live-message cap, 0
-    for none; `namespace_capped`: the namespace has one (the topic's share of it is then a cap too);
-    `redrive`: a dead letter's new life, which replaces its ended message whatever the dedupe window;
-    `logged_waiting`: in the cold tier, the triggerTime of the waiting message the message log
-    holds under the msgId (Redis may not hold it: cold)."""
-    return scripts.send(rt.context, message.topic, msg_id=message.msg_id, payload=message.payload,
-                        trigger_time=message.trigger_time, expire_time=message.expire_time,
-                        max_retry=message.max_retry, produce_time=message.produce_time, max_live=max_live,
-                        namespace_capped=namespace_capped, priority=message.priority,
-                        dedupe_window_millis=0 if redrive else rt.config.dedupe_window_millis,
-                        cold_tier=rt.config.cold_tier, logged_waiting=logged_waiting)
+def send_calls(rt: Runtime, messages: list[Message], *, logged_waiting: list[int | None] | None = None,
+               max_live: Callable[[str], int] = lambda topic: 0, namespace_capped: bool = False,
+               redrive: bool = False) -> list[tuple[scripts.ScriptCall, list[int]]]:
+    """The send script's calls for prepared messages: one per topic (in the order of its first
+    message), each with the positions of its messages in `messages`. `logged_waiting`: per message,
+    in the cold tier, the triggerTime of the waiting message the message log holds under the msgId
+    (Redis may not hold it: cold); `max_live`: a topic's live-message cap, 0 for none;
+    `namespace_capped`: the namespace has one (the topic's share of it is then a cap too);
+    `redrive`: dead letters' new lives, which replace their ended messages whatever the dedupe
+    window."""
+    waiting = logged_waiting or [None] * len(messages)
+    positions: dict[str, list[int]] = {}
+    for i, message in enumerate(messages):
+        positions.setdefault(message.topic, []).append(i)
+    return [(scripts.send(rt.context, topic, max_live=max_live(topic), namespace_capped=namespace_capped,
+                          dedupe_window_millis=0 if redrive else rt.config.dedupe_window_millis,
+                          cold_tier=rt.config.cold_tier,
+                          messages=[(messages[i].msg_id, messages[i].payload, messages[i].trigger_time,
+                                     messages[i].expire_time, messages[i].max_retry, messages[i].produce_time,
+                                     messages[i].priority, waiting[i]) for i in mine]), mine)
+            for topic, mine in positions.items()]
+
+
+async def run_sends(rt: Runtime, calls: list[tuple[scripts.ScriptCall, list[int]]], count: int) -> list:
+    """The replies of send_calls' calls for `count` messages, a SendReply or the call's RedisError
+    per message, in the messages' order (raises nothing)."""
+    try:
+        # One call shares its round trip with the loop's other calls.
+        results = ([await rt.scripts.call(calls[0][0])] if len(calls) == 1
+                   else await rt.scripts.run([call for call, _ in calls]))
+    except RedisError as exc:
+        results = [exc] * len(calls)
+    replies: list = [None] * count
+    for (_, mine), result in zip(calls, results):
+        for n, i in enumerate(mine):
+            replies[i] = result if isinstance(result, Exception) else result[n]
+    return replies
 
 
 async def send_message(rt: Runtime, *, request: SendRequest) -> Message:
@@ -148,21 +173,22 @@ async def _send_admitted(rt: Runtime, requests: list[SendRequest],
     kept = [None if live is not None else message for message, live in zip(kept, logged_live)]
     waiting = [live.trigger_time if rt.config.cold_tier and live is not None and live.status == Status.WAITING
                else None for live in logged_live]
-    if admitted is None:
-        calls = [send_call(rt, row, logged_waiting=due) for row, due in zip(rows, waiting)]
-    else:
-        capped = admitted.namespace_cap > 0
-        calls = [send_call(rt, row, max_live=admitted.topic_cap(row.topic), namespace_capped=capped,
-                           logged_waiting=due) for row, due in zip(rows, waiting)]
     replies = [None if message is None else scripts.SendReply(False, 0, message, False) for message in kept]
     going = [i for i, message in enumerate(kept) if message is None]
+    cap_of = admitted.topic_cap if admitted is not None else (lambda topic: 0)
+    capped = admitted is not None and admitted.namespace_cap > 0
+
+    async def send(positions: list[int]) -> list:
+        calls = send_calls(rt, [rows[i] for i in positions], logged_waiting=[waiting[i] for i in positions],
+                           max_live=cap_of, namespace_capped=capped)
+        return _send_failures([rows[i] for i in positions], await run_sends(rt, calls, len(positions)))
+
     if going:
-        for i, reply in zip(going, await _run_sends(rt, [rows[i] for i in going], [calls[i] for i in going])):
+        for i, reply in zip(going, await send(going)):
             replies[i] = reply
     if admitted is not None:
         # A cap reached between admission and the send: refused like any send Redis refused.
-        replies = await admitted.after_send(rows, replies, lambda again: _run_sends(
-            rt, [rows[i] for i in again], [calls[i] for i in again]))
+        replies = await admitted.after_send(rows, replies, send)
     replies = [reply._replace(stored=live) if isinstance(reply, scripts.SendReply) and reply.logged_live else reply
                for reply, live in zip(replies, logged_live)]
     replies = [_own_resend(row, reply) for row, reply in zip(rows, replies)]
@@ -198,21 +224,18 @@ async def _register(rt: Runtime, topics: list[str], at: int, rows: list[Message]
     return outcomes
 
 
-async def _run_sends(rt: Runtime, rows: list[Message], calls: list[scripts.ScriptCall]) -> list:
-    try:
-        # A single send shares its round trip with the loop's other calls.
-        return [await rt.scripts.call(calls[0])] if len(calls) == 1 else await rt.scripts.run(calls)
-    except RedisError as exc:
-        return _send_failed(rows, exc)
+def _send_failures(rows: list[Message], replies: list) -> list:
+    """Each reply, with a Redis error turned into the send's own error."""
+    return [_send_failed(row, reply) if isinstance(reply, RedisError) else reply for row, reply in zip(rows, replies)]
 
 
-def _send_failed(rows: list[Message], exc: RedisError) -> list[QueueError]:
+def _send_failed(row: Message, exc: RedisError) -> QueueError:
     if isinstance(exc, RedisTimeoutError):
-        # Written but not answered: Redis may yet run them. Each stays in the log, and its answer
-        # names its msgId, under which sending it again is safe (a live msgId is not enqueued twice).
-        return [MaybeSent(f"redis unavailable: {redis_reason(exc)}; the message may have been enqueued: send it "
-                          f"again with msgId {row.msg_id} to be sure", detail=str(exc)) for row in rows]
-    return [redis_unavailable(exc)] * len(rows)  # Redis unreachable: each message fails, and leaves the log
+        # Written but not answered: Redis may yet run it. It stays in the log, and its answer names
+        # its msgId, under which sending it again is safe (a live msgId is not enqueued twice).
+        return MaybeSent(f"redis unavailable: {redis_reason(exc)}; the message may have been enqueued: send it "
+                         f"again with msgId {row.msg_id} to be sure", detail=str(exc))
+    return redis_unavailable(exc)  # Redis unreachable: the message fails, and leaves the log
 
 
 def _own_resend(row: Message, reply: scripts.SendReply | Exception) -> scripts.SendReply | Exception:

@@ -26,7 +26,7 @@ from delayqueue.core.stopping import repeat
 from delayqueue.messagelog import sql
 from delayqueue.messagelog.connection import LogConnection
 from delayqueue.messagelog.dead_letters import Task
-from delayqueue.services.send import send_call
+from delayqueue.services.send import send_calls
 
 log = logging.getLogger(__name__)
 
@@ -157,7 +157,8 @@ class Redriver:
                         if raw is None or orjson.loads(raw)["produceTime"] != m.produce_time]
         if not messages:
             return
-        replies = await rt.scripts.run_all([send_call(rt, m, redrive=True) for m in messages])
+        [(call, _)] = send_calls(rt, messages, redrive=True)  # one topic: one call
+        replies = await rt.scripts.call(call)
         for message, reply in zip(messages, replies):
             if not reply.created and reply.stored.produce_time != message.produce_time:
                 # A live message under this msgId that only Redis knew of (the log lags it by

@@ -17,7 +17,7 @@ from delayqueue.core.messages import Message
 from delayqueue.services.consume import ack_messages, pull_messages
 from delayqueue.services.messages import delete_message, get_message, reschedule_message
 from delayqueue.services.restore import restore
-from delayqueue.services.send import SendRequest, prepared, send_call, send_message, send_messages
+from delayqueue.services.send import SendRequest, prepared, send_calls, send_message, send_messages
 from delayqueue.services import topics as topics_module
 from delayqueue.services.topics import purge_topic, topic_info
 from delayqueue.workers import loader as loader_module
@@ -236,7 +236,8 @@ async def test_a_send_whose_script_runs_after_the_raise_goes_hot_and_the_loader_
         row = prepared(rt, SendRequest(topic="t", msg="x", delay_millis=60_000), now_millis(), {})
         await rt.log.record([row])
         await raise_window_to(rt, "t", now_millis() + 120_000)
-        reply = await rt.scripts.call(send_call(rt, row))
+        [(call, _)] = send_calls(rt, [row])
+        [reply] = await rt.scripts.call(call)
         assert reply.created and not reply.cold
         assert await loader.load_topic("t", force=True) == 0
         assert await rt.redis.zrange(rt.ns.topic("t").waiting, 0, -1) == [row.msg_id]

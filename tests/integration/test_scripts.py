@@ -7,9 +7,14 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from delayqueue.core.clock import now_millis
 from delayqueue.core.messages import Message
 from delayqueue.live import protocol as direct
-from delayqueue.services.send import SendRequest, prepared
-from delayqueue.services.send import send_call as _send_call
+from delayqueue.services.send import SendRequest, prepared, send_calls
 from tests.helpers import make_runtime
+
+
+def _send_call(runtime, row):
+    """The send script's call for one message (its reply: a list of one SendReply)."""
+    [(call, _)] = send_calls(runtime, [row])
+    return call
 
 
 def send_call(runtime, topic):
@@ -22,12 +27,12 @@ def evalsha(call):
 
 async def test_concurrent_calls_share_a_round_trip_and_fail_alone(rt):
     good = send_call(rt, "t")
-    bad = good._replace(args=["another-id", good.args[1], "not-a-number", *good.args[3:]])
+    bad = good._replace(args=[*good.args[:10], "another-id", good.args[11], "not-a-number", *good.args[13:]])
     results = await asyncio.gather(
         rt.scripts.call(good), rt.scripts.call(bad), rt.scripts.call(send_call(rt, "u")),
         return_exceptions=True,
     )
-    assert results[0].created and results[2].created
+    assert results[0][0].created and results[2][0].created
     assert isinstance(results[1], Exception)  # the Lua error reaches its own caller only
 
 
@@ -38,10 +43,10 @@ async def test_many_calls_in_flight_each_get_their_own_reply(single_rt):
     rows = [prepared(rt, SendRequest(topic="t", msg=f"payload {i}", delay_millis=60_000, msg_id=f"id{i}"), now, {})
             for i in range(200)]
     first = await asyncio.gather(*[rt.scripts.call(_send_call(rt, row)) for row in rows])
-    assert all(r.created for r in first)
+    assert all(r.created for [r] in first)
     # Sent again, each is a duplicate answered with the stored message: its own, by its msgId.
     again = await asyncio.gather(*[rt.scripts.call(_send_call(rt, row)) for row in reversed(rows)])
-    stored = [r.stored for r in again]
+    stored = [r.stored for [r] in again]
     assert [(m.msg_id, m.payload) for m in stored] == [(row.msg_id, row.payload) for row in reversed(rows)]
 
 
@@ -77,13 +82,13 @@ async def test_a_loop_turns_calls_share_writes_the_first_written_at_once(single_
     recorder = protocol.transport = WriteRecorder(protocol.transport)
     lone = protocol.submit([evalsha(send_call(rt, "lone"))])
     assert len(recorder.writes) == 1  # before the loop had a turn
-    assert (await lone)[0][0] == 1
+    assert (await lone)[0][1] == 1  # created
     recorder.writes.clear()
     now = now_millis()
     rows = [prepared(rt, SendRequest(topic="t", msg=f"m{i}", delay_millis=60_000, msg_id=f"turn{i}"), now, {})
             for i in range(10)]
     calls = [asyncio.ensure_future(rt.scripts.call(_send_call(rt, row))) for row in rows]  # all start in one turn
-    assert all(r.created for r in await asyncio.gather(*calls))
+    assert all(r.created for [r] in await asyncio.gather(*calls))
     assert [data.count(b"EVALSHA") for data in recorder.writes] == [1, direct.HELD_CALLS_MAX, 9 - direct.HELD_CALLS_MAX]
     recorder.writes.clear()
     # Sent again, each is a duplicate answered with the stored message: its own, by its msgId.
@@ -92,7 +97,7 @@ async def test_a_loop_turns_calls_share_writes_the_first_written_at_once(single_
     pipeline = protocol.submit([evalsha(_send_call(rt, row)) for row in rows[2:]])
     assert [data.count(b"EVALSHA") for data in recorder.writes] == [1, 1 + 8]  # at once, after the held one
     again = [*await first, *await second, *await pipeline]
-    assert [Message.from_stored(r[1]).msg_id for r in again] == [row.msg_id for row in rows]
+    assert [Message.from_stored(r[2]).msg_id for r in again] == [row.msg_id for row in rows]
 
 
 async def test_a_call_on_a_lost_connection_fails_at_once(single_rt):
@@ -104,4 +109,59 @@ async def test_a_call_on_a_lost_connection_fails_at_once(single_rt):
     assert protocol.lost
     with pytest.raises(RedisConnectionError):
         await asyncio.wait_for(protocol.submit([evalsha(send_call(rt, "t"))]), 1)
-    assert (await rt.scripts.call(send_call(rt, "t"))).created  # the runner connects again
+    assert (await rt.scripts.call(send_call(rt, "t")))[0].created  # the runner connects again
+
+
+def rows_of(rt, topic: str, delays: list[int], msg_ids: list[str] | None = None) -> list[Message]:
+    now = now_millis()
+    return [prepared(rt, SendRequest(topic=topic, msg=f"m{i}", delay_millis=delay,
+                                     msg_id=msg_ids[i] if msg_ids else f"{topic}-{i}"), now, {})
+            for i, delay in enumerate(delays)]
+
+
+async def test_sends_of_one_topic_go_in_one_call_each_answered_as_its_own_call_would_be(rt):
+    """A batch's messages of one topic share one call of the send script: a msgId the call already
+    created answers as a live duplicate, and a cap reached within the call refuses the rest."""
+    rows = [*rows_of(rt, "b", [0, 60_000, 0]), *rows_of(rt, "c", [0]),
+            *rows_of(rt, "b", [0], ["b-1"])]
+    calls = send_calls(rt, rows)
+    assert [positions for _, positions in calls] == [[0, 1, 2, 4], [3]]
+    replies = [reply for call, _ in calls for reply in await rt.scripts.call(call)]
+    assert [(r.created, r.status) for r in replies[:3]] == [(True, 2), (True, 1), (True, 2)]
+    assert not replies[3].created and replies[3].stored.payload == "m1"  # b-1 again: the first one
+    assert replies[4].created and replies[4].new_topic
+    capped = rows_of(rt, "capped", [0] * 5)
+    [(call, _)] = send_calls(rt, capped, max_live=lambda topic: 3)
+    replies = await rt.scripts.call(call)
+    assert [r.created for r in replies] == [True, True, True, False, False]
+    assert all(r.over_live_cap for r in replies[3:])
+    assert await rt.redis.zcard(rt.ns.topic("capped").expiry) == 3
+
+
+async def test_a_call_wakes_the_scanner_and_the_long_pollers_once(single_rt):
+    """Its scanner is woken when any message of the call is due before what it sleeps towards,
+    once; the long pollers once when the ready queue was empty."""
+    rt = single_rt
+    [(first, _)] = send_calls(rt, rows_of(rt, "w", [60_000]))
+    await rt.scripts.call(first)
+    pubsub = rt.redis.pubsub()
+    await pubsub.subscribe(rt.ns.schedule_channel, rt.ns.ready_channel)
+    try:
+        while await pubsub.get_message(timeout=0.2) is not None:
+            pass  # the subscriptions' confirmations
+
+        async def published() -> list[str]:
+            seen = []
+            while (message := await pubsub.get_message(timeout=0.2)) is not None:
+                seen.append(message["channel"])
+            return seen
+
+        for round_, (delays, expected) in enumerate([([120_000, 90_000], []),  # later than the first: the scanner sleeps on
+                                                     ([120_000, 30_000, 20_000], [rt.ns.schedule_channel]),
+                                                     # ready, and expiring before every message so far
+                                                     ([0, 0, 0], [rt.ns.ready_channel, rt.ns.schedule_channel])]):
+            [(call, _)] = send_calls(rt, rows_of(rt, "w", delays, [f"{round_}-{i}" for i in range(len(delays))]))
+            assert all(r.created for r in await rt.scripts.call(call))
+            assert await published() == expected, delays
+    finally:
+        await pubsub.aclose()
