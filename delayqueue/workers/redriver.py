@@ -157,8 +157,8 @@ class Redriver:
                         if raw is None or orjson.loads(raw)["produceTime"] != m.produce_time]
         if not messages:
             return
-        [(call, _)] = send_calls(rt, messages, redrive=True)  # one topic: one call
-        replies = await rt.scripts.call(call)
+        replies = [reply for results in await rt.scripts.run_all([call for call, _ in send_calls(
+            rt, messages, redrive=True)]) for reply in results]  # one topic: its calls in order
         for message, reply in zip(messages, replies):
             if not reply.created and reply.stored.produce_time != message.produce_time:
                 # A live message under this msgId that only Redis knew of (the log lags it by

@@ -7,7 +7,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from delayqueue.core.clock import now_millis
 from delayqueue.core.messages import Message
 from delayqueue.live import protocol as direct
-from delayqueue.services.send import SendRequest, prepared, send_calls
+from delayqueue.services.send import MESSAGES_PER_CALL, SendRequest, prepared, run_sends, send_calls
 from tests.helpers import make_runtime
 
 
@@ -136,6 +136,13 @@ async def test_sends_of_one_topic_go_in_one_call_each_answered_as_its_own_call_w
     assert [r.created for r in replies] == [True, True, True, False, False]
     assert all(r.over_live_cap for r in replies[3:])
     assert await rt.redis.zcard(rt.ns.topic("capped").expiry) == 3
+    # A topic's messages go MESSAGES_PER_CALL at a time: a call holds Redis for all of them.
+    many = rows_of(rt, "many", [60_000] * (2 * MESSAGES_PER_CALL + 1))
+    calls = send_calls(rt, many)
+    assert [len(positions) for _, positions in calls] == [MESSAGES_PER_CALL, MESSAGES_PER_CALL, 1]
+    assert [i for _, positions in calls for i in positions] == list(range(len(many)))
+    assert all(r.created for r in await run_sends(rt, calls, len(many)))
+    assert await rt.redis.zcard(rt.ns.topic("many").waiting) == len(many)
 
 
 async def test_a_call_wakes_the_scanner_and_the_long_pollers_once(single_rt):
