@@ -77,12 +77,12 @@ def send_calls(rt: Runtime, messages: list[Message], *, logged_waiting: list[int
                max_live: Callable[[str], int] = lambda topic: 0, namespace_capped: bool = False,
                redrive: bool = False) -> list[tuple[scripts.ScriptCall, list[int]]]:
     """The send script's calls for prepared messages: per topic (in the order of its first
-    message), one per MESSAGES_PER_CALL of its messages, each with their positions in `messages`. `logged_waiting`: per message,
-    in the cold tier, the triggerTime of the waiting message the message log holds under the msgId
-    (Redis may not hold it: cold); `max_live`: a topic's live-message cap, 0 for none;
-    `namespace_capped`: the namespace has one (the topic's share of it is then a cap too);
-    `redrive`: dead letters' new lives, which replace their ended messages whatever the dedupe
-    window."""
+    message), one per MESSAGES_PER_CALL of its messages, each with their positions in `messages`.
+    `logged_waiting`: per message, in the cold tier, the triggerTime of the waiting message the
+    message log holds under the msgId (Redis may not hold it: cold); `max_live`: a topic's
+    live-message cap, 0 for none; `namespace_capped`: the namespace has one (the topic's share of
+    it is then a cap too); `redrive`: dead letters' new lives, which replace their ended messages
+    whatever the dedupe window."""
     waiting = logged_waiting or [None] * len(messages)
     positions: dict[str, list[int]] = {}
     for i, message in enumerate(messages):

@@ -163,10 +163,11 @@ async def test_a_call_wakes_the_scanner_and_the_long_pollers_once(single_rt):
                 seen.append(message["channel"])
             return seen
 
-        for round_, (delays, expected) in enumerate([([120_000, 90_000], []),  # later than the first: the scanner sleeps on
-                                                     ([120_000, 30_000, 20_000], [rt.ns.schedule_channel]),
-                                                     # ready, and expiring before every message so far
-                                                     ([0, 0, 0], [rt.ns.ready_channel, rt.ns.schedule_channel])]):
+        rounds = [([120_000, 90_000], []),  # later than the first: the scanner sleeps on
+                  ([120_000, 30_000, 20_000], [rt.ns.schedule_channel]),
+                  # ready, and expiring before every message so far
+                  ([0, 0, 0], [rt.ns.ready_channel, rt.ns.schedule_channel])]
+        for round_, (delays, expected) in enumerate(rounds):
             [(call, _)] = send_calls(rt, rows_of(rt, "w", delays, [f"{round_}-{i}" for i in range(len(delays))]))
             assert all(r.created for r in await rt.scripts.call(call))
             assert await published() == expected, delays
