@@ -87,26 +87,30 @@ def send_calls(rt: Runtime, messages: list[Message], *, logged_waiting: list[int
     positions: dict[str, list[int]] = {}
     for i, message in enumerate(messages):
         positions.setdefault(message.topic, []).append(i)
-    return [(scripts.send(rt.context, topic, max_live=max_live(topic), namespace_capped=namespace_capped,
-                          dedupe_window_millis=0 if redrive else rt.config.dedupe_window_millis,
-                          cold_tier=rt.config.cold_tier,
-                          messages=[(messages[i].msg_id, messages[i].payload, messages[i].trigger_time,
-                                     messages[i].expire_time, messages[i].max_retry, messages[i].produce_time,
-                                     messages[i].priority, waiting[i]) for i in chunk]), chunk)
-            for topic, mine in positions.items()
-            for chunk in (mine[first:first + MESSAGES_PER_CALL] for first in range(0, len(mine), MESSAGES_PER_CALL))]
+    dedupe_window = 0 if redrive else rt.config.dedupe_window_millis
+    calls = []
+    for topic, mine in positions.items():
+        for first in range(0, len(mine), MESSAGES_PER_CALL):
+            chunk = mine[first:first + MESSAGES_PER_CALL]
+            values = [(messages[i].msg_id, messages[i].payload, messages[i].trigger_time, messages[i].expire_time,
+                       messages[i].max_retry, messages[i].produce_time, messages[i].priority, waiting[i])
+                      for i in chunk]
+            calls.append((scripts.send(rt.context, topic, max_live=max_live(topic), namespace_capped=namespace_capped,
+                                       dedupe_window_millis=dedupe_window, cold_tier=rt.config.cold_tier,
+                                       messages=values), chunk))
+    return calls
 
 
-async def run_sends(rt: Runtime, calls: list[tuple[scripts.ScriptCall, list[int]]], count: int) -> list:
-    """The replies of send_calls' calls for `count` messages, a SendReply or the call's RedisError
-    per message, in the messages' order (raises nothing)."""
+async def run_sends(rt: Runtime, calls: list[tuple[scripts.ScriptCall, list[int]]]) -> list:
+    """The replies of send_calls' calls, a SendReply or the call's RedisError per message, in the
+    messages' order (raises nothing)."""
     try:
         # One call shares its round trip with the loop's other calls.
         results = ([await rt.scripts.call(calls[0][0])] if len(calls) == 1
                    else await rt.scripts.run([call for call, _ in calls]))
     except RedisError as exc:
         results = [exc] * len(calls)
-    replies: list = [None] * count
+    replies: list = [None] * sum(len(mine) for _, mine in calls)
     for (_, mine), result in zip(calls, results):
         for n, i in enumerate(mine):
             replies[i] = result if isinstance(result, Exception) else result[n]
@@ -187,7 +191,7 @@ async def _send_admitted(rt: Runtime, requests: list[SendRequest],
     async def send(positions: list[int]) -> list:
         calls = send_calls(rt, [rows[i] for i in positions], logged_waiting=[waiting[i] for i in positions],
                            max_live=cap_of, namespace_capped=capped)
-        return _send_failures([rows[i] for i in positions], await run_sends(rt, calls, len(positions)))
+        return send_errors([rows[i] for i in positions], await run_sends(rt, calls))
 
     if going:
         for i, reply in zip(going, await send(going)):
@@ -230,7 +234,7 @@ async def _register(rt: Runtime, topics: list[str], at: int, rows: list[Message]
     return outcomes
 
 
-def _send_failures(rows: list[Message], replies: list) -> list:
+def send_errors(rows: list[Message], replies: list) -> list:
     """Each reply, with a Redis error turned into the send's own error."""
     return [_send_failed(row, reply) if isinstance(reply, RedisError) else reply for row, reply in zip(rows, replies)]
 
