@@ -1,4 +1,5 @@
-"""core.messages.stored_json, the cold tier's loader's fast path, gives exactly Message.to_stored."""
+"""core.messages.stored_json, what Message.to_stored and the cold tier's loader write, is exactly the
+wire json (Message.to_wire) dumped."""
 import orjson
 import pytest
 
@@ -14,4 +15,5 @@ def test_the_fast_json_is_the_stored_json(topic, msg_id, payload, priority):
     m = Message(topic, msg_id, payload, 1_795_962_595_466, 1_795_962_595_467, 2_111_000_000_000, 10, 3, 1, priority)
     fast = stored_json(orjson.dumps(topic), m.msg_id, m.payload, m.produce_time, m.trigger_time, m.expire_time,
                        m.max_retry, m.retry, m.status, m.priority)
-    assert fast.decode() == m.to_stored() and Message.from_stored(fast) == m
+    assert orjson.loads(fast) == m.to_wire() and Message.from_stored(fast) == m
+    assert fast.decode() == orjson.dumps(m.to_wire()).decode()  # the same bytes as the wire json's dump
