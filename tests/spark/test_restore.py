@@ -29,7 +29,8 @@ def build_log() -> None:
     """Topic a: one message in each live state, one live in the log but past its TTL, one Redis
     already holds, and one per ended state. Topic B: 30 due and 10 waiting, ids interleaved.
     Another namespace's live message, which stays out. Settings of a (paused), of B and of the
-    other namespace's a."""
+    other namespace's a. Every waiting message falls due well inside the hot window (1 h): one
+    due just past it would be restored or left cold by how fast the test runs."""
     now = int(time.time() * 1000)
     log = LogBuilder()
     log.message("a", "a-wait", now - 1000, delay=HOUR)
@@ -42,7 +43,7 @@ def build_log() -> None:
         log.message("a", f"a-{name}", now - 60_000, status=status)
     for i in range(40):
         waiting = i % 4 == 3
-        log.message(B, f"b-{i:02}", now - HOUR + i, delay=2 * HOUR if waiting else 0, ttl=3 * HOUR,
+        log.message(B, f"b-{i:02}", now - HOUR + i, delay=HOUR + HOUR // 2 if waiting else 0, ttl=3 * HOUR,
                     status=1 if waiting else 2)
     log.message("a", "a-elsewhere", now - 60_000, status=2, namespace="other")
     log.save()
