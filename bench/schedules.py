@@ -2,9 +2,9 @@
 
 Each schedule ticks every second for a minute (60 ticks; starts spread over one second, or all on
 the same millisecond with --aligned). Reported from the message log once the history is written:
-ticks fired (each tick's message and its 'ready' event), missing or doubled, fire lateness (when
-the tick's message became ready minus the tick: p50, p99, max; goal p99 <= 10 ms; none early),
-and the CPU the scanner process used over the minute (it plans the ticks and promotes them).
+ticks fired (each tick's message and its 'ready' event), missing or doubled, the fewest and
+most sends the planner made in a second, fire lateness (when the tick's message became ready
+minus the tick: p50, p99, max; goal p99 <= 10 ms; none early), and the CPU the scanner process used over the minute (it plans the ticks and promotes them).
 
     .venv/bin/python -m bench.schedules [--schedules 10000] [--seconds 60] [--topics 10] [--aligned] [--scanners 1]
 """
@@ -50,6 +50,14 @@ FROM (SELECT msg_id, (extract(epoch FROM at) * 1000)::int8 - split_part(msg_id, 
 # Ticks the planner sent at or after their time (ready at once, not promoted): none when it keeps up.
 SENT_LATE = "SELECT count(*) FROM delayqueue_messageevent WHERE reason = 'sent' AND to_status = 2"
 SENT = "SELECT count(*), count(DISTINCT msg_id) FROM delayqueue_messageevent WHERE reason = 'sent'"
+# How evenly the planner sends: its sends per whole second of the run (the first and last, partial, left out).
+SENDS_PER_SECOND = """
+SELECT min(n), max(n) FROM (
+  SELECT count(*) AS n, rank() OVER (ORDER BY second) AS nth, count(*) OVER () AS seconds
+  FROM (SELECT date_trunc('second', at) AS second FROM delayqueue_messageevent WHERE reason = 'sent') sends
+  GROUP BY second) per_second
+WHERE nth > 1 AND nth < seconds
+"""
 PER_SCHEDULE = """
 SELECT count(*) FILTER (WHERE n <> %(ticks)s), min(n), max(n)
 FROM (SELECT split_part(msg_id, '@', 1) AS schedule, count(*) AS n FROM delayqueue_message GROUP BY 1) per
@@ -88,11 +96,13 @@ def main():
             promotions, promoted, early, p50, p99, worst = conn.execute(LATENESS).fetchone()
             [sent_late] = conn.execute(SENT_LATE).fetchone()
             sent, distinct_sent = conn.execute(SENT).fetchone()
+            fewest_sends, most_sends = conn.execute(SENDS_PER_SECOND).fetchone()
             off, fewest, most = conn.execute(PER_SCHEDULE, {"ticks": args.seconds}).fetchone()
     expected = args.schedules * args.seconds
     print(f"ticks expected {expected:,}; messages sent {distinct_sent:,} ('sent' events {sent:,}); "
           f"promoted when due {promoted:,} (events {promotions:,}); sent at or after their time (ready at once) "
           f"{sent_late:,}")
+    print(f"the planner's sends per second (whole seconds): fewest {fewest_sends or 0:,}, most {most_sends or 0:,}")
     print(f"schedules with other than {args.seconds} ticks: {off} (fewest {fewest}, most {most}); "
           f"missing {expected - distinct_sent:,}; doubled {promotions - promoted + sent - distinct_sent:,}")
     print(f"fire lateness of the promoted ticks (ready - tick, whole ms): p50 {p50:.0f} ms, p99 {p99:.0f} ms, "

@@ -126,7 +126,7 @@ PUSH_RETRY_BACKOFF_DEFAULT_MILLIS = 1000
 MAX_EVENT_DETAIL = 200
 
 # Schedules (workers/scheduler.py): a tick's message is sent this far ahead of the tick, so it
-# fires with the queue's precision, and planned again when less than half of that is left.
+# fires with the queue's precision (planned again at the schedule's phase, core/schedules.plan_time).
 SCHEDULE_LEAD_MILLIS = 10_000
 # A tick first planned more than this after its time was missed (the scanners were down): the
 # schedule's catch-up policy decides whether it fires.

@@ -10,7 +10,7 @@ from asgiref.sync import sync_to_async
 from delayqueue.core.clock import now_millis
 from delayqueue.core.constants import SCHEDULE_LEAD_MILLIS, SCHEDULE_MISSED_AFTER_MILLIS, Status
 from delayqueue.core.exceptions import BadRequest, Conflict, NotFound
-from delayqueue.core.schedules import tick_msg_id
+from delayqueue.core.schedules import plan_time, tick_msg_id
 from delayqueue.models import ScheduleGap
 from delayqueue.services import schedules
 from delayqueue.services.consume import ack_messages, pull_messages
@@ -150,8 +150,11 @@ async def test_the_planner_sends_each_tick_ahead_once_with_the_tick_as_its_trigg
     assert ticks.items() >= {k: v for k, v in expected.items() if v <= start + 7 * SECOND}.items()
     assert all(v == start + (v - start) // SECOND * SECOND for v in ticks.values())
     stored = await schedules.get_schedule(rt, schedule_id="s")
-    assert stored.planned_until == max(ticks.values()) and stored.plan_at == stored.planned_until - SCHEDULE_LEAD_MILLIS // 2
-    assert await p.plan_once(now=stored.plan_at - 1) == 0  # nothing to plan until half the lead has passed
+    assert stored.planned_until == max(ticks.values())
+    # Planned again at its phase, while its next tick is still more than half the lead ahead.
+    assert stored.plan_at == plan_time(stored, stored.planned_until)
+    assert SCHEDULE_LEAD_MILLIS // 2 < stored.planned_until + SECOND - stored.plan_at <= SCHEDULE_LEAD_MILLIS
+    assert await p.plan_once(now=stored.plan_at - 1) == 0  # nothing to plan before then
     assert await p.plan_once(now=stored.plan_at) == 1
     more = await live_ticks(rt)
     assert len(more) > len(ticks) and more.items() >= ticks.items()
