@@ -66,12 +66,15 @@ class Producer:
         self._client, self._linger = client, linger_ms / 1000
         self._max_batch = _checked_batch(max_batch, in_flight, max_queue)
         self._block = when_full == "block"
-        self._room = threading.BoundedSemaphore(max_queue)  # one per send queued, given back as it joins a batch
         self._slots = threading.BoundedSemaphore(in_flight)
         self._queue: queue.SimpleQueue[_Item] = queue.SimpleQueue()
         self._batches: queue.SimpleQueue[list[_Item]] = queue.SimpleQueue()
+        # Under _lock: the sends not yet answered (forgotten a batch at a time), and how many of
+        # them wait for a batch (at most max_queue; _room wakes a send blocked on it).
         self._pending: set[Future[Message]] = set()
+        self._waiting, self._max_queue = 0, max_queue
         self._lock = threading.Lock()
+        self._room = threading.Condition(self._lock)
         self._closed = False
         # Threads of its own, not an executor: concurrent.futures refuses work once the interpreter
         # exits, when the pending sends must still go out.
@@ -87,23 +90,18 @@ class Producer:
         Future fails with the message's error (RateLimited, BadRequest, ...) or the batch's.
         `context`: the send's middleware context, its before_send run (the task layer's)."""
         body = send_body(topic, msg, **options)
-        if self._closed:
-            raise RuntimeError("the producer is closed")
-        if not self._room.acquire(blocking=self._block):
-            raise ProducerFull("the producer's queue is full: sends come faster than the server takes them")
         future: Future[Message] = Future()
-        with self._lock:
+        with self._lock:  # one lock a send: its cost is paid by every send
+            while self._waiting >= self._max_queue and not self._closed:
+                if not self._block:
+                    raise ProducerFull("the producer's queue is full: sends come faster than the server takes them")
+                self._room.wait()
             if self._closed:
-                self._room.release()
                 raise RuntimeError("the producer is closed")
+            self._waiting += 1
             self._pending.add(future)
             self._queue.put((body, future, context))
-        future.add_done_callback(self._forget)
         return future
-
-    def _forget(self, future: Future[Message]) -> None:
-        with self._lock:
-            self._pending.discard(future)
 
     def flush(self, timeout: float | None = None) -> None:
         """Waits until every send made before this call is answered."""
@@ -119,6 +117,7 @@ class Producer:
                 return
             self._closed = True
             self._queue.put(_CLOSE)
+            self._room.notify_all()  # a send blocked on a full queue raises
         self._thread.join(timeout)
 
     def __enter__(self) -> Producer:
@@ -136,30 +135,32 @@ class Producer:
             for sender in self._senders:
                 sender.join()
 
-    def _take(self, timeout: float | None = None) -> _Item:
-        item = self._queue.get(timeout=timeout)
-        if item is not _CLOSE:
-            self._room.release()
-        return item
-
     def _gather(self) -> None:
         closing = False
         while not closing:
-            first = self._take()
+            first = self._queue.get()
             if first is _CLOSE:
                 return
+            self._made_room(1)  # taken for the next batch, while it waits for a sender
             self._slots.acquire()  # a sender is free: what waits now, and for the linger, goes in this batch
             batch, deadline = [first], time.monotonic() + self._linger
             while len(batch) < self._max_batch:
                 try:
-                    item = self._take(timeout=max(0.0, deadline - time.monotonic()))
+                    item = self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
                 except queue.Empty:
                     break
                 if item is _CLOSE:
                     closing = True
                     break
                 batch.append(item)
+            self._made_room(len(batch) - 1)
             self._batches.put(batch)
+
+    def _made_room(self, sends: int) -> None:
+        """`sends` left the queue for a batch: as many blocked sends may go on."""
+        with self._lock:
+            self._waiting -= sends
+            self._room.notify(sends)
 
     def _send_loop(self) -> None:
         while (batch := self._batches.get()) is not _CLOSE:
@@ -171,6 +172,8 @@ class Producer:
                         future.set_exception(exc)
             finally:
                 self._slots.release()
+                with self._lock:  # answered, or cancelled by their callers
+                    self._pending.difference_update(future for _body, future, _context in batch)
 
     def _send_batch(self, batch: list[_Item]) -> None:
         # A future its caller cancelled is not sent; the others can no longer be cancelled.
