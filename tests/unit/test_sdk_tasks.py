@@ -247,6 +247,25 @@ def test_what_no_retry_can_run_is_dead_lettered_with_a_reason(app):
     assert long.value.reason.startswith("unknown task 'xxx") and len(long.value.reason) == 500
 
 
+def test_a_plain_task_runs_each_call_that_fits_and_dead_letters_each_that_does_not(app):
+    runs = []
+
+    @app.task(name="add")
+    def add(a: int, b: int = 0, *, scale: int = 1) -> None:
+        runs.append((a + b) * scale)
+    fitting = [envelope_of("add", 1), envelope_of("add", 2), envelope_of("add", 1, 2), envelope_of("add", 1, b=5),
+               envelope_of("add", 1, scale=3), envelope_of("add", 4)]
+    not_fitting = [envelope_of("add"), envelope_of("add", 1, 2, 3), envelope_of("add", 1, c=1),
+                   envelope_of("add", b=1), envelope_of("add", 1, 2, b=2)]
+    for _ in range(2):  # a shape that fitted once still runs; one that did not is refused every time
+        for body in fitting:
+            app.handle(message(body))
+        for body in not_fitting:
+            with pytest.raises(DeadLetter, match="do not fit the function"):
+                app.handle(message(body))
+    assert runs == [1, 2, 3, 6, 3, 4] * 2
+
+
 def test_a_failed_task_is_retried_after_its_backoff_or_left_to_the_worker(app):
     runs = []
 

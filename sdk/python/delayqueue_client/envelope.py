@@ -69,7 +69,7 @@ def decode(text: str | None) -> Envelope:
         raise EnvelopeError("the message body is not a task envelope (no \"v\" field)")
     if data["v"] != VERSION:
         raise EnvelopeError(f"task envelope version {data['v']!r} is unknown to this code (it reads {VERSION})")
-    task, args, kwargs, headers = (data.get(k) for k in ("task", "args", "kwargs", "headers"))
+    task, args, kwargs, headers = data.get("task"), data.get("args"), data.get("kwargs"), data.get("headers")
     if not isinstance(task, str) or not task:
         raise EnvelopeError("the task envelope names no task")
     if not isinstance(args, list) or not isinstance(kwargs, dict):
