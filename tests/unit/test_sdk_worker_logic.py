@@ -1,14 +1,15 @@
 """The SDK Worker's pure logic (no server): handler and client pairing, the batch default, how
 outcomes are grouped into ackMsgBatch calls, which pull failures stop it, what a handler's Retry,
-DeadLetter or exception settles its message with."""
+DeadLetter or exception settles its message with, and the threads that run handlers."""
 import asyncio
+import threading
 from datetime import timedelta
 
 import pytest
 from delayqueue_client import (AsyncClient, Client, DeadLetter, Forbidden, Message, RateLimited, Retry, ServerError,
                                Unauthorized, Worker)
 from delayqueue_client._calls import MAX_REASON
-from delayqueue_client.worker import ACK, DEAD, GIVEN_BACK, NACK, Outcome, error_reason
+from delayqueue_client.worker import ACK, DEAD, GIVEN_BACK, NACK, Outcome, _HandlerThreads, error_reason
 
 API_MESSAGE = {"topic": "t", "msgId": "m", "msg": "body", "produceTime": 1, "triggerTime": 1, "expireTime": 9,
                "maxRetry": 3, "retry": 1, "status": 3}
@@ -178,3 +179,45 @@ def test_stop_drains_first_then_stops_hard(client):
     worker.stop()
     assert worker._stop_level == 2
     assert not worker._pulled(1, [message()], 0.0)  # a pull answered after a hard stop is given back by its poller
+
+
+def message_numbered(n: int) -> Message:
+    return Message.from_api({**API_MESSAGE, "msgId": f"m{n}"})
+
+
+def test_a_handler_thread_runs_messages_in_order_and_survives_a_failing_one():
+    done, all_done = [], threading.Event()
+
+    def handle(message):
+        if message.msg_id == "m3":
+            raise RuntimeError("a middleware hook failed")
+        done.append(message.msg_id)
+        if len(done) == 9:
+            all_done.set()
+
+    threads = _HandlerThreads(1, handle)  # one thread: it handles what follows m3 only if m3 did not end it
+    assert all(threads.put(message_numbered(n)) for n in range(10))
+    assert all_done.wait(10), done
+    threads.close()
+    threads._threads[0].join(10)
+    assert done == [f"m{n}" for n in range(10) if n != 3] and not threads._threads[0].is_alive()
+
+
+def test_closed_handler_threads_take_nothing_and_drop_what_no_thread_started():
+    started, release = threading.Event(), threading.Event()
+    done = []
+
+    def handle(message):
+        started.set()
+        release.wait(10)
+        done.append(message.msg_id)
+
+    threads = _HandlerThreads(1, handle)
+    for n in range(5):
+        threads.put(message_numbered(n))
+    assert started.wait(10)  # m0 is running; m1-m4 wait
+    threads.close()
+    assert not threads.put(message_numbered(9))
+    release.set()
+    threads._threads[0].join(10)
+    assert done == ["m0"]  # the one running finished; the others never start
