@@ -26,7 +26,7 @@ from delayqueue.core.stopping import repeat
 from delayqueue.messagelog import sql
 from delayqueue.messagelog.connection import LogConnection
 from delayqueue.messagelog.dead_letters import Task
-from delayqueue.services.send import send_calls
+from delayqueue.services.send import run_sends, send_calls
 
 log = logging.getLogger(__name__)
 
@@ -157,8 +157,9 @@ class Redriver:
                         if raw is None or orjson.loads(raw)["produceTime"] != m.produce_time]
         if not messages:
             return
-        replies = [reply for results in await rt.scripts.run_all([call for call, _ in send_calls(
-            rt, messages, redrive=True)]) for reply in results]  # one topic: its calls in order
+        replies = await run_sends(rt, send_calls(rt, messages, redrive=True))
+        if failed := next((reply for reply in replies if isinstance(reply, Exception)), None):
+            raise failed
         for message, reply in zip(messages, replies):
             if not reply.created and reply.stored.produce_time != message.produce_time:
                 # A live message under this msgId that only Redis knew of (the log lags it by
