@@ -17,15 +17,15 @@ benchmark process as the producer.
     .venv/bin/python -m bench.scaling [--messages 100000] [--rounds 2] [--lead-ms 30000] [--spread-ms 10000]
 """
 import argparse
-import os
+import functools
 import time
 
 import redis
 
-from bench.drain_cpu import cpu_by_part
-from bench.harness import empty_redis, history_written, stack
+from bench.drain_cpu import cpu_by_part, tasks_stack
+from bench.harness import empty_redis, history_written
 from bench.python_queues.common import time_drain
-from bench.python_queues.delayqueue_side import NOOP_BODY, start_consumers
+from bench.python_queues.delayqueue_side import NOOP_BODY, start_consumers, unsettled
 from delayqueue_client import Client
 from tools.stack import terminate
 
@@ -67,14 +67,10 @@ def one_round(client: Client, env: dict, messages: int, lead_ms: int, spread_ms:
     history_written(events)
     cpu["promote"] = used_since(before)
 
-    def left():
-        info = client.topic_info(TOPIC)
-        return info["waitingQueueSize"] + info["readyQueueSize"] + info["ackQueueSize"]
-
     before = cpu_by_part()
     procs = start_consumers(TOPIC, 1, 8, env)
     try:
-        time_drain(left, messages, procs)
+        time_drain(functools.partial(unsettled, client, TOPIC), messages, procs)
         history_written(events)
         cpu["pull + ack"] = used_since(before)  # before the worker exits: its CPU is counted while it lives
     finally:
@@ -106,14 +102,11 @@ def main():
     parser.add_argument("--lead-ms", type=int, default=30_000)
     parser.add_argument("--spread-ms", type=int, default=10_000)
     args = parser.parse_args()
-    with stack(scanners=1) as (urls, env):
-        env = dict(env, DELAYQUEUE_URL=urls["main"])
-        os.environ["DELAYQUEUE_URL"] = urls["main"]
-        with Client(urls["main"]) as client:
-            for round_number in range(1, args.rounds + 1):
-                print(f"round {round_number}: {args.messages:,} messages, due over {args.spread_ms / 1000:g} s "
-                      f"({args.messages * 1000 // args.spread_ms:,} a second)", flush=True)
-                show(one_round(client, env, args.messages, args.lead_ms, args.spread_ms), args.messages)
+    with tasks_stack() as (client, env):
+        for round_number in range(1, args.rounds + 1):
+            print(f"round {round_number}: {args.messages:,} messages, due over {args.spread_ms / 1000:g} s "
+                  f"({args.messages * 1000 // args.spread_ms:,} a second)", flush=True)
+            show(one_round(client, env, args.messages, args.lead_ms, args.spread_ms), args.messages)
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ defaults: linger 2 ms, batches of 500, 4 in flight) and by sequential `Client.se
 processes; lateness through one consumer process (handler start - due). Messages are the tasks
 of bench.tasks_app, run by `delayqueue worker bench.tasks_app`; the task layer's own rows send
 the same tasks by `noop.send()` and `noop.send_many()` (through the App's producer)."""
+import functools
 import os
 import random
 import sys
@@ -37,6 +38,12 @@ def start_consumers(topic: str, processes: int, threads: int, env: dict):
     """One command serving `topic` with `processes` processes of `threads` handler threads each."""
     return start_processes([*CONSUMER, "--topics", topic, "--processes", str(processes), "--threads", str(threads)],
                            1, env)
+
+
+def unsettled(client, topic: str) -> int:
+    """The topic's messages not yet acked: waiting, ready and being consumed (a drain is over at 0)."""
+    info = client.topic_info(topic)
+    return info["waitingQueueSize"] + info["readyQueueSize"] + info["ackQueueSize"]
 
 
 def rows(urls: dict, env: dict, phases: Phases, threads: int) -> dict:
@@ -110,13 +117,10 @@ def rows(urls: dict, env: dict, phases: Phases, threads: int) -> dict:
                                             for _ in range(start, min(start + 500, phases.messages))])
                 assert not any(isinstance(result, Exception) for result in results), results
 
-            def left(topic=topic):
-                info = client.topic_info(topic)
-                return info["waitingQueueSize"] + info["readyQueueSize"] + info["ackQueueSize"]
-
             procs = start_consumers(topic, count, threads, env)
             try:
-                measured[f"drain {count}", SIDE] = time_drain(left, phases.messages, procs)
+                measured[f"drain {count}", SIDE] = time_drain(functools.partial(unsettled, client, topic),
+                                                              phases.messages, procs)
             finally:
                 terminate(procs)
             show_rate(f"drain of a due backlog, {count} consumer process(es)", measured[f"drain {count}", SIDE])
