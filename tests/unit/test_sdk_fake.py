@@ -329,6 +329,36 @@ def test_the_producer_sends_through_the_fake(server, client):
     assert client.topic_info("t")["readyQueueSize"] == 250
 
 
+def test_a_send_blocked_on_a_full_producer_fails_when_it_closes_and_those_queued_go_out(client):
+    release = threading.Event()
+    send_batch = client._send_batch
+    client._send_batch = lambda bodies, sends=None: release.wait(30) and send_batch(bodies, sends)  # slow to answer
+    producer = client.producer(linger_ms=0, max_batch=1, in_flight=1, max_queue=1)
+    sent = [producer.send("t", "out")]
+    wait_for(lambda: producer._queue.empty(), what="'out' taken for a batch")
+    sent += [producer.send("t", "next")]  # taken for the next batch, while the first is held
+    wait_for(lambda: producer._queue.empty(), what="'next' taken for a batch")
+    sent += [producer.send("t", "queued")]  # the queue's one place
+    outcome = []
+    blocked = threading.Thread(target=lambda: outcome.append(_raised(producer.send, "t", "blocked")))
+    blocked.start()
+    closing = threading.Thread(target=producer.close)
+    closing.start()
+    blocked.join(10)  # raised while the batch is still held: close did not wait for room
+    assert not blocked.is_alive() and isinstance(outcome[0], RuntimeError) and "closed" in str(outcome[0])
+    release.set()
+    closing.join(30)
+    assert [f.result(timeout=30).msg for f in sent] == ["out", "next", "queued"]
+
+
+def _raised(fn, *args):
+    try:
+        fn(*args)
+    except Exception as exc:
+        return exc
+    return None
+
+
 def test_a_worker_runs_on_the_fake_retrying_a_failing_handler_as_the_server_would(server, client):
     client.set_topic_config("jobs", retry_backoff_ms=10_000)
     handled, failed_once = [], set()
