@@ -336,7 +336,7 @@ class Worker:
             self._room_freed()
 
     def _room_freed(self) -> None:
-        """Wakes a poll waiting for room (called holding _room)."""
+        """Wakes a poll waiting for room (called holding _lock, the condition's own)."""
         self._room.notify_all()
         if self._room_changed is not None:
             self._room_changed.set()
