@@ -60,8 +60,8 @@ def fill() -> None:
     from delayqueue.messagelog.selectors import table_estimate
     from delayqueue.models import Message
 
-    if table_estimate(Message) >= MESSAGES * 0.9:
-        print(f"message log already filled ({table_estimate(Message):,} messages)")
+    if table_estimate(Message, "default") >= MESSAGES * 0.9:
+        print(f"message log already filled ({table_estimate(Message, "default"):,} messages)")
         return
     with connection.cursor() as cursor:
         cursor.execute("TRUNCATE delayqueue_message, delayqueue_messageevent")

@@ -21,6 +21,7 @@ from delayqueue.live.runners import script_runner
 from delayqueue.live.scripts import ScriptContext
 from delayqueue.messagelog.connection import SharedConnection
 from delayqueue.messagelog.group_commit import MessageLog
+from delayqueue.messagelog.routing import database_of
 from delayqueue.stores.limits import LimitCache
 from delayqueue.stores.tokens import TokenCache
 from delayqueue.stores.topic_settings import TopicConfigCache
@@ -31,6 +32,7 @@ class Runtime:
                  root: "Runtime | None" = None):
         self.config = config
         self.ns = namespace_keys(namespace or config.namespace)
+        self.log_database = database_of(self.ns.namespace)  # the Django alias of this namespace's rows
         if root is None:
             self.redis = client.connect(config.redis_url, config.redis_timeout)
             self.scripts = script_runner(self.redis, config.redis_url, config.redis_timeout)
@@ -83,14 +85,15 @@ class Runtime:
         """The message log's group-commit writer, connected on first use."""
         if self._log is None:
             self._log = MessageLog(self.ns.namespace, self.actor, self.config.log_timeout_millis,
-                                   self.config.log_retry_millis, self.config.dedupe_window_millis)
+                                   self.config.log_retry_millis, self.config.dedupe_window_millis,
+                                   database=self.log_database)
         return self._log
 
     @property
     def schedule_db(self) -> SharedConnection:
         """The connection this namespace's schedule calls take in turn (services/schedules.py)."""
         if self._schedule_db is None:
-            self._schedule_db = SharedConnection(self.config.log_timeout_millis)
+            self._schedule_db = SharedConnection(self.config.log_timeout_millis, self.log_database)
         return self._schedule_db
 
     async def notifier(self) -> ReadyNotifier:

@@ -89,6 +89,10 @@ _queue = QueueConfig.from_environment()
 # The message log. Default matches the PostgreSQL that `./dev run` starts when DATABASE_URL is unset.
 DATABASE_URL = _queue.database_url
 DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60)}
+# More databases for the log of the namespaces DELAYQUEUE_NAMESPACE_DATABASES routes to them
+# (docs/scaling.md); each has every table, and holds the rows of those namespaces only.
+DATABASES.update({alias: dj_database_url.parse(url, conn_max_age=60) for alias, url in _queue.log_database_urls.items()})
+DATABASE_ROUTERS = ["delayqueue.messagelog.routing.NamespaceRouter"]
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # The live queue: any URL form of delayqueue/live/client.py (URL_FORMS).

@@ -17,7 +17,7 @@ import redis
 from delayqueue.config.arguments import positive_int
 from delayqueue.config.redis_urls import (is_cluster_url, is_sentinel_url, sentinel_target, url_credentials, url_nodes,
                                           without_password)
-from delayqueue.config.settings import SETTINGS
+from delayqueue.config.settings import DEFAULT_DATABASE, SETTINGS, log_databases, namespace_databases
 from delayqueue.messagelog import sql
 from delayqueue.messagelog.connection import first_line
 
@@ -37,11 +37,27 @@ def parser(prog: str, description: str) -> OneLineParser:
     p = OneLineParser(prog=prog, description=description)
     p.add_argument("--master", help="Spark master URL (default: what spark-submit set, else local[*])")
     # Defaults as the service reads them: the same variables, defaults and checks.
-    p.add_argument("--database-url", default=SETTINGS["database_url"].read(),
-                   help="the message log (default: $DATABASE_URL)")
+    p.add_argument("--database-url",
+                   help="the message log (default: the database of --namespace: $DATABASE_URL, or the one "
+                        "$DELAYQUEUE_NAMESPACE_DATABASES routes it to)")
     p.add_argument("--namespace", default=SETTINGS["namespace"].read(),
                    help="delayqueue namespace (default: $DELAYQUEUE_NAMESPACE or 'default')")
     return p
+
+
+def log_database_urls() -> dict[str, str]:
+    """Every database of the message log, as the service reads them: alias -> URL, `default` first."""
+    return {DEFAULT_DATABASE: SETTINGS["database_url"].read(), **log_databases(SETTINGS["log_databases"].read())}
+
+
+def namespace_database_url(namespace: str) -> str:
+    """The URL of the database that holds `namespace`'s log (messagelog/routing.py's rule)."""
+    alias = namespace_databases(SETTINGS["namespace_databases"].read()).get(namespace, DEFAULT_DATABASE)
+    urls = log_database_urls()
+    if alias not in urls:
+        raise JobError(f"DELAYQUEUE_NAMESPACE_DATABASES routes namespace {namespace} to database {alias}, which "
+                       "DELAYQUEUE_LOG_DATABASES does not declare")
+    return urls[alias]
 
 
 def add_redis_url(p: argparse.ArgumentParser) -> None:
@@ -125,11 +141,22 @@ def default_partitions(spark, requested: int) -> int:
 
 
 def parse_args(module_name: str, argv: list[str] | None):
-    """The job module and its parsed command line."""
+    """The job module and its parsed command line. Without --database-url, `database_url` is the
+    database of --namespace, and `database_urls` every database (for a job over all namespaces)."""
     job = importlib.import_module(module_name)
-    p = parser(module_name.replace(".", "/") + ".py", job.__doc__.strip().splitlines()[0])
+    prog = module_name.replace(".", "/") + ".py"
+    p = parser(prog, job.__doc__.strip().splitlines()[0])
     job.add_arguments(p)
-    return job, p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.database_url is None:
+        try:
+            args.database_url = namespace_database_url(args.namespace)
+        except JobError as exc:
+            raise SystemExit(f"{prog}: error: {exc}") from None
+        args.database_urls = list(dict.fromkeys(log_database_urls().values()))
+    else:
+        args.database_urls = [args.database_url]
+    return job, args
 
 
 def main(module_name: str, argv: list[str] | None = None) -> int:

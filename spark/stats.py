@@ -104,7 +104,8 @@ def add_arguments(p) -> None:
     common.add_partitions(p)
     p.add_argument("--since", type=since_hour, metavar="YYYY-MM-DD[THH]",
                    help="only hours from this one on (UTC); default: every hour in the log")
-    p.add_argument("--all-namespaces", action="store_true", help="every namespace, not only --namespace")
+    p.add_argument("--all-namespaces", action="store_true",
+                   help="every namespace, not only --namespace (without --database-url: in every database of the log)")
 
 
 def since_hour(text: str) -> datetime:
@@ -116,11 +117,17 @@ def since_hour(text: str) -> datetime:
     raise argparse.ArgumentTypeError(f"not a date or date and hour (YYYY-MM-DD or YYYY-MM-DDTHH): {text!r}")
 
 
+def databases(args) -> list[str]:
+    """The databases the job reads and writes: every one of the log for all namespaces, else --namespace's."""
+    return args.database_urls if args.all_namespaces else [args.database_url]
+
+
 def preflight(args) -> None:
-    common.check_postgres(args.database_url, (tables.MESSAGE, tables.EVENT, tables.STATS))
+    for dsn in databases(args):
+        common.check_postgres(dsn, (tables.MESSAGE, tables.EVENT, tables.STATS))
 
 
-def read_inputs(spark, args) -> tuple[DataFrame, DataFrame]:
+def read_inputs(spark, args, dsn: str) -> tuple[DataFrame, DataFrame]:
     partitions = common.default_partitions(spark, args.partitions)
     where = sql.ALL if args.all_namespaces else sql.IN_NAMESPACE
     params = {"namespace": args.namespace, "since": args.since}
@@ -129,10 +136,10 @@ def read_inputs(spark, args) -> tuple[DataFrame, DataFrame]:
         event_where = sql.both(where, sql.EVENTS_SINCE)
         # The messages are only joined to these events: read those that have one.
         message_where = sql.both(where, sql.MESSAGES_WITH_EVENTS_SINCE)
-    events = pgread.read_events(spark, args.database_url,
+    events = pgread.read_events(spark, dsn,
                                 ["namespace", "topic", "msg_id", "at", "from_status", "to_status", "reason"],
                                 where=event_where, params=params, partitions=partitions)
-    messages = pgread.read_messages(spark, args.database_url,
+    messages = pgread.read_messages(spark, dsn,
                                     ["namespace", "topic", "msg_id", "produce_time", "trigger_time"],
                                     where=message_where, params=params, partitions=partitions)
     return events, messages
@@ -152,14 +159,19 @@ def write_stats(dsn: str, rows: list) -> None:
 
 
 def run(spark, args) -> int:
-    # Each input feeds several branches of the plan: read PostgreSQL once, not once per branch.
-    events, messages = (df.persist(StorageLevel.MEMORY_AND_DISK) for df in read_inputs(spark, args))
-    rows = topic_hour_stats(events, messages).collect()
-    events.unpersist()
-    messages.unpersist()
-    write_stats(args.database_url, rows)
-    print(f"stats: wrote {len(rows)} topic-hours to {tables.STATS}")
-    return len(rows)
+    """Each database's figures are computed from its rows and written back to it (a namespace's
+    log and figures are in one database)."""
+    written = 0
+    for dsn in databases(args):
+        # Each input feeds several branches of the plan: read PostgreSQL once, not once per branch.
+        events, messages = (df.persist(StorageLevel.MEMORY_AND_DISK) for df in read_inputs(spark, args, dsn))
+        rows = topic_hour_stats(events, messages).collect()
+        events.unpersist()
+        messages.unpersist()
+        write_stats(dsn, rows)
+        written += len(rows)
+    print(f"stats: wrote {written} topic-hours to {tables.STATS}")
+    return written
 
 
 if __name__ == "__main__":

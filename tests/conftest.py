@@ -259,11 +259,13 @@ def django_db_setup(django_db_setup, django_db_blocker):
     asgiref's worker threads, whose Django connections pytest-django never closes (one was found
     idle after a Spark stats test's ORM read); left open, it makes DROP DATABASE wait 5 s and fail."""
     yield
-    from django.db import connection
+    from django.db import connections
 
-    with django_db_blocker.unblock(), connection.cursor() as cursor:
-        cursor.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
-                       " WHERE datname = current_database() AND pid <> pg_backend_pid()")
+    with django_db_blocker.unblock():
+        for connection in connections.all(initialized_only=True):  # the databases the session's tests used
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                               " WHERE datname = current_database() AND pid <> pg_backend_pid()")
 
 
 @pytest.fixture

@@ -50,11 +50,11 @@ def make_runtime(url: str, **overrides) -> Runtime:
     return Runtime(load_config().with_overrides(redis_url=url, **overrides))
 
 
-def log_database_url() -> str:
+def log_database_url(alias: str = "default") -> str:
     """The database pytest-django created (test_...), for processes the tests start."""
     from django.db import connections
 
-    s = connections["default"].settings_dict
+    s = connections[alias].settings_dict
     password = f":{s['PASSWORD']}" if s.get("PASSWORD") else ""
     return f"postgres://{s['USER']}{password}@{s['HOST']}:{s['PORT']}/{s['NAME']}"
 
@@ -62,6 +62,8 @@ def log_database_url() -> str:
 def scanner_env(**extra) -> dict:
     env = dict(os.environ)
     env["DATABASE_URL"] = log_database_url()
+    env["DELAYQUEUE_LOG_DATABASES"] = ",".join(f"{alias}={log_database_url(alias)}"
+                                               for alias in load_config().log_database_urls)
     env.update({f"DELAYQUEUE_{k}": str(v) for k, v in TEST_CONFIG.items()})
     env.update({k: str(v) for k, v in extra.items()})
     return env
@@ -262,8 +264,8 @@ async def drain_log(runtime: Runtime, topics) -> int:
 
 
 # The message log as PostgreSQL holds it.
-async def query(statement: str, *params):
-    async with await psycopg.AsyncConnection.connect(log_database_url(), autocommit=True) as conn:
+async def query(statement: str, *params, database: str = "default"):
+    async with await psycopg.AsyncConnection.connect(log_database_url(database), autocommit=True) as conn:
         cursor = await conn.execute(statement, params)
         return await cursor.fetchall() if cursor.description else []
 

@@ -311,9 +311,11 @@ class Services:
         ))
         return f"redis+sentinel://:{password}@127.0.0.1:{port}/{SENTINEL_SERVICE}/0?sentinel_password={password}"
 
-    def postgres(self, port: int) -> str:
-        data = self.base / "postgres"
-        sockets = self.base / "pg-socket"
+    def postgres(self, port: int, name: str = "postgres") -> str:
+        """A PostgreSQL on 127.0.0.1:port with its data in base/name and a database `delayqueue`:
+        its URL. The first one (`postgres`) is the one tests stop and restart (postgres_control)."""
+        data = self.base / name
+        sockets = self.base / ("pg-socket" if name == "postgres" else f"{name}-socket")
         if self.owner:
             make_traversable(Path(pg_bin("postgres")))
         self._own(sockets)
@@ -341,11 +343,13 @@ class Services:
             options += ["-c", "shared_buffers=256MB", "-c", "fsync=off", "-c", "synchronous_commit=off",
                         "-c", "full_page_writes=off"]
         argv = [pg_bin("postgres"), "-D", str(data), "-p", str(port), "-k", str(sockets), *options]
-        proc = self._spawn("postgres", argv, stop_signal=signal.SIGINT, port=port)
-        self.postgres_control = {"argv": argv, "data": str(data), "port": port, "log": str(self.base / "postgres.log"),
-                                 "uid": self.owner.pw_uid if self.owner else None,
-                                 "gid": self.owner.pw_gid if self.owner else None}
-        wait_for_port(port, proc, "postgres", self.base / "postgres.log")
+        proc = self._spawn(name, argv, stop_signal=signal.SIGINT, port=port)
+        if name == "postgres":
+            self.postgres_control = {"argv": argv, "data": str(data), "port": port,
+                                     "log": str(self.base / "postgres.log"),
+                                     "uid": self.owner.pw_uid if self.owner else None,
+                                     "gid": self.owner.pw_gid if self.owner else None}
+        wait_for_port(port, proc, name, self.base / f"{name}.log")
         if initialised and trusts_connections(data):
             require_password(data, port, self.pg_password)
         create_database(port, self.pg_password)
@@ -515,10 +519,13 @@ def command_run(_args) -> int:
             env["DATABASE_URL"] = services.postgres(pg_port)
             say(f"started PostgreSQL on 127.0.0.1:{pg_port} (data in {RUN_DIR / 'postgres'}, password in "
                 f"{RUN_DIR / 'postgres.password'})")
-        migrate = subprocess.run([sys.executable, "manage.py", "migrate", "--no-input", "-v", "0"], cwd=ROOT, env=env)
-        if migrate.returncode != 0:  # it said why on stderr
-            say(f"migrate exited with code {migrate.returncode}; stopping")
-            return migrate.returncode
+        # Every database of the log gets every table (DELAYQUEUE_LOG_DATABASES: docs/scaling.md).
+        for database in ["default", *sorted(import_module("project.settings").DATABASES.keys() - {"default"})]:
+            migrate = subprocess.run([sys.executable, "manage.py", "migrate", "--database", database, "--no-input",
+                                      "-v", "0"], cwd=ROOT, env=env)
+            if migrate.returncode != 0:  # it said why on stderr
+                say(f"migrate of database {database} exited with code {migrate.returncode}; stopping")
+                return migrate.returncode
         token = local_token(env)
         web = subprocess.Popen(
             [sys.executable, "-m", "uvicorn", "project.asgi:application", "--host", host,
@@ -694,10 +701,22 @@ def plan_workers(pytest_args: list[str], own_urls: bool) -> tuple[int, list[str]
     return workers, extra
 
 
-def start_test_servers(services: Services, redis_port: int, pg_port: int, cluster: list[int]) -> dict:
-    """One worker's Redis, Redis Cluster and PostgreSQL: their URLs, and how to restart PostgreSQL."""
+# The tests' second PostgreSQL holds the log of one namespace (tests/integration/test_log_routing.py).
+TEST_LOG_ALIAS, TEST_ROUTED_NAMESPACE = "second", "routed"
+
+
+def second_log_database(services: Services, port: int) -> dict:
+    """A second PostgreSQL, and the settings that route TEST_ROUTED_NAMESPACE's log to it."""
+    return {"DELAYQUEUE_LOG_DATABASES": f"{TEST_LOG_ALIAS}={services.postgres(port, 'postgres2')}",
+            "DELAYQUEUE_NAMESPACE_DATABASES": f"{TEST_ROUTED_NAMESPACE}={TEST_LOG_ALIAS}"}
+
+
+def start_test_servers(services: Services, redis_port: int, pg_ports: tuple[int, int], cluster: list[int]) -> dict:
+    """One worker's Redis, Redis Cluster and two PostgreSQLs: their URLs and routing, and how to
+    restart the first PostgreSQL."""
     return {"REDIS_URL": services.single_redis(redis_port), "REDIS_CLUSTER_URL": services.redis_cluster(cluster),
-            "DATABASE_URL": services.postgres(pg_port), "DELAYQUEUE_TEST_POSTGRES": json.dumps(services.postgres_control)}
+            "DATABASE_URL": services.postgres(pg_ports[0]), **second_log_database(services, pg_ports[1]),
+            "DELAYQUEUE_TEST_POSTGRES": json.dumps(services.postgres_control)}
 
 
 def command_test(args) -> int:
@@ -731,10 +750,11 @@ def command_test(args) -> int:
             servers = {"gw0": own_test_servers(sets["gw0"], env)}
         else:
             # Ports picked here, all at once, so that no two sets (starting side by side) take the same.
-            singles = free_ports(2 * workers)
+            singles = free_ports(3 * workers)
             cluster = cluster_ports(3 * workers)
             with ThreadPoolExecutor(workers) as pool:
-                servers = dict(zip(sets, pool.map(start_test_servers, sets.values(), singles[::2], singles[1::2],
+                servers = dict(zip(sets, pool.map(start_test_servers, sets.values(), singles[::3],
+                                                  zip(singles[1::3], singles[2::3]),
                                                   [cluster[i:i + 3] for i in range(0, 3 * workers, 3)])))
         for worker, urls in servers.items():
             urls["DELAYQUEUE_TEST_TIMELINE"] = str(sets[worker].base / TEST_TIMELINE)
@@ -810,6 +830,8 @@ def own_test_servers(services: Services, env: dict) -> dict:
     if not env.get("DATABASE_URL"):
         servers["DATABASE_URL"] = services.postgres(free_port())
         servers["DELAYQUEUE_TEST_POSTGRES"] = json.dumps(services.postgres_control)
+    if not env.get("DELAYQUEUE_LOG_DATABASES"):
+        servers.update(second_log_database(services, free_port()))
     return {**{name: env[name] for name in TEST_URLS if env.get(name)}, **servers}
 
 

@@ -3,8 +3,10 @@ bounds and meaning. project/settings.py and the Spark jobs (which run without Dj
 read the environment through these declarations; the service reads the result through
 load_config(). A bad value stops the process at start with one line naming the variable."""
 import os
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
+from functools import cached_property
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -30,6 +32,64 @@ def checked_postgres_url(url: str) -> str:
     if engine != "django.db.backends.postgresql":
         raise ValueError("must be a postgres://user:password@host:port/database URL (the message log is PostgreSQL)")
     return url
+
+
+# A log database's name in Django's DATABASES (DEFAULT_DATABASE is DATABASE_URL's).
+DEFAULT_DATABASE = "default"
+DATABASE_ALIAS_PATTERN = r"[a-z][a-z0-9_]{0,39}"
+
+
+def _pairs(value: str, example: str, what: str) -> dict[str, str]:
+    """`name=value` items, comma-separated (blanks ignored), by name; ValueError naming a malformed
+    item or a name given twice."""
+    pairs: dict[str, str] = {}
+    for item in value.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        name, sep, rest = item.partition("=")
+        if not sep or not name.strip() or not rest.strip():
+            raise ValueError(f"must be comma-separated {example} pairs; one item has no name=value form")
+        if name.strip() in pairs:
+            raise ValueError(f"names {what} {name.strip()} twice")
+        pairs[name.strip()] = rest.strip()
+    return pairs
+
+
+def checked_alias(alias: str) -> str:
+    if not re.fullmatch(DATABASE_ALIAS_PATTERN, alias) or alias == DEFAULT_DATABASE:
+        raise ValueError(f"names a database {alias!r}: an alias is 1-40 of a-z 0-9 _, starting with a letter, "
+                         "and not 'default' (DATABASE_URL's)")
+    return alias
+
+
+def log_databases(value: str) -> dict[str, str]:
+    """DELAYQUEUE_LOG_DATABASES as alias -> URL; ValueError saying what is wrong (never the URL)."""
+    databases = _pairs(value, "alias=postgres://...", "database")
+    for alias, url in databases.items():
+        checked_alias(alias)
+        try:
+            checked_postgres_url(url)
+        except ValueError as exc:
+            raise ValueError(f"database {alias}'s URL {exc}") from None
+    return databases
+
+
+def namespace_databases(value: str) -> dict[str, str]:
+    """DELAYQUEUE_NAMESPACE_DATABASES as namespace -> alias; ValueError saying what is wrong."""
+    routes = _pairs(value, "namespace=alias", "namespace")
+    for namespace, alias in routes.items():
+        checked_namespace(namespace)
+        if alias != DEFAULT_DATABASE:
+            checked_alias(alias)
+    return routes
+
+
+def _checked(parse: Callable[[str], Any]) -> Callable[[str], str]:
+    def check(value: str) -> str:
+        parse(value)
+        return value
+    return check
 
 
 ORIGIN_DEFAULT_PORTS = {"http": 80, "https": 443}
@@ -128,6 +188,14 @@ class QueueConfig:
     database_url: str = setting(
         "DATABASE_URL", "postgres://postgres@127.0.0.1:15432/delayqueue",
         "the PostgreSQL message log", check=checked_postgres_url)
+    log_databases: str = setting(
+        "DELAYQUEUE_LOG_DATABASES", "", "more PostgreSQL databases for the message log, as comma-separated "
+        "alias=postgres://... pairs; DELAYQUEUE_NAMESPACE_DATABASES says whose log each holds",
+        check=_checked(log_databases), secret=True)
+    namespace_databases: str = setting(
+        "DELAYQUEUE_NAMESPACE_DATABASES", "", "which database holds a namespace's log and settings, as "
+        "comma-separated namespace=alias pairs (aliases of DELAYQUEUE_LOG_DATABASES); unlisted namespaces: "
+        "DATABASE_URL's", check=_checked(namespace_databases))
     namespace: str = setting("DELAYQUEUE_NAMESPACE", "default",
                              "separates deployments sharing one Redis; the namespace of `open` mode and of the "
                              "health endpoints", check=checked_namespace)
@@ -269,6 +337,23 @@ class QueueConfig:
         "PostgreSQL is found unreachable (restarting, connection refused or lost); then they fail; 0: not "
         "retried", minimum=0)
 
+    def __post_init__(self):
+        missing = sorted({alias for alias in self.log_routes.values() if alias != DEFAULT_DATABASE}
+                         - set(self.log_database_urls))
+        if missing:
+            raise ValueError(f"environment variable DELAYQUEUE_NAMESPACE_DATABASES names database {missing[0]}, "
+                             "which DELAYQUEUE_LOG_DATABASES does not declare")
+
+    @cached_property
+    def log_database_urls(self) -> dict[str, str]:
+        """The message log's databases besides DATABASE_URL's: alias -> URL."""
+        return log_databases(self.log_databases)
+
+    @cached_property
+    def log_routes(self) -> dict[str, str]:
+        """The namespaces whose log is not in DATABASE_URL's database: namespace -> alias."""
+        return namespace_databases(self.namespace_databases)
+
     @property
     def redis_timeout(self) -> float:
         return self.redis_timeout_millis / 1000
@@ -286,7 +371,11 @@ class QueueConfig:
 
     @classmethod
     def from_environment(cls) -> "QueueConfig":
-        return cls(**{name: s.read() for name, s in SETTINGS.items()})
+        values = {name: s.read() for name, s in SETTINGS.items()}
+        try:
+            return cls(**values)
+        except ValueError as exc:
+            raise SystemExit(str(exc)) from None
 
     def queue_settings(self) -> dict:
         """settings.DELAYQUEUE: the DELAYQUEUE_* settings, keyed without the prefix."""

@@ -14,10 +14,11 @@ from delayqueue.core.exceptions import LogUnavailable, LogUnreachable, connectio
 LIBPQ_KEYWORDS = frozenset(d.keyword.decode() for d in pq.Conninfo.get_defaults())
 
 
-def conninfo(timeout_millis: int) -> str:
-    """Connection string of Django's default database (the test database under pytest), with
-    `timeout_millis` as the server's statement timeout (a lock must end in an error)."""
-    s = connections["default"].settings_dict
+def conninfo(timeout_millis: int, database: str) -> str:
+    """Connection string of Django's database `database` (an alias: routing.database_of; the test
+    database under pytest), with `timeout_millis` as the server's statement timeout (a lock must
+    end in an error)."""
+    s = connections[database].settings_dict
     params = {k: v for k, v in (s.get("OPTIONS") or {}).items() if k in LIBPQ_KEYWORDS}
     params.update(dbname=s["NAME"], user=s.get("USER") or None, password=s.get("PASSWORD") or None,
                   host=s.get("HOST") or None, port=s.get("PORT") or None)
@@ -25,9 +26,9 @@ def conninfo(timeout_millis: int) -> str:
                          options=f"-c statement_timeout={timeout_millis}", application_name="delayqueue")
 
 
-async def connect(timeout_millis: int) -> psycopg.AsyncConnection:
+async def connect(timeout_millis: int, database: str) -> psycopg.AsyncConnection:
     try:
-        return await psycopg.AsyncConnection.connect(conninfo(timeout_millis), autocommit=True)
+        return await psycopg.AsyncConnection.connect(conninfo(timeout_millis, database), autocommit=True)
     except psycopg.Error as exc:
         raise log_unavailable(exc) from None
 
@@ -75,8 +76,9 @@ class LogConnection:
     does a block that takes longer than `timeout_millis`. A send waits on the log, and the
     server's statement timeout cannot end a wait on a server that is hung or unreachable."""
 
-    def __init__(self, timeout_millis: int):
+    def __init__(self, timeout_millis: int, database: str):
         self._timeout_millis = timeout_millis
+        self._database = database
         self._conn: psycopg.AsyncConnection | None = None
 
     @contextlib.asynccontextmanager
@@ -84,7 +86,7 @@ class LogConnection:
         try:
             async with asyncio.timeout(self._timeout_millis / 1000):
                 if self._conn is None or self._conn.closed:
-                    self._conn = await connect(self._timeout_millis)
+                    self._conn = await connect(self._timeout_millis, self._database)
                 yield self._conn
         except psycopg.Error as exc:
             await self.close()
@@ -106,8 +108,8 @@ class SharedConnection(LogConnection):
     """A LogConnection that concurrent callers take in turn, one block (a transaction) at a time:
     for infrequent work (a schedule's change) that should not open a connection per call."""
 
-    def __init__(self, timeout_millis: int):
-        super().__init__(timeout_millis)
+    def __init__(self, timeout_millis: int, database: str):
+        super().__init__(timeout_millis, database)
         self._turn = asyncio.Lock()
 
     @contextlib.asynccontextmanager
@@ -117,9 +119,9 @@ class SharedConnection(LogConnection):
 
 
 @contextlib.asynccontextmanager
-async def one_use(timeout_millis: int):
+async def one_use(timeout_millis: int, database: str):
     """A LogConnection's connection for one piece of work (a page, a call), closed after it."""
-    db = LogConnection(timeout_millis)
+    db = LogConnection(timeout_millis, database)
     try:
         async with db.use() as conn:
             yield conn

@@ -72,12 +72,12 @@ class MessageLog:
     UPSERTS_AFTER_CONFLICT = 100
 
     def __init__(self, namespace: str, actor: str, timeout_millis: int, retry_millis: int,
-                 dedupe_window_millis: int):
+                 dedupe_window_millis: int, database: str):
         self._namespace = namespace
         self._dedupe_window_millis = dedupe_window_millis
         process, _, host = actor.rpartition("@")
         self._actor = {"process": process, "host": host}  # who the 'sent' history rows name
-        self._db = LogConnection(timeout_millis)
+        self._db = LogConnection(timeout_millis, database)
         self._retry_seconds = retry_millis / 1000
         self._pending: list[_Request] = []
         self._flusher: asyncio.Task | None = None

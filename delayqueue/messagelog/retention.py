@@ -7,30 +7,32 @@ writable while it runs and an interrupted run loses nothing but time.
 """
 from datetime import datetime, timedelta, timezone
 
-from django.db import connection, transaction
+from django.db import connections, transaction
 
 from delayqueue.config.settings import load_config
 from delayqueue.messagelog import sql
+from delayqueue.messagelog.routing import log_databases
 
 
 def prune_log(older_than: timedelta, batch: int = 5000, on_batch=None,
               dead_older_than: timedelta | None = None) -> tuple[int, int]:
     """Deletes ended messages last changed before now - older_than, dead letters last changed
     before now - dead_older_than (default DELAYQUEUE_DEAD_LETTER_RETENTION_DAYS), and their
-    history. Returns (messages, history rows) deleted."""
+    history, in every database of the log. Returns (messages, history rows) deleted."""
     if dead_older_than is None:
         dead_older_than = timedelta(days=load_config().dead_letter_retention_days)
     now = datetime.now(timezone.utc)
     totals = [0, 0]
-    for dead_letters, cutoff in ((False, now - older_than), (True, now - dead_older_than)):
-        _prune(cutoff, dead_letters, batch, totals, on_batch)
+    for database in log_databases():
+        for dead_letters, cutoff in ((False, now - older_than), (True, now - dead_older_than)):
+            _prune(database, cutoff, dead_letters, batch, totals, on_batch)
     return totals[0], totals[1]
 
 
-def _prune(cutoff: datetime, dead_letters: bool, batch: int, totals: list[int], on_batch) -> None:
+def _prune(database: str, cutoff: datetime, dead_letters: bool, batch: int, totals: list[int], on_batch) -> None:
     since = datetime.min.replace(tzinfo=timezone.utc)
     while True:
-        with transaction.atomic(), connection.cursor() as cursor:
+        with transaction.atomic(using=database), connections[database].cursor() as cursor:
             cursor.execute(sql.DELETE_ENDED_MESSAGES, {"before": cutoff, "since": since,
                                                        "dead_letters": dead_letters, "batch": batch})
             keys = cursor.fetchall()

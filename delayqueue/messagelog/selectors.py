@@ -8,6 +8,7 @@ from django.db import connections
 
 from delayqueue.core.constants import Status
 from delayqueue.messagelog import sql
+from delayqueue.messagelog.routing import database_of
 from delayqueue.models import Message, MessageEvent, ScheduleGap, TopicHourStats
 
 # Filtered lists are counted exactly up to this many rows; beyond it the planner's estimate
@@ -16,8 +17,9 @@ EXACT_COUNT_LIMIT = 1000
 
 
 def message_history(message: Message):
-    """Every logged status change of one message, oldest first (uses the event_once index)."""
-    return MessageEvent.objects.filter(
+    """Every logged status change of one message, oldest first (uses the event_once index), from
+    the database the message was read from."""
+    return MessageEvent.objects.using(message._state.db or database_of(message.namespace)).filter(
         namespace=message.namespace, topic=message.topic, msg_id=message.msg_id
     ).order_by("at", "id")
 
@@ -26,7 +28,7 @@ def recent_topic_hours(namespace: str, topic: str | None = None, hours: int = 24
     """The Spark stats job's rows of the `hours` hours up to the newest hour it computed (for any
     topic in scope), newest first; empty when the job has not run. A topic with no rows in that
     window is not shown."""
-    rows = TopicHourStats.objects.filter(namespace=namespace).order_by("-hour", "topic")
+    rows = TopicHourStats.objects.using(database_of(namespace)).filter(namespace=namespace).order_by("-hour", "topic")
     if topic is not None:
         rows = rows.filter(topic=topic)
     latest = rows.values_list("hour", flat=True).first()
@@ -35,9 +37,9 @@ def recent_topic_hours(namespace: str, topic: str | None = None, hours: int = 24
     return list(rows.filter(hour__gt=latest - timedelta(hours=hours)))
 
 
-def table_estimate(model) -> int:
+def table_estimate(model, database: str) -> int:
     """The row count PostgreSQL keeps in pg_class (updated by ANALYZE / autovacuum)."""
-    with connections["default"].cursor() as cursor:
+    with connections[database].cursor() as cursor:
         cursor.execute(sql.TABLE_ESTIMATE, [model._meta.db_table])
         row = cursor.fetchone()
     return max(row[0], 0) if row else 0
@@ -57,7 +59,7 @@ def planner_estimate(queryset) -> int:
 def estimated_count(queryset) -> int:
     """Exact for small results, estimated for large ones; never a full-table COUNT(*)."""
     if not queryset.query.where:
-        estimate = table_estimate(queryset.model)
+        estimate = table_estimate(queryset.model, queryset.db)
         if estimate > EXACT_COUNT_LIMIT:
             return estimate
     exact = queryset.order_by().values("pk")[:EXACT_COUNT_LIMIT + 1].count()
@@ -85,12 +87,12 @@ def tick_messages(namespace: str, topic: str, msg_ids: list[str]) -> dict[str, L
     first became ready: one statement, probing by msgId."""
     if not msg_ids:
         return {}
-    with connections["default"].cursor() as cursor:
+    with connections[database_of(namespace)].cursor() as cursor:
         cursor.execute(sql.SCHEDULE_TICK_MESSAGES, {"namespace": namespace, "topic": topic, "msg_ids": list(msg_ids),
                                                     "ready": int(Status.READY)})
         return {row[1]: LoggedTick(*row) for row in cursor.fetchall()}
 
 
-def schedule_gaps(schedule_pk: int, limit: int) -> list[ScheduleGap]:
+def schedule_gaps(*, namespace: str, schedule_pk: int, limit: int) -> list[ScheduleGap]:
     """A schedule's latest catch-ups of missed ticks, newest first (on schedule_gap_recent)."""
-    return list(ScheduleGap.objects.filter(schedule_id=schedule_pk).order_by("-at")[:limit])
+    return list(ScheduleGap.objects.using(database_of(namespace)).filter(schedule_id=schedule_pk).order_by("-at")[:limit])

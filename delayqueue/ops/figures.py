@@ -10,6 +10,7 @@ from delayqueue.live.keys import Meta, topic_keys
 from delayqueue.live.push_counts import TopicPushFigures, bucket_quantile, topic_figures
 from delayqueue.messagelog import sql
 from delayqueue.messagelog.connection import one_use
+from delayqueue.messagelog.routing import database_of
 from delayqueue.messagelog.dead_letters import Task, left_to_move
 from delayqueue.runtime import Runtime
 from delayqueue.services.topics import TopicInfo, redis_millis, topic_infos
@@ -199,14 +200,19 @@ async def log_figures(rt: Runtime, *, namespaces: list[str], topic: str | None =
     of the namespaces given (of one topic when given): two statements on one connection, and one
     more per unfinished task.
     Raises LogUnavailable."""
-    scope = {"namespaces": namespaces, "topic": topic}
-    async with one_use(rt.config.log_timeout_millis) as conn:
-        found = await conn.execute(sql.DEAD_COUNTS, scope)
-        dead = {(namespace, name): count for namespace, name, count in await found.fetchall()}
-        found = await conn.execute(sql.RUNNING_REDRIVES, scope)
-        redrives = []
-        for namespace, *row in await found.fetchall():
-            task = Task(*row)
-            redrives.append(RunningRedrive(task.id, namespace, task.topic, task.max_per_second, task.moved,
-                                           await left_to_move(conn, namespace=namespace, task=task)))
+    dead: dict[tuple[str, str], int] = {}
+    redrives = []
+    by_database: dict[str, list[str]] = {}
+    for namespace in namespaces:
+        by_database.setdefault(database_of(namespace), []).append(namespace)
+    for database, in_database in by_database.items():
+        scope = {"namespaces": in_database, "topic": topic}
+        async with one_use(rt.config.log_timeout_millis, database) as conn:
+            found = await conn.execute(sql.DEAD_COUNTS, scope)
+            dead.update({(namespace, name): count for namespace, name, count in await found.fetchall()})
+            found = await conn.execute(sql.RUNNING_REDRIVES, scope)
+            for namespace, *row in await found.fetchall():
+                task = Task(*row)
+                redrives.append(RunningRedrive(task.id, namespace, task.topic, task.max_per_second, task.moved,
+                                               await left_to_move(conn, namespace=namespace, task=task)))
     return dead, redrives

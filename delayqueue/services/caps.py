@@ -141,7 +141,7 @@ async def restore_turn(rt: Runtime):
     block ends, or when its process or connection dies) for the block; Throttled (429) while
     another restore of the namespace holds it, whichever process runs it (the API, the admin,
     `manage.py restore`). Raises LogUnavailable."""
-    async with await connect(rt.config.log_timeout_millis) as conn:
+    async with await connect(rt.config.log_timeout_millis, rt.log_database) as conn:
         got = (await (await conn.execute(sql.RESTORE_LOCK, [rt.ns.namespace])).fetchone())[0]
         if not got:
             raise Throttled(f"a restore of namespace {rt.ns.namespace} is running: one restore per namespace at a "

@@ -41,7 +41,7 @@ async def dead_letters(rt: Runtime, *, topic: str, limit: int, cursor: str | Non
     """One page of the topic's dead letters, oldest death first; and the cursor of the next page
     (None after the last)."""
     after, after_id = parse_cursor(cursor)
-    async with one_use(rt.config.log_timeout_millis) as conn:
+    async with one_use(rt.config.log_timeout_millis, rt.log_database) as conn:
         found = await conn.execute(sql.DEAD_PAGE, {**_scope(rt, topic, msg_ids), "after": after, "after_id": after_id,
                                                    "limit": limit + 1})
         rows = await found.fetchall()
@@ -54,7 +54,7 @@ async def purge_dead_letters(rt: Runtime, *, topic: str, msg_ids: list[str] | No
     """Removes the topic's dead letters (only those in msg_ids when given) and their history, in
     batches of one transaction each; answers how many messages went."""
     removed = 0
-    async with one_use(rt.config.log_timeout_millis) as conn:
+    async with one_use(rt.config.log_timeout_millis, rt.log_database) as conn:
         while True:
             found = await conn.execute(sql.PURGE_DEAD, {**_scope(rt, topic, msg_ids), "batch": batch})
             count = (await found.fetchone())[0]
@@ -70,7 +70,7 @@ async def create_redrive(rt: Runtime, *, topic: str, msg_ids: list[str] | None, 
     if max_per_second > rt.config.max_redrive_rate:
         raise CapReached(f"maxPerSecond {max_per_second} is over the redrive rate cap",
                          setting="DELAYQUEUE_MAX_REDRIVE_RATE", cap=rt.config.max_redrive_rate)
-    async with one_use(rt.config.log_timeout_millis) as conn:
+    async with one_use(rt.config.log_timeout_millis, rt.log_database) as conn:
         found = await conn.execute(sql.CREATE_REDRIVE, {
             **_scope(rt, topic, msg_ids), "msg_ids_json": None if msg_ids is None else Jsonb(msg_ids),
             "rate": max_per_second})
@@ -80,7 +80,7 @@ async def create_redrive(rt: Runtime, *, topic: str, msg_ids: list[str] | None, 
 
 async def redrive_state(rt: Runtime, *, task_id: int) -> RedriveProgress | None:
     """How far a redrive task of this namespace has got; None if there is none."""
-    async with one_use(rt.config.log_timeout_millis) as conn:
+    async with one_use(rt.config.log_timeout_millis, rt.log_database) as conn:
         found = await conn.execute(sql.REDRIVE_STATE, {"id": task_id, "namespace": rt.ns.namespace})
         row = await found.fetchone()
         if row is None:

@@ -138,7 +138,7 @@ async def _restore(rt: Runtime, topic: str | None, msg_id: str | None, include_e
                    progress: Callable[[RestoreCounts, int], None] | None) -> RestoreCounts:
     scope, candidates, params = sql.restore_scope(rt.ns.namespace, topic, msg_id, include_expired)
     counts = RestoreCounts()
-    async with await connect(rt.config.log_timeout_millis) as conn:
+    async with await connect(rt.config.log_timeout_millis, rt.log_database) as conn:
         cold = rt.config.cold_tier
         if cold:
             params["cold_after"] = json.dumps(await _loader_positions(rt, conn, topic, dry_run))

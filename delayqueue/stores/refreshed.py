@@ -13,6 +13,7 @@ from delayqueue.core.exceptions import LogUnavailable
 from delayqueue.live.keys import NamespaceKeys
 from delayqueue.messagelog import sql
 from delayqueue.messagelog.connection import LogConnection
+from delayqueue.messagelog.routing import database_of
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +37,7 @@ class RefreshedTable:
 
     def __init__(self, ns: NamespaceKeys):
         self._ns = ns
-        self._db = LogConnection(READ_TIMEOUT_MILLIS)
+        self._db = LogConnection(READ_TIMEOUT_MILLIS, database_of(ns.namespace))
         self.current: dict | None = None  # the table in force, None until the first read
         self._first_read: asyncio.Future | None = None
         self._refresher: asyncio.Task | None = None

@@ -8,7 +8,7 @@ import secrets
 from dataclasses import dataclass
 from datetime import datetime
 
-from django.db import DatabaseError, IntegrityError, connection, connections, transaction
+from django.db import DatabaseError, IntegrityError, connections, transaction
 from django.db.models import Sum
 from django.utils import timezone
 
@@ -18,6 +18,7 @@ from delayqueue.core.constants import TOKEN_PREFIX, Scope
 from delayqueue.core.exceptions import BadRequest, CapReached, NotFound, Refused
 from delayqueue.core.names import checked_namespace
 from delayqueue.messagelog import sql
+from delayqueue.messagelog.routing import database_of
 from delayqueue.models import ApiToken, Limit, TopicConfig
 from delayqueue.stores.limits import NAMESPACE
 from delayqueue.stores.tokens import ordered_namespaces, token_hash
@@ -123,8 +124,9 @@ def set_limits(*, namespace: str, topic: str = NAMESPACE, produce_rate: int | No
     tenant's change (setTopicConfig) to a row the operator set is Refused 403, so no tenant lifts
     a limit the operator put on it. Once the operator removes them all, the tenant may set its own."""
     changes = {"produce_rate": produce_rate, "consume_rate": consume_rate, "max_live": max_live}
-    with transaction.atomic():
-        limit = (Limit.objects.select_for_update().filter(namespace=namespace, topic=topic).first()
+    database = database_of(namespace)
+    with transaction.atomic(using=database):
+        limit = (Limit.objects.using(database).select_for_update().filter(namespace=namespace, topic=topic).first()
                  or Limit(namespace=namespace, topic=topic, set_by_operator=by_operator))
         changing = [name for name, value in changes.items()
                     if value is not None and (value or None) != getattr(limit, name)]
@@ -145,7 +147,7 @@ def set_limits(*, namespace: str, topic: str = NAMESPACE, produce_rate: int | No
 
 def limits_of(*, namespace: str) -> list[Limit]:
     """The namespace's limits: its own first, then its topics' by name."""
-    return list(Limit.objects.filter(namespace=namespace).order_by("topic"))
+    return list(Limit.objects.using(database_of(namespace)).filter(namespace=namespace).order_by("topic"))
 
 
 # --- Topic settings (topic_settings.py), with their limits, in one transaction.
@@ -179,15 +181,16 @@ def save_topic_config(*, namespace: str, topic: str, changes: dict, limits: dict
     CapReached for a new row, or more push concurrency, beyond `caps` (a change that adds neither
     passes, so a lowered cap never blocks a pause). The worker thread's connection is closed
     after, so a PostgreSQL restart leaves no broken one."""
+    database = database_of(namespace)
     try:
-        with transaction.atomic():
+        with transaction.atomic(using=database):
             if caps.rows or caps.push_concurrency:
-                with connection.cursor() as cursor:
+                with connections[database].cursor() as cursor:
                     cursor.execute(sql.TOPIC_CONFIG_LOCK, [namespace])
-            config = (TopicConfig.objects.select_for_update().filter(namespace=namespace, topic=topic).first()
+            config = (TopicConfig.objects.using(database).select_for_update().filter(namespace=namespace, topic=topic).first()
                       or TopicConfig(namespace=namespace, topic=topic))
             if config.pk is None and caps.rows:
-                rows = TopicConfig.objects.filter(namespace=namespace).count()
+                rows = TopicConfig.objects.using(database).filter(namespace=namespace).count()
                 if rows >= caps.rows:
                     raise CapReached(f"too many topic settings: namespace {namespace} has {rows} topics with their "
                                      "own settings", setting="DELAYQUEUE_MAX_TOPIC_CONFIGS", cap=caps.rows)
@@ -207,7 +210,7 @@ def save_topic_config(*, namespace: str, topic: str, changes: dict, limits: dict
                     config.push_previous_until = now_millis() + secret_grace_millis
                 config.push_secret = secret = new_push_secret()
             if caps.push_concurrency and _push_share(config) > pushes_before:
-                others = (TopicConfig.objects.filter(namespace=namespace).exclude(push_url="").exclude(topic=topic)
+                others = (TopicConfig.objects.using(database).filter(namespace=namespace).exclude(push_url="").exclude(topic=topic)
                           .aggregate(total=Sum("push_concurrency"))["total"] or 0)
                 if others + _push_share(config) > caps.push_concurrency:
                     raise CapReached(f"too many pushes at once: namespace {namespace}'s other push topics have "
@@ -218,7 +221,7 @@ def save_topic_config(*, namespace: str, topic: str, changes: dict, limits: dict
                 set_limits(namespace=namespace, topic=topic, by_operator=by_operator, **limits)
         return secret
     finally:
-        connection.close()
+        connections[database].close()
 
 
 def _push_share(config: TopicConfig) -> int:

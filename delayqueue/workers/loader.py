@@ -63,7 +63,7 @@ class Loader:
         self.rt = rt
         self.topics = topics
         self.loaded = 0
-        self._db = LogConnection(rt.config.log_timeout_millis)
+        self._db = LogConnection(rt.config.log_timeout_millis, rt.log_database)
         self._raised_at: dict[str, int] = {}  # topic -> the hot_until this loader last raised it to
 
     @property

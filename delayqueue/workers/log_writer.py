@@ -50,7 +50,7 @@ class LogWriter:
         self.rt = rt
         self.topics = topics
         self.written = 0
-        self._db = LogConnection(rt.config.log_timeout_millis)
+        self._db = LogConnection(rt.config.log_timeout_millis, rt.log_database)
         # Per topic, the last entry read: the next read starts after it, so a batch can be read
         # while the previous one is still being committed. Forgotten after a failure, so what
         # was not committed is read again.

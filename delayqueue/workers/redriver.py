@@ -47,7 +47,7 @@ class Redriver:
         self.rt = rt
         self.owner = owner
         self.lease_millis = rt.config.scanner_lock_ttl_millis
-        self._db = LogConnection(rt.config.log_timeout_millis)
+        self._db = LogConnection(rt.config.log_timeout_millis, rt.log_database)
         process, _, host = rt.actor.rpartition("@")
         self._actor = {"process": process, "host": host}
 

@@ -50,7 +50,7 @@ class Scheduler:
     def __init__(self, rt, owner: str):
         self.rt = rt
         self.owner = owner
-        self._db = LogConnection(rt.config.log_timeout_millis)
+        self._db = LogConnection(rt.config.log_timeout_millis, rt.log_database)
         self._refusals = Outage(log, f"schedule planner {owner}: ticks refused")
 
     async def run(self, stopping: asyncio.Event) -> None:

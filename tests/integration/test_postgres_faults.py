@@ -201,8 +201,8 @@ class LogProxy:
         self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
         port = self._server.sockets[0].getsockname()[1]
         direct = connection.conninfo
-        monkeypatch.setattr(connection, "conninfo", lambda timeout: make_conninfo(direct(timeout), host="127.0.0.1",
-                                                                                  port=port))
+        monkeypatch.setattr(connection, "conninfo", lambda timeout, database: make_conninfo(
+            direct(timeout, database), host="127.0.0.1", port=port))
 
     async def _serve(self, client_reader, client_writer):
         server_reader, server_writer = await asyncio.open_connection(self.host, self.port)

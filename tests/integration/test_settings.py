@@ -157,20 +157,31 @@ def test_every_declared_bound_is_enforced(declared, monkeypatch):
 def test_the_spark_jobs_take_their_defaults_from_the_declarations(monkeypatch):
     from spark import common
 
-    for declared in (SETTINGS["database_url"], SETTINGS["redis_url"], SETTINGS["namespace"]):
+    for declared in (SETTINGS["database_url"], SETTINGS["redis_url"], SETTINGS["namespace"],
+                     SETTINGS["log_databases"], SETTINGS["namespace_databases"]):
         monkeypatch.delenv(declared.env, raising=False)
-    p = common.parser("job", "a job")
-    common.add_redis_url(p)
-    args = p.parse_args([])
-    assert (args.database_url, args.redis_url, args.namespace) == (
-        SETTINGS["database_url"].default, SETTINGS["redis_url"].default, SETTINGS["namespace"].default)
+    _job, args = common.parse_args("spark.restore", [])
+    assert (args.database_url, args.database_urls, args.redis_url, args.namespace) == (
+        SETTINGS["database_url"].default, [SETTINGS["database_url"].default], SETTINGS["redis_url"].default,
+        SETTINGS["namespace"].default)
     monkeypatch.setenv("DELAYQUEUE_NAMESPACE", "other")
     monkeypatch.setenv("DATABASE_URL", "mysql://dq:secret@db/dq")
     with pytest.raises(SystemExit) as refused:
-        common.parser("job", "a job")
+        common.parse_args("spark.restore", [])
     assert str(refused.value).startswith("environment variable DATABASE_URL must be a postgres://")
     monkeypatch.delenv("DATABASE_URL")
-    assert common.parser("job", "a job").parse_args([]).namespace == "other"
+    assert common.parse_args("spark.restore", [])[1].namespace == "other"
+    # A namespace routed to a database of its own reads that one; the job over all namespaces, every one.
+    monkeypatch.setenv("DELAYQUEUE_LOG_DATABASES", "tenants=postgres://dq:secret@tenants-db/dq")
+    monkeypatch.setenv("DELAYQUEUE_NAMESPACE_DATABASES", "other=tenants")
+    args = common.parse_args("spark.stats", [])[1]
+    assert args.database_url == "postgres://dq:secret@tenants-db/dq"
+    assert args.database_urls == [SETTINGS["database_url"].default, "postgres://dq:secret@tenants-db/dq"]
+    monkeypatch.setenv("DELAYQUEUE_NAMESPACE_DATABASES", "other=elsewhere")
+    with pytest.raises(SystemExit) as refused:
+        common.parse_args("spark.stats", [])
+    assert str(refused.value) == ("spark/stats.py: error: DELAYQUEUE_NAMESPACE_DATABASES routes namespace other to "
+                                  "database elsewhere, which DELAYQUEUE_LOG_DATABASES does not declare")
 
 
 def test_the_config_is_read_once_and_again_when_the_settings_change(settings):

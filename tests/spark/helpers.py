@@ -123,9 +123,9 @@ class LogBuilder:
         self.events.append(event)
         return event
 
-    def save(self) -> "LogBuilder":
-        Message.objects.bulk_create(self.messages, batch_size=2000)
-        MessageEvent.objects.bulk_create(self.events, batch_size=2000)
+    def save(self, database: str = "default") -> "LogBuilder":
+        Message.objects.using(database).bulk_create(self.messages, batch_size=2000)
+        MessageEvent.objects.using(database).bulk_create(self.events, batch_size=2000)
         return self
 
 

@@ -13,7 +13,7 @@ from delayqueue.services.send import SendRequest, send_message, send_messages
 from spark import stats
 from tests.helpers import drain_log, log_database_url
 
-from .helpers import H0, HOUR, dt, job_args, stats_log
+from .helpers import H0, HOUR, LogBuilder, dt, job_args, stats_log
 
 # The jobs read and write the log over their own connections: real commits, emptied after each test.
 pytestmark = pytest.mark.usefixtures("clean_state")
@@ -59,7 +59,7 @@ def test_stats_since_an_hour_reads_and_writes_only_later_hours_and_leaves_the_ot
     kept = [TopicHourStats.objects.create(namespace="default", topic=topic, hour=dt(hour), computed_at=dt(H0), **untouched)
             for topic, hour in (("orders", H0), ("archived", H0 - 24 * HOUR))]
     args = job_args("spark.stats", "--database-url", log_database_url(), "--since", "2026-11-20T11")
-    events, messages = stats.read_inputs(spark, args)
+    events, messages = stats.read_inputs(spark, args, args.database_url)
     assert sorted(r.msg_id for r in messages.collect()) == ["m1", "m2", "m3"]
     assert sorted(r.msg_id for r in events.collect()) == ["m1", "m2", "m3"]
 
@@ -75,6 +75,32 @@ def test_stats_of_every_namespace(spark):
     other = TopicHourStats.objects.get(namespace="other")
     assert (other.topic, other.hour, other.sent, other.delivered) == ("orders", dt(H0), 1, 0)
     assert TopicHourStats.objects.filter(namespace="default").count() == 3
+
+
+@pytest.mark.django_db(databases=["default", "second"], transaction=True)
+def test_stats_of_every_namespace_reads_and_writes_every_database_of_the_log(spark, monkeypatch):
+    """Without --database-url the job finds the log's databases as the service does: a namespace
+    routed to the second PostgreSQL (tests/integration/test_log_routing.py) is counted from it, and
+    its figures are written there."""
+    stats_log()
+    routed = LogBuilder("routed")
+    for i in range(3):
+        routed.message("orders", f"r{i}", H0 + i, status=Status.ACKED)
+        routed.event("orders", f"r{i}", H0 + i, 0, 1, "sent")
+    routed.save("second")
+    monkeypatch.setenv("DATABASE_URL", log_database_url())
+    monkeypatch.setenv("DELAYQUEUE_LOG_DATABASES", f"second={log_database_url('second')}")
+    monkeypatch.setenv("DELAYQUEUE_NAMESPACE_DATABASES", "routed=second")
+    assert stats.run(spark, job_args("spark.stats", "--all-namespaces")) == 5  # 3 + other's 1 + routed's 1
+    assert TopicHourStats.objects.filter(namespace="default").count() == 3
+    [row] = TopicHourStats.objects.using("second").all()
+    assert (row.namespace, row.topic, row.hour, row.sent) == ("routed", "orders", dt(H0), 3)
+    assert not TopicHourStats.objects.filter(namespace="routed").exists()  # not in the default database
+
+    # One namespace: its own database.
+    TopicHourStats.objects.using("second").all().delete()
+    stats.run(spark, job_args("spark.stats", "--namespace", "routed"))
+    assert TopicHourStats.objects.using("second").get().sent == 3
 
 
 def test_the_admin_lists_the_stats_the_job_wrote(admin_client):

@@ -92,3 +92,31 @@ def test_the_hot_window_is_off_or_at_least_a_second(monkeypatch):
     with pytest.raises(SystemExit) as stopped:
         declared.read()
     assert str(stopped.value) == "environment variable DELAYQUEUE_HOT_WINDOW_MILLIS must be 0 (off) or at least 1000, got 500"
+
+
+def test_log_databases_and_namespace_routes_are_read_and_checked_without_echoing_a_url(monkeypatch):
+    from delayqueue.config.settings import QueueConfig
+
+    monkeypatch.setenv("DELAYQUEUE_LOG_DATABASES", " tenants=postgres://dq:s3cret@db2/dq , eu_1=postgres://dq@db3/dq,")
+    monkeypatch.setenv("DELAYQUEUE_NAMESPACE_DATABASES", "acme=tenants,shop.eu=eu_1,local=default")
+    config = QueueConfig.from_environment()
+    assert config.log_database_urls == {"tenants": "postgres://dq:s3cret@db2/dq", "eu_1": "postgres://dq@db3/dq"}
+    assert config.log_routes == {"acme": "tenants", "shop.eu": "eu_1", "local": "default"}
+    assert "s3cret" not in repr(config)
+    refusals = [
+        ("DELAYQUEUE_LOG_DATABASES", "tenants", "must be comma-separated alias=postgres://... pairs"),
+        ("DELAYQUEUE_LOG_DATABASES", "default=postgres://dq@db/dq", "names a database 'default'"),
+        ("DELAYQUEUE_LOG_DATABASES", "Big=postgres://dq@db/dq", "names a database 'Big'"),
+        ("DELAYQUEUE_LOG_DATABASES", "a=postgres://dq@db/dq,a=postgres://dq@db/dq", "names database a twice"),
+        ("DELAYQUEUE_LOG_DATABASES", "a=mysql://dq:s3cret@db/dq", "database a's URL must be a postgres://"),
+        ("DELAYQUEUE_NAMESPACE_DATABASES", "a{b}=tenants", "must be 1-64 of A-Z"),
+        ("DELAYQUEUE_NAMESPACE_DATABASES", "acme=tenants,acme=eu_1", "names namespace acme twice"),
+        ("DELAYQUEUE_NAMESPACE_DATABASES", "acme=elsewhere", "names database elsewhere, which "
+                                                            "DELAYQUEUE_LOG_DATABASES does not declare"),
+    ]
+    for name, value, words in refusals:
+        with monkeypatch.context() as m:
+            m.setenv(name, value)
+            with pytest.raises(SystemExit) as refused:
+                QueueConfig.from_environment()
+            assert words in str(refused.value) and "s3cret" not in str(refused.value), (value, str(refused.value))

@@ -11,7 +11,7 @@ def test_libpq_parameters_of_the_url_reach_the_log_connection(monkeypatch):
     monkeypatch.setitem(settings, "OPTIONS", {"sslmode": "verify-full", "sslrootcert": "/etc/ssl/db-ca.pem",
                                               "pool": True, "isolation_level": 1})
     monkeypatch.setitem(settings, "HOST", "db.internal")
-    params = conninfo_to_dict(conninfo(500))
+    params = conninfo_to_dict(conninfo(500, "default"))
     assert params["sslmode"] == "verify-full" and params["sslrootcert"] == "/etc/ssl/db-ca.pem"
     assert params["host"] == "db.internal" and params["options"] == "-c statement_timeout=500"
     assert "pool" not in params and "isolation_level" not in params

@@ -12,6 +12,7 @@ from delayqueue.config.settings import load_config
 from delayqueue.core.exceptions import LogUnavailable
 from delayqueue.messagelog import sql
 from delayqueue.messagelog.connection import LogConnection
+from delayqueue.messagelog.routing import DEFAULT
 from delayqueue.runtime import Runtime
 from delayqueue.stores.tokens import ordered_namespaces
 from delayqueue.workers.pusher import Pusher
@@ -57,7 +58,7 @@ class Command(BaseCommand):
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop)
-        tokens = LogConnection(root.config.log_timeout_millis)
+        tokens = LogConnection(root.config.log_timeout_millis, DEFAULT)
         try:
             while not stopping.is_set():
                 for namespace in await namespaces(root, tokens):

@@ -5,6 +5,7 @@ from django.contrib import admin
 from delayqueue.api.validation import TopicSerializer, first_error
 from delayqueue.config.settings import load_config
 from delayqueue.models import Limit
+from delayqueue.ops.admin.namespaces import NamespacedAdmin, NamespaceFilter
 
 
 class LimitForm(forms.ModelForm):
@@ -22,7 +23,7 @@ class LimitForm(forms.ModelForm):
 
 
 @admin.register(Limit)
-class LimitAdmin(admin.ModelAdmin):
+class LimitAdmin(NamespacedAdmin):
     """Rate limits and live-message caps (services/admission.py), as `manage.py set_limits` sets
     them: an empty topic is the whole namespace, an empty limit is none. Limits saved here are the
     operator's (a tenant's setTopicConfig cannot change them). Every web process applies a change
@@ -30,7 +31,7 @@ class LimitAdmin(admin.ModelAdmin):
 
     form = LimitForm
     list_display = ("namespace", "whose", "produce_rate", "consume_rate", "max_live", "set_by_operator", "updated_at")
-    list_filter = ("namespace",)
+    list_filter = (NamespaceFilter,)
     search_fields = ("=topic",)
     search_help_text = "Exact topic"
     ordering = ("namespace", "topic")
@@ -42,6 +43,10 @@ class LimitAdmin(admin.ModelAdmin):
     def save_model(self, request, obj, form, change):
         obj.set_by_operator = True  # saved here: the operator's, beyond any tenant's setTopicConfig
         super().save_model(request, obj, form, change)
+
+    def get_readonly_fields(self, request, obj=None):
+        # A namespace's rows live in its database (messagelog/routing.py): a row does not move to another.
+        return ("namespace",) if obj is not None else ()
 
     def get_changeform_initial_data(self, request):
         return {"namespace": load_config().namespace, **super().get_changeform_initial_data(request)}

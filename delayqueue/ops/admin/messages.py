@@ -22,6 +22,7 @@ from delayqueue.core.exceptions import QueueError
 from delayqueue.messagelog.selectors import estimated_count, message_history
 from delayqueue.models import Message
 from delayqueue.ops import figures
+from delayqueue.ops.admin.namespaces import NamespacedAdmin, NamespaceFilter, change_url
 from delayqueue.ops.admin.topics import in_namespace, topic_url
 from delayqueue.runtime import run_with_runtime
 from delayqueue.services.messages import delete_message, reschedule_message
@@ -100,9 +101,10 @@ class RescheduleForm(forms.Form):
 
 
 @admin.register(Message)
-class MessageAdmin(admin.ModelAdmin):
+class MessageAdmin(NamespacedAdmin):
     list_display = ("msg_id", "topic", "status", "produced", "triggered", "deliveries", "updated")
     list_filter = (
+        NamespaceFilter,
         TopicFilter,
         "status",
         ("produce_time", admin.DateFieldListFilter),
@@ -137,7 +139,7 @@ class MessageAdmin(admin.ModelAdmin):
         message = self.get_object(request, object_id)
         if message is None:
             return self._get_obj_does_not_exist_redirect(request, self.opts, object_id)
-        page = reverse("admin:delayqueue_message_change", args=[message.pk])
+        page = change_url("admin:delayqueue_message_change", message.pk, message.namespace)
         action, where = request.POST.get("action"), dict(topic=message.topic, msg_id=message.msg_id)
         try:
             if action == "run_now":
@@ -160,7 +162,7 @@ class MessageAdmin(admin.ModelAdmin):
                 if request.POST.get("confirmed") != "on":
                     return TemplateResponse(request, "admin/delayqueue/confirm.html", {
                         **self.admin_site.each_context(request), "opts": self.opts,
-                        "title": f"Delete message {message.msg_id}", "action": request.path,
+                        "title": f"Delete message {message.msg_id}", "action": request.get_full_path(),
                         "namespace": message.namespace, "topic": message.topic,
                         "topic_url": topic_url("topic", message.namespace, message.topic), "back_url": page,
                         "fields": {"action": "delete"},

@@ -10,6 +10,7 @@ planner's row lock hold as for createSchedule and updateSchedule, and a service'
 on the form. The actions are POSTs (the admin's CSRF check) by a staff user with the change
 permission on schedules."""
 import collections
+from urllib.parse import urlencode
 from zoneinfo import ZoneInfo
 
 from django import forms
@@ -30,8 +31,10 @@ from delayqueue.core.constants import (MAX_DELAY_MILLIS, MAX_PRIORITY, MAX_RETRY
 from delayqueue.core.exceptions import BadRequest, Conflict, QueueError, redis_unavailable
 from delayqueue.core.schedule_rules import CronRule, EveryRule, RuleError
 from delayqueue.core.schedules import FIELDS, ScheduleRow, tick_msg_id
+from delayqueue.messagelog.routing import database_of
 from delayqueue.messagelog.selectors import LoggedTick, schedule_gaps, tick_messages
 from delayqueue.models import Schedule
+from delayqueue.ops.admin.namespaces import NamespacedAdmin, NamespaceFilter, change_url
 from delayqueue.ops.admin.topics import in_namespace, topic_url
 from delayqueue.runtime import run_with_runtime
 from delayqueue.services.schedules import (SETTABLE, ScheduleSpec, create_schedule, delete_schedule, pause_schedule,
@@ -266,7 +269,7 @@ class ScheduleForm(forms.ModelForm):
         except RedisError as exc:
             self.add_error(None, f"Not saved: {redis_unavailable(exc)}; save again")
         else:
-            self.instance = Schedule.objects.get(pk=row.id)
+            self.instance = Schedule.objects.using(database_of(row.namespace)).get(pk=row.id)
 
     def _field_of(self, message: str) -> str | None:
         """The form field a service's BadRequest is about (its text starts with the API's name)."""
@@ -339,7 +342,7 @@ def tick_history(row: ScheduleRow, now: int) -> list[dict]:
             "deliveries": found.retry if found else None,
             "lateness": None if lateness is None else duration_text(lateness) if lateness >= 0
             else f"-{duration_text(-lateness)}",
-            "url": reverse("admin:delayqueue_message_change", args=[found.id]) if found else None,
+            "url": change_url("admin:delayqueue_message_change", found.id, row.namespace) if found else None,
         })
     return history
 
@@ -366,10 +369,10 @@ PLANNER_FIELDS = ("generation", "planned", "plan_next", "created_at", "updated_a
 
 
 @admin.register(Schedule)
-class ScheduleAdmin(admin.ModelAdmin):
+class ScheduleAdmin(NamespacedAdmin):
     form = ScheduleForm
     list_display = ("schedule_id", "namespace", "topic", "rule", "paused", "next_fire", "catch_up")
-    list_filter = ("namespace", "paused", KindFilter)
+    list_filter = (NamespaceFilter, "paused", KindFilter)
     search_fields = ("schedule_id", "topic")
     search_help_text = "Part of a scheduleId or topic"
     ordering = ("namespace", "schedule_id")
@@ -474,9 +477,9 @@ class ScheduleAdmin(admin.ModelAdmin):
                 saved_none="None: paused." if row.paused else "None: no tick after now (past its end).",
                 gaps=[{"gap": gap, "first": moment_text(gap.first_tick, zone_of(row)),
                        "last": moment_text(gap.last_tick, zone_of(row))}
-                      for gap in schedule_gaps(obj.pk, HISTORY_GAPS)],
+                      for gap in schedule_gaps(namespace=obj.namespace, schedule_pk=obj.pk, limit=HISTORY_GAPS)],
                 can_act=self.has_change_permission(request, obj),
-                act_url=reverse("admin:delayqueue_schedule_act", args=[obj.pk]),
+                act_url=f"{reverse('admin:delayqueue_schedule_act', args=[obj.pk])}?{urlencode({'namespace': obj.namespace})}",
                 topic_page=topic_url("topic", obj.namespace, obj.topic),
                 history_ticks=HISTORY_TICKS)
         return super().render_change_form(request, context, add=add, change=change, form_url=form_url, obj=obj)
@@ -491,7 +494,7 @@ class ScheduleAdmin(admin.ModelAdmin):
         obj = self.get_object(request, unquote(object_id))
         if obj is None:
             return self._get_obj_does_not_exist_redirect(request, self.opts, object_id)
-        page = reverse("admin:delayqueue_schedule_change", args=[obj.pk])
+        page = change_url("admin:delayqueue_schedule_change", obj.pk, obj.namespace)
         action, where = request.POST.get("action"), {"schedule_id": obj.schedule_id}
         try:
             if action == "pause":
@@ -507,7 +510,7 @@ class ScheduleAdmin(admin.ModelAdmin):
             elif action == "delete":
                 if request.POST.get("confirmed") != "on":
                     return self._confirm(
-                        request, title=f"Delete schedule {obj.schedule_id}", action=request.path, back_url=page,
+                        request, title=f"Delete schedule {obj.schedule_id}", action=request.get_full_path(), back_url=page,
                         fields=[("action", "delete")],
                         question=f"Delete schedule {obj.schedule_id} of namespace {obj.namespace}? No tick of it "
                                  "fires any more: the ticks it sent ahead are deleted. Its messages already "

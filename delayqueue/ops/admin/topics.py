@@ -22,8 +22,10 @@ from delayqueue.core.constants import (MAX_DELAY_MILLIS, MAX_LIMIT, MAX_PUSH_URL
                                        REDRIVE_MAX_RATE, RETRY_BACKOFF_MAX_MILLIS)
 from delayqueue.core.exceptions import BadRequest, QueueError
 from delayqueue.core.names import checked_namespace
+from delayqueue.messagelog.routing import database_of
 from delayqueue.models import Limit, RedriveTask, TopicConfig
 from delayqueue.ops import figures
+from delayqueue.ops.admin.namespaces import NamespacedAdmin, NamespaceFilter
 from delayqueue.runtime import run_with_runtime
 from delayqueue.services.dead_letters import create_redrive, dead_letters, purge_dead_letters, redrive_state
 from delayqueue.services.topic_control import pause_topic, resume_topic, set_topic_config
@@ -95,8 +97,9 @@ class TopicSettingsForm(forms.Form):
     @classmethod
     def initial_of(cls, namespace: str, topic: str) -> dict:
         """The topic's own values as stored (None: the default), its defaults when it has no row."""
-        row = TopicConfig.objects.filter(namespace=namespace, topic=topic).first() or TopicConfig()
-        limit = Limit.objects.filter(namespace=namespace, topic=topic).first() or Limit()
+        database = database_of(namespace)
+        row = TopicConfig.objects.using(database).filter(namespace=namespace, topic=topic).first() or TopicConfig()
+        limit = Limit.objects.using(database).filter(namespace=namespace, topic=topic).first() or Limit()
         return {**{name: getattr(row, name) for name in cls.SETTINGS},
                 **{name: getattr(limit, name) for name in cls.LIMITS}}
 
@@ -106,9 +109,9 @@ class ConfirmForm(forms.Form):
 
 
 @admin.register(TopicConfig)
-class TopicConfigAdmin(admin.ModelAdmin):
+class TopicConfigAdmin(NamespacedAdmin):
     list_display = ("topic", "namespace", "paused", "retry_backoff_millis", "dead_letter", "push_url", "updated_at")
-    list_filter = ("namespace", "paused")
+    list_filter = (NamespaceFilter, "paused")
     search_fields = ("=topic",)
     search_help_text = "Exact topic"
     ordering = ("namespace", "topic")
@@ -208,7 +211,7 @@ class TopicConfigAdmin(admin.ModelAdmin):
             dead_letters_url=topic_url("deadletters", namespace, topic),
             pause_url=reverse("admin:delayqueue_topic_pause"), resume_url=reverse("admin:delayqueue_topic_resume"),
             purge_url=reverse("admin:delayqueue_topic_purge"),
-            messages_url=reverse("admin:delayqueue_message_changelist") + "?" + urlencode({"topic": topic})))
+            messages_url=reverse("admin:delayqueue_message_changelist") + "?" + urlencode({"namespace": namespace, "topic": topic})))
 
     @staticmethod
     def _state(namespace: str, topic: str) -> dict:
@@ -372,7 +375,7 @@ class TopicConfigAdmin(admin.ModelAdmin):
             checked_namespace(namespace)
         except ValueError as exc:
             return self._bad_target(request, BadTarget(f"namespace: {exc}"))
-        task = RedriveTask.objects.filter(pk=task_id, namespace=namespace).first()
+        task = RedriveTask.objects.using(database_of(namespace)).filter(pk=task_id, namespace=namespace).first()
         if task is None:
             self.message_user(request, f"redrive task {task_id} not found in namespace {namespace}", messages.ERROR)
             return HttpResponseRedirect(reverse("admin:delayqueue_topicconfig_changelist"))

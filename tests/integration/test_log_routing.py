@@ -1,0 +1,117 @@
+"""A namespace's rows in a PostgreSQL of their own (DELAYQUEUE_NAMESPACE_DATABASES): ./dev test
+starts a second PostgreSQL and routes namespace `routed` to it (tools/stack.py); every other
+namespace stays in DATABASE_URL's. Sends, the history the scanners write, dead letters, topic
+settings, restore and the admin each find a namespace's rows in its own database only."""
+import asyncio
+import io
+import re
+from datetime import timedelta
+
+import pytest
+from django.core.management import call_command
+from django.utils import timezone
+
+from delayqueue.core.constants import Status
+from delayqueue.messagelog.routing import database_of
+from delayqueue.models import Message
+from delayqueue.services.consume import long_poll_messages, nack_message
+from delayqueue.services.dead_letters import dead_letters
+from delayqueue.services.messages import get_message
+from delayqueue.services.restore import restore
+from delayqueue.services.send import SendRequest, send_message
+from delayqueue.services.topic_control import set_topic_config
+from tests.helpers import REDIS_URL, make_runtime, query, wait_until
+
+ROUTED, ALIAS = "routed", "second"
+pytestmark = pytest.mark.django_db(databases=["default", ALIAS], transaction=True)
+
+
+@pytest.fixture
+async def runtimes(clean_state):
+    """The runtime of DELAYQUEUE_NAMESPACE (`default`) and of the routed namespace."""
+    if database_of(ROUTED) != ALIAS:
+        pytest.fail(f"namespace {ROUTED} is not routed to database {ALIAS}: run the suite with ./dev test, which "
+                    "starts the second PostgreSQL and sets DELAYQUEUE_NAMESPACE_DATABASES")
+    root = make_runtime(REDIS_URL)
+    yield root, root.for_namespace(ROUTED)
+    await root.close()
+
+
+async def keys_in(database: str, table: str = "delayqueue_message", column: str = "msg_id") -> list[tuple]:
+    return await query(f"SELECT namespace, {column} FROM {table} ORDER BY 1, 2", database=database)
+
+
+async def test_each_namespace_writes_its_messages_history_and_settings_to_its_own_database(runtimes, start_scanner):
+    root, routed = runtimes
+    for rt, msg_id in ((root, "kept"), (routed, "moved")):
+        await send_message(rt, request=SendRequest(topic="t", msg=msg_id, msg_id=msg_id, max_retry=0))
+    assert await keys_in("default") == [("default", "kept")]
+    assert await keys_in(ALIAS) == [(ROUTED, "moved")]
+
+    # Its life after the send: the scanner's log writer records it in the namespace's database.
+    await start_scanner(routed)
+    [pulled] = await long_poll_messages(routed, topic="t", timeout_millis=5000)
+    assert (await nack_message(routed, topic="t", msg_id=pulled.msg_id)).status == Status.EXHAUSTED
+
+    async def routed_history():
+        return await query("SELECT reason FROM delayqueue_messageevent WHERE msg_id = 'moved' ORDER BY at, id",
+                           database=ALIAS)
+
+    await wait_until(lambda: _ends_with(routed_history(), "retries_exhausted"), what="the routed history")
+    assert [reason for (reason,) in await routed_history()] == ["sent", "pulled", "retries_exhausted"]
+    assert await keys_in("default", "delayqueue_messageevent") == [("default", "kept")]  # its 'sent' row only
+    [(status,)] = await query("SELECT status FROM delayqueue_message WHERE msg_id = 'moved'", database=ALIAS)
+    assert status == Status.EXHAUSTED
+
+    # Its dead letters are read there; the other namespace has none.
+    page, _ = await dead_letters(routed, topic="t", limit=10, cursor=None)
+    assert [d.message.msg_id for d in page] == ["moved"]
+    assert (await dead_letters(root, topic="t", limit=10, cursor=None))[0] == []
+
+    # Its topic settings too, and they are in force in its namespace.
+    await set_topic_config(routed, topic="t", changes={"ttl_millis": 5_000}, limits={"produce_rate": 7})
+    assert await keys_in(ALIAS, "delayqueue_topicconfig", "topic") == [(ROUTED, "t")]
+    assert await keys_in(ALIAS, "delayqueue_limit", "topic") == [(ROUTED, "t")]
+    assert await keys_in("default", "delayqueue_topicconfig", "topic") == []
+    sent = await send_message(routed, request=SendRequest(topic="t", msg="x", delay_millis=60_000))
+    assert sent.expire_time - sent.trigger_time == 5_000
+
+
+async def _ends_with(rows, reason: str) -> bool:
+    found = await rows
+    return bool(found) and found[-1][0] == reason
+
+
+async def test_restore_brings_each_namespace_back_from_its_own_database(runtimes):
+    root, routed = runtimes
+    for rt, msg_id in ((root, "kept"), (routed, "moved")):
+        await send_message(rt, request=SendRequest(topic="t", msg=msg_id, msg_id=msg_id, delay_millis=60_000))
+    await root.redis.flushall()
+    assert (await restore(routed)).restored == 1
+    assert (await get_message(routed, topic="t", msg_id="moved")).status == Status.WAITING
+    assert await get_message(root, topic="t", msg_id="kept") is None
+    # The command line, for the other namespace.
+    await asyncio.to_thread(call_command, "restore", "--namespace", "default", stdout=io.StringIO())
+    assert (await get_message(root, topic="t", msg_id="kept")).status == Status.WAITING
+
+
+def listed_ids(response) -> list[str]:
+    return re.findall(r'<th class="field-msg_id"><a href="[^"]+">([^<]+)</a>', response.content.decode())
+
+
+def test_the_admin_reads_a_routed_namespace_in_its_database(admin_client):
+    now = timezone.now()
+    rows = {namespace: Message(
+        namespace=namespace, topic="t", msg_id=f"of-{namespace}", payload="x", produce_time=now, trigger_time=now,
+        expire_time=now + timedelta(hours=1), max_retry=3, status=Status.WAITING, updated_at=now)
+        for namespace in ("default", ROUTED)}
+    for row in rows.values():
+        row.save()  # as the admin saves: routed by its namespace
+    assert rows[ROUTED]._state.db == ALIAS and rows["default"]._state.db == "default"
+    listed = "/admin/delayqueue/message/"
+    assert listed_ids(admin_client.get(listed)) == ["of-default"]
+    assert listed_ids(admin_client.get(listed, {"namespace": ROUTED})) == [f"of-{ROUTED}"]
+    page = admin_client.get(listed, {"namespace": ROUTED}).content.decode()
+    link = re.search(r'<th class="field-msg_id"><a href="([^"]+)">', page)[1].replace("&amp;", "&")
+    opened = admin_client.get(link)
+    assert opened.status_code == 200 and f"of-{ROUTED}" in opened.content.decode()
