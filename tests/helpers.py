@@ -39,6 +39,11 @@ TEST_CONFIG = {
 }
 
 
+# Tests of what reaches every database of the log (prune_log): the second is the one ./dev test
+# routes namespace `routed` to (tests/integration/test_log_routing.py).
+EVERY_LOG_DATABASE = pytest.mark.django_db(databases=["default", "second"], transaction=True)
+
+
 def require_servers() -> None:
     """Called by the conftests of the tests that need Redis and PostgreSQL (not tests/unit)."""
     if not REDIS_URL:

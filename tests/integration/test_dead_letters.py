@@ -22,8 +22,8 @@ from delayqueue.services.messages import get_message
 from delayqueue.services.restore import restore
 from delayqueue.services.send import SendRequest, send_message, send_messages
 from delayqueue.services.topic_control import set_topic_config
-from tests.helpers import (REDIS_URL, ROOT, TEST_CONFIG, call, dead_letter_page, drain_log, history, log_database_url,
-                           logged, make_runtime, query, wait_until)
+from tests.helpers import (EVERY_LOG_DATABASE, REDIS_URL, ROOT, TEST_CONFIG, call, dead_letter_page, drain_log, history,
+                           log_database_url, logged, make_runtime, query, wait_until)
 
 # Dead letters written straight into the log, as the log writer leaves them: their status (6 unless
 # told) and the history row that ended them, `g` milliseconds apart in death order.
@@ -103,6 +103,7 @@ async def test_keyset_pages_cover_every_dead_letter_once_in_order(single_rt):
     assert [len(p) for p in pages] == [100, 100, 50] and ids == [f"d{g}" for g in range(1, 251)]
 
 
+@EVERY_LOG_DATABASE
 def test_prune_log_keeps_dead_letters_for_their_own_retention(clean_state):
     async def setup():
         rt = make_runtime(REDIS_URL)
@@ -132,6 +133,7 @@ def test_prune_log_keeps_dead_letters_for_their_own_retention(clean_state):
     assert left() == []
 
 
+@EVERY_LOG_DATABASE
 def test_prune_log_keeps_messages_that_expired_undelivered_for_the_dead_letters_retention(clean_state):
     asyncio.run(fill_dead("x", 1, Status.EXPIRED, "expired"))
     asyncio.run(query("UPDATE delayqueue_message SET updated_at = now() - interval '10 days'"))
@@ -409,6 +411,7 @@ async def listed(api, topic: str) -> list[str]:
     return [m["msgId"] for m in body["delayMsgList"]]
 
 
+@EVERY_LOG_DATABASE
 async def test_the_dead_letter_setting_decides_as_it_stands_whether_status_6_messages_are_dead_letters(
         api, single_rt):
     await make_dead(single_rt, "off", exhausted=["old", "young"])

@@ -12,6 +12,7 @@ from django.core.management import call_command
 from django.utils import timezone
 
 from delayqueue.core.constants import Status
+from delayqueue.messagelog.retention import prune_log
 from delayqueue.messagelog.routing import database_of
 from delayqueue.models import Message
 from delayqueue.services.consume import long_poll_messages, nack_message
@@ -20,10 +21,10 @@ from delayqueue.services.messages import get_message
 from delayqueue.services.restore import restore
 from delayqueue.services.send import SendRequest, send_message
 from delayqueue.services.topic_control import set_topic_config
-from tests.helpers import REDIS_URL, make_runtime, query, wait_until
+from tests.helpers import EVERY_LOG_DATABASE, REDIS_URL, make_runtime, query, wait_until
 
 ROUTED, ALIAS = "routed", "second"
-pytestmark = pytest.mark.django_db(databases=["default", ALIAS], transaction=True)
+pytestmark = EVERY_LOG_DATABASE
 
 
 @pytest.fixture
@@ -99,14 +100,26 @@ def listed_ids(response) -> list[str]:
     return re.findall(r'<th class="field-msg_id"><a href="[^"]+">([^<]+)</a>', response.content.decode())
 
 
-def test_the_admin_reads_a_routed_namespace_in_its_database(admin_client):
+def saved_rows(status: Status, updated_at) -> dict[str, Message]:
+    """A message row in each namespace, saved as the admin saves: routed by its namespace."""
     now = timezone.now()
     rows = {namespace: Message(
         namespace=namespace, topic="t", msg_id=f"of-{namespace}", payload="x", produce_time=now, trigger_time=now,
-        expire_time=now + timedelta(hours=1), max_retry=3, status=Status.WAITING, updated_at=now)
+        expire_time=now + timedelta(hours=1), max_retry=3, status=status, updated_at=updated_at)
         for namespace in ("default", ROUTED)}
     for row in rows.values():
-        row.save()  # as the admin saves: routed by its namespace
+        row.save()
+    return rows
+
+
+def test_prune_log_prunes_every_database():
+    saved_rows(Status.ACKED, timezone.now() - timedelta(days=30))
+    assert prune_log(timedelta(days=7)) == (2, 0)
+    assert not Message.objects.exists() and not Message.objects.using(ALIAS).exists()
+
+
+def test_the_admin_reads_a_routed_namespace_in_its_database(admin_client):
+    rows = saved_rows(Status.WAITING, timezone.now())
     assert rows[ROUTED]._state.db == ALIAS and rows["default"]._state.db == "default"
     listed = "/admin/delayqueue/message/"
     assert listed_ids(admin_client.get(listed)) == ["of-default"]

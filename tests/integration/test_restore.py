@@ -22,8 +22,8 @@ from delayqueue.services.messages import delete_message, get_message
 from delayqueue.services.restore import restorable, restore
 from delayqueue.services.send import SendRequest, send_message, send_messages
 from delayqueue.services.topics import list_topics
-from tests.helpers import (REDIS_URL, ROOT, TEST_CONFIG, drain_log, history, log_database_url, logged, make_runtime,
-                           query)
+from tests.helpers import (EVERY_LOG_DATABASE, REDIS_URL, ROOT, TEST_CONFIG, drain_log, history, log_database_url, logged,
+                           make_runtime, query)
 
 API = "/camellia/delayQueue/"
 TOPICS = ["r0", "r1", "r2", "r3"]
@@ -284,6 +284,7 @@ def test_restore_command_prints_counts_and_refuses_bad_options(clean_state, sett
         restore_in_process()
 
 
+@EVERY_LOG_DATABASE
 def test_prune_log_deletes_old_ended_messages_and_their_history_only(clean_state):
     async def setup():
         rt = make_runtime(REDIS_URL)

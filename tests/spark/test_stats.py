@@ -11,7 +11,7 @@ from delayqueue.services.consume import ack_message, nack_message, pull_messages
 from delayqueue.services.messages import delete_message, get_message
 from delayqueue.services.send import SendRequest, send_message, send_messages
 from spark import stats
-from tests.helpers import drain_log, log_database_url
+from tests.helpers import EVERY_LOG_DATABASE, drain_log, log_database_url
 
 from .helpers import H0, HOUR, LogBuilder, dt, job_args, stats_log
 
@@ -77,7 +77,7 @@ def test_stats_of_every_namespace(spark):
     assert TopicHourStats.objects.filter(namespace="default").count() == 3
 
 
-@pytest.mark.django_db(databases=["default", "second"], transaction=True)
+@EVERY_LOG_DATABASE
 def test_stats_of_every_namespace_reads_and_writes_every_database_of_the_log(spark, monkeypatch):
     """Without --database-url the job finds the log's databases as the service does: a namespace
     routed to the second PostgreSQL (tests/integration/test_log_routing.py) is counted from it, and
