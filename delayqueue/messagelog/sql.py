@@ -747,6 +747,9 @@ TOKEN_NAMESPACES = f"SELECT DISTINCT namespace FROM {tables.TOKEN} WHERE revoked
 # One restore per namespace at a time: a session lock, so a restore whose process or connection
 # dies lets the next one in.
 RESTORE_LOCK = "SELECT pg_try_advisory_lock(hashtextextended('delayqueue restore ' || %s, 0))"
+# Released by the restore that ends: a closed connection's session ends a moment after the close
+# returns, and a restore asked for meanwhile would be refused.
+RESTORE_UNLOCK = "SELECT pg_advisory_unlock(hashtextextended('delayqueue restore ' || %s, 0))"
 # setTopicConfig's caps, checked in the transaction that writes the row, under a lock per
 # namespace so that concurrent changes cannot each pass: its rows, and its push topics' concurrency.
 TOPIC_CONFIG_LOCK = "SELECT pg_advisory_xact_lock(hashtextextended('delayqueue topic config ' || %s, 0))"

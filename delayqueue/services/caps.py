@@ -7,6 +7,7 @@ import secrets
 import time
 from contextlib import asynccontextmanager
 
+import psycopg
 from redis.exceptions import RedisError
 
 from delayqueue.core.exceptions import CapReached, Throttled
@@ -146,5 +147,11 @@ async def restore_turn(rt: Runtime):
         if not got:
             raise Throttled(f"a restore of namespace {rt.ns.namespace} is running: one restore per namespace at a "
                             "time", RESTORE_RETRY_AFTER_MILLIS, limit="restore", topic="")
-        yield
+        try:
+            yield
+        finally:
+            try:
+                await conn.execute(sql.RESTORE_UNLOCK, [rt.ns.namespace])
+            except psycopg.Error:  # the connection broke: its session's end releases the lock
+                pass
 
