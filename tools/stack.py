@@ -763,7 +763,9 @@ def command_test(args) -> int:
         env["SECRET_KEY"] = secrets.token_urlsafe(50)
         for worker, urls in servers.items():
             say(f"test servers{f' of {worker}' if workers > 1 else ''}: "
-                + " ".join(f"{name}={without_password(urls[name])}" for name in TEST_URLS if name in urls))
+                + " ".join(f"{name}={without_password(urls[name])}" for name in TEST_URLS if name in urls)
+                + (f" {TEST_ROUTED_NAMESPACE}'s log: {without_password(urls['DELAYQUEUE_LOG_DATABASES'].split('=', 1)[1])}"
+                   if "DELAYQUEUE_LOG_DATABASES" in urls else ""))
         say(f"pytest {'on ' + str(workers) + ' workers' if workers > 1 else 'without workers'} "
             "(passwords in the tests' environment)")
         pytest_proc = subprocess.Popen([sys.executable, "-m", "pytest", *extra_args, *args.pytest_args], cwd=ROOT,

@@ -7,7 +7,9 @@ import io
 import re
 from datetime import timedelta
 
+import httpx
 import pytest
+from asgiref.sync import sync_to_async
 from django.core.management import call_command
 from django.utils import timezone
 
@@ -21,7 +23,8 @@ from delayqueue.services.messages import get_message
 from delayqueue.services.restore import restore
 from delayqueue.services.send import SendRequest, send_message
 from delayqueue.services.topic_control import set_topic_config
-from tests.helpers import EVERY_LOG_DATABASE, REDIS_URL, make_runtime, query, wait_until
+from delayqueue.stores.rows import create_token
+from tests.helpers import EVERY_LOG_DATABASE, REDIS_URL, ScannerProcess, make_runtime, query, scanner_env, wait_until
 
 ROUTED, ALIAS = "routed", "second"
 pytestmark = EVERY_LOG_DATABASE
@@ -128,3 +131,38 @@ def test_the_admin_reads_a_routed_namespace_in_its_database(admin_client):
     link = re.search(r'<th class="field-msg_id"><a href="([^"]+)">', page)[1].replace("&amp;", "&")
     opened = admin_client.get(link)
     assert opened.status_code == 200 and f"of-{ROUTED}" in opened.content.decode()
+
+
+@pytest.mark.process
+async def test_a_routed_namespace_token_sends_and_consumes_through_the_web_and_scanner_processes(web_processes):
+    """The processes as deployed (uvicorn, run_scanners) route from their environment alone: a token
+    of the routed namespace (kept in the default database) sends, a long poll takes the message the
+    scanner promoted, the ack ends it, and its whole history lands in the second database."""
+    _row, token = await sync_to_async(create_token)(namespace=ROUTED, scopes=["produce", "consume"])
+    [web] = web_processes(1, DELAYQUEUE_AUTH="tokens")
+    scanner = ScannerProcess("routing", scanner_env(DELAYQUEUE_AUTH="tokens"))
+    try:
+        scanner.wait_started()
+        async with httpx.AsyncClient(base_url=web.url + "/camellia/delayQueue/", timeout=30,
+                                     headers={"Authorization": f"Bearer {token}"}) as http:
+            sent = (await http.post("sendMsg", data={"topic": "p", "msg": "hi", "delayMillis": 300})).json()
+            assert sent["code"] == 200, sent
+            polled = (await http.post("longPollingMsg", data={"topic": "p", "timeoutMillis": 10_000})).json()
+            [message] = polled["delayMsgList"]
+            assert message["msgId"] == sent["delayMsg"]["msgId"]
+            assert (await http.post("ackMsg", data={"topic": "p", "msgId": message["msgId"], "ack": "true"})
+                    ).json()["code"] == 200
+
+        async def reasons():
+            return [r for (r,) in await query("SELECT reason FROM delayqueue_messageevent ORDER BY at, id",
+                                              database=ALIAS)]
+
+        await wait_until(lambda: _has_all(reasons(), ["sent", "due", "pulled", "acked"]), what="the routed history")
+        assert await keys_in(ALIAS) == [(ROUTED, message["msgId"])]
+        assert await keys_in("default") == [] and await keys_in("default", "delayqueue_messageevent") == []
+    finally:
+        scanner.stop()
+
+
+async def _has_all(rows, wanted: list[str]) -> bool:
+    return await rows == wanted
