@@ -4,6 +4,7 @@ clients on it (sync and async, the producer, the Worker, retries through injecte
 the pytest fixtures. No server: tests/integration/test_sdk_fake_parity.py holds the fake to the
 real one."""
 import asyncio
+import concurrent.futures
 import json
 import os
 import re
@@ -349,6 +350,36 @@ def test_a_send_blocked_on_a_full_producer_fails_when_it_closes_and_those_queued
     release.set()
     closing.join(30)
     assert [f.result(timeout=30).msg for f in sent] == ["out", "next", "queued"]
+
+
+def test_a_producers_futures_wait_for_their_own_answer_and_work_with_waits_and_callbacks(client):
+    """The producer's futures share one condition (producer._SendFuture): another send's answer
+    wakes a waiter, which waits on until its own comes; concurrent.futures' wait and as_completed,
+    callbacks and cancels behave as on any Future."""
+    release = threading.Event()
+    send_batch = client._send_batch
+    client._send_batch = lambda bodies, sends=None: release.wait(30) and send_batch(bodies, sends)
+    producer = client.producer(linger_ms=0, max_batch=1, in_flight=1)
+    first = producer.send("t", "first")
+    wait_for(lambda: producer._queue.empty(), what="'first' taken for a batch")
+    second, third = producer.send("t", "second"), producer.send("t", "third")
+    assert third.cancel() and third.cancelled()  # not yet sent: it never will be
+    called = []
+    first.add_done_callback(lambda f: called.append(("first", f.result().msg)))
+    outcome = []
+    waiter = threading.Thread(target=lambda: outcome.append(second.result(timeout=30).msg))
+    waiter.start()
+    with pytest.raises(concurrent.futures.TimeoutError):
+        second.result(timeout=0.05)
+    release.set()
+    waiter.join(30)  # woken by first's answer, it waited on for its own
+    assert outcome == ["second"] and called == [("first", "first")]
+    done, not_done = concurrent.futures.wait([first, second, third], timeout=30)
+    assert not not_done and [f.result().msg for f in concurrent.futures.as_completed([first, second])]
+    second.add_done_callback(lambda f: called.append(("second", f.exception())))  # already done: runs at once
+    assert called[-1] == ("second", None)
+    producer.close()
+    assert client.topic_info("t")["readyQueueSize"] == 2
 
 
 def _raised(fn, *args):
