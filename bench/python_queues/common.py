@@ -21,6 +21,12 @@ class Phases:
     due_seconds: int
 
     @property
+    def warm_up(self) -> int:
+        """Untimed enqueues before a side's first timed one, so that no side's row pays for its
+        server's or client's first calls (BullMQ's addBulk already runs after its sequential adds)."""
+        return max(1, self.messages // 5)
+
+    @property
     def due_messages(self) -> int:
         return self.due_rate * self.due_seconds
 

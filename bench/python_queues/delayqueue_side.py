@@ -63,6 +63,9 @@ def rows(urls: dict, env: dict, phases: Phases, threads: int) -> dict:
         for log, log_client in clients.items():
             empty_redis(env["REDIS_URL"])
             producer = log_client.producer(linger_ms=2, max_batch=500)
+            for _ in range(phases.warm_up):
+                producer.send("warm-up", NOOP_BODY, delay_ms=FAR_DELAY_MS)
+            producer.flush()
             started = time.perf_counter()
             futures = [producer.send("producer", NOOP_BODY, delay_ms=FAR_DELAY_MS)
                        for _ in range(phases.messages)]

@@ -24,6 +24,8 @@ def rows(env: dict, phases: Phases) -> dict:
     consumer = [sys.executable, "-m", "huey.bin.huey_consumer", "bench.huey_app.huey"]
     measured = {}
     print("huey", flush=True)
+    for _ in range(phases.warm_up):
+        huey_app.noop()
     huey.flush()
     started = time.perf_counter()
     for _ in range(phases.messages):
