@@ -336,3 +336,24 @@ def test_app_worker_serves_the_tasks_topics_on_the_right_client(client):
     made = async_worker.worker(asynchronous=True)
     assert made.client is async_client and made.is_async
     asyncio.run(async_client.aclose())
+
+
+def test_an_app_without_a_client_makes_one_and_its_producer_on_a_first_send_many(monkeypatch):
+    """App() makes its client on first use (DELAYQUEUE_URL). A send_many of nothing as that first
+    use made the producer under the lock the client's making takes too, and hung."""
+    import threading
+
+    monkeypatch.setenv("DELAYQUEUE_URL", "http://127.0.0.1:9")  # nothing is sent here
+    app = App()
+
+    @app.task(topic="t")
+    def nothing() -> None:
+        pass
+
+    answered = []
+    sender = threading.Thread(target=lambda: answered.append(nothing.send_many([])), daemon=True)
+    sender.start()
+    sender.join(10)
+    assert not sender.is_alive(), "send_many hung"
+    assert answered == [[]] and app._producer()._client is app.client
+    app._producer().close()

@@ -640,9 +640,10 @@ class App:
     def _producer(self) -> Producer:
         """The batching producer of send_many, made on first use on the App's client."""
         if self._made_producer is None:
+            client = self.client  # made first: its own first use takes the same lock
             with self._lock:
                 if self._made_producer is None:
-                    self._made_producer = self.client.producer()
+                    self._made_producer = client.producer()
         return self._made_producer
 
     # --- running
