@@ -3,8 +3,8 @@ conftest would be too late for. The settings refuse to load without a SECRET_KEY
 ./dev test sets one; a bare `pytest tests/unit` gets a random one here, and so do the processes
 the tests start.
 
-./dev test starts a Redis, a Redis Cluster and a PostgreSQL for each pytest-xdist worker and
-lists them in DELAYQUEUE_TEST_SERVERS: each worker (PYTEST_XDIST_WORKER; a run without workers
+./dev test starts a Redis, a Redis Cluster and two PostgreSQLs (the second: the routed namespace's
+log) for each pytest-xdist worker and lists them in DELAYQUEUE_TEST_SERVERS: each worker (PYTEST_XDIST_WORKER; a run without workers
 is gw0) puts its own URLs in its environment here, where Django's settings, the tests and the
 processes they start (scanners, uvicorn, spark-submit, the SDK's command line) all find them."""
 import json

@@ -6,8 +6,8 @@ PostgreSQL 16), so a fresh machine needs only Python. REDIS_SERVER_BIN and PG_BI
 elsewhere if wanted. Both servers listen on 127.0.0.1 only and need a password (generated; kept
 in .local/run/ for ./dev run, fresh for every ./dev test). PostgreSQL refuses to run as root,
 and Redis should not: as root both run as the system user `delayqueue` (created if missing).
-./dev test starts a Redis, a Redis Cluster and a PostgreSQL for each pytest-xdist worker it runs
-(command_test); tests/environment.py gives each worker its own.
+./dev test starts a Redis, a Redis Cluster and two PostgreSQLs for each pytest-xdist worker it
+runs (command_test); tests/environment.py gives each worker its own.
 """
 import argparse
 import hashlib
@@ -628,7 +628,7 @@ def ensure_browser() -> None:
 
 
 # ./dev test runs the suite on this many pytest-xdist workers, each on servers of its own (a
-# Redis, a 3-master Redis Cluster and a PostgreSQL): the tests empty Redis, restart PostgreSQL
+# Redis, a 3-master Redis Cluster and two PostgreSQLs): the tests empty Redis, restart PostgreSQL
 # and listen on Redis' pub/sub, which is shared by all of a server's databases. The suite mostly
 # waits (timers, sleeps, processes starting), so more workers than the 2 cores of the project's
 # machine pay: measured there, see README.md ("The two commands").

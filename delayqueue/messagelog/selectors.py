@@ -28,7 +28,8 @@ def recent_topic_hours(namespace: str, topic: str | None = None, hours: int = 24
     """The Spark stats job's rows of the `hours` hours up to the newest hour it computed (for any
     topic in scope), newest first; empty when the job has not run. A topic with no rows in that
     window is not shown."""
-    rows = TopicHourStats.objects.using(database_of(namespace)).filter(namespace=namespace).order_by("-hour", "topic")
+    rows = (TopicHourStats.objects.using(database_of(namespace)).filter(namespace=namespace)
+            .order_by("-hour", "topic"))
     if topic is not None:
         rows = rows.filter(topic=topic)
     latest = rows.values_list("hour", flat=True).first()
@@ -95,4 +96,5 @@ def tick_messages(namespace: str, topic: str, msg_ids: list[str]) -> dict[str, L
 
 def schedule_gaps(*, namespace: str, schedule_pk: int, limit: int) -> list[ScheduleGap]:
     """A schedule's latest catch-ups of missed ticks, newest first (on schedule_gap_recent)."""
-    return list(ScheduleGap.objects.using(database_of(namespace)).filter(schedule_id=schedule_pk).order_by("-at")[:limit])
+    gaps = ScheduleGap.objects.using(database_of(namespace)).filter(schedule_id=schedule_pk)
+    return list(gaps.order_by("-at")[:limit])

@@ -10,8 +10,8 @@ from delayqueue.live.keys import Meta, topic_keys
 from delayqueue.live.push_counts import TopicPushFigures, bucket_quantile, topic_figures
 from delayqueue.messagelog import sql
 from delayqueue.messagelog.connection import one_use
-from delayqueue.messagelog.routing import database_of
 from delayqueue.messagelog.dead_letters import Task, left_to_move
+from delayqueue.messagelog.routing import database_of
 from delayqueue.runtime import Runtime
 from delayqueue.services.topics import TopicInfo, redis_millis, topic_infos
 

@@ -187,10 +187,11 @@ def save_topic_config(*, namespace: str, topic: str, changes: dict, limits: dict
             if caps.rows or caps.push_concurrency:
                 with connections[database].cursor() as cursor:
                     cursor.execute(sql.TOPIC_CONFIG_LOCK, [namespace])
-            config = (TopicConfig.objects.using(database).select_for_update().filter(namespace=namespace, topic=topic).first()
+            configs = TopicConfig.objects.using(database)
+            config = (configs.select_for_update().filter(namespace=namespace, topic=topic).first()
                       or TopicConfig(namespace=namespace, topic=topic))
             if config.pk is None and caps.rows:
-                rows = TopicConfig.objects.using(database).filter(namespace=namespace).count()
+                rows = configs.filter(namespace=namespace).count()
                 if rows >= caps.rows:
                     raise CapReached(f"too many topic settings: namespace {namespace} has {rows} topics with their "
                                      "own settings", setting="DELAYQUEUE_MAX_TOPIC_CONFIGS", cap=caps.rows)
@@ -210,7 +211,7 @@ def save_topic_config(*, namespace: str, topic: str, changes: dict, limits: dict
                     config.push_previous_until = now_millis() + secret_grace_millis
                 config.push_secret = secret = new_push_secret()
             if caps.push_concurrency and _push_share(config) > pushes_before:
-                others = (TopicConfig.objects.using(database).filter(namespace=namespace).exclude(push_url="").exclude(topic=topic)
+                others = (configs.filter(namespace=namespace).exclude(push_url="").exclude(topic=topic)
                           .aggregate(total=Sum("push_concurrency"))["total"] or 0)
                 if others + _push_share(config) > caps.push_concurrency:
                     raise CapReached(f"too many pushes at once: namespace {namespace}'s other push topics have "

@@ -27,10 +27,10 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from delayqueue.config.settings import DEFAULT_DATABASE
 from delayqueue.core.exceptions import LogUnavailable, Throttled, Unavailable
 from delayqueue.messagelog import sql
 from delayqueue.messagelog.connection import LogConnection
-from delayqueue.messagelog.routing import DEFAULT
 from delayqueue.stores.refreshed import REFRESH_SECONDS
 
 log = logging.getLogger(__name__)
@@ -80,7 +80,7 @@ class BatchedLookup:
     thousand queued on the connection. A failed query fails only its own batch."""
 
     def __init__(self, timeout_millis: int):
-        self._conn = LogConnection(timeout_millis, DEFAULT)  # tokens belong to no one namespace
+        self._conn = LogConnection(timeout_millis, DEFAULT_DATABASE)  # tokens belong to no one namespace
         self._waiting: dict[str, asyncio.Future] = {}
         self._runner: asyncio.Task | None = None
 

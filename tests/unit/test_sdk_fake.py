@@ -375,7 +375,9 @@ def test_a_producers_futures_wait_for_their_own_answer_and_work_with_waits_and_c
     waiter.join(30)  # woken by first's answer, it waited on for its own
     assert outcome == ["second"] and called == [("first", "first")]
     done, not_done = concurrent.futures.wait([first, second, third], timeout=30)
-    assert not not_done and [f.result().msg for f in concurrent.futures.as_completed([first, second])]
+    assert done == {first, second, third} and not not_done
+    assert sorted(f.result().msg for f in concurrent.futures.as_completed([first, second], timeout=30)) == [
+        "first", "second"]
     second.add_done_callback(lambda f: called.append(("second", f.exception())))  # already done: runs at once
     assert called[-1] == ("second", None)
     producer.close()

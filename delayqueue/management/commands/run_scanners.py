@@ -8,11 +8,10 @@ import uvloop
 from django.core.management.base import BaseCommand
 
 from delayqueue.config.arguments import non_empty
-from delayqueue.config.settings import load_config
+from delayqueue.config.settings import DEFAULT_DATABASE, load_config
 from delayqueue.core.exceptions import LogUnavailable
 from delayqueue.messagelog import sql
 from delayqueue.messagelog.connection import LogConnection
-from delayqueue.messagelog.routing import DEFAULT
 from delayqueue.runtime import Runtime
 from delayqueue.stores.tokens import ordered_namespaces
 from delayqueue.workers.pusher import Pusher
@@ -58,7 +57,7 @@ class Command(BaseCommand):
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop)
-        tokens = LogConnection(root.config.log_timeout_millis, DEFAULT)
+        tokens = LogConnection(root.config.log_timeout_millis, DEFAULT_DATABASE)
         try:
             while not stopping.is_set():
                 for namespace in await namespaces(root, tokens):

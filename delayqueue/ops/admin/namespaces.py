@@ -6,9 +6,9 @@ from urllib.parse import parse_qs, urlencode
 from django.contrib import admin
 from django.urls import reverse
 
-from delayqueue.config.settings import load_config
+from delayqueue.config.settings import DEFAULT_DATABASE, load_config
 from delayqueue.core.names import checked_namespace
-from delayqueue.messagelog.routing import DEFAULT, database_of
+from delayqueue.messagelog.routing import database_of
 from delayqueue.stores import rows
 
 PARAMETER = "namespace"
@@ -27,7 +27,7 @@ def page_namespace(request) -> str | None:
 
 def page_database(request) -> str:
     namespace = page_namespace(request)
-    return database_of(namespace) if namespace else DEFAULT
+    return database_of(namespace) if namespace else DEFAULT_DATABASE
 
 
 def change_url(viewname: str, pk: int, namespace: str) -> str:

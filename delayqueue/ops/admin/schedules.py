@@ -479,7 +479,8 @@ class ScheduleAdmin(NamespacedAdmin):
                        "last": moment_text(gap.last_tick, zone_of(row))}
                       for gap in schedule_gaps(namespace=obj.namespace, schedule_pk=obj.pk, limit=HISTORY_GAPS)],
                 can_act=self.has_change_permission(request, obj),
-                act_url=f"{reverse('admin:delayqueue_schedule_act', args=[obj.pk])}?{urlencode({'namespace': obj.namespace})}",
+                act_url=(f"{reverse('admin:delayqueue_schedule_act', args=[obj.pk])}"
+                         f"?{urlencode({'namespace': obj.namespace})}"),
                 topic_page=topic_url("topic", obj.namespace, obj.topic),
                 history_ticks=HISTORY_TICKS)
         return super().render_change_form(request, context, add=add, change=change, form_url=form_url, obj=obj)
@@ -510,7 +511,8 @@ class ScheduleAdmin(NamespacedAdmin):
             elif action == "delete":
                 if request.POST.get("confirmed") != "on":
                     return self._confirm(
-                        request, title=f"Delete schedule {obj.schedule_id}", action=request.get_full_path(), back_url=page,
+                        request, title=f"Delete schedule {obj.schedule_id}", action=request.get_full_path(),
+                        back_url=page,
                         fields=[("action", "delete")],
                         question=f"Delete schedule {obj.schedule_id} of namespace {obj.namespace}? No tick of it "
                                  "fires any more: the ticks it sent ahead are deleted. Its messages already "

@@ -211,7 +211,8 @@ class TopicConfigAdmin(NamespacedAdmin):
             dead_letters_url=topic_url("deadletters", namespace, topic),
             pause_url=reverse("admin:delayqueue_topic_pause"), resume_url=reverse("admin:delayqueue_topic_resume"),
             purge_url=reverse("admin:delayqueue_topic_purge"),
-            messages_url=reverse("admin:delayqueue_message_changelist") + "?" + urlencode({"namespace": namespace, "topic": topic})))
+            messages_url=(reverse("admin:delayqueue_message_changelist") + "?"
+                          + urlencode({"namespace": namespace, "topic": topic}))))
 
     @staticmethod
     def _state(namespace: str, topic: str) -> dict:

@@ -8,9 +8,9 @@ import queue
 import threading
 import time
 import weakref
+from collections.abc import Callable
 from concurrent.futures import Future, wait
 from concurrent.futures._base import CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED, PENDING
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal
 
 from delayqueue_client._calls import Body, SendResult, send_body
