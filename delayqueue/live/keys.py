@@ -92,7 +92,7 @@ class TopicKeys:
     prioritised: str  # ZSET ready msgIds of priority 1-9 -> band + arrival (includes/ready_queue.lua), only while any
     inflight: str  # ZSET msgId -> ack deadline
     msgs: str  # HASH msgId -> message json
-    expiry: str  # ZSET msgId -> expireTime, live messages only
+    expiry: str  # ZSET msgId -> expireTime, live messages that can expire before due (includes/expiring.lua)
     ended: str  # ZSET msgId -> when the ended body may be purged
     meta: str  # HASH Meta's fields
     stats: str  # HASH "<interval>:<counter>" -> value

@@ -234,6 +234,9 @@ class RetireReply(NamedTuple):
 class ScanReply(NamedTuple):
     count: int  # messages the scanner script handled
     next_due_us: int  # µs until it has work again: 0 now, -1 nothing scheduled
+    # promote_due: µs until the earliest TTL of what it moved, when that comes before every other
+    # in the expiry index (waiting messages enter it as they become ready); else -1
+    expires_in_us: int = -1
 
 
 class PurgeReply(NamedTuple):
@@ -295,7 +298,7 @@ def _admit_reply(raw) -> Grant:
 
 
 def _scan_reply(raw) -> ScanReply:
-    return ScanReply(int(raw[0]), int(raw[1]))
+    return ScanReply(*(int(value) for value in raw))
 
 
 def _ack_reply(raw) -> AckReply:
@@ -579,12 +582,12 @@ def take_tokens(ctx: ScriptContext, topic: str | None, *, kind: str, wanted: int
 
 def admit_send(ctx: ScriptContext, topic: str, *, wanted: int, produce_rate: int, max_live: int) -> ScriptCall:
     k = ctx.ns.topic(topic)
-    return ScriptCall(ADMIT_SEND, [k.buckets, k.expiry, k.meta], [wanted, produce_rate, max_live])
+    return ScriptCall(ADMIT_SEND, [k.buckets, k.waiting, k.ready, k.prioritised, k.inflight, k.meta], [wanted, produce_rate, max_live])
 
 
 def live_share_shortfall(ctx: ScriptContext, topic: str, *, wanted: int) -> ScriptCall:
     k = ctx.ns.topic(topic)
-    return ScriptCall(LIVE_SHARE_SHORTFALL, [k.expiry, k.meta], [wanted])
+    return ScriptCall(LIVE_SHARE_SHORTFALL, [k.waiting, k.ready, k.prioritised, k.inflight, k.meta], [wanted])
 
 
 def grant_live_share(ctx: ScriptContext, topic: str, *, amount: int) -> ScriptCall:
@@ -593,12 +596,12 @@ def grant_live_share(ctx: ScriptContext, topic: str, *, amount: int) -> ScriptCa
 
 def release_live_share(ctx: ScriptContext, topic: str) -> ScriptCall:
     k = ctx.ns.topic(topic)
-    return ScriptCall(RELEASE_LIVE_SHARE, [k.expiry, k.meta], [])
+    return ScriptCall(RELEASE_LIVE_SHARE, [k.waiting, k.ready, k.prioritised, k.inflight, k.meta], [])
 
 
 def cover_live_share(ctx: ScriptContext, topic: str) -> ScriptCall:
     k = ctx.ns.topic(topic)
-    return ScriptCall(COVER_LIVE_SHARE, [k.expiry, k.meta], [])
+    return ScriptCall(COVER_LIVE_SHARE, [k.waiting, k.ready, k.prioritised, k.inflight, k.meta], [])
 
 
 def borrow_live(ctx: ScriptContext, *, wanted: int, max_live: int, held: int) -> ScriptCall:

@@ -8,7 +8,7 @@ by every web process:
   (lua/includes/token_bucket.lua). A namespace's live on its own key (take_tokens.lua); a
   topic's in its slot, taken by admit_send.lua for sends and by pull.lua itself for pulls, so
   a pull takes tokens only for the messages it hands out.
-- A topic's live cap: exact. send.lua checks it against the topic's expiry index as each
+- A topic's live cap: exact. send.lua checks it against the live messages the topic's queues hold as each
   message goes in; admit_send.lua checks it before the message log is written, so a refused
   send costs the log nothing.
 - A namespace's live cap: never passed, though its topics live in different Cluster slots. The

@@ -108,6 +108,31 @@ async def test_nack_with_a_delay_waits_then_falls_due_with_its_retry_count_kept(
     assert (await logged("t", "n"))["triggerTime"] == m.trigger_time
 
 
+async def test_a_waiting_message_enters_the_expiry_index_as_it_becomes_ready(rt):
+    """It cannot expire before it is due, so it costs the index nothing until then; promote_due
+    tells the scanner when the earliest of those it moved expires, if no other does sooner."""
+    await send(rt, "w", delay=200, ttl_millis=5_000)
+    assert (await structures(rt, "w"))["expiry"] is None
+    await asyncio.sleep(0.25)
+    moved = await promote(rt)
+    assert moved.count == 1 and 0 < moved.expires_in_us <= 5_000_000
+    assert (await structures(rt, "w"))["expiry"] == (await get(rt, "w")).expire_time
+    await send(rt, "later", delay=100, ttl_millis=60_000)
+    await asyncio.sleep(0.15)
+    moved = await promote(rt)
+    assert moved.count == 1 and moved.expires_in_us == -1  # "w" expires sooner: nothing new to wake for
+
+
+async def test_a_nack_delay_past_the_ttl_keeps_the_message_in_the_expiry_index(rt):
+    short = await send(rt, "short", ttl_millis=1_000)
+    await send(rt, "long")
+    assert len(await pull(rt)) == 2
+    await nack_message(rt, topic="t", msg_id="short", delay_millis=60_000)  # it expires before it is due
+    await nack_message(rt, topic="t", msg_id="long", delay_millis=1_000)
+    assert (await structures(rt, "short"))["expiry"] == short.expire_time
+    assert (await structures(rt, "long"))["expiry"] is None
+
+
 async def test_nack_without_a_delay_is_ready_at_once_as_before(rt):
     await send(rt, "n")
     await pull(rt)
@@ -168,7 +193,7 @@ async def test_reschedule_a_waiting_message_later_keeps_its_ttl_from_the_new_tri
     assert m.expire_time - m.trigger_time == 5_000 and m.produce_time == sent.produce_time
     assert m == await get(rt, "w")
     where = await structures(rt, "w")
-    assert where["waiting"] == m.trigger_time and where["expiry"] == m.expire_time
+    assert where["waiting"] == m.trigger_time and where["expiry"] is None  # it cannot expire before it is due
     exact = await reschedule_message(rt, topic="t", msg_id="w", trigger_time=m.trigger_time + 1)
     assert exact.trigger_time == m.trigger_time + 1
     await drain_log(rt, ["t"])

@@ -194,11 +194,12 @@ async def test_promote_due_moves_waiting_to_ready_in_trigger_order(rt):
     late = await send_message(rt, request=SendRequest(topic="t", msg="late", trigger_time=now + 1400))
     early = await send_message(rt, request=SendRequest(topic="t", msg="early", trigger_time=now + 1300))
     calls = [scripts.promote_due(rt.context, "t")]
-    [(moved, next_us)] = await rt.scripts.run(calls)
+    [(moved, next_us, _)] = await rt.scripts.run(calls)
     assert moved == 0 and 0 < next_us <= 1_300_000  # µs until "early" is due
     await asyncio.sleep(max(0, now + 1500 - now_millis()) / 1000)
-    [(moved, next_us)] = await rt.scripts.run(calls)
+    [(moved, next_us, expires_in_us)] = await rt.scripts.run(calls)
     assert moved == 2 and next_us == -1
+    assert 0 < expires_in_us <= rt.config.ttl_millis * 1000  # the first TTLs the expiry index holds
     assert (await get_message(rt, topic="t", msg_id=early.msg_id)).status == Status.READY
     batch, _ = await pull_messages(rt, topic="t", batch=2)
     assert [m.msg_id for m in batch] == [early.msg_id, late.msg_id]
@@ -243,6 +244,21 @@ async def test_ttl_expiry_gives_5_when_never_delivered_and_6_when_delivered(rt, 
     await wait_until(all_ended, what="messages to expire")
     for topic in ("t", "w", "d"):
         assert await sizes(rt, topic) == (0, 0, 0)
+
+
+async def test_a_promoted_message_expires_at_its_ttl_though_it_entered_the_expiry_index_late(rt, start_scanner):
+    """A waiting message enters the expiry index as it becomes ready; the scanner's TTL timer,
+    asleep towards nothing (an empty index: its idle bound, seconds), is told of it by the promotion."""
+    m = await send(rt, delay=300, ttl_millis=700)
+    await start_scanner(rt)
+    k = rt.ns.topic("t")
+
+    async def ended():  # the ended index, not getMsg, which would end the message itself
+        return await rt.redis.zscore(k.ended, m.msg_id)
+
+    purge_at = await wait_until(ended, what="the message to expire")
+    assert m.expire_time <= purge_at - rt.config.ended_retention_millis < m.expire_time + 1_000
+    assert (await get_message(rt, topic="t", msg_id=m.msg_id)).status == Status.EXPIRED
 
 
 async def test_pull_never_returns_an_expired_message(rt):

@@ -3,8 +3,11 @@
 -- bucket. send.lua checks the cap again, as each message goes in, so concurrent sends cannot
 -- pass it; this check spares the log the rows of sends that would be refused.
 -- KEYS[1] buckets
--- KEYS[2] expiry
--- KEYS[3] meta
+-- KEYS[2] waiting
+-- KEYS[3] ready
+-- KEYS[4] prioritised
+-- KEYS[5] inflight
+-- KEYS[6] meta
 -- ARGV[1] wanted
 -- ARGV[2] produce_rate: messages a second, 0 for no rate limit
 -- ARGV[3] max_live: 0 for no cap
@@ -13,11 +16,12 @@
 -- @include clock
 -- @include token_bucket
 -- @include cold_count
-local buckets, expiry = KEYS[1], KEYS[2]
+local buckets = KEYS[1]
+local queues = {waiting = KEYS[2], ready = KEYS[3], prioritised = KEYS[4], inflight = KEYS[5]}
 local wanted, rate, max_live = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local within_cap = wanted
 if max_live > 0 then
-  within_cap = math.max(math.min(wanted, max_live - live_count(expiry, KEYS[3])), 0)
+  within_cap = math.max(math.min(wanted, max_live - live_count(queues, KEYS[6])), 0)
 end
 if rate == 0 or within_cap == 0 then
   return {within_cap, within_cap, 0}

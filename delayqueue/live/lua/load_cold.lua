@@ -62,8 +62,10 @@ for j, id in ipairs(ids) do
     loaded = loaded + 1
     triggers[loaded] = tonumber(ARGV[i + 2])
     if triggers[loaded] > now then
-      expiring[#expiring + 1] = ARGV[i + 3]
-      expiring[#expiring + 1] = id
+      if tonumber(ARGV[i + 3]) < triggers[loaded] then  -- its TTL ends first (includes/expiring.lua)
+        expiring[#expiring + 1] = ARGV[i + 3]
+        expiring[#expiring + 1] = id
+      end
       due_later[#due_later + 1] = ARGV[i + 2]
       due_later[#due_later + 1] = id
     else  -- the loader fell behind: ready at once (add_messages below)
@@ -81,8 +83,10 @@ redis.call('HSET', meta, META.LOADED_TO, ARGV[6])
 if loaded > 0 then
   cold_moved(meta, KEYS[9], loaded, hours_of(triggers))
   redis.call('HSET', msgs, unpack(stores))
-  if #due_later > 0 then
+  if #expiring > 0 then
     redis.call('ZADD', t.expiry, unpack(expiring))
+  end
+  if #due_later > 0 then
     redis.call('ZADD', t.waiting, unpack(due_later))
   end
   if add_messages(t, due_now, ARGV[1], topic) > 0 then

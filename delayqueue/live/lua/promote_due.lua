@@ -14,7 +14,8 @@
 -- ARGV[4] ready_channel: published when the ready list goes from empty to non-empty
 -- ARGV[5] topic
 -- ARGV[6] actor: 'process@host' for the history, '' with the message log off
--- Returns {moved, µs until the next due message (0: more due now, -1: none)}
+-- Returns {moved, µs until the next due message (0: more due now, -1: none), µs until the earliest
+-- expiry of the moved messages when it comes before any other of the topic's (-1: not)}
 -- @include clock
 -- @include scan_reply
 -- @include promote
@@ -22,5 +23,8 @@ local t = {waiting = KEYS[1], ready = KEYS[2], msgs = KEYS[3], expiry = KEYS[4],
            prioritised = KEYS[8],
            actor = ARGV[6], retention = tonumber(ARGV[2])}
 local limit = tonumber(ARGV[1])
-local ids, moved = promote(t, KEYS[6], tonumber(ARGV[3]), clock(), limit, ARGV[4], ARGV[5])
-return scan_reply(moved, #ids, limit, t.waiting)
+local now, now_us = clock()
+local ids, moved, expires_in = promote(t, KEYS[6], tonumber(ARGV[3]), now, limit, ARGV[4], ARGV[5], now_us)
+local reply = scan_reply(moved, #ids, limit, t.waiting)
+reply[3] = expires_in
+return reply

@@ -20,7 +20,8 @@
 -- ARGV[2] ack_timeout_millis
 -- ARGV[3] retention_millis: how long an ended body stays readable
 -- ARGV[4] stats_interval_millis
--- ARGV[5] schedule_channel: published when the ack deadline is earlier than the scanner expects
+-- ARGV[5] schedule_channel: published when the ack deadline, or the TTL of a message this pull made
+-- ready, is earlier than the scanner expects
 -- ARGV[6] topic
 -- ARGV[7] actor: 'process@host' for the history, '' with the message log off
 -- ARGV[8] consume_rate: messages a second, 0 for no limit
@@ -62,7 +63,7 @@ if max_inflight > 0 then
   batch = math.min(batch, max_inflight - redis.call('ZCARD', inflight))
 end
 -- No channel: this pull takes what it made ready; only what it leaves is published, below.
-local _, promoted = promote(t, stats, interval, now, tonumber(ARGV[9]), nil, ARGV[6])
+local _, promoted, expires_in = promote(t, stats, interval, now, tonumber(ARGV[9]), nil, ARGV[6], now_us)
 local deadline = now + tonumber(ARGV[2])
 local earliest_deadline = next_due(inflight, now_us)
 
@@ -109,7 +110,8 @@ if rate > 0 then
 end
 stat_add(stats, interval, now, COUNTER.PULL, pulled)
 stat_add(stats, interval, now, COUNTER.END_LIFE, ended_count)
-if pulled > 0 and (earliest_deadline < 0 or (deadline - now) * 1000 < earliest_deadline) then
+-- The scanner is woken for an ack deadline, or a TTL of the promoted, earlier than it expects.
+if (pulled > 0 and (earliest_deadline < 0 or (deadline - now) * 1000 < earliest_deadline)) or expires_in >= 0 then
   redis.call('PUBLISH', ARGV[5], ARGV[6])
 end
 out[1] = ready_count(t)

@@ -88,9 +88,12 @@ if trigger < now then
 end
 local from = m.status
 m.expireTime = m.expireTime + trigger - m.triggerTime
-local wake = next_due(t.expiry, now_us)
-wake = wake < 0 or (m.expireTime - now) * 1000 < wake
-redis.call('ZADD', t.expiry, m.expireTime, id)
+local wake = false
+if trigger <= now or m.expireTime < trigger then  -- in the expiry index after (includes/expiring.lua)
+  local due = next_due(t.expiry, now_us)
+  wake = due < 0 or (m.expireTime - now) * 1000 < due
+  redis.call('ZADD', t.expiry, m.expireTime, id)
+end
 if trigger > now then
   if from == STATUS.READY then
     remove_from_queues(t, id, m)

@@ -54,6 +54,7 @@
 -- @include new_message
 -- @include end_message
 -- @include cold_count
+-- @include expiring
 local msgs, expiry, ended, meta, stats = KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local topic, interval, retention = ARGV[1], tonumber(ARGV[4]), tonumber(ARGV[7])
 local t = {waiting = KEYS[1], ready = KEYS[2], inflight = KEYS[3], prioritised = KEYS[9], msgs = msgs,
@@ -75,7 +76,8 @@ stat_add(stats, interval, now, COUNTER.SEND, count)
 
 -- What the scanner sleeps towards (µs from now, -1: nothing), before these messages: it is woken
 -- once if any of them is due or expires before that.
-local expiry_due, waiting_due = next_due(expiry, now_us), next_due(t.waiting, now_us)
+local waiting_due = next_due(t.waiting, now_us)
+local expiry_due  -- read when a message first goes into the index (a waiting one does not)
 local wake, woken_pollers = false, false
 local hot_until, loaded_to  -- the meta's, read once when first needed (no message here changes them)
 
@@ -104,7 +106,7 @@ local function send_one(id, payload, trigger, expire_time, max_retry, produce_ti
   end
   -- The caps hold exactly, whatever runs concurrently (an ended message is in no count).
   if max_live > 0 or namespace_capped then
-    local live = live_count(expiry, meta)
+    local live = live_count(t, meta)
     if max_live > 0 and live >= max_live then
       return 2, 0
     end
@@ -129,8 +131,11 @@ local function send_one(id, payload, trigger, expire_time, max_retry, produce_ti
 
   local m = new_message(topic, id, payload, produce_time, trigger, expire_time, max_retry, 0, priority, now)
   redis.call('HSET', msgs, id, cjson.encode(m))
-  wake = wake or expiry_due < 0 or (m.expireTime - now) * 1000 < expiry_due
-  redis.call('ZADD', expiry, m.expireTime, id)
+  if expires_first(m) then
+    expiry_due = expiry_due or next_due(expiry, now_us)
+    wake = wake or expiry_due < 0 or (m.expireTime - now) * 1000 < expiry_due
+    redis.call('ZADD', expiry, m.expireTime, id)
+  end
   if m.status == STATUS.READY then
     if push_ready(t, id, m.priority) == 1 then
       woken_pollers = true  -- its queue (list or prioritised set) was empty: wake long pollers

@@ -2,15 +2,19 @@
 -- restore or a load brings them in hundreds.
 -- add_messages(t, messages, ready_channel, topic) -> messages made ready
 --   waiting if their triggerTime is still ahead, else ready (priority 0, by far the most, with one
---   LPUSH, in the order given); every one into expiry. Publishes ready_channel if nothing was ready.
+--   LPUSH, in the order given); into expiry those it holds (includes/expiring.lua). Publishes
+--   ready_channel if nothing was ready.
 --   t: waiting, ready, prioritised, expiry (keys)
 -- @include ready_queue
+-- @include expiring
 local function add_messages(t, messages, ready_channel, topic)
   local expiring, due_later, level_zero, made_ready = {}, {}, {}, 0
   local was_empty = ready_count(t) == 0
   for _, m in ipairs(messages) do
-    expiring[#expiring + 1] = m.expireTime
-    expiring[#expiring + 1] = m.msgId
+    if expires_first(m) then
+      expiring[#expiring + 1] = m.expireTime
+      expiring[#expiring + 1] = m.msgId
+    end
     if m.status ~= STATUS.READY then
       due_later[#due_later + 1] = m.triggerTime
       due_later[#due_later + 1] = m.msgId

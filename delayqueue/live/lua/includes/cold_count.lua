@@ -2,14 +2,16 @@
 -- messages per hour they fall due in (the cold_hours hash, which getTopicInfo's waiting buckets
 -- read): each script that moves one in or out keeps both, while the count is there (the loader
 -- drops both once none is left).
--- live_count(expiry key, meta key) -> the topic's live messages, the count its live-message caps
---   hold: those Redis holds (its expiry index has exactly them) and the cold ones
+-- live_count(t, meta key) -> the topic's live messages, the count its live-message caps hold: those
+--   in its queues (each live message Redis holds is in exactly one) and the cold ones
+--   t: waiting, ready, prioritised, inflight (keys)
 -- cold_added(meta key, hours key, trigger_time): a message went to the log only
 -- cold_moved(meta key, hours key, n, by_hour): n messages left the log only (into Redis, or deleted
 --   there), by_hour[hour] of them due in each hour (hours_of)
 -- hours_of(trigger_times) -> by_hour, for cold_moved
-local function live_count(expiry, meta)
-  return redis.call('ZCARD', expiry) + math.max(tonumber(redis.call('HGET', meta, META.COLD) or '0'), 0)
+local function live_count(t, meta)
+  return redis.call('ZCARD', t.waiting) + redis.call('LLEN', t.ready) + redis.call('ZCARD', t.prioritised)
+    + redis.call('ZCARD', t.inflight) + math.max(tonumber(redis.call('HGET', meta, META.COLD) or '0'), 0)
 end
 
 local function cold_hour(trigger_time)

@@ -1,16 +1,18 @@
 -- A message becomes ready: its status changes, its id goes onto its priority's ready structure
--- (includes/ready_queue.lua; FIFO within a priority), and the change is recorded. Long pollers are
+-- (includes/ready_queue.lua; FIFO within a priority) and into the expiry index (a waiting one may
+-- not be there: includes/expiring.lua), and the change is recorded. Long pollers are
 -- the caller's to wake, once per call: a woken poller passes the wake on while messages remain.
 -- set_ready(t, id, message, from status, reason, with_times, changes or nil) -> the size of the ready structure
 --   it went onto (1: it was empty, wake long pollers)
 --   with_times: the change moved the message's times (see log_event)
 --   changes: the change joins it (add_change) for the caller's log_events, instead of its own entry
---   t: msgs, ready, prioritised, events (keys), actor
+--   t: msgs, ready, prioritised, expiry, events (keys), actor
 -- @include history
 -- @include ready_queue
 local function set_ready(t, id, m, from, reason, with_times, changes)
   m.status = STATUS.READY
   redis.call('HSET', t.msgs, id, cjson.encode(m))
+  redis.call('ZADD', t.expiry, m.expireTime, id)
   if changes then
     add_change(changes, id, m)
   else
