@@ -32,7 +32,7 @@ class Runtime:
                  root: "Runtime | None" = None):
         self.config = config
         self.ns = namespace_keys(namespace or config.namespace)
-        self.log_database = database_of(self.ns.namespace)  # the Django alias of this namespace's rows
+        self.log_database = database_of(self.ns.namespace, config=config)  # the Django alias of its rows
         if root is None:
             self.redis = client.connect(config.redis_url, config.redis_timeout)
             self.scripts = script_runner(self.redis, config.redis_url, config.redis_timeout)
@@ -44,8 +44,8 @@ class Runtime:
         self._notifier_lock = asyncio.Lock()
         self._log = None
         self._schedule_db = None
-        self.limits = LimitCache(self.ns)  # read on first use
-        self.topic_configs = TopicConfigCache(self.ns)  # read on first use
+        self.limits = LimitCache(self.ns, self.log_database)  # read on first use
+        self.topic_configs = TopicConfigCache(self.ns, self.log_database)  # read on first use
         self._tokens = None
         self.set_process(process or f"web pid {os.getpid()}")
 

@@ -35,9 +35,10 @@ class RefreshedTable:
     reads: tuple[str, str]
     unread: str
 
-    def __init__(self, ns: NamespaceKeys):
+    def __init__(self, ns: NamespaceKeys, database: str | None = None):
+        """`database`: the alias that holds the namespace's rows (by the process' settings if None)."""
         self._ns = ns
-        self._db = LogConnection(READ_TIMEOUT_MILLIS, database_of(ns.namespace))
+        self._db = LogConnection(READ_TIMEOUT_MILLIS, database or database_of(ns.namespace))
         self.current: dict | None = None  # the table in force, None until the first read
         self._first_read: asyncio.Future | None = None
         self._refresher: asyncio.Task | None = None

@@ -94,7 +94,7 @@ class Pusher:
         self._figures = Counter()  # pushes hash field -> what to add
         self._kick = asyncio.Event()
         self._sweep_now = False
-        self._topics = PushTopicCache(rt.ns)  # its own: the runtime's topic settings carry no secrets
+        self._topics = PushTopicCache(rt.ns, rt.log_database)  # its own: the runtime's topic settings carry no secrets
 
     def want(self, topic: str) -> None:
         self._wanted.add(topic)

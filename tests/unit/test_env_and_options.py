@@ -94,6 +94,19 @@ def test_the_hot_window_is_off_or_at_least_a_second(monkeypatch):
     assert str(stopped.value) == "environment variable DELAYQUEUE_HOT_WINDOW_MILLIS must be 0 (off) or at least 1000, got 500"
 
 
+def test_a_runtime_takes_its_namespaces_database_from_the_config_it_is_given():
+    """Benchmarks and Spark build a Runtime from a config of their own, outside Django's settings:
+    its log, limits and topic settings are read from that config's database for the namespace."""
+    from delayqueue.config.settings import QueueConfig
+    from delayqueue.runtime import Runtime
+
+    config = QueueConfig(redis_url="redis://127.0.0.1:9/0", namespace="acme",
+                         log_databases="tenants=postgres://dq@db2/dq", namespace_databases="acme=tenants")
+    rt = Runtime(config, process="test")
+    assert rt.log_database == "tenants"
+    assert rt.limits._db._database == rt.topic_configs._db._database == "tenants"
+
+
 def test_log_databases_and_namespace_routes_are_read_and_checked_without_echoing_a_url(monkeypatch):
     from delayqueue.config.settings import QueueConfig
 
