@@ -234,8 +234,8 @@ class RetireReply(NamedTuple):
 class ScanReply(NamedTuple):
     count: int  # messages the scanner script handled
     next_due_us: int  # µs until it has work again: 0 now, -1 nothing scheduled
-    # promote_due: µs until the earliest TTL of what it moved, when that comes before every other
-    # in the expiry index (waiting messages enter it as they become ready); else -1
+    # promote_due: µs until the earliest TTL of what it moved (-1: nothing), which the scanner's
+    # TTL timer must not sleep past (waiting messages enter the expiry index as they become ready)
     expires_in_us: int = -1
 
 

@@ -63,7 +63,7 @@ class TopicWorker:
             self.scanner.counts[self.COUNTS[name]] += result.count
             wait = result.next_due_us / 1_000_000 if result.next_due_us >= 0 else MAX_IDLE_SLEEP
             self._due_at[name] = now + min(wait, MAX_IDLE_SLEEP)
-            if result.expires_in_us >= 0:  # what it promoted expires before anything expire waits for
+            if result.expires_in_us >= 0:  # what it promoted may expire before what expire waits for
                 self._due_at["expire"] = min(self._due_at["expire"], now + result.expires_in_us / 1_000_000)
         return min(self._due_at.values()) - now
 

@@ -199,7 +199,7 @@ async def test_promote_due_moves_waiting_to_ready_in_trigger_order(rt):
     await asyncio.sleep(max(0, now + 1500 - now_millis()) / 1000)
     [(moved, next_us, expires_in_us)] = await rt.scripts.run(calls)
     assert moved == 2 and next_us == -1
-    assert 0 < expires_in_us <= rt.config.ttl_millis * 1000  # the first TTLs the expiry index holds
+    assert 0 < expires_in_us <= rt.config.ttl_millis * 1000  # when the first of them expires
     assert (await get_message(rt, topic="t", msg_id=early.msg_id)).status == Status.READY
     batch, _ = await pull_messages(rt, topic="t", batch=2)
     assert [m.msg_id for m in batch] == [early.msg_id, late.msg_id]

@@ -15,7 +15,7 @@
 -- ARGV[5] topic
 -- ARGV[6] actor: 'process@host' for the history, '' with the message log off
 -- Returns {moved, µs until the next due message (0: more due now, -1: none), µs until the earliest
--- expiry of the moved messages when it comes before any other of the topic's (-1: not)}
+-- TTL of the moved messages (-1: none moved), which the scanner's TTL timer must not sleep past}
 -- @include clock
 -- @include scan_reply
 -- @include promote
@@ -24,7 +24,7 @@ local t = {waiting = KEYS[1], ready = KEYS[2], msgs = KEYS[3], expiry = KEYS[4],
            actor = ARGV[6], retention = tonumber(ARGV[2])}
 local limit = tonumber(ARGV[1])
 local now, now_us = clock()
-local ids, moved, expires_in = promote(t, KEYS[6], tonumber(ARGV[3]), now, limit, ARGV[4], ARGV[5], now_us)
+local ids, moved, earliest = promote(t, KEYS[6], tonumber(ARGV[3]), now, limit, ARGV[4], ARGV[5])
 local reply = scan_reply(moved, #ids, limit, t.waiting)
-reply[3] = expires_in
+reply[3] = earliest and math.max(earliest * 1000 - now_us, 0) or -1
 return reply

@@ -63,7 +63,9 @@ if max_inflight > 0 then
   batch = math.min(batch, max_inflight - redis.call('ZCARD', inflight))
 end
 -- No channel: this pull takes what it made ready; only what it leaves is published, below.
-local _, promoted, expires_in = promote(t, stats, interval, now, tonumber(ARGV[9]), nil, ARGV[6], now_us)
+local _, promoted, earliest = promote(t, stats, interval, now, tonumber(ARGV[9]), nil, ARGV[6])
+-- Whether a message it made ready now has the topic's earliest TTL (the scanner may sleep past it).
+local sooner_ttl = earliest and next_due(t.expiry, now_us) >= earliest * 1000 - now_us
 local deadline = now + tonumber(ARGV[2])
 local earliest_deadline = next_due(inflight, now_us)
 
@@ -111,7 +113,7 @@ end
 stat_add(stats, interval, now, COUNTER.PULL, pulled)
 stat_add(stats, interval, now, COUNTER.END_LIFE, ended_count)
 -- The scanner is woken for an ack deadline, or a TTL of the promoted, earlier than it expects.
-if (pulled > 0 and (earliest_deadline < 0 or (deadline - now) * 1000 < earliest_deadline)) or expires_in >= 0 then
+if (pulled > 0 and (earliest_deadline < 0 or (deadline - now) * 1000 < earliest_deadline)) or sooner_ttl then
   redis.call('PUBLISH', ARGV[5], ARGV[6])
 end
 out[1] = ready_count(t)

@@ -1,22 +1,20 @@
 -- Moves due waiting messages to ready (each at its priority) in triggerTime order and wakes long
 -- pollers; one already past its TTL is ended (expired) instead. The scanner's promote_due, and
 -- pull, so a consumer that comes for a message the moment it is due need not wait for the scanner.
--- promote(t, stats key, stats interval, now ms, limit, ready channel or nil, topic, now µs)
---   -> ids taken, moved, µs until the earliest expiry of those moved when it comes before every
---   other the expiry index held (they enter it as they become ready; the scanner's expire timer
---   must wake for it), else -1
+-- promote(t, stats key, stats interval, now ms, limit, ready channel or nil, topic)
+--   -> ids taken, moved, the earliest expireTime of those moved (nil if none): they enter the
+--   expiry index as they become ready, and the scanner's TTL timer may be asleep past it
 --   t: waiting, ready, prioritised, msgs, expiry, ended, events (keys), actor, retention
 -- @include stats
 -- @include lateness
 -- @include end_message
 -- @include set_ready
 -- @include due_to_ready
--- @include next_due
-local function promote(t, stats, interval, now, limit, channel, topic, now_us)
+local function promote(t, stats, interval, now, limit, channel, topic)
   local ended_count = 0
   local lateness = {}
   local made_ready = {}
-  local expiry_due, earliest  -- the index's earliest before any moved, the earliest moved
+  local earliest
   local ids, moved = due_to_ready(t, t.waiting, now, limit, channel, topic, function(id, m)
     if m.status ~= STATUS.WAITING then
       return false
@@ -25,9 +23,6 @@ local function promote(t, stats, interval, now, limit, channel, topic, now_us)
       end_message(t, id, m, now, REASON.EXPIRED)
       ended_count = ended_count + 1
       return false
-    end
-    if not expiry_due then
-      expiry_due = next_due(t.expiry, now_us)
     end
     earliest = math.min(earliest or m.expireTime, m.expireTime)
     set_ready(t, id, m, STATUS.WAITING, REASON.DUE, false, made_ready)
@@ -39,9 +34,5 @@ local function promote(t, stats, interval, now, limit, channel, topic, now_us)
   stat_add(stats, interval, now, COUNTER.READY, moved)
   lateness_flush(stats, now, lateness)
   stat_add(stats, interval, now, COUNTER.END_LIFE, ended_count)
-  local expires_in = earliest and math.max(earliest * 1000 - now_us, 0)
-  if expires_in and (expiry_due < 0 or expires_in < expiry_due) then
-    return ids, moved, expires_in
-  end
-  return ids, moved, -1
+  return ids, moved, earliest
 end
