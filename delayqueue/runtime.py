@@ -21,7 +21,6 @@ from delayqueue.live.runners import script_runner
 from delayqueue.live.scripts import ScriptContext
 from delayqueue.messagelog.connection import SharedConnection
 from delayqueue.messagelog.group_commit import MessageLog
-from delayqueue.messagelog.routing import database_of
 from delayqueue.stores.limits import LimitCache
 from delayqueue.stores.tokens import TokenCache
 from delayqueue.stores.topic_settings import TopicConfigCache
@@ -32,7 +31,7 @@ class Runtime:
                  root: "Runtime | None" = None):
         self.config = config
         self.ns = namespace_keys(namespace or config.namespace)
-        self.log_database = database_of(self.ns.namespace, config=config)  # the Django alias of its rows
+        self.log_database = config.log_database_of(self.ns.namespace)  # the Django alias of its rows
         if root is None:
             self.redis = client.connect(config.redis_url, config.redis_timeout)
             self.scripts = script_runner(self.redis, config.redis_url, config.redis_timeout)

@@ -17,7 +17,7 @@ import redis
 from delayqueue.config.arguments import positive_int
 from delayqueue.config.redis_urls import (is_cluster_url, is_sentinel_url, sentinel_target, url_credentials, url_nodes,
                                           without_password)
-from delayqueue.config.settings import DEFAULT_DATABASE, SETTINGS, log_databases, namespace_databases
+from delayqueue.config.settings import SETTINGS, QueueConfig
 from delayqueue.messagelog import sql
 from delayqueue.messagelog.connection import first_line
 
@@ -45,19 +45,10 @@ def parser(prog: str, description: str) -> OneLineParser:
     return p
 
 
-def log_database_urls() -> dict[str, str]:
-    """Every database of the message log, as the service reads them: alias -> URL, `default` first."""
-    return {DEFAULT_DATABASE: SETTINGS["database_url"].read(), **log_databases(SETTINGS["log_databases"].read())}
-
-
-def namespace_database_url(namespace: str) -> str:
-    """The URL of the database that holds `namespace`'s log (messagelog/routing.py's rule)."""
-    alias = namespace_databases(SETTINGS["namespace_databases"].read()).get(namespace, DEFAULT_DATABASE)
-    urls = log_database_urls()
-    if alias not in urls:
-        raise JobError(f"DELAYQUEUE_NAMESPACE_DATABASES routes namespace {namespace} to database {alias}, which "
-                       "DELAYQUEUE_LOG_DATABASES does not declare")
-    return urls[alias]
+def log_config() -> QueueConfig:
+    """The message log's databases and the namespaces' routes, as the service reads them."""
+    return QueueConfig(**{name: SETTINGS[name].read() for name in ("database_url", "log_databases",
+                                                                    "namespace_databases")})
 
 
 def add_redis_url(p: argparse.ArgumentParser) -> None:
@@ -150,10 +141,11 @@ def parse_args(module_name: str, argv: list[str] | None):
     args = p.parse_args(argv)
     if args.database_url is None:
         try:
-            args.database_url = namespace_database_url(args.namespace)
-        except JobError as exc:
+            config = log_config()
+        except ValueError as exc:
             raise SystemExit(f"{prog}: error: {exc}") from None
-        args.database_urls = list(dict.fromkeys(log_database_urls().values()))
+        args.database_url = config.database_urls[config.log_database_of(args.namespace)]
+        args.database_urls = list(dict.fromkeys(config.database_urls.values()))
     else:
         args.database_urls = [args.database_url]
     return job, args

@@ -338,8 +338,7 @@ class QueueConfig:
         "retried", minimum=0)
 
     def __post_init__(self):
-        missing = sorted({alias for alias in self.log_routes.values() if alias != DEFAULT_DATABASE}
-                         - set(self.log_database_urls))
+        missing = sorted(set(self.log_routes.values()) - set(self.database_urls))
         if missing:
             raise ValueError(f"environment variable DELAYQUEUE_NAMESPACE_DATABASES names database {missing[0]}, "
                              "which DELAYQUEUE_LOG_DATABASES does not declare")
@@ -353,6 +352,15 @@ class QueueConfig:
     def log_routes(self) -> dict[str, str]:
         """The namespaces whose log is not in DATABASE_URL's database: namespace -> alias."""
         return namespace_databases(self.namespace_databases)
+
+    @property
+    def database_urls(self) -> dict[str, str]:
+        """Every database of the message log: alias -> URL, DATABASE_URL's (`default`) first."""
+        return {DEFAULT_DATABASE: self.database_url, **self.log_database_urls}
+
+    def log_database_of(self, namespace: str) -> str:
+        """The alias of the database that holds `namespace`'s rows (messagelog/routing.py)."""
+        return self.log_routes.get(namespace, DEFAULT_DATABASE)
 
     @property
     def redis_timeout(self) -> float:

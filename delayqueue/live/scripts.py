@@ -27,7 +27,7 @@ from delayqueue.core.constants import (BURST_MILLIS, CHART_MINUTES, COLD_HOUR_MI
 from delayqueue.core.messages import Message
 from delayqueue.live import stats
 from delayqueue.live.history import EVENT_FIELDS
-from delayqueue.live.keys import EVENTS_SUFFIX, HISTORY_SUFFIX, Bucket, Meta, NamespaceKeys
+from delayqueue.live.keys import EVENTS_SUFFIX, HISTORY_SUFFIX, Bucket, Meta, NamespaceKeys, TopicKeys
 
 LUA_DIR = Path(__file__).with_name("lua")
 _INCLUDE = re.compile(r"^-- @include (\w+)\s*$", re.MULTILINE)
@@ -580,14 +580,19 @@ def take_tokens(ctx: ScriptContext, topic: str | None, *, kind: str, wanted: int
     return ScriptCall(TAKE_TOKENS, [k.buckets], [kind, wanted, rate])
 
 
+def _live_count_keys(k: TopicKeys) -> list[str]:
+    """What live_count reads (includes/cold_count.lua): the topic's queues, then its meta."""
+    return [k.waiting, k.ready, k.prioritised, k.inflight, k.meta]
+
+
 def admit_send(ctx: ScriptContext, topic: str, *, wanted: int, produce_rate: int, max_live: int) -> ScriptCall:
     k = ctx.ns.topic(topic)
-    return ScriptCall(ADMIT_SEND, [k.buckets, k.waiting, k.ready, k.prioritised, k.inflight, k.meta], [wanted, produce_rate, max_live])
+    return ScriptCall(ADMIT_SEND, [k.buckets, *_live_count_keys(k)], [wanted, produce_rate, max_live])
 
 
 def live_share_shortfall(ctx: ScriptContext, topic: str, *, wanted: int) -> ScriptCall:
     k = ctx.ns.topic(topic)
-    return ScriptCall(LIVE_SHARE_SHORTFALL, [k.waiting, k.ready, k.prioritised, k.inflight, k.meta], [wanted])
+    return ScriptCall(LIVE_SHARE_SHORTFALL, _live_count_keys(k), [wanted])
 
 
 def grant_live_share(ctx: ScriptContext, topic: str, *, amount: int) -> ScriptCall:
@@ -596,12 +601,12 @@ def grant_live_share(ctx: ScriptContext, topic: str, *, amount: int) -> ScriptCa
 
 def release_live_share(ctx: ScriptContext, topic: str) -> ScriptCall:
     k = ctx.ns.topic(topic)
-    return ScriptCall(RELEASE_LIVE_SHARE, [k.waiting, k.ready, k.prioritised, k.inflight, k.meta], [])
+    return ScriptCall(RELEASE_LIVE_SHARE, _live_count_keys(k), [])
 
 
 def cover_live_share(ctx: ScriptContext, topic: str) -> ScriptCall:
     k = ctx.ns.topic(topic)
-    return ScriptCall(COVER_LIVE_SHARE, [k.waiting, k.ready, k.prioritised, k.inflight, k.meta], [])
+    return ScriptCall(COVER_LIVE_SHARE, _live_count_keys(k), [])
 
 
 def borrow_live(ctx: ScriptContext, *, wanted: int, max_live: int, held: int) -> ScriptCall:

@@ -3,18 +3,17 @@ stats, settings, schedules and redrives. DELAYQUEUE_NAMESPACE_DATABASES routes a
 alias of DELAYQUEUE_LOG_DATABASES; the others, and what belongs to no one namespace (API tokens,
 the admin's users and sessions), stay in DATABASE_URL's (`default`). Each database has every
 table (`manage.py migrate --database <alias>`), so one log's statements run unchanged on any."""
-from delayqueue.config.settings import DEFAULT_DATABASE, QueueConfig, load_config
+from delayqueue.config.settings import load_config
 
 
-def database_of(namespace: str, *, config: QueueConfig | None = None) -> str:
-    """The alias of the database that holds `namespace`'s rows, by `config`'s routes (the
-    process' settings when none is given)."""
-    return (config or load_config()).log_routes.get(namespace, DEFAULT_DATABASE)
+def database_of(namespace: str) -> str:
+    """The alias of the database that holds `namespace`'s rows, by the process' settings."""
+    return load_config().log_database_of(namespace)
 
 
 def log_databases() -> list[str]:
     """Every database that holds some namespace's rows: `default` first."""
-    return [DEFAULT_DATABASE, *load_config().log_database_urls]
+    return list(load_config().database_urls)
 
 
 class NamespaceRouter:

@@ -13,7 +13,6 @@ from delayqueue.core.exceptions import LogUnavailable
 from delayqueue.live.keys import NamespaceKeys
 from delayqueue.messagelog import sql
 from delayqueue.messagelog.connection import LogConnection
-from delayqueue.messagelog.routing import database_of
 
 log = logging.getLogger(__name__)
 
@@ -35,10 +34,10 @@ class RefreshedTable:
     reads: tuple[str, str]
     unread: str
 
-    def __init__(self, ns: NamespaceKeys, database: str | None = None):
-        """`database`: the alias that holds the namespace's rows (by the process' settings if None)."""
+    def __init__(self, ns: NamespaceKeys, database: str):
+        """`database`: the alias of the database that holds the namespace's rows."""
         self._ns = ns
-        self._db = LogConnection(READ_TIMEOUT_MILLIS, database or database_of(ns.namespace))
+        self._db = LogConnection(READ_TIMEOUT_MILLIS, database)
         self.current: dict | None = None  # the table in force, None until the first read
         self._first_read: asyncio.Future | None = None
         self._refresher: asyncio.Task | None = None

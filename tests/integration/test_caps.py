@@ -8,6 +8,7 @@ import time
 import pytest
 from asgiref.sync import sync_to_async
 
+from delayqueue.config.settings import DEFAULT_DATABASE
 from delayqueue.core.exceptions import CapReached
 from delayqueue.live.keys import namespace_keys
 from delayqueue.models import TopicConfig
@@ -200,7 +201,7 @@ async def test_a_topic_push_concurrency_and_timeout_are_bounded_and_older_settin
     await sync_to_async(save_topic_config)(namespace="shop", topic="old", changes={"push_url": url}, limits={}, by_operator=True)
     await sync_to_async(TopicConfig.objects.filter(topic="old").update)(push_concurrency=1000,
                                                                          push_timeout_millis=300_000)
-    pushed = PushTopicCache(namespace_keys("shop"))
+    pushed = PushTopicCache(namespace_keys("shop"), DEFAULT_DATABASE)
     try:
         old = (await pushed.fresh())["old"]
         assert (old.push_concurrency, old.push_timeout_millis) == (200, 60_000)

@@ -180,7 +180,7 @@ def test_the_spark_jobs_take_their_defaults_from_the_declarations(monkeypatch):
     monkeypatch.setenv("DELAYQUEUE_NAMESPACE_DATABASES", "other=elsewhere")
     with pytest.raises(SystemExit) as refused:
         common.parse_args("spark.stats", [])
-    assert str(refused.value) == ("spark/stats.py: error: DELAYQUEUE_NAMESPACE_DATABASES routes namespace other to "
+    assert str(refused.value) == ("spark/stats.py: error: environment variable DELAYQUEUE_NAMESPACE_DATABASES names "
                                   "database elsewhere, which DELAYQUEUE_LOG_DATABASES does not declare")
 
 

@@ -9,6 +9,7 @@ import sys
 from asgiref.sync import sync_to_async
 from django.core.management import call_command
 
+from delayqueue.config.settings import DEFAULT_DATABASE
 from delayqueue.live.keys import namespace_keys
 from delayqueue.models import TopicConfig
 from delayqueue.stores.limits import LimitCache, Limits
@@ -32,7 +33,7 @@ def set_limits_here(*argv: str) -> None:
 
 
 async def test_a_change_another_process_makes_is_seen_and_a_quiet_refresh_reads_no_row(clean_state):
-    limits = LimitCache(namespace_keys(NAMESPACE))
+    limits = LimitCache(namespace_keys(NAMESPACE), DEFAULT_DATABASE)
     try:
         await set_limits_here("--topic", "a", "--produce-rate", "5")
         await set_limits_here("--topic", "b", "--max-live", "7")
@@ -60,7 +61,7 @@ async def test_a_change_another_process_makes_is_seen_and_a_quiet_refresh_reads_
 
 async def test_a_deleted_row_is_seen(clean_state):
     ns = namespace_keys(NAMESPACE)
-    limits, settings = LimitCache(ns), TopicConfigCache(ns)
+    limits, settings = LimitCache(ns, DEFAULT_DATABASE), TopicConfigCache(ns, DEFAULT_DATABASE)
     try:
         await set_limits_here("--topic", "gone", "--produce-rate", "5")
         await sync_to_async(save_topic_config)(namespace=NAMESPACE, topic="gone", changes={"max_retry": 2}, limits={}, by_operator=True)
@@ -89,7 +90,7 @@ async def test_a_deleted_row_is_seen(clean_state):
 async def test_a_change_committed_after_a_later_one_is_not_missed(clean_state):
     """A writer that took its transaction id first but commits after a refresh read a later
     writer's change: the next refresh still reads it (the snapshot's xmin, not the highest id seen)."""
-    settings = TopicConfigCache(namespace_keys(NAMESPACE))
+    settings = TopicConfigCache(namespace_keys(NAMESPACE), DEFAULT_DATABASE)
     try:
         assert await settings.fresh() == {}
         slow_started, slow_may_commit = asyncio.Event(), asyncio.Event()
