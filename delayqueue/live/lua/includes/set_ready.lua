@@ -1,6 +1,6 @@
 -- A message becomes ready: its status changes, its id goes onto its priority's ready structure
--- (includes/ready_queue.lua; FIFO within a priority) and into the expiry index (a waiting one may
--- not be there: includes/expiring.lua), and the change is recorded. Long pollers are
+-- (includes/ready_queue.lua; FIFO within a priority), a waiting one into the expiry index (it may
+-- not be there: includes/expiring.lua; a consuming one is), and the change is recorded. Long pollers are
 -- the caller's to wake, once per call: a woken poller passes the wake on while messages remain.
 -- set_ready(t, id, message, from status, reason, with_times, changes or nil) -> the size of the ready structure
 --   it went onto (1: it was empty, wake long pollers)
@@ -12,7 +12,9 @@
 local function set_ready(t, id, m, from, reason, with_times, changes)
   m.status = STATUS.READY
   redis.call('HSET', t.msgs, id, cjson.encode(m))
-  redis.call('ZADD', t.expiry, m.expireTime, id)
+  if from == STATUS.WAITING then
+    redis.call('ZADD', t.expiry, m.expireTime, id)
+  end
   if changes then
     add_change(changes, id, m)
   else
