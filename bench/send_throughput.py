@@ -62,6 +62,7 @@ async def raw_evalsha_rate(redis_url: str, seconds: int, concurrency: int) -> fl
     from delayqueue.config.settings import QueueConfig
     from delayqueue.live.scripts import load_scripts
     from delayqueue.runtime import Runtime
+    from delayqueue.live.keys import Shard
     from delayqueue.services.send import SendRequest, prepared, send_calls
 
     rt = Runtime(QueueConfig(redis_url=redis_url, namespace="raw"))
@@ -77,7 +78,7 @@ async def raw_evalsha_rate(redis_url: str, seconds: int, concurrency: int) -> fl
             produced = time.time_ns() // 1_000_000
             rows = [prepared(rt, SendRequest(topic=f"raw{i % 4}", msg="hello", delay_millis=600_000), produced, {})
                     for i in range(BATCH)]
-            await rt.scripts.run([call for call, _ in send_calls(rt, rows)])
+            await rt.scripts.run([call for call, _ in send_calls(rt, rows, shards=[Shard(row.topic) for row in rows])])
             sent += BATCH
 
     started = time.monotonic()

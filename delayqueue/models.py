@@ -6,13 +6,14 @@ sees the message (so a send answered 200 is committed); the scanners' log writer
 later `MessageEvent` rows from the per-topic Redis streams the Lua scripts write, and moves
 `Message.status` along.
 """
+from django.contrib.postgres.fields import ArrayField
 from django.contrib.postgres.indexes import BrinIndex
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 
 from delayqueue.core import messages
 from delayqueue.core.clock import to_millis
-from delayqueue.core.constants import (MAX_EVENT_DETAIL, MAX_LIMIT, MAX_PUSH_URL_LENGTH, MAX_SCHEDULE_ID_LENGTH,
+from delayqueue.core.constants import (MAX_EVENT_DETAIL, MAX_LIMIT, MAX_PUSH_URL_LENGTH, MAX_SCHEDULE_ID_LENGTH, MAX_SHARDS,
                                        MAX_TOPIC_BYTES, PUSH_CONCURRENCY_DEFAULT, PUSH_MAX_CONCURRENCY,
                                        PUSH_MAX_TIMEOUT_MILLIS, PUSH_TIMEOUT_DEFAULT_MILLIS, RETRY_BACKOFF_MAX_MILLIS,
                                        CatchUp, Reason, Status)
@@ -241,6 +242,13 @@ class TopicConfig(models.Model):
     push_secret = models.CharField(max_length=100, blank=True, default="", editable=False)
     push_previous_secret = models.CharField(max_length=100, blank=True, default="", editable=False)
     push_previous_until = models.BigIntegerField(default=0, editable=False)
+    shards = models.PositiveSmallIntegerField(
+        default=1, validators=[MinValueValidator(1), MaxValueValidator(MAX_SHARDS)],
+        help_text="Redis key sets its messages spread over, each in a slot of its own (docs/scaling.md)")
+    # Shard counts given up whose shards may still hold messages: read and scanned until the
+    # scanners find them empty SHARDS_SETTLE_MILLIS after shards_changed_at (epoch ms).
+    draining_shards = ArrayField(models.PositiveSmallIntegerField(), default=list, blank=True, editable=False)
+    shards_changed_at = models.BigIntegerField(default=0, editable=False)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:

@@ -25,7 +25,10 @@ from pyspark.sql import types as T
 from delayqueue.config import arguments
 from delayqueue.core.constants import LIVE_STATUSES
 from delayqueue.live.keys import namespace_keys, topic_keys
+from delayqueue.live.shards import topic_shards
 from delayqueue.messagelog import sql, tables
+from delayqueue.stores.topic_settings import DEFAULT as DEFAULT_SETTINGS
+from delayqueue.stores.topic_settings import settings_table
 from spark import common, pgread, restore
 
 KEY = ["topic", "msg_id"]
@@ -39,12 +42,13 @@ REDIS_SCHEMA = T.StructType([
 SHOWN = 20
 
 
-def scan_topics(redis_url: str, namespace: str, topics):
-    """Runs on an executor: every message Redis holds for these topics, as REDIS_SCHEMA rows."""
+def scan_topics(redis_url: str, namespace: str, shards):
+    """Runs on an executor: every message Redis holds in these topics' shards (live/shards.py), as
+    REDIS_SCHEMA rows."""
     client = common.sync_redis(redis_url)
     try:
-        for topic in topics:
-            for msg_id, raw in client.hscan_iter(topic_keys(namespace, topic).msgs, count=1000):
+        for topic, count, index in shards:
+            for msg_id, raw in client.hscan_iter(topic_keys(namespace, topic, count, index).msgs, count=1000):
                 m = json.loads(raw)
                 yield topic, msg_id, *(None if m.get(f) is None else int(m[f]) for f in ("status", "retry", "triggerTime"))
     finally:
@@ -103,7 +107,7 @@ def add_arguments(p) -> None:
 def preflight(args) -> None:
     if args.output is not None and args.output.exists():
         raise common.JobError(f"--output {args.output} already exists")
-    common.check_postgres(args.database_url, (tables.MESSAGE, tables.EVENT))
+    common.check_postgres(args.database_url, (tables.MESSAGE, tables.EVENT, tables.TOPIC_CONFIG))
     common.check_redis(args.redis_url)
 
 
@@ -120,8 +124,11 @@ def read_redis(spark, args, log_topics: list[str], partitions: int) -> DataFrame
         topics = sorted(set(registered) | set(log_topics))
     if not topics:
         return spark.createDataFrame([], REDIS_SCHEMA)
+    settings = settings_table(common.query(args.database_url, sql.TOPIC_CONFIGS, [args.namespace]))
+    shards = [tuple(shard) for topic in topics
+              for shard in topic_shards(topic, settings.get(topic, DEFAULT_SETTINGS).shard_counts)]
     url, namespace = args.redis_url, args.namespace
-    rows = spark.sparkContext.parallelize(topics, min(len(topics), partitions))
+    rows = spark.sparkContext.parallelize(shards, min(len(shards), partitions))
     return spark.createDataFrame(rows.mapPartitions(lambda part: scan_topics(url, namespace, part)), REDIS_SCHEMA)
 
 
@@ -135,8 +142,10 @@ def restore_missing(spark, args, log: DataFrame, found: DataFrame, partitions: i
     ids = by_topic_in_id_order(log.join(missing, KEY, "left_semi").select("topic", "id"), partitions)
     query = restore.rows_query(sql.LIVE_BY_ID)
     config, dsn = restore.queue_config(args), args.database_url
+    settings = settings_table(common.query(dsn, sql.TOPIC_CONFIGS, [args.namespace]))
     per_partition = ids.rdd.mapPartitions(
-        lambda part: restore.restore_partition(config, False, False, rows_by_id(dsn, query, (r.id for r in part), chunk_rows)))
+        lambda part: restore.restore_partition(config, settings, False, False,
+                                               rows_by_id(dsn, query, (r.id for r in part), chunk_rows)))
     return tuple(sum(column) for column in zip(*per_partition.collect()))
 
 

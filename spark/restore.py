@@ -21,7 +21,7 @@ from delayqueue.live.keys import namespace_keys
 from delayqueue.messagelog import sql, tables
 from delayqueue.runtime import Runtime
 from delayqueue.services.restore import RestoreCounts, answers_loss_report, restore_rows, restore_topic_settings
-from delayqueue.stores.topic_settings import settings_table
+from delayqueue.stores.topic_settings import TopicSettings, settings_table
 from spark import common, pgread
 
 RESTORE_COLUMNS = list(sql.RESTORE_COLUMNS)
@@ -53,8 +53,10 @@ def queue_config(args):
     return load_config().with_overrides(redis_url=args.redis_url, namespace=args.namespace)
 
 
-def restore_partition(config, include_expired: bool, dry_run: bool, rows: Iterable[dict]):
-    """Runs on an executor: restores rows (dicts of RESTORE_COLUMNS) in the order given; yields
+def restore_partition(config, settings: dict[str, TopicSettings], include_expired: bool, dry_run: bool,
+                      rows: Iterable[dict]):
+    """Runs on an executor: restores rows (dicts of RESTORE_COLUMNS) in the order given, each
+    into its shard by `settings` (the namespace's topic settings, as the driver read them); yields
     this partition's (restored, already live, skipped)."""
     async def restore_all() -> RestoreCounts:
         counts, rt = RestoreCounts(), None
@@ -63,7 +65,8 @@ def restore_partition(config, include_expired: bool, dry_run: bool, rows: Iterab
                 # Connected on the first rows: a partition that has none (a topic hashed
                 # elsewhere) costs no Redis connection.
                 rt = rt or Runtime(config, process="spark restore")
-                counts += await restore_rows(rt, rows=chunk, include_expired=include_expired, dry_run=dry_run)
+                counts += await restore_rows(rt, rows=chunk, include_expired=include_expired, dry_run=dry_run,
+                                             settings=settings)
         finally:
             if rt is not None:
                 await rt.close()
@@ -73,10 +76,9 @@ def restore_partition(config, include_expired: bool, dry_run: bool, rows: Iterab
     yield counts.restored, counts.already_live, counts.skipped
 
 
-def restore_settings(config, dsn: str, namespace: str, topic: str | None) -> None:
-    """On the driver: the namespace's topic settings (only --topic's when given), read from the
-    job's database, written into their Redis mirrors."""
-    table = settings_table(common.query(dsn, sql.TOPIC_CONFIGS, [namespace]))
+def restore_settings(config, table: dict[str, TopicSettings], topic: str | None) -> None:
+    """On the driver: the namespace's topic settings (only --topic's when given) written into
+    their Redis mirrors."""
 
     async def write() -> None:
         rt = Runtime(config, process="spark restore")
@@ -130,12 +132,13 @@ def run(spark, args) -> tuple[int, int, int]:
     rows_per_topic = {topic: n for topic, _hour, n, _rest, _left in counts if n}
     ended = sum(rest for _topic, _hour, _n, rest, _left in counts)
     query = rows_query(sql.both(sql.both(scope, candidates), sql.IN_TOPIC))
+    settings = settings_table(common.query(args.database_url, sql.TOPIC_CONFIGS, [args.namespace]))
     if not args.dry_run:
-        restore_settings(config, args.database_url, args.namespace, args.topic)
+        restore_settings(config, settings, args.topic)
     groups = balance(rows_per_topic, common.default_partitions(spark, args.partitions))
     include_expired, dry_run, dsn = args.include_expired, args.dry_run, args.database_url
     per_partition = (spark.sparkContext.parallelize(groups, len(groups)).mapPartitions(
-        lambda topics: restore_partition(config, include_expired, dry_run,
+        lambda topics: restore_partition(config, settings, include_expired, dry_run,
                                          topic_rows(dsn, query, params, (t for group in topics for t in group))))
                      .collect()) if groups else []
     restored, already_live, skipped = (sum(column) for column in zip(*per_partition)) if per_partition else (0, 0, 0)

@@ -18,10 +18,11 @@ from delayqueue.api.http_protocol import HTTP_PROTOCOL
 from delayqueue.config.settings import load_config
 from delayqueue.core.messages import Message
 from delayqueue.live import scripts
+from delayqueue.live.keys import Shard
 from delayqueue.messagelog import sql
 from delayqueue.runtime import Runtime, run_with_runtime
 from delayqueue.services.dead_letters import dead_letters
-from delayqueue.services.send import SendRequest, send_message
+from delayqueue.services.send import SendRequest, send_calls, send_message
 from delayqueue.workers.log_writer import LogWriter
 from delayqueue.workers.scanner import Scanner
 
@@ -257,9 +258,14 @@ def _in_event_loop() -> bool:
         return False
 
 
+def unsharded_calls(runtime: Runtime, rows: list, **options) -> list:
+    """send_calls of the messages, each into its topic's own keys (as unsharded topics have)."""
+    return send_calls(runtime, rows, shards=[Shard(row.topic) for row in rows], **options)
+
+
 async def drain_log(runtime: Runtime, topics) -> int:
     """Runs the log writer over these topics until their streams are empty; returns events written."""
-    writer = LogWriter(runtime, lambda: topics)
+    writer = LogWriter(runtime, lambda: [Shard(topic) for topic in topics])
     try:
         while await writer.drain_once():
             pass
@@ -330,7 +336,7 @@ def drain_history(topic):
     """Runs the scanners' log writer once: the topic's events become history rows."""
 
     async def drain(rt):
-        await LogWriter(rt, lambda: [topic]).drain_once()
+        await LogWriter(rt, lambda: [Shard(topic)]).drain_once()
 
     run_with_runtime(drain)
 

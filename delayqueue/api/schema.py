@@ -191,6 +191,9 @@ class TopicConfigSerializer(serializers.Serializer):
     pushTimeoutMillis = serializers.IntegerField(help_text="a push attempt's time limit")
     pushRatePerSecond = serializers.IntegerField(help_text="most pushes started a second; 0: no limit")
     pushSecretRotating = serializers.BooleanField(help_text="a rotated-out secret still signs (its grace period)")
+    shards = serializers.IntegerField(help_text="Redis key sets the topic's new messages spread over")
+    drainingShards = serializers.ListField(child=serializers.IntegerField(), help_text="shard counts the topic had "
+                                           "whose shards may still hold messages, read until they are empty")
 
 
 class TopicConfigResultSerializer(ResultSerializer):

@@ -10,6 +10,7 @@ from rest_framework.validators import ProhibitSurrogateCharactersValidator
 from delayqueue.config.settings import load_config, setting_text
 from delayqueue.core.constants import (DEAD_LIST_DEFAULT_LIMIT, DEAD_LIST_MAX_LIMIT, MAX_DELAY_MILLIS, MAX_EVENT_DETAIL,
                                        MAX_LIMIT, MAX_PRIORITY, MAX_PUSH_URL_LENGTH, MAX_RETRY, MAX_SCHEDULE_ID_LENGTH,
+                                       MAX_SHARDS,
                                        MAX_TOPIC_BYTES, PUSH_CONCURRENCY_DEFAULT, PUSH_MAX_CONCURRENCY,
                                        PUSH_MAX_TIMEOUT_MILLIS, PUSH_TIMEOUT_DEFAULT_MILLIS, REDRIVE_DEFAULT_RATE,
                                        REDRIVE_MAX_RATE, RETRY_BACKOFF_MAX_MILLIS, SCHEDULE_LIST_DEFAULT_LIMIT,
@@ -300,6 +301,11 @@ class SetTopicConfigSerializer(TopicSerializer):
     rotatePushSecret = serializers.BooleanField(
         required=False, help_text="true: a new signing secret, answered once as pushSecret; the old one still "
         "signs for DELAYQUEUE_PUSH_SECRET_GRACE_SECONDS")
+    shards = serializers.IntegerField(
+        required=False, min_value=1, max_value=MAX_SHARDS,
+        help_text="Redis key sets (hash slots) the topic's new messages spread over, so that one topic spreads over "
+        "a Redis Cluster's masters (docs/scaling.md); its messages already sent stay where they are, and are still "
+        "delivered, until those shards are empty")
 
     def validate(self, attrs: dict) -> dict:
         if len(attrs) == 1:

@@ -22,7 +22,7 @@ TOPIC_CONFIG_NAMES = {
     "deadLetter": "dead_letter", "paused": "paused", "produceRatePerSecond": "produce_rate",
     "consumeRatePerSecond": "consume_rate", "maxLiveMessages": "max_live", "pushUrl": "push_url",
     "pushConcurrency": "push_concurrency", "pushTimeoutMillis": "push_timeout_millis",
-    "pushRatePerSecond": "push_rate", "pushSecretRotating": "push_secret_rotating",
+    "pushRatePerSecond": "push_rate", "pushSecretRotating": "push_secret_rotating", "shards": "shards",
 }
 
 
@@ -84,7 +84,8 @@ def monitor_data(found: list[TopicCounters]) -> dict:
 
 
 def topic_config(config: TopicConfigInForce) -> dict:
-    return {"topic": config.topic, **{name: getattr(config, field) for name, field in TOPIC_CONFIG_NAMES.items()}}
+    return {"topic": config.topic, **{name: getattr(config, field) for name, field in TOPIC_CONFIG_NAMES.items()},
+            "drainingShards": list(config.draining_shards)}
 
 
 def restore_counts(counts: RestoreCounts) -> dict:

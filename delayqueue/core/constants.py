@@ -66,6 +66,11 @@ RETRY_BACKOFF_JITTER = 0.2
 # A topic name, as camellia accepts it: non-empty UTF-8 text without control characters, up to
 # this many bytes (core/names.py checks it).
 MAX_TOPIC_BYTES = 255
+# Sharded topics (live/shards.py): most key sets a topic's messages spread over, and how long a
+# shard count given up keeps its shards after they are empty: past the time every process has
+# read the new count (stores/refreshed.REFRESH_SECONDS), so no send is still on its way to them.
+MAX_SHARDS = 256
+SHARDS_SETTLE_MILLIS = 10_000
 
 # Failed admin logins (ops/login_limit.py): this many for one username from one client address,
 # or (ADMIN_LOGIN_MAX_ADDRESS_FAILURES) from one address for any usernames, within the window

@@ -2,6 +2,7 @@
 
 Every key of a topic carries the hash tag {namespace:topic}, so one topic lives in one
 Redis Cluster slot and each Lua script (which gets all its keys in KEYS) runs on one node.
+A sharded topic has a key set per shard besides (Shard), each under a hash tag of its own.
 The topic goes into its keys encoded (key_text), and comes back out of a key or channel name
 through topic_of_key_text; everything else (the registry, the scripts' ARGV, the message log)
 holds the topic's real text.
@@ -10,6 +11,10 @@ import re
 from dataclasses import dataclass
 from enum import StrEnum
 from functools import lru_cache
+from itertools import count as counting
+from typing import NamedTuple
+
+from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 
 # A topic's keys are "<TOPIC_PREFIX>{<namespace>:<key_text(topic)>}:<name>"; its history channel
 # is its events key with the last part swapped (the scripts derive it so, from this module's names).
@@ -37,6 +42,41 @@ def key_text(topic: str) -> str:
 def topic_of_key_text(text: str) -> str:
     """key_text's inverse."""
     return _PERCENT_ESCAPE.sub(lambda m: chr(int(m[1], 16)), text)
+
+
+class Shard(NamedTuple):
+    """One key set of a topic: shard `index` of the `count` its messages are spread over
+    (services/shards.py). Shard(topic), the only one of count 1, is the topic's own keys."""
+
+    topic: str
+    count: int = 1
+    index: int = 0
+
+    def __str__(self) -> str:
+        return self.topic if self.count == 1 else f"{self.topic} (shard {self.index + 1} of {self.count})"
+
+
+# Inside a shard's hash tag, between the topic and "<count>.<index>.<salt>": key_text writes every
+# "%" as "%25", so "%s" never stands in an encoded topic, and ends it unambiguously.
+SHARD_MARK = "%s"
+_SHARD_TAG = re.compile(re.escape(SHARD_MARK) + r"\d+\.\d+\.\d+$")
+
+
+@lru_cache(maxsize=65_536)
+def shard_tag(namespace: str, shard: Shard) -> str:
+    """The hash tag of a shard's keys. Shard i of n lands in the middle half of the i-th of n
+    equal runs of Cluster slots (the salt is the first that does), so the n shards spread over
+    masters that own equal runs of slots, as `redis-cli --cluster create` and `rebalance` leave
+    them, rather than over slots that may all sit on one master."""
+    base = f"{namespace}:{key_text(shard.topic)}"
+    if shard.count == 1:
+        return base
+    base += f"{SHARD_MARK}{shard.count}.{shard.index}."
+    low = shard.index * REDIS_CLUSTER_HASH_SLOTS // shard.count
+    high = (shard.index + 1) * REDIS_CLUSTER_HASH_SLOTS // shard.count
+    margin = (high - low) // 4
+    return next(base + str(salt) for salt in counting()
+                if low + margin <= key_slot((base + str(salt)).encode()) < high - margin)
 
 
 class Meta(StrEnum):
@@ -120,8 +160,9 @@ class NamespaceKeys:
     throttled: str  # HASH "<limit>\t<topic>" -> messages its limits refused or held (services/admission.py)
     pushes: str  # HASH push attempts' outcomes and lateness per topic (live/push_counts.py)
 
-    def topic(self, topic: str) -> TopicKeys:
-        return topic_keys(self.namespace, topic)
+    def topic(self, topic: str | Shard) -> TopicKeys:
+        """A topic's own keys, or a shard's."""
+        return topic_keys(self.namespace, *(topic if isinstance(topic, Shard) else (topic,)))
 
     def scanner_alive(self, token: str) -> str:
         """STRING set with a short TTL while the scanner with this lock token runs (its heartbeat)."""
@@ -131,17 +172,22 @@ class NamespaceKeys:
         """ZSET hold id -> ms its hold ends: the long polls one API token (its sha256) holds (services/caps.py)."""
         return f"dq:ns:{self.namespace}:long_polls:{holder}"
 
-    def topic_of_history(self, channel: str) -> str | None:
-        """The topic whose history channel this is, None for another namespace's."""
+    def shard_of_history(self, channel: str) -> Shard | None:
+        """The topic or shard whose history channel this is, None for another namespace's."""
         prefix, suffix = f"{TOPIC_PREFIX}{{{self.namespace}:", f"}}:{HISTORY_SUFFIX}"
-        if channel.startswith(prefix) and channel.endswith(suffix):
-            return topic_of_key_text(channel[len(prefix):-len(suffix)])
-        return None
+        if not (channel.startswith(prefix) and channel.endswith(suffix)):
+            return None
+        text = channel[len(prefix):-len(suffix)]
+        if (mark := _SHARD_TAG.search(text)) is None:
+            return Shard(topic_of_key_text(text))
+        shard_count, index, _salt = mark[0][len(SHARD_MARK):].split(".")
+        return Shard(topic_of_key_text(text[:mark.start()]), int(shard_count), int(index))
 
 
 @lru_cache(maxsize=65_536)
-def topic_keys(namespace: str, topic: str) -> TopicKeys:
-    tag = f"{TOPIC_PREFIX}{{{namespace}:{key_text(topic)}}}:"
+def topic_keys(namespace: str, topic: str, count: int = 1, index: int = 0) -> TopicKeys:
+    """The keys of a topic, or of its shard `index` of `count`."""
+    tag = f"{TOPIC_PREFIX}{{{shard_tag(namespace, Shard(topic, count, index))}}}:"
     return TopicKeys(topic=topic, **{name: tag + name for name in TopicKeys.__dataclass_fields__ if name != "topic"})
 
 

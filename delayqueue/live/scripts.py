@@ -27,7 +27,7 @@ from delayqueue.core.constants import (BURST_MILLIS, CHART_MINUTES, COLD_HOUR_MI
 from delayqueue.core.messages import Message
 from delayqueue.live import stats
 from delayqueue.live.history import EVENT_FIELDS
-from delayqueue.live.keys import EVENTS_SUFFIX, HISTORY_SUFFIX, Bucket, Meta, NamespaceKeys, TopicKeys
+from delayqueue.live.keys import EVENTS_SUFFIX, HISTORY_SUFFIX, Bucket, Meta, NamespaceKeys, Shard, TopicKeys
 
 LUA_DIR = Path(__file__).with_name("lua")
 _INCLUDE = re.compile(r"^-- @include (\w+)\s*$", re.MULTILINE)
@@ -399,14 +399,15 @@ CONTEXT_ARGS = frozenset({"topic", "actor", "stats_interval_millis", "retention_
 
 
 # One builder per script: it writes KEYS and ARGV out in header order (plain lists: a send builds
-# one per message). tests/unit/test_script_headers.py calls each with every value standing for its slot.
+# one per message); tests/unit/test_script_headers.py calls each with every value standing for its
+# slot. A message's scripts act on its shard's keys (live/shards.py), a topic's own when unsharded.
 
-def send(ctx: ScriptContext, topic: str, *, max_live: int, namespace_capped: bool, dedupe_window_millis: int,
+def send(ctx: ScriptContext, topic: str | Shard, *, max_live: int, namespace_capped: bool, dedupe_window_millis: int,
          cold_tier: bool, messages: Sequence[Sequence]) -> ScriptCall:
     """`messages`: per message of the topic the values named by SEND.repeated, in that order
     (logged_waiting None for none). Replies a SendReply per message, in order."""
     k = ctx.ns.topic(topic)
-    args = [topic, ctx.ns.ready_channel, ctx.ns.schedule_channel, ctx.stats_interval_millis, max_live,
+    args = [k.topic, ctx.ns.ready_channel, ctx.ns.schedule_channel, ctx.stats_interval_millis, max_live,
             _flag(namespace_capped), ctx.retention_millis, ctx.actor, dedupe_window_millis, _flag(cold_tier)]
     for *values, logged_waiting in messages:
         args += values
@@ -415,17 +416,17 @@ def send(ctx: ScriptContext, topic: str, *, max_live: int, namespace_capped: boo
                              k.events, k.cold_hours], args)
 
 
-def pull(ctx: ScriptContext, topic: str, *, batch: int, ack_timeout_millis: int, consume_rate: int,
+def pull(ctx: ScriptContext, topic: str | Shard, *, batch: int, ack_timeout_millis: int, consume_rate: int,
          max_inflight: int) -> ScriptCall:
     k = ctx.ns.topic(topic)
     return ScriptCall(PULL, [k.ready, k.inflight, k.msgs, k.expiry, k.ended, k.stats, k.meta, k.events, k.buckets,
                              k.prioritised, k.waiting],
                       [batch, ack_timeout_millis, ctx.retention_millis, ctx.stats_interval_millis,
-                       ctx.ns.schedule_channel, topic, ctx.actor, consume_rate, ctx.scan_limit, ctx.ns.ready_channel,
+                       ctx.ns.schedule_channel, k.topic, ctx.actor, consume_rate, ctx.scan_limit, ctx.ns.ready_channel,
                        max_inflight])
 
 
-def ack(ctx: ScriptContext, topic: str, *, push_status: str = "", msg_ids: Sequence[str]) -> ScriptCall:
+def ack(ctx: ScriptContext, topic: str | Shard, *, push_status: str = "", msg_ids: Sequence[str]) -> ScriptCall:
     """Replies an AckReply per msgId, in order. `push_status`: a push's HTTP status, when the ack
     is its 2xx answer."""
     k = ctx.ns.topic(topic)
@@ -433,8 +434,9 @@ def ack(ctx: ScriptContext, topic: str, *, push_status: str = "", msg_ids: Seque
                       [ctx.retention_millis, ctx.stats_interval_millis, ctx.actor, push_status, *msg_ids])
 
 
-def nack(ctx: ScriptContext, topic: str, *, msg_id: str, delay_millis: int, dead_letter: bool, seed: int | None = None,
-         push_failure: str = "", default_backoff_millis: int = 0, reason: str = "") -> ScriptCall:
+def nack(ctx: ScriptContext, topic: str | Shard, *, msg_id: str, delay_millis: int, dead_letter: bool,
+         seed: int | None = None, push_failure: str = "", default_backoff_millis: int = 0,
+         reason: str = "") -> ScriptCall:
     """`delay_millis` -1: none given (the topic's retry backoff applies, or one starting at
     `default_backoff_millis` when the topic has none); `push_failure`: a failed push attempt's
     status or error, when the nack is its outcome; `reason`: a consumer's why, the history's detail;
@@ -442,18 +444,18 @@ def nack(ctx: ScriptContext, topic: str, *, msg_id: str, delay_millis: int, dead
     k = ctx.ns.topic(topic)
     return ScriptCall(NACK, [k.inflight, k.ready, k.msgs, k.expiry, k.ended, k.stats, k.meta, k.events, k.waiting,
                              k.prioritised],
-                      [msg_id, ctx.retention_millis, ctx.stats_interval_millis, ctx.ns.ready_channel, topic, ctx.actor,
-                       delay_millis, _flag(dead_letter), ctx.ns.schedule_channel, _seed(seed), push_failure,
-                       default_backoff_millis, reason])
+                      [msg_id, ctx.retention_millis, ctx.stats_interval_millis, ctx.ns.ready_channel, k.topic,
+                       ctx.actor, delay_millis, _flag(dead_letter), ctx.ns.schedule_channel, _seed(seed),
+                       push_failure, default_backoff_millis, reason])
 
 
-def touch(ctx: ScriptContext, topic: str, *, msg_id: str, ack_timeout_millis: int) -> ScriptCall:
+def touch(ctx: ScriptContext, topic: str | Shard, *, msg_id: str, ack_timeout_millis: int) -> ScriptCall:
     k = ctx.ns.topic(topic)
     return ScriptCall(TOUCH, [k.inflight, k.msgs, k.meta, k.events],
-                      [msg_id, ack_timeout_millis, ctx.ns.schedule_channel, topic, ctx.actor])
+                      [msg_id, ack_timeout_millis, ctx.ns.schedule_channel, k.topic, ctx.actor])
 
 
-def reschedule(ctx: ScriptContext, topic: str, *, msg_id: str, trigger_time: int, delay_millis: int,
+def reschedule(ctx: ScriptContext, topic: str | Shard, *, msg_id: str, trigger_time: int, delay_millis: int,
                cold: str = "", old_trigger_time: int = 0) -> ScriptCall:
     """`trigger_time` -1: Redis' now + `delay_millis`. `cold`: a cold message as rescheduled in the
     log (Message.to_stored), its triggerTime before in `old_trigger_time` (answered as rescheduled
@@ -462,10 +464,10 @@ def reschedule(ctx: ScriptContext, topic: str, *, msg_id: str, trigger_time: int
     return ScriptCall(RESCHEDULE, [k.waiting, k.ready, k.inflight, k.msgs, k.expiry, k.ended, k.stats, k.meta,
                                    k.events, k.prioritised, k.cold_hours],
                       [msg_id, trigger_time, delay_millis, ctx.retention_millis, ctx.stats_interval_millis,
-                       ctx.ns.ready_channel, ctx.ns.schedule_channel, topic, ctx.actor, cold, old_trigger_time])
+                       ctx.ns.ready_channel, ctx.ns.schedule_channel, k.topic, ctx.actor, cold, old_trigger_time])
 
 
-def delete(ctx: ScriptContext, topic: str, *, msg_id: str, release: bool, tombstone: str = "") -> ScriptCall:
+def delete(ctx: ScriptContext, topic: str | Shard, *, msg_id: str, release: bool, tombstone: str = "") -> ScriptCall:
     """Replies 1 (deleted), 0 (had ended), -1 (not held) or 2 (`tombstone` kept: a cold message
     deleted in the log, as Message.to_stored gives it)."""
     k = ctx.ns.topic(topic)
@@ -474,42 +476,42 @@ def delete(ctx: ScriptContext, topic: str, *, msg_id: str, release: bool, tombst
                       [msg_id, _flag(release), ctx.retention_millis, ctx.stats_interval_millis, ctx.actor, tombstone])
 
 
-def get(ctx: ScriptContext, topic: str, *, msg_id: str) -> ScriptCall:
+def get(ctx: ScriptContext, topic: str | Shard, *, msg_id: str) -> ScriptCall:
     k = ctx.ns.topic(topic)
     return ScriptCall(GET, [k.waiting, k.ready, k.inflight, k.msgs, k.expiry, k.ended, k.stats, k.events,
                             k.prioritised],
                       [msg_id, ctx.retention_millis, ctx.stats_interval_millis, ctx.actor])
 
 
-def promote_due(ctx: ScriptContext, topic: str) -> ScriptCall:
+def promote_due(ctx: ScriptContext, topic: str | Shard) -> ScriptCall:
     k = ctx.ns.topic(topic)
     return ScriptCall(PROMOTE_DUE, [k.waiting, k.ready, k.msgs, k.expiry, k.ended, k.stats, k.events, k.prioritised],
-                      [ctx.scan_limit, ctx.retention_millis, ctx.stats_interval_millis, ctx.ns.ready_channel, topic,
+                      [ctx.scan_limit, ctx.retention_millis, ctx.stats_interval_millis, ctx.ns.ready_channel, k.topic,
                        ctx.actor])
 
 
-def requeue_timed_out(ctx: ScriptContext, topic: str, *, seed: int | None = None) -> ScriptCall:
+def requeue_timed_out(ctx: ScriptContext, topic: str | Shard, *, seed: int | None = None) -> ScriptCall:
     """`seed` of the backoff's jitter (random if None)."""
     k = ctx.ns.topic(topic)
     return ScriptCall(REQUEUE_TIMED_OUT, [k.inflight, k.ready, k.msgs, k.expiry, k.ended, k.stats, k.events,
                                           k.waiting, k.meta, k.prioritised],
-                      [ctx.scan_limit, ctx.retention_millis, ctx.stats_interval_millis, ctx.ns.ready_channel, topic,
+                      [ctx.scan_limit, ctx.retention_millis, ctx.stats_interval_millis, ctx.ns.ready_channel, k.topic,
                        ctx.actor, ctx.ns.schedule_channel, _seed(seed)])
 
 
-def expire(ctx: ScriptContext, topic: str) -> ScriptCall:
+def expire(ctx: ScriptContext, topic: str | Shard) -> ScriptCall:
     k = ctx.ns.topic(topic)
     return ScriptCall(EXPIRE, [k.waiting, k.ready, k.inflight, k.msgs, k.expiry, k.ended, k.stats, k.events,
                                k.prioritised],
                       [ctx.scan_limit, ctx.retention_millis, ctx.stats_interval_millis, ctx.actor])
 
 
-def purge_ended(ctx: ScriptContext, topic: str) -> ScriptCall:
+def purge_ended(ctx: ScriptContext, topic: str | Shard) -> ScriptCall:
     k = ctx.ns.topic(topic)
     return ScriptCall(PURGE_ENDED, [k.msgs, k.ended], [ctx.scan_limit])
 
 
-def retire_topic(ctx: ScriptContext, topic: str, *, idle_millis: int) -> ScriptCall:
+def retire_topic(ctx: ScriptContext, topic: str | Shard, *, idle_millis: int) -> ScriptCall:
     k = ctx.ns.topic(topic)
     return ScriptCall(RETIRE_TOPIC, [k.waiting, k.ready, k.inflight, k.msgs, k.meta, k.stats, k.events, k.prioritised],
                       [idle_millis])
@@ -525,7 +527,7 @@ def load_cold(ctx: ScriptContext, topic: str, *, loaded_from: str, loaded_to: st
               messages: Sequence[Sequence]) -> ScriptCall:
     """`messages`: per message the values named by LOAD_COLD.repeated, in that order."""
     k = ctx.ns.topic(topic)
-    args = [ctx.ns.ready_channel, ctx.ns.schedule_channel, topic, ctx.actor, loaded_from, loaded_to]
+    args = [ctx.ns.ready_channel, ctx.ns.schedule_channel, k.topic, ctx.actor, loaded_from, loaded_to]
     for message in messages:
         args += message
     return ScriptCall(LOAD_COLD, [k.waiting, k.ready, k.msgs, k.expiry, k.meta, k.events, k.prioritised, k.ended,
@@ -548,26 +550,27 @@ def purge_cold(ctx: ScriptContext, topic: str, *, purged: int, hours: Sequence[S
     return ScriptCall(PURGE_COLD, [k.meta, k.stats, k.cold_hours], args)
 
 
-def prune_stats(ctx: ScriptContext, topic: str) -> ScriptCall:
+def prune_stats(ctx: ScriptContext, topic: str | Shard) -> ScriptCall:
     return ScriptCall(PRUNE_STATS, [ctx.ns.topic(topic).stats], [ctx.stats_interval_millis])
 
 
-def lock_renew(ctx: ScriptContext, topic: str, *, token: str, ttl_millis: int) -> ScriptCall:
+def lock_renew(ctx: ScriptContext, topic: str | Shard, *, token: str, ttl_millis: int) -> ScriptCall:
     return ScriptCall(LOCK_RENEW, [ctx.ns.topic(topic).lock], [token, ttl_millis])
 
 
-def lock_release(ctx: ScriptContext, topic: str, *, token: str) -> ScriptCall:
+def lock_release(ctx: ScriptContext, topic: str | Shard, *, token: str) -> ScriptCall:
     return ScriptCall(LOCK_RELEASE, [ctx.ns.topic(topic).lock], [token])
 
 
-def lock_take_over(ctx: ScriptContext, topic: str, *, gone_token: str, token: str, ttl_millis: int) -> ScriptCall:
+def lock_take_over(ctx: ScriptContext, topic: str | Shard, *, gone_token: str, token: str,
+                   ttl_millis: int) -> ScriptCall:
     return ScriptCall(LOCK_TAKE_OVER, [ctx.ns.topic(topic).lock], [gone_token, token, ttl_millis])
 
 
-def restore(ctx: ScriptContext, topic: str, *, dry_run: bool, messages: Sequence[Sequence]) -> ScriptCall:
+def restore(ctx: ScriptContext, topic: str | Shard, *, dry_run: bool, messages: Sequence[Sequence]) -> ScriptCall:
     """`messages`: per message the values named by RESTORE.repeated, in that order."""
     k = ctx.ns.topic(topic)
-    args = [ctx.ns.ready_channel, ctx.ns.schedule_channel, topic, _flag(dry_run), ctx.actor]
+    args = [ctx.ns.ready_channel, ctx.ns.schedule_channel, k.topic, _flag(dry_run), ctx.actor]
     for message in messages:
         args += message
     return ScriptCall(RESTORE, [k.waiting, k.ready, k.msgs, k.expiry, k.meta, k.events, k.prioritised, k.cold_hours],
@@ -617,11 +620,11 @@ def register_topics(ctx: ScriptContext, *, at: int, topics: Sequence[str]) -> Sc
     return ScriptCall(REGISTER_TOPICS, [ctx.ns.topics], [at, *topics])
 
 
-def confirm_registered(ctx: ScriptContext, topic: str) -> ScriptCall:
+def confirm_registered(ctx: ScriptContext, topic: str | Shard) -> ScriptCall:
     return ScriptCall(CONFIRM_REGISTERED, [ctx.ns.topic(topic).meta], [])
 
 
-def purge_topic(ctx: ScriptContext, topic: str) -> ScriptCall:
+def purge_topic(ctx: ScriptContext, topic: str | Shard) -> ScriptCall:
     k = ctx.ns.topic(topic)
     return ScriptCall(PURGE_TOPIC, [k.waiting, k.ready, k.inflight, k.msgs, k.expiry, k.ended, k.events, k.stats,
                                     k.prioritised],

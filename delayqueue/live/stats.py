@@ -56,6 +56,17 @@ INTERVAL_FIELDS = ("counter", "gap")
 MINUTE_FIELDS = ("minute_lateness",)
 
 
+def added(hashes: list[dict[str, str]]) -> dict[str, int]:
+    """A sharded topic's stats hash from its shards' (live/shards.py): each field added up, but
+    a max part, which is the greatest."""
+    total: dict[str, int] = {}
+    for fields in hashes:
+        for name, value in fields.items():
+            total[name] = (max(total.get(name, 0), int(value)) if name.endswith(f":{Part.MAX}")
+                           else total.get(name, 0) + int(value))
+    return total
+
+
 def field(template: str, **values) -> str:
     """The name of a field of the stats hash, e.g. field("counter", interval=12, name=Counter.SEND)."""
     return FIELDS[template].format(**values)

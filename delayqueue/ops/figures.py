@@ -6,14 +6,15 @@ from dataclasses import dataclass
 from delayqueue.core.constants import CHART_MINUTES, LATENESS_BOUNDS_MS, MAX_PRIORITY, PRIORITY_BAND
 from delayqueue.core.messages import Message
 from delayqueue.live import stats
-from delayqueue.live.keys import Meta, topic_keys
+from delayqueue.live.keys import Meta
+from delayqueue.live.shards import message_shards
 from delayqueue.live.push_counts import TopicPushFigures, bucket_quantile, topic_figures
 from delayqueue.messagelog import sql
 from delayqueue.messagelog.connection import one_use
 from delayqueue.messagelog.dead_letters import Task, left_to_move
 from delayqueue.messagelog.routing import database_of
 from delayqueue.runtime import Runtime
-from delayqueue.services.topics import TopicInfo, redis_millis, topic_infos
+from delayqueue.services.topics import TopicInfo, redis_millis, topic_infos, topic_shard_lists
 
 OVERDUE_MILLIS = 5_000  # a waiting message this far past its triggerTime means no scanner promotes it
 # The score range [low, high) of each priority 1-9 in a topic's prioritised set.
@@ -34,12 +35,14 @@ async def topic_overview(rt: Runtime, *, topics: list[str]) -> list[dict]:
     if not topics:
         return []
     infos = await topic_infos(rt, topics=topics)
+    places = await topic_shard_lists(rt, topics=topics)
+    shards = [shard for mine in places for shard in mine]
     now = await redis_millis(rt)
     interval = rt.config.monitor_interval_millis
     previous = now // interval - 1
     pipe = rt.redis.pipeline(transaction=False)
-    for topic in topics:
-        k = rt.ns.topic(topic)
+    for shard in shards:
+        k = rt.ns.topic(shard)
         pipe.hgetall(k.stats)
         pipe.zcount(k.waiting, "-inf", now - OVERDUE_MILLIS)
         pipe.xlen(k.events)
@@ -49,31 +52,35 @@ async def topic_overview(rt: Runtime, *, topics: list[str]) -> list[dict]:
     pipe.hgetall(rt.ns.pushes)
     *replies, push_counts = await pipe.execute()
     pushes = topic_figures(push_counts)
-    oldest_ids = {topic: [replies[6 * i + 3]] if replies[6 * i + 3] else [] for i, topic in enumerate(topics)}
-    prioritised = [topic for i, topic in enumerate(topics) if replies[6 * i + 4]]
+    per_shard = [replies[6 * i:6 * i + 6] for i in range(len(shards))]
+    oldest_ids = {shard: [mine[3]] if mine[3] else [] for shard, mine in zip(shards, per_shard)}
+    prioritised = [shard for shard, mine in zip(shards, per_shard) if mine[4]]
     if prioritised:
         # The oldest ready message of each priority heads its band (lua/includes/ready_queue.lua).
         pipe = rt.redis.pipeline(transaction=False)
-        for topic in prioritised:
+        for shard in prioritised:
             for low, high in PRIORITY_BANDS:
-                pipe.zrangebyscore(rt.ns.topic(topic).prioritised, low, f"({high}", start=0, num=1)
+                pipe.zrangebyscore(rt.ns.topic(shard).prioritised, low, f"({high}", start=0, num=1)
         heads = iter(await pipe.execute())
-        for topic in prioritised:
+        for shard in prioritised:
             for _band in PRIORITY_BANDS:
-                oldest_ids[topic] += next(heads)
+                oldest_ids[shard] += next(heads)
     pipe = rt.redis.pipeline(transaction=False)
-    wanted = [(topic, msg_id) for topic, ids in oldest_ids.items() for msg_id in ids]
-    for topic, msg_id in wanted:
-        pipe.hget(rt.ns.topic(topic).msgs, msg_id)
+    wanted = [(shard, msg_id) for shard, ids in oldest_ids.items() for msg_id in ids]
+    for shard, msg_id in wanted:
+        pipe.hget(rt.ns.topic(shard).msgs, msg_id)
     bodies: dict[str, list[str]] = {}
-    for (topic, _), raw in zip(wanted, await pipe.execute() if wanted else []):
+    for (shard, _), raw in zip(wanted, await pipe.execute() if wanted else []):
         if raw:
-            bodies.setdefault(topic, []).append(raw)
+            bodies.setdefault(shard.topic, []).append(raw)
     this_minute = now // 60_000
     overviews = []
-    for i, info in enumerate(infos):
-        counts, overdue, backlog = replies[6 * i:6 * i + 3]
-        paused, push, hot_until = replies[6 * i + 5]
+    mine = iter(per_shard)
+    for info, its_shards in zip(infos, places):
+        figures = [next(mine) for _ in its_shards]
+        counts = stats.added([fields for fields, *_ in figures])
+        overdue, backlog = sum(f[1] for f in figures), sum(f[2] for f in figures)
+        paused, push, hot_until = figures[0][5]  # the settings' mirror is every shard's
         oldest = min((Message.from_stored(raw).trigger_time for raw in bodies.get(info.topic, [])), default=None)
 
         def number(template: str, **values) -> int:
@@ -143,8 +150,16 @@ async def scanner_lags(rt: Runtime) -> dict[str, float]:
 
 async def live_state(rt: Runtime, *, namespace: str, topic: str, msg_id: str) -> dict:
     """Where a message is in Redis right now, read without side effects (unlike getMsg, which
-    counts a request and ends an expired message): its stored body and every structure holding it."""
-    k = topic_keys(namespace, topic)
+    counts a request and ends an expired message): its stored body and every structure holding it,
+    in the shard that holds it (a sharded topic's)."""
+    rt = rt.for_namespace(namespace)
+    shards = message_shards(topic, msg_id, (await rt.topic_configs.settings(topic)).shard_counts)
+    if len(shards) > 1:
+        pipe = rt.redis.pipeline(transaction=False)
+        for shard in shards:
+            pipe.hexists(rt.ns.topic(shard).msgs, msg_id)
+        shards = [shard for shard, holds in zip(shards, await pipe.execute()) if holds] or shards
+    k = rt.ns.topic(shards[0])
     pipe = rt.redis.pipeline(transaction=False)
     pipe.hget(k.msgs, msg_id)
     pipe.zscore(k.waiting, msg_id)
@@ -172,15 +187,17 @@ async def waiting_after_delivery(rt: Runtime, *, topic: str, within_millis: int)
     0: given back by their ack timeout or a nack, waiting out a backoff or a nack's delay), read
     from their bodies; and whether the scan stopped at BACKOFF_SCAN_LIMIT (then the count is a
     lower bound). The waiting set holds only trigger times, so this reads bodies: one topic's
-    page, not every scrape."""
-    k = rt.ns.topic(topic)
+    page, not every scrape. A sharded topic's shards are read each up to the limit."""
     now = await redis_millis(rt)
-    ids = await rt.redis.zrangebyscore(k.waiting, "-inf", now + within_millis, start=0, num=BACKOFF_SCAN_LIMIT + 1)
-    capped = len(ids) > BACKOFF_SCAN_LIMIT
-    count = 0
-    for start in range(0, min(len(ids), BACKOFF_SCAN_LIMIT), 1000):
-        bodies = await rt.redis.hmget(k.msgs, ids[start:start + 1000])
-        count += sum(1 for raw in bodies if raw is not None and Message.from_stored(raw).retry > 0)
+    count, capped = 0, False
+    for shard in (await topic_shard_lists(rt, topics=[topic]))[0]:
+        k = rt.ns.topic(shard)
+        ids = await rt.redis.zrangebyscore(k.waiting, "-inf", now + within_millis, start=0,
+                                           num=BACKOFF_SCAN_LIMIT + 1)
+        capped |= len(ids) > BACKOFF_SCAN_LIMIT
+        for start in range(0, min(len(ids), BACKOFF_SCAN_LIMIT), 1000):
+            bodies = await rt.redis.hmget(k.msgs, ids[start:start + 1000])
+            count += sum(1 for raw in bodies if raw is not None and Message.from_stored(raw).retry > 0)
     return count, capped
 
 

@@ -2,6 +2,7 @@
 within a priority) with an ack deadline; acks, nacks and touches settle them. The HTTP API and
 the pushers (workers/pusher.py) alike take and settle messages here."""
 import asyncio
+import random
 import time
 from typing import NamedTuple
 
@@ -10,11 +11,14 @@ from redis.exceptions import RedisError
 from delayqueue.core.exceptions import Conflict, NotFound, Throttled, redis_unavailable
 from delayqueue.core.messages import Message
 from delayqueue.live import scripts
-from delayqueue.live.keys import Bucket
+from delayqueue.live.keys import Bucket, Shard
+from delayqueue.live.shards import topic_shards
 from delayqueue.runtime import Runtime
 from delayqueue.services import admission
+from delayqueue.services.messages import holding_shards, on_its_shard
 from delayqueue.stores import refreshed
 from delayqueue.stores.limits import NAMESPACE
+from delayqueue.stores.topic_settings import DEFAULT as DEFAULT_SETTINGS
 
 # A long poll of a paused topic pulls again at least this often: as often as the settings are read.
 PAUSED_RECHECK_SECONDS = refreshed.REFRESH_SECONDS
@@ -51,25 +55,95 @@ async def pull_many(rt: Runtime, *, pulls: list[Pull]) -> list[scripts.PullReply
         for i, wanted in enumerate(batches):
             batches[i] = min(wanted, granted)
             granted -= batches[i]
+    settings = await rt.topic_configs.table()
+    counts = [settings.get(pull.topic, DEFAULT_SETTINGS).shard_counts for pull in pulls]
     going = [i for i, batch in enumerate(batches) if batch > 0]
+    sharded = [i for i in going if counts[i] != (1,)]
+    unsharded = [i for i in going if counts[i] == (1,)]
     calls = [scripts.pull(rt.context, pulls[i].topic, batch=batches[i], ack_timeout_millis=pulls[i].ack_timeout_millis,
-                          consume_rate=pulls[i].consume_rate, max_inflight=pulls[i].max_inflight) for i in going]
+                          consume_rate=pulls[i].consume_rate, max_inflight=pulls[i].max_inflight) for i in unsharded]
     try:
         # A single pull shares its round trip with the loop's other calls.
-        replies = [await rt.scripts.call(calls[0])] if len(calls) == 1 else await rt.scripts.run(calls)
+        replies = ([await rt.scripts.call(calls[0])] if len(calls) == 1 else await rt.scripts.run(calls)) if calls else []
     except RedisError as exc:
         replies = [exc] * len(calls)
+    replies += [await _pull_shards(rt, pulls[i]._replace(batch=batches[i]), counts[i]) for i in sharded]
     if refusal is None and len(going) < len(pulls):  # the pulls before it took every token there was
         refusal = admission.rate_refusal(rt, kind=Bucket.CONSUME, topic=NAMESPACE, rate=namespace.consume_rate,
                                          retry_after_millis=max(1, -(-1000 // namespace.consume_rate)))
     results: list[scripts.PullReply | Exception] = [refusal] * len(pulls)
-    for i, reply in zip(going, replies):
+    for i, reply in zip(unsharded + sharded, replies):
         results[i] = reply
     if namespace and namespace.consume_rate:
         unused = sum(batches) - sum(len(r.messages) for r in replies if not isinstance(r, Exception))
         if unused:
             await admission.give_back_consume(rt, namespace=namespace, unused=unused)
     return results
+
+
+async def _pull_shards(rt: Runtime, pull: Pull, counts: tuple[int, ...]) -> scripts.PullReply | Exception:
+    """A pull of a sharded topic: its batch shared over its shards (those of every count it may
+    hold messages in), in pipelined rounds, each from a shard drawn at random (so each shard
+    with messages is as likely to be first as any other, empty ones or not, and none starves); a
+    shard that handed out all it was asked for and has more is asked again for what the others
+    lacked.
+    The topic's consume rate is its own shard's bucket's, taken up front and given back unused.
+    Highest priority first and oldest first hold within each shard, not across them."""
+    batch = pull.batch
+    if pull.consume_rate:
+        try:
+            grant = await rt.scripts.call(scripts.take_tokens(rt.context, pull.topic, kind=Bucket.CONSUME,
+                                                              wanted=batch, rate=pull.consume_rate))
+        except RedisError as exc:
+            return exc
+        if not grant.granted:
+            return scripts.PullReply(0, [], grant.retry_after_millis)
+        batch = grant.granted
+    open_shards = topic_shards(pull.topic, counts)
+    shard_count = len(open_shards)
+    # Each shard keeps its share of the topic's bound on messages in flight (a push topic's concurrency).
+    max_inflight = -(-pull.max_inflight // shard_count)
+    messages: list[Message] = []
+    remaining: dict[Shard, int] = {}
+    due_in = [-1]
+    failure: Exception | None = None
+    while open_shards and len(messages) < batch:
+        first = random.randrange(len(open_shards))
+        open_shards = open_shards[first:] + open_shards[:first]
+        wanted = batch - len(messages)
+        asks = [(shard, wanted // len(open_shards) + (n < wanted % len(open_shards)))
+                for n, shard in enumerate(open_shards)]
+        open_shards = [shard for shard, n in asks if n == 0]
+        asks = [(shard, n) for shard, n in asks if n > 0]
+        try:
+            replies = await rt.scripts.run([scripts.pull(rt.context, shard, batch=n, consume_rate=0,
+                                                         ack_timeout_millis=pull.ack_timeout_millis,
+                                                         max_inflight=max_inflight) for shard, n in asks])
+        except RedisError as exc:
+            replies = [exc] * len(asks)
+        for (shard, n), reply in zip(asks, replies):
+            if isinstance(reply, Exception):
+                failure = reply
+                continue
+            if reply.paused:
+                return reply
+            messages += reply.messages
+            remaining[shard] = reply.remaining
+            due_in.append(reply.next_due_us)
+            if len(reply.messages) == n and reply.remaining > 0:
+                open_shards.append(shard)
+        if failure is not None:
+            break
+    if pull.consume_rate and len(messages) < batch:
+        try:
+            await rt.scripts.call(scripts.take_tokens(rt.context, pull.topic, kind=Bucket.CONSUME,
+                                                      wanted=len(messages) - batch, rate=pull.consume_rate))
+        except RedisError:
+            pass  # the tokens not given back are the rate's loss, not a message's
+    if failure is not None and not messages:
+        return failure
+    return scripts.PullReply(sum(remaining.values()), messages, 0,
+                             next_due_us=min((due for due in due_in if due > 0), default=max(due_in)))
 
 
 async def pull_messages(rt: Runtime, *, topic: str, batch: int = -1, ack_timeout_millis: int = -1) -> Pulled:
@@ -165,7 +239,9 @@ async def ack_message(rt: Runtime, *, topic: str, msg_id: str, push_status: str 
     """ack=true: a consuming message becomes acked. Answers whether it did (done) and the
     message's status after the call (0: unknown). `push_status`: a push's HTTP status, when the
     ack is its 2xx answer (the history's detail)."""
-    (reply,) = await rt.scripts.call(scripts.ack(rt.context, topic, push_status=push_status, msg_ids=[msg_id]))
+    [reply] = await on_its_shard(rt, topic=topic, msg_id=msg_id,
+                                 call=lambda shard: scripts.ack(rt.context, shard, push_status=push_status,
+                                                                msg_ids=[msg_id]))
     return reply
 
 
@@ -177,9 +253,11 @@ async def nack_message(rt: Runtime, *, topic: str, msg_id: str, delay_millis: in
     dead letter (status 6, reason dead_lettered). `push_failure`: a failed push attempt's status or
     error (the history's detail); `reason`: the consumer's why (the history's detail, the dead
     letter's deadDetail). Answered as ack_message."""
-    return await rt.scripts.call(scripts.nack(rt.context, topic, msg_id=msg_id, delay_millis=delay_millis,
-                                              dead_letter=dead_letter, push_failure=push_failure,
-                                              default_backoff_millis=default_backoff_millis, reason=reason))
+    return await on_its_shard(rt, topic=topic, msg_id=msg_id,
+                              call=lambda shard: scripts.nack(rt.context, shard, msg_id=msg_id,
+                                                              delay_millis=delay_millis, dead_letter=dead_letter,
+                                                              push_failure=push_failure, reason=reason,
+                                                              default_backoff_millis=default_backoff_millis))
 
 
 async def ack_messages(rt: Runtime, *, topic: str, msg_ids: list[str], ack: bool = True, delay_millis: int = -1,
@@ -187,22 +265,32 @@ async def ack_messages(rt: Runtime, *, topic: str, msg_ids: list[str], ack: bool
     """ackMsgBatch: ack_message of every msgId in one script call (one history entry), or
     nack_message of each in one pipelined round trip; per msgId, in order, whether it was done.
     Raises the first Redis error."""
+    # Acks: one call per shard (one history entry); nacks: one call per msgId.
+    shards: dict[Shard, list[int]] = {}
+    for i, shard in enumerate(await holding_shards(rt, topic=topic, msg_ids=msg_ids)):
+        shards.setdefault(shard, []).append(i)
     if ack:
-        return [reply.done for reply in await rt.scripts.call(scripts.ack(rt.context, topic, msg_ids=msg_ids))]
-    calls = [scripts.nack(rt.context, topic, msg_id=msg_id, delay_millis=delay_millis, dead_letter=dead_letter,
-                          reason=reason) for msg_id in msg_ids]
-    replies = await rt.scripts.run(calls)
-    for reply in replies:
-        if isinstance(reply, Exception):
-            raise redis_unavailable(reply) if isinstance(reply, RedisError) else reply
-    return [reply.done for reply in replies]
+        calls = [scripts.ack(rt.context, shard, msg_ids=[msg_ids[i] for i in mine]) for shard, mine in shards.items()]
+    else:
+        calls = [scripts.nack(rt.context, shard, msg_id=msg_ids[i], delay_millis=delay_millis, dead_letter=dead_letter,
+                              reason=reason) for shard, mine in shards.items() for i in mine]
+    results = [await rt.scripts.call(calls[0])] if len(calls) == 1 else await rt.scripts.run(calls)
+    for result in results:
+        if isinstance(result, Exception):
+            raise redis_unavailable(result) if isinstance(result, RedisError) else result
+    done = [False] * len(msg_ids)
+    answered = [reply for result in results for reply in result] if ack else results
+    for i, reply in zip([i for mine in shards.values() for i in mine], answered):
+        done[i] = reply.done
+    return done
 
 
 async def touch_message(rt: Runtime, *, topic: str, msg_id: str, ack_timeout_millis: int) -> int:
     """A consuming message's ack deadline becomes Redis' now + ack_timeout_millis; answers it
     (epoch ms). Raises NotFound when unknown, Conflict when it is not consuming."""
-    reply = await rt.scripts.call(scripts.touch(rt.context, topic, msg_id=msg_id,
-                                                ack_timeout_millis=ack_timeout_millis))
+    reply = await on_its_shard(rt, topic=topic, msg_id=msg_id,
+                               call=lambda shard: scripts.touch(rt.context, shard, msg_id=msg_id,
+                                                                ack_timeout_millis=ack_timeout_millis))
     if reply.touched:
         return reply.ack_deadline
     if reply.status == 0:

@@ -1,11 +1,44 @@
 """One message by its msgId: read, deleted, rescheduled."""
+from collections.abc import Callable
+from typing import Any
+
 from delayqueue.core.clock import now_millis
 from delayqueue.core.constants import Status
 from delayqueue.core.exceptions import Conflict, NotFound
 from delayqueue.core.messages import Message
 from delayqueue.live import scripts
-from delayqueue.live.keys import Meta, parse_position
+from delayqueue.live.keys import Meta, Shard, parse_position
+from delayqueue.live.shards import message_shards
 from delayqueue.runtime import Runtime
+
+
+async def holding_shards(rt: Runtime, *, topic: str, msg_ids: list[str]) -> list[Shard]:
+    """Each msgId's shard (live/shards.py). While the topic drains other shard counts, the shard
+    of theirs that holds it, found in one round trip; the current count's if none does."""
+    counts = (await rt.topic_configs.settings(topic)).shard_counts
+    return await first_holding(rt, msg_ids=msg_ids, places=[message_shards(topic, msg_id, counts)
+                                                            for msg_id in msg_ids])
+
+
+async def first_holding(rt: Runtime, *, msg_ids: list[str], places: list[list[Shard]]) -> list[Shard]:
+    """Per msgId, the first of its `places` whose body hash holds it, else the first; looked up
+    in one round trip, and only where a msgId has more than one place."""
+    if all(len(mine) == 1 for mine in places):
+        return [mine[0] for mine in places]
+    pipe = rt.redis.pipeline(transaction=False)
+    for msg_id, mine in zip(msg_ids, places):
+        if len(mine) > 1:
+            for shard in mine:
+                pipe.hexists(rt.ns.topic(shard).msgs, msg_id)
+    held = iter(await pipe.execute())
+    return [next((shard for shard, holds in zip(mine, [next(held) for _ in mine]) if holds), mine[0])
+            if len(mine) > 1 else mine[0] for mine in places]
+
+
+async def on_its_shard(rt: Runtime, *, topic: str, msg_id: str, call: Callable[[Shard], scripts.ScriptCall]) -> Any:
+    """The reply of a script run on the msgId's shard (holding_shards)."""
+    [shard] = await holding_shards(rt, topic=topic, msg_ids=[msg_id])
+    return await rt.scripts.call(call(shard))
 
 
 async def cold_after(rt: Runtime, topic: str) -> tuple[int, int] | None:
@@ -18,7 +51,8 @@ async def cold_after(rt: Runtime, topic: str) -> tuple[int, int] | None:
 async def get_message(rt: Runtime, *, topic: str, msg_id: str) -> Message | None:
     """A live message (in the cold tier, from the message log if it is cold), or an ended one
     inside the retention window; None otherwise."""
-    message = await rt.scripts.call(scripts.get(rt.context, topic, msg_id=msg_id))
+    message = await on_its_shard(rt, topic=topic, msg_id=msg_id,
+                                 call=lambda shard: scripts.get(rt.context, shard, msg_id=msg_id))
     if message is None and rt.config.cold_tier and (after := await cold_after(rt, topic)) is not None:
         return await rt.log.cold_message(topic, msg_id, after)
     return message
@@ -29,7 +63,8 @@ async def delete_message(rt: Runtime, *, topic: str, msg_id: str, release: bool 
     `release` frees its body at once instead of keeping it readable for the retention. In the
     cold tier, a cold message is deleted in the message log, and Redis keeps it as deleted for the
     retention, so a loader that read it before cannot bring it in."""
-    outcome = await rt.scripts.call(scripts.delete(rt.context, topic, msg_id=msg_id, release=release))
+    outcome = await on_its_shard(rt, topic=topic, msg_id=msg_id,
+                                 call=lambda shard: scripts.delete(rt.context, shard, msg_id=msg_id, release=release))
     if outcome != -1 or not rt.config.cold_tier or (after := await cold_after(rt, topic)) is None:
         return outcome == 1
     deleted = await rt.log.delete_cold(topic, msg_id, after)
@@ -64,8 +99,10 @@ async def reschedule_message(rt: Runtime, *, topic: str, msg_id: str, trigger_ti
     Redis' now + `delay_millis`; one not in the future makes it ready now. Its expireTime moves
     with it (the TTL counts from the new trigger time). Answers the message as stored.
     Raises Conflict when it is consuming, NotFound when it is unknown or ended."""
-    reply = await rt.scripts.call(scripts.reschedule(rt.context, topic, msg_id=msg_id, trigger_time=trigger_time,
-                                                     delay_millis=delay_millis))
+    reply = await on_its_shard(rt, topic=topic, msg_id=msg_id,
+                               call=lambda shard: scripts.reschedule(rt.context, shard, msg_id=msg_id,
+                                                                     trigger_time=trigger_time,
+                                                                     delay_millis=delay_millis))
     if reply.stored is None and reply.status == 0 and rt.config.cold_tier:
         reply = await _reschedule_cold(rt, topic, msg_id, trigger_time, delay_millis) or reply
     if reply.stored is not None:

@@ -20,12 +20,14 @@ from delayqueue.core.clock import now_millis
 from delayqueue.core.constants import LIVE_STATUSES, Status
 from delayqueue.core.messages import Message
 from delayqueue.live import scripts
-from delayqueue.live.keys import Meta, parse_position, position
+from delayqueue.live.keys import Meta, Shard, parse_position, position
 from delayqueue.messagelog import sql
 from delayqueue.messagelog.connection import connect, log_unavailable
 from delayqueue.runtime import Runtime
 from delayqueue.services.caps import restore_turn
+from delayqueue.services.send import target_shards
 from delayqueue.services.topics import write_mirrors
+from delayqueue.stores.topic_settings import DEFAULT as DEFAULT_SETTINGS
 from delayqueue.stores.topic_settings import TopicSettings
 
 PAGE_ROWS = 10_000
@@ -67,24 +69,28 @@ def restorable(row: dict, now: int, include_expired: bool) -> dict | None:
     return None
 
 
-async def restore_rows(rt: Runtime, *, rows: Iterable[dict], include_expired: bool = False,
-                       dry_run: bool = False) -> RestoreCounts:
-    """Puts logged messages back into Redis (see the module doc). Each row: Message.to_row()'s
-    columns (times as epoch ms); other columns are ignored."""
+async def restore_rows(rt: Runtime, *, rows: Iterable[dict], include_expired: bool = False, dry_run: bool = False,
+                       settings: dict[str, TopicSettings] | None = None) -> RestoreCounts:
+    """Puts logged messages back into Redis (see the module doc), each into its shard. Each row:
+    Message.to_row()'s columns (times as epoch ms); other columns are ignored. `settings`: the
+    namespace's topic settings as the caller read them (default: the runtime's)."""
     now = now_millis()
     counts = RestoreCounts()
-    by_topic: dict[str, list[Message]] = defaultdict(list)
+    going = []
     for row in rows:
         ready = restorable(row, now, include_expired)
         if ready is None:
             counts.skipped += 1
         else:
-            by_topic[row["topic"]].append(Message.from_row(ready))
+            going.append(Message.from_row(ready))
+    by_shard: dict[Shard, list[Message]] = defaultdict(list)
+    for message, shard in zip(going, await target_shards(rt, going, going, settings=settings)):
+        by_shard[shard].append(message)
     calls = []
-    for topic, messages in by_topic.items():
+    for shard, messages in by_shard.items():
         for start in range(0, len(messages), SCRIPT_MESSAGES):
             calls.append(scripts.restore(
-                rt.context, topic, dry_run=dry_run,
+                rt.context, shard, dry_run=dry_run,
                 messages=[(m.msg_id, m.payload, m.produce_time, m.trigger_time, m.expire_time, m.max_retry, m.retry,
                            m.priority)
                           for m in messages[start:start + SCRIPT_MESSAGES]]))
@@ -92,7 +98,8 @@ async def restore_rows(rt: Runtime, *, rows: Iterable[dict], include_expired: bo
         counts.restored += result.restored
         counts.already_live += result.already_held
     if counts.restored and not dry_run:
-        await rt.scripts.call(scripts.register_topics(rt.context, at=now, topics=list(by_topic)))
+        await rt.scripts.call(scripts.register_topics(rt.context, at=now,
+                                                      topics=list({shard.topic: None for shard in by_shard})))
     return counts
 
 
@@ -195,12 +202,14 @@ async def _loader_positions(rt: Runtime, conn, topic: str | None, dry_run: bool)
     the rows up to there and leaves those after it to the loader, so a restore after a loss
     rebuilds only the hot window. A topic without a window (Redis lost it) gets one first, as
     the loader's step 1 would give it (hot_until now + window, loaded up to there); a dry run
-    only looks."""
+    only looks. A sharded topic has no cold messages (live/shards.py): all of its come back."""
     if topic is None:
         topics = [name for (name,) in await (await conn.execute(sql.WAITING_TOPICS,
                                                                 {"namespace": rt.ns.namespace})).fetchall()]
     else:
         topics = [topic]
+    settings = await rt.topic_configs.table()
+    topics = [name for name in topics if settings.get(name, DEFAULT_SETTINGS).shard_counts == (1,)]
     hot_until = now_millis() + rt.config.hot_window_millis
     if dry_run:
         pipe = rt.redis.pipeline(transaction=False)

@@ -20,8 +20,11 @@ from delayqueue.core.constants import LIVE_STATUSES, Status
 from delayqueue.core.exceptions import LogUnavailable, MaybeSent, QueueError, redis_reason, redis_unavailable
 from delayqueue.core.messages import Message, new_msg_id
 from delayqueue.live import scripts
+from delayqueue.live.keys import Shard
+from delayqueue.live.shards import message_shards
 from delayqueue.runtime import Runtime
 from delayqueue.services import admission, caps
+from delayqueue.services.messages import first_holding
 from delayqueue.stores.topic_settings import DEFAULT as DEFAULT_SETTINGS
 from delayqueue.stores.topic_settings import TopicSettings
 
@@ -73,31 +76,51 @@ def prepared(rt: Runtime, request: SendRequest, produce_time: int, settings: dic
 MESSAGES_PER_CALL = 100
 
 
-def send_calls(rt: Runtime, messages: list[Message], *, logged_waiting: list[int | None] | None = None,
-               max_live: Callable[[str], int] = lambda topic: 0, namespace_capped: bool = False,
-               redrive: bool = False) -> list[tuple[scripts.ScriptCall, list[int]]]:
-    """The send script's calls for prepared messages: per topic (in the order of its first
-    message), one per MESSAGES_PER_CALL of its messages, each with their positions in `messages`.
-    `logged_waiting`: per message, in the cold tier, the triggerTime of the waiting message the
-    message log holds under the msgId (Redis may not hold it: cold); `max_live`: a topic's
-    live-message cap, 0 for none; `namespace_capped`: the namespace has one (the topic's share of
-    it is then a cap too); `redrive`: dead letters' new lives, which replace their ended messages
-    whatever the dedupe window."""
+async def target_shards(rt: Runtime, messages: list[Message], logged_live: list[Message | None] | None = None, *,
+                        settings: dict[str, TopicSettings] | None = None) -> list[Shard]:
+    """Each message's shard, for a send or a restore: its msgId's in its topic's shard count
+    (live/shards.py). While the topic drains other counts, a msgId whose live message the log
+    holds (`logged_live`) goes to the shard of theirs holding it, if one does, so that it is
+    answered as the duplicate it is, not made a second live message. `settings`: the namespace's
+    topic settings (default: the runtime's)."""
+    settings = settings if settings is not None else await rt.topic_configs.table()
+
+    def places(message: Message, logged: Message | None) -> list[Shard]:
+        mine = settings.get(message.topic, DEFAULT_SETTINGS)
+        return message_shards(message.topic, message.msg_id, (mine.shards,) if logged is None else mine.shard_counts)
+
+    return await first_holding(rt, msg_ids=[message.msg_id for message in messages],
+                               places=[places(message, logged)
+                                       for message, logged in zip(messages, logged_live or [None] * len(messages))])
+
+
+def send_calls(rt: Runtime, messages: list[Message], *, shards: list[Shard],
+               logged_waiting: list[int | None] | None = None, max_live: Callable[[str], int] = lambda topic: 0,
+               namespace_capped: bool = False, redrive: bool = False) -> list[tuple[scripts.ScriptCall, list[int]]]:
+    """The send script's calls for prepared messages: per shard (target_shards: each message's, in
+    the order of its first message), one per MESSAGES_PER_CALL of its messages, each with their
+    positions in `messages`. `logged_waiting`: per message, in the cold tier, the triggerTime of
+    the waiting message the message log holds under the msgId (Redis may not hold it: cold);
+    `max_live`: a topic's live-message cap, 0 for none, split evenly over its shards;
+    `namespace_capped`: the namespace has one (the topic's share of it is then a cap too);
+    `redrive`: dead letters' new lives, which replace their ended messages whatever the dedupe
+    window."""
     waiting = logged_waiting or [None] * len(messages)
-    positions: dict[str, list[int]] = {}
-    for i, message in enumerate(messages):
-        positions.setdefault(message.topic, []).append(i)
+    positions: dict[Shard, list[int]] = {}
+    for i, shard in enumerate(shards):
+        positions.setdefault(shard, []).append(i)
     dedupe_window = 0 if redrive else rt.config.dedupe_window_millis
     calls = []
-    for topic, mine in positions.items():
+    for shard, mine in positions.items():
+        cap = -(-max_live(shard.topic) // shard.count)
         for first in range(0, len(mine), MESSAGES_PER_CALL):
             chunk = mine[first:first + MESSAGES_PER_CALL]
             values = [(messages[i].msg_id, messages[i].payload, messages[i].trigger_time, messages[i].expire_time,
                        messages[i].max_retry, messages[i].produce_time, messages[i].priority, waiting[i])
                       for i in chunk]
-            calls.append((scripts.send(rt.context, topic, max_live=max_live(topic), namespace_capped=namespace_capped,
-                                       dedupe_window_millis=dedupe_window, cold_tier=rt.config.cold_tier,
-                                       messages=values), chunk))
+            calls.append((scripts.send(rt.context, shard, max_live=cap, namespace_capped=namespace_capped,
+                                       dedupe_window_millis=dedupe_window,
+                                       cold_tier=rt.config.cold_tier and shard.count == 1, messages=values), chunk))
     return calls
 
 
@@ -187,10 +210,15 @@ async def _send_admitted(rt: Runtime, requests: list[SendRequest],
     going = [i for i, message in enumerate(kept) if message is None]
     cap_of = admitted.topic_cap if admitted is not None else (lambda topic: 0)
     capped = admitted is not None and admitted.namespace_cap > 0
+    try:
+        shards = await target_shards(rt, rows, logged_live)
+    except RedisError as exc:
+        shards, going = [], []
+        replies = [exc if reply is None else reply for reply in replies]  # as if each send had failed
 
     async def send(positions: list[int]) -> list:
-        calls = send_calls(rt, [rows[i] for i in positions], logged_waiting=[waiting[i] for i in positions],
-                           max_live=cap_of, namespace_capped=capped)
+        calls = send_calls(rt, [rows[i] for i in positions], shards=[shards[i] for i in positions],
+                           logged_waiting=[waiting[i] for i in positions], max_live=cap_of, namespace_capped=capped)
         return send_errors([rows[i] for i in positions], await run_sends(rt, calls))
 
     if going:
@@ -205,19 +233,20 @@ async def _send_admitted(rt: Runtime, requests: list[SendRequest],
     outcomes = [_sent_message(row, reply) for row, reply in zip(rows, replies)]
     if rt.config.message_log:
         await rt.log.settle(rows, written, replies, outcomes)
-    new_topics = sorted({row.topic for row, reply in zip(rows, replies)
-                         if not isinstance(reply, Exception) and reply.new_topic})
-    if new_topics:
-        outcomes = await _register(rt, new_topics, produce_time, rows, outcomes)
+    new_shards = {shard: None for shard, reply in zip(shards, replies)
+                  if not isinstance(reply, Exception) and reply.new_topic}
+    if new_shards:
+        outcomes = await _register(rt, list(new_shards), produce_time, rows, outcomes)
     return outcomes
 
 
-async def _register(rt: Runtime, topics: list[str], at: int, rows: list[Message],
+async def _register(rt: Runtime, shards: list[Shard], at: int, rows: list[Message],
                     outcomes: list[Message | QueueError]) -> list[Message | QueueError]:
     """Registers the topics these sends found new, for the scanners to find them. If Redis
     fails to, the messages sent to them are enqueued but not yet delivered: each answers so, and
     sending it again (a live duplicate) registers its topic, as send.lua answers newTopic until
-    the registration is confirmed."""
+    the registration is confirmed (in the meta hash of the shard it went to)."""
+    topics = sorted({shard.topic for shard in shards})
     try:
         await rt.scripts.call(scripts.register_topics(rt.context, at=at, topics=topics))
     except RedisError as exc:
@@ -228,7 +257,7 @@ async def _register(rt: Runtime, topics: list[str], at: int, rows: list[Message]
                 if row.topic in unregistered and isinstance(outcome, Message) else outcome
                 for row, outcome in zip(rows, outcomes)]
     try:
-        await rt.scripts.run_all([scripts.confirm_registered(rt.context, topic) for topic in topics])
+        await rt.scripts.run_all([scripts.confirm_registered(rt.context, shard) for shard in shards])
     except RedisError:
         pass  # unconfirmed: the topic's next send registers it again, which changes nothing
     return outcomes

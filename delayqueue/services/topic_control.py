@@ -6,6 +6,7 @@ from delayqueue.config.push_hosts import push_url_problem
 from delayqueue.core.exceptions import BadRequest
 from delayqueue.runtime import Runtime
 from delayqueue.services.topics import write_mirrors
+from delayqueue.stores.limits import NAMESPACE
 from delayqueue.stores.rows import TopicConfigCaps, save_topic_config
 from delayqueue.stores.topic_settings import DEFAULT as DEFAULT_SETTINGS
 
@@ -21,6 +22,8 @@ async def set_topic_config(rt: Runtime, *, topic: str, changes: dict, limits: di
     DELAYQUEUE_MAX_PUSH_CONCURRENCY. Answers a new push signing secret
     (save_topic_config), or None. Raises RedisError when the mirror could not be written
     (PostgreSQL has the change: calling again is safe)."""
+    if (changes.get("shards") or 1) > 1:
+        await _check_shardable(rt)
     url = changes.get("push_url")
     # A URL the topic has already is not judged again: the pushers judge every connection, and
     # its other settings stay changeable after the operator narrowed the allowed hosts.
@@ -37,6 +40,15 @@ async def set_topic_config(rt: Runtime, *, topic: str, changes: dict, limits: di
         await rt.limits.fresh()
     await write_mirrors(rt, {topic: table.get(topic, DEFAULT_SETTINGS)})
     return secret
+
+
+async def _check_shardable(rt: Runtime) -> None:
+    """BadRequest where a topic cannot have shards: under a namespace live cap, whose shares are
+    kept in a topic's own keys."""
+    namespace = (await rt.limits.fresh()).get(NAMESPACE)
+    if namespace is not None and namespace.max_live:
+        raise BadRequest(f"shards: a topic cannot be sharded in a namespace with a live-message cap "
+                         f"({namespace.max_live} messages)")
 
 
 async def pause_topic(rt: Runtime, *, topic: str) -> None:

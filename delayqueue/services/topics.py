@@ -9,7 +9,8 @@ from delayqueue.core.clock import now_millis
 from delayqueue.core.constants import COLD_HOUR_MILLIS
 from delayqueue.core.messages import Message
 from delayqueue.live import scripts, stats
-from delayqueue.live.keys import Meta
+from delayqueue.live.keys import Meta, Shard
+from delayqueue.live.shards import topic_shards
 from delayqueue.runtime import Runtime
 from delayqueue.services.messages import cold_after
 from delayqueue.stores.limits import Limits
@@ -31,15 +32,16 @@ async def purge_topic(rt: Runtime, *, topic: str) -> int:
     while it runs may be purged in place of older ones, which then stay; a purge called again
     takes them."""
     purged = await _purge_cold(rt, topic) if rt.config.message_log else 0
-    call = scripts.purge_topic(rt.context, topic)
     held = await topic_info(rt, topic=topic)
-    calls_left = -(-(held.waiting + held.ready + held.consuming) // rt.context.scan_limit) + 1
-    while calls_left > 0:
-        calls_left -= 1
-        reply = await rt.scripts.call(call)
-        purged += reply.purged
-        if not reply.more:
-            break
+    for shard in (await topic_shard_lists(rt, topics=[topic]))[0]:
+        call = scripts.purge_topic(rt.context, shard)
+        calls_left = -(-(held.waiting + held.ready + held.consuming) // rt.context.scan_limit) + 1
+        while calls_left > 0:
+            calls_left -= 1
+            reply = await rt.scripts.call(call)
+            purged += reply.purged
+            if not reply.more:
+                break
     log.info("purged topic %s of namespace %s: %d messages", topic, rt.ns.namespace, purged)
     return purged
 
@@ -68,12 +70,15 @@ async def _purge_cold(rt: Runtime, topic: str) -> int:
 
 
 async def write_mirrors(rt: Runtime, settings: dict[str, TopicSettings]) -> None:
-    """Writes each topic's settings into its meta hash, in one pipelined round trip. Raises RedisError."""
+    """Writes each topic's settings into its meta hash (each of its shards'), in one pipelined
+    round trip. Raises RedisError."""
     if not settings:
         return
     pipe = rt.redis.pipeline(transaction=False)
     for topic, values in settings.items():
-        pipe.hset(rt.ns.topic(topic).meta, mapping={field: get(values) for field, get in MIRROR_FIELDS.items()})
+        mirror = {field: get(values) for field, get in MIRROR_FIELDS.items()}
+        for shard in topic_shards(topic, values.shard_counts):
+            pipe.hset(rt.ns.topic(shard).meta, mapping=mirror)
     await pipe.execute()
 
 
@@ -132,6 +137,8 @@ class TopicConfigInForce:
     push_timeout_millis: int
     push_rate: int
     push_secret_rotating: bool  # a rotated-out signing secret still signs
+    shards: int
+    draining_shards: tuple[int, ...]  # shard counts given up whose shards may still hold messages
 
 
 async def list_topics(rt: Runtime) -> list[str]:
@@ -139,12 +146,21 @@ async def list_topics(rt: Runtime) -> list[str]:
     return await rt.redis.zrange(rt.ns.topics, 0, -1)
 
 
+async def topic_shard_lists(rt: Runtime, *, topics: list[str]) -> list[list[Shard]]:
+    """Each topic's shards (live/shards.py), those of every count it may hold messages in: what
+    a reader adds up to give the topic's figures."""
+    settings = await rt.topic_configs.table()
+    return [topic_shards(topic, settings.get(topic, DEFAULT_SETTINGS).shard_counts) for topic in topics]
+
+
 async def topic_infos(rt: Runtime, *, topics: list[str]) -> list[TopicInfo]:
-    """getTopicInfo for each topic, in one pipelined round trip. Unknown topics give zeros."""
+    """getTopicInfo for each topic (its shards' added up), in one pipelined round trip. Unknown
+    topics give zeros."""
     now = now_millis()
+    places = await topic_shard_lists(rt, topics=topics)
     pipe = rt.redis.pipeline(transaction=False)
-    for topic in topics:
-        k = rt.ns.topic(topic)
+    for shard in (shard for shards in places for shard in shards):
+        k = rt.ns.topic(shard)
         pipe.zcard(k.waiting)
         pipe.llen(k.ready)
         pipe.zcard(k.prioritised)
@@ -156,16 +172,22 @@ async def topic_infos(rt: Runtime, *, topics: list[str]) -> list[TopicInfo]:
             upper = "+inf" if within is None else now + within
             pipe.zcount(k.waiting, lower, upper)
             lower = f"({upper}"
-    replies = await pipe.execute()
+    replies = iter(await pipe.execute())
     width = 6 + len(WAITING_WITHIN)
     infos = []
-    for i, topic in enumerate(topics):
-        waiting, ready, prioritised, inflight, (cold, hot_until), hours, *buckets = replies[i * width:(i + 1) * width]
-        cold = max(int(cold or 0), 0)
-        in_log = cold_buckets(hours={int(hour): int(n) for hour, n in hours.items()}, now=now,
-                              hot_until=None if hot_until is None else int(hot_until))
-        buckets = tuple(held + logged for held, logged in zip(buckets, in_log))
-        infos.append(TopicInfo(topic, waiting + cold, buckets, ready + prioritised, inflight, cold))
+    for topic, shards in zip(topics, places):
+        info = TopicInfo(topic, 0, (0,) * len(WAITING_WITHIN), 0, 0)
+        for _shard in shards:
+            waiting, ready, prioritised, inflight, (cold, hot_until), hours, *buckets = [next(replies)
+                                                                                         for _ in range(width)]
+            cold = max(int(cold or 0), 0)
+            in_log = cold_buckets(hours={int(hour): int(n) for hour, n in hours.items()}, now=now,
+                                  hot_until=None if hot_until is None else int(hot_until))
+            info = TopicInfo(topic, info.waiting + waiting + cold,
+                             tuple(total + held + logged for total, held, logged in zip(info.waiting_within, buckets,
+                                                                                        in_log)),
+                             info.ready + ready + prioritised, info.consuming + inflight, info.waiting_cold + cold)
+        infos.append(info)
     return infos
 
 
@@ -201,19 +223,23 @@ async def monitor_data(rt: Runtime) -> list[TopicCounters]:
     fields = [stats.field("counter", interval=previous, name=counter) for counter in stats.Counter]
     fields += [stats.field("gap", interval=previous, name=gap, part=part) for gap in stats.Gap
                for part in (stats.Part.COUNT, stats.Part.SUM, stats.Part.MAX)]
+    places = await topic_shard_lists(rt, topics=topics)
     pipe = rt.redis.pipeline(transaction=False)
-    for topic in topics:
-        pipe.hmget(rt.ns.topic(topic).stats, fields)
-    replies = await pipe.execute() if topics else []
+    for shard in (shard for shards in places for shard in shards):
+        pipe.hmget(rt.ns.topic(shard).stats, fields)
+    replies = iter(await pipe.execute() if topics else [])
     found = []
-    for topic, values in zip(topics, replies):
-        numbers = iter(int(v) if v is not None else 0 for v in values)
-        counters = {counter: next(numbers) for counter in stats.Counter}
-        gaps = {}
-        for gap in stats.Gap:
-            count, total, maximum = next(numbers), next(numbers), next(numbers)
-            if count:
-                gaps[gap] = Gap(count, total / count, maximum)
+    for topic, shards in zip(topics, places):
+        counters = dict.fromkeys(stats.Counter, 0)
+        gap_parts = {gap: [0, 0, 0] for gap in stats.Gap}  # count, sum, max: added up over the shards
+        for _shard in shards:
+            numbers = iter(int(v) if v is not None else 0 for v in next(replies))
+            for counter in stats.Counter:
+                counters[counter] += next(numbers)
+            for parts in gap_parts.values():
+                count, total, maximum = next(numbers), next(numbers), next(numbers)
+                parts[:] = parts[0] + count, parts[1] + total, max(parts[2], maximum)
+        gaps = {gap: Gap(count, total / count, maximum) for gap, (count, total, maximum) in gap_parts.items() if count}
         if gaps or any(counters.values()):
             found.append(TopicCounters(topic, counters, gaps))
     return found
@@ -242,4 +268,6 @@ async def topic_config(rt: Runtime, *, topic: str) -> TopicConfigInForce:
         push_timeout_millis=settings.push_timeout_millis,
         push_rate=settings.push_rate,
         push_secret_rotating=settings.push_previous_until > now_millis(),
+        shards=settings.shards,
+        draining_shards=tuple(settings.draining_shards),
     )

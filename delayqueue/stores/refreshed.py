@@ -57,7 +57,13 @@ class RefreshedTable:
             if self._first_read is None:
                 self._first_read = asyncio.ensure_future(self._read())
                 self._refresher = asyncio.ensure_future(self._refresh_forever())
-            await asyncio.shield(self._first_read)  # a caller that goes away leaves the read to the others
+            first = self._first_read
+            try:
+                await asyncio.shield(first)  # a caller that goes away leaves the read to the others
+            except asyncio.CancelledError:
+                if asyncio.current_task().cancelling() or not first.cancelled():
+                    raise
+                # The read was cancelled by close(), not this caller: it answers what _read left.
         return self.current
 
     async def fresh(self) -> dict:

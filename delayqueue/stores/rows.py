@@ -197,6 +197,8 @@ def save_topic_config(*, namespace: str, topic: str, changes: dict, limits: dict
                                      "own settings", setting="DELAYQUEUE_MAX_TOPIC_CONFIGS", cap=caps.rows)
             pushes_before = _push_share(config)
             defaults = TopicSettings()
+            if "shards" in changes:
+                _reshard(config, changes["shards"] or defaults.shards)
             for name, value in changes.items():
                 setattr(config, name, getattr(defaults, name) if value is None else value)
             secret = None
@@ -223,6 +225,31 @@ def save_topic_config(*, namespace: str, topic: str, changes: dict, limits: dict
         return secret
     finally:
         connections[database].close()
+
+
+def forget_drained_shards(*, namespace: str, topic: str, count: int, changed_at: int) -> bool:
+    """Takes a shard count whose shards are empty out of the topic's draining ones, unless its
+    shard count changed since the scanner found them so (at `changed_at`). True if it did."""
+    database = database_of(namespace)
+    try:
+        with transaction.atomic(using=database):
+            config = (TopicConfig.objects.using(database).select_for_update()
+                      .filter(namespace=namespace, topic=topic).first())
+            if config is None or config.shards_changed_at != changed_at or count not in config.draining_shards:
+                return False
+            config.draining_shards = [c for c in config.draining_shards if c != count]
+            config.save(update_fields=["draining_shards", "updated_at"])
+            return True
+    finally:
+        connections[database].close()
+
+
+def _reshard(config: TopicConfig, shards: int) -> None:
+    """A new shard count: the one given up keeps its shards, read and scanned until they are
+    empty (live/shards.py); a count taken up again drains no more."""
+    if shards != config.shards:
+        config.draining_shards = sorted(({*config.draining_shards, config.shards}) - {shards})
+        config.shards_changed_at = now_millis()
 
 
 def _push_share(config: TopicConfig) -> int:

@@ -18,6 +18,7 @@ A pull of a paused topic hands out nothing if either copy says paused: the mirro
 exact the moment it is answered, the cache keeps it while a Redis that lost its data waits for
 its restore. Reading fails open as the limits do: the settings last read stay in force.
 """
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from delayqueue.core.constants import PUSH_CONCURRENCY_DEFAULT, PUSH_TIMEOUT_DEFAULT_MILLIS, RETRY_BACKOFF_MAX_MILLIS
@@ -42,6 +43,14 @@ class TopicSettings:
     # Epoch ms until which a rotated-out signing secret still signs. The secrets themselves are
     # read by the pushers alone (push_topics.py).
     push_previous_until: int = 0
+    shards: int = 1  # key sets its new messages spread over (live/shards.py)
+    draining_shards: Sequence[int] = ()  # shard counts given up whose shards may still hold messages
+    shards_changed_at: int = 0  # epoch ms of the last change of `shards`
+
+    @property
+    def shard_counts(self) -> tuple[int, ...]:
+        """Every shard count whose shards may hold its messages, the one new messages go to first."""
+        return (self.shards, *self.draining_shards)
 
 
 DEFAULT = TopicSettings()

@@ -23,6 +23,12 @@ time with the topic's hot_until). For each held topic the loader, every tenth of
 A cold message is loaded most of a window ahead of its time, so it fires as precisely as one
 sent hot. Switched off (window 0), the loader loads what is left cold of topics that have a
 hot_until, then removes it.
+
+A sharded topic's messages are all hot, in their shards (live/shards.py): only a topic's own
+keys have a window, and the loader works them while the topic's shard counts include 1. Its
+waiting rows then include the sharded ones, which the loader leaves out when a shard holds
+them; one whose shard does not (yet) is left for a later look while it is younger than
+IN_FLIGHT_MILLIS, as its send may be on its way to the shard (the log is written first).
 """
 import asyncio
 import logging
@@ -36,6 +42,7 @@ from delayqueue.core.outage import Outage
 from delayqueue.core.stopping import repeat
 from delayqueue.live import scripts
 from delayqueue.live.keys import Meta, parse_position, position
+from delayqueue.live.shards import message_shards
 from delayqueue.messagelog import sql
 from delayqueue.messagelog.connection import LogConnection
 
@@ -46,6 +53,9 @@ RAISE_EVERY = 0.1  # of the window: how far hot_until may fall behind now + wind
 MAX_TICK = 1.0  # seconds between looks at the held topics, at most
 ERROR_BACKOFF = 1.0
 MIN_LEAD_MILLIS = 60_000  # how far ahead a topic's window reaches however little room it has in Redis
+# A send's log row is committed a moment (a round trip or two) before its script runs; this
+# long covers that and the web processes' clocks being apart.
+IN_FLIGHT_MILLIS = 5_000
 
 
 def loaded_messages(topic: str, rows: list[tuple]) -> list[tuple]:
@@ -144,6 +154,8 @@ class Loader:
         loaded, loaded_to, done = 0, hot.loaded_to, position(hot.hot_until)
         if loaded_to == done:
             return 0, True
+        others = (await self.rt.topic_configs.settings(topic)).shard_counts
+        others = tuple(count for count in others if count != 1)
         reading = asyncio.ensure_future(self._page(topic, *parse_position(loaded_to), hot.hot_until))
         try:
             while loaded_to != done:
@@ -154,16 +166,43 @@ class Loader:
                     reading = asyncio.ensure_future(self._page(topic, last_trigger, last_id, hot.hot_until))
                 else:
                     end = done
+                young = None
+                if others:
+                    rows, young = await self._own_rows(topic, rows, others)
+                    if young is not None:  # loaded up to the row before it; looked at again next time
+                        end = young or loaded_to
                 reply = await self.rt.scripts.call(scripts.load_cold(self.rt.context, topic, loaded_from=loaded_to,
                                                                      loaded_to=end, messages=loaded_messages(topic, rows)))
                 if reply.loaded < 0:
                     return loaded, False  # another loader moved on: it holds the topic now
                 loaded += reply.loaded
                 loaded_to = end
+                if young is not None:
+                    return loaded, False
         finally:
             if not reading.done():
                 await asyncio.gather(reading, return_exceptions=True)  # the connection is free again
         return loaded, True
+
+    async def _own_rows(self, topic: str, rows: list, others: tuple[int, ...]) -> tuple[list, str | None]:
+        """The page's rows a shard of the topic's other shard counts does not hold, up to the first
+        one younger than IN_FLIGHT_MILLIS that none holds; and when there is one, the position
+        just before it ("" at the page's start), else None."""
+        pipe = self.rt.redis.pipeline(transaction=False)
+        for _id, msg_id, *_ in rows:
+            for shard in message_shards(topic, msg_id, others):
+                pipe.hexists(self.rt.ns.topic(shard).msgs, msg_id)
+        held = iter(await pipe.execute())
+        young_after = now_millis() - IN_FLIGHT_MILLIS
+        own, before = [], ""
+        for row in rows:
+            row_id, _msg_id, _payload, produced, trigger, *_ = row
+            if not any([next(held) for _ in others]):
+                if produced > young_after:
+                    return own, before
+                own.append(row)
+            before = position(trigger, row_id)
+        return own, None
 
     async def _page(self, topic: str, after_time: int, after_id: int, hot_until: int) -> list:
         params = {"namespace": self.rt.ns.namespace, "topic": topic, "after_time": after_time, "after_id": after_id,

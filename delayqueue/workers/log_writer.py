@@ -20,6 +20,7 @@ import orjson
 
 from delayqueue.core.outage import Outage, describe
 from delayqueue.live.history import Event
+from delayqueue.live.keys import Shard
 from delayqueue.messagelog import sql
 from delayqueue.messagelog.connection import LogConnection
 
@@ -46,7 +47,8 @@ def latest_per_message(events: list[Event]) -> list[Event]:
 
 class LogWriter:
     def __init__(self, rt, topics):
-        """`topics` returns the topics whose streams this writer drains (its scanner's)."""
+        """`topics` returns the topics (a sharded topic's shards: live/keys.Shard) whose streams
+        this writer drains (its scanner's)."""
         self.rt = rt
         self.topics = topics
         self.written = 0
@@ -54,12 +56,12 @@ class LogWriter:
         # Per topic, the last entry read: the next read starts after it, so a batch can be read
         # while the previous one is still being committed. Forgotten after a failure, so what
         # was not committed is read again.
-        self._read_up_to: dict[str, str] = {}
-        self._noticed: set[str] = set()  # topics whose streams may hold unread entries
-        self._held: set[str] = set()
+        self._read_up_to: dict[Shard, str] = {}
+        self._noticed: set[Shard] = set()  # topics whose streams may hold unread entries
+        self._held: set[Shard] = set()
         self._sweep_at = 0.0  # when to read every held stream, noticed or not
 
-    def notice(self, topic: str) -> None:
+    def notice(self, topic: Shard) -> None:
         """A script told that the topic's stream got an entry."""
         self._noticed.add(topic)
 
@@ -137,7 +139,7 @@ class LogWriter:
                 if read >= count:  # an entry may hold many events: a topic's share stops near `count`
                     full = True
                     break
-                parsed = Event.parse(topic, entry_id, fields)
+                parsed = Event.parse(topic.topic, entry_id, fields)
                 events += parsed
                 read += len(parsed)
                 ids.append(entry_id)

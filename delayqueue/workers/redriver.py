@@ -26,7 +26,7 @@ from delayqueue.core.stopping import repeat
 from delayqueue.messagelog import sql
 from delayqueue.messagelog.connection import LogConnection
 from delayqueue.messagelog.dead_letters import Task
-from delayqueue.services.send import run_sends, send_calls
+from delayqueue.services.send import run_sends, send_calls, target_shards
 
 log = logging.getLogger(__name__)
 
@@ -151,13 +151,17 @@ class Redriver:
         # A batch recorded before priorities has no seventh value: priority 0.
         messages = [Message(topic, msg_id, payload, pt, pt, pt + ttl, max_retry, 0, Status.READY, (*priority, 0)[0])
                     for msg_id, payload, max_retry, ttl, pt, _rid, *priority in batch]
+        shards = await target_shards(rt, messages)
         if resumed:
-            stored = await rt.redis.hmget(rt.ns.topic(topic).msgs, [m.msg_id for m in messages])
-            messages = [m for m, raw in zip(messages, stored)
-                        if raw is None or orjson.loads(raw)["produceTime"] != m.produce_time]
+            pipe = rt.redis.pipeline(transaction=False)
+            for m, shard in zip(messages, shards):
+                pipe.hget(rt.ns.topic(shard).msgs, m.msg_id)
+            going = [i for i, raw in enumerate(await pipe.execute())
+                     if raw is None or orjson.loads(raw)["produceTime"] != messages[i].produce_time]
+            messages, shards = [messages[i] for i in going], [shards[i] for i in going]
         if not messages:
             return
-        replies = await run_sends(rt, send_calls(rt, messages, redrive=True))
+        replies = await run_sends(rt, send_calls(rt, messages, shards=shards, redrive=True))
         if failed := next((reply for reply in replies if isinstance(reply, Exception)), None):
             raise failed
         for message, reply in zip(messages, replies):

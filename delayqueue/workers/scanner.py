@@ -31,18 +31,23 @@ import os
 import socket
 import uuid
 
+from asgiref.sync import sync_to_async
 from redis.exceptions import RedisError
 
 from delayqueue.core.clock import now_millis
+from delayqueue.core.constants import SHARDS_SETTLE_MILLIS
 from delayqueue.core.exceptions import LogUnavailable
 from delayqueue.core.outage import Outage, describe
 from delayqueue.core.stopping import cancel_and_wait
 from delayqueue.core.timer import PreciseTimer
 from delayqueue.live import scripts
-from delayqueue.live.keys import Meta
+from delayqueue.live.keys import Meta, Shard
 from delayqueue.live.pubsub import subscribe_forever
+from delayqueue.live.shards import topic_shards
 from delayqueue.runtime import Runtime
 from delayqueue.services.admission import give_back_room
+from delayqueue.stores.rows import forget_drained_shards
+from delayqueue.stores.topic_settings import DEFAULT as DEFAULT_SETTINGS
 from delayqueue.workers.loader import Loader
 from delayqueue.workers.log_writer import LogWriter
 from delayqueue.workers.redriver import Redriver
@@ -71,14 +76,18 @@ class Scanner:
         self.rt = rt
         self.token = name or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         rt.set_process(f"scanner {self.token}")
-        # The history of the topics this scanner holds goes to Postgres through it.
+        # The history of the topics (and shards) this scanner holds goes to Postgres through it.
         self.log_writer = LogWriter(rt, lambda: list(self.workers)) if rt.config.message_log else None
-        # So do the cold messages of those topics, into Redis (the cold tier keeps them in the log).
-        self.loader = Loader(rt, lambda: list(self.workers)) if rt.config.message_log else None
-        self.workers: dict[str, TopicWorker] = {}
-        self.known: set[str] = set()
-        self.next_try: dict[str, float] = {}  # topic -> monotonic time to try its lock again
-        self.holders: dict[str, str] = {}  # topic -> the lock token of the scanner seen holding it
+        # So do the cold messages of those topics, into Redis (the cold tier keeps them in the log;
+        # a sharded topic has none).
+        self.loader = (Loader(rt, lambda: [shard.topic for shard in self.workers if shard.count == 1])
+                       if rt.config.message_log else None)
+        # A topic is worked shard by shard (its own keys, unsharded): each has its lock and worker.
+        self.workers: dict[Shard, TopicWorker] = {}
+        self.known: set[str] = set()  # the registered topics
+        self.shards: dict[str, list[Shard]] = {}  # a known topic -> its shards, those of every count it may use
+        self.next_try: dict[Shard, float] = {}  # shard -> monotonic time to try its lock again
+        self.holders: dict[Shard, str] = {}  # shard -> the lock token of the scanner seen holding it
         self.counts = {"promoted": 0, "requeued": 0, "expired": 0, "purged": 0}
         self._stop = asyncio.Event()
         self._poke = asyncio.Event()
@@ -150,6 +159,7 @@ class Scanner:
                         except LogUnavailable as exc:
                             loss_check_outage.failed(describe(exc))
                         self.known.update(await self.rt.redis.zrange(self.rt.ns.topics, 0, -1))
+                        await self._refresh_shards()
                         next_refresh = now + REGISTRY_REFRESH
                     if now >= next_renew:
                         await self._renew()
@@ -157,6 +167,7 @@ class Scanner:
                     await self._acquire(now)
                     if now >= next_retire:
                         await self._retire_idle_topics()
+                        await self._retire_drained_shards()
                         next_retire = now + self.rt.config.topic_check_seconds
                     if now >= next_prune:
                         await self._prune_stats()
@@ -211,8 +222,22 @@ class Scanner:
             await self.rt.redis.delete(self.rt.ns.marker)  # undecided: the next check asks again
             raise
 
+    async def _refresh_shards(self) -> None:
+        """The shards of every known topic, as the topic settings in force give them; the workers
+        of shards no longer among them (a drained shard count) stop."""
+        settings = await self.rt.topic_configs.table()
+        self.shards = {topic: topic_shards(topic, settings.get(topic, DEFAULT_SETTINGS).shard_counts)
+                       for topic in self.known}
+        current = {shard for shards in self.shards.values() for shard in shards}
+        for gone in [shard for shard in self.workers if shard not in current]:
+            await self.workers.pop(gone).stop()
+            await self.rt.scripts.call(scripts.lock_release(self.rt.context, gone, token=self.token))
+
     async def _acquire(self, now: float) -> None:
-        candidates = [t for t in self.known if t not in self.workers and self.next_try.get(t, 0) <= now]
+        if len(self.shards) < len(self.known):  # topics just heard of
+            await self._refresh_shards()
+        candidates = [t for shards in self.shards.values() for t in shards
+                      if t not in self.workers and self.next_try.get(t, 0) <= now]
         if not candidates:
             return
         pipe = self.rt.redis.pipeline(transaction=False)
@@ -236,7 +261,7 @@ class Scanner:
                 if holder is not None:
                     self.holders[topic] = holder
 
-    def _start_worker(self, topic: str) -> None:
+    def _start_worker(self, topic: Shard) -> None:
         self.next_try.pop(topic, None)
         self.holders.pop(topic, None)
         self.workers[topic] = TopicWorker(self, topic)
@@ -304,8 +329,12 @@ class Scanner:
                 await self.workers.pop(topic).stop()
 
     async def _retire_idle_topics(self) -> None:
+        """Takes idle unsharded topics out of the registry (a sharded topic stays registered)."""
         idle_ms = self.rt.config.topic_idle_seconds * 1000
-        for topic in list(self.workers):
+        for shard in list(self.workers):
+            topic = shard.topic
+            if self.shards.get(topic) != [Shard(topic)]:
+                continue
             k = self.rt.ns.topic(topic)
             reply = await self.rt.scripts.call(scripts.retire_topic(self.rt.context, topic, idle_millis=idle_ms))
             if not reply.retired:
@@ -318,8 +347,45 @@ class Scanner:
                 continue
             log.info("scanner %s retired idle topic %s", self.token, topic)
             self.known.discard(topic)
-            await self.workers.pop(topic).stop()
-            await self.rt.scripts.call(scripts.lock_release(self.rt.context, topic, token=self.token))
+            self.shards.pop(topic, None)
+            await self.workers.pop(shard).stop()
+            await self.rt.scripts.call(scripts.lock_release(self.rt.context, shard, token=self.token))
+
+    async def _retire_drained_shards(self) -> None:
+        """A shard count a topic gave up is forgotten once its shards hold nothing (no live
+        message, no ended one kept for the retention, no history the log writer has not read, and
+        for its own keys no cold message the loader has yet to bring in) SHARDS_SETTLE_MILLIS after
+        the change, by the scanner holding the topic's first shard."""
+        settings = await self.rt.topic_configs.table()
+        now = now_millis()
+        drained = []
+        for topic in self.known:
+            mine = settings.get(topic, DEFAULT_SETTINGS)
+            if (mine.draining_shards and now - mine.shards_changed_at > SHARDS_SETTLE_MILLIS
+                    and Shard(topic, mine.shards, 0) in self.workers):
+                drained += [(topic, count, mine.shards_changed_at) for count in mine.draining_shards]
+        if not drained:
+            return
+        pipe = self.rt.redis.pipeline(transaction=False)
+        for topic, count, _ in drained:
+            for shard in topic_shards(topic, (count,)):
+                k = self.rt.ns.topic(shard)
+                pipe.exists(k.waiting, k.ready, k.prioritised, k.inflight, k.ended)
+                pipe.xlen(k.events)  # a stream read empty stays, empty
+                pipe.hget(k.meta, Meta.COLD)
+        replies = await pipe.execute()
+        held = [any((keys, events, int(cold or 0) > 0))
+                for keys, events, cold in zip(replies[::3], replies[1::3], replies[2::3])]
+        position, forgotten = 0, False
+        for topic, count, changed_at in drained:
+            if not any(held[position:position + count]):
+                forgotten |= await sync_to_async(forget_drained_shards, thread_sensitive=False)(
+                    namespace=self.rt.ns.namespace, topic=topic, count=count, changed_at=changed_at)
+                log.info("scanner %s: topic %s's %d shards are empty and retired", self.token, topic, count)
+            position += count
+        if forgotten:
+            await self.rt.topic_configs.fresh()
+            await self._refresh_shards()
 
     async def _report_lag(self) -> None:
         """How late this process' event loop wakes timers, which is how late it can promote a
@@ -370,17 +436,17 @@ class Scanner:
 
     def _received(self, message: dict) -> None:
         if message["type"] == "pmessage":
-            topic = self.rt.ns.topic_of_history(message["channel"])
-            if topic is not None:
-                self.log_writer.notice(topic)
+            shard = self.rt.ns.shard_of_history(message["channel"])
+            if shard is not None:
+                self.log_writer.notice(shard)
         elif message["type"] == "message":
-            topic = message["data"]
-            worker = self.workers.get(topic)
-            if worker is not None:
-                worker.wake()
-            elif topic not in self.known:
-                self.known.add(topic)
+            topic = message["data"]  # the scripts name the topic, not the shard: every shard held wakes
+            if topic not in self.known:
+                self.known.add(topic)  # _acquire finds its shards
                 self._poke.set()
+            for shard in self.shards.get(topic, ()):
+                if (worker := self.workers.get(shard)) is not None:
+                    worker.wake()
 
     async def _shutdown(self) -> None:
         try:

@@ -17,12 +17,13 @@ from delayqueue.core.messages import Message
 from delayqueue.services.consume import ack_messages, pull_messages
 from delayqueue.services.messages import delete_message, get_message, reschedule_message
 from delayqueue.services.restore import restore
-from delayqueue.services.send import SendRequest, prepared, send_calls, send_message, send_messages
+from delayqueue.services.send import SendRequest, prepared, send_message, send_messages
 from delayqueue.services import topics as topics_module
 from delayqueue.services.topics import purge_topic, topic_info
 from delayqueue.workers import loader as loader_module
 from delayqueue.workers.loader import Loader
-from tests.helpers import REDIS_CLUSTER_URL, REDIS_URL, call, drain_log, history, logged, make_runtime, wait_until
+from tests.helpers import (REDIS_CLUSTER_URL, REDIS_URL, call, drain_log, history, logged, make_runtime,
+                           unsharded_calls, wait_until)
 from tests.integration.test_limits import refused, set_limits_now
 from tests.integration.test_limits import send as limits_send
 from tests.integration.test_monitoring import sample as metric
@@ -236,7 +237,7 @@ async def test_a_send_whose_script_runs_after_the_raise_goes_hot_and_the_loader_
         row = prepared(rt, SendRequest(topic="t", msg="x", delay_millis=60_000), now_millis(), {})
         await rt.log.record([row])
         await raise_window_to(rt, "t", now_millis() + 120_000)
-        [(call, _)] = send_calls(rt, [row])
+        [(call, _)] = unsharded_calls(rt, [row])
         [reply] = await rt.scripts.call(call)
         assert reply.created and not reply.cold
         assert await loader.load_topic("t", force=True) == 0

@@ -12,6 +12,7 @@ from delayqueue.core.clock import now_millis
 from delayqueue.core.constants import Status
 from delayqueue.core.exceptions import LogUnavailable, RedisUnavailable
 from delayqueue.live.history import Event
+from delayqueue.live.keys import Shard
 from delayqueue.messagelog import sql
 from delayqueue.messagelog.group_commit import MessageLog
 from delayqueue.services import restore as restore_service
@@ -293,7 +294,7 @@ async def test_a_restarted_scanner_writer_picks_up_what_it_left(single_rt):
     await pull_messages(rt, topic="t")
     entries = await rt.redis.xrange(rt.ns.topic("t").events)
     assert len(entries) == 1  # the pull ('sent' is written by the send itself)
-    writer = LogWriter(rt, lambda: ["t"])
+    writer = LogWriter(rt, lambda: [Shard("t")])
     try:  # a crash after the commit, before the XDEL:
         await writer._commit([event for entry_id, fields in entries for event in Event.parse("t", entry_id, fields)])
     finally:
@@ -430,7 +431,7 @@ async def test_entries_whose_notice_was_missed_are_written_by_the_safety_read(si
     from delayqueue.live import keys
     from delayqueue.workers import log_writer
     monkeypatch.setattr(log_writer, "SWEEP_SECONDS", 0.5)
-    monkeypatch.setattr(keys.NamespaceKeys, "topic_of_history", lambda self, channel: None)  # every notice lost
+    monkeypatch.setattr(keys.NamespaceKeys, "shard_of_history", lambda self, channel: None)  # every notice lost
     rt = single_rt
     sent = await send_message(rt, request=SendRequest(topic="m", msg="x", delay_millis=0))
     await scanner_holding(rt, start_scanner, 1)

@@ -51,7 +51,7 @@ def form_values(**changes) -> dict:
     values = {"namespace": "default", "topic": "orders", "ttl_millis": "", "max_retry": "", "ack_timeout_millis": "",
               "retry_backoff_millis": "0", "retry_backoff_max_millis": "3600000", "dead_letter": "on",
               "produce_rate": "", "consume_rate": "", "max_live": "", "push_url": "", "push_concurrency": "8",
-              "push_timeout_millis": "10000", "push_rate": ""}
+              "push_timeout_millis": "10000", "push_rate": "", "shards": "1"}
     return {**values, **changes}
 
 

@@ -7,13 +7,13 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from delayqueue.core.clock import now_millis
 from delayqueue.core.messages import Message
 from delayqueue.live import protocol as direct
-from delayqueue.services.send import MESSAGES_PER_CALL, SendRequest, prepared, run_sends, send_calls
-from tests.helpers import make_runtime
+from delayqueue.services.send import MESSAGES_PER_CALL, SendRequest, prepared, run_sends
+from tests.helpers import make_runtime, unsharded_calls
 
 
 def _send_call(runtime, row):
     """The send script's call for one message (its reply: a list of one SendReply)."""
-    [(call, _)] = send_calls(runtime, [row])
+    [(call, _)] = unsharded_calls(runtime, [row])
     return call
 
 
@@ -124,21 +124,21 @@ async def test_sends_of_one_topic_go_in_one_call_each_answered_as_its_own_call_w
     created answers as a live duplicate, and a cap reached within the call refuses the rest."""
     rows = [*rows_of(rt, "b", [0, 60_000, 0]), *rows_of(rt, "c", [0]),
             *rows_of(rt, "b", [0], ["b-1"])]
-    calls = send_calls(rt, rows)
+    calls = unsharded_calls(rt, rows)
     assert [positions for _, positions in calls] == [[0, 1, 2, 4], [3]]
     replies = [reply for call, _ in calls for reply in await rt.scripts.call(call)]
     assert [(r.created, r.status) for r in replies[:3]] == [(True, 2), (True, 1), (True, 2)]
     assert not replies[3].created and replies[3].stored.payload == "m1"  # b-1 again: the first one
     assert replies[4].created and replies[4].new_topic
     capped = rows_of(rt, "capped", [0] * 5)
-    [(call, _)] = send_calls(rt, capped, max_live=lambda topic: 3)
+    [(call, _)] = unsharded_calls(rt, capped, max_live=lambda topic: 3)
     replies = await rt.scripts.call(call)
     assert [r.created for r in replies] == [True, True, True, False, False]
     assert all(r.over_live_cap for r in replies[3:])
     assert await rt.redis.zcard(rt.ns.topic("capped").expiry) == 3
     # A topic's messages go MESSAGES_PER_CALL at a time: a call holds Redis for all of them.
     many = rows_of(rt, "many", [60_000] * (2 * MESSAGES_PER_CALL + 1))
-    calls = send_calls(rt, many)
+    calls = unsharded_calls(rt, many)
     assert [len(positions) for _, positions in calls] == [MESSAGES_PER_CALL, MESSAGES_PER_CALL, 1]
     assert [i for _, positions in calls for i in positions] == list(range(len(many)))
     assert all(r.created for r in await run_sends(rt, calls))
@@ -149,7 +149,7 @@ async def test_a_call_wakes_the_scanner_and_the_long_pollers_once(single_rt):
     """Its scanner is woken when any message of the call is due before what it sleeps towards,
     once; the long pollers once when the ready queue was empty."""
     rt = single_rt
-    [(first, _)] = send_calls(rt, rows_of(rt, "w", [60_000]))
+    [(first, _)] = unsharded_calls(rt, rows_of(rt, "w", [60_000]))
     await rt.scripts.call(first)
     pubsub = rt.redis.pubsub()
     await pubsub.subscribe(rt.ns.schedule_channel, rt.ns.ready_channel)
@@ -168,7 +168,7 @@ async def test_a_call_wakes_the_scanner_and_the_long_pollers_once(single_rt):
                   # ready, and expiring before every message so far
                   ([0, 0, 0], [rt.ns.ready_channel, rt.ns.schedule_channel])]
         for round_, (delays, expected) in enumerate(rounds):
-            [(call, _)] = send_calls(rt, rows_of(rt, "w", delays, [f"{round_}-{i}" for i in range(len(delays))]))
+            [(call, _)] = unsharded_calls(rt, rows_of(rt, "w", delays, [f"{round_}-{i}" for i in range(len(delays))]))
             assert all(r.created for r in await rt.scripts.call(call))
             assert await published() == expected, delays
     finally:

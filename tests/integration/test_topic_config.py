@@ -36,7 +36,7 @@ async def test_a_topic_without_settings_answers_the_service_defaults(rt):
         "retryBackoffMillis": 0, "retryBackoffMaxMillis": RETRY_BACKOFF_MAX_MILLIS, "deadLetter": True,
         "paused": False, "produceRatePerSecond": 0, "consumeRatePerSecond": 0, "maxLiveMessages": 0,
         "pushUrl": "", "pushConcurrency": PUSH_CONCURRENCY_DEFAULT, "pushTimeoutMillis": PUSH_TIMEOUT_DEFAULT_MILLIS,
-        "pushRatePerSecond": 0, "pushSecretRotating": False}
+        "pushRatePerSecond": 0, "pushSecretRotating": False, "shards": 1, "drainingShards": []}
 
 
 async def test_topic_defaults_apply_to_sends_and_pulls_that_give_none(rt):

@@ -10,7 +10,7 @@ from redis.crc import key_slot
 
 from delayqueue.core.constants import MAX_TOPIC_BYTES
 from delayqueue.core.names import TOPIC_RULE, topic_problem
-from delayqueue.live.keys import HISTORY_SUFFIX, TopicKeys, key_text, namespace_keys, topic_keys, topic_of_key_text
+from delayqueue.live.keys import HISTORY_SUFFIX, Shard, TopicKeys, key_text, namespace_keys, topic_keys, topic_of_key_text
 
 # The names the tests put through every layer: each character the key encoding must handle.
 ODD_TOPICS = ["my topic", "a/b", "{}", "{a}b}", "*", "?", "[x]", "%41", "\\", "订单-cancel", " padded ",
@@ -57,15 +57,16 @@ def test_distinct_topics_get_distinct_keys():
     assert len({key_text(t) for t in topics}) == len(topics)
 
 
-@pytest.mark.parametrize("topic", ODD_TOPICS)
-def test_the_history_channel_leads_back_to_its_topic(topic):
+@pytest.mark.parametrize("topic", [*ODD_TOPICS, "a%s3.1.5", "%s2.0.0"])
+@pytest.mark.parametrize("shard", [(1, 0), (3, 2), (256, 255)])
+def test_the_history_channel_leads_back_to_its_topic_and_shard(topic, shard):
     ns = namespace_keys("default")
-    channel = ns.topic(topic).history
+    channel = ns.topic(Shard(topic, *shard)).history
     assert channel.endswith(f":{HISTORY_SUFFIX}")
-    assert ns.topic_of_history(channel) == topic
+    assert ns.shard_of_history(channel) == Shard(topic, *shard)
     # Redis' glob, as fnmatch spells it for a pattern without brackets: every topic's channel matches.
     assert fnmatch.fnmatchcase(channel, ns.history_pattern.replace("\\", ""))
-    assert namespace_keys("other").topic_of_history(channel) is None
+    assert namespace_keys("other").shard_of_history(channel) is None
 
 
 def test_the_topic_rule():

@@ -17,7 +17,7 @@ from redis.exceptions import RedisError
 from delayqueue.api.validation import DEAD_CURSOR, MsgIdField, TopicSerializer, first_error
 from delayqueue.config.settings import load_config
 from delayqueue.core.clock import from_millis
-from delayqueue.core.constants import (MAX_DELAY_MILLIS, MAX_LIMIT, MAX_PUSH_URL_LENGTH, MAX_RETRY,
+from delayqueue.core.constants import (MAX_DELAY_MILLIS, MAX_LIMIT, MAX_PUSH_URL_LENGTH, MAX_RETRY, MAX_SHARDS,
                                        PUSH_MAX_CONCURRENCY, PUSH_MAX_TIMEOUT_MILLIS, REDRIVE_DEFAULT_RATE,
                                        REDRIVE_MAX_RATE, RETRY_BACKOFF_MAX_MILLIS)
 from delayqueue.core.exceptions import BadRequest, QueueError
@@ -86,12 +86,14 @@ class TopicSettingsForm(forms.Form):
     push_timeout_millis = forms.IntegerField(label="push timeout (ms)", min_value=1, max_value=PUSH_MAX_TIMEOUT_MILLIS)
     push_rate = forms.IntegerField(label="push rate (/s)", required=False, min_value=0, max_value=MAX_LIMIT,
                                    help_text="pushes started a second; empty or 0: no limit")
+    shards = forms.IntegerField(label="shards", min_value=1, max_value=MAX_SHARDS,
+                                help_text="Redis key sets its new messages spread over (docs/scaling.md)")
     rotate_push_secret = forms.BooleanField(
         label="rotate push secret", required=False,
         help_text="a new signing secret, shown once; the old one signs too for DELAYQUEUE_PUSH_SECRET_GRACE_SECONDS")
 
     SETTINGS = ("ttl_millis", "max_retry", "ack_timeout_millis", "retry_backoff_millis", "retry_backoff_max_millis",
-                "dead_letter", "push_url", "push_concurrency", "push_timeout_millis", "push_rate")
+                "dead_letter", "push_url", "push_concurrency", "push_timeout_millis", "push_rate", "shards")
     LIMITS = ("produce_rate", "consume_rate", "max_live")
 
     @classmethod
@@ -190,7 +192,7 @@ class TopicConfigAdmin(NamespacedAdmin):
                                           limits={name: data[name] or 0 for name in form.LIMITS},
                                           rotate_push_secret=data["rotate_push_secret"], by_operator=True)
                 except BadRequest as exc:  # a push URL not allowed, a rotation without one: nothing saved
-                    form.add_error("push_url", str(exc))
+                    form.add_error("shards" if str(exc).startswith("shards:") else "push_url", str(exc))
                 except (RedisError, QueueError) as exc:
                     self.message_user(request, f"Settings saved in PostgreSQL, but their Redis copy could not be "
                                                f"written ({exc}): save again", messages.ERROR)

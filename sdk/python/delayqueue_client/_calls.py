@@ -42,7 +42,7 @@ TOPIC_SETTINGS = {
     "dead_letter": "deadLetter", "produce_rate_per_second": "produceRatePerSecond",
     "consume_rate_per_second": "consumeRatePerSecond", "max_live_messages": "maxLiveMessages",
     "push_url": "pushUrl", "push_concurrency": "pushConcurrency", "push_timeout_ms": "pushTimeoutMillis",
-    "push_rate_per_second": "pushRatePerSecond", "rotate_push_secret": "rotatePushSecret",
+    "push_rate_per_second": "pushRatePerSecond", "rotate_push_secret": "rotatePushSecret", "shards": "shards",
 }
 # A call that may make a push signing secret is not sent twice: the secret it answers is shown once.
 _MAKES_SECRET = ("push_url", "rotate_push_secret")

@@ -175,7 +175,7 @@ TOPIC_CONFIG = {
     "deadLetter": Field("bool"), "produceRatePerSecond": _LIMIT, "consumeRatePerSecond": _LIMIT,
     "maxLiveMessages": _LIMIT, "pushUrl": Field("text", allow_blank=True, max_length=2000),
     "pushConcurrency": Field("int", low=1, high=200), "pushTimeoutMillis": Field("int", low=1, high=60_000),
-    "pushRatePerSecond": _LIMIT, "rotatePushSecret": Field("bool")}
+    "pushRatePerSecond": _LIMIT, "rotatePushSecret": Field("bool"), "shards": Field("int", low=1, high=256)}
 _MSG_IDS = Field("list", messages={"not_a_list": "must be a JSON list of msgIds, in a JSON body",
                                    "empty": "must not be empty"})
 DEAD_LIST = {"topic": TOPIC, "limit": Field("int", default=DEAD_LIST_DEFAULT_LIMIT, low=1, high=DEAD_LIST_MAX_LIMIT),

@@ -595,7 +595,8 @@ class FakeServer:
             "consumeRatePerSecond": s.get("consumeRatePerSecond", 0), "maxLiveMessages": s.get("maxLiveMessages", 0),
             "pushUrl": "", "pushConcurrency": s.get("pushConcurrency", 8),
             "pushTimeoutMillis": s.get("pushTimeoutMillis", 10_000), "pushRatePerSecond": s.get("pushRatePerSecond", 0),
-            "pushSecretRotating": False}
+            "pushSecretRotating": False, "shards": s.get("shards", 1),
+            "drainingShards": []}  # one store holds every message here: nothing drains
 
     def _get_topic_config(self, body: Any) -> dict[str, Any]:
         return {"data": self._config(self._topic(rules.parse(rules.TOPIC_ONLY, self._params(body))["topic"]))}
