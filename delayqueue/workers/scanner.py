@@ -160,6 +160,8 @@ class Scanner:
                             loss_check_outage.failed(describe(exc))
                         self.known.update(await self.rt.redis.zrange(self.rt.ns.topics, 0, -1))
                         await self._refresh_shards()
+                        # Until it is retired, a drained shard count costs every pull a call per shard.
+                        await self._retire_drained_shards()
                         next_refresh = now + REGISTRY_REFRESH
                     if now >= next_renew:
                         await self._renew()
@@ -167,7 +169,6 @@ class Scanner:
                     await self._acquire(now)
                     if now >= next_retire:
                         await self._retire_idle_topics()
-                        await self._retire_drained_shards()
                         next_retire = now + self.rt.config.topic_check_seconds
                     if now >= next_prune:
                         await self._prune_stats()

@@ -245,7 +245,7 @@ async def test_resharding_under_load_loses_and_doubles_nothing(clean_state, star
     """1 -> 4 -> 2 shards while a producer sends and a consumer pulls and acks; then the counts
     given up are retired once empty."""
     monkeypatch.setattr(scanner_module, "SHARDS_SETTLE_MILLIS", 1_000)
-    rt = make_runtime(REDIS_CLUSTER_URL if cluster else REDIS_URL, topic_check_seconds=1)
+    rt = make_runtime(REDIS_CLUSTER_URL if cluster else REDIS_URL)
     try:
         await start_scanner(rt)
         sent: list[str] = []
