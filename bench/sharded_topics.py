@@ -7,13 +7,17 @@ durable PostgreSQL). Two parts, each alternating unsharded and sharded rounds in
    (500 a call, 4 in flight), due over --spread-ms after a 2 s lead, promoted by the scanner,
    pulled (pullMsg, batch 100) and acked (ackMsgBatch) by --consumers consumers. Per master: the
    Redis CPU the round cost, as INFO commandstats' usec summed (reset before the round) and as
-   INFO cpu's used_cpu_user + used_cpu_sys; its share of the three. The masters share this
-   machine's cores, so the split of the work is the figure, not the wall rate. Throughput:
-   messages / (first send to last ack).
+   INFO cpu's used_cpu_user + used_cpu_sys; its share of the three, and the three's sum; the web
+   and scanner processes' CPU from /proc. The masters share this machine's cores, so the split
+   of the work is the figure, not the wall rate. Throughput: messages / (first send to last ack).
 2. Fire lateness: --lateness-messages due over 10 s, consumed by --pollers long polls; lateness
    = receipt - triggerTime, p50/p99/max per topic, and the scanner's share of it (promotion).
 
     .venv/bin/python -m bench.sharded_topics [--messages 200000] [--shards 6] [--rounds 2]
+        [--spread-ms 10000] [--consumers 4] [--lateness-messages 10000] [--pollers 4]
+
+--messages 0 or --lateness-messages 0 leaves that part out. Each sharded topic is used only once
+the scanner has retired the shard count 1 it was created with (10 s after the change).
 """
 import argparse
 import asyncio
@@ -26,7 +30,7 @@ from urllib.parse import urlsplit
 import aiohttp
 import redis
 
-from bench.harness import percentile, scratch_services, stack
+from bench.harness import child_pid, cpu_seconds, percentile, scratch_services, stack
 from tools.stack import cluster_ports
 
 API = "/camellia/delayQueue/"
@@ -77,6 +81,8 @@ async def load_round(client, topic: str, shards: int, messages: int, spread_ms: 
     for node in nodes:
         node.config_resetstat()
     before = redis_cpu(nodes)
+    web, scanner = child_pid("uvicorn"), child_pid("run_scanners")
+    web_before, scanner_before = cpu_seconds(web), cpu_seconds(scanner)
     started = time.perf_counter()
     lead = 2000
     batches = [[{"topic": topic, "msg": "x", "delayMillis": lead + random.randint(0, spread_ms)}
@@ -105,7 +111,8 @@ async def load_round(client, topic: str, shards: int, messages: int, spread_ms: 
     after = redis_cpu(nodes)
     usec = [a[0] - b[0] for a, b in zip(after, before)]
     cpu = [a[1] - b[1] for a, b in zip(after, before)]
-    return {"shards": shards, "wall": wall, "rate": messages / wall, "usec": usec, "cpu": cpu}
+    return {"shards": shards, "wall": wall, "rate": messages / wall, "usec": usec, "cpu": cpu,
+            "web_cpu": cpu_seconds(web) - web_before, "scanner_cpu": cpu_seconds(scanner) - scanner_before}
 
 
 async def lateness_round(client, topic: str, shards: int, messages: int, spread_ms: int, pollers: int) -> list[float]:
@@ -151,9 +158,10 @@ def promotion(cluster_url: str, topic: str, shards: int) -> str:
     return f"promotion (ready - triggerTime, whole ms): mean {total / max(count, 1):.2f} ms, max {worst} ms"
 
 
-def share_line(label: str, values: list[float]) -> str:
+def share_line(label: str, values: list[float], unit: float, unit_name: str) -> str:
     total = sum(values) or 1
-    return f"{label}: " + "  ".join(f"{v / total:5.1%}" for v in values) + f"  (busiest {max(values) / total:.1%})"
+    return (f"{label}: " + "  ".join(f"{v / total:5.1%}" for v in values) + f"  (busiest {max(values) / total:.1%}; "
+            f"all {total / unit:.2f} {unit_name})")
 
 
 async def run(url: str, cluster_url: str, args) -> None:
@@ -171,8 +179,9 @@ async def run(url: str, cluster_url: str, args) -> None:
                 results[shards].append(result)
                 print(f"  round {round_number + 1}, {shards} shard(s): {result['rate']:,.0f} msg/s "
                       f"({result['wall']:.1f} s)")
-                print("    " + share_line("commandstats usec per master", result["usec"]))
-                print("    " + share_line("used_cpu per master          ", result["cpu"]))
+                print("    " + share_line("commandstats usec per master", result["usec"], 1e6, "s"))
+                print("    " + share_line("used_cpu per master          ", result["cpu"], 1, "s"))
+                print(f"    web process CPU {result['web_cpu']:.1f} s, scanner process CPU {result['scanner_cpu']:.1f} s")
         for shards, rounds in results.items():
             busiest = [max(r["usec"]) / sum(r["usec"]) for r in rounds]
             rates = ", ".join(f"{r['rate']:,.0f}" for r in rounds)
@@ -183,7 +192,7 @@ async def run(url: str, cluster_url: str, args) -> None:
             print(f"  throughput {args.shards} shards / 1 shard: {many:,.0f} / {one:,.0f} = {many / one:.2f}x")
         print(f"part 2: fire lateness, {args.lateness_messages:,} messages due over 10 s, {args.pollers} long polls")
         late = {1: [], args.shards: []}
-        for round_number in range(args.rounds):
+        for round_number in range(args.rounds if args.lateness_messages else 0):
             order = [1, args.shards] if round_number % 2 == 0 else [args.shards, 1]
             for shards in order:
                 values = await lateness_round(client, f"late-{round_number}-{shards}", shards, args.lateness_messages,
@@ -193,8 +202,9 @@ async def run(url: str, cluster_url: str, args) -> None:
                       f"p99 {percentile(values, 99):.2f} ms  max {max(values):.2f} ms  "
                       f"early {sum(1 for v in values if v < 0)}; "
                       + promotion(cluster_url, f"late-{round_number}-{shards}", shards))
-        one, many = (sum(late[s]) / len(late[s]) for s in (1, args.shards))
-        print(f"  p99 {args.shards} shards / 1 shard: {many:.2f} / {one:.2f} ms = {many / one:.2f}x")
+        if args.lateness_messages:
+            one, many = (sum(late[s]) / len(late[s]) for s in (1, args.shards))
+            print(f"  p99 {args.shards} shards / 1 shard: {many:.2f} / {one:.2f} ms = {many / one:.2f}x")
     for node in nodes:
         node.close()
 

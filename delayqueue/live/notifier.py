@@ -7,7 +7,8 @@ one (`pass_on`), across processes if this one has nobody left waiting.
 
 A poll that found nothing ready but a message waiting also asks for a wake at its due time
 (`wake_at`): the pull then made takes it the moment it is due (pull.lua makes due messages
-ready), without waiting for the scanner to promote it and publish.
+ready), without waiting for the scanner to promote it and publish. Of a sharded topic, that
+pull asks the message's shard first: the waiter is woken with it.
 """
 import asyncio
 from collections import deque
@@ -15,6 +16,7 @@ from collections import deque
 from delayqueue.core.stopping import cancel_and_wait
 from delayqueue.core.timer import PreciseTimer
 from delayqueue.live.client import connect_pubsub_node
+from delayqueue.live.keys import Shard
 from delayqueue.live.pubsub import subscribe_forever
 
 
@@ -44,6 +46,8 @@ class ReadyNotifier:
             self._timer.close()
 
     def register(self, topic: str) -> asyncio.Future:
+        """A waiter on the topic: its result is True when woken (or the shard to pull first, at a
+        due wake of a sharded topic), False at the waiter's own timeout."""
         future = asyncio.get_running_loop().create_future()
         self._waiters.setdefault(topic, deque()).append(future)
         return future
@@ -58,33 +62,34 @@ class ReadyNotifier:
         elif future.done() and not future.cancelled() and future.result():  # True: it was woken
             self.wake(topic, 1)
 
-    def wake(self, topic: str, count: int) -> int:
-        """Wakes up to `count` of this process's waiters on the topic, oldest first."""
+    def wake(self, topic: str, count: int, shard: Shard | None = None) -> int:
+        """Wakes up to `count` of this process's waiters on the topic, oldest first (with the
+        shard to pull first, when there is one)."""
         queue = self._waiters.get(topic)
         woken = 0
         while queue and woken < count:
             future = queue.popleft()
             if not future.done():
-                future.set_result(True)
+                future.set_result(shard or True)
                 woken += 1
         if queue is not None and not queue:
             del self._waiters[topic]
         return woken
 
-    def wake_at(self, topic: str, when: float) -> None:
-        """Wakes the topic's oldest waiter at `when` (time.monotonic()), when a message falls due;
-        one wake per topic and due time, however many polls ask."""
+    def wake_at(self, topic: str, when: float, shard: Shard | None = None) -> None:
+        """Wakes the topic's oldest waiter at `when` (time.monotonic()), when a message falls due
+        (in `shard`, of a sharded topic); one wake per topic and due time, however many polls ask."""
         if self._due_wakes.get(topic, float("inf")) <= when:
             return
         self._due_wakes[topic] = when
         if self._timer is None:
             self._timer = PreciseTimer(asyncio.get_running_loop())
-        self._timer.call_at(when, lambda: self._due(topic, when))
+        self._timer.call_at(when, lambda: self._due(topic, when, shard))
 
-    def _due(self, topic: str, when: float) -> None:
+    def _due(self, topic: str, when: float, shard: Shard | None) -> None:
         if self._due_wakes.get(topic) == when:
             del self._due_wakes[topic]
-        self.wake(topic, 1)
+        self.wake(topic, 1, shard)
 
     async def pass_on(self, topic: str, remaining: int) -> None:
         """Messages are left ready after a pull: wake waiters to take them."""

@@ -207,6 +207,7 @@ class PullReply(NamedTuple):
     retry_after_millis: int  # > 0: the topic's consume rate allowed no message, for this long
     paused: bool = False  # the topic is paused: nothing handed out
     next_due_us: int = -1  # µs until the topic's next waiting message is due (-1: none; 0: not looked at)
+    due_shard: Shard | None = None  # a sharded topic's pull: the shard of that next due message
 
 
 class Grant(NamedTuple):

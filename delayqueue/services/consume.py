@@ -32,6 +32,7 @@ class Pull(NamedTuple):
     ack_timeout_millis: int
     consume_rate: int = 0  # the topic's bucket, tokens a second; 0 for none
     max_inflight: int = 0  # hand out only what keeps the topic's in-flight messages at most this; 0 for no bound
+    first_shard: Shard | None = None  # a sharded topic's shard to ask first (a message there is due)
 
 
 class Pulled(NamedTuple):
@@ -82,11 +83,12 @@ async def pull_many(rt: Runtime, *, pulls: list[Pull]) -> list[scripts.PullReply
 
 
 async def _pull_shards(rt: Runtime, pull: Pull, counts: tuple[int, ...]) -> scripts.PullReply | Exception:
-    """A pull of a sharded topic: its batch shared over its shards (those of every count it may
-    hold messages in), in pipelined rounds, each from a shard drawn at random (so each shard
-    with messages is as likely to be first as any other, empty ones or not, and none starves); a
-    shard that handed out all it was asked for and has more is asked again for what the others
-    lacked.
+    """A pull of a sharded topic, from its shards (those of every count it may hold messages in):
+    first one shard for the whole batch, drawn at random (so each is as likely to be first as any
+    other, and none starves) unless the pull names one (`first_shard`: a long poll woken when a
+    message there falls due); then, for what it lacked, the batch shared over the others in
+    pipelined rounds, a shard that handed out all it was asked for and has more asked again. A
+    backlog is taken a shard a pull: one script call, and one ack call for the batch.
     The topic's consume rate is its own shard's bucket's, taken up front and given back unused.
     Highest priority first and oldest first hold within each shard, not across them."""
     batch = pull.batch
@@ -105,16 +107,20 @@ async def _pull_shards(rt: Runtime, pull: Pull, counts: tuple[int, ...]) -> scri
     max_inflight = -(-pull.max_inflight // shard_count)
     messages: list[Message] = []
     remaining: dict[Shard, int] = {}
-    due_in = [-1]
+    due_in: list[tuple[int, Shard | None]] = [(-1, None)]
     failure: Exception | None = None
-    while open_shards and len(messages) < batch:
-        first = random.randrange(len(open_shards))
-        open_shards = open_shards[first:] + open_shards[:first]
-        wanted = batch - len(messages)
-        asks = [(shard, wanted // len(open_shards) + (n < wanted % len(open_shards)))
-                for n, shard in enumerate(open_shards)]
-        open_shards = [shard for shard, n in asks if n == 0]
-        asks = [(shard, n) for shard, n in asks if n > 0]
+    first = pull.first_shard if pull.first_shard in open_shards else random.choice(open_shards)
+    open_shards.remove(first)
+    asks = [(first, batch)]
+    while len(messages) < batch and (asks or open_shards):
+        if not asks:
+            start = random.randrange(len(open_shards))
+            open_shards = open_shards[start:] + open_shards[:start]
+            wanted = batch - len(messages)
+            asks = [(shard, wanted // len(open_shards) + (n < wanted % len(open_shards)))
+                    for n, shard in enumerate(open_shards)]
+            open_shards = [shard for shard, n in asks if n == 0]
+            asks = [(shard, n) for shard, n in asks if n > 0]
         try:
             replies = await rt.scripts.run([scripts.pull(rt.context, shard, batch=n, consume_rate=0,
                                                          ack_timeout_millis=pull.ack_timeout_millis,
@@ -129,9 +135,10 @@ async def _pull_shards(rt: Runtime, pull: Pull, counts: tuple[int, ...]) -> scri
                 return reply
             messages += reply.messages
             remaining[shard] = reply.remaining
-            due_in.append(reply.next_due_us)
+            due_in.append((reply.next_due_us, shard))
             if len(reply.messages) == n and reply.remaining > 0:
                 open_shards.append(shard)
+        asks = []
         if failure is not None:
             break
     if pull.consume_rate and len(messages) < batch:
@@ -142,8 +149,8 @@ async def _pull_shards(rt: Runtime, pull: Pull, counts: tuple[int, ...]) -> scri
             pass  # the tokens not given back are the rate's loss, not a message's
     if failure is not None and not messages:
         return failure
-    return scripts.PullReply(sum(remaining.values()), messages, 0,
-                             next_due_us=min((due for due in due_in if due > 0), default=max(due_in)))
+    due_us, due_shard = min((due for due in due_in if due[0] > 0), default=max(due_in, key=lambda due: due[0]))
+    return scripts.PullReply(sum(remaining.values()), messages, 0, next_due_us=due_us, due_shard=due_shard)
 
 
 async def pull_messages(rt: Runtime, *, topic: str, batch: int = -1, ack_timeout_millis: int = -1) -> Pulled:
@@ -156,7 +163,8 @@ async def pull_messages(rt: Runtime, *, topic: str, batch: int = -1, ack_timeout
                   reply.remaining)
 
 
-async def _pull(rt: Runtime, *, topic: str, batch: int, ack_timeout_millis: int) -> scripts.PullReply:
+async def _pull(rt: Runtime, *, topic: str, batch: int, ack_timeout_millis: int,
+                first_shard: Shard | None = None) -> scripts.PullReply:
     cfg = rt.config
     settings = await rt.topic_configs.settings(topic)
     if settings.paused or settings.push_url:  # a push topic's messages go to its URL: consumers get none
@@ -166,7 +174,7 @@ async def _pull(rt: Runtime, *, topic: str, batch: int, ack_timeout_millis: int)
     table = await rt.limits.table()
     topic_rate = table[topic].consume_rate if table and topic in table else 0
     [reply] = await pull_many(rt, pulls=[Pull(topic, batch if batch > 0 else cfg.pull_batch, ack_timeout_millis,
-                                              topic_rate)])
+                                              topic_rate, first_shard=first_shard)])
     if isinstance(reply, Exception):
         raise redis_unavailable(reply) if isinstance(reply, RedisError) else reply
     if reply.retry_after_millis:
@@ -196,12 +204,14 @@ async def long_poll_messages(rt: Runtime, *, topic: str, batch: int = -1, ack_ti
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_millis / 1000
     waiter = None
+    due_shard = None  # the shard whose message fell due when the poll was woken
     try:
         while True:
             # Register before pulling, so a wake published between the pull and the wait is kept.
             waiter = notifier.register(topic)
             try:
-                reply = await _pull(rt, topic=topic, batch=batch, ack_timeout_millis=ack_timeout_millis)
+                reply = await _pull(rt, topic=topic, batch=batch, ack_timeout_millis=ack_timeout_millis,
+                                    first_shard=due_shard)
             except Throttled as exc:
                 notifier.discard(topic, waiter)
                 waiter = None
@@ -216,7 +226,7 @@ async def long_poll_messages(rt: Runtime, *, topic: str, batch: int = -1, ack_ti
                     await notifier.pass_on(topic, reply.remaining)
                 return reply.messages
             if reply.next_due_us > 0 and reply.next_due_us / 1_000_000 < time_left:
-                notifier.wake_at(topic, time.monotonic() + reply.next_due_us / 1_000_000)
+                notifier.wake_at(topic, time.monotonic() + reply.next_due_us / 1_000_000, reply.due_shard)
             # A timer that resolves the waiter itself (False: time is up) holds fewer objects per
             # held poll than asyncio.wait, which matters with thousands held (docs/benchmarks.md).
             # A paused topic is looked at again now and then: a resume answered by another
@@ -227,6 +237,7 @@ async def long_poll_messages(rt: Runtime, *, topic: str, batch: int = -1, ack_ti
                 woken = await waiter
             finally:
                 timer.cancel()
+            due_shard = woken if isinstance(woken, Shard) else None
             if not woken:
                 notifier.discard(topic, waiter)
             waiter = None  # a wake is used by the pull at the top of the loop

@@ -128,6 +128,14 @@ async def test_a_long_poll_is_woken_by_a_message_in_any_shard(rt):
         messages = await asyncio.wait_for(poll, 5)
         assert [m.msg_id for m in messages] == [msg_id], f"shard {index}"
         assert time.monotonic() - started < 5
+    # No scanner runs here: a message falling due is taken by the poll's own pull at its due
+    # time, of whichever shard it is in.
+    for index in range(3):
+        msg_id = msg_id_in("poll", 3, index, f"due{index}")
+        sent = await send_message(rt, request=SendRequest("poll", "due", msg_id=msg_id, delay_millis=300))
+        messages = await asyncio.wait_for(long_poll_messages(rt, topic="poll", batch=5, timeout_millis=10_000), 5)
+        assert [m.msg_id for m in messages] == [msg_id], f"shard {index}"
+        assert messages[0].trigger_time == sent.trigger_time
 
 
 async def test_one_message_by_its_msg_id_on_a_sharded_topic(rt):
