@@ -26,12 +26,14 @@ Started while Redis is down, a scanner waits for it; Redis or PostgreSQL failing
 retried, each outage logged once as it starts and once as it ends (outage.py).
 """
 import asyncio
+import itertools
 import logging
 import os
 import socket
 import uuid
 
 from asgiref.sync import sync_to_async
+from django.db import DatabaseError
 from redis.exceptions import RedisError
 
 from delayqueue.core.clock import now_millis
@@ -93,6 +95,7 @@ class Scanner:
         self._poke = asyncio.Event()
         self._subscribed = asyncio.Event()
         self._marker_seen = False
+        self._drain_outage = Outage(log, f"scanner {self.token} cannot retire drained shard counts")
 
     @property
     def lock_ttl(self) -> int:
@@ -377,16 +380,22 @@ class Scanner:
         replies = await pipe.execute()
         held = [any((keys, events, int(cold or 0) > 0))
                 for keys, events, cold in zip(replies[::3], replies[1::3], replies[2::3])]
-        position, forgotten = 0, False
-        for topic, count, changed_at in drained:
-            if not any(held[position:position + count]):
-                forgotten |= await sync_to_async(forget_drained_shards, thread_sensitive=False)(
-                    namespace=self.rt.ns.namespace, topic=topic, count=count, changed_at=changed_at)
-                log.info("scanner %s: topic %s's %d shards are empty and retired", self.token, topic, count)
-            position += count
-        if forgotten:
+        empty = [(topic, count, changed_at) for (topic, count, changed_at), position
+                 in zip(drained, itertools.accumulate([0, *(count for _, count, _ in drained)]))
+                 if not any(held[position:position + count])]
+        if not empty:
+            return
+        try:  # PostgreSQL down: the shards are looked at again next time, and the other work goes on
+            for topic, count, changed_at in empty:
+                if await sync_to_async(forget_drained_shards, thread_sensitive=False)(
+                        namespace=self.rt.ns.namespace, topic=topic, count=count, changed_at=changed_at):
+                    log.info("scanner %s retired the %d shards of topic %s: empty", self.token, count, topic)
             await self.rt.topic_configs.fresh()
-            await self._refresh_shards()
+            self._drain_outage.ok()
+        except (DatabaseError, LogUnavailable) as exc:
+            self._drain_outage.failed(describe(exc))
+            return
+        await self._refresh_shards()
 
     async def _report_lag(self) -> None:
         """How late this process' event loop wakes timers, which is how late it can promote a

@@ -347,3 +347,56 @@ async def test_a_killed_scanners_shards_are_taken_over(single_rt, scanner_proces
 
     await wait_until(promoted, timeout=10, interval=0.02, what="every shard's message promoted by b")
     assert all([await rt.redis.get(rt.ns.topic(shard).lock) == "b" for shard in topic_shards("k", (4,))])
+
+
+@pytest.mark.fault
+async def test_a_drained_count_waits_out_a_postgres_outage_while_the_scanner_goes_on(single_rt, start_scanner,
+                                                                                    postgres, monkeypatch):
+    """Retiring a drained shard count writes the settings: with PostgreSQL down that waits, and
+    the scanner still renews its locks and promotes; the count goes once PostgreSQL is back."""
+    rt = single_rt
+    await send_message(rt, request=SendRequest("o", "registers the topic"))
+    await shard_topic(rt, "o", 3)
+    [registered], _ = await pull_messages(rt, topic="o")
+    assert (await ack_message(rt, topic="o", msg_id=registered.msg_id)).done
+    await asyncio.sleep(2.5)  # the ended body's retention (2 s): the topic's own keys are empty
+    monkeypatch.setattr(scanner_module, "SHARDS_SETTLE_MILLIS", 60_000)  # not retired before the outage
+    scanner = await start_scanner(rt)
+
+    async def holds_all():
+        return all([shard in scanner.scanner.workers for shard in topic_shards("o", (3, 1))])
+
+    await wait_until(holds_all, timeout=10, interval=0.05, what="the scanner to hold every shard")
+    own = rt.ns.topic("o")
+
+    async def own_keys_empty():  # the ended body purged, its history written
+        return not await rt.redis.exists(own.ended) and not await rt.redis.xlen(own.events)
+
+    await wait_until(own_keys_empty, timeout=10, interval=0.05, what="the topic's own keys to empty")
+    # Due in each shard once PostgreSQL is down (a send needs it: the message log takes it first).
+    sent = await send_messages(rt, requests=[SendRequest("o", "during", msg_id=msg_id_in("o", 3, i, f"o{i}"),
+                                                         delay_millis=3000) for i in range(3)])
+    await asyncio.to_thread(postgres.stop)
+    monkeypatch.setattr(scanner_module, "SHARDS_SETTLE_MILLIS", 500)
+    try:
+
+        async def promoted():
+            return all([(await get_message(rt, topic="o", msg_id=m.msg_id)).status == Status.READY for m in sent])
+
+        await wait_until(promoted, timeout=10, interval=0.05, what="the messages promoted with PostgreSQL down")
+        await asyncio.sleep(2)  # several looks at the drained count, each failing to write
+        assert all([await rt.redis.get(rt.ns.topic(shard).lock) == scanner.scanner.token
+                    for shard in topic_shards("o", (3,))])
+        assert Shard("o") in scanner.scanner.workers  # not retired: the write did not happen
+    finally:
+        await asyncio.to_thread(postgres.start)
+
+    async def retired():
+        return (await topic_config(rt, topic="o")).draining_shards == ()
+
+    await wait_until(retired, timeout=15, interval=0.2, what="the drained count retired once PostgreSQL is back")
+
+    async def worker_gone():
+        return Shard("o") not in scanner.scanner.workers
+
+    await wait_until(worker_gone, timeout=5, interval=0.1, what="the topic's own keys no longer scanned")
