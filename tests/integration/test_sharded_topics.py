@@ -21,7 +21,9 @@ from delayqueue.services.restore import restore
 from delayqueue.services.send import SendRequest, send_message, send_messages
 from delayqueue.services.topic_control import pause_topic, resume_topic, set_topic_config
 from delayqueue.services.topics import monitor_data, purge_topic, topic_config, topic_info
+from delayqueue.workers import loader as loader_module
 from delayqueue.workers import scanner as scanner_module
+from delayqueue.workers.loader import Loader
 from tests.helpers import REDIS_CLUSTER_URL, REDIS_URL, call, make_runtime, wait_until
 from tests.integration.test_limits import set_limits_now
 
@@ -400,3 +402,36 @@ async def test_a_drained_count_waits_out_a_postgres_outage_while_the_scanner_goe
         return Shard("o") not in scanner.scanner.workers
 
     await wait_until(worker_gone, timeout=5, interval=0.1, what="the topic's own keys no longer scanned")
+
+
+async def test_the_cold_tier_loads_a_topics_own_cold_messages_and_leaves_its_sharded_ones(clean_state, monkeypatch):
+    """A topic with cold messages is sharded: the loader still brings them into the topic's own
+    keys, and leaves out the sharded sends' rows, which their shards hold already. A row no
+    shard holds waits while it is young: its send may be on its way to a shard."""
+    rt = make_runtime(REDIS_URL, hot_window_millis=1000)
+    ahead = make_runtime(REDIS_URL, hot_window_millis=300_000)  # a loader whose window covers them
+    try:
+        loader = Loader(rt, lambda: ["c"])
+        await loader.load_topic("c", force=True)  # the topic has a window: a send beyond it goes cold
+        await loader.close()
+        cold = await send_message(rt, request=SendRequest("c", "cold", msg_id="cold-1", delay_millis=60_000))
+        assert not await rt.redis.hexists(rt.ns.topic("c").msgs, cold.msg_id)  # in the log only
+        await shard_topic(rt, "c", 2)
+        sharded = await send_messages(rt, requests=[SendRequest("c", "hot", msg_id=f"hot-{i}", delay_millis=60_000)
+                                                    for i in range(6)])
+        for m in sharded:  # a sharded topic's sends are hot, in their shards
+            assert await rt.redis.hexists(rt.ns.topic(shard_of("c", m.msg_id, 2)).msgs, m.msg_id)
+        loader = Loader(ahead, lambda: ["c"])
+        try:
+            assert await loader.load_topic("c", force=True) == 0  # the cold row is young
+            monkeypatch.setattr(loader_module, "IN_FLIGHT_MILLIS", 0)  # as if it were old
+            assert await loader.load_topic("c", force=True) == 1
+        finally:
+            await loader.close()
+        own = rt.ns.topic("c")
+        assert await rt.redis.zscore(own.waiting, cold.msg_id) == cold.trigger_time
+        assert [m.msg_id for m in sharded if await rt.redis.hexists(own.msgs, m.msg_id)] == []
+        assert (await topic_info(rt, topic="c")).waiting == 7
+    finally:
+        await rt.close()
+        await ahead.close()
