@@ -145,3 +145,27 @@ def test_spark_restore_options_count_as_manage_py_restore(spark, capsys, options
                 state["a"]["msgs"][msg_id].pop("expireTime")
             state["a"]["expiry"] = [i for i, _ in state["a"]["expiry"]]
     assert spark_state == command_state
+
+
+def test_spark_restore_and_reconcile_find_a_sharded_topics_messages_in_their_shards(spark, settings, capsys):
+    """Each message back into its shard of the topic's count, and reconcile reads every shard."""
+    from delayqueue.live.shards import shard_of
+    from spark import reconcile
+
+    url = settings.REDIS_URL = REDIS_CLUSTER_URL
+    now = int(time.time() * 1000)
+    log = LogBuilder()
+    for i in range(30):
+        log.message("s", f"s-{i:02}", now - 60_000, status=2 if i % 2 else 1, delay=0 if i % 2 else HOUR)
+    log.save()
+    TopicConfig.objects.create(namespace="default", topic="s", shards=3)
+    reset(url)
+    assert spark_restore(spark, url, capsys=capsys) == "restored 30, already live 0, skipped (ended or expired) 0"
+    client = common.sync_redis(url)
+    shards = {index: client.hkeys(topic_keys("default", "s", 3, index).msgs) for index in range(3)}
+    assert all(shards.values()) and sum(len(ids) for ids in shards.values()) == 30
+    assert all(shard_of("s", msg_id, 3).index == index for index, ids in shards.items() for msg_id in ids)
+    assert not client.exists(topic_keys("default", "s").msgs)
+    client.close()
+    argv = ("spark.reconcile", "--database-url", log_database_url(), "--redis-url", url, "--partitions", "2")
+    assert set(reconcile.run(spark, job_args(*argv)).values()) == {0}  # every message found where it is
