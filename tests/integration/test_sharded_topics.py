@@ -13,6 +13,7 @@ from delayqueue.core.constants import Reason, Status
 from delayqueue.core.exceptions import Conflict
 from delayqueue.live.keys import Shard
 from delayqueue.live.shards import shard_of, topic_shards
+from delayqueue.ops.figures import topic_overview
 from delayqueue.services.consume import (ack_message, ack_messages, long_poll_messages, nack_message, pull_messages,
                                          touch_message)
 from delayqueue.services.dead_letters import create_redrive, dead_letters, redrive_state
@@ -95,6 +96,11 @@ async def test_sends_pulls_and_acks_over_shards_and_the_counters_add_up(rt):
     counters = await wait_until(counted, timeout=8, interval=0.2, what="an interval with both topics' counters")
     assert counters["t"].counters == counters["plain"].counters
     assert counters["t"].counters["sendMsg"] == 40 and counters["t"].counters["pullMsg"] == 40
+    # The dashboard's and /metrics' figures (ops/figures.py) add the shards up alike.
+    overview = {o["topic"]: o for o in await topic_overview(rt, topics=["t", "plain"])}
+    for figure in ("totals", "waiting", "ready", "consuming", "paused"):  # (log_backlog: stream entries, one a call)
+        assert overview["t"][figure] == overview["plain"][figure], figure
+    assert overview["t"]["totals"]["sendMsg"] == 40
 
 
 async def test_a_pull_loop_takes_from_every_shard_alike(rt):
