@@ -180,7 +180,8 @@ async def test_priorities_hold_within_each_shard(rt):
     await send_messages(rt, requests=requests)
     messages = await pull_all(rt, "prio", 8, batch=3)
     for index in range(2):  # each shard hands out its high ones first
-        assert [m.payload for m in messages if shard_of("prio", m.msg_id, 2).index == index] == ["high"] * 2 + ["low"] * 2
+        in_shard = [m.payload for m in messages if shard_of("prio", m.msg_id, 2).index == index]
+        assert in_shard == ["high"] * 2 + ["low"] * 2
 
 
 async def test_pause_resume_and_purge_cover_every_shard(rt):
