@@ -118,7 +118,8 @@ async def load_round(client, topic: str, shards: int, messages: int, spread_ms: 
 async def lateness_round(client, topic: str, shards: int, messages: int, spread_ms: int, pollers: int) -> list[float]:
     await sharded(client, topic, shards)
     lead = 3000
-    batch = [{"topic": topic, "msg": str(i), "delayMillis": lead + random.randint(0, spread_ms)} for i in range(messages)]
+    batch = [{"topic": topic, "msg": str(i), "delayMillis": lead + random.randint(0, spread_ms)}
+             for i in range(messages)]
     for start in range(0, messages, 500):
         await call(client, "sendMsgBatch", json=batch[start:start + 500])
     lateness: list[float] = []
@@ -181,7 +182,8 @@ async def run(url: str, cluster_url: str, args) -> None:
                       f"({result['wall']:.1f} s)")
                 print("    " + share_line("commandstats usec per master", result["usec"], 1e6, "s"))
                 print("    " + share_line("used_cpu per master          ", result["cpu"], 1, "s"))
-                print(f"    web process CPU {result['web_cpu']:.1f} s, scanner process CPU {result['scanner_cpu']:.1f} s")
+                print(f"    web process CPU {result['web_cpu']:.1f} s, "
+                      f"scanner process CPU {result['scanner_cpu']:.1f} s")
         for shards, rounds in results.items():
             busiest = [max(r["usec"]) / sum(r["usec"]) for r in rounds]
             rates = ", ".join(f"{r['rate']:,.0f}" for r in rounds)
