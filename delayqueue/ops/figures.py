@@ -7,13 +7,13 @@ from delayqueue.core.constants import CHART_MINUTES, LATENESS_BOUNDS_MS, MAX_PRI
 from delayqueue.core.messages import Message
 from delayqueue.live import stats
 from delayqueue.live.keys import Meta
-from delayqueue.live.shards import message_shards
 from delayqueue.live.push_counts import TopicPushFigures, bucket_quantile, topic_figures
 from delayqueue.messagelog import sql
 from delayqueue.messagelog.connection import one_use
 from delayqueue.messagelog.dead_letters import Task, left_to_move
 from delayqueue.messagelog.routing import database_of
 from delayqueue.runtime import Runtime
+from delayqueue.services.messages import holding_shards
 from delayqueue.services.topics import TopicInfo, redis_millis, topic_infos, topic_shard_lists
 
 OVERDUE_MILLIS = 5_000  # a waiting message this far past its triggerTime means no scanner promotes it
@@ -153,13 +153,8 @@ async def live_state(rt: Runtime, *, namespace: str, topic: str, msg_id: str) ->
     counts a request and ends an expired message): its stored body and every structure holding it,
     in the shard that holds it (a sharded topic's)."""
     rt = rt.for_namespace(namespace)
-    shards = message_shards(topic, msg_id, (await rt.topic_configs.settings(topic)).shard_counts)
-    if len(shards) > 1:
-        pipe = rt.redis.pipeline(transaction=False)
-        for shard in shards:
-            pipe.hexists(rt.ns.topic(shard).msgs, msg_id)
-        shards = [shard for shard, holds in zip(shards, await pipe.execute()) if holds] or shards
-    k = rt.ns.topic(shards[0])
+    [shard] = await holding_shards(rt, topic=topic, msg_ids=[msg_id])
+    k = rt.ns.topic(shard)
     pipe = rt.redis.pipeline(transaction=False)
     pipe.hget(k.msgs, msg_id)
     pipe.zscore(k.waiting, msg_id)

@@ -230,16 +230,15 @@ async def monitor_data(rt: Runtime) -> list[TopicCounters]:
     replies = iter(await pipe.execute() if topics else [])
     found = []
     for topic, shards in zip(topics, places):
-        counters = dict.fromkeys(stats.Counter, 0)
-        gap_parts = {gap: [0, 0, 0] for gap in stats.Gap}  # count, sum, max: added up over the shards
-        for _shard in shards:
-            numbers = iter(int(v) if v is not None else 0 for v in next(replies))
-            for counter in stats.Counter:
-                counters[counter] += next(numbers)
-            for parts in gap_parts.values():
-                count, total, maximum = next(numbers), next(numbers), next(numbers)
-                parts[:] = parts[0] + count, parts[1] + total, max(parts[2], maximum)
-        gaps = {gap: Gap(count, total / count, maximum) for gap, (count, total, maximum) in gap_parts.items() if count}
+        values = stats.added([{name: value for name, value in zip(fields, next(replies)) if value is not None}
+                              for _shard in shards])
+        numbers = iter(values.get(name, 0) for name in fields)
+        counters = {counter: next(numbers) for counter in stats.Counter}
+        gaps = {}
+        for gap in stats.Gap:
+            count, total, maximum = next(numbers), next(numbers), next(numbers)
+            if count:
+                gaps[gap] = Gap(count, total / count, maximum)
         if gaps or any(counters.values()):
             found.append(TopicCounters(topic, counters, gaps))
     return found

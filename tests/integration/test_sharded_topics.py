@@ -13,7 +13,7 @@ from delayqueue.core.constants import Reason, Status
 from delayqueue.core.exceptions import Conflict
 from delayqueue.live.keys import Shard
 from delayqueue.live.shards import shard_of, topic_shards
-from delayqueue.ops.figures import topic_overview
+from delayqueue.ops.figures import live_state, topic_overview
 from delayqueue.services.consume import (ack_message, ack_messages, long_poll_messages, nack_message, pull_messages,
                                          touch_message)
 from delayqueue.services.dead_letters import create_redrive, dead_letters, redrive_state
@@ -166,6 +166,8 @@ async def test_one_message_by_its_msg_id_on_a_sharded_topic(rt):
     again = await get_message(rt, topic="one", msg_id="id-3")
     assert again.status == Status.WAITING and again.trigger_time > pulled.trigger_time + 30_000  # less its jitter
     assert await rt.redis.hexists(rt.ns.topic(shard_of("one", "id-3", 5)).msgs, "id-3")
+    live = await live_state(rt, namespace="default", topic="one", msg_id="id-3")  # the admin's message page
+    assert live["message"]["status"] == Status.WAITING and live["waiting_until"] == again.trigger_time
     assert await delete_message(rt, topic="one", msg_id="id-5")
     assert (await get_message(rt, topic="one", msg_id="id-5")).status == Status.DELETED
     assert not await delete_message(rt, topic="one", msg_id="nope")
