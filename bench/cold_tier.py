@@ -59,6 +59,7 @@ async def load_all(env: dict, topic: str) -> tuple[int, float]:
     os.environ["DJANGO_SETTINGS_MODULE"] = "project.settings"
     django.setup()
     from delayqueue.config.settings import load_config
+    from delayqueue.live.keys import Shard
     from delayqueue.runtime import Runtime
     from delayqueue.workers.loader import Loader
 
@@ -68,7 +69,7 @@ async def load_all(env: dict, topic: str) -> tuple[int, float]:
         conn.execute("VACUUM ANALYZE delayqueue_message")
         conn.execute("CHECKPOINT")
     rt = Runtime(load_config().with_overrides(hot_window_millis=COLD_DELAY_MS + 86_400_000), process="bench-loader")
-    loader = Loader(rt, lambda: [topic])
+    loader = Loader(rt, lambda: [Shard(topic)])
     try:
         started = time.perf_counter()
         moved = await loader.load_topic(topic, force=True)

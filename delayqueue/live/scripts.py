@@ -518,13 +518,14 @@ def retire_topic(ctx: ScriptContext, topic: str | Shard, *, idle_millis: int) ->
                       [idle_millis])
 
 
-def raise_hot(ctx: ScriptContext, topic: str, *, hot_until: int, loaded_to: str, start: bool) -> ScriptCall:
+def raise_hot(ctx: ScriptContext, topic: str | Shard, *, hot_until: int, loaded_to: str, start: bool,
+              signed: bool = False) -> ScriptCall:
     """Replies the topic's HotWindow, None if it has none (and `start` is off). `loaded_to`: where
-    a topic that had no hot_until starts."""
-    return ScriptCall(RAISE_HOT, [ctx.ns.topic(topic).meta], [hot_until, loaded_to, _flag(start)])
+    a topic that had no hot_until starts; `signed`: a sharded topic's shard, which keeps a count."""
+    return ScriptCall(RAISE_HOT, [ctx.ns.topic(topic).meta], [hot_until, loaded_to, _flag(start), _flag(signed)])
 
 
-def load_cold(ctx: ScriptContext, topic: str, *, loaded_from: str, loaded_to: str,
+def load_cold(ctx: ScriptContext, topic: str | Shard, *, loaded_from: str, loaded_to: str,
               messages: Sequence[Sequence]) -> ScriptCall:
     """`messages`: per message the values named by LOAD_COLD.repeated, in that order."""
     k = ctx.ns.topic(topic)
@@ -536,16 +537,17 @@ def load_cold(ctx: ScriptContext, topic: str, *, loaded_from: str, loaded_to: st
                       args)
 
 
-def clear_cold(ctx: ScriptContext, topic: str, *, cold: int, forget_window: bool) -> ScriptCall:
+def clear_cold(ctx: ScriptContext, topic: str | Shard, *, cold: int, forget_window: bool) -> ScriptCall:
     k = ctx.ns.topic(topic)
     return ScriptCall(CLEAR_COLD, [k.meta, k.cold_hours], [cold, _flag(forget_window)])
 
 
-def purge_cold(ctx: ScriptContext, topic: str, *, purged: int, hours: Sequence[Sequence[int]]) -> ScriptCall:
+def purge_cold(ctx: ScriptContext, topic: str | Shard, *, purged: int, signed: bool = False,
+               hours: Sequence[Sequence[int]]) -> ScriptCall:
     """Replies the topic's loaded_to as fenced ('' if it has none). `hours`: (hour, purged due in
-    it) pairs."""
+    it) pairs; `signed`: a sharded topic's shard (raise_hot)."""
     k = ctx.ns.topic(topic)
-    args = [purged, ctx.stats_interval_millis]
+    args = [purged, ctx.stats_interval_millis, _flag(signed)]
     for hour in hours:
         args += hour
     return ScriptCall(PURGE_COLD, [k.meta, k.stats, k.cold_hours], args)

@@ -80,7 +80,9 @@ async def topic_overview(rt: Runtime, *, topics: list[str]) -> list[dict]:
         figures = [next(mine) for _ in its_shards]
         counts = stats.added([fields for fields, *_ in figures])
         overdue, backlog = sum(f[1] for f in figures), sum(f[2] for f in figures)
-        paused, push, hot_until = figures[0][5]  # the settings' mirror is every shard's
+        paused, push, _ = figures[0][5]  # the settings' mirror is every shard's
+        # A sharded topic's shards have a window each, raised together: the nearest is the topic's.
+        hot_until = min((int(f[5][2]) for f in figures if f[5][2] is not None), default=None)
         oldest = min((Message.from_stored(raw).trigger_time for raw in bodies.get(info.topic, [])), default=None)
 
         def number(template: str, **values) -> int:
@@ -106,7 +108,7 @@ async def topic_overview(rt: Runtime, *, topics: list[str]) -> list[dict]:
             "log_backlog": backlog,
             "paused": paused == "1",
             # The cold tier: how far ahead of now Redis holds every waiting message (None: no window).
-            "hot_ahead_ms": None if hot_until is None else int(hot_until) - now,
+            "hot_ahead_ms": None if hot_until is None else hot_until - now,
             "push": _push_overview(info, push == "1", pushes.get(info.topic)),
             "oldest_ready_age_ms": max(now - oldest, 0) if oldest is not None else 0,
             "last_interval": {counter: number("counter", interval=previous, name=counter) for counter in stats.Counter},

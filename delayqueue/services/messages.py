@@ -8,7 +8,7 @@ from delayqueue.core.exceptions import Conflict, NotFound
 from delayqueue.core.messages import Message
 from delayqueue.live import scripts
 from delayqueue.live.keys import Meta, Shard, parse_position
-from delayqueue.live.shards import message_shards
+from delayqueue.live.shards import message_shards, topic_shards
 from delayqueue.runtime import Runtime
 
 
@@ -41,19 +41,29 @@ async def on_its_shard(rt: Runtime, *, topic: str, msg_id: str, call: Callable[[
     return await rt.scripts.call(call(shard))
 
 
-async def cold_after(rt: Runtime, topic: str) -> tuple[int, int] | None:
-    """Where the topic's cold messages begin: its loader's position (its loaded_to), after which
-    Redis holds no waiting row but those sent hot; None when it has none, and nothing is cold."""
-    loaded_to = await rt.redis.hget(rt.ns.topic(topic).meta, Meta.LOADED_TO)
+async def cold_after(rt: Runtime, shard: Shard) -> tuple[int, int] | None:
+    """Where the cold messages of a topic's shard begin: its loader's position there (its
+    loaded_to), after which Redis holds no waiting row but those sent hot; None when it has none,
+    and nothing is cold. A sharded topic's shard without one (a reshard's new count before the
+    loader first works it) goes by the least of the topic's other shards'."""
+    loaded_to = await rt.redis.hget(rt.ns.topic(shard).meta, Meta.LOADED_TO)
+    if loaded_to is None:
+        counts = (await rt.topic_configs.settings(shard.topic)).shard_counts
+        if counts == (1,):
+            return None
+        pipe = rt.redis.pipeline(transaction=False)
+        for other in topic_shards(shard.topic, counts):
+            pipe.hget(rt.ns.topic(other).meta, Meta.LOADED_TO)
+        loaded_to = min((at for at in await pipe.execute() if at is not None), key=parse_position, default=None)
     return None if loaded_to is None else parse_position(loaded_to)
 
 
 async def get_message(rt: Runtime, *, topic: str, msg_id: str) -> Message | None:
     """A live message (in the cold tier, from the message log if it is cold), or an ended one
     inside the retention window; None otherwise."""
-    message = await on_its_shard(rt, topic=topic, msg_id=msg_id,
-                                 call=lambda shard: scripts.get(rt.context, shard, msg_id=msg_id))
-    if message is None and rt.config.cold_tier and (after := await cold_after(rt, topic)) is not None:
+    [shard] = await holding_shards(rt, topic=topic, msg_ids=[msg_id])
+    message = await rt.scripts.call(scripts.get(rt.context, shard, msg_id=msg_id))
+    if message is None and rt.config.cold_tier and (after := await cold_after(rt, shard)) is not None:
         return await rt.log.cold_message(topic, msg_id, after)
     return message
 
@@ -62,33 +72,34 @@ async def delete_message(rt: Runtime, *, topic: str, msg_id: str, release: bool 
     """Deletes a live message (status deleted); False if it is missing or already ended.
     `release` frees its body at once instead of keeping it readable for the retention. In the
     cold tier, a cold message is deleted in the message log, and Redis keeps it as deleted for the
-    retention, so a loader that read it before cannot bring it in."""
-    outcome = await on_its_shard(rt, topic=topic, msg_id=msg_id,
-                                 call=lambda shard: scripts.delete(rt.context, shard, msg_id=msg_id, release=release))
-    if outcome != -1 or not rt.config.cold_tier or (after := await cold_after(rt, topic)) is None:
+    retention in the shard the loader would bring it into, so a loader that read it before cannot
+    bring it in."""
+    [shard] = await holding_shards(rt, topic=topic, msg_ids=[msg_id])
+    outcome = await rt.scripts.call(scripts.delete(rt.context, shard, msg_id=msg_id, release=release))
+    if outcome != -1 or not rt.config.cold_tier or (after := await cold_after(rt, shard)) is None:
         return outcome == 1
     deleted = await rt.log.delete_cold(topic, msg_id, after)
     if deleted is None:
         return False
     # Loaded meanwhile, Redis deletes it as any other (1); else it keeps the tombstone (2).
-    return await rt.scripts.call(scripts.delete(rt.context, topic, msg_id=msg_id, release=False,
+    return await rt.scripts.call(scripts.delete(rt.context, shard, msg_id=msg_id, release=False,
                                                 tombstone=deleted.to_stored())) in (1, 2)
 
 
-async def _reschedule_cold(rt: Runtime, topic: str, msg_id: str, trigger_time: int,
+async def _reschedule_cold(rt: Runtime, shard: Shard, msg_id: str, trigger_time: int,
                            delay_millis: int) -> scripts.RescheduleReply | None:
-    """A cold message is rescheduled in the message log, then brought into Redis if its new time
-    is within the hot window or its old one was (reschedule.lua); None if the log holds it not
-    cold either."""
-    if (after := await cold_after(rt, topic)) is None:
+    """A cold message is rescheduled in the message log, then brought into Redis (into the shard
+    the loader would bring it into) if its new time is within the hot window or its old one was
+    (reschedule.lua); None if the log holds it not cold either."""
+    if (after := await cold_after(rt, shard)) is None:
         return None
     now = now_millis()
-    moved = await rt.log.reschedule_cold(topic, msg_id, after,
+    moved = await rt.log.reschedule_cold(shard.topic, msg_id, after,
                                          max(now + delay_millis if trigger_time < 0 else trigger_time, now))
     if moved is None:
         return None
     message, old_trigger = moved
-    return await rt.scripts.call(scripts.reschedule(rt.context, topic, msg_id=msg_id, trigger_time=message.trigger_time,
+    return await rt.scripts.call(scripts.reschedule(rt.context, shard, msg_id=msg_id, trigger_time=message.trigger_time,
                                                     delay_millis=0, cold=message.to_stored(),
                                                     old_trigger_time=old_trigger))
 
@@ -99,12 +110,11 @@ async def reschedule_message(rt: Runtime, *, topic: str, msg_id: str, trigger_ti
     Redis' now + `delay_millis`; one not in the future makes it ready now. Its expireTime moves
     with it (the TTL counts from the new trigger time). Answers the message as stored.
     Raises Conflict when it is consuming, NotFound when it is unknown or ended."""
-    reply = await on_its_shard(rt, topic=topic, msg_id=msg_id,
-                               call=lambda shard: scripts.reschedule(rt.context, shard, msg_id=msg_id,
-                                                                     trigger_time=trigger_time,
-                                                                     delay_millis=delay_millis))
+    [shard] = await holding_shards(rt, topic=topic, msg_ids=[msg_id])
+    reply = await rt.scripts.call(scripts.reschedule(rt.context, shard, msg_id=msg_id, trigger_time=trigger_time,
+                                                     delay_millis=delay_millis))
     if reply.stored is None and reply.status == 0 and rt.config.cold_tier:
-        reply = await _reschedule_cold(rt, topic, msg_id, trigger_time, delay_millis) or reply
+        reply = await _reschedule_cold(rt, shard, msg_id, trigger_time, delay_millis) or reply
     if reply.stored is not None:
         return reply.stored
     if reply.status == Status.CONSUMING:

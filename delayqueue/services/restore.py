@@ -21,6 +21,7 @@ from delayqueue.core.constants import LIVE_STATUSES, Status
 from delayqueue.core.messages import Message
 from delayqueue.live import scripts
 from delayqueue.live.keys import Meta, Shard, parse_position, position
+from delayqueue.live.shards import topic_shards
 from delayqueue.messagelog import sql
 from delayqueue.messagelog.connection import connect, log_unavailable
 from delayqueue.runtime import Runtime
@@ -202,38 +203,52 @@ async def _loader_positions(rt: Runtime, conn, topic: str | None, dry_run: bool)
     the rows up to there and leaves those after it to the loader, so a restore after a loss
     rebuilds only the hot window. A topic without a window (Redis lost it) gets one first, as
     the loader's step 1 would give it (hot_until now + window, loaded up to there); a dry run
-    only looks. A sharded topic has no cold messages (live/shards.py): all of its come back."""
+    only looks. A sharded topic stands where the furthest of its current count's shards does:
+    a row brought back before another shard's position is one its loader then finds held."""
     if topic is None:
         topics = [name for (name,) in await (await conn.execute(sql.WAITING_TOPICS,
                                                                 {"namespace": rt.ns.namespace})).fetchall()]
     else:
         topics = [topic]
     settings = await rt.topic_configs.table()
-    topics = [name for name in topics if settings.get(name, DEFAULT_SETTINGS).shard_counts == (1,)]
+    every = {name: topic_shards(name, settings.get(name, DEFAULT_SETTINGS).shard_counts) for name in topics}
     hot_until = now_millis() + rt.config.hot_window_millis
+    shards = [shard for name in topics for shard in every[name]]
     if dry_run:
         pipe = rt.redis.pipeline(transaction=False)
-        for name in topics:
-            pipe.hget(rt.ns.topic(name).meta, Meta.LOADED_TO)
-        loaded_to = [held or position(hot_until) for held in await pipe.execute()] if topics else []
+        for shard in shards:
+            pipe.hget(rt.ns.topic(shard).meta, Meta.LOADED_TO)
+        loaded_to = [held or position(hot_until) for held in await pipe.execute()] if shards else []
     else:
-        windows = await rt.scripts.run_all([scripts.raise_hot(rt.context, name, hot_until=hot_until,
-                                                              loaded_to=position(hot_until), start=True)
-                                            for name in topics])
+        windows = await rt.scripts.run_all([
+            scripts.raise_hot(rt.context, shard, hot_until=hot_until, loaded_to=position(hot_until), start=True,
+                              signed=settings.get(shard.topic, DEFAULT_SETTINGS).shard_counts != (1,))
+            for shard in shards])
         loaded_to = [window.loaded_to for window in windows]
-    return [dict(zip(("cold_topic", "after_time", "after_id"), (name, *parse_position(at))))
-            for name, at in zip(topics, loaded_to)]
+    at = dict(zip(shards, loaded_to))
+    furthest = {name: max((at[shard] for shard in every[name]
+                           if shard.count == settings.get(name, DEFAULT_SETTINGS).shards), key=parse_position)
+                for name in topics}
+    return [dict(zip(("cold_topic", "after_time", "after_id"), (name, *parse_position(furthest[name]))))
+            for name in topics]
 
 
 async def _set_cold_counts(rt: Runtime, left: dict[str, dict[int, int]]) -> None:
     """Sets each topic's count of cold messages and their hours (its meta's and cold_hours, which
     getTopicInfo and the caps read, and which went with a lost Redis) to the rows the restore
-    leaves to its loader, `left` per topic per hour. A send going cold between the count and the
+    leaves to its loader, `left` per topic per hour: a sharded topic's in its current count's
+    first shard, its other shards' parts at 0. A send going cold between the count and the
     write may be missed; the loader drops the count once it finds nothing left after the window."""
+    settings = await rt.topic_configs.table()
     pipe = rt.redis.pipeline(transaction=False)
     for name, hours in left.items():
-        k = rt.ns.topic(name)
-        pipe.hset(k.meta, Meta.COLD, sum(hours.values()))
-        pipe.delete(k.cold_hours)
-        pipe.hset(k.cold_hours, mapping=hours)
+        counts = settings.get(name, DEFAULT_SETTINGS).shard_counts
+        for shard in topic_shards(name, counts):
+            k = rt.ns.topic(shard)
+            pipe.delete(k.cold_hours)
+            if shard.index == 0 and shard.count == counts[0]:
+                pipe.hset(k.meta, Meta.COLD, sum(hours.values()))
+                pipe.hset(k.cold_hours, mapping=hours)
+            else:
+                pipe.hset(k.meta, Meta.COLD, 0)
     await pipe.execute()

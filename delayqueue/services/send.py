@@ -120,7 +120,7 @@ def send_calls(rt: Runtime, messages: list[Message], *, shards: list[Shard],
                       for i in chunk]
             calls.append((scripts.send(rt.context, shard, max_live=cap, namespace_capped=namespace_capped,
                                        dedupe_window_millis=dedupe_window,
-                                       cold_tier=rt.config.cold_tier and shard.count == 1, messages=values), chunk))
+                                       cold_tier=rt.config.cold_tier, messages=values), chunk))
     return calls
 
 

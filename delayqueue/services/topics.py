@@ -3,16 +3,15 @@ registry, queue sizes, monitor counters, the settings in force. (Changing the se
 topic_control.py.)"""
 import logging
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from delayqueue.core.clock import now_millis
 from delayqueue.core.constants import COLD_HOUR_MILLIS
 from delayqueue.core.messages import Message
 from delayqueue.live import scripts, stats
-from delayqueue.live.keys import Meta, Shard
-from delayqueue.live.shards import topic_shards
+from delayqueue.live.keys import Meta, Shard, parse_position
+from delayqueue.live.shards import message_shards, topic_shards
 from delayqueue.runtime import Runtime
-from delayqueue.services.messages import cold_after
 from delayqueue.stores.limits import Limits
 from delayqueue.stores.topic_settings import DEFAULT as DEFAULT_SETTINGS
 from delayqueue.stores.topic_settings import MIRROR_FIELDS, TopicSettings
@@ -51,22 +50,49 @@ async def _purge_cold(rt: Runtime, topic: str) -> int:
     Redis does not hold (in this life) are ended in the log, a page at a time; then purge_cold.lua
     counts them and fences the loader, so a page it read before they were ended loads nothing.
     The Redis part of the purge comes after the fence: it ends whatever a loader brought in
-    meanwhile. A topic the loader never worked has no position, and nothing cold."""
-    k = rt.ns.topic(topic)
-    if (after := await cold_after(rt, topic)) is None:
+    meanwhile. A topic the loader never worked has no position, and nothing cold. A sharded topic
+    is read from the least position of its shards, a row looked for in its shard of each count,
+    and counted out of the shard the loader would bring it into."""
+    counts = (await rt.topic_configs.settings(topic)).shard_counts
+    every = topic_shards(topic, counts)
+    pipe = rt.redis.pipeline(transaction=False)
+    for shard in every:
+        pipe.hget(rt.ns.topic(shard).meta, Meta.LOADED_TO)
+    if (after := min((at for at in await pipe.execute() if at is not None), key=parse_position, default=None)) is None:
         return 0
-    after_time, after_id = after
-    hours: Counter[int] = Counter()
+    after_time, after_id = parse_position(after)
+    hours: dict[Shard, Counter[int]] = {shard: Counter() for shard in every}
     while rows := await rt.log.cold_after(topic, after_time, after_id, COLD_PURGE_PAGE):
-        held = await rt.redis.hmget(k.msgs, [msg_id for _id, msg_id, _produced, _due in rows])
-        cold = [row_id for (row_id, _msg_id, produced, _due), stored in zip(rows, held)
-                if stored is None or Message.from_stored(stored).produce_time != produced]
-        if cold:
-            hours.update(await rt.log.purge_cold(cold))
+        places = [message_shards(topic, msg_id, counts) for _id, msg_id, _produced, _due in rows]
+        held = await _held_in_life(rt, rows, places)
+        cold: dict[Shard, list[int]] = {}
+        for (row_id, *_), mine, kept in zip(rows, places, held):
+            if not kept:
+                cold.setdefault(mine[0], []).append(row_id)
+        for shard, row_ids in cold.items():
+            hours[shard].update(await rt.log.purge_cold(row_ids))
         after_id, after_time = rows[-1][0], rows[-1][3]
-    purged = hours.total()
-    await rt.scripts.call(scripts.purge_cold(rt.context, topic, purged=purged, hours=list(hours.items())))
-    return purged
+    await rt.scripts.run_all([scripts.purge_cold(rt.context, shard, purged=hours[shard].total(),
+                                                 hours=list(hours[shard].items()), signed=counts != (1,))
+                              for shard in every])
+    return sum(counted.total() for counted in hours.values())
+
+
+async def _held_in_life(rt: Runtime, rows: list[tuple[int, str, int, int]], places: list[list[Shard]]) -> list[bool]:
+    """Per log row (id, msgId, produceTime, triggerTime), whether one of its `places` holds its
+    life (the same produceTime), in one round trip."""
+    asked: dict[Shard, list[int]] = {}
+    for i, mine in enumerate(places):
+        for shard in mine:
+            asked.setdefault(shard, []).append(i)
+    pipe = rt.redis.pipeline(transaction=False)
+    for shard, positions in asked.items():
+        pipe.hmget(rt.ns.topic(shard).msgs, [rows[i][1] for i in positions])
+    held = [False] * len(rows)
+    for positions, stored in zip(asked.values(), await pipe.execute()):
+        for i, body in zip(positions, stored):
+            held[i] = held[i] or (body is not None and Message.from_stored(body).produce_time == rows[i][2])
+    return held
 
 
 async def write_mirrors(rt: Runtime, settings: dict[str, TopicSettings]) -> None:
@@ -177,17 +203,22 @@ async def topic_infos(rt: Runtime, *, topics: list[str]) -> list[TopicInfo]:
     infos = []
     for topic, shards in zip(topics, places):
         info = TopicInfo(topic, 0, (0,) * len(WAITING_WITHIN), 0, 0)
+        # A sharded topic's shards each hold a signed part of its cold count (raise_hot.lua).
+        cold, cold_hours, hot_untils = 0, Counter(), []
         for _shard in shards:
-            waiting, ready, prioritised, inflight, (cold, hot_until), hours, *buckets = [next(replies)
-                                                                                         for _ in range(width)]
-            cold = max(int(cold or 0), 0)
-            in_log = cold_buckets(hours={int(hour): int(n) for hour, n in hours.items()}, now=now,
-                                  hot_until=None if hot_until is None else int(hot_until))
-            info = TopicInfo(topic, info.waiting + waiting + cold,
-                             tuple(total + held + logged for total, held, logged in zip(info.waiting_within, buckets,
-                                                                                        in_log)),
-                             info.ready + ready + prioritised, info.consuming + inflight, info.waiting_cold + cold)
-        infos.append(info)
+            waiting, ready, prioritised, inflight, (counted, hot_until), hours, *buckets = [next(replies)
+                                                                                            for _ in range(width)]
+            cold += int(counted or 0)
+            cold_hours.update({int(hour): int(n) for hour, n in hours.items()})
+            hot_untils += [] if hot_until is None else [int(hot_until)]
+            info = TopicInfo(topic, info.waiting + waiting,
+                             tuple(total + held for total, held in zip(info.waiting_within, buckets)),
+                             info.ready + ready + prioritised, info.consuming + inflight)
+        cold = max(cold, 0)
+        in_log = cold_buckets(hours=cold_hours, now=now, hot_until=min(hot_untils, default=None))
+        infos.append(replace(info, waiting=info.waiting + cold, waiting_cold=cold,
+                                   waiting_within=tuple(held + logged for held, logged
+                                                        in zip(info.waiting_within, in_log))))
     return infos
 
 

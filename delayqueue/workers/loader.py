@@ -24,27 +24,35 @@ A cold message is loaded most of a window ahead of its time, so it fires as prec
 sent hot. Switched off (window 0), the loader loads what is left cold of topics that have a
 hot_until, then removes it.
 
-A sharded topic's messages are all hot, in their shards (live/shards.py): only a topic's own
-keys have a window, and the loader works them while the topic's shard counts include 1. Its
-waiting rows then include the sharded ones, which the loader leaves out when a shard holds
-them; one whose shard does not (yet) is left for a later look while it is younger than
-IN_FLIGHT_MILLIS, as its send may be on its way to the shard (the log is written first).
+A sharded topic (live/shards.py) is loaded as one: every shard of each of its shard counts has
+its own hot_until, all raised together, and the rows are read once, up to the least of them, and
+loaded each into its shard of the current count, whose loaded_to moves page by page (a shard
+ahead of the others after a kill takes only the rows after its own). While the topic drains
+other counts, a row one of their shards holds is left out, and one no shard holds is left for a
+later look while it is younger than IN_FLIGHT_MILLIS, as its send may be on its way (the log is
+written first). After a reshard, loading waits SHARDS_SETTLE_MILLIS, until every process sends
+to the new count: else a message could go cold under one count and be loaded under another,
+twice. A message may thus go cold in one shard and come in through another, so a sharded
+topic's shards each keep a signed part of its count of cold messages (raise_hot.lua).
 """
 import asyncio
 import logging
+from collections import Counter
+from collections.abc import Iterable, Mapping
 
 import orjson
 
 from delayqueue.core.clock import now_millis
-from delayqueue.core.constants import MAX_DELAY_MILLIS
+from delayqueue.core.constants import MAX_DELAY_MILLIS, SHARDS_SETTLE_MILLIS
 from delayqueue.core.messages import stored_json
 from delayqueue.core.outage import Outage
 from delayqueue.core.stopping import repeat
 from delayqueue.live import scripts
-from delayqueue.live.keys import Meta, parse_position, position
-from delayqueue.live.shards import message_shards
+from delayqueue.live.keys import Meta, Shard, parse_position, position
+from delayqueue.live.shards import message_shards, shard_of, topic_shards
 from delayqueue.messagelog import sql
 from delayqueue.messagelog.connection import LogConnection
+from delayqueue.stores.topic_settings import DEFAULT, TopicSettings
 
 log = logging.getLogger(__name__)
 
@@ -67,11 +75,24 @@ def loaded_messages(topic: str, rows: list[tuple]) -> list[tuple]:
             for _id, msg_id, payload, produced, trigger, expire, max_retry, retry, status, priority in rows]
 
 
+def loading_topics(held: Iterable[Shard], settings: Mapping[str, TopicSettings], now: int) -> list[str]:
+    """The topics a scanner holding the shards `held` loads: those whose current count's first
+    shard it holds, SHARDS_SETTLE_MILLIS after the topic's last reshard."""
+    return [shard.topic for shard in held
+            if shard.index == 0 and shard.count == (mine := settings.get(shard.topic, DEFAULT)).shards
+            and now - mine.shards_changed_at > SHARDS_SETTLE_MILLIS]
+
+
+def least(positions: Iterable[str]) -> str | None:
+    """The first of loaded_to positions in the log's order; None for none."""
+    return min(positions, key=parse_position, default=None)
+
+
 class Loader:
-    def __init__(self, rt, topics):
-        """`topics` returns the topics this loader works (its scanner's)."""
+    def __init__(self, rt, held):
+        """`held` returns the shards this loader's scanner holds (loading_topics picks the topics)."""
         self.rt = rt
-        self.topics = topics
+        self.held = held
         self.loaded = 0
         self._db = LogConnection(rt.config.log_timeout_millis, rt.log_database)
         self._raised_at: dict[str, int] = {}  # topic -> the hot_until this loader last raised it to
@@ -93,12 +114,12 @@ class Loader:
         await self.close()
 
     async def load_once(self) -> int:
-        """Raises and loads every held topic whose hot_until is due a raise; returns messages loaded."""
-        held = set(self.topics())
-        for gone in self._raised_at.keys() - held:
+        """Raises and loads every topic it loads whose hot_until is due a raise; returns messages loaded."""
+        loading = set(loading_topics(self.held(), await self.rt.topic_configs.table(), now_millis()))
+        for gone in self._raised_at.keys() - loading:
             del self._raised_at[gone]
         loaded = 0
-        for topic in held:
+        for topic in loading:
             loaded += await self.load_topic(topic)
         return loaded
 
@@ -110,29 +131,51 @@ class Loader:
         raised = self._raised_at.get(topic)
         if not force and self.window and raised is not None and raised - now > self.window * (1 - RAISE_EVERY):
             return 0
+        settings = await self.rt.topic_configs.settings(topic)
+        current, every = topic_shards(topic, (settings.shards,)), topic_shards(topic, settings.shard_counts)
+        held, positions = await self._look(current, every)
+        # A shard without a window starts where its count's others stand, else where the topic's
+        # other counts stood (what is after that may be cold), else loaded: every message so far
+        # went to Redis.
+        begin = (least(positions[shard] for shard in current if positions[shard] is not None)
+                 or least(at for at in positions.values() if at is not None))
         if self.window:
-            target = await self._within_room(topic, now, target)
-        hot = await self.rt.scripts.call(scripts.raise_hot(self.rt.context, topic, hot_until=target,
-                                                           loaded_to=position(target), start=self.window > 0))
-        if hot is None:
+            target = await self._within_room(topic, now, target, held, begin)
+        windows = await self._run([
+            scripts.raise_hot(self.rt.context, shard, hot_until=target, loaded_to=begin or position(target),
+                              start=self.window > 0, signed=settings.shard_counts != (1,)) for shard in every])
+        hot = {shard: window for shard, window in zip(every, windows) if window is not None}
+        if not hot:
             self._raised_at[topic] = target
             return 0
-        loaded, complete = await self._load_pages(topic, hot)
-        self.loaded += loaded
-        self._raised_at[topic] = hot.hot_until
-        if complete and (hot.cold is not None or not self.window):
+        hot_until = min(window.hot_until for window in hot.values())  # no shard sends cold what is read
+        loaded, complete = await self._load_pages(topic, current, settings.draining_shards, hot, hot_until)
+        self.loaded += loaded.total()
+        self._raised_at[topic] = hot_until
+        if complete and (any(window.cold is not None for window in hot.values()) or not self.window):
             # The scripts that loaded counted down a count that was there; none was counted if not.
-            await self._forget_cold(topic, hot.hot_until, 0 if hot.cold is None else hot.cold - loaded)
-        return loaded
+            await self._forget_cold(topic, {shard: 0 if window.cold is None else window.cold - loaded[shard]
+                                            for shard, window in hot.items()}, hot_until)
+        return loaded.total()
 
-    async def _within_room(self, topic: str, now: int, target: int) -> int:
+    async def _look(self, current: list[Shard], every: list[Shard]) -> tuple[int, dict[Shard, str | None]]:
+        """In one round trip: the waiting messages the current count's shards hold, and every
+        shard's loaded_to (None for none)."""
+        pipe = self.rt.redis.pipeline(transaction=False)
+        for shard in current:
+            pipe.zcard(self.rt.ns.topic(shard).waiting)
+        for shard in every:
+            pipe.hget(self.rt.ns.topic(shard).meta, Meta.LOADED_TO)
+        replies = await pipe.execute()
+        return sum(replies[:len(current)]), dict(zip(every, replies[len(current):]))
+
+    async def _within_room(self, topic: str, now: int, target: int, held: int, loaded_to: str | None) -> int:
         """The hot_until to raise to: `target`, or, when loading up to it would bring the topic's
-        waiting messages in Redis past DELAYQUEUE_HOT_MAX_MESSAGES, just before the first row that
-        has no room; never less than MIN_LEAD_MILLIS (or the window, if shorter) ahead of now, so
-        nothing fires late for want of room. A topic the loader never worked holds all its
-        messages in Redis already: nothing to bring in, nothing to hold back."""
-        k = self.rt.ns.topic(topic)
-        held, loaded_to = await asyncio.gather(self.rt.redis.zcard(k.waiting), self.rt.redis.hget(k.meta, Meta.LOADED_TO))
+        waiting messages in Redis (`held` now) past DELAYQUEUE_HOT_MAX_MESSAGES, just before the
+        first row that has no room; never less than MIN_LEAD_MILLIS (or the window, if shorter)
+        ahead of now, so nothing fires late for want of room. A topic the loader never worked
+        (no `loaded_to`) holds all its messages in Redis already: nothing to bring in, nothing to
+        hold back."""
         if loaded_to is None:
             return target
         lead = now + min(MIN_LEAD_MILLIS, self.window)
@@ -147,42 +190,63 @@ class Loader:
             return target
         return max(first_without_room[0][0] - 1, lead)
 
-    async def _load_pages(self, topic: str, hot: scripts.HotWindow) -> tuple[int, bool]:
-        """Steps 2 and 3: pages from loaded_to up to hot_until; (messages loaded, whether it got
-        there). The next page is read while Redis loads this one (the read needs only this page's
-        last row)."""
-        loaded, loaded_to, done = 0, hot.loaded_to, position(hot.hot_until)
-        if loaded_to == done:
-            return 0, True
-        others = (await self.rt.topic_configs.settings(topic)).shard_counts
-        others = tuple(count for count in others if count != 1)
-        reading = asyncio.ensure_future(self._page(topic, *parse_position(loaded_to), hot.hot_until))
+    async def _load_pages(self, topic: str, current: list[Shard], others: tuple[int, ...],
+                          hot: dict[Shard, scripts.HotWindow], hot_until: int) -> tuple[Counter[Shard], bool]:
+        """Steps 2 and 3: pages up to hot_until, from the least position of the current count's
+        shards; (messages loaded into each shard, whether all got there). The next page is read
+        while Redis loads this one (the read needs only this page's last row)."""
+        loaded: Counter[Shard] = Counter()
+        at = {shard: hot[shard].loaded_to if shard in hot else None for shard in current}  # None: loads all
+        done = position(hot_until)
+        if all(loaded_to == done for loaded_to in at.values()):
+            return loaded, True
+        read_from = least(loaded_to for loaded_to in at.values() if loaded_to is not None) or least(
+            window.loaded_to for window in hot.values())
+        reading = asyncio.ensure_future(self._page(topic, *parse_position(read_from), hot_until))
         try:
-            while loaded_to != done:
+            while True:
                 rows = await reading
                 if len(rows) == PAGE:
                     last_id, _msg_id, _payload, _produced, last_trigger, *_ = rows[-1]
                     end = position(last_trigger, last_id)
-                    reading = asyncio.ensure_future(self._page(topic, last_trigger, last_id, hot.hot_until))
+                    reading = asyncio.ensure_future(self._page(topic, last_trigger, last_id, hot_until))
                 else:
                     end = done
                 young = None
                 if others:
                     rows, young = await self._own_rows(topic, rows, others)
                     if young is not None:  # loaded up to the row before it; looked at again next time
-                        end = young or loaded_to
-                reply = await self.rt.scripts.call(scripts.load_cold(self.rt.context, topic, loaded_from=loaded_to,
-                                                                     loaded_to=end, messages=loaded_messages(topic, rows)))
-                if reply.loaded < 0:
+                        end = young or read_from
+                calls = self._loads(topic, current, at, rows, end)
+                replies = await self._run([call for _shard, call in calls])
+                if any(reply.loaded < 0 for reply in replies):
                     return loaded, False  # another loader moved on: it holds the topic now
-                loaded += reply.loaded
-                loaded_to = end
-                if young is not None:
-                    return loaded, False
+                for (shard, _call), reply in zip(calls, replies):
+                    loaded[shard] += reply.loaded
+                    at[shard] = end
+                if young is not None or end == done:
+                    return loaded, young is None
+                read_from = end
         finally:
             if not reading.done():
                 await asyncio.gather(reading, return_exceptions=True)  # the connection is free again
-        return loaded, True
+
+    def _loads(self, topic: str, current: list[Shard], at: dict[Shard, str | None], rows: list,
+               end: str) -> list[tuple[Shard, scripts.ScriptCall]]:
+        """load_cold's calls for a page's rows, read up to `end`: one for each current shard not
+        past `end` yet, with its rows after its own position."""
+        ends, mine = parse_position(end), {}
+        for row in rows:
+            mine.setdefault(shard_of(topic, row[1], len(current)), []).append(row)
+        calls = []
+        for shard in current:
+            after = None if at[shard] is None else parse_position(at[shard])
+            if after is not None and after >= ends:
+                continue
+            page = [row for row in mine.get(shard, ()) if after is None or (row[4], row[0]) > after]
+            calls.append((shard, scripts.load_cold(self.rt.context, shard, loaded_from=at[shard] or "", loaded_to=end,
+                                                   messages=loaded_messages(topic, page))))
+        return calls
 
     async def _own_rows(self, topic: str, rows: list, others: tuple[int, ...]) -> tuple[list, str | None]:
         """The page's rows a shard of the topic's other shard counts does not hold, up to the first
@@ -204,6 +268,13 @@ class Loader:
             before = position(trigger, row_id)
         return own, None
 
+    async def _run(self, calls: list[scripts.ScriptCall]) -> list:
+        """The calls' replies; raises the first error. One call alone (an unsharded topic's) shares
+        its round trip with the process' other calls."""
+        if len(calls) == 1:
+            return [await self.rt.scripts.call(calls[0])]
+        return await self.rt.scripts.run_all(calls)
+
     async def _page(self, topic: str, after_time: int, after_id: int, hot_until: int) -> list:
         params = {"namespace": self.rt.ns.namespace, "topic": topic, "after_time": after_time, "after_id": after_id,
                   "hot_until": hot_until, "limit": PAGE}
@@ -214,15 +285,14 @@ class Loader:
             await conn.execute(sql.IN_INDEX_ORDER)
             return await (await conn.execute(statement, params)).fetchall()
 
-    async def _forget_cold(self, topic: str, hot_until: int, cold: int) -> None:
+    async def _forget_cold(self, topic: str, counts: dict[Shard, int], hot_until: int) -> None:
         """Step 4: nothing of the topic left in the log beyond hot_until, no cold message counted
-        (`cold`: the count as this loader left it)."""
+        (`counts`: each shard's count as this loader left it)."""
         params = {"namespace": self.rt.ns.namespace, "topic": topic, "hot_until": hot_until}
         [(left,)] = await self._read(sql.COLD_LEFT, params)
         if not left:
-            await self.rt.scripts.call(scripts.clear_cold(self.rt.context, topic, cold=cold,
-                                                          forget_window=not self.window))
+            await self._run([scripts.clear_cold(self.rt.context, shard, cold=cold, forget_window=not self.window)
+                             for shard, cold in counts.items()])
 
     async def close(self) -> None:
         await self._db.close()
-

@@ -80,10 +80,9 @@ class Scanner:
         rt.set_process(f"scanner {self.token}")
         # The history of the topics (and shards) this scanner holds goes to Postgres through it.
         self.log_writer = LogWriter(rt, lambda: list(self.workers)) if rt.config.message_log else None
-        # So do the cold messages of those topics, into Redis (the cold tier keeps them in the log;
-        # a sharded topic has none).
-        self.loader = (Loader(rt, lambda: [shard.topic for shard in self.workers if shard.count == 1])
-                       if rt.config.message_log else None)
+        # So do the cold messages of the topics whose loading falls to it, into Redis (the cold
+        # tier keeps them in the log).
+        self.loader = Loader(rt, lambda: list(self.workers)) if rt.config.message_log else None
         # A topic is worked shard by shard (its own keys, unsharded): each has its lock and worker.
         self.workers: dict[Shard, TopicWorker] = {}
         self.known: set[str] = set()  # the registered topics
@@ -357,9 +356,10 @@ class Scanner:
 
     async def _retire_drained_shards(self) -> None:
         """A shard count a topic gave up is forgotten once its shards hold nothing (no live
-        message, no ended one kept for the retention, no history the log writer has not read, and
-        for its own keys no cold message the loader has yet to bring in) SHARDS_SETTLE_MILLIS after
-        the change, by the scanner holding the topic's first shard."""
+        message, no ended one kept for the retention, no history the log writer has not read)
+        SHARDS_SETTLE_MILLIS after the change, by the scanner holding the topic's first shard. Its
+        cold messages are the current count's to load: its shards' parts of the topic's count of
+        them go to that first shard first, and their windows go after."""
         settings = await self.rt.topic_configs.table()
         now = now_millis()
         drained = []
@@ -376,10 +376,8 @@ class Scanner:
                 k = self.rt.ns.topic(shard)
                 pipe.exists(k.waiting, k.ready, k.prioritised, k.inflight, k.ended)
                 pipe.xlen(k.events)  # a stream read empty stays, empty
-                pipe.hget(k.meta, Meta.COLD)
         replies = await pipe.execute()
-        held = [any((keys, events, int(cold or 0) > 0))
-                for keys, events, cold in zip(replies[::3], replies[1::3], replies[2::3])]
+        held = [any(pair) for pair in zip(replies[::2], replies[1::2])]
         empty = [(topic, count, changed_at) for (topic, count, changed_at), position
                  in zip(drained, itertools.accumulate([0, *(count for _, count, _ in drained)]))
                  if not any(held[position:position + count])]
@@ -387,8 +385,11 @@ class Scanner:
             return
         try:  # PostgreSQL down: the shards are looked at again next time, and the other work goes on
             for topic, count, changed_at in empty:
+                gone = topic_shards(topic, (count,))
+                await self._hand_over_cold(gone, Shard(topic, settings[topic].shards, 0))
                 if await sync_to_async(forget_drained_shards, thread_sensitive=False)(
                         namespace=self.rt.ns.namespace, topic=topic, count=count, changed_at=changed_at):
+                    await self._forget_windows(gone)
                     log.info("scanner %s retired the %d shards of topic %s: empty", self.token, count, topic)
             await self.rt.topic_configs.fresh()
             self._drain_outage.ok()
@@ -396,6 +397,37 @@ class Scanner:
             self._drain_outage.failed(describe(exc))
             return
         await self._refresh_shards()
+
+    async def _hand_over_cold(self, shards: list[Shard], to: Shard) -> None:
+        """Moves the shards' parts of their topic's count of cold messages (and of its hours) to
+        `to`'s. Each part is taken only if no send moved it since it was read, then added: a
+        scanner killed in between leaves the count short until the loader finds nothing cold."""
+        pipe = self.rt.redis.pipeline(transaction=False)
+        for shard in shards:
+            pipe.hget(self.rt.ns.topic(shard).meta, Meta.COLD)
+            pipe.hgetall(self.rt.ns.topic(shard).cold_hours)
+        replies = await pipe.execute()
+        parts = [(shard, int(cold or 0), hours) for shard, cold, hours in zip(shards, replies[::2], replies[1::2])
+                 if cold is not None or hours]
+        taken = await self.rt.scripts.run_all([scripts.clear_cold(self.rt.context, shard, cold=cold,
+                                                                  forget_window=False)
+                                               for shard, cold, _hours in parts])
+        k = self.rt.ns.topic(to)
+        pipe = self.rt.redis.pipeline(transaction=False)
+        for (_shard, cold, hours), cleared in zip(parts, taken):
+            if cleared:
+                pipe.hincrby(k.meta, Meta.COLD, cold)
+                for hour, n in hours.items():
+                    pipe.hincrby(k.cold_hours, hour, int(n))
+        await pipe.execute()
+
+    async def _forget_windows(self, shards: list[Shard]) -> None:
+        """A retired count's shards lose their hot windows: taken up again, the count starts with
+        every message in Redis, as a new one does."""
+        pipe = self.rt.redis.pipeline(transaction=False)
+        for shard in shards:
+            pipe.hdel(self.rt.ns.topic(shard).meta, Meta.HOT_UNTIL, Meta.LOADED_TO, Meta.COLD)
+        await pipe.execute()
 
     async def _report_lag(self) -> None:
         """How late this process' event loop wakes timers, which is how late it can promote a

@@ -12,7 +12,7 @@ from delayqueue.core.clock import now_millis
 from delayqueue.core.constants import COLD_HOUR_MILLIS, MAX_DELAY_MILLIS, Status
 from delayqueue.core.exceptions import NotFound, Throttled
 from delayqueue.live import scripts
-from delayqueue.live.keys import Meta, position
+from delayqueue.live.keys import Meta, Shard, position
 from delayqueue.core.messages import Message
 from delayqueue.services.consume import ack_messages, pull_messages
 from delayqueue.services.messages import delete_message, get_message, reschedule_message
@@ -62,7 +62,7 @@ def hours_of(*messages) -> Counter:
 
 async def started(rt, topic="t") -> Loader:
     """A loader that has raised the topic's window once: from now on sends compare with it."""
-    loader = Loader(rt, lambda: [topic])
+    loader = Loader(rt, lambda: [Shard(topic)])
     await loader.load_topic(topic, force=True)
     return loader
 
@@ -198,7 +198,7 @@ async def test_a_loader_killed_between_its_steps_is_resumed_with_nothing_lost_or
     monkeypatch.setattr(rt.scripts, "call", real_call)
     held = await rt.redis.zcard(rt.ns.topic("t").waiting)
     assert held == (0 if killed_after == "raise" else 2)
-    second = Loader(rt, lambda: ["t"])
+    second = Loader(rt, lambda: [Shard("t")])
     try:
         assert await second.load_topic("t", force=True) == 5 - held
         assert sorted(await rt.redis.zrange(rt.ns.topic("t").waiting, 0, -1)) == sorted(m.msg_id for m in sent)
@@ -317,7 +317,7 @@ async def cold_sends(rt, delays: list[int]) -> list[Message]:
 async def test_the_window_shrinks_to_what_redis_has_room_for_and_grows_as_room_is_made(capped_rt):
     rt = capped_rt
     cold = await cold_sends(rt, [70_000 + 5_000 * i for i in range(6)])
-    loader = Loader(rt, lambda: ["t"])
+    loader = Loader(rt, lambda: [Shard("t")])
     try:
         assert await loader.load_topic("t", force=True) == 3
         hot_until = int(await rt.redis.hget(rt.ns.topic("t").meta, Meta.HOT_UNTIL))
@@ -339,7 +339,7 @@ async def test_without_room_the_window_still_reaches_a_minute_ahead(capped_rt):
     """Messages due within a minute come in whatever the room: a full Redis never makes one late."""
     rt = capped_rt
     cold = await cold_sends(rt, [20_000 + 1_000 * i for i in range(5)] + [90_000])
-    loader = Loader(rt, lambda: ["t"])
+    loader = Loader(rt, lambda: [Shard("t")])
     try:
         assert await loader.load_topic("t", force=True) == 5
         hot_until = int(await rt.redis.hget(rt.ns.topic("t").meta, Meta.HOT_UNTIL))
@@ -406,7 +406,7 @@ async def test_switched_off_the_loader_brings_in_every_cold_message_and_forgets_
     m = await send(rt, msg="x", delay=86_400_000)
     await loader.close()
     off = make_runtime(rt.config.redis_url, hot_window_millis=0)
-    loader = Loader(off, lambda: ["t"])
+    loader = Loader(off, lambda: [Shard("t")])
     try:
         assert await loader.load_topic("t") == 1
         assert (await in_redis(rt, m.msg_id))["waiting"] == m.trigger_time
@@ -420,7 +420,7 @@ async def test_switched_off_the_loader_brings_in_every_cold_message_and_forgets_
 
 async def test_with_the_window_off_nothing_is_cold(clean_state):
     rt = make_runtime(REDIS_URL, hot_window_millis=0)
-    loader = Loader(rt, lambda: ["t"])
+    loader = Loader(rt, lambda: [Shard("t")])
     try:
         m = await send(rt, msg="x", delay=86_400_000)
         assert await loader.load_topic("t") == 0

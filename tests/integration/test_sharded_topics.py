@@ -9,8 +9,10 @@ from collections import Counter
 import pytest
 from redis.asyncio.cluster import RedisCluster
 
+from delayqueue.core.clock import now_millis
 from delayqueue.core.constants import Reason, Status
 from delayqueue.core.exceptions import Conflict
+from delayqueue.live import scripts
 from delayqueue.live.keys import Shard
 from delayqueue.live.shards import shard_of, topic_shards
 from delayqueue.ops.figures import live_state, topic_overview
@@ -25,7 +27,7 @@ from delayqueue.services.topics import monitor_data, purge_topic, topic_config, 
 from delayqueue.workers import loader as loader_module
 from delayqueue.workers import scanner as scanner_module
 from delayqueue.workers.loader import Loader
-from tests.helpers import REDIS_CLUSTER_URL, REDIS_URL, call, make_runtime, wait_until
+from tests.helpers import REDIS_CLUSTER_URL, REDIS_URL, call, logged, make_runtime, wait_until
 from tests.integration.test_limits import set_limits_now
 
 
@@ -259,12 +261,17 @@ async def test_bad_shard_counts_and_unshardable_topics_are_refused(api, single_r
     assert answer["code"] == 400 and "live-message cap" in answer["msg"], answer
 
 
-@pytest.mark.parametrize("cluster", [False, True], ids=["single", "cluster"])
-async def test_resharding_under_load_loses_and_doubles_nothing(clean_state, start_scanner, monkeypatch, cluster):
+@pytest.mark.parametrize("cluster,window", [(False, 0), (True, 0), (False, 1000), (True, 1000)],
+                         ids=["single", "cluster", "single-cold", "cluster-cold"])
+async def test_resharding_under_load_loses_and_doubles_nothing(clean_state, start_scanner, monkeypatch, cluster,
+                                                              window):
     """1 -> 4 -> 2 shards while a producer sends and a consumer pulls and acks; then the counts
-    given up are retired once empty."""
+    given up are retired once empty. With a 1 s hot window, a third of the messages are sent
+    cold, under one count, and come in under another."""
     monkeypatch.setattr(scanner_module, "SHARDS_SETTLE_MILLIS", 1_000)
-    rt = make_runtime(REDIS_CLUSTER_URL if cluster else REDIS_URL)
+    monkeypatch.setattr(loader_module, "SHARDS_SETTLE_MILLIS", 1_000)
+    delays = (0, 0, 50, 300, *((1500, 2500) if window else ()))
+    rt = make_runtime(REDIS_CLUSTER_URL if cluster else REDIS_URL, **({"hot_window_millis": window} if window else {}))
     try:
         await start_scanner(rt)
         sent: list[str] = []
@@ -274,7 +281,7 @@ async def test_resharding_under_load_loses_and_doubles_nothing(clean_state, star
         async def produce():
             n = 0
             while not stop.is_set():
-                batch = [SendRequest("r", "x", msg_id=f"r{n + i}", delay_millis=random.choice((0, 0, 50, 300)))
+                batch = [SendRequest("r", "x", msg_id=f"r{n + i}", delay_millis=random.choice(delays))
                          for i in range(10)]
                 n += 10
                 answered = await send_messages(rt, requests=batch)
@@ -312,18 +319,24 @@ async def test_resharding_under_load_loses_and_doubles_nothing(clean_state, star
 
         await wait_until(retired, timeout=20, interval=0.2, what="the drained shard counts to be retired")
         assert (await topic_config(rt, topic="r")).shards == 2
+        info = await topic_info(rt, topic="r")
+        assert (info.waiting, info.waiting_cold, info.ready, info.consuming) == (0, 0, 0, 0)
     finally:
         await rt.close()
+
+
+async def lose_redis(rt) -> None:
+    if isinstance(rt.redis, RedisCluster):
+        await rt.redis.flushall(target_nodes=RedisCluster.PRIMARIES)
+    else:
+        await rt.redis.flushall()
 
 
 async def test_restore_rebuilds_every_shard(rt):
     await shard_topic(rt, "back", 3)
     sent = await send_messages(rt, requests=[SendRequest("back", f"b{i}", msg_id=f"b{i}", delay_millis=60_000)
                                              for i in range(30)])
-    if isinstance(rt.redis, RedisCluster):
-        await rt.redis.flushall(target_nodes=RedisCluster.PRIMARIES)
-    else:
-        await rt.redis.flushall()
+    await lose_redis(rt)
     counts = await restore(rt)
     assert counts.restored == 30
     held = await held_per_shard(rt, "back", (3,))
@@ -332,6 +345,41 @@ async def test_restore_rebuilds_every_shard(rt):
         assert (await get_message(rt, topic="back", msg_id=m.msg_id)).trigger_time == m.trigger_time
     for shard in topic_shards("back", (3,)):  # the settings' mirror came back with them
         assert await rt.redis.hget(rt.ns.topic(shard).meta, "paused") == "0"
+
+
+async def test_a_restore_leaves_a_sharded_topics_messages_beyond_the_window_to_its_loader(rt, monkeypatch):
+    """After a loss, every shard gets a window (now + DELAYQUEUE_HOT_WINDOW_MILLIS): what is due
+    within it comes back into its shard, the rest stays in the log, counted, for the loader."""
+    monkeypatch.setattr(loader_module, "SHARDS_SETTLE_MILLIS", 0)
+    monkeypatch.setattr(loader_module, "IN_FLIGHT_MILLIS", 0)
+    windowed = make_runtime(rt.config.redis_url, hot_window_millis=30_000)
+    ahead = make_runtime(rt.config.redis_url, hot_window_millis=300_000)
+    try:
+        await shard_topic(windowed, "back", 3)
+        near = await send_messages(windowed, requests=[SendRequest("back", "n", msg_id=f"n{i}", delay_millis=10_000)
+                                                       for i in range(9)])
+        far = await send_messages(windowed, requests=[SendRequest("back", "f", msg_id=f"f{i}", delay_millis=120_000)
+                                                      for i in range(9)])
+        await lose_redis(rt)
+        counts = await restore(windowed)
+        assert (counts.restored, counts.left_cold) == (9, 9)
+        for m in near:
+            assert await where_held(windowed, "back", (3, 1), m.msg_id) == [shard_of("back", m.msg_id, 3)]
+        assert [m.msg_id for m in far if await where_held(windowed, "back", (3, 1), m.msg_id)] == []
+        info = await topic_info(windowed, topic="back")
+        assert (info.waiting, info.waiting_cold) == (18, 9)
+        loader = await cold_loader(ahead, "back", 3)
+        try:
+            assert await loader.load_topic("back", force=True) == 9
+        finally:
+            await loader.close()
+        for m in far:
+            assert await where_held(windowed, "back", (3, 1), m.msg_id) == [shard_of("back", m.msg_id, 3)]
+        info = await topic_info(windowed, topic="back")
+        assert (info.waiting, info.waiting_cold) == (18, 0)
+    finally:
+        await windowed.close()
+        await ahead.close()
 
 
 @pytest.mark.process
@@ -413,34 +461,202 @@ async def test_a_drained_count_waits_out_a_postgres_outage_while_the_scanner_goe
     await wait_until(worker_gone, timeout=5, interval=0.1, what="the topic's own keys no longer scanned")
 
 
-async def test_the_cold_tier_loads_a_topics_own_cold_messages_and_leaves_its_sharded_ones(clean_state, monkeypatch):
-    """A topic with cold messages is sharded: the loader still brings them into the topic's own
-    keys, and leaves out the sharded sends' rows, which their shards hold already. A row no
-    shard holds waits while it is young: its send may be on its way to a shard."""
-    rt = make_runtime(REDIS_URL, hot_window_millis=1000)
-    ahead = make_runtime(REDIS_URL, hot_window_millis=300_000)  # a loader whose window covers them
+async def cold_loader(rt, topic: str, count: int) -> Loader:
+    """The loader of a scanner holding the first shard of the topic's `count`."""
+    return Loader(rt, lambda: [Shard(topic, count, 0)])
+
+
+@pytest.fixture
+async def windowed(rt, monkeypatch):
+    """Two runtimes on `rt`'s Redis: one with a 1 s hot window, and one whose 300 s window covers
+    the messages sent cold (a loader there brings them in). Loading waits neither for a reshard
+    to settle nor for young rows (a topic sharded at once still drains the count of 1)."""
+    monkeypatch.setattr(loader_module, "SHARDS_SETTLE_MILLIS", 0)
+    monkeypatch.setattr(loader_module, "IN_FLIGHT_MILLIS", 0)
+    short = make_runtime(rt.config.redis_url, hot_window_millis=1000)
+    ahead = make_runtime(rt.config.redis_url, hot_window_millis=300_000)
+    yield short, ahead
+    await short.close()
+    await ahead.close()
+
+
+async def sharded_with_windows(rt, topic: str, count: int) -> None:
+    """The topic takes `count` shards, and its loader gives each a window."""
+    await shard_topic(rt, topic, count)
+    loader = await cold_loader(rt, topic, count)
     try:
-        loader = Loader(rt, lambda: ["c"])
+        await loader.load_once()
+    finally:
+        await loader.close()
+
+
+async def where_held(rt, topic: str, counts: tuple[int, ...], msg_id: str) -> list[Shard]:
+    return [shard for shard in topic_shards(topic, counts) if await rt.redis.hexists(rt.ns.topic(shard).msgs, msg_id)]
+
+
+async def test_a_sharded_topics_cold_messages_wait_in_the_log_and_come_into_their_shards(windowed):
+    """Each shard has its own window: a send beyond it goes to the log only, counted in the
+    shard's part of the topic's count. The loader brings each in, ahead of its time, into its
+    shard; getMsg, deleteMsg and rescheduleMsg reach a cold message by its msgId."""
+    cold_rt, ahead = windowed
+    await sharded_with_windows(cold_rt, "c", 3)
+    for shard in topic_shards("c", (3,)):
+        assert await cold_rt.redis.hexists(cold_rt.ns.topic(shard).meta, "hot_until")
+    sent = await send_messages(cold_rt, requests=[SendRequest("c", f"m{i}", msg_id=f"c{i}", delay_millis=60_000)
+                                                  for i in range(12)])
+    assert [m.msg_id for m in sent if await where_held(cold_rt, "c", (3,), m.msg_id)] == []
+    info = await topic_info(cold_rt, topic="c")
+    assert (info.waiting, info.waiting_cold) == (12, 12)
+    assert {shard_of("c", m.msg_id, 3).index for m in sent} == {0, 1, 2}
+    assert (await get_message(cold_rt, topic="c", msg_id="c0")).payload == "m0"  # from the log
+    assert await delete_message(cold_rt, topic="c", msg_id="c1")
+    moved = await reschedule_message(cold_rt, topic="c", msg_id="c2", delay_millis=500)  # into its window
+    assert await where_held(cold_rt, "c", (3,), "c2") == [shard_of("c", "c2", 3)]
+    assert moved.trigger_time <= now_millis() + 500
+    assert (await topic_info(cold_rt, topic="c")).waiting_cold == 10
+
+    loader = await cold_loader(ahead, "c", 3)
+    try:
+        assert await loader.load_topic("c", force=True) == 10
+        assert await loader.load_topic("c", force=True) == 0
+    finally:
+        await loader.close()
+    for m in sent:
+        if m.msg_id != "c1":
+            assert await where_held(cold_rt, "c", (3,), m.msg_id) == [shard_of("c", m.msg_id, 3)]
+    deleted = shard_of("c", "c1", 3)  # kept as deleted, as a tombstone, in the shard it would come into
+    assert (await get_message(cold_rt, topic="c", msg_id="c1")).status == Status.DELETED
+    assert await cold_rt.redis.zscore(cold_rt.ns.topic(deleted).waiting, "c1") is None
+    info = await topic_info(cold_rt, topic="c")
+    assert (info.waiting, info.waiting_cold) == (11, 0)
+
+
+@pytest.mark.fault
+async def test_a_loader_killed_with_some_shards_loaded_is_resumed_with_nothing_lost_or_doubled(windowed, monkeypatch):
+    """A page's shards are loaded by calls of their own: killed after one of them, the next
+    loader reads from the shards' least position, and each shard takes only what is after its own."""
+    monkeypatch.setattr(loader_module, "PAGE", 4)
+    cold_rt, ahead = windowed
+    await sharded_with_windows(cold_rt, "k", 3)
+    sent = await send_messages(cold_rt, requests=[SendRequest("k", "x", msg_id=f"k{i}", delay_millis=60_000 + i)
+                                                  for i in range(12)])
+    real_run_all = ahead.scripts.run_all
+
+    async def dying_run_all(calls):
+        if calls and calls[0].script is scripts.LOAD_COLD:
+            await real_run_all(calls[:1])
+            raise SystemExit("killed")
+        return await real_run_all(calls)
+
+    first = await cold_loader(ahead, "k", 3)
+    monkeypatch.setattr(ahead.scripts, "run_all", dying_run_all)
+    with pytest.raises(SystemExit):
+        await first.load_topic("k", force=True)
+    monkeypatch.setattr(ahead.scripts, "run_all", real_run_all)
+    await first.close()
+    positions = {await ahead.redis.hget(ahead.ns.topic(shard).meta, "loaded_to")
+                 for shard in topic_shards("k", (3,))}
+    assert len(positions) == 2  # one shard ahead of the others
+    held = sum([await ahead.redis.zcard(ahead.ns.topic(shard).waiting) for shard in topic_shards("k", (3,))])
+    second = await cold_loader(ahead, "k", 3)
+    try:
+        assert await second.load_topic("k", force=True) == 12 - held
+    finally:
+        await second.close()
+    for m in sent:
+        assert await where_held(ahead, "k", (3, 1), m.msg_id) == [shard_of("k", m.msg_id, 3)]
+    assert (await topic_info(ahead, topic="k")).waiting_cold == 0
+
+
+async def test_a_resharded_topics_cold_messages_come_in_through_the_new_counts_shards(clean_state, monkeypatch):
+    """A topic with cold messages is sharded. Loading waits SHARDS_SETTLE_MILLIS, then falls to
+    the new count's first shard: the cold row comes into its shard of the new count, and the
+    count of cold messages adds up over both counts. The new count's sends, hot until its first
+    window, are left where they are; a row no shard holds waits while it is young."""
+    rt = make_runtime(REDIS_URL, hot_window_millis=1000)
+    ahead = make_runtime(REDIS_URL, hot_window_millis=300_000)
+    try:
+        loader = Loader(rt, lambda: [Shard("c")])
         await loader.load_topic("c", force=True)  # the topic has a window: a send beyond it goes cold
         await loader.close()
         cold = await send_message(rt, request=SendRequest("c", "cold", msg_id="cold-1", delay_millis=60_000))
-        assert not await rt.redis.hexists(rt.ns.topic("c").msgs, cold.msg_id)  # in the log only
+        assert await where_held(rt, "c", (1,), cold.msg_id) == []  # in the log only
         await shard_topic(rt, "c", 2)
         sharded = await send_messages(rt, requests=[SendRequest("c", "hot", msg_id=f"hot-{i}", delay_millis=60_000)
                                                     for i in range(6)])
-        for m in sharded:  # a sharded topic's sends are hot, in their shards
-            assert await rt.redis.hexists(rt.ns.topic(shard_of("c", m.msg_id, 2)).msgs, m.msg_id)
-        loader = Loader(ahead, lambda: ["c"])
+        for m in sharded:  # the new count has no window yet: its sends are hot, in their shards
+            assert await where_held(rt, "c", (2, 1), m.msg_id) == [shard_of("c", m.msg_id, 2)]
+        old, new = Loader(ahead, lambda: [Shard("c")]), await cold_loader(ahead, "c", 2)
         try:
-            assert await loader.load_topic("c", force=True) == 0  # the cold row is young
+            assert await old.load_once() == 0 and await new.load_once() == 0  # neither loads yet
+            assert not await rt.redis.hexists(rt.ns.topic(Shard("c", 2, 0)).meta, "hot_until")
+            monkeypatch.setattr(loader_module, "SHARDS_SETTLE_MILLIS", 0)
+            assert await old.load_once() == 0  # no longer the topic's loader
+            assert await new.load_once() == 0  # the cold row is young
             monkeypatch.setattr(loader_module, "IN_FLIGHT_MILLIS", 0)  # as if it were old
-            assert await loader.load_topic("c", force=True) == 1
+            assert await new.load_topic("c", force=True) == 1
         finally:
-            await loader.close()
-        own = rt.ns.topic("c")
-        assert await rt.redis.zscore(own.waiting, cold.msg_id) == cold.trigger_time
-        assert [m.msg_id for m in sharded if await rt.redis.hexists(own.msgs, m.msg_id)] == []
-        assert (await topic_info(rt, topic="c")).waiting == 7
+            await old.close()
+            await new.close()
+        assert await where_held(rt, "c", (2, 1), cold.msg_id) == [shard_of("c", cold.msg_id, 2)]
+        assert await rt.redis.zscore(rt.ns.topic(shard_of("c", cold.msg_id, 2)).waiting,
+                                     cold.msg_id) == cold.trigger_time
+        for m in sharded:  # none loaded twice
+            assert await where_held(rt, "c", (2, 1), m.msg_id) == [shard_of("c", m.msg_id, 2)]
+        info = await topic_info(rt, topic="c")
+        assert (info.waiting, info.waiting_cold) == (7, 0)
     finally:
         await rt.close()
         await ahead.close()
+
+
+async def test_a_retired_counts_part_of_the_cold_count_goes_to_the_current_count(clean_state, start_scanner,
+                                                                                 monkeypatch):
+    """Cold messages sent under one count are the next count's to load: the count given up
+    retires without waiting for them, handing its part of the topic's count on, and its shards
+    lose their windows."""
+    monkeypatch.setattr(scanner_module, "SHARDS_SETTLE_MILLIS", 500)
+    monkeypatch.setattr(loader_module, "SHARDS_SETTLE_MILLIS", 500)
+    rt = make_runtime(REDIS_URL, hot_window_millis=1000)
+    try:
+        await start_scanner(rt)
+        # The first send registers the topic, and its loader gives it a window.
+        first = await send_message(rt, request=SendRequest("k", "first", delay_millis=60_000))
+
+        async def windowed():
+            return await rt.redis.hexists(rt.ns.topic("k").meta, "hot_until")
+
+        await wait_until(windowed, timeout=5, interval=0.05, what="the topic's window")
+        await send_messages(rt, requests=[SendRequest("k", "x", msg_id=f"k{i}", delay_millis=60_000) for i in range(5)])
+        assert (await topic_info(rt, topic="k")).waiting_cold == 5
+        assert await delete_message(rt, topic="k", msg_id=first.msg_id, release=True)  # count 1 holds nothing
+        await shard_topic(rt, "k", 2)
+
+        async def retired():
+            return (await topic_config(rt, topic="k")).draining_shards == ()
+
+        await wait_until(retired, timeout=15, interval=0.1, what="count 1 retired")
+        assert (await topic_info(rt, topic="k")).waiting_cold == 5
+        assert await rt.redis.hget(rt.ns.topic(Shard("k", 2, 0)).meta, "cold") == "5"
+        assert await rt.redis.hmget(rt.ns.topic("k").meta, ["hot_until", "loaded_to", "cold"]) == [None] * 3
+    finally:
+        await rt.close()
+
+
+async def test_purging_a_sharded_topic_ends_its_cold_messages(windowed):
+    cold_rt, ahead = windowed
+    await sharded_with_windows(cold_rt, "p", 3)
+    await send_messages(cold_rt, requests=[SendRequest("p", "x", msg_id=f"p{i}", delay_millis=60_000)
+                                           for i in range(9)])
+    await send_messages(cold_rt, requests=[SendRequest("p", "x", msg_id=f"h{i}") for i in range(3)])
+    assert (await topic_info(cold_rt, topic="p")).waiting_cold == 9
+    assert await purge_topic(cold_rt, topic="p") == 12
+    loader = await cold_loader(ahead, "p", 3)
+    try:
+        assert await loader.load_topic("p", force=True) == 0
+    finally:
+        await loader.close()
+    info = await topic_info(cold_rt, topic="p")
+    assert (info.waiting, info.waiting_cold, info.ready) == (0, 0, 0)
+    for i in range(9):
+        assert (await logged("p", f"p{i}"))["status"] == Status.DELETED

@@ -57,3 +57,21 @@ def test_a_sharded_topics_stats_add_up_and_keep_the_greatest_max():
     two = {"12:sendMsg": "4", "12:pullGap:max": "25", "12:pullGap:sum": "30", "total:sendMsg": "9"}
     assert stats.added([one, two]) == {"12:sendMsg": 7, "12:pullGap:max": 40, "12:pullGap:sum": 90,
                                        "m5:lateness:max": 7, "total:sendMsg": 9}
+
+
+def test_a_topic_is_loaded_by_the_holder_of_its_current_counts_first_shard_once_settled():
+    from delayqueue.core.constants import SHARDS_SETTLE_MILLIS
+    from delayqueue.stores.topic_settings import TopicSettings
+    from delayqueue.workers.loader import least, loading_topics
+
+    now = 1_000_000
+    settled = now - SHARDS_SETTLE_MILLIS - 1
+    settings = {"b": TopicSettings(shards=3, draining_shards=(1,), shards_changed_at=settled),
+                "c": TopicSettings(shards=2, draining_shards=(1,), shards_changed_at=now - 10)}
+    held = [Shard("a"), Shard("b"), Shard("b", 3, 1), Shard("c", 2, 0), Shard("d", 2, 0)]
+    # "a" unsharded; "b" by its count of 3's first shard; "c" not yet: it was resharded 10 ms ago;
+    # "d" has one shard (its settings unread say so), not the held one of 2.
+    assert loading_topics(held, settings, now) == ["a"]
+    assert loading_topics([*held, Shard("b", 3, 0)], settings, now) == ["a", "b"]
+    assert loading_topics([Shard("c", 2, 0)], settings, now + SHARDS_SETTLE_MILLIS) == ["c"]
+    assert least(["5:9", "5:10", "4:99:2"]) == "4:99:2" and least([]) is None

@@ -6,6 +6,9 @@
 -- ARGV[1] hot_until: ms
 -- ARGV[2] loaded_to: the loaded_to of a topic that had no hot_until
 -- ARGV[3] start: 1 gives a topic without a hot_until one; 0 leaves it without (the cold tier is off)
+-- ARGV[4] signed: 1 for a shard of a sharded topic, whose count of cold messages is kept from here on,
+-- at 0 when there is none: a message goes cold in one shard and may be loaded into another (after
+-- a reshard), so each shard's count is a signed part of the topic's (includes/cold_count.lua)
 -- Returns {hot_until, loaded_to, cold}: what the meta holds now ('' for none).
 local meta = KEYS[1]
 local hot = redis.call('HGET', meta, META.HOT_UNTIL)
@@ -16,6 +19,9 @@ if not hot then
   redis.call('HSET', meta, META.HOT_UNTIL, ARGV[1], META.LOADED_TO, ARGV[2])
 elseif tonumber(ARGV[1]) > tonumber(hot) then
   redis.call('HSET', meta, META.HOT_UNTIL, ARGV[1])
+end
+if ARGV[4] == '1' then
+  redis.call('HSETNX', meta, META.COLD, 0)
 end
 local values = redis.call('HMGET', meta, META.HOT_UNTIL, META.LOADED_TO, META.COLD)
 return {values[1], values[2], values[3] or ''}

@@ -1,7 +1,9 @@
 -- The cold tier's count of a topic's messages in the message log only (meta's cold), and the same
 -- messages per hour they fall due in (the cold_hours hash, which getTopicInfo's waiting buckets
 -- read): each script that moves one in or out keeps both, while the count is there (the loader
--- drops both once none is left).
+-- drops both once none is left). A sharded topic's shards each keep a signed part of the topic's
+-- count (raise_hot.lua), which readers add up: a message may go cold in one shard and be loaded
+-- into another, after a reshard.
 -- live_count(t, meta key) -> the topic's live messages, the count its live-message caps hold: those
 --   in its queues (each live message Redis holds is in exactly one) and the cold ones
 --   t: waiting, ready, prioritised, inflight (keys)
@@ -36,7 +38,7 @@ local function cold_moved(meta, hours, n, by_hour)
   if n > 0 and redis.call('HEXISTS', meta, META.COLD) == 1 then
     redis.call('HINCRBY', meta, META.COLD, -n)
     for hour, count in pairs(by_hour) do
-      if redis.call('HINCRBY', hours, hour, -count) <= 0 then
+      if redis.call('HINCRBY', hours, hour, -count) == 0 then  -- below 0 in a shard another one makes up
         redis.call('HDEL', hours, hour)
       end
     end
