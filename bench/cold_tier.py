@@ -8,8 +8,12 @@ durable PostgreSQL) with DELAYQUEUE_HOT_WINDOW_MILLIS = 1 h.
    would have run them in the hours the messages waited) a loader in this process
    (workers/loader.py, the scanner's own code on the same Redis and PostgreSQL, with a window
    that covers them) moves them all into Redis: messages moved per second.
+3. The same for a topic of `--shards` shards (set before its first send, once its first count
+   has retired): one loader reads its rows once and loads each into its shard, a call per shard
+   and page. The stack's Redis is a single one, so this measures what the shards cost the
+   loader, not a spread over masters.
 
-    .venv/bin/python -m bench.cold_tier [--messages 100000] [--load 200000] [--body-bytes 100]
+    .venv/bin/python -m bench.cold_tier [--messages 100000] [--load 200000] [--body-bytes 100] [--shards 3]
 """
 import argparse
 import asyncio
@@ -51,7 +55,7 @@ def memory_per_message(client: Client, memory: redis.Redis, topic: str, body: st
     return (used_memory(memory) - before) / count, count / seconds
 
 
-async def load_all(env: dict, topic: str) -> tuple[int, float]:
+async def load_all(env: dict, topic: str, shards: int = 1) -> tuple[int, float]:
     """Moves every cold message of the topic into Redis with the loader's code; (moved, seconds)."""
     import django
 
@@ -69,7 +73,7 @@ async def load_all(env: dict, topic: str) -> tuple[int, float]:
         conn.execute("VACUUM ANALYZE delayqueue_message")
         conn.execute("CHECKPOINT")
     rt = Runtime(load_config().with_overrides(hot_window_millis=COLD_DELAY_MS + 86_400_000), process="bench-loader")
-    loader = Loader(rt, lambda: [Shard(topic)])
+    loader = Loader(rt, lambda: [Shard(topic, shards, 0)])
     try:
         started = time.perf_counter()
         moved = await loader.load_topic(topic, force=True)
@@ -79,11 +83,28 @@ async def load_all(env: dict, topic: str) -> tuple[int, float]:
         await rt.close()
 
 
+def load_sharded(client: Client, memory: redis.Redis, env: dict, body: str, count: int,
+                 shards: int) -> tuple[int, float]:
+    """Part 3: (moved, seconds) for `count` cold messages of a topic of `shards` shards."""
+    from delayqueue.live.keys import Shard, namespace_keys
+
+    topic = "load-sharded"
+    client.set_topic_config(topic, shards=shards)
+    first = namespace_keys("default").topic(Shard(topic, shards, 0))
+    client.send(topic, body, delay_ms=HOT_DELAY_MS)  # registered; the scanner's loader gives it windows
+    while client.topic_config(topic)["drainingShards"] or not memory.hexists(first.meta, "hot_until"):
+        time.sleep(0.1)
+    send_timed(client, topic, body, count, COLD_DELAY_MS)
+    history_written(memory)
+    return asyncio.run(load_all(env, topic, shards))
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=100_000)
     parser.add_argument("--load", type=int, default=200_000)
     parser.add_argument("--body-bytes", type=int, default=100)
+    parser.add_argument("--shards", type=int, default=3)
     args = parser.parse_args()
     body = "x" * args.body_bytes
     os.environ["DELAYQUEUE_HOT_WINDOW_MILLIS"] = str(WINDOW_MS)
@@ -102,6 +123,7 @@ def main():
             held = memory.zcard("dq:{default:load}:waiting")
             moved, seconds = asyncio.run(load_all(env, "load"))
             now_held = memory.zcard("dq:{default:load}:waiting")
+            sharded_moved, sharded_seconds = load_sharded(client, memory, env, body, args.load, args.shards)
         memory.close()
     print(f"{args.messages:,} waiting messages of {args.body_bytes} body bytes each way, window {WINDOW_MS / 1000:.0f} s:")
     print(f"  hot  (due in 30 min): {hot_bytes:,.1f} bytes of Redis a message, sent at {hot_rate:,.0f}/s")
@@ -112,6 +134,9 @@ def main():
     print(f"loader: {moved:,} cold messages moved into Redis in {seconds:.2f} s: {moved / seconds:,.0f} a second "
           f"(issue 27's goal: 50,000); waiting in Redis before {held:,}, after {now_held:,}; "
           f"{pending:,} pending in all")
+    print(f"loader, a topic of {args.shards} shards: {sharded_moved:,} moved in {sharded_seconds:.2f} s: "
+          f"{sharded_moved / sharded_seconds:,.0f} a second, "
+          f"{(sharded_moved / sharded_seconds) / (moved / seconds):.2f}x the unsharded topic's")
 
 
 if __name__ == "__main__":
