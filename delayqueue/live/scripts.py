@@ -359,11 +359,14 @@ RAISE_HOT = Script("raise_hot", lambda raw: None if raw[0] == "" else HotWindow(
 LOAD_COLD = Script("load_cold", lambda raw: LoadReply(int(raw[0]), int(raw[1])))
 CLEAR_COLD = Script("clear_cold", lambda raw: raw == 1)
 PURGE_COLD = Script("purge_cold", str)
+TAKE_STATS = Script("take_stats", lambda raw: dict(zip(raw[::2], raw[1::2])))
+FOLD_STATS = Script("fold_stats", int)
 
 SCRIPTS = (SEND, PULL, ACK, NACK, DELETE, GET, PROMOTE_DUE, REQUEUE_TIMED_OUT, EXPIRE, PURGE_ENDED, RETIRE_TOPIC,
            PRUNE_STATS, LOCK_RENEW, LOCK_RELEASE, LOCK_TAKE_OVER, RESTORE, TAKE_TOKENS, ADMIT_SEND, LIVE_SHARE_SHORTFALL,
            GRANT_LIVE_SHARE, RELEASE_LIVE_SHARE, COVER_LIVE_SHARE, BORROW_LIVE, REGISTER_TOPICS, CONFIRM_REGISTERED,
-           PURGE_TOPIC, TOUCH, RESCHEDULE, ADD_COUNTS, RAISE_HOT, LOAD_COLD, CLEAR_COLD, PURGE_COLD)
+           PURGE_TOPIC, TOUCH, RESCHEDULE, ADD_COUNTS, RAISE_HOT, LOAD_COLD, CLEAR_COLD, PURGE_COLD, TAKE_STATS,
+           FOLD_STATS)
 
 
 async def load_scripts(client) -> None:
@@ -632,6 +635,19 @@ def purge_topic(ctx: ScriptContext, topic: str | Shard) -> ScriptCall:
     return ScriptCall(PURGE_TOPIC, [k.waiting, k.ready, k.inflight, k.msgs, k.expiry, k.ended, k.events, k.stats,
                                     k.prioritised],
                       [ctx.scan_limit, ctx.retention_millis, ctx.actor, ctx.stats_interval_millis])
+
+
+def take_stats(ctx: ScriptContext, topic: str | Shard) -> ScriptCall:
+    """Replies the shard's stats hash, which it deletes."""
+    return ScriptCall(TAKE_STATS, [ctx.ns.topic(topic).stats], [])
+
+
+def fold_stats(ctx: ScriptContext, topic: str | Shard, *, fields: Sequence[Sequence]) -> ScriptCall:
+    """`fields`: per field the values named by FOLD_STATS.repeated (its name, its value)."""
+    args = []
+    for name_and_value in fields:
+        args += name_and_value
+    return ScriptCall(FOLD_STATS, [ctx.ns.topic(topic).stats], args)
 
 
 def add_counts(ctx: ScriptContext, *, fields: Sequence[Sequence]) -> ScriptCall:

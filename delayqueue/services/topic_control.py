@@ -4,6 +4,8 @@ from asgiref.sync import sync_to_async
 
 from delayqueue.config.push_hosts import push_url_problem
 from delayqueue.core.exceptions import BadRequest
+from delayqueue.live.keys import Meta, Shard
+from delayqueue.live.shards import topic_shards
 from delayqueue.runtime import Runtime
 from delayqueue.services.topics import write_mirrors
 from delayqueue.stores.limits import NAMESPACE
@@ -24,6 +26,9 @@ async def set_topic_config(rt: Runtime, *, topic: str, changes: dict, limits: di
     (PostgreSQL has the change: calling again is safe)."""
     if (changes.get("shards") or 1) > 1:
         await _check_shardable(rt)
+    taken_up = changes.get("shards", 0) or 1  # None: back to the default, 1
+    if "shards" in changes and taken_up not in (await rt.topic_configs.settings(topic)).shard_counts:
+        await _forget_windows(rt, topic_shards(topic, (taken_up,)))
     url = changes.get("push_url")
     # A URL the topic has already is not judged again: the pushers judge every connection, and
     # its other settings stay changeable after the operator narrowed the allowed hosts.
@@ -40,6 +45,19 @@ async def set_topic_config(rt: Runtime, *, topic: str, changes: dict, limits: di
         await rt.limits.fresh()
     await write_mirrors(rt, {topic: table.get(topic, DEFAULT_SETTINGS)})
     return secret
+
+
+async def _forget_windows(rt: Runtime, shards: list[Shard]) -> None:
+    """A shard count taken up again after it was retired starts as a new one: without a hot
+    window, so every send goes to Redis until its loader raises one. The window it kept would be
+    stale, and a send beyond it would go cold while the loading waits out the reshard. Done
+    before the change is saved: until then, no process sends to those shards."""
+    pipe = rt.redis.pipeline(transaction=False)
+    for shard in shards:
+        k = rt.ns.topic(shard)
+        pipe.hdel(k.meta, Meta.HOT_UNTIL, Meta.LOADED_TO, Meta.COLD)
+        pipe.delete(k.cold_hours)
+    await pipe.execute()
 
 
 async def _check_shardable(rt: Runtime) -> None:

@@ -42,7 +42,7 @@ from delayqueue.core.exceptions import LogUnavailable
 from delayqueue.core.outage import Outage, describe
 from delayqueue.core.stopping import cancel_and_wait
 from delayqueue.core.timer import PreciseTimer
-from delayqueue.live import scripts
+from delayqueue.live import scripts, stats
 from delayqueue.live.keys import Meta, Shard
 from delayqueue.live.pubsub import subscribe_forever
 from delayqueue.live.shards import topic_shards
@@ -359,7 +359,7 @@ class Scanner:
         message, no ended one kept for the retention, no history the log writer has not read)
         SHARDS_SETTLE_MILLIS after the change, by the scanner holding the topic's first shard. Its
         cold messages are the current count's to load: its shards' parts of the topic's count of
-        them go to that first shard first, and their windows go after."""
+        them go to that first shard first, and their monitor counters after."""
         settings = await self.rt.topic_configs.table()
         now = now_millis()
         drained = []
@@ -389,7 +389,7 @@ class Scanner:
                 await self._hand_over_cold(gone, Shard(topic, settings[topic].shards, 0))
                 if await sync_to_async(forget_drained_shards, thread_sensitive=False)(
                         namespace=self.rt.ns.namespace, topic=topic, count=count, changed_at=changed_at):
-                    await self._forget_windows(gone)
+                    await self._fold_away(gone, Shard(topic, settings[topic].shards, 0))
                     log.info("scanner %s retired the %d shards of topic %s: empty", self.token, count, topic)
             await self.rt.topic_configs.fresh()
             self._drain_outage.ok()
@@ -421,13 +421,12 @@ class Scanner:
                     pipe.hincrby(k.cold_hours, hour, int(n))
         await pipe.execute()
 
-    async def _forget_windows(self, shards: list[Shard]) -> None:
-        """A retired count's shards lose their hot windows: taken up again, the count starts with
-        every message in Redis, as a new one does."""
-        pipe = self.rt.redis.pipeline(transaction=False)
-        for shard in shards:
-            pipe.hdel(self.rt.ns.topic(shard).meta, Meta.HOT_UNTIL, Meta.LOADED_TO, Meta.COLD)
-        await pipe.execute()
+    async def _fold_away(self, shards: list[Shard], to: Shard) -> None:
+        """A retired count's shards give up their monitor counters, which are added into `to`'s,
+        so the topic's figures keep them. A scanner killed in between loses those counters."""
+        taken = await self.rt.scripts.run_all([scripts.take_stats(self.rt.context, shard) for shard in shards])
+        if fields := stats.added(taken):
+            await self.rt.scripts.call(scripts.fold_stats(self.rt.context, to, fields=list(fields.items())))
 
     async def _report_lag(self) -> None:
         """How late this process' event loop wakes timers, which is how late it can promote a

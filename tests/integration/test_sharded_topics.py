@@ -7,12 +7,13 @@ import time
 from collections import Counter
 
 import pytest
+from asgiref.sync import sync_to_async
 from redis.asyncio.cluster import RedisCluster
 
 from delayqueue.core.clock import now_millis
 from delayqueue.core.constants import Reason, Status
 from delayqueue.core.exceptions import Conflict
-from delayqueue.live import scripts
+from delayqueue.live import scripts, stats
 from delayqueue.live.keys import Shard
 from delayqueue.live.shards import shard_of, topic_shards
 from delayqueue.ops.figures import live_state, topic_overview
@@ -24,6 +25,7 @@ from delayqueue.services.restore import restore
 from delayqueue.services.send import SendRequest, send_message, send_messages
 from delayqueue.services.topic_control import pause_topic, resume_topic, set_topic_config
 from delayqueue.services.topics import monitor_data, purge_topic, topic_config, topic_info
+from delayqueue.stores.rows import forget_drained_shards
 from delayqueue.workers import loader as loader_module
 from delayqueue.workers import scanner as scanner_module
 from delayqueue.workers.loader import Loader
@@ -321,6 +323,13 @@ async def test_resharding_under_load_loses_and_doubles_nothing(clean_state, star
         assert (await topic_config(rt, topic="r")).shards == 2
         info = await topic_info(rt, topic="r")
         assert (info.waiting, info.waiting_cold, info.ready, info.consuming) == (0, 0, 0, 0)
+        # The retired counts' monitor counters were added into the current count's first shard.
+        for name in (stats.Counter.SEND, stats.Counter.ACK):
+            total = stats.field("total", name=name)
+            assert sum([int(await rt.redis.hget(rt.ns.topic(shard).stats, total) or 0)
+                        for shard in topic_shards("r", (2,))]) == len(sent)
+        for shard in topic_shards("r", (1, 4)):  # and keep none
+            assert not await rt.redis.exists(rt.ns.topic(shard).stats)
     finally:
         await rt.close()
 
@@ -613,8 +622,7 @@ async def test_a_resharded_topics_cold_messages_come_in_through_the_new_counts_s
 async def test_a_retired_counts_part_of_the_cold_count_goes_to_the_current_count(clean_state, start_scanner,
                                                                                  monkeypatch):
     """Cold messages sent under one count are the next count's to load: the count given up
-    retires without waiting for them, handing its part of the topic's count on, and its shards
-    lose their windows."""
+    retires without waiting for them, and hands its part of the topic's count on."""
     monkeypatch.setattr(scanner_module, "SHARDS_SETTLE_MILLIS", 500)
     monkeypatch.setattr(loader_module, "SHARDS_SETTLE_MILLIS", 500)
     rt = make_runtime(REDIS_URL, hot_window_millis=1000)
@@ -638,9 +646,26 @@ async def test_a_retired_counts_part_of_the_cold_count_goes_to_the_current_count
         await wait_until(retired, timeout=15, interval=0.1, what="count 1 retired")
         assert (await topic_info(rt, topic="k")).waiting_cold == 5
         assert await rt.redis.hget(rt.ns.topic(Shard("k", 2, 0)).meta, "cold") == "5"
-        assert await rt.redis.hmget(rt.ns.topic("k").meta, ["hot_until", "loaded_to", "cold"]) == [None] * 3
     finally:
         await rt.close()
+
+
+async def test_a_count_taken_up_again_after_it_retired_starts_without_its_old_window(single_rt):
+    rt = single_rt
+    loader = Loader(rt, lambda: [Shard("w")])
+    await loader.load_topic("w", force=True)
+    await loader.close()
+    assert await rt.redis.hexists(rt.ns.topic("w").meta, "hot_until")
+    await shard_topic(rt, "w", 2)
+    assert await rt.redis.hexists(rt.ns.topic("w").meta, "hot_until")  # count 1 drains: its window stays
+    changed_at = (await rt.topic_configs.fresh())["w"].shards_changed_at
+    assert await sync_to_async(forget_drained_shards)(namespace=rt.ns.namespace, topic="w", count=1,
+                                                      changed_at=changed_at)
+    await rt.topic_configs.fresh()
+    await shard_topic(rt, "w", 1)
+    assert await rt.redis.hmget(rt.ns.topic("w").meta, ["hot_until", "loaded_to"]) == [None, None]
+    m = await send_message(rt, request=SendRequest("w", "x", delay_millis=7_200_000))  # beyond the default window
+    assert await rt.redis.hexists(rt.ns.topic("w").msgs, m.msg_id)  # no window: every send goes to Redis
 
 
 async def test_purging_a_sharded_topic_ends_its_cold_messages(windowed):
