@@ -228,8 +228,9 @@ class LoadReply(NamedTuple):
 
 
 class RetireReply(NamedTuple):
-    retired: bool
+    retired: bool  # or, in a dry run, would be
     live_share: int  # the retired topic's share of its namespace's live cap, to give back
+    cold: str = ""  # its meta's count of cold messages as it stood ("" for none)
 
 
 class ScanReply(NamedTuple):
@@ -335,7 +336,7 @@ PROMOTE_DUE = Script("promote_due", _scan_reply)
 REQUEUE_TIMED_OUT = Script("requeue_timed_out", _scan_reply)
 EXPIRE = Script("expire", _scan_reply)
 PURGE_ENDED = Script("purge_ended", _scan_reply)
-RETIRE_TOPIC = Script("retire_topic", lambda raw: RetireReply(raw[0] == 1, int(raw[1])))
+RETIRE_TOPIC = Script("retire_topic", lambda raw: RetireReply(raw[0] == 1, int(raw[1]), raw[2]))
 PRUNE_STATS = Script("prune_stats", int)
 LOCK_RENEW = Script("lock_renew", lambda raw: raw == 1)
 LOCK_RELEASE = Script("lock_release", lambda raw: raw == 1)
@@ -515,10 +516,14 @@ def purge_ended(ctx: ScriptContext, topic: str | Shard) -> ScriptCall:
     return ScriptCall(PURGE_ENDED, [k.msgs, k.ended], [ctx.scan_limit])
 
 
-def retire_topic(ctx: ScriptContext, topic: str | Shard, *, idle_millis: int) -> ScriptCall:
+def retire_topic(ctx: ScriptContext, topic: str | Shard, *, idle_millis: int, dry_run: bool = False,
+                 cold: str = "") -> ScriptCall:
+    """`cold`: "" for an unsharded topic; for a shard of a sharded topic, "=" and its part of the
+    topic's cold count as read (RetireReply.cold), which must not have moved, or "*" (a dry run's
+    first look) for any."""
     k = ctx.ns.topic(topic)
     return ScriptCall(RETIRE_TOPIC, [k.waiting, k.ready, k.inflight, k.msgs, k.meta, k.stats, k.events, k.prioritised],
-                      [idle_millis])
+                      [idle_millis, _flag(dry_run), cold])
 
 
 def raise_hot(ctx: ScriptContext, topic: str | Shard, *, hot_until: int, loaded_to: str, start: bool,

@@ -266,6 +266,11 @@ SELECT COALESCE((SELECT trigger_time FROM {tables.MESSAGE} WHERE namespace = %(n
                  AND {WAITING} ORDER BY trigger_time DESC, id DESC LIMIT 1)
                 > {from_millis("%(hot_until)s::int8")}, FALSE)
 """
+# Whether the topic has a waiting row at all (a sharded topic is retired while idle only without
+# one: workers/scanner.py).
+HOLDS_WAITING = f"""
+SELECT EXISTS (SELECT 1 FROM {tables.MESSAGE} WHERE namespace = %(namespace)s AND topic = %(topic)s AND {WAITING})
+"""
 # A log row's columns as Message takes them.
 _AS_MESSAGE = (f"topic, msg_id, payload, {to_millis('produce_time')}, {to_millis('trigger_time')}, "
                f"{to_millis('expire_time')}, max_retry, retry, status, priority")

@@ -285,6 +285,12 @@ class Loader:
             await conn.execute(sql.IN_INDEX_ORDER)
             return await (await conn.execute(statement, params)).fetchall()
 
+    async def holds_waiting(self, topic: str) -> bool:
+        """Whether the log has a waiting row of the topic: cold, or one whose end the log writer
+        has not yet written."""
+        [(held,)] = await self._read(sql.HOLDS_WAITING, {"namespace": self.rt.ns.namespace, "topic": topic})
+        return held
+
     async def _forget_cold(self, topic: str, counts: dict[Shard, int], hot_until: int) -> None:
         """Step 4: nothing of the topic left in the log beyond hot_until, no cold message counted
         (`counts`: each shard's count as this loader left it)."""

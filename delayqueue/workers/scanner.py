@@ -85,7 +85,8 @@ class Scanner:
         self.loader = Loader(rt, lambda: list(self.workers)) if rt.config.message_log else None
         # A topic is worked shard by shard (its own keys, unsharded): each has its lock and worker.
         self.workers: dict[Shard, TopicWorker] = {}
-        self.known: set[str] = set()  # the registered topics
+        self.known: set[str] = set()  # the registered topics, and those heard of since the registry was read
+        self._listed: set[str] = set()  # the topics the registry listed when last read
         self.shards: dict[str, list[Shard]] = {}  # a known topic -> its shards, those of every count it may use
         self.next_try: dict[Shard, float] = {}  # shard -> monotonic time to try its lock again
         self.holders: dict[Shard, str] = {}  # shard -> the lock token of the scanner seen holding it
@@ -160,7 +161,7 @@ class Scanner:
                             loss_check_outage.ok()
                         except LogUnavailable as exc:
                             loss_check_outage.failed(describe(exc))
-                        self.known.update(await self.rt.redis.zrange(self.rt.ns.topics, 0, -1))
+                        await self._read_registry()
                         await self._refresh_shards()
                         # Until it is retired, a drained shard count costs every pull a call per shard.
                         await self._retire_drained_shards()
@@ -224,6 +225,14 @@ class Scanner:
         except LogUnavailable:
             await self.rt.redis.delete(self.rt.ns.marker)  # undecided: the next check asks again
             raise
+
+    async def _read_registry(self) -> None:
+        """The registered topics join the known ones, and those it listed before and no longer
+        does leave them (a sharded topic retired by the holder of its first shard: the holders of
+        its other shards then let them go)."""
+        listed = set(await self.rt.redis.zrange(self.rt.ns.topics, 0, -1))
+        self.known = (self.known - (self._listed - listed)) | listed
+        self._listed = listed
 
     async def _refresh_shards(self) -> None:
         """The shards of every known topic, as the topic settings in force give them; the workers
@@ -332,27 +341,58 @@ class Scanner:
                 await self.workers.pop(topic).stop()
 
     async def _retire_idle_topics(self) -> None:
-        """Takes idle unsharded topics out of the registry (a sharded topic stays registered)."""
+        """Takes idle topics out of the registry: an unsharded one by its holder; a sharded one
+        whose messages are all in one shard count, by the holder of its first shard, all its
+        shards or none (_retire_shards)."""
         idle_ms = self.rt.config.topic_idle_seconds * 1000
+        settings = await self.rt.topic_configs.table()
         for shard in list(self.workers):
             topic = shard.topic
-            if self.shards.get(topic) != [Shard(topic)]:
+            mine = settings.get(topic, DEFAULT_SETTINGS)
+            shards = self.shards.get(topic)
+            if shards != [Shard(topic)] and (shard != Shard(topic, mine.shards, 0) or mine.draining_shards
+                                             or shards != topic_shards(topic, (mine.shards,))):
                 continue
-            k = self.rt.ns.topic(topic)
-            reply = await self.rt.scripts.call(scripts.retire_topic(self.rt.context, topic, idle_millis=idle_ms))
-            if not reply.retired:
+            if not await self._retire_shards(topic, shards, idle_ms):
                 continue
-            await give_back_room(self.rt, amount=reply.live_share)
             await self.rt.redis.zrem(self.rt.ns.topics, topic)
-            if await self.rt.redis.hget(k.meta, Meta.REGISTERED) is not None:
+            pipe = self.rt.redis.pipeline(transaction=False)
+            for each in shards:
+                pipe.hexists(self.rt.ns.topic(each).meta, Meta.REGISTERED)
+            if any(await pipe.execute()):
                 # A send re-registered the topic between the two steps: keep it listed.
                 await self.rt.scripts.call(scripts.register_topics(self.rt.context, at=now_millis(), topics=[topic]))
                 continue
             log.info("scanner %s retired idle topic %s", self.token, topic)
             self.known.discard(topic)
             self.shards.pop(topic, None)
-            await self.workers.pop(shard).stop()
-            await self.rt.scripts.call(scripts.lock_release(self.rt.context, shard, token=self.token))
+            for each in shards:  # the other holders drop theirs once the registry no longer lists it
+                if each in self.workers:
+                    await self.workers.pop(each).stop()
+                    await self.rt.scripts.call(scripts.lock_release(self.rt.context, each, token=self.token))
+
+    async def _retire_shards(self, topic: str, shards: list[Shard], idle_ms: int) -> bool:
+        """Retires the topic's shards (retire_topic.lua) if every one of them is idle and empty;
+        whether it did. A sharded topic's parts of its cold count cannot tell whether the log
+        holds cold messages (a message may go cold in one shard and be counted out in another), so
+        the log is asked, between a dry run that reads the parts and the retirement, which holds
+        a shard whose part moved meanwhile (a send went cold). A shard that a send reaches after
+        it was retired registers the topic again, as an unsharded topic's does."""
+        if shards == [Shard(topic)]:
+            replies = [await self.rt.scripts.call(scripts.retire_topic(self.rt.context, topic, idle_millis=idle_ms))]
+        else:
+            looks = await self.rt.scripts.run_all([scripts.retire_topic(self.rt.context, shard, idle_millis=idle_ms,
+                                                                        dry_run=True, cold="*") for shard in shards])
+            if not all(look.retired for look in looks):
+                return False
+            if self.loader is not None and await self.loader.holds_waiting(topic):
+                return False
+            replies = await self.rt.scripts.run_all([
+                scripts.retire_topic(self.rt.context, shard, idle_millis=idle_ms, cold=f"={look.cold}")
+                for shard, look in zip(shards, looks)])
+        await give_back_room(self.rt, amount=sum(reply.live_share for reply in replies))
+        # Some but not all: a send reached one meanwhile; the others register it again at their next.
+        return all(reply.retired for reply in replies)
 
     async def _retire_drained_shards(self) -> None:
         """A shard count a topic gave up is forgotten once its shards hold nothing (no live

@@ -668,6 +668,55 @@ async def test_a_count_taken_up_again_after_it_retired_starts_without_its_old_wi
     assert await rt.redis.hexists(rt.ns.topic("w").msgs, m.msg_id)  # no window: every send goes to Redis
 
 
+async def test_an_idle_sharded_topic_is_retired_whole_and_a_send_brings_it_back(clean_state, start_scanner,
+                                                                                monkeypatch):
+    """Its shards are retired all at once by the holder of its first shard, once all are idle and
+    empty and the log holds no cold message of it; the other holders let theirs go."""
+    monkeypatch.setattr(scanner_module, "SHARDS_SETTLE_MILLIS", 200)
+    monkeypatch.setattr(loader_module, "SHARDS_SETTLE_MILLIS", 200)
+    rt = make_runtime(REDIS_URL, topic_idle_seconds=1, topic_check_seconds=1, hot_window_millis=1000)
+    try:
+        await shard_topic(rt, "idle", 3)
+        scanners = [(await start_scanner(rt, f"s{i}")).scanner for i in range(2)]
+        sent = await send_messages(rt, requests=[SendRequest("idle", "x", msg_id=f"i{i}") for i in range(6)])
+        pulled = await pull_all(rt, "idle", len(sent))
+        assert await ack_messages(rt, topic="idle", msg_ids=[m.msg_id for m in pulled])
+        first = rt.ns.topic(Shard("idle", 3, 0))
+
+        async def windowed():
+            return await rt.redis.hexists(first.meta, "hot_until")
+
+        await wait_until(windowed, timeout=10, interval=0.05, what="the shards' windows")
+
+        async def emptied():  # the acked bodies purged after the retention, their history written
+            return not any([await rt.redis.exists(rt.ns.topic(shard).msgs, rt.ns.topic(shard).events)
+                            for shard in topic_shards("idle", (3, 1))])
+
+        await wait_until(emptied, timeout=10, interval=0.1, what="the shards emptied")
+        cold = await send_message(rt, request=SendRequest("idle", "later", delay_millis=60_000))
+        assert await where_held(rt, "idle", (3,), cold.msg_id) == []
+        await asyncio.sleep(3)  # idle past the bound, and looked at twice since
+        assert await rt.redis.zscore(rt.ns.topics, "idle") is not None  # its cold message keeps it
+        assert await delete_message(rt, topic="idle", msg_id=cold.msg_id)
+
+        async def retired():
+            return await rt.redis.zscore(rt.ns.topics, "idle") is None
+
+        await wait_until(retired, timeout=15, interval=0.1, what="the idle topic retired")
+        for shard in topic_shards("idle", (3,)):
+            assert not await rt.redis.hexists(rt.ns.topic(shard).meta, "registered")
+
+        async def let_go():
+            return not any(shard.topic == "idle" for scanner in scanners for shard in scanner.workers)
+
+        await wait_until(let_go, timeout=5, interval=0.1, what="every holder letting the shards go")
+        again = await send_message(rt, request=SendRequest("idle", "again"))
+        assert await rt.redis.zscore(rt.ns.topics, "idle") is not None
+        assert [m.msg_id for m in await pull_all(rt, "idle", 1)] == [again.msg_id]
+    finally:
+        await rt.close()
+
+
 async def test_purging_a_sharded_topic_ends_its_cold_messages(windowed):
     cold_rt, ahead = windowed
     await sharded_with_windows(cold_rt, "p", 3)

@@ -297,7 +297,7 @@ async def test_retire_topic_only_when_idle_and_empty(rt):
     assert not await retire("idle")  # its history has not reached the message log yet
     await rt.redis.xtrim(k.events, maxlen=0)  # as the log writer leaves a drained stream
     await rt.redis.hset(k.meta, "live_share", 3)  # room it held of a namespace live cap
-    assert await rt.scripts.call(scripts.retire_topic(rt.context, "idle", idle_millis=0)) == (True, 3)
+    assert await rt.scripts.call(scripts.retire_topic(rt.context, "idle", idle_millis=0)) == (True, 3, "")
     assert not await rt.redis.hget(k.meta, "live_share")  # for the scanner to give back
     assert not await rt.redis.exists(k.events)
     # The next send registers the topic again.
