@@ -81,13 +81,15 @@ async def target_shards(rt: Runtime, messages: list[Message], logged_live: list[
     """Each message's shard, for a send or a restore: its msgId's in its topic's shard count
     (live/shards.py). While the topic drains other counts, a msgId whose live message the log
     holds (`logged_live`) goes to the shard of theirs holding it, if one does, so that it is
-    answered as the duplicate it is, not made a second live message. `settings`: the namespace's
-    topic settings (default: the runtime's)."""
+    answered as the duplicate it is, not made a second live message; with the log off, every
+    msgId is looked for so. `settings`: the namespace's topic settings (default: the runtime's)."""
     settings = settings if settings is not None else await rt.topic_configs.table()
+    log_tells = rt.config.message_log  # which msgIds are live; without the log, only Redis can tell
 
     def places(message: Message, logged: Message | None) -> list[Shard]:
         mine = settings.get(message.topic, DEFAULT_SETTINGS)
-        return message_shards(message.topic, message.msg_id, (mine.shards,) if logged is None else mine.shard_counts)
+        counts = (mine.shards,) if logged is None and log_tells else mine.shard_counts
+        return message_shards(message.topic, message.msg_id, counts)
 
     return await first_holding(rt, msg_ids=[message.msg_id for message in messages],
                                places=[places(message, logged)

@@ -341,6 +341,21 @@ async def lose_redis(rt) -> None:
         await rt.redis.flushall()
 
 
+@pytest.mark.parametrize("message_log", [True, False], ids=["log", "no log"])
+async def test_a_message_sent_again_during_a_reshard_is_answered_from_the_shard_holding_it(clean_state, message_log):
+    """With the log, its live row sends it to the shard of the count that holds it; without,
+    every count is looked in while the topic drains one."""
+    rt = make_runtime(REDIS_URL, message_log=message_log)
+    try:
+        first = await send_message(rt, request=SendRequest("dup", "x", msg_id="twice", delay_millis=60_000))
+        await shard_topic(rt, "dup", 3)
+        again = await send_message(rt, request=SendRequest("dup", "y", msg_id="twice", delay_millis=60_000))
+        assert (again.payload, again.produce_time) == ("x", first.produce_time)  # the duplicate's answer
+        assert await where_held(rt, "dup", (3, 1), "twice") == [Shard("dup")]
+    finally:
+        await rt.close()
+
+
 async def test_restore_rebuilds_every_shard(rt):
     await shard_topic(rt, "back", 3)
     sent = await send_messages(rt, requests=[SendRequest("back", f"b{i}", msg_id=f"b{i}", delay_millis=60_000)
