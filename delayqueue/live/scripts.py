@@ -604,21 +604,21 @@ def admit_send(ctx: ScriptContext, topic: str, *, wanted: int, produce_rate: int
     return ScriptCall(ADMIT_SEND, [k.buckets, *_live_count_keys(k)], [wanted, produce_rate, max_live])
 
 
-def live_share_shortfall(ctx: ScriptContext, topic: str, *, wanted: int) -> ScriptCall:
+def live_share_shortfall(ctx: ScriptContext, topic: str | Shard, *, wanted: int) -> ScriptCall:
     k = ctx.ns.topic(topic)
     return ScriptCall(LIVE_SHARE_SHORTFALL, _live_count_keys(k), [wanted])
 
 
-def grant_live_share(ctx: ScriptContext, topic: str, *, amount: int) -> ScriptCall:
+def grant_live_share(ctx: ScriptContext, topic: str | Shard, *, amount: int) -> ScriptCall:
     return ScriptCall(GRANT_LIVE_SHARE, [ctx.ns.topic(topic).meta], [amount])
 
 
-def release_live_share(ctx: ScriptContext, topic: str) -> ScriptCall:
+def release_live_share(ctx: ScriptContext, topic: str | Shard) -> ScriptCall:
     k = ctx.ns.topic(topic)
     return ScriptCall(RELEASE_LIVE_SHARE, _live_count_keys(k), [])
 
 
-def cover_live_share(ctx: ScriptContext, topic: str) -> ScriptCall:
+def cover_live_share(ctx: ScriptContext, topic: str | Shard) -> ScriptCall:
     k = ctx.ns.topic(topic)
     return ScriptCall(COVER_LIVE_SHARE, _live_count_keys(k), [])
 

@@ -12,8 +12,9 @@ by every web process:
   message goes in; admit_send.lua checks it before the message log is written, so a refused
   send costs the log nothing.
 - A namespace's live cap: never passed, though its topics live in different Cluster slots. The
-  cap is split into shares: each topic holds one (in its meta hash), which send.lua checks as
-  each message goes in, and the room no topic holds waits in the namespace's pool
+  cap is split into shares: each topic holds one (in its meta hash; each shard of a sharded
+  topic one of its own, claimed for the messages whose msgIds go there), which send.lua checks
+  as each message goes in, and the room no topic holds waits in the namespace's pool
   (lua/borrow_live.lua). A topic short of room borrows from the pool, with some slack; when the
   pool has too little, every topic's unused room goes back to it first. Shares and pool never
   hold more than the cap in all, so the cap is never passed. Room on its way between a share
@@ -32,9 +33,11 @@ from redis.exceptions import RedisError
 from delayqueue.core.exceptions import Throttled
 from delayqueue.core.messages import Message
 from delayqueue.live import scripts
-from delayqueue.live.keys import Bucket
+from delayqueue.live.keys import Bucket, Shard
+from delayqueue.live.shards import topic_shards
 from delayqueue.runtime import Runtime
 from delayqueue.stores.limits import NAMESPACE, Limits
+from delayqueue.stores.topic_settings import DEFAULT as DEFAULT_SETTINGS
 
 # What a refusal under a live-message cap suggests: messages leave as they are acked, deleted
 # or expire, which nothing here can foresee.
@@ -105,23 +108,24 @@ class SendAdmission:
         limits = self.table.get(topic)
         return limits.max_live if limits else 0
 
-    async def after_send(self, rows: list[Message], replies: list, send_again) -> list:
-        """The send scripts' replies, with every send a live cap refused turned into that cap's
-        refusal. Those refused because their topic's share of the namespace's cap was used up by
-        concurrent sends since admission first claim room again and go once more through
-        `send_again(indexes) -> replies` (the namespace's pool may well have room)."""
+    async def after_send(self, rows: list[Message], shards: list[Shard], replies: list, send_again) -> list:
+        """The send scripts' replies (of the messages `rows`, sent to `shards`), with every send a
+        live cap refused turned into that cap's refusal. Those refused because their shard's
+        share of the namespace's cap was used up by concurrent sends since admission first claim
+        room again and go once more through `send_again(indexes) -> replies` (the namespace's
+        pool may well have room)."""
         namespace_cap = self.namespace_cap
         again = [i for i, reply in enumerate(replies) if not isinstance(reply, Exception) and reply.over_namespace_cap]
         if again:
             try:
                 fits = await claim_namespace_room(self.rt, max_live=namespace_cap,
-                                                  wanted=Counter(rows[i].topic for i in again))
+                                                  wanted=Counter(shards[i] for i in again))
             except RedisError:
                 fits = Counter()  # refused, as the send script said
             going = []
             for i in again:
-                if fits[rows[i].topic] > 0:
-                    fits[rows[i].topic] -= 1
+                if fits[shards[i]] > 0:
+                    fits[shards[i]] -= 1
                     going.append(i)
             if going:
                 for i, reply in zip(going, await send_again(going)):
@@ -136,26 +140,27 @@ class SendAdmission:
         return cap_refusal(self.rt, topic=NAMESPACE, max_live=namespace_cap)
 
 
-async def admit_sends(rt: Runtime, *, table: dict[str, Limits], topics: list[str]) -> SendAdmission:
-    """The admission of messages to send (given by their topics, in request order) under the
-    limits in `table`. Raises RedisError.
+async def admit_sends(rt: Runtime, *, table: dict[str, Limits], topics: list[str],
+                      shards: list[Shard]) -> SendAdmission:
+    """The admission of messages to send (given by their topics, and the shards their msgIds go
+    to, in request order) under the limits in `table`. Raises RedisError.
 
     The namespace's bucket and each limited topic's admission are asked at once, in one
     pipelined round trip (their keys are in different slots, so no one script can hold both);
     each grants the first messages of its own, in request order. A message goes if both let it;
     the tokens taken for a message one of them refused are given back to the other. (A topic
     counts against its live cap the messages the namespace refused in the same call too, which
-    errs towards refusing.) Under a namespace live cap each topic first claims room for its
+    errs towards refusing.) Under a namespace live cap each shard first claims room for its
     messages in its share (claim_namespace_room); the messages beyond it are refused."""
     ctx = rt.context
     refusals: list[Throttled | None] = [None] * len(topics)
     going = list(range(len(topics)))
     namespace = table.get(NAMESPACE)
     if namespace and namespace.max_live:
-        fits = await claim_namespace_room(rt, max_live=namespace.max_live, wanted=Counter(topics))
+        fits = await claim_namespace_room(rt, max_live=namespace.max_live, wanted=Counter(shards))
         for i in going:
-            fits[topics[i]] -= 1
-            if fits[topics[i]] < 0:
+            fits[shards[i]] -= 1
+            if fits[shards[i]] < 0:
                 refusals[i] = cap_refusal(rt, topic=NAMESPACE, max_live=namespace.max_live)
         going = [i for i in going if refusals[i] is None]
     namespace_rate = namespace.produce_rate if namespace and going else 0
@@ -197,11 +202,11 @@ async def admit_sends(rt: Runtime, *, table: dict[str, Limits], topics: list[str
     return SendAdmission(rt, table, refusals)
 
 
-async def claim_namespace_room(rt: Runtime, *, max_live: int, wanted: Counter) -> Counter:
-    """Topic -> how many of the `wanted` new messages fit in its share of the namespace's live
-    cap `max_live`, once it has borrowed what it lacks from the namespace's pool. When the pool
-    has too little, every topic's unused room goes back to it and the topics ask again, without
-    slack. Raises RedisError."""
+async def claim_namespace_room(rt: Runtime, *, max_live: int, wanted: Counter[Shard]) -> Counter[Shard]:
+    """Shard (a topic's own keys, or a shard of a sharded topic) -> how many of the `wanted` new
+    messages fit in its share of the namespace's live cap `max_live`, once it has borrowed what
+    it lacks from the namespace's pool. When the pool has too little, every share's unused room
+    goes back to it and the shards ask again, without slack. Raises RedisError."""
     short = await _shortfalls(rt, wanted)
     if not short:
         return Counter(wanted)
@@ -214,40 +219,46 @@ async def claim_namespace_room(rt: Runtime, *, max_live: int, wanted: Counter) -
         slack = 0
         granted = await _borrow(rt, max_live=max_live, wanted=sum(short.values())) if short else 0
     grants = Counter()
-    for topic, lacking in short.items():  # what each lacks first, in request order; then the slack
-        grants[topic] = min(lacking, granted - grants.total())
-    for topic in short:
-        grants[topic] += min(slack, granted - grants.total())
-    await rt.scripts.run_all([scripts.grant_live_share(rt.context, topic, amount=n)
-                              for topic, n in grants.items() if n])
-    return Counter({topic: n - max(short.get(topic, 0) - grants[topic], 0) for topic, n in wanted.items()})
+    for shard, lacking in short.items():  # what each lacks first, in request order; then the slack
+        grants[shard] = min(lacking, granted - grants.total())
+    for shard in short:
+        grants[shard] += min(slack, granted - grants.total())
+    await rt.scripts.run_all([scripts.grant_live_share(rt.context, shard, amount=n)
+                              for shard, n in grants.items() if n])
+    return Counter({shard: n - max(short.get(shard, 0) - grants[shard], 0) for shard, n in wanted.items()})
 
 
-async def _shortfalls(rt: Runtime, wanted: Counter) -> dict[str, int]:
-    """Topic -> the room it lacks in its share for its wanted messages, for those lacking any."""
-    lacking = await rt.scripts.run_all([scripts.live_share_shortfall(rt.context, topic, wanted=n)
-                                        for topic, n in wanted.items()])
-    return {topic: n for topic, n in zip(wanted, lacking) if n}
+async def _shortfalls(rt: Runtime, wanted: Counter[Shard]) -> dict[Shard, int]:
+    """Shard -> the room it lacks in its share for its wanted messages, for those lacking any."""
+    lacking = await rt.scripts.run_all([scripts.live_share_shortfall(rt.context, shard, wanted=n)
+                                        for shard, n in wanted.items()])
+    return {shard: n for shard, n in zip(wanted, lacking) if n}
+
+
+async def _holders(rt: Runtime) -> set[Shard]:
+    """Every key set that may hold a share: each registered topic's shards, of every count."""
+    settings = await rt.topic_configs.table()
+    return {shard for topic in await rt.redis.zrange(rt.ns.topics, 0, -1)
+            for shard in topic_shards(topic, settings.get(topic, DEFAULT_SETTINGS).shard_counts)}
 
 
 async def _borrow(rt: Runtime, *, max_live: int, wanted: int) -> int:
     """Takes up to `wanted` room from the namespace's pool, making the pool first when there
-    is none: the cap less the shares its topics hold, each share first raised to cover the
-    topic's live messages."""
+    is none: the cap less the shares its topics' shards hold, each share first raised to cover
+    the shard's live messages."""
     granted = await rt.scripts.call(scripts.borrow_live(rt.context, wanted=wanted, max_live=max_live, held=-1))
     if granted < 0:
-        topics = await rt.redis.zrange(rt.ns.topics, 0, -1)
-        shares = await rt.scripts.run_all([scripts.cover_live_share(rt.context, topic) for topic in topics])
+        shares = await rt.scripts.run_all([scripts.cover_live_share(rt.context, shard) for shard in await _holders(rt)])
         granted = await rt.scripts.call(scripts.borrow_live(rt.context, wanted=wanted, max_live=max_live,
                                                             held=sum(shares)))
     return granted
 
 
-async def _reclaim_unused_room(rt: Runtime, *, also: list[str]) -> None:
-    """Shrinks every topic's share (the registered ones, and `also`) to its live messages and
-    gives the rest back to the namespace's pool."""
-    topics = set(await rt.redis.zrange(rt.ns.topics, 0, -1)) | set(also)
-    released = sum(await rt.scripts.run_all([scripts.release_live_share(rt.context, topic) for topic in topics]))
+async def _reclaim_unused_room(rt: Runtime, *, also: list[Shard]) -> None:
+    """Shrinks every share (the registered topics' shards', and `also`'s) to its live messages
+    and gives the rest back to the namespace's pool."""
+    holders = await _holders(rt) | set(also)
+    released = sum(await rt.scripts.run_all([scripts.release_live_share(rt.context, shard) for shard in holders]))
     if released:
         await give_back_room(rt, amount=released)
 

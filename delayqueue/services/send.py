@@ -21,7 +21,7 @@ from delayqueue.core.exceptions import LogUnavailable, MaybeSent, QueueError, re
 from delayqueue.core.messages import Message, new_msg_id
 from delayqueue.live import scripts
 from delayqueue.live.keys import Shard
-from delayqueue.live.shards import message_shards
+from delayqueue.live.shards import message_shards, shard_of
 from delayqueue.runtime import Runtime
 from delayqueue.services import admission, caps
 from delayqueue.services.messages import first_holding
@@ -172,8 +172,17 @@ async def _send_under_limits(rt: Runtime, requests: list[SendRequest]) -> list[M
     table = await rt.limits.table()
     if not table:
         return await _send_admitted(rt, requests, None)
+    # A namespace's live cap is shared out per shard: a sharded topic's message claims room in
+    # the shard its msgId goes to, so it gets its msgId now.
+    settings = await rt.topic_configs.table()
+    produce_time = now_millis()
+    requests = [request if request.msg_id or settings.get(request.topic, DEFAULT_SETTINGS).shards == 1
+                else request._replace(msg_id=new_msg_id(produce_time)) for request in requests]
+    shards = [shard_of(request.topic, request.msg_id or "", settings.get(request.topic, DEFAULT_SETTINGS).shards)
+              for request in requests]
     try:
-        admitted = await admission.admit_sends(rt, table=table, topics=[request.topic for request in requests])
+        admitted = await admission.admit_sends(rt, table=table, topics=[request.topic for request in requests],
+                                               shards=shards)
     except RedisError as exc:
         return [redis_unavailable(exc)] * len(requests)
     going = [request for request, refusal in zip(requests, admitted.refusals) if refusal is None]
@@ -228,7 +237,7 @@ async def _send_admitted(rt: Runtime, requests: list[SendRequest],
             replies[i] = reply
     if admitted is not None:
         # A cap reached between admission and the send: refused like any send Redis refused.
-        replies = await admitted.after_send(rows, replies, send)
+        replies = await admitted.after_send(rows, shards, replies, send)
     replies = [reply._replace(stored=live) if isinstance(reply, scripts.SendReply) and reply.logged_live else reply
                for reply, live in zip(replies, logged_live)]
     replies = [_own_resend(row, reply) for row, reply in zip(rows, replies)]

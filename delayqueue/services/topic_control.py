@@ -8,7 +8,6 @@ from delayqueue.live.keys import Meta, Shard
 from delayqueue.live.shards import topic_shards
 from delayqueue.runtime import Runtime
 from delayqueue.services.topics import write_mirrors
-from delayqueue.stores.limits import NAMESPACE
 from delayqueue.stores.rows import TopicConfigCaps, save_topic_config
 from delayqueue.stores.topic_settings import DEFAULT as DEFAULT_SETTINGS
 
@@ -24,8 +23,6 @@ async def set_topic_config(rt: Runtime, *, topic: str, changes: dict, limits: di
     DELAYQUEUE_MAX_PUSH_CONCURRENCY. Answers a new push signing secret
     (save_topic_config), or None. Raises RedisError when the mirror could not be written
     (PostgreSQL has the change: calling again is safe)."""
-    if (changes.get("shards") or 1) > 1:
-        await _check_shardable(rt)
     taken_up = changes.get("shards", 0) or 1  # None: back to the default, 1
     if "shards" in changes and taken_up not in (await rt.topic_configs.settings(topic)).shard_counts:
         await _forget_windows(rt, topic_shards(topic, (taken_up,)))
@@ -58,15 +55,6 @@ async def _forget_windows(rt: Runtime, shards: list[Shard]) -> None:
         pipe.hdel(k.meta, Meta.HOT_UNTIL, Meta.LOADED_TO, Meta.COLD)
         pipe.delete(k.cold_hours)
     await pipe.execute()
-
-
-async def _check_shardable(rt: Runtime) -> None:
-    """BadRequest where a topic cannot have shards: under a namespace live cap, whose shares are
-    kept in a topic's own keys."""
-    namespace = (await rt.limits.fresh()).get(NAMESPACE)
-    if namespace is not None and namespace.max_live:
-        raise BadRequest(f"shards: a topic cannot be sharded in a namespace with a live-message cap "
-                         f"({namespace.max_live} messages)")
 
 
 async def pause_topic(rt: Runtime, *, topic: str) -> None:

@@ -399,7 +399,7 @@ class Scanner:
         message, no ended one kept for the retention, no history the log writer has not read)
         SHARDS_SETTLE_MILLIS after the change, by the scanner holding the topic's first shard. Its
         cold messages are the current count's to load: its shards' parts of the topic's count of
-        them go to that first shard first, and their monitor counters after."""
+        them go to that first shard first, and their monitor counters and live-cap shares after."""
         settings = await self.rt.topic_configs.table()
         now = now_millis()
         drained = []
@@ -463,10 +463,14 @@ class Scanner:
 
     async def _fold_away(self, shards: list[Shard], to: Shard) -> None:
         """A retired count's shards give up their monitor counters, which are added into `to`'s,
-        so the topic's figures keep them. A scanner killed in between loses those counters."""
+        so the topic's figures keep them (a scanner killed in between loses those counters), and
+        their shares of a namespace live cap, which go back to its pool."""
         taken = await self.rt.scripts.run_all([scripts.take_stats(self.rt.context, shard) for shard in shards])
         if fields := stats.added(taken):
             await self.rt.scripts.call(scripts.fold_stats(self.rt.context, to, fields=list(fields.items())))
+        released = await self.rt.scripts.run_all([scripts.release_live_share(self.rt.context, shard)
+                                                  for shard in shards])
+        await give_back_room(self.rt, amount=sum(released))
 
     async def _report_lag(self) -> None:
         """How late this process' event loop wakes timers, which is how late it can promote a

@@ -12,7 +12,7 @@ from redis.asyncio.cluster import RedisCluster
 
 from delayqueue.core.clock import now_millis
 from delayqueue.core.constants import Reason, Status
-from delayqueue.core.exceptions import Conflict
+from delayqueue.core.exceptions import Conflict, Throttled
 from delayqueue.live import scripts, stats
 from delayqueue.live.keys import Shard
 from delayqueue.live.shards import shard_of, topic_shards
@@ -250,17 +250,78 @@ async def test_a_push_topic_with_shards_delivers_from_every_shard(single_rt, sta
     assert sorted(request["message"]["msgId"] for request in receiver.requests) == sorted(m.msg_id for m in sent)
 
 
-async def test_bad_shard_counts_and_unshardable_topics_are_refused(api, single_rt):
+async def test_bad_shard_counts_are_refused(api, single_rt):
     for bad in (0, 257, "two"):
         answer = await call(api, "setTopicConfig", topic="t", shards=bad)
         assert answer["code"] == 400 and "shards" in answer["msg"], answer
     answer = await call(api, "setTopicConfig", topic="t", shards=8)
     assert answer["code"] == 200 and answer["data"]["shards"] == 8 and answer["data"]["drainingShards"] == [1]
-    # A namespace's live cap is shared out in the topics' own keys: no topic of it is sharded.
-    await set_limits_now(namespace="default", max_live=1000)
-    await single_rt.limits.fresh()
-    answer = await call(api, "setTopicConfig", topic="u", shards=2)
-    assert answer["code"] == 400 and "live-message cap" in answer["msg"], answer
+
+
+async def live_over(rt, topic: str, counts: tuple[int, ...]) -> int:
+    """The live messages the topic's shards of these counts hold in Redis."""
+    total = 0
+    for shard in topic_shards(topic, counts):
+        k = rt.ns.topic(shard)
+        total += (await rt.redis.zcard(k.waiting) + await rt.redis.llen(k.ready) + await rt.redis.zcard(k.prioritised)
+                  + await rt.redis.zcard(k.inflight))
+    return total
+
+
+async def test_a_namespace_live_cap_holds_over_sharded_topics(rt):
+    """Each shard holds a share of the cap, claimed for the messages whose msgIds go to it:
+    concurrent sends to sharded and unsharded topics never pass it, and sent one by one they
+    fill it exactly; a message ended frees room for any shard."""
+    await set_limits_now(namespace=rt.ns.namespace, max_live=25)
+    await shard_topic(rt, "s3", 3)
+    await shard_topic(rt, "s4", 4)
+    counts = {"s3": (3, 1), "s4": (4, 1), "plain": (1,)}
+
+    async def live() -> int:
+        return sum([await live_over(rt, topic, mine) for topic, mine in counts.items()])
+
+    async def send(topic: str, n: int = 1) -> list:
+        return await send_messages(rt, requests=[SendRequest(topic, "x", delay_millis=60_000) for _ in range(n)])
+
+    topics = list(counts)
+    calls = [send(topics[i % 3]) for i in range(30)] + [send(topic, 6) for topic in topics]
+    outcomes = [o for call in await asyncio.gather(*calls) for o in call]
+    accepted = [o for o in outcomes if not isinstance(o, Throttled)]
+    assert 0 < len(accepted) <= 25 and await live() == len(accepted)
+    for topic in topics * 25:  # no room was lost: one by one, they fill the cap, and no more
+        if await live() == 25:
+            break
+        [outcome] = await send(topic)
+        if not isinstance(outcome, Throttled):
+            accepted.append(outcome)
+    assert len(accepted) == await live() == 25
+    [refusal] = await send("s4")
+    assert isinstance(refusal, Throttled) and "live-message cap of namespace" in str(refusal)
+    gone = next(m for m in accepted if m.topic == "plain")
+    assert await delete_message(rt, topic="plain", msg_id=gone.msg_id)
+    [taken] = await send("s3")  # the room the plain topic freed goes to a shard of s3
+    assert not isinstance(taken, Throttled) and await live() == 25
+
+
+async def test_a_retired_counts_share_of_the_namespace_cap_goes_back_to_the_pool(single_rt, start_scanner,
+                                                                                  monkeypatch):
+    monkeypatch.setattr(scanner_module, "SHARDS_SETTLE_MILLIS", 200)
+    rt = single_rt
+    await set_limits_now(namespace=rt.ns.namespace, max_live=10)
+    sent = await send_messages(rt, requests=[SendRequest("d", "x", delay_millis=60_000) for _ in range(4)])
+    for m in sent:
+        assert await delete_message(rt, topic="d", msg_id=m.msg_id, release=True)
+    assert int(await rt.redis.hget(rt.ns.topic("d").meta, "live_share")) >= 4  # room count 1 no longer uses
+    await shard_topic(rt, "d", 2)
+    await start_scanner(rt)
+
+    async def retired():
+        return (await topic_config(rt, topic="d")).draining_shards == ()
+
+    await wait_until(retired, timeout=15, interval=0.1, what="count 1 retired")
+    outcomes = await send_messages(rt, requests=[SendRequest("d", "x", delay_millis=60_000) for _ in range(12)])
+    assert sum(not isinstance(o, Throttled) for o in outcomes) == 10  # the whole cap, none of it lost
+    assert await live_over(rt, "d", (2,)) == 10
 
 
 @pytest.mark.parametrize("cluster,window", [(False, 0), (True, 0), (False, 1000), (True, 1000)],
