@@ -4,6 +4,7 @@ REDIS_CLUSTER_URL and DATABASE_URL; unit tests use none of them."""
 import asyncio
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -216,6 +217,18 @@ class PostgresControl:
                 log = Path(self.spec["log"]).read_text(errors="replace").splitlines()[-20:]
                 raise AssertionError("\n".join([failure, processes, *log]))
             time.sleep(0.05)
+        # The postmaster removes its pid file a moment before it closes its listening socket: a
+        # connection made then is taken, and closed, instead of refused.
+        while self._listening():
+            assert time.monotonic() < deadline, failure
+            time.sleep(0.01)
+
+    def _listening(self) -> bool:
+        try:
+            socket.create_connection(("127.0.0.1", self.spec["port"]), timeout=1).close()
+            return True
+        except OSError:
+            return False
 
     def ensure_running(self) -> None:
         """After a test: a server it stopped, or left stopping, runs again."""
