@@ -144,22 +144,35 @@ async def connect_direct(url: str, timeout: float) -> ReplyProtocol:
     opts = parse_url(url)
     loop = asyncio.get_running_loop()
     protocol_factory = functools.partial(ReplyProtocol, timeout)
+    if "path" in opts:
+        connecting = loop.create_unix_connection(protocol_factory, opts["path"])
+    else:
+        connecting = loop.create_connection(protocol_factory, opts.get("host", "localhost"), opts.get("port", 6379))
+    return await _set_up(connecting, timeout, username=opts.get("username"), password=opts.get("password"),
+                         db=opts.get("db"))
+
+
+async def connect_node(host: str, port: int, *, timeout: float, username: str | None = None,
+                       password: str | None = None) -> ReplyProtocol:
+    """A ReplyProtocol to one node of a cluster, named and authenticated."""
+    connecting = asyncio.get_running_loop().create_connection(functools.partial(ReplyProtocol, timeout), host, port)
+    return await _set_up(connecting, timeout, username=username, password=password, db=None)
+
+
+async def _set_up(connecting, timeout: float, *, username: str | None, password: str | None,
+                  db: int | None) -> ReplyProtocol:
     try:
-        if "path" in opts:
-            connecting = loop.create_unix_connection(protocol_factory, opts["path"])
-        else:
-            connecting = loop.create_connection(protocol_factory, opts.get("host", "localhost"), opts.get("port", 6379))
         _, protocol = await asyncio.wait_for(connecting, timeout)
     except asyncio.TimeoutError:
         raise RedisConnectionError(f"cannot connect to Redis: no answer within {timeout:g} s") from None
     except OSError as exc:
         raise RedisConnectionError(f"cannot connect to Redis: {exc}") from None
     setup = []
-    if opts.get("password"):  # first: a Redis with a password answers nothing else before it
-        setup.append(("AUTH", *filter(None, (opts.get("username"), opts["password"]))))
+    if password:  # first: a Redis with a password answers nothing else before it
+        setup.append(("AUTH", *filter(None, (username, password))))
     setup.append(("CLIENT", "SETNAME", "delayqueue-scripts"))  # named in CLIENT LIST
-    if opts.get("db"):
-        setup.append(("SELECT", opts["db"]))
+    if db:
+        setup.append(("SELECT", db))
     for command in setup:
         [reply] = await protocol.submit([hiredis.pack_command(command)])
         if isinstance(reply, ResponseError):

@@ -5,10 +5,11 @@ import asyncio
 import time
 
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import NoScriptError
+from redis.exceptions import NoScriptError, ResponseError
 
+from delayqueue.config.redis_urls import is_cluster_url, url_credentials
 from delayqueue.core.retry import retry_pauses
-from delayqueue.live.protocol import ReplyProtocol, as_error, connect_direct, evalsha
+from delayqueue.live.protocol import ReplyProtocol, as_error, connect_direct, connect_node, evalsha
 from delayqueue.live.scripts import ScriptCall, load_scripts
 
 
@@ -209,9 +210,94 @@ class DirectScriptRunner(ScriptRunner):
             self._protocol = None
 
 
+# Replies that say the slot table redis-py holds is out of date, or the cluster is changing.
+_CLUSTER_REDIRECTS = ("MOVED", "ASK", "TRYAGAIN", "CLUSTERDOWN")
+
+
+class DirectClusterScriptRunner(ScriptRunner):
+    """Script calls on a Redis Cluster over connections of their own to each primary, as
+    DirectScriptRunner's: a call goes to the primary that redis-py's slot table names for its
+    keys, a node's calls written together. redis-py's cluster pipeline spends about 50 us of
+    CPU a call more (a pull over a sharded topic's 7 shards: 521 us against 158 for one shard).
+    What the table does not foresee (MOVED, ASK, TRYAGAIN, CLUSTERDOWN, a node's connection
+    lost) goes through redis-py's pipeline, which follows the cluster, once the table is read
+    again. A node that does not answer within `timeout` fails its calls with TimeoutError, as
+    on a single Redis: they may have run, so they are not sent again."""
+
+    def __init__(self, client, url: str, timeout: float):
+        super().__init__(client, timeout)
+        self._credentials = url_credentials(url)
+        self._nodes: dict[str, ReplyProtocol] = {}  # "host:port" -> its connection
+        self._connecting = asyncio.Lock()
+
+    async def _send_once(self, calls: list[ScriptCall]) -> list:
+        if self.client._initialize:  # redis-py reads the slot table on its first command
+            await self.client.initialize()
+        by_node: dict[str, list[int]] = {}
+        nodes = {}
+        for i, call in enumerate(calls):
+            node = self.client.get_node_from_key(call.keys[0])
+            nodes[node.name] = node
+            by_node.setdefault(node.name, []).append(i)
+        answers = await asyncio.gather(*(self._node_send(nodes[name], [calls[i] for i in positions])
+                                         for name, positions in by_node.items()), return_exceptions=True)
+        replies: list = [None] * len(calls)
+        redo = []
+        for positions, answer in zip(by_node.values(), answers):
+            if isinstance(answer, RedisConnectionError):
+                redo += positions
+                continue
+            if isinstance(answer, BaseException):
+                if not isinstance(answer, Exception):
+                    raise answer  # cancelled
+                answer = [answer] * len(positions)
+            for i, reply in zip(positions, answer):
+                if isinstance(reply, ResponseError) and str(reply).startswith(_CLUSTER_REDIRECTS):
+                    redo.append(i)
+                else:
+                    replies[i] = reply
+        if redo:
+            try:
+                await self.client.nodes_manager.initialize()
+            except Exception:  # the cluster is changing: redis-py's pipeline follows it as it can
+                pass
+            for i, reply in zip(redo, await super()._send_once([calls[i] for i in redo])):
+                replies[i] = reply
+        return replies
+
+    async def _node_send(self, node, calls: list[ScriptCall]) -> list:
+        protocol = self._nodes.get(node.name)
+        if protocol is None or protocol.lost:
+            protocol = await self._connect(node)
+        future = protocol.submit([evalsha(call.script.sha, call.keys, call.args) for call in calls])
+        try:
+            return [as_error(reply) for reply in await future]
+        except BaseException:
+            if not future.done():  # abandoned: nobody else will look at its error
+                future.cancel()
+            elif not future.cancelled():
+                future.exception()
+            raise
+
+    async def _connect(self, node) -> ReplyProtocol:
+        async with self._connecting:
+            protocol = self._nodes.get(node.name)
+            if protocol is None or protocol.lost:
+                protocol = self._nodes[node.name] = await connect_node(node.host, node.port, timeout=self._timeout,
+                                                                       **self._credentials)
+            return protocol
+
+    async def close(self) -> None:
+        for protocol in self._nodes.values():
+            protocol.transport.close()
+        self._nodes.clear()
+
+
 def script_runner(client, url: str, timeout: float) -> ScriptRunner:
-    """The direct runner for a plain (redis:// or unix://) single Redis; redis-py's pipeline
-    for a cluster (it routes by slot), a Sentinel's master (it follows failovers) and TLS."""
+    """The direct runners for a plain (redis:// or unix://) single Redis and for a cluster;
+    redis-py's pipeline for a Sentinel's master (it follows failovers) and TLS."""
     if url.startswith(("redis://", "unix://")):
         return DirectScriptRunner(client, url, timeout)
+    if is_cluster_url(url):
+        return DirectClusterScriptRunner(client, url, timeout)
     return ScriptRunner(client, timeout)
