@@ -100,7 +100,7 @@ class Runtime:
         if self._notifier is None:
             async with self._notifier_lock:
                 if self._notifier is None:
-                    notifier = ReadyNotifier(self.config.redis_url, self.config.redis_timeout, self.ns.ready_channel)
+                    notifier = ReadyNotifier(self.config.redis_url, self.config.redis_timeout, self.ns)
                     await notifier.start()
                     self._notifier = notifier
         return self._notifier

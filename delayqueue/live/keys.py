@@ -21,6 +21,7 @@ from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 TOPIC_PREFIX = "dq:"
 EVENTS_SUFFIX = "events"
 HISTORY_SUFFIX = "history"
+READY_SUFFIX = "ready"  # the ready list, whose name the namespace's ready channel carries
 
 
 # Percent-encoded inside key names: "{" and "}", so that a topic's hash tag is always the whole
@@ -148,7 +149,7 @@ class TopicKeys:
 class NamespaceKeys:
     namespace: str
     topics: str  # ZSET topic -> registration time
-    ready_channel: str  # pub/sub: a topic's ready list became non-empty
+    ready_channel: str  # pub/sub: a topic's ready list became non-empty (its name: shard_of_ready)
     schedule_channel: str  # pub/sub: a topic has work earlier than its scanner expects
     scanners: str  # HASH scanner token -> "<event-loop lag ms>:<reported at ms>"
     health: str  # HASH "<host>:offline" -> 1, "<host>:last_use" -> ms (camellia's health endpoints)
@@ -174,10 +175,19 @@ class NamespaceKeys:
 
     def shard_of_history(self, channel: str) -> Shard | None:
         """The topic or shard whose history channel this is, None for another namespace's."""
-        prefix, suffix = f"{TOPIC_PREFIX}{{{self.namespace}:", f"}}:{HISTORY_SUFFIX}"
-        if not (channel.startswith(prefix) and channel.endswith(suffix)):
+        return self._shard_of(channel, HISTORY_SUFFIX)
+
+    def shard_of_ready(self, key: str) -> Shard | None:
+        """The topic or shard whose ready list this is (what the ready channel carries), None for
+        another namespace's."""
+        return self._shard_of(key, READY_SUFFIX)
+
+    def _shard_of(self, name: str, suffix: str) -> Shard | None:
+        """The topic or shard of one of its key names, None for another namespace's."""
+        prefix, suffix = f"{TOPIC_PREFIX}{{{self.namespace}:", f"}}:{suffix}"
+        if not (name.startswith(prefix) and name.endswith(suffix)):
             return None
-        text = channel[len(prefix):-len(suffix)]
+        text = name[len(prefix):-len(suffix)]
         if (mark := _SHARD_TAG.search(text)) is None:
             return Shard(topic_of_key_text(text))
         shard_count, index, _salt = mark[0][len(SHARD_MARK):].split(".")

@@ -1,8 +1,9 @@
 """Wakes long polls held in this process when a topic gets ready messages.
 
-One pub/sub subscription per process. The Lua scripts publish a topic on its ready
-channel when it goes from no ready message to some (any priority); each process then wakes its
-oldest waiter on that topic. A waiter that pulls and sees messages left wakes the next
+One pub/sub subscription per process. The Lua scripts publish on the namespace's ready channel
+when a topic (a shard of it) goes from no ready message to some (any priority), naming its ready
+list, so the shard too; each process then wakes its oldest waiter on that topic, whose pull asks
+that shard first. A waiter that pulls and sees messages left wakes the next
 one (`pass_on`), across processes if this one has nobody left waiting.
 
 A poll that found nothing ready but a message waiting also asks for a wake at its due time
@@ -16,15 +17,15 @@ from collections import deque
 from delayqueue.core.stopping import cancel_and_wait
 from delayqueue.core.timer import PreciseTimer
 from delayqueue.live.client import connect_pubsub_node
-from delayqueue.live.keys import Shard
+from delayqueue.live.keys import NamespaceKeys, Shard
 from delayqueue.live.pubsub import subscribe_forever
 
 
 class ReadyNotifier:
-    def __init__(self, redis_url: str, redis_timeout: float, channel: str):
+    def __init__(self, redis_url: str, redis_timeout: float, ns: NamespaceKeys):
         self._redis_url = redis_url
         self._redis_timeout = redis_timeout
-        self._channel = channel
+        self._ns = ns
         self._waiters: dict[str, deque[asyncio.Future]] = {}
         self._task: asyncio.Task | None = None
         self._subscribed = asyncio.Event()
@@ -46,8 +47,8 @@ class ReadyNotifier:
             self._timer.close()
 
     def register(self, topic: str) -> asyncio.Future:
-        """A waiter on the topic: its result is True when woken (or the shard to pull first, at a
-        due wake of a sharded topic), False at the waiter's own timeout."""
+        """A waiter on the topic: its result is True when woken (or the shard to pull first, of a
+        sharded topic), False at the waiter's own timeout."""
         future = asyncio.get_running_loop().create_future()
         self._waiters.setdefault(topic, deque()).append(future)
         return future
@@ -94,7 +95,7 @@ class ReadyNotifier:
     async def pass_on(self, topic: str, remaining: int) -> None:
         """Messages are left ready after a pull: wake waiters to take them."""
         if self.wake(topic, remaining) < remaining:
-            await self._publisher.publish(self._channel, topic)
+            await self._publisher.publish(self._ns.ready_channel, self._ns.topic(topic).ready)
 
     def waiting(self, topic: str) -> int:
         return len(self._waiters.get(topic, ()))
@@ -110,10 +111,10 @@ class ReadyNotifier:
             self._subscribed.set()
 
         def received(message: dict) -> None:
-            if message["type"] == "message":
-                self.wake(message["data"], 1)
+            if message["type"] == "message" and (shard := self._ns.shard_of_ready(message["data"])) is not None:
+                self.wake(shard.topic, 1, shard if shard.count > 1 else None)
 
         # A lost subscription still releases start(): waiters time out and pull.
         await subscribe_forever(self._redis_url, self._redis_timeout, what="ready notifier",
-                                channels=(self._channel,), on_message=received, on_subscribed=subscribed,
+                                channels=(self._ns.ready_channel,), on_message=received, on_subscribed=subscribed,
                                 on_lost=self._subscribed.set)

@@ -491,7 +491,7 @@ def get(ctx: ScriptContext, topic: str | Shard, *, msg_id: str) -> ScriptCall:
 def promote_due(ctx: ScriptContext, topic: str | Shard) -> ScriptCall:
     k = ctx.ns.topic(topic)
     return ScriptCall(PROMOTE_DUE, [k.waiting, k.ready, k.msgs, k.expiry, k.ended, k.stats, k.events, k.prioritised],
-                      [ctx.scan_limit, ctx.retention_millis, ctx.stats_interval_millis, ctx.ns.ready_channel, k.topic,
+                      [ctx.scan_limit, ctx.retention_millis, ctx.stats_interval_millis, ctx.ns.ready_channel,
                        ctx.actor])
 
 

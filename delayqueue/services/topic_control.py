@@ -66,4 +66,4 @@ async def pause_topic(rt: Runtime, *, topic: str) -> None:
 async def resume_topic(rt: Runtime, *, topic: str) -> None:
     """Undoes pause_topic and wakes the topic's held long polls."""
     await set_topic_config(rt, topic=topic, changes={"paused": False}, limits={})
-    await rt.redis.publish(rt.ns.ready_channel, topic)
+    await rt.redis.publish(rt.ns.ready_channel, rt.ns.topic(topic).ready)

@@ -266,10 +266,15 @@ class Pusher:
         def received(message: dict) -> None:
             # Only push topics wake the loop: the channels carry every topic of the namespace,
             # pulled ones too. One given a push URL since is pulled as the settings show it.
-            if message["type"] == "message":
-                table = self._topics.current
-                if table is None or message["data"] in table:
-                    self.want(message["data"])
+            if message["type"] != "message":
+                return
+            topic = message["data"]
+            if message["channel"] == self.rt.ns.ready_channel:  # it names a ready list
+                shard = self.rt.ns.shard_of_ready(topic)
+                topic = None if shard is None else shard.topic
+            table = self._topics.current
+            if topic is not None and (table is None or topic in table):
+                self.want(topic)
 
         def subscribed(rescan: bool) -> None:
             if rescan:  # wakes may have been missed: look at every push topic

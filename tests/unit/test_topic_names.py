@@ -10,7 +10,8 @@ from redis.crc import key_slot
 
 from delayqueue.core.constants import MAX_TOPIC_BYTES
 from delayqueue.core.names import TOPIC_RULE, topic_problem
-from delayqueue.live.keys import HISTORY_SUFFIX, Shard, TopicKeys, key_text, namespace_keys, topic_keys, topic_of_key_text
+from delayqueue.live.keys import (HISTORY_SUFFIX, READY_SUFFIX, Shard, TopicKeys, key_text, namespace_keys, topic_keys,
+                                  topic_of_key_text)
 
 # The names the tests put through every layer: each character the key encoding must handle.
 ODD_TOPICS = ["my topic", "a/b", "{}", "{a}b}", "*", "?", "[x]", "%41", "\\", "订单-cancel", " padded ",
@@ -59,14 +60,16 @@ def test_distinct_topics_get_distinct_keys():
 
 @pytest.mark.parametrize("topic", [*ODD_TOPICS, "a%s3.1.5", "%s2.0.0"])
 @pytest.mark.parametrize("shard", [(1, 0), (3, 2), (256, 255)])
-def test_the_history_channel_leads_back_to_its_topic_and_shard(topic, shard):
-    ns = namespace_keys("default")
-    channel = ns.topic(Shard(topic, *shard)).history
-    assert channel.endswith(f":{HISTORY_SUFFIX}")
-    assert ns.shard_of_history(channel) == Shard(topic, *shard)
+def test_the_history_channel_and_the_ready_list_lead_back_to_their_topic_and_shard(topic, shard):
+    """The names the history pattern and the ready channel carry."""
+    ns, other = namespace_keys("default"), namespace_keys("other")
+    keys = ns.topic(Shard(topic, *shard))
+    assert keys.history.endswith(f":{HISTORY_SUFFIX}") and keys.ready.endswith(f":{READY_SUFFIX}")
+    assert ns.shard_of_history(keys.history) == ns.shard_of_ready(keys.ready) == Shard(topic, *shard)
+    assert ns.shard_of_ready(keys.history) is None and ns.shard_of_history(keys.ready) is None
     # Redis' glob, as fnmatch spells it for a pattern without brackets: every topic's channel matches.
-    assert fnmatch.fnmatchcase(channel, ns.history_pattern.replace("\\", ""))
-    assert namespace_keys("other").shard_of_history(channel) is None
+    assert fnmatch.fnmatchcase(keys.history, ns.history_pattern.replace("\\", ""))
+    assert other.shard_of_history(keys.history) is None and other.shard_of_ready(keys.ready) is None
 
 
 def test_the_topic_rule():

@@ -89,7 +89,7 @@ if loaded > 0 then
   if #due_later > 0 then
     redis.call('ZADD', t.waiting, unpack(due_later))
   end
-  if add_messages(t, due_now, ARGV[1], topic) > 0 then
+  if add_messages(t, due_now, ARGV[1]) > 0 then
     log_events(events, ARGV[4], changes, STATUS.WAITING, REASON.DUE)
   end
   -- The topic's scanner may be asleep towards a later time.

@@ -77,6 +77,6 @@ if delay > 0 then
   return {1, STATUS.WAITING}
 end
 if set_ready(t, id, m, STATUS.CONSUMING, given_back) == 1 then
-  redis.call('PUBLISH', ARGV[4], ARGV[5])
+  redis.call('PUBLISH', ARGV[4], t.ready)
 end
 return {1, STATUS.READY}

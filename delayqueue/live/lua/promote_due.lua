@@ -12,8 +12,7 @@
 -- ARGV[2] retention_millis: how long an ended body stays readable
 -- ARGV[3] stats_interval_millis
 -- ARGV[4] ready_channel: published when the ready list goes from empty to non-empty
--- ARGV[5] topic
--- ARGV[6] actor: 'process@host' for the history, '' with the message log off
+-- ARGV[5] actor: 'process@host' for the history, '' with the message log off
 -- Returns {moved, µs until the next due message (0: more due now, -1: none), µs until the earliest
 -- TTL of the moved messages (-1: none moved), which the scanner's TTL timer must not sleep past}
 -- @include clock
@@ -21,10 +20,10 @@
 -- @include promote
 local t = {waiting = KEYS[1], ready = KEYS[2], msgs = KEYS[3], expiry = KEYS[4], ended = KEYS[5], events = KEYS[7],
            prioritised = KEYS[8],
-           actor = ARGV[6], retention = tonumber(ARGV[2])}
+           actor = ARGV[5], retention = tonumber(ARGV[2])}
 local limit = tonumber(ARGV[1])
 local now, now_us = clock()
-local ids, moved, earliest = promote(t, KEYS[6], tonumber(ARGV[3]), now, limit, ARGV[4], ARGV[5])
+local ids, moved, earliest = promote(t, KEYS[6], tonumber(ARGV[3]), now, limit, ARGV[4])
 local reply = scan_reply(moved, #ids, limit, t.waiting)
 reply[3] = earliest and math.max(earliest * 1000 - now_us, 0) or -1
 return reply

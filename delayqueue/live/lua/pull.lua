@@ -63,7 +63,7 @@ if max_inflight > 0 then
   batch = math.min(batch, max_inflight - redis.call('ZCARD', inflight))
 end
 -- No channel: this pull takes what it made ready; only what it leaves is published, below.
-local _, promoted, earliest = promote(t, stats, interval, now, tonumber(ARGV[9]), nil, ARGV[6])
+local _, promoted, earliest = promote(t, stats, interval, now, tonumber(ARGV[9]), nil)
 -- Whether a message it made ready now has the topic's earliest TTL (the scanner may sleep past it).
 local sooner_ttl = earliest and next_due(t.expiry, now_us) >= earliest * 1000 - now_us
 local deadline = now + tonumber(ARGV[2])
@@ -118,7 +118,7 @@ if (pulled > 0 and (earliest_deadline < 0 or (deadline - now) * 1000 < earliest_
 end
 out[1] = ready_count(t)
 if promoted > 0 and out[1] > 0 then
-  redis.call('PUBLISH', ARGV[10], ARGV[6])
+  redis.call('PUBLISH', ARGV[10], t.ready)
 end
 if pulled == 0 then  -- only a long poll that got nothing waits for the next due time
   out[3] = next_due(t.waiting, now_us)

@@ -41,7 +41,7 @@ math.randomseed(tonumber(ARGV[8]))
 local backoff_base, backoff_max = backoff_settings(meta)
 local wake = false
 local backed_off = 0
-local ids, requeued = due_to_ready(t, t.inflight, now, limit, ARGV[4], ARGV[5], function(id, m)
+local ids, requeued = due_to_ready(t, t.inflight, now, limit, ARGV[4], function(id, m)
   if m.status ~= STATUS.CONSUMING then
     return false
   end

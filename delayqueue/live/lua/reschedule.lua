@@ -58,7 +58,7 @@ if not raw and ARGV[10] ~= '' then
   end
   cold_moved(KEYS[8], KEYS[11], 1, old_hours)
   redis.call('HSET', t.msgs, id, cjson.encode(m))
-  add_messages(t, {m}, ARGV[6], ARGV[8])
+  add_messages(t, {m}, ARGV[6])
   if m.status == STATUS.READY then
     log_event(t.events, t.actor, id, m, STATUS.WAITING, REASON.RESCHEDULED, true)
   end
@@ -107,7 +107,7 @@ else
   redis.call('ZREM', t.waiting, id)
   m.triggerTime = trigger
   if set_ready(t, id, m, from, REASON.RESCHEDULED, true) == 1 then
-    redis.call('PUBLISH', ARGV[6], ARGV[8])  -- its queue (list or prioritised set) was empty: wake long pollers
+    redis.call('PUBLISH', ARGV[6], t.ready)  -- its queue (list or prioritised set) was empty: wake long pollers
   end
 end
 if wake then

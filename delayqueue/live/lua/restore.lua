@@ -56,7 +56,7 @@ for i = 6, #ARGV, 8 do
   end
 end
 if restored > 0 and not dry_run then
-  add_messages(t, added, ARGV[1], topic)
+  add_messages(t, added, ARGV[1])
   cold_moved(meta, KEYS[8], #was_cold, hours_of(was_cold))
   redis.call('HSET', meta, META.LAST_ACTIVE, now)
   redis.call('HSETNX', meta, META.REGISTERED, 1)

@@ -155,7 +155,7 @@ for i = first_item, #ARGV, item_size do
   reply[#reply + 1] = value
 end
 if woken_pollers then
-  redis.call('PUBLISH', ARGV[2], topic)
+  redis.call('PUBLISH', ARGV[2], t.ready)
 end
 if wake then
   redis.call('PUBLISH', ARGV[3], topic)

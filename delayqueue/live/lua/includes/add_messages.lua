@@ -1,13 +1,13 @@
 -- Adds new messages (already in msgs) to the queue structures, one command per structure: a
 -- restore or a load brings them in hundreds.
--- add_messages(t, messages, ready_channel, topic) -> messages made ready
+-- add_messages(t, messages, ready_channel) -> messages made ready
 --   waiting if their triggerTime is still ahead, else ready (priority 0, by far the most, with one
 --   LPUSH, in the order given); into expiry those it holds (includes/expiring.lua). Publishes
---   ready_channel if nothing was ready.
+--   ready_channel (the ready key's name: includes/due_to_ready.lua) if nothing was ready.
 --   t: waiting, ready, prioritised, expiry (keys)
 -- @include ready_queue
 -- @include expiring
-local function add_messages(t, messages, ready_channel, topic)
+local function add_messages(t, messages, ready_channel)
   local expiring, due_later, level_zero, made_ready = {}, {}, {}, 0
   local was_empty = ready_count(t) == 0
   for _, m in ipairs(messages) do
@@ -37,7 +37,7 @@ local function add_messages(t, messages, ready_channel, topic)
     redis.call('LPUSH', t.ready, unpack(level_zero))
   end
   if made_ready > 0 and was_empty then
-    redis.call('PUBLISH', ready_channel, topic)  -- nothing was ready: wake long pollers
+    redis.call('PUBLISH', ready_channel, t.ready)  -- nothing was ready: wake long pollers
   end
   return made_ready
 end

@@ -1,7 +1,7 @@
 -- Moves due waiting messages to ready (each at its priority) in triggerTime order and wakes long
 -- pollers; one already past its TTL is ended (expired) instead. The scanner's promote_due, and
 -- pull, so a consumer that comes for a message the moment it is due need not wait for the scanner.
--- promote(t, stats key, stats interval, now ms, limit, ready channel or nil, topic)
+-- promote(t, stats key, stats interval, now ms, limit, ready channel or nil)
 --   -> ids taken, moved, the earliest expireTime of those moved (nil if none): they enter the
 --   expiry index as they become ready, and the scanner's TTL timer may be asleep past it
 --   t: waiting, ready, prioritised, msgs, expiry, ended, events (keys), actor, retention
@@ -10,12 +10,12 @@
 -- @include end_message
 -- @include set_ready
 -- @include due_to_ready
-local function promote(t, stats, interval, now, limit, channel, topic)
+local function promote(t, stats, interval, now, limit, channel)
   local ended_count = 0
   local lateness = {}
   local made_ready = {}
   local earliest
-  local ids, moved = due_to_ready(t, t.waiting, now, limit, channel, topic, function(id, m)
+  local ids, moved = due_to_ready(t, t.waiting, now, limit, channel, function(id, m)
     if m.status ~= STATUS.WAITING then
       return false
     end
