@@ -85,10 +85,12 @@ async def pull_many(rt: Runtime, *, pulls: list[Pull]) -> list[scripts.PullReply
 async def _pull_shards(rt: Runtime, pull: Pull, counts: tuple[int, ...]) -> scripts.PullReply | Exception:
     """A pull of a sharded topic, from its shards (those of every count it may hold messages in):
     first one shard for the whole batch, drawn at random (so each is as likely to be first as any
-    other, and none starves) unless the pull names one (`first_shard`: a long poll woken when a
-    message there falls due); then, for what it lacked, the batch shared over the others in
-    pipelined rounds, a shard that handed out all it was asked for and has more asked again. A
-    backlog is taken a shard a pull: one script call, and one ack call for the batch.
+    other, and none starves) unless the pull names one (`first_shard`: a long poll woken by a
+    message made ready there, or falling due); then, for what it lacked, the batch shared over
+    the others in pipelined rounds, a shard that handed out all it was asked for and has more
+    asked again. A backlog is taken a shard a pull: one script call, and one ack call for the
+    batch. A pull that names its shard and gets messages there answers with them at once: the
+    other shards' ready messages woke polls of their own.
     The topic's consume rate is its own shard's bucket's, taken up front and given back unused.
     Highest priority first and oldest first hold within each shard, not across them."""
     batch = pull.batch
@@ -139,7 +141,7 @@ async def _pull_shards(rt: Runtime, pull: Pull, counts: tuple[int, ...]) -> scri
             if len(reply.messages) == n and reply.remaining > 0:
                 open_shards.append(shard)
         asks = []
-        if failure is not None:
+        if failure is not None or (first == pull.first_shard and messages):
             break
     if pull.consume_rate and len(messages) < batch:
         try:
