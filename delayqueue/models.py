@@ -249,6 +249,10 @@ class TopicConfig(models.Model):
     # scanners find them empty SHARDS_SETTLE_MILLIS after shards_changed_at (epoch ms).
     draining_shards = ArrayField(models.PositiveSmallIntegerField(), default=list, blank=True, editable=False)
     shards_changed_at = models.BigIntegerField(default=0, editable=False)
+    # Shard count -> a Cluster slot range [low, high) per shard, chosen over the masters that owned
+    # the slots when the count was taken up (live/shards.spread); a count without one uses
+    # live/keys.shard_tag's equal runs.
+    shard_placement = models.JSONField(default=dict, blank=True, editable=False)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:

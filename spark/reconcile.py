@@ -28,7 +28,7 @@ from delayqueue.live.keys import namespace_keys, topic_keys
 from delayqueue.live.shards import topic_shards
 from delayqueue.messagelog import sql, tables
 from delayqueue.stores.topic_settings import DEFAULT as DEFAULT_SETTINGS
-from delayqueue.stores.topic_settings import settings_table
+from delayqueue.stores.topic_settings import TopicSettings, placed, settings_table
 from spark import common, pgread, restore
 
 KEY = ["topic", "msg_id"]
@@ -42,9 +42,10 @@ REDIS_SCHEMA = T.StructType([
 SHOWN = 20
 
 
-def scan_topics(redis_url: str, namespace: str, shards):
-    """Runs on an executor: every message Redis holds in these topics' shards (live/shards.py), as
-    REDIS_SCHEMA rows."""
+def scan_topics(redis_url: str, namespace: str, settings: dict[str, TopicSettings], shards):
+    """Runs on an executor: every message Redis holds in these topics' shards (live/shards.py, placed
+    as `settings`, the driver's read, say), as REDIS_SCHEMA rows."""
+    placed(namespace, settings)
     client = common.sync_redis(redis_url)
     try:
         for topic, count, index in shards:
@@ -124,12 +125,13 @@ def read_redis(spark, args, log_topics: list[str], partitions: int) -> DataFrame
         topics = sorted(set(registered) | set(log_topics))
     if not topics:
         return spark.createDataFrame([], REDIS_SCHEMA)
-    settings = settings_table(common.query(args.database_url, sql.TOPIC_CONFIGS, [args.namespace]))
+    settings = settings_table(common.query(args.database_url, sql.TOPIC_CONFIGS, [args.namespace]), args.namespace)
     shards = [tuple(shard) for topic in topics
               for shard in topic_shards(topic, settings.get(topic, DEFAULT_SETTINGS).shard_counts)]
     url, namespace = args.redis_url, args.namespace
     rows = spark.sparkContext.parallelize(shards, min(len(shards), partitions))
-    return spark.createDataFrame(rows.mapPartitions(lambda part: scan_topics(url, namespace, part)), REDIS_SCHEMA)
+    return spark.createDataFrame(rows.mapPartitions(lambda part: scan_topics(url, namespace, settings, part)),
+                                 REDIS_SCHEMA)
 
 
 def restore_missing(spark, args, log: DataFrame, found: DataFrame, partitions: int,
@@ -142,7 +144,7 @@ def restore_missing(spark, args, log: DataFrame, found: DataFrame, partitions: i
     ids = by_topic_in_id_order(log.join(missing, KEY, "left_semi").select("topic", "id"), partitions)
     query = restore.rows_query(sql.LIVE_BY_ID)
     config, dsn = restore.queue_config(args), args.database_url
-    settings = settings_table(common.query(dsn, sql.TOPIC_CONFIGS, [args.namespace]))
+    settings = settings_table(common.query(dsn, sql.TOPIC_CONFIGS, [args.namespace]), args.namespace)
     per_partition = ids.rdd.mapPartitions(
         lambda part: restore.restore_partition(config, settings, False, False,
                                                rows_by_id(dsn, query, (r.id for r in part), chunk_rows)))

@@ -21,7 +21,7 @@ from delayqueue.live.keys import namespace_keys
 from delayqueue.messagelog import sql, tables
 from delayqueue.runtime import Runtime
 from delayqueue.services.restore import RestoreCounts, answers_loss_report, restore_rows, restore_topic_settings
-from delayqueue.stores.topic_settings import TopicSettings, settings_table
+from delayqueue.stores.topic_settings import TopicSettings, placed, settings_table
 from spark import common, pgread
 
 RESTORE_COLUMNS = list(sql.RESTORE_COLUMNS)
@@ -58,6 +58,8 @@ def restore_partition(config, settings: dict[str, TopicSettings], include_expire
     """Runs on an executor: restores rows (dicts of RESTORE_COLUMNS) in the order given, each
     into its shard by `settings` (the namespace's topic settings, as the driver read them); yields
     this partition's (restored, already live, skipped)."""
+    placed(config.namespace, settings)
+
     async def restore_all() -> RestoreCounts:
         counts, rt = RestoreCounts(), None
         try:
@@ -132,7 +134,7 @@ def run(spark, args) -> tuple[int, int, int]:
     rows_per_topic = {topic: n for topic, _hour, n, _rest, _left in counts if n}
     ended = sum(rest for _topic, _hour, _n, rest, _left in counts)
     query = rows_query(sql.both(sql.both(scope, candidates), sql.IN_TOPIC))
-    settings = settings_table(common.query(args.database_url, sql.TOPIC_CONFIGS, [args.namespace]))
+    settings = settings_table(common.query(args.database_url, sql.TOPIC_CONFIGS, [args.namespace]), args.namespace)
     if not args.dry_run:
         restore_settings(config, settings, args.topic)
     groups = balance(rows_per_topic, common.default_partitions(spark, args.partitions))

@@ -8,6 +8,7 @@ through topic_of_key_text; everything else (the registry, the scripts' ARGV, the
 holds the topic's real text.
 """
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from functools import lru_cache
@@ -63,21 +64,41 @@ SHARD_MARK = "%s"
 _SHARD_TAG = re.compile(re.escape(SHARD_MARK) + r"\d+\.\d+\.\d+$")
 
 
+# (namespace, topic, shard count) -> the slot range [low, high) of each shard, where the count
+# was placed over a cluster's masters (live/shards.spread): what the topic settings say, as the
+# settings a process reads register them (stores/topic_settings.placed). A count without one
+# takes equal runs (shard_tag).
+_PLACEMENTS: dict[tuple[str, str, int], tuple[tuple[int, int], ...]] = {}
+
+
+def place_shards(namespace: str, topic: str, count: int, ranges: Sequence[Sequence[int]]) -> None:
+    """Registers where a count's shards were placed: their keys' tags land in those slot ranges."""
+    placed = tuple((int(low), int(high)) for low, high in ranges)
+    if len(placed) == count and _PLACEMENTS.get((namespace, topic, count)) != placed:
+        _PLACEMENTS[(namespace, topic, count)] = placed
+        shard_tag.cache_clear()
+        topic_keys.cache_clear()
+
+
 @lru_cache(maxsize=65_536)
 def shard_tag(namespace: str, shard: Shard) -> str:
-    """The hash tag of a shard's keys. Shard i of n lands in the middle half of the i-th of n
-    equal runs of Cluster slots (the salt is the first that does), so the n shards spread over
-    masters that own equal runs of slots, as `redis-cli --cluster create` and `rebalance` leave
-    them, rather than over slots that may all sit on one master."""
+    """The hash tag of a shard's keys: the first salt that puts its slot in the range its count's
+    placement gives it (place_shards), else in the middle half of the i-th of n equal runs of
+    slots, where masters that own equal runs (as `redis-cli --cluster create` leaves them) have
+    one each, rather than over slots that may all sit on one master."""
     base = f"{namespace}:{key_text(shard.topic)}"
     if shard.count == 1:
         return base
     base += f"{SHARD_MARK}{shard.count}.{shard.index}."
-    low = shard.index * REDIS_CLUSTER_HASH_SLOTS // shard.count
-    high = (shard.index + 1) * REDIS_CLUSTER_HASH_SLOTS // shard.count
-    margin = (high - low) // 4
-    return next(base + str(salt) for salt in counting()
-                if low + margin <= key_slot((base + str(salt)).encode()) < high - margin)
+    placement = _PLACEMENTS.get((namespace, shard.topic, shard.count))
+    if placement is not None:
+        low, high = placement[shard.index]
+    else:
+        low = shard.index * REDIS_CLUSTER_HASH_SLOTS // shard.count
+        high = (shard.index + 1) * REDIS_CLUSTER_HASH_SLOTS // shard.count
+        margin = (high - low) // 4
+        low, high = low + margin, high - margin
+    return next(base + str(salt) for salt in counting() if low <= key_slot((base + str(salt)).encode()) < high)
 
 
 class Meta(StrEnum):

@@ -24,3 +24,26 @@ def message_shards(topic: str, msg_id: str, counts: Sequence[int]) -> list[Shard
 def topic_shards(topic: str, counts: Sequence[int]) -> list[Shard]:
     """Every key set of the counts, those of the first count first."""
     return [Shard(topic, count, index) for count in counts for index in range(count)]
+
+
+def spread(count: int, owners: Sequence[tuple[int, int, str]]) -> list[tuple[int, int]]:
+    """Slot ranges [low, high) for the `count` shards of a topic, over a cluster whose masters own
+    the slots `owners` ((first, last, master), CLUSTER SLOTS' runs): the masters take the shards
+    in turn, in the order of their first slots, and a master's shards split its longest run of
+    slots between them. The shards so sit on as many masters as there are, whatever runs each
+    owns (after `redis-cli --cluster rebalance` added one, a master's slots are in pieces)."""
+    runs: dict[str, list[tuple[int, int]]] = {}
+    for first, last, master in sorted(owners):
+        runs.setdefault(master, []).append((first, last + 1))
+    masters = list(runs)
+    mine: dict[str, list[int]] = {}
+    for index in range(count):
+        mine.setdefault(masters[index % len(masters)], []).append(index)
+    ranges: list[tuple[int, int]] = [(0, 0)] * count
+    for master, indexes in mine.items():
+        low, high = max(runs[master], key=lambda run: run[1] - run[0])
+        parts = min(len(indexes), high - low)  # more shards than slots in the run: some share a range
+        for n, index in enumerate(indexes):
+            part = n % parts
+            ranges[index] = (low + part * (high - low) // parts, low + (part + 1) * (high - low) // parts)
+    return ranges

@@ -732,7 +732,7 @@ LIMIT_READS = settings_reads(tables.LIMIT, ("coalesce(produce_rate, 0)", "coales
 TOPIC_CONFIG_COLUMNS = ("ttl_millis", "max_retry", "ack_timeout_millis", "retry_backoff_millis",
                         "retry_backoff_max_millis", "dead_letter", "paused", "push_url", "push_concurrency",
                         "push_timeout_millis", "push_rate", "push_previous_until", "shards", "draining_shards",
-                        "shards_changed_at")
+                        "shards_changed_at", "shard_placement")
 TOPIC_CONFIG_READS = settings_reads(tables.TOPIC_CONFIG, TOPIC_CONFIG_COLUMNS)
 # The same table read in full by the Spark restore, which has no refreshed table: (topic, *columns).
 TOPIC_CONFIGS = f"SELECT topic, {', '.join(TOPIC_CONFIG_COLUMNS)} FROM {tables.TOPIC_CONFIG} WHERE namespace = %s"

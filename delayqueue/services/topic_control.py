@@ -1,11 +1,13 @@
 """A topic's settings changed (in PostgreSQL through the ORM, then mirrored into Redis), and its
 pause and resume."""
 from asgiref.sync import sync_to_async
+from redis.asyncio.cluster import RedisCluster
+from redis.crc import REDIS_CLUSTER_HASH_SLOTS
 
 from delayqueue.config.push_hosts import push_url_problem
 from delayqueue.core.exceptions import BadRequest
-from delayqueue.live.keys import Meta, Shard
-from delayqueue.live.shards import topic_shards
+from delayqueue.live.keys import Meta, Shard, place_shards
+from delayqueue.live.shards import spread, topic_shards
 from delayqueue.runtime import Runtime
 from delayqueue.services.topics import write_mirrors
 from delayqueue.stores.rows import TopicConfigCaps, save_topic_config
@@ -24,7 +26,11 @@ async def set_topic_config(rt: Runtime, *, topic: str, changes: dict, limits: di
     (save_topic_config), or None. Raises RedisError when the mirror could not be written
     (PostgreSQL has the change: calling again is safe)."""
     taken_up = changes.get("shards", 0) or 1  # None: back to the default, 1
+    placement = None
     if "shards" in changes and taken_up not in (await rt.topic_configs.settings(topic)).shard_counts:
+        placement = await _placement(rt, taken_up)
+        if placement is not None:
+            place_shards(rt.ns.namespace, topic, taken_up, placement)
         await _forget_windows(rt, topic_shards(topic, (taken_up,)))
     url = changes.get("push_url")
     # A URL the topic has already is not judged again: the pushers judge every connection, and
@@ -36,12 +42,31 @@ async def set_topic_config(rt: Runtime, *, topic: str, changes: dict, limits: di
     secret = await sync_to_async(save_topic_config, thread_sensitive=False)(
         namespace=rt.ns.namespace, topic=topic, changes=changes, limits=limits, by_operator=by_operator,
         rotate_push_secret=rotate_push_secret, secret_grace_millis=rt.config.push_secret_grace_seconds * 1000,
-        caps=TopicConfigCaps(rows=rt.config.max_topic_configs, push_concurrency=rt.config.max_push_concurrency))
+        caps=TopicConfigCaps(rows=rt.config.max_topic_configs, push_concurrency=rt.config.max_push_concurrency),
+        placement=placement)
     table = await rt.topic_configs.fresh()
     if limits:
         await rt.limits.fresh()
     await write_mirrors(rt, {topic: table.get(topic, DEFAULT_SETTINGS)})
     return secret
+
+
+async def _placement(rt: Runtime, count: int) -> list[tuple[int, int]] | None:
+    """On a cluster, a slot range for each of `count` shards, spread over its masters as they own
+    the slots now (live/shards.spread); None on a single Redis, or for one shard."""
+    if count == 1 or not isinstance(rt.redis, RedisCluster):
+        return None
+    await rt.redis.nodes_manager.initialize()  # the slots as they are, not as redis-py last saw them
+    masters = [nodes[0].name if (nodes := rt.redis.nodes_manager.slots_cache.get(slot)) else None
+               for slot in range(REDIS_CLUSTER_HASH_SLOTS)]
+    if None in masters:  # a cluster with slots no master serves: equal runs, as without a placement
+        return None
+    owners, first = [], 0
+    for slot in range(1, REDIS_CLUSTER_HASH_SLOTS + 1):
+        if slot == REDIS_CLUSTER_HASH_SLOTS or masters[slot] != masters[first]:
+            owners.append((first, slot - 1, masters[first]))
+            first = slot
+    return spread(count, owners)
 
 
 async def _forget_windows(rt: Runtime, shards: list[Shard]) -> None:

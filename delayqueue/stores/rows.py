@@ -170,10 +170,11 @@ class TopicConfigCaps:
 
 def save_topic_config(*, namespace: str, topic: str, changes: dict, limits: dict, by_operator: bool,
                       rotate_push_secret: bool = False, secret_grace_millis: int = 0,
-                      caps: TopicConfigCaps = TopicConfigCaps()) -> str | None:
+                      caps: TopicConfigCaps = TopicConfigCaps(), placement: list | None = None) -> str | None:
     """Sets the TopicConfig fields in `changes` (a value None: back to the default) and the
     limits in `limits` (set_limits' keywords: 0 removes one, `by_operator` says whose); the rest
-    stay as they are; nothing, if set_limits refuses.
+    stay as they are; nothing, if set_limits refuses. `placement`: the slot ranges of the shards
+    of a count taken up (live/shards.spread), kept unless the count still drains.
 
     A topic given its first push URL gets a signing secret; `rotate_push_secret` makes a new one,
     the old one signing on for `secret_grace_millis`; an empty push URL forgets both. Answers
@@ -198,7 +199,7 @@ def save_topic_config(*, namespace: str, topic: str, changes: dict, limits: dict
             pushes_before = _push_share(config)
             defaults = TopicSettings()
             if "shards" in changes:
-                _reshard(config, changes["shards"] or defaults.shards)
+                _reshard(config, changes["shards"] or defaults.shards, placement)
             for name, value in changes.items():
                 setattr(config, name, getattr(defaults, name) if value is None else value)
             secret = None
@@ -244,10 +245,13 @@ def forget_drained_shards(*, namespace: str, topic: str, count: int, changed_at:
         connections[database].close()
 
 
-def _reshard(config: TopicConfig, shards: int) -> None:
+def _reshard(config: TopicConfig, shards: int, placement: list | None) -> None:
     """A new shard count: the one given up keeps its shards, read and scanned until they are
-    empty (live/shards.py); a count taken up again drains no more."""
+    empty (live/shards.py); a count taken up again drains no more. A count whose shards hold
+    nothing (not draining) is placed anew when a placement comes with it."""
     if shards != config.shards:
+        if placement is not None and shards not in config.draining_shards:
+            config.shard_placement = {**config.shard_placement, str(shards): placement}
         config.draining_shards = sorted(({*config.draining_shards, config.shards}) - {shards})
         config.shards_changed_at = now_millis()
 

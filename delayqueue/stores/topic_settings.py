@@ -18,11 +18,11 @@ A pull of a paused topic hands out nothing if either copy says paused: the mirro
 exact the moment it is answered, the cache keeps it while a Redis that lost its data waits for
 its restore. Reading fails open as the limits do: the settings last read stay in force.
 """
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 from delayqueue.core.constants import PUSH_CONCURRENCY_DEFAULT, PUSH_TIMEOUT_DEFAULT_MILLIS, RETRY_BACKOFF_MAX_MILLIS
-from delayqueue.live.keys import Meta
+from delayqueue.live.keys import Meta, place_shards
 from delayqueue.messagelog import sql
 from delayqueue.stores.refreshed import RefreshedTable
 
@@ -46,6 +46,8 @@ class TopicSettings:
     shards: int = 1  # key sets its new messages spread over (live/shards.py)
     draining_shards: Sequence[int] = ()  # shard counts given up whose shards may still hold messages
     shards_changed_at: int = 0  # epoch ms of the last change of `shards`
+    # Shard count (as text: JSON's keys) -> each shard's slot range [low, high), on a cluster (TopicConfig's)
+    shard_placement: Mapping[str, Sequence[Sequence[int]]] = field(default_factory=dict)
 
     @property
     def shard_counts(self) -> tuple[int, ...]:
@@ -65,9 +67,18 @@ MIRROR_FIELDS = {
 }
 
 
-def settings_table(rows) -> dict[str, TopicSettings]:
-    """Topic -> settings, from the rows of sql.TOPIC_CONFIGS."""
-    return {topic: TopicSettings(*values) for topic, *values in rows}
+def settings_table(rows, namespace: str) -> dict[str, TopicSettings]:
+    """Topic -> settings, from the rows of sql.TOPIC_CONFIGS of the namespace (placed)."""
+    return placed(namespace, {topic: TopicSettings(*values) for topic, *values in rows})
+
+
+def placed(namespace: str, table: dict[str, TopicSettings]) -> dict[str, TopicSettings]:
+    """The table, its shard placements registered for the namespace's keys (keys.place_shards):
+    a process that has read a topic's shard counts builds their keys where they were placed."""
+    for topic, settings in table.items():
+        for count, ranges in settings.shard_placement.items():
+            place_shards(namespace, topic, int(count), ranges)
+    return table
 
 
 class TopicConfigCache(RefreshedTable):
@@ -79,6 +90,9 @@ class TopicConfigCache(RefreshedTable):
 
     def entry(self, values: tuple) -> TopicSettings:
         return TopicSettings(*values)
+
+    async def fresh(self) -> dict:
+        return placed(self._ns.namespace, await super().fresh())
 
     async def settings(self, topic: str) -> TopicSettings:
         """The topic's settings in force."""

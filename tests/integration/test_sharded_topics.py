@@ -13,7 +13,7 @@ from redis.asyncio.cluster import RedisCluster
 from delayqueue.core.clock import now_millis
 from delayqueue.core.constants import Reason, Status
 from delayqueue.core.exceptions import Conflict, Throttled
-from delayqueue.live import scripts, stats
+from delayqueue.live import keys, scripts, stats
 from delayqueue.live.keys import Shard
 from delayqueue.live.shards import shard_of, topic_shards
 from delayqueue.ops.figures import live_state, topic_overview
@@ -29,7 +29,7 @@ from delayqueue.stores.rows import forget_drained_shards
 from delayqueue.workers import loader as loader_module
 from delayqueue.workers import scanner as scanner_module
 from delayqueue.workers.loader import Loader
-from tests.helpers import REDIS_CLUSTER_URL, REDIS_URL, call, logged, make_runtime, wait_until
+from tests.helpers import REDIS_CLUSTER_URL, REDIS_URL, call, logged, make_runtime, query, wait_until
 from tests.integration.test_limits import set_limits_now
 
 
@@ -69,6 +69,34 @@ async def test_a_sharded_topic_has_keys_on_every_master_of_the_cluster(clean_sta
         masters = {rt.redis.get_node_from_key(rt.ns.topic(shard).msgs).name for shard in held}
         assert len(masters) == 3 == len(rt.redis.get_primaries())
         assert await rt.redis.hlen(rt.ns.topic("spread").msgs) == 0  # nothing in the topic's own keys
+    finally:
+        await rt.close()
+
+
+async def test_a_shard_count_is_placed_over_the_masters_as_they_own_the_slots(clean_state):
+    """setTopicConfig on a cluster keeps, per shard, a slot range of one master, the masters
+    taking the shards in turn; another process reads it with the settings and finds the same keys."""
+    rt = make_runtime(REDIS_CLUSTER_URL)
+    try:
+        await shard_topic(rt, "placed", 4)
+        [placement] = await query("SELECT shard_placement FROM delayqueue_topicconfig WHERE topic = 'placed'")
+        ranges = placement[0]["4"]
+        masters = [rt.redis.get_node_from_key(rt.ns.topic(Shard("placed", 4, i)).msgs).name for i in range(4)]
+        for i, (low, high) in enumerate(ranges):
+            assert low <= rt.redis.keyslot(rt.ns.topic(Shard("placed", 4, i)).msgs) < high
+        assert sorted(Counter(masters).values()) == [1, 1, 2]
+        sent = await send_messages(rt, requests=[SendRequest("placed", "x", msg_id=f"p{i}") for i in range(40)])
+        before = {shard: rt.ns.topic(shard).msgs for shard in topic_shards("placed", (4,))}
+        keys._PLACEMENTS.clear()  # a process that has not read the settings yet
+        keys.shard_tag.cache_clear()
+        keys.topic_keys.cache_clear()
+        other = make_runtime(REDIS_CLUSTER_URL)
+        try:
+            await other.topic_configs.table()
+            assert {shard: other.ns.topic(shard).msgs for shard in topic_shards("placed", (4,))} == before
+            assert len(await pull_all(other, "placed", len(sent), batch=10)) == len(sent)
+        finally:
+            await other.close()
     finally:
         await rt.close()
 

@@ -75,3 +75,43 @@ def test_a_topic_is_loaded_by_the_holder_of_its_current_counts_first_shard_once_
     assert loading_topics([*held, Shard("b", 3, 0)], settings, now) == ["a", "b"]
     assert loading_topics([Shard("c", 2, 0)], settings, now + SHARDS_SETTLE_MILLIS) == ["c"]
     assert least(["5:9", "5:10", "4:99:2"]) == "4:99:2" and least([]) is None
+
+
+# A 3-master cluster after `redis-cli --cluster rebalance` gave a fourth master slots from each.
+REBALANCED = [(0, 1364, "d"), (1365, 5460, "a"), (5461, 6826, "d"), (6827, 10922, "b"), (10923, 12287, "d"),
+              (12288, 16383, "c")]
+
+
+def owner(slot: int) -> str:
+    return next(master for first, last, master in REBALANCED if first <= slot <= last)
+
+
+@pytest.mark.parametrize("count", [2, 4, 6, 8, 256])
+def test_a_placement_spreads_the_shards_over_every_master_whatever_slots_each_owns(count):
+    from delayqueue.live.shards import spread
+
+    ranges = spread(count, REBALANCED)
+    assert len(ranges) == count and all(low < high for low, high in ranges)
+    masters = [owner(low) for low, _high in ranges]
+    assert all(owner(high - 1) == master for (_low, high), master in zip(ranges, masters))  # each in one master's
+    per_master = Counter(masters)
+    assert len(per_master) == min(count, 4) and max(per_master.values()) - min(per_master.values()) <= 1
+    # Equal runs (the shards' slots without a placement) put 4 shards on 3 of these 4 masters.
+    assert len({owner(shard_slot(Shard("t", 4, i))) for i in range(4)}) == 3
+
+
+def shard_slot(shard: Shard) -> int:
+    return key_slot(namespace_keys("default").topic(shard).msgs.encode())
+
+
+def test_a_placed_shards_keys_land_in_its_range():
+    from delayqueue.live.keys import place_shards
+    from delayqueue.live.shards import spread
+
+    ranges = spread(4, REBALANCED)
+    place_shards("default", "placed", 4, ranges)
+    for i, (low, high) in enumerate(ranges):
+        assert low <= shard_slot(Shard("placed", 4, i)) < high
+    assert {owner(shard_slot(Shard("placed", 4, i))) for i in range(4)} == {"a", "b", "c", "d"}
+    assert spread(5, [(0, 16383, "m")]) == [(i * 16384 // 5, (i + 1) * 16384 // 5) for i in range(5)]
+    assert len(set(spread(3, [(0, 1, "a"), (2, 16383, "b")]))) == 3  # a master of 2 slots takes 2 shards in them
