@@ -231,8 +231,7 @@ class DirectClusterScriptRunner(ScriptRunner):
         self._connecting = asyncio.Lock()
 
     async def _send_once(self, calls: list[ScriptCall]) -> list:
-        if self.client._initialize:  # redis-py reads the slot table on its first command
-            await self.client.initialize()
+        await self.client.initialize()  # reads the slot table the first time, then returns at once
         by_node: dict[str, list[int]] = {}
         nodes = {}
         for i, call in enumerate(calls):
