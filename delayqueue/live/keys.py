@@ -8,7 +8,7 @@ through topic_of_key_text; everything else (the registry, the scripts' ARGV, the
 holds the topic's real text.
 """
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from functools import lru_cache
@@ -130,6 +130,11 @@ END_OF_MILLI = 2**63 - 1  # a row id after every row: "<ms>:<this>" is past ever
 def position(trigger_time: int, row_id: int = END_OF_MILLI) -> str:
     """A loaded_to: after the row (triggerTime, id), or after every row due by triggerTime."""
     return f"{trigger_time}:{row_id}"
+
+
+def least_position(positions: Iterable[str | None]) -> str | None:
+    """The first of loaded_to positions in the log's order (None: none), None when all are."""
+    return min((at for at in positions if at is not None), key=parse_position, default=None)
 
 
 def parse_position(text: str) -> tuple[int, int]:

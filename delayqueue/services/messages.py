@@ -7,7 +7,7 @@ from delayqueue.core.constants import Status
 from delayqueue.core.exceptions import Conflict, NotFound
 from delayqueue.core.messages import Message
 from delayqueue.live import scripts
-from delayqueue.live.keys import Meta, Shard, parse_position
+from delayqueue.live.keys import Meta, Shard, least_position, parse_position
 from delayqueue.live.shards import message_shards, topic_shards
 from delayqueue.runtime import Runtime
 
@@ -46,16 +46,18 @@ async def cold_after(rt: Runtime, shard: Shard) -> tuple[int, int] | None:
     loaded_to), after which Redis holds no waiting row but those sent hot; None when it has none,
     and nothing is cold. A sharded topic's shard without one (a reshard's new count before the
     loader first works it) goes by the least of the topic's other shards'."""
-    loaded_to = await rt.redis.hget(rt.ns.topic(shard).meta, Meta.LOADED_TO)
-    if loaded_to is None:
-        counts = (await rt.topic_configs.settings(shard.topic)).shard_counts
-        if counts == (1,):
-            return None
-        pipe = rt.redis.pipeline(transaction=False)
-        for other in topic_shards(shard.topic, counts):
-            pipe.hget(rt.ns.topic(other).meta, Meta.LOADED_TO)
-        loaded_to = min((at for at in await pipe.execute() if at is not None), key=parse_position, default=None)
-    return None if loaded_to is None else parse_position(loaded_to)
+    [at] = await loader_positions(rt, [shard])
+    if at is None and (settings := await rt.topic_configs.settings(shard.topic)).sharded:
+        at = least_position(await loader_positions(rt, topic_shards(shard.topic, settings.shard_counts)))
+    return None if at is None else parse_position(at)
+
+
+async def loader_positions(rt: Runtime, shards: list[Shard]) -> list[str | None]:
+    """Each shard's loader position (its loaded_to; None for none), in one round trip."""
+    pipe = rt.redis.pipeline(transaction=False)
+    for shard in shards:
+        pipe.hget(rt.ns.topic(shard).meta, Meta.LOADED_TO)
+    return await pipe.execute()
 
 
 async def get_message(rt: Runtime, *, topic: str, msg_id: str) -> Message | None:

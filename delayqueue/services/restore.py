@@ -222,7 +222,7 @@ async def _loader_positions(rt: Runtime, conn, topic: str | None, dry_run: bool)
     else:
         windows = await rt.scripts.run_all([
             scripts.raise_hot(rt.context, shard, hot_until=hot_until, loaded_to=position(hot_until), start=True,
-                              signed=settings.get(shard.topic, DEFAULT_SETTINGS).shard_counts != (1,))
+                              signed=settings.get(shard.topic, DEFAULT_SETTINGS).sharded)
             for shard in shards])
         loaded_to = [window.loaded_to for window in windows]
     at = dict(zip(shards, loaded_to))

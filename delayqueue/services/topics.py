@@ -9,9 +9,10 @@ from delayqueue.core.clock import now_millis
 from delayqueue.core.constants import COLD_HOUR_MILLIS
 from delayqueue.core.messages import Message
 from delayqueue.live import scripts, stats
-from delayqueue.live.keys import Meta, Shard, parse_position
+from delayqueue.live.keys import Meta, Shard, least_position, parse_position
 from delayqueue.live.shards import message_shards, topic_shards
 from delayqueue.runtime import Runtime
+from delayqueue.services.messages import loader_positions
 from delayqueue.stores.limits import Limits
 from delayqueue.stores.topic_settings import DEFAULT as DEFAULT_SETTINGS
 from delayqueue.stores.topic_settings import MIRROR_FIELDS, TopicSettings
@@ -53,12 +54,10 @@ async def _purge_cold(rt: Runtime, topic: str) -> int:
     meanwhile. A topic the loader never worked has no position, and nothing cold. A sharded topic
     is read from the least position of its shards, a row looked for in its shard of each count,
     and counted out of the shard the loader would bring it into."""
-    counts = (await rt.topic_configs.settings(topic)).shard_counts
+    settings = await rt.topic_configs.settings(topic)
+    counts = settings.shard_counts
     every = topic_shards(topic, counts)
-    pipe = rt.redis.pipeline(transaction=False)
-    for shard in every:
-        pipe.hget(rt.ns.topic(shard).meta, Meta.LOADED_TO)
-    if (after := min((at for at in await pipe.execute() if at is not None), key=parse_position, default=None)) is None:
+    if (after := least_position(await loader_positions(rt, every))) is None:
         return 0
     after_time, after_id = parse_position(after)
     hours: dict[Shard, Counter[int]] = {shard: Counter() for shard in every}
@@ -73,7 +72,7 @@ async def _purge_cold(rt: Runtime, topic: str) -> int:
             hours[shard].update(await rt.log.purge_cold(row_ids))
         after_id, after_time = rows[-1][0], rows[-1][3]
     await rt.scripts.run_all([scripts.purge_cold(rt.context, shard, purged=hours[shard].total(),
-                                                 hours=list(hours[shard].items()), signed=counts != (1,))
+                                                 hours=list(hours[shard].items()), signed=settings.sharded)
                               for shard in every])
     return sum(counted.total() for counted in hours.values())
 

@@ -50,6 +50,11 @@ class TopicSettings:
     shard_placement: Mapping[str, Sequence[Sequence[int]]] = field(default_factory=dict)
 
     @property
+    def sharded(self) -> bool:
+        """Whether its messages may be in shards (live/shards.py), of this count or one it drains."""
+        return self.shard_counts != (1,)
+
+    @property
     def shard_counts(self) -> tuple[int, ...]:
         """Every shard count whose shards may hold its messages, the one new messages go to first."""
         return (self.shards, *self.draining_shards)

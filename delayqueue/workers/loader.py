@@ -48,7 +48,7 @@ from delayqueue.core.messages import stored_json
 from delayqueue.core.outage import Outage
 from delayqueue.core.stopping import repeat
 from delayqueue.live import scripts
-from delayqueue.live.keys import Meta, Shard, parse_position, position
+from delayqueue.live.keys import Meta, Shard, least_position, parse_position, position
 from delayqueue.live.shards import message_shards, shard_of, topic_shards
 from delayqueue.messagelog import sql
 from delayqueue.messagelog.connection import LogConnection
@@ -81,11 +81,6 @@ def loading_topics(held: Iterable[Shard], settings: Mapping[str, TopicSettings],
     return [shard.topic for shard in held
             if shard.index == 0 and shard.count == (mine := settings.get(shard.topic, DEFAULT)).shards
             and now - mine.shards_changed_at > SHARDS_SETTLE_MILLIS]
-
-
-def least(positions: Iterable[str]) -> str | None:
-    """The first of loaded_to positions in the log's order; None for none."""
-    return min(positions, key=parse_position, default=None)
 
 
 class Loader:
@@ -137,13 +132,12 @@ class Loader:
         # A shard without a window starts where its count's others stand, else where the topic's
         # other counts stood (what is after that may be cold), else loaded: every message so far
         # went to Redis.
-        begin = (least(positions[shard] for shard in current if positions[shard] is not None)
-                 or least(at for at in positions.values() if at is not None))
+        begin = least_position(positions[shard] for shard in current) or least_position(positions.values())
         if self.window:
             target = await self._within_room(topic, now, target, held, begin)
         windows = await self._run([
             scripts.raise_hot(self.rt.context, shard, hot_until=target, loaded_to=begin or position(target),
-                              start=self.window > 0, signed=settings.shard_counts != (1,)) for shard in every])
+                              start=self.window > 0, signed=settings.sharded) for shard in every])
         hot = {shard: window for shard, window in zip(every, windows) if window is not None}
         if not hot:
             self._raised_at[topic] = target
@@ -200,8 +194,7 @@ class Loader:
         done = position(hot_until)
         if all(loaded_to == done for loaded_to in at.values()):
             return loaded, True
-        read_from = least(loaded_to for loaded_to in at.values() if loaded_to is not None) or least(
-            window.loaded_to for window in hot.values())
+        read_from = least_position(at.values()) or least_position(window.loaded_to for window in hot.values())
         reading = asyncio.ensure_future(self._page(topic, *parse_position(read_from), hot_until))
         try:
             while True:

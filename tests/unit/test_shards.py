@@ -62,7 +62,8 @@ def test_a_sharded_topics_stats_add_up_and_keep_the_greatest_max():
 def test_a_topic_is_loaded_by_the_holder_of_its_current_counts_first_shard_once_settled():
     from delayqueue.core.constants import SHARDS_SETTLE_MILLIS
     from delayqueue.stores.topic_settings import TopicSettings
-    from delayqueue.workers.loader import least, loading_topics
+    from delayqueue.live.keys import least_position
+    from delayqueue.workers.loader import loading_topics
 
     now = 1_000_000
     settled = now - SHARDS_SETTLE_MILLIS - 1
@@ -74,7 +75,7 @@ def test_a_topic_is_loaded_by_the_holder_of_its_current_counts_first_shard_once_
     assert loading_topics(held, settings, now) == ["a"]
     assert loading_topics([*held, Shard("b", 3, 0)], settings, now) == ["a", "b"]
     assert loading_topics([Shard("c", 2, 0)], settings, now + SHARDS_SETTLE_MILLIS) == ["c"]
-    assert least(["5:9", "5:10", "4:99:2"]) == "4:99:2" and least([]) is None
+    assert least_position(["5:9", None, "5:10", "4:99:2"]) == "4:99:2" and least_position([None]) is None
 
 
 # A 3-master cluster after `redis-cli --cluster rebalance` gave a fourth master slots from each.
