@@ -141,9 +141,10 @@ class SendAdmission:
 
 
 async def admit_sends(rt: Runtime, *, table: dict[str, Limits], topics: list[str],
-                      shards: list[Shard]) -> SendAdmission:
-    """The admission of messages to send (given by their topics, and the shards their msgIds go
-    to, in request order) under the limits in `table`. Raises RedisError.
+                      shards: list[Shard] | None) -> SendAdmission:
+    """The admission of messages to send (given by their topics, in request order; under a
+    namespace live cap, by the shards their msgIds go to too) under the limits in `table`.
+    Raises RedisError.
 
     The namespace's bucket and each limited topic's admission are asked at once, in one
     pipelined round trip (their keys are in different slots, so no one script can hold both);

@@ -25,6 +25,7 @@ from delayqueue.live.shards import message_shards, shard_of
 from delayqueue.runtime import Runtime
 from delayqueue.services import admission, caps
 from delayqueue.services.messages import first_holding
+from delayqueue.stores.limits import NAMESPACE
 from delayqueue.stores.topic_settings import DEFAULT as DEFAULT_SETTINGS
 from delayqueue.stores.topic_settings import TopicSettings
 
@@ -172,14 +173,9 @@ async def _send_under_limits(rt: Runtime, requests: list[SendRequest]) -> list[M
     table = await rt.limits.table()
     if not table:
         return await _send_admitted(rt, requests, None)
-    # A namespace's live cap is shared out per shard: a sharded topic's message claims room in
-    # the shard its msgId goes to, so it gets its msgId now.
-    settings = await rt.topic_configs.table()
-    produce_time = now_millis()
-    requests = [request if request.msg_id or settings.get(request.topic, DEFAULT_SETTINGS).shards == 1
-                else request._replace(msg_id=new_msg_id(produce_time)) for request in requests]
-    shards = [shard_of(request.topic, request.msg_id or "", settings.get(request.topic, DEFAULT_SETTINGS).shards)
-              for request in requests]
+    shards = None
+    if (namespace := table.get(NAMESPACE)) is not None and namespace.max_live:
+        requests, shards = _claiming(requests, await rt.topic_configs.table())
     try:
         admitted = await admission.admit_sends(rt, table=table, topics=[request.topic for request in requests],
                                                shards=shards)
@@ -189,6 +185,21 @@ async def _send_under_limits(rt: Runtime, requests: list[SendRequest]) -> list[M
     outcomes = _merged(admitted.refusals, await _send_admitted(rt, going, admitted))
     await admission.count_refusals(rt, outcomes)
     return outcomes
+
+
+def _claiming(requests: list[SendRequest], settings: dict[str, TopicSettings]) -> tuple[list[SendRequest],
+                                                                                      list[Shard]]:
+    """The requests, and the shard each claims room of a namespace live cap in: its msgId's. A
+    sharded topic's message gets its msgId now for that, as its shard follows from it."""
+    produce_time = now_millis()
+    claiming, shards = [], []
+    for request in requests:
+        count = settings.get(request.topic, DEFAULT_SETTINGS).shards
+        if count > 1 and not request.msg_id:
+            request = request._replace(msg_id=new_msg_id(produce_time))
+        claiming.append(request)
+        shards.append(shard_of(request.topic, request.msg_id or "", count))
+    return claiming, shards
 
 
 def _merged(refusals: list[QueueError | None], sent: list[Message | QueueError]) -> list[Message | QueueError]:
