@@ -349,9 +349,8 @@ class Scanner:
         for shard in list(self.workers):
             topic = shard.topic
             mine = settings.get(topic, DEFAULT_SETTINGS)
-            shards = self.shards.get(topic)
-            if shards != [Shard(topic)] and (shard != Shard(topic, mine.shards, 0) or mine.draining_shards
-                                             or shards != topic_shards(topic, (mine.shards,))):
+            shards = topic_shards(topic, (mine.shards,))
+            if mine.draining_shards or shard != shards[0] or self.shards.get(topic) != shards:
                 continue
             if not await self._retire_shards(topic, shards, idle_ms):
                 continue
@@ -425,11 +424,11 @@ class Scanner:
             return
         try:  # PostgreSQL down: the shards are looked at again next time, and the other work goes on
             for topic, count, changed_at in empty:
-                gone = topic_shards(topic, (count,))
-                await self._hand_over_cold(gone, Shard(topic, settings[topic].shards, 0))
                 if await sync_to_async(forget_drained_shards, thread_sensitive=False)(
                         namespace=self.rt.ns.namespace, topic=topic, count=count, changed_at=changed_at):
-                    await self._fold_away(gone, Shard(topic, settings[topic].shards, 0))
+                    gone, first = topic_shards(topic, (count,)), Shard(topic, settings[topic].shards, 0)
+                    await self._hand_over_cold(gone, first)
+                    await self._fold_away(gone, first)
                     log.info("scanner %s retired the %d shards of topic %s: empty", self.token, count, topic)
             await self.rt.topic_configs.fresh()
             self._drain_outage.ok()
