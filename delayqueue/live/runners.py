@@ -17,6 +17,22 @@ def _typed(call: ScriptCall, raw):
     return raw if isinstance(raw, Exception) else call.script.reply(raw)
 
 
+async def _replies(protocol: ReplyProtocol, commands: list[bytes]) -> list:
+    """The replies to commands written on a direct connection, in order, each error as its
+    redis-py class (protocol.as_error)."""
+    future = protocol.submit(commands)
+    try:
+        return [as_error(reply) for reply in await future]
+    except BaseException:
+        # Failed with the connection, or abandoned (cancelled caller): nobody else will look at
+        # it, so its error must not be left unretrieved.
+        if not future.done():
+            future.cancel()
+        elif not future.cancelled():
+            future.exception()
+        raise
+
+
 class ScriptBatcher:
     """Coalesces the script calls made during one event-loop turn (concurrent requests) into one
     pipelined round trip, so the cost of a round trip is shared."""
@@ -186,17 +202,7 @@ class DirectScriptRunner(ScriptRunner):
         protocol = self._protocol
         if protocol is None or protocol.lost:
             protocol = await self._connect()
-        future = protocol.submit(commands)
-        try:
-            return [as_error(reply) for reply in await future]
-        except BaseException:
-            # Failed with the connection, or abandoned (cancelled caller): nobody else will
-            # look at it, so its error must not be left unretrieved.
-            if not future.done():
-                future.cancel()
-            elif not future.cancelled():
-                future.exception()
-            raise
+        return await _replies(protocol, commands)
 
     async def _connect(self) -> ReplyProtocol:
         async with self._connecting:
@@ -268,15 +274,7 @@ class DirectClusterScriptRunner(ScriptRunner):
         protocol = self._nodes.get(node.name)
         if protocol is None or protocol.lost:
             protocol = await self._connect(node)
-        future = protocol.submit([evalsha(call.script.sha, call.keys, call.args) for call in calls])
-        try:
-            return [as_error(reply) for reply in await future]
-        except BaseException:
-            if not future.done():  # abandoned: nobody else will look at its error
-                future.cancel()
-            elif not future.cancelled():
-                future.exception()
-            raise
+        return await _replies(protocol, [evalsha(call.script.sha, call.keys, call.args) for call in calls])
 
     async def _connect(self, node) -> ReplyProtocol:
         async with self._connecting:

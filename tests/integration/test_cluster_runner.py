@@ -58,6 +58,7 @@ async def test_a_node_connection_lost_is_replaced_and_nothing_is_sent_twice(clea
         for protocol in rt.scripts._nodes.values():  # as a node restart or a network cut would
             protocol.transport.abort()
         again = await sent_everywhere(rt)
+        assert len(rt.scripts._nodes) == 3 and not any(protocol.lost for protocol in rt.scripts._nodes.values())
         assert len({m.msg_id for m in first + again}) == 2 * len(TOPICS)
         for m in first + again:
             key = rt.ns.topic(m.topic)
