@@ -32,7 +32,7 @@ class Pull(NamedTuple):
     ack_timeout_millis: int
     consume_rate: int = 0  # the topic's bucket, tokens a second; 0 for none
     max_inflight: int = 0  # hand out only what keeps the topic's in-flight messages at most this; 0 for no bound
-    first_shard: Shard | None = None  # a sharded topic's shard to ask first (a message there is due)
+    first_shard: Shard | None = None  # a sharded topic's shard to ask first (a message there is ready or due)
 
 
 class Pulled(NamedTuple):

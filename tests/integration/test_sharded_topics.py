@@ -178,6 +178,30 @@ async def test_a_long_poll_is_woken_by_a_message_in_any_shard(rt):
         assert messages[0].trigger_time == sent.trigger_time
 
 
+async def test_a_poll_woken_by_a_shards_ready_list_pulls_that_shard_alone(rt, monkeypatch):
+    """The ready channel names the list that got a message: the woken poll asks that shard, and
+    answers with what it held without asking the others for the rest of its batch."""
+    await shard_topic(rt, "hint", 3)
+    hinted = Shard("hint", 3, 2)
+    asked = []
+    real_run = rt.scripts.run
+
+    async def recording_run(calls):
+        asked.append([call.keys for call in calls if call.script is scripts.PULL])
+        return await real_run(calls)
+
+    monkeypatch.setattr(rt.scripts, "run", recording_run)
+    poll = asyncio.ensure_future(long_poll_messages(rt, topic="hint", batch=5, timeout_millis=10_000))
+    await asyncio.sleep(0.2)
+    assert not poll.done()
+    asked.clear()  # the poll's first pull, over every shard, found nothing
+    msg_id = msg_id_in("hint", 3, hinted.index, "hinted")
+    await send_message(rt, request=SendRequest("hint", "x", msg_id=msg_id))
+    assert [m.msg_id for m in await asyncio.wait_for(poll, 5)] == [msg_id]
+    expected = scripts.pull(rt.context, hinted, batch=5, consume_rate=0, ack_timeout_millis=0, max_inflight=0).keys
+    assert [run for run in asked if run] == [[expected]]
+
+
 async def test_one_message_by_its_msg_id_on_a_sharded_topic(rt):
     await shard_topic(rt, "one", 5, retry_backoff_millis=60_000)
     sent = await send_messages(rt, requests=[SendRequest("one", f"b{i}", msg_id=f"id-{i}", delay_millis=60_000)
