@@ -5,8 +5,7 @@ Kinds of disagreement, one line per message and kind:
   missing_in_redis  live (1-3) in the log, not in Redis
   missing_in_log    in Redis, not in the log
   ended_in_log      live in Redis, ended (4-7) in the log
-  status            in both, different status (otherwise; a message waiting in the log and ready
-                    in Redis agrees: the log is not told when a message falls due)
+  status            in both, different status (otherwise)
   retry             in both, different retry count
   trigger_time      in both, different triggerTime
 An ended message that Redis no longer holds agrees (Redis purges ended messages after the
@@ -24,7 +23,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from delayqueue.config import arguments
-from delayqueue.core.constants import LIVE_STATUSES, Status
+from delayqueue.core.constants import LIVE_STATUSES
 from delayqueue.live.keys import namespace_keys, topic_keys
 from delayqueue.live.shards import topic_shards
 from delayqueue.messagelog import sql, tables
@@ -67,8 +66,6 @@ def disagreements(log: DataFrame, redis: DataFrame) -> DataFrame:
     in_log, in_redis = F.col("in_log").isNotNull(), F.col("in_redis").isNotNull()
     log_live, redis_live = F.col("log_status").isin(*LIVE_STATUSES), F.col("redis_status").isin(*LIVE_STATUSES)
     ended_in_log = in_log & in_redis & ~log_live & redis_live
-    # The log is not told when a waiting message falls due (core/messages.logged_status).
-    fell_due = (F.col("log_status") == int(Status.WAITING)) & (F.col("redis_status") == int(Status.READY))
 
     def differs(c: str) -> F.Column:
         return in_log & in_redis & ~F.col(f"log_{c}").eqNullSafe(F.col(f"redis_{c}"))
@@ -77,7 +74,7 @@ def disagreements(log: DataFrame, redis: DataFrame) -> DataFrame:
         "missing_in_redis": in_log & ~in_redis & log_live,
         "missing_in_log": in_redis & ~in_log,
         "ended_in_log": ended_in_log,
-        "status": differs("status") & ~ended_in_log & ~fell_due,
+        "status": differs("status") & ~ended_in_log,
         "retry": differs("retry"),
         "trigger_time": differs("trigger_time"),
     }

@@ -6,7 +6,6 @@ from dataclasses import dataclass
 
 import orjson
 
-from delayqueue.core.constants import Status
 from delayqueue.core.random_bits import random_bits
 
 # A message's fields in the API and in Redis (priority only above 0), as to_wire writes them.
@@ -78,13 +77,6 @@ def stored_json(topic: bytes, msg_id: str, payload: str, produce_time: int, trig
               b'"retry":%d,"status":%d' % (topic, orjson.dumps(msg_id), orjson.dumps(payload), produce_time,
                                            trigger_time, expire_time, max_retry, retry, status))
     return stored + (b',"priority":%d}' % priority if priority else b"}")
-
-
-def logged_status(status: int, trigger_time: int, now: int) -> int:
-    """A message's status as its log row tells it at `now` (epoch ms). The log is not told when a
-    waiting message falls due (workers/log_writer.row_changes): a waiting row whose triggerTime has
-    passed is ready, or is made so by its scanner within milliseconds."""
-    return Status.READY if status == Status.WAITING and trigger_time <= now else status
 
 
 _LOW_62 = (1 << 62) - 1

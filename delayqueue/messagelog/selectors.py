@@ -79,7 +79,6 @@ class LoggedTick:
     retry: int
     max_retry: int
     produce_time: int
-    trigger_time: int
     updated_at: int
     ready_at: int | None  # when it first became ready; None: never (yet)
 

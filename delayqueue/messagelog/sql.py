@@ -851,8 +851,7 @@ FROM json_to_recordset(%(rows)s::json) AS u({record(Gap)})
 # when its message first became ready (%(ready)s: its first history row into that status, 'sent'
 # for a tick sent due, 'due' for one sent ahead), for the tick's lateness.
 SCHEDULE_TICK_MESSAGES = f"""
-SELECT m.id, m.msg_id, m.status, m.retry, m.max_retry, {to_millis("m.produce_time")}, {to_millis("m.trigger_time")},
-       {to_millis("m.updated_at")},
+SELECT m.id, m.msg_id, m.status, m.retry, m.max_retry, {to_millis("m.produce_time")}, {to_millis("m.updated_at")},
        (SELECT {to_millis("min(e.at)")} FROM {tables.EVENT} e
         WHERE e.msg_id = m.msg_id AND e.topic = m.topic AND e.namespace = m.namespace AND e.to_status = %(ready)s)
 FROM {tables.MESSAGE} m

@@ -5,8 +5,8 @@ with the change (a restore, one entry for all the messages of a script call); th
 writes 'sent' rows itself, with the message row (services/send.py). The writer reads the streams
 of the topics its scanner holds that have entries (a script publishes a notice when a stream
 goes from empty to non-empty; every held stream is read every few seconds all the same),
-inserts the entries as history rows and moves each message row's status along (but for a
-message falling due: row_changes), in one transaction, and only then deletes the entries from Redis. A crash
+inserts the entries as history rows and moves each message row's status along, in one
+transaction, and only then deletes the entries from Redis. A crash
 between commit and delete means the entries are read again: the history insert skips rows it
 already has (unique on the stream entry id) and the status update is idempotent, so nothing is
 lost and nothing is written twice. While Postgres is down the entries wait in Redis.
@@ -18,7 +18,6 @@ import time
 
 import orjson
 
-from delayqueue.core.constants import Reason, Status
 from delayqueue.core.outage import Outage, describe
 from delayqueue.live.history import Event
 from delayqueue.live.keys import Shard
@@ -44,17 +43,6 @@ def latest_per_message(events: list[Event]) -> list[Event]:
             e = dataclasses.replace(e, trigger_time=before.trigger_time, expire_time=before.expire_time)
         latest[key] = e
     return list(latest.values())
-
-
-def row_changes(events: list[Event]) -> list[Event]:
-    """The message rows a batch of events moves: each message's last event, less those that only
-    say it fell due (waiting -> ready by its scanner, its times as logged). That row stays waiting,
-    and a waiting row past its triggerTime reads as ready (core/messages.logged_status): the update,
-    which rewrites every index of the row, was two thirds of PostgreSQL's work on a promotion
-    (docs/benchmarks.md). The history row of the change is written all the same."""
-    return [e for e in latest_per_message(events)
-            if not (e.reason == Reason.DUE and e.from_status == Status.WAITING and e.to_status == Status.READY
-                    and e.trigger_time is None)]
 
 
 class LogWriter:
@@ -176,7 +164,7 @@ class LogWriter:
 
     async def _commit(self, events: list[Event]) -> None:
         ns = self.rt.ns.namespace
-        latest = row_changes(events)
+        latest = latest_per_message(events)
         async with self._db.use() as conn, conn.transaction():
             await conn.execute(sql.INSERT_EVENTS, {"namespace": ns, "events": orjson.dumps(events).decode()})
             if latest:

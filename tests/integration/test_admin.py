@@ -90,7 +90,7 @@ def test_actions_need_a_staff_login(client):
 
 def test_list_newest_first_with_search_and_filters(admin_client):
     log_message(msg_id="old", produced=NOW - timedelta(days=10), status=Status.ACKED)
-    log_message(msg_id="mid", produced=NOW - timedelta(hours=2), delay=timedelta(hours=3), status=Status.WAITING)
+    log_message(msg_id="mid", produced=NOW - timedelta(hours=2), status=Status.WAITING)
     log_message(msg_id="new", produced=NOW, status=Status.READY, topic="payments")
     assert listed_ids(admin_client.get(LIST)) == ["new", "mid", "old"]
     assert listed_ids(admin_client.get(LIST, {"q": "mid"})) == ["mid"]
@@ -104,20 +104,6 @@ def test_list_newest_first_with_search_and_filters(admin_client):
     drill = admin_client.get(LIST, {"produce_time__year": day.year, "produce_time__month": day.month,
                                     "produce_time__day": day.day})
     assert listed_ids(drill) == ["old"]
-
-
-def test_a_waiting_row_past_its_trigger_time_is_shown_and_filtered_as_ready(admin_client):
-    """The log is not told when a message falls due: its row stays waiting."""
-    log_message(msg_id="due", produced=NOW - timedelta(minutes=10), status=Status.WAITING)
-    log_message(msg_id="ahead", produced=NOW, status=Status.WAITING)
-    log_message(msg_id="promoted", produced=NOW - timedelta(minutes=20), status=Status.READY)
-    assert listed_ids(admin_client.get(LIST, {"status__exact": "2"})) == ["due", "promoted"]
-    assert listed_ids(admin_client.get(LIST, {"status__exact": "1"})) == ["ahead"]
-    page = admin_client.get(LIST).content.decode()
-    row = r'>([a-z]+)</a></th><td class="field-topic">[^<]*</td><td class="field-shown_status">([a-z]+)<'
-    shown = dict(re.findall(row, page))
-    assert shown == {"ahead": "waiting", "due": "ready", "promoted": "ready"}
-    assert "must be one of" in admin_client.get(LIST, {"status__exact": "9"}, follow=True).content.decode()
 
 
 def test_topic_filter_offers_registered_topics(admin_client):

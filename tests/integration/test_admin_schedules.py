@@ -14,9 +14,7 @@ from delayqueue.core.clock import from_millis, now_millis
 from delayqueue.core.constants import SCHEDULE_LEAD_MILLIS, Status
 from delayqueue.core.exceptions import NotFound
 from delayqueue.core.schedules import tick_msg_id
-from delayqueue.messagelog.selectors import LoggedTick
 from delayqueue.models import Message, Schedule, ScheduleGap
-from delayqueue.ops.admin.schedules import outcome
 from delayqueue.runtime import run_with_runtime
 from delayqueue.services.consume import ack_message, pull_messages
 from delayqueue.services.messages import get_message
@@ -365,15 +363,6 @@ def test_changes_and_actions_need_the_change_permission(client, clerk_client):
 
 
 # --- history
-
-def test_a_ticks_message_waiting_in_the_log_past_its_time_is_ready():
-    """The log is not told when a message falls due: its row stays waiting."""
-    logged = LoggedTick(id=1, msg_id="m", status=Status.WAITING, retry=0, max_retry=3, produce_time=0,
-                        trigger_time=60_000, updated_at=0, ready_at=60_001)
-    assert outcome(logged, False, 60_000) == ("ready", "live")
-    assert outcome(logged, True, 59_999) == ("waiting", "live")
-    assert outcome(None, True, 0) == ("not sent yet", "ahead")
-
 
 def test_the_page_shows_a_tick_sent_and_acked_with_its_lateness_and_the_ticks_missed(admin_client):
     create("minutely", topic="beats", cron="* * * * *", timezone="UTC")

@@ -60,29 +60,6 @@ async def test_every_transition_is_in_the_history_and_moves_the_message_row(sing
     assert process.startswith("scanner ") and host
 
 
-async def test_a_promotion_writes_its_history_row_and_leaves_the_message_row_waiting(single_rt, start_scanner):
-    """The log is not told when a message falls due (workers/log_writer.row_changes): its row
-    keeps the status and time of the send, and its next change (the pull) moves it."""
-    rt = single_rt
-    m = await send_message(rt, request=SendRequest(topic="t", msg="x", delay_millis=300))
-    [(sent_at,)] = await query("SELECT updated_at FROM delayqueue_message WHERE topic = 't' AND msg_id = %s", m.msg_id)
-    await start_scanner(rt)
-    await wait_until(lambda: _equal(history("t", m.msg_id), [("sent", 0, Status.WAITING, 0),
-                                                             ("due", Status.WAITING, Status.READY, 0)]),
-                     what="the promotion's history row")
-    await drain_log(rt, ["t"])
-    assert (await logged("t", m.msg_id))["status"] == Status.WAITING
-    assert await query("SELECT updated_at FROM delayqueue_message WHERE topic = 't' AND msg_id = %s",
-                       m.msg_id) == [(sent_at,)]
-    [pulled], _ = await pull_messages(rt, topic="t")
-    assert pulled.status == Status.CONSUMING
-    await wait_until(lambda: _row_status("t", m.msg_id, Status.CONSUMING), what="the pull moving the row")
-
-
-async def _row_status(topic, msg_id, status):
-    return (await logged(topic, msg_id))["status"] == status
-
-
 async def _equal(coro, expected):
     return await coro == expected
 

@@ -32,8 +32,6 @@ def build(url: str) -> set:
             log.message(topic, f"{topic}-wait-{i}", now, delay=HOUR)
             log.message(topic, f"{topic}-ready-{i}", now - 1000, status=2)
     log.message("t1", "acked-long-ago", now - HOUR, status=4)  # ended, purged from Redis: agrees
-    # Fell due: the log's row stays waiting, the restore makes it ready in Redis: agrees.
-    log.message("t2", "fell-due", now - 5000, delay=1000)
     log.message("t1", "ended-but-live", now - 1000, status=4)
     log.message(T3, "lost", now - 1000, status=2)  # a topic Redis lost entirely
     log.save()

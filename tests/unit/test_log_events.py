@@ -6,7 +6,7 @@ import orjson
 
 from delayqueue.live.history import EVENT_FIELDS, Event
 from delayqueue.messagelog import sql
-from delayqueue.workers.log_writer import latest_per_message, row_changes
+from delayqueue.workers.log_writer import latest_per_message
 
 F = EVENT_FIELDS
 ONE = {F["actor"]: "scanner-1@host-a", F["from_status"]: "1", F["reason"]: "due", F["msg_id"]: "m1",
@@ -74,22 +74,3 @@ def test_a_change_that_moved_the_times_carries_them_to_the_status_row():
 
 def test_records_are_typed_from_the_dataclass_fields():
     assert sql.record(Event, "topic", "at", "trigger_time") == "topic text, at int8, trigger_time int8"
-
-
-def test_falling_due_moves_no_row_and_every_other_last_change_does():
-    """A promotion's 'due' leaves the row waiting (a waiting row past its triggerTime reads as
-    ready); one that carries times (a reschedule before it in the batch), a requeue to ready, a
-    restore and a later change of the same message each move it."""
-    def ev(msg_id, entry, from_status, to_status, reason):
-        return Event("t", f"{entry}-0", entry, msg_id, from_status, to_status, 0, 1, reason, "p", "h")
-
-    due = ev("a", 1, 1, 2, "due")
-    assert row_changes([due]) == []
-    pulled = ev("a", 2, 2, 3, "pulled")
-    assert row_changes([due, pulled]) == [pulled]
-    requeued, restored = ev("b", 3, 3, 2, "ack_timeout"), ev("c", 4, 0, 2, "restored")
-    assert row_changes([requeued, restored]) == [requeued, restored]
-    [moved] = Event.parse("t", "5-0", {**ONE, F["msg_id"]: "d", F["reason"]: "rescheduled", F["to_status"]: "1",
-                                        F["produce_time"]: "1", F["trigger_time"]: "50", F["expire_time"]: "90"})
-    [latest] = row_changes([moved, ev("d", 6, 1, 2, "due")])
-    assert latest.reason == "due" and latest.trigger_time == 50

@@ -8,7 +8,6 @@ from django import forms
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
-from django.db.models import Q
 from django.http import HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
@@ -17,10 +16,9 @@ from django.utils.functional import cached_property
 from redis.exceptions import RedisError
 
 from delayqueue.api.validation import MsgIdField, TopicSerializer, first_error
-from delayqueue.core.clock import from_millis, now_millis, to_millis
+from delayqueue.core.clock import from_millis, to_millis
 from delayqueue.core.constants import MAX_DELAY_MILLIS, Status
 from delayqueue.core.exceptions import QueueError
-from delayqueue.core.messages import logged_status
 from delayqueue.messagelog.selectors import estimated_count, message_history
 from delayqueue.models import Message
 from delayqueue.ops import figures
@@ -102,40 +100,13 @@ class RescheduleForm(forms.Form):
         return data
 
 
-class StatusFilter(admin.SimpleListFilter):
-    """The status as the log tells it (core/messages.logged_status): waiting means not yet due,
-    ready takes in the waiting rows whose triggerTime has passed."""
-
-    title = "status"
-    parameter_name = "status__exact"  # the model field's filter's name: links to a status keep working
-
-    def lookups(self, request, model_admin):
-        return [(str(int(s)), s.label) for s in Status]
-
-    def queryset(self, request, queryset):
-        value = self.value()
-        if value is None:
-            return queryset
-        try:
-            status = Status(int(value))
-        except ValueError:
-            messages.error(request, f"status: must be one of {', '.join(str(int(s)) for s in Status)}")
-            return queryset.none()
-        now = django_timezone.now()
-        if status == Status.WAITING:
-            return queryset.filter(status=Status.WAITING, trigger_time__gt=now)
-        if status == Status.READY:
-            return queryset.filter(Q(status=Status.READY) | Q(status=Status.WAITING, trigger_time__lte=now))
-        return queryset.filter(status=status)
-
-
 @admin.register(Message)
 class MessageAdmin(NamespacedAdmin):
-    list_display = ("msg_id", "topic", "shown_status", "produced", "triggered", "deliveries", "updated")
+    list_display = ("msg_id", "topic", "status", "produced", "triggered", "deliveries", "updated")
     list_filter = (
         NamespaceFilter,
         TopicFilter,
-        StatusFilter,
+        "status",
         ("produce_time", admin.DateFieldListFilter),
         ("trigger_time", admin.DateFieldListFilter),
     )
@@ -149,7 +120,7 @@ class MessageAdmin(NamespacedAdmin):
     show_facets = admin.ShowFacets.NEVER  # a count per filter choice would scan the table
     list_per_page = 50
     actions = ("restore_selected", "delete_selected_messages")
-    fields = ("namespace", "topic", "msg_id", "shown_status", "payload", "produced", "triggered", "expires",
+    fields = ("namespace", "topic", "msg_id", "status", "payload", "produced", "triggered", "expires",
               "retry", "max_retry", "updated")
     readonly_fields = fields
     change_form_template = "admin/delayqueue/message/change_form.html"
@@ -213,10 +184,6 @@ class MessageAdmin(NamespacedAdmin):
             self.message_user(request, f"{done}. The live state below is read from Redis; {LOG_CATCHES_UP}.",
                               messages.SUCCESS)
         return HttpResponseRedirect(page)
-
-    @admin.display(description="status")
-    def shown_status(self, obj):
-        return Status(logged_status(obj.status, to_millis(obj.trigger_time), now_millis())).label
 
     @admin.display(description="deliveries")
     def deliveries(self, obj):
@@ -308,8 +275,7 @@ class MessageAdmin(NamespacedAdmin):
             "live_waiting_until": from_millis(live["waiting_until"]),
             "live_ack_deadline": from_millis(live["ack_deadline"]),
             "live_purge_at": from_millis(live["purge_at"]),
-            "live_differs": bool(body) and (body["status"], body["retry"]) != (
-                logged_status(message.status, to_millis(message.trigger_time), now_millis()), message.retry),
+            "live_differs": bool(body) and (body["status"], body["retry"]) != (message.status, message.retry),
         }
 
     @admin.action(description="Restore selected messages into Redis", permissions=["change"])

@@ -29,7 +29,6 @@ from delayqueue.core.clock import from_millis, now_millis, to_millis
 from delayqueue.core.constants import (MAX_DELAY_MILLIS, MAX_PRIORITY, MAX_RETRY, MAX_SCHEDULE_ID_LENGTH,
                                        SCHEDULE_LEAD_MILLIS, CatchUp, Status)
 from delayqueue.core.exceptions import BadRequest, Conflict, QueueError, redis_unavailable
-from delayqueue.core.messages import logged_status
 from delayqueue.core.schedule_rules import CronRule, EveryRule, RuleError
 from delayqueue.core.schedules import FIELDS, ScheduleRow, tick_msg_id
 from delayqueue.messagelog.routing import database_of
@@ -310,12 +309,11 @@ def recent_ticks(row: ScheduleRow, until: int, count: int) -> list[int]:
         window *= 4
 
 
-def outcome(logged: LoggedTick | None, ahead: bool, now: int) -> tuple[str, str]:
-    """(what became of a tick's message by `now`, a CSS class for it)."""
+def outcome(logged: LoggedTick | None, ahead: bool) -> tuple[str, str]:
+    """(what became of a tick's message, a CSS class for it)."""
     if logged is None:
         return ("not sent yet", "ahead") if ahead else ("not in the log", "missing")
-    status = logged_status(logged.status, logged.trigger_time, now)
-    text = OUTCOMES.get(status, str(status))
+    text = OUTCOMES.get(logged.status, str(logged.status))
     retried = logged.retry - 1
     if retried > 0:
         text += f", retried {retried} time{'s' if retried > 1 else ''}"
@@ -336,7 +334,7 @@ def tick_history(row: ScheduleRow, now: int) -> list[dict]:
     history = []
     for tick in reversed(ticks):
         found = next((logged[msg_id] for msg_id in candidates[tick] if msg_id in logged), None)
-        text, kind = outcome(found, tick > now, now)
+        text, kind = outcome(found, tick > now)
         lateness = None if found is None or found.ready_at is None else found.ready_at - tick
         history.append({
             "tick": tick, "local": moment_text(tick, zone), "utc": moment_text(tick),
