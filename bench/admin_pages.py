@@ -61,7 +61,7 @@ def fill() -> None:
     from delayqueue.models import Message
 
     if table_estimate(Message, "default") >= MESSAGES * 0.9:
-        print(f"message log already filled ({table_estimate(Message, "default"):,} messages)")
+        print(f"message log already filled ({table_estimate(Message, 'default'):,} messages)")
         return
     with connection.cursor() as cursor:
         cursor.execute("TRUNCATE delayqueue_message, delayqueue_messageevent")
