@@ -9,12 +9,15 @@ its history:
   benchmark process, every message due --lead-ms after the first send, spread over --spread-ms;
 - promote: from the first due time until every message is ready (the scanner promoting them as
   they fall due, about messages / spread a second);
-- pull + ack: `delayqueue worker bench.tasks_app --processes 1 --threads 8` drains the topic.
+- pull + ack: `delayqueue worker bench.tasks_app --processes 1 --threads 8` drains the topic;
+- or, with --consumer-waits, promote + pull + ack: that worker is started before the first due
+  time and pulls the messages as they fall due.
 Parts: Redis, PostgreSQL (the message log), the web process (one uvicorn worker), the scanner
 process (promotions and the log writer), the consumer (the worker process) and, for sends, the
 benchmark process as the producer.
 
     .venv/bin/python -m bench.scaling [--messages 100000] [--rounds 2] [--lead-ms 30000] [--spread-ms 10000]
+                                      [--consumer-waits]
 """
 import argparse
 import functools
@@ -31,7 +34,7 @@ from tools.stack import terminate
 
 TOPIC = "scaling"
 PRODUCER = "producer (this process)"
-PHASES = ("send", "promote", "pull + ack")
+TOGETHER = "promote + pull + ack"
 
 
 def used_since(before: dict[str, float], client_seconds: float = 0.0) -> dict[str, float]:
@@ -43,7 +46,8 @@ def used_since(before: dict[str, float], client_seconds: float = 0.0) -> dict[st
     return used
 
 
-def one_round(client: Client, env: dict, messages: int, lead_ms: int, spread_ms: int) -> dict[str, dict[str, float]]:
+def one_round(client: Client, env: dict, messages: int, lead_ms: int, spread_ms: int,
+              consumer_waits: bool = False) -> dict[str, dict[str, float]]:
     """CPU seconds per part of each phase."""
     empty_redis(env["REDIS_URL"])
     events = redis.Redis.from_url(env["REDIS_URL"])
@@ -59,6 +63,8 @@ def one_round(client: Client, env: dict, messages: int, lead_ms: int, spread_ms:
     if time.time() * 1000 >= first_due:
         raise SystemExit(f"the sends took longer than --lead-ms {lead_ms}: the phases overlap")
 
+    if consumer_waits:
+        return {**cpu, TOGETHER: consumed_as_due(client, env, messages, first_due, events)}
     before = cpu_by_part()
     while time.time() * 1000 < first_due:
         time.sleep(0.01)
@@ -79,19 +85,39 @@ def one_round(client: Client, env: dict, messages: int, lead_ms: int, spread_ms:
     return cpu
 
 
+def consumed_as_due(client: Client, env: dict, messages: int, first_due: int, events) -> dict[str, float]:
+    """The worker, started before the first due time, pulls the messages as they fall due: the
+    promotions and the pulls with their acks as one phase, from the first due time until the
+    history is written. A pull that follows its promotion within milliseconds reaches the log
+    writer in the same batch, so the message row is updated once for both."""
+    procs = start_consumers(TOPIC, 1, 8, env)
+    try:
+        while time.time() * 1000 < first_due:
+            time.sleep(0.01)
+        before = cpu_by_part()
+        while unsettled(client, TOPIC):
+            time.sleep(0.05)
+        history_written(events)
+        return used_since(before)  # before the worker exits: its CPU is counted while it lives
+    finally:
+        terminate(procs)
+        events.close()
+
+
 def show(cpu: dict[str, dict[str, float]], messages: int) -> None:
+    phases = list(cpu)
     parts = list(dict.fromkeys(part for phase in cpu.values() for part in phase))
-    print("| part | " + " | ".join(f"{phase}: µs a message (messages/s a core)" for phase in PHASES) + " |")
-    print("|---|" + "---:|" * len(PHASES))
+    print("| part | " + " | ".join(f"{phase}: µs a message (messages/s a core)" for phase in phases) + " |")
+    print("|---|" + "---:|" * len(phases))
     for part in parts:
         cells = []
-        for phase in PHASES:
+        for phase in phases:
             seconds = cpu[phase].get(part)
             micros = None if seconds is None else seconds / messages * 1e6
             cells.append("-" if micros is None else f"{micros:.1f} ({1e6 / micros:,.0f})" if micros >= 0.5
                          else f"{micros:.1f}")
         print(f"| {part} | " + " | ".join(cells) + " |")
-    totals = [sum(cpu[phase].values()) / messages * 1e6 for phase in PHASES]
+    totals = [sum(cpu[phase].values()) / messages * 1e6 for phase in phases]
     print("| all parts | " + " | ".join(f"{total:.1f}" for total in totals) + " |", flush=True)
 
 
@@ -101,12 +127,16 @@ def main():
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--lead-ms", type=int, default=30_000)
     parser.add_argument("--spread-ms", type=int, default=10_000)
+    parser.add_argument("--consumer-waits", action="store_true",
+                        help="start the worker before the first due time: it pulls the messages as they fall due, "
+                             "and promotions, pulls and acks are one phase")
     args = parser.parse_args()
     with tasks_stack() as (client, env):
         for round_number in range(1, args.rounds + 1):
             print(f"round {round_number}: {args.messages:,} messages, due over {args.spread_ms / 1000:g} s "
                   f"({args.messages * 1000 // args.spread_ms:,} a second)", flush=True)
-            show(one_round(client, env, args.messages, args.lead_ms, args.spread_ms), args.messages)
+            show(one_round(client, env, args.messages, args.lead_ms, args.spread_ms, args.consumer_waits),
+                 args.messages)
 
 
 if __name__ == "__main__":
