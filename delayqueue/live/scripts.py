@@ -537,9 +537,8 @@ def load_cold(ctx: ScriptContext, topic: str | Shard, *, loaded_from: str, loade
               messages: Sequence[Sequence]) -> ScriptCall:
     """`messages`: per message the values named by LOAD_COLD.repeated, in that order."""
     k = ctx.ns.topic(topic)
-    args = [ctx.ns.ready_channel, ctx.ns.schedule_channel, k.topic, ctx.actor, loaded_from, loaded_to]
-    for message in messages:
-        args += message
+    args = [ctx.ns.ready_channel, ctx.ns.schedule_channel, k.topic, ctx.actor, loaded_from, loaded_to,
+            *_flat(messages)]
     return ScriptCall(LOAD_COLD, [k.waiting, k.ready, k.msgs, k.expiry, k.meta, k.events, k.prioritised, k.ended,
                                   k.cold_hours],
                       args)
@@ -555,10 +554,8 @@ def purge_cold(ctx: ScriptContext, topic: str | Shard, *, purged: int, signed: b
     """Replies the topic's loaded_to as fenced ('' if it has none). `hours`: (hour, purged due in
     it) pairs; `signed`: a sharded topic's shard (raise_hot)."""
     k = ctx.ns.topic(topic)
-    args = [purged, ctx.stats_interval_millis, _flag(signed)]
-    for hour in hours:
-        args += hour
-    return ScriptCall(PURGE_COLD, [k.meta, k.stats, k.cold_hours], args)
+    return ScriptCall(PURGE_COLD, [k.meta, k.stats, k.cold_hours],
+                      [purged, ctx.stats_interval_millis, _flag(signed), *_flat(hours)])
 
 
 def prune_stats(ctx: ScriptContext, topic: str | Shard) -> ScriptCall:
@@ -581,9 +578,7 @@ def lock_take_over(ctx: ScriptContext, topic: str | Shard, *, gone_token: str, t
 def restore(ctx: ScriptContext, topic: str | Shard, *, dry_run: bool, messages: Sequence[Sequence]) -> ScriptCall:
     """`messages`: per message the values named by RESTORE.repeated, in that order."""
     k = ctx.ns.topic(topic)
-    args = [ctx.ns.ready_channel, ctx.ns.schedule_channel, k.topic, _flag(dry_run), ctx.actor]
-    for message in messages:
-        args += message
+    args = [ctx.ns.ready_channel, ctx.ns.schedule_channel, k.topic, _flag(dry_run), ctx.actor, *_flat(messages)]
     return ScriptCall(RESTORE, [k.waiting, k.ready, k.msgs, k.expiry, k.meta, k.events, k.prioritised, k.cold_hours],
                       args)
 
@@ -649,18 +644,17 @@ def take_stats(ctx: ScriptContext, topic: str | Shard) -> ScriptCall:
 
 def fold_stats(ctx: ScriptContext, topic: str | Shard, *, fields: Sequence[Sequence]) -> ScriptCall:
     """`fields`: per field the values named by FOLD_STATS.repeated (its name, its value)."""
-    args = []
-    for name_and_value in fields:
-        args += name_and_value
-    return ScriptCall(FOLD_STATS, [ctx.ns.topic(topic).stats], args)
+    return ScriptCall(FOLD_STATS, [ctx.ns.topic(topic).stats], _flat(fields))
 
 
 def add_counts(ctx: ScriptContext, *, fields: Sequence[Sequence]) -> ScriptCall:
     """`fields`: per field the values named by ADD_COUNTS.repeated (its name, what to add)."""
-    args = []
-    for field_and_increment in fields:
-        args += field_and_increment
-    return ScriptCall(ADD_COUNTS, [ctx.ns.pushes], args)
+    return ScriptCall(ADD_COUNTS, [ctx.ns.pushes], _flat(fields))
+
+
+def _flat(items: Sequence[Sequence]) -> list:
+    """The ARGV of a script's repeated values: each item's, one item after another."""
+    return [value for item in items for value in item]
 
 
 def _flag(value: bool) -> int:

@@ -25,9 +25,9 @@ async def set_topic_config(rt: Runtime, *, topic: str, changes: dict, limits: di
     DELAYQUEUE_MAX_PUSH_CONCURRENCY. Answers a new push signing secret
     (save_topic_config), or None. Raises RedisError when the mirror could not be written
     (PostgreSQL has the change: calling again is safe)."""
-    taken_up = changes.get("shards", 0) or 1  # None: back to the default, 1
     placement = None
-    if "shards" in changes and taken_up not in (await rt.topic_configs.settings(topic)).shard_counts:
+    taken_up = (changes["shards"] or DEFAULT_SETTINGS.shards) if "shards" in changes else None  # None: the default
+    if taken_up is not None and taken_up not in (await rt.topic_configs.settings(topic)).shard_counts:
         placement = await _placement(rt, taken_up)
         if placement is not None:
             place_shards(rt.ns.namespace, topic, taken_up, placement)
