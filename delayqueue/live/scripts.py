@@ -207,6 +207,7 @@ class PullReply(NamedTuple):
     retry_after_millis: int  # > 0: the topic's consume rate allowed no message, for this long
     paused: bool = False  # the topic is paused: nothing handed out
     next_due_us: int = -1  # µs until the topic's next waiting message is due (-1: none; 0: not looked at)
+    server_now_us: int = 0  # Redis' clock (epoch µs) when it said so (core.clock.wait_seconds)
     due_shard: Shard | None = None  # a sharded topic's pull: the shard of that next due message
 
 
@@ -236,6 +237,7 @@ class RetireReply(NamedTuple):
 class ScanReply(NamedTuple):
     count: int  # messages the scanner script handled
     next_due_us: int  # µs until it has work again: 0 now, -1 nothing scheduled
+    server_now_us: int  # Redis' clock (epoch µs) when it said so (core.clock.wait_seconds)
     # promote_due: µs until the earliest TTL of what it moved (-1: nothing), which the scanner's
     # TTL timer must not sleep past (waiting messages enter the expiry index as they become ready)
     expires_in_us: int = -1
@@ -288,7 +290,8 @@ def _pull_reply(raw) -> PullReply:
         return PullReply(int(raw[0]), [], 0, paused=True)
     if int(raw[1]) > 0:
         return PullReply(int(raw[0]), [], int(raw[1]))
-    return PullReply(int(raw[0]), [Message.from_stored(stored) for stored in raw[3:]], 0, next_due_us=int(raw[2]))
+    return PullReply(int(raw[0]), [Message.from_stored(stored) for stored in raw[4:]], 0, next_due_us=int(raw[2]),
+                     server_now_us=int(raw[3]))
 
 
 def _take_reply(raw) -> Grant:

@@ -8,6 +8,7 @@ from typing import NamedTuple
 
 from redis.exceptions import RedisError
 
+from delayqueue.core.clock import wait_seconds
 from delayqueue.core.exceptions import Conflict, NotFound, Throttled, redis_unavailable
 from delayqueue.core.messages import Message
 from delayqueue.live import scripts
@@ -109,7 +110,7 @@ async def _pull_shards(rt: Runtime, pull: Pull, counts: tuple[int, ...]) -> scri
     max_inflight = -(-pull.max_inflight // shard_count)
     messages: list[Message] = []
     remaining: dict[Shard, int] = {}
-    due_in: list[tuple[int, Shard | None]] = [(-1, None)]
+    due_in: list[tuple[int, int, Shard | None]] = [(-1, 0, None)]  # (next_due_us, server_now_us, shard)
     failure: Exception | None = None
     first = pull.first_shard if pull.first_shard in open_shards else random.choice(open_shards)
     open_shards.remove(first)
@@ -137,7 +138,7 @@ async def _pull_shards(rt: Runtime, pull: Pull, counts: tuple[int, ...]) -> scri
                 return reply
             messages += reply.messages
             remaining[shard] = reply.remaining
-            due_in.append((reply.next_due_us, shard))
+            due_in.append((reply.next_due_us, reply.server_now_us, shard))
             if len(reply.messages) == n and reply.remaining > 0:
                 open_shards.append(shard)
         asks = []
@@ -151,8 +152,10 @@ async def _pull_shards(rt: Runtime, pull: Pull, counts: tuple[int, ...]) -> scri
             pass  # the tokens not given back are the rate's loss, not a message's
     if failure is not None and not messages:
         return failure
-    due_us, due_shard = min((due for due in due_in if due[0] > 0), default=max(due_in, key=lambda due: due[0]))
-    return scripts.PullReply(sum(remaining.values()), messages, 0, next_due_us=due_us, due_shard=due_shard)
+    due_us, server_now_us, due_shard = min((due for due in due_in if due[0] > 0), key=lambda due: due[0],
+                                           default=max(due_in, key=lambda due: due[0]))
+    return scripts.PullReply(sum(remaining.values()), messages, 0, next_due_us=due_us, server_now_us=server_now_us,
+                             due_shard=due_shard)
 
 
 async def pull_messages(rt: Runtime, *, topic: str, batch: int = -1, ack_timeout_millis: int = -1) -> Pulled:
@@ -211,6 +214,7 @@ async def long_poll_messages(rt: Runtime, *, topic: str, batch: int = -1, ack_ti
         while True:
             # Register before pulling, so a wake published between the pull and the wait is kept.
             waiter = notifier.register(topic)
+            sent_at = time.time()
             try:
                 reply = await _pull(rt, topic=topic, batch=batch, ack_timeout_millis=ack_timeout_millis,
                                     first_shard=due_shard)
@@ -228,7 +232,9 @@ async def long_poll_messages(rt: Runtime, *, topic: str, batch: int = -1, ack_ti
                     await notifier.pass_on(topic, reply.remaining)
                 return reply.messages
             if reply.next_due_us > 0 and reply.next_due_us / 1_000_000 < time_left:
-                notifier.wake_at(topic, time.monotonic() + reply.next_due_us / 1_000_000, reply.due_shard)
+                due_in = wait_seconds(due_in_us=reply.next_due_us, server_now_us=reply.server_now_us,
+                                      sent_at=sent_at, received_at=time.time())
+                notifier.wake_at(topic, time.monotonic() + due_in, reply.due_shard)
             # A timer that resolves the waiter itself (False: time is up) holds fewer objects per
             # held poll than asyncio.wait, which matters with thousands held (docs/benchmarks.md).
             # A paused topic is looked at again now and then: a resume answered by another

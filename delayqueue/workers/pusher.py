@@ -22,12 +22,13 @@ waiting (its next pull's time).
 import asyncio
 import heapq
 import logging
+import time
 from collections import Counter
 
 import orjson
 from redis.exceptions import RedisError
 
-from delayqueue.core.clock import now_millis
+from delayqueue.core.clock import now_millis, wait_seconds
 from delayqueue.core.constants import MAX_EVENT_DETAIL, PUSH_RETRY_BACKOFF_DEFAULT_MILLIS
 from delayqueue.core.exceptions import Throttled
 from delayqueue.core.messages import Message
@@ -171,6 +172,7 @@ class Pusher:
                                                max_inflight=settings.push_concurrency)))
         if not pulls:
             return
+        sent_at = time.time()
         try:
             replies = await pull_many(self.rt, pulls=[pull for *_, pull in pulls])
         except RedisError:  # the namespace's consume rate could not be asked
@@ -178,7 +180,7 @@ class Pusher:
             for *_, pull in pulls:
                 self._wakes.at(pull.topic, retry_at)
             raise
-        now = asyncio.get_running_loop().time()
+        received_at, now = time.time(), asyncio.get_running_loop().time()
         failure = None
         for (settings, room, pull), reply in zip(pulls, replies):
             topic = pull.topic
@@ -209,7 +211,8 @@ class Pusher:
             if reply.next_due_us > 0:
                 # Pulled again at the next message's due time (the pull makes it ready), not only
                 # when the scanner has promoted it and said so: one hop less.
-                self._wakes.at(topic, now + reply.next_due_us / 1e6)
+                self._wakes.at(topic, now + wait_seconds(due_in_us=reply.next_due_us, server_now_us=reply.server_now_us,
+                                                         sent_at=sent_at, received_at=received_at))
         if isinstance(failure, RedisError):
             raise failure
 

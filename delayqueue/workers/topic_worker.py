@@ -6,6 +6,7 @@ import functools
 import logging
 import time
 
+from delayqueue.core.clock import wait_seconds
 from delayqueue.core.stopping import cancel_and_wait
 from delayqueue.live import scripts
 from delayqueue.live.scripts import ScriptCall
@@ -54,17 +55,20 @@ class TopicWorker:
         now = time.monotonic()
         # A timer may fire a hair before the due time it was set for: that script runs now.
         names = [n for n in self.SCRIPTS if run_all or self._due_at[n] <= now + TIMER_SLACK]
+        sent_at = time.time()
         results = await self.scanner.rt.scripts.run([self._call(name) for name in names])
-        now = time.monotonic()
+        received_at, now = time.time(), time.monotonic()
         for name, result in zip(names, results):
             if isinstance(result, Exception):
                 self._run_all = True  # try everything again after the back-off
                 raise result
             self.scanner.counts[self.COUNTS[name]] += result.count
-            wait = result.next_due_us / 1_000_000 if result.next_due_us >= 0 else MAX_IDLE_SLEEP
-            self._due_at[name] = now + min(wait, MAX_IDLE_SLEEP)
+            wait = functools.partial(wait_seconds, server_now_us=result.server_now_us, sent_at=sent_at,
+                                     received_at=received_at)
+            due_in = wait(due_in_us=result.next_due_us) if result.next_due_us >= 0 else MAX_IDLE_SLEEP
+            self._due_at[name] = now + min(due_in, MAX_IDLE_SLEEP)
             if result.expires_in_us >= 0:  # what it promoted may expire before what expire waits for
-                self._due_at["expire"] = min(self._due_at["expire"], now + result.expires_in_us / 1_000_000)
+                self._due_at["expire"] = min(self._due_at["expire"], now + wait(due_in_us=result.expires_in_us))
         return min(self._due_at.values()) - now
 
     async def _run(self) -> None:

@@ -13,7 +13,7 @@
 -- ARGV[2] retention_millis: how long an ended body stays readable
 -- ARGV[3] stats_interval_millis
 -- ARGV[4] actor: 'process@host' for the history, '' with the message log off
--- Returns {expired, µs until the next expiry (0: more due now, -1: none)}
+-- Returns {expired, µs until the next expiry (0: more due now, -1: none), Redis' clock (epoch µs)}
 -- @include clock
 -- @include stats
 -- @include status

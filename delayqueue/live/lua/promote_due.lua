@@ -13,8 +13,9 @@
 -- ARGV[3] stats_interval_millis
 -- ARGV[4] ready_channel: published when the ready list goes from empty to non-empty
 -- ARGV[5] actor: 'process@host' for the history, '' with the message log off
--- Returns {moved, µs until the next due message (0: more due now, -1: none), µs until the earliest
--- TTL of the moved messages (-1: none moved), which the scanner's TTL timer must not sleep past}
+-- Returns {moved, µs until the next due message (0: more due now, -1: none), Redis' clock (epoch
+-- µs), µs until the earliest TTL of the moved messages (-1: none moved), which the scanner's TTL
+-- timer must not sleep past}
 -- @include clock
 -- @include scan_reply
 -- @include promote
@@ -22,8 +23,8 @@ local t = {waiting = KEYS[1], ready = KEYS[2], msgs = KEYS[3], expiry = KEYS[4],
            prioritised = KEYS[8],
            actor = ARGV[5], retention = tonumber(ARGV[2])}
 local limit = tonumber(ARGV[1])
-local now, now_us = clock()
+local now = clock()
 local ids, moved, earliest = promote(t, KEYS[6], tonumber(ARGV[3]), now, limit, ARGV[4])
 local reply = scan_reply(moved, #ids, limit, t.waiting)
-reply[3] = earliest and math.max(earliest * 1000 - now_us, 0) or -1
+reply[4] = earliest and math.max(earliest * 1000 - reply[3], 0) or -1
 return reply

@@ -30,8 +30,9 @@
 -- ARGV[11] max_inflight: 0 for none; else the pull hands out at most what keeps the topic's in-flight
 --   messages at or under it (a push topic's pushConcurrency, counted across every pusher)
 -- Returns {messages left ready (every priority), 0, µs until the next waiting message is due (-1:
--- none; 0 when the pull handed out messages: not looked at), json1, json2, ...}, or {messages in ready, ms until a token} when the consume rate allows
--- none now, or {messages in ready, -1} when the topic is paused.
+-- none; 0 when the pull handed out messages: not looked at), Redis' clock (epoch µs), json1, json2,
+-- ...}, or {messages in ready, ms until a token} when the consume rate allows none now, or
+-- {messages in ready, -1} when the topic is paused.
 -- @include clock
 -- @include token_bucket
 -- @include stats
@@ -70,13 +71,13 @@ local deadline = now + tonumber(ARGV[2])
 local earliest_deadline = next_due(inflight, now_us)
 
 redis.call('HSET', meta, META.LAST_ACTIVE, now)
-local out = {0, 0, 0}
+local out = {0, 0, 0, now_us}
 local ended_count = 0
 local pulled_changes, gaps = {}, {}
 -- Bounded so that a list of stale ids cannot hold the script for long.
 local budget = batch + 1000
 local pop_prioritised = true
-while #out - 3 < batch and budget > 0 do
+while #out - 4 < batch and budget > 0 do
   budget = budget - 1
   local id
   id, pop_prioritised = pop_ready(t, pop_prioritised)
@@ -104,7 +105,7 @@ while #out - 3 < batch and budget > 0 do
   end
 end
 
-local pulled = #out - 3
+local pulled = #out - 4
 log_events(t.events, t.actor, pulled_changes, STATUS.READY, REASON.PULLED)
 stat_gaps(stats, interval, now, GAP.PULL, gaps)
 if rate > 0 then

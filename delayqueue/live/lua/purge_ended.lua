@@ -2,7 +2,7 @@
 -- KEYS[1] msgs
 -- KEYS[2] ended
 -- ARGV[1] scan_limit: most messages handled per call (DELAYQUEUE_SCANNER_BATCH)
--- Returns {purged, µs until the next purge (0: more due now, -1: none)}
+-- Returns {purged, µs until the next purge (0: more due now, -1: none), Redis' clock (epoch µs)}
 -- @include clock
 -- @include scan_reply
 local msgs, ended = KEYS[1], KEYS[2]

@@ -20,7 +20,8 @@
 -- ARGV[6] actor: 'process@host' for the history, '' with the message log off
 -- ARGV[7] schedule_channel: published when a backed-off message is due before what the scanner expects
 -- ARGV[8] seed: random, for the backoff's jitter
--- Returns {requeued, µs until the next ack deadline (0: more due now, -1: none)}
+-- Returns {requeued, µs until the next ack deadline (0: more due now, -1: none), Redis' clock
+-- (epoch µs)}
 -- @include clock
 -- @include stats
 -- @include end_message
