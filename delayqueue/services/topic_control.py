@@ -26,7 +26,9 @@ async def set_topic_config(rt: Runtime, *, topic: str, changes: dict, limits: di
     (save_topic_config), or None. Raises RedisError when the mirror could not be written
     (PostgreSQL has the change: calling again is safe)."""
     placement = None
-    taken_up = (changes["shards"] or DEFAULT_SETTINGS.shards) if "shards" in changes else None  # None: the default
+    # The shard count the change takes the topic to (a "shards" of None: back to the default);
+    # None when the change leaves the count alone.
+    taken_up = (changes["shards"] or DEFAULT_SETTINGS.shards) if "shards" in changes else None
     if taken_up is not None and taken_up not in (await rt.topic_configs.settings(topic)).shard_counts:
         placement = await _placement(rt, taken_up)
         if placement is not None:
