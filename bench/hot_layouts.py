@@ -6,7 +6,7 @@ minutes, msgIds as the service makes them. used_memory before and after each lay
     .venv/bin/python -m bench.hot_layouts [--messages 100000] [--body-bytes 100]
 
 Layouts:
-- as it is: the `msgs` hash (msgId -> the stored JSON, core.messages.stored_json) and the
+- as it is: the `msgs` hash (msgId -> the stored record, core.messages.stored) and the
   `waiting` sorted set (msgId, score triggerTime);
 - packed member: one sorted set whose member is the packed record, score triggerTime;
 - second strings: one string per second of due time holding that second's packed records one
@@ -25,7 +25,7 @@ import zlib
 import redis
 
 from bench.harness import scratch_services
-from delayqueue.core.messages import new_msg_id, stored_json
+from delayqueue.core.messages import new_msg_id, stored
 
 SPREAD_MS = 30 * 60 * 1000
 TTL_MS = 3_600_000
@@ -40,8 +40,8 @@ def packed(msg_id: str, trigger: int, produce: int, body: bytes) -> bytes:
 def as_it_is(client, messages, body):
     pipe = client.pipeline(transaction=False)
     for n, (msg_id, trigger, produce) in enumerate(messages, 1):
-        pipe.hset("{t}:msgs", msg_id, stored_json(b'"orders"', msg_id, body.decode(), produce, trigger,
-                                                  trigger + TTL_MS, 3, 0, 1, 0))
+        pipe.hset("{t}:msgs", msg_id, stored("orders", msg_id, body.decode(), produce, trigger, trigger + TTL_MS, 3, 0,
+                                             1, 0))
         pipe.zadd("{t}:waiting", {msg_id: trigger})
         if n % PIPELINE == 0:
             pipe.execute()

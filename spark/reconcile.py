@@ -13,7 +13,6 @@ retention window). The log's status and retry follow Redis through the log write
 of a second behind: on a busy queue, messages in motion can show up as status or retry
 disagreements that a second run no longer lists.
 """
-import json
 import sys
 from pathlib import Path
 
@@ -24,6 +23,7 @@ from pyspark.sql import types as T
 
 from delayqueue.config import arguments
 from delayqueue.core.constants import LIVE_STATUSES
+from delayqueue.core.messages import Message
 from delayqueue.live.keys import namespace_keys, topic_keys
 from delayqueue.live.shards import topic_shards
 from delayqueue.messagelog import sql, tables
@@ -50,8 +50,8 @@ def scan_topics(redis_url: str, namespace: str, settings: dict[str, TopicSetting
     try:
         for topic, count, index in shards:
             for msg_id, raw in client.hscan_iter(topic_keys(namespace, topic, count, index).msgs, count=1000):
-                m = json.loads(raw)
-                yield topic, msg_id, *(None if m.get(f) is None else int(m[f]) for f in ("status", "retry", "triggerTime"))
+                m = Message.from_stored(raw, msg_id)
+                yield topic, msg_id, int(m.status), m.retry, m.trigger_time
     finally:
         client.close()
 

@@ -1,11 +1,13 @@
 """The one message type, and its converters: to and from the API's wire dict (camellia's
-CamelliaDelayMsg, also what Redis stores as json: lua/includes/new_message.lua builds it with
-the names of WIRE_FIELDS) and the message log's row; and the msgIds the service generates."""
+CamelliaDelayMsg: lua/includes/new_message.lua builds it with the names of WIRE_FIELDS), the form
+Redis stores (lua/includes/stored.lua: a waiting message as a short record, any other as its wire
+json) and the message log's row; and the msgIds the service generates."""
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 import orjson
 
+from delayqueue.core.constants import Status
 from delayqueue.core.random_bits import random_bits
 
 # A message's fields in the API and in Redis (priority only above 0), as to_wire writes them.
@@ -46,14 +48,25 @@ class Message:
                    wire["expireTime"], wire["maxRetry"], wire["retry"], wire["status"], wire.get("priority", 0))
 
     def to_stored(self) -> str:
-        """The message as Redis stores it: its wire json (stored_json writes it)."""
-        return stored_json(orjson.dumps(self.topic), self.msg_id, self.payload, self.produce_time, self.trigger_time,
-                           self.expire_time, self.max_retry, self.retry, self.status, self.priority).decode()
+        """The message as Redis stores it (stored writes it)."""
+        return stored(self.topic, self.msg_id, self.payload, self.produce_time, self.trigger_time, self.expire_time,
+                      self.max_retry, self.retry, self.status, self.priority)
 
     @classmethod
-    def from_stored(cls, raw: str) -> "Message":
-        """A message as Redis stores it (its wire json)."""
+    def from_json(cls, raw: str) -> "Message":
+        """A message as the API's json (what a script answers for a message it read)."""
         return cls.from_wire(orjson.loads(raw))
+
+    @classmethod
+    def from_stored(cls, raw: str, msg_id: str) -> "Message":
+        """A message as Redis stores it under `msg_id` (a waiting one's record does not repeat it)."""
+        if raw.startswith("{"):
+            return cls.from_json(raw)
+        header, payload = raw.split("\n", 1)
+        trigger, before, ttl, max_retry, retry, priority, topic = header.split(",", 6)
+        trigger_time = int(trigger, 16)
+        return cls(topic, msg_id, payload, trigger_time - int(before, 16), trigger_time, trigger_time + int(ttl, 16),
+                   int(max_retry), int(retry), Status.WAITING, int(priority))
 
     def to_row(self) -> dict:
         """The message log's columns (times as epoch ms)."""
@@ -68,15 +81,20 @@ class Message:
                    row["expire_time"], row["max_retry"], row["retry"], row["status"], row.get("priority", 0))
 
 
-def stored_json(topic: bytes, msg_id: str, payload: str, produce_time: int, trigger_time: int, expire_time: int,
-                max_retry: int, retry: int, status: int, priority: int) -> bytes:
-    """A message as Redis stores it (Message.to_stored), as bytes: the same json as its to_wire,
-    for a third of the cost of dumping that dict; the cold tier's loader builds thousands a page.
-    `topic`: orjson.dumps of the topic, made once for all of them."""
-    stored = (b'{"topic":%b,"msgId":%b,"msg":%b,"produceTime":%d,"triggerTime":%d,"expireTime":%d,"maxRetry":%d,'
-              b'"retry":%d,"status":%d' % (topic, orjson.dumps(msg_id), orjson.dumps(payload), produce_time,
-                                           trigger_time, expire_time, max_retry, retry, status))
-    return stored + (b',"priority":%d}' % priority if priority else b"}")
+def stored(topic: str, msg_id: str, payload: str, produce_time: int, trigger_time: int, expire_time: int,
+           max_retry: int, retry: int, status: int, priority: int) -> str:
+    """A message as Redis stores it (Message.to_stored), as lua/includes/stored.lua writes it: a
+    waiting one as its record (its triggerTime, the produceTime before it and the TTL after it in
+    hex, maxRetry, retry, priority, the topic up to a newline, the body), any other as the same json
+    as its to_wire, for a third of the cost of dumping that dict; the cold tier's loader builds
+    thousands a page."""
+    if status == Status.WAITING:
+        return (f"{trigger_time:x},{trigger_time - produce_time:x},{expire_time - trigger_time:x},{max_retry},{retry},"
+                f"{priority},{topic}\n{payload}")
+    wire = (b'{"topic":%b,"msgId":%b,"msg":%b,"produceTime":%d,"triggerTime":%d,"expireTime":%d,"maxRetry":%d,'
+            b'"retry":%d,"status":%d' % (orjson.dumps(topic), orjson.dumps(msg_id), orjson.dumps(payload), produce_time,
+                                         trigger_time, expire_time, max_retry, retry, status))
+    return (wire + (b',"priority":%d}' % priority if priority else b"}")).decode()
 
 
 _LOW_62 = (1 << 62) - 1

@@ -282,7 +282,7 @@ def _send_reply(code: int, value, new_topic: bool) -> SendReply:
     if code == 5:
         return SendReply(False, 0, None, new_topic, logged_live=True)
     created = code == 1
-    return SendReply(created, value if created else 0, None if created else Message.from_stored(value), new_topic)
+    return SendReply(created, value if created else 0, None if created else Message.from_json(value), new_topic)
 
 
 def _pull_reply(raw) -> PullReply:
@@ -290,7 +290,7 @@ def _pull_reply(raw) -> PullReply:
         return PullReply(int(raw[0]), [], 0, paused=True)
     if int(raw[1]) > 0:
         return PullReply(int(raw[0]), [], int(raw[1]))
-    return PullReply(int(raw[0]), [Message.from_stored(stored) for stored in raw[4:]], 0, next_due_us=int(raw[2]),
+    return PullReply(int(raw[0]), [Message.from_json(stored) for stored in raw[4:]], 0, next_due_us=int(raw[2]),
                      server_now_us=int(raw[3]))
 
 
@@ -321,8 +321,8 @@ def _touch_reply(raw) -> TouchReply:
 def _reschedule_reply(raw) -> RescheduleReply:
     if raw[0] not in (1, 4):
         return RescheduleReply(None, int(raw[1]))
-    stored = Message.from_stored(raw[1])
-    return RescheduleReply(stored, stored.status)
+    message = Message.from_json(raw[1])
+    return RescheduleReply(message, message.status)
 
 
 def _restore_reply(raw) -> RestoreReply:
@@ -334,7 +334,7 @@ PULL = Script("pull", _pull_reply)
 ACK = Script("ack", _ack_many_reply)
 NACK = Script("nack", _ack_reply)
 DELETE = Script("delete", int)
-GET = Script("get", lambda raw: None if raw is None else Message.from_stored(raw))
+GET = Script("get", lambda raw: None if raw is None else Message.from_json(raw))
 PROMOTE_DUE = Script("promote_due", _scan_reply)
 REQUEUE_TIMED_OUT = Script("requeue_timed_out", _scan_reply)
 EXPIRE = Script("expire", _scan_reply)

@@ -240,7 +240,7 @@ _WAITING_AFTER = f"""namespace = %(namespace)s AND topic = %(topic)s AND {WAITIN
   AND (trigger_time, id) > ({from_millis("%(after_time)s::int8")}, %(after_id)s::int8)"""
 # A page of a topic's waiting rows after the loader's position (%(after_time)s ms, row id
 # %(after_id)s) and due by %(hot_until)s, in that order: each row's id, then the message's fields
-# as core.messages.stored_json takes them (PostgreSQL's json_build_object took twice as long as
+# as core.messages.stored takes them (PostgreSQL's json_build_object took twice as long as
 # raw columns do, and the loader waits on these reads).
 COLD_PAGE = f"""
 SELECT id, msg_id, payload, {to_millis("produce_time")}, {to_millis("trigger_time")}, {to_millis("expire_time")},

@@ -69,10 +69,10 @@ async def topic_overview(rt: Runtime, *, topics: list[str]) -> list[dict]:
     wanted = [(shard, msg_id) for shard, ids in oldest_ids.items() for msg_id in ids]
     for shard, msg_id in wanted:
         pipe.hget(rt.ns.topic(shard).msgs, msg_id)
-    bodies: dict[str, list[str]] = {}
-    for (shard, _), raw in zip(wanted, await pipe.execute() if wanted else []):
+    oldest_ready: dict[str, list[Message]] = {}
+    for (shard, msg_id), raw in zip(wanted, await pipe.execute() if wanted else []):
         if raw:
-            bodies.setdefault(shard.topic, []).append(raw)
+            oldest_ready.setdefault(shard.topic, []).append(Message.from_stored(raw, msg_id))
     this_minute = now // 60_000
     overviews = []
     mine = iter(per_shard)
@@ -83,7 +83,7 @@ async def topic_overview(rt: Runtime, *, topics: list[str]) -> list[dict]:
         paused, push, _ = figures[0][5]  # the settings' mirror is every shard's
         # A sharded topic's shards have a window each, raised together: the nearest is the topic's.
         hot_until = min((int(f[5][2]) for f in figures if f[5][2] is not None), default=None)
-        oldest = min((Message.from_stored(raw).trigger_time for raw in bodies.get(info.topic, [])), default=None)
+        oldest = min((m.trigger_time for m in oldest_ready.get(info.topic, [])), default=None)
 
         def number(template: str, **values) -> int:
             return _number(counts.get(stats.field(template, **values)))
@@ -166,7 +166,7 @@ async def live_state(rt: Runtime, *, namespace: str, topic: str, msg_id: str) ->
     pipe.zscore(k.ended, msg_id)
     raw, waiting, ready_pos, prioritised, ack_deadline, purge_at = await pipe.execute()
     return {
-        "message": None if raw is None else Message.from_stored(raw).to_wire(),
+        "message": None if raw is None else Message.from_stored(raw, msg_id).to_wire(),
         "waiting_until": None if waiting is None else int(waiting),
         "in_ready_list": ready_pos is not None or prioritised is not None,
         "ack_deadline": None if ack_deadline is None else int(ack_deadline),
@@ -193,8 +193,10 @@ async def waiting_after_delivery(rt: Runtime, *, topic: str, within_millis: int)
                                            num=BACKOFF_SCAN_LIMIT + 1)
         capped |= len(ids) > BACKOFF_SCAN_LIMIT
         for start in range(0, min(len(ids), BACKOFF_SCAN_LIMIT), 1000):
-            bodies = await rt.redis.hmget(k.msgs, ids[start:start + 1000])
-            count += sum(1 for raw in bodies if raw is not None and Message.from_stored(raw).retry > 0)
+            page = ids[start:start + 1000]
+            bodies = await rt.redis.hmget(k.msgs, page)
+            count += sum(1 for msg_id, raw in zip(page, bodies)
+                         if raw is not None and Message.from_stored(raw, msg_id).retry > 0)
     return count, capped
 
 

@@ -90,7 +90,7 @@ async def _held_in_life(rt: Runtime, rows: list[tuple[int, str, int, int]], plac
     held = [False] * len(rows)
     for positions, stored in zip(asked.values(), await pipe.execute()):
         for i, body in zip(positions, stored):
-            held[i] = held[i] or (body is not None and Message.from_stored(body).produce_time == rows[i][2])
+            held[i] = held[i] or (body is not None and Message.from_stored(body, rows[i][1]).produce_time == rows[i][2])
     return held
 
 

@@ -40,11 +40,9 @@ import logging
 from collections import Counter
 from collections.abc import Iterable, Mapping
 
-import orjson
-
 from delayqueue.core.clock import now_millis
 from delayqueue.core.constants import MAX_DELAY_MILLIS, SHARDS_SETTLE_MILLIS
-from delayqueue.core.messages import stored_json
+from delayqueue.core.messages import stored
 from delayqueue.core.outage import Outage
 from delayqueue.core.stopping import repeat
 from delayqueue.live import scripts
@@ -69,8 +67,7 @@ IN_FLIGHT_MILLIS = 5_000
 def loaded_messages(topic: str, rows: list[tuple]) -> list[tuple]:
     """COLD_PAGE's rows as load_cold.lua takes them: msgId, the stored message, triggerTime,
     expireTime, priority."""
-    name = orjson.dumps(topic)
-    return [(msg_id, stored_json(name, msg_id, payload, produced, trigger, expire, max_retry, retry, status, priority),
+    return [(msg_id, stored(topic, msg_id, payload, produced, trigger, expire, max_retry, retry, status, priority),
              trigger, expire, priority)
             for _id, msg_id, payload, produced, trigger, expire, max_retry, retry, status, priority in rows]
 

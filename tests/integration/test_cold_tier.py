@@ -164,7 +164,7 @@ async def test_each_cold_message_is_loaded_once_in_due_order_and_a_rerun_loads_n
         assert await loader.load_topic("t", force=True) == 8
         waiting = await rt.redis.zrange(rt.ns.topic("t").waiting, 0, -1, withscores=True)
         assert waiting == sorted(((m.msg_id, float(m.trigger_time)) for m in sent), key=lambda w: w[1])
-        for m in sent:  # stored as a hot send stores it, byte for byte (the loader builds it: messages.stored_json)
+        for m in sent:  # stored as a hot send stores it, byte for byte (the loader builds it: messages.stored)
             assert await rt.redis.hget(rt.ns.topic("t").msgs, m.msg_id) == m.to_stored()
         assert await loader.load_topic("t", force=True) == 0
         assert await rt.redis.zcard(rt.ns.topic("t").waiting) == 8

@@ -97,7 +97,7 @@ async def test_a_loop_turns_calls_share_writes_the_first_written_at_once(single_
     pipeline = protocol.submit([evalsha(_send_call(rt, row)) for row in rows[2:]])
     assert [data.count(b"EVALSHA") for data in recorder.writes] == [1, 1 + 8]  # at once, after the held one
     again = [*await first, *await second, *await pipeline]
-    assert [Message.from_stored(r[2]).msg_id for r in again] == [row.msg_id for row in rows]
+    assert [Message.from_json(r[2]).msg_id for r in again] == [row.msg_id for row in rows]
 
 
 async def test_a_call_on_a_lost_connection_fails_at_once(single_rt):

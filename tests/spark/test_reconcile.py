@@ -1,10 +1,12 @@
 """spark/reconcile.py finds each kind of planted disagreement; --fix restores the missing."""
+import dataclasses
 import json
 import time
 
 import pytest
 from django.core.management import call_command
 
+from delayqueue.core import messages
 from delayqueue.core.constants import Status
 from delayqueue.live.keys import topic_keys
 from delayqueue.messagelog import sql
@@ -41,17 +43,19 @@ def build(url: str) -> set:
     t1, t2 = topic_keys("default", "t1"), topic_keys("default", "t2")
 
     def edit(keys, msg_id, **changes):
-        m = json.loads(client.hget(keys.msgs, msg_id))
-        client.hset(keys.msgs, msg_id, json.dumps({**m, **changes}))
+        m = messages.Message.from_stored(client.hget(keys.msgs, msg_id), msg_id)
+        client.hset(keys.msgs, msg_id, dataclasses.replace(m, **changes).to_stored())
+
+    def stored(topic, msg_id, status, trigger_time):
+        return messages.Message(topic, msg_id, "", trigger_time, trigger_time, trigger_time + HOUR, 3, 0, status).to_stored()
 
     client.hdel(t1.msgs, "t1-wait-0")
     client.zrem(t1.waiting, "t1-wait-0")
-    client.hset(t2.msgs, "stray", json.dumps({"topic": "t2", "msgId": "stray", "status": 1, "retry": 0, "triggerTime": now}))
-    client.hset(t1.msgs, "ended-but-live", json.dumps({"topic": "t1", "msgId": "ended-but-live", "status": 2,
-                                                       "retry": 0, "triggerTime": now - 1000}))
+    client.hset(t2.msgs, "stray", stored("t2", "stray", 1, now))
+    client.hset(t1.msgs, "ended-but-live", stored("t1", "ended-but-live", 2, now - 1000))
     edit(t1, "t1-ready-1", status=3)
     edit(t2, "t2-ready-2", retry=4)
-    edit(t2, "t2-wait-3", triggerTime=now + HOUR + 5000, retry=1)
+    edit(t2, "t2-wait-3", trigger_time=now + HOUR + 5000, retry=1)
     client.delete(*(k for k in vars(topic_keys("default", T3)).values() if k != T3))
     client.close()
     return {("t1", "t1-wait-0", "missing_in_redis"), ("t2", "stray", "missing_in_log"),

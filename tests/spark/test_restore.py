@@ -1,12 +1,12 @@
 """spark/restore.py gives the same Redis as `manage.py restore` on the same log."""
 import io
-import json
 import time
 
 import pytest
 from django.core.management import call_command
 
 from delayqueue.config.redis_urls import is_cluster_url
+from delayqueue.core.messages import Message
 from delayqueue.live.keys import namespace_keys, topic_keys
 from delayqueue.models import TopicConfig
 from delayqueue.stores.topic_settings import MIRROR_FIELDS
@@ -22,7 +22,7 @@ pytestmark = pytest.mark.usefixtures("clean_state")
 HOUR = 3_600_000
 # A topic name with the characters the Redis key encoding handles: the jobs must reach its keys too.
 B = "b {订单}/*?[x]\\%41"
-HELD = json.dumps({"topic": "a", "msgId": "a-held", "msg": "already here", "status": 2})
+HELD = Message("a", "a-held", "already here", 0, 0, 0, 0, 0, 2).to_stored()
 
 
 def build_log() -> None:
@@ -71,7 +71,7 @@ def snapshot(url: str) -> dict:
     for topic in ("a", B):
         k = topic_keys("default", topic)
         state[topic] = {
-            "msgs": {i: json.loads(m) for i, m in client.hgetall(k.msgs).items()},
+            "msgs": {i: Message.from_stored(m, i) for i, m in client.hgetall(k.msgs).items()},
             "waiting": client.zrange(k.waiting, 0, -1, withscores=True),
             "ready": client.lrange(k.ready, 0, -1),
             "expiry": client.zrange(k.expiry, 0, -1, withscores=True),
@@ -114,7 +114,7 @@ def test_spark_restore_gives_the_same_redis_as_manage_py_restore(spark, settings
     assert not client.exists(lost)  # answered by the full restore, as manage.py restore does
     client.close()
     a = expected["a"]
-    assert a["msgs"]["a-held"]["msg"] == "already here" and a["msgs"]["a-consuming"]["retry"] == 2
+    assert a["msgs"]["a-held"].payload == "already here" and a["msgs"]["a-consuming"].retry == 2
     assert [i for i, _ in a["waiting"]] == ["a-wait"] and sorted(a["ready"]) == ["a-consuming", "a-due", "a-ready"]
     assert expected[B]["ready"] == [f"b-{i:02}" for i in reversed(range(40)) if i % 4 != 3]  # LPUSH in id order
     assert expected["other"] == 0
@@ -142,7 +142,7 @@ def test_spark_restore_options_count_as_manage_py_restore(spark, capsys, options
     if "--include-expired" in options:  # a fresh TTL counts from 'now', which differs
         for state in (command_state, spark_state):
             for msg_id in ("a-expired", "a-undelivered"):
-                state["a"]["msgs"][msg_id].pop("expireTime")
+                state["a"]["msgs"][msg_id].expire_time = None
             state["a"]["expiry"] = [i for i, _ in state["a"]["expiry"]]
     assert spark_state == command_state
 

@@ -26,6 +26,7 @@
 -- @include status
 -- @include end_message
 -- @include cold_count
+-- @include stored
 local t = {waiting = KEYS[1], ready = KEYS[2], inflight = KEYS[3], msgs = KEYS[4], expiry = KEYS[5],
            ended = KEYS[6], stats = KEYS[7], events = KEYS[8], prioritised = KEYS[9],
            actor = ARGV[5], retention = tonumber(ARGV[3])}
@@ -39,11 +40,11 @@ if not raw then
   end
   redis.call('HSET', t.msgs, id, ARGV[6])
   redis.call('ZADD', t.ended, now + t.retention, id)
-  cold_moved(KEYS[10], KEYS[11], 1, hours_of({cjson.decode(ARGV[6]).triggerTime}))
+  cold_moved(KEYS[10], KEYS[11], 1, hours_of({decode_stored(ARGV[6], id).triggerTime}))
   stat_add(t.stats, interval, now, COUNTER.DELETE, 1)
   return 2
 end
-local m = cjson.decode(raw)
+local m = decode_stored(raw, id)
 local deleted = 0
 if is_live(m) then
   if m.expireTime <= now then

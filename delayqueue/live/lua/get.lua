@@ -17,6 +17,7 @@
 -- @include clock
 -- @include status
 -- @include end_message
+-- @include stored
 local t = {waiting = KEYS[1], ready = KEYS[2], inflight = KEYS[3], msgs = KEYS[4], expiry = KEYS[5],
            ended = KEYS[6], stats = KEYS[7], events = KEYS[8], prioritised = KEYS[9],
            actor = ARGV[4], retention = tonumber(ARGV[2])}
@@ -26,10 +27,10 @@ local raw = redis.call('HGET', t.msgs, ARGV[1])
 if not raw then
   return nil
 end
-local m = cjson.decode(raw)
+local m = decode_stored(raw, ARGV[1])
 if is_live(m) and m.expireTime <= now then
   end_expired(t, ARGV[1], m, now, interval)
-  raw = cjson.encode(m)
+  raw = encode_stored(m)
 end
 stat_add(t.stats, interval, now, COUNTER.GET, 1)
-return raw
+return wire_json(raw, ARGV[1])

@@ -29,6 +29,7 @@
 -- @include history
 -- @include add_messages
 -- @include cold_count
+-- @include stored
 local msgs, meta, events, ended = KEYS[3], KEYS[5], KEYS[6], KEYS[8]
 local t = {waiting = KEYS[1], ready = KEYS[2], prioritised = KEYS[7], expiry = KEYS[4]}
 local topic = ARGV[3]
@@ -51,8 +52,8 @@ for j, id in ipairs(ids) do
   local stored, existing = ARGV[i + 1], held_now[j]
   local fresh = true
   if existing then
-    local old = cjson.decode(existing)
-    if is_live(old) or old.produceTime == cjson.decode(stored).produceTime then
+    local old = decode_stored(existing, id)
+    if is_live(old) or old.produceTime == decode_stored(stored, id).produceTime then
       held, fresh = held + 1, false
     else
       redis.call('ZREM', ended, id)
@@ -69,9 +70,9 @@ for j, id in ipairs(ids) do
       due_later[#due_later + 1] = ARGV[i + 2]
       due_later[#due_later + 1] = id
     else  -- the loader fell behind: ready at once (add_messages below)
-      local m = cjson.decode(stored)
+      local m = decode_stored(stored, id)
       m.status = STATUS.READY
-      stored = cjson.encode(m)
+      stored = encode_stored(m)
       due_now[#due_now + 1] = m
       add_change(changes, id, m)
     end

@@ -41,6 +41,7 @@
 -- @include next_due
 -- @include ready_queue
 -- @include promote
+-- @include stored
 local t = {msgs = KEYS[3], expiry = KEYS[4], ended = KEYS[5], events = KEYS[8], actor = ARGV[7],
            retention = tonumber(ARGV[3]), ready = KEYS[1], prioritised = KEYS[10], waiting = KEYS[11]}
 local inflight, stats, meta, buckets = KEYS[2], KEYS[6], KEYS[7], KEYS[9]
@@ -86,7 +87,7 @@ while #out - 4 < batch and budget > 0 do
   end
   local raw = redis.call('HGET', t.msgs, id)
   if raw then
-    local m = cjson.decode(raw)
+    local m = decode_stored(raw, id)
     if is_live(m) then
       if m.expireTime <= now or m.retry > m.maxRetry then
         end_message(t, id, m, now, end_reason(m, now))
@@ -94,7 +95,7 @@ while #out - 4 < batch and budget > 0 do
       else
         m.status = STATUS.CONSUMING
         m.retry = m.retry + 1
-        local encoded = cjson.encode(m)
+        local encoded = encode_stored(m)
         redis.call('HSET', t.msgs, id, encoded)
         redis.call('ZADD', inflight, deadline, id)
         add_change(pulled_changes, id, m)

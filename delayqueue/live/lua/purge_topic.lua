@@ -21,6 +21,7 @@
 -- @include history
 -- @include stats
 -- @include ready_queue
+-- @include stored
 local waiting, ready, inflight, msgs, expiry, ended, events = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6],
   KEYS[7]
 local prioritised = KEYS[9]
@@ -34,10 +35,10 @@ local function purge(ids, from)
   for _, id in ipairs(ids) do
     local raw = redis.call('HGET', msgs, id)
     if raw then
-      local m = cjson.decode(raw)
+      local m = decode_stored(raw, id)
       if m.status == from then
         m.status = STATUS.DELETED
-        redis.call('HSET', msgs, id, cjson.encode(m))
+        redis.call('HSET', msgs, id, encode_stored(m))
         redis.call('ZREM', expiry, id)
         redis.call('ZADD', ended, now + retention, id)
         changes[#changes + 1] = {id, STATUS.DELETED, m.retry, m.produceTime}

@@ -23,7 +23,7 @@
 -- ARGV[8] topic
 -- ARGV[9] actor: 'process@host' for the history, '' with the message log off
 -- ARGV[10] cold: '' or, for a cold message the caller has rescheduled in the message log, its stored
--- json as rescheduled (waiting, its new times; trigger_time then is that triggerTime): if Redis does
+-- form (includes/stored.lua) as rescheduled (waiting, its new times; trigger_time then is that triggerTime): if Redis does
 -- not hold the msgId, it comes into Redis when its new time is within the hot window, or when its
 -- old one was (a loader may have read the old row: the msgId held, it leaves it); else it stays cold
 -- ARGV[11] old_trigger_time: the cold message's triggerTime before
@@ -36,6 +36,7 @@
 -- @include set_waiting
 -- @include add_messages
 -- @include cold_count
+-- @include stored
 local t = {waiting = KEYS[1], ready = KEYS[2], inflight = KEYS[3], msgs = KEYS[4], expiry = KEYS[5],
            ended = KEYS[6], stats = KEYS[7], events = KEYS[9], prioritised = KEYS[10],
            actor = ARGV[9], retention = tonumber(ARGV[4])}
@@ -43,7 +44,7 @@ local id = ARGV[1]
 local now, now_us = clock()
 local raw = redis.call('HGET', t.msgs, id)
 if not raw and ARGV[10] ~= '' then
-  local m = cjson.decode(ARGV[10])
+  local m = decode_stored(ARGV[10], id)
   local hot = redis.call('HGET', KEYS[8], META.HOT_UNTIL)
   local old_hours = hours_of({tonumber(ARGV[11])})
   if hot and m.triggerTime > tonumber(hot) and tonumber(ARGV[11]) > tonumber(hot) then
@@ -51,13 +52,13 @@ if not raw and ARGV[10] ~= '' then
       cold_moved(KEYS[8], KEYS[11], 1, old_hours)
       cold_added(KEYS[8], KEYS[11], m.triggerTime)
     end
-    return {4, ARGV[10]}
+    return {4, wire_json(ARGV[10], id)}
   end
   if m.triggerTime <= now then
     m.status = STATUS.READY
   end
   cold_moved(KEYS[8], KEYS[11], 1, old_hours)
-  redis.call('HSET', t.msgs, id, cjson.encode(m))
+  redis.call('HSET', t.msgs, id, encode_stored(m))
   add_messages(t, {m}, ARGV[6])
   if m.status == STATUS.READY then
     log_event(t.events, t.actor, id, m, STATUS.WAITING, REASON.RESCHEDULED, true)
@@ -68,7 +69,7 @@ end
 if not raw then
   return {0, 0}
 end
-local m = cjson.decode(raw)
+local m = decode_stored(raw, id)
 if is_live(m) and m.expireTime <= now then
   end_expired(t, id, m, now, tonumber(ARGV[5]))
 end
@@ -101,7 +102,7 @@ if trigger > now then
   wake = set_waiting(t, id, m, from, REASON.RESCHEDULED, trigger, now_us) or wake
 elseif from == STATUS.READY then
   m.triggerTime = trigger
-  redis.call('HSET', t.msgs, id, cjson.encode(m))
+  redis.call('HSET', t.msgs, id, encode_stored(m))
   log_event(t.events, t.actor, id, m, from, REASON.RESCHEDULED, true)
 else
   redis.call('ZREM', t.waiting, id)

@@ -22,6 +22,7 @@
 -- @include add_messages
 -- @include new_message
 -- @include cold_count
+-- @include stored
 local waiting, ready, msgs, expiry, meta, events = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local t = {waiting = waiting, ready = ready, prioritised = KEYS[7], expiry = expiry}
 local topic = ARGV[3]
@@ -43,7 +44,7 @@ for i = 6, #ARGV, 8 do
   else
     local m = new_message(topic, id, ARGV[i + 1], tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3]), tonumber(ARGV[i + 4]),
                           tonumber(ARGV[i + 5]), tonumber(ARGV[i + 6]), tonumber(ARGV[i + 7]), now)
-    if redis.call('HSETNX', msgs, id, cjson.encode(m)) == 0 then
+    if redis.call('HSETNX', msgs, id, encode_stored(m)) == 0 then
       held = held + 1
     else
       restored = restored + 1

@@ -41,7 +41,7 @@
 -- and this send is its duplicate; one due before is a row the log writer has not caught up with
 -- (Redis ended the message))
 -- Returns {newTopic (1|0), then per message two values}: 1, status when created (the caller has
--- the rest of the message); 0, the stored message json for a live duplicate or one ended within the
+-- the rest of the message); 0, the message json for a live duplicate or one ended within the
 -- window; 2, 0 when the topic holds max_live live messages already, or 3, 0 when it holds its share
 -- of the namespace's cap (nothing enqueued in either); 4, 0 when created cold (in the log only);
 -- 5, 0 for a duplicate of the log's live message.
@@ -55,6 +55,7 @@
 -- @include end_message
 -- @include cold_count
 -- @include expiring
+-- @include stored
 local msgs, expiry, ended, meta, stats = KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local topic, interval, retention = ARGV[1], tonumber(ARGV[4]), tonumber(ARGV[7])
 local t = {waiting = KEYS[1], ready = KEYS[2], inflight = KEYS[3], prioritised = KEYS[9], msgs = msgs,
@@ -84,10 +85,10 @@ local hot_until, loaded_to  -- the meta's, read once when first needed (no messa
 -- One message: its reply's two values.
 local function send_one(id, payload, trigger, expire_time, max_retry, produce_time, priority, logged_waiting)
   local existing = redis.call('HGET', msgs, id)
-  local old = existing and cjson.decode(existing)
+  local old = existing and decode_stored(existing, id)
   if old and is_live(old) then
     if old.expireTime > now then
-      return 0, existing
+      return 0, wire_json(existing, id)
     end
     end_expired(t, id, old, now, interval)  -- past its TTL: it ends (a dead letter), as a scan would end it
     existing = cjson.encode(old)
@@ -95,7 +96,7 @@ local function send_one(id, payload, trigger, expire_time, max_retry, produce_ti
   if old then
     local purge_at = redis.call('ZSCORE', ended, id)
     if purge_at and tonumber(purge_at) - retention + dedupe_window > now then
-      return 0, existing
+      return 0, wire_json(existing, id)
     end
   end
   if logged_waiting ~= '' and not (old and is_live(old)) then
@@ -130,7 +131,7 @@ local function send_one(id, payload, trigger, expire_time, max_retry, produce_ti
   end
 
   local m = new_message(topic, id, payload, produce_time, trigger, expire_time, max_retry, 0, priority, now)
-  redis.call('HSET', msgs, id, cjson.encode(m))
+  redis.call('HSET', msgs, id, encode_stored(m))
   if expires_first(m) then
     expiry_due = expiry_due or next_due(expiry, now_us)
     wake = wake or expiry_due < 0 or (m.expireTime - now) * 1000 < expiry_due

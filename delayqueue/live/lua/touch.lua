@@ -13,6 +13,7 @@
 -- @include clock
 -- @include history
 -- @include next_due
+-- @include stored
 local inflight, msgs, meta, events = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local id = ARGV[1]
 local now, now_us = clock()
@@ -20,7 +21,7 @@ local raw = redis.call('HGET', msgs, id)
 if not raw then
   return {0, 0}
 end
-local m = cjson.decode(raw)
+local m = decode_stored(raw, id)
 if m.status ~= STATUS.CONSUMING then
   return {0, m.status}
 end

@@ -5,10 +5,11 @@
 --   t: msgs, expiry, ended, events (keys), actor, retention (ms the body stays readable)
 -- end_reason(message, now ms): why a live message with no time or deliveries left ends
 -- @include history
+-- @include stored
 local function end_message(t, id, m, now, reason, status, changes)
   local from = m.status
   m.status = status or ((m.retry == 0) and STATUS.EXPIRED or STATUS.EXHAUSTED)
-  redis.call('HSET', t.msgs, id, cjson.encode(m))
+  redis.call('HSET', t.msgs, id, encode_stored(m))
   redis.call('ZREM', t.expiry, id)
   redis.call('ZADD', t.ended, now + t.retention, id)
   if changes then

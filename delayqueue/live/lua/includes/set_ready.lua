@@ -9,9 +9,10 @@
 --   t: msgs, ready, prioritised, expiry, events (keys), actor
 -- @include history
 -- @include ready_queue
+-- @include stored
 local function set_ready(t, id, m, from, reason, with_times, changes)
   m.status = STATUS.READY
-  redis.call('HSET', t.msgs, id, cjson.encode(m))
+  redis.call('HSET', t.msgs, id, encode_stored(m))
   if from == STATUS.WAITING then
     redis.call('ZADD', t.expiry, m.expireTime, id)
   end

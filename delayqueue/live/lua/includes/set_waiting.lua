@@ -7,11 +7,12 @@
 -- @include history
 -- @include next_due
 -- @include expiring
+-- @include stored
 local function set_waiting(t, id, m, from, reason, trigger, now_us)
   local due = next_due(t.waiting, now_us)
   m.status = STATUS.WAITING
   m.triggerTime = trigger
-  redis.call('HSET', t.msgs, id, cjson.encode(m))
+  redis.call('HSET', t.msgs, id, encode_stored(m))
   redis.call('ZADD', t.waiting, trigger, id)
   if not expires_first(m) then
     redis.call('ZREM', t.expiry, id)

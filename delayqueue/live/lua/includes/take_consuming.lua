@@ -4,6 +4,7 @@
 -- take_consuming(t, id) -> the message, or nil and the status to answer (0: unknown)
 --   t: inflight, msgs, stats, meta (keys)
 -- @include stats
+-- @include stored
 local function count_settles(t, interval, now, n)
   redis.call('HSET', t.meta, META.LAST_ACTIVE, now)
   stat_add(t.stats, interval, now, COUNTER.ACK, n)
@@ -14,7 +15,7 @@ local function take_consuming(t, id)
   if not raw then
     return nil, 0
   end
-  local m = cjson.decode(raw)
+  local m = decode_stored(raw, id)
   if m.status ~= STATUS.CONSUMING then
     return nil, m.status
   end
