@@ -13,7 +13,10 @@ Layouts:
   after another, and a sorted set of the seconds; nothing finds a message by msgId;
 - second strings + msgId index: the same, with msgId -> its second in small hashes (1,024 of
   them, kept compact by Redis up to 128 entries each), which getMsg, deleteMsg, rescheduleMsg
-  and a send's dedupe need.
+  and a send's dedupe need;
+- second lists: one list per second of due time, each message's packed record pushed on its own
+  (RPUSH, as sends would: no string rewritten), and a sorted set of the seconds; nothing finds a
+  message by msgId in Redis (the message log would, as it does for a cold message).
 A packed record: the msgId's 16 bytes, then the triggerTime's ms within its second, the TTL,
 the produceTime before the triggerTime, maxRetry, retry, priority, and the body.
 """
@@ -79,8 +82,18 @@ def second_strings_indexed(client, messages, body):
     pipe.execute()
 
 
+def second_lists(client, messages, body):
+    pipe = client.pipeline(transaction=False)
+    for n, (msg_id, trigger, produce) in enumerate(messages, 1):
+        pipe.rpush(f"{{t}}:due:{trigger // 1000}", packed(msg_id, trigger, produce, body))
+        pipe.zadd("{t}:seconds", {trigger // 1000: trigger // 1000 * 1000})
+        if n % PIPELINE == 0:
+            pipe.execute()
+    pipe.execute()
+
+
 LAYOUTS = (("as it is", as_it_is), ("packed member", packed_member), ("second strings", second_strings),
-           ("second strings + msgId index", second_strings_indexed))
+           ("second strings + msgId index", second_strings_indexed), ("second lists", second_lists))
 
 
 def main():

@@ -308,7 +308,7 @@ class QueueConfig:
         "loader brings the others from the message log ahead of their time); 0 holds every message in Redis; "
         "with the message log off, Redis holds every message whatever this says",
         minimum=0, maximum=MAX_DELAY_MILLIS, check=checked_hot_window)
-    # About 500 bytes of Redis each (docs/benchmarks.md): the default holds a topic to about 1 GB.
+    # About 350 bytes of Redis each (docs/benchmarks.md): the default holds a topic to about 0.7 GB.
     hot_max_messages: int = setting(
         "DELAYQUEUE_HOT_MAX_MESSAGES", 2_000_000, "the cold tier: the loader brings a topic's messages into Redis "
         "while it holds fewer than this many waiting; beyond, the topic's window shrinks, never below a minute "
