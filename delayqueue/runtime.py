@@ -55,7 +55,8 @@ class Runtime:
         self.actor = f"{process}@{socket.gethostname()}" if self.config.message_log else ""
         cfg = self.config
         self.context = ScriptContext(ns=self.ns, actor=self.actor, stats_interval_millis=cfg.monitor_interval_millis,
-                                     retention_millis=cfg.ended_retention_millis, scan_limit=cfg.scanner_batch)
+                                     retention_millis=cfg.ended_retention_millis, scan_limit=cfg.scanner_batch,
+                                     pack_lead_millis=cfg.pack_lead)
 
     def for_namespace(self, namespace: str) -> "Runtime":
         """The runtime of `namespace`: this one's Redis client and scripts, its own keys, message

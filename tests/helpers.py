@@ -419,3 +419,24 @@ class PushReceiver:
     async def stop(self) -> None:
         if self._runner is not None:
             await self._runner.cleanup()
+
+
+async def load_killed(runtime: Runtime, loader, killed_after: str) -> None:
+    """Runs the loader's load of topic "t" as a loader killed at a step: before its first page
+    loads ("raise": after its window raise) or before its second ("first page")."""
+    real_call, loads = runtime.scripts.call, 0
+
+    async def dying_call(call):
+        nonlocal loads
+        if call.script is scripts.LOAD_COLD:
+            if killed_after == "raise" or loads == 1:
+                raise SystemExit("killed")
+            loads += 1
+        return await real_call(call)
+
+    runtime.scripts.call = dying_call
+    try:
+        with pytest.raises(SystemExit):
+            await loader.load_topic("t", force=True)
+    finally:
+        runtime.scripts.call = real_call

@@ -314,6 +314,19 @@ class QueueConfig:
         "while it holds fewer than this many waiting; beyond, the topic's window shrinks, never below a minute "
         "ahead (or the window, if shorter)", minimum=1)
 
+    # The cold tier's packed lists (lua/includes/packed.lua): a waiting message due later than
+    # twice this is packed, and each second's list goes into the waiting set this long before it.
+    pack_lead_millis: int = setting(
+        "DELAYQUEUE_PACK_LEAD_MILLIS", 5_000, "the cold tier: a waiting message due more than twice this far "
+        "ahead waits packed in a list of its second of due time (about 140 bytes of Redis with a 100-byte body, "
+        "against 350 in the waiting set), which the scanner moves into the waiting set this long before that "
+        "second; 0 packs nothing", minimum=0, maximum=60_000)
+
+    @property
+    def pack_lead(self) -> int:
+        """The packed lists' lead in ms, 0 when nothing is packed (no cold tier)."""
+        return self.pack_lead_millis if self.cold_tier else 0
+
     @property
     def cold_tier(self) -> bool:
         """Whether a message may wait in the message log only: a hot window, and the log to hold it."""

@@ -116,9 +116,15 @@ class Meta(StrEnum):
     PUSH = "push"
     # The cold tier (workers/loader.py), only while DELAYQUEUE_HOT_WINDOW_MILLIS is or was on:
     HOT_UNTIL = "hot_until"  # ms: Redis holds every live message due by then (sends compare with it)
-    # "<triggerTime ms>:<log row id>[:<fence>]": the loader has brought in every row up to there
+    # "<triggerTime ms>:<log row id>[:<fence>]": Redis holds every live row up to there (in the
+    # waiting set or a queue): the API's paths take a message after it Redis does not hold as cold
     # (a purge adds the fence, purge_cold.lua)
     LOADED_TO = "loaded_to"
+    # The same kind of position, at or after loaded_to: the loader has read every row up to there,
+    # and a row between the two that Redis does not hold is in a packed list (includes/packed.lua).
+    # None: the same as loaded_to.
+    FETCHED_TO = "fetched_to"
+    PACKED = "packed"  # entries in its packed lists (counted in COLD too)
     # Messages in the log only: each script that moves one in or out counts it; dropped once the
     # loader finds none left beyond hot_until (a topic is not retired while it is there).
     COLD = "cold"
@@ -169,6 +175,9 @@ class TopicKeys:
     buckets: str  # HASH the topic's rate-limit token buckets (includes/token_bucket.lua), only while in use
     # HASH hour (triggerTime // COLD_HOUR_MILLIS) -> the topic's cold messages due in it, alongside Meta.COLD
     cold_hours: str
+    # ZSET second -> its first ms: the seconds of due time with a LIST "<packed>:<second>" of packed
+    # waiting messages (includes/packed.lua)
+    packed: str
 
 
 @dataclass(frozen=True)

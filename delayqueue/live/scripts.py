@@ -27,7 +27,8 @@ from delayqueue.core.constants import (BURST_MILLIS, CHART_MINUTES, COLD_HOUR_MI
 from delayqueue.core.messages import Message
 from delayqueue.live import stats
 from delayqueue.live.history import EVENT_FIELDS
-from delayqueue.live.keys import EVENTS_SUFFIX, HISTORY_SUFFIX, Bucket, Meta, NamespaceKeys, Shard, TopicKeys
+from delayqueue.live.keys import (END_OF_MILLI, EVENTS_SUFFIX, HISTORY_SUFFIX, Bucket, Meta, NamespaceKeys, Shard,
+                                  TopicKeys)
 
 LUA_DIR = Path(__file__).with_name("lua")
 _INCLUDE = re.compile(r"^-- @include (\w+)\s*$", re.MULTILINE)
@@ -125,6 +126,7 @@ def _prelude_lines() -> list[str]:
         f"local MAX_PRIORITY, PRIORITY_BAND = {MAX_PRIORITY}, {PRIORITY_BAND}",
         f"local RETRY_BACKOFF_MAX_MILLIS, RETRY_BACKOFF_JITTER = {RETRY_BACKOFF_MAX_MILLIS}, {RETRY_BACKOFF_JITTER}",
         f"local EVENTS_SUFFIX, HISTORY_SUFFIX = '{EVENTS_SUFFIX}', '{HISTORY_SUFFIX}'",
+        f"local END_OF_MILLI = '{END_OF_MILLI}'",
         "local LATENESS_OVERFLOW = " + _lua_string(stats.LATENESS_OVERFLOW),
         *(_lua_field_function(name, template) for name, template in stats.FIELDS.items()),
         "local STATS_INTERVAL_PATTERN = " + _lua_string(lua_prefix_pattern(stats.FIELDS[stats.INTERVAL_FIELDS[0]])),
@@ -219,13 +221,15 @@ class Grant(NamedTuple):
 
 class HotWindow(NamedTuple):
     hot_until: int  # ms: Redis holds every live message of the topic due by then
-    loaded_to: str  # the loader's position in the log: "<triggerTime ms>:<row id>[:<fence>]"
+    # the loader's position in the log (its fetched_to, else its loaded_to): "<triggerTime ms>:<row id>[:<fence>]"
+    loaded_to: str
     cold: int | None  # messages in the log only (Meta.COLD); None: the topic has no count
 
 
 class LoadReply(NamedTuple):
-    loaded: int  # -1: another loader had moved loaded_to, and nothing was loaded
+    loaded: int  # into the waiting set or ready; -1: another loader had moved on, and nothing was loaded
     held: int  # msgIds Redis already held (live, or in the same life)
+    packed: int  # into packed lists (still counted cold)
 
 
 class RetireReply(NamedTuple):
@@ -360,7 +364,8 @@ TOUCH = Script("touch", _touch_reply)
 RESCHEDULE = Script("reschedule", _reschedule_reply)
 RAISE_HOT = Script("raise_hot", lambda raw: None if raw[0] == "" else HotWindow(int(raw[0]), raw[1],
                                                                               None if raw[2] == "" else int(raw[2])))
-LOAD_COLD = Script("load_cold", lambda raw: LoadReply(int(raw[0]), int(raw[1])))
+LOAD_COLD = Script("load_cold", lambda raw: LoadReply(int(raw[0]), int(raw[1]), int(raw[2])))
+UNPACK_DUE = Script("unpack_due", _scan_reply)
 CLEAR_COLD = Script("clear_cold", lambda raw: raw == 1)
 PURGE_COLD = Script("purge_cold", str)
 TAKE_STATS = Script("take_stats", lambda raw: dict(zip(raw[::2], raw[1::2])))
@@ -370,7 +375,7 @@ SCRIPTS = (SEND, PULL, ACK, NACK, DELETE, GET, PROMOTE_DUE, REQUEUE_TIMED_OUT, E
            PRUNE_STATS, LOCK_RENEW, LOCK_RELEASE, LOCK_TAKE_OVER, RESTORE, TAKE_TOKENS, ADMIT_SEND, LIVE_SHARE_SHORTFALL,
            GRANT_LIVE_SHARE, RELEASE_LIVE_SHARE, COVER_LIVE_SHARE, BORROW_LIVE, REGISTER_TOPICS, CONFIRM_REGISTERED,
            PURGE_TOPIC, TOUCH, RESCHEDULE, ADD_COUNTS, RAISE_HOT, LOAD_COLD, CLEAR_COLD, PURGE_COLD, TAKE_STATS,
-           FOLD_STATS)
+           FOLD_STATS, UNPACK_DUE)
 
 
 async def load_scripts(client) -> None:
@@ -391,6 +396,7 @@ class ScriptContext:
     stats_interval_millis: int  # DELAYQUEUE_MONITOR_INTERVAL_SECONDS in ms
     retention_millis: int  # DELAYQUEUE_ENDED_RETENTION_MILLIS
     scan_limit: int  # DELAYQUEUE_SCANNER_BATCH
+    pack_lead_millis: int = 0  # QueueConfig.pack_lead: 0 when nothing is packed
 
     @property
     def ready_channel(self) -> str:
@@ -403,7 +409,7 @@ class ScriptContext:
 
 # The ARGV a builder fills from its context, and the topic it is given.
 CONTEXT_ARGS = frozenset({"topic", "actor", "stats_interval_millis", "retention_millis", "scan_limit", "ready_channel",
-                          "schedule_channel"})
+                          "schedule_channel", "pack_lead_millis"})
 
 
 # One builder per script: it writes KEYS and ARGV out in header order (plain lists: a send builds
@@ -416,12 +422,13 @@ def send(ctx: ScriptContext, topic: str | Shard, *, max_live: int, namespace_cap
     (logged_waiting None for none). Replies a SendReply per message, in order."""
     k = ctx.ns.topic(topic)
     args = [k.topic, ctx.ns.ready_channel, ctx.ns.schedule_channel, ctx.stats_interval_millis, max_live,
-            _flag(namespace_capped), ctx.retention_millis, ctx.actor, dedupe_window_millis, _flag(cold_tier)]
+            _flag(namespace_capped), ctx.retention_millis, ctx.actor, dedupe_window_millis, _flag(cold_tier),
+            ctx.pack_lead_millis]
     for *values, logged_waiting in messages:
         args += values
         args.append("" if logged_waiting is None else logged_waiting)
     return ScriptCall(SEND, [k.waiting, k.ready, k.inflight, k.msgs, k.expiry, k.ended, k.meta, k.stats, k.prioritised,
-                             k.events, k.cold_hours], args)
+                             k.events, k.cold_hours, k.packed], args)
 
 
 def pull(ctx: ScriptContext, topic: str | Shard, *, batch: int, ack_timeout_millis: int, consume_rate: int,
@@ -470,7 +477,7 @@ def reschedule(ctx: ScriptContext, topic: str | Shard, *, msg_id: str, trigger_t
     whether it comes into Redis or stays in the log only)."""
     k = ctx.ns.topic(topic)
     return ScriptCall(RESCHEDULE, [k.waiting, k.ready, k.inflight, k.msgs, k.expiry, k.ended, k.stats, k.meta,
-                                   k.events, k.prioritised, k.cold_hours],
+                                   k.events, k.prioritised, k.cold_hours, k.packed],
                       [msg_id, trigger_time, delay_millis, ctx.retention_millis, ctx.stats_interval_millis,
                        ctx.ns.ready_channel, ctx.ns.schedule_channel, k.topic, ctx.actor, cold, old_trigger_time])
 
@@ -480,7 +487,7 @@ def delete(ctx: ScriptContext, topic: str | Shard, *, msg_id: str, release: bool
     deleted in the log, as Message.to_stored gives it)."""
     k = ctx.ns.topic(topic)
     return ScriptCall(DELETE, [k.waiting, k.ready, k.inflight, k.msgs, k.expiry, k.ended, k.stats, k.events,
-                               k.prioritised, k.meta, k.cold_hours],
+                               k.prioritised, k.meta, k.cold_hours, k.packed],
                       [msg_id, _flag(release), ctx.retention_millis, ctx.stats_interval_millis, ctx.actor, tombstone])
 
 
@@ -519,6 +526,13 @@ def purge_ended(ctx: ScriptContext, topic: str | Shard) -> ScriptCall:
     return ScriptCall(PURGE_ENDED, [k.msgs, k.ended], [ctx.scan_limit])
 
 
+def unpack_due(ctx: ScriptContext, topic: str | Shard) -> ScriptCall:
+    k = ctx.ns.topic(topic)
+    return ScriptCall(UNPACK_DUE, [k.packed, k.meta, k.waiting, k.ready, k.prioritised, k.msgs, k.expiry, k.ended,
+                                   k.events, k.cold_hours],
+                      [k.topic, ctx.ns.ready_channel, ctx.actor, ctx.pack_lead_millis, ctx.scan_limit])
+
+
 def retire_topic(ctx: ScriptContext, topic: str | Shard, *, idle_millis: int, dry_run: bool = False,
                  cold: str = "") -> ScriptCall:
     """`cold`: "" for an unsharded topic; for a shard of a sharded topic, "=" and its part of the
@@ -530,26 +544,29 @@ def retire_topic(ctx: ScriptContext, topic: str | Shard, *, idle_millis: int, dr
 
 
 def raise_hot(ctx: ScriptContext, topic: str | Shard, *, hot_until: int, loaded_to: str, start: bool,
-              signed: bool = False) -> ScriptCall:
-    """Replies the topic's HotWindow, None if it has none (and `start` is off). `loaded_to`: where
-    a topic that had no hot_until starts; `signed`: a sharded topic's shard, which keeps a count."""
-    return ScriptCall(RAISE_HOT, [ctx.ns.topic(topic).meta], [hot_until, loaded_to, _flag(start), _flag(signed)])
+              signed: bool = False, fetched_to: str = "") -> ScriptCall:
+    """Replies the topic's HotWindow, None if it has none (and `start` is off). `loaded_to` (and
+    `fetched_to`, if any): where a topic that had no hot_until starts; `signed`: a sharded topic's
+    shard, which keeps a count."""
+    return ScriptCall(RAISE_HOT, [ctx.ns.topic(topic).meta],
+                      [hot_until, loaded_to, _flag(start), _flag(signed), fetched_to])
 
 
-def load_cold(ctx: ScriptContext, topic: str | Shard, *, loaded_from: str, loaded_to: str,
+def load_cold(ctx: ScriptContext, topic: str | Shard, *, loaded_from: str, loaded_to: str, pack_lead: int,
               messages: Sequence[Sequence]) -> ScriptCall:
-    """`messages`: per message the values named by LOAD_COLD.repeated, in that order."""
+    """`messages`: per message the values named by LOAD_COLD.repeated, in that order. `pack_lead`:
+    the packed lists' (ctx.pack_lead_millis), or 0 to pack nothing (a sharded topic's)."""
     k = ctx.ns.topic(topic)
     args = [ctx.ns.ready_channel, ctx.ns.schedule_channel, k.topic, ctx.actor, loaded_from, loaded_to,
-            *_flat(messages)]
+            pack_lead, *_flat(messages)]
     return ScriptCall(LOAD_COLD, [k.waiting, k.ready, k.msgs, k.expiry, k.meta, k.events, k.prioritised, k.ended,
-                                  k.cold_hours],
+                                  k.cold_hours, k.packed],
                       args)
 
 
 def clear_cold(ctx: ScriptContext, topic: str | Shard, *, cold: int, forget_window: bool) -> ScriptCall:
     k = ctx.ns.topic(topic)
-    return ScriptCall(CLEAR_COLD, [k.meta, k.cold_hours], [cold, _flag(forget_window)])
+    return ScriptCall(CLEAR_COLD, [k.meta, k.cold_hours, k.packed], [cold, _flag(forget_window)])
 
 
 def purge_cold(ctx: ScriptContext, topic: str | Shard, *, purged: int, signed: bool = False,
@@ -557,7 +574,7 @@ def purge_cold(ctx: ScriptContext, topic: str | Shard, *, purged: int, signed: b
     """Replies the topic's loaded_to as fenced ('' if it has none). `hours`: (hour, purged due in
     it) pairs; `signed`: a sharded topic's shard (raise_hot)."""
     k = ctx.ns.topic(topic)
-    return ScriptCall(PURGE_COLD, [k.meta, k.stats, k.cold_hours],
+    return ScriptCall(PURGE_COLD, [k.meta, k.stats, k.cold_hours, k.packed],
                       [purged, ctx.stats_interval_millis, _flag(signed), *_flat(hours)])
 
 

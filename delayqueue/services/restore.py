@@ -148,13 +148,16 @@ async def _restore(rt: Runtime, topic: str | None, msg_id: str | None, include_e
     counts = RestoreCounts()
     async with await connect(rt.config.log_timeout_millis, rt.log_database) as conn:
         cold = rt.config.cold_tier
+        positions = await _loader_positions(rt, conn, topic, dry_run) if cold else []
         if cold:
-            params["cold_after"] = json.dumps(await _loader_positions(rt, conn, topic, dry_run))
+            params["cold_after"] = json.dumps(positions)
         page = sql.restore_page(scope, candidates, cold)
         # One scan counts, per topic and hour, the candidates, the rest (skipped as ended or
         # expired) and those left cold.
         total = ended = 0
-        left_cold: dict[str, dict[int, int]] = {}  # per topic, per hour
+        # Per topic, per hour; every topic with waiting rows has one: what was counted cold before
+        # may have been packed (lua/includes/packed.lua), and the restore brings those back.
+        left_cold: dict[str, dict[int, int]] = {position["cold_topic"]: {} for position in positions}
         for name, hour, candidates_in_group, rest, left in await (
                 await conn.execute(sql.restore_counts(scope, candidates, cold=cold), params)).fetchall():
             total, ended, counts.left_cold = total + candidates_in_group, ended + rest, counts.left_cold + left
@@ -201,7 +204,9 @@ async def _restore(rt: Runtime, topic: str | None, msg_id: str | None, include_e
 async def _loader_positions(rt: Runtime, conn, topic: str | None, dry_run: bool) -> list[dict]:
     """Per topic with waiting rows in the log, where its loader stands: the restore brings back
     the rows up to there and leaves those after it to the loader, so a restore after a loss
-    rebuilds only the hot window. A topic without a window (Redis lost it) gets one first, as
+    rebuilds only the hot window. The loader stands at its fetched_to where it has one: the rows
+    in its packed lists (lua/includes/packed.lua) are brought back too, and the scanner then
+    finds each held and leaves it. A topic without a window (Redis lost it) gets one first, as
     the loader's step 1 would give it (hot_until now + window, loaded up to there); a dry run
     only looks. A sharded topic stands where the furthest of its current count's shards does:
     a row brought back before another shard's position is one its loader then finds held."""
@@ -217,8 +222,9 @@ async def _loader_positions(rt: Runtime, conn, topic: str | None, dry_run: bool)
     if dry_run:
         pipe = rt.redis.pipeline(transaction=False)
         for shard in shards:
-            pipe.hget(rt.ns.topic(shard).meta, Meta.LOADED_TO)
-        loaded_to = [held or position(hot_until) for held in await pipe.execute()] if shards else []
+            pipe.hmget(rt.ns.topic(shard).meta, [Meta.FETCHED_TO, Meta.LOADED_TO])
+        read = await pipe.execute() if shards else []
+        loaded_to = [fetched or loaded or position(hot_until) for fetched, loaded in read]
     else:
         windows = await rt.scripts.run_all([
             scripts.raise_hot(rt.context, shard, hot_until=hot_until, loaded_to=position(hot_until), start=True,
@@ -248,7 +254,8 @@ async def _set_cold_counts(rt: Runtime, left: dict[str, dict[int, int]]) -> None
             pipe.delete(k.cold_hours)
             if shard.index == 0 and shard.count == counts[0]:
                 pipe.hset(k.meta, Meta.COLD, sum(hours.values()))
-                pipe.hset(k.cold_hours, mapping=hours)
+                if hours:
+                    pipe.hset(k.cold_hours, mapping=hours)
             else:
                 pipe.hset(k.meta, Meta.COLD, 0)
     await pipe.execute()

@@ -79,7 +79,7 @@ async def _forget_windows(rt: Runtime, shards: list[Shard]) -> None:
     pipe = rt.redis.pipeline(transaction=False)
     for shard in shards:
         k = rt.ns.topic(shard)
-        pipe.hdel(k.meta, Meta.HOT_UNTIL, Meta.LOADED_TO, Meta.COLD)
+        pipe.hdel(k.meta, Meta.HOT_UNTIL, Meta.LOADED_TO, Meta.FETCHED_TO, Meta.COLD)
         pipe.delete(k.cold_hours)
     await pipe.execute()
 

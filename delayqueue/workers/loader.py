@@ -20,6 +20,10 @@ time with the topic's hot_until). For each held topic the loader, every tenth of
    scripts moving them keep: getTopicInfo shows it) unless it moved since (clear_cold.lua): a
    topic with cold messages is not retired.
 
+Its position in steps 2 and 3 is the topic's fetched_to where it has one: a message due more
+than twice DELAYQUEUE_PACK_LEAD_MILLIS ahead is packed (lua/includes/packed.lua), and loaded_to
+follows as the scanner moves the packed lists in (docs/architecture.md, "Packed lists").
+
 A cold message is loaded most of a window ahead of its time, so it fires as precisely as one
 sent hot. Switched off (window 0), the loader loads what is left cold of topics that have a
 hot_until, then removes it.
@@ -93,6 +97,9 @@ class Loader:
     def window(self) -> int:
         return self.rt.config.hot_window_millis
 
+    def _pack_lead(self, settings: TopicSettings) -> int:
+        return 0 if settings.sharded else self.rt.context.pack_lead_millis
+
     def _tick(self) -> float:
         return min(MAX_TICK, self.window * RAISE_EVERY / 1000) if self.window else MAX_TICK
 
@@ -117,7 +124,7 @@ class Loader:
 
     async def load_topic(self, topic: str, *, force: bool = False) -> int:
         """Steps 1-4 for one topic (step 1 only once a tenth of the window has passed since the
-        last raise, unless `force`); returns messages loaded."""
+        last raise, unless `force`); returns messages brought into Redis (packed ones too)."""
         now = now_millis()
         target = now + (self.window or MAX_DELAY_MILLIS)
         raised = self._raised_at.get(topic)
@@ -132,33 +139,43 @@ class Loader:
         begin = least_position(positions[shard] for shard in current) or least_position(positions.values())
         if self.window:
             target = await self._within_room(topic, now, target, held, begin)
+        # A topic that holds every message in Redis may pack the sends due after now and by target
+        # (not a sharded one: a msgId's shard is found by what holds it, and packed, none does).
+        if begin or not self._pack_lead(settings):
+            fresh = {"loaded_to": begin or position(target)}
+        else:
+            fresh = {"loaded_to": position(now), "fetched_to": position(target)}
         windows = await self._run([
-            scripts.raise_hot(self.rt.context, shard, hot_until=target, loaded_to=begin or position(target),
-                              start=self.window > 0, signed=settings.sharded) for shard in every])
+            scripts.raise_hot(self.rt.context, shard, hot_until=target, start=self.window > 0, signed=settings.sharded,
+                              **fresh) for shard in every])
         hot = {shard: window for shard, window in zip(every, windows) if window is not None}
         if not hot:
             self._raised_at[topic] = target
             return 0
         hot_until = min(window.hot_until for window in hot.values())  # no shard sends cold what is read
-        loaded, complete = await self._load_pages(topic, current, settings.draining_shards, hot, hot_until)
-        self.loaded += loaded.total()
+        loaded, packed, complete = await self._load_pages(topic, current, settings.draining_shards, hot, hot_until,
+                                                  self._pack_lead(settings))
+        self.loaded += loaded.total() + packed
         self._raised_at[topic] = hot_until
         if complete and (any(window.cold is not None for window in hot.values()) or not self.window):
             # The scripts that loaded counted down a count that was there; none was counted if not.
             await self._forget_cold(topic, {shard: 0 if window.cold is None else window.cold - loaded[shard]
                                             for shard, window in hot.items()}, hot_until)
-        return loaded.total()
+        return loaded.total() + packed
 
     async def _look(self, current: list[Shard], every: list[Shard]) -> tuple[int, dict[Shard, str | None]]:
-        """In one round trip: the waiting messages the current count's shards hold, and every
-        shard's loaded_to (None for none)."""
+        """In one round trip: the waiting messages the current count's shards hold (in their
+        waiting sets and packed lists), and every shard's position (its fetched_to, else its
+        loaded_to; None for none)."""
         pipe = self.rt.redis.pipeline(transaction=False)
         for shard in current:
             pipe.zcard(self.rt.ns.topic(shard).waiting)
+            pipe.hget(self.rt.ns.topic(shard).meta, Meta.PACKED)
         for shard in every:
-            pipe.hget(self.rt.ns.topic(shard).meta, Meta.LOADED_TO)
+            pipe.hmget(self.rt.ns.topic(shard).meta, [Meta.FETCHED_TO, Meta.LOADED_TO])
         replies = await pipe.execute()
-        return sum(replies[:len(current)]), dict(zip(every, replies[len(current):]))
+        held = sum(int(count or 0) for count in replies[:2 * len(current)])
+        return held, {shard: fetched or loaded for shard, (fetched, loaded) in zip(every, replies[2 * len(current):])}
 
     async def _within_room(self, topic: str, now: int, target: int, held: int, loaded_to: str | None) -> int:
         """The hot_until to raise to: `target`, or, when loading up to it would bring the topic's
@@ -182,15 +199,18 @@ class Loader:
         return max(first_without_room[0][0] - 1, lead)
 
     async def _load_pages(self, topic: str, current: list[Shard], others: tuple[int, ...],
-                          hot: dict[Shard, scripts.HotWindow], hot_until: int) -> tuple[Counter[Shard], bool]:
+                          hot: dict[Shard, scripts.HotWindow], hot_until: int,
+                          pack_lead: int) -> tuple[Counter[Shard], int, bool]:
         """Steps 2 and 3: pages up to hot_until, from the least position of the current count's
-        shards; (messages loaded into each shard, whether all got there). The next page is read
-        while Redis loads this one (the read needs only this page's last row)."""
-        loaded: Counter[Shard] = Counter()
+        shards; (messages loaded into each shard's waiting set, messages packed, whether all got
+        there). The next page is read while Redis loads this one (the read needs only this page's
+        last row)."""
+        loaded: Counter[Shard] = Counter()  # into waiting sets: counted out of the cold count
+        packed = 0
         at = {shard: hot[shard].loaded_to if shard in hot else None for shard in current}  # None: loads all
         done = position(hot_until)
         if all(loaded_to == done for loaded_to in at.values()):
-            return loaded, True
+            return loaded, packed, True
         read_from = least_position(at.values()) or least_position(window.loaded_to for window in hot.values())
         reading = asyncio.ensure_future(self._page(topic, *parse_position(read_from), hot_until))
         try:
@@ -207,22 +227,23 @@ class Loader:
                     rows, young = await self._own_rows(topic, rows, others)
                     if young is not None:  # loaded up to the row before it; looked at again next time
                         end = young or read_from
-                calls = self._loads(topic, current, at, rows, end)
+                calls = self._loads(topic, current, at, rows, end, pack_lead)
                 replies = await self._run([call for _shard, call in calls])
                 if any(reply.loaded < 0 for reply in replies):
-                    return loaded, False  # another loader moved on: it holds the topic now
+                    return loaded, packed, False  # another loader moved on: it holds the topic now
                 for (shard, _call), reply in zip(calls, replies):
                     loaded[shard] += reply.loaded
+                    packed += reply.packed
                     at[shard] = end
                 if young is not None or end == done:
-                    return loaded, young is None
+                    return loaded, packed, young is None
                 read_from = end
         finally:
             if not reading.done():
                 await asyncio.gather(reading, return_exceptions=True)  # the connection is free again
 
     def _loads(self, topic: str, current: list[Shard], at: dict[Shard, str | None], rows: list,
-               end: str) -> list[tuple[Shard, scripts.ScriptCall]]:
+               end: str, pack_lead: int) -> list[tuple[Shard, scripts.ScriptCall]]:
         """load_cold's calls for a page's rows, read up to `end`: one for each current shard not
         past `end` yet, with its rows after its own position."""
         ends, mine = parse_position(end), {}
@@ -235,7 +256,7 @@ class Loader:
                 continue
             page = [row for row in mine.get(shard, ()) if after is None or (row[4], row[0]) > after]
             calls.append((shard, scripts.load_cold(self.rt.context, shard, loaded_from=at[shard] or "", loaded_to=end,
-                                                   messages=loaded_messages(topic, page))))
+                                                   pack_lead=pack_lead, messages=loaded_messages(topic, page))))
         return calls
 
     async def _own_rows(self, topic: str, rows: list, others: tuple[int, ...]) -> tuple[list, str | None]:

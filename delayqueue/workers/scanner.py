@@ -90,7 +90,7 @@ class Scanner:
         self.shards: dict[str, list[Shard]] = {}  # a known topic -> its shards, those of every count it may use
         self.next_try: dict[Shard, float] = {}  # shard -> monotonic time to try its lock again
         self.holders: dict[Shard, str] = {}  # shard -> the lock token of the scanner seen holding it
-        self.counts = {"promoted": 0, "requeued": 0, "expired": 0, "purged": 0}
+        self.counts = {"unpacked": 0, "promoted": 0, "requeued": 0, "expired": 0, "purged": 0}
         self._stop = asyncio.Event()
         self._poke = asyncio.Event()
         self._subscribed = asyncio.Event()

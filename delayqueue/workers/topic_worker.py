@@ -28,8 +28,9 @@ class TopicWorker:
     schedule channel (something earlier arrived) runs all four. A topic with 5,000 others due
     at the same moment costs one promote call, not four calls."""
 
-    SCRIPTS = ("promote_due", "requeue_timed_out", "expire", "purge_ended")
-    COUNTS = dict(zip(SCRIPTS, ("promoted", "requeued", "expired", "purged")))
+    # A packed list moves into the waiting set ahead of its second: first, so a late one is promoted at once.
+    SCRIPTS = ("unpack_due", "promote_due", "requeue_timed_out", "expire", "purge_ended")
+    COUNTS = dict(zip(SCRIPTS, ("unpacked", "promoted", "requeued", "expired", "purged")))
 
     def __init__(self, scanner, topic: str):
         self.scanner = scanner

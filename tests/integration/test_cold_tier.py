@@ -22,8 +22,8 @@ from delayqueue.services import topics as topics_module
 from delayqueue.services.topics import purge_topic, topic_info
 from delayqueue.workers import loader as loader_module
 from delayqueue.workers.loader import Loader
-from tests.helpers import (REDIS_CLUSTER_URL, REDIS_URL, call, drain_log, history, logged, make_runtime,
-                           unsharded_calls, wait_until)
+from tests.helpers import (REDIS_CLUSTER_URL, REDIS_URL, call, drain_log, history, load_killed, logged,
+                           make_runtime, unsharded_calls, wait_until)
 from tests.integration.test_limits import refused, set_limits_now
 from tests.integration.test_limits import send as limits_send
 from tests.integration.test_monitoring import sample as metric
@@ -34,9 +34,9 @@ WINDOW = 1000
 
 @pytest.fixture(params=["single", "cluster"])
 async def cold_rt(request, clean_state):
-    """A runtime with a 1 s hot window."""
+    """A runtime with a 1 s hot window, which packs nothing (test_packed.py packs)."""
     url = REDIS_URL if request.param == "single" else REDIS_CLUSTER_URL
-    runtime = make_runtime(url, hot_window_millis=WINDOW)
+    runtime = make_runtime(url, hot_window_millis=WINDOW, pack_lead_millis=0)
     yield runtime
     await runtime.close()
 
@@ -181,21 +181,7 @@ async def test_a_loader_killed_between_its_steps_is_resumed_with_nothing_lost_or
     first = await started(rt)
     sent = [await send(rt, msg=str(i), delay=60_000 + i) for i in range(5)]
     await raise_window_to(rt, "t", now_millis() + 120_000)
-    real_call = rt.scripts.call
-    loads = 0
-
-    async def dying_call(call):
-        nonlocal loads
-        if call.script is scripts.LOAD_COLD:
-            if killed_after == "raise" or loads == 1:
-                raise SystemExit("killed")
-            loads += 1
-        return await real_call(call)
-
-    monkeypatch.setattr(rt.scripts, "call", dying_call)
-    with pytest.raises(SystemExit):
-        await first.load_topic("t", force=True)
-    monkeypatch.setattr(rt.scripts, "call", real_call)
+    await load_killed(rt, first, killed_after)
     held = await rt.redis.zcard(rt.ns.topic("t").waiting)
     assert held == (0 if killed_after == "raise" else 2)
     second = Loader(rt, lambda: [Shard("t")])
@@ -220,7 +206,7 @@ async def test_a_page_read_before_another_loader_moved_on_loads_nothing(cold_rt)
         assert [row[1] for row in rows] == [m.msg_id]
         assert await loader.load_topic("t", force=True) == 1  # the other loader
         stale = await rt.scripts.call(scripts.load_cold(rt.context, "t", loaded_from=hot.loaded_to,
-                                                        loaded_to=position(hot.hot_until),
+                                                        loaded_to=position(hot.hot_until), pack_lead=0,
                                                         messages=[row[1:] for row in rows]))
         assert stale.loaded == -1
         assert await rt.redis.zcard(rt.ns.topic("t").waiting) == 1
@@ -301,9 +287,10 @@ async def test_a_delete_racing_the_loader_deletes_the_message(cold_rt, monkeypat
 
 @pytest.fixture(params=["single", "cluster"])
 async def capped_rt(request, clean_state):
-    """A two-minute window, and room in Redis for three waiting messages of a topic."""
+    """A two-minute window, and room in Redis for three waiting messages of a topic (this packs
+    nothing: test_packed.py counts packed ones in the room)."""
     runtime = make_runtime(REDIS_URL if request.param == "single" else REDIS_CLUSTER_URL, hot_window_millis=120_000,
-                           hot_max_messages=3)
+                           hot_max_messages=3, pack_lead_millis=0)
     yield runtime
     await runtime.close()
 

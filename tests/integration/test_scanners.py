@@ -141,7 +141,7 @@ async def test_a_topic_runs_only_the_scripts_that_have_work_and_all_of_them_on_a
         return (await get_message(rt, topic="s", msg_id=message.msg_id)).status == 2
 
     await wait_until(lambda: ready(first), timeout=5, interval=0.005, what="the first promotion")
-    everything = ["promote_due", "requeue_timed_out", "expire", "purge_ended"]
+    everything = ["unpack_due", "promote_due", "requeue_timed_out", "expire", "purge_ended"]
     assert passes[0] == everything  # a new worker looks at everything
     assert passes[-1] == ["promote_due"]  # woken for the due message: nothing else had work
     # A send due before anything the topic sleeps towards wakes it through the schedule channel.

@@ -7,6 +7,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from delayqueue.core.clock import now_millis
 from delayqueue.core.messages import Message
 from delayqueue.live import protocol as direct
+from delayqueue.live import scripts
 from delayqueue.services.send import MESSAGES_PER_CALL, SendRequest, prepared, run_sends
 from tests.helpers import make_runtime, unsharded_calls
 
@@ -27,7 +28,9 @@ def evalsha(call):
 
 async def test_concurrent_calls_share_a_round_trip_and_fail_alone(rt):
     good = send_call(rt, "t")
-    bad = good._replace(args=[*good.args[:10], "another-id", good.args[11], "not-a-number", *good.args[13:]])
+    first = len(scripts.SEND.args)  # the message's msg_id, payload, trigger_time, ...
+    bad = good._replace(args=[*good.args[:first], "another-id", good.args[first + 1], "not-a-number",
+                              *good.args[first + 3:]])
     results = await asyncio.gather(
         rt.scripts.call(good), rt.scripts.call(bad), rt.scripts.call(send_call(rt, "u")),
         return_exceptions=True,

@@ -58,7 +58,8 @@ def test_script_reads_only_the_keys_and_args_its_header_names(script):
 FLAGS = {"release", "dry_run", "namespace_capped", "dead_letter", "cold_tier", "forget_window", "start", "signed"}
 # A context whose every value stands for its own name, in a namespace whose keys end in their field names.
 CONTEXT = scripts.ScriptContext(ns=namespace_keys("ns"), actor="actor", stats_interval_millis="stats_interval_millis",
-                                retention_millis="retention_millis", scan_limit="scan_limit")
+                                retention_millis="retention_millis", scan_limit="scan_limit",
+                                pack_lead_millis="pack_lead_millis")
 
 
 @pytest.mark.parametrize("script", scripts.SCRIPTS, ids=lambda s: s.name)
@@ -68,7 +69,7 @@ def test_builders_write_keys_and_args_in_header_order(script):
     from_context = {"topic": "topic", "ready_channel": CONTEXT.ready_channel,
                     "schedule_channel": CONTEXT.schedule_channel,
                     **{name: getattr(CONTEXT, name) for name in ("actor", "stats_interval_millis", "retention_millis",
-                                                                 "scan_limit")}}
+                                                                 "scan_limit", "pack_lead_millis")}}
     argv = {name: True if name in FLAGS else name for name in per_call_args(script)}
     expected = [from_context[name] if name in scripts.CONTEXT_ARGS else 1 if name in FLAGS else name
                 for name in script.args]

@@ -12,6 +12,7 @@
 -- KEYS[9] prioritised
 -- KEYS[10] meta
 -- KEYS[11] cold_hours
+-- KEYS[12] packed
 -- ARGV[1] msg_id
 -- ARGV[2] release: 1 frees the body at once, 0 keeps it readable for the retention
 -- ARGV[3] retention_millis: how long an ended body stays readable
@@ -26,6 +27,7 @@
 -- @include status
 -- @include end_message
 -- @include cold_count
+-- @include packed
 -- @include stored
 local t = {waiting = KEYS[1], ready = KEYS[2], inflight = KEYS[3], msgs = KEYS[4], expiry = KEYS[5],
            ended = KEYS[6], stats = KEYS[7], events = KEYS[8], prioritised = KEYS[9],
@@ -40,7 +42,9 @@ if not raw then
   end
   redis.call('HSET', t.msgs, id, ARGV[6])
   redis.call('ZADD', t.ended, now + t.retention, id)
-  cold_moved(KEYS[10], KEYS[11], 1, hours_of({decode_stored(ARGV[6], id).triggerTime}))
+  local trigger = decode_stored(ARGV[6], id).triggerTime
+  remove_packed({packed = KEYS[12], meta = KEYS[10]}, id, trigger)  -- if the loader had read it ahead
+  cold_moved(KEYS[10], KEYS[11], 1, hours_of({trigger}))
   stat_add(t.stats, interval, now, COUNTER.DELETE, 1)
   return 2
 end

@@ -6,6 +6,7 @@
 -- KEYS[1] meta
 -- KEYS[2] stats
 -- KEYS[3] cold_hours
+-- KEYS[4] packed
 -- ARGV[1] purged: cold messages the log ended
 -- ARGV[2] stats_interval_millis
 -- ARGV[3] signed: 1 for a shard of a sharded topic, whose count is a signed part of the topic's
@@ -16,6 +17,7 @@
 -- @include clock
 -- @include stats
 -- @include cold_count
+-- @include packed
 local meta = KEYS[1]
 local purged = tonumber(ARGV[1])
 local loaded_to = redis.call('HGET', meta, META.LOADED_TO)
@@ -24,6 +26,7 @@ if loaded_to then
   loaded_to = trigger_time .. ':' .. row_id .. ':' .. ((tonumber(fence) or 0) + 1)
   redis.call('HSET', meta, META.LOADED_TO, loaded_to)
 end
+drop_packed({packed = KEYS[4], meta = meta})  -- their rows, after loaded_to, were among those ended
 -- A page a loader brought in while its rows were being ended was counted out as it came in.
 local by_hour = {}
 for i = 4, #ARGV, 2 do

@@ -9,7 +9,11 @@
 -- ARGV[4] signed: 1 for a shard of a sharded topic, whose count of cold messages is kept from here on,
 -- at 0 when there is none: a message goes cold in one shard and may be loaded into another (after
 -- a reshard), so each shard's count is a signed part of the topic's (includes/cold_count.lua)
--- Returns {hot_until, loaded_to, cold}: what the meta holds now ('' for none).
+-- ARGV[5] fetched_to: '' or the fetched_to of a topic that had no hot_until, from where its sends
+-- may be packed (includes/packed.lua): one that holds every message in Redis may pack a send
+-- due after its loaded_to and before this
+-- Returns {hot_until, the loader's position (fetched_to, else loaded_to), cold}: what the meta holds
+-- now ('' for none).
 local meta = KEYS[1]
 local hot = redis.call('HGET', meta, META.HOT_UNTIL)
 if not hot and ARGV[3] ~= '1' then
@@ -17,11 +21,14 @@ if not hot and ARGV[3] ~= '1' then
 end
 if not hot then
   redis.call('HSET', meta, META.HOT_UNTIL, ARGV[1], META.LOADED_TO, ARGV[2])
+  if ARGV[5] ~= '' then
+    redis.call('HSET', meta, META.FETCHED_TO, ARGV[5])
+  end
 elseif tonumber(ARGV[1]) > tonumber(hot) then
   redis.call('HSET', meta, META.HOT_UNTIL, ARGV[1])
 end
 if ARGV[4] == '1' then
   redis.call('HSETNX', meta, META.COLD, 0)
 end
-local values = redis.call('HMGET', meta, META.HOT_UNTIL, META.LOADED_TO, META.COLD)
-return {values[1], values[2], values[3] or ''}
+local values = redis.call('HMGET', meta, META.HOT_UNTIL, META.FETCHED_TO, META.LOADED_TO, META.COLD)
+return {values[1], values[2] or values[3], values[4] or ''}

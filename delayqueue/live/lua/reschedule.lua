@@ -13,6 +13,7 @@
 -- KEYS[9] events
 -- KEYS[10] prioritised
 -- KEYS[11] cold_hours
+-- KEYS[12] packed
 -- ARGV[1] msg_id
 -- ARGV[2] trigger_time: epoch ms; -1: from delay_millis
 -- ARGV[3] delay_millis: from Redis' now, when trigger_time is -1
@@ -36,6 +37,7 @@
 -- @include set_waiting
 -- @include add_messages
 -- @include cold_count
+-- @include packed
 -- @include stored
 local t = {waiting = KEYS[1], ready = KEYS[2], inflight = KEYS[3], msgs = KEYS[4], expiry = KEYS[5],
            ended = KEYS[6], stats = KEYS[7], events = KEYS[9], prioritised = KEYS[10],
@@ -45,6 +47,7 @@ local now, now_us = clock()
 local raw = redis.call('HGET', t.msgs, id)
 if not raw and ARGV[10] ~= '' then
   local m = decode_stored(ARGV[10], id)
+  remove_packed({packed = KEYS[12], meta = KEYS[8]}, id, tonumber(ARGV[11]))  -- if the loader had read it ahead
   local hot = redis.call('HGET', KEYS[8], META.HOT_UNTIL)
   local old_hours = hours_of({tonumber(ARGV[11])})
   if hot and m.triggerTime > tonumber(hot) and tonumber(ARGV[11]) > tonumber(hot) then

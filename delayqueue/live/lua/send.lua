@@ -19,6 +19,7 @@
 -- KEYS[9] prioritised
 -- KEYS[10] events
 -- KEYS[11] cold_hours
+-- KEYS[12] packed
 -- ARGV[1] topic
 -- ARGV[2] ready_channel: published when the ready list goes from empty to non-empty
 -- ARGV[3] schedule_channel: published when a message is due or expires before what the scanner expects
@@ -33,7 +34,9 @@
 -- redrive's new life replaces its dead letter)
 -- ARGV[10] cold_tier: 1 leaves a message due after the meta's hot_until in the message log only
 -- (the loader brings it in ahead of its time)
--- ARGV[11...] per message: msg_id, payload, trigger_time, expire_time, max_retry, produce_time, priority, logged_waiting
+-- ARGV[11] pack_lead_millis: above 0, a message due more than twice this far ahead, between the
+-- meta's loaded_to and fetched_to (where the loader has read the log), is packed (includes/packed.lua)
+-- ARGV[12...] per message: msg_id, payload, trigger_time, expire_time, max_retry, produce_time, priority, logged_waiting
 -- (trigger_time not before produce_time, the sending process' clock; times in epoch ms; priority
 -- 0-9, higher pulled first, kept in the message only when above 0; logged_waiting '' or the
 -- triggerTime of the waiting message the message log holds under the msgId: if Redis does not
@@ -55,15 +58,17 @@
 -- @include end_message
 -- @include cold_count
 -- @include expiring
+-- @include packed
 -- @include stored
 local msgs, expiry, ended, meta, stats = KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local topic, interval, retention = ARGV[1], tonumber(ARGV[4]), tonumber(ARGV[7])
 local t = {waiting = KEYS[1], ready = KEYS[2], inflight = KEYS[3], prioritised = KEYS[9], msgs = msgs,
-           expiry = expiry, ended = ended, stats = stats, events = KEYS[10], actor = ARGV[8], retention = retention}
+           expiry = expiry, ended = ended, stats = stats, events = KEYS[10], actor = ARGV[8], retention = retention,
+           packed = KEYS[12], meta = meta}
 local max_live, namespace_capped = tonumber(ARGV[5]), ARGV[6] == '1'
-local dedupe_window, cold_tier = tonumber(ARGV[9]), ARGV[10] == '1'
+local dedupe_window, cold_tier, pack_lead = tonumber(ARGV[9]), ARGV[10] == '1', tonumber(ARGV[11])
 local now, now_us = clock()
-local first_item, item_size = 11, 8
+local first_item, item_size = 12, 8
 local count = (#ARGV - first_item + 1) / item_size
 
 redis.call('HSET', meta, META.LAST_ACTIVE, now)
@@ -80,7 +85,17 @@ stat_add(stats, interval, now, COUNTER.SEND, count)
 local waiting_due = next_due(t.waiting, now_us)
 local expiry_due  -- read when a message first goes into the index (a waiting one does not)
 local wake, woken_pollers = false, false
-local hot_until, loaded_to  -- the meta's, read once when first needed (no message here changes them)
+local hot_until, loaded_to, fetched_to  -- the meta's, read once when first needed (no message here changes them)
+
+-- The times of the meta's loaded_to and fetched_to (false for none).
+local function positions()
+  if loaded_to == nil then
+    local values = redis.call('HMGET', meta, META.LOADED_TO, META.FETCHED_TO)
+    loaded_to = tonumber(string.match(values[1] or '', '^[^:]*')) or false
+    fetched_to = tonumber(string.match(values[2] or '', '^[^:]*')) or false
+  end
+  return loaded_to, fetched_to
+end
 
 -- One message: its reply's two values.
 local function send_one(id, payload, trigger, expire_time, max_retry, produce_time, priority, logged_waiting)
@@ -100,8 +115,8 @@ local function send_one(id, payload, trigger, expire_time, max_retry, produce_ti
     end
   end
   if logged_waiting ~= '' and not (old and is_live(old)) then
-    loaded_to = loaded_to or redis.call('HGET', meta, META.LOADED_TO) or ''
-    if loaded_to ~= '' and tonumber(logged_waiting) >= tonumber(string.match(loaded_to, '^[^:]*')) then
+    local loaded = positions()
+    if loaded and tonumber(logged_waiting) >= loaded then
       return 5, 0
     end
   end
@@ -126,11 +141,23 @@ local function send_one(id, payload, trigger, expire_time, max_retry, produce_ti
       return 4, 0
     end
   end
+  local m = new_message(topic, id, payload, produce_time, trigger, expire_time, max_retry, 0, priority, now)
+  if pack_lead > 0 and trigger > now + 2 * pack_lead and packable(m) then
+    local loaded, fetched = positions()
+    if loaded and fetched and trigger > loaded and trigger < fetched then
+      if old then  -- as a cold send
+        redis.call('HDEL', msgs, id)
+        redis.call('ZREM', ended, id)
+      end
+      cold_added(meta, KEYS[11], trigger)
+      wake = pack(t, m) or wake  -- the scanner moves the list in ahead of its second
+      return 1, m.status
+    end
+  end
   if old then
     redis.call('ZREM', ended, id)
   end
 
-  local m = new_message(topic, id, payload, produce_time, trigger, expire_time, max_retry, 0, priority, now)
   redis.call('HSET', msgs, id, encode_stored(m))
   if expires_first(m) then
     expiry_due = expiry_due or next_due(expiry, now_us)

@@ -1,0 +1,94 @@
+-- The scanner (workers/topic_worker.py): moves the packed lists (includes/packed.lua) of the
+-- seconds that begin within pack_lead_millis into the waiting set (ready if already due), oldest
+-- second first, at most scan_limit messages a call; then moves loaded_to up to just before the
+-- first second left, but no further than now + pack_lead_millis nor than fetched_to: every row up
+-- to loaded_to is then in the waiting set, and the API's paths take a row after it as cold.
+-- KEYS[1] packed
+-- KEYS[2] meta
+-- KEYS[3] waiting
+-- KEYS[4] ready
+-- KEYS[5] prioritised
+-- KEYS[6] msgs
+-- KEYS[7] expiry
+-- KEYS[8] ended
+-- KEYS[9] events
+-- KEYS[10] cold_hours
+-- ARGV[1] topic
+-- ARGV[2] ready_channel: published when the ready list goes from empty to non-empty
+-- ARGV[3] actor: 'process@host' for the history, '' with the message log off
+-- ARGV[4] pack_lead_millis
+-- ARGV[5] scan_limit
+-- Returns {messages moved, µs until the next list is due to move (-1: none; 0: more now), Redis' clock (µs)}
+-- @include clock
+-- @include cold_count
+-- @include packed
+-- @include bring_in
+local t = {packed = KEYS[1], waiting = KEYS[3], ready = KEYS[4], prioritised = KEYS[5], msgs = KEYS[6],
+           expiry = KEYS[7], ready_channel = ARGV[2]}
+local meta, ended, events = KEYS[2], KEYS[8], KEYS[9]
+local topic, lead, budget = ARGV[1], tonumber(ARGV[4]), tonumber(ARGV[5])
+local now, now_us = clock()
+local ids, stored, messages = {}, {}, {}
+local more = false
+for _, second in ipairs(redis.call('ZRANGEBYSCORE', t.packed, '-inf', now + lead)) do
+  if budget <= 0 then
+    more = true
+    break
+  end
+  local list = packed_list(t, second)
+  local entries = redis.call('LPOP', list, budget) or {}
+  redis.call('HINCRBY', meta, META.PACKED, -#entries)
+  for _, entry in ipairs(entries) do
+    local m = packed_message(entry, topic, tonumber(second))
+    messages[#messages + 1] = m
+    ids[#ids + 1] = m.msgId
+    stored[#stored + 1] = encode_stored(m)
+  end
+  budget = budget - #entries
+  if redis.call('EXISTS', list) == 0 then
+    redis.call('ZREM', t.packed, second)
+  else
+    more = true
+  end
+end
+
+local moved = 0
+if #messages > 0 then
+  -- One Redis holds in the same life (a restore brought its row back) is left alone: it counts
+  -- where it is. The others were counted cold while packed.
+  local fresh = fresh_ids(t.msgs, ended, ids, stored)
+  local items, changes = {}, {}
+  for j, m in ipairs(messages) do
+    if fresh[j] then
+      items[#items + 1] = {m.msgId, stored[j], m.triggerTime, m.expireTime}
+    end
+  end
+  local triggers
+  moved, triggers = bring_in(t, items, now, changes)
+  cold_moved(meta, KEYS[10], moved, hours_of(triggers))
+  log_events(events, ARGV[3], changes, STATUS.WAITING, REASON.DUE)
+end
+
+local first = redis.call('ZRANGE', t.packed, 0, 0, 'WITHSCORES')
+local bound = now + lead
+if first[1] then
+  bound = math.min(bound, tonumber(first[2]) - 1)
+end
+local at = redis.call('HMGET', meta, META.LOADED_TO, META.FETCHED_TO)
+if at[1] and at[2] then
+  local target = bound .. ':' .. END_OF_MILLI
+  if position_before(at[2], target) then
+    target = at[2]
+  end
+  if position_before(at[1], target) then
+    redis.call('HSET', meta, META.LOADED_TO, target)
+  end
+end
+
+local next_due = -1
+if more then
+  next_due = 0
+elseif first[1] then
+  next_due = math.max(tonumber(first[2]) - lead - now, 0) * 1000
+end
+return {moved, next_due, now_us}

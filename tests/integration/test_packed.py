@@ -1,0 +1,239 @@
+"""The cold tier's packed lists (lua/includes/packed.lua): a waiting message due more than twice the
+pack lead ahead, between the loader's loaded_to and fetched_to, waits in a list of its second of
+due time instead of the waiting set; the scanner moves each list in a lead before its second, and
+the message fires on time, never early. Until then the API treats it as cold (the message log
+answers for it): getMsg, deleteMsg, rescheduleMsg, a resend of its msgId, purgeTopic, and a
+restore after Redis lost everything. On a single Redis and on the Redis Cluster."""
+import asyncio
+
+import pytest
+
+from delayqueue.core.clock import now_millis
+from delayqueue.core.constants import Status
+from delayqueue.live import scripts
+from delayqueue.live.keys import Meta, Shard
+from delayqueue.services.consume import pull_messages
+from delayqueue.services.messages import delete_message, get_message, reschedule_message
+from delayqueue.services.restore import restore
+from delayqueue.services.send import SendRequest, send_message
+from delayqueue.services.topics import purge_topic, topic_info
+from delayqueue.workers import loader as loader_module
+from delayqueue.workers.loader import Loader
+from tests.helpers import REDIS_CLUSTER_URL, REDIS_URL, drain_log, load_killed, logged, make_runtime, wait_until
+
+LEAD = 300  # ms: a send due more than 600 ms ahead is packed
+WINDOW = 60_000
+
+
+@pytest.fixture(params=["single", "cluster"])
+async def packed_rt(request, clean_state):
+    url = REDIS_URL if request.param == "single" else REDIS_CLUSTER_URL
+    runtime = make_runtime(url, hot_window_millis=WINDOW, pack_lead_millis=LEAD)
+    yield runtime
+    await runtime.close()
+
+
+async def send(rt, delay, msg="body", **kw):
+    return await send_message(rt, request=SendRequest(topic="t", msg=msg, delay_millis=delay, **kw))
+
+
+HEADER = 22  # an entry's bytes before its msgId (includes/packed.lua's PACKED_HEADER)
+
+
+async def packed_ids(rt, topic="t") -> list[str]:
+    """The msgIds of the topic's packed entries, each list in order, the lists by second."""
+    k = rt.ns.topic(topic)
+    ids = []
+    for second in await rt.redis.zrange(k.packed, 0, -1):
+        # The entries are bytes: read without the client's decoding.
+        for entry in await rt.redis.execute_command("LRANGE", f"{k.packed}:{second}", 0, -1, NEVER_DECODE=True):
+            form = entry[0]
+            ids.append(entry[HEADER:HEADER + 16].hex() if form == 0 else entry[HEADER:HEADER + form].decode())
+    return ids
+
+
+async def packed_count(rt, topic="t") -> int:
+    k = rt.ns.topic(topic)
+    return sum([await rt.redis.llen(f"{k.packed}:{second}") for second in await rt.redis.zrange(k.packed, 0, -1)])
+
+
+async def held(rt, msg_id, topic="t") -> bool:
+    return await rt.redis.hexists(rt.ns.topic(topic).msgs, msg_id)
+
+
+async def windowed(rt) -> Loader:
+    """A loader that has raised the topic's window once: sends due within it may be packed."""
+    loader = Loader(rt, lambda: [Shard("t")])
+    await loader.load_topic("t", force=True)
+    assert await rt.redis.hget(rt.ns.topic("t").meta, Meta.FETCHED_TO)
+    return loader
+
+
+async def test_a_send_due_ahead_is_packed_and_fires_on_time_not_early(packed_rt, start_scanner):
+    rt = packed_rt
+    await send(rt, 0, msg="registers the topic")
+    await start_scanner(rt)
+    await wait_until(lambda: rt.redis.hexists(rt.ns.topic("t").meta, Meta.FETCHED_TO), timeout=10,
+                     what="the scanner's loader to raise the window")
+    await pull_messages(rt, topic="t")
+    near = await send(rt, 2 * LEAD - 100, msg="near")  # too near to pack
+    m = await send(rt, 1500, msg="packed ✓\nbody", priority=3, max_retry=7)
+    assert await held(rt, near.msg_id) and not await held(rt, m.msg_id)
+    assert await packed_count(rt) == 1
+    info = await topic_info(rt, topic="t")
+    assert (info.waiting, info.waiting_cold) == (2, 1)
+    assert await get_message(rt, topic="t", msg_id=m.msg_id) == m  # from the message log
+
+    pulled = []
+
+    async def fired():
+        pulled.extend((await pull_messages(rt, topic="t", batch=10))[0])
+        return m.msg_id in [p.msg_id for p in pulled]
+
+    await wait_until(fired, timeout=10, interval=0.005, what="the packed message to fire")
+    assert now_millis() >= m.trigger_time
+    got = next(p for p in pulled if p.msg_id == m.msg_id)
+    assert (got.payload, got.priority, got.max_retry, got.retry, got.trigger_time, got.expire_time) == (
+        "packed ✓\nbody", 3, 7, 1, m.trigger_time, m.expire_time)
+    assert await packed_count(rt) == 0 and (await topic_info(rt, topic="t")).waiting_cold == 0
+
+
+async def packed_counted(rt, topic="t") -> int:
+    """The meta's count of packed entries, and what the loader counts against DELAYQUEUE_HOT_MAX_MESSAGES."""
+    held_in_redis, _ = await Loader(rt, lambda: [Shard(topic)])._look([Shard(topic)], [Shard(topic)])
+    assert held_in_redis == await rt.redis.zcard(rt.ns.topic(topic).waiting) + await packed_count(rt, topic)
+    return int(await rt.redis.hget(rt.ns.topic(topic).meta, Meta.PACKED) or 0)
+
+
+async def test_delete_reschedule_and_resend_of_a_packed_message_act_on_it_once(packed_rt):
+    rt = packed_rt
+    await send(rt, 0)
+    await windowed(rt)
+    deleted, moved, kept = [await send(rt, 30_000, msg=f"m{i}", msg_id=f"id-{i}") for i in range(3)]
+    assert await packed_count(rt) == 3 and not any([await held(rt, m.msg_id) for m in (deleted, moved, kept)])
+    assert await packed_counted(rt) == 3
+
+    assert await delete_message(rt, topic="t", msg_id=deleted.msg_id)
+    assert (await get_message(rt, topic="t", msg_id=deleted.msg_id)).status == Status.DELETED
+    later = await reschedule_message(rt, topic="t", msg_id=moved.msg_id, delay_millis=40_000)
+    assert later.trigger_time > moved.trigger_time and await held(rt, moved.msg_id)  # in the waiting set now
+    assert await rt.redis.zscore(rt.ns.topic("t").waiting, moved.msg_id) == later.trigger_time
+    assert await packed_count(rt) == 1 == await packed_counted(rt)  # only `kept` is left packed
+
+    again = await send(rt, 5_000, msg="a resend", msg_id=kept.msg_id)
+    assert again == kept and await packed_count(rt) == 1  # the packed message answered, nothing sent
+    info = await topic_info(rt, topic="t")
+    assert (info.waiting, info.waiting_cold) == (2, 1)  # moved (in the waiting set) and kept (packed)
+
+
+async def test_the_loader_packs_what_comes_in_early_and_nothing_is_lost_or_doubled(packed_rt, start_scanner):
+    """Messages sent cold (beyond a 2 s window) are packed by the loader as the window reaches them,
+    moved in by the scanner and fire once each, in due order, none early."""
+    rt = make_runtime(packed_rt.config.redis_url, hot_window_millis=2_000, pack_lead_millis=LEAD)
+    try:
+        await send(rt, 0)
+        await windowed(rt)
+        await pull_messages(rt, topic="t")
+        sent = [await send(rt, 2_500 + 40 * i, msg=f"m{i}") for i in range(20)]
+        assert not any([await held(rt, m.msg_id) for m in sent]) and await packed_count(rt) == 0  # cold
+        await start_scanner(rt)
+        await wait_until(lambda: packed_count(rt), timeout=10, what="the loader to pack the cold messages")
+        pulled = []
+
+        async def all_fired():
+            for p in (await pull_messages(rt, topic="t", batch=100))[0]:
+                assert now_millis() >= p.trigger_time
+                pulled.append(p.msg_id)
+            return len(pulled) >= len(sent)
+
+        await wait_until(all_fired, timeout=15, interval=0.005, what="every message to fire")
+        await asyncio.sleep(0.2)
+        pulled += [p.msg_id for p in (await pull_messages(rt, topic="t", batch=100))[0]]
+        assert pulled == [m.msg_id for m in sent]
+        info = await topic_info(rt, topic="t")
+        assert (info.waiting, info.waiting_cold) == (0, 0)
+    finally:
+        await rt.close()
+
+
+async def test_purge_drops_the_packed_messages(packed_rt):
+    rt = packed_rt
+    await send(rt, 0)
+    loader = await windowed(rt)
+    packed = [await send(rt, 30_000 + i) for i in range(3)]
+    assert await packed_count(rt) == 3
+    assert await purge_topic(rt, topic="t") == 4
+    assert await packed_count(rt) == 0 and not await rt.redis.exists(rt.ns.topic("t").packed)
+    await drain_log(rt, ["t"])
+    for m in packed:  # deleted in the log, as a cold message is; getMsg answers live ones from there
+        assert (await logged("t", m.msg_id))["status"] == Status.DELETED
+        assert await get_message(rt, topic="t", msg_id=m.msg_id) is None
+    info = await topic_info(rt, topic="t")
+    assert (info.waiting, info.waiting_cold) == (0, 0)
+    assert await loader.load_topic("t", force=True) == 0 and await packed_count(rt) == 0  # nothing comes back
+
+
+async def test_a_restore_after_redis_lost_everything_brings_packed_messages_back_once(packed_rt):
+    rt = packed_rt
+    await send(rt, 0)
+    await windowed(rt)
+    packed = [await send(rt, 30_000 + i) for i in range(3)]
+    assert await packed_count(rt) == 3
+    await rt.redis.flushall()
+    counts = await restore(rt)
+    assert (counts.restored, counts.left_cold) == (4, 0) and all([await held(rt, m.msg_id) for m in packed])
+    assert (await restore(rt)).restored == 0  # a rerun: nothing twice
+    info = await topic_info(rt, topic="t")
+    assert (info.waiting, info.ready, info.waiting_cold) == (3, 1, 0)
+
+
+async def test_a_restore_on_a_redis_that_holds_packed_lists_brings_their_messages_back_once(packed_rt,
+                                                                                             start_scanner):
+    """The restore brings back every row up to the loader's fetched_to, so the packed ones too; the
+    scanner then finds each held and leaves its entry: each fires once."""
+    rt = packed_rt
+    await send(rt, 0)
+    await windowed(rt)
+    await pull_messages(rt, topic="t")
+    packed = [await send(rt, 1_500 + i) for i in range(3)]
+    counts = await restore(rt)
+    assert (counts.restored, counts.left_cold) == (3, 0) and all([await held(rt, m.msg_id) for m in packed])
+    assert await packed_count(rt) == 3  # left for the scanner, which finds them held
+    info = await topic_info(rt, topic="t")
+    assert (info.waiting, info.waiting_cold) == (3, 0)
+    await start_scanner(rt)
+    pulled = []
+
+    async def all_fired():
+        pulled.extend(p.msg_id for p in (await pull_messages(rt, topic="t", batch=10))[0])
+        return len(pulled) >= 3
+
+    await wait_until(all_fired, timeout=10, interval=0.005, what="the restored messages to fire")
+    await asyncio.sleep(0.3)
+    pulled += [p.msg_id for p in (await pull_messages(rt, topic="t", batch=10))[0]]
+    assert pulled == [m.msg_id for m in packed] and await packed_count(rt) == 0
+    info = await topic_info(rt, topic="t")
+    assert (info.waiting, info.waiting_cold) == (0, 0)
+
+
+@pytest.mark.parametrize("killed_after", ["raise", "first page"])
+async def test_a_loader_killed_between_its_steps_packs_each_message_once(packed_rt, monkeypatch, killed_after):
+    rt = packed_rt
+    monkeypatch.setattr(loader_module, "PAGE", 2)
+    await send(rt, 0)
+    first = await windowed(rt)
+    sent = [await send(rt, WINDOW + 20_000 + i, msg_id=f"{i:032x}" if i % 2 else f"client-id-{i}") for i in range(5)]
+    assert await packed_count(rt) == 0  # beyond the window: cold
+    await rt.scripts.call(scripts.raise_hot(rt.context, "t", hot_until=now_millis() + 2 * WINDOW, loaded_to="",
+                                            start=True))
+    await load_killed(rt, first, killed_after)
+    held = await packed_count(rt)
+    assert held == (0 if killed_after == "raise" else 2)
+    second = Loader(rt, lambda: [Shard("t")])
+    try:
+        assert await second.load_topic("t", force=True) == 5 - held
+        assert await packed_ids(rt) == [m.msg_id for m in sent]
+        assert await packed_counted(rt) == 5 and (await topic_info(rt, topic="t")).waiting_cold == 5
+    finally:
+        await first.close()
+        await second.close()
