@@ -94,7 +94,8 @@ async def run(url: str, messages: int, spread_ms: int, pollers: int, priorities:
         from delayqueue.live.keys import Meta
 
         memory, keys = topic_keys(redis_url)
-        cold = int(memory.hget(keys.meta, Meta.COLD) or 0)  # messages in the message log only
+        # Not in the waiting set: in the message log only, or (of those) in packed lists.
+        cold, packed = (int(value or 0) for value in memory.hmget(keys.meta, [Meta.COLD, Meta.PACKED]))
         memory.close()
         lateness: list[float] = []
         done = asyncio.Event()
@@ -122,8 +123,10 @@ async def run(url: str, messages: int, spread_ms: int, pollers: int, priorities:
     early = [x for x in lateness if x < 0]
     print(f"  delivered early: {len(early)} (a message is never consumable before its triggerTime)")
     if hot_window_ms:
-        print(f"  in the message log only right after the sends (cold; the loader brought them into Redis before "
-              f"they fell due): {cold:,} of {messages:,}, hot window {hot_window_ms} ms")
+        print(f"  right after the sends, of {messages:,}: {cold - packed:,} in the message log only (cold; the loader "
+              f"brought them into Redis before they fell due), {packed:,} in packed lists (moved into the waiting set "
+              f"a lead before their second); hot window {hot_window_ms} ms, DELAYQUEUE_PACK_LEAD_MILLIS "
+              f"{os.environ.get('DELAYQUEUE_PACK_LEAD_MILLIS', 'at its default')}")
     return lateness
 
 
