@@ -190,7 +190,7 @@ async def topic_infos(rt: Runtime, *, topics: list[str]) -> list[TopicInfo]:
         pipe.llen(k.ready)
         pipe.zcard(k.prioritised)
         pipe.zcard(k.inflight)
-        pipe.hmget(k.meta, [Meta.COLD, Meta.HOT_UNTIL])
+        pipe.hmget(k.meta, [Meta.COLD, Meta.LOADED_TO])
         pipe.hgetall(k.cold_hours)
         lower = "-inf"
         for within in WAITING_WITHIN:
@@ -203,33 +203,34 @@ async def topic_infos(rt: Runtime, *, topics: list[str]) -> list[TopicInfo]:
     for topic, shards in zip(topics, places):
         info = TopicInfo(topic, 0, (0,) * len(WAITING_WITHIN), 0, 0)
         # A sharded topic's shards each hold a signed part of its cold count (raise_hot.lua).
-        cold, cold_hours, hot_untils = 0, Counter(), []
+        cold, cold_hours, loaded_tos = 0, Counter(), []
         for _shard in shards:
-            waiting, ready, prioritised, inflight, (counted, hot_until), hours, *buckets = [next(replies)
+            waiting, ready, prioritised, inflight, (counted, loaded_to), hours, *buckets = [next(replies)
                                                                                             for _ in range(width)]
             cold += int(counted or 0)
             cold_hours.update({int(hour): int(n) for hour, n in hours.items()})
-            hot_untils += [] if hot_until is None else [int(hot_until)]
+            loaded_tos += [] if loaded_to is None else [parse_position(loaded_to)[0]]
             info = TopicInfo(topic, info.waiting + waiting,
                              tuple(total + held for total, held in zip(info.waiting_within, buckets)),
                              info.ready + ready + prioritised, info.consuming + inflight)
         cold = max(cold, 0)
-        in_log = cold_buckets(hours=cold_hours, now=now, hot_until=min(hot_untils, default=None))
+        in_log = cold_buckets(hours=cold_hours, now=now, after=min(loaded_tos, default=None))
         infos.append(replace(info, waiting=info.waiting + cold, waiting_cold=cold,
                                    waiting_within=tuple(held + logged for held, logged
                                                         in zip(info.waiting_within, in_log))))
     return infos
 
 
-def cold_buckets(*, hours: dict[int, int], now: int, hot_until: int | None) -> list[int]:
+def cold_buckets(*, hours: dict[int, int], now: int, after: int | None) -> list[int]:
     """The cold messages of each WAITING_WITHIN bucket, from their counts per hour: each hour's
-    count goes where the hour's middle falls, or hot_until's if later (every cold message is due
-    after it), so a bucket's edge beyond the window is right to within an hour."""
+    count goes where the hour's middle falls, or just after `after` (the time of the topic's
+    loaded_to) if later: every cold message (packed ones too) is due after it. So a bucket's edge
+    beyond loaded_to is right to within an hour."""
     counts = [0] * len(WAITING_WITHIN)
     for hour, count in hours.items():
         due = hour * COLD_HOUR_MILLIS + COLD_HOUR_MILLIS // 2
-        if hot_until is not None:
-            due = max(due, hot_until + 1)
+        if after is not None:
+            due = max(due, after + 1)
         at = next((i for i, within in enumerate(WAITING_WITHIN) if within is None or due <= now + within))
         counts[at] += max(count, 0)
     return counts

@@ -237,3 +237,18 @@ async def test_a_loader_killed_between_its_steps_packs_each_message_once(packed_
     finally:
         await first.close()
         await second.close()
+
+
+async def test_get_topic_info_buckets_a_packed_message_near_its_due_time(packed_rt):
+    """Packed messages count as cold, by the hour they fall due in, placed no earlier than the
+    loader's loaded_to (not after the window, 7 h here, beyond which no packed message is due)."""
+    rt = make_runtime(packed_rt.config.redis_url, hot_window_millis=7 * 3_600_000, pack_lead_millis=LEAD)
+    try:
+        await send(rt, 0)
+        await windowed(rt)
+        await send(rt, 30_000)
+        assert await packed_count(rt) == 1
+        info = await topic_info(rt, topic="t")
+        assert (info.waiting, info.waiting_cold) == (1, 1) and sum(info.waiting_within[:4]) == 1  # within the hour
+    finally:
+        await rt.close()
