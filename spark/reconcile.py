@@ -9,9 +9,12 @@ Kinds of disagreement, one line per message and kind:
   retry             in both, different retry count
   trigger_time      in both, different triggerTime
 An ended message that Redis no longer holds agrees (Redis purges ended messages after the
-retention window). The log's status and retry follow Redis through the log writer, a fraction
-of a second behind: on a busy queue, messages in motion can show up as status or retry
-disagreements that a second run no longer lists.
+retention window), and so does a waiting one after its topic's loader position (the least
+loaded_to of its shards) that Redis does not hold: in the cold tier the loader brings it in
+(it is in the message log only, or read ahead into a packed list, which this does not read).
+The log's status and retry follow Redis through the log writer, a fraction of a second behind:
+on a busy queue, messages in motion can show up as status or retry disagreements that a second
+run no longer lists.
 """
 import sys
 from pathlib import Path
@@ -22,9 +25,9 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from delayqueue.config import arguments
-from delayqueue.core.constants import LIVE_STATUSES
+from delayqueue.core.constants import LIVE_STATUSES, Status
 from delayqueue.core.messages import Message
-from delayqueue.live.keys import namespace_keys, topic_keys
+from delayqueue.live.keys import Meta, least_position, namespace_keys, parse_position, topic_keys
 from delayqueue.live.shards import topic_shards
 from delayqueue.messagelog import sql, tables
 from delayqueue.stores.topic_settings import DEFAULT as DEFAULT_SETTINGS
@@ -38,6 +41,11 @@ REDIS_SCHEMA = T.StructType([
     T.StructField("topic", T.StringType(), False),
     T.StructField("msg_id", T.StringType(), False),
     *(T.StructField(name, T.LongType() if name == "trigger_time" else T.IntegerType(), True) for name in COMPARED),
+])
+POSITIONS_SCHEMA = T.StructType([
+    T.StructField("topic", T.StringType(), False),
+    T.StructField("after_time", T.LongType(), False),
+    T.StructField("after_id", T.LongType(), False),
 ])
 SHOWN = 20
 
@@ -56,13 +64,47 @@ def scan_topics(redis_url: str, namespace: str, settings: dict[str, TopicSetting
         client.close()
 
 
+def loader_positions(args, topics: list[str]) -> list[tuple[str, int, int]]:
+    """Runs on the driver: (topic, triggerTime ms, row id) of each topic's loader position, the
+    least loaded_to of its shards; none for a topic outside the cold tier."""
+    settings = settings_table(common.query(args.database_url, sql.TOPIC_CONFIGS, [args.namespace]), args.namespace)
+    places = {topic: topic_shards(topic, settings.get(topic, DEFAULT_SETTINGS).shard_counts) for topic in topics}
+    client = common.sync_redis(args.redis_url)
+    try:
+        pipe = client.pipeline(transaction=False)
+        for shards in places.values():
+            for shard in shards:
+                pipe.hget(topic_keys(args.namespace, *shard).meta, Meta.LOADED_TO)
+        read = iter(pipe.execute() if topics else [])
+    finally:
+        client.close()
+    positions = []
+    for topic, shards in places.items():
+        at = least_position([next(read) for _ in shards])
+        if at is not None:
+            positions.append((topic, *parse_position(at)))
+    return positions
+
+
+def marked_cold(log: DataFrame, positions: DataFrame) -> DataFrame:
+    """log(id, topic, trigger_time, status, ...) and positions(topic, after_time, after_id) -> the
+    log with `cold`: a waiting row after its topic's position, the loader's to bring in."""
+    after = ((F.col("trigger_time") > F.col("after_time"))
+             | ((F.col("trigger_time") == F.col("after_time")) & (F.col("id") > F.col("after_id"))))
+    cold = (F.col("status") == int(Status.WAITING)) & F.col("after_time").isNotNull() & after
+    return (log.join(F.broadcast(positions), "topic", "left")
+            .withColumn("cold", F.coalesce(cold, F.lit(False))).drop("after_time", "after_id"))
+
+
 def disagreements(log: DataFrame, redis: DataFrame) -> DataFrame:
-    """log(topic, msg_id, status, retry, trigger_time) and redis(same) -> one row per message and
-    kind of disagreement: (topic, msg_id, kind, log_<field>, redis_<field> for each compared field)."""
+    """log(topic, msg_id, status, retry, trigger_time[, cold]) and redis(the same but cold) -> one
+    row per message and kind of disagreement: (topic, msg_id, kind, log_<field>, redis_<field> for
+    each compared field). A cold log row (marked_cold) Redis does not hold is not missing."""
     def side(df: DataFrame, name: str) -> DataFrame:
         return df.select(*KEY, F.lit(True).alias(f"in_{name}"), *(F.col(c).alias(f"{name}_{c}") for c in COMPARED))
 
-    both = side(log, "log").join(side(redis, "redis"), KEY, "full_outer")
+    cold = log.select(*KEY, F.col("cold") if "cold" in log.columns else F.lit(False).alias("cold"))
+    both = side(log, "log").join(cold, KEY, "left").join(side(redis, "redis"), KEY, "full_outer")
     in_log, in_redis = F.col("in_log").isNotNull(), F.col("in_redis").isNotNull()
     log_live, redis_live = F.col("log_status").isin(*LIVE_STATUSES), F.col("redis_status").isin(*LIVE_STATUSES)
     ended_in_log = in_log & in_redis & ~log_live & redis_live
@@ -71,7 +113,7 @@ def disagreements(log: DataFrame, redis: DataFrame) -> DataFrame:
         return in_log & in_redis & ~F.col(f"log_{c}").eqNullSafe(F.col(f"redis_{c}"))
 
     conditions = {
-        "missing_in_redis": in_log & ~in_redis & log_live,
+        "missing_in_redis": in_log & ~in_redis & log_live & ~F.col("cold"),
         "missing_in_log": in_redis & ~in_log,
         "ended_in_log": ended_in_log,
         "status": differs("status") & ~ended_in_log,
@@ -160,7 +202,8 @@ def run(spark, args) -> dict:
                                partitions=partitions).persist(StorageLevel.MEMORY_AND_DISK)
     log_topics = [r.topic for r in log.select("topic").distinct().collect()]
     redis = read_redis(spark, args, log_topics, partitions).persist(StorageLevel.MEMORY_AND_DISK)
-    found = disagreements(log, redis).persist(StorageLevel.MEMORY_AND_DISK)
+    positions = spark.createDataFrame(loader_positions(args, log_topics), POSITIONS_SCHEMA)
+    found = disagreements(marked_cold(log, positions), redis).persist(StorageLevel.MEMORY_AND_DISK)
     counts = {kind: 0 for kind in KINDS}
     counts.update({r.kind: r["count"] for r in found.groupBy("kind").count().collect()})
     total = sum(counts.values())

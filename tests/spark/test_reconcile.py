@@ -8,7 +8,7 @@ from django.core.management import call_command
 
 from delayqueue.core import messages
 from delayqueue.core.constants import Status
-from delayqueue.live.keys import topic_keys
+from delayqueue.live.keys import Meta, position, topic_keys
 from delayqueue.messagelog import sql
 from delayqueue.models import Message
 from spark import common, pgread, reconcile
@@ -153,3 +153,22 @@ def test_reconcile_fix_restores_each_topic_in_id_order_across_chunks(spark, sett
     for topic in ("left", "right"):
         assert client.lrange(topic_keys("default", topic).ready, 0, -1) == [f"{topic}-{i}" for i in reversed(range(9))]
     client.close()
+
+
+def test_reconcile_leaves_a_waiting_message_after_the_loaders_position_to_the_loader(spark, settings):
+    """In the cold tier Redis does not hold a waiting message due after its topic's loaded_to (in
+    the message log only, or packed): not missing. One due before it, or in flight, is."""
+    settings.REDIS_URL = REDIS_URL
+    now = int(time.time() * 1000)
+    log = LogBuilder()  # Redis has none of them
+    log.message("tier", "before", now, delay=HOUR // 2)
+    log.message("tier", "after", now, delay=2 * HOUR)
+    log.message("tier", "in-flight", now - 1000, status=3)
+    log.message("plain", "waiting", now, delay=2 * HOUR)  # a topic outside the cold tier
+    log.save()
+    client = common.sync_redis(REDIS_URL)
+    client.hset(topic_keys("default", "tier").meta, Meta.LOADED_TO, position(now + HOUR))
+    client.close()
+    counts = reconcile.run(spark, job_args("spark.reconcile", "--database-url", log_database_url(),
+                                           "--redis-url", REDIS_URL, "--partitions", "2"))
+    assert counts["missing_in_redis"] == 3  # before, in-flight, and the other topic's
