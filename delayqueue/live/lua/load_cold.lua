@@ -49,20 +49,23 @@ for i = 8, #ARGV, 5 do
   stored[#stored + 1] = ARGV[i + 1]
 end
 local fresh, held = fresh_ids(msgs, ended, ids, stored)
-local items, changes, packed, first_packed = {}, {}, 0, false
+local items, changes, packing, packing_ids = {}, {}, {}, {}
 for j, id in ipairs(ids) do
   if fresh[j] then
     local trigger = tonumber(ARGV[8 + (j - 1) * 5 + 2])
     local m = pack_lead > 0 and trigger > now + 2 * pack_lead and decode_stored(stored[j], id)
     if m and packable(m) then
-      redis.call('HDEL', msgs, id)  -- an older life's ended body: getMsg answers the new one, from the log
-      first_packed = pack(t, m) or first_packed
-      packed = packed + 1
+      packing[#packing + 1] = m
+      packing_ids[#packing_ids + 1] = id
     else
       items[#items + 1] = {id, stored[j], trigger, tonumber(ARGV[8 + (j - 1) * 5 + 3])}
     end
   end
 end
+if #packing_ids > 0 then  -- an older life's ended body: getMsg answers the new one, from the log
+  redis.call('HDEL', msgs, unpack(packing_ids))
+end
+local first_packed = pack(t, packing)
 redis.call('HSET', meta, META.FETCHED_TO, ARGV[6])
 if redis.call('EXISTS', t.packed) == 0 then
   redis.call('HSET', meta, META.LOADED_TO, ARGV[6])
@@ -76,4 +79,4 @@ if loaded > 0 or first_packed then
   -- The topic's scanner may be asleep towards a later time.
   redis.call('PUBLISH', ARGV[2], topic)
 end
-return {loaded, held, packed}
+return {loaded, held, #packing}

@@ -86,6 +86,7 @@ local waiting_due = next_due(t.waiting, now_us)
 local expiry_due  -- read when a message first goes into the index (a waiting one does not)
 local wake, woken_pollers = false, false
 local hot_until, loaded_to, fetched_to  -- the meta's, read once when first needed (no message here changes them)
+local to_pack = {}
 
 -- The times of the meta's loaded_to and fetched_to (false for none).
 local function positions()
@@ -150,7 +151,7 @@ local function send_one(id, payload, trigger, expire_time, max_retry, produce_ti
         redis.call('ZREM', ended, id)
       end
       cold_added(meta, KEYS[11], trigger)
-      wake = pack(t, m) or wake  -- the scanner moves the list in ahead of its second
+      to_pack[#to_pack + 1] = m  -- packed after the loop, a command per second of due time
       return 1, m.status
     end
   end
@@ -182,6 +183,7 @@ for i = first_item, #ARGV, item_size do
   reply[#reply + 1] = code
   reply[#reply + 1] = value
 end
+wake = pack(t, to_pack) or wake  -- the scanner moves each list in ahead of its second
 if woken_pollers then
   redis.call('PUBLISH', ARGV[2], t.ready)
 end

@@ -10,7 +10,8 @@
 -- msgId's length, its bytes after the header), the triggerTime's ms within its second, the
 -- produceTime before the triggerTime, the TTL after it, maxRetry, retry, priority; then the body.
 -- packable(m) -> whether an entry can hold it (a msgId of at most 255 bytes, a TTL not before it is due)
--- pack(t, m) -> whether its second is now the first packed one (the scanner may sleep past it)
+-- pack(t, messages) -> whether one's second is now the first packed one (the scanner may sleep
+--   past it); one RPUSH per second, not per message: a page or a batch comes in thousands
 -- packed_message(entry, topic, second) -> the message (a table as new_message builds it)
 -- remove_packed(t, id, trigger) -> 1 if the message was packed and is out
 -- drop_packed(t): the lists go, and fetched_to with them: their rows are after loaded_to, where
@@ -18,6 +19,7 @@
 -- position_before(a, b): whether loader position a ("<ms>:<row id>[:<fence>]") comes before b
 --   t: packed, meta (keys)
 local PACKED_HEADER = '>BHi6i6I3I3B'
+local UNPACK_MAX = 1000
 
 local function packed_list(t, second)
   return t.packed .. ':' .. second
@@ -31,22 +33,47 @@ local function packable(m)
   return #m.msgId <= 255 and m.expireTime >= m.triggerTime
 end
 
-local function pack(t, m)
-  local second = math.floor(m.triggerTime / 1000)
+local function packed_entry(m, second)
   local id, form = m.msgId, #m.msgId
   if is_hex_id(id) then
     form = 0
     id = struct.pack('>I4I4I4I4', tonumber(string.sub(id, 1, 8), 16), tonumber(string.sub(id, 9, 16), 16),
                      tonumber(string.sub(id, 17, 24), 16), tonumber(string.sub(id, 25, 32), 16))
   end
-  redis.call('RPUSH', packed_list(t, second),
-             struct.pack(PACKED_HEADER, form, m.triggerTime - second * 1000, m.triggerTime - m.produceTime,
-                         m.expireTime - m.triggerTime, m.maxRetry, m.retry, m.priority or 0) .. id .. m.msg)
-  redis.call('HINCRBY', t.meta, META.PACKED, 1)
-  if redis.call('ZADD', t.packed, second * 1000, second) == 0 then
+  return struct.pack(PACKED_HEADER, form, m.triggerTime - second * 1000, m.triggerTime - m.produceTime,
+                     m.expireTime - m.triggerTime, m.maxRetry, m.retry, m.priority or 0) .. id .. m.msg
+end
+
+local function pack(t, messages)
+  if #messages == 0 then
     return false
   end
-  return redis.call('ZRANGE', t.packed, 0, 0)[1] == tostring(second)
+  local by_second, seconds = {}, {}
+  for _, m in ipairs(messages) do
+    local second = math.floor(m.triggerTime / 1000)
+    if not by_second[second] then
+      by_second[second] = {}
+      seconds[#seconds + 1] = second * 1000
+      seconds[#seconds + 1] = second
+    end
+    local entries = by_second[second]
+    entries[#entries + 1] = packed_entry(m, second)
+  end
+  local added = 0
+  for second, entries in pairs(by_second) do
+    for first = 1, #entries, UNPACK_MAX do  -- unpack() takes a few thousand values at most
+      redis.call('RPUSH', packed_list(t, second), unpack(entries, first, math.min(first + UNPACK_MAX - 1, #entries)))
+    end
+  end
+  for first = 1, #seconds, 2 * UNPACK_MAX do
+    added = added + redis.call('ZADD', t.packed, unpack(seconds, first, math.min(first + 2 * UNPACK_MAX - 1, #seconds)))
+  end
+  redis.call('HINCRBY', t.meta, META.PACKED, #messages)
+  if added == 0 then
+    return false
+  end
+  local first = tonumber(redis.call('ZRANGE', t.packed, 0, 0)[1])
+  return by_second[first] ~= nil
 end
 
 -- The entry's msgId and where its body starts, after the header's values.
