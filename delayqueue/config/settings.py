@@ -318,7 +318,7 @@ class QueueConfig:
     # twice this is packed, and each second's list goes into the waiting set this long before it.
     pack_lead_millis: int = setting(
         "DELAYQUEUE_PACK_LEAD_MILLIS", 5_000, "the cold tier: a waiting message due more than twice this far "
-        "ahead waits packed in a list of its second of due time (about 140 bytes of Redis with a 100-byte body, "
+        "ahead waits packed in a list of its second of due time (about 145 bytes of Redis with a 100-byte body, "
         "against 350 in the waiting set), which the scanner moves into the waiting set this long before that "
         "second; 0 packs nothing", minimum=0, maximum=60_000)
 
