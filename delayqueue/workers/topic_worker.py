@@ -1,6 +1,7 @@
-"""A scanner's work on one topic it holds the lock of: promote due messages, requeue ack
-timeouts, expire TTLs and purge ended bodies, each script when it has work, woken by the precise
-timer at the earliest due time or earlier by the schedule channel."""
+"""A scanner's work on one topic it holds the lock of: move packed lists in ahead of their time,
+promote due messages, requeue ack timeouts, expire TTLs and purge ended bodies, each script when
+it has work, woken by the precise timer at the earliest due time or earlier by the schedule
+channel."""
 import asyncio
 import functools
 import logging
@@ -16,17 +17,17 @@ log = logging.getLogger(__name__)
 # Every script of a topic runs at least this often, even with nothing scheduled. A safety net
 # only: sends and pulls that bring work earlier than what a topic sleeps towards wake it through
 # the schedule channel, and losing the channel wakes every topic. Each looked-at topic costs
-# four script calls, so with thousands of topics this bounds the idle load.
+# five script calls, so with thousands of topics this bounds the idle load.
 MAX_IDLE_SLEEP = 5.0
 TIMER_SLACK = 0.001
 ERROR_BACKOFF = 0.5
 
 
 class TopicWorker:
-    """Runs a topic's four scanner scripts, each when it has work: a script answers how long
+    """Runs a topic's five scanner scripts, each when it has work: a script answers how long
     until its next item, and the worker's timer fires for the earliest; a wake from the
-    schedule channel (something earlier arrived) runs all four. A topic with 5,000 others due
-    at the same moment costs one promote call, not four calls."""
+    schedule channel (something earlier arrived) runs all five. A topic with 5,000 others due
+    at the same moment costs one promote call, not five calls."""
 
     # A packed list moves into the waiting set ahead of its second: first, so a late one is promoted at once.
     SCRIPTS = ("unpack_due", "promote_due", "requeue_timed_out", "expire", "purge_ended")

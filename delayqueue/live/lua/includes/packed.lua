@@ -12,12 +12,13 @@
 -- packable(m) -> whether an entry can hold it (a msgId of at most 255 bytes, a TTL not before it is due)
 -- pack(t, messages) -> whether one's second is now the first packed one (the scanner may sleep
 --   past it); one RPUSH per second, not per message: a page or a batch comes in thousands
--- packed_message(entry, topic, second) -> the message (a table as new_message builds it)
+-- packed_message(entry, topic, second) -> the message (includes/stored.lua's waiting_message)
 -- remove_packed(t, id, trigger) -> 1 if the message was packed and is out
 -- drop_packed(t): the lists go, and fetched_to with them: their rows are after loaded_to, where
 --   the loader reads again (they stay counted cold meanwhile)
 -- position_before(a, b): whether loader position a ("<ms>:<row id>[:<fence>]") comes before b
 --   t: packed, meta (keys)
+-- @include stored
 local PACKED_HEADER = '>BHi6i6I3I3B'
 local UNPACK_MAX = 1000
 
@@ -92,14 +93,7 @@ end
 
 local function packed_message(entry, topic, second)
   local id, at, ms, before, ttl, max_retry, retry, priority = entry_id(entry)
-  local trigger = second * 1000 + ms
-  local m = {topic = topic, msgId = id, msg = string.sub(entry, at), produceTime = trigger - before,
-             triggerTime = trigger, expireTime = trigger + ttl, maxRetry = max_retry, retry = retry,
-             status = STATUS.WAITING}
-  if priority > 0 then
-    m.priority = priority
-  end
-  return m
+  return waiting_message(topic, id, string.sub(entry, at), second * 1000 + ms, before, ttl, max_retry, retry, priority)
 end
 
 local function drop_packed(t)

@@ -7,6 +7,8 @@
 -- encode_stored(message) -> the stored string
 -- decode_stored(stored, msgId) -> the message (a table as new_message builds it)
 -- wire_json(stored, msgId) -> the message as the API's JSON, whichever form it is stored in
+-- waiting_message(topic, msgId, body, triggerTime, produced before it, TTL after it, maxRetry, retry,
+--   priority) -> a waiting message's table, from what a record (or a packed entry) keeps
 local function signed_hex(n)
   if n < 0 then
     return '-' .. string.format('%x', -n)
@@ -30,20 +32,23 @@ local function encode_stored(m)
          .. m.topic .. '\n' .. m.msg
 end
 
+local function waiting_message(topic, id, body, trigger, before, ttl, max_retry, retry, priority)
+  local m = {topic = topic, msgId = id, msg = body, produceTime = trigger - before, triggerTime = trigger,
+             expireTime = trigger + ttl, maxRetry = max_retry, retry = retry, status = STATUS.WAITING}
+  if priority > 0 then
+    m.priority = priority
+  end
+  return m
+end
+
 local function decode_stored(raw, id)
   if string.byte(raw, 1) == 123 then  -- '{': the JSON
     return cjson.decode(raw)
   end
   local trigger, before, ttl, max_retry, retry, priority, topic, body_at =
       string.match(raw, '^(%x+),(%-?%x+),(%-?%x+),(%d+),(%d+),(%d+),([^\n]*)\n()')
-  trigger = tonumber(trigger, 16)
-  local m = {topic = topic, msgId = id, msg = string.sub(raw, body_at), produceTime = trigger - from_signed_hex(before),
-             triggerTime = trigger, expireTime = trigger + from_signed_hex(ttl), maxRetry = tonumber(max_retry),
-             retry = tonumber(retry), status = STATUS.WAITING}
-  if priority ~= '0' then
-    m.priority = tonumber(priority)
-  end
-  return m
+  return waiting_message(topic, id, string.sub(raw, body_at), tonumber(trigger, 16), from_signed_hex(before),
+                         from_signed_hex(ttl), tonumber(max_retry), tonumber(retry), tonumber(priority))
 end
 
 local function wire_json(raw, id)
