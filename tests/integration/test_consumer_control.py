@@ -14,7 +14,8 @@ from delayqueue.services.messages import get_message, reschedule_message
 from delayqueue.services.restore import restore
 from delayqueue.services.send import SendRequest, send_message, send_messages
 from delayqueue.services.topics import topic_info
-from tests.helpers import call, drain_log, history, logged, promote, requeue
+from tests.helpers import (REDIS_CLUSTER_URL, REDIS_URL, call, drain_log, history, logged, make_runtime, promote,
+                           requeue)
 
 
 async def send(rt, msg_id, delay=0, topic="t", **kw):
@@ -72,6 +73,46 @@ async def test_batch_ack_answers_each_msg_id_in_order(rt):
     assert [(await get(rt, msg_id)).status for msg_id in "abc"] == [Status.ACKED] * 3
     assert (await topic_info(rt, topic="t")).consuming == 0
 
+
+
+@pytest.fixture(params=["single", "cluster"])
+async def big_batch_rt(request, clean_state):
+    """A runtime whose pulls take 2,500 messages: more than one chunk of a script's variadic
+    commands (includes/chunked.lua)."""
+    runtime = make_runtime(REDIS_URL if request.param == "single" else REDIS_CLUSTER_URL, max_pull_batch=2_500)
+    yield runtime
+    await runtime.close()
+
+
+async def test_a_pull_and_an_ack_of_more_than_a_chunk_each_move_every_message_once(big_batch_rt):
+    rt = big_batch_rt
+    sent = await send_messages(rt, requests=[SendRequest(topic="t", msg=f"body {i}", msg_id=f"m{i}")
+                                             for i in range(2_600)])
+    assert all(not isinstance(m, Exception) for m in sent)
+    pulled = await pull(rt, batch=2_500)
+    assert sorted(m.msg_id for m in pulled) == sorted(f"m{i}" for i in range(2_500))
+    assert {(m.status, m.retry) for m in pulled} == {(Status.CONSUMING, 1)}
+    k = rt.ns.topic("t")
+    assert await rt.redis.zcard(k.inflight) == 2_500
+    ids = [m.msg_id for m in pulled]
+    assert await ack_messages(rt, topic="t", msg_ids=ids) == [True] * 2_500
+    assert await rt.redis.zcard(k.inflight) == 0
+    assert await rt.redis.zcard(k.ended) == 2_500
+    assert {(await get(rt, msg_id)).status for msg_id in ids[::250]} == {Status.ACKED}
+    assert [m.msg_id for m in await pull(rt, batch=2_500)] == [f"m{i}" for i in range(2_500, 2_600)]
+    await drain_log(rt, ["t"])
+    assert await history("t", ids[-1]) == [("sent", 0, Status.READY, 0), ("pulled", Status.READY, Status.CONSUMING, 1),
+                                           ("acked", Status.CONSUMING, Status.ACKED, 1)]
+
+
+async def test_an_id_twice_on_the_ready_list_is_handed_out_once(rt):
+    for msg_id in "ab":
+        await send(rt, msg_id)
+    await rt.redis.lpush(rt.ns.topic("t").ready, "a")  # a stale second entry
+    pulled = await pull(rt)
+    assert sorted(m.msg_id for m in pulled) == ["a", "b"]
+    assert await pull(rt) == []
+    assert (await topic_info(rt, topic="t")).consuming == 2
 
 async def test_batch_nack_with_a_delay_or_as_dead_letters(rt):
     for msg_id in "abcd":

@@ -28,17 +28,22 @@ if ARGV[4] ~= '' then  -- a push's ack: its event carries the status, so it gets
   acked, reason = nil, REASON.PUSHED
   set_event_detail(ARGV[4])
 end
-local out = {}
+local ids = {}
 for i = first, #ARGV do
-  local id = ARGV[i]
-  local m, status = take_consuming(t, id)
-  if m then
-    out[#out + 1] = 1
-    out[#out + 1] = end_message(t, id, m, now, reason, STATUS.ACKED, acked)
-  else
-    out[#out + 1] = 0
-    out[#out + 1] = status
-  end
+  ids[#ids + 1] = ARGV[i]
+end
+local taken_ids, taken, found = take_consuming_many(t, ids)
+end_messages(t, taken_ids, taken, now, reason, STATUS.ACKED, acked)
+local unanswered = {}
+for _, id in ipairs(taken_ids) do
+  unanswered[id] = true
+end
+local out = {}
+for _, id in ipairs(ids) do
+  -- A msgId given twice is acked once; the second answers the status the first gave it.
+  out[#out + 1] = unanswered[id] and 1 or 0
+  out[#out + 1] = found[id] and found[id].status or 0
+  unanswered[id] = nil
 end
 if acked then
   log_events(t.events, t.actor, acked, STATUS.CONSUMING, REASON.ACKED)

@@ -42,6 +42,7 @@
 -- @include ready_queue
 -- @include promote
 -- @include stored
+-- @include chunked
 local t = {msgs = KEYS[3], expiry = KEYS[4], ended = KEYS[5], events = KEYS[8], actor = ARGV[7],
            retention = tonumber(ARGV[3]), ready = KEYS[1], prioritised = KEYS[10], waiting = KEYS[11]}
 local inflight, stats, meta, buckets = KEYS[2], KEYS[6], KEYS[7], KEYS[9]
@@ -74,37 +75,40 @@ local earliest_deadline = next_due(inflight, now_us)
 redis.call('HSET', meta, META.LAST_ACTIVE, now)
 local out = {0, 0, 0, now_us}
 local ended_count = 0
-local pulled_changes, gaps = {}, {}
+local pulled_changes, gaps, stores, deadlines, handed = {}, {}, {}, {}, {}
 -- Bounded so that a list of stale ids cannot hold the script for long.
 local budget = batch + 1000
-local pop_prioritised = true
 while #out - 4 < batch and budget > 0 do
-  budget = budget - 1
-  local id
-  id, pop_prioritised = pop_ready(t, pop_prioritised)
-  if not id then
+  local ids = pop_ready(t, math.min(batch - (#out - 4), budget))
+  if #ids == 0 then
     break
   end
-  local raw = redis.call('HGET', t.msgs, id)
-  if raw then
-    local m = decode_stored(raw, id)
-    if is_live(m) then
-      if m.expireTime <= now or m.retry > m.maxRetry then
-        end_message(t, id, m, now, end_reason(m, now))
-        ended_count = ended_count + 1
-      else
-        m.status = STATUS.CONSUMING
-        m.retry = m.retry + 1
-        local encoded = encode_stored(m)
-        redis.call('HSET', t.msgs, id, encoded)
-        redis.call('ZADD', inflight, deadline, id)
-        add_change(pulled_changes, id, m)
-        out[#out + 1] = encoded
-        gap_add(gaps, now - m.triggerTime)
+  budget = budget - #ids
+  local raws = hmget_chunked(t.msgs, ids)
+  for j, id in ipairs(ids) do
+    if raws[j] and not handed[id] then
+      handed[id] = true
+      local m = decode_stored(raws[j], id)
+      if is_live(m) then
+        if m.expireTime <= now or m.retry > m.maxRetry then
+          end_message(t, id, m, now, end_reason(m, now))
+          ended_count = ended_count + 1
+        else
+          m.status = STATUS.CONSUMING
+          m.retry = m.retry + 1
+          local encoded = encode_stored(m)
+          stores[#stores + 1], stores[#stores + 2] = id, encoded
+          deadlines[#deadlines + 1], deadlines[#deadlines + 2] = deadline, id
+          add_change(pulled_changes, id, m)
+          out[#out + 1] = encoded
+          gap_add(gaps, now - m.triggerTime)
+        end
       end
     end
   end
 end
+call_chunked('HSET', t.msgs, stores)
+call_chunked('ZADD', inflight, deadlines)
 
 local pulled = #out - 4
 log_events(t.events, t.actor, pulled_changes, STATUS.READY, REASON.PULLED)

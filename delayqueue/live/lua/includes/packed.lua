@@ -19,8 +19,8 @@
 -- position_before(a, b): whether loader position a ("<ms>:<row id>[:<fence>]") comes before b
 --   t: packed, meta (keys)
 -- @include stored
+-- @include chunked
 local PACKED_HEADER = '>BHi6i6I3I3B'
-local UNPACK_MAX = 1000
 
 local function packed_list(t, second)
   return t.packed .. ':' .. second
@@ -60,15 +60,10 @@ local function pack(t, messages)
     local entries = by_second[second]
     entries[#entries + 1] = packed_entry(m, second)
   end
-  local added = 0
   for second, entries in pairs(by_second) do
-    for first = 1, #entries, UNPACK_MAX do  -- unpack() takes a few thousand values at most
-      redis.call('RPUSH', packed_list(t, second), unpack(entries, first, math.min(first + UNPACK_MAX - 1, #entries)))
-    end
+    call_chunked('RPUSH', packed_list(t, second), entries)
   end
-  for first = 1, #seconds, 2 * UNPACK_MAX do
-    added = added + redis.call('ZADD', t.packed, unpack(seconds, first, math.min(first + 2 * UNPACK_MAX - 1, #seconds)))
-  end
+  local added = call_chunked('ZADD', t.packed, seconds)
   redis.call('HINCRBY', t.meta, META.PACKED, #messages)
   if added == 0 then
     return false

@@ -4,7 +4,7 @@
 -- score is the level's band (constants.PRIORITY_BAND; the highest level lowest, ZPOPMIN takes it
 -- first) plus the arrival within the band (one more than the band's last), so each level is FIFO.
 -- push_ready(t, id, priority) -> size of the structure it went onto (1: that one was empty)
--- pop_ready(t, pop_prioritised) -> id or nil, whether to look in `prioritised` next time
+-- pop_ready(t, n) -> up to n ids, the highest priority first, the oldest first within one
 -- ready_count(t) -> ready messages of every level
 -- remove_ready(t, id, priority)
 --   t: ready, prioritised (keys)
@@ -20,16 +20,18 @@ local function push_ready(t, id, priority)
   return redis.call('ZCARD', t.prioritised)
 end
 
--- The caller passes pop_prioritised = true first, then what the last call answered: once the
--- sorted set is found empty, the pull goes to the list alone (one look per pull, not per message).
-local function pop_ready(t, pop_prioritised)
-  if pop_prioritised then
-    local top = redis.call('ZPOPMIN', t.prioritised)
-    if top[1] then
-      return top[1], true
+local function pop_ready(t, n)
+  local ids = {}
+  local top = redis.call('ZPOPMIN', t.prioritised, n)
+  for j = 1, #top, 2 do
+    ids[#ids + 1] = top[j]
+  end
+  if #ids < n then
+    for _, id in ipairs(redis.call('RPOP', t.ready, n - #ids) or {}) do
+      ids[#ids + 1] = id
     end
   end
-  return redis.call('RPOP', t.ready), false
+  return ids
 end
 
 local function ready_count(t)

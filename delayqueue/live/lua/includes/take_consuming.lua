@@ -2,9 +2,12 @@
 -- per call, however many it settles); then each consuming message is taken out of the in-flight set.
 -- count_settles(t, interval ms, now ms, how many)
 -- take_consuming(t, id) -> the message, or nil and the status to answer (0: unknown)
+-- take_consuming_many(t, ids) -> the ids taken and their messages (a msgId given twice is taken
+--   once), and every message found by its id
 --   t: inflight, msgs, stats, meta (keys)
 -- @include stats
 -- @include stored
+-- @include chunked
 local function count_settles(t, interval, now, n)
   redis.call('HSET', t.meta, META.LAST_ACTIVE, now)
   stat_add(t.stats, interval, now, COUNTER.ACK, n)
@@ -21,4 +24,21 @@ local function take_consuming(t, id)
   end
   redis.call('ZREM', t.inflight, id)
   return m
+end
+
+local function take_consuming_many(t, ids)
+  local raws = hmget_chunked(t.msgs, ids)
+  local taken_ids, taken, found = {}, {}, {}
+  for j, id in ipairs(ids) do
+    if raws[j] and not found[id] then
+      local m = decode_stored(raws[j], id)
+      found[id] = m
+      if m.status == STATUS.CONSUMING then
+        taken_ids[#taken_ids + 1] = id
+        taken[#taken + 1] = m
+      end
+    end
+  end
+  call_chunked('ZREM', t.inflight, taken_ids)
+  return taken_ids, taken, found
 end
