@@ -195,8 +195,10 @@ ON CONFLICT (namespace, topic, msg_id, event_id) DO UPDATE SET to_status = EXCLU
 
 # --- The history writer (workers/log_writer.py): Events from the topics' streams.
 
-# Stream entries as history rows, one JSON document per drain; a row already written (the
-# entry read again after a crash between commit and XDEL) is skipped on its unique key.
+# Stream entries as history rows, one JSON document per drain. A plain INSERT, which fails on the
+# unique key when a row is already written (the entry read again after a crash between commit and
+# XDEL, or by a second writer while a topic changes hands); the writer then runs RECORD_EVENTS,
+# which skips such rows. ON CONFLICT for every drain would cost each row a speculative insertion.
 INSERT_EVENTS = f"""
 INSERT INTO {tables.EVENT} (namespace, topic, msg_id, event_id, at, from_status, to_status, retry, reason, process,
   host, detail)
@@ -204,8 +206,8 @@ SELECT %(namespace)s, topic, msg_id, entry_id, {from_millis("at")}, from_status,
        host, detail
 FROM json_to_recordset(%(events)s::json) AS u({record(Event, "topic", "msg_id", "entry_id", "at", "from_status",
                                                       "to_status", "retry", "reason", "process", "host", "detail")})
-ON CONFLICT (namespace, topic, msg_id, event_id) DO NOTHING
 """
+RECORD_EVENTS = INSERT_EVENTS + "ON CONFLICT (namespace, topic, msg_id, event_id) DO NOTHING\n"
 # Only the life of the message the row describes (same produceTime) moves its status, never
 # backwards in time (two writers may briefly overlap while a topic changes hands), and a row
 # already in that state is not rewritten.

@@ -7,9 +7,9 @@ of the topics its scanner holds that have entries (a script publishes a notice w
 goes from empty to non-empty; every held stream is read every few seconds all the same),
 inserts the entries as history rows and moves each message row's status along, in one
 transaction, and only then deletes the entries from Redis. A crash
-between commit and delete means the entries are read again: the history insert skips rows it
-already has (unique on the stream entry id) and the status update is idempotent, so nothing is
-lost and nothing is written twice. While Postgres is down the entries wait in Redis.
+between commit and delete means the entries are read again: the history insert fails on a row
+it already has (unique on the stream entry id), and the writer inserts again skipping such rows;
+the status update is idempotent, so nothing is lost and nothing is written twice. While Postgres is down the entries wait in Redis.
 """
 import asyncio
 import dataclasses
@@ -17,6 +17,7 @@ import logging
 import time
 
 import orjson
+import psycopg
 
 from delayqueue.core.outage import Outage, describe
 from delayqueue.live.history import Event
@@ -165,10 +166,20 @@ class LogWriter:
     async def _commit(self, events: list[Event]) -> None:
         ns = self.rt.ns.namespace
         latest = latest_per_message(events)
-        async with self._db.use() as conn, conn.transaction():
-            await conn.execute(sql.INSERT_EVENTS, {"namespace": ns, "events": orjson.dumps(events).decode()})
+        params = {"namespace": ns, "events": orjson.dumps(events).decode()}
+        async with self._db.use() as conn:
+            try:
+                await self._commit_with(conn, sql.INSERT_EVENTS, params, latest)
+            except psycopg.errors.UniqueViolation:  # rows written before: the transaction left nothing
+                await self._commit_with(conn, sql.RECORD_EVENTS, params, latest)
+
+    @staticmethod
+    async def _commit_with(conn, insert: str, params: dict, latest: list[Event]) -> None:
+        async with conn.transaction():
+            await conn.execute(insert, params)
             if latest:
-                await conn.execute(sql.UPDATE_MESSAGES, {"namespace": ns, "events": orjson.dumps(latest).decode()})
+                await conn.execute(sql.UPDATE_MESSAGES, {"namespace": params["namespace"],
+                                                         "events": orjson.dumps(latest).decode()})
 
     async def holds_live_messages(self) -> bool:
         """Whether the log holds a waiting, ready or in-flight message of this namespace."""

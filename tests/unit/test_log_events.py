@@ -43,10 +43,10 @@ def test_latest_per_message_keeps_each_messages_last_event_per_topic():
 
 
 def test_the_statements_read_every_column_they_name_from_the_events_json():
-    """INSERT_EVENTS and UPDATE_MESSAGES read orjson's dump of Events by their field names."""
+    """INSERT_EVENTS, RECORD_EVENTS and UPDATE_MESSAGES read orjson's dump of Events by their field names."""
     [event] = Event.parse("orders", "1700000005000-3", ONE)
     dumped = orjson.loads(orjson.dumps([event]))[0]
-    for statement in (sql.INSERT_EVENTS, sql.UPDATE_MESSAGES):
+    for statement in (sql.INSERT_EVENTS, sql.RECORD_EVENTS, sql.UPDATE_MESSAGES):
         columns = re.search(r"json_to_recordset\(%\(events\)s::json\) AS u\(([^)]*)\)", statement).group(1)
         assert {column.split()[0] for column in columns.split(",")} <= set(dumped)
     assert dumped["entry_id"] == "1700000005000-3" and dumped["at"] == 1_700_000_005_000
