@@ -1,7 +1,7 @@
 """The one message type, and its converters: to and from the API's wire dict (camellia's
 CamelliaDelayMsg: lua/includes/new_message.lua builds it with the names of WIRE_FIELDS), the form
-Redis stores (lua/includes/stored.lua: a waiting message as a short record, any other as its wire
-json) and the message log's row; and the msgIds the service generates."""
+Redis stores (lua/includes/stored.lua: a short record, marked with its status unless it is
+waiting) and the message log's row; and the msgIds the service generates."""
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -59,14 +59,19 @@ class Message:
 
     @classmethod
     def from_stored(cls, raw: str, msg_id: str) -> "Message":
-        """A message as Redis stores it under `msg_id` (a waiting one's record does not repeat it)."""
+        """A message as Redis stores it under `msg_id` (its record does not repeat it), or as an
+        older version stored one that was not waiting: the API's json."""
         if raw.startswith("{"):
             return cls.from_json(raw)
+        status = Status.WAITING
+        if raw.startswith("!"):
+            marked, raw = raw[1:].split(",", 1)
+            status = int(marked)
         header, payload = raw.split("\n", 1)
         trigger, before, ttl, max_retry, retry, priority, topic = header.split(",", 6)
         trigger_time = int(trigger, 16)
         return cls(topic, msg_id, payload, trigger_time - int(before, 16), trigger_time, trigger_time + int(ttl, 16),
-                   int(max_retry), int(retry), Status.WAITING, int(priority))
+                   int(max_retry), int(retry), status, int(priority))
 
     def to_row(self) -> dict:
         """The message log's columns (times as epoch ms)."""
@@ -83,18 +88,13 @@ class Message:
 
 def stored(topic: str, msg_id: str, payload: str, produce_time: int, trigger_time: int, expire_time: int,
            max_retry: int, retry: int, status: int, priority: int) -> str:
-    """A message as Redis stores it (Message.to_stored), as lua/includes/stored.lua writes it: a
-    waiting one as its record (its triggerTime, the produceTime before it and the TTL after it in
-    hex, maxRetry, retry, priority, the topic up to a newline, the body), any other as the same json
-    as its to_wire, for a third of the cost of dumping that dict; the cold tier's loader builds
-    thousands a page."""
-    if status == Status.WAITING:
-        return (f"{trigger_time:x},{trigger_time - produce_time:x},{expire_time - trigger_time:x},{max_retry},{retry},"
-                f"{priority},{topic}\n{payload}")
-    wire = (b'{"topic":%b,"msgId":%b,"msg":%b,"produceTime":%d,"triggerTime":%d,"expireTime":%d,"maxRetry":%d,'
-            b'"retry":%d,"status":%d' % (orjson.dumps(topic), orjson.dumps(msg_id), orjson.dumps(payload), produce_time,
-                                         trigger_time, expire_time, max_retry, retry, status))
-    return (wire + (b',"priority":%d}' % priority if priority else b"}")).decode()
+    """A message as Redis stores it (Message.to_stored), as lua/includes/stored.lua writes it: its
+    record (its triggerTime, the produceTime before it and the TTL after it in hex, maxRetry,
+    retry, priority, the topic up to a newline, the body), led by '!', the status and a comma
+    unless it is waiting; the cold tier's loader builds thousands a page."""
+    record = (f"{trigger_time:x},{trigger_time - produce_time:x},{expire_time - trigger_time:x},{max_retry},{retry},"
+              f"{priority},{topic}\n{payload}")
+    return record if status == Status.WAITING else f"!{status},{record}"
 
 
 _LOW_62 = (1 << 62) - 1

@@ -294,8 +294,8 @@ def _pull_reply(raw) -> PullReply:
         return PullReply(int(raw[0]), [], 0, paused=True)
     if int(raw[1]) > 0:
         return PullReply(int(raw[0]), [], int(raw[1]))
-    return PullReply(int(raw[0]), [Message.from_json(stored) for stored in raw[4:]], 0, next_due_us=int(raw[2]),
-                     server_now_us=int(raw[3]))
+    return PullReply(int(raw[0]), [Message.from_stored(stored, msg_id) for msg_id, stored in zip(raw[4::2], raw[5::2])],
+                     0, next_due_us=int(raw[2]), server_now_us=int(raw[3]))
 
 
 def _take_reply(raw) -> Grant:

@@ -82,7 +82,7 @@ def test_reconcile_lists_every_planted_disagreement_and_fix_restores_the_missing
     assert after == {**counts, "missing_in_redis": 0}
     client = common.sync_redis(url)
     assert client.zscore(topic_keys("default", "t1").waiting, "t1-wait-0") is not None
-    assert json.loads(client.hget(topic_keys("default", T3).msgs, "lost"))["status"] == 2
+    assert messages.Message.from_stored(client.hget(topic_keys("default", T3).msgs, "lost"), "lost").status == 2
     client.close()
 
 
@@ -106,7 +106,7 @@ def test_reconcile_fix_skips_expired_messages_and_lists_the_first_20_then_how_ma
     client = common.sync_redis(REDIS_URL)
     lost = topic_keys("default", "lost")
     assert client.lrange(lost.ready, 0, -1) == [f"lost-{i:02}" for i in reversed(range(23))]  # LPUSH in id order
-    assert json.loads(client.hget(lost.msgs, "lost-07"))["msg"] == "body of lost-07"
+    assert messages.Message.from_stored(client.hget(lost.msgs, "lost-07"), "lost-07").payload == "body of lost-07"
     client.close()
 
 

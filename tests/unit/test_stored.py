@@ -1,6 +1,7 @@
 """core.messages.stored, what Message.to_stored and the cold tier's loader write (and
-lua/includes/stored.lua, held to it byte for byte in tests/integration/test_cold_tier.py): a
-waiting message as its short record, any other as exactly the wire json (Message.to_wire) dumped."""
+lua/includes/stored.lua, held to it byte for byte in tests/integration/test_stored.py): a message
+as its short record, marked with its status unless it is waiting; the wire json an older version
+stored is still read."""
 import orjson
 import pytest
 
@@ -23,13 +24,21 @@ def message(topic, msg_id, payload, priority, status, **times):
 
 @pytest.mark.parametrize("topic,msg_id,payload,priority", CASES)
 @pytest.mark.parametrize("status", [s for s in Status if s != Status.WAITING])
-def test_a_message_not_waiting_is_stored_as_its_wire_json(topic, msg_id, payload, priority, status):
+def test_a_message_not_waiting_is_stored_as_its_marked_record_that_reads_back_whole(topic, msg_id, payload, priority,
+                                                                                     status):
     m = message(topic, msg_id, payload, priority, status)
     raw = m.to_stored()
     assert raw == stored(topic, msg_id, payload, m.produce_time, m.trigger_time, m.expire_time, m.max_retry,
                          m.retry, status, priority)
-    assert raw == orjson.dumps(m.to_wire()).decode()  # the same bytes as the wire json's dump
-    assert Message.from_stored(raw, msg_id) == m == Message.from_json(raw)
+    assert raw == f"!{int(status)}," + message(topic, msg_id, payload, priority, Status.WAITING).to_stored()
+    assert Message.from_stored(raw, msg_id) == m
+    assert len(raw.encode()) < len(orjson.dumps(m.to_wire())) - 60
+
+
+@pytest.mark.parametrize("topic,msg_id,payload,priority", CASES)
+def test_the_wire_json_an_older_version_stored_reads_back_whole(topic, msg_id, payload, priority):
+    m = message(topic, msg_id, payload, priority, Status.ACKED)
+    assert Message.from_stored(orjson.dumps(m.to_wire()).decode(), msg_id) == m
 
 
 @pytest.mark.parametrize("topic,msg_id,payload,priority", CASES)

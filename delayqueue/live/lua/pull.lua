@@ -30,7 +30,8 @@
 -- ARGV[11] max_inflight: 0 for none; else the pull hands out at most what keeps the topic's in-flight
 --   messages at or under it (a push topic's pushConcurrency, counted across every pusher)
 -- Returns {messages left ready (every priority), 0, µs until the next waiting message is due (-1:
--- none; 0 when the pull handed out messages: not looked at), Redis' clock (epoch µs), json1, json2,
+-- none; 0 when the pull handed out messages: not looked at), Redis' clock (epoch µs), msgId1, stored1,
+-- msgId2, stored2, ... (each message as includes/stored.lua stores it)
 -- ...}, or {messages in ready, ms until a token} when the consume rate allows none now, or
 -- {messages in ready, -1} when the topic is paused.
 -- @include clock
@@ -78,8 +79,9 @@ local ended_count = 0
 local pulled_changes, gaps, stores, deadlines, handed = {}, {}, {}, {}, {}
 -- Bounded so that a list of stale ids cannot hold the script for long.
 local budget = batch + 1000
-while #out - 4 < batch and budget > 0 do
-  local ids = pop_ready(t, math.min(batch - (#out - 4), budget))
+local pulled = 0
+while pulled < batch and budget > 0 do
+  local ids = pop_ready(t, math.min(batch - pulled, budget))
   if #ids == 0 then
     break
   end
@@ -100,7 +102,8 @@ while #out - 4 < batch and budget > 0 do
           stores[#stores + 1], stores[#stores + 2] = id, encoded
           deadlines[#deadlines + 1], deadlines[#deadlines + 2] = deadline, id
           add_change(pulled_changes, id, m)
-          out[#out + 1] = encoded
+          out[#out + 1], out[#out + 2] = id, encoded
+          pulled = pulled + 1
           gap_add(gaps, now - m.triggerTime)
         end
       end
@@ -110,7 +113,6 @@ end
 call_chunked('HSET', t.msgs, stores)
 call_chunked('ZADD', inflight, deadlines)
 
-local pulled = #out - 4
 log_events(t.events, t.actor, pulled_changes, STATUS.READY, REASON.PULLED)
 stat_gaps(stats, interval, now, GAP.PULL, gaps)
 if rate > 0 then

@@ -1,9 +1,10 @@
--- A message as the msgs hash stores it (core/messages.py reads and writes the same two forms).
--- A waiting message, by far the most numerous (it waits out its delay), is a short record, a
--- third of the JSON's bytes: its triggerTime, the produceTime before it and the TTL after it in
--- hex, maxRetry, retry and priority, the topic up to a newline (a topic has no control
--- characters), then the body; its msgId is the hash field. Any other status is the API's JSON,
--- which a pull answers as it is.
+-- A message as the msgs hash stores it (core/messages.py reads and writes the same forms): a short
+-- record, a third of the JSON's bytes: its triggerTime, the produceTime before it and the TTL after
+-- it in hex, maxRetry, retry and priority, the topic up to a newline (a topic has no control
+-- characters), then the body; its msgId is the hash field. A waiting message, by far the most
+-- numerous (it waits out its delay), is the record alone; any other status leads it with '!', the
+-- status and a comma (a waiting record starts with a hex digit). A body stored by an older version
+-- as the API's JSON (it starts with '{') is still read.
 -- encode_stored(message) -> the stored string
 -- decode_stored(stored, msgId) -> the message (a table as new_message builds it)
 -- wire_json(stored, msgId) -> the message as the API's JSON, whichever form it is stored in
@@ -24,12 +25,13 @@ local function from_signed_hex(text)
 end
 
 local function encode_stored(m)
-  if m.status ~= STATUS.WAITING then
-    return cjson.encode(m)
+  local record = string.format('%x,%s,%s,%d,%d,%d,', m.triggerTime, signed_hex(m.triggerTime - m.produceTime),
+                               signed_hex(m.expireTime - m.triggerTime), m.maxRetry, m.retry, m.priority or 0)
+                 .. m.topic .. '\n' .. m.msg
+  if m.status == STATUS.WAITING then
+    return record
   end
-  return string.format('%x,%s,%s,%d,%d,%d,', m.triggerTime, signed_hex(m.triggerTime - m.produceTime),
-                       signed_hex(m.expireTime - m.triggerTime), m.maxRetry, m.retry, m.priority or 0)
-         .. m.topic .. '\n' .. m.msg
+  return '!' .. m.status .. ',' .. record
 end
 
 local function waiting_message(topic, id, body, trigger, before, ttl, max_retry, retry, priority)
@@ -42,13 +44,22 @@ local function waiting_message(topic, id, body, trigger, before, ttl, max_retry,
 end
 
 local function decode_stored(raw, id)
-  if string.byte(raw, 1) == 123 then  -- '{': the JSON
+  local first = string.byte(raw, 1)
+  if first == 123 then  -- '{': the JSON
     return cjson.decode(raw)
   end
+  local status, at = STATUS.WAITING, 1
+  if first == 33 then  -- '!': not waiting
+    local digits
+    digits, at = string.match(raw, '^!(%d+),()')
+    status = tonumber(digits)
+  end
   local trigger, before, ttl, max_retry, retry, priority, topic, body_at =
-      string.match(raw, '^(%x+),(%-?%x+),(%-?%x+),(%d+),(%d+),(%d+),([^\n]*)\n()')
-  return waiting_message(topic, id, string.sub(raw, body_at), tonumber(trigger, 16), from_signed_hex(before),
-                         from_signed_hex(ttl), tonumber(max_retry), tonumber(retry), tonumber(priority))
+      string.match(raw, '^(%x+),(%-?%x+),(%-?%x+),(%d+),(%d+),(%d+),([^\n]*)\n()', at)
+  local m = waiting_message(topic, id, string.sub(raw, body_at), tonumber(trigger, 16), from_signed_hex(before),
+                            from_signed_hex(ttl), tonumber(max_retry), tonumber(retry), tonumber(priority))
+  m.status = status
+  return m
 end
 
 local function wire_json(raw, id)
