@@ -9,7 +9,8 @@ inserts the entries as history rows and moves each message row's status along, i
 transaction, and only then deletes the entries from Redis. A crash
 between commit and delete means the entries are read again: the history insert fails on a row
 it already has (unique on the stream entry id), and the writer inserts again skipping such rows;
-the status update is idempotent, so nothing is lost and nothing is written twice. While Postgres is down the entries wait in Redis.
+the status update is idempotent, so nothing is lost and nothing is written twice. While Postgres
+is down the entries wait in Redis.
 """
 import asyncio
 import dataclasses
