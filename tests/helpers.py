@@ -224,11 +224,16 @@ class PostgresControl:
             time.sleep(0.01)
 
     def _listening(self) -> bool:
+        """Whether the port takes connections; only a refusal says no. A connection that times out
+        (a busy machine, a backlog the stopping postmaster no longer accepts from) may still be
+        taken, and closed, by the socket it has not closed yet."""
         try:
             socket.create_connection(("127.0.0.1", self.spec["port"]), timeout=1).close()
             return True
-        except OSError:
+        except ConnectionRefusedError:
             return False
+        except OSError:
+            return True
 
     def ensure_running(self) -> None:
         """After a test: a server it stopped, or left stopping, runs again."""

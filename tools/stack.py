@@ -15,6 +15,7 @@ import json
 import os
 import pwd
 import random
+import re
 import secrets
 import shutil
 import signal
@@ -105,10 +106,21 @@ def port_block(low: int, high: int) -> range:
     return range(low + index * size, low + (index + 1) * size)
 
 
+def reserved_test_ports() -> set[int]:
+    """The ports of every test worker's servers (DELAYQUEUE_TEST_SERVERS, which ./dev test picks
+    from the whole range before the workers start), with their cluster buses: a test stopping
+    its PostgreSQL leaves the port free, and another worker's server must not take it meanwhile."""
+    ports = {int(port) for port in re.findall(r"127\.0\.0\.1:(\d+)", os.environ.get("DELAYQUEUE_TEST_SERVERS", ""))}
+    return ports | {port + 10_000 for port in ports}
+
+
 def _pick(candidates: list[int], free) -> int:
-    """A random candidate not handed out before (by this process) that `free` finds free."""
+    """A random candidate not handed out before (by this process), nor a test server's, that
+    `free` finds free."""
     with _handing:
-        fresh = [port for port in candidates if port not in _handed_out] or candidates
+        reserved = reserved_test_ports()
+        allowed = [port for port in candidates if port not in reserved] or candidates
+        fresh = [port for port in allowed if port not in _handed_out] or allowed
         while True:
             port = random.choice(fresh)
             if free(port):

@@ -1,6 +1,7 @@
 """tools/stack.py's pure helpers: the secrets ./dev run keeps, turning a data folder's trust
 rules into password rules, how many workers (and sets of servers) ./dev test runs, and what it
 says of a worker's PostgreSQL found down after a failed run."""
+import json
 import os
 import socket
 import stat
@@ -105,6 +106,20 @@ def test_each_test_worker_picks_from_a_block_of_its_own(monkeypatch):
     monkeypatch.delenv("PYTEST_XDIST_WORKER")
     assert port_block(10_000, 19_999) == range(10_000, 20_000)  # ./dev test itself, or one worker
 
+
+
+def test_no_worker_picks_a_port_of_the_test_servers(monkeypatch):
+    """./dev test picks every worker's servers from the whole range: a port whose server a test
+    has stopped looks free, and another worker's server must not take it meanwhile."""
+    from tools import stack
+
+    monkeypatch.setattr(stack, "_handed_out", set())
+    monkeypatch.setattr(stack, "port_block", lambda low, high: range(15_000, 15_002))
+    monkeypatch.setattr(stack, "ephemeral_ports", lambda: range(0))
+    servers = {"gw1": {"DATABASE_URL": "postgres://postgres:12345@127.0.0.1:15000/delayqueue"}}
+    monkeypatch.setenv("DELAYQUEUE_TEST_SERVERS", json.dumps(servers))
+    assert stack.reserved_test_ports() == {15_000, 25_000}
+    assert {free_port() for _ in range(5)} <= {15_001}
 
 def test_servers_get_ports_no_outgoing_connection_could_take():
     """A client socket holding a port as its local port keeps a server from binding it: one a
