@@ -167,20 +167,20 @@ class LogWriter:
     async def _commit(self, events: list[Event]) -> None:
         ns = self.rt.ns.namespace
         latest = latest_per_message(events)
-        params = {"namespace": ns, "events": orjson.dumps(events).decode()}
+        inserted = {"namespace": ns, "events": orjson.dumps(events).decode()}
+        updated = {"namespace": ns, "events": orjson.dumps(latest).decode()} if latest else None
         async with self._db.use() as conn:
             try:
-                await self._commit_with(conn, sql.INSERT_EVENTS, params, latest)
+                await self._commit_with(conn, sql.INSERT_EVENTS, inserted, updated)
             except psycopg.errors.UniqueViolation:  # rows written before: the transaction left nothing
-                await self._commit_with(conn, sql.RECORD_EVENTS, params, latest)
+                await self._commit_with(conn, sql.RECORD_EVENTS, inserted, updated)
 
     @staticmethod
-    async def _commit_with(conn, insert: str, params: dict, latest: list[Event]) -> None:
+    async def _commit_with(conn, insert: str, inserted: dict, updated: dict | None) -> None:
         async with conn.transaction():
-            await conn.execute(insert, params)
-            if latest:
-                await conn.execute(sql.UPDATE_MESSAGES, {"namespace": params["namespace"],
-                                                         "events": orjson.dumps(latest).decode()})
+            await conn.execute(insert, inserted)
+            if updated:
+                await conn.execute(sql.UPDATE_MESSAGES, updated)
 
     async def holds_live_messages(self) -> bool:
         """Whether the log holds a waiting, ready or in-flight message of this namespace."""

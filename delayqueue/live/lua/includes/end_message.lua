@@ -9,20 +9,6 @@
 -- @include history
 -- @include stored
 -- @include chunked
-local function end_message(t, id, m, now, reason, status, changes)
-  local from = m.status
-  m.status = status or ((m.retry == 0) and STATUS.EXPIRED or STATUS.EXHAUSTED)
-  redis.call('HSET', t.msgs, id, encode_stored(m))
-  redis.call('ZREM', t.expiry, id)
-  redis.call('ZADD', t.ended, now + t.retention, id)
-  if changes then
-    add_change(changes, id, m)
-  else
-    log_event(t.events, t.actor, id, m, from, reason)
-  end
-  return m.status
-end
-
 local function end_messages(t, ids, messages, now, reason, status, changes)
   local stores, ended, at = {}, {}, now + t.retention
   for j, id in ipairs(ids) do
@@ -37,11 +23,15 @@ local function end_messages(t, ids, messages, now, reason, status, changes)
       log_event(t.events, t.actor, id, m, from, reason)
     end
   end
-  if #ids > 0 then
-    call_chunked('HSET', t.msgs, stores)
-    call_chunked('ZREM', t.expiry, ids)
-    call_chunked('ZADD', t.ended, ended)
-  end
+  call_chunked('HSET', t.msgs, stores)
+  call_chunked('ZREM', t.expiry, ids)
+  call_chunked('ZADD', t.ended, ended)
+end
+
+local function end_message(t, id, m, now, reason, status, changes)
+  status = status or ((m.retry == 0) and STATUS.EXPIRED or STATUS.EXHAUSTED)
+  end_messages(t, {id}, {m}, now, reason, status, changes)
+  return m.status
 end
 
 local function end_reason(m, now)

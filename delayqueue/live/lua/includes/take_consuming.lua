@@ -13,19 +13,6 @@ local function count_settles(t, interval, now, n)
   stat_add(t.stats, interval, now, COUNTER.ACK, n)
 end
 
-local function take_consuming(t, id)
-  local raw = redis.call('HGET', t.msgs, id)
-  if not raw then
-    return nil, 0
-  end
-  local m = decode_stored(raw, id)
-  if m.status ~= STATUS.CONSUMING then
-    return nil, m.status
-  end
-  redis.call('ZREM', t.inflight, id)
-  return m
-end
-
 local function take_consuming_many(t, ids)
   local raws = hmget_chunked(t.msgs, ids)
   local taken_ids, taken, found = {}, {}, {}
@@ -41,4 +28,12 @@ local function take_consuming_many(t, ids)
   end
   call_chunked('ZREM', t.inflight, taken_ids)
   return taken_ids, taken, found
+end
+
+local function take_consuming(t, id)
+  local _, taken, found = take_consuming_many(t, {id})
+  if taken[1] then
+    return taken[1]
+  end
+  return nil, found[id] and found[id].status or 0
 end
