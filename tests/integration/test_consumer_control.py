@@ -77,9 +77,10 @@ async def test_batch_ack_answers_each_msg_id_in_order(rt):
 
 @pytest.fixture(params=["single", "cluster"])
 async def big_batch_rt(request, clean_state):
-    """A runtime whose pulls take 2,500 messages: more than one chunk of a script's variadic
-    commands (includes/chunked.lua)."""
-    runtime = make_runtime(REDIS_URL if request.param == "single" else REDIS_CLUSTER_URL, max_pull_batch=2_500)
+    """A runtime whose pulls take 2,500 messages, and whose scanner calls handle 2,600: more than
+    one chunk of a script's variadic commands (includes/chunked.lua)."""
+    runtime = make_runtime(REDIS_URL if request.param == "single" else REDIS_CLUSTER_URL, max_pull_batch=2_500,
+                           scanner_batch=2_600)
     yield runtime
     await runtime.close()
 
@@ -103,6 +104,33 @@ async def test_a_pull_and_an_ack_of_more_than_a_chunk_each_move_every_message_on
     await drain_log(rt, ["t"])
     assert await history("t", ids[-1]) == [("sent", 0, Status.READY, 0), ("pulled", Status.READY, Status.CONSUMING, 1),
                                            ("acked", Status.CONSUMING, Status.ACKED, 1)]
+
+
+async def test_a_promotion_of_more_than_a_chunk_makes_each_message_ready_once_in_trigger_order(big_batch_rt):
+    rt = big_batch_rt
+    due = await redis_now(rt) + 500
+    # Every seventh at priority 3, which has its own ready structure; the rest on the ready list.
+    sent = await send_messages(rt, requests=[
+        SendRequest(topic="t", msg=f"body {i}", msg_id=f"m{i}", trigger_time=due + i // 100,
+                    priority=3 if i % 7 == 0 else 0) for i in range(2_600)])
+    assert all(not isinstance(m, Exception) for m in sent)
+    while await redis_now(rt) < due + 30:
+        await asyncio.sleep(0.05)
+    assert (await promote(rt)).count == 2_600
+    k = rt.ns.topic("t")
+    assert await rt.redis.zcard(k.waiting) == 0 and await rt.redis.zcard(k.expiry) == 2_600
+    info = await topic_info(rt, topic="t")
+    assert (info.waiting, info.ready) == (0, 2_600)
+    prioritised = [f"m{i}" for i in range(2_600) if i % 7 == 0]
+    plain = [f"m{i}" for i in range(2_600) if i % 7]
+    pulled = [m.msg_id for m in await pull(rt, batch=2_500)] + [m.msg_id for m in await pull(rt, batch=2_500)]
+    # The higher priority first; within a priority in triggerTime order (ties by msgId, as the
+    # waiting set orders them).
+    by_trigger = lambda ids: sorted(ids, key=lambda msg_id: (int(msg_id[1:]) // 100, msg_id))
+    assert pulled == by_trigger(prioritised) + by_trigger(plain)
+    await drain_log(rt, ["t"])
+    assert await history("t", "m2599") == [("sent", 0, Status.WAITING, 0), ("due", Status.WAITING, Status.READY, 0),
+                                           ("pulled", Status.READY, Status.CONSUMING, 1)]
 
 
 async def test_an_id_twice_on_the_ready_list_is_handed_out_once(rt):

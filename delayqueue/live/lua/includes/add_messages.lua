@@ -1,15 +1,16 @@
--- Adds new messages (already in msgs) to the queue structures, one command per structure: a
--- restore or a load brings them in hundreds.
--- add_messages(t, messages, ready_channel) -> messages made ready
---   waiting if their triggerTime is still ahead, else ready (priority 0, by far the most, with one
---   LPUSH, in the order given); into expiry those it holds (includes/expiring.lua). Publishes
---   ready_channel (the ready key's name: includes/due_to_ready.lua) if nothing was ready.
+-- Adds messages (already in msgs) to the queue structures, one command per structure: a restore,
+-- a load or a promotion brings them in hundreds.
+-- add_messages(t, messages, ready_channel or nil) -> messages made ready
+--   waiting if not made ready, else ready (priority 0, by far the most, with one LPUSH, in the
+--   order given); into expiry those it holds (includes/expiring.lua). Given a channel, publishes
+--   it (the ready key's name: includes/due_to_ready.lua) if nothing was ready.
 --   t: waiting, ready, prioritised, expiry (keys)
 -- @include ready_queue
 -- @include expiring
+-- @include chunked
 local function add_messages(t, messages, ready_channel)
   local expiring, due_later, level_zero, made_ready = {}, {}, {}, 0
-  local was_empty = ready_count(t) == 0
+  local was_empty = ready_channel and ready_count(t) == 0
   for _, m in ipairs(messages) do
     if expires_first(m) then
       expiring[#expiring + 1] = m.expireTime
@@ -27,15 +28,9 @@ local function add_messages(t, messages, ready_channel)
       end
     end
   end
-  if #expiring > 0 then
-    redis.call('ZADD', t.expiry, unpack(expiring))
-  end
-  if #due_later > 0 then
-    redis.call('ZADD', t.waiting, unpack(due_later))
-  end
-  if #level_zero > 0 then
-    redis.call('LPUSH', t.ready, unpack(level_zero))
-  end
+  call_chunked('ZADD', t.expiry, expiring)
+  call_chunked('ZADD', t.waiting, due_later)
+  call_chunked('LPUSH', t.ready, level_zero)
   if made_ready > 0 and was_empty then
     redis.call('PUBLISH', ready_channel, t.ready)  -- nothing was ready: wake long pollers
   end

@@ -1,8 +1,8 @@
--- The body of promote (promote_due, pull) and requeue_timed_out: takes up to `limit` due members
--- of a sorted set, hands each message still there to decide(id, message), which answers true when
--- it made the message ready, and, given a channel, wakes long pollers once if the topic had no
--- ready message (at any priority) and now has some: it publishes the ready key's name, which
--- names the topic and the shard (live/keys.NamespaceKeys.shard_of_ready).
+-- The body of requeue_timed_out: takes up to `limit` due members of a sorted set, hands each
+-- message still there to decide(id, message), which answers true when it made the message ready,
+-- and, given a channel, wakes long pollers once if the topic had no ready message (at any
+-- priority) and now has some: it publishes the ready key's name, which names the topic and the
+-- shard (live/keys.NamespaceKeys.shard_of_ready).
 -- due_to_ready(t, sorted set key, now ms, limit, ready channel or nil, decide) -> ids taken, made ready
 --   t: ready, prioritised, msgs (keys)
 -- @include take_due

@@ -1,6 +1,8 @@
 -- Moves due waiting messages to ready (each at its priority) in triggerTime order and wakes long
 -- pollers; one already past its TTL is ended (expired) instead. The scanner's promote_due, and
 -- pull, so a consumer that comes for a message the moment it is due need not wait for the scanner.
+-- One command per structure for the whole call, not one per message: a busy topic promotes tens
+-- to thousands a call.
 -- promote(t, stats key, stats interval, now ms, limit, ready channel or nil)
 --   -> ids taken, moved, the earliest expireTime of those moved (nil if none): they enter the
 --   expiry index as they become ready, and the scanner's TTL timer may be asleep past it
@@ -8,28 +10,35 @@
 -- @include stats
 -- @include lateness
 -- @include end_message
--- @include set_ready
--- @include due_to_ready
+-- @include take_due
+-- @include add_messages
 local function promote(t, stats, interval, now, limit, channel)
-  local ended_count = 0
-  local lateness = {}
-  local made_ready = {}
+  local ids = redis.call('ZRANGEBYSCORE', t.waiting, '-inf', now, 'LIMIT', 0, limit)
+  if #ids == 0 then  -- the common case: nothing due, nothing more to read
+    return ids, 0
+  end
+  local ended_count, lateness, changes, ready, stores = 0, {}, {}, {}, {}
   local earliest
-  local ids, moved = due_to_ready(t, t.waiting, now, limit, channel, function(id, m)
+  take_due(t.waiting, t.msgs, ids, function(id, m, raw)
     if m.status ~= STATUS.WAITING then
-      return false
+      return
     end
     if m.expireTime <= now then
       end_message(t, id, m, now, REASON.EXPIRED)
       ended_count = ended_count + 1
-      return false
+      return
     end
     earliest = math.min(earliest or m.expireTime, m.expireTime)
-    set_ready(t, id, m, STATUS.WAITING, REASON.DUE, false, made_ready)
+    m.status = STATUS.READY
+    ready[#ready + 1] = m
+    stores[#stores + 1] = id
+    stores[#stores + 1] = stored_with_status(raw, m)
+    add_change(changes, id, m)
     lateness_add(lateness, now - m.triggerTime)
-    return true
   end)
-  log_events(t.events, t.actor, made_ready, STATUS.WAITING, REASON.DUE)
+  call_chunked('HSET', t.msgs, stores)
+  local moved = add_messages(t, ready, channel)
+  log_events(t.events, t.actor, changes, STATUS.WAITING, REASON.DUE)
   stat_gaps(stats, interval, now, GAP.READY, lateness)  -- the same gaps: promotion lateness
   stat_add(stats, interval, now, COUNTER.READY, moved)
   lateness_flush(stats, now, lateness)

@@ -7,6 +7,8 @@
 -- as the API's JSON (it starts with '{') is still read.
 -- encode_stored(message) -> the stored string
 -- decode_stored(stored, msgId) -> the message (a table as new_message builds it)
+-- stored_with_status(stored, message) -> what stores a message read from `stored` whose status alone changed
+--   (from waiting, the record is kept as it is, behind its new lead)
 -- wire_json(stored, msgId) -> the message as the API's JSON, whichever form it is stored in
 -- waiting_message(topic, msgId, body, triggerTime, produced before it, TTL after it, maxRetry, retry,
 --   priority) -> a waiting message's table, from what a record (or a packed entry) keeps
@@ -67,4 +69,12 @@ local function wire_json(raw, id)
     return raw
   end
   return cjson.encode(decode_stored(raw, id))
+end
+
+local function stored_with_status(raw, m)
+  local first = string.byte(raw, 1)
+  if first ~= 33 and first ~= 123 then  -- a waiting record: the same record under the new lead
+    return '!' .. m.status .. ',' .. raw
+  end
+  return encode_stored(m)
 end

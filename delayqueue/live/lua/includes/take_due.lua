@@ -1,13 +1,15 @@
--- The loop of a scanner script: each id is taken out of the due sorted set it came from, and
--- fn(id, message) is called for those whose body is still there.
+-- The loop of a scanner script: the ids are taken out of the due sorted set they came from, and
+-- fn(id, message, stored) is called for each whose body is still there, in order. One ZREM and one HMGET
+-- for all of them.
 -- take_due(sorted set key, msgs key, ids, fn)
 -- @include stored
+-- @include chunked
 local function take_due(zset, msgs, ids, fn)
-  for _, id in ipairs(ids) do
-    redis.call('ZREM', zset, id)
-    local raw = redis.call('HGET', msgs, id)
-    if raw then
-      fn(id, decode_stored(raw, id))
+  call_chunked('ZREM', zset, ids)
+  local raws = hmget_chunked(msgs, ids)
+  for j, id in ipairs(ids) do
+    if raws[j] then
+      fn(id, decode_stored(raws[j], id), raws[j])
     end
   end
 end
