@@ -40,10 +40,10 @@ RETRY_AFTER_FAILURE = 0.5
 RETRY_MILLIS = 1_000  # a schedule whose tick could not be sent is planned again this much later
 CLAIM_LIMIT = 500  # schedules per round
 TICKS_PER_ROUND = 20_000  # ticks per round, over all its schedules; the rest wait for the next round
-# Sends per call of the send service, and calls in flight at once: a round's ticks go out
-# together, as a producer's batches do.
+# Ticks per call of the send service. A round's calls go one after another: calls in flight
+# together reach Redis together, and a due promotion queued behind their scripts waits for them all
+# (docs/benchmarks.md, "Schedules").
 SEND_CHUNK = 100
-SENDS_IN_FLIGHT = 8
 
 
 class Scheduler:
@@ -108,16 +108,11 @@ class Scheduler:
         return len(rows)
 
     async def _send(self, requests: list[SendRequest]) -> list:
-        """The sends' outcomes, in order: SEND_CHUNK at a time, SENDS_IN_FLIGHT chunks at once (the
-        message log commits chunks in flight together)."""
-        room = asyncio.Semaphore(SENDS_IN_FLIGHT)
-
-        async def chunk(first: int) -> list:
-            async with room:
-                return await send_messages(self.rt, requests=requests[first:first + SEND_CHUNK])
-
-        chunks = await asyncio.gather(*(chunk(first) for first in range(0, len(requests), SEND_CHUNK)))
-        return [outcome for outcomes in chunks for outcome in outcomes]
+        """The sends' outcomes, in order, SEND_CHUNK at a time."""
+        outcomes = []
+        for first in range(0, len(requests), SEND_CHUNK):
+            outcomes += await send_messages(self.rt, requests=requests[first:first + SEND_CHUNK])
+        return outcomes
 
     async def close(self) -> None:
         await self._db.close()
