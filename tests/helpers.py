@@ -359,9 +359,13 @@ def drain_history(topic):
     run_with_runtime(drain)
 
 
-def promote(rt: Runtime, topic: str = "t"):
-    """One run of the scanner's promote_due.lua on the topic, as a scanner would call it."""
-    return rt.scripts.call(scripts.promote_due(rt.context, topic))
+async def promote(rt: Runtime, topic: str = "t") -> scripts.PromoteReply:
+    """One run of the scanner's promote_due.lua on the topic, and what it counted folded into the
+    topic's stats hash, as a scanner does (within a second)."""
+    reply = await rt.scripts.call(scripts.promote_due(rt.context, topic))
+    if reply.stats:
+        await rt.scripts.call(scripts.fold_stats(rt.context, topic, fields=list(reply.stats.items())))
+    return reply
 
 
 def requeue(rt: Runtime, topic: str = "t", seed: int = 12345):

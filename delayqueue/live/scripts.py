@@ -247,6 +247,16 @@ class ScanReply(NamedTuple):
     expires_in_us: int = -1
 
 
+class PromoteReply(NamedTuple):
+    """promote_due's ScanReply, and what the call counted for the topic's stats hash."""
+
+    count: int
+    next_due_us: int
+    server_now_us: int
+    expires_in_us: int
+    stats: dict[str, int]  # field -> what to add (a max part: at least this), for fold_stats
+
+
 class PurgeReply(NamedTuple):
     purged: int  # live messages this call ended
     more: bool  # live messages remain: call again
@@ -310,6 +320,11 @@ def _scan_reply(raw) -> ScanReply:
     return ScanReply(*(int(value) for value in raw))
 
 
+def _promote_reply(raw) -> PromoteReply:
+    return PromoteReply(*(int(value) for value in raw[:4]),
+                        stats={name: int(value) for name, value in zip(raw[4::2], raw[5::2])})
+
+
 def _ack_reply(raw) -> AckReply:
     return AckReply(raw[0] == 1, int(raw[1]))
 
@@ -339,7 +354,7 @@ ACK = Script("ack", _ack_many_reply)
 NACK = Script("nack", _ack_reply)
 DELETE = Script("delete", int)
 GET = Script("get", lambda raw: None if raw is None else Message.from_json(raw))
-PROMOTE_DUE = Script("promote_due", _scan_reply)
+PROMOTE_DUE = Script("promote_due", _promote_reply)
 REQUEUE_TIMED_OUT = Script("requeue_timed_out", _scan_reply)
 EXPIRE = Script("expire", _scan_reply)
 PURGE_ENDED = Script("purge_ended", _scan_reply)
@@ -500,7 +515,7 @@ def get(ctx: ScriptContext, topic: str | Shard, *, msg_id: str) -> ScriptCall:
 
 def promote_due(ctx: ScriptContext, topic: str | Shard) -> ScriptCall:
     k = ctx.ns.topic(topic)
-    return ScriptCall(PROMOTE_DUE, [k.waiting, k.ready, k.msgs, k.expiry, k.ended, k.stats, k.events, k.prioritised],
+    return ScriptCall(PROMOTE_DUE, [k.waiting, k.ready, k.msgs, k.expiry, k.ended, k.events, k.prioritised],
                       [ctx.scan_limit, ctx.retention_millis, ctx.stats_interval_millis, ctx.ns.ready_channel,
                        ctx.actor])
 

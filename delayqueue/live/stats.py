@@ -54,6 +54,7 @@ FIELDS = {
 # Fields prune_stats.lua drops once old: those that start with an interval or a minute.
 INTERVAL_FIELDS = ("counter", "gap")
 MINUTE_FIELDS = ("minute_lateness",)
+_MAX_SUFFIX = f":{Part.MAX}"
 
 
 def added(hashes: list[dict[str, str]]) -> dict[str, int]:
@@ -61,10 +62,16 @@ def added(hashes: list[dict[str, str]]) -> dict[str, int]:
     a max part, which is the greatest."""
     total: dict[str, int] = {}
     for fields in hashes:
-        for name, value in fields.items():
-            total[name] = (max(total.get(name, 0), int(value)) if name.endswith(f":{Part.MAX}")
-                           else total.get(name, 0) + int(value))
+        add_into(total, fields)
     return total
+
+
+def add_into(total: dict[str, int], fields: dict[str, str] | dict[str, int]) -> None:
+    """Adds `fields` into `total` as fold_stats.lua adds them into a stats hash: each field added,
+    but a max part, which keeps the greater."""
+    for name, value in fields.items():
+        total[name] = (max(total.get(name, 0), int(value)) if name.endswith(_MAX_SUFFIX)
+                       else total.get(name, 0) + int(value))
 
 
 def field(template: str, **values) -> str:

@@ -68,6 +68,9 @@ RETRY_AFTER_FAILURE = 0.5  # seconds before the main loop tries a failed step ag
 # HEARTBEAT_EVERY s); standbys look at the heartbeats of the holders of the locks they want
 # every WATCH_EVERY s. A holder killed is seen gone within TTL + WATCH_EVERY, about 0.9 s,
 # whatever the lock TTL; its event loop may stall up to TTL - HEARTBEAT_EVERY before it is.
+# What its promotions counted (promote_due.lua answers it) goes into each topic's stats hash this
+# often, one fold_stats call a topic, not a dozen commands in every promotion call.
+STATS_FOLD_EVERY = 1.0
 HEARTBEAT_TTL_MILLIS = 800
 HEARTBEAT_EVERY = 0.2
 WATCH_EVERY = 0.1
@@ -91,6 +94,7 @@ class Scanner:
         self.next_try: dict[Shard, float] = {}  # shard -> monotonic time to try its lock again
         self.holders: dict[Shard, str] = {}  # shard -> the lock token of the scanner seen holding it
         self.counts = {"unpacked": 0, "promoted": 0, "requeued": 0, "expired": 0, "purged": 0}
+        self._stats_to_fold: dict[Shard, dict[str, int]] = {}
         self._stop = asyncio.Event()
         self._poke = asyncio.Event()
         self._subscribed = asyncio.Event()
@@ -146,7 +150,7 @@ class Scanner:
         planner = PlannerThread(self.rt, self.token)
         planner.start()
         await self._subscribed.wait()
-        next_refresh = next_renew = next_retire = next_prune = loop.time()
+        next_refresh = next_renew = next_retire = next_prune = next_fold = loop.time()
         outage = Outage(log, f"scanner {self.token}")
         # Its own: the loss check may need the message log, which the topics' work does not.
         loss_check_outage = Outage(log, f"scanner {self.token} cannot check for lost Redis data")
@@ -176,13 +180,16 @@ class Scanner:
                     if now >= next_prune:
                         await self._prune_stats()
                         next_prune = now + self.rt.config.monitor_interval_seconds
+                    if now >= next_fold:
+                        next_fold = now + STATS_FOLD_EVERY
+                        await self._fold_stats()
                     outage.ok()
                 except asyncio.CancelledError:
                     raise
                 except Exception as exc:
                     outage.failed(describe(exc))
                     failed = True
-                wake_at = min([next_refresh, next_renew, *self.next_try.values()])
+                wake_at = min([next_refresh, next_renew, next_fold, *self.next_try.values()])
                 if failed:  # the failed step is due again at once: not in a busy loop
                     wake_at = max(wake_at, loop.time() + RETRY_AFTER_FAILURE)
                 self._poke.clear()
@@ -464,6 +471,9 @@ class Scanner:
         """A retired count's shards give up their monitor counters, which are added into `to`'s,
         so the topic's figures keep them (a scanner killed in between loses those counters), and
         their shares of a namespace live cap, which go back to its pool."""
+        for shard in shards:  # what their last promotions counted, not yet written
+            if pending := self._stats_to_fold.pop(shard, None):
+                self.gather_stats(to, pending)
         taken = await self.rt.scripts.run_all([scripts.take_stats(self.rt.context, shard) for shard in shards])
         if fields := stats.added(taken):
             await self.rt.scripts.call(scripts.fold_stats(self.rt.context, to, fields=list(fields.items())))
@@ -502,6 +512,22 @@ class Scanner:
             await self.rt.scripts.run(
                 [scripts.prune_stats(self.rt.context, t) for t in self.workers],
             )
+
+    def gather_stats(self, topic: Shard, fields: dict[str, int]) -> None:
+        """What a promotion call counted, for the next _fold_stats."""
+        stats.add_into(self._stats_to_fold.setdefault(topic, {}), fields)
+
+    async def _fold_stats(self) -> None:
+        """Adds what the promotions counted into the stats hashes; kept for the next try if Redis
+        fails (a call that failed after it ran counts twice: figures, not messages)."""
+        gathered, self._stats_to_fold = self._stats_to_fold, {}
+        results = await self.rt.scripts.run([scripts.fold_stats(self.rt.context, topic, fields=list(fields.items()))
+                                             for topic, fields in gathered.items()])
+        failed = [(topic, result) for topic, result in zip(gathered, results) if isinstance(result, Exception)]
+        for topic, _ in failed:
+            self.gather_stats(topic, gathered[topic])
+        if failed:
+            raise failed[0][1]
 
     async def _listen(self) -> None:
         def subscribed(rescan: bool) -> None:
@@ -546,6 +572,10 @@ class Scanner:
             await worker.stop()
         self.workers.clear()
         self.timer.close()
+        try:
+            await self._fold_stats()
+        except Exception as exc:
+            log.warning("scanner %s could not write what its last promotions counted: %s", self.token, exc)
         if topics:
             try:
                 await self.rt.scripts.run(

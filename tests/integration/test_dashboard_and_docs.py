@@ -6,7 +6,6 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from delayqueue.live import scripts
 from delayqueue.models import TopicHourStats
 from delayqueue.ops import figures
 from delayqueue.ops.dashboard import FIGURES_SECONDS
@@ -15,7 +14,7 @@ from delayqueue.services.consume import pull_messages
 from delayqueue.services.restore import restore
 from delayqueue.services.topics import redis_millis
 from delayqueue.stores.rows import create_token
-from tests.helpers import send
+from tests.helpers import promote, send
 
 DASHBOARD = "/admin/dashboard/"
 
@@ -99,10 +98,7 @@ def test_dashboard_chart_draws_promotions(admin_client):
     send("drawn", "d1", 200)
     time.sleep(0.3)
 
-    async def promote(rt):
-        await rt.scripts.call(scripts.promote_due(rt.context, "drawn"))
-
-    run_with_runtime(promote)
+    run_with_runtime(lambda rt: promote(rt, "drawn"))
     page = admin_client.get(DASHBOARD, {"topic": "drawn"}).content.decode()
     chart = page[page.index('id="lateness-chart"'):page.index("</svg>", page.index('id="lateness-chart"'))]
     assert "1 promoted" in page

@@ -16,7 +16,7 @@ from delayqueue.ops.figures import live_state
 from delayqueue.services.send import SendRequest, send_message
 from delayqueue.services.topics import list_topics, monitor_data, redis_millis
 from delayqueue.stores import rows
-from tests.helpers import ROOT, call, wait_until
+from tests.helpers import ROOT, call, promote, wait_until
 
 INTERVAL = 4  # long enough for the traffic below to fit in one monitor interval on a slow machine
 
@@ -120,7 +120,11 @@ async def test_lateness_histogram_buckets(api, single_rt, start_scanner):
         await call(api, "sendMsg", topic="late", msg=f"on time {i}", delayMillis="1000")
     await wait_until(lambda: _ready(api, "late", 5), what="the prompt messages to be promoted")
 
-    samples = await scrape(api)
+    async def counted():  # the scanner writes what its promotions counted once a second
+        samples = await scrape(api)
+        return samples if sample(samples, "delayqueue_fire_lateness_seconds_count", topic="late") == 5 else None
+
+    samples = await wait_until(counted, what="the promotions to be counted")
     buckets = sorted(
         (float(dict(labels)["le"]), value) for (name, labels), value in samples.items()
         if name == "delayqueue_fire_lateness_seconds_bucket" and dict(labels)["topic"] == "late"
@@ -326,7 +330,7 @@ async def test_overview_and_monitor_reads_work_on_a_cluster_too(rt):
         await send_message(rt, request=SendRequest(topic=topic, msg="x", delay_millis=1000, msg_id="m"))
     await asyncio.sleep(1.05)
     for topic in ("c1", "c2", "c3"):
-        await rt.scripts.call(scripts.promote_due(rt.context, topic))
+        await promote(rt, topic)
     overviews = await figures.topic_overview(rt, topics=await list_topics(rt))
     assert [(o["topic"], o["ready"], o["lateness_count"], o["totals"]["triggerMsgReady"])
             for o in overviews] == [("c1", 1, 1, 1), ("c2", 1, 1, 1), ("c3", 1, 1, 1)]

@@ -7,6 +7,7 @@ from collections import Counter
 import pytest
 
 from delayqueue.api import wire
+from delayqueue.live import stats
 from delayqueue.services.consume import ack_message, pull_messages
 from delayqueue.services.messages import get_message
 from delayqueue.services.send import SendRequest, send_message, send_messages
@@ -116,9 +117,38 @@ async def test_scanner_precision_single_message(single_rt, start_scanner):
         return (await get_message(rt, topic="p", msg_id=sent.msg_id)).status == 2
 
     await wait_until(ready, timeout=5, interval=0.005, what="promotion")
-    stats = await rt.redis.hgetall(rt.ns.topic("p").stats)
-    [gap] = [int(v) for f, v in stats.items() if f.endswith("readyGap:max")]
+
+    async def gaps():  # the scanner writes what its promotions counted once a second
+        stats = await rt.redis.hgetall(rt.ns.topic("p").stats)
+        return [int(v) for f, v in stats.items() if f.endswith("readyGap:max")]
+
+    [gap] = await wait_until(gaps, what="the promotion to be counted")
     assert gap < 500  # far inside a whole delay: it was not waiting for a coarse tick
+
+
+async def test_a_scanner_writes_what_its_promotions_counted_within_a_second_and_when_it_stops(single_rt,
+                                                                                             start_scanner):
+    rt = single_rt
+    scanner = await start_scanner(rt)
+    ready_total = stats.field("total", name=stats.Counter.READY)
+
+    async def counted():
+        return int(await rt.redis.hget(rt.ns.topic("c").stats, ready_total) or 0)
+
+    async def ready(n):
+        return (await topic_info(rt, topic="c")).ready == n
+
+    await send_messages(rt, requests=[SendRequest(topic="c", msg="x", delay_millis=300) for _ in range(3)])
+    await wait_until(lambda: ready(3), what="promotion")
+    await wait_until(lambda: _equal(counted(), 3), timeout=3, what="the promotions to be counted")
+    await send_message(rt, request=SendRequest(topic="c", msg="x", delay_millis=300))
+    await wait_until(lambda: ready(4), interval=0.002, what="promotion")
+    await scanner.stop()  # within the second: what it counted since is written as it stops
+    assert await counted() == 4
+
+
+async def _equal(value, expected) -> bool:
+    return await value == expected
 
 
 async def test_a_topic_runs_only_the_scripts_that_have_work_and_all_of_them_on_a_wake(single_rt, start_scanner):

@@ -7,7 +7,7 @@ import pytest
 from delayqueue.api import wire
 from delayqueue.core.clock import now_millis
 from delayqueue.core.constants import Status
-from delayqueue.live import scripts
+from delayqueue.live import scripts, stats
 from delayqueue.runtime import Runtime
 from delayqueue.services.consume import ack_message, nack_message, pull_messages
 from delayqueue.services.messages import delete_message, get_message
@@ -194,16 +194,20 @@ async def test_promote_due_moves_waiting_to_ready_in_trigger_order(rt):
     late = await send_message(rt, request=SendRequest(topic="t", msg="late", trigger_time=now + 1400))
     early = await send_message(rt, request=SendRequest(topic="t", msg="early", trigger_time=now + 1300))
     calls = [scripts.promote_due(rt.context, "t")]
-    [(moved, next_us, server_now_us, _)] = await rt.scripts.run(calls)
-    assert moved == 0 and 0 < next_us <= 1_300_000  # µs until "early" is due
+    [(moved, next_us, server_now_us, _, counted)] = await rt.scripts.run(calls)
+    assert moved == 0 and counted == {} and 0 < next_us <= 1_300_000  # µs until "early" is due
     assert server_now_us + next_us == (now + 1300) * 1000  # its due time by Redis' clock
     # A pull that finds nothing due answers the same for its long poll's wake.
     pulled = await rt.scripts.call(scripts.pull(rt.context, "t", batch=2, consume_rate=0, ack_timeout_millis=0,
                                                 max_inflight=0))
     assert pulled.messages == [] and pulled.server_now_us + pulled.next_due_us == (now + 1300) * 1000
     await asyncio.sleep(max(0, now + 1500 - now_millis()) / 1000)
-    [(moved, next_us, _, expires_in_us)] = await rt.scripts.run(calls)
+    [(moved, next_us, _, expires_in_us, counted)] = await rt.scripts.run(calls)
     assert moved == 2 and next_us == -1
+    # What it counted is answered for the scanner to write (a second of calls at once), not written.
+    ready_total, lateness_count = stats.field("total", name=stats.Counter.READY), stats.field("lateness", part="count")
+    assert counted[ready_total] == 2 and counted[lateness_count] == 2
+    assert await rt.redis.hget(rt.ns.topic("t").stats, ready_total) is None
     assert 0 < expires_in_us <= rt.config.ttl_millis * 1000  # when the first of them expires
     assert (await get_message(rt, topic="t", msg_id=early.msg_id)).status == Status.READY
     batch, _ = await pull_messages(rt, topic="t", batch=2)

@@ -42,6 +42,7 @@
 -- @include next_due
 -- @include ready_queue
 -- @include promote
+-- @include fold
 -- @include stored
 -- @include chunked
 local t = {msgs = KEYS[3], expiry = KEYS[4], ended = KEYS[5], events = KEYS[8], actor = ARGV[7],
@@ -67,7 +68,8 @@ if max_inflight > 0 then
   batch = math.min(batch, max_inflight - redis.call('ZCARD', inflight))
 end
 -- No channel: this pull takes what it made ready; only what it leaves is published, below.
-local _, promoted, earliest = promote(t, stats, interval, now, tonumber(ARGV[9]), nil)
+local _, promoted, earliest, promoted_ended, lateness = promote(t, now, tonumber(ARGV[9]), nil)
+fold_fields(stats, promotion_fields(interval, now, promoted, promoted_ended, lateness))
 -- Whether a message it made ready now has the topic's earliest TTL (the scanner may sleep past it).
 local sooner_ttl = earliest and next_due(t.expiry, now_us) >= earliest * 1000 - now_us
 local deadline = now + tonumber(ARGV[2])

@@ -1,10 +1,11 @@
--- Fire lateness (promotion time - triggerTime, ms), gathered over one script run and written
--- once into the stats hash: a histogram for Prometheus (a field per bucket, not cumulative, plus
--- sum and count) and a per-minute count/sum/max series for the dashboard's chart (pruned after
--- CHART_MINUTES by prune_stats). Field names: live/stats.py (the prelude's stats_field_*).
--- lateness_add(accumulator table, gap ms)
--- lateness_flush(stats key, now ms, accumulator table)
---   The accumulator is also a gap_add one (its count, sum and max), for stat_gaps.
+-- Fire lateness (promotion time - triggerTime, ms), gathered over one script run: a histogram
+-- for Prometheus (a field per bucket, not cumulative, plus sum and count), a per-minute
+-- count/sum/max series for the dashboard's chart (pruned after CHART_MINUTES by prune_stats) and
+-- the interval's readyGap. Field names: live/stats.py (the prelude's stats_field_*).
+-- lateness_add(accumulator table, gap ms): the accumulator is also a gap_add one (count, sum, max)
+-- promotion_fields(interval ms, now ms, moved, ended, accumulator) -> what a promotion call
+--   counts, as {field, value, ...} for fold_fields (a max part keeps the greater): the scanner
+--   folds those of many calls into the stats hash at once (workers/scanner.py), a pull its own
 -- @include stats
 local function lateness_add(acc, gap)
   local bucket = LATENESS_OVERFLOW
@@ -18,23 +19,32 @@ local function lateness_add(acc, gap)
   gap_add(acc, gap)
 end
 
-local function lateness_flush(stats, now, acc)
+local function promotion_fields(interval, now, moved, ended, acc)
+  local fields = {}
+  local function add(name, value)
+    fields[#fields + 1] = name
+    fields[#fields + 1] = value
+  end
+  local index, minute = math.floor(now / interval), math.floor(now / 60000)
+  for name, n in pairs({[COUNTER.READY] = moved, [COUNTER.END_LIFE] = ended}) do
+    if n > 0 then
+      add(stats_field_counter(index, name), n)
+      add(stats_field_total(name), n)
+    end
+  end
   if not acc.count then
-    return
+    return fields
   end
   for bucket, n in pairs(acc) do
     if bucket ~= 'count' and bucket ~= 'sum' and bucket ~= 'max' then
-      redis.call('HINCRBY', stats, stats_field_lateness_bucket(bucket), n)
+      add(stats_field_lateness_bucket(bucket), n)
     end
   end
-  redis.call('HINCRBY', stats, stats_field_lateness(PART.COUNT), acc.count)
-  redis.call('HINCRBY', stats, stats_field_lateness(PART.SUM), acc.sum)
-  local minute = math.floor(now / 60000)
-  redis.call('HINCRBY', stats, stats_field_minute_lateness(minute, PART.COUNT), acc.count)
-  redis.call('HINCRBY', stats, stats_field_minute_lateness(minute, PART.SUM), acc.sum)
-  local max_field = stats_field_minute_lateness(minute, PART.MAX)
-  local max = tonumber(redis.call('HGET', stats, max_field) or '-1')
-  if acc.max > max then
-    redis.call('HSET', stats, max_field, acc.max)
+  add(stats_field_lateness(PART.COUNT), acc.count)
+  add(stats_field_lateness(PART.SUM), acc.sum)
+  for part, value in pairs({[PART.COUNT] = acc.count, [PART.SUM] = acc.sum, [PART.MAX] = acc.max}) do
+    add(stats_field_gap(index, GAP.READY, part), value)  -- the same gaps: promotion lateness
+    add(stats_field_minute_lateness(minute, part), value)
   end
+  return fields
 end

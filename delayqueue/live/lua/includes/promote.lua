@@ -2,22 +2,23 @@
 -- pollers; one already past its TTL is ended (expired) instead. The scanner's promote_due, and
 -- pull, so a consumer that comes for a message the moment it is due need not wait for the scanner.
 -- One command per structure for the whole call, not one per message: a busy topic promotes tens
--- to thousands a call.
--- promote(t, stats key, stats interval, now ms, limit, ready channel or nil)
---   -> ids taken, moved, the earliest expireTime of those moved (nil if none): they enter the
---   expiry index as they become ready, and the scanner's TTL timer may be asleep past it
+-- to thousands a call. What it counts is the caller's to write (includes/lateness.lua's
+-- promotion_fields): the scanner gathers a second of calls into one write.
+-- promote(t, now ms, limit, ready channel or nil)
+--   -> ids taken, moved, the earliest expireTime of those moved (nil if none: they enter the
+--   expiry index as they become ready, and the scanner's TTL timer may be asleep past it), ended
+--   (expired instead), the lateness accumulator of those moved (includes/lateness.lua)
 --   t: waiting, ready, prioritised, msgs, expiry, ended, events (keys), actor, retention
--- @include stats
 -- @include lateness
 -- @include end_message
 -- @include take_due
 -- @include add_messages
-local function promote(t, stats, interval, now, limit, channel)
+local function promote(t, now, limit, channel)
   local ids = redis.call('ZRANGEBYSCORE', t.waiting, '-inf', now, 'LIMIT', 0, limit)
+  local ended, lateness, changes, ready, stores = 0, {}, {}, {}, {}
   if #ids == 0 then  -- the common case: nothing due, nothing more to read
-    return ids, 0
+    return ids, 0, nil, ended, lateness
   end
-  local ended_count, lateness, changes, ready, stores = 0, {}, {}, {}, {}
   local earliest
   take_due(t.waiting, t.msgs, ids, function(id, m, raw)
     if m.status ~= STATUS.WAITING then
@@ -25,7 +26,7 @@ local function promote(t, stats, interval, now, limit, channel)
     end
     if m.expireTime <= now then
       end_message(t, id, m, now, REASON.EXPIRED)
-      ended_count = ended_count + 1
+      ended = ended + 1
       return
     end
     earliest = math.min(earliest or m.expireTime, m.expireTime)
@@ -39,9 +40,5 @@ local function promote(t, stats, interval, now, limit, channel)
   call_chunked('HSET', t.msgs, stores)
   local moved = add_messages(t, ready, channel)
   log_events(t.events, t.actor, changes, STATUS.WAITING, REASON.DUE)
-  stat_gaps(stats, interval, now, GAP.READY, lateness)  -- the same gaps: promotion lateness
-  stat_add(stats, interval, now, COUNTER.READY, moved)
-  lateness_flush(stats, now, lateness)
-  stat_add(stats, interval, now, COUNTER.END_LIFE, ended_count)
-  return ids, moved, earliest
+  return ids, moved, earliest, ended, lateness
 end
