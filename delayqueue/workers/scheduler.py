@@ -43,7 +43,7 @@ TICKS_PER_ROUND = 20_000  # ticks per round, over all its schedules; the rest wa
 # Ticks per call of the send service. A round's calls go one after another: calls in flight
 # together reach Redis together, and a due promotion queued behind their scripts waits for them all
 # (docs/benchmarks.md, "Schedules").
-SEND_CHUNK = 100
+SEND_CHUNK = 200
 
 
 class Scheduler:
