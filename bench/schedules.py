@@ -75,6 +75,12 @@ FROM (SELECT split_part(msg_id, '@', 1) AS schedule, count(*) AS n FROM delayque
 """
 
 
+def redis_figures(client) -> tuple[float, int]:
+    """Redis' CPU seconds so far (its own threads) and how many times it has forked."""
+    cpu = client.info("cpu")
+    return cpu["used_cpu_sys"] + cpu["used_cpu_user"], client.info("stats")["total_forks"]
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--schedules", type=int, default=10_000)
@@ -96,9 +102,11 @@ def main():
         scanners = [child_pid(f"--name bench-{i}".replace(" ", "\0")) for i in range(args.scanners)]
         while time.time() * 1000 < start:
             time.sleep(0.01)
-        cpu_before = sum(map(cpu_seconds, scanners))
+        probe = redis.Redis.from_url(env["REDIS_URL"])
+        cpu_before, redis_before = sum(map(cpu_seconds, scanners)), redis_figures(probe)
         time.sleep(args.seconds)
         cpu = sum(map(cpu_seconds, scanners)) - cpu_before
+        redis_cpu, forks = (after - before for after, before in zip(redis_figures(probe), redis_before))
         time.sleep(5)  # the last second's ticks fall due and are promoted
         history_written(redis.Redis.from_url(env["REDIS_URL"]))
         logs = sorted(ROOT.glob(".local/bench-*/scanner-*.log"), key=lambda p: p.stat().st_mtime)[-args.scanners:]
@@ -122,7 +130,8 @@ def main():
     print(f"each second's p99: {sum(p99 <= GOAL_P99_MS for p99 in by_second)} of {len(by_second)} seconds within "
           f"{GOAL_P99_MS} ms; best {min(by_second):.0f} ms, worst {max(by_second):.0f} ms")
     print(f"CPU of the {args.scanners} scanner process(es) over the {args.seconds} s: {cpu:.1f} s "
-          f"({cpu / args.seconds:.0%} of a core)")
+          f"({cpu / args.seconds:.0%} of a core); Redis' {redis_cpu:.1f} s, and it forked {forks} times "
+          f"(AOF rewrites: each second with one is late)")
     if warnings:
         print("the scanner's log said:\n  " + "\n  ".join(warnings[-10:]))
 
