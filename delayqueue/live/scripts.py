@@ -242,19 +242,18 @@ class ScanReply(NamedTuple):
     count: int  # messages the scanner script handled
     next_due_us: int  # µs until it has work again: 0 now, -1 nothing scheduled
     server_now_us: int  # Redis' clock (epoch µs) when it said so (core.clock.wait_seconds)
-    # promote_due: µs until the earliest TTL of what it moved (-1: nothing), which the scanner's
-    # TTL timer must not sleep past (waiting messages enter the expiry index as they become ready)
-    expires_in_us: int = -1
 
 
 class PromoteReply(NamedTuple):
-    """promote_due's ScanReply, and what the call counted for the topic's stats hash."""
+    """promote_due's ScanReply, and more."""
 
     count: int
     next_due_us: int
     server_now_us: int
+    # µs until the earliest TTL of what it moved (-1: nothing), which the scanner's TTL timer must
+    # not sleep past (waiting messages enter the expiry index as they become ready)
     expires_in_us: int
-    stats: dict[str, int]  # field -> what to add (a max part: at least this), for fold_stats
+    stats: dict[str, int]  # what it counted: field -> what to add (a max part: at least this), for fold_stats
 
 
 class PurgeReply(NamedTuple):

@@ -65,12 +65,14 @@ class TopicWorker:
                 self._run_all = True  # try everything again after the back-off
                 raise result
             self.scanner.counts[self.COUNTS[name]] += result.count
-            if isinstance(result, scripts.PromoteReply) and result.stats:
-                self.scanner.gather_stats(self.topic, result.stats)
             wait = functools.partial(wait_seconds, server_now_us=result.server_now_us, sent_at=sent_at,
                                      received_at=received_at)
             due_in = wait(due_in_us=result.next_due_us) if result.next_due_us >= 0 else MAX_IDLE_SLEEP
             self._due_at[name] = now + min(due_in, MAX_IDLE_SLEEP)
+            if not isinstance(result, scripts.PromoteReply):
+                continue
+            if result.stats:
+                self.scanner.gather_stats(self.topic, result.stats)
             if result.expires_in_us >= 0:  # what it promoted may expire before what expire waits for
                 self._due_at["expire"] = min(self._due_at["expire"], now + wait(due_in_us=result.expires_in_us))
         return min(self._due_at.values()) - now
