@@ -64,13 +64,13 @@ LAG_REPORT = 1.0  # and reports the worst overrun to Redis this often (for /metr
 GONE_AFTER_MILLIS = 10_000  # a scanner whose lag report is this old has stopped
 START_BACKOFF, MAX_START_BACKOFF = 0.1, 2.0  # seconds between tries to reach Redis at start
 RETRY_AFTER_FAILURE = 0.5  # seconds before the main loop tries a failed step again
+# What its promotions counted (promote_due.lua answers it) goes into each topic's stats hash this
+# often, one fold_stats call a topic, not a dozen commands in every promotion call.
+STATS_FOLD_EVERY = 1.0
 # A running scanner keeps its heartbeat key alive (TTL HEARTBEAT_TTL_MILLIS, renewed every
 # HEARTBEAT_EVERY s); standbys look at the heartbeats of the holders of the locks they want
 # every WATCH_EVERY s. A holder killed is seen gone within TTL + WATCH_EVERY, about 0.9 s,
 # whatever the lock TTL; its event loop may stall up to TTL - HEARTBEAT_EVERY before it is.
-# What its promotions counted (promote_due.lua answers it) goes into each topic's stats hash this
-# often, one fold_stats call a topic, not a dozen commands in every promotion call.
-STATS_FOLD_EVERY = 1.0
 HEARTBEAT_TTL_MILLIS = 800
 HEARTBEAT_EVERY = 0.2
 WATCH_EVERY = 0.1

@@ -20,20 +20,14 @@ local function lateness_add(acc, gap)
 end
 
 local function promotion_fields(interval, now, moved, ended, acc)
-  local fields = {}
-  local function add(name, value)
-    fields[#fields + 1] = name
-    fields[#fields + 1] = value
-  end
-  local index, minute = math.floor(now / interval), math.floor(now / 60000)
-  for name, n in pairs({[COUNTER.READY] = moved, [COUNTER.END_LIFE] = ended}) do
-    if n > 0 then
-      add(stats_field_counter(index, name), n)
-      add(stats_field_total(name), n)
-    end
-  end
+  local fields = counter_fields({}, interval, now, COUNTER.READY, moved)
+  counter_fields(fields, interval, now, COUNTER.END_LIFE, ended)
+  gap_fields(fields, interval, now, GAP.READY, acc)  -- the same gaps: promotion lateness
   if not acc.count then
     return fields
+  end
+  local function add(name, value)
+    fields[#fields + 1], fields[#fields + 2] = name, value
   end
   for bucket, n in pairs(acc) do
     if bucket ~= 'count' and bucket ~= 'sum' and bucket ~= 'max' then
@@ -42,8 +36,8 @@ local function promotion_fields(interval, now, moved, ended, acc)
   end
   add(stats_field_lateness(PART.COUNT), acc.count)
   add(stats_field_lateness(PART.SUM), acc.sum)
+  local minute = math.floor(now / 60000)
   for part, value in pairs({[PART.COUNT] = acc.count, [PART.SUM] = acc.sum, [PART.MAX] = acc.max}) do
-    add(stats_field_gap(index, GAP.READY, part), value)  -- the same gaps: promotion lateness
     add(stats_field_minute_lateness(minute, part), value)
   end
   return fields

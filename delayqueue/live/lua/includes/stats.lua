@@ -1,15 +1,23 @@
 -- Monitor counters, one hash per topic with a field per interval and counter, so every process
 -- adds to the same figures and the previous interval can be read back whole; a lifetime total
 -- beside them for Prometheus counters. Field names: live/stats.py (the prelude's stats_field_*).
--- stat_add(stats key, interval ms, now ms, COUNTER name, amount)
+-- A script writes what it counts at once, or answers it as fields for another call to write
+-- (promote_due.lua: the scanner writes a second of them at once).
+-- counter_fields(fields, interval ms, now ms, COUNTER name, amount) -> fields, with the interval's
+--   field and the total of the counter and what to add to each (none for 0): {field, value, ...}
 -- gap_add(accumulator, gap ms): one more gap into a table ({} at first) of their count, sum and max
--- stat_gaps(stats key, interval ms, now ms, GAP name, accumulator): adds the gaps a script gathered
---   to the interval's count, sum and max, once for all of them
-local function stat_add(stats, interval, now, name, n)
+-- gap_fields(fields, interval ms, now ms, GAP name, accumulator) -> fields, with the interval's
+--   count, sum and max of the gaps a script gathered (none for none)
+-- stat_add(stats key, interval ms, now ms, COUNTER name, amount): counter_fields, written
+-- stat_gaps(stats key, interval ms, now ms, GAP name, accumulator): gap_fields, written
+-- @include fold
+local function counter_fields(fields, interval, now, name, n)
   if n ~= 0 then
-    redis.call('HINCRBY', stats, stats_field_counter(math.floor(now / interval), name), n)
-    redis.call('HINCRBY', stats, stats_field_total(name), n)
+    local index = math.floor(now / interval)
+    fields[#fields + 1], fields[#fields + 2] = stats_field_counter(index, name), n
+    fields[#fields + 1], fields[#fields + 2] = stats_field_total(name), n
   end
+  return fields
 end
 
 local function gap_add(acc, gap)
@@ -18,16 +26,20 @@ local function gap_add(acc, gap)
   acc.max = math.max(acc.max or gap, gap)
 end
 
+local function gap_fields(fields, interval, now, name, acc)
+  if acc.count then
+    local index = math.floor(now / interval)
+    for part, value in pairs({[PART.COUNT] = acc.count, [PART.SUM] = acc.sum, [PART.MAX] = acc.max}) do
+      fields[#fields + 1], fields[#fields + 2] = stats_field_gap(index, name, part), value
+    end
+  end
+  return fields
+end
+
+local function stat_add(stats, interval, now, name, n)
+  fold_fields(stats, counter_fields({}, interval, now, name, n))
+end
+
 local function stat_gaps(stats, interval, now, name, acc)
-  if not acc.count then
-    return
-  end
-  local index = math.floor(now / interval)
-  redis.call('HINCRBY', stats, stats_field_gap(index, name, PART.COUNT), acc.count)
-  redis.call('HINCRBY', stats, stats_field_gap(index, name, PART.SUM), acc.sum)
-  local max_field = stats_field_gap(index, name, PART.MAX)
-  local max = tonumber(redis.call('HGET', stats, max_field) or '-1')
-  if acc.max > max then
-    redis.call('HSET', stats, max_field, acc.max)
-  end
+  fold_fields(stats, gap_fields({}, interval, now, name, acc))
 end

@@ -26,14 +26,17 @@ local function from_signed_hex(text)
   return tonumber(text, 16)
 end
 
-local function encode_stored(m)
-  local record = string.format('%x,%s,%s,%d,%d,%d,', m.triggerTime, signed_hex(m.triggerTime - m.produceTime),
-                               signed_hex(m.expireTime - m.triggerTime), m.maxRetry, m.retry, m.priority or 0)
-                 .. m.topic .. '\n' .. m.msg
-  if m.status == STATUS.WAITING then
+local function led(status, record)
+  if status == STATUS.WAITING then
     return record
   end
-  return '!' .. m.status .. ',' .. record
+  return '!' .. status .. ',' .. record
+end
+
+local function encode_stored(m)
+  return led(m.status, string.format('%x,%s,%s,%d,%d,%d,', m.triggerTime, signed_hex(m.triggerTime - m.produceTime),
+                                     signed_hex(m.expireTime - m.triggerTime), m.maxRetry, m.retry, m.priority or 0)
+                       .. m.topic .. '\n' .. m.msg)
 end
 
 local function waiting_message(topic, id, body, trigger, before, ttl, max_retry, retry, priority)
@@ -74,7 +77,7 @@ end
 local function stored_with_status(raw, m)
   local first = string.byte(raw, 1)
   if first ~= 33 and first ~= 123 then  -- a waiting record: the same record under the new lead
-    return '!' .. m.status .. ',' .. raw
+    return led(m.status, raw)
   end
   return encode_stored(m)
 end
