@@ -8,6 +8,8 @@ it ended (a dead letter's until it is redriven, purged or pruned), a send under 
 message and delivers nothing. The log decides for the ended messages it holds (its insert does not
 replace them, and their sends never reach Redis); send.lua for the rest, as only Redis may know yet
 that a message ended (the log lags it by milliseconds) and with the log off."""
+import asyncio
+import contextlib
 import dataclasses
 from collections.abc import Callable
 from typing import NamedTuple
@@ -153,26 +155,31 @@ async def send_message(rt: Runtime, *, request: SendRequest) -> Message:
     return outcome
 
 
-async def send_messages(rt: Runtime, *, requests: list[SendRequest]) -> list[Message | QueueError]:
+async def send_messages(rt: Runtime, *, requests: list[SendRequest],
+                        redis_turn: asyncio.Lock | None = None) -> list[Message | QueueError]:
     """Enqueues messages; per message the message as stored, or its error.
 
     Sends to a new topic beyond DELAYQUEUE_MAX_TOPICS are refused first, then messages over a
     limit of the namespace or their topic. With the message log on, the others are recorded in
     PostgreSQL (group commit); then the send scripts run in one pipelined Redis round trip, the log
-    is settled with what Redis did, and the topics Redis saw first are registered."""
+    is settled with what Redis did, and the topics Redis saw first are registered.
+
+    `redis_turn` is held while the send scripts run: concurrent calls sharing it write the log
+    together but reach Redis one at a time."""
     refusals = await caps.new_topic_refusals(rt, topics=[request.topic for request in requests])
     going = [request for request, refusal in zip(requests, refusals) if refusal is None]
-    outcomes = _merged(refusals, await _send_under_limits(rt, going) if going else [])
+    outcomes = _merged(refusals, await _send_under_limits(rt, going, redis_turn) if going else [])
     # A live message's topic is registered; an ended one answered from the log may have been retired.
     caps.remember_topics(rt, topics=[outcome.topic for outcome in outcomes
                                      if isinstance(outcome, Message) and outcome.status < Status.ACKED])
     return outcomes
 
 
-async def _send_under_limits(rt: Runtime, requests: list[SendRequest]) -> list[Message | QueueError]:
+async def _send_under_limits(rt: Runtime, requests: list[SendRequest],
+                             redis_turn: asyncio.Lock | None) -> list[Message | QueueError]:
     table = await rt.limits.table()
     if not table:
-        return await _send_admitted(rt, requests, None)
+        return await _send_admitted(rt, requests, None, redis_turn)
     shards = None
     if (namespace := table.get(NAMESPACE)) is not None and namespace.max_live:
         requests, shards = _claiming(requests, await rt.topic_configs.table())
@@ -182,7 +189,7 @@ async def _send_under_limits(rt: Runtime, requests: list[SendRequest]) -> list[M
     except RedisError as exc:
         return [redis_unavailable(exc)] * len(requests)
     going = [request for request, refusal in zip(requests, admitted.refusals) if refusal is None]
-    outcomes = _merged(admitted.refusals, await _send_admitted(rt, going, admitted))
+    outcomes = _merged(admitted.refusals, await _send_admitted(rt, going, admitted, redis_turn))
     await admission.count_refusals(rt, outcomes)
     return outcomes
 
@@ -208,8 +215,8 @@ def _merged(refusals: list[QueueError | None], sent: list[Message | QueueError])
     return [next(outcomes) if refusal is None else refusal for refusal in refusals]
 
 
-async def _send_admitted(rt: Runtime, requests: list[SendRequest],
-                         admitted: admission.SendAdmission | None) -> list[Message | QueueError]:
+async def _send_admitted(rt: Runtime, requests: list[SendRequest], admitted: admission.SendAdmission | None,
+                         redis_turn: asyncio.Lock | None) -> list[Message | QueueError]:
     if not requests:
         return []
     settings = await rt.topic_configs.table()
@@ -241,7 +248,9 @@ async def _send_admitted(rt: Runtime, requests: list[SendRequest],
     async def send(positions: list[int]) -> list:
         calls = send_calls(rt, [rows[i] for i in positions], shards=[shards[i] for i in positions],
                            logged_waiting=[waiting[i] for i in positions], max_live=cap_of, namespace_capped=capped)
-        return send_errors([rows[i] for i in positions], await run_sends(rt, calls))
+        async with redis_turn or contextlib.nullcontext():
+            replies = await run_sends(rt, calls)
+        return send_errors([rows[i] for i in positions], replies)
 
     if going:
         for i, reply in zip(going, await send(going)):

@@ -152,6 +152,29 @@ async def test_a_batch_naming_one_msgid_twice_logs_the_first(single_rt):
     assert await history("t", "same") == [("sent", 0, Status.READY, 0)]
 
 
+async def test_sends_sharing_a_redis_turn_write_the_log_together_and_reach_redis_one_at_a_time(single_rt):
+    """The schedule planner's pipeline: while one call holds the turn, the others' log rows are
+    written, and their scripts wait for it."""
+    rt, turn, ids = single_rt, asyncio.Lock(), ["turn0", "turn1"]
+
+    async def logged_all() -> bool:
+        return all([await logged("t", msg_id) for msg_id in ids])
+
+    async def in_redis() -> list[bool]:
+        return [await rt.redis.hexists(rt.ns.topic("t").msgs, msg_id) for msg_id in ids]
+
+    await turn.acquire()
+    calls = [asyncio.ensure_future(send_messages(rt, requests=[SendRequest(topic="t", msg="x", msg_id=msg_id)],
+                                                 redis_turn=turn))
+             for msg_id in ids]
+    await wait_until(logged_all, what="both sends logged")
+    assert await in_redis() == [False, False] and not any(call.done() for call in calls)
+    turn.release()
+    sent = [outcome for call in await asyncio.gather(*calls) for outcome in call]
+    assert [message.msg_id for message in sent] == ids
+    assert await in_redis() == [True, True]
+
+
 async def test_a_batch_with_a_logged_msgid_logs_the_new_ones_once_and_leaves_that_one(single_rt, monkeypatch):
     """New messages go in as plain INSERTs; a msgId the log holds fails that statement, and the
     rows go again through the upsert, which decides row by row (and so do the next groups, for

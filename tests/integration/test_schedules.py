@@ -168,8 +168,8 @@ async def test_a_planner_killed_after_sending_before_committing_leaves_each_tick
     await every(rt, start=now_millis() + LEEWAY)
     real = scheduler_module.send_messages
 
-    async def sent_then_killed(rt_, *, requests):
-        await real(rt_, requests=requests)
+    async def sent_then_killed(rt_, *, requests, **options):
+        await real(rt_, requests=requests, **options)
         raise asyncio.CancelledError  # as if the process died: the transaction never commits
 
     monkeypatch.setattr(scheduler_module, "send_messages", sent_then_killed)
@@ -220,10 +220,10 @@ async def test_a_change_waits_for_the_planning_round_then_replaces_the_ticks_sen
     real = scheduler_module.send_messages
     sending, release = asyncio.Event(), asyncio.Event()
 
-    async def slow(rt_, *, requests):
+    async def slow(rt_, *, requests, **options):
         sending.set()
         await release.wait()
-        return await real(rt_, requests=requests)
+        return await real(rt_, requests=requests, **options)
 
     monkeypatch.setattr(scheduler_module, "send_messages", slow)
     round_ = asyncio.create_task(planner().plan_once())
@@ -294,7 +294,7 @@ async def test_a_refused_tick_is_sent_again_later_and_the_plan_does_not_pass_it(
     created = await every(rt, start=now_millis() + LEEWAY)
     real = scheduler_module.send_messages
 
-    async def refused(rt_, *, requests):
+    async def refused(rt_, *, requests, **options):
         return [BadRequest("refused for the test")] * len(requests)
 
     monkeypatch.setattr(scheduler_module, "send_messages", refused)
