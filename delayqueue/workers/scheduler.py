@@ -41,11 +41,12 @@ RETRY_MILLIS = 1_000  # a schedule whose tick could not be sent is planned again
 CLAIM_LIMIT = 500  # schedules per round
 TICKS_PER_ROUND = 20_000  # ticks per round, over all its schedules; the rest wait for the next round
 # Ticks per call of the send service. A round's calls reach Redis one after another: calls in
-# Redis together hold up a due promotion queued behind their scripts for all of them; but the next
-# call writes its log rows while one is in Redis, so the two waits overlap (docs/benchmarks.md,
+# Redis together hold up a due promotion queued behind their scripts for all of them; but the
+# calls in flight write their log rows while one is in Redis, so the waits overlap (with two in
+# flight the planner still fell behind 10,000 ticks a second in some runs: docs/benchmarks.md,
 # "Schedules").
 SEND_CHUNK = 200
-SENDS_IN_FLIGHT = 2
+SENDS_IN_FLIGHT = 3
 
 
 class Scheduler:
