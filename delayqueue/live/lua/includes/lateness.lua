@@ -26,19 +26,14 @@ local function promotion_fields(interval, now, moved, ended, acc)
   if not acc.count then
     return fields
   end
-  local function add(name, value)
-    fields[#fields + 1], fields[#fields + 2] = name, value
-  end
   for bucket, n in pairs(acc) do
     if bucket ~= 'count' and bucket ~= 'sum' and bucket ~= 'max' then
-      add(stats_field_lateness_bucket(bucket), n)
+      field_add(fields, stats_field_lateness_bucket(bucket), n)
     end
   end
-  add(stats_field_lateness(PART.COUNT), acc.count)
-  add(stats_field_lateness(PART.SUM), acc.sum)
+  field_add(fields, stats_field_lateness(PART.COUNT), acc.count)
+  field_add(fields, stats_field_lateness(PART.SUM), acc.sum)
   local minute = math.floor(now / 60000)
-  for part, value in pairs({[PART.COUNT] = acc.count, [PART.SUM] = acc.sum, [PART.MAX] = acc.max}) do
-    add(stats_field_minute_lateness(minute, part), value)
-  end
+  gap_parts(fields, acc, function(part) return stats_field_minute_lateness(minute, part) end)
   return fields
 end

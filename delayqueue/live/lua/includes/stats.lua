@@ -10,12 +10,23 @@
 --   count, sum and max of the gaps a script gathered (none for none)
 -- stat_add(stats key, interval ms, now ms, COUNTER name, amount): counter_fields, written
 -- stat_gaps(stats key, interval ms, now ms, GAP name, accumulator): gap_fields, written
+-- field_add(fields, field, value): one more pair
+-- gap_parts(fields, accumulator, field_of(PART) -> field): its count, sum and max, as the fields named
 -- @include fold
+local function field_add(fields, name, value)
+  fields[#fields + 1], fields[#fields + 2] = name, value
+end
+
+local function gap_parts(fields, acc, field_of)
+  for part, value in pairs({[PART.COUNT] = acc.count, [PART.SUM] = acc.sum, [PART.MAX] = acc.max}) do
+    field_add(fields, field_of(part), value)
+  end
+end
+
 local function counter_fields(fields, interval, now, name, n)
   if n ~= 0 then
-    local index = math.floor(now / interval)
-    fields[#fields + 1], fields[#fields + 2] = stats_field_counter(index, name), n
-    fields[#fields + 1], fields[#fields + 2] = stats_field_total(name), n
+    field_add(fields, stats_field_counter(math.floor(now / interval), name), n)
+    field_add(fields, stats_field_total(name), n)
   end
   return fields
 end
@@ -29,9 +40,7 @@ end
 local function gap_fields(fields, interval, now, name, acc)
   if acc.count then
     local index = math.floor(now / interval)
-    for part, value in pairs({[PART.COUNT] = acc.count, [PART.SUM] = acc.sum, [PART.MAX] = acc.max}) do
-      fields[#fields + 1], fields[#fields + 2] = stats_field_gap(index, name, part), value
-    end
+    gap_parts(fields, acc, function(part) return stats_field_gap(index, name, part) end)
   end
   return fields
 end
