@@ -213,6 +213,31 @@ CHANGES = {
 }
 
 
+async def test_a_round_sends_its_calls_overlapped_through_one_redis_turn_and_each_tick_once(rt, planner,
+                                                                                           monkeypatch):
+    for n in range(4):
+        await every(rt, schedule_id=f"s{n}", start=now_millis() + LEEWAY)
+    monkeypatch.setattr(scheduler_module, "SEND_CHUNK", 2)  # many calls in one round
+    real, in_flight, most, turns = scheduler_module.send_messages, 0, 0, set()
+
+    async def counted(rt_, *, requests, **options):
+        nonlocal in_flight, most
+        in_flight += 1
+        most = max(most, in_flight)
+        turns.add(id(options["redis_turn"]))
+        try:
+            return await real(rt_, requests=requests, **options)
+        finally:
+            in_flight -= 1
+
+    monkeypatch.setattr(scheduler_module, "send_messages", counted)
+    assert await planner().plan_once() == 4
+    assert most == scheduler_module.SENDS_IN_FLIGHT and len(turns) == 1
+    ticks = await live_ticks(rt)
+    assert len(ticks) >= 4 * 5
+    assert sorted(await logged_ticks()) == [(msg_id, Status.WAITING) for msg_id in sorted(ticks)]
+
+
 @pytest.mark.parametrize("change", CHANGES)
 async def test_a_change_waits_for_the_planning_round_then_replaces_the_ticks_sent_ahead(rt, planner, monkeypatch,
                                                                                        change):
