@@ -120,7 +120,8 @@ def scratch_services(prefix: str, durable: bool):
     """Services (Redis, PostgreSQL on demand) in a fresh folder under .local/, stopped and the
     folder removed afterwards (a durable PostgreSQL after a send benchmark holds gigabytes);
     kept, with the servers' logs, when the benchmark failed."""
-    base = Path(tempfile.mkdtemp(prefix=prefix, dir=ROOT / ".local" if (ROOT / ".local").exists() else None))
+    (ROOT / ".local").mkdir(exist_ok=True)  # where the benchmarks look for their servers' logs
+    base = Path(tempfile.mkdtemp(prefix=prefix, dir=ROOT / ".local"))
     services = Services(base, durable=durable)
     try:
         yield services
