@@ -15,48 +15,16 @@ from contextlib import contextmanager
 
 import redis
 
-from bench.harness import cpu_seconds, empty_redis, history_written, parent_pid, stack
+from bench.harness import cpu_by_part, empty_redis, history_written, stack
 from bench.python_queues.common import time_drain
 from bench.python_queues.delayqueue_side import NOOP_BODY, start_consumers, unsettled
 from delayqueue_client import Client
 from tools.stack import terminate
 
 TOPIC = "drain"
-# Each part of the stack by what its processes' command lines hold (the first that matches).
+# Each part of the stack by what its processes' command lines hold (harness.cpu_by_part).
 PARTS = (("Redis", "redis-server"), ("PostgreSQL", "postgres"), ("web process", "uvicorn"),
          ("scanner + log writer", "run_scanners"), ("worker", "delayqueue"))
-
-
-def descendants() -> dict[int, str]:
-    """pid -> command line of every process below this one."""
-    parents, commands = {}, {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            parents[int(entry)] = parent_pid(entry)
-            commands[int(entry)] = open(f"/proc/{entry}/cmdline").read().replace("\0", " ")
-        except OSError:  # gone meanwhile
-            continue
-    below, grown = {os.getpid()}, True
-    while grown:
-        more = {pid for pid, parent in parents.items() if parent in below} - below
-        below |= more
-        grown = bool(more)
-    return {pid: commands[pid] for pid in below - {os.getpid()}}
-
-
-def cpu_by_part() -> dict[str, float]:
-    totals = dict.fromkeys((name for name, _ in PARTS), 0.0)
-    for pid, command in descendants().items():
-        for name, marker in PARTS:
-            if marker in command:
-                try:
-                    totals[name] += cpu_seconds(pid)
-                except OSError:
-                    pass
-                break
-    return totals
 
 
 def one_round(client: Client, env: dict, messages: int) -> tuple[float, dict[str, float]]:
@@ -68,11 +36,11 @@ def one_round(client: Client, env: dict, messages: int) -> tuple[float, dict[str
     history_written(events)  # the sends' history, before the drain's CPU is counted
     events.close()
 
-    before = cpu_by_part()
+    before = cpu_by_part(PARTS)
     procs = start_consumers(TOPIC, 1, 8, env)
     try:
         rate = time_drain(functools.partial(unsettled, client, TOPIC), messages, procs)
-        used = cpu_by_part()  # before the worker exits: its CPU is counted while it lives
+        used = cpu_by_part(PARTS)  # before the worker exits: its CPU is counted while it lives
     finally:
         terminate(procs)
     # A worker's start-up (imports) is in its figure; the others started before `before`.

@@ -41,6 +41,48 @@ def history_written(client) -> None:
         time.sleep(0.05)
 
 
+def descendants() -> dict[int, str]:
+    """pid -> command line of every process below this one."""
+    parents, commands = {}, {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            parents[int(entry)] = parent_pid(entry)
+            commands[int(entry)] = open(f"/proc/{entry}/cmdline").read().replace("\0", " ")
+        except OSError:  # gone meanwhile
+            continue
+    below, grown = {os.getpid()}, True
+    while grown:
+        more = {pid for pid, parent in parents.items() if parent in below} - below
+        below |= more
+        grown = bool(more)
+    return {pid: commands[pid] for pid in below - {os.getpid()}}
+
+
+def cpu_by_part(parts: tuple[tuple[str, str], ...]) -> dict[str, float]:
+    """CPU seconds so far of the processes below this one, by part: (name, what the command
+    lines of its processes hold), the first that matches."""
+    totals = dict.fromkeys((name for name, _ in parts), 0.0)
+    for pid, command in descendants().items():
+        for name, marker in parts:
+            if marker in command:
+                try:
+                    totals[name] += cpu_seconds(pid)
+                except OSError:
+                    pass
+                break
+    return totals
+
+
+def machine_cpu() -> tuple[float, float]:
+    """The whole machine's busy and total CPU seconds so far, over every core (/proc/stat)."""
+    user, nice, system, idle, iowait, irq, softirq, steal = map(int, open("/proc/stat").readline().split()[1:9])
+    tick = os.sysconf("SC_CLK_TCK")
+    busy = user + nice + system + irq + softirq + steal
+    return busy / tick, (busy + idle + iowait) / tick
+
+
 def child_pid(command: str) -> int:
     """The pid of this process' child whose command line names `command`."""
     for entry in os.listdir("/proc"):

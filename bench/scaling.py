@@ -25,8 +25,8 @@ import time
 
 import redis
 
-from bench.drain_cpu import cpu_by_part, tasks_stack
-from bench.harness import empty_redis, history_written
+from bench.drain_cpu import PARTS, tasks_stack
+from bench.harness import cpu_by_part, empty_redis, history_written
 from bench.python_queues.common import time_drain
 from bench.python_queues.delayqueue_side import NOOP_BODY, start_consumers, unsettled
 from delayqueue_client import Client
@@ -39,7 +39,7 @@ TOGETHER = "promote + pull + ack"
 
 def used_since(before: dict[str, float], client_seconds: float = 0.0) -> dict[str, float]:
     """CPU seconds of each part since `before` (and the producer's, when given)."""
-    after = cpu_by_part()
+    after = cpu_by_part(PARTS)
     used = {part: after[part] - before[part] for part in after}
     if client_seconds:
         used[PRODUCER] = client_seconds
@@ -53,7 +53,7 @@ def one_round(client: Client, env: dict, messages: int, lead_ms: int, spread_ms:
     events = redis.Redis.from_url(env["REDIS_URL"])
     cpu = {}
     first_due = int(time.time() * 1000) + lead_ms
-    before, own = cpu_by_part(), time.process_time()
+    before, own = cpu_by_part(PARTS), time.process_time()
     producer = client.producer()
     for i in range(messages):
         producer.send(TOPIC, NOOP_BODY, trigger_time=first_due + i * spread_ms // messages)
@@ -65,7 +65,7 @@ def one_round(client: Client, env: dict, messages: int, lead_ms: int, spread_ms:
 
     if consumer_waits:
         return {**cpu, TOGETHER: consumed_as_due(client, env, messages, first_due, events)}
-    before = cpu_by_part()
+    before = cpu_by_part(PARTS)
     while time.time() * 1000 < first_due:
         time.sleep(0.01)
     while client.topic_info(TOPIC)["readyQueueSize"] < messages:
@@ -73,7 +73,7 @@ def one_round(client: Client, env: dict, messages: int, lead_ms: int, spread_ms:
     history_written(events)
     cpu["promote"] = used_since(before)
 
-    before = cpu_by_part()
+    before = cpu_by_part(PARTS)
     procs = start_consumers(TOPIC, 1, 8, env)
     try:
         time_drain(functools.partial(unsettled, client, TOPIC), messages, procs)
@@ -94,7 +94,7 @@ def consumed_as_due(client: Client, env: dict, messages: int, first_due: int, ev
     try:
         while time.time() * 1000 < first_due:
             time.sleep(0.01)
-        before = cpu_by_part()
+        before = cpu_by_part(PARTS)
         while unsettled(client, TOPIC):
             time.sleep(0.05)
         history_written(events)

@@ -7,12 +7,15 @@ most sends the planner made in a second, fire lateness (when the tick's message 
 minus the tick: its promotion, or its send for a tick the planner sent late; p50, p99, max; goal
 p99 <= 10 ms; none early), each second's own p99 (how many
 seconds of the run meet the goal, the best and the worst: a run's p99 is set by its worst
-seconds), and the CPU the scanner process used over the minute (it plans the ticks and promotes them).
+seconds), the p99 while the planner sent and in the last seconds after its last send (it sends a
+lead ahead), and the CPU each part of the stack used over the minute, with how busy the whole
+machine was (the scanner plans the ticks, promotes them and writes their history).
 
     .venv/bin/python -m bench.schedules [--schedules 10000] [--seconds 60] [--topics 10] [--aligned] [--scanners 1]
 """
 import argparse
 import asyncio
+import os
 import random
 import time
 
@@ -20,7 +23,7 @@ import aiohttp
 import psycopg
 import redis
 
-from bench.harness import child_pid, cpu_seconds, history_written, stack
+from bench.harness import cpu_by_part, history_written, machine_cpu, stack
 from tools.stack import ROOT
 
 API = "/camellia/delayQueue/"
@@ -74,16 +77,28 @@ SELECT min(n), max(n) FROM (
   GROUP BY second) per_second
 WHERE nth > 1 AND nth < seconds
 """
+# The ticks' p99 while the planner sent and in the seconds after its last send (it sends a lead
+# ahead, so the run's last seconds promote with no sends beside them): what the sends' load costs.
+P99_BESIDE_SENDS = f"""
+SELECT second * 1000 > last_send, count(*), percentile_cont(0.99) WITHIN GROUP (ORDER BY lateness)
+FROM ({BECAME_READY}) ready,
+     (SELECT max((extract(epoch FROM at) * 1000)::int8) AS last_send FROM delayqueue_messageevent WHERE reason = 'sent') s
+GROUP BY 1 ORDER BY 1
+"""
 PER_SCHEDULE = """
 SELECT count(*) FILTER (WHERE n <> %(ticks)s), min(n), max(n)
 FROM (SELECT split_part(msg_id, '@', 1) AS schedule, count(*) AS n FROM delayqueue_message GROUP BY 1) per
 """
 
 
-def redis_figures(client) -> tuple[float, int]:
-    """Redis' CPU seconds so far (its own threads) and how many times it has forked."""
-    cpu = client.info("cpu")
-    return cpu["used_cpu_sys"] + cpu["used_cpu_user"], client.info("stats")["total_forks"]
+def forks(client) -> int:
+    """How many times Redis has forked (for an AOF rewrite, here)."""
+    return client.info("stats")["total_forks"]
+
+
+# Where the machine's CPU goes over the minute (harness.cpu_by_part): the scanner plans the ticks
+# on a thread of its own, promotes them and writes their history.
+PARTS = (("Redis", "redis-server"), ("PostgreSQL", "postgres"), ("scanner", "run_scanners"), ("web", "uvicorn"))
 
 
 def main():
@@ -104,14 +119,14 @@ def main():
               f"({args.schedules / took:,.0f}/s); first ticks {(start / 1000 - time.time()):.0f} s later")
         if time.time() * 1000 > start - 12_000:
             raise SystemExit("creating the schedules took too long: their first ticks were not planned in time")
-        scanners = [child_pid(f"--name bench-{i}".replace(" ", "\0")) for i in range(args.scanners)]
         while time.time() * 1000 < start:
             time.sleep(0.01)
         probe = redis.Redis.from_url(env["REDIS_URL"])
-        cpu_before, redis_before = sum(map(cpu_seconds, scanners)), redis_figures(probe)
+        parts_before, machine_before, forks_before = cpu_by_part(PARTS), machine_cpu(), forks(probe)
         time.sleep(args.seconds)
-        cpu = sum(map(cpu_seconds, scanners)) - cpu_before
-        redis_cpu, forks = (after - before for after, before in zip(redis_figures(probe), redis_before))
+        parts = {name: used - parts_before[name] for name, used in cpu_by_part(PARTS).items()}
+        busy, total = (after - before for after, before in zip(machine_cpu(), machine_before))
+        forked = forks(probe) - forks_before
         time.sleep(5)  # the last second's ticks fall due and are promoted
         history_written(redis.Redis.from_url(env["REDIS_URL"]))
         logs = sorted(ROOT.glob(".local/bench-*/scanner-*.log"), key=lambda p: p.stat().st_mtime)[-args.scanners:]
@@ -123,6 +138,7 @@ def main():
             fewest_sends, most_sends = conn.execute(SENDS_PER_SECOND).fetchone()
             off, fewest, most = conn.execute(PER_SCHEDULE, {"ticks": args.seconds}).fetchone()
             by_second = [p99 for [p99] in conn.execute(P99_BY_SECOND).fetchall()]
+            beside_sends = {after: (count, p99) for after, count, p99 in conn.execute(P99_BESIDE_SENDS).fetchall()}
     expected = args.schedules * args.seconds
     print(f"ticks expected {expected:,}; messages sent {distinct_sent:,} ('sent' events {sent:,}); "
           f"became ready {ready:,} (events {readied:,}), of them sent at or after their time (ready at once) "
@@ -134,9 +150,13 @@ def main():
           f"p50 {p50:.0f} ms, p99 {p99:.0f} ms, max {worst} ms; early {early}")
     print(f"each second's p99: {sum(p99 <= GOAL_P99_MS for p99 in by_second)} of {len(by_second)} seconds within "
           f"{GOAL_P99_MS} ms; best {min(by_second):.0f} ms, worst {max(by_second):.0f} ms")
-    print(f"CPU of the {args.scanners} scanner process(es) over the {args.seconds} s: {cpu:.1f} s "
-          f"({cpu / args.seconds:.0%} of a core); Redis' {redis_cpu:.1f} s, and it forked {forks} times "
-          f"(AOF rewrites: each second with one is late)")
+    during, after = beside_sends.get(False), beside_sends.get(True)
+    print("p99 of the ticks while the planner sent: " + (f"{during[1]:.0f} ms ({during[0]:,} ticks)" if during else "-")
+          + "; after its last send: " + (f"{after[1]:.0f} ms ({after[0]:,} ticks)" if after else "-"))
+    print(f"CPU over the {args.seconds} s, share of a core: " + ", ".join(
+        f"{name} {used / args.seconds:.0%}" for name, used in parts.items())
+          + f" ({args.scanners} scanner process(es)); the machine {busy / total:.0%} busy on "
+          f"{os.cpu_count()} cores; Redis forked {forked} times (AOF rewrites: each second with one is late)")
     if warnings:
         print("the scanner's log said:\n  " + "\n  ".join(warnings[-10:]))
 
