@@ -40,12 +40,10 @@ RETRY_AFTER_FAILURE = 0.5
 RETRY_MILLIS = 1_000  # a schedule whose tick could not be sent is planned again this much later
 CLAIM_LIMIT = 500  # schedules per round
 TICKS_PER_ROUND = 20_000  # ticks per round, over all its schedules; the rest wait for the next round
-# Ticks per call of the send service. A round's calls reach Redis one after another: calls in
-# Redis together hold up a due promotion queued behind their scripts for all of them; but the
-# calls in flight write their log rows while one is in Redis, so the waits overlap (with two in
-# flight the planner still fell behind 10,000 ticks a second in some runs: docs/benchmarks.md,
-# "Schedules").
-SEND_CHUNK = 200
+SEND_CHUNK = 200  # ticks per call of the send service
+# A round's calls in flight at once. They take turns at Redis (a due promotion then waits behind
+# one call's scripts, not all of theirs) while the others write their log rows; with two the
+# planner still fell behind 10,000 ticks a second in some runs (docs/benchmarks.md, "Schedules").
 SENDS_IN_FLIGHT = 3
 
 
@@ -111,12 +109,20 @@ class Scheduler:
         return len(rows)
 
     async def _send(self, requests: list[SendRequest]) -> list:
-        """The sends' outcomes, in order, SEND_CHUNK at a time."""
-        in_flight, redis_turn = asyncio.Semaphore(SENDS_IN_FLIGHT), asyncio.Lock()
+        """The sends' outcomes, in order: SEND_CHUNK a call, SENDS_IN_FLIGHT calls at once. A call
+        that raises fails the round; no call starts after it, and those in flight are cancelled."""
+        in_flight, redis_turn, failed = asyncio.Semaphore(SENDS_IN_FLIGHT), asyncio.Lock(), False
 
         async def send(chunk: list[SendRequest]) -> list:
+            nonlocal failed
             async with in_flight:
-                return await send_messages(self.rt, requests=chunk, redis_turn=redis_turn)
+                if failed:  # woken by the failed call's room, before the round's cancellation reached it
+                    return []
+                try:
+                    return await send_messages(self.rt, requests=chunk, redis_turn=redis_turn)
+                except Exception:
+                    failed = True
+                    raise
 
         sends = [asyncio.ensure_future(send(requests[first:first + SEND_CHUNK]))
                  for first in range(0, len(requests), SEND_CHUNK)]

@@ -6,6 +6,7 @@ import zoneinfo
 
 import pytest
 from asgiref.sync import sync_to_async
+from redis.exceptions import RedisError
 
 from delayqueue.core.clock import now_millis
 from delayqueue.core.constants import SCHEDULE_LEAD_MILLIS, SCHEDULE_MISSED_AFTER_MILLIS, Status
@@ -235,6 +236,35 @@ async def test_a_round_sends_its_calls_overlapped_through_one_redis_turn_and_eac
     assert most == scheduler_module.SENDS_IN_FLIGHT and len(turns) == 1
     ticks = await live_ticks(rt)
     assert len(ticks) >= 4 * 5
+    assert sorted(await logged_ticks()) == [(msg_id, Status.WAITING) for msg_id in sorted(ticks)]
+
+
+async def test_a_round_whose_call_fails_starts_no_more_calls_and_plans_nothing(rt, planner, monkeypatch):
+    for n in range(4):
+        await every(rt, schedule_id=f"s{n}", start=now_millis() + LEEWAY)
+    monkeypatch.setattr(scheduler_module, "SEND_CHUNK", 2)  # ten calls or more in the round
+    real, started, all_in = scheduler_module.send_messages, 0, asyncio.Event()
+
+    async def first_fails(rt_, *, requests, **options):
+        nonlocal started
+        started += 1
+        if started == scheduler_module.SENDS_IN_FLIGHT:
+            all_in.set()
+        if started == 1:
+            await all_in.wait()  # fails with the others in flight and the next waiting for its room
+            raise RedisError("down for the test")
+        await asyncio.sleep(0.05)  # the calls in flight beside it are cancelled here
+        return await real(rt_, requests=requests, **options)
+
+    monkeypatch.setattr(scheduler_module, "send_messages", first_fails)
+    with pytest.raises(RedisError):
+        await planner().plan_once()
+    await asyncio.sleep(0.3)  # what was left running would have sent by now
+    assert started == scheduler_module.SENDS_IN_FLIGHT
+    assert await live_ticks(rt) == {} and await logged_ticks() == []
+    monkeypatch.setattr(scheduler_module, "send_messages", real)
+    assert await planner().plan_once() == 4  # the round committed nothing: every schedule is due again
+    ticks = await live_ticks(rt)
     assert sorted(await logged_ticks()) == [(msg_id, Status.WAITING) for msg_id in sorted(ticks)]
 
 
