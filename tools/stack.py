@@ -212,17 +212,24 @@ def pg_bin(name: str) -> str:
     return found
 
 
+def port_open(host: str, port: int) -> bool:
+    """Whether something accepts connections on host:port (a wildcard host: on this machine's)."""
+    try:
+        with socket.create_connection(("127.0.0.1" if host in ("", "0.0.0.0", "::") else host, port), timeout=0.2):
+            return True
+    except OSError:
+        return False
+
+
 def wait_for_port(port: int, proc: subprocess.Popen, what: str, log: Path, timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             tail = "\n".join(log.read_text(errors="replace").splitlines()[-15:]) if log.exists() else ""
             raise SystemExit(f"{what} exited with code {proc.returncode} while starting:\n{tail}")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                return
-        except OSError:
-            time.sleep(0.05)
+        if port_open("127.0.0.1", port):
+            return
+        time.sleep(0.05)
     raise SystemExit(f"{what} did not open port {port} within {timeout}s")
 
 
@@ -547,10 +554,14 @@ def command_run(_args) -> int:
         )
         scanner, scanner_started = start_scanner(env), time.monotonic()
         backoff, restart_at = SCANNER_BACKOFF_SECONDS[0], 0.0
-        say(f"delayqueue is serving http://{host}:{http_port}/camellia/delayQueue/ ({workers} web workers) "
-            "with scanners; Ctrl-C stops everything. Other commands: ./dev manage <command>")
-        if token:
-            show_token(token, f"http://{host}:{http_port}", token_file(env["DATABASE_URL"]))
+        # Said once it is so: a curl pasted the moment the token shows must not be refused.
+        while not stopping and web.poll() is None and not port_open(host, http_port):
+            time.sleep(0.05)
+        if not stopping and web.poll() is None:
+            say(f"delayqueue is serving http://{host}:{http_port}/camellia/delayQueue/ ({workers} web workers) "
+                "with scanners; Ctrl-C stops everything. Other commands: ./dev manage <command>")
+            if token:
+                show_token(token, f"http://{host}:{http_port}", token_file(env["DATABASE_URL"]))
         while not stopping:
             if web.poll() is not None:
                 say(f"uvicorn exited with code {web.returncode}; stopping")

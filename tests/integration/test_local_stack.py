@@ -197,7 +197,7 @@ def test_dev_run_restarts_a_scanner_that_exits_and_keeps_serving(clean_state, tm
                         "the token line")
         assert f"-H 'Authorization: Bearer {token}'" in output.read_text()
         assert f"http://127.0.0.1:{port}/t/{token}" in output.read_text()
-        assert wait_for(lambda: serving(port), 30, "the API to answer")["code"] == 401  # no token
+        assert (serving(port) or {}).get("code") == 401  # no token; it answers once it says it serves
         os.kill(first, signal.SIGKILL)
         wait_for(lambda: "run_scanners exited with code -9; starting it again in 1 s" in output.read_text(), 10,
                  "the restart line")
