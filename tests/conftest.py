@@ -18,7 +18,6 @@ import redis
 from delayqueue.config.redis_urls import url_credentials, url_nodes
 from delayqueue.runtime import close_current
 from delayqueue.workers.pusher import Pusher
-from delayqueue.workers.scanner import Scanner
 from tests.helpers import (REDIS_CLUSTER_URL, REDIS_URL, TEST_CONFIG, PostgresControl, PushReceiver, RunningScanner,
                            ScannerProcess, WebProcess, make_runtime, scanner_env)
 from tools.stack import LOCAL
@@ -130,16 +129,12 @@ async def start_scanner(clean_state):
     running = []
 
     async def start(runtime, name: str | None = None) -> RunningScanner:
-        scanner = Scanner(runtime, name)
-        task = asyncio.get_running_loop().create_task(scanner.run())
-        handle = RunningScanner(scanner, task)
-        running.append(handle)
-        await scanner._subscribed.wait()
-        return handle
+        running.append(RunningScanner(runtime, name))
+        return await running[-1].started()
 
     yield start
     for handle in running:
-        if not handle.task.done():
+        if not handle.stopped():
             await handle.stop()
 
 

@@ -3,6 +3,7 @@ Redis, a real 3-master Redis Cluster and a real PostgreSQL and passes them in RE
 REDIS_CLUSTER_URL and DATABASE_URL; unit tests use none of them."""
 import asyncio
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -77,12 +78,30 @@ def scanner_env(**extra) -> dict:
 
 
 class RunningScanner:
-    def __init__(self, scanner: Scanner, task: asyncio.Task):
-        self.scanner, self.task = scanner, task
+    """A Scanner on this loop, with the history writer of the topics it holds beside it (as
+    run_scanners' log process runs it, workers/log_process.py), unless the message log is off."""
+
+    def __init__(self, runtime: Runtime, name: str | None = None):
+        self.scanner = Scanner(runtime, name)
+        self.writer = LogWriter(runtime, lambda: list(self.scanner.workers)) if runtime.config.message_log else None
+        self._stopping = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        self.task = loop.create_task(self.scanner.run())
+        self.writer_task = loop.create_task(self.writer.run(self._stopping)) if self.writer else None
+
+    async def started(self) -> "RunningScanner":
+        await self.scanner._subscribed.wait()
+        if self.writer is not None:
+            await self.writer.subscribed.wait()
+        return self
+
+    def stopped(self) -> bool:
+        return self.task.done() and (self.writer_task is None or self.writer_task.done())
 
     async def stop(self):
         self.scanner.stop()
-        await asyncio.wait_for(self.task, 10)
+        self._stopping.set()
+        await asyncio.wait_for(asyncio.gather(*(t for t in (self.task, self.writer_task) if t is not None)), 10)
 
 
 class ScannerProcess:
@@ -111,6 +130,10 @@ class ScannerProcess:
 
     def kill(self, sig=signal.SIGKILL):
         self.proc.send_signal(sig)
+
+    def log_process_pids(self) -> list[int]:
+        """The pids of the log processes it started (workers/log_process.py), oldest first."""
+        return [int(pid) for pid in re.findall(r"log process (\d+) started", self.output())]
 
     def stop(self) -> int:
         if self.proc.poll() is None:
@@ -157,6 +180,14 @@ class WebProcess:
         terminate([self.proc])
         self.log.close()
         self.log_path.unlink(missing_ok=True)
+
+
+def process_ended(pid: int) -> bool:
+    """Whether the process is gone or a zombie (ended, not yet reaped by whoever adopted it)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
 
 
 def wait_for(predicate, timeout=10.0, what="condition"):

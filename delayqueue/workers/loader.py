@@ -302,6 +302,13 @@ class Loader:
         [(held,)] = await self._read(sql.HOLDS_WAITING, {"namespace": self.rt.ns.namespace, "topic": topic})
         return held
 
+    async def holds_live_messages(self) -> bool:
+        """Whether the log holds a waiting, ready or in-flight message of this namespace (the
+        scanner's check for a Redis that lost its data asks it)."""
+        async with self._db.use() as conn:
+            cursor = await conn.execute(sql.HOLDS_LIVE, [self.rt.ns.namespace])
+            return (await cursor.fetchone())[0]
+
     async def _forget_cold(self, topic: str, counts: dict[Shard, int], hot_until: int) -> None:
         """Step 4: nothing of the topic left in the log beyond hot_until, no cold message counted
         (`counts`: each shard's count as this loader left it)."""

@@ -1,10 +1,12 @@
-"""The history side of the message log, run inside `manage.py run_scanners`.
+"""The history side of the message log, run by `manage.py run_scanners` in its log process
+(workers/log_process.py).
 
 The Lua scripts append an entry per status change to their topic's Redis stream, atomically
 with the change (a restore, one entry for all the messages of a script call); the send path
 writes 'sent' rows itself, with the message row (services/send.py). The writer reads the streams
 of the topics its scanner holds that have entries (a script publishes a notice when a stream
-goes from empty to non-empty; every held stream is read every few seconds all the same),
+goes from empty to non-empty, which the writer subscribes to; every held stream is read every
+few seconds all the same),
 inserts the entries as history rows and moves each message row's status along, in one
 transaction, and only then deletes the entries from Redis. A crash
 between commit and delete means the entries are read again: the history insert fails on a row
@@ -21,8 +23,10 @@ import orjson
 import psycopg
 
 from delayqueue.core.outage import Outage, describe
+from delayqueue.core.stopping import cancel_and_wait
 from delayqueue.live.history import Event
 from delayqueue.live.keys import Shard
+from delayqueue.live.pubsub import subscribe_forever
 from delayqueue.messagelog import sql
 from delayqueue.messagelog.connection import LogConnection
 
@@ -62,16 +66,39 @@ class LogWriter:
         self._noticed: set[Shard] = set()  # topics whose streams may hold unread entries
         self._held: set[Shard] = set()
         self._sweep_at = 0.0  # when to read every held stream, noticed or not
-
-    def notice(self, topic: Shard) -> None:
-        """A script told that the topic's stream got an entry."""
-        self._noticed.add(topic)
+        # Set once the notices are subscribed to, or once subscribing failed (Redis down: the
+        # reads fail too, and the sweep after a resubscription reads every stream).
+        self.subscribed = asyncio.Event()
 
     def notice_all(self) -> None:
         """Notices may have been missed (the subscription was lost): read every stream."""
         self._sweep_at = 0.0
 
     async def run(self, stopping: asyncio.Event) -> None:
+        listener = asyncio.ensure_future(self._listen())
+        try:
+            await self.subscribed.wait()  # a notice sent before it would be missed until a sweep
+            await self._drain(stopping)
+        finally:
+            await cancel_and_wait(listener)
+
+    async def _listen(self) -> None:
+        def subscribed(rescan: bool) -> None:
+            if rescan:
+                self.notice_all()
+            self.subscribed.set()
+
+        def received(message: dict) -> None:
+            shard = self.rt.ns.shard_of_history(message["channel"])
+            if shard is not None:
+                self._noticed.add(shard)
+
+        await subscribe_forever(
+            self.rt.config.redis_url, self.rt.config.redis_timeout, what=f"log writer ({self.rt.ns.namespace})",
+            patterns=(self.rt.ns.history_pattern,), on_message=received, on_subscribed=subscribed,
+            on_lost=self.subscribed.set)
+
+    async def _drain(self, stopping: asyncio.Event) -> None:
         interval = self.rt.config.log_writer_interval_millis / 1000
         writing: asyncio.Task | None = None
         outage = Outage(log, "log writer: events wait in Redis")
@@ -181,12 +208,6 @@ class LogWriter:
             await conn.execute(insert, inserted)
             if updated:
                 await conn.execute(sql.UPDATE_MESSAGES, updated)
-
-    async def holds_live_messages(self) -> bool:
-        """Whether the log holds a waiting, ready or in-flight message of this namespace."""
-        async with self._db.use() as conn:
-            cursor = await conn.execute(sql.HOLDS_LIVE, [self.rt.ns.namespace])
-            return (await cursor.fetchone())[0]
 
     async def close(self) -> None:
         """Closes the writer's PostgreSQL connection (it reconnects if used again)."""

@@ -20,7 +20,11 @@ stops its worker. Correctness never rests on the lock: every transition is one a
 so two scanners working a topic at once still promote each message once.
 
 Each scanner also runs the namespace's dead-letter redrive tasks (workers/redriver.py),
-one at a time, under a lease in PostgreSQL, and plans its schedules' ticks (workers/scheduler.py).
+one at a time, under a lease in PostgreSQL, and loads its topics' cold messages
+(workers/loader.py). The history of the topics it holds is written, and the namespace's
+schedules are planned, in a process of their own (workers/log_process.py), told which topics
+the scanner holds through `held_changed`: on this event loop their Python work held
+promotions up.
 
 Started while Redis is down, a scanner waits for it; Redis or PostgreSQL failing later is
 retried, each outage logged once as it starts and once as it ends (outage.py).
@@ -51,9 +55,7 @@ from delayqueue.services.admission import give_back_room
 from delayqueue.stores.rows import forget_drained_shards
 from delayqueue.stores.topic_settings import DEFAULT as DEFAULT_SETTINGS
 from delayqueue.workers.loader import Loader
-from delayqueue.workers.log_writer import LogWriter
 from delayqueue.workers.redriver import Redriver
-from delayqueue.workers.scheduler import PlannerThread
 from delayqueue.workers.topic_worker import TopicWorker
 
 log = logging.getLogger(__name__)
@@ -81,13 +83,14 @@ class Scanner:
         self.rt = rt
         self.token = name or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         rt.set_process(f"scanner {self.token}")
-        # The history of the topics (and shards) this scanner holds goes to Postgres through it.
-        self.log_writer = LogWriter(rt, lambda: list(self.workers)) if rt.config.message_log else None
-        # So do the cold messages of the topics whose loading falls to it, into Redis (the cold
-        # tier keeps them in the log).
+        # The cold messages of the topics whose loading falls to it go into Redis through it (the
+        # cold tier keeps them in the log).
         self.loader = Loader(rt, lambda: list(self.workers)) if rt.config.message_log else None
         # A topic is worked shard by shard (its own keys, unsharded): each has its lock and worker.
         self.workers: dict[Shard, TopicWorker] = {}
+        # Set when `workers` changed: the held topics' history writer (workers/log_process.py) is told.
+        self.held_changed = asyncio.Event()
+        self.held_changed.set()
         self.known: set[str] = set()  # the registered topics, and those heard of since the registry was read
         self._listed: set[str] = set()  # the topics the registry listed when last read
         self.shards: dict[str, list[Shard]] = {}  # a known topic -> its shards, those of every count it may use
@@ -142,13 +145,10 @@ class Scanner:
         lag_probe = loop.create_task(self._report_lag(), name="lag-probe")
         heartbeat = loop.create_task(self._heartbeat(), name="heartbeat")
         watcher = loop.create_task(self._watch_holders(), name="holder-watcher")
-        writer = loop.create_task(self.log_writer.run(self._stop), name="log-writer") if self.log_writer else None
         loader = loop.create_task(self.loader.run(self._stop), name="loader") if self.loader else None
         # Dead letters live in the message log: without it there is nothing to redrive.
         redriver = (loop.create_task(Redriver(self.rt, self.token).run(self._stop), name="redriver")
-                    if self.log_writer else None)
-        planner = PlannerThread(self.rt, self.token)
-        planner.start()
+                    if self.loader else None)
         await self._subscribed.wait()
         next_refresh = next_renew = next_retire = next_prune = next_fold = loop.time()
         outage = Outage(log, f"scanner {self.token}")
@@ -200,8 +200,7 @@ class Scanner:
         finally:
             await cancel_and_wait(listener, lag_probe, heartbeat, watcher)
             self._stop.set()
-            await asyncio.gather(*(task for task in (writer, redriver, loader) if task is not None),
-                                 planner.stop(), return_exceptions=True)
+            await asyncio.gather(*(task for task in (redriver, loader) if task is not None), return_exceptions=True)
             await self._shutdown()
 
     async def _check_marker(self) -> None:
@@ -215,7 +214,7 @@ class Scanner:
             return
         if self._marker_seen:
             why = "its marker key vanished while this scanner ran"
-        elif (self.log_writer is not None and not await self.rt.redis.exists(self.rt.ns.topics)
+        elif (self.loader is not None and not await self.rt.redis.exists(self.rt.ns.topics)
               and await self._log_holds_live_messages()):
             why = "it held no topic and no marker key while the message log holds live messages"
         else:
@@ -228,7 +227,7 @@ class Scanner:
 
     async def _log_holds_live_messages(self) -> bool:
         try:
-            return await self.log_writer.holds_live_messages()
+            return await self.loader.holds_live_messages()
         except LogUnavailable:
             await self.rt.redis.delete(self.rt.ns.marker)  # undecided: the next check asks again
             raise
@@ -249,7 +248,7 @@ class Scanner:
                        for topic in self.known}
         current = {shard for shards in self.shards.values() for shard in shards}
         for gone in [shard for shard in self.workers if shard not in current]:
-            await self.workers.pop(gone).stop()
+            await self._stop_worker(gone)
             await self.rt.scripts.call(scripts.lock_release(self.rt.context, gone, token=self.token))
 
     async def _acquire(self, now: float) -> None:
@@ -284,6 +283,11 @@ class Scanner:
         self.next_try.pop(topic, None)
         self.holders.pop(topic, None)
         self.workers[topic] = TopicWorker(self, topic)
+        self.held_changed.set()
+
+    async def _stop_worker(self, topic: Shard) -> None:
+        await self.workers.pop(topic).stop()
+        self.held_changed.set()
 
     async def _beat(self) -> None:
         await self.rt.redis.set(self.rt.ns.scanner_alive(self.token), now_millis(), px=HEARTBEAT_TTL_MILLIS)
@@ -345,7 +349,7 @@ class Scanner:
         for topic, renewed in zip(topics, results):
             if renewed is not True:
                 log.warning("scanner %s lost the lock of topic %s", self.token, topic)
-                await self.workers.pop(topic).stop()
+                await self._stop_worker(topic)
 
     async def _retire_idle_topics(self) -> None:
         """Takes idle topics out of the registry: an unsharded one by its holder; a sharded one
@@ -374,7 +378,7 @@ class Scanner:
             self.shards.pop(topic, None)
             for each in shards:  # the other holders drop theirs once the registry no longer lists it
                 if each in self.workers:
-                    await self.workers.pop(each).stop()
+                    await self._stop_worker(each)
                     await self.rt.scripts.call(scripts.lock_release(self.rt.context, each, token=self.token))
 
     async def _retire_shards(self, topic: str, shards: list[Shard], idle_ms: int) -> bool:
@@ -534,29 +538,20 @@ class Scanner:
             if rescan:
                 for worker in self.workers.values():  # wakes may have been missed
                     worker.wake()
-                if self.log_writer is not None:
-                    self.log_writer.notice_all()  # and so may notices
             self._subscribed.set()
 
         await subscribe_forever(
             self.rt.config.redis_url, self.rt.config.redis_timeout, what=f"scanner {self.token}",
-            channels=(self.rt.ns.schedule_channel,),
-            patterns=(self.rt.ns.history_pattern,) if self.log_writer is not None else (),
-            on_message=self._received, on_subscribed=subscribed, on_lost=self._subscribed.set)
+            channels=(self.rt.ns.schedule_channel,), on_message=self._received, on_subscribed=subscribed, on_lost=self._subscribed.set)
 
     def _received(self, message: dict) -> None:
-        if message["type"] == "pmessage":
-            shard = self.rt.ns.shard_of_history(message["channel"])
-            if shard is not None:
-                self.log_writer.notice(shard)
-        elif message["type"] == "message":
-            topic = message["data"]  # the scripts name the topic, not the shard: every shard held wakes
-            if topic not in self.known:
-                self.known.add(topic)  # _acquire finds its shards
-                self._poke.set()
-            for shard in self.shards.get(topic, ()):
-                if (worker := self.workers.get(shard)) is not None:
-                    worker.wake()
+        topic = message["data"]  # the scripts name the topic, not the shard: every shard held wakes
+        if topic not in self.known:
+            self.known.add(topic)  # _acquire finds its shards
+            self._poke.set()
+        for shard in self.shards.get(topic, ()):
+            if (worker := self.workers.get(shard)) is not None:
+                worker.wake()
 
     async def _shutdown(self) -> None:
         try:
@@ -571,6 +566,7 @@ class Scanner:
         for worker in self.workers.values():
             await worker.stop()
         self.workers.clear()
+        self.held_changed.set()
         self.timer.close()
         try:
             await self._fold_stats()

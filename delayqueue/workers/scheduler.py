@@ -1,4 +1,4 @@
-"""The planner of a namespace's schedules (one per scanner, beside its redrive runner).
+"""The planner of a namespace's schedules (one per scanner, in its log process: workers/log_process.py).
 
 Each round, in one PostgreSQL transaction, it claims the schedules whose plan_at has come
 (FOR UPDATE SKIP LOCKED: another scanner skips them, and takes them the moment this one commits
@@ -16,7 +16,6 @@ down) stops its schedule's plan there; it is tried again RETRY_MILLIS later.
 """
 import asyncio
 import logging
-import threading
 from dataclasses import dataclass
 
 import orjson
@@ -30,7 +29,6 @@ from delayqueue.core.schedules import ScheduleRow, plan_time
 from delayqueue.core.stopping import repeat
 from delayqueue.messagelog import sql
 from delayqueue.messagelog.connection import LogConnection
-from delayqueue.runtime import Runtime
 from delayqueue.services.send import SendRequest, send_messages
 
 log = logging.getLogger(__name__)
@@ -135,39 +133,6 @@ class Scheduler:
 
     async def close(self) -> None:
         await self._db.close()
-
-
-class PlannerThread:
-    """A scanner's planner on a thread and event loop of its own, with a Runtime of its own: its
-    Python work (computing ticks, preparing thousands of sends a second) then holds up the
-    scanner's promotions for at most the interpreter's switch interval (run_scanners sets it to
-    1 ms), where on the scanner's loop it held them up for as long as a round's work between two
-    awaits."""
-
-    def __init__(self, rt: Runtime, owner: str):
-        self._config, self._namespace, self._process, self._owner = rt.config, rt.ns.namespace, rt.process, owner
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._stopping: asyncio.Event | None = None
-        self._ready = threading.Event()
-        self._thread = threading.Thread(target=lambda: asyncio.run(self._run()), name=f"planner {owner}", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    async def _run(self) -> None:
-        self._loop, self._stopping = asyncio.get_running_loop(), asyncio.Event()
-        self._ready.set()
-        rt = Runtime(self._config, self._process, namespace=self._namespace)
-        try:
-            await Scheduler(rt, self._owner).run(self._stopping)
-        finally:
-            await rt.close()
-
-    async def stop(self) -> None:
-        """Stops the planner after its current round and waits for its thread to end."""
-        await asyncio.to_thread(self._ready.wait)
-        self._loop.call_soon_threadsafe(self._stopping.set)
-        await asyncio.to_thread(self._thread.join)
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,7 +2,6 @@ import asyncio
 import gc
 import logging
 import signal
-import sys
 
 import uvloop
 from django.core.management.base import BaseCommand
@@ -14,6 +13,7 @@ from delayqueue.messagelog import sql
 from delayqueue.messagelog.connection import LogConnection
 from delayqueue.runtime import Runtime
 from delayqueue.stores.tokens import ordered_namespaces
+from delayqueue.workers.log_process import LogProcess
 from delayqueue.workers.pusher import Pusher
 from delayqueue.workers.scanner import Scanner
 
@@ -26,10 +26,10 @@ NAMESPACE_CHECK_SECONDS = 3
 class Command(BaseCommand):
     help = (
         "Run the scanners: promote due messages, requeue ack timeouts, expire TTLs, purge ended "
-        "messages, retire idle topics, prune monitor stats, and write the held topics' history to the message "
-        "log; and push the due messages of topics with a push URL (docs/push.md). One scanner and one pusher per "
-        "namespace: DELAYQUEUE_NAMESPACE's and every API token's (new ones are picked up within seconds). Run as "
-        "many as you like; SIGTERM stops cleanly."
+        "messages, retire idle topics, prune monitor stats; push the due messages of topics with a push URL "
+        "(docs/push.md); and, in a child process, write the held topics' history to the message log and plan "
+        "the schedules' ticks. One scanner and one pusher per namespace: DELAYQUEUE_NAMESPACE's and every API "
+        "token's (new ones are picked up within seconds). Run as many as you like; SIGTERM stops cleanly."
     )
 
     def add_arguments(self, parser):
@@ -37,9 +37,6 @@ class Command(BaseCommand):
 
     def handle(self, *args, **options):
         gc.freeze()  # Django's startup objects live as long as the process: no full GC passes over them
-        # The schedule planners run on threads of their own (workers/scheduler.PlannerThread): a
-        # promotion due waits at most this long for a planner busy in Python to hand over.
-        sys.setswitchinterval(0.001)
         # The event loop uvicorn serves the API on. Redis or PostgreSQL down, at start or later: it waits.
         uvloop.run(self._run(options.get("name")))
 
@@ -48,6 +45,8 @@ class Command(BaseCommand):
         stopping = asyncio.Event()
         scanners: dict[str, tuple[Scanner, asyncio.Task]] = {}
         pushers: dict[str, tuple[Pusher, asyncio.Task]] = {}
+        log_process = LogProcess()
+        telling: list[asyncio.Task] = []  # each scanner's held topics, to the log process
 
         def stop():
             stopping.set()
@@ -58,6 +57,7 @@ class Command(BaseCommand):
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop)
         tokens = LogConnection(root.config.log_timeout_millis, DEFAULT_DATABASE)
+        logging_task = loop.create_task(log_process.run(stopping), name="log process")
         try:
             while not stopping.is_set():
                 for namespace in await namespaces(root, tokens):
@@ -67,8 +67,9 @@ class Command(BaseCommand):
                     scanners[namespace] = (scanner, loop.create_task(scanner.run(), name=f"scanner {namespace}"))
                     pusher = Pusher(scanner.rt)
                     pushers[namespace] = (pusher, loop.create_task(pusher.run(stopping), name=f"pusher {namespace}"))
+                    telling.append(loop.create_task(tell_held(log_process, namespace, scanner)))
                     log.info("scanner %s started (namespace %s)", scanner.token, namespace)
-                waiting = {task for _worker, task in (*scanners.values(), *pushers.values())}
+                waiting = {logging_task, *(task for _worker, task in (*scanners.values(), *pushers.values()))}
                 stopped = loop.create_task(stopping.wait())
                 done, _ = await asyncio.wait({stopped, *waiting}, timeout=NAMESPACE_CHECK_SECONDS,
                                              return_when=asyncio.FIRST_COMPLETED)
@@ -77,14 +78,24 @@ class Command(BaseCommand):
                     task.result()  # a scanner or pusher that failed ends the process, as a lone scanner does
         finally:
             stop()
-            await asyncio.gather(*(task for _worker, task in (*scanners.values(), *pushers.values())),
+            await asyncio.gather(logging_task, *(task for _worker, task in (*scanners.values(), *pushers.values())),
                                  return_exceptions=True)
+            for task in telling:
+                task.cancel()
             await tokens.close()
             await root.close()
         for namespace, (scanner, _task) in sorted(scanners.items()):
-            written = scanner.log_writer.written if scanner.log_writer else 0
-            log.info("scanner %s stopped (namespace %s): %s, history rows written %d, pushes %s", scanner.token,
-                     namespace, scanner.counts, written, dict(pushers[namespace][0].counts))
+            log.info("scanner %s stopped (namespace %s): %s, pushes %s", scanner.token, namespace, scanner.counts,
+                     dict(pushers[namespace][0].counts))
+
+
+async def tell_held(log_process: LogProcess, namespace: str, scanner: Scanner) -> None:
+    """Tells the log process the topics `scanner` holds, each time they change (many changes
+    at once, as at start, are told once)."""
+    while True:
+        await scanner.held_changed.wait()
+        scanner.held_changed.clear()
+        log_process.hold(namespace=namespace, owner=scanner.token, topics=scanner.workers)
 
 
 async def namespaces(rt: Runtime, tokens: LogConnection) -> list[str]:
