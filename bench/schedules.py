@@ -96,9 +96,10 @@ def forks(client) -> int:
     return client.info("stats")["total_forks"]
 
 
-# Where the machine's CPU goes over the minute (harness.cpu_by_part): the scanner plans the ticks
-# on a thread of its own, promotes them and writes their history.
-PARTS = (("Redis", "redis-server"), ("PostgreSQL", "postgres"), ("scanner", "run_scanners"), ("web", "uvicorn"))
+# Where the machine's CPU goes over the minute (harness.cpu_by_part): the scanner promotes the
+# ticks; its log process (workers/log_process.py) plans them and writes their history.
+PARTS = (("Redis", "redis-server"), ("PostgreSQL", "postgres"), ("scanner", "run_scanners"),
+         ("log process", "workers.log_process"), ("web", "uvicorn"))
 
 
 def main():

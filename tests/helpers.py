@@ -123,7 +123,7 @@ class ScannerProcess:
 
     def wait_started(self, timeout=20):
         deadline = time.monotonic() + timeout
-        while "started" not in self.output():
+        while f"scanner {self.name} started" not in self.output():
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 raise AssertionError(f"scanner {self.name} did not start:\n{self.output()}")
             time.sleep(0.05)

@@ -14,17 +14,21 @@ and told everything again; meanwhile the events wait in Redis, and the ticks alr
 """
 import asyncio
 import logging
-import multiprocessing
+import os
 import signal
+import subprocess
+import sys
 from multiprocessing.connection import Connection
+from pathlib import Path
 from typing import Iterable
 
 from delayqueue.live.keys import Shard
 
 log = logging.getLogger(__name__)
 
+SOURCE_ROOT = Path(__file__).resolve().parents[2]  # where `delayqueue` and the Django project are imported from
 CHECK_SECONDS = 1.0  # how often the parent looks whether its child still runs
-STOP_SECONDS = 10.0  # how long a stopping child may finish its round before it is terminated
+STOP_SECONDS = 10.0  # how long a stopping child may finish its round before it is killed
 
 
 class LogProcess:
@@ -35,12 +39,8 @@ class LogProcess:
         self._held: dict[str, tuple[str, frozenset[Shard]]] = {}  # namespace -> (scanner token, topics)
         self._unsent: set[str] = set()
         self._changed = asyncio.Event()
-        self._process: multiprocessing.Process | None = None
+        self._process: subprocess.Popen | None = None
         self._pipe: Connection | None = None
-
-    @property
-    def pid(self) -> int | None:
-        return self._process.pid if self._process is not None else None
 
     def hold(self, *, namespace: str, owner: str, topics: Iterable[Shard]) -> None:
         """The scanner `owner` of `namespace` holds `topics` now (the first call for a namespace
@@ -54,9 +54,9 @@ class LogProcess:
         self._start()
         try:
             while not stopping.is_set():
-                if not self._process.is_alive():
+                if self._process.poll() is not None:
                     log.warning("the log process %d ended (exit code %s): starting it again", self._process.pid,
-                                self._process.exitcode)
+                                self._process.returncode)
                     self._start()
                 self._changed.clear()  # before sending: what changes meanwhile is sent at once after
                 await self._send_unsent()
@@ -68,12 +68,13 @@ class LogProcess:
             await self._stop()
 
     def _start(self) -> None:
-        # A fresh interpreter: a fork would copy this process' event loop, sockets and threads.
-        context = multiprocessing.get_context("spawn")
-        reading, self._pipe = context.Pipe(duplex=False)
-        self._process = context.Process(target=serve, args=(reading,), name="delayqueue log process")
-        self._process.start()
-        reading.close()
+        # A fresh interpreter (a fork would copy this process' event loop, sockets and threads),
+        # named in `ps` for what it is; the pipe is its stdin.
+        reading, writing = os.pipe()
+        self._process = subprocess.Popen([sys.executable, "-c", f"from {__name__} import main; main()"], stdin=reading,
+                                         cwd=SOURCE_ROOT)
+        os.close(reading)
+        self._pipe = Connection(writing, readable=False)
         self._unsent = set(self._held)
         log.info("log process %d started (history writer and schedule planner)", self._process.pid)
 
@@ -94,21 +95,22 @@ class LogProcess:
         except OSError:
             pass  # gone already
         self._pipe.close()
-        await asyncio.to_thread(self._process.join, STOP_SECONDS)
-        if self._process.is_alive():
-            log.warning("the log process %d did not stop within %.0f s: terminated", self._process.pid, STOP_SECONDS)
+        try:
+            await asyncio.to_thread(self._process.wait, STOP_SECONDS)
+        except subprocess.TimeoutExpired:
+            log.warning("the log process %d did not stop within %.0f s: killed", self._process.pid, STOP_SECONDS)
             self._process.kill()
-            await asyncio.to_thread(self._process.join)
+            await asyncio.to_thread(self._process.wait)
 
 
-def serve(pipe: Connection) -> None:
-    """The child's entry point: sets Django up and runs the writers and planners it is told of."""
+def main() -> None:
+    """The child: sets Django up (its settings module is the parent's, from the environment)
+    and runs the writers and planners it is told of through its stdin."""
     import django
-
-    django.setup()
     import uvloop
 
-    raise SystemExit(uvloop.run(_serve(pipe)))
+    django.setup()
+    sys.exit(uvloop.run(_serve(Connection(sys.stdin.fileno(), writable=False))))
 
 
 async def _serve(pipe: Connection) -> int:
@@ -165,6 +167,6 @@ async def _serve(pipe: Connection) -> int:
         await asyncio.gather(*work, return_exceptions=True)
     finally:
         await root.close()
-    for namespace, writer in sorted(writers.items()):
-        log.info("log process stopped (namespace %s): history rows written %d", namespace, writer.written)
+    log.info("log process stopped: history rows written %s",
+             {namespace: writer.written for namespace, writer in sorted(writers.items())})
     return 1 if failed else 0
