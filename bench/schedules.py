@@ -8,15 +8,18 @@ minus the tick: its promotion, or its send for a tick the planner sent late; p50
 p99 <= 10 ms; none early), each second's own p99 (how many
 seconds of the run meet the goal, the best and the worst: a run's p99 is set by its worst
 seconds), the p99 while the planner sent and in the last seconds after its last send (it sends a
-lead ahead), and the CPU each part of the stack used over the minute, with how busy the whole
-machine was (the scanner plans the ticks, promotes them and writes their history).
+lead ahead), the p99 in the seconds Redis rewrote its AOF and in the others, and the CPU each
+part of the stack used over the minute, with how busy the whole machine was (the scanner
+promotes the ticks; its log process plans them and writes their history).
 
     .venv/bin/python -m bench.schedules [--schedules 10000] [--seconds 60] [--topics 10] [--aligned] [--scanners 1]
+                                        [--aof-rewrite-percentage 100]
 """
 import argparse
 import asyncio
 import os
 import random
+import threading
 import time
 
 import aiohttp
@@ -85,6 +88,12 @@ FROM ({BECAME_READY}) ready,
      (SELECT max((extract(epoch FROM at) * 1000)::int8) AS last_send FROM delayqueue_messageevent WHERE reason = 'sent') s
 GROUP BY 1 ORDER BY 1
 """
+# The ticks' p99 in the seconds an AOF rewrite ran (Redis' fork and its child's copy-on-write
+# share the two cores) and in the others.
+P99_BESIDE_REWRITES = f"""
+SELECT second = ANY(%(rewriting)s), count(*), percentile_cont(0.99) WITHIN GROUP (ORDER BY lateness)
+FROM ({BECAME_READY}) ready GROUP BY 1 ORDER BY 1
+"""
 PER_SCHEDULE = """
 SELECT count(*) FILTER (WHERE n <> %(ticks)s), min(n), max(n)
 FROM (SELECT split_part(msg_id, '@', 1) AS schedule, count(*) AS n FROM delayqueue_message GROUP BY 1) per
@@ -94,6 +103,19 @@ FROM (SELECT split_part(msg_id, '@', 1) AS schedule, count(*) AS n FROM delayque
 def forks(client) -> int:
     """How many times Redis has forked (for an AOF rewrite, here)."""
     return client.info("stats")["total_forks"]
+
+
+class RewriteSeconds(threading.Thread):
+    """The whole seconds (epoch) in which Redis ran an AOF rewrite, looked at every 20 ms."""
+
+    def __init__(self, client):
+        super().__init__(daemon=True)
+        self.client, self.seconds, self.done = client, set(), threading.Event()
+
+    def run(self):
+        while not self.done.wait(0.02):
+            if self.client.info("persistence")["aof_rewrite_in_progress"]:
+                self.seconds.add(int(time.time()))
 
 
 # Where the machine's CPU goes over the minute (harness.cpu_by_part): the scanner promotes the
@@ -109,8 +131,11 @@ def main():
     parser.add_argument("--topics", type=int, default=10)
     parser.add_argument("--aligned", action="store_true", help="every schedule ticks on the same millisecond")
     parser.add_argument("--scanners", type=int, default=1, help="run_scanners processes (they share the planning)")
+    parser.add_argument("--aof-rewrite-percentage", type=int, default=100,
+                        help="Redis' auto-aof-rewrite-percentage (its default 100: a rewrite each time the AOF doubles)")
     args = parser.parse_args()
     with stack(scanners=args.scanners) as (urls, env):
+        redis.Redis.from_url(env["REDIS_URL"]).config_set("auto-aof-rewrite-percentage", args.aof_rewrite_percentage)
         # Each create is a durable commit (about 10 ms here): the first ticks come after the last create.
         start = int(time.time() * 1000) + LEAD_MS + args.schedules * 20
         began = time.monotonic()
@@ -124,7 +149,10 @@ def main():
             time.sleep(0.01)
         probe = redis.Redis.from_url(env["REDIS_URL"])
         parts_before, machine_before, forks_before = cpu_by_part(PARTS), machine_cpu(), forks(probe)
+        rewrites = RewriteSeconds(redis.Redis.from_url(env["REDIS_URL"]))
+        rewrites.start()
         time.sleep(args.seconds)
+        rewrites.done.set()
         parts = {name: used - parts_before[name] for name, used in cpu_by_part(PARTS).items()}
         busy, total = (after - before for after, before in zip(machine_cpu(), machine_before))
         forked = forks(probe) - forks_before
@@ -140,6 +168,8 @@ def main():
             off, fewest, most = conn.execute(PER_SCHEDULE, {"ticks": args.seconds}).fetchone()
             by_second = [p99 for [p99] in conn.execute(P99_BY_SECOND).fetchall()]
             beside_sends = {after: (count, p99) for after, count, p99 in conn.execute(P99_BESIDE_SENDS).fetchall()}
+            beside_rewrites = {inside: (count, p99) for inside, count, p99 in conn.execute(
+                P99_BESIDE_REWRITES, {"rewriting": sorted(rewrites.seconds)}).fetchall()}
     expected = args.schedules * args.seconds
     print(f"ticks expected {expected:,}; messages sent {distinct_sent:,} ('sent' events {sent:,}); "
           f"became ready {ready:,} (events {readied:,}), of them sent at or after their time (ready at once) "
@@ -154,6 +184,10 @@ def main():
     during, after = beside_sends.get(False), beside_sends.get(True)
     print("p99 of the ticks while the planner sent: " + (f"{during[1]:.0f} ms ({during[0]:,} ticks)" if during else "-")
           + "; after its last send: " + (f"{after[1]:.0f} ms ({after[0]:,} ticks)" if after else "-"))
+    inside, outside = beside_rewrites.get(True), beside_rewrites.get(False)
+    print(f"p99 of the ticks in the {len(rewrites.seconds)} seconds an AOF rewrite ran: "
+          + (f"{inside[1]:.0f} ms ({inside[0]:,} ticks)" if inside else "-") + "; in the others: "
+          + (f"{outside[1]:.0f} ms ({outside[0]:,} ticks)" if outside else "-"))
     print(f"CPU over the {args.seconds} s, share of a core: " + ", ".join(
         f"{name} {used / args.seconds:.0%}" for name, used in parts.items())
           + f" ({args.scanners} scanner process(es)); the machine {busy / total:.0%} busy on "

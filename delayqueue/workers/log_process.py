@@ -70,6 +70,8 @@ class LogProcess:
     def _start(self) -> None:
         # A fresh interpreter (a fork would copy this process' event loop, sockets and threads),
         # named in `ps` for what it is; the pipe is its stdin.
+        if self._pipe is not None:
+            self._pipe.close()  # a dead child's
         reading, writing = os.pipe()
         self._process = subprocess.Popen([sys.executable, "-c", f"from {__name__} import main; main()"], stdin=reading,
                                          cwd=SOURCE_ROOT)
