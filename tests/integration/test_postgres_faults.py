@@ -173,12 +173,17 @@ async def test_postgres_down_past_the_retry_bound_fails_sends_with_code_500_afte
         batch = (await asyncio.wait_for(api.post(API + "sendMsgBatch", json=[message]), 60)).json()
     finally:
         await asyncio.to_thread(postgres.start)
-    assert reply == {"code": 500, "msg": "message log unavailable: connection refused"}
+    # Refused while the port is closed. In full runs a connection to the stopped server's port was
+    # also seen accepted and closed at once ("server closed the connection unexpectedly"), 50 ms
+    # after a refusal, by something else on the machine for a moment: named "connection lost".
+    unreachable = {f"message log unavailable: connection {how}" for how in ("refused", "lost")}
+    assert reply["code"] == 500 and reply["msg"] in unreachable, reply
     # Tried again until the bound, not failed at the first refusal: the last pause that fits may
     # end up to one back-off step before the bound.
     assert waited >= 1.0 - MAX_RETRY_BACKOFF - 0.1
     # The outage has outlasted the bound: the next send fails after its first try.
-    assert batch["results"] == [{"code": 500, "msg": "message 0: message log unavailable: connection refused"}]
+    [failed] = batch["results"]
+    assert failed["code"] == 500 and failed["msg"] in {f"message 0: {msg}" for msg in unreachable}, batch
     assert await single_rt.redis.keys("dq:{*") == []  # nothing enqueued
     back = (await api.post(API + "sendMsg", data=message)).json()
     assert back["code"] == 200 and (await logged("t", back["delayMsg"]["msgId"]))["msg"] == "x"
