@@ -24,7 +24,7 @@ from tools.stack import terminate
 TOPIC = "drain"
 # Each part of the stack by what its processes' command lines hold (harness.cpu_by_part).
 PARTS = (("Redis", "redis-server"), ("PostgreSQL", "postgres"), ("web process", "uvicorn"),
-         ("scanner", "run_scanners"), ("log writer", "workers.log_process"), ("worker", "delayqueue"))
+         ("scanner", "run_scanners"), ("log process", "workers.log_process"), ("worker", "delayqueue"))
 
 
 def one_round(client: Client, env: dict, messages: int) -> tuple[float, dict[str, float]]:

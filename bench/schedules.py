@@ -132,7 +132,8 @@ def main():
     parser.add_argument("--aligned", action="store_true", help="every schedule ticks on the same millisecond")
     parser.add_argument("--scanners", type=int, default=1, help="run_scanners processes (they share the planning)")
     parser.add_argument("--aof-rewrite-percentage", type=int, default=100,
-                        help="Redis' auto-aof-rewrite-percentage (its default 100: a rewrite each time the AOF doubles)")
+                        help="Redis' auto-aof-rewrite-percentage (its default 100: a rewrite each time the AOF "
+                             "doubles)")
     args = parser.parse_args()
     with stack(scanners=args.scanners) as (urls, env):
         redis.Redis.from_url(env["REDIS_URL"]).config_set("auto-aof-rewrite-percentage", args.aof_rewrite_percentage)

@@ -156,9 +156,9 @@ async def _serve(pipe: Connection) -> int:
                     stopping.set()
                     return
                 namespace, owner, topics = told
-                held[namespace] = topics
-                if namespace not in writers:
+                if namespace not in held:  # its first word: with the log off it has a planner and no writer
                     start(namespace, owner)
+                held[namespace] = topics
         except (EOFError, OSError):  # the parent is gone
             loop.remove_reader(pipe.fileno())
             stopping.set()

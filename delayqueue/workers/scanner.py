@@ -148,7 +148,7 @@ class Scanner:
         loader = loop.create_task(self.loader.run(self._stop), name="loader") if self.loader else None
         # Dead letters live in the message log: without it there is nothing to redrive.
         redriver = (loop.create_task(Redriver(self.rt, self.token).run(self._stop), name="redriver")
-                    if self.loader else None)
+                    if self.rt.config.message_log else None)
         await self._subscribed.wait()
         next_refresh = next_renew = next_retire = next_prune = next_fold = loop.time()
         outage = Outage(log, f"scanner {self.token}")
@@ -542,7 +542,8 @@ class Scanner:
 
         await subscribe_forever(
             self.rt.config.redis_url, self.rt.config.redis_timeout, what=f"scanner {self.token}",
-            channels=(self.rt.ns.schedule_channel,), on_message=self._received, on_subscribed=subscribed, on_lost=self._subscribed.set)
+            channels=(self.rt.ns.schedule_channel,), on_message=self._received, on_subscribed=subscribed,
+            on_lost=self._subscribed.set)
 
     def _received(self, message: dict) -> None:
         topic = message["data"]  # the scripts name the topic, not the shard: every shard held wakes
@@ -566,7 +567,6 @@ class Scanner:
         for worker in self.workers.values():
             await worker.stop()
         self.workers.clear()
-        self.held_changed.set()
         self.timer.close()
         try:
             await self._fold_stats()

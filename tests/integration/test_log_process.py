@@ -12,7 +12,7 @@ from delayqueue.services.consume import ack_message, pull_messages
 from delayqueue.services.messages import get_message
 from delayqueue.services.schedules import ScheduleSpec, create_schedule
 from delayqueue.services.send import SendRequest, send_message
-from tests.helpers import history, process_ended, wait_until
+from tests.helpers import history, process_ended, query, wait_until
 
 pytestmark = pytest.mark.process
 
@@ -58,6 +58,10 @@ async def test_the_history_and_the_ticks_come_from_the_log_process_which_stops_w
     first = await wait_until(lambda: get_message(rt, topic="ticks", msg_id=tick_msg_id("s", start, 0)), timeout=10,
                              what="the schedule's first tick to be planned")
     assert first.trigger_time == start
+    # Its 'sent' row names the scanner whose log process planned it, as the scanner's own rows do.
+    [(process,)] = await query("SELECT process FROM delayqueue_messageevent WHERE msg_id = %s AND reason = 'sent'",
+                               first.msg_id)
+    assert process == "scanner logs"
 
     assert scanner.stop() == 0
     assert process_ended(child)
