@@ -8,7 +8,9 @@ minus the tick: its promotion, or its send for a tick the planner sent late; p50
 p99 <= 10 ms; none early), each second's own p99 (how many
 seconds of the run meet the goal, the best and the worst: a run's p99 is set by its worst
 seconds), the p99 while the planner sent and in the last seconds after its last send (it sends a
-lead ahead), the p99 in the seconds Redis rewrote its AOF and in the others, and the CPU each
+lead ahead), the p99 in the seconds Redis rewrote its AOF and in the others, Redis' own stalls
+(its latency monitor: commands, forks, AOF writes of 5 ms or more) and the p99 in the seconds
+with one and in the others, and the CPU each
 part of the stack used over the minute, with how busy the whole machine was (the scanner
 promotes the ticks; its log process plans them and writes their history).
 
@@ -85,13 +87,14 @@ WHERE nth > 1 AND nth < seconds
 P99_BESIDE_SENDS = f"""
 SELECT second * 1000 > last_send, count(*), percentile_cont(0.99) WITHIN GROUP (ORDER BY lateness)
 FROM ({BECAME_READY}) ready,
-     (SELECT max((extract(epoch FROM at) * 1000)::int8) AS last_send FROM delayqueue_messageevent WHERE reason = 'sent') s
+     (SELECT max((extract(epoch FROM at) * 1000)::int8) AS last_send
+      FROM delayqueue_messageevent WHERE reason = 'sent') s
 GROUP BY 1 ORDER BY 1
 """
-# The ticks' p99 in the seconds an AOF rewrite ran (Redis' fork and its child's copy-on-write
-# share the two cores) and in the others.
-P99_BESIDE_REWRITES = f"""
-SELECT second = ANY(%(rewriting)s), count(*), percentile_cont(0.99) WITHIN GROUP (ORDER BY lateness)
+# The ticks' p99 in the given seconds (those an AOF rewrite ran in: Redis' fork and its child's
+# copy-on-write share the two cores; or those Redis itself stalled in) and in the others.
+P99_IN_SECONDS = f"""
+SELECT second = ANY(%(seconds)s), count(*), percentile_cont(0.99) WITHIN GROUP (ORDER BY lateness)
 FROM ({BECAME_READY}) ready GROUP BY 1 ORDER BY 1
 """
 PER_SCHEDULE = """
@@ -103,6 +106,17 @@ FROM (SELECT split_part(msg_id, '@', 1) AS schedule, count(*) AS n FROM delayque
 def forks(client) -> int:
     """How many times Redis has forked (for an AOF rewrite, here)."""
     return client.info("stats")["total_forks"]
+
+
+# Redis' latency monitor: each second's worst event of at least this many ms, by kind (a fast
+# command, a script, a fork, an AOF write...), kept for the last 160 seconds with one.
+STALL_MS = 5
+
+
+def stalls(client) -> dict[str, list[tuple[int, int]]]:
+    """Redis' own stalls since its latency monitor was reset: kind -> [(epoch second, ms)]."""
+    return {kind.decode(): [(second, ms) for second, ms in client.execute_command("LATENCY", "HISTORY", kind)]
+            for kind, *_ in client.execute_command("LATENCY", "LATEST")}
 
 
 class RewriteSeconds(threading.Thread):
@@ -136,7 +150,9 @@ def main():
                              "doubles)")
     args = parser.parse_args()
     with stack(scanners=args.scanners) as (urls, env):
-        redis.Redis.from_url(env["REDIS_URL"]).config_set("auto-aof-rewrite-percentage", args.aof_rewrite_percentage)
+        setup = redis.Redis.from_url(env["REDIS_URL"])
+        setup.config_set("auto-aof-rewrite-percentage", args.aof_rewrite_percentage)
+        setup.config_set("latency-monitor-threshold", STALL_MS)
         # Each create is a durable commit (about 10 ms here): the first ticks come after the last create.
         start = int(time.time() * 1000) + LEAD_MS + args.schedules * 20
         began = time.monotonic()
@@ -150,6 +166,7 @@ def main():
             time.sleep(0.01)
         probe = redis.Redis.from_url(env["REDIS_URL"])
         parts_before, machine_before, forks_before = cpu_by_part(PARTS), machine_cpu(), forks(probe)
+        probe.execute_command("LATENCY", "RESET")
         rewrites = RewriteSeconds(redis.Redis.from_url(env["REDIS_URL"]))
         rewrites.start()
         time.sleep(args.seconds)
@@ -157,10 +174,12 @@ def main():
         parts = {name: used - parts_before[name] for name, used in cpu_by_part(PARTS).items()}
         busy, total = (after - before for after, before in zip(machine_cpu(), machine_before))
         forked = forks(probe) - forks_before
+        stalled = stalls(probe)
         time.sleep(5)  # the last second's ticks fall due and are promoted
         history_written(redis.Redis.from_url(env["REDIS_URL"]))
         logs = sorted(ROOT.glob(".local/bench-*/scanner-*.log"), key=lambda p: p.stat().st_mtime)[-args.scanners:]
-        warnings = [line for log in logs for line in log.read_text().splitlines() if "WARNING" in line or "ERROR" in line]
+        warnings = [line for log in logs for line in log.read_text().splitlines()
+                    if "WARNING" in line or "ERROR" in line]
         with psycopg.connect(env["DATABASE_URL"].replace("postgres://", "postgresql://")) as conn:
             readied, ready, early, p50, p99, worst = conn.execute(LATENESS).fetchone()
             [sent_late] = conn.execute(SENT_LATE).fetchone()
@@ -170,7 +189,10 @@ def main():
             by_second = [p99 for [p99] in conn.execute(P99_BY_SECOND).fetchall()]
             beside_sends = {after: (count, p99) for after, count, p99 in conn.execute(P99_BESIDE_SENDS).fetchall()}
             beside_rewrites = {inside: (count, p99) for inside, count, p99 in conn.execute(
-                P99_BESIDE_REWRITES, {"rewriting": sorted(rewrites.seconds)}).fetchall()}
+                P99_IN_SECONDS, {"seconds": sorted(rewrites.seconds)}).fetchall()}
+            stall_seconds = sorted({second for events in stalled.values() for second, _ms in events})
+            beside_stalls = {inside: (count, p99) for inside, count, p99 in conn.execute(
+                P99_IN_SECONDS, {"seconds": stall_seconds}).fetchall()}
     expected = args.schedules * args.seconds
     print(f"ticks expected {expected:,}; messages sent {distinct_sent:,} ('sent' events {sent:,}); "
           f"became ready {ready:,} (events {readied:,}), of them sent at or after their time (ready at once) "
@@ -187,6 +209,13 @@ def main():
           + "; after its last send: " + (f"{after[1]:.0f} ms ({after[0]:,} ticks)" if after else "-"))
     inside, outside = beside_rewrites.get(True), beside_rewrites.get(False)
     print(f"p99 of the ticks in the {len(rewrites.seconds)} seconds an AOF rewrite ran: "
+          + (f"{inside[1]:.0f} ms ({inside[0]:,} ticks)" if inside else "-") + "; in the others: "
+          + (f"{outside[1]:.0f} ms ({outside[0]:,} ticks)" if outside else "-"))
+    print(f"Redis' own stalls of {STALL_MS} ms or more (its latency monitor; seconds with one, the worst): "
+          + (", ".join(f"{kind} {len(events)}, {max(ms for _s, ms in events)} ms"
+                       for kind, events in sorted(stalled.items())) or "none"))
+    inside, outside = beside_stalls.get(True), beside_stalls.get(False)
+    print(f"p99 of the ticks in the {len(stall_seconds)} seconds Redis stalled in: "
           + (f"{inside[1]:.0f} ms ({inside[0]:,} ticks)" if inside else "-") + "; in the others: "
           + (f"{outside[1]:.0f} ms ({outside[0]:,} ticks)" if outside else "-"))
     print(f"CPU over the {args.seconds} s, share of a core: " + ", ".join(
