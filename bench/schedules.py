@@ -138,6 +138,12 @@ PARTS = (("Redis", "redis-server"), ("PostgreSQL", "postgres"), ("scanner", "run
          ("log process", "workers.log_process"), ("web", "uvicorn"))
 
 
+def p99_of(split: dict, inside: bool) -> str:
+    """One side of a split of the ticks (a query's (count, p99) by side): "p99 ms (ticks)" or "-"."""
+    part = split.get(inside)
+    return f"{part[1]:.0f} ms ({part[0]:,} ticks)" if part else "-"
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--schedules", type=int, default=10_000)
@@ -150,9 +156,9 @@ def main():
                              "doubles)")
     args = parser.parse_args()
     with stack(scanners=args.scanners) as (urls, env):
-        setup = redis.Redis.from_url(env["REDIS_URL"])
-        setup.config_set("auto-aof-rewrite-percentage", args.aof_rewrite_percentage)
-        setup.config_set("latency-monitor-threshold", STALL_MS)
+        probe = redis.Redis.from_url(env["REDIS_URL"])
+        probe.config_set("auto-aof-rewrite-percentage", args.aof_rewrite_percentage)
+        probe.config_set("latency-monitor-threshold", STALL_MS)
         # Each create is a durable commit (about 10 ms here): the first ticks come after the last create.
         start = int(time.time() * 1000) + LEAD_MS + args.schedules * 20
         began = time.monotonic()
@@ -164,25 +170,25 @@ def main():
             raise SystemExit("creating the schedules took too long: their first ticks were not planned in time")
         while time.time() * 1000 < start:
             time.sleep(0.01)
-        probe = redis.Redis.from_url(env["REDIS_URL"])
         parts_before, machine_before, forks_before = cpu_by_part(PARTS), machine_cpu(), forks(probe)
         probe.execute_command("LATENCY", "RESET")
         rewrites = RewriteSeconds(redis.Redis.from_url(env["REDIS_URL"]))
         rewrites.start()
         time.sleep(args.seconds)
         rewrites.done.set()
+        rewrites.join()
         parts = {name: used - parts_before[name] for name, used in cpu_by_part(PARTS).items()}
         busy, total = (after - before for after, before in zip(machine_cpu(), machine_before))
         forked = forks(probe) - forks_before
         stalled = stalls(probe)
         time.sleep(5)  # the last second's ticks fall due and are promoted
-        history_written(redis.Redis.from_url(env["REDIS_URL"]))
+        history_written(probe)
         logs = sorted(ROOT.glob(".local/bench-*/scanner-*.log"), key=lambda p: p.stat().st_mtime)[-args.scanners:]
         warnings = [line for log in logs for line in log.read_text().splitlines()
                     if "WARNING" in line or "ERROR" in line]
         with psycopg.connect(env["DATABASE_URL"].replace("postgres://", "postgresql://")) as conn:
-            # Fresh statistics: planned on those of the tables before the run's rows, a join here
-            # once ran for over ten minutes.
+            # Fresh statistics: planned on those from before the run's rows, a query here once ran
+            # for over ten minutes (which one was not caught).
             conn.execute("ANALYZE delayqueue_message, delayqueue_messageevent")
             readied, ready, early, p50, p99, worst = conn.execute(LATENESS).fetchone()
             [sent_late] = conn.execute(SENT_LATE).fetchone()
@@ -207,20 +213,15 @@ def main():
           f"p50 {p50:.0f} ms, p99 {p99:.0f} ms, max {worst} ms; early {early}")
     print(f"each second's p99: {sum(p99 <= GOAL_P99_MS for p99 in by_second)} of {len(by_second)} seconds within "
           f"{GOAL_P99_MS} ms; best {min(by_second):.0f} ms, worst {max(by_second):.0f} ms")
-    during, after = beside_sends.get(False), beside_sends.get(True)
-    print("p99 of the ticks while the planner sent: " + (f"{during[1]:.0f} ms ({during[0]:,} ticks)" if during else "-")
-          + "; after its last send: " + (f"{after[1]:.0f} ms ({after[0]:,} ticks)" if after else "-"))
-    inside, outside = beside_rewrites.get(True), beside_rewrites.get(False)
+    print(f"p99 of the ticks while the planner sent: {p99_of(beside_sends, False)}; "
+          f"after its last send: {p99_of(beside_sends, True)}")
     print(f"p99 of the ticks in the {len(rewrites.seconds)} seconds an AOF rewrite ran: "
-          + (f"{inside[1]:.0f} ms ({inside[0]:,} ticks)" if inside else "-") + "; in the others: "
-          + (f"{outside[1]:.0f} ms ({outside[0]:,} ticks)" if outside else "-"))
+          f"{p99_of(beside_rewrites, True)}; in the others: {p99_of(beside_rewrites, False)}")
     print(f"Redis' own stalls of {STALL_MS} ms or more (its latency monitor; seconds with one, the worst): "
           + (", ".join(f"{kind} {len(events)}, {max(ms for _s, ms in events)} ms"
                        for kind, events in sorted(stalled.items())) or "none"))
-    inside, outside = beside_stalls.get(True), beside_stalls.get(False)
     print(f"p99 of the ticks in the {len(stall_seconds)} seconds Redis stalled in: "
-          + (f"{inside[1]:.0f} ms ({inside[0]:,} ticks)" if inside else "-") + "; in the others: "
-          + (f"{outside[1]:.0f} ms ({outside[0]:,} ticks)" if outside else "-"))
+          f"{p99_of(beside_stalls, True)}; in the others: {p99_of(beside_stalls, False)}")
     print(f"CPU over the {args.seconds} s, share of a core: " + ", ".join(
         f"{name} {used / args.seconds:.0%}" for name, used in parts.items())
           + f" ({args.scanners} scanner process(es)); the machine {busy / total:.0%} busy on "
