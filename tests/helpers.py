@@ -461,6 +461,22 @@ class PushReceiver:
             await self._runner.cleanup()
 
 
+PACKED_HEADER = 22  # a packed entry's bytes before its msgId (lua/includes/packed.lua's PACKED_HEADER)
+
+
+async def packed_ids(rt: Runtime, topic: str | Shard = "t") -> list[str]:
+    """The msgIds of a topic's (or a shard's) packed entries, each list in order, the lists by second."""
+    k = rt.ns.topic(topic)
+    ids = []
+    for second in await rt.redis.zrange(k.packed, 0, -1):
+        # The entries are bytes: read without the client's decoding.
+        for entry in await rt.redis.execute_command("LRANGE", f"{k.packed}:{second}", 0, -1, NEVER_DECODE=True):
+            form = entry[0]
+            start = PACKED_HEADER
+            ids.append(entry[start:start + 16].hex() if form == 0 else entry[start:start + form].decode())
+    return ids
+
+
 async def load_killed(runtime: Runtime, loader, killed_after: str) -> None:
     """Runs the loader's load of topic "t" as a loader killed at a step: before its first page
     loads ("raise": after its window raise) or before its second ("first page")."""

@@ -125,6 +125,11 @@ class Meta(StrEnum):
     # None: the same as loaded_to.
     FETCHED_TO = "fetched_to"
     PACKED = "packed"  # entries in its packed lists (counted in COLD too)
+    # "1" in the shards of a shard count the topic gave up (TopicSettings.draining_shards), "0" in
+    # the current count's (services/topics.write_mirrors): a draining shard packs nothing and
+    # moves its packed lists into its waiting set at once (load_cold.lua, unpack_due.lua), where
+    # a lookup by msgId finds them; only the current count's lists are looked for in the log.
+    DRAINING = "draining"
     # Messages in the log only: each script that moves one in or out counts it; dropped once the
     # loader finds none left beyond hot_until (a topic is not retired while it is there).
     COLD = "cold"

@@ -569,7 +569,7 @@ def raise_hot(ctx: ScriptContext, topic: str | Shard, *, hot_until: int, loaded_
 def load_cold(ctx: ScriptContext, topic: str | Shard, *, loaded_from: str, loaded_to: str, pack_lead: int,
               messages: Sequence[Sequence]) -> ScriptCall:
     """`messages`: per message the values named by LOAD_COLD.repeated, in that order. `pack_lead`:
-    the packed lists' (ctx.pack_lead_millis), or 0 to pack nothing (a sharded topic's)."""
+    the packed lists' (ctx.pack_lead_millis), or 0 to pack nothing."""
     k = ctx.ns.topic(topic)
     args = [ctx.ns.ready_channel, ctx.ns.schedule_channel, k.topic, ctx.actor, loaded_from, loaded_to,
             pack_lead, *_flat(messages)]

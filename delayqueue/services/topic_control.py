@@ -26,10 +26,11 @@ async def set_topic_config(rt: Runtime, *, topic: str, changes: dict, limits: di
     (save_topic_config), or None. Raises RedisError when the mirror could not be written
     (PostgreSQL has the change: calling again is safe)."""
     placement = None
+    before = await rt.topic_configs.settings(topic)
     # The shard count the change takes the topic to (a "shards" of None: back to the default);
     # None when the change leaves the count alone.
     taken_up = (changes["shards"] or DEFAULT_SETTINGS.shards) if "shards" in changes else None
-    if taken_up is not None and taken_up not in (await rt.topic_configs.settings(topic)).shard_counts:
+    if taken_up is not None and taken_up not in before.shard_counts:
         placement = await _placement(rt, taken_up)
         if placement is not None:
             place_shards(rt.ns.namespace, topic, taken_up, placement)
@@ -50,6 +51,9 @@ async def set_topic_config(rt: Runtime, *, topic: str, changes: dict, limits: di
     if limits:
         await rt.limits.fresh()
     await write_mirrors(rt, {topic: table.get(topic, DEFAULT_SETTINGS)})
+    if taken_up is not None and taken_up != before.shards:
+        # The count given up is draining now: its holder's scanner moves its packed lists in.
+        await rt.redis.publish(rt.ns.schedule_channel, topic)
     return secret
 
 

@@ -95,15 +95,15 @@ async def _held_in_life(rt: Runtime, rows: list[tuple[int, str, int, int]], plac
 
 
 async def write_mirrors(rt: Runtime, settings: dict[str, TopicSettings]) -> None:
-    """Writes each topic's settings into its meta hash (each of its shards'), in one pipelined
-    round trip. Raises RedisError."""
+    """Writes each topic's settings into its meta hash (each of its shards', with whether the
+    shard's count is draining: Meta.DRAINING), in one pipelined round trip. Raises RedisError."""
     if not settings:
         return
     pipe = rt.redis.pipeline(transaction=False)
     for topic, values in settings.items():
         mirror = {field: get(values) for field, get in MIRROR_FIELDS.items()}
         for shard in topic_shards(topic, values.shard_counts):
-            pipe.hset(rt.ns.topic(shard).meta, mapping=mirror)
+            pipe.hset(rt.ns.topic(shard).meta, mapping={**mirror, Meta.DRAINING: int(shard.count != values.shards)})
     await pipe.execute()
 
 

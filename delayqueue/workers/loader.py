@@ -97,9 +97,6 @@ class Loader:
     def window(self) -> int:
         return self.rt.config.hot_window_millis
 
-    def _pack_lead(self, settings: TopicSettings) -> int:
-        return 0 if settings.sharded else self.rt.context.pack_lead_millis
-
     def _tick(self) -> float:
         return min(MAX_TICK, self.window * RAISE_EVERY / 1000) if self.window else MAX_TICK
 
@@ -132,16 +129,16 @@ class Loader:
             return 0
         settings = await self.rt.topic_configs.settings(topic)
         current, every = topic_shards(topic, (settings.shards,)), topic_shards(topic, settings.shard_counts)
-        held, positions = await self._look(current, every)
+        held, lists, positions = await self._look(current, every)
         # A shard without a window starts where its count's others stand, else where the topic's
         # other counts stood (what is after that may be cold), else loaded: every message so far
         # went to Redis.
         begin = least_position(positions[shard] for shard in current) or least_position(positions.values())
         if self.window:
             target = await self._within_room(topic, now, target, held, begin)
-        # A topic that holds every message in Redis may pack the sends due after now and by target
-        # (not a sharded one: a msgId's shard is found by what holds it, and packed, none does).
-        if begin or not self._pack_lead(settings):
+        # A topic that holds every message in Redis may pack the sends due after now and by target.
+        pack_lead = self.rt.context.pack_lead_millis
+        if begin or not pack_lead:
             fresh = {"loaded_to": begin or position(target)}
         else:
             fresh = {"loaded_to": position(now), "fetched_to": position(target)}
@@ -154,19 +151,22 @@ class Loader:
             return 0
         hot_until = min(window.hot_until for window in hot.values())  # no shard sends cold what is read
         loaded, packed, complete = await self._load_pages(topic, current, settings.draining_shards, hot, hot_until,
-                                                  self._pack_lead(settings))
+                                                          pack_lead)
         self.loaded += loaded.total() + packed
         self._raised_at[topic] = hot_until
-        if complete and (any(window.cold is not None for window in hot.values()) or not self.window):
+        # Packed messages stay counted cold until the scanner moves them in, maybe in another shard
+        # than the one that counted them: the count stays while any is packed.
+        if complete and not (lists or packed) and (any(window.cold is not None for window in hot.values())
+                                                   or not self.window):
             # The scripts that loaded counted down a count that was there; none was counted if not.
             await self._forget_cold(topic, {shard: 0 if window.cold is None else window.cold - loaded[shard]
                                             for shard, window in hot.items()}, hot_until)
         return loaded.total() + packed
 
-    async def _look(self, current: list[Shard], every: list[Shard]) -> tuple[int, dict[Shard, str | None]]:
+    async def _look(self, current: list[Shard], every: list[Shard]) -> tuple[int, int, dict[Shard, str | None]]:
         """In one round trip: the waiting messages the current count's shards hold (in their
-        waiting sets and packed lists), and every shard's position (its fetched_to, else its
-        loaded_to; None for none)."""
+        waiting sets and packed lists), those of them packed, and every shard's position (its
+        fetched_to, else its loaded_to; None for none)."""
         pipe = self.rt.redis.pipeline(transaction=False)
         for shard in current:
             pipe.zcard(self.rt.ns.topic(shard).waiting)
@@ -174,8 +174,10 @@ class Loader:
         for shard in every:
             pipe.hmget(self.rt.ns.topic(shard).meta, [Meta.FETCHED_TO, Meta.LOADED_TO])
         replies = await pipe.execute()
-        held = sum(int(count or 0) for count in replies[:2 * len(current)])
-        return held, {shard: fetched or loaded for shard, (fetched, loaded) in zip(every, replies[2 * len(current):])}
+        lists = sum(int(count or 0) for count in replies[1:2 * len(current):2])
+        held = sum(int(count or 0) for count in replies[:2 * len(current):2]) + lists
+        return held, lists, {shard: fetched or loaded
+                             for shard, (fetched, loaded) in zip(every, replies[2 * len(current):])}
 
     async def _within_room(self, topic: str, now: int, target: int, held: int, loaded_to: str | None) -> int:
         """The hot_until to raise to: `target`, or, when loading up to it would bring the topic's

@@ -406,10 +406,13 @@ class Scanner:
 
     async def _retire_drained_shards(self) -> None:
         """A shard count a topic gave up is forgotten once its shards hold nothing (no live
-        message, no ended one kept for the retention, no history the log writer has not read)
-        SHARDS_SETTLE_MILLIS after the change, by the scanner holding the topic's first shard. Its
-        cold messages are the current count's to load: its shards' parts of the topic's count of
-        them go to that first shard first, and their monitor counters and live-cap shares after."""
+        message, packed ones included, no ended one kept for the retention, no history the log
+        writer has not read) SHARDS_SETTLE_MILLIS after the change, by the scanner holding the
+        topic's first shard. Its cold messages are the current count's to load: its shards' parts
+        of the topic's count of them go to that first shard first, and their monitor counters and
+        live-cap shares after. Its packed lists are its own, not the current count's to load (its
+        loader starts after them): a draining shard moves them into its waiting set (unpack_due.lua),
+        and the count waits for that too."""
         settings = await self.rt.topic_configs.table()
         now = now_millis()
         drained = []
@@ -424,7 +427,7 @@ class Scanner:
         for topic, count, _ in drained:
             for shard in topic_shards(topic, (count,)):
                 k = self.rt.ns.topic(shard)
-                pipe.exists(k.waiting, k.ready, k.prioritised, k.inflight, k.ended)
+                pipe.exists(k.waiting, k.ready, k.prioritised, k.inflight, k.ended, k.packed)
                 pipe.xlen(k.events)  # a stream read empty stays, empty
         replies = await pipe.execute()
         held = [any(pair) for pair in zip(replies[::2], replies[1::2])]

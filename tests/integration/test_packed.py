@@ -12,14 +12,18 @@ from delayqueue.core.clock import now_millis
 from delayqueue.core.constants import Status
 from delayqueue.live import scripts
 from delayqueue.live.keys import Meta, Shard
+from delayqueue.live.shards import shard_of, topic_shards
 from delayqueue.services.consume import pull_messages
 from delayqueue.services.messages import delete_message, get_message, reschedule_message
 from delayqueue.services.restore import restore
 from delayqueue.services.send import SendRequest, send_message
-from delayqueue.services.topics import purge_topic, topic_info
+from delayqueue.services.topic_control import set_topic_config
+from delayqueue.services.topics import purge_topic, topic_config, topic_info
 from delayqueue.workers import loader as loader_module
-from delayqueue.workers.loader import Loader
-from tests.helpers import REDIS_CLUSTER_URL, REDIS_URL, drain_log, load_killed, logged, make_runtime, wait_until
+from delayqueue.workers import scanner as scanner_module
+from delayqueue.workers.loader import Loader, loaded_messages
+from tests.helpers import (REDIS_CLUSTER_URL, REDIS_URL, drain_log, load_killed, logged, make_runtime, packed_ids,
+                           wait_until)
 
 LEAD = 300  # ms: a send due more than 600 ms ahead is packed
 WINDOW = 60_000
@@ -35,21 +39,6 @@ async def packed_rt(request, clean_state):
 
 async def send(rt, delay, msg="body", **kw):
     return await send_message(rt, request=SendRequest(topic="t", msg=msg, delay_millis=delay, **kw))
-
-
-HEADER = 22  # an entry's bytes before its msgId (includes/packed.lua's PACKED_HEADER)
-
-
-async def packed_ids(rt, topic="t") -> list[str]:
-    """The msgIds of the topic's packed entries, each list in order, the lists by second."""
-    k = rt.ns.topic(topic)
-    ids = []
-    for second in await rt.redis.zrange(k.packed, 0, -1):
-        # The entries are bytes: read without the client's decoding.
-        for entry in await rt.redis.execute_command("LRANGE", f"{k.packed}:{second}", 0, -1, NEVER_DECODE=True):
-            form = entry[0]
-            ids.append(entry[HEADER:HEADER + 16].hex() if form == 0 else entry[HEADER:HEADER + form].decode())
-    return ids
 
 
 async def packed_count(rt, topic="t") -> int:
@@ -69,13 +58,19 @@ async def windowed(rt) -> Loader:
     return loader
 
 
-async def test_a_send_due_ahead_is_packed_and_fires_on_time_not_early(packed_rt, start_scanner):
-    rt = packed_rt
+async def scanned_with_window(rt, start_scanner) -> None:
+    """Topic "t" registered (its first message sent and pulled), a scanner running, and the topic
+    given a window by its loader: sends due ahead may be packed."""
     await send(rt, 0, msg="registers the topic")
     await start_scanner(rt)
     await wait_until(lambda: rt.redis.hexists(rt.ns.topic("t").meta, Meta.FETCHED_TO), timeout=10,
                      what="the scanner's loader to raise the window")
     await pull_messages(rt, topic="t")
+
+
+async def test_a_send_due_ahead_is_packed_and_fires_on_time_not_early(packed_rt, start_scanner):
+    rt = packed_rt
+    await scanned_with_window(rt, start_scanner)
     near = await send(rt, 2 * LEAD - 100, msg="near")  # too near to pack
     m = await send(rt, 1500, msg="packed ✓\nbody", priority=3, max_retry=7)
     assert await held(rt, near.msg_id) and not await held(rt, m.msg_id)
@@ -100,7 +95,7 @@ async def test_a_send_due_ahead_is_packed_and_fires_on_time_not_early(packed_rt,
 
 async def packed_counted(rt, topic="t") -> int:
     """The meta's count of packed entries, and what the loader counts against DELAYQUEUE_HOT_MAX_MESSAGES."""
-    held_in_redis, _ = await Loader(rt, lambda: [Shard(topic)])._look([Shard(topic)], [Shard(topic)])
+    held_in_redis, _, _ = await Loader(rt, lambda: [Shard(topic)])._look([Shard(topic)], [Shard(topic)])
     assert held_in_redis == await rt.redis.zcard(rt.ns.topic(topic).waiting) + await packed_count(rt, topic)
     return int(await rt.redis.hget(rt.ns.topic(topic).meta, Meta.PACKED) or 0)
 
@@ -252,3 +247,130 @@ async def test_get_topic_info_buckets_a_packed_message_near_its_due_time(packed_
         assert (info.waiting, info.waiting_cold) == (1, 1) and sum(info.waiting_within[:4]) == 1  # within the hour
     finally:
         await rt.close()
+
+
+async def in_shard(rt, topic: str, msg_id: str, count: int) -> tuple[bool, bool]:
+    """Whether the msgId's shard of `count` holds it in its body hash, and in its packed lists."""
+    shard = shard_of(topic, msg_id, count)
+    return await rt.redis.hexists(rt.ns.topic(shard).msgs, msg_id), msg_id in await packed_ids(rt, shard)
+
+
+async def test_a_sharded_topics_sends_are_packed_in_their_shards_and_reached_by_msg_id(packed_rt, monkeypatch):
+    rt = packed_rt
+    monkeypatch.setattr(loader_module, "SHARDS_SETTLE_MILLIS", 0)
+    await set_topic_config(rt, topic="s", changes={"shards": 3}, limits={})
+    loader = Loader(rt, lambda: [Shard("s", 3, 0)])
+    try:
+        await loader.load_topic("s", force=True)  # every shard gets a window, and sends may be packed
+    finally:
+        await loader.close()
+    sent = [await send_message(rt, request=SendRequest("s", f"m{i}", msg_id=f"s-{i}", delay_millis=30_000))
+            for i in range(9)]
+    for m in sent:
+        assert await in_shard(rt, "s", m.msg_id, 3) == (False, True)
+    assert len({shard_of("s", m.msg_id, 3) for m in sent}) == 3
+    info = await topic_info(rt, topic="s")
+    assert (info.waiting, info.waiting_cold) == (9, 9)
+    deleted, moved, resent = sent[:3]
+
+    assert await get_message(rt, topic="s", msg_id=resent.msg_id) == resent  # from the message log
+    assert await delete_message(rt, topic="s", msg_id=deleted.msg_id)
+    assert (await get_message(rt, topic="s", msg_id=deleted.msg_id)).status == Status.DELETED
+    assert (await in_shard(rt, "s", deleted.msg_id, 3))[1] is False
+    later = await reschedule_message(rt, topic="s", msg_id=moved.msg_id, delay_millis=40_000)
+    assert await in_shard(rt, "s", moved.msg_id, 3) == (True, False)  # in its shard's waiting set now
+    assert await rt.redis.zscore(rt.ns.topic(shard_of("s", moved.msg_id, 3)).waiting,
+                                 moved.msg_id) == later.trigger_time
+    again = await send_message(rt, request=SendRequest("s", "a resend", msg_id=resent.msg_id, delay_millis=5_000))
+    assert again == resent and (await packed_ids(rt, shard_of("s", resent.msg_id, 3))).count(resent.msg_id) == 1
+    info = await topic_info(rt, topic="s")
+    assert (info.waiting, info.waiting_cold) == (8, 7)
+
+
+async def pull_until(rt, topic: str, expected: int, timeout: float = 15) -> list:
+    """Pulls until `expected` messages came (each checked not early), then a little longer: any
+    doubled would come too."""
+    pulled = []
+
+    async def all_fired():
+        for p in (await pull_messages(rt, topic=topic, batch=100))[0]:
+            assert now_millis() >= p.trigger_time
+            pulled.append(p.msg_id)
+        return len(pulled) >= expected
+
+    await wait_until(all_fired, timeout=timeout, interval=0.005, what=f"{expected} messages to fire")
+    await asyncio.sleep(0.3)
+    return pulled + [p.msg_id for p in (await pull_messages(rt, topic=topic, batch=100))[0]]
+
+
+async def test_a_sharded_topics_packed_messages_fire_once_and_on_time(packed_rt, start_scanner, monkeypatch):
+    rt = packed_rt
+    monkeypatch.setattr(loader_module, "SHARDS_SETTLE_MILLIS", 0)
+    await set_topic_config(rt, topic="s", changes={"shards": 3}, limits={})
+    await send_message(rt, request=SendRequest("s", "registers the topic"))
+    await start_scanner(rt)
+
+    async def windowed_shards():
+        return all([await rt.redis.hexists(rt.ns.topic(shard).meta, Meta.FETCHED_TO)
+                    for shard in topic_shards("s", (3,))])
+
+    await wait_until(windowed_shards, timeout=10, what="the loader to give every shard a window")
+    await pull_messages(rt, topic="s", batch=10)
+    sent = [await send_message(rt, request=SendRequest("s", f"m{i}", delay_millis=1_500 + 20 * i)) for i in range(12)]
+    assert [await in_shard(rt, "s", m.msg_id, 3) for m in sent] == [(False, True)] * 12
+    pulled = await pull_until(rt, "s", 12)
+    assert sorted(pulled) == sorted(m.msg_id for m in sent)
+    info = await topic_info(rt, topic="s")
+    assert (info.waiting, info.waiting_cold) == (0, 0)
+
+
+async def test_a_count_given_up_moves_its_packed_messages_in_at_once(packed_rt, start_scanner):
+    """A topic sharded while messages wait packed in its own keys (its count of 1): that count
+    drains, and its scanner moves every list into its waiting set at once, where a lookup by msgId
+    finds them; they fire there, once and on time. A loader that has not yet read the change packs
+    nothing there."""
+    rt = packed_rt
+    await scanned_with_window(rt, start_scanner)
+    deleted, moved, kept = [await send(rt, 3_000, msg=f"m{i}") for i in range(3)]
+    assert await packed_count(rt) == 3
+    await set_topic_config(rt, topic="t", changes={"shards": 2}, limits={})
+
+    async def moved_in():
+        return await packed_count(rt) == 0
+
+    await wait_until(moved_in, timeout=5, interval=0.01, what="count 1's lists moved in")
+    assert [await held(rt, m.msg_id) for m in (deleted, moved, kept)] == [True] * 3
+    assert await get_message(rt, topic="t", msg_id=kept.msg_id) == kept
+    assert await delete_message(rt, topic="t", msg_id=deleted.msg_id)
+    later = await reschedule_message(rt, topic="t", msg_id=moved.msg_id, delay_millis=3_500)
+
+    k = rt.ns.topic("t")
+    fetched = await rt.redis.hget(k.meta, Meta.FETCHED_TO)
+    assert await rt.redis.hget(k.meta, Meta.LOADED_TO) == fetched  # every row up to it in the waiting set
+    due = now_millis() + 30_000
+    stale = loaded_messages("t", [(1, "stale-1", "x", due - 1, due, due + 60_000, 3, 0, Status.WAITING, 0)])
+    reply = await rt.scripts.call(scripts.load_cold(rt.context, "t", loaded_from=fetched, loaded_to=f"{due}:1",
+                                                    pack_lead=LEAD, messages=stale))
+    assert (reply.loaded, reply.packed) == (1, 0) and await held(rt, "stale-1") and await packed_count(rt) == 0
+
+    pulled = await pull_until(rt, "t", 2)
+    assert pulled == [kept.msg_id, moved.msg_id] and later.trigger_time > kept.trigger_time
+
+
+async def test_a_drained_count_is_not_retired_while_it_holds_packed_lists(packed_rt, start_scanner, monkeypatch):
+    """A count given up whose shards kept their packed lists (their meta without the draining mark,
+    as a version before it left them) is retired only once they are out: its messages fire first."""
+    monkeypatch.setattr(scanner_module, "SHARDS_SETTLE_MILLIS", 300)
+    monkeypatch.setattr(loader_module, "SHARDS_SETTLE_MILLIS", 300)
+    rt = packed_rt
+    first = await send(rt, 0, msg="registers the topic")
+    await windowed(rt)
+    assert await delete_message(rt, topic="t", msg_id=first.msg_id, release=True)  # count 1 holds nothing else
+    m = await send(rt, 3_000)
+    assert await packed_count(rt) == 1
+    await set_topic_config(rt, topic="t", changes={"shards": 2}, limits={})
+    await rt.redis.hdel(rt.ns.topic("t").meta, Meta.DRAINING)
+    await start_scanner(rt)
+    await asyncio.sleep(1.5)  # well past the settling: an empty count would have retired
+    assert (await topic_config(rt, topic="t")).draining_shards == (1,) and await packed_count(rt) == 1
+    assert await pull_until(rt, "t", 1) == [m.msg_id]

@@ -29,7 +29,7 @@ from delayqueue.stores.rows import forget_drained_shards
 from delayqueue.workers import loader as loader_module
 from delayqueue.workers import scanner as scanner_module
 from delayqueue.workers.loader import Loader
-from tests.helpers import REDIS_CLUSTER_URL, REDIS_URL, call, logged, make_runtime, query, wait_until
+from tests.helpers import REDIS_CLUSTER_URL, REDIS_URL, call, logged, make_runtime, packed_ids, query, wait_until
 from tests.integration.test_limits import set_limits_now
 
 
@@ -519,7 +519,7 @@ async def test_a_restore_leaves_a_sharded_topics_messages_beyond_the_window_to_i
         for m in far:
             assert await where_held(windowed, "back", (3, 1), m.msg_id) == [shard_of("back", m.msg_id, 3)]
         info = await topic_info(windowed, topic="back")
-        assert (info.waiting, info.waiting_cold) == (18, 0)
+        assert (info.waiting, info.waiting_cold) == (18, 9)  # packed, due two minutes ahead: still counted cold
     finally:
         await windowed.close()
         await ahead.close()
@@ -634,7 +634,10 @@ async def sharded_with_windows(rt, topic: str, count: int) -> None:
 
 
 async def where_held(rt, topic: str, counts: tuple[int, ...], msg_id: str) -> list[Shard]:
-    return [shard for shard in topic_shards(topic, counts) if await rt.redis.hexists(rt.ns.topic(shard).msgs, msg_id)]
+    """The shards holding the msgId: in their body hash, or packed (a message the loader brought in
+    more than twice DELAYQUEUE_PACK_LEAD_MILLIS ahead of its time waits in a packed list)."""
+    return [shard for shard in topic_shards(topic, counts)
+            if await rt.redis.hexists(rt.ns.topic(shard).msgs, msg_id) or msg_id in await packed_ids(rt, shard)]
 
 
 async def test_a_sharded_topics_cold_messages_wait_in_the_log_and_come_into_their_shards(windowed):
@@ -670,8 +673,9 @@ async def test_a_sharded_topics_cold_messages_wait_in_the_log_and_come_into_thei
     deleted = shard_of("c", "c1", 3)  # kept as deleted, as a tombstone, in the shard it would come into
     assert (await get_message(cold_rt, topic="c", msg_id="c1")).status == Status.DELETED
     assert await cold_rt.redis.zscore(cold_rt.ns.topic(deleted).waiting, "c1") is None
+    assert "c1" not in await packed_ids(cold_rt, deleted)
     info = await topic_info(cold_rt, topic="c")
-    assert (info.waiting, info.waiting_cold) == (11, 0)
+    assert (info.waiting, info.waiting_cold) == (11, 10)  # packed, due a minute ahead: counted cold till moved in
 
 
 @pytest.mark.fault
@@ -697,10 +701,10 @@ async def test_a_loader_killed_with_some_shards_loaded_is_resumed_with_nothing_l
         await first.load_topic("k", force=True)
     monkeypatch.setattr(ahead.scripts, "run_all", real_run_all)
     await first.close()
-    positions = {await ahead.redis.hget(ahead.ns.topic(shard).meta, "loaded_to")
+    positions = {await ahead.redis.hget(ahead.ns.topic(shard).meta, "fetched_to")
                  for shard in topic_shards("k", (3,))}
     assert len(positions) == 2  # one shard ahead of the others
-    held = sum([await ahead.redis.zcard(ahead.ns.topic(shard).waiting) for shard in topic_shards("k", (3,))])
+    held = sum([len(await packed_ids(ahead, shard)) for shard in topic_shards("k", (3,))])
     second = await cold_loader(ahead, "k", 3)
     try:
         assert await second.load_topic("k", force=True) == 12 - held
@@ -708,7 +712,8 @@ async def test_a_loader_killed_with_some_shards_loaded_is_resumed_with_nothing_l
         await second.close()
     for m in sent:
         assert await where_held(ahead, "k", (3, 1), m.msg_id) == [shard_of("k", m.msg_id, 3)]
-    assert (await topic_info(ahead, topic="k")).waiting_cold == 0
+    assert sum([len(await packed_ids(ahead, shard)) for shard in topic_shards("k", (3,))]) == 12  # none twice
+    assert (await topic_info(ahead, topic="k")).waiting_cold == 12  # packed, a minute ahead: counted cold till moved in
 
 
 async def test_a_resharded_topics_cold_messages_come_in_through_the_new_counts_shards(clean_state, monkeypatch):
@@ -742,12 +747,11 @@ async def test_a_resharded_topics_cold_messages_come_in_through_the_new_counts_s
             await old.close()
             await new.close()
         assert await where_held(rt, "c", (2, 1), cold.msg_id) == [shard_of("c", cold.msg_id, 2)]
-        assert await rt.redis.zscore(rt.ns.topic(shard_of("c", cold.msg_id, 2)).waiting,
-                                     cold.msg_id) == cold.trigger_time
+        assert await packed_ids(rt, shard_of("c", cold.msg_id, 2)) == [cold.msg_id]  # due a minute ahead
         for m in sharded:  # none loaded twice
             assert await where_held(rt, "c", (2, 1), m.msg_id) == [shard_of("c", m.msg_id, 2)]
         info = await topic_info(rt, topic="c")
-        assert (info.waiting, info.waiting_cold) == (7, 0)
+        assert (info.waiting, info.waiting_cold) == (7, 1)
     finally:
         await rt.close()
         await ahead.close()

@@ -24,7 +24,8 @@
 -- ARGV[5] loaded_from: the fetched_to (or loaded_to, without one) the page was read after ('' for
 -- none): another value means another loader moved on meanwhile, and nothing is loaded
 -- ARGV[6] loaded_to: the position after this page
--- ARGV[7] pack_lead: the packed lists' lead, ms (0 packs nothing)
+-- ARGV[7] pack_lead: the packed lists' lead, ms (0 packs nothing; nor does a draining shard, whose
+-- loader may not know yet that the topic gave its count up)
 -- ARGV[8...] per message: msg_id, stored, trigger_time, expire_time, priority
 -- (stored: the message as Redis stores it, waiting; the caller builds it, as a page comes in
 -- thousands and cjson would cost the most here)
@@ -38,9 +39,12 @@ local msgs, meta, events, ended = KEYS[3], KEYS[5], KEYS[6], KEYS[8]
 local t = {waiting = KEYS[1], ready = KEYS[2], prioritised = KEYS[7], expiry = KEYS[4], msgs = msgs,
            packed = KEYS[10], meta = meta, ready_channel = ARGV[1]}
 local topic, pack_lead = ARGV[3], tonumber(ARGV[7])
-local position = redis.call('HMGET', meta, META.FETCHED_TO, META.LOADED_TO)
+local position = redis.call('HMGET', meta, META.FETCHED_TO, META.LOADED_TO, META.DRAINING)
 if (position[1] or position[2] or '') ~= ARGV[5] then
   return {-1, 0, 0}
+end
+if position[3] == '1' then
+  pack_lead = 0
 end
 local now = clock()
 local ids, stored = {}, {}

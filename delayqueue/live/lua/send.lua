@@ -88,12 +88,13 @@ local wake, woken_pollers = false, false
 local hot_until, loaded_to, fetched_to  -- the meta's, read once when first needed (no message here changes them)
 local to_pack = {}
 
--- The times of the meta's loaded_to and fetched_to (false for none).
+-- The times of the meta's loaded_to and fetched_to (false for none); no fetched_to in a draining
+-- shard (a shard count the topic gave up), which packs nothing.
 local function positions()
   if loaded_to == nil then
-    local values = redis.call('HMGET', meta, META.LOADED_TO, META.FETCHED_TO)
+    local values = redis.call('HMGET', meta, META.LOADED_TO, META.FETCHED_TO, META.DRAINING)
     loaded_to = tonumber(string.match(values[1] or '', '^[^:]*')) or false
-    fetched_to = tonumber(string.match(values[2] or '', '^[^:]*')) or false
+    fetched_to = values[3] ~= '1' and tonumber(string.match(values[2] or '', '^[^:]*')) or false
   end
   return loaded_to, fetched_to
 end

@@ -3,6 +3,8 @@
 -- second first, at most scan_limit messages a call; then moves loaded_to up to just before the
 -- first second left, but no further than now + pack_lead_millis nor than fetched_to: every row up
 -- to loaded_to is then in the waiting set, and the API's paths take a row after it as cold.
+-- A draining shard (the meta's draining: a shard count the topic gave up) moves every list, so
+-- that a lookup by msgId finds its messages; its loaded_to then meets fetched_to.
 -- KEYS[1] packed
 -- KEYS[2] meta
 -- KEYS[3] waiting
@@ -28,9 +30,10 @@ local t = {packed = KEYS[1], waiting = KEYS[3], ready = KEYS[4], prioritised = K
 local meta, ended, events = KEYS[2], KEYS[8], KEYS[9]
 local topic, lead, budget = ARGV[1], tonumber(ARGV[4]), tonumber(ARGV[5])
 local now, now_us = clock()
+local draining = redis.call('HGET', meta, META.DRAINING) == '1'
 local ids, stored, messages = {}, {}, {}
 local more = false
-for _, second in ipairs(redis.call('ZRANGEBYSCORE', t.packed, '-inf', now + lead)) do
+for _, second in ipairs(redis.call('ZRANGEBYSCORE', t.packed, '-inf', draining and '+inf' or now + lead)) do
   if budget <= 0 then
     more = true
     break
@@ -70,15 +73,15 @@ if #messages > 0 then
 end
 
 local first = redis.call('ZRANGE', t.packed, 0, 0, 'WITHSCORES')
-local bound = now + lead
+local bound = not draining and now + lead
 if first[1] then
-  bound = math.min(bound, tonumber(first[2]) - 1)
+  bound = math.min(bound or math.huge, tonumber(first[2]) - 1)
 end
 local at = redis.call('HMGET', meta, META.LOADED_TO, META.FETCHED_TO)
 if at[1] and at[2] then
-  local target = bound .. ':' .. END_OF_MILLI
-  if position_before(at[2], target) then
-    target = at[2]
+  local target = at[2]
+  if bound and position_before(bound .. ':' .. END_OF_MILLI, target) then
+    target = bound .. ':' .. END_OF_MILLI
   end
   if position_before(at[1], target) then
     redis.call('HSET', meta, META.LOADED_TO, target)
@@ -89,6 +92,6 @@ local next_due = -1
 if more then
   next_due = 0
 elseif first[1] then
-  next_due = math.max(tonumber(first[2]) - lead - now, 0) * 1000
+  next_due = draining and 0 or math.max(tonumber(first[2]) - lead - now, 0) * 1000
 end
 return {moved, next_due, now_us}
