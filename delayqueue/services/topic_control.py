@@ -6,6 +6,7 @@ from redis.crc import REDIS_CLUSTER_HASH_SLOTS
 
 from delayqueue.config.push_hosts import push_url_problem
 from delayqueue.core.exceptions import BadRequest
+from delayqueue.live import scripts
 from delayqueue.live.keys import Meta, Shard, place_shards
 from delayqueue.live.shards import spread, topic_shards
 from delayqueue.runtime import Runtime
@@ -26,7 +27,16 @@ async def set_topic_config(rt: Runtime, *, topic: str, changes: dict, limits: di
     (save_topic_config), or None. Raises RedisError when the mirror could not be written
     (PostgreSQL has the change: calling again is safe)."""
     placement = None
-    before = await rt.topic_configs.settings(topic)
+    # A count change is judged on the settings as saved, not as this process last read them.
+    before = ((await rt.topic_configs.fresh()).get(topic, DEFAULT_SETTINGS) if "shards" in changes
+              else await rt.topic_configs.settings(topic))
+    url = changes.get("push_url")
+    # A URL the topic has already is not judged again: the pushers judge every connection, and
+    # its other settings stay changeable after the operator narrowed the allowed hosts.
+    if url and url != before.push_url:
+        problem = await push_url_problem(rt.config.push_hosts, url)
+        if problem:
+            raise BadRequest(f"pushUrl {problem}")
     # The shard count the change takes the topic to (a "shards" of None: back to the default);
     # None when the change leaves the count alone.
     taken_up = (changes["shards"] or DEFAULT_SETTINGS.shards) if "shards" in changes else None
@@ -35,25 +45,23 @@ async def set_topic_config(rt: Runtime, *, topic: str, changes: dict, limits: di
         if placement is not None:
             place_shards(rt.ns.namespace, topic, taken_up, placement)
         await _forget_windows(rt, topic_shards(topic, (taken_up,)))
-    url = changes.get("push_url")
-    # A URL the topic has already is not judged again: the pushers judge every connection, and
-    # its other settings stay changeable after the operator narrowed the allowed hosts.
-    if url and url != (await rt.topic_configs.settings(topic)).push_url:
-        problem = await push_url_problem(rt.config.push_hosts, url)
-        if problem:
-            raise BadRequest(f"pushUrl {problem}")
-    secret = await sync_to_async(save_topic_config, thread_sensitive=False)(
-        namespace=rt.ns.namespace, topic=topic, changes=changes, limits=limits, by_operator=by_operator,
-        rotate_push_secret=rotate_push_secret, secret_grace_millis=rt.config.push_secret_grace_seconds * 1000,
-        caps=TopicConfigCaps(rows=rt.config.max_topic_configs, push_concurrency=rt.config.max_push_concurrency),
-        placement=placement)
+    given_up = topic_shards(topic, (before.shards,)) if taken_up not in (None, before.shards) else []
+    if given_up:
+        await _unpack_all(rt, given_up)
+    try:
+        secret = await sync_to_async(save_topic_config, thread_sensitive=False)(
+            namespace=rt.ns.namespace, topic=topic, changes=changes, limits=limits, by_operator=by_operator,
+            rotate_push_secret=rotate_push_secret, secret_grace_millis=rt.config.push_secret_grace_seconds * 1000,
+            caps=TopicConfigCaps(rows=rt.config.max_topic_configs, push_concurrency=rt.config.max_push_concurrency),
+            placement=placement)
+    except BaseException:
+        if given_up:  # the count stays: it may pack again (else it only would not, until the next change)
+            await write_mirrors(rt, {topic: before})
+        raise
     table = await rt.topic_configs.fresh()
     if limits:
         await rt.limits.fresh()
     await write_mirrors(rt, {topic: table.get(topic, DEFAULT_SETTINGS)})
-    if taken_up is not None and taken_up != before.shards:
-        # The count given up is draining now: its holder's scanner moves its packed lists in.
-        await rt.redis.publish(rt.ns.schedule_channel, topic)
     return secret
 
 
@@ -86,6 +94,20 @@ async def _forget_windows(rt: Runtime, shards: list[Shard]) -> None:
         pipe.hdel(k.meta, Meta.HOT_UNTIL, Meta.LOADED_TO, Meta.FETCHED_TO, Meta.COLD)
         pipe.delete(k.cold_hours)
     await pipe.execute()
+
+
+async def _unpack_all(rt: Runtime, shards: list[Shard]) -> None:
+    """The shards of a count the topic is giving up pack nothing from now on (Meta.DRAINING) and
+    move every packed list into their waiting sets (unpack_due.lua, a scanner batch a call), before
+    the change is saved: from then on a lookup by msgId finds their messages in them (HEXISTS),
+    however soon a process reads the change, and the next count's loader cannot load one twice."""
+    pipe = rt.redis.pipeline(transaction=False)
+    for shard in shards:
+        pipe.hset(rt.ns.topic(shard).meta, Meta.DRAINING, 1)
+    await pipe.execute()
+    while shards:
+        replies = await rt.scripts.run_all([scripts.unpack_due(rt.context, shard) for shard in shards])
+        shards = [shard for shard, reply in zip(shards, replies) if reply.next_due_us == 0]  # more lists left
 
 
 async def pause_topic(rt: Runtime, *, topic: str) -> None:

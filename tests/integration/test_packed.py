@@ -10,6 +10,7 @@ import pytest
 
 from delayqueue.core.clock import now_millis
 from delayqueue.core.constants import Status
+from delayqueue.core.exceptions import CapReached
 from delayqueue.live import scripts
 from delayqueue.live.keys import Meta, Shard
 from delayqueue.live.shards import shard_of, topic_shards
@@ -324,33 +325,33 @@ async def test_a_sharded_topics_packed_messages_fire_once_and_on_time(packed_rt,
     assert (info.waiting, info.waiting_cold) == (0, 0)
 
 
+async def load_one(rt, msg_id: str, due: int) -> scripts.LoadReply:
+    """load_cold.lua bringing one message of topic "t", due at `due`, in after its fetched_to, as a
+    loader that read it from the log would (whatever the settings it last read say)."""
+    fetched = await rt.redis.hget(rt.ns.topic("t").meta, Meta.FETCHED_TO)
+    rows = loaded_messages("t", [(1, msg_id, "x", due - 1, due, due + 60_000, 3, 0, Status.WAITING, 0)])
+    return await rt.scripts.call(scripts.load_cold(rt.context, "t", loaded_from=fetched, loaded_to=f"{due}:1",
+                                                   pack_lead=LEAD, messages=rows))
+
+
 async def test_a_count_given_up_moves_its_packed_messages_in_at_once(packed_rt, start_scanner):
-    """A topic sharded while messages wait packed in its own keys (its count of 1): that count
-    drains, and its scanner moves every list into its waiting set at once, where a lookup by msgId
-    finds them; they fire there, once and on time. A loader that has not yet read the change packs
-    nothing there."""
+    """A topic sharded while messages wait packed in its own keys (its count of 1): setTopicConfig
+    moves every list of that count into its waiting set, where a lookup by msgId finds them; they
+    fire there, once and on time. A loader that has not yet read the change packs nothing there."""
     rt = packed_rt
     await scanned_with_window(rt, start_scanner)
     deleted, moved, kept = [await send(rt, 3_000, msg=f"m{i}") for i in range(3)]
     assert await packed_count(rt) == 3
     await set_topic_config(rt, topic="t", changes={"shards": 2}, limits={})
-
-    async def moved_in():
-        return await packed_count(rt) == 0
-
-    await wait_until(moved_in, timeout=5, interval=0.01, what="count 1's lists moved in")
+    assert await packed_count(rt) == 0  # moved in before the change was saved
     assert [await held(rt, m.msg_id) for m in (deleted, moved, kept)] == [True] * 3
     assert await get_message(rt, topic="t", msg_id=kept.msg_id) == kept
     assert await delete_message(rt, topic="t", msg_id=deleted.msg_id)
     later = await reschedule_message(rt, topic="t", msg_id=moved.msg_id, delay_millis=3_500)
 
     k = rt.ns.topic("t")
-    fetched = await rt.redis.hget(k.meta, Meta.FETCHED_TO)
-    assert await rt.redis.hget(k.meta, Meta.LOADED_TO) == fetched  # every row up to it in the waiting set
-    due = now_millis() + 30_000
-    stale = loaded_messages("t", [(1, "stale-1", "x", due - 1, due, due + 60_000, 3, 0, Status.WAITING, 0)])
-    reply = await rt.scripts.call(scripts.load_cold(rt.context, "t", loaded_from=fetched, loaded_to=f"{due}:1",
-                                                    pack_lead=LEAD, messages=stale))
+    assert await rt.redis.hget(k.meta, Meta.LOADED_TO) == await rt.redis.hget(k.meta, Meta.FETCHED_TO)
+    reply = await load_one(rt, "stale-1", now_millis() + 30_000)
     assert (reply.loaded, reply.packed) == (1, 0) and await held(rt, "stale-1") and await packed_count(rt) == 0
 
     pulled = await pull_until(rt, "t", 2)
@@ -358,19 +359,40 @@ async def test_a_count_given_up_moves_its_packed_messages_in_at_once(packed_rt, 
 
 
 async def test_a_drained_count_is_not_retired_while_it_holds_packed_lists(packed_rt, start_scanner, monkeypatch):
-    """A count given up whose shards kept their packed lists (their meta without the draining mark,
-    as a version before it left them) is retired only once they are out: its messages fire first."""
+    """A count given up whose shard holds a packed list (packed there by a loader of a version
+    before the draining mark) is retired only once the list is out: its message fires first."""
     monkeypatch.setattr(scanner_module, "SHARDS_SETTLE_MILLIS", 300)
     monkeypatch.setattr(loader_module, "SHARDS_SETTLE_MILLIS", 300)
     rt = packed_rt
     first = await send(rt, 0, msg="registers the topic")
     await windowed(rt)
     assert await delete_message(rt, topic="t", msg_id=first.msg_id, release=True)  # count 1 holds nothing else
-    m = await send(rt, 3_000)
-    assert await packed_count(rt) == 1
     await set_topic_config(rt, topic="t", changes={"shards": 2}, limits={})
     await rt.redis.hdel(rt.ns.topic("t").meta, Meta.DRAINING)
+    assert (await load_one(rt, "late-1", now_millis() + 3_000)).packed == 1
     await start_scanner(rt)
     await asyncio.sleep(1.5)  # well past the settling: an empty count would have retired
     assert (await topic_config(rt, topic="t")).draining_shards == (1,) and await packed_count(rt) == 1
-    assert await pull_until(rt, "t", 1) == [m.msg_id]
+    assert await pull_until(rt, "t", 1) == ["late-1"]
+
+
+async def test_a_count_change_the_log_refuses_leaves_the_count_packing(packed_rt):
+    """setTopicConfig moves the lists in before it saves the change; refused (here over
+    DELAYQUEUE_MAX_TOPIC_CONFIGS), it marks the count current again: its loader packs again."""
+    rt = make_runtime(packed_rt.config.redis_url, hot_window_millis=WINDOW, pack_lead_millis=LEAD,
+                      max_topic_configs=1)
+    try:
+        await set_topic_config(rt, topic="other", changes={"max_retry": 3}, limits={})  # the one config allowed
+        await send(rt, 0)
+        await windowed(rt)
+        m = await send(rt, 30_000)
+        assert await packed_count(rt) == 1
+        with pytest.raises(CapReached):
+            await set_topic_config(rt, topic="t", changes={"shards": 2}, limits={})
+        assert (await topic_config(rt, topic="t")).shards == 1
+        assert await held(rt, m.msg_id) and await packed_count(rt) == 0  # moved in all the same
+        assert await rt.redis.hget(rt.ns.topic("t").meta, Meta.DRAINING) == "0"
+        assert (await load_one(rt, "next-1", now_millis() + 30_000)).packed == 1
+        assert await packed_ids(rt) == ["next-1"]
+    finally:
+        await rt.close()
