@@ -184,9 +184,13 @@ def test_an_every_second_schedule_ticks_into_a_message_pulled_within_seconds(sdk
     made = client.create_schedule("sdk.second", "sdk-ticks", "tick", every=1)
     pulled = wait_for(lambda: client.pull("sdk-ticks", batch=10), timeout=10, what="the first tick's message")
     tick = pulled[0]
-    assert tick.msg_id == f"sdk.second@{tick.trigger_time}" and tick.msg == "tick"
-    assert (tick.trigger_time - made.start_time) % 1000 == 0 and tick.trigger_time >= made.start_time
-    assert now_ms() - tick.trigger_time < 3000  # pulled when due, not seconds late
+    tick_time = int(tick.msg_id.removeprefix("sdk.second@"))
+    assert tick.msg_id == f"sdk.second@{tick_time}" and tick.msg == "tick"
+    assert (tick_time - made.start_time) % 1000 == 0 and tick_time >= made.start_time
+    # Sent ahead, a tick is due at its time; sent after it (a planner behind on a busy machine), at
+    # its send (docs/schedules.md).
+    assert tick.trigger_time == tick_time or tick.trigger_time == tick.produce_time > tick_time
+    assert now_ms() - tick_time < 3000  # pulled when due, not seconds late
     client.ack("sdk-ticks", tick.msg_id)
     assert client.delete_schedule("sdk.second")
 
