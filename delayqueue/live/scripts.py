@@ -540,11 +540,17 @@ def purge_ended(ctx: ScriptContext, topic: str | Shard) -> ScriptCall:
     return ScriptCall(PURGE_ENDED, [k.msgs, k.ended], [ctx.scan_limit])
 
 
-def unpack_due(ctx: ScriptContext, topic: str | Shard) -> ScriptCall:
+# The scanner moves a second's packed list in calls of at most this many messages: a due promotion
+# then waits behind one call, well under a ms, not behind a whole list (docs/benchmarks.md,
+# "Packed lists in sharded topics").
+UNPACK_PER_CALL = 100
+
+
+def unpack_due(ctx: ScriptContext, topic: str | Shard, *, limit: int = UNPACK_PER_CALL) -> ScriptCall:
     k = ctx.ns.topic(topic)
     return ScriptCall(UNPACK_DUE, [k.packed, k.meta, k.waiting, k.ready, k.prioritised, k.msgs, k.expiry, k.ended,
                                    k.events, k.cold_hours],
-                      [k.topic, ctx.ns.ready_channel, ctx.actor, ctx.pack_lead_millis, ctx.scan_limit])
+                      [k.topic, ctx.ns.ready_channel, ctx.actor, ctx.pack_lead_millis, limit])
 
 
 def retire_topic(ctx: ScriptContext, topic: str | Shard, *, idle_millis: int, dry_run: bool = False,

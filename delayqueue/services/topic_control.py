@@ -106,7 +106,8 @@ async def _unpack_all(rt: Runtime, shards: list[Shard]) -> None:
         pipe.hset(rt.ns.topic(shard).meta, Meta.DRAINING, 1)
     await pipe.execute()
     while shards:
-        replies = await rt.scripts.run_all([scripts.unpack_due(rt.context, shard) for shard in shards])
+        replies = await rt.scripts.run_all([scripts.unpack_due(rt.context, shard, limit=rt.context.scan_limit)
+                                            for shard in shards])
         shards = [shard for shard, reply in zip(shards, replies) if reply.next_due_us == 0]  # more lists left
 
 

@@ -1,6 +1,6 @@
 -- The scanner (workers/topic_worker.py): moves the packed lists (includes/packed.lua) of the
 -- seconds that begin within pack_lead_millis into the waiting set (ready if already due), oldest
--- second first, at most scan_limit messages a call; then moves loaded_to up to just before the
+-- second first, at most limit messages a call; then moves loaded_to up to just before the
 -- first second left, but no further than now + pack_lead_millis nor than fetched_to: every row up
 -- to loaded_to is then in the waiting set, and the API's paths take a row after it as cold.
 -- A draining shard (the meta's draining: a shard count the topic gave up) moves every list, so
@@ -19,7 +19,8 @@
 -- ARGV[2] ready_channel: published when the ready list goes from empty to non-empty
 -- ARGV[3] actor: 'process@host' for the history, '' with the message log off
 -- ARGV[4] pack_lead_millis
--- ARGV[5] scan_limit
+-- ARGV[5] limit: most messages moved a call (scripts.UNPACK_PER_CALL for the scanner: a promotion
+-- waits behind one call; setTopicConfig's move of a given-up count's lists, the scanner batch)
 -- Returns {messages moved, µs until the next list is due to move (-1: none; 0: more now), Redis' clock (µs)}
 -- @include clock
 -- @include cold_count
