@@ -3,7 +3,9 @@ pack lead ahead, between the loader's loaded_to and fetched_to, waits in a list 
 due time instead of the waiting set; the scanner moves each list in a lead before its second, and
 the message fires on time, never early. Until then the API treats it as cold (the message log
 answers for it): getMsg, deleteMsg, rescheduleMsg, a resend of its msgId, purgeTopic, and a
-restore after Redis lost everything. On a single Redis and on the Redis Cluster."""
+restore after Redis lost everything. A sharded topic packs in its current shard count's shards;
+a count it gives up moves its lists into its waiting set before the change is saved, and is not
+retired while it holds one. On a single Redis and on the Redis Cluster."""
 import asyncio
 
 import pytest
