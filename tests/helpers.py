@@ -471,9 +471,8 @@ async def packed_ids(rt: Runtime, topic: str | Shard = "t") -> list[str]:
     for second in await rt.redis.zrange(k.packed, 0, -1):
         # The entries are bytes: read without the client's decoding.
         for entry in await rt.redis.execute_command("LRANGE", f"{k.packed}:{second}", 0, -1, NEVER_DECODE=True):
-            form = entry[0]
-            start = PACKED_HEADER
-            ids.append(entry[start:start + 16].hex() if form == 0 else entry[start:start + form].decode())
+            form, at = entry[0], PACKED_HEADER
+            ids.append(entry[at:at + 16].hex() if form == 0 else entry[at:at + form].decode())
     return ids
 
 

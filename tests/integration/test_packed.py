@@ -339,25 +339,29 @@ async def load_one(rt, msg_id: str, due: int) -> scripts.LoadReply:
 async def test_a_count_given_up_moves_its_packed_messages_in_at_once(packed_rt, start_scanner):
     """A topic sharded while messages wait packed in its own keys (its count of 1): setTopicConfig
     moves every list of that count into its waiting set, where a lookup by msgId finds them; they
-    fire there, once and on time. A loader that has not yet read the change packs nothing there."""
-    rt = packed_rt
-    await scanned_with_window(rt, start_scanner)
-    deleted, moved, kept = [await send(rt, 3_000, msg=f"m{i}") for i in range(3)]
-    assert await packed_count(rt) == 3
-    await set_topic_config(rt, topic="t", changes={"shards": 2}, limits={})
-    assert await packed_count(rt) == 0  # moved in before the change was saved
-    assert [await held(rt, m.msg_id) for m in (deleted, moved, kept)] == [True] * 3
-    assert await get_message(rt, topic="t", msg_id=kept.msg_id) == kept
-    assert await delete_message(rt, topic="t", msg_id=deleted.msg_id)
-    later = await reschedule_message(rt, topic="t", msg_id=moved.msg_id, delay_millis=3_500)
+    fire there, once and on time. A loader that has not yet read the change packs nothing there.
+    A scanner batch of 2 makes the move take more than one call."""
+    rt = make_runtime(packed_rt.config.redis_url, hot_window_millis=WINDOW, pack_lead_millis=LEAD, scanner_batch=2)
+    try:
+        await scanned_with_window(rt, start_scanner)
+        deleted, moved, kept = [await send(rt, 3_000, msg=f"m{i}") for i in range(3)]
+        assert await packed_count(rt) == 3
+        await set_topic_config(rt, topic="t", changes={"shards": 2}, limits={})
+        assert await packed_count(rt) == 0  # moved in before the change was saved
+        assert [await held(rt, m.msg_id) for m in (deleted, moved, kept)] == [True] * 3
+        assert await get_message(rt, topic="t", msg_id=kept.msg_id) == kept
+        assert await delete_message(rt, topic="t", msg_id=deleted.msg_id)
+        later = await reschedule_message(rt, topic="t", msg_id=moved.msg_id, delay_millis=3_500)
 
-    k = rt.ns.topic("t")
-    assert await rt.redis.hget(k.meta, Meta.LOADED_TO) == await rt.redis.hget(k.meta, Meta.FETCHED_TO)
-    reply = await load_one(rt, "stale-1", now_millis() + 30_000)
-    assert (reply.loaded, reply.packed) == (1, 0) and await held(rt, "stale-1") and await packed_count(rt) == 0
+        k = rt.ns.topic("t")
+        assert await rt.redis.hget(k.meta, Meta.LOADED_TO) == await rt.redis.hget(k.meta, Meta.FETCHED_TO)
+        reply = await load_one(rt, "stale-1", now_millis() + 30_000)
+        assert (reply.loaded, reply.packed) == (1, 0) and await held(rt, "stale-1") and await packed_count(rt) == 0
 
-    pulled = await pull_until(rt, "t", 2)
-    assert pulled == [kept.msg_id, moved.msg_id] and later.trigger_time > kept.trigger_time
+        pulled = await pull_until(rt, "t", 2)
+        assert pulled == [kept.msg_id, moved.msg_id] and later.trigger_time > kept.trigger_time
+    finally:
+        await rt.close()
 
 
 async def test_a_drained_count_is_not_retired_while_it_holds_packed_lists(packed_rt, start_scanner, monkeypatch):

@@ -31,10 +31,11 @@ local t = {packed = KEYS[1], waiting = KEYS[3], ready = KEYS[4], prioritised = K
 local meta, ended, events = KEYS[2], KEYS[8], KEYS[9]
 local topic, lead, budget = ARGV[1], tonumber(ARGV[4]), tonumber(ARGV[5])
 local now, now_us = clock()
-local draining = redis.call('HGET', meta, META.DRAINING) == '1'
+-- The lists it moves: those of the seconds up to `upto`; a draining shard's all (false).
+local upto = redis.call('HGET', meta, META.DRAINING) ~= '1' and now + lead
 local ids, stored, messages = {}, {}, {}
 local more = false
-for _, second in ipairs(redis.call('ZRANGEBYSCORE', t.packed, '-inf', draining and '+inf' or now + lead)) do
+for _, second in ipairs(redis.call('ZRANGEBYSCORE', t.packed, '-inf', upto or '+inf')) do
   if budget <= 0 then
     more = true
     break
@@ -74,9 +75,9 @@ if #messages > 0 then
 end
 
 local first = redis.call('ZRANGE', t.packed, 0, 0, 'WITHSCORES')
-local bound = not draining and now + lead
+local bound = upto
 if first[1] then
-  bound = math.min(bound or math.huge, tonumber(first[2]) - 1)
+  bound = math.min(upto or math.huge, tonumber(first[2]) - 1)
 end
 local at = redis.call('HMGET', meta, META.LOADED_TO, META.FETCHED_TO)
 if at[1] and at[2] then
@@ -92,7 +93,7 @@ end
 local next_due = -1
 if more then
   next_due = 0
-elseif first[1] then
-  next_due = draining and 0 or math.max(tonumber(first[2]) - lead - now, 0) * 1000
+elseif first[1] then  -- (a draining shard has a list left only when `more`)
+  next_due = math.max(tonumber(first[2]) - lead - now, 0) * 1000
 end
 return {moved, next_due, now_us}
