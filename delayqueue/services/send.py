@@ -85,9 +85,14 @@ async def target_shards(rt: Runtime, messages: list[Message], logged_live: list[
     (live/shards.py). While the topic drains other counts, a msgId whose live message the log
     holds (`logged_live`) goes to the shard of theirs holding it, if one does, so that it is
     answered as the duplicate it is, not made a second live message; with the log off, every
-    msgId is looked for so. `settings`: the namespace's topic settings (default: the runtime's)."""
+    msgId is looked for so, and so with a dedupe window no longer than the retention: a new life
+    then goes where Redis may still keep its ended one, which send.lua replaces (packed or cold in
+    another shard, the new life would be hidden from getMsg behind the ended one). `settings`: the
+    namespace's topic settings (default: the runtime's)."""
     settings = settings if settings is not None else await rt.topic_configs.table()
-    log_tells = rt.config.message_log  # which msgIds are live; without the log, only Redis can tell
+    # Which msgIds are live; without the log, only Redis can tell, and it alone keeps a msgId ended
+    # within the retention that the log's dedupe lets start anew.
+    log_tells = rt.config.message_log and rt.config.dedupe_window_millis > rt.config.ended_retention_millis
 
     def places(message: Message, logged: Message | None) -> list[Shard]:
         mine = settings.get(message.topic, DEFAULT_SETTINGS)

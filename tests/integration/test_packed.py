@@ -5,7 +5,8 @@ the message fires on time, never early. Until then the API treats it as cold (th
 answers for it): getMsg, deleteMsg, rescheduleMsg, a resend of its msgId, purgeTopic, and a
 restore after Redis lost everything. A sharded topic packs in its current shard count's shards;
 a count it gives up moves its lists into its waiting set before the change is saved, and is not
-retired while it holds one. On a single Redis and on the Redis Cluster."""
+retired while it holds one; a msgId that ended there and is sent again is found in its new life.
+On a single Redis and on the Redis Cluster."""
 import asyncio
 
 import pytest
@@ -16,7 +17,7 @@ from delayqueue.core.exceptions import CapReached
 from delayqueue.live import scripts
 from delayqueue.live.keys import Meta, Shard
 from delayqueue.live.shards import shard_of, topic_shards
-from delayqueue.services.consume import pull_messages
+from delayqueue.services.consume import ack_messages, pull_messages
 from delayqueue.services.messages import delete_message, get_message, reschedule_message
 from delayqueue.services.restore import restore
 from delayqueue.services.send import SendRequest, send_message
@@ -402,3 +403,45 @@ async def test_a_count_change_the_log_refuses_leaves_the_count_packing(packed_rt
         assert await packed_ids(rt) == ["next-1"]
     finally:
         await rt.close()
+
+
+async def test_a_msg_id_sent_again_after_it_ended_in_a_count_given_up_is_found_in_its_new_life(
+        packed_rt, start_scanner, monkeypatch):
+    """With a dedupe window shorter than the retention, a msgId whose message ended in a count the
+    topic gave up, which keeps its ended body, starts a new life: getMsg, deleteMsg and rescheduleMsg
+    reach that life (not the ended one) wherever it waits, packed or cold; the loader brings the cold
+    one in (it did not leave it out as held), and each fires once."""
+    monkeypatch.setattr(loader_module, "SHARDS_SETTLE_MILLIS", 0)
+    rt, ahead = [make_runtime(packed_rt.config.redis_url, hot_window_millis=window, pack_lead_millis=LEAD,
+                              dedupe_window_millis=0, ended_retention_millis=600_000) for window in (WINDOW, 300_000)]
+    try:
+        first = [await send(rt, 0, msg=f"first {i}", msg_id=f"again-{i}") for i in range(4)]
+        pulled, _ = await pull_messages(rt, topic="t", batch=10)
+        assert await ack_messages(rt, topic="t", msg_ids=[m.msg_id for m in pulled]) and len(pulled) == 4
+        await drain_log(rt, ["t"])  # the log has them acked: a send under their msgIds starts a new life
+        await set_topic_config(rt, topic="t", changes={"shards": 3}, limits={})
+        loader = Loader(rt, lambda: [Shard("t", 3, 0)])
+        try:
+            await loader.load_topic("t", force=True)  # count 3's shards get a window: sends may be packed
+        finally:
+            await loader.close()
+        got, deleted, moved = [await send(rt, 1_500, msg=f"second {m.msg_id}", msg_id=m.msg_id) for m in first[:3]]
+        cold = await send(rt, WINDOW + 30_000, msg="second, beyond the window", msg_id=first[3].msg_id)
+        for m in (got, deleted, moved, cold):
+            assert await get_message(rt, topic="t", msg_id=m.msg_id) == m
+        assert await delete_message(rt, topic="t", msg_id=deleted.msg_id)
+        assert (await get_message(rt, topic="t", msg_id=deleted.msg_id)).status == Status.DELETED
+        later = await reschedule_message(rt, topic="t", msg_id=moved.msg_id, delay_millis=2_000)
+        assert later.payload == moved.payload and later.trigger_time > got.trigger_time
+        monkeypatch.setattr(loader_module, "IN_FLIGHT_MILLIS", 0)
+        loader = Loader(ahead, lambda: [Shard("t", 3, 0)])
+        try:  # the cold one comes in, not left out as one the old count holds
+            assert await loader.load_topic("t", force=True) == 1
+        finally:
+            await loader.close()
+        assert cold.msg_id in await packed_ids(rt, shard_of("t", cold.msg_id, 3))
+        await start_scanner(rt)
+        assert await pull_until(rt, "t", 2) == [got.msg_id, moved.msg_id]
+    finally:
+        await rt.close()
+        await ahead.close()
