@@ -445,3 +445,33 @@ async def test_a_msg_id_sent_again_after_it_ended_in_a_count_given_up_is_found_i
     finally:
         await rt.close()
         await ahead.close()
+
+
+async def test_a_count_taken_up_again_while_it_drains_packs_nothing_until_every_process_reads_it(
+        packed_rt, start_scanner, monkeypatch):
+    """1 -> 3 -> 1 shards: count 1, taken up again while it drains, keeps its window. Were its sends
+    packed at once, a process that has not yet read the change (count 3 current, 1 draining) would
+    find no shard holding the msgId and go to count 3, missing the entry in count 1's list. Its
+    loaded_to met its fetched_to as it drained: it packs nothing until its loader reads ahead again,
+    after the reshard settles, and its sends wait in its waiting set, where every process finds them."""
+    rt = packed_rt
+    await scanned_with_window(rt, start_scanner)
+    stale = make_runtime(rt.config.redis_url, hot_window_millis=WINDOW, pack_lead_millis=LEAD)
+    try:
+        await set_topic_config(rt, topic="t", changes={"shards": 3}, limits={})
+        before = dict(await stale.topic_configs.fresh())  # count 3 current, count 1 draining
+        await set_topic_config(rt, topic="t", changes={"shards": 1}, limits={})
+
+        async def stale_table():
+            return before
+
+        monkeypatch.setattr(stale.topic_configs, "table", stale_table)
+        deleted, moved, kept = [await send(rt, 1_500, msg=f"m{i}", msg_id=f"back-{i}") for i in range(3)]
+        assert await packed_count(rt) == 0 and all([await held(rt, m.msg_id) for m in (deleted, moved, kept)])
+        assert await delete_message(stale, topic="t", msg_id=deleted.msg_id)
+        later = await reschedule_message(stale, topic="t", msg_id=moved.msg_id, delay_millis=2_000)
+        assert await send_message(stale, request=SendRequest("t", "a resend", msg_id=kept.msg_id)) == kept
+        pulled = await pull_until(rt, "t", 2)
+        assert pulled == [kept.msg_id, moved.msg_id] and later.trigger_time > kept.trigger_time
+    finally:
+        await stale.close()
