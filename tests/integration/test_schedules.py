@@ -330,6 +330,29 @@ async def test_deleting_a_schedule_deletes_the_ticks_it_sent_ahead(rt, planner):
     assert await planner().plan_once(now=now_millis() + 60 * SECOND) == 0
 
 
+@pytest.mark.parametrize("changed_before", [False, True])
+async def test_a_schedule_created_again_under_a_deleted_ones_id_fires_at_the_times_the_delete_withdrew(
+        rt, planner, changed_before):
+    """The deleted schedule's ticks sent ahead stay, deleted, under their msgIds, which msgId
+    dedupe would answer for the new schedule's ticks of the same times and generation: also
+    for a change of the new one, when the old one had been changed."""
+    start = now_millis() + LEEWAY
+    await every(rt, start=start)
+    if changed_before:
+        await update_schedule(rt, schedule_id="s", changes={"payload": "v2"})
+    await planner().plan_once()
+    withdrawn = await live_ticks(rt)
+    await schedules.delete_schedule(rt, schedule_id="s")
+    await every(rt, start=start)
+    if changed_before:
+        await update_schedule(rt, schedule_id="s", changes={"payload": "v3"})
+    await planner().plan_once()
+    ticks = await live_ticks(rt)
+    assert withdrawn and set(ticks.values()) >= set(withdrawn.values())
+    assert not set(ticks) & set(withdrawn)  # new msgIds: the withdrawn ticks stay deleted
+    assert {(await get_message(rt, topic="t", msg_id=m)).status for m in withdrawn} == {Status.DELETED}
+
+
 async def test_a_restore_after_redis_lost_its_data_brings_the_ticks_back_and_none_twice(rt, planner):
     await every(rt, start=now_millis() + LEEWAY)
     p = planner()
