@@ -385,6 +385,20 @@ async def test_a_refused_tick_is_sent_again_later_and_the_plan_does_not_pass_it(
     assert min((await live_ticks(rt)).values()) == row.start_time
 
 
+async def test_a_schedule_whose_rule_the_planner_cannot_read_holds_up_no_other(rt, planner):
+    await every(rt, schedule_id="good", start=now_millis() + LEEWAY)
+    await every(rt, schedule_id="bad", start=now_millis() + LEEWAY)
+    # As if created where its time zone was known and planned where the tzdata lacks it.
+    await query("UPDATE delayqueue_schedule SET cron = '* * * * *', every_millis = NULL, timezone = 'Mars/Olympus' "
+                "WHERE schedule_id = 'bad'")
+    before = await schedules.get_schedule(rt, schedule_id="bad")
+    now = now_millis()
+    assert await planner().plan_once(now=now) == 2
+    assert (await live_ticks(rt)) and all(msg_id.startswith("good@") for msg_id in await live_ticks(rt))
+    after = await schedules.get_schedule(rt, schedule_id="bad")
+    assert (after.planned_until, after.plan_at) == (before.planned_until, now + scheduler_module.RETRY_MILLIS)
+
+
 async def test_a_cron_schedule_over_a_daylight_saving_change_fires_each_wall_time_once(rt, planner):
     """America/New_York sprang forward on 2026-03-08 at 02:00 (to 03:00) and fell back on
     2026-11-01 at 02:00 (to 01:00): planned in virtual time across both."""
