@@ -125,6 +125,21 @@ async def test_a_schedule_that_cannot_be_used_is_refused_with_a_message_naming_t
     assert (await call(api, "listSchedules", method="get"))["schedules"] == []
 
 
+async def test_a_schedule_whose_rule_this_process_cannot_read_is_still_read_and_listed(api):
+    for schedule_id in ("a", "b"):
+        await call(api, "createSchedule", scheduleId=schedule_id, topic="t", msg="m", cron="0 2 * * *")
+    # As if created where its time zone was known and read where the tzdata lacks it.
+    await query("UPDATE delayqueue_schedule SET timezone = 'Mars/Olympus' WHERE schedule_id = 'a'")
+    got = await call(api, "getSchedule", method="get", scheduleId="a")
+    assert got["code"] == 200 and (got["schedule"]["timezone"], got["schedule"]["nextFireTimes"]) == (
+        "Mars/Olympus", [])
+    listed = await call(api, "listSchedules", method="get")
+    assert [(s["scheduleId"], len(s["nextFireTimes"])) for s in listed["schedules"]] == [("a", 0), ("b", 5)]
+    changed = await call(api, "updateSchedule", scheduleId="a", msg="new")
+    assert changed["code"] == 400 and "Mars/Olympus" in changed["msg"]
+    assert (await call(api, "updateSchedule", scheduleId="a", timezone="UTC"))["code"] == 200
+
+
 async def test_a_second_schedule_under_one_id_is_refused_and_the_cap_holds(api, settings):
     assert (await call(api, "createSchedule", scheduleId="a", topic="t", msg="m", everyMillis="1000"))["code"] == 200
     again = await call(api, "createSchedule", scheduleId="a", topic="t", msg="other", everyMillis="2000")
