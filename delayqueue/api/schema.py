@@ -371,7 +371,8 @@ class ScheduleSerializer(serializers.Serializer):
     maxRetry = serializers.IntegerField(help_text="-1: the topic's default")
     paused = serializers.BooleanField()
     nextFireTimes = serializers.ListField(child=serializers.IntegerField(),
-                                          help_text="the next five ticks (epoch ms); empty while paused or ended")
+                                          help_text="the next five ticks (epoch ms); empty while paused or ended, "
+                                                    "or while its rule cannot be read (a time zone the server lacks)")
     createTime = serializers.IntegerField()
     updateTime = serializers.IntegerField()
 

@@ -1,6 +1,7 @@
 """The API's wire shapes, in one place: the services answer Messages and typed replies, and the
 views render them here into camellia's JSON (and read a validated send into a SendRequest)."""
 from delayqueue.core.messages import Message
+from delayqueue.core.schedule_rules import RuleError
 from delayqueue.core.schedules import ScheduleRow
 from delayqueue.live.stats import Gap
 from delayqueue.services.dead_letters import DeadLetter, RedriveProgress
@@ -121,5 +122,9 @@ def schedule(row: ScheduleRow, now: int) -> dict:
         answer["everyMillis"] = None
     else:
         answer["cron"] = answer["timezone"] = None
-    answer.update(nextFireTimes=row.next_fire_times(now), createTime=row.created_at, updateTime=row.updated_at)
+    try:
+        fire_times = row.next_fire_times(now)
+    except RuleError:  # a rule this process cannot read (a time zone its tzdata lacks): the rest is still answered
+        fire_times = []
+    answer.update(nextFireTimes=fire_times, createTime=row.created_at, updateTime=row.updated_at)
     return answer

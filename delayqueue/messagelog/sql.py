@@ -777,8 +777,8 @@ INSERT INTO {tables.SCHEDULE} AS s (namespace, schedule_id, topic, payload, cron
     end_time, catch_up, priority, ttl_millis, max_retry, paused, generation, planned_until, plan_at, created_at,
     updated_at)
 VALUES (%(namespace)s, %(schedule_id)s, %(topic)s, %(payload)s, %(cron)s, %(timezone)s, %(every_millis)s,
-    %(start_time)s, %(end_time)s, %(catch_up)s, %(priority)s, %(ttl_millis)s, %(max_retry)s, %(paused)s, 0,
-    %(planned_until)s, %(plan_at)s, {from_millis("%(now)s")}, {from_millis("%(now)s")})
+    %(start_time)s, %(end_time)s, %(catch_up)s, %(priority)s, %(ttl_millis)s, %(max_retry)s, %(paused)s,
+    %(generation)s, %(planned_until)s, %(plan_at)s, {from_millis("%(now)s")}, {from_millis("%(now)s")})
 ON CONFLICT (namespace, schedule_id) DO NOTHING
 RETURNING {_SCHEDULE}
 """
@@ -803,6 +803,12 @@ WHERE id = %(id)s
 RETURNING {_SCHEDULE}
 """
 DELETE_SCHEDULE = f"DELETE FROM {tables.SCHEDULE} WHERE id = %(id)s"
+# Whether the topic has a message under any of these msgIds (a generation's first ticks, probed
+# by msgId, which leads message_natural_key).
+TICKS_TAKEN = f"""
+SELECT 1 FROM {tables.MESSAGE}
+WHERE msg_id = ANY(%(msg_ids)s::text[]) AND topic = %(topic)s AND namespace = %(namespace)s LIMIT 1
+"""
 # The planner's claim: schedules whose plan_at has come, locked, soonest first; another scanner
 # skips them, and takes them once this one commits or dies.
 CLAIM_SCHEDULES = f"""

@@ -10,11 +10,11 @@ import dataclasses
 from dataclasses import dataclass
 
 from delayqueue.core.clock import now_millis
-from delayqueue.core.constants import SCHEDULE_MAX_TICKS_PER_ROUND, CatchUp
+from delayqueue.core.constants import SCHEDULE_LEAD_MILLIS, SCHEDULE_MAX_TICKS_PER_ROUND, CatchUp
 from delayqueue.core.exceptions import BadRequest, CapReached, Conflict, NotFound
 from delayqueue.core.messages import Message
 from delayqueue.core.schedule_rules import CronRule, RuleError
-from delayqueue.core.schedules import ScheduleRow, plan_time, run_now_msg_id
+from delayqueue.core.schedules import ScheduleRow, plan_time, run_now_msg_id, tick_msg_id
 from delayqueue.messagelog import sql
 from delayqueue.runtime import Runtime
 from delayqueue.services.messages import delete_message, get_message
@@ -60,6 +60,7 @@ async def create_schedule(rt: Runtime, *, spec: ScheduleSpec) -> ScheduleRow:
         if count >= rt.config.max_schedules:
             raise CapReached(f"namespace {rt.ns.namespace!r} has {count} schedules", setting="DELAYQUEUE_MAX_SCHEDULES",
                              cap=rt.config.max_schedules)
+        draft = dataclasses.replace(draft, generation=await _free_generation(rt, conn, draft, now))
         found = await conn.execute(sql.INSERT_SCHEDULE, {
             **dataclasses.asdict(draft), "plan_at": plan_time(draft, planned_until), "now": now})
         row = await found.fetchone()
@@ -164,9 +165,32 @@ async def _change(rt: Runtime, schedule_id: str, change) -> ScheduleRow:
         floor = now if row.paused else await _withdraw(rt, row, now)  # nothing is planned while paused
         planned_until = max(floor, _plan_from(fields, now))
         new = dataclasses.replace(row, **fields, generation=row.generation + 1, planned_until=planned_until)
+        if not new.paused:  # a paused one is checked when resumed
+            new = dataclasses.replace(new, generation=await _free_generation(rt, conn, new, now))
         found = await conn.execute(sql.UPDATE_SCHEDULE, {
             **dataclasses.asdict(new), "plan_at": plan_time(new, planned_until), "now": now})
         return ScheduleRow(*await found.fetchone())
+
+
+async def _free_generation(rt: Runtime, conn, row: ScheduleRow, now: int) -> int:
+    """row.generation, or the first after it whose msgIds of the row's first ticks no message of
+    the topic holds. A schedule deleted moments before under the same scheduleId left its ticks
+    sent ahead as deleted messages under those msgIds, and msgId dedupe would answer the new
+    ticks with them: none would fire. Twice the lead: room for the clocks of other processes."""
+    ticks = row.ticks(row.planned_until, now + 2 * SCHEDULE_LEAD_MILLIS, SCHEDULE_MAX_TICKS_PER_ROUND)
+    generation = row.generation
+    while ticks:
+        msg_ids = [tick_msg_id(row.schedule_id, tick, generation) for tick in ticks]
+        if rt.config.message_log:  # the log holds every message Redis does, and the ended ones longer
+            found = await conn.execute(sql.TICKS_TAKEN, {"msg_ids": msg_ids, "topic": row.topic,
+                                                         "namespace": rt.ns.namespace})
+            taken = await found.fetchone() is not None
+        else:
+            taken = any([await get_message(rt, topic=row.topic, msg_id=msg_id) is not None for msg_id in msg_ids])
+        if not taken:
+            break
+        generation += 1
+    return generation
 
 
 async def _withdraw(rt: Runtime, row: ScheduleRow, now: int) -> int:

@@ -12,7 +12,8 @@ message, whoever plans it and however often.
 A tick first reached more than SCHEDULE_MISSED_AFTER_MILLIS after its time was missed (no
 scanner ran): the schedule's catch-up policy fires each missed tick once, only the latest, or
 none, and a ScheduleGap row says which. A tick whose send is refused (a limit, Redis or the log
-down) stops its schedule's plan there; it is tried again RETRY_MILLIS later.
+down) stops its schedule's plan there; it is tried again RETRY_MILLIS later, as is a schedule
+whose rule this process cannot read (a time zone its tzdata lacks): the others go on.
 """
 import asyncio
 import logging
@@ -25,6 +26,7 @@ from delayqueue.core.constants import (SCHEDULE_LEAD_MILLIS, SCHEDULE_MAX_TICKS_
                                        SCHEDULE_MISSED_AFTER_MILLIS, CatchUp)
 from delayqueue.core.exceptions import QueueError
 from delayqueue.core.outage import Outage
+from delayqueue.core.schedule_rules import RuleError
 from delayqueue.core.schedules import ScheduleRow, plan_time
 from delayqueue.core.stopping import repeat
 from delayqueue.messagelog import sql
@@ -72,18 +74,24 @@ class Scheduler:
             if not rows:
                 return 0
             budget = TICKS_PER_ROUND
-            plans = []
+            plans, saved, refused = [], [], None
             for row in rows:
                 if budget <= 0:
                     break  # the rows left keep their plan_at: the next round takes them
-                plans.append(plan_ticks(row, now, budget))
+                try:
+                    plans.append(plan_ticks(row, now, budget))
+                except RuleError as exc:
+                    # A rule this process cannot read (a time zone its tzdata lacks) holds up no other schedule.
+                    refused = refused or RuleError(f"schedule {row.schedule_id!r}: {exc}")
+                    saved.append(sql.Planned(row.id, row.planned_until, now + RETRY_MILLIS))
+                    continue
                 budget -= len(plans[-1].ticks)
             requests = [SendRequest(topic=plan.row.topic, msg=plan.row.payload, msg_id=plan.row.msg_id(tick),
                                     ttl_millis=plan.row.ttl_millis, max_retry=plan.row.max_retry, trigger_time=tick,
                                     priority=plan.row.priority)
                         for plan in plans for tick in plan.ticks]
             outcomes = await self._send(requests)
-            saved, gaps, refused, start = [], [], None, 0
+            gaps, start = [], 0
             for plan in plans:
                 mine, start = outcomes[start:start + len(plan.ticks)], start + len(plan.ticks)
                 failed = next((i for i, outcome in enumerate(mine) if isinstance(outcome, QueueError)), None)

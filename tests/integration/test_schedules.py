@@ -125,6 +125,21 @@ async def test_a_schedule_that_cannot_be_used_is_refused_with_a_message_naming_t
     assert (await call(api, "listSchedules", method="get"))["schedules"] == []
 
 
+async def test_a_schedule_whose_rule_this_process_cannot_read_is_still_read_and_listed(api):
+    for schedule_id in ("a", "b"):
+        await call(api, "createSchedule", scheduleId=schedule_id, topic="t", msg="m", cron="0 2 * * *")
+    # As if created where its time zone was known and read where the tzdata lacks it.
+    await query("UPDATE delayqueue_schedule SET timezone = 'Mars/Olympus' WHERE schedule_id = 'a'")
+    got = await call(api, "getSchedule", method="get", scheduleId="a")
+    assert got["code"] == 200 and (got["schedule"]["timezone"], got["schedule"]["nextFireTimes"]) == (
+        "Mars/Olympus", [])
+    listed = await call(api, "listSchedules", method="get")
+    assert [(s["scheduleId"], len(s["nextFireTimes"])) for s in listed["schedules"]] == [("a", 0), ("b", 5)]
+    changed = await call(api, "updateSchedule", scheduleId="a", msg="new")
+    assert changed["code"] == 400 and "Mars/Olympus" in changed["msg"]
+    assert (await call(api, "updateSchedule", scheduleId="a", timezone="UTC"))["code"] == 200
+
+
 async def test_a_second_schedule_under_one_id_is_refused_and_the_cap_holds(api, settings):
     assert (await call(api, "createSchedule", scheduleId="a", topic="t", msg="m", everyMillis="1000"))["code"] == 200
     again = await call(api, "createSchedule", scheduleId="a", topic="t", msg="other", everyMillis="2000")
@@ -330,6 +345,29 @@ async def test_deleting_a_schedule_deletes_the_ticks_it_sent_ahead(rt, planner):
     assert await planner().plan_once(now=now_millis() + 60 * SECOND) == 0
 
 
+@pytest.mark.parametrize("changed_before", [False, True])
+async def test_a_schedule_created_again_under_a_deleted_ones_id_fires_at_the_times_the_delete_withdrew(
+        rt, planner, changed_before):
+    """The deleted schedule's ticks sent ahead stay, deleted, under their msgIds, which msgId
+    dedupe would answer for the new schedule's ticks of the same times and generation: also
+    for a change of the new one, when the old one had been changed."""
+    start = now_millis() + LEEWAY
+    await every(rt, start=start)
+    if changed_before:
+        await update_schedule(rt, schedule_id="s", changes={"payload": "v2"})
+    await planner().plan_once()
+    withdrawn = await live_ticks(rt)
+    await schedules.delete_schedule(rt, schedule_id="s")
+    await every(rt, start=start)
+    if changed_before:
+        await update_schedule(rt, schedule_id="s", changes={"payload": "v3"})
+    await planner().plan_once()
+    ticks = await live_ticks(rt)
+    assert withdrawn and set(ticks.values()) >= set(withdrawn.values())
+    assert not set(ticks) & set(withdrawn)  # new msgIds: the withdrawn ticks stay deleted
+    assert {(await get_message(rt, topic="t", msg_id=m)).status for m in withdrawn} == {Status.DELETED}
+
+
 async def test_a_restore_after_redis_lost_its_data_brings_the_ticks_back_and_none_twice(rt, planner):
     await every(rt, start=now_millis() + LEEWAY)
     p = planner()
@@ -360,6 +398,20 @@ async def test_a_refused_tick_is_sent_again_later_and_the_plan_does_not_pass_it(
     monkeypatch.setattr(scheduler_module, "send_messages", real)
     assert await p.plan_once(now=row.plan_at) == 1
     assert min((await live_ticks(rt)).values()) == row.start_time
+
+
+async def test_a_schedule_whose_rule_the_planner_cannot_read_holds_up_no_other(rt, planner):
+    await every(rt, schedule_id="good", start=now_millis() + LEEWAY)
+    await every(rt, schedule_id="bad", start=now_millis() + LEEWAY)
+    # As if created where its time zone was known and planned where the tzdata lacks it.
+    await query("UPDATE delayqueue_schedule SET cron = '* * * * *', every_millis = NULL, timezone = 'Mars/Olympus' "
+                "WHERE schedule_id = 'bad'")
+    before = await schedules.get_schedule(rt, schedule_id="bad")
+    now = now_millis()
+    assert await planner().plan_once(now=now) == 2
+    assert (await live_ticks(rt)) and all(msg_id.startswith("good@") for msg_id in await live_ticks(rt))
+    after = await schedules.get_schedule(rt, schedule_id="bad")
+    assert (after.planned_until, after.plan_at) == (before.planned_until, now + scheduler_module.RETRY_MILLIS)
 
 
 async def test_a_cron_schedule_over_a_daylight_saving_change_fires_each_wall_time_once(rt, planner):
