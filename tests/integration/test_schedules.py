@@ -138,6 +138,11 @@ async def test_a_schedule_whose_rule_this_process_cannot_read_is_still_read_and_
     changed = await call(api, "updateSchedule", scheduleId="a", msg="new")
     assert changed["code"] == 400 and "Mars/Olympus" in changed["msg"]
     assert (await call(api, "updateSchedule", scheduleId="a", timezone="UTC"))["code"] == 200
+    # One with ticks planned ahead is deleted all the same (they cannot be told apart without the rule).
+    await query("UPDATE delayqueue_schedule SET timezone = 'Mars/Olympus', planned_until = planned_until + 60000"
+                " WHERE schedule_id = 'b'")
+    assert (await call(api, "deleteSchedule", scheduleId="b"))["code"] == 200
+    assert (await call(api, "getSchedule", method="get", scheduleId="b"))["code"] == 404
 
 
 async def test_a_second_schedule_under_one_id_is_refused_and_the_cap_holds(api, settings):
