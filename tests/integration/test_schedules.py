@@ -137,6 +137,8 @@ async def test_a_schedule_whose_rule_this_process_cannot_read_is_still_read_and_
     assert [(s["scheduleId"], len(s["nextFireTimes"])) for s in listed["schedules"]] == [("a", 0), ("b", 5)]
     changed = await call(api, "updateSchedule", scheduleId="a", msg="new")
     assert changed["code"] == 400 and "Mars/Olympus" in changed["msg"]
+    paused = await call(api, "pauseSchedule", scheduleId="a")
+    assert paused["code"] == 400 and "Mars/Olympus" in paused["msg"]
     assert (await call(api, "updateSchedule", scheduleId="a", timezone="UTC"))["code"] == 200
     # One with ticks planned ahead is deleted all the same (they cannot be told apart without the rule).
     await query("UPDATE delayqueue_schedule SET timezone = 'Mars/Olympus', planned_until = planned_until + 60000"
