@@ -272,6 +272,20 @@ def test_a_start_and_an_end_bound_the_ticks_and_a_deleted_schedule_stops(server,
     assert set(topic_ids(server, "u").values()) == {DELETED}  # the 10 sent ahead withdrawn, none after
 
 
+def test_a_schedule_created_again_under_a_deleted_ones_id_fires_at_the_times_the_delete_withdrew(server, client):
+    start = server.clock.now_ms() + 2000
+    client.create_schedule("s", "t", "x", every=2, start=start)  # ticks up to 10 s ahead: 5 sent
+    withdrawn = set(topic_ids(server, "t"))
+    client.delete_schedule("s")
+    client.create_schedule("s", "t", "y", every=2, start=start)
+    held = topic_ids(server, "t")
+    assert {held[msg_id] for msg_id in withdrawn} == {DELETED}
+    assert {msg_id: status for msg_id, status in held.items() if msg_id not in withdrawn} == {
+        f"s@{start + i * 2000}#1": WAITING for i in range(5)}  # the same times under msgIds of their own
+    server.clock.advance(2)
+    assert [(m.msg_id, m.msg) for m in client.pull("t")] == [(f"s@{start}#1", "y")]
+
+
 def test_a_cron_schedule_is_kept_and_answered_but_never_fires_on_the_fake(server, client):
     client.create_schedule("c", "t", "x", cron="* * * * *")
     server.clock.advance(timedelta(days=1))

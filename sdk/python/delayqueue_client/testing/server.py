@@ -783,6 +783,15 @@ class FakeServer:
                 floor = tick
         return floor
 
+    def _take_free_generation(self, schedule: FakeSchedule, now: int) -> None:
+        """The server's: moves the schedule's generation on past any whose first ticks' msgIds a
+        message of its topic holds (the ticks a schedule deleted under the same scheduleId sent
+        ahead stay, deleted, under theirs: dedupe would answer the new ticks with them)."""
+        ticks = schedule.ticks(schedule.planned_until, now + 2 * SCHEDULE_LEAD_MILLIS, SCHEDULE_MAX_TICKS_PER_ROUND)
+        messages = self._topic(schedule.topic).messages
+        while ticks and any(schedule.msg_id(tick) in messages for tick in ticks):
+            schedule.generation += 1
+
     @staticmethod
     def _plan_from(fields: dict[str, Any], now: int) -> int:
         return now if fields["start_time"] is None else max(now, fields["start_time"] - 1)
@@ -807,6 +816,7 @@ class FakeServer:
         schedule = self._schedules[schedule_id] = FakeSchedule(
             schedule_id=schedule_id, generation=0, planned_until=self._plan_from(fields, now), created_at=now,
             updated_at=now, planned_from=now, **fields)
+        self._take_free_generation(schedule, now)
         self._plan_schedules(now)
         return {"schedule": schedule.wire(now)}
 
@@ -837,6 +847,8 @@ class FakeServer:
         schedule.generation += 1
         schedule.planned_until = max(floor, self._plan_from(fields, now))
         schedule.updated_at = schedule.planned_from = now
+        if not schedule.paused:  # a paused one is checked when resumed
+            self._take_free_generation(schedule, now)
         self._plan_schedules(now)
         return {"schedule": schedule.wire(now)}
 
