@@ -289,6 +289,34 @@ async def test_dead_letters_of_every_shard_are_listed_and_redriven(single_rt, st
         assert await rt.redis.hexists(rt.ns.topic(shard_of("dead", m.msg_id, 3)).msgs, m.msg_id)
 
 
+async def test_a_dead_letter_redriven_while_its_count_drains_is_reached_in_its_new_life(single_rt, start_scanner):
+    """Its ended body is kept in the count given up (DELAYQUEUE_ENDED_RETENTION_MILLIS): the new
+    life goes there too, so getMsg and ackMsg reach the life that is live, not the dead one."""
+    rt = single_rt
+    sent = await send_messages(rt, requests=[SendRequest("redo", f"r{i}", msg_id=f"r{i}") for i in range(6)])
+    for m in await pull_all(rt, "redo", 6):
+        assert (await nack_message(rt, topic="redo", msg_id=m.msg_id, dead_letter=True, reason="bad")).done
+    await start_scanner(rt)
+
+    async def all_dead():
+        page, _ = await dead_letters(rt, topic="redo", limit=100, cursor=None)
+        return len(page) == 6
+
+    await wait_until(all_dead, timeout=10, interval=0.1, what="6 dead letters in the log")
+    await shard_topic(rt, "redo", 3)
+    task_id = await create_redrive(rt, topic="redo", msg_ids=None, max_per_second=1000)
+
+    async def redriven():
+        return (await redrive_state(rt, task_id=task_id)).done
+
+    await wait_until(redriven, timeout=15, interval=0.1, what="the redrive")
+    for m in sent:
+        assert (await get_message(rt, topic="redo", msg_id=m.msg_id)).status == Status.READY
+    again = await pull_all(rt, "redo", 6)
+    assert sorted(m.msg_id for m in again) == sorted(m.msg_id for m in sent)
+    assert await ack_messages(rt, topic="redo", msg_ids=[m.msg_id for m in again]) == [True] * 6
+
+
 async def test_a_push_topic_with_shards_delivers_from_every_shard(single_rt, start_scanner, start_pusher,
                                                                   push_receiver):
     rt = single_rt
