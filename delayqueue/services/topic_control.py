@@ -55,14 +55,27 @@ async def set_topic_config(rt: Runtime, *, topic: str, changes: dict, limits: di
             caps=TopicConfigCaps(rows=rt.config.max_topic_configs, push_concurrency=rt.config.max_push_concurrency),
             placement=placement)
     except BaseException:
-        if given_up:  # the count stays: it may pack again (else it only would not, until the next change)
-            await write_mirrors(rt, {topic: before})
+        if given_up:  # the count stays, it may pack again, unless the save went through and only its answer was lost
+            try:
+                await _mirror_saved(rt, topic)
+            except Exception:  # PostgreSQL unreadable: the save most likely failed with it
+                await write_mirrors(rt, {topic: before})
         raise
-    table = await rt.topic_configs.fresh()
     if limits:
         await rt.limits.fresh()
-    await write_mirrors(rt, {topic: table.get(topic, DEFAULT_SETTINGS)})
+    await _mirror_saved(rt, topic)
     return secret
+
+
+async def _mirror_saved(rt: Runtime, topic: str) -> None:
+    """Writes the topic's mirror from its settings as saved, until a read after the write finds
+    them unchanged: a change saved by another process after this one's read may have written its
+    mirror first, and this write would leave Redis with the older settings (a count given up
+    marked current again, a pause undone), as no later change would mend them."""
+    written = None
+    while (saved := (await rt.topic_configs.fresh()).get(topic, DEFAULT_SETTINGS)) != written:
+        await write_mirrors(rt, {topic: saved})
+        written = saved
 
 
 async def _placement(rt: Runtime, count: int) -> list[tuple[int, int]] | None:

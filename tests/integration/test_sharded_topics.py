@@ -1,6 +1,7 @@
 """Sharded topics (live/shards.py): one topic's messages over many key sets, each in a slot of its
 own, on the single Redis and on the 3-master Cluster."""
 import asyncio
+import dataclasses
 import random
 import signal
 import time
@@ -14,7 +15,7 @@ from delayqueue.core.clock import now_millis
 from delayqueue.core.constants import Reason, Status
 from delayqueue.core.exceptions import Conflict, Throttled
 from delayqueue.live import keys, scripts, stats
-from delayqueue.live.keys import Shard
+from delayqueue.live.keys import Meta, Shard
 from delayqueue.live.shards import shard_of, topic_shards
 from delayqueue.ops.figures import live_state, topic_overview
 from delayqueue.services.consume import (ack_message, ack_messages, long_poll_messages, nack_message, pull_messages,
@@ -26,6 +27,7 @@ from delayqueue.services.send import SendRequest, send_message, send_messages
 from delayqueue.services.topic_control import pause_topic, resume_topic, set_topic_config
 from delayqueue.services.topics import monitor_data, purge_topic, redis_millis, topic_config, topic_info
 from delayqueue.stores.rows import forget_drained_shards
+from delayqueue.stores.topic_settings import DEFAULT as DEFAULT_SETTINGS
 from delayqueue.workers import loader as loader_module
 from delayqueue.workers import scanner as scanner_module
 from delayqueue.workers.loader import Loader
@@ -315,6 +317,28 @@ async def test_a_dead_letter_redriven_while_its_count_drains_is_reached_in_its_n
     again = await pull_all(rt, "redo", 6)
     assert sorted(m.msg_id for m in again) == sorted(m.msg_id for m in sent)
     assert await ack_messages(rt, topic="redo", msg_ids=[m.msg_id for m in again]) == [True] * 6
+
+
+async def test_a_change_whose_mirror_would_land_after_a_later_changes_leaves_redis_with_both(rt, monkeypatch):
+    """A pause by one process read its settings back before another process's count change was
+    saved, and wrote its mirror after that change's: the pause rereads and writes again, so Redis
+    ends with the given-up count marked draining and the topic paused."""
+    other = make_runtime(rt.config.redis_url)
+    try:
+        before = (await other.topic_configs.fresh()).get("race", DEFAULT_SETTINGS)
+        stale_reads = iter([{"race": dataclasses.replace(before, paused=True)}])
+        fresh = other.topic_configs.fresh
+
+        async def read_before_the_count_change():
+            return next(stale_reads, None) or await fresh()
+
+        await shard_topic(rt, "race", 3)
+        monkeypatch.setattr(other.topic_configs, "fresh", read_before_the_count_change)
+        await pause_topic(other, topic="race")
+        metas = [await rt.redis.hgetall(rt.ns.topic(shard).meta) for shard in topic_shards("race", (3, 1))]
+        assert [(meta[Meta.DRAINING], meta[Meta.PAUSED]) for meta in metas] == [("0", "1")] * 3 + [("1", "1")]
+    finally:
+        await other.close()
 
 
 async def test_a_push_topic_with_shards_delivers_from_every_shard(single_rt, start_scanner, start_pusher,
