@@ -106,8 +106,11 @@ async def _pull_shards(rt: Runtime, pull: Pull, counts: tuple[int, ...]) -> scri
         batch = grant.granted
     open_shards = topic_shards(pull.topic, counts)
     shard_count = len(open_shards)
-    # Each shard keeps its share of the topic's bound on messages in flight (a push topic's concurrency).
-    max_inflight = -(-pull.max_inflight // shard_count)
+    # Each shard keeps its share of the topic's bound on messages in flight (a push topic's concurrency), the
+    # shares adding up to it: pushers taking from different shards hold to it together (shares rounded up did
+    # not). Yet one at least: a shard with none could never hand its messages out.
+    share, extra = divmod(pull.max_inflight, shard_count)
+    max_inflight = {shard: max(share + (i < extra), min(pull.max_inflight, 1)) for i, shard in enumerate(open_shards)}
     messages: list[Message] = []
     remaining: dict[Shard, int] = {}
     due_in: list[tuple[int, int, Shard | None]] = [(-1, 0, None)]  # (next_due_us, server_now_us, shard)
@@ -127,7 +130,7 @@ async def _pull_shards(rt: Runtime, pull: Pull, counts: tuple[int, ...]) -> scri
         try:
             replies = await rt.scripts.run([scripts.pull(rt.context, shard, batch=n, consume_rate=0,
                                                          ack_timeout_millis=pull.ack_timeout_millis,
-                                                         max_inflight=max_inflight) for shard, n in asks])
+                                                         max_inflight=max_inflight[shard]) for shard, n in asks])
         except RedisError as exc:
             replies = [exc] * len(asks)
         for (shard, n), reply in zip(asks, replies):

@@ -18,7 +18,8 @@ from delayqueue.live import keys, scripts, stats
 from delayqueue.live.keys import Meta, Shard
 from delayqueue.live.shards import shard_of, topic_shards
 from delayqueue.ops.figures import live_state, topic_overview
-from delayqueue.services.consume import (ack_message, ack_messages, long_poll_messages, nack_message, pull_messages,
+from delayqueue.services.consume import (Pull, ack_message, ack_messages, long_poll_messages, nack_message, pull_many,
+                                         pull_messages,
                                          touch_message)
 from delayqueue.services.dead_letters import create_redrive, dead_letters, redrive_state
 from delayqueue.services.messages import delete_message, get_message, reschedule_message
@@ -356,6 +357,32 @@ async def test_a_push_topic_with_shards_delivers_from_every_shard(single_rt, sta
 
     await wait_until(all_acked, timeout=15, interval=0.1, what="every push acked")
     assert sorted(request["message"]["msgId"] for request in receiver.requests) == sorted(m.msg_id for m in sent)
+
+
+async def test_a_push_topics_concurrency_holds_over_its_shards_whichever_pusher_takes_them(single_rt):
+    """Each shard holds a share of pushConcurrency, the shares adding up to it: pushers pulling
+    apart (each with its own free slots) never have more in flight together."""
+    rt = single_rt
+
+    async def sharded(topic: str) -> None:
+        await shard_topic(rt, topic, 3)
+        changed_at = (await rt.topic_configs.fresh())[topic].shards_changed_at
+        assert await sync_to_async(forget_drained_shards)(namespace=rt.ns.namespace, topic=topic, count=1,
+                                                          changed_at=changed_at)  # count 1 never held any
+        await rt.topic_configs.fresh()
+
+    async def taken(topic: str, slots: int, pushers: int) -> list[int]:
+        return [len((await pull_many(rt, pulls=[Pull(topic, slots, 60_000, max_inflight=slots)]))[0].messages)
+                for _pusher in range(pushers)]
+
+    await sharded("hooks")
+    await send_messages(rt, requests=[SendRequest("hooks", "x", msg_id=f"h{i}") for i in range(30)])
+    assert sum(await taken("hooks", 4, 3)) == 4  # shares of 2, 1 and 1 (rounded up, 2 each took 6)
+    # With fewer slots than shards, each shard still has one: none of its messages is stuck.
+    await sharded("few")
+    await send_messages(rt, requests=[SendRequest("few", "x", msg_id=msg_id_in("few", 3, index, "f"))
+                                      for index in range(3)])
+    assert await taken("few", 1, 4) == [1, 1, 1, 0]
 
 
 async def test_bad_shard_counts_are_refused(api, single_rt):
