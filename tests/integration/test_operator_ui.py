@@ -120,6 +120,15 @@ def test_the_topic_page_sets_a_push_url_and_shows_its_secret_once(admin_client):
     assert row.push_previous_secret == secret and f"<code>{row.push_secret}</code>" in rotated
 
 
+def test_push_concurrency_beyond_the_namespace_cap_is_refused_on_the_page_and_nothing_saved(admin_client, settings):
+    settings.DELAYQUEUE = {**settings.DELAYQUEUE, "MAX_PUSH_CONCURRENCY": 10}
+    page = page_of(admin_client.post(topic_url("topic", "default", "orders"), form_values(
+        push_url="http://127.0.0.1:9/hook", push_concurrency="11"), follow=True))
+    assert "DELAYQUEUE_MAX_PUSH_CONCURRENCY" in page and "the cap is 10" in page
+    assert "Settings saved" not in page and not TopicConfig.objects.exists()
+    assert 'name="push_concurrency" value="11"' in page  # the form as posted, to change and save again
+
+
 def test_bad_settings_and_bad_topics_are_refused_with_a_reason(admin_client):
     page = page_of(admin_client.post(topic_url("topic", "default", "orders"),
                                      form_values(retry_backoff_millis="-5", max_live="0")))

@@ -20,7 +20,7 @@ from delayqueue.core.clock import from_millis
 from delayqueue.core.constants import (MAX_DELAY_MILLIS, MAX_LIMIT, MAX_PUSH_URL_LENGTH, MAX_RETRY, MAX_SHARDS,
                                        PUSH_MAX_CONCURRENCY, PUSH_MAX_TIMEOUT_MILLIS, REDRIVE_DEFAULT_RATE,
                                        REDRIVE_MAX_RATE, RETRY_BACKOFF_MAX_MILLIS)
-from delayqueue.core.exceptions import BadRequest, QueueError
+from delayqueue.core.exceptions import BadRequest, CapReached, QueueError
 from delayqueue.core.names import checked_namespace
 from delayqueue.messagelog.routing import database_of
 from delayqueue.models import Limit, RedriveTask, TopicConfig
@@ -193,6 +193,8 @@ class TopicConfigAdmin(NamespacedAdmin):
                                           rotate_push_secret=data["rotate_push_secret"], by_operator=True)
                 except BadRequest as exc:  # a push URL not allowed, a rotation without one: nothing saved
                     form.add_error("shards" if str(exc).startswith("shards:") else "push_url", str(exc))
+                except CapReached as exc:  # a namespace's cap (settings rows, push concurrency): nothing saved either
+                    form.add_error(None, str(exc))
                 except (RedisError, QueueError) as exc:
                     self.message_user(request, f"Settings saved in PostgreSQL, but their Redis copy could not be "
                                                f"written ({exc}): save again", messages.ERROR)
