@@ -24,7 +24,7 @@ from django.http import HttpResponse
 from django.urls import Resolver404, ResolverMatch, get_resolver, set_script_prefix
 
 from delayqueue.api import edge
-from delayqueue.api.auth import GRANT_KEY, authenticate, bearer_token
+from delayqueue.api.auth import GRANT_KEY, authenticate, header_token
 from delayqueue.config.settings import load_config
 from delayqueue.core.deadlines import loop_deadlines
 from delayqueue.core.exceptions import QueueError, Refused
@@ -174,9 +174,7 @@ class EventLoopAPIHandler(BoundedASGIHandler):
         if match is None or getattr(getattr(match.func, "view_class", None), "needs_scope", None) is None:
             return None
         rt = current()
-        token = scope.get("delayqueue.token") or next(
-            (bearer_token(value.decode("latin-1")) for name, value in scope["headers"] if name == b"authorization"),
-            None)
+        token = scope.get("delayqueue.token") or header_token(scope["headers"])
         try:
             scope[GRANT_KEY] = await authenticate(rt, token, address=(scope.get("client") or ("",))[0])
         except QueueError as error:

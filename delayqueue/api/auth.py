@@ -29,10 +29,19 @@ def bearer_token(authorization: str) -> str | None:
     return None
 
 
+def header_token(headers) -> str | None:
+    """The token of the first Authorization header among ASGI's raw headers; None without one."""
+    return next((bearer_token(value.decode("latin-1")) for name, value in headers if name == b"authorization"), None)
+
+
 def request_token(request) -> str | None:
-    """The token of the path prefix, else of the Authorization header; None without one."""
-    token = getattr(request, "scope", {}).get("delayqueue.token")  # ASGI requests only
-    return token or bearer_token(request.META.get("HTTP_AUTHORIZATION", ""))
+    """The token of the path prefix, else of the Authorization header; None without one. The one
+    api/asgi.py authenticated: Django's META joins repeated headers with ",", and a token read there
+    would let a second header make each request another holder of the token's long polls."""
+    scope = getattr(request, "scope", None)  # ASGI requests only
+    if scope is None:
+        return bearer_token(request.META.get("HTTP_AUTHORIZATION", ""))
+    return scope.get("delayqueue.token") or header_token(scope["headers"])
 
 
 def present(token: str | None) -> str:

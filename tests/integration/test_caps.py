@@ -138,6 +138,24 @@ async def test_a_token_holding_its_cap_of_long_polls_is_refused_another_one_is_n
     assert again["code"] == 200
 
 
+async def test_a_second_authorization_header_does_not_make_a_long_poll_another_holders(api, caps, single_rt):
+    """The poll is counted under the token it was let in with: Django joins repeated headers into one
+    value, which read as a token would differ with whatever the second header says."""
+    await caps(MAX_LONG_POLLS_PER_TOKEN=1)
+    shop = await token()
+    poll = {"topic": "lp", "longPollingTimeoutMillis": "30000"}
+    held = asyncio.ensure_future(ask(api, "delayQueue/longPollingMsg", "post", poll, shop))
+    key = single_rt.for_namespace("shop").ns.long_polls(token_hash(shop))
+    await wait_until(lambda: _count_is(single_rt.redis.zcard(key), 1), what="the poll held")
+    for second in ("Bearer x", "Basic eDp5"):
+        response = await api.post("/camellia/delayQueue/longPollingMsg", data=poll,
+                                  headers=[("Authorization", f"Bearer {shop}"), ("Authorization", second)])
+        assert refused_by(response.json(), "DELAYQUEUE_MAX_LONG_POLLS_PER_TOKEN"), response.json()
+    sent = await ask(api, "delayQueue/sendMsg", "post", {"topic": "lp", "msg": "m", "delayMillis": "0"}, shop)
+    assert sent["code"] == 200 and len((await held)["delayMsgList"]) == 1
+    assert await single_rt.redis.keys(single_rt.for_namespace("shop").ns.long_polls("*")) == []
+
+
 async def test_a_second_restore_of_a_namespace_is_refused_while_one_runs(api):
     shop = await token()
     running = make_runtime(REDIS_URL).for_namespace("shop")

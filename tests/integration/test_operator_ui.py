@@ -23,6 +23,7 @@ from delayqueue.services.messages import get_message
 from delayqueue.services.send import SendRequest, send_message
 from delayqueue.services.topic_control import pause_topic
 from delayqueue.services.topics import redis_millis, topic_config, topic_info
+from delayqueue.stores.rows import save_topic_config
 from delayqueue.workers.redriver import Redriver
 from tests.helpers import drain_history, send
 from tests.integration.test_dead_letters import fill_dead
@@ -127,6 +128,18 @@ def test_push_concurrency_beyond_the_namespace_cap_is_refused_on_the_page_and_no
     assert "DELAYQUEUE_MAX_PUSH_CONCURRENCY" in page and "the cap is 10" in page
     assert "Settings saved" not in page and not TopicConfig.objects.exists()
     assert 'name="push_concurrency" value="11"' in page  # the form as posted, to change and save again
+
+
+def test_a_push_secret_cannot_be_guessed_through_the_topic_list_filters(clerk_client):
+    """The list takes a field's lookup from its query string: on a signing secret it would tell one
+    who may only look whether a guess of its start is right, a character at a time."""
+    secret = save_topic_config(namespace="default", topic="orders", changes={"push_url": "http://127.0.0.1:9/hook"},
+                               limits={}, by_operator=True)
+    for field in ("push_secret", "push_previous_secret"):
+        for lookup in (field, f"{field}__startswith", f"{field}__gt"):
+            answer = clerk_client.get("/admin/delayqueue/topicconfig/", {lookup: secret[:10]})
+            assert answer.status_code == 400, (lookup, answer.status_code)
+    assert "orders" in page_of(clerk_client.get("/admin/delayqueue/topicconfig/", {"paused__exact": "0"}))
 
 
 def test_bad_settings_and_bad_topics_are_refused_with_a_reason(admin_client):

@@ -9,6 +9,7 @@ from urllib.parse import urlencode
 from django import forms
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
+from django.db.models.constants import LOOKUP_SEP
 from django.http import HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
@@ -32,6 +33,8 @@ from delayqueue.services.topic_control import pause_topic, resume_topic, set_top
 from delayqueue.services.topics import purge_topic, topic_config, topic_info
 
 DEAD_PAGE_SIZE = 50
+# Shown once, when made (the topic page answering the save): never read back, nor filtered on.
+SECRET_FIELDS = ("push_secret", "push_previous_secret")
 # A running redrive's page reloads itself this often.
 REDRIVE_REFRESH_SECONDS = 1
 
@@ -123,6 +126,13 @@ class TopicConfigAdmin(NamespacedAdmin):
     # A row is created by saving a topic's page; a topic's settings are changed there too.
     def has_add_permission(self, request):
         return False
+
+    def lookup_allowed(self, lookup, value, request=None):
+        # The list takes any field's lookup from its query string: on a signing secret
+        # (?push_secret__startswith=...) it would answer whether a guess is right, a character at a time.
+        if lookup.split(LOOKUP_SEP, 1)[0] in SECRET_FIELDS:
+            return False
+        return super().lookup_allowed(lookup, value, request)
 
     def has_delete_permission(self, request, obj=None):
         return False
