@@ -91,7 +91,7 @@ async def restore_rows(rt: Runtime, *, rows: Iterable[dict], include_expired: bo
     for shard, messages in by_shard.items():
         for start in range(0, len(messages), SCRIPT_MESSAGES):
             calls.append(scripts.restore(
-                rt.context, shard, dry_run=dry_run,
+                rt.context, shard, dry_run=dry_run, with_times=include_expired,
                 messages=[(m.msg_id, m.payload, m.produce_time, m.trigger_time, m.expire_time, m.max_retry, m.retry,
                            m.priority)
                           for m in messages[start:start + SCRIPT_MESSAGES]]))

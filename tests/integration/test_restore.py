@@ -210,6 +210,9 @@ async def test_include_expired_brings_back_undelivered_expired_messages_with_a_f
     assert back.status == Status.READY and back.expire_time - back.trigger_time >= 30
     [pulled], _ = await pull_messages(rt, topic="x")
     assert pulled.payload == "late"
+    await drain_log(rt, ["x"])
+    # The log takes the fresh TTL too: after a second loss, a restore would find it expired by its old one.
+    assert (await logged("x", m.msg_id))["expireTime"] == back.expire_time
 
 
 @pytest.mark.fault
