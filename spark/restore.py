@@ -114,7 +114,7 @@ def add_arguments(p) -> None:
     common.add_redis_url(p)
     common.add_partitions(p)
     p.add_argument("--topic", type=arguments.topic_name, help="only this topic")
-    p.add_argument("--msg-id", type=arguments.non_empty, help="only this message id")
+    p.add_argument("--msg-id", type=arguments.msg_id, help="only this message id")
     p.add_argument("--include-expired", action="store_true",
                    help="also bring back messages whose TTL ran out before delivery, with their TTL anew")
     p.add_argument("--dry-run", action="store_true", help="count what would be restored, change nothing")

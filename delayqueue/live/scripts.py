@@ -615,10 +615,12 @@ def lock_take_over(ctx: ScriptContext, topic: str | Shard, *, gone_token: str, t
     return ScriptCall(LOCK_TAKE_OVER, [ctx.ns.topic(topic).lock], [gone_token, token, ttl_millis])
 
 
-def restore(ctx: ScriptContext, topic: str | Shard, *, dry_run: bool, messages: Sequence[Sequence]) -> ScriptCall:
+def restore(ctx: ScriptContext, topic: str | Shard, *, dry_run: bool, with_times: bool,
+            messages: Sequence[Sequence]) -> ScriptCall:
     """`messages`: per message the values named by RESTORE.repeated, in that order."""
     k = ctx.ns.topic(topic)
-    args = [ctx.ns.ready_channel, ctx.ns.schedule_channel, k.topic, _flag(dry_run), ctx.actor, *_flat(messages)]
+    args = [ctx.ns.ready_channel, ctx.ns.schedule_channel, k.topic, _flag(dry_run), ctx.actor, _flag(with_times),
+            *_flat(messages)]
     return ScriptCall(RESTORE, [k.waiting, k.ready, k.msgs, k.expiry, k.meta, k.events, k.prioritised, k.cold_hours],
                       args)
 

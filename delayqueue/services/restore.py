@@ -91,7 +91,7 @@ async def restore_rows(rt: Runtime, *, rows: Iterable[dict], include_expired: bo
     for shard, messages in by_shard.items():
         for start in range(0, len(messages), SCRIPT_MESSAGES):
             calls.append(scripts.restore(
-                rt.context, shard, dry_run=dry_run,
+                rt.context, shard, dry_run=dry_run, with_times=include_expired,
                 messages=[(m.msg_id, m.payload, m.produce_time, m.trigger_time, m.expire_time, m.max_retry, m.retry,
                            m.priority)
                           for m in messages[start:start + SCRIPT_MESSAGES]]))
@@ -165,6 +165,10 @@ async def _restore(rt: Runtime, topic: str | None, msg_id: str | None, include_e
                 left_cold.setdefault(name, {})[hour] = left
         if left_cold and not dry_run and msg_id is None:
             await _set_cold_counts(rt, left_cold)
+        if cold_topics := [name for name, hours in left_cold.items() if hours and not dry_run]:
+            # The loaders work registered topics only: one whose messages all stay cold has none
+            # restored to register it, and they would never be loaded.
+            await rt.scripts.call(scripts.register_topics(rt.context, at=now_millis(), topics=cold_topics))
         if progress:
             progress(counts, total + counts.left_cold)
         writing: set[asyncio.Task] = set()

@@ -750,6 +750,29 @@ async def test_a_restore_after_redis_lost_everything_rebuilds_the_hot_window_onl
         await loader.close()
 
 
+@pytest.mark.fault
+async def test_a_topic_whose_messages_a_restore_all_leaves_cold_is_registered_and_they_fire(cold_rt, start_scanner):
+    """The restore brings back none of the topic's messages (all beyond the 1 s window), so no
+    restored message registers it: the restore must, as a scanner's loader works registered
+    topics only, and nothing else would ever bring them in."""
+    rt = cold_rt
+    cold = [await send(rt, msg=f"cold {i}", delay=5000 + i) for i in range(3)]
+    await rt.redis.flushall()
+    counts = await restore(rt)
+    assert (counts.restored, counts.left_cold) == (0, 3)
+    assert await topics_module.list_topics(rt) == ["t"]
+    await start_scanner(rt)
+    pulled = []
+
+    async def fired():
+        pulled.extend((await pull_messages(rt, topic="t", batch=3))[0])
+        return len(pulled) == 3
+
+    await wait_until(fired, timeout=15, interval=0.01, what="the messages left cold to fire")
+    assert sorted(p.msg_id for p in pulled) == sorted(m.msg_id for m in cold)
+    assert now_millis() >= max(m.trigger_time for m in cold)
+
+
 async def test_metrics_show_cold_messages_and_how_far_ahead_the_window_is(api, settings):
     settings.DELAYQUEUE = {**settings.DELAYQUEUE, "HOT_WINDOW_MILLIS": 30_000}
     rt = make_runtime(REDIS_URL, hot_window_millis=30_000)

@@ -210,6 +210,9 @@ async def test_include_expired_brings_back_undelivered_expired_messages_with_a_f
     assert back.status == Status.READY and back.expire_time - back.trigger_time >= 30
     [pulled], _ = await pull_messages(rt, topic="x")
     assert pulled.payload == "late"
+    await drain_log(rt, ["x"])
+    # The log takes the fresh TTL too: after a second loss, a restore would find it expired by its old one.
+    assert (await logged("x", m.msg_id))["expireTime"] == back.expire_time
 
 
 @pytest.mark.fault
@@ -277,6 +280,12 @@ def test_restore_command_prints_counts_and_refuses_bad_options(clean_state, sett
            "it has U+0009" in bad_topic.stderr
     with pytest.raises(CommandError, match="unrecognized arguments: --bogus"):
         restore_in_process("--bogus")
+    # A byte of argv that is not UTF-8 (a surrogate in Python) reached the log's driver, which
+    # raised; a control character is no msgId either (the API refuses it). The parser refuses both.
+    for msg_id, refused in (("bad\udcffbyte", "U\\+DCFF"), ("a\x01b", "U\\+0001")):
+        with pytest.raises(CommandError, match=f"argument --msg-id: .*a msgId must be UTF-8 text without control "
+                                               f"characters; it has {refused}"):
+            restore_in_process("--msg-id", msg_id)
     no_log = manage("restore", DATABASE_URL="postgres://postgres@127.0.0.1:1/none")
     assert no_log.returncode == 1 and "message log unavailable" in no_log.stderr and "Traceback" not in no_log.stderr
     # A refused connection is retried (Redis may be restarting) until the timeout.

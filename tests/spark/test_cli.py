@@ -26,6 +26,7 @@ def one_line_error(result, code: int, *fragments: str) -> None:
     ("spark.stats", ["--since", "yesterday"], "--since: not a date"),
     ("spark.restore", ["--partitions", "0"], "--partitions: must be at least 1"),
     ("spark.reconcile", ["--topic", "bad\ttopic"], "--topic: 'bad\\ttopic': a topic must be"),
+    ("spark.restore", ["--msg-id", "bad\x01id"], "--msg-id: 'bad\\x01id': a msgId must be"),
     ("spark.archive", ["--to", "/tmp/x"], "the following arguments are required: --older-than-days"),
     ("spark.archive", ["--to", "/tmp/x", "--older-than-days", "36501"], "--older-than-days: must be at most 36500 days"),
 ])

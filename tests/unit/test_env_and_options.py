@@ -4,7 +4,7 @@ import argparse
 
 import pytest
 
-from delayqueue.config.arguments import age_in_days, non_empty, positive_int, topic_name
+from delayqueue.config.arguments import age_in_days, msg_id, non_empty, positive_int, topic_name
 from delayqueue.config.env import env_bool, env_int, env_url
 from delayqueue.config.settings import HOST_TOKEN_MIN_LENGTH, SETTINGS, checked_host_token
 from delayqueue.core.constants import MAX_AGE_DAYS
@@ -52,7 +52,7 @@ def test_env_url_names_the_variable_and_never_echoes_the_value(monkeypatch):
 
 def test_option_types_take_good_values_and_refuse_bad_ones_in_argparse_terms():
     assert positive_int("1") == 1 and age_in_days(str(MAX_AGE_DAYS)) == MAX_AGE_DAYS
-    assert topic_name("a.b:c-d_e") == "a.b:c-d_e" and non_empty("x") == "x"
+    assert topic_name("a.b:c-d_e") == "a.b:c-d_e" and non_empty("x") == "x" and msg_id("订单 42/x") == "订单 42/x"
     assert [topic_name(t) for t in ("订单-cancel", " a/b {c}* ", "é" * 127 + "x")] == ["订单-cancel", " a/b {c}* ", "é" * 127 + "x"]
     for parse, text, message in [(positive_int, "0", "must be at least 1, got 0"),
                                  (positive_int, "ten", "not an integer: 'ten'"),
@@ -62,7 +62,10 @@ def test_option_types_take_good_values_and_refuse_bad_ones_in_argparse_terms():
                                  (topic_name, "é" * 128, "a topic must be .*; it is 256 bytes"),
                                  (topic_name, "tab\there", "a topic must be .*; it has U\\+0009"),
                                  (topic_name, "bad\udcffbyte", "it has U\\+DCFF"),  # a non-UTF-8 argv byte
-                                 (non_empty, "", "must not be empty")]:
+                                 (non_empty, "", "must not be empty"),
+                                 (msg_id, "", "must not be empty"),
+                                 (msg_id, "bad\udcffbyte", "a msgId must be .*; it has U\\+DCFF"),
+                                 (msg_id, "a\x7fb", "it has U\\+007F")]:
         with pytest.raises(argparse.ArgumentTypeError, match=message):
             parse(text)
 

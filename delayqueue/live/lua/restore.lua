@@ -15,7 +15,9 @@
 -- ARGV[3] topic
 -- ARGV[4] dry_run: 1 counts only, 0 restores
 -- ARGV[5] actor: 'process@host' for the history, '' with the message log off
--- ARGV[6...] per message: msg_id, payload, produce_time, trigger_time, expire_time, max_retry, retry, priority
+-- ARGV[6] with_times: 1 records each message's times in an entry of its own (a TTL given anew, which
+-- the log row must take), 0 one entry for the call
+-- ARGV[7...] per message: msg_id, payload, produce_time, trigger_time, expire_time, max_retry, retry, priority
 -- Returns {restored, already held}
 -- @include clock
 -- @include history
@@ -33,7 +35,7 @@ local added, changes = {}, {}
 -- Messages the cold tier kept in the log only (due after hot_until) are in Redis once restored.
 local hot_until = tonumber(redis.call('HGET', meta, META.HOT_UNTIL) or '-1')
 local was_cold = {}
-for i = 6, #ARGV, 8 do
+for i = 7, #ARGV, 8 do
   local id = ARGV[i]
   if dry_run then
     if redis.call('HEXISTS', msgs, id) == 1 then
@@ -63,6 +65,12 @@ if restored > 0 and not dry_run then
   redis.call('HSETNX', meta, META.REGISTERED, 1)
   -- The topic's scanner may be asleep towards a later time, or not know the topic yet.
   redis.call('PUBLISH', ARGV[2], topic)
-  log_events(events, ARGV[5], changes, 0, REASON.RESTORED)
+  if ARGV[6] == '1' then
+    for _, m in ipairs(added) do
+      log_event(events, ARGV[5], m.msgId, m, 0, REASON.RESTORED, true)
+    end
+  else
+    log_events(events, ARGV[5], changes, 0, REASON.RESTORED)
+  end
 end
 return {restored, held}

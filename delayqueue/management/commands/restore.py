@@ -6,7 +6,7 @@ import time
 from django.core.management.base import BaseCommand, CommandError
 from redis.exceptions import RedisError
 
-from delayqueue.config.arguments import namespace_name, non_empty, topic_name
+from delayqueue.config.arguments import msg_id, namespace_name, topic_name
 from delayqueue.config.settings import load_config
 from delayqueue.core.exceptions import LogUnavailable, Throttled
 from delayqueue.runtime import Runtime
@@ -52,7 +52,7 @@ class Command(BaseCommand):
         parser.add_argument("--namespace", type=namespace_name,
                             help="the namespace to restore (default DELAYQUEUE_NAMESPACE)")
         parser.add_argument("--topic", type=topic_name, help="only this topic")
-        parser.add_argument("--msg-id", type=non_empty, help="only this message id")
+        parser.add_argument("--msg-id", type=msg_id, help="only this message id")
         parser.add_argument("--include-expired", action="store_true",
                             help="also bring back messages whose TTL ran out before delivery, with their TTL anew")
         parser.add_argument("--dry-run", action="store_true", help="count what would be restored, change nothing")
