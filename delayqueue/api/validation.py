@@ -15,7 +15,7 @@ from delayqueue.core.constants import (DEAD_LIST_DEFAULT_LIMIT, DEAD_LIST_MAX_LI
                                        PUSH_MAX_TIMEOUT_MILLIS, PUSH_TIMEOUT_DEFAULT_MILLIS, REDRIVE_DEFAULT_RATE,
                                        REDRIVE_MAX_RATE, RETRY_BACKOFF_MAX_MILLIS, SCHEDULE_LIST_DEFAULT_LIMIT,
                                        SCHEDULE_LIST_MAX_LIMIT, CatchUp)
-from delayqueue.core.names import CONTROL_CHARACTER_PATTERN, topic_problem
+from delayqueue.core.names import CONTROL_CHARACTER_PATTERN, MAX_MSG_ID_CHARS, topic_problem
 
 # Counts and retries below 0 mean "the default"; a floor keeps them plain integers all the way to Lua.
 MIN_COUNT = -100_000
@@ -66,20 +66,17 @@ class TextField(serializers.CharField):
         extend_schema_field(schema)(self)
 
 
-# A msgId's own rule, apart from the topic's: no C0 or C1 control character and no DEL (they
-# would reach logs, terminals and the admin's pages as commands or invisible text).
-MSG_ID_CONTROL_CHARACTERS = "[\\x00-\\x1f\\x7f-\\x9f]"
-
-
 class MsgIdField(TextField):
-    # Searched in the value as sent, before trimming: "id\n" is refused, not taken as "id".
-    refused = re.compile(MSG_ID_CONTROL_CHARACTERS)
+    # No C0 or C1 control character and no DEL (they would reach logs, terminals and the admin's pages
+    # as commands or invisible text), searched in the value as sent, before trimming: "id\n" is
+    # refused, not taken as "id".
+    refused = re.compile(CONTROL_CHARACTER_PATTERN)
     default_error_messages = {"control": "must not contain control characters"}
 
     def __init__(self, **kwargs):
-        kwargs.setdefault("max_length", 256)
-        kwargs.setdefault("help_text", "the message's id within its topic (at most 256 characters, no control "
-                                       "characters)")
+        kwargs.setdefault("max_length", MAX_MSG_ID_CHARS)
+        kwargs.setdefault("help_text", f"the message's id within its topic (at most {MAX_MSG_ID_CHARS} characters, "
+                                       "no control characters)")
         super().__init__(**kwargs)
 
     def run_validation(self, data=empty):

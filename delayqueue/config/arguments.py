@@ -1,10 +1,9 @@
 """Option types shared by the command lines (manage.py commands, the Spark jobs, the benchmarks).
 A bad value ends, as argparse reports it, in one line naming the option and exit code 2."""
 import argparse
-import re
 
 from delayqueue.core.constants import MAX_AGE_DAYS, MAX_LIMIT
-from delayqueue.core.names import checked_namespace, topic_problem
+from delayqueue.core.names import checked_namespace, msg_id_problem, topic_problem
 
 
 def positive_int(text: str) -> int:
@@ -49,18 +48,10 @@ def namespace_name(text: str) -> str:
         raise argparse.ArgumentTypeError(f"not a namespace: {exc}") from None
 
 
-# What the API refuses in a msgId (api/validation.MsgIdField), and surrogates: a byte of argv that
-# is not UTF-8 reaches Python as one, and the message log cannot take it (a traceback, not a line).
-_NOT_IN_MSG_ID = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
-
-
 def msg_id(text: str) -> str:
-    if not text:
-        raise argparse.ArgumentTypeError("must not be empty")
-    refused = _NOT_IN_MSG_ID.search(text)
-    if refused:
-        raise argparse.ArgumentTypeError(f"{text!r}: a msgId must be UTF-8 text without control characters; "
-                                         f"it has U+{ord(refused[0]):04X}")
+    problem = msg_id_problem(text)
+    if problem:
+        raise argparse.ArgumentTypeError(f"{text!r}: a msgId {problem}")
     return text
 
 

@@ -1,4 +1,4 @@
-"""What a topic and a namespace may be called.
+"""What a topic, a namespace and a msgId may be called.
 
 A topic: what camellia accepts, any non-empty UTF-8 text without control characters, up to
 MAX_TOPIC_BYTES bytes. The API's serializers, the admin, the dashboard and the command lines'
@@ -6,14 +6,19 @@ MAX_TOPIC_BYTES bytes. The API's serializers, the admin, the dashboard and the c
 so no character of it can break a key.
 
 A namespace goes raw into Redis keys (inside the topic's hash tag), so it has no ':' or braces:
-NAMESPACE_PATTERN. DELAYQUEUE_NAMESPACE, tokens, the admin and --namespace all ask checked_namespace."""
+NAMESPACE_PATTERN. DELAYQUEUE_NAMESPACE, tokens, the admin and --namespace all ask checked_namespace.
+
+A msgId: text without control characters, up to MAX_MSG_ID_CHARS characters (the API's MsgIdField,
+the log's column); the command lines' --msg-id ask msg_id_problem."""
 import re
 
 from delayqueue.core.constants import MAX_TOPIC_BYTES
 
+MAX_MSG_ID_CHARS = 256
 NAMESPACE_PATTERN = r"[A-Za-z0-9._-]{1,64}"
 
 TOPIC_RULE = f"must be 1-{MAX_TOPIC_BYTES} bytes of UTF-8 text without control characters"
+MSG_ID_RULE = f"must be UTF-8 text without control characters, 1-{MAX_MSG_ID_CHARS} characters long"
 # Control characters (C0, DEL, C1), and surrogates, which are no text and have no UTF-8 form.
 _REFUSED_CHARACTER = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
 # A JSON-schema pattern (ECMA and Python alike) for a control character, for the API's schema.
@@ -31,6 +36,19 @@ def topic_problem(topic: str) -> str | None:
         size = len(topic.encode("utf-8"))
         if size > MAX_TOPIC_BYTES:
             return f"{TOPIC_RULE}; it is {size} bytes"
+    return None
+
+
+def msg_id_problem(msg_id: str) -> str | None:
+    """What makes this text no msgId, worded after the rule; None for a good one. A byte of argv that
+    is not UTF-8 reaches Python as a surrogate, which the message log cannot take."""
+    if not msg_id:
+        return f"{MSG_ID_RULE}; it is empty"
+    refused = _REFUSED_CHARACTER.search(msg_id)
+    if refused:
+        return f"{MSG_ID_RULE}; it has U+{ord(refused[0]):04X}"
+    if len(msg_id) > MAX_MSG_ID_CHARS:
+        return f"{MSG_ID_RULE}; it has {len(msg_id)}"
     return None
 
 

@@ -308,8 +308,9 @@ def test_redrive_command_shows_progress_until_done(clean_state, scanner_process,
     bad = subprocess.run([sys.executable, "manage.py", "redrive", "--topic", "cli", "--rate", "0"], cwd=ROOT,
                          env=env, capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "--rate: must be at least 1" in bad.stderr and "Traceback" not in bad.stderr
-    with pytest.raises(CommandError, match="--msg-id: must not be empty"):
-        call_command("redrive", "--topic", "cli", "--msg-id", "")
+    for bad_id, problem in (("", "it is empty"), ("bad\udcffbyte", "it has U\\+DCFF")):  # a non-UTF-8 argv byte
+        with pytest.raises(CommandError, match=f"--msg-id: .*a msgId must be .*; {problem}"):
+            call_command("redrive", "--topic", "cli", "--msg-id", bad_id)
 
 
 async def test_the_dead_letter_endpoints_over_http(api, single_rt):

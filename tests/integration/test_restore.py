@@ -284,7 +284,7 @@ def test_restore_command_prints_counts_and_refuses_bad_options(clean_state, sett
     # raised; a control character is no msgId either (the API refuses it). The parser refuses both.
     for msg_id, refused in (("bad\udcffbyte", "U\\+DCFF"), ("a\x01b", "U\\+0001")):
         with pytest.raises(CommandError, match=f"argument --msg-id: .*a msgId must be UTF-8 text without control "
-                                               f"characters; it has {refused}"):
+                                               f"characters, 1-256 characters long; it has {refused}"):
             restore_in_process("--msg-id", msg_id)
     no_log = manage("restore", DATABASE_URL="postgres://postgres@127.0.0.1:1/none")
     assert no_log.returncode == 1 and "message log unavailable" in no_log.stderr and "Traceback" not in no_log.stderr

@@ -63,9 +63,11 @@ def test_option_types_take_good_values_and_refuse_bad_ones_in_argparse_terms():
                                  (topic_name, "tab\there", "a topic must be .*; it has U\\+0009"),
                                  (topic_name, "bad\udcffbyte", "it has U\\+DCFF"),  # a non-UTF-8 argv byte
                                  (non_empty, "", "must not be empty"),
-                                 (msg_id, "", "must not be empty"),
+                                 (msg_id, "", "a msgId must be UTF-8 text without control characters, 1-256 "
+                                              "characters long; it is empty"),
                                  (msg_id, "bad\udcffbyte", "a msgId must be .*; it has U\\+DCFF"),
-                                 (msg_id, "a\x7fb", "it has U\\+007F")]:
+                                 (msg_id, "a\x7fb", "it has U\\+007F"),
+                                 (msg_id, "x" * 257, "a msgId must be .*; it has 257")]:
         with pytest.raises(argparse.ArgumentTypeError, match=message):
             parse(text)
 

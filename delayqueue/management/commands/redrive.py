@@ -5,7 +5,7 @@ from argparse import ArgumentTypeError
 
 from django.core.management.base import BaseCommand, CommandError
 
-from delayqueue.config.arguments import namespace_name, non_empty, positive_int, topic_name
+from delayqueue.config.arguments import msg_id, namespace_name, positive_int, topic_name
 from delayqueue.config.settings import load_config
 from delayqueue.core.constants import REDRIVE_DEFAULT_RATE, REDRIVE_MAX_RATE
 from delayqueue.core.exceptions import BadRequest, LogUnavailable
@@ -30,7 +30,7 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--topic", type=topic_name, required=True, help="the topic whose dead letters go back")
-        parser.add_argument("--msg-id", dest="msg_ids", action="append", type=non_empty,
+        parser.add_argument("--msg-id", dest="msg_ids", action="append", type=msg_id,
                             help="only this dead letter (repeatable); default: all of the topic's")
         parser.add_argument("--rate", type=rate, default=REDRIVE_DEFAULT_RATE,
                             help=f"most messages per second ({REDRIVE_DEFAULT_RATE})")
