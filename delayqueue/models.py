@@ -17,6 +17,7 @@ from delayqueue.core.constants import (MAX_EVENT_DETAIL, MAX_LIMIT, MAX_PUSH_URL
                                        MAX_TOPIC_BYTES, PUSH_CONCURRENCY_DEFAULT, PUSH_MAX_CONCURRENCY,
                                        PUSH_MAX_TIMEOUT_MILLIS, PUSH_TIMEOUT_DEFAULT_MILLIS, RETRY_BACKOFF_MAX_MILLIS,
                                        CatchUp, Reason, Status)
+from delayqueue.core.names import MAX_MSG_ID_CHARS
 from delayqueue.messagelog import tables
 
 
@@ -24,7 +25,7 @@ class Message(models.Model):
     namespace = models.CharField(max_length=128)
     # varchar counts characters: a topic of MAX_TOPIC_BYTES bytes has at most as many.
     topic = models.CharField(max_length=MAX_TOPIC_BYTES)
-    msg_id = models.CharField("msgId", max_length=256)
+    msg_id = models.CharField("msgId", max_length=MAX_MSG_ID_CHARS)
     payload = models.TextField()
     produce_time = models.DateTimeField()
     trigger_time = models.DateTimeField()
@@ -81,7 +82,7 @@ class MessageEvent(models.Model):
 
     namespace = models.CharField(max_length=128)
     topic = models.CharField(max_length=MAX_TOPIC_BYTES)
-    msg_id = models.CharField("msgId", max_length=256)
+    msg_id = models.CharField("msgId", max_length=MAX_MSG_ID_CHARS)
     event_id = models.CharField(max_length=40)
     at = models.DateTimeField()
     from_status = models.SmallIntegerField(choices=[(0, "none"), *Status.choices])
