@@ -17,6 +17,7 @@ import sys
 from collections.abc import Iterable
 
 from delayqueue.config import arguments
+from delayqueue.core.clock import now_millis
 from delayqueue.live.keys import namespace_keys
 from delayqueue.messagelog import sql, tables
 from delayqueue.runtime import Runtime
@@ -147,8 +148,10 @@ def run(spark, args) -> tuple[int, int, int]:
     skipped += ended
     if answers_loss_report(args.topic, args.msg_id, dry_run):
         client = common.sync_redis(args.redis_url)
-        try:
-            client.delete(namespace_keys(args.namespace).data_lost)
+        keys = namespace_keys(args.namespace)
+        try:  # the marker too, as manage.py restore (services/restore.restore) sets it
+            client.set(keys.marker, now_millis(), nx=True)
+            client.delete(keys.data_lost)
         finally:
             client.close()
     verb = "would restore" if dry_run else "restored"

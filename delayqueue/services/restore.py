@@ -121,6 +121,8 @@ async def restore(rt: Runtime, *, topic: str | None = None, msg_id: str | None =
     except psycopg.Error as exc:
         raise log_unavailable(exc) from None
     if answers_loss_report(topic, msg_id, dry_run):
+        # The marker too: a scanner that had not looked since the loss would report it after this.
+        await rt.redis.set(rt.ns.marker, now_millis(), nx=True)
         await rt.redis.delete(rt.ns.data_lost)
     return counts
 

@@ -282,6 +282,22 @@ async def test_a_scanner_reports_redis_losing_its_data_until_a_full_restore(sing
     assert await _data_lost_gauge(api) == 0
 
 
+async def test_a_full_restore_before_the_scanner_looks_again_leaves_no_report_behind(single_rt, start_scanner, caplog):
+    """The restore sets the marker: a scanner's next look (once a second) finds Redis holding its data."""
+    rt = single_rt
+    await send_messages(rt, requests=[SendRequest(topic="t", msg=str(i), delay_millis=60_000) for i in range(3)])
+    await start_scanner(rt)
+
+    async def marked():
+        return await rt.redis.exists(rt.ns.marker)
+
+    await wait_until(marked, what="the scanner to set the marker")
+    await rt.redis.flushall()
+    assert (await restore(rt)).restored == 3
+    await asyncio.sleep(1.5)  # a look or two later
+    assert await rt.redis.get(rt.ns.data_lost) is None
+
+
 async def test_a_scanner_started_on_an_emptied_redis_reports_the_live_messages_of_the_log(
         single_rt, start_scanner, caplog):
     rt = single_rt
