@@ -264,6 +264,23 @@ async def test_pause_resume_and_purge_cover_every_shard(rt):
     assert (info.waiting, info.ready, info.consuming) == (0, 0, 0)
 
 
+async def test_a_pull_that_meets_a_shard_paused_before_the_others_answers_what_it_took(rt):
+    """A pause or a resume reaches the shards' meta hashes one after another: a pull that took
+    messages from a shard not yet paused and then met one that is answers them (they are consuming
+    now), not an empty paused list that left them to their ack timeout."""
+    await shard_topic(rt, "half", 3)
+    msg_ids = sorted(msg_id_in("half", 3, index, f"m{index}") for index in (0, 1))
+    await send_messages(rt, requests=[SendRequest("half", "x", msg_id=msg_id) for msg_id in msg_ids])
+    await rt.redis.hset(rt.ns.topic(Shard("half", 3, 2)).meta, Meta.PAUSED, 1)
+    pulled = []
+    for _ in range(50):  # the shard asked first is drawn at random: the paused one answers nothing
+        pulled += (await pull_messages(rt, topic="half", batch=10)).messages
+        assert (await topic_info(rt, topic="half")).consuming == len(pulled)
+        if len(pulled) == 2:
+            break
+    assert sorted(m.msg_id for m in pulled) == msg_ids
+
+
 async def test_dead_letters_of_every_shard_are_listed_and_redriven(single_rt, start_scanner):
     rt = single_rt
     await shard_topic(rt, "dead", 3)
