@@ -111,7 +111,8 @@ def send_calls(rt: Runtime, messages: list[Message], *, shards: list[Shard],
     the order of its first message), one per MESSAGES_PER_CALL of its messages, each with their
     positions in `messages`. `logged_waiting`: per message, in the cold tier, the triggerTime of
     the waiting message the message log holds under the msgId (Redis may not hold it: cold);
-    `max_live`: a topic's live-message cap, 0 for none, split evenly over its shards;
+    `max_live`: a topic's live-message cap, 0 for none, split evenly over its shards (the shares adding up to
+    it, each at least one);
     `namespace_capped`: the namespace has one (the topic's share of it is then a cap too);
     `redrive`: dead letters' new lives, which replace their ended messages whatever the dedupe
     window."""
@@ -122,7 +123,10 @@ def send_calls(rt: Runtime, messages: list[Message], *, shards: list[Shard],
     dedupe_window = 0 if redrive else rt.config.dedupe_window_millis
     calls = []
     for shard, mine in positions.items():
-        cap = -(-max_live(shard.topic) // shard.count)
+        # Each shard holds its share of the topic's cap, the shares adding up to it (shares rounded up passed
+        # it: 3 shards of a cap of 4 took 6). Yet one at least: a shard with none could never take its msgIds.
+        share, extra = divmod(max_live(shard.topic), shard.count)
+        cap = max(share + (shard.index < extra), min(max_live(shard.topic), 1))
         for first in range(0, len(mine), MESSAGES_PER_CALL):
             chunk = mine[first:first + MESSAGES_PER_CALL]
             values = [(messages[i].msg_id, messages[i].payload, messages[i].trigger_time, messages[i].expire_time,
