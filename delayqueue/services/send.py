@@ -231,6 +231,20 @@ async def _send_admitted(rt: Runtime, requests: list[SendRequest], admitted: adm
     settings = await rt.topic_configs.table()
     produce_time = now_millis()
     rows = [prepared(rt, request, produce_time, settings) for request in requests]
+    first: dict[tuple[str, str], int] = {}
+    for i, row in enumerate(rows):
+        first.setdefault(row.key, i)
+    if len(first) < len(rows):
+        # A batch naming one msgId twice sends it once, and each repeat answers as the first does: sent on,
+        # a repeat of a cold message (which Redis does not hold) was taken for a new one, its body logged.
+        outcomes = dict(zip(first, await _send_rows(rt, [rows[i] for i in first.values()], admitted, redis_turn)))
+        return [outcomes[row.key] for row in rows]
+    return await _send_rows(rt, rows, admitted, redis_turn)
+
+
+async def _send_rows(rt: Runtime, rows: list[Message], admitted: admission.SendAdmission | None,
+                     redis_turn: asyncio.Lock | None) -> list[Message | QueueError]:
+    """Sends prepared messages of distinct msgIds: their log rows, their send scripts, the log settled."""
     kept: list[Message | None] = [None] * len(rows)
     if rt.config.message_log:
         try:
@@ -276,7 +290,7 @@ async def _send_admitted(rt: Runtime, requests: list[SendRequest], admitted: adm
     new_shards = {shard: None for shard, reply in zip(shards, replies)
                   if not isinstance(reply, Exception) and reply.new_topic}
     if new_shards:
-        outcomes = await _register(rt, list(new_shards), produce_time, rows, outcomes)
+        outcomes = await _register(rt, list(new_shards), rows[0].produce_time, rows, outcomes)
     return outcomes
 
 
