@@ -23,6 +23,7 @@ from delayqueue.core.exceptions import LogUnavailable, MaybeSent, QueueError, re
 from delayqueue.core.messages import Message, new_msg_id
 from delayqueue.live import scripts
 from delayqueue.live.keys import Shard
+from delayqueue.live.protocol import ConnectionLost
 from delayqueue.live.shards import message_shards, shard_of
 from delayqueue.runtime import Runtime
 from delayqueue.services import admission, caps
@@ -323,9 +324,10 @@ def send_errors(rows: list[Message], replies: list) -> list:
 
 
 def _send_failed(row: Message, exc: RedisError) -> QueueError:
-    if isinstance(exc, RedisTimeoutError):
-        # Written but not answered: Redis may yet run it. It stays in the log, and its answer names
-        # its msgId, under which sending it again is safe (a live msgId is not enqueued twice).
+    if isinstance(exc, (RedisTimeoutError, ConnectionLost)):
+        # Written but not answered: Redis may yet run it, or have run it before the connection broke. It stays
+        # in the log, and its answer names its msgId, under which sending it again is safe (a live msgId is not
+        # enqueued twice).
         return MaybeSent(f"redis unavailable: {redis_reason(exc)}; the message may have been enqueued: send it "
                          f"again with msgId {row.msg_id} to be sure", detail=str(exc))
     return redis_unavailable(exc)  # Redis unreachable: the message fails, and leaves the log
