@@ -28,6 +28,10 @@ def as_error(reply):
     return reply
 
 
+class ConnectionLost(RedisConnectionError):
+    """The connection broke with the commands written on it: Redis may have run them."""
+
+
 # Single calls of one loop turn written together (after the turn's first, written at once).
 # Of 4, 8 and all of them, 8 gave the most sendMsg/s with the message log off and on.
 HELD_CALLS_MAX = 8
@@ -124,12 +128,12 @@ class ReplyProtocol(asyncio.Protocol):
                         oldest.future.set_result(oldest.replies)
         except InvalidResponse as exc:
             self.transport.close()
-            self._fail(RedisConnectionError(f"bad reply from Redis: {exc}"))
+            self._fail(ConnectionLost(f"bad reply from Redis: {exc}"))
 
     def connection_lost(self, exc):
         if self._watchdog is not None:
             self._watchdog.cancel()
-        self._fail(RedisConnectionError(f"connection to Redis lost{f': {exc}' if exc else ''}"))
+        self._fail(ConnectionLost(f"connection to Redis lost{f': {exc}' if exc else ''}"))
 
     def _fail(self, error: Exception) -> None:
         self.lost = True

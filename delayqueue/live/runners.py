@@ -9,7 +9,7 @@ from redis.exceptions import NoScriptError, ResponseError
 
 from delayqueue.config.redis_urls import is_cluster_url, url_credentials
 from delayqueue.core.retry import retry_pauses
-from delayqueue.live.protocol import ReplyProtocol, as_error, connect_direct, connect_node, evalsha
+from delayqueue.live.protocol import ConnectionLost, ReplyProtocol, as_error, connect_direct, connect_node, evalsha
 from delayqueue.live.scripts import ScriptCall, load_scripts
 
 
@@ -132,8 +132,9 @@ class ScriptRunner:
         replaced; on a cluster, redis-py may answer that per command) and LOADING replies (a
         restarted Redis reading its data back); only the commands that failed go again. A command whose connection broke
         may have run: sending it again is safe for every script the service sends, a send being
-        a no-op on its own live msgId (services/send.py answers that as the send it is). Not retried:
-        a timeout (the watchdog's), as Redis may still run what it was sent."""
+        a no-op on its own live msgId (services/send.py answers that as the send it is); one not sent
+        again in time answers ConnectionLost, whatever its later tries met. Not retried: a timeout (the
+        watchdog's), as Redis may still run what it was sent."""
         deadline = time.monotonic() + self._timeout
         try:
             replies = await self._send_once(commands)
@@ -148,6 +149,7 @@ class ScriptRunner:
         """_send's tries after the first: `error` is the connection's failure, else the
         commands answered with one (or LOADING) go again."""
         pending = [i for i, reply in enumerate(replies) if isinstance(reply, RedisConnectionError)]  # LOADING too
+        lost = {i for i in pending if isinstance(replies[i], ConnectionLost)}  # sent: they may have run
         for pause in retry_pauses(deadline):
             await asyncio.sleep(pause)
             try:
@@ -155,13 +157,21 @@ class ScriptRunner:
                     replies[i] = reply
             except RedisConnectionError as exc:
                 error = exc
+                lost.update(pending if isinstance(exc, ConnectionLost) else ())
                 continue
             error = None
+            lost.update(i for i in pending if isinstance(replies[i], ConnectionLost))
             pending = [i for i in pending if isinstance(replies[i], RedisConnectionError)]
             if not pending:
                 return replies
-        if error is not None:
+        if error is not None and not lost.intersection(pending):
             raise error
+        for i in pending:
+            if i in lost:  # it reached Redis before its connection broke: it may have run (a send keeps its log row)
+                replies[i] = ConnectionLost("connection to Redis lost after the call was sent; it could not be sent "
+                                            "again")
+            elif error is not None:
+                replies[i] = error
         return replies  # still loading (or failing): those calls answer so
 
     async def _send_once(self, calls: list[ScriptCall]) -> list:

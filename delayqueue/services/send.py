@@ -23,6 +23,7 @@ from delayqueue.core.exceptions import LogUnavailable, MaybeSent, QueueError, re
 from delayqueue.core.messages import Message, new_msg_id
 from delayqueue.live import scripts
 from delayqueue.live.keys import Shard
+from delayqueue.live.protocol import ConnectionLost
 from delayqueue.live.shards import message_shards, shard_of
 from delayqueue.runtime import Runtime
 from delayqueue.services import admission, caps
@@ -111,7 +112,8 @@ def send_calls(rt: Runtime, messages: list[Message], *, shards: list[Shard],
     the order of its first message), one per MESSAGES_PER_CALL of its messages, each with their
     positions in `messages`. `logged_waiting`: per message, in the cold tier, the triggerTime of
     the waiting message the message log holds under the msgId (Redis may not hold it: cold);
-    `max_live`: a topic's live-message cap, 0 for none, split evenly over its shards;
+    `max_live`: a topic's live-message cap, 0 for none, split evenly over its shards (the shares adding up to
+    it, each at least one);
     `namespace_capped`: the namespace has one (the topic's share of it is then a cap too);
     `redrive`: dead letters' new lives, which replace their ended messages whatever the dedupe
     window."""
@@ -122,7 +124,10 @@ def send_calls(rt: Runtime, messages: list[Message], *, shards: list[Shard],
     dedupe_window = 0 if redrive else rt.config.dedupe_window_millis
     calls = []
     for shard, mine in positions.items():
-        cap = -(-max_live(shard.topic) // shard.count)
+        # Each shard holds its share of the topic's cap, the shares adding up to it (shares rounded up passed
+        # it: 3 shards of a cap of 4 took 6). Yet one at least: a shard with none could never take its msgIds.
+        share, extra = divmod(max_live(shard.topic), shard.count)
+        cap = max(share + (shard.index < extra), min(max_live(shard.topic), 1))
         for first in range(0, len(mine), MESSAGES_PER_CALL):
             chunk = mine[first:first + MESSAGES_PER_CALL]
             values = [(messages[i].msg_id, messages[i].payload, messages[i].trigger_time, messages[i].expire_time,
@@ -227,6 +232,20 @@ async def _send_admitted(rt: Runtime, requests: list[SendRequest], admitted: adm
     settings = await rt.topic_configs.table()
     produce_time = now_millis()
     rows = [prepared(rt, request, produce_time, settings) for request in requests]
+    first: dict[tuple[str, str], int] = {}
+    for i, row in enumerate(rows):
+        first.setdefault(row.key, i)
+    if len(first) < len(rows):
+        # A batch naming one msgId twice sends it once, and each repeat answers as the first does: sent on,
+        # a repeat of a cold message (which Redis does not hold) was taken for a new one, its body logged.
+        outcomes = dict(zip(first, await _send_rows(rt, [rows[i] for i in first.values()], admitted, redis_turn)))
+        return [outcomes[row.key] for row in rows]
+    return await _send_rows(rt, rows, admitted, redis_turn)
+
+
+async def _send_rows(rt: Runtime, rows: list[Message], admitted: admission.SendAdmission | None,
+                     redis_turn: asyncio.Lock | None) -> list[Message | QueueError]:
+    """Sends prepared messages of distinct msgIds: their log rows, their send scripts, the log settled."""
     kept: list[Message | None] = [None] * len(rows)
     if rt.config.message_log:
         try:
@@ -272,7 +291,7 @@ async def _send_admitted(rt: Runtime, requests: list[SendRequest], admitted: adm
     new_shards = {shard: None for shard, reply in zip(shards, replies)
                   if not isinstance(reply, Exception) and reply.new_topic}
     if new_shards:
-        outcomes = await _register(rt, list(new_shards), produce_time, rows, outcomes)
+        outcomes = await _register(rt, list(new_shards), rows[0].produce_time, rows, outcomes)
     return outcomes
 
 
@@ -305,9 +324,10 @@ def send_errors(rows: list[Message], replies: list) -> list:
 
 
 def _send_failed(row: Message, exc: RedisError) -> QueueError:
-    if isinstance(exc, RedisTimeoutError):
-        # Written but not answered: Redis may yet run it. It stays in the log, and its answer names
-        # its msgId, under which sending it again is safe (a live msgId is not enqueued twice).
+    if isinstance(exc, (RedisTimeoutError, ConnectionLost)):
+        # Written but not answered: Redis may yet run it, or have run it before the connection broke. It stays
+        # in the log, and its answer names its msgId, under which sending it again is safe (a live msgId is not
+        # enqueued twice).
         return MaybeSent(f"redis unavailable: {redis_reason(exc)}; the message may have been enqueued: send it "
                          f"again with msgId {row.msg_id} to be sure", detail=str(exc))
     return redis_unavailable(exc)  # Redis unreachable: the message fails, and leaves the log

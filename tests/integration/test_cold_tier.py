@@ -102,6 +102,20 @@ async def test_a_resend_of_a_cold_msg_id_answers_the_cold_message_and_changes_no
         await loader.close()
 
 
+async def test_a_batch_naming_a_cold_msg_id_twice_sends_it_once_and_answers_the_first(cold_rt):
+    rt = cold_rt
+    loader = await started(rt)
+    try:
+        first, again = await send_messages(rt, requests=[SendRequest("t", "first", 60_000, "twice"),
+                                                         SendRequest("t", "second", 60_000, "twice")])
+        assert again == first and first.payload == "first"
+        assert (await logged("t", "twice"))["msg"] == "first"
+        info = await topic_info(rt, topic="t")
+        assert (info.waiting, info.waiting_cold) == (1, 1)
+    finally:
+        await loader.close()
+
+
 async def test_the_loader_brings_a_cold_message_in_ahead_of_its_time_and_it_fires_not_early(cold_rt, start_scanner):
     rt = cold_rt
     await start_scanner(rt)

@@ -12,16 +12,18 @@ import time
 import pytest
 import redis
 import redis.asyncio
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from delayqueue.core.exceptions import MaybeSent, RedisUnavailable
+from delayqueue.live import runners
 from delayqueue.live.runners import ScriptRunner
 from delayqueue.services.consume import long_poll_messages, pull_messages
 from delayqueue.services.messages import get_message
 from delayqueue.services.restore import restore
 from delayqueue.services.send import SendRequest, send_message, send_messages
 from delayqueue.services.topics import list_topics
-from tests.helpers import logged, make_runtime, query, wait_until
+from tests.helpers import REDIS_URL, logged, make_runtime, query, wait_until
 from tools.stack import Services, free_port
 
 API = "/camellia/delayQueue/"
@@ -167,6 +169,32 @@ async def test_a_hung_redis_fails_calls_after_the_timeout_then_they_work_again(c
         assert again.msg_id == "maybe"
         pulled, _ = await pull_messages(rt, topic="t", batch=10)
         assert [m.payload for m in pulled] == ["before", "x"]
+    finally:
+        await rt.close()
+
+
+async def test_a_send_whose_connection_broke_after_redis_ran_it_and_stayed_down_may_have_been_sent(
+        clean_state, monkeypatch):
+    """The send reached Redis and ran, then its connection broke and Redis could not be reached
+    again before the timeout (a partition, a slow restart from the append-only file): it may have
+    been enqueued, so it keeps its log row and its answer says so, as a timed-out send's does."""
+    rt = make_runtime(REDIS_URL, redis_timeout_millis=300)
+    try:
+        await send_message(rt, request=SendRequest(topic="t", msg="before", delay_millis=60_000))
+        protocol, tries = rt.scripts._protocol, []  # the script connection, which the first send opened
+        monkeypatch.setattr(protocol, "data_received", lambda _reply: protocol.transport.abort())  # Redis ran it
+
+        async def refused(_url, _timeout):
+            tries.append(_url)
+            raise RedisConnectionError("cannot connect to Redis: [Errno 111] Connection refused")
+
+        monkeypatch.setattr(runners, "connect_direct", refused)
+        with pytest.raises(MaybeSent, match="send it again with msgId lost"):
+            await send_message(rt, request=SendRequest(topic="t", msg="x", delay_millis=60_000, msg_id="lost"))
+        monkeypatch.undo()
+        assert tries  # it was tried again
+        assert (await get_message(rt, topic="t", msg_id="lost")).payload == "x"  # Redis holds it: so does the log
+        assert (await logged("t", "lost"))["msg"] == "x"
     finally:
         await rt.close()
 

@@ -457,6 +457,20 @@ async def test_a_namespace_live_cap_holds_over_sharded_topics(rt):
     assert not isinstance(taken, Throttled) and await live() == 25
 
 
+async def test_a_topic_live_cap_holds_over_its_shards(rt):
+    """Each shard holds a share of the topic's cap, the shares adding up to it: sends to every
+    shard never pass it together."""
+    await shard_topic(rt, "c", 3)
+    await set_limits_now(namespace=rt.ns.namespace, topic="c", max_live=4)
+    await rt.limits.fresh()
+    outcomes = []
+    for i in range(12):  # one by one: a batch's admission counts it whole
+        outcomes += await send_messages(rt, requests=[SendRequest("c", "x", delay_millis=60_000,
+                                                                  msg_id=msg_id_in("c", 3, i % 3, f"c{i}"))])
+    assert sum(not isinstance(o, Throttled) for o in outcomes) == 4  # shares of 2, 1 and 1 (rounded up, 2 each took 6)
+    assert await live_over(rt, "c", (3, 1)) == 4
+
+
 async def test_a_retired_counts_share_of_the_namespace_cap_goes_back_to_the_pool(single_rt, start_scanner,
                                                                                   monkeypatch):
     monkeypatch.setattr(scanner_module, "SHARDS_SETTLE_MILLIS", 200)
