@@ -222,6 +222,13 @@ class Worker:
     # --- shared logic
 
     def _outcome(self, message: Message, error: BaseException | None) -> Outcome:
+        try:
+            return self._steered(message, error)
+        except Exception:  # an exception that cannot be read (its str() raises, ...): its message must still settle
+            log.exception("could not read how the handler of %s/%s failed; nacked", message.topic, message.msg_id)
+            return Outcome(NACK, self._backoff_ms(message), reason_text(type(error).__name__))
+
+    def _steered(self, message: Message, error: BaseException | None) -> Outcome:
         if error is None:
             return Outcome(ACK)
         if isinstance(error, DeadLetter):
