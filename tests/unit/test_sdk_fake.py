@@ -14,7 +14,7 @@ import threading
 from datetime import timedelta
 
 import pytest
-from delayqueue_client import BadRequest, Conflict, NotFound, ServerError, Worker
+from delayqueue_client import BadRequest, Conflict, DeadLetter, NotFound, ServerError, Worker
 from delayqueue_client._calls import Call
 from delayqueue_client._http import MaybeSent, NotSent
 from delayqueue_client.testing import FakeClock, FakeServer
@@ -419,6 +419,35 @@ def test_a_worker_runs_on_the_fake_retrying_a_failing_handler_as_the_server_woul
         runner.join(timeout=30)
     assert sorted(handled) == [("a", 1), ("b", 1), ("flaky", 2), ("later", 1)]
     assert {client.get("jobs", m).status for m in ("a", "b", "flaky", "later")} == {ACKED}
+
+
+class Unprintable(Exception):
+    def __str__(self):
+        raise RuntimeError("no text")
+
+
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_a_handler_exception_the_worker_cannot_read_still_settles_its_message(server, client, asynchronous):
+    # Their outcome failed to compute after the message was marked decided: never settled, a drain never ended.
+    def raised(message):
+        if message.msg == "exc":
+            raise DeadLetter(ValueError("not a number"))  # a reason that is not a str
+        raise Unprintable()
+
+    async def raised_async(message):
+        raised(message)
+
+    client.send("odd", "exc", msg_id="d")
+    client.send("odd", "unprintable", msg_id="u")
+    worker = (Worker(server.async_client(), "odd", raised_async, wait_ms=10) if asynchronous else
+              Worker(client, "odd", raised, wait_ms=10))
+    runner = threading.Thread(target=worker.run, kwargs={"burst": True, "install_signal_handlers": False},
+                              daemon=True)
+    runner.start()
+    runner.join(timeout=10)
+    assert not runner.is_alive(), "the worker did not finish"
+    assert [(m.msg_id, m.dead_detail) for m in client.dead_letters("odd").messages] == [("d", "not a number")]
+    assert client.get("odd", "u").status == READY  # nacked: delivered again
 
 
 def test_a_long_poll_is_woken_by_a_send_and_on_a_real_time_clock_by_a_message_falling_due():

@@ -1,5 +1,7 @@
 """The client SDK's pure logic (sdk/python): envelope -> exception, Message from the API's fields,
 client-made msgIds, request bodies and the retry decision. No server."""
+import io
+import sys
 import time
 import uuid
 
@@ -10,6 +12,7 @@ from delayqueue_client import (AsyncClient, BadRequest, Conflict, DeadLetter, De
                                Message, NotFound, RateLimited, ServerError, Unauthorized, Unavailable)
 from delayqueue_client._calls import (Again, Call, backoff, batch_results, envelope_of, merge_batch, result_of,
                                       send_body)
+from delayqueue_client import cli
 from delayqueue_client._http import MaybeSent, NotSent, proxy_for
 from delayqueue_client.client import Client
 from delayqueue_client.errors import error_from_answer
@@ -256,3 +259,20 @@ def test_the_methods_defined_once_show_their_own_parameters_and_doc_on_both_clie
         assert client.pull.__name__ == "pull" and "long-polls" in client.pull.__doc__
     assert inspect.iscoroutine(coroutine := AsyncClient("http://queue").topic_infos())
     coroutine.close()  # never awaited: nothing was sent
+
+
+@pytest.mark.parametrize("argv, stdin, problem", [
+    (["send", "t", "a\udcffb"], None, "argument msg: not UTF-8 text"),  # a byte of argv that is not UTF-8
+    (["get", "t\udcff", "x"], None, "argument topic: not UTF-8 text"),
+    (["dead", "redrive", "t", "--msg-id", "a", "b\udcff"], None, "argument msg_id: not UTF-8 text"),
+    (["send", "t", "-"], b"from \xff stdin", "the message is not UTF-8 text"),
+    (["send", "t", "x", "--delay", "9" * 400 + "d"], None, "argument --delay: invalid duration"),
+])
+def test_the_cli_answers_text_it_cannot_send_with_one_usage_line_not_a_traceback(monkeypatch, capsys, argv, stdin,
+                                                                                  problem):
+    if stdin is not None:
+        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(stdin), errors="surrogateescape"))
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["--url", "http://127.0.0.1:9", *argv])  # refused before any request
+    assert exited.value.code == 2
+    assert problem in capsys.readouterr().err.splitlines()[-1]

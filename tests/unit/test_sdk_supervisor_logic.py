@@ -20,6 +20,9 @@ def test_the_app_is_the_named_attribute_or_the_one_object_with_a_worker_method()
         load_app("tests.sdk_worker_app:handler")
     with pytest.raises(AppNotFound, match="found none"):
         load_app("tests.helpers")
+    for spec in ("", ":app", ".relative"):  # importlib raised ValueError or TypeError: a traceback, not a usage error
+        with pytest.raises(AppNotFound, match="not a module name"):
+            load_app(spec)
 
 
 def test_a_child_runs_the_same_options_in_its_own_interpreter():

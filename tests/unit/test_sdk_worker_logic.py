@@ -6,8 +6,8 @@ import threading
 from datetime import timedelta
 
 import pytest
-from delayqueue_client import (AsyncClient, Client, DeadLetter, Forbidden, Message, RateLimited, Retry, ServerError,
-                               Unauthorized, Worker)
+from delayqueue_client import (App, AsyncClient, Client, DeadLetter, Forbidden, Message, RateLimited, Retry,
+                               ServerError, Unauthorized, Worker)
 from delayqueue_client._calls import MAX_REASON
 from delayqueue_client.worker import ACK, DEAD, GIVEN_BACK, NACK, Outcome, _HandlerThreads, error_reason
 
@@ -100,6 +100,26 @@ def test_a_handlers_retry_dead_letter_or_exception_decides_the_nack(client):
     assert worker._outcome(message(), KeyError("k")) == Outcome(NACK, None, "KeyError: 'k'")
     with pytest.raises(ValueError, match="negative"):
         Retry(-1)
+
+
+def test_a_retry_raised_from_a_failure_keeps_the_failure_as_its_reason_and_logs_its_traceback(client, caplog):
+    # A task's retry_backoff raises Retry(delay) from the task's error: its dead letter showed "Retry: retry in 2 s"
+    # and the error was logged at INFO without its traceback.
+    app = App(client)
+
+    @app.task(name="flaky", retry_backoff=2)
+    def flaky() -> None:
+        raise ConnectionError("db down")
+
+    body = '{"v":1,"task":"flaky","args":[],"kwargs":{},"headers":{}}'
+    with pytest.raises(Retry) as raised:
+        app.handle(Message.from_api({**API_MESSAGE, "msg": body}))
+    worker = Worker(client, "t", print)
+    with caplog.at_level("INFO", logger="delayqueue_client.worker"):
+        assert worker._outcome(message(), raised.value) == Outcome(NACK, 2_000, "ConnectionError: db down")
+    [record] = caplog.records
+    assert record.levelname == "ERROR" and record.exc_info[1] is raised.value.__cause__
+    assert worker._outcome(message(), Retry(5)) == Outcome(NACK, 5_000, "Retry: retry in 5 s")  # asked, not failed
 
 
 def test_a_reason_is_bounded_and_free_of_what_the_server_refuses():

@@ -6,6 +6,7 @@ Exit codes: 0 done, 1 the server refused or did not find it, 2 usage error, 3 se
 """
 import argparse
 import json
+import math
 import os
 import re
 import signal
@@ -37,7 +38,10 @@ def duration_ms(text: str) -> int:
     found = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)\s*", text)
     if not found:
         raise argparse.ArgumentTypeError(f"invalid duration {text!r}: a number and a unit, e.g. 250ms, 3s, 5m, 2h, 1d")
-    return round(float(found[1]) * UNIT_MS[found[2]])
+    ms = float(found[1]) * UNIT_MS[found[2]]
+    if not math.isfinite(ms):  # hundreds of digits: round() would raise OverflowError, a traceback
+        raise argparse.ArgumentTypeError(f"invalid duration {text!r}: too long")
+    return round(ms)
 
 
 def instant_ms(text: str) -> int:
@@ -130,10 +134,26 @@ def out(text: str) -> None:
     print(text, flush=True)
 
 
+def not_utf8(value: object) -> bool:
+    """Whether an argument holds text that is not UTF-8: a byte of argv or stdin that is not comes
+    as a lone surrogate (surrogateescape), which the request's encoding would raise on."""
+    if isinstance(value, list):
+        return any(not_utf8(item) for item in value)
+    return isinstance(value, str) and re.search("[\ud800-\udfff]", value) is not None
+
+
+def msg_text(msg: str) -> str:
+    """A MSG argument: the text, or standard input for '-'."""
+    text = sys.stdin.read() if msg == "-" else msg
+    if not_utf8(text):
+        raise UsageError("the message is not UTF-8 text")
+    return text
+
+
 # --- commands: each takes the parsed arguments and a Client, prints, answers an exit code
 
 def cmd_send(args: argparse.Namespace, client: Client) -> int:
-    msg = sys.stdin.read() if args.msg == "-" else args.msg
+    msg = msg_text(args.msg)
     sent = client.send(args.topic, msg, delay_ms=args.delay, trigger_time=args.at, msg_id=args.msg_id,
                        ttl_ms=args.ttl, max_retry=args.max_retry, priority=args.priority)
     out(message_json(sent) if args.json else
@@ -256,7 +276,7 @@ def cmd_schedule_create(args: argparse.Namespace, client: Client) -> int:
     options = schedule_options(args)
     if "cron" not in options and "every" not in options:
         raise UsageError("schedule create needs --cron EXPRESSION or --every DURATION")
-    msg = sys.stdin.read() if args.msg == "-" else args.msg
+    msg = msg_text(args.msg)
     made = client.create_schedule(args.schedule_id, args.topic, msg, paused=True if args.paused else None, **options)
     out(schedule_json(made) if args.json else f"created schedule {schedule_summary(made)}")
     return OK
@@ -291,7 +311,7 @@ def cmd_schedule_update(args: argparse.Namespace, client: Client) -> int:
     if args.topic is not None:
         options["topic"] = args.topic
     if args.msg is not None:
-        options["msg"] = sys.stdin.read() if args.msg == "-" else args.msg
+        options["msg"] = msg_text(args.msg)
     if not options:
         raise UsageError("schedule update changes what it is given: --cron, --every, --timezone, --topic, --msg, "
                          "--start, --end, --catch-up, --priority, --ttl or --max-retry (pause and resume are "
@@ -490,6 +510,9 @@ def error_line(error: DelayQueueError) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    for name, value in vars(args).items():
+        if not_utf8(value):
+            parser.error(f"argument {name}: not UTF-8 text")
     try:
         client = Client(args.url, args.token)
     except ValueError as exc:  # a URL that is not http(s)

@@ -77,8 +77,9 @@ class DeadLetter(Exception):
     `reason` is kept as the dead letter's detail (Message.dead_detail)."""
 
     def __init__(self, reason: str = ""):
-        super().__init__(reason)
-        self.reason = reason
+        # As text: `raise DeadLetter(exc)` is common, and the worker cuts and sends the reason as a str.
+        self.reason = str(reason)
+        super().__init__(self.reason)
 
 
 class Retry(Exception):

@@ -50,6 +50,8 @@ def load_app(spec: str) -> Any:
     """The App of `MODULE[:attr]`: the attribute, else the one module-level object (not a class,
     module or function) with a callable `worker`."""
     module_name, _, attr = spec.partition(":")
+    if not module_name or module_name.startswith("."):  # importlib raises ValueError or TypeError for them
+        raise AppNotFound(f"{module_name!r} is not a module name: MODULE[:attr], e.g. myapp.tasks:app")
     if "" not in sys.path and os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())  # as `python -m` does: the project's modules import
     try:

@@ -222,14 +222,26 @@ class Worker:
     # --- shared logic
 
     def _outcome(self, message: Message, error: BaseException | None) -> Outcome:
+        try:
+            return self._steered(message, error)
+        except Exception:  # an exception that cannot be read (its str() raises, ...): its message must still settle
+            log.exception("could not read how the handler of %s/%s failed; nacked", message.topic, message.msg_id)
+            return Outcome(NACK, self._backoff_ms(message), reason_text(type(error).__name__))
+
+    def _steered(self, message: Message, error: BaseException | None) -> Outcome:
         if error is None:
             return Outcome(ACK)
         if isinstance(error, DeadLetter):
             log.warning("handler dead-lettered %s/%s: %s", message.topic, message.msg_id, error.reason)
             return Outcome(DEAD, reason=reason_text(error.reason) or None)
         if isinstance(error, Retry):
-            log.info("handler asked to retry %s/%s (%s)", message.topic, message.msg_id, error)
             delay_ms = self._backoff_ms(message) if error.delay is None else round(error.delay * 1000)
+            # Raised from a failure (a task's retry_backoff does so): the failure is logged and is the reason.
+            if isinstance(error.__cause__, Exception) and not isinstance(error.__cause__, (Retry, DeadLetter)):
+                log.error("handler failed on %s/%s; nacked (%s)", message.topic, message.msg_id, error,
+                          exc_info=error.__cause__)
+                return Outcome(NACK, delay_ms, error_reason(error.__cause__))
+            log.info("handler asked to retry %s/%s (%s)", message.topic, message.msg_id, error)
             return Outcome(NACK, delay_ms, error_reason(error))
         log.error("handler failed on %s/%s; nacked", message.topic, message.msg_id, exc_info=error)
         return Outcome(NACK, self._backoff_ms(message), error_reason(error))
