@@ -139,6 +139,24 @@ async def test_flushall_then_restore_brings_back_every_live_message_as_it_was(si
     assert {(t, i): s for t, i, s in statuses} == {key: after[key]["status"] for key in live}
 
 
+@pytest.mark.fault
+async def test_a_restore_registers_a_page_of_thousands_of_topics(clean_state):
+    """A page of the log spans as many topics as it has rows: register_topics.lua takes them in
+    one call, more than Lua's unpack() holds at once."""
+    rt = make_runtime(REDIS_URL, max_topics=10_000)
+    try:
+        topics = [f"many{i}" for i in range(4500)]
+        for start in range(0, len(topics), 500):
+            await send_messages(rt, requests=[SendRequest(topic=topic, msg="x", delay_millis=3_600_000)
+                                              for topic in topics[start:start + 500]])
+        await rt.redis.flushall()
+        counts = await restore(rt)
+        assert counts.restored == len(topics)
+        assert set(await list_topics(rt)) == set(topics)  # the scanners find every one
+    finally:
+        await rt.close()
+
+
 async def test_restore_runs_on_a_cluster_too(rt):
     sent = await send_messages(rt, requests=[SendRequest(topic=f"c{i % 7}", msg=str(i), delay_millis=(i % 2) * 60_000)
                                              for i in range(70)])

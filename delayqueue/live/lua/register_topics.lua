@@ -4,9 +4,15 @@
 -- ARGV[1] at: epoch ms, their registration time
 -- ARGV[2...] per topic: name
 -- Returns how many were not listed before.
+-- @include chunked
 local args = {}
 for i = 2, #ARGV do
   args[#args + 1] = ARGV[1]
   args[#args + 1] = ARGV[i]
 end
-return redis.call('ZADD', KEYS[1], 'NX', unpack(args))
+-- A restore registers a page's topics at once, thousands: unpack() takes a few thousand values at most.
+local added = 0
+for first = 1, #args, CHUNK do
+  added = added + redis.call('ZADD', KEYS[1], 'NX', unpack(args, first, math.min(first + CHUNK - 1, #args)))
+end
+return added
