@@ -210,7 +210,8 @@ FROM json_to_recordset(%(events)s::json) AS u({record(Event, "topic", "msg_id", 
 RECORD_EVENTS = INSERT_EVENTS + "ON CONFLICT (namespace, topic, msg_id, event_id) DO NOTHING\n"
 # Only the life of the message the row describes (same produceTime) moves its status, never
 # backwards in time (two writers may briefly overlap while a topic changes hands), and a row
-# already in that state is not rewritten.
+# already in that state is not rewritten. A row its send wrote (updated_at = produceTime, the web
+# process' clock) takes any event: Redis' clock may be behind that one, the change is not before the send.
 # A change that moved the message's times (tt, et: reschedule, nack with a delay) sets them too.
 # The rows are found first (MATERIALIZED): else the planner may pair rows and events by
 # produceTime, which a batch of sends shares, before it probes.
@@ -224,7 +225,7 @@ UPDATE {tables.MESSAGE} m SET status = u.to_status, retry = u.retry, updated_at 
   trigger_time = COALESCE({from_millis("u.trigger_time")}, m.trigger_time),
   expire_time = COALESCE({from_millis("u.expire_time")}, m.expire_time)
 FROM u
-WHERE m.id = u.id AND {SAME_LIFE} AND m.updated_at <= {from_millis("u.at")}
+WHERE m.id = u.id AND {SAME_LIFE} AND (m.updated_at <= {from_millis("u.at")} OR m.updated_at = m.produce_time)
   AND (m.status <> u.to_status OR m.retry <> u.retry OR u.trigger_time IS NOT NULL)
 """
 # Whether a namespace has a live message in the log: one probe of message_live.

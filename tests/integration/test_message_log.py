@@ -118,6 +118,20 @@ async def test_a_send_due_by_the_time_redis_took_it_is_logged_ready(single_rt, m
     assert await history("t", "late") == [("sent", 0, Status.READY, 0)]
 
 
+async def test_a_change_redis_makes_before_a_send_time_from_a_clock_ahead_moves_the_row(single_rt, monkeypatch):
+    """The web process's clock runs ahead of Redis': the row's updated_at (its produceTime) is
+    later than the delete's event time (Redis'), which must move it all the same, or a restore
+    brings the deleted message back."""
+    rt = single_rt
+    ahead = now_millis() + 2000
+    monkeypatch.setattr(send_service, "now_millis", lambda: ahead)
+    m = await send_message(rt, request=SendRequest(topic="t", msg="x", delay_millis=60_000, msg_id="ahead"))
+    await delete_message(rt, topic="t", msg_id=m.msg_id)
+    await drain_log(rt, ["t"])
+    assert (await logged("t", "ahead"))["status"] == Status.DELETED
+    assert (await restore(rt)).restored == 0
+
+
 async def test_a_resend_after_the_end_replaces_the_row_even_before_the_log_caught_up(clean_state):
     """With no dedupe window (test_send_dedupe.py has the window's own tests)."""
     rt = make_runtime(REDIS_URL, dedupe_window_millis=0)
