@@ -221,7 +221,7 @@ async def test_a_page_read_before_another_loader_moved_on_loads_nothing(cold_rt)
         assert await loader.load_topic("t", force=True) == 1  # the other loader
         stale = await rt.scripts.call(scripts.load_cold(rt.context, "t", loaded_from=hot.loaded_to,
                                                         loaded_to=position(hot.hot_until), pack_lead=0,
-                                                        messages=[row[1:] for row in rows]))
+                                                        in_flight_millis=0, messages=[row[1:] for row in rows]))
         assert stale.loaded == -1
         assert await rt.redis.zcard(rt.ns.topic("t").waiting) == 1
     finally:
