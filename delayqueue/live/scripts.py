@@ -573,12 +573,13 @@ def raise_hot(ctx: ScriptContext, topic: str | Shard, *, hot_until: int, loaded_
 
 
 def load_cold(ctx: ScriptContext, topic: str | Shard, *, loaded_from: str, loaded_to: str, pack_lead: int,
-              messages: Sequence[Sequence]) -> ScriptCall:
+              in_flight_millis: int, messages: Sequence[Sequence]) -> ScriptCall:
     """`messages`: per message the values named by LOAD_COLD.repeated, in that order. `pack_lead`:
-    the packed lists' (ctx.pack_lead_millis), or 0 to pack nothing."""
+    the packed lists' (ctx.pack_lead_millis), or 0 to pack nothing; a message produced less than
+    `in_flight_millis` ago is not packed (its send may be on its way; 0: packs any)."""
     k = ctx.ns.topic(topic)
     args = [ctx.ns.ready_channel, ctx.ns.schedule_channel, k.topic, ctx.actor, loaded_from, loaded_to,
-            pack_lead, *_flat(messages)]
+            pack_lead, in_flight_millis, *_flat(messages)]
     return ScriptCall(LOAD_COLD, [k.waiting, k.ready, k.msgs, k.expiry, k.meta, k.events, k.prioritised, k.ended,
                                   k.cold_hours, k.packed],
                       args)

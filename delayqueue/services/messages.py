@@ -64,9 +64,11 @@ async def get_message(rt: Runtime, *, topic: str, msg_id: str) -> Message | None
     """A live message (in the cold tier, from the message log if it is cold), or an ended one
     inside the retention window; None otherwise."""
     [shard] = await holding_shards(rt, topic=topic, msg_ids=[msg_id])
-    message = await rt.scripts.call(scripts.get(rt.context, shard, msg_id=msg_id))
+    call = scripts.get(rt.context, shard, msg_id=msg_id)
+    message = await rt.scripts.call(call)
     if message is None and rt.config.cold_tier and (after := await cold_after(rt, shard)) is not None:
-        return await rt.log.cold_message(topic, msg_id, after)
+        # Not in the log after loaded_to: a load may have moved loaded_to past it since Redis was asked.
+        return await rt.log.cold_message(topic, msg_id, after) or await rt.scripts.call(call)
     return message
 
 
@@ -82,7 +84,8 @@ async def delete_message(rt: Runtime, *, topic: str, msg_id: str, release: bool 
         return outcome == 1
     deleted = await rt.log.delete_cold(topic, msg_id, after)
     if deleted is None:
-        return False
+        # Not in the log after loaded_to: a load may have moved loaded_to past it since Redis was asked.
+        return await rt.scripts.call(scripts.delete(rt.context, shard, msg_id=msg_id, release=release)) == 1
     # Loaded meanwhile, Redis deletes it as any other (1); else it keeps the tombstone (2).
     return await rt.scripts.call(scripts.delete(rt.context, shard, msg_id=msg_id, release=False,
                                                 tombstone=deleted.to_stored())) in (1, 2)
@@ -92,14 +95,16 @@ async def _reschedule_cold(rt: Runtime, shard: Shard, msg_id: str, trigger_time:
                            delay_millis: int) -> scripts.RescheduleReply | None:
     """A cold message is rescheduled in the message log, then brought into Redis (into the shard
     the loader would bring it into) if its new time is within the hot window or its old one was
-    (reschedule.lua); None if the log holds it not cold either."""
+    (reschedule.lua); None if nothing of the topic is cold. Not cold in the log, Redis is asked again."""
     if (after := await cold_after(rt, shard)) is None:
         return None
     now = now_millis()
     moved = await rt.log.reschedule_cold(shard.topic, msg_id, after,
                                          max(now + delay_millis if trigger_time < 0 else trigger_time, now))
     if moved is None:
-        return None
+        # Not in the log after loaded_to: a load may have moved loaded_to past it since Redis was asked.
+        return await rt.scripts.call(scripts.reschedule(rt.context, shard, msg_id=msg_id, trigger_time=trigger_time,
+                                                        delay_millis=delay_millis))
     message, old_trigger = moved
     return await rt.scripts.call(scripts.reschedule(rt.context, shard, msg_id=msg_id, trigger_time=message.trigger_time,
                                                     delay_millis=0, cold=message.to_stored(),

@@ -258,7 +258,8 @@ class Loader:
                 continue
             page = [row for row in mine.get(shard, ()) if after is None or (row[4], row[0]) > after]
             calls.append((shard, scripts.load_cold(self.rt.context, shard, loaded_from=at[shard] or "", loaded_to=end,
-                                                   pack_lead=pack_lead, messages=loaded_messages(topic, page))))
+                                                   pack_lead=pack_lead, messages=loaded_messages(topic, page),
+                                                   in_flight_millis=IN_FLIGHT_MILLIS)))
         return calls
 
     async def _own_rows(self, topic: str, rows: list, others: tuple[int, ...]) -> tuple[list, str | None]:

@@ -221,7 +221,7 @@ async def test_a_page_read_before_another_loader_moved_on_loads_nothing(cold_rt)
         assert await loader.load_topic("t", force=True) == 1  # the other loader
         stale = await rt.scripts.call(scripts.load_cold(rt.context, "t", loaded_from=hot.loaded_to,
                                                         loaded_to=position(hot.hot_until), pack_lead=0,
-                                                        messages=[row[1:] for row in rows]))
+                                                        in_flight_millis=0, messages=[row[1:] for row in rows]))
         assert stale.loaded == -1
         assert await rt.redis.zcard(rt.ns.topic("t").waiting) == 1
     finally:
@@ -521,6 +521,43 @@ async def test_a_cold_message_rescheduled_after_the_loader_read_it_fires_at_its_
     finally:
         await loader.close()
 
+
+
+@pytest.mark.parametrize("api", ["getMsg", "deleteMsg", "rescheduleMsg"])
+async def test_a_cold_message_the_loader_brings_in_just_after_redis_was_asked_is_still_found(cold_rt, monkeypatch,
+                                                                                           api):
+    """Redis answers it does not hold the msgId, then a load moves loaded_to past its row before
+    the log is asked: the row was cold when Redis answered, and must not be taken for Redis'."""
+    rt = cold_rt
+    loader = await started(rt)
+    try:
+        m = await send(rt, msg="x", delay=60_000)
+        await raise_window_to(rt, "t", now_millis() + 120_000)
+        real_call, loaded = rt.scripts.call, []
+
+        async def miss_then_load(call):
+            reply = await real_call(call)
+            if call.script in (scripts.GET, scripts.DELETE, scripts.RESCHEDULE) and not loaded:
+                loaded.append(await loader.load_topic("t", force=True))
+            return reply
+
+        monkeypatch.setattr(rt.scripts, "call", miss_then_load)
+        if api == "getMsg":
+            assert await get_message(rt, topic="t", msg_id=m.msg_id) == m
+        elif api == "deleteMsg":
+            assert await delete_message(rt, topic="t", msg_id=m.msg_id)
+        else:
+            moved = await reschedule_message(rt, topic="t", msg_id=m.msg_id, delay_millis=90_000)
+            assert moved.trigger_time > m.trigger_time
+        monkeypatch.setattr(rt.scripts, "call", real_call)
+        assert loaded == [1]
+        if api == "deleteMsg":
+            assert await rt.redis.zcard(rt.ns.topic("t").waiting) == 0
+            assert (await get_message(rt, topic="t", msg_id=m.msg_id)).status == Status.DELETED
+        elif api == "rescheduleMsg":
+            assert (await in_redis(rt, m.msg_id))["waiting"] == moved.trigger_time
+    finally:
+        await loader.close()
 
 @pytest.mark.parametrize("delay", [0, 500])
 async def test_a_log_row_before_the_loaders_position_is_redis_to_answer_for(cold_rt, delay):

@@ -20,14 +20,14 @@ from delayqueue.live.shards import shard_of, topic_shards
 from delayqueue.services.consume import ack_messages, pull_messages
 from delayqueue.services.messages import delete_message, get_message, reschedule_message
 from delayqueue.services.restore import restore
-from delayqueue.services.send import SendRequest, send_message
+from delayqueue.services.send import SendRequest, prepared, send_message
 from delayqueue.services.topic_control import set_topic_config
 from delayqueue.services.topics import purge_topic, topic_config, topic_info
 from delayqueue.workers import loader as loader_module
 from delayqueue.workers import scanner as scanner_module
 from delayqueue.workers.loader import Loader, loaded_messages
 from tests.helpers import (REDIS_CLUSTER_URL, REDIS_URL, drain_log, load_killed, logged, make_runtime, packed_ids,
-                           wait_until)
+                           unsharded_calls, wait_until)
 
 LEAD = 300  # ms: a send due more than 600 ms ahead is packed
 WINDOW = 60_000
@@ -125,9 +125,11 @@ async def test_delete_reschedule_and_resend_of_a_packed_message_act_on_it_once(p
     assert (info.waiting, info.waiting_cold) == (2, 1)  # moved (in the waiting set) and kept (packed)
 
 
-async def test_the_loader_packs_what_comes_in_early_and_nothing_is_lost_or_doubled(packed_rt, start_scanner):
+async def test_the_loader_packs_what_comes_in_early_and_nothing_is_lost_or_doubled(packed_rt, start_scanner,
+                                                                                   monkeypatch):
     """Messages sent cold (beyond a 2 s window) are packed by the loader as the window reaches them,
     moved in by the scanner and fire once each, in due order, none early."""
+    monkeypatch.setattr(loader_module, "IN_FLIGHT_MILLIS", 0)  # their sends are done: packed however young
     rt = make_runtime(packed_rt.config.redis_url, hot_window_millis=2_000, pack_lead_millis=LEAD)
     try:
         await send(rt, 0)
@@ -215,10 +217,34 @@ async def test_a_restore_on_a_redis_that_holds_packed_lists_brings_their_message
     assert (info.waiting, info.waiting_cold) == (0, 0)
 
 
+
+async def test_a_send_the_loader_reads_before_its_script_runs_is_held_once(packed_rt):
+    """The send's log row is committed, the loader raises the window, reads the row and loads it
+    before the send's script runs (which then finds it due within the window): it is held once,
+    and fires once even if its list moves in late."""
+    rt = packed_rt
+    await send(rt, 0)
+    loader = await windowed(rt)
+    await pull_messages(rt, topic="t")
+    try:
+        row = prepared(rt, SendRequest(topic="t", msg="x", delay_millis=WINDOW + 1_000), now_millis(), {})
+        await rt.log.record([row])
+        await rt.scripts.call(scripts.raise_hot(rt.context, "t", hot_until=now_millis() + 2 * WINDOW, loaded_to="",
+                                                start=True))
+        assert await loader.load_topic("t", force=True) == 1
+        [(call, _)] = unsharded_calls(rt, [row])
+        [reply] = await rt.scripts.call(call)
+        assert reply.created or reply.stored == row
+        assert await packed_count(rt) + await rt.redis.zcard(rt.ns.topic("t").waiting) == 1
+        assert (await topic_info(rt, topic="t")).waiting == 1
+    finally:
+        await loader.close()
+
 @pytest.mark.parametrize("killed_after", ["raise", "first page"])
 async def test_a_loader_killed_between_its_steps_packs_each_message_once(packed_rt, monkeypatch, killed_after):
     rt = packed_rt
     monkeypatch.setattr(loader_module, "PAGE", 2)
+    monkeypatch.setattr(loader_module, "IN_FLIGHT_MILLIS", 0)  # their sends are done: packed however young
     await send(rt, 0)
     first = await windowed(rt)
     sent = [await send(rt, WINDOW + 20_000 + i, msg_id=f"{i:032x}" if i % 2 else f"client-id-{i}") for i in range(5)]
@@ -334,7 +360,7 @@ async def load_one(rt, msg_id: str, due: int) -> scripts.LoadReply:
     fetched = await rt.redis.hget(rt.ns.topic("t").meta, Meta.FETCHED_TO)
     rows = loaded_messages("t", [(1, msg_id, "x", due - 1, due, due + 60_000, 3, 0, Status.WAITING, 0)])
     return await rt.scripts.call(scripts.load_cold(rt.context, "t", loaded_from=fetched, loaded_to=f"{due}:1",
-                                                   pack_lead=LEAD, messages=rows))
+                                                   pack_lead=LEAD, in_flight_millis=0, messages=rows))
 
 
 async def test_a_count_given_up_moves_its_packed_messages_in_at_once(packed_rt, start_scanner):

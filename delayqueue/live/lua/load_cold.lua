@@ -26,7 +26,9 @@
 -- ARGV[6] loaded_to: the position after this page
 -- ARGV[7] pack_lead: the packed lists' lead, ms (0 packs nothing; nor does a draining shard, whose
 -- loader may not know yet that the topic gave its count up)
--- ARGV[8...] per message: msg_id, stored, trigger_time, expire_time, priority
+-- ARGV[8] in_flight_millis: a message produced less than this long ago is not packed (0: any is): its
+-- send's script may run after this one, and would pack it again; in msgs, it finds it live
+-- ARGV[9...] per message: msg_id, stored, trigger_time, expire_time, priority
 -- (stored: the message as Redis stores it, waiting; the caller builds it, as a page comes in
 -- thousands and cjson would cost the most here)
 -- Returns {loaded into the waiting set or ready, already held, packed}, or {-1, 0, 0} when the
@@ -38,7 +40,7 @@
 local msgs, meta, events, ended = KEYS[3], KEYS[5], KEYS[6], KEYS[8]
 local t = {waiting = KEYS[1], ready = KEYS[2], prioritised = KEYS[7], expiry = KEYS[4], msgs = msgs,
            packed = KEYS[10], meta = meta, ready_channel = ARGV[1]}
-local topic, pack_lead = ARGV[3], tonumber(ARGV[7])
+local topic, pack_lead, in_flight = ARGV[3], tonumber(ARGV[7]), tonumber(ARGV[8])
 local position = redis.call('HMGET', meta, META.FETCHED_TO, META.LOADED_TO, META.DRAINING)
 if (position[1] or position[2] or '') ~= ARGV[5] then
   return {-1, 0, 0}
@@ -48,7 +50,7 @@ if position[3] == '1' then
 end
 local now = clock()
 local ids, stored = {}, {}
-for i = 8, #ARGV, 5 do
+for i = 9, #ARGV, 5 do
   ids[#ids + 1] = ARGV[i]
   stored[#stored + 1] = ARGV[i + 1]
 end
@@ -56,13 +58,13 @@ local fresh, held = fresh_ids(msgs, ended, ids, stored)
 local items, changes, packing, packing_ids = {}, {}, {}, {}
 for j, id in ipairs(ids) do
   if fresh[j] then
-    local trigger = tonumber(ARGV[8 + (j - 1) * 5 + 2])
+    local trigger = tonumber(ARGV[9 + (j - 1) * 5 + 2])
     local m = pack_lead > 0 and trigger > now + 2 * pack_lead and decode_stored(stored[j], id)
-    if m and packable(m) then
+    if m and packable(m) and (in_flight == 0 or m.produceTime <= now - in_flight) then
       packing[#packing + 1] = m
       packing_ids[#packing_ids + 1] = id
     else
-      items[#items + 1] = {id, stored[j], trigger, tonumber(ARGV[8 + (j - 1) * 5 + 3])}
+      items[#items + 1] = {id, stored[j], trigger, tonumber(ARGV[9 + (j - 1) * 5 + 3])}
     end
   end
 end
