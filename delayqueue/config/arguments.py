@@ -55,8 +55,17 @@ def msg_id(text: str) -> str:
     return text
 
 
+def utf8_text(text: str) -> str:
+    # Bytes of argv that are not UTF-8 reach Python as lone surrogates, which Redis and PostgreSQL cannot take.
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        raise argparse.ArgumentTypeError(f"{text!r}: not UTF-8 text") from None
+    return text
+
+
 def non_empty(text: str) -> str:
     if not text:
         raise argparse.ArgumentTypeError("must not be empty")
-    return text
+    return utf8_text(text)
 

@@ -3,7 +3,7 @@ import asyncio
 import contextlib
 
 import psycopg
-from django.db import connections
+from django.db import DatabaseError, connections
 from psycopg import pq
 from psycopg.conninfo import make_conninfo
 
@@ -68,6 +68,14 @@ def unreachable(exc: psycopg.Error) -> bool:
 def log_unavailable(exc: psycopg.Error) -> LogUnavailable:
     kind = LogUnreachable if unreachable(exc) else LogUnavailable
     return kind(f"message log unavailable: {log_reason(exc)}", detail=first_line(exc))
+
+
+def orm_unavailable(exc: DatabaseError) -> LogUnavailable:
+    """log_unavailable of an error of Django's ORM, whose cause is psycopg's."""
+    cause = exc.__cause__
+    if isinstance(cause, psycopg.Error):
+        return log_unavailable(cause)
+    return LogUnavailable("message log unavailable", detail=first_line(exc))
 
 
 class LogConnection:

@@ -8,6 +8,7 @@ import hashlib
 from django.contrib import admin
 from django.contrib.admin.views.decorators import staff_member_required
 from django.core.cache import cache
+from django.db import DatabaseError
 from django.shortcuts import render
 from redis.exceptions import RedisError
 
@@ -18,6 +19,7 @@ from delayqueue.core.constants import CHART_MINUTES
 from delayqueue.core.exceptions import LogUnavailable
 from delayqueue.core.names import checked_namespace
 from delayqueue.live.stats import Counter
+from delayqueue.messagelog.connection import orm_unavailable
 from delayqueue.messagelog.selectors import recent_topic_hours
 from delayqueue.ops import figures
 from delayqueue.ops.admin.topics import topic_url
@@ -155,6 +157,11 @@ def dashboard(request):
     except LogUnavailable as exc:
         dead, redrives = None, []
         errors.append(f"dead letters not counted: {exc}")
+    try:
+        hourly = recent_topic_hours(namespace, wanted)
+    except DatabaseError as exc:  # the namespace's PostgreSQL (its own: DELAYQUEUE_NAMESPACE_DATABASES) down
+        hourly = []
+        errors.append(f"hourly stats not read: {orm_unavailable(exc)}")
     rows = []
     for overview in overviews:
         state, why = assess(overview)
@@ -190,7 +197,7 @@ def dashboard(request):
         "redrives": redrives,
         "pushes": [r for r in rows if r["push"] is not None],
         "busy": sum(r["state"] == "busy" for r in rows),
-        "hourly": recent_topic_hours(namespace, wanted),
+        "hourly": hourly,
         "open_namespace": config.namespace if config.auth == "open" else None,
     }
     return render(request, "delayqueue/dashboard.html", context)

@@ -288,11 +288,24 @@ def test_redis_down_gives_messages_not_errors(admin_client, settings):
     {"produce_time__gte": "garbage"}, {"status__exact": "abc"}, {"p": "abc"}, {"p": "99999"},
     {"produce_time__year": "abc"}, {"produce_time__year": "2026", "produce_time__month": "13"},
     {"o": "99"}, {"no_such_field": "1"}, {"topic": ""}, {"q": "\x00"},
+    # Django passes these on: PostgreSQL refuses a NUL byte, the date drill-down steps past year 9999.
+    {"msg_id": "\x00"}, {"payload__contains": "\x00"}, {"produce_time__year": "9999"},
+    {"produce_time__year": "9999", "produce_time__month": "12"}, {"produce_time__year": "99999999999999999999"},
 ])
 def test_garbage_parameters_never_give_a_500(admin_client, params):
     log_message()
     response = admin_client.get(LIST, params, follow=True)
     assert response.status_code == 200
+
+
+@pytest.mark.parametrize("page, params", [
+    ("topicconfig", {"topic": "\x00"}), ("limit", {"topic": "\x00"}), ("schedule", {"topic": "\x00"}),
+    ("apitoken", {"namespace": "\x00"}), ("topichourstats", {"topic": "\x00"}),
+    ("topichourstats", {"hour__year": "9999", "hour__month": "12", "hour__day": "31"}),
+])
+def test_every_list_refuses_a_filter_postgresql_or_the_calendar_cannot_take(admin_client, page, params):
+    response = admin_client.get(f"/admin/delayqueue/{page}/", params)
+    assert response.status_code == 302 and response["Location"].endswith("?e=1")
 
 
 def test_actions_refuse_more_rows_than_the_limit(admin_client, monkeypatch):

@@ -480,6 +480,11 @@ def test_the_admin_sets_limits_and_refuses_bad_ones(client, clean_state):
     assert client.post(add, {**form, "topic": ""}).status_code == 302  # the whole namespace
     listing = client.get("/admin/delayqueue/limit/").content.decode()
     assert "(the whole namespace)" in listing and "orders" in listing
+    # The change page shows the namespace read-only: a topic that has its row already is still refused.
+    change = f"/admin/delayqueue/limit/{limit.pk}/change/"
+    answer = client.post(change, {"topic": "", "produce_rate": "10", "consume_rate": "", "max_live": "500"})
+    assert answer.status_code == 200 and "already has limits for this topic" in answer.content.decode()
+    assert Limit.objects.get(pk=limit.pk).topic == "orders"
 
 
 # --- Whose limits (issue 29, item 7e)

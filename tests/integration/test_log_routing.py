@@ -11,12 +11,14 @@ import httpx
 import pytest
 from asgiref.sync import sync_to_async
 from django.core.management import call_command
+from django.db import connections
 from django.utils import timezone
 
 from delayqueue.core.constants import Status
 from delayqueue.messagelog.retention import prune_log
 from delayqueue.messagelog.routing import database_of
 from delayqueue.models import Message
+from delayqueue.ops.admin.topics import topic_url
 from delayqueue.services.consume import long_poll_messages, nack_message
 from delayqueue.services.dead_letters import dead_letters
 from delayqueue.services.messages import get_message
@@ -25,6 +27,7 @@ from delayqueue.services.send import SendRequest, send_message
 from delayqueue.services.topic_control import set_topic_config
 from delayqueue.stores.rows import create_token
 from tests.helpers import EVERY_LOG_DATABASE, REDIS_URL, ScannerProcess, make_runtime, query, scanner_env, wait_until
+from tests.integration.test_operator_ui import form_values
 
 ROUTED, ALIAS = "routed", "second"
 pytestmark = EVERY_LOG_DATABASE
@@ -131,6 +134,26 @@ def test_the_admin_reads_a_routed_namespace_in_its_database(admin_client):
     link = re.search(r'<th class="field-msg_id"><a href="([^"]+)">', page)[1].replace("&amp;", "&")
     opened = admin_client.get(link)
     assert opened.status_code == 200 and f"of-{ROUTED}" in opened.content.decode()
+
+
+def test_the_dashboard_and_topic_page_say_a_routed_namespace_database_is_down(admin_client, clean_state):
+    second = connections[ALIAS]
+    second.close()
+    kept = dict(second.settings_dict)
+    second.settings_dict.update(HOST="127.0.0.1", PORT=1)  # nothing listens there: the ORM's and the log's connections
+    try:
+        dashboard = admin_client.get("/admin/dashboard/", {"namespace": ROUTED})
+        assert dashboard.status_code == 200
+        assert "hourly stats not read: message log unavailable: connection refused" in dashboard.content.decode()
+        page = admin_client.get(topic_url("topic", ROUTED, "t"))
+        # No form of defaults to save over the topic's own settings.
+        assert page.status_code == 200 and 'id="settings"' not in page.content.decode()
+        assert "Settings not read: message log unavailable: connection refused" in page.content.decode()
+        saved = admin_client.post(topic_url("topic", ROUTED, "t"), form_values(namespace=ROUTED, topic="t"))
+        assert saved.status_code == 200 and "Not saved: message log unavailable" in saved.content.decode()
+    finally:
+        second.close()
+        second.settings_dict.update(kept)
 
 
 @pytest.mark.process

@@ -58,6 +58,11 @@ def test_create_token_generates_a_name_and_refuses_bad_input_in_one_line():
             run("create_token", *[x for kv in options.items() for x in kv])
         assert "\n" not in str(caught.value)
     assert ApiToken.objects.count() == 2
+    # A name whose bytes are not UTF-8 (a lone surrogate in Python) is refused by the parser: PostgreSQL cannot take it.
+    for args in (("create_token", "--namespace", "shop", "--scopes", "monitor", "--name", "bad\udcffbyte"),
+                 ("revoke_token", "bad\udcffbyte")):
+        with pytest.raises(CommandError, match="not UTF-8 text"):
+            run(*args)
 
 
 @pytest.mark.django_db

@@ -63,6 +63,7 @@ def test_option_types_take_good_values_and_refuse_bad_ones_in_argparse_terms():
                                  (topic_name, "tab\there", "a topic must be .*; it has U\\+0009"),
                                  (topic_name, "bad\udcffbyte", "it has U\\+DCFF"),  # a non-UTF-8 argv byte
                                  (non_empty, "", "must not be empty"),
+                                 (non_empty, "bad\udcffbyte", "not UTF-8 text"),  # a lock token in Redis
                                  (msg_id, "", "a msgId must be UTF-8 text without control characters, 1-256 "
                                               "characters long; it is empty"),
                                  (msg_id, "bad\udcffbyte", "a msgId must be .*; it has U\\+DCFF"),

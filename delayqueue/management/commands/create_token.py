@@ -1,5 +1,6 @@
 from django.core.management.base import BaseCommand, CommandError
 
+from delayqueue.config.arguments import utf8_text
 from delayqueue.core.exceptions import QueueError
 from delayqueue.stores.rows import create_token
 
@@ -11,7 +12,8 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("--namespace", required=True, help="the namespace its requests work in")
         parser.add_argument("--scopes", required=True, help="comma-separated: produce, consume, manage, monitor")
-        parser.add_argument("--name", help="a unique name to list and revoke it by (generated if absent)")
+        parser.add_argument("--name", type=utf8_text,
+                            help="a unique name to list and revoke it by (generated if absent)")
 
     def handle(self, *args, **options):
         scopes = [s.strip() for s in options["scopes"].split(",") if s.strip()]

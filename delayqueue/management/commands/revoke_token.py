@@ -1,5 +1,6 @@
 from django.core.management.base import BaseCommand, CommandError
 
+from delayqueue.config.arguments import utf8_text
 from delayqueue.core.exceptions import QueueError
 from delayqueue.stores.rows import revoke_token
 
@@ -8,7 +9,7 @@ class Command(BaseCommand):
     help = "Revoke an API token by name: every web process refuses it within a second."
 
     def add_arguments(self, parser):
-        parser.add_argument("name")
+        parser.add_argument("name", type=utf8_text)
 
     def handle(self, *args, **options):
         try:

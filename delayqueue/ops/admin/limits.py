@@ -21,6 +21,16 @@ class LimitForm(forms.ModelForm):
                 raise forms.ValidationError(first_error(serializer.errors))
         return topic
 
+    def validate_unique(self):
+        super().validate_unique()
+        # A change page shows the namespace read-only, off the form, so Django skips the (namespace, topic)
+        # constraint: a topic that already has a row would be an IntegrityError on save.
+        if "namespace" not in self.fields and "topic" in self.cleaned_data:
+            row = self.instance
+            others = Limit.objects.using(row._state.db).filter(namespace=row.namespace).exclude(pk=row.pk)
+            if others.filter(topic=self.cleaned_data["topic"]).exists():
+                self.add_error("topic", f"namespace {row.namespace} already has limits for this topic: change them")
+
 
 @admin.register(Limit)
 class LimitAdmin(NamespacedAdmin):

@@ -9,6 +9,7 @@ from django.urls import reverse
 from delayqueue.config.settings import DEFAULT_DATABASE, load_config
 from delayqueue.core.names import checked_namespace
 from delayqueue.messagelog.routing import database_of
+from delayqueue.ops.admin.lists import CheckedListAdmin
 from delayqueue.stores import rows
 
 PARAMETER = "namespace"
@@ -52,7 +53,7 @@ class NamespaceFilter(admin.SimpleListFilter):
         return queryset.none() if namespace is None else queryset.filter(namespace=namespace)
 
 
-class NamespacedAdmin(admin.ModelAdmin):
+class NamespacedAdmin(CheckedListAdmin):
     """A ModelAdmin of rows kept in their namespace's database. Saves and deletes follow the row
     (routing.NamespaceRouter); lists and change pages read the page's namespace's database."""
 

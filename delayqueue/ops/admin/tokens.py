@@ -7,6 +7,7 @@ from django.utils.cache import add_never_cache_headers
 from delayqueue.core.constants import Scope
 from delayqueue.core.exceptions import QueueError
 from delayqueue.models import ApiToken
+from delayqueue.ops.admin.lists import CheckedListAdmin
 from delayqueue.stores import rows
 
 
@@ -30,7 +31,7 @@ class ApiTokenForm(forms.ModelForm):
 
 
 @admin.register(ApiToken)
-class ApiTokenAdmin(admin.ModelAdmin):
+class ApiTokenAdmin(CheckedListAdmin):
     """Tokens are created here (the token is shown once, on the page answering the save, never
     through messages, the session or a cookie), listed and revoked (with the change permission);
     a token cannot be edited or read back, only its sha256 is stored."""

@@ -9,6 +9,7 @@ from urllib.parse import urlencode
 from django import forms
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
+from django.db import DatabaseError
 from django.db.models.constants import LOOKUP_SEP
 from django.http import HttpResponseRedirect
 from django.template.response import TemplateResponse
@@ -21,8 +22,9 @@ from delayqueue.core.clock import from_millis
 from delayqueue.core.constants import (MAX_DELAY_MILLIS, MAX_LIMIT, MAX_PUSH_URL_LENGTH, MAX_RETRY, MAX_SHARDS,
                                        PUSH_MAX_CONCURRENCY, PUSH_MAX_TIMEOUT_MILLIS, REDRIVE_DEFAULT_RATE,
                                        REDRIVE_MAX_RATE, RETRY_BACKOFF_MAX_MILLIS)
-from delayqueue.core.exceptions import BadRequest, CapReached, QueueError
+from delayqueue.core.exceptions import BadRequest, CapReached, LogUnavailable, QueueError
 from delayqueue.core.names import checked_namespace
+from delayqueue.messagelog.connection import orm_unavailable
 from delayqueue.messagelog.routing import database_of
 from delayqueue.models import Limit, RedriveTask, TopicConfig
 from delayqueue.ops import figures
@@ -205,6 +207,10 @@ class TopicConfigAdmin(NamespacedAdmin):
                     form.add_error("shards" if str(exc).startswith("shards:") else "push_url", str(exc))
                 except CapReached as exc:  # a namespace's cap (settings rows, push concurrency): nothing saved either
                     form.add_error(None, str(exc))
+                except LogUnavailable as exc:  # the namespace's PostgreSQL down: nothing saved
+                    form.add_error(None, f"Not saved: {exc}")
+                except DatabaseError as exc:  # the same, met by the ORM's save
+                    form.add_error(None, f"Not saved: {orm_unavailable(exc)}")
                 except (RedisError, QueueError) as exc:
                     self.message_user(request, f"Settings saved in PostgreSQL, but their Redis copy could not be "
                                                f"written ({exc}): save again", messages.ERROR)
@@ -215,9 +221,9 @@ class TopicConfigAdmin(NamespacedAdmin):
                     if secret is None:
                         return HttpResponseRedirect(topic_url("topic", namespace, topic))
                     # Shown on this page only: a redirect would carry it through the session's messages.
-                    form = TopicSettingsForm(initial=TopicSettingsForm.initial_of(namespace, topic))
+                    form = self._settings_form(request, namespace, topic)
         else:
-            form, secret = TopicSettingsForm(initial=TopicSettingsForm.initial_of(namespace, topic)), None
+            form, secret = self._settings_form(request, namespace, topic), None
         return TemplateResponse(request, "admin/delayqueue/topicconfig/topic.html", self._context(
             request, f"Topic {topic}", namespace, topic, form=form, state=self._state(namespace, topic),
             new_push_secret=secret,
@@ -227,6 +233,15 @@ class TopicConfigAdmin(NamespacedAdmin):
             purge_url=reverse("admin:delayqueue_topic_purge"),
             messages_url=(reverse("admin:delayqueue_message_changelist") + "?"
                           + urlencode({"namespace": namespace, "topic": topic}))))
+
+    def _settings_form(self, request, namespace: str, topic: str) -> TopicSettingsForm | None:
+        """The form with the topic's stored settings; None, and why shown, when PostgreSQL does not answer
+        (a form of defaults would save them over the topic's own)."""
+        try:
+            return TopicSettingsForm(initial=TopicSettingsForm.initial_of(namespace, topic))
+        except DatabaseError as exc:
+            self.message_user(request, f"Settings not read: {orm_unavailable(exc)}", messages.ERROR)
+            return None
 
     @staticmethod
     def _state(namespace: str, topic: str) -> dict:
