@@ -1,6 +1,7 @@
 """A topic's settings changed (in PostgreSQL through the ORM, then mirrored into Redis), and its
 pause and resume."""
 from asgiref.sync import sync_to_async
+from django.db import DatabaseError
 from redis.asyncio.cluster import RedisCluster
 from redis.crc import REDIS_CLUSTER_HASH_SLOTS
 
@@ -9,6 +10,7 @@ from delayqueue.core.exceptions import BadRequest
 from delayqueue.live import scripts
 from delayqueue.live.keys import Meta, Shard, place_shards
 from delayqueue.live.shards import spread, topic_shards
+from delayqueue.messagelog.connection import orm_unavailable
 from delayqueue.runtime import Runtime
 from delayqueue.services.topics import write_mirrors
 from delayqueue.stores.rows import TopicConfigCaps, save_topic_config
@@ -54,12 +56,14 @@ async def set_topic_config(rt: Runtime, *, topic: str, changes: dict, limits: di
             rotate_push_secret=rotate_push_secret, secret_grace_millis=rt.config.push_secret_grace_seconds * 1000,
             caps=TopicConfigCaps(rows=rt.config.max_topic_configs, push_concurrency=rt.config.max_push_concurrency),
             placement=placement)
-    except BaseException:
+    except BaseException as exc:
         if given_up:  # the count stays, it may pack again, unless the save went through and only its answer was lost
             try:
                 await _mirror_saved(rt, topic)
             except Exception:  # PostgreSQL unreadable: the save most likely failed with it
                 await write_mirrors(rt, {topic: before})
+        if isinstance(exc, DatabaseError):  # the ORM's: answered as every other failure of the log is
+            raise orm_unavailable(exc) from None
         raise
     if limits:
         await rt.limits.fresh()

@@ -171,6 +171,8 @@ async def test_postgres_down_past_the_retry_bound_fails_sends_with_code_500_afte
         reply = (await asyncio.wait_for(api.post(API + "sendMsg", data=message), 60)).json()
         waited = time.monotonic() - began
         batch = (await asyncio.wait_for(api.post(API + "sendMsgBatch", json=[message]), 60)).json()
+        config = (await asyncio.wait_for(api.post(API + "setTopicConfig", data={"topic": "t", "maxRetry": "3"}),
+                                         60)).json()
     finally:
         await asyncio.to_thread(postgres.start)
     # Refused while the port is closed. In full runs a connection to the stopped server's port was
@@ -184,6 +186,7 @@ async def test_postgres_down_past_the_retry_bound_fails_sends_with_code_500_afte
     # The outage has outlasted the bound: the next send fails after its first try.
     [failed] = batch["results"]
     assert failed["code"] == 500 and failed["msg"] in {f"message 0: {msg}" for msg in unreachable}, batch
+    assert config["code"] == 500 and config["msg"] in unreachable, config  # the ORM's save, answered alike
     assert await single_rt.redis.keys("dq:{*") == []  # nothing enqueued
     back = (await api.post(API + "sendMsg", data=message)).json()
     assert back["code"] == 200 and (await logged("t", back["delayMsg"]["msgId"]))["msg"] == "x"
