@@ -151,6 +151,11 @@ def test_the_dashboard_and_topic_page_say_a_routed_namespace_database_is_down(ad
         assert "Settings not read: message log unavailable: connection refused" in page.content.decode()
         saved = admin_client.post(topic_url("topic", ROUTED, "t"), form_values(namespace=ROUTED, topic="t"))
         assert saved.status_code == 200 and "Not saved: message log unavailable" in saved.content.decode()
+        for url, said in (("/admin/delayqueue/message/", "Messages not read"),
+                          ("/admin/delayqueue/topicconfig/redrive/1/", "Redrive task 1 not read")):
+            listed = admin_client.get(url, {"namespace": ROUTED}, follow=True)
+            assert listed.status_code == 200 and f"{said}: message log unavailable: connection refused" in \
+                listed.content.decode(), url
     finally:
         second.close()
         second.settings_dict.update(kept)

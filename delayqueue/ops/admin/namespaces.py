@@ -3,11 +3,14 @@
 pages by the admin's preserved filters; without a namespace chosen, DATABASE_URL's."""
 from urllib.parse import parse_qs, urlencode
 
-from django.contrib import admin
+from django.contrib import admin, messages
+from django.db import DatabaseError
+from django.http import HttpResponseRedirect
 from django.urls import reverse
 
 from delayqueue.config.settings import DEFAULT_DATABASE, load_config
 from delayqueue.core.names import checked_namespace
+from delayqueue.messagelog.connection import orm_unavailable
 from delayqueue.messagelog.routing import database_of
 from delayqueue.ops.admin.lists import CheckedListAdmin
 from delayqueue.stores import rows
@@ -59,3 +62,11 @@ class NamespacedAdmin(CheckedListAdmin):
 
     def get_queryset(self, request):
         return super().get_queryset(request).using(page_database(request))
+
+    def changelist_view(self, request, extra_context=None):
+        try:
+            return super().changelist_view(request, extra_context)
+        except DatabaseError as exc:  # the namespace's PostgreSQL (its own: DELAYQUEUE_NAMESPACE_DATABASES) down
+            self.message_user(request, f"{self.opts.verbose_name_plural.capitalize()} not read: "
+                                       f"{orm_unavailable(exc)}", messages.ERROR)
+            return HttpResponseRedirect(reverse("admin:index"))

@@ -405,7 +405,11 @@ class TopicConfigAdmin(NamespacedAdmin):
             checked_namespace(namespace)
         except ValueError as exc:
             return self._bad_target(request, BadTarget(f"namespace: {exc}"))
-        task = RedriveTask.objects.using(database_of(namespace)).filter(pk=task_id, namespace=namespace).first()
+        try:
+            task = RedriveTask.objects.using(database_of(namespace)).filter(pk=task_id, namespace=namespace).first()
+        except DatabaseError as exc:  # the namespace's own PostgreSQL down
+            self.message_user(request, f"Redrive task {task_id} not read: {orm_unavailable(exc)}", messages.ERROR)
+            return HttpResponseRedirect(reverse("admin:delayqueue_topicconfig_changelist"))
         if task is None:
             self.message_user(request, f"redrive task {task_id} not found in namespace {namespace}", messages.ERROR)
             return HttpResponseRedirect(reverse("admin:delayqueue_topicconfig_changelist"))
