@@ -269,7 +269,8 @@ class Scanner:
             got, pttl, holder = replies[3 * i:3 * i + 3]
             if topic in self.workers:  # taken over (_watch_holders) while this ran
                 continue
-            if got:
+            # Its own: a renewal that failed (Redis answering an error) stopped the worker, not the lock.
+            if got or holder == self.token:
                 self._start_worker(topic)
                 log.info("scanner %s took topic %s", self.token, topic)
             else:

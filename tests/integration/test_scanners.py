@@ -5,9 +5,11 @@ import time
 from collections import Counter
 
 import pytest
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from delayqueue.api import wire
 from delayqueue.live import stats
+from delayqueue.live.keys import Shard
 from delayqueue.services.consume import ack_message, pull_messages
 from delayqueue.services.messages import get_message
 from delayqueue.services.send import SendRequest, send_message, send_messages
@@ -236,3 +238,28 @@ async def test_a_standby_takes_a_topic_released_by_sigterm_at_once(single_rt, sc
 
     await wait_until(taken, timeout=15, interval=0.01, what="the standby to take the topic")
     assert time.monotonic() - stopped_at < 3  # the stop itself plus well under the 10 s lock TTL
+
+
+async def test_a_renewal_that_failed_leaves_the_lock_to_its_holder_which_takes_it_back_at_once(single_rt, start_scanner,
+                                                                                          monkeypatch):
+    """A renewal answered with an error stops the topic's worker, yet the lock still names this
+    scanner: it takes it back at its next look, not after the lock's TTL (no other can meanwhile)."""
+    rt = single_rt
+    await send_message(rt, request=SendRequest(topic="t", msg="m", delay_millis=60_000))
+    scanner = (await start_scanner(rt)).scanner
+
+    async def held():
+        return Shard("t") in scanner.workers
+
+    await wait_until(held, what="the scanner to hold topic t")
+    real_run = rt.scripts.run
+
+    async def renewals_fail(calls):
+        return [RedisConnectionError("connection to Redis lost")] * len(calls)
+
+    monkeypatch.setattr(rt.scripts, "run", renewals_fail)
+    await scanner._renew()
+    monkeypatch.setattr(rt.scripts, "run", real_run)
+    assert not await held() and await rt.redis.get(rt.ns.topic("t").lock) == scanner.token
+    await scanner._acquire(time.monotonic())
+    assert await held()
