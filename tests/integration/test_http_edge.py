@@ -218,6 +218,13 @@ async def test_a_refusal_given_before_the_body_passes_the_edge_checks_as_any_ans
     assert preflight.status_code == 204 and preflight.headers["access-control-allow-origin"] == app
 
 
+async def test_an_origin_that_is_no_url_is_refused_not_a_server_error(api):
+    # "http://[::1" is no URL to urlsplit (ValueError): it was answered HTTP 500 with a traceback in the log.
+    for headers in ({"Origin": "http://[::1"}, {"Origin": "http://[::1", "Sec-Fetch-Site": "same-origin"}):
+        refused = await api.get("/camellia/delayQueue/getTopicInfoList", headers=headers)
+        assert refused.status_code == 200 and refused.json()["code"] == 403, refused.text
+
+
 @pytest.mark.usefixtures("tokens_on")
 async def test_a_long_poll_refused_for_its_token_answers_after_a_pause(api):
     for headers in ({}, {"Authorization": "Bearer dq_wrong"}):
