@@ -164,6 +164,17 @@ def test_a_client_that_never_finishes_its_headers_is_cut_off_after_the_timeout(w
 
 
 @pytest.mark.process
+def test_headers_over_the_cap_are_refused_at_once(web):
+    with socket.create_connection(("127.0.0.1", web.port), timeout=30) as sock:
+        sock.sendall(b"GET /camellia/health/check HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: " + b"a" * 100_000)
+        # ... and more to come: before, uvicorn kept every header byte until the header timeout, so a
+        # fast client made a worker hold hundreds of MiB (this recv got b"" at the timeout).
+        answer = sock.recv(65_536)
+        assert answer.startswith(b"HTTP/1.1 431 "), answer[:200]
+    assert httpx.get(web.url + "/camellia/health/check", headers={"X-Big": "a" * 8000}).status_code == 200
+
+
+@pytest.mark.process
 def test_token_prefixes_stay_out_of_the_access_log_and_lead_only_to_the_queue_api(web):
     token = new_token("logged")
     sent = httpx.post(f"{web.url}/t/{token}{SEND}", data={"topic": "t", "msg": "m", "delayMillis": "0"})
