@@ -1,8 +1,9 @@
 """uvicorn's HTTP protocol (httptools) with bounds on a request's line and headers: the time a
 client takes over them, DELAYQUEUE_HEADER_TIMEOUT_MILLIS, and their size, MAX_HEADER_BYTES. uvicorn
 has neither, so a connection that sends nothing, or a header byte now and then, is otherwise held
-for ever, and one that sends an endless header has it kept in memory until the timeout. The bodies
-are bounded in api/asgi.py. Served by `uvicorn --http delayqueue.api.http_protocol:BoundedHttpToolsProtocol`."""
+for ever, and one that sends an endless header has it kept in memory until the timeout. A hang-up
+is told to every request of the connection being answered, not only to its last. The bodies are
+bounded in api/asgi.py. Served by `uvicorn --http delayqueue.api.http_protocol:BoundedHttpToolsProtocol`."""
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from delayqueue.config.settings import load_config
@@ -47,6 +48,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def connection_made(self, transport) -> None:
         super().connection_made(transport)
+        self.unanswered = []  # the connection's requests being answered before its last (pipelined) one
         self.wait_for_headers()
 
     def on_message_begin(self) -> None:
@@ -57,8 +59,17 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         loop_deadlines(self.loop).forget(self)
         self.headers_done += 1
+        earlier = self.cycle
         super().on_headers_complete()
+        if earlier is not None and not earlier.response_complete:  # a request pipelined behind it
+            self.unanswered = [cycle for cycle in self.unanswered if not cycle.response_complete] + [earlier]
 
     def connection_lost(self, exc) -> None:
         loop_deadlines(self.loop).forget(self)
+        # uvicorn tells only the last request of the hang-up: one pipelined behind a held long poll
+        # left it held, to take messages for a client that was gone.
+        for cycle in self.unanswered:
+            if not cycle.response_complete:
+                cycle.disconnected = True
+                cycle.message_event.set()
         super().connection_lost(exc)

@@ -20,6 +20,7 @@ from django.views.debug import technical_500_response
 from tests.helpers import WebProcess, scanner_env, wait_for
 
 SEND = "/camellia/delayQueue/sendMsg"
+LONG_POLL = "/camellia/delayQueue/longPollingMsg"
 FORM = {"content-type": "application/x-www-form-urlencoded"}
 BODY_CAP = 1_048_576
 BODY_TIMEOUT_MILLIS = 1000
@@ -172,6 +173,25 @@ def test_headers_over_the_cap_are_refused_at_once(web):
         answer = sock.recv(65_536)
         assert answer.startswith(b"HTTP/1.1 431 "), answer[:200]
     assert httpx.get(web.url + "/camellia/health/check", headers={"X-Big": "a" * 8000}).status_code == 200
+
+
+@pytest.mark.process
+def test_a_held_long_poll_with_a_request_pipelined_behind_it_stops_when_the_client_hangs_up(web):
+    token = new_token("piped")
+    auth = {"Authorization": f"Bearer {token}"}
+    poll = b"topic=piped&longPollingTimeoutMillis=30000"
+    with socket.create_connection(("127.0.0.1", web.port), timeout=30) as sock:
+        sock.sendall(f"POST {LONG_POLL} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {token}\r\n"
+                     f"Content-Type: application/x-www-form-urlencoded\r\nContent-Length: {len(poll)}\r\n\r\n".encode()
+                     + poll + b"GET /camellia/health/check HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        time.sleep(1)  # the poll is held, the GET waits behind it
+    time.sleep(0.5)  # the hang-up is seen
+    # Before, uvicorn told only the GET of the hang-up: the poll held on, took this message for a
+    # client that was gone, and left it consuming until its ack timeout.
+    sent = httpx.post(web.url + SEND, data={"topic": "piped", "msg": "m", "delayMillis": "0"}, headers=auth)
+    polled = httpx.post(web.url + LONG_POLL, data={"topic": "piped", "longPollingTimeoutMillis": "5000"},
+                        headers=auth, timeout=30)
+    assert [m["msgId"] for m in polled.json()["delayMsgList"]] == [sent.json()["delayMsg"]["msgId"]]
 
 
 @pytest.mark.process
