@@ -195,6 +195,18 @@ def test_a_held_long_poll_with_a_request_pipelined_behind_it_stops_when_the_clie
 
 
 @pytest.mark.process
+def test_a_websocket_handshake_is_refused_not_a_server_error(web):
+    with socket.create_connection(("127.0.0.1", web.port), timeout=30) as sock:
+        sock.sendall(b"GET /camellia/health/check HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\n"
+                     b"Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+                     b"Sec-WebSocket-Version: 13\r\n\r\n")
+        answer = sock.recv(65_536)
+    # Before, Django's handler raised ValueError on the websocket scope: HTTP 500 and a traceback logged.
+    assert answer.startswith(b"HTTP/1.1 403 "), answer[:200]
+    assert "Traceback" not in web.output()
+
+
+@pytest.mark.process
 def test_token_prefixes_stay_out_of_the_access_log_and_lead_only_to_the_queue_api(web):
     token = new_token("logged")
     sent = httpx.post(f"{web.url}/t/{token}{SEND}", data={"topic": "t", "msg": "m", "delayMillis": "0"})
