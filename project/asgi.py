@@ -30,6 +30,9 @@ gc.freeze()
 
 
 async def application(scope, receive, send):
+    if scope["type"] == "websocket":  # served nowhere: closed before accepting is HTTP 403, where Django's
+        await send({"type": "websocket.close"})  # handler raises ValueError (HTTP 500, a traceback logged)
+        return
     if scope["type"] == "http" and scope["path"].startswith(TOKEN_PATH_PREFIX):
         strip_token_prefix(scope)  # /t/<token>/ outside the queue API becomes /t/-/, which is no page
     if scope["type"] == "http" and scope["path"].startswith(EVENT_LOOP_PATHS):

@@ -66,7 +66,10 @@ def allowed_origins() -> frozenset[str]:
 
 def same_host(origin: str, host: str) -> bool:
     """Whether the origin names the request's Host (host and port; browsers omit a default port)."""
-    parts = urlsplit(origin)
+    try:
+        parts = urlsplit(origin)
+    except ValueError:  # no URL ("http://[::1": an unclosed bracket): no host's origin, so a cross one
+        return False
     netloc = parts.netloc.lower()
     host = host.lower()
     return netloc == host or f"{netloc}:{ORIGIN_DEFAULT_PORTS.get(parts.scheme)}" == host

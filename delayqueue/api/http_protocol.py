@@ -1,7 +1,9 @@
-"""uvicorn's HTTP protocol (httptools) with a bound on the time a client takes over a request's
-line and headers, DELAYQUEUE_HEADER_TIMEOUT_MILLIS: uvicorn has none, so a connection that sends
-nothing, or a header byte now and then, is otherwise held for ever. The bodies are bounded in
-api/asgi.py. Served by `uvicorn --http delayqueue.api.http_protocol:BoundedHttpToolsProtocol`."""
+"""uvicorn's HTTP protocol (httptools) with bounds on a request's line and headers: the time a
+client takes over them, DELAYQUEUE_HEADER_TIMEOUT_MILLIS, and their size, MAX_HEADER_BYTES. uvicorn
+has neither, so a connection that sends nothing, or a header byte now and then, is otherwise held
+for ever, and one that sends an endless header has it kept in memory until the timeout. A hang-up
+is told to every request of the connection being answered, not only to its last. The bodies are
+bounded in api/asgi.py. Served by `uvicorn --http delayqueue.api.http_protocol:BoundedHttpToolsProtocol`."""
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from delayqueue.config.settings import load_config
@@ -9,9 +11,18 @@ from delayqueue.core.deadlines import loop_deadlines
 
 # The --http value of every uvicorn command that serves the project.
 HTTP_PROTOCOL = "delayqueue.api.http_protocol:BoundedHttpToolsProtocol"
+# A request line and headers past this are refused (HTTP 431); nginx's large_client_header_buffers
+# allow 32 KiB. Counted by whole reads that end no request's headers, so up to a read (256 KiB) more
+# may be taken: what a connection holds is bounded all the same.
+MAX_HEADER_BYTES = 65_536
+HEADERS_TOO_BIG = (b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: text/plain; charset=utf-8\r\n"
+                   b"connection: close\r\ncontent-length: %d\r\n\r\n%s")
 
 
 class BoundedHttpToolsProtocol(HttpToolsProtocol):
+    header_bytes = 0  # of the request whose headers are coming in
+    headers_done = 0  # requests whose headers came in, on this connection
+
     def wait_for_headers(self) -> None:
         """From a new connection's start, or a request's first byte, until its headers are in."""
         deadlines = loop_deadlines(self.loop)
@@ -22,18 +33,43 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         if not self.transport.is_closing():
             self.transport.close()
 
+    def data_received(self, data: bytes) -> None:
+        deadlines = loop_deadlines(self.loop)
+        waiting, done = self in deadlines.due, self.headers_done
+        super().data_received(data)
+        # Counted only when all of the read was the same request's line and headers.
+        if waiting and done == self.headers_done and self in deadlines.due:
+            self.header_bytes += len(data)
+            if self.header_bytes > MAX_HEADER_BYTES and not self.transport.is_closing():
+                deadlines.forget(self)
+                msg = f"request line and headers are over {MAX_HEADER_BYTES} bytes\n".encode()
+                self.transport.write(HEADERS_TOO_BIG % (len(msg), msg))
+                self.transport.close()
+
     def connection_made(self, transport) -> None:
         super().connection_made(transport)
+        self.unanswered = []  # the connection's requests being answered before its last (pipelined) one
         self.wait_for_headers()
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
+        self.header_bytes = 0
         self.wait_for_headers()
 
     def on_headers_complete(self) -> None:
         loop_deadlines(self.loop).forget(self)
+        self.headers_done += 1
+        earlier = self.cycle
         super().on_headers_complete()
+        if earlier is not None and not earlier.response_complete:  # a request pipelined behind it
+            self.unanswered = [cycle for cycle in self.unanswered if not cycle.response_complete] + [earlier]
 
     def connection_lost(self, exc) -> None:
         loop_deadlines(self.loop).forget(self)
+        # uvicorn tells only the last request of the hang-up: one pipelined behind a held long poll
+        # left it held, to take messages for a client that was gone.
+        for cycle in self.unanswered:
+            if not cycle.response_complete:
+                cycle.disconnected = True
+                cycle.message_event.set()
         super().connection_lost(exc)

@@ -20,6 +20,7 @@ from django.views.debug import technical_500_response
 from tests.helpers import WebProcess, scanner_env, wait_for
 
 SEND = "/camellia/delayQueue/sendMsg"
+LONG_POLL = "/camellia/delayQueue/longPollingMsg"
 FORM = {"content-type": "application/x-www-form-urlencoded"}
 BODY_CAP = 1_048_576
 BODY_TIMEOUT_MILLIS = 1000
@@ -164,6 +165,48 @@ def test_a_client_that_never_finishes_its_headers_is_cut_off_after_the_timeout(w
 
 
 @pytest.mark.process
+def test_headers_over_the_cap_are_refused_at_once(web):
+    with socket.create_connection(("127.0.0.1", web.port), timeout=30) as sock:
+        sock.sendall(b"GET /camellia/health/check HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: " + b"a" * 100_000)
+        # ... and more to come: before, uvicorn kept every header byte until the header timeout, so a
+        # fast client made a worker hold hundreds of MiB (this recv got b"" at the timeout).
+        answer = sock.recv(65_536)
+        assert answer.startswith(b"HTTP/1.1 431 "), answer[:200]
+    assert httpx.get(web.url + "/camellia/health/check", headers={"X-Big": "a" * 8000}).status_code == 200
+
+
+@pytest.mark.process
+def test_a_held_long_poll_with_a_request_pipelined_behind_it_stops_when_the_client_hangs_up(web):
+    token = new_token("piped")
+    auth = {"Authorization": f"Bearer {token}"}
+    poll = b"topic=piped&longPollingTimeoutMillis=30000"
+    with socket.create_connection(("127.0.0.1", web.port), timeout=30) as sock:
+        sock.sendall(f"POST {LONG_POLL} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {token}\r\n"
+                     f"Content-Type: application/x-www-form-urlencoded\r\nContent-Length: {len(poll)}\r\n\r\n".encode()
+                     + poll + b"GET /camellia/health/check HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        time.sleep(1)  # the poll is held, the GET waits behind it
+    time.sleep(0.5)  # the hang-up is seen
+    # Before, uvicorn told only the GET of the hang-up: the poll held on, took this message for a
+    # client that was gone, and left it consuming until its ack timeout.
+    sent = httpx.post(web.url + SEND, data={"topic": "piped", "msg": "m", "delayMillis": "0"}, headers=auth)
+    polled = httpx.post(web.url + LONG_POLL, data={"topic": "piped", "longPollingTimeoutMillis": "5000"},
+                        headers=auth, timeout=30)
+    assert [m["msgId"] for m in polled.json()["delayMsgList"]] == [sent.json()["delayMsg"]["msgId"]]
+
+
+@pytest.mark.process
+def test_a_websocket_handshake_is_refused_not_a_server_error(web):
+    with socket.create_connection(("127.0.0.1", web.port), timeout=30) as sock:
+        sock.sendall(b"GET /camellia/health/check HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\n"
+                     b"Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+                     b"Sec-WebSocket-Version: 13\r\n\r\n")
+        answer = sock.recv(65_536)
+    # Before, Django's handler raised ValueError on the websocket scope: HTTP 500 and a traceback logged.
+    assert answer.startswith(b"HTTP/1.1 403 "), answer[:200]
+    assert "Traceback" not in web.output()
+
+
+@pytest.mark.process
 def test_token_prefixes_stay_out_of_the_access_log_and_lead_only_to_the_queue_api(web):
     token = new_token("logged")
     sent = httpx.post(f"{web.url}/t/{token}{SEND}", data={"topic": "t", "msg": "m", "delayMillis": "0"})
@@ -216,6 +259,13 @@ async def test_a_refusal_given_before_the_body_passes_the_edge_checks_as_any_ans
     preflight = await api.options(SEND, headers={"Origin": app, "Sec-Fetch-Site": "cross-site",
                                                  "Access-Control-Request-Method": "POST"})
     assert preflight.status_code == 204 and preflight.headers["access-control-allow-origin"] == app
+
+
+async def test_an_origin_that_is_no_url_is_refused_not_a_server_error(api):
+    # "http://[::1" is no URL to urlsplit (ValueError): it was answered HTTP 500 with a traceback in the log.
+    for headers in ({"Origin": "http://[::1"}, {"Origin": "http://[::1", "Sec-Fetch-Site": "same-origin"}):
+        refused = await api.get("/camellia/delayQueue/getTopicInfoList", headers=headers)
+        assert refused.status_code == 200 and refused.json()["code"] == 403, refused.text
 
 
 @pytest.mark.usefixtures("tokens_on")

@@ -130,3 +130,21 @@ async def test_a_body_sent_in_several_asgi_messages_is_read_whole(api):
                                        "content-length": str(len(body))})
     answer = response.json()
     assert answer["code"] == 200 and answer["delayMsg"]["msg"] == "x" * 5000
+
+
+async def test_a_charset_that_is_no_text_encoding_is_400(api):
+    # Python has codecs named rot13, hex and base64 (so Django takes them as a request's charset),
+    # but bytes.decode refuses them with LookupError: this was code 500 "internal error: LookupError".
+    cases = [(SEND, "application/x-www-form-urlencoded; charset=rot13", b"topic=t&msg=m&delayMillis=0", "rot13"),
+             (SEND, "application/json; charset=hex", b'{"topic": "t", "msg": "m", "delayMillis": 0}', "hex"),
+             ("/camellia/delayQueue/sendMsgBatch", "application/json; charset=base64", b'{"messages": []}', "base64")]
+    for path, content_type, body, charset in cases:
+        answer = await api.post(path, content=body, headers={"content-type": content_type})
+        assert answer.json() == {"code": 400, "msg": f"charset {charset} is not a text encoding"}, content_type
+
+
+async def test_a_multipart_body_with_too_many_files_is_400(api, settings):
+    settings.DATA_UPLOAD_MAX_NUMBER_FILES = 2
+    files = {f"f{i}": b"x" for i in range(3)}
+    answer = await api.post(SEND, data={"topic": "t", "msg": "m", "delayMillis": "0"}, files=files)
+    assert answer.json() == {"code": 400, "msg": "request has more than 2 files"}  # was 500 TooManyFilesSent

@@ -2,7 +2,7 @@
 authorized, errors worded."""
 import orjson
 from django.conf import settings
-from django.core.exceptions import RequestDataTooBig, TooManyFieldsSent
+from django.core.exceptions import RequestDataTooBig, TooManyFieldsSent, TooManyFilesSent
 from django.http import HttpResponse
 from rest_framework import exceptions as drf_exceptions
 from rest_framework.exceptions import ValidationError
@@ -134,6 +134,8 @@ class QueueAPIView(APIView):
             return body_too_big()  # Django's check of Content-Length; api/asgi.py counts chunked bodies
         if isinstance(exc, TooManyFieldsSent):  # Django's own parse (request.GET, multipart) met the limit
             return BadRequest(f"request has more than {settings.DATA_UPLOAD_MAX_NUMBER_FIELDS} fields")
+        if isinstance(exc, TooManyFilesSent):  # Django's multipart parse met the limit
+            return BadRequest(f"request has more than {settings.DATA_UPLOAD_MAX_NUMBER_FILES} files")
         if isinstance(exc, drf_exceptions.MethodNotAllowed):
             return BadRequest(f"method {self.request.method} not allowed, use GET or POST")
         if isinstance(exc, drf_exceptions.APIException):
@@ -144,16 +146,31 @@ class QueueAPIView(APIView):
 
     def body_data(self):
         """A JSON or multipart body, parsed by DRF (its Request costs more than a form's parse)."""
+        self.charset()
         if self.drf_request is None:
             self.drf_request = self.initialize_request(self.request, *self.args, **self.kwargs)
         return self.drf_request.data
+
+    def charset(self) -> str:
+        """The request's charset (UTF-8 if none). Python's rot13, hex or base64 pass Django's check of
+        the name (codecs.lookup), then fail every decode with LookupError: refused as no text encoding."""
+        encoding = self.request.encoding
+        if encoding is None:
+            return settings.DEFAULT_CHARSET
+        try:
+            b"a".decode(encoding)  # not b"": decoding nothing is not checked
+        except LookupError:
+            raise BadRequest(f"charset {encoding} is not a text encoding") from None
+        except UnicodeDecodeError:
+            pass  # a text encoding of more than a byte a character (utf-16)
+        return encoding
 
     def params(self) -> dict:
         """Query string and body (form or JSON object) merged; the body wins."""
         request = self.request
         if query_string_error := getattr(request, "query_string_error", None):  # see api/asgi.py
             raise BadRequest(query_string_error)
-        encoding = request.encoding or settings.DEFAULT_CHARSET
+        encoding = self.charset()
         query = request.META.get("QUERY_STRING")
         try:
             # As request.GET.dict(), but refusing what it would guess at (see parsers.py), and cheaper.
