@@ -104,3 +104,20 @@ def test_archive_keeps_a_row_that_changed_after_it_was_archived(spark, tmp_path,
     assert_archived_once(spark, tmp_path, messages, events)
     assert Message.objects.get(msg_id="orders-0-0").status == 1
     assert Message.objects.count() == 4
+
+
+def test_archive_keeps_every_column_of_the_rows_it_deletes(spark, tmp_path):
+    """The rows leave PostgreSQL: the archive holds all their columns, a nack's reason (detail) included."""
+    log = LogBuilder()
+    produce = ms("2026-09-01T08:00:00")
+    log.message("orders", "nacked", produce, status=6, retry=1, updated=produce + 5000)
+    log.event("orders", "nacked", produce, 0, 2, "sent")
+    log.event("orders", "nacked", produce + 5000, 3, 6, "nacked", retry=1).detail = "bad invoice"
+    log.save()
+    args = job_args("spark.archive", "--database-url", log_database_url(), "--to", str(tmp_path), "--older-than-days", "30")
+    assert archive.run(spark, args)["events"] == 2
+    for kind, model in (("messages", Message), ("events", MessageEvent)):
+        stored = spark.read.parquet(str(tmp_path / kind)).columns
+        assert {f.column for f in model._meta.concrete_fields} <= set(stored), kind
+    details = spark.read.parquet(str(tmp_path / "events")).select("reason", "detail").collect()
+    assert sorted((r.reason, r.detail) for r in details) == [("nacked", "bad invoice"), ("sent", "")]
