@@ -358,6 +358,10 @@ SELECT {to_millis("trigger_time")} / {COLD_HOUR_MILLIS}, count(*) FROM purged GR
 
 # --- Retention (retention.prune_log): small batches, each its own short transaction.
 
+# The retention's now: PostgreSQL's clock, as the archive's cutoff (sql.CUTOFF), not that of the
+# host prune_log runs on, which may run days ahead and take dead letters before their retention.
+NOW = "SELECT now()"
+
 # A batch of ended messages last changed before the cutoff and not before %(since)s (where the
 # previous batch stopped: rows it left behind are not read again), oldest first, from
 # message_ended; either dead letters (DEAD rows of a topic that keeps them, kept for their own
