@@ -132,6 +132,8 @@ def add_arguments(p) -> None:
     p.add_argument("--older-than-days", required=True, type=age_in_days, metavar="N",
                    help="archive messages that ended more than N days ago")
     common.add_partitions(p)
+    # Read with the options, as --redis-url's default: a bad value stops the job before Spark starts.
+    p.set_defaults(dead_letter_retention_days=SETTINGS["dead_letter_retention_days"].read())
 
 
 def preflight(args) -> None:
@@ -207,7 +209,7 @@ def run(spark, args) -> dict:
     spark.conf.set("spark.sql.sources.partitionColumnTypeInference.enabled", "false")
     partitions = common.default_partitions(spark, args.partitions)
     before = cutoff(args.database_url, args.older_than_days)
-    dead_before = cutoff(args.database_url, SETTINGS["dead_letter_retention_days"].read())
+    dead_before = cutoff(args.database_url, args.dead_letter_retention_days)
     messages = pgread.read_messages(
         spark, args.database_url, list(pgread.MESSAGE_COLUMNS), partitions=partitions,
         where=sql.ARCHIVABLE_MESSAGES, params={"namespace": args.namespace, "before": before,
