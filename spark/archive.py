@@ -1,8 +1,9 @@
 """Moves ended messages and their history older than N days from PostgreSQL to Parquet.
 
 A message is archived when it ended (status 4-7) more than --older-than-days days ago (its
-updated_at); its history goes with it. Both are written under --to, partitioned by the UTC date
-the message ended and its topic:
+updated_at), a dead letter (5 or 6 of a topic that keeps them) only once also older than
+DELAYQUEUE_DEAD_LETTER_RETENTION_DAYS, as prune_log keeps it; its history goes with it. Both
+are written under --to, partitioned by the UTC date the message ended and its topic:
 
     messages/date=YYYY-MM-DD/topic=<topic>/<batch>-part-*.parquet
     events/date=YYYY-MM-DD/topic=<topic>/<batch>-part-*.parquet
@@ -32,6 +33,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from delayqueue.config.arguments import age_in_days
+from delayqueue.config.settings import SETTINGS
 from delayqueue.core.constants import Status
 from delayqueue.messagelog import sql, tables
 from delayqueue.messagelog.connection import first_line
@@ -130,6 +132,8 @@ def add_arguments(p) -> None:
     p.add_argument("--older-than-days", required=True, type=age_in_days, metavar="N",
                    help="archive messages that ended more than N days ago")
     common.add_partitions(p)
+    # Read with the options, as --redis-url's default: a bad value stops the job before Spark starts.
+    p.set_defaults(dead_letter_retention_days=SETTINGS["dead_letter_retention_days"].read())
 
 
 def preflight(args) -> None:
@@ -205,9 +209,11 @@ def run(spark, args) -> dict:
     spark.conf.set("spark.sql.sources.partitionColumnTypeInference.enabled", "false")
     partitions = common.default_partitions(spark, args.partitions)
     before = cutoff(args.database_url, args.older_than_days)
+    dead_before = cutoff(args.database_url, args.dead_letter_retention_days)
     messages = pgread.read_messages(
         spark, args.database_url, list(pgread.MESSAGE_COLUMNS), partitions=partitions,
-        where=sql.ARCHIVABLE_MESSAGES, params={"namespace": args.namespace, "before": before})
+        where=sql.ARCHIVABLE_MESSAGES, params={"namespace": args.namespace, "before": before,
+                                               "dead_before": dead_before})
     batch = f"{datetime.now(timezone.utc):%Y%m%dT%H%M%S}-{secrets.token_hex(4)}"
     staged = archive.staging / batch
     archived_messages(messages).write.partitionBy("date", "topic").parquet(str(staged / "messages"))

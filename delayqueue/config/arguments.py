@@ -2,7 +2,7 @@
 A bad value ends, as argparse reports it, in one line naming the option and exit code 2."""
 import argparse
 
-from delayqueue.core.constants import MAX_AGE_DAYS, MAX_LIMIT
+from delayqueue.core.constants import MAX_AGE_DAYS, MAX_LIMIT, MAX_PRUNE_BATCH
 from delayqueue.core.names import checked_namespace, msg_id_problem, topic_problem
 
 
@@ -31,6 +31,13 @@ def age_in_days(text: str) -> int:
     value = positive_int(text)
     if value > MAX_AGE_DAYS:
         raise argparse.ArgumentTypeError(f"must be at most {MAX_AGE_DAYS} days, got {value}")
+    return value
+
+
+def prune_batch(text: str) -> int:
+    value = positive_int(text)
+    if value > MAX_PRUNE_BATCH:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_PRUNE_BATCH}, got {value}")
     return value
 
 

@@ -104,6 +104,9 @@ class Scope(TextChoices):
 # The longest age a retention setting or option takes: a hundred years. Far more overflows date
 # arithmetic (Python's and PostgreSQL's) instead of being refused with a message.
 MAX_AGE_DAYS = 36_500
+# prune_log's largest --batch: a batch is one transaction and its keys are held in memory; more
+# than PostgreSQL's bigint was refused by the database as "message log unavailable".
+MAX_PRUNE_BATCH = 1_000_000
 # Tokens start with this, so a leaked one is recognisable (secret scanners, logs).
 TOKEN_PREFIX = "dq_"
 

@@ -18,12 +18,15 @@ def prune_log(older_than: timedelta, batch: int = 5000, on_batch=None,
               dead_older_than: timedelta | None = None) -> tuple[int, int]:
     """Deletes ended messages last changed before now - older_than, dead letters last changed
     before now - dead_older_than (default DELAYQUEUE_DEAD_LETTER_RETENTION_DAYS), and their
-    history, in every database of the log. Returns (messages, history rows) deleted."""
+    history, in every database of the log, now by that database's clock (sql.NOW). Returns
+    (messages, history rows) deleted."""
     if dead_older_than is None:
         dead_older_than = timedelta(days=load_config().dead_letter_retention_days)
-    now = datetime.now(timezone.utc)
     totals = [0, 0]
     for database in log_databases():
+        with connections[database].cursor() as cursor:
+            cursor.execute(sql.NOW)
+            [now] = cursor.fetchone()
         for dead_letters, cutoff in ((False, now - older_than), (True, now - dead_older_than)):
             _prune(database, cutoff, dead_letters, batch, totals, on_batch)
     return totals[0], totals[1]

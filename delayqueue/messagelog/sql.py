@@ -83,8 +83,13 @@ WAITING = tables.WAITING.sql()
 # its topic keeps dead letters. Judged by the topic's setting now (TopicConfig.dead_letter; no row:
 # on): switched off, its dead rows leave the lists, redrives and purges, and prune_log removes them
 # at the ordinary retention.
-KEEPS_DEAD = (f"NOT EXISTS (SELECT 1 FROM {tables.TOPIC_CONFIG} c"
-              " WHERE c.namespace = m.namespace AND c.topic = m.topic AND NOT c.dead_letter)")
+def keeps_dead(row: str) -> str:
+    """KEEPS_DEAD of the message row named `row` (a statement without the alias m: the Spark jobs' reads)."""
+    return (f"NOT EXISTS (SELECT 1 FROM {tables.TOPIC_CONFIG} c"
+            f" WHERE c.namespace = {row}.namespace AND c.topic = {row}.topic AND NOT c.dead_letter)")
+
+
+KEEPS_DEAD = keeps_dead("m")
 
 # --- The send path (group_commit.MessageLog): performance-critical, one statement per group.
 
@@ -352,6 +357,10 @@ SELECT {to_millis("trigger_time")} / {COLD_HOUR_MILLIS}, count(*) FROM purged GR
 """
 
 # --- Retention (retention.prune_log): small batches, each its own short transaction.
+
+# The retention's now: PostgreSQL's clock, as the archive's cutoff (sql.CUTOFF), not that of the
+# host prune_log runs on, which may run days ahead and take dead letters before their retention.
+NOW = "SELECT now()"
 
 # A batch of ended messages last changed before the cutoff and not before %(since)s (where the
 # previous batch stopped: rows it left behind are not read again), oldest first, from
@@ -640,8 +649,11 @@ MESSAGES_WITH_EVENTS_SINCE = sql.SQL(
 IN_TOPIC = sql.SQL("topic = %(topic)s")
 # Live rows by id, for reconcile --fix: a row that ended meanwhile is left out.
 LIVE_BY_ID = sql.SQL(f"id = ANY(%(ids)s::int8[]) AND {LIVE}")
-# The archive's messages: ended before %(before)s, on message_ended.
-ARCHIVABLE_MESSAGES = sql.SQL(f"namespace = %(namespace)s AND {ENDED} AND updated_at < %(before)s")
+# The archive's messages: ended before %(before)s, on message_ended; a dead letter only once it
+# died before %(dead_before)s, as prune_log keeps it (the log lists and redrives it until then).
+ARCHIVABLE_MESSAGES = sql.SQL(
+    f"namespace = %(namespace)s AND {ENDED} AND updated_at < %(before)s"
+    f" AND (updated_at < %(dead_before)s OR NOT ({DEAD} AND {keeps_dead(tables.MESSAGE)}))")
 # Their history can only be older than the cutoff (updated_at is set from the events).
 ARCHIVABLE_EVENTS = sql.SQL("namespace = %(namespace)s AND at < %(before)s")
 

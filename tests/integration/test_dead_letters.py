@@ -5,7 +5,7 @@ import asyncio
 import os
 import subprocess
 import sys
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import psycopg
 import pytest
@@ -15,6 +15,7 @@ from django.core.management import CommandError, call_command
 
 from delayqueue.api import wire
 from delayqueue.core.constants import Status
+from delayqueue.messagelog import retention
 from delayqueue.messagelog.retention import prune_log
 from delayqueue.services.consume import ack_message, nack_message, pull_messages
 from delayqueue.services.dead_letters import create_redrive, purge_dead_letters, redrive_state
@@ -139,6 +140,22 @@ def test_prune_log_keeps_messages_that_expired_undelivered_for_the_dead_letters_
     asyncio.run(query("UPDATE delayqueue_message SET updated_at = now() - interval '10 days'"))
     asyncio.run(query("UPDATE delayqueue_messageevent SET at = now() - interval '10 days'"))
     assert prune_log(timedelta(days=7)) == (0, 0)  # a dead letter: within its 14 days
+    assert prune_log(timedelta(days=7), dead_older_than=timedelta(days=9)) == (1, 1)
+
+
+@EVERY_LOG_DATABASE
+def test_prune_log_ages_messages_by_postgresql_clock_not_its_hosts(clean_state, monkeypatch):
+    """A prune_log host whose clock runs 20 days ahead takes no dead letter before its 14 days."""
+    class Ahead(datetime):
+        @classmethod
+        def now(cls, tz=None):
+            return datetime.now(tz) + timedelta(days=20)
+
+    monkeypatch.setattr(retention, "datetime", Ahead)
+    asyncio.run(fill_dead("x", 1, Status.EXPIRED, "expired"))
+    asyncio.run(query("UPDATE delayqueue_message SET updated_at = now() - interval '10 days'"))
+    asyncio.run(query("UPDATE delayqueue_messageevent SET at = now() - interval '10 days'"))
+    assert prune_log(timedelta(days=7)) == (0, 0)
     assert prune_log(timedelta(days=7), dead_older_than=timedelta(days=9)) == (1, 1)
 
 

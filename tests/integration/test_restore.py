@@ -336,6 +336,9 @@ def test_prune_log_deletes_old_ended_messages_and_their_history_only(clean_state
     out = manage("prune_log", "--older-than-days", "0")  # the command line: exit 2, one line
     assert out.returncode == 2 and "--older-than-days: must be at least 1, got 0" in out.stderr
     assert "Traceback" not in out.stderr
+    # Past bigint PostgreSQL refused it: exit 1, "message log unavailable".
+    out = manage("prune_log", "--batch", "99999999999999999999")
+    assert out.returncode == 2 and "--batch: must be at most 1000000, got 99999999999999999999" in out.stderr
     with pytest.raises(CommandError, match="--older-than-days: must be at most 36500 days"):  # the same parser
         call_command("prune_log", "--older-than-days", "99999999999")
     call_command("prune_log", "--older-than-days", "1")  # nothing left to prune, still fine

@@ -3,7 +3,7 @@ import time
 
 import pytest
 
-from delayqueue.models import Message, MessageEvent
+from delayqueue.models import Message, MessageEvent, TopicConfig
 from spark import archive
 from tests.helpers import log_database_url
 
@@ -104,3 +104,40 @@ def test_archive_keeps_a_row_that_changed_after_it_was_archived(spark, tmp_path,
     assert_archived_once(spark, tmp_path, messages, events)
     assert Message.objects.get(msg_id="orders-0-0").status == 1
     assert Message.objects.count() == 4
+
+
+def test_archive_keeps_every_column_of_the_rows_it_deletes(spark, tmp_path):
+    """The rows leave PostgreSQL: the archive holds all their columns, a nack's reason (detail) included."""
+    log = LogBuilder()
+    produce = ms("2026-09-01T08:00:00")
+    log.message("orders", "nacked", produce, status=6, retry=1, updated=produce + 5000)
+    log.event("orders", "nacked", produce, 0, 2, "sent")
+    log.event("orders", "nacked", produce + 5000, 3, 6, "nacked", retry=1).detail = "bad invoice"
+    log.save()
+    args = job_args("spark.archive", "--database-url", log_database_url(), "--to", str(tmp_path), "--older-than-days", "30")
+    assert archive.run(spark, args)["events"] == 2
+    for kind, model in (("messages", Message), ("events", MessageEvent)):
+        stored = spark.read.parquet(str(tmp_path / kind)).columns
+        assert {f.column for f in model._meta.concrete_fields} <= set(stored), kind
+    details = spark.read.parquet(str(tmp_path / "events")).select("reason", "detail").collect()
+    assert sorted((r.reason, r.detail) for r in details) == [("nacked", "bad invoice"), ("sent", "")]
+
+
+def test_archive_leaves_dead_letters_to_their_own_retention(spark, tmp_path):
+    """Ended 10 days ago, archived at 5 days: the acked message goes, a dead letter stays in the
+    log (listed, redrivable) until DELAYQUEUE_DEAD_LETTER_RETENTION_DAYS (14), as prune_log keeps it;
+    one of a topic that no longer keeps dead letters goes as any ended message."""
+    log = LogBuilder()
+    ended = int(time.time() * 1000) - 10 * DAY
+    for topic, msg_id, status in (("orders", "acked", 4), ("orders", "dead", 6), ("orders", "expired", 5),
+                                  ("mail", "not-kept", 6)):
+        log.message(topic, msg_id, ended - 5000, status=status, updated=ended)
+        log.event(topic, msg_id, ended - 5000, 0, 2, "sent")
+    log.save()
+    TopicConfig.objects.create(namespace="default", topic="mail", dead_letter=False)
+    args = job_args("spark.archive", "--database-url", log_database_url(), "--to", str(tmp_path),
+                    "--older-than-days", "5")
+    assert (archive.run(spark, args)["messages"], MessageEvent.objects.count()) == (2, 2)
+    assert sorted(Message.objects.values_list("msg_id", flat=True)) == ["dead", "expired"]
+    stored = spark.read.parquet(str(tmp_path / "messages")).select("msg_id").collect()
+    assert sorted(r.msg_id for r in stored) == ["acked", "not-kept"]

@@ -3,7 +3,7 @@ from datetime import timedelta
 from django.core.management.base import BaseCommand, CommandError
 from django.db import DatabaseError
 
-from delayqueue.config.arguments import age_in_days, positive_int
+from delayqueue.config.arguments import age_in_days, prune_batch
 from delayqueue.config.settings import load_config, setting_text
 from delayqueue.messagelog.retention import prune_log
 
@@ -16,7 +16,8 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("--older-than-days", type=age_in_days,
                             help=f"age in days ({setting_text('log_retention_days')})")
-        parser.add_argument("--batch", type=positive_int, default=5000, help="messages per transaction (5000)")
+        parser.add_argument("--batch", type=prune_batch, default=5000,
+                            help="messages per transaction (5000, at most 1000000)")
 
     def handle(self, *args, **options):
         days = options["older_than_days"] or load_config().log_retention_days
