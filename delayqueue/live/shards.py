@@ -21,6 +21,14 @@ def message_shards(topic: str, msg_id: str, counts: Sequence[int]) -> list[Shard
     return [shard_of(topic, msg_id, count) for count in counts]
 
 
+def bound_share(bound: int, parts: int, index: int) -> int:
+    """Part `index`'s share of a bound `parts` parts hold together (a live cap, a push concurrency; 0:
+    none): the shares add up to it (shares rounded up passed it: 3 parts of 4 took 6), yet one at
+    least, as a part with none could never take anything."""
+    share, extra = divmod(bound, parts)
+    return max(share + (index < extra), min(bound, 1))
+
+
 def topic_shards(topic: str, counts: Sequence[int]) -> list[Shard]:
     """Every key set of the counts, those of the first count first."""
     return [Shard(topic, count, index) for count in counts for index in range(count)]

@@ -13,7 +13,7 @@ from delayqueue.core.exceptions import Conflict, NotFound, Throttled, redis_unav
 from delayqueue.core.messages import Message
 from delayqueue.live import scripts
 from delayqueue.live.keys import Bucket, Shard
-from delayqueue.live.shards import topic_shards
+from delayqueue.live.shards import bound_share, topic_shards
 from delayqueue.runtime import Runtime
 from delayqueue.services import admission
 from delayqueue.services.messages import holding_shards, on_its_shard
@@ -105,12 +105,9 @@ async def _pull_shards(rt: Runtime, pull: Pull, counts: tuple[int, ...]) -> scri
             return scripts.PullReply(0, [], grant.retry_after_millis)
         batch = grant.granted
     open_shards = topic_shards(pull.topic, counts)
-    shard_count = len(open_shards)
-    # Each shard keeps its share of the topic's bound on messages in flight (a push topic's concurrency), the
-    # shares adding up to it: pushers taking from different shards hold to it together (shares rounded up did
-    # not). Yet one at least: a shard with none could never hand its messages out.
-    share, extra = divmod(pull.max_inflight, shard_count)
-    max_inflight = {shard: max(share + (i < extra), min(pull.max_inflight, 1)) for i, shard in enumerate(open_shards)}
+    # Each shard keeps its share of the topic's bound on messages in flight (a push topic's concurrency):
+    # pushers taking from different shards hold to it together.
+    max_inflight = {shard: bound_share(pull.max_inflight, len(open_shards), i) for i, shard in enumerate(open_shards)}
     messages: list[Message] = []
     remaining: dict[Shard, int] = {}
     due_in: list[tuple[int, int, Shard | None]] = [(-1, 0, None)]  # (next_due_us, server_now_us, shard)

@@ -24,7 +24,7 @@ from delayqueue.core.messages import Message, new_msg_id
 from delayqueue.live import scripts
 from delayqueue.live.keys import Shard
 from delayqueue.live.protocol import ConnectionLost
-from delayqueue.live.shards import message_shards, shard_of
+from delayqueue.live.shards import bound_share, message_shards, shard_of
 from delayqueue.runtime import Runtime
 from delayqueue.services import admission, caps
 from delayqueue.services.messages import first_holding
@@ -124,10 +124,7 @@ def send_calls(rt: Runtime, messages: list[Message], *, shards: list[Shard],
     dedupe_window = 0 if redrive else rt.config.dedupe_window_millis
     calls = []
     for shard, mine in positions.items():
-        # Each shard holds its share of the topic's cap, the shares adding up to it (shares rounded up passed
-        # it: 3 shards of a cap of 4 took 6). Yet one at least: a shard with none could never take its msgIds.
-        share, extra = divmod(max_live(shard.topic), shard.count)
-        cap = max(share + (shard.index < extra), min(max_live(shard.topic), 1))
+        cap = bound_share(max_live(shard.topic), shard.count, shard.index)
         for first in range(0, len(mine), MESSAGES_PER_CALL):
             chunk = mine[first:first + MESSAGES_PER_CALL]
             values = [(messages[i].msg_id, messages[i].payload, messages[i].trigger_time, messages[i].expire_time,
