@@ -11,8 +11,4 @@ for i = 2, #ARGV do
   args[#args + 1] = ARGV[i]
 end
 -- A restore registers a page's topics at once, thousands: unpack() takes a few thousand values at most.
-local added = 0
-for first = 1, #args, CHUNK do
-  added = added + redis.call('ZADD', KEYS[1], 'NX', unpack(args, first, math.min(first + CHUNK - 1, #args)))
-end
-return added
+return call_chunked('ZADD', KEYS[1], args, 'NX')
