@@ -207,10 +207,8 @@ class TopicConfigAdmin(NamespacedAdmin):
                     form.add_error("shards" if str(exc).startswith("shards:") else "push_url", str(exc))
                 except CapReached as exc:  # a namespace's cap (settings rows, push concurrency): nothing saved either
                     form.add_error(None, str(exc))
-                except LogUnavailable as exc:  # the namespace's PostgreSQL down: nothing saved
+                except LogUnavailable as exc:  # the namespace's PostgreSQL down (its ORM save too): nothing saved
                     form.add_error(None, f"Not saved: {exc}")
-                except DatabaseError as exc:  # the same, met by the ORM's save
-                    form.add_error(None, f"Not saved: {orm_unavailable(exc)}")
                 except (RedisError, QueueError) as exc:
                     self.message_user(request, f"Settings saved in PostgreSQL, but their Redis copy could not be "
                                                f"written ({exc}): save again", messages.ERROR)
