@@ -41,11 +41,14 @@ def prune_batch(text: str) -> int:
     return value
 
 
-def topic_name(text: str) -> str:
-    problem = topic_problem(text)
+def _named(text: str, kind: str, problem: str | None) -> str:
     if problem:
-        raise argparse.ArgumentTypeError(f"{text!r}: a topic {problem}")
+        raise argparse.ArgumentTypeError(f"{text!r}: a {kind} {problem}")
     return text
+
+
+def topic_name(text: str) -> str:
+    return _named(text, "topic", topic_problem(text))
 
 
 def namespace_name(text: str) -> str:
@@ -56,10 +59,7 @@ def namespace_name(text: str) -> str:
 
 
 def msg_id(text: str) -> str:
-    problem = msg_id_problem(text)
-    if problem:
-        raise argparse.ArgumentTypeError(f"{text!r}: a msgId {problem}")
-    return text
+    return _named(text, "msgId", msg_id_problem(text))
 
 
 def utf8_text(text: str) -> str:
