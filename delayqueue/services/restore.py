@@ -167,7 +167,7 @@ async def _restore(rt: Runtime, topic: str | None, msg_id: str | None, include_e
                 left_cold.setdefault(name, {})[hour] = left
         if left_cold and not dry_run and msg_id is None:
             await _set_cold_counts(rt, left_cold)
-        if cold_topics := [name for name, hours in left_cold.items() if hours and not dry_run]:
+        if not dry_run and (cold_topics := [name for name, hours in left_cold.items() if hours]):
             # The loaders work registered topics only: one whose messages all stay cold has none
             # restored to register it, and they would never be loaded.
             await rt.scripts.call(scripts.register_topics(rt.context, at=now_millis(), topics=cold_topics))
