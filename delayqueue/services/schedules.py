@@ -154,6 +154,8 @@ def _updated(row: ScheduleRow, changes: dict) -> dict:
         fields["every_millis"] = None
     elif changes.get("every_millis") is not None:
         fields["cron"] = ""
+    if changes.get("timezone", "UTC") != "UTC" and not fields["cron"]:  # an interval has no zone: not dropped unseen
+        raise BadRequest("timezone is a cron schedule's: this one ticks by everyMillis (give cron with it)")
     if bool(fields["cron"]) != bool(row.cron) and "start_time" not in changes:
         fields["start_time"] = None  # a cron schedule's earliest tick is not an interval's anchor, nor the reverse
     return fields

@@ -103,6 +103,17 @@ async def test_a_schedule_is_created_read_listed_changed_paused_resumed_and_dele
     assert (await call(api, "getSchedule", method="get", scheduleId="nightly"))["code"] == 404
 
 
+async def test_a_time_zone_given_to_an_interval_schedule_is_refused_not_ignored(api):
+    await call(api, "createSchedule", scheduleId="beat", topic="t", msg="m", everyMillis="60000")
+    answer = await call(api, "updateSchedule", scheduleId="beat", timezone="Europe/Berlin")
+    assert answer["code"] == 400 and "timezone" in answer["msg"], answer
+    made_cron = await call(api, "updateSchedule", scheduleId="beat", cron="0 3 * * *", timezone="Europe/Berlin")
+    assert (made_cron["schedule"]["cron"], made_cron["schedule"]["timezone"]) == ("0 3 * * *", "Europe/Berlin")
+    # Back to an interval: the cron's zone goes with its cron, unasked.
+    made_interval = await call(api, "updateSchedule", scheduleId="beat", everyMillis="60000")
+    assert (made_interval["schedule"]["everyMillis"], made_interval["schedule"]["timezone"]) == (60000, None)
+
+
 @pytest.mark.parametrize("params, problem", [
     ({"cron": "61 * * * *"}, "minute"),
     ({"cron": "* * * *"}, "5 fields"),
