@@ -20,14 +20,17 @@ with --messages messages (20,000 by default):
 
 A drain's clock starts when the backlog first shrinks (the consumers' start-up is not counted) and
 stops when nothing is left. Drains and lateness use the log-on server. The end prints one
-table of every row with delayqueue's ratios against BullMQ and huey from the same run.
+table of every row with delayqueue's ratios against BullMQ and huey from the same run. With
+--rounds N the sides take turns N times and the table shows each row's median, after a table of
+each round's drains (a drain of 20,000 lasts about a second, which one busy moment can halve).
 
     .venv/bin/python -m bench.python_queues [--messages 20000] [--due-rate 1000] [--due-seconds 5]
-        [--only sdk|bullmq|huey|requests ...] [--worker-threads 8]
+        [--only sdk|bullmq|huey|requests ...] [--worker-threads 8] [--rounds 1]
 
 The BullMQ side needs Node.js and npm; it runs `npm ci` in bench/ when BullMQ is not installed.
 """
 import argparse
+import statistics
 
 from bench.harness import stack
 from bench.python_queues import bullmq_side, delayqueue_side, huey_side, requests_side
@@ -115,23 +118,55 @@ def main():
     parser.add_argument("--due-rate", type=int, default=1_000, help="the lateness phase's due messages a second")
     parser.add_argument("--due-seconds", type=int, default=5, help="how long the lateness phase's messages fall due")
     parser.add_argument("--worker-threads", type=int, default=8, help="delayqueue's handler threads per process")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="run every side this many times, taking turns; the table shows each row's median")
     parser.add_argument("--only", action="append", choices=("sdk", "bullmq", "huey", "requests"),
                         help="run only these sides (repeatable); all by default")
     args = parser.parse_args()
     sides = args.only or ["sdk", "bullmq", "huey", "requests"]
     phases = Phases(messages=args.messages, due_rate=args.due_rate, due_seconds=args.due_seconds)
     servers = {"on": {"DELAYQUEUE_MESSAGE_LOG": "1"}, "off": {"DELAYQUEUE_MESSAGE_LOG": "0"}}
-    rows = {}
+    rounds = []
     with stack(scanners=1, servers=servers) as (urls, env):
-        if "sdk" in sides:
-            rows.update(delayqueue_side.rows(urls, env, phases, args.worker_threads))
-        if "bullmq" in sides:
-            rows.update(bullmq_side.rows(env, phases))
-        if "huey" in sides:
-            rows.update(huey_side.rows(env, phases))
-        if "requests" in sides:
-            rows.update(requests_side.rows(urls, env, phases))
-    summary(rows, phases)
+        for number in range(1, args.rounds + 1):
+            if args.rounds > 1:
+                print(f"\n== round {number} of {args.rounds}", flush=True)
+            rows = {}
+            if "sdk" in sides:
+                rows.update(delayqueue_side.rows(urls, env, phases, args.worker_threads))
+            if "bullmq" in sides:
+                rows.update(bullmq_side.rows(env, phases))
+            if "huey" in sides:
+                rows.update(huey_side.rows(env, phases))
+            if "requests" in sides:
+                rows.update(requests_side.rows(urls, env, phases))
+            rounds.append(rows)
+    if len(rounds) > 1:
+        each_round(rounds)
+    summary(medians(rounds), phases)
+
+
+def medians(rounds: list[dict]) -> dict:
+    """Each row's median over the rounds (a lateness row's, figure by figure): the sides took
+    turns within each round, so a slow spell of the shared machine weighs on a round, not a side."""
+    combined = {}
+    for key in rounds[0]:
+        values = [rows[key] for rows in rounds if key in rows]
+        combined[key] = (tuple(statistics.median(figures) for figures in zip(*values))
+                         if isinstance(values[0], tuple) else statistics.median(values))
+    return combined
+
+
+def each_round(rounds: list[dict]) -> None:
+    """The drains' figures and ratios round by round, before their medians: their spread."""
+    print("\n| round | " + " | ".join(f"{label}: delayqueue / BullMQ" for _, _, label, *_ in RATE_ROWS[-2:]) + " |")
+    print("|---|" + "---|" * 2)
+    for number, rows in enumerate(rounds, 1):
+        cells = []
+        for phase, peer_phase, *_ in RATE_ROWS[-2:]:
+            ours, theirs = rows.get((phase, delayqueue_side.SIDE)), rows.get((peer_phase, bullmq_side.SIDE))
+            cells.append(f"{ours:,.0f} / {theirs:,.0f} = {ours / theirs:.2f}x" if ours and theirs else "-")
+        print(f"| {number} | " + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":
