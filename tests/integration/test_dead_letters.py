@@ -15,6 +15,7 @@ from django.core.management import CommandError, call_command
 
 from delayqueue.api import wire
 from delayqueue.core.constants import Status
+from delayqueue.live.shards import topic_shards
 from delayqueue.messagelog import retention
 from delayqueue.messagelog.retention import prune_log
 from delayqueue.services.consume import ack_message, nack_message, pull_messages
@@ -22,6 +23,7 @@ from delayqueue.services.dead_letters import create_redrive, purge_dead_letters,
 from delayqueue.services.messages import get_message
 from delayqueue.services.restore import restore
 from delayqueue.services.send import SendRequest, send_message, send_messages
+from delayqueue.services.topics import list_topics
 from delayqueue.services.topic_control import set_topic_config
 from tests.helpers import (EVERY_LOG_DATABASE, REDIS_URL, ROOT, TEST_CONFIG, call, dead_letter_page, drain_log, history,
                            log_database_url, logged, make_runtime, query, wait_until)
@@ -498,3 +500,24 @@ async def test_after_flushall_and_restore_dead_letters_stay_dead_and_a_redriven_
     assert await rt.redis.lrange(rt.ns.topic("fr").ready, 0, -1) == ["back"]
     pulled, _ = await pull_messages(rt, topic="fr", batch=10)
     assert [m.msg_id for m in pulled] == ["back"]
+
+
+
+@pytest.mark.parametrize("shards", [1, 3])
+async def test_a_redrive_into_a_retired_topic_registers_it_again(rt, start_scanner, shards):
+    """The dead letters of a topic retired since (idle, nothing in Redis: as fill_dead leaves it) come
+    back in a registered topic, as a send's would: listed, and found by every scanner, not only by
+    one that heard the new lives' wake."""
+    await fill_dead("retired", 6)
+    if shards > 1:
+        await set_topic_config(rt, topic="retired", changes={"shards": shards}, limits={})
+    task_id = await create_redrive(rt, topic="retired", msg_ids=None, max_per_second=500)
+    await start_scanner(rt)
+
+    async def done():
+        return wire.redrive_progress(await redrive_state(rt, task_id=task_id))["state"] == "done"
+
+    await wait_until(done, timeout=10, what="the redrive")
+    assert await list_topics(rt) == ["retired"]
+    for shard in topic_shards("retired", (shards,)):  # confirmed: the next send does not register it again
+        assert await rt.redis.hget(rt.ns.topic(shard).meta, "registered") in (None, "1")
