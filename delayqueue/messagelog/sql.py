@@ -455,10 +455,16 @@ UPDATE {tables.REDRIVE} SET lease_until = now() + %(lease_millis)s * interval '1
 WHERE id = %(id)s AND lease_owner = %(owner)s AND done_at IS NULL
 RETURNING {_TASK}
 """
-# The task's next dead letters, locked, with what a new life needs.
+# The task's next dead letters, locked, with what a new life needs: its TTL as sent, counted from when the life was
+# first ready (its earliest history row into READY, at or after its produceTime), as a retry's wait (a nack's delay, a
+# backoff) moved its triggerTime and not its expireTime: after one past its TTL, expireTime - triggerTime is negative.
+_FIRST_READY = f"""(SELECT min(e.at) FROM {tables.EVENT} e
+    WHERE e.msg_id = m.msg_id AND e.topic = m.topic AND e.namespace = m.namespace AND e.to_status = %(ready)s
+      AND e.at >= m.produce_time)"""
 _NEXT_DEAD = f"""
 SELECT m.id, m.updated_at, m.msg_id, m.payload, m.max_retry,
-       {to_millis("m.expire_time")} - {to_millis("m.trigger_time")} AS ttl, m.priority, m.status
+       {to_millis("m.expire_time")} - {to_millis(f"least(m.trigger_time, {_FIRST_READY})")} AS ttl, m.priority,
+       m.status
 FROM {tables.MESSAGE} m
 WHERE {_DEAD_IN} AND m.updated_at <= %(created_at)s
   AND (m.updated_at, m.id) > (coalesce(%(after_time)s::timestamptz, '-infinity'), %(after_id)s)

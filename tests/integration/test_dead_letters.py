@@ -521,3 +521,45 @@ async def test_a_redrive_into_a_retired_topic_registers_it_again(rt, start_scann
     assert await list_topics(rt) == ["retired"]
     for shard in topic_shards("retired", (shards,)):  # confirmed: the next send does not register it again
         assert await rt.redis.hget(rt.ns.topic(shard).meta, "registered") in (None, "1")
+
+
+@pytest.mark.parametrize("shards", [1, 3])
+async def test_a_redriven_message_gets_its_ttl_back_though_a_retry_moved_its_trigger_time(single_rt, start_scanner,
+                                                                                         shards):
+    """A retry's wait moves a message's triggerTime, not its expireTime: a nack's delay past its TTL
+    ends it (expired, after a delivery), and a backoff leaves it less time after its last trigger. Its
+    new life has the TTL it was sent with again, not what was left after the last trigger (none: the
+    new life would expire at once)."""
+    rt = single_rt
+    await set_topic_config(rt, topic="moved", changes={"shards": shards, "retry_backoff_millis": 100}, limits={})
+    await send_messages(rt, requests=[SendRequest("moved", "body", 0, i, ttl_millis=2_000, max_retry=m)
+                                      for i, m in (("delayed", 5), ("backed", 1))])
+    pulled, _ = await pull_messages(rt, topic="moved", batch=2, ack_timeout_millis=60_000)
+    assert len(pulled) == 2
+    assert (await nack_message(rt, topic="moved", msg_id="delayed", delay_millis=60_000)).status == Status.WAITING
+    assert (await nack_message(rt, topic="moved", msg_id="backed")).status == Status.WAITING  # the topic's backoff
+    await start_scanner(rt)
+
+    async def pulled_again():
+        return (await pull_messages(rt, topic="moved", ack_timeout_millis=60_000))[0]
+
+    [again] = await wait_until(pulled_again, timeout=10, what="the backed-off message due again")
+    assert again.msg_id == "backed" and again.trigger_time > again.produce_time
+    assert await nack_message(rt, topic="moved", msg_id="backed") == (True, Status.EXHAUSTED)
+
+    async def both_dead():
+        page, _ = await dead_letter_page(rt, topic="moved", limit=10, cursor=None)
+        return len(page) == 2 and page
+
+    page = await wait_until(both_dead, timeout=10, what="both dead letters")
+    assert {m["msgId"]: m["deadReason"] for m in page} == {"delayed": "expired", "backed": "retries_exhausted"}
+    task_id = await create_redrive(rt, topic="moved", msg_ids=None, max_per_second=500)
+
+    async def done():
+        return wire.redrive_progress(await redrive_state(rt, task_id=task_id))["state"] == "done"
+
+    await wait_until(done, timeout=10, what="the redrive")
+    for msg_id in ("delayed", "backed"):
+        back = await get_message(rt, topic="moved", msg_id=msg_id)
+        assert back.status == Status.READY and back.expire_time - back.trigger_time == 2_000, back
+        assert (await logged("moved", msg_id))["expireTime"] == back.expire_time
