@@ -506,7 +506,8 @@ UPDATE {tables.REDRIVE} SET after_time = %(after_time)s, after_id = %(after_id)s
     sending = %(sending)s::jsonb
 WHERE id = %(id)s
 """
-REDRIVE_SENT = f"UPDATE {tables.REDRIVE} SET sending = NULL WHERE id = %(id)s"
+# Only by the lease's holder: a scanner whose send outlasted its lease must not clear the batch its successor recorded.
+REDRIVE_SENT = f"UPDATE {tables.REDRIVE} SET sending = NULL WHERE id = %(id)s AND lease_owner = %(owner)s"
 REDRIVE_DONE = f"UPDATE {tables.REDRIVE} SET done_at = now(), sending = NULL, lease_until = NULL WHERE id = %(id)s"
 REDRIVE_STATE = f"SELECT {_TASK} FROM {tables.REDRIVE} WHERE id = %(id)s AND namespace = %(namespace)s"
 

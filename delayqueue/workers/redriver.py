@@ -139,7 +139,7 @@ class Redriver:
 
     async def _finish_sending(self, task: Task) -> None:
         async with self._db.use() as conn:
-            await conn.execute(sql.REDRIVE_SENT, {"id": task.id})
+            await conn.execute(sql.REDRIVE_SENT, {"id": task.id, "owner": self.owner})
         task.sending = None
 
     async def _send(self, topic: str, batch: list, resumed: bool) -> None:

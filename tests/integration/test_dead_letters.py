@@ -25,6 +25,7 @@ from delayqueue.services.restore import restore
 from delayqueue.services.send import SendRequest, send_message, send_messages
 from delayqueue.services.topics import list_topics
 from delayqueue.services.topic_control import set_topic_config
+from delayqueue.workers.redriver import Redriver
 from tests.helpers import (EVERY_LOG_DATABASE, REDIS_URL, ROOT, TEST_CONFIG, call, dead_letter_page, drain_log, history,
                            log_database_url, logged, make_runtime, query, wait_until)
 
@@ -563,3 +564,31 @@ async def test_a_redriven_message_gets_its_ttl_back_though_a_retry_moved_its_tri
         back = await get_message(rt, topic="moved", msg_id=msg_id)
         assert back.status == Status.READY and back.expire_time - back.trigger_time == 2_000, back
         assert (await logged("moved", msg_id))["expireTime"] == back.expire_time
+
+
+async def test_a_scanner_that_lost_its_redrive_lease_leaves_the_next_holders_batch_to_send(single_rt):
+    """Scanner a's send outlasted its lease: b took the task over, sent a's batch again (it was
+    recorded as sending), and recorded its own. a's send then ends; it must not mark b's batch sent:
+    b dies before sending it, and c, who takes over, sends it from the record."""
+    rt = single_rt
+    await fill_dead("lease", 4)
+    task_id = await create_redrive(rt, topic="lease", msg_ids=None, max_per_second=500)
+    a, b, c = (Redriver(rt, name) for name in "abc")
+    try:
+        task_a = await a._claim()
+        first = await a._take_batch(task_a, 2)
+        await query("UPDATE delayqueue_redrivetask SET lease_until = now() - interval '1 second'")  # a is slow
+        task_b = await b._claim()
+        assert task_b.sending == first
+        await b._send(task_b.topic, task_b.sending, resumed=True)
+        await b._finish_sending(task_b)
+        assert [m[0] for m in await b._take_batch(task_b, 2)] == ["d3", "d4"]  # then b dies
+        await a._send(task_a.topic, first, resumed=False)
+        await a._finish_sending(task_a)
+        await query("UPDATE delayqueue_redrivetask SET lease_until = now() - interval '1 second'")
+        await c._run_task(await c._claim(), asyncio.Event())
+    finally:
+        for runner in (a, b, c):
+            await runner._db.close()
+    assert wire.redrive_progress(await redrive_state(rt, task_id=task_id)) == {"moved": 4, "left": 0, "state": "done"}
+    assert sorted(await rt.redis.lrange(rt.ns.topic("lease").ready, 0, -1)) == ["d1", "d2", "d3", "d4"]
