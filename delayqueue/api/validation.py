@@ -346,8 +346,9 @@ class DeadMsgListSerializer(TopicSerializer):
 
 class RedriveDeadMsgSerializer(TopicSerializer, MsgIdListSerializer):
     maxPerSecond = serializers.IntegerField(
-        required=False, default=REDRIVE_DEFAULT_RATE, min_value=1, max_value=REDRIVE_MAX_RATE,
-        help_text=f"most dead letters sent back per second (default {REDRIVE_DEFAULT_RATE})")
+        required=False, min_value=1, max_value=REDRIVE_MAX_RATE,
+        help_text=f"most dead letters sent back per second (default {REDRIVE_DEFAULT_RATE}, or the cap "
+                  f"{setting_text('max_redrive_rate')}, when that is lower)")
 
 
 class RedriveTaskSerializer(serializers.Serializer):
