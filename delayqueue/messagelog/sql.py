@@ -401,7 +401,8 @@ _DEAD_IN = (f"m.namespace = %(namespace)s AND m.topic = %(topic)s AND m.{DEAD} A
 # detail (a consumer's nack reason) of the history row that ended its life (the newest one into its status).
 DEAD_PAGE = f"""
 SELECT m.id, {_MICROS}, m.topic, m.msg_id, m.payload, {to_millis("m.produce_time")}, {to_millis("m.trigger_time")},
-       {to_millis("m.expire_time")}, m.max_retry, m.retry, m.status, {to_millis("m.updated_at")}, r.reason, r.detail
+       {to_millis("m.expire_time")}, m.max_retry, m.retry, m.status, m.priority, {to_millis("m.updated_at")}, r.reason,
+       r.detail
 FROM {tables.MESSAGE} m
 LEFT JOIN LATERAL (
     SELECT e.reason, e.detail FROM {tables.EVENT} e

@@ -46,7 +46,7 @@ async def dead_letters(rt: Runtime, *, topic: str, limit: int, cursor: str | Non
         found = await conn.execute(sql.DEAD_PAGE, {**_scope(rt, topic, msg_ids), "after": after, "after_id": after_id,
                                                    "limit": limit + 1})
         rows = await found.fetchall()
-    page = [DeadLetter(Message(*row[2:11]), row[12] or "", row[11], row[13] or "") for row in rows[:limit]]
+    page = [DeadLetter(Message(*row[2:12]), row[13] or "", row[12], row[14] or "") for row in rows[:limit]]
     next_cursor = f"{rows[limit - 1][1]}.{rows[limit - 1][0]}" if len(rows) > limit else None
     return page, next_cursor
 

@@ -592,3 +592,15 @@ async def test_a_scanner_that_lost_its_redrive_lease_leaves_the_next_holders_bat
             await runner._db.close()
     assert wire.redrive_progress(await redrive_state(rt, task_id=task_id)) == {"moved": 4, "left": 0, "state": "done"}
     assert sorted(await rt.redis.lrange(rt.ns.topic("lease").ready, 0, -1)) == ["d1", "d2", "d3", "d4"]
+
+
+async def test_a_dead_letter_is_listed_with_its_priority(api, single_rt):
+    """A dead letter is the message as getMsg shows it, its priority too (a redrive keeps it)."""
+    sent = await send_message(single_rt, request=SendRequest("prio", "urgent", 0, "p", max_retry=0, priority=7))
+    [pulled], _ = await pull_messages(single_rt, topic="prio", ack_timeout_millis=60_000)
+    assert await nack_message(single_rt, topic="prio", msg_id="p", reason="bad") == (True, Status.EXHAUSTED)
+    await drain_log(single_rt, ["prio"])
+    [dead] = (await call(api, "getDeadMsgList", method="get", topic="prio"))["delayMsgList"]
+    assert dead["priority"] == 7 and dead == {**sent.to_wire(), "status": Status.EXHAUSTED, "retry": 1,
+                                              "deadReason": "retries_exhausted", "deadDetail": "bad",
+                                              "deadTime": dead["deadTime"]}
