@@ -186,9 +186,11 @@ class LongPollingMsgSerializer(PullMsgSerializer):
 class AckFields(serializers.Serializer):
     """ackMsg's and ackMsgBatch's choice: ack, or give back (after a delay), or dead-letter."""
 
-    ack = flag("true: consumed (acked); false: give it back for immediate redelivery", True)
+    ack = flag("true: consumed (acked); false: give it back, ready again at once or after the topic's retry "
+               "backoff", True)
     delayMillis = millis("ack=false only: ms until it is delivered again (it waits, status 1, its retry count "
-                         "kept); absent: at once", required=False, default=-1, min_value=0)
+                         "kept); absent: at once, or after the topic's retry backoff", required=False, default=-1,
+                         min_value=0)
     deadLetter = flag("ack=false only: true ends the message now as a dead letter (status 6), not to be "
                       "delivered again", False)
     reason = TextField(required=False, default="", allow_blank=True, trim_whitespace=False,
@@ -270,8 +272,9 @@ class SetTopicConfigSerializer(TopicSerializer):
         help_text="default maxRetry of the topic's sends that give none; below 0: back to the server default")
     ackTimeoutMillis = millis("default ack timeout of the topic's pulls that give none; 0 or less: back to the "
                               "server default", required=False)
-    retryBackoffMillis = millis("wait before a message given back by its ack timeout is ready again, doubling "
-                                "with each delivery; 0: ready at once", required=False, min_value=0)
+    retryBackoffMillis = millis("wait before a message given back by its ack timeout or a nack without delayMillis "
+                                "is ready again, doubling with each delivery; 0: ready at once", required=False,
+                                min_value=0)
     retryBackoffMaxMillis = millis(f"longest backoff wait; 0: back to the default ({RETRY_BACKOFF_MAX_MILLIS} ms)",
                                    required=False,
                                    min_value=0)
@@ -343,8 +346,9 @@ class DeadMsgListSerializer(TopicSerializer):
 
 class RedriveDeadMsgSerializer(TopicSerializer, MsgIdListSerializer):
     maxPerSecond = serializers.IntegerField(
-        required=False, default=REDRIVE_DEFAULT_RATE, min_value=1, max_value=REDRIVE_MAX_RATE,
-        help_text=f"most dead letters sent back per second (default {REDRIVE_DEFAULT_RATE})")
+        required=False, min_value=1, max_value=REDRIVE_MAX_RATE,
+        help_text=f"most dead letters sent back per second (default {REDRIVE_DEFAULT_RATE}, or the cap "
+                  f"{setting_text('max_redrive_rate')}, when that is lower)")
 
 
 class RedriveTaskSerializer(serializers.Serializer):

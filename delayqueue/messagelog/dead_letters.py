@@ -5,6 +5,7 @@ them)."""
 from dataclasses import dataclass
 from datetime import datetime
 
+from delayqueue.core.constants import Status
 from delayqueue.messagelog import sql
 
 
@@ -32,7 +33,7 @@ class Task:
 
     def bounds(self, namespace: str, limit: int | None) -> dict:
         return {"namespace": namespace, "topic": self.topic, "msg_ids": self.msg_ids, "created_at": self.created_at,
-                "after_time": self.after_time, "after_id": self.after_id, "limit": limit}
+                "after_time": self.after_time, "after_id": self.after_id, "limit": limit, "ready": Status.READY}
 
 
 async def left_to_move(conn, *, namespace: str, task: Task) -> int:

@@ -401,7 +401,8 @@ _DEAD_IN = (f"m.namespace = %(namespace)s AND m.topic = %(topic)s AND m.{DEAD} A
 # detail (a consumer's nack reason) of the history row that ended its life (the newest one into its status).
 DEAD_PAGE = f"""
 SELECT m.id, {_MICROS}, m.topic, m.msg_id, m.payload, {to_millis("m.produce_time")}, {to_millis("m.trigger_time")},
-       {to_millis("m.expire_time")}, m.max_retry, m.retry, m.status, {to_millis("m.updated_at")}, r.reason, r.detail
+       {to_millis("m.expire_time")}, m.max_retry, m.retry, m.status, m.priority, {to_millis("m.updated_at")}, r.reason,
+       r.detail
 FROM {tables.MESSAGE} m
 LEFT JOIN LATERAL (
     SELECT e.reason, e.detail FROM {tables.EVENT} e
@@ -455,10 +456,16 @@ UPDATE {tables.REDRIVE} SET lease_until = now() + %(lease_millis)s * interval '1
 WHERE id = %(id)s AND lease_owner = %(owner)s AND done_at IS NULL
 RETURNING {_TASK}
 """
-# The task's next dead letters, locked, with what a new life needs.
+# The task's next dead letters, locked, with what a new life needs: its TTL as sent, counted from when the life was
+# first ready (its earliest history row into READY, at or after its produceTime), as a retry's wait (a nack's delay, a
+# backoff) moved its triggerTime and not its expireTime: after one past its TTL, expireTime - triggerTime is negative.
+_FIRST_READY = f"""(SELECT min(e.at) FROM {tables.EVENT} e
+    WHERE e.msg_id = m.msg_id AND e.topic = m.topic AND e.namespace = m.namespace AND e.to_status = %(ready)s
+      AND e.at >= m.produce_time)"""
 _NEXT_DEAD = f"""
 SELECT m.id, m.updated_at, m.msg_id, m.payload, m.max_retry,
-       {to_millis("m.expire_time")} - {to_millis("m.trigger_time")} AS ttl, m.priority, m.status
+       {to_millis("m.expire_time")} - {to_millis(f"least(m.trigger_time, {_FIRST_READY})")} AS ttl, m.priority,
+       m.status
 FROM {tables.MESSAGE} m
 WHERE {_DEAD_IN} AND m.updated_at <= %(created_at)s
   AND (m.updated_at, m.id) > (coalesce(%(after_time)s::timestamptz, '-infinity'), %(after_id)s)
@@ -500,7 +507,8 @@ UPDATE {tables.REDRIVE} SET after_time = %(after_time)s, after_id = %(after_id)s
     sending = %(sending)s::jsonb
 WHERE id = %(id)s
 """
-REDRIVE_SENT = f"UPDATE {tables.REDRIVE} SET sending = NULL WHERE id = %(id)s"
+# Only by the lease's holder: a scanner whose send outlasted its lease must not clear the batch its successor recorded.
+REDRIVE_SENT = f"UPDATE {tables.REDRIVE} SET sending = NULL WHERE id = %(id)s AND lease_owner = %(owner)s"
 REDRIVE_DONE = f"UPDATE {tables.REDRIVE} SET done_at = now(), sending = NULL, lease_until = NULL WHERE id = %(id)s"
 REDRIVE_STATE = f"SELECT {_TASK} FROM {tables.REDRIVE} WHERE id = %(id)s AND namespace = %(namespace)s"
 

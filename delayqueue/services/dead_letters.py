@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from psycopg.types.json import Jsonb
 
+from delayqueue.core.constants import REDRIVE_DEFAULT_RATE
 from delayqueue.core.exceptions import CapReached
 from delayqueue.core.messages import Message
 from delayqueue.messagelog import sql
@@ -45,7 +46,7 @@ async def dead_letters(rt: Runtime, *, topic: str, limit: int, cursor: str | Non
         found = await conn.execute(sql.DEAD_PAGE, {**_scope(rt, topic, msg_ids), "after": after, "after_id": after_id,
                                                    "limit": limit + 1})
         rows = await found.fetchall()
-    page = [DeadLetter(Message(*row[2:11]), row[12] or "", row[11], row[13] or "") for row in rows[:limit]]
+    page = [DeadLetter(Message(*row[2:12]), row[13] or "", row[12], row[14] or "") for row in rows[:limit]]
     next_cursor = f"{rows[limit - 1][1]}.{rows[limit - 1][0]}" if len(rows) > limit else None
     return page, next_cursor
 
@@ -63,10 +64,14 @@ async def purge_dead_letters(rt: Runtime, *, topic: str, msg_ids: list[str] | No
                 return removed
 
 
-async def create_redrive(rt: Runtime, *, topic: str, msg_ids: list[str] | None, max_per_second: int) -> int | None:
+async def create_redrive(rt: Runtime, *, topic: str, msg_ids: list[str] | None,
+                         max_per_second: int | None = None) -> int | None:
     """A redrive task for the topic's dead letters (those in msg_ids when given); its id, or None
     when there is no such dead letter. The scanners run it. CapReached (429) for a rate above
-    DELAYQUEUE_MAX_REDRIVE_RATE, as every cap of a namespace answers."""
+    DELAYQUEUE_MAX_REDRIVE_RATE, as every cap of a namespace answers; no rate given: the default, or
+    the cap when that is lower (the caller asked for no rate the cap could refuse)."""
+    if max_per_second is None:
+        max_per_second = min(REDRIVE_DEFAULT_RATE, rt.config.max_redrive_rate)
     if max_per_second > rt.config.max_redrive_rate:
         raise CapReached(f"maxPerSecond {max_per_second} is over the redrive rate cap",
                          setting="DELAYQUEUE_MAX_REDRIVE_RATE", cap=rt.config.max_redrive_rate)

@@ -298,21 +298,26 @@ async def _register(rt: Runtime, shards: list[Shard], at: int, rows: list[Messag
     fails to, the messages sent to them are enqueued but not yet delivered: each answers so, and
     sending it again (a live duplicate) registers its topic, as send.lua answers newTopic until
     the registration is confirmed (in the meta hash of the shard it went to)."""
-    topics = sorted({shard.topic for shard in shards})
     try:
-        await rt.scripts.call(scripts.register_topics(rt.context, at=at, topics=topics))
+        await register_shards(rt, shards=shards, at=at)
     except RedisError as exc:
-        unregistered = set(topics)
+        unregistered = {shard.topic for shard in shards}
         return [MaybeSent(f"redis unavailable: {redis_reason(exc)}; the message is enqueued but its topic could not "
                           f"be registered, so it would not fall due: send it again with msgId {row.msg_id}",
                           detail=str(exc))
                 if row.topic in unregistered and isinstance(outcome, Message) else outcome
                 for row, outcome in zip(rows, outcomes)]
+    return outcomes
+
+
+async def register_shards(rt: Runtime, *, shards: list[Shard], at: int) -> None:
+    """Puts the topics of shards that send.lua found new (newTopic) in the registry and marks the
+    shards registered; raises RedisError if the registry could not be written."""
+    await rt.scripts.call(scripts.register_topics(rt.context, at=at, topics=sorted({shard.topic for shard in shards})))
     try:
         await rt.scripts.run_all([scripts.confirm_registered(rt.context, shard) for shard in shards])
     except RedisError:
         pass  # unconfirmed: the topic's next send registers it again, which changes nothing
-    return outcomes
 
 
 def send_errors(rows: list[Message], replies: list) -> list:

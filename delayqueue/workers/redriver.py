@@ -26,7 +26,7 @@ from delayqueue.core.stopping import repeat
 from delayqueue.messagelog import sql
 from delayqueue.messagelog.connection import LogConnection
 from delayqueue.messagelog.dead_letters import Task
-from delayqueue.services.send import run_sends, send_calls, target_shards
+from delayqueue.services.send import register_shards, run_sends, send_calls, target_shards
 
 log = logging.getLogger(__name__)
 
@@ -139,7 +139,7 @@ class Redriver:
 
     async def _finish_sending(self, task: Task) -> None:
         async with self._db.use() as conn:
-            await conn.execute(sql.REDRIVE_SENT, {"id": task.id})
+            await conn.execute(sql.REDRIVE_SENT, {"id": task.id, "owner": self.owner})
         task.sending = None
 
     async def _send(self, topic: str, batch: list, resumed: bool) -> None:
@@ -152,6 +152,8 @@ class Redriver:
         messages = [Message(topic, msg_id, payload, pt, pt, pt + ttl, max_retry, 0, Status.READY, (*priority, 0)[0])
                     for msg_id, payload, max_retry, ttl, pt, _rid, *priority in batch]
         shards = await target_shards(rt, messages)
+        # A resumed batch may have reached Redis but not the registry: its shards are registered again.
+        new_shards = set(shards) if resumed else set()
         if resumed:
             pipe = rt.redis.pipeline(transaction=False)
             for m, shard in zip(messages, shards):
@@ -159,11 +161,13 @@ class Redriver:
             going = [i for i, raw in enumerate(await pipe.execute())
                      if raw is None or orjson.loads(raw)["produceTime"] != messages[i].produce_time]
             messages, shards = [messages[i] for i in going], [shards[i] for i in going]
-        if not messages:
-            return
-        replies = await run_sends(rt, send_calls(rt, messages, shards=shards, redrive=True))
+        replies = await run_sends(rt, send_calls(rt, messages, shards=shards, redrive=True)) if messages else []
         if failed := next((reply for reply in replies if isinstance(reply, Exception)), None):
             raise failed
+        # A topic retired since its messages died is registered again, as a send does, for the scanners to run it.
+        new_shards |= {shard for shard, reply in zip(shards, replies) if reply.new_topic}
+        if new_shards:
+            await register_shards(rt, shards=list(new_shards), at=now_millis())
         for message, reply in zip(messages, replies):
             if not reply.created and reply.stored.produce_time != message.produce_time:
                 # A live message under this msgId that only Redis knew of (the log lags it by

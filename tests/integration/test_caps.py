@@ -7,6 +7,7 @@ import time
 
 import pytest
 from asgiref.sync import sync_to_async
+from django.core.management import CommandError, call_command
 
 from delayqueue.config.settings import DEFAULT_DATABASE
 from delayqueue.core.exceptions import CapReached
@@ -112,6 +113,20 @@ async def test_a_redrive_faster_than_the_cap_is_refused_naming_it(api, caps):
     await caps(MAX_REDRIVE_RATE=10_000)
     answer = await ask(api, "delayQueue/redriveDeadMsg", "json", {"topic": "orders", "maxPerSecond": 5000}, shop)
     assert answer["code"] == 404  # allowed: there is just no dead letter
+
+
+async def test_under_a_lowered_redrive_cap_a_redrive_that_names_no_rate_runs_at_the_cap(api, caps):
+    """The default rate (500) is no rate the caller asked for: under a cap below it, the redrive
+    runs at the cap instead of being refused; the command too, which answers a rate over the cap
+    with its message, not a traceback."""
+    await caps(MAX_REDRIVE_RATE=100)
+    shop = await token()
+    answer = await ask(api, "delayQueue/redriveDeadMsg", "json", {"topic": "orders"}, shop)
+    assert answer["code"] == 404, answer  # taken: there is just no dead letter
+    with pytest.raises(CommandError, match="topic orders has no dead letters"):
+        await sync_to_async(call_command)("redrive", "--topic", "orders")
+    with pytest.raises(CommandError, match="DELAYQUEUE_MAX_REDRIVE_RATE"):
+        await sync_to_async(call_command)("redrive", "--topic", "orders", "--rate", "5000")
 
 
 async def test_a_token_holding_its_cap_of_long_polls_is_refused_another_one_is_not(api, caps, single_rt):

@@ -15,6 +15,7 @@ from django.core.management import CommandError, call_command
 
 from delayqueue.api import wire
 from delayqueue.core.constants import Status
+from delayqueue.live.shards import topic_shards
 from delayqueue.messagelog import retention
 from delayqueue.messagelog.retention import prune_log
 from delayqueue.services.consume import ack_message, nack_message, pull_messages
@@ -22,7 +23,9 @@ from delayqueue.services.dead_letters import create_redrive, purge_dead_letters,
 from delayqueue.services.messages import get_message
 from delayqueue.services.restore import restore
 from delayqueue.services.send import SendRequest, send_message, send_messages
+from delayqueue.services.topics import list_topics
 from delayqueue.services.topic_control import set_topic_config
+from delayqueue.workers.redriver import Redriver
 from tests.helpers import (EVERY_LOG_DATABASE, REDIS_URL, ROOT, TEST_CONFIG, call, dead_letter_page, drain_log, history,
                            log_database_url, logged, make_runtime, query, wait_until)
 
@@ -498,3 +501,106 @@ async def test_after_flushall_and_restore_dead_letters_stay_dead_and_a_redriven_
     assert await rt.redis.lrange(rt.ns.topic("fr").ready, 0, -1) == ["back"]
     pulled, _ = await pull_messages(rt, topic="fr", batch=10)
     assert [m.msg_id for m in pulled] == ["back"]
+
+
+
+@pytest.mark.parametrize("shards", [1, 3])
+async def test_a_redrive_into_a_retired_topic_registers_it_again(rt, start_scanner, shards):
+    """The dead letters of a topic retired since (idle, nothing in Redis: as fill_dead leaves it) come
+    back in a registered topic, as a send's would: listed, and found by every scanner, not only by
+    one that heard the new lives' wake."""
+    await fill_dead("retired", 6)
+    if shards > 1:
+        await set_topic_config(rt, topic="retired", changes={"shards": shards}, limits={})
+    task_id = await create_redrive(rt, topic="retired", msg_ids=None, max_per_second=500)
+    await start_scanner(rt)
+
+    async def done():
+        return wire.redrive_progress(await redrive_state(rt, task_id=task_id))["state"] == "done"
+
+    await wait_until(done, timeout=10, what="the redrive")
+    assert await list_topics(rt) == ["retired"]
+    for shard in topic_shards("retired", (shards,)):  # confirmed: the next send does not register it again
+        assert await rt.redis.hget(rt.ns.topic(shard).meta, "registered") in (None, "1")
+
+
+@pytest.mark.parametrize("shards", [1, 3])
+async def test_a_redriven_message_gets_its_ttl_back_though_a_retry_moved_its_trigger_time(single_rt, start_scanner,
+                                                                                         shards):
+    """A retry's wait moves a message's triggerTime, not its expireTime: a nack's delay past its TTL
+    ends it (expired, after a delivery), and a backoff leaves it less time after its last trigger. Its
+    new life has the TTL it was sent with again, not what was left after the last trigger (none: the
+    new life would expire at once)."""
+    rt = single_rt
+    await set_topic_config(rt, topic="moved", changes={"shards": shards, "retry_backoff_millis": 100}, limits={})
+    await send_messages(rt, requests=[SendRequest("moved", "body", 0, i, ttl_millis=2_000, max_retry=m)
+                                      for i, m in (("delayed", 5), ("backed", 1))])
+    pulled, _ = await pull_messages(rt, topic="moved", batch=2, ack_timeout_millis=60_000)
+    assert len(pulled) == 2
+    assert (await nack_message(rt, topic="moved", msg_id="delayed", delay_millis=60_000)).status == Status.WAITING
+    assert (await nack_message(rt, topic="moved", msg_id="backed")).status == Status.WAITING  # the topic's backoff
+    await start_scanner(rt)
+
+    async def pulled_again():
+        return (await pull_messages(rt, topic="moved", ack_timeout_millis=60_000))[0]
+
+    [again] = await wait_until(pulled_again, timeout=10, what="the backed-off message due again")
+    assert again.msg_id == "backed" and again.trigger_time > again.produce_time
+    assert await nack_message(rt, topic="moved", msg_id="backed") == (True, Status.EXHAUSTED)
+
+    async def both_dead():
+        page, _ = await dead_letter_page(rt, topic="moved", limit=10, cursor=None)
+        return len(page) == 2 and page
+
+    page = await wait_until(both_dead, timeout=10, what="both dead letters")
+    assert {m["msgId"]: m["deadReason"] for m in page} == {"delayed": "expired", "backed": "retries_exhausted"}
+    task_id = await create_redrive(rt, topic="moved", msg_ids=None, max_per_second=500)
+
+    async def done():
+        return wire.redrive_progress(await redrive_state(rt, task_id=task_id))["state"] == "done"
+
+    await wait_until(done, timeout=10, what="the redrive")
+    for msg_id in ("delayed", "backed"):
+        back = await get_message(rt, topic="moved", msg_id=msg_id)
+        assert back.status == Status.READY and back.expire_time - back.trigger_time == 2_000, back
+        assert (await logged("moved", msg_id))["expireTime"] == back.expire_time
+
+
+async def test_a_scanner_that_lost_its_redrive_lease_leaves_the_next_holders_batch_to_send(single_rt):
+    """Scanner a's send outlasted its lease: b took the task over, sent a's batch again (it was
+    recorded as sending), and recorded its own. a's send then ends; it must not mark b's batch sent:
+    b dies before sending it, and c, who takes over, sends it from the record."""
+    rt = single_rt
+    await fill_dead("lease", 4)
+    task_id = await create_redrive(rt, topic="lease", msg_ids=None, max_per_second=500)
+    a, b, c = (Redriver(rt, name) for name in "abc")
+    try:
+        task_a = await a._claim()
+        first = await a._take_batch(task_a, 2)
+        await query("UPDATE delayqueue_redrivetask SET lease_until = now() - interval '1 second'")  # a is slow
+        task_b = await b._claim()
+        assert task_b.sending == first
+        await b._send(task_b.topic, task_b.sending, resumed=True)
+        await b._finish_sending(task_b)
+        assert [m[0] for m in await b._take_batch(task_b, 2)] == ["d3", "d4"]  # then b dies
+        await a._send(task_a.topic, first, resumed=False)
+        await a._finish_sending(task_a)
+        await query("UPDATE delayqueue_redrivetask SET lease_until = now() - interval '1 second'")
+        await c._run_task(await c._claim(), asyncio.Event())
+    finally:
+        for runner in (a, b, c):
+            await runner._db.close()
+    assert wire.redrive_progress(await redrive_state(rt, task_id=task_id)) == {"moved": 4, "left": 0, "state": "done"}
+    assert sorted(await rt.redis.lrange(rt.ns.topic("lease").ready, 0, -1)) == ["d1", "d2", "d3", "d4"]
+
+
+async def test_a_dead_letter_is_listed_with_its_priority(api, single_rt):
+    """A dead letter is the message as getMsg shows it, its priority too (a redrive keeps it)."""
+    sent = await send_message(single_rt, request=SendRequest("prio", "urgent", 0, "p", max_retry=0, priority=7))
+    [pulled], _ = await pull_messages(single_rt, topic="prio", ack_timeout_millis=60_000)
+    assert await nack_message(single_rt, topic="prio", msg_id="p", reason="bad") == (True, Status.EXHAUSTED)
+    await drain_log(single_rt, ["prio"])
+    [dead] = (await call(api, "getDeadMsgList", method="get", topic="prio"))["delayMsgList"]
+    assert dead["priority"] == 7 and dead == {**sent.to_wire(), "status": Status.EXHAUSTED, "retry": 1,
+                                              "deadReason": "retries_exhausted", "deadDetail": "bad",
+                                              "deadTime": dead["deadTime"]}

@@ -103,6 +103,26 @@ def test_stats_of_every_namespace_reads_and_writes_every_database_of_the_log(spa
     assert TopicHourStats.objects.using("second").get().sent == 3
 
 
+def test_fire_lateness_leaves_out_a_message_whose_retry_wait_moved_its_trigger_time(spark):
+    """A nack's delay or a retry backoff (consuming -> waiting) moves the log row's triggerTime past
+    the message's first ready: first ready - that triggerTime is no lateness (minus the wait). Such a
+    life is left out; one that waited out its delay and was promoted late still counts."""
+    log = LogBuilder()
+    for i, late in enumerate((10, 30), 1):  # sent with a 60 s delay, ready `late` ms after it
+        log.message("retried", f"ok{i}", H0, delay=60_000, status=Status.ACKED)
+        log.event("retried", f"ok{i}", H0, 0, 1, "sent")
+        log.event("retried", f"ok{i}", H0 + 60_000 + late, 1, 2, "due")
+    moved = log.message("retried", "backed", H0, status=Status.WAITING, retry=1)
+    moved.trigger_time = dt(H0 + 600_000)  # where the nack's delay moved it
+    log.event("retried", "backed", H0, 0, 2, "sent")
+    log.event("retried", "backed", H0 + 100, 2, 3, "pulled", 1)
+    log.event("retried", "backed", H0 + 200, 3, 1, "nacked", 1)
+    log.save()
+    stats.run(spark, job_args("spark.stats", "--database-url", log_database_url()))
+    row = TopicHourStats.objects.get(topic="retried")
+    assert (row.fire_lateness_p50, row.fire_lateness_p99) == (pytest.approx(20.0), pytest.approx(29.8))
+
+
 def test_the_admin_lists_the_stats_the_job_wrote(admin_client):
     TopicHourStats.objects.create(namespace="default", topic="orders", hour=dt(H0), computed_at=dt(H0),
                                   **{**ZERO, "sent": 100, "acked": 80}, fire_lateness_p99=99.01)

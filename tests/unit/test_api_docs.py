@@ -121,3 +121,17 @@ def test_api_docs_work_offline(client, page):
         response = client.get(asset)
         assert response.status_code == 200, asset
         assert b"".join(response.streaming_content if response.streaming else [response.content])
+
+
+def test_openapi_schema_says_a_nack_without_a_delay_waits_the_topics_backoff(client):
+    """nack.lua applies the topic's retry backoff to a nack without delayMillis, as to an ack timeout
+    (test_topic_config): the schema does not promise an immediate redelivery."""
+    schema = client.get("/api/schema/", {"format": "json"}).json()
+    ack_msg = schema["paths"]["/camellia/delayQueue/ackMsg"]["post"]
+    components = schema["components"]["schemas"]
+    ack = components[ack_msg["requestBody"]["content"]["application/json"]["schema"]["$ref"].rsplit("/", 1)[1]]
+    texts = [ack_msg["description"], ack["properties"]["ack"]["description"],
+             ack["properties"]["delayMillis"]["description"],
+             components["SetTopicConfigRequest"]["properties"]["retryBackoffMillis"]["description"]]
+    assert all("retry backoff" in text or "a nack without delayMillis" in text for text in texts), texts
+    assert not any("immediate" in text for text in texts), texts

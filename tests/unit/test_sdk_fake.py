@@ -174,6 +174,20 @@ def test_the_ttl_ends_a_message_never_delivered_as_expired_and_one_delivered_as_
     assert client.send("t", "again", msg_id="a").status == EXHAUSTED
 
 
+def test_a_dead_letter_is_listed_with_its_priority_and_redriven_with_its_ttl_as_sent(server, client):
+    """As the server: the list shows its priority, and a nack's delay past its TTL (which moved its
+    triggerTime, not its expireTime) does not leave the new life without a TTL."""
+    client.send("t", "x", msg_id="m", ttl_ms=10_000, priority=4)
+    client.pull("t")
+    client.nack("t", "m", delay_ms=60_000)
+    server.clock.advance(10)
+    [dead] = client.dead_letters("t").messages
+    assert (dead.dead_reason, dead.priority) == ("expired", 4)
+    client.redrive("t")
+    back = client.get("t", "m")
+    assert (back.status, back.expire_time - back.trigger_time, back.priority) == (READY, 10_000, 4)
+
+
 def test_a_topic_without_dead_letters_lists_none_and_redrive_and_purge_take_them_back(client):
     client.send("t", "x", msg_id="m", max_retry=0)
     client.pull("t")

@@ -151,11 +151,11 @@ class LongPollingMsgView(QueueAPIView):
 @queue_endpoint(
     "Acknowledge a pulled message",
     "ack=true (the default) marks a pulled message as consumed (status 4): it is not delivered again. "
-    "ack=false gives it back: for immediate redelivery, or with delayMillis after that delay (it waits, status 1, "
-    "its retry count kept), or with deadLetter=true it ends now as a dead letter (status 6). `done` says whether "
-    "the message was being consumed and so was acked (or given back, or dead-lettered) by this call. With ack=false "
-    "a `reason` text (why the consumer gave it back) is kept on that history row and shown as a dead letter's "
-    "deadDetail.",
+    "ack=false gives it back: ready again at once (or after the topic's retry backoff), or with delayMillis after "
+    "that delay (it waits, status 1, its retry count kept), or with deadLetter=true it ends now as a dead letter "
+    "(status 6). `done` says whether the message was being consumed and so was acked (or given back, or "
+    "dead-lettered) by this call. With ack=false a `reason` text (why the consumer gave it back) is kept on that "
+    "history row and shown as a dead letter's deadDetail.",
     answer("AckMsgAnswer", AckResultSerializer), AckMsgSerializer,
     example={"topic": "orders", "msgId": "order-42-cancel", "ack": True})
 class AckMsgView(QueueAPIView):

@@ -92,7 +92,7 @@ class RedriveDeadMsgView(QueueAPIView):
         data = self.validated_fully(RedriveDeadMsgSerializer)
         topic = data["topic"]
         task_id = await create_redrive(self.rt, topic=topic, msg_ids=data.get("msgIds"),
-                                                   max_per_second=data["maxPerSecond"])
+                                                   max_per_second=data.get("maxPerSecond"))
         if task_id is None:
             raise NotFound(f"topic {topic} has no such dead letter" if "msgIds" in data
                            else f"topic {topic} has no dead letters")

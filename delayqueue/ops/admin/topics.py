@@ -340,7 +340,8 @@ class TopicConfigAdmin(NamespacedAdmin):
             count=dead.get((namespace, topic), 0), redrives=redrives,
             next_url=topic_url("deadletters", namespace, topic, cursor=next_cursor) if next_cursor else None,
             first_url=topic_url("deadletters", namespace, topic) if cursor else None,
-            default_rate=REDRIVE_DEFAULT_RATE, max_rate=REDRIVE_MAX_RATE,
+            default_rate=min(REDRIVE_DEFAULT_RATE, load_config().max_redrive_rate),
+            max_rate=load_config().max_redrive_rate,
             can_change=self.has_change_permission(request)))
 
     def _dead_letter_action(self, request, namespace: str, topic: str):
@@ -363,9 +364,9 @@ class TopicConfigAdmin(NamespacedAdmin):
                 self.message_user(request, f"msgId: {first_error(getattr(exc, 'detail', str(exc)))}", messages.ERROR)
                 return back
         if action == "redrive":
-            rate = forms.IntegerField(min_value=1, max_value=REDRIVE_MAX_RATE)
-            try:
-                max_per_second = rate.clean(request.POST.get("rate") or REDRIVE_DEFAULT_RATE)
+            rate = forms.IntegerField(min_value=1, max_value=REDRIVE_MAX_RATE, required=False)
+            try:  # none given: create_redrive's default
+                max_per_second = rate.clean(request.POST.get("rate"))
             except forms.ValidationError as exc:
                 self.message_user(request, f"rate: {' '.join(exc.messages)}", messages.ERROR)
                 return back

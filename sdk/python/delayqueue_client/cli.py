@@ -443,7 +443,8 @@ def build_parser() -> argparse.ArgumentParser:
     redrive = command("redrive", cmd_dead_redrive, "send dead letters back to be delivered again", dead_commands)
     redrive.add_argument("topic")
     redrive.add_argument("--msg-id", action="extend", nargs="+", help="only these (default: all of the topic's)")
-    redrive.add_argument("--rate", type=positive_int, help="messages per second (server default 500)")
+    redrive.add_argument("--rate", type=positive_int,
+                         help="messages per second (server default 500, or its DELAYQUEUE_MAX_REDRIVE_RATE when lower)")
     redrive.add_argument("--wait", action="store_true", help="wait until the redrive is done")
     purge = command("purge", cmd_dead_purge, "remove dead letters for good", dead_commands)
     purge.add_argument("topic")

@@ -97,6 +97,7 @@ class Stored:
     end_detail: str = ""
     end_seq: int = 0  # orders dead letters that died in the same ms
     released: bool = False  # deleteMsg's release: its body is gone, getMsg no longer finds it
+    ttl: int = 0  # as sent: a retry's wait moves triggerTime, not expireTime, and a redrive gives this back
 
     def wire(self) -> dict[str, Any]:
         wire: dict[str, Any] = {"topic": self.topic, "msgId": self.msg_id, "msg": self.payload,
@@ -423,7 +424,7 @@ class FakeServer:
         ttl = data["ttlMillis"] if data["ttlMillis"] > 0 else self._topic_setting(topic.name, "ttlMillis")
         max_retry = data["maxRetry"] if data["maxRetry"] >= 0 else self._topic_setting(topic.name, "maxRetry")
         m = Stored(topic.name, msg_id, data["msg"], now, trigger, trigger + ttl, max_retry, 0, WAITING,
-                   data["priority"])
+                   data["priority"], ttl=ttl)
         topic.messages[msg_id] = m
         if trigger <= now:
             self._make_ready(m)
@@ -673,10 +674,9 @@ class FakeServer:
             at, seq = (int(part) for part in data["cursor"].split("."))
             dead = [m for m in dead if (m.ended_at * 1000, m.end_seq) > (at, seq)]
         page = dead[:data["limit"]]
-        # Without priority, as the server's list (read from its message log) answers them.
         answer: dict[str, Any] = {"delayMsgList": [
-            {**{k: v for k, v in m.wire().items() if k != "priority"}, "deadReason": m.end_reason,
-             "deadDetail": m.end_detail, "deadTime": m.ended_at} for m in page]}
+            {**m.wire(), "deadReason": m.end_reason, "deadDetail": m.end_detail, "deadTime": m.ended_at}
+            for m in page]}
         if len(dead) > len(page):
             answer["nextCursor"] = f"{page[-1].ended_at * 1000}.{page[-1].end_seq}"
         return answer
@@ -688,9 +688,8 @@ class FakeServer:
             raise Answer(404, f"topic {data['topic']} has no such dead letter" if "msgIds" in data
                          else f"topic {data['topic']} has no dead letters")
         for m in dead:  # a new life under the same msgId: ready now, retry 0, its TTL and maxRetry as before
-            ttl = max(m.expire_time - m.trigger_time, 1)
             m.produce_time = m.trigger_time = now
-            m.expire_time, m.retry, m.ended_at, m.end_reason, m.end_detail = now + ttl, 0, 0, "", ""
+            m.expire_time, m.retry, m.ended_at, m.end_reason, m.end_detail = now + m.ttl, 0, 0, "", ""
             self._make_ready(m)
         task_id = len(self._redrives) + 1
         self._redrives[task_id] = len(dead)
