@@ -38,14 +38,15 @@ ERROR_BACKOFF = 1.0
 SWEEP_SECONDS = 5.0
 
 def latest_per_message(events: list[Event]) -> list[Event]:
-    """The last event of each message: a stream is read in order, so later wins. It carries the
-    latest times an earlier event of the same life moved (a reschedule followed by 'due')."""
-    latest: dict[tuple[str, str], Event] = {}
+    """The last event of each life of each message: a stream is read in order, so later wins, but
+    a sharded topic's streams are read one after another, so an ended life's last event may come
+    after the next life's (UPDATE_MESSAGES applies only that of the life the row holds). It carries
+    the latest times an earlier event of the same life moved (a reschedule followed by 'due')."""
+    latest: dict[tuple[str, str, int], Event] = {}
     for e in events:
-        key = (e.topic, e.msg_id)
+        key = (e.topic, e.msg_id, e.produce_time)
         before = latest.get(key)
-        if (e.trigger_time is None and before is not None and before.trigger_time is not None
-                and before.produce_time == e.produce_time):
+        if e.trigger_time is None and before is not None and before.trigger_time is not None:
             e = dataclasses.replace(e, trigger_time=before.trigger_time, expire_time=before.expire_time)
         latest[key] = e
     return list(latest.values())

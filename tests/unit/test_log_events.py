@@ -68,8 +68,17 @@ def test_a_change_that_moved_the_times_carries_them_to_the_status_row():
     [latest] = latest_per_message([moved, due])
     assert latest.reason == "due" and (latest.trigger_time, latest.expire_time) == (5000, 9000)
     other_life = Event("t", "11-0", 11, "m1", 0, 2, 0, 1_800_000_000_000, "sent", "p", "h")
-    [latest] = latest_per_message([moved, other_life])
-    assert latest.trigger_time is None and orjson.loads(orjson.dumps([latest]))[0]["trigger_time"] is None
+    assert latest_per_message([moved, other_life])[1] == other_life
+    assert orjson.loads(orjson.dumps([other_life]))[0]["trigger_time"] is None
+
+
+def test_each_life_keeps_its_last_event_whatever_order_the_shards_streams_were_read_in():
+    """A sharded topic's streams are read one after another, not in time order: an ended life's last
+    event in one shard may come after the next life's in another (a resend while a shard count
+    drains). Each life keeps its own; the row's update applies only that of the life it holds."""
+    new_life = Event("t", "20-0", 20, "m1", 1, 2, 0, 1_800_000_000_000, "due", "p", "h")
+    old_life = Event("t", "10-0", 10, "m1", 3, 4, 0, 1_700_000_000_000, "acked", "p", "h")
+    assert latest_per_message([new_life, old_life]) == [new_life, old_life]
 
 
 def test_records_are_typed_from_the_dataclass_fields():
