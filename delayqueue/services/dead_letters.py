@@ -37,13 +37,13 @@ def _scope(rt: Runtime, topic: str, msg_ids: list[str] | None) -> dict:
     return {"namespace": rt.ns.namespace, "topic": topic, "msg_ids": msg_ids}
 
 
-async def dead_letters(rt: Runtime, *, topic: str, limit: int, cursor: str | None,
-                       msg_ids: list[str] | None = None) -> tuple[list[DeadLetter], str | None]:
+async def dead_letters(rt: Runtime, *, topic: str, limit: int,
+                       cursor: str | None) -> tuple[list[DeadLetter], str | None]:
     """One page of the topic's dead letters, oldest death first; and the cursor of the next page
     (None after the last)."""
     after, after_id = parse_cursor(cursor)
     async with one_use(rt.config.log_timeout_millis, rt.log_database) as conn:
-        found = await conn.execute(sql.DEAD_PAGE, {**_scope(rt, topic, msg_ids), "after": after, "after_id": after_id,
+        found = await conn.execute(sql.DEAD_PAGE, {**_scope(rt, topic, None), "after": after, "after_id": after_id,
                                                    "limit": limit + 1})
         rows = await found.fetchall()
     page = [DeadLetter(Message(*row[2:12]), row[13] or "", row[12], row[14] or "") for row in rows[:limit]]
