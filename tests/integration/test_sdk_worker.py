@@ -458,6 +458,26 @@ def test_a_handler_over_its_timeout_is_given_back_and_its_late_return_is_not_ack
     assert [r for r, _ in history].count("acked") == 1
 
 
+def test_a_timed_out_handlers_late_return_leaves_the_next_delivery_of_its_message_alone(client, scanner):
+    client.send("overlap", "x", msg_id="o1")
+    release = threading.Event()
+    calls = []
+
+    def handler(message):
+        calls.append(message.retry)
+        if message.retry == 1:
+            release.wait(20)  # runs on past its timeout, keeping the only handler thread
+
+    with running(Worker(client, "overlap", handler, concurrency=1, handler_timeout=0.5, wait_ms=200)):
+        # Given back at its timeout, delivered again to this worker: it waits behind the first run.
+        wait_for(lambda: (m := client.get("overlap", "o1")).retry == 2 and m.status == 3, timeout=15,
+                 what="o1 delivered again")
+        release.set()  # the first run returns: its outcome is not the second delivery's
+        wait_for(lambda: calls == [1, 2] and client.get("overlap", "o1").status == 4, timeout=15,
+                 what="the second delivery run and acked")
+    assert client.settled == {"nack": ["o1"], "ack": ["o1"]}
+
+
 # --- several topics, burst, max_messages
 
 

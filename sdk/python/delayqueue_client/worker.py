@@ -310,19 +310,20 @@ class Worker:
         """Whether a poll loop ends: stopping, or max_messages all taken."""
         return self._stop_level > 0 or (self.max_messages is not None and self._taken >= self.max_messages)
 
-    def _started(self, key: Key) -> bool:
+    def _started(self, message: Message) -> bool:
         """A handler is about to run: False when its message was given back meanwhile (hard stop).
         Without the lock (which every handler would wait for): a give-back racing this is as if it
         came just after, when the handler runs on and its outcome is ignored (_finished decides)."""
-        held = self._held.get(key)
-        if held is None or held.decided:
+        held = self._held.get((message.topic, message.msg_id))
+        if held is None or held.decided or held.message is not message:
             return False
         held.started_at = time.monotonic()
         return True
 
-    def _finished(self, key: Key, seconds: float | None) -> bool:
-        """The handler of `key` returned (or raised) after `seconds` (None: it never ran); whether
-        its outcome is the message's (not when a timeout or a hard stop decided it first)."""
+    def _finished(self, message: Message, seconds: float | None) -> bool:
+        """The handler of `message` returned (or raised) after `seconds` (None: it never ran); whether
+        its outcome is the message's (not when a timeout or a hard stop decided it first, nor when
+        the message was given back and is in hand again: that delivery's handler decides it)."""
         with self._lock:
             self._unhandled -= 1
             if self.adaptive and seconds is not None:
@@ -330,8 +331,8 @@ class Worker:
             # Waking the polls (and a draining run) for every message would cost each handler the lock again.
             if self._unhandled == 0 or self._worth_a_pull(self.batch - self._unhandled - self._reserved):
                 self._room_freed()
-            held = self._held.get(key)
-            if held is None or held.decided:
+            held = self._held.get((message.topic, message.msg_id))
+            if held is None or held.decided or held.message is not message:
                 return False
             held.decided = True
             return True
@@ -589,7 +590,7 @@ class Worker:
                 return
             for message in messages:
                 if not handlers.put(message):  # closed: a hard stop gave the message back
-                    self._finished((topic, message.msg_id), None)
+                    self._finished(message, None)
             if burst and len(messages) < free:
                 return  # nothing more due now
 
@@ -606,8 +607,8 @@ class Worker:
 
     def _handle(self, message: Message, results: "queue.SimpleQueue[tuple[Key, Outcome] | None]") -> None:
         key = (message.topic, message.msg_id)
-        if not self._started(key):
-            self._finished(key, None)
+        if not self._started(message):
+            self._finished(message, None)
             return
         error, started = None, time.monotonic()
         context = self._handle_context(message)
@@ -619,7 +620,7 @@ class Worker:
             error = exc
         if context is not None:
             self.middleware.after_handle(context, error)
-        if self._finished(key, time.monotonic() - started):
+        if self._finished(message, time.monotonic() - started):
             results.put((key, self._outcome(message, error)))
 
     def _settle_thread(self, results: "queue.SimpleQueue[tuple[Key, Outcome] | None]") -> None:
@@ -787,8 +788,8 @@ class Worker:
         started: float | None = None
         try:
             async with slots:
-                if not self._started(key):
-                    self._finished(key, None)
+                if not self._started(message):
+                    self._finished(message, None)
                     return
                 started = time.monotonic()
                 context = self._handle_context(message)
@@ -801,7 +802,7 @@ class Worker:
                         self.middleware.after_handle(context, sys.exc_info()[1])
         except BaseException as exc:  # a cancelled handler too: its message is nacked, then it is cancelled
             error = exc
-        if self._finished(key, time.monotonic() - started if started is not None else None):
+        if self._finished(message, time.monotonic() - started if started is not None else None):
             results.put_nowait((key, self._outcome(message, error)))
         if error is not None and not isinstance(error, Exception):
             raise error
