@@ -295,6 +295,20 @@ def test_a_failed_task_is_retried_after_its_backoff_or_left_to_the_worker(app):
         app.handle(message(envelope_of("asks", "dead")))
 
 
+def test_a_retry_without_a_delay_waits_the_tasks_backoff_as_any_failure_does(app):
+    @app.task(name="later", retry_backoff=(2, 60))
+    def later(cause: bool) -> None:
+        if cause:
+            raise Retry() from ConnectionError("down")
+        raise Retry()
+    with pytest.raises(Retry) as plain:
+        app.handle(message(envelope_of("later", False), retry=3))
+    assert plain.value.delay == 8 and isinstance(plain.value.__cause__, Retry)  # asked for: no failure to log
+    with pytest.raises(Retry) as caused:
+        app.handle(message(envelope_of("later", True), retry=1))
+    assert caused.value.delay == 2 and isinstance(caused.value.__cause__, ConnectionError)  # the failure, its reason
+
+
 def test_the_async_handler_runs_async_and_plain_tasks(app):
     ran = []
 

@@ -684,12 +684,16 @@ class App:
         return task, args, kwargs
 
     def _failed(self, task: Task[Any, Any], message: Message, error: Exception) -> NoReturn:
-        """After a task raised: Retry and DeadLetter as raised; else Retry after the task's backoff
-        (the error as its cause), or the error itself for the worker's (or the topic's) backoff."""
-        delay = None if isinstance(error, (Retry, DeadLetter)) else task.retry_delay(message.retry)
+        """After a task raised: DeadLetter and Retry(delay) as raised; else (Retry() without a delay
+        too, as the worker takes it) Retry after the task's backoff (the failure as its cause), or
+        the error itself for the worker's (or the topic's) backoff."""
+        chosen = isinstance(error, DeadLetter) or (isinstance(error, Retry) and error.delay is not None)
+        delay = None if chosen else task.retry_delay(message.retry)
         if delay is None:
             raise error
-        raise Retry(delay=delay) from error
+        # A Retry() raised from a failure: that failure stays the cause, so it is logged and the reason.
+        cause = error.__cause__ if isinstance(error, Retry) and isinstance(error.__cause__, Exception) else error
+        raise Retry(delay=delay) from cause
 
     def handle(self, message: Message) -> None:
         """Runs the task a message names (the handler of worker()'s thread Worker)."""
