@@ -119,6 +119,25 @@ def test_sigterm_drains_every_message_in_hand_and_none_is_acked_twice(client, sd
 
 
 @pytest.mark.parametrize("flavour", CONCURRENCY)
+def test_sigterm_to_the_supervisor_and_its_children_at_once_drains(client, sdk_server, scanner, tmp_path, flavour):
+    """As systemd's stop does (KillMode=control-group): every process of the unit gets SIGTERM, and
+    each child the supervisor's forward too. Two SIGTERMs at a child are still one drain."""
+    ids = [f"u{i}" for i in range(4)]
+    client.send_many([{"topic": "sup", "msg": "2", "msg_id": i} for i in ids])
+    with supervisor(sdk_server, tmp_path, "--processes", "1", *CONCURRENCY[flavour]) as sup:
+        wait_for(lambda: all(client.get("sup", i).status == CONSUMING for i in ids), timeout=30,
+                 what="all four in hand")
+        sup.signal()
+        for pid in sup.started_pids():
+            os.kill(pid, signal.SIGTERM)
+        assert sup.wait() == 0, sup.output()
+    assert sorted(msg_id for _, msg_id in sup.done()) == ids, sup.output()  # each finished, none abandoned
+    for msg_id in ids:
+        wait_for(lambda: acked_once(msg_id), timeout=15, what=f"{msg_id} acked once in its history")
+    assert "stopping hard" not in sup.output()
+
+
+@pytest.mark.parametrize("flavour", CONCURRENCY)
 def test_a_second_sigterm_stops_hard_and_gives_back_the_messages_in_hand(client, sdk_server, scanner, tmp_path,
                                                                          flavour):
     ids = [f"h{i}" for i in range(4)]

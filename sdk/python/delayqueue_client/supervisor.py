@@ -7,10 +7,11 @@ A child that crashes (killed, or raising) is started again after a backoff that 
 keeps crashing soon after its start (so a child that always crashes does not spin); one that
 exits after its max tasks is replaced at once. SIGTERM or SIGINT to the supervisor drains: it is
 forwarded as SIGTERM to every child (whose Worker stops pulling, finishes and settles what it
-holds), and the supervisor exits once they have. A second signal stops hard: forwarded again, the
-children give back the messages in hand (nacked without delay) and exit; a child still running
-HARD_STOP_GRACE seconds later (a thread handler that never returns) is killed, its messages left
-to their ack timeout.
+holds), and the supervisor exits once they have. A second signal stops hard: forwarded as
+HARD_STOP_SIGNAL, the children give back the messages in hand (nacked without delay) and exit; a
+child still running HARD_STOP_GRACE seconds later (a thread handler that never returns) is
+killed, its messages left to their ack timeout. A child drains on any number of SIGTERMs:
+systemd's stop sends one to every process of the unit, besides the one the supervisor forwards.
 
 The children run in their own session: a Ctrl-C in the terminal reaches the supervisor only, which
 forwards it once (a child hit by both would stop hard). A child whose supervisor is gone (killed
@@ -40,6 +41,9 @@ ORPHAN_CHECK = 1.0  # seconds between a child's looks at whether its supervisor 
 # The supervisor's pid, handed to each child: a child that read its parent pid only once started
 # could read that of whoever adopted it, had the supervisor died meanwhile.
 SUPERVISOR_PID = "DELAYQUEUE_WORKER_SUPERVISOR_PID"
+# The supervisor's second stop, to its children (the first is SIGTERM). Not SIGQUIT: a child still
+# starting (no handler yet) would dump core; SIGUSR1, as SIGTERM, ends it quietly.
+HARD_STOP_SIGNAL = signal.SIGUSR1
 
 
 class AppNotFound(Exception):
@@ -178,12 +182,13 @@ class Supervisor:
         stop's grace has run out."""
         while self._forwarded < self._stop_level:
             self._forwarded += 1
-            log.warning("%s: SIGTERM to every worker process", "draining" if self._forwarded == 1 else "stopping hard")
+            log.warning("%s to every worker process", "draining: SIGTERM" if self._forwarded == 1 else
+                        f"stopping hard: {HARD_STOP_SIGNAL.name}")
             if self._forwarded == 2:
                 self._hard_since = time.monotonic()
             for slot in self.slots:
                 if slot.process is not None and slot.process.poll() is None:
-                    slot.process.send_signal(signal.SIGTERM)
+                    slot.process.send_signal(signal.SIGTERM if self._forwarded == 1 else HARD_STOP_SIGNAL)
         if self._hard_since is not None and time.monotonic() - self._hard_since > HARD_STOP_GRACE:
             self._kill_all()
 
@@ -201,9 +206,13 @@ def run_child(options: ChildOptions) -> int:
     worker = app.worker(topics=options.topics, concurrency=options.threads, asynchronous=options.use_async,
                         max_messages=options.max_tasks_per_child)
     supervisor_pid = int(os.environ.get(SUPERVISOR_PID) or os.getppid())
-    threading.Thread(target=_drain_when_orphaned, args=(worker, supervisor_pid), name="dq-orphan-check",
+    drain = _Drain(worker)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, drain.on_signal)
+    signal.signal(HARD_STOP_SIGNAL, drain.stop_hard)
+    threading.Thread(target=_drain_when_orphaned, args=(drain, supervisor_pid), name="dq-orphan-check",
                      daemon=True).start()
-    worker.run()
+    worker.run(install_signal_handlers=False)
     if getattr(worker, "stopped_hard", False):
         # A thread handler abandoned by the hard stop must not keep the process alive.
         logging.shutdown()
@@ -213,13 +222,33 @@ def run_child(options: ChildOptions) -> int:
     return 0
 
 
-def _drain_when_orphaned(worker: Any, supervisor_pid: int) -> None:
+class _Drain:
+    """A child's stops: the first drain() stops its worker (a drain), later ones do nothing (the
+    worker's second stop() would stop hard); stop_hard stops it hard."""
+
+    def __init__(self, worker: Any):
+        self.worker, self.draining = worker, False
+
+    def drain(self) -> None:
+        if not self.draining:
+            self.draining = True
+            self.worker.stop()
+
+    def on_signal(self, signum: int, frame: FrameType | None) -> None:
+        self.drain()
+
+    def stop_hard(self, signum: int, frame: FrameType | None) -> None:
+        self.drain()
+        self.worker.stop()
+
+
+def _drain_when_orphaned(drain: _Drain, supervisor_pid: int) -> None:
     """Stops the worker (a drain) once the supervisor is gone: the child is then another process'
     (its parent pid changes), and no one would ever stop or restart it."""
     while os.getppid() == supervisor_pid:
         time.sleep(ORPHAN_CHECK)
     log.warning("the supervisor (pid %d) is gone: draining and exiting", supervisor_pid)
-    worker.stop()
+    drain.drain()
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
