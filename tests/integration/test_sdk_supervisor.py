@@ -158,6 +158,18 @@ def test_a_second_sigterm_stops_hard_and_gives_back_the_messages_in_hand(client,
     assert "stopping hard" in sup.output()
 
 
+def test_a_child_whose_settle_loop_failed_exits_at_once_and_is_replaced(client, sdk_server, scanner, tmp_path):
+    """The failed worker stopped hard: a thread handler still running must not keep its process."""
+    client.send_many([{"topic": "sup", "msg": "0", "msg_id": "b0"}, {"topic": "sup", "msg": "60", "msg_id": "b1"}])
+    with supervisor(sdk_server, tmp_path, "--processes", "1", "--threads", "2", SDK_APP_BREAK_SETTLE="1") as sup:
+        wait_for(lambda: len(sup.started_pids()) == 2, timeout=30, what="the failed child replaced")  # not in 60 s
+        assert "settle loop failed: KeyError" in sup.output() and "crashed (exit code 1)" in sup.output()
+        sup.signal()
+        wait_for(lambda: "draining" in sup.output(), timeout=10, what="the drain forwarded")
+        sup.signal()
+        assert sup.wait(timeout=30) == 0, sup.output()
+
+
 def test_children_of_a_supervisor_killed_with_sigkill_drain_and_exit(client, sdk_server, scanner, tmp_path):
     ids = [f"o{i}" for i in range(4)]
     client.send_many([{"topic": "sup", "msg": "1", "msg_id": i} for i in ids])

@@ -3,7 +3,8 @@ takes its App (the attribute named after the colon, else the one module-level ob
 `worker(...)` method) and runs `app.worker(topics=..., concurrency=threads, asynchronous=...,
 max_messages=max_tasks_per_child).run()`.
 
-A child that crashes (killed, or raising) is started again after a backoff that doubles while it
+A child that crashes (killed, or raising; a worker stopped hard by its failed settle loop exits at
+once, its abandoned thread handlers with it) is started again after a backoff that doubles while it
 keeps crashing soon after its start (so a child that always crashes does not spin); one that
 exits after its max tasks is replaced at once. SIGTERM or SIGINT to the supervisor drains: it is
 forwarded as SIGTERM to every child (whose Worker stops pulling, finishes and settles what it
@@ -14,7 +15,7 @@ killed, its messages left to their ack timeout. A child drains on any number of 
 systemd's stop sends one to every process of the unit, besides the one the supervisor forwards.
 
 The children run in their own session: a Ctrl-C in the terminal reaches the supervisor only, which
-forwards it once (a child hit by both would stop hard). A child whose supervisor is gone (killed
+forwards it (a second Ctrl-C as HARD_STOP_SIGNAL). A child whose supervisor is gone (killed
 with SIGKILL, which it cannot forward) drains and exits, as on SIGTERM."""
 import argparse
 import importlib
@@ -212,14 +213,24 @@ def run_child(options: ChildOptions) -> int:
     signal.signal(HARD_STOP_SIGNAL, drain.stop_hard)
     threading.Thread(target=_drain_when_orphaned, args=(drain, supervisor_pid), name="dq-orphan-check",
                      daemon=True).start()
-    worker.run(install_signal_handlers=False)
+    try:
+        worker.run(install_signal_handlers=False)
+    except Exception:
+        if not getattr(worker, "stopped_hard", False):
+            raise
+        log.exception("the worker failed")  # its settle loop: it stopped hard, and the child crashes
+        _exit_now(1)
     if getattr(worker, "stopped_hard", False):
-        # A thread handler abandoned by the hard stop must not keep the process alive.
-        logging.shutdown()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(0)
+        _exit_now(0)
     return 0
+
+
+def _exit_now(code: int) -> None:
+    """Ends the process after a hard stop: a thread handler it abandoned must not keep it alive."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 class _Drain:
