@@ -341,7 +341,9 @@ def test_app_worker_serves_the_tasks_topics_on_the_right_client(client):
         pass
     worker = app.worker(concurrency=3, wait_ms=100)
     assert isinstance(worker, Worker) and worker.client is client and worker.handler == app.handle
-    assert worker.concurrency == 3 and worker.wait_ms == 100
+    assert worker.concurrency == 3 and worker.wait_ms == 100 and worker.topics == ("emails",)
+    assert app.worker("orders").topics == ("orders",)  # a topic name, as Worker takes it (not its letters)
+    assert app.worker(["orders", "emails"]).topics == ("orders", "emails")
     with pytest.raises(ValueError, match="async_client=AsyncClient"):
         app.worker(asynchronous=True)
     async_client = AsyncClient("http://127.0.0.1:9")

@@ -648,14 +648,15 @@ class App:
 
     # --- running
 
-    def worker(self, topics: Sequence[str] | None = None, *, concurrency: int = 8, asynchronous: bool = False,
+    def worker(self, topics: str | Sequence[str] | None = None, *, concurrency: int = 8, asynchronous: bool = False,
                **worker_options: Any) -> Worker:
-        """A Worker over `topics` (default: every topic of the app's tasks) running the tasks by the
-        name in their envelope: `app.worker().run()`. With `asynchronous=True` it runs on the App's
+        """A Worker over `topics` (a topic name or a sequence of them, as Worker takes them; default:
+        every topic of the app's tasks) running the tasks by the name in their envelope:
+        `app.worker().run()`. With `asynchronous=True` it runs on the App's
         async_client, async tasks as asyncio tasks and plain ones in threads (asyncio.to_thread);
         else in `concurrency` threads, an async task in an event loop of its own per run.
         `worker_options` go to Worker (batch, wait_ms, ack_timeout_ms, ...)."""
-        chosen = list(topics) if topics is not None else self.topics()
+        chosen = self.topics() if topics is None else [topics] if isinstance(topics, str) else list(topics)
         if not chosen:
             raise ValueError("no topic to serve: the app has no tasks yet (import the modules defining them first)")
         served: str | list[str] = chosen[0] if len(chosen) == 1 else chosen
