@@ -547,6 +547,47 @@ def test_a_failing_settle_loop_stops_the_worker_loudly_and_gives_back_what_it_ho
 
 
 @pytest.mark.parametrize("flavour", ["threads", "async"])
+def test_a_failing_poll_loop_drains_what_the_worker_holds_and_run_raises(sdk_server, client, flavour):
+    client.send_many([{"topic": "pollbug", "msg": str(i), "msg_id": f"p{i}"} for i in range(4)])
+    handled, pulls = [], []
+
+    def second_pull_fails():
+        pulls.append(1)
+        if len(pulls) == 2:
+            raise KeyError("a bug in the poll path")
+
+    if flavour == "async":
+        async def async_handler(message):
+            handled.append(message.msg_id)
+
+        async def scenario():
+            async with AsyncClient(sdk_server) as aclient:
+                pull = aclient.pull
+
+                async def pull_failing(*args, **kwargs):
+                    second_pull_fails()
+                    return await pull(*args, **kwargs)
+                aclient.pull = pull_failing
+                await Worker(aclient, "pollbug", async_handler, batch=4, wait_ms=200).run_async(
+                    install_signal_handlers=False)
+        with pytest.raises(WorkerFailed, match="poll loop of pollbug failed: KeyError") as failed:
+            asyncio.run(scenario())
+    else:
+        pull = client.pull
+
+        def pull_failing(*args, **kwargs):
+            second_pull_fails()
+            return pull(*args, **kwargs)
+        client.pull = pull_failing
+        worker = Worker(client, "pollbug", lambda m: handled.append(m.msg_id), batch=4, wait_ms=200)
+        with pytest.raises(WorkerFailed, match="poll loop of pollbug failed: KeyError") as failed:
+            worker.run(install_signal_handlers=False)
+    assert isinstance(failed.value.__cause__, KeyError)
+    assert sorted(handled) == [f"p{i}" for i in range(4)]  # what it held was handled and acked
+    assert all(client.get("pollbug", f"p{i}").status == 4 for i in range(4))
+
+
+@pytest.mark.parametrize("flavour", ["threads", "async"])
 def test_a_second_stop_gives_back_the_messages_in_hand_and_returns(sdk_server, client, flavour):
     client.send_many([{"topic": "hard", "msg": str(i), "msg_id": f"h{i}"} for i in range(4)])
     gate = threading.Event()

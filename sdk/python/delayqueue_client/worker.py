@@ -8,7 +8,8 @@ the ack timeout, treats a handler running past handler_timeout as failed, and st
 the first stop() drains, the second gives back what is in hand and returns.
 
 A settle loop (a thread, or a task) sends the outcomes and touches; it is supervised: should it
-fail unexpectedly, the worker stops hard and run() raises WorkerFailed."""
+fail unexpectedly, the worker stops hard and run() raises WorkerFailed. So are the poll loops: one
+failing unexpectedly drains the worker, then run() raises WorkerFailed."""
 import asyncio
 import inspect
 import logging
@@ -62,7 +63,7 @@ class HandlerTimeout(Exception):
 
 
 class WorkerFailed(RuntimeError):
-    """The worker's settle loop failed unexpectedly; run() raises it (its cause: the error)."""
+    """The worker's settle loop or a poll loop failed unexpectedly; run() raises it (its cause: the error)."""
 
 
 class Outcome(NamedTuple):
@@ -187,6 +188,7 @@ class Worker:
         # A plain int, not an Event: a signal handler may interrupt a thread holding an Event's lock.
         self._stop_level = 0
         self._failure: BaseException | None = None
+        self._settler_failed = False  # no settle loop: what a hard stop gives back is nacked from run()
         self._held: dict[Key, _Held] = {}
         # At most the earliest touch_at of the held messages not decided (see _due_touches).
         self._earliest_touch = float("inf")
@@ -498,7 +500,16 @@ class Worker:
         log.critical("the worker's settle loop failed; the worker stops hard", exc_info=error)
         self._failure = WorkerFailed(f"the worker's settle loop failed: {type(error).__name__}: {error}")
         self._failure.__cause__ = error
+        self._settler_failed = True
         self._stop_level = HARD
+
+    def _poll_loop_failed(self, topic: str, error: BaseException) -> None:
+        """Not a silent end of the poll: run() would return as if stopped (a process exiting 0)."""
+        log.critical("the poll loop of %s failed; the worker drains", topic, exc_info=error)
+        failure = WorkerFailed(f"the poll loop of {topic} failed: {type(error).__name__}: {error}")
+        failure.__cause__ = error
+        self._failure = self._failure or failure
+        self._stop_level = max(self._stop_level, DRAIN)
 
     def _raise_failure(self) -> None:
         if self._failure is not None:
@@ -556,7 +567,7 @@ class Worker:
             handlers.close()  # a hard stop's handlers that did not start never do
             results.put(None)
             settler.join()
-            if isinstance(self._failure, WorkerFailed):  # no settle loop gave them back
+            if self._settler_failed:  # no settle loop gave them back
                 self._give_back_now(given_back)
             end = time.monotonic() + self.wait_ms / 1000 + POLL_END_MARGIN
             for poller in pollers:  # what a poll under way brings after a hard stop, its loop gives back
@@ -568,6 +579,12 @@ class Worker:
         return self.client
 
     def _poll_thread(self, topic: str, burst: bool, handlers: "_HandlerThreads") -> None:
+        try:
+            self._poll_turns(topic, burst, handlers)
+        except Exception as exc:  # supervised, as _settle_thread
+            self._poll_loop_failed(topic, exc)
+
+    def _poll_turns(self, topic: str, burst: bool, handlers: "_HandlerThreads") -> None:
         client = self._sync_client()
         while not self._poll_done():
             with self._room:
@@ -738,7 +755,7 @@ class Worker:
         await asyncio.gather(*pollers, *handlers, return_exceptions=True)
         results.put_nowait(None)
         await settler
-        if isinstance(self._failure, WorkerFailed):  # no settle loop gave them back
+        if self._settler_failed:  # no settle loop gave them back
             await self._give_back_async(given_back)
 
     async def _give_back_async(self, items: list[tuple[Key, Outcome]]) -> None:
@@ -752,6 +769,14 @@ class Worker:
 
     async def _poll_task(self, topic: str, burst: bool, results: "asyncio.Queue[tuple[Key, Outcome] | None]",
                          slots: asyncio.Semaphore, handlers: set["asyncio.Task[None]"]) -> None:
+        try:
+            await self._poll_turns_async(topic, burst, results, slots, handlers)
+        except Exception as exc:  # supervised, as _settle_thread
+            self._poll_loop_failed(topic, exc)
+
+    async def _poll_turns_async(self, topic: str, burst: bool,
+                                results: "asyncio.Queue[tuple[Key, Outcome] | None]", slots: asyncio.Semaphore,
+                                handlers: set["asyncio.Task[None]"]) -> None:
         client = self._async_client()
         while not self._poll_done():
             while not (free := self._reserve()) and not self._poll_done():
