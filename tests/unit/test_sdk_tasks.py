@@ -174,7 +174,7 @@ def test_eager_sends_run_after_a_json_round_trip_and_answer_a_done_handle(app):
     handles = record.send_many([((1, 1),), {"pair": (2, 2), "note": "kw"}])
     assert [h.result for h in handles] == [2, 4] and seen[-1] == ([2, 2], "kw")
     assert record.with_options(msg_id="mine").send((0, 0)).msg_id == "mine"
-    assert handle.cancel() is False
+    assert handle.cancel() is False and handle.message() is None  # nothing was sent: no server to ask
     with pytest.raises(RuntimeError, match="ran eagerly"):
         handle.reschedule(10)
 

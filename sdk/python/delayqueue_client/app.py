@@ -297,6 +297,9 @@ class EagerHandle(TaskHandle):
         self.ran = False
         self.result: Any = None
 
+    def message(self) -> Message | None:
+        return None  # nothing went to the server
+
     def status(self) -> TaskStatus:
         return TaskStatus.DONE if self.ran else TaskStatus.WAITING
 
