@@ -3,7 +3,8 @@
 on a Client (or AsyncClient) of DELAYQUEUE_URL whose handler sleeps the number of seconds in the
 message body, then appends "<pid> <msgId>" to the file SDK_APP_DONE. SDK_APP_CRASH=1 makes
 worker() raise (a child that always crashes); SDK_APP_BREAK_SETTLE=1 makes a child's first ack
-call raise KeyError (a bug in the settle loop)."""
+call raise KeyError (a bug in the settle loop); SDK_APP_HANDLER_TIMEOUT is the Worker's
+handler_timeout (seconds)."""
 import asyncio
 import os
 import time
@@ -43,6 +44,8 @@ class StandInApp:
                     raise KeyError("a bug in the settle path")
                 return ack_many(*args, **kwargs)
             client.ack_many = ack_many_broken_once  # type: ignore[method-assign]
+        if timeout := os.environ.get("SDK_APP_HANDLER_TIMEOUT"):
+            worker_options["handler_timeout"] = float(timeout)
         return Worker(client, list(topics or ["sup"]), async_handler if asynchronous else handler,
                       concurrency=concurrency, wait_ms=300, **worker_options)  # type: ignore[arg-type]
 

@@ -170,6 +170,17 @@ def test_a_child_whose_settle_loop_failed_exits_at_once_and_is_replaced(client, 
         assert sup.wait(timeout=30) == 0, sup.output()
 
 
+def test_a_child_that_served_its_max_tasks_exits_though_a_timed_out_handler_still_runs(client, sdk_server, scanner,
+                                                                                      tmp_path):
+    client.send("sup", "60", msg_id="stuck")  # past its handler_timeout, the handler thread runs on a minute
+    with supervisor(sdk_server, tmp_path, "--processes", "1", "--threads", "2", "--max-tasks-per-child", "1",
+                    SDK_APP_HANDLER_TIMEOUT="0.5") as sup:
+        wait_for(lambda: len(sup.started_pids()) >= 2, timeout=30, what="the child replaced")  # not in 60 s
+        sup.signal()
+        assert sup.wait(timeout=30) == 0, sup.output()
+    assert "handler thread(s) past their handler_timeout still run" in sup.output()
+
+
 def test_children_of_a_supervisor_killed_with_sigkill_drain_and_exit(client, sdk_server, scanner, tmp_path):
     ids = [f"o{i}" for i in range(4)]
     client.send_many([{"topic": "sup", "msg": "1", "msg_id": i} for i in ids])

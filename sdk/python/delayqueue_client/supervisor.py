@@ -220,13 +220,16 @@ def run_child(options: ChildOptions) -> int:
             raise
         log.exception("the worker failed")  # its settle loop: it stopped hard, and the child crashes
         _exit_now(1)
-    if getattr(worker, "stopped_hard", False):
+    if getattr(worker, "abandoned_handlers", False):
+        if not getattr(worker, "stopped_hard", False):
+            log.warning("handler thread(s) past their handler_timeout still run: exiting without waiting for them")
         _exit_now(0)
     return 0
 
 
 def _exit_now(code: int) -> None:
-    """Ends the process after a hard stop: a thread handler it abandoned must not keep it alive."""
+    """Ends the process: a thread handler the worker abandoned (a hard stop, a handler_timeout)
+    must not keep it alive."""
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()

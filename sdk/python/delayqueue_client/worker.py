@@ -212,6 +212,13 @@ class Worker:
         abandoned may still run (a process may want os._exit rather than wait for them)."""
         return self._stop_level >= HARD
 
+    @property
+    def abandoned_handlers(self) -> bool:
+        """After run(): whether handler threads it no longer waits for may still run (stopped hard,
+        or a thread handler past handler_timeout that has not returned): a process may want
+        os._exit rather than wait for them."""
+        return self._stop_level >= HARD or self._unhandled > 0
+
     def stop(self) -> None:
         """The first call drains: stop pulling; run() returns once every message in hand is handled
         and settled. The second stops hard: messages in hand whose outcome is not decided are nacked
