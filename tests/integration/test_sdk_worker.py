@@ -478,6 +478,22 @@ def test_a_timed_out_handlers_late_return_leaves_the_next_delivery_of_its_messag
     assert client.settled == {"nack": ["o1"], "ack": ["o1"]}
 
 
+def test_a_handler_thread_past_its_timeout_is_replaced_so_the_messages_behind_it_run(client, scanner):
+    client.send_many([{"topic": "hung", "msg": "x", "msg_id": "h1"}, {"topic": "hung", "msg": "x", "msg_id": "h2"}])
+    release = threading.Event()
+
+    def handler(message):
+        if message.msg_id == "h1" and message.retry == 1:
+            release.wait(30)  # hangs in the only handler thread, h2 queued behind it
+
+    try:
+        with running(Worker(client, "hung", handler, concurrency=1, batch=2, handler_timeout=0.5, wait_ms=200)):
+            wait_for(lambda: all(client.get("hung", i).status == 4 for i in ("h1", "h2")), timeout=15,
+                     what="h2, and h1 delivered again, run while the first run of h1 hangs")
+    finally:
+        release.set()
+
+
 # --- several topics, burst, max_messages
 
 

@@ -88,13 +88,28 @@ class _HandlerThreads:
     the worker spent 26-29 us of CPU on a no-op task's message; without, 14-16). Not daemons, as
     a pool's threads: a process waits at exit for handlers still running after a hard stop."""
 
-    def __init__(self, count: int, handle: Callable[[Message], None]):
+    def __init__(self, count: int, handle: Callable[[Message], bool]):
         self._work: queue.SimpleQueue[Message | None] = queue.SimpleQueue()
         self._closed = False
-        self._threads = [threading.Thread(target=self._run, args=(handle,), name=f"dq-worker-{i}")
-                         for i in range(count)]
-        for thread in self._threads:
-            thread.start()
+        self._handle = handle
+        self._threads: list[threading.Thread] = []
+        self._excess = 0  # threads beyond `count` (replace_one): those whose handler was given up end
+        self._lock = threading.Lock()
+        for _ in range(count):
+            self._start()
+
+    def _start(self) -> None:
+        thread = threading.Thread(target=self._run, name=f"dq-worker-{len(self._threads)}")
+        self._threads.append(thread)
+        thread.start()
+
+    def replace_one(self) -> None:
+        """A handler given up (handler_timeout) runs on in its thread: another takes its place, so
+        the messages queued behind it still run (and a drain ends)."""
+        with self._lock:
+            if not self._closed:
+                self._excess += 1
+                self._start()
 
     def put(self, message: Message) -> bool:
         """Queues `message` for a handler; False once closed (it will not be handled)."""
@@ -106,21 +121,29 @@ class _HandlerThreads:
     def close(self) -> None:
         """Takes no more: the messages no thread has started are dropped, and each thread ends
         once its handler returns."""
-        self._closed = True
+        with self._lock:
+            self._closed = True
         try:
             while True:
                 self._work.get_nowait()
         except queue.Empty:
             pass
-        for _thread in self._threads:
-            self._work.put(None)
+        with self._lock:
+            for _thread in self._threads:
+                self._work.put(None)
 
-    def _run(self, handle: Callable[[Message], None]) -> None:
+    def _run(self) -> None:
         while (message := self._work.get()) is not None:
+            counted = True
             try:
-                handle(message)
+                counted = self._handle(message)
             except Exception:  # a middleware hook's error (the handler's own are settled): the thread goes on
                 log.exception("handling %s/%s failed outside its handler", message.topic, message.msg_id)
+            if not counted and self._excess:  # its handler was given up and replaced: the pool is its size again
+                with self._lock:
+                    if self._excess:
+                        self._excess -= 1
+                        return
 
 
 def reason_text(text: str) -> str:
@@ -146,8 +169,8 @@ class Worker:
     `retry_backoff=(min, max)` (seconds): a message whose handler raised waits min * 2^(deliveries-1),
     at most max, before its next delivery, on a topic that sets no retryBackoffMillis of its own.
     `handler_timeout` (seconds): a handler running longer is treated as failed and its message
-    given back (an async handler is cancelled; a thread cannot be: it runs on, keeping its handler
-    thread, and what it returns is ignored). `max_messages`: drain and return after handling that
+    given back (an async handler is cancelled; a thread cannot be: it runs on, another thread taking
+    its place among the handlers, and what it returns is ignored). `max_messages`: drain and return after handling that
     many. `run(burst=True)`: handle what is due now on every topic, then return. `middleware`: its
     handle and settle hooks (delayqueue_client.middleware); by default the client's."""
 
@@ -552,8 +575,9 @@ class Worker:
             except Forbidden:
                 self._configured(topic, None)
         results: queue.SimpleQueue[tuple[Key, Outcome] | None] = queue.SimpleQueue()
-        settler = threading.Thread(target=self._settle_thread, args=(results,), name="dq-settle", daemon=True)
         handlers = _HandlerThreads(self.concurrency, lambda message: self._handle(message, results))
+        settler = threading.Thread(target=self._settle_thread, args=(results, handlers), name="dq-settle",
+                                   daemon=True)
         # Daemons: a poll that outlives a hard stop's wait (POLL_END_MARGIN) does not keep the process.
         pollers = [threading.Thread(target=self._poll_thread, args=(topic, burst, handlers),
                                     name=f"dq-poll-{topic}", daemon=True) for topic in self.topics]
@@ -629,11 +653,12 @@ class Worker:
                           ", ".join(msg_ids), error)
             self._release([(topic, i) for i in msg_ids])
 
-    def _handle(self, message: Message, results: "queue.SimpleQueue[tuple[Key, Outcome] | None]") -> None:
+    def _handle(self, message: Message, results: "queue.SimpleQueue[tuple[Key, Outcome] | None]") -> bool:
+        """Runs the handler of `message`; whether its outcome is the message's (see _finished)."""
         key = (message.topic, message.msg_id)
         if not self._started(message):
             self._finished(message, None)
-            return
+            return False
         error, started = None, time.monotonic()
         context = self._handle_context(message)
         if context is not None:
@@ -644,21 +669,27 @@ class Worker:
             error = exc
         if context is not None:
             self.middleware.after_handle(context, error)
-        if self._finished(message, time.monotonic() - started):
-            results.put((key, self._outcome(message, error)))
+        if not self._finished(message, time.monotonic() - started):
+            return False
+        results.put((key, self._outcome(message, error)))
+        return True
 
-    def _settle_thread(self, results: "queue.SimpleQueue[tuple[Key, Outcome] | None]") -> None:
+    def _settle_thread(self, results: "queue.SimpleQueue[tuple[Key, Outcome] | None]",
+                       handlers: _HandlerThreads) -> None:
         try:
-            self._settle_turns(results)
+            self._settle_turns(results, handlers)
         except BaseException as exc:  # supervised: the worker must not stall on a dead settle loop
             self._settle_loop_failed(exc)
 
-    def _settle_turns(self, results: "queue.SimpleQueue[tuple[Key, Outcome] | None]") -> None:
+    def _settle_turns(self, results: "queue.SimpleQueue[tuple[Key, Outcome] | None]",
+                      handlers: _HandlerThreads) -> None:
         client = self._sync_client()
         closing = False
         again: list[tuple[str, Outcome, list[str]]] = []
         while not closing or self._held:
             gathered = self._timed_out()
+            for _ in gathered:
+                handlers.replace_one()
             try:  # results that arrive while the previous call was out share the next one
                 item = results.get(timeout=self._next_touch_in())
                 while True:
