@@ -2,7 +2,9 @@
 `app.worker(topics=..., concurrency=..., asynchronous=..., max_messages=...)` answers a real Worker
 on a Client (or AsyncClient) of DELAYQUEUE_URL whose handler sleeps the number of seconds in the
 message body, then appends "<pid> <msgId>" to the file SDK_APP_DONE. SDK_APP_CRASH=1 makes
-worker() raise (a child that always crashes)."""
+worker() raise (a child that always crashes); SDK_APP_BREAK_SETTLE=1 makes a child's first ack
+call raise KeyError (a bug in the settle loop); SDK_APP_HANDLER_TIMEOUT is the Worker's
+handler_timeout (seconds)."""
 import asyncio
 import os
 import time
@@ -32,6 +34,18 @@ class StandInApp:
         if os.environ.get("SDK_APP_CRASH") == "1":
             raise RuntimeError("this app cannot start")
         client = AsyncClient() if asynchronous else Client()
+        if os.environ.get("SDK_APP_BREAK_SETTLE") == "1":
+            ack_many = client.ack_many
+            broken = []
+
+            def ack_many_broken_once(*args, **kwargs):  # type: ignore[no-untyped-def]
+                if kwargs.get("ack", True) and not broken:
+                    broken.append(True)
+                    raise KeyError("a bug in the settle path")
+                return ack_many(*args, **kwargs)
+            client.ack_many = ack_many_broken_once  # type: ignore[method-assign]
+        if timeout := os.environ.get("SDK_APP_HANDLER_TIMEOUT"):
+            worker_options["handler_timeout"] = float(timeout)
         return Worker(client, list(topics or ["sup"]), async_handler if asynchronous else handler,
                       concurrency=concurrency, wait_ms=300, **worker_options)  # type: ignore[arg-type]
 

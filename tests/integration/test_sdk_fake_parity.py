@@ -155,6 +155,11 @@ def scenario(side) -> list:
                  error_of(lambda: c.reschedule("tr", "nope", delay_ms=1))))
     seen.append(("info", {k: v for k, v in c.topic_info("tr").items()}))
     seen.append(("delete", c.delete("tr", "s"), c.get("tr", "nope")))
+    # Past the ended retention, the ended messages are no longer held: unknown to touch and reschedule.
+    side.elapse(TEST_CONFIG["ENDED_RETENTION_MILLIS"] / 1000)
+    side.eventually(lambda: c.get("tr", "t") is None and c.get("tr", "s") is None, "the ended retention over")
+    seen.append(("forgotten", error_of(lambda: c.touch("tr", "t", ack_timeout_ms=10)),
+                 error_of(lambda: c.reschedule("tr", "s", delay_ms=1))))
 
     # Queue sizes, pause, resume, purge, the topic list.
     c.send_many([{"topic": "info", "msg": "soon", "delay_ms": 30_000}, {"topic": "info", "msg": "later",

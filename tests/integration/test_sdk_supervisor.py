@@ -119,6 +119,25 @@ def test_sigterm_drains_every_message_in_hand_and_none_is_acked_twice(client, sd
 
 
 @pytest.mark.parametrize("flavour", CONCURRENCY)
+def test_sigterm_to_the_supervisor_and_its_children_at_once_drains(client, sdk_server, scanner, tmp_path, flavour):
+    """As systemd's stop does (KillMode=control-group): every process of the unit gets SIGTERM, and
+    each child the supervisor's forward too. Two SIGTERMs at a child are still one drain."""
+    ids = [f"u{i}" for i in range(4)]
+    client.send_many([{"topic": "sup", "msg": "2", "msg_id": i} for i in ids])
+    with supervisor(sdk_server, tmp_path, "--processes", "1", *CONCURRENCY[flavour]) as sup:
+        wait_for(lambda: all(client.get("sup", i).status == CONSUMING for i in ids), timeout=30,
+                 what="all four in hand")
+        sup.signal()
+        for pid in sup.started_pids():
+            os.kill(pid, signal.SIGTERM)
+        assert sup.wait() == 0, sup.output()
+    assert sorted(msg_id for _, msg_id in sup.done()) == ids, sup.output()  # each finished, none abandoned
+    for msg_id in ids:
+        wait_for(lambda: acked_once(msg_id), timeout=15, what=f"{msg_id} acked once in its history")
+    assert "stopping hard" not in sup.output()
+
+
+@pytest.mark.parametrize("flavour", CONCURRENCY)
 def test_a_second_sigterm_stops_hard_and_gives_back_the_messages_in_hand(client, sdk_server, scanner, tmp_path,
                                                                          flavour):
     ids = [f"h{i}" for i in range(4)]
@@ -137,6 +156,29 @@ def test_a_second_sigterm_stops_hard_and_gives_back_the_messages_in_hand(client,
         wait_for(lambda: ("nacked", GIVEN_BACK) in details("sup", msg_id), timeout=15, what=f"{msg_id} nacked")
         assert "acked" not in reasons("sup", msg_id)
     assert "stopping hard" in sup.output()
+
+
+def test_a_child_whose_settle_loop_failed_exits_at_once_and_is_replaced(client, sdk_server, scanner, tmp_path):
+    """The failed worker stopped hard: a thread handler still running must not keep its process."""
+    client.send_many([{"topic": "sup", "msg": "0", "msg_id": "b0"}, {"topic": "sup", "msg": "60", "msg_id": "b1"}])
+    with supervisor(sdk_server, tmp_path, "--processes", "1", "--threads", "2", SDK_APP_BREAK_SETTLE="1") as sup:
+        wait_for(lambda: len(sup.started_pids()) == 2, timeout=30, what="the failed child replaced")  # not in 60 s
+        assert "settle loop failed: KeyError" in sup.output() and "crashed (exit code 1)" in sup.output()
+        sup.signal()
+        wait_for(lambda: "draining" in sup.output(), timeout=10, what="the drain forwarded")
+        sup.signal()
+        assert sup.wait(timeout=30) == 0, sup.output()
+
+
+def test_a_child_that_served_its_max_tasks_exits_though_a_timed_out_handler_still_runs(client, sdk_server, scanner,
+                                                                                      tmp_path):
+    client.send("sup", "60", msg_id="stuck")  # past its handler_timeout, the handler thread runs on a minute
+    with supervisor(sdk_server, tmp_path, "--processes", "1", "--threads", "2", "--max-tasks-per-child", "1",
+                    SDK_APP_HANDLER_TIMEOUT="0.5") as sup:
+        wait_for(lambda: len(sup.started_pids()) >= 2, timeout=30, what="the child replaced")  # not in 60 s
+        sup.signal()
+        assert sup.wait(timeout=30) == 0, sup.output()
+    assert "handler thread(s) past their handler_timeout still run" in sup.output()
 
 
 def test_children_of_a_supervisor_killed_with_sigkill_drain_and_exit(client, sdk_server, scanner, tmp_path):

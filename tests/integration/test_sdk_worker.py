@@ -458,6 +458,42 @@ def test_a_handler_over_its_timeout_is_given_back_and_its_late_return_is_not_ack
     assert [r for r, _ in history].count("acked") == 1
 
 
+def test_a_timed_out_handlers_late_return_leaves_the_next_delivery_of_its_message_alone(client, scanner):
+    client.send("overlap", "x", msg_id="o1")
+    release = threading.Event()
+    calls = []
+
+    def handler(message):
+        calls.append(message.retry)
+        if message.retry == 1:
+            release.wait(20)  # runs on past its timeout, keeping the only handler thread
+
+    with running(Worker(client, "overlap", handler, concurrency=1, handler_timeout=0.5, wait_ms=200)):
+        # Given back at its timeout, delivered again to this worker: it waits behind the first run.
+        wait_for(lambda: (m := client.get("overlap", "o1")).retry == 2 and m.status == 3, timeout=15,
+                 what="o1 delivered again")
+        release.set()  # the first run returns: its outcome is not the second delivery's
+        wait_for(lambda: calls == [1, 2] and client.get("overlap", "o1").status == 4, timeout=15,
+                 what="the second delivery run and acked")
+    assert client.settled == {"nack": ["o1"], "ack": ["o1"]}
+
+
+def test_a_handler_thread_past_its_timeout_is_replaced_so_the_messages_behind_it_run(client, scanner):
+    client.send_many([{"topic": "hung", "msg": "x", "msg_id": "h1"}, {"topic": "hung", "msg": "x", "msg_id": "h2"}])
+    release = threading.Event()
+
+    def handler(message):
+        if message.msg_id == "h1" and message.retry == 1:
+            release.wait(30)  # hangs in the only handler thread, h2 queued behind it
+
+    try:
+        with running(Worker(client, "hung", handler, concurrency=1, batch=2, handler_timeout=0.5, wait_ms=200)):
+            wait_for(lambda: all(client.get("hung", i).status == 4 for i in ("h1", "h2")), timeout=15,
+                     what="h2, and h1 delivered again, run while the first run of h1 hangs")
+    finally:
+        release.set()
+
+
 # --- several topics, burst, max_messages
 
 
@@ -524,6 +560,47 @@ def test_a_failing_settle_loop_stops_the_worker_loudly_and_gives_back_what_it_ho
     # m0's ack was lost with the loop (it comes back after its ack timeout); the others were given back.
     wait_for(lambda: {f"m{i}": client.get("bug", f"m{i}").status for i in range(4)} == {
         "m0": 3, "m1": 2, "m2": 2, "m3": 2}, timeout=10, what="m1-m3 given back, m0 left to its ack timeout")
+
+
+@pytest.mark.parametrize("flavour", ["threads", "async"])
+def test_a_failing_poll_loop_drains_what_the_worker_holds_and_run_raises(sdk_server, client, flavour):
+    client.send_many([{"topic": "pollbug", "msg": str(i), "msg_id": f"p{i}"} for i in range(4)])
+    handled, pulls = [], []
+
+    def second_pull_fails():
+        pulls.append(1)
+        if len(pulls) == 2:
+            raise KeyError("a bug in the poll path")
+
+    if flavour == "async":
+        async def async_handler(message):
+            handled.append(message.msg_id)
+
+        async def scenario():
+            async with AsyncClient(sdk_server) as aclient:
+                pull = aclient.pull
+
+                async def pull_failing(*args, **kwargs):
+                    second_pull_fails()
+                    return await pull(*args, **kwargs)
+                aclient.pull = pull_failing
+                await Worker(aclient, "pollbug", async_handler, batch=4, wait_ms=200).run_async(
+                    install_signal_handlers=False)
+        with pytest.raises(WorkerFailed, match="poll loop of pollbug failed: KeyError") as failed:
+            asyncio.run(scenario())
+    else:
+        pull = client.pull
+
+        def pull_failing(*args, **kwargs):
+            second_pull_fails()
+            return pull(*args, **kwargs)
+        client.pull = pull_failing
+        worker = Worker(client, "pollbug", lambda m: handled.append(m.msg_id), batch=4, wait_ms=200)
+        with pytest.raises(WorkerFailed, match="poll loop of pollbug failed: KeyError") as failed:
+            worker.run(install_signal_handlers=False)
+    assert isinstance(failed.value.__cause__, KeyError)
+    assert sorted(handled) == [f"p{i}" for i in range(4)]  # what it held was handled and acked
+    assert all(client.get("pollbug", f"p{i}").status == 4 for i in range(4))
 
 
 @pytest.mark.parametrize("flavour", ["threads", "async"])

@@ -174,7 +174,7 @@ def test_eager_sends_run_after_a_json_round_trip_and_answer_a_done_handle(app):
     handles = record.send_many([((1, 1),), {"pair": (2, 2), "note": "kw"}])
     assert [h.result for h in handles] == [2, 4] and seen[-1] == ([2, 2], "kw")
     assert record.with_options(msg_id="mine").send((0, 0)).msg_id == "mine"
-    assert handle.cancel() is False
+    assert handle.cancel() is False and handle.message() is None  # nothing was sent: no server to ask
     with pytest.raises(RuntimeError, match="ran eagerly"):
         handle.reschedule(10)
 
@@ -295,6 +295,20 @@ def test_a_failed_task_is_retried_after_its_backoff_or_left_to_the_worker(app):
         app.handle(message(envelope_of("asks", "dead")))
 
 
+def test_a_retry_without_a_delay_waits_the_tasks_backoff_as_any_failure_does(app):
+    @app.task(name="later", retry_backoff=(2, 60))
+    def later(cause: bool) -> None:
+        if cause:
+            raise Retry() from ConnectionError("down")
+        raise Retry()
+    with pytest.raises(Retry) as plain:
+        app.handle(message(envelope_of("later", False), retry=3))
+    assert plain.value.delay == 8 and isinstance(plain.value.__cause__, Retry)  # asked for: no failure to log
+    with pytest.raises(Retry) as caused:
+        app.handle(message(envelope_of("later", True), retry=1))
+    assert caused.value.delay == 2 and isinstance(caused.value.__cause__, ConnectionError)  # the failure, its reason
+
+
 def test_the_async_handler_runs_async_and_plain_tasks(app):
     ran = []
 
@@ -327,7 +341,9 @@ def test_app_worker_serves_the_tasks_topics_on_the_right_client(client):
         pass
     worker = app.worker(concurrency=3, wait_ms=100)
     assert isinstance(worker, Worker) and worker.client is client and worker.handler == app.handle
-    assert worker.concurrency == 3 and worker.wait_ms == 100
+    assert worker.concurrency == 3 and worker.wait_ms == 100 and worker.topics == ("emails",)
+    assert app.worker("orders").topics == ("orders",)  # a topic name, as Worker takes it (not its letters)
+    assert app.worker(["orders", "emails"]).topics == ("orders", "emails")
     with pytest.raises(ValueError, match="async_client=AsyncClient"):
         app.worker(asynchronous=True)
     async_client = AsyncClient("http://127.0.0.1:9")

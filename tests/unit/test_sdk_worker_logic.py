@@ -40,9 +40,9 @@ def test_a_given_batch_is_kept_and_never_below_the_concurrency(client):
     assert Worker(client, "t", print, concurrency=4, batch=2).batch == 4
     fixed = Worker(client, "t", print, concurrency=4, batch=10, ack_timeout_ms=1000)
     for i in range(50):  # fast handlers do not change a batch given
-        asked = fixed._reserve()
-        assert fixed._pulled(asked, [Message.from_api({**API_MESSAGE, "msgId": f"m{i}"})], 0.0)
-        fixed._finished(("t", f"m{i}"), 0.0001)
+        asked, pulled = fixed._reserve(), Message.from_api({**API_MESSAGE, "msgId": f"m{i}"})
+        assert fixed._pulled(asked, [pulled], 0.0)
+        fixed._finished(pulled, 0.0001)
     assert fixed.batch == 10 and not fixed.adaptive
 
 
@@ -165,11 +165,12 @@ def test_a_pull_waits_for_a_quarter_of_a_share_unless_nothing_is_in_hand(client)
     """Fast handlers returning one by one must not each set off a pull of one message."""
     worker = Worker(client, "t", print, concurrency=4, batch=100)
     assert worker._reserve() == 100
-    worker._pulled(100, [Message.from_api({**API_MESSAGE, "msgId": f"m{i}"}) for i in range(100)], 0.0)
+    pulled = [Message.from_api({**API_MESSAGE, "msgId": f"m{i}"}) for i in range(100)]
+    worker._pulled(100, pulled, 0.0)
     for i in range(24):
-        worker._finished(("t", f"m{i}"), None)
+        worker._finished(pulled[i], None)
         assert worker._reserve() == 0  # 1 to 24 free: less than a quarter of the share (25)
-    worker._finished(("t", "m24"), None)
+    worker._finished(pulled[24], None)
     assert worker._reserve() == 25
     small = Worker(client, "t", print, concurrency=4, batch=100, max_messages=3)
     assert small._reserve() == 3  # nothing in hand: any room is worth a pull
@@ -181,12 +182,12 @@ def test_a_nacked_message_delivered_again_before_the_nacks_answer_is_kept(client
     worker = Worker(client, "t", print, concurrency=4, batch=10)
     first = Message.from_api({**API_MESSAGE, "msgId": "m", "retry": 1})
     worker._pulled(worker._reserve(), [first], 0.0)
-    assert worker._started(("t", "m")) and worker._finished(("t", "m"), 0.01)  # handler failed: a nack to send
+    assert worker._started(first) and worker._finished(first, 0.01)  # handler failed: a nack to send
     again = Message.from_api({**API_MESSAGE, "msgId": "m", "retry": 2})
     worker._pulled(worker._reserve(), [again], 0.0)  # the poll's answer came first
     worker._settled("t", Outcome(NACK, None, "Error: x"), ["m"], [True])  # then the nack's
     assert worker._held[("t", "m")].message.retry == 2
-    assert worker._started(("t", "m")) and worker._finished(("t", "m"), 0.01)  # its outcome will be sent
+    assert worker._started(again) and worker._finished(again, 0.01)  # its outcome will be sent
     worker._settled("t", Outcome(ACK), ["m"], [True])
     assert not worker._held
 

@@ -297,6 +297,9 @@ class EagerHandle(TaskHandle):
         self.ran = False
         self.result: Any = None
 
+    def message(self) -> Message | None:
+        return None  # nothing went to the server
+
     def status(self) -> TaskStatus:
         return TaskStatus.DONE if self.ran else TaskStatus.WAITING
 
@@ -648,14 +651,15 @@ class App:
 
     # --- running
 
-    def worker(self, topics: Sequence[str] | None = None, *, concurrency: int = 8, asynchronous: bool = False,
+    def worker(self, topics: str | Sequence[str] | None = None, *, concurrency: int = 8, asynchronous: bool = False,
                **worker_options: Any) -> Worker:
-        """A Worker over `topics` (default: every topic of the app's tasks) running the tasks by the
-        name in their envelope: `app.worker().run()`. With `asynchronous=True` it runs on the App's
+        """A Worker over `topics` (a topic name or a sequence of them, as Worker takes them; default:
+        every topic of the app's tasks) running the tasks by the name in their envelope:
+        `app.worker().run()`. With `asynchronous=True` it runs on the App's
         async_client, async tasks as asyncio tasks and plain ones in threads (asyncio.to_thread);
         else in `concurrency` threads, an async task in an event loop of its own per run.
         `worker_options` go to Worker (batch, wait_ms, ack_timeout_ms, ...)."""
-        chosen = list(topics) if topics is not None else self.topics()
+        chosen = self.topics() if topics is None else [topics] if isinstance(topics, str) else list(topics)
         if not chosen:
             raise ValueError("no topic to serve: the app has no tasks yet (import the modules defining them first)")
         served: str | list[str] = chosen[0] if len(chosen) == 1 else chosen
@@ -684,12 +688,16 @@ class App:
         return task, args, kwargs
 
     def _failed(self, task: Task[Any, Any], message: Message, error: Exception) -> NoReturn:
-        """After a task raised: Retry and DeadLetter as raised; else Retry after the task's backoff
-        (the error as its cause), or the error itself for the worker's (or the topic's) backoff."""
-        delay = None if isinstance(error, (Retry, DeadLetter)) else task.retry_delay(message.retry)
+        """After a task raised: DeadLetter and Retry(delay) as raised; else (Retry() without a delay
+        too, as the worker takes it) Retry after the task's backoff (the failure as its cause), or
+        the error itself for the worker's (or the topic's) backoff."""
+        chosen = isinstance(error, DeadLetter) or (isinstance(error, Retry) and error.delay is not None)
+        delay = None if chosen else task.retry_delay(message.retry)
         if delay is None:
             raise error
-        raise Retry(delay=delay) from error
+        # A Retry() raised from a failure: that failure stays the cause, so it is logged and the reason.
+        cause = error.__cause__ if isinstance(error, Retry) and isinstance(error.__cause__, Exception) else error
+        raise Retry(delay=delay) from cause
 
     def handle(self, message: Message) -> None:
         """Runs the task a message names (the handler of worker()'s thread Worker)."""

@@ -3,17 +3,19 @@ takes its App (the attribute named after the colon, else the one module-level ob
 `worker(...)` method) and runs `app.worker(topics=..., concurrency=threads, asynchronous=...,
 max_messages=max_tasks_per_child).run()`.
 
-A child that crashes (killed, or raising) is started again after a backoff that doubles while it
+A child that crashes (killed, or raising; a worker stopped hard by its failed settle loop exits at
+once, its abandoned thread handlers with it) is started again after a backoff that doubles while it
 keeps crashing soon after its start (so a child that always crashes does not spin); one that
 exits after its max tasks is replaced at once. SIGTERM or SIGINT to the supervisor drains: it is
 forwarded as SIGTERM to every child (whose Worker stops pulling, finishes and settles what it
-holds), and the supervisor exits once they have. A second signal stops hard: forwarded again, the
-children give back the messages in hand (nacked without delay) and exit; a child still running
-HARD_STOP_GRACE seconds later (a thread handler that never returns) is killed, its messages left
-to their ack timeout.
+holds), and the supervisor exits once they have. A second signal stops hard: forwarded as
+HARD_STOP_SIGNAL, the children give back the messages in hand (nacked without delay) and exit; a
+child still running HARD_STOP_GRACE seconds later (a thread handler that never returns) is
+killed, its messages left to their ack timeout. A child drains on any number of SIGTERMs:
+systemd's stop sends one to every process of the unit, besides the one the supervisor forwards.
 
 The children run in their own session: a Ctrl-C in the terminal reaches the supervisor only, which
-forwards it once (a child hit by both would stop hard). A child whose supervisor is gone (killed
+forwards it (a second Ctrl-C as HARD_STOP_SIGNAL). A child whose supervisor is gone (killed
 with SIGKILL, which it cannot forward) drains and exits, as on SIGTERM."""
 import argparse
 import importlib
@@ -40,6 +42,9 @@ ORPHAN_CHECK = 1.0  # seconds between a child's looks at whether its supervisor 
 # The supervisor's pid, handed to each child: a child that read its parent pid only once started
 # could read that of whoever adopted it, had the supervisor died meanwhile.
 SUPERVISOR_PID = "DELAYQUEUE_WORKER_SUPERVISOR_PID"
+# The supervisor's second stop, to its children (the first is SIGTERM). Not SIGQUIT: a child still
+# starting (no handler yet) would dump core; SIGUSR1, as SIGTERM, ends it quietly.
+HARD_STOP_SIGNAL = signal.SIGUSR1
 
 
 class AppNotFound(Exception):
@@ -178,12 +183,13 @@ class Supervisor:
         stop's grace has run out."""
         while self._forwarded < self._stop_level:
             self._forwarded += 1
-            log.warning("%s: SIGTERM to every worker process", "draining" if self._forwarded == 1 else "stopping hard")
+            log.warning("%s to every worker process", "draining: SIGTERM" if self._forwarded == 1 else
+                        f"stopping hard: {HARD_STOP_SIGNAL.name}")
             if self._forwarded == 2:
                 self._hard_since = time.monotonic()
             for slot in self.slots:
                 if slot.process is not None and slot.process.poll() is None:
-                    slot.process.send_signal(signal.SIGTERM)
+                    slot.process.send_signal(signal.SIGTERM if self._forwarded == 1 else HARD_STOP_SIGNAL)
         if self._hard_since is not None and time.monotonic() - self._hard_since > HARD_STOP_GRACE:
             self._kill_all()
 
@@ -201,25 +207,62 @@ def run_child(options: ChildOptions) -> int:
     worker = app.worker(topics=options.topics, concurrency=options.threads, asynchronous=options.use_async,
                         max_messages=options.max_tasks_per_child)
     supervisor_pid = int(os.environ.get(SUPERVISOR_PID) or os.getppid())
-    threading.Thread(target=_drain_when_orphaned, args=(worker, supervisor_pid), name="dq-orphan-check",
+    drain = _Drain(worker)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, drain.on_signal)
+    signal.signal(HARD_STOP_SIGNAL, drain.stop_hard)
+    threading.Thread(target=_drain_when_orphaned, args=(drain, supervisor_pid), name="dq-orphan-check",
                      daemon=True).start()
-    worker.run()
-    if getattr(worker, "stopped_hard", False):
-        # A thread handler abandoned by the hard stop must not keep the process alive.
-        logging.shutdown()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(0)
+    try:
+        worker.run(install_signal_handlers=False)
+    except Exception:
+        if not getattr(worker, "stopped_hard", False):
+            raise
+        log.exception("the worker failed")  # its settle loop: it stopped hard, and the child crashes
+        _exit_now(1)
+    if getattr(worker, "abandoned_handlers", False):
+        if not getattr(worker, "stopped_hard", False):
+            log.warning("handler thread(s) past their handler_timeout still run: exiting without waiting for them")
+        _exit_now(0)
     return 0
 
 
-def _drain_when_orphaned(worker: Any, supervisor_pid: int) -> None:
+def _exit_now(code: int) -> None:
+    """Ends the process: a thread handler the worker abandoned (a hard stop, a handler_timeout)
+    must not keep it alive."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+class _Drain:
+    """A child's stops: the first drain() stops its worker (a drain), later ones do nothing (the
+    worker's second stop() would stop hard); stop_hard stops it hard."""
+
+    def __init__(self, worker: Any):
+        self.worker, self.draining = worker, False
+
+    def drain(self) -> None:
+        if not self.draining:
+            self.draining = True
+            self.worker.stop()
+
+    def on_signal(self, signum: int, frame: FrameType | None) -> None:
+        self.drain()
+
+    def stop_hard(self, signum: int, frame: FrameType | None) -> None:
+        self.drain()
+        self.worker.stop()
+
+
+def _drain_when_orphaned(drain: _Drain, supervisor_pid: int) -> None:
     """Stops the worker (a drain) once the supervisor is gone: the child is then another process'
     (its parent pid changes), and no one would ever stop or restart it."""
     while os.getppid() == supervisor_pid:
         time.sleep(ORPHAN_CHECK)
     log.warning("the supervisor (pid %d) is gone: draining and exiting", supervisor_pid)
-    worker.stop()
+    drain.drain()
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

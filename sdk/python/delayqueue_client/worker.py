@@ -8,7 +8,8 @@ the ack timeout, treats a handler running past handler_timeout as failed, and st
 the first stop() drains, the second gives back what is in hand and returns.
 
 A settle loop (a thread, or a task) sends the outcomes and touches; it is supervised: should it
-fail unexpectedly, the worker stops hard and run() raises WorkerFailed."""
+fail unexpectedly, the worker stops hard and run() raises WorkerFailed. So are the poll loops: one
+failing unexpectedly drains the worker, then run() raises WorkerFailed."""
 import asyncio
 import inspect
 import logging
@@ -62,7 +63,7 @@ class HandlerTimeout(Exception):
 
 
 class WorkerFailed(RuntimeError):
-    """The worker's settle loop failed unexpectedly; run() raises it (its cause: the error)."""
+    """The worker's settle loop or a poll loop failed unexpectedly; run() raises it (its cause: the error)."""
 
 
 class Outcome(NamedTuple):
@@ -87,13 +88,28 @@ class _HandlerThreads:
     the worker spent 26-29 us of CPU on a no-op task's message; without, 14-16). Not daemons, as
     a pool's threads: a process waits at exit for handlers still running after a hard stop."""
 
-    def __init__(self, count: int, handle: Callable[[Message], None]):
+    def __init__(self, count: int, handle: Callable[[Message], bool]):
         self._work: queue.SimpleQueue[Message | None] = queue.SimpleQueue()
         self._closed = False
-        self._threads = [threading.Thread(target=self._run, args=(handle,), name=f"dq-worker-{i}")
-                         for i in range(count)]
-        for thread in self._threads:
-            thread.start()
+        self._handle = handle
+        self._threads: list[threading.Thread] = []
+        self._excess = 0  # threads beyond `count` (replace_one): those whose handler was given up end
+        self._lock = threading.Lock()
+        for _ in range(count):
+            self._start()
+
+    def _start(self) -> None:
+        thread = threading.Thread(target=self._run, name=f"dq-worker-{len(self._threads)}")
+        self._threads.append(thread)
+        thread.start()
+
+    def replace_one(self) -> None:
+        """A handler given up (handler_timeout) runs on in its thread: another takes its place, so
+        the messages queued behind it still run (and a drain ends)."""
+        with self._lock:
+            if not self._closed:
+                self._excess += 1
+                self._start()
 
     def put(self, message: Message) -> bool:
         """Queues `message` for a handler; False once closed (it will not be handled)."""
@@ -105,21 +121,29 @@ class _HandlerThreads:
     def close(self) -> None:
         """Takes no more: the messages no thread has started are dropped, and each thread ends
         once its handler returns."""
-        self._closed = True
+        with self._lock:
+            self._closed = True
         try:
             while True:
                 self._work.get_nowait()
         except queue.Empty:
             pass
-        for _thread in self._threads:
-            self._work.put(None)
+        with self._lock:
+            for _thread in self._threads:
+                self._work.put(None)
 
-    def _run(self, handle: Callable[[Message], None]) -> None:
+    def _run(self) -> None:
         while (message := self._work.get()) is not None:
+            counted = True
             try:
-                handle(message)
+                counted = self._handle(message)
             except Exception:  # a middleware hook's error (the handler's own are settled): the thread goes on
                 log.exception("handling %s/%s failed outside its handler", message.topic, message.msg_id)
+            if not counted and self._excess:  # its handler was given up and replaced: the pool is its size again
+                with self._lock:
+                    if self._excess:
+                        self._excess -= 1
+                        return
 
 
 def reason_text(text: str) -> str:
@@ -145,8 +169,8 @@ class Worker:
     `retry_backoff=(min, max)` (seconds): a message whose handler raised waits min * 2^(deliveries-1),
     at most max, before its next delivery, on a topic that sets no retryBackoffMillis of its own.
     `handler_timeout` (seconds): a handler running longer is treated as failed and its message
-    given back (an async handler is cancelled; a thread cannot be: it runs on, keeping its handler
-    thread, and what it returns is ignored). `max_messages`: drain and return after handling that
+    given back (an async handler is cancelled; a thread cannot be: it runs on, another thread taking
+    its place among the handlers, and what it returns is ignored). `max_messages`: drain and return after handling that
     many. `run(burst=True)`: handle what is due now on every topic, then return. `middleware`: its
     handle and settle hooks (delayqueue_client.middleware); by default the client's."""
 
@@ -187,6 +211,7 @@ class Worker:
         # A plain int, not an Event: a signal handler may interrupt a thread holding an Event's lock.
         self._stop_level = 0
         self._failure: BaseException | None = None
+        self._settler_failed = False  # no settle loop: what a hard stop gives back is nacked from run()
         self._held: dict[Key, _Held] = {}
         # At most the earliest touch_at of the held messages not decided (see _due_touches).
         self._earliest_touch = float("inf")
@@ -209,6 +234,13 @@ class Worker:
         """Whether a second stop (or a failed settle loop) stopped it hard: handler threads it
         abandoned may still run (a process may want os._exit rather than wait for them)."""
         return self._stop_level >= HARD
+
+    @property
+    def abandoned_handlers(self) -> bool:
+        """After run(): whether handler threads it no longer waits for may still run (stopped hard,
+        or a thread handler past handler_timeout that has not returned): a process may want
+        os._exit rather than wait for them."""
+        return self._stop_level >= HARD or self._unhandled > 0
 
     def stop(self) -> None:
         """The first call drains: stop pulling; run() returns once every message in hand is handled
@@ -310,19 +342,20 @@ class Worker:
         """Whether a poll loop ends: stopping, or max_messages all taken."""
         return self._stop_level > 0 or (self.max_messages is not None and self._taken >= self.max_messages)
 
-    def _started(self, key: Key) -> bool:
+    def _started(self, message: Message) -> bool:
         """A handler is about to run: False when its message was given back meanwhile (hard stop).
         Without the lock (which every handler would wait for): a give-back racing this is as if it
         came just after, when the handler runs on and its outcome is ignored (_finished decides)."""
-        held = self._held.get(key)
-        if held is None or held.decided:
+        held = self._held.get((message.topic, message.msg_id))
+        if held is None or held.decided or held.message is not message:
             return False
         held.started_at = time.monotonic()
         return True
 
-    def _finished(self, key: Key, seconds: float | None) -> bool:
-        """The handler of `key` returned (or raised) after `seconds` (None: it never ran); whether
-        its outcome is the message's (not when a timeout or a hard stop decided it first)."""
+    def _finished(self, message: Message, seconds: float | None) -> bool:
+        """The handler of `message` returned (or raised) after `seconds` (None: it never ran); whether
+        its outcome is the message's (not when a timeout or a hard stop decided it first, nor when
+        the message was given back and is in hand again: that delivery's handler decides it)."""
         with self._lock:
             self._unhandled -= 1
             if self.adaptive and seconds is not None:
@@ -330,8 +363,8 @@ class Worker:
             # Waking the polls (and a draining run) for every message would cost each handler the lock again.
             if self._unhandled == 0 or self._worth_a_pull(self.batch - self._unhandled - self._reserved):
                 self._room_freed()
-            held = self._held.get(key)
-            if held is None or held.decided:
+            held = self._held.get((message.topic, message.msg_id))
+            if held is None or held.decided or held.message is not message:
                 return False
             held.decided = True
             return True
@@ -497,7 +530,16 @@ class Worker:
         log.critical("the worker's settle loop failed; the worker stops hard", exc_info=error)
         self._failure = WorkerFailed(f"the worker's settle loop failed: {type(error).__name__}: {error}")
         self._failure.__cause__ = error
+        self._settler_failed = True
         self._stop_level = HARD
+
+    def _poll_loop_failed(self, topic: str, error: BaseException) -> None:
+        """Not a silent end of the poll: run() would return as if stopped (a process exiting 0)."""
+        log.critical("the poll loop of %s failed; the worker drains", topic, exc_info=error)
+        failure = WorkerFailed(f"the poll loop of {topic} failed: {type(error).__name__}: {error}")
+        failure.__cause__ = error
+        self._failure = self._failure or failure
+        self._stop_level = max(self._stop_level, DRAIN)
 
     def _raise_failure(self) -> None:
         if self._failure is not None:
@@ -533,8 +575,9 @@ class Worker:
             except Forbidden:
                 self._configured(topic, None)
         results: queue.SimpleQueue[tuple[Key, Outcome] | None] = queue.SimpleQueue()
-        settler = threading.Thread(target=self._settle_thread, args=(results,), name="dq-settle", daemon=True)
         handlers = _HandlerThreads(self.concurrency, lambda message: self._handle(message, results))
+        settler = threading.Thread(target=self._settle_thread, args=(results, handlers), name="dq-settle",
+                                   daemon=True)
         # Daemons: a poll that outlives a hard stop's wait (POLL_END_MARGIN) does not keep the process.
         pollers = [threading.Thread(target=self._poll_thread, args=(topic, burst, handlers),
                                     name=f"dq-poll-{topic}", daemon=True) for topic in self.topics]
@@ -555,7 +598,7 @@ class Worker:
             handlers.close()  # a hard stop's handlers that did not start never do
             results.put(None)
             settler.join()
-            if isinstance(self._failure, WorkerFailed):  # no settle loop gave them back
+            if self._settler_failed:  # no settle loop gave them back
                 self._give_back_now(given_back)
             end = time.monotonic() + self.wait_ms / 1000 + POLL_END_MARGIN
             for poller in pollers:  # what a poll under way brings after a hard stop, its loop gives back
@@ -567,6 +610,12 @@ class Worker:
         return self.client
 
     def _poll_thread(self, topic: str, burst: bool, handlers: "_HandlerThreads") -> None:
+        try:
+            self._poll_turns(topic, burst, handlers)
+        except Exception as exc:  # supervised, as _settle_thread
+            self._poll_loop_failed(topic, exc)
+
+    def _poll_turns(self, topic: str, burst: bool, handlers: "_HandlerThreads") -> None:
         client = self._sync_client()
         while not self._poll_done():
             with self._room:
@@ -589,7 +638,7 @@ class Worker:
                 return
             for message in messages:
                 if not handlers.put(message):  # closed: a hard stop gave the message back
-                    self._finished((topic, message.msg_id), None)
+                    self._finished(message, None)
             if burst and len(messages) < free:
                 return  # nothing more due now
 
@@ -604,11 +653,12 @@ class Worker:
                           ", ".join(msg_ids), error)
             self._release([(topic, i) for i in msg_ids])
 
-    def _handle(self, message: Message, results: "queue.SimpleQueue[tuple[Key, Outcome] | None]") -> None:
+    def _handle(self, message: Message, results: "queue.SimpleQueue[tuple[Key, Outcome] | None]") -> bool:
+        """Runs the handler of `message`; whether its outcome is the message's (see _finished)."""
         key = (message.topic, message.msg_id)
-        if not self._started(key):
-            self._finished(key, None)
-            return
+        if not self._started(message):
+            self._finished(message, None)
+            return False
         error, started = None, time.monotonic()
         context = self._handle_context(message)
         if context is not None:
@@ -619,21 +669,27 @@ class Worker:
             error = exc
         if context is not None:
             self.middleware.after_handle(context, error)
-        if self._finished(key, time.monotonic() - started):
-            results.put((key, self._outcome(message, error)))
+        if not self._finished(message, time.monotonic() - started):
+            return False
+        results.put((key, self._outcome(message, error)))
+        return True
 
-    def _settle_thread(self, results: "queue.SimpleQueue[tuple[Key, Outcome] | None]") -> None:
+    def _settle_thread(self, results: "queue.SimpleQueue[tuple[Key, Outcome] | None]",
+                       handlers: _HandlerThreads) -> None:
         try:
-            self._settle_turns(results)
+            self._settle_turns(results, handlers)
         except BaseException as exc:  # supervised: the worker must not stall on a dead settle loop
             self._settle_loop_failed(exc)
 
-    def _settle_turns(self, results: "queue.SimpleQueue[tuple[Key, Outcome] | None]") -> None:
+    def _settle_turns(self, results: "queue.SimpleQueue[tuple[Key, Outcome] | None]",
+                      handlers: _HandlerThreads) -> None:
         client = self._sync_client()
         closing = False
         again: list[tuple[str, Outcome, list[str]]] = []
         while not closing or self._held:
             gathered = self._timed_out()
+            for _ in gathered:
+                handlers.replace_one()
             try:  # results that arrive while the previous call was out share the next one
                 item = results.get(timeout=self._next_touch_in())
                 while True:
@@ -737,7 +793,7 @@ class Worker:
         await asyncio.gather(*pollers, *handlers, return_exceptions=True)
         results.put_nowait(None)
         await settler
-        if isinstance(self._failure, WorkerFailed):  # no settle loop gave them back
+        if self._settler_failed:  # no settle loop gave them back
             await self._give_back_async(given_back)
 
     async def _give_back_async(self, items: list[tuple[Key, Outcome]]) -> None:
@@ -751,6 +807,14 @@ class Worker:
 
     async def _poll_task(self, topic: str, burst: bool, results: "asyncio.Queue[tuple[Key, Outcome] | None]",
                          slots: asyncio.Semaphore, handlers: set["asyncio.Task[None]"]) -> None:
+        try:
+            await self._poll_turns_async(topic, burst, results, slots, handlers)
+        except Exception as exc:  # supervised, as _settle_thread
+            self._poll_loop_failed(topic, exc)
+
+    async def _poll_turns_async(self, topic: str, burst: bool,
+                                results: "asyncio.Queue[tuple[Key, Outcome] | None]", slots: asyncio.Semaphore,
+                                handlers: set["asyncio.Task[None]"]) -> None:
         client = self._async_client()
         while not self._poll_done():
             while not (free := self._reserve()) and not self._poll_done():
@@ -787,8 +851,8 @@ class Worker:
         started: float | None = None
         try:
             async with slots:
-                if not self._started(key):
-                    self._finished(key, None)
+                if not self._started(message):
+                    self._finished(message, None)
                     return
                 started = time.monotonic()
                 context = self._handle_context(message)
@@ -801,7 +865,7 @@ class Worker:
                         self.middleware.after_handle(context, sys.exc_info()[1])
         except BaseException as exc:  # a cancelled handler too: its message is nacked, then it is cancelled
             error = exc
-        if self._finished(key, time.monotonic() - started if started is not None else None):
+        if self._finished(message, time.monotonic() - started if started is not None else None):
             results.put_nowait((key, self._outcome(message, error)))
         if error is not None and not isinstance(error, Exception):
             raise error

@@ -401,7 +401,8 @@ class FakeServer:
         return body
 
     def _found(self, topic: str, msg_id: str) -> Stored | None:
-        """A message getMsg can read: live, or ended within the retention."""
+        """A message the server's Redis holds (getMsg, touchMsg, rescheduleMsg find it): live, or
+        ended within the retention and not released."""
         m = self._topic(topic).messages.get(msg_id)
         if m is None or m.released:
             return None
@@ -514,7 +515,7 @@ class FakeServer:
 
     def _touch_msg(self, body: Any) -> dict[str, Any]:
         data = rules.parse(rules.TOUCH, self._params(body))
-        m = self._topic(data["topic"]).messages.get(data["msgId"])
+        m = self._found(data["topic"], data["msgId"])
         if m is None:
             raise Answer(404, f"message {data['msgId']} not found in topic {data['topic']}")
         if m.status != CONSUMING:
@@ -548,7 +549,7 @@ class FakeServer:
     def _reschedule_msg(self, body: Any) -> dict[str, Any]:
         data = rules.checked_reschedule(self._params(body))
         topic, msg_id, now = data["topic"], data["msgId"], self.clock.now_ms()
-        m = self._topic(topic).messages.get(msg_id)
+        m = self._found(topic, msg_id)
         if m is None:
             raise Answer(404, f"message {msg_id} not found in topic {topic}")
         if m.status == CONSUMING:
