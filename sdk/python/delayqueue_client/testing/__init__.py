@@ -40,9 +40,9 @@ Where it differs from the server:
 - Dead letters are listed at once (the server's log writer lags up to 100 ms) and a redrive is
   done when redriveDeadMsg answers (the server's scanners pace it at maxPerSecond); redriven
   messages get produceTime and triggerTime now.
-- Nothing is forgotten: ended messages are kept (getMsg, touchMsg and rescheduleMsg find them
-  for the ended retention, five minutes, as the server), and restore/restoreMsg have nothing to bring back (every live message
-  counts as alreadyLive). getMonitorData answers empty lists.
+- Ended messages are kept for the ended retention, five minutes, as the server keeps them
+  (getMsg, touchMsg and rescheduleMsg find them until then); restore/restoreMsg have nothing to
+  bring back (every live message counts as alreadyLive). getMonitorData answers empty lists.
 - On a clock that stands still, a long poll with nothing ready waits at most `max_real_wait`
   (0.05 s) of real time for a send, an ack or an advance, then answers an empty list, so a Worker
   idles cheaply and stops soon; with `real_time=True` it waits its longPollingTimeoutMillis.
