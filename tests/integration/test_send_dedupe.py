@@ -9,6 +9,7 @@ import pytest
 
 from delayqueue.core.constants import Status
 from delayqueue.services.consume import ack_message, nack_message, pull_messages
+from delayqueue.services.messages import delete_message
 from delayqueue.services.send import SendRequest, send_message
 from tests.helpers import REDIS_URL, dead_letter_page, drain_log, history, logged, make_runtime
 
@@ -58,6 +59,33 @@ async def test_a_resend_of_an_acked_message_within_the_window_answers_it_and_del
     await drain_log(rt, ["t"])
     assert (await logged("t", "retried"))["status"] == Status.ACKED
     assert [row[0] for row in await history("t", "retried")] == ["sent", "pulled", "acked"]
+
+
+async def test_a_resend_after_a_delete_with_release_is_deduplicated_once_the_log_holds_the_delete(single_rt):
+    """A delete with release frees the body at once, so only the log remembers the msgId: once the
+    log writer has recorded the delete, a resend within the window answers the deleted message."""
+    rt = single_rt
+    await send_message(rt, request=SendRequest("t", "first", 60_000, "released"))
+    assert await delete_message(rt, topic="t", msg_id="released", release=True)
+    await drain_log(rt, ["t"])
+    again = await send_message(rt, request=SendRequest("t", "first", 0, "released"))
+    assert (again.status, again.payload) == (Status.DELETED, "first")
+    assert await nothing_to_pull(rt, "t")
+
+
+async def test_a_resend_before_the_log_holds_a_release_delete_is_a_new_life_logged_as_such(single_rt):
+    """Before the log writer has recorded such a delete (about 100 ms), nothing remembers it ended:
+    the resend starts a new life (README, "Sending twice"), which the log then holds, not the old one."""
+    rt = single_rt
+    await send_message(rt, request=SendRequest("t", "first", 60_000, "released"))
+    assert await delete_message(rt, topic="t", msg_id="released", release=True)
+    again = await send_message(rt, request=SendRequest("t", "second", 0, "released"))
+    assert (again.status, again.payload) == (Status.READY, "second")
+    await drain_log(rt, ["t"])
+    row = await logged("t", "released")
+    assert (row["status"], row["msg"], row["produceTime"]) == (Status.READY, "second", again.produce_time)
+    [pulled], _ = await pull_messages(rt, topic="t")
+    assert pulled.payload == "second"
 
 
 @pytest.mark.parametrize("where", WHERE_ENDED)
