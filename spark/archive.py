@@ -93,10 +93,12 @@ class Archive:
     def batch_ids(self, suffix: str) -> list[str]:
         return sorted(p.name[: -len(suffix) - 1] for p in self.batches.glob(f"*.{suffix}"))
 
-    def committed_files(self, batch: str) -> dict[str, list[str]]:
-        """The batch's files per kind, as absolute paths, from its manifest."""
-        files = json.loads(self.marker(batch, "json").read_text())["files"]
-        return {kind: [str(self.root / f) for f in files[kind]] for kind in KINDS}
+    def manifest(self, batch: str) -> dict:
+        return json.loads(self.marker(batch, "json").read_text())
+
+    def committed_files(self, manifest: dict) -> dict[str, list[str]]:
+        """A committed batch's files per kind, as absolute paths."""
+        return {kind: [str(self.root / f) for f in manifest["files"][kind]] for kind in KINDS}
 
     def move_into_place(self, batch: str) -> dict[str, list[str]]:
         """Moves the staged Parquet files to their partitions, named after the batch."""
@@ -140,7 +142,7 @@ def preflight(args) -> None:
     existing = next((p for p in [args.to, *args.to.parents] if p.exists()), None)
     if existing is None or not existing.is_dir() or not os.access(existing, os.W_OK):
         raise JobError(f"--to {args.to}: cannot create or write {existing}")
-    common.check_postgres(args.database_url, (tables.MESSAGE, tables.EVENT))
+    common.check_postgres(args.database_url, (tables.MESSAGE, tables.EVENT, tables.HISTORY_PRUNED))
 
 
 def delete_rows(dsn: str, kind: str, rows) -> None:
@@ -163,7 +165,14 @@ def _delete_chunk(conn, kind: str, chunk: list) -> None:
 def delete_committed(spark, archive: Archive, batch: str, dsn: str) -> None:
     """Deletes a committed batch's rows from PostgreSQL, in parallel, reading their ids back
     from the batch's own files; then records the batch done."""
-    for kind, files in archive.committed_files(batch).items():
+    manifest = archive.manifest(batch)
+    # Before any delete, so that no stats run recomputes an hour this batch's deletes reach.
+    try:
+        with psycopg.connect(dsn, connect_timeout=10) as conn:
+            conn.execute(sql.RECORD_PRUNED, {"namespaces": [manifest["namespace"]], "before": manifest["ended_before"]})
+    except psycopg.Error as exc:
+        raise JobError(f"cannot use PostgreSQL: {first_line(exc)}") from None
+    for kind, files in archive.committed_files(manifest).items():
         if not files:
             continue
         ids = spark.read.parquet(*files).select(

@@ -40,9 +40,11 @@ def _prune(database: str, cutoff: datetime, dead_letters: bool, batch: int, tota
                                                        "dead_letters": dead_letters, "batch": batch})
             keys = cursor.fetchall()
             if keys:
-                cursor.execute(sql.DELETE_HISTORY, {"namespaces": [k[0] for k in keys], "topics": [k[1] for k in keys],
+                namespaces = [k[0] for k in keys]
+                cursor.execute(sql.DELETE_HISTORY, {"namespaces": namespaces, "topics": [k[1] for k in keys],
                                                     "msg_ids": [k[2] for k in keys], "before": cutoff})
                 totals[1] += cursor.rowcount
+                cursor.execute(sql.RECORD_PRUNED, {"namespaces": namespaces, "before": cutoff})
                 since = max(k[3] for k in keys)
         totals[0] += len(keys)
         if on_batch:

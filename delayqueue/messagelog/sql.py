@@ -384,6 +384,14 @@ DELETE FROM {tables.EVENT} e USING unnest(%(namespaces)s::text[], %(topics)s::te
   {probe_each(tables.EVENT, "d.i", "p.namespace = d.ns AND p.topic = d.t AND p.at < %(before)s")}
 WHERE e.id = found.id
 """
+# How far back a namespace's history is deleted by age (prune_log, the archive), in the transaction that deletes it:
+# the stats job leaves the hours before it alone.
+RECORD_PRUNED = f"""
+INSERT INTO {tables.HISTORY_PRUNED} AS p (namespace, before)
+SELECT DISTINCT unnest(%(namespaces)s::text[]), %(before)s::timestamptz
+ON CONFLICT (namespace) DO UPDATE SET before = greatest(p.before, EXCLUDED.before)
+"""
+PRUNED_BEFORE = f"SELECT namespace, {to_millis('before')} FROM {tables.HISTORY_PRUNED}"
 
 # --- Dead letters (messagelog/dead_letters.py, services/dead_letters.py, workers/redriver.py): DEAD rows of a topic
 # on message_dead, in the order they died (updated_at, id). A keyset position is updated_at in epoch microseconds (exact

@@ -1,9 +1,10 @@
 """spark/archive.py: old ended messages and their history move to Parquet, exactly once."""
+import json
 import time
 
 import pytest
 
-from delayqueue.models import Message, MessageEvent, TopicConfig
+from delayqueue.models import HistoryPruned, Message, MessageEvent, TopicConfig
 from spark import archive
 from tests.helpers import log_database_url
 
@@ -67,6 +68,11 @@ def test_archive_moves_ended_messages_and_history_to_parquet_by_date_and_topic(s
     assert_archived_once(spark, tmp_path, messages, events)
     assert_log_keeps_only_the_rest(events)
     assert sorted(p.name for p in (tmp_path / "messages" / "date=2026-09-01").iterdir()) == ["topic=mail", "topic=orders"]
+    # The history it deleted is recorded, for the stats job (spark/stats.py) to leave those hours alone.
+    [manifest] = (tmp_path / "_batches").glob("*.json")
+    [pruned] = HistoryPruned.objects.all()
+    assert pruned.namespace == "default"
+    assert pruned.before.isoformat() == json.loads(manifest.read_text())["ended_before"]
 
     assert archive.run(spark, args)["messages"] == 0  # nothing left: the archive is unchanged
     assert_archived_once(spark, tmp_path, messages, events)
