@@ -2,8 +2,9 @@
 
 A message is archived when it ended (status 4-7) more than --older-than-days days ago (its
 updated_at), a dead letter (5 or 6 of a topic that keeps them) only once also older than
-DELAYQUEUE_DEAD_LETTER_RETENTION_DAYS, as prune_log keeps it; its history goes with it. Both
-are written under --to, partitioned by the UTC date the message ended and its topic:
+DELAYQUEUE_DEAD_LETTER_RETENTION_DAYS (prune_log keeps it that long and its own age again, so
+--older-than-days below that age reaches it first); its history goes with it. Both are written
+under --to, partitioned by the UTC date the message ended and its topic:
 
     messages/date=YYYY-MM-DD/topic=<topic>/<batch>-part-*.parquet
     events/date=YYYY-MM-DD/topic=<topic>/<batch>-part-*.parquet
