@@ -64,9 +64,10 @@ def archived_messages(messages: DataFrame) -> DataFrame:
 
 
 def history_of(events: DataFrame, archived: DataFrame) -> DataFrame:
-    """The events of the archived messages' lifecycles (up to the time they ended), each with
-    its message's `date`, so a message and its history land in the same partition."""
-    ends = archived.select(*KEY, "date", F.col("updated_at").alias("ended_at"))
+    """The events of the archived messages' lifecycles (up to the time they ended, or their 'sent',
+    at produceTime by the web host's clock, which may be ahead of Redis' that timed the end), each
+    with its message's `date`, so a message and its history land in the same partition."""
+    ends = archived.select(*KEY, "date", F.greatest("updated_at", "produce_time").alias("ended_at"))
     return (events.withColumn("at", F.timestamp_millis("at")).join(ends, KEY)
             .where(F.col("at") <= F.col("ended_at")).drop("ended_at"))
 

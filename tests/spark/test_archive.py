@@ -151,6 +151,22 @@ def test_archive_leaves_dead_letters_to_their_own_retention(spark, tmp_path):
     assert sorted(r.msg_id for r in stored) == ["acked", "not-kept"]
 
 
+def test_archive_takes_the_whole_history_of_a_message_that_ended_before_its_sending_hosts_clock(spark, tmp_path):
+    """The send writes the row and its 'sent' event at produceTime, by the web host's clock; Redis'
+    clock, which times the end, may be behind it (UPDATE_MESSAGES lets a row its send wrote take
+    any event). Such a message's 'sent' event was left out of the archive, and, its row gone, in
+    PostgreSQL for good."""
+    log = LogBuilder()
+    produce = ms("2026-09-01T08:00:00")
+    log.message("orders", "quick", produce, status=7, updated=produce - 40)
+    log.event("orders", "quick", produce, 0, 2, "sent")
+    log.event("orders", "quick", produce - 40, 2, 7, "deleted")
+    log.save()
+    args = job_args("spark.archive", "--database-url", log_database_url(), "--to", str(tmp_path), "--older-than-days", "30")
+    assert archive.run(spark, args)["events"] == 2
+    assert not MessageEvent.objects.exists()
+
+
 @EVERY_LOG_DATABASE
 @pytest.mark.parametrize("dead_letter_days, archived", [(14, ["acked", "dead"]), (3, ["acked", "expired"])])
 def test_prune_log_leaves_every_dead_letter_for_the_archive_to_reach_first(spark, tmp_path, monkeypatch,
