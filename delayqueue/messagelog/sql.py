@@ -566,8 +566,16 @@ def restore_scope(namespace: str, topic: str | None, msg_id: str | None,
 _WITH_POSITIONS = sql.SQL(
     f"{tables.MESSAGE} LEFT JOIN json_to_recordset(%(cold_after)s::json)"
     " AS b(cold_topic text, after_time int8, after_id int8) ON b.cold_topic = topic")
-_AFTER_POSITION = sql.SQL(
-    f"COALESCE({WAITING} AND (trigger_time, id) > ({from_millis('b.after_time')}, b.after_id), FALSE)")
+
+
+def _after_position(after_time: str, after_id: str) -> str:
+    return f"COALESCE({WAITING} AND (trigger_time, id) > ({from_millis(after_time)}, {after_id}), FALSE)"
+
+
+_AFTER_POSITION = sql.SQL(_after_position("b.after_time", "b.after_id"))
+# The Spark restore's read of one topic: its rows not left cold, by its loader position
+# (%(after_time)s ms, %(after_id)s; NULL for a topic that has none: none are left).
+NOT_COLD_IN_TOPIC = sql.SQL("NOT " + _after_position("%(after_time)s::int8", "%(after_id)s::int8"))
 
 
 def _restore_source(cold: bool) -> tuple[sql.Composable, sql.Composable]:
