@@ -14,7 +14,7 @@ from itertools import islice
 import psycopg
 import redis
 
-from delayqueue.config.arguments import positive_int
+from delayqueue.config.arguments import namespace_name, positive_int
 from delayqueue.config.redis_urls import (is_cluster_url, is_sentinel_url, sentinel_target, url_credentials, url_nodes,
                                           without_password)
 from delayqueue.config.settings import SETTINGS, QueueConfig
@@ -40,7 +40,7 @@ def parser(prog: str, description: str) -> OneLineParser:
     p.add_argument("--database-url",
                    help="the message log (default: the database of --namespace: $DATABASE_URL, or the one "
                         "$DELAYQUEUE_NAMESPACE_DATABASES routes it to)")
-    p.add_argument("--namespace", default=SETTINGS["namespace"].read(),
+    p.add_argument("--namespace", type=namespace_name, default=SETTINGS["namespace"].read(),
                    help="delayqueue namespace (default: $DELAYQUEUE_NAMESPACE or 'default')")
     return p
 

@@ -29,6 +29,9 @@ def one_line_error(result, code: int, *fragments: str) -> None:
     ("spark.restore", ["--msg-id", "bad\x01id"], "--msg-id: 'bad\\x01id': a msgId must be"),
     ("spark.archive", ["--to", "/tmp/x"], "the following arguments are required: --older-than-days"),
     ("spark.archive", ["--to", "/tmp/x", "--older-than-days", "36501"], "--older-than-days: must be at most 36500 days"),
+    # One the service refuses (its Redis keys): a restore wrote keys under it that nothing reads.
+    ("spark.restore", ["--namespace", "a{b}"], "--namespace: not a namespace: must be 1-64 of"),
+    ("spark.stats", ["--namespace", "\udcff"], "--namespace: not a namespace"),
 ])
 def test_a_wrong_option_exits_2_with_one_line(job, argv, fragment):
     one_line_error(run_cli(job, *argv), 2, fragment)
