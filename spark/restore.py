@@ -26,8 +26,8 @@ from delayqueue.live.keys import namespace_keys
 from delayqueue.messagelog import sql, tables
 from delayqueue.messagelog.connection import first_line
 from delayqueue.runtime import Runtime
-from delayqueue.services.restore import (RestoreCounts, answers_loss_report, count_and_leave_cold, restore_rows,
-                                         restore_topic_settings)
+from delayqueue.services.restore import (RestoreCounts, answers_loss_report, count_and_leave_cold, nothing_matches,
+                                         restore_rows, restore_topic_settings)
 from delayqueue.stores.topic_settings import TopicSettings, placed, settings_table
 from spark import common, pgread
 from spark.common import JobError
@@ -153,6 +153,8 @@ def run(spark, args) -> tuple[int, int, int]:
     scope, candidates, params = sql.restore_scope(args.namespace, args.topic, args.msg_id, args.include_expired)
     settings = settings_table(common.query(args.database_url, sql.TOPIC_CONFIGS, [args.namespace]), args.namespace)
     params, counts = prepare(config, args, settings, scope, candidates, params)
+    if not counts and (problem := nothing_matches(args.topic, args.msg_id)):
+        raise JobError(problem)
     rows_per_topic = {topic: n for topic, _hour, n, _rest, _left in counts if n}
     ended = sum(rest for _topic, _hour, _n, rest, _left in counts)
     left_cold = sum(left for _topic, _hour, _n, _rest, left in counts)

@@ -9,6 +9,7 @@ topics' settings go back into their Redis mirrors first (stores/topic_settings.p
 """
 import asyncio
 import json
+import shlex
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -136,6 +137,17 @@ async def restore_topic_settings(rt: Runtime, *, topic: str | None = None,
     if table is None:
         table = await rt.topic_configs.fresh()
     await write_mirrors(rt, {name: settings for name, settings in table.items() if topic in (None, name)})
+
+
+def nothing_matches(topic: str | None, msg_id: str | None) -> str | None:
+    """A command line's error for a restore scoped to a topic or msgId that no log row matches (as
+    the restore endpoints' 404: a mistyped one must not read as success); None for a full restore.
+    Quoted as a shell would take it back: a topic may have spaces or quotes."""
+    if topic is None and msg_id is None:
+        return None
+    scope = " ".join(f"--{name} {shlex.quote(value)}" for name, value in (("topic", topic), ("msg-id", msg_id))
+                     if value is not None)
+    return f"no message in the message log matches {scope}"
 
 
 def answers_loss_report(topic: str | None, msg_id: str | None, dry_run: bool) -> bool:

@@ -3,7 +3,7 @@ import io
 import time
 
 import pytest
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
 
 from delayqueue.config.redis_urls import is_cluster_url
 from delayqueue.core.messages import Message
@@ -199,3 +199,15 @@ def test_spark_restore_leaves_the_messages_beyond_the_hot_window_to_the_loader_a
                                       "left cold (in the message log, for the loader) 2")
     assert cold_state() == expected
     assert expected["c"][:2] == (["c-soon"], "1") and expected["d"][:2] == ([], "1") and "d" in expected["topics"]
+
+
+@pytest.mark.parametrize("options", [("--topic", "no such"), ("--topic", "a", "--msg-id", "b-00")])
+def test_spark_restore_of_what_the_log_lacks_fails_as_manage_py_restore(spark, capsys, options):
+    """A mistyped topic or msgId must not read as success ("restored 0")."""
+    build_log()
+    with pytest.raises(CommandError) as by_command:
+        manage_restore(*options)
+    with pytest.raises(common.JobError) as by_spark:
+        spark_restore(spark, REDIS_URL, *options, capsys=capsys)
+    assert str(by_spark.value) == str(by_command.value)
+    assert str(by_spark.value).startswith("no message in the message log matches --topic ")
