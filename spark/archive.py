@@ -141,9 +141,7 @@ def add_arguments(p) -> None:
 
 
 def preflight(args) -> None:
-    existing = next((p for p in [args.to, *args.to.parents] if p.exists()), None)
-    if existing is None or not existing.is_dir() or not os.access(existing, os.W_OK):
-        raise JobError(f"--to {args.to}: cannot create or write {existing}")
+    common.check_writable("--to", args.to)
     common.check_postgres(args.database_url, (tables.MESSAGE, tables.EVENT, tables.HISTORY_PRUNED))
 
 

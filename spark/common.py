@@ -10,6 +10,7 @@ import os
 import sys
 from collections.abc import Iterable, Iterator
 from itertools import islice
+from pathlib import Path
 
 import psycopg
 import redis
@@ -88,6 +89,14 @@ def check_postgres(dsn: str, tables: tuple[str, ...]) -> None:
                                    "(run manage.py migrate)")
     except psycopg.Error as exc:
         raise JobError(f"cannot use PostgreSQL: {first_line(exc)}") from None
+
+
+def check_writable(option: str, path: Path) -> None:
+    """A directory the job creates or writes into: its nearest existing ancestor (or itself) must
+    be a directory it can write; JobError otherwise, before Spark starts."""
+    existing = next((p for p in [path, *path.parents] if p.exists()), None)
+    if existing is None or not existing.is_dir() or not os.access(existing, os.W_OK):
+        raise JobError(f"{option} {path}: cannot create or write {existing}")
 
 
 def sync_redis(url: str):

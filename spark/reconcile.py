@@ -150,6 +150,8 @@ def add_arguments(p) -> None:
 def preflight(args) -> None:
     if args.output is not None and args.output.exists():
         raise common.JobError(f"--output {args.output} already exists")
+    if args.output is not None:
+        common.check_writable("--output", args.output)
     common.check_postgres(args.database_url, (tables.MESSAGE, tables.EVENT, tables.TOPIC_CONFIG))
     common.check_redis(args.redis_url)
 

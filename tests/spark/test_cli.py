@@ -58,6 +58,9 @@ def test_unreachable_servers_and_missing_tables_fail_in_one_line_before_any_writ
     one_line_error(run_cli("spark.stats", "--database-url", without_tables), 1, "does not exist")
     one_line_error(run_cli("spark.reconcile", "--database-url", log_database_url(), "--output", str(tmp_path)),
                    1, "already exists")
+    (tmp_path / "a-file").write_text("")
+    one_line_error(run_cli("spark.reconcile", "--database-url", log_database_url(),
+                           "--output", str(tmp_path / "a-file" / "out")), 1, "--output", "cannot create or write")
 
 
 # The one test on the standalone cluster: the rest run on local[2], where the jobs do the same.
