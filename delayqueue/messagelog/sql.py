@@ -385,10 +385,10 @@ DELETE FROM {tables.EVENT} e USING unnest(%(namespaces)s::text[], %(topics)s::te
 WHERE e.id = found.id
 """
 # How far back a namespace's history is deleted by age (prune_log, the archive), in the transaction that deletes it:
-# the stats job leaves the hours before it alone.
+# the stats job leaves the hours before it alone. In namespace order, so concurrent prunes lock rows in one order.
 RECORD_PRUNED = f"""
 INSERT INTO {tables.HISTORY_PRUNED} AS p (namespace, before)
-SELECT DISTINCT unnest(%(namespaces)s::text[]), %(before)s::timestamptz
+SELECT DISTINCT unnest(%(namespaces)s::text[]), %(before)s::timestamptz ORDER BY 1
 ON CONFLICT (namespace) DO UPDATE SET before = greatest(p.before, EXCLUDED.before)
 """
 PRUNED_BEFORE = f"SELECT namespace, {to_millis('before')} FROM {tables.HISTORY_PRUNED}"
