@@ -113,7 +113,8 @@ class MessageEvent(models.Model):
 
 class TopicHourStats(models.Model):
     """One topic's figures for one hour, computed from the log by the Spark stats job
-    (`spark/stats.py`), which replaces the rows of every hour it computes.
+    (`spark/stats.py`), which replaces the rows of every hour it computes whose history the
+    log's retention has not reached (HistoryPruned).
 
     Counts are of history events in that hour. Fire lateness is when a message first became
     ready minus its triggerTime, end-to-end latency its ack minus its produceTime, both in
@@ -151,6 +152,19 @@ class TopicHourStats(models.Model):
 
     def __str__(self):
         return f"{self.topic} {self.hour:%Y-%m-%d %H}:00"
+
+
+class HistoryPruned(models.Model):
+    """How far back a namespace's history has been deleted by age (prune_log, the Spark archive):
+    every event before `before` may be gone, none after it. The stats job leaves the hours before
+    it alone, whose figures it can no longer compute whole."""
+
+    namespace = models.CharField(max_length=128, primary_key=True)
+    before = models.DateTimeField()
+
+    class Meta:
+        db_table = tables.HISTORY_PRUNED
+        verbose_name_plural = "history pruned"
 
 
 def _limit_field(verbose_name: str, help_text: str) -> models.PositiveIntegerField:

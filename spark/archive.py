@@ -2,8 +2,9 @@
 
 A message is archived when it ended (status 4-7) more than --older-than-days days ago (its
 updated_at), a dead letter (5 or 6 of a topic that keeps them) only once also older than
-DELAYQUEUE_DEAD_LETTER_RETENTION_DAYS, as prune_log keeps it; its history goes with it. Both
-are written under --to, partitioned by the UTC date the message ended and its topic:
+DELAYQUEUE_DEAD_LETTER_RETENTION_DAYS (prune_log keeps it that long and its own age again, so
+--older-than-days below that age reaches it first); its history goes with it. Both are written
+under --to, partitioned by the UTC date the message ended and its topic:
 
     messages/date=YYYY-MM-DD/topic=<topic>/<batch>-part-*.parquet
     events/date=YYYY-MM-DD/topic=<topic>/<batch>-part-*.parquet
@@ -63,9 +64,10 @@ def archived_messages(messages: DataFrame) -> DataFrame:
 
 
 def history_of(events: DataFrame, archived: DataFrame) -> DataFrame:
-    """The events of the archived messages' lifecycles (up to the time they ended), each with
-    its message's `date`, so a message and its history land in the same partition."""
-    ends = archived.select(*KEY, "date", F.col("updated_at").alias("ended_at"))
+    """The events of the archived messages' lifecycles (up to the time they ended, or their 'sent',
+    at produceTime by the web host's clock, which may be ahead of Redis' that timed the end), each
+    with its message's `date`, so a message and its history land in the same partition."""
+    ends = archived.select(*KEY, "date", F.greatest("updated_at", "produce_time").alias("ended_at"))
     return (events.withColumn("at", F.timestamp_millis("at")).join(ends, KEY)
             .where(F.col("at") <= F.col("ended_at")).drop("ended_at"))
 
@@ -93,10 +95,12 @@ class Archive:
     def batch_ids(self, suffix: str) -> list[str]:
         return sorted(p.name[: -len(suffix) - 1] for p in self.batches.glob(f"*.{suffix}"))
 
-    def committed_files(self, batch: str) -> dict[str, list[str]]:
-        """The batch's files per kind, as absolute paths, from its manifest."""
-        files = json.loads(self.marker(batch, "json").read_text())["files"]
-        return {kind: [str(self.root / f) for f in files[kind]] for kind in KINDS}
+    def manifest(self, batch: str) -> dict:
+        return json.loads(self.marker(batch, "json").read_text())
+
+    def committed_files(self, manifest: dict) -> dict[str, list[str]]:
+        """A committed batch's files per kind, as absolute paths."""
+        return {kind: [str(self.root / f) for f in manifest["files"][kind]] for kind in KINDS}
 
     def move_into_place(self, batch: str) -> dict[str, list[str]]:
         """Moves the staged Parquet files to their partitions, named after the batch."""
@@ -137,10 +141,8 @@ def add_arguments(p) -> None:
 
 
 def preflight(args) -> None:
-    existing = next((p for p in [args.to, *args.to.parents] if p.exists()), None)
-    if existing is None or not existing.is_dir() or not os.access(existing, os.W_OK):
-        raise JobError(f"--to {args.to}: cannot create or write {existing}")
-    common.check_postgres(args.database_url, (tables.MESSAGE, tables.EVENT))
+    common.check_writable("--to", args.to)
+    common.check_postgres(args.database_url, (tables.MESSAGE, tables.EVENT, tables.HISTORY_PRUNED))
 
 
 def delete_rows(dsn: str, kind: str, rows) -> None:
@@ -163,7 +165,14 @@ def _delete_chunk(conn, kind: str, chunk: list) -> None:
 def delete_committed(spark, archive: Archive, batch: str, dsn: str) -> None:
     """Deletes a committed batch's rows from PostgreSQL, in parallel, reading their ids back
     from the batch's own files; then records the batch done."""
-    for kind, files in archive.committed_files(batch).items():
+    manifest = archive.manifest(batch)
+    # Before any delete, so that no stats run recomputes an hour this batch's deletes reach.
+    try:
+        with psycopg.connect(dsn, connect_timeout=10) as conn:
+            conn.execute(sql.RECORD_PRUNED, {"namespaces": [manifest["namespace"]], "before": manifest["ended_before"]})
+    except psycopg.Error as exc:
+        raise JobError(f"cannot use PostgreSQL: {first_line(exc)}") from None
+    for kind, files in archive.committed_files(manifest).items():
         if not files:
             continue
         ids = spark.read.parquet(*files).select(

@@ -10,11 +10,12 @@ import os
 import sys
 from collections.abc import Iterable, Iterator
 from itertools import islice
+from pathlib import Path
 
 import psycopg
 import redis
 
-from delayqueue.config.arguments import positive_int
+from delayqueue.config.arguments import namespace_name, positive_int
 from delayqueue.config.redis_urls import (is_cluster_url, is_sentinel_url, sentinel_target, url_credentials, url_nodes,
                                           without_password)
 from delayqueue.config.settings import SETTINGS, QueueConfig
@@ -40,7 +41,7 @@ def parser(prog: str, description: str) -> OneLineParser:
     p.add_argument("--database-url",
                    help="the message log (default: the database of --namespace: $DATABASE_URL, or the one "
                         "$DELAYQUEUE_NAMESPACE_DATABASES routes it to)")
-    p.add_argument("--namespace", default=SETTINGS["namespace"].read(),
+    p.add_argument("--namespace", type=namespace_name, default=SETTINGS["namespace"].read(),
                    help="delayqueue namespace (default: $DELAYQUEUE_NAMESPACE or 'default')")
     return p
 
@@ -88,6 +89,14 @@ def check_postgres(dsn: str, tables: tuple[str, ...]) -> None:
                                    "(run manage.py migrate)")
     except psycopg.Error as exc:
         raise JobError(f"cannot use PostgreSQL: {first_line(exc)}") from None
+
+
+def check_writable(option: str, path: Path) -> None:
+    """A directory the job creates or writes into: its nearest existing ancestor (or itself) must
+    be a directory it can write; JobError otherwise, before Spark starts."""
+    existing = next((p for p in [path, *path.parents] if p.exists()), None)
+    if existing is None or not existing.is_dir() or not os.access(existing, os.W_OK):
+        raise JobError(f"{option} {path}: cannot create or write {existing}")
 
 
 def sync_redis(url: str):

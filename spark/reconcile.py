@@ -12,6 +12,8 @@ An ended message that Redis no longer holds agrees (Redis purges ended messages 
 retention window), and so does a waiting one after its topic's loader position (the least
 loaded_to of its shards) that Redis does not hold: in the cold tier the loader brings it in
 (it is in the message log only, or read ahead into a packed list, which this does not read).
+A message Redis holds from a send made after the job read the log (by its produceTime: the
+sending host's clock against the driver's) is left out, whichever side.
 The log's status and retry follow Redis through the log writer, a fraction of a second behind:
 on a busy queue, messages in motion can show up as status or retry disagreements that a second
 run no longer lists.
@@ -25,6 +27,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from delayqueue.config import arguments
+from delayqueue.core.clock import now_millis
 from delayqueue.core.constants import LIVE_STATUSES, Status
 from delayqueue.core.messages import Message
 from delayqueue.live.keys import Meta, least_position, namespace_keys, parse_position, topic_keys
@@ -41,6 +44,7 @@ REDIS_SCHEMA = T.StructType([
     T.StructField("topic", T.StringType(), False),
     T.StructField("msg_id", T.StringType(), False),
     *(T.StructField(name, T.LongType() if name == "trigger_time" else T.IntegerType(), True) for name in COMPARED),
+    T.StructField("produce_time", T.LongType(), True),
 ])
 POSITIONS_SCHEMA = T.StructType([
     T.StructField("topic", T.StringType(), False),
@@ -59,7 +63,7 @@ def scan_topics(redis_url: str, namespace: str, settings: dict[str, TopicSetting
         for topic, count, index in shards:
             for msg_id, raw in client.hscan_iter(topic_keys(namespace, topic, count, index).msgs, count=1000):
                 m = Message.from_stored(raw, msg_id)
-                yield topic, msg_id, int(m.status), m.retry, m.trigger_time
+                yield topic, msg_id, int(m.status), m.retry, m.trigger_time, m.produce_time
     finally:
         client.close()
 
@@ -94,6 +98,13 @@ def marked_cold(log: DataFrame, positions: DataFrame) -> DataFrame:
     cold = (F.col("status") == int(Status.WAITING)) & F.col("after_time").isNotNull() & after
     return (log.join(F.broadcast(positions), "topic", "left")
             .withColumn("cold", F.coalesce(cold, F.lit(False))).drop("after_time", "after_id"))
+
+
+def sent_before(log: DataFrame, redis: DataFrame, started: int) -> tuple[DataFrame, DataFrame]:
+    """Both sides without the messages Redis holds from a send made at or after `started` (ms, when
+    the log was read): a send writes the log before Redis, so the log as read has not that life."""
+    fresh = redis.where(F.col("produce_time") >= started).select(*KEY)
+    return log.join(fresh, KEY, "left_anti"), redis.join(fresh, KEY, "left_anti")
 
 
 def disagreements(log: DataFrame, redis: DataFrame) -> DataFrame:
@@ -150,6 +161,8 @@ def add_arguments(p) -> None:
 def preflight(args) -> None:
     if args.output is not None and args.output.exists():
         raise common.JobError(f"--output {args.output} already exists")
+    if args.output is not None:
+        common.check_writable("--output", args.output)
     common.check_postgres(args.database_url, (tables.MESSAGE, tables.EVENT, tables.TOPIC_CONFIG))
     common.check_redis(args.redis_url)
 
@@ -196,6 +209,7 @@ def restore_missing(spark, args, log: DataFrame, found: DataFrame, partitions: i
 def run(spark, args) -> dict:
     where, _, params = sql.restore_scope(args.namespace, args.topic, None, include_expired=False)
     partitions = common.default_partitions(spark, args.partitions)
+    started = now_millis()
     # One read of each side: every later step works on the same snapshot (--fix reads the
     # payloads of the messages it restores, and only those, when it restores them).
     log = pgread.read_messages(spark, args.database_url, ["id", *KEY, *COMPARED], where=where, params=params,
@@ -203,7 +217,8 @@ def run(spark, args) -> dict:
     log_topics = [r.topic for r in log.select("topic").distinct().collect()]
     redis = read_redis(spark, args, log_topics, partitions).persist(StorageLevel.MEMORY_AND_DISK)
     positions = spark.createDataFrame(loader_positions(args, log_topics), POSITIONS_SCHEMA)
-    found = disagreements(marked_cold(log, positions), redis).persist(StorageLevel.MEMORY_AND_DISK)
+    found = disagreements(*sent_before(marked_cold(log, positions), redis, started)).persist(
+        StorageLevel.MEMORY_AND_DISK)
     counts = {kind: 0 for kind in KINDS}
     counts.update({r.kind: r["count"] for r in found.groupBy("kind").count().collect()})
     total = sum(counts.values())

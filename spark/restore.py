@@ -7,23 +7,30 @@ with `delayqueue.services.restore.restore_rows`, the same function and Lua scrip
 uses. The result is the same as the command's: the same messages, states and times, and each
 topic's ready list in the same (id) order. Nothing is shuffled: rows go from PostgreSQL to
 Redis inside one Python task. First, on the driver, the topics' settings go back into their
-Redis mirrors (pause, backoff) with `restore_topic_settings`, as `manage.py restore`
+Redis mirrors (pause, backoff) with `restore_topic_settings`, and in the cold tier the rows after
+each topic's loader position are left to it (`count_and_leave_cold`), as `manage.py restore`
 does before its messages. Idempotent: a msgId Redis already holds is counted already live
 and left alone, so a re-run after a failed task finishes the job. Parallelism is across topics.
 """
 import asyncio
+import json
 import os
 import sys
 from collections.abc import Iterable
+
+import psycopg
 
 from delayqueue.config import arguments
 from delayqueue.core.clock import now_millis
 from delayqueue.live.keys import namespace_keys
 from delayqueue.messagelog import sql, tables
+from delayqueue.messagelog.connection import first_line
 from delayqueue.runtime import Runtime
-from delayqueue.services.restore import RestoreCounts, answers_loss_report, restore_rows, restore_topic_settings
+from delayqueue.services.restore import (RestoreCounts, answers_loss_report, count_and_leave_cold, nothing_matches,
+                                         restore_rows, restore_topic_settings)
 from delayqueue.stores.topic_settings import TopicSettings, placed, settings_table
 from spark import common, pgread
+from spark.common import JobError
 
 RESTORE_COLUMNS = list(sql.RESTORE_COLUMNS)
 _RESTORE_SQL_COLUMNS = [pgread.MESSAGE_COLUMNS[n] for n in RESTORE_COLUMNS]
@@ -79,18 +86,29 @@ def restore_partition(config, settings: dict[str, TopicSettings], include_expire
     yield counts.restored, counts.already_live, counts.skipped
 
 
-def restore_settings(config, table: dict[str, TopicSettings], topic: str | None) -> None:
-    """On the driver: the namespace's topic settings (only --topic's when given) written into
-    their Redis mirrors."""
+def prepare(config, args, table: dict[str, TopicSettings], scope, candidates, params: dict) -> tuple[dict, list]:
+    """On the driver, what manage.py restore does before its messages: the namespace's topic
+    settings (only --topic's when given) written into their Redis mirrors, then the rows counted
+    and, in the cold tier, those after their topic's loader position left to it
+    (services.restore.count_and_leave_cold). -> the rows' params (with the positions) and counts."""
 
-    async def write() -> None:
+    async def steps() -> tuple[dict, list]:
         rt = Runtime(config, process="spark restore")
         try:
-            await restore_topic_settings(rt, topic=topic, table=table)
+            if not args.dry_run:
+                await restore_topic_settings(rt, topic=args.topic, table=table)
+            async with await psycopg.AsyncConnection.connect(args.database_url, connect_timeout=10,
+                                                             autocommit=True) as conn:
+                return await count_and_leave_cold(rt, conn, scope=scope, candidates=candidates, params=params,
+                                                  topic=args.topic, msg_id=args.msg_id, dry_run=args.dry_run,
+                                                  settings=table)
         finally:
             await rt.close()
 
-    asyncio.run(write())
+    try:
+        return asyncio.run(steps())
+    except psycopg.Error as exc:
+        raise JobError(f"cannot query PostgreSQL: {first_line(exc)}") from None
 
 
 def rows_query(where) -> str:
@@ -105,10 +123,12 @@ def logged_rows(dsn: str, query: str, params: dict):
         yield dict(zip(RESTORE_COLUMNS, values))
 
 
-def topic_rows(dsn: str, query: str, params: dict, topics: Iterable[str]):
-    """Runs on an executor: the rows of each topic, in id order, as dicts."""
+def topic_rows(dsn: str, query: str, params: dict, positions: dict[str, tuple[int, int]], topics: Iterable[str]):
+    """Runs on an executor: the rows of each topic, in id order, as dicts; in the cold tier only
+    those up to its loader position (`positions`: (triggerTime ms, row id) per topic)."""
     for topic in topics:
-        yield from logged_rows(dsn, query, {**params, "topic": topic})
+        after_time, after_id = positions.get(topic, (None, None))
+        yield from logged_rows(dsn, query, {**params, "topic": topic, "after_time": after_time, "after_id": after_id})
 
 
 def add_arguments(p) -> None:
@@ -131,18 +151,20 @@ def run(spark, args) -> tuple[int, int, int]:
     # The rows manage.py restore would consider (namespace, --topic, --msg-id), counted per topic
     # in one scan: candidates, and the rest (skipped as ended or expired).
     scope, candidates, params = sql.restore_scope(args.namespace, args.topic, args.msg_id, args.include_expired)
-    counts = common.query(args.database_url, sql.restore_counts(scope, candidates), params)
+    settings = settings_table(common.query(args.database_url, sql.TOPIC_CONFIGS, [args.namespace]), args.namespace)
+    params, counts = prepare(config, args, settings, scope, candidates, params)
+    if not counts and (problem := nothing_matches(args.topic, args.msg_id)):
+        raise JobError(problem)
     rows_per_topic = {topic: n for topic, _hour, n, _rest, _left in counts if n}
     ended = sum(rest for _topic, _hour, _n, rest, _left in counts)
-    query = rows_query(sql.both(sql.both(scope, candidates), sql.IN_TOPIC))
-    settings = settings_table(common.query(args.database_url, sql.TOPIC_CONFIGS, [args.namespace]), args.namespace)
-    if not args.dry_run:
-        restore_settings(config, settings, args.topic)
+    left_cold = sum(left for _topic, _hour, _n, _rest, left in counts)
+    positions = {p["cold_topic"]: (p["after_time"], p["after_id"]) for p in json.loads(params.get("cold_after", "[]"))}
+    query = rows_query(sql.both(sql.both(sql.both(scope, candidates), sql.IN_TOPIC), sql.NOT_COLD_IN_TOPIC))
     groups = balance(rows_per_topic, common.default_partitions(spark, args.partitions))
     include_expired, dry_run, dsn = args.include_expired, args.dry_run, args.database_url
     per_partition = (spark.sparkContext.parallelize(groups, len(groups)).mapPartitions(
-        lambda topics: restore_partition(config, settings, include_expired, dry_run,
-                                         topic_rows(dsn, query, params, (t for group in topics for t in group))))
+        lambda topics: restore_partition(config, settings, include_expired, dry_run, topic_rows(
+            dsn, query, params, positions, (t for group in topics for t in group))))
                      .collect()) if groups else []
     restored, already_live, skipped = (sum(column) for column in zip(*per_partition)) if per_partition else (0, 0, 0)
     skipped += ended
@@ -155,7 +177,8 @@ def run(spark, args) -> tuple[int, int, int]:
         finally:
             client.close()
     verb = "would restore" if dry_run else "restored"
-    print(f"{verb} {restored}, already live {already_live}, skipped (ended or expired) {skipped}")
+    print(f"{verb} {restored}, already live {already_live}, skipped (ended or expired) {skipped}"
+          + (f", left cold (in the message log, for the loader) {left_cold}" if left_cold else ""))
     return restored, already_live, skipped
 
 

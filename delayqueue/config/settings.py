@@ -240,8 +240,8 @@ class QueueConfig:
     log_retention_days: int = setting(
         "DELAYQUEUE_LOG_RETENTION_DAYS", 7, "prune_log's default age", minimum=1, maximum=MAX_AGE_DAYS)
     dead_letter_retention_days: int = setting(
-        "DELAYQUEUE_DEAD_LETTER_RETENTION_DAYS", 14, "how long prune_log keeps dead letters (status 5 or 6)", minimum=1,
-        maximum=MAX_AGE_DAYS)
+        "DELAYQUEUE_DEAD_LETTER_RETENTION_DAYS", 14,
+        "days dead letters (status 5 or 6) are kept before prune_log's age counts", minimum=1, maximum=MAX_AGE_DAYS)
     # Whether PostgreSQL times the statement out or does not answer at all (a send waits for one).
     log_timeout_millis: int = setting(
         "DELAYQUEUE_LOG_TIMEOUT_MILLIS", 30_000, "a statement on the message log fails after this long", minimum=1)

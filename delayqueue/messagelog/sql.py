@@ -384,6 +384,14 @@ DELETE FROM {tables.EVENT} e USING unnest(%(namespaces)s::text[], %(topics)s::te
   {probe_each(tables.EVENT, "d.i", "p.namespace = d.ns AND p.topic = d.t AND p.at < %(before)s")}
 WHERE e.id = found.id
 """
+# How far back a namespace's history is deleted by age (prune_log, the archive), in the transaction that deletes it:
+# the stats job leaves the hours before it alone. In namespace order, so concurrent prunes lock rows in one order.
+RECORD_PRUNED = f"""
+INSERT INTO {tables.HISTORY_PRUNED} AS p (namespace, before)
+SELECT DISTINCT unnest(%(namespaces)s::text[]), %(before)s::timestamptz ORDER BY 1
+ON CONFLICT (namespace) DO UPDATE SET before = greatest(p.before, EXCLUDED.before)
+"""
+PRUNED_BEFORE = f"SELECT namespace, {to_millis('before')} FROM {tables.HISTORY_PRUNED}"
 
 # --- Dead letters (messagelog/dead_letters.py, services/dead_letters.py, workers/redriver.py): DEAD rows of a topic
 # on message_dead, in the order they died (updated_at, id). A keyset position is updated_at in epoch microseconds (exact
@@ -566,8 +574,16 @@ def restore_scope(namespace: str, topic: str | None, msg_id: str | None,
 _WITH_POSITIONS = sql.SQL(
     f"{tables.MESSAGE} LEFT JOIN json_to_recordset(%(cold_after)s::json)"
     " AS b(cold_topic text, after_time int8, after_id int8) ON b.cold_topic = topic")
-_AFTER_POSITION = sql.SQL(
-    f"COALESCE({WAITING} AND (trigger_time, id) > ({from_millis('b.after_time')}, b.after_id), FALSE)")
+
+
+def _after_position(after_time: str, after_id: str) -> str:
+    return f"COALESCE({WAITING} AND (trigger_time, id) > ({from_millis(after_time)}, {after_id}), FALSE)"
+
+
+_AFTER_POSITION = sql.SQL(_after_position("b.after_time", "b.after_id"))
+# The Spark restore's read of one topic: its rows not left cold, by its loader position
+# (%(after_time)s ms, %(after_id)s; NULL for a topic that has none: none are left).
+NOT_COLD_IN_TOPIC = sql.SQL("NOT " + _after_position("%(after_time)s::int8", "%(after_id)s::int8"))
 
 
 def _restore_source(cold: bool) -> tuple[sql.Composable, sql.Composable]:

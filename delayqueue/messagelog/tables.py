@@ -8,6 +8,7 @@ from delayqueue.core.constants import DEAD_STATUSES, LIVE_STATUSES, Status
 MESSAGE = "delayqueue_message"
 EVENT = "delayqueue_messageevent"
 STATS = "delayqueue_topichourstats"
+HISTORY_PRUNED = "delayqueue_historypruned"
 LIMIT = "delayqueue_limit"
 TOKEN = "delayqueue_apitoken"
 TOPIC_CONFIG = "delayqueue_topicconfig"

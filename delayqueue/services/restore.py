@@ -9,6 +9,7 @@ topics' settings go back into their Redis mirrors first (stores/topic_settings.p
 """
 import asyncio
 import json
+import shlex
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -138,6 +139,17 @@ async def restore_topic_settings(rt: Runtime, *, topic: str | None = None,
     await write_mirrors(rt, {name: settings for name, settings in table.items() if topic in (None, name)})
 
 
+def nothing_matches(topic: str | None, msg_id: str | None) -> str | None:
+    """A command line's error for a restore scoped to a topic or msgId that no log row matches (as
+    the restore endpoints' 404: a mistyped one must not read as success); None for a full restore.
+    Quoted as a shell would take it back: a topic may have spaces or quotes."""
+    if topic is None and msg_id is None:
+        return None
+    scope = " ".join(f"--{name} {shlex.quote(value)}" for name, value in (("topic", topic), ("msg-id", msg_id))
+                     if value is not None)
+    return f"no message in the message log matches {scope}"
+
+
 def answers_loss_report(topic: str | None, msg_id: str | None, dry_run: bool) -> bool:
     """Whether a restore in this scope answers a scanner's report that Redis lost its data: a
     full one (every topic, every message) that writes."""
@@ -149,28 +161,12 @@ async def _restore(rt: Runtime, topic: str | None, msg_id: str | None, include_e
     scope, candidates, params = sql.restore_scope(rt.ns.namespace, topic, msg_id, include_expired)
     counts = RestoreCounts()
     async with await connect(rt.config.log_timeout_millis, rt.log_database) as conn:
-        cold = rt.config.cold_tier
-        positions = await _loader_positions(rt, conn, topic, dry_run) if cold else []
-        if cold:
-            params["cold_after"] = json.dumps(positions)
-        page = sql.restore_page(scope, candidates, cold)
-        # One scan counts, per topic and hour, the candidates, the rest (skipped as ended or
-        # expired) and those left cold.
+        params, scanned = await count_and_leave_cold(rt, conn, scope=scope, candidates=candidates, params=params,
+                                                     topic=topic, msg_id=msg_id, dry_run=dry_run)
+        page = sql.restore_page(scope, candidates, rt.config.cold_tier)
         total = ended = 0
-        # Per topic, per hour; every topic with waiting rows has one: what was counted cold before
-        # may have been packed (lua/includes/packed.lua), and the restore brings those back.
-        left_cold: dict[str, dict[int, int]] = {position["cold_topic"]: {} for position in positions}
-        for name, hour, candidates_in_group, rest, left in await (
-                await conn.execute(sql.restore_counts(scope, candidates, cold=cold), params)).fetchall():
+        for _name, _hour, candidates_in_group, rest, left in scanned:
             total, ended, counts.left_cold = total + candidates_in_group, ended + rest, counts.left_cold + left
-            if left:
-                left_cold.setdefault(name, {})[hour] = left
-        if left_cold and not dry_run and msg_id is None:
-            await _set_cold_counts(rt, left_cold)
-        if not dry_run and (cold_topics := [name for name, hours in left_cold.items() if hours]):
-            # The loaders work registered topics only: one whose messages all stay cold has none
-            # restored to register it, and they would never be loaded.
-            await rt.scripts.call(scripts.register_topics(rt.context, at=now_millis(), topics=cold_topics))
         if progress:
             progress(counts, total + counts.left_cold)
         writing: set[asyncio.Task] = set()
@@ -207,7 +203,36 @@ async def _restore(rt: Runtime, topic: str | None, msg_id: str | None, include_e
     return counts
 
 
-async def _loader_positions(rt: Runtime, conn, topic: str | None, dry_run: bool) -> list[dict]:
+async def count_and_leave_cold(rt: Runtime, conn, *, scope, candidates, params: dict, topic: str | None,
+                               msg_id: str | None, dry_run: bool, settings: dict[str, TopicSettings] | None = None
+                               ) -> tuple[dict, list[tuple]]:
+    """What a restore does before its messages: in the cold tier, finds each topic's loader position
+    (the rows after it stay in the log), sets the topics' cold counts and registers the topics
+    left cold. Answers the params of sql.restore_page (with the positions) and one scan's counts
+    (sql.restore_counts' rows: per topic and hour, the candidates, the rest, those left cold).
+    `settings`: the namespace's topic settings as the caller read them (default: the runtime's)."""
+    cold = rt.config.cold_tier
+    positions = await _loader_positions(rt, conn, topic, dry_run, settings) if cold else []
+    if cold:
+        params = {**params, "cold_after": json.dumps(positions)}
+    scanned = await (await conn.execute(sql.restore_counts(scope, candidates, cold=cold), params)).fetchall()
+    # Per topic, per hour; every topic with waiting rows has one: what was counted cold before
+    # may have been packed (lua/includes/packed.lua), and the restore brings those back.
+    left_cold: dict[str, dict[int, int]] = {position["cold_topic"]: {} for position in positions}
+    for name, hour, _candidates, _rest, left in scanned:
+        if left:
+            left_cold.setdefault(name, {})[hour] = left
+    if left_cold and not dry_run and msg_id is None:
+        await _set_cold_counts(rt, left_cold, settings)
+    if not dry_run and (cold_topics := [name for name, hours in left_cold.items() if hours]):
+        # The loaders work registered topics only: one whose messages all stay cold has none
+        # restored to register it, and they would never be loaded.
+        await rt.scripts.call(scripts.register_topics(rt.context, at=now_millis(), topics=cold_topics))
+    return params, scanned
+
+
+async def _loader_positions(rt: Runtime, conn, topic: str | None, dry_run: bool,
+                            settings: dict[str, TopicSettings] | None) -> list[dict]:
     """Per topic with waiting rows in the log, where its loader stands: the restore brings back
     the rows up to there and leaves those after it to the loader, so a restore after a loss
     rebuilds only the hot window. The loader stands at its fetched_to where it has one: the rows
@@ -221,7 +246,7 @@ async def _loader_positions(rt: Runtime, conn, topic: str | None, dry_run: bool)
                                                                 {"namespace": rt.ns.namespace})).fetchall()]
     else:
         topics = [topic]
-    settings = await rt.topic_configs.table()
+    settings = settings if settings is not None else await rt.topic_configs.table()
     every = {name: topic_shards(name, settings.get(name, DEFAULT_SETTINGS).shard_counts) for name in topics}
     hot_until = now_millis() + rt.config.hot_window_millis
     shards = [shard for name in topics for shard in every[name]]
@@ -245,13 +270,14 @@ async def _loader_positions(rt: Runtime, conn, topic: str | None, dry_run: bool)
             for name in topics]
 
 
-async def _set_cold_counts(rt: Runtime, left: dict[str, dict[int, int]]) -> None:
+async def _set_cold_counts(rt: Runtime, left: dict[str, dict[int, int]],
+                           settings: dict[str, TopicSettings] | None) -> None:
     """Sets each topic's count of cold messages and their hours (its meta's and cold_hours, which
     getTopicInfo and the caps read, and which went with a lost Redis) to the rows the restore
     leaves to its loader, `left` per topic per hour: a sharded topic's in its current count's
     first shard, its other shards' parts at 0. A send going cold between the count and the
     write may be missed; the loader drops the count once it finds nothing left after the window."""
-    settings = await rt.topic_configs.table()
+    settings = settings if settings is not None else await rt.topic_configs.table()
     pipe = rt.redis.pipeline(transaction=False)
     for name, hours in left.items():
         counts = settings.get(name, DEFAULT_SETTINGS).shard_counts

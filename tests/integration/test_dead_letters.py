@@ -131,7 +131,9 @@ def test_prune_log_keeps_dead_letters_for_their_own_retention(clean_state):
     age(10)  # past the log's retention (7 days), within the dead letters' (14, the default)
     assert prune_log(timedelta(days=7)) == (1, 3)  # acked: sent, pulled, acked
     assert left() == ["dead"]
-    age(15)
+    age(15)  # past its 14 days: left for the archive (spark/archive.py) as long as an ended row past 5 of 7 days
+    assert prune_log(timedelta(days=7)) == (0, 0)
+    age(22)
     assert prune_log(timedelta(days=7), dead_older_than=timedelta(days=30)) == (0, 0)
     assert prune_log(timedelta(days=7)) == (1, 3)  # the dead letter: sent, pulled, retries_exhausted
     assert left() == []
@@ -143,7 +145,7 @@ def test_prune_log_keeps_messages_that_expired_undelivered_for_the_dead_letters_
     asyncio.run(query("UPDATE delayqueue_message SET updated_at = now() - interval '10 days'"))
     asyncio.run(query("UPDATE delayqueue_messageevent SET at = now() - interval '10 days'"))
     assert prune_log(timedelta(days=7)) == (0, 0)  # a dead letter: within its 14 days
-    assert prune_log(timedelta(days=7), dead_older_than=timedelta(days=9)) == (1, 1)
+    assert prune_log(timedelta(days=7), dead_older_than=timedelta(days=2)) == (1, 1)  # 2 + 7 days
 
 
 @EVERY_LOG_DATABASE
@@ -159,7 +161,7 @@ def test_prune_log_ages_messages_by_postgresql_clock_not_its_hosts(clean_state, 
     asyncio.run(query("UPDATE delayqueue_message SET updated_at = now() - interval '10 days'"))
     asyncio.run(query("UPDATE delayqueue_messageevent SET at = now() - interval '10 days'"))
     assert prune_log(timedelta(days=7)) == (0, 0)
-    assert prune_log(timedelta(days=7), dead_older_than=timedelta(days=9)) == (1, 1)
+    assert prune_log(timedelta(days=7), dead_older_than=timedelta(days=2)) == (1, 1)  # 2 + 7 days
 
 
 async def test_a_message_that_expires_undelivered_is_a_dead_letter_listed_and_redriven(api, single_rt,

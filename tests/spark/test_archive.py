@@ -1,11 +1,14 @@
 """spark/archive.py: old ended messages and their history move to Parquet, exactly once."""
+import json
 import time
+from datetime import timedelta
 
 import pytest
 
-from delayqueue.models import Message, MessageEvent, TopicConfig
+from delayqueue.messagelog.retention import prune_log
+from delayqueue.models import HistoryPruned, Message, MessageEvent, TopicConfig
 from spark import archive
-from tests.helpers import log_database_url
+from tests.helpers import EVERY_LOG_DATABASE, log_database_url
 
 from .helpers import LogBuilder, job_args, ms
 
@@ -67,6 +70,11 @@ def test_archive_moves_ended_messages_and_history_to_parquet_by_date_and_topic(s
     assert_archived_once(spark, tmp_path, messages, events)
     assert_log_keeps_only_the_rest(events)
     assert sorted(p.name for p in (tmp_path / "messages" / "date=2026-09-01").iterdir()) == ["topic=mail", "topic=orders"]
+    # The history it deleted is recorded, for the stats job (spark/stats.py) to leave those hours alone.
+    [manifest] = (tmp_path / "_batches").glob("*.json")
+    [pruned] = HistoryPruned.objects.all()
+    assert pruned.namespace == "default"
+    assert pruned.before.isoformat() == json.loads(manifest.read_text())["ended_before"]
 
     assert archive.run(spark, args)["messages"] == 0  # nothing left: the archive is unchanged
     assert_archived_once(spark, tmp_path, messages, events)
@@ -141,3 +149,44 @@ def test_archive_leaves_dead_letters_to_their_own_retention(spark, tmp_path):
     assert sorted(Message.objects.values_list("msg_id", flat=True)) == ["dead", "expired"]
     stored = spark.read.parquet(str(tmp_path / "messages")).select("msg_id").collect()
     assert sorted(r.msg_id for r in stored) == ["acked", "not-kept"]
+
+
+def test_archive_takes_the_whole_history_of_a_message_that_ended_before_its_sending_hosts_clock(spark, tmp_path):
+    """The send writes the row and its 'sent' event at produceTime, by the web host's clock; Redis'
+    clock, which times the end, may be behind it (UPDATE_MESSAGES lets a row its send wrote take
+    any event). Such a message's 'sent' event was left out of the archive, and, its row gone, in
+    PostgreSQL for good."""
+    log = LogBuilder()
+    produce = ms("2026-09-01T08:00:00")
+    log.message("orders", "quick", produce, status=7, updated=produce - 40)
+    log.event("orders", "quick", produce, 0, 2, "sent")
+    log.event("orders", "quick", produce - 40, 2, 7, "deleted")
+    log.save()
+    args = job_args("spark.archive", "--database-url", log_database_url(), "--to", str(tmp_path), "--older-than-days", "30")
+    assert archive.run(spark, args)["events"] == 2
+    assert not MessageEvent.objects.exists()
+
+
+@EVERY_LOG_DATABASE
+@pytest.mark.parametrize("dead_letter_days, archived", [(14, ["acked", "dead"]), (3, ["acked", "expired"])])
+def test_prune_log_leaves_every_dead_letter_for_the_archive_to_reach_first(spark, tmp_path, monkeypatch,
+                                                                          dead_letter_days, archived):
+    """Archived at 5 days, pruned at 7 (the log's retention). A dead letter past its own retention
+    waits for the archive as an ended message between 5 and 7 days does: prune_log used to delete it
+    at that retention, in a race with the archive's next run, and before the archive could take it
+    when that retention was below --older-than-days."""
+    monkeypatch.setenv("DELAYQUEUE_DEAD_LETTER_RETENTION_DAYS", str(dead_letter_days))  # the archive's
+    log = LogBuilder()
+    now = int(time.time() * 1000)
+    for msg_id, status, days in (("acked", 4, 6), ("dead", 6, dead_letter_days + 0.5), ("expired", 5, 6)):
+        ended = now - int(days * DAY)
+        log.message("orders", msg_id, ended - 5000, status=status, updated=ended)
+        log.event("orders", msg_id, ended - 5000, 0, 2, "sent")
+    log.save()
+    assert prune_log(timedelta(days=7), dead_older_than=timedelta(days=dead_letter_days)) == (0, 0)
+
+    args = job_args("spark.archive", "--database-url", log_database_url(), "--to", str(tmp_path),
+                    "--older-than-days", "5")
+    assert archive.run(spark, args)["messages"] == 2
+    stored = spark.read.parquet(str(tmp_path / "messages")).select("msg_id").collect()
+    assert sorted(r.msg_id for r in stored) == archived

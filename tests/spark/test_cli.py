@@ -29,6 +29,9 @@ def one_line_error(result, code: int, *fragments: str) -> None:
     ("spark.restore", ["--msg-id", "bad\x01id"], "--msg-id: 'bad\\x01id': a msgId must be"),
     ("spark.archive", ["--to", "/tmp/x"], "the following arguments are required: --older-than-days"),
     ("spark.archive", ["--to", "/tmp/x", "--older-than-days", "36501"], "--older-than-days: must be at most 36500 days"),
+    # One the service refuses (its Redis keys): a restore wrote keys under it that nothing reads.
+    ("spark.restore", ["--namespace", "a{b}"], "--namespace: not a namespace: must be 1-64 of"),
+    ("spark.stats", ["--namespace", "\udcff"], "--namespace: not a namespace"),
 ])
 def test_a_wrong_option_exits_2_with_one_line(job, argv, fragment):
     one_line_error(run_cli(job, *argv), 2, fragment)
@@ -55,6 +58,9 @@ def test_unreachable_servers_and_missing_tables_fail_in_one_line_before_any_writ
     one_line_error(run_cli("spark.stats", "--database-url", without_tables), 1, "does not exist")
     one_line_error(run_cli("spark.reconcile", "--database-url", log_database_url(), "--output", str(tmp_path)),
                    1, "already exists")
+    (tmp_path / "a-file").write_text("")
+    one_line_error(run_cli("spark.reconcile", "--database-url", log_database_url(),
+                           "--output", str(tmp_path / "a-file" / "out")), 1, "--output", "cannot create or write")
 
 
 # The one test on the standalone cluster: the rest run on local[2], where the jobs do the same.

@@ -3,7 +3,7 @@ import io
 import time
 
 import pytest
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
 
 from delayqueue.config.redis_urls import is_cluster_url
 from delayqueue.core.messages import Message
@@ -169,3 +169,45 @@ def test_spark_restore_and_reconcile_find_a_sharded_topics_messages_in_their_sha
     client.close()
     argv = ("spark.reconcile", "--database-url", log_database_url(), "--redis-url", url, "--partitions", "2")
     assert set(reconcile.run(spark, job_args(*argv)).values()) == {0}  # every message found where it is
+
+
+def test_spark_restore_leaves_the_messages_beyond_the_hot_window_to_the_loader_as_manage_py_restore(spark, capsys):
+    """The cold tier: a waiting message due after the hot window (1 h) stays in the log only, counted
+    cold, its topic registered for the loader; the Spark restore brought every one into Redis."""
+    now = int(time.time() * 1000)
+    log = LogBuilder()
+    log.message("c", "c-soon", now - 1000, delay=HOUR // 2)
+    log.message("c", "c-later", now - 1000, delay=3 * HOUR)
+    log.message("d", "d-later", now - 1000, delay=5 * HOUR)  # a topic whose every message stays cold
+    log.save()
+
+    def cold_state() -> dict:
+        client = common.sync_redis(REDIS_URL)
+        state = {"topics": sorted(client.zrange(namespace_keys("default").topics, 0, -1))}
+        for topic in ("c", "d"):
+            k = topic_keys("default", topic)
+            state[topic] = (sorted(client.hkeys(k.msgs)), client.hget(k.meta, "cold"), client.hgetall(k.cold_hours))
+        client.close()
+        return state
+
+    reset(REDIS_URL)
+    by_command = manage_restore()
+    expected = cold_state()
+    reset(REDIS_URL)
+    by_spark = spark_restore(spark, REDIS_URL, capsys=capsys)
+    assert by_spark == by_command == ("restored 1, already live 0, skipped (ended or expired) 0, "
+                                      "left cold (in the message log, for the loader) 2")
+    assert cold_state() == expected
+    assert expected["c"][:2] == (["c-soon"], "1") and expected["d"][:2] == ([], "1") and "d" in expected["topics"]
+
+
+@pytest.mark.parametrize("options", [("--topic", "no such"), ("--topic", "a", "--msg-id", "b-00")])
+def test_spark_restore_of_what_the_log_lacks_fails_as_manage_py_restore(spark, capsys, options):
+    """A mistyped topic or msgId must not read as success ("restored 0")."""
+    build_log()
+    with pytest.raises(CommandError) as by_command:
+        manage_restore(*options)
+    with pytest.raises(common.JobError) as by_spark:
+        spark_restore(spark, REDIS_URL, *options, capsys=capsys)
+    assert str(by_spark.value) == str(by_command.value)
+    assert str(by_spark.value).startswith("no message in the message log matches --topic ")

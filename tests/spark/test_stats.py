@@ -1,11 +1,13 @@
 """spark/stats.py on a generated log whose counts and percentiles are known."""
 import asyncio
+from datetime import timedelta
 
 import pytest
 from asgiref.sync import sync_to_async
 
 from delayqueue.core.clock import to_millis
 from delayqueue.core.constants import Status
+from delayqueue.messagelog.retention import prune_log
 from delayqueue.models import TopicHourStats
 from delayqueue.services.consume import ack_message, nack_message, pull_messages
 from delayqueue.services.messages import delete_message, get_message
@@ -67,6 +69,29 @@ def test_stats_since_an_hour_reads_and_writes_only_later_hours_and_leaves_the_ot
     assert_stats(stored_stats(), {("mail", H0 + HOUR): EXPECTED[("mail", H0 + HOUR)],
                                   ("orders", H0): untouched, ("archived", H0 - 24 * HOUR): untouched})
     assert [TopicHourStats.objects.get(pk=row.pk).computed_at for row in kept] == [dt(H0), dt(H0)]
+
+
+@EVERY_LOG_DATABASE
+def test_stats_leave_alone_the_hours_whose_history_prune_log_deleted(spark):
+    """The log's retention deletes history by age: recomputing an hour it reached would replace the
+    figures computed while the history was whole with those of what is left."""
+    stats_log()
+    args = job_args("spark.stats", "--database-url", log_database_url(), "--all-namespaces")
+    stats.run(spark, args)
+    # Ended 11 days before the test's clock: the acked and deleted ones go, dead letters stay (14 days).
+    assert prune_log(timedelta(days=7))[0] == 85
+    later = H0 + 10 * 24 * HOUR
+    recent = LogBuilder()
+    recent.message("mail", "new", later, status=2)
+    recent.event("mail", "new", later, 0, 2, "sent")
+    recent.save()
+
+    # The hour after the retention's cutoff, and namespace other's hour (none of its history went).
+    assert stats.run(spark, args) == 2
+    assert_stats(stored_stats(), {**EXPECTED, ("mail", later): {**ZERO, **NO_LATENCY, "sent": 1,
+                                                                  "fire_lateness_p50": 0.0, "fire_lateness_p90": 0.0,
+                                                                  "fire_lateness_p99": 0.0}})
+    assert TopicHourStats.objects.get(namespace="other").sent == 1
 
 
 def test_stats_of_every_namespace(spark):

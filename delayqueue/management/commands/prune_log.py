@@ -11,7 +11,7 @@ from delayqueue.messagelog.retention import prune_log
 class Command(BaseCommand):
     help = ("Delete ended messages (acked, expired, exhausted, deleted) and their history from the message log "
             "once they are older than the retention age; dead letters (status 5 or 6) once older than their own "
-            f"days ({setting_text('dead_letter_retention_days')}). Live messages are never touched.")
+            f"days ({setting_text('dead_letter_retention_days')}) plus that age. Live messages are never touched.")
 
     def add_arguments(self, parser):
         parser.add_argument("--older-than-days", type=age_in_days,

@@ -1,5 +1,4 @@
 import asyncio
-import shlex
 import sys
 import time
 
@@ -10,7 +9,7 @@ from delayqueue.config.arguments import msg_id, namespace_name, topic_name
 from delayqueue.config.settings import load_config
 from delayqueue.core.exceptions import LogUnavailable, Throttled
 from delayqueue.runtime import Runtime
-from delayqueue.services.restore import RestoreCounts, restore
+from delayqueue.services.restore import RestoreCounts, nothing_matches, restore
 
 
 class ProgressBar:
@@ -72,12 +71,8 @@ class Command(BaseCommand):
         except RedisError as exc:
             raise CommandError(f"redis unavailable: {exc}") from None
         bar.finish()
-        if not counts.seen and (options["topic"] or options["msg_id"]):
-            # As the restore endpoints' 404: a mistyped topic or msgId must not read as success.
-            # Quoted as a shell would take it back: a topic may have spaces or quotes.
-            scope = " ".join(f"--{name.replace('_', '-')} {shlex.quote(options[name])}" for name in ("topic", "msg_id")
-                             if options[name])
-            raise CommandError(f"no message in the message log matches {scope}")
+        if not counts.seen and (problem := nothing_matches(options["topic"], options["msg_id"])):
+            raise CommandError(problem)
         verb = "would restore" if options["dry_run"] else "restored"
         self.stdout.write(f"{verb} {counts.restored}, already live {counts.already_live}, "
                           f"skipped (ended or expired) {counts.skipped}"
