@@ -6,11 +6,20 @@ from collections.abc import Callable
 from typing import Any
 
 
+TRUE_WORDS, FALSE_WORDS = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+
+
 def env_bool(name: str, default: bool) -> bool:
+    """A flag; a word that is neither (`ture`) is refused rather than read as false, which would
+    quietly turn off what it names (DELAYQUEUE_MESSAGE_LOG, SECURE_SSL_REDIRECT)."""
     value = os.environ.get(name)
-    if value is None or value == "":
+    if value is None or value.strip() == "":
         return default
-    return value.strip().lower() in {"1", "true", "yes", "on"}
+    word = value.strip().lower()
+    if word not in TRUE_WORDS + FALSE_WORDS:
+        raise SystemExit(f"environment variable {name} must be one of {', '.join(TRUE_WORDS)} or "
+                         f"{', '.join(FALSE_WORDS)}, got {value!r}")
+    return word in TRUE_WORDS
 
 
 def env_list(name: str, default: str) -> list[str]:

@@ -53,6 +53,9 @@ def refusal(monkeypatch, **env) -> str:
     ("DELAYQUEUE_LOG_RETENTION_DAYS", "-1", "must be at least 1, got -1", False),
     ("DELAYQUEUE_LOG_RETENTION_DAYS", "99999999999", "must be at most 36500, got 99999999999", False),
     ("DELAYQUEUE_TTL_MILLIS", "1h", "must be an integer, got '1h'", False),
+    # A mistyped flag read as false would run the service without its message log.
+    ("DELAYQUEUE_MESSAGE_LOG", "ture", "must be one of 1, true, yes, on or 0, false, no, off, got 'ture'", True),
+    ("SECURE_SSL_REDIRECT", "yse", "must be one of 1, true, yes, on or 0, false, no, off, got 'yse'", False),
 ])
 def test_a_setting_out_of_range_stops_the_service_with_one_line(name, value, problem, in_a_process, monkeypatch):
     assert refusal(monkeypatch, **{name: value}) == f"environment variable {name} {problem}"
