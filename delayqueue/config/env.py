@@ -28,6 +28,18 @@ def env_list(name: str, default: str) -> list[str]:
     return [item.strip() for item in (default if value is None else value).split(",") if item.strip()]
 
 
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+def env_log_level(name: str, default: str) -> str:
+    """A logging level's name in any case (logging itself takes upper case only, and a bad one
+    raised a traceback from Django's logging setup)."""
+    value = os.environ.get(name, "").strip()
+    if value and value.upper() not in LOG_LEVELS:
+        raise SystemExit(f"environment variable {name} must be one of {', '.join(LOG_LEVELS)}, got {value!r}")
+    return value.upper() or default
+
+
 def env_url(name: str, default: str, parse: Callable[[str], Any]) -> Any:
     """What `parse` makes of the URL in `name` (empty means the default); `parse` raises
     ValueError saying what is wrong. The value is not echoed: URLs carry passwords."""
