@@ -591,7 +591,10 @@ def local_token(env: dict) -> str | None:
         return None
     path = token_file(env["DATABASE_URL"])
     if path.exists():
-        return path.read_text().strip()
+        token = path.read_text().strip()
+        if token_in_force(env["DATABASE_URL"], token):
+            return token
+        say(f"the API token kept in {path} is unknown to the database (made afresh?) or revoked: making another")
     created = subprocess.run(
         [sys.executable, "manage.py", "create_token", "--namespace", env.get("DELAYQUEUE_NAMESPACE") or "default",
          "--scopes", "produce,consume,manage,monitor", "--name", f"dev-run-{secrets.token_hex(3)}"],
@@ -602,6 +605,23 @@ def local_token(env: dict) -> str | None:
     token = created.stdout.strip().splitlines()[-1]
     write_private(path, token + "\n")
     return token
+
+
+def token_in_force(database_url: str, token: str) -> bool:
+    """Whether the database holds the token, not revoked: a data folder removed to start afresh
+    keeps its password, so the same URL, and the token file, but no token. When the database
+    cannot tell (a URL form libpq does not take), the token is kept."""
+    import psycopg
+
+    from delayqueue.messagelog import sql
+    from delayqueue.stores.tokens import token_hash
+
+    try:
+        with psycopg.connect(database_url, connect_timeout=10) as conn:
+            rows = conn.execute(sql.TOKENS_BY_HASH, [[token_hash(token)]]).fetchall()
+    except psycopg.Error:
+        return True
+    return any(not revoked for *_row, revoked in rows)
 
 
 def token_file(database_url: str) -> Path:

@@ -19,7 +19,9 @@ from delayqueue.config.redis_urls import url_credentials, url_nodes
 from delayqueue.services.consume import long_poll_messages, pull_messages
 from delayqueue.services.send import SendRequest, send_message
 from tests.helpers import REDIS_CLUSTER_URL, REDIS_URL, ROOT, log_database_url, make_runtime, scanner_env
-from tools.stack import SYSTEM_USER, Services, free_port, pg_bin, token_file
+from delayqueue.models import ApiToken
+from delayqueue.stores.tokens import token_hash
+from tools.stack import SYSTEM_USER, Services, free_port, local_token, pg_bin, token_file
 
 
 def without_credentials(url: str) -> str:
@@ -210,6 +212,28 @@ def test_dev_run_restarts_a_scanner_that_exits_and_keeps_serving(clean_state, tm
         token_path.unlink(missing_ok=True)  # the token lives in the test database, gone after the test
     assert dev.returncode == 0, output.read_text()
     assert not os.path.exists(f"/proc/{second}"), "the scanner outlived ./dev run"
+
+
+@pytest.mark.process
+def test_dev_run_makes_another_token_when_the_database_does_not_hold_the_kept_one(transactional_db, capsys):
+    """A PostgreSQL data folder removed to start afresh keeps its password file, so the same URL
+    and token file: ./dev run must not offer the old token, which every call would refuse (401);
+    nor one revoked since."""
+    env = scanner_env(DELAYQUEUE_AUTH="tokens")
+    path = token_file(env["DATABASE_URL"])
+    try:
+        path.write_text("dq_" + "x" * 43 + "\n")  # kept from a database since made afresh
+        first = local_token(env)
+        assert first and first != "dq_" + "x" * 43 and path.read_text().strip() == first
+        assert "is unknown to the database (made afresh?) or revoked: making another" in capsys.readouterr().out
+        row = ApiToken.objects.get(token_hash=token_hash(first))
+        assert local_token(env) == first  # in force: kept
+        row.revoked_at = row.created_at
+        row.save()
+        second = local_token(env)
+        assert second not in (None, first) and ApiToken.objects.get(token_hash=token_hash(second)).revoked_at is None
+    finally:
+        path.unlink(missing_ok=True)
 
 
 def serving(port: int, token: str | None = None) -> dict | None:
