@@ -518,6 +518,10 @@ def command_run(_args) -> int:
     http_port = env_int("PORT", 8000, minimum=1, maximum=65535)
     host = env.get("HOST") or "127.0.0.1"
     workers = env_int("WEB_CONCURRENCY", os.cpu_count() or 1, minimum=1)
+    # Else the wait below would find the other server listening and say this one serves.
+    if port_open(host, http_port):
+        raise SystemExit(f"cannot serve on {host}:{http_port}: something already listens there "
+                         "(stop it, or set PORT to another port)")
     services = local_services()
     web: subprocess.Popen | None = None
     scanner: subprocess.Popen | None = None
@@ -565,7 +569,7 @@ def command_run(_args) -> int:
         while not stopping:
             if web.poll() is not None:
                 say(f"uvicorn exited with code {web.returncode}; stopping")
-                break
+                return 1
             now = time.monotonic()
             if scanner is not None and scanner.poll() is not None:
                 if now - scanner_started >= SCANNER_HEALTHY_SECONDS:

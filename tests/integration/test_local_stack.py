@@ -5,6 +5,7 @@ import asyncio
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -234,6 +235,21 @@ def test_dev_run_makes_another_token_when_the_database_does_not_hold_the_kept_on
         assert second not in (None, first) and ApiToken.objects.get(token_hash=token_hash(second)).revoked_at is None
     finally:
         path.unlink(missing_ok=True)
+
+
+@pytest.mark.process
+def test_dev_run_on_a_port_something_else_listens_on_says_so_and_fails(clean_state):
+    """It must not take the other server for its own: say it serves, print the token for it, and
+    end with exit code 0 once uvicorn fails to bind."""
+    with socket.create_server(("127.0.0.1", 0)) as other:
+        port = other.getsockname()[1]
+        ran = subprocess.run([sys.executable, "-m", "tools.stack", "run"], cwd=ROOT, capture_output=True, text=True,
+                             timeout=60, env={**scanner_env(), "REDIS_URL": REDIS_URL, "PORT": str(port),
+                                              "HOST": "127.0.0.1", "WEB_CONCURRENCY": "1"})
+    assert ran.returncode == 1, ran
+    assert ran.stderr == (f"cannot serve on 127.0.0.1:{port}: something already listens there (stop it, or set PORT "
+                          "to another port)\n")
+    assert ran.stdout == ""
 
 
 def serving(port: int, token: str | None = None) -> dict | None:
