@@ -34,6 +34,7 @@ from pathlib import Path
 from delayqueue.api.http_protocol import HTTP_PROTOCOL
 from delayqueue.config.env import env_int
 from delayqueue.config.redis_urls import without_password
+from delayqueue.config.settings import log_databases
 
 ROOT = Path(__file__).resolve().parent.parent
 LOCAL = ROOT / ".local"
@@ -543,7 +544,11 @@ def command_run(_args) -> int:
             say(f"started PostgreSQL on 127.0.0.1:{pg_port} (data in {RUN_DIR / 'postgres'}, password in "
                 f"{RUN_DIR / 'postgres.password'})")
         # Every database of the log gets every table (DELAYQUEUE_LOG_DATABASES: docs/scaling.md).
-        for database in ["default", *sorted(import_module("project.settings").DATABASES.keys() - {"default"})]:
+        more = log_databases(env.get("DELAYQUEUE_LOG_DATABASES", ""))
+        for database, url, variable in [("default", env["DATABASE_URL"], "DATABASE_URL"),
+                                        *((alias, more[alias], "DELAYQUEUE_LOG_DATABASES") for alias in sorted(more))]:
+            if problem := unreachable_database(url):  # else migrate's traceback of 90 lines says it
+                raise SystemExit(f"cannot connect to the message log's database {database} ({variable}): {problem}")
             migrate = subprocess.run([sys.executable, "manage.py", "migrate", "--database", database, "--no-input",
                                       "-v", "0"], cwd=ROOT, env=env)
             if migrate.returncode != 0:  # it said why on stderr
@@ -585,6 +590,22 @@ def command_run(_args) -> int:
         say("stopping")
         terminate([proc for proc in (web, scanner) if proc is not None])
         services.stop()
+
+
+def unreachable_database(url: str) -> str | None:
+    """Why PostgreSQL at `url` takes no connection (psycopg's first line, which names no
+    password), or None. A URL libpq cannot read is left to Django (psycopg's error echoes it)."""
+    import psycopg
+
+    from delayqueue.messagelog.connection import first_line
+
+    try:
+        psycopg.connect(url, connect_timeout=10).close()
+    except psycopg.OperationalError as exc:
+        return first_line(exc)
+    except psycopg.Error:
+        pass
+    return None
 
 
 def local_token(env: dict) -> str | None:

@@ -252,6 +252,24 @@ def test_dev_run_on_a_port_something_else_listens_on_says_so_and_fails(clean_sta
     assert ran.stdout == ""
 
 
+@pytest.mark.process
+def test_dev_run_with_a_database_it_cannot_log_in_to_or_reach_says_so_in_one_line(transactional_db):
+    """With DATABASE_URL set, a database down or a wrong password is one line naming the variable
+    (never the password), not migrate's traceback."""
+    parts = urlsplit(log_database_url())
+    wrong_password = urlunsplit(parts._replace(
+        netloc=f"{parts.username}:not-its-password@{parts.hostname}:{parts.port}"))
+    down = f"postgres://postgres:not-its-password@127.0.0.1:{free_port()}/delayqueue"
+    for url, problem in ((down, "Connection refused"), (wrong_password, 'password authentication failed for user')):
+        ran = subprocess.run([sys.executable, "-m", "tools.stack", "run"], cwd=ROOT, capture_output=True, text=True,
+                             timeout=60, env={**scanner_env(), "REDIS_URL": REDIS_URL, "DATABASE_URL": url,
+                                              "PORT": str(free_port())})
+        assert ran.returncode == 1, ran
+        assert re.fullmatch(f"cannot connect to the message log's database default \\(DATABASE_URL\\): "
+                            f"connection failed: .*{problem}.*\n", ran.stderr), ran.stderr
+        assert "not-its-password" not in ran.stdout + ran.stderr
+
+
 def serving(port: int, token: str | None = None) -> dict | None:
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     try:
