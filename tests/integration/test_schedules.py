@@ -125,6 +125,15 @@ async def test_a_schedule_that_cannot_be_used_is_refused_with_a_message_naming_t
     assert (await call(api, "listSchedules", method="get"))["schedules"] == []
 
 
+async def test_an_interval_schedule_refuses_a_time_zone_on_update_as_on_create(api):
+    """Taken and dropped, it would read as done: the caller meant a cron schedule in that zone."""
+    await call(api, "createSchedule", scheduleId="i", topic="t", msg="m", everyMillis="60000")
+    answer = await call(api, "updateSchedule", scheduleId="i", timezone="Europe/Berlin")
+    assert answer == {"code": 400, "msg": "timezone: is a cron schedule's: not with everyMillis"}
+    changed = await call(api, "updateSchedule", scheduleId="i", cron="0 2 * * *", timezone="Europe/Berlin")
+    assert (changed["schedule"]["cron"], changed["schedule"]["timezone"]) == ("0 2 * * *", "Europe/Berlin")
+
+
 async def test_a_schedule_whose_rule_this_process_cannot_read_is_still_read_and_listed(api):
     for schedule_id in ("a", "b"):
         await call(api, "createSchedule", scheduleId=schedule_id, topic="t", msg="m", cron="0 2 * * *")
