@@ -32,7 +32,7 @@ from importlib.util import find_spec
 from pathlib import Path
 
 from delayqueue.api.http_protocol import HTTP_PROTOCOL
-from delayqueue.config.env import env_int
+from delayqueue.config.env import env_bool, env_int
 from delayqueue.config.redis_urls import without_password
 from delayqueue.config.settings import log_databases
 
@@ -794,7 +794,7 @@ def command_test(args) -> int:
     env = dict(os.environ)
     LOCAL.mkdir(exist_ok=True)
     ensure_browser()
-    own_urls = any(env.get(name) for name in TEST_URLS)
+    own_urls = runs_on_callers_servers(env)
     workers, extra_args = plan_workers(args.pytest_args, own_urls)
     base = Path(tempfile.mkdtemp(prefix="test-", dir=LOCAL))
     redis_password, pg_password = new_password(), new_password()
@@ -887,6 +887,19 @@ def postgres_stop_story(log: list[str], tests: list[str]) -> tuple[str, list[str
         return "its last stop among its tests", events[max(0, stops[-1] - 15):stops[-1] + 4]
     return ("no stop in its log since its last start (killed?); the tests after that start",
             events[starts[-1] if starts else 0:][:20])
+
+
+def runs_on_callers_servers(env: dict) -> bool:
+    """Whether ./dev test runs on the REDIS_URL, REDIS_CLUSTER_URL or DATABASE_URL of its caller:
+    only when DELAYQUEUE_TEST_OWN_SERVERS says so, as the tests empty the servers they run on
+    (FLUSHALL). URLs exported for ./dev run's own servers must not be wiped by the next ./dev test;
+    tests/environment.py puts the servers it starts in their place."""
+    given = [name for name in TEST_URLS if env.get(name)]
+    if given and not env_bool("DELAYQUEUE_TEST_OWN_SERVERS", False):
+        say(f"not testing on this shell's {', '.join(given)}: the tests empty the servers they run on "
+            "(DELAYQUEUE_TEST_OWN_SERVERS=1 runs them there); starting servers of their own")
+        return False
+    return bool(given)
 
 
 def own_test_servers(services: Services, env: dict) -> dict:
