@@ -157,14 +157,26 @@ def children(pid: int) -> list[tuple[int, str]]:
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
-        try:
-            stat = open(f"/proc/{entry}/stat").read()
-            cmdline = open(f"/proc/{entry}/cmdline", "rb").read().replace(b"\0", b" ").decode()
+        try:  # any process of the machine, whose name or arguments need not be UTF-8 (a test's "bad\udcffbyte")
+            stat = open(f"/proc/{entry}/stat", "rb").read().decode(errors="replace")
+            cmdline = open(f"/proc/{entry}/cmdline", "rb").read().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             continue
         if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
             found.append((int(entry), cmdline))
     return found
+
+
+def test_children_reads_processes_whose_arguments_are_not_utf8():
+    # Another test's process on the machine (a command line given "bad\udcffbyte") failed the
+    # ./dev run test that looks for its scanner among every process.
+    odd = subprocess.Popen([sys.executable.encode(), b"-c", b"import time; time.sleep(30)", b"\xffbyte"])
+    try:
+        wait_for(lambda: any(pid == odd.pid and cmd.endswith(" \ufffdbyte ") for pid, cmd in children(os.getpid())),
+                 10, "its command line")
+    finally:
+        odd.kill()
+        odd.wait()
 
 
 def wait_for(predicate, timeout: float, what: str):
