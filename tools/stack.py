@@ -932,7 +932,7 @@ def wait_for_pytest(proc: subprocess.Popen) -> int:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(prog="./dev", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="./dev", description=__doc__.split("\n\n")[0])  # the first paragraph
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("run", help="run the HTTP service and the scanners until Ctrl-C").set_defaults(func=command_run)
     test = sub.add_parser("test", help="run the whole test suite (extra arguments go to pytest)")

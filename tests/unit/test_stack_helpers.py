@@ -5,12 +5,14 @@ import json
 import os
 import socket
 import stat
+import subprocess
+import sys
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from tools.stack import (TEST_WORKERS, asked_workers, cluster_ports, ephemeral_ports, free_cluster_port, free_port,
-                         free_ports, hba_requiring_passwords, plan_workers, port_block, postgres_stop_story,
+from tools.stack import (ROOT, TEST_WORKERS, asked_workers, cluster_ports, ephemeral_ports, free_cluster_port,
+                         free_port, free_ports, hba_requiring_passwords, plan_workers, port_block, postgres_stop_story,
                          runs_on_callers_servers, stored_secret, trusted_rule, write_private)
 
 OLD_HBA = """# TYPE  DATABASE        USER            ADDRESS                 METHOD
@@ -91,6 +93,16 @@ def test_the_callers_servers_are_tested_on_only_when_asked(monkeypatch, capsys):
     monkeypatch.setenv("DELAYQUEUE_TEST_OWN_SERVERS", "1")
     assert runs_on_callers_servers({"REDIS_URL": "redis://:pw@ci-redis:6379/0"})
     assert not runs_on_callers_servers({})
+
+
+def test_dev_help_says_what_the_commands_are_in_whole_sentences():
+    shown = subprocess.run([sys.executable, "-m", "tools.stack", "--help"], cwd=ROOT, capture_output=True, text=True,
+                           timeout=60)
+    assert shown.returncode == 0, shown.stderr
+    description = " ".join(shown.stdout.split("\n\n")[1].split())
+    assert description == ("The commands behind ./dev: run the service, run the test suite, or run manage.py against "
+                           "the local stack, starting local Redis and PostgreSQL when REDIS_URL / DATABASE_URL are "
+                           "not set.")
 
 
 def test_ports_picked_at_once_are_all_different_buses_included():
