@@ -615,13 +615,15 @@ def local_token(env: dict) -> str | None:
     if env.get("DELAYQUEUE_AUTH") == "open":
         return None
     path = token_file(env["DATABASE_URL"])
+    namespace = env.get("DELAYQUEUE_NAMESPACE") or "default"
     if path.exists():
         token = path.read_text().strip()
-        if token_in_force(env["DATABASE_URL"], token):
+        if token_in_force(env["DATABASE_URL"], token, namespace):
             return token
-        say(f"the API token kept in {path} is unknown to the database (made afresh?) or revoked: making another")
+        say(f"the API token kept in {path} is unknown to the database (made afresh?), revoked or of another "
+            f"namespace than {namespace}: making another")
     created = subprocess.run(
-        [sys.executable, "manage.py", "create_token", "--namespace", env.get("DELAYQUEUE_NAMESPACE") or "default",
+        [sys.executable, "manage.py", "create_token", "--namespace", namespace,
          "--scopes", "produce,consume,manage,monitor", "--name", f"dev-run-{secrets.token_hex(3)}"],
         cwd=ROOT, env=env, capture_output=True, text=True)
     if created.returncode != 0:
@@ -632,10 +634,11 @@ def local_token(env: dict) -> str | None:
     return token
 
 
-def token_in_force(database_url: str, token: str) -> bool:
-    """Whether the database holds the token, not revoked: a data folder removed to start afresh
-    keeps its password, so the same URL, and the token file, but no token. When the database
-    cannot tell (a URL form libpq does not take), the token is kept."""
+def token_in_force(database_url: str, token: str, namespace: str) -> bool:
+    """Whether the database holds the token, not revoked, of `namespace` (DELAYQUEUE_NAMESPACE may
+    have changed since it was made): a data folder removed to start afresh keeps its password, so
+    the same URL, and the token file, but no token. When the database cannot tell (a URL form
+    libpq does not take), the token is kept."""
     import psycopg
 
     from delayqueue.messagelog import sql
@@ -646,7 +649,7 @@ def token_in_force(database_url: str, token: str) -> bool:
             rows = conn.execute(sql.TOKENS_BY_HASH, [[token_hash(token)]]).fetchall()
     except psycopg.Error:
         return True
-    return any(not revoked for *_row, revoked in rows)
+    return any(held == namespace and not revoked for _hash, held, _scopes, revoked in rows)
 
 
 def token_file(database_url: str) -> Path:

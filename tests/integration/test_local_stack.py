@@ -238,13 +238,17 @@ def test_dev_run_makes_another_token_when_the_database_does_not_hold_the_kept_on
         path.write_text("dq_" + "x" * 43 + "\n")  # kept from a database since made afresh
         first = local_token(env)
         assert first and first != "dq_" + "x" * 43 and path.read_text().strip() == first
-        assert "is unknown to the database (made afresh?) or revoked: making another" in capsys.readouterr().out
+        assert "is unknown to the database (made afresh?), revoked or of another namespace than default: making " \
+               "another" in capsys.readouterr().out
         row = ApiToken.objects.get(token_hash=token_hash(first))
         assert local_token(env) == first  # in force: kept
         row.revoked_at = row.created_at
         row.save()
         second = local_token(env)
         assert second not in (None, first) and ApiToken.objects.get(token_hash=token_hash(second)).revoked_at is None
+        # DELAYQUEUE_NAMESPACE changed since: the token it shows must work in the namespace served.
+        third = local_token({**env, "DELAYQUEUE_NAMESPACE": "elsewhere"})
+        assert third != second and ApiToken.objects.get(token_hash=token_hash(third)).namespace == "elsewhere"
     finally:
         path.unlink(missing_ok=True)
 
