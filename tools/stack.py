@@ -213,10 +213,22 @@ def pg_bin(name: str) -> str:
     return found
 
 
+def reachable_host(host: str) -> str:
+    """The address of `host` a client on this machine uses: a wildcard (all addresses) is 127.0.0.1."""
+    return "127.0.0.1" if host in ("", "0.0.0.0", "::") else host
+
+
+def served_url(host: str, port: int) -> str:
+    """The base URL ./dev run shows for a server on host:port. Not a wildcard's: a Host header of
+    0.0.0.0 is in no ALLOWED_HOSTS, so every call its lines offered answered code 400."""
+    shown = reachable_host(host)
+    return f"http://[{shown}]:{port}" if ":" in shown else f"http://{shown}:{port}"
+
+
 def port_open(host: str, port: int) -> bool:
     """Whether something accepts connections on host:port (a wildcard host: on this machine's)."""
     try:
-        with socket.create_connection(("127.0.0.1" if host in ("", "0.0.0.0", "::") else host, port), timeout=0.2):
+        with socket.create_connection((reachable_host(host), port), timeout=0.2):
             return True
     except OSError:
         return False
@@ -567,10 +579,10 @@ def command_run(_args) -> int:
         while not stopping and web.poll() is None and not port_open(host, http_port):
             time.sleep(0.05)
         if not stopping and web.poll() is None:
-            say(f"delayqueue is serving http://{host}:{http_port}/camellia/delayQueue/ ({workers} web workers) "
+            say(f"delayqueue is serving {served_url(host, http_port)}/camellia/delayQueue/ ({workers} web workers) "
                 "with scanners; Ctrl-C stops everything. Other commands: ./dev manage <command>")
             if token:
-                show_token(token, f"http://{host}:{http_port}", token_file(env["DATABASE_URL"]))
+                show_token(token, served_url(host, http_port), token_file(env["DATABASE_URL"]))
         while not stopping:
             if web.poll() is not None:
                 say(f"uvicorn exited with code {web.returncode}; stopping")

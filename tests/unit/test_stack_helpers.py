@@ -13,7 +13,7 @@ import pytest
 
 from tools.stack import (ROOT, TEST_WORKERS, asked_workers, cluster_ports, ephemeral_ports, free_cluster_port,
                          free_port, free_ports, hba_requiring_passwords, plan_workers, port_block, postgres_stop_story,
-                         runs_on_callers_servers, stored_secret, trusted_rule, write_private)
+                         runs_on_callers_servers, served_url, stored_secret, trusted_rule, write_private)
 
 OLD_HBA = """# TYPE  DATABASE        USER            ADDRESS                 METHOD
 # "local" is for Unix domain socket connections only; trust would be
@@ -103,6 +103,14 @@ def test_dev_help_says_what_the_commands_are_in_whole_sentences():
     assert description == ("The commands behind ./dev: run the service, run the test suite, or run manage.py against "
                            "the local stack, starting local Redis and PostgreSQL when REDIS_URL / DATABASE_URL are "
                            "not set.")
+
+
+@pytest.mark.parametrize("host, url", [("127.0.0.1", "http://127.0.0.1:8000"), ("0.0.0.0", "http://127.0.0.1:8000"),
+                                       ("::", "http://127.0.0.1:8000"), ("::1", "http://[::1]:8000"),
+                                       ("queue.lan", "http://queue.lan:8000")])
+def test_dev_run_shows_a_url_whose_host_the_service_answers(host, url):
+    # HOST=0.0.0.0 showed http://0.0.0.0:8000, whose Host no ALLOWED_HOSTS lists: each pasted call answered 400.
+    assert served_url(host, 8000) == url
 
 
 def test_ports_picked_at_once_are_all_different_buses_included():
