@@ -6,7 +6,7 @@ from urllib.parse import quote
 
 import dj_database_url
 
-from delayqueue.config.env import env_bool, env_int, env_list
+from delayqueue.config.env import env_bool, env_int, env_list, env_log_level
 from delayqueue.config.redis_urls import is_cluster_url, is_sentinel_url, sentinel_target, url_credentials, url_nodes
 from delayqueue.config.settings import QueueConfig
 
@@ -202,5 +202,5 @@ LOGGING = {
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
-    "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
+    "root": {"handlers": ["console"], "level": env_log_level("LOG_LEVEL", "INFO")},
 }

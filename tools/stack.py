@@ -32,8 +32,9 @@ from importlib.util import find_spec
 from pathlib import Path
 
 from delayqueue.api.http_protocol import HTTP_PROTOCOL
-from delayqueue.config.env import env_int
+from delayqueue.config.env import env_bool, env_int
 from delayqueue.config.redis_urls import without_password
+from delayqueue.config.settings import log_databases
 
 ROOT = Path(__file__).resolve().parent.parent
 LOCAL = ROOT / ".local"
@@ -212,10 +213,22 @@ def pg_bin(name: str) -> str:
     return found
 
 
+def reachable_host(host: str) -> str:
+    """The address of `host` a client on this machine uses: a wildcard (all addresses) is 127.0.0.1."""
+    return "127.0.0.1" if host in ("", "0.0.0.0", "::") else host
+
+
+def served_url(host: str, port: int) -> str:
+    """The base URL ./dev run shows for a server on host:port. Not a wildcard's: a Host header of
+    0.0.0.0 is in no ALLOWED_HOSTS, so every call its lines offered answered code 400."""
+    shown = reachable_host(host)
+    return f"http://[{shown}]:{port}" if ":" in shown else f"http://{shown}:{port}"
+
+
 def port_open(host: str, port: int) -> bool:
     """Whether something accepts connections on host:port (a wildcard host: on this machine's)."""
     try:
-        with socket.create_connection(("127.0.0.1" if host in ("", "0.0.0.0", "::") else host, port), timeout=0.2):
+        with socket.create_connection((reachable_host(host), port), timeout=0.2):
             return True
     except OSError:
         return False
@@ -518,6 +531,10 @@ def command_run(_args) -> int:
     http_port = env_int("PORT", 8000, minimum=1, maximum=65535)
     host = env.get("HOST") or "127.0.0.1"
     workers = env_int("WEB_CONCURRENCY", os.cpu_count() or 1, minimum=1)
+    # Else the wait below would find the other server listening and say this one serves.
+    if port_open(host, http_port):
+        raise SystemExit(f"cannot serve on {host}:{http_port}: something already listens there "
+                         "(stop it, or set PORT to another port)")
     services = local_services()
     web: subprocess.Popen | None = None
     scanner: subprocess.Popen | None = None
@@ -539,7 +556,11 @@ def command_run(_args) -> int:
             say(f"started PostgreSQL on 127.0.0.1:{pg_port} (data in {RUN_DIR / 'postgres'}, password in "
                 f"{RUN_DIR / 'postgres.password'})")
         # Every database of the log gets every table (DELAYQUEUE_LOG_DATABASES: docs/scaling.md).
-        for database in ["default", *sorted(import_module("project.settings").DATABASES.keys() - {"default"})]:
+        more = log_databases(env.get("DELAYQUEUE_LOG_DATABASES", ""))
+        for database, url, variable in [("default", env["DATABASE_URL"], "DATABASE_URL"),
+                                        *((alias, more[alias], "DELAYQUEUE_LOG_DATABASES") for alias in sorted(more))]:
+            if problem := unreachable_database(url):  # else migrate's traceback of 90 lines says it
+                raise SystemExit(f"cannot connect to the message log's database {database} ({variable}): {problem}")
             migrate = subprocess.run([sys.executable, "manage.py", "migrate", "--database", database, "--no-input",
                                       "-v", "0"], cwd=ROOT, env=env)
             if migrate.returncode != 0:  # it said why on stderr
@@ -558,14 +579,14 @@ def command_run(_args) -> int:
         while not stopping and web.poll() is None and not port_open(host, http_port):
             time.sleep(0.05)
         if not stopping and web.poll() is None:
-            say(f"delayqueue is serving http://{host}:{http_port}/camellia/delayQueue/ ({workers} web workers) "
+            say(f"delayqueue is serving {served_url(host, http_port)}/camellia/delayQueue/ ({workers} web workers) "
                 "with scanners; Ctrl-C stops everything. Other commands: ./dev manage <command>")
             if token:
-                show_token(token, f"http://{host}:{http_port}", token_file(env["DATABASE_URL"]))
+                show_token(token, served_url(host, http_port), token_file(env["DATABASE_URL"]))
         while not stopping:
             if web.poll() is not None:
                 say(f"uvicorn exited with code {web.returncode}; stopping")
-                break
+                return 1
             now = time.monotonic()
             if scanner is not None and scanner.poll() is not None:
                 if now - scanner_started >= SCANNER_HEALTHY_SECONDS:
@@ -583,6 +604,22 @@ def command_run(_args) -> int:
         services.stop()
 
 
+def unreachable_database(url: str) -> str | None:
+    """Why PostgreSQL at `url` takes no connection (psycopg's first line, which names no
+    password), or None. A URL libpq cannot read is left to Django (psycopg's error echoes it)."""
+    import psycopg
+
+    from delayqueue.messagelog.connection import first_line
+
+    try:
+        psycopg.connect(url, connect_timeout=10).close()
+    except psycopg.OperationalError as exc:
+        return first_line(exc)
+    except psycopg.Error:
+        pass
+    return None
+
+
 def local_token(env: dict) -> str | None:
     """The API token ./dev run creates on its first start (every scope, in DELAYQUEUE_NAMESPACE),
     kept in its data folder (0600) for the next starts; None when DELAYQUEUE_AUTH=open. One file
@@ -590,10 +627,15 @@ def local_token(env: dict) -> str | None:
     if env.get("DELAYQUEUE_AUTH") == "open":
         return None
     path = token_file(env["DATABASE_URL"])
+    namespace = env.get("DELAYQUEUE_NAMESPACE") or "default"
     if path.exists():
-        return path.read_text().strip()
+        token = path.read_text().strip()
+        if token_in_force(env["DATABASE_URL"], token, namespace):
+            return token
+        say(f"the API token kept in {path} is unknown to the database (made afresh?), revoked or of another "
+            f"namespace than {namespace}: making another")
     created = subprocess.run(
-        [sys.executable, "manage.py", "create_token", "--namespace", env.get("DELAYQUEUE_NAMESPACE") or "default",
+        [sys.executable, "manage.py", "create_token", "--namespace", namespace,
          "--scopes", "produce,consume,manage,monitor", "--name", f"dev-run-{secrets.token_hex(3)}"],
         cwd=ROOT, env=env, capture_output=True, text=True)
     if created.returncode != 0:
@@ -602,6 +644,24 @@ def local_token(env: dict) -> str | None:
     token = created.stdout.strip().splitlines()[-1]
     write_private(path, token + "\n")
     return token
+
+
+def token_in_force(database_url: str, token: str, namespace: str) -> bool:
+    """Whether the database holds the token, not revoked, of `namespace` (DELAYQUEUE_NAMESPACE may
+    have changed since it was made): a data folder removed to start afresh keeps its password, so
+    the same URL, and the token file, but no token. When the database cannot tell (a URL form
+    libpq does not take), the token is kept."""
+    import psycopg
+
+    from delayqueue.messagelog import sql
+    from delayqueue.stores.tokens import token_hash
+
+    try:
+        with psycopg.connect(database_url, connect_timeout=10) as conn:
+            rows = conn.execute(sql.TOKENS_BY_HASH, [[token_hash(token)]]).fetchall()
+    except psycopg.Error:
+        return True
+    return any(held == namespace and not revoked for _hash, held, _scopes, revoked in rows)
 
 
 def token_file(database_url: str) -> Path:
@@ -749,7 +809,7 @@ def command_test(args) -> int:
     env = dict(os.environ)
     LOCAL.mkdir(exist_ok=True)
     ensure_browser()
-    own_urls = any(env.get(name) for name in TEST_URLS)
+    own_urls = runs_on_callers_servers(env)
     workers, extra_args = plan_workers(args.pytest_args, own_urls)
     base = Path(tempfile.mkdtemp(prefix="test-", dir=LOCAL))
     redis_password, pg_password = new_password(), new_password()
@@ -844,6 +904,19 @@ def postgres_stop_story(log: list[str], tests: list[str]) -> tuple[str, list[str
             events[starts[-1] if starts else 0:][:20])
 
 
+def runs_on_callers_servers(env: dict) -> bool:
+    """Whether ./dev test runs on the REDIS_URL, REDIS_CLUSTER_URL or DATABASE_URL of its caller:
+    only when DELAYQUEUE_TEST_OWN_SERVERS says so, as the tests empty the servers they run on
+    (FLUSHALL). URLs exported for ./dev run's own servers must not be wiped by the next ./dev test;
+    tests/environment.py puts the servers it starts in their place."""
+    given = [name for name in TEST_URLS if env.get(name)]
+    if given and not env_bool("DELAYQUEUE_TEST_OWN_SERVERS", False):
+        say(f"not testing on this shell's {', '.join(given)}: the tests empty the servers they run on "
+            "(DELAYQUEUE_TEST_OWN_SERVERS=1 runs them there); starting servers of their own")
+        return False
+    return bool(given)
+
+
 def own_test_servers(services: Services, env: dict) -> dict:
     """The servers a run on the caller's REDIS_URL, REDIS_CLUSTER_URL or DATABASE_URL still
     needs: those not given."""
@@ -874,7 +947,7 @@ def wait_for_pytest(proc: subprocess.Popen) -> int:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(prog="./dev", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="./dev", description=__doc__.split("\n\n")[0])  # the first paragraph
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("run", help="run the HTTP service and the scanners until Ctrl-C").set_defaults(func=command_run)
     test = sub.add_parser("test", help="run the whole test suite (extra arguments go to pytest)")

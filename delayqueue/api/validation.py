@@ -16,6 +16,7 @@ from delayqueue.core.constants import (DEAD_LIST_DEFAULT_LIMIT, DEAD_LIST_MAX_LI
                                        REDRIVE_MAX_RATE, RETRY_BACKOFF_MAX_MILLIS, SCHEDULE_LIST_DEFAULT_LIMIT,
                                        SCHEDULE_LIST_MAX_LIMIT, CatchUp)
 from delayqueue.core.names import CONTROL_CHARACTER_PATTERN, MAX_MSG_ID_CHARS, topic_problem
+from delayqueue.core.schedules import NOT_AN_INTERVAL_SETTING
 
 # Counts and retries below 0 mean "the default"; a floor keeps them plain integers all the way to Lua.
 MIN_COUNT = -100_000
@@ -542,7 +543,7 @@ class ScheduleFieldsSerializer(ScheduleRefSerializer):
 
     def validate(self, attrs: dict) -> dict:
         if "timezone" in attrs and "everyMillis" in attrs:
-            raise serializers.ValidationError({"timezone": "is a cron schedule's: not with everyMillis"})
+            raise serializers.ValidationError({"timezone": NOT_AN_INTERVAL_SETTING})
         return attrs
 
 

@@ -13,6 +13,10 @@ FIELDS = ("id", "namespace", "schedule_id", "topic", "payload", "cron", "timezon
           "end_time", "catch_up", "priority", "ttl_millis", "max_retry", "paused", "generation", "planned_until",
           "plan_at", "created_at", "updated_at")
 
+# An interval schedule has no time zone of its own (stored as UTC): another one given is refused.
+INTERVAL_ZONE = "UTC"
+NOT_AN_INTERVAL_SETTING = "is a cron schedule's: not with everyMillis"
+
 
 @dataclass(frozen=True)
 class ScheduleRow:

@@ -181,5 +181,7 @@ async def _set_up(connecting, timeout: float, *, username: str | None, password:
         [reply] = await protocol.submit([hiredis.pack_command(command)])
         if isinstance(reply, ResponseError):
             protocol.transport.close()
-            raise RedisConnectionError(f"Redis refused {command[0]}: {reply}")
+            # Not "refused": its reason (exceptions.connection_reason) would read "connection refused"
+            # for a wrong password, which the reply's own words say ("password", "authentication").
+            raise RedisConnectionError(f"Redis answered {command[0]} with an error: {reply}")
     return protocol

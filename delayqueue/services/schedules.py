@@ -14,7 +14,8 @@ from delayqueue.core.constants import SCHEDULE_LEAD_MILLIS, SCHEDULE_MAX_TICKS_P
 from delayqueue.core.exceptions import BadRequest, CapReached, Conflict, NotFound
 from delayqueue.core.messages import Message
 from delayqueue.core.schedule_rules import CronRule, RuleError
-from delayqueue.core.schedules import ScheduleRow, plan_time, run_now_msg_id, tick_msg_id
+from delayqueue.core.schedules import (INTERVAL_ZONE, NOT_AN_INTERVAL_SETTING, ScheduleRow, plan_time,
+                                       run_now_msg_id, tick_msg_id)
 from delayqueue.messagelog import sql
 from delayqueue.runtime import Runtime
 from delayqueue.services.messages import delete_message, get_message
@@ -154,8 +155,8 @@ def _updated(row: ScheduleRow, changes: dict) -> dict:
         fields["every_millis"] = None
     elif changes.get("every_millis") is not None:
         fields["cron"] = ""
-    if changes.get("timezone", "UTC") != "UTC" and not fields["cron"]:  # an interval has no zone: not dropped unseen
-        raise BadRequest("timezone is a cron schedule's: this one ticks by everyMillis (give cron with it)")
+    if not fields["cron"] and changes.get("timezone", INTERVAL_ZONE) != INTERVAL_ZONE:
+        raise BadRequest(f"timezone: {NOT_AN_INTERVAL_SETTING}")  # dropped, it would seem to be in force
     if bool(fields["cron"]) != bool(row.cron) and "start_time" not in changes:
         fields["start_time"] = None  # a cron schedule's earliest tick is not an interval's anchor, nor the reverse
     return fields
@@ -229,7 +230,7 @@ def _checked(rt: Runtime, fields: dict, now: int) -> dict:
                              "(DELAYQUEUE_SCHEDULE_MIN_INTERVAL_MILLIS)")
         if fields["start_time"] is None:
             fields = {**fields, "start_time": now + every}
-        fields = {**fields, "timezone": "UTC"}
+        fields = {**fields, "timezone": INTERVAL_ZONE}
     else:
         try:
             CronRule.parse(cron, fields["timezone"])

@@ -330,6 +330,12 @@ def test_redrive_command_shows_progress_until_done(clean_state, scanner_process,
     bad = subprocess.run([sys.executable, "manage.py", "redrive", "--topic", "cli", "--rate", "0"], cwd=ROOT,
                          env=env, capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "--rate: must be at least 1" in bad.stderr and "Traceback" not in bad.stderr
+    # Within the parser's bound but over the deployment's cap: refused by the service, in one line.
+    over = subprocess.run([sys.executable, "manage.py", "redrive", "--topic", "cli", "--rate", "5000"], cwd=ROOT,
+                          env={**env, "DELAYQUEUE_MAX_REDRIVE_RATE": "1000"}, capture_output=True, text=True,
+                          timeout=60)
+    assert (over.returncode, over.stderr) == (1, "CommandError: maxPerSecond 5000 is over the redrive rate cap: the "
+                                                 "cap is 1000 (DELAYQUEUE_MAX_REDRIVE_RATE)\n")
     for bad_id, problem in (("", "it is empty"), ("bad\udcffbyte", "it has U\\+DCFF")):  # a non-UTF-8 argv byte
         with pytest.raises(CommandError, match=f"--msg-id: .*a msgId must be .*; {problem}"):
             call_command("redrive", "--topic", "cli", "--msg-id", bad_id)

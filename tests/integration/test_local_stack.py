@@ -5,6 +5,7 @@ import asyncio
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -19,7 +20,9 @@ from delayqueue.config.redis_urls import url_credentials, url_nodes
 from delayqueue.services.consume import long_poll_messages, pull_messages
 from delayqueue.services.send import SendRequest, send_message
 from tests.helpers import REDIS_CLUSTER_URL, REDIS_URL, ROOT, log_database_url, make_runtime, scanner_env
-from tools.stack import SYSTEM_USER, Services, free_port, pg_bin, token_file
+from delayqueue.models import ApiToken
+from delayqueue.stores.tokens import token_hash
+from tools.stack import SYSTEM_USER, Services, free_port, local_token, pg_bin, token_file
 
 
 def without_credentials(url: str) -> str:
@@ -154,14 +157,26 @@ def children(pid: int) -> list[tuple[int, str]]:
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
-        try:
-            stat = open(f"/proc/{entry}/stat").read()
-            cmdline = open(f"/proc/{entry}/cmdline", "rb").read().replace(b"\0", b" ").decode()
+        try:  # any process of the machine, whose name or arguments need not be UTF-8 (a test's "bad\udcffbyte")
+            stat = open(f"/proc/{entry}/stat", "rb").read().decode(errors="replace")
+            cmdline = open(f"/proc/{entry}/cmdline", "rb").read().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             continue
         if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
             found.append((int(entry), cmdline))
     return found
+
+
+def test_children_reads_processes_whose_arguments_are_not_utf8():
+    # Another test's process on the machine (a command line given "bad\udcffbyte") failed the
+    # ./dev run test that looks for its scanner among every process.
+    odd = subprocess.Popen([sys.executable.encode(), b"-c", b"import time; time.sleep(30)", b"\xffbyte"])
+    try:
+        wait_for(lambda: any(pid == odd.pid and cmd.endswith(" \ufffdbyte ") for pid, cmd in children(os.getpid())),
+                 10, "its command line")
+    finally:
+        odd.kill()
+        odd.wait()
 
 
 def wait_for(predicate, timeout: float, what: str):
@@ -210,6 +225,65 @@ def test_dev_run_restarts_a_scanner_that_exits_and_keeps_serving(clean_state, tm
         token_path.unlink(missing_ok=True)  # the token lives in the test database, gone after the test
     assert dev.returncode == 0, output.read_text()
     assert not os.path.exists(f"/proc/{second}"), "the scanner outlived ./dev run"
+
+
+@pytest.mark.process
+def test_dev_run_makes_another_token_when_the_database_does_not_hold_the_kept_one(transactional_db, capsys):
+    """A PostgreSQL data folder removed to start afresh keeps its password file, so the same URL
+    and token file: ./dev run must not offer the old token, which every call would refuse (401);
+    nor one revoked since."""
+    env = scanner_env(DELAYQUEUE_AUTH="tokens")
+    path = token_file(env["DATABASE_URL"])
+    try:
+        path.write_text("dq_" + "x" * 43 + "\n")  # kept from a database since made afresh
+        first = local_token(env)
+        assert first and first != "dq_" + "x" * 43 and path.read_text().strip() == first
+        assert "is unknown to the database (made afresh?), revoked or of another namespace than default: making " \
+               "another" in capsys.readouterr().out
+        row = ApiToken.objects.get(token_hash=token_hash(first))
+        assert local_token(env) == first  # in force: kept
+        row.revoked_at = row.created_at
+        row.save()
+        second = local_token(env)
+        assert second not in (None, first) and ApiToken.objects.get(token_hash=token_hash(second)).revoked_at is None
+        # DELAYQUEUE_NAMESPACE changed since: the token it shows must work in the namespace served.
+        third = local_token({**env, "DELAYQUEUE_NAMESPACE": "elsewhere"})
+        assert third != second and ApiToken.objects.get(token_hash=token_hash(third)).namespace == "elsewhere"
+    finally:
+        path.unlink(missing_ok=True)
+
+
+@pytest.mark.process
+def test_dev_run_on_a_port_something_else_listens_on_says_so_and_fails(clean_state):
+    """It must not take the other server for its own: say it serves, print the token for it, and
+    end with exit code 0 once uvicorn fails to bind."""
+    with socket.create_server(("127.0.0.1", 0)) as other:
+        port = other.getsockname()[1]
+        ran = subprocess.run([sys.executable, "-m", "tools.stack", "run"], cwd=ROOT, capture_output=True, text=True,
+                             timeout=60, env={**scanner_env(), "REDIS_URL": REDIS_URL, "PORT": str(port),
+                                              "HOST": "127.0.0.1", "WEB_CONCURRENCY": "1"})
+    assert ran.returncode == 1, ran
+    assert ran.stderr == (f"cannot serve on 127.0.0.1:{port}: something already listens there (stop it, or set PORT "
+                          "to another port)\n")
+    assert ran.stdout == ""
+
+
+@pytest.mark.process
+def test_dev_run_with_a_database_it_cannot_log_in_to_or_reach_says_so_in_one_line(transactional_db):
+    """With DATABASE_URL set, a database down or a wrong password is one line naming the variable
+    (never the password), not migrate's traceback."""
+    parts = urlsplit(log_database_url())
+    wrong_password = urlunsplit(parts._replace(
+        netloc=f"{parts.username}:not-its-password@{parts.hostname}:{parts.port}"))
+    down = f"postgres://postgres:not-its-password@127.0.0.1:{free_port()}/delayqueue"
+    for url, problem in ((down, "Connection refused"), (wrong_password, 'password authentication failed for user')):
+        ran = subprocess.run([sys.executable, "-m", "tools.stack", "run"], cwd=ROOT, capture_output=True, text=True,
+                             timeout=60, env={**scanner_env(), "REDIS_URL": REDIS_URL, "DATABASE_URL": url,
+                                              "PORT": str(free_port())})
+        assert ran.returncode == 1, ran
+        assert re.fullmatch(f"cannot connect to the message log's database default \\(DATABASE_URL\\): "
+                            f"connection failed: .*{problem}.*\n", ran.stderr), ran.stderr
+        assert "not-its-password" not in ran.stdout + ran.stderr
 
 
 def serving(port: int, token: str | None = None) -> dict | None:

@@ -8,6 +8,7 @@ import os
 import signal
 import socket
 import time
+from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 import redis
@@ -254,6 +255,19 @@ async def test_a_redis_that_takes_no_connection_fails_sends_after_the_timeout(un
     settings.DELAYQUEUE = {**settings.DELAYQUEUE, "REDIS_TIMEOUT_MILLIS": 500}
     reply = (await api.post(API + "sendMsg", data={"topic": "t", "msg": "x", "delayMillis": 0})).json()
     assert reply == {"code": 500, "msg": "redis unavailable: timed out"}
+
+
+@pytest.mark.parametrize("credentials", [":not-its-password@", ""], ids=["wrong password", "no password"])
+async def test_a_redis_that_refuses_the_password_answers_authentication_failed(credentials, clean_state):
+    """Not 'connection refused', which sends an operator looking for a server that is not running."""
+    parts = urlsplit(REDIS_URL)
+    rt = make_runtime(urlunsplit(parts._replace(netloc=credentials + parts.netloc.rpartition("@")[2])),
+                      redis_timeout_millis=300)
+    try:
+        with pytest.raises(RedisUnavailable, match="^redis unavailable: authentication failed$"):
+            await send_message(rt, request=SendRequest(topic="t", msg="x", delay_millis=0))
+    finally:
+        await rt.close()
 
 
 async def test_a_held_poll_is_not_cut_by_the_redis_timeout(restartable_redis, caplog):

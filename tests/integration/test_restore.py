@@ -2,6 +2,7 @@
 import asyncio
 import io
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -24,6 +25,7 @@ from delayqueue.services.send import SendRequest, send_message, send_messages
 from delayqueue.services.topics import list_topics
 from tests.helpers import (EVERY_LOG_DATABASE, REDIS_URL, ROOT, TEST_CONFIG, drain_log, history, log_database_url, logged,
                            make_runtime, query)
+from tools.stack import free_port
 
 API = "/camellia/delayQueue/"
 TOPICS = ["r0", "r1", "r2", "r3"]
@@ -342,6 +344,15 @@ def test_prune_log_deletes_old_ended_messages_and_their_history_only(clean_state
     with pytest.raises(CommandError, match="--older-than-days: must be at most 36500 days"):  # the same parser
         call_command("prune_log", "--older-than-days", "99999999999")
     call_command("prune_log", "--older-than-days", "1")  # nothing left to prune, still fine
+
+
+@pytest.mark.process
+def test_prune_log_says_in_one_line_that_postgresql_is_unreachable():
+    # psycopg's error has a second line ("Is the server running on that host ..."): not printed.
+    out = manage("prune_log", DATABASE_URL=f"postgres://postgres:secret@127.0.0.1:{free_port()}/delayqueue")
+    assert out.returncode == 1 and out.stdout == ""
+    assert re.fullmatch(r"CommandError: message log unavailable: connection failed: .*Connection refused\n",
+                        out.stderr)
 
 
 def test_which_logged_rows_are_restored(clean_state):

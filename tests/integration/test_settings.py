@@ -53,6 +53,10 @@ def refusal(monkeypatch, **env) -> str:
     ("DELAYQUEUE_LOG_RETENTION_DAYS", "-1", "must be at least 1, got -1", False),
     ("DELAYQUEUE_LOG_RETENTION_DAYS", "99999999999", "must be at most 36500, got 99999999999", False),
     ("DELAYQUEUE_TTL_MILLIS", "1h", "must be an integer, got '1h'", False),
+    # A mistyped flag read as false would run the service without its message log.
+    ("DELAYQUEUE_MESSAGE_LOG", "ture", "must be one of 1, true, yes, on or 0, false, no, off, got 'ture'", True),
+    ("SECURE_SSL_REDIRECT", "yse", "must be one of 1, true, yes, on or 0, false, no, off, got 'yse'", False),
+    ("LOG_LEVEL", "verbose", "must be one of DEBUG, INFO, WARNING, ERROR, CRITICAL, got 'verbose'", True),
 ])
 def test_a_setting_out_of_range_stops_the_service_with_one_line(name, value, problem, in_a_process, monkeypatch):
     assert refusal(monkeypatch, **{name: value}) == f"environment variable {name} {problem}"
@@ -60,6 +64,12 @@ def test_a_setting_out_of_range_stops_the_service_with_one_line(name, value, pro
         refused = manage_check(**{name: value})
         assert refused.returncode == 1, refused.stderr
         assert refused.stderr.strip() == f"environment variable {name} {problem}"
+
+
+def test_a_log_level_is_taken_in_any_case(monkeypatch):
+    assert settings_module(monkeypatch, LOG_LEVEL=" debug")["LOGGING"]["root"]["level"] == "DEBUG"
+    taken = manage_check(LOG_LEVEL="warning")
+    assert taken.returncode == 0, taken.stderr
 
 
 def test_settings_at_their_bounds_are_taken():

@@ -3,6 +3,7 @@ checked on every queue endpoint by scope and namespace."""
 import asyncio
 import hashlib
 import io
+import os
 import re
 import secrets
 import subprocess
@@ -79,6 +80,18 @@ def test_list_tokens_shows_each_token_but_never_the_token_and_revoke_marks_it():
     assert ApiToken.objects.get(name="a").token_hash not in "\n".join(listing)
     with pytest.raises(CommandError, match="no token named 'nope'"):
         run("revoke_token", "nope")
+
+
+@pytest.mark.process
+@pytest.mark.parametrize("command", [["create_token", "--namespace", "shop", "--scopes", "produce"],
+                                     ["revoke_token", "a"], ["list_tokens"]])
+def test_a_token_command_says_in_one_line_that_postgresql_is_unreachable(command):
+    unreachable = f"postgres://postgres:secret@127.0.0.1:{free_port()}/delayqueue"  # nothing listens there
+    ran = subprocess.run([sys.executable, "manage.py", *command], cwd=ROOT, capture_output=True, text=True,
+                         timeout=60, env={**os.environ, "DATABASE_URL": unreachable})
+    assert ran.returncode == 1 and ran.stdout == ""
+    assert re.fullmatch(r"CommandError: tokens unavailable: connection failed: .*Connection refused\n", ran.stderr)
+    assert "secret" not in ran.stderr
 
 
 @pytest.mark.django_db

@@ -11,13 +11,24 @@ from delayqueue.core.constants import MAX_AGE_DAYS
 
 
 @pytest.mark.parametrize("value, expected", [(None, True), ("", True), ("1", True), ("TRUE", True), (" yes ", True),
-                                             ("on", True), ("0", False), ("false", False), ("nope", False)])
+                                             ("on", True), ("0", False), ("false", False), (" Off", False),
+                                             ("no", False), ("  ", True)])
 def test_env_bool(monkeypatch, value, expected):
     if value is None:
         monkeypatch.delenv("DQ_FLAG", raising=False)
     else:
         monkeypatch.setenv("DQ_FLAG", value)
     assert env_bool("DQ_FLAG", True) is expected
+
+
+@pytest.mark.parametrize("value", ["ture", "nope", "enabled", "2"])
+def test_env_bool_refuses_a_word_it_does_not_know_rather_than_reading_it_as_false(monkeypatch, value):
+    # DELAYQUEUE_MESSAGE_LOG=ture must not run the service without its message log.
+    monkeypatch.setenv("DQ_FLAG", value)
+    with pytest.raises(SystemExit) as stopped:
+        env_bool("DQ_FLAG", True)
+    assert str(stopped.value) == ("environment variable DQ_FLAG must be one of 1, true, yes, on or 0, false, no, "
+                                  f"off, got {value!r}")
 
 
 def test_env_int_takes_the_default_when_unset_or_blank_and_checks_bounds(monkeypatch):

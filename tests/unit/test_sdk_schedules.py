@@ -516,6 +516,10 @@ def test_the_schedule_commands(server, run_cli):
     (("schedule", "create", "x", "t", "m", "--every", "1m", "--timezone", "UTC"), "--timezone is the time zone"),
     (("schedule", "create", "x", "t", "m", "--every", "1m", "--catch-up", "some"), "argument --catch-up: invalid choice"),
     (("schedule", "create", "x", "t", "m", "--every", "1m", "--start", "soon"), "argument --start: invalid time 'soon'"),
+    # Argparse's own 'invalid instant_ms value' would name neither the forms taken nor what is wrong.
+    (("schedule", "create", "x", "t", "m", "--every", "1m", "--start", "0001-01-01"),
+     "argument --start: invalid time '0001-01-01': epoch milliseconds or ISO 8601"),
+    (("schedule", "create", "x", "t", "m", "--every", "1m", "--end", "¹²³"), "argument --end: invalid time '¹²³'"),
     (("schedule", "update", "x"), "schedule update changes what it is given"),
     (("schedule", "frobnicate"), "argument COMMAND: invalid choice"),
     (("schedule", "sync", "no_such_module_here"), "cannot import no_such_module_here"),

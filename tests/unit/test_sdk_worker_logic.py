@@ -9,6 +9,8 @@ import pytest
 from delayqueue_client import (App, AsyncClient, Client, DeadLetter, Forbidden, Message, RateLimited, Retry,
                                ServerError, Unauthorized, Worker)
 from delayqueue_client._calls import MAX_REASON
+from delayqueue_client._http import NotSent
+from delayqueue_client.testing import FakeServer
 from delayqueue_client.worker import ACK, DEAD, GIVEN_BACK, NACK, Outcome, _HandlerThreads, error_reason
 
 API_MESSAGE = {"topic": "t", "msgId": "m", "msg": "body", "produceTime": 1, "triggerTime": 1, "expireTime": 9,
@@ -82,6 +84,54 @@ def test_pull_failures_pause_or_stop_the_worker(client):
     for fatal in (Unauthorized("no"), Forbidden("no")):
         assert worker._pull_failed("t", 0, fatal) is None
         assert worker._stop_level == 1 and isinstance(worker._failure, Unauthorized)  # drains, then raises the first
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["threads", "asyncio"])
+def test_a_worker_started_while_the_server_is_unreachable_waits_for_it(asynchronous, caplog):
+    """As a failed pull is tried again, so is the read of the topic's settings a worker starts
+    with: a consumer started before its server (a deploy, a restart) must not die of it."""
+    server = FakeServer()
+    client = server.async_client(max_retries=0) if asynchronous else server.client(max_retries=0)
+    server.client().send("t", "x")
+    handled = []
+    if asynchronous:
+        async def handler(m):
+            handled.append(m.msg)
+    else:
+        def handler(m):
+            handled.append(m.msg)
+    server.fail_next("getTopicConfig", times=2, error=NotSent)
+    worker = Worker(client, "t", handler)
+    if asynchronous:
+        asyncio.run(worker.run_async(burst=True))
+    else:
+        worker.run(burst=True)
+    assert handled == ["x"]
+    assert [r.getMessage() for r in caplog.records if "settings" in r.getMessage()] == [
+        "reading topic t's settings failed: delayqueue server unreachable: injected by FakeServer.fail_next; "
+        "trying again in 1 s"] * 2
+
+
+def test_a_worker_stopped_while_waiting_for_its_server_returns(caplog):
+    server = FakeServer()
+    server.fail_next("getTopicConfig", times=1_000_000, error=NotSent)
+    worker = Worker(server.client(max_retries=0), "t", print)
+    failures = []
+    running = threading.Thread(target=lambda: failures.extend(run_catching(worker)))
+    running.start()
+    while not any("settings failed" in r.getMessage() for r in caplog.records):
+        running.join(0.05)
+    worker.stop()  # as SIGTERM does
+    running.join(10)
+    assert not running.is_alive() and failures == []
+
+
+def run_catching(worker: Worker) -> list[BaseException]:
+    try:
+        worker.run(install_signal_handlers=False)
+    except BaseException as exc:
+        return [exc]
+    return []
 
 
 def message(retry: int = 1, topic: str = "t") -> Message:

@@ -5,13 +5,15 @@ import json
 import os
 import socket
 import stat
+import subprocess
+import sys
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from tools.stack import (TEST_WORKERS, asked_workers, cluster_ports, ephemeral_ports, free_cluster_port, free_port,
-                         free_ports, hba_requiring_passwords, plan_workers, port_block, postgres_stop_story, stored_secret,
-                         trusted_rule, write_private)
+from tools.stack import (ROOT, TEST_WORKERS, asked_workers, cluster_ports, ephemeral_ports, free_cluster_port,
+                         free_port, free_ports, hba_requiring_passwords, plan_workers, port_block, postgres_stop_story,
+                         runs_on_callers_servers, served_url, stored_secret, trusted_rule, write_private)
 
 OLD_HBA = """# TYPE  DATABASE        USER            ADDRESS                 METHOD
 # "local" is for Unix domain socket connections only; trust would be
@@ -77,6 +79,38 @@ def test_with_servers_of_the_callers_own_the_tests_run_without_workers():
     assert plan_workers([], own_urls=True) == (1, [])
     with pytest.raises(SystemExit, match="cannot run on several workers"):
         plan_workers(["-n", "2"], own_urls=True)
+
+
+def test_the_callers_servers_are_tested_on_only_when_asked(monkeypatch, capsys):
+    """The tests FLUSHALL the Redis they run on: a REDIS_URL exported for ./dev run's own server
+    must not be wiped by ./dev test."""
+    monkeypatch.delenv("DELAYQUEUE_TEST_OWN_SERVERS", raising=False)
+    assert not runs_on_callers_servers({})
+    assert not runs_on_callers_servers({"REDIS_URL": "redis://:pw@prod:6379/0", "DATABASE_URL": "postgres://db/x"})
+    assert capsys.readouterr().out == ("[dev] not testing on this shell's REDIS_URL, DATABASE_URL: the tests empty "
+                                       "the servers they run on (DELAYQUEUE_TEST_OWN_SERVERS=1 runs them there); "
+                                       "starting servers of their own\n")
+    monkeypatch.setenv("DELAYQUEUE_TEST_OWN_SERVERS", "1")
+    assert runs_on_callers_servers({"REDIS_URL": "redis://:pw@ci-redis:6379/0"})
+    assert not runs_on_callers_servers({})
+
+
+def test_dev_help_says_what_the_commands_are_in_whole_sentences():
+    shown = subprocess.run([sys.executable, "-m", "tools.stack", "--help"], cwd=ROOT, capture_output=True, text=True,
+                           timeout=60)
+    assert shown.returncode == 0, shown.stderr
+    description = " ".join(shown.stdout.split("\n\n")[1].split())
+    assert description == ("The commands behind ./dev: run the service, run the test suite, or run manage.py against "
+                           "the local stack, starting local Redis and PostgreSQL when REDIS_URL / DATABASE_URL are "
+                           "not set.")
+
+
+@pytest.mark.parametrize("host, url", [("127.0.0.1", "http://127.0.0.1:8000"), ("0.0.0.0", "http://127.0.0.1:8000"),
+                                       ("::", "http://127.0.0.1:8000"), ("::1", "http://[::1]:8000"),
+                                       ("queue.lan", "http://queue.lan:8000")])
+def test_dev_run_shows_a_url_whose_host_the_service_answers(host, url):
+    # HOST=0.0.0.0 showed http://0.0.0.0:8000, whose Host no ALLOWED_HOSTS lists: each pasted call answered 400.
+    assert served_url(host, 8000) == url
 
 
 def test_ports_picked_at_once_are_all_different_buses_included():

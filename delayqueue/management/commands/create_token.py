@@ -1,7 +1,9 @@
 from django.core.management.base import BaseCommand, CommandError
+from django.db import DatabaseError
 
 from delayqueue.config.arguments import utf8_text
 from delayqueue.core.exceptions import QueueError
+from delayqueue.messagelog.connection import first_line
 from delayqueue.stores.rows import create_token
 
 
@@ -21,6 +23,8 @@ class Command(BaseCommand):
             row, token = create_token(namespace=options["namespace"], scopes=scopes, name=options["name"])
         except QueueError as exc:
             raise CommandError(str(exc)) from None
+        except DatabaseError as exc:
+            raise CommandError(f"tokens unavailable: {first_line(exc)}") from None
         self.stdout.write(f"created token {row.name} (namespace {row.namespace}, scopes {row.scopes});"
                           " it is shown only now:")
         self.stdout.write(token)

@@ -5,6 +5,7 @@ from django.db import DatabaseError
 
 from delayqueue.config.arguments import age_in_days, prune_batch
 from delayqueue.config.settings import load_config, setting_text
+from delayqueue.messagelog.connection import first_line
 from delayqueue.messagelog.retention import prune_log
 
 
@@ -24,5 +25,5 @@ class Command(BaseCommand):
         try:
             messages, events = prune_log(timedelta(days=days), options["batch"])
         except DatabaseError as exc:
-            raise CommandError(f"message log unavailable: {exc}".strip()) from None
+            raise CommandError(f"message log unavailable: {first_line(exc)}") from None
         self.stdout.write(f"deleted {messages} ended messages and {events} history rows older than {days} days")

@@ -8,7 +8,7 @@ from django.core.management.base import BaseCommand, CommandError
 from delayqueue.config.arguments import msg_id, namespace_name, positive_int, topic_name
 from delayqueue.config.settings import load_config
 from delayqueue.core.constants import REDRIVE_DEFAULT_RATE, REDRIVE_MAX_RATE
-from delayqueue.core.exceptions import CapReached, LogUnavailable
+from delayqueue.core.exceptions import LogUnavailable, QueueError
 from delayqueue.runtime import Runtime
 from delayqueue.services.dead_letters import create_redrive, redrive_state
 
@@ -32,9 +32,8 @@ class Command(BaseCommand):
         parser.add_argument("--topic", type=topic_name, required=True, help="the topic whose dead letters go back")
         parser.add_argument("--msg-id", dest="msg_ids", action="append", type=msg_id,
                             help="only this dead letter (repeatable); default: all of the topic's")
-        parser.add_argument("--rate", type=rate,
-                            help=f"most messages per second ({REDRIVE_DEFAULT_RATE}, or DELAYQUEUE_MAX_REDRIVE_RATE "
-                                 "when that is lower)")
+        parser.add_argument("--rate", type=rate, default=REDRIVE_DEFAULT_RATE,
+                            help=f"most messages per second ({REDRIVE_DEFAULT_RATE})")
         parser.add_argument("--namespace", type=namespace_name, help="default DELAYQUEUE_NAMESPACE")
 
     def handle(self, *args, **options):
@@ -42,10 +41,10 @@ class Command(BaseCommand):
             asyncio.run(self._run(options))
         except KeyboardInterrupt:
             raise CommandError("interrupted: the redrive goes on in the scanners", returncode=130) from None
-        except CapReached as exc:  # over DELAYQUEUE_MAX_REDRIVE_RATE
-            raise CommandError(str(exc)) from None
         except LogUnavailable as exc:
             raise CommandError(f"{exc} ({exc.detail})" if exc.detail else str(exc)) from None
+        except QueueError as exc:  # CapReached: over DELAYQUEUE_MAX_REDRIVE_RATE
+            raise CommandError(str(exc)) from None
 
     async def _run(self, options) -> None:
         config = load_config()

@@ -46,14 +46,13 @@ def duration_ms(text: str) -> int:
 
 def instant_ms(text: str) -> int:
     """Epoch milliseconds, or an ISO 8601 time (without a zone: this machine's local time)."""
-    if text.isdigit():
+    if text.isascii() and text.isdigit():  # not '¹²³', which int() refuses
         return int(text)
-    try:
-        moment = datetime.fromisoformat(text)
-    except ValueError:
+    try:  # a zoneless time too early or late for this machine's zone: timestamp() refuses it
+        return round(datetime.fromisoformat(text).timestamp() * 1000)
+    except (ValueError, OverflowError):
         raise argparse.ArgumentTypeError(
             f"invalid time {text!r}: epoch milliseconds or ISO 8601, e.g. 2030-01-31T09:00:00+01:00") from None
-    return round(moment.timestamp() * 1000)
 
 
 def instant_or_none(text: str) -> int:

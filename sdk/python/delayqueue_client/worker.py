@@ -288,6 +288,19 @@ class Worker:
     def _ack_timeout(self, topic: str) -> int:
         return self._ack_timeouts.get(topic, self.ack_timeout_ms or DEFAULT_ACK_TIMEOUT_MS)
 
+    @property
+    def _reads_config(self) -> bool:
+        """Whether the worker needs the topics' settings: their ack timeout, or whether they back off."""
+        return self.ack_timeout_ms is None or self.retry_backoff is not None
+
+    def _config_failed(self, topic: str, error: DelayQueueError) -> float:
+        """Reading a topic's settings at start failed: when (time.monotonic()) to read again, as
+        after a failed pull; an error no retry can change is raised (run() raises it)."""
+        if isinstance(error, FATAL):
+            raise error
+        log.warning("reading topic %s's settings failed: %s; trying again in 1 s", topic, error)
+        return time.monotonic() + 1.0
+
     def _configured(self, topic: str, config: dict[str, Any] | None) -> None:
         """What the worker takes from a topic's config (None: the token may not read it)."""
         if self.ack_timeout_ms is not None:
@@ -569,11 +582,20 @@ class Worker:
     def _run_threads(self, burst: bool) -> None:
         client = self._sync_client()
         for topic in self.topics:
-            try:
-                self._configured(topic, client.topic_config(topic) if self.ack_timeout_ms is None or
-                                 self.retry_backoff is not None else None)
-            except Forbidden:
-                self._configured(topic, None)
+            while True:
+                try:
+                    config = client.topic_config(topic) if self._reads_config else None
+                except Forbidden:
+                    config = None
+                except DelayQueueError as error:
+                    again = self._config_failed(topic, error)
+                    while self._stop_level == 0 and time.monotonic() < again:
+                        time.sleep(min(POLL_STEP, again - time.monotonic()))
+                    if self._stop_level == 0:
+                        continue
+                    config = None  # stopped before the server answered: nothing is pulled
+                self._configured(topic, config)
+                break
         results: queue.SimpleQueue[tuple[Key, Outcome] | None] = queue.SimpleQueue()
         handlers = _HandlerThreads(self.concurrency, lambda message: self._handle(message, results))
         settler = threading.Thread(target=self._settle_thread, args=(results, handlers), name="dq-settle",
@@ -745,11 +767,20 @@ class Worker:
     async def _run_tasks(self, burst: bool) -> None:
         client = self._async_client()
         for topic in self.topics:
-            try:
-                self._configured(topic, await client.topic_config(topic) if self.ack_timeout_ms is None or
-                                 self.retry_backoff is not None else None)
-            except Forbidden:
-                self._configured(topic, None)
+            while True:
+                try:
+                    config = await client.topic_config(topic) if self._reads_config else None
+                except Forbidden:
+                    config = None
+                except DelayQueueError as error:
+                    again = self._config_failed(topic, error)
+                    while self._stop_level == 0 and time.monotonic() < again:
+                        await asyncio.sleep(min(POLL_STEP, again - time.monotonic()))
+                    if self._stop_level == 0:
+                        continue
+                    config = None  # stopped before the server answered: nothing is pulled
+                self._configured(topic, config)
+                break
         results: asyncio.Queue[tuple[Key, Outcome] | None] = asyncio.Queue()
         self._room_changed = asyncio.Event()
         settler = asyncio.create_task(self._settle_task(results))
