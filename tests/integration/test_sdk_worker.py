@@ -460,22 +460,28 @@ def test_a_handler_over_its_timeout_is_given_back_and_its_late_return_is_not_ack
 
 def test_a_timed_out_handlers_late_return_leaves_the_next_delivery_of_its_message_alone(client, scanner):
     client.send("overlap", "x", msg_id="o1")
-    release = threading.Event()
+    release_first, first_returned, release_second = threading.Event(), threading.Event(), threading.Event()
     calls = []
 
     def handler(message):
         calls.append(message.retry)
         if message.retry == 1:
-            release.wait(20)  # runs on past its timeout, keeping the only handler thread
+            release_first.wait(20)  # runs on past its timeout
+            first_returned.set()
+        elif message.retry == 2:
+            release_second.wait(20)
+            raise RuntimeError("the second run fails")
 
-    with running(Worker(client, "overlap", handler, concurrency=1, handler_timeout=0.5, wait_ms=200)):
-        # Given back at its timeout, delivered again to this worker: it waits behind the first run.
-        wait_for(lambda: (m := client.get("overlap", "o1")).retry == 2 and m.status == 3, timeout=15,
-                 what="o1 delivered again")
-        release.set()  # the first run returns: its outcome is not the second delivery's
-        wait_for(lambda: calls == [1, 2] and client.get("overlap", "o1").status == 4, timeout=15,
-                 what="the second delivery run and acked")
-    assert client.settled == {"nack": ["o1"], "ack": ["o1"]}
+    with running(Worker(client, "overlap", handler, concurrency=1, handler_timeout=3, wait_ms=200)):
+        # Given back at its timeout, delivered again to this worker and run beside the first run.
+        wait_for(lambda: calls == [1, 2], timeout=30, what="o1 delivered again while its first run hangs")
+        release_first.set()  # the first run returns: its outcome is not the second delivery's
+        assert first_returned.wait(5)
+        time.sleep(0.5)  # room for a wrongly taken outcome to be settled
+        assert client.get("overlap", "o1").status == 3
+        release_second.set()  # its failure is the delivery's outcome: o1 is delivered a third time
+        wait_for(lambda: client.get("overlap", "o1").status == 4, timeout=15, what="the third delivery acked")
+    assert calls == [1, 2, 3] and client.settled == {"nack": ["o1", "o1"], "ack": ["o1"]}
 
 
 def test_a_handler_thread_past_its_timeout_is_replaced_so_the_messages_behind_it_run(client, scanner):
