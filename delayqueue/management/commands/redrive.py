@@ -32,8 +32,9 @@ class Command(BaseCommand):
         parser.add_argument("--topic", type=topic_name, required=True, help="the topic whose dead letters go back")
         parser.add_argument("--msg-id", dest="msg_ids", action="append", type=msg_id,
                             help="only this dead letter (repeatable); default: all of the topic's")
-        parser.add_argument("--rate", type=rate, default=REDRIVE_DEFAULT_RATE,
-                            help=f"most messages per second ({REDRIVE_DEFAULT_RATE})")
+        parser.add_argument("--rate", type=rate,
+                            help=f"most messages per second ({REDRIVE_DEFAULT_RATE}, or DELAYQUEUE_MAX_REDRIVE_RATE "
+                                 "when that is lower)")
         parser.add_argument("--namespace", type=namespace_name, help="default DELAYQUEUE_NAMESPACE")
 
     def handle(self, *args, **options):
