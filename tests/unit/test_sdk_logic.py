@@ -187,6 +187,19 @@ def test_proxy_from_the_argument_or_the_environment_unless_no_proxy_covers_the_h
         proxy_for("http://queue", "socks5://u:secret@p:1", True)
 
 
+async def test_text_utf8_cannot_carry_is_refused_in_the_caller_before_anything_is_sent():
+    """A lone surrogate (a str decoded with surrogateescape, say): a ValueError naming it at once,
+    not a UnicodeEncodeError from the transport, and no attempt (the URL below answers nothing)."""
+    with Client("http://127.0.0.1:9", max_retries=0) as client:
+        with pytest.raises(ValueError, match=r"cannot send '\\udc80': a lone surrogate"):
+            client.send("t", "caf\udc80")
+        with pytest.raises(ValueError, match="a lone surrogate"):
+            client.nack("t", "m", reason="\ud800")
+    async with AsyncClient("http://127.0.0.1:9", max_retries=0) as client:
+        with pytest.raises(ValueError, match="a lone surrogate"):
+            await client.send_many([{"topic": "t", "msg": "\udfff"}])
+
+
 def test_client_options_are_checked():
     for bad in ({"timeout": 0}, {"max_connections": 0}, {"max_retries": -1}):
         with pytest.raises(ValueError, match="timeout must be above 0"):

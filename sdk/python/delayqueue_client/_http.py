@@ -266,4 +266,10 @@ class AsyncPool:
 
 
 def encoded(body: dict[str, object] | list[dict[str, object]]) -> bytes:
-    return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+    """The call's JSON body; ValueError, before anything is sent, for text UTF-8 cannot carry."""
+    text = json.dumps(body, ensure_ascii=False, separators=(",", ":"))
+    try:
+        return text.encode()
+    except UnicodeEncodeError as exc:
+        raise ValueError(f"cannot send {text[exc.start:exc.end]!a}: a lone surrogate, which no UTF-8 text holds "
+                         "(a str decoded with errors='surrogateescape' or cut inside a pair?)") from None
