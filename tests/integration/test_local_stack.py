@@ -235,6 +235,7 @@ def test_dev_run_makes_another_token_when_the_database_does_not_hold_the_kept_on
     env = scanner_env(DELAYQUEUE_AUTH="tokens")
     path = token_file(env["DATABASE_URL"])
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)  # ./dev run's folder: absent in a checkout that never ran it
         path.write_text("dq_" + "x" * 43 + "\n")  # kept from a database since made afresh
         first = local_token(env)
         assert first and first != "dq_" + "x" * 43 and path.read_text().strip() == first
