@@ -18,6 +18,12 @@ pytestmark = pytest.mark.usefixtures("clean_state")
 DAY = 86_400_000
 
 
+def archive_args(root, *, older_than_days: int):
+    """The archive's options over the test log, writing under `root`."""
+    return job_args("spark.archive", "--database-url", log_database_url(), "--to", str(root),
+                    "--older-than-days", str(older_than_days))
+
+
 def build_log() -> tuple[set, set]:
     """12 messages that ended on 2026-09-01 or -02 in two topics, two events each (archived);
     an old live message, a recently ended one, an old one in another namespace, and an event
@@ -64,7 +70,7 @@ def assert_log_keeps_only_the_rest(events: set) -> None:
 
 def test_archive_moves_ended_messages_and_history_to_parquet_by_date_and_topic(spark, tmp_path):
     messages, events = build_log()
-    args = job_args("spark.archive", "--database-url", log_database_url(), "--to", str(tmp_path), "--older-than-days", "30")
+    args = archive_args(tmp_path, older_than_days=30)
     result = archive.run(spark, args)
     assert (result["messages"], result["events"]) == (12, 24)
     assert_archived_once(spark, tmp_path, messages, events)
@@ -83,7 +89,7 @@ def test_archive_moves_ended_messages_and_history_to_parquet_by_date_and_topic(s
 @pytest.mark.parametrize("crash_at", ["staged", "moving", "committed"])
 def test_archive_rerun_after_a_crash_neither_loses_nor_duplicates(spark, tmp_path, monkeypatch, crash_at):
     messages, events = build_log()
-    args = job_args("spark.archive", "--database-url", log_database_url(), "--to", str(tmp_path), "--older-than-days", "30")
+    args = archive_args(tmp_path, older_than_days=30)
     monkeypatch.setenv(archive.CRASH_ENV, crash_at)
     with pytest.raises(archive.SimulatedCrash):
         archive.run(spark, args)
@@ -101,7 +107,7 @@ def test_archive_keeps_a_row_that_changed_after_it_was_archived(spark, tmp_path,
     """A msgId sent again after its batch was committed (the row is live again) keeps its row;
     the archive holds the ended life that was archived."""
     messages, events = build_log()
-    args = job_args("spark.archive", "--database-url", log_database_url(), "--to", str(tmp_path), "--older-than-days", "30")
+    args = archive_args(tmp_path, older_than_days=30)
     monkeypatch.setenv(archive.CRASH_ENV, "committed")
     with pytest.raises(archive.SimulatedCrash):
         archive.run(spark, args)
@@ -122,7 +128,7 @@ def test_archive_keeps_every_column_of_the_rows_it_deletes(spark, tmp_path):
     log.event("orders", "nacked", produce, 0, 2, "sent")
     log.event("orders", "nacked", produce + 5000, 3, 6, "nacked", retry=1).detail = "bad invoice"
     log.save()
-    args = job_args("spark.archive", "--database-url", log_database_url(), "--to", str(tmp_path), "--older-than-days", "30")
+    args = archive_args(tmp_path, older_than_days=30)
     assert archive.run(spark, args)["events"] == 2
     for kind, model in (("messages", Message), ("events", MessageEvent)):
         stored = spark.read.parquet(str(tmp_path / kind)).columns
@@ -143,8 +149,7 @@ def test_archive_leaves_dead_letters_to_their_own_retention(spark, tmp_path):
         log.event(topic, msg_id, ended - 5000, 0, 2, "sent")
     log.save()
     TopicConfig.objects.create(namespace="default", topic="mail", dead_letter=False)
-    args = job_args("spark.archive", "--database-url", log_database_url(), "--to", str(tmp_path),
-                    "--older-than-days", "5")
+    args = archive_args(tmp_path, older_than_days=5)
     assert (archive.run(spark, args)["messages"], MessageEvent.objects.count()) == (2, 2)
     assert sorted(Message.objects.values_list("msg_id", flat=True)) == ["dead", "expired"]
     stored = spark.read.parquet(str(tmp_path / "messages")).select("msg_id").collect()
@@ -162,7 +167,7 @@ def test_archive_takes_the_whole_history_of_a_message_that_ended_before_its_send
     log.event("orders", "quick", produce, 0, 2, "sent")
     log.event("orders", "quick", produce - 40, 2, 7, "deleted")
     log.save()
-    args = job_args("spark.archive", "--database-url", log_database_url(), "--to", str(tmp_path), "--older-than-days", "30")
+    args = archive_args(tmp_path, older_than_days=30)
     assert archive.run(spark, args)["events"] == 2
     assert not MessageEvent.objects.exists()
 
@@ -185,8 +190,7 @@ def test_prune_log_leaves_every_dead_letter_for_the_archive_to_reach_first(spark
     log.save()
     assert prune_log(timedelta(days=7), dead_older_than=timedelta(days=dead_letter_days)) == (0, 0)
 
-    args = job_args("spark.archive", "--database-url", log_database_url(), "--to", str(tmp_path),
-                    "--older-than-days", "5")
+    args = archive_args(tmp_path, older_than_days=5)
     assert archive.run(spark, args)["messages"] == 2
     stored = spark.read.parquet(str(tmp_path / "messages")).select("msg_id").collect()
     assert sorted(r.msg_id for r in stored) == archived

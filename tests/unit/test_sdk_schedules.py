@@ -519,7 +519,8 @@ def test_the_schedule_commands(server, run_cli):
     # Argparse's own 'invalid instant_ms value' would name neither the forms taken nor what is wrong.
     (("schedule", "create", "x", "t", "m", "--every", "1m", "--start", "0001-01-01"),
      "argument --start: invalid time '0001-01-01': epoch milliseconds or ISO 8601"),
-    (("schedule", "create", "x", "t", "m", "--every", "1m", "--end", "¹²³"), "argument --end: invalid time '¹²³'"),
+    (("schedule", "create", "x", "t", "m", "--every", "1m", "--end", "¹²³"),
+     "argument --end: invalid time '¹²³'"),
     (("schedule", "update", "x"), "schedule update changes what it is given"),
     (("schedule", "frobnicate"), "argument COMMAND: invalid choice"),
     (("schedule", "sync", "no_such_module_here"), "cannot import no_such_module_here"),
