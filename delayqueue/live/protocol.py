@@ -6,7 +6,7 @@ import functools
 
 import hiredis
 from redis.asyncio.connection import parse_url
-from redis.exceptions import BusyLoadingError
+from redis.exceptions import AuthenticationError, BusyLoadingError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import InvalidResponse, NoScriptError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -182,6 +182,8 @@ async def _set_up(connecting, timeout: float, *, username: str | None, password:
         if isinstance(reply, ResponseError):
             protocol.transport.close()
             # Not "refused": its reason (exceptions.connection_reason) would read "connection refused"
-            # for a wrong password, which the reply's own words say ("password", "authentication").
-            raise RedisConnectionError(f"Redis answered {command[0]} with an error: {reply}")
+            # for a wrong password. Refused credentials are their own class, which no caller retries.
+            refused = command[0] == "AUTH" or str(reply).startswith(("NOAUTH", "WRONGPASS"))
+            error = AuthenticationError if refused else RedisConnectionError
+            raise error(f"Redis answered {command[0]} with an error: {reply}")
     return protocol

@@ -4,6 +4,7 @@ comes back as its script's typed reply."""
 import asyncio
 import time
 
+from redis.exceptions import AuthenticationError, AuthorizationError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, ResponseError
 
@@ -11,6 +12,9 @@ from delayqueue.config.redis_urls import is_cluster_url, url_credentials
 from delayqueue.core.retry import retry_pauses
 from delayqueue.live.protocol import ConnectionLost, ReplyProtocol, as_error, connect_direct, connect_node, evalsha
 from delayqueue.live.scripts import ScriptCall, load_scripts
+
+# Redis' refusals of the credentials: redis-py raises them as connection errors, but they are not transient.
+_REFUSED_CREDENTIALS = (AuthenticationError, AuthorizationError)
 
 
 def _typed(call: ScriptCall, raw):
@@ -119,6 +123,8 @@ class ScriptRunner:
         while True:
             try:
                 return await load_scripts(self.client)
+            except _REFUSED_CREDENTIALS:
+                raise
             except RedisConnectionError:  # LOADING too
                 pause = next(pauses, None)
                 if pause is None:
@@ -138,6 +144,8 @@ class ScriptRunner:
         deadline = time.monotonic() + self._timeout
         try:
             replies = await self._send_once(commands)
+        except _REFUSED_CREDENTIALS:
+            raise  # a wrong password stays wrong: trying again only delays the answer
         except RedisConnectionError as exc:
             return await self._retry(commands, [exc] * len(commands), exc, deadline)
         if any(isinstance(reply, RedisConnectionError) for reply in replies):  # LOADING too
@@ -155,6 +163,8 @@ class ScriptRunner:
             try:
                 for i, reply in zip(pending, await self._send_once([commands[i] for i in pending])):
                     replies[i] = reply
+            except _REFUSED_CREDENTIALS:
+                raise
             except RedisConnectionError as exc:
                 error = exc
                 lost.update(pending if isinstance(exc, ConnectionLost) else ())
