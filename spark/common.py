@@ -58,9 +58,21 @@ def add_redis_url(p: argparse.ArgumentParser) -> None:
                         "redis+sentinel://h:p,h:p/service (default: $REDIS_URL)")
 
 
+# Each id range is one PostgreSQL connection and one task: far more than a cluster's cores only adds overhead.
+MAX_PARTITIONS = 10_000
+
+
+def partition_count(text: str) -> int:
+    value = positive_int(text)
+    if value > MAX_PARTITIONS:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_PARTITIONS}, got {value}")
+    return value
+
+
 def add_partitions(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--partitions", type=positive_int, default=0,
-                   help="how many id ranges the log is read in (default: 4 per core Spark has)")
+    p.add_argument("--partitions", type=partition_count, default=0,
+                   help=f"how many id ranges the log is read in, at most {MAX_PARTITIONS} "
+                        "(default: 4 per core Spark has)")
 
 
 def chunks(items: Iterable, size: int) -> Iterator[list]:

@@ -25,6 +25,7 @@ def one_line_error(result, code: int, *fragments: str) -> None:
     ("spark.stats", ["--bogus"], "unrecognized arguments: --bogus"),
     ("spark.stats", ["--since", "yesterday"], "--since: not a date"),
     ("spark.restore", ["--partitions", "0"], "--partitions: must be at least 1"),
+    ("spark.stats", ["--partitions", "10001"], "--partitions: must be at most 10000, got 10001"),
     ("spark.reconcile", ["--topic", "bad\ttopic"], "--topic: 'bad\\ttopic': a topic must be"),
     ("spark.restore", ["--msg-id", "bad\x01id"], "--msg-id: 'bad\\x01id': a msgId must be"),
     ("spark.archive", ["--to", "/tmp/x"], "the following arguments are required: --older-than-days"),
