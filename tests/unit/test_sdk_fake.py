@@ -591,3 +591,31 @@ def test_a_client_made_elsewhere_is_answered_by_the_fake_once_installed():
     with server.install(CountingClient("http://127.0.0.1:9")) as client:  # nothing listens there
         assert client.send("t", "x").status == READY and client.sends == 1
     assert server.calls == ["sendMsg"]
+
+
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_a_task_given_up_at_the_handler_timeout_waits_its_own_retry_backoff(server, client, asynchronous):
+    # The timeout was the one failure a task's retry_backoff did not cover: redelivered at once (topic backoff 0).
+    from delayqueue_client import App
+    release = threading.Event()
+    app = App(client, async_client=server.async_client())
+
+    @app.task(name="hangs", topic="slow", retry_backoff=(30, 600))
+    def hangs() -> None:
+        release.wait(20)
+
+    @app.task(name="hangs_async", topic="slow", retry_backoff=(30, 600))
+    async def hangs_async() -> None:
+        await asyncio.sleep(20)
+
+    sent = (hangs_async if asynchronous else hangs).send()
+    worker = app.worker("slow", asynchronous=asynchronous, handler_timeout=0.2, wait_ms=50)
+    runner = threading.Thread(target=worker.run, kwargs={"install_signal_handlers": False}, daemon=True)
+    runner.start()
+    try:
+        wait_for(lambda: client.get("slow", sent.msg_id).status == WAITING, what="the timed-out message nacked")
+    finally:
+        release.set()
+        worker.stop()
+        runner.join(timeout=30)
+    assert client.get("slow", sent.msg_id).trigger_time - server.clock.now_ms() == 30_000

@@ -667,8 +667,19 @@ class App:
             if self.async_client is None:
                 raise ValueError("worker(asynchronous=True) runs on an AsyncClient: make the app with "
                                  "App(client, async_client=AsyncClient(...))")
-            return Worker(self.async_client, served, self.handle_async, concurrency=concurrency, **worker_options)
-        return Worker(self.client, served, self.handle, concurrency=concurrency, **worker_options)
+            return Worker(self.async_client, served, self.handle_async, concurrency=concurrency,
+                          retry_delay=self._retry_delay, **worker_options)
+        return Worker(self.client, served, self.handle, concurrency=concurrency, retry_delay=self._retry_delay,
+                      **worker_options)
+
+    def _retry_delay(self, message: Message) -> float | None:
+        """The retry_backoff of the task a message names, for a failure its task did not see (a
+        handler_timeout); None for a message naming no task of this app."""
+        try:
+            task = self._tasks.get(decode(message.msg).task)
+        except EnvelopeError:
+            return None
+        return None if task is None else task.retry_delay(message.retry)
 
     def _prepared(self, message: Message) -> tuple[Task[Any, Any], list[Any], dict[str, Any]]:
         """The task a message names and its arguments; DeadLetter for a message no retry can run."""

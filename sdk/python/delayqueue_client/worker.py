@@ -168,6 +168,8 @@ class Worker:
 
     `retry_backoff=(min, max)` (seconds): a message whose handler raised waits min * 2^(deliveries-1),
     at most max, before its next delivery, on a topic that sets no retryBackoffMillis of its own.
+    `retry_delay(message)`: seconds a message waits after a failure that set no delay of its own
+    (a handler_timeout too), or None for retry_backoff's (App.worker passes its tasks' retry_backoff).
     `handler_timeout` (seconds): a handler running longer is treated as failed and its message
     given back (an async handler is cancelled; a thread cannot be: it runs on, another thread taking
     its place among the handlers, and what it returns is ignored). `max_messages`: drain and return after handling that
@@ -178,7 +180,8 @@ class Worker:
                  concurrency: int = 8, batch: int | None = None, ack_timeout_ms: int | None = None,
                  wait_ms: int = 5_000, retry_backoff: tuple[float, float] | None = None,
                  handler_timeout: float | None = None, max_messages: int | None = None,
-                 middleware: Sequence[Middleware] | None = None):
+                 middleware: Sequence[Middleware] | None = None,
+                 retry_delay: Callable[[Message], float | None] | None = None):
         self.is_async = isinstance(client, AsyncClient)
         if self.is_async != inspect.iscoroutinefunction(handler):
             raise TypeError("an AsyncClient needs an async handler (async def), a Client a plain function")
@@ -203,6 +206,7 @@ class Worker:
         self.ack_timeout_ms = ack_timeout_ms
         self.wait_ms = wait_ms
         self.retry_backoff = retry_backoff
+        self.retry_delay = retry_delay
         self.handler_timeout = handler_timeout
         self.max_messages = max_messages
         self.middleware = client.middleware if middleware is None else Chain(middleware)
@@ -279,7 +283,11 @@ class Worker:
         return Outcome(NACK, self._backoff_ms(message), error_reason(error))
 
     def _backoff_ms(self, message: Message) -> int | None:
-        """The worker's retry backoff for this delivery; None where the topic's own applies."""
+        """The message's retry delay, else the worker's retry backoff, for this delivery; None where
+        the topic's own applies."""
+        delay = None if self.retry_delay is None else self.retry_delay(message)
+        if delay is not None:
+            return round(delay * 1000)
         if self.retry_backoff is None or self._own_backoff.get(message.topic, False):
             return None
         low, high = self.retry_backoff
