@@ -619,3 +619,27 @@ def test_a_task_given_up_at_the_handler_timeout_waits_its_own_retry_backoff(serv
         worker.stop()
         runner.join(timeout=30)
     assert client.get("slow", sent.msg_id).trigger_time - server.clock.now_ms() == 30_000
+
+
+def test_an_async_worker_returns_from_run_while_a_plain_task_past_its_timeout_runs_on(server, client):
+    # run()'s asyncio.run waited for asyncio.to_thread's thread at the loop's end: a drain never ended.
+    from delayqueue_client import App
+    release = threading.Event()
+    app = App(client, async_client=server.async_client())
+
+    @app.task(name="hangs", topic="slow", retry_backoff=60)
+    def hangs() -> None:
+        release.wait(30)
+
+    sent = hangs.send()
+    worker = app.worker("slow", asynchronous=True, handler_timeout=0.2, wait_ms=50)
+    runner = threading.Thread(target=worker.run, kwargs={"install_signal_handlers": False}, daemon=True)
+    runner.start()
+    try:
+        wait_for(lambda: client.get("slow", sent.msg_id).status == WAITING, what="the timed-out message nacked")
+        worker.stop()
+        runner.join(timeout=10)
+        assert not runner.is_alive(), "run() waited for the abandoned thread"
+        assert worker.abandoned_handlers
+    finally:
+        release.set()

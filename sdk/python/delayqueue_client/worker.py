@@ -19,6 +19,7 @@ import sys
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from types import FrameType
 from typing import Any, NamedTuple
@@ -80,6 +81,31 @@ class _Held:
     touch_at: float  # time.monotonic() at which to move its ack deadline again
     started_at: float | None = None  # when its handler started
     decided: bool = False  # its outcome is decided (handler returned, timed out, or given back): no touches
+
+
+class _UnwaitedExecutor(ThreadPoolExecutor):
+    """run()'s event loop's default executor, asyncio.to_thread's (an App runs plain tasks there). A
+    thread past handler_timeout runs on: the loop's end does not wait for it, and `busy` counts
+    those still running, for abandoned_handlers."""
+
+    def __init__(self) -> None:
+        super().__init__(thread_name_prefix="dq-to-thread")
+        self.busy = 0
+        self._busy_lock = threading.Lock()
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> "Future[Any]":
+        with self._busy_lock:
+            self.busy += 1
+        future = super().submit(fn, *args, **kwargs)
+        future.add_done_callback(self._done)
+        return future
+
+    def _done(self, future: "Future[Any]") -> None:
+        with self._busy_lock:
+            self.busy -= 1
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        super().shutdown(wait=False, cancel_futures=cancel_futures)
 
 
 class _HandlerThreads:
@@ -223,6 +249,7 @@ class Worker:
         self._reserved = 0  # room taken by pulls under way
         self._taken = 0  # messages pulled so far (max_messages)
         self._room_changed: asyncio.Event | None = None  # run_async's wake for its polls (threads: _room)
+        self._executor: _UnwaitedExecutor | None = None  # run()'s loop's, for an async worker
         self._lock = threading.Lock()
         # Waits for room take _room; the rest take _lock itself (its lock: notifying needs no more),
         # which costs a handler less than the condition's Python-level enter and exit.
@@ -242,9 +269,10 @@ class Worker:
     @property
     def abandoned_handlers(self) -> bool:
         """After run(): whether handler threads it no longer waits for may still run (stopped hard,
-        or a thread handler past handler_timeout that has not returned): a process may want
+        or a handler past handler_timeout whose thread has not returned): a process may want
         os._exit rather than wait for them."""
-        return self._stop_level >= HARD or self._unhandled > 0
+        to_thread_busy = self._executor is not None and self._executor.busy > 0
+        return self._stop_level >= HARD or self._unhandled > 0 or to_thread_busy
 
     def stop(self) -> None:
         """The first call drains: stop pulling; run() returns once every message in hand is handled
@@ -574,7 +602,12 @@ class Worker:
         install_signal_handlers), SIGTERM and SIGINT stop it (the first drains, the second stops
         hard); the previous handlers come back after."""
         if self.is_async:
-            return asyncio.run(self.run_async(burst, install_signal_handlers=install_signal_handlers))
+            self._executor = executor = _UnwaitedExecutor()
+
+            async def in_own_loop() -> None:
+                asyncio.get_running_loop().set_default_executor(executor)
+                await self.run_async(burst, install_signal_handlers=install_signal_handlers)
+            return asyncio.run(in_own_loop())
         previous: dict[signal.Signals, Any] = {}
         if install_signal_handlers and threading.current_thread() is threading.main_thread():
             previous = {sig: signal.signal(sig, self._on_signal) for sig in SIGNALS}
