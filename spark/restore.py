@@ -17,6 +17,7 @@ import json
 import os
 import sys
 from collections.abc import Iterable
+from contextlib import contextmanager, suppress
 
 import psycopg
 
@@ -26,6 +27,7 @@ from delayqueue.live.keys import namespace_keys
 from delayqueue.messagelog import sql, tables
 from delayqueue.messagelog.connection import first_line
 from delayqueue.runtime import Runtime
+from delayqueue.services.caps import restore_running
 from delayqueue.services.restore import (RestoreCounts, answers_loss_report, count_and_leave_cold, nothing_matches,
                                          restore_rows, restore_topic_settings)
 from delayqueue.stores.topic_settings import TopicSettings, placed, settings_table
@@ -146,7 +148,30 @@ def preflight(args) -> None:
     common.check_redis(args.redis_url)
 
 
+@contextmanager
+def restore_turn(dsn: str, namespace: str):
+    """The namespace's restore lock, held on the driver for the job, as every other restore takes
+    it (services/caps.restore_turn): JobError while another restore of the namespace runs."""
+    try:
+        conn = psycopg.connect(dsn, connect_timeout=10, autocommit=True)
+    except psycopg.Error as exc:
+        raise JobError(f"cannot query PostgreSQL: {first_line(exc)}") from None
+    with conn:
+        if not conn.execute(sql.RESTORE_LOCK, [namespace]).fetchone()[0]:
+            raise JobError(restore_running(namespace))
+        try:
+            yield
+        finally:
+            with suppress(psycopg.Error):  # a broken connection's session ends, and the lock with it
+                conn.execute(sql.RESTORE_UNLOCK, [namespace])
+
+
 def run(spark, args) -> tuple[int, int, int]:
+    with restore_turn(args.database_url, args.namespace):
+        return restore_in_turn(spark, args)
+
+
+def restore_in_turn(spark, args) -> tuple[int, int, int]:
     config = queue_config(args)
     # The rows manage.py restore would consider (namespace, --topic, --msg-id), counted per topic
     # in one scan: candidates, and the rest (skipped as ended or expired).

@@ -136,17 +136,20 @@ async def _release_hold(rt: Runtime, key: str, hold_id: str) -> None:
 RESTORE_RETRY_AFTER_MILLIS = 5_000
 
 
+def restore_running(namespace: str) -> str:
+    return f"a restore of namespace {namespace} is running: one restore per namespace at a time"
+
+
 @asynccontextmanager
 async def restore_turn(rt: Runtime):
     """Holds the namespace's restore lock (a PostgreSQL session advisory lock: released when the
     block ends, or when its process or connection dies) for the block; Throttled (429) while
     another restore of the namespace holds it, whichever process runs it (the API, the admin,
-    `manage.py restore`). Raises LogUnavailable."""
+    `manage.py restore`; spark.restore takes it alike). Raises LogUnavailable."""
     async with await connect(rt.config.log_timeout_millis, rt.log_database) as conn:
         got = (await (await conn.execute(sql.RESTORE_LOCK, [rt.ns.namespace])).fetchone())[0]
         if not got:
-            raise Throttled(f"a restore of namespace {rt.ns.namespace} is running: one restore per namespace at a "
-                            "time", RESTORE_RETRY_AFTER_MILLIS, limit="restore", topic="")
+            raise Throttled(restore_running(rt.ns.namespace), RESTORE_RETRY_AFTER_MILLIS, limit="restore", topic="")
         try:
             yield
         finally:

@@ -2,12 +2,14 @@
 import io
 import time
 
+import psycopg
 import pytest
 from django.core.management import CommandError, call_command
 
 from delayqueue.config.redis_urls import is_cluster_url
 from delayqueue.core.messages import Message
 from delayqueue.live.keys import namespace_keys, topic_keys
+from delayqueue.messagelog import sql
 from delayqueue.models import TopicConfig
 from delayqueue.stores.topic_settings import MIRROR_FIELDS
 from delayqueue.workers.log_writer import Event
@@ -211,3 +213,19 @@ def test_spark_restore_of_what_the_log_lacks_fails_as_manage_py_restore(spark, c
         spark_restore(spark, REDIS_URL, *options, capsys=capsys)
     assert str(by_spark.value) == str(by_command.value)
     assert str(by_spark.value).startswith("no message in the message log matches --topic ")
+
+
+def test_spark_restore_waits_its_turn_as_manage_py_restore(spark, capsys):
+    """One restore of a namespace at a time, whichever runs it: two at once would each restore what
+    the other's pages had not reached, and clear the loss report while the other still writes."""
+    build_log()
+    with psycopg.connect(log_database_url(), autocommit=True) as other:
+        assert other.execute(sql.RESTORE_LOCK, ["default"]).fetchone()[0]  # a restore of the namespace runs
+        with pytest.raises(CommandError) as by_command:
+            manage_restore()
+        with pytest.raises(common.JobError) as by_spark:
+            spark_restore(spark, REDIS_URL, capsys=capsys)
+    assert str(by_spark.value) == "a restore of namespace default is running: one restore per namespace at a time"
+    assert str(by_command.value).startswith(str(by_spark.value))  # and when to try again
+    reset(REDIS_URL)
+    assert spark_restore(spark, REDIS_URL, capsys=capsys).startswith("restored ")  # its turn came
