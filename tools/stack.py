@@ -10,6 +10,7 @@ and Redis should not: as root both run as the system user `delayqueue` (created 
 runs (command_test); tests/environment.py gives each worker its own.
 """
 import argparse
+import ctypes
 import hashlib
 import json
 import os
@@ -249,10 +250,13 @@ def wait_for_port(port: int, proc: subprocess.Popen, what: str, log: Path, timeo
 class Services:
     """Starts and stops the local servers; stops what it started, in reverse order. Each server
     needs a password: `redis_password` / `pg_password`, fresh unless given (./dev run keeps its
-    own). As root, the servers run as SYSTEM_USER."""
+    own). As root, the servers run as SYSTEM_USER. `tied`: each server gets its stop signal when
+    the thread that started it ends (ends_with_its_parent), which ./dev test's pool threads do at once."""
 
-    def __init__(self, base: Path, durable: bool, redis_password: str | None = None, pg_password: str | None = None):
+    def __init__(self, base: Path, durable: bool, redis_password: str | None = None, pg_password: str | None = None,
+                 tied: bool = False):
         self.base = base
+        self.tied = tied
         self.durable = durable
         self.redis_password = redis_password or new_password()
         self.pg_password = pg_password or new_password()
@@ -284,6 +288,7 @@ class Services:
                              f"(set the URL of the server you have, or pick another port: see README)")
         log = open(self.base / f"{what}.log", "ab")
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                preexec_fn=ends_with_its_parent(stop_signal) if self.tied else None,
                                 **self.as_owner, **kwargs)
         self.procs.append((what, proc, stop_signal))
         return proc
@@ -444,6 +449,26 @@ def stop_restarted_postgres(data: Path) -> None:
         time.sleep(0.05)
 
 
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def ends_with_its_parent(sig: int):
+    """A preexec_fn giving the child `sig` when the thread that started it ends (Linux's
+    parent-death signal): a ./dev run killed with SIGKILL, which it cannot catch, leaves no server
+    or scanner behind. None where there is no prctl."""
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+
+    def set_parent_death_signal() -> None:
+        prctl(PR_SET_PDEATHSIG, sig)
+        if os.getppid() != parent:  # the parent ended before the signal was set
+            os.kill(os.getpid(), sig)
+    return set_parent_death_signal
+
+
 def terminate(procs: list[subprocess.Popen], sig: int = signal.SIGTERM, timeout: float = 15) -> None:
     """Signals every process, then waits for each, killing any that outlives the timeout."""
     for proc in procs:
@@ -515,11 +540,12 @@ def local_ports() -> tuple[int, int]:
 def local_services() -> Services:
     """The servers of ./dev run, with the passwords kept in RUN_DIR (0600) so restarts reuse them."""
     return Services(RUN_DIR, durable=True, redis_password=stored_secret(RUN_DIR / "redis.password"),
-                    pg_password=stored_secret(RUN_DIR / "postgres.password"))
+                    pg_password=stored_secret(RUN_DIR / "postgres.password"), tied=True)
 
 
 def start_scanner(env: dict) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "manage.py", "run_scanners"], cwd=ROOT, env=env, start_new_session=True)
+    return subprocess.Popen([sys.executable, "manage.py", "run_scanners"], cwd=ROOT, env=env, start_new_session=True,
+                            preexec_fn=ends_with_its_parent(signal.SIGTERM))
 
 
 def command_run(_args) -> int:
@@ -571,7 +597,7 @@ def command_run(_args) -> int:
             [sys.executable, "-m", "uvicorn", "project.asgi:application", "--host", host,
              "--port", str(http_port), "--lifespan", "off", "--no-access-log", "--workers", str(workers),
              "--http", HTTP_PROTOCOL],
-            cwd=ROOT, env=env, start_new_session=True,
+            cwd=ROOT, env=env, start_new_session=True, preexec_fn=ends_with_its_parent(signal.SIGTERM),
         )
         scanner, scanner_started = start_scanner(env), time.monotonic()
         backoff, restart_at = SCANNER_BACKOFF_SECONDS[0], 0.0

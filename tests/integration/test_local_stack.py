@@ -2,6 +2,7 @@
 root), a Redis Sentinel URL works end to end, and `./dev run` keeps serving when its scanner
 exits. The servers are the ones `./dev test` started, reached through the URLs it handed over."""
 import asyncio
+import contextlib
 import os
 import re
 import signal
@@ -225,6 +226,64 @@ def test_dev_run_restarts_a_scanner_that_exits_and_keeps_serving(clean_state, tm
         token_path.unlink(missing_ok=True)  # the token lives in the test database, gone after the test
     assert dev.returncode == 0, output.read_text()
     assert not os.path.exists(f"/proc/{second}"), "the scanner outlived ./dev run"
+
+
+def gone(pid: int) -> bool:
+    """Ended: no such process, or a zombie its new parent has not reaped."""
+    try:
+        return open(f"/proc/{pid}/stat", "rb").read().rsplit(b")", 1)[1].split()[0] == b"Z"
+    except OSError:
+        return True
+
+
+def stop_leftovers(pids) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.process
+def test_dev_run_killed_with_sigkill_leaves_no_web_server_or_scanner_behind(clean_state, tmp_path):
+    """SIGKILL cannot be caught, so ./dev run cannot stop its children then: they must stop on their own."""
+    env = {**scanner_env(), "REDIS_URL": REDIS_URL, "PORT": str(free_port()), "WEB_CONCURRENCY": "1"}
+    output = tmp_path / "dev-run.log"
+    with open(output, "wb") as log:
+        dev = subprocess.Popen([sys.executable, "-m", "tools.stack", "run"], cwd=ROOT, env=env, stdout=log,
+                               stderr=subprocess.STDOUT)
+    try:
+        wait_for(lambda: "delayqueue is serving" in output.read_text(), 60, "the serving line")
+        started = {pid: cmd for pid, cmd in children(dev.pid)}
+        assert any("run_scanners" in cmd for cmd in started.values()) and any(
+            "uvicorn" in cmd for cmd in started.values()), started
+    finally:
+        dev.kill()
+        dev.wait(30)
+    try:
+        wait_for(lambda: all(gone(pid) for pid in started), 30, f"{started} to end after ./dev run was killed")
+    finally:
+        stop_leftovers(started)
+
+
+@pytest.mark.process
+def test_local_servers_end_when_the_process_that_started_them_is_killed(server_dir):
+    """./dev run's Redis and PostgreSQL (tied servers) stop on their own when it is killed with SIGKILL."""
+    starter = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time; from pathlib import Path; from tools.stack import Services, free_port\n"
+        f"servers = Services(Path({str(server_dir)!r}), durable=False, tied=True)\n"
+        "servers.single_redis(); servers.postgres(free_port()); print('up', flush=True); time.sleep(600)")],
+        cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    try:
+        assert "up\n" in iter(starter.stdout.readline, "")  # after its lines saying what it starts
+        started = {pid: cmd for pid, cmd in children(starter.pid)}
+        assert any("redis-server" in cmd for cmd in started.values()) and any(
+            "postgres" in cmd for cmd in started.values()), started
+    finally:
+        starter.kill()
+        starter.wait(30)
+    try:
+        wait_for(lambda: all(gone(pid) for pid in started), 30, f"{started} to end after their starter was killed")
+    finally:
+        stop_leftovers(started)
 
 
 @pytest.mark.process
