@@ -236,54 +236,45 @@ def gone(pid: int) -> bool:
         return True
 
 
-def stop_leftovers(pids) -> None:
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
+def children_end_when_killed(parent: subprocess.Popen, ready, named: tuple[str, ...]) -> None:
+    """Once ready() (called until true), the parent's children are one of each `named`; killed with
+    SIGKILL, which it cannot catch to stop them, the parent leaves none of them running."""
+    started: dict[int, str] = {}
+    try:
+        wait_for(ready, 60, "the parent to start its children")
+        started = dict(children(parent.pid))
+        assert all(any(name in cmd for cmd in started.values()) for name in named), started
+    finally:
+        parent.kill()
+        parent.wait(30)
+    try:
+        wait_for(lambda: all(gone(pid) for pid in started), 30, f"{started} to end after their parent was killed")
+    finally:
+        for pid in started:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
 
 
 @pytest.mark.process
 def test_dev_run_killed_with_sigkill_leaves_no_web_server_or_scanner_behind(clean_state, tmp_path):
-    """SIGKILL cannot be caught, so ./dev run cannot stop its children then: they must stop on their own."""
     env = {**scanner_env(), "REDIS_URL": REDIS_URL, "PORT": str(free_port()), "WEB_CONCURRENCY": "1"}
     output = tmp_path / "dev-run.log"
     with open(output, "wb") as log:
         dev = subprocess.Popen([sys.executable, "-m", "tools.stack", "run"], cwd=ROOT, env=env, stdout=log,
                                stderr=subprocess.STDOUT)
-    try:
-        wait_for(lambda: "delayqueue is serving" in output.read_text(), 60, "the serving line")
-        started = {pid: cmd for pid, cmd in children(dev.pid)}
-        assert any("run_scanners" in cmd for cmd in started.values()) and any(
-            "uvicorn" in cmd for cmd in started.values()), started
-    finally:
-        dev.kill()
-        dev.wait(30)
-    try:
-        wait_for(lambda: all(gone(pid) for pid in started), 30, f"{started} to end after ./dev run was killed")
-    finally:
-        stop_leftovers(started)
+    children_end_when_killed(dev, lambda: "delayqueue is serving" in output.read_text(), ("run_scanners", "uvicorn"))
 
 
 @pytest.mark.process
 def test_local_servers_end_when_the_process_that_started_them_is_killed(server_dir):
-    """./dev run's Redis and PostgreSQL (tied servers) stop on their own when it is killed with SIGKILL."""
+    """./dev run's Redis and PostgreSQL (tied servers)."""
     starter = subprocess.Popen([sys.executable, "-c", (
         "import sys, time; from pathlib import Path; from tools.stack import Services, free_port\n"
         f"servers = Services(Path({str(server_dir)!r}), durable=False, tied=True)\n"
         "servers.single_redis(); servers.postgres(free_port()); print('up', flush=True); time.sleep(600)")],
         cwd=ROOT, stdout=subprocess.PIPE, text=True)
-    try:
-        assert "up\n" in iter(starter.stdout.readline, "")  # after its lines saying what it starts
-        started = {pid: cmd for pid, cmd in children(starter.pid)}
-        assert any("redis-server" in cmd for cmd in started.values()) and any(
-            "postgres" in cmd for cmd in started.values()), started
-    finally:
-        starter.kill()
-        starter.wait(30)
-    try:
-        wait_for(lambda: all(gone(pid) for pid in started), 30, f"{started} to end after their starter was killed")
-    finally:
-        stop_leftovers(started)
+    # After its lines saying what it starts.
+    children_end_when_killed(starter, lambda: "up\n" in iter(starter.stdout.readline, ""), ("redis-server", "postgres"))
 
 
 @pytest.mark.process
