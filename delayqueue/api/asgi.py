@@ -33,9 +33,9 @@ from delayqueue.runtime import current
 
 # Requests that may be held open; only these watch for the client hanging up.
 HELD_PATHS = ("/longPollingMsg",)
-# A long poll refused for its token answers no sooner than this: camellia's SDK polls again at
-# once on any error, and would otherwise spin on a wrong or revoked token.
-AUTH_REFUSAL_PAUSE_SECONDS = 1.0
+# A long poll answered an error (here: refused for its token; in the view: any other) answers no
+# sooner than this: camellia's SDK polls again at once on any error, and would otherwise spin.
+LONG_POLL_ERROR_PAUSE_SECONDS = 1.0
 # /t/<token>/ is a prefix of the queue API's paths only: /t/<token>/metrics is not /metrics.
 TOKEN_PREFIXED_PATHS = "camellia/"
 UNSERVED_TOKEN_PREFIX = "/t/-/"
@@ -179,7 +179,7 @@ class EventLoopAPIHandler(BoundedASGIHandler):
             scope[GRANT_KEY] = await authenticate(rt, token, address=(scope.get("client") or ("",))[0])
         except QueueError as error:
             if isinstance(error, Refused) and scope["path"].endswith(HELD_PATHS):
-                await asyncio.sleep(AUTH_REFUSAL_PAUSE_SECONDS)
+                await asyncio.sleep(LONG_POLL_ERROR_PAUSE_SECONDS)
             return self.view_answer(scope, error)
         return None
 

@@ -1,5 +1,7 @@
 """The views' common ground: parameters parsed and validated, answers rendered, callers
 authorized, errors worded."""
+import asyncio
+
 import orjson
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig, TooManyFieldsSent, TooManyFilesSent
@@ -10,6 +12,7 @@ from rest_framework.permissions import AllowAny
 from rest_framework.views import APIView
 
 from delayqueue.api import health_state
+from delayqueue.api.asgi import LONG_POLL_ERROR_PAUSE_SECONDS
 from delayqueue.api.auth import authorize
 from delayqueue.api.edge import body_too_big
 from delayqueue.api.parsers import (FORM_CONTENT_TYPE, FormBodyParser, FormError, JSONBodyParser, StrictMultiPartParser,
@@ -68,6 +71,8 @@ class QueueAPIView(APIView):
     marks_use = True
     # The scope a token needs (DELAYQUEUE_AUTH=tokens); None: open to anyone.
     needs_scope: Scope | tuple[Scope, ...] | None = None  # a tuple: any one of them
+    # A long poll: an error (bad parameter, scope, cap, store down) answers after a pause.
+    held = False
 
     # Parsers and the negotiator keep no per-request state: build them once, not per request.
     _parsers = None
@@ -107,6 +112,8 @@ class QueueAPIView(APIView):
                 health_state.mark_use(root)  # host-wide
             return await self.handle()
         except Exception as exc:
+            if self.held:
+                await asyncio.sleep(LONG_POLL_ERROR_PAUSE_SECONDS)
             return self.handle_exception(exc)
 
     async def authorize_caller(self, root, request) -> None:
