@@ -12,9 +12,8 @@ from rest_framework.permissions import AllowAny
 from rest_framework.views import APIView
 
 from delayqueue.api import health_state
-from delayqueue.api.asgi import LONG_POLL_ERROR_PAUSE_SECONDS
 from delayqueue.api.auth import authorize
-from delayqueue.api.edge import body_too_big
+from delayqueue.api.edge import HELD_PATHS, LONG_POLL_ERROR_PAUSE_SECONDS, body_too_big
 from delayqueue.api.parsers import (FORM_CONTENT_TYPE, FormBodyParser, FormError, JSONBodyParser, StrictMultiPartParser,
                                     parse_fields, parse_form)
 from delayqueue.api.validation import FastValidation, first_error
@@ -71,8 +70,6 @@ class QueueAPIView(APIView):
     marks_use = True
     # The scope a token needs (DELAYQUEUE_AUTH=tokens); None: open to anyone.
     needs_scope: Scope | tuple[Scope, ...] | None = None  # a tuple: any one of them
-    # A long poll: an error (bad parameter, scope, cap, store down) answers after a pause.
-    held = False
 
     # Parsers and the negotiator keep no per-request state: build them once, not per request.
     _parsers = None
@@ -112,7 +109,7 @@ class QueueAPIView(APIView):
                 health_state.mark_use(root)  # host-wide
             return await self.handle()
         except Exception as exc:
-            if self.held:
+            if request.path_info.endswith(HELD_PATHS):  # a long poll (bad parameter, scope, cap, store down)
                 await asyncio.sleep(LONG_POLL_ERROR_PAUSE_SECONDS)
             return self.handle_exception(exc)
 

@@ -134,7 +134,6 @@ class PullMsgView(QueueAPIView):
     example={"topic": "orders", "batch": 10, "ackTimeoutMillis": 30000, "longPollingTimeoutMillis": 10000})
 class LongPollingMsgView(QueueAPIView):
     needs_scope = Scope.CONSUME
-    held = True
 
     async def handle(self):
         data = self.validated(LongPollingMsgSerializer)
