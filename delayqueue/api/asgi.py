@@ -31,11 +31,6 @@ from delayqueue.core.exceptions import QueueError, Refused
 from delayqueue.core.stopping import cancel_and_wait
 from delayqueue.runtime import current
 
-# Requests that may be held open; only these watch for the client hanging up.
-HELD_PATHS = ("/longPollingMsg",)
-# A long poll refused for its token answers no sooner than this: camellia's SDK polls again at
-# once on any error, and would otherwise spin on a wrong or revoked token.
-AUTH_REFUSAL_PAUSE_SECONDS = 1.0
 # /t/<token>/ is a prefix of the queue API's paths only: /t/<token>/metrics is not /metrics.
 TOKEN_PREFIXED_PATHS = "camellia/"
 UNSERVED_TOKEN_PREFIX = "/t/-/"
@@ -178,8 +173,8 @@ class EventLoopAPIHandler(BoundedASGIHandler):
         try:
             scope[GRANT_KEY] = await authenticate(rt, token, address=(scope.get("client") or ("",))[0])
         except QueueError as error:
-            if isinstance(error, Refused) and scope["path"].endswith(HELD_PATHS):
-                await asyncio.sleep(AUTH_REFUSAL_PAUSE_SECONDS)
+            if isinstance(error, Refused) and scope["path"].endswith(edge.HELD_PATHS):
+                await asyncio.sleep(edge.LONG_POLL_ERROR_PAUSE_SECONDS)
             return self.view_answer(scope, error)
         return None
 
@@ -243,7 +238,7 @@ class EventLoopAPIHandler(BoundedASGIHandler):
             if request is None:
                 await self.send_response(error_response, send)
                 return
-            if not scope["path"].endswith(HELD_PATHS):
+            if not scope["path"].endswith(edge.HELD_PATHS):
                 await self._respond(request, send)  # answered at once: no hang-up to watch for
                 return
             # A client that hangs up cancels its request (a held long poll stops holding).

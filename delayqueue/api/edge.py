@@ -6,6 +6,7 @@ checks the Host header (DNS rebinding) or refuses a request a web page made the 
 (a cross-origin text/plain or form POST needs no preflight). Non-browser clients (curl, the
 Java SDK) send neither Origin nor Sec-Fetch-Site and are unaffected.
 """
+import asyncio
 import hmac
 import ipaddress
 from functools import lru_cache, wraps
@@ -22,6 +23,11 @@ from delayqueue.api.auth import bearer_token
 from delayqueue.config.settings import ORIGIN_DEFAULT_PORTS, load_config
 from delayqueue.core.exceptions import BadRequest, Refused
 
+# Requests that may be held open; only these watch for the client hanging up.
+HELD_PATHS = ("/longPollingMsg",)
+# A long poll answered an error (refused here, for its token in api/asgi.py, any other in the view)
+# answers no sooner than this: camellia's SDK polls again at once on any error, and would spin.
+LONG_POLL_ERROR_PAUSE_SECONDS = 1.0
 # Load balancers probe these with whatever Host they know the node by: no check at all.
 OPEN_PATHS = ("/camellia/health/status", "/camellia/health/check")
 # Answered as camellia's health endpoints answer: the code is also the HTTP status.
@@ -128,6 +134,8 @@ async def guarded(request: HttpRequest, get_response) -> HttpResponse:
     try:
         cross_origin = check_browser_request(request)
     except (BadRequest, Refused) as refusal:
+        if request.path_info.endswith(HELD_PATHS):
+            await asyncio.sleep(LONG_POLL_ERROR_PAUSE_SECONDS)
         return refusal_answer(request.path_info, refusal)
     if cross_origin is None:
         return await get_response(request)

@@ -20,6 +20,9 @@ from delayqueue.core.schedules import NOT_AN_INTERVAL_SETTING
 
 # Counts and retries below 0 mean "the default"; a floor keeps them plain integers all the way to Lua.
 MIN_COUNT = -100_000
+# A sendMsg's delayMillis may be any Java long, as camellia's: its SDK sends sendMsgByTriggerTime(t)
+# as t - now, so a trigger time of 0 or long past is a large negative delay, due at once.
+JAVA_LONG_MIN = -2 ** 63
 # A triggerTime's bound: 2100-01-01, which keeps every time (plus a TTL) exact in Redis' Lua numbers
 # and in the scripts' JSON.
 MAX_TRIGGER_TIME_MILLIS = 4_102_444_800_000
@@ -137,7 +140,7 @@ class SendMsgSerializer(TopicSerializer):
                                  "message instead of a new one")
     msg = msg_field()
     delayMillis = millis("ms from now until the message can be pulled; 0 or less: at once. Required unless "
-                         "triggerTime is given", required=False, default=None)
+                         "triggerTime is given", required=False, default=None, min_value=JAVA_LONG_MIN)
     triggerTime = trigger_time("when the message can be pulled, in place of delayMillis (not both)")
     ttlMillis = millis("ms the message may wait to be consumed once due; 0 or less: the server default "
                        f"({setting_text('ttl_millis')} ms)", required=False, default=-1)

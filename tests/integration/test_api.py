@@ -104,6 +104,17 @@ async def test_empty_optional_numbers_mean_default(api, settings):
     assert sent["delayMsg"]["maxRetry"] == settings.DELAYQUEUE["MAX_RETRY"]
 
 
+async def test_a_delay_however_far_in_the_past_means_due_now(api):
+    """camellia's SDK sends sendMsgByTriggerTime(t) as delayMillis = t - now: a trigger time of 0 or
+    years ago is a large negative delay, which camellia (any Java long) makes due at once."""
+    for delay in (-1_796_000_000_000, -(2 ** 63)):
+        sent = await call(api, "sendMsg", topic="past", msg="x", delayMillis=str(delay))
+        assert sent["code"] == 200, sent
+        assert sent["delayMsg"]["status"] == 2 and sent["delayMsg"]["triggerTime"] == sent["delayMsg"]["produceTime"]
+    refused = await call(api, "sendMsg", topic="past", msg="x", delayMillis=str(-(2 ** 63) - 1))
+    assert refused["code"] == 400 and "delayMillis" in refused["msg"]
+
+
 async def test_pull_batch_and_defaults(api):
     for i in range(5):
         await call(api, "sendMsg", topic="p", msg=str(i), delayMillis="0")

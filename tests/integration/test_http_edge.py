@@ -28,9 +28,12 @@ MiB = 1_048_576
 
 
 def new_token(name: str) -> str:
+    return call_command_token(name, "produce,consume,manage,monitor")
+
+
+def call_command_token(name: str, scopes: str) -> str:
     out = io.StringIO()
-    call_command("create_token", "--namespace", "edge", "--scopes", "produce,consume,manage,monitor", "--name", name,
-                 stdout=out)
+    call_command("create_token", "--namespace", "edge", "--scopes", scopes, "--name", name, stdout=out)
     return out.getvalue().splitlines()[-1]
 
 
@@ -274,6 +277,21 @@ async def test_a_long_poll_refused_for_its_token_answers_after_a_pause(api):
         started = time.monotonic()
         refused = await api.post("/camellia/delayQueue/longPollingMsg", data={"topic": "t"}, headers=headers)
         assert refused.json()["code"] == 401
+        assert time.monotonic() - started >= 0.9  # the behaviour itself: a blind retry loop cannot spin
+
+
+@pytest.mark.usefixtures("tokens_on")
+async def test_a_long_poll_refused_for_its_scope_its_parameters_or_its_host_answers_after_a_pause(api):
+    """camellia's SDK polls again at once on any answer but code 200: a long poll answered an error
+    at once (a produce-only token: 403; a bad batch, a Host not in ALLOWED_HOSTS: 400) made it spin."""
+    producer = await sync_to_async(call_command_token)("edge-producer", "produce")
+    consumer = await sync_to_async(call_command_token)("edge-consumer", "consume")
+    for token, data, code, host in ((producer, {"topic": "t"}, 403, "127.0.0.1"),
+                                    (consumer, {"topic": "t", "batch": "x"}, 400, "127.0.0.1"),
+                                    (consumer, {"topic": "t"}, 400, "not-allowed.example")):
+        started = time.monotonic()
+        refused = await api.post(LONG_POLL, data=data, headers={"Authorization": f"Bearer {token}", "Host": host})
+        assert refused.json()["code"] == code
         assert time.monotonic() - started >= 0.9  # the behaviour itself: a blind retry loop cannot spin
 
 

@@ -280,6 +280,21 @@ async def test_health_endpoints_answer_like_camellia(api, monkeypatch):
     assert (await api.get("/camellia/health/status")).status_code == 200
 
 
+async def test_health_status_and_check_answer_every_method_a_load_balancer_checks_with(api):
+    """camellia maps them for every method; a load balancer checking with HEAD (or HAProxy's default,
+    OPTIONS) got HTTP 400 and took every host out of rotation."""
+    for method in ("HEAD", "OPTIONS", "PUT", "DELETE"):
+        for path in ("status", "check"):
+            assert (await api.request(method, f"/camellia/health/{path}")).status_code == 200, (method, path)
+    await api.post("/camellia/health/offline")
+    try:
+        for method in ("HEAD", "OPTIONS"):
+            assert (await api.request(method, "/camellia/health/status")).status_code == 500, method
+            assert (await api.request(method, "/camellia/health/check")).status_code == 200, method
+    finally:
+        await api.post("/camellia/health/online")
+
+
 async def test_health_state_is_shared_by_the_hosts_workers(api, single_rt, monkeypatch):
     """Another uvicorn worker of the host (here: this one forgetting its own state) answers alike."""
     await api.post("/camellia/health/offline")

@@ -6,7 +6,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from delayqueue.api.validation import MIN_COUNT
+from delayqueue.api.validation import JAVA_LONG_MIN, MIN_COUNT
 from delayqueue.core.constants import MAX_DELAY_MILLIS, MAX_TOPIC_BYTES
 
 API_ENDPOINTS = ["sendMsg", "sendMsgBatch", "pullMsg", "longPollingMsg", "ackMsg", "getMsg", "deleteMsg",
@@ -86,7 +86,7 @@ def test_openapi_schema_states_the_limits_validation_enforces(client, settings):
     assert (topic["minLength"], topic["maxLength"]) == (1, MAX_TOPIC_BYTES) and "bytes" in topic["description"]
     assert "pattern" not in topic and all(re.search(topic["not"]["pattern"], c) for c in "\x00\n\x1f\x7f\x85\x9f")
     assert not re.search(topic["not"]["pattern"], " /{}*?[]\\%\xa0订单")
-    assert (send["delayMillis"]["minimum"], send["delayMillis"]["maximum"]) == (-MAX_DELAY_MILLIS, MAX_DELAY_MILLIS)
+    assert (send["delayMillis"]["minimum"], send["delayMillis"]["maximum"]) == (JAVA_LONG_MIN, MAX_DELAY_MILLIS)
     assert "ms" in send["delayMillis"]["description"] and "bytes" in send["msg"]["description"]
     pull = components["PullMsgRequest"]["properties"]["batch"]
     assert pull["maximum"] == 9 and pull["minimum"] == MIN_COUNT

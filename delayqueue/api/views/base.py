@@ -1,5 +1,7 @@
 """The views' common ground: parameters parsed and validated, answers rendered, callers
 authorized, errors worded."""
+import asyncio
+
 import orjson
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig, TooManyFieldsSent, TooManyFilesSent
@@ -11,7 +13,7 @@ from rest_framework.views import APIView
 
 from delayqueue.api import health_state
 from delayqueue.api.auth import authorize
-from delayqueue.api.edge import body_too_big
+from delayqueue.api.edge import HELD_PATHS, LONG_POLL_ERROR_PAUSE_SECONDS, body_too_big
 from delayqueue.api.parsers import (FORM_CONTENT_TYPE, FormBodyParser, FormError, JSONBodyParser, StrictMultiPartParser,
                                     parse_fields, parse_form)
 from delayqueue.api.validation import FastValidation, first_error
@@ -107,6 +109,8 @@ class QueueAPIView(APIView):
                 health_state.mark_use(root)  # host-wide
             return await self.handle()
         except Exception as exc:
+            if request.path_info.endswith(HELD_PATHS):  # a long poll (bad parameter, scope, cap, store down)
+                await asyncio.sleep(LONG_POLL_ERROR_PAUSE_SECONDS)
             return self.handle_exception(exc)
 
     async def authorize_caller(self, root, request) -> None:

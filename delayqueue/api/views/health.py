@@ -1,6 +1,7 @@
 """camellia's health endpoints, for load balancers: the HTTP status is the answer."""
 import orjson
 from django.http import HttpResponse
+from django.views import View
 
 from delayqueue.api import health_state
 from delayqueue.api.auth import authorize_host
@@ -23,17 +24,24 @@ class HealthView(QueueAPIView):
         return health_reply(code)
 
 
+class LoadBalancerCheckView(HealthView):
+    """Answers every method alike, as camellia maps them: load balancers check with HEAD, or
+    (HAProxy's default) OPTIONS."""
+
+    http_method_names = View.http_method_names
+
+
 @health_endpoint("Is this host online",
                  "Answers 200 while this host reports itself online, 500 after /camellia/health/offline "
                  "(until /camellia/health/online).", failing="offline, or the check failed")
-class HealthStatusView(HealthView):
+class HealthStatusView(LoadBalancerCheckView):
     async def handle(self):
         return health_reply(200 if await health_state.is_online(self.rt) else 500)
 
 
 @health_endpoint("Is the process serving", "Answers 200 whenever the process serves requests.",
                  failing="the check failed")
-class HealthCheckView(HealthView):
+class HealthCheckView(LoadBalancerCheckView):
     async def handle(self):
         return health_reply(200)
 

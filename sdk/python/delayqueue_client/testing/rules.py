@@ -12,6 +12,7 @@ from typing import Any, Callable
 MAX_TOPIC_BYTES = 255
 MAX_MSG_ID_LENGTH = 256
 MAX_DELAY_MILLIS = 10 * 365 * 86_400_000
+JAVA_LONG_MIN = -2 ** 63  # a sendMsg's lowest delayMillis, as camellia's
 MAX_TRIGGER_TIME_MILLIS = 4_102_444_800_000  # 2100-01-01
 MAX_RETRY = 100_000
 MAX_PRIORITY = 9
@@ -155,7 +156,7 @@ ACK_FIELDS = {"ack": Field("bool", default=True), "delayMillis": millis(default=
               "deadLetter": Field("bool", default=False),
               "reason": Field("text", default="", trim=False, allow_blank=True, max_length=MAX_REASON_LENGTH)}
 SEND = {"topic": TOPIC, "msgId": Field("text", allow_blank=True, max_length=MAX_MSG_ID_LENGTH, refused=_MSG_ID_CONTROL),
-        "msg": Field("text", required=True, trim=False), "delayMillis": millis(default=None),
+        "msg": Field("text", required=True, trim=False), "delayMillis": millis(default=None, low=JAVA_LONG_MIN),
         "triggerTime": TRIGGER_TIME, "ttlMillis": millis(default=-1),
         "maxRetry": Field("int", default=-1, low=MIN_COUNT, high=MAX_RETRY),
         "priority": Field("int", default=0, low=0, high=MAX_PRIORITY)}
