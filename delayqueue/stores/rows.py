@@ -132,7 +132,8 @@ def set_limits(*, namespace: str, topic: str = NAMESPACE, produce_rate: int | No
                     if value is not None and (value or None) != getattr(limit, name)]
         if not changing:
             return limit if limit.pk is not None else None
-        if not by_operator and limit.set_by_operator:
+        # A row the admin's Limits page emptied is kept, but holds no limit of the operator's any more.
+        if not by_operator and limit.set_by_operator and any(getattr(limit, name) for name in LIMIT_FIELDS):
             raise Refused(f"the limits of topic {topic} were set by the operator: only the operator changes them", 403)
         limit.set_by_operator = by_operator
         for name in changing:

@@ -522,3 +522,19 @@ async def test_a_tenant_cannot_lift_or_change_a_topic_limit_the_operator_set(api
     assert (await tenant("setTopicConfig", topic="orders", produceRatePerSecond="7"))["code"] == 200
     row = await sync_to_async(Limit.objects.get)(namespace="shop", topic="orders")
     assert (row.produce_rate, row.set_by_operator) == (7, False)
+
+
+def test_limits_the_operator_empties_on_the_admin_page_no_longer_hold_off_the_tenant(client, clean_state):
+    """The admin's Limits page removes a row's limits by emptying its fields, which keeps the row:
+    a tenant's setTopicConfig (set_limits as the tenant) then sets its own, as after set_limits."""
+    from django.contrib.auth.models import User
+
+    client.force_login(User.objects.create_superuser("boss", password="pw"))
+    set_limits(namespace="shop", topic="orders", produce_rate=1)  # the operator's
+    row = Limit.objects.get(namespace="shop", topic="orders")
+    emptied = {"topic": "orders", "produce_rate": "", "consume_rate": "", "max_live": ""}
+    assert client.post(f"/admin/delayqueue/limit/{row.pk}/change/?_changelist_filters=namespace%3Dshop",
+                       emptied).status_code == 302
+    set_limits(namespace="shop", topic="orders", produce_rate=7, by_operator=False)
+    row = Limit.objects.get(namespace="shop", topic="orders")
+    assert (row.produce_rate, row.set_by_operator) == (7, False)
