@@ -474,7 +474,8 @@ def test_the_admin_sets_limits_and_refuses_bad_ones(client, clean_state):
     limit = Limit.objects.get(namespace="default", topic="orders")
     assert (limit.produce_rate, limit.consume_rate, limit.max_live) == (10, None, 500)
     for field, value, error in [("topic", "bad\ttopic", "topic"), ("produce_rate", "0", "greater than or equal to 1"),
-                                ("max_live", "-5", "greater than or equal to")]:
+                                ("max_live", "-5", "greater than or equal to"),
+                                ("namespace", "shop floor", "must be 1-64 of A-Z a-z 0-9 . _ -")]:
         answer = client.post(add, {**form, "topic": "other", field: value})
         assert answer.status_code == 200 and error in answer.content.decode(), field  # the form, with its error
     assert client.post(add, {**form, "topic": ""}).status_code == 302  # the whole namespace
