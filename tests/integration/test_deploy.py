@@ -2,6 +2,7 @@
 `<...>` filled in), `manage.py check --deploy` reports nothing; without them it does (so the
 check is not vacuous). Its upgrades migrate while the previous version still serves: that
 version's writes still go in."""
+import io
 import os
 import re
 import secrets
@@ -9,6 +10,7 @@ import subprocess
 import sys
 
 import pytest
+from django.core.management import call_command
 from django.db import connection, transaction
 from django.db.migrations.loader import MigrationLoader
 from django.db.migrations.operations import AddField
@@ -91,3 +93,21 @@ def test_the_previous_versions_inserts_go_in_once_the_next_versions_migrations_r
             except Exception as exc:  # noqa: BLE001 - each refusal is listed
                 refused.append(f"{key[1]} {name}: {str(exc).splitlines()[0]}")
     assert not refused, refused
+
+
+def test_the_migrations_build_the_message_logs_indexes_without_holding_its_writes(transactional_db):
+    """Each index a migration builds on the message log's tables, the largest, already in use by
+    the version still serving, is built CONCURRENTLY (either way; a unique constraint takes one so
+    built), so that an upgrade does not hold that version's sends for as long as the build takes
+    (about a second a million rows)."""
+    blocking = []
+    for key in sorted(MigrationLoader(connection).disk_migrations):
+        if key[0] != "delayqueue" or key[1].startswith("0001"):  # the tables themselves, empty
+            continue
+        for backwards in (False, True):
+            out = io.StringIO()
+            call_command("sqlmigrate", *key, backwards=backwards, stdout=out)
+            blocking += [f"{key[1]}{' backwards' if backwards else ''}: {statement}" for statement in re.findall(
+                r'CREATE (?:UNIQUE )?INDEX (?!CONCURRENTLY)[^;]* ON "delayqueue_message(?:event)?"[^;]*'
+                r'|ALTER TABLE "delayqueue_message(?:event)?" ADD CONSTRAINT "\w+" UNIQUE \([^;]*', out.getvalue())]
+    assert not blocking, "\n".join(blocking)
