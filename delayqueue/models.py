@@ -242,32 +242,38 @@ class TopicConfig(models.Model):
                                                       help_text="longest backoff wait")
     dead_letter = models.BooleanField(default=True, help_text="keep messages ended as 6 as dead letters")
     paused = models.BooleanField(default=False, help_text="pulls hand out nothing; messages still fall due")
-    push_url = models.CharField(max_length=MAX_PUSH_URL_LENGTH, blank=True, default="",
+    # The columns added after the table came have database defaults too (db_default): an upgrade
+    # migrates while the previous version serves, and its inserts name none of them.
+    push_url = models.CharField(max_length=MAX_PUSH_URL_LENGTH, blank=True, default="", db_default="",
                                 help_text="due messages are POSTed here (docs/push.md); empty: consumers pull them")
     push_concurrency = models.PositiveIntegerField(
-        default=PUSH_CONCURRENCY_DEFAULT, validators=[MinValueValidator(1), MaxValueValidator(PUSH_MAX_CONCURRENCY)],
+        default=PUSH_CONCURRENCY_DEFAULT, db_default=PUSH_CONCURRENCY_DEFAULT,
+        validators=[MinValueValidator(1), MaxValueValidator(PUSH_MAX_CONCURRENCY)],
         help_text="pushes in flight at once, across every pusher")
     push_timeout_millis = models.PositiveIntegerField(
-        default=PUSH_TIMEOUT_DEFAULT_MILLIS, validators=[MinValueValidator(1), MaxValueValidator(PUSH_MAX_TIMEOUT_MILLIS)],
+        default=PUSH_TIMEOUT_DEFAULT_MILLIS, db_default=PUSH_TIMEOUT_DEFAULT_MILLIS,
+        validators=[MinValueValidator(1), MaxValueValidator(PUSH_MAX_TIMEOUT_MILLIS)],
         help_text="an attempt not answered within this long fails")
-    push_rate = models.PositiveIntegerField("push rate", default=0, validators=[MaxValueValidator(MAX_LIMIT)],
+    push_rate = models.PositiveIntegerField("push rate", default=0, db_default=0,
+                                            validators=[MaxValueValidator(MAX_LIMIT)],
                                             help_text="most pushes started per second; 0: no limit")
     # The signing secrets: HMAC keys the pushers need in the clear. The previous one signs too
     # until push_previous_until (epoch ms), the grace period of a rotation.
-    push_secret = models.CharField(max_length=100, blank=True, default="", editable=False)
-    push_previous_secret = models.CharField(max_length=100, blank=True, default="", editable=False)
-    push_previous_until = models.BigIntegerField(default=0, editable=False)
+    push_secret = models.CharField(max_length=100, blank=True, default="", db_default="", editable=False)
+    push_previous_secret = models.CharField(max_length=100, blank=True, default="", db_default="", editable=False)
+    push_previous_until = models.BigIntegerField(default=0, db_default=0, editable=False)
     shards = models.PositiveSmallIntegerField(
-        default=1, validators=[MinValueValidator(1), MaxValueValidator(MAX_SHARDS)],
+        default=1, db_default=1, validators=[MinValueValidator(1), MaxValueValidator(MAX_SHARDS)],
         help_text="Redis key sets its messages spread over, each in a slot of its own (docs/scaling.md)")
     # Shard counts given up whose shards may still hold messages: read and scanned until the
     # scanners find them empty SHARDS_SETTLE_MILLIS after shards_changed_at (epoch ms).
-    draining_shards = ArrayField(models.PositiveSmallIntegerField(), default=list, blank=True, editable=False)
-    shards_changed_at = models.BigIntegerField(default=0, editable=False)
+    draining_shards = ArrayField(models.PositiveSmallIntegerField(), default=list, db_default=[], blank=True,
+                                 editable=False)
+    shards_changed_at = models.BigIntegerField(default=0, db_default=0, editable=False)
     # Shard count -> a Cluster slot range [low, high) per shard, chosen over the masters that owned
     # the slots when the count was taken up (live/shards.spread); a count without one uses
     # live/keys.shard_tag's equal runs.
-    shard_placement = models.JSONField(default=dict, blank=True, editable=False)
+    shard_placement = models.JSONField(default=dict, db_default={}, blank=True, editable=False)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:

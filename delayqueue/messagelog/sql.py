@@ -722,7 +722,8 @@ EXPLAIN_JSON = "EXPLAIN (FORMAT JSON) "
 # --- Operator settings every process holds (stores/refreshed.py): a namespace's limits, topic
 # settings and push topics, read in full at first and now and then, and twice a second only the
 # rows changed since the last read. Each row carries the id of the transaction that last wrote it
-# (changed_xid, set by a trigger), and a deleted row leaves one in SETTINGS_DELETION (kept a day).
+# (changed_xid, set by a trigger), and a deleted row (or one moved to another topic) leaves one in
+# SETTINGS_DELETION (kept a day).
 # A read asks first for its snapshot's xmin: every transaction below it had committed, so the next
 # read asks for the rows written at or above it, and misses no commit however late it comes.
 
@@ -751,6 +752,12 @@ SETTINGS_CHANGES_UNDONE = [statement for table in SETTINGS_TABLES for statement 
     f"ALTER TABLE {table} DROP COLUMN changed_xid",
 )] + ["DROP FUNCTION delayqueue_settings_written()", "DROP FUNCTION delayqueue_settings_deleted()",
       f"DROP TABLE {tables.SETTINGS_DELETION}"]
+# A row given another namespace or topic (the admin's Limits change page edits the topic) leaves a
+# mark for the one it had, as a deletion does: without it the old topic's row stays in force.
+SETTINGS_MOVES = [f"CREATE TRIGGER {table}_moved AFTER UPDATE OF namespace, topic ON {table} FOR EACH ROW"
+                  " WHEN (OLD.namespace IS DISTINCT FROM NEW.namespace OR OLD.topic IS DISTINCT FROM NEW.topic)"
+                  " EXECUTE FUNCTION delayqueue_settings_deleted()" for table in SETTINGS_TABLES]
+SETTINGS_MOVES_UNDONE = [f"DROP TRIGGER {table}_moved ON {table}" for table in SETTINGS_TABLES]
 
 
 def settings_reads(table: str, columns: tuple[str, ...]) -> tuple[str, str]:

@@ -132,7 +132,8 @@ def set_limits(*, namespace: str, topic: str = NAMESPACE, produce_rate: int | No
                     if value is not None and (value or None) != getattr(limit, name)]
         if not changing:
             return limit if limit.pk is not None else None
-        if not by_operator and limit.set_by_operator:
+        # A row the admin's Limits page emptied is kept, but holds no limit of the operator's any more.
+        if not by_operator and limit.set_by_operator and any(getattr(limit, name) for name in LIMIT_FIELDS):
             raise Refused(f"the limits of topic {topic} were set by the operator: only the operator changes them", 403)
         limit.set_by_operator = by_operator
         for name in changing:
@@ -180,8 +181,9 @@ def save_topic_config(*, namespace: str, topic: str, changes: dict, limits: dict
     the old one signing on for `secret_grace_millis`; an empty push URL forgets both. Answers
     the new secret, shown this once, or None. BadRequest for a rotation without a push URL;
     CapReached for a new row, or more push concurrency, beyond `caps` (a change that adds neither
-    passes, so a lowered cap never blocks a pause). The worker thread's connection is closed
-    after, so a PostgreSQL restart leaves no broken one."""
+    passes, so a lowered cap never blocks a pause). A row left with every value at its default is
+    deleted (or never made): the topic has no settings of its own, and takes no place under the
+    cap. The worker thread's connection is closed after, so a PostgreSQL restart leaves no broken one."""
     database = database_of(namespace)
     try:
         with transaction.atomic(using=database):
@@ -191,11 +193,6 @@ def save_topic_config(*, namespace: str, topic: str, changes: dict, limits: dict
             configs = TopicConfig.objects.using(database)
             config = (configs.select_for_update().filter(namespace=namespace, topic=topic).first()
                       or TopicConfig(namespace=namespace, topic=topic))
-            if config.pk is None and caps.rows:
-                rows = configs.filter(namespace=namespace).count()
-                if rows >= caps.rows:
-                    raise CapReached(f"too many topic settings: namespace {namespace} has {rows} topics with their "
-                                     "own settings", setting="DELAYQUEUE_MAX_TOPIC_CONFIGS", cap=caps.rows)
             pushes_before = _push_share(config)
             defaults = TopicSettings()
             if "shards" in changes:
@@ -220,7 +217,16 @@ def save_topic_config(*, namespace: str, topic: str, changes: dict, limits: dict
                     raise CapReached(f"too many pushes at once: namespace {namespace}'s other push topics have "
                                      f"{others} in flight at most, and this one would add {_push_share(config)}",
                                      setting="DELAYQUEUE_MAX_PUSH_CONCURRENCY", cap=caps.push_concurrency)
-            config.save()
+            if not _own_settings(config):  # all back to the defaults: no row, no place under the cap
+                if config.pk is not None:
+                    config.delete()
+            else:
+                if config.pk is None and caps.rows:
+                    rows = configs.filter(namespace=namespace).count()
+                    if rows >= caps.rows:
+                        raise CapReached(f"too many topic settings: namespace {namespace} has {rows} topics with "
+                                         "their own settings", setting="DELAYQUEUE_MAX_TOPIC_CONFIGS", cap=caps.rows)
+                config.save()
             if limits:
                 set_limits(namespace=namespace, topic=topic, by_operator=by_operator, **limits)
         return secret
@@ -254,6 +260,16 @@ def _reshard(config: TopicConfig, shards: int, placement: list | None) -> None:
             config.shard_placement = {**config.shard_placement, str(shards): placement}
         config.draining_shards = sorted(({*config.draining_shards, config.shards}) - {shards})
         config.shards_changed_at = now_millis()
+
+
+# What a topic's row holds beside its identity: a row whose every one is its default says nothing.
+_SETTING_FIELDS = [field for field in TopicConfig._meta.concrete_fields
+                   if field.name not in ("id", "namespace", "topic", "updated_at")]
+
+
+def _own_settings(config: TopicConfig) -> bool:
+    """Whether the row holds any value other than its default (a topic without one has no row)."""
+    return any(getattr(config, field.name) != field.get_default() for field in _SETTING_FIELDS)
 
 
 def _push_share(config: TopicConfig) -> int:

@@ -84,6 +84,24 @@ async def test_new_topic_settings_beyond_the_cap_are_refused_and_concurrent_ones
         await rt.close()
 
 
+async def test_a_topic_whose_settings_are_all_back_to_the_defaults_counts_no_more(api, caps):
+    """Nothing deletes a topic's settings row (the admin cannot either): a topic paused and resumed,
+    or given its defaults back, has no settings of its own, and frees its place under the cap."""
+    await caps(MAX_TOPIC_CONFIGS=2)
+    shop = await token()
+    for topic in ("cfg-a", "cfg-b"):
+        assert (await ask(api, "delayQueue/pauseTopic", "post", {"topic": topic}, shop))["code"] == 200
+    assert (await ask(api, "delayQueue/resumeTopic", "post", {"topic": "cfg-a"}, shop))["code"] == 200
+    assert (await ask(api, "delayQueue/resumeTopic", "post", {"topic": "never-paused"}, shop))["code"] == 200
+    for max_retry in ("3", "-1"):  # its own, then the default again
+        change = {"topic": "cfg-c", "maxRetry": max_retry}
+        assert (await ask(api, "delayQueue/setTopicConfig", "post", change, shop))["code"] == 200
+    answer = await ask(api, "delayQueue/setTopicConfig", "post", {"topic": "cfg-d", "ttlMillis": "5000"}, shop)
+    assert answer["code"] == 200 and answer["data"]["ttlMillis"] == 5000, answer
+    assert await sync_to_async(lambda: sorted(TopicConfig.objects.values_list("topic", flat=True)))() == [
+        "cfg-b", "cfg-d"]
+
+
 async def test_push_concurrency_beyond_the_namespace_cap_is_refused(api, caps):
     await caps(MAX_PUSH_CONCURRENCY=10)
     shop = await token()

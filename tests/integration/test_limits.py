@@ -474,7 +474,8 @@ def test_the_admin_sets_limits_and_refuses_bad_ones(client, clean_state):
     limit = Limit.objects.get(namespace="default", topic="orders")
     assert (limit.produce_rate, limit.consume_rate, limit.max_live) == (10, None, 500)
     for field, value, error in [("topic", "bad\ttopic", "topic"), ("produce_rate", "0", "greater than or equal to 1"),
-                                ("max_live", "-5", "greater than or equal to")]:
+                                ("max_live", "-5", "greater than or equal to"),
+                                ("namespace", "shop floor", "must be 1-64 of A-Z a-z 0-9 . _ -")]:
         answer = client.post(add, {**form, "topic": "other", field: value})
         assert answer.status_code == 200 and error in answer.content.decode(), field  # the form, with its error
     assert client.post(add, {**form, "topic": ""}).status_code == 302  # the whole namespace
@@ -521,4 +522,20 @@ async def test_a_tenant_cannot_lift_or_change_a_topic_limit_the_operator_set(api
     await set_limits_now(namespace="shop", topic="orders", produce_rate=0)
     assert (await tenant("setTopicConfig", topic="orders", produceRatePerSecond="7"))["code"] == 200
     row = await sync_to_async(Limit.objects.get)(namespace="shop", topic="orders")
+    assert (row.produce_rate, row.set_by_operator) == (7, False)
+
+
+def test_limits_the_operator_empties_on_the_admin_page_no_longer_hold_off_the_tenant(client, clean_state):
+    """The admin's Limits page removes a row's limits by emptying its fields, which keeps the row:
+    a tenant's setTopicConfig (set_limits as the tenant) then sets its own, as after set_limits."""
+    from django.contrib.auth.models import User
+
+    client.force_login(User.objects.create_superuser("boss", password="pw"))
+    set_limits(namespace="shop", topic="orders", produce_rate=1)  # the operator's
+    row = Limit.objects.get(namespace="shop", topic="orders")
+    emptied = {"topic": "orders", "produce_rate": "", "consume_rate": "", "max_live": ""}
+    assert client.post(f"/admin/delayqueue/limit/{row.pk}/change/?_changelist_filters=namespace%3Dshop",
+                       emptied).status_code == 302
+    set_limits(namespace="shop", topic="orders", produce_rate=7, by_operator=False)
+    row = Limit.objects.get(namespace="shop", topic="orders")
     assert (row.produce_rate, row.set_by_operator) == (7, False)

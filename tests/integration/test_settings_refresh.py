@@ -11,7 +11,7 @@ from django.core.management import call_command
 
 from delayqueue.config.settings import DEFAULT_DATABASE
 from delayqueue.live.keys import namespace_keys
-from delayqueue.models import TopicConfig
+from delayqueue.models import Limit, TopicConfig
 from delayqueue.stores.limits import LimitCache, Limits
 from delayqueue.stores.rows import save_topic_config
 from delayqueue.stores.topic_settings import TopicConfigCache
@@ -115,3 +115,16 @@ async def test_a_change_committed_after_a_later_one_is_not_missed(clean_state):
         assert set(await settings.fresh()) == {"quick", "slow"}
     finally:
         await settings.close()
+
+
+async def test_a_row_moved_to_another_topic_leaves_the_old_topic(clean_state):
+    """The admin's Limits change page can give a row another topic (an UPDATE, no deletion): the
+    old topic's limits are out of force at the next refresh, not at the next whole read."""
+    limits = LimitCache(namespace_keys(NAMESPACE), DEFAULT_DATABASE)
+    try:
+        await set_limits_here("--topic", "old", "--produce-rate", "5")
+        assert await limits.fresh() == {"old": Limits(produce_rate=5)}
+        await sync_to_async(Limit.objects.filter(namespace=NAMESPACE, topic="old").update)(topic="new")
+        assert await limits.fresh() == {"new": Limits(produce_rate=5)}
+    finally:
+        await limits.close()

@@ -4,6 +4,7 @@ from django.contrib import admin
 
 from delayqueue.api.validation import TopicSerializer, first_error
 from delayqueue.config.settings import load_config
+from delayqueue.core.names import checked_namespace
 from delayqueue.models import Limit
 from delayqueue.ops.admin.namespaces import NamespacedAdmin, NamespaceFilter
 
@@ -12,6 +13,13 @@ class LimitForm(forms.ModelForm):
     class Meta:
         model = Limit
         fields = ("namespace", "topic", "produce_rate", "consume_rate", "max_live")
+
+    def clean_namespace(self):
+        # As set_limits --namespace checks it: a row under a name no namespace can have is never in force.
+        try:
+            return checked_namespace(self.cleaned_data["namespace"])
+        except ValueError as exc:
+            raise forms.ValidationError(str(exc)) from None
 
     def clean_topic(self):
         topic = self.cleaned_data["topic"]
