@@ -47,7 +47,8 @@ async def pull_many(rt: Runtime, *, pulls: list[Pull]) -> list[scripts.PullReply
 
     Under a namespace consume rate the pulls first share what the namespace's bucket holds, in
     order, and what they do not hand out goes back; a pull left without a token is not run, and
-    answers the namespace's refusal (Throttled, counted)."""
+    answers the namespace's refusal (Throttled, counted). A topic the settings say is paused is
+    held as one Redis' mirror says is (pull.lua), so the pause holds while Redis has lost the mirror."""
     table = await rt.limits.table()
     namespace = table.get(NAMESPACE) if table else None
     batches = [pull.batch for pull in pulls]
@@ -59,17 +60,19 @@ async def pull_many(rt: Runtime, *, pulls: list[Pull]) -> list[scripts.PullReply
             granted -= batches[i]
     settings = await rt.topic_configs.table()
     counts = [settings.get(pull.topic, DEFAULT_SETTINGS).shard_counts for pull in pulls]
+    paused = [settings.get(pull.topic, DEFAULT_SETTINGS).paused for pull in pulls]
     going = [i for i, batch in enumerate(batches) if batch > 0]
     sharded = [i for i in going if counts[i] != (1,)]
     unsharded = [i for i in going if counts[i] == (1,)]
     calls = [scripts.pull(rt.context, pulls[i].topic, batch=batches[i], ack_timeout_millis=pulls[i].ack_timeout_millis,
-                          consume_rate=pulls[i].consume_rate, max_inflight=pulls[i].max_inflight) for i in unsharded]
+                          consume_rate=pulls[i].consume_rate, max_inflight=pulls[i].max_inflight, paused=paused[i])
+             for i in unsharded]
     try:
         # A single pull shares its round trip with the loop's other calls.
         replies = ([await rt.scripts.call(calls[0])] if len(calls) == 1 else await rt.scripts.run(calls)) if calls else []
     except RedisError as exc:
         replies = [exc] * len(calls)
-    replies += [await _pull_shards(rt, pulls[i]._replace(batch=batches[i]), counts[i]) for i in sharded]
+    replies += [await _pull_shards(rt, pulls[i]._replace(batch=batches[i]), counts[i], paused[i]) for i in sharded]
     if refusal is None and len(going) < len(pulls):  # the pulls before it took every token there was
         refusal = admission.rate_refusal(rt, kind=Bucket.CONSUME, topic=NAMESPACE, rate=namespace.consume_rate,
                                          retry_after_millis=max(1, -(-1000 // namespace.consume_rate)))
@@ -83,7 +86,8 @@ async def pull_many(rt: Runtime, *, pulls: list[Pull]) -> list[scripts.PullReply
     return results
 
 
-async def _pull_shards(rt: Runtime, pull: Pull, counts: tuple[int, ...]) -> scripts.PullReply | Exception:
+async def _pull_shards(rt: Runtime, pull: Pull, counts: tuple[int, ...],
+                       paused: bool) -> scripts.PullReply | Exception:
     """A pull of a sharded topic, from its shards (those of every count it may hold messages in):
     first one shard for the whole batch, drawn at random (so each is as likely to be first as any
     other, and none starves) unless the pull names one (`first_shard`: a long poll woken by a
@@ -93,7 +97,8 @@ async def _pull_shards(rt: Runtime, pull: Pull, counts: tuple[int, ...]) -> scri
     batch. A pull that names its shard and gets messages there answers with them at once: the
     other shards' ready messages woke polls of their own.
     The topic's consume rate is its own shard's bucket's, taken up front and given back unused.
-    Highest priority first and oldest first hold within each shard, not across them."""
+    Highest priority first and oldest first hold within each shard, not across them. `paused`: the
+    settings say so (pull_many)."""
     batch = pull.batch
     if pull.consume_rate:
         try:
@@ -128,7 +133,8 @@ async def _pull_shards(rt: Runtime, pull: Pull, counts: tuple[int, ...]) -> scri
         try:
             replies = await rt.scripts.run([scripts.pull(rt.context, shard, batch=n, consume_rate=0,
                                                          ack_timeout_millis=pull.ack_timeout_millis,
-                                                         max_inflight=max_inflight[shard]) for shard, n in asks])
+                                                         max_inflight=max_inflight[shard], paused=paused)
+                                            for shard, n in asks])
         except RedisError as exc:
             replies = [exc] * len(asks)
         for (shard, n), reply in zip(asks, replies):
