@@ -14,7 +14,7 @@ from delayqueue.core.exceptions import NotFound, Throttled
 from delayqueue.live import scripts
 from delayqueue.live.keys import Meta, Shard, position
 from delayqueue.core.messages import Message
-from delayqueue.services.consume import ack_messages, pull_messages
+from delayqueue.services.consume import ack_messages, nack_message, pull_messages
 from delayqueue.services.messages import delete_message, get_message, reschedule_message
 from delayqueue.services.restore import restore
 from delayqueue.services.send import SendRequest, prepared, send_message, send_messages
@@ -800,6 +800,22 @@ async def test_a_restore_after_redis_lost_everything_rebuilds_the_hot_window_onl
     finally:
         await loader.close()
 
+
+async def test_a_cold_message_whose_ttl_ends_during_its_wait_is_run_now_within_its_ttl(cold_rt):
+    """A nack's delay past its TTL, left cold by a restore: the log's row, rescheduled first, kept its
+    expireTime (RESCHEDULE_COLD moved it back with the triggerTime, into the past: ended at once)."""
+    rt = cold_rt
+    sent = await send(rt, msg="n", ttl_millis=60_000)
+    await pull_messages(rt, topic="t")
+    await nack_message(rt, topic="t", msg_id=sent.msg_id, delay_millis=600_000)
+    await drain_log(rt, ["t"])
+    await rt.redis.flushall()
+    assert (await restore(rt)).left_cold == 1
+    now = await reschedule_message(rt, topic="t", msg_id=sent.msg_id, delay_millis=0)
+    assert now.status == Status.READY and now.expire_time == sent.expire_time
+    [again], _ = await pull_messages(rt, topic="t")
+    assert (again.msg_id, again.retry) == (sent.msg_id, 2)
+    assert (await logged("t", sent.msg_id))["expireTime"] == sent.expire_time
 
 @pytest.mark.fault
 async def test_a_topic_whose_messages_a_restore_all_leaves_cold_is_registered_and_they_fire(cold_rt, start_scanner):
