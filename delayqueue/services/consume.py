@@ -9,6 +9,7 @@ from typing import NamedTuple
 from redis.exceptions import RedisError
 
 from delayqueue.core.clock import wait_seconds
+from delayqueue.core.constants import Status
 from delayqueue.core.exceptions import Conflict, NotFound, Throttled, redis_unavailable
 from delayqueue.core.messages import Message
 from delayqueue.live import scripts
@@ -16,7 +17,7 @@ from delayqueue.live.keys import Bucket, Shard
 from delayqueue.live.shards import bound_share, topic_shards
 from delayqueue.runtime import Runtime
 from delayqueue.services import admission
-from delayqueue.services.messages import holding_shards, on_its_shard
+from delayqueue.services.messages import cold_after, holding_shards, on_its_shard
 from delayqueue.stores import refreshed
 from delayqueue.stores.limits import NAMESPACE
 from delayqueue.stores.topic_settings import DEFAULT as DEFAULT_SETTINGS
@@ -316,13 +317,18 @@ async def ack_messages(rt: Runtime, *, topic: str, msg_ids: list[str], ack: bool
 
 async def touch_message(rt: Runtime, *, topic: str, msg_id: str, ack_timeout_millis: int) -> int:
     """A consuming message's ack deadline becomes Redis' now + ack_timeout_millis; answers it
-    (epoch ms). Raises NotFound when unknown, Conflict when it is not consuming."""
-    reply = await on_its_shard(rt, topic=topic, msg_id=msg_id,
-                               call=lambda shard: scripts.touch(rt.context, shard, msg_id=msg_id,
-                                                                ack_timeout_millis=ack_timeout_millis))
+    (epoch ms). Raises NotFound when unknown, Conflict when it is not consuming (a cold one too)."""
+    [shard] = await holding_shards(rt, topic=topic, msg_ids=[msg_id])
+    reply = await rt.scripts.call(scripts.touch(rt.context, shard, msg_id=msg_id,
+                                                ack_timeout_millis=ack_timeout_millis))
     if reply.touched:
         return reply.ack_deadline
-    if reply.status == 0:
+    status = reply.status
+    # Not in Redis, it may be cold: waiting in the message log only, which getMsg answers.
+    if status == 0 and rt.config.cold_tier and (after := await cold_after(rt, shard)) is not None \
+            and await rt.log.cold_message(topic, msg_id, after) is not None:
+        status = Status.WAITING
+    if status == 0:
         raise NotFound(f"message {msg_id} not found in topic {topic}")
-    raise Conflict(f"message {msg_id} is not being consumed (status {reply.status}): only a consuming message "
+    raise Conflict(f"message {msg_id} is not being consumed (status {status}): only a consuming message "
                    f"can be touched")

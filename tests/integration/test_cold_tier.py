@@ -10,11 +10,11 @@ import pytest
 from delayqueue.api import wire
 from delayqueue.core.clock import now_millis
 from delayqueue.core.constants import COLD_HOUR_MILLIS, MAX_DELAY_MILLIS, Status
-from delayqueue.core.exceptions import NotFound, Throttled
+from delayqueue.core.exceptions import Conflict, NotFound, Throttled
 from delayqueue.live import scripts
 from delayqueue.live.keys import Meta, Shard, position
 from delayqueue.core.messages import Message
-from delayqueue.services.consume import ack_messages, nack_message, pull_messages
+from delayqueue.services.consume import ack_messages, nack_message, pull_messages, touch_message
 from delayqueue.services.messages import delete_message, get_message, reschedule_message
 from delayqueue.services.restore import restore
 from delayqueue.services.send import SendRequest, prepared, send_message, send_messages
@@ -585,6 +585,22 @@ async def test_a_message_unknown_to_both_tiers_is_not_found_for_reschedule(cold_
     rt = cold_rt
     with pytest.raises(NotFound, match="not found"):
         await reschedule_message(rt, topic="t", msg_id="nobody", delay_millis=10)
+
+
+async def test_a_touch_of_a_cold_message_is_a_conflict_as_of_a_hot_waiting_one(cold_rt):
+    """touchMsg answers 409 for a message not consuming and 404 for an unknown one: a cold message,
+    which getMsg answers, was answered unknown (Redis does not hold it)."""
+    rt = cold_rt
+    loader = await started(rt)
+    try:
+        await raise_window_to(rt, "t", now_millis() + 30_000)
+        far = await send(rt, msg="far", delay=60_000)
+        with pytest.raises(Conflict, match="status 1"):
+            await touch_message(rt, topic="t", msg_id=far.msg_id, ack_timeout_millis=1000)
+        with pytest.raises(NotFound, match="not found"):
+            await touch_message(rt, topic="t", msg_id="nobody", ack_timeout_millis=1000)
+    finally:
+        await loader.close()
 
 
 async def test_the_topic_counts_follow_cold_messages_through_every_move(cold_rt):
