@@ -315,7 +315,8 @@ WITH deleted AS (
 SELECT {_AS_MESSAGE} FROM deleted
 """
 # Gives a waiting message Redis does not hold a new trigger time, %(trigger)s ms (rescheduleMsg in
-# the cold tier): its expireTime moves as much, and a history row records it with its times.
+# the cold tier): its expireTime moves as much (one before its triggerTime stays, as in reschedule.lua), and a
+# history row records it with its times.
 # Answers the message as rescheduled, then its triggerTime before.
 RESCHEDULE_COLD = f"""
 WITH old AS (
@@ -324,7 +325,9 @@ WITH old AS (
     FOR UPDATE
 ), moved AS (
     UPDATE {tables.MESSAGE} m SET trigger_time = {from_millis("%(trigger)s::int8")},
-        expire_time = m.expire_time + ({from_millis("%(trigger)s::int8")} - m.trigger_time), updated_at = now()
+        expire_time = CASE WHEN m.expire_time < m.trigger_time THEN m.expire_time
+                           ELSE m.expire_time + ({from_millis("%(trigger)s::int8")} - m.trigger_time) END,
+        updated_at = now()
     FROM old WHERE m.id = old.id
     RETURNING m.topic, m.msg_id, m.payload, m.produce_time, m.trigger_time, m.expire_time, m.max_retry, m.retry,
               m.status, m.priority, m.updated_at, old.trigger_time AS old_trigger_time

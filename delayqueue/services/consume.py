@@ -9,6 +9,7 @@ from typing import NamedTuple
 from redis.exceptions import RedisError
 
 from delayqueue.core.clock import wait_seconds
+from delayqueue.core.constants import Status
 from delayqueue.core.exceptions import Conflict, NotFound, Throttled, redis_unavailable
 from delayqueue.core.messages import Message
 from delayqueue.live import scripts
@@ -16,7 +17,7 @@ from delayqueue.live.keys import Bucket, Shard
 from delayqueue.live.shards import bound_share, topic_shards
 from delayqueue.runtime import Runtime
 from delayqueue.services import admission
-from delayqueue.services.messages import holding_shards, on_its_shard
+from delayqueue.services.messages import cold_after, holding_shards, on_its_shard
 from delayqueue.stores import refreshed
 from delayqueue.stores.limits import NAMESPACE
 from delayqueue.stores.topic_settings import DEFAULT as DEFAULT_SETTINGS
@@ -47,7 +48,8 @@ async def pull_many(rt: Runtime, *, pulls: list[Pull]) -> list[scripts.PullReply
 
     Under a namespace consume rate the pulls first share what the namespace's bucket holds, in
     order, and what they do not hand out goes back; a pull left without a token is not run, and
-    answers the namespace's refusal (Throttled, counted)."""
+    answers the namespace's refusal (Throttled, counted). A topic the settings say is paused is
+    held as one Redis' mirror says is (pull.lua), so the pause holds while Redis has lost the mirror."""
     table = await rt.limits.table()
     namespace = table.get(NAMESPACE) if table else None
     batches = [pull.batch for pull in pulls]
@@ -59,17 +61,19 @@ async def pull_many(rt: Runtime, *, pulls: list[Pull]) -> list[scripts.PullReply
             granted -= batches[i]
     settings = await rt.topic_configs.table()
     counts = [settings.get(pull.topic, DEFAULT_SETTINGS).shard_counts for pull in pulls]
+    paused = [settings.get(pull.topic, DEFAULT_SETTINGS).paused for pull in pulls]
     going = [i for i, batch in enumerate(batches) if batch > 0]
     sharded = [i for i in going if counts[i] != (1,)]
     unsharded = [i for i in going if counts[i] == (1,)]
     calls = [scripts.pull(rt.context, pulls[i].topic, batch=batches[i], ack_timeout_millis=pulls[i].ack_timeout_millis,
-                          consume_rate=pulls[i].consume_rate, max_inflight=pulls[i].max_inflight) for i in unsharded]
+                          consume_rate=pulls[i].consume_rate, max_inflight=pulls[i].max_inflight, paused=paused[i])
+             for i in unsharded]
     try:
         # A single pull shares its round trip with the loop's other calls.
         replies = ([await rt.scripts.call(calls[0])] if len(calls) == 1 else await rt.scripts.run(calls)) if calls else []
     except RedisError as exc:
         replies = [exc] * len(calls)
-    replies += [await _pull_shards(rt, pulls[i]._replace(batch=batches[i]), counts[i]) for i in sharded]
+    replies += [await _pull_shards(rt, pulls[i]._replace(batch=batches[i]), counts[i], paused[i]) for i in sharded]
     if refusal is None and len(going) < len(pulls):  # the pulls before it took every token there was
         refusal = admission.rate_refusal(rt, kind=Bucket.CONSUME, topic=NAMESPACE, rate=namespace.consume_rate,
                                          retry_after_millis=max(1, -(-1000 // namespace.consume_rate)))
@@ -83,7 +87,8 @@ async def pull_many(rt: Runtime, *, pulls: list[Pull]) -> list[scripts.PullReply
     return results
 
 
-async def _pull_shards(rt: Runtime, pull: Pull, counts: tuple[int, ...]) -> scripts.PullReply | Exception:
+async def _pull_shards(rt: Runtime, pull: Pull, counts: tuple[int, ...],
+                       paused: bool) -> scripts.PullReply | Exception:
     """A pull of a sharded topic, from its shards (those of every count it may hold messages in):
     first one shard for the whole batch, drawn at random (so each is as likely to be first as any
     other, and none starves) unless the pull names one (`first_shard`: a long poll woken by a
@@ -93,7 +98,8 @@ async def _pull_shards(rt: Runtime, pull: Pull, counts: tuple[int, ...]) -> scri
     batch. A pull that names its shard and gets messages there answers with them at once: the
     other shards' ready messages woke polls of their own.
     The topic's consume rate is its own shard's bucket's, taken up front and given back unused.
-    Highest priority first and oldest first hold within each shard, not across them."""
+    Highest priority first and oldest first hold within each shard, not across them. `paused`: the
+    settings say so (pull_many)."""
     batch = pull.batch
     if pull.consume_rate:
         try:
@@ -128,7 +134,8 @@ async def _pull_shards(rt: Runtime, pull: Pull, counts: tuple[int, ...]) -> scri
         try:
             replies = await rt.scripts.run([scripts.pull(rt.context, shard, batch=n, consume_rate=0,
                                                          ack_timeout_millis=pull.ack_timeout_millis,
-                                                         max_inflight=max_inflight[shard]) for shard, n in asks])
+                                                         max_inflight=max_inflight[shard], paused=paused)
+                                            for shard, n in asks])
         except RedisError as exc:
             replies = [exc] * len(asks)
         for (shard, n), reply in zip(asks, replies):
@@ -310,13 +317,18 @@ async def ack_messages(rt: Runtime, *, topic: str, msg_ids: list[str], ack: bool
 
 async def touch_message(rt: Runtime, *, topic: str, msg_id: str, ack_timeout_millis: int) -> int:
     """A consuming message's ack deadline becomes Redis' now + ack_timeout_millis; answers it
-    (epoch ms). Raises NotFound when unknown, Conflict when it is not consuming."""
-    reply = await on_its_shard(rt, topic=topic, msg_id=msg_id,
-                               call=lambda shard: scripts.touch(rt.context, shard, msg_id=msg_id,
-                                                                ack_timeout_millis=ack_timeout_millis))
+    (epoch ms). Raises NotFound when unknown, Conflict when it is not consuming (a cold one too)."""
+    [shard] = await holding_shards(rt, topic=topic, msg_ids=[msg_id])
+    reply = await rt.scripts.call(scripts.touch(rt.context, shard, msg_id=msg_id,
+                                                ack_timeout_millis=ack_timeout_millis))
     if reply.touched:
         return reply.ack_deadline
-    if reply.status == 0:
+    status = reply.status
+    # Not in Redis, it may be cold: waiting in the message log only, which getMsg answers.
+    if status == 0 and rt.config.cold_tier and (after := await cold_after(rt, shard)) is not None \
+            and await rt.log.cold_message(topic, msg_id, after) is not None:
+        status = Status.WAITING
+    if status == 0:
         raise NotFound(f"message {msg_id} not found in topic {topic}")
-    raise Conflict(f"message {msg_id} is not being consumed (status {reply.status}): only a consuming message "
+    raise Conflict(f"message {msg_id} is not being consumed (status {status}): only a consuming message "
                    f"can be touched")

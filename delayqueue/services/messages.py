@@ -115,7 +115,8 @@ async def reschedule_message(rt: Runtime, *, topic: str, msg_id: str, trigger_ti
                              delay_millis: int = 0) -> Message:
     """A waiting or ready message gets a new trigger time: `trigger_time` (epoch ms), or with -1
     Redis' now + `delay_millis`; one not in the future makes it ready now. Its expireTime moves
-    with it (the TTL counts from the new trigger time). Answers the message as stored.
+    with it (the TTL counts from the new trigger time), unless it came before the triggerTime (the
+    TTL ends during a nack's delay or a backoff): then it stays. Answers the message as stored.
     Raises Conflict when it is consuming, NotFound when it is unknown or ended."""
     [shard] = await holding_shards(rt, topic=topic, msg_ids=[msg_id])
     reply = await rt.scripts.call(scripts.reschedule(rt.context, shard, msg_id=msg_id, trigger_time=trigger_time,

@@ -10,11 +10,11 @@ import pytest
 from delayqueue.api import wire
 from delayqueue.core.clock import now_millis
 from delayqueue.core.constants import COLD_HOUR_MILLIS, MAX_DELAY_MILLIS, Status
-from delayqueue.core.exceptions import NotFound, Throttled
+from delayqueue.core.exceptions import Conflict, NotFound, Throttled
 from delayqueue.live import scripts
 from delayqueue.live.keys import Meta, Shard, position
 from delayqueue.core.messages import Message
-from delayqueue.services.consume import ack_messages, pull_messages
+from delayqueue.services.consume import ack_messages, nack_message, pull_messages, touch_message
 from delayqueue.services.messages import delete_message, get_message, reschedule_message
 from delayqueue.services.restore import restore
 from delayqueue.services.send import SendRequest, prepared, send_message, send_messages
@@ -587,6 +587,22 @@ async def test_a_message_unknown_to_both_tiers_is_not_found_for_reschedule(cold_
         await reschedule_message(rt, topic="t", msg_id="nobody", delay_millis=10)
 
 
+async def test_a_touch_of_a_cold_message_is_a_conflict_as_of_a_hot_waiting_one(cold_rt):
+    """touchMsg answers 409 for a message not consuming and 404 for an unknown one: a cold message,
+    which getMsg answers, was answered unknown (Redis does not hold it)."""
+    rt = cold_rt
+    loader = await started(rt)
+    try:
+        await raise_window_to(rt, "t", now_millis() + 30_000)
+        far = await send(rt, msg="far", delay=60_000)
+        with pytest.raises(Conflict, match="status 1"):
+            await touch_message(rt, topic="t", msg_id=far.msg_id, ack_timeout_millis=1000)
+        with pytest.raises(NotFound, match="not found"):
+            await touch_message(rt, topic="t", msg_id="nobody", ack_timeout_millis=1000)
+    finally:
+        await loader.close()
+
+
 async def test_the_topic_counts_follow_cold_messages_through_every_move(cold_rt):
     rt = cold_rt
     loader = await started(rt)
@@ -800,6 +816,22 @@ async def test_a_restore_after_redis_lost_everything_rebuilds_the_hot_window_onl
     finally:
         await loader.close()
 
+
+async def test_a_cold_message_whose_ttl_ends_during_its_wait_is_run_now_within_its_ttl(cold_rt):
+    """A nack's delay past its TTL, left cold by a restore: the log's row, rescheduled first, kept its
+    expireTime (RESCHEDULE_COLD moved it back with the triggerTime, into the past: ended at once)."""
+    rt = cold_rt
+    sent = await send(rt, msg="n", ttl_millis=60_000)
+    await pull_messages(rt, topic="t")
+    await nack_message(rt, topic="t", msg_id=sent.msg_id, delay_millis=600_000)
+    await drain_log(rt, ["t"])
+    await rt.redis.flushall()
+    assert (await restore(rt)).left_cold == 1
+    now = await reschedule_message(rt, topic="t", msg_id=sent.msg_id, delay_millis=0)
+    assert now.status == Status.READY and now.expire_time == sent.expire_time
+    [again], _ = await pull_messages(rt, topic="t")
+    assert (again.msg_id, again.retry) == (sent.msg_id, 2)
+    assert (await logged("t", sent.msg_id))["expireTime"] == sent.expire_time
 
 @pytest.mark.fault
 async def test_a_topic_whose_messages_a_restore_all_leaves_cold_is_registered_and_they_fire(cold_rt, start_scanner):

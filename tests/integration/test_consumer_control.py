@@ -287,6 +287,22 @@ async def test_reschedule_to_now_or_the_past_runs_it_now(rt):
     assert (await logged("t", "w"))["triggerTime"] == m.trigger_time
 
 
+async def test_run_now_of_a_message_whose_nack_delay_passes_its_ttl_delivers_it_within_its_ttl(rt):
+    """Its TTL ends during the wait: moved back with its triggerTime, its expireTime was put in the
+    past, and the message answered ready was ended (6) by the next pull, never delivered."""
+    sent = await send(rt, "n", ttl_millis=60_000)
+    await pull(rt)
+    await nack_message(rt, topic="t", msg_id="n", delay_millis=600_000)  # it would expire while it waits
+    later = await reschedule_message(rt, topic="t", msg_id="n", delay_millis=900_000)
+    assert later.expire_time == sent.expire_time  # still ends when its TTL does
+    assert (await structures(rt, "n"))["expiry"] == sent.expire_time
+    now = await reschedule_message(rt, topic="t", msg_id="n", delay_millis=0)
+    assert now.status == Status.READY and now.expire_time == sent.expire_time
+    [again] = await pull(rt)
+    assert (again.msg_id, again.retry, again.expire_time) == ("n", 2, sent.expire_time)
+    await drain_log(rt, ["t"])
+    assert (await logged("t", "n"))["expireTime"] == sent.expire_time
+
 async def test_reschedule_a_ready_message_into_the_future_makes_it_wait(rt):
     await send(rt, "r")
     m = await reschedule_message(rt, topic="t", msg_id="r", delay_millis=60_000)

@@ -274,6 +274,20 @@ def test_run_now_change_delay_and_delete_show_the_new_live_state(admin_client):
     assert Message.objects.get(msg_id="m1").status == Status.DELETED
 
 
+def test_change_delay_holds_a_trigger_time_to_the_apis_bound(admin_client):
+    """A trigger time of 9999 went through (rescheduleMsg refuses one after 2100-01-01): its
+    expireTime, past the year 9999, made the message's page answer 500 from then on."""
+    send("orders", "m1", 600_000)
+    change, act = message_page(admin_client, "m1")
+    before = live("orders", "m1").trigger_time
+    far = page_of(admin_client.post(act, {"action": "reschedule", "trigger_time": "9999-12-31 23:00:00"},
+                                    follow=True))
+    assert "2100-01-01" in far and live("orders", "m1").trigger_time == before
+    epoch = page_of(admin_client.post(act, {"action": "reschedule", "trigger_time": str(before + 1000)}, follow=True))
+    assert "Rescheduled: waiting" in epoch and live("orders", "m1").trigger_time == before + 1000
+    drain_history("orders")
+    assert admin_client.get(change).status_code == 200
+
 def test_a_consuming_message_is_not_rescheduled_and_says_why(admin_client):
     send("orders", "busy", 0)
     run_with_runtime(pull_messages, topic="orders")

@@ -210,7 +210,8 @@ class TouchMsgView(QueueAPIView):
     "Change when a message falls due",
     "A waiting or ready message gets a new triggerTime: delayMillis from now, or triggerTime (epoch ms); exactly "
     "one of them. One not in the future makes it ready now (run now). Its expireTime moves by as much as its "
-    "triggerTime, so its TTL counts from the new trigger time. Answers the updated message. Code 409 when it is "
+    "triggerTime, so its TTL counts from the new trigger time (one before its triggerTime, a TTL ending during a "
+    "nack's delay or a retry backoff, stays). Answers the updated message. Code 409 when it is "
     "being consumed, 404 when the topic has no such message or it has ended.",
     answer("RescheduleMsgAnswer", DelayMsgResultSerializer), RescheduleMsgSerializer,
     example={"topic": "orders", "msgId": "order-42-cancel", "delayMillis": 600000})

@@ -4,7 +4,7 @@
 -- deliveries is ended instead of returned. With a consume rate, each message handed out takes a
 -- token from the topic's bucket: a pull hands out at most the whole tokens there are, and none at
 -- all answers how long until there is one. A paused topic (its meta hash's 'paused',
--- stores/topic_settings.py) hands out nothing.
+-- stores/topic_settings.py, or the caller's settings while the meta has none: Redis lost it) hands out nothing.
 -- KEYS[1] ready
 -- KEYS[2] inflight
 -- KEYS[3] msgs
@@ -29,6 +29,8 @@
 -- ARGV[10] ready_channel: published when messages this pull made ready are left for others
 -- ARGV[11] max_inflight: 0 for none; else the pull hands out at most what keeps the topic's in-flight
 --   messages at or under it (a push topic's pushConcurrency, counted across every pusher)
+-- ARGV[12] paused: 1 when the caller's topic settings say paused, which holds while the meta has no
+--   'paused' (the mirror went with a Redis that lost its data): a pusher's pull asks no other copy
 -- Returns {messages left ready (every priority), 0, µs until the next waiting message is due (-1:
 -- none; 0 when the pull handed out messages: not looked at), Redis' clock (epoch µs), msgId1, stored1,
 -- msgId2, stored2, ... (each message as includes/stored.lua stores it)
@@ -52,7 +54,8 @@ local batch = tonumber(ARGV[1])
 local interval = tonumber(ARGV[4])
 local rate = tonumber(ARGV[8])
 local now, now_us = clock()
-if redis.call('HGET', meta, META.PAUSED) == '1' then
+local paused = redis.call('HGET', meta, META.PAUSED)
+if paused == '1' or (not paused and ARGV[12] == '1') then
   return {ready_count(t), -1}
 end
 local tokens

@@ -1,6 +1,7 @@
 -- Gives a waiting or ready message a new trigger time: trigger_time, or Redis' now + delay_millis;
 -- one not after now is due now (ready at its priority, keeping its place if it was ready already). Its expireTime
--- moves by as much as its triggerTime, so its TTL counts from the new trigger time. A live message
+-- moves by as much as its triggerTime, so its TTL counts from the new trigger time, unless it came before
+-- the triggerTime (the TTL ends during a nack's delay or a backoff): then it stays. A live message
 -- found past its TTL is ended first (expired or exhausted), as a reader would.
 -- KEYS[1] waiting
 -- KEYS[2] ready
@@ -91,7 +92,11 @@ if trigger < now then
   trigger = now
 end
 local from = m.status
-m.expireTime = m.expireTime + trigger - m.triggerTime
+-- A TTL that ends during the wait (a nack's delay or a backoff past it) stays: moved back with the
+-- trigger time, a run now would put it in the past, ending the message it makes ready.
+if m.expireTime >= m.triggerTime then
+  m.expireTime = m.expireTime + trigger - m.triggerTime
+end
 local wake = false
 if trigger <= now or m.expireTime < trigger then  -- in the expiry index after (includes/expiring.lua)
   local due = next_due(t.expiry, now_us)

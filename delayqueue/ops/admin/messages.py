@@ -23,6 +23,7 @@ from delayqueue.messagelog.selectors import estimated_count, message_history
 from delayqueue.models import Message
 from delayqueue.ops import figures
 from delayqueue.ops.admin.namespaces import NamespacedAdmin, NamespaceFilter, change_url
+from delayqueue.ops.admin.schedules import MomentField
 from delayqueue.ops.admin.topics import in_namespace, topic_url
 from delayqueue.runtime import run_with_runtime
 from delayqueue.services.messages import delete_message, reschedule_message
@@ -85,11 +86,11 @@ LOG_CATCHES_UP = ("the log's row and history catch up within a moment, when the 
 
 
 class RescheduleForm(forms.Form):
-    """A message's new time: a delay from now, or a trigger time (in the admin's time zone)."""
+    """A message's new time: a delay from now, or a trigger time (in the admin's time zone, or epoch
+    ms), within rescheduleMsg's bounds."""
 
     delay_millis = forms.IntegerField(required=False, min_value=0, max_value=MAX_DELAY_MILLIS)
-    trigger_time = forms.DateTimeField(required=False, input_formats=["%Y-%m-%d %H:%M:%S.%f", "%Y-%m-%d %H:%M:%S",
-                                                                       "%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M"])
+    trigger_time = MomentField(required=False)
 
     def clean(self):
         data = super().clean()

@@ -558,7 +558,8 @@ class FakeServer:
             raise Answer(404, f"message {msg_id} has already ended (status {m.status}) in topic {topic}")
         trigger = data["triggerTime"] if data["triggerTime"] is not None else now + data["delayMillis"]
         trigger = max(trigger, now)
-        m.expire_time += trigger - m.trigger_time
+        if m.expire_time >= m.trigger_time:  # a TTL ending during a nack's delay or a backoff stays, as the server's
+            m.expire_time += trigger - m.trigger_time
         was_ready, m.trigger_time = m.status == READY, trigger
         if trigger > now:
             m.status = WAITING
