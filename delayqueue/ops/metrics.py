@@ -1,14 +1,13 @@
 """GET /metrics in Prometheus' text format. Every figure is read from Redis at scrape time
 (the scripts count there), so it is the same whichever process is scraped and covers every
 web and scanner process; no process keeps counters of its own. It covers every served
-namespace (tokens.served_namespaces), each series labelled with its namespace. Dead letters and
+namespace (tokens.read_served_namespaces), each series labelled with its namespace. Dead letters and
 redrive progress live in the message log: read with one connection per scrape (two statements
 for every namespace and topic at once, and one per running redrive), and left out, with the failure logged, when PostgreSQL
 does not answer."""
 import asyncio
 from dataclasses import dataclass
 
-from asgiref.sync import sync_to_async
 from django.http import HttpResponse
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
@@ -16,12 +15,14 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from redis.exceptions import RedisError
 
 from delayqueue.api.wire import WAITING_BUCKET_NAMES
+from delayqueue.config.settings import DEFAULT_DATABASE
 from delayqueue.core.exceptions import LogUnavailable, log_failure, redis_reason
+from delayqueue.messagelog.connection import LogConnection
 from delayqueue.ops import figures
 from delayqueue.runtime import Runtime, current
 from delayqueue.services.admission import throttled_counts
 from delayqueue.services.topics import list_topics
-from delayqueue.stores.rows import served_namespaces
+from delayqueue.stores.tokens import read_served_namespaces
 
 
 @dataclass(frozen=True)
@@ -160,7 +161,13 @@ def cumulative_buckets(buckets: list[tuple[int | None, int]]) -> list[tuple[str,
 
 async def metrics(request):
     rt = current()
-    namespaces = await sync_to_async(served_namespaces)()
+    # Not the ORM's served_namespaces: its connection has no timeout, and a PostgreSQL that does not
+    # answer would hold the scrape (and the thread every sync_to_async call waits for).
+    tokens = LogConnection(rt.config.log_timeout_millis, DEFAULT_DATABASE)
+    try:
+        namespaces = await read_served_namespaces(rt.config.namespace, tokens)
+    finally:
+        await tokens.close()
     figured = await asyncio.gather(*(namespace_figures(rt.for_namespace(ns)) for ns in namespaces),
                                    return_exceptions=True)  # every read ended before answering
     try:

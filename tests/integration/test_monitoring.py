@@ -2,10 +2,12 @@
 (fire-lateness histogram, counters, sizes, scanner lag, log backlog) and the health endpoints.
 Figures come from Redis, so they add up whichever process did the work."""
 import asyncio
+import socket
 import time
 
 import pytest
 from asgiref.sync import sync_to_async
+from django.db import connections
 from prometheus_client.parser import text_string_to_metric_families
 
 from delayqueue.api import health_state, wire
@@ -223,6 +225,26 @@ async def test_metrics_answer_for_delayqueue_namespace_while_postgres_is_down(ap
     finally:
         await asyncio.to_thread(postgres.start)
     assert sample(await scrape(api), "delayqueue_topics", "other") == 1
+
+
+@pytest.mark.fault
+async def test_metrics_answer_for_delayqueue_namespace_while_postgres_hangs(api, single_rt, caplog):
+    """A PostgreSQL that takes connections and never answers (a hung server, a lost network) holds
+    no scrape: the served namespaces and the dead letters are given up after their timeouts."""
+    await send_message(single_rt, request=SendRequest(topic="t", msg="x", delay_millis=0))
+    database = connections["default"].settings_dict  # every thread's connections are made from it
+    served = database["HOST"], database["PORT"]
+    with socket.socket() as hung:
+        hung.bind(("127.0.0.1", 0))
+        hung.listen()  # the kernel takes each connection; nothing ever answers on it
+        database["HOST"], database["PORT"] = hung.getsockname()
+        try:
+            samples = await asyncio.wait_for(scrape(api), 60)
+        finally:
+            database["HOST"], database["PORT"] = served
+    assert sample(samples, "delayqueue_queue_size", topic="t", queue="ready") == 1
+    assert sample(samples, "delayqueue_dead_letters", topic="t") is None  # left out
+    assert "could not read the token namespaces" in caplog.text
 
 
 async def test_unknown_topics_give_zeros(api):
