@@ -15,7 +15,7 @@ from redis.exceptions import RedisError
 from delayqueue.api.validation import TopicSerializer, first_error
 from delayqueue.config.settings import load_config
 from delayqueue.core.clock import from_millis
-from delayqueue.core.constants import CHART_MINUTES
+from delayqueue.core.constants import CHART_MINUTES, LATENESS_BOUNDS_MS
 from delayqueue.core.exceptions import LogUnavailable
 from delayqueue.core.names import checked_namespace
 from delayqueue.live.stats import Counter
@@ -196,6 +196,7 @@ def dashboard(request):
         "paused": sum(r["paused"] for r in rows),
         "redrives": redrives,
         "pushes": [r for r in rows if r["push"] is not None],
+        "last_lateness_bound_ms": LATENESS_BOUNDS_MS[-1],
         "busy": sum(r["state"] == "busy" for r in rows),
         "hourly": hourly,
         "open_namespace": config.namespace if config.auth == "open" else None,
