@@ -319,6 +319,24 @@ async def test_health_state_is_shared_by_the_hosts_workers(api, single_rt, monke
     await api.post("/camellia/health/online")
 
 
+async def test_offline_and_online_are_not_done_while_redis_cannot_keep_them(api, settings, monkeypatch):
+    """The host's state is kept in Redis for every worker of the host: a change this worker alone
+    would know of is not done (500, as "call it again"), however idle the worker is. An offline
+    answered 200 would have the operator stop a host whose other workers still serve."""
+    monkeypatch.setattr(health_state, "_online", True)  # this worker's own state, restored after the test
+    monkeypatch.setattr(health_state, "_last_use", 0.0)  # idle: only the change itself can fail
+    settings.REDIS_URL = "redis://127.0.0.1:1/0"
+    from delayqueue import runtime
+
+    runtime._runtimes.clear()
+    try:
+        for change in ("offline", "online"):
+            answer = await api.post(f"/camellia/health/{change}")
+            assert (answer.status_code, answer.json()) == (500, {"code": 500}), change
+    finally:
+        runtime._runtimes.clear()
+
+
 async def test_grafana_dashboard_queries_only_exported_metrics(api, single_rt, start_scanner):
     import json
     import re
