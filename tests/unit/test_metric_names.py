@@ -14,7 +14,7 @@ HISTOGRAM_SAMPLES = ("_bucket", "_sum", "_count")
 
 def exported() -> set[str]:
     names = set()
-    for family in Snapshot([], dead={}).collect():
+    for family in Snapshot([], dead={}, counted=set()).collect():
         if family.type == "counter":
             names.add(f"{family.name}_total")
         elif family.type == "histogram":
