@@ -11,6 +11,7 @@ from django.db import connections
 from prometheus_client.parser import text_string_to_metric_families
 
 from delayqueue.api import health_state, wire
+from delayqueue.core.clock import now_millis
 from delayqueue.live import push_counts as push_figures
 from delayqueue.live import scripts
 from delayqueue.ops import figures
@@ -18,6 +19,7 @@ from delayqueue.ops.figures import live_state
 from delayqueue.services.send import SendRequest, send_message
 from delayqueue.services.topics import list_topics, monitor_data, redis_millis
 from delayqueue.stores import rows
+from delayqueue.workers import scanner as scanner_module
 from tests.helpers import ROOT, call, promote, wait_until
 
 INTERVAL = 4  # long enough for the traffic below to fit in one monitor interval on a slow machine
@@ -357,6 +359,18 @@ async def test_grafana_dashboard_queries_only_exported_metrics(api, single_rt, s
                for panel in dashboard["panels"] for target in panel["targets"]
                for name in re.findall(r"delayqueue_\w+", target["expr"])}
     assert queried and queried <= exported, queried - exported
+
+
+async def test_a_scanner_whose_clock_is_behind_is_not_taken_for_a_stopped_one(api, single_rt, start_scanner,
+                                                                              monkeypatch):
+    """/metrics judges a lag report's age by Redis' clock, so the report is stamped on it: a scanner
+    host whose own clock is a minute behind still shows its lag (an absent one pages "no scanner")."""
+    monkeypatch.setattr(scanner_module, "now_millis", lambda: now_millis() - 60_000)
+    await start_scanner(single_rt, "behind")
+
+    async def reported():
+        return sample(await scrape(api), "delayqueue_scanner_loop_lag_seconds", scanner="behind") is not None
+    await wait_until(reported, what="the scanner's lag report")
 
 
 async def _lag_reported(api):
