@@ -97,11 +97,13 @@ def assess(overview: dict) -> tuple[str, str]:
     """('stuck' | 'busy' | 'ok', why). Stuck: due messages are not promoted (no scanner holds
     the topic), or a ready message has waited a whole monitor interval with nothing pulled
     meanwhile (no consumers). Busy: the ready backlog is more than consumers took in the last
-    interval."""
+    interval. A paused topic's ready messages are held on purpose: neither."""
     last = overview["last_interval"]
     ready, pulled = overview["ready"], last[Counter.PULL]
     if overview["overdue"]:
         return "stuck", f"{overview['overdue']} due messages still waiting (is a scanner running?)"
+    if overview["paused"]:
+        return "ok", f"paused: its {ready} ready wait for resumeTopic" if ready else ""
     if ready and not pulled and overview["oldest_ready_age_ms"] > overview["interval_seconds"] * 1000:
         waited = overview["oldest_ready_age_ms"] // 1000
         return "stuck", f"{ready} ready, the oldest for {waited} s, none pulled in the last interval (no consumers?)"
