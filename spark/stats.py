@@ -4,10 +4,11 @@ Counts of history events by the hour they happened: sent, delivered (pulls, rede
 included), acked (pushes answered 2xx included), nacked (failed push attempts included), timed
 out (ack timeouts), expired (ended 5), retries exhausted
 (ended 6), deleted. Fire lateness (the first time a message became ready − its triggerTime; not
-of a life a retry's wait moved the triggerTime of) and end-to-end latency (its ack − its
-produceTime) as exact p50/p90/p99 in milliseconds, in the hour of that ready or ack. A msgId
-reused after it ended has one log row, its latest lifecycle: events older than that row's
-produceTime belong to an earlier lifecycle and are left out of the two latencies (they still count).
+of a life a retry's wait or a reschedule while ready moved the triggerTime of) and end-to-end
+latency (its ack − its produceTime) as exact p50/p90/p99 in milliseconds, in the hour of that
+ready or ack. A msgId reused after it ended has one log row, its latest lifecycle: events older
+than that row's produceTime belong to an earlier lifecycle and are left out of the two latencies
+(they still count).
 """
 import argparse
 import sys
@@ -66,12 +67,14 @@ def current_lifecycle(events: DataFrame, messages: DataFrame) -> DataFrame:
 def fire_lateness(events: DataFrame, messages: DataFrame) -> DataFrame:
     """-> (namespace, topic, hour, value): per message, first ready time − triggerTime. Ready
     means a move to ready from none or waiting (not a nack or ack timeout putting it back). A life
-    given back to wait (a nack's delay, a retry backoff: consuming -> waiting) is left out: that moved
-    the row's triggerTime past its first ready, and the one it first fell due at is not kept."""
+    given back to wait (a nack's delay, a retry backoff: consuming -> waiting) or rescheduled while
+    ready (to later, or "run now") is left out: that moved the row's triggerTime past its first
+    ready, and the one it first fell due at is not kept."""
     readies = (events.where((F.col("to_status") == Status.READY) & F.col("from_status").isin(NO_STATUS, Status.WAITING))
                .select(*KEY, "at"))
-    waits = events.where((F.col("from_status") == Status.CONSUMING) & (F.col("to_status") == Status.WAITING))
-    moved = current_lifecycle(waits.select(*KEY, "at"), messages).select(*KEY).distinct()
+    moves = events.where(((F.col("from_status") == Status.CONSUMING) & (F.col("to_status") == Status.WAITING))
+                         | ((F.col("from_status") == Status.READY) & (F.col("reason") == Reason.RESCHEDULED.value)))
+    moved = current_lifecycle(moves.select(*KEY, "at"), messages).select(*KEY).distinct()
     first_ready = (current_lifecycle(readies, messages).join(moved, KEY, "left_anti")
                    .groupBy(*KEY).agg(F.min("at").alias("at"), F.first("trigger_time").alias("trigger_time")))
     return first_ready.select("namespace", "topic", hour_of(F.col("at")).alias("hour"),

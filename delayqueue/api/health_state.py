@@ -45,7 +45,9 @@ async def is_online(rt) -> bool:
     return _online
 
 
-async def set_online(rt, online: bool) -> None:
+async def set_online(rt, online: bool) -> bool:
+    """Whether the change is kept for every worker of the host; if not (Redis unreachable), this
+    worker alone answers by it."""
     global _online
     _online = online
     try:
@@ -54,7 +56,8 @@ async def set_online(rt, online: bool) -> None:
         else:
             await rt.redis.hset(rt.ns.health, f"{HOST}:offline", 1)
     except RedisError:
-        pass  # this worker still answers by its own state
+        return False
+    return True
 
 
 async def idle(rt) -> bool:

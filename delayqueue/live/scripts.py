@@ -550,8 +550,9 @@ UNPACK_PER_CALL = 100
 def unpack_due(ctx: ScriptContext, topic: str | Shard, *, limit: int = UNPACK_PER_CALL) -> ScriptCall:
     k = ctx.ns.topic(topic)
     return ScriptCall(UNPACK_DUE, [k.packed, k.meta, k.waiting, k.ready, k.prioritised, k.msgs, k.expiry, k.ended,
-                                   k.events, k.cold_hours],
-                      [k.topic, ctx.ns.ready_channel, ctx.actor, ctx.pack_lead_millis, limit])
+                                   k.events, k.cold_hours, k.stats],
+                      [k.topic, ctx.ns.ready_channel, ctx.actor, ctx.pack_lead_millis, limit,
+                       ctx.stats_interval_millis])
 
 
 def retire_topic(ctx: ScriptContext, topic: str | Shard, *, idle_millis: int, dry_run: bool = False,
@@ -580,9 +581,9 @@ def load_cold(ctx: ScriptContext, topic: str | Shard, *, loaded_from: str, loade
     `in_flight_millis` ago is not packed (its send may be on its way; 0: packs any)."""
     k = ctx.ns.topic(topic)
     args = [ctx.ns.ready_channel, ctx.ns.schedule_channel, k.topic, ctx.actor, loaded_from, loaded_to,
-            pack_lead, in_flight_millis, *_flat(messages)]
+            pack_lead, in_flight_millis, ctx.stats_interval_millis, *_flat(messages)]
     return ScriptCall(LOAD_COLD, [k.waiting, k.ready, k.msgs, k.expiry, k.meta, k.events, k.prioritised, k.ended,
-                                  k.cold_hours, k.packed],
+                                  k.cold_hours, k.packed, k.stats],
                       args)
 
 

@@ -11,6 +11,14 @@ def database_of(namespace: str) -> str:
     return load_config().log_database_of(namespace)
 
 
+def by_database(namespaces: list[str]) -> dict[str, list[str]]:
+    """The namespaces grouped by the database that holds their rows, in the order given."""
+    grouped: dict[str, list[str]] = {}
+    for namespace in namespaces:
+        grouped.setdefault(database_of(namespace), []).append(namespace)
+    return grouped
+
+
 def log_databases() -> list[str]:
     """Every database that holds some namespace's rows: `default` first."""
     return list(load_config().database_urls)

@@ -15,7 +15,7 @@ from redis.exceptions import RedisError
 from delayqueue.api.validation import TopicSerializer, first_error
 from delayqueue.config.settings import load_config
 from delayqueue.core.clock import from_millis
-from delayqueue.core.constants import CHART_MINUTES
+from delayqueue.core.constants import CHART_MINUTES, LATENESS_BOUNDS_MS
 from delayqueue.core.exceptions import LogUnavailable
 from delayqueue.core.names import checked_namespace
 from delayqueue.live.stats import Counter
@@ -97,11 +97,13 @@ def assess(overview: dict) -> tuple[str, str]:
     """('stuck' | 'busy' | 'ok', why). Stuck: due messages are not promoted (no scanner holds
     the topic), or a ready message has waited a whole monitor interval with nothing pulled
     meanwhile (no consumers). Busy: the ready backlog is more than consumers took in the last
-    interval."""
+    interval. A paused topic's ready messages are held on purpose: neither."""
     last = overview["last_interval"]
     ready, pulled = overview["ready"], last[Counter.PULL]
     if overview["overdue"]:
         return "stuck", f"{overview['overdue']} due messages still waiting (is a scanner running?)"
+    if overview["paused"]:
+        return "ok", f"paused: its {ready} ready wait for resumeTopic" if ready else ""
     if ready and not pulled and overview["oldest_ready_age_ms"] > overview["interval_seconds"] * 1000:
         waited = overview["oldest_ready_age_ms"] // 1000
         return "stuck", f"{ready} ready, the oldest for {waited} s, none pulled in the last interval (no consumers?)"
@@ -196,6 +198,7 @@ def dashboard(request):
         "paused": sum(r["paused"] for r in rows),
         "redrives": redrives,
         "pushes": [r for r in rows if r["push"] is not None],
+        "last_lateness_bound_ms": LATENESS_BOUNDS_MS[-1],
         "busy": sum(r["state"] == "busy" for r in rows),
         "hourly": hourly,
         "open_namespace": config.namespace if config.auth == "open" else None,

@@ -11,7 +11,7 @@ from delayqueue.live.push_counts import TopicPushFigures, bucket_quantile, topic
 from delayqueue.messagelog import sql
 from delayqueue.messagelog.connection import one_use
 from delayqueue.messagelog.dead_letters import Task, left_to_move
-from delayqueue.messagelog.routing import database_of
+from delayqueue.messagelog.routing import by_database
 from delayqueue.runtime import Runtime
 from delayqueue.services.messages import holding_shards
 from delayqueue.services.topics import TopicInfo, redis_millis, topic_infos, topic_shard_lists
@@ -218,10 +218,7 @@ async def log_figures(rt: Runtime, *, namespaces: list[str], topic: str | None =
     Raises LogUnavailable."""
     dead: dict[tuple[str, str], int] = {}
     redrives = []
-    by_database: dict[str, list[str]] = {}
-    for namespace in namespaces:
-        by_database.setdefault(database_of(namespace), []).append(namespace)
-    for database, in_database in by_database.items():
+    for database, in_database in by_database(namespaces).items():
         scope = {"namespaces": in_database, "topic": topic}
         async with one_use(rt.config.log_timeout_millis, database) as conn:
             found = await conn.execute(sql.DEAD_COUNTS, scope)

@@ -1,14 +1,13 @@
 """GET /metrics in Prometheus' text format. Every figure is read from Redis at scrape time
 (the scripts count there), so it is the same whichever process is scraped and covers every
 web and scanner process; no process keeps counters of its own. It covers every served
-namespace (tokens.served_namespaces), each series labelled with its namespace. Dead letters and
-redrive progress live in the message log: read with one connection per scrape (two statements
-for every namespace and topic at once, and one per running redrive), and left out, with the failure logged, when PostgreSQL
-does not answer."""
+namespace (tokens.read_served_namespaces), each series labelled with its namespace. Dead letters and
+redrive progress live in the message log: read with one connection per database and scrape (two
+statements for all its namespaces and topics at once, and one per running redrive), and left out,
+with the failure logged, for the namespaces of a database that does not answer."""
 import asyncio
 from dataclasses import dataclass
 
-from asgiref.sync import sync_to_async
 from django.http import HttpResponse
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
@@ -16,12 +15,15 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from redis.exceptions import RedisError
 
 from delayqueue.api.wire import WAITING_BUCKET_NAMES
+from delayqueue.config.settings import DEFAULT_DATABASE
 from delayqueue.core.exceptions import LogUnavailable, log_failure, redis_reason
+from delayqueue.messagelog.connection import LogConnection
+from delayqueue.messagelog.routing import by_database
 from delayqueue.ops import figures
 from delayqueue.runtime import Runtime, current
 from delayqueue.services.admission import throttled_counts
 from delayqueue.services.topics import list_topics
-from delayqueue.stores.rows import served_namespaces
+from delayqueue.stores.tokens import read_served_namespaces
 
 
 @dataclass(frozen=True)
@@ -45,10 +47,11 @@ class Snapshot:
     """A prometheus_client collector over figures already read from Redis, every series
     labelled with its namespace."""
 
-    def __init__(self, namespaces: list[NamespaceFigures], dead: dict[tuple[str, str], int] | None = None,
-                 redrives: list[figures.RunningRedrive] = ()):
+    def __init__(self, namespaces: list[NamespaceFigures], dead: dict[tuple[str, str], int],
+                 counted: set[str], redrives: list[figures.RunningRedrive] = ()):
         self.namespaces = namespaces
-        self.dead = dead  # None: the message log did not answer
+        self.dead = dead
+        self.counted = counted  # the namespaces whose dead letters were read (their database answered)
         self.redrives = redrives
 
     def collect(self):
@@ -138,15 +141,13 @@ class Snapshot:
             for token, millis in sorted(figured.scanner_lags.items()):
                 lag.add_metric([ns, token], millis / 1000)
             lost.add_metric([ns], figured.data_lost_millis / 1000)
-        if self.dead is not None:
-            # Every registered topic (0 if none), and topics no longer registered that still have some.
-            counts = {(f.namespace, o["topic"]): 0 for f in self.namespaces for o in f.overviews} | self.dead
-            for (ns, topic), count in sorted(counts.items()):
-                dead.add_metric([ns, topic], count)
+        # Every registered topic (0 if none), and topics no longer registered that still have some.
+        counts = {(f.namespace, o["topic"]): 0 for f in self.namespaces if f.namespace in self.counted
+                  for o in f.overviews} | self.dead
+        for (ns, topic), count in sorted(counts.items()):
+            dead.add_metric([ns, topic], count)
         yield from (requests, sizes, hot_ahead, waiting, overdue, oldest, backlog, lateness, topics, lag, lost, throttled,
-                    paused, pushes, push_failures, push_lateness, push_in_flight, redrive_moved, redrive_left)
-        if self.dead is not None:
-            yield dead
+                    paused, pushes, push_failures, push_lateness, push_in_flight, redrive_moved, redrive_left, dead)
 
 
 def cumulative_buckets(buckets: list[tuple[int | None, int]]) -> list[tuple[str, int]]:
@@ -160,7 +161,13 @@ def cumulative_buckets(buckets: list[tuple[int | None, int]]) -> list[tuple[str,
 
 async def metrics(request):
     rt = current()
-    namespaces = await sync_to_async(served_namespaces)()
+    # Not the ORM's served_namespaces: its connection has no timeout, and a PostgreSQL that does not
+    # answer would hold the scrape (and the thread every sync_to_async call waits for).
+    tokens = LogConnection(rt.config.log_timeout_millis, DEFAULT_DATABASE)
+    try:
+        namespaces = await read_served_namespaces(rt.config.namespace, tokens)
+    finally:
+        await tokens.close()
     figured = await asyncio.gather(*(namespace_figures(rt.for_namespace(ns)) for ns in namespaces),
                                    return_exceptions=True)  # every read ended before answering
     try:
@@ -170,11 +177,17 @@ async def metrics(request):
     except RedisError as exc:  # what failed, not where (a scraper may be anyone): the where goes to the log
         log_failure("/metrics", f"Redis unavailable: {exc}")
         return HttpResponse(f"# Redis unavailable: {redis_reason(exc)}\n", status=503, content_type="text/plain")
-    try:
-        dead, redrives = await figures.log_figures(rt, namespaces=namespaces)
-    except LogUnavailable as exc:
-        log_failure("/metrics' dead letters", str(exc))
-        dead, redrives = None, []
+    dead, counted, redrives = {}, set(), []
+    # Database by database: one that does not answer leaves out its namespaces' figures alone.
+    for in_database in by_database(namespaces).values():
+        try:
+            found, running = await figures.log_figures(rt, namespaces=in_database)
+        except LogUnavailable as exc:
+            log_failure("/metrics' dead letters", str(exc))
+            continue
+        dead |= found
+        counted.update(in_database)
+        redrives += running
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(Snapshot(list(figured), dead, redrives))
+    registry.register(Snapshot(list(figured), dead, counted, redrives))
     return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)

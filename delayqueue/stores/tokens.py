@@ -242,3 +242,18 @@ class TokenCache:
 def ordered_namespaces(own: str, token_namespaces: Iterable[str]) -> list[str]:
     """DELAYQUEUE_NAMESPACE first, then the tokens' other namespaces, sorted and each once."""
     return [own, *sorted(set(token_namespaces) - {own})]
+
+
+async def read_served_namespaces(own: str, tokens: LogConnection) -> list[str]:
+    """rows.served_namespaces' list read on a log connection, whose timeout ends the wait on a
+    PostgreSQL that does not answer (the ORM's connection has none): for the scanners' loop and
+    /metrics. When the message log does not answer, `own` (DELAYQUEUE_NAMESPACE) alone, the
+    failure logged."""
+    found = []
+    try:
+        async with tokens.use() as conn:
+            cursor = await conn.execute(sql.TOKEN_NAMESPACES)
+            found = [row[0] for row in await cursor.fetchall()]
+    except LogUnavailable as exc:
+        log.warning("could not read the token namespaces: %s", exc)
+    return ordered_namespaces(own, found)

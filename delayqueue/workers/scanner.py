@@ -52,6 +52,7 @@ from delayqueue.live.pubsub import subscribe_forever
 from delayqueue.live.shards import topic_shards
 from delayqueue.runtime import Runtime
 from delayqueue.services.admission import give_back_room
+from delayqueue.services.topics import redis_millis
 from delayqueue.stores.rows import forget_drained_shards
 from delayqueue.stores.topic_settings import DEFAULT as DEFAULT_SETTINGS
 from delayqueue.workers.loader import Loader
@@ -500,14 +501,15 @@ class Scanner:
             worst = max(worst, loop.time() - started - LAG_SAMPLE)
             if loop.time() >= report_at:
                 try:
+                    # Stamped on Redis' clock, by which /metrics judges the report's age: not this host's.
                     await self.rt.redis.hset(self.rt.ns.scanners, self.token,
-                                             f"{worst * 1000:.3f}:{now_millis()}")
+                                             f"{worst * 1000:.3f}:{await redis_millis(self.rt)}")
                 except Exception as exc:
                     log.warning("scanner %s could not report its loop lag: %s", self.token, exc)
                 worst, report_at = 0.0, loop.time() + LAG_REPORT
 
     async def _forget_gone_scanners(self) -> None:
-        now = now_millis()
+        now = await redis_millis(self.rt)
         reports = await self.rt.redis.hgetall(self.rt.ns.scanners)
         gone = [token for token, value in reports.items()
                 if now - int(value.partition(":")[2] or 0) > GONE_AFTER_MILLIS]

@@ -13,6 +13,7 @@ from delayqueue.core.constants import COLD_HOUR_MILLIS, MAX_DELAY_MILLIS, Status
 from delayqueue.core.exceptions import Conflict, NotFound, Throttled
 from delayqueue.live import scripts
 from delayqueue.live.keys import Meta, Shard, position
+from delayqueue.ops import figures
 from delayqueue.core.messages import Message
 from delayqueue.services.consume import ack_messages, nack_message, pull_messages, touch_message
 from delayqueue.services.messages import delete_message, get_message, reschedule_message
@@ -462,6 +463,25 @@ async def test_a_cold_message_loaded_after_its_time_is_ready_at_once_and_logged_
         assert [m.msg_id for m in pulled] == [urgent.msg_id, plain.msg_id]  # the higher priority first
         await drain_log(rt, ["t"])
         assert [h[0] for h in await history("t", plain.msg_id)] == ["sent", "due", "pulled"]
+    finally:
+        await loader.close()
+
+
+async def test_cold_messages_loaded_after_their_time_count_as_promoted_and_late(cold_rt):
+    """What a loader that fell behind makes ready is counted as the scanner's promotions are: in
+    triggerMsgReady and the fire-lateness histogram, where its lateness shows."""
+    rt = cold_rt
+    loader = await started(rt)
+    try:
+        sent = [await send(rt, msg=str(i), delay=WINDOW + 500) for i in range(2)]
+        await wait_until(lambda: _past(max(m.trigger_time for m in sent) + 600), timeout=10,
+                         what="both to be over half a second late")
+        assert await loader.load_topic("t", force=True) == 2
+        [overview] = await figures.topic_overview(rt, topics=["t"])
+        assert overview["totals"]["triggerMsgReady"] == 2 and overview["lateness_count"] == 2
+        assert overview["lateness_sum_ms"] >= 2 * 600
+        assert dict(overview["lateness_buckets"])[500] == 0  # each counted above half a second
+        assert sum(p["count"] for p in overview["lateness_series"]) == 2
     finally:
         await loader.close()
 

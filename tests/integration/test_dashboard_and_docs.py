@@ -6,6 +6,8 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from delayqueue.core.constants import LATENESS_BOUNDS_MS
+from delayqueue.live import push_counts, scripts
 from delayqueue.models import TopicHourStats
 from delayqueue.ops import figures
 from delayqueue.ops.dashboard import FIGURES_SECONDS
@@ -54,6 +56,22 @@ def test_dashboard_shows_sizes_buckets_and_flags_stuck_topics(admin_client, monk
     assert '<span class="dq-stuck" id="stuck-count">2 stuck</span>' in page
     assert '<span class="dq-busy" id="busy-count">1 busy</span>' in page
     assert 'id="lateness-chart"' in page
+
+
+def test_dashboard_shows_pushes_later_than_the_last_bucket_as_late_not_as_none(admin_client):
+    """Every 2xx answer of a topic over a minute after its triggerTime: its lateness quantiles are
+    past the last bucket's bound, which the page says, not "-" (no pushes)."""
+    send("late-pushes", "m1", 600_000)
+
+    async def pushed_late(rt):
+        fields = push_counts.pushed_fields("late-pushes", 120_000)
+        await rt.scripts.call(scripts.add_counts(rt.context, fields=[(name, 1) for name in fields]))
+
+    run_with_runtime(pushed_late)
+    table = admin_client.get(DASHBOARD).content.decode().split('id="pushes"', 1)[1].split("</table>", 1)[0]
+    assert 'class="pushed">1<' in table
+    [lateness] = re.findall(r'<td class="push-lateness">(.*?)</td>', table)
+    assert lateness == f"&gt; {LATENESS_BOUNDS_MS[-1]} / &gt; {LATENESS_BOUNDS_MS[-1]} ms"
 
 
 def test_dashboard_figures_are_shared_for_a_moment_then_read_again(admin_client):

@@ -27,6 +27,8 @@ from delayqueue.services.send import SendRequest, send_message
 from delayqueue.services.topic_control import set_topic_config
 from delayqueue.stores.rows import create_token
 from tests.helpers import EVERY_LOG_DATABASE, REDIS_URL, ScannerProcess, make_runtime, query, scanner_env, wait_until
+from tests.integration.test_monitoring import sample as metric
+from tests.integration.test_monitoring import scrape
 from tests.integration.test_operator_ui import form_values
 
 ROUTED, ALIAS = "routed", "second"
@@ -159,6 +161,26 @@ def test_the_dashboard_and_topic_page_say_a_routed_namespace_database_is_down(ad
     finally:
         second.close()
         second.settings_dict.update(kept)
+
+
+async def test_metrics_leave_out_only_the_dead_letters_of_a_database_that_does_not_answer(runtimes, api, caplog):
+    """/metrics counts each database's dead letters apart: the routed namespace's database down
+    leaves out its namespaces' series, not every namespace's."""
+    root, routed = runtimes
+    await sync_to_async(create_token)(namespace=ROUTED, scopes=["produce"])  # served
+    for rt in (root, routed):
+        await send_message(rt, request=SendRequest(topic="t", msg="x"))
+    second = connections[ALIAS].settings_dict  # every thread's connections are made from it
+    kept = second["HOST"], second["PORT"]
+    second.update(HOST="127.0.0.1", PORT=1)  # nothing listens there
+    try:
+        samples = await scrape(api)
+    finally:
+        second["HOST"], second["PORT"] = kept
+    assert metric(samples, "delayqueue_dead_letters", topic="t") == 0
+    assert metric(samples, "delayqueue_dead_letters", ROUTED, topic="t") is None
+    assert metric(samples, "delayqueue_queue_size", ROUTED, topic="t", queue="ready") == 1
+    assert "connection refused" in caplog.text
 
 
 @pytest.mark.process

@@ -2,13 +2,16 @@
 (fire-lateness histogram, counters, sizes, scanner lag, log backlog) and the health endpoints.
 Figures come from Redis, so they add up whichever process did the work."""
 import asyncio
+import socket
 import time
 
 import pytest
 from asgiref.sync import sync_to_async
+from django.db import connections
 from prometheus_client.parser import text_string_to_metric_families
 
 from delayqueue.api import health_state, wire
+from delayqueue.core.clock import now_millis
 from delayqueue.live import push_counts as push_figures
 from delayqueue.live import scripts
 from delayqueue.ops import figures
@@ -16,6 +19,7 @@ from delayqueue.ops.figures import live_state
 from delayqueue.services.send import SendRequest, send_message
 from delayqueue.services.topics import list_topics, monitor_data, redis_millis
 from delayqueue.stores import rows
+from delayqueue.workers import scanner as scanner_module
 from tests.helpers import ROOT, call, promote, wait_until
 
 INTERVAL = 4  # long enough for the traffic below to fit in one monitor interval on a slow machine
@@ -225,6 +229,26 @@ async def test_metrics_answer_for_delayqueue_namespace_while_postgres_is_down(ap
     assert sample(await scrape(api), "delayqueue_topics", "other") == 1
 
 
+@pytest.mark.fault
+async def test_metrics_answer_for_delayqueue_namespace_while_postgres_hangs(api, single_rt, caplog):
+    """A PostgreSQL that takes connections and never answers (a hung server, a lost network) holds
+    no scrape: the served namespaces and the dead letters are given up after their timeouts."""
+    await send_message(single_rt, request=SendRequest(topic="t", msg="x", delay_millis=0))
+    database = connections["default"].settings_dict  # every thread's connections are made from it
+    served = database["HOST"], database["PORT"]
+    with socket.socket() as hung:
+        hung.bind(("127.0.0.1", 0))
+        hung.listen()  # the kernel takes each connection; nothing ever answers on it
+        database["HOST"], database["PORT"] = hung.getsockname()
+        try:
+            samples = await asyncio.wait_for(scrape(api), 60)
+        finally:
+            database["HOST"], database["PORT"] = served
+    assert sample(samples, "delayqueue_queue_size", topic="t", queue="ready") == 1
+    assert sample(samples, "delayqueue_dead_letters", topic="t") is None  # left out
+    assert "could not read the token namespaces" in caplog.text
+
+
 async def test_unknown_topics_give_zeros(api):
     info = (await call(api, "getTopicInfo", method="get", topic="never-seen"))["data"]
     assert info["waitingQueueSize"] == info["readyQueueSize"] == info["ackQueueSize"] == 0
@@ -312,6 +336,24 @@ async def test_health_state_is_shared_by_the_hosts_workers(api, single_rt, monke
     await api.post("/camellia/health/online")
 
 
+async def test_offline_and_online_are_not_done_while_redis_cannot_keep_them(api, settings, monkeypatch):
+    """The host's state is kept in Redis for every worker of the host: a change this worker alone
+    would know of is not done (500, as "call it again"), however idle the worker is. An offline
+    answered 200 would have the operator stop a host whose other workers still serve."""
+    monkeypatch.setattr(health_state, "_online", True)  # this worker's own state, restored after the test
+    monkeypatch.setattr(health_state, "_last_use", 0.0)  # idle: only the change itself can fail
+    settings.REDIS_URL = "redis://127.0.0.1:1/0"
+    from delayqueue import runtime
+
+    runtime._runtimes.clear()
+    try:
+        for change in ("offline", "online"):
+            answer = await api.post(f"/camellia/health/{change}")
+            assert (answer.status_code, answer.json()) == (500, {"code": 500}), change
+    finally:
+        runtime._runtimes.clear()
+
+
 async def test_grafana_dashboard_queries_only_exported_metrics(api, single_rt, start_scanner):
     import json
     import re
@@ -332,6 +374,18 @@ async def test_grafana_dashboard_queries_only_exported_metrics(api, single_rt, s
                for panel in dashboard["panels"] for target in panel["targets"]
                for name in re.findall(r"delayqueue_\w+", target["expr"])}
     assert queried and queried <= exported, queried - exported
+
+
+async def test_a_scanner_whose_clock_is_behind_is_not_taken_for_a_stopped_one(api, single_rt, start_scanner,
+                                                                              monkeypatch):
+    """/metrics judges a lag report's age by Redis' clock, so the report is stamped on it: a scanner
+    host whose own clock is a minute behind still shows its lag (an absent one pages "no scanner")."""
+    monkeypatch.setattr(scanner_module, "now_millis", lambda: now_millis() - 60_000)
+    await start_scanner(single_rt, "behind")
+
+    async def reported():
+        return sample(await scrape(api), "delayqueue_scanner_loop_lag_seconds", scanner="behind") is not None
+    await wait_until(reported, what="the scanner's lag report")
 
 
 async def _lag_reported(api):

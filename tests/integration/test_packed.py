@@ -17,6 +17,7 @@ from delayqueue.core.exceptions import CapReached
 from delayqueue.live import scripts
 from delayqueue.live.keys import Meta, Shard
 from delayqueue.live.shards import shard_of, topic_shards
+from delayqueue.ops import figures
 from delayqueue.services.consume import ack_messages, pull_messages
 from delayqueue.services.messages import delete_message, get_message, reschedule_message
 from delayqueue.services.restore import restore
@@ -361,6 +362,24 @@ async def load_one(rt, msg_id: str, due: int) -> scripts.LoadReply:
     rows = loaded_messages("t", [(1, msg_id, "x", due - 1, due, due + 60_000, 3, 0, Status.WAITING, 0)])
     return await rt.scripts.call(scripts.load_cold(rt.context, "t", loaded_from=fetched, loaded_to=f"{due}:1",
                                                    pack_lead=LEAD, in_flight_millis=0, messages=rows))
+
+
+async def test_a_packed_message_moved_in_after_its_time_counts_as_promoted_and_late(packed_rt):
+    """A list the scanner moves in late (it was down) makes its messages ready at once: counted as
+    promotions, in triggerMsgReady and the fire-lateness histogram."""
+    rt = packed_rt
+    await send(rt, 0, msg="registers the topic")
+    loader = await windowed(rt)
+    try:
+        due = now_millis() + 10 * LEAD  # well past twice the lead when it is loaded: packed
+        assert (await load_one(rt, "late-1", due)).packed == 1
+        await asyncio.sleep((due + 600 - now_millis()) / 1000)  # over half a second late: no scanner runs
+        assert (await rt.scripts.call(scripts.unpack_due(rt.context, "t"))).count == 1
+        [overview] = await figures.topic_overview(rt, topics=["t"])
+        assert overview["ready"] == 2 and overview["totals"]["triggerMsgReady"] == 1
+        assert overview["lateness_count"] == 1 and dict(overview["lateness_buckets"])[500] == 0
+    finally:
+        await loader.close()
 
 
 async def test_a_count_given_up_moves_its_packed_messages_in_at_once(packed_rt, start_scanner):

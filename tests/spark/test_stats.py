@@ -148,6 +148,26 @@ def test_fire_lateness_leaves_out_a_message_whose_retry_wait_moved_its_trigger_t
     assert (row.fire_lateness_p50, row.fire_lateness_p99) == (pytest.approx(20.0), pytest.approx(29.8))
 
 
+def test_fire_lateness_leaves_out_a_ready_message_rescheduled(spark):
+    """rescheduleMsg of a ready message (to later: ready -> waiting; or "run now": ready -> ready)
+    moves the log row's triggerTime past the message's first ready, as a retry wait does: first
+    ready - that triggerTime is no lateness (it would be negative). Such a life is left out."""
+    log = LogBuilder()
+    for i, late in enumerate((10, 30), 1):  # sent with a 60 s delay, ready `late` ms after it
+        log.message("moved", f"ok{i}", H0, delay=60_000, status=Status.ACKED)
+        log.event("moved", f"ok{i}", H0, 0, 1, "sent")
+        log.event("moved", f"ok{i}", H0 + 60_000 + late, 1, 2, "due")
+    for msg_id, to_status, trigger in (("later", Status.WAITING, H0 + 600_000), ("now", Status.READY, H0 + 5_000)):
+        moved = log.message("moved", msg_id, H0, status=to_status)
+        moved.trigger_time = dt(trigger)  # where the reschedule moved it
+        log.event("moved", msg_id, H0, 0, Status.READY, "sent")  # sent due at once
+        log.event("moved", msg_id, H0 + 5_000, Status.READY, to_status, "rescheduled")
+    log.save()
+    stats.run(spark, job_args("spark.stats", "--database-url", log_database_url()))
+    row = TopicHourStats.objects.get(topic="moved")
+    assert (row.fire_lateness_p50, row.fire_lateness_p99) == (pytest.approx(20.0), pytest.approx(29.8))
+
+
 def test_the_admin_lists_the_stats_the_job_wrote(admin_client):
     TopicHourStats.objects.create(namespace="default", topic="orders", hour=dt(H0), computed_at=dt(H0),
                                   **{**ZERO, "sent": 100, "acked": 80}, fire_lateness_p99=99.01)

@@ -43,9 +43,9 @@ def test_chart_of_a_quiet_hour_has_no_lines_and_an_axis_of_one():
     assert drawn["avg"] == drawn["max"] == {"polylines": [], "dots": []}
 
 
-def overview(ready=0, pulled=0, overdue=0, oldest_ready_age_ms=0, interval_seconds=60):
+def overview(ready=0, pulled=0, overdue=0, oldest_ready_age_ms=0, interval_seconds=60, paused=False):
     return {"ready": ready, "last_interval": {Counter.PULL: pulled}, "overdue": overdue,
-            "oldest_ready_age_ms": oldest_ready_age_ms, "interval_seconds": interval_seconds}
+            "oldest_ready_age_ms": oldest_ready_age_ms, "interval_seconds": interval_seconds, "paused": paused}
 
 
 def test_assess_flags_overdue_messages_as_stuck_first():
@@ -64,3 +64,12 @@ def test_assess_calls_a_backlog_larger_than_the_last_intervals_pulls_busy():
         "busy", "ready backlog 11 > 10 pulled last interval")
     assert assess(overview(ready=10, pulled=10, oldest_ready_age_ms=120_000)) == ("ok", "")
     assert assess(overview()) == ("ok", "")
+
+
+def test_assess_takes_a_paused_topics_held_ready_messages_for_neither_stuck_nor_busy():
+    """pauseTopic holds them on purpose: no consumer is missing. Due messages not promoted still are
+    stuck (a pause does not stop promotions)."""
+    assert assess(overview(ready=4, oldest_ready_age_ms=61_000, paused=True)) == (
+        "ok", "paused: its 4 ready wait for resumeTopic")
+    assert assess(overview(ready=11, pulled=10, paused=True))[0] == "ok"
+    assert assess(overview(ready=1, overdue=3, paused=True))[0] == "stuck"

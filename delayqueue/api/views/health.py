@@ -57,22 +57,23 @@ class HostOperatorView(HealthView):
 
 
 @health_endpoint("Report this host online", "Makes /camellia/health/status answer 200 again.",
-                 failing="the change failed", refusable=True)
+                 failing="the change failed (Redis, which keeps it for every worker of the host, unreachable)",
+                 refusable=True)
 class HealthOnlineView(HostOperatorView):
 
     async def handle(self):
-        await health_state.set_online(self.rt, True)
-        return health_reply(200)
+        return health_reply(200 if await health_state.set_online(self.rt, True) else 500)
 
 
 @health_endpoint("Report this host offline (to drain it)",
                  "Makes /camellia/health/status answer 500 so load balancers stop sending traffic. Answers "
                  "200 once no worker of this host has served a queue request for 20 s, else 500: call it "
                  "again until it answers 200.",
-                 failing="still serving queue requests", refusable=True)
+                 failing="still serving queue requests, or the change failed (Redis, which keeps it for every "
+                         "worker of the host, unreachable)", refusable=True)
 class HealthOfflineView(HostOperatorView):
 
     async def handle(self):
         rt = self.rt
-        await health_state.set_online(rt, False)
-        return health_reply(200 if await health_state.idle(rt) else 500)
+        kept = await health_state.set_online(rt, False)
+        return health_reply(200 if kept and await health_state.idle(rt) else 500)

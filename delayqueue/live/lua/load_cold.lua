@@ -17,6 +17,7 @@
 -- KEYS[8] ended
 -- KEYS[9] cold_hours
 -- KEYS[10] packed
+-- KEYS[11] stats
 -- ARGV[1] ready_channel: published when the ready list goes from empty to non-empty
 -- ARGV[2] schedule_channel: published so the topic's scanner looks at the loaded messages
 -- ARGV[3] topic
@@ -28,7 +29,8 @@
 -- loader may not know yet that the topic gave its count up)
 -- ARGV[8] in_flight_millis: a message produced less than this long ago is not packed (0: any is): its
 -- send's script may run after this one, and would pack it again; in msgs, it finds it live
--- ARGV[9...] per message: msg_id, stored, trigger_time, expire_time, priority
+-- ARGV[9] stats_interval_millis: the messages made ready count as promotions (late ones)
+-- ARGV[10...] per message: msg_id, stored, trigger_time, expire_time, priority
 -- (stored: the message as Redis stores it, waiting; the caller builds it, as a page comes in
 -- thousands and cjson would cost the most here)
 -- Returns {loaded into the waiting set or ready, already held, packed}, or {-1, 0, 0} when the
@@ -49,8 +51,9 @@ if position[3] == '1' then
   pack_lead = 0
 end
 local now = clock()
+local first_item = 10
 local ids, stored = {}, {}
-for i = 9, #ARGV, 5 do
+for i = first_item, #ARGV, 5 do
   ids[#ids + 1] = ARGV[i]
   stored[#stored + 1] = ARGV[i + 1]
 end
@@ -58,13 +61,13 @@ local fresh, held = fresh_ids(msgs, ended, ids, stored)
 local items, changes, packing, packing_ids = {}, {}, {}, {}
 for j, id in ipairs(ids) do
   if fresh[j] then
-    local trigger = tonumber(ARGV[9 + (j - 1) * 5 + 2])
+    local trigger = tonumber(ARGV[first_item + (j - 1) * 5 + 2])
     local m = pack_lead > 0 and trigger > now + 2 * pack_lead and decode_stored(stored[j], id)
     if m and packable(m) and (in_flight == 0 or m.produceTime <= now - in_flight) then
       packing[#packing + 1] = m
       packing_ids[#packing_ids + 1] = id
     else
-      items[#items + 1] = {id, stored[j], trigger, tonumber(ARGV[9 + (j - 1) * 5 + 3])}
+      items[#items + 1] = {id, stored[j], trigger, tonumber(ARGV[first_item + (j - 1) * 5 + 3])}
     end
   end
 end
@@ -76,9 +79,10 @@ redis.call('HSET', meta, META.FETCHED_TO, ARGV[6])
 if redis.call('EXISTS', t.packed) == 0 then
   redis.call('HSET', meta, META.LOADED_TO, ARGV[6])
 end
-local loaded, triggers = bring_in(t, items, now, changes)
+local loaded, triggers, late = bring_in(t, items, now, changes)
 if loaded > 0 then
   cold_moved(meta, KEYS[9], loaded, hours_of(triggers))
+  count_late(KEYS[11], tonumber(ARGV[9]), now, late)
   log_events(events, ARGV[4], changes, STATUS.WAITING, REASON.DUE)
 end
 if loaded > 0 or first_packed then

@@ -15,12 +15,14 @@
 -- KEYS[8] ended
 -- KEYS[9] events
 -- KEYS[10] cold_hours
+-- KEYS[11] stats
 -- ARGV[1] topic
 -- ARGV[2] ready_channel: published when the ready list goes from empty to non-empty
 -- ARGV[3] actor: 'process@host' for the history, '' with the message log off
 -- ARGV[4] pack_lead_millis
 -- ARGV[5] limit: most messages moved a call (scripts.UNPACK_PER_CALL for the scanner: a promotion
 -- waits behind one call; setTopicConfig's move of a given-up count's lists, the scanner batch)
+-- ARGV[6] stats_interval_millis: the messages made ready count as promotions (late ones)
 -- Returns {messages moved, µs until the next list is due to move (-1: none; 0: more now), Redis' clock (µs)}
 -- @include clock
 -- @include cold_count
@@ -68,9 +70,10 @@ if #messages > 0 then
       items[#items + 1] = {m.msgId, stored[j], m.triggerTime, m.expireTime}
     end
   end
-  local triggers
-  moved, triggers = bring_in(t, items, now, changes)
+  local triggers, late
+  moved, triggers, late = bring_in(t, items, now, changes)
   cold_moved(meta, KEYS[10], moved, hours_of(triggers))
+  count_late(KEYS[11], tonumber(ARGV[6]), now, late)
   log_events(events, ARGV[3], changes, STATUS.WAITING, REASON.DUE)
 end
 

@@ -8,11 +8,9 @@ from django.core.management.base import BaseCommand
 
 from delayqueue.config.arguments import non_empty
 from delayqueue.config.settings import DEFAULT_DATABASE, load_config
-from delayqueue.core.exceptions import LogUnavailable
-from delayqueue.messagelog import sql
 from delayqueue.messagelog.connection import LogConnection
 from delayqueue.runtime import Runtime
-from delayqueue.stores.tokens import ordered_namespaces
+from delayqueue.stores.tokens import read_served_namespaces
 from delayqueue.workers.log_process import LogProcess
 from delayqueue.workers.pusher import Pusher
 from delayqueue.workers.scanner import Scanner
@@ -60,7 +58,8 @@ class Command(BaseCommand):
         logging_task = loop.create_task(log_process.run(stopping), name="log process")
         try:
             while not stopping.is_set():
-                for namespace in await namespaces(root, tokens):
+                # No Django ORM on the scanners' loop; the others are asked again at the next check.
+                for namespace in await read_served_namespaces(root.config.namespace, tokens):
                     if namespace in scanners:
                         continue
                     scanner = Scanner(root.for_namespace(namespace), name)
@@ -96,17 +95,3 @@ async def tell_held(log_process: LogProcess, namespace: str, scanner: Scanner) -
         await scanner.held_changed.wait()
         scanner.held_changed.clear()
         log_process.hold(namespace=namespace, owner=scanner.token, topics=scanner.workers)
-
-
-async def namespaces(rt: Runtime, tokens: LogConnection) -> list[str]:
-    """The served namespaces (tokens.served_namespaces' list, read on this process' own log
-    connection: no Django ORM on the scanners' loop); when the message log does not answer,
-    DELAYQUEUE_NAMESPACE alone (the others are asked again at the next check)."""
-    found = []
-    try:
-        async with tokens.use() as conn:
-            cursor = await conn.execute(sql.TOKEN_NAMESPACES)
-            found = [row[0] for row in await cursor.fetchall()]
-    except LogUnavailable as exc:
-        log.warning("could not read the token namespaces: %s", exc)
-    return ordered_namespaces(rt.config.namespace, found)

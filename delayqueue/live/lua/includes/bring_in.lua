@@ -5,14 +5,17 @@
 --   holds in this very life, the same produceTime, is left alone: a send that went to Redis
 --   meanwhile, a delete's tombstone; an older life's ended body is replaced), and how many are held
 --   stored[j]: the message of ids[j] as Redis stores it
--- bring_in(t, items, now, changes) -> how many came in, their triggerTimes
+-- bring_in(t, items, now, changes) -> how many came in, their triggerTimes, the lateness
+--   accumulator of those made ready (includes/lateness.lua: late, as a promotion is)
 --   items: {id, stored, triggerTime, expireTime} each, held by nothing live: waiting if not yet due,
 --   ready otherwise (recorded as due in changes, for the caller's log_events)
 --   t: msgs, waiting, ready, prioritised, expiry (keys), ready_channel
+-- count_late(stats key, interval ms, now ms, accumulator): those made ready, counted as promotions
 -- @include status
 -- @include stored
 -- @include history
 -- @include add_messages
+-- @include lateness
 local function fresh_ids(msgs, ended, ids, stored)
   local held_now = #ids > 0 and redis.call('HMGET', msgs, unpack(ids)) or {}
   local fresh, held = {}, 0
@@ -32,7 +35,7 @@ local function fresh_ids(msgs, ended, ids, stored)
 end
 
 local function bring_in(t, items, now, changes)
-  local stores, added, triggers = {}, {}, {}
+  local stores, added, triggers, late = {}, {}, {}, {}
   for n, item in ipairs(items) do
     local id, stored, trigger, expire = item[1], item[2], item[3], item[4]
     triggers[n] = trigger
@@ -43,6 +46,7 @@ local function bring_in(t, items, now, changes)
       m.status = STATUS.READY
       stored = encode_stored(m)
       add_change(changes, id, m)
+      lateness_add(late, now - trigger)
     end
     added[n] = m
     stores[#stores + 1] = id
@@ -52,5 +56,9 @@ local function bring_in(t, items, now, changes)
     redis.call('HSET', t.msgs, unpack(stores))
     add_messages(t, added, t.ready_channel)
   end
-  return #items, triggers
+  return #items, triggers, late
+end
+
+local function count_late(stats, interval, now, late)
+  fold_fields(stats, promotion_fields(interval, now, late.count or 0, 0, late))
 end
