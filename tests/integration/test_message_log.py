@@ -118,6 +118,29 @@ async def test_a_send_due_by_the_time_redis_took_it_is_logged_ready(single_rt, m
     assert await history("t", "late") == [("sent", 0, Status.READY, 0)]
 
 
+async def test_a_status_correction_that_commits_after_the_writer_moved_the_row_leaves_it_moved(single_rt,
+                                                                                               monkeypatch):
+    """The correction of a send Redis took as ready (its status when sent) commits after the
+    writer recorded the message's pull and ack: the row keeps its last state, acked, or a restore
+    brings the acked message back."""
+    rt = single_rt
+    behind = now_millis() - 50
+    monkeypatch.setattr(send_service, "now_millis", lambda: behind)
+    correct = MessageLog.overwrite
+
+    async def consumed_first(log, rows):
+        [pulled], _ = await pull_messages(rt, topic="t")
+        await ack_message(rt, topic="t", msg_id=pulled.msg_id)
+        await drain_log(rt, ["t"])
+        await correct(log, rows)
+
+    monkeypatch.setattr(MessageLog, "overwrite", consumed_first)
+    await send_message(rt, request=SendRequest(topic="t", msg="late", delay_millis=10, msg_id="late"))
+    row = await logged("t", "late")
+    assert (row["status"], row["retry"]) == (Status.ACKED, 1)
+    assert (await restore(rt)).restored == 0
+
+
 async def test_a_change_redis_makes_before_a_send_time_from_a_clock_ahead_moves_the_row(single_rt, monkeypatch):
     """The web process's clock runs ahead of Redis': the row's updated_at (its produceTime) is
     later than the delete's event time (Redis'), which must move it all the same, or a restore
