@@ -210,6 +210,14 @@ class RunningRedrive:
     left: int
 
 
+def by_database(namespaces: list[str]) -> dict[str, list[str]]:
+    """The namespaces by the database that holds their rows (routing.database_of)."""
+    groups: dict[str, list[str]] = {}
+    for namespace in namespaces:
+        groups.setdefault(database_of(namespace), []).append(namespace)
+    return groups
+
+
 async def log_figures(rt: Runtime, *, namespaces: list[str], topic: str | None = None
                       ) -> tuple[dict[tuple[str, str], int], list[RunningRedrive]]:
     """Dead letters per (namespace, topic) and the unfinished redrive tasks with their progress,
@@ -218,10 +226,7 @@ async def log_figures(rt: Runtime, *, namespaces: list[str], topic: str | None =
     Raises LogUnavailable."""
     dead: dict[tuple[str, str], int] = {}
     redrives = []
-    by_database: dict[str, list[str]] = {}
-    for namespace in namespaces:
-        by_database.setdefault(database_of(namespace), []).append(namespace)
-    for database, in_database in by_database.items():
+    for database, in_database in by_database(namespaces).items():
         scope = {"namespaces": in_database, "topic": topic}
         async with one_use(rt.config.log_timeout_millis, database) as conn:
             found = await conn.execute(sql.DEAD_COUNTS, scope)

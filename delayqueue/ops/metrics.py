@@ -2,9 +2,9 @@
 (the scripts count there), so it is the same whichever process is scraped and covers every
 web and scanner process; no process keeps counters of its own. It covers every served
 namespace (tokens.served_namespaces), each series labelled with its namespace. Dead letters and
-redrive progress live in the message log: read with one connection per scrape (two statements
-for every namespace and topic at once, and one per running redrive), and left out, with the failure logged, when PostgreSQL
-does not answer."""
+redrive progress live in the message log: read with one connection per database a scrape (two
+statements for all its namespaces and topics at once, and one per running redrive), and left out,
+with the failure logged, for the namespaces of a database that does not answer."""
 import asyncio
 from dataclasses import dataclass
 
@@ -45,11 +45,12 @@ class Snapshot:
     """A prometheus_client collector over figures already read from Redis, every series
     labelled with its namespace."""
 
-    def __init__(self, namespaces: list[NamespaceFigures], dead: dict[tuple[str, str], int] | None = None,
-                 redrives: list[figures.RunningRedrive] = ()):
+    def __init__(self, namespaces: list[NamespaceFigures], dead: dict[tuple[str, str], int],
+                 redrives: list[figures.RunningRedrive], unread: set[str]):
         self.namespaces = namespaces
-        self.dead = dead  # None: the message log did not answer
+        self.dead = dead
         self.redrives = redrives
+        self.unread = unread  # namespaces whose message log did not answer: no dead-letter figures
 
     def collect(self):
         requests = CounterMetricFamily(
@@ -138,15 +139,13 @@ class Snapshot:
             for token, millis in sorted(figured.scanner_lags.items()):
                 lag.add_metric([ns, token], millis / 1000)
             lost.add_metric([ns], figured.data_lost_millis / 1000)
-        if self.dead is not None:
-            # Every registered topic (0 if none), and topics no longer registered that still have some.
-            counts = {(f.namespace, o["topic"]): 0 for f in self.namespaces for o in f.overviews} | self.dead
-            for (ns, topic), count in sorted(counts.items()):
-                dead.add_metric([ns, topic], count)
+        # Every registered topic (0 if none), and topics no longer registered that still have some.
+        counts = {(f.namespace, o["topic"]): 0 for f in self.namespaces for o in f.overviews
+                  if f.namespace not in self.unread} | self.dead
+        for (ns, topic), count in sorted(counts.items()):
+            dead.add_metric([ns, topic], count)
         yield from (requests, sizes, hot_ahead, waiting, overdue, oldest, backlog, lateness, topics, lag, lost, throttled,
-                    paused, pushes, push_failures, push_lateness, push_in_flight, redrive_moved, redrive_left)
-        if self.dead is not None:
-            yield dead
+                    paused, pushes, push_failures, push_lateness, push_in_flight, redrive_moved, redrive_left, dead)
 
 
 def cumulative_buckets(buckets: list[tuple[int | None, int]]) -> list[tuple[str, int]]:
@@ -170,11 +169,20 @@ async def metrics(request):
     except RedisError as exc:  # what failed, not where (a scraper may be anyone): the where goes to the log
         log_failure("/metrics", f"Redis unavailable: {exc}")
         return HttpResponse(f"# Redis unavailable: {redis_reason(exc)}\n", status=503, content_type="text/plain")
-    try:
-        dead, redrives = await figures.log_figures(rt, namespaces=namespaces)
-    except LogUnavailable as exc:
-        log_failure("/metrics' dead letters", str(exc))
-        dead, redrives = None, []
+    # A database per call: one that does not answer leaves out its namespaces' figures only.
+    groups = list(figures.by_database(namespaces).values())
+    read = await asyncio.gather(*(figures.log_figures(rt, namespaces=group) for group in groups),
+                                return_exceptions=True)
+    dead, redrives, unread = {}, [], set()
+    for group, result in zip(groups, read):
+        if isinstance(result, LogUnavailable):
+            log_failure("/metrics' dead letters", str(result))
+            unread.update(group)
+        elif isinstance(result, BaseException):
+            raise result
+        else:
+            dead.update(result[0])
+            redrives += result[1]
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(Snapshot(list(figured), dead, redrives))
+    registry.register(Snapshot(list(figured), dead, redrives, unread))
     return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)

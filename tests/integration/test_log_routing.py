@@ -27,6 +27,7 @@ from delayqueue.services.send import SendRequest, send_message
 from delayqueue.services.topic_control import set_topic_config
 from delayqueue.stores.rows import create_token
 from tests.helpers import EVERY_LOG_DATABASE, REDIS_URL, ScannerProcess, make_runtime, query, scanner_env, wait_until
+from tests.integration.test_monitoring import sample, scrape
 from tests.integration.test_operator_ui import form_values
 
 ROUTED, ALIAS = "routed", "second"
@@ -159,6 +160,21 @@ def test_the_dashboard_and_topic_page_say_a_routed_namespace_database_is_down(ad
     finally:
         second.close()
         second.settings_dict.update(kept)
+
+
+async def test_metrics_count_the_dead_letters_of_the_databases_that_answer(api, clean_state):
+    """One namespace's database down hides that namespace's dead letters, not every namespace's."""
+    await sync_to_async(create_token)(namespace=ROUTED, scopes=["produce"])  # ROUTED is now served
+    await sync_to_async(saved_rows)(Status.EXHAUSTED, timezone.now())
+    second = connections[ALIAS]
+    kept = dict(second.settings_dict)
+    second.settings_dict.update(HOST="127.0.0.1", PORT=1)  # nothing listens there
+    try:
+        samples = await scrape(api)
+    finally:
+        second.settings_dict.update(kept)
+    assert sample(samples, "delayqueue_dead_letters", topic="t") == 1
+    assert sample(samples, "delayqueue_dead_letters", ROUTED, topic="t") is None
 
 
 @pytest.mark.process
