@@ -1,5 +1,6 @@
 """The PostgreSQL message log: durable sends, lifecycle history, faults of Postgres and the writer."""
 import asyncio
+import dataclasses
 import json
 import os
 import re
@@ -12,6 +13,7 @@ from delayqueue.core import exceptions
 from delayqueue.core.clock import now_millis
 from delayqueue.core.constants import Status
 from delayqueue.core.exceptions import LogUnavailable, RedisUnavailable
+from delayqueue.core.messages import Message
 from delayqueue.live.history import Event
 from delayqueue.live.keys import Shard
 from delayqueue.messagelog import sql
@@ -187,6 +189,20 @@ async def test_a_batch_naming_one_msgid_twice_logs_the_first(single_rt):
     assert (await logged("t", "same"))["msg"] == "a"
     assert (await query("SELECT count(*) FROM delayqueue_message"))[0][0] == 2
     assert await history("t", "same") == [("sent", 0, Status.READY, 0)]
+
+
+async def test_two_processes_groups_naming_the_same_msgids_in_opposite_orders_both_commit(clean_state):
+    """Two web processes' groups lock the same rows (a retry storm after a restart): in opposite
+    orders they deadlock, and PostgreSQL fails one of them, every send of its group with it."""
+    rows = [Message("t", f"m{i:04}", "x", 1_000, 2_000, 3_000, 3, 0, Status.WAITING) for i in range(3000)]
+    logs = [MessageLog("default", "web@host", 10_000, 2_500, 0, "default") for _ in range(2)]
+    try:
+        resent = [dataclasses.replace(row, payload="y") for row in reversed(rows)]
+        first, second = await asyncio.gather(logs[0].record(rows), logs[1].record(resent))
+    finally:
+        for log in logs:
+            await log.close()
+    assert sorted([sum(first.written), sum(second.written)]) == [0, len(rows)]
 
 
 async def test_sends_sharing_a_redis_turn_write_the_log_together_and_reach_redis_one_at_a_time(single_rt):
