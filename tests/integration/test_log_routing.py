@@ -11,7 +11,7 @@ import httpx
 import pytest
 from asgiref.sync import sync_to_async
 from django.core.management import call_command
-from django.db import connections
+from django.db import DatabaseError, connections
 from django.utils import timezone
 
 from delayqueue.core.constants import Status
@@ -123,6 +123,21 @@ def test_prune_log_prunes_every_database():
     saved_rows(Status.ACKED, timezone.now() - timedelta(days=30))
     assert prune_log(timedelta(days=7)) == (2, 0)
     assert not Message.objects.exists() and not Message.objects.using(ALIAS).exists()
+
+
+def test_prune_log_prunes_the_databases_that_answer_when_one_does_not():
+    saved_rows(Status.ACKED, timezone.now() - timedelta(days=30))
+    first = connections["default"]
+    first.close()
+    kept = dict(first.settings_dict)
+    first.settings_dict.update(HOST="127.0.0.1", PORT=1)  # nothing listens there
+    try:
+        with pytest.raises(DatabaseError):
+            prune_log(timedelta(days=7))
+    finally:
+        first.close()
+        first.settings_dict.update(kept)
+    assert not Message.objects.using(ALIAS).exists() and Message.objects.exists()
 
 
 def test_the_admin_reads_a_routed_namespace_in_its_database(admin_client):
