@@ -155,7 +155,9 @@ class LogWriter:
         self._noticed.difference_update(topics)  # a notice arriving during the read marks it again
         if not topics:
             return None, False
-        count = self.rt.config.log_writer_batch
+        # The batch is shared by the topics read: a transaction of every held stream's backlog (after an
+        # outage) grew with the topics past the statement timeout, and was tried again whole, for ever.
+        count = max(1, self.rt.config.log_writer_batch // len(topics))
         pipe = self.rt.redis.pipeline(transaction=False)
         for topic in topics:
             after = self._read_up_to.get(topic)

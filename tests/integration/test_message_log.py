@@ -405,6 +405,29 @@ async def test_a_restore_logs_one_stream_entry_per_script_call_and_one_row_per_m
         await rt.close()
 
 
+async def test_a_backlog_in_many_streams_is_written_a_batch_at_a_time(clean_state):
+    """After an outage every held stream has a backlog. Written in one transaction, it grew with the
+    topics held (a thousand topics of 5,000 events: millions of rows) past the statement timeout,
+    and was read and tried again whole, for ever, while Redis kept every event."""
+    rt = make_runtime(REDIS_URL, log_writer_batch=100)
+    topics = ["a", "b", "c", "d"]
+    writer = LogWriter(rt, lambda: [Shard(topic) for topic in topics])
+    try:
+        for topic in topics:
+            await send_messages(rt, requests=[SendRequest(topic=topic, msg=str(n), delay_millis=0) for n in range(100)])
+            for _ in range(100):
+                await pull_messages(rt, topic=topic, batch=1)  # an entry each
+        assert await writer.drain_once()
+        assert writer.written <= 100
+        while await writer.drain_once():
+            pass
+        assert writer.written == 400
+        assert await query("SELECT count(*) FROM delayqueue_messageevent WHERE reason = 'pulled'") == [(400,)]
+    finally:
+        await writer.close()
+        await rt.close()
+
+
 async def test_a_pull_and_an_ack_batch_log_one_stream_entry_each_and_a_row_per_message(clean_state):
     """pull.lua and ack.lua record the messages they move as one entry per call; an ackMsgBatch
     answers each msgId in order (unknown, or acked already: not done) and logs only those it acked."""
