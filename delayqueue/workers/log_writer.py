@@ -102,7 +102,8 @@ class LogWriter:
     async def _drain(self, stopping: asyncio.Event) -> None:
         interval = self.rt.config.log_writer_interval_millis / 1000
         writing: asyncio.Task | None = None
-        outage = Outage(log, "log writer: events wait in Redis")
+        # Named by its namespace: one log process writes every namespace's, each to its own database.
+        outage = Outage(log, f"log writer of namespace {self.rt.ns.namespace}: events wait in Redis")
         while not stopping.is_set():
             try:
                 batch, full = await self._read()

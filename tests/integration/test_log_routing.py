@@ -19,13 +19,15 @@ from delayqueue.messagelog.retention import prune_log
 from delayqueue.messagelog.routing import database_of
 from delayqueue.models import Message
 from delayqueue.ops.admin.topics import topic_url
-from delayqueue.services.consume import long_poll_messages, nack_message
+from delayqueue.live.keys import Shard
+from delayqueue.services.consume import long_poll_messages, nack_message, pull_messages
 from delayqueue.services.dead_letters import dead_letters
 from delayqueue.services.messages import get_message
 from delayqueue.services.restore import restore
 from delayqueue.services.send import SendRequest, send_message
 from delayqueue.services.topic_control import set_topic_config
 from delayqueue.stores.rows import create_token
+from delayqueue.workers.log_writer import LogWriter
 from tests.helpers import EVERY_LOG_DATABASE, REDIS_URL, ScannerProcess, make_runtime, query, scanner_env, wait_until
 from tests.integration.test_monitoring import sample, scrape
 from tests.integration.test_operator_ui import form_values
@@ -88,6 +90,29 @@ async def test_each_namespace_writes_its_messages_history_and_settings_to_its_ow
 async def _ends_with(rows, reason: str) -> bool:
     found = await rows
     return bool(found) and found[-1][0] == reason
+
+
+async def test_a_log_writer_whose_database_is_down_names_its_namespace(runtimes, caplog):
+    """One log process writes every namespace's history; its warning says whose waits in Redis."""
+    _root, routed = runtimes
+    await send_message(routed, request=SendRequest(topic="t", msg="x", delay_millis=0))
+    await pull_messages(routed, topic="t")
+    writer, stopping = LogWriter(routed, lambda: [Shard("t")]), asyncio.Event()
+    second = connections[ALIAS]
+    kept = dict(second.settings_dict)
+    second.settings_dict.update(HOST="127.0.0.1", PORT=1)  # nothing listens there
+    running = asyncio.ensure_future(writer.run(stopping))
+    try:
+        await wait_until(lambda: _warned(caplog), what="the writer's warning")
+    finally:
+        stopping.set()
+        await running
+        second.settings_dict.update(kept)
+    assert f"log writer of namespace {ROUTED}: events wait in Redis" in caplog.text
+
+
+async def _warned(caplog) -> bool:
+    return "events wait in Redis" in caplog.text
 
 
 async def test_restore_brings_each_namespace_back_from_its_own_database(runtimes):
