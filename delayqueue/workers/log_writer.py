@@ -18,6 +18,7 @@ import asyncio
 import dataclasses
 import logging
 import time
+from operator import attrgetter
 
 import orjson
 import psycopg
@@ -197,7 +198,9 @@ class LogWriter:
 
     async def _commit(self, events: list[Event]) -> None:
         ns = self.rt.ns.namespace
-        latest = latest_per_message(events)
+        # The rows locked in msgId order, as the send path's group commit locks them: in other orders two
+        # statements on the same rows deadlock, and PostgreSQL fails one (maybe a group of sends).
+        latest = sorted(latest_per_message(events), key=attrgetter("topic", "msg_id"))
         inserted = {"namespace": ns, "events": orjson.dumps(events).decode()}
         updated = {"namespace": ns, "events": orjson.dumps(latest).decode()} if latest else None
         async with self._db.use() as conn:

@@ -205,6 +205,36 @@ async def test_two_processes_groups_naming_the_same_msgids_in_opposite_orders_bo
     assert sorted([sum(first.written), sum(second.written)]) == [0, len(rows)]
 
 
+async def test_the_log_writer_and_a_group_of_resends_take_the_same_rows_in_one_order(single_rt):
+    """The writer moves the rows of messages a pull took (in the pull's order) while a group of
+    resends of them locks the same rows: in opposite orders they deadlock, and PostgreSQL fails one
+    (the writer's drain, or every send of the group). A held lock on a middle row makes both
+    statements meet there, each with its half of the rows locked."""
+    rt = single_rt
+    ids = [f"m{i:03}" for i in range(200, 0, -1)]
+    sent = await send_messages(rt, requests=[SendRequest(topic="t", msg="x", delay_millis=0, msg_id=msg_id)
+                                             for msg_id in ids])
+    assert [m.msg_id for m in (await pull_messages(rt, topic="t", batch=200))[0]] == ids
+    writer = LogWriter(rt, lambda: [Shard("t")])
+    resends = MessageLog("default", "web@host", 10_000, 2_500, 0, "default")
+    async with await psycopg.AsyncConnection.connect(log_database_url("default")) as blocker:
+        await blocker.execute("SELECT FROM delayqueue_message WHERE msg_id = 'm100' FOR UPDATE")
+        both = [asyncio.ensure_future(writer.drain_once()),
+                asyncio.ensure_future(resends.record([dataclasses.replace(m, payload="again") for m in sent]))]
+        await wait_until(lambda: _waiting_for_locks(2), what="both statements to wait at the held row")
+        await blocker.rollback()
+    try:
+        await asyncio.gather(*both)
+    finally:
+        await resends.close()
+        await writer.close()
+    assert {row["status"] for row in [await logged("t", msg_id) for msg_id in ids]} == {Status.CONSUMING}
+
+
+async def _waiting_for_locks(count: int) -> bool:
+    return (await query("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"))[0][0] >= count
+
+
 async def test_sends_sharing_a_redis_turn_write_the_log_together_and_reach_redis_one_at_a_time(single_rt):
     """The schedule planner's pipeline: while one call holds the turn, the others' log rows are
     written, and their scripts wait for it."""
