@@ -236,7 +236,8 @@ class QueueConfig:
     log_writer_interval_millis: int = setting(
         "DELAYQUEUE_LOG_WRITER_INTERVAL_MILLIS", 100, "how often the log writer drains the streams", minimum=1)
     log_writer_batch: int = setting(
-        "DELAYQUEUE_LOG_WRITER_BATCH", 5000, "about how many events per topic per drain", minimum=1)
+        "DELAYQUEUE_LOG_WRITER_BATCH", 5000, "about how many events per drain, shared by the topics that have some",
+        minimum=1)
     log_retention_days: int = setting(
         "DELAYQUEUE_LOG_RETENTION_DAYS", 7, "prune_log's default age", minimum=1, maximum=MAX_AGE_DAYS)
     dead_letter_retention_days: int = setting(

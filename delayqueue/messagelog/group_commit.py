@@ -19,6 +19,7 @@ import logging
 import time
 from collections.abc import Set
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import NamedTuple
 
 import orjson
@@ -35,8 +36,10 @@ log = logging.getLogger(__name__)
 
 
 def _rows_json(rows: list[Message]) -> str:
-    """Messages as the statements read them (sql.record(Message))."""
-    return orjson.dumps(rows).decode()
+    """Messages as the statements read them (sql.record(Message)), in the order of their keys: two
+    processes' statements that take the same rows' locks in opposite orders deadlock, and the
+    loser's whole group of sends fails (as after a restart, when clients resend alike)."""
+    return orjson.dumps(sorted(rows, key=attrgetter("key"))).decode()
 
 
 class Recorded(NamedTuple):

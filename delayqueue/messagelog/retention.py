@@ -9,7 +9,7 @@ writable while it runs and an interrupted run loses nothing but time.
 """
 from datetime import datetime, timedelta, timezone
 
-from django.db import connections, transaction
+from django.db import DatabaseError, connections, transaction
 
 from delayqueue.config.settings import load_config
 from delayqueue.messagelog import sql
@@ -21,16 +21,22 @@ def prune_log(older_than: timedelta, batch: int = 5000, on_batch=None,
     """Deletes ended messages last changed before now - older_than, dead letters last changed
     before now - dead_older_than (default DELAYQUEUE_DEAD_LETTER_RETENTION_DAYS) - older_than,
     and their history, in every database of the log, now by that database's clock (sql.NOW).
-    Returns (messages, history rows) deleted."""
+    Returns (messages, history rows) deleted; raises the first DatabaseError once every database
+    that answers is pruned (one database down holds up no other's retention)."""
     if dead_older_than is None:
         dead_older_than = timedelta(days=load_config().dead_letter_retention_days)
-    totals = [0, 0]
+    totals, failed = [0, 0], None
     for database in log_databases():
-        with connections[database].cursor() as cursor:
-            cursor.execute(sql.NOW)
-            [now] = cursor.fetchone()
-        for dead_letters, cutoff in ((False, now - older_than), (True, now - dead_older_than - older_than)):
-            _prune(database, cutoff, dead_letters, batch, totals, on_batch)
+        try:
+            with connections[database].cursor() as cursor:
+                cursor.execute(sql.NOW)
+                [now] = cursor.fetchone()
+            for dead_letters, cutoff in ((False, now - older_than), (True, now - dead_older_than - older_than)):
+                _prune(database, cutoff, dead_letters, batch, totals, on_batch)
+        except DatabaseError as exc:
+            failed = failed or exc
+    if failed is not None:
+        raise failed
     return totals[0], totals[1]
 
 

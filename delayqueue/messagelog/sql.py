@@ -177,8 +177,11 @@ FROM json_to_recordset(%(rows)s::json) AS u({record(Message, "topic", "msg_id")}
   {probe_each(tables.MESSAGE, "u.msg_id", _KEY_OF_U, columns="p.*", alias="m")}
 WHERE NOT EXISTS (SELECT FROM written w WHERE w.topic = m.topic AND w.msg_id = m.msg_id)
 """
-# Makes the log hold exactly the rows given (what Redis answered a send with).
-OVERWRITE = _UPSERT + "RETURNING topic, msg_id"
+# Makes the log hold exactly the rows given (what Redis answered a send with), except a row of the
+# same life the log writer has moved since its send (updated_at no longer its produceTime): the
+# events it holds came after Redis' answer, and going back to the answer would undo them.
+OVERWRITE = _UPSERT + """WHERE m.produce_time <> EXCLUDED.produce_time OR m.updated_at = m.produce_time
+RETURNING topic, msg_id"""
 # Removes rows, and their 'sent' history, of sends Redis did not take: only the life this
 # process wrote (same produceTime), never a later one. Found first, as in UPDATE_MESSAGES.
 FORGET = f"""

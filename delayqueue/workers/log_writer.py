@@ -18,6 +18,7 @@ import asyncio
 import dataclasses
 import logging
 import time
+from operator import attrgetter
 
 import orjson
 import psycopg
@@ -102,7 +103,8 @@ class LogWriter:
     async def _drain(self, stopping: asyncio.Event) -> None:
         interval = self.rt.config.log_writer_interval_millis / 1000
         writing: asyncio.Task | None = None
-        outage = Outage(log, "log writer: events wait in Redis")
+        # Named by its namespace: one log process writes every namespace's, each to its own database.
+        outage = Outage(log, f"log writer of namespace {self.rt.ns.namespace}: events wait in Redis")
         while not stopping.is_set():
             try:
                 batch, full = await self._read()
@@ -155,7 +157,9 @@ class LogWriter:
         self._noticed.difference_update(topics)  # a notice arriving during the read marks it again
         if not topics:
             return None, False
-        count = self.rt.config.log_writer_batch
+        # The batch is shared by the topics read: a transaction of every held stream's backlog (after an
+        # outage) grew with the topics past the statement timeout, and was tried again whole, for ever.
+        count = max(1, self.rt.config.log_writer_batch // len(topics))
         pipe = self.rt.redis.pipeline(transaction=False)
         for topic in topics:
             after = self._read_up_to.get(topic)
@@ -194,7 +198,9 @@ class LogWriter:
 
     async def _commit(self, events: list[Event]) -> None:
         ns = self.rt.ns.namespace
-        latest = latest_per_message(events)
+        # The rows locked in msgId order, as the send path's group commit locks them: in other orders two
+        # statements on the same rows deadlock, and PostgreSQL fails one (maybe a group of sends).
+        latest = sorted(latest_per_message(events), key=attrgetter("topic", "msg_id"))
         inserted = {"namespace": ns, "events": orjson.dumps(events).decode()}
         updated = {"namespace": ns, "events": orjson.dumps(latest).decode()} if latest else None
         async with self._db.use() as conn:

@@ -11,7 +11,7 @@ import httpx
 import pytest
 from asgiref.sync import sync_to_async
 from django.core.management import call_command
-from django.db import connections
+from django.db import DatabaseError, connections
 from django.utils import timezone
 
 from delayqueue.core.constants import Status
@@ -19,13 +19,15 @@ from delayqueue.messagelog.retention import prune_log
 from delayqueue.messagelog.routing import database_of
 from delayqueue.models import Message
 from delayqueue.ops.admin.topics import topic_url
-from delayqueue.services.consume import long_poll_messages, nack_message
+from delayqueue.live.keys import Shard
+from delayqueue.services.consume import long_poll_messages, nack_message, pull_messages
 from delayqueue.services.dead_letters import dead_letters
 from delayqueue.services.messages import get_message
 from delayqueue.services.restore import restore
 from delayqueue.services.send import SendRequest, send_message
 from delayqueue.services.topic_control import set_topic_config
 from delayqueue.stores.rows import create_token
+from delayqueue.workers.log_writer import LogWriter
 from tests.helpers import EVERY_LOG_DATABASE, REDIS_URL, ScannerProcess, make_runtime, query, scanner_env, wait_until
 from tests.integration.test_monitoring import sample as metric
 from tests.integration.test_monitoring import scrape
@@ -91,6 +93,29 @@ async def _ends_with(rows, reason: str) -> bool:
     return bool(found) and found[-1][0] == reason
 
 
+async def test_a_log_writer_whose_database_is_down_names_its_namespace(runtimes, caplog):
+    """One log process writes every namespace's history; its warning says whose waits in Redis."""
+    _root, routed = runtimes
+    await send_message(routed, request=SendRequest(topic="t", msg="x", delay_millis=0))
+    await pull_messages(routed, topic="t")
+    writer, stopping = LogWriter(routed, lambda: [Shard("t")]), asyncio.Event()
+    second = connections[ALIAS]
+    kept = dict(second.settings_dict)
+    second.settings_dict.update(HOST="127.0.0.1", PORT=1)  # nothing listens there
+    running = asyncio.ensure_future(writer.run(stopping))
+    try:
+        await wait_until(lambda: _warned(caplog), what="the writer's warning")
+    finally:
+        stopping.set()
+        await running
+        second.settings_dict.update(kept)
+    assert f"log writer of namespace {ROUTED}: events wait in Redis" in caplog.text
+
+
+async def _warned(caplog) -> bool:
+    return "events wait in Redis" in caplog.text
+
+
 async def test_restore_brings_each_namespace_back_from_its_own_database(runtimes):
     root, routed = runtimes
     for rt, msg_id in ((root, "kept"), (routed, "moved")):
@@ -124,6 +149,21 @@ def test_prune_log_prunes_every_database():
     saved_rows(Status.ACKED, timezone.now() - timedelta(days=30))
     assert prune_log(timedelta(days=7)) == (2, 0)
     assert not Message.objects.exists() and not Message.objects.using(ALIAS).exists()
+
+
+def test_prune_log_prunes_the_databases_that_answer_when_one_does_not():
+    saved_rows(Status.ACKED, timezone.now() - timedelta(days=30))
+    first = connections["default"]
+    first.close()
+    kept = dict(first.settings_dict)
+    first.settings_dict.update(HOST="127.0.0.1", PORT=1)  # nothing listens there
+    try:
+        with pytest.raises(DatabaseError):
+            prune_log(timedelta(days=7))
+    finally:
+        first.close()
+        first.settings_dict.update(kept)
+    assert not Message.objects.using(ALIAS).exists() and Message.objects.exists()
 
 
 def test_the_admin_reads_a_routed_namespace_in_its_database(admin_client):

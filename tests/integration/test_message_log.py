@@ -1,5 +1,6 @@
 """The PostgreSQL message log: durable sends, lifecycle history, faults of Postgres and the writer."""
 import asyncio
+import dataclasses
 import json
 import os
 import re
@@ -12,6 +13,7 @@ from delayqueue.core import exceptions
 from delayqueue.core.clock import now_millis
 from delayqueue.core.constants import Status
 from delayqueue.core.exceptions import LogUnavailable, RedisUnavailable
+from delayqueue.core.messages import Message
 from delayqueue.live.history import Event
 from delayqueue.live.keys import Shard
 from delayqueue.messagelog import sql
@@ -118,6 +120,29 @@ async def test_a_send_due_by_the_time_redis_took_it_is_logged_ready(single_rt, m
     assert await history("t", "late") == [("sent", 0, Status.READY, 0)]
 
 
+async def test_a_status_correction_that_commits_after_the_writer_moved_the_row_leaves_it_moved(single_rt,
+                                                                                               monkeypatch):
+    """The correction of a send Redis took as ready (its status when sent) commits after the
+    writer recorded the message's pull and ack: the row keeps its last state, acked, or a restore
+    brings the acked message back."""
+    rt = single_rt
+    behind = now_millis() - 50
+    monkeypatch.setattr(send_service, "now_millis", lambda: behind)
+    correct = MessageLog.overwrite
+
+    async def consumed_first(log, rows):
+        [pulled], _ = await pull_messages(rt, topic="t")
+        await ack_message(rt, topic="t", msg_id=pulled.msg_id)
+        await drain_log(rt, ["t"])
+        await correct(log, rows)
+
+    monkeypatch.setattr(MessageLog, "overwrite", consumed_first)
+    await send_message(rt, request=SendRequest(topic="t", msg="late", delay_millis=10, msg_id="late"))
+    row = await logged("t", "late")
+    assert (row["status"], row["retry"]) == (Status.ACKED, 1)
+    assert (await restore(rt)).restored == 0
+
+
 async def test_a_change_redis_makes_before_a_send_time_from_a_clock_ahead_moves_the_row(single_rt, monkeypatch):
     """The web process's clock runs ahead of Redis': the row's updated_at (its produceTime) is
     later than the delete's event time (Redis'), which must move it all the same, or a restore
@@ -164,6 +189,50 @@ async def test_a_batch_naming_one_msgid_twice_logs_the_first(single_rt):
     assert (await logged("t", "same"))["msg"] == "a"
     assert (await query("SELECT count(*) FROM delayqueue_message"))[0][0] == 2
     assert await history("t", "same") == [("sent", 0, Status.READY, 0)]
+
+
+async def test_two_processes_groups_naming_the_same_msgids_in_opposite_orders_both_commit(clean_state):
+    """Two web processes' groups lock the same rows (a retry storm after a restart): in opposite
+    orders they deadlock, and PostgreSQL fails one of them, every send of its group with it."""
+    rows = [Message("t", f"m{i:04}", "x", 1_000, 2_000, 3_000, 3, 0, Status.WAITING) for i in range(3000)]
+    logs = [MessageLog("default", "web@host", 10_000, 2_500, 0, "default") for _ in range(2)]
+    try:
+        resent = [dataclasses.replace(row, payload="y") for row in reversed(rows)]
+        first, second = await asyncio.gather(logs[0].record(rows), logs[1].record(resent))
+    finally:
+        for log in logs:
+            await log.close()
+    assert sorted([sum(first.written), sum(second.written)]) == [0, len(rows)]
+
+
+async def test_the_log_writer_and_a_group_of_resends_take_the_same_rows_in_one_order(single_rt):
+    """The writer moves the rows of messages a pull took (in the pull's order) while a group of
+    resends of them locks the same rows: in opposite orders they deadlock, and PostgreSQL fails one
+    (the writer's drain, or every send of the group). A held lock on a middle row makes both
+    statements meet there, each with its half of the rows locked."""
+    rt = single_rt
+    ids = [f"m{i:03}" for i in range(200, 0, -1)]
+    sent = await send_messages(rt, requests=[SendRequest(topic="t", msg="x", delay_millis=0, msg_id=msg_id)
+                                             for msg_id in ids])
+    assert [m.msg_id for m in (await pull_messages(rt, topic="t", batch=200))[0]] == ids
+    writer = LogWriter(rt, lambda: [Shard("t")])
+    resends = MessageLog("default", "web@host", 10_000, 2_500, 0, "default")
+    async with await psycopg.AsyncConnection.connect(log_database_url("default")) as blocker:
+        await blocker.execute("SELECT FROM delayqueue_message WHERE msg_id = 'm100' FOR UPDATE")
+        both = [asyncio.ensure_future(writer.drain_once()),
+                asyncio.ensure_future(resends.record([dataclasses.replace(m, payload="again") for m in sent]))]
+        await wait_until(lambda: _waiting_for_locks(2), what="both statements to wait at the held row")
+        await blocker.rollback()
+    try:
+        await asyncio.gather(*both)
+    finally:
+        await resends.close()
+        await writer.close()
+    assert {row["status"] for row in [await logged("t", msg_id) for msg_id in ids]} == {Status.CONSUMING}
+
+
+async def _waiting_for_locks(count: int) -> bool:
+    return (await query("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"))[0][0] >= count
 
 
 async def test_sends_sharing_a_redis_turn_write_the_log_together_and_reach_redis_one_at_a_time(single_rt):
@@ -363,6 +432,29 @@ async def test_a_restore_logs_one_stream_entry_per_script_call_and_one_row_per_m
             assert (await history("r", m.msg_id))[-1] == ("restored", 0, Status.WAITING, 0)
         assert (await query("SELECT count(*) FROM delayqueue_messageevent WHERE reason = 'restored'")) == [(120,)]
     finally:
+        await rt.close()
+
+
+async def test_a_backlog_in_many_streams_is_written_a_batch_at_a_time(clean_state):
+    """After an outage every held stream has a backlog. Written in one transaction, it grew with the
+    topics held (a thousand topics of 5,000 events: millions of rows) past the statement timeout,
+    and was read and tried again whole, for ever, while Redis kept every event."""
+    rt = make_runtime(REDIS_URL, log_writer_batch=100)
+    topics = ["a", "b", "c", "d"]
+    writer = LogWriter(rt, lambda: [Shard(topic) for topic in topics])
+    try:
+        for topic in topics:
+            await send_messages(rt, requests=[SendRequest(topic=topic, msg=str(n), delay_millis=0) for n in range(100)])
+            for _ in range(100):
+                await pull_messages(rt, topic=topic, batch=1)  # an entry each
+        assert await writer.drain_once()
+        assert writer.written <= 100
+        while await writer.drain_once():
+            pass
+        assert writer.written == 400
+        assert await query("SELECT count(*) FROM delayqueue_messageevent WHERE reason = 'pulled'") == [(400,)]
+    finally:
+        await writer.close()
         await rt.close()
 
 
