@@ -105,7 +105,9 @@ class Loader:
             await self.load_once()
             return self._tick()
 
-        await repeat(step, stopping, outage=Outage(log, "loader: cold messages wait in the message log"),
+        # Named by its namespace: a scanner loads every served namespace's, each from its own database.
+        outage = Outage(log, f"loader of namespace {self.rt.ns.namespace}: cold messages wait in the message log")
+        await repeat(step, stopping, outage=outage,
                      after_failure=self._db.close, retry_seconds=ERROR_BACKOFF)
         await self.close()
 

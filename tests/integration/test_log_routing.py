@@ -27,6 +27,7 @@ from delayqueue.services.restore import restore
 from delayqueue.services.send import SendRequest, send_message
 from delayqueue.services.topic_control import set_topic_config
 from delayqueue.stores.rows import create_token
+from delayqueue.workers.loader import Loader
 from delayqueue.workers.log_writer import LogWriter
 from tests.helpers import EVERY_LOG_DATABASE, REDIS_URL, ScannerProcess, make_runtime, query, scanner_env, wait_until
 from tests.integration.test_monitoring import sample as metric
@@ -93,27 +94,33 @@ async def _ends_with(rows, reason: str) -> bool:
     return bool(found) and found[-1][0] == reason
 
 
-async def test_a_log_writer_whose_database_is_down_names_its_namespace(runtimes, caplog):
-    """One log process writes every namespace's history; its warning says whose waits in Redis."""
-    _root, routed = runtimes
-    await send_message(routed, request=SendRequest(topic="t", msg="x", delay_millis=0))
-    await pull_messages(routed, topic="t")
-    writer, stopping = LogWriter(routed, lambda: [Shard("t")]), asyncio.Event()
-    second = connections[ALIAS]
-    kept = dict(second.settings_dict)
-    second.settings_dict.update(HOST="127.0.0.1", PORT=1)  # nothing listens there
-    running = asyncio.ensure_future(writer.run(stopping))
+@pytest.mark.parametrize("worker, warning", [(LogWriter, "log writer of namespace {}: events wait in Redis"),
+                                             (Loader, "loader of namespace {}: cold messages wait in the message log")])
+async def test_a_worker_whose_database_is_down_names_its_namespace(clean_state, caplog, worker, warning):
+    """One process writes (and loads) every namespace's log; its warning says whose waits."""
+    root = make_runtime(REDIS_URL, hot_window_millis=60_000)
+    routed = root.for_namespace(ROUTED)
     try:
-        await wait_until(lambda: _warned(caplog), what="the writer's warning")
+        await send_message(routed, request=SendRequest(topic="t", msg="x", delay_millis=0))
+        await send_message(routed, request=SendRequest(topic="t", msg="cold", delay_millis=600_000))
+        await pull_messages(routed, topic="t")
+        running_worker, stopping = worker(routed, lambda: [Shard("t")]), asyncio.Event()
+        second = connections[ALIAS]
+        kept = dict(second.settings_dict)
+        second.settings_dict.update(HOST="127.0.0.1", PORT=1)  # nothing listens there
+        running = asyncio.ensure_future(running_worker.run(stopping))
+        try:
+            await wait_until(lambda: _warned(caplog, warning.format(ROUTED)), what="the worker's warning")
+        finally:
+            stopping.set()
+            await running
+            second.settings_dict.update(kept)
     finally:
-        stopping.set()
-        await running
-        second.settings_dict.update(kept)
-    assert f"log writer of namespace {ROUTED}: events wait in Redis" in caplog.text
+        await root.close()
 
 
-async def _warned(caplog) -> bool:
-    return "events wait in Redis" in caplog.text
+async def _warned(caplog, warning: str) -> bool:
+    return warning in caplog.text
 
 
 async def test_restore_brings_each_namespace_back_from_its_own_database(runtimes):
