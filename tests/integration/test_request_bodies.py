@@ -148,3 +148,14 @@ async def test_a_multipart_body_with_too_many_files_is_400(api, settings):
     files = {f"f{i}": b"x" for i in range(3)}
     answer = await api.post(SEND, data={"topic": "t", "msg": "m", "delayMillis": "0"}, files=files)
     assert answer.json() == {"code": 400, "msg": "request has more than 2 files"}  # was 500 TooManyFilesSent
+
+
+async def test_a_json_null_counts_as_an_absent_parameter(api):
+    """As an empty form field does (README): a JSON client that writes every field, unset ones as null."""
+    sent = (await api.post(SEND, json={"topic": "t", "msg": "m", "msgId": None, "delayMillis": 0, "triggerTime": None,
+                                       "ttlMillis": None, "maxRetry": None, "priority": None})).json()
+    assert sent["code"] == 200, sent
+    assert len(sent["delayMsg"]["msgId"]) == 32  # generated
+    assert sent["delayMsg"]["expireTime"] - sent["delayMsg"]["triggerTime"] == 3_600_000  # the default TTL
+    missing = (await api.post(SEND, json={"topic": None, "msg": "m"})).json()
+    assert missing["code"] == 400 and "topic" in missing["msg"]

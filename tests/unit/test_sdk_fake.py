@@ -643,3 +643,9 @@ def test_an_async_worker_returns_from_run_while_a_plain_task_past_its_timeout_ru
         assert worker.abandoned_handlers
     finally:
         release.set()
+
+
+def test_a_json_null_counts_as_an_absent_parameter_as_on_the_server(server):
+    sent = call(server, "sendMsg", topic="t", msg="m", msgId=None, delayMillis=0, ttlMillis=None, priority=None)
+    assert sent["code"] == 200 and len(sent["delayMsg"]["msgId"]) == 32
+    assert call(server, "sendMsg", topic=None, msg="m", delayMillis=0)["code"] == 400

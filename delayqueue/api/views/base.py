@@ -22,7 +22,7 @@ from delayqueue.core.exceptions import BadRequest, Refused, error_body
 from delayqueue.runtime import current
 
 # Parameters whose empty value is itself an answer (400, "generate an id", "push off"); any other
-# empty parameter counts as absent, as Spring treats it.
+# empty parameter counts as absent, as Spring treats it. A JSON null is absent whatever the parameter.
 KEEP_EMPTY = {"topic", "msg", "msgId", "pushUrl"}
 
 # Permission classes that let everyone in: no check to run.
@@ -189,7 +189,7 @@ class QueueAPIView(APIView):
             if not isinstance(data, dict):
                 raise BadRequest("request body must be form fields or a JSON object")
         params.update(data)
-        return {k: v for k, v in params.items() if v != "" or k in KEEP_EMPTY}
+        return {k: v for k, v in params.items() if v is not None and (v != "" or k in KEEP_EMPTY)}
 
     def validated(self, serializer_class) -> dict:
         return parse(serializer_class, self.params())

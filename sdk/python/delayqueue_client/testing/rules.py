@@ -191,7 +191,7 @@ REDRIVE_TASK = {"taskId": Field("int", required=True, low=1, high=2 ** 63 - 1)}
 def parse(fields: dict[str, Field], params: dict[str, Any]) -> dict[str, Any]:
     """The validated parameters (absent ones at their defaults; absent without a default: left
     out); Invalid naming the first parameter refused, in the server's field order."""
-    data = {k: v for k, v in params.items() if v != "" or k in KEEP_EMPTY}
+    data = {k: v for k, v in params.items() if v is not None and (v != "" or k in KEEP_EMPTY)}
     parsed: dict[str, Any] = {}
     for name, spec in fields.items():
         if name not in data:
