@@ -86,6 +86,12 @@ class LogUnreachable(LogUnavailable):
     PostgreSQL refused or timed out. A write whose connection was lost may have committed."""
 
 
+class LogMaybeWritten(LogUnavailable):
+    """PostgreSQL was sent a write and did not answer it (in time, or before the connection was
+    lost): it may yet commit it. A send so answered may be delivered; sending it again under the
+    same msgId is safe (a live msgId is never enqueued twice)."""
+
+
 class RedisUnavailable(Unavailable):
     """Redis could not be reached or failed the command."""
 

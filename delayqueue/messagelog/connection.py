@@ -7,7 +7,7 @@ from django.db import DatabaseError, connections
 from psycopg import pq
 from psycopg.conninfo import make_conninfo
 
-from delayqueue.core.exceptions import LogUnavailable, LogUnreachable, connection_reason
+from delayqueue.core.exceptions import LogMaybeWritten, LogUnavailable, LogUnreachable, connection_reason
 
 # libpq's parameters, which DATABASE_URL's query may carry (sslmode=verify-full, sslrootcert=...)
 # as Django's OPTIONS; Django's own OPTIONS (pool, isolation_level...) are not for libpq.
@@ -91,17 +91,21 @@ class LogConnection:
 
     @contextlib.asynccontextmanager
     async def use(self):
+        connected = False
         try:
             async with asyncio.timeout(self._timeout_millis / 1000):
                 if self._conn is None or self._conn.closed:
                     self._conn = await connect(self._timeout_millis, self._database)
+                connected = True
                 yield self._conn
         except psycopg.Error as exc:
             await self.close()
             raise log_unavailable(exc) from None
         except TimeoutError:
             await self.close()
-            raise LogUnavailable(f"message log unavailable: no answer within {self._timeout_millis / 1000:g} s") from None
+            # A statement sent may still be running: psycopg's cancel does not reach a server that is not answering.
+            kind = LogMaybeWritten if connected else LogUnavailable
+            raise kind(f"message log unavailable: no answer within {self._timeout_millis / 1000:g} s") from None
 
     async def close(self) -> None:
         conn, self._conn = self._conn, None

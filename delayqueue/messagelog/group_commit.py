@@ -26,7 +26,7 @@ import orjson
 import psycopg
 
 from delayqueue.core.constants import Reason, Status
-from delayqueue.core.exceptions import LogUnavailable, LogUnreachable, MaybeSent
+from delayqueue.core.exceptions import LogMaybeWritten, LogUnavailable, LogUnreachable, MaybeSent
 from delayqueue.core.messages import Message
 from delayqueue.core.retry import retry_pauses
 from delayqueue.messagelog import sql
@@ -198,22 +198,24 @@ class MessageLog:
     async def _retried(self, statement):
         """`await statement(conn, again)` on the log's connection, tried again while PostgreSQL
         cannot be reached, until the retry bound after the outage began; `again` says an earlier
-        try failed (and may have committed)."""
-        pauses, again = None, False
+        try failed (and may have committed). Raises LogMaybeWritten when a try that may have
+        committed (its connection lost, or no answer in time) is not followed by one that answers."""
+        pauses, again, sent = None, False, False
         while True:
             try:
                 async with self._db.use() as conn:
+                    sent = True
                     result = await statement(conn, again)
                 self._unreachable_since = None
                 return result
-            except LogUnreachable:
+            except LogUnreachable as exc:
                 if self._unreachable_since is None:
                     self._unreachable_since = time.monotonic()
                 if pauses is None:
                     pauses = retry_pauses(self._unreachable_since + self._retry_seconds)
                 pause = next(pauses, None)
                 if pause is None:
-                    raise
+                    raise LogMaybeWritten(str(exc), exc.detail) if sent else exc
             await asyncio.sleep(pause)
             again = True
 

@@ -19,7 +19,8 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from delayqueue.core.clock import now_millis
 from delayqueue.core.constants import LIVE_STATUSES, Status
-from delayqueue.core.exceptions import LogUnavailable, MaybeSent, QueueError, redis_reason, redis_unavailable
+from delayqueue.core.exceptions import (LogMaybeWritten, LogUnavailable, MaybeSent, QueueError, redis_reason,
+                                         redis_unavailable)
 from delayqueue.core.messages import Message, new_msg_id
 from delayqueue.live import scripts
 from delayqueue.live.keys import Shard
@@ -155,7 +156,8 @@ async def run_sends(rt: Runtime, calls: list[tuple[scripts.ScriptCall, list[int]
 async def send_message(rt: Runtime, *, request: SendRequest) -> Message:
     """Enqueues one message and answers it as stored; a duplicate msgId (live, or ended within the
     dedupe window) answers the stored message unchanged and enqueues nothing. Raises LogUnavailable (nothing enqueued) when the message log cannot take
-    it, RedisUnavailable when Redis cannot (MaybeSent if it may have), Throttled over a limit."""
+    it (LogMaybeWritten if it may have), RedisUnavailable when Redis cannot (MaybeSent if it may have), Throttled over
+    a limit."""
     [outcome] = await send_messages(rt, requests=[request])
     if isinstance(outcome, Exception):
         raise outcome
@@ -247,6 +249,10 @@ async def _send_rows(rt: Runtime, rows: list[Message], admitted: admission.SendA
     if rt.config.message_log:
         try:
             written, kept = await rt.log.record(rows)
+        except LogMaybeWritten as exc:
+            # The rows may be in the log, where a restore or the loader would find them: each answer names its msgId.
+            return [LogMaybeWritten(f"{exc}; the message may have been enqueued: send it again with msgId {row.msg_id}"
+                                    " to be sure", exc.detail) for row in rows]
         except LogUnavailable as exc:
             return [exc] * len(rows)
     # A live message the log keeps under the msgId is answered by Redis, or, when it is cold (a

@@ -12,7 +12,7 @@ import pytest
 from delayqueue.core import exceptions
 from delayqueue.core.clock import now_millis
 from delayqueue.core.constants import Status
-from delayqueue.core.exceptions import LogUnavailable, RedisUnavailable
+from delayqueue.core.exceptions import LogMaybeWritten, LogUnavailable, RedisUnavailable
 from delayqueue.core.messages import Message
 from delayqueue.live.history import Event
 from delayqueue.live.keys import Shard
@@ -483,22 +483,30 @@ async def test_a_pull_and_an_ack_batch_log_one_stream_entry_each_and_a_row_per_m
 
 
 @pytest.mark.fault
-async def test_a_hung_message_log_answers_sends_with_500_and_enqueues_nothing(single_rt):
+async def test_a_hung_message_log_answers_a_send_maybe_logged_and_a_resend_under_its_msg_id_enqueues_it_once(single_rt):
     """A PostgreSQL that stops answering (here the connection's backend, paused) cannot end the
     wait with its own statement timeout: the send path gives up after DELAYQUEUE_LOG_TIMEOUT_MILLIS
-    (and the 5 s psycopg gives the server to cancel the statement)."""
+    (and the 5 s psycopg gives the server to cancel the statement). The INSERT it was sent commits
+    once the backend goes on, so the answer cannot say nothing was sent: it names the msgId to send
+    again, and that resend puts the logged message into Redis."""
     rt = make_runtime(REDIS_URL, log_timeout_millis=500)
     try:
-        await send_message(rt, request=SendRequest(topic="t", msg="before", delay_millis=0))
+        before = await send_message(rt, request=SendRequest(topic="t", msg="before", delay_millis=0))
         backend = rt.log._db._conn.info.backend_pid
         os.kill(backend, signal.SIGSTOP)
         try:
-            with pytest.raises(LogUnavailable, match="no answer within 0.5 s"):
+            with pytest.raises(LogMaybeWritten, match="no answer within 0.5 s; the message may have been enqueued: "
+                                                      "send it again with msgId hung to be sure"):
                 await asyncio.wait_for(
                     send_message(rt, request=SendRequest(topic="t", msg="x", delay_millis=0, msg_id="hung")), 60)
         finally:
             os.kill(backend, signal.SIGCONT)
         assert await single_rt.redis.hget(rt.ns.topic("t").msgs, "hung") is None
+        await wait_until(lambda: logged("t", "hung"), what="the paused backend's INSERT to commit")
+        again = await send_message(rt, request=SendRequest(topic="t", msg="x", delay_millis=0, msg_id="hung"))
+        assert again.msg_id == "hung" and again.status == Status.READY
+        pulled, _ = await pull_messages(rt, topic="t", batch=10)
+        assert [m.msg_id for m in pulled] == [before.msg_id, "hung"]
         after = await send_message(rt, request=SendRequest(topic="t", msg="after", delay_millis=0))
         assert (await logged("t", after.msg_id))["msg"] == "after"  # a new connection
     finally:

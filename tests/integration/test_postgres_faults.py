@@ -244,8 +244,10 @@ class LogProxy:
         self._server.close()
 
 
-async def test_a_send_whose_committed_log_write_lost_its_answer_is_stored_and_enqueued_once(api, single_rt,
-                                                                                           monkeypatch):
+@contextlib.asynccontextmanager
+async def a_send_losing_its_log_answer(api, monkeypatch):
+    """Sends msgId m1 (after a warm-up send) with the answer to its log INSERT lost; yields the
+    send's reply and the form, with the log still routed through the proxy."""
     dropper = LogProxy(b"INSERT INTO delayqueue_message")
     await dropper.route(monkeypatch)
     try:
@@ -253,12 +255,32 @@ async def test_a_send_whose_committed_log_write_lost_its_answer_is_stored_and_en
         assert (await api.post(API + "sendMsg", data=form)).json()["code"] == 200
         dropper.armed = True
         reply = (await api.post(API + "sendMsg", data={**form, "msg": "once", "msgId": "m1"})).json()
+        assert dropper.dropped == 1  # the answer of the first try was lost
+        yield reply, form
     finally:
         await dropper.stop()
-    assert dropper.dropped == 1  # the answer of the first try was lost
+
+
+async def test_a_send_whose_committed_log_write_lost_its_answer_is_stored_and_enqueued_once(api, single_rt,
+                                                                                           monkeypatch):
+    async with a_send_losing_its_log_answer(api, monkeypatch) as (reply, _):
+        pass
     assert reply["code"] == 200 and reply["delayMsg"]["msgId"] == "m1"
     assert (await logged("t", "m1"))["msg"] == "once"
     assert await query("SELECT count(*) FROM delayqueue_messageevent WHERE msg_id = 'm1' AND reason = 'sent'") == [(1,)]
     pulled, _ = await pull_messages(single_rt, topic="t", batch=10)
     assert sorted(m.payload for m in pulled) == ["once", "warm-up"]
 
+
+async def test_a_send_whose_log_write_lost_its_answer_past_the_retries_answers_maybe_sent_naming_its_msg_id(
+        api, single_rt, monkeypatch, settings):
+    settings.DELAYQUEUE = {**settings.DELAYQUEUE, "LOG_RETRY_MILLIS": 0}  # the lost answer is not tried again
+    async with a_send_losing_its_log_answer(api, monkeypatch) as (reply, form):
+        # The row committed: the answer must not say nothing was sent, and says how to make sure.
+        assert reply == {"code": 500, "msg": "message log unavailable: connection lost; the message may have been "
+                                             "enqueued: send it again with msgId m1 to be sure"}
+        assert (await logged("t", "m1"))["msg"] == "once"
+        again = (await api.post(API + "sendMsg", data={**form, "msg": "once", "msgId": "m1"})).json()
+    assert again["code"] == 200 and again["delayMsg"]["msgId"] == "m1"
+    pulled, _ = await pull_messages(single_rt, topic="t", batch=10)
+    assert sorted(m.payload for m in pulled) == ["once", "warm-up"]
