@@ -70,8 +70,10 @@ class Snapshot:
                                     f"{figures.OVERDUE_MILLIS} ms past their triggerTime", labels=["namespace", "topic"])
         oldest = GaugeMetricFamily("delayqueue_oldest_ready_age_seconds", "How long the oldest ready message "
                                    "has been due (0 when none is ready)", labels=["namespace", "topic"])
-        backlog = GaugeMetricFamily("delayqueue_log_writer_backlog", "Lifecycle events in Redis not yet "
-                                    "written to the PostgreSQL message log", labels=["namespace", "topic"])
+        backlog = GaugeMetricFamily("delayqueue_log_writer_backlog", "Entries of the topic's event stream not "
+                                    "yet written to the PostgreSQL message log (an entry holds the lifecycle events "
+                                    "of one script call: one pull, promotion or ack of many)",
+                                    labels=["namespace", "topic"])
         lateness = HistogramMetricFamily(
             "delayqueue_fire_lateness_seconds", "Promotion to ready minus triggerTime, per promoted message",
             labels=["namespace", "topic"])
