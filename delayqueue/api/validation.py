@@ -215,13 +215,24 @@ class AckFields(serializers.Serializer):
         return attrs
 
 
+def delivery_retry(help_text: str, **kwargs) -> serializers.IntegerField:
+    """A delivery's retry (the pulled message's `retry`), by which a settling call names the delivery it settles."""
+    return serializers.IntegerField(min_value=0, max_value=MAX_RETRY + 1, help_text=help_text, **kwargs)
+
+
+_RETRY_HELP = ("the pulled message's retry: the call acts only on that delivery, so a late one, after the message "
+               "was delivered again, does nothing (done false); absent: whichever delivery it is in")
+
+
 class AckMsgSerializer(AckFields, MessageRefSerializer):
-    pass
+    retry = delivery_retry(_RETRY_HELP, required=False, default=None)
 
 
 class AckMsgBatchSerializer(AckFields, TopicSerializer):
     msgIds = serializers.ListField(child=MsgIdField(), allow_empty=False,
                                    help_text=f"the msgIds, a JSON list of 1 to {setting_text('max_batch_send')}")
+    retries = serializers.ListField(child=delivery_retry("", allow_null=True), required=False, default=None,
+                                    help_text="per msgId, in order, its pulled retry (null: any), as ackMsg's retry")
 
     def validate_msgIds(self, value: list) -> list:
         limit = load_config().max_batch_send
@@ -229,9 +240,18 @@ class AckMsgBatchSerializer(AckFields, TopicSerializer):
             raise serializers.ValidationError(f"has {len(value)} msgIds, over the limit of {limit}")
         return value
 
+    def validate(self, attrs: dict) -> dict:
+        attrs = super().validate(attrs)
+        if attrs["retries"] is not None and len(attrs["retries"]) != len(attrs["msgIds"]):
+            raise serializers.ValidationError({"retries": f"has {len(attrs['retries'])} values for "
+                                                          f"{len(attrs['msgIds'])} msgIds: give one per msgId"})
+        return attrs
+
 
 class TouchMsgSerializer(MessageRefSerializer):
     ackTimeoutMillis = millis("the new ack deadline, in ms from now", min_value=1)
+    retry = delivery_retry("the pulled message's retry: only that delivery's deadline is extended (code 409 once "
+                           "it was delivered again); absent: whichever delivery it is in", required=False, default=None)
 
 
 class RescheduleMsgSerializer(MessageRefSerializer):

@@ -267,9 +267,10 @@ class AckReply(NamedTuple):
 
 
 class TouchReply(NamedTuple):
-    touched: bool  # False: it was not consuming (`status` says what it was)
+    touched: bool  # False: it was not consuming, or under another delivery than the one given
     ack_deadline: int  # the new ack deadline (epoch ms), when touched
     status: int  # when not touched: its status (0: unknown)
+    retry: int  # when not touched: its retry (the delivery it is in, when consuming)
 
 
 class RescheduleReply(NamedTuple):
@@ -333,7 +334,7 @@ def _ack_many_reply(raw) -> list[AckReply]:
 
 
 def _touch_reply(raw) -> TouchReply:
-    return TouchReply(True, int(raw[1]), 3) if raw[0] == 1 else TouchReply(False, 0, int(raw[1]))
+    return TouchReply(True, int(raw[1]), 3, 0) if raw[0] == 1 else TouchReply(False, 0, int(raw[1]), int(raw[2]))
 
 
 def _reschedule_reply(raw) -> RescheduleReply:
@@ -456,33 +457,51 @@ def pull(ctx: ScriptContext, topic: str | Shard, *, batch: int, ack_timeout_mill
                        max_inflight, _flag(paused)])
 
 
-def ack(ctx: ScriptContext, topic: str | Shard, *, push_status: str = "", msg_ids: Sequence[str]) -> ScriptCall:
-    """Replies an AckReply per msgId, in order. `push_status`: a push's HTTP status, when the ack
-    is its 2xx answer."""
+def ack(ctx: ScriptContext, topic: str | Shard, *, push_status: str = "",
+        acks: Sequence[tuple[str, int | str]]) -> ScriptCall:
+    """Replies an AckReply per ack, in order. `push_status`: a push's HTTP status, when the ack is
+    its 2xx answer. `acks`: (msgId, the retry of the delivery acked or '' for any), as `acks_of`
+    makes them."""
     k = ctx.ns.topic(topic)
-    return ScriptCall(ACK, [k.inflight, k.msgs, k.expiry, k.ended, k.stats, k.meta, k.events],
-                      [ctx.retention_millis, ctx.stats_interval_millis, ctx.actor, push_status, *msg_ids])
+    args = [ctx.retention_millis, ctx.stats_interval_millis, ctx.actor, push_status]
+    for msg_id, retry in acks:
+        args += [msg_id, retry]
+    return ScriptCall(ACK, [k.inflight, k.msgs, k.expiry, k.ended, k.stats, k.meta, k.events], args)
+
+
+def acks_of(msg_ids: Sequence[str], retries: Sequence[int | None] | None = None) -> list[tuple[str, int | str]]:
+    """ack's acks: each msgId with its delivery's retry (None, or no retries: any)."""
+    if retries is None:
+        return [(msg_id, "") for msg_id in msg_ids]
+    return [(msg_id, _any_retry(retry)) for msg_id, retry in zip(msg_ids, retries, strict=True)]
+
+
+def _any_retry(retry: int | None) -> int | str:
+    """A delivery's retry as the settling scripts take it: '' for any."""
+    return "" if retry is None else retry
 
 
 def nack(ctx: ScriptContext, topic: str | Shard, *, msg_id: str, delay_millis: int, dead_letter: bool,
          seed: int | None = None, push_failure: str = "", default_backoff_millis: int = 0,
-         reason: str = "") -> ScriptCall:
+         reason: str = "", retry: int | None = None) -> ScriptCall:
     """`delay_millis` -1: none given (the topic's retry backoff applies, or one starting at
     `default_backoff_millis` when the topic has none); `push_failure`: a failed push attempt's
     status or error, when the nack is its outcome; `reason`: a consumer's why, the history's detail;
-    `seed` of the backoff's jitter (random if None)."""
+    `seed` of the backoff's jitter (random if None); `retry`: the delivery given back (None: any)."""
     k = ctx.ns.topic(topic)
     return ScriptCall(NACK, [k.inflight, k.ready, k.msgs, k.expiry, k.ended, k.stats, k.meta, k.events, k.waiting,
                              k.prioritised],
                       [msg_id, ctx.retention_millis, ctx.stats_interval_millis, ctx.ns.ready_channel, k.topic,
                        ctx.actor, delay_millis, _flag(dead_letter), ctx.ns.schedule_channel, _seed(seed),
-                       push_failure, default_backoff_millis, reason])
+                       push_failure, default_backoff_millis, reason, _any_retry(retry)])
 
 
-def touch(ctx: ScriptContext, topic: str | Shard, *, msg_id: str, ack_timeout_millis: int) -> ScriptCall:
+def touch(ctx: ScriptContext, topic: str | Shard, *, msg_id: str, ack_timeout_millis: int,
+          retry: int | None = None) -> ScriptCall:
+    """`retry`: the delivery whose deadline is extended (None: any)."""
     k = ctx.ns.topic(topic)
     return ScriptCall(TOUCH, [k.inflight, k.msgs, k.meta, k.events],
-                      [msg_id, ack_timeout_millis, ctx.ns.schedule_channel, k.topic, ctx.actor])
+                      [msg_id, ack_timeout_millis, ctx.ns.schedule_channel, k.topic, ctx.actor, _any_retry(retry)])
 
 
 def reschedule(ctx: ScriptContext, topic: str | Shard, *, msg_id: str, trigger_time: int, delay_millis: int,

@@ -265,45 +265,53 @@ async def long_poll_messages(rt: Runtime, *, topic: str, batch: int = -1, ack_ti
             notifier.discard(topic, waiter)
 
 
-async def ack_message(rt: Runtime, *, topic: str, msg_id: str, push_status: str = "") -> scripts.AckReply:
+async def ack_message(rt: Runtime, *, topic: str, msg_id: str, push_status: str = "",
+                      retry: int | None = None) -> scripts.AckReply:
     """ack=true: a consuming message becomes acked. Answers whether it did (done) and the
     message's status after the call (0: unknown). `push_status`: a push's HTTP status, when the
-    ack is its 2xx answer (the history's detail)."""
+    ack is its 2xx answer (the history's detail). `retry`: the delivery acked, as pulled; one
+    delivered again since (its ack timeout passed) is left alone (None: whichever it is in)."""
     [reply] = await on_its_shard(rt, topic=topic, msg_id=msg_id,
                                  call=lambda shard: scripts.ack(rt.context, shard, push_status=push_status,
-                                                                msg_ids=[msg_id]))
+                                                                acks=scripts.acks_of([msg_id], [retry])))
     return reply
 
 
 async def nack_message(rt: Runtime, *, topic: str, msg_id: str, delay_millis: int = -1, dead_letter: bool = False,
-                       push_failure: str = "", default_backoff_millis: int = 0, reason: str = "") -> scripts.AckReply:
+                       push_failure: str = "", default_backoff_millis: int = 0, reason: str = "",
+                       retry: int | None = None) -> scripts.AckReply:
     """ack=false: a consuming message is ready again at once (or waiting out its topic's retry
     backoff, or one starting at `default_backoff_millis` when the topic sets none), or waiting for
     `delay_millis` (-1: none given), or ended if out of tries; with `dead_letter` it ends now as a
     dead letter (status 6, reason dead_lettered). `push_failure`: a failed push attempt's status or
     error (the history's detail); `reason`: the consumer's why (the history's detail, the dead
-    letter's deadDetail). Answered as ack_message."""
+    letter's deadDetail). `retry` and the answer as ack_message's."""
     return await on_its_shard(rt, topic=topic, msg_id=msg_id,
                               call=lambda shard: scripts.nack(rt.context, shard, msg_id=msg_id,
                                                               delay_millis=delay_millis, dead_letter=dead_letter,
                                                               push_failure=push_failure, reason=reason,
-                                                              default_backoff_millis=default_backoff_millis))
+                                                              default_backoff_millis=default_backoff_millis,
+                                                              retry=retry))
 
 
 async def ack_messages(rt: Runtime, *, topic: str, msg_ids: list[str], ack: bool = True, delay_millis: int = -1,
-                       dead_letter: bool = False, reason: str = "") -> list[bool]:
+                       dead_letter: bool = False, reason: str = "",
+                       retries: list[int | None] | None = None) -> list[bool]:
     """ackMsgBatch: ack_message of every msgId in one script call (one history entry), or
     nack_message of each in one pipelined round trip; per msgId, in order, whether it was done.
-    Raises the first Redis error."""
+    `retries`: per msgId, ack_message's `retry`. Raises the first Redis error."""
     # Acks: one call per shard (one history entry); nacks: one call per msgId.
     shards: dict[Shard, list[int]] = {}
     for i, shard in enumerate(await holding_shards(rt, topic=topic, msg_ids=msg_ids)):
         shards.setdefault(shard, []).append(i)
     if ack:
-        calls = [scripts.ack(rt.context, shard, msg_ids=[msg_ids[i] for i in mine]) for shard, mine in shards.items()]
+        acks = scripts.acks_of(msg_ids, retries)
+        calls = [scripts.ack(rt.context, shard, acks=[acks[i] for i in mine])
+                 for shard, mine in shards.items()]
     else:
         calls = [scripts.nack(rt.context, shard, msg_id=msg_ids[i], delay_millis=delay_millis, dead_letter=dead_letter,
-                              reason=reason) for shard, mine in shards.items() for i in mine]
+                              reason=reason, retry=None if retries is None else retries[i])
+                 for shard, mine in shards.items() for i in mine]
     results = [await rt.scripts.call(calls[0])] if len(calls) == 1 else await rt.scripts.run(calls)
     for result in results:
         if isinstance(result, Exception):
@@ -315,15 +323,21 @@ async def ack_messages(rt: Runtime, *, topic: str, msg_ids: list[str], ack: bool
     return done
 
 
-async def touch_message(rt: Runtime, *, topic: str, msg_id: str, ack_timeout_millis: int) -> int:
+async def touch_message(rt: Runtime, *, topic: str, msg_id: str, ack_timeout_millis: int,
+                        retry: int | None = None) -> int:
     """A consuming message's ack deadline becomes Redis' now + ack_timeout_millis; answers it
-    (epoch ms). Raises NotFound when unknown, Conflict when it is not consuming (a cold one too)."""
+    (epoch ms). `retry`: the delivery extended, as pulled (None: whichever it is in). Raises
+    NotFound when unknown, Conflict when it is not consuming (a cold one too) or is consuming under
+    another delivery."""
     [shard] = await holding_shards(rt, topic=topic, msg_ids=[msg_id])
     reply = await rt.scripts.call(scripts.touch(rt.context, shard, msg_id=msg_id,
-                                                ack_timeout_millis=ack_timeout_millis))
+                                                ack_timeout_millis=ack_timeout_millis, retry=retry))
     if reply.touched:
         return reply.ack_deadline
     status = reply.status
+    if status == Status.CONSUMING:
+        raise Conflict(f"message {msg_id} was delivered again (retry {reply.retry}): the delivery of retry {retry} "
+                       "has ended, its ack timeout passed")
     # Not in Redis, it may be cold: waiting in the message log only, which getMsg answers.
     if status == 0 and rt.config.cold_tier and (after := await cold_after(rt, shard)) is not None \
             and await rt.log.cold_message(topic, msg_id, after) is not None:

@@ -64,6 +64,29 @@ async def test_an_ack_after_the_ack_timeout_gave_it_back_is_not_done(rt):
     assert (await get(rt, "late")).status == Status.READY
 
 
+async def test_a_late_settle_naming_its_delivery_leaves_the_next_delivery_alone(rt):
+    await send(rt, "m")
+    [first] = await pull(rt, ack_timeout_millis=1)
+    await asyncio.sleep(0.01)
+    assert (await requeue(rt)).count == 1
+    [second] = await pull(rt)
+    assert (first.retry, second.retry) == (1, 2)
+    # The first consumer's calls, late: each names its delivery, which has ended.
+    assert await ack_message(rt, topic="t", msg_id="m", retry=1) == (False, Status.CONSUMING)
+    assert await nack_message(rt, topic="t", msg_id="m", retry=1, dead_letter=True) == (False, Status.CONSUMING)
+    assert await ack_messages(rt, topic="t", msg_ids=["m"], retries=[1]) == [False]
+    assert await ack_messages(rt, topic="t", msg_ids=["m"], ack=False, retries=[1]) == [False]
+    with pytest.raises(Conflict, match=r"message m was delivered again \(retry 2\): the delivery of retry 1 has ended"):
+        await touch_message(rt, topic="t", msg_id="m", ack_timeout_millis=60_000, retry=1)
+    assert (await get(rt, "m")).status == Status.CONSUMING
+    assert (await structures(rt, "m"))["inflight"] is not None  # still the second delivery's deadline
+    # The second consumer's, naming its own.
+    assert await touch_message(rt, topic="t", msg_id="m", ack_timeout_millis=60_000, retry=2) > 0
+    # A msgId given twice is settled by its first mention only.
+    assert await ack_messages(rt, topic="t", msg_ids=["m", "m"], retries=[1, 2]) == [False, False]
+    assert await ack_message(rt, topic="t", msg_id="m", retry=2) == (True, Status.ACKED)
+
+
 async def test_batch_ack_answers_each_msg_id_in_order(rt):
     for msg_id in "abc":
         await send(rt, msg_id)
@@ -433,6 +456,37 @@ async def test_http_ack_batch(api, settings):
     ]:
         body = await call(api, "ackMsgBatch", json=bad)
         assert body["code"] == 400 and body["msg"].startswith(problem), (bad, body)
+
+
+async def test_http_settles_name_their_delivery_by_its_retry(api):
+    await call(api, "sendMsg", topic="h", msg="x", delayMillis="0", msgId="m1")
+    [pulled] = (await call(api, "pullMsg", topic="h"))["delayMsgList"]
+    late = pulled["retry"] + 1
+    assert (await call(api, "ackMsg", topic="h", msgId="m1", retry=str(late)))["done"] is False
+    assert (await call(api, "ackMsg", topic="h", msgId="m1", ack="false", retry=str(late)))["done"] is False
+    body = await call(api, "ackMsgBatch", json={"topic": "h", "msgIds": ["m1"], "retries": [late]})
+    assert body["results"] == [{"msgId": "m1", "done": False}]
+    touched = await call(api, "touchMsg", topic="h", msgId="m1", ackTimeoutMillis="1000", retry=str(late))
+    assert touched["code"] == 409 and "delivered again" in touched["msg"], touched
+    assert (await call(api, "touchMsg", topic="h", msgId="m1", ackTimeoutMillis="1000",
+                       retry=str(pulled["retry"])))["code"] == 200
+    body = await call(api, "ackMsgBatch", json={"topic": "h", "msgIds": ["m1"], "retries": [pulled["retry"]]})
+    assert body["results"] == [{"msgId": "m1", "done": True}]
+    for endpoint, bad, problem in [
+        ("ackMsg", {"retry": "-1"}, "retry: "), ("ackMsg", {"retry": "first"}, "retry: "),
+        ("ackMsg", {"retry": "100002"}, "retry: "),
+        ("touchMsg", {"ackTimeoutMillis": "1000", "retry": "x"}, "retry: "),
+    ]:
+        body = await call(api, endpoint, topic="h", msgId="m1", **bad)
+        assert body["code"] == 400 and body["msg"].startswith(problem), (bad, body)
+    for bad, problem in [
+        ({"retries": [1, 2]}, "retries: has 2 values for 1 msgIds: give one per msgId"),
+        ({"retries": 1}, "retries: "), ({"retries": [-1]}, "retries: "), ({"retries": ["x"]}, "retries: "),
+    ]:
+        body = await call(api, "ackMsgBatch", json={"topic": "h", "msgIds": ["m1"], **bad})
+        assert body["code"] == 400 and body["msg"].startswith(problem), (bad, body)
+    body = await call(api, "ackMsgBatch", json={"topic": "h", "msgIds": ["m1"], "retries": [None]})
+    assert body["results"] == [{"msgId": "m1", "done": False}]  # null: any delivery; this one has ended
 
 
 async def test_http_touch(api):

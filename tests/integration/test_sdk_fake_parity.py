@@ -161,6 +161,18 @@ def scenario(side) -> list:
     seen.append(("forgotten", error_of(lambda: c.touch("tr", "t", ack_timeout_ms=10)),
                  error_of(lambda: c.reschedule("tr", "s", delay_ms=1))))
 
+    # A late settle names its delivery: the message delivered again since, that delivery is left alone.
+    c.send("late", "x", msg_id="l")
+    [first] = c.pull("late", ack_timeout_ms=300)
+    side.elapse(0.3)
+    side.eventually(lambda: status(side, "late", "l") == READY, "l's ack timeout")
+    [second] = c.pull("late", ack_timeout_ms=60_000)
+    seen.append(("late settles", first.retry, second.retry, c.ack("late", "l", retry=first.retry),
+                 c.nack("late", "l", retry=first.retry), c.ack_many("late", ["l", "l"], retries=[first.retry, None]),
+                 error_of(lambda: c.touch("late", "l", ack_timeout_ms=1000, retry=first.retry)),
+                 c.touch("late", "l", ack_timeout_ms=60_000, retry=second.retry) > 0,
+                 c.ack("late", "l", retry=second.retry), status(side, "late", "l")))
+
     # Queue sizes, pause, resume, purge, the topic list.
     c.send_many([{"topic": "info", "msg": "soon", "delay_ms": 30_000}, {"topic": "info", "msg": "later",
                  "delay_ms": 2 * 3_600_000}, {"topic": "info", "msg": "x", "msg_id": "twice"},
@@ -182,6 +194,9 @@ def scenario(side) -> list:
         lambda: c.pull("p", batch=1001),
         lambda: c.nack("p", "a", delay_ms=1, dead_letter=True),
         lambda: c.touch("p", "a", ack_timeout_ms=0),
+        lambda: c.ack("p", "a", retry=-1),
+        lambda: c.ack_many("p", ["a"], retries=[1, 2]),
+        lambda: c.ack_many("p", ["a"], retries=[100_002]),
         lambda: c.reschedule("p", "a"),
         lambda: c.set_topic_config("p", retry_backoff_ms=-1),
         lambda: c.dead_letters("p", limit=1001),

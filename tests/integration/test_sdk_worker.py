@@ -50,8 +50,9 @@ class ObservedClient(Client):
         with self.lock:
             self.handled += 1
 
-    def ack_many(self, topic, msg_ids, *, ack=True, delay_ms=None, dead_letter=False, reason=None):
-        done = super().ack_many(topic, msg_ids, ack=ack, delay_ms=delay_ms, dead_letter=dead_letter, reason=reason)
+    def ack_many(self, topic, msg_ids, *, ack=True, delay_ms=None, dead_letter=False, reason=None, retries=None):
+        done = super().ack_many(topic, msg_ids, ack=ack, delay_ms=delay_ms, dead_letter=dead_letter, reason=reason,
+                                retries=retries)
         with self.lock:
             self.settled["ack" if ack else "dead" if dead_letter else "nack"].extend(msg_ids)
             if not ack:
@@ -388,11 +389,11 @@ class DelayRecordingClient(ObservedClient):
         super().__init__(*args, **kwargs)
         self.delays: dict[str, list[int | None]] = defaultdict(list)
 
-    def ack_many(self, topic, msg_ids, *, ack=True, delay_ms=None, dead_letter=False, reason=None):
+    def ack_many(self, topic, msg_ids, *, ack=True, delay_ms=None, **kwargs):
         for msg_id in msg_ids:
             if not ack:
                 self.delays[msg_id].append(delay_ms)
-        return super().ack_many(topic, msg_ids, ack=ack, delay_ms=delay_ms, dead_letter=dead_letter, reason=reason)
+        return super().ack_many(topic, msg_ids, ack=ack, delay_ms=delay_ms, **kwargs)
 
 
 def test_retry_backoff_doubles_per_delivery_where_the_topic_sets_none(sdk_server, scanner):

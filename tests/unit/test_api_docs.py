@@ -55,7 +55,7 @@ def test_openapi_schema_lists_every_endpoint_and_parameter(client):
     query = {p["name"] for p in paths["/camellia/delayQueue/getTopicInfo"]["get"]["parameters"]}
     assert query == {"topic"}
     assert set(form_fields("/camellia/delayQueue/ackMsg")["properties"]) == {"topic", "msgId", "ack", "delayMillis",
-                                                                             "deadLetter", "reason"}
+                                                                             "deadLetter", "reason", "retry"}
     assert {"topic", "msgId", "ackTimeoutMillis"} == set(form_fields("/camellia/delayQueue/touchMsg")["required"])
     answer = paths["/camellia/delayQueue/getTopicInfo"]["get"]["responses"]["200"]["content"]["application/json"]
     assert [ref["$ref"].rsplit("/", 1)[1] for ref in resolve(answer["schema"]["$ref"])["oneOf"]] == [

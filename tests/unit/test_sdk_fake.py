@@ -556,6 +556,32 @@ def test_a_worker_dead_letters_on_dead_letter_and_touches_a_handler_slower_than_
     assert [(m.msg_id, m.dead_reason) for m in client.dead_letters("jobs").messages] == [("p", "dead_lettered")]
 
 
+def test_a_worker_settling_a_delivery_whose_ack_timeout_passed_leaves_the_next_delivery_alone(server, client):
+    started, release = threading.Event(), threading.Event()
+
+    def handler(message):
+        started.set()
+        release.wait(30)
+
+    client.send("jobs", "x", msg_id="m")
+    worker = Worker(client, "jobs", handler, concurrency=1, ack_timeout_ms=60_000, wait_ms=100)
+    runner = threading.Thread(target=worker.run, kwargs={"install_signal_handlers": False})
+    runner.start()
+    try:
+        assert started.wait(30)
+        server.clock.advance(61)  # its ack timeout passes while the handler runs: delivered again, elsewhere
+        [again] = client.pull("jobs", ack_timeout_ms=60_000)
+        assert again.retry == 2
+        release.set()
+        wait_for(lambda: server.calls.count("ackMsgBatch") == 1, what="the worker's ack, late")
+    finally:
+        release.set()
+        worker.stop()
+        runner.join(timeout=30)
+    assert client.get("jobs", "m").status == CONSUMING  # the worker's ack named its own delivery, which had ended
+    assert client.ack("jobs", "m", retry=2)
+
+
 async def test_an_async_worker_runs_on_the_fake_and_stops_after_settling():
     server = FakeServer()
     client = server.async_client()

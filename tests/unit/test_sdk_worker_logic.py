@@ -72,9 +72,9 @@ def test_outcomes_are_grouped_by_topic_and_outcome_in_calls_of_at_most_500(clien
     assert [(topic, outcome.kind, len(ids)) for topic, outcome, ids in calls] == [
         ("t", ACK, 500), ("t", ACK, 1), ("t", NACK, 2), ("t", DEAD, 1), ("t", NACK, 1), ("u", ACK, 1)]
     assert calls[2][2] == ["n1", "n2"]
-    assert worker._settle_kwargs(Outcome(DEAD, reason="bad")) == {"ack": False, "dead_letter": True,
-                                                                  "delay_ms": None, "reason": "bad"}
-    assert worker._settle_kwargs(Outcome(ACK)) == {"ack": True}
+    assert worker._settle_kwargs("t", Outcome(DEAD, reason="bad"), ["d1"]) == {
+        "ack": False, "dead_letter": True, "delay_ms": None, "reason": "bad", "retries": [None]}  # d1 not held here
+    assert worker._settle_kwargs("t", Outcome(ACK), ["a1"]) == {"ack": True, "retries": [None]}
 
 
 def test_pull_failures_pause_or_stop_the_worker(client):

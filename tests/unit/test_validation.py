@@ -27,7 +27,8 @@ CANDIDATES = [
 # and deadLetter with ack=false): a request mostly leaves them out.
 MOSTLY_ABSENT = ("delayMillis", "triggerTime", "deadLetter")
 # A list parameter's own candidates.
-FIELD_CANDIDATES = {"msgIds": [MISSING, None, [], ["a"], ["a", "b c"], ["x" * 300], ["a", 5], ["a\n"], "a", [None]]}
+FIELD_CANDIDATES = {"msgIds": [MISSING, None, [], ["a"], ["a", "b c"], ["x" * 300], ["a", 5], ["a\n"], "a", [None]],
+                    "retries": [MISSING, MISSING, MISSING, None, [], [1], [0, "2"], [None], [-1], [100_002], "1"]}
 
 
 def drf(serializer, data):

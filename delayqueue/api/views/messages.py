@@ -155,7 +155,9 @@ class LongPollingMsgView(QueueAPIView):
     "that delay (it waits, status 1, its retry count kept), or with deadLetter=true it ends now as a dead letter "
     "(status 6). `done` says whether the message was being consumed and so was acked (or given back, or "
     "dead-lettered) by this call. With ack=false a `reason` text (why the consumer gave it back) is kept on that "
-    "history row and shown as a dead letter's deadDetail.",
+    "history row and shown as a dead letter's deadDetail. With `retry` (the pulled message's retry) the call acts "
+    "only on that delivery: a late one, after the ack timeout gave the message back and it was pulled again, "
+    "does nothing (done false).",
     answer("AckMsgAnswer", AckResultSerializer), AckMsgSerializer,
     example={"topic": "orders", "msgId": "order-42-cancel", "ack": True})
 class AckMsgView(QueueAPIView):
@@ -164,18 +166,19 @@ class AckMsgView(QueueAPIView):
     async def handle(self):
         data = self.validated(AckMsgSerializer)
         if data["ack"]:
-            outcome = await ack_message(self.rt, topic=data["topic"], msg_id=data["msgId"])
+            outcome = await ack_message(self.rt, topic=data["topic"], msg_id=data["msgId"], retry=data["retry"])
         else:
             outcome = await nack_message(self.rt, topic=data["topic"], msg_id=data["msgId"],
                                                   delay_millis=data["delayMillis"], dead_letter=data["deadLetter"],
-                                                  reason=data["reason"])
+                                                  reason=data["reason"], retry=data["retry"])
         return reply(done=outcome.done)
 
 
 @queue_endpoint(
     "Acknowledge many pulled messages",
     "ackMsg for each msgId of a JSON list (1 to DELAYQUEUE_MAX_BATCH_SEND), all with the same ack, delayMillis, "
-    "deadLetter and reason, in one Redis round trip. `results` has one {msgId, done} per msgId, in request order.",
+    "deadLetter and reason, in one Redis round trip. `results` has one {msgId, done} per msgId, in request order. "
+    "`retries` (optional): per msgId, its pulled retry (null: any), as ackMsg's retry.",
     answer("AckMsgBatchAnswer", AckBatchResultSerializer), body=AckMsgBatchSerializer,
     example={"topic": "orders", "msgIds": ["order-42-cancel", "order-43-cancel"], "ack": True})
 class AckMsgBatchView(QueueAPIView):
@@ -186,14 +189,15 @@ class AckMsgBatchView(QueueAPIView):
         msg_ids = data["msgIds"]
         done = await ack_messages(self.rt, topic=data["topic"], msg_ids=msg_ids, ack=data["ack"],
                                            delay_millis=data["delayMillis"], dead_letter=data["deadLetter"],
-                                           reason=data["reason"])
+                                           reason=data["reason"], retries=data["retries"])
         return reply(results=[{"msgId": msg_id, "done": each} for msg_id, each in zip(msg_ids, done)])
 
 
 @queue_endpoint(
     "Extend a pulled message's ack deadline",
     "A message being consumed (status 3) gets the ack deadline now + ackTimeoutMillis (Redis' clock), answered as "
-    "ackDeadline. Code 409 when the message is not being consumed, 404 when the topic has no such message.",
+    "ackDeadline. Code 409 when the message is not being consumed (or, with `retry`, the pulled message's retry, "
+    "when it was delivered again since), 404 when the topic has no such message.",
     answer("TouchMsgAnswer", TouchResultSerializer), TouchMsgSerializer,
     example={"topic": "orders", "msgId": "order-42-cancel", "ackTimeoutMillis": 60000})
 class TouchMsgView(QueueAPIView):
@@ -202,7 +206,7 @@ class TouchMsgView(QueueAPIView):
     async def handle(self):
         data = self.validated(TouchMsgSerializer)
         deadline = await touch_message(self.rt, topic=data["topic"], msg_id=data["msgId"],
-                                                ack_timeout_millis=data["ackTimeoutMillis"])
+                                                ack_timeout_millis=data["ackTimeoutMillis"], retry=data["retry"])
         return reply(ackDeadline=deadline)
 
 

@@ -12,27 +12,28 @@
 -- ARGV[2] stats_interval_millis
 -- ARGV[3] actor: 'process@host' for the history, '' with the message log off
 -- ARGV[4] push_status: '' for a consumer's ack; else the push's HTTP status
--- ARGV[5...] per msg_id: msg_id
--- Returns per msgId, in order, two values: 1 and the acked status when it was consuming, else 0
--- and its status (0: unknown).
+-- ARGV[5...] per ack: msg_id, retry
+--   retry: the retry of the delivery acked ('': any); one delivered again since is left alone
+-- Returns per msgId, in order, two values: 1 and the acked status when it was consuming (under
+-- that retry, when given), else 0 and its status (0: unknown).
 -- @include clock
 -- @include take_consuming
 -- @include end_message
 local t = {inflight = KEYS[1], msgs = KEYS[2], expiry = KEYS[3], ended = KEYS[4], stats = KEYS[5], meta = KEYS[6],
            events = KEYS[7], actor = ARGV[3], retention = tonumber(ARGV[1])}
 local now = clock()
-local first = 5
-count_settles(t, tonumber(ARGV[2]), now, #ARGV - first + 1)
+local ids, retries = {}, {}
+for i = 5, #ARGV, 2 do
+  ids[#ids + 1] = ARGV[i]
+  retries[#retries + 1] = ARGV[i + 1]
+end
+count_settles(t, tonumber(ARGV[2]), now, #ids)
 local acked, reason = {}, REASON.ACKED
 if ARGV[4] ~= '' then  -- a push's ack: its event carries the status, so it gets an entry of its own
   acked, reason = nil, REASON.PUSHED
   set_event_detail(ARGV[4])
 end
-local ids = {}
-for i = first, #ARGV do
-  ids[#ids + 1] = ARGV[i]
-end
-local taken_ids, taken, found = take_consuming_many(t, ids)
+local taken_ids, taken, found = take_consuming_many(t, ids, retries)
 end_messages(t, taken_ids, taken, now, reason, STATUS.ACKED, acked)
 local unanswered = {}
 for _, id in ipairs(taken_ids) do

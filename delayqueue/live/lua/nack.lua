@@ -28,7 +28,8 @@
 -- ARGV[11] push_failure: '' for a consumer's nack; else the failed push attempt's status or error
 -- ARGV[12] default_backoff_millis: the backoff's first wait when the topic sets none (0: ready at once)
 -- ARGV[13] reason: '' or a consumer's why, the detail of the event this nack logs (a dead letter's deadDetail)
--- Returns {1, its status now} when it was consuming, else {0, its status (0: unknown)}.
+-- ARGV[14] retry: '' or the retry of the delivery it gives back (one delivered again since is left alone)
+-- Returns {1, its status now} when it was consuming (under that retry, when given), else {0, its status (0: unknown)}.
 -- @include clock
 -- @include take_consuming
 -- @include end_message
@@ -42,7 +43,7 @@ local id = ARGV[1]
 local interval = tonumber(ARGV[3])
 local now, now_us = clock()
 count_settles(t, interval, now, 1)
-local m, status = take_consuming(t, id)
+local m, status = take_consuming(t, id, ARGV[14])
 if not m then
   return {0, status}
 end

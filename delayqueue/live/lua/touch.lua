@@ -9,7 +9,9 @@
 -- ARGV[3] schedule_channel: published when the new deadline is earlier than the scanner expects
 -- ARGV[4] topic
 -- ARGV[5] actor: 'process@host' for the history, '' with the message log off
--- Returns {1, the new ack deadline (epoch ms)} when it was consuming, else {0, its status (0: unknown)}.
+-- ARGV[6] retry: '' or the retry of the delivery it extends (one delivered again since is left alone)
+-- Returns {1, the new ack deadline (epoch ms)} when it was consuming (under that retry, when given),
+-- else {0, its status (0: unknown), its retry}.
 -- @include clock
 -- @include history
 -- @include next_due
@@ -19,11 +21,11 @@ local id = ARGV[1]
 local now, now_us = clock()
 local raw = redis.call('HGET', msgs, id)
 if not raw then
-  return {0, 0}
+  return {0, 0, 0}
 end
 local m = decode_stored(raw, id)
-if m.status ~= STATUS.CONSUMING then
-  return {0, m.status}
+if m.status ~= STATUS.CONSUMING or (ARGV[6] ~= '' and tonumber(ARGV[6]) ~= m.retry) then
+  return {0, m.status, m.retry}
 end
 redis.call('HSET', meta, META.LAST_ACTIVE, now)
 local deadline = now + tonumber(ARGV[2])

@@ -362,31 +362,38 @@ class Calls:
         return Call(endpoint, body, _messages, idempotent=False, extra_timeout=wait_ms / 1000)
 
     @api
-    def ack(self, topic: str, msg_id: str) -> Call[bool]:
-        return Call("ackMsg", {"topic": topic, "msgId": msg_id, "ack": True}, lambda a: bool(a["done"]),
-                    idempotent=False)
+    def ack(self, topic: str, msg_id: str, *, retry: int | None = None) -> Call[bool]:
+        """Acks a pulled message; whether it was consuming. `retry`: the pulled message's retry, so
+        that a late ack (the message delivered again since) leaves that later delivery alone."""
+        body = _without_none(topic=topic, msgId=msg_id, ack=True, retry=retry)
+        return Call("ackMsg", body, lambda a: bool(a["done"]), idempotent=False)
 
     @api
     def nack(self, topic: str, msg_id: str, *, delay_ms: int | None = None, dead_letter: bool = False,
-             reason: str | None = None) -> Call[bool]:
+             reason: str | None = None, retry: int | None = None) -> Call[bool]:
         """Gives the message back (after delay_ms), or ends it as a dead letter. `reason` (at most
-        MAX_REASON characters) is kept on the nack's history row: a dead letter's `dead_detail`."""
+        MAX_REASON characters) is kept on the nack's history row: a dead letter's `dead_detail`.
+        `retry`: as ack's."""
         body = _without_none(topic=topic, msgId=msg_id, ack=False, delayMillis=delay_ms,
-                             deadLetter=True if dead_letter else None, reason=reason or None)
+                             deadLetter=True if dead_letter else None, reason=reason or None, retry=retry)
         return Call("ackMsg", body, lambda a: bool(a["done"]), idempotent=False)
 
     @api
     def ack_many(self, topic: str, msg_ids: list[str], *, ack: bool = True, delay_ms: int | None = None,
-                 dead_letter: bool = False, reason: str | None = None) -> Call[list[bool]]:
-        """One ackMsgBatch; `done` per msgId, in order. `reason`: as nack's, for all of them (ack=False)."""
+                 dead_letter: bool = False, reason: str | None = None,
+                 retries: list[int | None] | None = None) -> Call[list[bool]]:
+        """One ackMsgBatch; `done` per msgId, in order. `reason`: as nack's, for all of them (ack=False);
+        `retries`: per msgId, as ack's `retry` (None: any delivery)."""
         body = _without_none(topic=topic, msgIds=list(msg_ids), ack=ack, delayMillis=delay_ms,
-                             deadLetter=True if dead_letter else None, reason=reason or None)
+                             deadLetter=True if dead_letter else None, reason=reason or None,
+                             retries=None if retries is None else list(retries))
         return Call("ackMsgBatch", body, lambda a: [bool(r["done"]) for r in a["results"]], idempotent=False)
 
     @api
-    def touch(self, topic: str, msg_id: str, *, ack_timeout_ms: int) -> Call[int]:
-        """Moves a consuming message's ack deadline; answers the new deadline (epoch ms)."""
-        body = {"topic": topic, "msgId": msg_id, "ackTimeoutMillis": ack_timeout_ms}
+    def touch(self, topic: str, msg_id: str, *, ack_timeout_ms: int, retry: int | None = None) -> Call[int]:
+        """Moves a consuming message's ack deadline; answers the new deadline (epoch ms). `retry`: the
+        pulled message's retry (Conflict once it was delivered again)."""
+        body = _without_none(topic=topic, msgId=msg_id, ackTimeoutMillis=ack_timeout_ms, retry=retry)
         return Call("touchMsg", body, lambda a: int(a["ackDeadline"]), idempotent=True)
 
     @api

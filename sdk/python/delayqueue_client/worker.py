@@ -515,12 +515,24 @@ class Worker:
         return [(topic, outcome, ids[i:i + MAX_SETTLE_BATCH]) for (topic, outcome), ids in groups.items()
                 for i in range(0, len(ids), MAX_SETTLE_BATCH)]
 
-    @staticmethod
-    def _settle_kwargs(outcome: Outcome) -> dict[str, Any]:
+    def _settle_kwargs(self, topic: str, outcome: Outcome, msg_ids: list[str]) -> dict[str, Any]:
+        """ack_many's options: the outcome's, and the deliveries settled (a late settle of one
+        delivered again since then leaves the later delivery alone)."""
+        with self._lock:
+            retries = [self._held_retry((topic, msg_id)) for msg_id in msg_ids]
         if outcome.kind == ACK:
-            return {"ack": True}
+            return {"ack": True, "retries": retries}
         return {"ack": False, "dead_letter": outcome.kind == DEAD, "delay_ms": outcome.delay_ms,
-                "reason": outcome.reason}
+                "reason": outcome.reason, "retries": retries}
+
+    def _touched_retry(self, key: Key) -> int | None:
+        with self._lock:
+            return self._held_retry(key)
+
+    def _held_retry(self, key: Key) -> int | None:
+        """The retry of the delivery held under `key` (None: none held), with the lock held."""
+        held = self._held.get(key)
+        return None if held is None else held.message.retry
 
     def _settled(self, topic: str, outcome: Outcome, msg_ids: list[str], done: list[bool]) -> None:
         late = [i for i, ok in zip(msg_ids, done) if not ok]
@@ -710,7 +722,7 @@ class Worker:
         their ack timeout."""
         for topic, outcome, msg_ids in self._settle_groups(items):
             try:
-                self._sync_client().ack_many(topic, msg_ids, **self._settle_kwargs(outcome))
+                self._sync_client().ack_many(topic, msg_ids, **self._settle_kwargs(topic, outcome, msg_ids))
             except DelayQueueError as error:
                 log.error("could not give back %s/%s (%s): delivered again after their ack timeout", topic,
                           ", ".join(msg_ids), error)
@@ -768,7 +780,7 @@ class Worker:
             groups, again = again + self._settle_groups(gathered), []
             for topic, outcome, msg_ids in groups:
                 try:
-                    done = client.ack_many(topic, msg_ids, **self._settle_kwargs(outcome))
+                    done = client.ack_many(topic, msg_ids, **self._settle_kwargs(topic, outcome, msg_ids))
                 except DelayQueueError as error:
                     if self._settle_failed(topic, outcome, msg_ids, error):
                         again.append((topic, outcome, msg_ids))
@@ -777,7 +789,8 @@ class Worker:
             for key in self._due_touches():
                 called_at = time.monotonic()
                 try:
-                    client.touch(key[0], key[1], ack_timeout_ms=self._ack_timeout(key[0]))
+                    client.touch(key[0], key[1], ack_timeout_ms=self._ack_timeout(key[0]),
+                                 retry=self._touched_retry(key))
                     self._touched(key, called_at, None)
                 except DelayQueueError as error:
                     self._touched(key, called_at, error)
@@ -871,7 +884,7 @@ class Worker:
     async def _give_back_async(self, items: list[tuple[Key, Outcome]]) -> None:
         for topic, outcome, msg_ids in self._settle_groups(items):
             try:
-                await self._async_client().ack_many(topic, msg_ids, **self._settle_kwargs(outcome))
+                await self._async_client().ack_many(topic, msg_ids, **self._settle_kwargs(topic, outcome, msg_ids))
             except DelayQueueError as error:
                 log.error("could not give back %s/%s (%s): delivered again after their ack timeout", topic,
                           ", ".join(msg_ids), error)
@@ -982,7 +995,7 @@ class Worker:
             groups, again = again + self._settle_groups(gathered), []  # as in _settle_turns
             for topic, outcome, msg_ids in groups:
                 try:
-                    done = await client.ack_many(topic, msg_ids, **self._settle_kwargs(outcome))
+                    done = await client.ack_many(topic, msg_ids, **self._settle_kwargs(topic, outcome, msg_ids))
                 except DelayQueueError as error:
                     if self._settle_failed(topic, outcome, msg_ids, error):
                         again.append((topic, outcome, msg_ids))
@@ -991,7 +1004,8 @@ class Worker:
             for key in self._due_touches():
                 called_at = time.monotonic()
                 try:
-                    await client.touch(key[0], key[1], ack_timeout_ms=self._ack_timeout(key[0]))
+                    await client.touch(key[0], key[1], ack_timeout_ms=self._ack_timeout(key[0]),
+                                       retry=self._touched_retry(key))
                     self._touched(key, called_at, None)
                 except DelayQueueError as error:
                     self._touched(key, called_at, error)

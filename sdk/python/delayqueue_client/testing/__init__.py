@@ -19,7 +19,8 @@ sendMsgBatch (delayMillis or triggerTime, TTL, maxRetry, priority, msgId dedupe:
 the message holding the msgId while it is live, for the dedupe window after it ended, and while it
 is a dead letter), pullMsg and longPollingMsg (highest priority first, oldest first within one),
 ackMsg and ackMsgBatch (ack; nack at once, after delayMillis or after the topic's retry backoff;
-deadLetter; a nack's `reason`, shown as the dead letter's deadDetail), touchMsg, rescheduleMsg,
+deadLetter; a nack's `reason`, shown as the dead letter's deadDetail; `retry`/`retries` naming the
+delivery settled), touchMsg, rescheduleMsg,
 getMsg, deleteMsg, getTopicConfig and setTopicConfig, pauseTopic, resumeTopic, purgeTopic,
 getTopicInfo and getTopicInfoList, getDeadMsgList, redriveDeadMsg, getRedriveTask and
 purgeDeadMsg; createSchedule, getSchedule, listSchedules, updateSchedule, pauseSchedule,

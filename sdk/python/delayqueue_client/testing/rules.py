@@ -125,6 +125,17 @@ class Field:
             raise Invalid(problem)
         return text
 
+    def _retries(self, value: Any) -> list[int | None]:
+        if not isinstance(value, list):
+            raise Invalid(f'Expected a list of items but got type "{type(value).__name__}".')
+        cleaned: list[int | None] = []
+        for i, item in enumerate(value):
+            try:
+                cleaned.append(None if item is None else DELIVERY_RETRY.clean(item))
+            except Invalid as exc:
+                raise Invalid(f"{i}: {exc}") from None
+        return cleaned
+
     def _list(self, value: Any) -> list[str]:
         if not isinstance(value, list):
             default = f'Expected a list of items but got type "{type(value).__name__}".'
@@ -141,7 +152,7 @@ class Field:
 
 
 _CLEANERS: dict[str, Callable[[Field, Any], Any]] = {
-    "int": Field._int, "bool": Field._bool, "text": Field._text, "list": Field._list}
+    "int": Field._int, "bool": Field._bool, "text": Field._text, "list": Field._list, "retries": Field._retries}
 TOPIC = Field("text", required=True, trim=False, check=topic_problem, blank_error=topic_problem("") or "")
 MSG_ID = Field("text", required=True, max_length=MAX_MSG_ID_LENGTH, refused=_MSG_ID_CONTROL)
 
@@ -163,9 +174,11 @@ SEND = {"topic": TOPIC, "msgId": Field("text", allow_blank=True, max_length=MAX_
 PULL = {"topic": TOPIC, "ackTimeoutMillis": millis(default=-1), "batch": Field("int", default=-1, low=MIN_COUNT)}
 LONG_POLL = {**PULL, "longPollingTimeoutMillis": millis(default=-1)}
 MESSAGE_REF = {"topic": TOPIC, "msgId": MSG_ID}
-ACK = {"topic": TOPIC, "msgId": MSG_ID, **ACK_FIELDS}
-ACK_BATCH = {"topic": TOPIC, **ACK_FIELDS, "msgIds": Field("list", required=True)}
-TOUCH = {**MESSAGE_REF, "ackTimeoutMillis": millis(required=True, low=1)}
+DELIVERY_RETRY = Field("int", default=None, low=0, high=MAX_RETRY + 1)  # a pulled message's retry, naming its delivery
+ACK = {"topic": TOPIC, "msgId": MSG_ID, **ACK_FIELDS, "retry": DELIVERY_RETRY}
+ACK_BATCH = {"topic": TOPIC, **ACK_FIELDS, "msgIds": Field("list", required=True),
+             "retries": Field("retries", default=None)}
+TOUCH = {**MESSAGE_REF, "ackTimeoutMillis": millis(required=True, low=1), "retry": DELIVERY_RETRY}
 RESCHEDULE = {**MESSAGE_REF, "delayMillis": millis(default=None), "triggerTime": TRIGGER_TIME}
 DELETE = {**MESSAGE_REF, "release": Field("bool", default=False)}
 TOPIC_ONLY = {"topic": TOPIC}
@@ -233,6 +246,9 @@ def checked_ack(fields: dict[str, Field], params: dict[str, Any]) -> dict[str, A
             raise Invalid("delayMillis: only with ack=false")
     elif data["deadLetter"] and data["delayMillis"] >= 0:
         raise Invalid("deadLetter: cannot be given with delayMillis")
+    if data.get("retries") is not None and len(data["retries"]) != len(data["msgIds"]):
+        raise Invalid(f"retries: has {len(data['retries'])} values for {len(data['msgIds'])} msgIds: give one per "
+                      "msgId")
     return data
 
 

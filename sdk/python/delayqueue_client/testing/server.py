@@ -485,10 +485,11 @@ class FakeServer:
     def _long_polling_msg(self, body: Any) -> dict[str, Any]:
         return {"delayMsgList": self._pull(rules.parse(rules.LONG_POLL, self._params(body)))}
 
-    def _settle_one(self, topic: str, msg_id: str, data: dict[str, Any]) -> bool:
-        """ack or nack (data: ackMsg's parameters) of one message; whether it was consuming."""
+    def _settle_one(self, topic: str, msg_id: str, data: dict[str, Any], retry: int | None) -> bool:
+        """ack or nack (data: ackMsg's parameters) of one message; whether it was consuming (in the
+        delivery of `retry`, when given)."""
         m, now = self._topic(topic).messages.get(msg_id), self.clock.now_ms()
-        if m is None or m.status != CONSUMING:
+        if m is None or m.status != CONSUMING or (retry is not None and retry != m.retry):
             return False
         if data["ack"]:
             self._end(m, now, "acked", ACKED)
@@ -503,15 +504,20 @@ class FakeServer:
 
     def _ack_msg(self, body: Any) -> dict[str, Any]:
         data = rules.checked_ack(rules.ACK, self._params(body))
-        return {"done": self._settle_one(data["topic"], data["msgId"], data)}
+        return {"done": self._settle_one(data["topic"], data["msgId"], data, data["retry"])}
 
     def _ack_msg_batch(self, body: Any) -> dict[str, Any]:
         data = rules.checked_ack(rules.ACK_BATCH, self._params(body))
         if len(data["msgIds"]) > self.settings.max_batch_send:
             raise rules.Invalid(f"msgIds: has {len(data['msgIds'])} msgIds, over the limit of "
                                 f"{self.settings.max_batch_send}")
-        return {"results": [{"msgId": msg_id, "done": self._settle_one(data["topic"], msg_id, data)}
-                            for msg_id in data["msgIds"]]}
+        retries, seen, results = data["retries"] or [None] * len(data["msgIds"]), set(), []
+        for msg_id, retry in zip(data["msgIds"], retries):
+            # A msgId given twice is settled (or not) by its first mention only, as the server's one script call does.
+            done = msg_id not in seen and self._settle_one(data["topic"], msg_id, data, retry)
+            seen.add(msg_id)
+            results.append({"msgId": msg_id, "done": done})
+        return {"results": results}
 
     def _touch_msg(self, body: Any) -> dict[str, Any]:
         data = rules.parse(rules.TOUCH, self._params(body))
@@ -521,6 +527,9 @@ class FakeServer:
         if m.status != CONSUMING:
             raise Answer(409, f"message {data['msgId']} is not being consumed (status {m.status}): only a consuming "
                               f"message can be touched")
+        if data["retry"] is not None and data["retry"] != m.retry:
+            raise Answer(409, f"message {data['msgId']} was delivered again (retry {m.retry}): the delivery of retry "
+                              f"{data['retry']} has ended, its ack timeout passed")
         now = self.clock.now_ms()
         m.deadline = now + data["ackTimeoutMillis"]
         self._schedule(m)
