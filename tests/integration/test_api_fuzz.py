@@ -81,6 +81,15 @@ def server(settings, clean_state):
         sock.close()
 
 
+def _unstated_rule(case, answer) -> bool:
+    """A refusal under the one rule JSON Schema cannot state (its description does): ackMsgBatch's
+    retries, one per msgId."""
+    body = case.body if isinstance(case.body, dict) else {}
+    retries, msg_ids = body.get("retries"), body.get("msgIds")
+    return (isinstance(retries, list) and isinstance(msg_ids, list) and len(retries) != len(msg_ids)
+            and answer["msg"].startswith("retries: has "))
+
+
 @pytest.mark.parametrize("path,method", OPERATIONS, ids=[path.rsplit("/", 1)[1] for path, _ in OPERATIONS])
 def test_every_answer_matches_the_schema(server, path, method):
     base, schema = server
@@ -97,7 +106,8 @@ def test_every_answer_matches_the_schema(server, path, method):
         assert body["code"] != 500, (case.as_curl_command(), body)
         # The schema states what validation accepts: a request it allows is not refused as bad input.
         # (ackMsgBatch's results carry no code of their own.)
-        refused = [answer for answer in [body, *body.get("results", [])] if answer.get("code") == 400]
+        refused = [answer for answer in [body, *body.get("results", [])] if answer.get("code") == 400
+                   and not _unstated_rule(case, answer)]
         assert not refused, (case.as_curl_command(), refused)
         seen.append(body["code"])
 
