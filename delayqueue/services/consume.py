@@ -118,7 +118,7 @@ async def _pull_shards(rt: Runtime, pull: Pull, counts: tuple[int, ...],
     remaining: dict[Shard, int] = {}
     due_in: list[tuple[int, int, Shard | None]] = [(-1, 0, None)]  # (next_due_us, server_now_us, shard)
     failure: Exception | None = None
-    paused: scripts.PullReply | None = None
+    paused_reply: scripts.PullReply | None = None
     first = pull.first_shard if pull.first_shard in open_shards else random.choice(open_shards)
     open_shards.remove(first)
     asks = [(first, batch)]
@@ -143,7 +143,7 @@ async def _pull_shards(rt: Runtime, pull: Pull, counts: tuple[int, ...],
                 failure = reply
                 continue
             if reply.paused:  # a pause or resume not yet in every shard's meta: what others handed out is answered
-                paused = reply
+                paused_reply = reply
                 continue
             messages += reply.messages
             remaining[shard] = reply.remaining
@@ -151,7 +151,7 @@ async def _pull_shards(rt: Runtime, pull: Pull, counts: tuple[int, ...],
             if len(reply.messages) == n and reply.remaining > 0:
                 open_shards.append(shard)
         asks = []
-        if failure is not None or paused is not None or (first == pull.first_shard and messages):
+        if failure is not None or paused_reply is not None or (first == pull.first_shard and messages):
             break
     if pull.consume_rate and len(messages) < batch:
         try:
@@ -159,8 +159,8 @@ async def _pull_shards(rt: Runtime, pull: Pull, counts: tuple[int, ...],
                                                       wanted=len(messages) - batch, rate=pull.consume_rate))
         except RedisError:
             pass  # the tokens not given back are the rate's loss, not a message's
-    if paused is not None and not messages:
-        return paused
+    if paused_reply is not None and not messages:
+        return paused_reply
     if failure is not None and not messages:
         return failure
     due_us, server_now_us, due_shard = min((due for due in due_in if due[0] > 0), key=lambda due: due[0],

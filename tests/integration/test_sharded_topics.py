@@ -281,6 +281,22 @@ async def test_a_pull_that_meets_a_shard_paused_before_the_others_answers_what_i
     assert sorted(m.msg_id for m in pulled) == msg_ids
 
 
+async def test_a_pause_holds_a_sharded_topics_pushers_pulls_while_redis_has_lost_its_mirror(rt):
+    """The settings' pause reaches pull.lua for every shard, as it does for an unsharded topic: with
+    the shards' mirrors gone (a Redis that lost its data, before the restore), a pusher's pull
+    (pull_many, which the settings alone do not hold) hands out nothing."""
+    await shard_topic(rt, "held", 3)
+    await send_messages(rt, requests=[SendRequest("held", "x", msg_id=msg_id_in("held", 3, index, f"h{index}"))
+                                      for index in range(3)])
+    await pause_topic(rt, topic="held")
+    for shard in topic_shards("held", (3, 1)):
+        await rt.redis.hdel(rt.ns.topic(shard).meta, Meta.PAUSED)
+    for _ in range(5):  # whichever shard is asked first
+        [reply] = await pull_many(rt, pulls=[Pull("held", 10, 30_000)])
+        assert reply.paused and reply.messages == []
+    assert (await topic_info(rt, topic="held")).ready == 3
+
+
 async def test_dead_letters_of_every_shard_are_listed_and_redriven(single_rt, start_scanner):
     rt = single_rt
     await shard_topic(rt, "dead", 3)
