@@ -163,6 +163,30 @@ async def test_a_pull_loop_takes_from_every_shard_alike(rt):
     assert len(messages) == 40 and left == 2
 
 
+async def test_a_pull_asks_the_shards_the_first_lacked_in_one_round(rt, monkeypatch):
+    """What the first shard lacked is asked of the others in one pipelined round, the shards beyond
+    the lack for none (which answers how many they hold ready): a pull of one message from an empty
+    topic of 8 shards asked them one after another, a round trip each."""
+    await shard_topic(rt, "rounds", 8)  # its own keys (count 1) drain, empty: 9 shards
+    rounds = []
+    real_run = rt.scripts.run
+
+    async def recording_run(calls):
+        rounds.append(sum(call.script is scripts.PULL for call in calls))
+        return await real_run(calls)
+
+    monkeypatch.setattr(rt.scripts, "run", recording_run)
+    assert (await pull_messages(rt, topic="rounds", batch=1)).messages == []
+    assert rounds == [1, 8]
+    msg_id = msg_id_in("rounds", 8, 5, "lone")
+    await send_message(rt, request=SendRequest("rounds", "x", msg_id=msg_id, max_retry=10))
+    for _ in range(5):  # whichever shard is asked first
+        rounds.clear()
+        [pulled], _left = await pull_messages(rt, topic="rounds", batch=1)
+        assert pulled.msg_id == msg_id and len(rounds) <= 3, rounds
+        assert await nack_message(rt, topic="rounds", msg_id=msg_id)
+
+
 async def test_a_long_poll_is_woken_by_a_message_in_any_shard(rt):
     await shard_topic(rt, "poll", 3)
     for index in range(3):
