@@ -159,7 +159,8 @@ class Redriver:
             for m, shard in zip(messages, shards):
                 pipe.hget(rt.ns.topic(shard).msgs, m.msg_id)
             going = [i for i, raw in enumerate(await pipe.execute())
-                     if raw is None or orjson.loads(raw)["produceTime"] != messages[i].produce_time]
+                     if raw is None or Message.from_stored(raw, messages[i].msg_id).produce_time
+                     != messages[i].produce_time]
             messages, shards = [messages[i] for i in going], [shards[i] for i in going]
         replies = await run_sends(rt, send_calls(rt, messages, shards=shards, redrive=True)) if messages else []
         if failed := next((reply for reply in replies if isinstance(reply, Exception)), None):

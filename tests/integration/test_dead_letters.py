@@ -602,6 +602,30 @@ async def test_a_scanner_that_lost_its_redrive_lease_leaves_the_next_holders_bat
     assert sorted(await rt.redis.lrange(rt.ns.topic("lease").ready, 0, -1)) == ["d1", "d2", "d3", "d4"]
 
 
+@pytest.mark.parametrize("shards", [1, 3])
+async def test_a_batch_a_dead_scanner_sent_before_it_recorded_so_is_not_sent_twice(rt, shards):
+    """The scanner died after its batch reached Redis and before `sending` was cleared: the next
+    holder finds those lives in Redis (as stored records, not JSON) and finishes the task without
+    sending them again. It raised on every try instead, and the task never ended."""
+    await set_topic_config(rt, topic="resent", changes={"shards": shards}, limits={})
+    await fill_dead("resent", 3)
+    task_id = await create_redrive(rt, topic="resent", msg_ids=None, max_per_second=500)
+    dead, heir = Redriver(rt, "dead"), Redriver(rt, "heir")
+    try:
+        task = await dead._claim()
+        batch = await dead._take_batch(task, 3)
+        await dead._send(task.topic, batch, resumed=False)  # then it dies
+        await query("UPDATE delayqueue_redrivetask SET lease_until = now() - interval '1 second'")
+        await heir._run_task(await heir._claim(), asyncio.Event())
+    finally:
+        for runner in (dead, heir):
+            await runner._db.close()
+    assert wire.redrive_progress(await redrive_state(rt, task_id=task_id)) == {"moved": 3, "left": 0, "state": "done"}
+    pulled, _ = await pull_messages(rt, topic="resent", batch=10)
+    assert sorted(m.msg_id for m in pulled) == ["d1", "d2", "d3"]
+    assert [(await get_message(rt, topic="resent", msg_id=m.msg_id)).retry for m in pulled] == [1, 1, 1]
+
+
 async def test_a_dead_letter_is_listed_with_its_priority(api, single_rt):
     """A dead letter is the message as getMsg shows it, its priority too (a redrive keeps it)."""
     sent = await send_message(single_rt, request=SendRequest("prio", "urgent", 0, "p", max_retry=0, priority=7))
