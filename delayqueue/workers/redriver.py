@@ -151,7 +151,8 @@ class Redriver:
         # A batch recorded before priorities has no seventh value: priority 0.
         messages = [Message(topic, msg_id, payload, pt, pt, pt + ttl, max_retry, 0, Status.READY, (*priority, 0)[0])
                     for msg_id, payload, max_retry, ttl, pt, _rid, *priority in batch]
-        shards = await target_shards(rt, messages)
+        # Resumed, the lives are looked for in every count: the topic may have been resharded since they were sent.
+        shards = await target_shards(rt, messages, messages if resumed else None)
         # A resumed batch may have reached Redis but not the registry: its shards are registered again.
         new_shards = set(shards) if resumed else set()
         if resumed:
