@@ -1,5 +1,7 @@
 """A topic's settings changed (in PostgreSQL through the ORM, then mirrored into Redis), and its
 pause and resume."""
+import asyncio
+
 from asgiref.sync import sync_to_async
 from django.db import DatabaseError
 from redis.asyncio.cluster import RedisCluster
@@ -135,6 +137,8 @@ async def pause_topic(rt: Runtime, *, topic: str) -> None:
 
 
 async def resume_topic(rt: Runtime, *, topic: str) -> None:
-    """Undoes pause_topic and wakes the topic's held long polls."""
+    """Undoes pause_topic and wakes the topic's held long polls: a poll a shard's name wakes, of a
+    sharded topic, fills its batch from that shard alone, so every shard is named."""
     await set_topic_config(rt, topic=topic, changes={"paused": False}, limits={})
-    await rt.redis.publish(rt.ns.ready_channel, rt.ns.topic(topic).ready)
+    shards = topic_shards(topic, (await rt.topic_configs.settings(topic)).shard_counts)
+    await asyncio.gather(*(rt.redis.publish(rt.ns.ready_channel, rt.ns.topic(shard).ready) for shard in shards))

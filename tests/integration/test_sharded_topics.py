@@ -18,6 +18,7 @@ from delayqueue.live import keys, scripts, stats
 from delayqueue.live.keys import Meta, Shard
 from delayqueue.live.shards import shard_of, topic_shards
 from delayqueue.ops.figures import live_state, topic_overview
+from delayqueue.services import consume as consume_module
 from delayqueue.services.consume import (Pull, ack_message, ack_messages, long_poll_messages, nack_message, pull_many,
                                          pull_messages,
                                          touch_message)
@@ -286,6 +287,28 @@ async def test_pause_resume_and_purge_cover_every_shard(rt):
     assert await purge_topic(rt, topic="p") == 18  # the two consuming ones too
     info = await topic_info(rt, topic="p")
     assert (info.waiting, info.ready, info.consuming) == (0, 0, 0)
+
+
+async def test_a_resume_wakes_the_long_polls_of_every_shards_ready_messages(rt, monkeypatch):
+    """A resume names every shard's ready list: a poll woken by one name fills its batch from that
+    shard alone, and leaves the others' ready messages to polls the other names wake. Named once
+    (the topic's own list), the first poll took its shard's message and woke no other: the rest
+    waited for their recheck of the pause, or their timeout."""
+    monkeypatch.setattr(consume_module, "PAUSED_RECHECK_SECONDS", 60)  # past every hold here
+    await shard_topic(rt, "resumed", 3)
+    changed_at = (await rt.topic_configs.fresh())["resumed"].shards_changed_at
+    assert await sync_to_async(forget_drained_shards)(namespace=rt.ns.namespace, topic="resumed", count=1,
+                                                      changed_at=changed_at)  # count 1 never held any
+    await pause_topic(rt, topic="resumed")
+    msg_ids = {msg_id_in("resumed", 3, index, f"r{index}") for index in range(3)}
+    await send_messages(rt, requests=[SendRequest("resumed", "x", msg_id=msg_id) for msg_id in msg_ids])
+    polls = [asyncio.ensure_future(long_poll_messages(rt, topic="resumed", batch=1, timeout_millis=30_000))
+             for _ in range(3)]
+    await asyncio.sleep(0.2)
+    assert not any(poll.done() for poll in polls)
+    await resume_topic(rt, topic="resumed")
+    answered = await asyncio.wait_for(asyncio.gather(*polls), 10)
+    assert {m.msg_id for messages in answered for m in messages} == msg_ids
 
 
 async def test_a_pull_that_meets_a_shard_paused_before_the_others_answers_what_it_took(rt):
