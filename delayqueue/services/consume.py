@@ -2,6 +2,7 @@
 within a priority) with an ack deadline; acks, nacks and touches settle them. The HTTP API and
 the pushers (workers/pusher.py) alike take and settle messages here."""
 import asyncio
+import contextlib
 import random
 import time
 from typing import NamedTuple
@@ -10,7 +11,7 @@ from redis.exceptions import RedisError
 
 from delayqueue.core.clock import wait_seconds
 from delayqueue.core.constants import Status
-from delayqueue.core.exceptions import Conflict, NotFound, Throttled, redis_unavailable
+from delayqueue.core.exceptions import Conflict, LogUnavailable, NotFound, Throttled, redis_unavailable
 from delayqueue.core.messages import Message
 from delayqueue.live import scripts
 from delayqueue.live.keys import Bucket, Shard
@@ -184,6 +185,12 @@ async def _pull(rt: Runtime, *, topic: str, batch: int, ack_timeout_millis: int,
                 first_shard: Shard | None = None) -> scripts.PullReply:
     cfg = rt.config
     settings = await rt.topic_configs.settings(topic)
+    if first_shard is not None and first_shard.count not in settings.shard_counts:
+        # Woken for a shard of a count this process has not read yet: pulling only those it knows,
+        # the poll would find nothing, and its wake would be spent.
+        with contextlib.suppress(LogUnavailable):
+            await rt.topic_configs.fresh()
+            settings = await rt.topic_configs.settings(topic)
     if settings.paused or settings.push_url:  # a push topic's messages go to its URL: consumers get none
         return scripts.PullReply(0, [], 0, paused=True)
     if ack_timeout_millis <= 0:

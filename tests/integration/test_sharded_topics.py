@@ -210,6 +210,24 @@ async def test_a_long_poll_is_woken_by_a_message_in_any_shard(rt):
         assert messages[0].trigger_time == sent.trigger_time
 
 
+async def test_a_poll_woken_for_a_shard_count_its_process_has_not_read_yet_reads_it(rt):
+    """Within the half second a process takes to read a reshard, a message sent to a shard of the
+    new count wakes its polls: a poll there reads the settings then, and pulls that shard. Pulling
+    only the counts it knew, it found nothing and waited out its hold, the message left ready."""
+    other = make_runtime(rt.config.redis_url)
+    try:
+        await other.topic_configs.table()
+        await other.topic_configs.close()  # its refresher stopped: the reshard is not read on its own
+        poll = asyncio.ensure_future(long_poll_messages(other, topic="ahead", timeout_millis=30_000))
+        await asyncio.sleep(0.2)
+        await shard_topic(rt, "ahead", 3)
+        msg_id = msg_id_in("ahead", 3, 2, "new")
+        await send_message(rt, request=SendRequest("ahead", "x", msg_id=msg_id))
+        assert [m.msg_id for m in await asyncio.wait_for(poll, 10)] == [msg_id]
+    finally:
+        await other.close()
+
+
 async def test_a_poll_woken_by_a_shards_ready_list_pulls_that_shard_alone(rt, monkeypatch):
     """The ready channel names the list that got a message: the woken poll asks that shard, and
     answers with what it held without asking the others for the rest of its batch."""
