@@ -1001,6 +1001,23 @@ async def test_a_count_taken_up_again_after_it_retired_starts_without_its_old_wi
     assert await rt.redis.hexists(rt.ns.topic("w").msgs, m.msg_id)  # no window: every send goes to Redis
 
 
+async def test_a_count_taken_up_again_after_it_retired_registers_the_topic_at_its_first_send(rt):
+    """A retired count's shards keep their meta, `registered` too: taken up again after the topic
+    was retired as idle (out of the registry), its first send answered it registered, so the topic
+    stayed out of the registry, unseen by the loader, the monitors, and a scanner started later."""
+    sent = await send_message(rt, request=SendRequest("back", "x"))
+    assert await delete_message(rt, topic="back", msg_id=sent.msg_id, release=True)
+    await shard_topic(rt, "back", 3)
+    changed_at = (await rt.topic_configs.fresh())["back"].shards_changed_at
+    assert await sync_to_async(forget_drained_shards)(namespace=rt.ns.namespace, topic="back", count=1,
+                                                      changed_at=changed_at)
+    await rt.topic_configs.fresh()
+    await rt.redis.zrem(rt.ns.topics, "back")  # retired as idle, as the scanner does
+    await shard_topic(rt, "back", 1)
+    await send_message(rt, request=SendRequest("back", "y", delay_millis=60_000))
+    assert await rt.redis.zscore(rt.ns.topics, "back") is not None
+
+
 async def test_an_idle_sharded_topic_is_retired_whole_and_a_send_brings_it_back(clean_state, start_scanner,
                                                                                 monkeypatch):
     """Its shards are retired all at once by the holder of its first shard, once all are idle and
