@@ -10,7 +10,9 @@ by every web process:
   a pull takes tokens only for the messages it hands out.
 - A topic's live cap: exact. send.lua checks it against the live messages the topic's queues hold as each
   message goes in; admit_send.lua checks it before the message log is written, so a refused
-  send costs the log nothing.
+  send costs the log nothing. A sharded topic's shards each hold a share (send.send_calls),
+  which a shard count being drained does not shrink: until it is empty, the topic may hold up
+  to twice its cap.
 - A namespace's live cap: never passed, though its topics live in different Cluster slots. The
   cap is split into shares: each topic holds one (in its meta hash; each shard of a sharded
   topic one of its own, claimed for the messages whose msgIds go there), which send.lua checks

@@ -2,6 +2,7 @@
 within a priority) with an ack deadline; acks, nacks and touches settle them. The HTTP API and
 the pushers (workers/pusher.py) alike take and settle messages here."""
 import asyncio
+import contextlib
 import random
 import time
 from typing import NamedTuple
@@ -10,7 +11,7 @@ from redis.exceptions import RedisError
 
 from delayqueue.core.clock import wait_seconds
 from delayqueue.core.constants import Status
-from delayqueue.core.exceptions import Conflict, NotFound, Throttled, redis_unavailable
+from delayqueue.core.exceptions import Conflict, LogUnavailable, NotFound, Throttled, redis_unavailable
 from delayqueue.core.messages import Message
 from delayqueue.live import scripts
 from delayqueue.live.keys import Bucket, Shard
@@ -118,7 +119,7 @@ async def _pull_shards(rt: Runtime, pull: Pull, counts: tuple[int, ...],
     remaining: dict[Shard, int] = {}
     due_in: list[tuple[int, int, Shard | None]] = [(-1, 0, None)]  # (next_due_us, server_now_us, shard)
     failure: Exception | None = None
-    paused: scripts.PullReply | None = None
+    paused_reply: scripts.PullReply | None = None
     first = pull.first_shard if pull.first_shard in open_shards else random.choice(open_shards)
     open_shards.remove(first)
     asks = [(first, batch)]
@@ -127,10 +128,11 @@ async def _pull_shards(rt: Runtime, pull: Pull, counts: tuple[int, ...],
             start = random.randrange(len(open_shards))
             open_shards = open_shards[start:] + open_shards[:start]
             wanted = batch - len(messages)
+            # Those beyond the lack are asked for none, which answers what they hold ready: asked
+            # one after another instead, an empty topic's shards took a round trip each.
             asks = [(shard, wanted // len(open_shards) + (n < wanted % len(open_shards)))
                     for n, shard in enumerate(open_shards)]
-            open_shards = [shard for shard, n in asks if n == 0]
-            asks = [(shard, n) for shard, n in asks if n > 0]
+            open_shards = []
         try:
             replies = await rt.scripts.run([scripts.pull(rt.context, shard, batch=n, consume_rate=0,
                                                          ack_timeout_millis=pull.ack_timeout_millis,
@@ -143,7 +145,7 @@ async def _pull_shards(rt: Runtime, pull: Pull, counts: tuple[int, ...],
                 failure = reply
                 continue
             if reply.paused:  # a pause or resume not yet in every shard's meta: what others handed out is answered
-                paused = reply
+                paused_reply = reply
                 continue
             messages += reply.messages
             remaining[shard] = reply.remaining
@@ -151,7 +153,7 @@ async def _pull_shards(rt: Runtime, pull: Pull, counts: tuple[int, ...],
             if len(reply.messages) == n and reply.remaining > 0:
                 open_shards.append(shard)
         asks = []
-        if failure is not None or paused is not None or (first == pull.first_shard and messages):
+        if failure is not None or paused_reply is not None or (first == pull.first_shard and messages):
             break
     if pull.consume_rate and len(messages) < batch:
         try:
@@ -159,8 +161,8 @@ async def _pull_shards(rt: Runtime, pull: Pull, counts: tuple[int, ...],
                                                       wanted=len(messages) - batch, rate=pull.consume_rate))
         except RedisError:
             pass  # the tokens not given back are the rate's loss, not a message's
-    if paused is not None and not messages:
-        return paused
+    if paused_reply is not None and not messages:
+        return paused_reply
     if failure is not None and not messages:
         return failure
     due_us, server_now_us, due_shard = min((due for due in due_in if due[0] > 0), key=lambda due: due[0],
@@ -183,6 +185,12 @@ async def _pull(rt: Runtime, *, topic: str, batch: int, ack_timeout_millis: int,
                 first_shard: Shard | None = None) -> scripts.PullReply:
     cfg = rt.config
     settings = await rt.topic_configs.settings(topic)
+    if first_shard is not None and first_shard.count not in settings.shard_counts:
+        # Woken for a shard of a count this process has not read yet: pulling only those it knows,
+        # the poll would find nothing, and its wake would be spent.
+        with contextlib.suppress(LogUnavailable):
+            await rt.topic_configs.fresh()
+            settings = await rt.topic_configs.settings(topic)
     if settings.paused or settings.push_url:  # a push topic's messages go to its URL: consumers get none
         return scripts.PullReply(0, [], 0, paused=True)
     if ack_timeout_millis <= 0:

@@ -1,5 +1,7 @@
 """A topic's settings changed (in PostgreSQL through the ORM, then mirrored into Redis), and its
 pause and resume."""
+import asyncio
+
 from asgiref.sync import sync_to_async
 from django.db import DatabaseError
 from redis.asyncio.cluster import RedisCluster
@@ -46,7 +48,7 @@ async def set_topic_config(rt: Runtime, *, topic: str, changes: dict, limits: di
         placement = await _placement(rt, taken_up)
         if placement is not None:
             place_shards(rt.ns.namespace, topic, taken_up, placement)
-        await _forget_windows(rt, topic_shards(topic, (taken_up,)))
+        await _start_afresh(rt, topic_shards(topic, (taken_up,)))
     given_up = topic_shards(topic, (before.shards,)) if taken_up not in (None, before.shards) else []
     if given_up:
         await _unpack_all(rt, given_up)
@@ -100,15 +102,17 @@ async def _placement(rt: Runtime, count: int) -> list[tuple[int, int]] | None:
     return spread(count, owners)
 
 
-async def _forget_windows(rt: Runtime, shards: list[Shard]) -> None:
+async def _start_afresh(rt: Runtime, shards: list[Shard]) -> None:
     """A shard count taken up again after it was retired starts as a new one: without a hot
     window, so every send goes to Redis until its loader raises one. The window it kept would be
-    stale, and a send beyond it would go cold while the loading waits out the reshard. Done
-    before the change is saved: until then, no process sends to those shards."""
+    stale, and a send beyond it would go cold while the loading waits out the reshard. Unregistered
+    too: the topic may have been retired as idle since, and only a first send that finds its shard
+    unregistered puts it back in the registry. Done before the change is saved: until then, no
+    process sends to those shards."""
     pipe = rt.redis.pipeline(transaction=False)
     for shard in shards:
         k = rt.ns.topic(shard)
-        pipe.hdel(k.meta, Meta.HOT_UNTIL, Meta.LOADED_TO, Meta.FETCHED_TO, Meta.COLD)
+        pipe.hdel(k.meta, Meta.HOT_UNTIL, Meta.LOADED_TO, Meta.FETCHED_TO, Meta.COLD, Meta.REGISTERED)
         pipe.delete(k.cold_hours)
     await pipe.execute()
 
@@ -135,6 +139,8 @@ async def pause_topic(rt: Runtime, *, topic: str) -> None:
 
 
 async def resume_topic(rt: Runtime, *, topic: str) -> None:
-    """Undoes pause_topic and wakes the topic's held long polls."""
+    """Undoes pause_topic and wakes the topic's held long polls: a poll a shard's name wakes, of a
+    sharded topic, fills its batch from that shard alone, so every shard is named."""
     await set_topic_config(rt, topic=topic, changes={"paused": False}, limits={})
-    await rt.redis.publish(rt.ns.ready_channel, rt.ns.topic(topic).ready)
+    shards = topic_shards(topic, (await rt.topic_configs.settings(topic)).shard_counts)
+    await asyncio.gather(*(rt.redis.publish(rt.ns.ready_channel, rt.ns.topic(shard).ready) for shard in shards))

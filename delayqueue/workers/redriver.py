@@ -151,7 +151,8 @@ class Redriver:
         # A batch recorded before priorities has no seventh value: priority 0.
         messages = [Message(topic, msg_id, payload, pt, pt, pt + ttl, max_retry, 0, Status.READY, (*priority, 0)[0])
                     for msg_id, payload, max_retry, ttl, pt, _rid, *priority in batch]
-        shards = await target_shards(rt, messages)
+        # Resumed, the lives are looked for in every count: the topic may have been resharded since they were sent.
+        shards = await target_shards(rt, messages, messages if resumed else None)
         # A resumed batch may have reached Redis but not the registry: its shards are registered again.
         new_shards = set(shards) if resumed else set()
         if resumed:
@@ -159,7 +160,8 @@ class Redriver:
             for m, shard in zip(messages, shards):
                 pipe.hget(rt.ns.topic(shard).msgs, m.msg_id)
             going = [i for i, raw in enumerate(await pipe.execute())
-                     if raw is None or orjson.loads(raw)["produceTime"] != messages[i].produce_time]
+                     if raw is None or Message.from_stored(raw, messages[i].msg_id).produce_time
+                     != messages[i].produce_time]
             messages, shards = [messages[i] for i in going], [shards[i] for i in going]
         replies = await run_sends(rt, send_calls(rt, messages, shards=shards, redrive=True)) if messages else []
         if failed := next((reply for reply in replies if isinstance(reply, Exception)), None):

@@ -23,7 +23,7 @@ from delayqueue.services.dead_letters import create_redrive, purge_dead_letters,
 from delayqueue.services.messages import get_message
 from delayqueue.services.restore import restore
 from delayqueue.services.send import SendRequest, send_message, send_messages
-from delayqueue.services.topics import list_topics
+from delayqueue.services.topics import list_topics, topic_info
 from delayqueue.services.topic_control import set_topic_config
 from delayqueue.workers.redriver import Redriver
 from tests.helpers import (EVERY_LOG_DATABASE, REDIS_URL, ROOT, TEST_CONFIG, call, dead_letter_page, drain_log, history,
@@ -600,6 +600,34 @@ async def test_a_scanner_that_lost_its_redrive_lease_leaves_the_next_holders_bat
             await runner._db.close()
     assert wire.redrive_progress(await redrive_state(rt, task_id=task_id)) == {"moved": 4, "left": 0, "state": "done"}
     assert sorted(await rt.redis.lrange(rt.ns.topic("lease").ready, 0, -1)) == ["d1", "d2", "d3", "d4"]
+
+
+@pytest.mark.parametrize("shards,resharded", [(1, None), (3, None), (1, 3)], ids=["plain", "sharded", "resharded"])
+async def test_a_batch_a_dead_scanner_sent_before_it_recorded_so_is_not_sent_twice(rt, shards, resharded):
+    """The scanner died after its batch reached Redis and before `sending` was cleared: the next
+    holder finds those lives in Redis (as stored records, not JSON; in the shard count they were
+    sent under, if the topic was resharded since) and finishes the task without sending them
+    again. It raised on every try instead, and the task never ended."""
+    await set_topic_config(rt, topic="resent", changes={"shards": shards}, limits={})
+    await fill_dead("resent", 3)
+    task_id = await create_redrive(rt, topic="resent", msg_ids=None, max_per_second=500)
+    dead, heir = Redriver(rt, "dead"), Redriver(rt, "heir")
+    try:
+        task = await dead._claim()
+        batch = await dead._take_batch(task, 3)
+        await dead._send(task.topic, batch, resumed=False)  # then it dies
+        if resharded:
+            await set_topic_config(rt, topic="resent", changes={"shards": resharded}, limits={})
+        await query("UPDATE delayqueue_redrivetask SET lease_until = now() - interval '1 second'")
+        await heir._run_task(await heir._claim(), asyncio.Event())
+    finally:
+        for runner in (dead, heir):
+            await runner._db.close()
+    assert wire.redrive_progress(await redrive_state(rt, task_id=task_id)) == {"moved": 3, "left": 0, "state": "done"}
+    assert (await topic_info(rt, topic="resent")).ready == 3
+    pulled, _ = await pull_messages(rt, topic="resent", batch=10)
+    assert sorted(m.msg_id for m in pulled) == ["d1", "d2", "d3"]
+    assert [(await get_message(rt, topic="resent", msg_id=m.msg_id)).retry for m in pulled] == [1, 1, 1]
 
 
 async def test_a_dead_letter_is_listed_with_its_priority(api, single_rt):

@@ -18,6 +18,7 @@ from delayqueue.live import keys, scripts, stats
 from delayqueue.live.keys import Meta, Shard
 from delayqueue.live.shards import shard_of, topic_shards
 from delayqueue.ops.figures import live_state, topic_overview
+from delayqueue.services import consume as consume_module
 from delayqueue.services.consume import (Pull, ack_message, ack_messages, long_poll_messages, nack_message, pull_many,
                                          pull_messages,
                                          touch_message)
@@ -163,6 +164,30 @@ async def test_a_pull_loop_takes_from_every_shard_alike(rt):
     assert len(messages) == 40 and left == 2
 
 
+async def test_a_pull_asks_the_shards_the_first_lacked_in_one_round(rt, monkeypatch):
+    """What the first shard lacked is asked of the others in one pipelined round, the shards beyond
+    the lack for none (which answers how many they hold ready): a pull of one message from an empty
+    topic of 8 shards asked them one after another, a round trip each."""
+    await shard_topic(rt, "rounds", 8)  # its own keys (count 1) drain, empty: 9 shards
+    rounds = []
+    real_run = rt.scripts.run
+
+    async def recording_run(calls):
+        rounds.append(sum(call.script is scripts.PULL for call in calls))
+        return await real_run(calls)
+
+    monkeypatch.setattr(rt.scripts, "run", recording_run)
+    assert (await pull_messages(rt, topic="rounds", batch=1)).messages == []
+    assert rounds == [1, 8]
+    msg_id = msg_id_in("rounds", 8, 5, "lone")
+    await send_message(rt, request=SendRequest("rounds", "x", msg_id=msg_id, max_retry=10))
+    for _ in range(5):  # whichever shard is asked first
+        rounds.clear()
+        [pulled], _left = await pull_messages(rt, topic="rounds", batch=1)
+        assert pulled.msg_id == msg_id and len(rounds) <= 3, rounds
+        assert await nack_message(rt, topic="rounds", msg_id=msg_id)
+
+
 async def test_a_long_poll_is_woken_by_a_message_in_any_shard(rt):
     await shard_topic(rt, "poll", 3)
     for index in range(3):
@@ -183,6 +208,24 @@ async def test_a_long_poll_is_woken_by_a_message_in_any_shard(rt):
         messages = await asyncio.wait_for(long_poll_messages(rt, topic="poll", batch=5, timeout_millis=10_000), 5)
         assert [m.msg_id for m in messages] == [msg_id], f"shard {index}"
         assert messages[0].trigger_time == sent.trigger_time
+
+
+async def test_a_poll_woken_for_a_shard_count_its_process_has_not_read_yet_reads_it(rt):
+    """Within the half second a process takes to read a reshard, a message sent to a shard of the
+    new count wakes its polls: a poll there reads the settings then, and pulls that shard. Pulling
+    only the counts it knew, it found nothing and waited out its hold, the message left ready."""
+    other = make_runtime(rt.config.redis_url)
+    try:
+        await other.topic_configs.table()
+        await other.topic_configs.close()  # its refresher stopped: the reshard is not read on its own
+        poll = asyncio.ensure_future(long_poll_messages(other, topic="ahead", timeout_millis=30_000))
+        await asyncio.sleep(0.2)
+        await shard_topic(rt, "ahead", 3)
+        msg_id = msg_id_in("ahead", 3, 2, "new")
+        await send_message(rt, request=SendRequest("ahead", "x", msg_id=msg_id))
+        assert [m.msg_id for m in await asyncio.wait_for(poll, 10)] == [msg_id]
+    finally:
+        await other.close()
 
 
 async def test_a_poll_woken_by_a_shards_ready_list_pulls_that_shard_alone(rt, monkeypatch):
@@ -264,6 +307,28 @@ async def test_pause_resume_and_purge_cover_every_shard(rt):
     assert (info.waiting, info.ready, info.consuming) == (0, 0, 0)
 
 
+async def test_a_resume_wakes_the_long_polls_of_every_shards_ready_messages(rt, monkeypatch):
+    """A resume names every shard's ready list: a poll woken by one name fills its batch from that
+    shard alone, and leaves the others' ready messages to polls the other names wake. Named once
+    (the topic's own list), the first poll took its shard's message and woke no other: the rest
+    waited for their recheck of the pause, or their timeout."""
+    monkeypatch.setattr(consume_module, "PAUSED_RECHECK_SECONDS", 60)  # past every hold here
+    await shard_topic(rt, "resumed", 3)
+    changed_at = (await rt.topic_configs.fresh())["resumed"].shards_changed_at
+    assert await sync_to_async(forget_drained_shards)(namespace=rt.ns.namespace, topic="resumed", count=1,
+                                                      changed_at=changed_at)  # count 1 never held any
+    await pause_topic(rt, topic="resumed")
+    msg_ids = {msg_id_in("resumed", 3, index, f"r{index}") for index in range(3)}
+    await send_messages(rt, requests=[SendRequest("resumed", "x", msg_id=msg_id) for msg_id in msg_ids])
+    polls = [asyncio.ensure_future(long_poll_messages(rt, topic="resumed", batch=1, timeout_millis=30_000))
+             for _ in range(3)]
+    await asyncio.sleep(0.2)
+    assert not any(poll.done() for poll in polls)
+    await resume_topic(rt, topic="resumed")
+    answered = await asyncio.wait_for(asyncio.gather(*polls), 10)
+    assert {m.msg_id for messages in answered for m in messages} == msg_ids
+
+
 async def test_a_pull_that_meets_a_shard_paused_before_the_others_answers_what_it_took(rt):
     """A pause or a resume reaches the shards' meta hashes one after another: a pull that took
     messages from a shard not yet paused and then met one that is answers them (they are consuming
@@ -279,6 +344,22 @@ async def test_a_pull_that_meets_a_shard_paused_before_the_others_answers_what_i
         if len(pulled) == 2:
             break
     assert sorted(m.msg_id for m in pulled) == msg_ids
+
+
+async def test_a_pause_holds_a_sharded_topics_pushers_pulls_while_redis_has_lost_its_mirror(rt):
+    """The settings' pause reaches pull.lua for every shard, as it does for an unsharded topic: with
+    the shards' mirrors gone (a Redis that lost its data, before the restore), a pusher's pull
+    (pull_many, which the settings alone do not hold) hands out nothing."""
+    await shard_topic(rt, "held", 3)
+    await send_messages(rt, requests=[SendRequest("held", "x", msg_id=msg_id_in("held", 3, index, f"h{index}"))
+                                      for index in range(3)])
+    await pause_topic(rt, topic="held")
+    for shard in topic_shards("held", (3, 1)):
+        await rt.redis.hdel(rt.ns.topic(shard).meta, Meta.PAUSED)
+    for _ in range(5):  # whichever shard is asked first
+        [reply] = await pull_many(rt, pulls=[Pull("held", 10, 30_000)])
+        assert reply.paused and reply.messages == []
+    assert (await topic_info(rt, topic="held")).ready == 3
 
 
 async def test_dead_letters_of_every_shard_are_listed_and_redriven(single_rt, start_scanner):
@@ -918,6 +999,23 @@ async def test_a_count_taken_up_again_after_it_retired_starts_without_its_old_wi
     assert await rt.redis.hmget(rt.ns.topic("w").meta, ["hot_until", "loaded_to"]) == [None, None]
     m = await send_message(rt, request=SendRequest("w", "x", delay_millis=7_200_000))  # beyond the default window
     assert await rt.redis.hexists(rt.ns.topic("w").msgs, m.msg_id)  # no window: every send goes to Redis
+
+
+async def test_a_count_taken_up_again_after_it_retired_registers_the_topic_at_its_first_send(rt):
+    """A retired count's shards keep their meta, `registered` too: taken up again after the topic
+    was retired as idle (out of the registry), its first send answered it registered, so the topic
+    stayed out of the registry, unseen by the loader, the monitors, and a scanner started later."""
+    sent = await send_message(rt, request=SendRequest("back", "x"))
+    assert await delete_message(rt, topic="back", msg_id=sent.msg_id, release=True)
+    await shard_topic(rt, "back", 3)
+    changed_at = (await rt.topic_configs.fresh())["back"].shards_changed_at
+    assert await sync_to_async(forget_drained_shards)(namespace=rt.ns.namespace, topic="back", count=1,
+                                                      changed_at=changed_at)
+    await rt.topic_configs.fresh()
+    await rt.redis.zrem(rt.ns.topics, "back")  # retired as idle, as the scanner does
+    await shard_topic(rt, "back", 1)
+    await send_message(rt, request=SendRequest("back", "y", delay_millis=60_000))
+    assert await rt.redis.zscore(rt.ns.topics, "back") is not None
 
 
 async def test_an_idle_sharded_topic_is_retired_whole_and_a_send_brings_it_back(clean_state, start_scanner,
