@@ -117,10 +117,7 @@ async def delete_schedule(rt: Runtime, *, schedule_id: str) -> None:
     process cannot read, a time zone its tzdata lacks, cannot be found: they fire, a lead at most)."""
     async with rt.schedule_db.use() as conn, conn.transaction():
         row = await _locked(conn, rt, schedule_id)
-        try:
-            await _withdraw(rt, row, now_millis())
-        except RuleError:
-            pass
+        await _withdraw(rt, row, now_millis())
         await conn.execute(sql.DELETE_SCHEDULE, {"id": row.id})
 
 
@@ -202,9 +199,14 @@ async def _free_generation(rt: Runtime, conn, row: ScheduleRow, now: int) -> int
 
 async def _withdraw(rt: Runtime, row: ScheduleRow, now: int) -> int:
     """Deletes the ticks sent ahead (after now, up to planned_until). Answers the time up to which
-    ticks count as fired: now, or a later tick that was already delivered and so not deleted."""
+    ticks count as fired: now, or a later tick that was already delivered and so not deleted. Those
+    of a rule this process cannot read (a time zone its tzdata lacks) cannot be found: they fire."""
     floor = now
-    for tick in row.ticks(now, row.planned_until, SCHEDULE_MAX_TICKS_PER_ROUND):
+    try:
+        ticks = row.ticks(now, row.planned_until, SCHEDULE_MAX_TICKS_PER_ROUND)
+    except RuleError:
+        return floor
+    for tick in ticks:
         msg_id = row.msg_id(tick)
         if not await delete_message(rt, topic=row.topic, msg_id=msg_id) and \
                 await get_message(rt, topic=row.topic, msg_id=msg_id) is not None:

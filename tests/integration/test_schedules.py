@@ -140,8 +140,9 @@ async def test_an_interval_schedule_refuses_a_time_zone_on_update_as_on_create(a
 async def test_a_schedule_whose_rule_this_process_cannot_read_is_still_read_and_listed(api):
     for schedule_id in ("a", "b"):
         await call(api, "createSchedule", scheduleId=schedule_id, topic="t", msg="m", cron="0 2 * * *")
-    # As if created where its time zone was known and read where the tzdata lacks it.
-    await query("UPDATE delayqueue_schedule SET timezone = 'Mars/Olympus' WHERE schedule_id = 'a'")
+    # As if created and planned ahead where its time zone was known, and read where the tzdata lacks it.
+    await query("UPDATE delayqueue_schedule SET timezone = 'Mars/Olympus', planned_until = planned_until + 60000"
+                " WHERE schedule_id = 'a'")
     got = await call(api, "getSchedule", method="get", scheduleId="a")
     assert got["code"] == 200 and (got["schedule"]["timezone"], got["schedule"]["nextFireTimes"]) == (
         "Mars/Olympus", [])
