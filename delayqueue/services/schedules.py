@@ -198,12 +198,14 @@ async def _free_generation(rt: Runtime, conn, row: ScheduleRow, now: int) -> int
 
 
 async def _withdraw(rt: Runtime, row: ScheduleRow, now: int) -> int:
-    """Deletes the ticks sent ahead (after now, up to planned_until). Answers the time up to which
-    ticks count as fired: now, or a later tick that was already delivered and so not deleted. Those
-    of a rule this process cannot read (a time zone its tzdata lacks) cannot be found: they fire."""
+    """Deletes the ticks sent ahead (after now): up to planned_until, and past it those a round that
+    died before committing (or stopped at a refused tick) sent, a lead past its own clock at most
+    (twice the lead: room for the clocks of other processes). Answers the time up to which ticks
+    count as fired: now, or a later tick that was already delivered and so not deleted. Those of a
+    rule this process cannot read (a time zone its tzdata lacks) cannot be found: they fire."""
     floor = now
     try:
-        ticks = row.ticks(now, row.planned_until, SCHEDULE_MAX_TICKS_PER_ROUND)
+        ticks = row.ticks(now, max(row.planned_until, now + 2 * SCHEDULE_LEAD_MILLIS), SCHEDULE_MAX_TICKS_PER_ROUND)
     except RuleError:
         return floor
     for tick in ticks:

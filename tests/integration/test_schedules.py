@@ -221,6 +221,26 @@ async def test_a_planner_killed_after_sending_before_committing_leaves_each_tick
     assert [status for _, status in await logged_ticks()] == [Status.WAITING] * len(first)
 
 
+@pytest.mark.parametrize("change", ["update", "pause", "delete"])
+async def test_a_change_after_a_planner_died_before_committing_deletes_the_ticks_that_round_sent(rt, planner,
+                                                                                                monkeypatch, change):
+    """The dead round's ticks lie past the row's planned_until; a change withdraws them all the same."""
+    await every(rt, start=now_millis() + LEEWAY)
+    real = scheduler_module.send_messages
+
+    async def sent_then_killed(rt_, *, requests, **options):
+        await real(rt_, requests=requests, **options)
+        raise asyncio.CancelledError
+
+    monkeypatch.setattr(scheduler_module, "send_messages", sent_then_killed)
+    with pytest.raises(asyncio.CancelledError):
+        await planner().plan_once()
+    orphans = await live_ticks(rt)
+    assert orphans
+    await CHANGES[change](rt)
+    assert set(await live_ticks(rt)).isdisjoint(orphans)  # none of them fires for a schedule changed or gone
+
+
 @pytest.mark.parametrize("policy, fired", [("all", 5), ("latest", 1), ("skip", 0)])
 async def test_ticks_missed_while_no_scanner_ran_follow_the_catch_up_policy(rt, planner, policy, fired):
     """Planned at t0, then no planner until five ticks past the lead went missing."""
