@@ -57,16 +57,16 @@ async def create_schedule(rt: Runtime, *, spec: ScheduleSpec) -> ScheduleRow:
     async with rt.schedule_db.use() as conn, conn.transaction():
         params = {"namespace": rt.ns.namespace}
         await conn.execute(sql.LOCK_SCHEDULE_CREATION, params)
-        count = (await (await conn.execute(sql.SCHEDULE_COUNT, params)).fetchone())[0]
-        if count >= rt.config.max_schedules:
-            raise CapReached(f"namespace {rt.ns.namespace!r} has {count} schedules", setting="DELAYQUEUE_MAX_SCHEDULES",
-                             cap=rt.config.max_schedules)
         draft = dataclasses.replace(draft, generation=await _free_generation(rt, conn, draft, now))
         found = await conn.execute(sql.INSERT_SCHEDULE, {
             **dataclasses.asdict(draft), "plan_at": plan_time(draft, planned_until), "now": now})
         row = await found.fetchone()
-    if row is None:
-        raise Conflict(f"schedule {spec.schedule_id!r} exists: updateSchedule changes it")
+        if row is None:  # a taken scheduleId is a conflict even at the cap: the caller may compare with it
+            raise Conflict(f"schedule {spec.schedule_id!r} exists: updateSchedule changes it")
+        count = (await (await conn.execute(sql.SCHEDULE_COUNT, params)).fetchone())[0] - 1
+        if count >= rt.config.max_schedules:  # raised in the transaction: the insert is rolled back
+            raise CapReached(f"namespace {rt.ns.namespace!r} has {count} schedules", setting="DELAYQUEUE_MAX_SCHEDULES",
+                             cap=rt.config.max_schedules)
     return ScheduleRow(*row)
 
 

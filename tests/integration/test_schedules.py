@@ -170,6 +170,10 @@ async def test_a_second_schedule_under_one_id_is_refused_and_the_cap_holds(api, 
     assert (await call(api, "createSchedule", scheduleId="b", topic="t", msg="m", everyMillis="1000"))["code"] == 200
     capped = await call(api, "createSchedule", scheduleId="c", topic="t", msg="m", everyMillis="1000")
     assert capped["code"] == 429 and "DELAYQUEUE_MAX_SCHEDULES" in capped["msg"], capped
+    assert (await call(api, "getSchedule", method="get", scheduleId="c"))["code"] == 404
+    # At the cap, a scheduleId that is taken is still a conflict: the other process made it (sync_schedules).
+    taken = await call(api, "createSchedule", scheduleId="b", topic="t", msg="m", everyMillis="1000")
+    assert taken["code"] == 409 and "exists" in taken["msg"], taken
     assert (await call(api, "updateSchedule", scheduleId="zzz", msg="m"))["code"] == 404
     assert (await call(api, "updateSchedule", scheduleId="a"))["code"] == 400  # nothing to change
 

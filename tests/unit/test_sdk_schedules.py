@@ -170,6 +170,8 @@ def test_over_the_namespaces_cap_of_schedules_is_a_rate_limit_that_waiting_does_
         client.create_schedule("one", "t", "x", every=60)
         assert error(lambda: client.create_schedule("two", "t", "x", every=60)) == (
             RateLimited, "namespace 'default' has 1 schedules: the cap is 1 (DELAYQUEUE_MAX_SCHEDULES)")
+        assert error(lambda: client.create_schedule("one", "t", "x", every=60)) == (  # taken: a conflict
+            Conflict, "schedule 'one' exists: updateSchedule changes it")
         assert error(lambda: client.update_schedule("one", every=30)) == (
             BadRequest, "everyMillis must be at least 60000 (DELAYQUEUE_SCHEDULE_MIN_INTERVAL_MILLIS)")
 

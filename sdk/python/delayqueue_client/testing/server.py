@@ -808,12 +808,12 @@ class FakeServer:
             "catch_up": given.get("catch_up", "latest"), "priority": given.get("priority", 0),
             "ttl_millis": given.get("ttl_millis", 0), "max_retry": given.get("max_retry", -1),
             "paused": given.get("paused", False)}, now)
+        schedule_id = data["scheduleId"]
+        if schedule_id in self._schedules:  # a conflict even at the cap, as on the server
+            raise Answer(409, f"schedule {schedule_id!r} exists: updateSchedule changes it")
         if len(self._schedules) >= self.settings.max_schedules:
             raise Answer(429, f"namespace {NAMESPACE!r} has {len(self._schedules)} schedules: the cap is "
                               f"{self.settings.max_schedules} (DELAYQUEUE_MAX_SCHEDULES)")
-        schedule_id = data["scheduleId"]
-        if schedule_id in self._schedules:
-            raise Answer(409, f"schedule {schedule_id!r} exists: updateSchedule changes it")
         schedule = self._schedules[schedule_id] = FakeSchedule(
             schedule_id=schedule_id, generation=0, planned_until=self._plan_from(fields, now), created_at=now,
             updated_at=now, planned_from=now, **fields)
