@@ -264,6 +264,8 @@ async def test_ticks_missed_while_no_scanner_ran_follow_the_catch_up_policy(rt, 
     [gap] = await sync_to_async(list)(ScheduleGap.objects.values_list("first_tick", "last_tick", "missed", "fired",
                                                                       "policy"))
     assert gap == (missed[0], missed[-1], 5, fired, policy)
+    await schedules.delete_schedule(rt, schedule_id="s")  # and its gaps with it
+    assert await sync_to_async(ScheduleGap.objects.count)() == 0
 
 
 CHANGES = {
