@@ -166,7 +166,8 @@ async def _change(rt: Runtime, schedule_id: str, change) -> ScheduleRow:
         row = await _locked(conn, rt, schedule_id)
         now = now_millis()
         fields = _checked(rt, change(row), now)
-        floor = now if row.paused else await _withdraw(rt, row, now)  # nothing is planned while paused
+        # Nothing is planned while paused.
+        floor = now if row.paused else await _withdraw(rt, row, now, replanned=not fields["paused"])
         planned_until = max(floor, _plan_from(fields, now))
         new = dataclasses.replace(row, **fields, generation=row.generation + 1, planned_until=planned_until)
         if not new.paused:  # a paused one is checked when resumed
@@ -197,22 +198,26 @@ async def _free_generation(rt: Runtime, conn, row: ScheduleRow, now: int) -> int
     return generation
 
 
-async def _withdraw(rt: Runtime, row: ScheduleRow, now: int) -> int:
-    """Deletes the ticks sent ahead (after now): up to planned_until, and past it those a round that
-    died before committing (or stopped at a refused tick) sent, a lead past its own clock at most
-    (twice the lead: room for the clocks of other processes). Answers the time up to which ticks
-    count as fired: now, or a later tick that was already delivered and so not deleted. Those of a
+async def _withdraw(rt: Runtime, row: ScheduleRow, now: int, *, replanned: bool = False) -> int:
+    """Deletes the ticks sent ahead (after now), the latest first: up to planned_until, and past it
+    those a round that died before committing (or stopped at a refused tick) sent, a lead past its
+    own clock at most (twice the lead: room for the clocks of other processes). Answers the time up
+    to which ticks count as fired: now, or the latest tick that could not be deleted (delivered, or
+    ended by hand), which the new plan must not send again. So for a change that goes on planning
+    (`replanned`) the ticks before that one stay to fire: the new plan starts after them. Those of a
     rule this process cannot read (a time zone its tzdata lacks) cannot be found: they fire."""
     floor = now
     try:
         ticks = row.ticks(now, max(row.planned_until, now + 2 * SCHEDULE_LEAD_MILLIS), SCHEDULE_MAX_TICKS_PER_ROUND)
     except RuleError:
         return floor
-    for tick in ticks:
+    for tick in reversed(ticks):
         msg_id = row.msg_id(tick)
         if not await delete_message(rt, topic=row.topic, msg_id=msg_id) and \
                 await get_message(rt, topic=row.topic, msg_id=msg_id) is not None:
-            floor = tick
+            floor = max(floor, tick)
+            if replanned:
+                break
     return floor
 
 

@@ -11,11 +11,11 @@ from redis.exceptions import RedisError
 from delayqueue.core.clock import now_millis
 from delayqueue.core.constants import SCHEDULE_LEAD_MILLIS, SCHEDULE_MISSED_AFTER_MILLIS, Status
 from delayqueue.core.exceptions import BadRequest, Conflict, NotFound
-from delayqueue.core.schedules import plan_time, tick_msg_id
+from delayqueue.core.schedules import PLAN_PERIOD_MILLIS, plan_time, tick_msg_id
 from delayqueue.models import ScheduleGap
 from delayqueue.services import schedules
 from delayqueue.services.consume import ack_messages, pull_messages
-from delayqueue.services.messages import get_message
+from delayqueue.services.messages import delete_message, get_message
 from delayqueue.services.restore import restore
 from delayqueue.services.schedules import ScheduleSpec, create_schedule, update_schedule
 from delayqueue.workers import scheduler as scheduler_module
@@ -362,6 +362,21 @@ async def test_a_change_waits_for_the_planning_round_then_replaces_the_ticks_sen
     assert new and all(k.endswith("#1") for k in new)
     assert len(set(new.values())) == len(new)
     assert (await get_message(rt, topic="t", msg_id=next(iter(new)))).payload == "v2"
+
+
+async def test_an_update_after_one_tick_sent_ahead_was_deleted_keeps_every_other_tick_once(rt, planner):
+    """An occurrence cancelled by hand (deleteMsg) stays cancelled; the ticks before it are not lost."""
+    await every(rt, start=now_millis() + LEEWAY)
+    await planner().plan_once()
+    sent = await live_ticks(rt)
+    assert len(sent) >= 4
+    cancelled_id, cancelled = sorted(sent.items(), key=lambda item: item[1])[3]
+    assert await delete_message(rt, topic="t", msg_id=cancelled_id)
+    await update_schedule(rt, schedule_id="s", changes={"payload": "v2"})
+    await planner().plan_once(now=now_millis() + PLAN_PERIOD_MILLIS)  # its next round, wherever its phase falls
+    fired = sorted((await live_ticks(rt)).values())
+    assert cancelled not in fired and len(fired) == len(set(fired))  # none twice
+    assert set(sent.values()) - {cancelled} <= set(fired)  # and none lost
 
 
 async def test_a_paused_schedule_sends_nothing_and_resumes_with_new_ticks(rt, planner):

@@ -246,6 +246,16 @@ def test_a_change_withdraws_the_ticks_sent_ahead_and_the_new_plan_has_new_msg_id
     assert (second.msg_id, second.msg) == (f"s@{start + 4000}#1", "y")
 
 
+def test_a_change_after_a_tick_sent_ahead_was_deleted_keeps_the_ticks_before_it_as_the_server(server, client):
+    start = server.clock.now_ms()
+    client.create_schedule("s", "t", "x", every=2)  # 5 ticks sent ahead
+    assert client.delete("t", f"s@{start + 8000}")  # the fourth cancelled by hand
+    client.update_schedule("s", msg="y")
+    held = topic_ids(server, "t")
+    assert [held[f"s@{start + i * 2000}"] for i in range(1, 6)] == [WAITING] * 3 + [DELETED] * 2
+    assert {msg_id for msg_id in held if "#" in msg_id} == {f"s@{start + 10000}#1"}  # planned on after it
+
+
 def test_paused_no_tick_fires_and_resumed_ticks_go_on_from_now_without_those_missed(server, client):
     start = server.clock.now_ms()
     client.create_schedule("s", "t", "x", every=60)
