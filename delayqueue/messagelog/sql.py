@@ -852,7 +852,11 @@ UPDATE {tables.SCHEDULE} s SET topic = %(topic)s, payload = %(payload)s, cron = 
 WHERE id = %(id)s
 RETURNING {_SCHEDULE}
 """
-DELETE_SCHEDULE = f"DELETE FROM {tables.SCHEDULE} WHERE id = %(id)s"
+# Its gaps go first: the foreign key is Django's, whose CASCADE is the ORM's, not the database's.
+DELETE_SCHEDULE = f"""
+WITH gaps AS (DELETE FROM {tables.SCHEDULE_GAP} WHERE schedule_id = %(id)s)
+DELETE FROM {tables.SCHEDULE} WHERE id = %(id)s
+"""
 # Whether the topic has a message under any of these msgIds (a generation's first ticks, probed
 # by msgId, which leads message_natural_key).
 TICKS_TAKEN = f"""

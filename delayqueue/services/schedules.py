@@ -57,16 +57,16 @@ async def create_schedule(rt: Runtime, *, spec: ScheduleSpec) -> ScheduleRow:
     async with rt.schedule_db.use() as conn, conn.transaction():
         params = {"namespace": rt.ns.namespace}
         await conn.execute(sql.LOCK_SCHEDULE_CREATION, params)
-        count = (await (await conn.execute(sql.SCHEDULE_COUNT, params)).fetchone())[0]
-        if count >= rt.config.max_schedules:
-            raise CapReached(f"namespace {rt.ns.namespace!r} has {count} schedules", setting="DELAYQUEUE_MAX_SCHEDULES",
-                             cap=rt.config.max_schedules)
         draft = dataclasses.replace(draft, generation=await _free_generation(rt, conn, draft, now))
         found = await conn.execute(sql.INSERT_SCHEDULE, {
             **dataclasses.asdict(draft), "plan_at": plan_time(draft, planned_until), "now": now})
         row = await found.fetchone()
-    if row is None:
-        raise Conflict(f"schedule {spec.schedule_id!r} exists: updateSchedule changes it")
+        if row is None:  # a taken scheduleId is a conflict even at the cap: the caller may compare with it
+            raise Conflict(f"schedule {spec.schedule_id!r} exists: updateSchedule changes it")
+        count = (await (await conn.execute(sql.SCHEDULE_COUNT, params)).fetchone())[0] - 1
+        if count >= rt.config.max_schedules:  # raised in the transaction: the insert is rolled back
+            raise CapReached(f"namespace {rt.ns.namespace!r} has {count} schedules", setting="DELAYQUEUE_MAX_SCHEDULES",
+                             cap=rt.config.max_schedules)
     return ScheduleRow(*row)
 
 
@@ -117,10 +117,7 @@ async def delete_schedule(rt: Runtime, *, schedule_id: str) -> None:
     process cannot read, a time zone its tzdata lacks, cannot be found: they fire, a lead at most)."""
     async with rt.schedule_db.use() as conn, conn.transaction():
         row = await _locked(conn, rt, schedule_id)
-        try:
-            await _withdraw(rt, row, now_millis())
-        except RuleError:
-            pass
+        await _withdraw(rt, row, now_millis())
         await conn.execute(sql.DELETE_SCHEDULE, {"id": row.id})
 
 
@@ -169,7 +166,8 @@ async def _change(rt: Runtime, schedule_id: str, change) -> ScheduleRow:
         row = await _locked(conn, rt, schedule_id)
         now = now_millis()
         fields = _checked(rt, change(row), now)
-        floor = now if row.paused else await _withdraw(rt, row, now)  # nothing is planned while paused
+        # Nothing is planned while paused.
+        floor = now if row.paused else await _withdraw(rt, row, now, replanned=not fields["paused"])
         planned_until = max(floor, _plan_from(fields, now))
         new = dataclasses.replace(row, **fields, generation=row.generation + 1, planned_until=planned_until)
         if not new.paused:  # a paused one is checked when resumed
@@ -200,15 +198,26 @@ async def _free_generation(rt: Runtime, conn, row: ScheduleRow, now: int) -> int
     return generation
 
 
-async def _withdraw(rt: Runtime, row: ScheduleRow, now: int) -> int:
-    """Deletes the ticks sent ahead (after now, up to planned_until). Answers the time up to which
-    ticks count as fired: now, or a later tick that was already delivered and so not deleted."""
+async def _withdraw(rt: Runtime, row: ScheduleRow, now: int, *, replanned: bool = False) -> int:
+    """Deletes the ticks sent ahead (after now), the latest first: up to planned_until, and past it
+    those a round that died before committing (or stopped at a refused tick) sent, a lead past its
+    own clock at most (twice the lead: room for the clocks of other processes). Answers the time up
+    to which ticks count as fired: now, or the latest tick that could not be deleted (delivered, or
+    ended by hand), which the new plan must not send again. So for a change that goes on planning
+    (`replanned`) the ticks before that one stay to fire: the new plan starts after them. Those of a
+    rule this process cannot read (a time zone its tzdata lacks) cannot be found: they fire."""
     floor = now
-    for tick in row.ticks(now, row.planned_until, SCHEDULE_MAX_TICKS_PER_ROUND):
+    try:
+        ticks = row.ticks(now, max(row.planned_until, now + 2 * SCHEDULE_LEAD_MILLIS), SCHEDULE_MAX_TICKS_PER_ROUND)
+    except RuleError:
+        return floor
+    for tick in reversed(ticks):
         msg_id = row.msg_id(tick)
         if not await delete_message(rt, topic=row.topic, msg_id=msg_id) and \
                 await get_message(rt, topic=row.topic, msg_id=msg_id) is not None:
-            floor = tick
+            floor = max(floor, tick)
+            if replanned:
+                break
     return floor
 
 

@@ -11,11 +11,11 @@ from redis.exceptions import RedisError
 from delayqueue.core.clock import now_millis
 from delayqueue.core.constants import SCHEDULE_LEAD_MILLIS, SCHEDULE_MISSED_AFTER_MILLIS, Status
 from delayqueue.core.exceptions import BadRequest, Conflict, NotFound
-from delayqueue.core.schedules import plan_time, tick_msg_id
+from delayqueue.core.schedules import PLAN_PERIOD_MILLIS, plan_time, tick_msg_id
 from delayqueue.models import ScheduleGap
 from delayqueue.services import schedules
 from delayqueue.services.consume import ack_messages, pull_messages
-from delayqueue.services.messages import get_message
+from delayqueue.services.messages import delete_message, get_message
 from delayqueue.services.restore import restore
 from delayqueue.services.schedules import ScheduleSpec, create_schedule, update_schedule
 from delayqueue.workers import scheduler as scheduler_module
@@ -140,8 +140,9 @@ async def test_an_interval_schedule_refuses_a_time_zone_on_update_as_on_create(a
 async def test_a_schedule_whose_rule_this_process_cannot_read_is_still_read_and_listed(api):
     for schedule_id in ("a", "b"):
         await call(api, "createSchedule", scheduleId=schedule_id, topic="t", msg="m", cron="0 2 * * *")
-    # As if created where its time zone was known and read where the tzdata lacks it.
-    await query("UPDATE delayqueue_schedule SET timezone = 'Mars/Olympus' WHERE schedule_id = 'a'")
+    # As if created and planned ahead where its time zone was known, and read where the tzdata lacks it.
+    await query("UPDATE delayqueue_schedule SET timezone = 'Mars/Olympus', planned_until = planned_until + 60000"
+                " WHERE schedule_id = 'a'")
     got = await call(api, "getSchedule", method="get", scheduleId="a")
     assert got["code"] == 200 and (got["schedule"]["timezone"], got["schedule"]["nextFireTimes"]) == (
         "Mars/Olympus", [])
@@ -169,6 +170,10 @@ async def test_a_second_schedule_under_one_id_is_refused_and_the_cap_holds(api, 
     assert (await call(api, "createSchedule", scheduleId="b", topic="t", msg="m", everyMillis="1000"))["code"] == 200
     capped = await call(api, "createSchedule", scheduleId="c", topic="t", msg="m", everyMillis="1000")
     assert capped["code"] == 429 and "DELAYQUEUE_MAX_SCHEDULES" in capped["msg"], capped
+    assert (await call(api, "getSchedule", method="get", scheduleId="c"))["code"] == 404
+    # At the cap, a scheduleId that is taken is still a conflict: the other process made it (sync_schedules).
+    taken = await call(api, "createSchedule", scheduleId="b", topic="t", msg="m", everyMillis="1000")
+    assert taken["code"] == 409 and "exists" in taken["msg"], taken
     assert (await call(api, "updateSchedule", scheduleId="zzz", msg="m"))["code"] == 404
     assert (await call(api, "updateSchedule", scheduleId="a"))["code"] == 400  # nothing to change
 
@@ -220,6 +225,26 @@ async def test_a_planner_killed_after_sending_before_committing_leaves_each_tick
     assert [status for _, status in await logged_ticks()] == [Status.WAITING] * len(first)
 
 
+@pytest.mark.parametrize("change", ["update", "pause", "delete"])
+async def test_a_change_after_a_planner_died_before_committing_deletes_the_ticks_that_round_sent(rt, planner,
+                                                                                                monkeypatch, change):
+    """The dead round's ticks lie past the row's planned_until; a change withdraws them all the same."""
+    await every(rt, start=now_millis() + LEEWAY)
+    real = scheduler_module.send_messages
+
+    async def sent_then_killed(rt_, *, requests, **options):
+        await real(rt_, requests=requests, **options)
+        raise asyncio.CancelledError
+
+    monkeypatch.setattr(scheduler_module, "send_messages", sent_then_killed)
+    with pytest.raises(asyncio.CancelledError):
+        await planner().plan_once()
+    orphans = await live_ticks(rt)
+    assert orphans
+    await CHANGES[change](rt)
+    assert set(await live_ticks(rt)).isdisjoint(orphans)  # none of them fires for a schedule changed or gone
+
+
 @pytest.mark.parametrize("policy, fired", [("all", 5), ("latest", 1), ("skip", 0)])
 async def test_ticks_missed_while_no_scanner_ran_follow_the_catch_up_policy(rt, planner, policy, fired):
     """Planned at t0, then no planner until five ticks past the lead went missing."""
@@ -239,6 +264,8 @@ async def test_ticks_missed_while_no_scanner_ran_follow_the_catch_up_policy(rt, 
     [gap] = await sync_to_async(list)(ScheduleGap.objects.values_list("first_tick", "last_tick", "missed", "fired",
                                                                       "policy"))
     assert gap == (missed[0], missed[-1], 5, fired, policy)
+    await schedules.delete_schedule(rt, schedule_id="s")  # and its gaps with it
+    assert await sync_to_async(ScheduleGap.objects.count)() == 0
 
 
 CHANGES = {
@@ -335,6 +362,21 @@ async def test_a_change_waits_for_the_planning_round_then_replaces_the_ticks_sen
     assert new and all(k.endswith("#1") for k in new)
     assert len(set(new.values())) == len(new)
     assert (await get_message(rt, topic="t", msg_id=next(iter(new)))).payload == "v2"
+
+
+async def test_an_update_after_one_tick_sent_ahead_was_deleted_keeps_every_other_tick_once(rt, planner):
+    """An occurrence cancelled by hand (deleteMsg) stays cancelled; the ticks before it are not lost."""
+    await every(rt, start=now_millis() + LEEWAY)
+    await planner().plan_once()
+    sent = await live_ticks(rt)
+    assert len(sent) >= 4
+    cancelled_id, cancelled = sorted(sent.items(), key=lambda item: item[1])[3]
+    assert await delete_message(rt, topic="t", msg_id=cancelled_id)
+    await update_schedule(rt, schedule_id="s", changes={"payload": "v2"})
+    await planner().plan_once(now=now_millis() + PLAN_PERIOD_MILLIS)  # its next round, wherever its phase falls
+    fired = sorted((await live_ticks(rt)).values())
+    assert cancelled not in fired and len(fired) == len(set(fired))  # none twice
+    assert set(sent.values()) - {cancelled} <= set(fired)  # and none lost
 
 
 async def test_a_paused_schedule_sends_nothing_and_resumes_with_new_ticks(rt, planner):

@@ -170,6 +170,8 @@ def test_over_the_namespaces_cap_of_schedules_is_a_rate_limit_that_waiting_does_
         client.create_schedule("one", "t", "x", every=60)
         assert error(lambda: client.create_schedule("two", "t", "x", every=60)) == (
             RateLimited, "namespace 'default' has 1 schedules: the cap is 1 (DELAYQUEUE_MAX_SCHEDULES)")
+        assert error(lambda: client.create_schedule("one", "t", "x", every=60)) == (  # taken: a conflict
+            Conflict, "schedule 'one' exists: updateSchedule changes it")
         assert error(lambda: client.update_schedule("one", every=30)) == (
             BadRequest, "everyMillis must be at least 60000 (DELAYQUEUE_SCHEDULE_MIN_INTERVAL_MILLIS)")
 
@@ -242,6 +244,16 @@ def test_a_change_withdraws_the_ticks_sent_ahead_and_the_new_plan_has_new_msg_id
     server.clock.advance(1)
     [second] = client.pull("t")
     assert (second.msg_id, second.msg) == (f"s@{start + 4000}#1", "y")
+
+
+def test_a_change_after_a_tick_sent_ahead_was_deleted_keeps_the_ticks_before_it_as_the_server(server, client):
+    start = server.clock.now_ms()
+    client.create_schedule("s", "t", "x", every=2)  # 5 ticks sent ahead
+    assert client.delete("t", f"s@{start + 8000}")  # the fourth cancelled by hand
+    client.update_schedule("s", msg="y")
+    held = topic_ids(server, "t")
+    assert [held[f"s@{start + i * 2000}"] for i in range(1, 6)] == [WAITING] * 3 + [DELETED] * 2
+    assert {msg_id for msg_id in held if "#" in msg_id} == {f"s@{start + 10000}#1"}  # planned on after it
 
 
 def test_paused_no_tick_fires_and_resumed_ticks_go_on_from_now_without_those_missed(server, client):

@@ -780,17 +780,20 @@ class FakeServer:
                 fields[name] = None
         return fields
 
-    def _withdraw(self, schedule: FakeSchedule, now: int) -> int:
-        """Deletes the ticks sent ahead and not yet due; answers the time up to which ticks count
-        as fired (now, or a later tick already delivered)."""
+    def _withdraw(self, schedule: FakeSchedule, now: int, *, replanned: bool = False) -> int:
+        """Deletes the ticks sent ahead and not yet due, the latest first; answers the time up to
+        which ticks count as fired (now, or the latest tick already delivered or ended by hand).
+        For a change that goes on planning (`replanned`), the ticks before that one stay, as on the server."""
         floor = now
-        for tick in schedule.ticks(now, schedule.planned_until, SCHEDULE_MAX_TICKS_PER_ROUND):
+        for tick in reversed(schedule.ticks(now, schedule.planned_until, SCHEDULE_MAX_TICKS_PER_ROUND)):
             msg_id = schedule.msg_id(tick)
             m = self._topic(schedule.topic).messages.get(msg_id)
             if m is not None and m.status in LIVE:
                 self._end(m, now, "deleted", DELETED)
             elif self._found(schedule.topic, msg_id) is not None:
-                floor = tick
+                floor = max(floor, tick)
+                if replanned:
+                    break
         return floor
 
     def _take_free_generation(self, schedule: FakeSchedule, now: int) -> None:
@@ -817,12 +820,12 @@ class FakeServer:
             "catch_up": given.get("catch_up", "latest"), "priority": given.get("priority", 0),
             "ttl_millis": given.get("ttl_millis", 0), "max_retry": given.get("max_retry", -1),
             "paused": given.get("paused", False)}, now)
+        schedule_id = data["scheduleId"]
+        if schedule_id in self._schedules:  # a conflict even at the cap, as on the server
+            raise Answer(409, f"schedule {schedule_id!r} exists: updateSchedule changes it")
         if len(self._schedules) >= self.settings.max_schedules:
             raise Answer(429, f"namespace {NAMESPACE!r} has {len(self._schedules)} schedules: the cap is "
                               f"{self.settings.max_schedules} (DELAYQUEUE_MAX_SCHEDULES)")
-        schedule_id = data["scheduleId"]
-        if schedule_id in self._schedules:
-            raise Answer(409, f"schedule {schedule_id!r} exists: updateSchedule changes it")
         schedule = self._schedules[schedule_id] = FakeSchedule(
             schedule_id=schedule_id, generation=0, planned_until=self._plan_from(fields, now), created_at=now,
             updated_at=now, planned_from=now, **fields)
@@ -851,7 +854,7 @@ class FakeServer:
         yet due withdrawn, the schedule planned anew from now under its next generation."""
         schedule, now = self._schedule_of(schedule_id), self.clock.now_ms()
         fields = self._checked_schedule(change(schedule), now)
-        floor = now if schedule.paused else self._withdraw(schedule, now)
+        floor = now if schedule.paused else self._withdraw(schedule, now, replanned=not fields["paused"])
         for name, value in fields.items():
             setattr(schedule, name, value)
         schedule.generation += 1
