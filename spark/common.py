@@ -134,6 +134,11 @@ def check_redis(url: str) -> None:
         raise JobError(f"cannot reach Redis at {without_password(url)}: {first_line(exc)}") from None
 
 
+# The Spark UI listens on every interface and asks no one for a password (it shows the job's
+# environment and kills its stages): off in a driver started here, unless PYSPARK_SUBMIT_ARGS names it.
+UI_SETTING = "spark.ui.enabled"
+
+
 def session(app: str, master: str | None):
     """The SparkSession. Executors run this interpreter unless PYSPARK_PYTHON says otherwise, so
     they can import delayqueue, psycopg and redis as the driver does."""
@@ -141,10 +146,13 @@ def session(app: str, master: str | None):
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.appName(f"delayqueue-{app}").config("spark.sql.session.timeZone", "UTC")
+    under_submit = "PYSPARK_GATEWAY_PORT" in os.environ  # spark-submit sets the master and the UI itself
     if master:
         builder = builder.master(master)
-    elif "PYSPARK_GATEWAY_PORT" not in os.environ:  # not under spark-submit, which sets the master itself
+    elif not under_submit:
         builder = builder.master("local[*]")
+    if not under_submit and UI_SETTING not in os.environ.get("PYSPARK_SUBMIT_ARGS", ""):
+        builder = builder.config(UI_SETTING, "false")
     return builder.getOrCreate()
 
 
