@@ -40,7 +40,8 @@ def parser(prog: str, description: str) -> OneLineParser:
     # Defaults as the service reads them: the same variables, defaults and checks.
     p.add_argument("--database-url",
                    help="the message log (default: the database of --namespace: $DATABASE_URL, or the one "
-                        "$DELAYQUEUE_NAMESPACE_DATABASES routes it to)")
+                        "$DELAYQUEUE_NAMESPACE_DATABASES routes it to). Prefer the variable: an option is visible "
+                        "to every user of this machine in the process list (ps), its password too")
     p.add_argument("--namespace", type=namespace_name, default=SETTINGS["namespace"].read(),
                    help="delayqueue namespace (default: $DELAYQUEUE_NAMESPACE or 'default')")
     return p
@@ -55,7 +56,7 @@ def log_config() -> QueueConfig:
 def add_redis_url(p: argparse.ArgumentParser) -> None:
     p.add_argument("--redis-url", default=SETTINGS["redis_url"].read(),
                    help="the live queue: redis://, rediss://, unix://, redis-cluster://h:p,h:p or "
-                        "redis+sentinel://h:p,h:p/service (default: $REDIS_URL)")
+                        "redis+sentinel://h:p,h:p/service (default: $REDIS_URL; prefer it: ps shows options)")
 
 
 # Each id range is one PostgreSQL connection and one task: far more than a cluster's cores only adds overhead.
