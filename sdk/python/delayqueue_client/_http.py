@@ -108,6 +108,18 @@ def proxy_for(url: str, proxy: str | None, trust_env: bool) -> str | None:
 
 # The server's token path prefix (/t/<token>/...), which camellia's SDK is configured with and this one takes too.
 _TOKEN_IN_PATH = re.compile(r"(/t/)[^/?#]+")
+_TOKEN_ENDING_PATH = re.compile(r"(.*)/t/([^/]+)")
+
+
+def lifted_token(url: str) -> tuple[str, str | None]:
+    """A base URL ending in the token prefix /t/<token> as the URL without it and the token, which
+    the server takes as well as a bearer header (then kept out of every URL: httpx logs each one);
+    another URL as it is, and None."""
+    parts = urlsplit(url)
+    found = _TOKEN_ENDING_PATH.fullmatch(parts.path)
+    if found is None:
+        return url, None
+    return urlunsplit(parts._replace(path=found[1])), unquote(found[2])
 
 
 def shown_url(url: str) -> str:
