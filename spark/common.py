@@ -40,7 +40,8 @@ def parser(prog: str, description: str) -> OneLineParser:
     # Defaults as the service reads them: the same variables, defaults and checks.
     p.add_argument("--database-url",
                    help="the message log (default: the database of --namespace: $DATABASE_URL, or the one "
-                        "$DELAYQUEUE_NAMESPACE_DATABASES routes it to)")
+                        "$DELAYQUEUE_NAMESPACE_DATABASES routes it to). Prefer the variable: an option is visible "
+                        "to every user of this machine in the process list (ps), its password too")
     p.add_argument("--namespace", type=namespace_name, default=SETTINGS["namespace"].read(),
                    help="delayqueue namespace (default: $DELAYQUEUE_NAMESPACE or 'default')")
     return p
@@ -55,7 +56,7 @@ def log_config() -> QueueConfig:
 def add_redis_url(p: argparse.ArgumentParser) -> None:
     p.add_argument("--redis-url", default=SETTINGS["redis_url"].read(),
                    help="the live queue: redis://, rediss://, unix://, redis-cluster://h:p,h:p or "
-                        "redis+sentinel://h:p,h:p/service (default: $REDIS_URL)")
+                        "redis+sentinel://h:p,h:p/service (default: $REDIS_URL; prefer it: ps shows options)")
 
 
 # Each id range is one PostgreSQL connection and one task: far more than a cluster's cores only adds overhead.
@@ -134,6 +135,11 @@ def check_redis(url: str) -> None:
         raise JobError(f"cannot reach Redis at {without_password(url)}: {first_line(exc)}") from None
 
 
+# The Spark UI listens on every interface and asks no one for a password (it shows the job's
+# environment and kills its stages): off in a driver started here, unless PYSPARK_SUBMIT_ARGS names it.
+UI_SETTING = "spark.ui.enabled"
+
+
 def session(app: str, master: str | None):
     """The SparkSession. Executors run this interpreter unless PYSPARK_PYTHON says otherwise, so
     they can import delayqueue, psycopg and redis as the driver does."""
@@ -141,10 +147,13 @@ def session(app: str, master: str | None):
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.appName(f"delayqueue-{app}").config("spark.sql.session.timeZone", "UTC")
+    under_submit = "PYSPARK_GATEWAY_PORT" in os.environ  # spark-submit sets the master and the UI itself
     if master:
         builder = builder.master(master)
-    elif "PYSPARK_GATEWAY_PORT" not in os.environ:  # not under spark-submit, which sets the master itself
+    elif not under_submit:
         builder = builder.master("local[*]")
+    if not under_submit and UI_SETTING not in os.environ.get("PYSPARK_SUBMIT_ARGS", ""):
+        builder = builder.config(UI_SETTING, "false")
     return builder.getOrCreate()
 
 

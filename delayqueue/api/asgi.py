@@ -10,7 +10,8 @@ this one is: BoundedASGIHandler.
 
 Bounds on what a client can make a worker hold: a body is refused past DELAYQUEUE_MAX_BODY_BYTES
 (chunked or not) and when not received within DELAYQUEUE_BODY_TIMEOUT_MILLIS, and on the queue API
-a missing or invalid token is refused before the body is read at all.
+a missing or invalid token is refused before the body is read at all (what takes no body, such as a
+preflight or the health endpoints, is answered without reading one).
 """
 import asyncio
 import io
@@ -36,6 +37,8 @@ TOKEN_PREFIXED_PATHS = "camellia/"
 UNSERVED_TOKEN_PREFIX = "/t/-/"
 # Every answer of the queue API: never sniffed as another type, never kept by a cache.
 ANSWER_HEADERS = ((b"X-Content-Type-Options", b"nosniff"), (b"Cache-Control", b"no-store"))
+# The methods the queue endpoints take parameters by (the query string, a body); the others they refuse.
+BODY_METHODS = ("GET", "POST")
 
 
 # The API's paths are fixed (no converters): each is resolved once, not by walking every
@@ -104,6 +107,12 @@ def request_path_info(scope: dict) -> str:
     return scope["path"].removeprefix(get_script_prefix(scope))
 
 
+def announces_body(scope: dict) -> bool:
+    """Whether the request says a body follows (chunked, or a Content-Length above 0)."""
+    return any(name == b"transfer-encoding" or (name == b"content-length" and value.strip() != b"0")
+               for name, value in scope["headers"])
+
+
 def closing(response: HttpResponse) -> HttpResponse:
     """An answer given before the body was read: the connection is closed after it, so the
     client cannot go on sending a body nobody reads."""
@@ -159,14 +168,18 @@ class EventLoopAPIHandler(BoundedASGIHandler):
             return edge.refusal_answer(path_info, error)
         return view_class().handle_exception(error)
 
-    async def early_refusal(self, scope: dict) -> HttpResponse | None:
+    @staticmethod
+    def reads_body(scope: dict, match: ResolverMatch | None) -> bool:
+        """Whether the request's view reads a body: a queue endpoint's GET or POST. The rest (a CORS
+        preflight, the health endpoints, a path that is no endpoint) is answered without reading it,
+        so that no caller makes a worker take a body before its token is checked."""
+        return (scope["method"] in BODY_METHODS and match is not None
+                and getattr(getattr(match.func, "view_class", None), "needs_scope", None) is not None)
+
+    async def early_refusal(self, scope: dict, match: ResolverMatch | None) -> HttpResponse | None:
         """With DELAYQUEUE_AUTH=tokens, a view that needs a token refuses a missing or invalid one
         before the body is read (the view checks the token's scope). The grant is kept for the view."""
-        # A CORS preflight: browsers send no credentials with it.
-        if scope["method"] == "OPTIONS" or load_config().auth != "tokens":
-            return None
-        match = self.route(request_path_info(scope))
-        if match is None or getattr(getattr(match.func, "view_class", None), "needs_scope", None) is None:
+        if not self.reads_body(scope, match) or load_config().auth != "tokens":
             return None
         rt = current()
         token = scope.get("delayqueue.token") or header_token(scope["headers"])
@@ -221,9 +234,17 @@ class EventLoopAPIHandler(BoundedASGIHandler):
         await self.send_response(closing(answer), send)
 
     async def __call__(self, scope, receive, send):
-        refusal = await self.early_refusal(scope)
+        match = self.route(request_path_info(scope))
+        refusal = await self.early_refusal(scope, match)
         if refusal is not None:
             await self.refuse(scope, refusal, send)
+            return
+        if not self.reads_body(scope, match):
+            # Answered without its body: the connection is closed after it if one was announced.
+            set_script_prefix(get_script_prefix(scope))
+            request, error_response = self.create_request(scope, io.BytesIO())
+            answer = error_response if request is None else await edge.guarded(request, self.get_response_async)
+            await self.send_response(closing(answer) if announces_body(scope) else answer, send)
             return
         try:
             body_file = await self.read_body(receive)

@@ -184,10 +184,10 @@ def setting(env: str, default: Any, doc: str, **bounds) -> Any:
 class QueueConfig:
     redis_url: str = setting(
         "REDIS_URL", "redis://127.0.0.1:16379/0",
-        "the live queue: " + URL_FORMS, check=checked_url)
+        "the live queue: " + URL_FORMS, check=checked_url, secret=True)  # its password, like the next one's
     database_url: str = setting(
         "DATABASE_URL", "postgres://postgres@127.0.0.1:15432/delayqueue",
-        "the PostgreSQL message log", check=checked_postgres_url)
+        "the PostgreSQL message log", check=checked_postgres_url, secret=True)
     log_databases: str = setting(
         "DELAYQUEUE_LOG_DATABASES", "", "more PostgreSQL databases for the message log, as comma-separated "
         "alias=postgres://... pairs; DELAYQUEUE_NAMESPACE_DATABASES says whose log each holds",

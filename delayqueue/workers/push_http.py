@@ -128,7 +128,10 @@ class PushClient:
         endpoint = self._endpoints.get(origin)
         if endpoint is None:
             connector = aiohttp.TCPConnector(limit=0, resolver=_AllowedResolver(self.policy, self._dns))
+            # No cookie jar: a receiver's cookies would grow the process without bound (every namespace's
+            # pushers share it) and go along with other topics' pushes to the origin.
             session = aiohttp.ClientSession(connector=connector, auto_decompress=False,
+                                            cookie_jar=aiohttp.DummyCookieJar(),
                                             timeout=aiohttp.ClientTimeout(total=None, sock_connect=None),
                                             skip_auto_headers=("User-Agent",),
                                             headers={"User-Agent": "delayqueue-pusher"})

@@ -248,6 +248,17 @@ async def test_an_anonymous_body_is_not_read_at_all(api):
     refused = await api.post(SEND, content=body(), headers=FORM)
     assert refused.json()["code"] == 401 and refused.headers["connection"] == "close"
     assert pulled == []
+    # Nor by what takes no body: a preflight, the health endpoints (online and offline take a credential).
+    for method, path, status, answer in (("OPTIONS", SEND, 200, {"code": 400, "msg": "method OPTIONS not allowed, "
+                                                                                      "use GET or POST"}),
+                                         ("POST", "/camellia/health/online", 401, {"code": 401}),
+                                         ("POST", "/camellia/health/offline", 401, {"code": 401}),
+                                         ("POST", "/camellia/health/check", 200, {"code": 200})):
+        answered = await api.request(method, path, content=body(), headers=FORM)
+        assert (answered.status_code, answered.json(), answered.headers["connection"]) == (status, answer, "close")
+        assert pulled == [], path
+    checked = await api.get("/camellia/health/check")  # without a body the connection stays open
+    assert checked.status_code == 200 and "connection" not in checked.headers
 
 
 @pytest.mark.usefixtures("tokens_on")

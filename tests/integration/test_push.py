@@ -384,6 +384,40 @@ async def test_an_answer_is_read_only_up_to_its_limit(api, single_rt, start_push
         await runner.cleanup()
 
 
+async def test_a_receivers_cookies_are_neither_kept_nor_sent_back(api, single_rt, start_pusher, settings):
+    # The pushers of every namespace share a process: a receiver setting new cookies on each answer
+    # must not grow it without bound, nor hand one topic's cookies to another pushing there.
+    cookies_sent = []
+
+    async def set_cookies(request):
+        cookies_sent.append(request.headers.get("Cookie"))
+        answer = web.Response(status=200)
+        for i in range(20):
+            answer.set_cookie(f"c{len(cookies_sent)}-{i}", "x" * 100)
+        return answer
+
+    app = web.Application()
+    app.router.add_post("/hook", set_cookies)
+    runner = web.AppRunner(app, shutdown_timeout=0.1)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    try:
+        # A host name: cookies of an IP address' answers are not taken anyway.
+        settings.DELAYQUEUE = {**settings.DELAYQUEUE, "PUSH_ALLOWED_HOSTS": "localhost,127.0.0.1"}
+        await close_current()
+        for topic in ("a", "b"):
+            await set_push(api, topic, f"http://localhost:{port}/hook")
+        pusher = await start_pusher(make_runtime(REDIS_URL, push_allowed_hosts="localhost,127.0.0.1"))
+        for i, topic in enumerate(("a", "b", "a")):
+            await send(api, topic, f"m{i}")
+            await ends_as(api, topic, f"m{i}", Status.ACKED)
+        assert cookies_sent == [None, None, None]
+        assert [len(endpoint.session.cookie_jar) for endpoint in pusher._client._endpoints.values()] == [0]
+    finally:
+        await runner.cleanup()
+
+
 async def test_addresses_are_checked_again_where_each_connection_is_made(api, single_rt, start_pusher,
                                                                          push_receiver, settings):
     receiver = await push_receiver()

@@ -123,6 +123,12 @@ def test_an_unreachable_server_exits_3():
     assert failed(run_cli(None, "--url", url, "stats"), 3).endswith(f"({url})")  # --url beats the environment
 
 
+def test_a_token_in_the_url_path_is_in_no_error():
+    url = f"http://127.0.0.1:{free_port()}"
+    result = run_cli(f"{url}/t/dq_in_path", "get", "t", "x")  # as camellia's SDK takes its token
+    assert failed(result, 3).endswith(f"({url}/t/***)") and "dq_in_path" not in result.stderr
+
+
 def test_a_lost_answer_exits_4_for_a_command_that_may_have_been_applied_and_3_for_a_read():
     with socket.socket() as listener:
         listener.bind(("127.0.0.1", 0))

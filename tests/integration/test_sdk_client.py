@@ -197,6 +197,23 @@ def test_tokens_unauthorized_forbidden_and_the_environment(web_processes, monkey
     assert LoggedMessage.objects.get(msg_id="e1").namespace == "shop"
 
 
+def test_a_token_given_as_camellias_url_prefix_goes_in_no_url_the_clients_log(web_processes, caplog):
+    (web,) = web_processes(1, DELAYQUEUE_AUTH="tokens")
+    token = new_token(namespace="shop", scopes=["produce", "consume"])
+    caplog.set_level("DEBUG")  # httpx logs each request's URL at INFO
+
+    async def through_async() -> str:
+        async with AsyncClient(f"{web.url}/t/{token}") as client:
+            return (await client.send("t", "x", msg_id="a1")).msg_id
+
+    with Client(f"{web.url}/t/{token}/") as client:
+        assert client.send("t", "x", msg_id="b1").msg_id == "b1"
+        assert "/t/" not in client._settings.url
+    assert asyncio.run(through_async()) == "a1"
+    assert "HTTP Request: POST" in caplog.text and token not in caplog.text
+    assert set(LoggedMessage.objects.values_list("namespace", flat=True)) == {"shop"}
+
+
 @pytest.mark.fault
 def test_postgres_down_is_a_server_error_and_a_send_retried_until_it_is_back_is_stored_once(client, sdk_server,
                                                                                             postgres):

@@ -264,6 +264,65 @@ async def test_two_namespaces_do_not_see_each_others_messages(api, start_scanner
 
 
 @pytest.mark.usefixtures("tokens_on")
+async def test_a_tenant_reaches_nothing_of_another_namespace(api, start_scanner):
+    """Every call that names a topic, msgId, schedule or task works in the token's namespace alone:
+    another tenant's token with every scope neither reads nor changes a thing of ns-a's."""
+    a = await sync_to_async(new_token)("ns-a")
+    b = await sync_to_async(new_token)("ns-b")
+
+    async def by(token, endpoint, how="post", **params):
+        return await ask(api, f"delayQueue/{endpoint}", how, params, token)
+
+    assert (await by(a, "setTopicConfig", topic="t", maxRetry=0, ackTimeoutMillis=200))["code"] == 200
+    assert (await by(a, "sendMsg", topic="t", msg="a's", msgId="live", delayMillis=60_000))["code"] == 200
+    assert (await by(a, "sendMsg", topic="t", msg="a's", msgId="dies", delayMillis=0))["code"] == 200
+    assert (await by(a, "createSchedule", scheduleId="s1", topic="t", msg="tick", everyMillis=60_000,
+                     paused="true"))["code"] == 200
+    await start_scanner(current().for_namespace("ns-a"))
+    pulled = await by(a, "pullMsg", topic="t")
+    assert [m["msgId"] for m in pulled["delayMsgList"]] == ["dies"]
+    await by(a, "ackMsg", topic="t", msgId="dies", ack="false", deadLetter="true")
+    await drain_log(current().for_namespace("ns-a"), ["t"])
+    dead = await by(a, "getDeadMsgList", "get", topic="t")
+    assert [m["msgId"] for m in dead["delayMsgList"]] == ["dies"]
+    task = await ask(api, "delayQueue/redriveDeadMsg", "json", {"topic": "t", "msgIds": ["nope"]}, a)
+    assert task["code"] == 404
+
+    # b's every call, on a's names.
+    assert (await by(b, "getMsg", topic="t", msgId="live"))["code"] == 404
+    assert (await by(b, "deleteMsg", topic="t", msgId="live"))["code"] == 404
+    assert (await by(b, "rescheduleMsg", topic="t", msgId="live", delayMillis=0))["code"] == 404
+    assert (await by(b, "touchMsg", topic="t", msgId="live", ackTimeoutMillis=1000))["code"] == 404
+    assert (await by(b, "ackMsg", topic="t", msgId="live"))["done"] is False
+    assert (await by(b, "restoreMsg", topic="t", msgId="live"))["code"] == 404
+    assert (await by(b, "restore", topic="t"))["code"] == 404
+    assert (await by(b, "getDeadMsgList", "get", topic="t"))["delayMsgList"] == []
+    assert (await ask(api, "delayQueue/redriveDeadMsg", "json", {"topic": "t"}, b))["code"] == 404
+    assert (await ask(api, "delayQueue/purgeDeadMsg", "json", {"topic": "t"}, b))["count"] == 0
+    assert (await by(b, "getSchedule", scheduleId="s1"))["code"] == 404
+    assert (await by(b, "listSchedules", "get"))["schedules"] == []
+    for change in ("updateSchedule", "pauseSchedule", "resumeSchedule", "deleteSchedule"):
+        assert (await by(b, change, scheduleId="s1", msg="b's"))["code"] == 404, change
+    assert (await by(b, "getTopicConfig", topic="t"))["data"]["maxRetry"] != 0
+    assert (await by(b, "getTopicInfo", topic="t"))["data"]["waitingQueueSize"] == 0
+    assert (await by(b, "getTopicInfoList", "get"))["data"] == []
+    assert all(not stats for stats in (await by(b, "getMonitorData", "get"))["data"].values())
+    assert (await by(b, "pauseTopic", topic="t"))["code"] == 200
+    assert (await by(b, "purgeTopic", topic="t"))["count"] == 0
+    assert (await by(b, "setTopicConfig", topic="t", maxRetry=5))["code"] == 200
+    assert (await by(b, "sendMsg", topic="t", msg="b's", msgId="live", delayMillis=0))["delayMsg"]["msg"] == "b's"
+
+    # a's things are as a left them.
+    got = await by(a, "getMsg", topic="t", msgId="live")
+    assert (got["delayMsg"]["msg"], got["delayMsg"]["status"]) == ("a's", 1)
+    assert (await by(a, "getTopicConfig", topic="t"))["data"]["maxRetry"] == 0
+    assert (await by(a, "getTopicConfig", topic="t"))["data"]["paused"] is False
+    assert [m["msgId"] for m in (await by(a, "getDeadMsgList", "get", topic="t"))["delayMsgList"]] == ["dies"]
+    schedule = (await by(a, "getSchedule", scheduleId="s1"))["schedule"]
+    assert (schedule["msg"], schedule["paused"]) == ("tick", True)
+
+
+@pytest.mark.usefixtures("tokens_on")
 async def test_a_resend_shows_another_messages_body_only_to_a_token_that_may_read_messages(api):
     """A produce-only token resending someone else's live msgId learns that the msgId is taken, not
     the message's body (getMsg is consume's); a consume token, or the sender of that very body, gets it."""

@@ -64,6 +64,19 @@ def test_unreachable_servers_and_missing_tables_fail_in_one_line_before_any_writ
                            "--output", str(tmp_path / "a-file" / "out")), 1, "--output", "cannot create or write")
 
 
+SHOW_UI = "from spark.common import session; print(session('probe', 'local[1]').sparkContext.uiWebUrl)"
+
+
+def test_a_job_started_with_python_serves_no_spark_ui_unless_asked():
+    # The Spark UI listens on every interface and asks no one for a password (it shows the job's
+    # environment and kills its stages): a job started by `python -m` runs without it.
+    shown = run_cli("spark.common", command=[sys.executable, "-c", SHOW_UI])
+    assert (shown.returncode, shown.stdout.strip()) == (0, "None"), shown.stderr
+    asked = run_cli("spark.common", command=[sys.executable, "-c", SHOW_UI],
+                    env={"PYSPARK_SUBMIT_ARGS": "--conf spark.ui.enabled=true --conf spark.ui.port=0 pyspark-shell"})
+    assert asked.returncode == 0 and asked.stdout.startswith("http://"), asked.stderr
+
+
 # The one test on the standalone cluster: the rest run on local[2], where the jobs do the same.
 def test_spark_submit_runs_a_job_on_the_standalone_cluster(spark_cluster, clean_state):
     stats_log()

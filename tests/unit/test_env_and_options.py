@@ -133,6 +133,12 @@ def test_log_databases_and_namespace_routes_are_read_and_checked_without_echoing
     assert config.log_database_urls == {"tenants": "postgres://dq:s3cret@db2/dq", "eu_1": "postgres://dq@db3/dq"}
     assert config.log_routes == {"acme": "tenants", "shop.eu": "eu_1", "local": "default"}
     assert "s3cret" not in repr(config)
+    monkeypatch.setenv("REDIS_URL", "redis://:redis-s3cret@10.0.0.5:6379/0")
+    monkeypatch.setenv("DATABASE_URL", "postgres://dq:pg-s3cret@db1/dq")
+    config = QueueConfig.from_environment()
+    assert (config.redis_url, config.database_url) == ("redis://:redis-s3cret@10.0.0.5:6379/0",
+                                                       "postgres://dq:pg-s3cret@db1/dq")
+    assert "s3cret" not in repr(config)  # the two URLs' passwords neither
     refusals = [
         ("DELAYQUEUE_LOG_DATABASES", "tenants", "must be comma-separated alias=postgres://... pairs"),
         ("DELAYQUEUE_LOG_DATABASES", "default=postgres://dq@db/dq", "names a database 'default'"),

@@ -219,6 +219,20 @@ def test_url_and_token_come_from_the_environment_and_the_token_shows_in_no_repr(
     client.close()
 
 
+def test_a_token_or_password_in_the_url_shows_in_no_repr_nor_error():
+    # camellia's SDK takes its token as the path prefix /t/<token>, and this client works with that URL too.
+    with Client("http://user:url-secret@queue.example:9000/t/dq_in_path") as client:
+        # Sent as a bearer header, which the server takes as it takes the prefix: in no URL then.
+        assert client._settings.url == "http://user:url-secret@queue.example:9000/camellia/delayQueue/"
+        assert client._headers["Authorization"] == "Bearer dq_in_path"
+        for shown in (repr(client), repr(client._settings)):
+            assert "dq_in_path" not in shown and "url-secret" not in shown
+        assert repr(client) == "Client('http://user:***@queue.example:9000/t/***')"
+    with pytest.raises(ValueError) as refused:
+        Client("ftp://queue.example/t/dq_in_path")
+    assert "dq_in_path" not in str(refused.value) and "ftp://queue.example/t/***" in str(refused.value)
+
+
 def test_merge_batch_places_answers_and_picks_unavailable_and_throttled_items_to_send_again():
     results = [None] * 4
     answered = [Message.from_api(API_MESSAGE), ServerError("message 1: message log unavailable: connection refused"),

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Concatenate, Generic, NamedTuple, ParamSpec, TypeVar, cast, overload
 from urllib.parse import urlsplit
 
-from delayqueue_client._http import MaybeSent, NotSent, Settings, TransportError, proxy_for, ssl_context
+from delayqueue_client._http import (MaybeSent, NotSent, Settings, TransportError, lifted_token, proxy_for,
+                                    shown_url, ssl_context)
 from delayqueue_client.errors import (DelayQueueError, MaybeApplied, RateLimited, ServerError, Unavailable,
                                       error_from_answer)
 from delayqueue_client.message import Message, new_msg_id
@@ -231,17 +232,19 @@ class Calls:
         self.base_url = (base_url or os.environ.get("DELAYQUEUE_URL") or DEFAULT_URL).rstrip("/")
         parts = urlsplit(self.base_url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(f"the server URL must be http(s)://host[:port][/prefix], got {self.base_url!r}")
+            raise ValueError(f"the server URL must be http(s)://host[:port][/prefix], got {shown_url(self.base_url)!r}")
         if timeout <= 0 or max_connections < 1 or max_retries < 0:
             raise ValueError(f"timeout must be above 0, max_connections at least 1 and max_retries at least 0, "
                              f"got {timeout}, {max_connections} and {max_retries}")
         token = token if token is not None else os.environ.get("DELAYQUEUE_TOKEN")
+        served_url, path_token = lifted_token(self.base_url)
+        token = path_token or token  # as the server, which takes the path's token before the header's
         self._headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.timeout = timeout
         self.max_retries = max_retries
         self.backoff_base, self.backoff_max = backoff_base, backoff_max
         self.max_retry_after = max_retry_after
-        self._settings = Settings(url=self.base_url + API_PATH, headers=self._headers, timeout=timeout,
+        self._settings = Settings(url=served_url + API_PATH, headers=self._headers, timeout=timeout,
                                   ssl_context=ssl_context(verify, cert),
                                   proxy=proxy_for(self.base_url, proxy, trust_env), max_connections=max_connections)
         self._http = self._new_transport(self._settings)
@@ -275,7 +278,7 @@ class Calls:
                 self.middleware.after_send(context, result, None)
 
     def __repr__(self) -> str:  # never the token
-        return f"{type(self).__name__}({self.base_url!r})"
+        return f"{type(self).__name__}({shown_url(self.base_url)!r})"
 
     def _after_attempt(self, call: Call[T], attempt: int, posted: tuple[int, bytes] | TransportError) -> T | Again:
         """What one attempt of `call` came to, for Client._run and AsyncClient._run: its result when

@@ -11,6 +11,7 @@ import base64
 import http.client
 import json
 import os
+import re
 import select
 import socket
 import ssl
@@ -19,7 +20,7 @@ import time
 import urllib.request
 from dataclasses import dataclass, field
 from typing import Protocol
-from urllib.parse import unquote, urlsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 import httpx
 
@@ -62,7 +63,7 @@ class Settings:
     """How a client reaches its server: `url` the API's base URL; `proxy` an http:// proxy URL or
     None for a direct connection; `max_connections` open at once (a call waits for one, up to its
     timeout)."""
-    url: str
+    url: str = field(repr=False)  # may hold the token (/t/<token>) or a password: never in a repr
     headers: dict[str, str] = field(repr=False)  # the token: never in a repr
     timeout: float
     ssl_context: ssl.SSLContext
@@ -101,13 +102,33 @@ def proxy_for(url: str, proxy: str | None, trust_env: bool) -> str | None:
     if not proxy:
         return None
     if urlsplit(proxy).scheme != "http" or not urlsplit(proxy).hostname:
-        raise ValueError(f"the proxy must be http://[user:password@]host:port, got {_without_password(proxy)!r}")
+        raise ValueError(f"the proxy must be http://[user:password@]host:port, got {shown_url(proxy)!r}")
     return proxy
 
 
-def _without_password(url: str) -> str:
+# The server's token path prefix (/t/<token>/...), which camellia's SDK is configured with and this one takes too.
+_TOKEN_IN_PATH = re.compile(r"(/t/)[^/?#]+")
+_TOKEN_ENDING_PATH = re.compile(r"(.*)/t/([^/]+)")
+
+
+def lifted_token(url: str) -> tuple[str, str | None]:
+    """A base URL ending in the token prefix /t/<token> as the URL without it and the token, which
+    the server takes as well as a bearer header (then kept out of every URL: httpx logs each one);
+    another URL as it is, and None."""
     parts = urlsplit(url)
-    return url if parts.password is None else url.replace(f":{parts.password}@", ":***@", 1)
+    found = _TOKEN_ENDING_PATH.fullmatch(parts.path)
+    if found is None:
+        return url, None
+    return urlunsplit(parts._replace(path=found[1])), unquote(found[2])
+
+
+def shown_url(url: str) -> str:
+    """The URL as reprs and errors show it: its password and a /t/<token> path prefix as ***."""
+    parts = urlsplit(url)
+    netloc = parts.netloc
+    if parts.password is not None:
+        netloc = netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urlunsplit(parts._replace(netloc=netloc, path=_TOKEN_IN_PATH.sub(r"\1***", parts.path, count=1)))
 
 
 def _described(exc: BaseException) -> str:

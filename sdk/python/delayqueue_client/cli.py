@@ -18,6 +18,7 @@ from typing import Any
 from datetime import datetime, timedelta, timezone
 
 from delayqueue_client import supervisor
+from delayqueue_client._http import shown_url
 from delayqueue_client.client import Client
 from delayqueue_client.errors import DelayQueueError, MaybeApplied, NotFound, Unavailable
 from delayqueue_client.message import Message
@@ -524,7 +525,7 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as exc:
         parser.error(str(exc))  # exits with code 2
     except (Unavailable, MaybeApplied) as exc:
-        print(f"delayqueue: error: {exc.msg} ({client.base_url})", file=sys.stderr)
+        print(f"delayqueue: error: {exc.msg} ({shown_url(client.base_url)})", file=sys.stderr)
         return UNREACHABLE if isinstance(exc, Unavailable) else MAYBE_APPLIED
     except DelayQueueError as exc:
         print(f"delayqueue: error: {error_line(exc)}", file=sys.stderr)
