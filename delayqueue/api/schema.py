@@ -7,6 +7,7 @@ from rest_framework import serializers
 
 from delayqueue.api.wire import GAP_LISTS, WAITING_BUCKET_NAMES
 from delayqueue.core.constants import MAX_PRIORITY
+from delayqueue.core.exceptions import answer_codes_text
 from delayqueue.live.stats import Counter
 
 FORM = "application/x-www-form-urlencoded"
@@ -42,8 +43,7 @@ class ErrorSerializer(serializers.Serializer):
 
     code = serializers.IntegerField(
         min_value=400, max_value=599,
-        help_text="400 bad parameter, 401 not authenticated, 403 not allowed, 404 not found, 429 too many "
-                  "requests, 500 server error (e.g. Redis or the message log unavailable)")
+        help_text=f"{answer_codes_text()} (e.g. Redis or the message log unavailable)")
     msg = serializers.CharField(help_text="what went wrong; for a bad parameter it starts with the parameter's "
                                           "name, e.g. `delayMillis: A valid integer is required.`")
     retryAfterMillis = serializers.IntegerField(
