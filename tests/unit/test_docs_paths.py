@@ -5,6 +5,7 @@ delayqueue.LAYERS in order."""
 import re
 
 from delayqueue import LAYERS
+from delayqueue.live.keys import NamespaceKeys, TopicKeys, namespace_keys
 from tests.helpers import ROOT
 
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "spark" / "README.md",
@@ -30,3 +31,19 @@ def test_the_architecture_lists_the_layers_in_order():
     section = text[text.index("## Layers"):]
     rows = re.findall(r"^\| (\w+) \| `", section, re.M)
     assert rows[:len(LAYERS)] == [name for name, _ in LAYERS]
+
+
+def test_the_architecture_lists_every_redis_key():
+    """Its table of a topic's keys has a row per key of live/keys.TopicKeys, and its paragraph of a
+    namespace's keys names every key of NamespaceKeys (pub/sub patterns aside)."""
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    table = text.split("| key `dq:{ns:topic}:…` | type | holds |\n", 1)[1].split("\n\n", 1)[0]
+    assert sorted(re.findall(r"^\| `(\w+)` \|", table, re.M)) == sorted(
+        name for name in TopicKeys.__dataclass_fields__ if name != "topic")
+    paragraph = text[text.index("Per namespace (`dq:ns:<ns>:…`)"):].split("\n\n", 1)[0]
+    keys = namespace_keys("ns")
+    base = keys.topics.removesuffix("topics")
+    names = {getattr(keys, name) for name in NamespaceKeys.__dataclass_fields__
+             if name not in ("namespace", "history_pattern")} | {keys.scanner_alive("-"), keys.long_polls("-")}
+    named = set(re.findall(r"`(\w+)(?::<[^>]+>)?`", paragraph))
+    assert not {name.removeprefix(base).split(":")[0] for name in names} - named
