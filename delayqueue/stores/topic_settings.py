@@ -62,7 +62,7 @@ class TopicSettings:
 
 DEFAULT = TopicSettings()
 
-# Meta hash field -> how a TopicSettings gives its value; the scripts read all but dead_letter (see above).
+# Meta hash field -> how a TopicSettings gives its value; the scripts read all but dead_letter and push.
 MIRROR_FIELDS = {
     Meta.RETRY_BACKOFF: lambda s: s.retry_backoff_millis,
     Meta.RETRY_BACKOFF_MAX: lambda s: s.retry_backoff_max_millis,

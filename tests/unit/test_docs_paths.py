@@ -5,7 +5,7 @@ delayqueue.LAYERS in order."""
 import re
 
 from delayqueue import LAYERS
-from delayqueue.live.keys import NamespaceKeys, TopicKeys, namespace_keys
+from delayqueue.live.keys import Meta, NamespaceKeys, TopicKeys, namespace_keys
 from tests.helpers import ROOT
 
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "spark" / "README.md",
@@ -34,12 +34,15 @@ def test_the_architecture_lists_the_layers_in_order():
 
 
 def test_the_architecture_lists_every_redis_key():
-    """Its table of a topic's keys has a row per key of live/keys.TopicKeys, and its paragraph of a
-    namespace's keys names every key of NamespaceKeys (pub/sub patterns aside)."""
+    """Its table of a topic's keys has a row per key of live/keys.TopicKeys, whose `meta` row names
+    every Meta field, and its paragraph of a namespace's keys names every key of NamespaceKeys
+    (pub/sub patterns aside)."""
     text = (ROOT / "docs" / "architecture.md").read_text()
     table = text.split("| key `dq:{ns:topic}:…` | type | holds |\n", 1)[1].split("\n\n", 1)[0]
     assert sorted(re.findall(r"^\| `(\w+)` \|", table, re.M)) == sorted(
         name for name in TopicKeys.__dataclass_fields__ if name != "topic")
+    meta_row = re.search(r"^\| `meta` \|.*$", table, re.M)[0]
+    assert not {field.value for field in Meta} - set(re.findall(r"`(\w+)`", meta_row))
     paragraph = text[text.index("Per namespace (`dq:ns:<ns>:…`)"):].split("\n\n", 1)[0]
     keys = namespace_keys("ns")
     base = keys.topics.removesuffix("topics")
