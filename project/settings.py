@@ -84,7 +84,7 @@ TEMPLATES = [
     },
 ]
 
-# The queue's settings (and the two URLs) as delayqueue/conf.py declares them.
+# The queue's settings (and the two URLs) as delayqueue/config/settings.py declares them.
 _queue = QueueConfig.from_environment()
 
 # The message log. Default matches the PostgreSQL that `./dev run` starts when DATABASE_URL is unset.
@@ -96,7 +96,7 @@ DATABASES.update({alias: dj_database_url.parse(url, conn_max_age=60) for alias, 
 DATABASE_ROUTERS = ["delayqueue.messagelog.routing.NamespaceRouter"]
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
-# The live queue: any URL form of delayqueue/live/client.py (URL_FORMS).
+# The live queue: any URL form of delayqueue/config/redis_urls.py (URL_FORMS).
 REDIS_URL = _queue.redis_url
 
 DELAYQUEUE = _queue.queue_settings()

@@ -36,7 +36,7 @@ class TopicSettings:
     retry_backoff_max_millis: int = RETRY_BACKOFF_MAX_MILLIS
     dead_letter: bool = True
     paused: bool = False
-    push_url: str = ""  # "": consumers pull the topic; else its due messages are pushed there (delayqueue/push/)
+    push_url: str = ""  # "": consumers pull the topic; else its due messages are pushed there (workers/pusher.py)
     push_concurrency: int = PUSH_CONCURRENCY_DEFAULT
     push_timeout_millis: int = PUSH_TIMEOUT_DEFAULT_MILLIS
     push_rate: int = 0  # pushes started per second; 0: no limit

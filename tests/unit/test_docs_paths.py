@@ -50,3 +50,21 @@ def test_the_architecture_lists_every_redis_key():
              if name not in ("namespace", "history_pattern")} | {keys.scanner_alive("-"), keys.long_polls("-")}
     named = set(re.findall(r"`(\w+)(?::<[^>]+>)?`", paragraph))
     assert not {name.removeprefix(base).split(":")[0] for name in names} - named
+
+
+SOURCES = [path for pattern in ("delayqueue/**/*.py", "project/*.py", "spark/*.py", "tools/*.py", "bench/*.py",
+                                "delayqueue/live/lua/**/*.lua") for path in ROOT.glob(pattern)
+           if "migrations" not in path.parts]  # a migration's comments describe the code of its day
+SOURCE_MENTION = re.compile(r"(?<![\w./-])((?:[\w-]+/)+(?:[\w-]+\.(?:py|lua))?)(?![\w/])")
+
+
+def test_every_file_the_code_names_exists():
+    """As the docs': a `dir/name.py`, `name.lua` or `delayqueue/dir/` a comment or docstring names
+    is a file (folder) of the repository, from the root, delayqueue/, the Lua folder, delayqueue's
+    packages or the naming file's own folder."""
+    bases = [*BASES, *(ROOT / "delayqueue").glob("*/")]
+    missing = sorted(f"{path.relative_to(ROOT)}: {name}" for path in SOURCES
+                     for name in SOURCE_MENTION.findall(path.read_text())
+                     if (name.endswith((".py", ".lua")) or name.startswith("delayqueue/"))
+                     and not any((base / name).exists() for base in [*bases, path.parent]))
+    assert not missing, "\n".join(missing)
