@@ -298,7 +298,8 @@ def settings_limits(result, generator, request, public):
         schemas[name]["properties"]["batch"]["maximum"] = limits["MAX_PULL_BATCH"]
     batch = result["paths"][BATCH_PATH]["post"]["requestBody"]["content"][JSON]["schema"]
     batch.update(minItems=1, maxItems=limits["MAX_BATCH_SEND"])
-    schemas["AckMsgBatchRequest"]["properties"]["msgIds"].update(minItems=1, maxItems=limits["MAX_BATCH_SEND"])
+    for name in ("AckMsgBatchRequest", "RedriveDeadMsgRequest", "PurgeDeadMsgRequest"):
+        schemas[name]["properties"]["msgIds"].update(minItems=1, maxItems=limits["MAX_BATCH_SEND"])
     return result
 
 

@@ -78,6 +78,9 @@ def test_openapi_schema_states_the_limits_validation_enforces(client, settings):
     batch = schema["paths"]["/camellia/delayQueue/sendMsgBatch"]["post"]["requestBody"]["content"]
     assert set(batch) == {"application/json"}
     assert (batch["application/json"]["schema"]["minItems"], batch["application/json"]["schema"]["maxItems"]) == (1, 7)
+    for request in ("AckMsgBatchRequest", "RedriveDeadMsgRequest", "PurgeDeadMsgRequest"):
+        msg_ids = components[request]["properties"]["msgIds"]
+        assert (msg_ids["minItems"], msg_ids["maxItems"]) == (1, 7), request
     send = components["SendMsgRequest"]["properties"]
     assert send["msg"]["minLength"] == 1 and send["msg"]["maxLength"] == 99
     assert "minLength" not in send["msgId"] and send["msgId"]["maxLength"] == 256  # empty: generate one
