@@ -293,7 +293,8 @@ def settings_limits(result, generator, request, public):
     for name, component in schemas.items():
         if "properties" in component and not name.endswith("Request"):
             component["additionalProperties"] = False
-    schemas["SendMsgRequest"]["properties"]["msg"]["maxLength"] = limits["MAX_MSG_BYTES"]  # bytes >= characters
+    for name in ("SendMsgRequest", "CreateScheduleRequest", "UpdateScheduleRequest"):  # bytes >= characters
+        schemas[name]["properties"]["msg"]["maxLength"] = limits["MAX_MSG_BYTES"]
     for name in ("PullMsgRequest", "LongPollingMsgRequest"):
         schemas[name]["properties"]["batch"]["maximum"] = limits["MAX_PULL_BATCH"]
     batch = result["paths"][BATCH_PATH]["post"]["requestBody"]["content"][JSON]["schema"]

@@ -83,6 +83,8 @@ def test_openapi_schema_states_the_limits_validation_enforces(client, settings):
         assert (msg_ids["minItems"], msg_ids["maxItems"]) == (1, 7), request
     send = components["SendMsgRequest"]["properties"]
     assert send["msg"]["minLength"] == 1 and send["msg"]["maxLength"] == 99
+    for request in ("CreateScheduleRequest", "UpdateScheduleRequest"):  # each tick's body: a message's
+        assert components[request]["properties"]["msg"]["maxLength"] == 99, request
     assert "minLength" not in send["msgId"] and send["msgId"]["maxLength"] == 256  # empty: generate one
     msg_id = components["MessageRefRequest"]["properties"]["msgId"]
     assert msg_id["minLength"] == 1 and not re.search(msg_id["pattern"], " \t\u3000")  # blank once trimmed: 400
