@@ -295,6 +295,8 @@ def settings_limits(result, generator, request, public):
             component["additionalProperties"] = False
     for name in ("SendMsgRequest", "CreateScheduleRequest", "UpdateScheduleRequest"):  # bytes >= characters
         schemas[name]["properties"]["msg"]["maxLength"] = limits["MAX_MSG_BYTES"]
+    for name in ("CreateScheduleRequest", "UpdateScheduleRequest"):
+        schemas[name]["properties"]["everyMillis"]["minimum"] = limits["SCHEDULE_MIN_INTERVAL_MILLIS"]
     for name in ("PullMsgRequest", "LongPollingMsgRequest"):
         schemas[name]["properties"]["batch"]["maximum"] = limits["MAX_PULL_BATCH"]
     batch = result["paths"][BATCH_PATH]["post"]["requestBody"]["content"][JSON]["schema"]

@@ -67,7 +67,8 @@ def test_openapi_schema_lists_every_endpoint_and_parameter(client):
 
 
 def test_openapi_schema_states_the_limits_validation_enforces(client, settings):
-    settings.DELAYQUEUE = {**settings.DELAYQUEUE, "MAX_BATCH_SEND": 7, "MAX_PULL_BATCH": 9, "MAX_MSG_BYTES": 99}
+    settings.DELAYQUEUE = {**settings.DELAYQUEUE, "MAX_BATCH_SEND": 7, "MAX_PULL_BATCH": 9, "MAX_MSG_BYTES": 99,
+                           "SCHEDULE_MIN_INTERVAL_MILLIS": 5000}
     schema = client.get("/api/schema/", {"format": "json"}).json()
     components = schema["components"]["schemas"]
     # An error answer is code 4xx/5xx and msg, and retryAfterMillis when throttled, nothing else.
@@ -85,6 +86,7 @@ def test_openapi_schema_states_the_limits_validation_enforces(client, settings):
     assert send["msg"]["minLength"] == 1 and send["msg"]["maxLength"] == 99
     for request in ("CreateScheduleRequest", "UpdateScheduleRequest"):  # each tick's body: a message's
         assert components[request]["properties"]["msg"]["maxLength"] == 99, request
+        assert components[request]["properties"]["everyMillis"]["minimum"] == 5000, request
     assert "minLength" not in send["msgId"] and send["msgId"]["maxLength"] == 256  # empty: generate one
     msg_id = components["MessageRefRequest"]["properties"]["msgId"]
     assert msg_id["minLength"] == 1 and not re.search(msg_id["pattern"], " \t\u3000")  # blank once trimmed: 400
