@@ -9,6 +9,7 @@ import dj_database_url
 from delayqueue.config.env import env_bool, env_int, env_list, env_log_level
 from delayqueue.config.redis_urls import is_cluster_url, is_sentinel_url, sentinel_target, url_credentials, url_nodes
 from delayqueue.config.settings import QueueConfig
+from delayqueue.core.exceptions import answer_codes_text
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -83,7 +84,7 @@ TEMPLATES = [
     },
 ]
 
-# The queue's settings (and the two URLs) as delayqueue/conf.py declares them.
+# The queue's settings (and the two URLs) as delayqueue/config/settings.py declares them.
 _queue = QueueConfig.from_environment()
 
 # The message log. Default matches the PostgreSQL that `./dev run` starts when DATABASE_URL is unset.
@@ -95,7 +96,7 @@ DATABASES.update({alias: dj_database_url.parse(url, conn_max_age=60) for alias, 
 DATABASE_ROUTERS = ["delayqueue.messagelog.routing.NamespaceRouter"]
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
-# The live queue: any URL form of delayqueue/live/client.py (URL_FORMS).
+# The live queue: any URL form of delayqueue/config/redis_urls.py (URL_FORMS).
 REDIS_URL = _queue.redis_url
 
 DELAYQUEUE = _queue.queue_settings()
@@ -166,11 +167,10 @@ REST_FRAMEWORK = {
 SPECTACULAR_SETTINGS = {
     "TITLE": "delayqueue API",
     "DESCRIPTION": "A delay queue compatible with camellia-delay-queue's HTTP API and Java SDK. Every queue "
-                   "answer is HTTP 200 with the result in `code`: 200 done; otherwise the answer is only "
-                   "`code` (400 bad parameter, 401 not authenticated, 403 not allowed, 404 not found, 429 "
-                   "too many requests, 500 server error) and `msg`, saying what went wrong. The health "
-                   "endpoints answer `{\"code\": N}` with N as the HTTP status. Times are in milliseconds, "
-                   "sizes in bytes.",
+                   "answer is HTTP 200 with the result in `code`: 200 done; otherwise the answer is `code` "
+                   f"({answer_codes_text()}) and `msg`, saying what went wrong, and with code 429 "
+                   "`retryAfterMillis`. The health endpoints answer `{\"code\": N}` with N as the HTTP status. "
+                   "Times are in milliseconds, sizes in bytes.",
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
     # Request components of their own, so required text parameters say minLength 1 (answers need not).

@@ -66,7 +66,7 @@ def parsed_origins(setting: str) -> frozenset[str]:
 
 
 def allowed_origins() -> frozenset[str]:
-    """DELAYQUEUE_ALLOWED_ORIGINS, normalized by conf.checked_origins."""
+    """DELAYQUEUE_ALLOWED_ORIGINS, normalized by config/settings.checked_origins."""
     return parsed_origins(load_config().allowed_origins)
 
 

@@ -7,6 +7,7 @@ from rest_framework import serializers
 
 from delayqueue.api.wire import GAP_LISTS, WAITING_BUCKET_NAMES
 from delayqueue.core.constants import MAX_PRIORITY
+from delayqueue.core.exceptions import answer_codes_text
 from delayqueue.live.stats import Counter
 
 FORM = "application/x-www-form-urlencoded"
@@ -42,8 +43,7 @@ class ErrorSerializer(serializers.Serializer):
 
     code = serializers.IntegerField(
         min_value=400, max_value=599,
-        help_text="400 bad parameter, 401 not authenticated, 403 not allowed, 404 not found, 429 too many "
-                  "requests, 500 server error (e.g. Redis or the message log unavailable)")
+        help_text=f"{answer_codes_text()} (e.g. Redis or the message log unavailable)")
     msg = serializers.CharField(help_text="what went wrong; for a bad parameter it starts with the parameter's "
                                           "name, e.g. `delayMillis: A valid integer is required.`")
     retryAfterMillis = serializers.IntegerField(
@@ -139,8 +139,9 @@ class DeadMsgSerializer(DelayMsgSerializer):
         help_text="why it died: retries_exhausted, expired (its TTL ran out: status 5 if it was never delivered, "
                   "6 after a delivery) or dead_lettered (by its consumer)")
     deadDetail = serializers.CharField(
-        allow_blank=True, help_text="the reason its consumer gave on the nack that ended it (ackMsg's `reason`); "
-                                    "empty when none")
+        allow_blank=True, help_text="the reason its consumer gave on the nack that ended it (ackMsg's `reason`), "
+                                    "or on a push topic the failure of the push that did (`HTTP 500`, "
+                                    "`timeout: ...`); empty when none")
     deadTime = serializers.IntegerField(help_text="when it died (epoch ms)")
 
 
@@ -292,12 +293,16 @@ def settings_limits(result, generator, request, public):
     for name, component in schemas.items():
         if "properties" in component and not name.endswith("Request"):
             component["additionalProperties"] = False
-    schemas["SendMsgRequest"]["properties"]["msg"]["maxLength"] = limits["MAX_MSG_BYTES"]  # bytes >= characters
+    for name in ("SendMsgRequest", "CreateScheduleRequest", "UpdateScheduleRequest"):  # bytes >= characters
+        schemas[name]["properties"]["msg"]["maxLength"] = limits["MAX_MSG_BYTES"]
+    for name in ("CreateScheduleRequest", "UpdateScheduleRequest"):
+        schemas[name]["properties"]["everyMillis"]["minimum"] = limits["SCHEDULE_MIN_INTERVAL_MILLIS"]
     for name in ("PullMsgRequest", "LongPollingMsgRequest"):
         schemas[name]["properties"]["batch"]["maximum"] = limits["MAX_PULL_BATCH"]
     batch = result["paths"][BATCH_PATH]["post"]["requestBody"]["content"][JSON]["schema"]
     batch.update(minItems=1, maxItems=limits["MAX_BATCH_SEND"])
-    schemas["AckMsgBatchRequest"]["properties"]["msgIds"].update(minItems=1, maxItems=limits["MAX_BATCH_SEND"])
+    for name in ("AckMsgBatchRequest", "RedriveDeadMsgRequest", "PurgeDeadMsgRequest"):
+        schemas[name]["properties"]["msgIds"].update(minItems=1, maxItems=limits["MAX_BATCH_SEND"])
     return result
 
 

@@ -93,12 +93,13 @@ MAX_LIMIT = 1_000_000_000
 
 
 class Scope(TextChoices):
-    """What an API token lets its holder do (each endpoint declares the one it needs)."""
+    """What an API token lets its holder do: each endpoint's view declares the one it needs
+    (needs_scope), and README "API tokens" lists the endpoints of each."""
 
-    PRODUCE = "produce"  # sendMsg, sendMsgBatch
-    CONSUME = "consume"  # pullMsg, longPollingMsg, ackMsg, getMsg
-    MANAGE = "manage"  # deleteMsg, restore, restoreMsg, health online/offline
-    MONITOR = "monitor"  # getMonitorData, getTopicInfo, getTopicInfoList
+    PRODUCE = "produce"  # sends
+    CONSUME = "consume"  # pulls, acks, touches, getMsg
+    MANAGE = "manage"  # changes: deletes, reschedules, restores, topic settings, dead letters, schedules
+    MONITOR = "monitor"  # figures and reads of settings, dead letters and schedules
 
 
 # The longest age a retention setting or option takes: a hundred years. Far more overflows date
@@ -117,7 +118,7 @@ DEAD_LIST_DEFAULT_LIMIT = 100
 REDRIVE_DEFAULT_RATE = 500
 REDRIVE_MAX_RATE = 100_000
 
-# Push delivery (delayqueue/push/): a topic's settings' defaults and bounds.
+# Push delivery (workers/pusher.py): a topic's settings' defaults and bounds.
 PUSH_CONCURRENCY_DEFAULT = 8  # pushes of a topic in flight at once, across every pusher process
 # Each push in flight holds a connection (a file descriptor) for up to its timeout: bounded so that
 # one topic cannot hold a pusher's descriptors for long (a namespace's sum: DELAYQUEUE_MAX_PUSH_CONCURRENCY).

@@ -17,6 +17,17 @@ from redis.exceptions import (AuthenticationError, AuthorizationError, BusyLoadi
 log = logging.getLogger(__name__)
 
 
+# Every code an error answer carries, and what it means: the OpenAPI schema lists them from here,
+# and tests/unit/test_api_docs.py holds the README's list and every error kind to it.
+ANSWER_CODES = {400: "bad parameter", 401: "not authenticated", 403: "not allowed", 404: "not found",
+                409: "conflict: not in a state the call applies to", 429: "too many requests", 500: "server error"}
+
+
+def answer_codes_text() -> str:
+    """The error codes as the API's descriptions list them: `400 bad parameter, ...`."""
+    return ", ".join(f"{code} {meaning}" for code, meaning in ANSWER_CODES.items())
+
+
 class QueueError(Exception):
     """Base of every error the queue reports to a caller; `code` is the API's answer code."""
 

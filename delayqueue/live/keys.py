@@ -48,7 +48,7 @@ def topic_of_key_text(text: str) -> str:
 
 class Shard(NamedTuple):
     """One key set of a topic: shard `index` of the `count` its messages are spread over
-    (services/shards.py). Shard(topic), the only one of count 1, is the topic's own keys."""
+    (live/shards.py). Shard(topic), the only one of count 1, is the topic's own keys."""
 
     topic: str
     count: int = 1
@@ -169,7 +169,7 @@ class TopicKeys:
     ready: str  # LIST of msgIds of priority 0, LPUSH in, RPOP out
     prioritised: str  # ZSET ready msgIds of priority 1-9 -> band + arrival (includes/ready_queue.lua), only while any
     inflight: str  # ZSET msgId -> ack deadline
-    msgs: str  # HASH msgId -> message json
+    msgs: str  # HASH msgId -> the message's stored record (includes/stored.lua, core/messages.stored)
     expiry: str  # ZSET msgId -> expireTime, live messages that can expire before due (includes/expiring.lua)
     ended: str  # ZSET msgId -> when the ended body may be purged
     meta: str  # HASH Meta's fields

@@ -136,7 +136,7 @@ def _prelude_lines() -> list[str]:
 
 
 def _inline(source: str, included: set[str]) -> str:
-    """Replaces each `-- @include name` with includes/name.lua (itself inlined), once per script."""
+    """Replaces each `-- @include name` with includes/<name>.lua (itself inlined), once per script."""
 
     def include(match: re.Match) -> str:
         name = match.group(1)

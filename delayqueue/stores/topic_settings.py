@@ -36,7 +36,7 @@ class TopicSettings:
     retry_backoff_max_millis: int = RETRY_BACKOFF_MAX_MILLIS
     dead_letter: bool = True
     paused: bool = False
-    push_url: str = ""  # "": consumers pull the topic; else its due messages are pushed there (delayqueue/push/)
+    push_url: str = ""  # "": consumers pull the topic; else its due messages are pushed there (workers/pusher.py)
     push_concurrency: int = PUSH_CONCURRENCY_DEFAULT
     push_timeout_millis: int = PUSH_TIMEOUT_DEFAULT_MILLIS
     push_rate: int = 0  # pushes started per second; 0: no limit
@@ -62,7 +62,7 @@ class TopicSettings:
 
 DEFAULT = TopicSettings()
 
-# Meta hash field -> how a TopicSettings gives its value; the scripts read all but dead_letter (see above).
+# Meta hash field -> how a TopicSettings gives its value; the scripts read all but dead_letter and push.
 MIRROR_FIELDS = {
     Meta.RETRY_BACKOFF: lambda s: s.retry_backoff_millis,
     Meta.RETRY_BACKOFF_MAX: lambda s: s.retry_backoff_max_millis,

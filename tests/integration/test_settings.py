@@ -150,6 +150,21 @@ def test_the_readme_lists_every_declared_setting_with_its_default_and_nothing_el
     assert sorted(listed) == sorted((s.env, readme_default(s.default)) for s in DECLARED)
 
 
+def test_the_readme_states_every_declared_bound():
+    """A bound other than the usual minimum of 1 is written in the setting's row of the table or in
+    the section's opening paragraph, which lists the exceptions to that rule."""
+    section = (ROOT / "README.md").read_text().split("\n## Configuration\n", 1)[1]
+    opening, table = section.split("| queue setting | meaning |\n", 1)
+    unstated = []
+    for declared in DECLARED:
+        row = next(line for line in table.splitlines() if f"`{declared.env}` [" in line.split(" | ")[0])
+        bounds = {declared.maximum} | ({declared.minimum} - {1})
+        unstated += [f"{declared.env}: {bound}" for bound in bounds - {None}
+                     if not re.search(rf"\b{bound}\b", row) and not (declared.env in opening and
+                                                                   re.search(rf"\b{bound}\b", opening))]
+    assert not unstated
+
+
 @pytest.mark.parametrize("declared", [s for s in DECLARED if s.minimum is not None or s.maximum is not None],
                          ids=lambda s: s.env)
 def test_every_declared_bound_is_enforced(declared, monkeypatch):

@@ -1,5 +1,6 @@
 """The OpenAPI schema and its UI pages, which must work without the internet. Neither needs
 Redis nor the database."""
+import ast
 import re
 from html.parser import HTMLParser
 from urllib.parse import urlsplit
@@ -7,7 +8,9 @@ from urllib.parse import urlsplit
 import pytest
 
 from delayqueue.api.validation import JAVA_LONG_MIN, MIN_COUNT
+from delayqueue.core import exceptions
 from delayqueue.core.constants import MAX_DELAY_MILLIS, MAX_TOPIC_BYTES
+from tests.helpers import ROOT
 
 API_ENDPOINTS = ["sendMsg", "sendMsgBatch", "pullMsg", "longPollingMsg", "ackMsg", "getMsg", "deleteMsg",
                  "getMonitorData", "getTopicInfo", "getTopicInfoList", "restore", "restoreMsg", "ackMsgBatch",
@@ -64,7 +67,8 @@ def test_openapi_schema_lists_every_endpoint_and_parameter(client):
 
 
 def test_openapi_schema_states_the_limits_validation_enforces(client, settings):
-    settings.DELAYQUEUE = {**settings.DELAYQUEUE, "MAX_BATCH_SEND": 7, "MAX_PULL_BATCH": 9, "MAX_MSG_BYTES": 99}
+    settings.DELAYQUEUE = {**settings.DELAYQUEUE, "MAX_BATCH_SEND": 7, "MAX_PULL_BATCH": 9, "MAX_MSG_BYTES": 99,
+                           "SCHEDULE_MIN_INTERVAL_MILLIS": 5000}
     schema = client.get("/api/schema/", {"format": "json"}).json()
     components = schema["components"]["schemas"]
     # An error answer is code 4xx/5xx and msg, and retryAfterMillis when throttled, nothing else.
@@ -75,8 +79,14 @@ def test_openapi_schema_states_the_limits_validation_enforces(client, settings):
     batch = schema["paths"]["/camellia/delayQueue/sendMsgBatch"]["post"]["requestBody"]["content"]
     assert set(batch) == {"application/json"}
     assert (batch["application/json"]["schema"]["minItems"], batch["application/json"]["schema"]["maxItems"]) == (1, 7)
+    for request in ("AckMsgBatchRequest", "RedriveDeadMsgRequest", "PurgeDeadMsgRequest"):
+        msg_ids = components[request]["properties"]["msgIds"]
+        assert (msg_ids["minItems"], msg_ids["maxItems"]) == (1, 7), request
     send = components["SendMsgRequest"]["properties"]
     assert send["msg"]["minLength"] == 1 and send["msg"]["maxLength"] == 99
+    for request in ("CreateScheduleRequest", "UpdateScheduleRequest"):  # each tick's body: a message's
+        assert components[request]["properties"]["msg"]["maxLength"] == 99, request
+        assert components[request]["properties"]["everyMillis"]["minimum"] == 5000, request
     assert "minLength" not in send["msgId"] and send["msgId"]["maxLength"] == 256  # empty: generate one
     msg_id = components["MessageRefRequest"]["properties"]["msgId"]
     assert msg_id["minLength"] == 1 and not re.search(msg_id["pattern"], " \t\u3000")  # blank once trimmed: 400
@@ -135,3 +145,34 @@ def test_openapi_schema_says_a_nack_without_a_delay_waits_the_topics_backoff(cli
              components["SetTopicConfigRequest"]["properties"]["retryBackoffMillis"]["description"]]
     assert all("retry backoff" in text or "a nack without delayMillis" in text for text in texts), texts
     assert not any("immediate" in text for text in texts), texts
+
+
+def refused_codes() -> set[int]:
+    """The codes the source passes to Refused(msg, code) (401, 403, ... as literals)."""
+    codes = set()
+    for path in (ROOT / "delayqueue").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "Refused" and node.args \
+                    and isinstance(node.args[-1], ast.Constant):
+                codes.add(node.args[-1].value)
+    return codes
+
+
+def test_every_error_code_is_listed_where_the_answers_are_described(client):
+    """A code the API answers (a Conflict's 409 too) is in ANSWER_CODES, which the schema's Error, its
+    description and the README's list of answer codes name, each and no other."""
+    kinds, codes = [exceptions.QueueError], set()
+    while kinds:
+        kind = kinds.pop()
+        kinds += kind.__subclasses__()
+        codes.add(kind.code)
+    codes |= refused_codes() | {exceptions.CapReached("x", setting="S", cap=1).code}
+    assert codes == set(exceptions.ANSWER_CODES)
+    schema = client.get("/api/schema/", {"format": "json"}).json()
+    listed = re.compile(r"\b([1-5]\d\d) [a-z]")
+    for where, text in (("Error.code", schema["components"]["schemas"]["Error"]["properties"]["code"]["description"]),
+                        ("the description", schema["info"]["description"].split("otherwise", 1)[1])):
+        assert set(map(int, listed.findall(text))) == codes, where
+    readme = (ROOT / "README.md").read_text()
+    paragraph = readme[readme.index("Every answer is HTTP 200"):readme.index("An error answer carries")]
+    assert set(map(int, listed.findall(paragraph))) == {200} | codes

@@ -67,8 +67,8 @@ class HealthOnlineView(HostOperatorView):
 
 @health_endpoint("Report this host offline (to drain it)",
                  "Makes /camellia/health/status answer 500 so load balancers stop sending traffic. Answers "
-                 "200 once no worker of this host has served a queue request for 20 s, else 500: call it "
-                 "again until it answers 200.",
+                 "200 once no worker of this host has served a queue request (monitor reads aside) for 20 s, "
+                 "else 500: call it again until it answers 200.",
                  failing="still serving queue requests, or the change failed (Redis, which keeps it for every "
                          "worker of the host, unreachable)", refusable=True)
 class HealthOfflineView(HostOperatorView):
