@@ -60,6 +60,19 @@ async def loader_positions(rt: Runtime, shards: list[Shard]) -> list[str | None]
     return await pipe.execute()
 
 
+async def cold_message(rt: Runtime, shard: Shard, msg_id: str, after: tuple[int, int]) -> Message | None:
+    """The msgId's cold message, from the log: its waiting row after the loader's position `after`
+    that Redis, which did not hold it a moment ago, has not ended either (is_cold.lua: a message
+    due too near to pack waits in the waiting set after loaded_to, and its row reads waiting until
+    the log writer catches up). None: the caller asks Redis again (a load may have moved loaded_to
+    past the row since Redis was asked)."""
+    row = await rt.log.cold_message(shard.topic, msg_id, after)
+    if row is None or not await rt.scripts.call(scripts.is_cold(rt.context, shard, msg_id=msg_id,
+                                                                trigger_time=row.trigger_time)):
+        return None
+    return row
+
+
 async def get_message(rt: Runtime, *, topic: str, msg_id: str) -> Message | None:
     """A live message (in the cold tier, from the message log if it is cold), or an ended one
     inside the retention window; None otherwise."""
@@ -67,8 +80,7 @@ async def get_message(rt: Runtime, *, topic: str, msg_id: str) -> Message | None
     call = scripts.get(rt.context, shard, msg_id=msg_id)
     message = await rt.scripts.call(call)
     if message is None and rt.config.cold_tier and (after := await cold_after(rt, shard)) is not None:
-        # Not in the log after loaded_to: a load may have moved loaded_to past it since Redis was asked.
-        return await rt.log.cold_message(topic, msg_id, after) or await rt.scripts.call(call)
+        return await cold_message(rt, shard, msg_id, after) or await rt.scripts.call(call)
     return message
 
 
@@ -82,7 +94,7 @@ async def delete_message(rt: Runtime, *, topic: str, msg_id: str, release: bool 
     outcome = await rt.scripts.call(scripts.delete(rt.context, shard, msg_id=msg_id, release=release))
     if outcome != -1 or not rt.config.cold_tier or (after := await cold_after(rt, shard)) is None:
         return outcome == 1
-    deleted = await rt.log.delete_cold(topic, msg_id, after)
+    deleted = await cold_message(rt, shard, msg_id, after) and await rt.log.delete_cold(topic, msg_id, after)
     if deleted is None:
         # Not in the log after loaded_to: a load may have moved loaded_to past it since Redis was asked.
         return await rt.scripts.call(scripts.delete(rt.context, shard, msg_id=msg_id, release=release)) == 1
@@ -99,8 +111,8 @@ async def _reschedule_cold(rt: Runtime, shard: Shard, msg_id: str, trigger_time:
     if (after := await cold_after(rt, shard)) is None:
         return None
     now = now_millis()
-    moved = await rt.log.reschedule_cold(shard.topic, msg_id, after,
-                                         max(now + delay_millis if trigger_time < 0 else trigger_time, now))
+    moved = await cold_message(rt, shard, msg_id, after) and await rt.log.reschedule_cold(
+        shard.topic, msg_id, after, max(now + delay_millis if trigger_time < 0 else trigger_time, now))
     if moved is None:
         # Not in the log after loaded_to: a load may have moved loaded_to past it since Redis was asked.
         return await rt.scripts.call(scripts.reschedule(rt.context, shard, msg_id=msg_id, trigger_time=trigger_time,
