@@ -325,7 +325,7 @@ async def touch_message(rt: Runtime, *, topic: str, msg_id: str, ack_timeout_mil
         return reply.ack_deadline
     status = reply.status
     # Not in Redis, it may be cold: waiting in the message log only, which getMsg answers.
-    if status == 0 and rt.config.cold_tier and (after := await cold_after(rt, shard)) is not None \
+    if status == 0 and rt.config.finds_cold and (after := await cold_after(rt, shard)) is not None \
             and await cold_message(rt, shard, msg_id, after) is not None:
         status = Status.WAITING
     if status == 0:

@@ -79,7 +79,7 @@ async def get_message(rt: Runtime, *, topic: str, msg_id: str) -> Message | None
     [shard] = await holding_shards(rt, topic=topic, msg_ids=[msg_id])
     call = scripts.get(rt.context, shard, msg_id=msg_id)
     message = await rt.scripts.call(call)
-    if message is None and rt.config.cold_tier and (after := await cold_after(rt, shard)) is not None:
+    if message is None and rt.config.finds_cold and (after := await cold_after(rt, shard)) is not None:
         return await cold_message(rt, shard, msg_id, after) or await rt.scripts.call(call)
     return message
 
@@ -92,7 +92,7 @@ async def delete_message(rt: Runtime, *, topic: str, msg_id: str, release: bool 
     bring it in."""
     [shard] = await holding_shards(rt, topic=topic, msg_ids=[msg_id])
     outcome = await rt.scripts.call(scripts.delete(rt.context, shard, msg_id=msg_id, release=release))
-    if outcome != -1 or not rt.config.cold_tier or (after := await cold_after(rt, shard)) is None:
+    if outcome != -1 or not rt.config.finds_cold or (after := await cold_after(rt, shard)) is None:
         return outcome == 1
     deleted = await cold_message(rt, shard, msg_id, after) and await rt.log.delete_cold(topic, msg_id, after)
     if deleted is None:
@@ -133,7 +133,7 @@ async def reschedule_message(rt: Runtime, *, topic: str, msg_id: str, trigger_ti
     [shard] = await holding_shards(rt, topic=topic, msg_ids=[msg_id])
     reply = await rt.scripts.call(scripts.reschedule(rt.context, shard, msg_id=msg_id, trigger_time=trigger_time,
                                                      delay_millis=delay_millis))
-    if reply.stored is None and reply.status == 0 and rt.config.cold_tier:
+    if reply.stored is None and reply.status == 0 and rt.config.finds_cold:
         reply = await _reschedule_cold(rt, shard, msg_id, trigger_time, delay_millis) or reply
     if reply.stored is not None:
         return reply.stored

@@ -420,6 +420,29 @@ async def test_switched_off_the_loader_brings_in_every_cold_message_and_forgets_
         await off.close()
 
 
+async def test_switched_off_the_api_finds_what_is_left_cold_until_the_loader_brought_it_in(cold_rt):
+    """Processes restarted with the window off serve before the loader has brought in what was
+    left cold: getMsg, deleteMsg and a resend of its msgId still find it in the log (it was taken
+    for unknown: a delete answered not found and the message fired all the same, a resend replaced it)."""
+    rt = cold_rt
+    loader = await started(rt)
+    kept, deleted = [await send(rt, msg=f"x{i}", delay=86_400_000) for i in range(2)]
+    await loader.close()
+    off = make_runtime(rt.config.redis_url, hot_window_millis=0)
+    loader = Loader(off, lambda: [Shard("t")])
+    try:
+        assert await get_message(off, topic="t", msg_id=kept.msg_id) == kept
+        assert await delete_message(off, topic="t", msg_id=deleted.msg_id)
+        assert await send(off, msg="again", delay=0, msg_id=kept.msg_id) == kept
+        assert await loader.load_topic("t") == 1
+        assert (await in_redis(rt, kept.msg_id))["waiting"] == kept.trigger_time
+        assert (await get_message(off, topic="t", msg_id=deleted.msg_id)).status == Status.DELETED
+        assert (await in_redis(rt, deleted.msg_id))["waiting"] is None
+    finally:
+        await loader.close()
+        await off.close()
+
+
 async def test_with_the_window_off_nothing_is_cold(clean_state):
     rt = make_runtime(REDIS_URL, hot_window_millis=0)
     loader = Loader(rt, lambda: [Shard("t")])
