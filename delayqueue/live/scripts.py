@@ -499,8 +499,9 @@ def reschedule(ctx: ScriptContext, topic: str | Shard, *, msg_id: str, trigger_t
 
 
 def delete(ctx: ScriptContext, topic: str | Shard, *, msg_id: str, release: bool, tombstone: str = "") -> ScriptCall:
-    """Replies 1 (deleted), 0 (had ended), -1 (not held) or 2 (`tombstone` kept: a cold message
-    deleted in the log, as Message.to_stored gives it)."""
+    """Replies 1 (deleted), 0 (had ended), -1 (not held), 2 (`tombstone` kept: a cold message
+    deleted in the log, as Message.to_stored gives it) or 3 (deleted with release, due after
+    loaded_to: its log row is the caller's to end)."""
     k = ctx.ns.topic(topic)
     return ScriptCall(DELETE, [k.waiting, k.ready, k.inflight, k.msgs, k.expiry, k.ended, k.stats, k.events,
                                k.prioritised, k.meta, k.cold_hours, k.packed],

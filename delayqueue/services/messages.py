@@ -1,10 +1,11 @@
 """One message by its msgId: read, deleted, rescheduled."""
+import contextlib
 from collections.abc import Callable
 from typing import Any
 
 from delayqueue.core.clock import now_millis
 from delayqueue.core.constants import Status
-from delayqueue.core.exceptions import Conflict, NotFound
+from delayqueue.core.exceptions import Conflict, LogUnavailable, NotFound
 from delayqueue.core.messages import Message
 from delayqueue.live import scripts
 from delayqueue.live.keys import Meta, Shard, least_position, parse_position
@@ -91,16 +92,22 @@ async def delete_message(rt: Runtime, *, topic: str, msg_id: str, release: bool 
     retention in the shard the loader would bring it into, so a loader that read it before cannot
     bring it in."""
     [shard] = await holding_shards(rt, topic=topic, msg_ids=[msg_id])
-    outcome = await rt.scripts.call(scripts.delete(rt.context, shard, msg_id=msg_id, release=release))
-    if outcome != -1 or not rt.config.finds_cold or (after := await cold_after(rt, shard)) is None:
-        return outcome == 1
-    deleted = await cold_message(rt, shard, msg_id, after) and await rt.log.delete_cold(topic, msg_id, after)
-    if deleted is None:
+    call = scripts.delete(rt.context, shard, msg_id=msg_id, release=release)
+    outcome = await rt.scripts.call(call)
+    if outcome == -1 and rt.config.finds_cold and (after := await cold_after(rt, shard)) is not None:
+        deleted = await cold_message(rt, shard, msg_id, after) and await rt.log.delete_cold(topic, msg_id, after)
+        if deleted is not None:
+            # Loaded meanwhile, Redis deletes it as any other (1); else it keeps the tombstone (2).
+            return await rt.scripts.call(scripts.delete(rt.context, shard, msg_id=msg_id, release=False,
+                                                        tombstone=deleted.to_stored())) in (1, 2)
         # Not in the log after loaded_to: a load may have moved loaded_to past it since Redis was asked.
-        return await rt.scripts.call(scripts.delete(rt.context, shard, msg_id=msg_id, release=release)) == 1
-    # Loaded meanwhile, Redis deletes it as any other (1); else it keeps the tombstone (2).
-    return await rt.scripts.call(scripts.delete(rt.context, shard, msg_id=msg_id, release=False,
-                                                tombstone=deleted.to_stored())) in (1, 2)
+        outcome = await rt.scripts.call(call)
+    if outcome == 3 and rt.config.finds_cold and (after := await cold_after(rt, shard)) is not None:
+        # Redis keeps nothing of it, and its log row, waiting after loaded_to until the log writer
+        # catches up, would read as a cold message's.
+        with contextlib.suppress(LogUnavailable):  # deleted all the same; the log writer records it later
+            await rt.log.end_released(topic, msg_id, after)
+    return outcome in (1, 3)
 
 
 async def _reschedule_cold(rt: Runtime, shard: Shard, msg_id: str, trigger_time: int,

@@ -603,10 +603,9 @@ async def test_a_cold_message_the_loader_brings_in_just_after_redis_was_asked_is
         await loader.close()
 
 async def redis_answers_for_what_it_ended(rt, msg_id: str, status: int) -> None:
-    """Deletes topic t's message with its body released. The log writer not yet caught up (its row
-    still reads `status`), Redis answers for it: getMsg finds nothing, deleteMsg and rescheduleMsg
+    """Topic t's message, deleted with its body released, its log row reading `status` (the log
+    writer not caught up): Redis answers for it, getMsg finds nothing, deleteMsg and rescheduleMsg
     nothing to act on."""
-    assert await delete_message(rt, topic="t", msg_id=msg_id, release=True)
     assert (await logged("t", msg_id))["status"] == status
     assert await get_message(rt, topic="t", msg_id=msg_id) is None
     assert not await delete_message(rt, topic="t", msg_id=msg_id)
@@ -623,10 +622,34 @@ async def test_a_log_row_before_the_loaders_position_is_redis_to_answer_for(cold
     loader = await started(rt)
     try:
         first = await send(rt, msg="first", delay=delay, msg_id="k")  # hot: ready, or waiting in the window
-        await redis_answers_for_what_it_ended(rt, "k", first.status)
+        assert await delete_message(rt, topic="t", msg_id="k", release=True)
+        await redis_answers_for_what_it_ended(rt, "k", first.status)  # not caught up: still live in the log
         again = await send(rt, msg="second", delay=delay, msg_id="k")
         assert (again.payload, again.produce_time > first.produce_time) == ("second", True)
         assert (await get_message(rt, topic="t", msg_id="k")).payload == "second"
+    finally:
+        await loader.close()
+
+
+async def test_a_message_redis_holds_beyond_the_window_deleted_with_its_body_is_not_taken_for_a_cold_one(cold_rt):
+    """A hot message rescheduled beyond the window stays in Redis, its log row after the loader's
+    position. Deleted with its body released, the row read waiting until the log writer caught up,
+    as a cold message's does: getMsg answered it waiting, a reschedule or the loader brought the
+    deleted message back. The delete now ends the row at once."""
+    rt = cold_rt
+    loader = await started(rt)
+    try:
+        await raise_window_to(rt, "t", now_millis() + 30_000)
+        first = await send(rt, msg="first", delay=10_000, msg_id="k")
+        await reschedule_message(rt, topic="t", msg_id="k", delay_millis=120_000)  # stays in Redis
+        await drain_log(rt, ["t"])
+        assert await delete_message(rt, topic="t", msg_id="k", release=True)
+        await redis_answers_for_what_it_ended(rt, "k", Status.DELETED)
+        await raise_window_to(rt, "t", now_millis() + 300_000)
+        assert await loader.load_topic("t", force=True) == 0
+        again = await send(rt, msg="second", delay=1_000, msg_id="k")  # the log remembers the msgId, as a
+        assert (again.payload, again.status) == ("first", Status.DELETED)  # caught-up writer would have it
+        assert await drain_log(rt, ["t"]) and [reason for reason, *_ in await history("t", "k")].count("deleted") == 1
     finally:
         await loader.close()
 
