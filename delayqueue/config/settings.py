@@ -333,6 +333,13 @@ class QueueConfig:
         """Whether a message may wait in the message log only: a hot window, and the log to hold it."""
         return self.message_log and self.hot_window_millis > 0
 
+    @property
+    def finds_cold(self) -> bool:
+        """Whether the API looks for a message Redis does not hold in the message log (where a topic
+        has a loader position): in the cold tier, and with the window switched off too, until the
+        loader has brought in what was left cold."""
+        return self.message_log
+
     # The whole body of one request, whatever it carries: a sendMsgBatch of DELAYQUEUE_MAX_BATCH_SEND
     # messages of DELAYQUEUE_MAX_MSG_BYTES each would otherwise be allowed up to 1 GB.
     max_body_bytes: int = setting(

@@ -382,6 +382,7 @@ RAISE_HOT = Script("raise_hot", lambda raw: None if raw[0] == "" else HotWindow(
 LOAD_COLD = Script("load_cold", lambda raw: LoadReply(int(raw[0]), int(raw[1]), int(raw[2])))
 UNPACK_DUE = Script("unpack_due", _scan_reply)
 CLEAR_COLD = Script("clear_cold", lambda raw: raw == 1)
+IS_COLD = Script("is_cold", lambda raw: raw == 1)
 PURGE_COLD = Script("purge_cold", str)
 TAKE_STATS = Script("take_stats", lambda raw: dict(zip(raw[::2], raw[1::2])))
 FOLD_STATS = Script("fold_stats", int)
@@ -390,7 +391,7 @@ SCRIPTS = (SEND, PULL, ACK, NACK, DELETE, GET, PROMOTE_DUE, REQUEUE_TIMED_OUT, E
            PRUNE_STATS, LOCK_RENEW, LOCK_RELEASE, LOCK_TAKE_OVER, RESTORE, TAKE_TOKENS, ADMIT_SEND, LIVE_SHARE_SHORTFALL,
            GRANT_LIVE_SHARE, RELEASE_LIVE_SHARE, COVER_LIVE_SHARE, BORROW_LIVE, REGISTER_TOPICS, CONFIRM_REGISTERED,
            PURGE_TOPIC, TOUCH, RESCHEDULE, ADD_COUNTS, RAISE_HOT, LOAD_COLD, CLEAR_COLD, PURGE_COLD, TAKE_STATS,
-           FOLD_STATS, UNPACK_DUE)
+           FOLD_STATS, UNPACK_DUE, IS_COLD)
 
 
 async def load_scripts(client) -> None:
@@ -517,8 +518,9 @@ def reschedule(ctx: ScriptContext, topic: str | Shard, *, msg_id: str, trigger_t
 
 
 def delete(ctx: ScriptContext, topic: str | Shard, *, msg_id: str, release: bool, tombstone: str = "") -> ScriptCall:
-    """Replies 1 (deleted), 0 (had ended), -1 (not held) or 2 (`tombstone` kept: a cold message
-    deleted in the log, as Message.to_stored gives it)."""
+    """Replies 1 (deleted), 0 (had ended), -1 (not held), 2 (`tombstone` kept: a cold message
+    deleted in the log, as Message.to_stored gives it) or 3 (deleted with release, due after
+    loaded_to: its log row is the caller's to end)."""
     k = ctx.ns.topic(topic)
     return ScriptCall(DELETE, [k.waiting, k.ready, k.inflight, k.msgs, k.expiry, k.ended, k.stats, k.events,
                                k.prioritised, k.meta, k.cold_hours, k.packed],
@@ -609,6 +611,12 @@ def load_cold(ctx: ScriptContext, topic: str | Shard, *, loaded_from: str, loade
 def clear_cold(ctx: ScriptContext, topic: str | Shard, *, cold: int, forget_window: bool) -> ScriptCall:
     k = ctx.ns.topic(topic)
     return ScriptCall(CLEAR_COLD, [k.meta, k.cold_hours, k.packed], [cold, _flag(forget_window)])
+
+
+def is_cold(ctx: ScriptContext, topic: str | Shard, *, msg_id: str, trigger_time: int) -> ScriptCall:
+    """Whether the msgId, which the log holds waiting after loaded_to with this triggerTime, is cold."""
+    k = ctx.ns.topic(topic)
+    return ScriptCall(IS_COLD, [k.msgs, k.meta, k.packed], [msg_id, trigger_time])
 
 
 def purge_cold(ctx: ScriptContext, topic: str | Shard, *, purged: int, signed: bool = False,

@@ -262,6 +262,13 @@ class MessageLog:
         row = await self._retried(lambda conn, _again: self._fetch_one(conn, sql.DELETE_COLD, params))
         return None if row is None else Message(*row)
 
+    async def end_released(self, topic: str, msg_id: str, after: tuple[int, int]) -> None:
+        """Ends as deleted the waiting row after `after` of a message Redis deleted with its body
+        released (sql.END_RELEASED)."""
+        params = {"namespace": self._namespace, "topic": topic, "msg_id": msg_id, "deleted": Status.DELETED,
+                  "after_time": after[0], "after_id": after[1]}
+        await self._retried(lambda conn, _again: conn.execute(sql.END_RELEASED, params))
+
     async def reschedule_cold(self, topic: str, msg_id: str, after: tuple[int, int],
                               trigger_time: int) -> tuple[Message, int] | None:
         """Gives the cold message the log holds under the msgId (one Redis does not hold) a new

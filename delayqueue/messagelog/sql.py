@@ -317,6 +317,14 @@ WITH deleted AS (
 )
 SELECT {_AS_MESSAGE} FROM deleted
 """
+# Ends as deleted, without a history row (the log writer adds the delete's, from Redis' stream),
+# the waiting row after the loader's position of a message Redis deleted with its body released
+# (deleteMsg with release in the cold tier): until the writer caught up, such a row was taken for
+# a cold message's, which Redis does not hold either.
+END_RELEASED = f"""
+UPDATE {tables.MESSAGE} SET status = %(deleted)s, updated_at = now()
+WHERE {_WAITING_AFTER} AND msg_id = %(msg_id)s
+"""
 # Gives a waiting message Redis does not hold a new trigger time, %(trigger)s ms (rescheduleMsg in
 # the cold tier): its expireTime moves as much (one before its triggerTime stays, as in reschedule.lua), and a
 # history row records it with its times.

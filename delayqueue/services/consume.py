@@ -18,7 +18,7 @@ from delayqueue.live.keys import Bucket, Shard
 from delayqueue.live.shards import bound_share, topic_shards
 from delayqueue.runtime import Runtime
 from delayqueue.services import admission
-from delayqueue.services.messages import cold_after, holding_shards, on_its_shard
+from delayqueue.services.messages import cold_after, cold_message, holding_shards, on_its_shard
 from delayqueue.stores import refreshed
 from delayqueue.stores.limits import NAMESPACE
 from delayqueue.stores.topic_settings import DEFAULT as DEFAULT_SETTINGS
@@ -347,8 +347,8 @@ async def touch_message(rt: Runtime, *, topic: str, msg_id: str, ack_timeout_mil
         raise Conflict(f"message {msg_id} was delivered again (retry {reply.retry}): the delivery of retry {retry} "
                        "has ended, its ack timeout passed")
     # Not in Redis, it may be cold: waiting in the message log only, which getMsg answers.
-    if status == 0 and rt.config.cold_tier and (after := await cold_after(rt, shard)) is not None \
-            and await rt.log.cold_message(topic, msg_id, after) is not None:
+    if status == 0 and rt.config.finds_cold and (after := await cold_after(rt, shard)) is not None \
+            and await cold_message(rt, shard, msg_id, after) is not None:
         status = Status.WAITING
     if status == 0:
         raise NotFound(f"message {msg_id} not found in topic {topic}")

@@ -1,10 +1,11 @@
 """One message by its msgId: read, deleted, rescheduled."""
+import contextlib
 from collections.abc import Callable
 from typing import Any
 
 from delayqueue.core.clock import now_millis
 from delayqueue.core.constants import Status
-from delayqueue.core.exceptions import Conflict, NotFound
+from delayqueue.core.exceptions import Conflict, LogUnavailable, NotFound
 from delayqueue.core.messages import Message
 from delayqueue.live import scripts
 from delayqueue.live.keys import Meta, Shard, least_position, parse_position
@@ -60,15 +61,27 @@ async def loader_positions(rt: Runtime, shards: list[Shard]) -> list[str | None]
     return await pipe.execute()
 
 
+async def cold_message(rt: Runtime, shard: Shard, msg_id: str, after: tuple[int, int]) -> Message | None:
+    """The msgId's cold message, from the log: its waiting row after the loader's position `after`
+    that Redis, which did not hold it a moment ago, has not ended either (is_cold.lua: a message
+    due too near to pack waits in the waiting set after loaded_to, and its row reads waiting until
+    the log writer catches up). None: the caller asks Redis again (a load may have moved loaded_to
+    past the row since Redis was asked)."""
+    row = await rt.log.cold_message(shard.topic, msg_id, after)
+    if row is None or not await rt.scripts.call(scripts.is_cold(rt.context, shard, msg_id=msg_id,
+                                                                trigger_time=row.trigger_time)):
+        return None
+    return row
+
+
 async def get_message(rt: Runtime, *, topic: str, msg_id: str) -> Message | None:
     """A live message (in the cold tier, from the message log if it is cold), or an ended one
     inside the retention window; None otherwise."""
     [shard] = await holding_shards(rt, topic=topic, msg_ids=[msg_id])
     call = scripts.get(rt.context, shard, msg_id=msg_id)
     message = await rt.scripts.call(call)
-    if message is None and rt.config.cold_tier and (after := await cold_after(rt, shard)) is not None:
-        # Not in the log after loaded_to: a load may have moved loaded_to past it since Redis was asked.
-        return await rt.log.cold_message(topic, msg_id, after) or await rt.scripts.call(call)
+    if message is None and rt.config.finds_cold and (after := await cold_after(rt, shard)) is not None:
+        return await cold_message(rt, shard, msg_id, after) or await rt.scripts.call(call)
     return message
 
 
@@ -79,16 +92,22 @@ async def delete_message(rt: Runtime, *, topic: str, msg_id: str, release: bool 
     retention in the shard the loader would bring it into, so a loader that read it before cannot
     bring it in."""
     [shard] = await holding_shards(rt, topic=topic, msg_ids=[msg_id])
-    outcome = await rt.scripts.call(scripts.delete(rt.context, shard, msg_id=msg_id, release=release))
-    if outcome != -1 or not rt.config.cold_tier or (after := await cold_after(rt, shard)) is None:
-        return outcome == 1
-    deleted = await rt.log.delete_cold(topic, msg_id, after)
-    if deleted is None:
+    call = scripts.delete(rt.context, shard, msg_id=msg_id, release=release)
+    outcome = await rt.scripts.call(call)
+    if outcome == -1 and rt.config.finds_cold and (after := await cold_after(rt, shard)) is not None:
+        deleted = await cold_message(rt, shard, msg_id, after) and await rt.log.delete_cold(topic, msg_id, after)
+        if deleted is not None:
+            # Loaded meanwhile, Redis deletes it as any other (1); else it keeps the tombstone (2).
+            return await rt.scripts.call(scripts.delete(rt.context, shard, msg_id=msg_id, release=False,
+                                                        tombstone=deleted.to_stored())) in (1, 2)
         # Not in the log after loaded_to: a load may have moved loaded_to past it since Redis was asked.
-        return await rt.scripts.call(scripts.delete(rt.context, shard, msg_id=msg_id, release=release)) == 1
-    # Loaded meanwhile, Redis deletes it as any other (1); else it keeps the tombstone (2).
-    return await rt.scripts.call(scripts.delete(rt.context, shard, msg_id=msg_id, release=False,
-                                                tombstone=deleted.to_stored())) in (1, 2)
+        outcome = await rt.scripts.call(call)
+    if outcome == 3 and rt.config.finds_cold and (after := await cold_after(rt, shard)) is not None:
+        # Redis keeps nothing of it, and its log row, waiting after loaded_to until the log writer
+        # catches up, would read as a cold message's.
+        with contextlib.suppress(LogUnavailable):  # deleted all the same; the log writer records it later
+            await rt.log.end_released(topic, msg_id, after)
+    return outcome in (1, 3)
 
 
 async def _reschedule_cold(rt: Runtime, shard: Shard, msg_id: str, trigger_time: int,
@@ -99,8 +118,8 @@ async def _reschedule_cold(rt: Runtime, shard: Shard, msg_id: str, trigger_time:
     if (after := await cold_after(rt, shard)) is None:
         return None
     now = now_millis()
-    moved = await rt.log.reschedule_cold(shard.topic, msg_id, after,
-                                         max(now + delay_millis if trigger_time < 0 else trigger_time, now))
+    moved = await cold_message(rt, shard, msg_id, after) and await rt.log.reschedule_cold(
+        shard.topic, msg_id, after, max(now + delay_millis if trigger_time < 0 else trigger_time, now))
     if moved is None:
         # Not in the log after loaded_to: a load may have moved loaded_to past it since Redis was asked.
         return await rt.scripts.call(scripts.reschedule(rt.context, shard, msg_id=msg_id, trigger_time=trigger_time,
@@ -121,7 +140,7 @@ async def reschedule_message(rt: Runtime, *, topic: str, msg_id: str, trigger_ti
     [shard] = await holding_shards(rt, topic=topic, msg_ids=[msg_id])
     reply = await rt.scripts.call(scripts.reschedule(rt.context, shard, msg_id=msg_id, trigger_time=trigger_time,
                                                      delay_millis=delay_millis))
-    if reply.stored is None and reply.status == 0 and rt.config.cold_tier:
+    if reply.stored is None and reply.status == 0 and rt.config.finds_cold:
         reply = await _reschedule_cold(rt, shard, msg_id, trigger_time, delay_millis) or reply
     if reply.stored is not None:
         return reply.stored

@@ -260,7 +260,7 @@ async def _send_rows(rt: Runtime, rows: list[Message], admitted: admission.SendA
     # ended one is the answer, as a duplicate: nothing is sent.
     logged_live = [message if message is not None and message.status in LIVE_STATUSES else None for message in kept]
     kept = [None if live is not None else message for message, live in zip(kept, logged_live)]
-    waiting = [live.trigger_time if rt.config.cold_tier and live is not None and live.status == Status.WAITING
+    waiting = [live.trigger_time if rt.config.finds_cold and live is not None and live.status == Status.WAITING
                else None for live in logged_live]
     replies = [None if message is None else scripts.SendReply(False, 0, message, False) for message in kept]
     going = [i for i, message in enumerate(kept) if message is None]

@@ -420,6 +420,29 @@ async def test_switched_off_the_loader_brings_in_every_cold_message_and_forgets_
         await off.close()
 
 
+async def test_switched_off_the_api_finds_what_is_left_cold_until_the_loader_brought_it_in(cold_rt):
+    """Processes restarted with the window off serve before the loader has brought in what was
+    left cold: getMsg, deleteMsg and a resend of its msgId still find it in the log (it was taken
+    for unknown: a delete answered not found and the message fired all the same, a resend replaced it)."""
+    rt = cold_rt
+    loader = await started(rt)
+    kept, deleted = [await send(rt, msg=f"x{i}", delay=86_400_000) for i in range(2)]
+    await loader.close()
+    off = make_runtime(rt.config.redis_url, hot_window_millis=0)
+    loader = Loader(off, lambda: [Shard("t")])
+    try:
+        assert await get_message(off, topic="t", msg_id=kept.msg_id) == kept
+        assert await delete_message(off, topic="t", msg_id=deleted.msg_id)
+        assert await send(off, msg="again", delay=0, msg_id=kept.msg_id) == kept
+        assert await loader.load_topic("t") == 1
+        assert (await in_redis(rt, kept.msg_id))["waiting"] == kept.trigger_time
+        assert (await get_message(off, topic="t", msg_id=deleted.msg_id)).status == Status.DELETED
+        assert (await in_redis(rt, deleted.msg_id))["waiting"] is None
+    finally:
+        await loader.close()
+        await off.close()
+
+
 async def test_with_the_window_off_nothing_is_cold(clean_state):
     rt = make_runtime(REDIS_URL, hot_window_millis=0)
     loader = Loader(rt, lambda: [Shard("t")])
@@ -579,6 +602,17 @@ async def test_a_cold_message_the_loader_brings_in_just_after_redis_was_asked_is
     finally:
         await loader.close()
 
+async def redis_answers_for_what_it_ended(rt, msg_id: str, status: int) -> None:
+    """Topic t's message, deleted with its body released, its log row reading `status` (the log
+    writer not caught up): Redis answers for it, getMsg finds nothing, deleteMsg and rescheduleMsg
+    nothing to act on."""
+    assert (await logged("t", msg_id))["status"] == status
+    assert await get_message(rt, topic="t", msg_id=msg_id) is None
+    assert not await delete_message(rt, topic="t", msg_id=msg_id)
+    with pytest.raises(NotFound):
+        await reschedule_message(rt, topic="t", msg_id=msg_id, delay_millis=60_000)
+
+
 @pytest.mark.parametrize("delay", [0, 500])
 async def test_a_log_row_before_the_loaders_position_is_redis_to_answer_for(cold_rt, delay):
     """The log writer may not have caught up with what Redis did to a message: a row due before
@@ -589,14 +623,33 @@ async def test_a_log_row_before_the_loaders_position_is_redis_to_answer_for(cold
     try:
         first = await send(rt, msg="first", delay=delay, msg_id="k")  # hot: ready, or waiting in the window
         assert await delete_message(rt, topic="t", msg_id="k", release=True)
-        assert (await logged("t", "k"))["status"] == first.status  # not caught up: still live in the log
-        assert await get_message(rt, topic="t", msg_id="k") is None
-        assert not await delete_message(rt, topic="t", msg_id="k")
-        with pytest.raises(NotFound):
-            await reschedule_message(rt, topic="t", msg_id="k", delay_millis=60_000)
+        await redis_answers_for_what_it_ended(rt, "k", first.status)  # not caught up: still live in the log
         again = await send(rt, msg="second", delay=delay, msg_id="k")
         assert (again.payload, again.produce_time > first.produce_time) == ("second", True)
         assert (await get_message(rt, topic="t", msg_id="k")).payload == "second"
+    finally:
+        await loader.close()
+
+
+async def test_a_message_redis_holds_beyond_the_window_deleted_with_its_body_is_not_taken_for_a_cold_one(cold_rt):
+    """A hot message rescheduled beyond the window stays in Redis, its log row after the loader's
+    position. Deleted with its body released, the row read waiting until the log writer caught up,
+    as a cold message's does: getMsg answered it waiting, a reschedule or the loader brought the
+    deleted message back. The delete now ends the row at once."""
+    rt = cold_rt
+    loader = await started(rt)
+    try:
+        await raise_window_to(rt, "t", now_millis() + 30_000)
+        first = await send(rt, msg="first", delay=10_000, msg_id="k")
+        await reschedule_message(rt, topic="t", msg_id="k", delay_millis=120_000)  # stays in Redis
+        await drain_log(rt, ["t"])
+        assert await delete_message(rt, topic="t", msg_id="k", release=True)
+        await redis_answers_for_what_it_ended(rt, "k", Status.DELETED)
+        await raise_window_to(rt, "t", now_millis() + 300_000)
+        assert await loader.load_topic("t", force=True) == 0
+        again = await send(rt, msg="second", delay=1_000, msg_id="k")  # the log remembers the msgId, as a
+        assert (again.payload, again.status) == ("first", Status.DELETED)  # caught-up writer would have it
+        assert await drain_log(rt, ["t"]) and [reason for reason, *_ in await history("t", "k")].count("deleted") == 1
     finally:
         await loader.close()
 

@@ -29,6 +29,7 @@ from delayqueue.workers import scanner as scanner_module
 from delayqueue.workers.loader import Loader, loaded_messages
 from tests.helpers import (REDIS_CLUSTER_URL, REDIS_URL, drain_log, load_killed, logged, make_runtime, packed_ids,
                            unsharded_calls, wait_until)
+from tests.integration.test_cold_tier import redis_answers_for_what_it_ended
 
 LEAD = 300  # ms: a send due more than 600 ms ahead is packed
 WINDOW = 60_000
@@ -520,3 +521,26 @@ async def test_a_count_taken_up_again_while_it_drains_packs_nothing_until_every_
         assert pulled == [kept.msg_id, moved.msg_id] and later.trigger_time > kept.trigger_time
     finally:
         await stale.close()
+
+
+async def test_a_near_message_redis_ended_before_the_log_caught_up_is_not_taken_for_a_packed_one(packed_rt):
+    """A send due within twice the lead goes into the waiting set, though it is after loaded_to,
+    where packed messages wait too. Deleted with its body released, and the log not yet told, its
+    waiting row is Redis' to answer for: not found, and a resend starts a new life (taken for a
+    packed one, the resend was swallowed as its duplicate and lost, and a reschedule brought the
+    deleted message back)."""
+    rt = packed_rt
+    await send(rt, 0)
+    await windowed(rt)
+    first = await send(rt, 2 * LEAD - 100, msg="first", msg_id="k")  # too near to pack
+    assert await held(rt, "k") and first.trigger_time > int((await rt.redis.hget(
+        rt.ns.topic("t").meta, Meta.LOADED_TO)).split(":")[0])
+    # Deleted in Redis with its body released, and no word of it in the log yet (as when PostgreSQL
+    # was down at the delete, which then leaves the end to the log writer).
+    assert await rt.scripts.call(scripts.delete(rt.context, "t", msg_id="k", release=True)) == 3
+    await redis_answers_for_what_it_ended(rt, "k", Status.WAITING)
+    assert not await held(rt, "k")  # not brought back by the reschedule
+    again = await send(rt, 2 * LEAD - 100, msg="second", msg_id="k")
+    assert (again.payload, again.produce_time > first.produce_time) == ("second", True)
+    assert (await get_message(rt, topic="t", msg_id="k")).payload == "second"
+    assert (await topic_info(rt, topic="t")).waiting_cold == 0

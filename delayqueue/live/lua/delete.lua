@@ -22,7 +22,9 @@
 -- stored json as deleted: kept readable as an ended message if Redis does not hold the msgId (so
 -- a loader that read the row before the delete does not bring it in), else it is deleted here
 -- Returns 1 when a live message was deleted, 0 when it had ended, -1 when Redis does not hold the
--- msgId, 2 when the tombstone was kept.
+-- msgId, 2 when the tombstone was kept, 3 when a live message due at or after the meta's
+-- loaded_to was deleted with release: Redis keeps nothing of it, and its log row, waiting until
+-- the log writer catches up, would read as a cold message's (the caller ends it there).
 -- @include clock
 -- @include status
 -- @include end_message
@@ -63,5 +65,9 @@ end
 if ARGV[2] == '1' then
   redis.call('HDEL', t.msgs, id)
   redis.call('ZREM', t.ended, id)
+  local loaded_to = tonumber(string.match(redis.call('HGET', KEYS[10], META.LOADED_TO) or '', '^[^:]*'))
+  if deleted == 1 and loaded_to and m.triggerTime >= loaded_to then
+    deleted = 3
+  end
 end
 return deleted

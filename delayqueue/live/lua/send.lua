@@ -41,8 +41,8 @@
 -- 0-9, higher pulled first, kept in the message only when above 0; logged_waiting '' or the
 -- triggerTime of the waiting message the message log holds under the msgId: if Redis does not
 -- hold it live and it is due at or after the loader's loaded_to, it is cold (or on its way in),
--- and this send is its duplicate; one due before is a row the log writer has not caught up with
--- (Redis ended the message))
+-- and this send is its duplicate, unless it is before fetched_to and in no packed list (cold_row);
+-- any other is a row the log writer has not caught up with (Redis ended the message))
 -- Returns {newTopic (1|0), then per message two values}: 1, status when created (the caller has
 -- the rest of the message); 0, the message json for a live duplicate or one ended within the
 -- window; 2, 0 when the topic holds max_live live messages already, or 3, 0 when it holds its share
@@ -118,7 +118,7 @@ local function send_one(id, payload, trigger, expire_time, max_retry, produce_ti
   end
   if logged_waiting ~= '' and not (old and is_live(old)) then
     local loaded = positions()
-    if loaded and tonumber(logged_waiting) >= loaded then
+    if loaded and tonumber(logged_waiting) >= loaded and cold_row(t, id, tonumber(logged_waiting)) then
       return 5, 0
     end
   end

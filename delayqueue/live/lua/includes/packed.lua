@@ -14,6 +14,10 @@
 --   past it); one RPUSH per second, not per message: a page or a batch comes in thousands
 -- packed_message(entry, topic, second) -> the message (includes/stored.lua's waiting_message)
 -- remove_packed(t, id, trigger) -> 1 if the message was packed and is out
+-- cold_row(t, id, trigger) -> whether the msgId's waiting log row due at trigger, after loaded_to, that
+--   Redis does not hold live is cold: at or after fetched_to's ms (the loader has not read it), or
+--   packed. One between the two in no list went into the waiting set (due too near to pack) and
+--   Redis has ended it since: the log writer has not caught up yet.
 -- drop_packed(t): the lists go, and fetched_to with them: their rows are after loaded_to, where
 --   the loader reads again (they stay counted cold meanwhile)
 -- position_before(a, b): whether loader position a ("<ms>:<row id>[:<fence>]") comes before b
@@ -106,18 +110,31 @@ local function position_before(a, b)
   return a_time < b_time or (a_time == b_time and tonumber(a_id) < tonumber(b_id))
 end
 
-local function remove_packed(t, id, trigger)
-  local second = math.floor(trigger / 1000)
-  local list = packed_list(t, second)
+-- The msgId's entry in the list of trigger's second (nil if none), and that list.
+local function packed_entry_of(t, id, trigger)
+  local list = packed_list(t, math.floor(trigger / 1000))
   for _, entry in ipairs(redis.call('LRANGE', list, 0, -1)) do
     if entry_id(entry) == id then
-      redis.call('LREM', list, 1, entry)
-      redis.call('HINCRBY', t.meta, META.PACKED, -1)
-      if redis.call('EXISTS', list) == 0 then
-        redis.call('ZREM', t.packed, second)
-      end
-      return 1
+      return entry, list
     end
   end
-  return 0
+  return nil, list
+end
+
+local function remove_packed(t, id, trigger)
+  local entry, list = packed_entry_of(t, id, trigger)
+  if not entry then
+    return 0
+  end
+  redis.call('LREM', list, 1, entry)
+  redis.call('HINCRBY', t.meta, META.PACKED, -1)
+  if redis.call('EXISTS', list) == 0 then
+    redis.call('ZREM', t.packed, math.floor(trigger / 1000))
+  end
+  return 1
+end
+
+local function cold_row(t, id, trigger)
+  local fetched = redis.call('HGET', t.meta, META.FETCHED_TO)
+  return not fetched or trigger >= tonumber(string.match(fetched, '^[^:]*')) or packed_entry_of(t, id, trigger) ~= nil
 end
