@@ -8,7 +8,7 @@ history come from the queue itself. A pusher killed mid-delivery leaves its mess
 until their deadline, and the scanner then makes them ready again: at least once, never lost.
 Any number of pushers share a topic: each message is pulled by one of them, and the pull
 counts the topic's in-flight messages against pushConcurrency across all of them (and takes
-pushRatePerSecond from the topic's consume bucket).
+from the topic's consume bucket, at pushRatePerSecond or the topic's consume rate, the lower).
 
 It learns which topics have work from the ready channel (the scanner publishes a topic as its
 messages become ready) and the schedule channel (a send due earlier than the topic's other
@@ -158,6 +158,7 @@ class Pusher:
         """Pulls every wanted push topic with a free slot, in one pipelined round trip, and
         starts a delivery per message."""
         wanted, self._wanted = self._wanted, set()
+        limits = await self.rt.limits.table()
         pulls = []
         for topic in wanted:
             settings = table.get(topic)
@@ -167,8 +168,11 @@ class Pusher:
             if room <= 0:
                 self._held.add(topic)
                 continue
+            # A push is a take: the topic's consume rate (perhaps the operator's) holds it as it holds
+            # pulls, pushRatePerSecond too; one bucket at the lower rate holds both.
+            rates = [settings.push_rate, limits[topic].consume_rate if topic in limits else 0]
             pulls.append((settings, room, Pull(topic, room, settings.push_timeout_millis + ACK_MARGIN_MILLIS,
-                                               consume_rate=settings.push_rate,
+                                               consume_rate=min((rate for rate in rates if rate), default=0),
                                                max_inflight=settings.push_concurrency)))
         if not pulls:
             return

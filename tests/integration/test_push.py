@@ -513,12 +513,14 @@ async def test_without_a_grace_period_a_rotation_signs_with_the_new_secret_alone
         verify_signature(first, request["headers"], request["body"])
 
 
-async def test_pushes_take_their_tokens_from_the_namespaces_consume_rate_as_pulls_do(api, single_rt, start_pusher,
-                                                                                      push_receiver):
-    """A push is a consumer's take: under the namespace's consume rate (1 a second here, a bucket of
-    one) the pusher is refused a token, counted as the namespace's consume_rate refusal, and
-    pushes the rest as the bucket refills."""
-    await sync_to_async(set_limits)(namespace=single_rt.ns.namespace, consume_rate=1)
+@pytest.mark.parametrize("topic", [NAMESPACE, "limited"])
+async def test_pushes_take_their_tokens_from_the_consume_rates_as_pulls_do(api, single_rt, start_pusher, push_receiver,
+                                                                          topic):
+    """A push is a consumer's take: under the namespace's consume rate, or the topic's (perhaps the
+    operator's, which a tenant cannot lift by turning the topic into a push topic: its
+    pushRatePerSecond is 0, none, here), 1 a second (a bucket of one), three pushes take two
+    seconds. The namespace's refusals of the pusher count as its consume_rate refusals."""
+    await sync_to_async(set_limits)(namespace=single_rt.ns.namespace, topic=topic, consume_rate=1)
     receiver = await push_receiver()
     await set_push(api, "limited", receiver.url)
     for i in range(3):
@@ -526,6 +528,9 @@ async def test_pushes_take_their_tokens_from_the_namespaces_consume_rate_as_pull
     await start_pusher()
     for i in range(3):
         await arrived(receiver, f"m{i}")
-    throttled = await single_rt.redis.hgetall(single_rt.ns.throttled)
-    assert int(throttled.get(throttled_field("consume_rate", NAMESPACE), 0)) >= 1
     assert len(receiver.requests) == 3
+    arrivals = sorted(r["at"] for r in receiver.requests)
+    assert arrivals[-1] - arrivals[0] >= 1_900  # the second and third waited a second each for their token
+    if topic == NAMESPACE:
+        throttled = await single_rt.redis.hgetall(single_rt.ns.throttled)
+        assert int(throttled.get(throttled_field("consume_rate", NAMESPACE), 0)) >= 1
