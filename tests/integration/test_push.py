@@ -539,3 +539,25 @@ async def test_pushes_take_their_tokens_from_the_consume_rates_as_pulls_do(api, 
     if topic == NAMESPACE:
         throttled = await single_rt.redis.hgetall(single_rt.ns.throttled)
         assert int(throttled.get(throttled_field("consume_rate", NAMESPACE), 0)) >= 1
+
+
+async def test_a_new_push_url_or_push_off_holds_from_its_answer_on(api, single_rt, start_scanner, start_pusher,
+                                                                   push_receiver):
+    """The pushers read their table of push topics every 0.5 s; a message sent after setTopicConfig
+    answered a new URL (or none) was pushed to the old one if a pusher's table was a read behind.
+    Redis' copy of the URL, which the pull script matches, makes the change exact, as the pause's is."""
+    old, new = await push_receiver(), await push_receiver()
+    await set_push(api, "t", old.url)
+    await start_scanner(single_rt)
+    await start_pusher()
+    await send(api, "t", "m0")
+    await arrived(old, "m0")
+    await set_push(api, "t", new.url)
+    await send(api, "t", "m1")
+    await arrived(new, "m1")
+    assert await call(api, "setTopicConfig", topic="t", pushUrl="")
+    await send(api, "t", "m2")
+    pulled = (await call(api, "pullMsg", topic="t", batch=10))["delayMsgList"]
+    assert [m["msgId"] for m in pulled] == ["m2"]
+    assert [r["message"]["msgId"] for r in old.requests] == ["m0"]
+    assert [r["message"]["msgId"] for r in new.requests] == ["m1"]
