@@ -141,10 +141,11 @@ class PushClient:
 
     async def close_idle(self) -> None:
         now = time.monotonic()
-        idle = [origin for origin, e in self._endpoints.items()
+        # All taken out before the first close yields: an attempt started meanwhile opens a new one.
+        idle = [self._endpoints.pop(origin) for origin, e in list(self._endpoints.items())
                 if not e.in_flight and now - e.last_used > ENDPOINT_IDLE_SECONDS]
-        for origin in idle:
-            await self._endpoints.pop(origin).session.close()
+        for endpoint in idle:
+            await endpoint.session.close()
 
     async def close(self) -> None:
         for endpoint in self._endpoints.values():

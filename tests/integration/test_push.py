@@ -13,6 +13,7 @@ from asgiref.sync import sync_to_async
 from delayqueue_client import InvalidSignature, verify_signature
 from django.contrib.auth.models import User
 
+from delayqueue.config.push_hosts import HostPolicy
 from delayqueue.core.constants import Reason, Status
 from delayqueue.messagelog import sql
 from delayqueue.models import Message
@@ -452,6 +453,24 @@ async def test_an_attempt_outlasting_the_idle_endpoint_limit_is_not_cut(api, sin
     await send(api, "t", "m1")
     await ends_as(api, "t", "m1", Status.ACKED)
     assert await attempts(single_rt, "t", "m1") == [(Reason.PUSHED, "200")]
+
+
+async def test_an_endpoint_used_again_while_the_idle_ones_close_is_not_cut(push_receiver, monkeypatch):
+    """Idle endpoints were closed one after another, each looked up when its turn came: an attempt
+    to one still waiting its turn, started while an earlier one closed, took its session, which was
+    then closed under it (a failed attempt, the message's delivery spent)."""
+    monkeypatch.setattr(push_http, "ENDPOINT_IDLE_SECONDS", 0)
+    first, second = await push_receiver(), await push_receiver()
+    client = push_http.PushClient(HostPolicy.parse("127.0.0.1"))
+    try:
+        for receiver in (first, second):  # a keep-alive connection to each, idle from now on
+            assert await client.post(receiver.url, b"{}", {}, 5_000) == (200, ("", ""))
+        closing = asyncio.create_task(client.close_idle())
+        await asyncio.sleep(0)  # the first endpoint's connection closing; the second's is next
+        assert await client.post(second.url, b"{}", {}, 5_000) == (200, ("", ""))
+        await closing
+    finally:
+        await client.close()
 
 
 async def test_pushers_work_on_a_single_redis_and_on_the_cluster(rt, start_scanner, start_pusher, push_receiver):
