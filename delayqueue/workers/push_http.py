@@ -131,7 +131,9 @@ class PushClient:
         endpoint = self._endpoints.get(origin)
         if endpoint is None:
             connector = aiohttp.TCPConnector(limit=0, resolver=_AllowedResolver(self.policy, self._dns))
-            session = aiohttp.ClientSession(connector=connector, auto_decompress=False,
+            # No cookie jar: an answer is ignored, its Set-Cookie too (kept, it would go with every push there).
+            session = aiohttp.ClientSession(connector=connector, cookie_jar=aiohttp.DummyCookieJar(),
+                                            auto_decompress=False,
                                             timeout=aiohttp.ClientTimeout(total=None, sock_connect=None),
                                             skip_auto_headers=("User-Agent",),
                                             headers={"User-Agent": "delayqueue-pusher"})

@@ -473,6 +473,34 @@ async def test_an_endpoint_used_again_while_the_idle_ones_close_is_not_cut(push_
         await client.close()
 
 
+async def test_an_answers_cookies_are_not_sent_back(monkeypatch):
+    """The answer is read and ignored: a Set-Cookie in it was kept in the origin's session and sent
+    with every later push there, whatever its topic (and a receiver setting new names grew the jar,
+    in the scanners' process, without bound)."""
+    cookies = []
+
+    async def hook(request):
+        cookies.append(request.headers.get("Cookie"))
+        answer = web.Response(status=200)
+        answer.set_cookie(f"c{len(cookies)}", "x" * 100)
+        return answer
+
+    app = web.Application()
+    app.router.add_post("/hook", hook)
+    runner = web.AppRunner(app, shutdown_timeout=0.1)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    client = push_http.PushClient(HostPolicy.parse("localhost,127.0.0.1"))
+    try:
+        for _ in range(3):  # by name: cookies of an IP address host are never kept
+            assert await client.post(f"http://localhost:{port}/hook", b"{}", {}, 5_000) == (200, ("", ""))
+        assert cookies == [None, None, None]
+    finally:
+        await client.close()
+        await runner.cleanup()
+
+
 async def test_pushers_work_on_a_single_redis_and_on_the_cluster(rt, start_scanner, start_pusher, push_receiver):
     receiver = await push_receiver(lambda request: 500 if request["headers"]["DelayQueue-Retry"] == "1" else 200)
     for topic in ("a", "b"):  # two topics: on the Cluster, two slots in one pipelined pull
