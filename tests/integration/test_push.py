@@ -577,12 +577,13 @@ async def test_pushes_take_their_tokens_from_the_consume_rates_as_pulls_do(api, 
     await set_push(api, "limited", receiver.url)
     for i in range(3):
         await send(api, "limited", f"m{i}")
+    started = time.time() * 1000
     await start_pusher()
     for i in range(3):
         await arrived(receiver, f"m{i}")
     assert len(receiver.requests) == 3
-    arrivals = sorted(r["at"] for r in receiver.requests)
-    assert arrivals[-1] - arrivals[0] >= 1_900  # the second and third waited a second each for their token
+    # The bucket holds one token: the second and third pushes waited a second each for theirs.
+    assert max(r["at"] for r in receiver.requests) - started >= 1_900
     if topic == NAMESPACE:
         throttled = await single_rt.redis.hgetall(single_rt.ns.throttled)
         assert int(throttled.get(throttled_field("consume_rate", NAMESPACE), 0)) >= 1
