@@ -139,8 +139,9 @@ class DeadMsgSerializer(DelayMsgSerializer):
         help_text="why it died: retries_exhausted, expired (its TTL ran out: status 5 if it was never delivered, "
                   "6 after a delivery) or dead_lettered (by its consumer)")
     deadDetail = serializers.CharField(
-        allow_blank=True, help_text="the reason its consumer gave on the nack that ended it (ackMsg's `reason`); "
-                                    "empty when none")
+        allow_blank=True, help_text="the reason its consumer gave on the nack that ended it (ackMsg's `reason`), "
+                                    "or on a push topic the status or error of the failed attempt that did; empty "
+                                    "when none")
     deadTime = serializers.IntegerField(help_text="when it died (epoch ms)")
 
 

@@ -163,7 +163,10 @@ async def test_a_receiver_that_is_down_makes_a_dead_letter_after_max_retry(api, 
     assert [reason for reason, _ in tried] == [Reason.PUSH_FAILED, Reason.PUSH_FAILED, Reason.RETRIES_EXHAUSTED]
     assert all(detail.startswith("connection: ") for _, detail in tried)
     dead = await call(api, "getDeadMsgList", method="get", topic="t")
-    assert [m["msgId"] for m in dead["delayMsgList"]] == ["m1"]
+    [letter] = dead["delayMsgList"]
+    # Its deadDetail is the failure of the attempt that ended it, as a consumer's nack reason would be.
+    assert letter["msgId"] == "m1" and letter["deadReason"] == Reason.RETRIES_EXHAUSTED
+    assert letter["deadDetail"] == tried[-1][1]
 
 
 async def test_push_concurrency_holds_across_pushers_and_rate_is_respected(api, single_rt, start_scanner,

@@ -60,7 +60,7 @@ class RestoreMsgView(QueueAPIView):
     "in the message log for "
     f"days ({setting_text('dead_letter_retention_days')}), oldest death first, `limit` per page. Only while the "
     "topic's deadLetter setting (setTopicConfig) is true: with it false the list is empty. Each carries "
-    "deadReason, deadDetail (the consumer's nack reason) and deadTime. Pass the answer's nextCursor as `cursor` "
+    "deadReason, deadDetail (the consumer's nack reason, or a push's failure) and deadTime. Pass the answer's nextCursor as `cursor` "
     "for the next page; the last page has none.",
     answer("GetDeadMsgListAnswer", DeadMsgListResultSerializer), DeadMsgListSerializer, method="GET",
     example={"topic": "orders", "limit": 100})
