@@ -612,3 +612,24 @@ async def test_a_new_push_url_or_push_off_holds_from_its_answer_on(api, single_r
     assert [m["msgId"] for m in pulled] == ["m2"]
     assert [r["message"]["msgId"] for r in old.requests] == ["m0"]
     assert [r["message"]["msgId"] for r in new.requests] == ["m1"]
+
+
+async def test_a_paused_push_topic_is_not_pushed_until_resumed(api, single_rt, start_scanner, start_pusher,
+                                                               push_receiver):
+    """pauseTopic stops a push topic's pushes as it stops pulls (its messages still fall due), and
+    resumeTopic's wake on the ready channel has them pushed at once, not at the pusher's 5 s sweep."""
+    receiver = await push_receiver()
+    await set_push(api, "t", receiver.url)
+    await start_scanner(single_rt)
+    await start_pusher()
+    await send(api, "t", "m0")
+    await arrived(receiver, "m0")
+    assert (await call(api, "pauseTopic", topic="t"))["code"] == 200
+    await send(api, "t", "m1")
+    await send(api, "t", "m2", delay=200)
+    await asyncio.sleep(1)  # m2 fell due and the pusher was woken for both
+    assert [r["message"]["msgId"] for r in receiver.requests] == ["m0"]
+    assert [await status_of(api, "t", msg_id) for msg_id in ("m1", "m2")] == [Status.READY, Status.READY]
+    assert (await call(api, "resumeTopic", topic="t"))["code"] == 200
+    for msg_id in ("m1", "m2"):
+        await arrived(receiver, msg_id, timeout=3)
