@@ -114,6 +114,7 @@ class Meta(StrEnum):
     DEAD_LETTER = "dead_letter"
     PAUSED = "paused"
     PUSH = "push"
+    PUSH_URL = "push_url"
     # The cold tier (workers/loader.py), only while DELAYQUEUE_HOT_WINDOW_MILLIS is or was on:
     HOT_UNTIL = "hot_until"  # ms: Redis holds every live message due by then (sends compare with it)
     # "<triggerTime ms>:<log row id>[:<fence>]": Redis holds every live row up to there (in the

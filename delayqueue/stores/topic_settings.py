@@ -7,7 +7,7 @@ PostgreSQL holds them (stores/rows.py writes them). Two copies serve the hot pat
   on PostgreSQL or depends on Redis for its defaults, and a change is in force on every web
   process within a second (at once on the process that made it, which reads again).
 - The topic's Redis meta hash mirrors the settings the scripts act on (MIRROR_FIELDS): the retry
-  backoff (requeue_timed_out.lua, nack.lua) and the pause (pull.lua); the dead-letter switch,
+  backoff (requeue_timed_out.lua, nack.lua), the pause and the push URL (pull.lua); the dead-letter switch,
   which no script reads (dead letters are judged in the message log, sql.KEEPS_DEAD); and
   whether it has a push URL, which the operators' views read beside its other figures. Written by
   every change (services/topics.write_mirrors) and written back by restore (services/restore.py,
@@ -16,7 +16,10 @@ PostgreSQL holds them (stores/rows.py writes them). Two copies serve the hot pat
 
 A pull of a paused topic hands out nothing if either copy says paused: the mirror makes a pause
 exact the moment it is answered, the cache keeps it while a Redis that lost its data waits for
-its restore. Reading fails open as the limits do: the settings last read stay in force.
+its restore. Likewise a pull hands out nothing where the mirror's push URL is not its caller's
+(a consumer's: none), so a new push URL, or none, holds from its answer on, whatever a pusher's
+table of push topics (push_topics.py) or a web process' settings still say. Reading fails open as
+the limits do: the settings last read stay in force.
 """
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -69,6 +72,7 @@ MIRROR_FIELDS = {
     Meta.DEAD_LETTER: lambda s: int(s.dead_letter),
     Meta.PAUSED: lambda s: int(s.paused),
     Meta.PUSH: lambda s: int(bool(s.push_url)),  # read by the operators' views only (ops/figures.py)
+    Meta.PUSH_URL: lambda s: s.push_url,  # who may take its messages: pull.lua matches its caller's
 }
 
 

@@ -8,6 +8,7 @@ does not allow, where the connection is made."""
 import asyncio
 import hashlib
 import hmac
+import re
 import socket
 import time
 from concurrent.futures import Executor, ThreadPoolExecutor
@@ -25,13 +26,15 @@ ENDPOINT_IDLE_SECONDS = 60.0  # an endpoint's connections are closed after this 
 DNS_THREADS = 16  # the pushers' name lookups, apart from the loop's default executor
 
 # Header values are ASCII: a topic or msgId with other characters (or a '%') goes percent-encoded
-# as UTF-8, and one of printable ASCII goes as it is.
+# as UTF-8, and one of printable ASCII goes as it is, but for spaces at either end, which HTTP
+# drops from a header value: they go as %20 (" orders " is another topic than "orders").
 _HEADER_SAFE = "".join(chr(c) for c in range(0x20, 0x7F) if chr(c) != "%")
+_END_SPACES = re.compile("^ +| +$")
 
 
 
 def header_value(text: str) -> str:
-    return quote(text, safe=_HEADER_SAFE)
+    return _END_SPACES.sub(lambda spaces: "%20" * len(spaces[0]), quote(text, safe=_HEADER_SAFE))
 
 
 
@@ -141,10 +144,11 @@ class PushClient:
 
     async def close_idle(self) -> None:
         now = time.monotonic()
-        idle = [origin for origin, e in self._endpoints.items()
+        # All taken out before the first close yields: an attempt started meanwhile opens a new one.
+        idle = [self._endpoints.pop(origin) for origin, e in list(self._endpoints.items())
                 if not e.in_flight and now - e.last_used > ENDPOINT_IDLE_SECONDS]
-        for origin in idle:
-            await self._endpoints.pop(origin).session.close()
+        for endpoint in idle:
+            await endpoint.session.close()
 
     async def close(self) -> None:
         for endpoint in self._endpoints.values():

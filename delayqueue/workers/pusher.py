@@ -8,7 +8,7 @@ history come from the queue itself. A pusher killed mid-delivery leaves its mess
 until their deadline, and the scanner then makes them ready again: at least once, never lost.
 Any number of pushers share a topic: each message is pulled by one of them, and the pull
 counts the topic's in-flight messages against pushConcurrency across all of them (and takes
-pushRatePerSecond from the topic's consume bucket).
+from the topic's consume bucket, at pushRatePerSecond or the topic's consume rate, the lower).
 
 It learns which topics have work from the ready channel (the scanner publishes a topic as its
 messages become ready) and the schedule channel (a send due earlier than the topic's other
@@ -109,19 +109,19 @@ class Pusher:
         stopper = loop.create_task(stop.wait())
         stopper.add_done_callback(lambda _: self._kick.set())
         next_sweep = next_figures = loop.time()
-        known: set[str] = set()  # the push topics of the settings last looked at
+        known: dict[str, PushTopic] = {}  # the table of push topics last looked at
         try:
             while not stop.is_set():
                 table = await self._topics.table()
-                push_topics = set(table)
-                # A topic given a push URL since is pulled now: messages sent before this
-                # process read its setting were not its to take when their wakes came.
-                self._wanted.update(push_topics - known)
-                known = push_topics
+                if table is not known:  # read again (each read is a new table)
+                    # A topic given a push URL (or another one) since is pulled now: messages sent before this
+                    # process read it were not its to take when their wakes came (pull.lua matches the URL).
+                    self._wanted.update(topic for topic, settings in table.items() if known.get(topic) != settings)
+                    known = table
                 now = loop.time()
                 if now >= next_sweep or self._sweep_now:
                     self._sweep_now = False
-                    self._wanted.update(push_topics)
+                    self._wanted.update(table)
                     next_sweep = now + SWEEP_SECONDS
                 if now >= next_figures:
                     await self._write_figures()
@@ -158,6 +158,7 @@ class Pusher:
         """Pulls every wanted push topic with a free slot, in one pipelined round trip, and
         starts a delivery per message."""
         wanted, self._wanted = self._wanted, set()
+        limits = await self.rt.limits.table()
         pulls = []
         for topic in wanted:
             settings = table.get(topic)
@@ -167,9 +168,12 @@ class Pusher:
             if room <= 0:
                 self._held.add(topic)
                 continue
+            # A push is a take: the topic's consume rate (perhaps the operator's) holds it as it holds
+            # pulls, pushRatePerSecond too; one bucket at the lower rate holds both.
+            rates = [settings.push_rate, limits[topic].consume_rate if topic in limits else 0]
             pulls.append((settings, room, Pull(topic, room, settings.push_timeout_millis + ACK_MARGIN_MILLIS,
-                                               consume_rate=settings.push_rate,
-                                               max_inflight=settings.push_concurrency)))
+                                               consume_rate=min((rate for rate in rates if rate), default=0),
+                                               max_inflight=settings.push_concurrency, push_url=settings.push_url)))
         if not pulls:
             return
         sent_at = time.time()
@@ -196,7 +200,7 @@ class Pusher:
                     self._start(topic, settings, message)
                 except Exception:  # left in flight: it comes back at its ack deadline
                     log.exception("pusher could not start a push of topic %s", topic)
-            if reply.paused:  # resumeTopic publishes it on the ready channel
+            if reply.paused:  # resumeTopic publishes it on the ready channel; a new URL is pulled once read
                 continue
             if reply.retry_after_millis:
                 self._wakes.at(topic, now + reply.retry_after_millis / 1000)

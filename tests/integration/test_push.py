@@ -13,6 +13,7 @@ from asgiref.sync import sync_to_async
 from delayqueue_client import InvalidSignature, verify_signature
 from django.contrib.auth.models import User
 
+from delayqueue.config.push_hosts import HostPolicy
 from delayqueue.core.constants import Reason, Status
 from delayqueue.messagelog import sql
 from delayqueue.models import Message
@@ -162,7 +163,10 @@ async def test_a_receiver_that_is_down_makes_a_dead_letter_after_max_retry(api, 
     assert [reason for reason, _ in tried] == [Reason.PUSH_FAILED, Reason.PUSH_FAILED, Reason.RETRIES_EXHAUSTED]
     assert all(detail.startswith("connection: ") for _, detail in tried)
     dead = await call(api, "getDeadMsgList", method="get", topic="t")
-    assert [m["msgId"] for m in dead["delayMsgList"]] == ["m1"]
+    [letter] = dead["delayMsgList"]
+    # Its deadDetail is the failure of the attempt that ended it, as a consumer's nack reason would be.
+    assert letter["msgId"] == "m1" and letter["deadReason"] == Reason.RETRIES_EXHAUSTED
+    assert letter["deadDetail"] == tried[-1][1]
 
 
 async def test_push_concurrency_holds_across_pushers_and_rate_is_respected(api, single_rt, start_scanner,
@@ -445,6 +449,11 @@ async def test_a_topic_and_msg_id_beyond_ascii_go_percent_encoded_in_the_headers
     assert unquote(request["headers"]["DelayQueue-Msg-Id"]) == "ид-1 100%"
     verify_signature(secret, request["headers"], request["body"])
     await ends_as(api, "订单 orders", "ид-1 100%", Status.ACKED)
+    # HTTP drops spaces around a header value: a topic's own (" orders " is not "orders") go as %20.
+    await set_push(api, "  orders ", receiver.url)
+    await send(api, "  orders ", "m2")
+    [request] = await arrived(receiver, "m2")
+    assert request["headers"]["DelayQueue-Topic"] == "%20%20orders%20"
 
 
 async def test_a_topic_whose_slots_were_held_elsewhere_is_pulled_again_when_they_free(api, single_rt, start_pusher,
@@ -481,6 +490,24 @@ async def test_an_attempt_outlasting_the_idle_endpoint_limit_is_not_cut(api, sin
     await send(api, "t", "m1")
     await ends_as(api, "t", "m1", Status.ACKED)
     assert await attempts(single_rt, "t", "m1") == [(Reason.PUSHED, "200")]
+
+
+async def test_an_endpoint_used_again_while_the_idle_ones_close_is_not_cut(push_receiver, monkeypatch):
+    """Idle endpoints were closed one after another, each looked up when its turn came: an attempt
+    to one still waiting its turn, started while an earlier one closed, took its session, which was
+    then closed under it (a failed attempt, the message's delivery spent)."""
+    monkeypatch.setattr(push_http, "ENDPOINT_IDLE_SECONDS", 0)
+    first, second = await push_receiver(), await push_receiver()
+    client = push_http.PushClient(HostPolicy.parse("127.0.0.1"))
+    try:
+        for receiver in (first, second):  # a keep-alive connection to each, idle from now on
+            assert await client.post(receiver.url, b"{}", {}, 5_000) == (200, ("", ""))
+        closing = asyncio.create_task(client.close_idle())
+        await asyncio.sleep(0)  # the first endpoint's connection closing; the second's is next
+        assert await client.post(second.url, b"{}", {}, 5_000) == (200, ("", ""))
+        await closing
+    finally:
+        await client.close()
 
 
 async def test_pushers_work_on_a_single_redis_and_on_the_cluster(rt, start_scanner, start_pusher, push_receiver):
@@ -547,19 +574,68 @@ async def test_without_a_grace_period_a_rotation_signs_with_the_new_secret_alone
         verify_signature(first, request["headers"], request["body"])
 
 
-async def test_pushes_take_their_tokens_from_the_namespaces_consume_rate_as_pulls_do(api, single_rt, start_pusher,
-                                                                                      push_receiver):
-    """A push is a consumer's take: under the namespace's consume rate (1 a second here, a bucket of
-    one) the pusher is refused a token, counted as the namespace's consume_rate refusal, and
-    pushes the rest as the bucket refills."""
-    await sync_to_async(set_limits)(namespace=single_rt.ns.namespace, consume_rate=1)
+@pytest.mark.parametrize("topic", [NAMESPACE, "limited"])
+async def test_pushes_take_their_tokens_from_the_consume_rates_as_pulls_do(api, single_rt, start_pusher, push_receiver,
+                                                                          topic):
+    """A push is a consumer's take: under the namespace's consume rate, or the topic's (perhaps the
+    operator's, which a tenant cannot lift by turning the topic into a push topic: its
+    pushRatePerSecond is 0, none, here), 1 a second (a bucket of one), three pushes take two
+    seconds. The namespace's refusals of the pusher count as its consume_rate refusals."""
+    await sync_to_async(set_limits)(namespace=single_rt.ns.namespace, topic=topic, consume_rate=1)
     receiver = await push_receiver()
     await set_push(api, "limited", receiver.url)
     for i in range(3):
         await send(api, "limited", f"m{i}")
+    started = time.time() * 1000
     await start_pusher()
     for i in range(3):
         await arrived(receiver, f"m{i}")
-    throttled = await single_rt.redis.hgetall(single_rt.ns.throttled)
-    assert int(throttled.get(throttled_field("consume_rate", NAMESPACE), 0)) >= 1
     assert len(receiver.requests) == 3
+    # The bucket holds one token: the second and third pushes waited a second each for theirs.
+    assert max(r["at"] for r in receiver.requests) - started >= 1_900
+    if topic == NAMESPACE:
+        throttled = await single_rt.redis.hgetall(single_rt.ns.throttled)
+        assert int(throttled.get(throttled_field("consume_rate", NAMESPACE), 0)) >= 1
+
+
+async def test_a_new_push_url_or_push_off_holds_from_its_answer_on(api, single_rt, start_scanner, start_pusher,
+                                                                   push_receiver):
+    """The pushers read their table of push topics every 0.5 s; a message sent after setTopicConfig
+    answered a new URL (or none) was pushed to the old one if a pusher's table was a read behind.
+    Redis' copy of the URL, which the pull script matches, makes the change exact, as the pause's is."""
+    old, new = await push_receiver(), await push_receiver()
+    await set_push(api, "t", old.url)
+    await start_scanner(single_rt)
+    await start_pusher()
+    await send(api, "t", "m0")
+    await arrived(old, "m0")
+    await set_push(api, "t", new.url)
+    await send(api, "t", "m1")
+    await arrived(new, "m1")
+    assert await call(api, "setTopicConfig", topic="t", pushUrl="")
+    await send(api, "t", "m2")
+    pulled = (await call(api, "pullMsg", topic="t", batch=10))["delayMsgList"]
+    assert [m["msgId"] for m in pulled] == ["m2"]
+    assert [r["message"]["msgId"] for r in old.requests] == ["m0"]
+    assert [r["message"]["msgId"] for r in new.requests] == ["m1"]
+
+
+async def test_a_paused_push_topic_is_not_pushed_until_resumed(api, single_rt, start_scanner, start_pusher,
+                                                               push_receiver):
+    """pauseTopic stops a push topic's pushes as it stops pulls (its messages still fall due), and
+    resumeTopic's wake on the ready channel has them pushed at once, not at the pusher's 5 s sweep."""
+    receiver = await push_receiver()
+    await set_push(api, "t", receiver.url)
+    await start_scanner(single_rt)
+    await start_pusher()
+    await send(api, "t", "m0")
+    await arrived(receiver, "m0")
+    assert (await call(api, "pauseTopic", topic="t"))["code"] == 200
+    await send(api, "t", "m1")
+    await send(api, "t", "m2", delay=200)
+    await asyncio.sleep(1)  # m2 fell due and the pusher was woken for both
+    assert [r["message"]["msgId"] for r in receiver.requests] == ["m0"]
+    assert [await status_of(api, "t", msg_id) for msg_id in ("m1", "m2")] == [Status.READY, Status.READY]
+    assert (await call(api, "resumeTopic", topic="t"))["code"] == 200
+    for msg_id in ("m1", "m2"):
+        await arrived(receiver, msg_id, timeout=3)

@@ -4,7 +4,9 @@
 -- deliveries is ended instead of returned. With a consume rate, each message handed out takes a
 -- token from the topic's bucket: a pull hands out at most the whole tokens there are, and none at
 -- all answers how long until there is one. A paused topic (its meta hash's 'paused',
--- stores/topic_settings.py, or the caller's settings while the meta has none: Redis lost it) hands out nothing.
+-- stores/topic_settings.py, or the caller's settings while the meta has none: Redis lost it) hands out nothing,
+-- as does one whose meta's 'push_url' is not the caller's (a URL changed, or push turned on or off, since the
+-- caller read its settings).
 -- KEYS[1] ready
 -- KEYS[2] inflight
 -- KEYS[3] msgs
@@ -31,11 +33,12 @@
 --   messages at or under it (a push topic's pushConcurrency, counted across every pusher)
 -- ARGV[12] paused: 1 when the caller's topic settings say paused, which holds while the meta has no
 --   'paused' (the mirror went with a Redis that lost its data): a pusher's pull asks no other copy
+-- ARGV[13] push_url: '' for a consumer's pull; else the URL the pusher pulling POSTs to
 -- Returns {messages left ready (every priority), 0, µs until the next waiting message is due (-1:
 -- none; 0 when the pull handed out messages: not looked at), Redis' clock (epoch µs), msgId1, stored1,
 -- msgId2, stored2, ... (each message as includes/stored.lua stores it)
 -- ...}, or {messages in ready, ms until a token} when the consume rate allows none now, or
--- {messages in ready, -1} when the topic is paused.
+-- {messages in ready, -1} when the topic is paused, or not the caller's to take.
 -- @include clock
 -- @include token_bucket
 -- @include stats
@@ -54,8 +57,9 @@ local batch = tonumber(ARGV[1])
 local interval = tonumber(ARGV[4])
 local rate = tonumber(ARGV[8])
 local now, now_us = clock()
-local paused = redis.call('HGET', meta, META.PAUSED)
-if paused == '1' or (not paused and ARGV[12] == '1') then
+local mirror = redis.call('HMGET', meta, META.PAUSED, META.PUSH_URL)
+local paused, push_url = mirror[1], mirror[2]
+if paused == '1' or (not paused and ARGV[12] == '1') or (push_url and push_url ~= ARGV[13]) then
   return {ready_count(t), -1}
 end
 local tokens

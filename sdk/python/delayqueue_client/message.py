@@ -20,7 +20,8 @@ class Message:
     # Dead letters only (Client.dead_letters): the history reason that ended it and when (epoch ms).
     dead_reason: str | None = None
     dead_time: int | None = None
-    dead_detail: str | None = None  # the reason its consumer gave on the nack that ended it ("" when none)
+    # the reason its consumer gave on the nack that ended it, or a push's failure that did ("" when none)
+    dead_detail: str | None = None
 
     @classmethod
     def from_api(cls, data: dict[str, Any]) -> "Message":
