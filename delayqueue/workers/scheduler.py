@@ -9,7 +9,7 @@ planner killed after sending and before committing leaves the row as it was, and
 sends the same ticks again, which msgId dedupe answers as duplicates. So every tick is one
 message, whoever plans it and however often.
 
-A tick first reached more than SCHEDULE_MISSED_AFTER_MILLIS after its time was missed (no
+A tick first reached SCHEDULE_MISSED_AFTER_MILLIS or more after its time was missed (no
 scanner ran): the schedule's catch-up policy fires each missed tick once, only the latest, or
 none, and a ScheduleGap row says which. A tick whose send is refused (a limit, Redis or the log
 down) stops its schedule's plan there; it is tried again RETRY_MILLIS later, as is a schedule
