@@ -273,16 +273,24 @@ LIST_SCHEDULES = {
                     "not a nextCursor that listSchedules answered")}
 
 
-def _checked_schedule_msg(data: dict[str, Any], max_msg_bytes: int) -> dict[str, Any]:
-    """Each tick's body within the message size limit (a tick over it could never be sent)."""
+# The server's refusal of a time zone given to an interval schedule (which would seem to be in force).
+NOT_AN_INTERVAL_SETTING = "timezone: is a cron schedule's: not with everyMillis"
+INTERVAL_ZONE = "UTC"  # the zone the server keeps for an interval schedule: the only one a change of it may name
+
+
+def _checked_schedule_fields(data: dict[str, Any], max_msg_bytes: int) -> dict[str, Any]:
+    """Each tick's body within the message size limit (a tick over it could never be sent); no
+    timezone with everyMillis."""
     size = len(data["msg"].encode("utf-8")) if "msg" in data else 0
     if size > max_msg_bytes:
         raise Invalid(f"msg: is {size} bytes, over the limit of {max_msg_bytes} bytes")
+    if "timezone" in data and "everyMillis" in data:
+        raise Invalid(NOT_AN_INTERVAL_SETTING)
     return data
 
 
 def checked_create_schedule(params: dict[str, Any], max_msg_bytes: int) -> dict[str, Any]:
-    data = _checked_schedule_msg(parse(SCHEDULE_FIELDS, params), max_msg_bytes)
+    data = _checked_schedule_fields(parse(SCHEDULE_FIELDS, params), max_msg_bytes)
     for name in ("topic", "msg"):
         if name not in data:
             raise Invalid(f"{name}: This field is required.")
@@ -292,7 +300,7 @@ def checked_create_schedule(params: dict[str, Any], max_msg_bytes: int) -> dict[
 
 
 def checked_update_schedule(params: dict[str, Any], max_msg_bytes: int) -> dict[str, Any]:
-    data = _checked_schedule_msg(parse(SCHEDULE_FIELDS, params), max_msg_bytes)
+    data = _checked_schedule_fields(parse(SCHEDULE_FIELDS, params), max_msg_bytes)
     if len(data) == 1:
         raise Invalid("give at least one field to change: "
                       + ", ".join(name for name in SCHEDULE_FIELDS if name != "scheduleId"))

@@ -754,7 +754,7 @@ class FakeServer:
                 raise Answer(400, f"everyMillis must be at least {least} (DELAYQUEUE_SCHEDULE_MIN_INTERVAL_MILLIS)")
             if fields["start_time"] is None:
                 fields = {**fields, "start_time": now + every}
-            fields = {**fields, "timezone": "UTC"}
+            fields = {**fields, "timezone": rules.INTERVAL_ZONE}
         else:
             rules.check_cron(cron, fields["timezone"])
         if fields["end_time"] is not None and fields["start_time"] is not None \
@@ -863,6 +863,8 @@ class FakeServer:
                 fields["every_millis"] = None
             elif changes.get("every_millis") is not None:
                 fields["cron"] = ""
+            if not fields["cron"] and changes.get("timezone", rules.INTERVAL_ZONE) != rules.INTERVAL_ZONE:
+                raise Answer(400, rules.NOT_AN_INTERVAL_SETTING)
             if bool(fields["cron"]) != bool(schedule.cron) and "start_time" not in changes:
                 fields["start_time"] = None  # a cron schedule's earliest tick is not an interval's anchor, nor the reverse
             return fields
