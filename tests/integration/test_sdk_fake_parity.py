@@ -185,6 +185,8 @@ def scenario(side) -> list:
         lambda: c.reschedule("p", "a"),
         lambda: c.set_topic_config("p", retry_backoff_ms=-1),
         lambda: c.dead_letters("p", limit=1001),
+        lambda: c.restore("never-used"),
+        lambda: c.restore_msg("p", "never-sent"),
         lambda: c._run(Call("noSuchEndpoint", {}, lambda answer: answer, idempotent=True)),
     )]))
     seen.append(("batch", [shown(r) if isinstance(r, Message) else (r.code, r.msg) for r in c.send_many([

@@ -642,7 +642,7 @@ class FakeServer:
         topics = [self._topic(data["topic"])] if "topic" in data else list(self._topics.values())
         found = [m for t in topics for m in t.messages.values()]
         if "topic" in data and not found:
-            raise Answer(404, f"topic {data['topic']} has nothing in the message log")
+            raise Answer(404, f"topic {data['topic']} has no messages in the message log")
         return self._restore_counts(found)
 
     def _restore_msg(self, body: Any) -> dict[str, Any]:
