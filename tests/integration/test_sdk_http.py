@@ -1,8 +1,8 @@
 """The clients' transport (sdk/python/delayqueue_client/_http.py) against real socket servers that
-misbehave as servers and proxies do: closing a kept-alive connection as a request arrives, closing
-without an answer, never answering, a proxy answering 502/503/504 in front of the real server; a
-forward proxy from the environment or the options; the blocking pool's bound; TLS verification
-and client certificates."""
+misbehave as servers and proxies do: closing a kept-alive connection as a request arrives (and one
+idle past MAX_IDLE_SECONDS not reused), closing without an answer, never answering, a proxy
+answering 502/503/504 in front of the real server; a forward proxy from the environment or the
+options; the blocking pool's bound; TLS verification and client certificates."""
 import asyncio
 import http.server
 import json
@@ -16,7 +16,7 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from delayqueue_client import AsyncClient, Client, MaybeApplied, ServerError, Unavailable
+from delayqueue_client import AsyncClient, Client, MaybeApplied, ServerError, Unavailable, _http
 
 from tests.helpers import wait_for
 
@@ -99,6 +99,27 @@ def test_a_kept_alive_connection_closed_as_the_request_arrives_is_replaced_and_t
         assert client.topic_info("t") == {"topic": "t"}
         assert client.ack("t", "m1") is True
         assert server.connections == 2 and server.requests == 3
+
+
+async def test_both_clients_replace_a_connection_idle_past_max_idle_seconds_rather_than_reuse_it(serve, monkeypatch):
+    # Servers close idle connections (uvicorn after 5 s): a request written into one as it closes is
+    # lost, and for an ack that is MaybeApplied. So neither client reuses one idle that long.
+    monkeypatch.setattr(_http, "MAX_IDLE_SECONDS", 0.2)
+    server = serve(lambda conn, nth: answer(conn))
+    with Client(server.url) as client:
+        client.topic_info("t")
+        client.topic_info("t")
+        assert server.connections == 1  # kept alive while fresh
+        time.sleep(0.5)  # idle past MAX_IDLE_SECONDS: the input here
+        client.topic_info("t")
+        assert server.connections == 2
+    async with AsyncClient(server.url) as async_client:
+        await async_client.topic_info("t")
+        await async_client.topic_info("t")
+        assert server.connections == 3
+        await asyncio.sleep(0.5)
+        await async_client.topic_info("t")
+        assert server.connections == 4
 
 
 def test_an_answer_cut_after_it_began_on_a_kept_alive_connection_is_not_sent_again(serve):

@@ -244,10 +244,12 @@ class AsyncPool:
     """Pool's post() for asyncio, on httpx.AsyncClient."""
 
     def __init__(self, settings: Settings):
-        # trust_env=False: the proxy was chosen by proxy_for, as for Pool, not again by httpx.
+        # trust_env=False: the proxy was chosen by proxy_for, as for Pool, not again by httpx. httpx
+        # keeps idle connections 5 s, as long as uvicorn: MAX_IDLE_SECONDS, as Pool's.
+        limits = httpx.Limits(max_connections=settings.max_connections, keepalive_expiry=MAX_IDLE_SECONDS)
         self._http = httpx.AsyncClient(
             base_url=settings.url, timeout=settings.timeout, verify=settings.ssl_context, proxy=settings.proxy,
-            trust_env=False, limits=httpx.Limits(max_connections=settings.max_connections),
+            trust_env=False, limits=limits,
             headers={"Content-Type": "application/json", "User-Agent": USER_AGENT, **settings.headers})
 
     async def post(self, path: str, body: bytes, timeout: float) -> tuple[int, bytes]:
