@@ -195,6 +195,14 @@ def test_tokens_unauthorized_forbidden_and_the_environment(web_processes, monkey
             from_env.pull("t")
     assert forbidden.value.code == 403
     assert LoggedMessage.objects.get(msg_id="e1").namespace == "shop"
+    # A token read from a secret file often ends with its newline: the ends' whitespace is no token's.
+    with Client(web.url, token=f" {produce_only}\n") as from_file:
+        assert from_file.send("t", "x", msg_id="e2").msg_id == "e2"
+    for cls in (Client, AsyncClient):  # one that cannot be a header's value is refused, and not shown
+        for bad in (produce_only[:9] + "\n" + produce_only[9:], produce_only + "\x00", produce_only + "é"):
+            with pytest.raises(ValueError, match="the token must be printable ASCII") as refused:
+                cls(web.url, token=bad)
+            assert produce_only[9:] not in str(refused.value)
 
 
 @pytest.mark.fault

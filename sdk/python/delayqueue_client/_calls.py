@@ -235,7 +235,11 @@ class Calls:
         if timeout <= 0 or max_connections < 1 or max_retries < 0:
             raise ValueError(f"timeout must be above 0, max_connections at least 1 and max_retries at least 0, "
                              f"got {timeout}, {max_connections} and {max_retries}")
-        token = token if token is not None else os.environ.get("DELAYQUEUE_TOKEN")
+        # The ends' whitespace is no token's: a token read from a secret file often ends with its newline.
+        token = (token if token is not None else os.environ.get("DELAYQUEUE_TOKEN") or "").strip()
+        if not (token.isascii() and token.isprintable()):  # it could be no header's value; never shown
+            raise ValueError("the token must be printable ASCII (DELAYQUEUE_TOKEN or token=): it holds a line break, "
+                             "another control character or a non-ASCII one")
         self._headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.timeout = timeout
         self.max_retries = max_retries
