@@ -263,6 +263,15 @@ def test_a_server_url_that_is_not_http_is_refused_by_both_clients(url):
         AsyncClient(url)
 
 
+def test_a_server_url_holding_a_user_or_password_is_refused_by_both_clients_without_showing_it():
+    # The blocking client dropped them and httpx sent them as Basic auth in place of the token.
+    for url in ("http://me:url-secret@queue.example:8000", "https://url-secret@queue.example", "ftp://me:url-secret@q"):
+        for cls in (Client, AsyncClient):
+            with pytest.raises(ValueError, match="no user or password") as refused:
+                cls(url)
+            assert "url-secret" not in str(refused.value)
+
+
 def test_the_methods_defined_once_show_their_own_parameters_and_doc_on_both_clients():
     import inspect
 

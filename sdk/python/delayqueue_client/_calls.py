@@ -230,6 +230,9 @@ class Calls:
                  middleware: Sequence[Middleware] = ()):
         self.base_url = (base_url or os.environ.get("DELAYQUEUE_URL") or DEFAULT_URL).rstrip("/")
         parts = urlsplit(self.base_url)
+        if parts.username is not None:  # the token authenticates; a password would show in every error's URL
+            raise ValueError("the server URL must hold no user or password: http(s)://host[:port][/prefix] "
+                             "(the token, token= or DELAYQUEUE_TOKEN, authenticates)")
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"the server URL must be http(s)://host[:port][/prefix], got {self.base_url!r}")
         if timeout <= 0 or max_connections < 1 or max_retries < 0:

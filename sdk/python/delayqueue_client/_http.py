@@ -151,7 +151,7 @@ class Pool:
                 credentials = f"{unquote(self._proxy.username)}:{unquote(self._proxy.password or '')}"
                 self._tunnel_headers["Proxy-Authorization"] = "Basic " + base64.b64encode(credentials.encode()).decode()
             if not self._https:
-                self._prefix = f"http://{parts.netloc.rpartition('@')[2]}{self._prefix}"
+                self._prefix = f"http://{parts.netloc}{self._prefix}"
                 self._headers.update(self._tunnel_headers)
         self._timeout = settings.timeout
         self._ssl = settings.ssl_context
