@@ -185,6 +185,8 @@ def scenario(side) -> list:
         lambda: c.reschedule("p", "a"),
         lambda: c.set_topic_config("p", retry_backoff_ms=-1),
         lambda: c.dead_letters("p", limit=1001),
+        lambda: c.redrive("p", [f"m{i}" for i in range(1001)]),
+        lambda: c.purge_dead("p", [f"m{i}" for i in range(1001)]),
         lambda: c.restore("never-used"),
         lambda: c.restore_msg("p", "never-sent"),
         lambda: c._run(Call("noSuchEndpoint", {}, lambda answer: answer, idempotent=True)),

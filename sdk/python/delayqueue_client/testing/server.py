@@ -400,6 +400,13 @@ class FakeServer:
             raise Answer(400, "request body must be form fields or a JSON object")
         return body
 
+    def _msg_ids_within_limit(self, data: dict[str, Any]) -> dict[str, Any]:
+        """Parameters whose msgIds (when given) are at most DELAYQUEUE_MAX_BATCH_SEND, as the server's."""
+        count, limit = len(data.get("msgIds") or ()), self.settings.max_batch_send
+        if count > limit:
+            raise rules.Invalid(f"msgIds: has {count} msgIds, over the limit of {limit}")
+        return data
+
     def _found(self, topic: str, msg_id: str) -> Stored | None:
         """A message the server's Redis holds (getMsg, touchMsg, rescheduleMsg find it): live, or
         ended within the retention and not released."""
@@ -506,10 +513,7 @@ class FakeServer:
         return {"done": self._settle_one(data["topic"], data["msgId"], data)}
 
     def _ack_msg_batch(self, body: Any) -> dict[str, Any]:
-        data = rules.checked_ack(rules.ACK_BATCH, self._params(body))
-        if len(data["msgIds"]) > self.settings.max_batch_send:
-            raise rules.Invalid(f"msgIds: has {len(data['msgIds'])} msgIds, over the limit of "
-                                f"{self.settings.max_batch_send}")
+        data = self._msg_ids_within_limit(rules.checked_ack(rules.ACK_BATCH, self._params(body)))
         return {"results": [{"msgId": msg_id, "done": self._settle_one(data["topic"], msg_id, data)}
                             for msg_id in data["msgIds"]]}
 
@@ -684,7 +688,7 @@ class FakeServer:
         return answer
 
     def _redrive_dead_msg(self, body: Any) -> dict[str, Any]:
-        data = rules.parse(rules.REDRIVE, self._params(body))
+        data = self._msg_ids_within_limit(rules.parse(rules.REDRIVE, self._params(body)))
         dead, now = self._dead(data["topic"], data.get("msgIds")), self.clock.now_ms()
         if not dead:
             raise Answer(404, f"topic {data['topic']} has no such dead letter" if "msgIds" in data
@@ -704,7 +708,7 @@ class FakeServer:
         return {"moved": self._redrives[task_id], "left": 0, "state": "done"}
 
     def _purge_dead_msg(self, body: Any) -> dict[str, Any]:
-        data = rules.parse(rules.PURGE_DEAD, self._params(body))
+        data = self._msg_ids_within_limit(rules.parse(rules.PURGE_DEAD, self._params(body)))
         dead = self._dead(data["topic"], data.get("msgIds"))
         for m in dead:
             del self._topics[data["topic"]].messages[m.msg_id]
