@@ -188,6 +188,7 @@ def scenario(side) -> list:
         lambda: c.redrive("p", [f"m{i}" for i in range(1001)]),
         lambda: c.purge_dead("p", [f"m{i}" for i in range(1001)]),
         lambda: c.restore("never-used"),
+        lambda: c.restore(""),
         lambda: c.restore_msg("p", "never-sent"),
         lambda: c._run(Call("noSuchEndpoint", {}, lambda answer: answer, idempotent=True)),
     )]))

@@ -143,6 +143,7 @@ class Field:
 _CLEANERS: dict[str, Callable[[Field, Any], Any]] = {
     "int": Field._int, "bool": Field._bool, "text": Field._text, "list": Field._list}
 TOPIC = Field("text", required=True, trim=False, check=topic_problem, blank_error=topic_problem("") or "")
+_OPTIONAL_TOPIC = Field("text", trim=False, check=topic_problem, blank_error=topic_problem("") or "")
 MSG_ID = Field("text", required=True, max_length=MAX_MSG_ID_LENGTH, refused=_MSG_ID_CONTROL)
 
 
@@ -185,6 +186,9 @@ DEAD_LIST = {"topic": TOPIC, "limit": Field("int", default=DEAD_LIST_DEFAULT_LIM
 REDRIVE = {"topic": TOPIC, "msgIds": _MSG_IDS,
            "maxPerSecond": Field("int", default=REDRIVE_DEFAULT_RATE, low=1, high=REDRIVE_MAX_RATE)}
 PURGE_DEAD = {"topic": TOPIC, "msgIds": _MSG_IDS}
+_EXPIRE = Field("bool", default=False)
+RESTORE = {"topic": _OPTIONAL_TOPIC, "expire": _EXPIRE}
+RESTORE_MSG = {**MESSAGE_REF, "expire": _EXPIRE}
 REDRIVE_TASK = {"taskId": Field("int", required=True, low=1, high=2 ** 63 - 1)}
 
 
@@ -256,7 +260,6 @@ _SCHEDULE_ID = re.compile(rf"[A-Za-z0-9._:-]{{1,{MAX_SCHEDULE_ID_LENGTH}}}")
 SCHEDULE_ID_RULE = f"must be 1 to {MAX_SCHEDULE_ID_LENGTH} letters, digits, '.', '_', ':' or '-'"
 SCHEDULE_ID = Field("text", required=True, max_length=MAX_SCHEDULE_ID_LENGTH,
                     check=lambda text: None if _SCHEDULE_ID.fullmatch(text) else SCHEDULE_ID_RULE)
-_OPTIONAL_TOPIC = Field("text", trim=False, check=topic_problem, blank_error=topic_problem("") or "")
 _SCHEDULE_TIME = Field("int", low=0, high=MAX_TRIGGER_TIME_MILLIS)
 SCHEDULE_REF = {"scheduleId": SCHEDULE_ID}
 SCHEDULE_FIELDS = {

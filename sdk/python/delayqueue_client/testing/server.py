@@ -641,8 +641,7 @@ class FakeServer:
         return {"data": {"requestStatsList": [], "pullMsgTimeGapStatsList": [], "readyQueueTimeGapStatsList": []}}
 
     def _restore(self, body: Any) -> dict[str, Any]:
-        data = rules.parse({"topic": rules.Field("text", trim=False, check=rules.topic_problem),
-                            "expire": rules.Field("bool", default=False)}, self._params(body))
+        data = rules.parse(rules.RESTORE, self._params(body))
         topics = [self._topic(data["topic"])] if "topic" in data else list(self._topics.values())
         found = [m for t in topics for m in t.messages.values()]
         if "topic" in data and not found:
@@ -650,7 +649,7 @@ class FakeServer:
         return self._restore_counts(found)
 
     def _restore_msg(self, body: Any) -> dict[str, Any]:
-        data = rules.parse({**rules.MESSAGE_REF, "expire": rules.Field("bool", default=False)}, self._params(body))
+        data = rules.parse(rules.RESTORE_MSG, self._params(body))
         m = self._topic(data["topic"]).messages.get(data["msgId"])
         if m is None:
             raise Answer(404, f"message {data['msgId']} not found in the message log of topic {data['topic']}")
