@@ -197,6 +197,7 @@ class Proxy:
 
     def __init__(self, upstream: str | None = None):
         self.upstream, self.fail_next, self.status, self.seen = upstream, 0, 502, []
+        self.refuse_tunnels = False  # answer CONNECT 407, as a proxy wanting other credentials does
         proxy = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -217,6 +218,12 @@ class Proxy:
 
             def do_CONNECT(self):  # a tunnel, for https:// through the proxy
                 proxy.seen.append(f"CONNECT {self.path}")
+                if proxy.refuse_tunnels:
+                    self.send_response(407)
+                    self.send_header("Proxy-Authenticate", 'Basic realm="proxy"')
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
                 host, port = self.path.rsplit(":", 1)
                 upstream = socket.create_connection((host, int(port)), timeout=30)
                 self.send_response(200)
@@ -465,5 +472,21 @@ def test_https_goes_through_the_proxy_in_a_connect_tunnel_in_both_clients(certif
             forward.seen = []
             assert call("topic_info", "t") == {"topic": "t"}
             assert forward.seen == [f"CONNECT {server.url.removeprefix('https://')}"]  # the server's TLS inside
+    finally:
+        server.close()
+
+
+def test_a_tunnel_the_proxy_refuses_is_unavailable_in_both_clients_even_for_an_ack(certificates, proxy, no_proxy_env):
+    server = TLSServer(answer_all, certificates, client_ca=False)
+    forward = proxy()
+    forward.refuse_tunnels = True
+    try:
+        for call in both_clients(server.url, max_retries=1, backoff_base=0.001, verify=str(certificates / "ca.pem"),
+                                 proxy=forward.url)[1]:
+            forward.seen = []
+            with pytest.raises(Unavailable, match="407"):
+                call("ack", "t", "m1")  # the request never left the proxy: not MaybeApplied, and tried again
+            assert len(forward.seen) == 2
+        assert server.requests == 0
     finally:
         server.close()

@@ -255,7 +255,8 @@ class AsyncPool:
     async def post(self, path: str, body: bytes, timeout: float) -> tuple[int, bytes]:
         try:
             response = await self._http.post(path, content=body, timeout=timeout)
-        except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
+        # ProxyError: the proxy refused the CONNECT tunnel, before the request (as Pool's NotSent).
+        except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout, httpx.ProxyError) as exc:
             raise NotSent(_described(exc)) from exc
         except (httpx.HTTPError, OSError) as exc:
             # OSError: what httpx leaves unmapped, such as a TLS 1.3 alert read after the request
