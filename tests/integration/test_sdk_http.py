@@ -101,6 +101,14 @@ def test_a_kept_alive_connection_closed_as_the_request_arrives_is_replaced_and_t
         assert server.connections == 2 and server.requests == 3
 
 
+async def test_the_async_client_too_makes_a_call_once_more_on_a_new_connection_when_a_kept_alive_one_closed(serve):
+    server = serve(lambda conn, nth: answer(conn) if nth == 1 else False)
+    async with AsyncClient(server.url, max_retries=0) as client:
+        assert await client.topic_info("t") == {"topic": "t"}
+        assert await client.ack("t", "m1") is True
+        assert server.connections == 2 and server.requests == 3
+
+
 async def test_both_clients_replace_a_connection_idle_past_max_idle_seconds_rather_than_reuse_it(serve, monkeypatch):
     # Servers close idle connections (uvicorn after 5 s): a request written into one as it closes is
     # lost, and for an ack that is MaybeApplied. So neither client reuses one idle that long.
