@@ -86,6 +86,7 @@ def test_send_many_answers_each_item_its_message_or_its_error(client):
     assert isinstance(results[1], BadRequest) and "priority" in results[1].msg
     assert isinstance(results[2], Message) and results[2].status == 1
     assert logged_count("t") == 2
+    assert client.send_many([]) == []  # nothing to send: no answers (the API refuses an empty batch)
 
 
 def test_topic_config_pause_resume_and_purge(client):
@@ -431,6 +432,7 @@ async def test_the_async_client_has_the_same_methods(sdk_server):
         assert await client.ack("async", "a1") is True
         with pytest.raises(BadRequest):
             await client.send("async", "x", delay_ms=1, trigger_time=1)
+        assert await client.send_many([]) == []
 
 
 async def test_the_async_producer_batches_sends_of_8_tasks_each_stored_once(sdk_server):
