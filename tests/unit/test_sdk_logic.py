@@ -255,12 +255,21 @@ def test_a_resend_that_fails_as_a_whole_keeps_what_the_first_answer_stored():
     assert isinstance(failed, ServerError) and "unreachable" in failed.msg
 
 
-@pytest.mark.parametrize("url", ["ftp://queue.example", "queue.example:8000", "http://"])
+@pytest.mark.parametrize("url", ["ftp://queue.example", "queue.example:8000", "http://", "http://queue.example/a b",
+                                 "http://queue\n.example:8000"])
 def test_a_server_url_that_is_not_http_is_refused_by_both_clients(url):
     with pytest.raises(ValueError, match="must be http"):
         Client(url)
     with pytest.raises(ValueError, match="must be http"):
         AsyncClient(url)
+
+
+def test_a_server_url_read_with_whitespace_around_it_is_taken_without_it_by_both_clients(monkeypatch):
+    monkeypatch.setenv("DELAYQUEUE_URL", " http://queue.example:9000/\n")  # as a config file's line holds it
+    for cls in (Client, AsyncClient):
+        client = cls()
+        assert (client.base_url, client._settings.url) == (
+            "http://queue.example:9000", "http://queue.example:9000/camellia/delayQueue/")
 
 
 def test_a_server_url_holding_a_user_or_password_is_refused_by_both_clients_without_showing_it():
