@@ -165,6 +165,9 @@ def test_tokens_from_the_environment_or_option_never_in_an_error(web_processes):
     wrong = "dq_" + "x" * 43
     result = run_cli(web.url, "get", "t", "e1", token=wrong)
     assert failed(result, 1).startswith("delayqueue: error: 401 ") and wrong not in result.stderr
+    ok(run_cli(web.url, "get", "t", "e1", token=token + "\n"))  # as a secret file holds it
+    result = run_cli(web.url, "get", "t", "e1", token=token[:9] + "\r\n" + token[9:])
+    assert "the token must be printable ASCII" in failed(result, 2) and token[9:] not in result.stderr
 
 
 def test_consume_prints_and_acks_or_leaves_them_with_no_ack(sdk_server, client):

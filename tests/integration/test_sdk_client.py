@@ -86,6 +86,7 @@ def test_send_many_answers_each_item_its_message_or_its_error(client):
     assert isinstance(results[1], BadRequest) and "priority" in results[1].msg
     assert isinstance(results[2], Message) and results[2].status == 1
     assert logged_count("t") == 2
+    assert client.send_many([]) == []  # nothing to send: no answers (the API refuses an empty batch)
 
 
 def test_topic_config_pause_resume_and_purge(client):
@@ -195,6 +196,14 @@ def test_tokens_unauthorized_forbidden_and_the_environment(web_processes, monkey
             from_env.pull("t")
     assert forbidden.value.code == 403
     assert LoggedMessage.objects.get(msg_id="e1").namespace == "shop"
+    # A token read from a secret file often ends with its newline: the ends' whitespace is no token's.
+    with Client(web.url, token=f" {produce_only}\n") as from_file:
+        assert from_file.send("t", "x", msg_id="e2").msg_id == "e2"
+    for cls in (Client, AsyncClient):  # one that cannot be a header's value is refused, and not shown
+        for bad in (produce_only[:9] + "\n" + produce_only[9:], produce_only + "\x00", produce_only + "é"):
+            with pytest.raises(ValueError, match="the token must be printable ASCII") as refused:
+                cls(web.url, token=bad)
+            assert produce_only[9:] not in str(refused.value)
 
 
 def test_a_token_given_as_camellias_url_prefix_goes_in_no_url_the_clients_log(web_processes, caplog):
@@ -440,6 +449,7 @@ async def test_the_async_client_has_the_same_methods(sdk_server):
         assert await client.ack("async", "a1") is True
         with pytest.raises(BadRequest):
             await client.send("async", "x", delay_ms=1, trigger_time=1)
+        assert await client.send_many([]) == []
 
 
 async def test_the_async_producer_batches_sends_of_8_tasks_each_stored_once(sdk_server):

@@ -200,6 +200,11 @@ def scenario(side) -> list:
         lambda: c.reschedule("p", "a"),
         lambda: c.set_topic_config("p", retry_backoff_ms=-1),
         lambda: c.dead_letters("p", limit=1001),
+        lambda: c.redrive("p", [f"m{i}" for i in range(1001)]),
+        lambda: c.purge_dead("p", [f"m{i}" for i in range(1001)]),
+        lambda: c.restore("never-used"),
+        lambda: c.restore(""),
+        lambda: c.restore_msg("p", "never-sent"),
         lambda: c._run(Call("noSuchEndpoint", {}, lambda answer: answer, idempotent=True)),
     )]))
     seen.append(("batch", [shown(r) if isinstance(r, Message) else (r.code, r.msg) for r in c.send_many([
@@ -275,6 +280,9 @@ def schedule_scenario(client: Client) -> list:
         lambda: c.create_schedule("s", "sched", "", every=60),
         lambda: c.create_schedule("s", "sched", "x"),
         lambda: c.create_schedule("s", "sched", "x", cron="* * * * *", every=60),
+        lambda: c.create_schedule("s", "sched", "x", every=60, timezone="UTC"),
+        lambda: c.update_schedule("p.every", every=60, timezone="UTC"),
+        lambda: c.update_schedule("p:cron", timezone="Europe/Berlin"),  # an interval schedule since "to interval"
         lambda: c.create_schedule("s", "sched", "x", every=0.999),
         lambda: c.create_schedule("s", "sched", "x", every=60, priority=10),
         lambda: c.create_schedule("s", "sched", "x", every=60, catch_up="never"),

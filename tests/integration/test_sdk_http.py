@@ -1,8 +1,8 @@
 """The clients' transport (sdk/python/delayqueue_client/_http.py) against real socket servers that
-misbehave as servers and proxies do: closing a kept-alive connection as a request arrives, closing
-without an answer, never answering, a proxy answering 502/503/504 in front of the real server; a
-forward proxy from the environment or the options; the blocking pool's bound; TLS verification
-and client certificates."""
+misbehave as servers and proxies do: closing a kept-alive connection as a request arrives (and one
+idle past MAX_IDLE_SECONDS not reused), closing without an answer, never answering, a proxy
+answering 502/503/504 in front of the real server; a forward proxy from the environment or the
+options; the blocking pool's bound; TLS verification and client certificates."""
 import asyncio
 import http.server
 import json
@@ -16,7 +16,7 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from delayqueue_client import AsyncClient, Client, MaybeApplied, ServerError, Unavailable
+from delayqueue_client import AsyncClient, Client, MaybeApplied, ServerError, Unavailable, _http
 
 from tests.helpers import wait_for
 
@@ -101,6 +101,35 @@ def test_a_kept_alive_connection_closed_as_the_request_arrives_is_replaced_and_t
         assert server.connections == 2 and server.requests == 3
 
 
+async def test_the_async_client_too_makes_a_call_once_more_on_a_new_connection_when_a_kept_alive_one_closed(serve):
+    server = serve(lambda conn, nth: answer(conn) if nth == 1 else False)
+    async with AsyncClient(server.url, max_retries=0) as client:
+        assert await client.topic_info("t") == {"topic": "t"}
+        assert await client.ack("t", "m1") is True
+        assert server.connections == 2 and server.requests == 3
+
+
+async def test_both_clients_replace_a_connection_idle_past_max_idle_seconds_rather_than_reuse_it(serve, monkeypatch):
+    # Servers close idle connections (uvicorn after 5 s): a request written into one as it closes is
+    # lost, and for an ack that is MaybeApplied. So neither client reuses one idle that long.
+    monkeypatch.setattr(_http, "MAX_IDLE_SECONDS", 0.2)
+    server = serve(lambda conn, nth: answer(conn))
+    with Client(server.url) as client:
+        client.topic_info("t")
+        client.topic_info("t")
+        assert server.connections == 1  # kept alive while fresh
+        time.sleep(0.5)  # idle past MAX_IDLE_SECONDS: the input here
+        client.topic_info("t")
+        assert server.connections == 2
+    async with AsyncClient(server.url) as async_client:
+        await async_client.topic_info("t")
+        await async_client.topic_info("t")
+        assert server.connections == 3
+        await asyncio.sleep(0.5)
+        await async_client.topic_info("t")
+        assert server.connections == 4
+
+
 def test_an_answer_cut_after_it_began_on_a_kept_alive_connection_is_not_sent_again(serve):
     def cut_second(conn, nth):
         if nth == 1:
@@ -176,6 +205,7 @@ class Proxy:
 
     def __init__(self, upstream: str | None = None):
         self.upstream, self.fail_next, self.status, self.seen = upstream, 0, 502, []
+        self.refuse_tunnels = False  # answer CONNECT 407, as a proxy wanting other credentials does
         proxy = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -196,6 +226,12 @@ class Proxy:
 
             def do_CONNECT(self):  # a tunnel, for https:// through the proxy
                 proxy.seen.append(f"CONNECT {self.path}")
+                if proxy.refuse_tunnels:
+                    self.send_response(407)
+                    self.send_header("Proxy-Authenticate", 'Basic realm="proxy"')
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
                 host, port = self.path.rsplit(":", 1)
                 upstream = socket.create_connection((host, int(port)), timeout=30)
                 self.send_response(200)
@@ -444,5 +480,21 @@ def test_https_goes_through_the_proxy_in_a_connect_tunnel_in_both_clients(certif
             forward.seen = []
             assert call("topic_info", "t") == {"topic": "t"}
             assert forward.seen == [f"CONNECT {server.url.removeprefix('https://')}"]  # the server's TLS inside
+    finally:
+        server.close()
+
+
+def test_a_tunnel_the_proxy_refuses_is_unavailable_in_both_clients_even_for_an_ack(certificates, proxy, no_proxy_env):
+    server = TLSServer(answer_all, certificates, client_ca=False)
+    forward = proxy()
+    forward.refuse_tunnels = True
+    try:
+        for call in both_clients(server.url, max_retries=1, backoff_base=0.001, verify=str(certificates / "ca.pem"),
+                                 proxy=forward.url)[1]:
+            forward.seen = []
+            with pytest.raises(Unavailable, match="407"):
+                call("ack", "t", "m1")  # the request never left the proxy: not MaybeApplied, and tried again
+            assert len(forward.seen) == 2
+        assert server.requests == 0
     finally:
         server.close()

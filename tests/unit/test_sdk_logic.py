@@ -221,13 +221,16 @@ def test_url_and_token_come_from_the_environment_and_the_token_shows_in_no_repr(
 
 def test_a_token_or_password_in_the_url_shows_in_no_repr_nor_error():
     # camellia's SDK takes its token as the path prefix /t/<token>, and this client works with that URL too.
-    with Client("http://user:url-secret@queue.example:9000/t/dq_in_path") as client:
+    with Client("http://queue.example:9000/t/dq_in_path") as client:
         # Sent as a bearer header, which the server takes as it takes the prefix: in no URL then.
-        assert client._settings.url == "http://user:url-secret@queue.example:9000/camellia/delayQueue/"
+        assert client._settings.url == "http://queue.example:9000/camellia/delayQueue/"
         assert client._headers["Authorization"] == "Bearer dq_in_path"
         for shown in (repr(client), repr(client._settings)):
-            assert "dq_in_path" not in shown and "url-secret" not in shown
-        assert repr(client) == "Client('http://user:***@queue.example:9000/t/***')"
+            assert "dq_in_path" not in shown
+        assert repr(client) == "Client('http://queue.example:9000/t/***')"
+    with pytest.raises(ValueError) as refused:  # a password in it: refused, unshown
+        Client("http://user:url-secret@queue.example:9000/t/dq_in_path")
+    assert "url-secret" not in str(refused.value) and "dq_in_path" not in str(refused.value)
     with pytest.raises(ValueError) as refused:
         Client("ftp://queue.example/t/dq_in_path")
     assert "dq_in_path" not in str(refused.value) and "ftp://queue.example/t/***" in str(refused.value)
@@ -269,12 +272,30 @@ def test_a_resend_that_fails_as_a_whole_keeps_what_the_first_answer_stored():
     assert isinstance(failed, ServerError) and "unreachable" in failed.msg
 
 
-@pytest.mark.parametrize("url", ["ftp://queue.example", "queue.example:8000", "http://"])
+@pytest.mark.parametrize("url", ["ftp://queue.example", "queue.example:8000", "http://", "http://queue.example/a b",
+                                 "http://queue\n.example:8000"])
 def test_a_server_url_that_is_not_http_is_refused_by_both_clients(url):
     with pytest.raises(ValueError, match="must be http"):
         Client(url)
     with pytest.raises(ValueError, match="must be http"):
         AsyncClient(url)
+
+
+def test_a_server_url_read_with_whitespace_around_it_is_taken_without_it_by_both_clients(monkeypatch):
+    monkeypatch.setenv("DELAYQUEUE_URL", " http://queue.example:9000/\n")  # as a config file's line holds it
+    for cls in (Client, AsyncClient):
+        client = cls()
+        assert (client.base_url, client._settings.url) == (
+            "http://queue.example:9000", "http://queue.example:9000/camellia/delayQueue/")
+
+
+def test_a_server_url_holding_a_user_or_password_is_refused_by_both_clients_without_showing_it():
+    # The blocking client dropped them and httpx sent them as Basic auth in place of the token.
+    for url in ("http://me:url-secret@queue.example:8000", "https://url-secret@queue.example", "ftp://me:url-secret@q"):
+        for cls in (Client, AsyncClient):
+            with pytest.raises(ValueError, match="no user or password") as refused:
+                cls(url)
+            assert "url-secret" not in str(refused.value)
 
 
 def test_the_methods_defined_once_show_their_own_parameters_and_doc_on_both_clients():

@@ -60,6 +60,9 @@ def test_request_fields_take_seconds_or_timedeltas_and_aware_datetimes_or_epoch_
         schedule_fields(start=datetime(2030, 1, 1))
     with pytest.raises(ValueError, match="0 or more"):
         schedule_fields(every=-1)
+    for endless in (float("inf"), float("nan"), 10 ** 400, 1e307):  # no whole ms: a ValueError, not OverflowError
+        with pytest.raises(ValueError, match="0 or more"):
+            schedule_fields(ttl=endless)
     with pytest.raises(TypeError, match="msg must be a str"):
         schedule_fields(msg=b"bytes")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="epoch milliseconds"):

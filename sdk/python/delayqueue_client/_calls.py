@@ -229,14 +229,24 @@ class Calls:
                  max_retry_after: float = 5.0, verify: bool | str = True, cert: str | tuple[str, str] | None = None,
                  proxy: str | None = None, trust_env: bool = True, max_connections: int = 100,
                  middleware: Sequence[Middleware] = ()):
-        self.base_url = (base_url or os.environ.get("DELAYQUEUE_URL") or DEFAULT_URL).rstrip("/")
+        # Whitespace around it (a config file's newline) is no URL's; inside, urlsplit drops line
+        # breaks while httpx refuses them: refused, so both clients take the same URLs.
+        self.base_url = (base_url or os.environ.get("DELAYQUEUE_URL") or DEFAULT_URL).strip().rstrip("/")
         parts = urlsplit(self.base_url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
+        if parts.username is not None:  # the token authenticates; a password would show in every error's URL
+            raise ValueError("the server URL must hold no user or password: http(s)://host[:port][/prefix] "
+                             "(the token, token= or DELAYQUEUE_TOKEN, authenticates)")
+        if (parts.scheme not in ("http", "https") or not parts.hostname or not self.base_url.isprintable()
+                or " " in self.base_url):
             raise ValueError(f"the server URL must be http(s)://host[:port][/prefix], got {shown_url(self.base_url)!r}")
         if timeout <= 0 or max_connections < 1 or max_retries < 0:
             raise ValueError(f"timeout must be above 0, max_connections at least 1 and max_retries at least 0, "
                              f"got {timeout}, {max_connections} and {max_retries}")
-        token = token if token is not None else os.environ.get("DELAYQUEUE_TOKEN")
+        # The ends' whitespace is no token's: a token read from a secret file often ends with its newline.
+        token = (token if token is not None else os.environ.get("DELAYQUEUE_TOKEN") or "").strip()
+        if not (token.isascii() and token.isprintable()):  # it could be no header's value; never shown
+            raise ValueError("the token must be printable ASCII (DELAYQUEUE_TOKEN or token=): it holds a line break, "
+                             "another control character or a non-ASCII one")
         served_url, path_token = lifted_token(self.base_url)
         token = path_token or token  # as the server, which takes the path's token before the header's
         self._headers = {"Authorization": f"Bearer {token}"} if token else {}

@@ -172,7 +172,7 @@ class Pool:
                 credentials = f"{unquote(self._proxy.username)}:{unquote(self._proxy.password or '')}"
                 self._tunnel_headers["Proxy-Authorization"] = "Basic " + base64.b64encode(credentials.encode()).decode()
             if not self._https:
-                self._prefix = f"http://{parts.netloc.rpartition('@')[2]}{self._prefix}"
+                self._prefix = f"http://{parts.netloc}{self._prefix}"
                 self._headers.update(self._tunnel_headers)
         self._timeout = settings.timeout
         self._ssl = settings.ssl_context
@@ -261,26 +261,63 @@ class Pool:
             each.conn.close()
 
 
+# httpcore's RemoteProtocolError for a connection closed before any byte of an answer.
+_NO_RESPONSE = "disconnected without sending a response"
+
+
+class _Attempt:
+    """One request of AsyncPool, as httpcore's trace extension tells it: whether it opened a
+    connection, and whether an answer began."""
+
+    def __init__(self) -> None:
+        self.opened = self.answered = False
+
+    async def trace(self, event: str, info: dict[str, object]) -> None:
+        if event.startswith("connection.connect_tcp."):
+            self.opened = True
+        elif event == "http11.receive_response_headers.complete":
+            self.answered = True
+
+    def kept_alive_closed(self) -> bool:
+        """A reused connection the server closed before any answer (no status line came)."""
+        return not self.opened and not self.answered
+
+
 class AsyncPool:
     """Pool's post() for asyncio, on httpx.AsyncClient."""
 
     def __init__(self, settings: Settings):
-        # trust_env=False: the proxy was chosen by proxy_for, as for Pool, not again by httpx.
+        # trust_env=False: the proxy was chosen by proxy_for, as for Pool, not again by httpx. httpx
+        # keeps idle connections 5 s, as long as uvicorn: MAX_IDLE_SECONDS, as Pool's.
+        limits = httpx.Limits(max_connections=settings.max_connections, keepalive_expiry=MAX_IDLE_SECONDS)
         self._http = httpx.AsyncClient(
             base_url=settings.url, timeout=settings.timeout, verify=settings.ssl_context, proxy=settings.proxy,
-            trust_env=False, limits=httpx.Limits(max_connections=settings.max_connections),
+            trust_env=False, limits=limits,
             headers={"Content-Type": "application/json", "User-Agent": USER_AGENT, **settings.headers})
+        self._max_connections = settings.max_connections
 
     async def post(self, path: str, body: bytes, timeout: float) -> tuple[int, bytes]:
-        try:
-            response = await self._http.post(path, content=body, timeout=timeout)
-        except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
-            raise NotSent(_described(exc)) from exc
-        except (httpx.HTTPError, OSError) as exc:
-            # OSError: what httpx leaves unmapped, such as a TLS 1.3 alert read after the request
-            # went (a server that wants a client certificate says so only then).
-            raise MaybeSent(_described(exc)) from exc
-        return response.status_code, response.content
+        # Each retry below leaves a dead kept-alive connection behind: at most as many as can be open.
+        for retries_left in range(self._max_connections, -1, -1):
+            attempt = _Attempt()
+            try:
+                response = await self._http.post(path, content=body, timeout=timeout,
+                                                 extensions={"trace": attempt.trace})
+            # ProxyError: the proxy refused the CONNECT tunnel, before the request (as Pool's NotSent).
+            except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout, httpx.ProxyError) as exc:
+                raise NotSent(_described(exc)) from exc
+            except (httpx.RemoteProtocolError, httpx.ReadError) as exc:
+                # As Pool, on a closed or reset connection only: a garbled status line was an answer.
+                closed = isinstance(exc, httpx.ReadError) or _NO_RESPONSE in str(exc)
+                if retries_left and closed and attempt.kept_alive_closed():
+                    continue  # not processed, so sent once more (that connection is gone)
+                raise MaybeSent(_described(exc)) from exc
+            except (httpx.HTTPError, OSError) as exc:
+                # OSError: what httpx leaves unmapped, such as a TLS 1.3 alert read after the request
+                # went (a server that wants a client certificate says so only then).
+                raise MaybeSent(_described(exc)) from exc
+            return response.status_code, response.content
+        raise AssertionError("unreachable")
 
     async def close(self) -> None:
         await self._http.aclose()

@@ -56,8 +56,9 @@ class Client(Calls):
 
     def send_many(self, items: list[dict[str, Any]]) -> list[SendResult]:
         """One sendMsgBatch of dicts with send()'s keyword names; per item its Message or its error
-        (an item a store was unavailable for, or over a rate limit, is sent again as a call is)."""
-        return self._send_batch([send_body(**item) for item in items])
+        (an item a store was unavailable for, or over a rate limit, is sent again as a call is); no
+        items, no call (the API refuses an empty batch)."""
+        return self._send_batch([send_body(**item) for item in items]) if items else []
 
     def _send_batch(self, bodies: list[Body], sends: Sequence[SendContext] | None = None) -> list[SendResult]:
         """sendMsgBatch of these bodies; items worth another try are sent again (same msgIds).
@@ -142,7 +143,7 @@ class AsyncClient(Calls):
 
     async def send_many(self, items: list[dict[str, Any]]) -> list[SendResult]:
         """Client.send_many."""
-        return await self._send_batch([send_body(**item) for item in items])
+        return await self._send_batch([send_body(**item) for item in items]) if items else []
 
     async def _send_batch(self, bodies: list[Body], sends: Sequence[SendContext] | None = None) -> list[SendResult]:
         """Client._send_batch."""

@@ -56,17 +56,18 @@ class ServerError(DelayQueueError):
 
 
 class Unavailable(ServerError):
-    """The call did not go through: the server could not be reached, or a proxy answered 502, 503
-    or 504 (or, for an idempotent call, the answer was lost), after the retries. Nothing of a
-    non-idempotent call was applied, and an idempotent one is safe to make again. `code` is None."""
+    """The call did not go through, after the retries: the server could not be reached (nothing
+    was sent), or, for an idempotent call, the answer was lost or a proxy answered 502, 503 or 504.
+    Nothing of a non-idempotent call was applied, and an idempotent one is safe to make again.
+    `code` is None."""
 
     code = None
 
 
 class MaybeApplied(ServerError):
     """The answer to a call that is not idempotent (pull, ack, nack, delete, ...) was lost after the
-    request may have reached the server (a connection cut, a timeout while waiting, a proxy's 502
-    or 504, an answer that is not the API's): it may or may not have been applied, so it was not
+    request may have reached the server (a connection cut, a timeout while waiting, a proxy's 502,
+    503 or 504, an answer that is not the API's): it may or may not have been applied, so it was not
     sent again. Read the state (get) before acting on it. `code` is None."""
 
     code = None

@@ -1,6 +1,7 @@
 """Schedules as the client hands them out: `Schedule` (the server's camelCase fields in
 snake_case), `SchedulePage`, and the request fields of createSchedule and updateSchedule, taking
 durations as seconds or a timedelta and instants as an aware datetime or epoch ms."""
+import math
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple
@@ -58,10 +59,13 @@ def duration_ms(value: Duration, what: str) -> int:
     """Seconds (int or float) or a timedelta, in whole ms; ValueError below 0."""
     if isinstance(value, bool) or not isinstance(value, (int, float, timedelta)):
         raise TypeError(f"{what} must be seconds (a number) or a timedelta, got {type(value).__name__}")
-    seconds = value.total_seconds() if isinstance(value, timedelta) else float(value)
-    if not seconds >= 0:
-        raise ValueError(f"{what} must be 0 or more (seconds or a timedelta), got {value!r}")
-    return round(seconds * 1000)
+    try:
+        ms = (value.total_seconds() if isinstance(value, timedelta) else float(value)) * 1000
+    except OverflowError:  # an int beyond any float
+        ms = math.inf
+    if not 0 <= ms < math.inf:  # NaN fails both; round() would raise OverflowError on infinity
+        raise ValueError(f"{what} must be 0 or more (seconds or a timedelta), and finite, got {value!r}")
+    return round(ms)
 
 
 def instant_ms(value: Instant, what: str) -> int:

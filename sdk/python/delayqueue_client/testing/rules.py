@@ -154,6 +154,7 @@ class Field:
 _CLEANERS: dict[str, Callable[[Field, Any], Any]] = {
     "int": Field._int, "bool": Field._bool, "text": Field._text, "list": Field._list, "retries": Field._retries}
 TOPIC = Field("text", required=True, trim=False, check=topic_problem, blank_error=topic_problem("") or "")
+_OPTIONAL_TOPIC = Field("text", trim=False, check=topic_problem, blank_error=topic_problem("") or "")
 MSG_ID = Field("text", required=True, max_length=MAX_MSG_ID_LENGTH, refused=_MSG_ID_CONTROL)
 
 
@@ -198,6 +199,9 @@ DEAD_LIST = {"topic": TOPIC, "limit": Field("int", default=DEAD_LIST_DEFAULT_LIM
 REDRIVE = {"topic": TOPIC, "msgIds": _MSG_IDS,
            "maxPerSecond": Field("int", default=REDRIVE_DEFAULT_RATE, low=1, high=REDRIVE_MAX_RATE)}
 PURGE_DEAD = {"topic": TOPIC, "msgIds": _MSG_IDS}
+_EXPIRE = Field("bool", default=False)
+RESTORE = {"topic": _OPTIONAL_TOPIC, "expire": _EXPIRE}
+RESTORE_MSG = {**MESSAGE_REF, "expire": _EXPIRE}
 REDRIVE_TASK = {"taskId": Field("int", required=True, low=1, high=2 ** 63 - 1)}
 
 
@@ -272,7 +276,6 @@ _SCHEDULE_ID = re.compile(rf"[A-Za-z0-9._:-]{{1,{MAX_SCHEDULE_ID_LENGTH}}}")
 SCHEDULE_ID_RULE = f"must be 1 to {MAX_SCHEDULE_ID_LENGTH} letters, digits, '.', '_', ':' or '-'"
 SCHEDULE_ID = Field("text", required=True, max_length=MAX_SCHEDULE_ID_LENGTH,
                     check=lambda text: None if _SCHEDULE_ID.fullmatch(text) else SCHEDULE_ID_RULE)
-_OPTIONAL_TOPIC = Field("text", trim=False, check=topic_problem, blank_error=topic_problem("") or "")
 _SCHEDULE_TIME = Field("int", low=0, high=MAX_TRIGGER_TIME_MILLIS)
 SCHEDULE_REF = {"scheduleId": SCHEDULE_ID}
 SCHEDULE_FIELDS = {
@@ -289,16 +292,24 @@ LIST_SCHEDULES = {
                     "not a nextCursor that listSchedules answered")}
 
 
-def _checked_schedule_msg(data: dict[str, Any], max_msg_bytes: int) -> dict[str, Any]:
-    """Each tick's body within the message size limit (a tick over it could never be sent)."""
+# The server's refusal of a time zone given to an interval schedule (which would seem to be in force).
+NOT_AN_INTERVAL_SETTING = "timezone: is a cron schedule's: not with everyMillis"
+INTERVAL_ZONE = "UTC"  # the zone the server keeps for an interval schedule: the only one a change of it may name
+
+
+def _checked_schedule_fields(data: dict[str, Any], max_msg_bytes: int) -> dict[str, Any]:
+    """Each tick's body within the message size limit (a tick over it could never be sent); no
+    timezone with everyMillis."""
     size = len(data["msg"].encode("utf-8")) if "msg" in data else 0
     if size > max_msg_bytes:
         raise Invalid(f"msg: is {size} bytes, over the limit of {max_msg_bytes} bytes")
+    if "timezone" in data and "everyMillis" in data:
+        raise Invalid(NOT_AN_INTERVAL_SETTING)
     return data
 
 
 def checked_create_schedule(params: dict[str, Any], max_msg_bytes: int) -> dict[str, Any]:
-    data = _checked_schedule_msg(parse(SCHEDULE_FIELDS, params), max_msg_bytes)
+    data = _checked_schedule_fields(parse(SCHEDULE_FIELDS, params), max_msg_bytes)
     for name in ("topic", "msg"):
         if name not in data:
             raise Invalid(f"{name}: This field is required.")
@@ -308,7 +319,7 @@ def checked_create_schedule(params: dict[str, Any], max_msg_bytes: int) -> dict[
 
 
 def checked_update_schedule(params: dict[str, Any], max_msg_bytes: int) -> dict[str, Any]:
-    data = _checked_schedule_msg(parse(SCHEDULE_FIELDS, params), max_msg_bytes)
+    data = _checked_schedule_fields(parse(SCHEDULE_FIELDS, params), max_msg_bytes)
     if len(data) == 1:
         raise Invalid("give at least one field to change: "
                       + ", ".join(name for name in SCHEDULE_FIELDS if name != "scheduleId"))

@@ -400,6 +400,13 @@ class FakeServer:
             raise Answer(400, "request body must be form fields or a JSON object")
         return body
 
+    def _msg_ids_within_limit(self, data: dict[str, Any]) -> dict[str, Any]:
+        """Parameters whose msgIds (when given) are at most DELAYQUEUE_MAX_BATCH_SEND, as the server's."""
+        count, limit = len(data.get("msgIds") or ()), self.settings.max_batch_send
+        if count > limit:
+            raise rules.Invalid(f"msgIds: has {count} msgIds, over the limit of {limit}")
+        return data
+
     def _found(self, topic: str, msg_id: str) -> Stored | None:
         """A message the server's Redis holds (getMsg, touchMsg, rescheduleMsg find it): live, or
         ended within the retention and not released."""
@@ -507,10 +514,7 @@ class FakeServer:
         return {"done": self._settle_one(data["topic"], data["msgId"], data, data["retry"])}
 
     def _ack_msg_batch(self, body: Any) -> dict[str, Any]:
-        data = rules.checked_ack(rules.ACK_BATCH, self._params(body))
-        if len(data["msgIds"]) > self.settings.max_batch_send:
-            raise rules.Invalid(f"msgIds: has {len(data['msgIds'])} msgIds, over the limit of "
-                                f"{self.settings.max_batch_send}")
+        data = self._msg_ids_within_limit(rules.checked_ack(rules.ACK_BATCH, self._params(body)))
         retries, seen, results = data["retries"] or [None] * len(data["msgIds"]), set(), []
         for msg_id, retry in zip(data["msgIds"], retries):
             # A msgId given twice is settled (or not) by its first mention only, as the server's one script call does.
@@ -646,16 +650,15 @@ class FakeServer:
         return {"data": {"requestStatsList": [], "pullMsgTimeGapStatsList": [], "readyQueueTimeGapStatsList": []}}
 
     def _restore(self, body: Any) -> dict[str, Any]:
-        data = rules.parse({"topic": rules.Field("text", trim=False, check=rules.topic_problem),
-                            "expire": rules.Field("bool", default=False)}, self._params(body))
+        data = rules.parse(rules.RESTORE, self._params(body))
         topics = [self._topic(data["topic"])] if "topic" in data else list(self._topics.values())
         found = [m for t in topics for m in t.messages.values()]
         if "topic" in data and not found:
-            raise Answer(404, f"topic {data['topic']} has nothing in the message log")
+            raise Answer(404, f"topic {data['topic']} has no messages in the message log")
         return self._restore_counts(found)
 
     def _restore_msg(self, body: Any) -> dict[str, Any]:
-        data = rules.parse({**rules.MESSAGE_REF, "expire": rules.Field("bool", default=False)}, self._params(body))
+        data = rules.parse(rules.RESTORE_MSG, self._params(body))
         m = self._topic(data["topic"]).messages.get(data["msgId"])
         if m is None:
             raise Answer(404, f"message {data['msgId']} not found in the message log of topic {data['topic']}")
@@ -693,7 +696,7 @@ class FakeServer:
         return answer
 
     def _redrive_dead_msg(self, body: Any) -> dict[str, Any]:
-        data = rules.parse(rules.REDRIVE, self._params(body))
+        data = self._msg_ids_within_limit(rules.parse(rules.REDRIVE, self._params(body)))
         dead, now = self._dead(data["topic"], data.get("msgIds")), self.clock.now_ms()
         if not dead:
             raise Answer(404, f"topic {data['topic']} has no such dead letter" if "msgIds" in data
@@ -713,7 +716,7 @@ class FakeServer:
         return {"moved": self._redrives[task_id], "left": 0, "state": "done"}
 
     def _purge_dead_msg(self, body: Any) -> dict[str, Any]:
-        data = rules.parse(rules.PURGE_DEAD, self._params(body))
+        data = self._msg_ids_within_limit(rules.parse(rules.PURGE_DEAD, self._params(body)))
         dead = self._dead(data["topic"], data.get("msgIds"))
         for m in dead:
             del self._topics[data["topic"]].messages[m.msg_id]
@@ -763,7 +766,7 @@ class FakeServer:
                 raise Answer(400, f"everyMillis must be at least {least} (DELAYQUEUE_SCHEDULE_MIN_INTERVAL_MILLIS)")
             if fields["start_time"] is None:
                 fields = {**fields, "start_time": now + every}
-            fields = {**fields, "timezone": "UTC"}
+            fields = {**fields, "timezone": rules.INTERVAL_ZONE}
         else:
             rules.check_cron(cron, fields["timezone"])
         if fields["end_time"] is not None and fields["start_time"] is not None \
@@ -875,6 +878,8 @@ class FakeServer:
                 fields["every_millis"] = None
             elif changes.get("every_millis") is not None:
                 fields["cron"] = ""
+            if not fields["cron"] and changes.get("timezone", rules.INTERVAL_ZONE) != rules.INTERVAL_ZONE:
+                raise Answer(400, rules.NOT_AN_INTERVAL_SETTING)
             if bool(fields["cron"]) != bool(schedule.cron) and "start_time" not in changes:
                 fields["start_time"] = None  # a cron schedule's earliest tick is not an interval's anchor, nor the reverse
             return fields
