@@ -4,6 +4,7 @@ ticks becoming messages on its clock once each, changes withdrawing the ticks se
 task layer's `schedule=` and `sync_schedules()` (a scheduled task run by a burst worker), and
 the `delayqueue schedule` commands. tests/integration/test_sdk_schedules.py runs the client
 against a real server and test_sdk_fake_parity.py holds the fake's answers to the server's."""
+import argparse
 import asyncio
 import json
 import sys
@@ -506,7 +507,10 @@ def test_the_schedule_commands(server, run_cli):
     code, out, _ = run_cli("schedule", "list", "--limit", "1", "--topic", "t")
     assert out.splitlines() == [f"beat\tt\tevery 90s\tnext {cli.iso(now + 90_000)}"]
     code, out, _ = run_cli("schedule", "list", "--limit", "1")
-    assert out.splitlines()[-1] == "more: delayqueue schedule list --cursor beat"
+    assert out.splitlines()[-1] == "more: delayqueue schedule list --limit 1 --cursor beat"  # the same page size
+    # A topic the shell would split is quoted; the default page size is left out.
+    assert cli.more_hint(["dead", "list", "a b"], argparse.Namespace(limit=cli.DEFAULT_PAGE), "c") == (
+        "more: delayqueue dead list 'a b' --cursor c")
     code, out, _ = run_cli("--json", "schedule", "list", "--topic", "none")
     assert json.loads(out) == {"schedules": [], "next_cursor": None}
 

@@ -9,6 +9,7 @@ import json
 import math
 import os
 import re
+import shlex
 import signal
 import sys
 import time
@@ -222,6 +223,9 @@ def cmd_stats(args: argparse.Namespace, client: Client) -> int:
     return OK
 
 
+DEFAULT_PAGE = 100  # a listing's --limit
+
+
 def cmd_dead_list(args: argparse.Namespace, client: Client) -> int:
     page = client.dead_letters(args.topic, limit=args.limit, cursor=args.cursor)
     if args.json:
@@ -234,8 +238,14 @@ def cmd_dead_list(args: argparse.Namespace, client: Client) -> int:
     if not page.messages:
         out(f"no dead letters in {args.topic}")
     if page.next_cursor:
-        out(f"more: delayqueue dead list {args.topic} --cursor {page.next_cursor}")
+        out(more_hint(["dead", "list", args.topic], args, page.next_cursor))
     return OK
+
+
+def more_hint(command: list[str], args: argparse.Namespace, cursor: str) -> str:
+    """The command line of a listing's next page: the same words and page size, quoted for a shell."""
+    limit = [] if args.limit == DEFAULT_PAGE else ["--limit", str(args.limit)]
+    return "more: " + shlex.join(["delayqueue", *command, *limit, "--cursor", cursor])
 
 
 def cmd_dead_redrive(args: argparse.Namespace, client: Client) -> int:
@@ -301,8 +311,8 @@ def cmd_schedule_list(args: argparse.Namespace, client: Client) -> int:
     if not page.schedules:
         out("no schedules" if args.topic is None else f"no schedules of topic {args.topic}")
     if page.next_cursor:
-        topic = "" if args.topic is None else f" --topic {args.topic}"
-        out(f"more: delayqueue schedule list{topic} --cursor {page.next_cursor}")
+        topic = [] if args.topic is None else ["--topic", args.topic]
+        out(more_hint(["schedule", "list", *topic], args, page.next_cursor))
     return OK
 
 
@@ -438,7 +448,8 @@ def build_parser() -> argparse.ArgumentParser:
     dead_commands = dead.add_subparsers(dest="dead_command", required=True, metavar="COMMAND")
     listing = command("list", cmd_dead_list, "list a topic's dead letters, oldest death first", dead_commands)
     listing.add_argument("topic")
-    listing.add_argument("--limit", type=positive_int, default=100, help="at most this many (default 100)")
+    listing.add_argument("--limit", type=positive_int, default=DEFAULT_PAGE,
+                         help=f"at most this many (default {DEFAULT_PAGE})")
     listing.add_argument("--cursor", help="the next page, as the previous listing said")
     redrive = command("redrive", cmd_dead_redrive, "send dead letters back to be delivered again", dead_commands)
     redrive.add_argument("topic")
@@ -483,7 +494,8 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("schedule_id", metavar="SCHEDULE_ID")
     listing = command("list", cmd_schedule_list, "list schedules in scheduleId order", schedule_commands)
     listing.add_argument("--topic", help="only this topic's")
-    listing.add_argument("--limit", type=positive_int, default=100, help="at most this many (default 100)")
+    listing.add_argument("--limit", type=positive_int, default=DEFAULT_PAGE,
+                         help=f"at most this many (default {DEFAULT_PAGE})")
     listing.add_argument("--cursor", help="the next page, as the previous listing said")
     update = command("update", cmd_schedule_update, "change a schedule: what is given", schedule_commands)
     update.add_argument("schedule_id", metavar="SCHEDULE_ID")
