@@ -137,6 +137,11 @@ def test_times_naive_datetimes_and_bad_durations_are_refused(app):
         t.delay_in(-1)
     with pytest.raises(ValueError, match="ttl must be 0 or more"):
         app.task(name="u", ttl=timedelta(seconds=-5))
+    for endless in (float("inf"), float("nan"), 10 ** 400):  # a ValueError, not an OverflowError
+        with pytest.raises(ValueError, match="the delay must be 0 or more .* and finite"):
+            t.delay_in(endless)
+        with pytest.raises(ValueError, match="ttl must be 0 or more .* and finite"):
+            app.task(name="w", ttl=endless)
     with pytest.raises(ValueError, match="first delay .* is over the largest"):
         app.task(name="v", retry_backoff=(60, 1))
     with pytest.raises(ValueError, match="a msg_id names one message"):

@@ -42,7 +42,7 @@ from delayqueue_client.errors import Conflict, DeadLetter, DelayQueueError, Retr
 from delayqueue_client.message import Message, new_msg_id
 from delayqueue_client.middleware import SendContext
 from delayqueue_client.producer import Producer
-from delayqueue_client.schedule import Schedule
+from delayqueue_client.schedule import Schedule, duration_ms
 from delayqueue_client.worker import Worker
 
 P = ParamSpec("P")
@@ -78,14 +78,7 @@ _STATUS_BY_CODE = {1: TaskStatus.WAITING, 2: TaskStatus.READY, 3: TaskStatus.RUN
 
 
 def _seconds(value: Duration, what: str) -> float:
-    seconds = value.total_seconds() if isinstance(value, timedelta) else float(value)
-    if not seconds >= 0:
-        raise ValueError(f"{what} must be 0 or more (seconds or a timedelta), got {value!r}")
-    return seconds
-
-
-def _ms(value: Duration, what: str) -> int:
-    return round(_seconds(value, what) * 1000)
+    return duration_ms(value, what) / 1000
 
 
 def _epoch_ms(when: datetime) -> int:
@@ -131,7 +124,7 @@ def _task_schedule(schedule: str | Duration | None, timezone: str | None) -> _Ta
                         f"got {type(schedule).__name__}")
     if timezone is not None:
         raise ValueError("schedule_timezone is for a cron schedule; an interval has no time zone")
-    every_ms = _ms(schedule, "schedule")
+    every_ms = duration_ms(schedule, "schedule")
     if every_ms <= 0:
         raise ValueError(f"schedule: an interval must be above 0, got {schedule!r}")
     return _TaskSchedule(every_ms=every_ms)
@@ -285,7 +278,7 @@ class TaskHandle:
         if isinstance(when, datetime):
             self._app.client.reschedule(self.topic, self.msg_id, trigger_time=_epoch_ms(when))
         else:
-            self._app.client.reschedule(self.topic, self.msg_id, delay_ms=_ms(when, "the delay"))
+            self._app.client.reschedule(self.topic, self.msg_id, delay_ms=duration_ms(when, "the delay"))
 
 
 class EagerHandle(TaskHandle):
@@ -366,7 +359,7 @@ class Task(Generic[P, R]):
         return self.app._send(self, self._options, args, kwargs)
 
     def delay_in(self, delay: Duration, /, *args: P.args, **kwargs: P.kwargs) -> TaskHandle:
-        return self.app._send(self, self._options, args, kwargs, delay_ms=_ms(delay, "the delay"))
+        return self.app._send(self, self._options, args, kwargs, delay_ms=duration_ms(delay, "the delay"))
 
     def delay_at(self, when: datetime, /, *args: P.args, **kwargs: P.kwargs) -> TaskHandle:
         return self.app._send(self, self._options, args, kwargs, trigger_time=_epoch_ms(when))
@@ -403,7 +396,7 @@ class Task(Generic[P, R]):
         return {"topic": self.topic, "msg": self._body(_Options(), (), {}), "cron": schedule.cron,
                 "timezone": schedule.timezone, "every_ms": schedule.every_ms,
                 "priority": options.priority if options.priority is not None else 0,
-                "ttl_ms": _ms(options.ttl, "ttl") if options.ttl is not None else 0,
+                "ttl_ms": duration_ms(options.ttl, "ttl") if options.ttl is not None else 0,
                 "max_retry": options.max_retry if options.max_retry is not None else -1}
 
     def _run_body(self, body: str) -> R:
@@ -554,7 +547,7 @@ class App:
 
     def _send_options(self, options: _Options) -> dict[str, Any]:
         return {"msg_id": options.msg_id, "priority": options.priority, "max_retry": options.max_retry,
-                "ttl_ms": None if options.ttl is None else _ms(options.ttl, "ttl")}
+                "ttl_ms": None if options.ttl is None else duration_ms(options.ttl, "ttl")}
 
     def _send(self, task: Task[Any, Any], options: _Options, args: Sequence[Any], kwargs: Mapping[str, Any], *,
               delay_ms: int | None = None, trigger_time: int | None = None) -> TaskHandle:
