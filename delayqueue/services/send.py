@@ -251,8 +251,7 @@ async def _send_rows(rt: Runtime, rows: list[Message], admitted: admission.SendA
             written, kept = await rt.log.record(rows)
         except LogMaybeWritten as exc:
             # The rows may be in the log, where a restore or the loader would find them: each answer names its msgId.
-            return [LogMaybeWritten(f"{exc}; the message may have been enqueued: send it again with msgId {row.msg_id}"
-                                    " to be sure", exc.detail) for row in rows]
+            return [LogMaybeWritten(f"{exc}; {_resend_to_be_sure(row)}", exc.detail) for row in rows]
         except LogUnavailable as exc:
             return [exc] * len(rows)
     # A live message the log keeps under the msgId is answered by Redis, or, when it is cold (a
@@ -336,9 +335,13 @@ def _send_failed(row: Message, exc: RedisError) -> QueueError:
         # Written but not answered: Redis may yet run it, or have run it before the connection broke. It stays
         # in the log, and its answer names its msgId, under which sending it again is safe (a live msgId is not
         # enqueued twice).
-        return MaybeSent(f"redis unavailable: {redis_reason(exc)}; the message may have been enqueued: send it "
-                         f"again with msgId {row.msg_id} to be sure", detail=str(exc))
+        return MaybeSent(f"redis unavailable: {redis_reason(exc)}; {_resend_to_be_sure(row)}", detail=str(exc))
     return redis_unavailable(exc)  # Redis unreachable: the message fails, and leaves the log
+
+
+def _resend_to_be_sure(row: Message) -> str:
+    """The end of a send's answer when a store may have taken it: how the sender makes sure."""
+    return f"the message may have been enqueued: send it again with msgId {row.msg_id} to be sure"
 
 
 def _own_resend(row: Message, reply: scripts.SendReply | Exception) -> scripts.SendReply | Exception:
