@@ -126,26 +126,22 @@ class Field:
         return text
 
     def _retries(self, value: Any) -> list[int | None]:
-        if not isinstance(value, list):
-            raise Invalid(f'Expected a list of items but got type "{type(value).__name__}".')
-        cleaned: list[int | None] = []
-        for i, item in enumerate(value):
-            try:
-                cleaned.append(None if item is None else DELIVERY_RETRY.clean(item))
-            except Invalid as exc:
-                raise Invalid(f"{i}: {exc}") from None
-        return cleaned
+        return self._items(value, lambda item: None if item is None else DELIVERY_RETRY.clean(item))
 
     def _list(self, value: Any) -> list[str]:
+        if isinstance(value, list) and not value:
+            raise Invalid(self.messages.get("empty", "This list may not be empty."))
+        return self._items(value, MSG_ID.clean)
+
+    def _items(self, value: Any, clean: Callable[[Any], Any]) -> list[Any]:
+        """A JSON list, each item cleaned; DRF's words for what is not a list, an item's index before its error."""
         if not isinstance(value, list):
             default = f'Expected a list of items but got type "{type(value).__name__}".'
             raise Invalid(self.messages.get("not_a_list", default))
-        if not value:
-            raise Invalid(self.messages.get("empty", "This list may not be empty."))
         cleaned = []
         for i, item in enumerate(value):
             try:
-                cleaned.append(MSG_ID.clean(item))
+                cleaned.append(clean(item))
             except Invalid as exc:
                 raise Invalid(f"{i}: {exc}") from None
         return cleaned
