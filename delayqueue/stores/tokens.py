@@ -13,7 +13,7 @@ Random tokens sprayed at the API must not make the real ones fail:
   for them.
 - A client address (an IPv6 client's /64) that presented DELAYQUEUE_AUTH_FAILURE_LIMIT unknown or
   revoked tokens within DELAYQUEUE_AUTH_FAILURE_WINDOW_SECONDS is refused (429) for every token not
-  held as a grant, without a query, until its window ends (AddressFailures; per process).
+  held as a valid grant, without a query, until its window ends (AddressFailures; per process).
 
 While PostgreSQL does not answer, a grant keeps its last answer for at most
 DELAYQUEUE_TOKEN_TRUST_SECONDS after PostgreSQL last confirmed it; after that, and at once for a
@@ -194,11 +194,11 @@ class TokenCache:
     async def grant(self, token: str, *, address: str = "") -> Grant | None:
         """The token's grant (revoked or not), None for no such token. A failure (None or revoked)
         counts against the client `address`. Throttled when the address is over its limit and the
-        token is not a grant held, or too many unknown tokens wait; Unavailable when PostgreSQL
+        token is not a valid grant held, or too many unknown tokens wait; Unavailable when PostgreSQL
         cannot answer (see the module's docstring)."""
         digest = token_hash(token)
         entry = self._grants.get(digest)
-        if entry is None:
+        if entry is None or entry.grant.revoked:  # a revoked row held is a failure like a miss
             self._failures.check(address)
         grant = await self._answer(digest, entry)
         if grant is None or grant.revoked:

@@ -621,6 +621,25 @@ async def test_the_failed_token_limit_counts_an_ipv6_client_by_its_64_and_an_ipv
     assert await code_from("192.0.2.1", "dq_nope") == 429
 
 
+@pytest.mark.usefixtures("tokens_on")
+async def test_an_address_over_the_failure_limit_is_refused_for_a_revoked_token_the_process_holds(api, settings):
+    """A revoked token is a failed check like an unknown one, whether or not this process happens to
+    hold its row: past the limit both answer 429; only a token held as valid still works."""
+    settings.DELAYQUEUE = {**settings.DELAYQUEUE, "AUTH_FAILURE_LIMIT": 3}
+    valid = await sync_to_async(new_token)(name="valid")
+    revoked = await sync_to_async(new_token)(name="soon-gone")
+    for token in (valid, revoked):
+        assert await code_from("192.0.2.9", token) == 200  # both held as valid now
+    await sync_to_async(run)("revoke_token", "soon-gone")
+    await asyncio.sleep(1.0)  # refused within 1 s: its row, revoked, is held
+    for _ in range(3):
+        assert await code_from("192.0.2.9", revoked) == 401
+    assert await code_from("192.0.2.9", revoked) == 429
+    assert await code_from("192.0.2.9", "dq_nope") == 429
+    assert await code_from("192.0.2.9", valid) == 200
+    assert await code_from("192.0.2.10", revoked) == 401
+
+
 @pytest.mark.fault
 @pytest.mark.usefixtures("tokens_on")
 async def test_misses_never_evict_a_valid_grant(api, postgres, settings):
