@@ -622,6 +622,21 @@ async def test_the_failed_token_limit_counts_an_ipv6_client_by_its_64_and_an_ipv
 
 
 @pytest.mark.usefixtures("tokens_on")
+async def test_the_failed_token_limit_counts_an_ipv6_address_carrying_an_ipv4_one_by_that(api, settings):
+    """Behind NAT64 / SIIT every IPv4 client arrives in one /64 (64:ff9b::/96): counted by its /64,
+    one client would lock them all out. A 6to4 /48 is one IPv4 host's."""
+    settings.DELAYQUEUE = {**settings.DELAYQUEUE, "AUTH_FAILURE_LIMIT": 3}
+    for address in ("64:ff9b::192.0.2.1", "64:ff9b::192.0.2.1", "64:ff9b::192.0.2.1"):
+        assert await code_from(address, "dq_nope") == 401
+    assert await code_from("64:ff9b::192.0.2.1", "dq_nope") == 429
+    assert await code_from("192.0.2.1", "dq_nope") == 429  # the same client
+    assert await code_from("64:ff9b::192.0.2.2", "dq_nope") == 401  # another one
+    for address in ("2002:c000:203::1", "2002:c000:203:1::1", "2002:c000:203:2::1"):  # 6to4 of 192.0.2.3
+        assert await code_from(address, "dq_nope") == 401
+    assert await code_from("192.0.2.3", "dq_nope") == 429
+
+
+@pytest.mark.usefixtures("tokens_on")
 async def test_an_address_over_the_failure_limit_is_refused_for_a_revoked_token_the_process_holds(api, settings):
     """A revoked token is a failed check like an unknown one, whether or not this process happens to
     hold its row: past the limit both answer 429; only a token held as valid still works."""
