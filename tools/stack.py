@@ -31,6 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 from importlib import import_module
 from importlib.util import find_spec
 from pathlib import Path
+from typing import BinaryIO
 
 from delayqueue.api.http_protocol import HTTP_PROTOCOL
 from delayqueue.config.env import env_bool, env_int
@@ -68,6 +69,14 @@ def write_private(path: Path, text: str, owner: pwd.struct_passwd | None = None)
         f.write(text)
     if owner:
         os.chown(path, owner.pw_uid, owner.pw_gid)
+
+
+def open_private_log(path: Path) -> BinaryIO:
+    """The log, appended to and readable by its owner only (0600), whatever the umask or the mode a
+    run before this one left: a server's log quotes its clients' statements and keys."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    os.fchmod(fd, 0o600)
+    return os.fdopen(fd, "ab")
 
 
 def stored_secret(path: Path, nbytes: int = 24) -> str:
@@ -263,8 +272,10 @@ class Services:
         self.procs: list[tuple[str, subprocess.Popen, int]] = []
         self.postgres_control: dict | None = None  # how tests stop and restart PostgreSQL
         self.owner = ensure_system_user(SYSTEM_USER) if os.geteuid() == 0 else None
-        if self.owner:  # the folder is ours, made for the servers: no need to say so
-            base.chmod(base.stat().st_mode | stat.S_IXOTH)
+        # The folder is ours, made for the servers: no other user lists it; as root, the servers'
+        # user must pass through it to their own folders (no need to say so).
+        base.chmod(0o701 if self.owner else 0o700)
+        if self.owner:
             make_traversable(base.parent)
 
     @property
@@ -286,7 +297,7 @@ class Services:
         if port and not port_is_free(port):
             raise SystemExit(f"cannot start {what}: port {port} is already in use on 127.0.0.1 "
                              f"(set the URL of the server you have, or pick another port: see README)")
-        log = open(self.base / f"{what}.log", "ab")
+        log = open_private_log(self.base / f"{what}.log")
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
                                 preexec_fn=ends_with_its_parent(stop_signal) if self.tied else None,
                                 **self.as_owner, **kwargs)

@@ -7,8 +7,8 @@ headers). delayqueue/api/asgi.py authenticates before it reads a body and keeps 
 scope["delayqueue.grant"]; the view then checks only the scope.
 
 A token that fails (unknown or revoked) counts against the client address (REMOTE_ADDR: the
-ASGI client, or the proxy's X-Forwarded-For under uvicorn's --proxy-headers); an address past
-DELAYQUEUE_AUTH_FAILURE_LIMIT is refused with 429 (stores/tokens.py).
+ASGI client, or the proxy's X-Forwarded-For under uvicorn's --proxy-headers; an IPv6 client by
+its /64); an address past DELAYQUEUE_AUTH_FAILURE_LIMIT is refused with 429 (stores/tokens.py).
 
 /camellia/health/online and offline act on the whole host, so they take the host operator's
 credential instead (authorize_host)."""

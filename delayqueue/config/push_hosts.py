@@ -14,6 +14,8 @@ from concurrent.futures import Executor
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from delayqueue.core.addresses import carried_ipv4
+
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
@@ -108,10 +110,6 @@ class HostPolicy:
         return "resolves to a loopback, private or reserved address that DELAYQUEUE_PUSH_ALLOWED_HOSTS does not list"
 
 
-# IPv6 addresses that carry an IPv4 one a network may route to, in their low 32 bits: NAT64's
-# well-known prefix, IPv4-translated (SIIT, ::ffff:0:a.b.c.d) and the old IPv4-compatible form
-# (::a.b.c.d); IPv4-mapped and 6to4 have ipaddress' own properties.
-_CARRYING_IPV4 = tuple(ipaddress.ip_network(n) for n in ("64:ff9b::/96", "::ffff:0:0:0/96", "::/96"))
 # Never globally reachable, though Python 3.11's is_global says so: NAT64's local-use prefix
 # (RFC 8215; it maps to whatever IPv4 network the site's translator reaches) and the deprecated
 # site-local fec0::/10.
@@ -125,9 +123,7 @@ def _is_global(address: Address) -> bool:
     if isinstance(address, ipaddress.IPv6Address):
         if any(address in network for network in _NOT_GLOBAL_IPV6):
             return False
-        carried = address.ipv4_mapped or address.sixtofour
-        if carried is None and any(address in network for network in _CARRYING_IPV4):
-            carried = ipaddress.IPv4Address(int(address) & 0xFFFF_FFFF)
+        carried = carried_ipv4(address)
         if carried is not None and not carried.is_global:
             return False
     return True

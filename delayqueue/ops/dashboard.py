@@ -2,12 +2,16 @@
 waiting-delay buckets, request rates, and a drawn chart of fire lateness over the last hour,
 for one served namespace at a time (`?namespace=`, DELAYQUEUE_NAMESPACE by default). A stuck
 or busy topic is flagged and sorted to the top. Each topic's dead letters (counted in the log)
-and pause are shown with it, and the namespace's running redrives with their progress."""
+and pause are shown with it, and the namespace's running redrives with their progress.
+
+What the topic pages show, so for staff with the view (or change) permission on topic settings
+alone; the Spark job's hourly figures only with the one on them, as their admin list."""
 import hashlib
 
 from django.contrib import admin
 from django.contrib.admin.views.decorators import staff_member_required
 from django.core.cache import cache
+from django.core.exceptions import PermissionDenied
 from django.db import DatabaseError
 from django.shortcuts import render
 from redis.exceptions import RedisError
@@ -21,6 +25,7 @@ from delayqueue.core.names import checked_namespace
 from delayqueue.live.stats import Counter
 from delayqueue.messagelog.connection import orm_unavailable
 from delayqueue.messagelog.selectors import recent_topic_hours
+from delayqueue.models import TopicConfig, TopicHourStats
 from delayqueue.ops import figures
 from delayqueue.ops.admin.topics import topic_url
 from delayqueue.runtime import run_with_runtime
@@ -117,6 +122,8 @@ SEVERITY = {"stuck": 0, "busy": 1, "ok": 2}
 
 @staff_member_required
 def dashboard(request):
+    if not admin.site.get_model_admin(TopicConfig).has_view_or_change_permission(request):
+        raise PermissionDenied
     config = load_config()
     served = served_namespaces()
     errors, namespace, wanted = [], request.GET.get("namespace", config.namespace), request.GET.get("topic")
@@ -159,11 +166,12 @@ def dashboard(request):
     except LogUnavailable as exc:
         dead, redrives = None, []
         errors.append(f"dead letters not counted: {exc}")
-    try:
-        hourly = recent_topic_hours(namespace, wanted)
-    except DatabaseError as exc:  # the namespace's PostgreSQL (its own: DELAYQUEUE_NAMESPACE_DATABASES) down
-        hourly = []
-        errors.append(f"hourly stats not read: {orm_unavailable(exc)}")
+    hourly = []
+    if admin.site.get_model_admin(TopicHourStats).has_view_or_change_permission(request):
+        try:
+            hourly = recent_topic_hours(namespace, wanted)
+        except DatabaseError as exc:  # the namespace's PostgreSQL (its own: DELAYQUEUE_NAMESPACE_DATABASES) down
+            errors.append(f"hourly stats not read: {orm_unavailable(exc)}")
     rows = []
     for overview in overviews:
         state, why = assess(overview)

@@ -3,8 +3,9 @@ failures for one username from one client address, or ADMIN_LOGIN_MAX_ADDRESS_FA
 address for any usernames, within ADMIN_LOGIN_WINDOW_SECONDS, every attempt for that username
 from that address (or from that address at all) is refused for ADMIN_LOGIN_LOCK_SECONDS, even
 with the right password. A username alone is never locked: whoever knows an admin's name could
-otherwise lock the admin out from anywhere. The counts are in Django's cache (Redis: shared by
-every process); while the cache is unreachable nothing is counted and logins are not limited."""
+otherwise lock the admin out from anywhere. An IPv6 client counts as its /64 (core.addresses).
+The counts are in Django's cache (Redis: shared by every process); while the cache is unreachable
+nothing is counted and logins are not limited."""
 import hashlib
 import math
 import time
@@ -13,6 +14,7 @@ from django.contrib.admin.forms import AdminAuthenticationForm
 from django.core.cache import cache
 from django.core.exceptions import ValidationError
 
+from delayqueue.core.addresses import counted_address
 from delayqueue.core.constants import (ADMIN_LOGIN_LOCK_SECONDS, ADMIN_LOGIN_MAX_ADDRESS_FAILURES,
                                        ADMIN_LOGIN_MAX_FAILURES, ADMIN_LOGIN_WINDOW_SECONDS)
 
@@ -21,6 +23,7 @@ def _subjects(*, username: str, address: str) -> list[tuple[str, int]]:
     """Cache key stems, each with its limit, for the username (case-insensitive, as people type
     it) from the address, and for the address; hashed, so any text makes a valid key and none is
     stored in the clear."""
+    address = counted_address(address)
     return [(f"login-limit:{kind}:{hashlib.sha256(value.encode()).hexdigest()[:32]}", limit)
             for kind, value, limit in (("user-at", f"{username.casefold()}\n{address}", ADMIN_LOGIN_MAX_FAILURES),
                                        ("address", address, ADMIN_LOGIN_MAX_ADDRESS_FAILURES))]

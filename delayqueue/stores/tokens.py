@@ -11,9 +11,9 @@ Random tokens sprayed at the API must not make the real ones fail:
   one refreshes the grants held, the other asks about tokens not held. However many unknown
   tokens wait, and whether their query times out, a grant's refresh neither waits nor fails
   for them.
-- A client address that presented DELAYQUEUE_AUTH_FAILURE_LIMIT unknown or revoked tokens within
-  DELAYQUEUE_AUTH_FAILURE_WINDOW_SECONDS is refused (429) for every token not held as a grant,
-  without a query, until its window ends (AddressFailures; per process).
+- A client address (an IPv6 client's /64) that presented DELAYQUEUE_AUTH_FAILURE_LIMIT unknown or
+  revoked tokens within DELAYQUEUE_AUTH_FAILURE_WINDOW_SECONDS is refused (429) for every token not
+  held as a valid grant, without a query, until its window ends (AddressFailures; per process).
 
 While PostgreSQL does not answer, a grant keeps its last answer for at most
 DELAYQUEUE_TOKEN_TRUST_SECONDS after PostgreSQL last confirmed it; after that, and at once for a
@@ -28,6 +28,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from delayqueue.config.settings import DEFAULT_DATABASE
+from delayqueue.core.addresses import counted_address
 from delayqueue.core.exceptions import LogUnavailable, Throttled, Unavailable
 from delayqueue.messagelog import sql
 from delayqueue.messagelog.connection import LogConnection
@@ -134,8 +135,9 @@ class BatchedLookup:
 
 
 class AddressFailures:
-    """Failed token checks per client address, counted in a window that starts at the address'
-    first failure; at `limit` failures the address is refused until the window ends."""
+    """Failed token checks per client address (an IPv6 client by its /64: core.addresses),
+    counted in a window that starts at the address' first failure; at `limit` failures the
+    address is refused until the window ends."""
 
     def __init__(self, *, limit: int, window_seconds: int):
         self._limit = limit
@@ -144,6 +146,7 @@ class AddressFailures:
 
     def check(self, address: str) -> None:
         """Throttled (429) while the address is over the limit."""
+        address = counted_address(address)
         counted = self._counts.get(address)
         if counted is None:
             return
@@ -155,6 +158,7 @@ class AddressFailures:
                             f"{self._window} s)", math.ceil(left * 1000), limit="auth_failures", topic="")
 
     def add(self, address: str) -> None:
+        address = counted_address(address)
         now = time.monotonic()
         counted = self._counts.get(address)
         if counted is None or now - counted[0] >= self._window:
@@ -190,11 +194,11 @@ class TokenCache:
     async def grant(self, token: str, *, address: str = "") -> Grant | None:
         """The token's grant (revoked or not), None for no such token. A failure (None or revoked)
         counts against the client `address`. Throttled when the address is over its limit and the
-        token is not a grant held, or too many unknown tokens wait; Unavailable when PostgreSQL
+        token is not a valid grant held, or too many unknown tokens wait; Unavailable when PostgreSQL
         cannot answer (see the module's docstring)."""
         digest = token_hash(token)
         entry = self._grants.get(digest)
-        if entry is None:
+        if entry is None or entry.grant.revoked:  # a revoked row held is a failure like a miss
             self._failures.check(address)
         grant = await self._answer(digest, entry)
         if grant is None or grant.revoked:

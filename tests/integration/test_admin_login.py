@@ -53,6 +53,21 @@ def test_repeated_failures_from_one_address_lock_that_address_out_for_every_user
     assert logged_in(log_in(client, "boss", "a long right password", "192.0.2.8"))
 
 
+def test_an_ipv6_client_is_counted_by_its_64_as_one_address(client):
+    """A host picks its IPv6 addresses from its /64 at will: each counted apart, it would guess
+    without end."""
+    User.objects.create_superuser("boss", password="a long right password")
+    for i in range(ADMIN_LOGIN_MAX_FAILURES):
+        assert not logged_in(log_in(client, "boss", f"guess {i}", f"2001:db8:1:2::{i + 1:x}"))
+    locked = log_in(client, "boss", "a long right password", "2001:db8:1:2:ffff::1")
+    assert not logged_in(locked) and LOCKED in locked.text
+    for i in range(ADMIN_LOGIN_MAX_ADDRESS_FAILURES):
+        log_in(client, f"guessed-user-{i}", "guess", f"2001:db8:5:6:{i + 1:x}::1")
+    locked = log_in(client, "boss", "a long right password", "2001:db8:5:6::abcd")
+    assert not logged_in(locked) and LOCKED in locked.text
+    assert logged_in(log_in(client, "boss", "a long right password", "2001:db8:5:7::1"))  # the next /64
+
+
 def test_failures_below_the_limit_are_forgotten_after_a_right_password(client):
     User.objects.create_superuser("boss", password="a long right password")
     for _round in range(2):  # from one address, twice the username's limit in all

@@ -4,6 +4,7 @@ import time
 from datetime import timedelta
 
 import pytest
+from django.contrib.auth.models import Permission, User
 from django.utils import timezone
 
 from delayqueue.core.constants import LATENESS_BOUNDS_MS
@@ -31,6 +32,14 @@ def rows(page: str) -> dict[str, str]:
 
 def cells(row: str, name: str) -> list[str]:
     return re.findall(rf'<td class="{name}">(\d+)</td>', row)
+
+
+def hour_stats(namespace: str, topic: str) -> None:
+    """One hour of the Spark job's figures for the topic, this hour."""
+    hour = timezone.now().replace(minute=0, second=0, microsecond=0)
+    TopicHourStats.objects.create(
+        namespace=namespace, topic=topic, hour=hour, sent=1, delivered=0, acked=0, nacked=0, timed_out=0,
+        expired=0, exhausted=0, deleted=0, computed_at=hour)
 
 
 def test_dashboard_shows_sizes_buckets_and_flags_stuck_topics(admin_client, monkeypatch, settings):
@@ -162,10 +171,7 @@ def test_dashboard_shows_the_chosen_namespace(admin_client):
     send("here", "h1", 0)
     send("there", "t1", 60_000, namespace="other")
     run_with_runtime(lambda rt: rt.redis.set(rt.for_namespace("other").ns.data_lost, 1_795_000_000_000))
-    hour = timezone.now().replace(minute=0, second=0, microsecond=0)
-    TopicHourStats.objects.create(
-        namespace="other", topic="there", hour=hour, sent=1, delivered=0, acked=0, nacked=0, timed_out=0,
-        expired=0, exhausted=0, deleted=0, computed_at=hour)
+    hour_stats("other", "there")
     ours = admin_client.get(DASHBOARD).content.decode()
     assert list(rows(ours)) == ["here"] and "<title>Topic dashboard: namespace default" in ours
     assert '<option value="default" selected>' in ours and '<option value="other">' in ours
@@ -188,6 +194,31 @@ def test_dashboard_bad_namespace_is_refused_with_a_readable_error(admin_client, 
     page = response.content.decode()
     assert "namespace: must be 1-64 of A-Z a-z 0-9 . _ - (it goes into Redis keys)" in page
     assert list(rows(page)) == ["fine"]  # shows DELAYQUEUE_NAMESPACE's instead
+
+
+def test_dashboard_shows_a_staff_user_only_what_their_permissions_let_them_see(client):
+    """Staff may log in to the admin; what they see there is their model permissions': the topics'
+    figures (and dead letters, redrives) with the view permission on topic settings, as the topic
+    pages, the Spark job's hourly figures with the one on them."""
+    create_token(namespace="other", scopes=["produce"])  # "other" is served
+    send("here", "h1", 0)
+    send("there", "t1", 60_000, namespace="other")
+    hour_stats("default", "here")
+    clerk = User.objects.create_user("clerk", password="pw", is_staff=True)
+    client.login(username="clerk", password="pw")
+    for params in ({}, {"namespace": "other"}, {"topic": "here"}, {"namespace": "other", "topic": "there"}):
+        response = client.get(DASHBOARD, params)
+        assert response.status_code == 403, params
+        assert "data-topic" not in response.content.decode() and "other" not in response.content.decode()
+    assert 'href="/admin/dashboard/"' not in client.get("/admin/").content.decode()
+    clerk.user_permissions.add(Permission.objects.get(codename="view_topicconfig"))
+    page = client.get(DASHBOARD).content.decode()
+    assert list(rows(page)) == ["here"] and 'id="hourly"' not in page
+    assert list(rows(client.get(DASHBOARD, {"namespace": "other"}).content.decode())) == ["there"]
+    assert 'href="/admin/dashboard/"' in client.get("/admin/").content.decode()
+    clerk.user_permissions.add(Permission.objects.get(codename="view_topichourstats"))
+    page = client.get(DASHBOARD).content.decode()
+    assert re.findall(r'<tr data-topic="([^"]+)">', page[page.index('id="hourly"'):]) == ["here"]
 
 
 def test_admin_index_links_the_dashboard_and_docs(admin_client):

@@ -7,6 +7,7 @@ import os
 import re
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -104,6 +105,28 @@ def test_run_as_root_the_local_servers_run_as_the_unprivileged_user():
     with psycopg.connect(log_database_url(), connect_timeout=5) as conn:
         # While connected: the backend process ends with its connection.
         assert process_uid(conn.info.backend_pid) == uid
+
+
+@pytest.mark.process
+def test_the_servers_logs_and_their_folder_are_private_to_their_owner(server_dir):
+    """A server's log may quote its clients' statements and keys: no other local user reads it, nor
+    lists the folder (run as root, others may only pass through it to reach the servers' data)."""
+    base = server_dir / "run"
+    base.mkdir(mode=0o755)  # as `mkdir` leaves ./dev run's folder under the usual umask
+    base.chmod(0o755)
+    stale = base / "redis.log"
+    stale.write_text("a run before this one\n")
+    stale.chmod(0o644)
+    servers = Services(base, durable=False)
+    try:
+        servers.single_redis()
+        servers.postgres(free_port())
+    finally:
+        servers.stop()
+    assert stat.S_IMODE(base.stat().st_mode) == (0o701 if os.geteuid() == 0 else 0o700)
+    for name in ("redis.log", "postgres.log"):
+        assert stat.S_IMODE((base / name).stat().st_mode) == 0o600, name
+    assert stale.read_text().startswith("a run before this one\n")  # appended to, not replaced
 
 
 @pytest.mark.process

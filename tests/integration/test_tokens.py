@@ -22,6 +22,7 @@ from delayqueue.models import ApiToken, Message
 from delayqueue.runtime import current
 from delayqueue.stores.refreshed import REFRESH_SECONDS
 from tests.helpers import REDIS_URL, ROOT, WebProcess, call, drain_log, scanner_env, wait_until
+from tests.integration.test_http_edge import client_from
 from tools.stack import free_port
 
 TOKEN_RE = re.compile(r"dq_[A-Za-z0-9_-]{43}")
@@ -593,6 +594,65 @@ async def test_a_flood_of_random_tokens_is_refused_per_address_while_valid_token
         await flooding.aclose()
         await other.aclose()
         await asyncio.to_thread(web.stop)
+
+
+INFO = ("delayQueue/getTopicInfo", "get", {"topic": "orders"})  # Redis only once the token passes
+
+
+async def code_from(address: str, token: str) -> int:
+    async with client_from(address) as client:
+        return (await ask(client, *INFO, token))["code"]
+
+
+@pytest.mark.usefixtures("tokens_on")
+async def test_the_failed_token_limit_counts_an_ipv6_client_by_its_64_and_an_ipv4_one_by_its_address(api, settings):
+    """A host picks its IPv6 addresses from its /64 at will: each address counted apart would give
+    it 2^64 fresh starts."""
+    settings.DELAYQUEUE = {**settings.DELAYQUEUE, "AUTH_FAILURE_LIMIT": 3}
+    for address in ("2001:db8:1:2::1", "2001:db8:1:2::2", "2001:db8:1:2:ffff:ffff:ffff:ffff"):
+        assert await code_from(address, "dq_nope") == 401
+    assert await code_from("2001:db8:1:2:abcd::9", "dq_nope") == 429
+    assert await code_from("2001:db8:1:3::1", "dq_nope") == 401  # the next /64 is another client
+    for address in ("192.0.2.1", "192.0.2.1", "192.0.2.2", "192.0.2.3"):
+        assert await code_from(address, "dq_nope") == 401
+    # An IPv4 client seen through a dual-stack socket is the same client.
+    assert await code_from("::ffff:192.0.2.1", "dq_nope") == 401
+    assert await code_from("::ffff:192.0.2.1", "dq_nope") == 429
+    assert await code_from("192.0.2.1", "dq_nope") == 429
+
+
+@pytest.mark.usefixtures("tokens_on")
+async def test_the_failed_token_limit_counts_an_ipv6_address_carrying_an_ipv4_one_by_that(api, settings):
+    """Behind NAT64 / SIIT every IPv4 client arrives in one /64 (64:ff9b::/96): counted by its /64,
+    one client would lock them all out. A 6to4 /48 is one IPv4 host's."""
+    settings.DELAYQUEUE = {**settings.DELAYQUEUE, "AUTH_FAILURE_LIMIT": 3}
+    for address in ("64:ff9b::192.0.2.1", "64:ff9b::192.0.2.1", "64:ff9b::192.0.2.1"):
+        assert await code_from(address, "dq_nope") == 401
+    assert await code_from("64:ff9b::192.0.2.1", "dq_nope") == 429
+    assert await code_from("192.0.2.1", "dq_nope") == 429  # the same client
+    assert await code_from("64:ff9b::192.0.2.2", "dq_nope") == 401  # another one
+    for address in ("2002:c000:203::1", "2002:c000:203:1::1", "2002:c000:203:2::1"):  # 6to4 of 192.0.2.3
+        assert await code_from(address, "dq_nope") == 401
+    assert await code_from("192.0.2.3", "dq_nope") == 429
+
+
+@pytest.mark.usefixtures("tokens_on")
+async def test_an_address_over_the_failure_limit_is_refused_for_a_revoked_token_the_process_holds(api, settings):
+    """A revoked token is a failed check like an unknown one, whether or not this process happens to
+    hold its row: past the limit both answer 429; only a token held as valid still works."""
+    settings.DELAYQUEUE = {**settings.DELAYQUEUE, "AUTH_FAILURE_LIMIT": 3}
+    valid = await sync_to_async(new_token)(name="valid")
+    revoked = await sync_to_async(new_token)(name="soon-gone")
+    for token in (valid, revoked):
+        assert await code_from("192.0.2.9", token) == 200  # both held as valid now
+    await sync_to_async(run)("revoke_token", "soon-gone")
+    await asyncio.sleep(1.0)  # refused within 1 s: its row, revoked, is held
+    for _ in range(3):
+        assert await code_from("192.0.2.9", revoked) == 401
+    assert await code_from("192.0.2.9", revoked) == 429
+    assert await code_from("192.0.2.9", "dq_nope") == 429
+    assert await code_from("192.0.2.9", valid) == 200
+    assert await code_from("192.0.2.10", revoked) == 401
 
 
 @pytest.mark.fault
