@@ -103,13 +103,14 @@ _SELECT_ROWS = f"""SELECT %(namespace)s, topic, msg_id, payload, {from_millis("p
        {from_millis("trigger_time")}, {from_millis("expire_time")}, max_retry, retry, status, priority,
        {from_millis("produce_time")}
 FROM {_ROWS}"""
+_ON_KEY_REPLACE = """ON CONFLICT (namespace, topic, msg_id) DO UPDATE SET
+    payload = EXCLUDED.payload, produce_time = EXCLUDED.produce_time, trigger_time = EXCLUDED.trigger_time,
+    expire_time = EXCLUDED.expire_time, max_retry = EXCLUDED.max_retry, retry = EXCLUDED.retry,
+    status = EXCLUDED.status, priority = EXCLUDED.priority, updated_at = EXCLUDED.updated_at"""
 _UPSERT = f"""
 INSERT INTO {tables.MESSAGE} AS m ({_COLUMNS})
 {_SELECT_ROWS}
-ON CONFLICT (namespace, topic, msg_id) DO UPDATE SET
-    payload = EXCLUDED.payload, produce_time = EXCLUDED.produce_time, trigger_time = EXCLUDED.trigger_time,
-    expire_time = EXCLUDED.expire_time, max_retry = EXCLUDED.max_retry, retry = EXCLUDED.retry,
-    status = EXCLUDED.status, priority = EXCLUDED.priority, updated_at = EXCLUDED.updated_at
+{_ON_KEY_REPLACE}
 """
 
 
@@ -177,10 +178,42 @@ FROM json_to_recordset(%(rows)s::json) AS u({record(Message, "topic", "msg_id")}
   {probe_each(tables.MESSAGE, "u.msg_id", _KEY_OF_U, columns="p.*", alias="m")}
 WHERE NOT EXISTS (SELECT FROM written w WHERE w.topic = m.topic AND w.msg_id = m.msg_id)
 """
+# The rows OVERWRITE is to write, locked first in its transaction (in key order, bytewise as Python
+# sorts the writer's and the sends' rows): the log writer commits its history and row moves
+# together, so once the lock is had, OVERWRITE's snapshot holds every event the writer recorded of the rows.
+LOCK_OVERWRITTEN = f"""
+SELECT m.id FROM {tables.MESSAGE} m WHERE m.id IN (SELECT found.id FROM {_ROWS} {_MESSAGE_OF_U})
+ORDER BY m.topic COLLATE "C", m.msg_id COLLATE "C" FOR UPDATE
+"""
 # Makes the log hold exactly the rows given (what Redis answered a send with), except a row of the
 # same life the log writer has moved since its send (updated_at no longer its produceTime): the
 # events it holds came after Redis' answer, and going back to the answer would undo them.
-OVERWRITE = _UPSERT + """WHERE m.produce_time <> EXCLUDED.produce_time OR m.updated_at = m.produce_time
+# A row moved to another life (one only Redis knew had begun: its last life had ended there, not
+# yet in the log) takes the latest history row recorded after that ended life's end (the first
+# row into its status at its updated_at): the writer recorded the new life's events but moved no
+# row, the row being another life's. The first ended status is a parameter, as in RECORD.
+OVERWRITE = f"""
+WITH u AS MATERIALIZED (SELECT * FROM {_ROWS}),
+ended AS MATERIALIZED (
+    SELECT u.topic, u.msg_id, m.updated_at, (
+        SELECT min(e.id) FROM {tables.EVENT} e
+        WHERE e.msg_id = m.msg_id AND e.topic = m.topic AND e.namespace = m.namespace AND e.at = m.updated_at
+          AND e.to_status = m.status) AS end_id
+    FROM u {_MESSAGE_OF_U} JOIN {tables.MESSAGE} m ON m.id = found.id
+    WHERE NOT {SAME_LIFE} AND m.status >= %(ended)s
+), caught_up AS (
+    SELECT ended.topic, ended.msg_id, last.* FROM ended CROSS JOIN LATERAL (
+        SELECT e.to_status, e.retry, e.at FROM {tables.EVENT} e
+        WHERE e.msg_id = ended.msg_id AND e.topic = ended.topic AND e.namespace = %(namespace)s
+          AND (e.at, e.id) > (ended.updated_at, ended.end_id)
+        ORDER BY e.at DESC, e.id DESC LIMIT 1) last
+)
+INSERT INTO {tables.MESSAGE} AS m ({_COLUMNS})
+SELECT %(namespace)s, u.topic, u.msg_id, payload, {from_millis("produce_time")}, {from_millis("trigger_time")},
+       {from_millis("expire_time")}, max_retry, coalesce(c.retry, u.retry), coalesce(c.to_status, u.status), priority,
+       coalesce(c.at, {from_millis("produce_time")})
+FROM u LEFT JOIN caught_up c ON c.topic = u.topic AND c.msg_id = u.msg_id
+{_ON_KEY_REPLACE} WHERE m.produce_time <> EXCLUDED.produce_time OR m.updated_at = m.produce_time
 RETURNING topic, msg_id"""
 # Removes rows, and their 'sent' history, of sends Redis did not take: only the life this
 # process wrote (same produceTime), never a later one. Found first, as in UPDATE_MESSAGES.
