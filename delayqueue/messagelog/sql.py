@@ -511,16 +511,20 @@ UPDATE {tables.REDRIVE} SET lease_until = now() + %(lease_millis)s * interval '1
 WHERE id = %(id)s AND lease_owner = %(owner)s AND done_at IS NULL
 RETURNING {_TASK}
 """
-# The task's next dead letters, locked, with what a new life needs: its TTL as sent, counted from when the life was
-# first ready (its earliest history row into READY, at or after its produceTime), as a retry's wait (a nack's delay, a
-# backoff) moved its triggerTime and not its expireTime: after one past its TTL, expireTime - triggerTime is negative.
-_FIRST_READY = f"""(SELECT min(e.at) FROM {tables.EVENT} e
-    WHERE e.msg_id = m.msg_id AND e.topic = m.topic AND e.namespace = m.namespace AND e.to_status = %(ready)s
-      AND e.at >= m.produce_time)"""
+def ttl_as_sent(row: str) -> str:
+    """SQL for the TTL (ms) the life of the message row named `row` was sent with, counted from when
+    it was first ready (its earliest history row into READY, %(ready)s, at or after its produceTime),
+    as a retry's wait (a nack's delay, a backoff) moved its triggerTime and not its expireTime: after
+    one past its TTL, expireTime - triggerTime is negative."""
+    first_ready = f"""(SELECT min(e.at) FROM {tables.EVENT} e
+    WHERE e.msg_id = {row}.msg_id AND e.topic = {row}.topic AND e.namespace = {row}.namespace
+      AND e.to_status = %(ready)s AND e.at >= {row}.produce_time)"""
+    return f"{to_millis(f'{row}.expire_time')} - {to_millis(f'least({row}.trigger_time, {first_ready})')}"
+
+
+# The task's next dead letters, locked, with what a new life needs: its TTL as sent.
 _NEXT_DEAD = f"""
-SELECT m.id, m.updated_at, m.msg_id, m.payload, m.max_retry,
-       {to_millis("m.expire_time")} - {to_millis(f"least(m.trigger_time, {_FIRST_READY})")} AS ttl, m.priority,
-       m.status
+SELECT m.id, m.updated_at, m.msg_id, m.payload, m.max_retry, {ttl_as_sent("m")} AS ttl, m.priority, m.status
 FROM {tables.MESSAGE} m
 WHERE {_DEAD_IN} AND m.updated_at <= %(created_at)s
   AND (m.updated_at, m.id) > (coalesce(%(after_time)s::timestamptz, '-infinity'), %(after_id)s)
@@ -588,10 +592,16 @@ ORDER BY id
 
 # --- Restore (recovery, spark/restore.py, spark/reconcile.py --fix).
 
-# A log row as restore_rows takes it: times in epoch ms.
+# A log row as restore_rows takes it: the table's RESTORE_COLUMNS, times in epoch ms, then its
+# `ttl`, RESTORE_TTL: the TTL it was sent with, which a restore with expired messages gives them anew
+# (parameters of restore_scope). Only a delivered message (retry > 0) can have had a retry's wait,
+# and only such a restore needs the TTL: no other row's history is looked at.
 RESTORE_COLUMNS = ("id", "namespace", "topic", "msg_id", "payload", "produce_time", "trigger_time", "expire_time",
                    "max_retry", "retry", "status", "priority")
-_RESTORE_SELECT = ", ".join(f"{to_millis(c)} AS {c}" if c.endswith("_time") else c for c in RESTORE_COLUMNS)
+RESTORE_TTL = (f"CASE WHEN %(include_expired)s AND retry > 0 THEN {ttl_as_sent(tables.MESSAGE)}"
+               f" ELSE {to_millis('expire_time')} - {to_millis('trigger_time')} END")
+_RESTORE_SELECT = ", ".join([*(f"{to_millis(c)} AS {c}" if c.endswith("_time") else c for c in RESTORE_COLUMNS),
+                             f"{RESTORE_TTL} AS ttl"])
 
 
 def restore_scope(namespace: str, topic: str | None, msg_id: str | None,
@@ -600,7 +610,8 @@ def restore_scope(namespace: str, topic: str | None, msg_id: str | None,
     and msgId; and among them the candidates it may bring back) and their parameters. Live
     candidates are message_live's predicate; with expired ones too no partial index applies,
     so the statuses are a parameter."""
-    conditions, params = [sql.SQL("namespace = %(namespace)s")], {"namespace": namespace}
+    conditions = [sql.SQL("namespace = %(namespace)s")]
+    params = {"namespace": namespace, "include_expired": include_expired, "ready": Status.READY}
     if topic is not None:
         conditions.append(sql.SQL("topic = %(topic)s"))
         params["topic"] = topic

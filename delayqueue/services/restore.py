@@ -60,12 +60,12 @@ class RestoreCounts:
 
 def restorable(row: dict, now: int, include_expired: bool) -> dict | None:
     """The row as it should go back into Redis, or None when it stays out. With include_expired a
-    message whose TTL ran out before it was ever delivered comes back ready with its TTL anew."""
+    message whose TTL ran out (live past it, or expired before it was ever delivered) comes back
+    with the TTL it was sent with (the row's `ttl`, sql.RESTORE_TTL) anew, from when it is due."""
     status = row["status"]
     expired = status == Status.EXPIRED or (status in LIVE_STATUSES and row["expire_time"] <= now)
     if expired and include_expired:
-        ttl = max(row["expire_time"] - row["trigger_time"], 1)
-        return {**row, "expire_time": now + ttl}
+        return {**row, "expire_time": max(now, row["trigger_time"]) + max(row["ttl"], 1)}
     if status in LIVE_STATUSES and not expired:
         return row
     return None

@@ -15,6 +15,7 @@ import pytest
 import redis
 from django.core.management import CommandError, call_command
 
+from delayqueue.core.clock import now_millis
 from delayqueue.core.constants import Status
 from delayqueue.messagelog import sql
 from delayqueue.messagelog.retention import prune_log
@@ -236,6 +237,27 @@ async def test_include_expired_brings_back_undelivered_expired_messages_with_a_f
 
 
 @pytest.mark.fault
+async def test_include_expired_gives_a_message_whose_retry_wait_passed_its_ttl_the_ttl_it_was_sent_with(single_rt):
+    """A nack's delay moved its triggerTime past its expireTime (which a retry's wait leaves alone),
+    and Redis was lost before it fell due: the TTL anew is the one it was sent with, 200 ms, not
+    what its last trigger left (nothing: it came back with 1 ms and died at once)."""
+    rt = single_rt
+    m = await send_message(rt, request=SendRequest(topic="x", msg="slow", delay_millis=0, ttl_millis=200))
+    assert (await pull_messages(rt, topic="x"))[0]
+    assert (await nack_message(rt, topic="x", msg_id=m.msg_id, delay_millis=300)).done
+    await drain_log(rt, ["x"])
+    await rt.redis.flushall()
+    await asyncio.sleep(0.35)  # past its trigger and its expireTime
+    restored_at = now_millis()
+    assert (await restore(rt, include_expired=True)).restored == 1
+    back = await get_message(rt, topic="x", msg_id=m.msg_id)
+    assert (back.status, back.retry) == (Status.READY, 1)
+    assert back.expire_time >= restored_at + 200
+    [pulled], _ = await pull_messages(rt, topic="x")
+    assert pulled.payload == "slow"
+
+
+@pytest.mark.fault
 async def test_restore_endpoints(api, single_rt):
     sent = (await api.post(API + "sendMsg", data={"topic": "h", "msg": "m", "delayMillis": 60_000})).json()["delayMsg"]
     await single_rt.redis.flushall()
@@ -356,7 +378,7 @@ def test_prune_log_says_in_one_line_that_postgresql_is_unreachable():
 
 
 def test_which_logged_rows_are_restored(clean_state):
-    row = {"status": Status.CONSUMING, "expire_time": 10_000, "trigger_time": 1_000}
+    row = {"status": Status.CONSUMING, "expire_time": 10_000, "trigger_time": 1_000, "ttl": 9_000}
     assert restorable(row, now=5_000, include_expired=False) == row
     assert restorable(row, now=20_000, include_expired=False) is None  # its TTL ran out
     assert restorable(row, now=20_000, include_expired=True)["expire_time"] == 29_000  # TTL anew
