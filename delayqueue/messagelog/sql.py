@@ -467,20 +467,21 @@ LEFT JOIN LATERAL (
 WHERE {_DEAD_IN} AND (m.updated_at, m.id) > (coalesce({_at_micros("%(after)s::int8")}, '-infinity'), %(after_id)s)
 ORDER BY m.updated_at, m.id LIMIT %(limit)s
 """
-# Removes a batch of dead letters and their history (all their lives'); answers how many.
+# Ends a batch of dead letters as deleted, each with its history row (reason purged), as a purge of
+# a topic ends its cold messages; answers how many. Their history stays, for the retention to take
+# with the row: what they went through still counts in the hours' figures (spark.stats).
 PURGE_DEAD = f"""
 WITH doomed AS (
-    SELECT m.id FROM {tables.MESSAGE} m WHERE {_DEAD_IN}
+    SELECT m.id, m.status FROM {tables.MESSAGE} m WHERE {_DEAD_IN}
     ORDER BY m.updated_at, m.id LIMIT %(batch)s
     FOR UPDATE SKIP LOCKED
-), gone AS (
-    DELETE FROM {tables.MESSAGE} m USING doomed WHERE m.id = doomed.id
-    RETURNING m.namespace, m.topic, m.msg_id
+), purged AS (
+    UPDATE {tables.MESSAGE} m SET status = %(deleted)s, updated_at = now() FROM doomed WHERE m.id = doomed.id
+    RETURNING m.topic, m.msg_id, m.retry, m.status, m.updated_at, doomed.status AS dead_status
 ), history AS (
-    DELETE FROM {tables.EVENT} e USING gone
-    WHERE e.msg_id = gone.msg_id AND e.topic = gone.topic AND e.namespace = gone.namespace
+    {_history_of("purged", "purged", "dead_status")}
 )
-SELECT count(*) FROM gone
+SELECT count(*) FROM purged
 """
 # A redrive task over the dead letters in scope, bounded by the newest of them (and the
 # database's now): a message redriven and dead again later is not taken twice. None when the
