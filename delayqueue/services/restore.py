@@ -164,11 +164,11 @@ async def _restore(rt: Runtime, topic: str | None, msg_id: str | None, include_e
         params, scanned = await count_and_leave_cold(rt, conn, scope=scope, candidates=candidates, params=params,
                                                      topic=topic, msg_id=msg_id, dry_run=dry_run)
         page = sql.restore_page(scope, candidates, rt.config.cold_tier)
-        total = ended = 0
+        total = ended = 0  # total: every candidate, those left cold too (done from the start)
         for _name, _hour, candidates_in_group, rest, left in scanned:
-            total, ended, counts.left_cold = total + candidates_in_group, ended + rest, counts.left_cold + left
+            total, ended, counts.left_cold = total + candidates_in_group + left, ended + rest, counts.left_cold + left
         if progress:
-            progress(counts, total + counts.left_cold)
+            progress(counts, total)
         writing: set[asyncio.Task] = set()
 
         async def collect(when) -> None:
