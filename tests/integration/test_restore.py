@@ -19,6 +19,7 @@ from delayqueue.core.clock import now_millis
 from delayqueue.core.constants import Status
 from delayqueue.messagelog import sql
 from delayqueue.messagelog.retention import prune_log
+from delayqueue.services import restore as restore_service
 from delayqueue.services.consume import ack_message, nack_message, pull_messages
 from delayqueue.services.messages import delete_message, get_message
 from delayqueue.services.restore import restorable, restore
@@ -255,6 +256,26 @@ async def test_include_expired_gives_a_message_whose_retry_wait_passed_its_ttl_t
     assert back.expire_time >= restored_at + 200
     [pulled], _ = await pull_messages(rt, topic="x")
     assert pulled.payload == "slow"
+
+
+async def test_a_delete_with_release_during_a_restore_is_not_undone(single_rt, monkeypatch):
+    """The restore read the message's row (live) before the delete, which released its body, so
+    Redis held nothing of it when the restore wrote its page: brought back, it would be delivered
+    though deleted."""
+    rt = single_rt
+    await send_message(rt, request=SendRequest("t", "x", 60_000, "gone"))
+    write = restore_service.restore_rows
+
+    async def deleted_meanwhile(rt_, **kwargs):
+        assert await delete_message(rt, topic="t", msg_id="gone", release=True)
+        return await write(rt_, **kwargs)
+
+    monkeypatch.setattr(restore_service, "restore_rows", deleted_meanwhile)
+    counts = await restore(rt)
+    assert (counts.restored, counts.already_live) == (0, 1)
+    assert await get_message(rt, topic="t", msg_id="gone") is None
+    await drain_log(rt, ["t"])
+    assert (await logged("t", "gone"))["status"] == Status.DELETED
 
 
 @pytest.mark.fault
