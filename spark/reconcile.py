@@ -141,12 +141,12 @@ def by_topic_in_id_order(rows: DataFrame, partitions: int) -> DataFrame:
     return rows.repartition(partitions, "topic").sortWithinPartitions("topic", "id")
 
 
-def rows_by_id(dsn: str, query: str, ids, chunk_rows: int):
+def rows_by_id(dsn: str, query: str, params: dict, ids, chunk_rows: int):
     """Runs on an executor: the log rows of these ids (`chunk_rows` ids per query), as dicts of
-    restore.RESTORE_COLUMNS. Each chunk comes in id order, so ids given in each topic's id order
-    keep it."""
+    restore.RESTORE_COLUMNS (`params`: the restore's, sql.restore_scope's). Each chunk comes in id
+    order, so ids given in each topic's id order keep it."""
     for chunk in common.chunks(ids, chunk_rows):
-        yield from restore.logged_rows(dsn, query, {"ids": chunk})
+        yield from restore.logged_rows(dsn, query, {**params, "ids": chunk})
 
 
 def add_arguments(p) -> None:
@@ -200,9 +200,10 @@ def restore_missing(spark, args, log: DataFrame, found: DataFrame, partitions: i
     query = restore.rows_query(sql.LIVE_BY_ID)
     config, dsn = restore.queue_config(args), args.database_url
     settings = settings_table(common.query(dsn, sql.TOPIC_CONFIGS, [args.namespace]), args.namespace)
+    _, _, params = sql.restore_scope(args.namespace, None, None, include_expired=False)
     per_partition = ids.rdd.mapPartitions(
         lambda part: restore.restore_partition(config, settings, False, False,
-                                               rows_by_id(dsn, query, (r.id for r in part), chunk_rows)))
+                                               rows_by_id(dsn, query, params, (r.id for r in part), chunk_rows)))
     return tuple(sum(column) for column in zip(*per_partition.collect()))
 
 

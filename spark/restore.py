@@ -34,8 +34,9 @@ from delayqueue.stores.topic_settings import TopicSettings, placed, settings_tab
 from spark import common, pgread
 from spark.common import JobError
 
-RESTORE_COLUMNS = list(sql.RESTORE_COLUMNS)
-_RESTORE_SQL_COLUMNS = [pgread.MESSAGE_COLUMNS[n] for n in RESTORE_COLUMNS]
+RESTORE_COLUMNS = [*sql.RESTORE_COLUMNS, "ttl"]
+_RESTORE_SQL_COLUMNS = [*(pgread.MESSAGE_COLUMNS[n] for n in sql.RESTORE_COLUMNS),
+                        pgread.Column("ttl", sql.RESTORE_TTL, *pgread.PG_TYPES["int8"])]
 CHUNK_ROWS = 10_000  # rows per restore_rows call, as manage.py restore pages the log
 
 

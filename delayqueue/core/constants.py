@@ -39,7 +39,7 @@ class Reason(TextChoices):
     RESCHEDULED = "rescheduled"  # given a new trigger time while waiting or ready
     DEAD_LETTERED = "dead_lettered", "dead-lettered"  # ended as a dead letter by its consumer
     REDRIVEN = "redriven"  # a dead letter sent back as a new life
-    PURGED = "purged"  # ended by a purge of its topic
+    PURGED = "purged"  # ended by a purge of its topic, or of its topic's dead letters
     PUSHED = "pushed"  # delivered to its topic's push URL, which answered 2xx (the event's detail: the status)
     PUSH_FAILED = "push_failed", "push failed"  # a push attempt failed (detail: the status or the error)
 

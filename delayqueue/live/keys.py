@@ -184,6 +184,9 @@ class TopicKeys:
     # ZSET second -> its first ms: the seconds of due time with a LIST "<packed>:<second>" of packed
     # waiting messages (includes/packed.lua)
     packed: str
+    # ZSET "<msgId>:<produceTime>" -> when it may go: the lives deleteMsg released the bodies of, for the ended
+    # retention (the key expires with it), which a restore does not bring back (lua/delete.lua, lua/restore.lua)
+    released: str
 
 
 @dataclass(frozen=True)

@@ -524,7 +524,7 @@ def delete(ctx: ScriptContext, topic: str | Shard, *, msg_id: str, release: bool
     loaded_to: its log row is the caller's to end)."""
     k = ctx.ns.topic(topic)
     return ScriptCall(DELETE, [k.waiting, k.ready, k.inflight, k.msgs, k.expiry, k.ended, k.stats, k.events,
-                               k.prioritised, k.meta, k.cold_hours, k.packed],
+                               k.prioritised, k.meta, k.cold_hours, k.packed, k.released],
                       [msg_id, _flag(release), ctx.retention_millis, ctx.stats_interval_millis, ctx.actor, tombstone])
 
 
@@ -652,8 +652,8 @@ def restore(ctx: ScriptContext, topic: str | Shard, *, dry_run: bool, with_times
     k = ctx.ns.topic(topic)
     args = [ctx.ns.ready_channel, ctx.ns.schedule_channel, k.topic, _flag(dry_run), ctx.actor, _flag(with_times),
             *_flat(messages)]
-    return ScriptCall(RESTORE, [k.waiting, k.ready, k.msgs, k.expiry, k.meta, k.events, k.prioritised, k.cold_hours],
-                      args)
+    return ScriptCall(RESTORE, [k.waiting, k.ready, k.msgs, k.expiry, k.meta, k.events, k.prioritised, k.cold_hours,
+                                k.released], args)
 
 
 def take_tokens(ctx: ScriptContext, topic: str | None, *, kind: str, wanted: int, rate: int) -> ScriptCall:

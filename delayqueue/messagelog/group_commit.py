@@ -222,8 +222,11 @@ class MessageLog:
     async def _write(self, conn: psycopg.AsyncConnection, again: bool, *, rows: list[Message],
                      keys: set[tuple[str, str]], overwrite: bool) -> _Written:
         if overwrite:
-            cursor = await conn.execute(sql.OVERWRITE, {"namespace": self._namespace, "rows": _rows_json(rows)})
-            return {tuple(row) for row in await cursor.fetchall()}, {}
+            params = {"namespace": self._namespace, "rows": _rows_json(rows), "ended": Status.ACKED}
+            async with conn.transaction():
+                await conn.execute(sql.LOCK_OVERWRITTEN, params)
+                cursor = await conn.execute(sql.OVERWRITE, params)
+                return {tuple(row) for row in await cursor.fetchall()}, {}
         params = {"namespace": self._namespace, "rows": _rows_json(rows), **self._actor}
         # Tried again, the rows may be there already: RECORD knows them as this send's own.
         if self._upserts_left == 0 and not again:

@@ -103,13 +103,14 @@ _SELECT_ROWS = f"""SELECT %(namespace)s, topic, msg_id, payload, {from_millis("p
        {from_millis("trigger_time")}, {from_millis("expire_time")}, max_retry, retry, status, priority,
        {from_millis("produce_time")}
 FROM {_ROWS}"""
+_ON_KEY_REPLACE = """ON CONFLICT (namespace, topic, msg_id) DO UPDATE SET
+    payload = EXCLUDED.payload, produce_time = EXCLUDED.produce_time, trigger_time = EXCLUDED.trigger_time,
+    expire_time = EXCLUDED.expire_time, max_retry = EXCLUDED.max_retry, retry = EXCLUDED.retry,
+    status = EXCLUDED.status, priority = EXCLUDED.priority, updated_at = EXCLUDED.updated_at"""
 _UPSERT = f"""
 INSERT INTO {tables.MESSAGE} AS m ({_COLUMNS})
 {_SELECT_ROWS}
-ON CONFLICT (namespace, topic, msg_id) DO UPDATE SET
-    payload = EXCLUDED.payload, produce_time = EXCLUDED.produce_time, trigger_time = EXCLUDED.trigger_time,
-    expire_time = EXCLUDED.expire_time, max_retry = EXCLUDED.max_retry, retry = EXCLUDED.retry,
-    status = EXCLUDED.status, priority = EXCLUDED.priority, updated_at = EXCLUDED.updated_at
+{_ON_KEY_REPLACE}
 """
 
 
@@ -177,10 +178,42 @@ FROM json_to_recordset(%(rows)s::json) AS u({record(Message, "topic", "msg_id")}
   {probe_each(tables.MESSAGE, "u.msg_id", _KEY_OF_U, columns="p.*", alias="m")}
 WHERE NOT EXISTS (SELECT FROM written w WHERE w.topic = m.topic AND w.msg_id = m.msg_id)
 """
+# The rows OVERWRITE is to write, locked first in its transaction (in key order, bytewise as Python
+# sorts the writer's and the sends' rows): the log writer commits its history and row moves
+# together, so once the lock is had, OVERWRITE's snapshot holds every event the writer recorded of the rows.
+LOCK_OVERWRITTEN = f"""
+SELECT m.id FROM {tables.MESSAGE} m WHERE m.id IN (SELECT found.id FROM {_ROWS} {_MESSAGE_OF_U})
+ORDER BY m.topic COLLATE "C", m.msg_id COLLATE "C" FOR UPDATE
+"""
 # Makes the log hold exactly the rows given (what Redis answered a send with), except a row of the
 # same life the log writer has moved since its send (updated_at no longer its produceTime): the
 # events it holds came after Redis' answer, and going back to the answer would undo them.
-OVERWRITE = _UPSERT + """WHERE m.produce_time <> EXCLUDED.produce_time OR m.updated_at = m.produce_time
+# A row moved to another life (one only Redis knew had begun: its last life had ended there, not
+# yet in the log) takes the latest history row recorded after that ended life's end (the first
+# row into its status at its updated_at): the writer recorded the new life's events but moved no
+# row, the row being another life's. The first ended status is a parameter, as in RECORD.
+OVERWRITE = f"""
+WITH u AS MATERIALIZED (SELECT * FROM {_ROWS}),
+ended AS MATERIALIZED (
+    SELECT u.topic, u.msg_id, m.updated_at, (
+        SELECT min(e.id) FROM {tables.EVENT} e
+        WHERE e.msg_id = m.msg_id AND e.topic = m.topic AND e.namespace = m.namespace AND e.at = m.updated_at
+          AND e.to_status = m.status) AS end_id
+    FROM u {_MESSAGE_OF_U} JOIN {tables.MESSAGE} m ON m.id = found.id
+    WHERE NOT {SAME_LIFE} AND m.status >= %(ended)s
+), caught_up AS (
+    SELECT ended.topic, ended.msg_id, last.* FROM ended CROSS JOIN LATERAL (
+        SELECT e.to_status, e.retry, e.at FROM {tables.EVENT} e
+        WHERE e.msg_id = ended.msg_id AND e.topic = ended.topic AND e.namespace = %(namespace)s
+          AND (e.at, e.id) > (ended.updated_at, ended.end_id)
+        ORDER BY e.at DESC, e.id DESC LIMIT 1) last
+)
+INSERT INTO {tables.MESSAGE} AS m ({_COLUMNS})
+SELECT %(namespace)s, u.topic, u.msg_id, payload, {from_millis("produce_time")}, {from_millis("trigger_time")},
+       {from_millis("expire_time")}, max_retry, coalesce(c.retry, u.retry), coalesce(c.to_status, u.status), priority,
+       coalesce(c.at, {from_millis("produce_time")})
+FROM u LEFT JOIN caught_up c ON c.topic = u.topic AND c.msg_id = u.msg_id
+{_ON_KEY_REPLACE} WHERE m.produce_time <> EXCLUDED.produce_time OR m.updated_at = m.produce_time
 RETURNING topic, msg_id"""
 # Removes rows, and their 'sent' history, of sends Redis did not take: only the life this
 # process wrote (same produceTime), never a later one. Found first, as in UPDATE_MESSAGES.
@@ -434,20 +467,21 @@ LEFT JOIN LATERAL (
 WHERE {_DEAD_IN} AND (m.updated_at, m.id) > (coalesce({_at_micros("%(after)s::int8")}, '-infinity'), %(after_id)s)
 ORDER BY m.updated_at, m.id LIMIT %(limit)s
 """
-# Removes a batch of dead letters and their history (all their lives'); answers how many.
+# Ends a batch of dead letters as deleted, each with its history row (reason purged), as a purge of
+# a topic ends its cold messages; answers how many. Their history stays, for the retention to take
+# with the row: what they went through still counts in the hours' figures (spark.stats).
 PURGE_DEAD = f"""
 WITH doomed AS (
-    SELECT m.id FROM {tables.MESSAGE} m WHERE {_DEAD_IN}
+    SELECT m.id, m.status FROM {tables.MESSAGE} m WHERE {_DEAD_IN}
     ORDER BY m.updated_at, m.id LIMIT %(batch)s
     FOR UPDATE SKIP LOCKED
-), gone AS (
-    DELETE FROM {tables.MESSAGE} m USING doomed WHERE m.id = doomed.id
-    RETURNING m.namespace, m.topic, m.msg_id
+), purged AS (
+    UPDATE {tables.MESSAGE} m SET status = %(deleted)s, updated_at = now() FROM doomed WHERE m.id = doomed.id
+    RETURNING m.topic, m.msg_id, m.retry, m.status, m.updated_at, doomed.status AS dead_status
 ), history AS (
-    DELETE FROM {tables.EVENT} e USING gone
-    WHERE e.msg_id = gone.msg_id AND e.topic = gone.topic AND e.namespace = gone.namespace
+    {_history_of("purged", "purged", "dead_status")}
 )
-SELECT count(*) FROM gone
+SELECT count(*) FROM purged
 """
 # A redrive task over the dead letters in scope, bounded by the newest of them (and the
 # database's now): a message redriven and dead again later is not taken twice. None when the
@@ -478,16 +512,20 @@ UPDATE {tables.REDRIVE} SET lease_until = now() + %(lease_millis)s * interval '1
 WHERE id = %(id)s AND lease_owner = %(owner)s AND done_at IS NULL
 RETURNING {_TASK}
 """
-# The task's next dead letters, locked, with what a new life needs: its TTL as sent, counted from when the life was
-# first ready (its earliest history row into READY, at or after its produceTime), as a retry's wait (a nack's delay, a
-# backoff) moved its triggerTime and not its expireTime: after one past its TTL, expireTime - triggerTime is negative.
-_FIRST_READY = f"""(SELECT min(e.at) FROM {tables.EVENT} e
-    WHERE e.msg_id = m.msg_id AND e.topic = m.topic AND e.namespace = m.namespace AND e.to_status = %(ready)s
-      AND e.at >= m.produce_time)"""
+def ttl_as_sent(row: str) -> str:
+    """SQL for the TTL (ms) the life of the message row named `row` was sent with, counted from when
+    it was first ready (its earliest history row into READY, %(ready)s, at or after its produceTime),
+    as a retry's wait (a nack's delay, a backoff) moved its triggerTime and not its expireTime: after
+    one past its TTL, expireTime - triggerTime is negative."""
+    first_ready = f"""(SELECT min(e.at) FROM {tables.EVENT} e
+    WHERE e.msg_id = {row}.msg_id AND e.topic = {row}.topic AND e.namespace = {row}.namespace
+      AND e.to_status = %(ready)s AND e.at >= {row}.produce_time)"""
+    return f"{to_millis(f'{row}.expire_time')} - {to_millis(f'least({row}.trigger_time, {first_ready})')}"
+
+
+# The task's next dead letters, locked, with what a new life needs: its TTL as sent.
 _NEXT_DEAD = f"""
-SELECT m.id, m.updated_at, m.msg_id, m.payload, m.max_retry,
-       {to_millis("m.expire_time")} - {to_millis(f"least(m.trigger_time, {_FIRST_READY})")} AS ttl, m.priority,
-       m.status
+SELECT m.id, m.updated_at, m.msg_id, m.payload, m.max_retry, {ttl_as_sent("m")} AS ttl, m.priority, m.status
 FROM {tables.MESSAGE} m
 WHERE {_DEAD_IN} AND m.updated_at <= %(created_at)s
   AND (m.updated_at, m.id) > (coalesce(%(after_time)s::timestamptz, '-infinity'), %(after_id)s)
@@ -555,10 +593,16 @@ ORDER BY id
 
 # --- Restore (recovery, spark/restore.py, spark/reconcile.py --fix).
 
-# A log row as restore_rows takes it: times in epoch ms.
+# A log row as restore_rows takes it: the table's RESTORE_COLUMNS, times in epoch ms, then its
+# `ttl`, RESTORE_TTL: the TTL it was sent with, which a restore with expired messages gives them anew
+# (parameters of restore_scope). Only a delivered message (retry > 0) can have had a retry's wait,
+# and only such a restore needs the TTL: no other row's history is looked at.
 RESTORE_COLUMNS = ("id", "namespace", "topic", "msg_id", "payload", "produce_time", "trigger_time", "expire_time",
                    "max_retry", "retry", "status", "priority")
-_RESTORE_SELECT = ", ".join(f"{to_millis(c)} AS {c}" if c.endswith("_time") else c for c in RESTORE_COLUMNS)
+RESTORE_TTL = (f"CASE WHEN %(include_expired)s AND retry > 0 THEN {ttl_as_sent(tables.MESSAGE)}"
+               f" ELSE {to_millis('expire_time')} - {to_millis('trigger_time')} END")
+_RESTORE_SELECT = ", ".join([*(f"{to_millis(c)} AS {c}" if c.endswith("_time") else c for c in RESTORE_COLUMNS),
+                             f"{RESTORE_TTL} AS ttl"])
 
 
 def restore_scope(namespace: str, topic: str | None, msg_id: str | None,
@@ -567,7 +611,8 @@ def restore_scope(namespace: str, topic: str | None, msg_id: str | None,
     and msgId; and among them the candidates it may bring back) and their parameters. Live
     candidates are message_live's predicate; with expired ones too no partial index applies,
     so the statuses are a parameter."""
-    conditions, params = [sql.SQL("namespace = %(namespace)s")], {"namespace": namespace}
+    conditions = [sql.SQL("namespace = %(namespace)s")]
+    params = {"namespace": namespace, "include_expired": include_expired, "ready": Status.READY}
     if topic is not None:
         conditions.append(sql.SQL("topic = %(topic)s"))
         params["topic"] = topic

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from psycopg.types.json import Jsonb
 
-from delayqueue.core.constants import REDRIVE_DEFAULT_RATE
+from delayqueue.core.constants import REDRIVE_DEFAULT_RATE, Reason, Status
 from delayqueue.core.exceptions import CapReached
 from delayqueue.core.messages import Message
 from delayqueue.messagelog import sql
@@ -52,12 +52,15 @@ async def dead_letters(rt: Runtime, *, topic: str, limit: int,
 
 
 async def purge_dead_letters(rt: Runtime, *, topic: str, msg_ids: list[str] | None = None, batch: int = 5000) -> int:
-    """Removes the topic's dead letters (only those in msg_ids when given) and their history, in
-    batches of one transaction each; answers how many messages went."""
+    """Removes the topic's dead letters (only those in msg_ids when given): ends them as deleted
+    (sql.PURGE_DEAD), in batches of one transaction each; answers how many messages went."""
     removed = 0
+    process, _, host = rt.actor.rpartition("@")
+    params = {**_scope(rt, topic, msg_ids), "batch": batch, "deleted": Status.DELETED, "reason": Reason.PURGED.value,
+              "process": process, "host": host}
     async with one_use(rt.config.log_timeout_millis, rt.log_database) as conn:
         while True:
-            found = await conn.execute(sql.PURGE_DEAD, {**_scope(rt, topic, msg_ids), "batch": batch})
+            found = await conn.execute(sql.PURGE_DEAD, params)
             count = (await found.fetchone())[0]
             removed += count
             if count < batch:

@@ -60,12 +60,12 @@ class RestoreCounts:
 
 def restorable(row: dict, now: int, include_expired: bool) -> dict | None:
     """The row as it should go back into Redis, or None when it stays out. With include_expired a
-    message whose TTL ran out before it was ever delivered comes back ready with its TTL anew."""
+    message whose TTL ran out (live past it, or expired before it was ever delivered) comes back
+    with the TTL it was sent with (the row's `ttl`, sql.RESTORE_TTL) anew, from when it is due."""
     status = row["status"]
     expired = status == Status.EXPIRED or (status in LIVE_STATUSES and row["expire_time"] <= now)
     if expired and include_expired:
-        ttl = max(row["expire_time"] - row["trigger_time"], 1)
-        return {**row, "expire_time": now + ttl}
+        return {**row, "expire_time": max(now, row["trigger_time"]) + max(row["ttl"], 1)}
     if status in LIVE_STATUSES and not expired:
         return row
     return None
@@ -164,11 +164,11 @@ async def _restore(rt: Runtime, topic: str | None, msg_id: str | None, include_e
         params, scanned = await count_and_leave_cold(rt, conn, scope=scope, candidates=candidates, params=params,
                                                      topic=topic, msg_id=msg_id, dry_run=dry_run)
         page = sql.restore_page(scope, candidates, rt.config.cold_tier)
-        total = ended = 0
+        total = ended = 0  # total: every candidate, those left cold too (done from the start)
         for _name, _hour, candidates_in_group, rest, left in scanned:
-            total, ended, counts.left_cold = total + candidates_in_group, ended + rest, counts.left_cold + left
+            total, ended, counts.left_cold = total + candidates_in_group + left, ended + rest, counts.left_cold + left
         if progress:
-            progress(counts, total + counts.left_cold)
+            progress(counts, total)
         writing: set[asyncio.Task] = set()
 
         async def collect(when) -> None:

@@ -4,7 +4,7 @@ with what Redis did. A send answered with a message is therefore in the log; a l
 enqueues nothing.
 
 A msgId is deduplicated: while its message is live, and for DELAYQUEUE_DEDUPE_WINDOW_MILLIS after
-it ended (a dead letter's until it is redriven, purged or pruned), a send under it answers that
+it ended (a dead letter's until it is redriven or pruned; purged, it is deleted), a send under it answers that
 message and delivers nothing. The log decides for the ended messages it holds (its insert does not
 replace them, and their sends never reach Redis); send.lua for the rest, as only Redis may know yet
 that a message ended (the log lags it by milliseconds) and with the log off."""

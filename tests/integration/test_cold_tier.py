@@ -856,6 +856,23 @@ async def test_a_restore_without_a_loss_leaves_cold_messages_to_the_loader(cold_
         await loader.close()
 
 
+async def test_a_restore_that_leaves_messages_cold_reports_its_progress_up_to_its_total(cold_rt):
+    """The messages left to the loader are counted as done, from the first report on: so the total
+    must count them too, in every report, or the bar runs past 100%."""
+    rt = cold_rt
+    loader = await started(rt)
+    try:
+        await send(rt, msg="now")
+        for i in range(2):
+            await send(rt, msg=f"cold {i}", delay=60_000)
+        reports = []
+        counts = await restore(rt, progress=lambda done, total: reports.append((done.seen, total)))
+        assert (counts.already_live, counts.left_cold) == (1, 2)
+        assert all(seen <= total for seen, total in reports) and reports[-1] == (3, 3)
+    finally:
+        await loader.close()
+
+
 @pytest.mark.fault
 async def test_a_restore_after_redis_lost_everything_rebuilds_the_hot_window_only(cold_rt):
     """Redis flushed with messages in both tiers: the restore brings back those up to where the

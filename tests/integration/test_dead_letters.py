@@ -231,12 +231,19 @@ async def logged_status(topic: str, msg_id: str, status: int) -> bool:
     return row is not None and row["status"] == status
 
 
-async def test_purge_removes_dead_letters_and_their_history_only(single_rt):
+async def test_purge_ends_dead_letters_only_as_deleted_and_keeps_their_history(single_rt):
+    """What they went through stays in the history, for the hours' figures (spark.stats), until the
+    retention takes it with the row."""
     rt = single_rt
     await make_dead(rt, "t", exhausted=["a", "b", "c"])
     await send_message(rt, request=SendRequest(topic="t", msg="live", delay_millis=0, msg_id="live"))
     assert await purge_dead_letters(rt, topic="t", msg_ids=["a", "live", "nope"]) == 1
-    assert await logged("t", "a") is None and await history("t", "a") == []
+    assert (await logged("t", "a"))["status"] == Status.DELETED
+    assert await history("t", "a") == [("sent", 0, Status.READY, 0), ("pulled", Status.READY, Status.CONSUMING, 1),
+                                       ("retries_exhausted", Status.CONSUMING, Status.EXHAUSTED, 1),
+                                       ("purged", Status.EXHAUSTED, Status.DELETED, 1)]
+    page, _ = await dead_letter_page(rt, topic="t", limit=10, cursor=None)
+    assert sorted(m["msgId"] for m in page) == ["b", "c"]
     assert await purge_dead_letters(rt, topic="t", batch=1) == 2
     assert await purge_dead_letters(rt, topic="t") == 0
     assert (await logged("t", "live"))["status"] == Status.READY

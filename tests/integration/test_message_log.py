@@ -120,14 +120,9 @@ async def test_a_send_due_by_the_time_redis_took_it_is_logged_ready(single_rt, m
     assert await history("t", "late") == [("sent", 0, Status.READY, 0)]
 
 
-async def test_a_status_correction_that_commits_after_the_writer_moved_the_row_leaves_it_moved(single_rt,
-                                                                                               monkeypatch):
-    """The correction of a send Redis took as ready (its status when sent) commits after the
-    writer recorded the message's pull and ack: the row keeps its last state, acked, or a restore
-    brings the acked message back."""
-    rt = single_rt
-    behind = now_millis() - 50
-    monkeypatch.setattr(send_service, "now_millis", lambda: behind)
+def _consume_before_the_correction(rt, monkeypatch) -> None:
+    """A send's log correction (MessageLog.overwrite) commits only after a consumer pulled and acked
+    the message on topic t and the log writer recorded both."""
     correct = MessageLog.overwrite
 
     async def consumed_first(log, rows):
@@ -137,9 +132,37 @@ async def test_a_status_correction_that_commits_after_the_writer_moved_the_row_l
         await correct(log, rows)
 
     monkeypatch.setattr(MessageLog, "overwrite", consumed_first)
+
+
+async def test_a_status_correction_that_commits_after_the_writer_moved_the_row_leaves_it_moved(single_rt,
+                                                                                               monkeypatch):
+    """The correction of a send Redis took as ready (its status when sent) commits after the
+    writer recorded the message's pull and ack: the row keeps its last state, acked, or a restore
+    brings the acked message back."""
+    rt = single_rt
+    behind = now_millis() - 50
+    monkeypatch.setattr(send_service, "now_millis", lambda: behind)
+    _consume_before_the_correction(rt, monkeypatch)
     await send_message(rt, request=SendRequest(topic="t", msg="late", delay_millis=10, msg_id="late"))
     row = await logged("t", "late")
     assert (row["status"], row["retry"]) == (Status.ACKED, 1)
+    assert (await restore(rt)).restored == 0
+
+
+async def test_a_correction_that_moves_the_row_to_a_new_life_keeps_the_events_the_writer_recorded_first(
+        single_rt, monkeypatch):
+    """A resend right after a delete with release starts a new life that only Redis knew of (the
+    log's row was the old life, live): the correction moves the row to it. The writer recorded the
+    new life's pull and ack before that correction committed, while the row was still the old life's;
+    the row must end acked all the same, or a restore brings the acked message back."""
+    rt = single_rt
+    await send_message(rt, request=SendRequest("t", "first", 60_000, "again"))
+    assert await delete_message(rt, topic="t", msg_id="again", release=True)
+    _consume_before_the_correction(rt, monkeypatch)
+    second = await send_message(rt, request=SendRequest("t", "second", 0, "again"))
+    row = await logged("t", "again")
+    assert (row["msg"], row["produceTime"], row["status"], row["retry"]) == (
+        "second", second.produce_time, Status.ACKED, 1)
     assert (await restore(rt)).restored == 0
 
 

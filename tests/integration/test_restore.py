@@ -15,9 +15,11 @@ import pytest
 import redis
 from django.core.management import CommandError, call_command
 
+from delayqueue.core.clock import now_millis
 from delayqueue.core.constants import Status
 from delayqueue.messagelog import sql
 from delayqueue.messagelog.retention import prune_log
+from delayqueue.services import restore as restore_service
 from delayqueue.services.consume import ack_message, nack_message, pull_messages
 from delayqueue.services.messages import delete_message, get_message
 from delayqueue.services.restore import restorable, restore
@@ -236,6 +238,47 @@ async def test_include_expired_brings_back_undelivered_expired_messages_with_a_f
 
 
 @pytest.mark.fault
+async def test_include_expired_gives_a_message_whose_retry_wait_passed_its_ttl_the_ttl_it_was_sent_with(single_rt):
+    """A nack's delay moved its triggerTime past its expireTime (which a retry's wait leaves alone),
+    and Redis was lost before it fell due: the TTL anew is the one it was sent with, 200 ms, not
+    what its last trigger left (nothing: it came back with 1 ms and died at once)."""
+    rt = single_rt
+    m = await send_message(rt, request=SendRequest(topic="x", msg="slow", delay_millis=0, ttl_millis=200))
+    assert (await pull_messages(rt, topic="x"))[0]
+    assert (await nack_message(rt, topic="x", msg_id=m.msg_id, delay_millis=300)).done
+    await drain_log(rt, ["x"])
+    await rt.redis.flushall()
+    await asyncio.sleep(0.35)  # past its trigger and its expireTime
+    restored_at = now_millis()
+    assert (await restore(rt, include_expired=True)).restored == 1
+    back = await get_message(rt, topic="x", msg_id=m.msg_id)
+    assert (back.status, back.retry) == (Status.READY, 1)
+    assert back.expire_time >= restored_at + 200
+    [pulled], _ = await pull_messages(rt, topic="x")
+    assert pulled.payload == "slow"
+
+
+async def test_a_delete_with_release_during_a_restore_is_not_undone(single_rt, monkeypatch):
+    """The restore read the message's row (live) before the delete, which released its body, so
+    Redis held nothing of it when the restore wrote its page: brought back, it would be delivered
+    though deleted."""
+    rt = single_rt
+    await send_message(rt, request=SendRequest("t", "x", 60_000, "gone"))
+    write = restore_service.restore_rows
+
+    async def deleted_meanwhile(rt_, **kwargs):
+        assert await delete_message(rt, topic="t", msg_id="gone", release=True)
+        return await write(rt_, **kwargs)
+
+    monkeypatch.setattr(restore_service, "restore_rows", deleted_meanwhile)
+    counts = await restore(rt)
+    assert (counts.restored, counts.already_live) == (0, 1)
+    assert await get_message(rt, topic="t", msg_id="gone") is None
+    await drain_log(rt, ["t"])
+    assert (await logged("t", "gone"))["status"] == Status.DELETED
+
+
+@pytest.mark.fault
 async def test_restore_endpoints(api, single_rt):
     sent = (await api.post(API + "sendMsg", data={"topic": "h", "msg": "m", "delayMillis": 60_000})).json()["delayMsg"]
     await single_rt.redis.flushall()
@@ -356,7 +399,7 @@ def test_prune_log_says_in_one_line_that_postgresql_is_unreachable():
 
 
 def test_which_logged_rows_are_restored(clean_state):
-    row = {"status": Status.CONSUMING, "expire_time": 10_000, "trigger_time": 1_000}
+    row = {"status": Status.CONSUMING, "expire_time": 10_000, "trigger_time": 1_000, "ttl": 9_000}
     assert restorable(row, now=5_000, include_expired=False) == row
     assert restorable(row, now=20_000, include_expired=False) is None  # its TTL ran out
     assert restorable(row, now=20_000, include_expired=True)["expire_time"] == 29_000  # TTL anew

@@ -10,6 +10,7 @@ from delayqueue.core.constants import Status
 from delayqueue.messagelog.retention import prune_log
 from delayqueue.models import TopicHourStats
 from delayqueue.services.consume import ack_message, nack_message, pull_messages
+from delayqueue.services.dead_letters import purge_dead_letters
 from delayqueue.services.messages import delete_message, get_message
 from delayqueue.services.send import SendRequest, send_message, send_messages
 from spark import stats
@@ -204,3 +205,30 @@ async def test_stats_of_history_the_service_itself_logged(spark, single_rt):
     assert totals == dict(sent=9, delivered=8, acked=4, nacked=2, timed_out=0, expired=1, exhausted=1, deleted=1)
     assert all(r.fire_lateness_p50 is not None and r.fire_lateness_p50 >= 0 for r in rows)
     assert any(r.latency_p99 is not None and r.latency_p99 >= r.latency_p50 >= 0 for r in rows)
+
+
+async def test_a_purge_of_dead_letters_leaves_the_figures_of_what_they_went_through(spark, single_rt):
+    """purgeDeadMsg takes dead letters out of the lists, not out of what happened: the hours computed
+    again after it keep their sends, deliveries and deaths (and count the purge as their deletion)."""
+    rt = single_rt
+    await send_messages(rt, requests=[SendRequest(topic="svc", msg=f"m{i}", delay_millis=0, max_retry=0)
+                                      for i in range(3)])
+    await send_message(rt, request=SendRequest(topic="svc", msg="kept", delay_millis=0, msg_id="kept"))
+    pulled, _ = await pull_messages(rt, topic="svc", batch=4)
+    for m in pulled:
+        if m.msg_id == "kept":
+            await ack_message(rt, topic="svc", msg_id=m.msg_id)
+        else:
+            await nack_message(rt, topic="svc", msg_id=m.msg_id)  # no tries left: a dead letter
+    await drain_log(rt, ["svc"])
+    args = job_args("spark.stats", "--database-url", log_database_url())
+
+    async def totals() -> dict:
+        stats.run(spark, args)
+        rows = await sync_to_async(lambda: list(TopicHourStats.objects.filter(topic="svc")))()
+        return {name: sum(getattr(r, name) for r in rows) for name in ZERO}
+
+    before = await totals()
+    assert before == {**ZERO, "sent": 4, "delivered": 4, "acked": 1, "exhausted": 3}
+    assert await purge_dead_letters(rt, topic="svc") == 3
+    assert await totals() == {**before, "deleted": 3}

@@ -13,6 +13,7 @@
 -- KEYS[10] meta
 -- KEYS[11] cold_hours
 -- KEYS[12] packed
+-- KEYS[13] released
 -- ARGV[1] msg_id
 -- ARGV[2] release: 1 frees the body at once, 0 keeps it readable for the retention
 -- ARGV[3] retention_millis: how long an ended body stays readable
@@ -65,6 +66,12 @@ end
 if ARGV[2] == '1' then
   redis.call('HDEL', t.msgs, id)
   redis.call('ZREM', t.ended, id)
+  -- Nothing else of it stays: a restore that read its log row before the log writer recorded the
+  -- end (still live there) would bring this life back, but for its tombstone.
+  local released = KEYS[13]
+  redis.call('ZREMRANGEBYSCORE', released, '-inf', now)
+  redis.call('ZADD', released, now + t.retention, id .. ':' .. m.produceTime)
+  redis.call('PEXPIRE', released, t.retention)
   local loaded_to = tonumber(string.match(redis.call('HGET', KEYS[10], META.LOADED_TO) or '', '^[^:]*'))
   if deleted == 1 and loaded_to and m.triggerTime >= loaded_to then
     deleted = 3

@@ -1,7 +1,8 @@
 -- Puts messages from the message log back into Redis after a loss: waiting if not yet due,
 -- ready otherwise (an in-flight one is ready again, at its priority, after the ready ones of that
 -- priority already there, in the order given), with its logged times, retry count and priority.
--- A msgId Redis still holds, in any status, is left alone: Redis is the fresher record.
+-- A msgId Redis still holds, in any status, is left alone: Redis is the fresher record; so is a life
+-- deleteMsg released the body of (its tombstone in `released`), which the log may not know yet.
 -- KEYS[1] waiting
 -- KEYS[2] ready
 -- KEYS[3] msgs
@@ -10,6 +11,7 @@
 -- KEYS[6] events
 -- KEYS[7] prioritised
 -- KEYS[8] cold_hours
+-- KEYS[9] released
 -- ARGV[1] ready_channel: published when the ready list goes from empty to non-empty
 -- ARGV[2] schedule_channel: published so the topic's scanner looks at the restored messages
 -- ARGV[3] topic
@@ -37,15 +39,17 @@ local hot_until = tonumber(redis.call('HGET', meta, META.HOT_UNTIL) or '-1')
 local was_cold = {}
 for i = 7, #ARGV, 8 do
   local id = ARGV[i]
-  if dry_run then
+  local m = new_message(topic, id, ARGV[i + 1], tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3]), tonumber(ARGV[i + 4]),
+                        tonumber(ARGV[i + 5]), tonumber(ARGV[i + 6]), tonumber(ARGV[i + 7]), now)
+  if redis.call('ZSCORE', KEYS[9], id .. ':' .. m.produceTime) then
+    held = held + 1
+  elseif dry_run then
     if redis.call('HEXISTS', msgs, id) == 1 then
       held = held + 1
     else
       restored = restored + 1
     end
   else
-    local m = new_message(topic, id, ARGV[i + 1], tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3]), tonumber(ARGV[i + 4]),
-                          tonumber(ARGV[i + 5]), tonumber(ARGV[i + 6]), tonumber(ARGV[i + 7]), now)
     if redis.call('HSETNX', msgs, id, encode_stored(m)) == 0 then
       held = held + 1
     else

@@ -717,9 +717,10 @@ class FakeServer:
 
     def _purge_dead_msg(self, body: Any) -> dict[str, Any]:
         data = self._msg_ids_within_limit(rules.parse(rules.PURGE_DEAD, self._params(body)))
-        dead = self._dead(data["topic"], data.get("msgIds"))
-        for m in dead:
-            del self._topics[data["topic"]].messages[m.msg_id]
+        dead, now = self._dead(data["topic"], data.get("msgIds")), self.clock.now_ms()
+        for m in dead:  # the server's log ends them as deleted: their msgIds taken for the dedupe window from now
+            self._end(m, now, "purged", DELETED)
+            m.released = True
         return {"count": len(dead)}
 
 
