@@ -10,9 +10,10 @@ PostgreSQL holds them (stores/rows.py writes them). Two copies serve the hot pat
   backoff (requeue_timed_out.lua, nack.lua), the pause and the push URL (pull.lua); the dead-letter switch,
   which no script reads (dead letters are judged in the message log, sql.KEEPS_DEAD); and
   whether it has a push URL, which the operators' views read beside its other figures. Written by
-  every change (services/topics.write_mirrors) and written back by restore (services/restore.py,
-  spark/restore.py) after Redis lost its data; a topic retired by the scanner keeps them
-  (retire_topic.lua only drops its registration).
+  every change (services/topics.write_mirrors), written again by the scanner holding the topic
+  where a change could not write it (services/topic_control.mend_mirrors), and written back by
+  restore (services/restore.py, spark/restore.py) after Redis lost its data; a topic retired by
+  the scanner keeps them (retire_topic.lua only drops its registration).
 
 A pull of a paused topic hands out nothing if either copy says paused: the mirror makes a pause
 exact the moment it is answered, the cache keeps it while a Redis that lost its data waits for

@@ -12,12 +12,15 @@ from aiohttp import web
 from asgiref.sync import sync_to_async
 from delayqueue_client import InvalidSignature, verify_signature
 from django.contrib.auth.models import User
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from delayqueue.config.push_hosts import HostPolicy
 from delayqueue.core.constants import Reason, Status
+from delayqueue.live.keys import Meta
 from delayqueue.messagelog import sql
 from delayqueue.models import Message
 from delayqueue.runtime import close_current
+from delayqueue.services import topic_control
 from delayqueue.services.admission import throttled_field
 from delayqueue.services.messages import get_message
 from delayqueue.services.send import SendRequest, send_message
@@ -639,3 +642,34 @@ async def test_a_paused_push_topic_is_not_pushed_until_resumed(api, single_rt, s
     assert (await call(api, "resumeTopic", topic="t"))["code"] == 200
     for msg_id in ("m1", "m2"):
         await arrived(receiver, msg_id, timeout=3)
+
+
+async def test_a_mirror_set_topic_config_could_not_write_is_mended_without_calling_it_again(
+        api, single_rt, start_scanner, start_pusher, push_receiver, monkeypatch):
+    """setTopicConfig saved a new push URL, then could not write Redis' copy of the settings (code
+    500): the copy kept the old URL, which pull.lua matches, so the pushers (reading the new one)
+    pushed nothing until the call was made again. The scanner holding the topic writes it again."""
+    old, new = await push_receiver(), await push_receiver()
+    await set_push(api, "t", old.url)
+    await start_scanner(single_rt)
+    pusher = await start_pusher()
+    await send(api, "t", "m0")
+    await arrived(old, "m0")
+    write_mirrors = topic_control.write_mirrors
+
+    async def fails_once(*args, **kwargs):
+        monkeypatch.setattr(topic_control, "write_mirrors", write_mirrors)
+        raise RedisConnectionError("Connection reset by peer")
+
+    monkeypatch.setattr(topic_control, "write_mirrors", fails_once)
+    assert (await call(api, "setTopicConfig", topic="t", pushUrl=new.url))["code"] == 500
+    # Sent once the pusher has read the new URL: before, it could still take it for the old one.
+    await wait_until(lambda: asyncio.sleep(0, pusher._topics.current["t"].push_url == new.url),
+                     what="the pusher's table read again")
+    await send(api, "t", "m1")
+    await arrived(new, "m1")
+    assert [r["message"]["msgId"] for r in old.requests] == ["m0"]
+    # A topic without settings of its own has no mirror, which is its settings' (the defaults): none is written.
+    await send(api, "plain", "p1")
+    await asyncio.sleep(2.5)  # taken, and looked at
+    assert Meta.PAUSED not in await single_rt.redis.hgetall(single_rt.ns.topic("plain").meta)
