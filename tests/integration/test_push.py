@@ -673,3 +673,29 @@ async def test_a_mirror_set_topic_config_could_not_write_is_mended_without_calli
     await send(api, "plain", "p1")
     await asyncio.sleep(2.5)  # taken, and looked at
     assert Meta.PAUSED not in await single_rt.redis.hgetall(single_rt.ns.topic("plain").meta)
+
+
+async def test_a_pusher_a_read_behind_never_signs_with_a_secret_the_topic_no_longer_has(
+        api, single_rt, start_scanner, start_pusher, push_receiver, monkeypatch):
+    """Push turned off and on again (the same URL) forgets the secret and makes a new one; a
+    pusher whose table of push topics was a read behind pulled (Redis' copy had the same URL) and
+    signed with the forgotten secret. The copy names the current secret too, so it takes nothing
+    until it has read the new one."""
+    receiver = await push_receiver()
+    first = (await set_push(api, "t", receiver.url))["pushSecret"]
+    await start_scanner(single_rt)
+    pusher = await start_pusher()
+    await send(api, "t", "m0")
+    await arrived(receiver, "m0")
+    behind = pusher._topics.current
+    monkeypatch.setattr(pusher._topics, "fresh", lambda: asyncio.sleep(0, behind))  # its reads answer the old table
+    assert (await call(api, "setTopicConfig", topic="t", pushUrl=""))["code"] == 200
+    second = (await set_push(api, "t", receiver.url))["pushSecret"]
+    await send(api, "t", "m1")
+    await asyncio.sleep(1)
+    assert receiver.of("m1") == []
+    monkeypatch.undo()
+    [request] = await arrived(receiver, "m1")
+    verify_signature(second, request["headers"], request["body"])
+    with pytest.raises(InvalidSignature):
+        verify_signature(first, request["headers"], request["body"])
