@@ -4,7 +4,10 @@ import asyncio
 import dataclasses
 import hashlib
 import hmac
+import socket
+import threading
 import time
+from collections import Counter
 from urllib.parse import unquote
 
 import pytest
@@ -699,3 +702,57 @@ async def test_a_pusher_a_read_behind_never_signs_with_a_secret_the_topic_no_lon
     verify_signature(second, request["headers"], request["body"])
     with pytest.raises(InvalidSignature):
         verify_signature(first, request["headers"], request["body"])
+
+
+async def test_name_lookups_are_bounded_per_process_and_a_namespace_holds_only_its_share(push_receiver, monkeypatch):
+    """Each namespace's pushers had 16 lookup threads of their own, so a process serving many
+    namespaces ran 16 lookups per namespace at once (each left running after its attempt gave up).
+    The process has DNS_THREADS; one namespace's pushers hold at most DNS_THREADS_PER_CLIENT, so
+    its names that never answer hold up its own lookups, not another namespace's."""
+    receiver = await push_receiver()
+    answer = threading.Event()
+    guard = threading.Lock()
+    running, most = Counter(), Counter()  # namespace (the host's first label) -> lookups under way
+    getaddrinfo = socket.getaddrinfo
+
+    def slow_getaddrinfo(host, *args, **kwargs):
+        if not host.startswith("slow"):
+            return getaddrinfo("127.0.0.1" if host == "fast.test" else host, *args, **kwargs)
+        namespace = host.split("-")[0]
+        with guard:
+            running[namespace] += 1
+            most[namespace] = max(most[namespace], running[namespace])
+            most["all"] = max(most["all"], running.total())
+        answer.wait(20)
+        with guard:
+            running[namespace] -= 1
+        raise socket.gaierror(socket.EAI_AGAIN, "Temporary failure in name resolution")
+
+    monkeypatch.setattr(socket, "getaddrinfo", slow_getaddrinfo)
+    clients = [push_http.PushClient(HostPolicy.parse("*,127.0.0.1")) for _ in range(6)]
+
+    async def slow_names(namespace: int, count: int) -> None:
+        outcomes = await asyncio.gather(*(clients[namespace].post(f"http://slow{namespace}-{i}.test/hook", b"{}", {},
+                                                                  300) for i in range(count)))
+        assert {detail[0] for _status, detail in outcomes} == {"timeout"}
+
+    async def lookups_reach(key: str, count: int) -> None:  # their threads may start after the attempts gave up
+        await wait_until(lambda: asyncio.sleep(0, most[key] >= count), what=f"{count} lookups of {key}")
+        await asyncio.sleep(0.2)  # and no more come
+
+    try:
+        # One namespace whose names never answer, more of them than the process has threads.
+        await slow_names(0, push_http.DNS_THREADS + 10)
+        await lookups_reach("slow0", push_http.DNS_THREADS_PER_CLIENT)
+        assert most["slow0"] == push_http.DNS_THREADS_PER_CLIENT
+        fast_url = f"http://fast.test:{receiver.port}/hook"
+        assert await clients[5].post(fast_url, b"{}", {}, 2_000) == (200, ("", ""))
+        # Many such namespaces: the process' lookups stay bounded.
+        await asyncio.gather(*(slow_names(namespace, 20) for namespace in range(1, 5)))
+        await lookups_reach("all", push_http.DNS_THREADS)
+        assert most["all"] == push_http.DNS_THREADS
+        assert max(most[f"slow{namespace}"] for namespace in range(5)) == push_http.DNS_THREADS_PER_CLIENT
+    finally:
+        answer.set()
+        for client in clients:
+            await client.close()
