@@ -71,6 +71,10 @@ async def set_topic_config(rt: Runtime, *, topic: str, changes: dict, limits: di
     if limits:
         await rt.limits.fresh()
     await _mirror_saved(rt, topic)
+    if "push_url" in changes or secret is not None:
+        # A pusher that read the new settings before their mirror was written had its pull
+        # refused, and messages already ready send it no wake of their own.
+        await _wake_pulls(rt, topic)
     return secret
 
 

@@ -756,3 +756,25 @@ async def test_name_lookups_are_bounded_per_process_and_a_namespace_holds_only_i
         answer.set()
         for client in clients:
             await client.close()
+
+
+async def test_a_pusher_that_read_a_new_url_before_its_mirror_was_written_pushes_without_its_sweep(
+        api, single_rt, start_pusher, push_receiver, monkeypatch):
+    """A pusher that read the topic's new push URL between its save and the write of Redis' copy
+    pulled and was refused (the copy had none yet); messages already ready sent it no wake, so
+    they waited for its 5 s sweep, though pushing starts within a second (docs/push.md)."""
+    monkeypatch.setattr(pusher_module, "SWEEP_SECONDS", 30)
+    receiver = await push_receiver()
+    assert (await call(api, "setTopicConfig", topic="t", retryBackoffMillis=100))["code"] == 200
+    await send(api, "t", "m1")  # ready, a pulled topic's
+    pusher = await start_pusher()
+    write_mirrors = topic_control.write_mirrors
+
+    async def after_the_pushers_pull(*args, **kwargs):
+        await wait_until(lambda: asyncio.sleep(0, "t" in pusher._topics.current), what="the pusher's read")
+        await asyncio.sleep(0.2)  # its pull, refused
+        await write_mirrors(*args, **kwargs)
+
+    monkeypatch.setattr(topic_control, "write_mirrors", after_the_pushers_pull)
+    await set_push(api, "t", receiver.url)
+    await arrived(receiver, "m1")  # not at its sweep, 30 s on
