@@ -115,6 +115,7 @@ class Meta(StrEnum):
     PAUSED = "paused"
     PUSH = "push"
     PUSH_URL = "push_url"
+    PUSH_SECRET_ID = "push_secret_id"
     # The cold tier (workers/loader.py), only while DELAYQUEUE_HOT_WINDOW_MILLIS is or was on:
     HOT_UNTIL = "hot_until"  # ms: Redis holds every live message due by then (sends compare with it)
     # "<triggerTime ms>:<log row id>[:<fence>]": Redis holds every live row up to there (in the

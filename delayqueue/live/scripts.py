@@ -448,15 +448,16 @@ def send(ctx: ScriptContext, topic: str | Shard, *, max_live: int, namespace_cap
 
 
 def pull(ctx: ScriptContext, topic: str | Shard, *, batch: int, ack_timeout_millis: int, consume_rate: int,
-         max_inflight: int, paused: bool = False, push_url: str = "") -> ScriptCall:
+         max_inflight: int, paused: bool = False, push_url: str = "", push_secret_id: str = "") -> ScriptCall:
     """`paused`: the process' topic settings say the topic is paused (held while its meta has no pause field);
-    `push_url`: "" for a consumer's pull, else the URL the pusher pulling POSTs to."""
+    `push_url`: "" for a consumer's pull, else the URL the pusher pulling POSTs to; `push_secret_id`: ""
+    for a consumer's pull, else which secret the pusher signs with."""
     k = ctx.ns.topic(topic)
     return ScriptCall(PULL, [k.ready, k.inflight, k.msgs, k.expiry, k.ended, k.stats, k.meta, k.events, k.buckets,
                              k.prioritised, k.waiting],
                       [batch, ack_timeout_millis, ctx.retention_millis, ctx.stats_interval_millis,
                        ctx.ns.schedule_channel, k.topic, ctx.actor, consume_rate, ctx.scan_limit, ctx.ns.ready_channel,
-                       max_inflight, _flag(paused), push_url])
+                       max_inflight, _flag(paused), push_url, push_secret_id])
 
 
 def ack(ctx: ScriptContext, topic: str | Shard, *, push_status: str = "",

@@ -833,11 +833,15 @@ def settings_reads(table: str, columns: tuple[str, ...]) -> tuple[str, str]:
 # Limits (stores/limits.py), in Limits' order.
 LIMIT_READS = settings_reads(tables.LIMIT, ("coalesce(produce_rate, 0)", "coalesce(consume_rate, 0)",
                                             "coalesce(max_live, 0)"))
+# Which push signing secret is the topic's now, for the processes that must not hold it (the
+# settings' mirror, which pull.lua matches with a pusher's): 64 bits of its SHA-256, '' without one.
+PUSH_SECRET_ID = ("CASE WHEN push_secret = '' THEN '' "
+                  "ELSE left(encode(sha256(convert_to(push_secret, 'UTF8')), 'hex'), 16) END")
 # Topic settings (stores/topic_settings.py), in TopicSettings' order.
 TOPIC_CONFIG_COLUMNS = ("ttl_millis", "max_retry", "ack_timeout_millis", "retry_backoff_millis",
                         "retry_backoff_max_millis", "dead_letter", "paused", "push_url", "push_concurrency",
-                        "push_timeout_millis", "push_rate", "push_previous_until", "shards", "draining_shards",
-                        "shards_changed_at", "shard_placement")
+                        "push_timeout_millis", "push_rate", "push_previous_until", PUSH_SECRET_ID, "shards",
+                        "draining_shards", "shards_changed_at", "shard_placement")
 TOPIC_CONFIG_READS = settings_reads(tables.TOPIC_CONFIG, TOPIC_CONFIG_COLUMNS)
 # The same table read in full by the Spark restore, which has no refreshed table: (topic, *columns).
 TOPIC_CONFIGS = f"SELECT topic, {', '.join(TOPIC_CONFIG_COLUMNS)} FROM {tables.TOPIC_CONFIG} WHERE namespace = %s"
@@ -845,7 +849,7 @@ TOPIC_CONFIGS = f"SELECT topic, {', '.join(TOPIC_CONFIG_COLUMNS)} FROM {tables.T
 # PushTopic's order; a row without a push URL is no push topic.
 PUSH_TOPIC_READS = settings_reads(tables.TOPIC_CONFIG, (
     "push_url", "push_concurrency", "push_timeout_millis", "push_rate", "push_secret", "push_previous_secret",
-    "push_previous_until"))
+    "push_previous_until", PUSH_SECRET_ID))
 
 # --- API tokens (stores/tokens.py): the request path checks them without the ORM.
 

@@ -37,6 +37,7 @@ class Pull(NamedTuple):
     max_inflight: int = 0  # hand out only what keeps the topic's in-flight messages at most this; 0 for no bound
     first_shard: Shard | None = None  # a sharded topic's shard to ask first (a message there is ready or due)
     push_url: str = ""  # a pusher's pull: the URL it POSTs to (pull.lua hands out nothing where it is not the topic's)
+    push_secret_id: str = ""  # and which secret it signs with (likewise)
 
 
 class Pulled(NamedTuple):
@@ -69,7 +70,7 @@ async def pull_many(rt: Runtime, *, pulls: list[Pull]) -> list[scripts.PullReply
     unsharded = [i for i in going if counts[i] == (1,)]
     calls = [scripts.pull(rt.context, pulls[i].topic, batch=batches[i], ack_timeout_millis=pulls[i].ack_timeout_millis,
                           consume_rate=pulls[i].consume_rate, max_inflight=pulls[i].max_inflight, paused=paused[i],
-                          push_url=pulls[i].push_url)
+                          push_url=pulls[i].push_url, push_secret_id=pulls[i].push_secret_id)
              for i in unsharded]
     try:
         # A single pull shares its round trip with the loop's other calls.
@@ -139,7 +140,8 @@ async def _pull_shards(rt: Runtime, pull: Pull, counts: tuple[int, ...],
             replies = await rt.scripts.run([scripts.pull(rt.context, shard, batch=n, consume_rate=0,
                                                          ack_timeout_millis=pull.ack_timeout_millis,
                                                          max_inflight=max_inflight[shard], paused=paused,
-                                                         push_url=pull.push_url)
+                                                         push_url=pull.push_url,
+                                                         push_secret_id=pull.push_secret_id)
                                             for shard, n in asks])
         except RedisError as exc:
             replies = [exc] * len(asks)

@@ -14,9 +14,10 @@ from delayqueue.live.keys import Meta, Shard, place_shards
 from delayqueue.live.shards import spread, topic_shards
 from delayqueue.messagelog.connection import orm_unavailable
 from delayqueue.runtime import Runtime
-from delayqueue.services.topics import write_mirrors
+from delayqueue.services.topics import stale_mirrors, write_mirrors
 from delayqueue.stores.rows import TopicConfigCaps, save_topic_config
 from delayqueue.stores.topic_settings import DEFAULT as DEFAULT_SETTINGS
+from delayqueue.stores.topic_settings import TopicSettings
 
 
 async def set_topic_config(rt: Runtime, *, topic: str, changes: dict, limits: dict,
@@ -70,18 +71,36 @@ async def set_topic_config(rt: Runtime, *, topic: str, changes: dict, limits: di
     if limits:
         await rt.limits.fresh()
     await _mirror_saved(rt, topic)
+    if "push_url" in changes or secret is not None:
+        # A pusher that read the new settings before their mirror was written had its pull
+        # refused, and messages already ready send it no wake of their own.
+        await _wake_pulls(rt, topic)
     return secret
 
 
-async def _mirror_saved(rt: Runtime, topic: str) -> None:
+async def _mirror_saved(rt: Runtime, topic: str, *, draining: bool = True) -> None:
     """Writes the topic's mirror from its settings as saved, until a read after the write finds
     them unchanged: a change saved by another process after this one's read may have written its
     mirror first, and this write would leave Redis with the older settings (a count given up
     marked current again, a pause undone), as no later change would mend them."""
     written = None
     while (saved := (await rt.topic_configs.fresh()).get(topic, DEFAULT_SETTINGS)) != written:
-        await write_mirrors(rt, {topic: saved})
+        await write_mirrors(rt, {topic: saved}, draining=draining)
         written = saved
+
+
+async def mend_mirrors(rt: Runtime, settings: dict[str, TopicSettings]) -> list[str]:
+    """Writes the mirror again, from the settings as saved, of each topic whose mirror is not
+    `settings` (as this process read them): a change whose mirror could not be written
+    (set_topic_config raised RedisError) left the old settings in force for the scripts until the
+    next change. Meta.DRAINING is left alone: a count change marks it before it saves (_unpack_all),
+    and its own mirror write follows the save. Answers the topics written. Raises RedisError,
+    LogUnavailable."""
+    stale = await stale_mirrors(rt, settings)
+    for topic in stale:
+        await _mirror_saved(rt, topic, draining=False)
+        await _wake_pulls(rt, topic)  # the pullers the old mirror held back (a pusher of the new URL)
+    return stale
 
 
 async def _placement(rt: Runtime, count: int) -> list[tuple[int, int]] | None:
@@ -139,8 +158,14 @@ async def pause_topic(rt: Runtime, *, topic: str) -> None:
 
 
 async def resume_topic(rt: Runtime, *, topic: str) -> None:
-    """Undoes pause_topic and wakes the topic's held long polls: a poll a shard's name wakes, of a
-    sharded topic, fills its batch from that shard alone, so every shard is named."""
+    """Undoes pause_topic and wakes the topic's held long polls."""
     await set_topic_config(rt, topic=topic, changes={"paused": False}, limits={})
+    await _wake_pulls(rt, topic)
+
+
+async def _wake_pulls(rt: Runtime, topic: str) -> None:
+    """Publishes each of the topic's ready lists on the ready channel: the long polls and pushers
+    it wakes pull again (a poll a shard's name wakes, of a sharded topic, fills its batch from that
+    shard alone, so every shard is named)."""
     shards = topic_shards(topic, (await rt.topic_configs.settings(topic)).shard_counts)
     await asyncio.gather(*(rt.redis.publish(rt.ns.ready_channel, rt.ns.topic(shard).ready) for shard in shards))

@@ -94,17 +94,40 @@ async def _held_in_life(rt: Runtime, rows: list[tuple[int, str, int, int]], plac
     return held
 
 
-async def write_mirrors(rt: Runtime, settings: dict[str, TopicSettings]) -> None:
+async def write_mirrors(rt: Runtime, settings: dict[str, TopicSettings], *, draining: bool = True) -> None:
     """Writes each topic's settings into its meta hash (each of its shards', with whether the
-    shard's count is draining: Meta.DRAINING), in one pipelined round trip. Raises RedisError."""
+    shard's count is draining: Meta.DRAINING, unless not `draining`), in one pipelined round trip.
+    Raises RedisError."""
     if not settings:
         return
     pipe = rt.redis.pipeline(transaction=False)
     for topic, values in settings.items():
         mirror = {field: get(values) for field, get in MIRROR_FIELDS.items()}
         for shard in topic_shards(topic, values.shard_counts):
-            pipe.hset(rt.ns.topic(shard).meta, mapping={**mirror, Meta.DRAINING: int(shard.count != values.shards)})
+            flag = {Meta.DRAINING: int(shard.count != values.shards)} if draining else {}
+            pipe.hset(rt.ns.topic(shard).meta, mapping={**mirror, **flag})
     await pipe.execute()
+
+
+async def stale_mirrors(rt: Runtime, settings: dict[str, TopicSettings]) -> list[str]:
+    """The topics whose meta hash, on any of their shards, mirrors other settings than theirs
+    (MIRROR_FIELDS), in one pipelined round trip. A topic without settings of its own may have
+    no mirror at all (none was ever written): the scripts take the defaults then. Raises RedisError."""
+    shards = {topic: topic_shards(topic, values.shard_counts) for topic, values in settings.items()}
+    pipe = rt.redis.pipeline(transaction=False)
+    for each in shards.values():
+        for shard in each:
+            pipe.hmget(rt.ns.topic(shard).meta, list(MIRROR_FIELDS))
+    replies = iter(await pipe.execute())
+    unwritten = [None] * len(MIRROR_FIELDS)
+    stale = []
+    for topic, each in shards.items():
+        expected = [str(get(settings[topic])) for get in MIRROR_FIELDS.values()]
+        found = [next(replies) for _ in each]
+        if any(mirror != expected and not (mirror == unwritten and settings[topic] == DEFAULT_SETTINGS)
+               for mirror in found):
+            stale.append(topic)
+    return stale
 
 
 # getTopicInfo's waiting-delay buckets: each counts the waiting messages due within its bound of

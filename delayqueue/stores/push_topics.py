@@ -19,6 +19,7 @@ class PushTopic:
     push_secret: str = field(repr=False)
     push_previous_secret: str = field(repr=False)
     push_previous_until: int  # epoch ms: the previous secret signs too until then
+    push_secret_id: str  # which secret push_secret is (sql.PUSH_SECRET_ID): pull.lua matches the topic's
 
     def signing_secrets(self, now_millis: int) -> list[str]:
         """The secrets a push made at `now_millis` is signed with: the current one, and the

@@ -10,15 +10,17 @@ PostgreSQL holds them (stores/rows.py writes them). Two copies serve the hot pat
   backoff (requeue_timed_out.lua, nack.lua), the pause and the push URL (pull.lua); the dead-letter switch,
   which no script reads (dead letters are judged in the message log, sql.KEEPS_DEAD); and
   whether it has a push URL, which the operators' views read beside its other figures. Written by
-  every change (services/topics.write_mirrors) and written back by restore (services/restore.py,
-  spark/restore.py) after Redis lost its data; a topic retired by the scanner keeps them
-  (retire_topic.lua only drops its registration).
+  every change (services/topics.write_mirrors), written again by the scanner holding the topic
+  where a change could not write it (services/topic_control.mend_mirrors), and written back by
+  restore (services/restore.py, spark/restore.py) after Redis lost its data; a topic retired by
+  the scanner keeps them (retire_topic.lua only drops its registration).
 
 A pull of a paused topic hands out nothing if either copy says paused: the mirror makes a pause
 exact the moment it is answered, the cache keeps it while a Redis that lost its data waits for
 its restore. Likewise a pull hands out nothing where the mirror's push URL is not its caller's
-(a consumer's: none), so a new push URL, or none, holds from its answer on, whatever a pusher's
-table of push topics (push_topics.py) or a web process' settings still say. Reading fails open as
+(a consumer's: none), nor its push signing secret (push_secret_id), so a new push URL, or none,
+or a new secret, holds from its answer on, whatever a pusher's table of push topics
+(push_topics.py) or a web process' settings still say. Reading fails open as
 the limits do: the settings last read stay in force.
 """
 from collections.abc import Mapping, Sequence
@@ -46,6 +48,7 @@ class TopicSettings:
     # Epoch ms until which a rotated-out signing secret still signs. The secrets themselves are
     # read by the pushers alone (push_topics.py).
     push_previous_until: int = 0
+    push_secret_id: str = ""  # which signing secret is current (sql.PUSH_SECRET_ID), not the secret; "": none
     shards: int = 1  # key sets its new messages spread over (live/shards.py)
     draining_shards: Sequence[int] = ()  # shard counts given up whose shards may still hold messages
     shards_changed_at: int = 0  # epoch ms of the last change of `shards`
@@ -73,6 +76,7 @@ MIRROR_FIELDS = {
     Meta.PAUSED: lambda s: int(s.paused),
     Meta.PUSH: lambda s: int(bool(s.push_url)),  # read by the operators' views only (ops/figures.py)
     Meta.PUSH_URL: lambda s: s.push_url,  # who may take its messages: pull.lua matches its caller's
+    Meta.PUSH_SECRET_ID: lambda s: s.push_secret_id,  # and its caller's signing secret
 }
 
 

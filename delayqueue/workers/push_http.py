@@ -11,7 +11,7 @@ import hmac
 import re
 import socket
 import time
-from concurrent.futures import Executor, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from urllib.parse import quote, urlsplit
 
@@ -23,7 +23,13 @@ from delayqueue.core.messages import Message
 
 ANSWER_LIMIT_BYTES = 4096  # of an answer, read and dropped (a connection is reused only once it is read)
 ENDPOINT_IDLE_SECONDS = 60.0  # an endpoint's connections are closed after this long unused
-DNS_THREADS = 16  # the pushers' name lookups, apart from the loop's default executor
+# The name lookups under way at once in a process, for every namespace's pushers (apart from the
+# loop's default executor), and of those, for one namespace's (one PushClient). A lookup runs on
+# until the system resolver gives up, whatever its attempt's time limit: a namespace's names that
+# never answer hold its share of the threads, the other namespaces' lookups go on.
+DNS_THREADS = 64
+DNS_THREADS_PER_CLIENT = 16
+_DNS = ThreadPoolExecutor(DNS_THREADS, thread_name_prefix="push-dns")  # threads started as lookups need them
 
 # Header values are ASCII: a topic or msgId with other characters (or a '%') goes percent-encoded
 # as UTF-8, and one of printable ASCII goes as it is, but for spaces at either end, which HTTP
@@ -61,16 +67,19 @@ class RefusedAddress(OSError):
 class _AllowedResolver(AbstractResolver):
     """Resolves as the system does, then refuses addresses the policy does not allow: checked
     where the connection is made, so a name cannot be pointed elsewhere after it was set.
-    Lookups run on the pushers' own threads: a receiver's DNS that never answers ties up one of
-    those (aiohttp looks a name up once at a time), not the loop's, which the scanner needs."""
+    Lookups run on the pushers' own threads (_DNS), at most `slots` at once: a receiver's DNS that
+    never answers ties up one of those (aiohttp looks a name up once at a time), not the loop's,
+    which the scanner needs."""
 
-    def __init__(self, policy: HostPolicy, executor: Executor):
+    def __init__(self, policy: HostPolicy, slots: asyncio.Semaphore):
         self._policy = policy
-        self._executor = executor
+        self._slots = slots
 
     async def resolve(self, host: str, port: int = 0, family: int = socket.AF_INET) -> list[dict]:
+        async with self._slots:
+            addresses = await resolved_addresses(host, port, _DNS)
         found = []
-        for address, address_family in await resolved_addresses(host, port, self._executor):
+        for address, address_family in addresses:
             problem = self._policy.address_problem(address)
             if problem is not None:
                 raise RefusedAddress(f"{host} {problem}")
@@ -93,12 +102,13 @@ class _Endpoint:
 
 
 class PushClient:
-    """POSTs pushes over one keep-alive session per origin, closing those left unused."""
+    """POSTs pushes over one keep-alive session per origin, closing those left unused; one a
+    namespace's pushers."""
 
     def __init__(self, policy: HostPolicy):
         self.policy = policy
         self._endpoints: dict[tuple[str, str, int | None], _Endpoint] = {}
-        self._dns = ThreadPoolExecutor(DNS_THREADS, thread_name_prefix="push-dns")
+        self._lookups = asyncio.Semaphore(DNS_THREADS_PER_CLIENT)
 
     async def post(self, url: str, body: bytes, headers: dict[str, str],
                    timeout_millis: int) -> tuple[int | None, tuple[str, str]]:
@@ -130,7 +140,7 @@ class PushClient:
         origin = (parts.scheme, parts.hostname, parts.port)
         endpoint = self._endpoints.get(origin)
         if endpoint is None:
-            connector = aiohttp.TCPConnector(limit=0, resolver=_AllowedResolver(self.policy, self._dns))
+            connector = aiohttp.TCPConnector(limit=0, resolver=_AllowedResolver(self.policy, self._lookups))
             # No cookie jar: a receiver's cookies would grow the process without bound (every namespace's
             # pushers share it) and go along with other topics' pushes to the origin.
             session = aiohttp.ClientSession(connector=connector, auto_decompress=False,
@@ -154,4 +164,3 @@ class PushClient:
         for endpoint in self._endpoints.values():
             await endpoint.session.close()
         self._endpoints.clear()
-        self._dns.shutdown(wait=False, cancel_futures=True)

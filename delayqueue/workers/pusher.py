@@ -173,7 +173,8 @@ class Pusher:
             rates = [settings.push_rate, limits[topic].consume_rate if topic in limits else 0]
             pulls.append((settings, room, Pull(topic, room, settings.push_timeout_millis + ACK_MARGIN_MILLIS,
                                                consume_rate=min((rate for rate in rates if rate), default=0),
-                                               max_inflight=settings.push_concurrency, push_url=settings.push_url)))
+                                               max_inflight=settings.push_concurrency, push_url=settings.push_url,
+                                               push_secret_id=settings.push_secret_id)))
         if not pulls:
             return
         sent_at = time.time()

@@ -52,9 +52,11 @@ from delayqueue.live.pubsub import subscribe_forever
 from delayqueue.live.shards import topic_shards
 from delayqueue.runtime import Runtime
 from delayqueue.services.admission import give_back_room
+from delayqueue.services.topic_control import mend_mirrors
 from delayqueue.services.topics import redis_millis
 from delayqueue.stores.rows import forget_drained_shards
 from delayqueue.stores.topic_settings import DEFAULT as DEFAULT_SETTINGS
+from delayqueue.stores.topic_settings import TopicSettings
 from delayqueue.workers.loader import Loader
 from delayqueue.workers.redriver import Redriver
 from delayqueue.workers.topic_worker import TopicWorker
@@ -104,6 +106,9 @@ class Scanner:
         self._subscribed = asyncio.Event()
         self._marker_seen = False
         self._drain_outage = Outage(log, f"scanner {self.token} cannot retire drained shard counts")
+        # A held topic -> the settings its Redis mirror was last found to hold (_mend_mirrors).
+        self._mirrored: dict[str, TopicSettings] = {}
+        self._mend_outage = Outage(log, f"scanner {self.token} cannot check the topic settings' Redis mirrors")
 
     @property
     def lock_ttl(self) -> int:
@@ -170,6 +175,7 @@ class Scanner:
                         await self._refresh_shards()
                         # Until it is retired, a drained shard count costs every pull a call per shard.
                         await self._retire_drained_shards()
+                        await self._mend_mirrors()
                         next_refresh = now + REGISTRY_REFRESH
                     if now >= next_renew:
                         await self._renew()
@@ -452,6 +458,28 @@ class Scanner:
             self._drain_outage.failed(describe(exc))
             return
         await self._refresh_shards()
+
+    async def _mend_mirrors(self) -> None:
+        """Writes again the Redis mirror of the held topics' settings where it is not theirs: a
+        setTopicConfig that saved a change and could not write its mirror (answered 500) left the
+        old settings in force for the scripts (pull.lua's push URL and pause). Looked at when a
+        topic is taken and when its settings change; a failed look is tried again at the next turn."""
+        settings = await self.rt.topic_configs.table()
+        held = {shard.topic for shard in self.workers}
+        self._mirrored = {topic: mine for topic, mine in self._mirrored.items() if topic in held}
+        changed = {topic: mine for topic in held
+                   if (mine := settings.get(topic, DEFAULT_SETTINGS)) != self._mirrored.get(topic)}
+        if not changed:
+            return
+        try:
+            for topic in await mend_mirrors(self.rt, changed):
+                log.warning("scanner %s wrote the settings' mirror of topic %s again: Redis held others", self.token,
+                            topic)
+            self._mend_outage.ok()
+        except (RedisError, LogUnavailable) as exc:
+            self._mend_outage.failed(describe(exc))
+            return
+        self._mirrored.update(changed)
 
     async def _hand_over_cold(self, shards: list[Shard], to: Shard) -> None:
         """Moves the shards' parts of their topic's count of cold messages (and of its hours) to

@@ -4,7 +4,10 @@ import asyncio
 import dataclasses
 import hashlib
 import hmac
+import socket
+import threading
 import time
+from collections import Counter
 from urllib.parse import unquote
 
 import pytest
@@ -12,12 +15,15 @@ from aiohttp import web
 from asgiref.sync import sync_to_async
 from delayqueue_client import InvalidSignature, verify_signature
 from django.contrib.auth.models import User
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from delayqueue.config.push_hosts import HostPolicy
 from delayqueue.core.constants import Reason, Status
+from delayqueue.live.keys import Meta
 from delayqueue.messagelog import sql
 from delayqueue.models import Message
 from delayqueue.runtime import close_current
+from delayqueue.services import topic_control
 from delayqueue.services.admission import throttled_field
 from delayqueue.services.messages import get_message
 from delayqueue.services.send import SendRequest, send_message
@@ -639,3 +645,136 @@ async def test_a_paused_push_topic_is_not_pushed_until_resumed(api, single_rt, s
     assert (await call(api, "resumeTopic", topic="t"))["code"] == 200
     for msg_id in ("m1", "m2"):
         await arrived(receiver, msg_id, timeout=3)
+
+
+async def test_a_mirror_set_topic_config_could_not_write_is_mended_without_calling_it_again(
+        api, single_rt, start_scanner, start_pusher, push_receiver, monkeypatch):
+    """setTopicConfig saved a new push URL, then could not write Redis' copy of the settings (code
+    500): the copy kept the old URL, which pull.lua matches, so the pushers (reading the new one)
+    pushed nothing until the call was made again. The scanner holding the topic writes it again."""
+    old, new = await push_receiver(), await push_receiver()
+    await set_push(api, "t", old.url)
+    await start_scanner(single_rt)
+    pusher = await start_pusher()
+    await send(api, "t", "m0")
+    await arrived(old, "m0")
+    write_mirrors = topic_control.write_mirrors
+
+    async def fails_once(*args, **kwargs):
+        monkeypatch.setattr(topic_control, "write_mirrors", write_mirrors)
+        raise RedisConnectionError("Connection reset by peer")
+
+    monkeypatch.setattr(topic_control, "write_mirrors", fails_once)
+    assert (await call(api, "setTopicConfig", topic="t", pushUrl=new.url))["code"] == 500
+    # Sent once the pusher has read the new URL: before, it could still take it for the old one.
+    await wait_until(lambda: asyncio.sleep(0, pusher._topics.current["t"].push_url == new.url),
+                     what="the pusher's table read again")
+    await send(api, "t", "m1")
+    await arrived(new, "m1")
+    assert [r["message"]["msgId"] for r in old.requests] == ["m0"]
+    # A topic without settings of its own has no mirror, which is its settings' (the defaults): none is written.
+    await send(api, "plain", "p1")
+    await asyncio.sleep(2.5)  # taken, and looked at
+    assert Meta.PAUSED not in await single_rt.redis.hgetall(single_rt.ns.topic("plain").meta)
+
+
+async def test_a_pusher_a_read_behind_never_signs_with_a_secret_the_topic_no_longer_has(
+        api, single_rt, start_scanner, start_pusher, push_receiver, monkeypatch):
+    """Push turned off and on again (the same URL) forgets the secret and makes a new one; a
+    pusher whose table of push topics was a read behind pulled (Redis' copy had the same URL) and
+    signed with the forgotten secret. The copy names the current secret too, so it takes nothing
+    until it has read the new one."""
+    receiver = await push_receiver()
+    first = (await set_push(api, "t", receiver.url))["pushSecret"]
+    await start_scanner(single_rt)
+    pusher = await start_pusher()
+    await send(api, "t", "m0")
+    await arrived(receiver, "m0")
+    behind = pusher._topics.current
+    monkeypatch.setattr(pusher._topics, "fresh", lambda: asyncio.sleep(0, behind))  # its reads answer the old table
+    assert (await call(api, "setTopicConfig", topic="t", pushUrl=""))["code"] == 200
+    second = (await set_push(api, "t", receiver.url))["pushSecret"]
+    await send(api, "t", "m1")
+    await asyncio.sleep(1)
+    assert receiver.of("m1") == []
+    monkeypatch.undo()
+    [request] = await arrived(receiver, "m1")
+    verify_signature(second, request["headers"], request["body"])
+    with pytest.raises(InvalidSignature):
+        verify_signature(first, request["headers"], request["body"])
+
+
+async def test_name_lookups_are_bounded_per_process_and_a_namespace_holds_only_its_share(push_receiver, monkeypatch):
+    """Each namespace's pushers had 16 lookup threads of their own, so a process serving many
+    namespaces ran 16 lookups per namespace at once (each left running after its attempt gave up).
+    The process has DNS_THREADS; one namespace's pushers hold at most DNS_THREADS_PER_CLIENT, so
+    its names that never answer hold up its own lookups, not another namespace's."""
+    receiver = await push_receiver()
+    answer = threading.Event()
+    guard = threading.Lock()
+    running, most = Counter(), Counter()  # namespace (the host's first label) -> lookups under way
+    getaddrinfo = socket.getaddrinfo
+
+    def slow_getaddrinfo(host, *args, **kwargs):
+        if not host.startswith("slow"):
+            return getaddrinfo("127.0.0.1" if host == "fast.test" else host, *args, **kwargs)
+        namespace = host.split("-")[0]
+        with guard:
+            running[namespace] += 1
+            most[namespace] = max(most[namespace], running[namespace])
+            most["all"] = max(most["all"], running.total())
+        answer.wait(20)
+        with guard:
+            running[namespace] -= 1
+        raise socket.gaierror(socket.EAI_AGAIN, "Temporary failure in name resolution")
+
+    monkeypatch.setattr(socket, "getaddrinfo", slow_getaddrinfo)
+    clients = [push_http.PushClient(HostPolicy.parse("*,127.0.0.1")) for _ in range(6)]
+
+    async def slow_names(namespace: int, count: int) -> None:
+        outcomes = await asyncio.gather(*(clients[namespace].post(f"http://slow{namespace}-{i}.test/hook", b"{}", {},
+                                                                  300) for i in range(count)))
+        assert {detail[0] for _status, detail in outcomes} == {"timeout"}
+
+    async def lookups_reach(key: str, count: int) -> None:  # their threads may start after the attempts gave up
+        await wait_until(lambda: asyncio.sleep(0, most[key] >= count), what=f"{count} lookups of {key}")
+        await asyncio.sleep(0.2)  # and no more come
+
+    try:
+        # One namespace whose names never answer, more of them than the process has threads.
+        await slow_names(0, push_http.DNS_THREADS + 10)
+        await lookups_reach("slow0", push_http.DNS_THREADS_PER_CLIENT)
+        assert most["slow0"] == push_http.DNS_THREADS_PER_CLIENT
+        fast_url = f"http://fast.test:{receiver.port}/hook"
+        assert await clients[5].post(fast_url, b"{}", {}, 2_000) == (200, ("", ""))
+        # Many such namespaces: the process' lookups stay bounded.
+        await asyncio.gather(*(slow_names(namespace, 20) for namespace in range(1, 5)))
+        await lookups_reach("all", push_http.DNS_THREADS)
+        assert most["all"] == push_http.DNS_THREADS
+        assert max(most[f"slow{namespace}"] for namespace in range(5)) == push_http.DNS_THREADS_PER_CLIENT
+    finally:
+        answer.set()
+        for client in clients:
+            await client.close()
+
+
+async def test_a_pusher_that_read_a_new_url_before_its_mirror_was_written_pushes_without_its_sweep(
+        api, single_rt, start_pusher, push_receiver, monkeypatch):
+    """A pusher that read the topic's new push URL between its save and the write of Redis' copy
+    pulled and was refused (the copy had none yet); messages already ready sent it no wake, so
+    they waited for its 5 s sweep, though pushing starts within a second (docs/push.md)."""
+    monkeypatch.setattr(pusher_module, "SWEEP_SECONDS", 30)
+    receiver = await push_receiver()
+    assert (await call(api, "setTopicConfig", topic="t", retryBackoffMillis=100))["code"] == 200
+    await send(api, "t", "m1")  # ready, a pulled topic's
+    pusher = await start_pusher()
+    write_mirrors = topic_control.write_mirrors
+
+    async def after_the_pushers_pull(*args, **kwargs):
+        await wait_until(lambda: asyncio.sleep(0, "t" in pusher._topics.current), what="the pusher's read")
+        await asyncio.sleep(0.2)  # its pull, refused
+        await write_mirrors(*args, **kwargs)
+
+    monkeypatch.setattr(topic_control, "write_mirrors", after_the_pushers_pull)
+    await set_push(api, "t", receiver.url)
+    await arrived(receiver, "m1")  # not at its sweep, 30 s on

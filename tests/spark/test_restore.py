@@ -122,9 +122,9 @@ def test_spark_restore_gives_the_same_redis_as_manage_py_restore(spark, settings
     assert expected["other"] == 0
     # The topics' settings are back in their Redis mirrors, the pause the pull script reads included.
     assert a["settings"] == {"retry_backoff": "250", "retry_backoff_max": "3600000", "dead_letter": "0", "paused": "1",
-                              "push": "0", "push_url": ""}
+                              "push": "0", "push_url": "", "push_secret_id": ""}
     assert expected[B]["settings"] == {"retry_backoff": "0", "retry_backoff_max": "9000", "dead_letter": "1",
-                                       "paused": "0", "push": "0", "push_url": ""}
+                                       "paused": "0", "push": "0", "push_url": "", "push_secret_id": ""}
 
     again = spark_restore(spark, url, capsys=capsys)  # idempotent
     assert again == "restored 0, already live 45, skipped (ended or expired) 5"

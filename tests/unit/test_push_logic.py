@@ -115,7 +115,8 @@ def test_wakes_keep_each_topics_earliest_and_hand_them_out_in_time_order():
 
 def test_a_rotated_out_secret_signs_only_until_its_grace_period_ends():
     settings = PushTopic(push_url="https://hooks.example.com/", push_concurrency=8, push_timeout_millis=10_000,
-                         push_rate=0, push_secret="new", push_previous_secret="old", push_previous_until=1_000)
+                         push_rate=0, push_secret="new", push_previous_secret="old", push_previous_until=1_000,
+                         push_secret_id="")
     assert settings.signing_secrets(999) == ["new", "old"]
     assert settings.signing_secrets(1_000) == ["new"]
     assert "new" not in repr(settings) and "old" not in repr(settings)

@@ -5,8 +5,8 @@
 -- token from the topic's bucket: a pull hands out at most the whole tokens there are, and none at
 -- all answers how long until there is one. A paused topic (its meta hash's 'paused',
 -- stores/topic_settings.py, or the caller's settings while the meta has none: Redis lost it) hands out nothing,
--- as does one whose meta's 'push_url' is not the caller's (a URL changed, or push turned on or off, since the
--- caller read its settings).
+-- as does one whose meta's 'push_url' or 'push_secret_id' is not the caller's (a URL changed, push turned on or
+-- off, a new signing secret, since the caller read its settings).
 -- KEYS[1] ready
 -- KEYS[2] inflight
 -- KEYS[3] msgs
@@ -34,6 +34,7 @@
 -- ARGV[12] paused: 1 when the caller's topic settings say paused, which holds while the meta has no
 --   'paused' (the mirror went with a Redis that lost its data): a pusher's pull asks no other copy
 -- ARGV[13] push_url: '' for a consumer's pull; else the URL the pusher pulling POSTs to
+-- ARGV[14] push_secret_id: '' for a consumer's pull; else which signing secret the pusher pulling signs with
 -- Returns {messages left ready (every priority), 0, µs until the next waiting message is due (-1:
 -- none; 0 when the pull handed out messages: not looked at), Redis' clock (epoch µs), msgId1, stored1,
 -- msgId2, stored2, ... (each message as includes/stored.lua stores it)
@@ -57,9 +58,10 @@ local batch = tonumber(ARGV[1])
 local interval = tonumber(ARGV[4])
 local rate = tonumber(ARGV[8])
 local now, now_us = clock()
-local mirror = redis.call('HMGET', meta, META.PAUSED, META.PUSH_URL)
-local paused, push_url = mirror[1], mirror[2]
-if paused == '1' or (not paused and ARGV[12] == '1') or (push_url and push_url ~= ARGV[13]) then
+local mirror = redis.call('HMGET', meta, META.PAUSED, META.PUSH_URL, META.PUSH_SECRET_ID)
+local paused, push_url, secret_id = mirror[1], mirror[2], mirror[3]
+if paused == '1' or (not paused and ARGV[12] == '1') or (push_url and push_url ~= ARGV[13])
+    or (secret_id and secret_id ~= ARGV[14]) then
   return {ready_count(t), -1}
 end
 local tokens

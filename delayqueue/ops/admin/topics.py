@@ -211,7 +211,8 @@ class TopicConfigAdmin(NamespacedAdmin):
                     form.add_error(None, f"Not saved: {exc}")
                 except (RedisError, QueueError) as exc:
                     self.message_user(request, f"Settings saved in PostgreSQL, but their Redis copy could not be "
-                                               f"written ({exc}): save again", messages.ERROR)
+                                               f"written ({exc}): the scanners write it once Redis takes writes, "
+                                               f"or save again", messages.ERROR)
                     return HttpResponseRedirect(topic_url("topic", namespace, topic))
                 else:
                     self.message_user(request, "Settings saved; in force on every process within a second.",
