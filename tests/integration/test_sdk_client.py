@@ -89,6 +89,15 @@ def test_send_many_answers_each_item_its_message_or_its_error(client):
     assert client.send_many([]) == []  # nothing to send: no answers (the API refuses an empty batch)
 
 
+async def test_an_empty_ack_many_answers_no_results_without_a_call_as_send_many_does(sdk_server):
+    # The API refuses an empty ackMsgBatch (400): a list of msgIds filtered down to none is no error.
+    with Client(sdk_server) as client:
+        assert client.ack_many("t", []) == []
+        assert client.ack_many("t", [], ack=False, reason="none") == []
+    async with AsyncClient(sdk_server) as async_client:
+        assert await async_client.ack_many("t", []) == []
+
+
 def test_topic_config_pause_resume_and_purge(client):
     config = client.set_topic_config("jobs", max_retry=5, retry_backoff_ms=100, dead_letter=False)
     assert (config["maxRetry"], config["retryBackoffMillis"], config["deadLetter"]) == (5, 100, False)

@@ -63,6 +63,8 @@ class Call(Generic[T]):
     not_found: Any = _RAISE  # what a 404 answers instead of raising NotFound
     extra_timeout: float = 0.0  # a long poll's wait, on top of the client's timeout
     sends: tuple[SendContext, ...] = ()  # a send's, for the middleware's hooks around it
+    # The answer known without asking (an empty batch, which the API refuses): nothing is sent.
+    known: Body | None = None
 
 
 class Again(NamedTuple):
@@ -396,11 +398,12 @@ class Calls:
                  dead_letter: bool = False, reason: str | None = None,
                  retries: list[int | None] | None = None) -> Call[list[bool]]:
         """One ackMsgBatch; `done` per msgId, in order. `reason`: as nack's, for all of them (ack=False);
-        `retries`: per msgId, as ack's `retry` (None: any delivery)."""
+        `retries`: per msgId, as ack's `retry` (None: any delivery). No msgIds, no call (as send_many)."""
         body = _without_none(topic=topic, msgIds=list(msg_ids), ack=ack, delayMillis=delay_ms,
                              deadLetter=True if dead_letter else None, reason=reason or None,
                              retries=None if retries is None else list(retries))
-        return Call("ackMsgBatch", body, lambda a: [bool(r["done"]) for r in a["results"]], idempotent=False)
+        return Call("ackMsgBatch", body, lambda a: [bool(r["done"]) for r in a["results"]], idempotent=False,
+                    known=None if body["msgIds"] else {"results": []})
 
     @api
     def touch(self, topic: str, msg_id: str, *, ack_timeout_ms: int, retry: int | None = None) -> Call[int]:
