@@ -2,6 +2,7 @@
 every error class provoked for real, retries across a server that is not up yet and a PostgreSQL
 that is down, the batching producer under 8 threads (and its asyncio flavour under 8 tasks), AsyncClient, and DELAYQUEUE_URL/_TOKEN."""
 import asyncio
+import signal
 import socket
 import subprocess
 import sys
@@ -447,6 +448,38 @@ def test_a_producer_not_closed_sends_its_pending_messages_at_interpreter_exit(sd
         "    producer.send('atexit', f'm{i}', msg_id=f'ax{i}')\n")  # no flush, no close: exits at once
     subprocess.run([sys.executable, str(script), sdk_server], check=True, timeout=60)
     assert logged_count("atexit") == 300
+
+
+def test_a_flush_or_close_that_times_out_raises_naming_the_sends_unanswered_which_the_exit_still_sends(
+        web_processes, tmp_path):
+    # The server is stopped (its socket accepts, nothing answers) while the producer flushes and
+    # closes: neither may return as if done, and what close left must not die with the process's
+    # daemon threads.
+    script = tmp_path / "close_timeout.py"
+    script.write_text(
+        "import sys\n"
+        "from delayqueue_client import Client\n"
+        "producer = Client(sys.argv[1]).producer(max_batch=10, in_flight=1)\n"
+        "sent = sorted(f'cl{i}' for i in range(50))\n"
+        "for msg_id in sent:\n"
+        "    producer.send('closing', msg_id, msg_id=msg_id)\n"
+        "for wait in (producer.flush, producer.close):\n"
+        "    try:\n"
+        "        wait(timeout=0.3)\n"
+        "        print('returned', flush=True)\n"
+        "    except TimeoutError as exc:\n"
+        "        print(sorted(exc.msg_ids) == sent, exc, flush=True)\n")
+    [web] = web_processes(1)
+    web.proc.send_signal(signal.SIGSTOP)
+    try:
+        closing = subprocess.Popen([sys.executable, str(script), web.url], stdout=subprocess.PIPE, text=True)
+        said = [closing.stdout.readline(), closing.stdout.readline()]
+    finally:
+        web.proc.send_signal(signal.SIGCONT)
+    assert closing.wait(timeout=60) == 0
+    assert said[0].startswith("True the producer's flush timed out after 0.3 s with 50 sends not answered")
+    assert said[1].startswith("True the producer's close timed out after 0.3 s with 50 sends not answered")
+    assert logged_count("closing") == 50
 
 
 async def test_the_async_client_has_the_same_methods(sdk_server):
