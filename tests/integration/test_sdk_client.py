@@ -482,6 +482,24 @@ def test_a_flush_or_close_that_times_out_raises_naming_the_sends_unanswered_whic
     assert logged_count("closing") == 50
 
 
+async def test_an_async_producer_close_cut_short_by_a_timeout_leaves_its_sends_going(web_processes):
+    # A timeout around aclose() cancels it: that must not cancel the sending with it, leaving the
+    # sends' futures pending forever and the messages unsent.
+    [web] = web_processes(1)
+    async with AsyncClient(web.url) as client:
+        producer = client.producer(max_batch=10, in_flight=1)
+        futures = [producer.send("aclosing", f"m{i}", msg_id=f"ac{i}") for i in range(50)]
+        web.proc.send_signal(signal.SIGSTOP)  # its socket accepts, nothing answers
+        try:
+            with pytest.raises(TimeoutError):
+                await asyncio.wait_for(producer.aclose(), 0.3)
+        finally:
+            web.proc.send_signal(signal.SIGCONT)
+        await asyncio.wait_for(producer.aclose(), 30)  # waits for them again
+        assert sorted(f.result().msg_id for f in futures) == sorted(f"ac{i}" for i in range(50))
+    assert await sync_to_async(logged_count)("aclosing") == 50
+
+
 async def test_the_async_client_has_the_same_methods(sdk_server):
     async with AsyncClient(sdk_server) as client:
         sent = await client.send("async", "hi", msg_id="a1")

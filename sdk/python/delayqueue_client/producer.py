@@ -303,11 +303,12 @@ class AsyncProducer:
             await asyncio.wait(list(self._pending))
 
     async def aclose(self) -> None:
-        """Takes no more sends, waits for those pending and ends the sending task."""
+        """Takes no more sends, waits for those pending and ends the sending task. Cancelled (a
+        timeout around it), it leaves the sends going: a later aclose waits for them again."""
         if not self._closed:
             self._closed = True
             self._queue.put_nowait(_CLOSE)
-        await self._task
+        await asyncio.shield(self._task)  # a cancelled wait must not cancel the sending
 
     async def __aenter__(self) -> AsyncProducer:
         return self
