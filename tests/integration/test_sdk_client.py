@@ -530,6 +530,22 @@ async def test_the_async_producer_batches_sends_of_8_tasks_each_stored_once(sdk_
     assert await sync_to_async(logged_count)("aprod") == 800
 
 
+async def test_a_producer_send_of_text_utf8_cannot_carry_raises_at_once_and_spares_its_batch(sdk_server):
+    # As Client.send: a ValueError before anything is sent, not the failure of the whole batch it
+    # would have shared with other threads' sends.
+    with Client(sdk_server) as client, client.producer(linger_ms=200) as producer:
+        kept = producer.send("utf", "fine", msg_id="u1")
+        with pytest.raises(ValueError, match=r"cannot send '\\udc80': a lone surrogate"):
+            producer.send("utf", "caf\udc80", msg_id="u2")
+    assert kept.result().msg_id == "u1"
+    async with AsyncClient(sdk_server) as async_client, async_client.producer(linger_ms=200) as async_producer:
+        async_kept = async_producer.send("utf", "fine too", msg_id="u3")
+        with pytest.raises(ValueError, match="a lone surrogate"):
+            async_producer.send("utf", "ok", msg_id="u\ud800")
+    assert async_kept.result().msg_id == "u3"
+    assert await sync_to_async(logged_count)("utf") == 2
+
+
 def test_a_send_cancelled_before_its_batch_left_is_not_sent(client):
     with client.producer(linger_ms=300) as producer:
         kept, dropped = producer.send("cx", "kept", msg_id="k"), producer.send("cx", "dropped", msg_id="d")

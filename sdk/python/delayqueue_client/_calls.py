@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Concatenate, Generic, NamedTuple, ParamSp
 from urllib.parse import urlsplit
 
 from delayqueue_client._http import (MaybeSent, NotSent, Settings, TransportError, lifted_token, proxy_for,
-                                    shown_url, ssl_context)
+                                    shown_url, ssl_context, utf8)
 from delayqueue_client.errors import (DelayQueueError, MaybeApplied, RateLimited, ServerError, Unavailable,
                                       error_from_answer)
 from delayqueue_client.message import Message, new_msg_id
@@ -143,10 +143,14 @@ def send_body(topic: str, msg: str, *, delay_ms: int | None = None, trigger_time
               msg_id: str | None = None, ttl_ms: int | None = None, max_retry: int | None = None,
               priority: int | None = None) -> Body:
     """sendMsg's JSON object; a msgId is made here when none is given, so every send can be retried.
-    Neither delay_ms nor trigger_time: due now (the API needs one of them)."""
+    Neither delay_ms nor trigger_time: due now (the API needs one of them). Text UTF-8 cannot
+    carry is refused here: in a producer's batch it would fail the other sends with it."""
     if not isinstance(msg, str):
         raise TypeError(f"msg must be a str, got {type(msg).__name__} (encode it, e.g. json.dumps)")
     body: Body = {"topic": topic, "msg": msg, "msgId": msg_id or new_msg_id()}
+    for text in body.values():  # a topic of another type is the server's to refuse
+        if isinstance(text, str) and not text.isascii():
+            utf8(text)
     if delay_ms is None and trigger_time is None:
         delay_ms = 0
     for key, value in (("delayMillis", delay_ms), ("triggerTime", trigger_time), ("ttlMillis", ttl_ms),

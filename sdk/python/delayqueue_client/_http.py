@@ -379,11 +379,15 @@ class AsyncPool:
         await self._http.aclose()
 
 
-def encoded(body: dict[str, object] | list[dict[str, object]]) -> bytes:
-    """The call's JSON body; ValueError, before anything is sent, for text UTF-8 cannot carry."""
-    text = json.dumps(body, ensure_ascii=False, separators=(",", ":"))
+def utf8(text: str) -> bytes:
+    """The text in UTF-8; ValueError, before anything is sent, for text UTF-8 cannot carry."""
     try:
         return text.encode()
     except UnicodeEncodeError as exc:
         raise ValueError(f"cannot send {text[exc.start:exc.end]!a}: a lone surrogate, which no UTF-8 text holds "
                          "(a str decoded with errors='surrogateescape' or cut inside a pair?)") from None
+
+
+def encoded(body: dict[str, object] | list[dict[str, object]]) -> bytes:
+    """The call's JSON body (utf8's ValueError for text UTF-8 cannot carry)."""
+    return utf8(json.dumps(body, ensure_ascii=False, separators=(",", ":")))
