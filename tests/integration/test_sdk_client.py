@@ -9,6 +9,7 @@ import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from decimal import Decimal
 
 import pytest
 from asgiref.sync import sync_to_async
@@ -544,6 +545,18 @@ async def test_a_producer_send_of_text_utf8_cannot_carry_raises_at_once_and_spar
             async_producer.send("utf", "ok", msg_id="u\ud800")
     assert async_kept.result().msg_id == "u3"
     assert await sync_to_async(logged_count)("utf") == 2
+
+
+def test_a_producer_send_of_an_option_json_cannot_carry_raises_at_once_and_spares_its_batch(client):
+    # NaN or infinity is no JSON number: sent, the server refuses the whole batch's JSON (400), and a
+    # Decimal fails its encoding; either would fail every other send of the batch with it.
+    with client.producer(linger_ms=200) as producer:
+        kept = producer.send("json", "fine", msg_id="j1")
+        for name, bad in (("delay_ms", float("inf")), ("ttl_ms", float("nan")), ("priority", Decimal(1))):
+            with pytest.raises((ValueError, TypeError), match=f"{name} must be"):
+                producer.send("json", "bad", **{name: bad})
+    assert kept.result().msg_id == "j1"
+    assert logged_count("json") == 1
 
 
 def test_a_send_cancelled_before_its_batch_left_is_not_sent(client):

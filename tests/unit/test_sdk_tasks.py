@@ -176,6 +176,8 @@ def test_a_task_send_the_client_refuses_before_sending_begins_no_send_in_the_mid
             t.with_options(msg_id="caf\udc80").send()
         with pytest.raises(ValueError, match="a lone surrogate"):
             u.send_many([()])
+        with pytest.raises(ValueError, match="priority must be a whole number, got nan"):
+            t.with_options(priority=float("nan")).send()
     assert calls == []
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import math
 import os
 import random
 from collections.abc import Callable, Coroutine, Sequence
@@ -144,7 +145,8 @@ def send_body(topic: str, msg: str, *, delay_ms: int | None = None, trigger_time
               priority: int | None = None) -> Body:
     """sendMsg's JSON object; a msgId is made here when none is given, so every send can be retried.
     Neither delay_ms nor trigger_time: due now (the API needs one of them). Text UTF-8 cannot
-    carry is refused here: in a producer's batch it would fail the other sends with it."""
+    carry, and options no JSON number holds, are refused here: in a producer's batch they would
+    fail the other sends with them."""
     if not isinstance(msg, str):
         raise TypeError(f"msg must be a str, got {type(msg).__name__} (encode it, e.g. json.dumps)")
     body: Body = {"topic": topic, "msg": msg, "msgId": msg_id or new_msg_id()}
@@ -153,10 +155,16 @@ def send_body(topic: str, msg: str, *, delay_ms: int | None = None, trigger_time
             utf8(text)
     if delay_ms is None and trigger_time is None:
         delay_ms = 0
-    for key, value in (("delayMillis", delay_ms), ("triggerTime", trigger_time), ("ttlMillis", ttl_ms),
-                       ("maxRetry", max_retry), ("priority", priority)):
-        if value is not None:
-            body[key] = value
+    for key, name, value in (("delayMillis", "delay_ms", delay_ms), ("triggerTime", "trigger_time", trigger_time),
+                             ("ttlMillis", "ttl_ms", ttl_ms), ("maxRetry", "max_retry", max_retry),
+                             ("priority", "priority", priority)):
+        if value is None:
+            continue
+        if not isinstance(value, (int, float)):
+            raise TypeError(f"{name} must be a whole number, got {type(value).__name__}")
+        if not math.isfinite(value):
+            raise ValueError(f"{name} must be a whole number, got {value!r}")
+        body[key] = value
     return body
 
 
