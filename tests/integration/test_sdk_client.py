@@ -100,6 +100,14 @@ async def test_an_empty_ack_many_answers_no_results_without_a_call_as_send_many_
         assert await async_client.ack_many("t", []) == []
 
 
+async def test_a_purge_dead_of_no_msg_ids_purges_none_without_a_call(sdk_server):
+    # msg_ids=None is every dead letter; a list filtered down to none is none, not the API's 400.
+    with Client(sdk_server) as client:
+        assert client.purge_dead("t", []) == 0
+    async with AsyncClient(sdk_server) as async_client:
+        assert await async_client.purge_dead("t", []) == 0
+
+
 def test_topic_config_pause_resume_and_purge(client):
     config = client.set_topic_config("jobs", max_retry=5, retry_backoff_ms=100, dead_letter=False)
     assert (config["maxRetry"], config["retryBackoffMillis"], config["deadLetter"]) == (5, 100, False)

@@ -513,8 +513,10 @@ class Calls:
 
     @api
     def purge_dead(self, topic: str, msg_ids: list[str] | None = None) -> Call[int]:
+        """Removes the topic's dead letters (msg_ids': an empty list is none, and no call); answers how many."""
         body = _without_none(topic=topic, msgIds=list(msg_ids) if msg_ids is not None else None)
-        return Call("purgeDeadMsg", body, lambda a: int(a["count"]), idempotent=False)
+        return Call("purgeDeadMsg", body, lambda a: int(a["count"]), idempotent=False,
+                    known={"count": 0} if body.get("msgIds") == [] else None)
 
     # --- schedules
 
