@@ -206,6 +206,31 @@ def test_consume_prints_messages_as_they_come_and_ctrl_c_stops_cleanly(sdk_serve
     assert client.get("live", "l1").status == 4
 
 
+def test_consume_acks_only_the_delivery_it_printed_not_one_made_since(sdk_server, client):
+    # Its print blocks on a pipe nobody reads (the message is bigger than the pipe's buffer) while
+    # the message is given back and pulled by another consumer: the late ack must not end that one.
+    client.send("slow-reader", "x" * 200_000, msg_id="s1")
+    proc = subprocess.Popen(CLI + ["consume", "slow-reader", "--count", "1"], env=cli_env(sdk_server),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 15
+        while client.get("slow-reader", "s1").status != 3:  # pulled, and printing
+            assert time.monotonic() < deadline, "the consumer did not pull"
+            time.sleep(0.05)
+        assert client.nack("slow-reader", "s1") is True
+        [again] = client.pull("slow-reader", wait_ms=5_000)
+        assert again.retry == 2
+        assert proc.stdout.read() == f"s1\t{'x' * 200_000}\n"
+        assert proc.wait(timeout=10) == 0
+    finally:
+        proc.kill()
+        proc.wait()
+        proc.stdout.close()
+        proc.stderr.close()
+    assert client.get("slow-reader", "s1").status == 3  # still this consumer's
+    assert client.ack("slow-reader", "s1", retry=again.retry) is True
+
+
 def test_stats_of_every_topic_and_of_one(sdk_server, client):
     assert ok(run_cli(sdk_server, "stats")) == "no topics\n"
     client.send("alpha", "a", msg_id="a1")

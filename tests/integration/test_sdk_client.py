@@ -2,12 +2,14 @@
 every error class provoked for real, retries across a server that is not up yet and a PostgreSQL
 that is down, the batching producer under 8 threads (and its asyncio flavour under 8 tasks), AsyncClient, and DELAYQUEUE_URL/_TOKEN."""
 import asyncio
+import signal
 import socket
 import subprocess
 import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from decimal import Decimal
 
 import pytest
 from asgiref.sync import sync_to_async
@@ -87,6 +89,23 @@ def test_send_many_answers_each_item_its_message_or_its_error(client):
     assert isinstance(results[2], Message) and results[2].status == 1
     assert logged_count("t") == 2
     assert client.send_many([]) == []  # nothing to send: no answers (the API refuses an empty batch)
+
+
+async def test_an_empty_ack_many_answers_no_results_without_a_call_as_send_many_does(sdk_server):
+    # The API refuses an empty ackMsgBatch (400): a list of msgIds filtered down to none is no error.
+    with Client(sdk_server) as client:
+        assert client.ack_many("t", []) == []
+        assert client.ack_many("t", [], ack=False, reason="none") == []
+    async with AsyncClient(sdk_server) as async_client:
+        assert await async_client.ack_many("t", []) == []
+
+
+async def test_a_purge_dead_of_no_msg_ids_purges_none_without_a_call(sdk_server):
+    # msg_ids=None is every dead letter; a list filtered down to none is none, not the API's 400.
+    with Client(sdk_server) as client:
+        assert client.purge_dead("t", []) == 0
+    async with AsyncClient(sdk_server) as async_client:
+        assert await async_client.purge_dead("t", []) == 0
 
 
 def test_topic_config_pause_resume_and_purge(client):
@@ -440,6 +459,56 @@ def test_a_producer_not_closed_sends_its_pending_messages_at_interpreter_exit(sd
     assert logged_count("atexit") == 300
 
 
+def test_a_flush_or_close_that_times_out_raises_naming_the_sends_unanswered_which_the_exit_still_sends(
+        web_processes, tmp_path):
+    # The server is stopped (its socket accepts, nothing answers) while the producer flushes and
+    # closes: neither may return as if done, and what close left must not die with the process's
+    # daemon threads.
+    script = tmp_path / "close_timeout.py"
+    script.write_text(
+        "import sys\n"
+        "from delayqueue_client import Client\n"
+        "producer = Client(sys.argv[1]).producer(max_batch=10, in_flight=1)\n"
+        "sent = sorted(f'cl{i}' for i in range(50))\n"
+        "for msg_id in sent:\n"
+        "    producer.send('closing', msg_id, msg_id=msg_id)\n"
+        "for wait in (producer.flush, producer.close):\n"
+        "    try:\n"
+        "        wait(timeout=0.3)\n"
+        "        print('returned', flush=True)\n"
+        "    except TimeoutError as exc:\n"
+        "        print(sorted(exc.msg_ids) == sent, exc, flush=True)\n")
+    [web] = web_processes(1)
+    web.proc.send_signal(signal.SIGSTOP)
+    try:
+        closing = subprocess.Popen([sys.executable, str(script), web.url], stdout=subprocess.PIPE, text=True)
+        said = [closing.stdout.readline(), closing.stdout.readline()]
+    finally:
+        web.proc.send_signal(signal.SIGCONT)
+    assert closing.wait(timeout=60) == 0
+    assert said[0].startswith("True the producer's flush timed out after 0.3 s with 50 sends not answered")
+    assert said[1].startswith("True the producer's close timed out after 0.3 s with 50 sends not answered")
+    assert logged_count("closing") == 50
+
+
+async def test_an_async_producer_close_cut_short_by_a_timeout_leaves_its_sends_going(web_processes):
+    # A timeout around aclose() cancels it: that must not cancel the sending with it, leaving the
+    # sends' futures pending forever and the messages unsent.
+    [web] = web_processes(1)
+    async with AsyncClient(web.url) as client:
+        producer = client.producer(max_batch=10, in_flight=1)
+        futures = [producer.send("aclosing", f"m{i}", msg_id=f"ac{i}") for i in range(50)]
+        web.proc.send_signal(signal.SIGSTOP)  # its socket accepts, nothing answers
+        try:
+            with pytest.raises(TimeoutError):
+                await asyncio.wait_for(producer.aclose(), 0.3)
+        finally:
+            web.proc.send_signal(signal.SIGCONT)
+        await asyncio.wait_for(producer.aclose(), 30)  # waits for them again
+        assert sorted(f.result().msg_id for f in futures) == sorted(f"ac{i}" for i in range(50))
+    assert await sync_to_async(logged_count)("aclosing") == 50
+
+
 async def test_the_async_client_has_the_same_methods(sdk_server):
     async with AsyncClient(sdk_server) as client:
         sent = await client.send("async", "hi", msg_id="a1")
@@ -468,6 +537,34 @@ async def test_the_async_producer_batches_sends_of_8_tasks_each_stored_once(sdk_
         assert len({m.msg_id for m in messages}) == 800
         assert (await client.topic_info("aprod"))["waitingQueueSize"] == 800
     assert await sync_to_async(logged_count)("aprod") == 800
+
+
+async def test_a_producer_send_of_text_utf8_cannot_carry_raises_at_once_and_spares_its_batch(sdk_server):
+    # As Client.send: a ValueError before anything is sent, not the failure of the whole batch it
+    # would have shared with other threads' sends.
+    with Client(sdk_server) as client, client.producer(linger_ms=200) as producer:
+        kept = producer.send("utf", "fine", msg_id="u1")
+        with pytest.raises(ValueError, match=r"cannot send '\\udc80': a lone surrogate"):
+            producer.send("utf", "caf\udc80", msg_id="u2")
+    assert kept.result().msg_id == "u1"
+    async with AsyncClient(sdk_server) as async_client, async_client.producer(linger_ms=200) as async_producer:
+        async_kept = async_producer.send("utf", "fine too", msg_id="u3")
+        with pytest.raises(ValueError, match="a lone surrogate"):
+            async_producer.send("utf", "ok", msg_id="u\ud800")
+    assert async_kept.result().msg_id == "u3"
+    assert await sync_to_async(logged_count)("utf") == 2
+
+
+def test_a_producer_send_of_an_option_json_cannot_carry_raises_at_once_and_spares_its_batch(client):
+    # NaN or infinity is no JSON number: sent, the server refuses the whole batch's JSON (400), and a
+    # Decimal fails its encoding; either would fail every other send of the batch with it.
+    with client.producer(linger_ms=200) as producer:
+        kept = producer.send("json", "fine", msg_id="j1")
+        for name, bad in (("delay_ms", float("inf")), ("ttl_ms", float("nan")), ("priority", Decimal(1))):
+            with pytest.raises((ValueError, TypeError), match=f"{name} must be"):
+                producer.send("json", "bad", **{name: bad})
+    assert kept.result().msg_id == "j1"
+    assert logged_count("json") == 1
 
 
 def test_a_send_cancelled_before_its_batch_left_is_not_sent(client):

@@ -168,6 +168,106 @@ def test_a_server_that_never_answers_times_out(serve):
     hold.set()
 
 
+class NeverAccepts:
+    """A listening socket whose backlog one connection fills: the kernel answers no other's SYN, so
+    connecting waits, as to a server too busy to accept."""
+
+    def __init__(self):
+        self._sock = socket.socket()
+        self._sock.bind(("127.0.0.1", 0))
+        self._sock.listen(0)
+        self._filler = socket.create_connection(self._sock.getsockname())
+        self.url = f"http://127.0.0.1:{self._sock.getsockname()[1]}"
+
+    def close(self):
+        self._filler.close()
+        self._sock.close()
+
+
+def second_of_two_calls(url: str, in_async: bool, **options) -> tuple[float, BaseException | None]:
+    """Two topic_info calls on one client (one connection at most), the second 0.5 s after the
+    first: how long the second took, and what it raised."""
+    async def on_async():
+        async with AsyncClient(url, max_connections=1, **options) as client:
+            first = asyncio.create_task(client.topic_info("t"))
+            await asyncio.sleep(0.5)
+            started = time.monotonic()
+            second = (await asyncio.gather(client.topic_info("t"), return_exceptions=True))[0]
+            took = time.monotonic() - started
+            await asyncio.gather(first, return_exceptions=True)
+            return took, second
+
+    if in_async:
+        return asyncio.run(on_async())
+    with Client(url, max_connections=1, **options) as client, ThreadPoolExecutor(1) as pool:
+        first = pool.submit(client.topic_info, "t")
+        time.sleep(0.5)
+        started = time.monotonic()
+        try:
+            client.topic_info("t")
+        except Exception as exc:
+            return time.monotonic() - started, exc
+        finally:
+            first.exception(timeout=30)
+        return time.monotonic() - started, None
+
+
+@pytest.mark.parametrize("in_async", [False, True], ids=["Client", "AsyncClient"])
+@pytest.mark.parametrize("server_kind", ["never answers", "never accepts"])
+def test_the_timeout_bounds_an_attempt_with_its_wait_for_a_free_connection(serve, server_kind, in_async):
+    # The first call holds the one connection for its whole timeout (1 s); the second waits half
+    # of its own for it, and has only the other half left for its request.
+    hold = threading.Event()
+    server = serve(lambda conn, nth: hold.wait(30) and False) if server_kind == "never answers" else NeverAccepts()
+    try:
+        took, raised = second_of_two_calls(server.url, in_async, timeout=1.0, max_retries=0)
+    finally:
+        hold.set()
+        server.close()
+    assert isinstance(raised, Unavailable)
+    assert 0.4 <= took < 1.25
+
+
+def trickle(conn, nth):
+    """Answers a byte every 20 ms: every read gets something well within any timeout."""
+    try:
+        for byte in b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (
+                len(ENVELOPE), ENVELOPE):
+            conn.sendall(bytes([byte]))
+            time.sleep(0.02)
+    except OSError:  # the client gave up
+        return False
+    return True
+
+
+@pytest.mark.parametrize("in_async", [False, True], ids=["Client", "AsyncClient"])
+def test_the_timeout_bounds_an_attempt_whose_answer_trickles_in(serve, in_async):
+    server = serve(trickle)
+    call = both_clients(server.url, timeout=0.5, max_retries=0)[1][in_async]
+    started = time.monotonic()
+    with pytest.raises(Unavailable, match="unreachable: .*(TimeoutError|timed out|Timeout)"):
+        call("topic_info", "t")
+    assert time.monotonic() - started < 0.8
+
+
+def test_an_answer_closing_its_connection_is_read_whole_however_many_pieces_it_comes_in(serve):
+    # http.client closes such a connection's socket as the headers are read: the answer's reader
+    # must keep it open until the body is read.
+    big = json.dumps({"code": 200, "msg": "success", "data": {"pad": "x" * 300_000}}).encode()
+
+    def in_pieces(conn, nth):
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n"
+                     b"Content-Length: %d\r\n\r\n" % len(big))
+        for start in range(0, len(big), 50_000):
+            time.sleep(0.02)
+            conn.sendall(big[start:start + 50_000])
+        return False
+
+    server = serve(in_pieces)
+    for call in both_clients(server.url, max_retries=0)[1]:
+        assert len(call("topic_info", "t")["pad"]) == 300_000
+
+
 def test_a_long_poll_waits_its_wait_beyond_the_client_timeout(serve):
     def slow(conn, nth):
         time.sleep(0.6)

@@ -11,6 +11,7 @@ import pytest
 from delayqueue_client import (App, AsyncClient, Client, DeadLetter, EagerHandle, EnvelopeError, Message, Retry,
                                TaskStatus, TaskTooLarge, Worker)
 from delayqueue_client.envelope import MAX_MSG_BYTES, Envelope, decode, encode
+from delayqueue_client.middleware import Middleware
 
 
 class Order(pydantic.BaseModel):
@@ -148,6 +149,36 @@ def test_times_naive_datetimes_and_bad_durations_are_refused(app):
         t.with_options(msg_id="one").send_many([(), ()])
     with pytest.raises(TypeError, match="a tuple of positional arguments or a dict of keyword arguments, got str"):
         t.send_many(["ab"])
+
+
+def test_a_task_send_the_client_refuses_before_sending_begins_no_send_in_the_middleware():
+    # Refused before anything is sent, it must not leave a send begun (a span never ended) either.
+    calls = []
+
+    class Recording(Middleware):
+        def before_send(self, ctx):
+            calls.append("before_send")
+
+        def after_send(self, ctx, sent, error):
+            calls.append("after_send")
+
+    with Client("http://127.0.0.1:9", max_retries=0, middleware=[Recording()]) as client:
+        app = App(client)
+
+        @app.task(name="t")
+        def t() -> None:
+            pass
+
+        @app.task(name="u", topic="caf\udc80")
+        def u() -> None:
+            pass
+        with pytest.raises(ValueError, match="a lone surrogate"):
+            t.with_options(msg_id="caf\udc80").send()
+        with pytest.raises(ValueError, match="a lone surrogate"):
+            u.send_many([()])
+        with pytest.raises(ValueError, match="priority must be a whole number, got nan"):
+            t.with_options(priority=float("nan")).send()
+    assert calls == []
 
 
 def test_the_retry_delay_doubles_from_the_first_up_to_the_largest(app):

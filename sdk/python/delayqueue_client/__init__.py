@@ -8,13 +8,13 @@ from delayqueue_client.errors import (BadRequest, Conflict, DeadLetter, DelayQue
                                       NotFound, RateLimited, Retry, ServerError, Unauthorized, Unavailable)
 from delayqueue_client.envelope import EnvelopeError, TaskTooLarge
 from delayqueue_client.message import Message
-from delayqueue_client.producer import AsyncProducer, Producer, ProducerFull
+from delayqueue_client.producer import AsyncProducer, Producer, ProducerFull, ProducerTimeout
 from delayqueue_client.schedule import Schedule, SchedulePage
 from delayqueue_client.signature import InvalidSignature, verify_signature
 from delayqueue_client.worker import Worker
 
 __all__ = ["App", "AsyncClient", "AsyncProducer", "BadRequest", "Client", "Conflict", "DeadLetter", "DeadLetterPage",
            "DelayQueueError", "EagerHandle", "EnvelopeError", "Forbidden", "InvalidSignature", "MaybeApplied", "Message",
-           "NotFound", "Producer", "ProducerFull", "RateLimited", "Retry", "Schedule", "SchedulePage", "ServerError",
-           "Task", "TaskHandle", "TaskStatus", "TaskTooLarge", "Unauthorized", "Unavailable", "Worker",
-           "schedule_id_for", "verify_signature"]
+           "NotFound", "Producer", "ProducerFull", "ProducerTimeout", "RateLimited", "Retry", "Schedule",
+           "SchedulePage", "ServerError", "Task", "TaskHandle", "TaskStatus", "TaskTooLarge", "Unauthorized",
+           "Unavailable", "Worker", "schedule_id_for", "verify_signature"]

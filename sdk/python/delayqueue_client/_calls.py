@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import math
 import os
 import random
 from collections.abc import Callable, Coroutine, Sequence
@@ -14,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Concatenate, Generic, NamedTuple, ParamSp
 from urllib.parse import urlsplit
 
 from delayqueue_client._http import (MaybeSent, NotSent, Settings, TransportError, lifted_token, proxy_for,
-                                    shown_url, ssl_context)
+                                    shown_url, ssl_context, utf8)
 from delayqueue_client.errors import (DelayQueueError, MaybeApplied, RateLimited, ServerError, Unavailable,
                                       error_from_answer)
 from delayqueue_client.message import Message, new_msg_id
@@ -63,6 +64,8 @@ class Call(Generic[T]):
     not_found: Any = _RAISE  # what a 404 answers instead of raising NotFound
     extra_timeout: float = 0.0  # a long poll's wait, on top of the client's timeout
     sends: tuple[SendContext, ...] = ()  # a send's, for the middleware's hooks around it
+    # The answer known without asking (an empty batch, which the API refuses): nothing is sent.
+    known: Body | None = None
 
 
 class Again(NamedTuple):
@@ -141,16 +144,27 @@ def send_body(topic: str, msg: str, *, delay_ms: int | None = None, trigger_time
               msg_id: str | None = None, ttl_ms: int | None = None, max_retry: int | None = None,
               priority: int | None = None) -> Body:
     """sendMsg's JSON object; a msgId is made here when none is given, so every send can be retried.
-    Neither delay_ms nor trigger_time: due now (the API needs one of them)."""
+    Neither delay_ms nor trigger_time: due now (the API needs one of them). Text UTF-8 cannot
+    carry, and options no JSON number holds, are refused here: in a producer's batch they would
+    fail the other sends with them."""
     if not isinstance(msg, str):
         raise TypeError(f"msg must be a str, got {type(msg).__name__} (encode it, e.g. json.dumps)")
     body: Body = {"topic": topic, "msg": msg, "msgId": msg_id or new_msg_id()}
+    for text in body.values():  # a topic of another type is the server's to refuse
+        if isinstance(text, str) and not text.isascii():
+            utf8(text)
     if delay_ms is None and trigger_time is None:
         delay_ms = 0
-    for key, value in (("delayMillis", delay_ms), ("triggerTime", trigger_time), ("ttlMillis", ttl_ms),
-                       ("maxRetry", max_retry), ("priority", priority)):
-        if value is not None:
-            body[key] = value
+    for key, name, value in (("delayMillis", "delay_ms", delay_ms), ("triggerTime", "trigger_time", trigger_time),
+                             ("ttlMillis", "ttl_ms", ttl_ms), ("maxRetry", "max_retry", max_retry),
+                             ("priority", "priority", priority)):
+        if value is None:
+            continue
+        if not isinstance(value, (int, float)):
+            raise TypeError(f"{name} must be a whole number, got {type(value).__name__}")
+        if not math.isfinite(value):
+            raise ValueError(f"{name} must be a whole number, got {value!r}")
+        body[key] = value
     return body
 
 
@@ -396,11 +410,12 @@ class Calls:
                  dead_letter: bool = False, reason: str | None = None,
                  retries: list[int | None] | None = None) -> Call[list[bool]]:
         """One ackMsgBatch; `done` per msgId, in order. `reason`: as nack's, for all of them (ack=False);
-        `retries`: per msgId, as ack's `retry` (None: any delivery)."""
+        `retries`: per msgId, as ack's `retry` (None: any delivery). No msgIds, no call (as send_many)."""
         body = _without_none(topic=topic, msgIds=list(msg_ids), ack=ack, delayMillis=delay_ms,
                              deadLetter=True if dead_letter else None, reason=reason or None,
                              retries=None if retries is None else list(retries))
-        return Call("ackMsgBatch", body, lambda a: [bool(r["done"]) for r in a["results"]], idempotent=False)
+        return Call("ackMsgBatch", body, lambda a: [bool(r["done"]) for r in a["results"]], idempotent=False,
+                    known=None if body["msgIds"] else {"results": []})
 
     @api
     def touch(self, topic: str, msg_id: str, *, ack_timeout_ms: int, retry: int | None = None) -> Call[int]:
@@ -498,8 +513,10 @@ class Calls:
 
     @api
     def purge_dead(self, topic: str, msg_ids: list[str] | None = None) -> Call[int]:
+        """Removes the topic's dead letters (msg_ids': an empty list is none, and no call); answers how many."""
         body = _without_none(topic=topic, msgIds=list(msg_ids) if msg_ids is not None else None)
-        return Call("purgeDeadMsg", body, lambda a: int(a["count"]), idempotent=False)
+        return Call("purgeDeadMsg", body, lambda a: int(a["count"]), idempotent=False,
+                    known={"count": 0} if body.get("msgIds") == [] else None)
 
     # --- schedules
 

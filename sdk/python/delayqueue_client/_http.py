@@ -7,8 +7,11 @@ keep-alive connections: measured against the same server, it costs a call less t
 what httpx's blocking client adds, and a sequential caller waits that on every call. The asyncio
 client keeps httpx's AsyncClient.
 """
+import asyncio
 import base64
+import functools
 import http.client
+import io
 import json
 import os
 import re
@@ -19,7 +22,7 @@ import threading
 import time
 import urllib.request
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 import httpx
@@ -153,9 +156,48 @@ class _Connection:
             return True
 
 
+def _left(deadline: float) -> float:
+    """Seconds until the attempt's deadline; TimeoutError once it has passed."""
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise TimeoutError("timed out")
+    return left
+
+
+class _DeadlineReads(io.RawIOBase):
+    """A socket's reads, each waiting only until the attempt's deadline: a socket's own timeout
+    starts again at every read, so an answer trickling in would never time out. `raw`, the
+    socket's reader from sock.makefile, keeps it open while this one is (http.client closes a
+    closing answer's connection before its body is read)."""
+
+    def __init__(self, raw: io.RawIOBase, sock: socket.socket, deadline: float):
+        self._raw, self._sock, self._deadline = raw, sock, deadline
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int | None:
+        self._sock.settimeout(_left(self._deadline))
+        return self._raw.readinto(buffer)
+
+    def close(self) -> None:
+        self._raw.close()
+        super().close()
+
+
+class _DeadlineResponse(http.client.HTTPResponse):
+    """HTTPResponse (of the answer, or of a proxy's CONNECT) read within the attempt's deadline."""
+
+    def __init__(self, sock: socket.socket, *args: object, deadline: float, **kwargs: object):
+        super().__init__(sock, *args, **kwargs)  # type: ignore[arg-type]  # HTTPResponse's own
+        # The reader it made, read through one that keeps the deadline.
+        self.fp = io.BufferedReader(_DeadlineReads(self.fp.detach(), sock, deadline))
+
+
 class Pool:
     """Keep-alive connections to one server, shared by any number of threads: a call takes an idle
-    connection (or opens one) and gives it back once its answer is read."""
+    connection (or opens one) and gives it back once its answer is read. A call's timeout is one
+    deadline for its wait for a connection, connecting, sending and reading the answer."""
 
     def __init__(self, settings: Settings):
         parts = urlsplit(settings.url)  # checked by the client
@@ -174,7 +216,6 @@ class Pool:
             if not self._https:
                 self._prefix = f"http://{parts.netloc}{self._prefix}"
                 self._headers.update(self._tunnel_headers)
-        self._timeout = settings.timeout
         self._ssl = settings.ssl_context
         self._idle: list[_Connection] = []
         self._lock = threading.Lock()
@@ -183,26 +224,27 @@ class Pool:
 
     def post(self, path: str, body: bytes, timeout: float) -> tuple[int, bytes]:
         # A call waits for a free connection up to its timeout; none by then is a request never sent.
+        deadline = time.monotonic() + timeout
         if not self._slots.acquire(timeout=timeout):
             raise NotSent(f"PoolTimeout: all {self._max_connections} connections busy for {timeout:g} s")
         try:
-            return self._post(path, body, timeout)
+            return self._post(path, body, deadline)
         finally:
             self._slots.release()
 
-    def _post(self, path: str, body: bytes, timeout: float) -> tuple[int, bytes]:
-        conn, reused = self._take()
+    def _post(self, path: str, body: bytes, deadline: float) -> tuple[int, bytes]:
+        conn, reused = self._take(deadline)
         try:
             try:
-                response = self._ask(conn, path, body, timeout)
+                response = self._ask(conn, path, body, deadline)
             except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError):
                 if not reused:
                     raise
                 # A reused connection the server closed before answering (no status line came):
                 # the request was not processed, so it goes once more on a new connection.
                 conn.close()
-                conn = self._connect()
-                response = self._ask(conn, path, body, timeout)
+                conn = self._connect(deadline)
+                response = self._ask(conn, path, body, deadline)
             content = response.read()  # an answer begun and then cut is never sent again
         except (OSError, http.client.HTTPException) as exc:
             conn.close()
@@ -214,19 +256,20 @@ class Pool:
         return response.status, content
 
     def _ask(self, conn: http.client.HTTPConnection, path: str, body: bytes,
-             timeout: float) -> http.client.HTTPResponse:
+             deadline: float) -> http.client.HTTPResponse:
         """Sends the request and reads the status line and headers."""
         assert conn.sock is not None  # connected by _connect
-        conn.sock.settimeout(timeout)
+        conn.sock.settimeout(_left(deadline))  # sendall's timeout bounds the whole send
+        conn.response_class = functools.partial(_DeadlineResponse, deadline=deadline)  # type: ignore[assignment]
         conn.request("POST", self._prefix + path, body, self._headers)
         return conn.getresponse()
 
-    def _take(self) -> tuple[http.client.HTTPConnection, bool]:
+    def _take(self, deadline: float) -> tuple[http.client.HTTPConnection, bool]:
         while True:
             with self._lock:
                 idle = self._idle.pop() if self._idle else None
             if idle is None:
-                return self._connect(), False
+                return self._connect(deadline), False
             if not idle.stale():
                 return idle.conn, True
             idle.conn.close()
@@ -235,16 +278,22 @@ class Pool:
         with self._lock:
             self._idle.append(_Connection(conn))
 
-    def _connect(self) -> http.client.HTTPConnection:
+    def _connect(self, deadline: float) -> http.client.HTTPConnection:
         host, port = ((self._proxy.hostname or "", self._proxy.port or 80) if self._proxy is not None else
                       (self._host, self._port))
         conn: http.client.HTTPConnection
+        try:
+            timeout = _left(deadline)
+        except TimeoutError as exc:
+            raise NotSent(_described(exc)) from exc
         if self._https:
-            conn = http.client.HTTPSConnection(host, port, timeout=self._timeout, context=self._ssl)
+            conn = http.client.HTTPSConnection(host, port, timeout=timeout, context=self._ssl)
             if self._proxy is not None:  # HTTPS through the proxy: a CONNECT tunnel, TLS with the server inside
                 conn.set_tunnel(self._host, self._port, headers=self._tunnel_headers)
         else:
-            conn = http.client.HTTPConnection(host, port, timeout=self._timeout)
+            conn = http.client.HTTPConnection(host, port, timeout=timeout)
+        # The proxy's answer to CONNECT is read as an answer is, within the deadline.
+        conn.response_class = functools.partial(_DeadlineResponse, deadline=deadline)  # type: ignore[assignment]
         try:
             conn.connect()
             assert conn.sock is not None
@@ -270,11 +319,13 @@ class _Attempt:
     connection, and whether an answer began."""
 
     def __init__(self) -> None:
-        self.opened = self.answered = False
+        self.opened = self.sent = self.answered = False
 
     async def trace(self, event: str, info: dict[str, object]) -> None:
         if event.startswith("connection.connect_tcp."):
             self.opened = True
+        elif event == "http11.send_request_headers.started":
+            self.sent = True
         elif event == "http11.receive_response_headers.complete":
             self.answered = True
 
@@ -284,7 +335,8 @@ class _Attempt:
 
 
 class AsyncPool:
-    """Pool's post() for asyncio, on httpx.AsyncClient."""
+    """Pool's post() for asyncio, on httpx.AsyncClient; a call's timeout is one deadline for all of
+    it, as Pool's (httpx's timeouts bound each wait for a connection, connect, write and read)."""
 
     def __init__(self, settings: Settings):
         # trust_env=False: the proxy was chosen by proxy_for, as for Pool, not again by httpx. httpx
@@ -297,12 +349,16 @@ class AsyncPool:
         self._max_connections = settings.max_connections
 
     async def post(self, path: str, body: bytes, timeout: float) -> tuple[int, bytes]:
+        deadline = asyncio.get_running_loop().time() + timeout
         # Each retry below leaves a dead kept-alive connection behind: at most as many as can be open.
         for retries_left in range(self._max_connections, -1, -1):
             attempt = _Attempt()
             try:
-                response = await self._http.post(path, content=body, timeout=timeout,
-                                                 extensions={"trace": attempt.trace})
+                async with asyncio.timeout_at(deadline):
+                    response = await self._http.post(path, content=body, timeout=timeout,
+                                                     extensions={"trace": attempt.trace})
+            except TimeoutError as exc:  # the deadline, whichever wait it fell in
+                raise (MaybeSent if attempt.sent else NotSent)(_described(exc)) from exc
             # ProxyError: the proxy refused the CONNECT tunnel, before the request (as Pool's NotSent).
             except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout, httpx.ProxyError) as exc:
                 raise NotSent(_described(exc)) from exc
@@ -323,11 +379,15 @@ class AsyncPool:
         await self._http.aclose()
 
 
-def encoded(body: dict[str, object] | list[dict[str, object]]) -> bytes:
-    """The call's JSON body; ValueError, before anything is sent, for text UTF-8 cannot carry."""
-    text = json.dumps(body, ensure_ascii=False, separators=(",", ":"))
+def utf8(text: str) -> bytes:
+    """The text in UTF-8; ValueError, before anything is sent, for text UTF-8 cannot carry."""
     try:
         return text.encode()
     except UnicodeEncodeError as exc:
         raise ValueError(f"cannot send {text[exc.start:exc.end]!a}: a lone surrogate, which no UTF-8 text holds "
                          "(a str decoded with errors='surrogateescape' or cut inside a pair?)") from None
+
+
+def encoded(body: dict[str, object] | list[dict[str, object]]) -> bytes:
+    """The call's JSON body (utf8's ValueError for text UTF-8 cannot carry)."""
+    return utf8(json.dumps(body, ensure_ascii=False, separators=(",", ":")))

@@ -574,6 +574,8 @@ class App:
         msg_id = options.msg_id or new_msg_id()
         if not self.client.middleware:
             return task._body(options, args, kwargs), msg_id, ()
+        # What send_body refuses (a lone surrogate, an option no number), refused before a send begins.
+        send_body(task.topic, "", **{**self._send_options(options), "msg_id": msg_id})
         context = SendContext(topic=task.topic, msg_id=msg_id, task=task.name, headers=dict(options.headers or {}))
         self.client.middleware.before_send(context)
         try:

@@ -192,8 +192,8 @@ def cmd_consume(args: argparse.Namespace, client: Client) -> int:
                                        wait_ms=CONSUME_WAIT_MS):
                 out(message_json(message) if args.json else f"{message.msg_id}\t{message.msg}")
                 printed += 1
-                if not args.no_ack:
-                    client.ack(args.topic, message.msg_id)
+                if not args.no_ack:  # this delivery's: one made since (a slow print) is another consumer's
+                    client.ack(args.topic, message.msg_id, retry=message.retry)
     except KeyboardInterrupt:
         pass
     return OK

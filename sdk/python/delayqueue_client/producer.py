@@ -31,6 +31,16 @@ class ProducerFull(Exception):
     or AsyncProducer.send)."""
 
 
+class ProducerTimeout(TimeoutError):
+    """Producer.flush(timeout) or close(timeout) ran out before every send was answered. `msg_ids`:
+    those sends'; they are still being sent, and the interpreter's exit waits for them."""
+
+    def __init__(self, waited: str, timeout: float, msg_ids: list[str]):
+        super().__init__(f"the producer's {waited} timed out after {timeout:g} s with {len(msg_ids)} sends not "
+                         "answered yet: they are still being sent, and the interpreter's exit waits for them")
+        self.msg_ids = msg_ids
+
+
 def _checked_batch(max_batch: int, in_flight: int, max_queue: int) -> int:
     """max_batch held to the server's limit, once the three are checked."""
     if max_batch < 1 or in_flight < 1 or max_queue < 1:
@@ -99,7 +109,8 @@ class Producer:
     for a batch: a send beyond them waits for room (`when_full="block"`) or raises ProducerFull
     ("raise"). Every message gets its msgId here, so a batch whose answer was lost, or an item a
     store was unavailable for, is sent again without doubles (Client.send_many's retries). A
-    producer not closed is closed at interpreter exit, so its pending sends are not lost."""
+    producer not closed, or whose close timed out, is closed at interpreter exit, so its pending
+    sends are not lost."""
 
     def __init__(self, client: Client, *, linger_ms: float = 2, max_batch: int = 500, in_flight: int = 4,
                  max_queue: int = 100_000, when_full: Literal["block", "raise"] = "block"):
@@ -113,7 +124,7 @@ class Producer:
         self._batches: queue.SimpleQueue[list[_SendFuture]] = queue.SimpleQueue()
         # Under _lock: the sends not yet answered (forgotten a batch at a time), and how many of
         # them wait for a batch (at most max_queue; _room wakes a send blocked on it).
-        self._pending: set[Future[Message]] = set()
+        self._pending: set[_SendFuture] = set()
         self._waiting, self._max_queue = 0, max_queue
         self._lock = threading.Lock()
         self._room = threading.Condition(self._lock)
@@ -147,21 +158,30 @@ class Producer:
         return future
 
     def flush(self, timeout: float | None = None) -> None:
-        """Waits until every send made before this call is answered."""
+        """Waits until every send made before this call is answered; ProducerTimeout when `timeout`
+        ran out first."""
         with self._lock:
             pending = list(self._pending)
         wait(pending, timeout)
+        unanswered = [future.body["msgId"] for future in pending if not future.done()]
+        if unanswered:
+            raise ProducerTimeout("flush", timeout or 0, unanswered)
 
     def close(self, timeout: float | None = None) -> None:
-        """Takes no more sends, waits for those pending and stops the sender threads."""
-        _open_producers.discard(self)
+        """Takes no more sends, waits for those pending and stops the sender threads. ProducerTimeout
+        when `timeout` ran out first: the sends go on (a later close waits for them again)."""
         with self._lock:
-            if self._closed:
-                return
-            self._closed = True
-            self._queue.put(_CLOSE)
-            self._room.notify_all()  # a send blocked on a full queue raises
+            if not self._closed:
+                self._closed = True
+                self._queue.put(_CLOSE)
+                self._room.notify_all()  # a send blocked on a full queue raises
         self._thread.join(timeout)
+        if self._thread.is_alive():
+            # Kept among the open producers: the exit's close waits for them, where the daemon threads would drop them.
+            with self._lock:
+                pending = [future.body["msgId"] for future in self._pending]
+            raise ProducerTimeout("close", timeout or 0, pending)
+        _open_producers.discard(self)
 
     def __enter__(self) -> Producer:
         return self
@@ -283,11 +303,12 @@ class AsyncProducer:
             await asyncio.wait(list(self._pending))
 
     async def aclose(self) -> None:
-        """Takes no more sends, waits for those pending and ends the sending task."""
+        """Takes no more sends, waits for those pending and ends the sending task. Cancelled (a
+        timeout around it), it leaves the sends going: a later aclose waits for them again."""
         if not self._closed:
             self._closed = True
             self._queue.put_nowait(_CLOSE)
-        await self._task
+        await asyncio.shield(self._task)  # a cancelled wait must not cancel the sending
 
     async def __aenter__(self) -> AsyncProducer:
         return self
