@@ -8,13 +8,19 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "project.settings")
 django.setup(set_prefix=False)  # as django.core.asgi.get_asgi_application does
 
 from delayqueue.api.asgi import BoundedASGIHandler, EventLoopAPIHandler, strip_token_prefix  # noqa: E402  (needs Django set up)
-from delayqueue.config.settings import load_config  # noqa: E402
+from delayqueue.config.settings import HOST_TOKEN_MIN_LENGTH, load_config  # noqa: E402
 
 _config = load_config()
 if _config.auth == "open":
     logging.getLogger("delayqueue").warning(
         "DELAYQUEUE_AUTH=open: the queue API takes no token, anyone who reaches it may do anything in namespace %s",
         _config.namespace)
+# Not refused (a deployment running with one would stop starting), but guessable: wrong guesses
+# are only slowed per address (DELAYQUEUE_AUTH_FAILURE_LIMIT).
+if 0 < len(_config.metrics_token) < HOST_TOKEN_MIN_LENGTH:
+    logging.getLogger("delayqueue").warning(
+        "DELAYQUEUE_METRICS_TOKEN has %d characters: a token of fewer than %d can be guessed, make one with "
+        "openssl rand -hex 32", len(_config.metrics_token), HOST_TOKEN_MIN_LENGTH)
 
 # Serves the admin and the rest, with the queue API's bounds on bodies.
 django_application = BoundedASGIHandler()

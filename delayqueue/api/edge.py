@@ -9,11 +9,13 @@ Java SDK) send neither Origin nor Sec-Fetch-Site and are unaffected.
 import asyncio
 import hmac
 import ipaddress
+import math
 from functools import lru_cache, wraps
 from inspect import iscoroutinefunction
 from urllib.parse import urlsplit
 
 import orjson
+from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.core.exceptions import DisallowedHost
 from django.http import HttpRequest, HttpResponse
@@ -21,7 +23,8 @@ from django.utils.cache import patch_vary_headers
 
 from delayqueue.api.auth import bearer_token
 from delayqueue.config.settings import ORIGIN_DEFAULT_PORTS, load_config
-from delayqueue.core.exceptions import BadRequest, Refused
+from delayqueue.core.exceptions import BadRequest, Refused, Throttled
+from delayqueue.runtime import current
 
 # Requests that may be held open; only these watch for the client hanging up.
 HELD_PATHS = ("/longPollingMsg",)
@@ -146,18 +149,15 @@ async def guarded(request: HttpRequest, get_response) -> HttpResponse:
 
 def metrics_token_required(view):
     """Protects a view (sync or async) with DELAYQUEUE_METRICS_TOKEN when it is set: without
-    `Authorization: Bearer <it>` the answer is HTTP 401 with WWW-Authenticate. Unset, only a
-    caller on this host is served (see from_loopback)."""
-    if iscoroutinefunction(view):
-        @wraps(view)
-        async def checked(request, *args, **kwargs):
-            refusal = bearer_refusal(request)
-            return refusal if refusal is not None else await view(request, *args, **kwargs)
-    else:
-        @wraps(view)
-        def checked(request, *args, **kwargs):
-            refusal = bearer_refusal(request)
-            return refusal if refusal is not None else view(request, *args, **kwargs)
+    `Authorization: Bearer <it>` the answer is HTTP 401 with WWW-Authenticate; a wrong one counts
+    against the client address as a failed API token does, and past DELAYQUEUE_AUTH_FAILURE_LIMIT
+    the address gets HTTP 429. Unset, only a caller on this host is served (see from_loopback)."""
+    run = view if iscoroutinefunction(view) else sync_to_async(view)
+
+    @wraps(view)
+    async def checked(request, *args, **kwargs):  # async: the failures are counted in the loop's runtime
+        refusal = bearer_refusal(request)
+        return refusal if refusal is not None else await run(request, *args, **kwargs)
     return checked
 
 
@@ -185,6 +185,16 @@ def bearer_refusal(request: HttpRequest) -> HttpResponse | None:
     if given is not None and hmac.compare_digest(
             given.encode("utf-8", "surrogateescape"), token.encode("utf-8", "surrogateescape")):
         return None
+    if given is not None:  # a guess: counted with the address' failed API tokens (stores/tokens.py)
+        failures = current().tokens.failures
+        address = request.META.get("REMOTE_ADDR") or ""
+        try:
+            failures.check(address)
+        except Throttled as exc:
+            response = HttpResponse(f"{exc}\n", status=429, content_type="text/plain")
+            response["Retry-After"] = str(math.ceil(exc.retry_after_millis / 1000))
+            return response
+        failures.add(address)
     response = HttpResponse("a bearer token is required: Authorization: Bearer <DELAYQUEUE_METRICS_TOKEN>\n",
                             status=401, content_type="text/plain")
     response["WWW-Authenticate"] = 'Bearer realm="delayqueue"'

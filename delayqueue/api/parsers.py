@@ -20,11 +20,11 @@ class FormError(ValueError):
 
 
 def parse_form(body: bytes, encoding: str, what: str = "request body") -> dict[str, str]:
-    """A form body as a plain dict, the last value of a repeated field winning: what Django's
-    QueryDict(body).dict() gives for a body valid in its charset (tests/unit/test_parsers.py
-    holds it to that), at a fifth of the cost. Camellia's SDK sends every call as a form, so
-    this is most requests' parse. Unlike QueryDict, a body (or a percent-encoded field) not
-    valid in `encoding` is a FormError, not Latin-1 or U+FFFD."""
+    """A form body as a plain dict: what Django's QueryDict(body).dict() gives for a body valid in
+    its charset with no field repeated (tests/unit/test_parsers.py holds it to that), at a fifth
+    of the cost. Camellia's SDK sends every call as a form, so this is most requests' parse.
+    Unlike QueryDict, a body (or a percent-encoded field) not valid in `encoding` is a FormError,
+    not Latin-1 or U+FFFD, and so is a repeated field (repeated_field)."""
     try:
         text = body.decode(encoding)
     except UnicodeDecodeError as exc:
@@ -52,8 +52,16 @@ def parse_fields(text: str, encoding: str, what: str = "query string") -> dict[s
                 except UnicodeDecodeError:
                     raise FormError(f"{what} field {name[:NAME_SHOWN]} is not valid {encoding} once "
                                     "percent-decoded") from None
+            if name in fields:
+                raise FormError(repeated_field(name, what))
             fields[name] = value
     return fields
+
+
+def repeated_field(name: str, what: str) -> str:
+    """Why a parameter given twice is refused: which value the client meant would be a guess
+    (QueryDict keeps the last, Spring joins them with ","). No parameter is a list in a form."""
+    return f"{name[:NAME_SHOWN]}: given more than once in the {what}"
 
 
 def _encoding(parser_context) -> str:

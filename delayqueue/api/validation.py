@@ -55,33 +55,41 @@ def check_topic(value: str) -> None:
 NOT_ONLY_SPACE = "[^%s]" % "".join(f"\\u{ord(c):04x}" for c in map(chr, range(0x3001)) if c.isspace())
 
 
+def not_blank(value: str) -> None:
+    """Refuses text of spaces only (a validator: DRF runs none on an allowed empty value)."""
+    if value.isspace():
+        raise serializers.ValidationError(serializers.CharField.default_error_messages["blank"])
+
+
 class TextField(serializers.CharField):
     """A CharField whose schema also states what DRF refuses in text: NUL characters (or a
-    subclass' `refused` pattern), and (where blank is not allowed) a value that is blank once
-    trimmed. Schema only: no regex runs per request."""
+    subclass' `refused` pattern), and a value of spaces only where it is refused (trimmed to
+    blank where blank is not allowed, or by not_blank). Schema only: no regex runs per request."""
 
     refused: re.Pattern | None = None
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
         schema = {"type": "string", "not": {"pattern": self.refused.pattern if self.refused else "\\x00"}}
-        if self.trim_whitespace and not self.allow_blank:
-            schema["pattern"] = NOT_ONLY_SPACE
+        if (self.trim_whitespace and not self.allow_blank) or not_blank in self.validators:
+            schema["pattern"] = NOT_ONLY_SPACE  # where empty is allowed, drf-spectacular adds it as oneOf
         extend_schema_field(schema)(self)
 
 
 class MsgIdField(TextField):
+    """A msgId, taken as sent, as camellia takes it: " a " is another id than "a". One of spaces only
+    is refused as blank (camellia would take it), where an empty one may mean "generate one"."""
+
     # No C0 or C1 control character and no DEL (they would reach logs, terminals and the admin's pages
-    # as commands or invisible text), searched in the value as sent, before trimming: "id\n" is
-    # refused, not taken as "id".
+    # as commands or invisible text).
     refused = re.compile(CONTROL_CHARACTER_PATTERN)
     default_error_messages = {"control": "must not contain control characters"}
 
     def __init__(self, **kwargs):
         kwargs.setdefault("max_length", MAX_MSG_ID_CHARS)
         kwargs.setdefault("help_text", f"the message's id within its topic (at most {MAX_MSG_ID_CHARS} characters, "
-                                       "no control characters)")
-        super().__init__(**kwargs)
+                                       "no control characters, not only spaces); taken as sent, not trimmed")
+        super().__init__(trim_whitespace=False, validators=[not_blank], **kwargs)
 
     def run_validation(self, data=empty):
         if type(data) is str and self.refused.search(data):
@@ -135,9 +143,9 @@ def msg_field(**kwargs) -> "TextField":
 
 class SendMsgSerializer(TopicSerializer):
     msgId = MsgIdField(required=False, allow_blank=True,
-                       help_text="the message's id within its topic (at most 256 characters); absent or empty: "
-                                 "the server generates one. Sending again under a live id returns the stored "
-                                 "message instead of a new one")
+                       help_text="the message's id within its topic (at most 256 characters, taken as sent, not "
+                                 "only spaces); absent or empty: the server generates one. Sending again under a "
+                                 "live id returns the stored message instead of a new one")
     msg = msg_field()
     delayMillis = millis("ms from now until the message can be pulled; 0 or less: at once. Required unless "
                          "triggerTime is given", required=False, default=None, min_value=JAVA_LONG_MIN)

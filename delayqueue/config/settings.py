@@ -283,9 +283,9 @@ class QueueConfig:
     # Failed token checks per client address (stores/tokens.py): past the limit, a token this
     # process does not already hold as valid is refused without asking PostgreSQL.
     auth_failure_limit: int = setting(
-        "DELAYQUEUE_AUTH_FAILURE_LIMIT", 50, "unknown or revoked API tokens one client address may present within "
-        "DELAYQUEUE_AUTH_FAILURE_WINDOW_SECONDS (per web process) before its calls with a token not already known "
-        "valid answer 429", minimum=1)
+        "DELAYQUEUE_AUTH_FAILURE_LIMIT", 50, "unknown or revoked API tokens (and wrong DELAYQUEUE_METRICS_TOKENs) one "
+        "client address may present within DELAYQUEUE_AUTH_FAILURE_WINDOW_SECONDS (per web process) before its calls "
+        "with a token not already known valid answer 429", minimum=1)
     auth_failure_window_seconds: int = setting(
         "DELAYQUEUE_AUTH_FAILURE_WINDOW_SECONDS", 60, "the window of DELAYQUEUE_AUTH_FAILURE_LIMIT, from an "
         "address' first failure", minimum=1)

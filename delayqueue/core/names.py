@@ -8,8 +8,8 @@ so no character of it can break a key.
 A namespace goes raw into Redis keys (inside the topic's hash tag), so it has no ':' or braces:
 NAMESPACE_PATTERN. DELAYQUEUE_NAMESPACE, tokens, the admin and --namespace all ask checked_namespace.
 
-A msgId: text without control characters, up to MAX_MSG_ID_CHARS characters (the API's MsgIdField,
-the log's column); the command lines' --msg-id ask msg_id_problem."""
+A msgId: text without control characters, not only spaces, up to MAX_MSG_ID_CHARS characters (the
+API's MsgIdField, the log's column); the command lines' --msg-id ask msg_id_problem."""
 import re
 
 from delayqueue.core.constants import MAX_TOPIC_BYTES
@@ -44,6 +44,8 @@ def msg_id_problem(msg_id: str) -> str | None:
     is not UTF-8 reaches Python as a surrogate, which the message log cannot take."""
     if not msg_id:
         return f"{MSG_ID_RULE}; it is empty"
+    if msg_id.isspace():  # as the API's MsgIdField refuses it
+        return f"{MSG_ID_RULE}; it is only spaces"
     refused = _REFUSED_CHARACTER.search(msg_id)
     if refused:
         return f"{MSG_ID_RULE}; it has U+{ord(refused[0]):04X}"

@@ -189,7 +189,8 @@ class TokenCache:
         self._unknown = BatchedLookup(timeout_millis)  # asks about the tokens not held
         self._pending: dict[str, asyncio.Future] = {}
         self._trust_seconds = trust_seconds
-        self._failures = AddressFailures(limit=failure_limit, window_seconds=failure_window_seconds)
+        # Every failed token of this process' callers (the metrics token's too: api/edge.py).
+        self.failures = AddressFailures(limit=failure_limit, window_seconds=failure_window_seconds)
 
     async def grant(self, token: str, *, address: str = "") -> Grant | None:
         """The token's grant (revoked or not), None for no such token. A failure (None or revoked)
@@ -199,10 +200,10 @@ class TokenCache:
         digest = token_hash(token)
         entry = self._grants.get(digest)
         if entry is None or entry.grant.revoked:  # a revoked row held is a failure like a miss
-            self._failures.check(address)
+            self.failures.check(address)
         grant = await self._answer(digest, entry)
         if grant is None or grant.revoked:
-            self._failures.add(address)
+            self.failures.add(address)
         return grant
 
     async def _answer(self, digest: str, entry: Entry | None) -> Grant | None:

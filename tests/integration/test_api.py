@@ -254,6 +254,38 @@ async def test_a_msg_id_with_control_characters_is_refused_everywhere(api, endpo
         assert (await call(api, "sendMsg", topic="t", msg="x", delayMillis="0", msgId=msg_id))["code"] == 200
 
 
+async def test_a_msg_id_is_taken_as_sent_spaces_around_it_and_all(api):
+    """camellia keeps a msgId as the client gave it: " a " is another message than "a", and a client
+    reads, acks and deletes it under the id it sent (they were trimmed: " a " was stored as "a")."""
+    for msg_id in (" a ", "a", "b\u3000"):
+        sent = await call(api, "sendMsg", topic="sp", msg=f"body {msg_id!r}", delayMillis="0", msgId=msg_id)
+        assert sent["delayMsg"]["msgId"] == msg_id
+    assert (await call(api, "getMsg", topic="sp", msgId=" a "))["delayMsg"]["msg"] == "body ' a '"
+    pulled = await call(api, "pullMsg", topic="sp", batch="10")
+    assert sorted(m["msgId"] for m in pulled["delayMsgList"]) == [" a ", "a", "b\u3000"]
+    assert (await call(api, "ackMsg", topic="sp", msgId=" a ", ack="true"))["done"] is True
+    assert (await call(api, "ackMsgBatch", json={"topic": "sp", "msgIds": ["b\u3000"]}))["results"] == [
+        {"msgId": "b\u3000", "done": True}]
+    statuses = [(await call(api, "getMsg", json={"topic": "sp", "msgId": m}))["delayMsg"]["status"]
+                for m in (" a ", "a", "b\u3000")]
+    assert statuses == [4, 3, 4]
+    await call(api, "sendMsg", topic="sp", msg="x", delayMillis="60000", msgId=" c")
+    assert (await call(api, "deleteMsg", topic="sp", msgId="c"))["code"] == 404
+    assert (await call(api, "deleteMsg", method="get", topic="sp", msgId=" c"))["code"] == 200
+
+
+@pytest.mark.parametrize("endpoint,params", MSG_ID_ENDPOINTS, ids=[e for e, _ in MSG_ID_ENDPOINTS])
+async def test_a_blank_msg_id_is_refused_everywhere(api, endpoint, params):
+    """An id of spaces only is a client's mistake (camellia would take it): code 400, also on
+    sendMsg, where only an empty msgId means "generate one"."""
+    for msg_id in (" ", "   ", "\u3000", "\u00a0"):
+        for how in ("form", "json"):
+            fields = {"topic": "t", "msgId": msg_id, **params}
+            result = await (call(api, endpoint, json=fields) if how == "json" else call(api, endpoint, **fields))
+            assert result == {"code": 400, "msg": "msgId: This field may not be blank."}, (msg_id, how)
+    assert (await call(api, "getTopicInfoList", method="get"))["data"] == []  # nothing sent
+
+
 async def test_unsupported_method(api):
     response = await api.put(API + "sendMsg")
     assert response.status_code == 200 and response.json()["code"] == 400

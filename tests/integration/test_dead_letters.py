@@ -343,7 +343,8 @@ def test_redrive_command_shows_progress_until_done(clean_state, scanner_process,
                           timeout=60)
     assert (over.returncode, over.stderr) == (1, "CommandError: maxPerSecond 5000 is over the redrive rate cap: the "
                                                  "cap is 1000 (DELAYQUEUE_MAX_REDRIVE_RATE)\n")
-    for bad_id, problem in (("", "it is empty"), ("bad\udcffbyte", "it has U\\+DCFF")):  # a non-UTF-8 argv byte
+    # Spaces only: no msgId, as the API answers; "\udcff": a byte of argv that is not UTF-8.
+    for bad_id, problem in (("", "it is empty"), ("  ", "it is only spaces"), ("bad\udcffbyte", "it has U\\+DCFF")):
         with pytest.raises(CommandError, match=f"--msg-id: .*a msgId must be .*; {problem}"):
             call_command("redrive", "--topic", "cli", "--msg-id", bad_id)
 

@@ -7,6 +7,7 @@ import io
 import secrets
 import select
 import socket
+import subprocess
 import sys
 import time
 
@@ -17,7 +18,7 @@ from django.core.management import call_command
 from django.test import RequestFactory, override_settings
 from django.views.debug import technical_500_response
 
-from tests.helpers import WebProcess, scanner_env, wait_for
+from tests.helpers import ROOT, WebProcess, scanner_env, wait_for
 
 SEND = "/camellia/delayQueue/sendMsg"
 LONG_POLL = "/camellia/delayQueue/longPollingMsg"
@@ -345,6 +346,40 @@ async def test_metrics_token_serves_any_address(api, settings):
     async with client_from("203.0.113.9") as remote:
         assert (await remote.get("/metrics")).status_code == 401
         assert (await remote.get("/metrics", headers={"Authorization": "Bearer m-token-1"})).status_code == 200
+
+
+async def test_wrong_metrics_tokens_count_against_the_address_failure_limit(api, settings):
+    """A guess at DELAYQUEUE_METRICS_TOKEN is a failed token like a wrong API token: counted per
+    address with them, and an address past DELAYQUEUE_AUTH_FAILURE_LIMIT is refused (429)."""
+    settings.DELAYQUEUE = {**settings.DELAYQUEUE, "METRICS_TOKEN": "m-token-1", "AUTH": "tokens",
+                           "AUTH_FAILURE_LIMIT": 3}
+    wrong = {"Authorization": "Bearer m-token-2"}
+    async with client_from("203.0.113.9") as guesser, client_from("203.0.113.10") as other:
+        assert (await guesser.post(SEND, data={"topic": "t"}, headers={"Authorization": "Bearer dq_nope"})
+                ).json()["code"] == 401  # a wrong API token: one failure
+        for path in ("/metrics", "/api/schema/"):
+            assert (await guesser.get(path, headers=wrong)).status_code == 401
+        for path in ("/metrics", "/api/docs/"):
+            refused = await guesser.get(path, headers=wrong)
+            assert refused.status_code == 429 and int(refused.headers["retry-after"]) >= 1, path
+            assert "too many invalid" in refused.text
+        assert (await guesser.post(SEND, data={"topic": "t"}, headers={"Authorization": "Bearer dq_nope2"})
+                ).json()["code"] == 429  # and the other way round
+        assert (await guesser.get("/metrics")).status_code == 401  # no token at all: no guess
+        assert (await guesser.get("/metrics", headers={"Authorization": "Bearer m-token-1"})).status_code == 200
+        assert (await other.get("/metrics", headers=wrong)).status_code == 401
+
+
+@pytest.mark.process
+def test_the_web_process_warns_at_start_of_a_metrics_token_short_enough_to_guess():
+    def start(token: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-c", "import project.asgi"], cwd=ROOT, capture_output=True,
+                              env=dict(scanner_env(), DELAYQUEUE_METRICS_TOKEN=token), text=True, timeout=60)
+
+    short, long_enough = start("m-token-1"), start("m" * 32)
+    assert short.returncode == 0 and "DELAYQUEUE_METRICS_TOKEN has 9 characters" in short.stderr
+    assert "m-token-1" not in short.stderr
+    assert long_enough.returncode == 0 and "DELAYQUEUE_METRICS_TOKEN" not in long_enough.stderr
 
 
 async def test_a_token_prefix_before_anything_but_the_queue_api_is_no_page(api):

@@ -159,3 +159,23 @@ async def test_a_json_null_counts_as_an_absent_parameter(api):
     assert sent["delayMsg"]["expireTime"] - sent["delayMsg"]["triggerTime"] == 3_600_000  # the default TTL
     missing = (await api.post(SEND, json={"topic": None, "msg": "m"})).json()
     assert missing["code"] == 400 and "topic" in missing["msg"]
+
+
+async def test_a_parameter_given_twice_is_400_naming_it(api):
+    """Which of two topics a client meant is a guess (Django keeps the last, Spring joins them with
+    ","): refused, in a form body, a query string or a multipart body. camellia's SDK sends each
+    parameter once, from a map."""
+    repeated = [
+        ("post", SEND, b"topic=a&msg=m&delayMillis=0&topic=b", FORM, "topic: given more than once in the request body"),
+        ("post", SEND + "?topic=a&msg=m&delayMillis=0&msg=n", b"", {}, "msg: given more than once in the query string"),
+        ("get", "/camellia/delayQueue/getTopicInfo?topic=a&topic=a", b"", {},
+         "topic: given more than once in the query string"),
+        ("post", "/camellia/delayQueue/ackMsgBatch", b"topic=a&msgIds=m1&msgIds=m2", FORM,
+         "msgIds: given more than once in the request body"),
+    ]
+    for method, url, body, headers, problem in repeated:
+        answer = await api.request(method.upper(), url, content=body, headers=headers)
+        assert answer.json() == {"code": 400, "msg": problem}, url
+    multipart = await api.post(SEND, data={"topic": ["a", "b"], "msg": "m", "delayMillis": "0"}, files={"f": b"x"})
+    assert multipart.json() == {"code": 400, "msg": "topic: given more than once in the request body"}
+    assert (await api.get("/camellia/delayQueue/getTopicInfoList")).json()["data"] == []  # nothing sent

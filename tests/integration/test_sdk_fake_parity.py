@@ -191,6 +191,8 @@ def scenario(side) -> list:
         lambda: c.send("p", "x", delay_ms=1, trigger_time=1),
         lambda: c.send("", "x"),
         lambda: c.send("p", "x", msg_id="a\n"),
+        lambda: c.send("p", "x", msg_id="  "),
+        lambda: c.get("p", "\u3000"),
         lambda: c.pull("p", batch=1001),
         lambda: c.nack("p", "a", delay_ms=1, dead_letter=True),
         lambda: c.touch("p", "a", ack_timeout_ms=0),
@@ -208,7 +210,9 @@ def scenario(side) -> list:
         lambda: c._run(Call("noSuchEndpoint", {}, lambda answer: answer, idempotent=True)),
     )]))
     seen.append(("batch", [shown(r) if isinstance(r, Message) else (r.code, r.msg) for r in c.send_many([
-        {"topic": "p", "msg": "ok", "msg_id": "batch-ok"}, {"topic": "p", "msg": "x", "priority": 99}])]))
+        {"topic": "p", "msg": "ok", "msg_id": "batch-ok"}, {"topic": "p", "msg": "x", "priority": 99},
+        {"topic": "p", "msg": "spaced", "msg_id": " spaced "}])]))
+    seen.append(("spaced", shown(c.get("p", " spaced ")), c.get("p", "spaced")))
     seen.append(("config", c.topic_config("r")))
     return seen
 

@@ -87,10 +87,13 @@ def test_openapi_schema_states_the_limits_validation_enforces(client, settings):
     for request in ("CreateScheduleRequest", "UpdateScheduleRequest"):  # each tick's body: a message's
         assert components[request]["properties"]["msg"]["maxLength"] == 99, request
         assert components[request]["properties"]["everyMillis"]["minimum"] == 5000, request
-    assert "minLength" not in send["msgId"] and send["msgId"]["maxLength"] == 256  # empty: generate one
     msg_id = components["MessageRefRequest"]["properties"]["msgId"]
-    assert msg_id["minLength"] == 1 and not re.search(msg_id["pattern"], " \t\u3000")  # blank once trimmed: 400
-    assert msg_id["not"] == send["msgId"]["not"] == {"pattern": "[\\x00-\\x1f\\x7f-\\x9f]"}  # control characters: 400
+    assert msg_id["minLength"] == 1 and not re.search(msg_id["pattern"], " \t\u3000")  # spaces only: 400
+    # On a send empty is an answer too (generate one), spaces only still 400.
+    spaces, empty = send["msgId"]["oneOf"]
+    assert spaces["pattern"] == msg_id["pattern"] and spaces["maxLength"] == 256 and "minLength" not in spaces
+    assert empty == {"type": "string", "maxLength": 0}
+    assert msg_id["not"] == spaces["not"] == {"pattern": "[\\x00-\\x1f\\x7f-\\x9f]"}  # control characters: 400
     assert send["msg"]["not"] == {"pattern": "\\x00"}  # DRF refuses NUL characters
     topic = send["topic"]  # as far as JSON Schema can: its lengths count characters, not bytes
     assert (topic["minLength"], topic["maxLength"]) == (1, MAX_TOPIC_BYTES) and "bytes" in topic["description"]

@@ -1,7 +1,8 @@
 """Form bodies: parse_form gives what Django's QueryDict(body).dict() gives for a body valid in
 its charset, and refuses one that is not (QueryDict would re-decode it as Latin-1 or put U+FFFD
-in its place)."""
+in its place) or that repeats a field (QueryDict would keep the last value)."""
 import random
+import re
 from urllib.parse import unquote_to_bytes
 
 import pytest
@@ -36,17 +37,26 @@ def valid_in(body: bytes, encoding: str) -> bool:
 @pytest.mark.parametrize("encoding", ["utf-8", "iso-8859-1"])
 def test_parse_form_agrees_with_querydict_and_refuses_what_it_would_guess_at(encoding):
     rng = random.Random(7)
-    refused = 0
+    refused = refused_repeats = 0
     for _ in range(5000):
         body = random_body(rng)
         if valid_in(body, encoding):
-            assert parse_form(body, encoding) == QueryDict(body, encoding=encoding).dict(), body
+            fields = QueryDict(body, encoding=encoding)
+            repeated = [name for name, values in fields.lists() if len(values) > 1]
+            if repeated:
+                refused_repeats += 1
+                with pytest.raises(FormError, match="^(%s): given more than once in the request body$" % "|".join(
+                        map(re.escape, repeated))):
+                    parse_form(body, encoding)
+            else:
+                assert parse_form(body, encoding) == fields.dict(), body
         else:
             refused += 1
-            with pytest.raises(FormError, match=f"not valid {encoding}"):
+            with pytest.raises(FormError, match=f"not valid {encoding}|given more than once"):  # which comes first
                 parse_form(body, encoding)
     # Every byte string is Latin-1; a tenth of the bodies, and more of the fields, are not UTF-8.
     assert refused == 0 if encoding == "iso-8859-1" else refused > 500
+    assert refused_repeats > 5
 
 
 def test_a_stray_byte_is_refused_not_read_as_latin1():
@@ -71,3 +81,12 @@ def test_parse_form_refuses_too_many_fields(settings):
         parse_form(b"a=1&b=2&c=3&d=4", "utf-8")
     with pytest.raises(FormError, match="^query string has more than 3 fields$"):
         parse_fields("a=1&b=2&c=3&d=4", "utf-8")
+
+
+def test_a_repeated_field_is_refused_naming_it():
+    for body, name in ((b"topic=a&topic=b", "topic"), (b"msgIds=m1&msg=x&msgIds=m2", "msgIds"), (b"a&b=2&a=", "a"),
+                       (b"topic=a&t%6Fpic=a", "topic")):
+        with pytest.raises(FormError, match=f"^{name}: given more than once in the request body$"):
+            parse_form(body, "utf-8")
+    with pytest.raises(FormError, match="^topic: given more than once in the query string$"):
+        parse_fields("topic=a&topic=a", "utf-8")

@@ -15,7 +15,7 @@ from delayqueue.api import health_state
 from delayqueue.api.auth import authorize
 from delayqueue.api.edge import HELD_PATHS, LONG_POLL_ERROR_PAUSE_SECONDS, body_too_big
 from delayqueue.api.parsers import (FORM_CONTENT_TYPE, FormBodyParser, FormError, JSONBodyParser, StrictMultiPartParser,
-                                    parse_fields, parse_form)
+                                    parse_fields, parse_form, repeated_field)
 from delayqueue.api.validation import FastValidation, first_error
 from delayqueue.core.constants import Scope
 from delayqueue.core.exceptions import BadRequest, Refused, error_body
@@ -184,7 +184,10 @@ class QueueAPIView(APIView):
             raise BadRequest(str(exc)) from None
         if data is None:
             data = self.body_data()
-            if hasattr(data, "dict"):
+            if hasattr(data, "dict"):  # multipart
+                name = next((name for name, values in data.lists() if len(values) > 1), None)
+                if name is not None:
+                    raise BadRequest(repeated_field(name, "request body"))
                 data = data.dict()
             if not isinstance(data, dict):
                 raise BadRequest("request body must be form fields or a JSON object")

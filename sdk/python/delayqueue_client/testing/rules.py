@@ -67,6 +67,7 @@ class Field:
     high: int | None = None
     trim: bool = True
     allow_blank: bool = False
+    not_blank: bool = False  # untrimmed text of spaces only is refused as blank (a msgId)
     max_length: int | None = None
     refused: re.Pattern[str] | None = None  # searched in the text as sent
     check: Callable[[str], str | None] | None = None  # a problem of the whole text, or None
@@ -116,6 +117,8 @@ class Field:
             return ""
         if self.trim:
             text = text.strip()
+        elif self.not_blank and text.isspace():
+            raise Invalid(self.blank_error)
         if self.max_length is not None and len(text) > self.max_length:
             raise Invalid(f"Ensure this field has no more than {self.max_length} characters.")
         if "\x00" in text:
@@ -151,7 +154,8 @@ _CLEANERS: dict[str, Callable[[Field, Any], Any]] = {
     "int": Field._int, "bool": Field._bool, "text": Field._text, "list": Field._list, "retries": Field._retries}
 TOPIC = Field("text", required=True, trim=False, check=topic_problem, blank_error=topic_problem("") or "")
 _OPTIONAL_TOPIC = Field("text", trim=False, check=topic_problem, blank_error=topic_problem("") or "")
-MSG_ID = Field("text", required=True, max_length=MAX_MSG_ID_LENGTH, refused=_MSG_ID_CONTROL)
+MSG_ID = Field("text", required=True, trim=False, not_blank=True, max_length=MAX_MSG_ID_LENGTH,
+               refused=_MSG_ID_CONTROL)
 
 
 def millis(**kwargs: Any) -> Field:
@@ -163,7 +167,8 @@ TRIGGER_TIME = Field("int", default=None, low=0, high=MAX_TRIGGER_TIME_MILLIS)
 ACK_FIELDS = {"ack": Field("bool", default=True), "delayMillis": millis(default=-1, low=0),
               "deadLetter": Field("bool", default=False),
               "reason": Field("text", default="", trim=False, allow_blank=True, max_length=MAX_REASON_LENGTH)}
-SEND = {"topic": TOPIC, "msgId": Field("text", allow_blank=True, max_length=MAX_MSG_ID_LENGTH, refused=_MSG_ID_CONTROL),
+SEND = {"topic": TOPIC, "msgId": Field("text", trim=False, not_blank=True, allow_blank=True,
+                                       max_length=MAX_MSG_ID_LENGTH, refused=_MSG_ID_CONTROL),
         "msg": Field("text", required=True, trim=False), "delayMillis": millis(default=None, low=JAVA_LONG_MIN),
         "triggerTime": TRIGGER_TIME, "ttlMillis": millis(default=-1),
         "maxRetry": Field("int", default=-1, low=MIN_COUNT, high=MAX_RETRY),
