@@ -12,6 +12,7 @@ from delayqueue.core.clock import now_millis
 from delayqueue.core.constants import SCHEDULE_LEAD_MILLIS, SCHEDULE_MISSED_AFTER_MILLIS, Status
 from delayqueue.core.exceptions import BadRequest, Conflict, NotFound
 from delayqueue.core.schedules import PLAN_PERIOD_MILLIS, plan_time, tick_msg_id
+from delayqueue.live.keys import Meta, Shard
 from delayqueue.models import ScheduleGap
 from delayqueue.services import schedules
 from delayqueue.services.consume import ack_messages, pull_messages
@@ -19,6 +20,7 @@ from delayqueue.services.messages import delete_message, get_message
 from delayqueue.services.restore import restore
 from delayqueue.services.schedules import ScheduleSpec, create_schedule, update_schedule
 from delayqueue.workers import scheduler as scheduler_module
+from delayqueue.workers.loader import Loader
 from delayqueue.workers.scheduler import Scheduler
 from tests.helpers import REDIS_URL, call, drain_log, make_runtime, query
 
@@ -442,6 +444,29 @@ async def test_a_restore_after_redis_lost_its_data_brings_the_ticks_back_and_non
     await p.plan_once(now=stored.plan_at)
     after = await live_ticks(rt)
     assert after.items() >= before.items() and len(set(after.values())) == len(after)
+
+
+@pytest.mark.parametrize("raised", [False, True])
+@pytest.mark.parametrize("change", CHANGES)
+async def test_a_change_made_after_redis_lost_its_data_is_not_undone_by_the_restore(rt, planner, change, raised):
+    """The change finds none of the ticks sent ahead in Redis; the log still holds them waiting,
+    and the restore must not bring back ticks of a plan the change ended. `raised`: a scanner's
+    loader gave the topic a new window meanwhile, which reads the ticks' rows as neither cold nor Redis'."""
+    await every(rt, start=now_millis() + LEEWAY)
+    await planner().plan_once()
+    before = await live_ticks(rt)
+    assert before
+    await drain_log(rt, ["t"])
+    await rt.redis.flushall()
+    if raised:
+        loader = Loader(rt, lambda: [Shard("t")])
+        await loader.load_topic("t", force=True)
+        await loader.close()
+        assert await rt.redis.hget(rt.ns.topic("t").meta, Meta.LOADED_TO)
+    await CHANGES[change](rt)
+    await restore(rt)
+    assert set(await live_ticks(rt)).isdisjoint(before)  # none of the old plan's ticks fires
+    assert {status for msg_id, status in await logged_ticks() if msg_id in before} == {Status.DELETED}
 
 
 async def test_a_refused_tick_is_sent_again_later_and_the_plan_does_not_pass_it(rt, planner, monkeypatch):
