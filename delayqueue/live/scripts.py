@@ -518,14 +518,17 @@ def reschedule(ctx: ScriptContext, topic: str | Shard, *, msg_id: str, trigger_t
                        ctx.ns.ready_channel, ctx.ns.schedule_channel, k.topic, ctx.actor, cold, old_trigger_time])
 
 
-def delete(ctx: ScriptContext, topic: str | Shard, *, msg_id: str, release: bool, tombstone: str = "") -> ScriptCall:
+def delete(ctx: ScriptContext, topic: str | Shard, *, msg_id: str, release: bool, tombstone: str = "",
+           release_ended: bool = False) -> ScriptCall:
     """Replies 1 (deleted), 0 (had ended), -1 (not held), 2 (`tombstone` kept: a cold message
     deleted in the log, as Message.to_stored gives it) or 3 (deleted with release, due after
-    loaded_to: its log row is the caller's to end)."""
+    loaded_to: its body is kept until the caller has ended its log row, then frees it with
+    `release_ended`, which frees an ended body only)."""
     k = ctx.ns.topic(topic)
     return ScriptCall(DELETE, [k.waiting, k.ready, k.inflight, k.msgs, k.expiry, k.ended, k.stats, k.events,
                                k.prioritised, k.meta, k.cold_hours, k.packed],
-                      [msg_id, _flag(release), ctx.retention_millis, ctx.stats_interval_millis, ctx.actor, tombstone])
+                      [msg_id, _flag(release), ctx.retention_millis, ctx.stats_interval_millis, ctx.actor, tombstone,
+                       _flag(release_ended)])
 
 
 def get(ctx: ScriptContext, topic: str | Shard, *, msg_id: str) -> ScriptCall:

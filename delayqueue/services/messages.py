@@ -1,5 +1,4 @@
 """One message by its msgId: read, deleted, rescheduled."""
-import contextlib
 from collections.abc import Callable
 from typing import Any
 
@@ -103,11 +102,15 @@ async def delete_message(rt: Runtime, *, topic: str, msg_id: str, release: bool 
             return deleted
         # Not in the log after loaded_to: a load may have moved loaded_to past it since Redis was asked.
         outcome = await rt.scripts.call(call)
-    if outcome == 3 and rt.config.finds_cold and (after := await cold_after(rt, shard)) is not None:
-        # Redis keeps nothing of it, and its log row, waiting after loaded_to until the log writer
-        # catches up, would read as a cold message's.
-        with contextlib.suppress(LogUnavailable):  # deleted all the same; the log writer records it later
-            await rt.log.end_released(topic, msg_id, after)
+    if outcome == 3:
+        # Its log row, waiting after loaded_to until the log writer catches up, would read as a cold
+        # message's: Redis keeps the body, as deleted, until the row is ended, then frees it.
+        try:
+            if rt.config.finds_cold and (after := await cold_after(rt, shard)) is not None:
+                await rt.log.end_released(topic, msg_id, after)
+        except LogUnavailable:  # deleted all the same: the body stays for the retention, the writer ends the row
+            return True
+        await rt.scripts.call(scripts.delete(rt.context, shard, msg_id=msg_id, release=True, release_ended=True))
     return outcome in (1, 3)
 
 

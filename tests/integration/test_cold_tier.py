@@ -654,6 +654,60 @@ async def test_a_message_redis_holds_beyond_the_window_deleted_with_its_body_is_
         await loader.close()
 
 
+@pytest.mark.fault
+async def test_a_message_deleted_with_its_body_while_postgresql_was_down_is_neither_purged_nor_loaded_again(
+        clean_state, postgres):
+    """The delete cannot end the row in the log, which reads waiting after the loader's position
+    until the log writer catches up: a purge then counted it as a cold message it ended (its
+    answer one too many, the cold count one too few), and the loader brought it back."""
+    rt = make_runtime(REDIS_URL, hot_window_millis=WINDOW, pack_lead_millis=0, log_retry_millis=200)
+    loader = await started(rt)
+    try:
+        await raise_window_to(rt, "t", now_millis() + 30_000)
+        await send(rt, msg="first", delay=10_000, msg_id="k")
+        await reschedule_message(rt, topic="t", msg_id="k", delay_millis=120_000)  # stays in Redis
+        await drain_log(rt, ["t"])
+        postgres.stop()
+        assert await delete_message(rt, topic="t", msg_id="k", release=True)
+        postgres.start()
+        assert (await logged("t", "k"))["status"] == Status.WAITING  # the log writer has not caught up
+        await raise_window_to(rt, "t", now_millis() + 300_000)
+        assert await loader.load_topic("t", force=True) == 0
+        assert (await get_message(rt, topic="t", msg_id="k")).status == Status.DELETED  # kept until the row ends
+        assert await purge_topic(rt, topic="t") == 0
+        await send(rt, msg="cold", delay=600_000)
+        info = await topic_info(rt, topic="t")
+        assert (info.waiting, info.waiting_cold) == (1, 1)
+    finally:
+        await loader.close()
+        await rt.close()
+
+
+async def test_a_life_sent_while_a_release_delete_ends_the_log_row_is_not_freed_with_it(clean_state, monkeypatch):
+    """The delete keeps the ended body until it has ended the log row, then frees it: a resend of
+    the msgId in between (no dedupe window) starts a new life, which stays."""
+    rt = make_runtime(REDIS_URL, hot_window_millis=WINDOW, pack_lead_millis=0, dedupe_window_millis=0)
+    loader = await started(rt)
+    try:
+        await raise_window_to(rt, "t", now_millis() + 30_000)
+        await send(rt, msg="first", delay=10_000, msg_id="k")
+        await reschedule_message(rt, topic="t", msg_id="k", delay_millis=120_000)  # stays in Redis
+        await drain_log(rt, ["t"])
+        real_end = rt.log.end_released
+
+        async def resent_between(*args):
+            await real_end(*args)
+            assert (await send(rt, msg="second", delay=5_000, msg_id="k")).payload == "second"
+
+        monkeypatch.setattr(rt.log, "end_released", resent_between)
+        assert await delete_message(rt, topic="t", msg_id="k", release=True)
+        again = await get_message(rt, topic="t", msg_id="k")
+        assert (again.payload, again.status) == ("second", Status.WAITING)
+    finally:
+        await loader.close()
+        await rt.close()
+
+
 async def test_a_message_unknown_to_both_tiers_is_not_found_for_reschedule(cold_rt):
     rt = cold_rt
     with pytest.raises(NotFound, match="not found"):
