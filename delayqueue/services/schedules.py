@@ -72,7 +72,7 @@ async def create_schedule(rt: Runtime, *, spec: ScheduleSpec) -> ScheduleRow:
 
 async def get_schedule(rt: Runtime, *, schedule_id: str) -> ScheduleRow:
     """The schedule; NotFound (404) if the namespace has none under that scheduleId."""
-    async with rt.schedule_db.use() as conn:
+    async with rt.schedule_reads.use() as conn:
         found = await conn.execute(sql.GET_SCHEDULE, {"namespace": rt.ns.namespace, "schedule_id": schedule_id})
         row = await found.fetchone()
     if row is None:
@@ -84,7 +84,7 @@ async def list_schedules(rt: Runtime, *, topic: str | None = None, limit: int,
                          cursor: str | None = None) -> tuple[list[ScheduleRow], str | None]:
     """A page of the namespace's schedules (of one topic if given) in scheduleId order after
     `cursor`, and the cursor of the next page (None on the last)."""
-    async with rt.schedule_db.use() as conn:
+    async with rt.schedule_reads.use() as conn:
         found = await conn.execute(sql.LIST_SCHEDULES, {"namespace": rt.ns.namespace, "topic": topic,
                                                         "after": cursor or "", "limit": limit + 1})
         rows = [ScheduleRow(*row) for row in await found.fetchall()]

@@ -331,10 +331,8 @@ async def test_a_round_whose_call_fails_starts_no_more_calls_and_plans_nothing(r
     assert sorted(await logged_ticks()) == [(msg_id, Status.WAITING) for msg_id in sorted(ticks)]
 
 
-@pytest.mark.parametrize("change", CHANGES)
-async def test_a_change_waits_for_the_planning_round_then_replaces_the_ticks_sent_ahead(rt, planner, monkeypatch,
-                                                                                       change):
-    await every(rt, start=now_millis() + LEEWAY)
+async def held_round(planner, monkeypatch) -> tuple[asyncio.Task, asyncio.Event]:
+    """A planning round that holds the rows it claimed, stopped before its sends until the event is set."""
     real = scheduler_module.send_messages
     sending, release = asyncio.Event(), asyncio.Event()
 
@@ -346,6 +344,14 @@ async def test_a_change_waits_for_the_planning_round_then_replaces_the_ticks_sen
     monkeypatch.setattr(scheduler_module, "send_messages", slow)
     round_ = asyncio.create_task(planner().plan_once())
     await sending.wait()
+    return round_, release
+
+
+@pytest.mark.parametrize("change", CHANGES)
+async def test_a_change_waits_for_the_planning_round_then_replaces_the_ticks_sent_ahead(rt, planner, monkeypatch,
+                                                                                       change):
+    await every(rt, start=now_millis() + LEEWAY)
+    round_, release = await held_round(planner, monkeypatch)
     changing = asyncio.create_task(CHANGES[change](rt))
     await asyncio.sleep(0.3)
     assert not changing.done()  # the planner holds the row
@@ -353,7 +359,7 @@ async def test_a_change_waits_for_the_planning_round_then_replaces_the_ticks_sen
     await round_
     await changing
     assert await live_ticks(rt) == {}  # every tick that round sent ahead was deleted
-    monkeypatch.setattr(scheduler_module, "send_messages", real)
+    monkeypatch.undo()
     await planner().plan_once()
     new = await live_ticks(rt)
     if change != "update":
@@ -364,6 +370,26 @@ async def test_a_change_waits_for_the_planning_round_then_replaces_the_ticks_sen
     assert new and all(k.endswith("#1") for k in new)
     assert len(set(new.values())) == len(new)
     assert (await get_message(rt, topic="t", msg_id=next(iter(new)))).payload == "v2"
+
+
+async def test_reads_are_answered_while_a_change_waits_for_the_planning_round(rt, planner, monkeypatch):
+    """A change waits for the round that holds its schedule's row, up to the log's timeout; the
+    process' reads of schedules do not wait behind it."""
+    await every(rt, start=now_millis() + LEEWAY)
+    round_, release = await held_round(planner, monkeypatch)
+    pausing = asyncio.create_task(schedules.pause_schedule(rt, schedule_id="s"))
+    try:
+        await asyncio.sleep(0.3)
+        assert not pausing.done()  # the planner holds the row
+        read = await asyncio.wait_for(schedules.get_schedule(rt, schedule_id="s"), 5)
+        listed, _ = await asyncio.wait_for(schedules.list_schedules(rt, limit=10), 5)
+        assert not read.paused and [row.schedule_id for row in listed] == ["s"]
+        assert not pausing.done()
+    finally:
+        release.set()
+        await round_
+        await pausing
+    assert (await schedules.get_schedule(rt, schedule_id="s")).paused
 
 
 async def test_an_update_after_one_tick_sent_ahead_was_deleted_keeps_every_other_tick_once(rt, planner):
