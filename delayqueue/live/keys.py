@@ -184,6 +184,9 @@ class TopicKeys:
     # ZSET second -> its first ms: the seconds of due time with a LIST "<packed>:<second>" of packed
     # waiting messages (includes/packed.lua)
     packed: str
+    # ZSET msgId -> produceTime: the sends of about the last IN_FLIGHT_MILLIS that went to the log
+    # only, counted in Meta.COLD (send.lua), for load_cold.lua; expires when none went so lately
+    cold_sent: str
 
 
 @dataclass(frozen=True)

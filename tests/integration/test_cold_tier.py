@@ -247,6 +247,36 @@ async def test_a_send_whose_script_runs_after_the_raise_goes_hot_and_the_loader_
         await loader.close()
 
 
+@pytest.mark.parametrize("script_first", [False, True])
+async def test_a_send_the_loader_brings_in_before_its_script_runs_is_counted_once(cold_rt, script_first):
+    """The send's log row is committed before the window rises. Its script runs after the load: it
+    finds the message held and counts nothing, so the load must not count it out of the cold ones
+    (the count fell one short). Its script ran before the raise: it counted the message cold, and
+    the load counts it out."""
+    rt = cold_rt
+    loader = await started(rt)
+    try:
+        await raise_window_to(rt, "t", now_millis() + 30_000)
+        far = await send(rt, msg="far", delay=600_000)  # cold: the topic counts it
+        row = prepared(rt, SendRequest(topic="t", msg="x", delay_millis=60_000), now_millis(), {})
+        await rt.log.record([row])
+        [(call, _)] = unsharded_calls(rt, [row])
+        if script_first:
+            [reply] = await rt.scripts.call(call)
+            assert reply.cold
+        await raise_window_to(rt, "t", now_millis() + 120_000)
+        assert await loader.load_topic("t", force=True) == 1
+        if not script_first:
+            [reply] = await rt.scripts.call(call)
+            assert not reply.created  # a duplicate of the message the loader brought in
+        assert (await in_redis(rt, row.msg_id))["waiting"] == row.trigger_time
+        info = await topic_info(rt, topic="t")
+        assert (info.waiting, info.waiting_cold) == (2, 1)  # far, still cold; the other in Redis
+        assert await cold_hours(rt) == hours_of(far)
+    finally:
+        await loader.close()
+
+
 async def test_a_cold_message_deleted_is_never_loaded(cold_rt):
     rt = cold_rt
     loader = await started(rt)
