@@ -1113,3 +1113,24 @@ async def test_with_the_message_log_off_a_window_keeps_every_message_in_redis(cl
         assert (await in_redis(rt, m.msg_id))["waiting"] == m.trigger_time
     finally:
         await rt.close()
+
+
+async def test_a_restore_while_redis_holds_its_data_counts_no_message_redis_holds_as_cold(cold_rt):
+    """A restore is safe while the service runs: a message Redis holds due after the loader's
+    position (rescheduled beyond the window, so it stayed in Redis) is not counted cold besides."""
+    rt = cold_rt
+    loader = await started(rt)
+    try:
+        await raise_window_to(rt, "t", now_millis() + 30_000)
+        await send(rt, msg="first", delay=10_000, msg_id="k")
+        await reschedule_message(rt, topic="t", msg_id="k", delay_millis=120_000)  # stays in Redis
+        far = await send(rt, msg="far", delay=600_000)
+        await drain_log(rt, ["t"])
+        before = await topic_info(rt, topic="t")
+        assert (before.waiting, before.waiting_cold) == (2, 1)
+        await restore(rt)
+        after = await topic_info(rt, topic="t")
+        assert (after.waiting, after.waiting_cold) == (2, 1)
+        assert await cold_hours(rt) == hours_of(far)
+    finally:
+        await loader.close()
