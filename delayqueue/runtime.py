@@ -42,7 +42,7 @@ class Runtime:
         self._notifier = None
         self._notifier_lock = asyncio.Lock()
         self._log = None
-        self._schedule_db = None
+        self._schedule_db = self._schedule_reads = None
         self.limits = LimitCache(self.ns, self.log_database)  # read on first use
         self.topic_configs = TopicConfigCache(self.ns, self.log_database)  # read on first use
         self._tokens = None
@@ -91,10 +91,19 @@ class Runtime:
 
     @property
     def schedule_db(self) -> SharedConnection:
-        """The connection this namespace's schedule calls take in turn (services/schedules.py)."""
+        """The connection this namespace's schedule changes take in turn (services/schedules.py): a
+        change waits on it for a planning round that holds its schedule's row."""
         if self._schedule_db is None:
             self._schedule_db = SharedConnection(self.config.log_timeout_millis, self.log_database)
         return self._schedule_db
+
+    @property
+    def schedule_reads(self) -> SharedConnection:
+        """The connection this namespace's schedule reads take in turn, apart from the changes: a
+        read waits for no planning round."""
+        if self._schedule_reads is None:
+            self._schedule_reads = SharedConnection(self.config.log_timeout_millis, self.log_database)
+        return self._schedule_reads
 
     async def notifier(self) -> ReadyNotifier:
         """This namespace's long-poll wakes, subscribed on first use."""
@@ -120,9 +129,10 @@ class Runtime:
         if self._log is not None:
             await self._log.close()
             self._log = None
-        if self._schedule_db is not None:
-            await self._schedule_db.close()
-            self._schedule_db = None
+        for db in (self._schedule_db, self._schedule_reads):
+            if db is not None:
+                await db.close()
+        self._schedule_db = self._schedule_reads = None
         if self._notifier is not None:
             await self._notifier.stop()
             self._notifier = None

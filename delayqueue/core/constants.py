@@ -84,6 +84,10 @@ ADMIN_LOGIN_LOCK_SECONDS = 15 * 60
 # The cold tier counts a topic's messages in the message log only per hour they fall due in (its
 # cold_hours hash), so getTopicInfo's waiting buckets can take them without reading the log.
 COLD_HOUR_MILLIS = 3_600_000
+# A send's log row is committed a moment (a round trip or two) before its script runs; this long
+# covers that and the web processes' clocks being apart. A row younger than this may be one whose
+# send's script has not run yet (workers/loader.py, load_cold.lua).
+IN_FLIGHT_MILLIS = 5_000
 
 # Rate limits (services/admission.py): a token bucket holds at most this long's worth of its rate,
 # so a burst is at most one second's worth. A bucket left alone this long is full again.

@@ -188,6 +188,9 @@ class TopicKeys:
     # ZSET "<msgId>:<produceTime>" -> when it may go: the lives deleteMsg released the bodies of, for the ended
     # retention (the key expires with it), which a restore does not bring back (lua/delete.lua, lua/restore.lua)
     released: str
+    # ZSET msgId -> produceTime: the sends of about the last IN_FLIGHT_MILLIS that went to the log
+    # only, counted in Meta.COLD (send.lua), for load_cold.lua; expires when none went so lately
+    cold_sent: str
 
 
 @dataclass(frozen=True)

@@ -22,8 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from delayqueue.core.constants import (BURST_MILLIS, CHART_MINUTES, COLD_HOUR_MILLIS, LATENESS_BOUNDS_MS, MAX_PRIORITY, PRIORITY_BAND,
-                                       RETRY_BACKOFF_JITTER, RETRY_BACKOFF_MAX_MILLIS, Reason, Status)
+from delayqueue.core.constants import (BURST_MILLIS, CHART_MINUTES, COLD_HOUR_MILLIS, IN_FLIGHT_MILLIS,
+                                       LATENESS_BOUNDS_MS, MAX_PRIORITY, PRIORITY_BAND, RETRY_BACKOFF_JITTER,
+                                       RETRY_BACKOFF_MAX_MILLIS, Reason, Status)
 from delayqueue.core.messages import Message
 from delayqueue.live import stats
 from delayqueue.live.history import EVENT_FIELDS
@@ -123,6 +124,7 @@ def _prelude_lines() -> list[str]:
         f"local CHART_MINUTES = {CHART_MINUTES}",
         f"local BURST_MILLIS = {BURST_MILLIS}",
         f"local COLD_HOUR_MILLIS = {COLD_HOUR_MILLIS}",
+        f"local IN_FLIGHT_MILLIS = {IN_FLIGHT_MILLIS}",
         f"local MAX_PRIORITY, PRIORITY_BAND = {MAX_PRIORITY}, {PRIORITY_BAND}",
         f"local RETRY_BACKOFF_MAX_MILLIS, RETRY_BACKOFF_JITTER = {RETRY_BACKOFF_MAX_MILLIS}, {RETRY_BACKOFF_JITTER}",
         f"local EVENTS_SUFFIX, HISTORY_SUFFIX = '{EVENTS_SUFFIX}', '{HISTORY_SUFFIX}'",
@@ -230,6 +232,7 @@ class LoadReply(NamedTuple):
     loaded: int  # into the waiting set or ready; -1: another loader had moved on, and nothing was loaded
     held: int  # msgIds Redis already held (live, or in the same life)
     packed: int  # into packed lists (still counted cold)
+    counted_out: int  # of those loaded, those counted out of the cold count (a send still on its way counted none)
 
 
 class RetireReply(NamedTuple):
@@ -379,7 +382,7 @@ TOUCH = Script("touch", _touch_reply)
 RESCHEDULE = Script("reschedule", _reschedule_reply)
 RAISE_HOT = Script("raise_hot", lambda raw: None if raw[0] == "" else HotWindow(int(raw[0]), raw[1],
                                                                               None if raw[2] == "" else int(raw[2])))
-LOAD_COLD = Script("load_cold", lambda raw: LoadReply(int(raw[0]), int(raw[1]), int(raw[2])))
+LOAD_COLD = Script("load_cold", lambda raw: LoadReply(*map(int, raw)))
 UNPACK_DUE = Script("unpack_due", _scan_reply)
 CLEAR_COLD = Script("clear_cold", lambda raw: raw == 1)
 IS_COLD = Script("is_cold", lambda raw: raw == 1)
@@ -444,7 +447,7 @@ def send(ctx: ScriptContext, topic: str | Shard, *, max_live: int, namespace_cap
         args += values
         args.append("" if logged_waiting is None else logged_waiting)
     return ScriptCall(SEND, [k.waiting, k.ready, k.inflight, k.msgs, k.expiry, k.ended, k.meta, k.stats, k.prioritised,
-                             k.events, k.cold_hours, k.packed], args)
+                             k.events, k.cold_hours, k.packed, k.cold_sent], args)
 
 
 def pull(ctx: ScriptContext, topic: str | Shard, *, batch: int, ack_timeout_millis: int, consume_rate: int,
@@ -519,14 +522,17 @@ def reschedule(ctx: ScriptContext, topic: str | Shard, *, msg_id: str, trigger_t
                        ctx.ns.ready_channel, ctx.ns.schedule_channel, k.topic, ctx.actor, cold, old_trigger_time])
 
 
-def delete(ctx: ScriptContext, topic: str | Shard, *, msg_id: str, release: bool, tombstone: str = "") -> ScriptCall:
+def delete(ctx: ScriptContext, topic: str | Shard, *, msg_id: str, release: bool, tombstone: str = "",
+           release_ended: bool = False) -> ScriptCall:
     """Replies 1 (deleted), 0 (had ended), -1 (not held), 2 (`tombstone` kept: a cold message
     deleted in the log, as Message.to_stored gives it) or 3 (deleted with release, due after
-    loaded_to: its log row is the caller's to end)."""
+    loaded_to: its body is kept until the caller has ended its log row, then frees it with
+    `release_ended`, which frees an ended body only)."""
     k = ctx.ns.topic(topic)
     return ScriptCall(DELETE, [k.waiting, k.ready, k.inflight, k.msgs, k.expiry, k.ended, k.stats, k.events,
                                k.prioritised, k.meta, k.cold_hours, k.packed, k.released],
-                      [msg_id, _flag(release), ctx.retention_millis, ctx.stats_interval_millis, ctx.actor, tombstone])
+                      [msg_id, _flag(release), ctx.retention_millis, ctx.stats_interval_millis, ctx.actor, tombstone,
+                       _flag(release_ended)])
 
 
 def get(ctx: ScriptContext, topic: str | Shard, *, msg_id: str) -> ScriptCall:
@@ -606,7 +612,7 @@ def load_cold(ctx: ScriptContext, topic: str | Shard, *, loaded_from: str, loade
     args = [ctx.ns.ready_channel, ctx.ns.schedule_channel, k.topic, ctx.actor, loaded_from, loaded_to,
             pack_lead, in_flight_millis, ctx.stats_interval_millis, *_flat(messages)]
     return ScriptCall(LOAD_COLD, [k.waiting, k.ready, k.msgs, k.expiry, k.meta, k.events, k.prioritised, k.ended,
-                                  k.cold_hours, k.packed, k.stats],
+                                  k.cold_hours, k.packed, k.stats, k.cold_sent],
                       args)
 
 

@@ -1,5 +1,4 @@
 """One message by its msgId: read, deleted, rescheduled."""
-import contextlib
 from collections.abc import Callable
 from typing import Any
 
@@ -11,6 +10,9 @@ from delayqueue.live import scripts
 from delayqueue.live.keys import Meta, Shard, least_position, parse_position
 from delayqueue.live.shards import message_shards, topic_shards
 from delayqueue.runtime import Runtime
+
+# The loader position before every waiting row: where Redis, having lost its data, answers for none.
+EVERY_ROW = (0, 0)
 
 
 async def holding_shards(rt: Runtime, *, topic: str, msg_ids: list[str]) -> list[Shard]:
@@ -95,19 +97,45 @@ async def delete_message(rt: Runtime, *, topic: str, msg_id: str, release: bool 
     call = scripts.delete(rt.context, shard, msg_id=msg_id, release=release)
     outcome = await rt.scripts.call(call)
     if outcome == -1 and rt.config.finds_cold and (after := await cold_after(rt, shard)) is not None:
-        deleted = await cold_message(rt, shard, msg_id, after) and await rt.log.delete_cold(topic, msg_id, after)
+        deleted = await cold_message(rt, shard, msg_id, after) and await _delete_logged(rt, shard, msg_id, after)
         if deleted is not None:
-            # Loaded meanwhile, Redis deletes it as any other (1); else it keeps the tombstone (2).
-            return await rt.scripts.call(scripts.delete(rt.context, shard, msg_id=msg_id, release=False,
-                                                        tombstone=deleted.to_stored())) in (1, 2)
+            return deleted
         # Not in the log after loaded_to: a load may have moved loaded_to past it since Redis was asked.
         outcome = await rt.scripts.call(call)
-    if outcome == 3 and rt.config.finds_cold and (after := await cold_after(rt, shard)) is not None:
-        # Redis keeps nothing of it, and its log row, waiting after loaded_to until the log writer
-        # catches up, would read as a cold message's.
-        with contextlib.suppress(LogUnavailable):  # deleted all the same; the log writer records it later
-            await rt.log.end_released(topic, msg_id, after)
+    if outcome == 3:
+        # Its log row, waiting after loaded_to until the log writer catches up, would read as a cold
+        # message's: Redis keeps the body, as deleted, until the row is ended, then frees it.
+        try:
+            if rt.config.finds_cold and (after := await cold_after(rt, shard)) is not None:
+                await rt.log.end_released(topic, msg_id, after)
+        except LogUnavailable:  # deleted all the same: the body stays for the retention, the writer ends the row
+            return True
+        await rt.scripts.call(scripts.delete(rt.context, shard, msg_id=msg_id, release=True, release_ended=True))
     return outcome in (1, 3)
+
+
+async def delete_lost(rt: Runtime, *, topic: str, msg_id: str) -> bool:
+    """Deletes a message the caller knows it sent, which Redis holds neither live nor ended and the
+    log holds waiting: Redis lost its data (a restore would bring the row back), or the sender died
+    between the log and Redis. Deleted in the log as a cold message is, every waiting row of the
+    msgId taken for one (is_cold.lua would take one before a new window's fetched_to for Redis'), and
+    kept in Redis as deleted for the retention, so a restore leaves it.
+    False when the log holds it not waiting (or with the message log off, which nothing restores)."""
+    if not rt.config.message_log:
+        return False
+    [shard] = await holding_shards(rt, topic=topic, msg_ids=[msg_id])
+    return bool(await _delete_logged(rt, shard, msg_id, EVERY_ROW))
+
+
+async def _delete_logged(rt: Runtime, shard: Shard, msg_id: str, after: tuple[int, int]) -> bool | None:
+    """Deletes the msgId's waiting row after the position `after` in the log (as a cold message's),
+    then asks Redis again with the deleted message as a tombstone; None if the log held no such row."""
+    deleted = await rt.log.delete_cold(shard.topic, msg_id, after)
+    if deleted is None:
+        return None
+    # Loaded meanwhile, Redis deletes it as any other (1); else it keeps the tombstone (2).
+    return await rt.scripts.call(scripts.delete(rt.context, shard, msg_id=msg_id, release=False,
+                                                tombstone=deleted.to_stored())) in (1, 2)
 
 
 async def _reschedule_cold(rt: Runtime, shard: Shard, msg_id: str, trigger_time: int,

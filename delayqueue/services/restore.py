@@ -18,7 +18,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from delayqueue.core.clock import now_millis
-from delayqueue.core.constants import LIVE_STATUSES, Status
+from delayqueue.core.constants import COLD_HOUR_MILLIS, LIVE_STATUSES, Status
 from delayqueue.core.messages import Message
 from delayqueue.live import scripts
 from delayqueue.live.keys import Meta, Shard, parse_position, position
@@ -223,7 +223,7 @@ async def count_and_leave_cold(rt: Runtime, conn, *, scope, candidates, params: 
         if left:
             left_cold.setdefault(name, {})[hour] = left
     if left_cold and not dry_run and msg_id is None:
-        await _set_cold_counts(rt, left_cold, settings)
+        await _set_cold_counts(rt, await _less_held(rt, left_cold, positions, settings), settings)
     if not dry_run and (cold_topics := [name for name, hours in left_cold.items() if hours]):
         # The loaders work registered topics only: one whose messages all stay cold has none
         # restored to register it, and they would never be loaded.
@@ -268,6 +268,26 @@ async def _loader_positions(rt: Runtime, conn, topic: str | None, dry_run: bool,
                 for name in topics}
     return [dict(zip(("cold_topic", "after_time", "after_id"), (name, *parse_position(furthest[name]))))
             for name in topics]
+
+
+async def _less_held(rt: Runtime, left: dict[str, dict[int, int]], positions: list[dict],
+                     settings: dict[str, TopicSettings] | None) -> dict[str, dict[int, int]]:
+    """`left` (per topic, per hour, its rows after its loader position) less the messages its
+    shards' waiting sets hold due in that hour after the position: a restore run while Redis keeps
+    its data finds them there (sent hot after the window rose past them, rescheduled or nacked
+    beyond it), and they are not cold."""
+    settings = settings if settings is not None else await rt.topic_configs.table()
+    after = {at["cold_topic"]: at["after_time"] for at in positions}
+    asked = [(name, hour, shard) for name, hours in left.items() for hour in hours
+             for shard in topic_shards(name, settings.get(name, DEFAULT_SETTINGS).shard_counts)]
+    pipe = rt.redis.pipeline(transaction=False)
+    for name, hour, shard in asked:
+        pipe.zcount(rt.ns.topic(shard).waiting, max(hour * COLD_HOUR_MILLIS, after[name] + 1),
+                    (hour + 1) * COLD_HOUR_MILLIS - 1)
+    less = {name: dict(hours) for name, hours in left.items()}
+    for (name, hour, _shard), held in zip(asked, await pipe.execute() if asked else []):
+        less[name][hour] -= held
+    return {name: {hour: n for hour, n in hours.items() if n > 0} for name, hours in less.items()}
 
 
 async def _set_cold_counts(rt: Runtime, left: dict[str, dict[int, int]],

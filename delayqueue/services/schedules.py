@@ -18,7 +18,7 @@ from delayqueue.core.schedules import (INTERVAL_ZONE, NOT_AN_INTERVAL_SETTING, S
                                        run_now_msg_id, tick_msg_id)
 from delayqueue.messagelog import sql
 from delayqueue.runtime import Runtime
-from delayqueue.services.messages import delete_message, get_message
+from delayqueue.services.messages import delete_lost, delete_message, get_message
 from delayqueue.services.send import SendRequest, send_message
 
 # The fields a caller sets (updateSchedule changes any of them); the others are the planner's.
@@ -72,7 +72,7 @@ async def create_schedule(rt: Runtime, *, spec: ScheduleSpec) -> ScheduleRow:
 
 async def get_schedule(rt: Runtime, *, schedule_id: str) -> ScheduleRow:
     """The schedule; NotFound (404) if the namespace has none under that scheduleId."""
-    async with rt.schedule_db.use() as conn:
+    async with rt.schedule_reads.use() as conn:
         found = await conn.execute(sql.GET_SCHEDULE, {"namespace": rt.ns.namespace, "schedule_id": schedule_id})
         row = await found.fetchone()
     if row is None:
@@ -84,7 +84,7 @@ async def list_schedules(rt: Runtime, *, topic: str | None = None, limit: int,
                          cursor: str | None = None) -> tuple[list[ScheduleRow], str | None]:
     """A page of the namespace's schedules (of one topic if given) in scheduleId order after
     `cursor`, and the cursor of the next page (None on the last)."""
-    async with rt.schedule_db.use() as conn:
+    async with rt.schedule_reads.use() as conn:
         found = await conn.execute(sql.LIST_SCHEDULES, {"namespace": rt.ns.namespace, "topic": topic,
                                                         "after": cursor or "", "limit": limit + 1})
         rows = [ScheduleRow(*row) for row in await found.fetchall()]
@@ -213,11 +213,14 @@ async def _withdraw(rt: Runtime, row: ScheduleRow, now: int, *, replanned: bool 
         return floor
     for tick in reversed(ticks):
         msg_id = row.msg_id(tick)
-        if not await delete_message(rt, topic=row.topic, msg_id=msg_id) and \
-                await get_message(rt, topic=row.topic, msg_id=msg_id) is not None:
+        if await delete_message(rt, topic=row.topic, msg_id=msg_id):
+            continue
+        if await get_message(rt, topic=row.topic, msg_id=msg_id) is not None:
             floor = max(floor, tick)
             if replanned:
                 break
+        else:  # not in Redis: if the log holds it waiting (Redis lost its data), a restore would make it fire
+            await delete_lost(rt, topic=row.topic, msg_id=msg_id)
     return floor
 
 

@@ -15,7 +15,9 @@ time with the topic's hot_until). For each held topic the loader, every tenth of
    and only if it still stands where the page was read from: a loader killed between any two
    steps resumes at loaded_to, so no page is skipped or loaded twice, and a second loader (a
    scanner taking the topic over) loads nothing the first did. A msgId Redis holds live, or in
-   the same life (a send that went hot after the raise, a delete's tombstone), is left alone.
+   the same life (a send that went hot after the raise, a delete's tombstone), is left alone. A
+   row younger than IN_FLIGHT_MILLIS is counted out of the cold ones only if its send counted it
+   in (cold_sent): its script may run after the load, find it held and count nothing.
 4. once nothing is left beyond hot_until, drops the topic's count of cold messages (which the
    scripts moving them keep: getTopicInfo shows it) unless it moved since (clear_cold.lua): a
    topic with cold messages is not retired.
@@ -45,7 +47,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 
 from delayqueue.core.clock import now_millis
-from delayqueue.core.constants import MAX_DELAY_MILLIS, SHARDS_SETTLE_MILLIS
+from delayqueue.core.constants import IN_FLIGHT_MILLIS, MAX_DELAY_MILLIS, SHARDS_SETTLE_MILLIS
 from delayqueue.core.messages import stored
 from delayqueue.core.outage import Outage
 from delayqueue.core.stopping import repeat
@@ -63,16 +65,13 @@ RAISE_EVERY = 0.1  # of the window: how far hot_until may fall behind now + wind
 MAX_TICK = 1.0  # seconds between looks at the held topics, at most
 ERROR_BACKOFF = 1.0
 MIN_LEAD_MILLIS = 60_000  # how far ahead a topic's window reaches however little room it has in Redis
-# A send's log row is committed a moment (a round trip or two) before its script runs; this
-# long covers that and the web processes' clocks being apart.
-IN_FLIGHT_MILLIS = 5_000
 
 
 def loaded_messages(topic: str, rows: list[tuple]) -> list[tuple]:
     """COLD_PAGE's rows as load_cold.lua takes them: msgId, the stored message, triggerTime,
-    expireTime, priority."""
+    expireTime, priority, produceTime."""
     return [(msg_id, stored(topic, msg_id, payload, produced, trigger, expire, max_retry, retry, status, priority),
-             trigger, expire, priority)
+             trigger, expire, priority, produced)
             for _id, msg_id, payload, produced, trigger, expire, max_retry, retry, status, priority in rows]
 
 
@@ -152,18 +151,18 @@ class Loader:
             self._raised_at[topic] = target
             return 0
         hot_until = min(window.hot_until for window in hot.values())  # no shard sends cold what is read
-        loaded, packed, complete = await self._load_pages(topic, current, settings.draining_shards, hot, hot_until,
-                                                          pack_lead)
-        self.loaded += loaded.total() + packed
+        loaded, counted_out, packed, complete = await self._load_pages(topic, current, settings.draining_shards, hot,
+                                                                       hot_until, pack_lead)
+        self.loaded += loaded + packed
         self._raised_at[topic] = hot_until
         # Packed messages stay counted cold until the scanner moves them in, maybe in another shard
         # than the one that counted them: the count stays while any is packed.
         if complete and not (lists or packed) and (any(window.cold is not None for window in hot.values())
                                                    or not self.window):
             # The scripts that loaded counted down a count that was there; none was counted if not.
-            await self._forget_cold(topic, {shard: 0 if window.cold is None else window.cold - loaded[shard]
+            await self._forget_cold(topic, {shard: 0 if window.cold is None else window.cold - counted_out[shard]
                                             for shard, window in hot.items()}, hot_until)
-        return loaded.total() + packed
+        return loaded + packed
 
     async def _look(self, current: list[Shard], every: list[Shard]) -> tuple[int, int, dict[Shard, str | None]]:
         """In one round trip: the waiting messages the current count's shards hold (in their
@@ -204,17 +203,16 @@ class Loader:
 
     async def _load_pages(self, topic: str, current: list[Shard], others: tuple[int, ...],
                           hot: dict[Shard, scripts.HotWindow], hot_until: int,
-                          pack_lead: int) -> tuple[Counter[Shard], int, bool]:
+                          pack_lead: int) -> tuple[int, Counter[Shard], int, bool]:
         """Steps 2 and 3: pages up to hot_until, from the least position of the current count's
-        shards; (messages loaded into each shard's waiting set, messages packed, whether all got
-        there). The next page is read while Redis loads this one (the read needs only this page's
-        last row)."""
-        loaded: Counter[Shard] = Counter()  # into waiting sets: counted out of the cold count
-        packed = 0
+        shards; (messages loaded into waiting sets, of them those counted out of each shard's cold
+        count, messages packed, whether all got there). The next page is read while Redis loads
+        this one (the read needs only this page's last row)."""
+        loaded, counted_out, packed = 0, Counter(), 0
         at = {shard: hot[shard].loaded_to if shard in hot else None for shard in current}  # None: loads all
         done = position(hot_until)
         if all(loaded_to == done for loaded_to in at.values()):
-            return loaded, packed, True
+            return loaded, counted_out, packed, True
         read_from = least_position(at.values()) or least_position(window.loaded_to for window in hot.values())
         reading = asyncio.ensure_future(self._page(topic, *parse_position(read_from), hot_until))
         try:
@@ -234,13 +232,14 @@ class Loader:
                 calls = self._loads(topic, current, at, rows, end, pack_lead)
                 replies = await self._run([call for _shard, call in calls])
                 if any(reply.loaded < 0 for reply in replies):
-                    return loaded, packed, False  # another loader moved on: it holds the topic now
+                    return loaded, counted_out, packed, False  # another loader moved on: it holds the topic now
                 for (shard, _call), reply in zip(calls, replies):
-                    loaded[shard] += reply.loaded
+                    loaded += reply.loaded
+                    counted_out[shard] += reply.counted_out
                     packed += reply.packed
                     at[shard] = end
                 if young is not None or end == done:
-                    return loaded, packed, young is None
+                    return loaded, counted_out, packed, young is None
                 read_from = end
         finally:
             if not reading.done():

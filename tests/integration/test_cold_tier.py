@@ -247,6 +247,36 @@ async def test_a_send_whose_script_runs_after_the_raise_goes_hot_and_the_loader_
         await loader.close()
 
 
+@pytest.mark.parametrize("script_first", [False, True])
+async def test_a_send_the_loader_brings_in_before_its_script_runs_is_counted_once(cold_rt, script_first):
+    """The send's log row is committed before the window rises. Its script runs after the load: it
+    finds the message held and counts nothing, so the load must not count it out of the cold ones
+    (the count fell one short). Its script ran before the raise: it counted the message cold, and
+    the load counts it out."""
+    rt = cold_rt
+    loader = await started(rt)
+    try:
+        await raise_window_to(rt, "t", now_millis() + 30_000)
+        far = await send(rt, msg="far", delay=600_000)  # cold: the topic counts it
+        row = prepared(rt, SendRequest(topic="t", msg="x", delay_millis=60_000), now_millis(), {})
+        await rt.log.record([row])
+        [(call, _)] = unsharded_calls(rt, [row])
+        if script_first:
+            [reply] = await rt.scripts.call(call)
+            assert reply.cold
+        await raise_window_to(rt, "t", now_millis() + 120_000)
+        assert await loader.load_topic("t", force=True) == 1
+        if not script_first:
+            [reply] = await rt.scripts.call(call)
+            assert not reply.created  # a duplicate of the message the loader brought in
+        assert (await in_redis(rt, row.msg_id))["waiting"] == row.trigger_time
+        info = await topic_info(rt, topic="t")
+        assert (info.waiting, info.waiting_cold) == (2, 1)  # far, still cold; the other in Redis
+        assert await cold_hours(rt) == hours_of(far)
+    finally:
+        await loader.close()
+
+
 async def test_a_cold_message_deleted_is_never_loaded(cold_rt):
     rt = cold_rt
     loader = await started(rt)
@@ -654,6 +684,60 @@ async def test_a_message_redis_holds_beyond_the_window_deleted_with_its_body_is_
         await loader.close()
 
 
+@pytest.mark.fault
+async def test_a_message_deleted_with_its_body_while_postgresql_was_down_is_neither_purged_nor_loaded_again(
+        clean_state, postgres):
+    """The delete cannot end the row in the log, which reads waiting after the loader's position
+    until the log writer catches up: a purge then counted it as a cold message it ended (its
+    answer one too many, the cold count one too few), and the loader brought it back."""
+    rt = make_runtime(REDIS_URL, hot_window_millis=WINDOW, pack_lead_millis=0, log_retry_millis=200)
+    loader = await started(rt)
+    try:
+        await raise_window_to(rt, "t", now_millis() + 30_000)
+        await send(rt, msg="first", delay=10_000, msg_id="k")
+        await reschedule_message(rt, topic="t", msg_id="k", delay_millis=120_000)  # stays in Redis
+        await drain_log(rt, ["t"])
+        postgres.stop()
+        assert await delete_message(rt, topic="t", msg_id="k", release=True)
+        postgres.start()
+        assert (await logged("t", "k"))["status"] == Status.WAITING  # the log writer has not caught up
+        await raise_window_to(rt, "t", now_millis() + 300_000)
+        assert await loader.load_topic("t", force=True) == 0
+        assert (await get_message(rt, topic="t", msg_id="k")).status == Status.DELETED  # kept until the row ends
+        assert await purge_topic(rt, topic="t") == 0
+        await send(rt, msg="cold", delay=600_000)
+        info = await topic_info(rt, topic="t")
+        assert (info.waiting, info.waiting_cold) == (1, 1)
+    finally:
+        await loader.close()
+        await rt.close()
+
+
+async def test_a_life_sent_while_a_release_delete_ends_the_log_row_is_not_freed_with_it(clean_state, monkeypatch):
+    """The delete keeps the ended body until it has ended the log row, then frees it: a resend of
+    the msgId in between (no dedupe window) starts a new life, which stays."""
+    rt = make_runtime(REDIS_URL, hot_window_millis=WINDOW, pack_lead_millis=0, dedupe_window_millis=0)
+    loader = await started(rt)
+    try:
+        await raise_window_to(rt, "t", now_millis() + 30_000)
+        await send(rt, msg="first", delay=10_000, msg_id="k")
+        await reschedule_message(rt, topic="t", msg_id="k", delay_millis=120_000)  # stays in Redis
+        await drain_log(rt, ["t"])
+        real_end = rt.log.end_released
+
+        async def resent_between(*args):
+            await real_end(*args)
+            assert (await send(rt, msg="second", delay=5_000, msg_id="k")).payload == "second"
+
+        monkeypatch.setattr(rt.log, "end_released", resent_between)
+        assert await delete_message(rt, topic="t", msg_id="k", release=True)
+        again = await get_message(rt, topic="t", msg_id="k")
+        assert (again.payload, again.status) == ("second", Status.WAITING)
+    finally:
+        await loader.close()
+        await rt.close()
+
+
 async def test_a_message_unknown_to_both_tiers_is_not_found_for_reschedule(cold_rt):
     rt = cold_rt
     with pytest.raises(NotFound, match="not found"):
@@ -1046,3 +1130,24 @@ async def test_with_the_message_log_off_a_window_keeps_every_message_in_redis(cl
         assert (await in_redis(rt, m.msg_id))["waiting"] == m.trigger_time
     finally:
         await rt.close()
+
+
+async def test_a_restore_while_redis_holds_its_data_counts_no_message_redis_holds_as_cold(cold_rt):
+    """A restore is safe while the service runs: a message Redis holds due after the loader's
+    position (rescheduled beyond the window, so it stayed in Redis) is not counted cold besides."""
+    rt = cold_rt
+    loader = await started(rt)
+    try:
+        await raise_window_to(rt, "t", now_millis() + 30_000)
+        await send(rt, msg="first", delay=10_000, msg_id="k")
+        await reschedule_message(rt, topic="t", msg_id="k", delay_millis=120_000)  # stays in Redis
+        far = await send(rt, msg="far", delay=600_000)
+        await drain_log(rt, ["t"])
+        before = await topic_info(rt, topic="t")
+        assert (before.waiting, before.waiting_cold) == (2, 1)
+        await restore(rt)
+        after = await topic_info(rt, topic="t")
+        assert (after.waiting, after.waiting_cold) == (2, 1)
+        assert await cold_hours(rt) == hours_of(far)
+    finally:
+        await loader.close()

@@ -12,6 +12,7 @@ from delayqueue.core.clock import now_millis
 from delayqueue.core.constants import SCHEDULE_LEAD_MILLIS, SCHEDULE_MISSED_AFTER_MILLIS, Status
 from delayqueue.core.exceptions import BadRequest, Conflict, NotFound
 from delayqueue.core.schedules import PLAN_PERIOD_MILLIS, plan_time, tick_msg_id
+from delayqueue.live.keys import Meta, Shard
 from delayqueue.models import ScheduleGap
 from delayqueue.services import schedules
 from delayqueue.services.consume import ack_messages, pull_messages
@@ -19,6 +20,7 @@ from delayqueue.services.messages import delete_message, get_message
 from delayqueue.services.restore import restore
 from delayqueue.services.schedules import ScheduleSpec, create_schedule, update_schedule
 from delayqueue.workers import scheduler as scheduler_module
+from delayqueue.workers.loader import Loader
 from delayqueue.workers.scheduler import Scheduler
 from tests.helpers import REDIS_URL, call, drain_log, make_runtime, query
 
@@ -329,10 +331,8 @@ async def test_a_round_whose_call_fails_starts_no_more_calls_and_plans_nothing(r
     assert sorted(await logged_ticks()) == [(msg_id, Status.WAITING) for msg_id in sorted(ticks)]
 
 
-@pytest.mark.parametrize("change", CHANGES)
-async def test_a_change_waits_for_the_planning_round_then_replaces_the_ticks_sent_ahead(rt, planner, monkeypatch,
-                                                                                       change):
-    await every(rt, start=now_millis() + LEEWAY)
+async def held_round(planner, monkeypatch) -> tuple[asyncio.Task, asyncio.Event]:
+    """A planning round that holds the rows it claimed, stopped before its sends until the event is set."""
     real = scheduler_module.send_messages
     sending, release = asyncio.Event(), asyncio.Event()
 
@@ -344,6 +344,14 @@ async def test_a_change_waits_for_the_planning_round_then_replaces_the_ticks_sen
     monkeypatch.setattr(scheduler_module, "send_messages", slow)
     round_ = asyncio.create_task(planner().plan_once())
     await sending.wait()
+    return round_, release
+
+
+@pytest.mark.parametrize("change", CHANGES)
+async def test_a_change_waits_for_the_planning_round_then_replaces_the_ticks_sent_ahead(rt, planner, monkeypatch,
+                                                                                       change):
+    await every(rt, start=now_millis() + LEEWAY)
+    round_, release = await held_round(planner, monkeypatch)
     changing = asyncio.create_task(CHANGES[change](rt))
     await asyncio.sleep(0.3)
     assert not changing.done()  # the planner holds the row
@@ -351,7 +359,7 @@ async def test_a_change_waits_for_the_planning_round_then_replaces_the_ticks_sen
     await round_
     await changing
     assert await live_ticks(rt) == {}  # every tick that round sent ahead was deleted
-    monkeypatch.setattr(scheduler_module, "send_messages", real)
+    monkeypatch.undo()
     await planner().plan_once()
     new = await live_ticks(rt)
     if change != "update":
@@ -362,6 +370,26 @@ async def test_a_change_waits_for_the_planning_round_then_replaces_the_ticks_sen
     assert new and all(k.endswith("#1") for k in new)
     assert len(set(new.values())) == len(new)
     assert (await get_message(rt, topic="t", msg_id=next(iter(new)))).payload == "v2"
+
+
+async def test_reads_are_answered_while_a_change_waits_for_the_planning_round(rt, planner, monkeypatch):
+    """A change waits for the round that holds its schedule's row, up to the log's timeout; the
+    process' reads of schedules do not wait behind it."""
+    await every(rt, start=now_millis() + LEEWAY)
+    round_, release = await held_round(planner, monkeypatch)
+    pausing = asyncio.create_task(schedules.pause_schedule(rt, schedule_id="s"))
+    try:
+        await asyncio.sleep(0.3)
+        assert not pausing.done()  # the planner holds the row
+        read = await asyncio.wait_for(schedules.get_schedule(rt, schedule_id="s"), 5)
+        listed, _ = await asyncio.wait_for(schedules.list_schedules(rt, limit=10), 5)
+        assert not read.paused and [row.schedule_id for row in listed] == ["s"]
+        assert not pausing.done()
+    finally:
+        release.set()
+        await round_
+        await pausing
+    assert (await schedules.get_schedule(rt, schedule_id="s")).paused
 
 
 async def test_an_update_after_one_tick_sent_ahead_was_deleted_keeps_every_other_tick_once(rt, planner):
@@ -442,6 +470,29 @@ async def test_a_restore_after_redis_lost_its_data_brings_the_ticks_back_and_non
     await p.plan_once(now=stored.plan_at)
     after = await live_ticks(rt)
     assert after.items() >= before.items() and len(set(after.values())) == len(after)
+
+
+@pytest.mark.parametrize("raised", [False, True])
+@pytest.mark.parametrize("change", CHANGES)
+async def test_a_change_made_after_redis_lost_its_data_is_not_undone_by_the_restore(rt, planner, change, raised):
+    """The change finds none of the ticks sent ahead in Redis; the log still holds them waiting,
+    and the restore must not bring back ticks of a plan the change ended. `raised`: a scanner's
+    loader gave the topic a new window meanwhile, which reads the ticks' rows as neither cold nor Redis'."""
+    await every(rt, start=now_millis() + LEEWAY)
+    await planner().plan_once()
+    before = await live_ticks(rt)
+    assert before
+    await drain_log(rt, ["t"])
+    await rt.redis.flushall()
+    if raised:
+        loader = Loader(rt, lambda: [Shard("t")])
+        await loader.load_topic("t", force=True)
+        await loader.close()
+        assert await rt.redis.hget(rt.ns.topic("t").meta, Meta.LOADED_TO)
+    await CHANGES[change](rt)
+    await restore(rt)
+    assert set(await live_ticks(rt)).isdisjoint(before)  # none of the old plan's ticks fires
+    assert {status for msg_id, status in await logged_ticks() if msg_id in before} == {Status.DELETED}
 
 
 async def test_a_refused_tick_is_sent_again_later_and_the_plan_does_not_pass_it(rt, planner, monkeypatch):

@@ -22,10 +22,13 @@
 -- ARGV[6] tombstone: '' or, for a cold message the caller has deleted in the message log, its
 -- stored json as deleted: kept readable as an ended message if Redis does not hold the msgId (so
 -- a loader that read the row before the delete does not bring it in), else it is deleted here
+-- ARGV[7] release_ended: 1 only frees the body, and only if the message has ended (the end of a
+-- release that answered 3: a life sent since stays)
 -- Returns 1 when a live message was deleted, 0 when it had ended, -1 when Redis does not hold the
 -- msgId, 2 when the tombstone was kept, 3 when a live message due at or after the meta's
--- loaded_to was deleted with release: Redis keeps nothing of it, and its log row, waiting until
--- the log writer catches up, would read as a cold message's (the caller ends it there).
+-- loaded_to was deleted with release: its log row, waiting until the log writer catches up, would
+-- read as a cold message's, so its body is kept, as deleted, until the caller has ended the row
+-- there (then release_ended frees it).
 -- @include clock
 -- @include status
 -- @include end_message
@@ -52,6 +55,24 @@ if not raw then
   return 2
 end
 local m = decode_stored(raw, id)
+
+-- Frees the body. Nothing else of this life stays: a restore that read its log row before the log
+-- writer recorded the end (still live there) would bring it back, but for its tombstone in released.
+local function release_body()
+  redis.call('HDEL', t.msgs, id)
+  redis.call('ZREM', t.ended, id)
+  local released = KEYS[13]
+  redis.call('ZREMRANGEBYSCORE', released, '-inf', now)
+  redis.call('ZADD', released, now + t.retention, id .. ':' .. m.produceTime)
+  redis.call('PEXPIRE', released, t.retention)
+end
+
+if ARGV[7] == '1' then
+  if not is_live(m) then
+    release_body()
+  end
+  return 0
+end
 local deleted = 0
 if is_live(m) then
   if m.expireTime <= now then
@@ -64,17 +85,10 @@ if is_live(m) then
   end
 end
 if ARGV[2] == '1' then
-  redis.call('HDEL', t.msgs, id)
-  redis.call('ZREM', t.ended, id)
-  -- Nothing else of it stays: a restore that read its log row before the log writer recorded the
-  -- end (still live there) would bring this life back, but for its tombstone.
-  local released = KEYS[13]
-  redis.call('ZREMRANGEBYSCORE', released, '-inf', now)
-  redis.call('ZADD', released, now + t.retention, id .. ':' .. m.produceTime)
-  redis.call('PEXPIRE', released, t.retention)
   local loaded_to = tonumber(string.match(redis.call('HGET', KEYS[10], META.LOADED_TO) or '', '^[^:]*'))
   if deleted == 1 and loaded_to and m.triggerTime >= loaded_to then
-    deleted = 3
+    return 3
   end
+  release_body()
 end
 return deleted

@@ -18,6 +18,7 @@
 -- KEYS[9] cold_hours
 -- KEYS[10] packed
 -- KEYS[11] stats
+-- KEYS[12] cold_sent
 -- ARGV[1] ready_channel: published when the ready list goes from empty to non-empty
 -- ARGV[2] schedule_channel: published so the topic's scanner looks at the loaded messages
 -- ARGV[3] topic
@@ -28,13 +29,15 @@
 -- ARGV[7] pack_lead: the packed lists' lead, ms (0 packs nothing; nor does a draining shard, whose
 -- loader may not know yet that the topic gave its count up)
 -- ARGV[8] in_flight_millis: a message produced less than this long ago is not packed (0: any is): its
--- send's script may run after this one, and would pack it again; in msgs, it finds it live
+-- send's script may run after this one, and would pack it again; in msgs, it finds it live. Nor is it
+-- counted out of the cold ones unless its send counted it in (cold_sent): a script that runs after
+-- this one finds it held and counts nothing
 -- ARGV[9] stats_interval_millis: the messages made ready count as promotions (late ones)
--- ARGV[10...] per message: msg_id, stored, trigger_time, expire_time, priority
+-- ARGV[10...] per message: msg_id, stored, trigger_time, expire_time, priority, produce_time
 -- (stored: the message as Redis stores it, waiting; the caller builds it, as a page comes in
 -- thousands and cjson would cost the most here)
--- Returns {loaded into the waiting set or ready, already held, packed}, or {-1, 0, 0} when the
--- position was not loaded_from.
+-- Returns {loaded into the waiting set or ready, already held, packed, of the loaded those counted out
+-- of the cold count}, or {-1, 0, 0, 0} when the position was not loaded_from.
 -- @include clock
 -- @include cold_count
 -- @include packed
@@ -45,29 +48,35 @@ local t = {waiting = KEYS[1], ready = KEYS[2], prioritised = KEYS[7], expiry = K
 local topic, pack_lead, in_flight = ARGV[3], tonumber(ARGV[7]), tonumber(ARGV[8])
 local position = redis.call('HMGET', meta, META.FETCHED_TO, META.LOADED_TO, META.DRAINING)
 if (position[1] or position[2] or '') ~= ARGV[5] then
-  return {-1, 0, 0}
+  return {-1, 0, 0, 0}
 end
 if position[3] == '1' then
   pack_lead = 0
 end
 local now = clock()
-local first_item = 10
+local first_item, item_size = 10, 6
 local ids, stored = {}, {}
-for i = first_item, #ARGV, 5 do
+for i = first_item, #ARGV, item_size do
   ids[#ids + 1] = ARGV[i]
   stored[#stored + 1] = ARGV[i + 1]
 end
 local fresh, held = fresh_ids(msgs, ended, ids, stored)
 local items, changes, packing, packing_ids = {}, {}, {}, {}
+local counted = {}  -- the triggerTimes of the items counted in the cold count
 for j, id in ipairs(ids) do
   if fresh[j] then
-    local trigger = tonumber(ARGV[first_item + (j - 1) * 5 + 2])
+    local at = first_item + (j - 1) * item_size
+    local trigger = tonumber(ARGV[at + 2])
+    local young = in_flight > 0 and tonumber(ARGV[at + 5]) > now - in_flight
     local m = pack_lead > 0 and trigger > now + 2 * pack_lead and decode_stored(stored[j], id)
-    if m and packable(m) and (in_flight == 0 or m.produceTime <= now - in_flight) then
+    if m and packable(m) and not young then
       packing[#packing + 1] = m
       packing_ids[#packing_ids + 1] = id
     else
-      items[#items + 1] = {id, stored[j], trigger, tonumber(ARGV[first_item + (j - 1) * 5 + 3])}
+      items[#items + 1] = {id, stored[j], trigger, tonumber(ARGV[at + 3])}
+      if not young or redis.call('ZREM', KEYS[12], id) == 1 then
+        counted[#counted + 1] = trigger
+      end
     end
   end
 end
@@ -79,9 +88,9 @@ redis.call('HSET', meta, META.FETCHED_TO, ARGV[6])
 if redis.call('EXISTS', t.packed) == 0 then
   redis.call('HSET', meta, META.LOADED_TO, ARGV[6])
 end
-local loaded, triggers, late = bring_in(t, items, now, changes)
+local loaded, _, late = bring_in(t, items, now, changes)
 if loaded > 0 then
-  cold_moved(meta, KEYS[9], loaded, hours_of(triggers))
+  cold_moved(meta, KEYS[9], #counted, hours_of(counted))
   count_late(KEYS[11], tonumber(ARGV[9]), now, late)
   log_events(events, ARGV[4], changes, STATUS.WAITING, REASON.DUE)
 end
@@ -89,4 +98,4 @@ if loaded > 0 or first_packed then
   -- The topic's scanner may be asleep towards a later time.
   redis.call('PUBLISH', ARGV[2], topic)
 end
-return {loaded, held, #packing}
+return {loaded, held, #packing, #counted}

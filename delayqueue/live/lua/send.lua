@@ -20,6 +20,7 @@
 -- KEYS[10] events
 -- KEYS[11] cold_hours
 -- KEYS[12] packed
+-- KEYS[13] cold_sent
 -- ARGV[1] topic
 -- ARGV[2] ready_channel: published when the ready list goes from empty to non-empty
 -- ARGV[3] schedule_channel: published when a message is due or expires before what the scanner expects
@@ -87,6 +88,7 @@ local expiry_due  -- read when a message first goes into the index (a waiting on
 local wake, woken_pollers = false, false
 local hot_until, loaded_to, fetched_to  -- the meta's, read once when first needed (no message here changes them)
 local to_pack = {}
+local went_cold = false
 
 -- The times of the meta's loaded_to and fetched_to (false for none); no fetched_to in a draining
 -- shard (a shard count the topic gave up), which packs nothing.
@@ -140,6 +142,9 @@ local function send_one(id, payload, trigger, expire_time, max_retry, produce_ti
         redis.call('ZREM', ended, id)
       end
       cold_added(meta, KEYS[11], trigger)
+      -- A loader that read the row before this script ran brings it in counting it out: only if counted here.
+      redis.call('ZADD', KEYS[13], produce_time, id)
+      went_cold = true
       return 4, 0
     end
   end
@@ -185,6 +190,10 @@ for i = first_item, #ARGV, item_size do
   reply[#reply + 1] = value
 end
 wake = pack(t, to_pack) or wake  -- the scanner moves each list in ahead of its second
+if went_cold then  -- the loader asks only about sends younger than this
+  redis.call('ZREMRANGEBYSCORE', KEYS[13], '-inf', '(' .. (now - IN_FLIGHT_MILLIS))
+  redis.call('PEXPIRE', KEYS[13], 2 * IN_FLIGHT_MILLIS)
+end
 if woken_pollers then
   redis.call('PUBLISH', ARGV[2], t.ready)
 end
