@@ -129,7 +129,9 @@ class Meta(StrEnum):
     # "1" in the shards of a shard count the topic gave up (TopicSettings.draining_shards), "0" in
     # the current count's (services/topics.write_mirrors): a draining shard packs nothing and
     # moves its packed lists into its waiting set at once (load_cold.lua, unpack_due.lua), where
-    # a lookup by msgId finds them; only the current count's lists are looked for in the log.
+    # a lookup by msgId finds them; only the current count's lists are looked for in the log. A
+    # process that finds "1" in a shard of the count it takes for current has a reshard to read
+    # (services/messages.newer_counts).
     DRAINING = "draining"
     # Messages in the log only: each script that moves one in or out counts it; dropped once the
     # loader finds none left beyond hot_until (a topic is not retired while it is there).

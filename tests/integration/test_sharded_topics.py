@@ -228,6 +228,39 @@ async def test_a_poll_woken_for_a_shard_count_its_process_has_not_read_yet_reads
         await other.close()
 
 
+@pytest.mark.parametrize("operation", ["ack", "nack", "touch", "ackMsgBatch", "getMsg", "rescheduleMsg", "deleteMsg"])
+async def test_a_message_of_a_shard_count_its_process_has_not_read_yet_is_found_by_its_msg_id(rt, operation):
+    """Within the half second a process takes to read a reshard, a request by msgId for a message
+    of the new count finds it: missing in the counts the process knew, it reads the settings then.
+    It answered not found (an ack: not done, so the message came back at its ack timeout)."""
+    other = make_runtime(rt.config.redis_url)
+    try:
+        await other.topic_configs.table()
+        await other.topic_configs.close()  # its refresher stopped: the reshard is not read on its own
+        await shard_topic(rt, "ahead", 3)
+        msg_id = msg_id_in("ahead", 3, 2, "new")
+        consumed = operation in ("ack", "nack", "touch", "ackMsgBatch")
+        await send_message(rt, request=SendRequest("ahead", "x", msg_id=msg_id, delay_millis=0 if consumed else 60_000))
+        if consumed:
+            assert [m.msg_id for m in await pull_all(rt, "ahead", 1)] == [msg_id]
+        if operation == "ack":
+            assert (await ack_message(other, topic="ahead", msg_id=msg_id)).done
+        elif operation == "nack":
+            assert (await nack_message(other, topic="ahead", msg_id=msg_id)).done
+        elif operation == "touch":
+            assert await touch_message(other, topic="ahead", msg_id=msg_id, ack_timeout_millis=60_000) > 0
+        elif operation == "ackMsgBatch":
+            assert await ack_messages(other, topic="ahead", msg_ids=["unknown", msg_id]) == [False, True]
+        elif operation == "getMsg":
+            assert (await get_message(other, topic="ahead", msg_id=msg_id)).status == Status.WAITING
+        elif operation == "rescheduleMsg":
+            assert (await reschedule_message(other, topic="ahead", msg_id=msg_id, delay_millis=1)).msg_id == msg_id
+        else:
+            assert await delete_message(other, topic="ahead", msg_id=msg_id)
+    finally:
+        await other.close()
+
+
 async def test_a_poll_woken_by_a_shards_ready_list_pulls_that_shard_alone(rt, monkeypatch):
     """The ready channel names the list that got a message: the woken poll asks that shard, and
     answers with what it held without asking the others for the rest of its batch."""
