@@ -835,12 +835,13 @@ async def cold_loader(rt, topic: str, count: int) -> Loader:
 
 @pytest.fixture
 async def windowed(rt, monkeypatch):
-    """Two runtimes on `rt`'s Redis: one with a 1 s hot window, and one whose 300 s window covers
-    the messages sent cold (a loader there brings them in). Loading waits neither for a reshard
+    """Two runtimes on `rt`'s Redis: one with a 5 s hot window (a test's steps on a busy machine
+    take most of a second), and one whose 300 s window covers the messages sent cold (a loader
+    there brings them in). Loading waits neither for a reshard
     to settle nor for young rows (a topic sharded at once still drains the count of 1)."""
     monkeypatch.setattr(loader_module, "SHARDS_SETTLE_MILLIS", 0)
     monkeypatch.setattr(loader_module, "IN_FLIGHT_MILLIS", 0)
-    short = make_runtime(rt.config.redis_url, hot_window_millis=1000)
+    short = make_runtime(rt.config.redis_url, hot_window_millis=5000)
     ahead = make_runtime(rt.config.redis_url, hot_window_millis=300_000)
     yield short, ahead
     await short.close()
