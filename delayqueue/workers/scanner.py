@@ -548,15 +548,17 @@ class Scanner:
 
         await subscribe_forever(
             self.rt.config.redis_url, self.rt.config.redis_timeout, what=f"scanner {self.token}",
-            channels=(self.rt.ns.schedule_channel,), on_message=self._received, on_subscribed=subscribed,
-            on_lost=self._subscribed.set)
+            channels=(self.rt.ns.schedule_channel,), patterns=(self.rt.ns.schedule_shards,),
+            on_message=self._received, on_subscribed=subscribed, on_lost=self._subscribed.set)
 
     def _received(self, message: dict) -> None:
-        topic = message["data"]  # the scripts name the topic, not the shard: every shard held wakes
+        topic = message["data"]
         if topic not in self.known:
             self.known.add(topic)  # _acquire finds its shards
             self._poke.set()
-        for shard in self.shards.get(topic, ()):
+        # A shard's scripts name it in their channel: a wake of one shard runs that shard's scripts alone.
+        woken = self.rt.ns.shard_of_wake(message["channel"], topic)
+        for shard in self.shards.get(topic, ()) if woken is None else (woken,):
             if (worker := self.workers.get(shard)) is not None:
                 worker.wake()
 

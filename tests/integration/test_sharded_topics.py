@@ -2,6 +2,7 @@
 own, on the single Redis and on the 3-master Cluster."""
 import asyncio
 import dataclasses
+import functools
 import random
 import signal
 import time
@@ -32,6 +33,7 @@ from delayqueue.stores.rows import forget_drained_shards
 from delayqueue.stores.topic_settings import DEFAULT as DEFAULT_SETTINGS
 from delayqueue.workers import loader as loader_module
 from delayqueue.workers import scanner as scanner_module
+from delayqueue.workers import topic_worker as topic_worker_module
 from delayqueue.workers.loader import Loader
 from tests.helpers import REDIS_CLUSTER_URL, REDIS_URL, call, logged, make_runtime, packed_ids, query, wait_until
 from tests.integration.test_limits import set_limits_now
@@ -750,6 +752,40 @@ async def test_a_restore_leaves_a_sharded_topics_messages_beyond_the_window_to_i
 
 
 @pytest.mark.process
+async def test_a_wake_for_one_shard_runs_that_shards_scripts_alone(single_rt, start_scanner, monkeypatch):
+    """A script of one shard wakes the scanner's worker of that shard only: a send due earlier in
+    shard 0 left the other shards' due messages, which no wake announced, to their own timers.
+    Each woke every shard's worker, and a hot topic's wakes ran every shard's scripts. A wake that
+    names only the topic (the channel's older form) still wakes them all."""
+    rt = single_rt
+    monkeypatch.setattr(topic_worker_module, "MAX_IDLE_SLEEP", 60)  # no safety-net pass within the test
+    await shard_topic(rt, "wake", 3)
+    late = [msg_id_in("wake", 3, index, f"late{index}") for index in (1, 2)]
+    await send_messages(rt, requests=[SendRequest("wake", "x", msg_id=msg_id, delay_millis=60_000) for msg_id in late])
+    running = await start_scanner(rt)
+
+    async def held() -> bool:
+        return len([shard for shard in running.scanner.workers if shard.count == 3]) == 3
+
+    await wait_until(held, what="every shard held")
+    await asyncio.sleep(0.3)  # their first passes done, the workers sleep towards the messages' due time
+    for index, msg_id in zip((1, 2), late):  # due now, as a lost wake would leave them
+        assert await rt.redis.zadd(rt.ns.topic(Shard("wake", 3, index)).waiting, {msg_id: now_millis()}, xx=True,
+                                   ch=True)
+    soon = msg_id_in("wake", 3, 0, "soon")
+    await send_message(rt, request=SendRequest("wake", "x", msg_id=soon, delay_millis=100))
+
+    async def promoted(msg_id: str) -> bool:
+        return await rt.redis.zscore(rt.ns.topic(shard_of("wake", msg_id, 3)).waiting, msg_id) is None
+
+    await wait_until(functools.partial(promoted, soon), timeout=5, what="shard 0's message promoted")
+    await asyncio.sleep(0.3)
+    assert [await promoted(msg_id) for msg_id in late] == [False, False]
+    await rt.redis.publish(rt.ns.schedule_channel, "wake")
+    for msg_id in late:
+        await wait_until(functools.partial(promoted, msg_id), timeout=5, what="woken with the topic")
+
+
 async def test_a_killed_scanners_shards_are_taken_over(single_rt, scanner_process):
     rt = single_rt
     await shard_topic(rt, "k", 4)

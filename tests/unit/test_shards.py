@@ -1,4 +1,5 @@
 """Which shard holds a message, and where a shard's keys live (live/shards.py, live/keys.py)."""
+import fnmatch
 from collections import Counter
 
 import pytest
@@ -116,3 +117,13 @@ def test_a_placed_shards_keys_land_in_its_range():
     assert {owner(shard_slot(Shard("placed", 4, i))) for i in range(4)} == {"a", "b", "c", "d"}
     assert spread(5, [(0, 16383, "m")]) == [(i * 16384 // 5, (i + 1) * 16384 // 5) for i in range(5)]
     assert len(set(spread(3, [(0, 1, "a"), (2, 16383, "b")]))) == 3  # a master of 2 slots takes 2 shards in them
+
+
+def test_a_shards_wake_channel_names_it_and_the_schedule_channel_every_shard():
+    ns = namespace_keys("ns")
+    assert ns.wake_channel("t") == ns.wake_channel(Shard("t")) == ns.schedule_channel
+    assert ns.shard_of_wake(ns.schedule_channel, "t") is None  # every key set of the topic
+    channel = ns.wake_channel(Shard("t", 12, 7))
+    assert fnmatch.fnmatchcase(channel, ns.schedule_shards) and not fnmatch.fnmatchcase(ns.schedule_channel,
+                                                                                          ns.schedule_shards)
+    assert ns.shard_of_wake(channel, "t") == Shard("t", 12, 7)
