@@ -15,7 +15,7 @@ from delayqueue.core.exceptions import Conflict, LogUnavailable, NotFound, Throt
 from delayqueue.core.messages import Message
 from delayqueue.live import scripts
 from delayqueue.live.keys import Bucket, Shard
-from delayqueue.live.shards import bound_share, topic_shards
+from delayqueue.live.shards import counts_shares
 from delayqueue.runtime import Runtime
 from delayqueue.services import admission
 from delayqueue.services.messages import cold_after, cold_message, holding_shards, newer_counts, on_its_shard
@@ -113,10 +113,11 @@ async def _pull_shards(rt: Runtime, pull: Pull, counts: tuple[int, ...],
         if not grant.granted:
             return scripts.PullReply(0, [], grant.retry_after_millis)
         batch = grant.granted
-    open_shards = topic_shards(pull.topic, counts)
     # Each shard keeps its share of the topic's bound on messages in flight (a push topic's concurrency):
-    # pushers taking from different shards hold to it together.
-    max_inflight = {shard: bound_share(pull.max_inflight, len(open_shards), i) for i, shard in enumerate(open_shards)}
+    # pushers taking from different shards hold to it together. One with none is not asked (to
+    # pull.lua 0 is no bound): a current count's, while one given up drains under a low bound.
+    max_inflight = counts_shares(pull.max_inflight, pull.topic, counts)
+    open_shards = [shard for shard, share in max_inflight.items() if share or not pull.max_inflight]
     messages: list[Message] = []
     remaining: dict[Shard, int] = {}
     due_in: list[tuple[int, int, Shard | None]] = [(-1, 0, None)]  # (next_due_us, server_now_us, shard)

@@ -492,30 +492,50 @@ async def test_a_push_topic_with_shards_delivers_from_every_shard(single_rt, sta
     assert sorted(request["message"]["msgId"] for request in receiver.requests) == sorted(m.msg_id for m in sent)
 
 
+async def sharded_alone(rt, topic: str, count: int) -> None:
+    """The topic takes `count` shards, and the count of 1 it leaves, which never held any, is
+    retired at once."""
+    await shard_topic(rt, topic, count)
+    changed_at = (await rt.topic_configs.fresh())[topic].shards_changed_at
+    assert await sync_to_async(forget_drained_shards)(namespace=rt.ns.namespace, topic=topic, count=1,
+                                                      changed_at=changed_at)
+    await rt.topic_configs.fresh()
+
+
+async def taken(rt, topic: str, slots: int, pushers: int) -> list[int]:
+    """What each of `pushers` pushers, one after another, takes with `slots` free slots under a
+    concurrency of `slots`."""
+    return [len((await pull_many(rt, pulls=[Pull(topic, slots, 60_000, max_inflight=slots)]))[0].messages)
+            for _pusher in range(pushers)]
+
+
 async def test_a_push_topics_concurrency_holds_over_its_shards_whichever_pusher_takes_them(single_rt):
     """Each shard holds a share of pushConcurrency, the shares adding up to it: pushers pulling
     apart (each with its own free slots) never have more in flight together."""
     rt = single_rt
-
-    async def sharded(topic: str) -> None:
-        await shard_topic(rt, topic, 3)
-        changed_at = (await rt.topic_configs.fresh())[topic].shards_changed_at
-        assert await sync_to_async(forget_drained_shards)(namespace=rt.ns.namespace, topic=topic, count=1,
-                                                          changed_at=changed_at)  # count 1 never held any
-        await rt.topic_configs.fresh()
-
-    async def taken(topic: str, slots: int, pushers: int) -> list[int]:
-        return [len((await pull_many(rt, pulls=[Pull(topic, slots, 60_000, max_inflight=slots)]))[0].messages)
-                for _pusher in range(pushers)]
-
-    await sharded("hooks")
+    await sharded_alone(rt, "hooks", 3)
     await send_messages(rt, requests=[SendRequest("hooks", "x", msg_id=f"h{i}") for i in range(30)])
-    assert sum(await taken("hooks", 4, 3)) == 4  # shares of 2, 1 and 1 (rounded up, 2 each took 6)
+    assert sum(await taken(rt, "hooks", 4, 3)) == 4  # shares of 2, 1 and 1 (rounded up, 2 each took 6)
     # With fewer slots than shards, each shard still has one: none of its messages is stuck.
-    await sharded("few")
+    await sharded_alone(rt, "few", 3)
     await send_messages(rt, requests=[SendRequest("few", "x", msg_id=msg_id_in("few", 3, index, "f"))
                                       for index in range(3)])
-    assert await taken("few", 1, 4) == [1, 1, 1, 0]
+    assert await taken(rt, "few", 1, 4) == [1, 1, 1, 0]
+
+
+async def test_a_push_topics_concurrency_holds_over_the_shards_of_both_counts_while_one_drains(single_rt):
+    """While a count given up drains, the shares of pushConcurrency over the shards of both counts
+    add up to it, the given-up count's first, each of them kept one so that it empties. Each shard
+    of both kept one: 7 shards under a concurrency of 6 had 7 in flight."""
+    rt = single_rt
+    await sharded_alone(rt, "hooks", 3)
+    await send_messages(rt, requests=[SendRequest("hooks", "x", msg_id=msg_id_in("hooks", 3, index, f"old{n}"))
+                                      for index in range(3) for n in range(2)])
+    await shard_topic(rt, "hooks", 4)
+    await send_messages(rt, requests=[SendRequest("hooks", "x", msg_id=msg_id_in("hooks", 4, index, f"new{n}"))
+                                      for index in range(4) for n in range(2)])
+    assert sum(await taken(rt, "hooks", 6, 3)) == 6
+    assert [await rt.redis.zcard(rt.ns.topic(Shard("hooks", 3, index)).inflight) for index in range(3)] == [1, 1, 1]
 
 
 async def test_bad_shard_counts_are_refused(api, single_rt):

@@ -7,7 +7,7 @@ from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 
 from delayqueue.live import stats
 from delayqueue.live.keys import Shard, namespace_keys
-from delayqueue.live.shards import message_shards, shard_of, topic_shards
+from delayqueue.live.shards import counts_shares, message_shards, shard_of, topic_shards
 
 
 def test_a_msg_id_has_one_shard_per_count_and_keeps_it():
@@ -127,3 +127,16 @@ def test_a_shards_wake_channel_names_it_and_the_schedule_channel_every_shard():
     assert fnmatch.fnmatchcase(channel, ns.schedule_shards) and not fnmatch.fnmatchcase(ns.schedule_channel,
                                                                                           ns.schedule_shards)
     assert ns.shard_of_wake(channel, "t") == Shard("t", 12, 7)
+
+
+def test_a_bound_is_shared_over_the_shards_of_every_count_the_given_up_ones_kept():
+    def shares(bound: int, counts: tuple[int, ...]) -> list[int]:
+        return list(counts_shares(bound, "t", counts).values())
+
+    assert shares(4, (3,)) == [2, 1, 1] and shares(1, (3,)) == [1, 1, 1]  # one count: each kept
+    assert sum(shares(6, (4, 3))) == 6 and sum(shares(20, (4, 3))) == 20
+    # Under a bound below the shards of both, the given-up count's come first, each kept.
+    by_shard = counts_shares(2, "t", (4, 3))
+    assert [by_shard[Shard("t", 3, i)] for i in range(3)] == [1, 1, 1]
+    assert [by_shard[Shard("t", 4, i)] for i in range(4)] == [0, 0, 0, 0]
+    assert set(counts_shares(0, "t", (4, 3)).values()) == {0}  # no bound
