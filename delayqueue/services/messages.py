@@ -51,12 +51,22 @@ async def newer_counts(rt: Runtime, topic: str, *, msg_id: str, after: float,
     new count's messages where they are not. Only once a change from the known current count has
     begun (Meta.DRAINING, set in its shards before the change is saved) are the settings read."""
     try:
-        if await rt.redis.hget(rt.ns.topic(shard_of(topic, msg_id, known[0])).meta, Meta.DRAINING) != "1":
+        if not await given_up(rt, [shard_of(topic, msg_id, known[0])]):
             return None
         counts = (await rt.topic_configs.fresh(after)).get(topic, DEFAULT_SETTINGS).shard_counts
     except (RedisError, LogUnavailable):
         return None
     return None if counts == known else counts
+
+
+async def given_up(rt: Runtime, shards: list[Shard]) -> bool:
+    """Whether a change from the shard count of any of these shards has begun (Meta.DRAINING, set in
+    a count's shards before the change is saved), in one round trip: a process that takes their
+    counts for current has a reshard to read."""
+    pipe = rt.redis.pipeline(transaction=False)
+    for shard in shards:
+        pipe.hget(rt.ns.topic(shard).meta, Meta.DRAINING)
+    return "1" in await pipe.execute()
 
 
 async def on_its_shard(rt: Runtime, *, topic: str, msg_id: str, call: Callable[[Shard], scripts.ScriptCall],

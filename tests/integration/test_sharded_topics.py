@@ -1,6 +1,7 @@
 """Sharded topics (live/shards.py): one topic's messages over many key sets, each in a slot of its
 own, on the single Redis and on the 3-master Cluster."""
 import asyncio
+import contextlib
 import dataclasses
 import functools
 import random
@@ -212,22 +213,30 @@ async def test_a_long_poll_is_woken_by_a_message_in_any_shard(rt):
         assert messages[0].trigger_time == sent.trigger_time
 
 
+@contextlib.asynccontextmanager
+async def stale_runtime(rt):
+    """A second process on `rt`'s Redis that has read the topic settings and reads them no more on
+    its own (its refresher stopped): a reshard from now on is one it has not read yet."""
+    other = make_runtime(rt.config.redis_url)
+    try:
+        await other.topic_configs.table()
+        await other.topic_configs.close()
+        yield other
+    finally:
+        await other.close()
+
+
 async def test_a_poll_woken_for_a_shard_count_its_process_has_not_read_yet_reads_it(rt):
     """Within the half second a process takes to read a reshard, a message sent to a shard of the
     new count wakes its polls: a poll there reads the settings then, and pulls that shard. Pulling
     only the counts it knew, it found nothing and waited out its hold, the message left ready."""
-    other = make_runtime(rt.config.redis_url)
-    try:
-        await other.topic_configs.table()
-        await other.topic_configs.close()  # its refresher stopped: the reshard is not read on its own
+    async with stale_runtime(rt) as other:
         poll = asyncio.ensure_future(long_poll_messages(other, topic="ahead", timeout_millis=30_000))
         await asyncio.sleep(0.2)
         await shard_topic(rt, "ahead", 3)
         msg_id = msg_id_in("ahead", 3, 2, "new")
         await send_message(rt, request=SendRequest("ahead", "x", msg_id=msg_id))
         assert [m.msg_id for m in await asyncio.wait_for(poll, 10)] == [msg_id]
-    finally:
-        await other.close()
 
 
 @pytest.mark.parametrize("operation", ["ack", "nack", "touch", "ackMsgBatch", "getMsg", "rescheduleMsg", "deleteMsg"])
@@ -235,10 +244,7 @@ async def test_a_message_of_a_shard_count_its_process_has_not_read_yet_is_found_
     """Within the half second a process takes to read a reshard, a request by msgId for a message
     of the new count finds it: missing in the counts the process knew, it reads the settings then.
     It answered not found (an ack: not done, so the message came back at its ack timeout)."""
-    other = make_runtime(rt.config.redis_url)
-    try:
-        await other.topic_configs.table()
-        await other.topic_configs.close()  # its refresher stopped: the reshard is not read on its own
+    async with stale_runtime(rt) as other:
         await shard_topic(rt, "ahead", 3)
         msg_id = msg_id_in("ahead", 3, 2, "new")
         consumed = operation in ("ack", "nack", "touch", "ackMsgBatch")
@@ -259,8 +265,6 @@ async def test_a_message_of_a_shard_count_its_process_has_not_read_yet_is_found_
             assert (await reschedule_message(other, topic="ahead", msg_id=msg_id, delay_millis=1)).msg_id == msg_id
         else:
             assert await delete_message(other, topic="ahead", msg_id=msg_id)
-    finally:
-        await other.close()
 
 
 async def test_a_poll_woken_by_a_shards_ready_list_pulls_that_shard_alone(rt, monkeypatch):
@@ -719,6 +723,19 @@ async def test_a_message_sent_again_during_a_reshard_is_answered_from_the_shard_
         assert await where_held(rt, "dup", (3, 1), "twice") == [Shard("dup")]
     finally:
         await rt.close()
+
+
+async def test_a_message_sent_again_by_a_process_that_has_not_read_the_reshard_is_answered_as_sent(rt):
+    """Within the half second a process takes to read a reshard, a send of a msgId live in a shard
+    of the new count (the log holds it live) finds it there: it is answered as the duplicate it is.
+    Placed by the counts the process knew, it was made a second live message in the old count."""
+    async with stale_runtime(rt) as other:
+        await shard_topic(rt, "again", 3)
+        msg_id = msg_id_in("again", 3, 2, "twice")
+        first = await send_message(rt, request=SendRequest("again", "x", msg_id=msg_id, delay_millis=60_000))
+        again = await send_message(other, request=SendRequest("again", "y", msg_id=msg_id, delay_millis=60_000))
+        assert (again.payload, again.produce_time) == ("x", first.produce_time)
+        assert await where_held(rt, "again", (3, 1), msg_id) == [Shard("again", 3, 2)]
 
 
 async def test_restore_rebuilds_every_shard(rt):
