@@ -346,6 +346,19 @@ async def test_pause_resume_and_purge_cover_every_shard(rt):
     assert (info.waiting, info.ready, info.consuming) == (0, 0, 0)
 
 
+async def test_a_purge_by_a_process_that_has_not_read_a_reshard_ends_the_new_counts_messages(rt):
+    """A purge reads the topic's shard counts afresh: one asked of a process that has not read a
+    reshard yet purges the new count's shards too. It purged only the counts it knew, and the new
+    count's messages stayed live."""
+    async with stale_runtime(rt) as other:
+        await send_message(rt, request=SendRequest("gone", "x", msg_id="before", delay_millis=60_000))
+        await shard_topic(rt, "gone", 3)
+        await send_messages(rt, requests=[SendRequest("gone", "x", msg_id=msg_id_in("gone", 3, index, "after"),
+                                                      delay_millis=60_000) for index in range(3)])
+        assert await purge_topic(other, topic="gone") == 4
+        assert await live_over(rt, "gone", (3, 1)) == 0
+
+
 async def test_a_resume_wakes_the_long_polls_of_every_shards_ready_messages(rt, monkeypatch):
     """A resume names every shard's ready list: a poll woken by one name fills its batch from that
     shard alone, and leaves the others' ready messages to polls the other names wake. Named once
