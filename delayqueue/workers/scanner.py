@@ -52,6 +52,7 @@ from delayqueue.live.pubsub import subscribe_forever
 from delayqueue.live.shards import topic_shards
 from delayqueue.runtime import Runtime
 from delayqueue.services.admission import give_back_room
+from delayqueue.services.messages import given_up
 from delayqueue.services.topics import redis_millis
 from delayqueue.stores.rows import forget_drained_shards
 from delayqueue.stores.topic_settings import DEFAULT as DEFAULT_SETTINGS
@@ -365,7 +366,8 @@ class Scanner:
             shards = topic_shards(topic, (mine.shards,))
             if mine.draining_shards or shard != shards[0] or self.shards.get(topic) != shards:
                 continue
-            if not await self._retire_shards(topic, shards, idle_ms):
+            # A count being given up (a reshard this scanner has not read yet): the new one holds the messages.
+            if await given_up(self.rt, [shard]) or not await self._retire_shards(topic, shards, idle_ms):
                 continue
             await self.rt.redis.zrem(self.rt.ns.topics, topic)
             pipe = self.rt.redis.pipeline(transaction=False)

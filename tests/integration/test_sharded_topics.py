@@ -214,10 +214,11 @@ async def test_a_long_poll_is_woken_by_a_message_in_any_shard(rt):
 
 
 @contextlib.asynccontextmanager
-async def stale_runtime(rt):
-    """A second process on `rt`'s Redis that has read the topic settings and reads them no more on
-    its own (its refresher stopped): a reshard from now on is one it has not read yet."""
-    other = make_runtime(rt.config.redis_url)
+async def stale_runtime(rt, **overrides):
+    """A second process on `rt`'s Redis (`overrides`: its config's) that has read the topic settings
+    and reads them no more on its own (its refresher stopped): a reshard from now on is one it has
+    not read yet."""
+    other = make_runtime(rt.config.redis_url, **overrides)
     try:
         await other.topic_configs.table()
         await other.topic_configs.close()
@@ -1183,6 +1184,31 @@ async def test_an_idle_sharded_topic_is_retired_whole_and_a_send_brings_it_back(
         again = await send_message(rt, request=SendRequest("idle", "again"))
         assert await rt.redis.zscore(rt.ns.topics, "idle") is not None
         assert [m.msg_id for m in await pull_all(rt, "idle", 1)] == [again.msg_id]
+    finally:
+        await rt.close()
+
+
+async def test_a_scanner_that_has_not_read_a_reshard_leaves_the_topic_registered(clean_state, start_scanner):
+    """A scanner that takes a count being given up for the topic's current one (it has not read the
+    reshard yet) does not retire the topic when that count's shards are idle and empty: the new
+    count holds its messages. It retired the topic, taking it out of the registry."""
+    # Without the log, the ended message's body is all a shard keeps of it after the retention.
+    config = {"topic_idle_seconds": 1, "topic_check_seconds": 1, "message_log": False}
+    rt = make_runtime(REDIS_URL, **config)
+    try:
+        async with stale_runtime(rt, **config) as stale:
+            await send_message(rt, request=SendRequest("idle", "x", msg_id="first"))
+            await start_scanner(stale)
+            await shard_topic(rt, "idle", 3)
+            await send_message(rt, request=SendRequest("idle", "x", msg_id="later", delay_millis=60_000))
+            assert await ack_messages(rt, topic="idle", msg_ids=[m.msg_id for m in await pull_all(rt, "idle", 1)])
+
+            async def emptied():  # the acked body purged after the retention
+                return not await rt.redis.exists(rt.ns.topic("idle").msgs)
+
+            await wait_until(emptied, timeout=20, interval=0.1, what="the count given up emptied")
+            await asyncio.sleep(3)  # idle past the bound, and looked at twice since
+            assert await rt.redis.zscore(rt.ns.topics, "idle") is not None
     finally:
         await rt.close()
 
