@@ -130,7 +130,9 @@ class Meta(StrEnum):
     # "1" in the shards of a shard count the topic gave up (TopicSettings.draining_shards), "0" in
     # the current count's (services/topics.write_mirrors): a draining shard packs nothing and
     # moves its packed lists into its waiting set at once (load_cold.lua, unpack_due.lua), where
-    # a lookup by msgId finds them; only the current count's lists are looked for in the log.
+    # a lookup by msgId finds them; only the current count's lists are looked for in the log. A
+    # process that finds "1" in a shard of the count it takes for current has a reshard to read
+    # (services/messages.newer_counts).
     DRAINING = "draining"
     # Messages in the log only: each script that moves one in or out counts it; dropped once the
     # loader finds none left beyond hot_until (a topic is not retired while it is there).
@@ -198,7 +200,8 @@ class NamespaceKeys:
     namespace: str
     topics: str  # ZSET topic -> registration time
     ready_channel: str  # pub/sub: a topic's ready list became non-empty (its name: shard_of_ready)
-    schedule_channel: str  # pub/sub: a topic has work earlier than its scanner expects
+    schedule_channel: str  # pub/sub: a topic has work earlier than its scanner expects (its name)
+    schedule_shards: str  # pub/sub pattern: the channels of its shards' own such wakes (wake_channel)
     scanners: str  # HASH scanner token -> "<event-loop lag ms>:<reported at ms>"
     health: str  # HASH "<host>:offline" -> 1, "<host>:last_use" -> ms (camellia's health endpoints)
     marker: str  # STRING ms it was set: there for as long as Redis keeps its data
@@ -220,6 +223,20 @@ class NamespaceKeys:
     def long_polls(self, holder: str) -> str:
         """ZSET hold id -> ms its hold ends: the long polls one API token (its sha256) holds (services/caps.py)."""
         return f"dq:ns:{self.namespace}:long_polls:{holder}"
+
+    def wake_channel(self, topic: str | Shard) -> str:
+        """The channel a script of the topic's keys publishes the topic on when it has work earlier
+        than the scanner expects: the schedule channel, a shard's its own beside it, so that the
+        scanner wakes its worker of that shard alone (shard_of_wake)."""
+        if isinstance(topic, Shard) and topic.count > 1:
+            return f"{self.schedule_channel}:{topic.count}.{topic.index}"
+        return self.schedule_channel
+
+    def shard_of_wake(self, channel: str, topic: str) -> Shard | None:
+        """The shard a wake of the topic on this channel is for; None: every key set of the topic (a
+        wake on the schedule channel, which shards' scripts of versions before wake_channel used too)."""
+        count, dot, index = channel.removeprefix(f"{self.schedule_channel}:").partition(".")
+        return Shard(topic, int(count), int(index)) if dot and count.isdigit() and index.isdigit() else None
 
     def shard_of_history(self, channel: str) -> Shard | None:
         """The topic or shard whose history channel this is, None for another namespace's."""
@@ -257,6 +274,7 @@ def namespace_keys(namespace: str) -> NamespaceKeys:
         topics=base + "topics",
         ready_channel=base + "ready",
         schedule_channel=base + "schedule",
+        schedule_shards=_glob_escape(base) + "schedule:*",
         scanners=base + "scanners",
         health=base + "health",
         marker=base + "marker",

@@ -440,7 +440,7 @@ def send(ctx: ScriptContext, topic: str | Shard, *, max_live: int, namespace_cap
     """`messages`: per message of the topic the values named by SEND.repeated, in that order
     (logged_waiting None for none). Replies a SendReply per message, in order."""
     k = ctx.ns.topic(topic)
-    args = [k.topic, ctx.ns.ready_channel, ctx.ns.schedule_channel, ctx.stats_interval_millis, max_live,
+    args = [k.topic, ctx.ns.ready_channel, ctx.ns.wake_channel(topic), ctx.stats_interval_millis, max_live,
             _flag(namespace_capped), ctx.retention_millis, ctx.actor, dedupe_window_millis, _flag(cold_tier),
             ctx.pack_lead_millis]
     for *values, logged_waiting in messages:
@@ -459,8 +459,8 @@ def pull(ctx: ScriptContext, topic: str | Shard, *, batch: int, ack_timeout_mill
     return ScriptCall(PULL, [k.ready, k.inflight, k.msgs, k.expiry, k.ended, k.stats, k.meta, k.events, k.buckets,
                              k.prioritised, k.waiting],
                       [batch, ack_timeout_millis, ctx.retention_millis, ctx.stats_interval_millis,
-                       ctx.ns.schedule_channel, k.topic, ctx.actor, consume_rate, ctx.scan_limit, ctx.ns.ready_channel,
-                       max_inflight, _flag(paused), push_url, push_secret_id])
+                       ctx.ns.wake_channel(topic), k.topic, ctx.actor, consume_rate, ctx.scan_limit,
+                       ctx.ns.ready_channel, max_inflight, _flag(paused), push_url, push_secret_id])
 
 
 def ack(ctx: ScriptContext, topic: str | Shard, *, push_status: str = "",
@@ -498,7 +498,7 @@ def nack(ctx: ScriptContext, topic: str | Shard, *, msg_id: str, delay_millis: i
     return ScriptCall(NACK, [k.inflight, k.ready, k.msgs, k.expiry, k.ended, k.stats, k.meta, k.events, k.waiting,
                              k.prioritised],
                       [msg_id, ctx.retention_millis, ctx.stats_interval_millis, ctx.ns.ready_channel, k.topic,
-                       ctx.actor, delay_millis, _flag(dead_letter), ctx.ns.schedule_channel, _seed(seed),
+                       ctx.actor, delay_millis, _flag(dead_letter), ctx.ns.wake_channel(topic), _seed(seed),
                        push_failure, default_backoff_millis, reason, _any_retry(retry)])
 
 
@@ -507,7 +507,7 @@ def touch(ctx: ScriptContext, topic: str | Shard, *, msg_id: str, ack_timeout_mi
     """`retry`: the delivery whose deadline is extended (None: any)."""
     k = ctx.ns.topic(topic)
     return ScriptCall(TOUCH, [k.inflight, k.msgs, k.meta, k.events],
-                      [msg_id, ack_timeout_millis, ctx.ns.schedule_channel, k.topic, ctx.actor, _any_retry(retry)])
+                      [msg_id, ack_timeout_millis, ctx.ns.wake_channel(topic), k.topic, ctx.actor, _any_retry(retry)])
 
 
 def reschedule(ctx: ScriptContext, topic: str | Shard, *, msg_id: str, trigger_time: int, delay_millis: int,
@@ -519,7 +519,7 @@ def reschedule(ctx: ScriptContext, topic: str | Shard, *, msg_id: str, trigger_t
     return ScriptCall(RESCHEDULE, [k.waiting, k.ready, k.inflight, k.msgs, k.expiry, k.ended, k.stats, k.meta,
                                    k.events, k.prioritised, k.cold_hours, k.packed],
                       [msg_id, trigger_time, delay_millis, ctx.retention_millis, ctx.stats_interval_millis,
-                       ctx.ns.ready_channel, ctx.ns.schedule_channel, k.topic, ctx.actor, cold, old_trigger_time])
+                       ctx.ns.ready_channel, ctx.ns.wake_channel(topic), k.topic, ctx.actor, cold, old_trigger_time])
 
 
 def delete(ctx: ScriptContext, topic: str | Shard, *, msg_id: str, release: bool, tombstone: str = "",
@@ -555,7 +555,7 @@ def requeue_timed_out(ctx: ScriptContext, topic: str | Shard, *, seed: int | Non
     return ScriptCall(REQUEUE_TIMED_OUT, [k.inflight, k.ready, k.msgs, k.expiry, k.ended, k.stats, k.events,
                                           k.waiting, k.meta, k.prioritised],
                       [ctx.scan_limit, ctx.retention_millis, ctx.stats_interval_millis, ctx.ns.ready_channel, k.topic,
-                       ctx.actor, ctx.ns.schedule_channel, _seed(seed)])
+                       ctx.actor, ctx.ns.wake_channel(topic), _seed(seed)])
 
 
 def expire(ctx: ScriptContext, topic: str | Shard) -> ScriptCall:
@@ -609,7 +609,7 @@ def load_cold(ctx: ScriptContext, topic: str | Shard, *, loaded_from: str, loade
     the packed lists' (ctx.pack_lead_millis), or 0 to pack nothing; a message produced less than
     `in_flight_millis` ago is not packed (its send may be on its way; 0: packs any)."""
     k = ctx.ns.topic(topic)
-    args = [ctx.ns.ready_channel, ctx.ns.schedule_channel, k.topic, ctx.actor, loaded_from, loaded_to,
+    args = [ctx.ns.ready_channel, ctx.ns.wake_channel(topic), k.topic, ctx.actor, loaded_from, loaded_to,
             pack_lead, in_flight_millis, ctx.stats_interval_millis, *_flat(messages)]
     return ScriptCall(LOAD_COLD, [k.waiting, k.ready, k.msgs, k.expiry, k.meta, k.events, k.prioritised, k.ended,
                                   k.cold_hours, k.packed, k.stats, k.cold_sent],
@@ -657,7 +657,7 @@ def restore(ctx: ScriptContext, topic: str | Shard, *, dry_run: bool, with_times
             messages: Sequence[Sequence]) -> ScriptCall:
     """`messages`: per message the values named by RESTORE.repeated, in that order."""
     k = ctx.ns.topic(topic)
-    args = [ctx.ns.ready_channel, ctx.ns.schedule_channel, k.topic, _flag(dry_run), ctx.actor, _flag(with_times),
+    args = [ctx.ns.ready_channel, ctx.ns.wake_channel(topic), k.topic, _flag(dry_run), ctx.actor, _flag(with_times),
             *_flat(messages)]
     return ScriptCall(RESTORE, [k.waiting, k.ready, k.msgs, k.expiry, k.meta, k.events, k.prioritised, k.cold_hours,
                                 k.released], args)

@@ -21,12 +21,23 @@ def message_shards(topic: str, msg_id: str, counts: Sequence[int]) -> list[Shard
     return [shard_of(topic, msg_id, count) for count in counts]
 
 
-def bound_share(bound: int, parts: int, index: int) -> int:
+def bound_share(bound: int, parts: int, index: int, kept: bool = True) -> int:
     """Part `index`'s share of a bound `parts` parts hold together (a live cap, a push concurrency; 0:
     none): the shares add up to it (shares rounded up passed it: 3 parts of 4 took 6), yet one at
-    least, as a part with none could never take anything."""
+    least if `kept`, as a part with none could never take anything."""
     share, extra = divmod(bound, parts)
-    return max(share + (index < extra), min(bound, 1))
+    return max(share + (index < extra), min(bound, 1) if kept else 0)
+
+
+def counts_shares(bound: int, topic: str, counts: Sequence[int]) -> dict[Shard, int]:
+    """Each shard's share of a bound the shards of all the topic's counts hold together (a push
+    topic's concurrency), bound_share's over them all: the shares add up to it. While counts given
+    up drain, their shards come first and are kept (one at least, so that they empty and retire):
+    under a bound below the shards of every count, the current count's last have none until then."""
+    shards = topic_shards(topic, counts)
+    current = counts[0] if len(counts) > 1 else 0  # the current count's shards, put last
+    order = shards[current:] + shards[:current]
+    return {shard: bound_share(bound, len(order), n, kept=n < len(order) - current) for n, shard in enumerate(order)}
 
 
 def topic_shards(topic: str, counts: Sequence[int]) -> list[Shard]:

@@ -15,10 +15,10 @@ from delayqueue.core.exceptions import Conflict, LogUnavailable, NotFound, Throt
 from delayqueue.core.messages import Message
 from delayqueue.live import scripts
 from delayqueue.live.keys import Bucket, Shard
-from delayqueue.live.shards import bound_share, topic_shards
+from delayqueue.live.shards import counts_shares
 from delayqueue.runtime import Runtime
 from delayqueue.services import admission
-from delayqueue.services.messages import cold_after, cold_message, holding_shards, on_its_shard
+from delayqueue.services.messages import cold_after, cold_message, holding_shards, newer_counts, on_its_shard
 from delayqueue.stores import refreshed
 from delayqueue.stores.limits import NAMESPACE
 from delayqueue.stores.topic_settings import DEFAULT as DEFAULT_SETTINGS
@@ -114,10 +114,11 @@ async def _pull_shards(rt: Runtime, pull: Pull, counts: tuple[int, ...],
         if not grant.granted:
             return scripts.PullReply(0, [], grant.retry_after_millis)
         batch = grant.granted
-    open_shards = topic_shards(pull.topic, counts)
     # Each shard keeps its share of the topic's bound on messages in flight (a push topic's concurrency):
-    # pushers taking from different shards hold to it together.
-    max_inflight = {shard: bound_share(pull.max_inflight, len(open_shards), i) for i, shard in enumerate(open_shards)}
+    # pushers taking from different shards hold to it together. One with none is not asked (to
+    # pull.lua 0 is no bound): a current count's, while one given up drains under a low bound.
+    max_inflight = counts_shares(pull.max_inflight, pull.topic, counts)
+    open_shards = [shard for shard, share in max_inflight.items() if share or not pull.max_inflight]
     messages: list[Message] = []
     remaining: dict[Shard, int] = {}
     due_in: list[tuple[int, int, Shard | None]] = [(-1, 0, None)]  # (next_due_us, server_now_us, shard)
@@ -284,9 +285,9 @@ async def ack_message(rt: Runtime, *, topic: str, msg_id: str, push_status: str 
     message's status after the call (0: unknown). `push_status`: a push's HTTP status, when the
     ack is its 2xx answer (the history's detail). `retry`: the delivery acked, as pulled; one
     delivered again since (its ack timeout passed) is left alone (None: whichever it is in)."""
-    [reply] = await on_its_shard(rt, topic=topic, msg_id=msg_id,
-                                 call=lambda shard: scripts.ack(rt.context, shard, push_status=push_status,
-                                                                acks=scripts.acks_of([msg_id], [retry])))
+    _shard, [reply] = await on_its_shard(rt, topic=topic, msg_id=msg_id, missing=lambda replies: not replies[0].status,
+                                         call=lambda shard: scripts.ack(rt.context, shard, push_status=push_status,
+                                                                        acks=scripts.acks_of([msg_id], [retry])))
     return reply
 
 
@@ -299,12 +300,14 @@ async def nack_message(rt: Runtime, *, topic: str, msg_id: str, delay_millis: in
     dead letter (status 6, reason dead_lettered). `push_failure`: a failed push attempt's status or
     error (the history's detail); `reason`: the consumer's why (the history's detail, the dead
     letter's deadDetail). `retry` and the answer as ack_message's."""
-    return await on_its_shard(rt, topic=topic, msg_id=msg_id,
-                              call=lambda shard: scripts.nack(rt.context, shard, msg_id=msg_id,
-                                                              delay_millis=delay_millis, dead_letter=dead_letter,
-                                                              push_failure=push_failure, reason=reason,
-                                                              default_backoff_millis=default_backoff_millis,
-                                                              retry=retry))
+    _shard, reply = await on_its_shard(rt, topic=topic, msg_id=msg_id, missing=lambda reply: not reply.status,
+                                       call=lambda shard: scripts.nack(rt.context, shard, msg_id=msg_id,
+                                                                       delay_millis=delay_millis,
+                                                                       dead_letter=dead_letter,
+                                                                       push_failure=push_failure, reason=reason,
+                                                                       default_backoff_millis=default_backoff_millis,
+                                                                       retry=retry))
+    return reply
 
 
 async def ack_messages(rt: Runtime, *, topic: str, msg_ids: list[str], ack: bool = True, delay_millis: int = -1,
@@ -313,9 +316,29 @@ async def ack_messages(rt: Runtime, *, topic: str, msg_ids: list[str], ack: bool
     """ackMsgBatch: ack_message of every msgId in one script call (one history entry), or
     nack_message of each in one pipelined round trip; per msgId, in order, whether it was done.
     `retries`: per msgId, ack_message's `retry`. Raises the first Redis error."""
+    asked = time.monotonic()
+    known = (await rt.topic_configs.settings(topic)).shard_counts
+    replies = await _settle(rt, topic, msg_ids, known, ack=ack, delay_millis=delay_millis, dead_letter=dead_letter,
+                            reason=reason, retries=retries)
+    missing = [i for i, reply in enumerate(replies) if not reply.status]
+    # Unknown in the counts this process knew: where the settings read since place them (newer_counts).
+    if missing and (counts := await newer_counts(rt, topic, msg_id=msg_ids[missing[0]], after=asked,
+                                                 known=known)) is not None:
+        again = await _settle(rt, topic, [msg_ids[i] for i in missing], counts, ack=ack, delay_millis=delay_millis,
+                              dead_letter=dead_letter, reason=reason,
+                              retries=None if retries is None else [retries[i] for i in missing])
+        for i, reply in zip(missing, again):
+            replies[i] = reply
+    return [reply.done for reply in replies]
+
+
+async def _settle(rt: Runtime, topic: str, msg_ids: list[str], counts: tuple[int, ...], *, ack: bool,
+                  delay_millis: int, dead_letter: bool, reason: str,
+                  retries: list[int | None] | None) -> list[scripts.AckReply]:
+    """ack_messages' calls, the msgIds placed over the topic's shard `counts`: per msgId, in order, its reply."""
     # Acks: one call per shard (one history entry); nacks: one call per msgId.
     shards: dict[Shard, list[int]] = {}
-    for i, shard in enumerate(await holding_shards(rt, topic=topic, msg_ids=msg_ids)):
+    for i, shard in enumerate(await holding_shards(rt, topic=topic, msg_ids=msg_ids, counts=counts)):
         shards.setdefault(shard, []).append(i)
     if ack:
         acks = scripts.acks_of(msg_ids, retries)
@@ -329,11 +352,11 @@ async def ack_messages(rt: Runtime, *, topic: str, msg_ids: list[str], ack: bool
     for result in results:
         if isinstance(result, Exception):
             raise redis_unavailable(result) if isinstance(result, RedisError) else result
-    done = [False] * len(msg_ids)
+    replies: list[scripts.AckReply] = [scripts.AckReply(False, 0)] * len(msg_ids)
     answered = [reply for result in results for reply in result] if ack else results
     for i, reply in zip([i for mine in shards.values() for i in mine], answered):
-        done[i] = reply.done
-    return done
+        replies[i] = reply
+    return replies
 
 
 async def touch_message(rt: Runtime, *, topic: str, msg_id: str, ack_timeout_millis: int,
@@ -342,9 +365,11 @@ async def touch_message(rt: Runtime, *, topic: str, msg_id: str, ack_timeout_mil
     (epoch ms). `retry`: the delivery extended, as pulled (None: whichever it is in). Raises
     NotFound when unknown, Conflict when it is not consuming (a cold one too) or is consuming under
     another delivery."""
-    [shard] = await holding_shards(rt, topic=topic, msg_ids=[msg_id])
-    reply = await rt.scripts.call(scripts.touch(rt.context, shard, msg_id=msg_id,
-                                                ack_timeout_millis=ack_timeout_millis, retry=retry))
+    shard, reply = await on_its_shard(rt, topic=topic, msg_id=msg_id,
+                                      call=lambda shard: scripts.touch(rt.context, shard, msg_id=msg_id,
+                                                                       ack_timeout_millis=ack_timeout_millis,
+                                                                       retry=retry),
+                                      missing=lambda reply: not reply.touched and not reply.status)
     if reply.touched:
         return reply.ack_deadline
     status = reply.status

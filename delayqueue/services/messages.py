@@ -1,6 +1,10 @@
 """One message by its msgId: read, deleted, rescheduled."""
+import functools
+import time
 from collections.abc import Callable
 from typing import Any
+
+from redis.exceptions import RedisError
 
 from delayqueue.core.clock import now_millis
 from delayqueue.core.constants import Status
@@ -8,17 +12,20 @@ from delayqueue.core.exceptions import Conflict, LogUnavailable, NotFound
 from delayqueue.core.messages import Message
 from delayqueue.live import scripts
 from delayqueue.live.keys import Meta, Shard, least_position, parse_position
-from delayqueue.live.shards import message_shards, topic_shards
+from delayqueue.live.shards import message_shards, shard_of, topic_shards
 from delayqueue.runtime import Runtime
+from delayqueue.stores.topic_settings import DEFAULT as DEFAULT_SETTINGS
 
 # The loader position before every waiting row: where Redis, having lost its data, answers for none.
 EVERY_ROW = (0, 0)
 
 
-async def holding_shards(rt: Runtime, *, topic: str, msg_ids: list[str]) -> list[Shard]:
+async def holding_shards(rt: Runtime, *, topic: str, msg_ids: list[str],
+                         counts: tuple[int, ...] | None = None) -> list[Shard]:
     """Each msgId's shard (live/shards.py). While the topic drains other shard counts, the shard
-    of theirs that holds it, found in one round trip; the current count's if none does."""
-    counts = (await rt.topic_configs.settings(topic)).shard_counts
+    of theirs that holds it, found in one round trip; the current count's if none does. `counts`:
+    the topic's shard counts (default: as the settings in force say)."""
+    counts = counts or (await rt.topic_configs.settings(topic)).shard_counts
     return await first_holding(rt, msg_ids=msg_ids, places=[message_shards(topic, msg_id, counts)
                                                             for msg_id in msg_ids])
 
@@ -38,10 +45,46 @@ async def first_holding(rt: Runtime, *, msg_ids: list[str], places: list[list[Sh
             if len(mine) > 1 else mine[0] for mine in places]
 
 
-async def on_its_shard(rt: Runtime, *, topic: str, msg_id: str, call: Callable[[Shard], scripts.ScriptCall]) -> Any:
-    """The reply of a script run on the msgId's shard (holding_shards)."""
-    [shard] = await holding_shards(rt, topic=topic, msg_ids=[msg_id])
-    return await rt.scripts.call(call(shard))
+async def newer_counts(rt: Runtime, topic: str, *, msg_id: str, after: float,
+                       known: tuple[int, ...]) -> tuple[int, ...] | None:
+    """The topic's shard counts as read after `after` (time.monotonic()), for a msgId missing where
+    the `known` counts place it, if they are not those (None if they are, or cannot be told): for
+    up to refreshed.REFRESH_SECONDS after a reshard, a process that has not read it looks for the
+    new count's messages where they are not. Only once a change from the known current count has
+    begun (Meta.DRAINING, set in its shards before the change is saved) are the settings read."""
+    try:
+        if not await given_up(rt, [shard_of(topic, msg_id, known[0])]):
+            return None
+        counts = (await rt.topic_configs.fresh(after)).get(topic, DEFAULT_SETTINGS).shard_counts
+    except (RedisError, LogUnavailable):
+        return None
+    return None if counts == known else counts
+
+
+async def given_up(rt: Runtime, shards: list[Shard]) -> bool:
+    """Whether a change from the shard count of any of these shards has begun (Meta.DRAINING, set in
+    a count's shards before the change is saved), in one round trip: a process that takes their
+    counts for current has a reshard to read."""
+    pipe = rt.redis.pipeline(transaction=False)
+    for shard in shards:
+        pipe.hget(rt.ns.topic(shard).meta, Meta.DRAINING)
+    return "1" in await pipe.execute()
+
+
+async def on_its_shard(rt: Runtime, *, topic: str, msg_id: str, call: Callable[[Shard], scripts.ScriptCall],
+                       missing: Callable[[Any], bool]) -> tuple[Shard, Any]:
+    """The reply of a script run on the msgId's shard (holding_shards), and that shard. A reply
+    `missing` the msgId (Redis holds none there) runs again where the settings read since place it,
+    if they place it elsewhere (newer_counts)."""
+    asked = time.monotonic()
+    known = (await rt.topic_configs.settings(topic)).shard_counts
+    [shard] = await holding_shards(rt, topic=topic, msg_ids=[msg_id], counts=known)
+    reply = await rt.scripts.call(call(shard))
+    if missing(reply) and (counts := await newer_counts(rt, topic, msg_id=msg_id, after=asked,
+                                                        known=known)) is not None:
+        [shard] = await holding_shards(rt, topic=topic, msg_ids=[msg_id], counts=counts)
+        reply = await rt.scripts.call(call(shard))
+    return shard, reply
 
 
 async def cold_after(rt: Runtime, shard: Shard) -> tuple[int, int] | None:
@@ -79,11 +122,11 @@ async def cold_message(rt: Runtime, shard: Shard, msg_id: str, after: tuple[int,
 async def get_message(rt: Runtime, *, topic: str, msg_id: str) -> Message | None:
     """A live message (in the cold tier, from the message log if it is cold), or an ended one
     inside the retention window; None otherwise."""
-    [shard] = await holding_shards(rt, topic=topic, msg_ids=[msg_id])
-    call = scripts.get(rt.context, shard, msg_id=msg_id)
-    message = await rt.scripts.call(call)
+    call = functools.partial(scripts.get, rt.context, msg_id=msg_id)
+    shard, message = await on_its_shard(rt, topic=topic, msg_id=msg_id, call=call,
+                                        missing=lambda message: message is None)
     if message is None and rt.config.finds_cold and (after := await cold_after(rt, shard)) is not None:
-        return await cold_message(rt, shard, msg_id, after) or await rt.scripts.call(call)
+        return await cold_message(rt, shard, msg_id, after) or await rt.scripts.call(call(shard))
     return message
 
 
@@ -93,9 +136,10 @@ async def delete_message(rt: Runtime, *, topic: str, msg_id: str, release: bool 
     cold tier, a cold message is deleted in the message log, and Redis keeps it as deleted for the
     retention in the shard the loader would bring it into, so a loader that read it before cannot
     bring it in."""
-    [shard] = await holding_shards(rt, topic=topic, msg_ids=[msg_id])
+    shard, outcome = await on_its_shard(rt, topic=topic, msg_id=msg_id, missing=lambda outcome: outcome == -1,
+                                        call=functools.partial(scripts.delete, rt.context, msg_id=msg_id,
+                                                               release=release))
     call = scripts.delete(rt.context, shard, msg_id=msg_id, release=release)
-    outcome = await rt.scripts.call(call)
     if outcome == -1 and rt.config.finds_cold and (after := await cold_after(rt, shard)) is not None:
         deleted = await cold_message(rt, shard, msg_id, after) and await _delete_logged(rt, shard, msg_id, after)
         if deleted is not None:
@@ -165,9 +209,11 @@ async def reschedule_message(rt: Runtime, *, topic: str, msg_id: str, trigger_ti
     with it (the TTL counts from the new trigger time), unless it came before the triggerTime (the
     TTL ends during a nack's delay or a backoff): then it stays. Answers the message as stored.
     Raises Conflict when it is consuming, NotFound when it is unknown or ended."""
-    [shard] = await holding_shards(rt, topic=topic, msg_ids=[msg_id])
-    reply = await rt.scripts.call(scripts.reschedule(rt.context, shard, msg_id=msg_id, trigger_time=trigger_time,
-                                                     delay_millis=delay_millis))
+    shard, reply = await on_its_shard(rt, topic=topic, msg_id=msg_id,
+                                      call=lambda shard: scripts.reschedule(rt.context, shard, msg_id=msg_id,
+                                                                            trigger_time=trigger_time,
+                                                                            delay_millis=delay_millis),
+                                      missing=lambda reply: reply.stored is None and reply.status == 0)
     if reply.stored is None and reply.status == 0 and rt.config.finds_cold:
         reply = await _reschedule_cold(rt, shard, msg_id, trigger_time, delay_millis) or reply
     if reply.stored is not None:

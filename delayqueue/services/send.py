@@ -11,6 +11,7 @@ that a message ended (the log lags it by milliseconds) and with the log off."""
 import asyncio
 import contextlib
 import dataclasses
+import time
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -28,7 +29,7 @@ from delayqueue.live.protocol import ConnectionLost
 from delayqueue.live.shards import bound_share, message_shards, shard_of
 from delayqueue.runtime import Runtime
 from delayqueue.services import admission, caps
-from delayqueue.services.messages import first_holding
+from delayqueue.services.messages import first_holding, given_up
 from delayqueue.stores.limits import NAMESPACE
 from delayqueue.stores.topic_settings import DEFAULT as DEFAULT_SETTINGS
 from delayqueue.stores.topic_settings import TopicSettings
@@ -90,8 +91,18 @@ async def target_shards(rt: Runtime, messages: list[Message], logged_live: list[
     msgId is looked for so, and so with a dedupe window no longer than the retention: a new life
     then goes where Redis may still keep its ended one, which send.lua replaces (packed or cold in
     another shard, the new life would be hidden from getMsg behind the ended one). `settings`: the
-    namespace's topic settings (default: the runtime's)."""
-    settings = settings if settings is not None else await rt.topic_configs.table()
+    namespace's topic settings (default: the runtime's, read again if a msgId the log holds live is
+    placed in a count whose change has begun: for up to refreshed.REFRESH_SECONDS after a reshard,
+    a process that has not read it would not look for it in the new count)."""
+    if settings is None:
+        asked = time.monotonic()
+        settings = await rt.topic_configs.table()
+        live = [message for message, logged in zip(messages, logged_live or []) if logged is not None]
+        if live and await given_up(rt, [shard_of(message.topic, message.msg_id,
+                                                 settings.get(message.topic, DEFAULT_SETTINGS).shards)
+                                        for message in live]):
+            with contextlib.suppress(LogUnavailable):
+                settings = await rt.topic_configs.fresh(asked)
     # Which msgIds are live; without the log, only Redis can tell, and it alone keeps a msgId ended
     # within the retention that the log's dedupe lets start anew.
     log_tells = rt.config.message_log and rt.config.dedupe_window_millis > rt.config.ended_retention_millis

@@ -1,12 +1,14 @@
 """Topics: their settings' mirror in Redis, purging a topic, and what the API reads of them: the
 registry, queue sizes, monitor counters, the settings in force. (Changing the settings:
 topic_control.py.)"""
+import contextlib
 import logging
 from collections import Counter
 from dataclasses import dataclass, replace
 
 from delayqueue.core.clock import now_millis
 from delayqueue.core.constants import COLD_HOUR_MILLIS
+from delayqueue.core.exceptions import LogUnavailable
 from delayqueue.core.messages import Message
 from delayqueue.live import scripts, stats
 from delayqueue.live.keys import Meta, Shard, least_position, parse_position
@@ -31,6 +33,9 @@ async def purge_topic(rt: Runtime, *, topic: str) -> int:
     what the topic held when it started (its queues' sizes then), and one more. Messages sent
     while it runs may be purged in place of older ones, which then stay; a purge called again
     takes them."""
+    # Its shard counts as saved: a process that has not read a reshard yet would leave the new count's messages.
+    with contextlib.suppress(LogUnavailable):
+        await rt.topic_configs.fresh()
     purged = await _purge_cold(rt, topic) if rt.config.message_log else 0
     held = await topic_info(rt, topic=topic)
     for shard in (await topic_shard_lists(rt, topics=[topic]))[0]:

@@ -7,6 +7,7 @@ open: while PostgreSQL cannot be read, the table last read stays in force (an em
 process that has not read it yet) and the log says so once."""
 import asyncio
 import logging
+import math
 import time
 
 from delayqueue.core.exceptions import LogUnavailable
@@ -45,6 +46,7 @@ class RefreshedTable:
         self._reading = asyncio.Lock()  # one read at a time: each builds on the one before
         self._since: str | None = None  # the last read's snapshot xmin; None: read the whole table next
         self._full_read_at = 0.0  # time.monotonic() of the last whole read
+        self._read_began = -math.inf  # time.monotonic() when the read in force began
         self.rows_read = 0  # how many rows the last read's statement answered
 
     def entry(self, values: tuple):
@@ -66,10 +68,14 @@ class RefreshedTable:
                 # The read was cancelled by close(), not this caller: it answers what _read left.
         return self.current
 
-    async def fresh(self) -> dict:
+    async def fresh(self, after: float | None = None) -> dict:
         """The table read now, and in force in this process from now (after this process changed
-        it). Raises LogUnavailable."""
+        it). `after` (time.monotonic()): a read begun then or later will do, so callers that wait
+        together share one. Raises LogUnavailable."""
         async with self._reading:
+            if after is not None and self._read_began >= after:
+                return self.current
+            began = time.monotonic()
             whole = self._since is None or time.monotonic() - self._full_read_at >= FULL_READ_SECONDS
             async with self._db.use() as conn:
                 since = (await (await conn.execute(sql.SNAPSHOT_XMIN)).fetchone())[0]
@@ -85,7 +91,7 @@ class RefreshedTable:
                     table.pop(topic, None)
                 else:
                     table[topic] = entry
-            self.current, self._since = table, since
+            self.current, self._since, self._read_began = table, since, began
             if whole:
                 self._full_read_at = time.monotonic()
         return table

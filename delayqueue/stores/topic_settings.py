@@ -104,8 +104,8 @@ class TopicConfigCache(RefreshedTable):
     def entry(self, values: tuple) -> TopicSettings:
         return TopicSettings(*values)
 
-    async def fresh(self) -> dict:
-        return placed(self._ns.namespace, await super().fresh())
+    async def fresh(self, after: float | None = None) -> dict:
+        return placed(self._ns.namespace, await super().fresh(after))
 
     async def settings(self, topic: str) -> TopicSettings:
         """The topic's settings in force."""

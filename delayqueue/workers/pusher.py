@@ -274,7 +274,7 @@ class Pusher:
         def received(message: dict) -> None:
             # Only push topics wake the loop: the channels carry every topic of the namespace,
             # pulled ones too. One given a push URL since is pulled as the settings show it.
-            if message["type"] != "message":
+            if message["type"] not in ("message", "pmessage"):
                 return
             topic = message["data"]
             if message["channel"] == self.rt.ns.ready_channel:  # it names a ready list
@@ -291,7 +291,9 @@ class Pusher:
 
         cfg = self.rt.config
         # Ready: a topic has messages to take. Schedule: it has an earlier due time than before (a
-        # send), which a pull answers, so the topic is pulled again at that time.
+        # send), which a pull answers, so the topic is pulled again at that time; a shard's on a channel
+        # of its own (keys.wake_channel).
         channels = (self.rt.ns.ready_channel, self.rt.ns.schedule_channel)
         await subscribe_forever(cfg.redis_url, cfg.redis_timeout, what="pusher", channels=channels,
-                                on_message=received, on_subscribed=subscribed, on_lost=lambda: None)
+                                patterns=(self.rt.ns.schedule_shards,), on_message=received,
+                                on_subscribed=subscribed, on_lost=lambda: None)

@@ -52,6 +52,7 @@ from delayqueue.live.pubsub import subscribe_forever
 from delayqueue.live.shards import topic_shards
 from delayqueue.runtime import Runtime
 from delayqueue.services.admission import give_back_room
+from delayqueue.services.messages import given_up
 from delayqueue.services.topic_control import mend_mirrors
 from delayqueue.services.topics import redis_millis
 from delayqueue.stores.rows import forget_drained_shards
@@ -371,7 +372,8 @@ class Scanner:
             shards = topic_shards(topic, (mine.shards,))
             if mine.draining_shards or shard != shards[0] or self.shards.get(topic) != shards:
                 continue
-            if not await self._retire_shards(topic, shards, idle_ms):
+            # A count being given up (a reshard this scanner has not read yet): the new one holds the messages.
+            if await given_up(self.rt, [shard]) or not await self._retire_shards(topic, shards, idle_ms):
                 continue
             await self.rt.redis.zrem(self.rt.ns.topics, topic)
             pipe = self.rt.redis.pipeline(transaction=False)
@@ -576,15 +578,17 @@ class Scanner:
 
         await subscribe_forever(
             self.rt.config.redis_url, self.rt.config.redis_timeout, what=f"scanner {self.token}",
-            channels=(self.rt.ns.schedule_channel,), on_message=self._received, on_subscribed=subscribed,
-            on_lost=self._subscribed.set)
+            channels=(self.rt.ns.schedule_channel,), patterns=(self.rt.ns.schedule_shards,),
+            on_message=self._received, on_subscribed=subscribed, on_lost=self._subscribed.set)
 
     def _received(self, message: dict) -> None:
-        topic = message["data"]  # the scripts name the topic, not the shard: every shard held wakes
+        topic = message["data"]
         if topic not in self.known:
             self.known.add(topic)  # _acquire finds its shards
             self._poke.set()
-        for shard in self.shards.get(topic, ()):
+        # A shard's scripts name it in their channel: a wake of one shard runs that shard's scripts alone.
+        woken = self.rt.ns.shard_of_wake(message["channel"], topic)
+        for shard in self.shards.get(topic, ()) if woken is None else (woken,):
             if (worker := self.workers.get(shard)) is not None:
                 worker.wake()
 

@@ -1,7 +1,9 @@
 """Sharded topics (live/shards.py): one topic's messages over many key sets, each in a slot of its
 own, on the single Redis and on the 3-master Cluster."""
 import asyncio
+import contextlib
 import dataclasses
+import functools
 import random
 import signal
 import time
@@ -32,6 +34,7 @@ from delayqueue.stores.rows import forget_drained_shards
 from delayqueue.stores.topic_settings import DEFAULT as DEFAULT_SETTINGS
 from delayqueue.workers import loader as loader_module
 from delayqueue.workers import scanner as scanner_module
+from delayqueue.workers import topic_worker as topic_worker_module
 from delayqueue.workers.loader import Loader
 from tests.helpers import REDIS_CLUSTER_URL, REDIS_URL, call, logged, make_runtime, packed_ids, query, wait_until
 from tests.integration.test_limits import set_limits_now
@@ -210,22 +213,59 @@ async def test_a_long_poll_is_woken_by_a_message_in_any_shard(rt):
         assert messages[0].trigger_time == sent.trigger_time
 
 
+@contextlib.asynccontextmanager
+async def stale_runtime(rt, **overrides):
+    """A second process on `rt`'s Redis (`overrides`: its config's) that has read the topic settings
+    and reads them no more on its own (its refresher stopped): a reshard from now on is one it has
+    not read yet."""
+    other = make_runtime(rt.config.redis_url, **overrides)
+    try:
+        await other.topic_configs.table()
+        await other.topic_configs.close()
+        yield other
+    finally:
+        await other.close()
+
+
 async def test_a_poll_woken_for_a_shard_count_its_process_has_not_read_yet_reads_it(rt):
     """Within the half second a process takes to read a reshard, a message sent to a shard of the
     new count wakes its polls: a poll there reads the settings then, and pulls that shard. Pulling
     only the counts it knew, it found nothing and waited out its hold, the message left ready."""
-    other = make_runtime(rt.config.redis_url)
-    try:
-        await other.topic_configs.table()
-        await other.topic_configs.close()  # its refresher stopped: the reshard is not read on its own
+    async with stale_runtime(rt) as other:
         poll = asyncio.ensure_future(long_poll_messages(other, topic="ahead", timeout_millis=30_000))
         await asyncio.sleep(0.2)
         await shard_topic(rt, "ahead", 3)
         msg_id = msg_id_in("ahead", 3, 2, "new")
         await send_message(rt, request=SendRequest("ahead", "x", msg_id=msg_id))
         assert [m.msg_id for m in await asyncio.wait_for(poll, 10)] == [msg_id]
-    finally:
-        await other.close()
+
+
+@pytest.mark.parametrize("operation", ["ack", "nack", "touch", "ackMsgBatch", "getMsg", "rescheduleMsg", "deleteMsg"])
+async def test_a_message_of_a_shard_count_its_process_has_not_read_yet_is_found_by_its_msg_id(rt, operation):
+    """Within the half second a process takes to read a reshard, a request by msgId for a message
+    of the new count finds it: missing in the counts the process knew, it reads the settings then.
+    It answered not found (an ack: not done, so the message came back at its ack timeout)."""
+    async with stale_runtime(rt) as other:
+        await shard_topic(rt, "ahead", 3)
+        msg_id = msg_id_in("ahead", 3, 2, "new")
+        consumed = operation in ("ack", "nack", "touch", "ackMsgBatch")
+        await send_message(rt, request=SendRequest("ahead", "x", msg_id=msg_id, delay_millis=0 if consumed else 60_000))
+        if consumed:
+            assert [m.msg_id for m in await pull_all(rt, "ahead", 1)] == [msg_id]
+        if operation == "ack":
+            assert (await ack_message(other, topic="ahead", msg_id=msg_id)).done
+        elif operation == "nack":
+            assert (await nack_message(other, topic="ahead", msg_id=msg_id)).done
+        elif operation == "touch":
+            assert await touch_message(other, topic="ahead", msg_id=msg_id, ack_timeout_millis=60_000) > 0
+        elif operation == "ackMsgBatch":
+            assert await ack_messages(other, topic="ahead", msg_ids=["unknown", msg_id]) == [False, True]
+        elif operation == "getMsg":
+            assert (await get_message(other, topic="ahead", msg_id=msg_id)).status == Status.WAITING
+        elif operation == "rescheduleMsg":
+            assert (await reschedule_message(other, topic="ahead", msg_id=msg_id, delay_millis=1)).msg_id == msg_id
+        else:
+            assert await delete_message(other, topic="ahead", msg_id=msg_id)
 
 
 async def test_a_poll_woken_by_a_shards_ready_list_pulls_that_shard_alone(rt, monkeypatch):
@@ -305,6 +345,19 @@ async def test_pause_resume_and_purge_cover_every_shard(rt):
     assert await purge_topic(rt, topic="p") == 18  # the two consuming ones too
     info = await topic_info(rt, topic="p")
     assert (info.waiting, info.ready, info.consuming) == (0, 0, 0)
+
+
+async def test_a_purge_by_a_process_that_has_not_read_a_reshard_ends_the_new_counts_messages(rt):
+    """A purge reads the topic's shard counts afresh: one asked of a process that has not read a
+    reshard yet purges the new count's shards too. It purged only the counts it knew, and the new
+    count's messages stayed live."""
+    async with stale_runtime(rt) as other:
+        await send_message(rt, request=SendRequest("gone", "x", msg_id="before", delay_millis=60_000))
+        await shard_topic(rt, "gone", 3)
+        await send_messages(rt, requests=[SendRequest("gone", "x", msg_id=msg_id_in("gone", 3, index, "after"),
+                                                      delay_millis=60_000) for index in range(3)])
+        assert await purge_topic(other, topic="gone") == 4
+        assert await live_over(rt, "gone", (3, 1)) == 0
 
 
 async def test_a_resume_wakes_the_long_polls_of_every_shards_ready_messages(rt, monkeypatch):
@@ -457,30 +510,50 @@ async def test_a_push_topic_with_shards_delivers_from_every_shard(single_rt, sta
     assert sorted(request["message"]["msgId"] for request in receiver.requests) == sorted(m.msg_id for m in sent)
 
 
+async def sharded_alone(rt, topic: str, count: int) -> None:
+    """The topic takes `count` shards, and the count of 1 it leaves, which never held any, is
+    retired at once."""
+    await shard_topic(rt, topic, count)
+    changed_at = (await rt.topic_configs.fresh())[topic].shards_changed_at
+    assert await sync_to_async(forget_drained_shards)(namespace=rt.ns.namespace, topic=topic, count=1,
+                                                      changed_at=changed_at)
+    await rt.topic_configs.fresh()
+
+
+async def taken(rt, topic: str, slots: int, pushers: int) -> list[int]:
+    """What each of `pushers` pushers, one after another, takes with `slots` free slots under a
+    concurrency of `slots`."""
+    return [len((await pull_many(rt, pulls=[Pull(topic, slots, 60_000, max_inflight=slots)]))[0].messages)
+            for _pusher in range(pushers)]
+
+
 async def test_a_push_topics_concurrency_holds_over_its_shards_whichever_pusher_takes_them(single_rt):
     """Each shard holds a share of pushConcurrency, the shares adding up to it: pushers pulling
     apart (each with its own free slots) never have more in flight together."""
     rt = single_rt
-
-    async def sharded(topic: str) -> None:
-        await shard_topic(rt, topic, 3)
-        changed_at = (await rt.topic_configs.fresh())[topic].shards_changed_at
-        assert await sync_to_async(forget_drained_shards)(namespace=rt.ns.namespace, topic=topic, count=1,
-                                                          changed_at=changed_at)  # count 1 never held any
-        await rt.topic_configs.fresh()
-
-    async def taken(topic: str, slots: int, pushers: int) -> list[int]:
-        return [len((await pull_many(rt, pulls=[Pull(topic, slots, 60_000, max_inflight=slots)]))[0].messages)
-                for _pusher in range(pushers)]
-
-    await sharded("hooks")
+    await sharded_alone(rt, "hooks", 3)
     await send_messages(rt, requests=[SendRequest("hooks", "x", msg_id=f"h{i}") for i in range(30)])
-    assert sum(await taken("hooks", 4, 3)) == 4  # shares of 2, 1 and 1 (rounded up, 2 each took 6)
+    assert sum(await taken(rt, "hooks", 4, 3)) == 4  # shares of 2, 1 and 1 (rounded up, 2 each took 6)
     # With fewer slots than shards, each shard still has one: none of its messages is stuck.
-    await sharded("few")
+    await sharded_alone(rt, "few", 3)
     await send_messages(rt, requests=[SendRequest("few", "x", msg_id=msg_id_in("few", 3, index, "f"))
                                       for index in range(3)])
-    assert await taken("few", 1, 4) == [1, 1, 1, 0]
+    assert await taken(rt, "few", 1, 4) == [1, 1, 1, 0]
+
+
+async def test_a_push_topics_concurrency_holds_over_the_shards_of_both_counts_while_one_drains(single_rt):
+    """While a count given up drains, the shares of pushConcurrency over the shards of both counts
+    add up to it, the given-up count's first, each of them kept one so that it empties. Each shard
+    of both kept one: 7 shards under a concurrency of 6 had 7 in flight."""
+    rt = single_rt
+    await sharded_alone(rt, "hooks", 3)
+    await send_messages(rt, requests=[SendRequest("hooks", "x", msg_id=msg_id_in("hooks", 3, index, f"old{n}"))
+                                      for index in range(3) for n in range(2)])
+    await shard_topic(rt, "hooks", 4)
+    await send_messages(rt, requests=[SendRequest("hooks", "x", msg_id=msg_id_in("hooks", 4, index, f"new{n}"))
+                                      for index in range(4) for n in range(2)])
+    assert sum(await taken(rt, "hooks", 6, 3)) == 6
+    assert [await rt.redis.zcard(rt.ns.topic(Shard("hooks", 3, index)).inflight) for index in range(3)] == [1, 1, 1]
 
 
 async def test_bad_shard_counts_are_refused(api, single_rt):
@@ -666,6 +739,19 @@ async def test_a_message_sent_again_during_a_reshard_is_answered_from_the_shard_
         await rt.close()
 
 
+async def test_a_message_sent_again_by_a_process_that_has_not_read_the_reshard_is_answered_as_sent(rt):
+    """Within the half second a process takes to read a reshard, a send of a msgId live in a shard
+    of the new count (the log holds it live) finds it there: it is answered as the duplicate it is.
+    Placed by the counts the process knew, it was made a second live message in the old count."""
+    async with stale_runtime(rt) as other:
+        await shard_topic(rt, "again", 3)
+        msg_id = msg_id_in("again", 3, 2, "twice")
+        first = await send_message(rt, request=SendRequest("again", "x", msg_id=msg_id, delay_millis=60_000))
+        again = await send_message(other, request=SendRequest("again", "y", msg_id=msg_id, delay_millis=60_000))
+        assert (again.payload, again.produce_time) == ("x", first.produce_time)
+        assert await where_held(rt, "again", (3, 1), msg_id) == [Shard("again", 3, 2)]
+
+
 async def test_restore_rebuilds_every_shard(rt):
     await shard_topic(rt, "back", 3)
     sent = await send_messages(rt, requests=[SendRequest("back", f"b{i}", msg_id=f"b{i}", delay_millis=60_000)
@@ -717,6 +803,40 @@ async def test_a_restore_leaves_a_sharded_topics_messages_beyond_the_window_to_i
 
 
 @pytest.mark.process
+async def test_a_wake_for_one_shard_runs_that_shards_scripts_alone(single_rt, start_scanner, monkeypatch):
+    """A script of one shard wakes the scanner's worker of that shard only: a send due earlier in
+    shard 0 left the other shards' due messages, which no wake announced, to their own timers.
+    Each woke every shard's worker, and a hot topic's wakes ran every shard's scripts. A wake that
+    names only the topic (the channel's older form) still wakes them all."""
+    rt = single_rt
+    monkeypatch.setattr(topic_worker_module, "MAX_IDLE_SLEEP", 60)  # no safety-net pass within the test
+    await shard_topic(rt, "wake", 3)
+    late = [msg_id_in("wake", 3, index, f"late{index}") for index in (1, 2)]
+    await send_messages(rt, requests=[SendRequest("wake", "x", msg_id=msg_id, delay_millis=60_000) for msg_id in late])
+    running = await start_scanner(rt)
+
+    async def held() -> bool:
+        return len([shard for shard in running.scanner.workers if shard.count == 3]) == 3
+
+    await wait_until(held, what="every shard held")
+    await asyncio.sleep(0.3)  # their first passes done, the workers sleep towards the messages' due time
+    for index, msg_id in zip((1, 2), late):  # due now, as a lost wake would leave them
+        assert await rt.redis.zadd(rt.ns.topic(Shard("wake", 3, index)).waiting, {msg_id: now_millis()}, xx=True,
+                                   ch=True)
+    soon = msg_id_in("wake", 3, 0, "soon")
+    await send_message(rt, request=SendRequest("wake", "x", msg_id=soon, delay_millis=100))
+
+    async def promoted(msg_id: str) -> bool:
+        return await rt.redis.zscore(rt.ns.topic(shard_of("wake", msg_id, 3)).waiting, msg_id) is None
+
+    await wait_until(functools.partial(promoted, soon), timeout=5, what="shard 0's message promoted")
+    await asyncio.sleep(0.3)
+    assert [await promoted(msg_id) for msg_id in late] == [False, False]
+    await rt.redis.publish(rt.ns.schedule_channel, "wake")
+    for msg_id in late:
+        await wait_until(functools.partial(promoted, msg_id), timeout=5, what="woken with the topic")
+
+
 async def test_a_killed_scanners_shards_are_taken_over(single_rt, scanner_process):
     rt = single_rt
     await shard_topic(rt, "k", 4)
@@ -802,12 +922,13 @@ async def cold_loader(rt, topic: str, count: int) -> Loader:
 
 @pytest.fixture
 async def windowed(rt, monkeypatch):
-    """Two runtimes on `rt`'s Redis: one with a 1 s hot window, and one whose 300 s window covers
-    the messages sent cold (a loader there brings them in). Loading waits neither for a reshard
+    """Two runtimes on `rt`'s Redis: one with a 5 s hot window (a test's steps on a busy machine
+    take most of a second), and one whose 300 s window covers the messages sent cold (a loader
+    there brings them in). Loading waits neither for a reshard
     to settle nor for young rows (a topic sharded at once still drains the count of 1)."""
     monkeypatch.setattr(loader_module, "SHARDS_SETTLE_MILLIS", 0)
     monkeypatch.setattr(loader_module, "IN_FLIGHT_MILLIS", 0)
-    short = make_runtime(rt.config.redis_url, hot_window_millis=1000)
+    short = make_runtime(rt.config.redis_url, hot_window_millis=5000)
     ahead = make_runtime(rt.config.redis_url, hot_window_millis=300_000)
     yield short, ahead
     await short.close()
@@ -1063,6 +1184,31 @@ async def test_an_idle_sharded_topic_is_retired_whole_and_a_send_brings_it_back(
         again = await send_message(rt, request=SendRequest("idle", "again"))
         assert await rt.redis.zscore(rt.ns.topics, "idle") is not None
         assert [m.msg_id for m in await pull_all(rt, "idle", 1)] == [again.msg_id]
+    finally:
+        await rt.close()
+
+
+async def test_a_scanner_that_has_not_read_a_reshard_leaves_the_topic_registered(clean_state, start_scanner):
+    """A scanner that takes a count being given up for the topic's current one (it has not read the
+    reshard yet) does not retire the topic when that count's shards are idle and empty: the new
+    count holds its messages. It retired the topic, taking it out of the registry."""
+    # Without the log, the ended message's body is all a shard keeps of it after the retention.
+    config = {"topic_idle_seconds": 1, "topic_check_seconds": 1, "message_log": False}
+    rt = make_runtime(REDIS_URL, **config)
+    try:
+        async with stale_runtime(rt, **config) as stale:
+            await send_message(rt, request=SendRequest("idle", "x", msg_id="first"))
+            await start_scanner(stale)
+            await shard_topic(rt, "idle", 3)
+            await send_message(rt, request=SendRequest("idle", "x", msg_id="later", delay_millis=60_000))
+            assert await ack_messages(rt, topic="idle", msg_ids=[m.msg_id for m in await pull_all(rt, "idle", 1)])
+
+            async def emptied():  # the acked body purged after the retention
+                return not await rt.redis.exists(rt.ns.topic("idle").msgs)
+
+            await wait_until(emptied, timeout=20, interval=0.1, what="the count given up emptied")
+            await asyncio.sleep(3)  # idle past the bound, and looked at twice since
+            assert await rt.redis.zscore(rt.ns.topics, "idle") is not None
     finally:
         await rt.close()
 

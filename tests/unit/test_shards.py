@@ -1,4 +1,5 @@
 """Which shard holds a message, and where a shard's keys live (live/shards.py, live/keys.py)."""
+import fnmatch
 from collections import Counter
 
 import pytest
@@ -6,7 +7,7 @@ from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 
 from delayqueue.live import stats
 from delayqueue.live.keys import Shard, namespace_keys
-from delayqueue.live.shards import message_shards, shard_of, topic_shards
+from delayqueue.live.shards import counts_shares, message_shards, shard_of, topic_shards
 
 
 def test_a_msg_id_has_one_shard_per_count_and_keeps_it():
@@ -116,3 +117,26 @@ def test_a_placed_shards_keys_land_in_its_range():
     assert {owner(shard_slot(Shard("placed", 4, i))) for i in range(4)} == {"a", "b", "c", "d"}
     assert spread(5, [(0, 16383, "m")]) == [(i * 16384 // 5, (i + 1) * 16384 // 5) for i in range(5)]
     assert len(set(spread(3, [(0, 1, "a"), (2, 16383, "b")]))) == 3  # a master of 2 slots takes 2 shards in them
+
+
+def test_a_shards_wake_channel_names_it_and_the_schedule_channel_every_shard():
+    ns = namespace_keys("ns")
+    assert ns.wake_channel("t") == ns.wake_channel(Shard("t")) == ns.schedule_channel
+    assert ns.shard_of_wake(ns.schedule_channel, "t") is None  # every key set of the topic
+    channel = ns.wake_channel(Shard("t", 12, 7))
+    assert fnmatch.fnmatchcase(channel, ns.schedule_shards) and not fnmatch.fnmatchcase(ns.schedule_channel,
+                                                                                          ns.schedule_shards)
+    assert ns.shard_of_wake(channel, "t") == Shard("t", 12, 7)
+
+
+def test_a_bound_is_shared_over_the_shards_of_every_count_the_given_up_ones_kept():
+    def shares(bound: int, counts: tuple[int, ...]) -> list[int]:
+        return list(counts_shares(bound, "t", counts).values())
+
+    assert shares(4, (3,)) == [2, 1, 1] and shares(1, (3,)) == [1, 1, 1]  # one count: each kept
+    assert sum(shares(6, (4, 3))) == 6 and sum(shares(20, (4, 3))) == 20
+    # Under a bound below the shards of both, the given-up count's come first, each kept.
+    by_shard = counts_shares(2, "t", (4, 3))
+    assert [by_shard[Shard("t", 3, i)] for i in range(3)] == [1, 1, 1]
+    assert [by_shard[Shard("t", 4, i)] for i in range(4)] == [0, 0, 0, 0]
+    assert set(counts_shares(0, "t", (4, 3)).values()) == {0}  # no bound
