@@ -302,7 +302,8 @@ class QueueConfig:
     dedupe_window_millis: int = setting(
         "DELAYQUEUE_DEDUPE_WINDOW_MILLIS", 86_400_000, "a send under the msgId of a message that ended less than "
         "this long ago answers that message and delivers nothing; a dead letter's msgId stays taken until it is "
-        "redriven or pruned (purged, it is a deleted message from then on)", minimum=0, maximum=MAX_AGE_DAYS * 86_400_000)
+        "redriven or pruned (purged, it is a deleted message from then on)",
+        minimum=0, maximum=MAX_AGE_DAYS * 86_400_000)
     # The cold tier (workers/loader.py): messages due beyond the window wait in the message log only.
     hot_window_millis: int = setting(
         "DELAYQUEUE_HOT_WINDOW_MILLIS", 3_600_000, "Redis holds the waiting messages due within this long (the "
