@@ -82,10 +82,14 @@ def server(settings, clean_state):
 
 
 def _unstated_rule(case, answer) -> bool:
-    """A refusal under the one rule JSON Schema cannot state (its description does): ackMsgBatch's
-    retries, one per msgId."""
+    """A refusal under a rule JSON Schema cannot state (the descriptions do): ackMsgBatch's retries,
+    one per msgId; and a parameter given twice, which is how a form body carries a list or an
+    object (one field per item or key)."""
     body = case.body if isinstance(case.body, dict) else {}
     retries, msg_ids = body.get("retries"), body.get("msgIds")
+    if answer["msg"].endswith("given more than once in the request body"):
+        return case.media_type == "application/x-www-form-urlencoded" and any(
+            isinstance(value, (list, dict)) and len(value) > 1 for value in body.values())
     return (isinstance(retries, list) and isinstance(msg_ids, list) and len(retries) != len(msg_ids)
             and answer["msg"].startswith("retries: has "))
 
