@@ -577,7 +577,8 @@ def test_a_one_second_schedule_fires_every_tick_once_for_a_minute_through_a_scan
                 now = now_millis()
                 for m in pulled:
                     delivered.append(m.msg_id)
-                    if now < expected.get(m.msg_id, 0) or m.trigger_time != expected.get(m.msg_id):
+                    # A tick the planner sent late (a loaded machine) is due when sent: late, never early.
+                    if now < expected.get(m.msg_id, 0) or m.trigger_time < expected.get(m.msg_id, 0):
                         early.append((m.msg_id, m.trigger_time, now))
                 if pulled:
                     await ack_messages(rt, topic="minute", msg_ids=[m.msg_id for m in pulled])
