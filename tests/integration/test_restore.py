@@ -220,8 +220,9 @@ async def test_restore_scope_options_and_dry_run(single_rt):
 @pytest.mark.fault
 async def test_include_expired_brings_back_undelivered_expired_messages_with_a_fresh_ttl(single_rt):
     rt = single_rt
-    m = await send_message(rt, request=SendRequest(topic="x", msg="late", delay_millis=0, ttl_millis=30))
-    await asyncio.sleep(0.06)
+    # A TTL long enough that the restored message's, counted from the restore, outlasts the checks.
+    m = await send_message(rt, request=SendRequest(topic="x", msg="late", delay_millis=0, ttl_millis=1_000))
+    await asyncio.sleep(1.05)
     assert (await pull_messages(rt, topic="x"))[0] == []  # ends it: expired, never delivered
     await drain_log(rt, ["x"])
     await rt.redis.flushall()
@@ -229,7 +230,7 @@ async def test_include_expired_brings_back_undelivered_expired_messages_with_a_f
     counts = await restore(rt, include_expired=True)
     assert counts.restored == 1
     back = await get_message(rt, topic="x", msg_id=m.msg_id)
-    assert back.status == Status.READY and back.expire_time - back.trigger_time >= 30
+    assert back.status == Status.READY and back.expire_time - back.trigger_time >= 1_000
     [pulled], _ = await pull_messages(rt, topic="x")
     assert pulled.payload == "late"
     await drain_log(rt, ["x"])
