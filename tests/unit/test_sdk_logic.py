@@ -201,9 +201,13 @@ async def test_text_utf8_cannot_carry_is_refused_in_the_caller_before_anything_i
 
 
 def test_client_options_are_checked():
-    for bad in ({"timeout": 0}, {"max_connections": 0}, {"max_retries": -1}):
-        with pytest.raises(ValueError, match="timeout must be above 0"):
+    # An endless or NaN timeout would reach the transports, which cannot wait on it.
+    for bad in ({"timeout": 0}, {"timeout": float("inf")}, {"timeout": float("nan")}, {"max_connections": 0},
+                {"max_retries": -1}):
+        with pytest.raises(ValueError, match="timeout must be above 0 and finite"):
             Client("http://queue", **bad)
+        with pytest.raises(ValueError, match="timeout must be above 0 and finite"):
+            AsyncClient("http://queue", **bad)
 
 
 def test_url_and_token_come_from_the_environment_and_the_token_shows_in_no_repr(monkeypatch):

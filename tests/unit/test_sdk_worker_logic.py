@@ -138,6 +138,15 @@ def message(retry: int = 1, topic: str = "t") -> Message:
     return Message.from_api({**API_MESSAGE, "retry": retry, "topic": topic})
 
 
+def test_a_retry_delay_must_be_a_finite_number_of_seconds_not_negative():
+    """Raised where the handler builds it, naming the problem: an endless or NaN delay reached the
+    worker's nack, which could not read it ("could not read how the handler failed")."""
+    for bad in (-1, float("inf"), float("nan"), timedelta(seconds=-1)):
+        with pytest.raises(ValueError, match="Retry's delay must be a finite number of seconds, not negative"):
+            Retry(bad)
+    assert Retry(0).delay == 0 and Retry(timedelta(days=1)).delay == 86_400
+
+
 def test_a_handlers_retry_dead_letter_or_exception_decides_the_nack(client):
     worker = Worker(client, "t", print)
     assert worker._outcome(message(), None) == Outcome(ACK)

@@ -253,9 +253,9 @@ class Calls:
         if (parts.scheme not in ("http", "https") or not parts.hostname or not self.base_url.isprintable()
                 or " " in self.base_url):
             raise ValueError(f"the server URL must be http(s)://host[:port][/prefix], got {shown_url(self.base_url)!r}")
-        if timeout <= 0 or max_connections < 1 or max_retries < 0:
-            raise ValueError(f"timeout must be above 0, max_connections at least 1 and max_retries at least 0, "
-                             f"got {timeout}, {max_connections} and {max_retries}")
+        if not 0 < timeout < math.inf or max_connections < 1 or max_retries < 0:  # NaN fails the first
+            raise ValueError(f"timeout must be above 0 and finite, max_connections at least 1 and max_retries at "
+                             f"least 0, got {timeout}, {max_connections} and {max_retries}")
         # The ends' whitespace is no token's: a token read from a secret file often ends with its newline.
         token = (token if token is not None else os.environ.get("DELAYQUEUE_TOKEN") or "").strip()
         if not (token.isascii() and token.isprintable()):  # it could be no header's value; never shown

@@ -1,6 +1,7 @@
 """One exception class per answer code of the camellia envelope (HTTP 200, `code`, `msg`), and
 the two errors of a call that got no answer of the API (Unavailable, MaybeApplied), and the
 exceptions a worker's handler raises to steer its message (Retry, DeadLetter)."""
+import math
 from datetime import timedelta
 from typing import Any
 
@@ -90,8 +91,8 @@ class Retry(Exception):
 
     def __init__(self, delay: float | timedelta | None = None):
         seconds = delay.total_seconds() if isinstance(delay, timedelta) else delay
-        if seconds is not None and seconds < 0:
-            raise ValueError(f"Retry's delay must not be negative, got {delay!r}")
+        if seconds is not None and not 0 <= seconds < math.inf:  # NaN fails it too
+            raise ValueError(f"Retry's delay must be a finite number of seconds, not negative, got {delay!r}")
         super().__init__("retry" if seconds is None else f"retry in {seconds:g} s")
         self.delay: float | None = seconds
 
