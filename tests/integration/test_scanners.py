@@ -230,14 +230,14 @@ async def test_a_standby_takes_a_topic_released_by_sigterm_at_once(single_rt, sc
     await asyncio.sleep(1.5)
     holder = await rt.redis.get(rt.ns.topic("k").lock)
     standby = b if holder == "a" else a
-    stopped_at = time.monotonic()
     assert (a if holder == "a" else b).stop() == 0
+    stopped_at = time.monotonic()  # from its exit: how long the stop itself takes is the machine's load
 
     async def taken():
         return await rt.redis.get(rt.ns.topic("k").lock) == standby.name
 
     await wait_until(taken, timeout=15, interval=0.01, what="the standby to take the topic")
-    assert time.monotonic() - stopped_at < 3  # the stop itself plus well under the 10 s lock TTL
+    assert time.monotonic() - stopped_at < 5  # released, not waited out: well under the 10 s lock TTL
 
 
 async def test_a_renewal_that_failed_leaves_the_lock_to_its_holder_which_takes_it_back_at_once(single_rt, start_scanner,
