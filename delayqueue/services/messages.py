@@ -136,16 +136,15 @@ async def delete_message(rt: Runtime, *, topic: str, msg_id: str, release: bool 
     cold tier, a cold message is deleted in the message log, and Redis keeps it as deleted for the
     retention in the shard the loader would bring it into, so a loader that read it before cannot
     bring it in."""
-    shard, outcome = await on_its_shard(rt, topic=topic, msg_id=msg_id, missing=lambda outcome: outcome == -1,
-                                        call=functools.partial(scripts.delete, rt.context, msg_id=msg_id,
-                                                               release=release))
-    call = scripts.delete(rt.context, shard, msg_id=msg_id, release=release)
+    call = functools.partial(scripts.delete, rt.context, msg_id=msg_id, release=release)
+    shard, outcome = await on_its_shard(rt, topic=topic, msg_id=msg_id, call=call,
+                                        missing=lambda outcome: outcome == -1)
     if outcome == -1 and rt.config.finds_cold and (after := await cold_after(rt, shard)) is not None:
         deleted = await cold_message(rt, shard, msg_id, after) and await _delete_logged(rt, shard, msg_id, after)
         if deleted is not None:
             return deleted
         # Not in the log after loaded_to: a load may have moved loaded_to past it since Redis was asked.
-        outcome = await rt.scripts.call(call)
+        outcome = await rt.scripts.call(call(shard))
     if outcome == 3:
         # Its log row, waiting after loaded_to until the log writer catches up, would read as a cold
         # message's: Redis keeps the body, as deleted, until the row is ended, then frees it.
