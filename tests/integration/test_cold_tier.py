@@ -684,6 +684,15 @@ async def test_a_message_redis_holds_beyond_the_window_deleted_with_its_body_is_
         await loader.close()
 
 
+async def held_beyond_the_loader(rt):
+    """Message "k": held in Redis (rescheduled from inside the window), due after the loader's
+    position, its log row written."""
+    await raise_window_to(rt, "t", now_millis() + 30_000)
+    await send(rt, msg="first", delay=10_000, msg_id="k")
+    await reschedule_message(rt, topic="t", msg_id="k", delay_millis=120_000)  # stays in Redis
+    await drain_log(rt, ["t"])
+
+
 @pytest.mark.fault
 async def test_a_message_deleted_with_its_body_while_postgresql_was_down_is_neither_purged_nor_loaded_again(
         clean_state, postgres):
@@ -693,10 +702,7 @@ async def test_a_message_deleted_with_its_body_while_postgresql_was_down_is_neit
     rt = make_runtime(REDIS_URL, hot_window_millis=WINDOW, pack_lead_millis=0, log_retry_millis=200)
     loader = await started(rt)
     try:
-        await raise_window_to(rt, "t", now_millis() + 30_000)
-        await send(rt, msg="first", delay=10_000, msg_id="k")
-        await reschedule_message(rt, topic="t", msg_id="k", delay_millis=120_000)  # stays in Redis
-        await drain_log(rt, ["t"])
+        await held_beyond_the_loader(rt)
         postgres.stop()
         assert await delete_message(rt, topic="t", msg_id="k", release=True)
         postgres.start()
@@ -719,10 +725,7 @@ async def test_a_life_sent_while_a_release_delete_ends_the_log_row_is_not_freed_
     rt = make_runtime(REDIS_URL, hot_window_millis=WINDOW, pack_lead_millis=0, dedupe_window_millis=0)
     loader = await started(rt)
     try:
-        await raise_window_to(rt, "t", now_millis() + 30_000)
-        await send(rt, msg="first", delay=10_000, msg_id="k")
-        await reschedule_message(rt, topic="t", msg_id="k", delay_millis=120_000)  # stays in Redis
-        await drain_log(rt, ["t"])
+        await held_beyond_the_loader(rt)
         real_end = rt.log.end_released
 
         async def resent_between(*args):
