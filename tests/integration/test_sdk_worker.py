@@ -651,3 +651,61 @@ def test_a_second_stop_gives_back_the_messages_in_hand_and_returns(sdk_server, c
         time.sleep(0.3)  # the abandoned handlers return now: nothing is acked
         assert client.settled["ack"] == []
     assert all(client.get("hard", f"h{i}").status == 2 for i in range(4))  # all given back, none lost
+
+
+@pytest.mark.parametrize("flavour", ["threads", "async"])
+def test_a_hard_stop_gives_back_again_what_its_own_poll_under_way_took_back(sdk_server, client, flavour):
+    """The give-back makes the messages ready, and the poll still waiting takes them at once (a new
+    delivery, its retry one more) while their given-back deliveries are still held: its own
+    give-back must name the deliveries it brought, or the server takes the nack as late."""
+    client.send_many([{"topic": "hardpoll", "msg": "x", "msg_id": f"h{i}"} for i in range(2)])
+    started, gate = [], threading.Event()
+
+    def slow_answers(ack_many):
+        def settle(topic, msg_ids, **kwargs):
+            done = ack_many(topic, msg_ids, **kwargs)
+            time.sleep(1.0)  # the give-back's answer read late: the poll under way brings them first
+            return done
+        return settle
+
+    def stop_twice(worker: Worker):
+        wait_for(lambda: len(started) == 2, timeout=15, what="both handlers running")
+        worker.stop()
+        time.sleep(0.3)  # the poll under way (room for 6 more) waits on
+        worker.stop()
+
+    if flavour == "async":
+        async def async_handler(message):
+            started.append(message.msg_id)
+            await asyncio.sleep(30)
+
+        async def scenario():
+            async with AsyncClient(sdk_server) as aclient:
+                aclient.ack_many = slow_answers_async(aclient.ack_many)
+                worker = Worker(aclient, "hardpoll", async_handler, concurrency=2, batch=8, ack_timeout_ms=30_000,
+                                wait_ms=5_000)
+                stopper = asyncio.create_task(asyncio.to_thread(stop_twice, worker))
+                await worker.run_async(install_signal_handlers=False)
+                await stopper
+
+        def slow_answers_async(ack_many):
+            async def settle(topic, msg_ids, **kwargs):
+                done = await ack_many(topic, msg_ids, **kwargs)
+                await asyncio.sleep(1.0)
+                return done
+            return settle
+        asyncio.run(scenario())
+    else:
+        def handler(message):
+            started.append(message.msg_id)
+            gate.wait(30)
+        worker = Worker(client, "hardpoll", handler, concurrency=2, batch=8, ack_timeout_ms=30_000, wait_ms=5_000)
+        client.ack_many = slow_answers(client.ack_many)
+        stopper = threading.Thread(target=stop_twice, args=(worker,))
+        stopper.start()
+        worker.run(install_signal_handlers=False)
+        stopper.join()
+        gate.set()
+    retries = {client.get("hardpoll", f"h{i}").retry for i in range(2)}
+    assert retries == {2}, retries  # the poll under way did take them again (its second delivery)
+    assert all(client.get("hardpoll", f"h{i}").status == 2 for i in range(2))  # given back both times

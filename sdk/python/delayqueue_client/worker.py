@@ -461,6 +461,14 @@ class Worker:
                       self.handler_timeout)
         return [((m.topic, m.msg_id), Outcome(NACK, self._backoff_ms(m), error_reason(error))) for m in late]
 
+    @staticmethod
+    def _unheld(messages: list[Message]) -> tuple[list[tuple[Key, Outcome]], dict[Key, int]]:
+        """What a poll brought after a hard stop, to give back as the deliveries they are: the
+        give-back of an earlier delivery of the same id (one retry less) may still be held, and a
+        nack naming that one would come too late for this one."""
+        keys = [(m.topic, m.msg_id) for m in messages]
+        return [(key, Outcome(NACK, 0, GIVEN_BACK)) for key in keys], {key: m.retry for key, m in zip(keys, messages)}
+
     def _give_back_all(self) -> list[tuple[Key, Outcome]]:
         """A hard stop: every message in hand whose outcome is not decided, nacked without delay."""
         with self._lock:
@@ -515,11 +523,16 @@ class Worker:
         return [(topic, outcome, ids[i:i + MAX_SETTLE_BATCH]) for (topic, outcome), ids in groups.items()
                 for i in range(0, len(ids), MAX_SETTLE_BATCH)]
 
-    def _settle_kwargs(self, topic: str, outcome: Outcome, msg_ids: list[str]) -> dict[str, Any]:
+    def _settle_kwargs(self, topic: str, outcome: Outcome, msg_ids: list[str],
+                       delivered: dict[Key, int] | None = None) -> dict[str, Any]:
         """ack_many's options: the outcome's, and the deliveries settled (a late settle of one
-        delivered again since then leaves the later delivery alone)."""
-        with self._lock:
-            retries = [self._held_retry((topic, msg_id)) for msg_id in msg_ids]
+        delivered again since then leaves the later delivery alone): the held ones', or the
+        retries `delivered` names."""
+        if delivered is not None:
+            retries: list[int | None] = [delivered[(topic, msg_id)] for msg_id in msg_ids]
+        else:
+            with self._lock:
+                retries = [self._held_retry((topic, msg_id)) for msg_id in msg_ids]
         if outcome.kind == ACK:
             return {"ack": True, "retries": retries}
         return {"ack": False, "dead_letter": outcome.kind == DEAD, "delay_ms": outcome.delay_ms,
@@ -709,7 +722,7 @@ class Worker:
                     time.sleep(min(POLL_STEP, end - time.monotonic()))
                 continue
             if not self._pulled(free, messages, pulled_at):
-                self._give_back_now([((topic, m.msg_id), Outcome(NACK, 0, GIVEN_BACK)) for m in messages])
+                self._give_back_now(*self._unheld(messages))
                 return
             for message in messages:
                 if not handlers.put(message):  # closed: a hard stop gave the message back
@@ -717,12 +730,13 @@ class Worker:
             if burst and len(messages) < free:
                 return  # nothing more due now
 
-    def _give_back_now(self, items: list[tuple[Key, Outcome]]) -> None:
+    def _give_back_now(self, items: list[tuple[Key, Outcome]], delivered: dict[Key, int] | None = None) -> None:
         """Nacks these from the calling thread (no settle loop to do it); a failure leaves them to
-        their ack timeout."""
+        their ack timeout. `delivered`: see _settle_kwargs."""
         for topic, outcome, msg_ids in self._settle_groups(items):
             try:
-                self._sync_client().ack_many(topic, msg_ids, **self._settle_kwargs(topic, outcome, msg_ids))
+                self._sync_client().ack_many(topic, msg_ids,
+                                             **self._settle_kwargs(topic, outcome, msg_ids, delivered))
             except DelayQueueError as error:
                 log.error("could not give back %s/%s (%s): delivered again after their ack timeout", topic,
                           ", ".join(msg_ids), error)
@@ -881,10 +895,11 @@ class Worker:
         if self._settler_failed:  # no settle loop gave them back
             await self._give_back_async(given_back)
 
-    async def _give_back_async(self, items: list[tuple[Key, Outcome]]) -> None:
+    async def _give_back_async(self, items: list[tuple[Key, Outcome]], delivered: dict[Key, int] | None = None) -> None:
         for topic, outcome, msg_ids in self._settle_groups(items):
             try:
-                await self._async_client().ack_many(topic, msg_ids, **self._settle_kwargs(topic, outcome, msg_ids))
+                await self._async_client().ack_many(topic, msg_ids,
+                                                    **self._settle_kwargs(topic, outcome, msg_ids, delivered))
             except DelayQueueError as error:
                 log.error("could not give back %s/%s (%s): delivered again after their ack timeout", topic,
                           ", ".join(msg_ids), error)
@@ -920,7 +935,7 @@ class Worker:
                 self._pulled(free, [], pulled_at)
                 raise
             if not self._pulled(free, messages, pulled_at):
-                await self._give_back_async([((topic, m.msg_id), Outcome(NACK, 0, GIVEN_BACK)) for m in messages])
+                await self._give_back_async(*self._unheld(messages))
                 return
             for message in messages:
                 task = asyncio.create_task(self._handle_async(message, results, slots))
