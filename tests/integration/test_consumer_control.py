@@ -131,12 +131,13 @@ async def test_a_pull_and_an_ack_of_more_than_a_chunk_each_move_every_message_on
 
 async def test_a_promotion_of_more_than_a_chunk_makes_each_message_ready_once_in_trigger_order(big_batch_rt):
     rt = big_batch_rt
-    due = await redis_now(rt) + 500
+    due = await redis_now(rt) + 3_000  # the sends must all land before it, on a loaded machine too
     # Every seventh at priority 3, which has its own ready structure; the rest on the ready list.
     sent = await send_messages(rt, requests=[
         SendRequest(topic="t", msg=f"body {i}", msg_id=f"m{i}", trigger_time=due + i // 100,
                     priority=3 if i % 7 == 0 else 0) for i in range(2_600)])
     assert all(not isinstance(m, Exception) for m in sent)
+    assert {m.status for m in sent} == {Status.WAITING}  # else the promotion below has less to move
     while await redis_now(rt) < due + 30:
         await asyncio.sleep(0.05)
     assert (await promote(rt)).count == 2_600
