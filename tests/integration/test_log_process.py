@@ -51,11 +51,11 @@ async def test_the_history_and_the_ticks_come_from_the_log_process_which_stops_w
     scanner.wait_started()
     child = await log_process_of(scanner)
     msg_id = await one_life(rt, "lives")
-    await wait_until(lambda: written("lives", msg_id), timeout=10, what="the message's history in the log")
+    await wait_until(lambda: written("lives", msg_id), timeout=30, what="the message's history in the log")
     start = now_millis() + 3000
     await create_schedule(rt, spec=ScheduleSpec(schedule_id="s", topic="ticks", payload="tick", every_millis=1000,
                                                 start_time=start))
-    first = await wait_until(lambda: get_message(rt, topic="ticks", msg_id=tick_msg_id("s", start, 0)), timeout=10,
+    first = await wait_until(lambda: get_message(rt, topic="ticks", msg_id=tick_msg_id("s", start, 0)), timeout=30,
                              what="the schedule's first tick to be planned")
     assert first.trigger_time == start
     # Its 'sent' row names the scanner whose log process planned it, as the scanner's own rows do.
@@ -74,14 +74,14 @@ async def test_a_killed_log_process_is_started_again_and_the_history_goes_on(sin
     scanner.wait_started()
     before = await one_life(rt, "lives")
     first = await log_process_of(scanner)
-    await wait_until(lambda: written("lives", before), timeout=10, what="the first message's history")
+    await wait_until(lambda: written("lives", before), timeout=30, what="the first message's history")
 
     os.kill(first, signal.SIGKILL)
     second = await log_process_of(scanner, 2)
     assert second != first and process_ended(first)
     assert f"the log process {first} ended (exit code -9): starting it again" in scanner.output()
     after = await one_life(rt, "lives")
-    await wait_until(lambda: written("lives", after), timeout=10, what="the history written by the new log process")
+    await wait_until(lambda: written("lives", after), timeout=30, what="the history written by the new log process")
     assert scanner.stop() == 0
 
 

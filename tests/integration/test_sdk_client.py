@@ -128,7 +128,7 @@ def test_dead_letters_listed_redriven_and_purged(client, scanner_process):
     client.send("dl", "dies", msg_id="x1")
     client.pull("dl")
     assert client.nack("dl", "x1", dead_letter=True)
-    page = wait_for(lambda: client.dead_letters("dl").messages, what="the dead letter listed")
+    page = wait_for(lambda: client.dead_letters("dl").messages, timeout=30, what="the dead letter listed")
     assert [(m.msg_id, m.dead_reason) for m in page] == [("x1", "dead_lettered")]
     assert client.dead_letters("dl", limit=1).next_cursor is None
     task = client.redrive("dl", ["x1"], max_per_second=100)

@@ -190,7 +190,7 @@ def test_an_every_second_schedule_ticks_into_a_message_pulled_within_seconds(sdk
     # Sent ahead, a tick is due at its time; sent after it (a planner behind on a busy machine), at
     # its send (docs/schedules.md).
     assert tick.trigger_time == tick_time or tick.trigger_time == tick.produce_time > tick_time
-    assert now_ms() - tick_time < 3000  # pulled when due, not seconds late
+    assert now_ms() - tick_time < 6000  # pulled when due, not many seconds late (a loaded machine takes some)
     client.ack("sdk-ticks", tick.msg_id)
     assert client.delete_schedule("sdk.second")
 
