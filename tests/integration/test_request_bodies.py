@@ -159,6 +159,11 @@ async def test_a_json_null_counts_as_an_absent_parameter(api):
     assert sent["delayMsg"]["expireTime"] - sent["delayMsg"]["triggerTime"] == 3_600_000  # the default TTL
     missing = (await api.post(SEND, json={"topic": None, "msg": "m"})).json()
     assert missing["code"] == 400 and "topic" in missing["msg"]
+    batch = (await api.post("/camellia/delayQueue/sendMsgBatch", json=[
+        {"topic": "t", "msg": "m", "msgId": None, "delayMillis": 0, "ttlMillis": None, "maxRetry": None}])).json()
+    [result] = batch["results"]
+    assert result["code"] == 200, result
+    assert len(result["delayMsg"]["msgId"]) == 32 and result["delayMsg"]["maxRetry"] == 10
 
 
 async def test_a_parameter_given_twice_is_400_naming_it(api):
