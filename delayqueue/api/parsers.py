@@ -2,12 +2,15 @@
 JSON through DRF with a faster decoder, multipart through DRF. Text that is not valid in its
 charset is refused, never guessed at: a silently re-decoded body stores mojibake."""
 import io
+import json
 from urllib.parse import unquote_plus
 
 import orjson
 from django.conf import settings
 from rest_framework.exceptions import ParseError
 from rest_framework.parsers import BaseParser, JSONParser, MultiPartParser
+
+from delayqueue.core.exceptions import BadRequest
 
 FORM_CONTENT_TYPE = "application/x-www-form-urlencoded"
 
@@ -80,14 +83,55 @@ class FormBodyParser(BaseParser):
             raise ParseError(str(exc)) from None
 
 
+def repeated_key(decoded, text: bytes | str) -> str | None:
+    """A key given twice in one object of the JSON `text` (orjson keeps the last), or None. Outside
+    its strings a JSON text has one ':' a key, so when `text` has as many as `decoded` has keys and
+    ':' in its strings, none was dropped; only otherwise (a key given twice, or a ':' escaped as
+    \\u003a) is `text` read again, pair by pair. ValueError: too deep to read again (no API body is)."""
+    colon, escaped = (b":", b"\\u003") if isinstance(text, bytes) else (":", "\\u003")
+    expected, stack = 0, [[decoded]]
+    while stack:  # not recursion: orjson takes nesting deeper than Python's recursion limit
+        for value in stack.pop():
+            kind = type(value)
+            if kind is str:
+                expected += value.count(":")
+            elif kind is dict:
+                expected += len(value) + "".join(value).count(":")  # a ':' a key, and those in its keys
+                stack.append(value.values())
+            elif kind is list:
+                stack.append(value)
+    if text.count(colon) == expected and escaped not in text:
+        return None
+
+    def pairs(items):
+        keys = set()
+        for key, _ in items:
+            if key in keys:
+                raise KeyError(key)
+            keys.add(key)
+        return None
+
+    try:
+        json.loads(text, object_pairs_hook=pairs)
+    except KeyError as exc:
+        return exc.args[0]
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
+    return None
+
+
 class JSONBodyParser(JSONParser):
-    """DRF's JSON parser, decoding with orjson (as strict: no NaN or Infinity)."""
+    """DRF's JSON parser, decoding with orjson (as strict: no NaN or Infinity), refusing a key
+    given twice in an object (as a form's field given twice is refused)."""
 
     def parse(self, stream, media_type=None, parser_context=None):
         encoding = _encoding(parser_context)
         body = stream.read()
+        text = body if encoding.lower().replace("_", "-") == "utf-8" else None
         try:
-            return orjson.loads(body if encoding.lower().replace("_", "-") == "utf-8" else body.decode(encoding))
+            if text is None:
+                text = body.decode(encoding)
+            decoded = orjson.loads(text)
         except UnicodeDecodeError as exc:
             raise ParseError(f"request body is not valid {encoding} (byte {exc.start})") from None
         except ValueError as exc:
@@ -96,6 +140,13 @@ class JSONBodyParser(JSONParser):
             except UnicodeDecodeError as bad:
                 raise ParseError(f"request body is not valid {encoding} (byte {bad.start})") from None
             raise ParseError(f"JSON parse error - {exc}") from None
+        try:
+            name = repeated_key(decoded, text)
+        except ValueError as exc:
+            raise ParseError(f"JSON parse error - {exc}") from None
+        if name is not None:  # BadRequest, not ParseError: worded as a form's field given twice
+            raise BadRequest(repeated_field(name, "request body"))
+        return decoded
 
 
 class StrictMultiPartParser(MultiPartParser):

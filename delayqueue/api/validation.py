@@ -28,6 +28,24 @@ JAVA_LONG_MIN = -2 ** 63
 MAX_TRIGGER_TIME_MILLIS = 4_102_444_800_000
 
 
+class LongField(serializers.IntegerField):
+    """An integer parameter (camellia's are Java longs), read as Java's Long.parseLong reads one: as
+    text, an optional sign and ASCII digits, nothing else (int() would take " 10 ", "1_0" and "１０",
+    DRF also "10.0"); as a JSON number, one that is whole (JSON does not tell 10 from 10.0)."""
+
+    _TEXT = re.compile(r"[+-]?[0-9]+")
+
+    def to_internal_value(self, data):
+        if type(data) is str:
+            if len(data) > self.MAX_STRING_LENGTH:
+                self.fail("max_string_length")
+            if self._TEXT.fullmatch(data):
+                return int(data)
+        elif type(data) is int or (type(data) is float and data.is_integer()):
+            return int(data)
+        self.fail("invalid")
+
+
 class TopicField(serializers.CharField):
     """A topic name (core/names.py), taken exactly as sent: no trimming, as a topic with
     spaces around it is another topic to camellia."""
@@ -97,10 +115,10 @@ class MsgIdField(TextField):
         return super().run_validation(data)
 
 
-def millis(help_text: str, **kwargs) -> serializers.IntegerField:
+def millis(help_text: str, **kwargs) -> LongField:
     """A time in ms; the bounds keep it inside what Redis' Lua numbers hold exactly."""
     kwargs.setdefault("min_value", -MAX_DELAY_MILLIS)
-    return serializers.IntegerField(max_value=MAX_DELAY_MILLIS, help_text=help_text, **kwargs)
+    return LongField(max_value=MAX_DELAY_MILLIS, help_text=help_text, **kwargs)
 
 
 def flag(help_text: str, default: bool) -> serializers.BooleanField:
@@ -109,8 +127,8 @@ def flag(help_text: str, default: bool) -> serializers.BooleanField:
         help_text=f"{help_text}; true/false (also 1/0, yes/no, on/off), default {str(default).lower()}")
 
 
-def trigger_time(help_text: str) -> serializers.IntegerField:
-    return serializers.IntegerField(
+def trigger_time(help_text: str) -> LongField:
+    return LongField(
         required=False, default=None, min_value=0, max_value=MAX_TRIGGER_TIME_MILLIS,
         help_text=f"{help_text}: epoch ms; not in the future (0 too): due now; at most {MAX_TRIGGER_TIME_MILLIS} "
                   "(the year 2100)")
@@ -152,10 +170,10 @@ class SendMsgSerializer(TopicSerializer):
     triggerTime = trigger_time("when the message can be pulled, in place of delayMillis (not both)")
     ttlMillis = millis("ms the message may wait to be consumed once due; 0 or less: the server default "
                        f"({setting_text('ttl_millis')} ms)", required=False, default=-1)
-    maxRetry = serializers.IntegerField(
+    maxRetry = LongField(
         required=False, default=-1, min_value=MIN_COUNT, max_value=MAX_RETRY,
         help_text=f"deliveries allowed after the first; below 0: the server default ({setting_text('max_retry')})")
-    priority = serializers.IntegerField(
+    priority = LongField(
         required=False, default=0, min_value=0, max_value=MAX_PRIORITY,
         help_text=f"0 (default) to {MAX_PRIORITY}: ready messages of a higher priority are pulled first, "
                   "oldest first within a priority")
@@ -176,7 +194,7 @@ class PullMsgSerializer(TopicSerializer):
     ackTimeoutMillis = millis("ms a pulled message may stay unacked before it is delivered again; 0 or less: "
                               f"the server default ({setting_text('ack_timeout_millis')} ms)", required=False,
                               default=-1)
-    batch = serializers.IntegerField(
+    batch = LongField(
         required=False, default=-1, min_value=MIN_COUNT,
         help_text=f"most messages to return; 0 or less: the server default ({setting_text('pull_batch')}); at most "
                   f"{setting_text('max_pull_batch')}")
@@ -223,9 +241,9 @@ class AckFields(serializers.Serializer):
         return attrs
 
 
-def delivery_retry(help_text: str, **kwargs) -> serializers.IntegerField:
+def delivery_retry(help_text: str, **kwargs) -> LongField:
     """A delivery's retry (the pulled message's `retry`), by which a settling call names the delivery it settles."""
-    return serializers.IntegerField(min_value=0, max_value=MAX_RETRY + 1, help_text=help_text, **kwargs)
+    return LongField(min_value=0, max_value=MAX_RETRY + 1, help_text=help_text, **kwargs)
 
 
 _RETRY_HELP = ("the pulled message's retry: the call acts only on that delivery, so a late one, after the message "
@@ -289,9 +307,9 @@ class RestoreMsgSerializer(MessageRefSerializer):
     expire = flag("true: restore the message even if its TTL ran out before delivery", False)
 
 
-def _limit(help_text: str) -> serializers.IntegerField:
-    return serializers.IntegerField(required=False, min_value=0, max_value=MAX_LIMIT,
-                                    help_text=f"{help_text}; 0 removes the limit")
+def _limit(help_text: str) -> LongField:
+    return LongField(required=False, min_value=0, max_value=MAX_LIMIT,
+                     help_text=f"{help_text}; 0 removes the limit")
 
 
 class SetTopicConfigSerializer(TopicSerializer):
@@ -299,7 +317,7 @@ class SetTopicConfigSerializer(TopicSerializer):
 
     ttlMillis = millis("default TTL of the topic's sends that give none; 0 or less: back to the server default",
                        required=False)
-    maxRetry = serializers.IntegerField(
+    maxRetry = LongField(
         required=False, min_value=MIN_COUNT, max_value=MAX_RETRY,
         help_text="default maxRetry of the topic's sends that give none; below 0: back to the server default")
     ackTimeoutMillis = millis("default ack timeout of the topic's pulls that give none; 0 or less: back to the "
@@ -323,17 +341,17 @@ class SetTopicConfigSerializer(TopicSerializer):
         help_text="due messages are POSTed to this http(s) URL, whose host DELAYQUEUE_PUSH_ALLOWED_HOSTS must allow, "
         "instead of being pulled (docs/push.md); the first one set generates the signing secret, answered once as "
         "pushSecret; empty: push off, secrets forgotten")
-    pushConcurrency = serializers.IntegerField(
+    pushConcurrency = LongField(
         required=False, min_value=1, max_value=PUSH_MAX_CONCURRENCY,
         help_text=f"most pushes of the topic in flight at once, across every pusher (default {PUSH_CONCURRENCY_DEFAULT})")
-    pushTimeoutMillis = serializers.IntegerField(
+    pushTimeoutMillis = LongField(
         required=False, min_value=1, max_value=PUSH_MAX_TIMEOUT_MILLIS,
         help_text=f"a push attempt not answered within this long fails (default {PUSH_TIMEOUT_DEFAULT_MILLIS})")
     pushRatePerSecond = _limit("most pushes of the topic started a second")
     rotatePushSecret = serializers.BooleanField(
         required=False, help_text="true: a new signing secret, answered once as pushSecret; the old one still "
         "signs for DELAYQUEUE_PUSH_SECRET_GRACE_SECONDS")
-    shards = serializers.IntegerField(
+    shards = LongField(
         required=False, min_value=1, max_value=MAX_SHARDS,
         help_text="Redis key sets (hash slots) the topic's new messages spread over, so that one topic spreads over "
         "a Redis Cluster's masters (docs/scaling.md); its messages already sent stay where they are, and are still "
@@ -367,9 +385,9 @@ DEAD_CURSOR = re.compile(r"^[0-9]{1,18}\.[0-9]{1,18}$")
 
 
 class DeadMsgListSerializer(TopicSerializer):
-    limit = serializers.IntegerField(required=False, default=DEAD_LIST_DEFAULT_LIMIT, min_value=1,
-                                     max_value=DEAD_LIST_MAX_LIMIT,
-                                     help_text=f"most dead letters in the page (default {DEAD_LIST_DEFAULT_LIMIT})")
+    limit = LongField(required=False, default=DEAD_LIST_DEFAULT_LIMIT, min_value=1,
+                      max_value=DEAD_LIST_MAX_LIMIT,
+                      help_text=f"most dead letters in the page (default {DEAD_LIST_DEFAULT_LIMIT})")
     cursor = serializers.RegexField(
         DEAD_CURSOR, required=False, max_length=64,
         error_messages={"invalid": "not a nextCursor that getDeadMsgList answered"},
@@ -377,14 +395,14 @@ class DeadMsgListSerializer(TopicSerializer):
 
 
 class RedriveDeadMsgSerializer(TopicSerializer, MsgIdListSerializer):
-    maxPerSecond = serializers.IntegerField(
+    maxPerSecond = LongField(
         required=False, min_value=1, max_value=REDRIVE_MAX_RATE,
         help_text=f"most dead letters sent back per second (default {REDRIVE_DEFAULT_RATE}, or the cap "
                   f"{setting_text('max_redrive_rate')}, when that is lower)")
 
 
 class RedriveTaskSerializer(serializers.Serializer):
-    taskId = serializers.IntegerField(min_value=1, max_value=2 ** 63 - 1, help_text="as redriveDeadMsg answered it")
+    taskId = LongField(min_value=1, max_value=2 ** 63 - 1, help_text="as redriveDeadMsg answered it")
 
 
 class PurgeDeadMsgSerializer(TopicSerializer, MsgIdListSerializer):
@@ -407,7 +425,7 @@ class FastValidation:
     machinery (which costs more than the whole rest of a send). Built from the serializer's own
     fields, validators and validate_<field> methods, so the serializer stays the one statement of
     the rules. It accepts a subset of what the serializer accepts, with the same result; for
-    anything else (a missing required field, an int given as "12.0", any failed check) it
+    anything else (a missing required field, an int given as "+12", any failed check) it
     answers None and the caller runs the serializer, which decides and words the error."""
 
     _INTEGER = re.compile(r"-?[0-9]{1,18}")
@@ -533,9 +551,9 @@ class ScheduleRefSerializer(serializers.Serializer):
                   "'.', '_', ':' or '-'")
 
 
-def _time_or_none(help_text: str) -> serializers.IntegerField:
-    return serializers.IntegerField(required=False, min_value=0, max_value=MAX_TRIGGER_TIME_MILLIS,
-                                    help_text=f"{help_text}: epoch ms; 0: none")
+def _time_or_none(help_text: str) -> LongField:
+    return LongField(required=False, min_value=0, max_value=MAX_TRIGGER_TIME_MILLIS,
+                     help_text=f"{help_text}: epoch ms; 0: none")
 
 
 class ScheduleFieldsSerializer(ScheduleRefSerializer):
@@ -551,7 +569,7 @@ class ScheduleFieldsSerializer(ScheduleRefSerializer):
                   "in place of everyMillis (docs/schedules.md: ranges, steps, names, time changes)")
     timezone = serializers.CharField(required=False, max_length=64,
                                      help_text="the cron's IANA time zone, e.g. Europe/Berlin (default UTC)")
-    everyMillis = serializers.IntegerField(
+    everyMillis = LongField(
         required=False, min_value=1, max_value=MAX_DELAY_MILLIS,
         help_text=f"a tick every this many ms, in place of cron; at least {setting_text('schedule_min_interval_millis')}")
     startTime = _time_or_none("an interval schedule's first tick (default: one interval after it is created or "
@@ -562,11 +580,11 @@ class ScheduleFieldsSerializer(ScheduleRefSerializer):
         error_messages={"invalid": f"must be one of {', '.join(CatchUp.values)}"},
         help_text="ticks missed while no scanner ran: 'latest' (default) fires the latest once, 'all' each once, "
                   "'skip' none")
-    priority = serializers.IntegerField(required=False, min_value=0, max_value=MAX_PRIORITY,
-                                        help_text=f"each tick's priority, 0 (default) to {MAX_PRIORITY}")
+    priority = LongField(required=False, min_value=0, max_value=MAX_PRIORITY,
+                         help_text=f"each tick's priority, 0 (default) to {MAX_PRIORITY}")
     ttlMillis = millis("each tick's TTL; 0: the topic's default", required=False, min_value=0)
-    maxRetry = serializers.IntegerField(required=False, min_value=-1, max_value=MAX_RETRY,
-                                        help_text="each tick's maxRetry; -1 (default): the topic's")
+    maxRetry = LongField(required=False, min_value=-1, max_value=MAX_RETRY,
+                         help_text="each tick's maxRetry; -1 (default): the topic's")
     paused = serializers.BooleanField(required=False, help_text="true: no tick fires until resumeSchedule")
 
     def validate_msg(self, value: str) -> str:
@@ -602,9 +620,9 @@ class UpdateScheduleSerializer(ScheduleFieldsSerializer):
 
 class ListSchedulesSerializer(serializers.Serializer):
     topic = TopicField(required=False, help_text="only this topic's schedules; absent: all")
-    limit = serializers.IntegerField(required=False, default=SCHEDULE_LIST_DEFAULT_LIMIT, min_value=1,
-                                     max_value=SCHEDULE_LIST_MAX_LIMIT,
-                                     help_text=f"most schedules in the page (default {SCHEDULE_LIST_DEFAULT_LIMIT})")
+    limit = LongField(required=False, default=SCHEDULE_LIST_DEFAULT_LIMIT, min_value=1,
+                      max_value=SCHEDULE_LIST_MAX_LIMIT,
+                      help_text=f"most schedules in the page (default {SCHEDULE_LIST_DEFAULT_LIMIT})")
     cursor = serializers.RegexField(
         SCHEDULE_ID, required=False, max_length=MAX_SCHEDULE_ID_LENGTH,
         error_messages={"invalid": "not a nextCursor that listSchedules answered"},

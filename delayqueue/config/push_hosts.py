@@ -10,7 +10,7 @@ import asyncio
 import functools
 import ipaddress
 import socket
-from concurrent.futures import Executor
+from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -20,6 +20,12 @@ Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 SCHEMES = ("http", "https")
+
+# The lookups of push URLs being set run on threads of their own, at most this many at once: a
+# name whose resolver never answers holds one until the system resolver gives up, whatever the
+# call's time limit, and the loop's default executor runs the process' sync_to_async work.
+URL_CHECK_THREADS = 8
+_URL_CHECKS = ThreadPoolExecutor(URL_CHECK_THREADS, thread_name_prefix="push-url-dns")
 
 
 def _address(host: str) -> Address | None:
@@ -129,10 +135,9 @@ def _is_global(address: Address) -> bool:
     return True
 
 
-async def resolved_addresses(host: str, port: int | None = None,
-                             executor: Executor | None = None) -> list[tuple[Address, int]]:
+async def resolved_addresses(host: str, port: int | None, executor: Executor) -> list[tuple[Address, int]]:
     """The addresses `host` resolves to, each with its address family, looked up on `executor`
-    (None: the loop's own). Raises OSError."""
+    (never the loop's default one, see URL_CHECK_THREADS). Raises OSError."""
     try:
         infos = await asyncio.get_running_loop().run_in_executor(
             executor, functools.partial(socket.getaddrinfo, host, port, type=socket.SOCK_STREAM))
@@ -141,8 +146,9 @@ async def resolved_addresses(host: str, port: int | None = None,
     return [(ipaddress.ip_address(info[4][0].split("%", 1)[0]), info[0]) for info in infos]
 
 
-async def push_url_problem(policy: HostPolicy, url: str) -> str | None:
-    """Why `url` cannot be a push URL, its host's addresses included, or None."""
+async def push_url_problem(policy: HostPolicy, url: str, timeout_millis: int) -> str | None:
+    """Why `url` cannot be a push URL, its host's addresses included (looked up within
+    `timeout_millis`, the push timeout: a push could not resolve it either), or None."""
     problem = policy.url_problem(url)
     if problem is not None:
         return problem
@@ -150,7 +156,9 @@ async def push_url_problem(policy: HostPolicy, url: str) -> str | None:
     if _address(host) is not None:
         return None
     try:
-        addresses = await resolved_addresses(host)
+        addresses = await asyncio.wait_for(resolved_addresses(host, None, _URL_CHECKS), timeout_millis / 1000)
+    except TimeoutError:
+        return f"has host {host}, which did not resolve within {timeout_millis} ms (pushTimeoutMillis)"
     except OSError:
         return f"has host {host}, which does not resolve"
     for address, _family in addresses:

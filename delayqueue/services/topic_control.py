@@ -26,7 +26,8 @@ async def set_topic_config(rt: Runtime, *, topic: str, changes: dict, limits: di
     (stores.rows.set_limits' keywords; a tenant's, unless `by_operator`: a tenant cannot change
     the operator's, Refused 403) in PostgreSQL, then its Redis mirror; in force in this
     process at once, in every other within a second. A new push URL must be one
-    DELAYQUEUE_PUSH_ALLOWED_HOSTS allows (BadRequest). CapReached (429) for a topic's first
+    DELAYQUEUE_PUSH_ALLOWED_HOSTS allows, its name resolved within the topic's push timeout
+    (BadRequest). CapReached (429) for a topic's first
     settings beyond DELAYQUEUE_MAX_TOPIC_CONFIGS, or push concurrency beyond the namespace's
     DELAYQUEUE_MAX_PUSH_CONCURRENCY. Answers a new push signing secret
     (save_topic_config), or None. Raises RedisError when the mirror could not be written
@@ -39,7 +40,8 @@ async def set_topic_config(rt: Runtime, *, topic: str, changes: dict, limits: di
     # A URL the topic has already is not judged again: the pushers judge every connection, and
     # its other settings stay changeable after the operator narrowed the allowed hosts.
     if url and url != before.push_url:
-        problem = await push_url_problem(rt.config.push_hosts, url)
+        problem = await push_url_problem(rt.config.push_hosts, url,
+                                         changes.get("push_timeout_millis") or before.push_timeout_millis)
         if problem:
             raise BadRequest(f"pushUrl {problem}")
     # The shard count the change takes the topic to (a "shards" of None: back to the default);

@@ -106,6 +106,19 @@ def test_list_newest_first_with_search_and_filters(admin_client):
     assert listed_ids(drill) == ["old"]
 
 
+def test_search_finds_a_msg_id_with_spaces_around_it_as_typed_first(admin_client):
+    """The API keeps a msgId's spaces (" a " is another msgId than "a"): the search takes the term
+    as typed, and only when no msgId is that, trimmed (an id pasted with spaces or a tab)."""
+    log_message(msg_id=" spaced ")
+    log_message(msg_id="a", produced=NOW - timedelta(hours=1))
+    log_message(msg_id=" a ", produced=NOW - timedelta(hours=2))
+    assert listed_ids(admin_client.get(LIST, {"q": " spaced "})) == [" spaced "]
+    assert listed_ids(admin_client.get(LIST, {"q": " a "})) == [" a "]
+    assert listed_ids(admin_client.get(LIST, {"q": "a"})) == ["a"]
+    assert listed_ids(admin_client.get(LIST, {"q": "\ta\n"})) == ["a"]
+    assert listed_ids(admin_client.get(LIST, {"q": "spaced"})) == []
+
+
 def test_topic_filter_offers_registered_topics(admin_client):
     send("alpha", "a1")
     send("beta", "b1", 60_000)

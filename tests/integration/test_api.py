@@ -174,6 +174,15 @@ BAD_SENDS = [
     ({"topic": "t", "msg": "x", "delayMillis": "abc"}, "delayMillis"),
     ({"topic": "t", "msg": "x", "delayMillis": "1.5"}, "delayMillis"),
     ({"topic": "t", "msg": "x", "delayMillis": "9" * 30}, "delayMillis"),
+    # What Python's int() takes and Java's Long.parseLong does not (full-width digits it takes: no client sends them).
+    ({"topic": "t", "msg": "x", "delayMillis": "1_0"}, "delayMillis"),
+    ({"topic": "t", "msg": "x", "delayMillis": " 10 "}, "delayMillis"),
+    ({"topic": "t", "msg": "x", "delayMillis": "10\n"}, "delayMillis"),
+    ({"topic": "t", "msg": "x", "delayMillis": "１０"}, "delayMillis"),  # full-width digits
+    ({"topic": "t", "msg": "x", "delayMillis": "10.0"}, "delayMillis"),
+    ({"topic": "t", "msg": "x", "delayMillis": "+-1"}, "delayMillis"),
+    ({"topic": "t", "msg": "x", "delayMillis": "0", "maxRetry": "1_0"}, "maxRetry"),
+    ({"topic": "t", "msg": "x", "delayMillis": "0", "priority": " 1"}, "priority"),
     ({"topic": "t", "msg": "x", "delayMillis": "0", "ttlMillis": "ten"}, "ttlMillis"),
     ({"topic": "t", "msg": "x", "delayMillis": "0", "maxRetry": "x"}, "maxRetry"),
     ({"topic": "t", "msg": "x", "delayMillis": "0", "maxRetry": "1000001"}, "maxRetry"),
@@ -187,6 +196,20 @@ async def test_send_bad_input_names_the_parameter(api, params, parameter):
     assert result["code"] == 400
     assert result["msg"].startswith(parameter + ":"), result["msg"]
     assert (await call(api, "getTopicInfoList", method="get"))["data"] == []  # nothing half-written
+
+
+async def test_numbers_are_read_as_java_reads_a_long(api):
+    """What Long.parseLong takes: an optional sign, ASCII digits (leading zeros too); and a JSON number
+    that is whole."""
+    for text, delay in (("+5000", 5000), ("-0", 0), ("007", 7), ("-15", -15)):
+        sent = await call(api, "sendMsg", topic="t", msg="x", delayMillis=text, maxRetry="+3")
+        assert sent["code"] == 200, sent
+        message = sent["delayMsg"]
+        assert message["triggerTime"] - message["produceTime"] == max(delay, 0) and message["maxRetry"] == 3
+    sent = await call(api, "sendMsg", json={"topic": "t", "msg": "x", "delayMillis": 5000.0, "maxRetry": 2})
+    assert sent["code"] == 200 and sent["delayMsg"]["triggerTime"] - sent["delayMsg"]["produceTime"] == 5000
+    refused = await call(api, "sendMsg", json={"topic": "t", "msg": "x", "delayMillis": 5000.5})
+    assert refused["code"] == 400 and refused["msg"].startswith("delayMillis:"), refused
 
 
 async def test_oversized_message_is_rejected(api, settings):

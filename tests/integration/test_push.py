@@ -260,6 +260,37 @@ async def test_push_urls_are_checked_when_set(api, settings):
     assert config["data"]["pushUrl"] == ""
 
 
+async def test_a_push_url_whose_name_never_resolves_is_refused_within_the_push_timeout(api, settings, monkeypatch):
+    """setTopicConfig looked a new push URL's name up on the loop's default executor with no time
+    limit: a resolver that never answered held the call until the system resolver gave up, and a
+    few such calls took every thread of that executor, which the settings' save itself needs."""
+    settings.DELAYQUEUE = {**settings.DELAYQUEUE, "PUSH_ALLOWED_HOSTS": "*"}
+    await close_current()
+    answer = threading.Event()
+    getaddrinfo = socket.getaddrinfo
+
+    def hanging_getaddrinfo(host, *args, **kwargs):
+        if host.endswith(".hang.test"):
+            answer.wait(30)
+            raise socket.gaierror(socket.EAI_AGAIN, "Temporary failure in name resolution")
+        return getaddrinfo(host, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", hanging_getaddrinfo)
+    try:
+        started = time.monotonic()
+        answers = await asyncio.gather(*(
+            call(api, "setTopicConfig", topic=f"t{i}", pushUrl=f"http://h{i}.hang.test/hook", pushTimeoutMillis=500)
+            for i in range(40)))
+        assert time.monotonic() - started < 5
+        assert answers == [{"code": 400, "msg": f"pushUrl has host h{i}.hang.test, which did not resolve within 500 "
+                                                "ms (pushTimeoutMillis)"} for i in range(40)]
+        # The loop's own threads are free: the process' other work (a save through sync_to_async) goes on.
+        assert await asyncio.wait_for(asyncio.get_running_loop().run_in_executor(None, int), 2) == 0
+        assert (await call(api, "setTopicConfig", topic="t", maxRetry=3))["code"] == 200
+    finally:
+        answer.set()
+
+
 async def test_the_secret_is_shown_once_and_a_rotation_signs_with_both(api, single_rt, start_pusher, push_receiver):
     receiver = await push_receiver()
     first = (await set_push(api, "t", receiver.url))["pushSecret"]

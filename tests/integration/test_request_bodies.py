@@ -159,6 +159,11 @@ async def test_a_json_null_counts_as_an_absent_parameter(api):
     assert sent["delayMsg"]["expireTime"] - sent["delayMsg"]["triggerTime"] == 3_600_000  # the default TTL
     missing = (await api.post(SEND, json={"topic": None, "msg": "m"})).json()
     assert missing["code"] == 400 and "topic" in missing["msg"]
+    batch = (await api.post("/camellia/delayQueue/sendMsgBatch", json=[
+        {"topic": "t", "msg": "m", "msgId": None, "delayMillis": 0, "ttlMillis": None, "maxRetry": None}])).json()
+    [result] = batch["results"]
+    assert result["code"] == 200, result
+    assert len(result["delayMsg"]["msgId"]) == 32 and result["delayMsg"]["maxRetry"] == 10
 
 
 async def test_a_parameter_given_twice_is_400_naming_it(api):
@@ -178,4 +183,16 @@ async def test_a_parameter_given_twice_is_400_naming_it(api):
         assert answer.json() == {"code": 400, "msg": problem}, url
     multipart = await api.post(SEND, data={"topic": ["a", "b"], "msg": "m", "delayMillis": "0"}, files={"f": b"x"})
     assert multipart.json() == {"code": 400, "msg": "topic: given more than once in the request body"}
+    json_bodies = [  # orjson keeps the last of a key given twice
+        (SEND, b'{"topic": "a", "msg": "m", "delayMillis": 0, "topic": "b"}', "topic"),
+        (SEND, b'{"topic":"a","msg":"{\\"k\\":1}","delayMillis":0,"msg":"x:y"}', "msg"),
+        # A colon written as an escape, beside the key given twice: still found.
+        (SEND, b'{"topic":"a\\u003ab","msg":"m","msg":"n","delayMillis":0}', "msg"),
+        ("/camellia/delayQueue/sendMsgBatch", b'{"messages": [{"topic": "a", "msg": "m", "delayMillis": 0}, '
+                                              b'{"topic": "a", "msg": "m", "delayMillis": 0, "delayMillis": 5}]}',
+         "delayMillis"),
+    ]
+    for url, body, name in json_bodies:
+        answer = await api.post(url, content=body, headers={"content-type": "application/json"})
+        assert answer.json() == {"code": 400, "msg": f"{name}: given more than once in the request body"}, body
     assert (await api.get("/camellia/delayQueue/getTopicInfoList")).json()["data"] == []  # nothing sent

@@ -208,6 +208,8 @@ def scenario(side) -> list:
         lambda: c.restore(""),
         lambda: c.restore_msg("p", "never-sent"),
         lambda: c._run(Call("noSuchEndpoint", {}, lambda answer: answer, idempotent=True)),
+        lambda: c._run(Call("pullMsg", {"topic": "p", "batch": "1_0"}, lambda answer: answer, idempotent=True)),
+        lambda: c._run(Call("pullMsg", {"topic": "p", "batch": " 1"}, lambda answer: answer, idempotent=True)),
     )]))
     seen.append(("batch", [shown(r) if isinstance(r, Message) else (r.code, r.msg) for r in c.send_many([
         {"topic": "p", "msg": "ok", "msg_id": "batch-ok"}, {"topic": "p", "msg": "x", "priority": 99},

@@ -1,6 +1,8 @@
 """Form bodies: parse_form gives what Django's QueryDict(body).dict() gives for a body valid in
 its charset, and refuses one that is not (QueryDict would re-decode it as Latin-1 or put U+FFFD
-in its place) or that repeats a field (QueryDict would keep the last value)."""
+in its place) or that repeats a field (QueryDict would keep the last value). JSON bodies: a key
+given twice in an object is found, as reading the pairs one by one finds it."""
+import json
 import random
 import re
 from urllib.parse import unquote_to_bytes
@@ -8,7 +10,9 @@ from urllib.parse import unquote_to_bytes
 import pytest
 from django.http import QueryDict
 
-from delayqueue.api.parsers import FormError, parse_fields, parse_form
+import orjson
+
+from delayqueue.api.parsers import FormError, parse_fields, parse_form, repeated_key
 
 PIECES = ["topic", "msg", "delayMillis", "=", "==", "&", "&&", "+", "%20", "%2B", "%26", "%3D", "%", "%4", "%zz",
           "%e4%bd%a0", "%E4%BD", "%ff", "你好", "é", " ", "a", "12", "", "%00", "\u00ff"]
@@ -90,3 +94,41 @@ def test_a_repeated_field_is_refused_naming_it():
             parse_form(body, "utf-8")
     with pytest.raises(FormError, match="^topic: given more than once in the query string$"):
         parse_fields("topic=a&topic=a", "utf-8")
+
+
+JSON_KEYS = ["topic", "msg", "a:b", "t\\u003a", ":", "k"]
+JSON_STRINGS = ['""', '"x"', '"a:b"', '"{\\"k\\": 1}"', '"\\u003a"', '"\\u003A:"', '"\\\\u003a"', '"你好:"']
+
+
+def random_json(rng: random.Random, depth: int = 0) -> str:
+    kind = rng.random()
+    if depth < 3 and kind < 0.4:
+        keys = [rng.choice(JSON_KEYS) for _ in range(rng.randint(0, 4))]
+        return "{" + ", ".join(f'"{key}" {rng.choice(["", " "])}: {random_json(rng, depth + 1)}' for key in keys) + "}"
+    if depth < 3 and kind < 0.6:
+        return "[" + ",".join(random_json(rng, depth + 1) for _ in range(rng.randint(0, 3))) + "]"
+    return rng.choice(JSON_STRINGS + ["1", "-2.5", "true", "null"])
+
+
+def first_repeated(text: str) -> str | None:
+    found = []
+
+    def pairs(items):
+        keys = [key for key, _ in items]
+        found.extend(key for i, key in enumerate(keys) if key in keys[:i])
+        return dict(items)
+
+    json.loads(text, object_pairs_hook=pairs)
+    return found[0] if found else None
+
+
+def test_a_json_key_given_twice_is_found_as_reading_pair_by_pair_finds_it():
+    rng = random.Random(7)
+    repeated = 0
+    for _ in range(5000):
+        text = random_json(rng)
+        expected = first_repeated(text)
+        repeated += expected is not None
+        for given in (text, text.encode()):
+            assert repeated_key(orjson.loads(given), given) == expected, text
+    assert 500 < repeated < 4500

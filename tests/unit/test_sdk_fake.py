@@ -315,6 +315,8 @@ def test_other_bad_parameters_and_a_bad_batch_item_answer_as_the_server(server, 
     ok, bad = client.send_many([{"topic": "t", "msg": "fine"}, {"topic": "t", "msg": "x", "priority": -1}])
     assert ok.msg == "fine"
     assert (bad.code, bad.msg) == (400, "message 1: priority: Ensure this value is greater than or equal to 0.")
+    status, answer = server.post("sendMsg", b'{"topic": "t", "msg": "x", "delayMillis": 0, "msg": "y"}')
+    assert (status, json.loads(answer)) == (200, {"code": 400, "msg": "msg: given more than once in the request body"})
 
 
 def test_an_unknown_endpoint_answers_as_djangos_404_page_not_the_envelope(server, client):

@@ -52,6 +52,11 @@ def parse(serializer_class, data: dict) -> dict:
         raise BadRequest(first_error(exc.detail)) from None
 
 
+def given(params: dict) -> dict:
+    """The parameters given: an empty one (but KEEP_EMPTY's) and a JSON null count as absent."""
+    return {k: v for k, v in params.items() if v is not None and (v != "" or k in KEEP_EMPTY)}
+
+
 def reply(code: int = 200, msg: str = "success", **payload) -> HttpResponse:
     """The API speaks JSON only, so it renders directly instead of through DRF's content
     negotiation and template response (which Django would render via a thread hop)."""
@@ -192,7 +197,7 @@ class QueueAPIView(APIView):
             if not isinstance(data, dict):
                 raise BadRequest("request body must be form fields or a JSON object")
         params.update(data)
-        return {k: v for k, v in params.items() if v is not None and (v != "" or k in KEEP_EMPTY)}
+        return given(params)
 
     def validated(self, serializer_class) -> dict:
         return parse(serializer_class, self.params())

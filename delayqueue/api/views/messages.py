@@ -11,7 +11,7 @@ from delayqueue.api.schema import (AckBatchResultSerializer, AckResultSerializer
 from delayqueue.api.validation import (AckMsgBatchSerializer, AckMsgSerializer, DeleteMsgSerializer,
                                        LongPollingMsgSerializer, MessageRefSerializer, PullMsgSerializer,
                                        RescheduleMsgSerializer, SendMsgSerializer, TouchMsgSerializer)
-from delayqueue.api.views.base import KEEP_EMPTY, QueueAPIView, parse, reply
+from delayqueue.api.views.base import QueueAPIView, given, parse, reply
 from delayqueue.config.settings import setting_text
 from delayqueue.core.constants import Scope
 from delayqueue.core.exceptions import BadRequest, NotFound, error_body
@@ -82,7 +82,7 @@ class SendMsgBatchView(QueueAPIView):
             try:
                 if not isinstance(item, dict):
                     raise BadRequest("must be a JSON object")
-                data = parse(SendMsgSerializer, {k: v for k, v in item.items() if v != "" or k in KEEP_EMPTY})
+                data = parse(SendMsgSerializer, given(item))
             except BadRequest as exc:
                 results[i] = item_error(i, exc)
             else:

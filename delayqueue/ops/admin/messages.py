@@ -19,6 +19,7 @@ from delayqueue.api.validation import MsgIdField, TopicSerializer, first_error
 from delayqueue.core.clock import from_millis, to_millis
 from delayqueue.core.constants import MAX_DELAY_MILLIS, Status
 from delayqueue.core.exceptions import QueueError
+from delayqueue.core.names import msg_id_problem
 from delayqueue.messagelog.selectors import estimated_count, message_history
 from delayqueue.models import Message
 from delayqueue.ops import figures
@@ -208,10 +209,16 @@ class MessageAdmin(NamespacedAdmin):
         return millis_text(obj.updated_at)
 
     def get_search_results(self, request, queryset, search_term):
-        """Exact msgId match on its index (the default icontains would scan the table)."""
+        """Exact msgId match on its index (the default icontains would scan the table): the term as
+        typed, as a msgId keeps its spaces (" a " is not "a"); when no msgId is that, trimmed (an id
+        pasted with spaces or a line end around it)."""
         term = search_term.strip()
         if not term:
             return queryset, False
+        if term != search_term and msg_id_problem(search_term) is None:
+            as_typed = queryset.filter(msg_id=search_term)
+            if as_typed.exists():
+                return as_typed, False
         try:
             MsgIdField().run_validation(term)
         except Exception as exc:  # DRF's ValidationError, with the API's wording

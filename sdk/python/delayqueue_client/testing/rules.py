@@ -32,7 +32,8 @@ CATCH_UP = ("latest", "all", "skip")
 TOPIC_RULE = f"must be 1-{MAX_TOPIC_BYTES} bytes of UTF-8 text without control characters"
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
 _MSG_ID_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
-_DECIMAL_TAIL = re.compile(r"\.0*\s*?$")  # DRF's IntegerField takes "12.0" as 12
+_LONG_TEXT = re.compile(r"[+-]?[0-9]+")  # as Java's Long.parseLong reads a number, ASCII digits only
+_MAX_NUMBER_TEXT = 1000
 _DEAD_CURSOR = re.compile(r"^[0-9]{1,18}\.[0-9]{1,18}$")
 _TRUE = {"t", "T", "y", "Y", "yes", "Yes", "YES", "true", "True", "TRUE", "on", "On", "ON", "1", 1, True}
 _FALSE = {"f", "F", "n", "N", "no", "No", "NO", "false", "False", "FALSE", "off", "Off", "OFF", "0", 0, 0.0, False}
@@ -80,15 +81,14 @@ class Field:
         return _CLEANERS[self.kind](self, value)
 
     def _int(self, value: Any) -> int:
-        if type(value) is int:  # the common case, as the SDK sends it
-            number = value
-        elif isinstance(value, bool) or not isinstance(value, (int, float, str)):
-            raise Invalid("A valid integer is required.")
+        if type(value) is int or (type(value) is float and value.is_integer()):  # a JSON number that is whole
+            number = int(value)
+        elif type(value) is str and len(value) > _MAX_NUMBER_TEXT:
+            raise Invalid("String value too large.")
+        elif type(value) is str and _LONG_TEXT.fullmatch(value):
+            number = int(value)
         else:
-            try:
-                number = int(_DECIMAL_TAIL.sub("", str(value)))
-            except ValueError:
-                raise Invalid("A valid integer is required.") from None
+            raise Invalid("A valid integer is required.")
         if self.high is not None and number > self.high:
             raise Invalid(f"Ensure this value is less than or equal to {self.high}.")
         if self.low is not None and number < self.low:

@@ -283,7 +283,7 @@ class FakeServer:
             return 404, NOT_FOUND_PAGE
         try:
             try:
-                params = json.loads(body) if body else {}
+                params = json.loads(body, object_pairs_hook=_without_repeats) if body else {}
             except ValueError:
                 raise Answer(400, "request body is not valid JSON") from None
             self._settle()
@@ -900,6 +900,16 @@ class FakeServer:
         self._withdraw(schedule, self.clock.now_ms())
         del self._schedules[schedule_id]
         return {}
+
+
+def _without_repeats(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object, refused as the server refuses one with a key given twice."""
+    obj: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in obj:
+            raise rules.Invalid(f"{key}: given more than once in the request body")
+        obj[key] = value
+    return obj
 
 
 @dataclass
