@@ -686,6 +686,15 @@ def restore_counts(scope: sql.Composed, candidates: sql.Composed, cold: bool = F
     return sql.SQL("SELECT topic, {}, {} FROM {} WHERE {} GROUP BY 1, 2").format(hour, counts, source, scope)
 
 
+def restore_young_cold(scope: sql.Composed, candidates: sql.Composed) -> sql.Composed:
+    """The candidates left to the loader (the cold tier) produced after %(young_after)s ms: rows
+    (topic, msgId, produceTime ms), a send's whose script may not have run yet."""
+    source, left = _restore_source(True)
+    young = from_millis("%(young_after)s::int8")
+    return sql.SQL(f"SELECT topic, msg_id, {to_millis('produce_time')} FROM {{}} WHERE {{}} AND {{}} AND {{}}"
+                   f" AND produce_time > {young}").format(source, scope, candidates, left)
+
+
 def restore_page(scope: sql.Composed, candidates: sql.Composed, cold: bool = False) -> sql.Composed:
     """A page of candidates (not left cold), after id %(after)s, %(limit)s rows in id order:
     keyset paging on message_live (namespace, id) reads each row once however far the restore

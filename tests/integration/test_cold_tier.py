@@ -994,6 +994,48 @@ async def test_a_restore_after_redis_lost_everything_rebuilds_the_hot_window_onl
         await loader.close()
 
 
+@pytest.mark.fault
+@pytest.mark.parametrize("lost", [True, False])
+async def test_a_restore_and_the_loader_agree_on_the_cold_count_of_messages_sent_just_before(cold_rt, lost):
+    """Sent less than IN_FLIGHT_MILLIS before the restore, which counts them cold: the loader
+    brings one in while it is that young, and must count it out, the other staying cold. `lost`:
+    Redis lost its data (and the sends' notes that they counted them) before the restore."""
+    rt = cold_rt
+    loader = await started(rt)
+    try:
+        await raise_window_to(rt, "t", now_millis() + 30_000)
+        near, far = await send(rt, msg="near", delay=60_000), await send(rt, msg="far", delay=600_000)
+        if lost:
+            await rt.redis.flushall()
+        assert (await restore(rt)).left_cold == 2
+        await raise_window_to(rt, "t", now_millis() + 120_000)
+        assert await loader.load_topic("t", force=True) == 1
+        assert (await in_redis(rt, near.msg_id))["waiting"] == near.trigger_time
+        assert (await topic_info(rt, topic="t")).waiting_cold == 1
+        assert await cold_hours(rt) == hours_of(far)
+    finally:
+        await loader.close()
+
+
+async def test_a_send_whose_script_runs_after_a_restore_counted_it_cold_is_counted_once(cold_rt):
+    """The send's log row was committed before the restore, its script runs after it: the restore
+    counted the message cold, and the script, which finds it cold too, must not count it again."""
+    rt = cold_rt
+    loader = await started(rt)
+    try:
+        await raise_window_to(rt, "t", now_millis() + 30_000)
+        row = prepared(rt, SendRequest(topic="t", msg="x", delay_millis=600_000), now_millis(), {})
+        await rt.log.record([row])
+        assert (await restore(rt)).left_cold == 1
+        [(call_, _)] = unsharded_calls(rt, [row])
+        [reply] = await rt.scripts.call(call_)
+        assert reply.cold
+        assert (await topic_info(rt, topic="t")).waiting_cold == 1
+        assert await cold_hours(rt) == hours_of(row)
+    finally:
+        await loader.close()
+
+
 async def test_a_cold_message_whose_ttl_ends_during_its_wait_is_run_now_within_its_ttl(cold_rt):
     """A nack's delay past its TTL, left cold by a restore: the log's row, rescheduled first, kept its
     expireTime (RESCHEDULE_COLD moved it back with the triggerTime, into the past: ended at once)."""
