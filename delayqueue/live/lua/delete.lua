@@ -58,7 +58,7 @@ if not raw then
   local trigger = tombstone.triggerTime
   if ARGV[8] == '1' then
     remove_packed({packed = KEYS[12], meta = KEYS[10]}, id, trigger)  -- if the loader had read it ahead
-    cold_moved(KEYS[10], KEYS[11], 1, hours_of({trigger}))
+    cold_moved(KEYS[10], KEYS[11], hours_of({trigger}))
   end
   stat_add(t.stats, interval, now, COUNTER.DELETE, 1)
   return 2
