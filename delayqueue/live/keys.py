@@ -137,6 +137,9 @@ class Meta(StrEnum):
     # Messages in the log only: each script that moves one in or out counts it; dropped once the
     # loader finds none left beyond hot_until (a topic is not retired while it is there).
     COLD = "cold"
+    # "1" in every shard of a sharded topic (raise_hot.lua): its COLD is a signed part of the topic's
+    # count; absent, COLD is the topic's own, which no script takes below 0 (includes/cold_count.lua).
+    SIGNED = "signed"
 
 
 END_OF_MILLI = 2**63 - 1  # a row id after every row: "<ms>:<this>" is past every row due at that ms

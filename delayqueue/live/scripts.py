@@ -523,16 +523,16 @@ def reschedule(ctx: ScriptContext, topic: str | Shard, *, msg_id: str, trigger_t
 
 
 def delete(ctx: ScriptContext, topic: str | Shard, *, msg_id: str, release: bool, tombstone: str = "",
-           release_ended: bool = False) -> ScriptCall:
-    """Replies 1 (deleted), 0 (had ended), -1 (not held), 2 (`tombstone` kept: a cold message
-    deleted in the log, as Message.to_stored gives it) or 3 (deleted with release, due after
-    loaded_to: its body is kept until the caller has ended its log row, then frees it with
-    `release_ended`, which frees an ended body only)."""
+           release_ended: bool = False, counted_cold: bool = False) -> ScriptCall:
+    """Replies 1 (deleted), 0 (had ended), -1 (not held), 2 (`tombstone` kept: a message deleted
+    in the log, as Message.to_stored gives it, counted out of the cold count if `counted_cold`) or 3
+    (deleted with release, due after loaded_to: its body is kept until the caller has ended its log
+    row, then frees it with `release_ended`, which frees an ended body only)."""
     k = ctx.ns.topic(topic)
     return ScriptCall(DELETE, [k.waiting, k.ready, k.inflight, k.msgs, k.expiry, k.ended, k.stats, k.events,
                                k.prioritised, k.meta, k.cold_hours, k.packed, k.released],
                       [msg_id, _flag(release), ctx.retention_millis, ctx.stats_interval_millis, ctx.actor, tombstone,
-                       _flag(release_ended)])
+                       _flag(release_ended), _flag(counted_cold)])
 
 
 def get(ctx: ScriptContext, topic: str | Shard, *, msg_id: str) -> ScriptCall:
@@ -627,13 +627,12 @@ def is_cold(ctx: ScriptContext, topic: str | Shard, *, msg_id: str, trigger_time
     return ScriptCall(IS_COLD, [k.msgs, k.meta, k.packed], [msg_id, trigger_time])
 
 
-def purge_cold(ctx: ScriptContext, topic: str | Shard, *, purged: int, signed: bool = False,
-               hours: Sequence[Sequence[int]]) -> ScriptCall:
+def purge_cold(ctx: ScriptContext, topic: str | Shard, *, purged: int, hours: Sequence[Sequence[int]]) -> ScriptCall:
     """Replies the topic's loaded_to as fenced ('' if it has none). `hours`: (hour, purged due in
-    it) pairs; `signed`: a sharded topic's shard (raise_hot)."""
+    it) pairs."""
     k = ctx.ns.topic(topic)
     return ScriptCall(PURGE_COLD, [k.meta, k.stats, k.cold_hours, k.packed],
-                      [purged, ctx.stats_interval_millis, _flag(signed), *_flat(hours)])
+                      [purged, ctx.stats_interval_millis, *_flat(hours)])
 
 
 def prune_stats(ctx: ScriptContext, topic: str | Shard) -> ScriptCall:

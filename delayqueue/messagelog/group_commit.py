@@ -265,6 +265,19 @@ class MessageLog:
         row = await self._retried(lambda conn, _again: self._fetch_one(conn, sql.DELETE_COLD, params))
         return None if row is None else Message(*row)
 
+    async def live_message(self, topic: str, msg_id: str) -> Message | None:
+        """The live message the log holds under the msgId, whatever its status (sql.LIVE_MESSAGE)."""
+        params = {"namespace": self._namespace, "topic": topic, "msg_id": msg_id}
+        row = await self._retried(lambda conn, _again: self._fetch_one(conn, sql.LIVE_MESSAGE, params))
+        return None if row is None else Message(*row)
+
+    async def delete_lost(self, message: Message) -> None:
+        """Deletes the message's life, if still live, with its history row (sql.DELETE_LOST)."""
+        params = {"namespace": self._namespace, "topic": message.topic, "msg_id": message.msg_id,
+                  "produce_time": message.produce_time, "deleted": Status.DELETED, "reason": Reason.DELETED.value,
+                  **self._actor}
+        await self._retried(lambda conn, _again: conn.execute(sql.DELETE_LOST, params))
+
     async def end_released(self, topic: str, msg_id: str, after: tuple[int, int]) -> None:
         """Ends as deleted the waiting row after `after` of a message Redis deleted with its body
         released (sql.END_RELEASED)."""

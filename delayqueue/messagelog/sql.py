@@ -350,6 +350,27 @@ WITH deleted AS (
 )
 SELECT {_AS_MESSAGE} FROM deleted
 """
+# A live message by msgId, whatever its status and position (deleteMsg of one Redis holds nothing
+# of and that is not cold: Redis lost its data, or its send died between the log and Redis).
+LIVE_MESSAGE = f"""
+SELECT {_AS_MESSAGE}
+FROM {tables.MESSAGE} WHERE namespace = %(namespace)s AND topic = %(topic)s AND msg_id = %(msg_id)s AND {LIVE}
+"""
+# Deletes that message's life (%(produce_time)s ms), still live, with its history row from the
+# status it had, once Redis keeps it as deleted: a restore would bring the row back.
+DELETE_LOST = f"""
+WITH old AS (
+    SELECT id, status FROM {tables.MESSAGE}
+    WHERE namespace = %(namespace)s AND topic = %(topic)s AND msg_id = %(msg_id)s AND {LIVE}
+      AND {to_millis("produce_time")} = %(produce_time)s
+    FOR UPDATE
+), deleted AS (
+    UPDATE {tables.MESSAGE} m SET status = %(deleted)s, updated_at = now()
+    FROM old WHERE m.id = old.id
+    RETURNING m.topic, m.msg_id, m.retry, m.status, m.updated_at, old.status AS old_status
+)
+{_history_of("deleted", "deleted", "old_status")}
+"""
 # Ends as deleted, without a history row (the log writer adds the delete's, from Redis' stream),
 # the waiting row after the loader's position of a message Redis deleted with its body released
 # (deleteMsg with release in the cold tier): until the writer caught up, such a row was taken for
@@ -663,6 +684,15 @@ def restore_counts(scope: sql.Composed, candidates: sql.Composed, cold: bool = F
     counts = sql.SQL("count(*) FILTER (WHERE {c} AND NOT {left}), count(*) FILTER (WHERE NOT ({c})), "
                      "count(*) FILTER (WHERE {c} AND {left})").format(c=candidates, left=left)
     return sql.SQL("SELECT topic, {}, {} FROM {} WHERE {} GROUP BY 1, 2").format(hour, counts, source, scope)
+
+
+def restore_young_cold(scope: sql.Composed, candidates: sql.Composed) -> sql.Composed:
+    """The candidates left to the loader (the cold tier) produced after %(young_after)s ms: rows
+    (topic, msgId, produceTime ms), a send's whose script may not have run yet."""
+    source, left = _restore_source(True)
+    young = from_millis("%(young_after)s::int8")
+    return sql.SQL(f"SELECT topic, msg_id, {to_millis('produce_time')} FROM {{}} WHERE {{}} AND {{}} AND {{}}"
+                   f" AND produce_time > {young}").format(source, scope, candidates, left)
 
 
 def restore_page(scope: sql.Composed, candidates: sql.Composed, cold: bool = False) -> sql.Composed:

@@ -1,4 +1,5 @@
 """One message by its msgId: read, deleted, rescheduled."""
+import dataclasses
 import functools
 import time
 from collections.abc import Callable
@@ -15,9 +16,6 @@ from delayqueue.live.keys import Meta, Shard, least_position, parse_position
 from delayqueue.live.shards import message_shards, shard_of, topic_shards
 from delayqueue.runtime import Runtime
 from delayqueue.stores.topic_settings import DEFAULT as DEFAULT_SETTINGS
-
-# The loader position before every waiting row: where Redis, having lost its data, answers for none.
-EVERY_ROW = (0, 0)
 
 
 async def holding_shards(rt: Runtime, *, topic: str, msg_ids: list[str],
@@ -135,7 +133,9 @@ async def delete_message(rt: Runtime, *, topic: str, msg_id: str, release: bool 
     `release` frees its body at once instead of keeping it readable for the retention. In the
     cold tier, a cold message is deleted in the message log, and Redis keeps it as deleted for the
     retention in the shard the loader would bring it into, so a loader that read it before cannot
-    bring it in."""
+    bring it in. A message Redis holds nothing of, and not cold, that the log holds live (Redis lost
+    its data, or its send died between the log and Redis) is deleted there and kept in Redis as
+    deleted alike, so a restore does not bring it back."""
     call = functools.partial(scripts.delete, rt.context, msg_id=msg_id, release=release)
     shard, outcome = await on_its_shard(rt, topic=topic, msg_id=msg_id, call=call,
                                         missing=lambda outcome: outcome == -1)
@@ -145,6 +145,8 @@ async def delete_message(rt: Runtime, *, topic: str, msg_id: str, release: bool 
             return deleted
         # Not in the log after loaded_to: a load may have moved loaded_to past it since Redis was asked.
         outcome = await rt.scripts.call(call(shard))
+    if outcome == -1 and rt.config.message_log:
+        return await _delete_lost(rt, shard, msg_id)
     if outcome == 3:
         # Its log row, waiting after loaded_to until the log writer catches up, would read as a cold
         # message's: Redis keeps the body, as deleted, until the row is ended, then frees it.
@@ -157,19 +159,6 @@ async def delete_message(rt: Runtime, *, topic: str, msg_id: str, release: bool 
     return outcome in (1, 3)
 
 
-async def delete_lost(rt: Runtime, *, topic: str, msg_id: str) -> bool:
-    """Deletes a message the caller knows it sent, which Redis holds neither live nor ended and the
-    log holds waiting: Redis lost its data (a restore would bring the row back), or the sender died
-    between the log and Redis. Deleted in the log as a cold message is, every waiting row of the
-    msgId taken for one (is_cold.lua would take one before a new window's fetched_to for Redis'), and
-    kept in Redis as deleted for the retention, so a restore leaves it.
-    False when the log holds it not waiting (or with the message log off, which nothing restores)."""
-    if not rt.config.message_log:
-        return False
-    [shard] = await holding_shards(rt, topic=topic, msg_ids=[msg_id])
-    return bool(await _delete_logged(rt, shard, msg_id, EVERY_ROW))
-
-
 async def _delete_logged(rt: Runtime, shard: Shard, msg_id: str, after: tuple[int, int]) -> bool | None:
     """Deletes the msgId's waiting row after the position `after` in the log (as a cold message's),
     then asks Redis again with the deleted message as a tombstone; None if the log held no such row."""
@@ -178,7 +167,23 @@ async def _delete_logged(rt: Runtime, shard: Shard, msg_id: str, after: tuple[in
         return None
     # Loaded meanwhile, Redis deletes it as any other (1); else it keeps the tombstone (2).
     return await rt.scripts.call(scripts.delete(rt.context, shard, msg_id=msg_id, release=False,
-                                                tombstone=deleted.to_stored())) in (1, 2)
+                                                tombstone=deleted.to_stored(), counted_cold=True)) in (1, 2)
+
+
+async def _delete_lost(rt: Runtime, shard: Shard, msg_id: str) -> bool:
+    """Deletes a message Redis holds nothing of that is not cold, but live in the log (Redis lost its
+    data, or its send died between the log and Redis), which a restore would bring back: Redis keeps
+    it as deleted for the retention first (not counted out of the cold count it was never in), then
+    the log ends that life. A life deleteMsg released the body of, the log writer not caught up, is
+    left alone: it ended, and a resend of its msgId is a new life."""
+    live = await rt.log.live_message(shard.topic, msg_id)
+    if live is None:
+        return False
+    kept = await rt.scripts.call(scripts.delete(rt.context, shard, msg_id=msg_id, release=False,
+                                                tombstone=dataclasses.replace(live, status=Status.DELETED).to_stored()))
+    if kept == 2:
+        await rt.log.delete_lost(live)
+    return kept in (1, 2)  # 1: its send's script ran meanwhile, and Redis deleted it as any other
 
 
 async def _reschedule_cold(rt: Runtime, shard: Shard, msg_id: str, trigger_time: int,

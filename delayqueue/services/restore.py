@@ -18,11 +18,11 @@ import psycopg
 from psycopg.rows import dict_row
 
 from delayqueue.core.clock import now_millis
-from delayqueue.core.constants import COLD_HOUR_MILLIS, LIVE_STATUSES, Status
+from delayqueue.core.constants import COLD_HOUR_MILLIS, IN_FLIGHT_MILLIS, LIVE_STATUSES, Status
 from delayqueue.core.messages import Message
 from delayqueue.live import scripts
 from delayqueue.live.keys import Meta, Shard, parse_position, position
-from delayqueue.live.shards import topic_shards
+from delayqueue.live.shards import shard_of, topic_shards
 from delayqueue.messagelog import sql
 from delayqueue.messagelog.connection import connect, log_unavailable
 from delayqueue.runtime import Runtime
@@ -223,7 +223,9 @@ async def count_and_leave_cold(rt: Runtime, conn, *, scope, candidates, params: 
         if left:
             left_cold.setdefault(name, {})[hour] = left
     if left_cold and not dry_run and msg_id is None:
-        await _set_cold_counts(rt, await _less_held(rt, left_cold, positions, settings), settings)
+        young = await (await conn.execute(sql.restore_young_cold(scope, candidates),
+                                          {**params, "young_after": now_millis() - 2 * IN_FLIGHT_MILLIS})).fetchall()
+        await _set_cold_counts(rt, await _less_held(rt, left_cold, positions, settings), young, settings)
     if not dry_run and (cold_topics := [name for name, hours in left_cold.items() if hours]):
         # The loaders work registered topics only: one whose messages all stay cold has none
         # restored to register it, and they would never be loaded.
@@ -290,15 +292,22 @@ async def _less_held(rt: Runtime, left: dict[str, dict[int, int]], positions: li
     return {name: {hour: n for hour, n in hours.items() if n > 0} for name, hours in less.items()}
 
 
-async def _set_cold_counts(rt: Runtime, left: dict[str, dict[int, int]],
+async def _set_cold_counts(rt: Runtime, left: dict[str, dict[int, int]], young: list[tuple[str, str, int]],
                            settings: dict[str, TopicSettings] | None) -> None:
     """Sets each topic's count of cold messages and their hours (its meta's and cold_hours, which
     getTopicInfo and the caps read, and which went with a lost Redis) to the rows the restore
     leaves to its loader, `left` per topic per hour: a sharded topic's in its current count's
     first shard, its other shards' parts at 0. A send going cold between the count and the
-    write may be missed; the loader drops the count once it finds nothing left after the window."""
+    write may be missed; the loader drops the count once it finds nothing left after the window.
+    The rows counted that were sent just before, `young` (topic, msgId, produceTime), are noted in
+    their shard's cold_sent as send.lua notes the sends it counts: the loader counts so young a row
+    out only if noted, and a send whose script runs after this does not count it again."""
     settings = settings if settings is not None else await rt.topic_configs.table()
     pipe = rt.redis.pipeline(transaction=False)
+    for name, msg_id, produced in young:
+        k = rt.ns.topic(shard_of(name, msg_id, settings.get(name, DEFAULT_SETTINGS).shards))
+        pipe.zadd(k.cold_sent, {msg_id: produced})
+        pipe.pexpire(k.cold_sent, 2 * IN_FLIGHT_MILLIS)
     for name, hours in left.items():
         counts = settings.get(name, DEFAULT_SETTINGS).shard_counts
         for shard in topic_shards(name, counts):

@@ -18,7 +18,7 @@ from delayqueue.core.schedules import (INTERVAL_ZONE, NOT_AN_INTERVAL_SETTING, S
                                        run_now_msg_id, tick_msg_id)
 from delayqueue.messagelog import sql
 from delayqueue.runtime import Runtime
-from delayqueue.services.messages import delete_lost, delete_message, get_message
+from delayqueue.services.messages import delete_message, get_message
 from delayqueue.services.send import SendRequest, send_message
 
 # The fields a caller sets (updateSchedule changes any of them); the others are the planner's.
@@ -219,8 +219,6 @@ async def _withdraw(rt: Runtime, row: ScheduleRow, now: int, *, replanned: bool 
             floor = max(floor, tick)
             if replanned:
                 break
-        else:  # not in Redis: if the log holds it waiting (Redis lost its data), a restore would make it fire
-            await delete_lost(rt, topic=row.topic, msg_id=msg_id)
     return floor
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from delayqueue.api import wire
 from delayqueue.core.clock import now_millis
-from delayqueue.core.constants import COLD_HOUR_MILLIS, MAX_DELAY_MILLIS, Status
+from delayqueue.core.constants import COLD_HOUR_MILLIS, IN_FLIGHT_MILLIS, MAX_DELAY_MILLIS, Status
 from delayqueue.core.exceptions import Conflict, NotFound, Throttled
 from delayqueue.live import scripts
 from delayqueue.live.keys import Meta, Shard, position
@@ -273,6 +273,31 @@ async def test_a_send_the_loader_brings_in_before_its_script_runs_is_counted_onc
         info = await topic_info(rt, topic="t")
         assert (info.waiting, info.waiting_cold) == (2, 1)  # far, still cold; the other in Redis
         assert await cold_hours(rt) == hours_of(far)
+    finally:
+        await loader.close()
+
+
+async def test_a_send_that_died_before_its_script_is_not_counted_out_of_the_cold_count(cold_rt):
+    """Its log row was committed, its script never ran (the process was killed in between), so
+    nothing counted it cold; the loader brings it in all the same, and must not count it out: the
+    count fell to one short of the messages still cold (to -1 with none). Due in another hour than
+    those, it is known to be none of them."""
+    rt = cold_rt
+    loader = await started(rt)
+    try:
+        await raise_window_to(rt, "t", now_millis() + 30_000)
+        far = await send(rt, msg="far", delay=2 * COLD_HOUR_MILLIS)
+        now = now_millis()
+        died = prepared(rt, SendRequest(topic="t", msg="x", trigger_time=now + 60_000), now - 2 * IN_FLIGHT_MILLIS, {})
+        await rt.log.record([died])  # its script never runs
+        await raise_window_to(rt, "t", now_millis() + 120_000)
+        assert await loader.load_topic("t", force=True) == 1
+        assert (await in_redis(rt, died.msg_id))["waiting"] == died.trigger_time
+        assert (await topic_info(rt, topic="t")).waiting_cold == 1
+        assert await cold_hours(rt) == hours_of(far)
+        assert await delete_message(rt, topic="t", msg_id=far.msg_id)
+        assert int(await rt.redis.hget(rt.ns.topic("t").meta, Meta.COLD)) == 0
+        assert await cold_hours(rt) == Counter()
     finally:
         await loader.close()
 
@@ -990,6 +1015,48 @@ async def test_a_restore_after_redis_lost_everything_rebuilds_the_hot_window_onl
         waiting = await rt.redis.zrange(rt.ns.topic("t").waiting, 0, -1, withscores=True)
         assert waiting == [(m.msg_id, float(m.trigger_time)) for m in [hot[1], *cold]]
         assert (await topic_info(rt, topic="t")).waiting_cold == 0 and await cold_hours(rt) == Counter()
+    finally:
+        await loader.close()
+
+
+@pytest.mark.fault
+@pytest.mark.parametrize("lost", [True, False])
+async def test_a_restore_and_the_loader_agree_on_the_cold_count_of_messages_sent_just_before(cold_rt, lost):
+    """Sent less than IN_FLIGHT_MILLIS before the restore, which counts them cold: the loader
+    brings one in while it is that young, and must count it out, the other staying cold. `lost`:
+    Redis lost its data (and the sends' notes that they counted them) before the restore."""
+    rt = cold_rt
+    loader = await started(rt)
+    try:
+        await raise_window_to(rt, "t", now_millis() + 30_000)
+        near, far = await send(rt, msg="near", delay=60_000), await send(rt, msg="far", delay=600_000)
+        if lost:
+            await rt.redis.flushall()
+        assert (await restore(rt)).left_cold == 2
+        await raise_window_to(rt, "t", now_millis() + 120_000)
+        assert await loader.load_topic("t", force=True) == 1
+        assert (await in_redis(rt, near.msg_id))["waiting"] == near.trigger_time
+        assert (await topic_info(rt, topic="t")).waiting_cold == 1
+        assert await cold_hours(rt) == hours_of(far)
+    finally:
+        await loader.close()
+
+
+async def test_a_send_whose_script_runs_after_a_restore_counted_it_cold_is_counted_once(cold_rt):
+    """The send's log row was committed before the restore, its script runs after it: the restore
+    counted the message cold, and the script, which finds it cold too, must not count it again."""
+    rt = cold_rt
+    loader = await started(rt)
+    try:
+        await raise_window_to(rt, "t", now_millis() + 30_000)
+        row = prepared(rt, SendRequest(topic="t", msg="x", delay_millis=600_000), now_millis(), {})
+        await rt.log.record([row])
+        assert (await restore(rt)).left_cold == 1
+        [(call_, _)] = unsharded_calls(rt, [row])
+        [reply] = await rt.scripts.call(call_)
+        assert reply.cold
+        assert (await topic_info(rt, topic="t")).waiting_cold == 1
+        assert await cold_hours(rt) == hours_of(row)
     finally:
         await loader.close()
 

@@ -12,7 +12,7 @@ import asyncio
 import pytest
 
 from delayqueue.core.clock import now_millis
-from delayqueue.core.constants import Status
+from delayqueue.core.constants import COLD_HOUR_MILLIS, Status
 from delayqueue.core.exceptions import CapReached
 from delayqueue.live import scripts
 from delayqueue.live.keys import Meta, Shard
@@ -379,6 +379,26 @@ async def test_a_packed_message_moved_in_after_its_time_counts_as_promoted_and_l
         [overview] = await figures.topic_overview(rt, topics=["t"])
         assert overview["ready"] == 2 and overview["totals"]["triggerMsgReady"] == 1
         assert overview["lateness_count"] == 1 and dict(overview["lateness_buckets"])[500] == 0
+    finally:
+        await loader.close()
+
+
+async def test_a_packed_message_whose_send_died_before_its_script_is_not_counted_out(packed_rt):
+    """A message whose send died between its log row and its script, which nothing counted cold, is
+    loaded and packed, then counted out as its list moves in: the count must not fall below the
+    messages still cold (it fell one short of them; to -1 with none)."""
+    rt = packed_rt
+    await send(rt, 0, msg="registers the topic")
+    loader = await windowed(rt)
+    try:
+        far = await send(rt, 2 * COLD_HOUR_MILLIS, msg="far")  # cold, counted, due in another hour
+        due = now_millis() + 10 * LEAD
+        assert (await load_one(rt, "died", due)).packed == 1
+        await asyncio.sleep(max(due - LEAD - now_millis(), 0) / 1000)
+        assert (await rt.scripts.call(scripts.unpack_due(rt.context, "t"))).count == 1
+        assert (await topic_info(rt, topic="t")).waiting_cold == 1
+        hours = await rt.redis.hgetall(rt.ns.topic("t").cold_hours)
+        assert {int(hour): int(n) for hour, n in hours.items()} == {far.trigger_time // COLD_HOUR_MILLIS: 1}
     finally:
         await loader.close()
 

@@ -279,6 +279,22 @@ async def test_a_delete_with_release_during_a_restore_is_not_undone(single_rt, m
     assert (await logged("t", "gone"))["status"] == Status.DELETED
 
 
+@pytest.mark.parametrize("delay", [60_000, 0, 7_200_000])  # waiting, ready, beyond the hot window
+async def test_a_delete_between_a_loss_and_the_restore_is_not_undone(single_rt, delay):
+    """Redis lost the message, the log holds it live: the delete finds it in neither Redis nor the
+    cold tier, and the restore must not bring it back to be delivered though deleted."""
+    rt = single_rt
+    await send_message(rt, request=SendRequest("t", "x", delay, "gone"))
+    await drain_log(rt, ["t"])
+    await rt.redis.flushall()
+    assert await delete_message(rt, topic="t", msg_id="gone")
+    counts = await restore(rt)
+    assert (counts.restored, counts.left_cold) == (0, 0)
+    assert (await get_message(rt, topic="t", msg_id="gone")).status == Status.DELETED
+    assert (await logged("t", "gone"))["status"] == Status.DELETED
+    assert not await delete_message(rt, topic="t", msg_id="gone")
+
+
 @pytest.mark.fault
 async def test_restore_endpoints(api, single_rt):
     sent = (await api.post(API + "sendMsg", data={"topic": "h", "msg": "m", "delayMillis": 60_000})).json()["delayMsg"]

@@ -15,6 +15,6 @@ end
 redis.call('HDEL', meta, META.COLD)
 redis.call('DEL', KEYS[2])
 if ARGV[2] == '1' then
-  redis.call('HDEL', meta, META.HOT_UNTIL, META.LOADED_TO, META.FETCHED_TO)
+  redis.call('HDEL', meta, META.HOT_UNTIL, META.LOADED_TO, META.FETCHED_TO, META.SIGNED)
 end
 return 1

@@ -19,16 +19,19 @@
 -- ARGV[3] retention_millis: how long an ended body stays readable
 -- ARGV[4] stats_interval_millis
 -- ARGV[5] actor: 'process@host' for the history, '' with the message log off
--- ARGV[6] tombstone: '' or, for a cold message the caller has deleted in the message log, its
--- stored json as deleted: kept readable as an ended message if Redis does not hold the msgId (so
--- a loader that read the row before the delete does not bring it in), else it is deleted here
+-- ARGV[6] tombstone: '' or, for a message the caller has deleted in the message log (cold, or live
+-- there after Redis lost it), its stored json as deleted: kept readable as an ended message if Redis
+-- does not hold the msgId (so a loader or a restore that read the row before the delete does not
+-- bring it in), else it is deleted here
 -- ARGV[7] release_ended: 1 only frees the body, and only if the message has ended (the end of a
 -- release that answered 3: a life sent since stays)
--- Returns 1 when a live message was deleted, 0 when it had ended, -1 when Redis does not hold the
--- msgId, 2 when the tombstone was kept, 3 when a live message due at or after the meta's
--- loaded_to was deleted with release: its log row, waiting until the log writer catches up, would
--- read as a cold message's, so its body is kept, as deleted, until the caller has ended the row
--- there (then release_ended frees it).
+-- ARGV[8] counted_cold: 1 when the tombstone's message was cold (counted in the meta's cold), 0 when
+-- it was a live row Redis lost (never counted cold)
+-- Returns 1 when a live message was deleted, 0 when it had ended (or the tombstone's life was
+-- released), -1 when Redis does not hold the msgId, 2 when the tombstone was kept, 3 when a live
+-- message due at or after the meta's loaded_to was deleted with release: its log row, waiting until
+-- the log writer catches up, would read as a cold message's, so its body is kept, as deleted, until
+-- the caller has ended the row there (then release_ended frees it).
 -- @include clock
 -- @include status
 -- @include end_message
@@ -46,11 +49,17 @@ if not raw then
   if ARGV[6] == '' then
     return -1
   end
+  local tombstone = decode_stored(ARGV[6], id)
+  if redis.call('ZSCORE', KEYS[13], id .. ':' .. tombstone.produceTime) then
+    return 0  -- a life deleted with its body released: ended, though its log row may read live yet
+  end
   redis.call('HSET', t.msgs, id, ARGV[6])
   redis.call('ZADD', t.ended, now + t.retention, id)
-  local trigger = decode_stored(ARGV[6], id).triggerTime
-  remove_packed({packed = KEYS[12], meta = KEYS[10]}, id, trigger)  -- if the loader had read it ahead
-  cold_moved(KEYS[10], KEYS[11], 1, hours_of({trigger}))
+  local trigger = tombstone.triggerTime
+  if ARGV[8] == '1' then
+    remove_packed({packed = KEYS[12], meta = KEYS[10]}, id, trigger)  -- if the loader had read it ahead
+    cold_moved(KEYS[10], KEYS[11], hours_of({trigger}))
+  end
   stat_add(t.stats, interval, now, COUNTER.DELETE, 1)
   return 2
 end

@@ -89,8 +89,9 @@ if redis.call('EXISTS', t.packed) == 0 then
   redis.call('HSET', meta, META.LOADED_TO, ARGV[6])
 end
 local loaded, _, late = bring_in(t, items, now, changes)
+local counted_out = 0
 if loaded > 0 then
-  cold_moved(meta, KEYS[9], #counted, hours_of(counted))
+  counted_out = cold_moved(meta, KEYS[9], hours_of(counted))
   count_late(KEYS[11], tonumber(ARGV[9]), now, late)
   log_events(events, ARGV[4], changes, STATUS.WAITING, REASON.DUE)
 end
@@ -98,4 +99,4 @@ if loaded > 0 or first_packed then
   -- The topic's scanner may be asleep towards a later time.
   redis.call('PUBLISH', ARGV[2], topic)
 end
-return {loaded, held, #packing, #counted}
+return {loaded, held, #packing, counted_out}

@@ -9,9 +9,7 @@
 -- KEYS[4] packed
 -- ARGV[1] purged: cold messages the log ended
 -- ARGV[2] stats_interval_millis
--- ARGV[3] signed: 1 for a shard of a sharded topic, whose count is a signed part of the topic's
--- (raise_hot.lua): it goes down by all the purged, which are this shard's to load
--- ARGV[4...] per hour: hour, count
+-- ARGV[3...] per hour: hour, count
 -- (of the purged, count were due in hour: triggerTime // COLD_HOUR_MILLIS)
 -- Returns the new loaded_to ('' if the topic has none).
 -- @include clock
@@ -27,13 +25,13 @@ if loaded_to then
   redis.call('HSET', meta, META.LOADED_TO, loaded_to)
 end
 drop_packed({packed = KEYS[4], meta = meta})  -- their rows, after loaded_to, were among those ended
--- A page a loader brought in while its rows were being ended was counted out as it came in.
+-- A page a loader brought in while its rows were being ended was counted out as it came in: a
+-- topic's own count goes no lower than 0 (cold_moved), a shard's signed part by all of them.
 local by_hour = {}
-for i = 4, #ARGV, 2 do
+for i = 3, #ARGV, 2 do
   by_hour[ARGV[i]] = tonumber(ARGV[i + 1])
 end
-local moved = ARGV[3] == '1' and purged or math.min(purged, tonumber(redis.call('HGET', meta, META.COLD) or '0'))
-cold_moved(meta, KEYS[3], moved, by_hour)
+cold_moved(meta, KEYS[3], by_hour)
 if purged > 0 then
   stat_add(KEYS[2], tonumber(ARGV[2]), clock(), COUNTER.DELETE, purged)
 end

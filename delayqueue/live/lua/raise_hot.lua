@@ -8,7 +8,8 @@
 -- ARGV[3] start: 1 gives a topic without a hot_until one; 0 leaves it without (the cold tier is off)
 -- ARGV[4] signed: 1 for a shard of a sharded topic, whose count of cold messages is kept from here on,
 -- at 0 when there is none: a message goes cold in one shard and may be loaded into another (after
--- a reshard), so each shard's count is a signed part of the topic's (includes/cold_count.lua)
+-- a reshard), so each shard's count is a signed part of the topic's (includes/cold_count.lua), as the
+-- meta's signed says; 0 removes that mark: the count is the topic's own, which goes no lower than 0
 -- ARGV[5] fetched_to: '' or the fetched_to of a topic that had no hot_until, from where its sends
 -- may be packed (includes/packed.lua): one that holds every message in Redis may pack a send
 -- due after its loaded_to and before this
@@ -29,6 +30,9 @@ elseif tonumber(ARGV[1]) > tonumber(hot) then
 end
 if ARGV[4] == '1' then
   redis.call('HSETNX', meta, META.COLD, 0)
+  redis.call('HSET', meta, META.SIGNED, 1)
+else
+  redis.call('HDEL', meta, META.SIGNED)
 end
 local values = redis.call('HMGET', meta, META.HOT_UNTIL, META.FETCHED_TO, META.LOADED_TO, META.COLD)
 return {values[1], values[2] or values[3], values[4] or ''}

@@ -53,7 +53,7 @@ if not raw and ARGV[10] ~= '' then
   local old_hours = hours_of({tonumber(ARGV[11])})
   if hot and m.triggerTime > tonumber(hot) and tonumber(ARGV[11]) > tonumber(hot) then
     if redis.call('HEXISTS', KEYS[8], META.COLD) == 1 then  -- the count stays; its hour moves
-      cold_moved(KEYS[8], KEYS[11], 1, old_hours)
+      cold_moved(KEYS[8], KEYS[11], old_hours)
       cold_added(KEYS[8], KEYS[11], m.triggerTime)
     end
     return {4, wire_json(ARGV[10], id)}
@@ -61,7 +61,7 @@ if not raw and ARGV[10] ~= '' then
   if m.triggerTime <= now then
     m.status = STATUS.READY
   end
-  cold_moved(KEYS[8], KEYS[11], 1, old_hours)
+  cold_moved(KEYS[8], KEYS[11], old_hours)
   redis.call('HSET', t.msgs, id, encode_stored(m))
   add_messages(t, {m}, ARGV[6])
   if m.status == STATUS.READY then

@@ -64,7 +64,7 @@ for i = 7, #ARGV, 8 do
 end
 if restored > 0 and not dry_run then
   add_messages(t, added, ARGV[1])
-  cold_moved(meta, KEYS[8], #was_cold, hours_of(was_cold))
+  cold_moved(meta, KEYS[8], hours_of(was_cold))
   redis.call('HSET', meta, META.LAST_ACTIVE, now)
   redis.call('HSETNX', meta, META.REGISTERED, 1)
   -- The topic's scanner may be asleep towards a later time, or not know the topic yet.

@@ -141,9 +141,12 @@ local function send_one(id, payload, trigger, expire_time, max_retry, produce_ti
         redis.call('HDEL', msgs, id)
         redis.call('ZREM', ended, id)
       end
-      cold_added(meta, KEYS[11], trigger)
       -- A loader that read the row before this script ran brings it in counting it out: only if counted here.
-      redis.call('ZADD', KEYS[13], produce_time, id)
+      -- A restore that read the row before this script ran counted it, and noted it so.
+      if tonumber(redis.call('ZSCORE', KEYS[13], id)) ~= produce_time then
+        cold_added(meta, KEYS[11], trigger)
+        redis.call('ZADD', KEYS[13], produce_time, id)
+      end
       went_cold = true
       return 4, 0
     end

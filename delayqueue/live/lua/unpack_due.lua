@@ -72,7 +72,7 @@ if #messages > 0 then
   end
   local triggers, late
   moved, triggers, late = bring_in(t, items, now, changes)
-  cold_moved(meta, KEYS[10], moved, hours_of(triggers))
+  cold_moved(meta, KEYS[10], hours_of(triggers))
   count_late(KEYS[11], tonumber(ARGV[6]), now, late)
   log_events(events, ARGV[3], changes, STATUS.WAITING, REASON.DUE)
 end

@@ -8,8 +8,11 @@
 --   in its queues (each live message Redis holds is in exactly one) and the cold ones
 --   t: waiting, ready, prioritised, inflight (keys)
 -- cold_added(meta key, hours key, trigger_time): a message went to the log only
--- cold_moved(meta key, hours key, n, by_hour): n messages left the log only (into Redis, or deleted
---   there), by_hour[hour] of them due in each hour (hours_of)
+-- cold_moved(meta key, hours key, by_hour) -> how many it counted out: messages left the log only
+--   (into Redis, or deleted there), by_hour[hour] of them due in each hour (hours_of). A count that
+--   is the topic's own (no meta signed) goes no lower than 0, nor does an hour's: what it would take
+--   below was never counted in (a send that died between its log row and its script), and would
+--   hide as many cold messages sent later
 -- hours_of(trigger_times) -> by_hour, for cold_moved
 local function live_count(t, meta)
   return redis.call('ZCARD', t.waiting) + redis.call('LLEN', t.ready) + redis.call('ZCARD', t.prioritised)
@@ -34,13 +37,29 @@ local function hours_of(trigger_times)
   return by_hour
 end
 
-local function cold_moved(meta, hours, n, by_hour)
-  if n > 0 and redis.call('HEXISTS', meta, META.COLD) == 1 then
-    redis.call('HINCRBY', meta, META.COLD, -n)
-    for hour, count in pairs(by_hour) do
-      if redis.call('HINCRBY', hours, hour, -count) == 0 then  -- below 0 in a shard another one makes up
-        redis.call('HDEL', hours, hour)
-      end
-    end
+local function cold_moved(meta, hours, by_hour)
+  if next(by_hour) == nil or redis.call('HEXISTS', meta, META.COLD) == 0 then
+    return 0
   end
+  local signed = redis.call('HGET', meta, META.SIGNED) == '1'
+  local moved = 0
+  for hour, count in pairs(by_hour) do
+    local left = redis.call('HINCRBY', hours, hour, -count)
+    if left < 0 and not signed then
+      count, left = math.max(count + left, 0), 0
+    end
+    if left == 0 then  -- a shard's part may be below 0: another shard's makes it up
+      redis.call('HDEL', hours, hour)
+    end
+    moved = moved + count
+  end
+  if moved == 0 then
+    return 0
+  end
+  local cold = redis.call('HINCRBY', meta, META.COLD, -moved)
+  if cold < 0 and not signed then
+    redis.call('HSET', meta, META.COLD, 0)
+    moved = math.max(moved + cold, 0)
+  end
+  return moved
 end
