@@ -108,6 +108,17 @@ async def test_a_purge_dead_of_no_msg_ids_purges_none_without_a_call(sdk_server)
         assert await async_client.purge_dead("t", []) == 0
 
 
+async def test_a_redrive_of_no_msg_ids_is_task_0_done_without_a_call(sdk_server):
+    # As purge_dead: a list filtered down to none redrives none, not the API's 400; task 0 is that
+    # empty redrive, done (the server numbers its tasks from 1).
+    with Client(sdk_server) as client:
+        assert client.redrive("t", []) == 0
+        assert client.redrive_task(0) == {"moved": 0, "left": 0, "state": "done"}
+    async with AsyncClient(sdk_server) as async_client:
+        assert await async_client.redrive("t", [], max_per_second=10) == 0
+        assert await async_client.redrive_task(0) == {"moved": 0, "left": 0, "state": "done"}
+
+
 def test_topic_config_pause_resume_and_purge(client):
     config = client.set_topic_config("jobs", max_retry=5, retry_backoff_ms=100, dead_letter=False)
     assert (config["maxRetry"], config["retryBackoffMillis"], config["deadLetter"]) == (5, 100, False)
