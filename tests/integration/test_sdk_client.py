@@ -470,6 +470,40 @@ def test_a_producer_not_closed_sends_its_pending_messages_at_interpreter_exit(sd
     assert logged_count("atexit") == 300
 
 
+UNCLOSED_ASYNC_PRODUCER = """\
+import asyncio, sys
+from delayqueue_client import AsyncClient
+async def main():
+    producer = AsyncClient(sys.argv[1]).producer(linger_ms=200, max_batch=40, in_flight=2)
+    for i in range(300):
+        producer.send(sys.argv[2], f'm{i}', msg_id=f'{sys.argv[2]}{i}')
+    await asyncio.sleep(0)  # the first batch taken out of the queue
+"""
+
+
+def test_an_async_producer_not_closed_sends_its_pending_messages_when_asyncio_run_ends(sdk_server, tmp_path):
+    # asyncio.run cancels the tasks left and runs the loop until they end: the producer's task
+    # sends what was queued and the batches cancelled with it, before the loop closes.
+    script = tmp_path / "unclosed_async.py"
+    script.write_text(UNCLOSED_ASYNC_PRODUCER + "asyncio.run(main())\n")
+    ran = subprocess.run([sys.executable, str(script), sdk_server, "arun"], capture_output=True, text=True,
+                         timeout=60)
+    assert ran.returncode == 0, ran.stderr
+    assert logged_count("arun") == 300
+
+
+def test_an_async_producer_whose_loop_closed_under_it_says_how_many_sends_it_lost(sdk_server, tmp_path):
+    # A loop closed with the producer's task still waiting cannot send any more: not silently.
+    script = tmp_path / "unclosed_loop.py"
+    script.write_text(UNCLOSED_ASYNC_PRODUCER + "loop = asyncio.new_event_loop()\n"
+                      "loop.run_until_complete(main())\nloop.close()\n")
+    ran = subprocess.run([sys.executable, str(script), sdk_server, "aloop"], capture_output=True, text=True,
+                         timeout=60)
+    assert ran.returncode == 0, ran.stderr
+    assert "an AsyncProducer never closed lost 300 sends (msgIds aloop0, aloop1, aloop2, " in ran.stderr
+    assert logged_count("aloop") == 0
+
+
 def test_a_flush_or_close_that_times_out_raises_naming_the_sends_unanswered_which_the_exit_still_sends(
         web_processes, tmp_path):
     # The server is stopped (its socket accepts, nothing answers) while the producer flushes and
