@@ -767,3 +767,37 @@ def test_a_settle_tried_again_names_its_own_delivery_not_the_next_one_held_since
         with running(Worker(client, "again", handler, concurrency=2, wait_ms=1_000)):
             wait_for(acked, timeout=15, what="the message acked")
     assert retries == [1, 2]  # the second delivery was not given back: no third
+
+
+INTERRUPTED_WORKER = """\
+import _thread, sys, threading, time
+from delayqueue_client import Client, Worker
+started, gate = [], threading.Event()
+def handler(message):
+    started.append(message.msg_id)
+    gate.wait(60)
+def interrupt():  # Ctrl-C in a program that keeps its own SIGINT handling
+    while not started:
+        time.sleep(0.05)
+    time.sleep(0.3)
+    _thread.interrupt_main()
+threading.Thread(target=interrupt, daemon=True).start()
+worker = Worker(Client(sys.argv[1]), "interrupted", handler, concurrency=1, batch=4, wait_ms=200)
+try:
+    worker.run(install_signal_handlers=False)
+except KeyboardInterrupt:
+    print("interrupted", worker.stopped_hard, flush=True)
+gate.set()
+"""
+
+
+def test_a_run_ended_by_an_exception_gives_back_what_it_holds_and_raises_it(client, tmp_path):
+    """A KeyboardInterrupt (or a SystemExit of the program's own signal handler) out of run(): the
+    messages in hand that no handler will take must go back, not hold run() (its settle loop
+    waited for their outcomes for ever) while its poll went on pulling."""
+    client.send_many([{"topic": "interrupted", "msg": "x", "msg_id": f"i{i}"} for i in range(4)])
+    script = tmp_path / "interrupted.py"
+    script.write_text(INTERRUPTED_WORKER)
+    ran = subprocess.run([sys.executable, str(script), client.base_url], capture_output=True, text=True, timeout=60)
+    assert ran.stdout.split() == ["interrupted", "True"], ran.stderr
+    assert all(client.get("interrupted", f"i{i}").status == 2 for i in range(4))  # all four given back

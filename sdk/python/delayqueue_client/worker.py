@@ -667,6 +667,13 @@ class Worker:
             while self._stop_level < HARD and self._undecided():
                 with self._room:
                     self._room.wait(POLL_STEP)
+        except BaseException:
+            # Interrupted (KeyboardInterrupt without the worker's signal handlers, a SystemExit of the
+            # program's own): a hard stop, or the settle loop would wait for ever for messages no handler takes.
+            self._stop_level = HARD
+            log.warning("run() interrupted (%s): messages in hand not yet handled are given back",
+                        type(sys.exc_info()[1]).__name__)
+            raise
         finally:
             given_back = self._give_back_all() if self._stop_level >= HARD else []
             for item in given_back:
