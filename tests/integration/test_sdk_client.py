@@ -492,6 +492,23 @@ def test_an_async_producer_not_closed_sends_its_pending_messages_when_asyncio_ru
     assert logged_count("arun") == 300
 
 
+def test_an_async_client_closing_closes_its_producers_first_so_their_sends_go(sdk_server, tmp_path):
+    # Its connections closed, the client could send nothing more for a producer left open.
+    script = tmp_path / "client_closed.py"
+    script.write_text(
+        "import asyncio, sys\n"
+        "from delayqueue_client import AsyncClient\n"
+        "async def main():\n"
+        "    async with AsyncClient(sys.argv[1]) as client:\n"
+        "        producer = client.producer(linger_ms=200, max_batch=40, in_flight=2)\n"
+        "        for i in range(300):\n"
+        "            producer.send('aclosed', 'm', msg_id=f'ac{i}')\n"
+        "asyncio.run(main())\n")
+    ran = subprocess.run([sys.executable, str(script), sdk_server], capture_output=True, text=True, timeout=60)
+    assert ran.returncode == 0, ran.stderr
+    assert logged_count("aclosed") == 300, ran.stderr
+
+
 def test_an_async_producer_whose_loop_closed_under_it_says_how_many_sends_it_lost(sdk_server, tmp_path):
     # A loop closed with the producer's task still waiting cannot send any more: not silently.
     script = tmp_path / "unclosed_loop.py"

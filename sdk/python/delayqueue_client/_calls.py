@@ -9,6 +9,7 @@ import json
 import math
 import os
 import random
+import weakref
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Concatenate, Generic, NamedTuple, ParamSpec, TypeVar, cast, overload
@@ -275,6 +276,8 @@ class Calls:
                                   proxy=proxy_for(self.base_url, proxy, trust_env), max_connections=max_connections)
         self._http = self._new_transport(self._settings)
         self.middleware = Chain(middleware)
+        # An AsyncClient's producers, which its aclose() closes first (its closed pool sends nothing more).
+        self._producers: weakref.WeakSet[Any] = weakref.WeakSet()
 
     def _new_transport(self, settings: Settings) -> Any:
         raise NotImplementedError

@@ -322,7 +322,8 @@ class AsyncProducer:
         if not self._closed:
             self._closed = True
             self._queue.put_nowait(_CLOSE)
-        await asyncio.shield(self._task)  # a cancelled wait must not cancel the sending
+        if not self._task.cancelled():  # cancelled as its loop ended: what it could send, it sent then
+            await asyncio.shield(self._task)  # a cancelled wait must not cancel the sending
 
     async def __aenter__(self) -> AsyncProducer:
         return self
