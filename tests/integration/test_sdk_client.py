@@ -474,20 +474,22 @@ UNCLOSED_ASYNC_PRODUCER = """\
 import asyncio, sys
 from delayqueue_client import AsyncClient
 async def main():
-    producer = AsyncClient(sys.argv[1]).producer(linger_ms=200, max_batch=40, in_flight=2)
+    producer = AsyncClient(sys.argv[1]).producer(linger_ms=float(sys.argv[3]), max_batch=40, in_flight=2)
     for i in range(300):
         producer.send(sys.argv[2], f'm{i}', msg_id=f'{sys.argv[2]}{i}')
-    await asyncio.sleep(0)  # the first batch taken out of the queue
+    await asyncio.sleep(float(sys.argv[4]))  # the first batch taken out of the queue, or some sent
 """
 
 
-def test_an_async_producer_not_closed_sends_its_pending_messages_when_asyncio_run_ends(sdk_server, tmp_path):
+@pytest.mark.parametrize("linger_ms, sends_for", [("200", "0"), ("0", "0.15")], ids=["queued", "batches out"])
+def test_an_async_producer_not_closed_sends_its_pending_messages_when_asyncio_run_ends(sdk_server, tmp_path,
+                                                                                       linger_ms, sends_for):
     # asyncio.run cancels the tasks left and runs the loop until they end: the producer's task
     # sends what was queued and the batches cancelled with it, before the loop closes.
     script = tmp_path / "unclosed_async.py"
     script.write_text(UNCLOSED_ASYNC_PRODUCER + "asyncio.run(main())\n")
-    ran = subprocess.run([sys.executable, str(script), sdk_server, "arun"], capture_output=True, text=True,
-                         timeout=60)
+    ran = subprocess.run([sys.executable, str(script), sdk_server, "arun", linger_ms, sends_for],
+                         capture_output=True, text=True, timeout=60)
     assert ran.returncode == 0, ran.stderr
     assert logged_count("arun") == 300
 
@@ -514,8 +516,8 @@ def test_an_async_producer_whose_loop_closed_under_it_says_how_many_sends_it_los
     script = tmp_path / "unclosed_loop.py"
     script.write_text(UNCLOSED_ASYNC_PRODUCER + "loop = asyncio.new_event_loop()\n"
                       "loop.run_until_complete(main())\nloop.close()\n")
-    ran = subprocess.run([sys.executable, str(script), sdk_server, "aloop"], capture_output=True, text=True,
-                         timeout=60)
+    ran = subprocess.run([sys.executable, str(script), sdk_server, "aloop", "200", "0"], capture_output=True,
+                         text=True, timeout=60)
     assert ran.returncode == 0, ran.stderr
     assert "an AsyncProducer never closed lost 300 sends (msgIds aloop0, aloop1, aloop2, " in ran.stderr
     assert logged_count("aloop") == 0
