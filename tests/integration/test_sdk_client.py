@@ -108,6 +108,17 @@ async def test_a_purge_dead_of_no_msg_ids_purges_none_without_a_call(sdk_server)
         assert await async_client.purge_dead("t", []) == 0
 
 
+async def test_a_redrive_of_no_msg_ids_is_task_0_done_without_a_call(sdk_server):
+    # As purge_dead: a list filtered down to none redrives none, not the API's 400; task 0 is that
+    # empty redrive, done (the server numbers its tasks from 1).
+    with Client(sdk_server) as client:
+        assert client.redrive("t", []) == 0
+        assert client.redrive_task(0) == {"moved": 0, "left": 0, "state": "done"}
+    async with AsyncClient(sdk_server) as async_client:
+        assert await async_client.redrive("t", [], max_per_second=10) == 0
+        assert await async_client.redrive_task(0) == {"moved": 0, "left": 0, "state": "done"}
+
+
 def test_topic_config_pause_resume_and_purge(client):
     config = client.set_topic_config("jobs", max_retry=5, retry_backoff_ms=100, dead_letter=False)
     assert (config["maxRetry"], config["retryBackoffMillis"], config["deadLetter"]) == (5, 100, False)
@@ -457,6 +468,59 @@ def test_a_producer_not_closed_sends_its_pending_messages_at_interpreter_exit(sd
         "    producer.send('atexit', f'm{i}', msg_id=f'ax{i}')\n")  # no flush, no close: exits at once
     subprocess.run([sys.executable, str(script), sdk_server], check=True, timeout=60)
     assert logged_count("atexit") == 300
+
+
+UNCLOSED_ASYNC_PRODUCER = """\
+import asyncio, sys
+from delayqueue_client import AsyncClient
+async def main():
+    producer = AsyncClient(sys.argv[1]).producer(linger_ms=float(sys.argv[3]), max_batch=40, in_flight=2)
+    for i in range(300):
+        producer.send(sys.argv[2], f'm{i}', msg_id=f'{sys.argv[2]}{i}')
+    await asyncio.sleep(float(sys.argv[4]))  # the first batch taken out of the queue, or some sent
+"""
+
+
+@pytest.mark.parametrize("linger_ms, sends_for", [("200", "0"), ("0", "0.15")], ids=["queued", "batches out"])
+def test_an_async_producer_not_closed_sends_its_pending_messages_when_asyncio_run_ends(sdk_server, tmp_path,
+                                                                                       linger_ms, sends_for):
+    # asyncio.run cancels the tasks left and runs the loop until they end: the producer's task
+    # sends what was queued and the batches cancelled with it, before the loop closes.
+    script = tmp_path / "unclosed_async.py"
+    script.write_text(UNCLOSED_ASYNC_PRODUCER + "asyncio.run(main())\n")
+    ran = subprocess.run([sys.executable, str(script), sdk_server, "arun", linger_ms, sends_for],
+                         capture_output=True, text=True, timeout=60)
+    assert ran.returncode == 0, ran.stderr
+    assert logged_count("arun") == 300
+
+
+def test_an_async_client_closing_closes_its_producers_first_so_their_sends_go(sdk_server, tmp_path):
+    # Its connections closed, the client could send nothing more for a producer left open.
+    script = tmp_path / "client_closed.py"
+    script.write_text(
+        "import asyncio, sys\n"
+        "from delayqueue_client import AsyncClient\n"
+        "async def main():\n"
+        "    async with AsyncClient(sys.argv[1]) as client:\n"
+        "        producer = client.producer(linger_ms=200, max_batch=40, in_flight=2)\n"
+        "        for i in range(300):\n"
+        "            producer.send('aclosed', 'm', msg_id=f'ac{i}')\n"
+        "asyncio.run(main())\n")
+    ran = subprocess.run([sys.executable, str(script), sdk_server], capture_output=True, text=True, timeout=60)
+    assert ran.returncode == 0, ran.stderr
+    assert logged_count("aclosed") == 300, ran.stderr
+
+
+def test_an_async_producer_whose_loop_closed_under_it_says_how_many_sends_it_lost(sdk_server, tmp_path):
+    # A loop closed with the producer's task still waiting cannot send any more: not silently.
+    script = tmp_path / "unclosed_loop.py"
+    script.write_text(UNCLOSED_ASYNC_PRODUCER + "loop = asyncio.new_event_loop()\n"
+                      "loop.run_until_complete(main())\nloop.close()\n")
+    ran = subprocess.run([sys.executable, str(script), sdk_server, "aloop", "200", "0"], capture_output=True,
+                         text=True, timeout=60)
+    assert ran.returncode == 0, ran.stderr
+    assert "an AsyncProducer never closed lost 300 sends (msgIds aloop0, aloop1, aloop2, " in ran.stderr
+    assert logged_count("aloop") == 0
 
 
 def test_a_flush_or_close_that_times_out_raises_naming_the_sends_unanswered_which_the_exit_still_sends(

@@ -306,6 +306,7 @@ class Proxy:
     def __init__(self, upstream: str | None = None):
         self.upstream, self.fail_next, self.status, self.seen = upstream, 0, 502, []
         self.refuse_tunnels = False  # answer CONNECT 407, as a proxy wanting other credentials does
+        self.tunnel_delay = 0.0  # seconds before a tunnel opens
         proxy = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -334,6 +335,7 @@ class Proxy:
                     return
                 host, port = self.path.rsplit(":", 1)
                 upstream = socket.create_connection((host, int(port)), timeout=30)
+                time.sleep(proxy.tunnel_delay)
                 self.send_response(200)
                 self.end_headers()
                 pipes = [threading.Thread(target=pipe, args=ends, daemon=True)
@@ -582,6 +584,21 @@ def test_https_goes_through_the_proxy_in_a_connect_tunnel_in_both_clients(certif
             assert forward.seen == [f"CONNECT {server.url.removeprefix('https://')}"]  # the server's TLS inside
     finally:
         server.close()
+
+
+@pytest.mark.parametrize("in_async", [False, True], ids=["Client", "AsyncClient"])
+def test_the_timeout_bounds_a_tls_handshake_begun_after_a_slow_tunnel(serve, proxy, no_proxy_env, in_async):
+    # The proxy takes 1.5 s of the 2 s to open the tunnel, and the server behind it never answers
+    # the handshake: the handshake has the half second left, not a timeout of its own.
+    silent = serve(lambda conn, nth: False)  # takes the TLS hello for the start of a request that never ends
+    forward = proxy()
+    forward.tunnel_delay = 1.5
+    call = both_clients(silent.url.replace("http://", "https://"), timeout=2.0, max_retries=0,
+                        proxy=forward.url)[1][in_async]
+    started = time.monotonic()
+    with pytest.raises(Unavailable, match="unreachable: .*(TimeoutError|timed out|Timeout)"):
+        call("topic_info", "t")
+    assert 1.5 <= time.monotonic() - started < 2.9
 
 
 def test_a_tunnel_the_proxy_refuses_is_unavailable_in_both_clients_even_for_an_ack(certificates, proxy, no_proxy_env):

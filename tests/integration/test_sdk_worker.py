@@ -16,7 +16,7 @@ from contextlib import contextmanager
 
 import pytest
 import redis
-from delayqueue_client import AsyncClient, BadRequest, Client, DeadLetter, Retry, ServerError, Worker
+from delayqueue_client import AsyncClient, BadRequest, Client, DeadLetter, MaybeApplied, Retry, ServerError, Worker
 from delayqueue_client.worker import WorkerFailed
 
 from delayqueue.live.keys import topic_keys
@@ -709,3 +709,95 @@ def test_a_hard_stop_gives_back_again_what_its_own_poll_under_way_took_back(sdk_
     retries = {client.get("hardpoll", f"h{i}").retry for i in range(2)}
     assert retries == {2}, retries  # the poll under way did take them again (its second delivery)
     assert all(client.get("hardpoll", f"h{i}").status == 2 for i in range(2))  # given back both times
+
+
+@pytest.mark.parametrize("flavour", ["threads", "async"])
+def test_a_settle_tried_again_names_its_own_delivery_not_the_next_one_held_since(sdk_server, client, flavour):
+    """A nack the server applied but whose answer was lost is sent again; meanwhile the worker's poll
+    took the message again (a new delivery under the same msgId, its handler running): the second
+    try must name the delivery it nacks, or it gives back the running one."""
+    client.send("again", "x", msg_id="a1")
+    retries, second = [], threading.Event()
+
+    def handle(message):
+        retries.append(message.retry)
+        if len(retries) == 1:
+            raise Retry(0)
+        second.set()
+
+    def handler(message):
+        handle(message)
+        time.sleep(1.0)
+
+    async def async_handler(message):
+        handle(message)
+        await asyncio.sleep(1.0)
+
+    def lose_first_nack_answer(ack_many):
+        def settle(topic, msg_ids, **kwargs):
+            done = ack_many(topic, msg_ids, **kwargs)
+            if not kwargs["ack"] and not second.is_set():
+                second.wait(15)  # the poll takes the message again before the answer is read
+                raise MaybeApplied("ackMsgBatch: the answer was lost")
+            return done
+        return settle
+
+    def lose_first_nack_answer_async(ack_many):
+        async def settle(topic, msg_ids, **kwargs):
+            done = await ack_many(topic, msg_ids, **kwargs)
+            if not kwargs["ack"] and not second.is_set():
+                await asyncio.to_thread(second.wait, 15)
+                raise MaybeApplied("ackMsgBatch: the answer was lost")
+            return done
+        return settle
+
+    acked = lambda: client.get("again", "a1").status == 4  # noqa: E731
+    if flavour == "async":
+        async def scenario():
+            async with AsyncClient(sdk_server) as aclient:
+                aclient.ack_many = lose_first_nack_answer_async(aclient.ack_many)
+                worker = Worker(aclient, "again", async_handler, concurrency=2, wait_ms=1_000)
+                run = asyncio.create_task(worker.run_async(install_signal_handlers=False))
+                await asyncio.to_thread(wait_for, acked, timeout=15, what="the message acked")
+                worker.stop()
+                await run
+        asyncio.run(scenario())
+    else:
+        client.ack_many = lose_first_nack_answer(client.ack_many)
+        with running(Worker(client, "again", handler, concurrency=2, wait_ms=1_000)):
+            wait_for(acked, timeout=15, what="the message acked")
+    assert retries == [1, 2]  # the second delivery was not given back: no third
+
+
+INTERRUPTED_WORKER = """\
+import _thread, sys, threading, time
+from delayqueue_client import Client, Worker
+started, gate = [], threading.Event()
+def handler(message):
+    started.append(message.msg_id)
+    gate.wait(60)
+def interrupt():  # Ctrl-C in a program that keeps its own SIGINT handling
+    while not started:
+        time.sleep(0.05)
+    time.sleep(0.3)
+    _thread.interrupt_main()
+threading.Thread(target=interrupt, daemon=True).start()
+worker = Worker(Client(sys.argv[1]), "interrupted", handler, concurrency=1, batch=4, wait_ms=200)
+try:
+    worker.run(install_signal_handlers=False)
+except KeyboardInterrupt:
+    print("interrupted", worker.stopped_hard, flush=True)
+gate.set()
+"""
+
+
+def test_a_run_ended_by_an_exception_gives_back_what_it_holds_and_raises_it(client, tmp_path):
+    """A KeyboardInterrupt (or a SystemExit of the program's own signal handler) out of run(): the
+    messages in hand that no handler will take must go back, not hold run() (its settle loop
+    waited for their outcomes for ever) while its poll went on pulling."""
+    client.send_many([{"topic": "interrupted", "msg": "x", "msg_id": f"i{i}"} for i in range(4)])
+    script = tmp_path / "interrupted.py"
+    script.write_text(INTERRUPTED_WORKER)
+    ran = subprocess.run([sys.executable, str(script), client.base_url], capture_output=True, text=True, timeout=60)
+    assert ran.stdout.split() == ["interrupted", "True"], ran.stderr
+    assert all(client.get("interrupted", f"i{i}").status == 2 for i in range(4))  # all four given back

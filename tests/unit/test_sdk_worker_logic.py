@@ -6,8 +6,8 @@ import threading
 from datetime import timedelta
 
 import pytest
-from delayqueue_client import (App, AsyncClient, Client, DeadLetter, Forbidden, Message, RateLimited, Retry,
-                               ServerError, Unauthorized, Worker)
+from delayqueue_client import (App, AsyncClient, Client, Conflict, DeadLetter, Forbidden, Message, RateLimited,
+                               Retry, ServerError, Unauthorized, Worker)
 from delayqueue_client._calls import MAX_REASON
 from delayqueue_client._http import NotSent
 from delayqueue_client.testing import FakeServer
@@ -65,16 +65,19 @@ def test_the_default_batch_starts_at_four_per_handler_then_follows_the_handlers_
 def test_outcomes_are_grouped_by_topic_and_outcome_in_calls_of_at_most_500(client):
     worker = Worker(client, ["t", "u"], print)
     boom = Outcome(NACK, None, "ValueError: boom")
-    results = [(("t", f"a{i}"), Outcome(ACK)) for i in range(501)] + [
-        (("t", "n1"), boom), (("t", "d1"), Outcome(DEAD, reason="bad")), (("t", "n2"), boom),
-        (("t", "n3"), Outcome(NACK, None, "KeyError: 'x'")), (("u", "a1"), Outcome(ACK))]
+
+    def delivery(topic, msg_id):
+        return Message.from_api({**API_MESSAGE, "topic": topic, "msgId": msg_id})
+    results = [(delivery("t", f"a{i}"), Outcome(ACK)) for i in range(501)] + [
+        (delivery("t", "n1"), boom), (delivery("t", "d1"), Outcome(DEAD, reason="bad")), (delivery("t", "n2"), boom),
+        (delivery("t", "n3"), Outcome(NACK, None, "KeyError: 'x'")), (delivery("u", "a1"), Outcome(ACK))]
     calls = worker._settle_groups(results)
     assert [(topic, outcome.kind, len(ids)) for topic, outcome, ids in calls] == [
         ("t", ACK, 500), ("t", ACK, 1), ("t", NACK, 2), ("t", DEAD, 1), ("t", NACK, 1), ("u", ACK, 1)]
-    assert calls[2][2] == ["n1", "n2"]
-    assert worker._settle_kwargs("t", Outcome(DEAD, reason="bad"), ["d1"]) == {
-        "ack": False, "dead_letter": True, "delay_ms": None, "reason": "bad", "retries": [None]}  # d1 not held here
-    assert worker._settle_kwargs("t", Outcome(ACK), ["a1"]) == {"ack": True, "retries": [None]}
+    assert [m.msg_id for m in calls[2][2]] == ["n1", "n2"]
+    assert worker._settle_kwargs(Outcome(DEAD, reason="bad"), calls[3][2]) == {
+        "msg_ids": ["d1"], "ack": False, "dead_letter": True, "delay_ms": None, "reason": "bad", "retries": [1]}
+    assert worker._settle_kwargs(Outcome(ACK), calls[5][2]) == {"msg_ids": ["a1"], "ack": True, "retries": [1]}
 
 
 def test_pull_failures_pause_or_stop_the_worker(client):
@@ -244,10 +247,13 @@ def test_a_nacked_message_delivered_again_before_the_nacks_answer_is_kept(client
     assert worker._started(first) and worker._finished(first, 0.01)  # handler failed: a nack to send
     again = Message.from_api({**API_MESSAGE, "msgId": "m", "retry": 2})
     worker._pulled(worker._reserve(), [again], 0.0)  # the poll's answer came first
-    worker._settled("t", Outcome(NACK, None, "Error: x"), ["m"], [True])  # then the nack's
+    assert worker._settle_kwargs(Outcome(NACK), [first])["retries"] == [1]  # a nack sent again names its own
+    worker._settled("t", Outcome(NACK, None, "Error: x"), [first], [True])  # then the nack's
     assert worker._held[("t", "m")].message.retry == 2
+    worker._touched(first, 0.0, Conflict("not consuming"))  # a touch of the first, answered late
+    assert worker._held[("t", "m")].touch_at != float("inf")  # leaves the second's touches alone
     assert worker._started(again) and worker._finished(again, 0.01)  # its outcome will be sent
-    worker._settled("t", Outcome(ACK), ["m"], [True])
+    worker._settled("t", Outcome(ACK), [again], [True])
     assert not worker._held
 
 
@@ -255,7 +261,7 @@ def test_stop_drains_first_then_stops_hard(client):
     worker = Worker(client, "t", print)
     worker._pulled(worker._reserve(), [message()], 0.0)
     worker.stop()
-    assert worker._stop_level == 1 and worker._give_back_all() == [(("t", "m"), Outcome(NACK, 0, GIVEN_BACK))]
+    assert worker._stop_level == 1 and worker._give_back_all() == [(message(), Outcome(NACK, 0, GIVEN_BACK))]
     worker.stop()
     assert worker._stop_level == 2
     assert not worker._pulled(1, [message()], 0.0)  # a pull answered after a hard stop is given back by its poller

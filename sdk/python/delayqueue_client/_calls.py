@@ -9,6 +9,7 @@ import json
 import math
 import os
 import random
+import weakref
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Concatenate, Generic, NamedTuple, ParamSpec, TypeVar, cast, overload
@@ -48,6 +49,8 @@ TOPIC_SETTINGS = {
 }
 # A call that may make a push signing secret is not sent twice: the secret it answers is shown once.
 _MAKES_SECRET = ("push_url", "rotate_push_secret")
+# The task id of a redrive of no msgIds, which is not sent (the API refuses it); the server's start at 1.
+_NO_REDRIVE = 0
 
 
 class DeadLetterPage(NamedTuple):
@@ -273,6 +276,8 @@ class Calls:
                                   proxy=proxy_for(self.base_url, proxy, trust_env), max_connections=max_connections)
         self._http = self._new_transport(self._settings)
         self.middleware = Chain(middleware)
+        # An AsyncClient's producers, which its aclose() closes first (its closed pool sends nothing more).
+        self._producers: weakref.WeakSet[Any] = weakref.WeakSet()
 
     def _new_transport(self, settings: Settings) -> Any:
         raise NotImplementedError
@@ -500,16 +505,19 @@ class Calls:
     @api
     def redrive(self, topic: str, msg_ids: list[str] | None = None, *,
                 max_per_second: int | None = None) -> Call[int]:
-        """Starts sending dead letters back (all of the topic's, or msg_ids'); answers the task id."""
+        """Starts sending dead letters back (all of the topic's, or msg_ids'); answers the task id
+        (msg_ids=[]: none, and no call: task 0, which redrive_task answers done)."""
         body = _without_none(topic=topic, msgIds=list(msg_ids) if msg_ids is not None else None,
                              maxPerSecond=max_per_second)
-        return Call("redriveDeadMsg", body, lambda a: int(a["taskId"]), idempotent=False)
+        return Call("redriveDeadMsg", body, lambda a: int(a["taskId"]), idempotent=False,
+                    known={"taskId": _NO_REDRIVE} if body.get("msgIds") == [] else None)
 
     @api
     def redrive_task(self, task_id: int) -> Call[dict[str, Any]]:
-        """{"moved", "left", "state"} of a redrive."""
+        """{"moved", "left", "state"} of a redrive (task 0, redrive's of no msgIds: done, no call)."""
         return Call("getRedriveTask", {"taskId": task_id}, lambda a: {k: a[k] for k in ("moved", "left", "state")},
-                    idempotent=True)
+                    idempotent=True,
+                    known={"moved": 0, "left": 0, "state": "done"} if task_id == _NO_REDRIVE else None)
 
     @api
     def purge_dead(self, topic: str, msg_ids: list[str] | None = None) -> Call[int]:

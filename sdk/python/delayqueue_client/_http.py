@@ -194,6 +194,25 @@ class _DeadlineResponse(http.client.HTTPResponse):
         self.fp = io.BufferedReader(_DeadlineReads(self.fp.detach(), sock, deadline))
 
 
+class _DeadlineHTTPSConnection(http.client.HTTPSConnection):
+    """HTTPSConnection whose TLS handshake waits only until the attempt's deadline: the socket's
+    timeout, set when connecting began, would give it a whole timeout again after a slow TCP
+    connect or a proxy's slow CONNECT."""
+
+    def __init__(self, *args: Any, deadline: float, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self._deadline = deadline
+
+    def connect(self) -> None:
+        # HTTPSConnection.connect's steps, the socket's timeout set anew before the handshake.
+        http.client.HTTPConnection.connect(self)  # TCP, and a proxy's tunnel
+        assert self.sock is not None
+        self.sock.settimeout(_left(self._deadline))
+        context: ssl.SSLContext = self._context  # type: ignore[attr-defined]  # HTTPSConnection's own
+        tunnelled_to = self._tunnel_host  # type: ignore[attr-defined]  # HTTPConnection's own
+        self.sock = context.wrap_socket(self.sock, server_hostname=tunnelled_to or self.host)
+
+
 class Pool:
     """Keep-alive connections to one server, shared by any number of threads: a call takes an idle
     connection (or opens one) and gives it back once its answer is read. A call's timeout is one
@@ -287,7 +306,7 @@ class Pool:
         except TimeoutError as exc:
             raise NotSent(_described(exc)) from exc
         if self._https:
-            conn = http.client.HTTPSConnection(host, port, timeout=timeout, context=self._ssl)
+            conn = _DeadlineHTTPSConnection(host, port, timeout=timeout, context=self._ssl, deadline=deadline)
             if self._proxy is not None:  # HTTPS through the proxy: a CONNECT tunnel, TLS with the server inside
                 conn.set_tunnel(self._host, self._port, headers=self._tunnel_headers)
         else:

@@ -182,10 +182,15 @@ class AsyncClient(Calls):
         """A batching producer on this client (see AsyncProducer); made inside the running loop."""
         from delayqueue_client.producer import AsyncProducer
 
-        return AsyncProducer(self, linger_ms=linger_ms, max_batch=max_batch, in_flight=in_flight,
-                             max_queue=max_queue)
+        producer = AsyncProducer(self, linger_ms=linger_ms, max_batch=max_batch, in_flight=in_flight,
+                                 max_queue=max_queue)
+        self._producers.add(producer)
+        return producer
 
     async def aclose(self) -> None:
+        """Closes the producers made on it first (their sends go): once closed, it can send nothing more."""
+        for producer in list(self._producers):
+            await producer.aclose()
         await self._http.close()
 
     async def __aenter__(self) -> AsyncClient:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import logging
 import queue
 import threading
 import time
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
 # API does not tell a client its server's value, so max_batch is held to the default.
 MAX_BATCH_SEND = 1000
 _CLOSE: Any = object()
+log = logging.getLogger("delayqueue_client.producer")
 
 
 class ProducerFull(Exception):
@@ -257,13 +259,22 @@ class Producer:
                 future.set_result(result)
 
 
+def _say_lost(pending: dict[asyncio.Future[Message], Body]) -> None:
+    """Logs the sends of an AsyncProducer that will never be sent (its task ended, or its loop closed)."""
+    lost = [body["msgId"] for future, body in pending.items() if not future.done()]
+    if lost:
+        log.warning("an AsyncProducer never closed lost %d sends (msgIds %s): close it with await aclose() or "
+                    "async with", len(lost), ", ".join(lost[:10]) + (", ..." if len(lost) > 10 else ""))
+
+
 class AsyncProducer:
     """Producer for AsyncClient: `send()` answers an asyncio Future of the stored Message; one task
     gathers the sends of `linger_ms` after the first waiting one (or `max_batch`, at most
     MAX_BATCH_SEND) into one call, up to `in_flight` calls out at once. At most `max_queue` sends
     wait for a batch: beyond them `send()` raises ProducerFull and `await send_when_room()` waits
-    for room. Made inside a running event loop; `flush()` and `aclose()` are awaited (close it:
-    at interpreter exit its event loop is gone)."""
+    for room. Made inside a running event loop; `flush()` and `aclose()` are awaited. Close it: one
+    not closed sends its pending sends when asyncio.run ends (which cancels the tasks left), but
+    those its loop closed under it are lost, logged when it is collected or at interpreter exit."""
 
     def __init__(self, client: AsyncClient, *, linger_ms: float = 2, max_batch: int = 500, in_flight: int = 4,
                  max_queue: int = 100_000):
@@ -274,9 +285,12 @@ class AsyncProducer:
         self._slots = asyncio.Semaphore(in_flight)
         self._sending: set[asyncio.Task[None]] = set()
         self._queue: asyncio.Queue[tuple[Body, asyncio.Future[Message]]] = asyncio.Queue()
-        self._pending: set[asyncio.Future[Message]] = set()
+        self._pending: dict[asyncio.Future[Message], Body] = {}  # the sends not answered yet
         self._closed = False
         self._task = asyncio.get_running_loop().create_task(self._run())
+        # Said once: when the task ends, or for a task its closed loop left waiting, at collection or exit.
+        self._say_lost = weakref.finalize(self, _say_lost, self._pending)
+        self._task.add_done_callback(lambda _task: self._say_lost())
 
     def send(self, topic: str, msg: str, **options: Any) -> asyncio.Future[Message]:
         body = send_body(topic, msg, **options)
@@ -285,8 +299,8 @@ class AsyncProducer:
         if self._queue.qsize() >= self._max_queue:
             raise ProducerFull("the producer's queue is full: sends come faster than the server takes them")
         future: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
-        self._pending.add(future)
-        future.add_done_callback(self._pending.discard)
+        self._pending[future] = body
+        future.add_done_callback(self._pending.pop)  # not a method of self: _say_lost's finalizer holds it
         self._queue.put_nowait((body, future))
         return future
 
@@ -308,7 +322,8 @@ class AsyncProducer:
         if not self._closed:
             self._closed = True
             self._queue.put_nowait(_CLOSE)
-        await asyncio.shield(self._task)  # a cancelled wait must not cancel the sending
+        if not self._task.cancelled():  # cancelled as its loop ended: what it could send, it sent then
+            await asyncio.shield(self._task)  # a cancelled wait must not cancel the sending
 
     async def __aenter__(self) -> AsyncProducer:
         return self
@@ -319,9 +334,21 @@ class AsyncProducer:
     async def _run(self) -> None:
         try:
             await self._gather()
-        finally:
-            if self._sending:
-                await asyncio.wait(list(self._sending))
+            await self._sent()
+        except asyncio.CancelledError:
+            # Cancelled with the loop's other tasks, never closed (asyncio.run ends so), the loop runs
+            # until they end: what is pending, the batches cancelled with it included, is sent (same msgIds).
+            self._closed = True
+            await self._sent()
+            left = list(self._pending.items())
+            for start in range(0, len(left), self._max_batch):
+                await self._send_batch([(body, future) for future, body in left[start:start + self._max_batch]])
+            raise
+
+    async def _sent(self) -> None:
+        """Waits for the batches out."""
+        if self._sending:
+            await asyncio.wait(list(self._sending))
 
     async def _gather(self) -> None:
         closing = False

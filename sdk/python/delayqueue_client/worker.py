@@ -74,6 +74,11 @@ class Outcome(NamedTuple):
     reason: str | None = None
 
 
+# A delivery (the pulled Message) and its outcome: a settle names that delivery, not the one held
+# under its key when the call goes (a later delivery of the same msgId may be held by then).
+Settle = tuple[Message, Outcome]
+
+
 @dataclass
 class _Held:
     """A pulled message not yet settled (acked, nacked or dead-lettered)."""
@@ -418,14 +423,15 @@ class Worker:
             held.decided = True
             return True
 
-    def _release(self, keys: list[Key]) -> None:
-        """Forgets settled messages. Only a decided one: a nacked message may be delivered to this
-        worker again before the nack's answer is read, and that delivery (same key) is not yet
-        decided; dropping it would leave its outcome unsent and it would wait out its ack timeout."""
+    def _release(self, messages: list[Message]) -> None:
+        """Forgets settled deliveries. Only these: a nacked message may be delivered to this worker
+        again before the nack's answer is read, and that delivery (same key) is held now; dropping
+        it would leave its outcome unsent and it would wait out its ack timeout."""
         with self._lock:
-            for key in keys:
+            for message in messages:
+                key = (message.topic, message.msg_id)
                 held = self._held.get(key)
-                if held is not None and held.decided:
+                if held is not None and held.message is message:
                     del self._held[key]
             self._room_freed()
 
@@ -445,7 +451,7 @@ class Worker:
         with self._lock:
             return any(not h.decided for h in self._held.values())
 
-    def _timed_out(self) -> list[tuple[Key, Outcome]]:
+    def _timed_out(self) -> list[Settle]:
         """Thread handlers past handler_timeout: their messages are given back now."""
         if self.handler_timeout is None:
             return []
@@ -459,25 +465,22 @@ class Worker:
         for message in late:
             log.error("handler of %s/%s ran over %g s: its message is given back", message.topic, message.msg_id,
                       self.handler_timeout)
-        return [((m.topic, m.msg_id), Outcome(NACK, self._backoff_ms(m), error_reason(error))) for m in late]
+        return [(m, Outcome(NACK, self._backoff_ms(m), error_reason(error))) for m in late]
 
     @staticmethod
-    def _unheld(messages: list[Message]) -> tuple[list[tuple[Key, Outcome]], dict[Key, int]]:
-        """What a poll brought after a hard stop, to give back as the deliveries they are: the
-        give-back of an earlier delivery of the same id (one retry less) may still be held, and a
-        nack naming that one would come too late for this one."""
-        keys = [(m.topic, m.msg_id) for m in messages]
-        return [(key, Outcome(NACK, 0, GIVEN_BACK)) for key in keys], {key: m.retry for key, m in zip(keys, messages)}
+    def _given_back(messages: Iterable[Message]) -> list[Settle]:
+        """A hard stop's nacks of these deliveries, without delay."""
+        return [(m, Outcome(NACK, 0, GIVEN_BACK)) for m in messages]
 
-    def _give_back_all(self) -> list[tuple[Key, Outcome]]:
+    def _give_back_all(self) -> list[Settle]:
         """A hard stop: every message in hand whose outcome is not decided, nacked without delay."""
         with self._lock:
-            keys = [key for key, held in self._held.items() if not held.decided]
-            for key in keys:
-                self._held[key].decided = True
-        return [(key, Outcome(NACK, 0, GIVEN_BACK)) for key in keys]
+            undecided = [held for held in self._held.values() if not held.decided]
+            for held in undecided:
+                held.decided = True
+        return self._given_back(held.message for held in undecided)
 
-    def _due_touches(self) -> list[Key]:
+    def _due_touches(self) -> list[Message]:
         """The messages to touch now. The held messages are looked through only once the earliest
         touch falls due: every settle turn doing so would cost the handlers the lock for long."""
         now = time.monotonic()
@@ -485,10 +488,10 @@ class Worker:
             return []
         with self._lock:
             due, later = [], float("inf")
-            for key, held in self._held.items():
+            for held in self._held.values():
                 if not held.decided:
                     if held.touch_at <= now:
-                        due.append(key)
+                        due.append(held.message)
                     else:
                         later = min(later, held.touch_at)
             self._earliest_touch = later  # each due one's next touch time comes back in _touched
@@ -497,11 +500,13 @@ class Worker:
     def _next_touch_in(self) -> float:
         return min(POLL_STEP, max(0.0, self._earliest_touch - time.monotonic()))
 
-    def _touched(self, key: Key, called_at: float, error: DelayQueueError | None) -> None:
-        timeout_ms = self._ack_timeout(key[0])
+    def _touched(self, message: Message, called_at: float, error: DelayQueueError | None) -> None:
+        """A touch of `message` answered: its next one, unless a later delivery is held since."""
+        key = (message.topic, message.msg_id)
+        timeout_ms = self._ack_timeout(message.topic)
         with self._lock:
             held = self._held.get(key)
-            if held is None:
+            if held is None or held.message is not message:
                 return
             if error is None:
                 held.touch_at = called_at + timeout_ms / 2000
@@ -515,50 +520,33 @@ class Worker:
             self._earliest_touch = min(self._earliest_touch, held.touch_at)
 
     @staticmethod
-    def _settle_groups(results: Iterable[tuple[Key, Outcome]]) -> list[tuple[str, Outcome, list[str]]]:
-        """(topic, outcome, msg_ids) calls for these results, each at most MAX_SETTLE_BATCH ids."""
-        groups: dict[tuple[str, Outcome], list[str]] = {}
-        for (topic, msg_id), outcome in results:
-            groups.setdefault((topic, outcome), []).append(msg_id)
-        return [(topic, outcome, ids[i:i + MAX_SETTLE_BATCH]) for (topic, outcome), ids in groups.items()
-                for i in range(0, len(ids), MAX_SETTLE_BATCH)]
+    def _settle_groups(results: Iterable[Settle]) -> list[tuple[str, Outcome, list[Message]]]:
+        """(topic, outcome, deliveries) calls for these results, each at most MAX_SETTLE_BATCH."""
+        groups: dict[tuple[str, Outcome], list[Message]] = {}
+        for message, outcome in results:
+            groups.setdefault((message.topic, outcome), []).append(message)
+        return [(topic, outcome, each[i:i + MAX_SETTLE_BATCH]) for (topic, outcome), each in groups.items()
+                for i in range(0, len(each), MAX_SETTLE_BATCH)]
 
-    def _settle_kwargs(self, topic: str, outcome: Outcome, msg_ids: list[str],
-                       delivered: dict[Key, int] | None = None) -> dict[str, Any]:
-        """ack_many's options: the outcome's, and the deliveries settled (a late settle of one
-        delivered again since then leaves the later delivery alone): the held ones', or the
-        retries `delivered` names."""
-        if delivered is not None:
-            retries: list[int | None] = [delivered[(topic, msg_id)] for msg_id in msg_ids]
-        else:
-            with self._lock:
-                retries = [self._held_retry((topic, msg_id)) for msg_id in msg_ids]
+    @staticmethod
+    def _settle_kwargs(outcome: Outcome, messages: list[Message]) -> dict[str, Any]:
+        """ack_many's msg_ids and options: the outcome's, and the deliveries settled (a late settle
+        of one delivered again since then leaves the later delivery alone)."""
+        settled: dict[str, Any] = {"msg_ids": [m.msg_id for m in messages], "retries": [m.retry for m in messages]}
         if outcome.kind == ACK:
-            return {"ack": True, "retries": retries}
-        return {"ack": False, "dead_letter": outcome.kind == DEAD, "delay_ms": outcome.delay_ms,
-                "reason": outcome.reason, "retries": retries}
+            return {**settled, "ack": True}
+        return {**settled, "ack": False, "dead_letter": outcome.kind == DEAD, "delay_ms": outcome.delay_ms,
+                "reason": outcome.reason}
 
-    def _touched_retry(self, key: Key) -> int | None:
-        with self._lock:
-            return self._held_retry(key)
-
-    def _held_retry(self, key: Key) -> int | None:
-        """The retry of the delivery held under `key` (None: none held), with the lock held."""
-        held = self._held.get(key)
-        return None if held is None else held.message.retry
-
-    def _settled(self, topic: str, outcome: Outcome, msg_ids: list[str], done: list[bool]) -> None:
-        late = [i for i, ok in zip(msg_ids, done) if not ok]
+    def _settled(self, topic: str, outcome: Outcome, messages: list[Message], done: list[bool]) -> None:
+        late = [m.msg_id for m, ok in zip(messages, done) if not ok]
         if late:
             log.warning("%s of %s/%s came too late (no longer consuming: delivered again or ended)", outcome.kind,
                         topic, ", ".join(late))
         if self.middleware:
-            with self._lock:
-                held = [(self._held.get((topic, i)), ok) for i, ok in zip(msg_ids, done)]
-            for each, ok in held:
-                if each is not None and each.decided:
-                    self.middleware.after_settle(SettleContext(message=each.message, outcome=outcome.kind, done=ok))
-        self._release([(topic, i) for i in msg_ids])
+            for message, ok in zip(messages, done):
+                self.middleware.after_settle(SettleContext(message=message, outcome=outcome.kind, done=ok))
+        self._release(messages)
 
     def _handle_context(self, message: Message) -> HandleContext | None:
         """The middleware's context of a handling, with the task envelope's name and headers when
@@ -572,19 +560,19 @@ class Worker:
             task, headers = None, {}
         return HandleContext(message=message, task=task, headers=headers, started=time.time())
 
-    def _settle_failed(self, topic: str, outcome: Outcome, msg_ids: list[str], error: DelayQueueError) -> bool:
+    def _settle_failed(self, topic: str, outcome: Outcome, messages: list[Message], error: DelayQueueError) -> bool:
         """Whether to try again: while some of them may still be before their ack deadline (and
         the worker is not stopping hard)."""
-        log.warning("%s of %d message(s) of %s failed: %s", outcome.kind, len(msg_ids), topic, error)
+        log.warning("%s of %d message(s) of %s failed: %s", outcome.kind, len(messages), topic, error)
         half = self._ack_timeout(topic) / 2000
         with self._lock:
-            before_deadline = any(self._held[k].touch_at != float("inf") and
-                                  time.monotonic() < self._held[k].touch_at + half
-                                  for k in ((topic, i) for i in msg_ids) if k in self._held)
+            held = [self._held.get((m.topic, m.msg_id)) for m in messages]
+            before_deadline = any(each is not None and each.message is m and each.touch_at != float("inf") and
+                                  time.monotonic() < each.touch_at + half for each, m in zip(held, messages))
         if not before_deadline or isinstance(error, FATAL) or self._stop_level >= HARD:
             log.error("gave up the %s of %s/%s: the server delivers them again after their ack timeout",
-                      outcome.kind, topic, ", ".join(msg_ids))
-            self._release([(topic, i) for i in msg_ids])
+                      outcome.kind, topic, ", ".join(m.msg_id for m in messages))
+            self._release(messages)
             return False
         return True
 
@@ -662,7 +650,7 @@ class Worker:
                     config = None  # stopped before the server answered: nothing is pulled
                 self._configured(topic, config)
                 break
-        results: queue.SimpleQueue[tuple[Key, Outcome] | None] = queue.SimpleQueue()
+        results: queue.SimpleQueue[Settle | None] = queue.SimpleQueue()
         handlers = _HandlerThreads(self.concurrency, lambda message: self._handle(message, results))
         settler = threading.Thread(target=self._settle_thread, args=(results, handlers), name="dq-settle",
                                    daemon=True)
@@ -679,6 +667,13 @@ class Worker:
             while self._stop_level < HARD and self._undecided():
                 with self._room:
                     self._room.wait(POLL_STEP)
+        except BaseException:
+            # Interrupted (KeyboardInterrupt without the worker's signal handlers, a SystemExit of the
+            # program's own): a hard stop, or the settle loop would wait for ever for messages no handler takes.
+            self._stop_level = HARD
+            log.warning("run() interrupted (%s): messages in hand not yet handled are given back",
+                        type(sys.exc_info()[1]).__name__)
+            raise
         finally:
             given_back = self._give_back_all() if self._stop_level >= HARD else []
             for item in given_back:
@@ -722,7 +717,7 @@ class Worker:
                     time.sleep(min(POLL_STEP, end - time.monotonic()))
                 continue
             if not self._pulled(free, messages, pulled_at):
-                self._give_back_now(*self._unheld(messages))
+                self._give_back_now(self._given_back(messages))
                 return
             for message in messages:
                 if not handlers.put(message):  # closed: a hard stop gave the message back
@@ -730,21 +725,19 @@ class Worker:
             if burst and len(messages) < free:
                 return  # nothing more due now
 
-    def _give_back_now(self, items: list[tuple[Key, Outcome]], delivered: dict[Key, int] | None = None) -> None:
+    def _give_back_now(self, items: list[Settle]) -> None:
         """Nacks these from the calling thread (no settle loop to do it); a failure leaves them to
-        their ack timeout. `delivered`: see _settle_kwargs."""
-        for topic, outcome, msg_ids in self._settle_groups(items):
+        their ack timeout."""
+        for topic, outcome, messages in self._settle_groups(items):
             try:
-                self._sync_client().ack_many(topic, msg_ids,
-                                             **self._settle_kwargs(topic, outcome, msg_ids, delivered))
+                self._sync_client().ack_many(topic, **self._settle_kwargs(outcome, messages))
             except DelayQueueError as error:
                 log.error("could not give back %s/%s (%s): delivered again after their ack timeout", topic,
-                          ", ".join(msg_ids), error)
-            self._release([(topic, i) for i in msg_ids])
+                          ", ".join(m.msg_id for m in messages), error)
+            self._release(messages)
 
-    def _handle(self, message: Message, results: "queue.SimpleQueue[tuple[Key, Outcome] | None]") -> bool:
+    def _handle(self, message: Message, results: "queue.SimpleQueue[Settle | None]") -> bool:
         """Runs the handler of `message`; whether its outcome is the message's (see _finished)."""
-        key = (message.topic, message.msg_id)
         if not self._started(message):
             self._finished(message, None)
             return False
@@ -760,21 +753,21 @@ class Worker:
             self.middleware.after_handle(context, error)
         if not self._finished(message, time.monotonic() - started):
             return False
-        results.put((key, self._outcome(message, error)))
+        results.put((message, self._outcome(message, error)))
         return True
 
-    def _settle_thread(self, results: "queue.SimpleQueue[tuple[Key, Outcome] | None]",
+    def _settle_thread(self, results: "queue.SimpleQueue[Settle | None]",
                        handlers: _HandlerThreads) -> None:
         try:
             self._settle_turns(results, handlers)
         except BaseException as exc:  # supervised: the worker must not stall on a dead settle loop
             self._settle_loop_failed(exc)
 
-    def _settle_turns(self, results: "queue.SimpleQueue[tuple[Key, Outcome] | None]",
+    def _settle_turns(self, results: "queue.SimpleQueue[Settle | None]",
                       handlers: _HandlerThreads) -> None:
         client = self._sync_client()
         closing = False
-        again: list[tuple[str, Outcome, list[str]]] = []
+        again: list[tuple[str, Outcome, list[Message]]] = []
         while not closing or self._held:
             gathered = self._timed_out()
             for _ in gathered:
@@ -792,22 +785,22 @@ class Worker:
             # A failed call is tried again on the next turn (at most POLL_STEP later), after the
             # touches: a server refusing acks for a while must not let running messages time out.
             groups, again = again + self._settle_groups(gathered), []
-            for topic, outcome, msg_ids in groups:
+            for topic, outcome, messages in groups:
                 try:
-                    done = client.ack_many(topic, msg_ids, **self._settle_kwargs(topic, outcome, msg_ids))
+                    done = client.ack_many(topic, **self._settle_kwargs(outcome, messages))
                 except DelayQueueError as error:
-                    if self._settle_failed(topic, outcome, msg_ids, error):
-                        again.append((topic, outcome, msg_ids))
+                    if self._settle_failed(topic, outcome, messages, error):
+                        again.append((topic, outcome, messages))
                 else:
-                    self._settled(topic, outcome, msg_ids, done)
-            for key in self._due_touches():
+                    self._settled(topic, outcome, messages, done)
+            for message in self._due_touches():
                 called_at = time.monotonic()
                 try:
-                    client.touch(key[0], key[1], ack_timeout_ms=self._ack_timeout(key[0]),
-                                 retry=self._touched_retry(key))
-                    self._touched(key, called_at, None)
+                    client.touch(message.topic, message.msg_id, ack_timeout_ms=self._ack_timeout(message.topic),
+                                 retry=message.retry)
+                    self._touched(message, called_at, None)
                 except DelayQueueError as error:
-                    self._touched(key, called_at, error)
+                    self._touched(message, called_at, error)
 
     # --- tasks (AsyncClient)
 
@@ -849,7 +842,7 @@ class Worker:
                     config = None  # stopped before the server answered: nothing is pulled
                 self._configured(topic, config)
                 break
-        results: asyncio.Queue[tuple[Key, Outcome] | None] = asyncio.Queue()
+        results: asyncio.Queue[Settle | None] = asyncio.Queue()
         self._room_changed = asyncio.Event()
         settler = asyncio.create_task(self._settle_task(results))
         handlers: set[asyncio.Task[None]] = set()
@@ -876,7 +869,7 @@ class Worker:
             pass
 
     async def _finish_tasks(self, pollers: list["asyncio.Task[None]"], handlers: set["asyncio.Task[None]"],
-                            results: "asyncio.Queue[tuple[Key, Outcome] | None]",
+                            results: "asyncio.Queue[Settle | None]",
                             settler: "asyncio.Task[None]") -> None:
         given_back = self._give_back_all() if self._stop_level >= HARD else []
         if self._stop_level >= HARD:
@@ -895,17 +888,16 @@ class Worker:
         if self._settler_failed:  # no settle loop gave them back
             await self._give_back_async(given_back)
 
-    async def _give_back_async(self, items: list[tuple[Key, Outcome]], delivered: dict[Key, int] | None = None) -> None:
-        for topic, outcome, msg_ids in self._settle_groups(items):
+    async def _give_back_async(self, items: list[Settle]) -> None:
+        for topic, outcome, messages in self._settle_groups(items):
             try:
-                await self._async_client().ack_many(topic, msg_ids,
-                                                    **self._settle_kwargs(topic, outcome, msg_ids, delivered))
+                await self._async_client().ack_many(topic, **self._settle_kwargs(outcome, messages))
             except DelayQueueError as error:
                 log.error("could not give back %s/%s (%s): delivered again after their ack timeout", topic,
-                          ", ".join(msg_ids), error)
-            self._release([(topic, i) for i in msg_ids])
+                          ", ".join(m.msg_id for m in messages), error)
+            self._release(messages)
 
-    async def _poll_task(self, topic: str, burst: bool, results: "asyncio.Queue[tuple[Key, Outcome] | None]",
+    async def _poll_task(self, topic: str, burst: bool, results: "asyncio.Queue[Settle | None]",
                          slots: asyncio.Semaphore, handlers: set["asyncio.Task[None]"]) -> None:
         try:
             await self._poll_turns_async(topic, burst, results, slots, handlers)
@@ -913,7 +905,7 @@ class Worker:
             self._poll_loop_failed(topic, exc)
 
     async def _poll_turns_async(self, topic: str, burst: bool,
-                                results: "asyncio.Queue[tuple[Key, Outcome] | None]", slots: asyncio.Semaphore,
+                                results: "asyncio.Queue[Settle | None]", slots: asyncio.Semaphore,
                                 handlers: set["asyncio.Task[None]"]) -> None:
         client = self._async_client()
         while not self._poll_done():
@@ -935,7 +927,7 @@ class Worker:
                 self._pulled(free, [], pulled_at)
                 raise
             if not self._pulled(free, messages, pulled_at):
-                await self._give_back_async(*self._unheld(messages))
+                await self._give_back_async(self._given_back(messages))
                 return
             for message in messages:
                 task = asyncio.create_task(self._handle_async(message, results, slots))
@@ -944,9 +936,8 @@ class Worker:
             if burst and len(messages) < free:
                 return
 
-    async def _handle_async(self, message: Message, results: "asyncio.Queue[tuple[Key, Outcome] | None]",
+    async def _handle_async(self, message: Message, results: "asyncio.Queue[Settle | None]",
                             slots: asyncio.Semaphore) -> None:
-        key = (message.topic, message.msg_id)
         error: BaseException | None = None
         started: float | None = None
         try:
@@ -966,7 +957,7 @@ class Worker:
         except BaseException as exc:  # a cancelled handler too: its message is nacked, then it is cancelled
             error = exc
         if self._finished(message, time.monotonic() - started if started is not None else None):
-            results.put_nowait((key, self._outcome(message, error)))
+            results.put_nowait((message, self._outcome(message, error)))
         if error is not None and not isinstance(error, Exception):
             raise error
 
@@ -983,7 +974,7 @@ class Worker:
                 raise  # the handler's own
             raise HandlerTimeout(f"handler ran over {self.handler_timeout:g} s") from None
 
-    async def _settle_task(self, results: "asyncio.Queue[tuple[Key, Outcome] | None]") -> None:
+    async def _settle_task(self, results: "asyncio.Queue[Settle | None]") -> None:
         try:
             await self._settle_turns_async(results)
         except BaseException as exc:  # supervised, as _settle_thread
@@ -991,12 +982,12 @@ class Worker:
             if self._room_changed is not None:
                 self._room_changed.set()
 
-    async def _settle_turns_async(self, results: "asyncio.Queue[tuple[Key, Outcome] | None]") -> None:
+    async def _settle_turns_async(self, results: "asyncio.Queue[Settle | None]") -> None:
         client = self._async_client()
         closing = False
-        again: list[tuple[str, Outcome, list[str]]] = []
+        again: list[tuple[str, Outcome, list[Message]]] = []
         while not closing or self._held:
-            gathered: list[tuple[Key, Outcome]] = []
+            gathered: list[Settle] = []
             try:
                 item = await asyncio.wait_for(results.get(), self._next_touch_in())
                 while True:
@@ -1008,19 +999,19 @@ class Worker:
             except (asyncio.TimeoutError, asyncio.QueueEmpty):
                 pass
             groups, again = again + self._settle_groups(gathered), []  # as in _settle_turns
-            for topic, outcome, msg_ids in groups:
+            for topic, outcome, messages in groups:
                 try:
-                    done = await client.ack_many(topic, msg_ids, **self._settle_kwargs(topic, outcome, msg_ids))
+                    done = await client.ack_many(topic, **self._settle_kwargs(outcome, messages))
                 except DelayQueueError as error:
-                    if self._settle_failed(topic, outcome, msg_ids, error):
-                        again.append((topic, outcome, msg_ids))
+                    if self._settle_failed(topic, outcome, messages, error):
+                        again.append((topic, outcome, messages))
                 else:
-                    self._settled(topic, outcome, msg_ids, done)
-            for key in self._due_touches():
+                    self._settled(topic, outcome, messages, done)
+            for message in self._due_touches():
                 called_at = time.monotonic()
                 try:
-                    await client.touch(key[0], key[1], ack_timeout_ms=self._ack_timeout(key[0]),
-                                       retry=self._touched_retry(key))
-                    self._touched(key, called_at, None)
+                    await client.touch(message.topic, message.msg_id, ack_timeout_ms=self._ack_timeout(message.topic),
+                                       retry=message.retry)
+                    self._touched(message, called_at, None)
                 except DelayQueueError as error:
-                    self._touched(key, called_at, error)
+                    self._touched(message, called_at, error)
