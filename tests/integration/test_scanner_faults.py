@@ -58,8 +58,8 @@ async def test_a_scanner_started_while_postgres_is_down_works_and_writes_the_his
     sent = await send_message(rt, request=SendRequest(topic="t", msg="x", delay_millis=2000))  # logged before the stop
     postgres.stop()
     scanner = scanner_process("early")
-    # Promotion needs only Redis: it goes on while the log is down.
-    await wait_until(lambda: promoted(rt, sent), timeout=15, what="the scanner to promote the message")
+    # Promotion needs only Redis: it goes on while the log is down (a loaded machine's start takes a while).
+    await wait_until(lambda: promoted(rt, sent), timeout=30, what="the scanner to promote the message")
     await said(scanner, "log writer")
     await asyncio.sleep(1.5)  # several of the log writer's tries more
     assert scanner.proc.poll() is None, scanner.output()
