@@ -279,6 +279,11 @@ class Worker:
         to_thread_busy = self._executor is not None and self._executor.busy > 0
         return self._stop_level >= HARD or self._unhandled > 0 or to_thread_busy
 
+    @property
+    def served_max_messages(self) -> bool:
+        """After run(): whether it returned for having taken its max_messages, not stopped."""
+        return self._stop_level == 0 and self.max_messages is not None and self._taken >= self.max_messages
+
     def stop(self) -> None:
         """The first call drains: stop pulling; run() returns once every message in hand is handled
         and settled. The second stops hard: messages in hand whose outcome is not decided are nacked
