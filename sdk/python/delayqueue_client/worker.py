@@ -575,8 +575,10 @@ class Worker:
             before_deadline = any(each is not None and each.message is m and each.touch_at != float("inf") and
                                   time.monotonic() < each.touch_at + half for each, m in zip(held, messages))
         if not before_deadline or isinstance(error, FATAL) or self._stop_level >= HARD:
-            log.error("gave up the %s of %s/%s: the server delivers them again after their ack timeout",
-                      outcome.kind, topic, ", ".join(m.msg_id for m in messages))
+            # Past the deadline (or no longer consuming, per a touch) the server may have delivered them already.
+            again = "after their ack timeout" if before_deadline else "(past their ack deadline: it may have already)"
+            log.error("gave up the %s of %s/%s: the server delivers them again %s",
+                      outcome.kind, topic, ", ".join(m.msg_id for m in messages), again)
             self._release(messages)
             return False
         return True
