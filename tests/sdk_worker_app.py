@@ -4,7 +4,8 @@ on a Client (or AsyncClient) of DELAYQUEUE_URL whose handler sleeps the number o
 message body, then appends "<pid> <msgId>" to the file SDK_APP_DONE. SDK_APP_CRASH=1 makes
 worker() raise (a child that always crashes); SDK_APP_BREAK_SETTLE=1 makes a child's first ack
 call raise KeyError (a bug in the settle loop); SDK_APP_HANDLER_TIMEOUT is the Worker's
-handler_timeout (seconds)."""
+handler_timeout (seconds); SDK_APP_RETURN_AT_ONCE=1 answers a Worker already stopped, whose run()
+returns at once (a child that always exits 0 without work)."""
 import asyncio
 import os
 import time
@@ -46,8 +47,11 @@ class StandInApp:
             client.ack_many = ack_many_broken_once  # type: ignore[method-assign]
         if timeout := os.environ.get("SDK_APP_HANDLER_TIMEOUT"):
             worker_options["handler_timeout"] = float(timeout)
-        return Worker(client, list(topics or ["sup"]), async_handler if asynchronous else handler,
-                      concurrency=concurrency, wait_ms=300, **worker_options)  # type: ignore[arg-type]
+        worker = Worker(client, list(topics or ["sup"]), async_handler if asynchronous else handler,
+                        concurrency=concurrency, wait_ms=300, **worker_options)  # type: ignore[arg-type]
+        if os.environ.get("SDK_APP_RETURN_AT_ONCE") == "1":
+            worker.stop()
+        return worker
 
 
 app = StandInApp()

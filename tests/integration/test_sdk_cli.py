@@ -1,7 +1,8 @@
 """The `delayqueue` command line (sdk/python/delayqueue_client/cli.py) run as real subprocesses
 against a real uvicorn: every command, its output, its one-line errors and its exit codes
-(0 done, 1 refused or not found, 2 usage, 3 unreachable, 4 answer lost); and the SDK installed into a fresh venv
-without Django, its console script included."""
+(0 done, 1 refused or not found, 2 usage, 3 unreachable or failing, 4 answer lost); and the SDK
+installed into a fresh venv without Django, its console script included."""
+import http.server
 import json
 import os
 import queue
@@ -154,6 +155,40 @@ def test_a_lost_answer_exits_4_for_a_command_that_may_have_been_applied_and_3_fo
         assert line.startswith("delayqueue: error: deleteMsg: the answer was lost, the call may have been applied: "
                                "RemoteDisconnected") and line.endswith(f"({url})")
         assert "unreachable: RemoteDisconnected" in failed(run_cli(url, "get", "t", "m1"), 3)  # a read: retried
+
+
+def test_a_server_error_that_persists_after_the_retries_exits_3_not_1():
+    """Code 1 says the request was refused (do not try it again as is); a store unavailable is the
+    server's trouble, worth another try later, as an unreachable one."""
+    requests = []
+
+    class Failing(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_POST(self):  # as the server answers while Redis is down
+            self.rfile.read(int(self.headers["Content-Length"]))
+            requests.append(self.path)
+            content = json.dumps({"code": 500, "msg": "redis unavailable: ConnectionError"}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(content)))
+            self.end_headers()
+            self.wfile.write(content)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Failing)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        line = failed(run_cli(url, "get", "t", "m1"), 3)
+        assert line == f"delayqueue: error: 500 redis unavailable: ConnectionError ({url})"
+        assert len(requests) == 5  # the first try and the client's 4 retries
+        assert failed(run_cli(url, "delete", "t", "m1"), 3).endswith(f"({url})")  # answered: not lost (4)
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def test_tokens_from_the_environment_or_option_never_in_an_error(web_processes):

@@ -1,8 +1,8 @@
 """`delayqueue worker` (delayqueue_client/supervisor.py) as real processes against a real server and
 scanner: a child killed with SIGKILL is replaced and every message is still acked exactly once; a
-child that always crashes is restarted with a growing delay; a child that served its max tasks is
-replaced; SIGTERM drains (every message in hand handled and acked once, the rest left ready); a
-second SIGTERM stops hard (the messages in hand given back, none acked)."""
+child that always crashes, or always exits 0 at once, is restarted with a growing delay; a child that
+served its max tasks is replaced at once; SIGTERM drains (every message in hand handled and acked
+once, the rest left ready); a second SIGTERM stops hard (the messages in hand given back, none acked)."""
 import os
 import re
 import signal
@@ -205,14 +205,24 @@ def test_children_of_a_supervisor_killed_with_sigkill_drain_and_exit(client, sdk
     assert sup.output().count("draining and exiting") == 2, sup.output()
 
 
-def test_a_child_that_always_crashes_is_restarted_with_a_growing_delay(sdk_server, tmp_path):
-    with supervisor(sdk_server, tmp_path, "--processes", "1", SDK_APP_CRASH="1") as sup:
-        wait_for(lambda: sup.output().count("crashed") >= 3, timeout=30, what="three crashes")
+# A child that always crashes, and one whose app's worker always returns at once: restarting either
+# every turn would start processes in a busy loop.
+ALWAYS = {"crashing": ({"SDK_APP_CRASH": "1"}, r"crashed \(exit code 1\)"),
+          "exiting 0": ({"SDK_APP_RETURN_AT_ONCE": "1"}, r"exited \(code 0\) [\d.]+ s after its start")}
+
+
+@pytest.mark.parametrize("how", ALWAYS)
+def test_a_child_that_always_ends_at_once_is_restarted_with_a_growing_delay(sdk_server, tmp_path, how):
+    env, ended = ALWAYS[how]
+    with supervisor(sdk_server, tmp_path, "--processes", "1", **env) as sup:
+        wait_for(lambda: sup.output().count("restarting in") >= 3, timeout=30, what="three restarts")
         sup.signal()
         assert sup.wait() == 0, sup.output()
-    delays = re.findall(r"crashed \(exit code 1\): restarting in ([\d.]+) s", sup.output())
-    assert delays[:3] == ["0.5", "1", "2"]
-    assert "RuntimeError: this app cannot start" in sup.output()  # the child's traceback is shown
+    delays = re.findall(ended + r": restarting in ([\d.]+) s", sup.output())
+    assert delays[:3] == ["0.5", "1", "2"], sup.output()
+    assert len(sup.started_pids()) <= 4, sup.output()
+    if how == "crashing":
+        assert "RuntimeError: this app cannot start" in sup.output()  # the child's traceback is shown
 
 
 def test_a_child_that_served_its_max_tasks_is_replaced(client, sdk_server, scanner, tmp_path):
@@ -228,7 +238,7 @@ def test_a_child_that_served_its_max_tasks_is_replaced(client, sdk_server, scann
     assert len(by_pid) >= 3 and max(by_pid.values()) <= 3, by_pid
     for msg_id in ids:
         wait_for(lambda: acked_once(msg_id), timeout=15, what=f"{msg_id} acked once in its history")
-    assert "exited: starting another" in sup.output() and "crashed" not in sup.output()
+    assert "served its max tasks: starting another" in sup.output() and "restarting in" not in sup.output()
 
 
 def test_an_app_that_cannot_be_found_is_a_usage_error(tmp_path):

@@ -278,6 +278,8 @@ def test_an_outcome_refused_past_its_ack_deadline_is_given_up_and_the_server_del
                     ack_timeout_ms=600, wait_ms=200)
     with caplog.at_level(logging.WARNING, logger="delayqueue_client.worker"), running(worker):
         wait_for(lambda: "gave up the ack of lost/g1" in caplog.text, timeout=10, what="the worker giving up")
+        # Not "after their ack timeout": by the time the retries gave up, that timeout had passed.
+        assert "the server delivers them again (past their ack deadline: it may have already)" in caplog.text
         # Given up, not lost: the server makes it ready again after its ack timeout, and it is pulled again.
         wait_for(lambda: "ack_timeout" in reasons("lost", "g1") and handled.count("g1") >= 2, timeout=10,
                  what="g1 delivered again")

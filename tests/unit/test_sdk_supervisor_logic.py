@@ -5,7 +5,8 @@ import sys
 
 import pytest
 from delayqueue_client.cli import build_parser
-from delayqueue_client.supervisor import AppNotFound, ChildOptions, Slot, Supervisor, load_app, options_of
+from delayqueue_client.supervisor import (SERVED_MAX_TASKS, AppNotFound, ChildOptions, Slot, Supervisor, load_app,
+                                          options_of)
 
 
 def test_the_app_is_the_named_attribute_or_the_one_object_with_a_worker_method():
@@ -52,5 +53,15 @@ def test_a_child_crashing_again_and_again_waits_longer_each_time_and_one_that_se
     assert slot.restart_at == slot.started_at + 60.5
     slot.process = subprocess.Popen(["true"])
     slot.process.wait()
-    supervisor._exited(slot, 0, 5.0)  # exited by itself after its max tasks: replaced at once
+    supervisor._exited(slot, SERVED_MAX_TASKS, 5.0)  # exited by itself after its max tasks: replaced at once
     assert (slot.crashes, slot.restart_at) == (0, 5.0)
+
+    def exits_0(started_at: float, at: float) -> tuple[int, float]:
+        slot.started_at, slot.process = started_at, subprocess.Popen(["true"])
+        slot.process.wait()
+        supervisor._exited(slot, 0, at)
+        return slot.crashes, slot.restart_at
+    # Exit 0 soon after its start (a worker with nothing to do): the backoff of a crash, not a busy loop.
+    assert exits_0(10.0, 10.1) == (1, 10.6)
+    assert exits_0(10.6, 10.7) == (2, 11.7)
+    assert exits_0(20.0, 60.0) == (0, 60.0)  # after a long life: replaced at once

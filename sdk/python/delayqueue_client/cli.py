@@ -1,8 +1,8 @@
 """`delayqueue`, the command line of the client: send, get, delete, consume, stats, dead letters,
 schedules, and `worker` (worker processes of an App, supervisor.py).
 
-Exit codes: 0 done, 1 the server refused or did not find it, 2 usage error, 3 server unreachable,
-4 the answer was lost (the command may have been applied).
+Exit codes: 0 done, 1 the server refused or did not find it, 2 usage error, 3 server unreachable or
+failing (code 500), 4 the answer was lost (the command may have been applied).
 """
 import argparse
 import json
@@ -21,7 +21,7 @@ from datetime import datetime, timedelta, timezone
 from delayqueue_client import supervisor
 from delayqueue_client._http import shown_url
 from delayqueue_client.client import Client
-from delayqueue_client.errors import DelayQueueError, MaybeApplied, NotFound, Unavailable
+from delayqueue_client.errors import DelayQueueError, MaybeApplied, NotFound, ServerError
 from delayqueue_client.message import Message
 from delayqueue_client.schedule import CATCH_UP, Schedule
 
@@ -31,8 +31,8 @@ UNIT_MS = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 CONSUME_WAIT_MS = 10_000  # each long poll's hold; the server caps it anyway
 EPILOG = """\
 environment: DELAYQUEUE_URL (default http://127.0.0.1:8000), DELAYQUEUE_TOKEN.
-exit codes: 0 done, 1 the server refused or did not find it, 2 usage error, 3 server unreachable,
-4 the answer was lost (the command may have been applied)."""
+exit codes: 0 done, 1 the server refused or did not find it, 2 usage error, 3 server unreachable or
+failing (code 500), 4 the answer was lost (the command may have been applied)."""
 
 
 def duration_ms(text: str) -> int:
@@ -536,9 +536,9 @@ def main(argv: list[str] | None = None) -> int:
             return code
     except UsageError as exc:
         parser.error(str(exc))  # exits with code 2
-    except (Unavailable, MaybeApplied) as exc:
-        print(f"delayqueue: error: {exc.msg} ({shown_url(client.base_url)})", file=sys.stderr)
-        return UNREACHABLE if isinstance(exc, Unavailable) else MAYBE_APPLIED
+    except ServerError as exc:  # no answer, or a code 500 the retries did not get past: the server's trouble
+        print(f"delayqueue: error: {error_line(exc)} ({shown_url(client.base_url)})", file=sys.stderr)
+        return MAYBE_APPLIED if isinstance(exc, MaybeApplied) else UNREACHABLE
     except DelayQueueError as exc:
         print(f"delayqueue: error: {error_line(exc)}", file=sys.stderr)
         return REFUSED

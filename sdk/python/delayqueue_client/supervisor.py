@@ -4,14 +4,14 @@ takes its App (the attribute named after the colon, else the one module-level ob
 max_messages=max_tasks_per_child).run()`.
 
 A child that crashes (killed, or raising; a worker stopped hard by its failed settle loop exits at
-once, its abandoned thread handlers with it) is started again after a backoff that doubles while it
-keeps crashing soon after its start (so a child that always crashes does not spin); one that
-exits after its max tasks is replaced at once. SIGTERM or SIGINT to the supervisor drains: it is
-forwarded as SIGTERM to every child (whose Worker stops pulling, finishes and settles what it
-holds), and the supervisor exits once they have. A second signal stops hard: forwarded as
-HARD_STOP_SIGNAL, the children give back the messages in hand (nacked without delay) and exit; a
-child still running HARD_STOP_GRACE seconds later (a thread handler that never returns) is
-killed, its messages left to their ack timeout. A child drains on any number of SIGTERMs:
+once, its abandoned thread handlers with it), or exits soon after its start, is started again after
+a backoff that doubles while it keeps doing so (so a child that always crashes or has no work does
+not spin); one that served its max tasks, or exits after STABLE_AFTER, is replaced at once.
+SIGTERM or SIGINT to the supervisor drains: it is forwarded as SIGTERM to every child (whose Worker
+stops pulling, finishes and settles what it holds), and the supervisor exits once they have. A
+second signal stops hard: forwarded as HARD_STOP_SIGNAL, the children give back the messages in
+hand (nacked without delay) and exit; a child still running HARD_STOP_GRACE seconds later (a thread
+handler that never returns) is killed, its messages left to their ack timeout. A child drains on any number of SIGTERMs:
 systemd's stop sends one to every process of the unit, besides the one the supervisor forwards.
 
 The children run in their own session: a Ctrl-C in the terminal reaches the supervisor only, which
@@ -35,7 +35,7 @@ log = logging.getLogger("delayqueue_client.supervisor")
 
 RESTART_DELAY = 0.5  # seconds before restarting a child that crashed, doubling per crash in a row
 MAX_RESTART_DELAY = 30.0
-STABLE_AFTER = 30.0  # a child that ran this long before crashing restarts after RESTART_DELAY again
+STABLE_AFTER = 30.0  # a child that ran this long: its crash restarts after RESTART_DELAY again, its exit at once
 HARD_STOP_GRACE = 10.0  # seconds a child has to exit after a hard stop before it is killed
 TURN = 0.1  # seconds between the supervisor's looks at its children and its stop level
 ORPHAN_CHECK = 1.0  # seconds between a child's looks at whether its supervisor is still there
@@ -45,6 +45,9 @@ SUPERVISOR_PID = "DELAYQUEUE_WORKER_SUPERVISOR_PID"
 # The supervisor's second stop, to its children (the first is SIGTERM). Not SIGQUIT: a child still
 # starting (no handler yet) would dump core; SIGUSR1, as SIGTERM, ends it quietly.
 HARD_STOP_SIGNAL = signal.SIGUSR1
+# A child's exit code once its worker served --max-tasks-per-child: replaced at once, however short its
+# life (an exit 0 soon after the start is a worker with nothing to do, restarted after the backoff).
+SERVED_MAX_TASKS = 100
 
 
 class AppNotFound(Exception):
@@ -166,15 +169,21 @@ class Supervisor:
         if self._stop_level:
             log.info("worker process %d (pid %d) exited with %d", slot.number, pid, code)
             return
-        if code == 0:  # it served its max tasks (or its worker ran out of work): replaced at once
-            log.info("worker process %d (pid %d) exited: starting another", slot.number, pid)
+        lived = now - slot.started_at
+        if code == SERVED_MAX_TASKS or (code == 0 and lived >= STABLE_AFTER):
+            log.info("worker process %d (pid %d) %s: starting another", slot.number, pid,
+                     "served its max tasks" if code else "exited")
             slot.crashes, slot.restart_at = 0, now
             return
-        if now - slot.started_at >= STABLE_AFTER:
+        if lived >= STABLE_AFTER:
             slot.crashes = 0
         delay = min(MAX_RESTART_DELAY, RESTART_DELAY * 2 ** slot.crashes)
         slot.crashes += 1
         slot.restart_at = now + delay
+        if code == 0:
+            log.warning("worker process %d (pid %d) exited (code 0) %.1f s after its start: restarting in %g s",
+                        slot.number, pid, lived, delay)
+            return
         how = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
         log.error("worker process %d (pid %d) crashed (%s): restarting in %g s", slot.number, pid, how, delay)
 
@@ -202,7 +211,7 @@ class Supervisor:
 
 
 def run_child(options: ChildOptions) -> int:
-    """A child's life: the App's worker until it returns (stopped, or max tasks served)."""
+    """A child's life: the App's worker until it returns (stopped, or max tasks served: SERVED_MAX_TASKS)."""
     app = load_app(options.spec)
     worker = app.worker(topics=options.topics, concurrency=options.threads, asynchronous=options.use_async,
                         max_messages=options.max_tasks_per_child)
@@ -220,11 +229,12 @@ def run_child(options: ChildOptions) -> int:
             raise
         log.exception("the worker failed")  # its settle loop: it stopped hard, and the child crashes
         _exit_now(1)
+    code = SERVED_MAX_TASKS if getattr(worker, "served_max_messages", False) else 0
     if getattr(worker, "abandoned_handlers", False):
         if not getattr(worker, "stopped_hard", False):
             log.warning("handler thread(s) past their handler_timeout still run: exiting without waiting for them")
-        _exit_now(0)
-    return 0
+        _exit_now(code)
+    return code
 
 
 def _exit_now(code: int) -> None:

@@ -279,6 +279,11 @@ class Worker:
         to_thread_busy = self._executor is not None and self._executor.busy > 0
         return self._stop_level >= HARD or self._unhandled > 0 or to_thread_busy
 
+    @property
+    def served_max_messages(self) -> bool:
+        """After run(): whether it returned for having taken its max_messages, not stopped."""
+        return self._stop_level == 0 and self.max_messages is not None and self._taken >= self.max_messages
+
     def stop(self) -> None:
         """The first call drains: stop pulling; run() returns once every message in hand is handled
         and settled. The second stops hard: messages in hand whose outcome is not decided are nacked
@@ -570,8 +575,10 @@ class Worker:
             before_deadline = any(each is not None and each.message is m and each.touch_at != float("inf") and
                                   time.monotonic() < each.touch_at + half for each, m in zip(held, messages))
         if not before_deadline or isinstance(error, FATAL) or self._stop_level >= HARD:
-            log.error("gave up the %s of %s/%s: the server delivers them again after their ack timeout",
-                      outcome.kind, topic, ", ".join(m.msg_id for m in messages))
+            # Past the deadline (or no longer consuming, per a touch) the server may have delivered them already.
+            again = "after their ack timeout" if before_deadline else "(past their ack deadline: it may have already)"
+            log.error("gave up the %s of %s/%s: the server delivers them again %s",
+                      outcome.kind, topic, ", ".join(m.msg_id for m in messages), again)
             self._release(messages)
             return False
         return True
