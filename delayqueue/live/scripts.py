@@ -579,7 +579,7 @@ UNPACK_PER_CALL = 100
 def unpack_due(ctx: ScriptContext, topic: str | Shard, *, limit: int = UNPACK_PER_CALL) -> ScriptCall:
     k = ctx.ns.topic(topic)
     return ScriptCall(UNPACK_DUE, [k.packed, k.meta, k.waiting, k.ready, k.prioritised, k.msgs, k.expiry, k.ended,
-                                   k.events, k.cold_hours, k.stats],
+                                   k.events, k.cold_hours, k.stats, k.released],
                       [k.topic, ctx.ns.ready_channel, ctx.actor, ctx.pack_lead_millis, limit,
                        ctx.stats_interval_millis])
 
@@ -612,7 +612,7 @@ def load_cold(ctx: ScriptContext, topic: str | Shard, *, loaded_from: str, loade
     args = [ctx.ns.ready_channel, ctx.ns.wake_channel(topic), k.topic, ctx.actor, loaded_from, loaded_to,
             pack_lead, in_flight_millis, ctx.stats_interval_millis, *_flat(messages)]
     return ScriptCall(LOAD_COLD, [k.waiting, k.ready, k.msgs, k.expiry, k.meta, k.events, k.prioritised, k.ended,
-                                  k.cold_hours, k.packed, k.stats, k.cold_sent],
+                                  k.cold_hours, k.packed, k.stats, k.cold_sent, k.released],
                       args)
 
 

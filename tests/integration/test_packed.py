@@ -244,6 +244,45 @@ async def test_a_restore_of_one_packed_message_takes_it_out_of_its_list_and_the_
     assert (info.waiting, info.waiting_cold) == (0, 0)
 
 
+async def test_a_message_deleted_with_release_after_a_restore_left_its_entry_packed_stays_deleted(packed_rt,
+                                                                                                  start_scanner):
+    """A restore of the topic brings packed messages back and leaves their entries to the scanner,
+    which finds each msgId held: one deleted meanwhile with its body released (Redis holds only its
+    tombstone in `released`) is not brought back by its entry."""
+    rt = packed_rt
+    await send(rt, 0)
+    await windowed(rt)
+    await pull_messages(rt, topic="t")
+    deleted, kept = [await send(rt, 1_500 + i) for i in range(2)]
+    assert (await restore(rt, topic="t")).restored == 2 and await packed_count(rt) == 2
+    assert await delete_message(rt, topic="t", msg_id=deleted.msg_id, release=True)
+    assert not await held(rt, deleted.msg_id)
+    await start_scanner(rt)
+    assert await pull_until(rt, "t", 1, timeout=10) == [kept.msg_id]
+    assert await packed_count(rt) == 0
+    info = await topic_info(rt, topic="t")
+    assert (info.waiting, info.waiting_cold) == (0, 0)
+
+
+async def test_a_page_read_before_a_release_ended_its_row_does_not_bring_the_message_back(packed_rt):
+    """A loader reads a page while a message Redis holds after loaded_to (due too near to pack) is
+    live in the log; deleteMsg with release then ends its row and frees its body: the page's load,
+    refused by nothing else, leaves the life Redis released (its tombstone in `released`)."""
+    rt = packed_rt
+    await send(rt, 0)
+    await windowed(rt)
+    m = await send(rt, LEAD)  # due too near to pack: in the waiting set, after loaded_to
+    assert await held(rt, m.msg_id)
+    page = loaded_messages("t", [(1, m.msg_id, m.payload, m.produce_time, m.trigger_time, m.expire_time, m.max_retry,
+                                  m.retry, Status.WAITING, m.priority)])
+    assert await delete_message(rt, topic="t", msg_id=m.msg_id, release=True)
+    fetched = await rt.redis.hget(rt.ns.topic("t").meta, Meta.FETCHED_TO)
+    reply = await rt.scripts.call(scripts.load_cold(rt.context, "t", loaded_from=fetched, loaded_to=fetched,
+                                                    pack_lead=LEAD, in_flight_millis=0, messages=page))
+    assert (reply.loaded, reply.held) == (0, 1) and not await held(rt, m.msg_id)
+    assert (await topic_info(rt, topic="t")).waiting == 0
+
+
 
 async def test_a_send_the_loader_reads_before_its_script_runs_is_held_once(packed_rt):
     """The send's log row is committed, the loader raises the window, reads the row and loads it
