@@ -22,9 +22,9 @@
 -- the log row must take), 0 one entry for the call
 -- ARGV[7] cold_counted: 1 when the caller has set the topic's cold count to the rows it leaves in the log
 -- (a restore of a topic or of all): those it brings back are not in it, and an entry of one the
--- loader packed is left to the scanner, which finds the msgId held; 0 (single messages) counts out
--- each message it brings back that was cold, and takes a packed one out of its list, which would
--- bring back a life deleted and released meanwhile
+-- loader packed is left to the scanner, which finds the msgId held; 0 (single messages) also counts
+-- out each message it brings back after loaded_to that is cold there (includes/packed.lua's cold_row:
+-- the loader has not read it, or packed it, when it takes it out of its list)
 -- ARGV[8...] per message: msg_id, payload, produce_time, trigger_time, expire_time, max_retry, retry, priority
 -- Returns {restored, already held}
 -- @include clock
@@ -43,9 +43,23 @@ local packed = {packed = KEYS[10], meta = meta}
 local now = clock()
 local restored, held = 0, 0
 local added, changes = {}, {}
--- Messages the cold tier kept in the log only (due after hot_until, or packed) are in Redis once restored.
+-- Messages the cold tier kept in the log only (due after hot_until, or cold after loaded_to) are in
+-- Redis once restored.
 local hot_until = tonumber(redis.call('HGET', meta, META.HOT_UNTIL) or '-1')
+local loaded_to = tonumber(string.match(redis.call('HGET', meta, META.LOADED_TO) or '', '^[^:]*'))
 local was_cold = {}
+
+local function counted_cold(id, trigger)
+  if hot_until >= 0 and trigger > hot_until then
+    return true
+  end
+  if cold_counted or not loaded_to or trigger <= loaded_to or not cold_row(packed, id, trigger) then
+    return false
+  end
+  remove_packed(packed, id, trigger)  -- if the loader packed it
+  return true
+end
+
 for i = 8, #ARGV, 8 do
   local id = ARGV[i]
   local m = new_message(topic, id, ARGV[i + 1], tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3]), tonumber(ARGV[i + 4]),
@@ -64,8 +78,7 @@ for i = 8, #ARGV, 8 do
     else
       restored = restored + 1
       added[#added + 1] = m
-      if (hot_until >= 0 and m.triggerTime > hot_until)
-          or (not cold_counted and remove_packed(packed, id, m.triggerTime) == 1) then
+      if counted_cold(id, m.triggerTime) then
         was_cold[#was_cold + 1] = m.triggerTime
       end
       changes[#changes + 1] = {id, m.status, m.retry, m.produceTime}
