@@ -29,7 +29,7 @@ from delayqueue.messagelog.connection import first_line
 from delayqueue.runtime import Runtime
 from delayqueue.services.caps import restore_running
 from delayqueue.services.restore import (RestoreCounts, answers_loss_report, count_and_leave_cold, nothing_matches,
-                                         restore_rows, restore_topic_settings)
+                                         restore_rows, restore_topic_settings, sets_cold_counts)
 from delayqueue.stores.topic_settings import TopicSettings, placed, settings_table
 from spark import common, pgread
 from spark.common import JobError
@@ -65,10 +65,10 @@ def queue_config(args):
 
 
 def restore_partition(config, settings: dict[str, TopicSettings], include_expired: bool, dry_run: bool,
-                      rows: Iterable[dict]):
+                      rows: Iterable[dict], cold_counted: bool = False):
     """Runs on an executor: restores rows (dicts of RESTORE_COLUMNS) in the order given, each
     into its shard by `settings` (the namespace's topic settings, as the driver read them); yields
-    this partition's (restored, already live, skipped)."""
+    this partition's (restored, already live, skipped). `cold_counted`: as restore_rows'."""
     placed(config.namespace, settings)
 
     async def restore_all() -> RestoreCounts:
@@ -79,7 +79,7 @@ def restore_partition(config, settings: dict[str, TopicSettings], include_expire
                 # elsewhere) costs no Redis connection.
                 rt = rt or Runtime(config, process="spark restore")
                 counts += await restore_rows(rt, rows=chunk, include_expired=include_expired, dry_run=dry_run,
-                                             settings=settings)
+                                             settings=settings, cold_counted=cold_counted)
         finally:
             if rt is not None:
                 await rt.close()
@@ -188,9 +188,10 @@ def restore_in_turn(spark, args) -> tuple[int, int, int]:
     query = rows_query(sql.both(sql.both(sql.both(scope, candidates), sql.IN_TOPIC), sql.NOT_COLD_IN_TOPIC))
     groups = balance(rows_per_topic, common.default_partitions(spark, args.partitions))
     include_expired, dry_run, dsn = args.include_expired, args.dry_run, args.database_url
+    cold_counted = sets_cold_counts(config, args.msg_id)
     per_partition = (spark.sparkContext.parallelize(groups, len(groups)).mapPartitions(
         lambda topics: restore_partition(config, settings, include_expired, dry_run, topic_rows(
-            dsn, query, params, positions, (t for group in topics for t in group))))
+            dsn, query, params, positions, (t for group in topics for t in group)), cold_counted))
                      .collect()) if groups else []
     restored, already_live, skipped = (sum(column) for column in zip(*per_partition)) if per_partition else (0, 0, 0)
     skipped += ended

@@ -579,7 +579,7 @@ UNPACK_PER_CALL = 100
 def unpack_due(ctx: ScriptContext, topic: str | Shard, *, limit: int = UNPACK_PER_CALL) -> ScriptCall:
     k = ctx.ns.topic(topic)
     return ScriptCall(UNPACK_DUE, [k.packed, k.meta, k.waiting, k.ready, k.prioritised, k.msgs, k.expiry, k.ended,
-                                   k.events, k.cold_hours, k.stats],
+                                   k.events, k.cold_hours, k.stats, k.released],
                       [k.topic, ctx.ns.ready_channel, ctx.actor, ctx.pack_lead_millis, limit,
                        ctx.stats_interval_millis])
 
@@ -612,7 +612,7 @@ def load_cold(ctx: ScriptContext, topic: str | Shard, *, loaded_from: str, loade
     args = [ctx.ns.ready_channel, ctx.ns.wake_channel(topic), k.topic, ctx.actor, loaded_from, loaded_to,
             pack_lead, in_flight_millis, ctx.stats_interval_millis, *_flat(messages)]
     return ScriptCall(LOAD_COLD, [k.waiting, k.ready, k.msgs, k.expiry, k.meta, k.events, k.prioritised, k.ended,
-                                  k.cold_hours, k.packed, k.stats, k.cold_sent],
+                                  k.cold_hours, k.packed, k.stats, k.cold_sent, k.released],
                       args)
 
 
@@ -652,14 +652,16 @@ def lock_take_over(ctx: ScriptContext, topic: str | Shard, *, gone_token: str, t
     return ScriptCall(LOCK_TAKE_OVER, [ctx.ns.topic(topic).lock], [gone_token, token, ttl_millis])
 
 
-def restore(ctx: ScriptContext, topic: str | Shard, *, dry_run: bool, with_times: bool,
+def restore(ctx: ScriptContext, topic: str | Shard, *, dry_run: bool, with_times: bool, cold_counted: bool,
             messages: Sequence[Sequence]) -> ScriptCall:
-    """`messages`: per message the values named by RESTORE.repeated, in that order."""
+    """`messages`: per message the values named by RESTORE.repeated, in that order. `cold_counted`:
+    the caller has set the topic's cold count to the rows it leaves in the log (else the messages
+    brought back that were cold, packed ones too, are counted out)."""
     k = ctx.ns.topic(topic)
     args = [ctx.ns.ready_channel, ctx.ns.wake_channel(topic), k.topic, _flag(dry_run), ctx.actor, _flag(with_times),
-            *_flat(messages)]
+            _flag(cold_counted), *_flat(messages)]
     return ScriptCall(RESTORE, [k.waiting, k.ready, k.msgs, k.expiry, k.meta, k.events, k.prioritised, k.cold_hours,
-                                k.released], args)
+                                k.released, k.packed], args)
 
 
 def take_tokens(ctx: ScriptContext, topic: str | None, *, kind: str, wanted: int, rate: int) -> ScriptCall:

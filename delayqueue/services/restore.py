@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import psycopg
 from psycopg.rows import dict_row
 
+from delayqueue.config.settings import QueueConfig
 from delayqueue.core.clock import now_millis
 from delayqueue.core.constants import COLD_HOUR_MILLIS, IN_FLIGHT_MILLIS, LIVE_STATUSES, Status
 from delayqueue.core.messages import Message
@@ -72,10 +73,12 @@ def restorable(row: dict, now: int, include_expired: bool) -> dict | None:
 
 
 async def restore_rows(rt: Runtime, *, rows: Iterable[dict], include_expired: bool = False, dry_run: bool = False,
-                       settings: dict[str, TopicSettings] | None = None) -> RestoreCounts:
+                       settings: dict[str, TopicSettings] | None = None, cold_counted: bool = False) -> RestoreCounts:
     """Puts logged messages back into Redis (see the module doc), each into its shard. Each row:
     Message.to_row()'s columns (times as epoch ms); other columns are ignored. `settings`: the
-    namespace's topic settings as the caller read them (default: the runtime's)."""
+    namespace's topic settings as the caller read them (default: the runtime's). `cold_counted`:
+    the caller has set the topics' cold counts (sets_cold_counts); else each message brought back
+    that was cold, or packed, is counted out of them (and out of its packed list)."""
     now = now_millis()
     counts = RestoreCounts()
     going = []
@@ -92,7 +95,7 @@ async def restore_rows(rt: Runtime, *, rows: Iterable[dict], include_expired: bo
     for shard, messages in by_shard.items():
         for start in range(0, len(messages), SCRIPT_MESSAGES):
             calls.append(scripts.restore(
-                rt.context, shard, dry_run=dry_run, with_times=include_expired,
+                rt.context, shard, dry_run=dry_run, with_times=include_expired, cold_counted=cold_counted,
                 messages=[(m.msg_id, m.payload, m.produce_time, m.trigger_time, m.expire_time, m.max_retry, m.retry,
                            m.priority)
                           for m in messages[start:start + SCRIPT_MESSAGES]]))
@@ -150,6 +153,12 @@ def nothing_matches(topic: str | None, msg_id: str | None) -> str | None:
     return f"no message in the message log matches {scope}"
 
 
+def sets_cold_counts(config: QueueConfig, msg_id: str | None) -> bool:
+    """Whether a restore in this scope sets its topics' cold counts (count_and_leave_cold): one of a
+    topic or of all, in the cold tier. One of a single message brings it back counted out instead."""
+    return config.cold_tier and msg_id is None
+
+
 def answers_loss_report(topic: str | None, msg_id: str | None, dry_run: bool) -> bool:
     """Whether a restore in this scope answers a scanner's report that Redis lost its data: a
     full one (every topic, every message) that writes."""
@@ -189,7 +198,8 @@ async def _restore(rt: Runtime, topic: str | None, msg_id: str | None, include_e
                         break
                     last_id = rows[-1]["id"]
                     writing.add(asyncio.ensure_future(
-                        restore_rows(rt, rows=rows, include_expired=include_expired, dry_run=dry_run)))
+                        restore_rows(rt, rows=rows, include_expired=include_expired, dry_run=dry_run,
+                                     cold_counted=sets_cold_counts(rt.config, msg_id))))
                     if len(writing) >= PAGES_IN_FLIGHT:
                         await collect(asyncio.FIRST_COMPLETED)
             if writing:
@@ -222,7 +232,7 @@ async def count_and_leave_cold(rt: Runtime, conn, *, scope, candidates, params: 
     for name, hour, _candidates, _rest, left in scanned:
         if left:
             left_cold.setdefault(name, {})[hour] = left
-    if left_cold and not dry_run and msg_id is None:
+    if left_cold and not dry_run and sets_cold_counts(rt.config, msg_id):
         young = await (await conn.execute(sql.restore_young_cold(scope, candidates),
                                           {**params, "young_after": now_millis() - 2 * IN_FLIGHT_MILLIS})).fetchall()
         await _set_cold_counts(rt, await _less_held(rt, left_cold, positions, settings), young, settings)

@@ -17,7 +17,7 @@ from delayqueue.ops import figures
 from delayqueue.core.messages import Message
 from delayqueue.services.consume import ack_messages, nack_message, pull_messages, touch_message
 from delayqueue.services.messages import delete_message, get_message, reschedule_message
-from delayqueue.services.restore import restore
+from delayqueue.services.restore import restore, restore_rows
 from delayqueue.services.send import SendRequest, prepared, send_message, send_messages
 from delayqueue.services import topics as topics_module
 from delayqueue.services.topics import purge_topic, topic_info
@@ -1219,5 +1219,27 @@ async def test_a_restore_while_redis_holds_its_data_counts_no_message_redis_hold
         after = await topic_info(rt, topic="t")
         assert (after.waiting, after.waiting_cold) == (2, 1)
         assert await cold_hours(rt) == hours_of(far)
+    finally:
+        await loader.close()
+
+
+async def test_a_restore_of_one_cold_message_the_window_rose_past_counts_it_out_once(cold_rt):
+    """The loader has raised the window past a cold message and not yet read it: the admin's
+    "Restore selected" of its row brings it into Redis and out of the cold count, and the loader
+    then finds it held, so the topic counts it once."""
+    rt = cold_rt
+    loader = await started(rt)
+    try:
+        m = await send(rt, delay=60_000)
+        assert (await topic_info(rt, topic="t")).waiting_cold == 1
+        await rt.scripts.call(scripts.raise_hot(rt.context, "t", hot_until=now_millis() + 120_000, loaded_to="",
+                                                start=True))
+        row = (await get_message(rt, topic="t", msg_id=m.msg_id)).to_row()
+        assert (await restore_rows(rt, rows=[row])).restored == 1
+        info = await topic_info(rt, topic="t")
+        assert (info.waiting, info.waiting_cold) == (1, 0)
+        await loader.load_topic("t", force=True)
+        info = await topic_info(rt, topic="t")
+        assert (info.waiting, info.waiting_cold) == (1, 0) and await cold_hours(rt) == {}
     finally:
         await loader.close()

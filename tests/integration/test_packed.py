@@ -2,10 +2,11 @@
 pack lead ahead, between the loader's loaded_to and fetched_to, waits in a list of its second of
 due time instead of the waiting set; the scanner moves each list in a lead before its second, and
 the message fires on time, never early. Until then the API treats it as cold (the message log
-answers for it): getMsg, deleteMsg, rescheduleMsg, a resend of its msgId, purgeTopic, and a
-restore after Redis lost everything. A sharded topic packs in its current shard count's shards;
-a count it gives up moves its lists into its waiting set before the change is saved, and is not
-retired while it holds one; a msgId that ended there and is sent again is found in its new life.
+answers for it): getMsg, deleteMsg, rescheduleMsg, a resend of its msgId, purgeTopic, a
+restore after Redis lost everything, and one of a single message (out of its list). A sharded
+topic packs in its current shard count's shards; a count it gives up moves its lists into its
+waiting set before the change is saved, and is not retired while it holds one; a msgId that
+ended there and is sent again is found in its new life.
 On a single Redis and on the Redis Cluster."""
 import asyncio
 
@@ -217,6 +218,69 @@ async def test_a_restore_on_a_redis_that_holds_packed_lists_brings_their_message
     assert pulled == [m.msg_id for m in packed] and await packed_count(rt) == 0
     info = await topic_info(rt, topic="t")
     assert (info.waiting, info.waiting_cold) == (0, 0)
+
+
+async def test_a_restore_of_one_packed_message_takes_it_out_of_its_list_and_the_cold_count(packed_rt,
+                                                                                          start_scanner):
+    """`restore --msg-id` of a packed message (its row is before the loader's fetched_to) brings it
+    into the waiting set, out of its list and of the cold count: the topic counts it once, and one
+    then deleted with its body released does not come back when its second's list moves in."""
+    rt = packed_rt
+    await send(rt, 0)
+    await windowed(rt)
+    await pull_messages(rt, topic="t")
+    restored, deleted, kept = [await send(rt, 1_500 + i) for i in range(3)]
+    for m in (restored, deleted):
+        assert (await restore(rt, msg_id=m.msg_id)).restored == 1 and await held(rt, m.msg_id)
+    assert await packed_count(rt) == 1 == await packed_counted(rt)  # only `kept` is left packed
+    info = await topic_info(rt, topic="t")
+    assert (info.waiting, info.waiting_cold) == (3, 1)
+    assert await delete_message(rt, topic="t", msg_id=deleted.msg_id, release=True)
+    assert (await topic_info(rt, topic="t")).waiting == 2
+    await start_scanner(rt)
+    assert sorted(await pull_until(rt, "t", 2, timeout=10)) == sorted([restored.msg_id, kept.msg_id])
+    assert await packed_count(rt) == 0
+    info = await topic_info(rt, topic="t")
+    assert (info.waiting, info.waiting_cold) == (0, 0)
+
+
+async def test_a_message_deleted_with_release_after_a_restore_left_its_entry_packed_stays_deleted(packed_rt,
+                                                                                                  start_scanner):
+    """A restore of the topic brings packed messages back and leaves their entries to the scanner,
+    which finds each msgId held: one deleted meanwhile with its body released (Redis holds only its
+    tombstone in `released`) is not brought back by its entry."""
+    rt = packed_rt
+    await send(rt, 0)
+    await windowed(rt)
+    await pull_messages(rt, topic="t")
+    deleted, kept = [await send(rt, 1_500 + i) for i in range(2)]
+    assert (await restore(rt, topic="t")).restored == 2 and await packed_count(rt) == 2
+    assert await delete_message(rt, topic="t", msg_id=deleted.msg_id, release=True)
+    assert not await held(rt, deleted.msg_id)
+    await start_scanner(rt)
+    assert await pull_until(rt, "t", 1, timeout=10) == [kept.msg_id]
+    assert await packed_count(rt) == 0
+    info = await topic_info(rt, topic="t")
+    assert (info.waiting, info.waiting_cold) == (0, 0)
+
+
+async def test_a_page_read_before_a_release_ended_its_row_does_not_bring_the_message_back(packed_rt):
+    """A loader reads a page while a message Redis holds after loaded_to (due too near to pack) is
+    live in the log; deleteMsg with release then ends its row and frees its body: the page's load,
+    refused by nothing else, leaves the life Redis released (its tombstone in `released`)."""
+    rt = packed_rt
+    await send(rt, 0)
+    await windowed(rt)
+    m = await send(rt, LEAD)  # due too near to pack: in the waiting set, after loaded_to
+    assert await held(rt, m.msg_id)
+    page = loaded_messages("t", [(1, m.msg_id, m.payload, m.produce_time, m.trigger_time, m.expire_time, m.max_retry,
+                                  m.retry, Status.WAITING, m.priority)])
+    assert await delete_message(rt, topic="t", msg_id=m.msg_id, release=True)
+    fetched = await rt.redis.hget(rt.ns.topic("t").meta, Meta.FETCHED_TO)
+    reply = await rt.scripts.call(scripts.load_cold(rt.context, "t", loaded_from=fetched, loaded_to=fetched,
+                                                    pack_lead=LEAD, in_flight_millis=0, messages=page))
+    assert (reply.loaded, reply.held) == (0, 1) and not await held(rt, m.msg_id)
+    assert (await topic_info(rt, topic="t")).waiting == 0
 
 
 

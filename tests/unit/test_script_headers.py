@@ -56,7 +56,7 @@ def test_script_reads_only_the_keys_and_args_its_header_names(script):
 
 # yes/no ARGV, sent as 1 or 0
 FLAGS = {"release", "release_ended", "dry_run", "namespace_capped", "dead_letter", "cold_tier", "forget_window",
-         "start", "signed", "with_times", "paused", "counted_cold"}
+         "start", "signed", "with_times", "paused", "counted_cold", "cold_counted"}
 # A context whose every value stands for its own name, in a namespace whose keys end in their field names.
 CONTEXT = scripts.ScriptContext(ns=namespace_keys("ns"), actor="actor", stats_interval_millis="stats_interval_millis",
                                 retention_millis="retention_millis", scan_limit="scan_limit",

@@ -5,8 +5,9 @@
 -- counted cold until the scanner moves its list in); the others go into the waiting set. While no
 -- list is left, loaded_to moves with fetched_to (every row up to there is then in the waiting set).
 -- A msgId Redis holds live, or holds in this very life (a send that went hot after the watermark
--- rose, a delete's tombstone), is left alone; an older life's ended body is replaced. A message
--- already due (a loader that fell behind) is ready at once, recorded as due.
+-- rose, a delete's tombstone, a life deleteMsg released the body of), is left alone; an older
+-- life's ended body is replaced. A message already due (a loader that fell behind) is ready at
+-- once, recorded as due.
 -- KEYS[1] waiting
 -- KEYS[2] ready
 -- KEYS[3] msgs
@@ -19,6 +20,7 @@
 -- KEYS[10] packed
 -- KEYS[11] stats
 -- KEYS[12] cold_sent
+-- KEYS[13] released
 -- ARGV[1] ready_channel: published when the ready list goes from empty to non-empty
 -- ARGV[2] schedule_channel: published so the topic's scanner looks at the loaded messages
 -- ARGV[3] topic
@@ -55,12 +57,13 @@ if position[3] == '1' then
 end
 local now = clock()
 local first_item, item_size = 10, 6
-local ids, stored = {}, {}
+local ids, stored, produced = {}, {}, {}
 for i = first_item, #ARGV, item_size do
   ids[#ids + 1] = ARGV[i]
   stored[#stored + 1] = ARGV[i + 1]
+  produced[#produced + 1] = tonumber(ARGV[i + 5])
 end
-local fresh, held = fresh_ids(msgs, ended, ids, stored)
+local fresh, held = fresh_ids(msgs, ended, KEYS[13], ids, produced)
 local items, changes, packing, packing_ids = {}, {}, {}, {}
 local counted = {}  -- the triggerTimes of the items counted in the cold count
 for j, id in ipairs(ids) do

@@ -12,6 +12,7 @@
 -- KEYS[7] prioritised
 -- KEYS[8] cold_hours
 -- KEYS[9] released
+-- KEYS[10] packed
 -- ARGV[1] ready_channel: published when the ready list goes from empty to non-empty
 -- ARGV[2] schedule_channel: published so the topic's scanner looks at the restored messages
 -- ARGV[3] topic
@@ -19,7 +20,12 @@
 -- ARGV[5] actor: 'process@host' for the history, '' with the message log off
 -- ARGV[6] with_times: 1 records each message's times in an entry of its own (a TTL given anew, which
 -- the log row must take), 0 one entry for the call
--- ARGV[7...] per message: msg_id, payload, produce_time, trigger_time, expire_time, max_retry, retry, priority
+-- ARGV[7] cold_counted: 1 when the caller has set the topic's cold count to the rows it leaves in the log
+-- (a restore of a topic or of all): those it brings back are not in it, and an entry of one the
+-- loader packed is left to the scanner, which finds the msgId held; 0 (single messages) also counts
+-- out each message it brings back after loaded_to that is cold there (includes/packed.lua's cold_row:
+-- the loader has not read it, or packed it, when it takes it out of its list)
+-- ARGV[8...] per message: msg_id, payload, produce_time, trigger_time, expire_time, max_retry, retry, priority
 -- Returns {restored, already held}
 -- @include clock
 -- @include history
@@ -27,17 +33,34 @@
 -- @include new_message
 -- @include cold_count
 -- @include stored
+-- @include packed
 local waiting, ready, msgs, expiry, meta, events = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local t = {waiting = waiting, ready = ready, prioritised = KEYS[7], expiry = expiry}
 local topic = ARGV[3]
 local dry_run = ARGV[4] == '1'
+local cold_counted = ARGV[7] == '1'
+local packed = {packed = KEYS[10], meta = meta}
 local now = clock()
 local restored, held = 0, 0
 local added, changes = {}, {}
--- Messages the cold tier kept in the log only (due after hot_until) are in Redis once restored.
+-- Messages the cold tier kept in the log only (due after hot_until, or cold after loaded_to) are in
+-- Redis once restored.
 local hot_until = tonumber(redis.call('HGET', meta, META.HOT_UNTIL) or '-1')
+local loaded_to = tonumber(string.match(redis.call('HGET', meta, META.LOADED_TO) or '', '^[^:]*'))
 local was_cold = {}
-for i = 7, #ARGV, 8 do
+
+local function counted_cold(id, trigger)
+  if hot_until >= 0 and trigger > hot_until then
+    return true
+  end
+  if cold_counted or not loaded_to or trigger <= loaded_to or not cold_row(packed, id, trigger) then
+    return false
+  end
+  remove_packed(packed, id, trigger)  -- if the loader packed it
+  return true
+end
+
+for i = 8, #ARGV, 8 do
   local id = ARGV[i]
   local m = new_message(topic, id, ARGV[i + 1], tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3]), tonumber(ARGV[i + 4]),
                         tonumber(ARGV[i + 5]), tonumber(ARGV[i + 6]), tonumber(ARGV[i + 7]), now)
@@ -55,7 +78,7 @@ for i = 7, #ARGV, 8 do
     else
       restored = restored + 1
       added[#added + 1] = m
-      if hot_until >= 0 and m.triggerTime > hot_until then
+      if counted_cold(id, m.triggerTime) then
         was_cold[#was_cold + 1] = m.triggerTime
       end
       changes[#changes + 1] = {id, m.status, m.retry, m.produceTime}

@@ -16,6 +16,7 @@
 -- KEYS[9] events
 -- KEYS[10] cold_hours
 -- KEYS[11] stats
+-- KEYS[12] released
 -- ARGV[1] topic
 -- ARGV[2] ready_channel: published when the ready list goes from empty to non-empty
 -- ARGV[3] actor: 'process@host' for the history, '' with the message log off
@@ -35,7 +36,7 @@ local topic, lead, budget = ARGV[1], tonumber(ARGV[4]), tonumber(ARGV[5])
 local now, now_us = clock()
 -- The lists it moves: those of the seconds up to `upto`; a draining shard's all (false).
 local upto = redis.call('HGET', meta, META.DRAINING) ~= '1' and now + lead
-local ids, stored, messages = {}, {}, {}
+local ids, stored, produced, messages = {}, {}, {}, {}
 local more = false
 for _, second in ipairs(redis.call('ZRANGEBYSCORE', t.packed, '-inf', upto or '+inf')) do
   if budget <= 0 then
@@ -49,6 +50,7 @@ for _, second in ipairs(redis.call('ZRANGEBYSCORE', t.packed, '-inf', upto or '+
     local m = packed_message(entry, topic, tonumber(second))
     messages[#messages + 1] = m
     ids[#ids + 1] = m.msgId
+    produced[#produced + 1] = m.produceTime
     stored[#stored + 1] = encode_stored(m)
   end
   budget = budget - #entries
@@ -61,9 +63,9 @@ end
 
 local moved = 0
 if #messages > 0 then
-  -- One Redis holds in the same life (a restore brought its row back) is left alone: it counts
-  -- where it is. The others were counted cold while packed.
-  local fresh = fresh_ids(t.msgs, ended, ids, stored)
+  -- One Redis holds in the same life (a restore brought its row back), or released the body of
+  -- since, is left alone: it counts where it is, or has ended. The others were counted cold while packed.
+  local fresh = fresh_ids(t.msgs, ended, KEYS[12], ids, produced)
   local items, changes = {}, {}
   for j, m in ipairs(messages) do
     if fresh[j] then

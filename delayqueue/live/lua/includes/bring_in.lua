@@ -1,10 +1,11 @@
 -- Messages coming into Redis from outside its queues (a page of cold ones, a packed list), with
 -- one command per structure for all of them, not one per message: at thousands a call, these
 -- cost the most.
--- fresh_ids(msgs, ended, ids, stored) -> per id whether it comes in (a msgId Redis holds live, or
---   holds in this very life, the same produceTime, is left alone: a send that went to Redis
---   meanwhile, a delete's tombstone; an older life's ended body is replaced), and how many are held
---   stored[j]: the message of ids[j] as Redis stores it
+-- fresh_ids(msgs, ended, released, ids, produced) -> per id whether it comes in (a msgId Redis holds
+--   live, or holds in this very life, the same produceTime, is left alone: a send that went to Redis
+--   meanwhile, a delete's tombstone, a life deleteMsg released the body of, whose log row may read
+--   waiting yet; an older life's ended body is replaced), and how many are held
+--   produced[j]: the produceTime of ids[j]'s message
 -- bring_in(t, items, now, changes) -> how many came in, their triggerTimes, the lateness
 --   accumulator of those made ready (includes/lateness.lua: late, as a promotion is)
 --   items: {id, stored, triggerTime, expireTime} each, held by nothing live: waiting if not yet due,
@@ -16,7 +17,7 @@
 -- @include history
 -- @include add_messages
 -- @include lateness
-local function fresh_ids(msgs, ended, ids, stored)
+local function fresh_ids(msgs, ended, released, ids, produced)
   local held_now = #ids > 0 and redis.call('HMGET', msgs, unpack(ids)) or {}
   local fresh, held = {}, 0
   for j, id in ipairs(ids) do
@@ -24,11 +25,13 @@ local function fresh_ids(msgs, ended, ids, stored)
     local existing = held_now[j]
     if existing then
       local old = decode_stored(existing, id)
-      if is_live(old) or old.produceTime == decode_stored(stored[j], id).produceTime then
+      if is_live(old) or old.produceTime == produced[j] then
         held, fresh[j] = held + 1, false
       else
         redis.call('ZREM', ended, id)
       end
+    elseif redis.call('ZSCORE', released, id .. ':' .. produced[j]) then
+      held, fresh[j] = held + 1, false
     end
   end
   return fresh, held
