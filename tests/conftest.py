@@ -263,7 +263,21 @@ def django_db_setup(django_db_setup, django_db_blocker):
                                " WHERE datname = current_database() AND pid <> pg_backend_pid()")
 
 
+@pytest.fixture(scope="session")
+def shared_web_process(django_db_setup):
+    """One uvicorn for each test worker's whole session: starting one costs seconds, and the SDK's
+    tests, which only talk to it over HTTP, would otherwise start one each."""
+    proc = WebProcess("shared")
+    proc.wait_started()
+    yield proc
+    proc.stop()
+
+
 @pytest.fixture
-def sdk_server(web_processes) -> str:
-    """One uvicorn in open mode (the suite's default), for the SDK's tests: its base URL."""
-    return web_processes(1)[0].url
+def sdk_server(clean_state, shared_web_process) -> str:
+    """A uvicorn in open mode (the suite's default), for the SDK's tests: its base URL. It serves
+    the emptied Redis and log of this test."""
+    if shared_web_process.proc.poll() is not None:
+        pytest.fail(f"the shared uvicorn ended (exit {shared_web_process.proc.returncode}):\n"
+                    f"{shared_web_process.output()}")
+    return shared_web_process.url
