@@ -436,7 +436,7 @@ FROM generate_series(1, %s) AS g
 
 @pytest.mark.process
 def test_a_restore_interrupted_by_ctrl_c_leaves_nothing_half_done_and_a_rerun_finishes_it(clean_state):
-    total = 150_000
+    total = 60_000
     asyncio.run(query(FILL_LOG, total))
     client = redis.Redis.from_url(REDIS_URL)
     topics = [f"bulk{i}" for i in range(4)]
