@@ -17,6 +17,7 @@ from asgiref.sync import sync_to_async
 from django.core.management import CommandError, call_command
 from prometheus_client.parser import text_string_to_metric_families
 
+from delayqueue.api import edge
 from delayqueue.config.redis_urls import url_credentials, url_nodes
 from delayqueue.core.constants import MAX_TOPIC_BYTES, Status
 from delayqueue.core.names import TOPIC_RULE
@@ -146,7 +147,9 @@ async def test_every_endpoint_takes_such_topics(api, redis_url):
 
 
 @pytest.mark.parametrize("endpoint", TOPIC_ENDPOINTS)
-async def test_a_topic_over_255_bytes_or_with_a_control_character_is_refused_naming_the_rule(api, endpoint):
+async def test_a_topic_over_255_bytes_or_with_a_control_character_is_refused_naming_the_rule(
+        api, endpoint, monkeypatch):
+    monkeypatch.setattr(edge, "LONG_POLL_ERROR_PAUSE_SECONDS", 0)  # each refused long poll would wait 1 s
     for topic in TOO_LONG + CONTROL:
         for method in ("post", "get"):
             answer = await call(api, endpoint, method=method, topic=topic, **TOPIC_ENDPOINTS[endpoint])

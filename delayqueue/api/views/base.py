@@ -11,9 +11,9 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.permissions import AllowAny
 from rest_framework.views import APIView
 
-from delayqueue.api import health_state
+from delayqueue.api import edge, health_state
 from delayqueue.api.auth import authorize
-from delayqueue.api.edge import HELD_PATHS, LONG_POLL_ERROR_PAUSE_SECONDS, body_too_big
+from delayqueue.api.edge import HELD_PATHS, body_too_big
 from delayqueue.api.parsers import (FORM_CONTENT_TYPE, FormBodyParser, FormError, JSONBodyParser, StrictMultiPartParser,
                                     parse_fields, parse_form, repeated_field)
 from delayqueue.api.validation import FastValidation, first_error
@@ -115,7 +115,7 @@ class QueueAPIView(APIView):
             return await self.handle()
         except Exception as exc:
             if request.path_info.endswith(HELD_PATHS):  # a long poll (bad parameter, scope, cap, store down)
-                await asyncio.sleep(LONG_POLL_ERROR_PAUSE_SECONDS)
+                await asyncio.sleep(edge.LONG_POLL_ERROR_PAUSE_SECONDS)
             return self.handle_exception(exc)
 
     async def authorize_caller(self, root, request) -> None:
