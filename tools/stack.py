@@ -857,13 +857,15 @@ def command_test(args) -> int:
                                   pg_password=pg_password)
     pytest_proc: subprocess.Popen | None = None
 
-    def interrupt(*_):
-        """SIGTERM, SIGHUP: as a Ctrl-C, which pytest gets as well."""
-        if pytest_proc is not None and pytest_proc.poll() is None:
-            pytest_proc.send_signal(signal.SIGINT)
+    def interrupt(signum, _frame):
+        """SIGTERM, SIGHUP, and a SIGINT sent to this process alone: as a Ctrl-C, which pytest gets
+        as well. A terminal's Ctrl-C reached pytest already (the terminal's process group)."""
+        if signum != signal.SIGINT or not from_the_terminal():
+            if pytest_proc is not None and pytest_proc.poll() is None:
+                pytest_proc.send_signal(signal.SIGINT)
         raise KeyboardInterrupt
 
-    for sig in (signal.SIGTERM, signal.SIGHUP):
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, interrupt)
     try:
         if own_urls:
@@ -970,8 +972,17 @@ def own_test_servers(services: Services, env: dict) -> dict:
     return {**{name: env[name] for name in TEST_URLS if env.get(name)}, **servers}
 
 
+def from_the_terminal() -> bool:
+    """Whether a SIGINT came from the terminal's Ctrl-C, which it sends to its foreground process
+    group: this process' group, and pytest's, is that group."""
+    try:
+        return os.isatty(0) and os.tcgetpgrp(0) == os.getpgrp()
+    except OSError:
+        return False
+
+
 def wait_for_pytest(proc: subprocess.Popen) -> int:
-    """pytest's exit code. A Ctrl-C reaches pytest too (it is in the terminal's process group):
+    """pytest's exit code. A Ctrl-C reaches pytest too (from the terminal, or from `interrupt`):
     it is waited for while it stops its tests' processes and reports, up to a minute."""
     try:
         return proc.wait()
