@@ -17,6 +17,7 @@ from django.core.management import CommandError, call_command
 
 from delayqueue.core.clock import now_millis
 from delayqueue.core.constants import Status
+from delayqueue.core.exceptions import LogUnavailable
 from delayqueue.messagelog import sql
 from delayqueue.messagelog.retention import prune_log
 from delayqueue.services import restore as restore_service
@@ -293,6 +294,26 @@ async def test_a_delete_between_a_loss_and_the_restore_is_not_undone(single_rt, 
     assert (await get_message(rt, topic="t", msg_id="gone")).status == Status.DELETED
     assert (await logged("t", "gone"))["status"] == Status.DELETED
     assert not await delete_message(rt, topic="t", msg_id="gone")
+
+
+@pytest.mark.fault
+async def test_a_delete_of_a_lost_message_that_postgresql_failed_part_way_is_finished_by_its_retry(clean_state):
+    """Redis lost the message, the log holds it live, and the log fails the delete (its row locked
+    past the statement timeout): the retry deletes it, so a restore does not bring it back."""
+    rt = make_runtime(REDIS_URL, log_timeout_millis=500)
+    try:
+        await send_message(rt, request=SendRequest("t", "x", 60_000, "gone"))
+        await rt.redis.flushall()
+        async with await psycopg.AsyncConnection.connect(log_database_url()) as locker:
+            await locker.execute("LOCK TABLE delayqueue_message IN EXCLUSIVE MODE")  # reads pass, writes wait
+            with pytest.raises(LogUnavailable):
+                await delete_message(rt, topic="t", msg_id="gone")
+        assert await delete_message(rt, topic="t", msg_id="gone")
+        assert (await logged("t", "gone"))["status"] == Status.DELETED
+        await rt.redis.flushall()  # the tombstone's retention over
+        assert (await restore(rt)).restored == 0
+    finally:
+        await rt.close()
 
 
 @pytest.mark.fault
