@@ -716,6 +716,10 @@ WITH RECURSIVE found AS (
 )
 SELECT topic FROM found WHERE topic IS NOT NULL
 """
+# The topics of a namespace with a waiting row under the msgId (a restore of that msgId alone).
+MSG_ID_WAITING_TOPICS = f"""
+SELECT DISTINCT topic FROM {tables.MESSAGE} WHERE namespace = %(namespace)s AND msg_id = %(msg_id)s AND {WAITING}
+"""
 
 
 # --- The Spark jobs' reads (spark/pgread.py): times leave PostgreSQL as epoch ms (bigint).

@@ -222,7 +222,7 @@ async def count_and_leave_cold(rt: Runtime, conn, *, scope, candidates, params: 
     (sql.restore_counts' rows: per topic and hour, the candidates, the rest, those left cold).
     `settings`: the namespace's topic settings as the caller read them (default: the runtime's)."""
     cold = rt.config.cold_tier
-    positions = await _loader_positions(rt, conn, topic, dry_run, settings) if cold else []
+    positions = await _loader_positions(rt, conn, topic, msg_id, dry_run, settings) if cold else []
     if cold:
         params = {**params, "cold_after": json.dumps(positions)}
     scanned = await (await conn.execute(sql.restore_counts(scope, candidates, cold=cold), params)).fetchall()
@@ -243,21 +243,22 @@ async def count_and_leave_cold(rt: Runtime, conn, *, scope, candidates, params: 
     return params, scanned
 
 
-async def _loader_positions(rt: Runtime, conn, topic: str | None, dry_run: bool,
+async def _loader_positions(rt: Runtime, conn, topic: str | None, msg_id: str | None, dry_run: bool,
                             settings: dict[str, TopicSettings] | None) -> list[dict]:
-    """Per topic with waiting rows in the log, where its loader stands: the restore brings back
-    the rows up to there and leaves those after it to the loader, so a restore after a loss
-    rebuilds only the hot window. The loader stands at its fetched_to where it has one: the rows
-    in its packed lists (lua/includes/packed.lua) are brought back too, and the scanner then
-    finds each held and leaves it. A topic without a window (Redis lost it) gets one first, as
+    """Per topic in scope with waiting rows in the log (with `msg_id`, a waiting row of it), where
+    its loader stands: the restore brings back the rows up to there and leaves those after it to
+    the loader, so a restore after a loss rebuilds only the hot window. The loader stands at its
+    fetched_to where it has one: the rows in its packed lists (lua/includes/packed.lua) are
+    brought back too, and the scanner then finds each held and leaves it. A topic without a window (Redis lost it) gets one first, as
     the loader's step 1 would give it (hot_until now + window, loaded up to there); a dry run
     only looks. A sharded topic stands where the furthest of its current count's shards does:
     a row brought back before another shard's position is one its loader then finds held."""
-    if topic is None:
-        topics = [name for (name,) in await (await conn.execute(sql.WAITING_TOPICS,
-                                                                {"namespace": rt.ns.namespace})).fetchall()]
-    else:
+    if topic is not None:
         topics = [topic]
+    else:  # one msgId's restore raises no other topic's window, and sets no count (sets_cold_counts)
+        statement, params = ((sql.WAITING_TOPICS, {"namespace": rt.ns.namespace}) if msg_id is None else
+                             (sql.MSG_ID_WAITING_TOPICS, {"namespace": rt.ns.namespace, "msg_id": msg_id}))
+        topics = [name for (name,) in await (await conn.execute(statement, params)).fetchall()]
     settings = settings if settings is not None else await rt.topic_configs.table()
     every = {name: topic_shards(name, settings.get(name, DEFAULT_SETTINGS).shard_counts) for name in topics}
     hot_until = now_millis() + rt.config.hot_window_millis

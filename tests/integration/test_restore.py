@@ -207,12 +207,15 @@ async def test_restore_scope_options_and_dry_run(single_rt):
     rt = single_rt
     a = await send_message(rt, request=SendRequest(topic="a", msg="a", delay_millis=0))
     b = await send_messages(rt, requests=[SendRequest(topic="b", msg=str(i), delay_millis=0) for i in range(3)])
+    await send_message(rt, request=SendRequest(topic="c", msg="c", delay_millis=60_000))
     await rt.redis.flushall()
     dry = await restore(rt, dry_run=True)
-    assert (dry.restored, dry.already_live) == (4, 0)
+    assert (dry.restored, dry.already_live) == (5, 0)
     assert await rt.redis.keys("dq:{*") == []
-    one = await restore(rt, topic="b", msg_id=b[1].msg_id)
+    one = await restore(rt, msg_id=b[1].msg_id)
     assert one.restored == 1 and await get_message(rt, topic="b", msg_id=b[0].msg_id) is None
+    assert not await rt.redis.exists(rt.ns.topic("c").meta)  # only the topic holding the msgId is touched
+    assert (await restore(rt, topic="b", msg_id=b[1].msg_id)).already_live == 1
     topic = await restore(rt, topic="b")
     assert (topic.restored, topic.already_live) == (2, 1)
     assert await get_message(rt, topic="a", msg_id=a.msg_id) is None
