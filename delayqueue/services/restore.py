@@ -75,30 +75,31 @@ def restorable(row: dict, now: int, include_expired: bool) -> dict | None:
 async def restore_rows(rt: Runtime, *, rows: Iterable[dict], include_expired: bool = False, dry_run: bool = False,
                        settings: dict[str, TopicSettings] | None = None, cold_counted: bool = False) -> RestoreCounts:
     """Puts logged messages back into Redis (see the module doc), each into its shard. Each row:
-    Message.to_row()'s columns (times as epoch ms); other columns are ignored. `settings`: the
+    Message.to_row()'s columns (times as epoch ms) and its `id`; other columns are ignored. `settings`: the
     namespace's topic settings as the caller read them (default: the runtime's). `cold_counted`:
     the caller has set the topics' cold counts (sets_cold_counts); else each message brought back
     that was cold, or packed, is counted out of them (and out of its packed list)."""
     now = now_millis()
     counts = RestoreCounts()
-    going = []
+    going, row_ids = [], []
     for row in rows:
         ready = restorable(row, now, include_expired)
         if ready is None:
             counts.skipped += 1
         else:
             going.append(Message.from_row(ready))
-    by_shard: dict[Shard, list[Message]] = defaultdict(list)
-    for message, shard in zip(going, await target_shards(rt, going, going, settings=settings)):
-        by_shard[shard].append(message)
+            row_ids.append(row["id"])
+    by_shard: dict[Shard, list[tuple[Message, int]]] = defaultdict(list)
+    for message, row_id, shard in zip(going, row_ids, await target_shards(rt, going, going, settings=settings)):
+        by_shard[shard].append((message, row_id))
     calls = []
     for shard, messages in by_shard.items():
         for start in range(0, len(messages), SCRIPT_MESSAGES):
             calls.append(scripts.restore(
                 rt.context, shard, dry_run=dry_run, with_times=include_expired, cold_counted=cold_counted,
                 messages=[(m.msg_id, m.payload, m.produce_time, m.trigger_time, m.expire_time, m.max_retry, m.retry,
-                           m.priority)
-                          for m in messages[start:start + SCRIPT_MESSAGES]]))
+                           m.priority, row_id)
+                          for m, row_id in messages[start:start + SCRIPT_MESSAGES]]))
     for result in await rt.scripts.run_all(calls):
         counts.restored += result.restored
         counts.already_live += result.already_held

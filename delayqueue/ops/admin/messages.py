@@ -291,7 +291,7 @@ class MessageAdmin(NamespacedAdmin):
         selected = self._selected(request, queryset)
         if selected is None:
             return
-        rows = {ns: [m.as_queue_message().to_row() for m in group] for ns, group in selected.items()}
+        rows = {ns: [{**m.as_queue_message().to_row(), "id": m.pk} for m in group] for ns, group in selected.items()}
 
         async def restore_all(rt):
             return [await restore_rows(rt.for_namespace(ns), rows=ns_rows) for ns, ns_rows in rows.items()]
