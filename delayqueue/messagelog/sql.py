@@ -357,7 +357,7 @@ SELECT {_AS_MESSAGE}
 FROM {tables.MESSAGE} WHERE namespace = %(namespace)s AND topic = %(topic)s AND msg_id = %(msg_id)s AND {LIVE}
 """
 # Deletes that message's life (%(produce_time)s ms), still live, with its history row from the
-# status it had, once Redis keeps it as deleted: a restore would bring the row back.
+# status it had, before Redis keeps it as deleted: a restore would bring the row back.
 DELETE_LOST = f"""
 WITH old AS (
     SELECT id, status FROM {tables.MESSAGE}
@@ -715,6 +715,10 @@ WITH RECURSIVE found AS (
     FROM found WHERE found.topic IS NOT NULL
 )
 SELECT topic FROM found WHERE topic IS NOT NULL
+"""
+# The topics of a namespace with a waiting row under the msgId (a restore of that msgId alone).
+MSG_ID_WAITING_TOPICS = f"""
+SELECT DISTINCT topic FROM {tables.MESSAGE} WHERE namespace = %(namespace)s AND msg_id = %(msg_id)s AND {WAITING}
 """
 
 

@@ -172,18 +172,19 @@ async def _delete_logged(rt: Runtime, shard: Shard, msg_id: str, after: tuple[in
 
 async def _delete_lost(rt: Runtime, shard: Shard, msg_id: str) -> bool:
     """Deletes a message Redis holds nothing of that is not cold, but live in the log (Redis lost its
-    data, or its send died between the log and Redis), which a restore would bring back: Redis keeps
-    it as deleted for the retention first (not counted out of the cold count it was never in), then
-    the log ends that life. A life deleteMsg released the body of, the log writer not caught up, is
-    left alone: it ended, and a resend of its msgId is a new life."""
+    data, or its send died between the log and Redis), which a restore would bring back: the log ends
+    that life first, so a delete that fails part-way leaves it live there for a retry to finish; then
+    Redis keeps it as deleted for the retention (not counted out of the cold count it was never in),
+    so a restore that read its row before does not bring it in. A life deleteMsg released the body
+    of (keys.py's `released`), the log writer not caught up, is left alone: it ended, and a resend
+    of its msgId is a new life."""
     live = await rt.log.live_message(shard.topic, msg_id)
-    if live is None:
+    if live is None or await rt.redis.zscore(rt.ns.topic(shard).released, f"{msg_id}:{live.produce_time}") is not None:
         return False
+    await rt.log.delete_lost(live)
     kept = await rt.scripts.call(scripts.delete(rt.context, shard, msg_id=msg_id, release=False,
                                                 tombstone=dataclasses.replace(live, status=Status.DELETED).to_stored()))
-    if kept == 2:
-        await rt.log.delete_lost(live)
-    return kept in (1, 2)  # 1: its send's script ran meanwhile, and Redis deleted it as any other
+    return kept in (1, 2)  # 1: its send's script, or a restore, ran meanwhile, and Redis deleted it as any other
 
 
 async def _reschedule_cold(rt: Runtime, shard: Shard, msg_id: str, trigger_time: int,

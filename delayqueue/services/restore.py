@@ -75,30 +75,31 @@ def restorable(row: dict, now: int, include_expired: bool) -> dict | None:
 async def restore_rows(rt: Runtime, *, rows: Iterable[dict], include_expired: bool = False, dry_run: bool = False,
                        settings: dict[str, TopicSettings] | None = None, cold_counted: bool = False) -> RestoreCounts:
     """Puts logged messages back into Redis (see the module doc), each into its shard. Each row:
-    Message.to_row()'s columns (times as epoch ms); other columns are ignored. `settings`: the
+    Message.to_row()'s columns (times as epoch ms) and its `id`; other columns are ignored. `settings`: the
     namespace's topic settings as the caller read them (default: the runtime's). `cold_counted`:
     the caller has set the topics' cold counts (sets_cold_counts); else each message brought back
     that was cold, or packed, is counted out of them (and out of its packed list)."""
     now = now_millis()
     counts = RestoreCounts()
-    going = []
+    going, row_ids = [], []
     for row in rows:
         ready = restorable(row, now, include_expired)
         if ready is None:
             counts.skipped += 1
         else:
             going.append(Message.from_row(ready))
-    by_shard: dict[Shard, list[Message]] = defaultdict(list)
-    for message, shard in zip(going, await target_shards(rt, going, going, settings=settings)):
-        by_shard[shard].append(message)
+            row_ids.append(row["id"])
+    by_shard: dict[Shard, list[tuple[Message, int]]] = defaultdict(list)
+    for message, row_id, shard in zip(going, row_ids, await target_shards(rt, going, going, settings=settings)):
+        by_shard[shard].append((message, row_id))
     calls = []
     for shard, messages in by_shard.items():
         for start in range(0, len(messages), SCRIPT_MESSAGES):
             calls.append(scripts.restore(
                 rt.context, shard, dry_run=dry_run, with_times=include_expired, cold_counted=cold_counted,
                 messages=[(m.msg_id, m.payload, m.produce_time, m.trigger_time, m.expire_time, m.max_retry, m.retry,
-                           m.priority)
-                          for m in messages[start:start + SCRIPT_MESSAGES]]))
+                           m.priority, row_id)
+                          for m, row_id in messages[start:start + SCRIPT_MESSAGES]]))
     for result in await rt.scripts.run_all(calls):
         counts.restored += result.restored
         counts.already_live += result.already_held
@@ -222,7 +223,7 @@ async def count_and_leave_cold(rt: Runtime, conn, *, scope, candidates, params: 
     (sql.restore_counts' rows: per topic and hour, the candidates, the rest, those left cold).
     `settings`: the namespace's topic settings as the caller read them (default: the runtime's)."""
     cold = rt.config.cold_tier
-    positions = await _loader_positions(rt, conn, topic, dry_run, settings) if cold else []
+    positions = await _loader_positions(rt, conn, topic, msg_id, dry_run, settings) if cold else []
     if cold:
         params = {**params, "cold_after": json.dumps(positions)}
     scanned = await (await conn.execute(sql.restore_counts(scope, candidates, cold=cold), params)).fetchall()
@@ -243,21 +244,22 @@ async def count_and_leave_cold(rt: Runtime, conn, *, scope, candidates, params: 
     return params, scanned
 
 
-async def _loader_positions(rt: Runtime, conn, topic: str | None, dry_run: bool,
+async def _loader_positions(rt: Runtime, conn, topic: str | None, msg_id: str | None, dry_run: bool,
                             settings: dict[str, TopicSettings] | None) -> list[dict]:
-    """Per topic with waiting rows in the log, where its loader stands: the restore brings back
-    the rows up to there and leaves those after it to the loader, so a restore after a loss
-    rebuilds only the hot window. The loader stands at its fetched_to where it has one: the rows
-    in its packed lists (lua/includes/packed.lua) are brought back too, and the scanner then
-    finds each held and leaves it. A topic without a window (Redis lost it) gets one first, as
+    """Per topic in scope with waiting rows in the log (with `msg_id`, a waiting row of it), where
+    its loader stands: the restore brings back the rows up to there and leaves those after it to
+    the loader, so a restore after a loss rebuilds only the hot window. The loader stands at its
+    fetched_to where it has one: the rows in its packed lists (lua/includes/packed.lua) are
+    brought back too, and the scanner then finds each held and leaves it. A topic without a window (Redis lost it) gets one first, as
     the loader's step 1 would give it (hot_until now + window, loaded up to there); a dry run
     only looks. A sharded topic stands where the furthest of its current count's shards does:
     a row brought back before another shard's position is one its loader then finds held."""
-    if topic is None:
-        topics = [name for (name,) in await (await conn.execute(sql.WAITING_TOPICS,
-                                                                {"namespace": rt.ns.namespace})).fetchall()]
-    else:
+    if topic is not None:
         topics = [topic]
+    else:  # one msgId's restore raises no other topic's window, and sets no count (sets_cold_counts)
+        statement, params = ((sql.WAITING_TOPICS, {"namespace": rt.ns.namespace}) if msg_id is None else
+                             (sql.MSG_ID_WAITING_TOPICS, {"namespace": rt.ns.namespace, "msg_id": msg_id}))
+        topics = [name for (name,) in await (await conn.execute(statement, params)).fetchall()]
     settings = settings if settings is not None else await rt.topic_configs.table()
     every = {name: topic_shards(name, settings.get(name, DEFAULT_SETTINGS).shard_counts) for name in topics}
     hot_until = now_millis() + rt.config.hot_window_millis

@@ -24,7 +24,7 @@ from delayqueue.services.topics import purge_topic, topic_info
 from delayqueue.workers import loader as loader_module
 from delayqueue.workers.loader import Loader
 from tests.helpers import (REDIS_CLUSTER_URL, REDIS_URL, call, drain_log, history, load_killed, logged,
-                           make_runtime, unsharded_calls, wait_until)
+                           make_runtime, query, unsharded_calls, wait_until)
 from tests.integration.test_limits import refused, set_limits_now
 from tests.integration.test_limits import send as limits_send
 from tests.integration.test_monitoring import sample as metric
@@ -1234,12 +1234,37 @@ async def test_a_restore_of_one_cold_message_the_window_rose_past_counts_it_out_
         assert (await topic_info(rt, topic="t")).waiting_cold == 1
         await rt.scripts.call(scripts.raise_hot(rt.context, "t", hot_until=now_millis() + 120_000, loaded_to="",
                                                 start=True))
-        row = (await get_message(rt, topic="t", msg_id=m.msg_id)).to_row()
-        assert (await restore_rows(rt, rows=[row])).restored == 1
+        assert (await restore_rows(rt, rows=[await log_row(rt, m)])).restored == 1
         info = await topic_info(rt, topic="t")
         assert (info.waiting, info.waiting_cold) == (1, 0)
         await loader.load_topic("t", force=True)
         info = await topic_info(rt, topic="t")
         assert (info.waiting, info.waiting_cold) == (1, 0) and await cold_hours(rt) == {}
+    finally:
+        await loader.close()
+
+
+async def log_row(rt, m: Message, topic="t") -> dict:
+    """The message's log row as restore_rows takes it (the admin's "Restore selected")."""
+    [(row_id,)] = await query("SELECT id FROM delayqueue_message WHERE topic = %s AND msg_id = %s", topic, m.msg_id)
+    return {**(await get_message(rt, topic=topic, msg_id=m.msg_id)).to_row(), "id": row_id}
+
+
+async def test_a_restore_of_one_cold_message_due_in_the_millisecond_the_loader_stopped_in_counts_it_out(cold_rt):
+    """The loader's position ends after a row (its id) in the millisecond another, cold, is due in:
+    "Restore selected" of that one counts it out of the cold count, as one due a millisecond later."""
+    rt = cold_rt
+    loader = await started(rt)
+    try:
+        due = now_millis() + 60_000
+        first, second = [await send(rt, trigger_time=due) for _ in range(2)]
+        await rt.scripts.call(scripts.raise_hot(rt.context, "t", hot_until=due + 60_000, loaded_to="", start=True))
+        first_row = await log_row(rt, first)
+        assert (await restore_rows(rt, rows=[first_row])).restored == 1  # as a load of a page ending with it
+        await rt.redis.hset(rt.ns.topic("t").meta, Meta.LOADED_TO, position(due, first_row["id"]))
+        assert (await topic_info(rt, topic="t")).waiting_cold == 1
+        assert (await restore_rows(rt, rows=[await log_row(rt, second)])).restored == 1
+        info = await topic_info(rt, topic="t")
+        assert (info.waiting, info.waiting_cold) == (2, 0)
     finally:
         await loader.close()

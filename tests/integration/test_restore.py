@@ -17,6 +17,7 @@ from django.core.management import CommandError, call_command
 
 from delayqueue.core.clock import now_millis
 from delayqueue.core.constants import Status
+from delayqueue.core.exceptions import LogUnavailable
 from delayqueue.messagelog import sql
 from delayqueue.messagelog.retention import prune_log
 from delayqueue.services import restore as restore_service
@@ -206,12 +207,15 @@ async def test_restore_scope_options_and_dry_run(single_rt):
     rt = single_rt
     a = await send_message(rt, request=SendRequest(topic="a", msg="a", delay_millis=0))
     b = await send_messages(rt, requests=[SendRequest(topic="b", msg=str(i), delay_millis=0) for i in range(3)])
+    await send_message(rt, request=SendRequest(topic="c", msg="c", delay_millis=60_000))
     await rt.redis.flushall()
     dry = await restore(rt, dry_run=True)
-    assert (dry.restored, dry.already_live) == (4, 0)
+    assert (dry.restored, dry.already_live) == (5, 0)
     assert await rt.redis.keys("dq:{*") == []
-    one = await restore(rt, topic="b", msg_id=b[1].msg_id)
+    one = await restore(rt, msg_id=b[1].msg_id)
     assert one.restored == 1 and await get_message(rt, topic="b", msg_id=b[0].msg_id) is None
+    assert not await rt.redis.exists(rt.ns.topic("c").meta)  # only the topic holding the msgId is touched
+    assert (await restore(rt, topic="b", msg_id=b[1].msg_id)).already_live == 1
     topic = await restore(rt, topic="b")
     assert (topic.restored, topic.already_live) == (2, 1)
     assert await get_message(rt, topic="a", msg_id=a.msg_id) is None
@@ -293,6 +297,26 @@ async def test_a_delete_between_a_loss_and_the_restore_is_not_undone(single_rt, 
     assert (await get_message(rt, topic="t", msg_id="gone")).status == Status.DELETED
     assert (await logged("t", "gone"))["status"] == Status.DELETED
     assert not await delete_message(rt, topic="t", msg_id="gone")
+
+
+@pytest.mark.fault
+async def test_a_delete_of_a_lost_message_that_postgresql_failed_part_way_is_finished_by_its_retry(clean_state):
+    """Redis lost the message, the log holds it live, and the log fails the delete (its row locked
+    past the statement timeout): the retry deletes it, so a restore does not bring it back."""
+    rt = make_runtime(REDIS_URL, log_timeout_millis=500)
+    try:
+        await send_message(rt, request=SendRequest("t", "x", 60_000, "gone"))
+        await rt.redis.flushall()
+        async with await psycopg.AsyncConnection.connect(log_database_url()) as locker:
+            await locker.execute("LOCK TABLE delayqueue_message IN EXCLUSIVE MODE")  # reads pass, writes wait
+            with pytest.raises(LogUnavailable):
+                await delete_message(rt, topic="t", msg_id="gone")
+        assert await delete_message(rt, topic="t", msg_id="gone")
+        assert (await logged("t", "gone"))["status"] == Status.DELETED
+        await rt.redis.flushall()  # the tombstone's retention over
+        assert (await restore(rt)).restored == 0
+    finally:
+        await rt.close()
 
 
 @pytest.mark.fault

@@ -251,7 +251,9 @@ class GetMsgView(QueueAPIView):
 @queue_endpoint(
     "Delete a message",
     "Ends a message that is waiting, ready or being consumed (status 7): it is not delivered any more. "
-    "Code 200 when deleted, 404 when the topic has no such message or it had already ended.",
+    "Code 200 when deleted, 404 when the topic has no such message or it had already ended. A msgId Redis does not "
+    "hold is looked for in the message log (Redis may have lost it): with PostgreSQL down, code 500 "
+    "`message log unavailable: …`.",
     answer("DeleteMsgAnswer", ResultSerializer), DeleteMsgSerializer,
     example={"topic": "orders", "msgId": "order-42-cancel", "release": False})
 class DeleteMsgView(QueueAPIView):

@@ -25,7 +25,8 @@
 -- loader packed is left to the scanner, which finds the msgId held; 0 (single messages) also counts
 -- out each message it brings back after loaded_to that is cold there (includes/packed.lua's cold_row:
 -- the loader has not read it, or packed it, when it takes it out of its list)
--- ARGV[8...] per message: msg_id, payload, produce_time, trigger_time, expire_time, max_retry, retry, priority
+-- ARGV[8...] per message: msg_id, payload, produce_time, trigger_time, expire_time, max_retry, retry, priority,
+-- row_id (its log row's id: where it stands against loaded_to, which may end in its millisecond)
 -- Returns {restored, already held}
 -- @include clock
 -- @include history
@@ -46,21 +47,22 @@ local added, changes = {}, {}
 -- Messages the cold tier kept in the log only (due after hot_until, or cold after loaded_to) are in
 -- Redis once restored.
 local hot_until = tonumber(redis.call('HGET', meta, META.HOT_UNTIL) or '-1')
-local loaded_to = tonumber(string.match(redis.call('HGET', meta, META.LOADED_TO) or '', '^[^:]*'))
+local loaded_to = redis.call('HGET', meta, META.LOADED_TO)
 local was_cold = {}
 
-local function counted_cold(id, trigger)
+local function counted_cold(id, trigger, row_id)
   if hot_until >= 0 and trigger > hot_until then
     return true
   end
-  if cold_counted or not loaded_to or trigger <= loaded_to or not cold_row(packed, id, trigger) then
+  if cold_counted or not loaded_to or not position_before(loaded_to, trigger .. ':' .. row_id)
+      or not cold_row(packed, id, trigger) then
     return false
   end
   remove_packed(packed, id, trigger)  -- if the loader packed it
   return true
 end
 
-for i = 8, #ARGV, 8 do
+for i = 8, #ARGV, 9 do
   local id = ARGV[i]
   local m = new_message(topic, id, ARGV[i + 1], tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3]), tonumber(ARGV[i + 4]),
                         tonumber(ARGV[i + 5]), tonumber(ARGV[i + 6]), tonumber(ARGV[i + 7]), now)
@@ -78,7 +80,7 @@ for i = 8, #ARGV, 8 do
     else
       restored = restored + 1
       added[#added + 1] = m
-      if counted_cold(id, m.triggerTime) then
+      if counted_cold(id, m.triggerTime, ARGV[i + 8]) then
         was_cold[#was_cold + 1] = m.triggerTime
       end
       changes[#changes + 1] = {id, m.status, m.retry, m.produceTime}

@@ -18,7 +18,7 @@ from redis.exceptions import RedisError
 from delayqueue.api.validation import MsgIdField, TopicSerializer, first_error
 from delayqueue.core.clock import from_millis, to_millis
 from delayqueue.core.constants import MAX_DELAY_MILLIS, Status
-from delayqueue.core.exceptions import QueueError
+from delayqueue.core.exceptions import LogUnavailable, QueueError
 from delayqueue.core.names import msg_id_problem
 from delayqueue.messagelog.selectors import estimated_count, message_history
 from delayqueue.models import Message
@@ -291,7 +291,7 @@ class MessageAdmin(NamespacedAdmin):
         selected = self._selected(request, queryset)
         if selected is None:
             return
-        rows = {ns: [m.as_queue_message().to_row() for m in group] for ns, group in selected.items()}
+        rows = {ns: [{**m.as_queue_message().to_row(), "id": m.pk} for m in group] for ns, group in selected.items()}
 
         async def restore_all(rt):
             return [await restore_rows(rt.for_namespace(ns), rows=ns_rows) for ns, ns_rows in rows.items()]
@@ -321,6 +321,9 @@ class MessageAdmin(NamespacedAdmin):
             deleted = sum(run_with_runtime(delete_all))
         except RedisError as exc:
             self.message_user(request, f"Redis unavailable ({exc}): some may be left undeleted, run the action again", messages.ERROR)
+            return
+        except LogUnavailable as exc:  # a message Redis lost is deleted in the log too
+            self.message_user(request, f"{exc}: some may be left undeleted, run the action again", messages.ERROR)
             return
         total = sum(len(t) for t in targets.values())
         self.message_user(request, f"Deleted {deleted}; {total - deleted} were not live (already ended or not in "
