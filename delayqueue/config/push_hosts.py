@@ -7,9 +7,10 @@ only), an IP address or network (`10.1.0.0/16`, `127.0.0.1`) or `*` (any host). 
 must match an entry; an address that is not globally routable (loopback, private, link-local,
 reserved) is refused unless an IP or network entry covers it, whatever name led there."""
 import asyncio
-import functools
 import ipaddress
 import socket
+import threading
+from collections.abc import Callable
 from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
 from urllib.parse import urlsplit
@@ -26,6 +27,11 @@ SCHEMES = ("http", "https")
 # call's time limit, and the loop's default executor runs the process' sync_to_async work.
 URL_CHECK_THREADS = 8
 _URL_CHECKS = ThreadPoolExecutor(URL_CHECK_THREADS, thread_name_prefix="push-url-dns")
+# Of those, one namespace's lookups hold at most this many, so that a tenant's names that never
+# resolve leave the others threads to resolve theirs.
+URL_CHECK_THREADS_PER_NAMESPACE = 2
+_url_check_slots: dict[str, threading.BoundedSemaphore] = {}
+_url_check_slots_lock = threading.Lock()
 
 
 def _address(host: str) -> Address | None:
@@ -135,20 +141,43 @@ def _is_global(address: Address) -> bool:
     return True
 
 
-async def resolved_addresses(host: str, port: int | None, executor: Executor) -> list[tuple[Address, int]]:
+async def resolved_addresses(host: str, port: int | None, executor: Executor,
+                             then: Callable[[], None] | None = None) -> list[tuple[Address, int]]:
     """The addresses `host` resolves to, each with its address family, looked up on `executor`
-    (never the loop's default one, see URL_CHECK_THREADS). Raises OSError."""
+    (never the loop's default one, see URL_CHECK_THREADS). `then` is called once the lookup's
+    thread is done with it, or once it is cancelled before it began: a caller that stops waiting
+    does not end the lookup. Raises OSError."""
+    def lookup():
+        try:
+            return socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        finally:
+            if then is not None:
+                then()
+
+    looked_up = executor.submit(lookup)
+    if then is not None:
+        looked_up.add_done_callback(lambda future: future.cancelled() and then())
     try:
-        infos = await asyncio.get_running_loop().run_in_executor(
-            executor, functools.partial(socket.getaddrinfo, host, port, type=socket.SOCK_STREAM))
+        infos = await asyncio.wrap_future(looked_up)
     except UnicodeError as exc:  # a label the IDNA codec refuses (too long, empty): no such name
         raise OSError(f"not a resolvable name: {exc}") from None
     return [(ipaddress.ip_address(info[4][0].split("%", 1)[0]), info[0]) for info in infos]
 
 
-async def push_url_problem(policy: HostPolicy, url: str, timeout_millis: int) -> str | None:
+async def _namespace_lookup(namespace: str, host: str) -> list[tuple[Address, int]]:
+    """resolved_addresses on _URL_CHECKS once one of the namespace's slots there is free, held
+    until the lookup's thread is done with it."""
+    with _url_check_slots_lock:
+        slots = _url_check_slots.setdefault(namespace, threading.BoundedSemaphore(URL_CHECK_THREADS_PER_NAMESPACE))
+    while not slots.acquire(blocking=False):  # released on a lookup's thread: no loop to be woken on
+        await asyncio.sleep(0.02)
+    return await resolved_addresses(host, None, _URL_CHECKS, then=slots.release)
+
+
+async def push_url_problem(policy: HostPolicy, url: str, timeout_millis: int, *, namespace: str) -> str | None:
     """Why `url` cannot be a push URL, its host's addresses included (looked up within
-    `timeout_millis`, the push timeout: a push could not resolve it either), or None."""
+    `timeout_millis`, the push timeout: a push could not resolve it either), or None. `namespace`:
+    whose lookup it is (URL_CHECK_THREADS_PER_NAMESPACE)."""
     problem = policy.url_problem(url)
     if problem is not None:
         return problem
@@ -156,7 +185,7 @@ async def push_url_problem(policy: HostPolicy, url: str, timeout_millis: int) ->
     if _address(host) is not None:
         return None
     try:
-        addresses = await asyncio.wait_for(resolved_addresses(host, None, _URL_CHECKS), timeout_millis / 1000)
+        addresses = await asyncio.wait_for(_namespace_lookup(namespace, host), timeout_millis / 1000)
     except TimeoutError:
         return f"has host {host}, which did not resolve within {timeout_millis} ms (pushTimeoutMillis)"
     except OSError:

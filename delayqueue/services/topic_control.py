@@ -41,7 +41,8 @@ async def set_topic_config(rt: Runtime, *, topic: str, changes: dict, limits: di
     # its other settings stay changeable after the operator narrowed the allowed hosts.
     if url and url != before.push_url:
         problem = await push_url_problem(rt.config.push_hosts, url,
-                                         changes.get("push_timeout_millis") or before.push_timeout_millis)
+                                         changes.get("push_timeout_millis") or before.push_timeout_millis,
+                                         namespace=rt.ns.namespace)
         if problem:
             raise BadRequest(f"pushUrl {problem}")
     # The shard count the change takes the topic to (a "shards" of None: back to the default);

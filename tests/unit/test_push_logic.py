@@ -1,13 +1,16 @@
 """Push delivery's pure logic, no server: DELAYQUEUE_PUSH_ALLOWED_HOSTS' rules (config/push_hosts.py), the
 push figures' arithmetic (live/push_counts.py), the signature header and the pusher's wake schedule."""
+import asyncio
 import hashlib
 import hmac
 import ipaddress
+import socket
+import threading
 
 import pytest
 from delayqueue_client import verify_signature
 
-from delayqueue.config.push_hosts import HostPolicy
+from delayqueue.config.push_hosts import URL_CHECK_THREADS, HostPolicy, push_url_problem
 from delayqueue.core.constants import LATENESS_BOUNDS_MS
 from delayqueue.live.push_counts import bucket_quantile, failed_field, lateness_field, pushed_fields, topic_figures
 from delayqueue.stores.push_topics import PushTopic
@@ -144,3 +147,25 @@ def test_ipv6_forms_carrying_a_global_ipv4_address_are_allowed_and_a_listed_netw
     assert problem("*", "http://[::ffff:0:808:808]/hook") is None  # IPv4-translated 8.8.8.8
     assert problem("*", "http://[64:ff9b::808:808]/hook") is None
     assert problem("fec0::/10", "http://[fec0::1]/hook") is None
+
+
+async def test_one_namespaces_push_urls_that_never_resolve_leave_lookup_threads_to_another(monkeypatch):
+    """A tenant setting many push URLs whose names never resolve held every lookup thread of the
+    process (each until the system resolver gives up), so another tenant's good URL timed out."""
+    released = threading.Event()
+
+    def getaddrinfo(host, port, *args, **kwargs):
+        if host.endswith(".hang.test"):
+            released.wait(30)
+            raise socket.gaierror(socket.EAI_AGAIN, "Temporary failure in name resolution")
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("93.184.215.14", port or 0))]
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    policy = HostPolicy.parse("*")
+    try:
+        hung = await asyncio.gather(*(push_url_problem(policy, f"http://h{i}.hang.test/x", 300, namespace="noisy")
+                                      for i in range(3 * URL_CHECK_THREADS)))
+        assert all("did not resolve within 300 ms" in p for p in hung)
+        assert await push_url_problem(policy, "http://hooks.example.com/x", 1000, namespace="quiet") is None
+    finally:
+        released.set()
