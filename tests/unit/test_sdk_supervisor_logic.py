@@ -26,6 +26,19 @@ def test_the_app_is_the_named_attribute_or_the_one_object_with_a_worker_method()
             load_app(spec)
 
 
+def test_a_module_failing_at_import_is_one_line_saying_what_and_where(tmp_path, monkeypatch):
+    (tmp_path / "dq_raising_app.py").write_text("import os\nos.environ['DQ_NO_SUCH_SETTING']\n")
+    (tmp_path / "dq_unparsable_app.py").write_text("app = (\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(AppNotFound) as raised:
+        load_app("dq_raising_app")
+    assert str(raised.value) == (f"cannot import dq_raising_app: KeyError: 'DQ_NO_SUCH_SETTING' "
+                                 f"({tmp_path / 'dq_raising_app.py'}, line 2)")
+    with pytest.raises(AppNotFound, match=r"^cannot import dq_unparsable_app: SyntaxError: .*\(dq_unparsable_app.py, "
+                                          r"line 1\)$"):
+        load_app("dq_unparsable_app")
+
+
 def test_a_child_runs_the_same_options_in_its_own_interpreter():
     args = build_parser().parse_args(["worker", "my.tasks:app", "--topics", "a, b", "--processes", "3", "--async",
                                       "--max-tasks-per-child", "100"])

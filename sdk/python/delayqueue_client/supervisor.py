@@ -26,6 +26,7 @@ import subprocess
 import sys
 import threading
 import time
+import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from types import FrameType, ModuleType
@@ -66,6 +67,8 @@ def load_app(spec: str) -> Any:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise AppNotFound(f"cannot import {module_name}: {exc}") from exc
+    except Exception as exc:  # the module's own error: one line saying where, as for any usage error
+        raise AppNotFound(f"cannot import {module_name}: {raised_where(exc)}") from exc
     if attr:
         if not hasattr(module, attr):
             raise AppNotFound(f"{module_name} has no attribute {attr}")
@@ -81,6 +84,15 @@ def load_app(spec: str) -> Any:
         raise AppNotFound(f"{module_name} must hold one App (an object with a worker(...) method), found {what}: "
                           "name it as MODULE:attr")
     return next(iter(apps.values()))
+
+
+def raised_where(error: Exception) -> str:
+    """`Type: text (file, line N)`, the line of the innermost module being imported (a SyntaxError's
+    text says its place itself)."""
+    frames = [f for f in traceback.extract_tb(error.__traceback__) if f.name == "<module>"]
+    if isinstance(error, SyntaxError) or not frames:
+        return f"{type(error).__name__}: {error}"
+    return f"{type(error).__name__}: {error} ({frames[-1].filename}, line {frames[-1].lineno})"
 
 
 @dataclass
