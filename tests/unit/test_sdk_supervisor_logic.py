@@ -5,7 +5,7 @@ import sys
 
 import pytest
 from delayqueue_client.cli import build_parser
-from delayqueue_client.supervisor import (SERVED_MAX_TASKS, AppNotFound, ChildOptions, Slot, Supervisor, load_app,
+from delayqueue_client.supervisor import (SERVED_MAX_TASKS, UnusableApp, ChildOptions, Slot, Supervisor, load_app,
                                           options_of)
 
 
@@ -13,16 +13,16 @@ def test_the_app_is_the_named_attribute_or_the_one_object_with_a_worker_method()
     from tests import sdk_worker_app
     assert load_app("tests.sdk_worker_app") is sdk_worker_app.app
     assert load_app("tests.sdk_worker_app:app") is sdk_worker_app.app
-    with pytest.raises(AppNotFound, match="cannot import tests.nowhere"):
+    with pytest.raises(UnusableApp, match="cannot import tests.nowhere"):
         load_app("tests.nowhere")
-    with pytest.raises(AppNotFound, match="has no attribute nope"):
+    with pytest.raises(UnusableApp, match="has no attribute nope"):
         load_app("tests.sdk_worker_app:nope")
-    with pytest.raises(AppNotFound, match="is not an App"):
+    with pytest.raises(UnusableApp, match="is not an App"):
         load_app("tests.sdk_worker_app:handler")
-    with pytest.raises(AppNotFound, match="found none"):
+    with pytest.raises(UnusableApp, match="found none"):
         load_app("tests.helpers")
     for spec in ("", ":app", ".relative"):  # importlib raised ValueError or TypeError: a traceback, not a usage error
-        with pytest.raises(AppNotFound, match="not a module name"):
+        with pytest.raises(UnusableApp, match="not a module name"):
             load_app(spec)
 
 
@@ -30,11 +30,11 @@ def test_a_module_failing_at_import_is_one_line_saying_what_and_where(tmp_path, 
     (tmp_path / "dq_raising_app.py").write_text("import os\nos.environ['DQ_NO_SUCH_SETTING']\n")
     (tmp_path / "dq_unparsable_app.py").write_text("app = (\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    with pytest.raises(AppNotFound) as raised:
+    with pytest.raises(UnusableApp) as raised:
         load_app("dq_raising_app")
     assert str(raised.value) == (f"cannot import dq_raising_app: KeyError: 'DQ_NO_SUCH_SETTING' "
                                  f"({tmp_path / 'dq_raising_app.py'}, line 2)")
-    with pytest.raises(AppNotFound, match=r"^cannot import dq_unparsable_app: SyntaxError: .*\(dq_unparsable_app.py, "
+    with pytest.raises(UnusableApp, match=r"^cannot import dq_unparsable_app: SyntaxError: .*\(dq_unparsable_app.py, "
                                           r"line 1\)$"):
         load_app("dq_unparsable_app")
 

@@ -358,7 +358,7 @@ def cmd_schedule_sync(args: argparse.Namespace, client: Client) -> int:
             os.environ[name] = value
     try:
         app = supervisor.load_app(args.app)
-    except supervisor.AppNotFound as exc:
+    except supervisor.UnusableApp as exc:
         raise UsageError(str(exc)) from None
     if not callable(getattr(app, "sync_schedules", None)):
         raise UsageError(f"{args.app} is not an App: it has no sync_schedules() method")
@@ -377,7 +377,7 @@ def cmd_worker(args: argparse.Namespace, client: Client) -> int:
     """Supervises worker processes of an App (supervisor.py); the App brings its own client."""
     try:
         return supervisor.supervise(args)
-    except supervisor.AppNotFound as exc:
+    except supervisor.UnusableApp as exc:
         raise UsageError(str(exc)) from None
 
 

@@ -51,8 +51,9 @@ HARD_STOP_SIGNAL = signal.SIGUSR1
 SERVED_MAX_TASKS = 100
 
 
-class AppNotFound(Exception):
-    """MODULE[:attr] names no importable object with a worker(...) method."""
+class UnusableApp(Exception):
+    """MODULE[:attr] names no importable object with a worker(...) method, or one whose worker(...)
+    refuses the options given (an App with no tasks, --async without an AsyncClient): a usage error."""
 
 
 def load_app(spec: str) -> Any:
@@ -60,28 +61,28 @@ def load_app(spec: str) -> Any:
     module or function) with a callable `worker`."""
     module_name, _, attr = spec.partition(":")
     if not module_name or module_name.startswith("."):  # importlib raises ValueError or TypeError for them
-        raise AppNotFound(f"{module_name!r} is not a module name: MODULE[:attr], e.g. myapp.tasks:app")
+        raise UnusableApp(f"{module_name!r} is not a module name: MODULE[:attr], e.g. myapp.tasks:app")
     if "" not in sys.path and os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())  # as `python -m` does: the project's modules import
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise AppNotFound(f"cannot import {module_name}: {exc}") from exc
+        raise UnusableApp(f"cannot import {module_name}: {exc}") from exc
     except Exception as exc:  # the module's own error: one line saying where, as for any usage error
-        raise AppNotFound(f"cannot import {module_name}: {raised_where(exc)}") from exc
+        raise UnusableApp(f"cannot import {module_name}: {raised_where(exc)}") from exc
     if attr:
         if not hasattr(module, attr):
-            raise AppNotFound(f"{module_name} has no attribute {attr}")
+            raise UnusableApp(f"{module_name} has no attribute {attr}")
         found = getattr(module, attr)
         if not callable(getattr(found, "worker", None)):
-            raise AppNotFound(f"{spec} is not an App: it has no worker(...) method")
+            raise UnusableApp(f"{spec} is not an App: it has no worker(...) method")
         return found
     apps = {name: value for name, value in vars(module).items() if not name.startswith("_")
             and not isinstance(value, (type, ModuleType)) and not callable(value)
             and callable(getattr(value, "worker", None))}
     if len(apps) != 1:
         what = f"several ({', '.join(sorted(apps))})" if apps else "none"
-        raise AppNotFound(f"{module_name} must hold one App (an object with a worker(...) method), found {what}: "
+        raise UnusableApp(f"{module_name} must hold one App (an object with a worker(...) method), found {what}: "
                           "name it as MODULE:attr")
     return next(iter(apps.values()))
 
@@ -102,6 +103,11 @@ class ChildOptions:
     threads: int
     use_async: bool
     max_tasks_per_child: int | None
+
+    def worker(self, app: Any) -> Any:
+        """The app's worker with these options (what a child runs)."""
+        return app.worker(topics=self.topics, concurrency=self.threads, asynchronous=self.use_async,
+                          max_messages=self.max_tasks_per_child)
 
     def command(self) -> list[str]:
         command = [sys.executable, "-m", "delayqueue_client.supervisor", self.spec, "--threads", str(self.threads)]
@@ -224,9 +230,7 @@ class Supervisor:
 
 def run_child(options: ChildOptions) -> int:
     """A child's life: the App's worker until it returns (stopped, or max tasks served: SERVED_MAX_TASKS)."""
-    app = load_app(options.spec)
-    worker = app.worker(topics=options.topics, concurrency=options.threads, asynchronous=options.use_async,
-                        max_messages=options.max_tasks_per_child)
+    worker = options.worker(load_app(options.spec))
     supervisor_pid = int(os.environ.get(SUPERVISOR_PID) or os.getppid())
     drain = _Drain(worker)
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -322,17 +326,22 @@ def options_of(args: argparse.Namespace) -> ChildOptions:
 
 
 def supervise(args: argparse.Namespace) -> int:
-    """The `delayqueue worker` command: checks the App imports, then supervises the children."""
+    """The `delayqueue worker` command: checks the App imports and makes a worker of the options
+    given, then supervises the children."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # --url and --token reach the App's client (and the children's) as the variables a Client reads.
     for name, option in (("DELAYQUEUE_URL", "url"), ("DELAYQUEUE_TOKEN", "token")):
         if value := getattr(args, option, None):
             os.environ[name] = value
-    app = load_app(args.app)  # a clear error now rather than N crashing children
+    app, options = load_app(args.app), options_of(args)  # a clear error now rather than N crashing children
+    try:  # a worker the app cannot make: every child would fail at its start, restarted for ever
+        options.worker(app)
+    except (ValueError, TypeError) as exc:
+        raise UnusableApp(f"{args.app} cannot make a worker of these options: {exc}") from None
     if getattr(args, "sync_schedules", False):
         for schedule_id, action in app.sync_schedules().items():
             log.info("schedule %s: %s", schedule_id, action)
-    return Supervisor(options_of(args), args.processes).run()
+    return Supervisor(options, args.processes).run()
 
 
 def child_main(argv: Sequence[str] | None = None) -> int:
