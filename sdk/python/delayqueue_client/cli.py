@@ -375,6 +375,8 @@ def cmd_schedule_sync(args: argparse.Namespace, client: Client) -> int:
 
 def cmd_worker(args: argparse.Namespace, client: Client) -> int:
     """Supervises worker processes of an App (supervisor.py); the App brings its own client."""
+    if args.tasks is not None and not args.use_async:
+        raise UsageError("--tasks is the number of asyncio tasks of --async; handler threads are --threads")
     try:
         return supervisor.supervise(args)
     except supervisor.UnusableApp as exc:

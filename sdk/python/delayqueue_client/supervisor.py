@@ -1,6 +1,6 @@
 """`delayqueue worker MODULE[:attr]`: a supervisor of N worker processes. Each child imports MODULE,
 takes its App (the attribute named after the colon, else the one module-level object with a
-`worker(...)` method) and runs `app.worker(topics=..., concurrency=threads, asynchronous=...,
+`worker(...)` method) and runs `app.worker(topics=..., concurrency=threads or tasks, asynchronous=...,
 max_messages=max_tasks_per_child).run()`.
 
 A child that crashes (killed, or raising; a worker stopped hard by its failed settle loop exits at
@@ -49,6 +49,7 @@ HARD_STOP_SIGNAL = signal.SIGUSR1
 # A child's exit code once its worker served --max-tasks-per-child: replaced at once, however short its
 # life (an exit 0 soon after the start is a worker with nothing to do, restarted after the backoff).
 SERVED_MAX_TASKS = 100
+DEFAULT_CONCURRENCY = 8  # handler threads, or asyncio tasks with --async, per process
 
 
 class UnusableApp(Exception):
@@ -100,21 +101,20 @@ def raised_where(error: Exception) -> str:
 class ChildOptions:
     spec: str
     topics: list[str] | None
-    threads: int
+    concurrency: int  # handlers at once: threads, or asyncio tasks (use_async)
     use_async: bool
     max_tasks_per_child: int | None
 
     def worker(self, app: Any) -> Any:
         """The app's worker with these options (what a child runs)."""
-        return app.worker(topics=self.topics, concurrency=self.threads, asynchronous=self.use_async,
+        return app.worker(topics=self.topics, concurrency=self.concurrency, asynchronous=self.use_async,
                           max_messages=self.max_tasks_per_child)
 
     def command(self) -> list[str]:
-        command = [sys.executable, "-m", "delayqueue_client.supervisor", self.spec, "--threads", str(self.threads)]
+        how = ["--async", "--tasks", str(self.concurrency)] if self.use_async else ["--threads", str(self.concurrency)]
+        command = [sys.executable, "-m", "delayqueue_client.supervisor", self.spec, *how]
         if self.topics:
             command += ["--topics", ",".join(self.topics)]
-        if self.use_async:
-            command.append("--async")
         if self.max_tasks_per_child is not None:
             command += ["--max-tasks-per-child", str(self.max_tasks_per_child)]
         return command
@@ -298,9 +298,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="comma-separated topics each process serves (default: every topic of the app's tasks)")
     parser.add_argument("--processes", type=positive, default=1, help="worker processes (default 1)")
     how = parser.add_mutually_exclusive_group()
-    how.add_argument("--threads", type=positive, default=8, help="handler threads per process (default 8)")
+    how.add_argument("--threads", type=positive, default=DEFAULT_CONCURRENCY,
+                     help=f"handler threads per process (default {DEFAULT_CONCURRENCY})")
     how.add_argument("--async", dest="use_async", action="store_true",
                      help="asyncio: the app's worker with an AsyncClient and async handlers")
+    parser.add_argument("--tasks", type=positive,
+                        help=f"with --async: handler tasks at once per process (default {DEFAULT_CONCURRENCY})")
     parser.add_argument("--max-tasks-per-child", type=positive,
                         help="a process drains and is replaced after handling this many messages")
     parser.add_argument("--sync-schedules", action="store_true",
@@ -322,7 +325,8 @@ def positive(text: str) -> int:
 
 
 def options_of(args: argparse.Namespace) -> ChildOptions:
-    return ChildOptions(args.app, args.topics, args.threads, args.use_async, args.max_tasks_per_child)
+    concurrency = (args.tasks or DEFAULT_CONCURRENCY) if args.use_async else args.threads
+    return ChildOptions(args.app, args.topics, concurrency, args.use_async, args.max_tasks_per_child)
 
 
 def supervise(args: argparse.Namespace) -> int:
