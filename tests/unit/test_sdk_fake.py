@@ -14,7 +14,7 @@ import threading
 from datetime import timedelta
 
 import pytest
-from delayqueue_client import BadRequest, Conflict, DeadLetter, NotFound, ServerError, Worker
+from delayqueue_client import BadRequest, Conflict, DeadLetter, NotFound, NotTheAPI, ServerError, Worker
 from delayqueue_client._calls import Call
 from delayqueue_client._http import MaybeSent, NotSent
 from delayqueue_client.testing import FakeClock, FakeServer
@@ -322,7 +322,7 @@ def test_other_bad_parameters_and_a_bad_batch_item_answer_as_the_server(server, 
 def test_an_unknown_endpoint_answers_as_djangos_404_page_not_the_envelope(server, client):
     status, content = server.post("noSuchEndpoint", b"{}")
     assert status == 404 and b"Not Found" in content
-    with pytest.raises(ServerError, match="unexpected HTTP 404 answer"):
+    with pytest.raises(NotTheAPI, match="HTTP 404 answer, not the delay queue API's"):
         client._run(Call("noSuchEndpoint", {}, lambda answer: answer, idempotent=True))
 
 

@@ -27,7 +27,7 @@ from typing import Any, NamedTuple
 from delayqueue_client._calls import MAX_REASON
 from delayqueue_client.client import AsyncClient, Client
 from delayqueue_client.errors import (BadRequest, Conflict, DeadLetter, DelayQueueError, Forbidden, NotFound,
-                                      RateLimited, Retry, Unauthorized)
+                                      NotTheAPI, RateLimited, Retry, Unauthorized)
 from delayqueue_client.envelope import EnvelopeError, decode
 from delayqueue_client.message import Message
 from delayqueue_client.middleware import Chain, HandleContext, Middleware, SettleContext
@@ -46,7 +46,7 @@ QUEUED_WORK_SECONDS = 0.05
 MAX_DEFAULT_BATCH = 500
 FIRST_BATCH_PER_HANDLER = 4
 # Answers no retry can change: the worker stops and raises them.
-FATAL = (BadRequest, Unauthorized, Forbidden, NotFound)
+FATAL = (BadRequest, Unauthorized, Forbidden, NotFound, NotTheAPI)
 POLL_STEP = 0.1  # seconds: how often blocked waits look at the stop flag (set by signal handlers)
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
 DRAIN, HARD = 1, 2  # stop levels: the first stop() drains, the second stops hard
