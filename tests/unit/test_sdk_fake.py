@@ -605,6 +605,32 @@ async def test_an_async_worker_runs_on_the_fake_and_stops_after_settling():
         await client.aclose()
 
 
+@pytest.mark.parametrize("interrupt", [KeyboardInterrupt, SystemExit])
+def test_an_interrupt_in_an_async_handler_under_a_loop_of_ones_own_stops_hard_giving_back(interrupt):
+    """Ctrl-C while a handler runs, without the worker's signal handlers (or sys.exit() in it):
+    raised out of its task, it ended run_until_complete with every task pending, nothing given back."""
+    server = FakeServer()
+    client = server.async_client()
+
+    async def handler(message):
+        if message.msg_id == "m0":
+            raise interrupt
+        await asyncio.sleep(30)
+
+    loop = asyncio.new_event_loop()
+    try:
+        for i in range(3):
+            loop.run_until_complete(client.send("jobs", "x", msg_id=f"m{i}"))
+        with pytest.raises(interrupt):
+            loop.run_until_complete(Worker(client, "jobs", handler, concurrency=3).run_async(
+                install_signal_handlers=False))
+        assert asyncio.all_tasks(loop) == set()
+        assert [loop.run_until_complete(client.get("jobs", f"m{i}")).status for i in range(3)] == [READY] * 3
+    finally:
+        loop.run_until_complete(client.aclose())
+        loop.close()
+
+
 def test_a_client_made_elsewhere_is_answered_by_the_fake_once_installed():
     from delayqueue_client import Client
 

@@ -610,6 +610,16 @@ class Worker:
         self._failure = self._failure or failure
         self._stop_level = max(self._stop_level, DRAIN)
 
+    def _interrupted(self, error: BaseException) -> None:
+        """A KeyboardInterrupt (Ctrl-C without the worker's signal handlers) or SystemExit in an async
+        handler: a hard stop, then run_async() raises it, as run() does with one in its thread."""
+        log.warning("run_async() interrupted (%s): messages in hand not yet handled are given back",
+                    type(error).__name__)
+        self._failure = self._failure or error
+        self._stop_level = HARD
+        if self._room_changed is not None:
+            self._room_changed.set()
+
     def _raise_failure(self) -> None:
         if self._failure is not None:
             raise self._failure
@@ -965,7 +975,10 @@ class Worker:
             error = exc
         if self._finished(message, time.monotonic() - started if started is not None else None):
             results.put_nowait((message, self._outcome(message, error)))
-        if error is not None and not isinstance(error, Exception):
+        if isinstance(error, (KeyboardInterrupt, SystemExit)):
+            # Raised out of this task it would end the loop's run at once, every task left pending.
+            self._interrupted(error)
+        elif error is not None and not isinstance(error, Exception):
             raise error
 
     async def _call_async(self, message: Message) -> None:
