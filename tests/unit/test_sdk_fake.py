@@ -6,6 +6,7 @@ real one."""
 import asyncio
 import concurrent.futures
 import json
+import logging
 import os
 import re
 import subprocess
@@ -527,6 +528,25 @@ def test_the_testing_examples_of_docs_sdk_md_run_as_written(tmp_path):
     ran = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=tmp_path,
                          env={**os.environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"})  # only what the example enables
     assert ran.returncode == 0 and "1 passed" in ran.stdout, ran.stdout + ran.stderr
+
+
+def test_an_async_producer_not_closed_whose_sends_fail_as_its_loop_ends_names_them_lost(caplog):
+    """Sent as asyncio.run ends, their futures are read by no one: a failure left there said nothing."""
+    server = FakeServer()
+    server.fail_next("sendMsgBatch", times=2)
+
+    async def main():
+        producer = server.async_client(max_retries=0).producer(linger_ms=60_000)
+        for i in range(3):
+            producer.send("t", "x", msg_id=f"m{i}")
+
+    with caplog.at_level(logging.WARNING, logger="delayqueue_client.producer"):
+        asyncio.run(main())
+    said = [r.getMessage() for r in caplog.records if r.name == "delayqueue_client.producer"]
+    assert said == [
+        "an AsyncProducer never closed lost 3 sends (msgIds m0, m1, m2) as its loop ended, their sending failed "
+        "(Unavailable: delayqueue server unreachable: HTTP 503 answer, not the API's envelope): close it with await "
+        "aclose() or async with"]
 
 
 def test_the_producer_fails_a_refused_item_with_its_class_and_sends_the_rest(client):
