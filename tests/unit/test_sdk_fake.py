@@ -651,6 +651,29 @@ def test_an_interrupt_in_an_async_handler_under_a_loop_of_ones_own_stops_hard_gi
         loop.close()
 
 
+async def test_a_cancelled_async_worker_draining_still_stops_hard_on_a_second_stop():
+    server = FakeServer()
+    client = server.async_client()
+
+    async def handler(message):
+        await asyncio.sleep(30)
+
+    for i in range(3):
+        await client.send("jobs", "x", msg_id=f"m{i}")
+    worker = Worker(client, "jobs", handler, concurrency=3, wait_ms=100)
+    running = asyncio.create_task(worker.run_async(install_signal_handlers=False))
+    while worker._unhandled < 3:  # all three in hand, their handlers running
+        await asyncio.sleep(0.01)
+    running.cancel()  # a drain: it waits for the handlers
+    await asyncio.sleep(0.05)
+    worker.stop()
+    worker.stop()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(running, 5)  # not the handlers' 30 s
+    assert [(await client.get("jobs", f"m{i}")).status for i in range(3)] == [READY] * 3
+    await client.aclose()
+
+
 def test_a_client_made_elsewhere_is_answered_by_the_fake_once_installed():
     from delayqueue_client import Client
 

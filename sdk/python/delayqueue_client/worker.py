@@ -867,8 +867,7 @@ class Worker:
         pollers = [asyncio.create_task(self._poll_task(topic, burst, results, slots, handlers))
                    for topic in self.topics]
         try:
-            while self._stop_level < HARD and (any(not p.done() for p in pollers) or self._undecided()):
-                await self._room_change()
+            await self._until_done(pollers)
         except asyncio.CancelledError:
             self._stop_level = max(self._stop_level, DRAIN)
             raise
@@ -876,6 +875,11 @@ class Worker:
             # Shielded: a cancelled run_async still gives back and settles what it holds.
             await asyncio.shield(self._finish_tasks(pollers, handlers, results, settler))
         self._raise_failure()
+
+    async def _until_done(self, pollers: list["asyncio.Task[None]"]) -> None:
+        """Until stopped hard, or the polls ended and every message in hand has its outcome."""
+        while self._stop_level < HARD and (any(not p.done() for p in pollers) or self._undecided()):
+            await self._room_change()
 
     async def _room_change(self) -> None:
         assert self._room_changed is not None
@@ -888,6 +892,7 @@ class Worker:
     async def _finish_tasks(self, pollers: list["asyncio.Task[None]"], handlers: set["asyncio.Task[None]"],
                             results: "asyncio.Queue[Settle | None]",
                             settler: "asyncio.Task[None]") -> None:
+        await self._until_done(pollers)  # a cancelled run_async drains here, where a hard stop still applies
         given_back = self._give_back_all() if self._stop_level >= HARD else []
         if self._stop_level >= HARD:
             for task in handlers:
