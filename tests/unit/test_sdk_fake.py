@@ -651,6 +651,27 @@ def test_an_interrupt_in_an_async_handler_under_a_loop_of_ones_own_stops_hard_gi
         loop.close()
 
 
+def test_an_interrupt_the_event_loop_of_an_async_workers_run_raises_stops_it_hard_giving_back():
+    """Ctrl-C while the loop waits (a second one, asyncio.run's first cancelling): it left run_async's
+    tasks pending, and closing the loop cancelled them all, nothing given back."""
+    server = FakeServer()
+    client = server.async_client()
+
+    def interrupt():
+        raise KeyboardInterrupt
+
+    async def handler(message):
+        if message.msg_id == "m0":
+            asyncio.get_running_loop().call_soon(interrupt)
+        await asyncio.sleep(30)
+
+    for i in range(3):
+        server.client().send("jobs", "x", msg_id=f"m{i}")
+    with pytest.raises(KeyboardInterrupt):
+        Worker(client, "jobs", handler, concurrency=3, wait_ms=100).run(install_signal_handlers=False)
+    assert [server.client().get("jobs", f"m{i}").status for i in range(3)] == [READY] * 3
+
+
 async def test_a_cancelled_async_worker_draining_still_stops_hard_on_a_second_stop():
     server = FakeServer()
     client = server.async_client()

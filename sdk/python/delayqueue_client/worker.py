@@ -88,6 +88,10 @@ class _Held:
     decided: bool = False  # its outcome is decided (handler returned, timed out, or given back): no touches
 
 
+async def _awaited(task: "asyncio.Task[None]") -> None:
+    await task
+
+
 class _UnwaitedExecutor(ThreadPoolExecutor):
     """run()'s event loop's default executor, asyncio.to_thread's (an App runs plain tasks there). A
     thread past handler_timeout runs on: the loop's end does not wait for it, and `busy` counts
@@ -612,7 +616,8 @@ class Worker:
 
     def _interrupted(self, error: BaseException) -> None:
         """A KeyboardInterrupt (Ctrl-C without the worker's signal handlers) or SystemExit in an async
-        handler: a hard stop, then run_async() raises it, as run() does with one in its thread."""
+        handler, or in run()'s event loop: a hard stop, then run_async() raises it, as the threads'
+        run() does with one in its thread."""
         log.warning("run_async() interrupted (%s): messages in hand not yet handled are given back",
                     type(error).__name__)
         self._failure = self._failure or error
@@ -632,12 +637,24 @@ class Worker:
         install_signal_handlers), SIGTERM and SIGINT stop it (the first drains, the second stops
         hard); the previous handlers come back after."""
         if self.is_async:
-            self._executor = executor = _UnwaitedExecutor()
-
-            async def in_own_loop() -> None:
-                asyncio.get_running_loop().set_default_executor(executor)
-                await self.run_async(burst, install_signal_handlers=install_signal_handlers)
-            return asyncio.run(in_own_loop())
+            self._executor = _UnwaitedExecutor()
+            with asyncio.Runner() as runner:  # asyncio.run's, with a hold on run_async's task
+                runner.get_loop().set_default_executor(self._executor)
+                running = runner.get_loop().create_task(self.run_async(
+                    burst, install_signal_handlers=install_signal_handlers))
+                try:
+                    return runner.run(_awaited(running))
+                except (KeyboardInterrupt, SystemExit) as exc:
+                    if running.done():  # a first Ctrl-C cancelled it: drained
+                        raise
+                    # Raised by the loop between steps, it left run_async's tasks pending: closing the
+                    # runner would cancel them all, nothing given back. A hard stop, run to its end.
+                    self._interrupted(exc)
+                    try:
+                        runner.run(_awaited(running))
+                    except asyncio.CancelledError:
+                        pass  # cancelled by a first Ctrl-C, it was draining: given back now all the same
+                    raise
         previous: dict[signal.Signals, Any] = {}
         if install_signal_handlers and threading.current_thread() is threading.main_thread():
             previous = {sig: signal.signal(sig, self._on_signal) for sig in SIGNALS}
