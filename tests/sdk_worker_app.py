@@ -2,7 +2,7 @@
 `app.worker(topics=..., concurrency=..., asynchronous=..., max_messages=...)` answers a real Worker
 on a Client (or AsyncClient) of DELAYQUEUE_URL whose handler sleeps the number of seconds in the
 message body, then appends "<pid> <msgId>" to the file SDK_APP_DONE. SDK_APP_CRASH=1 makes
-worker() raise (a child that always crashes); SDK_APP_BREAK_SETTLE=1 makes a child's first ack
+the worker's run() raise (a child that always crashes); SDK_APP_BREAK_SETTLE=1 makes a child's first ack
 call raise KeyError (a bug in the settle loop); SDK_APP_HANDLER_TIMEOUT is the Worker's
 handler_timeout (seconds); SDK_APP_RETURN_AT_ONCE=1 answers a Worker already stopped, whose run()
 returns at once (a child that always exits 0 without work)."""
@@ -29,11 +29,13 @@ async def async_handler(message: Message) -> None:
     record(message)
 
 
+def crash(*args: object, **kwargs: object) -> None:
+    raise RuntimeError("this app cannot start")
+
+
 class StandInApp:
     def worker(self, topics: Sequence[str] | None = None, *, concurrency: int = 8, asynchronous: bool = False,
                **worker_options: object) -> Worker:
-        if os.environ.get("SDK_APP_CRASH") == "1":
-            raise RuntimeError("this app cannot start")
         client = AsyncClient() if asynchronous else Client()
         if os.environ.get("SDK_APP_BREAK_SETTLE") == "1":
             ack_many = client.ack_many
@@ -51,6 +53,8 @@ class StandInApp:
                         concurrency=concurrency, wait_ms=300, **worker_options)  # type: ignore[arg-type]
         if os.environ.get("SDK_APP_RETURN_AT_ONCE") == "1":
             worker.stop()
+        if os.environ.get("SDK_APP_CRASH") == "1":
+            worker.run = crash  # type: ignore[method-assign]
         return worker
 
 

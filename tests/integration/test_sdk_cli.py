@@ -116,6 +116,14 @@ def test_usage_errors_exit_2_naming_the_problem(sdk_server, args, problem):
     assert line.startswith("delayqueue") and ": error: " in line and problem in line
 
 
+def test_a_url_not_leading_to_the_api_is_a_usage_error_saying_so_not_the_servers_500(sdk_server):
+    """A wrong prefix answers the site's 404 page: neither worth another try later (3) nor a lost answer (4)."""
+    for args in (("get", "t", "x"), ("delete", "t", "x")):
+        line = failed(run_cli(f"{sdk_server}/wrong", *args), 2)
+        assert line == f"delayqueue: error: HTTP 404 answer, not the delay queue API's: check the base URL " \
+                       f"({sdk_server}/wrong)"
+
+
 def test_an_unreachable_server_exits_3():
     url = f"http://127.0.0.1:{free_port()}"
     line = failed(run_cli(url, "get", "t", "x"), 3)

@@ -248,3 +248,18 @@ def test_an_app_that_cannot_be_found_is_a_usage_error(tmp_path):
     several = subprocess.run([sys.executable, "-m", "delayqueue_client.cli", "worker", "tests.sdk_worker_app:nope"],
                              cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert several.returncode == 2 and "tests.sdk_worker_app has no attribute nope" in several.stderr
+
+
+@pytest.mark.parametrize("app, args, problem", [
+    ("app = App(Client())\n@app.task(topic='t')\ndef f(): pass\n", ["--async"],
+     "worker(asynchronous=True) runs on an AsyncClient"),
+    ("app = App(Client())\n", [], "no topic to serve: the app has no tasks yet")], ids=["async", "no tasks"])
+def test_an_app_that_cannot_make_the_worker_asked_is_a_usage_error_before_any_child(tmp_path, app, args, problem):
+    """Not N children failing at their start, restarted for ever."""
+    (tmp_path / "dq_unusable_app.py").write_text("from delayqueue_client import App, Client\n" + app)
+    done = subprocess.run([sys.executable, "-m", "delayqueue_client.cli", "worker", "dq_unusable_app", *args],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done
+    assert done.stderr.splitlines()[-1].startswith(
+        f"delayqueue: error: dq_unusable_app cannot make a worker of these options: {problem}"), done.stderr
+    assert "started" not in done.stderr and "Traceback" not in done.stderr

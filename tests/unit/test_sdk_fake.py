@@ -6,6 +6,7 @@ real one."""
 import asyncio
 import concurrent.futures
 import json
+import logging
 import os
 import re
 import subprocess
@@ -14,7 +15,7 @@ import threading
 from datetime import timedelta
 
 import pytest
-from delayqueue_client import BadRequest, Conflict, DeadLetter, NotFound, ServerError, Worker
+from delayqueue_client import BadRequest, Conflict, DeadLetter, NotFound, NotTheAPI, ServerError, Worker
 from delayqueue_client._calls import Call
 from delayqueue_client._http import MaybeSent, NotSent
 from delayqueue_client.testing import FakeClock, FakeServer
@@ -322,7 +323,7 @@ def test_other_bad_parameters_and_a_bad_batch_item_answer_as_the_server(server, 
 def test_an_unknown_endpoint_answers_as_djangos_404_page_not_the_envelope(server, client):
     status, content = server.post("noSuchEndpoint", b"{}")
     assert status == 404 and b"Not Found" in content
-    with pytest.raises(ServerError, match="unexpected HTTP 404 answer"):
+    with pytest.raises(NotTheAPI, match="HTTP 404 answer, not the delay queue API's"):
         client._run(Call("noSuchEndpoint", {}, lambda answer: answer, idempotent=True))
 
 
@@ -529,6 +530,25 @@ def test_the_testing_examples_of_docs_sdk_md_run_as_written(tmp_path):
     assert ran.returncode == 0 and "1 passed" in ran.stdout, ran.stdout + ran.stderr
 
 
+def test_an_async_producer_not_closed_whose_sends_fail_as_its_loop_ends_names_them_lost(caplog):
+    """Sent as asyncio.run ends, their futures are read by no one: a failure left there said nothing."""
+    server = FakeServer()
+    server.fail_next("sendMsgBatch", times=2)
+
+    async def main():
+        producer = server.async_client(max_retries=0).producer(linger_ms=60_000)
+        for i in range(3):
+            producer.send("t", "x", msg_id=f"m{i}")
+
+    with caplog.at_level(logging.WARNING, logger="delayqueue_client.producer"):
+        asyncio.run(main())
+    said = [r.getMessage() for r in caplog.records if r.name == "delayqueue_client.producer"]
+    assert said == [
+        "an AsyncProducer never closed lost 3 sends (msgIds m0, m1, m2) as its loop ended, their sending failed "
+        "(Unavailable: delayqueue server unreachable: HTTP 503 answer, not the API's envelope): close it with await "
+        "aclose() or async with"]
+
+
 def test_the_producer_fails_a_refused_item_with_its_class_and_sends_the_rest(client):
     with client.producer(linger_ms=1) as producer:
         good, bad = producer.send("t", "fine", msg_id="ok"), producer.send("t", "x", priority=10)
@@ -603,6 +623,76 @@ async def test_an_async_worker_runs_on_the_fake_and_stops_after_settling():
         assert {(await client.get("jobs", f"m{i}")).status for i in range(3)} == {ACKED}
     finally:
         await client.aclose()
+
+
+@pytest.mark.parametrize("interrupt", [KeyboardInterrupt, SystemExit])
+def test_an_interrupt_in_an_async_handler_under_a_loop_of_ones_own_stops_hard_giving_back(interrupt):
+    """Ctrl-C while a handler runs, without the worker's signal handlers (or sys.exit() in it):
+    raised out of its task, it ended run_until_complete with every task pending, nothing given back."""
+    server = FakeServer()
+    client = server.async_client()
+
+    async def handler(message):
+        if message.msg_id == "m0":
+            raise interrupt
+        await asyncio.sleep(30)
+
+    loop = asyncio.new_event_loop()
+    try:
+        for i in range(3):
+            loop.run_until_complete(client.send("jobs", "x", msg_id=f"m{i}"))
+        with pytest.raises(interrupt):
+            loop.run_until_complete(Worker(client, "jobs", handler, concurrency=3).run_async(
+                install_signal_handlers=False))
+        assert asyncio.all_tasks(loop) == set()
+        assert [loop.run_until_complete(client.get("jobs", f"m{i}")).status for i in range(3)] == [READY] * 3
+    finally:
+        loop.run_until_complete(client.aclose())
+        loop.close()
+
+
+def test_an_interrupt_the_event_loop_of_an_async_workers_run_raises_stops_it_hard_giving_back():
+    """Ctrl-C while the loop waits (a second one, asyncio.run's first cancelling): it left run_async's
+    tasks pending, and closing the loop cancelled them all, nothing given back."""
+    server = FakeServer()
+    client = server.async_client()
+
+    def interrupt():
+        raise KeyboardInterrupt
+
+    async def handler(message):
+        if message.msg_id == "m0":
+            asyncio.get_running_loop().call_soon(interrupt)
+        await asyncio.sleep(30)
+
+    for i in range(3):
+        server.client().send("jobs", "x", msg_id=f"m{i}")
+    with pytest.raises(KeyboardInterrupt):
+        Worker(client, "jobs", handler, concurrency=3, wait_ms=100).run(install_signal_handlers=False)
+    assert [server.client().get("jobs", f"m{i}").status for i in range(3)] == [READY] * 3
+
+
+async def test_a_cancelled_async_worker_draining_still_stops_hard_on_a_second_stop():
+    server = FakeServer()
+    client = server.async_client()
+
+    async def handler(message):
+        await asyncio.sleep(30)
+
+    for i in range(3):
+        await client.send("jobs", "x", msg_id=f"m{i}")
+    worker = Worker(client, "jobs", handler, concurrency=3, wait_ms=100)
+    running = asyncio.create_task(worker.run_async(install_signal_handlers=False))
+    while worker._unhandled < 3:  # all three in hand, their handlers running
+        await asyncio.sleep(0.01)
+    running.cancel()  # a drain: it waits for the handlers
+    await asyncio.sleep(0.05)
+    worker.stop()
+    worker.stop()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(running, 5)  # not the handlers' 30 s
+    assert [(await client.get("jobs", f"m{i}")).status for i in range(3)] == [READY] * 3
+    await client.aclose()
 
 
 def test_a_client_made_elsewhere_is_answered_by_the_fake_once_installed():

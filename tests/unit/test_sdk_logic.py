@@ -9,7 +9,7 @@ import pytest
 import json
 
 from delayqueue_client import (AsyncClient, BadRequest, Conflict, DeadLetter, DelayQueueError, Forbidden, MaybeApplied,
-                               Message, NotFound, RateLimited, ServerError, Unauthorized, Unavailable)
+                               Message, NotFound, NotTheAPI, RateLimited, ServerError, Unauthorized, Unavailable)
 from delayqueue_client._calls import (Again, Call, backoff, batch_results, envelope_of, merge_batch, result_of,
                                       send_body)
 from delayqueue_client import cli
@@ -140,12 +140,23 @@ def test_a_proxy_failure_is_retried_only_when_idempotent_then_unavailable_else_m
     assert isinstance(lost, MaybeApplied) and isinstance(lost, ServerError) and "may have been applied" in lost.msg
 
 
-def test_a_non_envelope_answer_is_retried_when_idempotent_and_a_server_error_at_the_end(decide):
-    page = (404, b"<html>no such path</html>")
-    assert isinstance(decide(True, page), float)
-    final = decide(True, page, attempt=2)
-    assert type(final) is ServerError and "HTTP 404 answer, not the API's envelope" in final.msg
-    assert isinstance(decide(False, page), MaybeApplied)
+@pytest.mark.parametrize("status", [200, 301, 404])
+def test_a_page_not_the_apis_below_500_is_not_the_api_at_once_and_not_the_servers_500(decide, status):
+    """A wrong base URL (another site, http redirected to https, a wrong prefix): no retry changes
+    it, and nothing was applied, whatever the call."""
+    for idempotent in (True, False):
+        found = decide(idempotent, (status, b"<html>another site</html>"))
+        assert type(found) is NotTheAPI and (found.status, found.code) == (status, None)
+        assert found.msg == f"HTTP {status} answer, not the delay queue API's: check the base URL"
+
+
+def test_a_page_not_the_apis_from_a_failing_or_busy_server_is_retried_when_idempotent(decide):
+    for status in (408, 429, 500):
+        page = (status, b"<html>trouble</html>")
+        assert isinstance(decide(True, page), float)
+        final = decide(True, page, attempt=2)
+        assert type(final) is ServerError and f"HTTP {status} answer, not the API's envelope" in final.msg
+        assert isinstance(decide(False, page), MaybeApplied)
 
 
 def test_a_lost_answer_is_maybe_applied_for_a_call_that_is_not_idempotent_and_unavailable_otherwise(decide):

@@ -1,29 +1,43 @@
 """The `delayqueue worker` supervisor's pure logic (no server): finding the App in MODULE[:attr],
 a child's command line, the restart backoff of a crashing child."""
+import argparse
 import subprocess
 import sys
 
 import pytest
-from delayqueue_client.cli import build_parser
-from delayqueue_client.supervisor import (SERVED_MAX_TASKS, AppNotFound, ChildOptions, Slot, Supervisor, load_app,
-                                          options_of)
+from delayqueue_client.cli import build_parser, main
+from delayqueue_client.supervisor import (SERVED_MAX_TASKS, ChildOptions, Slot, Supervisor, UnusableApp, add_arguments,
+                                          load_app, options_of)
 
 
 def test_the_app_is_the_named_attribute_or_the_one_object_with_a_worker_method():
     from tests import sdk_worker_app
     assert load_app("tests.sdk_worker_app") is sdk_worker_app.app
     assert load_app("tests.sdk_worker_app:app") is sdk_worker_app.app
-    with pytest.raises(AppNotFound, match="cannot import tests.nowhere"):
+    with pytest.raises(UnusableApp, match="cannot import tests.nowhere"):
         load_app("tests.nowhere")
-    with pytest.raises(AppNotFound, match="has no attribute nope"):
+    with pytest.raises(UnusableApp, match="has no attribute nope"):
         load_app("tests.sdk_worker_app:nope")
-    with pytest.raises(AppNotFound, match="is not an App"):
+    with pytest.raises(UnusableApp, match="is not an App"):
         load_app("tests.sdk_worker_app:handler")
-    with pytest.raises(AppNotFound, match="found none"):
+    with pytest.raises(UnusableApp, match="found none"):
         load_app("tests.helpers")
     for spec in ("", ":app", ".relative"):  # importlib raised ValueError or TypeError: a traceback, not a usage error
-        with pytest.raises(AppNotFound, match="not a module name"):
+        with pytest.raises(UnusableApp, match="not a module name"):
             load_app(spec)
+
+
+def test_a_module_failing_at_import_is_one_line_saying_what_and_where(tmp_path, monkeypatch):
+    (tmp_path / "dq_raising_app.py").write_text("import os\nos.environ['DQ_NO_SUCH_SETTING']\n")
+    (tmp_path / "dq_unparsable_app.py").write_text("app = (\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(UnusableApp) as raised:
+        load_app("dq_raising_app")
+    assert str(raised.value) == (f"cannot import dq_raising_app: KeyError: 'DQ_NO_SUCH_SETTING' "
+                                 f"({tmp_path / 'dq_raising_app.py'}, line 2)")
+    with pytest.raises(UnusableApp, match=r"^cannot import dq_unparsable_app: SyntaxError: .*\(dq_unparsable_app.py, "
+                                          r"line 1\)$"):
+        load_app("dq_unparsable_app")
 
 
 def test_a_child_runs_the_same_options_in_its_own_interpreter():
@@ -31,10 +45,23 @@ def test_a_child_runs_the_same_options_in_its_own_interpreter():
                                       "--max-tasks-per-child", "100"])
     options = options_of(args)
     assert options == ChildOptions("my.tasks:app", ["a", "b"], 8, True, 100)
-    assert options.command() == [sys.executable, "-m", "delayqueue_client.supervisor", "my.tasks:app", "--threads",
-                                 "8", "--topics", "a,b", "--async", "--max-tasks-per-child", "100"]
+    assert options.command() == [sys.executable, "-m", "delayqueue_client.supervisor", "my.tasks:app", "--async",
+                                 "--tasks", "8", "--topics", "a,b", "--max-tasks-per-child", "100"]
     with pytest.raises(SystemExit):
         build_parser().parse_args(["worker", "m", "--threads", "2", "--async"])  # one or the other
+
+
+@pytest.mark.parametrize("how", [["--threads", "3"], ["--async", "--tasks", "3"]])
+def test_the_handlers_at_once_of_a_child_are_those_asked_threads_or_async_tasks(how):
+    from tests import sdk_worker_app
+    options = options_of(build_parser().parse_args(["worker", "tests.sdk_worker_app", *how]))
+    child = argparse.ArgumentParser()
+    add_arguments(child)
+    worker = options_of(child.parse_args(options.command()[3:])).worker(sdk_worker_app.app)  # what the child runs
+    assert (worker.concurrency, worker.is_async) == (3, "--async" in how)
+    with pytest.raises(SystemExit) as usage:
+        main(["worker", "tests.sdk_worker_app", "--tasks", "3"])  # without --async: threads are --threads
+    assert usage.value.code == 2
 
 
 def test_a_child_crashing_again_and_again_waits_longer_each_time_and_one_that_served_its_tasks_none():

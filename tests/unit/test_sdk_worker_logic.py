@@ -6,8 +6,8 @@ import threading
 from datetime import timedelta
 
 import pytest
-from delayqueue_client import (App, AsyncClient, Client, Conflict, DeadLetter, Forbidden, Message, RateLimited,
-                               Retry, ServerError, Unauthorized, Worker)
+from delayqueue_client import (App, AsyncClient, Client, Conflict, DeadLetter, Forbidden, Message, NotTheAPI,
+                               RateLimited, Retry, ServerError, Unauthorized, Worker)
 from delayqueue_client._calls import MAX_REASON
 from delayqueue_client._http import NotSent
 from delayqueue_client.testing import FakeServer
@@ -84,7 +84,7 @@ def test_pull_failures_pause_or_stop_the_worker(client):
     worker = Worker(client, "t", print)
     assert worker._pull_failed("t", 0, ServerError("redis unavailable: x")) is not None
     assert worker._failure is None and worker._stop_level == 0
-    for fatal in (Unauthorized("no"), Forbidden("no")):
+    for fatal in (Unauthorized("no"), Forbidden("no"), NotTheAPI(404)):  # a wrong URL: no pause changes it
         assert worker._pull_failed("t", 0, fatal) is None
         assert worker._stop_level == 1 and isinstance(worker._failure, Unauthorized)  # drains, then raises the first
 

@@ -17,8 +17,8 @@ from urllib.parse import urlsplit
 
 from delayqueue_client._http import (MaybeSent, NotSent, Settings, TransportError, lifted_token, proxy_for,
                                     shown_url, ssl_context, utf8)
-from delayqueue_client.errors import (DelayQueueError, MaybeApplied, RateLimited, ServerError, Unavailable,
-                                      error_from_answer)
+from delayqueue_client.errors import (DelayQueueError, MaybeApplied, NotTheAPI, RateLimited, ServerError,
+                                      Unavailable, error_from_answer)
 from delayqueue_client.message import Message, new_msg_id
 from delayqueue_client.middleware import Chain, Middleware, SendContext
 from delayqueue_client.schedule import Duration, Instant, Schedule, SchedulePage, schedule_fields
@@ -31,6 +31,8 @@ DEFAULT_URL = "http://127.0.0.1:8000"  # ./dev run's address
 # What a proxy or load balancer answers when the server is down or slow: for an idempotent call,
 # worth another try; for another, the request may have been passed on and applied.
 PROXY_FAILURES = (502, 503, 504)
+# Answers that are not the API's but may pass (a timeout, a proxy's rate limit): treated as a 5xx's.
+PASSING_FAILURES = (408, 429)
 MAX_REASON = 200  # characters of a nack's reason the server keeps (its MAX_EVENT_DETAIL); more is code 400
 _RAISE: Any = object()
 T = TypeVar("T")
@@ -321,6 +323,8 @@ class Calls:
                 wait = self._answer_wait(call, attempt, answer)
                 return result_of(call, answer) if wait is None else Again(wait)
             failure = posted[0]
+            if failure < 500 and failure not in PASSING_FAILURES:  # another site's page: the base URL is wrong
+                raise NotTheAPI(failure)
         # A request that may have reached the server is sent again only when idempotent.
         if attempt < self.max_retries and (isinstance(failure, NotSent) or call.idempotent):
             return Again(backoff(attempt, self.backoff_base, self.backoff_max))

@@ -1,8 +1,8 @@
 """`delayqueue`, the command line of the client: send, get, delete, consume, stats, dead letters,
 schedules, and `worker` (worker processes of an App, supervisor.py).
 
-Exit codes: 0 done, 1 the server refused or did not find it, 2 usage error, 3 server unreachable or
-failing (code 500), 4 the answer was lost (the command may have been applied).
+Exit codes: 0 done, 1 the server refused or did not find it, 2 usage error (or a URL not leading to the
+API), 3 server unreachable or failing (code 500), 4 the answer was lost (the command may have been applied).
 """
 import argparse
 import json
@@ -21,7 +21,7 @@ from datetime import datetime, timedelta, timezone
 from delayqueue_client import supervisor
 from delayqueue_client._http import shown_url
 from delayqueue_client.client import Client
-from delayqueue_client.errors import DelayQueueError, MaybeApplied, NotFound, ServerError
+from delayqueue_client.errors import DelayQueueError, MaybeApplied, NotFound, NotTheAPI, ServerError
 from delayqueue_client.message import Message
 from delayqueue_client.schedule import CATCH_UP, Schedule
 
@@ -31,8 +31,8 @@ UNIT_MS = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 CONSUME_WAIT_MS = 10_000  # each long poll's hold; the server caps it anyway
 EPILOG = """\
 environment: DELAYQUEUE_URL (default http://127.0.0.1:8000), DELAYQUEUE_TOKEN.
-exit codes: 0 done, 1 the server refused or did not find it, 2 usage error, 3 server unreachable or
-failing (code 500), 4 the answer was lost (the command may have been applied)."""
+exit codes: 0 done, 1 the server refused or did not find it, 2 usage error (or a URL not leading to the
+API), 3 server unreachable or failing (code 500), 4 the answer was lost (the command may have been applied)."""
 
 
 def duration_ms(text: str) -> int:
@@ -358,7 +358,7 @@ def cmd_schedule_sync(args: argparse.Namespace, client: Client) -> int:
             os.environ[name] = value
     try:
         app = supervisor.load_app(args.app)
-    except supervisor.AppNotFound as exc:
+    except supervisor.UnusableApp as exc:
         raise UsageError(str(exc)) from None
     if not callable(getattr(app, "sync_schedules", None)):
         raise UsageError(f"{args.app} is not an App: it has no sync_schedules() method")
@@ -375,9 +375,11 @@ def cmd_schedule_sync(args: argparse.Namespace, client: Client) -> int:
 
 def cmd_worker(args: argparse.Namespace, client: Client) -> int:
     """Supervises worker processes of an App (supervisor.py); the App brings its own client."""
+    if args.tasks is not None and not args.use_async:
+        raise UsageError("--tasks is the number of asyncio tasks of --async; handler threads are --threads")
     try:
         return supervisor.supervise(args)
-    except supervisor.AppNotFound as exc:
+    except supervisor.UnusableApp as exc:
         raise UsageError(str(exc)) from None
 
 
@@ -536,6 +538,8 @@ def main(argv: list[str] | None = None) -> int:
             return code
     except UsageError as exc:
         parser.error(str(exc))  # exits with code 2
+    except NotTheAPI as exc:  # a --url (or DELAYQUEUE_URL) leading elsewhere: the caller's to fix
+        parser.error(f"{exc.msg} ({shown_url(client.base_url)})")
     except ServerError as exc:  # no answer, or a code 500 the retries did not get past: the server's trouble
         print(f"delayqueue: error: {error_line(exc)} ({shown_url(client.base_url)})", file=sys.stderr)
         return MAYBE_APPLIED if isinstance(exc, MaybeApplied) else UNREACHABLE

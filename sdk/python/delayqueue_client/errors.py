@@ -1,5 +1,5 @@
 """One exception class per answer code of the camellia envelope (HTTP 200, `code`, `msg`), and
-the two errors of a call that got no answer of the API (Unavailable, MaybeApplied), and the
+the errors of a call that got no answer of the API (Unavailable, MaybeApplied, NotTheAPI), and the
 exceptions a worker's handler raises to steer its message (Retry, DeadLetter)."""
 import math
 from datetime import timedelta
@@ -68,10 +68,21 @@ class Unavailable(ServerError):
 class MaybeApplied(ServerError):
     """The answer to a call that is not idempotent (pull, ack, nack, delete, ...) was lost after the
     request may have reached the server (a connection cut, a timeout while waiting, a proxy's 502,
-    503 or 504, an answer that is not the API's): it may or may not have been applied, so it was not
-    sent again. Read the state (get) before acting on it. `code` is None."""
+    503 or 504, a failing server's answer that is not the API's): it may or may not have been
+    applied, so it was not sent again. Read the state (get) before acting on it. `code` is None."""
 
     code = None
+
+
+class NotTheAPI(DelayQueueError):
+    """An answer that is not the API's envelope, with an HTTP status below 500 (but 408 and 429):
+    the base URL does not lead to the delay queue's API (a wrong path prefix, http where the site
+    redirects to https, another site's page). Nothing was applied; no retry changes it, so none is
+    made. `status` is the HTTP status; `code` is None."""
+
+    def __init__(self, status: int):
+        super().__init__(f"HTTP {status} answer, not the delay queue API's: check the base URL")
+        self.status = status
 
 
 class DeadLetter(Exception):

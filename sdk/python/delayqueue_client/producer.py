@@ -261,10 +261,15 @@ class Producer:
 
 def _say_lost(pending: dict[asyncio.Future[Message], Body]) -> None:
     """Logs the sends of an AsyncProducer that will never be sent (its task ended, or its loop closed)."""
-    lost = [body["msgId"] for future, body in pending.items() if not future.done()]
-    if lost:
-        log.warning("an AsyncProducer never closed lost %d sends (msgIds %s): close it with await aclose() or "
-                    "async with", len(lost), ", ".join(lost[:10]) + (", ..." if len(lost) > 10 else ""))
+    _log_lost([body["msgId"] for future, body in pending.items() if not future.done()])
+
+
+def _log_lost(msg_ids: list[str], why: str = "") -> None:
+    """The lost sends' warning; `why`: the error of their failed sending as the loop ended."""
+    if msg_ids:
+        log.warning("an AsyncProducer never closed lost %d sends (msgIds %s)%s: close it with await aclose() or "
+                    "async with", len(msg_ids), ", ".join(msg_ids[:10]) + (", ..." if len(msg_ids) > 10 else ""),
+                    f" as its loop ended, their sending failed ({why})" if why else "")
 
 
 class AsyncProducer:
@@ -274,7 +279,8 @@ class AsyncProducer:
     wait for a batch: beyond them `send()` raises ProducerFull and `await send_when_room()` waits
     for room. Made inside a running event loop; `flush()` and `aclose()` are awaited. Close it: one
     not closed sends its pending sends when asyncio.run ends (which cancels the tasks left), but
-    those its loop closed under it are lost, logged when it is collected or at interpreter exit."""
+    those its loop closed under it are lost, logged when it is collected or at interpreter exit
+    (those whose sending failed then too, with the error: no task is left to read their futures)."""
 
     def __init__(self, client: AsyncClient, *, linger_ms: float = 2, max_batch: int = 500, in_flight: int = 4,
                  max_queue: int = 100_000):
@@ -343,6 +349,13 @@ class AsyncProducer:
             left = list(self._pending.items())
             for start in range(0, len(left), self._max_batch):
                 await self._send_batch([(body, future) for future, body in left[start:start + self._max_batch]])
+            # Their senders' tasks are ending too: a failure left in a future would go unread, so it is said here.
+            failed: dict[str, list[str]] = {}
+            for future, body in left:
+                if not future.cancelled() and (error := future.exception()) is not None:
+                    failed.setdefault(f"{type(error).__name__}: {error}", []).append(body["msgId"])
+            for why, msg_ids in failed.items():
+                _log_lost(msg_ids, why)
             raise
 
     async def _sent(self) -> None:

@@ -1,6 +1,6 @@
 """`delayqueue worker MODULE[:attr]`: a supervisor of N worker processes. Each child imports MODULE,
 takes its App (the attribute named after the colon, else the one module-level object with a
-`worker(...)` method) and runs `app.worker(topics=..., concurrency=threads, asynchronous=...,
+`worker(...)` method) and runs `app.worker(topics=..., concurrency=threads or tasks, asynchronous=...,
 max_messages=max_tasks_per_child).run()`.
 
 A child that crashes (killed, or raising; a worker stopped hard by its failed settle loop exits at
@@ -26,6 +26,7 @@ import subprocess
 import sys
 import threading
 import time
+import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from types import FrameType, ModuleType
@@ -48,10 +49,12 @@ HARD_STOP_SIGNAL = signal.SIGUSR1
 # A child's exit code once its worker served --max-tasks-per-child: replaced at once, however short its
 # life (an exit 0 soon after the start is a worker with nothing to do, restarted after the backoff).
 SERVED_MAX_TASKS = 100
+DEFAULT_CONCURRENCY = 8  # handler threads, or asyncio tasks with --async, per process
 
 
-class AppNotFound(Exception):
-    """MODULE[:attr] names no importable object with a worker(...) method."""
+class UnusableApp(Exception):
+    """MODULE[:attr] names no importable object with a worker(...) method, or one whose worker(...)
+    refuses the options given (an App with no tasks, --async without an AsyncClient): a usage error."""
 
 
 def load_app(spec: str) -> Any:
@@ -59,44 +62,59 @@ def load_app(spec: str) -> Any:
     module or function) with a callable `worker`."""
     module_name, _, attr = spec.partition(":")
     if not module_name or module_name.startswith("."):  # importlib raises ValueError or TypeError for them
-        raise AppNotFound(f"{module_name!r} is not a module name: MODULE[:attr], e.g. myapp.tasks:app")
+        raise UnusableApp(f"{module_name!r} is not a module name: MODULE[:attr], e.g. myapp.tasks:app")
     if "" not in sys.path and os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())  # as `python -m` does: the project's modules import
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise AppNotFound(f"cannot import {module_name}: {exc}") from exc
+        raise UnusableApp(f"cannot import {module_name}: {exc}") from exc
+    except Exception as exc:  # the module's own error: one line saying where, as for any usage error
+        raise UnusableApp(f"cannot import {module_name}: {raised_where(exc)}") from exc
     if attr:
         if not hasattr(module, attr):
-            raise AppNotFound(f"{module_name} has no attribute {attr}")
+            raise UnusableApp(f"{module_name} has no attribute {attr}")
         found = getattr(module, attr)
         if not callable(getattr(found, "worker", None)):
-            raise AppNotFound(f"{spec} is not an App: it has no worker(...) method")
+            raise UnusableApp(f"{spec} is not an App: it has no worker(...) method")
         return found
     apps = {name: value for name, value in vars(module).items() if not name.startswith("_")
             and not isinstance(value, (type, ModuleType)) and not callable(value)
             and callable(getattr(value, "worker", None))}
     if len(apps) != 1:
         what = f"several ({', '.join(sorted(apps))})" if apps else "none"
-        raise AppNotFound(f"{module_name} must hold one App (an object with a worker(...) method), found {what}: "
+        raise UnusableApp(f"{module_name} must hold one App (an object with a worker(...) method), found {what}: "
                           "name it as MODULE:attr")
     return next(iter(apps.values()))
+
+
+def raised_where(error: Exception) -> str:
+    """`Type: text (file, line N)`, the line of the innermost module being imported (a SyntaxError's
+    text says its place itself)."""
+    frames = [f for f in traceback.extract_tb(error.__traceback__) if f.name == "<module>"]
+    if isinstance(error, SyntaxError) or not frames:
+        return f"{type(error).__name__}: {error}"
+    return f"{type(error).__name__}: {error} ({frames[-1].filename}, line {frames[-1].lineno})"
 
 
 @dataclass
 class ChildOptions:
     spec: str
     topics: list[str] | None
-    threads: int
+    concurrency: int  # handlers at once: threads, or asyncio tasks (use_async)
     use_async: bool
     max_tasks_per_child: int | None
 
+    def worker(self, app: Any) -> Any:
+        """The app's worker with these options (what a child runs)."""
+        return app.worker(topics=self.topics, concurrency=self.concurrency, asynchronous=self.use_async,
+                          max_messages=self.max_tasks_per_child)
+
     def command(self) -> list[str]:
-        command = [sys.executable, "-m", "delayqueue_client.supervisor", self.spec, "--threads", str(self.threads)]
+        how = ["--async", "--tasks", str(self.concurrency)] if self.use_async else ["--threads", str(self.concurrency)]
+        command = [sys.executable, "-m", "delayqueue_client.supervisor", self.spec, *how]
         if self.topics:
             command += ["--topics", ",".join(self.topics)]
-        if self.use_async:
-            command.append("--async")
         if self.max_tasks_per_child is not None:
             command += ["--max-tasks-per-child", str(self.max_tasks_per_child)]
         return command
@@ -212,9 +230,7 @@ class Supervisor:
 
 def run_child(options: ChildOptions) -> int:
     """A child's life: the App's worker until it returns (stopped, or max tasks served: SERVED_MAX_TASKS)."""
-    app = load_app(options.spec)
-    worker = app.worker(topics=options.topics, concurrency=options.threads, asynchronous=options.use_async,
-                        max_messages=options.max_tasks_per_child)
+    worker = options.worker(load_app(options.spec))
     supervisor_pid = int(os.environ.get(SUPERVISOR_PID) or os.getppid())
     drain = _Drain(worker)
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -282,9 +298,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="comma-separated topics each process serves (default: every topic of the app's tasks)")
     parser.add_argument("--processes", type=positive, default=1, help="worker processes (default 1)")
     how = parser.add_mutually_exclusive_group()
-    how.add_argument("--threads", type=positive, default=8, help="handler threads per process (default 8)")
+    how.add_argument("--threads", type=positive, default=DEFAULT_CONCURRENCY,
+                     help=f"handler threads per process (default {DEFAULT_CONCURRENCY})")
     how.add_argument("--async", dest="use_async", action="store_true",
                      help="asyncio: the app's worker with an AsyncClient and async handlers")
+    parser.add_argument("--tasks", type=positive,
+                        help=f"with --async: handler tasks at once per process (default {DEFAULT_CONCURRENCY})")
     parser.add_argument("--max-tasks-per-child", type=positive,
                         help="a process drains and is replaced after handling this many messages")
     parser.add_argument("--sync-schedules", action="store_true",
@@ -306,21 +325,27 @@ def positive(text: str) -> int:
 
 
 def options_of(args: argparse.Namespace) -> ChildOptions:
-    return ChildOptions(args.app, args.topics, args.threads, args.use_async, args.max_tasks_per_child)
+    concurrency = (args.tasks or DEFAULT_CONCURRENCY) if args.use_async else args.threads
+    return ChildOptions(args.app, args.topics, concurrency, args.use_async, args.max_tasks_per_child)
 
 
 def supervise(args: argparse.Namespace) -> int:
-    """The `delayqueue worker` command: checks the App imports, then supervises the children."""
+    """The `delayqueue worker` command: checks the App imports and makes a worker of the options
+    given, then supervises the children."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # --url and --token reach the App's client (and the children's) as the variables a Client reads.
     for name, option in (("DELAYQUEUE_URL", "url"), ("DELAYQUEUE_TOKEN", "token")):
         if value := getattr(args, option, None):
             os.environ[name] = value
-    app = load_app(args.app)  # a clear error now rather than N crashing children
+    app, options = load_app(args.app), options_of(args)  # a clear error now rather than N crashing children
+    try:  # a worker the app cannot make: every child would fail at its start, restarted for ever
+        options.worker(app)
+    except (ValueError, TypeError) as exc:
+        raise UnusableApp(f"{args.app} cannot make a worker of these options: {exc}") from None
     if getattr(args, "sync_schedules", False):
         for schedule_id, action in app.sync_schedules().items():
             log.info("schedule %s: %s", schedule_id, action)
-    return Supervisor(options_of(args), args.processes).run()
+    return Supervisor(options, args.processes).run()
 
 
 def child_main(argv: Sequence[str] | None = None) -> int:

@@ -27,7 +27,7 @@ from typing import Any, NamedTuple
 from delayqueue_client._calls import MAX_REASON
 from delayqueue_client.client import AsyncClient, Client
 from delayqueue_client.errors import (BadRequest, Conflict, DeadLetter, DelayQueueError, Forbidden, NotFound,
-                                      RateLimited, Retry, Unauthorized)
+                                      NotTheAPI, RateLimited, Retry, Unauthorized)
 from delayqueue_client.envelope import EnvelopeError, decode
 from delayqueue_client.message import Message
 from delayqueue_client.middleware import Chain, HandleContext, Middleware, SettleContext
@@ -46,7 +46,7 @@ QUEUED_WORK_SECONDS = 0.05
 MAX_DEFAULT_BATCH = 500
 FIRST_BATCH_PER_HANDLER = 4
 # Answers no retry can change: the worker stops and raises them.
-FATAL = (BadRequest, Unauthorized, Forbidden, NotFound)
+FATAL = (BadRequest, Unauthorized, Forbidden, NotFound, NotTheAPI)
 POLL_STEP = 0.1  # seconds: how often blocked waits look at the stop flag (set by signal handlers)
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
 DRAIN, HARD = 1, 2  # stop levels: the first stop() drains, the second stops hard
@@ -86,6 +86,10 @@ class _Held:
     touch_at: float  # time.monotonic() at which to move its ack deadline again
     started_at: float | None = None  # when its handler started
     decided: bool = False  # its outcome is decided (handler returned, timed out, or given back): no touches
+
+
+async def _awaited(task: "asyncio.Task[None]") -> None:
+    await task
 
 
 class _UnwaitedExecutor(ThreadPoolExecutor):
@@ -610,6 +614,17 @@ class Worker:
         self._failure = self._failure or failure
         self._stop_level = max(self._stop_level, DRAIN)
 
+    def _interrupted(self, error: BaseException) -> None:
+        """A KeyboardInterrupt (Ctrl-C without the worker's signal handlers) or SystemExit in an async
+        handler, or in run()'s event loop: a hard stop, then run_async() raises it, as the threads'
+        run() does with one in its thread."""
+        log.warning("run_async() interrupted (%s): messages in hand not yet handled are given back",
+                    type(error).__name__)
+        self._failure = self._failure or error
+        self._stop_level = HARD
+        if self._room_changed is not None:
+            self._room_changed.set()
+
     def _raise_failure(self) -> None:
         if self._failure is not None:
             raise self._failure
@@ -622,12 +637,24 @@ class Worker:
         install_signal_handlers), SIGTERM and SIGINT stop it (the first drains, the second stops
         hard); the previous handlers come back after."""
         if self.is_async:
-            self._executor = executor = _UnwaitedExecutor()
-
-            async def in_own_loop() -> None:
-                asyncio.get_running_loop().set_default_executor(executor)
-                await self.run_async(burst, install_signal_handlers=install_signal_handlers)
-            return asyncio.run(in_own_loop())
+            self._executor = _UnwaitedExecutor()
+            with asyncio.Runner() as runner:  # asyncio.run's, with a hold on run_async's task
+                runner.get_loop().set_default_executor(self._executor)
+                running = runner.get_loop().create_task(self.run_async(
+                    burst, install_signal_handlers=install_signal_handlers))
+                try:
+                    return runner.run(_awaited(running))
+                except (KeyboardInterrupt, SystemExit) as exc:
+                    if running.done():  # a first Ctrl-C cancelled it: drained
+                        raise
+                    # Raised by the loop between steps, it left run_async's tasks pending: closing the
+                    # runner would cancel them all, nothing given back. A hard stop, run to its end.
+                    self._interrupted(exc)
+                    try:
+                        runner.run(_awaited(running))
+                    except asyncio.CancelledError:
+                        pass  # cancelled by a first Ctrl-C, it was draining: given back now all the same
+                    raise
         previous: dict[signal.Signals, Any] = {}
         if install_signal_handlers and threading.current_thread() is threading.main_thread():
             previous = {sig: signal.signal(sig, self._on_signal) for sig in SIGNALS}
@@ -857,8 +884,7 @@ class Worker:
         pollers = [asyncio.create_task(self._poll_task(topic, burst, results, slots, handlers))
                    for topic in self.topics]
         try:
-            while self._stop_level < HARD and (any(not p.done() for p in pollers) or self._undecided()):
-                await self._room_change()
+            await self._until_done(pollers)
         except asyncio.CancelledError:
             self._stop_level = max(self._stop_level, DRAIN)
             raise
@@ -866,6 +892,11 @@ class Worker:
             # Shielded: a cancelled run_async still gives back and settles what it holds.
             await asyncio.shield(self._finish_tasks(pollers, handlers, results, settler))
         self._raise_failure()
+
+    async def _until_done(self, pollers: list["asyncio.Task[None]"]) -> None:
+        """Until stopped hard, or the polls ended and every message in hand has its outcome."""
+        while self._stop_level < HARD and (any(not p.done() for p in pollers) or self._undecided()):
+            await self._room_change()
 
     async def _room_change(self) -> None:
         assert self._room_changed is not None
@@ -878,6 +909,7 @@ class Worker:
     async def _finish_tasks(self, pollers: list["asyncio.Task[None]"], handlers: set["asyncio.Task[None]"],
                             results: "asyncio.Queue[Settle | None]",
                             settler: "asyncio.Task[None]") -> None:
+        await self._until_done(pollers)  # a cancelled run_async drains here, where a hard stop still applies
         given_back = self._give_back_all() if self._stop_level >= HARD else []
         if self._stop_level >= HARD:
             for task in handlers:
@@ -965,7 +997,10 @@ class Worker:
             error = exc
         if self._finished(message, time.monotonic() - started if started is not None else None):
             results.put_nowait((message, self._outcome(message, error)))
-        if error is not None and not isinstance(error, Exception):
+        if isinstance(error, (KeyboardInterrupt, SystemExit)):
+            # Raised out of this task it would end the loop's run at once, every task left pending.
+            self._interrupted(error)
+        elif error is not None and not isinstance(error, Exception):
             raise error
 
     async def _call_async(self, message: Message) -> None:
