@@ -191,10 +191,11 @@ def process_ended(pid: int) -> bool:
 
 
 def wait_for(predicate, timeout=10.0, what="condition"):
-    """wait_until for synchronous tests (the SDK's): the predicate's truthy value, polled every 50 ms."""
+    """wait_until for synchronous tests (the SDK's): the predicate's truthy value, polled every 50 ms.
+    `what` may be a function, called for the failure's text (to show the state at the time)."""
     deadline = time.monotonic() + timeout
     while not (value := predicate()):
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        assert time.monotonic() < deadline, f"timed out waiting for {what() if callable(what) else what}"
         time.sleep(0.05)
     return value
 
