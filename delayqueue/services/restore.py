@@ -250,9 +250,9 @@ async def _loader_positions(rt: Runtime, conn, topic: str | None, msg_id: str | 
     its loader stands: the restore brings back the rows up to there and leaves those after it to
     the loader, so a restore after a loss rebuilds only the hot window. The loader stands at its
     fetched_to where it has one: the rows in its packed lists (lua/includes/packed.lua) are
-    brought back too, and the scanner then finds each held and leaves it. A topic without a window (Redis lost it) gets one first, as
-    the loader's step 1 would give it (hot_until now + window, loaded up to there); a dry run
-    only looks. A sharded topic stands where the furthest of its current count's shards does:
+    brought back too, and the scanner then finds each held and leaves it. A topic without a
+    window (Redis lost it) gets one first, as the loader's step 1 would give it (hot_until now +
+    window, loaded up to there); a dry run only looks. A sharded topic stands where the furthest of its current count's shards does:
     a row brought back before another shard's position is one its loader then finds held."""
     if topic is not None:
         topics = [topic]
