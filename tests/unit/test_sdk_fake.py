@@ -651,9 +651,12 @@ def test_an_interrupt_in_an_async_handler_under_a_loop_of_ones_own_stops_hard_gi
         loop.close()
 
 
-def test_an_interrupt_the_event_loop_of_an_async_workers_run_raises_stops_it_hard_giving_back():
+@pytest.mark.parametrize("under_asyncio_run", [False, True])
+def test_an_interrupt_the_event_loop_of_an_async_workers_run_raises_stops_it_hard_giving_back(under_asyncio_run,
+                                                                                                caplog):
     """Ctrl-C while the loop waits (a second one, asyncio.run's first cancelling): it left run_async's
-    tasks pending, and closing the loop cancelled them all, nothing given back."""
+    tasks pending, and closing the loop cancelled them all, nothing given back. Under asyncio.run,
+    whose closing cancels every task, that is no failed settle loop or handler either."""
     server = FakeServer()
     client = server.async_client()
 
@@ -667,8 +670,13 @@ def test_an_interrupt_the_event_loop_of_an_async_workers_run_raises_stops_it_har
 
     for i in range(3):
         server.client().send("jobs", "x", msg_id=f"m{i}")
-    with pytest.raises(KeyboardInterrupt):
-        Worker(client, "jobs", handler, concurrency=3, wait_ms=100).run(install_signal_handlers=False)
+    worker = Worker(client, "jobs", handler, concurrency=3, wait_ms=100)
+    with caplog.at_level(logging.WARNING), pytest.raises(KeyboardInterrupt):
+        if under_asyncio_run:
+            asyncio.run(worker.run_async(install_signal_handlers=False))
+        else:
+            worker.run(install_signal_handlers=False)
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
     assert [server.client().get("jobs", f"m{i}").status for i in range(3)] == [READY] * 3
 
 
