@@ -902,8 +902,10 @@ class Worker:
             self._stop_level = max(self._stop_level, DRAIN)
             raise
         finally:
-            # Shielded: a cancelled run_async still gives back and settles what it holds.
-            await asyncio.shield(self._finish_tasks(pollers, handlers, results, settler))
+            # Shielded: a cancelled run_async still gives back and settles what it holds. Closed pending
+            # (GeneratorExit: its loop gone), it can await nothing more: what it holds waits out its ack timeout.
+            if not isinstance(sys.exc_info()[1], GeneratorExit):
+                await asyncio.shield(self._finish_tasks(pollers, handlers, results, settler))
         self._raise_failure()
 
     async def _until_done(self, pollers: list["asyncio.Task[None]"]) -> None:
@@ -1006,6 +1008,8 @@ class Worker:
                 finally:
                     if context is not None:
                         self.middleware.after_handle(context, sys.exc_info()[1])
+        except GeneratorExit:  # closed pending, its loop gone (see _run_tasks): no failure, nothing to settle
+            raise
         except BaseException as exc:  # a cancelled handler too: its message is nacked, then it is cancelled
             error = exc
         if self._finished(message, time.monotonic() - started if started is not None else None):
@@ -1042,6 +1046,8 @@ class Worker:
         except asyncio.CancelledError:  # the loop's end cancelling every task (asyncio.run after a second Ctrl-C)
             log.warning("the worker's settle loop was cancelled; the worker stops hard")
             self._settler_ended()
+        except GeneratorExit:  # closed pending, its loop gone (see _run_tasks)
+            raise
         except BaseException as exc:  # supervised, as _settle_thread
             self._settle_loop_failed(exc)
         if self._room_changed is not None:
