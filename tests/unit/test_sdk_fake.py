@@ -10,6 +10,7 @@ import json
 import logging
 import os
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -624,6 +625,26 @@ async def test_an_async_worker_runs_on_the_fake_and_stops_after_settling():
         assert {(await client.get("jobs", f"m{i}")).status for i in range(3)} == {ACKED}
     finally:
         await client.aclose()
+
+
+def test_an_async_workers_signal_handlers_give_back_the_ones_before_it():
+    """As a thread worker's run() does: asyncio's remove_signal_handler alone resets to the default."""
+    server = FakeServer()
+
+    async def handler(message):
+        pass
+
+    def mine(signum, frame):
+        pass
+
+    assert threading.current_thread() is threading.main_thread()  # where the worker installs its own
+    before = {sig: signal.signal(sig, mine) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        Worker(server.async_client(), "jobs", handler).run(burst=True)
+        assert [signal.getsignal(sig) for sig in before] == [mine, mine]
+    finally:
+        for sig, handler_before in before.items():
+            signal.signal(sig, handler_before)
 
 
 @pytest.mark.parametrize("interrupt", [KeyboardInterrupt, SystemExit])

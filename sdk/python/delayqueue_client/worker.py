@@ -857,16 +857,18 @@ class Worker:
         if not self.is_async:
             raise TypeError("run_async() needs an AsyncClient and an async handler; use run()")
         loop = asyncio.get_running_loop()
-        installed = []
+        previous: dict[signal.Signals, Any] = {}
         if install_signal_handlers and threading.current_thread() is threading.main_thread():
             for sig in SIGNALS:
+                previous[sig] = signal.getsignal(sig)
                 loop.add_signal_handler(sig, self.stop)
-                installed.append(sig)
         try:
             await self._run_tasks(burst)
         finally:
-            for sig in installed:
-                loop.remove_signal_handler(sig)
+            for sig, handler in previous.items():
+                loop.remove_signal_handler(sig)  # which resets it to the default: the previous one comes back
+                if handler is not None:  # None: one not installed from Python, which cannot be put back
+                    signal.signal(sig, handler)
 
     def _async_client(self) -> AsyncClient:
         assert isinstance(self.client, AsyncClient)
