@@ -647,6 +647,28 @@ def test_an_async_workers_signal_handlers_give_back_the_ones_before_it():
             signal.signal(sig, handler_before)
 
 
+def test_a_ctrl_c_in_the_async_settle_loops_step_is_raised_not_a_failed_settle_loop(caplog):
+    """asyncio's second Ctrl-C raises where the loop's thread is: in the settle task's step too."""
+    server = FakeServer()
+    client = server.async_client()
+    ack_many, calls = client.ack_many, []
+
+    async def handler(message):
+        pass
+
+    async def interrupted_once(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:
+            raise KeyboardInterrupt
+        return await ack_many(*args, **kwargs)
+
+    client.ack_many = interrupted_once
+    server.client().send("jobs", "x", msg_id="m0")
+    with caplog.at_level(logging.WARNING), pytest.raises(KeyboardInterrupt):
+        Worker(client, "jobs", handler, wait_ms=100).run(install_signal_handlers=False)
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
+
+
 @pytest.mark.parametrize("interrupt", [KeyboardInterrupt, SystemExit])
 def test_an_interrupt_in_an_async_handler_under_a_loop_of_ones_own_stops_hard_giving_back(interrupt):
     """Ctrl-C while a handler runs, without the worker's signal handlers (or sys.exit() in it):

@@ -1050,6 +1050,9 @@ class Worker:
             self._settler_ended()
         except GeneratorExit:  # closed pending, its loop gone (see _run_tasks)
             raise
+        except (KeyboardInterrupt, SystemExit) as exc:  # a signal handler's, raised in its step: as in a handler's
+            self._settler_ended()
+            self._interrupted(exc)
         except BaseException as exc:  # supervised, as _settle_thread
             self._settle_loop_failed(exc)
         if self._room_changed is not None:
