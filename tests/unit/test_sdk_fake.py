@@ -5,10 +5,12 @@ the pytest fixtures. No server: tests/integration/test_sdk_fake_parity.py holds 
 real one."""
 import asyncio
 import concurrent.futures
+import contextlib
 import json
 import logging
 import os
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -625,6 +627,48 @@ async def test_an_async_worker_runs_on_the_fake_and_stops_after_settling():
         await client.aclose()
 
 
+def test_an_async_workers_signal_handlers_give_back_the_ones_before_it():
+    """As a thread worker's run() does: asyncio's remove_signal_handler alone resets to the default."""
+    server = FakeServer()
+
+    async def handler(message):
+        pass
+
+    def mine(signum, frame):
+        pass
+
+    assert threading.current_thread() is threading.main_thread()  # where the worker installs its own
+    before = {sig: signal.signal(sig, mine) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        Worker(server.async_client(), "jobs", handler).run(burst=True)
+        assert [signal.getsignal(sig) for sig in before] == [mine, mine]
+    finally:
+        for sig, handler_before in before.items():
+            signal.signal(sig, handler_before)
+
+
+def test_a_ctrl_c_in_the_async_settle_loops_step_is_raised_not_a_failed_settle_loop(caplog):
+    """asyncio's second Ctrl-C raises where the loop's thread is: in the settle task's step too."""
+    server = FakeServer()
+    client = server.async_client()
+    ack_many, calls = client.ack_many, []
+
+    async def handler(message):
+        pass
+
+    async def interrupted_once(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:
+            raise KeyboardInterrupt
+        return await ack_many(*args, **kwargs)
+
+    client.ack_many = interrupted_once
+    server.client().send("jobs", "x", msg_id="m0")
+    with caplog.at_level(logging.WARNING), pytest.raises(KeyboardInterrupt):
+        Worker(client, "jobs", handler, wait_ms=100).run(install_signal_handlers=False)
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
+
+
 @pytest.mark.parametrize("interrupt", [KeyboardInterrupt, SystemExit])
 def test_an_interrupt_in_an_async_handler_under_a_loop_of_ones_own_stops_hard_giving_back(interrupt):
     """Ctrl-C while a handler runs, without the worker's signal handlers (or sys.exit() in it):
@@ -651,9 +695,31 @@ def test_an_interrupt_in_an_async_handler_under_a_loop_of_ones_own_stops_hard_gi
         loop.close()
 
 
-def test_an_interrupt_the_event_loop_of_an_async_workers_run_raises_stops_it_hard_giving_back():
+def run_on_a_loop_of_ones_own_then_close_it(worker):
+    """run_until_complete() that a KeyboardInterrupt ends between steps, its tasks left pending, then
+    the loop closed: collecting a pending task closes its coroutine (GeneratorExit), as here."""
+    loop = asyncio.new_event_loop()
+    try:
+        loop.run_until_complete(worker.run_async(install_signal_handlers=False))
+    finally:
+        pending = asyncio.all_tasks(loop)
+        loop.close()
+        for task in pending:
+            # Its "Task was destroyed but it is pending!" is asyncio's, whenever it is collected (in a later test).
+            task._log_destroy_pending = False  # as run_until_complete does for the task it made
+            if task.get_coro().__qualname__.startswith("Worker."):
+                task.get_coro().close()  # raises RuntimeError when it awaits on (coroutine ignored GeneratorExit)
+            else:  # asyncio's own Queue.get, under wait_for, cancels a future on the closed loop
+                with contextlib.suppress(RuntimeError):
+                    task.get_coro().close()
+
+
+@pytest.mark.parametrize("how", ["run", "asyncio.run", "own loop"])
+def test_an_interrupt_the_event_loop_of_an_async_workers_run_raises_stops_it_hard_giving_back(how, caplog):
     """Ctrl-C while the loop waits (a second one, asyncio.run's first cancelling): it left run_async's
-    tasks pending, and closing the loop cancelled them all, nothing given back."""
+    tasks pending, and closing the loop cancelled them all, nothing given back. Under asyncio.run,
+    whose closing cancels every task, that is no failed settle loop or handler either; under a loop of
+    one's own, closed with them pending, they can do nothing (left to their ack timeout) but say nothing."""
     server = FakeServer()
     client = server.async_client()
 
@@ -667,9 +733,18 @@ def test_an_interrupt_the_event_loop_of_an_async_workers_run_raises_stops_it_har
 
     for i in range(3):
         server.client().send("jobs", "x", msg_id=f"m{i}")
-    with pytest.raises(KeyboardInterrupt):
-        Worker(client, "jobs", handler, concurrency=3, wait_ms=100).run(install_signal_handlers=False)
-    assert [server.client().get("jobs", f"m{i}").status for i in range(3)] == [READY] * 3
+    worker = Worker(client, "jobs", handler, concurrency=3, wait_ms=100)
+    with caplog.at_level(logging.WARNING), pytest.raises(KeyboardInterrupt):
+        if how == "asyncio.run":
+            asyncio.run(worker.run_async(install_signal_handlers=False))
+        elif how == "own loop":
+            run_on_a_loop_of_ones_own_then_close_it(worker)
+        else:
+            worker.run(install_signal_handlers=False)
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR and r.name.startswith("delayqueue")] \
+        == []
+    status = CONSUMING if how == "own loop" else READY
+    assert [server.client().get("jobs", f"m{i}").status for i in range(3)] == [status] * 3
 
 
 async def test_a_cancelled_async_worker_draining_still_stops_hard_on_a_second_stop():

@@ -150,6 +150,21 @@ def test_a_page_not_the_apis_below_500_is_not_the_api_at_once_and_not_the_server
         assert found.msg == f"HTTP {status} answer, not the delay queue API's: check the base URL"
 
 
+@pytest.mark.parametrize("status, cause", [
+    (401, "a proxy in front of the server asks for its own login"),
+    (403, "a proxy in front of the server refused the request"),
+    (407, "the HTTP proxy asks for its own login"),
+    (413, "a proxy in front of the server refused the body size"),
+])
+def test_a_proxys_own_refusal_says_what_it_means_not_check_the_base_url(decide, status, cause):
+    """A proxy's login or body cap answers its own page: the base URL is right, so the message says
+    what the status means; still no retry (none changes it) and nothing applied."""
+    for idempotent in (True, False):
+        found = decide(idempotent, (status, b"<html>proxy</html>"))
+        assert type(found) is NotTheAPI and (found.status, found.code) == (status, None)
+        assert found.msg == f"HTTP {status} answer, not the delay queue API's: {cause}"
+
+
 def test_a_page_not_the_apis_from_a_failing_or_busy_server_is_retried_when_idempotent(decide):
     for status in (408, 429, 500):
         page = (status, b"<html>trouble</html>")

@@ -27,7 +27,7 @@ def test_the_app_is_the_named_attribute_or_the_one_object_with_a_worker_method()
             load_app(spec)
 
 
-def test_a_module_failing_at_import_is_one_line_saying_what_and_where(tmp_path, monkeypatch):
+def test_a_module_failing_at_import_is_one_line_saying_what_and_where(tmp_path, monkeypatch, capsys):
     (tmp_path / "dq_raising_app.py").write_text("import os\nos.environ['DQ_NO_SUCH_SETTING']\n")
     (tmp_path / "dq_unparsable_app.py").write_text("app = (\n")
     monkeypatch.syspath_prepend(str(tmp_path))
@@ -38,6 +38,14 @@ def test_a_module_failing_at_import_is_one_line_saying_what_and_where(tmp_path, 
     with pytest.raises(UnusableApp, match=r"^cannot import dq_unparsable_app: SyntaxError: .*\(dq_unparsable_app.py, "
                                           r"line 1\)$"):
         load_app("dq_unparsable_app")
+    # One parsing its own arguments at import exits there: not an exit (0 here) of the command itself.
+    (tmp_path / "dq_exiting_app.py").write_text("import sys\nsys.exit()\n")
+    for command in (["worker", "dq_exiting_app"], ["schedule", "sync", "dq_exiting_app"]):
+        with pytest.raises(SystemExit) as usage:
+            main(command)
+        assert usage.value.code == 2
+        assert capsys.readouterr().err.splitlines()[-1].endswith(
+            f"error: cannot import dq_exiting_app: SystemExit ({tmp_path / 'dq_exiting_app.py'}, line 2)")
 
 
 def test_a_child_runs_the_same_options_in_its_own_interpreter():

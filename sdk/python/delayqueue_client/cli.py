@@ -538,7 +538,7 @@ def main(argv: list[str] | None = None) -> int:
             return code
     except UsageError as exc:
         parser.error(str(exc))  # exits with code 2
-    except NotTheAPI as exc:  # a --url (or DELAYQUEUE_URL) leading elsewhere: the caller's to fix
+    except NotTheAPI as exc:  # a --url (or DELAYQUEUE_URL) leading elsewhere, a proxy's refusal: the caller's to fix
         parser.error(f"{exc.msg} ({shown_url(client.base_url)})")
     except ServerError as exc:  # no answer, or a code 500 the retries did not get past: the server's trouble
         print(f"delayqueue: error: {error_line(exc)} ({shown_url(client.base_url)})", file=sys.stderr)

@@ -74,14 +74,26 @@ class MaybeApplied(ServerError):
     code = None
 
 
+# Statuses below 500 a proxy in front of the server answers with its own page, the base URL right
+# (the queue API answers its own refusals, a body over its cap too, in the envelope).
+PROXY_REFUSALS = {
+    401: "a proxy in front of the server asks for its own login",
+    403: "a proxy in front of the server refused the request",
+    407: "the HTTP proxy asks for its own login",
+    413: "a proxy in front of the server refused the body size",
+}
+
+
 class NotTheAPI(DelayQueueError):
     """An answer that is not the API's envelope, with an HTTP status below 500 (but 408 and 429):
     the base URL does not lead to the delay queue's API (a wrong path prefix, http where the site
-    redirects to https, another site's page). Nothing was applied; no retry changes it, so none is
-    made. `status` is the HTTP status; `code` is None."""
+    redirects to https, another site's page), or a proxy in front of it refused the request (401,
+    403, 407: its own login; 413: its body cap), as the message says. Nothing was applied; no retry
+    changes it, so none is made. `status` is the HTTP status; `code` is None."""
 
     def __init__(self, status: int):
-        super().__init__(f"HTTP {status} answer, not the delay queue API's: check the base URL")
+        cause = PROXY_REFUSALS.get(status, "check the base URL")
+        super().__init__(f"HTTP {status} answer, not the delay queue API's: {cause}")
         self.status = status
 
 

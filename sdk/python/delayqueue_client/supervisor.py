@@ -69,7 +69,9 @@ def load_app(spec: str) -> Any:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise UnusableApp(f"cannot import {module_name}: {exc}") from exc
-    except Exception as exc:  # the module's own error: one line saying where, as for any usage error
+    # The module's own error, or its sys.exit() (one parsing its own arguments at import): one line
+    # saying where, as for any usage error, not the command's exit.
+    except (Exception, SystemExit) as exc:
         raise UnusableApp(f"cannot import {module_name}: {raised_where(exc)}") from exc
     if attr:
         if not hasattr(module, attr):
@@ -88,13 +90,14 @@ def load_app(spec: str) -> Any:
     return next(iter(apps.values()))
 
 
-def raised_where(error: Exception) -> str:
+def raised_where(error: BaseException) -> str:
     """`Type: text (file, line N)`, the line of the innermost module being imported (a SyntaxError's
-    text says its place itself)."""
+    text says its place itself; `Type` alone without text, as a bare sys.exit()'s)."""
     frames = [f for f in traceback.extract_tb(error.__traceback__) if f.name == "<module>"]
+    what = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
     if isinstance(error, SyntaxError) or not frames:
-        return f"{type(error).__name__}: {error}"
-    return f"{type(error).__name__}: {error} ({frames[-1].filename}, line {frames[-1].lineno})"
+        return what
+    return f"{what} ({frames[-1].filename}, line {frames[-1].lineno})"
 
 
 @dataclass

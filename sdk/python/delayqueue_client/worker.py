@@ -74,6 +74,9 @@ class Outcome(NamedTuple):
     reason: str | None = None
 
 
+GIVE_BACK = Outcome(NACK, 0, GIVEN_BACK)  # a hard stop's nack: at once, the delivery counted
+
+
 # A delivery (the pulled Message) and its outcome: a settle names that delivery, not the one held
 # under its key when the call goes (a later delivery of the same msgId may be held by then).
 Settle = tuple[Message, Outcome]
@@ -181,6 +184,12 @@ class _HandlerThreads:
                         return
 
 
+def _left_in(results: "queue.SimpleQueue[Settle | None] | asyncio.Queue[Settle | None]") -> list[Settle]:
+    """The outcomes queued for a settle loop that is gone (no one else takes from the queue)."""
+    left = (results.get_nowait() for _ in range(results.qsize()))
+    return [item for item in left if item is not None]
+
+
 def reason_text(text: str) -> str:
     """A nack reason the server takes: at most MAX_REASON characters, no NUL or lone surrogate."""
     return "".join("?" if c == "\x00" or "\ud800" <= c <= "\udfff" else c for c in text[:MAX_REASON])
@@ -250,7 +259,7 @@ class Worker:
         # A plain int, not an Event: a signal handler may interrupt a thread holding an Event's lock.
         self._stop_level = 0
         self._failure: BaseException | None = None
-        self._settler_failed = False  # no settle loop: what a hard stop gives back is nacked from run()
+        self._settler_failed = False  # no settle loop: the outcomes left queued for it are sent from run()
         self._held: dict[Key, _Held] = {}
         # At most the earliest touch_at of the held messages not decided (see _due_touches).
         self._earliest_touch = float("inf")
@@ -479,7 +488,7 @@ class Worker:
     @staticmethod
     def _given_back(messages: Iterable[Message]) -> list[Settle]:
         """A hard stop's nacks of these deliveries, without delay."""
-        return [(m, Outcome(NACK, 0, GIVEN_BACK)) for m in messages]
+        return [(m, GIVE_BACK) for m in messages]
 
     def _give_back_all(self) -> list[Settle]:
         """A hard stop: every message in hand whose outcome is not decided, nacked without delay."""
@@ -603,6 +612,10 @@ class Worker:
         log.critical("the worker's settle loop failed; the worker stops hard", exc_info=error)
         self._failure = WorkerFailed(f"the worker's settle loop failed: {type(error).__name__}: {error}")
         self._failure.__cause__ = error
+        self._settler_ended()
+
+    def _settler_ended(self) -> None:
+        """No settle loop any more: a hard stop, whose outcomes run() sends itself."""
         self._settler_failed = True
         self._stop_level = HARD
 
@@ -715,8 +728,8 @@ class Worker:
             handlers.close()  # a hard stop's handlers that did not start never do
             results.put(None)
             settler.join()
-            if self._settler_failed:  # no settle loop gave them back
-                self._give_back_now(given_back)
+            if self._settler_failed:  # no settle loop sent them
+                self._give_back_now(_left_in(results))
             end = time.monotonic() + self.wait_ms / 1000 + POLL_END_MARGIN
             for poller in pollers:  # what a poll under way brings after a hard stop, its loop gives back
                 poller.join(max(0.0, end - time.monotonic()))
@@ -760,14 +773,14 @@ class Worker:
                 return  # nothing more due now
 
     def _give_back_now(self, items: list[Settle]) -> None:
-        """Nacks these from the calling thread (no settle loop to do it); a failure leaves them to
-        their ack timeout."""
+        """Sends these outcomes (a hard stop's nacks among them) from the calling thread (no settle
+        loop to do it); a failure leaves them to their ack timeout."""
         for topic, outcome, messages in self._settle_groups(items):
             try:
                 self._sync_client().ack_many(topic, **self._settle_kwargs(outcome, messages))
             except DelayQueueError as error:
-                log.error("could not give back %s/%s (%s): delivered again after their ack timeout", topic,
-                          ", ".join(m.msg_id for m in messages), error)
+                log.error("could not send the %s of %s/%s (%s): delivered again after their ack timeout",
+                          outcome.kind, topic, ", ".join(m.msg_id for m in messages), error)
             self._release(messages)
 
     def _handle(self, message: Message, results: "queue.SimpleQueue[Settle | None]") -> bool:
@@ -844,16 +857,18 @@ class Worker:
         if not self.is_async:
             raise TypeError("run_async() needs an AsyncClient and an async handler; use run()")
         loop = asyncio.get_running_loop()
-        installed = []
+        previous: dict[signal.Signals, Any] = {}
         if install_signal_handlers and threading.current_thread() is threading.main_thread():
             for sig in SIGNALS:
+                previous[sig] = signal.getsignal(sig)
                 loop.add_signal_handler(sig, self.stop)
-                installed.append(sig)
         try:
             await self._run_tasks(burst)
         finally:
-            for sig in installed:
-                loop.remove_signal_handler(sig)
+            for sig, handler in previous.items():
+                loop.remove_signal_handler(sig)  # which resets it to the default: the previous one comes back
+                if handler is not None:  # None: one not installed from Python, which cannot be put back
+                    signal.signal(sig, handler)
 
     def _async_client(self) -> AsyncClient:
         assert isinstance(self.client, AsyncClient)
@@ -889,8 +904,10 @@ class Worker:
             self._stop_level = max(self._stop_level, DRAIN)
             raise
         finally:
-            # Shielded: a cancelled run_async still gives back and settles what it holds.
-            await asyncio.shield(self._finish_tasks(pollers, handlers, results, settler))
+            # Shielded: a cancelled run_async still gives back and settles what it holds. Closed pending
+            # (GeneratorExit: its loop gone), it can await nothing more: what it holds waits out its ack timeout.
+            if not isinstance(sys.exc_info()[1], GeneratorExit):
+                await asyncio.shield(self._finish_tasks(pollers, handlers, results, settler))
         self._raise_failure()
 
     async def _until_done(self, pollers: list["asyncio.Task[None]"]) -> None:
@@ -924,16 +941,16 @@ class Worker:
         await asyncio.gather(*pollers, *handlers, return_exceptions=True)
         results.put_nowait(None)
         await settler
-        if self._settler_failed:  # no settle loop gave them back
-            await self._give_back_async(given_back)
+        if self._settler_failed:  # no settle loop sent them
+            await self._give_back_async(_left_in(results))
 
     async def _give_back_async(self, items: list[Settle]) -> None:
         for topic, outcome, messages in self._settle_groups(items):
             try:
                 await self._async_client().ack_many(topic, **self._settle_kwargs(outcome, messages))
             except DelayQueueError as error:
-                log.error("could not give back %s/%s (%s): delivered again after their ack timeout", topic,
-                          ", ".join(m.msg_id for m in messages), error)
+                log.error("could not send the %s of %s/%s (%s): delivered again after their ack timeout",
+                          outcome.kind, topic, ", ".join(m.msg_id for m in messages), error)
             self._release(messages)
 
     async def _poll_task(self, topic: str, burst: bool, results: "asyncio.Queue[Settle | None]",
@@ -993,15 +1010,24 @@ class Worker:
                 finally:
                     if context is not None:
                         self.middleware.after_handle(context, sys.exc_info()[1])
+        except GeneratorExit:  # closed pending, its loop gone (see _run_tasks): no failure, nothing to settle
+            raise
         except BaseException as exc:  # a cancelled handler too: its message is nacked, then it is cancelled
             error = exc
         if self._finished(message, time.monotonic() - started if started is not None else None):
-            results.put_nowait((message, self._outcome(message, error)))
+            # Cancelled, not by a hard stop (which decided it first): the loop's end cancelling every task.
+            outside = isinstance(error, asyncio.CancelledError) and self._cancelling()
+            results.put_nowait((message, GIVE_BACK if outside else self._outcome(message, error)))
         if isinstance(error, (KeyboardInterrupt, SystemExit)):
             # Raised out of this task it would end the loop's run at once, every task left pending.
             self._interrupted(error)
         elif error is not None and not isinstance(error, Exception):
             raise error
+
+    @staticmethod
+    def _cancelling() -> bool:
+        task = asyncio.current_task()
+        return task is not None and task.cancelling() > 0
 
     async def _call_async(self, message: Message) -> None:
         handler: Callable[[Message], Awaitable[object]] = self.handler  # type: ignore[assignment]
@@ -1019,10 +1045,18 @@ class Worker:
     async def _settle_task(self, results: "asyncio.Queue[Settle | None]") -> None:
         try:
             await self._settle_turns_async(results)
+        except asyncio.CancelledError:  # the loop's end cancelling every task (asyncio.run after a second Ctrl-C)
+            log.warning("the worker's settle loop was cancelled; the worker stops hard")
+            self._settler_ended()
+        except GeneratorExit:  # closed pending, its loop gone (see _run_tasks)
+            raise
+        except (KeyboardInterrupt, SystemExit) as exc:  # a signal handler's, raised in its step: as in a handler's
+            self._settler_ended()
+            self._interrupted(exc)
         except BaseException as exc:  # supervised, as _settle_thread
             self._settle_loop_failed(exc)
-            if self._room_changed is not None:
-                self._room_changed.set()
+        if self._room_changed is not None:
+            self._room_changed.set()
 
     async def _settle_turns_async(self, results: "asyncio.Queue[Settle | None]") -> None:
         client = self._async_client()
