@@ -80,11 +80,6 @@ STATS_FOLD_EVERY = 1.0
 HEARTBEAT_TTL_MILLIS = 800
 HEARTBEAT_EVERY = 0.2
 WATCH_EVERY = 0.1
-# Topic passes of one namespace in flight at once. Every namespace's scanner of a process shares
-# one pipelined Redis connection: unbounded, a namespace with hundreds of topics behind on their
-# promotions queues all their calls at once, and another namespace's due message waits seconds
-# behind them. The price: hundreds of topics due at the same moment take several round trips.
-PASSES_IN_FLIGHT = 32
 
 
 class Scanner:
@@ -97,7 +92,6 @@ class Scanner:
         self.loader = Loader(rt, lambda: list(self.workers)) if rt.config.message_log else None
         # A topic is worked shard by shard (its own keys, unsharded): each has its lock and worker.
         self.workers: dict[Shard, TopicWorker] = {}
-        self.passes = asyncio.Semaphore(PASSES_IN_FLIGHT)  # taken by each TopicWorker pass
         # Set when `workers` changed: the held topics' history writer (workers/log_process.py) is told.
         self.held_changed = asyncio.Event()
         self.held_changed.set()

@@ -8,14 +8,13 @@ import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from delayqueue.api import wire
-from delayqueue.core.clock import now_millis
 from delayqueue.live import stats
 from delayqueue.live.keys import Shard
 from delayqueue.services.consume import ack_message, pull_messages
 from delayqueue.services.messages import get_message
 from delayqueue.services.send import SendRequest, send_message, send_messages
 from delayqueue.services.topics import topic_info
-from tests.helpers import REDIS_URL, make_runtime, wait_until
+from tests.helpers import wait_until
 
 
 async def drain(rt, topics, expected, timeout=30):
@@ -189,38 +188,6 @@ async def test_a_topic_runs_only_the_scripts_that_have_work_and_all_of_them_on_a
     assert passes[woken] == everything
     await wait_until(lambda: ready(earlier), timeout=5, interval=0.005, what="the second promotion")
     assert passes[-1] == ["promote_due"]
-
-
-async def test_a_namespace_with_many_topics_due_at_once_does_not_hold_up_another_namespaces_promotion(clean_state,
-                                                                                                      start_scanner):
-    """The scanners of one process share its Redis connection, as under run_scanners: a quiet
-    namespace's message due just after a busy one's backlog is promoted before most of it (before
-    all of it, when the busy namespace's topics queued every call at once)."""
-    root = make_runtime(REDIS_URL, message_log=False, scanner_batch=50)
-    busy, quiet = root.for_namespace("busy"), root.for_namespace("quiet")
-    observer = make_runtime(REDIS_URL)  # its own connection: not queued behind the scanners'
-    scanners = [await start_scanner(busy), await start_scanner(quiet)]
-    topics = [f"a{i}" for i in range(400)]
-    due = now_millis() + 2500
-    await send_messages(busy, requests=[SendRequest(topic=topic, msg="x", delay_millis=due - now_millis())
-                                        for topic in topics for _ in range(50)])
-    await send_messages(quiet, requests=[SendRequest(topic="q", msg="x", delay_millis=due + 100 - now_millis())])
-    assert now_millis() < due - 200, "the sends took too long for the test to say anything"
-
-    async def promoted():
-        pipe = observer.redis.pipeline(transaction=False)
-        pipe.llen(quiet.ns.topic("q").ready)
-        for topic in topics:
-            pipe.llen(busy.ns.topic(topic).ready)
-        quiet_ready, *busy_ready = await pipe.execute()
-        return (sum(busy_ready),) if quiet_ready else None
-
-    [busy_promoted] = await wait_until(promoted, timeout=10, interval=0.002, what="the quiet namespace's promotion")
-    assert busy_promoted < len(topics) * 50 * 3 / 4
-    for scanner in scanners:  # before the runtime they run on closes
-        await scanner.stop()
-    await observer.close()
-    await root.close()
 
 
 @pytest.mark.process
