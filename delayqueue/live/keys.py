@@ -150,6 +150,11 @@ def position(trigger_time: int, row_id: int = END_OF_MILLI) -> str:
     return f"{trigger_time}:{row_id}"
 
 
+def released_life(msg_id: str, produce_time: int) -> str:
+    """A member of TopicKeys.released: one life of the msgId (the scripts build it as id .. ':' .. produced)."""
+    return f"{msg_id}:{produce_time}"
+
+
 def least_position(positions: Iterable[str | None]) -> str | None:
     """The first of loaded_to positions in the log's order (None: none), None when all are."""
     return min((at for at in positions if at is not None), key=parse_position, default=None)

@@ -12,7 +12,7 @@ from delayqueue.core.constants import Status
 from delayqueue.core.exceptions import Conflict, LogUnavailable, NotFound
 from delayqueue.core.messages import Message
 from delayqueue.live import scripts
-from delayqueue.live.keys import Meta, Shard, least_position, parse_position
+from delayqueue.live.keys import Meta, Shard, least_position, parse_position, released_life
 from delayqueue.live.shards import message_shards, shard_of, topic_shards
 from delayqueue.runtime import Runtime
 from delayqueue.stores.topic_settings import DEFAULT as DEFAULT_SETTINGS
@@ -179,7 +179,9 @@ async def _delete_lost(rt: Runtime, shard: Shard, msg_id: str) -> bool:
     of (keys.py's `released`), the log writer not caught up, is left alone: it ended, and a resend
     of its msgId is a new life."""
     live = await rt.log.live_message(shard.topic, msg_id)
-    if live is None or await rt.redis.zscore(rt.ns.topic(shard).released, f"{msg_id}:{live.produce_time}") is not None:
+    if live is None:
+        return False
+    if await rt.redis.zscore(rt.ns.topic(shard).released, released_life(msg_id, live.produce_time)) is not None:
         return False
     await rt.log.delete_lost(live)
     kept = await rt.scripts.call(scripts.delete(rt.context, shard, msg_id=msg_id, release=False,
