@@ -47,14 +47,15 @@ async def test_json_bodies_and_query_strings_are_accepted(api):
     assert response.json()["delayMsg"]["status"] == 1
 
 
-async def test_query_string_and_body_merge_with_the_body_winning(api):
-    response = await api.post(API + "sendMsg?topic=q&msg=from-query&delayMillis=0&msgId=m1", data={"msg": "from-body"})
+async def test_query_string_and_body_merge(api):
+    """Each parameter from either; one in both is refused (test_request_bodies.py)."""
+    response = await api.post(API + "sendMsg?topic=q&delayMillis=0&msgId=m1", data={"msg": "from-body"})
     sent = response.json()["delayMsg"]
     assert (sent["topic"], sent["msgId"], sent["msg"], sent["status"]) == ("q", "m1", "from-body", 2)
-    response = await api.post(API + "sendMsg?msg=from-query", params={"topic": "q", "delayMillis": "0"},
+    response = await api.post(API + "sendMsg", params={"topic": "q", "delayMillis": "0"},
                               data={"msg": "from-multipart", "msgId": "m2"}, files={"attachment": b"ignored"})
     sent = response.json()["delayMsg"]
-    assert (sent["msgId"], sent["msg"]) == ("m2", "from-multipart")
+    assert (sent["topic"], sent["msgId"], sent["msg"]) == ("q", "m2", "from-multipart")
 
 
 async def test_ack_defaults_to_true_and_false_means_nack(api):

@@ -168,7 +168,7 @@ async def test_a_json_null_counts_as_an_absent_parameter(api):
 
 async def test_a_parameter_given_twice_is_400_naming_it(api):
     """Which of two topics a client meant is a guess (Django keeps the last, Spring joins them with
-    ","): refused, in a form body, a query string or a multipart body. camellia's SDK sends each
+    ","): refused, in a form body, a query string, a multipart body or one in each. camellia's SDK sends each
     parameter once, from a map."""
     repeated = [
         ("post", SEND, b"topic=a&msg=m&delayMillis=0&topic=b", FORM, "topic: given more than once in the request body"),
@@ -177,6 +177,12 @@ async def test_a_parameter_given_twice_is_400_naming_it(api):
          "topic: given more than once in the query string"),
         ("post", "/camellia/delayQueue/ackMsgBatch", b"topic=a&msgIds=m1&msgIds=m2", FORM,
          "msgIds: given more than once in the request body"),
+    ]
+    both = "given in both the query string and the request body"
+    repeated += [  # Spring would join the query string's value and the body's
+        ("post", SEND + "?topic=a", b"topic=b&msg=m&delayMillis=0", FORM, f"topic: {both}"),
+        ("post", SEND + "?msg=m", b'{"topic": "a", "msg": "m", "delayMillis": 0}', {"content-type": "application/json"},
+         f"msg: {both}"),
     ]
     for method, url, body, headers, problem in repeated:
         answer = await api.request(method.upper(), url, content=body, headers=headers)

@@ -14,8 +14,8 @@ from rest_framework.views import APIView
 from delayqueue.api import edge, health_state
 from delayqueue.api.auth import authorize
 from delayqueue.api.edge import HELD_PATHS, body_too_big
-from delayqueue.api.parsers import (FORM_CONTENT_TYPE, FormBodyParser, FormError, JSONBodyParser, StrictMultiPartParser,
-                                    parse_fields, parse_form, repeated_field)
+from delayqueue.api.parsers import (FORM_CONTENT_TYPE, NAME_SHOWN, FormBodyParser, FormError, JSONBodyParser,
+                                    StrictMultiPartParser, parse_fields, parse_form, repeated_field)
 from delayqueue.api.validation import FastValidation, first_error
 from delayqueue.core.constants import Scope
 from delayqueue.core.exceptions import BadRequest, Refused, error_body
@@ -175,7 +175,8 @@ class QueueAPIView(APIView):
         return encoding
 
     def params(self) -> dict:
-        """Query string and body (form or JSON object) merged; the body wins."""
+        """Query string and body (form or JSON object) merged. A name in both is refused, as one given
+        twice in either is: Spring would join the two values."""
         request = self.request
         if query_string_error := getattr(request, "query_string_error", None):  # see api/asgi.py
             raise BadRequest(query_string_error)
@@ -196,6 +197,8 @@ class QueueAPIView(APIView):
                 data = data.dict()
             if not isinstance(data, dict):
                 raise BadRequest("request body must be form fields or a JSON object")
+        if both := next((name for name in data if name in params), None):
+            raise BadRequest(f"{both[:NAME_SHOWN]}: given in both the query string and the request body")
         params.update(data)
         return given(params)
 
