@@ -215,7 +215,9 @@ ALWAYS = {"crashing": ({"SDK_APP_CRASH": "1"}, r"crashed \(exit code 1\)"),
 def test_a_child_that_always_ends_at_once_is_restarted_with_a_growing_delay(sdk_server, tmp_path, how):
     env, ended = ALWAYS[how]
     with supervisor(sdk_server, tmp_path, "--processes", "1", **env) as sup:
-        wait_for(lambda: sup.output().count("restarting in") >= 3, timeout=30,
+        # Four children's starts (an interpreter and the SDK's imports each) and 3.5 s of delays:
+        # under the full suite's load a start has taken several seconds.
+        wait_for(lambda: sup.output().count("restarting in") >= 3, timeout=60,
                  what=lambda: f"three restarts; the supervisor's output:\n{sup.output()}")
         sup.signal()
         assert sup.wait() == 0, sup.output()
