@@ -20,6 +20,7 @@ import pytest
 from delayqueue_client import BadRequest, Conflict, DeadLetter, NotFound, NotTheAPI, ServerError, Worker
 from delayqueue_client._calls import Call
 from delayqueue_client._http import MaybeSent, NotSent
+from delayqueue_client.middleware import Middleware
 from delayqueue_client.testing import FakeClock, FakeServer
 
 from tests.helpers import ROOT, wait_for
@@ -719,9 +720,15 @@ def test_an_interrupt_the_event_loop_of_an_async_workers_run_raises_stops_it_har
     """Ctrl-C while the loop waits (a second one, asyncio.run's first cancelling): it left run_async's
     tasks pending, and closing the loop cancelled them all, nothing given back. Under asyncio.run,
     whose closing cancels every task, that is no failed settle loop or handler either; under a loop of
-    one's own, closed with them pending, they can do nothing (left to their ack timeout) but say nothing."""
+    one's own, closed with them pending, they can do nothing (left to their ack timeout) but say nothing.
+    Their middleware is told so: interrupted, not failed (a span in error, a failure counted)."""
     server = FakeServer()
     client = server.async_client()
+    handled = []
+
+    class Recorder(Middleware):
+        def after_handle(self, ctx, error):
+            handled.append((ctx.message.msg_id, error, ctx.interrupted))
 
     def interrupt():
         raise KeyboardInterrupt
@@ -733,7 +740,7 @@ def test_an_interrupt_the_event_loop_of_an_async_workers_run_raises_stops_it_har
 
     for i in range(3):
         server.client().send("jobs", "x", msg_id=f"m{i}")
-    worker = Worker(client, "jobs", handler, concurrency=3, wait_ms=100)
+    worker = Worker(client, "jobs", handler, concurrency=3, wait_ms=100, middleware=[Recorder()])
     with caplog.at_level(logging.WARNING), pytest.raises(KeyboardInterrupt):
         if how == "asyncio.run":
             asyncio.run(worker.run_async(install_signal_handlers=False))
@@ -745,6 +752,7 @@ def test_an_interrupt_the_event_loop_of_an_async_workers_run_raises_stops_it_har
         == []
     status = CONSUMING if how == "own loop" else READY
     assert [server.client().get("jobs", f"m{i}").status for i in range(3)] == [status] * 3
+    assert sorted(handled) == [(f"m{i}", None, True) for i in range(3)]
 
 
 async def test_a_cancelled_async_worker_draining_still_stops_hard_on_a_second_stop():

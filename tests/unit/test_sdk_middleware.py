@@ -108,6 +108,19 @@ def test_a_failed_handler_marks_its_span_as_an_error(spans):
     assert [e.name for e in span.events] == ["exception"]
 
 
+def test_an_interrupted_handlers_span_is_no_error_and_says_so(spans):
+    """A handler cancelled by a hard stop, its message given back: not a failure of the handler."""
+    provider, exporter = spans
+    middleware = OpenTelemetryMiddleware(provider)
+    handle = HandleContext(message=message())
+    middleware.before_handle(handle)
+    handle.interrupted = True  # as the worker sets it, passing no error
+    middleware.after_handle(handle, None)
+    [span] = exporter.get_finished_spans()
+    assert span.status.status_code == trace.StatusCode.UNSET and span.events == ()
+    assert span.attributes["delayqueue.interrupted"] is True
+
+
 def test_a_plain_message_has_no_headers_and_its_process_span_starts_a_trace(spans):
     provider, exporter = spans
     middleware = OpenTelemetryMiddleware(provider)
@@ -134,6 +147,9 @@ def test_prometheus_counts_outcomes_durations_and_lateness():
     failed = HandleContext(message=due, task="a.b", started=1_000.0)
     middleware.before_handle(failed)
     middleware.after_handle(failed, ValueError())
+    interrupted = HandleContext(message=due, task="a.b", started=1_000.0, interrupted=True)
+    middleware.before_handle(interrupted)
+    middleware.after_handle(interrupted, None)
     middleware.after_settle(SettleContext(message=due, outcome="ack", done=True))
     middleware.after_settle(SettleContext(message=due, outcome="nack", done=False))
 
@@ -144,9 +160,10 @@ def test_prometheus_counts_outcomes_durations_and_lateness():
     assert value("delayqueue_client_sent_total", topic="t", outcome="error") == 1
     assert value("delayqueue_client_handled_total", topic="t", task="a.b", outcome="ok") == 1
     assert value("delayqueue_client_handled_total", topic="t", task="a.b", outcome="error") == 1
-    assert value("delayqueue_client_handle_seconds_count", topic="t", task="a.b") == 2
-    assert value("delayqueue_client_lateness_seconds_count", topic="t") == 2
+    assert value("delayqueue_client_handled_total", topic="t", task="a.b", outcome="interrupted") == 1
+    assert value("delayqueue_client_handle_seconds_count", topic="t", task="a.b") == 3
+    assert value("delayqueue_client_lateness_seconds_count", topic="t") == 3
     assert value("delayqueue_client_lateness_seconds_sum", topic="t") == pytest.approx(0.25)
-    assert value("delayqueue_client_lateness_seconds_bucket", topic="t", le="0.25") == 2
+    assert value("delayqueue_client_lateness_seconds_bucket", topic="t", le="0.25") == 3
     assert value("delayqueue_client_settled_total", topic="t", outcome="ack", taken="true") == 1
     assert value("delayqueue_client_settled_total", topic="t", outcome="nack", taken="false") == 1

@@ -1009,14 +1009,16 @@ class Worker:
                     await self._call_async(message)
                 finally:
                     if context is not None:
-                        self.middleware.after_handle(context, sys.exc_info()[1])
+                        failure = sys.exc_info()[1]
+                        context.interrupted = self._stopped_from_outside(failure)
+                        self.middleware.after_handle(context, None if context.interrupted else failure)
         except GeneratorExit:  # closed pending, its loop gone (see _run_tasks): no failure, nothing to settle
             raise
         except BaseException as exc:  # a cancelled handler too: its message is nacked, then it is cancelled
             error = exc
         if self._finished(message, time.monotonic() - started if started is not None else None):
             # Cancelled, not by a hard stop (which decided it first): the loop's end cancelling every task.
-            outside = isinstance(error, asyncio.CancelledError) and self._cancelling()
+            outside = self._stopped_from_outside(error)
             results.put_nowait((message, GIVE_BACK if outside else self._outcome(message, error)))
         if isinstance(error, (KeyboardInterrupt, SystemExit)):
             # Raised out of this task it would end the loop's run at once, every task left pending.
@@ -1025,8 +1027,12 @@ class Worker:
             raise error
 
     @staticmethod
-    def _cancelling() -> bool:
-        task = asyncio.current_task()
+    def _stopped_from_outside(error: BaseException | None) -> bool:
+        """Whether a handler's task ended by being closed (its loop gone) or cancelled from outside (a
+        hard stop, the loop's end), not by a CancelledError of the handler's own: no failure."""
+        if isinstance(error, GeneratorExit):
+            return True  # first: with its loop gone there is no current task to ask
+        task = asyncio.current_task() if isinstance(error, asyncio.CancelledError) else None
         return task is not None and task.cancelling() > 0
 
     async def _call_async(self, message: Message) -> None:
