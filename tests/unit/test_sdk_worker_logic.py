@@ -150,12 +150,17 @@ def test_a_retry_delay_must_be_a_finite_number_of_seconds_not_negative():
     assert Retry(0).delay == 0 and Retry(timedelta(days=1)).delay == 86_400
 
 
-def test_a_handlers_retry_dead_letter_or_exception_decides_the_nack(client):
+def test_a_handlers_retry_dead_letter_or_exception_decides_the_nack(client, caplog):
     worker = Worker(client, "t", print)
     assert worker._outcome(message(), None) == Outcome(ACK)
-    assert worker._outcome(message(), Retry(30)) == Outcome(NACK, 30_000, "Retry: retry in 30 s")
+    with caplog.at_level("INFO", logger="delayqueue_client.worker"):
+        assert worker._outcome(message(), Retry(30)) == Outcome(NACK, 30_000, "Retry: retry in 30 s")
+        assert worker._outcome(message(), Retry()) == Outcome(NACK, None, "Retry: retry")  # the topic's backoff
+    # Asked for by the handler, with or without a delay: no failure, so INFO and no traceback (docs/sdk.md).
+    assert [(r.levelname, r.exc_info, r.getMessage()) for r in caplog.records] == [
+        ("INFO", None, "handler asked to retry t/m (retry in 30 s)"),
+        ("INFO", None, "handler asked to retry t/m (retry)")]
     assert worker._outcome(message(), Retry(timedelta(milliseconds=1500))).delay_ms == 1500
-    assert worker._outcome(message(), Retry()) == Outcome(NACK, None, "Retry: retry")  # the topic's backoff
     assert worker._outcome(message(), DeadLetter("unknown task x")) == Outcome(DEAD, None, "unknown task x")
     assert worker._outcome(message(), DeadLetter()) == Outcome(DEAD, None, None)
     assert worker._outcome(message(), ValueError("bad input")) == Outcome(NACK, None, "ValueError: bad input")
