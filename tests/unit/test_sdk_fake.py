@@ -581,6 +581,22 @@ def test_a_worker_dead_letters_on_dead_letter_and_touches_a_handler_slower_than_
     assert [(m.msg_id, m.dead_reason) for m in client.dead_letters("jobs").messages] == [("p", "dead_lettered")]
 
 
+def test_a_body_nested_too_deep_for_json_is_handled_and_settled_under_middleware(client):
+    """Reading a body as a task envelope for the middleware's context raised RecursionError outside
+    the handler: the thread worker never settled the message, touched it for ever, never drained."""
+    handled = []
+    client.send("jobs", "[" * 100_000, msg_id="deep")
+    worker = Worker(client, "jobs", lambda m: handled.append(m.msg_id), middleware=[Middleware()], wait_ms=50)
+    runner = threading.Thread(target=worker.run, kwargs={"burst": True, "install_signal_handlers": False})
+    runner.start()
+    runner.join(timeout=10)
+    if runner.is_alive():
+        worker.stop()
+        worker.stop()
+        runner.join(timeout=10)
+    assert handled == ["deep"] and client.get("jobs", "deep").status == ACKED
+
+
 def test_a_worker_settling_a_delivery_whose_ack_timeout_passed_leaves_the_next_delivery_alone(server, client):
     started, release = threading.Event(), threading.Event()
 

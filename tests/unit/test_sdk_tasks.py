@@ -53,6 +53,7 @@ def test_the_envelope_is_versioned_compact_json_and_reads_back():
 @pytest.mark.parametrize("body,problem", [
     (None, "no body"),
     ("plain text", "not JSON"),
+    ("[" * 100_000, "nested too deep"),
     ('{"task": "m.f"}', 'no "v"'),
     ('[1, 2]', 'no "v"'),
     ('{"v": 2, "task": "m.f", "args": [], "kwargs": {}}', "version 2 is unknown"),
