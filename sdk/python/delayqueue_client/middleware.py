@@ -176,7 +176,9 @@ class OpenTelemetryMiddleware(Middleware):
         from opentelemetry import context
 
         token = ctx.state.pop("otel_token", None)
-        if token is not None:
+        # Interrupted, it was an asyncio task, whose context ends with it: closed with its loop gone,
+        # this runs in another context, where detaching fails (and OpenTelemetry logs an error).
+        if token is not None and not ctx.interrupted:
             context.detach(token)
         span = ctx.state.pop("otel_span", None)
         if span is not None:
