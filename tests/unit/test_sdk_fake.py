@@ -664,6 +664,34 @@ def test_an_async_workers_signal_handlers_give_back_the_ones_before_it():
             signal.signal(sig, handler_before)
 
 
+def test_an_async_workers_signal_handlers_leave_a_loops_own_in_place():
+    """A handler of the loop's (loop.add_signal_handler) was dropped by run_async's own removal:
+    SIGTERM then reached no one, and a process could no longer be stopped by it."""
+    server = FakeServer()
+    got = []
+
+    async def handler(message):
+        pass
+
+    async def main():
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, got.append, "mine")
+        await Worker(server.async_client(), "jobs", handler).run_async(burst=True)
+        assert signal.getsignal(signal.SIGTERM) not in (signal.SIG_DFL, None)  # the kill below ends no test run
+        os.kill(os.getpid(), signal.SIGTERM)
+        for _ in range(100):
+            if got:
+                break
+            await asyncio.sleep(0.01)
+
+    assert threading.current_thread() is threading.main_thread()  # where the worker installs its own
+    before = signal.getsignal(signal.SIGTERM)
+    try:
+        asyncio.run(main())
+    finally:
+        signal.signal(signal.SIGTERM, before)
+    assert got == ["mine"]
+
+
 def test_a_ctrl_c_in_the_async_settle_loops_step_is_raised_not_a_failed_settle_loop(caplog):
     """asyncio's second Ctrl-C raises where the loop's thread is: in the settle task's step too."""
     server = FakeServer()

@@ -190,6 +190,12 @@ def _left_in(results: "queue.SimpleQueue[Settle | None] | asyncio.Queue[Settle |
     return [item for item in left if item is not None]
 
 
+def _restore_signal_handlers(previous: dict[signal.Signals, Any]) -> None:
+    for sig, handler in previous.items():
+        # None: one not installed from Python, which cannot be put back; the default comes back instead.
+        signal.signal(sig, signal.SIG_DFL if handler is None else handler)
+
+
 def reason_text(text: str) -> str:
     """A nack reason the server takes: at most MAX_REASON characters, no NUL or lone surrogate."""
     return "".join("?" if c == "\x00" or "\ud800" <= c <= "\udfff" else c for c in text[:MAX_REASON])
@@ -668,14 +674,18 @@ class Worker:
                     except asyncio.CancelledError:
                         pass  # cancelled by a first Ctrl-C, it was draining: given back now all the same
                     raise
-        previous: dict[signal.Signals, Any] = {}
-        if install_signal_handlers and threading.current_thread() is threading.main_thread():
-            previous = {sig: signal.signal(sig, self._on_signal) for sig in SIGNALS}
+        previous = self._install_signal_handlers() if install_signal_handlers else {}
         try:
             self._run_threads(burst)
         finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
+            _restore_signal_handlers(previous)
+
+    def _install_signal_handlers(self) -> dict[signal.Signals, Any]:
+        """SIGTERM and SIGINT call stop(), when in the main thread (the only one that may set them):
+        the handlers they had, for _restore_signal_handlers."""
+        if threading.current_thread() is not threading.main_thread():
+            return {}
+        return {sig: signal.signal(sig, self._on_signal) for sig in SIGNALS}
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         self.stop()
@@ -856,19 +866,13 @@ class Worker:
         still waits for its handlers and settles their messages (a drain)."""
         if not self.is_async:
             raise TypeError("run_async() needs an AsyncClient and an async handler; use run()")
-        loop = asyncio.get_running_loop()
-        previous: dict[signal.Signals, Any] = {}
-        if install_signal_handlers and threading.current_thread() is threading.main_thread():
-            for sig in SIGNALS:
-                previous[sig] = signal.getsignal(sig)
-                loop.add_signal_handler(sig, self.stop)
+        # As run(), not with loop.add_signal_handler: its remove_signal_handler would drop a handler of
+        # the loop's own that ours replaced, and SIGTERM would then reach no one.
+        previous = self._install_signal_handlers() if install_signal_handlers else {}
         try:
             await self._run_tasks(burst)
         finally:
-            for sig, handler in previous.items():
-                loop.remove_signal_handler(sig)  # which resets it to the default: the previous one comes back
-                if handler is not None:  # None: one not installed from Python, which cannot be put back
-                    signal.signal(sig, handler)
+            _restore_signal_handlers(previous)
 
     def _async_client(self) -> AsyncClient:
         assert isinstance(self.client, AsyncClient)
