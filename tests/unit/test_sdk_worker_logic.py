@@ -208,6 +208,19 @@ def test_retry_backoff_grows_with_the_deliveries_where_the_topic_sets_none(clien
     assert worker._outcome(message(retry), Retry(5)).delay_ms == 5_000  # the handler's own delay wins
 
 
+def test_a_retry_delay_that_fails_leaves_the_wait_to_the_retry_backoff(client, caplog):
+    """retry_delay is the user's code (reading the message, say): raising, or answering no number of
+    seconds, it made the outcome raise, and the thread worker never settled the message (nor drained);
+    a negative one made a nack the server refuses."""
+    for answer in (lambda m: 1 / 0, lambda m: "soon", lambda m: float("inf"), lambda m: -1):
+        worker = Worker(client, "t", print, retry_backoff=(2, 60), retry_delay=answer)
+        worker._configured("t", {"ackTimeoutMillis": 30_000, "retryBackoffMillis": 0})
+        with caplog.at_level("ERROR", logger="delayqueue_client.worker"):
+            assert worker._outcome(message(retry=2), ValueError("x")) == Outcome(NACK, 4_000, "ValueError: x")
+    assert [r.getMessage() for r in caplog.records if "retry_delay" in r.getMessage()] == [
+        "retry_delay failed on t/m; the worker's retry_backoff (or the topic's) applies"] * 4
+
+
 def test_worker_options_are_checked(client):
     assert Worker(client, ["a", "b", "a"], print).topics == ("a", "b")
     assert Worker(client, "a", print).topics == ("a",)

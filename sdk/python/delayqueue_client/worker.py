@@ -342,9 +342,14 @@ class Worker:
     def _backoff_ms(self, message: Message) -> int | None:
         """The message's retry delay, else the worker's retry backoff, for this delivery; None where
         the topic's own applies."""
-        delay = None if self.retry_delay is None else self.retry_delay(message)
-        if delay is not None:
-            return round(delay * 1000)
+        if self.retry_delay is not None:
+            try:  # the user's code: failing, it must not cost the message its settle
+                delay = Retry(self.retry_delay(message)).delay  # checked as a handler's Retry(delay) is
+                if delay is not None:
+                    return round(delay * 1000)
+            except Exception:
+                log.exception("retry_delay failed on %s/%s; the worker's retry_backoff (or the topic's) applies",
+                              message.topic, message.msg_id)
         if self.retry_backoff is None or self._own_backoff.get(message.topic, False):
             return None
         low, high = self.retry_backoff
