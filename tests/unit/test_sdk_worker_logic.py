@@ -13,6 +13,8 @@ from delayqueue_client._http import NotSent
 from delayqueue_client.testing import FakeServer
 from delayqueue_client.worker import ACK, DEAD, GIVEN_BACK, NACK, Outcome, _HandlerThreads, error_reason
 
+from tests.helpers import wait_for
+
 API_MESSAGE = {"topic": "t", "msgId": "m", "msg": "body", "produceTime": 1, "triggerTime": 1, "expireTime": 9,
                "maxRetry": 3, "retry": 1, "status": 3}
 
@@ -305,6 +307,36 @@ def test_a_handler_thread_runs_messages_in_order_and_survives_a_failing_one():
     threads.close()
     threads._threads[0].join(10)
     assert done == [f"m{n}" for n in range(10) if n != 3] and not threads._threads[0].is_alive()
+
+
+def test_a_handler_thread_given_up_and_replaced_is_forgotten_once_it_ends():
+    """Each handler given up at its handler_timeout gets a thread in its place; the given-up one
+    ended when it returned but stayed listed: a worker timing out handlers for days grew without end."""
+    release, second_done = threading.Event(), threading.Event()
+    running_m0: list[threading.Thread] = []
+
+    def handle(message):
+        if message.msg_id == "m0":
+            running_m0.append(threading.current_thread())
+            release.wait(10)
+            return False  # given up meanwhile: its outcome is not the message's
+        second_done.set()
+        return True
+
+    threads = _HandlerThreads(1, handle)
+    try:
+        threads.put(message_numbered(0))
+        wait_for(lambda: running_m0, what="m0's handler running")
+        threads.replace_one()  # as the settle loop does once m0's handler ran past its timeout
+        threads.put(message_numbered(1))
+        assert second_done.wait(10)  # run by the thread in its place
+        [given_up] = running_m0
+        release.set()
+        given_up.join(10)
+        assert not given_up.is_alive() and given_up not in threads._threads and len(threads._threads) == 1
+    finally:
+        release.set()
+        threads.close()
 
 
 def test_closed_handler_threads_take_nothing_and_drop_what_no_thread_started():

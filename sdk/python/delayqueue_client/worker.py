@@ -12,6 +12,7 @@ fail unexpectedly, the worker stops hard and run() raises WorkerFailed. So are t
 failing unexpectedly drains the worker, then run() raises WorkerFailed."""
 import asyncio
 import inspect
+import itertools
 import logging
 import queue
 import signal
@@ -130,14 +131,15 @@ class _HandlerThreads:
         self._work: queue.SimpleQueue[Message | None] = queue.SimpleQueue()
         self._closed = False
         self._handle = handle
-        self._threads: list[threading.Thread] = []
+        self._threads: list[threading.Thread] = []  # those running (a given-up one leaves once it ends)
+        self._numbers = itertools.count()  # for the threads' names
         self._excess = 0  # threads beyond `count` (replace_one): those whose handler was given up end
         self._lock = threading.Lock()
         for _ in range(count):
             self._start()
 
     def _start(self) -> None:
-        thread = threading.Thread(target=self._run, name=f"dq-worker-{len(self._threads)}")
+        thread = threading.Thread(target=self._run, name=f"dq-worker-{next(self._numbers)}")
         self._threads.append(thread)
         thread.start()
 
@@ -181,6 +183,7 @@ class _HandlerThreads:
                 with self._lock:
                     if self._excess:
                         self._excess -= 1
+                        self._threads.remove(threading.current_thread())
                         return
 
 
