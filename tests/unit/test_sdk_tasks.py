@@ -10,6 +10,7 @@ import pydantic
 import pytest
 from delayqueue_client import (App, AsyncClient, Client, DeadLetter, EagerHandle, EnvelopeError, Message, Retry,
                                TaskStatus, TaskTooLarge, Worker)
+from delayqueue_client._calls import MAX_REASON
 from delayqueue_client.envelope import MAX_MSG_BYTES, Envelope, decode, encode
 from delayqueue_client.middleware import Middleware
 
@@ -281,7 +282,9 @@ def test_what_no_retry_can_run_is_dead_lettered_with_a_reason(app):
         assert reason in raised.value.reason, raised.value.reason
     with pytest.raises(DeadLetter) as long:  # the server bounds a reason: a message's text cannot overflow it
         app.handle(message(envelope_of("x" * 5000)))
-    assert long.value.reason.startswith("unknown task 'xxx") and len(long.value.reason) == 500
+    # Cut where the server cuts a nack's reason (the worker sends no more), so its dead_detail shows the "…".
+    assert long.value.reason.startswith("unknown task 'xxx") and len(long.value.reason) == MAX_REASON
+    assert long.value.reason.endswith("…")
 
 
 def test_a_plain_task_runs_each_call_that_fits_and_dead_letters_each_that_does_not(app):

@@ -35,7 +35,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any, Generic, NoReturn, ParamSpec, TypeVar
 
-from delayqueue_client._calls import Call, send_body, send_call
+from delayqueue_client._calls import MAX_REASON, Call, send_body, send_call
 from delayqueue_client.client import AsyncClient, Client
 from delayqueue_client.envelope import MAX_MSG_BYTES, Envelope, EnvelopeError, decode, encode
 from delayqueue_client.errors import Conflict, DeadLetter, DelayQueueError, Retry
@@ -49,9 +49,6 @@ P = ParamSpec("P")
 R = TypeVar("R")
 T = TypeVar("T")
 Duration = float | timedelta
-# A dead letter's reason is cut to this many characters: the server bounds the nack reason it
-# stores, and a message's own text (a task name, a validation error) may be of any length.
-MAX_REASON_CHARS = 500
 # A scheduled task's server schedule: "task:<task name>" (schedule_id_for), within the server's
 # rule for a scheduleId (1-128 of letters, digits, '.', '_', ':', '-').
 SCHEDULE_PREFIX = "task:"
@@ -236,7 +233,9 @@ def _mentions(annotation: Any, model: type) -> bool:
 
 
 def _dead(reason: str) -> DeadLetter:
-    return DeadLetter(reason if len(reason) <= MAX_REASON_CHARS else reason[:MAX_REASON_CHARS - 1] + "…")
+    """A message's own text (a task name, a validation error) may be of any length: cut where the
+    server bounds a nack's reason (the worker sends no more), marked, so its dead_detail shows it."""
+    return DeadLetter(reason if len(reason) <= MAX_REASON else reason[:MAX_REASON - 1] + "…")
 
 
 def _backoff(value: Duration | tuple[Duration, Duration] | None) -> tuple[float, float] | None:
