@@ -263,6 +263,19 @@ def test_pydantic_models_are_validated_dumped_and_rebuilt(app):
     assert json.loads(body)["args"] == [{"id": 3, "lines": ["x"]}]  # the model's JSON data travels
 
 
+def test_a_model_parameter_counts_when_another_annotation_cannot_be_resolved(app):
+    """As under `from __future__ import annotations` with a name imported only under TYPE_CHECKING:
+    that one annotation failing made every one unread, and the Order parameter took plain data."""
+    got = []
+
+    @app.task(name="charge")
+    def charge(order: "Order", discount: "Decimal | None" = None) -> None:  # noqa: F821  (Decimal: not imported)
+        got.append(order)
+    charge.send({"id": "7"})
+    charge.send(Order(id=8))
+    assert got == [Order(id=7), Order(id=8)]
+
+
 # --- the worker's side: App.handle
 
 def test_what_no_retry_can_run_is_dead_lettered_with_a_reason(app):

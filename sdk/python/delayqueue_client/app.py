@@ -26,6 +26,7 @@ import inspect
 import re
 import sys
 import threading
+import types
 import typing
 from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -169,13 +170,28 @@ class _Signature:
         return self._adapters
 
     def _model_adapters(self, pydantic: Any) -> dict[str, tuple[inspect.Parameter, Any]]:
-        try:
-            hints = typing.get_type_hints(self.fn)
-        except Exception:  # a name only imported under TYPE_CHECKING: the annotations as written
-            hints = {name: p.annotation for name, p in self.signature.parameters.items()}
+        hints = self._type_hints()
         return {name: (param, pydantic.TypeAdapter(hints[name]))
                 for name, param in self.signature.parameters.items()
                 if name in hints and _mentions(hints[name], pydantic.BaseModel)}
+
+    def _type_hints(self) -> dict[str, Any]:
+        """The parameters' annotations, resolved. One that cannot be (a name imported only under
+        TYPE_CHECKING, with `from __future__ import annotations`) is left out, not every one with it."""
+        try:
+            return typing.get_type_hints(self.fn)
+        except Exception:
+            pass
+        hints: dict[str, Any] = {}
+        for name, param in self.signature.parameters.items():
+            if param.annotation is inspect.Parameter.empty:
+                continue
+            one = types.SimpleNamespace(__annotations__={name: param.annotation})  # what get_type_hints reads
+            try:
+                hints.update(typing.get_type_hints(one, globalns=getattr(inspect.unwrap(self.fn), "__globals__", None)))
+            except Exception:
+                continue
+        return hints
 
     def _converted(self, args: Sequence[Any], kwargs: Mapping[str, Any],
                    convert: Callable[[Any, Any], Any]) -> tuple[list[Any], dict[str, Any]]:
