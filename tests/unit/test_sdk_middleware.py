@@ -109,6 +109,21 @@ def test_a_failed_handler_marks_its_span_as_an_error(spans):
     assert [e.name for e in span.events] == ["exception"]
 
 
+def test_a_span_ends_even_when_its_errors_text_cannot_be_read(spans):
+    """The worker settles a message whose exception's str() raises; its span was never ended (lost)."""
+    class Unreadable(Exception):
+        def __str__(self):
+            raise RuntimeError("no text")
+
+    provider, exporter = spans
+    chain = Chain([OpenTelemetryMiddleware(provider)])
+    handle = HandleContext(message=message())
+    chain.before_handle(handle)
+    chain.after_handle(handle, Unreadable())
+    [span] = exporter.get_finished_spans()
+    assert span.attributes["error.type"] == "Unreadable"
+
+
 def test_an_interrupted_handlers_span_is_no_error_and_says_so(spans, caplog):
     """A handler cancelled by a hard stop, its message given back: not a failure of the handler.
     Closed with its loop gone, its after_handle runs outside its task's context, where OpenTelemetry

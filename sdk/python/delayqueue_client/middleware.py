@@ -190,11 +190,13 @@ class OpenTelemetryMiddleware(Middleware):
 def _end(span: Any, error: BaseException | None) -> None:
     from opentelemetry.trace import Status, StatusCode
 
-    if error is not None:
-        span.record_exception(error)
-        span.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {error}"))
-        span.set_attribute("error.type", type(error).__name__)
-    span.end()
+    try:
+        if error is not None:
+            span.set_attribute("error.type", type(error).__name__)
+            span.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {error}"))
+            span.record_exception(error)
+    finally:  # an error whose text cannot be read (its str() raises) still ends its span, marked by its type
+        span.end()
 
 
 class PrometheusMiddleware(Middleware):
