@@ -20,6 +20,7 @@ import pytest
 from delayqueue_client import BadRequest, Conflict, DeadLetter, NotFound, NotTheAPI, ServerError, Worker
 from delayqueue_client._calls import Call
 from delayqueue_client._http import MaybeSent, NotSent
+from delayqueue_client.middleware import Middleware
 from delayqueue_client.testing import FakeClock, FakeServer
 
 from tests.helpers import ROOT, wait_for
@@ -580,6 +581,22 @@ def test_a_worker_dead_letters_on_dead_letter_and_touches_a_handler_slower_than_
     assert [(m.msg_id, m.dead_reason) for m in client.dead_letters("jobs").messages] == [("p", "dead_lettered")]
 
 
+def test_a_body_nested_too_deep_for_json_is_handled_and_settled_under_middleware(client):
+    """Reading a body as a task envelope for the middleware's context raised RecursionError outside
+    the handler: the thread worker never settled the message, touched it for ever, never drained."""
+    handled = []
+    client.send("jobs", "[" * 100_000, msg_id="deep")
+    worker = Worker(client, "jobs", lambda m: handled.append(m.msg_id), middleware=[Middleware()], wait_ms=50)
+    runner = threading.Thread(target=worker.run, kwargs={"burst": True, "install_signal_handlers": False})
+    runner.start()
+    runner.join(timeout=10)
+    if runner.is_alive():
+        worker.stop()
+        worker.stop()
+        runner.join(timeout=10)
+    assert handled == ["deep"] and client.get("jobs", "deep").status == ACKED
+
+
 def test_a_worker_settling_a_delivery_whose_ack_timeout_passed_leaves_the_next_delivery_alone(server, client):
     started, release = threading.Event(), threading.Event()
 
@@ -647,6 +664,34 @@ def test_an_async_workers_signal_handlers_give_back_the_ones_before_it():
             signal.signal(sig, handler_before)
 
 
+def test_an_async_workers_signal_handlers_leave_a_loops_own_in_place():
+    """A handler of the loop's (loop.add_signal_handler) was dropped by run_async's own removal:
+    SIGTERM then reached no one, and a process could no longer be stopped by it."""
+    server = FakeServer()
+    got = []
+
+    async def handler(message):
+        pass
+
+    async def main():
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, got.append, "mine")
+        await Worker(server.async_client(), "jobs", handler).run_async(burst=True)
+        assert signal.getsignal(signal.SIGTERM) not in (signal.SIG_DFL, None)  # the kill below ends no test run
+        os.kill(os.getpid(), signal.SIGTERM)
+        for _ in range(100):
+            if got:
+                break
+            await asyncio.sleep(0.01)
+
+    assert threading.current_thread() is threading.main_thread()  # where the worker installs its own
+    before = signal.getsignal(signal.SIGTERM)
+    try:
+        asyncio.run(main())
+    finally:
+        signal.signal(signal.SIGTERM, before)
+    assert got == ["mine"]
+
+
 def test_a_ctrl_c_in_the_async_settle_loops_step_is_raised_not_a_failed_settle_loop(caplog):
     """asyncio's second Ctrl-C raises where the loop's thread is: in the settle task's step too."""
     server = FakeServer()
@@ -699,14 +744,19 @@ def run_on_a_loop_of_ones_own_then_close_it(worker):
     """run_until_complete() that a KeyboardInterrupt ends between steps, its tasks left pending, then
     the loop closed: collecting a pending task closes its coroutine (GeneratorExit), as here."""
     loop = asyncio.new_event_loop()
+
+    def quiet_about_pending_tasks(loop, context):
+        # asyncio's own, logged whenever a task is collected (in a later test, which it must not disturb).
+        if context.get("message") != "Task was destroyed but it is pending!":
+            loop.default_exception_handler(context)
+
     try:
         loop.run_until_complete(worker.run_async(install_signal_handlers=False))
     finally:
         pending = asyncio.all_tasks(loop)
+        loop.set_exception_handler(quiet_about_pending_tasks)
         loop.close()
         for task in pending:
-            # Its "Task was destroyed but it is pending!" is asyncio's, whenever it is collected (in a later test).
-            task._log_destroy_pending = False  # as run_until_complete does for the task it made
             if task.get_coro().__qualname__.startswith("Worker."):
                 task.get_coro().close()  # raises RuntimeError when it awaits on (coroutine ignored GeneratorExit)
             else:  # asyncio's own Queue.get, under wait_for, cancels a future on the closed loop
@@ -719,9 +769,15 @@ def test_an_interrupt_the_event_loop_of_an_async_workers_run_raises_stops_it_har
     """Ctrl-C while the loop waits (a second one, asyncio.run's first cancelling): it left run_async's
     tasks pending, and closing the loop cancelled them all, nothing given back. Under asyncio.run,
     whose closing cancels every task, that is no failed settle loop or handler either; under a loop of
-    one's own, closed with them pending, they can do nothing (left to their ack timeout) but say nothing."""
+    one's own, closed with them pending, they can do nothing (left to their ack timeout) but say nothing.
+    Their middleware is told so: interrupted, not failed (a span in error, a failure counted)."""
     server = FakeServer()
     client = server.async_client()
+    handled = []
+
+    class Recorder(Middleware):
+        def after_handle(self, ctx, error):
+            handled.append((ctx.message.msg_id, error, ctx.interrupted))
 
     def interrupt():
         raise KeyboardInterrupt
@@ -733,7 +789,7 @@ def test_an_interrupt_the_event_loop_of_an_async_workers_run_raises_stops_it_har
 
     for i in range(3):
         server.client().send("jobs", "x", msg_id=f"m{i}")
-    worker = Worker(client, "jobs", handler, concurrency=3, wait_ms=100)
+    worker = Worker(client, "jobs", handler, concurrency=3, wait_ms=100, middleware=[Recorder()])
     with caplog.at_level(logging.WARNING), pytest.raises(KeyboardInterrupt):
         if how == "asyncio.run":
             asyncio.run(worker.run_async(install_signal_handlers=False))
@@ -745,6 +801,7 @@ def test_an_interrupt_the_event_loop_of_an_async_workers_run_raises_stops_it_har
         == []
     status = CONSUMING if how == "own loop" else READY
     assert [server.client().get("jobs", f"m{i}").status for i in range(3)] == [status] * 3
+    assert sorted(handled) == [(f"m{i}", None, True) for i in range(3)]
 
 
 async def test_a_cancelled_async_worker_draining_still_stops_hard_on_a_second_stop():

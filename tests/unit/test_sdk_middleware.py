@@ -1,6 +1,7 @@
 """The SDK's middleware chain and its OpenTelemetry and Prometheus middlewares, driven hook by hook
 (the end-to-end trace, from a task's send to its handler on a real server, is in
 tests/integration/test_sdk_observability.py)."""
+import contextvars
 import logging
 
 import pytest
@@ -108,6 +109,37 @@ def test_a_failed_handler_marks_its_span_as_an_error(spans):
     assert [e.name for e in span.events] == ["exception"]
 
 
+def test_a_span_ends_even_when_its_errors_text_cannot_be_read(spans):
+    """The worker settles a message whose exception's str() raises; its span was never ended (lost)."""
+    class Unreadable(Exception):
+        def __str__(self):
+            raise RuntimeError("no text")
+
+    provider, exporter = spans
+    chain = Chain([OpenTelemetryMiddleware(provider)])
+    handle = HandleContext(message=message())
+    chain.before_handle(handle)
+    chain.after_handle(handle, Unreadable())
+    [span] = exporter.get_finished_spans()
+    assert span.attributes["error.type"] == "Unreadable"
+
+
+def test_an_interrupted_handlers_span_is_no_error_and_says_so(spans, caplog):
+    """A handler cancelled by a hard stop, its message given back: not a failure of the handler.
+    Closed with its loop gone, its after_handle runs outside its task's context, where OpenTelemetry
+    cannot detach the handler's (and logged an error for each)."""
+    provider, exporter = spans
+    middleware = OpenTelemetryMiddleware(provider)
+    handle = HandleContext(message=message())
+    contextvars.copy_context().run(middleware.before_handle, handle)  # in the handler's task's context
+    handle.interrupted = True  # as the worker sets it, passing no error
+    middleware.after_handle(handle, None)
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
+    [span] = exporter.get_finished_spans()
+    assert span.status.status_code == trace.StatusCode.UNSET and span.events == ()
+    assert span.attributes["delayqueue.interrupted"] is True
+
+
 def test_a_plain_message_has_no_headers_and_its_process_span_starts_a_trace(spans):
     provider, exporter = spans
     middleware = OpenTelemetryMiddleware(provider)
@@ -134,6 +166,9 @@ def test_prometheus_counts_outcomes_durations_and_lateness():
     failed = HandleContext(message=due, task="a.b", started=1_000.0)
     middleware.before_handle(failed)
     middleware.after_handle(failed, ValueError())
+    interrupted = HandleContext(message=due, task="a.b", started=1_000.0, interrupted=True)
+    middleware.before_handle(interrupted)
+    middleware.after_handle(interrupted, None)
     middleware.after_settle(SettleContext(message=due, outcome="ack", done=True))
     middleware.after_settle(SettleContext(message=due, outcome="nack", done=False))
 
@@ -144,9 +179,10 @@ def test_prometheus_counts_outcomes_durations_and_lateness():
     assert value("delayqueue_client_sent_total", topic="t", outcome="error") == 1
     assert value("delayqueue_client_handled_total", topic="t", task="a.b", outcome="ok") == 1
     assert value("delayqueue_client_handled_total", topic="t", task="a.b", outcome="error") == 1
-    assert value("delayqueue_client_handle_seconds_count", topic="t", task="a.b") == 2
-    assert value("delayqueue_client_lateness_seconds_count", topic="t") == 2
+    assert value("delayqueue_client_handled_total", topic="t", task="a.b", outcome="interrupted") == 1
+    assert value("delayqueue_client_handle_seconds_count", topic="t", task="a.b") == 3
+    assert value("delayqueue_client_lateness_seconds_count", topic="t") == 3
     assert value("delayqueue_client_lateness_seconds_sum", topic="t") == pytest.approx(0.25)
-    assert value("delayqueue_client_lateness_seconds_bucket", topic="t", le="0.25") == 2
+    assert value("delayqueue_client_lateness_seconds_bucket", topic="t", le="0.25") == 3
     assert value("delayqueue_client_settled_total", topic="t", outcome="ack", taken="true") == 1
     assert value("delayqueue_client_settled_total", topic="t", outcome="nack", taken="false") == 1

@@ -10,6 +10,7 @@ import pydantic
 import pytest
 from delayqueue_client import (App, AsyncClient, Client, DeadLetter, EagerHandle, EnvelopeError, Message, Retry,
                                TaskStatus, TaskTooLarge, Worker)
+from delayqueue_client._calls import MAX_REASON
 from delayqueue_client.envelope import MAX_MSG_BYTES, Envelope, decode, encode
 from delayqueue_client.middleware import Middleware
 
@@ -53,6 +54,7 @@ def test_the_envelope_is_versioned_compact_json_and_reads_back():
 @pytest.mark.parametrize("body,problem", [
     (None, "no body"),
     ("plain text", "not JSON"),
+    ("[" * 100_000, "nested too deep"),
     ('{"task": "m.f"}', 'no "v"'),
     ('[1, 2]', 'no "v"'),
     ('{"v": 2, "task": "m.f", "args": [], "kwargs": {}}', "version 2 is unknown"),
@@ -261,6 +263,19 @@ def test_pydantic_models_are_validated_dumped_and_rebuilt(app):
     assert json.loads(body)["args"] == [{"id": 3, "lines": ["x"]}]  # the model's JSON data travels
 
 
+def test_a_model_parameter_counts_when_another_annotation_cannot_be_resolved(app):
+    """As under `from __future__ import annotations` with a name imported only under TYPE_CHECKING:
+    that one annotation failing made every one unread, and the Order parameter took plain data."""
+    got = []
+
+    @app.task(name="charge")
+    def charge(order: "Order", discount: "Decimal | None" = None) -> None:  # noqa: F821  (Decimal: not imported)
+        got.append(order)
+    charge.send({"id": "7"})
+    charge.send(Order(id=8))
+    assert got == [Order(id=7), Order(id=8)]
+
+
 # --- the worker's side: App.handle
 
 def test_what_no_retry_can_run_is_dead_lettered_with_a_reason(app):
@@ -280,7 +295,9 @@ def test_what_no_retry_can_run_is_dead_lettered_with_a_reason(app):
         assert reason in raised.value.reason, raised.value.reason
     with pytest.raises(DeadLetter) as long:  # the server bounds a reason: a message's text cannot overflow it
         app.handle(message(envelope_of("x" * 5000)))
-    assert long.value.reason.startswith("unknown task 'xxx") and len(long.value.reason) == 500
+    # Cut where the server cuts a nack's reason (the worker sends no more), so its dead_detail shows the "…".
+    assert long.value.reason.startswith("unknown task 'xxx") and len(long.value.reason) == MAX_REASON
+    assert long.value.reason.endswith("…")
 
 
 def test_a_plain_task_runs_each_call_that_fits_and_dead_letters_each_that_does_not(app):

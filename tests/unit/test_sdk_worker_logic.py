@@ -13,6 +13,8 @@ from delayqueue_client._http import NotSent
 from delayqueue_client.testing import FakeServer
 from delayqueue_client.worker import ACK, DEAD, GIVEN_BACK, NACK, Outcome, _HandlerThreads, error_reason
 
+from tests.helpers import wait_for
+
 API_MESSAGE = {"topic": "t", "msgId": "m", "msg": "body", "produceTime": 1, "triggerTime": 1, "expireTime": 9,
                "maxRetry": 3, "retry": 1, "status": 3}
 
@@ -150,12 +152,17 @@ def test_a_retry_delay_must_be_a_finite_number_of_seconds_not_negative():
     assert Retry(0).delay == 0 and Retry(timedelta(days=1)).delay == 86_400
 
 
-def test_a_handlers_retry_dead_letter_or_exception_decides_the_nack(client):
+def test_a_handlers_retry_dead_letter_or_exception_decides_the_nack(client, caplog):
     worker = Worker(client, "t", print)
     assert worker._outcome(message(), None) == Outcome(ACK)
-    assert worker._outcome(message(), Retry(30)) == Outcome(NACK, 30_000, "Retry: retry in 30 s")
+    with caplog.at_level("INFO", logger="delayqueue_client.worker"):
+        assert worker._outcome(message(), Retry(30)) == Outcome(NACK, 30_000, "Retry: retry in 30 s")
+        assert worker._outcome(message(), Retry()) == Outcome(NACK, None, "Retry: retry")  # the topic's backoff
+    # Asked for by the handler, with or without a delay: no failure, so INFO and no traceback (docs/sdk.md).
+    assert [(r.levelname, r.exc_info, r.getMessage()) for r in caplog.records] == [
+        ("INFO", None, "handler asked to retry t/m (retry in 30 s)"),
+        ("INFO", None, "handler asked to retry t/m (retry)")]
     assert worker._outcome(message(), Retry(timedelta(milliseconds=1500))).delay_ms == 1500
-    assert worker._outcome(message(), Retry()) == Outcome(NACK, None, "Retry: retry")  # the topic's backoff
     assert worker._outcome(message(), DeadLetter("unknown task x")) == Outcome(DEAD, None, "unknown task x")
     assert worker._outcome(message(), DeadLetter()) == Outcome(DEAD, None, None)
     assert worker._outcome(message(), ValueError("bad input")) == Outcome(NACK, None, "ValueError: bad input")
@@ -201,6 +208,19 @@ def test_retry_backoff_grows_with_the_deliveries_where_the_topic_sets_none(clien
     assert worker._outcome(message(retry), ValueError("x")).delay_ms == delay_ms
     assert worker._outcome(message(retry), Retry()).delay_ms == delay_ms
     assert worker._outcome(message(retry), Retry(5)).delay_ms == 5_000  # the handler's own delay wins
+
+
+def test_a_retry_delay_that_fails_leaves_the_wait_to_the_retry_backoff(client, caplog):
+    """retry_delay is the user's code (reading the message, say): raising, or answering no number of
+    seconds, it made the outcome raise, and the thread worker never settled the message (nor drained);
+    a negative one made a nack the server refuses."""
+    for answer in (lambda m: 1 / 0, lambda m: "soon", lambda m: float("inf"), lambda m: -1):
+        worker = Worker(client, "t", print, retry_backoff=(2, 60), retry_delay=answer)
+        worker._configured("t", {"ackTimeoutMillis": 30_000, "retryBackoffMillis": 0})
+        with caplog.at_level("ERROR", logger="delayqueue_client.worker"):
+            assert worker._outcome(message(retry=2), ValueError("x")) == Outcome(NACK, 4_000, "ValueError: x")
+    assert [r.getMessage() for r in caplog.records if "retry_delay" in r.getMessage()] == [
+        "retry_delay failed on t/m; the worker's retry_backoff (or the topic's) applies"] * 4
 
 
 def test_worker_options_are_checked(client):
@@ -287,6 +307,36 @@ def test_a_handler_thread_runs_messages_in_order_and_survives_a_failing_one():
     threads.close()
     threads._threads[0].join(10)
     assert done == [f"m{n}" for n in range(10) if n != 3] and not threads._threads[0].is_alive()
+
+
+def test_a_handler_thread_given_up_and_replaced_is_forgotten_once_it_ends():
+    """Each handler given up at its handler_timeout gets a thread in its place; the given-up one
+    ended when it returned but stayed listed: a worker timing out handlers for days grew without end."""
+    release, second_done = threading.Event(), threading.Event()
+    running_m0: list[threading.Thread] = []
+
+    def handle(message):
+        if message.msg_id == "m0":
+            running_m0.append(threading.current_thread())
+            release.wait(10)
+            return False  # given up meanwhile: its outcome is not the message's
+        second_done.set()
+        return True
+
+    threads = _HandlerThreads(1, handle)
+    try:
+        threads.put(message_numbered(0))
+        wait_for(lambda: running_m0, what="m0's handler running")
+        threads.replace_one()  # as the settle loop does once m0's handler ran past its timeout
+        threads.put(message_numbered(1))
+        assert second_done.wait(10)  # run by the thread in its place
+        [given_up] = running_m0
+        release.set()
+        given_up.join(10)
+        assert not given_up.is_alive() and given_up not in threads._threads and len(threads._threads) == 1
+    finally:
+        release.set()
+        threads.close()
 
 
 def test_closed_handler_threads_take_nothing_and_drop_what_no_thread_started():

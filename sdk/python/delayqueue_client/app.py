@@ -26,6 +26,7 @@ import inspect
 import re
 import sys
 import threading
+import types
 import typing
 from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -35,7 +36,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any, Generic, NoReturn, ParamSpec, TypeVar
 
-from delayqueue_client._calls import Call, send_body, send_call
+from delayqueue_client._calls import MAX_REASON, Call, send_body, send_call
 from delayqueue_client.client import AsyncClient, Client
 from delayqueue_client.envelope import MAX_MSG_BYTES, Envelope, EnvelopeError, decode, encode
 from delayqueue_client.errors import Conflict, DeadLetter, DelayQueueError, Retry
@@ -49,9 +50,6 @@ P = ParamSpec("P")
 R = TypeVar("R")
 T = TypeVar("T")
 Duration = float | timedelta
-# A dead letter's reason is cut to this many characters: the server bounds the nack reason it
-# stores, and a message's own text (a task name, a validation error) may be of any length.
-MAX_REASON_CHARS = 500
 # A scheduled task's server schedule: "task:<task name>" (schedule_id_for), within the server's
 # rule for a scheduleId (1-128 of letters, digits, '.', '_', ':', '-').
 SCHEDULE_PREFIX = "task:"
@@ -172,13 +170,28 @@ class _Signature:
         return self._adapters
 
     def _model_adapters(self, pydantic: Any) -> dict[str, tuple[inspect.Parameter, Any]]:
-        try:
-            hints = typing.get_type_hints(self.fn)
-        except Exception:  # a name only imported under TYPE_CHECKING: the annotations as written
-            hints = {name: p.annotation for name, p in self.signature.parameters.items()}
+        hints = self._type_hints()
         return {name: (param, pydantic.TypeAdapter(hints[name]))
                 for name, param in self.signature.parameters.items()
                 if name in hints and _mentions(hints[name], pydantic.BaseModel)}
+
+    def _type_hints(self) -> dict[str, Any]:
+        """The parameters' annotations, resolved. One that cannot be (a name imported only under
+        TYPE_CHECKING, with `from __future__ import annotations`) is left out, not every one with it."""
+        try:
+            return typing.get_type_hints(self.fn)
+        except Exception:
+            pass
+        hints: dict[str, Any] = {}
+        for name, param in self.signature.parameters.items():
+            if param.annotation is inspect.Parameter.empty:
+                continue
+            one = types.SimpleNamespace(__annotations__={name: param.annotation})  # what get_type_hints reads
+            try:
+                hints.update(typing.get_type_hints(one, globalns=getattr(inspect.unwrap(self.fn), "__globals__", None)))
+            except Exception:
+                continue
+        return hints
 
     def _converted(self, args: Sequence[Any], kwargs: Mapping[str, Any],
                    convert: Callable[[Any, Any], Any]) -> tuple[list[Any], dict[str, Any]]:
@@ -236,7 +249,9 @@ def _mentions(annotation: Any, model: type) -> bool:
 
 
 def _dead(reason: str) -> DeadLetter:
-    return DeadLetter(reason if len(reason) <= MAX_REASON_CHARS else reason[:MAX_REASON_CHARS - 1] + "…")
+    """A message's own text (a task name, a validation error) may be of any length: cut where the
+    server bounds a nack's reason (the worker sends no more), marked, so its dead_detail shows it."""
+    return DeadLetter(reason if len(reason) <= MAX_REASON else reason[:MAX_REASON - 1] + "…")
 
 
 def _backoff(value: Duration | tuple[Duration, Duration] | None) -> tuple[float, float] | None:

@@ -65,6 +65,8 @@ def decode(text: str | None) -> Envelope:
         data = json.loads(text)
     except ValueError:
         raise EnvelopeError("the message body is not JSON, so not a task envelope") from None
+    except RecursionError:  # a body of any text may reach a worker: "[" * 1000 is one
+        raise EnvelopeError("the message body is JSON nested too deep to read, so not a task envelope") from None
     if not isinstance(data, dict) or "v" not in data:
         raise EnvelopeError("the message body is not a task envelope (no \"v\" field)")
     if data["v"] != VERSION:

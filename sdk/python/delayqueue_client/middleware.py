@@ -40,13 +40,16 @@ class SendContext:
 @dataclass
 class HandleContext:
     """One message handed to a handler; `headers` and `task` are its envelope's ({} and None for
-    a plain message)."""
+    a plain message). `interrupted`, set for after_handle: the async handler was cancelled or closed
+    from outside (a hard stop, its event loop ending), so it neither returned nor failed, and
+    after_handle's error is None; its message is given back (or left to its ack timeout), not failed."""
 
     message: Message
     task: str | None = None
     headers: dict[str, str] = field(default_factory=dict)
     started: float = 0.0  # time.time() when its handling began
     state: dict[str, Any] = field(default_factory=dict)
+    interrupted: bool = False
 
 
 @dataclass
@@ -173,27 +176,33 @@ class OpenTelemetryMiddleware(Middleware):
         from opentelemetry import context
 
         token = ctx.state.pop("otel_token", None)
-        if token is not None:
+        # Interrupted, it was an asyncio task, whose context ends with it: closed with its loop gone,
+        # this runs in another context, where detaching fails (and OpenTelemetry logs an error).
+        if token is not None and not ctx.interrupted:
             context.detach(token)
         span = ctx.state.pop("otel_span", None)
         if span is not None:
+            if ctx.interrupted:
+                span.set_attribute("delayqueue.interrupted", True)
             _end(span, error)
 
 
 def _end(span: Any, error: BaseException | None) -> None:
     from opentelemetry.trace import Status, StatusCode
 
-    if error is not None:
-        span.record_exception(error)
-        span.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {error}"))
-        span.set_attribute("error.type", type(error).__name__)
-    span.end()
+    try:
+        if error is not None:
+            span.set_attribute("error.type", type(error).__name__)
+            span.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {error}"))
+            span.record_exception(error)
+    finally:  # an error whose text cannot be read (its str() raises) still ends its span, marked by its type
+        span.end()
 
 
 class PrometheusMiddleware(Middleware):
     """Client-side metrics, labelled by topic (and task where there is one):
     - delayqueue_client_sent_total{topic, outcome="ok"|"error"}
-    - delayqueue_client_handled_total{topic, task, outcome="ok"|"error"}
+    - delayqueue_client_handled_total{topic, task, outcome="ok"|"error"|"interrupted"}
     - delayqueue_client_handle_seconds{topic, task}: how long handlers ran
     - delayqueue_client_lateness_seconds{topic}: handling start minus the message's triggerTime
       (the server's clock against this machine's: keep them in sync)
@@ -230,7 +239,8 @@ class PrometheusMiddleware(Middleware):
 
     def after_handle(self, ctx: HandleContext, error: BaseException | None) -> None:
         task = ctx.task or ""
-        self.handled.labels(ctx.message.topic, task, "ok" if error is None else "error").inc()
+        outcome = "interrupted" if ctx.interrupted else "ok" if error is None else "error"
+        self.handled.labels(ctx.message.topic, task, outcome).inc()
         began = ctx.state.pop("prometheus_started", None)
         if began is not None:
             self.handle_seconds.labels(ctx.message.topic, task).observe(time.monotonic() - began)

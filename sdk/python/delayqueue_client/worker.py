@@ -12,6 +12,7 @@ fail unexpectedly, the worker stops hard and run() raises WorkerFailed. So are t
 failing unexpectedly drains the worker, then run() raises WorkerFailed."""
 import asyncio
 import inspect
+import itertools
 import logging
 import queue
 import signal
@@ -130,14 +131,15 @@ class _HandlerThreads:
         self._work: queue.SimpleQueue[Message | None] = queue.SimpleQueue()
         self._closed = False
         self._handle = handle
-        self._threads: list[threading.Thread] = []
+        self._threads: list[threading.Thread] = []  # those running (a given-up one leaves once it ends)
+        self._numbers = itertools.count()  # for the threads' names
         self._excess = 0  # threads beyond `count` (replace_one): those whose handler was given up end
         self._lock = threading.Lock()
         for _ in range(count):
             self._start()
 
     def _start(self) -> None:
-        thread = threading.Thread(target=self._run, name=f"dq-worker-{len(self._threads)}")
+        thread = threading.Thread(target=self._run, name=f"dq-worker-{next(self._numbers)}")
         self._threads.append(thread)
         thread.start()
 
@@ -181,6 +183,7 @@ class _HandlerThreads:
                 with self._lock:
                     if self._excess:
                         self._excess -= 1
+                        self._threads.remove(threading.current_thread())
                         return
 
 
@@ -188,6 +191,12 @@ def _left_in(results: "queue.SimpleQueue[Settle | None] | asyncio.Queue[Settle |
     """The outcomes queued for a settle loop that is gone (no one else takes from the queue)."""
     left = (results.get_nowait() for _ in range(results.qsize()))
     return [item for item in left if item is not None]
+
+
+def _restore_signal_handlers(previous: dict[signal.Signals, Any]) -> None:
+    for sig, handler in previous.items():
+        # None: one not installed from Python, which cannot be put back; the default comes back instead.
+        signal.signal(sig, signal.SIG_DFL if handler is None else handler)
 
 
 def reason_text(text: str) -> str:
@@ -336,9 +345,14 @@ class Worker:
     def _backoff_ms(self, message: Message) -> int | None:
         """The message's retry delay, else the worker's retry backoff, for this delivery; None where
         the topic's own applies."""
-        delay = None if self.retry_delay is None else self.retry_delay(message)
-        if delay is not None:
-            return round(delay * 1000)
+        if self.retry_delay is not None:
+            try:  # the user's code: failing, it must not cost the message its settle
+                delay = Retry(self.retry_delay(message)).delay  # checked as a handler's Retry(delay) is
+                if delay is not None:
+                    return round(delay * 1000)
+            except Exception:
+                log.exception("retry_delay failed on %s/%s; the worker's retry_backoff (or the topic's) applies",
+                              message.topic, message.msg_id)
         if self.retry_backoff is None or self._own_backoff.get(message.topic, False):
             return None
         low, high = self.retry_backoff
@@ -668,14 +682,18 @@ class Worker:
                     except asyncio.CancelledError:
                         pass  # cancelled by a first Ctrl-C, it was draining: given back now all the same
                     raise
-        previous: dict[signal.Signals, Any] = {}
-        if install_signal_handlers and threading.current_thread() is threading.main_thread():
-            previous = {sig: signal.signal(sig, self._on_signal) for sig in SIGNALS}
+        previous = self._install_signal_handlers() if install_signal_handlers else {}
         try:
             self._run_threads(burst)
         finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
+            _restore_signal_handlers(previous)
+
+    def _install_signal_handlers(self) -> dict[signal.Signals, Any]:
+        """SIGTERM and SIGINT call stop(), when in the main thread (the only one that may set them):
+        the handlers they had, for _restore_signal_handlers."""
+        if threading.current_thread() is not threading.main_thread():
+            return {}
+        return {sig: signal.signal(sig, self._on_signal) for sig in SIGNALS}
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         self.stop()
@@ -856,19 +874,13 @@ class Worker:
         still waits for its handlers and settles their messages (a drain)."""
         if not self.is_async:
             raise TypeError("run_async() needs an AsyncClient and an async handler; use run()")
-        loop = asyncio.get_running_loop()
-        previous: dict[signal.Signals, Any] = {}
-        if install_signal_handlers and threading.current_thread() is threading.main_thread():
-            for sig in SIGNALS:
-                previous[sig] = signal.getsignal(sig)
-                loop.add_signal_handler(sig, self.stop)
+        # As run(), not with loop.add_signal_handler: its remove_signal_handler would drop a handler of
+        # the loop's own that ours replaced, and SIGTERM would then reach no one.
+        previous = self._install_signal_handlers() if install_signal_handlers else {}
         try:
             await self._run_tasks(burst)
         finally:
-            for sig, handler in previous.items():
-                loop.remove_signal_handler(sig)  # which resets it to the default: the previous one comes back
-                if handler is not None:  # None: one not installed from Python, which cannot be put back
-                    signal.signal(sig, handler)
+            _restore_signal_handlers(previous)
 
     def _async_client(self) -> AsyncClient:
         assert isinstance(self.client, AsyncClient)
@@ -1009,14 +1021,16 @@ class Worker:
                     await self._call_async(message)
                 finally:
                     if context is not None:
-                        self.middleware.after_handle(context, sys.exc_info()[1])
+                        failure = sys.exc_info()[1]
+                        context.interrupted = self._stopped_from_outside(failure)
+                        self.middleware.after_handle(context, None if context.interrupted else failure)
         except GeneratorExit:  # closed pending, its loop gone (see _run_tasks): no failure, nothing to settle
             raise
         except BaseException as exc:  # a cancelled handler too: its message is nacked, then it is cancelled
             error = exc
         if self._finished(message, time.monotonic() - started if started is not None else None):
             # Cancelled, not by a hard stop (which decided it first): the loop's end cancelling every task.
-            outside = isinstance(error, asyncio.CancelledError) and self._cancelling()
+            outside = self._stopped_from_outside(error)
             results.put_nowait((message, GIVE_BACK if outside else self._outcome(message, error)))
         if isinstance(error, (KeyboardInterrupt, SystemExit)):
             # Raised out of this task it would end the loop's run at once, every task left pending.
@@ -1025,8 +1039,12 @@ class Worker:
             raise error
 
     @staticmethod
-    def _cancelling() -> bool:
-        task = asyncio.current_task()
+    def _stopped_from_outside(error: BaseException | None) -> bool:
+        """Whether a handler's task ended by being closed (its loop gone) or cancelled from outside (a
+        hard stop, the loop's end), not by a CancelledError of the handler's own: no failure."""
+        if isinstance(error, GeneratorExit):
+            return True  # first: with its loop gone there is no current task to ask
+        task = asyncio.current_task() if isinstance(error, asyncio.CancelledError) else None
         return task is not None and task.cancelling() > 0
 
     async def _call_async(self, message: Message) -> None:
