@@ -15,6 +15,7 @@ from delayqueue.services.consume import ack_message, pull_messages
 from delayqueue.services.messages import get_message
 from delayqueue.services.send import SendRequest, send_message, send_messages
 from delayqueue.services.topics import topic_info
+from delayqueue.workers.scanner import STATS_CALLS_PER_TRIP
 from tests.helpers import REDIS_URL, make_runtime, wait_until
 
 
@@ -197,9 +198,20 @@ async def test_a_namespace_with_many_topics_due_at_once_does_not_hold_up_another
     topics fall due at once, a pass of 50 messages each; a quiet namespace's message falls due 20 ms later, well
     inside the busy backlog's drain. Each ready list's first message is published on its namespace's ready
     channel, so one subscriber hears the promotions in the order Redis ran them: the quiet message's before
-    most of the busy topics' (after every one of them while the busy topics queued all their calls at once)."""
+    most of the busy topics' (after every one of them while the busy topics queued all their calls at once).
+    The busy scanner's stats prune and fold, a call per topic, go a few dozen calls a round trip too."""
     root = make_runtime(REDIS_URL, message_log=False)
     busy, quiet = root.for_namespace("busy"), root.for_namespace("quiet")
+    trips = {"prune_stats": [], "fold_stats": []}  # the number of such calls in each round trip
+    run = root.scripts.run
+
+    async def recording(calls):
+        for name, sizes in trips.items():
+            if n := sum(call.script.name == name for call in calls):
+                sizes.append(n)
+        return await run(calls)
+
+    root.scripts.run = recording
     scanners = [await start_scanner(busy), await start_scanner(quiet)]
     topics = [f"a{i}" for i in range(400)]
     # Held before the backlog is sent, so the backlog's due time need not allow for taking them too.
@@ -227,6 +239,12 @@ async def test_a_namespace_with_many_topics_due_at_once_does_not_hold_up_another
             busy_before += 1
     await pubsub.aclose()
     assert busy_before < len(topics) / 2
+
+    async def pruned_and_folded():  # every held topic's stats pruned, and the promoted ones' folded
+        return all(sum(sizes) >= len(topics) for sizes in trips.values())
+
+    await wait_until(pruned_and_folded, timeout=5, what="the stats prune and fold")
+    assert max(trips["prune_stats"] + trips["fold_stats"]) <= STATS_CALLS_PER_TRIP
     for running in scanners:  # before the runtime they run on closes
         await running.stop()
     await root.close()
