@@ -53,12 +53,13 @@ class TopicWorker:
     async def tick(self) -> float:
         """One pass over the scripts that have work (all of them after a wake); returns seconds
         until the next one has."""
-        run_all, self._run_all = self._run_all, False
-        now = time.monotonic()
-        # A timer may fire a hair before the due time it was set for: that script runs now.
-        names = [n for n in self.SCRIPTS if run_all or self._due_at[n] <= now + TIMER_SLACK]
-        sent_at = time.time()
-        results = await self.scanner.rt.scripts.run([self._call(name) for name in names])
+        async with self.scanner.passes:  # the namespace's share of the process' Redis connection
+            run_all, self._run_all = self._run_all, False
+            now = time.monotonic()
+            # A timer may fire a hair before the due time it was set for: that script runs now.
+            names = [n for n in self.SCRIPTS if run_all or self._due_at[n] <= now + TIMER_SLACK]
+            sent_at = time.time()
+            results = await self.scanner.rt.scripts.run([self._call(name) for name in names])
         received_at, now = time.time(), time.monotonic()
         for name, result in zip(names, results):
             if isinstance(result, Exception):

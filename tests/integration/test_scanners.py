@@ -8,13 +8,15 @@ import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from delayqueue.api import wire
+from delayqueue.core.clock import now_millis
 from delayqueue.live import stats
 from delayqueue.live.keys import Shard
 from delayqueue.services.consume import ack_message, pull_messages
 from delayqueue.services.messages import get_message
 from delayqueue.services.send import SendRequest, send_message, send_messages
 from delayqueue.services.topics import topic_info
-from tests.helpers import wait_until
+from delayqueue.workers.scanner import STATS_CALLS_PER_TRIP
+from tests.helpers import REDIS_URL, make_runtime, wait_until
 
 
 async def drain(rt, topics, expected, timeout=30):
@@ -188,6 +190,64 @@ async def test_a_topic_runs_only_the_scripts_that_have_work_and_all_of_them_on_a
     assert passes[woken] == everything
     await wait_until(lambda: ready(earlier), timeout=5, interval=0.005, what="the second promotion")
     assert passes[-1] == ["promote_due"]
+
+
+async def test_a_namespace_with_many_topics_due_at_once_does_not_hold_up_another_namespaces_promotion(clean_state,
+                                                                                                      start_scanner):
+    """The scanners of one process share its Redis connection, as under run_scanners. A busy namespace's 400
+    topics fall due at once, a pass of 50 messages each; a quiet namespace's message falls due 20 ms later, well
+    inside the busy backlog's drain. Each ready list's first message is published on its namespace's ready
+    channel, so one subscriber hears the promotions in the order Redis ran them: the quiet message's before
+    most of the busy topics' (after every one of them while the busy topics queued all their calls at once).
+    The busy scanner's stats prune and fold, a call per topic, go a few dozen calls a round trip too."""
+    root = make_runtime(REDIS_URL, message_log=False)
+    busy, quiet = root.for_namespace("busy"), root.for_namespace("quiet")
+    trips = {"prune_stats": [], "fold_stats": []}  # the number of such calls in each round trip
+    run = root.scripts.run
+
+    async def recording(calls):
+        for name, sizes in trips.items():
+            if n := sum(call.script.name == name for call in calls):
+                sizes.append(n)
+        return await run(calls)
+
+    root.scripts.run = recording
+    scanners = [await start_scanner(busy), await start_scanner(quiet)]
+    topics = [f"a{i}" for i in range(400)]
+    # Held before the backlog is sent, so the backlog's due time need not allow for taking them too.
+    await send_messages(busy, requests=[SendRequest(topic=topic, msg="later", delay_millis=60_000) for topic in topics])
+    await send_message(quiet, request=SendRequest(topic="q", msg="later", delay_millis=60_000))
+
+    async def held():
+        return all(len(running.scanner.workers) == n for running, n in zip(scanners, (len(topics), 1)))
+
+    await wait_until(held, what="the scanners to hold every topic")
+    pubsub = root.redis.pubsub()
+    await pubsub.subscribe(busy.ns.ready_channel, quiet.ns.ready_channel)
+    due = now_millis() + 2000
+    await send_messages(busy, requests=[SendRequest(topic=topic, msg="x", trigger_time=due)
+                                        for topic in topics for _ in range(50)])
+    await send_message(quiet, request=SendRequest(topic="q", msg="x", trigger_time=due + 20))
+    assert now_millis() < due - 200, "the sends took too long for the test to say anything"
+    busy_before = 0
+    async with asyncio.timeout(10):
+        async for message in pubsub.listen():
+            if message["type"] != "message":
+                continue
+            if message["channel"] == quiet.ns.ready_channel:
+                break
+            busy_before += 1
+    await pubsub.aclose()
+    assert busy_before < len(topics) / 2
+
+    async def pruned_and_folded():  # every held topic's stats pruned, and the promoted ones' folded
+        return all(sum(sizes) >= len(topics) for sizes in trips.values())
+
+    await wait_until(pruned_and_folded, timeout=5, what="the stats prune and fold")
+    assert max(trips["prune_stats"] + trips["fold_stats"]) <= STATS_CALLS_PER_TRIP
+    for running in scanners:  # before the runtime they run on closes
+        await running.stop()
+    await root.close()
 
 
 @pytest.mark.process
