@@ -662,12 +662,13 @@ class App:
     # --- running
 
     def worker(self, topics: str | Sequence[str] | None = None, *, concurrency: int = 8, asynchronous: bool = False,
-               **worker_options: Any) -> Worker:
+               retry_delay: Callable[[Message], float | None] | None = None, **worker_options: Any) -> Worker:
         """A Worker over `topics` (a topic name or a sequence of them, as Worker takes them; default:
         every topic of the app's tasks) running the tasks by the name in their envelope:
         `app.worker().run()`. With `asynchronous=True` it runs on the App's
         async_client, async tasks as asyncio tasks and plain ones in threads (asyncio.to_thread);
         else in `concurrency` threads, an async task in an event loop of its own per run.
+        `retry_delay` (as Worker takes it) applies to the messages whose task sets no retry_backoff.
         `worker_options` go to Worker (batch, wait_ms, ack_timeout_ms, ...)."""
         chosen = self.topics() if topics is None else [topics] if isinstance(topics, str) else list(topics)
         if not chosen:
@@ -678,18 +679,20 @@ class App:
                 raise ValueError("worker(asynchronous=True) runs on an AsyncClient: make the app with "
                                  "App(client, async_client=AsyncClient(...))")
             return Worker(self.async_client, served, self.handle_async, concurrency=concurrency,
-                          retry_delay=self._retry_delay, **worker_options)
-        return Worker(self.client, served, self.handle, concurrency=concurrency, retry_delay=self._retry_delay,
-                      **worker_options)
+                          retry_delay=functools.partial(self._retry_delay, retry_delay), **worker_options)
+        return Worker(self.client, served, self.handle, concurrency=concurrency,
+                      retry_delay=functools.partial(self._retry_delay, retry_delay), **worker_options)
 
-    def _retry_delay(self, message: Message) -> float | None:
+    def _retry_delay(self, otherwise: Callable[[Message], float | None] | None, message: Message) -> float | None:
         """The retry_backoff of the task a message names, for a failure its task did not see (a
-        handler_timeout); None for a message naming no task of this app."""
+        handler_timeout); for a message naming no task of this app, or one without a retry_backoff,
+        `otherwise`'s delay (the worker's retry_delay: the task's own comes first, as on a failure it saw)."""
         try:
             task = self._tasks.get(decode(message.msg).task)
         except EnvelopeError:
-            return None
-        return None if task is None else task.retry_delay(message.retry)
+            task = None
+        delay = None if task is None else task.retry_delay(message.retry)
+        return otherwise(message) if delay is None and otherwise is not None else delay
 
     def _prepared(self, message: Message) -> tuple[Task[Any, Any], list[Any], dict[str, Any]]:
         """The task a message names and its arguments; DeadLetter for a message no retry can run."""
