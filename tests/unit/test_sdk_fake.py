@@ -22,6 +22,7 @@ from delayqueue_client._calls import Call
 from delayqueue_client._http import MaybeSent, NotSent
 from delayqueue_client.middleware import Middleware
 from delayqueue_client.testing import FakeClock, FakeServer
+from delayqueue_client.worker import WorkerFailed
 
 from tests.helpers import ROOT, wait_for
 
@@ -595,6 +596,48 @@ def test_a_body_nested_too_deep_for_json_is_handled_and_settled_under_middleware
         worker.stop()
         runner.join(timeout=10)
     assert handled == ["deep"] and client.get("jobs", "deep").status == ACKED
+
+
+class Settles(Middleware):
+    def __init__(self):
+        self.settled = []
+
+    def after_settle(self, ctx):
+        self.settled.append((ctx.message.msg_id, ctx.message.retry, ctx.outcome, ctx.done))
+
+
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_what_a_worker_gives_back_without_its_settle_loop_reaches_after_settle(server, client, asynchronous):
+    # Sent from run() once the settle loop failed, the give-backs skipped after_settle: middleware missed them.
+    failed, release = threading.Event(), threading.Event()
+    settles = Settles()
+    worker_client = server.async_client() if asynchronous else client
+    ack_many = worker_client.ack_many
+
+    def first_fails(*args, **kwargs):
+        if not failed.is_set():
+            failed.set()
+            raise KeyError("a bug in the settle path")
+        return ack_many(*args, **kwargs)
+
+    def handler(message):
+        if message.msg_id == "slow":
+            release.wait(10)
+
+    async def handler_async(message):
+        if message.msg_id == "slow":
+            await asyncio.sleep(10)
+    worker_client.ack_many = first_fails
+    client.send("jobs", "fast", msg_id="fast")
+    client.send("jobs", "slow", msg_id="slow")
+    worker = Worker(worker_client, "jobs", handler_async if asynchronous else handler, concurrency=2, batch=2,
+                    wait_ms=10, middleware=[settles])
+    with pytest.raises(WorkerFailed):
+        worker.run(install_signal_handlers=False)
+    release.set()
+    # A poll under way may take it again once given back: that delivery is given back too, and settled as such.
+    assert ("slow", 1, "nack", True) in settles.settled and {s[::2] for s in settles.settled} == {("slow", "nack")}
+    assert client.get("jobs", "slow").status == READY
 
 
 def test_a_worker_settling_a_delivery_whose_ack_timeout_passed_leaves_the_next_delivery_alone(server, client):

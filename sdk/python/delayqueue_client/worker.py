@@ -795,11 +795,16 @@ class Worker:
         loop to do it); a failure leaves them to their ack timeout."""
         for topic, outcome, messages in self._settle_groups(items):
             try:
-                self._sync_client().ack_many(topic, **self._settle_kwargs(outcome, messages))
+                done = self._sync_client().ack_many(topic, **self._settle_kwargs(outcome, messages))
             except DelayQueueError as error:
-                log.error("could not send the %s of %s/%s (%s): delivered again after their ack timeout",
-                          outcome.kind, topic, ", ".join(m.msg_id for m in messages), error)
-            self._release(messages)
+                self._not_given_back(topic, outcome, messages, error)
+            else:
+                self._settled(topic, outcome, messages, done)
+
+    def _not_given_back(self, topic: str, outcome: Outcome, messages: list[Message], error: DelayQueueError) -> None:
+        log.error("could not send the %s of %s/%s (%s): delivered again after their ack timeout",
+                  outcome.kind, topic, ", ".join(m.msg_id for m in messages), error)
+        self._release(messages)
 
     def _handle(self, message: Message, results: "queue.SimpleQueue[Settle | None]") -> bool:
         """Runs the handler of `message`; whether its outcome is the message's (see _finished)."""
@@ -959,11 +964,11 @@ class Worker:
     async def _give_back_async(self, items: list[Settle]) -> None:
         for topic, outcome, messages in self._settle_groups(items):
             try:
-                await self._async_client().ack_many(topic, **self._settle_kwargs(outcome, messages))
+                done = await self._async_client().ack_many(topic, **self._settle_kwargs(outcome, messages))
             except DelayQueueError as error:
-                log.error("could not send the %s of %s/%s (%s): delivered again after their ack timeout",
-                          outcome.kind, topic, ", ".join(m.msg_id for m in messages), error)
-            self._release(messages)
+                self._not_given_back(topic, outcome, messages, error)
+            else:
+                self._settled(topic, outcome, messages, done)
 
     async def _poll_task(self, topic: str, burst: bool, results: "asyncio.Queue[Settle | None]",
                          slots: asyncio.Semaphore, handlers: set["asyncio.Task[None]"]) -> None:
