@@ -267,6 +267,7 @@ class Worker:
         self._own_backoff: dict[str, bool] = {}  # per topic: whether it sets a retry backoff
         # A plain int, not an Event: a signal handler may interrupt a thread holding an Event's lock.
         self._stop_level = 0
+        self._ran = False  # a Worker runs once (see _first_run)
         self._failure: BaseException | None = None
         self._settler_failed = False  # no settle loop: the outcomes left queued for it are sent from run()
         self._held: dict[Key, _Held] = {}
@@ -662,13 +663,14 @@ class Worker:
         """Blocks until stopped (or, with burst, until what is due now on every topic is handled);
         then finishes and settles every message in hand. In the main thread (and
         install_signal_handlers), SIGTERM and SIGINT stop it (the first drains, the second stops
-        hard); the previous handlers come back after."""
+        hard); the previous handlers come back after. A Worker runs once: a second run() raises
+        RuntimeError."""
+        self._first_run()
         if self.is_async:
             self._executor = _UnwaitedExecutor()
             with asyncio.Runner() as runner:  # asyncio.run's, with a hold on run_async's task
                 runner.get_loop().set_default_executor(self._executor)
-                running = runner.get_loop().create_task(self.run_async(
-                    burst, install_signal_handlers=install_signal_handlers))
+                running = runner.get_loop().create_task(self._run_async(burst, install_signal_handlers))
                 try:
                     return runner.run(_awaited(running))
                 except (KeyboardInterrupt, SystemExit) as exc:
@@ -687,6 +689,13 @@ class Worker:
             self._run_threads(burst)
         finally:
             _restore_signal_handlers(previous)
+
+    def _first_run(self) -> None:
+        """A run leaves the worker stopped, its counts and holds its own: no start for another run."""
+        with self._lock:
+            if self._ran:
+                raise RuntimeError("a Worker runs once: make a new Worker to run again")
+            self._ran = True
 
     def _install_signal_handlers(self) -> dict[signal.Signals, Any]:
         """SIGTERM and SIGINT call stop(), when in the main thread (the only one that may set them):
@@ -879,6 +888,10 @@ class Worker:
         still waits for its handlers and settles their messages (a drain)."""
         if not self.is_async:
             raise TypeError("run_async() needs an AsyncClient and an async handler; use run()")
+        self._first_run()
+        await self._run_async(burst, install_signal_handlers)
+
+    async def _run_async(self, burst: bool, install_signal_handlers: bool) -> None:
         # As run(), not with loop.add_signal_handler: its remove_signal_handler would drop a handler of
         # the loop's own that ours replaced, and SIGTERM would then reach no one.
         previous = self._install_signal_handlers() if install_signal_handlers else {}
