@@ -344,6 +344,21 @@ def test_the_clients_retries_run_on_injected_faults(server, client):
     assert client.get("t", "m").status == ACKED  # it was applied
 
 
+def test_a_fault_for_the_next_call_is_not_taken_by_a_long_poll_held_since_before(server):
+    # A held long poll's later attempts (not in `calls`) took it: the test's next call then went through.
+    polling, client = server.client(max_retries=0), server.client(max_retries=0)
+    answers = []
+    poller = threading.Thread(target=lambda: answers.append(polling.pull("t", wait_ms=5_000)))
+    poller.start()
+    wait_for(lambda: "longPollingMsg" in server.calls, what="the long poll held")
+    server.fail_next()
+    poller.join(10)
+    assert answers == [[]]
+    with pytest.raises(ServerError):
+        client.get("t", "m")
+    assert server.calls == ["longPollingMsg", "getMsg"]
+
+
 def test_the_producer_sends_through_the_fake(server, client):
     with client.producer(linger_ms=1, max_batch=100) as producer:
         futures = [producer.send("t", f"m{i}", msg_id=f"m{i}") for i in range(250)]
