@@ -24,7 +24,7 @@ from delayqueue_client.middleware import Middleware
 from delayqueue_client.testing import FakeClock, FakeServer
 from delayqueue_client.worker import WorkerFailed
 
-from tests.helpers import ROOT, wait_for
+from tests.helpers import ROOT, run_catching, wait_for
 
 pytest_plugins = ["delayqueue_client.testing.pytest_plugin"]
 
@@ -796,6 +796,33 @@ def test_an_interrupt_in_an_async_handler_under_a_loop_of_ones_own_stops_hard_gi
     finally:
         loop.run_until_complete(client.aclose())
         loop.close()
+
+
+def test_sys_exit_in_a_thread_handler_stops_the_worker_hard_as_in_an_async_one():
+    # A thread handler's sys.exit() was only its message's failure, the worker running on, where an async
+    # handler's stopped it (as a signal handler's SystemExit, landing in a handler's step, must).
+    server = FakeServer()
+    client = server.client()
+    release = threading.Event()
+
+    def handler(message):
+        if message.msg_id == "m0":
+            sys.exit(3)
+        release.wait(10)
+
+    for i in range(3):
+        client.send("jobs", "x", msg_id=f"m{i}")
+    worker = Worker(client, "jobs", handler, concurrency=3, wait_ms=50)
+    raised = []
+    runner = threading.Thread(target=lambda: raised.extend(run_catching(worker)))
+    runner.start()
+    runner.join(10)
+    release.set()
+    if runner.is_alive():
+        worker.stop()
+        runner.join(10)
+    assert [type(e) for e in raised] == [SystemExit] and raised[0].code == 3
+    assert [client.get("jobs", f"m{i}").status for i in range(3)] == [READY] * 3  # m0 nacked, the others given back
 
 
 def run_on_a_loop_of_ones_own_then_close_it(worker):

@@ -13,7 +13,7 @@ from delayqueue_client._http import NotSent
 from delayqueue_client.testing import FakeServer
 from delayqueue_client.worker import ACK, DEAD, GIVEN_BACK, NACK, Outcome, _HandlerThreads, error_reason
 
-from tests.helpers import wait_for
+from tests.helpers import run_catching, wait_for
 
 API_MESSAGE = {"topic": "t", "msgId": "m", "msg": "body", "produceTime": 1, "triggerTime": 1, "expireTime": 9,
                "maxRetry": 3, "retry": 1, "status": 3}
@@ -148,14 +148,6 @@ def test_a_worker_runs_once_and_a_second_run_says_so(asynchronous):
         with pytest.raises(RuntimeError, match="a Worker runs once"):
             asyncio.run(worker.run_async(burst=True, install_signal_handlers=False))
     assert len(server.calls) == calls
-
-
-def run_catching(worker: Worker) -> list[BaseException]:
-    try:
-        worker.run(install_signal_handlers=False)
-    except BaseException as exc:
-        return [exc]
-    return []
 
 
 def message(retry: int = 1, topic: str = "t") -> Message:

@@ -643,10 +643,10 @@ class Worker:
         self._stop_level = max(self._stop_level, DRAIN)
 
     def _interrupted(self, error: BaseException) -> None:
-        """A KeyboardInterrupt (Ctrl-C without the worker's signal handlers) or SystemExit in an async
-        handler, or in run()'s event loop: a hard stop, then run_async() raises it, as the threads'
-        run() does with one in its thread."""
-        log.warning("run_async() interrupted (%s): messages in hand not yet handled are given back",
+        """A KeyboardInterrupt (Ctrl-C without the worker's signal handlers) or SystemExit (sys.exit())
+        in a handler, thread or async, or in run()'s event loop: a hard stop, then run() (run_async())
+        raises it, as the threads' run() does with one in its own thread."""
+        log.warning("worker interrupted (%s): messages in hand not yet handled are given back",
                     type(error).__name__)
         self._failure = self._failure or error
         self._stop_level = HARD
@@ -830,10 +830,12 @@ class Worker:
             error = exc
         if context is not None:
             self.middleware.after_handle(context, error)
-        if not self._finished(message, time.monotonic() - started):
-            return False
-        results.put((message, self._outcome(message, error)))
-        return True
+        counted = self._finished(message, time.monotonic() - started)
+        if counted:
+            results.put((message, self._outcome(message, error)))
+        if isinstance(error, (KeyboardInterrupt, SystemExit)):  # sys.exit(): as in an async handler
+            self._interrupted(error)
+        return counted
 
     def _settle_thread(self, results: "queue.SimpleQueue[Settle | None]",
                        handlers: _HandlerThreads) -> None:
