@@ -45,7 +45,7 @@ from delayqueue_client.message import Message, new_msg_id
 from delayqueue_client.middleware import SendContext
 from delayqueue_client.producer import Producer
 from delayqueue_client.schedule import Schedule, duration_ms
-from delayqueue_client.worker import Worker
+from delayqueue_client.worker import Worker, to_thread
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -680,7 +680,7 @@ class App:
         """A Worker over `topics` (a topic name or a sequence of them, as Worker takes them; default:
         every topic of the app's tasks) running the tasks by the name in their envelope:
         `app.worker().run()`. With `asynchronous=True` it runs on the App's
-        async_client, async tasks as asyncio tasks and plain ones in threads (asyncio.to_thread);
+        async_client, async tasks as asyncio tasks and plain ones in the worker's threads (worker.to_thread);
         else in `concurrency` threads, an async task in an event loop of its own per run.
         `retry_delay` (as Worker takes it) applies to the messages whose task sets no retry_backoff.
         `worker_options` go to Worker (batch, wait_ms, ack_timeout_ms, ...)."""
@@ -754,6 +754,6 @@ class App:
             if task.is_async:
                 await task.fn(*args, **kwargs)
             else:
-                await asyncio.to_thread(task.fn, *args, **kwargs)
+                await to_thread(task.fn, *args, **kwargs)
         except Exception as error:
             self._failed(task, message, error)

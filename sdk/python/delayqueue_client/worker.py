@@ -11,6 +11,8 @@ A settle loop (a thread, or a task) sends the outcomes and touches; it is superv
 fail unexpectedly, the worker stops hard and run() raises WorkerFailed. So are the poll loops: one
 failing unexpectedly drains the worker, then run() raises WorkerFailed."""
 import asyncio
+import contextvars
+import functools
 import inspect
 import itertools
 import logging
@@ -23,7 +25,7 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from types import FrameType
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 from delayqueue_client._calls import MAX_REASON
 from delayqueue_client.client import AsyncClient, Client
@@ -58,6 +60,7 @@ POLL_END_MARGIN = 1.0
 
 Handler = Callable[[Message], object]
 Key = tuple[str, str]  # (topic, msg_id)
+T = TypeVar("T")
 
 
 class HandlerTimeout(Exception):
@@ -97,9 +100,9 @@ async def _awaited(task: "asyncio.Task[None]") -> None:
 
 
 class _UnwaitedExecutor(ThreadPoolExecutor):
-    """run()'s event loop's default executor, asyncio.to_thread's (an App runs plain tasks there). A
-    thread past handler_timeout runs on: the loop's end does not wait for it, and `busy` counts
-    those still running, for abandoned_handlers."""
+    """An async worker's threads: to_thread's in its handlers (an App runs plain tasks there), and
+    run()'s event loop's default executor. A thread past handler_timeout runs on: the loop's end
+    does not wait for it, and `busy` counts those still running, for abandoned_handlers."""
 
     def __init__(self) -> None:
         super().__init__(thread_name_prefix="dq-to-thread")
@@ -119,6 +122,19 @@ class _UnwaitedExecutor(ThreadPoolExecutor):
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         super().shutdown(wait=False, cancel_futures=cancel_futures)
+
+
+# The async worker's threads, set in each of its handler's tasks (a context of its own: nothing to reset).
+_WORKER_THREADS: contextvars.ContextVar[_UnwaitedExecutor | None] = contextvars.ContextVar("_WORKER_THREADS",
+                                                                                           default=None)
+
+
+async def to_thread(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+    """asyncio.to_thread, but in an async Worker's handler on that worker's threads, under any event
+    loop: one past handler_timeout runs on without holding up the loop's end, and the worker's
+    abandoned_handlers sees it. Elsewhere, on the loop's default executor (as asyncio.to_thread)."""
+    call = functools.partial(contextvars.copy_context().run, fn, *args, **kwargs)
+    return await asyncio.get_running_loop().run_in_executor(_WORKER_THREADS.get(), call)
 
 
 class _HandlerThreads:
@@ -277,7 +293,7 @@ class Worker:
         self._reserved = 0  # room taken by pulls under way
         self._taken = 0  # messages pulled so far (max_messages)
         self._room_changed: asyncio.Event | None = None  # run_async's wake for its polls (threads: _room)
-        self._executor: _UnwaitedExecutor | None = None  # run()'s loop's, for an async worker
+        self._executor = _UnwaitedExecutor() if self.is_async else None  # see to_thread
         self._lock = threading.Lock()
         # Waits for room take _room; the rest take _lock itself (its lock: notifying needs no more),
         # which costs a handler less than the condition's Python-level enter and exit.
@@ -667,7 +683,7 @@ class Worker:
         RuntimeError."""
         self._first_run()
         if self.is_async:
-            self._executor = _UnwaitedExecutor()
+            assert self._executor is not None
             with asyncio.Runner() as runner:  # asyncio.run's, with a hold on run_async's task
                 runner.get_loop().set_default_executor(self._executor)
                 running = runner.get_loop().create_task(self._run_async(burst, install_signal_handlers))
@@ -1028,6 +1044,7 @@ class Worker:
                             slots: asyncio.Semaphore) -> None:
         error: BaseException | None = None
         started: float | None = None
+        _WORKER_THREADS.set(self._executor)
         try:
             async with slots:
                 if not self._started(message):
