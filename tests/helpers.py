@@ -190,6 +190,15 @@ def process_ended(pid: int) -> bool:
         return True
 
 
+def run_catching(worker) -> list[BaseException]:
+    """What an SDK Worker's run() raised (without its signal handlers), for a run in a thread."""
+    try:
+        worker.run(install_signal_handlers=False)
+    except BaseException as exc:
+        return [exc]
+    return []
+
+
 def wait_for(predicate, timeout=10.0, what="condition"):
     """wait_until for synchronous tests (the SDK's): the predicate's truthy value, polled every 50 ms.
     `what` may be a function, called for the failure's text (to show the state at the time)."""

@@ -1,13 +1,15 @@
 """A stand-in for a task App, for the `delayqueue worker` supervisor tests (test_sdk_supervisor.py):
 `app.worker(topics=..., concurrency=..., asynchronous=..., max_messages=...)` answers a real Worker
 on a Client (or AsyncClient) of DELAYQUEUE_URL whose handler sleeps the number of seconds in the
-message body, then appends "<pid> <msgId>" to the file SDK_APP_DONE. SDK_APP_CRASH=1 makes
+message body, then appends "<pid> <msgId>" to the file SDK_APP_DONE (a thread handler calls sys.exit(3) for the
+body "exit"). SDK_APP_CRASH=1 makes
 the worker's run() raise (a child that always crashes); SDK_APP_BREAK_SETTLE=1 makes a child's first ack
 call raise KeyError (a bug in the settle loop); SDK_APP_HANDLER_TIMEOUT is the Worker's
 handler_timeout (seconds); SDK_APP_RETURN_AT_ONCE=1 answers a Worker already stopped, whose run()
 returns at once (a child that always exits 0 without work)."""
 import asyncio
 import os
+import sys
 import time
 from collections.abc import Sequence
 
@@ -20,6 +22,8 @@ def record(message: Message) -> None:
 
 
 def handler(message: Message) -> None:
+    if message.msg == "exit":
+        sys.exit(3)
     time.sleep(float(message.msg or 0))
     record(message)
 

@@ -55,23 +55,30 @@ def test_one_trace_runs_from_a_tasks_send_to_its_handler(sdk_server, spans):
 
 def test_a_task_sent_on_commit_carries_the_trace_it_was_called_in(sdk_server, spans):
     provider, exporter = spans
-    with Client(sdk_server, middleware=[OpenTelemetryMiddleware(provider)]) as client:
+    recorder = Recorder()
+    with Client(sdk_server, middleware=[OpenTelemetryMiddleware(provider), recorder]) as client:
         app = App(client)
 
         @app.task(topic="committed", name="shop.ship")
         def ship(order_id: int) -> None:
             pass
 
-        with trace.get_tracer("web", tracer_provider=provider).start_as_current_span("POST /ship"):
-            with transaction.atomic():
-                a_write("ship")
+        with transaction.atomic():
+            a_write("ship")
+            with trace.get_tracer("web", tracer_provider=provider).start_as_current_span("POST /ship"):
                 handle = ship.send_on_commit(7)
-                assert client.get("committed", handle.msg_id) is None  # not before the commit
+            assert client.get("committed", handle.msg_id) is None  # not before the commit
+        # Rolled back: its before_send ran at the call and no after_send ever came (a producer span never ended).
+        with pytest.raises(RuntimeError), transaction.atomic():
+            ship.send_on_commit(8)
+            raise RuntimeError("the caller's work failed")
         app.worker(wait_ms=200).run(burst=True, install_signal_handlers=False)
 
     by_name = {span.name: span for span in exporter.get_finished_spans()}
     request, sent, processed = by_name["POST /ship"], by_name["send committed"], by_name["process committed"]
     assert sent.parent.span_id == request.context.span_id and processed.parent.span_id == sent.context.span_id
+    assert [c[:2] for c in recorder.calls if c[0].endswith("_send")] == [("before_send", handle.msg_id),
+                                                                           ("after_send", handle.msg_id)]
 
 
 class Recorder(Middleware):

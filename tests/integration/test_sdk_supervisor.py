@@ -170,6 +170,19 @@ def test_a_child_whose_settle_loop_failed_exits_at_once_and_is_replaced(client, 
         assert sup.wait(timeout=30) == 0, sup.output()
 
 
+def test_a_child_whose_handler_called_sys_exit_exits_at_once_and_is_replaced(client, sdk_server, scanner, tmp_path):
+    """A handler's sys.exit() stops the worker hard and run() raises it: the handler thread it abandoned
+    kept the child alive (the interpreter's exit waits for it), its slot never replaced."""
+    client.send_many([{"topic": "sup", "msg": "60", "msg_id": "e0"}, {"topic": "sup", "msg": "exit", "msg_id": "e1"}])
+    with supervisor(sdk_server, tmp_path, "--processes", "1", "--threads", "2") as sup:
+        wait_for(lambda: len(sup.started_pids()) >= 2, timeout=30, what="the exited child replaced")  # not in 60 s
+        assert "a handler ended the worker (SystemExit 3)" in sup.output()
+        sup.signal()
+        wait_for(lambda: "draining" in sup.output(), timeout=10, what="the drain forwarded")
+        sup.signal()
+        assert sup.wait(timeout=30) == 0, sup.output()
+
+
 def test_a_child_that_served_its_max_tasks_exits_though_a_timed_out_handler_still_runs(client, sdk_server, scanner,
                                                                                       tmp_path):
     client.send("sup", "60", msg_id="stuck")  # past its handler_timeout, the handler thread runs on a minute

@@ -22,8 +22,9 @@ from delayqueue_client._calls import Call
 from delayqueue_client._http import MaybeSent, NotSent
 from delayqueue_client.middleware import Middleware
 from delayqueue_client.testing import FakeClock, FakeServer
+from delayqueue_client.worker import WorkerFailed
 
-from tests.helpers import ROOT, wait_for
+from tests.helpers import ROOT, run_catching, wait_for
 
 pytest_plugins = ["delayqueue_client.testing.pytest_plugin"]
 
@@ -343,6 +344,21 @@ def test_the_clients_retries_run_on_injected_faults(server, client):
     assert client.get("t", "m").status == ACKED  # it was applied
 
 
+def test_a_fault_for_the_next_call_is_not_taken_by_a_long_poll_held_since_before(server):
+    # A held long poll's later attempts (not in `calls`) took it: the test's next call then went through.
+    polling, client = server.client(max_retries=0), server.client(max_retries=0)
+    answers = []
+    poller = threading.Thread(target=lambda: answers.append(polling.pull("t", wait_ms=5_000)))
+    poller.start()
+    wait_for(lambda: "longPollingMsg" in server.calls, what="the long poll held")
+    server.fail_next()
+    poller.join(10)
+    assert answers == [[]]
+    with pytest.raises(ServerError):
+        client.get("t", "m")
+    assert server.calls == ["longPollingMsg", "getMsg"]
+
+
 def test_the_producer_sends_through_the_fake(server, client):
     with client.producer(linger_ms=1, max_batch=100) as producer:
         futures = [producer.send("t", f"m{i}", msg_id=f"m{i}") for i in range(250)]
@@ -597,6 +613,48 @@ def test_a_body_nested_too_deep_for_json_is_handled_and_settled_under_middleware
     assert handled == ["deep"] and client.get("jobs", "deep").status == ACKED
 
 
+class Settles(Middleware):
+    def __init__(self):
+        self.settled = []
+
+    def after_settle(self, ctx):
+        self.settled.append((ctx.message.msg_id, ctx.message.retry, ctx.outcome, ctx.done))
+
+
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_what_a_worker_gives_back_without_its_settle_loop_reaches_after_settle(server, client, asynchronous):
+    # Sent from run() once the settle loop failed, the give-backs skipped after_settle: middleware missed them.
+    failed, release = threading.Event(), threading.Event()
+    settles = Settles()
+    worker_client = server.async_client() if asynchronous else client
+    ack_many = worker_client.ack_many
+
+    def first_fails(*args, **kwargs):
+        if not failed.is_set():
+            failed.set()
+            raise KeyError("a bug in the settle path")
+        return ack_many(*args, **kwargs)
+
+    def handler(message):
+        if message.msg_id == "slow":
+            release.wait(10)
+
+    async def handler_async(message):
+        if message.msg_id == "slow":
+            await asyncio.sleep(10)
+    worker_client.ack_many = first_fails
+    client.send("jobs", "fast", msg_id="fast")
+    client.send("jobs", "slow", msg_id="slow")
+    worker = Worker(worker_client, "jobs", handler_async if asynchronous else handler, concurrency=2, batch=2,
+                    wait_ms=10, middleware=[settles])
+    with pytest.raises(WorkerFailed):
+        worker.run(install_signal_handlers=False)
+    release.set()
+    # A poll under way may take it again once given back: that delivery is given back too, and settled as such.
+    assert ("slow", 1, "nack", True) in settles.settled and {s[::2] for s in settles.settled} == {("slow", "nack")}
+    assert client.get("jobs", "slow").status == READY
+
+
 def test_a_worker_settling_a_delivery_whose_ack_timeout_passed_leaves_the_next_delivery_alone(server, client):
     started, release = threading.Event(), threading.Event()
 
@@ -740,6 +798,33 @@ def test_an_interrupt_in_an_async_handler_under_a_loop_of_ones_own_stops_hard_gi
         loop.close()
 
 
+def test_sys_exit_in_a_thread_handler_stops_the_worker_hard_as_in_an_async_one():
+    # A thread handler's sys.exit() was only its message's failure, the worker running on, where an async
+    # handler's stopped it (as a signal handler's SystemExit, landing in a handler's step, must).
+    server = FakeServer()
+    client = server.client()
+    release = threading.Event()
+
+    def handler(message):
+        if message.msg_id == "m0":
+            sys.exit(3)
+        release.wait(10)
+
+    for i in range(3):
+        client.send("jobs", "x", msg_id=f"m{i}")
+    worker = Worker(client, "jobs", handler, concurrency=3, wait_ms=50)
+    raised = []
+    runner = threading.Thread(target=lambda: raised.extend(run_catching(worker)))
+    runner.start()
+    runner.join(10)
+    release.set()
+    if runner.is_alive():
+        worker.stop()
+        runner.join(10)
+    assert [type(e) for e in raised] == [SystemExit] and raised[0].code == 3
+    assert [client.get("jobs", f"m{i}").status for i in range(3)] == [READY] * 3  # m0 nacked, the others given back
+
+
 def run_on_a_loop_of_ones_own_then_close_it(worker):
     """run_until_complete() that a KeyboardInterrupt ends between steps, its tasks left pending, then
     the loop closed: collecting a pending task closes its coroutine (GeneratorExit), as here."""
@@ -871,8 +956,10 @@ def test_a_task_given_up_at_the_handler_timeout_waits_its_own_retry_backoff(serv
     assert client.get("slow", sent.msg_id).trigger_time - server.clock.now_ms() == 30_000
 
 
-def test_an_async_worker_returns_from_run_while_a_plain_task_past_its_timeout_runs_on(server, client):
-    # run()'s asyncio.run waited for asyncio.to_thread's thread at the loop's end: a drain never ended.
+@pytest.mark.parametrize("how", ["run", "asyncio.run"])
+def test_an_async_worker_returns_from_run_while_a_plain_task_past_its_timeout_runs_on(server, client, how):
+    # run()'s asyncio.run waited for asyncio.to_thread's thread at the loop's end: a drain never ended. Under
+    # asyncio.run(run_async()) it still did, the thread in the loop's default executor, unseen by abandoned_handlers.
     from delayqueue_client import App
     release = threading.Event()
     app = App(client, async_client=server.async_client())
@@ -883,7 +970,8 @@ def test_an_async_worker_returns_from_run_while_a_plain_task_past_its_timeout_ru
 
     sent = hangs.send()
     worker = app.worker("slow", asynchronous=True, handler_timeout=0.2, wait_ms=50)
-    runner = threading.Thread(target=worker.run, kwargs={"install_signal_handlers": False}, daemon=True)
+    run = worker.run if how == "run" else lambda **options: asyncio.run(worker.run_async(**options))
+    runner = threading.Thread(target=run, kwargs={"install_signal_handlers": False}, daemon=True)
     runner.start()
     try:
         wait_for(lambda: client.get("slow", sent.msg_id).status == WAITING, what="the timed-out message nacked")

@@ -362,6 +362,22 @@ def test_a_retry_without_a_delay_waits_the_tasks_backoff_as_any_failure_does(app
     assert caused.value.delay == 2 and isinstance(caused.value.__cause__, ConnectionError)  # the failure, its reason
 
 
+def test_a_workers_own_retry_delay_applies_where_the_task_sets_no_backoff(app):
+    # App.worker passed its own retry_delay to Worker beside the caller's: a duplicate-keyword TypeError.
+    @app.task(name="backs_off", retry_backoff=(2, 60))
+    def backs_off() -> None:
+        pass
+
+    @app.task(name="plain")
+    def plain() -> None:
+        pass
+    worker = app.worker(retry_delay=lambda m: 5.0 if m.retry < 3 else None, retry_backoff=(1, 1))
+    assert worker._backoff_ms(message(envelope_of("backs_off"), retry=2)) == 4_000  # the task's own first
+    assert worker._backoff_ms(message(envelope_of("plain"), retry=2)) == 5_000  # then the worker's retry_delay
+    assert worker._backoff_ms(message(envelope_of("plain"), retry=3)) == 1_000  # then its retry_backoff
+    assert worker._backoff_ms(message("not an envelope")) == 5_000
+
+
 def test_the_async_handler_runs_async_and_plain_tasks(app):
     ran = []
 

@@ -13,7 +13,7 @@ from delayqueue_client._http import NotSent
 from delayqueue_client.testing import FakeServer
 from delayqueue_client.worker import ACK, DEAD, GIVEN_BACK, NACK, Outcome, _HandlerThreads, error_reason
 
-from tests.helpers import wait_for
+from tests.helpers import run_catching, wait_for
 
 API_MESSAGE = {"topic": "t", "msgId": "m", "msg": "body", "produceTime": 1, "triggerTime": 1, "expireTime": 9,
                "maxRetry": 3, "retry": 1, "status": 3}
@@ -131,12 +131,23 @@ def test_a_worker_stopped_while_waiting_for_its_server_returns(caplog):
     assert not running.is_alive() and failures == []
 
 
-def run_catching(worker: Worker) -> list[BaseException]:
-    try:
-        worker.run(install_signal_handlers=False)
-    except BaseException as exc:
-        return [exc]
-    return []
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_a_worker_runs_once_and_a_second_run_says_so(asynchronous):
+    # A second run() found the first's stop and returned at once: a silent no-op.
+    server = FakeServer()
+    client = server.async_client() if asynchronous else server.client()
+
+    async def handler_async(m):
+        pass
+    worker = Worker(client, "t", handler_async if asynchronous else print)
+    worker.run(burst=True, install_signal_handlers=False)
+    calls = len(server.calls)
+    with pytest.raises(RuntimeError, match="a Worker runs once"):
+        worker.run(burst=True, install_signal_handlers=False)
+    if asynchronous:
+        with pytest.raises(RuntimeError, match="a Worker runs once"):
+            asyncio.run(worker.run_async(burst=True, install_signal_handlers=False))
+    assert len(server.calls) == calls
 
 
 def message(retry: int = 1, topic: str = "t") -> Message:

@@ -19,6 +19,7 @@ Arguments travel as JSON; a parameter annotated with a pydantic model (or a type
 such as `list[Order] | None`) is validated and dumped on send and validated back into the model
 on the worker. pydantic stays optional: it is used only when the task's module has imported it."""
 import asyncio
+import contextvars
 import copy
 import functools
 import hashlib
@@ -44,7 +45,7 @@ from delayqueue_client.message import Message, new_msg_id
 from delayqueue_client.middleware import SendContext
 from delayqueue_client.producer import Producer
 from delayqueue_client.schedule import Schedule, duration_ms
-from delayqueue_client.worker import Worker
+from delayqueue_client.worker import Worker, to_thread
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -324,8 +325,8 @@ class Task(Generic[P, R]):
     - `send(*args, **kwargs)`: due now; `delay_in(delay, *args, **kwargs)` (seconds or a timedelta);
       `delay_at(when, *args, **kwargs)` (an aware datetime; a naive one is refused);
     - `send_on_commit(*args, **kwargs)`: sent when the Django transaction open on the default
-      database commits, never if it rolls back; encoded at the call, so a trace the caller is in
-      travels with it;
+      database commits, never if it rolls back; its arguments encoded at the call, its middleware
+      run at the commit in the call's context, so a trace the caller is in travels with it;
     - `send_many(items)`: one message per item, a tuple of positional arguments or a dict of
       keyword arguments, through the App's batching producer (sendMsgBatch calls, several at
       once); per item its handle or its error (not raised).
@@ -402,6 +403,12 @@ class Task(Generic[P, R]):
             raise TypeError(f"task {self.name}: {exc}") from None
         headers = options.headers if headers is None else headers
         return encode(Envelope(self.name, args_data, kwargs_data, dict(headers or {})), max_bytes=self.app.max_msg_bytes)
+
+    def _with_headers(self, body: str, headers: Mapping[str, str] | None) -> str:
+        """A body _body encoded, with these headers in place of its own (None: as it is)."""
+        if headers is None:
+            return body
+        return encode(replace(decode(body), headers=dict(headers)), max_bytes=self.app.max_msg_bytes)
 
     def _schedule_fields(self) -> dict[str, Any]:
         """The fields of its server schedule, as Schedule names them: what sync_schedules keeps."""
@@ -568,33 +575,34 @@ class App:
               delay_ms: int | None = None, trigger_time: int | None = None) -> TaskHandle:
         if self._eager:
             return self._ran_eagerly(task, task._body(options, args, kwargs), options.msg_id)
-        call, _ = self._send_call(task, options, args, kwargs, delay_ms=delay_ms, trigger_time=trigger_time)
+        call = self._send_call(task, options, functools.partial(task._body, options, args, kwargs),
+                               delay_ms=delay_ms, trigger_time=trigger_time)
         sent = self.client._run(call)
         return TaskHandle(self, task.topic, sent.msg_id, task.name)
 
-    def _send_call(self, task: Task[Any, Any], options: _Options, args: Sequence[Any], kwargs: Mapping[str, Any],
-                   delay_ms: int | None = None, trigger_time: int | None = None) -> tuple[Call[Message], str]:
-        """The sendMsg call of a task's message, ready to run, and its msgId: the body encoded, the
-        middleware's before_send run (in the caller's trace) and the arguments checked now."""
-        body, msg_id, sends = self._traced_body(task, options, args, kwargs)
-        request = send_body(task.topic, body, delay_ms=delay_ms, trigger_time=trigger_time,
+    def _send_call(self, task: Task[Any, Any], options: _Options, body: Callable[[Mapping[str, str] | None], str],
+                   delay_ms: int | None = None, trigger_time: int | None = None) -> Call[Message]:
+        """The sendMsg call of a task's message, ready to run: the body encoded, the middleware's
+        before_send run (in the caller's trace) and the arguments checked now."""
+        text, msg_id, sends = self._traced_body(task, options, body)
+        request = send_body(task.topic, text, delay_ms=delay_ms, trigger_time=trigger_time,
                             **{**self._send_options(options), "msg_id": msg_id})
-        return send_call(request, sends), msg_id
+        return send_call(request, sends)
 
-    def _traced_body(self, task: Task[Any, Any], options: _Options, args: Sequence[Any],
-                     kwargs: Mapping[str, Any]) -> tuple[str, str, tuple[SendContext, ...]]:
-        """A send's body and msgId, and its middleware context when the client has middleware:
-        before_send runs first, so what it writes into the headers (a trace's context) travels
-        in the envelope."""
+    def _traced_body(self, task: Task[Any, Any], options: _Options, body: Callable[[Mapping[str, str] | None], str]
+                     ) -> tuple[str, str, tuple[SendContext, ...]]:
+        """A send's body (`body(headers)`; None: the options' headers) and msgId, and its middleware
+        context when the client has middleware: before_send runs first, so what it writes into the
+        headers (a trace's context) travels in the envelope."""
         msg_id = options.msg_id or new_msg_id()
         if not self.client.middleware:
-            return task._body(options, args, kwargs), msg_id, ()
+            return body(None), msg_id, ()
         # What send_body refuses (a lone surrogate, an option no number), refused before a send begins.
         send_body(task.topic, "", **{**self._send_options(options), "msg_id": msg_id})
         context = SendContext(topic=task.topic, msg_id=msg_id, task=task.name, headers=dict(options.headers or {}))
         self.client.middleware.before_send(context)
         try:
-            return task._body(options, args, kwargs, context.headers), msg_id, (context,)
+            return body(context.headers), msg_id, (context,)
         except BaseException as exc:
             self.client.middleware.after_send(context, None, exc)
             raise
@@ -611,13 +619,18 @@ class App:
         # Django only for send_on_commit: the SDK runs without it.
         from delayqueue_client.django import run_on_commit
 
+        body, msg_id = task._body(options, args, kwargs), options.msg_id or new_msg_id()  # the arguments as called
         if self._eager:
-            body, msg_id = task._body(options, args, kwargs), options.msg_id or new_msg_id()
             handle = EagerHandle(self, task.topic, msg_id, task.name)
             run_on_commit(lambda: self._ran_eagerly(task, body, msg_id, handle))
             return handle
-        call, msg_id = self._send_call(task, options, args, kwargs)  # sent when the transaction commits
-        run_on_commit(lambda: self.client._run(call))
+        options = replace(options, msg_id=msg_id)
+        send_body(task.topic, body, **self._send_options(options))  # what the server would refuse, refused now
+        # Sent, and so traced (before_send), only at the commit: after a rollback no after_send would
+        # follow. Run in this call's context, so the trace the caller is in travels with it all the same.
+        def send() -> None:
+            self.client._run(self._send_call(task, options, functools.partial(task._with_headers, body)))
+        run_on_commit(functools.partial(contextvars.copy_context().run, send))
         return TaskHandle(self, task.topic, msg_id, task.name)
 
     def _send_many(self, task: Task[Any, Any], options: _Options,
@@ -636,7 +649,8 @@ class App:
         if self._eager:
             return [self._ran_eagerly(task, task._body(options, args, kwargs), None) for args, kwargs in calls]
         send_options = self._send_options(options)
-        bodies = [self._traced_body(task, options, args, kwargs) for args, kwargs in calls]
+        bodies = [self._traced_body(task, options, functools.partial(task._body, options, args, kwargs))
+                  for args, kwargs in calls]
         producer = self._producer()
         futures = [producer.send(task.topic, body, context=sends[0] if sends else None,
                                  **{**send_options, "msg_id": msg_id}) for body, msg_id, sends in bodies]
@@ -662,12 +676,13 @@ class App:
     # --- running
 
     def worker(self, topics: str | Sequence[str] | None = None, *, concurrency: int = 8, asynchronous: bool = False,
-               **worker_options: Any) -> Worker:
+               retry_delay: Callable[[Message], float | None] | None = None, **worker_options: Any) -> Worker:
         """A Worker over `topics` (a topic name or a sequence of them, as Worker takes them; default:
         every topic of the app's tasks) running the tasks by the name in their envelope:
         `app.worker().run()`. With `asynchronous=True` it runs on the App's
-        async_client, async tasks as asyncio tasks and plain ones in threads (asyncio.to_thread);
+        async_client, async tasks as asyncio tasks and plain ones in the worker's threads (worker.to_thread);
         else in `concurrency` threads, an async task in an event loop of its own per run.
+        `retry_delay` (as Worker takes it) applies to the messages whose task sets no retry_backoff.
         `worker_options` go to Worker (batch, wait_ms, ack_timeout_ms, ...)."""
         chosen = self.topics() if topics is None else [topics] if isinstance(topics, str) else list(topics)
         if not chosen:
@@ -678,18 +693,20 @@ class App:
                 raise ValueError("worker(asynchronous=True) runs on an AsyncClient: make the app with "
                                  "App(client, async_client=AsyncClient(...))")
             return Worker(self.async_client, served, self.handle_async, concurrency=concurrency,
-                          retry_delay=self._retry_delay, **worker_options)
-        return Worker(self.client, served, self.handle, concurrency=concurrency, retry_delay=self._retry_delay,
-                      **worker_options)
+                          retry_delay=functools.partial(self._retry_delay, retry_delay), **worker_options)
+        return Worker(self.client, served, self.handle, concurrency=concurrency,
+                      retry_delay=functools.partial(self._retry_delay, retry_delay), **worker_options)
 
-    def _retry_delay(self, message: Message) -> float | None:
+    def _retry_delay(self, otherwise: Callable[[Message], float | None] | None, message: Message) -> float | None:
         """The retry_backoff of the task a message names, for a failure its task did not see (a
-        handler_timeout); None for a message naming no task of this app."""
+        handler_timeout); for a message naming no task of this app, or one without a retry_backoff,
+        `otherwise`'s delay (the worker's retry_delay: the task's own comes first, as on a failure it saw)."""
         try:
             task = self._tasks.get(decode(message.msg).task)
         except EnvelopeError:
-            return None
-        return None if task is None else task.retry_delay(message.retry)
+            task = None
+        delay = None if task is None else task.retry_delay(message.retry)
+        return otherwise(message) if delay is None and otherwise is not None else delay
 
     def _prepared(self, message: Message) -> tuple[Task[Any, Any], list[Any], dict[str, Any]]:
         """The task a message names and its arguments; DeadLetter for a message no retry can run."""
@@ -737,6 +754,6 @@ class App:
             if task.is_async:
                 await task.fn(*args, **kwargs)
             else:
-                await asyncio.to_thread(task.fn, *args, **kwargs)
+                await to_thread(task.fn, *args, **kwargs)
         except Exception as error:
             self._failed(task, message, error)

@@ -248,6 +248,12 @@ def run_child(options: ChildOptions) -> int:
             raise
         log.exception("the worker failed")  # its settle loop: it stopped hard, and the child crashes
         _exit_now(1)
+    except (SystemExit, KeyboardInterrupt) as exc:  # a handler's sys.exit(): the worker stopped hard
+        if not getattr(worker, "abandoned_handlers", False):
+            raise
+        log.error("a handler ended the worker (%s %s): exiting without waiting for its abandoned handler threads",
+                  type(exc).__name__, getattr(exc, "code", ""))
+        _exit_now(1)
     code = SERVED_MAX_TASKS if getattr(worker, "served_max_messages", False) else 0
     if getattr(worker, "abandoned_handlers", False):
         if not getattr(worker, "stopped_hard", False):

@@ -11,6 +11,8 @@ A settle loop (a thread, or a task) sends the outcomes and touches; it is superv
 fail unexpectedly, the worker stops hard and run() raises WorkerFailed. So are the poll loops: one
 failing unexpectedly drains the worker, then run() raises WorkerFailed."""
 import asyncio
+import contextvars
+import functools
 import inspect
 import itertools
 import logging
@@ -23,7 +25,7 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from types import FrameType
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 from delayqueue_client._calls import MAX_REASON
 from delayqueue_client.client import AsyncClient, Client
@@ -58,6 +60,7 @@ POLL_END_MARGIN = 1.0
 
 Handler = Callable[[Message], object]
 Key = tuple[str, str]  # (topic, msg_id)
+T = TypeVar("T")
 
 
 class HandlerTimeout(Exception):
@@ -97,9 +100,9 @@ async def _awaited(task: "asyncio.Task[None]") -> None:
 
 
 class _UnwaitedExecutor(ThreadPoolExecutor):
-    """run()'s event loop's default executor, asyncio.to_thread's (an App runs plain tasks there). A
-    thread past handler_timeout runs on: the loop's end does not wait for it, and `busy` counts
-    those still running, for abandoned_handlers."""
+    """An async worker's threads: to_thread's in its handlers (an App runs plain tasks there), and
+    run()'s event loop's default executor. A thread past handler_timeout runs on: the loop's end
+    does not wait for it, and `busy` counts those still running, for abandoned_handlers."""
 
     def __init__(self) -> None:
         super().__init__(thread_name_prefix="dq-to-thread")
@@ -119,6 +122,19 @@ class _UnwaitedExecutor(ThreadPoolExecutor):
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         super().shutdown(wait=False, cancel_futures=cancel_futures)
+
+
+# The async worker's threads, set in each of its handler's tasks (a context of its own: nothing to reset).
+_WORKER_THREADS: contextvars.ContextVar[_UnwaitedExecutor | None] = contextvars.ContextVar("_WORKER_THREADS",
+                                                                                           default=None)
+
+
+async def to_thread(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+    """asyncio.to_thread, but in an async Worker's handler on that worker's threads, under any event
+    loop: one past handler_timeout runs on without holding up the loop's end, and the worker's
+    abandoned_handlers sees it. Elsewhere, on the loop's default executor (as asyncio.to_thread)."""
+    call = functools.partial(contextvars.copy_context().run, fn, *args, **kwargs)
+    return await asyncio.get_running_loop().run_in_executor(_WORKER_THREADS.get(), call)
 
 
 class _HandlerThreads:
@@ -267,6 +283,7 @@ class Worker:
         self._own_backoff: dict[str, bool] = {}  # per topic: whether it sets a retry backoff
         # A plain int, not an Event: a signal handler may interrupt a thread holding an Event's lock.
         self._stop_level = 0
+        self._ran = False  # a Worker runs once (see _first_run)
         self._failure: BaseException | None = None
         self._settler_failed = False  # no settle loop: the outcomes left queued for it are sent from run()
         self._held: dict[Key, _Held] = {}
@@ -276,7 +293,7 @@ class Worker:
         self._reserved = 0  # room taken by pulls under way
         self._taken = 0  # messages pulled so far (max_messages)
         self._room_changed: asyncio.Event | None = None  # run_async's wake for its polls (threads: _room)
-        self._executor: _UnwaitedExecutor | None = None  # run()'s loop's, for an async worker
+        self._executor = _UnwaitedExecutor() if self.is_async else None  # see to_thread
         self._lock = threading.Lock()
         # Waits for room take _room; the rest take _lock itself (its lock: notifying needs no more),
         # which costs a handler less than the condition's Python-level enter and exit.
@@ -642,10 +659,10 @@ class Worker:
         self._stop_level = max(self._stop_level, DRAIN)
 
     def _interrupted(self, error: BaseException) -> None:
-        """A KeyboardInterrupt (Ctrl-C without the worker's signal handlers) or SystemExit in an async
-        handler, or in run()'s event loop: a hard stop, then run_async() raises it, as the threads'
-        run() does with one in its thread."""
-        log.warning("run_async() interrupted (%s): messages in hand not yet handled are given back",
+        """A KeyboardInterrupt (Ctrl-C without the worker's signal handlers) or SystemExit (sys.exit())
+        in a handler, thread or async, or in run()'s event loop: a hard stop, then run() (run_async())
+        raises it, as the threads' run() does with one in its own thread."""
+        log.warning("worker interrupted (%s): messages in hand not yet handled are given back",
                     type(error).__name__)
         self._failure = self._failure or error
         self._stop_level = HARD
@@ -662,13 +679,14 @@ class Worker:
         """Blocks until stopped (or, with burst, until what is due now on every topic is handled);
         then finishes and settles every message in hand. In the main thread (and
         install_signal_handlers), SIGTERM and SIGINT stop it (the first drains, the second stops
-        hard); the previous handlers come back after."""
+        hard); the previous handlers come back after. A Worker runs once: a second run() raises
+        RuntimeError."""
+        self._first_run()
         if self.is_async:
-            self._executor = _UnwaitedExecutor()
+            assert self._executor is not None
             with asyncio.Runner() as runner:  # asyncio.run's, with a hold on run_async's task
                 runner.get_loop().set_default_executor(self._executor)
-                running = runner.get_loop().create_task(self.run_async(
-                    burst, install_signal_handlers=install_signal_handlers))
+                running = runner.get_loop().create_task(self._run_async(burst, install_signal_handlers))
                 try:
                     return runner.run(_awaited(running))
                 except (KeyboardInterrupt, SystemExit) as exc:
@@ -687,6 +705,13 @@ class Worker:
             self._run_threads(burst)
         finally:
             _restore_signal_handlers(previous)
+
+    def _first_run(self) -> None:
+        """A run leaves the worker stopped, its counts and holds its own: no start for another run."""
+        with self._lock:
+            if self._ran:
+                raise RuntimeError("a Worker runs once: make a new Worker to run again")
+            self._ran = True
 
     def _install_signal_handlers(self) -> dict[signal.Signals, Any]:
         """SIGTERM and SIGINT call stop(), when in the main thread (the only one that may set them):
@@ -795,11 +820,16 @@ class Worker:
         loop to do it); a failure leaves them to their ack timeout."""
         for topic, outcome, messages in self._settle_groups(items):
             try:
-                self._sync_client().ack_many(topic, **self._settle_kwargs(outcome, messages))
+                done = self._sync_client().ack_many(topic, **self._settle_kwargs(outcome, messages))
             except DelayQueueError as error:
-                log.error("could not send the %s of %s/%s (%s): delivered again after their ack timeout",
-                          outcome.kind, topic, ", ".join(m.msg_id for m in messages), error)
-            self._release(messages)
+                self._not_given_back(topic, outcome, messages, error)
+            else:
+                self._settled(topic, outcome, messages, done)
+
+    def _not_given_back(self, topic: str, outcome: Outcome, messages: list[Message], error: DelayQueueError) -> None:
+        log.error("could not send the %s of %s/%s (%s): delivered again after their ack timeout",
+                  outcome.kind, topic, ", ".join(m.msg_id for m in messages), error)
+        self._release(messages)
 
     def _handle(self, message: Message, results: "queue.SimpleQueue[Settle | None]") -> bool:
         """Runs the handler of `message`; whether its outcome is the message's (see _finished)."""
@@ -816,10 +846,12 @@ class Worker:
             error = exc
         if context is not None:
             self.middleware.after_handle(context, error)
-        if not self._finished(message, time.monotonic() - started):
-            return False
-        results.put((message, self._outcome(message, error)))
-        return True
+        counted = self._finished(message, time.monotonic() - started)
+        if counted:
+            results.put((message, self._outcome(message, error)))
+        if isinstance(error, (KeyboardInterrupt, SystemExit)):  # sys.exit(): as in an async handler
+            self._interrupted(error)
+        return counted
 
     def _settle_thread(self, results: "queue.SimpleQueue[Settle | None]",
                        handlers: _HandlerThreads) -> None:
@@ -874,6 +906,10 @@ class Worker:
         still waits for its handlers and settles their messages (a drain)."""
         if not self.is_async:
             raise TypeError("run_async() needs an AsyncClient and an async handler; use run()")
+        self._first_run()
+        await self._run_async(burst, install_signal_handlers)
+
+    async def _run_async(self, burst: bool, install_signal_handlers: bool) -> None:
         # As run(), not with loop.add_signal_handler: its remove_signal_handler would drop a handler of
         # the loop's own that ours replaced, and SIGTERM would then reach no one.
         previous = self._install_signal_handlers() if install_signal_handlers else {}
@@ -959,11 +995,11 @@ class Worker:
     async def _give_back_async(self, items: list[Settle]) -> None:
         for topic, outcome, messages in self._settle_groups(items):
             try:
-                await self._async_client().ack_many(topic, **self._settle_kwargs(outcome, messages))
+                done = await self._async_client().ack_many(topic, **self._settle_kwargs(outcome, messages))
             except DelayQueueError as error:
-                log.error("could not send the %s of %s/%s (%s): delivered again after their ack timeout",
-                          outcome.kind, topic, ", ".join(m.msg_id for m in messages), error)
-            self._release(messages)
+                self._not_given_back(topic, outcome, messages, error)
+            else:
+                self._settled(topic, outcome, messages, done)
 
     async def _poll_task(self, topic: str, burst: bool, results: "asyncio.Queue[Settle | None]",
                          slots: asyncio.Semaphore, handlers: set["asyncio.Task[None]"]) -> None:
@@ -1008,6 +1044,7 @@ class Worker:
                             slots: asyncio.Semaphore) -> None:
         error: BaseException | None = None
         started: float | None = None
+        _WORKER_THREADS.set(self._executor)
         try:
             async with slots:
                 if not self._started(message):

@@ -256,7 +256,8 @@ class FakeServer:
                   after_applying: bool = False) -> None:
         """The next `times` calls (of `endpoint`, or any) fail: with an HTTP `status` and `content`
         as a proxy answers, or by raising `error` (delayqueue_client._http.NotSent or MaybeSent) as
-        the transport does; `after_applying`: the call is carried out first, then its answer lost."""
+        the transport does; `after_applying`: the call is carried out first, then its answer lost. A
+        long poll is one call, at its start: one held since before takes none of these."""
         with self._lock:
             self._faults.append(Fault(endpoint, times, status, content, error, after_applying))
 
@@ -265,10 +266,12 @@ class FakeServer:
     def post(self, endpoint: str, body: bytes, *, record: bool = True) -> tuple[int, bytes]:
         """One call as the HTTP layer hands it over: the HTTP status and content of its answer.
         A long poll is answered at once with what is ready: the transports hold it (long_poll).
-        `record`: the call goes into `calls` (a long poll's later attempts do not)."""
+        `record`: a call, which goes into `calls` and meets fail_next's faults; a long poll's later
+        attempts are not calls (a fault for the next call is not taken by one held since before)."""
         with self._lock:
-            if record:
-                self.calls.append(endpoint)
+            if not record:
+                return self._answer(endpoint, body)
+            self.calls.append(endpoint)
             fault = self._fault_for(endpoint)
             if fault is not None and not fault.after_applying:
                 return fault.strike()
