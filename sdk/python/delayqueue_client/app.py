@@ -688,14 +688,14 @@ class App:
         if not chosen:
             raise ValueError("no topic to serve: the app has no tasks yet (import the modules defining them first)")
         served: str | list[str] = chosen[0] if len(chosen) == 1 else chosen
+        delay = functools.partial(self._retry_delay, retry_delay)  # the task's backoff first, then retry_delay
         if asynchronous:
             if self.async_client is None:
                 raise ValueError("worker(asynchronous=True) runs on an AsyncClient: make the app with "
                                  "App(client, async_client=AsyncClient(...))")
             return Worker(self.async_client, served, self.handle_async, concurrency=concurrency,
-                          retry_delay=functools.partial(self._retry_delay, retry_delay), **worker_options)
-        return Worker(self.client, served, self.handle, concurrency=concurrency,
-                      retry_delay=functools.partial(self._retry_delay, retry_delay), **worker_options)
+                          retry_delay=delay, **worker_options)
+        return Worker(self.client, served, self.handle, concurrency=concurrency, retry_delay=delay, **worker_options)
 
     def _retry_delay(self, otherwise: Callable[[Message], float | None] | None, message: Message) -> float | None:
         """The retry_backoff of the task a message names, for a failure its task did not see (a
