@@ -825,6 +825,42 @@ def test_sys_exit_in_a_thread_handler_stops_the_worker_hard_as_in_an_async_one()
     assert [client.get("jobs", f"m{i}").status for i in range(3)] == [READY] * 3  # m0 nacked, the others given back
 
 
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_a_ctrl_c_in_a_handler_gives_its_message_back_as_the_others_not_as_failed(asynchronous, caplog):
+    """A KeyboardInterrupt out of a handler (Ctrl-C landing in an async handler's step, without the worker's
+    signal handlers) is the operator stopping the worker: its message was nacked as failed (after the retry
+    backoff, logged as an error, after_handle told of a failure) while the others in hand were given back."""
+    server = FakeServer()
+    handled, release = [], threading.Event()
+
+    class Recorder(Middleware):
+        def after_handle(self, ctx, error):
+            handled.append((ctx.message.msg_id, error, ctx.interrupted))
+
+    async def async_handler(message):
+        if message.msg_id == "m0":
+            raise KeyboardInterrupt
+        await asyncio.sleep(30)
+
+    def thread_handler(message):
+        if message.msg_id == "m0":
+            raise KeyboardInterrupt
+        release.wait(10)
+
+    for i in range(3):
+        server.client().send("jobs", "x", msg_id=f"m{i}")
+    client, handler = (server.async_client(), async_handler) if asynchronous else (server.client(), thread_handler)
+    worker = Worker(client, "jobs", handler, concurrency=3, wait_ms=50, retry_backoff=(60, 60),
+                    middleware=[Recorder()])
+    with caplog.at_level(logging.WARNING):
+        raised = run_catching(worker)
+    release.set()
+    assert [type(e) for e in raised] == [KeyboardInterrupt]
+    assert [server.client().get("jobs", f"m{i}").status for i in range(3)] == [READY] * 3  # none backing off
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
+    assert ("m0", None, True) in handled
+
+
 def run_on_a_loop_of_ones_own_then_close_it(worker):
     """run_until_complete() that a KeyboardInterrupt ends between steps, its tasks left pending, then
     the loop closed: collecting a pending task closes its coroutine (GeneratorExit), as here."""

@@ -40,9 +40,10 @@ class SendContext:
 @dataclass
 class HandleContext:
     """One message handed to a handler; `headers` and `task` are its envelope's ({} and None for
-    a plain message). `interrupted`, set for after_handle: the async handler was cancelled or closed
-    from outside (a hard stop, its event loop ending), so it neither returned nor failed, and
-    after_handle's error is None; its message is given back (or left to its ack timeout), not failed."""
+    a plain message). `interrupted`, set for after_handle: the handler raised KeyboardInterrupt (Ctrl-C),
+    or the async one was cancelled or closed from outside (a hard stop, its event loop ending), so it
+    neither returned nor failed, and after_handle's error is None; its message is given back (or left to
+    its ack timeout), not failed."""
 
     message: Message
     task: str | None = None

@@ -844,11 +844,13 @@ class Worker:
             self.handler(message)
         except BaseException as exc:  # SystemExit too: its message must still be settled
             error = exc
+        interrupted = self._stopped_from_outside(error)
         if context is not None:
-            self.middleware.after_handle(context, error)
+            context.interrupted = interrupted
+            self.middleware.after_handle(context, None if interrupted else error)
         counted = self._finished(message, time.monotonic() - started)
         if counted:
-            results.put((message, self._outcome(message, error)))
+            results.put((message, GIVE_BACK if interrupted else self._outcome(message, error)))
         if isinstance(error, (KeyboardInterrupt, SystemExit)):  # sys.exit(): as in an async handler
             self._interrupted(error)
         return counted
@@ -1066,7 +1068,7 @@ class Worker:
         except BaseException as exc:  # a cancelled handler too: its message is nacked, then it is cancelled
             error = exc
         if self._finished(message, time.monotonic() - started if started is not None else None):
-            # Cancelled, not by a hard stop (which decided it first): the loop's end cancelling every task.
+            # A Ctrl-C, or cancelled not by a hard stop (which decided it first): the loop's end cancelling every task.
             outside = self._stopped_from_outside(error)
             results.put_nowait((message, GIVE_BACK if outside else self._outcome(message, error)))
         if isinstance(error, (KeyboardInterrupt, SystemExit)):
@@ -1077,11 +1079,17 @@ class Worker:
 
     @staticmethod
     def _stopped_from_outside(error: BaseException | None) -> bool:
-        """Whether a handler's task ended by being closed (its loop gone) or cancelled from outside (a
-        hard stop, the loop's end), not by a CancelledError of the handler's own: no failure."""
-        if isinstance(error, GeneratorExit):
+        """Whether a handler ended by a Ctrl-C (KeyboardInterrupt: the operator stopping the worker), or
+        its task by being closed (its loop gone) or cancelled from outside (a hard stop, the loop's end),
+        not by a CancelledError of the handler's own: no failure, its message given back."""
+        if isinstance(error, (KeyboardInterrupt, GeneratorExit)):
             return True  # first: with its loop gone there is no current task to ask
-        task = asyncio.current_task() if isinstance(error, asyncio.CancelledError) else None
+        if not isinstance(error, asyncio.CancelledError):
+            return False
+        try:
+            task = asyncio.current_task()
+        except RuntimeError:  # a thread handler's own CancelledError: no loop, no one cancelled it
+            return False
         return task is not None and task.cancelling() > 0
 
     async def _call_async(self, message: Message) -> None:
