@@ -996,8 +996,9 @@ def test_a_task_given_up_at_the_handler_timeout_waits_its_own_retry_backoff(serv
 def test_an_async_worker_returns_from_run_while_a_plain_task_past_its_timeout_runs_on(server, client, how):
     # run()'s asyncio.run waited for asyncio.to_thread's thread at the loop's end: a drain never ended. Under
     # asyncio.run(run_async()) it still did, the thread in the loop's default executor, unseen by abandoned_handlers.
+    # The worker's threads end with it: under a loop of one's own, idle, they stayed until the process exited.
     from delayqueue_client import App
-    release = threading.Event()
+    release, before = threading.Event(), set(threading.enumerate())
     app = App(client, async_client=server.async_client())
 
     @app.task(name="hangs", topic="slow", retry_backoff=60)
@@ -1017,6 +1018,8 @@ def test_an_async_worker_returns_from_run_while_a_plain_task_past_its_timeout_ru
         assert worker.abandoned_handlers
     finally:
         release.set()
+    wait_for(lambda: not [t for t in set(threading.enumerate()) - before if t.name.startswith("dq-to-thread")],
+             what="the worker's threads ended")
 
 
 def test_a_json_null_counts_as_an_absent_parameter_as_on_the_server(server):

@@ -993,6 +993,10 @@ class Worker:
         await settler
         if self._settler_failed:  # no settle loop sent them
             await self._give_back_async(_left_in(results))
+        # Its handlers are done: idle threads end now, a busy one (abandoned) once its call returns. Under
+        # run() the loop's end does this too; under a loop of one's own nothing else would.
+        assert self._executor is not None
+        self._executor.shutdown()
 
     async def _give_back_async(self, items: list[Settle]) -> None:
         for topic, outcome, messages in self._settle_groups(items):
