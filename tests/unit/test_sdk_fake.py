@@ -772,10 +772,12 @@ def test_a_ctrl_c_in_the_async_settle_loops_step_is_raised_not_a_failed_settle_l
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
 
 
+@pytest.mark.parametrize("handler_timeout", [None, 10])
 @pytest.mark.parametrize("interrupt", [KeyboardInterrupt, SystemExit])
-def test_an_interrupt_in_an_async_handler_under_a_loop_of_ones_own_stops_hard_giving_back(interrupt):
+def test_an_interrupt_in_an_async_handler_under_a_loop_of_ones_own_stops_hard_giving_back(interrupt, handler_timeout):
     """Ctrl-C while a handler runs, without the worker's signal handlers (or sys.exit() in it):
-    raised out of its task, it ended run_until_complete with every task pending, nothing given back."""
+    raised out of its task, it ended run_until_complete with every task pending, nothing given back.
+    With a handler_timeout too: Python 3.11's wait_for ran the handler in a task of its own."""
     server = FakeServer()
     client = server.async_client()
 
@@ -789,8 +791,8 @@ def test_an_interrupt_in_an_async_handler_under_a_loop_of_ones_own_stops_hard_gi
         for i in range(3):
             loop.run_until_complete(client.send("jobs", "x", msg_id=f"m{i}"))
         with pytest.raises(interrupt):
-            loop.run_until_complete(Worker(client, "jobs", handler, concurrency=3).run_async(
-                install_signal_handlers=False))
+            loop.run_until_complete(Worker(client, "jobs", handler, concurrency=3, handler_timeout=handler_timeout)
+                                    .run_async(install_signal_handlers=False))
         assert asyncio.all_tasks(loop) == set()
         assert [loop.run_until_complete(client.get("jobs", f"m{i}")).status for i in range(3)] == [READY] * 3
     finally:

@@ -1109,14 +1109,13 @@ class Worker:
 
     async def _call_async(self, message: Message) -> None:
         handler: Callable[[Message], Awaitable[object]] = self.handler  # type: ignore[assignment]
-        if self.handler_timeout is None:
-            await handler(message)
-            return
-        started = time.monotonic()
+        # In this task, not wait_for's task of its own (Python 3.11): a KeyboardInterrupt or SystemExit
+        # raised there would end the loop's run at once, every task left pending, nothing given back.
         try:
-            await asyncio.wait_for(handler(message), self.handler_timeout)
+            async with asyncio.timeout(self.handler_timeout) as deadline:
+                await handler(message)
         except TimeoutError:
-            if time.monotonic() - started < self.handler_timeout:
+            if not deadline.expired():
                 raise  # the handler's own
             raise HandlerTimeout(f"handler ran over {self.handler_timeout:g} s") from None
 
