@@ -174,14 +174,14 @@ class OpenTelemetryMiddleware(Middleware):
         ctx.state["otel_token"] = context.attach(trace.set_span_in_context(span))
 
     def after_handle(self, ctx: HandleContext, error: BaseException | None) -> None:
-        from opentelemetry import context
+        from opentelemetry import context, trace
 
         token = ctx.state.pop("otel_token", None)
-        # Interrupted, it was an asyncio task, whose context ends with it: closed with its loop gone,
-        # this runs in another context, where detaching fails (and OpenTelemetry logs an error).
-        if token is not None and not ctx.interrupted:
-            context.detach(token)
         span = ctx.state.pop("otel_span", None)
+        # An interrupted async handler closed with its loop gone runs this in another context, where detaching
+        # fails (and OpenTelemetry logs an error); one still in its own (a thread's Ctrl-C) is detached there.
+        if token is not None and (not ctx.interrupted or trace.get_current_span() is span):
+            context.detach(token)
         if span is not None:
             if ctx.interrupted:
                 span.set_attribute("delayqueue.interrupted", True)
