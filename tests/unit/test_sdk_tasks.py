@@ -180,7 +180,15 @@ def test_a_task_send_the_client_refuses_before_sending_begins_no_send_in_the_mid
             u.send_many([()])
         with pytest.raises(ValueError, match="priority must be a whole number, got nan"):
             t.with_options(priority=float("nan")).send()
-    assert calls == []
+        assert calls == []
+
+        @app.task(name="v")
+        def v(n: int) -> None:
+            pass
+        # A send_many refused for its second item's arguments sends nothing: the first's send, begun, ends too.
+        with pytest.raises(TypeError, match="argument 0"):
+            v.send_many([(1,), (object(),)])
+    assert calls == ["before_send", "before_send", "after_send", "after_send"]
 
 
 def test_the_retry_delay_doubles_from_the_first_up_to_the_largest(app):
