@@ -760,7 +760,7 @@ class App:
         try:
             if task.is_async:
                 await task.fn(*args, **kwargs)
-            else:
-                await to_thread(task.fn, *args, **kwargs)
+            elif inspect.iscoroutine(result := await to_thread(task.fn, *args, **kwargs)):
+                await result  # a plain function answering a coroutine (a plain decorator's), as handle() runs it
         except Exception as error:
             self._failed(task, message, error)
