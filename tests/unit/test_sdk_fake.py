@@ -772,10 +772,12 @@ def test_a_ctrl_c_in_the_async_settle_loops_step_is_raised_not_a_failed_settle_l
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
 
 
+@pytest.mark.parametrize("handler_timeout", [None, 10])
 @pytest.mark.parametrize("interrupt", [KeyboardInterrupt, SystemExit])
-def test_an_interrupt_in_an_async_handler_under_a_loop_of_ones_own_stops_hard_giving_back(interrupt):
+def test_an_interrupt_in_an_async_handler_under_a_loop_of_ones_own_stops_hard_giving_back(interrupt, handler_timeout):
     """Ctrl-C while a handler runs, without the worker's signal handlers (or sys.exit() in it):
-    raised out of its task, it ended run_until_complete with every task pending, nothing given back."""
+    raised out of its task, it ended run_until_complete with every task pending, nothing given back.
+    With a handler_timeout too: Python 3.11's wait_for ran the handler in a task of its own."""
     server = FakeServer()
     client = server.async_client()
 
@@ -789,8 +791,8 @@ def test_an_interrupt_in_an_async_handler_under_a_loop_of_ones_own_stops_hard_gi
         for i in range(3):
             loop.run_until_complete(client.send("jobs", "x", msg_id=f"m{i}"))
         with pytest.raises(interrupt):
-            loop.run_until_complete(Worker(client, "jobs", handler, concurrency=3).run_async(
-                install_signal_handlers=False))
+            loop.run_until_complete(Worker(client, "jobs", handler, concurrency=3, handler_timeout=handler_timeout)
+                                    .run_async(install_signal_handlers=False))
         assert asyncio.all_tasks(loop) == set()
         assert [loop.run_until_complete(client.get("jobs", f"m{i}")).status for i in range(3)] == [READY] * 3
     finally:
@@ -823,6 +825,42 @@ def test_sys_exit_in_a_thread_handler_stops_the_worker_hard_as_in_an_async_one()
         runner.join(10)
     assert [type(e) for e in raised] == [SystemExit] and raised[0].code == 3
     assert [client.get("jobs", f"m{i}").status for i in range(3)] == [READY] * 3  # m0 nacked, the others given back
+
+
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_a_ctrl_c_in_a_handler_gives_its_message_back_as_the_others_not_as_failed(asynchronous, caplog):
+    """A KeyboardInterrupt out of a handler (Ctrl-C landing in an async handler's step, without the worker's
+    signal handlers) is the operator stopping the worker: its message was nacked as failed (after the retry
+    backoff, logged as an error, after_handle told of a failure) while the others in hand were given back."""
+    server = FakeServer()
+    handled, release = [], threading.Event()
+
+    class Recorder(Middleware):
+        def after_handle(self, ctx, error):
+            handled.append((ctx.message.msg_id, error, ctx.interrupted))
+
+    async def async_handler(message):
+        if message.msg_id == "m0":
+            raise KeyboardInterrupt
+        await asyncio.sleep(30)
+
+    def thread_handler(message):
+        if message.msg_id == "m0":
+            raise KeyboardInterrupt
+        release.wait(10)
+
+    for i in range(3):
+        server.client().send("jobs", "x", msg_id=f"m{i}")
+    client, handler = (server.async_client(), async_handler) if asynchronous else (server.client(), thread_handler)
+    worker = Worker(client, "jobs", handler, concurrency=3, wait_ms=50, retry_backoff=(60, 60),
+                    middleware=[Recorder()])
+    with caplog.at_level(logging.WARNING):
+        raised = run_catching(worker)
+    release.set()
+    assert [type(e) for e in raised] == [KeyboardInterrupt]
+    assert [server.client().get("jobs", f"m{i}").status for i in range(3)] == [READY] * 3  # none backing off
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
+    assert ("m0", None, True) in handled
 
 
 def run_on_a_loop_of_ones_own_then_close_it(worker):
@@ -960,8 +998,9 @@ def test_a_task_given_up_at_the_handler_timeout_waits_its_own_retry_backoff(serv
 def test_an_async_worker_returns_from_run_while_a_plain_task_past_its_timeout_runs_on(server, client, how):
     # run()'s asyncio.run waited for asyncio.to_thread's thread at the loop's end: a drain never ended. Under
     # asyncio.run(run_async()) it still did, the thread in the loop's default executor, unseen by abandoned_handlers.
+    # The worker's threads end with it: under a loop of one's own, idle, they stayed until the process exited.
     from delayqueue_client import App
-    release = threading.Event()
+    release, before = threading.Event(), set(threading.enumerate())
     app = App(client, async_client=server.async_client())
 
     @app.task(name="hangs", topic="slow", retry_backoff=60)
@@ -981,6 +1020,8 @@ def test_an_async_worker_returns_from_run_while_a_plain_task_past_its_timeout_ru
         assert worker.abandoned_handlers
     finally:
         release.set()
+    wait_for(lambda: not [t for t in set(threading.enumerate()) - before if t.name.startswith("dq-to-thread")],
+             what="the worker's threads ended")
 
 
 def test_a_json_null_counts_as_an_absent_parameter_as_on_the_server(server):

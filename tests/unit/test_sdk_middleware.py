@@ -138,6 +138,12 @@ def test_an_interrupted_handlers_span_is_no_error_and_says_so(spans, caplog):
     [span] = exporter.get_finished_spans()
     assert span.status.status_code == trace.StatusCode.UNSET and span.events == ()
     assert span.attributes["delayqueue.interrupted"] is True
+    # Interrupted in its own context (a thread handler's KeyboardInterrupt): its span was left current there.
+    own, thread_handler = contextvars.copy_context(), HandleContext(message=message())
+    own.run(middleware.before_handle, thread_handler)
+    thread_handler.interrupted = True
+    own.run(middleware.after_handle, thread_handler, None)
+    assert own.run(trace.get_current_span) is trace.INVALID_SPAN
 
 
 def test_a_plain_message_has_no_headers_and_its_process_span_starts_a_trace(spans):

@@ -3,6 +3,7 @@ refusals of what cannot be sent, eager mode, and how App.handle routes a message
 (what no retry can run goes to the dead letters with a reason; a task's retry_backoff asks for
 its retry)."""
 import asyncio
+import functools
 import json
 from datetime import datetime, timedelta, timezone
 
@@ -180,7 +181,15 @@ def test_a_task_send_the_client_refuses_before_sending_begins_no_send_in_the_mid
             u.send_many([()])
         with pytest.raises(ValueError, match="priority must be a whole number, got nan"):
             t.with_options(priority=float("nan")).send()
-    assert calls == []
+        assert calls == []
+
+        @app.task(name="v")
+        def v(n: int) -> None:
+            pass
+        # A send_many refused for its second item's arguments sends nothing: the first's send, begun, ends too.
+        with pytest.raises(TypeError, match="argument 0"):
+            v.send_many([(1,), (object(),)])
+    assert calls == ["before_send", "before_send", "after_send", "after_send"]
 
 
 def test_the_retry_delay_doubles_from_the_first_up_to_the_largest(app):
@@ -388,10 +397,23 @@ def test_the_async_handler_runs_async_and_plain_tasks(app):
     @app.task(name="p")
     def p(n: int) -> None:
         ran.append(("p", n))
+
+    def plain_decorator(fn):
+        @functools.wraps(fn)
+        def call(*args, **kwargs):
+            return fn(*args, **kwargs)
+        return call
+
+    @app.task(name="w")  # a plain function answering a coroutine: the async handler acked it unawaited, not run
+    @plain_decorator
+    async def w(n: int) -> None:
+        ran.append(("w", n))
     asyncio.run(app.handle_async(message(envelope_of("a", 1))))
     asyncio.run(app.handle_async(message(envelope_of("p", 2))))
     app.handle(message(envelope_of("a", 3)))  # an async task under a thread worker
-    assert ran == [("a", 1), ("p", 2), ("a", 3)]
+    asyncio.run(app.handle_async(message(envelope_of("w", 4))))
+    app.handle(message(envelope_of("w", 5)))
+    assert ran == [("a", 1), ("p", 2), ("a", 3), ("w", 4), ("w", 5)]
     with pytest.raises(DeadLetter, match="unknown task"):
         asyncio.run(app.handle_async(message(envelope_of("q"))))
 

@@ -649,8 +649,15 @@ class App:
         if self._eager:
             return [self._ran_eagerly(task, task._body(options, args, kwargs), None) for args, kwargs in calls]
         send_options = self._send_options(options)
-        bodies = [self._traced_body(task, options, functools.partial(task._body, options, args, kwargs))
-                  for args, kwargs in calls]
+        bodies: list[tuple[str, str, tuple[SendContext, ...]]] = []
+        try:
+            for args, kwargs in calls:
+                bodies.append(self._traced_body(task, options, functools.partial(task._body, options, args, kwargs)))
+        except BaseException as exc:  # nothing is sent: the sends begun (before_send) end with the refusal
+            for _, _, sends in bodies:
+                for context in sends:
+                    self.client.middleware.after_send(context, None, exc)
+            raise
         producer = self._producer()
         futures = [producer.send(task.topic, body, context=sends[0] if sends else None,
                                  **{**send_options, "msg_id": msg_id}) for body, msg_id, sends in bodies]
@@ -753,7 +760,7 @@ class App:
         try:
             if task.is_async:
                 await task.fn(*args, **kwargs)
-            else:
-                await to_thread(task.fn, *args, **kwargs)
+            elif inspect.iscoroutine(result := await to_thread(task.fn, *args, **kwargs)):
+                await result  # a plain function answering a coroutine (a plain decorator's), as handle() runs it
         except Exception as error:
             self._failed(task, message, error)

@@ -40,9 +40,10 @@ class SendContext:
 @dataclass
 class HandleContext:
     """One message handed to a handler; `headers` and `task` are its envelope's ({} and None for
-    a plain message). `interrupted`, set for after_handle: the async handler was cancelled or closed
-    from outside (a hard stop, its event loop ending), so it neither returned nor failed, and
-    after_handle's error is None; its message is given back (or left to its ack timeout), not failed."""
+    a plain message). `interrupted`, set for after_handle: the handler raised KeyboardInterrupt (Ctrl-C),
+    or the async one was cancelled or closed from outside (a hard stop, its event loop ending), so it
+    neither returned nor failed, and after_handle's error is None; its message is given back (or left to
+    its ack timeout), not failed."""
 
     message: Message
     task: str | None = None
@@ -173,14 +174,14 @@ class OpenTelemetryMiddleware(Middleware):
         ctx.state["otel_token"] = context.attach(trace.set_span_in_context(span))
 
     def after_handle(self, ctx: HandleContext, error: BaseException | None) -> None:
-        from opentelemetry import context
+        from opentelemetry import context, trace
 
         token = ctx.state.pop("otel_token", None)
-        # Interrupted, it was an asyncio task, whose context ends with it: closed with its loop gone,
-        # this runs in another context, where detaching fails (and OpenTelemetry logs an error).
-        if token is not None and not ctx.interrupted:
-            context.detach(token)
         span = ctx.state.pop("otel_span", None)
+        # An interrupted async handler closed with its loop gone runs this in another context, where detaching
+        # fails (and OpenTelemetry logs an error); one still in its own (a thread's Ctrl-C) is detached there.
+        if token is not None and (not ctx.interrupted or trace.get_current_span() is span):
+            context.detach(token)
         if span is not None:
             if ctx.interrupted:
                 span.set_attribute("delayqueue.interrupted", True)

@@ -21,11 +21,11 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from types import FrameType
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, NamedTuple, TypeVar, cast
 
 from delayqueue_client._calls import MAX_REASON
 from delayqueue_client.client import AsyncClient, Client
@@ -84,6 +84,7 @@ GIVE_BACK = Outcome(NACK, 0, GIVEN_BACK)  # a hard stop's nack: at once, the del
 # A delivery (the pulled Message) and its outcome: a settle names that delivery, not the one held
 # under its key when the call goes (a later delivery of the same msgId may be held by then).
 Settle = tuple[Message, Outcome]
+Group = tuple[str, Outcome, list[Message]]  # one ackMsgBatch call: a topic's deliveries of one outcome
 
 
 @dataclass
@@ -201,6 +202,21 @@ class _HandlerThreads:
                         self._excess -= 1
                         self._threads.remove(threading.current_thread())
                         return
+
+
+async def _answer(answer: T | Awaitable[T]) -> T:
+    """A client call's answer: a Client's as it is, an AsyncClient's awaited."""
+    return cast(T, await answer) if inspect.isawaitable(answer) else answer
+
+
+def _run_now(coroutine: Coroutine[Any, Any, T]) -> T:
+    """Runs a coroutine of the worker's calls on a Client here, in one step: it awaits nothing that suspends."""
+    try:
+        coroutine.send(None)
+    except StopIteration as end:
+        return cast(T, end.value)
+    coroutine.close()
+    raise RuntimeError("a worker's call on a Client waited for an event loop")
 
 
 def _left_in(results: "queue.SimpleQueue[Settle | None] | asyncio.Queue[Settle | None]") -> list[Settle]:
@@ -569,7 +585,7 @@ class Worker:
             self._earliest_touch = min(self._earliest_touch, held.touch_at)
 
     @staticmethod
-    def _settle_groups(results: Iterable[Settle]) -> list[tuple[str, Outcome, list[Message]]]:
+    def _settle_groups(results: Iterable[Settle]) -> list[Group]:
         """(topic, outcome, deliveries) calls for these results, each at most MAX_SETTLE_BATCH."""
         groups: dict[tuple[str, Outcome], list[Message]] = {}
         for message, outcome in results:
@@ -596,6 +612,45 @@ class Worker:
             for message, ok in zip(messages, done):
                 self.middleware.after_settle(SettleContext(message=message, outcome=outcome.kind, done=ok))
         self._release(messages)
+
+    # The calls both workers make alike, as coroutines: on a Client (the thread worker's, run by _run_now)
+    # each call answers at once and nothing is awaited.
+
+    async def _settle_turn(self, groups: list[Group]) -> list[Group]:
+        """A settle loop's calls for one turn: these outcomes, then the touches due. Answers the groups
+        whose call failed, tried again on the next turn (at most POLL_STEP later), after the touches: a
+        server refusing acks for a while must not let running messages time out."""
+        again: list[Group] = []
+        for topic, outcome, messages in groups:
+            try:
+                done = await _answer(self.client.ack_many(topic, **self._settle_kwargs(outcome, messages)))
+            except DelayQueueError as error:
+                if self._settle_failed(topic, outcome, messages, error):
+                    again.append((topic, outcome, messages))
+            else:
+                self._settled(topic, outcome, messages, done)
+        for message in self._due_touches():
+            called_at = time.monotonic()
+            try:
+                await _answer(self.client.touch(message.topic, message.msg_id,
+                                                ack_timeout_ms=self._ack_timeout(message.topic), retry=message.retry))
+                self._touched(message, called_at, None)
+            except DelayQueueError as error:
+                self._touched(message, called_at, error)
+        return again
+
+    async def _give_back(self, items: list[Settle]) -> None:
+        """Sends these outcomes (a hard stop's nacks among them) from run()'s own thread or task (no
+        settle loop to do it); a failure leaves them to their ack timeout."""
+        for topic, outcome, messages in self._settle_groups(items):
+            try:
+                done = await _answer(self.client.ack_many(topic, **self._settle_kwargs(outcome, messages)))
+            except DelayQueueError as error:
+                log.error("could not send the %s of %s/%s (%s): delivered again after their ack timeout",
+                          outcome.kind, topic, ", ".join(m.msg_id for m in messages), error)
+                self._release(messages)
+            else:
+                self._settled(topic, outcome, messages, done)
 
     def _handle_context(self, message: Message) -> HandleContext | None:
         """The middleware's context of a handling, with the task envelope's name and headers when
@@ -772,7 +827,7 @@ class Worker:
             results.put(None)
             settler.join()
             if self._settler_failed:  # no settle loop sent them
-                self._give_back_now(_left_in(results))
+                _run_now(self._give_back(_left_in(results)))
             end = time.monotonic() + self.wait_ms / 1000 + POLL_END_MARGIN
             for poller in pollers:  # what a poll under way brings after a hard stop, its loop gives back
                 poller.join(max(0.0, end - time.monotonic()))
@@ -807,29 +862,13 @@ class Worker:
                     time.sleep(min(POLL_STEP, end - time.monotonic()))
                 continue
             if not self._pulled(free, messages, pulled_at):
-                self._give_back_now(self._given_back(messages))
+                _run_now(self._give_back(self._given_back(messages)))
                 return
             for message in messages:
                 if not handlers.put(message):  # closed: a hard stop gave the message back
                     self._finished(message, None)
             if burst and len(messages) < free:
                 return  # nothing more due now
-
-    def _give_back_now(self, items: list[Settle]) -> None:
-        """Sends these outcomes (a hard stop's nacks among them) from the calling thread (no settle
-        loop to do it); a failure leaves them to their ack timeout."""
-        for topic, outcome, messages in self._settle_groups(items):
-            try:
-                done = self._sync_client().ack_many(topic, **self._settle_kwargs(outcome, messages))
-            except DelayQueueError as error:
-                self._not_given_back(topic, outcome, messages, error)
-            else:
-                self._settled(topic, outcome, messages, done)
-
-    def _not_given_back(self, topic: str, outcome: Outcome, messages: list[Message], error: DelayQueueError) -> None:
-        log.error("could not send the %s of %s/%s (%s): delivered again after their ack timeout",
-                  outcome.kind, topic, ", ".join(m.msg_id for m in messages), error)
-        self._release(messages)
 
     def _handle(self, message: Message, results: "queue.SimpleQueue[Settle | None]") -> bool:
         """Runs the handler of `message`; whether its outcome is the message's (see _finished)."""
@@ -844,11 +883,13 @@ class Worker:
             self.handler(message)
         except BaseException as exc:  # SystemExit too: its message must still be settled
             error = exc
+        interrupted = self._stopped_from_outside(error)
         if context is not None:
-            self.middleware.after_handle(context, error)
+            context.interrupted = interrupted
+            self.middleware.after_handle(context, None if interrupted else error)
         counted = self._finished(message, time.monotonic() - started)
         if counted:
-            results.put((message, self._outcome(message, error)))
+            results.put((message, GIVE_BACK if interrupted else self._outcome(message, error)))
         if isinstance(error, (KeyboardInterrupt, SystemExit)):  # sys.exit(): as in an async handler
             self._interrupted(error)
         return counted
@@ -862,9 +903,8 @@ class Worker:
 
     def _settle_turns(self, results: "queue.SimpleQueue[Settle | None]",
                       handlers: _HandlerThreads) -> None:
-        client = self._sync_client()
         closing = False
-        again: list[tuple[str, Outcome, list[Message]]] = []
+        again: list[Group] = []
         while not closing or self._held:
             gathered = self._timed_out()
             for _ in gathered:
@@ -879,25 +919,7 @@ class Worker:
                     item = results.get_nowait()
             except queue.Empty:
                 pass
-            # A failed call is tried again on the next turn (at most POLL_STEP later), after the
-            # touches: a server refusing acks for a while must not let running messages time out.
-            groups, again = again + self._settle_groups(gathered), []
-            for topic, outcome, messages in groups:
-                try:
-                    done = client.ack_many(topic, **self._settle_kwargs(outcome, messages))
-                except DelayQueueError as error:
-                    if self._settle_failed(topic, outcome, messages, error):
-                        again.append((topic, outcome, messages))
-                else:
-                    self._settled(topic, outcome, messages, done)
-            for message in self._due_touches():
-                called_at = time.monotonic()
-                try:
-                    client.touch(message.topic, message.msg_id, ack_timeout_ms=self._ack_timeout(message.topic),
-                                 retry=message.retry)
-                    self._touched(message, called_at, None)
-                except DelayQueueError as error:
-                    self._touched(message, called_at, error)
+            again = _run_now(self._settle_turn(again + self._settle_groups(gathered)))
 
     # --- tasks (AsyncClient)
 
@@ -990,16 +1012,11 @@ class Worker:
         results.put_nowait(None)
         await settler
         if self._settler_failed:  # no settle loop sent them
-            await self._give_back_async(_left_in(results))
-
-    async def _give_back_async(self, items: list[Settle]) -> None:
-        for topic, outcome, messages in self._settle_groups(items):
-            try:
-                done = await self._async_client().ack_many(topic, **self._settle_kwargs(outcome, messages))
-            except DelayQueueError as error:
-                self._not_given_back(topic, outcome, messages, error)
-            else:
-                self._settled(topic, outcome, messages, done)
+            await self._give_back(_left_in(results))
+        # Its handlers are done: idle threads end now, a busy one (abandoned) once its call returns. Under
+        # run() the loop's end does this too; under a loop of one's own nothing else would.
+        assert self._executor is not None
+        self._executor.shutdown()
 
     async def _poll_task(self, topic: str, burst: bool, results: "asyncio.Queue[Settle | None]",
                          slots: asyncio.Semaphore, handlers: set["asyncio.Task[None]"]) -> None:
@@ -1031,7 +1048,7 @@ class Worker:
                 self._pulled(free, [], pulled_at)
                 raise
             if not self._pulled(free, messages, pulled_at):
-                await self._give_back_async(self._given_back(messages))
+                await self._give_back(self._given_back(messages))
                 return
             for message in messages:
                 task = asyncio.create_task(self._handle_async(message, results, slots))
@@ -1066,7 +1083,7 @@ class Worker:
         except BaseException as exc:  # a cancelled handler too: its message is nacked, then it is cancelled
             error = exc
         if self._finished(message, time.monotonic() - started if started is not None else None):
-            # Cancelled, not by a hard stop (which decided it first): the loop's end cancelling every task.
+            # A Ctrl-C, or cancelled not by a hard stop (which decided it first): the loop's end cancelling every task.
             outside = self._stopped_from_outside(error)
             results.put_nowait((message, GIVE_BACK if outside else self._outcome(message, error)))
         if isinstance(error, (KeyboardInterrupt, SystemExit)):
@@ -1077,23 +1094,28 @@ class Worker:
 
     @staticmethod
     def _stopped_from_outside(error: BaseException | None) -> bool:
-        """Whether a handler's task ended by being closed (its loop gone) or cancelled from outside (a
-        hard stop, the loop's end), not by a CancelledError of the handler's own: no failure."""
-        if isinstance(error, GeneratorExit):
+        """Whether a handler ended by a Ctrl-C (KeyboardInterrupt: the operator stopping the worker), or
+        its task by being closed (its loop gone) or cancelled from outside (a hard stop, the loop's end),
+        not by a CancelledError of the handler's own: no failure, its message given back."""
+        if isinstance(error, (KeyboardInterrupt, GeneratorExit)):
             return True  # first: with its loop gone there is no current task to ask
-        task = asyncio.current_task() if isinstance(error, asyncio.CancelledError) else None
+        if not isinstance(error, asyncio.CancelledError):
+            return False
+        try:
+            task = asyncio.current_task()
+        except RuntimeError:  # a thread handler's own CancelledError: no loop, no one cancelled it
+            return False
         return task is not None and task.cancelling() > 0
 
     async def _call_async(self, message: Message) -> None:
         handler: Callable[[Message], Awaitable[object]] = self.handler  # type: ignore[assignment]
-        if self.handler_timeout is None:
-            await handler(message)
-            return
-        started = time.monotonic()
+        # In this task, not wait_for's task of its own (Python 3.11): a KeyboardInterrupt or SystemExit
+        # raised there would end the loop's run at once, every task left pending, nothing given back.
         try:
-            await asyncio.wait_for(handler(message), self.handler_timeout)
+            async with asyncio.timeout(self.handler_timeout) as deadline:
+                await handler(message)
         except TimeoutError:
-            if time.monotonic() - started < self.handler_timeout:
+            if not deadline.expired():
                 raise  # the handler's own
             raise HandlerTimeout(f"handler ran over {self.handler_timeout:g} s") from None
 
@@ -1114,9 +1136,8 @@ class Worker:
             self._room_changed.set()
 
     async def _settle_turns_async(self, results: "asyncio.Queue[Settle | None]") -> None:
-        client = self._async_client()
         closing = False
-        again: list[tuple[str, Outcome, list[Message]]] = []
+        again: list[Group] = []
         while not closing or self._held:
             gathered: list[Settle] = []
             try:
@@ -1129,20 +1150,4 @@ class Worker:
                     item = results.get_nowait()
             except (asyncio.TimeoutError, asyncio.QueueEmpty):
                 pass
-            groups, again = again + self._settle_groups(gathered), []  # as in _settle_turns
-            for topic, outcome, messages in groups:
-                try:
-                    done = await client.ack_many(topic, **self._settle_kwargs(outcome, messages))
-                except DelayQueueError as error:
-                    if self._settle_failed(topic, outcome, messages, error):
-                        again.append((topic, outcome, messages))
-                else:
-                    self._settled(topic, outcome, messages, done)
-            for message in self._due_touches():
-                called_at = time.monotonic()
-                try:
-                    await client.touch(message.topic, message.msg_id, ack_timeout_ms=self._ack_timeout(message.topic),
-                                       retry=message.retry)
-                    self._touched(message, called_at, None)
-                except DelayQueueError as error:
-                    self._touched(message, called_at, error)
+            again = await self._settle_turn(again + self._settle_groups(gathered))
