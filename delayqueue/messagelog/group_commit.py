@@ -224,7 +224,7 @@ class MessageLog:
         if overwrite:
             params = {"namespace": self._namespace, "rows": _rows_json(rows), "ended": Status.ACKED}
             async with conn.transaction():
-                await conn.execute(sql.LOCK_OVERWRITTEN, params)
+                await conn.execute(sql.LOCK_TOPICS_MOVED, params)
                 cursor = await conn.execute(sql.OVERWRITE, params)
                 return {tuple(row) for row in await cursor.fetchall()}, {}
         params = {"namespace": self._namespace, "rows": _rows_json(rows), **self._actor}

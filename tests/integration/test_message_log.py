@@ -166,6 +166,35 @@ async def test_a_correction_that_moves_the_row_to_a_new_life_keeps_the_events_th
     assert (await restore(rt)).restored == 0
 
 
+async def test_a_correction_that_takes_the_row_while_the_writer_records_the_new_life_loses_none_of_it(
+        single_rt, monkeypatch):
+    """The writer's transaction recording a resend's new life (its pull and ack, after the old life's
+    delete with release) overlaps the send's correction, which takes the row first. The row must end
+    acked all the same: left ready, a restore after Redis dropped the acked body brings it back."""
+    rt = single_rt
+    await send_message(rt, request=SendRequest("t", "first", 60_000, "again"))
+    assert await delete_message(rt, topic="t", msg_id="again", release=True)
+    correct = MessageLog.overwrite
+
+    async def overlapped(log, rows):
+        await pull_messages(rt, topic="t")
+        await ack_message(rt, topic="t", msg_id="again")
+        # Another transaction holds the row: the correction waits for it first, then the writer.
+        async with await psycopg.AsyncConnection.connect(log_database_url()) as holder:
+            await holder.execute("SELECT FROM delayqueue_message WHERE msg_id = 'again' FOR UPDATE")
+            correction = asyncio.ensure_future(correct(log, rows))
+            await wait_until(lambda: _waiting_for_locks(1), what="the correction waiting")
+            writing = asyncio.ensure_future(drain_log(rt, ["t"]))
+            await wait_until(lambda: _waiting_for_locks(2), what="the writer waiting")
+        await asyncio.gather(correction, writing)
+
+    monkeypatch.setattr(MessageLog, "overwrite", overlapped)
+    second = await send_message(rt, request=SendRequest("t", "second", 0, "again"))
+    row = await logged("t", "again")
+    assert (row["msg"], row["produceTime"], row["status"], row["retry"]) == (
+        "second", second.produce_time, Status.ACKED, 1)
+
+
 async def test_a_change_redis_makes_before_a_send_time_from_a_clock_ahead_moves_the_row(single_rt, monkeypatch):
     """The web process's clock runs ahead of Redis': the row's updated_at (its produceTime) is
     later than the delete's event time (Redis'), which must move it all the same, or a restore
