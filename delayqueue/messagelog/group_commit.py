@@ -222,7 +222,7 @@ class MessageLog:
     async def _write(self, conn: psycopg.AsyncConnection, again: bool, *, rows: list[Message],
                      keys: set[tuple[str, str]], overwrite: bool) -> _Written:
         if overwrite:
-            params = {"namespace": self._namespace, "rows": _rows_json(rows), "ended": Status.ACKED}
+            params = {"namespace": self._namespace, "rows": _rows_json(rows)}
             async with conn.transaction():
                 await conn.execute(sql.LOCK_TOPICS_MOVED, params)
                 cursor = await conn.execute(sql.OVERWRITE, params)

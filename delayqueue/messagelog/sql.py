@@ -200,23 +200,25 @@ LOCK_TOPICS_MOVED = _topic_locks("pg_advisory_xact_lock", f"""(
 # same life the log writer has moved since its send (updated_at no longer its produceTime): the
 # events it holds came after Redis' answer, and going back to the answer would undo them.
 # A row moved to another life (one only Redis knew had begun: its last life had ended there, not
-# yet in the log) takes the latest history row recorded after that ended life's end (the first
+# yet in the log) takes the latest history row recorded after the row's own last one (the first
 # row into its status at its updated_at): the writer recorded the new life's events but moved no
-# row, the row being another life's. The first ended status is a parameter, as in RECORD.
+# row, the row being another life's. The old life may still be live there (its end in another
+# stream, a shard count's the topic gave up, that the writer has not read yet); a change of its
+# that moved no row (touched, restored as it was: from its status, or from none) is left out.
 OVERWRITE = f"""
 WITH u AS MATERIALIZED (SELECT * FROM {_ROWS}),
-ended AS MATERIALIZED (
+moved AS MATERIALIZED (
     SELECT u.topic, u.msg_id, m.updated_at, (
         SELECT min(e.id) FROM {tables.EVENT} e
         WHERE e.msg_id = m.msg_id AND e.topic = m.topic AND e.namespace = m.namespace AND e.at = m.updated_at
-          AND e.to_status = m.status) AS end_id
+          AND e.to_status = m.status) AS last_id
     FROM u {_MESSAGE_OF_U} JOIN {tables.MESSAGE} m ON m.id = found.id
-    WHERE NOT {SAME_LIFE} AND m.status >= %(ended)s
+    WHERE NOT {SAME_LIFE}
 ), caught_up AS (
-    SELECT ended.topic, ended.msg_id, last.* FROM ended CROSS JOIN LATERAL (
+    SELECT moved.topic, moved.msg_id, last.* FROM moved CROSS JOIN LATERAL (
         SELECT e.to_status, e.retry, e.at FROM {tables.EVENT} e
-        WHERE e.msg_id = ended.msg_id AND e.topic = ended.topic AND e.namespace = %(namespace)s
-          AND (e.at, e.id) > (ended.updated_at, ended.end_id)
+        WHERE e.msg_id = moved.msg_id AND e.topic = moved.topic AND e.namespace = %(namespace)s
+          AND (e.at, e.id) > (moved.updated_at, moved.last_id) AND e.from_status NOT IN (0, e.to_status)
         ORDER BY e.at DESC, e.id DESC LIMIT 1) last
 )
 INSERT INTO {tables.MESSAGE} AS m ({_COLUMNS})
