@@ -323,8 +323,8 @@ def unsharded_calls(runtime: Runtime, rows: list, **options) -> list:
 
 
 async def drain_log(runtime: Runtime, topics) -> int:
-    """Runs the log writer over these topics until their streams are empty; returns events written."""
-    writer = LogWriter(runtime, lambda: [Shard(topic) for topic in topics])
+    """Runs the log writer over these topics (or Shards) until their streams are empty; returns events written."""
+    writer = LogWriter(runtime, lambda: [topic if isinstance(topic, Shard) else Shard(topic) for topic in topics])
     try:
         while await writer.drain_once():
             pass

@@ -222,9 +222,9 @@ class MessageLog:
     async def _write(self, conn: psycopg.AsyncConnection, again: bool, *, rows: list[Message],
                      keys: set[tuple[str, str]], overwrite: bool) -> _Written:
         if overwrite:
-            params = {"namespace": self._namespace, "rows": _rows_json(rows), "ended": Status.ACKED}
+            params = {"namespace": self._namespace, "rows": _rows_json(rows)}
             async with conn.transaction():
-                await conn.execute(sql.LOCK_OVERWRITTEN, params)
+                await conn.execute(sql.LOCK_TOPICS_MOVED, params)
                 cursor = await conn.execute(sql.OVERWRITE, params)
                 return {tuple(row) for row in await cursor.fetchall()}, {}
         params = {"namespace": self._namespace, "rows": _rows_json(rows), **self._actor}

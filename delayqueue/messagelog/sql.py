@@ -178,34 +178,47 @@ FROM json_to_recordset(%(rows)s::json) AS u({record(Message, "topic", "msg_id")}
   {probe_each(tables.MESSAGE, "u.msg_id", _KEY_OF_U, columns="p.*", alias="m")}
 WHERE NOT EXISTS (SELECT FROM written w WHERE w.topic = m.topic AND w.msg_id = m.msg_id)
 """
-# The rows OVERWRITE is to write, locked first in its transaction (in key order, bytewise as Python
-# sorts the writer's and the sends' rows): the log writer commits its history and row moves
-# together, so once the lock is had, OVERWRITE's snapshot holds every event the writer recorded of the rows.
-LOCK_OVERWRITTEN = f"""
-SELECT m.id FROM {tables.MESSAGE} m WHERE m.id IN (SELECT found.id FROM {_ROWS} {_MESSAGE_OF_U})
-ORDER BY m.topic COLLATE "C", m.msg_id COLLATE "C" FOR UPDATE
-"""
+
+
+def _topic_locks(lock: str, topics: str) -> str:
+    """A statement taking `lock` (a transaction-level advisory lock function) on the topics of the
+    FROM item `topics` (column topic), as one of 64 locks a namespace, in key order."""
+    return (f"SELECT {lock}(k) FROM (SELECT DISTINCT hashtextextended('delayqueue log moves ' || %(namespace)s"
+            f" || ' ' || (hashtext(topic) & 63), 0) AS k FROM {topics} ORDER BY k OFFSET 0) locks")
+
+
+# A send's correction that moves rows to new lives (OVERWRITE) and the log writer's transactions
+# exclude each other per topic, the writer's from their start (shared: writers do not wait on each
+# other). Else a correction could miss a writer's uncommitted events of the new life, and that
+# writer's row moves, their snapshot taken before the correction committed, find the row still the
+# old life's and skip them: the row kept the send's state. A handful of locks, however many topics;
+# both take theirs before any row's, so they cannot deadlock.
+LOCK_TOPICS_WRITTEN = _topic_locks("pg_advisory_xact_lock_shared", "unnest(%(topics)s::text[]) AS t(topic)")
+LOCK_TOPICS_MOVED = _topic_locks("pg_advisory_xact_lock", f"""(
+    SELECT u.topic FROM {_ROWS} {_MESSAGE_OF_U} JOIN {tables.MESSAGE} m ON m.id = found.id WHERE NOT {SAME_LIFE}) t""")
 # Makes the log hold exactly the rows given (what Redis answered a send with), except a row of the
 # same life the log writer has moved since its send (updated_at no longer its produceTime): the
 # events it holds came after Redis' answer, and going back to the answer would undo them.
 # A row moved to another life (one only Redis knew had begun: its last life had ended there, not
-# yet in the log) takes the latest history row recorded after that ended life's end (the first
+# yet in the log) takes the latest history row recorded after the row's own last one (the first
 # row into its status at its updated_at): the writer recorded the new life's events but moved no
-# row, the row being another life's. The first ended status is a parameter, as in RECORD.
+# row, the row being another life's. The old life may still be live there (its end in another
+# stream, a shard count's the topic gave up, that the writer has not read yet); a change of its
+# that moved no row (touched, restored as it was: from its status, or from none) is left out.
 OVERWRITE = f"""
 WITH u AS MATERIALIZED (SELECT * FROM {_ROWS}),
-ended AS MATERIALIZED (
+moved AS MATERIALIZED (
     SELECT u.topic, u.msg_id, m.updated_at, (
         SELECT min(e.id) FROM {tables.EVENT} e
         WHERE e.msg_id = m.msg_id AND e.topic = m.topic AND e.namespace = m.namespace AND e.at = m.updated_at
-          AND e.to_status = m.status) AS end_id
+          AND e.to_status = m.status) AS last_id
     FROM u {_MESSAGE_OF_U} JOIN {tables.MESSAGE} m ON m.id = found.id
-    WHERE NOT {SAME_LIFE} AND m.status >= %(ended)s
+    WHERE NOT {SAME_LIFE}
 ), caught_up AS (
-    SELECT ended.topic, ended.msg_id, last.* FROM ended CROSS JOIN LATERAL (
+    SELECT moved.topic, moved.msg_id, last.* FROM moved CROSS JOIN LATERAL (
         SELECT e.to_status, e.retry, e.at FROM {tables.EVENT} e
-        WHERE e.msg_id = ended.msg_id AND e.topic = ended.topic AND e.namespace = %(namespace)s
-          AND (e.at, e.id) > (ended.updated_at, ended.end_id)
+        WHERE e.msg_id = moved.msg_id AND e.topic = moved.topic AND e.namespace = %(namespace)s
+          AND (e.at, e.id) > (moved.updated_at, moved.last_id) AND e.from_status NOT IN (0, e.to_status)
         ORDER BY e.at DESC, e.id DESC LIMIT 1) last
 )
 INSERT INTO {tables.MESSAGE} AS m ({_COLUMNS})

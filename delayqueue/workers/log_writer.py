@@ -202,7 +202,8 @@ class LogWriter:
         # statements on the same rows deadlock, and PostgreSQL fails one (maybe a group of sends).
         latest = sorted(latest_per_message(events), key=attrgetter("topic", "msg_id"))
         inserted = {"namespace": ns, "events": orjson.dumps(events).decode()}
-        updated = {"namespace": ns, "events": orjson.dumps(latest).decode()} if latest else None
+        topics = list({e.topic for e in latest})
+        updated = {"namespace": ns, "events": orjson.dumps(latest).decode(), "topics": topics} if latest else None
         async with self._db.use() as conn:
             try:
                 await self._commit_with(conn, sql.INSERT_EVENTS, inserted, updated)
@@ -212,6 +213,8 @@ class LogWriter:
     @staticmethod
     async def _commit_with(conn, insert: str, inserted: dict, updated: dict | None) -> None:
         async with conn.transaction():
+            if updated:
+                await conn.execute(sql.LOCK_TOPICS_WRITTEN, updated)
             await conn.execute(insert, inserted)
             if updated:
                 await conn.execute(sql.UPDATE_MESSAGES, updated)

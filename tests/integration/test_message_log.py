@@ -16,14 +16,17 @@ from delayqueue.core.exceptions import LogMaybeWritten, LogUnavailable, RedisUna
 from delayqueue.core.messages import Message
 from delayqueue.live.history import Event
 from delayqueue.live.keys import Shard
+from delayqueue.live.shards import shard_of
 from delayqueue.messagelog import sql
 from delayqueue.messagelog.group_commit import MessageLog
 from delayqueue.services import restore as restore_service
 from delayqueue.services import send as send_service
-from delayqueue.services.consume import ack_message, ack_messages, long_poll_messages, nack_message, pull_messages
+from delayqueue.services.consume import (ack_message, ack_messages, long_poll_messages, nack_message, pull_messages,
+                                         touch_message)
 from delayqueue.services.messages import delete_message, get_message
 from delayqueue.services.restore import restore
 from delayqueue.services.send import SendRequest, send_message, send_messages
+from delayqueue.services.topic_control import set_topic_config
 from delayqueue.workers.log_writer import LogWriter
 from tests.helpers import (API, REDIS_URL, as_logged, drain_log, history, log_database_url, logged, make_runtime, query,
                            wait_until)
@@ -164,6 +167,78 @@ async def test_a_correction_that_moves_the_row_to_a_new_life_keeps_the_events_th
     assert (row["msg"], row["produceTime"], row["status"], row["retry"]) == (
         "second", second.produce_time, Status.ACKED, 1)
     assert (await restore(rt)).restored == 0
+
+
+async def test_a_correction_that_takes_the_row_while_the_writer_records_the_new_life_loses_none_of_it(
+        single_rt, monkeypatch):
+    """The writer's transaction recording a resend's new life (its pull and ack, after the old life's
+    delete with release) overlaps the send's correction, which takes the row first. The row must end
+    acked all the same: left ready, a restore after Redis dropped the acked body brings it back."""
+    rt = single_rt
+    await send_message(rt, request=SendRequest("t", "first", 60_000, "again"))
+    assert await delete_message(rt, topic="t", msg_id="again", release=True)
+    correct = MessageLog.overwrite
+
+    async def overlapped(log, rows):
+        await pull_messages(rt, topic="t")
+        await ack_message(rt, topic="t", msg_id="again")
+        # Another transaction holds the row: the correction waits for it first, then the writer.
+        async with await psycopg.AsyncConnection.connect(log_database_url()) as holder:
+            await holder.execute("SELECT FROM delayqueue_message WHERE msg_id = 'again' FOR UPDATE")
+            correction = asyncio.ensure_future(correct(log, rows))
+            await wait_until(lambda: _waiting_for_locks(1), what="the correction waiting")
+            writing = asyncio.ensure_future(drain_log(rt, ["t"]))
+            await wait_until(lambda: _waiting_for_locks(2), what="the writer waiting")
+        await asyncio.gather(correction, writing)
+
+    monkeypatch.setattr(MessageLog, "overwrite", overlapped)
+    second = await send_message(rt, request=SendRequest("t", "second", 0, "again"))
+    row = await logged("t", "again")
+    assert (row["msg"], row["produceTime"], row["status"], row["retry"]) == (
+        "second", second.produce_time, Status.ACKED, 1)
+
+
+async def test_a_correction_after_a_reshard_keeps_the_new_lifes_events_recorded_before_the_old_lifes_end(
+        single_rt, monkeypatch):
+    """The topic's shard count changed between a message's send and its delete with release: a resend's
+    new life goes to the new count's shard, whose stream the writer may record first (another scanner's,
+    or the old one's backlog). The correction then finds the row still the old life's, live; it must
+    take the new life's events all the same: left ready, a restore after Redis dropped the acked body
+    brings it back (the old life's late delete is no longer the row's)."""
+    rt = single_rt
+    msg_id = next(f"again-{n}" for n in range(100) if shard_of("t", f"again-{n}", 3).index == 1)
+    await send_message(rt, request=SendRequest("t", "first", 60_000, msg_id))
+    await set_topic_config(rt, topic="t", changes={"shards": 3}, limits={})
+    assert await delete_message(rt, topic="t", msg_id=msg_id, release=True)
+    correct = MessageLog.overwrite
+
+    async def new_count_first(log, rows):
+        await pull_messages(rt, topic="t")
+        await ack_message(rt, topic="t", msg_id=msg_id)
+        await drain_log(rt, [Shard("t", 3, 1)])
+        await correct(log, rows)
+
+    monkeypatch.setattr(MessageLog, "overwrite", new_count_first)
+    second = await send_message(rt, request=SendRequest("t", "second", 0, msg_id))
+    await drain_log(rt, ["t"])
+    row = await logged("t", msg_id)
+    assert (row["msg"], row["produceTime"], row["status"], row["retry"]) == (
+        "second", second.produce_time, Status.ACKED, 1)
+
+
+async def test_a_correction_to_a_new_life_takes_no_change_of_the_old_life_for_the_new_lifes(single_rt):
+    """The old life, pulled and then touched (the writer recorded both, the pull moving the row, the
+    touch nothing), is deleted with release, and a resend starts a new life before the writer
+    records the delete: the row moved to it says the send's waiting, not the old life's consuming
+    (a restore would deliver it at once)."""
+    rt = single_rt
+    await send_message(rt, request=SendRequest("t", "first", 0, "again"))
+    await pull_messages(rt, topic="t")
+    await touch_message(rt, topic="t", msg_id="again", ack_timeout_millis=60_000)
+    await drain_log(rt, ["t"])
+    assert await delete_message(rt, topic="t", msg_id="again", release=True)
+    second = await send_message(rt, request=SendRequest("t", "second", 60_000, "again"))
+    assert await logged("t", "again") == as_logged(second)
 
 
 async def test_a_change_redis_makes_before_a_send_time_from_a_clock_ahead_moves_the_row(single_rt, monkeypatch):
