@@ -290,6 +290,7 @@ def schedule_scenario(client: Client) -> list:
         lambda: c.update_schedule("p.every", every=60, timezone="UTC"),
         lambda: c.update_schedule("p:cron", timezone="Europe/Berlin"),  # an interval schedule since "to interval"
         lambda: c.create_schedule("s", "sched", "x", every=0.999),
+        lambda: c.create_schedule("s", "sched", "x", every=0),
         lambda: c.create_schedule("s", "sched", "x", every=60, priority=10),
         lambda: c.create_schedule("s", "sched", "x", every=60, catch_up="never"),
         lambda: c.create_schedule("s", "sched", "x", every=60, max_retry=-2),
