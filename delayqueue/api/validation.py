@@ -569,8 +569,10 @@ class ScheduleFieldsSerializer(ScheduleRefSerializer):
                   "in place of everyMillis (docs/schedules.md: ranges, steps, names, time changes)")
     timezone = serializers.CharField(required=False, max_length=64,
                                      help_text="the cron's IANA time zone, e.g. Europe/Berlin (default UTC)")
+    # No min_value here: services/schedules checks DELAYQUEUE_SCHEDULE_MIN_INTERVAL_MILLIS for every value below it,
+    # where a bound of 1 answered 0 with "greater than or equal to 1", which is refused as well.
     everyMillis = LongField(
-        required=False, min_value=1, max_value=MAX_DELAY_MILLIS,
+        required=False, max_value=MAX_DELAY_MILLIS,
         help_text=f"a tick every this many ms, in place of cron; at least {setting_text('schedule_min_interval_millis')}")
     startTime = _time_or_none("an interval schedule's first tick (default: one interval after it is created or "
                               "made an interval schedule), a cron schedule's earliest")

@@ -132,21 +132,21 @@ async def delete_message(rt: Runtime, *, topic: str, msg_id: str, release: bool 
     """Deletes a live message (status deleted); False if it is missing or already ended.
     `release` frees its body at once instead of keeping it readable for the retention. In the
     cold tier, a cold message is deleted in the message log, and Redis keeps it as deleted for the
-    retention in the shard the loader would bring it into, so a loader that read it before cannot
-    bring it in. A message Redis holds nothing of, and not cold, that the log holds live (Redis lost
-    its data, or its send died between the log and Redis) is deleted there and kept in Redis as
-    deleted alike, so a restore does not bring it back."""
+    retention in the shard the loader would bring it into (with `release`, only a mark of its life,
+    in `released`), so a loader that read it before cannot bring it in. A message Redis holds
+    nothing of, and not cold, that the log holds live (Redis lost its data, or its send died between
+    the log and Redis) is deleted there and kept in Redis as deleted alike, so a restore does not
+    bring it back."""
     call = functools.partial(scripts.delete, rt.context, msg_id=msg_id, release=release)
     shard, outcome = await on_its_shard(rt, topic=topic, msg_id=msg_id, call=call,
                                         missing=lambda outcome: outcome == -1)
     if outcome == -1 and rt.config.finds_cold and (after := await cold_after(rt, shard)) is not None:
-        deleted = await cold_message(rt, shard, msg_id, after) and await _delete_logged(rt, shard, msg_id, after)
-        if deleted is not None:
-            return deleted
+        logged = await cold_message(rt, shard, msg_id, after) and await _delete_logged(rt, shard, msg_id, after,
+                                                                                      release)
         # Not in the log after loaded_to: a load may have moved loaded_to past it since Redis was asked.
-        outcome = await rt.scripts.call(call(shard))
+        outcome = await rt.scripts.call(call(shard)) if logged is None else logged
     if outcome == -1 and rt.config.message_log:
-        return await _delete_lost(rt, shard, msg_id)
+        outcome = await _delete_lost(rt, shard, msg_id, release)
     if outcome == 3:
         # Its log row, waiting after loaded_to until the log writer catches up, would read as a cold
         # message's: Redis keeps the body, as deleted, until the row is ended, then frees it.
@@ -156,37 +156,40 @@ async def delete_message(rt: Runtime, *, topic: str, msg_id: str, release: bool 
         except LogUnavailable:  # deleted all the same: the body stays for the retention, the writer ends the row
             return True
         await rt.scripts.call(scripts.delete(rt.context, shard, msg_id=msg_id, release=True, release_ended=True))
-    return outcome in (1, 3)
+    return outcome in (1, 2, 3)
 
 
-async def _delete_logged(rt: Runtime, shard: Shard, msg_id: str, after: tuple[int, int]) -> bool | None:
+async def _delete_logged(rt: Runtime, shard: Shard, msg_id: str, after: tuple[int, int],
+                         release: bool) -> int | None:
     """Deletes the msgId's waiting row after the position `after` in the log (as a cold message's),
-    then asks Redis again with the deleted message as a tombstone; None if the log held no such row."""
+    then asks Redis again with the deleted message as a tombstone: delete.lua's outcome; None if the
+    log held no such row."""
     deleted = await rt.log.delete_cold(shard.topic, msg_id, after)
     if deleted is None:
         return None
-    # Loaded meanwhile, Redis deletes it as any other (1); else it keeps the tombstone (2).
-    return await rt.scripts.call(scripts.delete(rt.context, shard, msg_id=msg_id, release=False,
-                                                tombstone=deleted.to_stored(), counted_cold=True)) in (1, 2)
+    # Loaded meanwhile, Redis deletes it as any other (1, or 3 with release); else it keeps the tombstone (2).
+    return await rt.scripts.call(scripts.delete(rt.context, shard, msg_id=msg_id, release=release,
+                                                tombstone=deleted.to_stored(), counted_cold=True))
 
 
-async def _delete_lost(rt: Runtime, shard: Shard, msg_id: str) -> bool:
+async def _delete_lost(rt: Runtime, shard: Shard, msg_id: str, release: bool) -> int:
     """Deletes a message Redis holds nothing of that is not cold, but live in the log (Redis lost its
     data, or its send died between the log and Redis), which a restore would bring back: the log ends
     that life first, so a delete that fails part-way leaves it live there for a retry to finish; then
-    Redis keeps it as deleted for the retention (not counted out of the cold count it was never in),
+    Redis keeps it as deleted for the retention (with `release`, a mark of its life; not counted out
+    of the cold count it was never in),
     so a restore that read its row before does not bring it in. A life deleteMsg released the body
     of (keys.py's `released`), the log writer not caught up, is left alone: it ended, and a resend
     of its msgId is a new life."""
     live = await rt.log.live_message(shard.topic, msg_id)
     if live is None:
-        return False
+        return 0
     if await rt.redis.zscore(rt.ns.topic(shard).released, released_life(msg_id, live.produce_time)) is not None:
-        return False
+        return 0
     await rt.log.delete_lost(live)
-    kept = await rt.scripts.call(scripts.delete(rt.context, shard, msg_id=msg_id, release=False,
+    # 1 (or 3): its send's script, or a restore, ran meanwhile, and Redis deleted it as any other.
+    return await rt.scripts.call(scripts.delete(rt.context, shard, msg_id=msg_id, release=release,
                                                 tombstone=dataclasses.replace(live, status=Status.DELETED).to_stored()))
-    return kept in (1, 2)  # 1: its send's script, or a restore, ran meanwhile, and Redis deleted it as any other
 
 
 async def _reschedule_cold(rt: Runtime, shard: Shard, msg_id: str, trigger_time: int,

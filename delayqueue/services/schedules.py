@@ -239,6 +239,8 @@ def _checked(rt: Runtime, fields: dict, now: int) -> dict:
             raise BadRequest(f"everyMillis must be at least {rt.config.schedule_min_interval_millis} "
                              "(DELAYQUEUE_SCHEDULE_MIN_INTERVAL_MILLIS)")
         if fields["start_time"] is None:
+            if fields["end_time"] is not None and fields["end_time"] < now + every:  # the caller gave no startTime
+                raise BadRequest("endTime must not be before the first tick, one interval from now (or give startTime)")
             fields = {**fields, "start_time": now + every}
         fields = {**fields, "timezone": INTERVAL_ZONE}
     else:

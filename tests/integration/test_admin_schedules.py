@@ -167,6 +167,7 @@ def test_adding_creates_the_schedule_through_the_service_in_the_namespace_chosen
     ({"timezone": "Mars/Olympus"}, "unknown time zone"),
     ({"every_millis": "60000"}, "give either a cron rule or an interval"),
     ({"cron": "", "every_millis": "500"}, "must be at least 1000"),
+    ({"cron": "", "every_millis": "0"}, "must be at least 1000"),  # not "at least 1", which is refused too
     ({"cron": ""}, "give a cron rule or an interval"),
     ({"schedule_id": "has space"}, "letters, digits"),
     ({"topic": "bad\ttopic"}, "without control characters"),

@@ -319,6 +319,26 @@ async def test_a_cold_message_deleted_is_never_loaded(cold_rt):
         await loader.close()
 
 
+async def test_a_cold_message_deleted_with_release_leaves_no_body_in_redis_and_is_never_loaded(cold_rt):
+    """`release` frees the body at once: a cold message's body, never in Redis, was written there
+    as the delete's tombstone and kept readable for the retention."""
+    rt = cold_rt
+    loader = await started(rt)
+    try:
+        m = await send(rt, msg="x", delay=60_000)
+        assert await delete_message(rt, topic="t", msg_id=m.msg_id, release=True)
+        assert (await logged("t", m.msg_id))["status"] == Status.DELETED
+        assert not (await in_redis(rt, m.msg_id))["body"]
+        assert await get_message(rt, topic="t", msg_id=m.msg_id) is None  # as after a hot message's release
+        assert not await delete_message(rt, topic="t", msg_id=m.msg_id, release=True)
+        assert (await topic_info(rt, topic="t")).waiting_cold == 0
+        await raise_window_to(rt, "t", now_millis() + 120_000)
+        assert await loader.load_topic("t", force=True) == 0
+        assert await rt.redis.zcard(rt.ns.topic("t").waiting) == 0
+    finally:
+        await loader.close()
+
+
 @pytest.mark.parametrize("deleted", ["after the loader read it", "after the loader loaded it"])
 async def test_a_delete_racing_the_loader_deletes_the_message(cold_rt, monkeypatch, deleted):
     rt = cold_rt

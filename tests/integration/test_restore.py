@@ -283,20 +283,22 @@ async def test_a_delete_with_release_during_a_restore_is_not_undone(single_rt, m
     assert (await logged("t", "gone"))["status"] == Status.DELETED
 
 
-@pytest.mark.parametrize("delay", [60_000, 0, 7_200_000])  # waiting, ready, beyond the hot window
-async def test_a_delete_between_a_loss_and_the_restore_is_not_undone(single_rt, delay):
+# Waiting, ready, beyond the hot window; and deleted with release, which writes no body into Redis.
+@pytest.mark.parametrize("delay, release", [(60_000, False), (0, False), (7_200_000, False), (60_000, True)])
+async def test_a_delete_between_a_loss_and_the_restore_is_not_undone(single_rt, delay, release):
     """Redis lost the message, the log holds it live: the delete finds it in neither Redis nor the
     cold tier, and the restore must not bring it back to be delivered though deleted."""
     rt = single_rt
     await send_message(rt, request=SendRequest("t", "x", delay, "gone"))
     await drain_log(rt, ["t"])
     await rt.redis.flushall()
-    assert await delete_message(rt, topic="t", msg_id="gone")
+    assert await delete_message(rt, topic="t", msg_id="gone", release=release)
     counts = await restore(rt)
     assert (counts.restored, counts.left_cold) == (0, 0)
-    assert (await get_message(rt, topic="t", msg_id="gone")).status == Status.DELETED
+    kept = await get_message(rt, topic="t", msg_id="gone")
+    assert kept is None if release else kept.status == Status.DELETED
     assert (await logged("t", "gone"))["status"] == Status.DELETED
-    assert not await delete_message(rt, topic="t", msg_id="gone")
+    assert not await delete_message(rt, topic="t", msg_id="gone", release=release)
 
 
 @pytest.mark.fault

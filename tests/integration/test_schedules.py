@@ -113,7 +113,10 @@ async def test_a_schedule_is_created_read_listed_changed_paused_resumed_and_dele
     ({"cron": "0 * * * *", "everyMillis": "1000"}, "either cron or everyMillis"),
     ({}, "either cron or everyMillis"),
     ({"everyMillis": "999"}, "at least 1000"),
+    ({"everyMillis": "0"}, "at least 1000"),  # not "at least 1", which is refused too
     ({"everyMillis": "1000", "startTime": "2000000000000", "endTime": "1900000000000"}, "endTime"),
+    # No startTime given: the message says which one the endTime is before.
+    ({"everyMillis": "60000", "endTime": "1000"}, "endTime must not be before the first tick, one interval from now"),
     ({"everyMillis": "1000", "catchUp": "some"}, "catchUp"),
     ({"everyMillis": "1000", "scheduleId": "a@b"}, "scheduleId"),
     ({"everyMillis": "1000", "scheduleId": ""}, "scheduleId"),

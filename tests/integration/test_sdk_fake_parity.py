@@ -290,10 +290,12 @@ def schedule_scenario(client: Client) -> list:
         lambda: c.update_schedule("p.every", every=60, timezone="UTC"),
         lambda: c.update_schedule("p:cron", timezone="Europe/Berlin"),  # an interval schedule since "to interval"
         lambda: c.create_schedule("s", "sched", "x", every=0.999),
+        lambda: c.create_schedule("s", "sched", "x", every=0),
         lambda: c.create_schedule("s", "sched", "x", every=60, priority=10),
         lambda: c.create_schedule("s", "sched", "x", every=60, catch_up="never"),
         lambda: c.create_schedule("s", "sched", "x", every=60, max_retry=-2),
         lambda: c.create_schedule("s", "sched", "x", every=60, start=2_000_000_000_000, end=1_000_000_000_000),
+        lambda: c.create_schedule("s", "sched", "x", every=60, end=1_000_000_000_000),
         lambda: c.create_schedule("s", "sched", "x", cron="* * * * *", timezone="Nowhere/City"),
         lambda: c.create_schedule("s", "sched", "x", cron="*/5 * * *"),
         lambda: c.create_schedule("s", "sched", "x", cron="@hourly"),

@@ -151,12 +151,13 @@ def test_a_repeated_wall_time_fires_once_at_its_first_occurrence(zone, spring, f
     assert ticks[1] == {NEW_YORK: utc(2026, 11, 1, 5, 30), BERLIN: utc(2026, 10, 25, 0, 30)}[zone]
 
 
+@pytest.mark.parametrize("hours", ["*", "0-23", "*/1"])  # each matches every hour, as docs/schedules.md says
 @pytest.mark.parametrize("zone, spring, fall, repeated_hour", CLOCK_CHANGES)
-def test_every_half_hour_fires_at_both_occurrences_of_a_repeated_hour(zone, spring, fall, repeated_hour):
+def test_every_half_hour_fires_at_both_occurrences_of_a_repeated_hour(zone, spring, fall, repeated_hour, hours):
     first_start = at(zone, fall, repeated_hour, 0, fold=0)
     second_end = at(zone, fall, repeated_hour, 59, fold=1)
     assert second_end - first_start == 2 * 3_600_000 - MINUTE  # the wall hour lasts two hours
-    rule = CronRule.parse("*/30 * * * *", zone)
+    rule = CronRule.parse(f"*/30 {hours} * * *", zone)
     assert rule.ticks(first_start - 1, second_end, 10) == [first_start + step * HALF_HOUR for step in range(4)]
     start, end = at(zone, fall), at(zone, fall, 6)
     assert rule.ticks(start, end, 100) == list(range(start + HALF_HOUR, end + 1, HALF_HOUR))

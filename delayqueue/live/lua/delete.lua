@@ -22,16 +22,16 @@
 -- ARGV[6] tombstone: '' or, for a message the caller has deleted in the message log (cold, or live
 -- there after Redis lost it), its stored json as deleted: kept readable as an ended message if Redis
 -- does not hold the msgId (so a loader or a restore that read the row before the delete does not
--- bring it in), else it is deleted here
+-- bring it in; with release, only its life in released does that), else it is deleted here
 -- ARGV[7] release_ended: 1 only frees the body, and only if the message has ended (the end of a
 -- release that answered 3: a life sent since stays)
 -- ARGV[8] counted_cold: 1 when the tombstone's message was cold (counted in the meta's cold), 0 when
 -- it was a live row Redis lost (never counted cold)
 -- Returns 1 when a live message was deleted, 0 when it had ended (or the tombstone's life was
--- released), -1 when Redis does not hold the msgId, 2 when the tombstone was kept, 3 when a live
--- message due at or after the meta's loaded_to was deleted with release: its log row, waiting until
--- the log writer catches up, would read as a cold message's, so its body is kept, as deleted, until
--- the caller has ended the row there (then release_ended frees it).
+-- released), -1 when Redis does not hold the msgId, 2 when the tombstone (with release: its life's
+-- mark) was kept, 3 when a live message due at or after the meta's loaded_to was deleted with
+-- release: its log row, waiting until the log writer catches up, would read as a cold message's, so
+-- its body is kept, as deleted, until the caller has ended the row there (then release_ended frees it).
 -- @include clock
 -- @include status
 -- @include end_message
@@ -44,6 +44,19 @@ local t = {waiting = KEYS[1], ready = KEYS[2], inflight = KEYS[3], msgs = KEYS[4
 local id = ARGV[1]
 local interval = tonumber(ARGV[4])
 local now = clock()
+
+-- Frees the body of the life produced then. Nothing else of it stays: a restore or a loader that
+-- read its log row before the end was recorded there (still live) would bring it back, but for its
+-- tombstone in released.
+local function release_body(produced)
+  redis.call('HDEL', t.msgs, id)
+  redis.call('ZREM', t.ended, id)
+  local released = KEYS[13]
+  redis.call('ZREMRANGEBYSCORE', released, '-inf', now)
+  redis.call('ZADD', released, now + t.retention, id .. ':' .. produced)
+  redis.call('PEXPIRE', released, t.retention)
+end
+
 local raw = redis.call('HGET', t.msgs, id)
 if not raw then
   if ARGV[6] == '' then
@@ -53,8 +66,12 @@ if not raw then
   if redis.call('ZSCORE', KEYS[13], id .. ':' .. tombstone.produceTime) then
     return 0  -- a life deleted with its body released: ended, though its log row may read live yet
   end
-  redis.call('HSET', t.msgs, id, ARGV[6])
-  redis.call('ZADD', t.ended, now + t.retention, id)
+  if ARGV[2] == '1' then
+    release_body(tombstone.produceTime)  -- its body never comes into Redis: the mark fences the life alone
+  else
+    redis.call('HSET', t.msgs, id, ARGV[6])
+    redis.call('ZADD', t.ended, now + t.retention, id)
+  end
   local trigger = tombstone.triggerTime
   if ARGV[8] == '1' then
     remove_packed({packed = KEYS[12], meta = KEYS[10]}, id, trigger)  -- if the loader had read it ahead
@@ -65,20 +82,9 @@ if not raw then
 end
 local m = decode_stored(raw, id)
 
--- Frees the body. Nothing else of this life stays: a restore that read its log row before the log
--- writer recorded the end (still live there) would bring it back, but for its tombstone in released.
-local function release_body()
-  redis.call('HDEL', t.msgs, id)
-  redis.call('ZREM', t.ended, id)
-  local released = KEYS[13]
-  redis.call('ZREMRANGEBYSCORE', released, '-inf', now)
-  redis.call('ZADD', released, now + t.retention, id .. ':' .. m.produceTime)
-  redis.call('PEXPIRE', released, t.retention)
-end
-
 if ARGV[7] == '1' then
   if not is_live(m) then
-    release_body()
+    release_body(m.produceTime)
   end
   return 0
 end
@@ -98,6 +104,6 @@ if ARGV[2] == '1' then
   if deleted == 1 and loaded_to and m.triggerTime >= loaded_to then
     return 3
   end
-  release_body()
+  release_body(m.produceTime)
 end
 return deleted

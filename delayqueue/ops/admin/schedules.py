@@ -144,7 +144,8 @@ class ScheduleForm(forms.ModelForm):
                                      "'*/5 * * * 1-5' (docs/schedules.md); empty for an interval")
     timezone = forms.CharField(label="time zone", required=False, max_length=64, initial="UTC",
                                help_text="the cron's IANA time zone, e.g. Europe/Berlin; empty: UTC")
-    every_millis = forms.IntegerField(label="every (ms)", required=False, min_value=1, max_value=MAX_DELAY_MILLIS,
+    # No min_value: clean() names DELAYQUEUE_SCHEDULE_MIN_INTERVAL_MILLIS for every value below it.
+    every_millis = forms.IntegerField(label="every (ms)", required=False, max_value=MAX_DELAY_MILLIS,
                                       help_text="a tick every this many ms, in place of a cron rule")
     start_time = MomentField(label="start", required=False,
                              help_text="an interval's first tick (empty: one interval after saving), a cron's "

@@ -282,7 +282,7 @@ SCHEDULE_REF = {"scheduleId": SCHEDULE_ID}
 SCHEDULE_FIELDS = {
     "scheduleId": SCHEDULE_ID, "topic": _OPTIONAL_TOPIC, "msg": Field("text", trim=False),
     "cron": Field("text", max_length=200), "timezone": Field("text", max_length=64),
-    "everyMillis": Field("int", low=1, high=MAX_DELAY_MILLIS), "startTime": _SCHEDULE_TIME, "endTime": _SCHEDULE_TIME,
+    "everyMillis": Field("int", high=MAX_DELAY_MILLIS), "startTime": _SCHEDULE_TIME, "endTime": _SCHEDULE_TIME,
     "catchUp": Field("text", check=lambda v: None if v in CATCH_UP else f"must be one of {', '.join(CATCH_UP)}"),
     "priority": Field("int", low=0, high=MAX_PRIORITY), "ttlMillis": Field("int", low=0, high=MAX_DELAY_MILLIS),
     "maxRetry": Field("int", low=-1, high=MAX_RETRY), "paused": Field("bool")}

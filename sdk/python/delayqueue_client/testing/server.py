@@ -769,6 +769,9 @@ class FakeServer:
             if every < least:
                 raise Answer(400, f"everyMillis must be at least {least} (DELAYQUEUE_SCHEDULE_MIN_INTERVAL_MILLIS)")
             if fields["start_time"] is None:
+                if fields["end_time"] is not None and fields["end_time"] < now + every:
+                    raise Answer(400, "endTime must not be before the first tick, one interval from now (or give "
+                                      "startTime)")
                 fields = {**fields, "start_time": now + every}
             fields = {**fields, "timezone": rules.INTERVAL_ZONE}
         else:
