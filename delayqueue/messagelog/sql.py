@@ -394,7 +394,8 @@ WHERE {_WAITING_AFTER} AND msg_id = %(msg_id)s
 """
 # Gives a waiting message Redis does not hold a new trigger time, %(trigger)s ms (rescheduleMsg in
 # the cold tier): its expireTime moves as much (one before its triggerTime stays, as in reschedule.lua), and a
-# history row records it with its times.
+# history row records it with its times. Stamped %(now)s, Redis' clock: the log writer takes only Redis' events
+# from after it, and PostgreSQL's clock ahead of Redis' would have it drop the next ones.
 # Answers the message as rescheduled, then its triggerTime before.
 RESCHEDULE_COLD = f"""
 WITH old AS (
@@ -405,7 +406,7 @@ WITH old AS (
     UPDATE {tables.MESSAGE} m SET trigger_time = {from_millis("%(trigger)s::int8")},
         expire_time = CASE WHEN m.expire_time < m.trigger_time THEN m.expire_time
                            ELSE m.expire_time + ({from_millis("%(trigger)s::int8")} - m.trigger_time) END,
-        updated_at = now()
+        updated_at = {from_millis("%(now)s::int8")}
     FROM old WHERE m.id = old.id
     RETURNING m.topic, m.msg_id, m.payload, m.produce_time, m.trigger_time, m.expire_time, m.max_retry, m.retry,
               m.status, m.priority, m.updated_at, old.trigger_time AS old_trigger_time
