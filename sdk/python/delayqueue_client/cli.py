@@ -62,6 +62,16 @@ def instant_or_none(text: str) -> int:
     return 0 if text.strip().lower() == "none" else instant_ms(text)
 
 
+def given_text(example: str) -> Callable[[str], str]:
+    """An option's text, refused when empty: the server takes an empty parameter as not given, so
+    `update --cron ''` would change nothing and say no field was given."""
+    def text_of(text: str) -> str:
+        if not text:
+            raise argparse.ArgumentTypeError(f"empty: the server would take it as not given; give {example}")
+        return text
+    return text_of
+
+
 def positive_int(text: str) -> int:
     if not text.isdigit() or int(text) < 1:
         raise argparse.ArgumentTypeError(f"invalid count {text!r}: a whole number of at least 1")
@@ -471,10 +481,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     def schedule_rule_options(sub: argparse.ArgumentParser, updating: bool) -> None:
         rule = sub.add_mutually_exclusive_group()
-        rule.add_argument("--cron", help="5 fields: minute hour day-of-month month day-of-week, e.g. '*/5 * * * *'")
+        rule.add_argument("--cron", type=given_text("5 fields, e.g. '*/5 * * * *'"),
+                          help="5 fields: minute hour day-of-month month day-of-week, e.g. '*/5 * * * *'")
         rule.add_argument("--every", type=duration_ms, help="an interval: 1s, 5m, 2h, 1d (at least the server's "
                                                             "minimum, 1s by default)")
-        sub.add_argument("--timezone", help="the cron's IANA time zone, e.g. Europe/Berlin (default UTC)")
+        sub.add_argument("--timezone", type=given_text("an IANA time zone, e.g. Europe/Berlin"),
+                         help="the cron's IANA time zone, e.g. Europe/Berlin (default UTC)")
         when = instant_or_none if updating else instant_ms
         none = "; none removes it" if updating else ""
         sub.add_argument("--start", type=when, help="an interval's first tick, a cron's earliest: epoch ms or "
