@@ -641,9 +641,9 @@ _RESTORE_SELECT = ", ".join([*(f"{to_millis(c)} AS {c}" if c.endswith("_time") e
 
 
 def restore_scope(namespace: str, topic: str | None, msg_id: str | None,
-                  include_expired: bool) -> tuple[sql.Composed, sql.Composed, dict]:
-    """The log rows a restore considers, as conditions (the scope: namespace, optional topic
-    and msgId; and among them the candidates it may bring back) and their parameters. Live
+                  include_expired: bool, ids: list[int] | None = None) -> tuple[sql.Composed, sql.Composed, dict]:
+    """The log rows a restore considers, as conditions (the scope: namespace, optional topic,
+    msgId and row ids; and among them the candidates it may bring back) and their parameters. Live
     candidates are message_live's predicate; with expired ones too no partial index applies,
     so the statuses are a parameter."""
     conditions = [sql.SQL("namespace = %(namespace)s")]
@@ -654,6 +654,9 @@ def restore_scope(namespace: str, topic: str | None, msg_id: str | None,
     if msg_id is not None:
         conditions.append(sql.SQL("msg_id = %(msg_id)s"))
         params["msg_id"] = msg_id
+    if ids is not None:
+        conditions.append(sql.SQL("id = ANY(%(ids)s::int8[])"))
+        params["ids"] = ids
     if include_expired:
         candidates = sql.SQL("status = ANY(%(restorable)s)")
         params["restorable"] = [int(s) for s in (*LIVE_STATUSES, Status.EXPIRED)]
@@ -730,10 +733,12 @@ WITH RECURSIVE found AS (
 )
 SELECT topic FROM found WHERE topic IS NOT NULL
 """
-# The topics of a namespace with a waiting row under the msgId (a restore of that msgId alone).
-MSG_ID_WAITING_TOPICS = f"""
-SELECT DISTINCT topic FROM {tables.MESSAGE} WHERE namespace = %(namespace)s AND msg_id = %(msg_id)s AND {WAITING}
-"""
+
+
+def scoped_waiting_topics(scope: sql.Composed) -> sql.Composed:
+    """The topics with a waiting row in a restore's scope (restore_scope) that names its rows (a msgId,
+    row ids): a restore of those alone."""
+    return sql.SQL(f"SELECT DISTINCT topic FROM {tables.MESSAGE} WHERE {{}} AND {WAITING}").format(scope)
 
 
 # --- The Spark jobs' reads (spark/pgread.py): times leave PostgreSQL as epoch ms (bigint).
