@@ -462,7 +462,8 @@ def build_parser() -> argparse.ArgumentParser:
     listing.add_argument("topic")
     listing.add_argument("--limit", type=positive_int, default=DEFAULT_PAGE,
                          help=f"at most this many (default {DEFAULT_PAGE})")
-    listing.add_argument("--cursor", help="the next page, as the previous listing said")
+    listing.add_argument("--cursor", type=given_text("the cursor the previous listing printed"),
+                         help="the next page, as the previous listing said")
     redrive = command("redrive", cmd_dead_redrive, "send dead letters back to be delivered again", dead_commands)
     redrive.add_argument("topic")
     redrive.add_argument("--msg-id", action="extend", nargs="+", help="only these (default: all of the topic's)")
@@ -510,7 +511,8 @@ def build_parser() -> argparse.ArgumentParser:
     listing.add_argument("--topic", help="only this topic's")
     listing.add_argument("--limit", type=positive_int, default=DEFAULT_PAGE,
                          help=f"at most this many (default {DEFAULT_PAGE})")
-    listing.add_argument("--cursor", help="the next page, as the previous listing said")
+    listing.add_argument("--cursor", type=given_text("the cursor the previous listing printed"),
+                         help="the next page, as the previous listing said")
     update = command("update", cmd_schedule_update, "change a schedule: what is given", schedule_commands)
     update.add_argument("schedule_id", metavar="SCHEDULE_ID")
     update.add_argument("--topic", help="send its ticks to this topic")
