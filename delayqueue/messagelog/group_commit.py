@@ -286,11 +286,11 @@ class MessageLog:
         await self._retried(lambda conn, _again: conn.execute(sql.END_RELEASED, params))
 
     async def reschedule_cold(self, topic: str, msg_id: str, after: tuple[int, int],
-                              trigger_time: int) -> tuple[Message, int] | None:
+                              trigger_time: int, *, now: int) -> tuple[Message, int] | None:
         """Gives the cold message the log holds under the msgId (one Redis does not hold) a new
-        trigger time, with its history row; the message as rescheduled and its trigger time
-        before, None if the log held none cold."""
-        params = {"namespace": self._namespace, "topic": topic, "msg_id": msg_id, "trigger": trigger_time,
+        trigger time, with its history row stamped `now` (Redis' clock, ms); the message as
+        rescheduled and its trigger time before, None if the log held none cold."""
+        params = {"namespace": self._namespace, "topic": topic, "msg_id": msg_id, "trigger": trigger_time, "now": now,
                   "reason": Reason.RESCHEDULED.value, "after_time": after[0], "after_id": after[1], **self._actor}
         row = await self._retried(lambda conn, _again: self._fetch_one(conn, sql.RESCHEDULE_COLD, params))
         return None if row is None else (Message(*row[:-1]), row[-1])

@@ -394,7 +394,8 @@ WHERE {_WAITING_AFTER} AND msg_id = %(msg_id)s
 """
 # Gives a waiting message Redis does not hold a new trigger time, %(trigger)s ms (rescheduleMsg in
 # the cold tier): its expireTime moves as much (one before its triggerTime stays, as in reschedule.lua), and a
-# history row records it with its times.
+# history row records it with its times. Stamped %(now)s, Redis' clock: the log writer takes only Redis' events
+# from after it, and PostgreSQL's clock ahead of Redis' would have it drop the next ones.
 # Answers the message as rescheduled, then its triggerTime before.
 RESCHEDULE_COLD = f"""
 WITH old AS (
@@ -405,7 +406,7 @@ WITH old AS (
     UPDATE {tables.MESSAGE} m SET trigger_time = {from_millis("%(trigger)s::int8")},
         expire_time = CASE WHEN m.expire_time < m.trigger_time THEN m.expire_time
                            ELSE m.expire_time + ({from_millis("%(trigger)s::int8")} - m.trigger_time) END,
-        updated_at = now()
+        updated_at = {from_millis("%(now)s::int8")}
     FROM old WHERE m.id = old.id
     RETURNING m.topic, m.msg_id, m.payload, m.produce_time, m.trigger_time, m.expire_time, m.max_retry, m.retry,
               m.status, m.priority, m.updated_at, old.trigger_time AS old_trigger_time
@@ -640,9 +641,9 @@ _RESTORE_SELECT = ", ".join([*(f"{to_millis(c)} AS {c}" if c.endswith("_time") e
 
 
 def restore_scope(namespace: str, topic: str | None, msg_id: str | None,
-                  include_expired: bool) -> tuple[sql.Composed, sql.Composed, dict]:
-    """The log rows a restore considers, as conditions (the scope: namespace, optional topic
-    and msgId; and among them the candidates it may bring back) and their parameters. Live
+                  include_expired: bool, ids: list[int] | None = None) -> tuple[sql.Composed, sql.Composed, dict]:
+    """The log rows a restore considers, as conditions (the scope: namespace, optional topic,
+    msgId and row ids; and among them the candidates it may bring back) and their parameters. Live
     candidates are message_live's predicate; with expired ones too no partial index applies,
     so the statuses are a parameter."""
     conditions = [sql.SQL("namespace = %(namespace)s")]
@@ -653,6 +654,9 @@ def restore_scope(namespace: str, topic: str | None, msg_id: str | None,
     if msg_id is not None:
         conditions.append(sql.SQL("msg_id = %(msg_id)s"))
         params["msg_id"] = msg_id
+    if ids is not None:
+        conditions.append(sql.SQL("id = ANY(%(ids)s::int8[])"))
+        params["ids"] = ids
     if include_expired:
         candidates = sql.SQL("status = ANY(%(restorable)s)")
         params["restorable"] = [int(s) for s in (*LIVE_STATUSES, Status.EXPIRED)]
@@ -729,10 +733,12 @@ WITH RECURSIVE found AS (
 )
 SELECT topic FROM found WHERE topic IS NOT NULL
 """
-# The topics of a namespace with a waiting row under the msgId (a restore of that msgId alone).
-MSG_ID_WAITING_TOPICS = f"""
-SELECT DISTINCT topic FROM {tables.MESSAGE} WHERE namespace = %(namespace)s AND msg_id = %(msg_id)s AND {WAITING}
-"""
+
+
+def scoped_waiting_topics(scope: sql.Composed) -> sql.Composed:
+    """The topics with a waiting row in a restore's scope (restore_scope) that names its rows (a msgId,
+    row ids): a restore of those alone."""
+    return sql.SQL(f"SELECT DISTINCT topic FROM {tables.MESSAGE} WHERE {{}} AND {WAITING}").format(scope)
 
 
 # --- The Spark jobs' reads (spark/pgread.py): times leave PostgreSQL as epoch ms (bigint).

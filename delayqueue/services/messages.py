@@ -7,7 +7,6 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
-from delayqueue.core.clock import now_millis
 from delayqueue.core.constants import Status
 from delayqueue.core.exceptions import Conflict, LogUnavailable, NotFound
 from delayqueue.core.messages import Message
@@ -16,6 +15,12 @@ from delayqueue.live.keys import Meta, Shard, least_position, parse_position, re
 from delayqueue.live.shards import message_shards, shard_of, topic_shards
 from delayqueue.runtime import Runtime
 from delayqueue.stores.topic_settings import DEFAULT as DEFAULT_SETTINGS
+
+
+async def redis_millis(rt: Runtime) -> int:
+    """Redis' clock, the one the scripts stamp every time with."""
+    seconds, micros = await rt.redis.time()
+    return int(seconds) * 1000 + int(micros) // 1000
 
 
 async def holding_shards(rt: Runtime, *, topic: str, msg_ids: list[str],
@@ -199,9 +204,9 @@ async def _reschedule_cold(rt: Runtime, shard: Shard, msg_id: str, trigger_time:
     (reschedule.lua); None if nothing of the topic is cold. Not cold in the log, Redis is asked again."""
     if (after := await cold_after(rt, shard)) is None:
         return None
-    now = now_millis()
+    now = await redis_millis(rt)  # the clock reschedule.lua counts a hot message's delay from
     moved = await cold_message(rt, shard, msg_id, after) and await rt.log.reschedule_cold(
-        shard.topic, msg_id, after, max(now + delay_millis if trigger_time < 0 else trigger_time, now))
+        shard.topic, msg_id, after, max(now + delay_millis if trigger_time < 0 else trigger_time, now), now=now)
     if moved is None:
         # Not in the log after loaded_to: a load may have moved loaded_to past it since Redis was asked.
         return await rt.scripts.call(scripts.reschedule(rt.context, shard, msg_id=msg_id, trigger_time=trigger_time,

@@ -109,10 +109,11 @@ async def restore_rows(rt: Runtime, *, rows: Iterable[dict], include_expired: bo
     return counts
 
 
-async def restore(rt: Runtime, *, topic: str | None = None, msg_id: str | None = None,
+async def restore(rt: Runtime, *, topic: str | None = None, msg_id: str | None = None, ids: list[int] | None = None,
                   include_expired: bool = False, dry_run: bool = False,
                   progress: Callable[[RestoreCounts, int], None] | None = None) -> RestoreCounts:
-    """Restores every logged message in scope that should be live. Reads the log in id order, a
+    """Restores every logged message in scope (the namespace's; of `topic`, `msg_id`, the log rows
+    `ids` if given) that should be live. Reads the log in id order, a
     page at a time, while earlier pages are written to Redis (reading, building the script calls
     and Redis' work overlap), and reports progress (counts so far, total candidates) per page.
     Raises LogUnavailable when the log fails part-way; what was restored stays, and a rerun
@@ -122,10 +123,10 @@ async def restore(rt: Runtime, *, topic: str | None = None, msg_id: str | None =
         async with restore_turn(rt):
             if not dry_run:
                 await restore_topic_settings(rt, topic=topic)
-            counts = await _restore(rt, topic, msg_id, include_expired, dry_run, progress)
+            counts = await _restore(rt, topic, msg_id, ids, include_expired, dry_run, progress)
     except psycopg.Error as exc:
         raise log_unavailable(exc) from None
-    if answers_loss_report(topic, msg_id, dry_run):
+    if answers_loss_report(topic, msg_id, dry_run, ids):
         # The marker too: a scanner that had not looked since the loss would report it after this.
         await rt.redis.set(rt.ns.marker, now_millis(), nx=True)
         await rt.redis.delete(rt.ns.data_lost)
@@ -154,25 +155,26 @@ def nothing_matches(topic: str | None, msg_id: str | None) -> str | None:
     return f"no message in the message log matches {scope}"
 
 
-def sets_cold_counts(config: QueueConfig, msg_id: str | None) -> bool:
+def sets_cold_counts(config: QueueConfig, msg_id: str | None, ids: list[int] | None = None) -> bool:
     """Whether a restore in this scope sets its topics' cold counts (count_and_leave_cold): one of a
-    topic or of all, in the cold tier. One of a single message brings it back counted out instead."""
-    return config.cold_tier and msg_id is None
+    topic or of all, in the cold tier. One of a single message, or of chosen rows, brings them back
+    counted out instead."""
+    return config.cold_tier and msg_id is None and ids is None
 
 
-def answers_loss_report(topic: str | None, msg_id: str | None, dry_run: bool) -> bool:
+def answers_loss_report(topic: str | None, msg_id: str | None, dry_run: bool, ids: list[int] | None = None) -> bool:
     """Whether a restore in this scope answers a scanner's report that Redis lost its data: a
     full one (every topic, every message) that writes."""
-    return topic is None and msg_id is None and not dry_run
+    return topic is None and msg_id is None and ids is None and not dry_run
 
 
-async def _restore(rt: Runtime, topic: str | None, msg_id: str | None, include_expired: bool, dry_run: bool,
-                   progress: Callable[[RestoreCounts, int], None] | None) -> RestoreCounts:
-    scope, candidates, params = sql.restore_scope(rt.ns.namespace, topic, msg_id, include_expired)
+async def _restore(rt: Runtime, topic: str | None, msg_id: str | None, ids: list[int] | None, include_expired: bool,
+                   dry_run: bool, progress: Callable[[RestoreCounts, int], None] | None) -> RestoreCounts:
+    scope, candidates, params = sql.restore_scope(rt.ns.namespace, topic, msg_id, include_expired, ids)
     counts = RestoreCounts()
     async with await connect(rt.config.log_timeout_millis, rt.log_database) as conn:
         params, scanned = await count_and_leave_cold(rt, conn, scope=scope, candidates=candidates, params=params,
-                                                     topic=topic, msg_id=msg_id, dry_run=dry_run)
+                                                     topic=topic, msg_id=msg_id, ids=ids, dry_run=dry_run)
         page = sql.restore_page(scope, candidates, rt.config.cold_tier)
         total = ended = 0  # total: every candidate, those left cold too (done from the start)
         for _name, _hour, candidates_in_group, rest, left in scanned:
@@ -200,7 +202,7 @@ async def _restore(rt: Runtime, topic: str | None, msg_id: str | None, include_e
                     last_id = rows[-1]["id"]
                     writing.add(asyncio.ensure_future(
                         restore_rows(rt, rows=rows, include_expired=include_expired, dry_run=dry_run,
-                                     cold_counted=sets_cold_counts(rt.config, msg_id))))
+                                     cold_counted=sets_cold_counts(rt.config, msg_id, ids))))
                     if len(writing) >= PAGES_IN_FLIGHT:
                         await collect(asyncio.FIRST_COMPLETED)
             if writing:
@@ -215,15 +217,16 @@ async def _restore(rt: Runtime, topic: str | None, msg_id: str | None, include_e
 
 
 async def count_and_leave_cold(rt: Runtime, conn, *, scope, candidates, params: dict, topic: str | None,
-                               msg_id: str | None, dry_run: bool, settings: dict[str, TopicSettings] | None = None
-                               ) -> tuple[dict, list[tuple]]:
+                               msg_id: str | None, dry_run: bool, settings: dict[str, TopicSettings] | None = None,
+                               ids: list[int] | None = None) -> tuple[dict, list[tuple]]:
     """What a restore does before its messages: in the cold tier, finds each topic's loader position
     (the rows after it stay in the log), sets the topics' cold counts and registers the topics
     left cold. Answers the params of sql.restore_page (with the positions) and one scan's counts
     (sql.restore_counts' rows: per topic and hour, the candidates, the rest, those left cold).
     `settings`: the namespace's topic settings as the caller read them (default: the runtime's)."""
     cold = rt.config.cold_tier
-    positions = await _loader_positions(rt, conn, topic, msg_id, dry_run, settings) if cold else []
+    positions = await _loader_positions(rt, await _waiting_topics(rt, conn, scope, params, topic, msg_id, ids),
+                                        dry_run, settings) if cold else []
     if cold:
         params = {**params, "cold_after": json.dumps(positions)}
     scanned = await (await conn.execute(sql.restore_counts(scope, candidates, cold=cold), params)).fetchall()
@@ -233,7 +236,7 @@ async def count_and_leave_cold(rt: Runtime, conn, *, scope, candidates, params: 
     for name, hour, _candidates, _rest, left in scanned:
         if left:
             left_cold.setdefault(name, {})[hour] = left
-    if left_cold and not dry_run and sets_cold_counts(rt.config, msg_id):
+    if left_cold and not dry_run and sets_cold_counts(rt.config, msg_id, ids):
         young = await (await conn.execute(sql.restore_young_cold(scope, candidates),
                                           {**params, "young_after": now_millis() - 2 * IN_FLIGHT_MILLIS})).fetchall()
         await _set_cold_counts(rt, await _less_held(rt, left_cold, positions, settings), young, settings)
@@ -244,9 +247,20 @@ async def count_and_leave_cold(rt: Runtime, conn, *, scope, candidates, params: 
     return params, scanned
 
 
-async def _loader_positions(rt: Runtime, conn, topic: str | None, msg_id: str | None, dry_run: bool,
+async def _waiting_topics(rt: Runtime, conn, scope, params: dict, topic: str | None, msg_id: str | None,
+                          ids: list[int] | None) -> list[str]:
+    """The topics in a restore's scope with waiting rows in the log: a restore of chosen messages (a
+    msgId, row ids) raises no other topic's window, and sets no count (sets_cold_counts)."""
+    if topic is not None:
+        return [topic]
+    statement, params = ((sql.WAITING_TOPICS, {"namespace": rt.ns.namespace}) if msg_id is None and ids is None
+                         else (sql.scoped_waiting_topics(scope), params))
+    return [name for (name,) in await (await conn.execute(statement, params)).fetchall()]
+
+
+async def _loader_positions(rt: Runtime, topics: list[str], dry_run: bool,
                             settings: dict[str, TopicSettings] | None) -> list[dict]:
-    """Per topic in scope with waiting rows in the log (with `msg_id`, a waiting row of it), where
+    """Per topic of `topics` (those in scope with waiting rows in the log), where
     its loader stands: the restore brings back the rows up to there and leaves those after it to
     the loader, so a restore after a loss rebuilds only the hot window. The loader stands at its
     fetched_to where it has one: the rows in its packed lists (lua/includes/packed.lua) are
@@ -254,12 +268,6 @@ async def _loader_positions(rt: Runtime, conn, topic: str | None, msg_id: str | 
     window (Redis lost it) gets one first, as the loader's step 1 would give it (hot_until now +
     window, loaded up to there); a dry run only looks. A sharded topic stands where the furthest of its current count's shards does:
     a row brought back before another shard's position is one its loader then finds held."""
-    if topic is not None:
-        topics = [topic]
-    else:  # one msgId's restore raises no other topic's window, and sets no count (sets_cold_counts)
-        statement, params = ((sql.WAITING_TOPICS, {"namespace": rt.ns.namespace}) if msg_id is None else
-                             (sql.MSG_ID_WAITING_TOPICS, {"namespace": rt.ns.namespace, "msg_id": msg_id}))
-        topics = [name for (name,) in await (await conn.execute(statement, params)).fetchall()]
     settings = settings if settings is not None else await rt.topic_configs.table()
     every = {name: topic_shards(name, settings.get(name, DEFAULT_SETTINGS).shard_counts) for name in topics}
     hot_until = now_millis() + rt.config.hot_window_millis

@@ -14,7 +14,7 @@ from delayqueue.core.constants import SCHEDULE_LEAD_MILLIS, SCHEDULE_MAX_TICKS_P
 from delayqueue.core.exceptions import BadRequest, CapReached, Conflict, NotFound
 from delayqueue.core.messages import Message
 from delayqueue.core.schedule_rules import CronRule, RuleError
-from delayqueue.core.schedules import (INTERVAL_ZONE, NOT_AN_INTERVAL_SETTING, ScheduleRow, plan_time,
+from delayqueue.core.schedules import (INTERVAL_ZONE, NOT_AN_INTERVAL_SETTING, ScheduleRow, plan_time, rule_of,
                                        run_now_msg_id, tick_msg_id)
 from delayqueue.messagelog import sql
 from delayqueue.runtime import Runtime
@@ -50,7 +50,7 @@ async def create_schedule(rt: Runtime, *, spec: ScheduleSpec) -> ScheduleRow:
     (409) when the namespace has one under that scheduleId; CapReached (429) beyond
     DELAYQUEUE_MAX_SCHEDULES; BadRequest naming the problem for a rule that cannot be used."""
     now = now_millis()
-    fields = _checked(rt, {name: getattr(spec, name) for name in SETTABLE}, now)
+    fields = _checked(rt, {name: getattr(spec, name) for name in SETTABLE}, now, must_fire=True)
     planned_until = _plan_from(fields, now)
     draft = ScheduleRow(id=0, namespace=rt.ns.namespace, schedule_id=spec.schedule_id, generation=0,
                         planned_until=planned_until, plan_at=None, created_at=now, updated_at=now, **fields)
@@ -99,7 +99,7 @@ async def update_schedule(rt: Runtime, *, schedule_id: str, changes: dict) -> Sc
     unknown = set(changes) - set(SETTABLE)
     if unknown:
         raise ValueError(f"not settable: {sorted(unknown)}")
-    return await _change(rt, schedule_id, lambda row: _updated(row, changes))
+    return await _change(rt, schedule_id, lambda row: _updated(row, changes), must_fire=True)
 
 
 async def pause_schedule(rt: Runtime, *, schedule_id: str) -> ScheduleRow:
@@ -159,13 +159,14 @@ def _updated(row: ScheduleRow, changes: dict) -> dict:
     return fields
 
 
-async def _change(rt: Runtime, schedule_id: str, change) -> ScheduleRow:
-    """Under the row lock: the new fields from change(row), checked; the current plan's ticks
-    not yet due deleted; the row written under the next generation, planned from now."""
+async def _change(rt: Runtime, schedule_id: str, change, *, must_fire: bool = False) -> ScheduleRow:
+    """Under the row lock: the new fields from change(row), checked (`must_fire`: see _checked);
+    the current plan's ticks not yet due deleted; the row written under the next generation,
+    planned from now."""
     async with rt.schedule_db.use() as conn, conn.transaction():
         row = await _locked(conn, rt, schedule_id)
         now = now_millis()
-        fields = _checked(rt, change(row), now)
+        fields = _checked(rt, change(row), now, must_fire=must_fire)
         # Nothing is planned while paused.
         floor = now if row.paused else await _withdraw(rt, row, now, replanned=not fields["paused"])
         planned_until = max(floor, _plan_from(fields, now))
@@ -228,9 +229,11 @@ def _plan_from(fields: dict, now: int) -> int:
     return now if start is None else max(now, start - 1)
 
 
-def _checked(rt: Runtime, fields: dict, now: int) -> dict:
+def _checked(rt: Runtime, fields: dict, now: int, *, must_fire: bool) -> dict:
     """The fields with a rule that can be used (BadRequest naming the problem otherwise); an
-    interval schedule without a start first fires one interval from now."""
+    interval schedule without a start first fires one interval from now. `must_fire` (a create,
+    an update; not a pause or resume of one that has ended): BadRequest also when no tick is left
+    after now between its start and end, as such a schedule would be stored and never fire."""
     cron, every = fields["cron"], fields["every_millis"]
     if bool(cron) == (every is not None):
         raise BadRequest("give either cron or everyMillis")
@@ -252,4 +255,19 @@ def _checked(rt: Runtime, fields: dict, now: int) -> dict:
         raise BadRequest("endTime must not be before startTime")
     if fields["catch_up"] not in CatchUp.values:
         raise BadRequest(f"catchUp must be one of {', '.join(CatchUp.values)}")
+    if must_fire:
+        _check_fires(fields, now)
     return fields
+
+
+def _check_fires(fields: dict, now: int) -> None:
+    """BadRequest when the checked fields leave no tick after now by endTime (planning starts at now)."""
+    start, end = fields["start_time"], fields["end_time"]
+    if end is None:
+        return  # a rule that can be used fires at last
+    if end <= now:
+        raise BadRequest("endTime must be in the future: the schedule would never fire")
+    after = now if start is None else max(now, start - 1)
+    if not rule_of(fields["cron"], fields["timezone"], fields["every_millis"], start).ticks(after, end, 1):
+        bound = "startTime" if start is not None and start > now else "now"
+        raise BadRequest(f"endTime must not be before the first tick after {bound}: the schedule would never fire")

@@ -14,7 +14,7 @@ from delayqueue.live import scripts, stats
 from delayqueue.live.keys import Meta, Shard, least_position, parse_position
 from delayqueue.live.shards import message_shards, topic_shards
 from delayqueue.runtime import Runtime
-from delayqueue.services.messages import loader_positions
+from delayqueue.services.messages import loader_positions, redis_millis
 from delayqueue.stores.limits import Limits
 from delayqueue.stores.topic_settings import DEFAULT as DEFAULT_SETTINGS
 from delayqueue.stores.topic_settings import MIRROR_FIELDS, TopicSettings
@@ -266,12 +266,6 @@ def cold_buckets(*, hours: dict[int, int], now: int, after: int | None) -> list[
 
 async def topic_info(rt: Runtime, *, topic: str) -> TopicInfo:
     return (await topic_infos(rt, topics=[topic]))[0]
-
-
-async def redis_millis(rt: Runtime) -> int:
-    """Redis' clock, the one the scripts stamp every time with."""
-    seconds, micros = await rt.redis.time()
-    return int(seconds) * 1000 + int(micros) // 1000
 
 
 async def monitor_data(rt: Runtime) -> list[TopicCounters]:

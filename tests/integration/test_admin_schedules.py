@@ -173,6 +173,9 @@ def test_adding_creates_the_schedule_through_the_service_in_the_namespace_chosen
     ({"topic": "bad\ttopic"}, "without control characters"),
     ({"start_time": "2030-01-02 00:00", "end_time": "2030-01-01 00:00"}, "must not be before the start"),
     ({"start_time": "soon"}, "Enter a valid date/time"),
+    ({"start_time": "2020-01-01 00:00", "end_time": "2020-01-02 00:00"}, "endTime must be in the future"),
+    ({"cron": "0 0 1 1 *", "start_time": "2030-02-01 00:00", "end_time": "2030-03-01 00:00"},
+     "endTime must not be before the first tick after startTime"),
 ])
 def test_a_bad_rule_or_field_is_shown_on_the_form_and_nothing_is_saved(admin_client, changes, error):
     page = page_of(admin_client.post(SCHEDULES + "add/", add_form(**changes)))

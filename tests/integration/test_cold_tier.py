@@ -3,6 +3,7 @@ and the loader (workers/loader.py) brings them into Redis ahead of their time. O
 and on the Redis Cluster."""
 import asyncio
 import json
+import time
 from collections import Counter
 
 import pytest
@@ -13,6 +14,7 @@ from delayqueue.core.constants import COLD_HOUR_MILLIS, IN_FLIGHT_MILLIS, MAX_DE
 from delayqueue.core.exceptions import Conflict, NotFound, Throttled
 from delayqueue.live import scripts
 from delayqueue.live.keys import Meta, Shard, position
+from delayqueue.messagelog.sql import to_millis
 from delayqueue.ops import figures
 from delayqueue.core.messages import Message
 from delayqueue.services.consume import ack_messages, nack_message, pull_messages, touch_message
@@ -20,7 +22,7 @@ from delayqueue.services.messages import delete_message, get_message, reschedule
 from delayqueue.services.restore import restore, restore_rows
 from delayqueue.services.send import SendRequest, prepared, send_message, send_messages
 from delayqueue.services import topics as topics_module
-from delayqueue.services.topics import purge_topic, topic_info
+from delayqueue.services.topics import purge_topic, redis_millis, topic_info
 from delayqueue.workers import loader as loader_module
 from delayqueue.workers.loader import Loader
 from tests.helpers import (REDIS_CLUSTER_URL, REDIS_URL, call, drain_log, history, load_killed, logged,
@@ -588,17 +590,26 @@ async def _past(millis: int) -> bool:
     return now_millis() > millis
 
 
-async def test_a_cold_message_rescheduled_further_stays_cold_with_its_new_times(cold_rt):
+async def test_a_cold_message_rescheduled_further_stays_cold_with_its_new_times(cold_rt, monkeypatch):
+    """Its new time counts from Redis' clock, as a hot message's does, whatever this host's clock says;
+    its log row and history row are stamped with that same reading."""
     rt = cold_rt
     loader = await started(rt)
     try:
         m = await send(rt, msg="x", delay=60_000, ttl_millis=5000)
+        before = await redis_millis(rt)
+        real_time_ns = time.time_ns
+        monkeypatch.setattr(time, "time_ns", lambda: real_time_ns() - 3_600_000_000_000)  # this host an hour behind
         moved = await reschedule_message(rt, topic="t", msg_id=m.msg_id, delay_millis=120_000)
-        assert moved.trigger_time >= m.trigger_time + 60_000 - 1000
+        monkeypatch.undo()
+        assert before + 120_000 <= moved.trigger_time <= await redis_millis(rt) + 120_000
         assert moved.expire_time == moved.trigger_time + 5000  # the TTL counts from the new time
         assert not (await in_redis(rt, m.msg_id))["body"]
         assert await get_message(rt, topic="t", msg_id=m.msg_id) == moved
         assert [h[0] for h in await history("t", m.msg_id)] == ["sent", "rescheduled"]
+        # A later event of Redis' (its clock) is not taken for one before the reschedule.
+        assert await query(f"SELECT {to_millis('updated_at')} FROM delayqueue_message WHERE msg_id = %s",
+                           m.msg_id) == [(moved.trigger_time - 120_000,)]
     finally:
         await loader.close()
 

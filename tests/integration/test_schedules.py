@@ -117,6 +117,12 @@ async def test_a_schedule_is_created_read_listed_changed_paused_resumed_and_dele
     ({"everyMillis": "1000", "startTime": "2000000000000", "endTime": "1900000000000"}, "endTime"),
     # No startTime given: the message says which one the endTime is before.
     ({"everyMillis": "60000", "endTime": "1000"}, "endTime must not be before the first tick, one interval from now"),
+    # A window with no tick left: stored, it would never fire.
+    ({"cron": "* * * * *", "endTime": "1000"}, "endTime must be in the future: the schedule would never fire"),
+    ({"everyMillis": "60000", "startTime": "1000", "endTime": "2000"}, "endTime must be in the future"),
+    ({"cron": "0 0 1 1 *", "startTime": "2000000000000", "endTime": "2000086400000"},
+     "endTime must not be before the first tick after startTime: the schedule would never fire"),
+    ({"everyMillis": "86400000", "startTime": "1000", "endTime": "4000000000000"}, None),  # a tick left: taken
     ({"everyMillis": "1000", "catchUp": "some"}, "catchUp"),
     ({"everyMillis": "1000", "scheduleId": "a@b"}, "scheduleId"),
     ({"everyMillis": "1000", "scheduleId": ""}, "scheduleId"),
@@ -126,8 +132,22 @@ async def test_a_schedule_is_created_read_listed_changed_paused_resumed_and_dele
 ])
 async def test_a_schedule_that_cannot_be_used_is_refused_with_a_message_naming_the_problem(api, params, problem):
     answer = await call(api, "createSchedule", **{"scheduleId": "x", "topic": "t", "msg": "m", **params})
+    if problem is None:
+        assert answer["code"] == 200, answer
+        return
     assert answer["code"] == 400 and problem in answer["msg"], answer
     assert (await call(api, "listSchedules", method="get"))["schedules"] == []
+
+
+async def test_an_update_that_leaves_no_tick_is_refused_and_a_pause_after_the_end_is_not(api):
+    await call(api, "createSchedule", scheduleId="i", topic="t", msg="m", cron="* * * * *")
+    answer = await call(api, "updateSchedule", scheduleId="i", endTime="1000")
+    assert answer == {"code": 400, "msg": "endTime must be in the future: the schedule would never fire"}
+    assert (await call(api, "getSchedule", method="get", scheduleId="i"))["schedule"]["endTime"] is None
+    # One that has ended (its endTime passed since it was stored) is still paused and resumed.
+    await query("UPDATE delayqueue_schedule SET end_time = 1000 WHERE schedule_id = 'i'")
+    assert (await call(api, "pauseSchedule", scheduleId="i"))["schedule"]["paused"] is True
+    assert (await call(api, "resumeSchedule", scheduleId="i"))["schedule"]["paused"] is False
 
 
 async def test_an_interval_schedule_refuses_a_time_zone_on_update_as_on_create(api):

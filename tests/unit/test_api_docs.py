@@ -179,3 +179,11 @@ def test_every_error_code_is_listed_where_the_answers_are_described(client):
     readme = (ROOT / "README.md").read_text()
     paragraph = readme[readme.index("Every answer is HTTP 200"):readme.index("An error answer carries")]
     assert set(map(int, listed.findall(paragraph))) == {200} | codes
+
+
+def test_the_readme_names_every_field_of_get_topic_info(client):
+    """The README's row is where a caller looks first: a field it leaves out (the cold tier's counts) goes unseen."""
+    schema = client.get("/api/schema/", {"format": "json"}).json()
+    fields = set(schema["components"]["schemas"]["TopicInfo"]["properties"])
+    row = next(line for line in (ROOT / "README.md").read_text().splitlines() if line.startswith("| `getTopicInfo` |"))
+    assert fields - set(re.findall(r"`(\w+)`", row)) == set()

@@ -541,6 +541,11 @@ def test_the_schedule_commands(server, run_cli):
     (("schedule", "create", "x", "t", "m", "--every", "1m", "--end", "¹²³"),
      "argument --end: invalid time '¹²³'"),
     (("schedule", "update", "x"), "schedule update changes what it is given"),
+    # An empty value: the server would take it as not given, and say no field to change was given.
+    (("schedule", "update", "x", "--cron", ""), "argument --cron: empty: the server would take it as not given"),
+    (("schedule", "update", "x", "--timezone", "", "--priority", "1"), "argument --timezone: empty"),
+    (("schedule", "list", "--cursor", ""), "argument --cursor: empty"),  # not the first page again
+    (("dead", "list", "t", "--cursor", ""), "argument --cursor: empty"),
     (("schedule", "frobnicate"), "argument COMMAND: invalid choice"),
     (("schedule", "sync", "no_such_module_here"), "cannot import no_such_module_here"),
 ])

@@ -28,7 +28,7 @@ from delayqueue.ops.admin.schedules import MomentField
 from delayqueue.ops.admin.topics import in_namespace, topic_url
 from delayqueue.runtime import run_with_runtime
 from delayqueue.services.messages import delete_message, reschedule_message
-from delayqueue.services.restore import restore_rows
+from delayqueue.services.restore import restore
 from delayqueue.services.topics import list_topics
 from delayqueue.stores import rows
 
@@ -291,10 +291,9 @@ class MessageAdmin(NamespacedAdmin):
         selected = self._selected(request, queryset)
         if selected is None:
             return
-        rows = {ns: [{**m.as_queue_message().to_row(), "id": m.pk} for m in group] for ns, group in selected.items()}
-
+        # The restore's rule, as restoreMsg's for each: one due beyond the hot window stays in the log for the loader.
         async def restore_all(rt):
-            return [await restore_rows(rt.for_namespace(ns), rows=ns_rows) for ns, ns_rows in rows.items()]
+            return [await restore(rt.for_namespace(ns), ids=[m.pk for m in group]) for ns, group in selected.items()]
 
         try:
             counts = run_with_runtime(restore_all)
@@ -302,9 +301,14 @@ class MessageAdmin(NamespacedAdmin):
             self.message_user(request, f"Redis unavailable ({exc}): some may be left unrestored, run the action again",
                               messages.ERROR)
             return
+        except QueueError as exc:  # the log unavailable, another restore of the namespace running
+            self.message_user(request, f"{exc}: some may be left unrestored, run the action again", messages.ERROR)
+            return
         self.message_user(request, f"Restored {sum(c.restored for c in counts)}; "
                                    f"{sum(c.already_live for c in counts)} already live in Redis; "
-                                   f"{sum(c.skipped for c in counts)} skipped (ended or expired).", messages.SUCCESS)
+                                   f"{sum(c.skipped for c in counts)} skipped (ended or expired); "
+                                   f"{sum(c.left_cold for c in counts)} left in the message log for the loader "
+                                   "(due beyond the hot window).", messages.SUCCESS)
 
     @admin.action(description="Delete selected messages from the queue", permissions=["change"])
     def delete_selected_messages(self, request, queryset):

@@ -294,8 +294,11 @@ def problem(form: forms.Form, name: str, text: str) -> str:
 def recent_ticks(row: ScheduleRow, until: int, count: int) -> list[int]:
     """The schedule's last `count` ticks up to `until` by its rule (within its start and end,
     none before it was created): walked forward through a lookback window that is widened until
-    it holds `count` ticks or reaches the schedule's creation."""
+    it holds `count` ticks or reaches the schedule's creation. The window ends at the endTime if
+    that came first: widened from a later `until`, it would be walked tick by tick across the gap."""
     floor = row.created_at
+    if row.end_time is not None:
+        until = min(until, row.end_time)
     rule = row.rule
     window = count * rule.every if isinstance(rule, EveryRule) else FIRST_LOOKBACK_MILLIS
     while True:

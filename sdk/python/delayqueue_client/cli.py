@@ -62,6 +62,16 @@ def instant_or_none(text: str) -> int:
     return 0 if text.strip().lower() == "none" else instant_ms(text)
 
 
+def given_text(example: str) -> Callable[[str], str]:
+    """An option's text, refused when empty: the server takes an empty parameter as not given, so
+    `update --cron ''` would change nothing and say no field was given."""
+    def text_of(text: str) -> str:
+        if not text:
+            raise argparse.ArgumentTypeError(f"empty: the server would take it as not given; give {example}")
+        return text
+    return text_of
+
+
 def positive_int(text: str) -> int:
     if not text.isdigit() or int(text) < 1:
         raise argparse.ArgumentTypeError(f"invalid count {text!r}: a whole number of at least 1")
@@ -452,7 +462,8 @@ def build_parser() -> argparse.ArgumentParser:
     listing.add_argument("topic")
     listing.add_argument("--limit", type=positive_int, default=DEFAULT_PAGE,
                          help=f"at most this many (default {DEFAULT_PAGE})")
-    listing.add_argument("--cursor", help="the next page, as the previous listing said")
+    listing.add_argument("--cursor", type=given_text("the cursor the previous listing printed"),
+                         help="the next page, as the previous listing said")
     redrive = command("redrive", cmd_dead_redrive, "send dead letters back to be delivered again", dead_commands)
     redrive.add_argument("topic")
     redrive.add_argument("--msg-id", action="extend", nargs="+", help="only these (default: all of the topic's)")
@@ -471,10 +482,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     def schedule_rule_options(sub: argparse.ArgumentParser, updating: bool) -> None:
         rule = sub.add_mutually_exclusive_group()
-        rule.add_argument("--cron", help="5 fields: minute hour day-of-month month day-of-week, e.g. '*/5 * * * *'")
+        rule.add_argument("--cron", type=given_text("5 fields, e.g. '*/5 * * * *'"),
+                          help="5 fields: minute hour day-of-month month day-of-week, e.g. '*/5 * * * *'")
         rule.add_argument("--every", type=duration_ms, help="an interval: 1s, 5m, 2h, 1d (at least the server's "
                                                             "minimum, 1s by default)")
-        sub.add_argument("--timezone", help="the cron's IANA time zone, e.g. Europe/Berlin (default UTC)")
+        sub.add_argument("--timezone", type=given_text("an IANA time zone, e.g. Europe/Berlin"),
+                         help="the cron's IANA time zone, e.g. Europe/Berlin (default UTC)")
         when = instant_or_none if updating else instant_ms
         none = "; none removes it" if updating else ""
         sub.add_argument("--start", type=when, help="an interval's first tick, a cron's earliest: epoch ms or "
@@ -498,7 +511,8 @@ def build_parser() -> argparse.ArgumentParser:
     listing.add_argument("--topic", help="only this topic's")
     listing.add_argument("--limit", type=positive_int, default=DEFAULT_PAGE,
                          help=f"at most this many (default {DEFAULT_PAGE})")
-    listing.add_argument("--cursor", help="the next page, as the previous listing said")
+    listing.add_argument("--cursor", type=given_text("the cursor the previous listing printed"),
+                         help="the next page, as the previous listing said")
     update = command("update", cmd_schedule_update, "change a schedule: what is given", schedule_commands)
     update.add_argument("schedule_id", metavar="SCHEDULE_ID")
     update.add_argument("--topic", help="send its ticks to this topic")

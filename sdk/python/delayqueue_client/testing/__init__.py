@@ -54,7 +54,8 @@ Where it differs from the server:
   two bad parameters the fake may name another first.
 - The retry backoff's jitter comes from `FakeServer(seed=...)`; `jitter=False` waits the full backoff.
 - Cron schedules are stored, checked and answered, but their ticks never fire and their
-  nextFireTimes is empty: the fake has no cron engine. Interval schedules fire every tick once,
+  nextFireTimes is empty: the fake has no cron engine (so of a cron schedule whose window holds
+  no tick, it refuses only one whose endTime has passed; the server names any). Interval schedules fire every tick once,
   however far the clock jumps (its planner never stops), so catchUp is kept and answered but
   never applies.
 - A schedule's msg over the message size limit is code 400 at createSchedule and updateSchedule

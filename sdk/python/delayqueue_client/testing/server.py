@@ -758,9 +758,11 @@ class FakeServer:
             raise Answer(404, f"no schedule {schedule_id!r}")
         return schedule
 
-    def _checked_schedule(self, fields: dict[str, Any], now: int) -> dict[str, Any]:
+    def _checked_schedule(self, fields: dict[str, Any], now: int, *, must_fire: bool) -> dict[str, Any]:
         """The server's checks across a schedule's fields (services/schedules._checked); an interval
-        schedule without a start first fires one interval from now."""
+        schedule without a start first fires one interval from now. `must_fire` (a create, an update):
+        refused when no tick is left after now by endTime (a cron schedule's: only an endTime past,
+        the fake has no cron engine)."""
         cron, every = fields["cron"], fields["every_millis"]
         if bool(cron) == (every is not None):
             raise Answer(400, "give either cron or everyMillis")
@@ -779,6 +781,15 @@ class FakeServer:
         if fields["end_time"] is not None and fields["start_time"] is not None \
                 and fields["end_time"] < fields["start_time"]:
             raise Answer(400, "endTime must not be before startTime")
+        end = fields["end_time"]
+        if must_fire and end is not None:
+            if end <= now:
+                raise Answer(400, "endTime must be in the future: the schedule would never fire")
+            start = fields["start_time"]
+            if every is not None and not _every_ticks(every, start, max(now, start - 1), end, 1):
+                bound = "startTime" if start > now else "now"
+                raise Answer(400, f"endTime must not be before the first tick after {bound}: "
+                                  "the schedule would never fire")
         return fields
 
     @staticmethod
@@ -829,7 +840,7 @@ class FakeServer:
             "start_time": given.get("start_time"), "end_time": given.get("end_time"),
             "catch_up": given.get("catch_up", "latest"), "priority": given.get("priority", 0),
             "ttl_millis": given.get("ttl_millis", 0), "max_retry": given.get("max_retry", -1),
-            "paused": given.get("paused", False)}, now)
+            "paused": given.get("paused", False)}, now, must_fire=True)
         schedule_id = data["scheduleId"]
         if schedule_id in self._schedules:  # a conflict even at the cap, as on the server
             raise Answer(409, f"schedule {schedule_id!r} exists: updateSchedule changes it")
@@ -858,12 +869,12 @@ class FakeServer:
             answer["nextCursor"] = page[-1].schedule_id
         return answer
 
-    def _change_schedule(self, schedule_id: str,
-                         change: Callable[[FakeSchedule], dict[str, Any]]) -> dict[str, Any]:
+    def _change_schedule(self, schedule_id: str, change: Callable[[FakeSchedule], dict[str, Any]], *,
+                         must_fire: bool = False) -> dict[str, Any]:
         """The server's change of a schedule: the new fields checked, the ticks sent ahead and not
         yet due withdrawn, the schedule planned anew from now under its next generation."""
         schedule, now = self._schedule_of(schedule_id), self.clock.now_ms()
-        fields = self._checked_schedule(change(schedule), now)
+        fields = self._checked_schedule(change(schedule), now, must_fire=must_fire)
         floor = now if schedule.paused else self._withdraw(schedule, now, replanned=not fields["paused"])
         for name, value in fields.items():
             setattr(schedule, name, value)
@@ -890,7 +901,7 @@ class FakeServer:
             if bool(fields["cron"]) != bool(schedule.cron) and "start_time" not in changes:
                 fields["start_time"] = None  # a cron schedule's earliest tick is not an interval's anchor, nor the reverse
             return fields
-        return self._change_schedule(data["scheduleId"], updated)
+        return self._change_schedule(data["scheduleId"], updated, must_fire=True)
 
     def _pause_schedule(self, body: Any) -> dict[str, Any]:
         schedule_id = rules.parse(rules.SCHEDULE_REF, self._params(body))["scheduleId"]
