@@ -24,6 +24,7 @@ from delayqueue.services.send import SendRequest, send_message
 # The fields a caller sets (updateSchedule changes any of them); the others are the planner's.
 SETTABLE = ("topic", "payload", "cron", "timezone", "every_millis", "start_time", "end_time", "catch_up", "priority",
             "ttl_millis", "max_retry", "paused")
+TIMING = {"cron", "timezone", "every_millis", "start_time", "end_time"}  # the fields that say when it fires
 
 
 @dataclass(frozen=True)
@@ -99,7 +100,10 @@ async def update_schedule(rt: Runtime, *, schedule_id: str, changes: dict) -> Sc
     unknown = set(changes) - set(SETTABLE)
     if unknown:
         raise ValueError(f"not settable: {sorted(unknown)}")
-    return await _change(rt, schedule_id, lambda row: _updated(row, changes), must_fire=True)
+    # Only a change of when it fires is refused for leaving no tick: one of an ended schedule's
+    # message or settings (an App's sync of its tasks) is not.
+    return await _change(rt, schedule_id, lambda row: _updated(row, changes),
+                         must_fire=bool(changes.keys() & TIMING))
 
 
 async def pause_schedule(rt: Runtime, *, schedule_id: str) -> ScheduleRow:
@@ -232,7 +236,7 @@ def _plan_from(fields: dict, now: int) -> int:
 def _checked(rt: Runtime, fields: dict, now: int, *, must_fire: bool) -> dict:
     """The fields with a rule that can be used (BadRequest naming the problem otherwise); an
     interval schedule without a start first fires one interval from now. `must_fire` (a create,
-    an update; not a pause or resume of one that has ended): BadRequest also when no tick is left
+    an update of its times; not a pause or resume of one that has ended): BadRequest also when no tick is left
     after now between its start and end, as such a schedule would be stored and never fire."""
     cron, every = fields["cron"], fields["every_millis"]
     if bool(cron) == (every is not None):
@@ -251,7 +255,8 @@ def _checked(rt: Runtime, fields: dict, now: int, *, must_fire: bool) -> dict:
             CronRule.parse(cron, fields["timezone"])
         except RuleError as exc:
             raise BadRequest(str(exc)) from None
-    if fields["end_time"] is not None and fields["start_time"] is not None and fields["end_time"] < fields["start_time"]:
+    start, end = fields["start_time"], fields["end_time"]
+    if end is not None and start is not None and end < start:
         raise BadRequest("endTime must not be before startTime")
     if fields["catch_up"] not in CatchUp.values:
         raise BadRequest(f"catchUp must be one of {', '.join(CatchUp.values)}")

@@ -139,7 +139,7 @@ async def test_a_schedule_that_cannot_be_used_is_refused_with_a_message_naming_t
     assert (await call(api, "listSchedules", method="get"))["schedules"] == []
 
 
-async def test_an_update_that_leaves_no_tick_is_refused_and_a_pause_after_the_end_is_not(api):
+async def test_an_update_that_leaves_no_tick_is_refused_and_one_of_an_ended_schedule_that_keeps_its_times_is_not(api):
     await call(api, "createSchedule", scheduleId="i", topic="t", msg="m", cron="* * * * *")
     answer = await call(api, "updateSchedule", scheduleId="i", endTime="1000")
     assert answer == {"code": 400, "msg": "endTime must be in the future: the schedule would never fire"}
@@ -148,6 +148,10 @@ async def test_an_update_that_leaves_no_tick_is_refused_and_a_pause_after_the_en
     await query("UPDATE delayqueue_schedule SET end_time = 1000 WHERE schedule_id = 'i'")
     assert (await call(api, "pauseSchedule", scheduleId="i"))["schedule"]["paused"] is True
     assert (await call(api, "resumeSchedule", scheduleId="i"))["schedule"]["paused"] is False
+    # Nor is an update that leaves its times as they are (an App's sync changing a task's message).
+    assert (await call(api, "updateSchedule", scheduleId="i", msg="new", priority="3"))["schedule"]["msg"] == "new"
+    answer = await call(api, "updateSchedule", scheduleId="i", cron="*/5 * * * *")
+    assert answer == {"code": 400, "msg": "endTime must be in the future: the schedule would never fire"}
 
 
 async def test_an_interval_schedule_refuses_a_time_zone_on_update_as_on_create(api):
