@@ -162,6 +162,17 @@ async def test_a_restore_registers_a_page_of_thousands_of_topics(clean_state):
         await rt.close()
 
 
+async def test_a_restore_asks_whether_a_shard_is_draining_once_a_page_not_once_a_message(single_rt):
+    """Every restored message is one the log holds live, whose shard's count change (if any has begun)
+    decides where it goes: a page of 10,000 rows of a few topics asked it 10,000 times, most of the page's
+    time and a stall of the event loop, for as many shards."""
+    await query(FILL_LOG, 2_000)  # 4 topics
+    await single_rt.redis.config_resetstat()
+    assert (await restore(single_rt)).restored == 2_000
+    hget = (await single_rt.redis.info("commandstats")).get("cmdstat_hget", {"calls": 0})
+    assert hget["calls"] < 100
+
+
 async def test_restore_runs_on_a_cluster_too(rt):
     sent = await send_messages(rt, requests=[SendRequest(topic=f"c{i % 7}", msg=str(i), delay_millis=(i % 2) * 60_000)
                                              for i in range(70)])
