@@ -14,6 +14,7 @@ import weakref
 from asgiref.sync import async_to_sync
 
 from delayqueue.config.settings import QueueConfig, load_config
+from delayqueue.core.fair_share import FairShare
 from delayqueue.live import client
 from delayqueue.live.keys import namespace_keys
 from delayqueue.live.notifier import ReadyNotifier
@@ -25,6 +26,12 @@ from delayqueue.stores.limits import LimitCache
 from delayqueue.stores.tokens import TokenCache
 from delayqueue.stores.topic_settings import TopicConfigCache
 
+# Scanner passes in flight at once on a process' script connection, every namespace's together
+# (workers/topic_worker.py). Redis serves the connection in order, so what is in flight is what a
+# namespace's newly due message waits behind. A pass of DELAYQUEUE_SCANNER_BATCH (1,000) messages
+# holds Redis about 10 ms.
+SCANNER_PASSES_IN_FLIGHT = 16
+
 
 class Runtime:
     def __init__(self, config: QueueConfig, process: str | None = None, *, namespace: str | None = None,
@@ -35,8 +42,11 @@ class Runtime:
         if root is None:
             self.redis = client.connect(config.redis_url, config.redis_timeout)
             self.scripts = script_runner(self.redis, config.redis_url, config.redis_timeout)
+            # Granted round-robin among the namespaces waiting: one with hundreds of topics due waits
+            # behind the others' passes as much as they wait behind its own.
+            self.scanner_passes = FairShare(SCANNER_PASSES_IN_FLIGHT)
         else:
-            self.redis, self.scripts = root.redis, root.scripts
+            self.redis, self.scripts, self.scanner_passes = root.redis, root.scripts, root.scanner_passes
         self._root = root
         self._namespaces: dict[str, Runtime] = {}
         self._notifier = None

@@ -38,6 +38,9 @@ PAGE_ROWS = 10_000
 PAGES_IN_FLIGHT = 3
 
 SCRIPT_MESSAGES = 500  # messages per restore script call: long enough to amortise, short enough not to stall Redis
+# A page's calls sent at a time. The restore shares its process' Redis connection, which Redis serves
+# in order: a pull of the web process waited behind every call of the pages in flight (60, up to 430 ms).
+CALLS_PER_TRIP = 4
 
 
 @dataclass
@@ -100,9 +103,10 @@ async def restore_rows(rt: Runtime, *, rows: Iterable[dict], include_expired: bo
                 messages=[(m.msg_id, m.payload, m.produce_time, m.trigger_time, m.expire_time, m.max_retry, m.retry,
                            m.priority, row_id)
                           for m, row_id in messages[start:start + SCRIPT_MESSAGES]]))
-    for result in await rt.scripts.run_all(calls):
-        counts.restored += result.restored
-        counts.already_live += result.already_held
+    for first in range(0, len(calls), CALLS_PER_TRIP):
+        for result in await rt.scripts.run_all(calls[first:first + CALLS_PER_TRIP]):
+            counts.restored += result.restored
+            counts.already_live += result.already_held
     if counts.restored and not dry_run:
         await rt.scripts.call(scripts.register_topics(rt.context, at=now,
                                                       topics=list({shard.topic: None for shard in by_shard})))

@@ -80,11 +80,6 @@ STATS_FOLD_EVERY = 1.0
 HEARTBEAT_TTL_MILLIS = 800
 HEARTBEAT_EVERY = 0.2
 WATCH_EVERY = 0.1
-# Topic passes of one namespace in flight at once. Every namespace's scanner of a process shares one
-# pipelined Redis connection, which Redis serves in order: unbounded, a namespace with hundreds of topics
-# behind on their promotions queued all their calls at once, and another namespace's due message waited
-# seconds behind them. A pass of DELAYQUEUE_SCANNER_BATCH (1,000) messages holds Redis about 10 ms.
-PASSES_IN_FLIGHT = 16
 # Calls of a stats prune or fold (one per held topic) sent in one round trip on that connection: all at
 # once, a namespace holding 1,000 topics put 0.2 s of prunes ahead of another namespace's due message.
 STATS_CALLS_PER_TRIP = 50
@@ -100,7 +95,7 @@ class Scanner:
         self.loader = Loader(rt, lambda: list(self.workers)) if rt.config.message_log else None
         # A topic is worked shard by shard (its own keys, unsharded): each has its lock and worker.
         self.workers: dict[Shard, TopicWorker] = {}
-        self.passes = asyncio.Semaphore(PASSES_IN_FLIGHT)  # taken by each TopicWorker pass
+        self.passes = rt.scanner_passes.party(rt.ns.namespace)  # taken by each TopicWorker pass
         # Set when `workers` changed: the held topics' history writer (workers/log_process.py) is told.
         self.held_changed = asyncio.Event()
         self.held_changed.set()

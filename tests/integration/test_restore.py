@@ -162,6 +162,55 @@ async def test_a_restore_registers_a_page_of_thousands_of_topics(clean_state):
         await rt.close()
 
 
+async def test_a_restore_asks_whether_a_shard_is_draining_once_a_page_not_once_a_message(single_rt):
+    """Every restored message is one the log holds live, whose shard's count change (if any has begun)
+    decides where it goes: a page of 10,000 rows of a few topics asked it 10,000 times, most of the page's
+    time and a stall of the event loop, for as many shards."""
+    await query(FILL_LOG, 2_000)  # 4 topics
+    await single_rt.redis.config_resetstat()
+    assert (await restore(single_rt)).restored == 2_000
+    hget = (await single_rt.redis.info("commandstats")).get("cmdstat_hget", {"calls": 0})
+    assert hget["calls"] < 100
+
+
+async def test_a_pull_during_a_restore_is_sent_behind_a_few_of_its_calls_not_every_call_of_its_pages(single_rt):
+    """The process' requests share the restore's Redis connection, which Redis serves in order: a pull sent
+    while restore calls are in flight runs after all of them. The restore sends a page's calls a few at a
+    time; all at once (20 of 500 messages a page), another namespace's pulls waited up to 430 ms."""
+    await query(FILL_LOG, 20_000)  # two pages
+    other = single_rt.for_namespace("other")
+    restoring, behind = 0, []  # restore calls sent and not answered; that, as each pull was sent
+    run, call = single_rt.scripts.run, single_rt.scripts.call
+
+    async def running(calls):
+        nonlocal restoring
+        n = sum(one.script.name == "restore" for one in calls)
+        restoring += n
+        try:
+            return await run(calls)
+        finally:
+            restoring -= n
+
+    async def calling(one):
+        if one.script.name == "pull":
+            behind.append(restoring)
+        return await call(one)
+
+    single_rt.scripts.run, single_rt.scripts.call = running, calling
+    restoring_done = asyncio.Event()
+
+    async def pull_meanwhile():
+        while not restoring_done.is_set():
+            await pull_messages(other, topic="o", batch=1)
+
+    pulls = asyncio.ensure_future(pull_meanwhile())
+    assert (await restore(single_rt)).restored == 20_000
+    restoring_done.set()
+    await pulls
+    assert any(behind), "no pull was sent while the restore's calls were in flight"
+    assert max(behind) <= restore_service.PAGES_IN_FLIGHT * restore_service.CALLS_PER_TRIP
+
+
 async def test_restore_runs_on_a_cluster_too(rt):
     sent = await send_messages(rt, requests=[SendRequest(topic=f"c{i % 7}", msg=str(i), delay_millis=(i % 2) * 60_000)
                                              for i in range(70)])
