@@ -13,12 +13,15 @@ import time
 
 import httpx
 import pytest
+import redis
 from asgiref.sync import sync_to_async
 from django.core.management import call_command
 from django.test import RequestFactory, override_settings
 from django.views.debug import technical_500_response
 
-from tests.helpers import ROOT, WebProcess, scanner_env, wait_for
+from delayqueue.live.keys import namespace_keys
+from delayqueue.stores.tokens import token_hash
+from tests.helpers import REDIS_URL, ROOT, WebProcess, scanner_env, wait_for
 
 SEND = "/camellia/delayQueue/sendMsg"
 LONG_POLL = "/camellia/delayQueue/longPollingMsg"
@@ -30,6 +33,12 @@ MiB = 1_048_576
 
 def new_token(name: str) -> str:
     return call_command_token(name, "produce,consume,manage,monitor")
+
+
+def held_polls(token: str) -> int:
+    """The long polls the token holds, as the web processes count them in Redis (services/caps.py)."""
+    with redis.Redis.from_url(REDIS_URL) as client:
+        return client.zcard(namespace_keys("edge").long_polls(token_hash(token)))
 
 
 def call_command_token(name: str, scopes: str) -> str:
@@ -188,8 +197,8 @@ def test_a_held_long_poll_with_a_request_pipelined_behind_it_stops_when_the_clie
         sock.sendall(f"POST {LONG_POLL} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {token}\r\n"
                      f"Content-Type: application/x-www-form-urlencoded\r\nContent-Length: {len(poll)}\r\n\r\n".encode()
                      + poll + b"GET /camellia/health/check HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
-        time.sleep(1)  # the poll is held, the GET waits behind it
-    time.sleep(0.5)  # the hang-up is seen
+        wait_for(lambda: held_polls(token) == 1, what="the poll to be held")  # the GET waits behind it
+    wait_for(lambda: held_polls(token) == 0, what="the hang-up to end the held poll")
     # Before, uvicorn told only the GET of the hang-up: the poll held on, took this message for a
     # client that was gone, and left it consuming until its ack timeout.
     sent = httpx.post(web.url + SEND, data={"topic": "piped", "msg": "m", "delayMillis": "0"}, headers=auth)

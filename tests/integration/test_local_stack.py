@@ -203,6 +203,10 @@ def test_children_reads_processes_whose_arguments_are_not_utf8():
         odd.wait()
 
 
+# A stack's start: seconds alone, over 60 once beside other test sessions on two cores.
+STARTUP_SECONDS = 120
+
+
 def wait_for(predicate, timeout: float, what: str):
     deadline = time.monotonic() + timeout
     while not (value := predicate()):
@@ -227,8 +231,9 @@ def test_dev_run_restarts_a_scanner_that_exits_and_keeps_serving(clean_state, tm
         def scanner():
             return next((pid for pid, cmd in children(dev.pid) if "run_scanners" in cmd), None)
 
-        first = wait_for(scanner, 60, "the scanner to start")
-        wait_for(lambda: "delayqueue is serving http://127.0.0.1:" in output.read_text(), 60, "the serving line")
+        first = wait_for(scanner, STARTUP_SECONDS, "the scanner to start")
+        wait_for(lambda: "delayqueue is serving http://127.0.0.1:" in output.read_text(), STARTUP_SECONDS,
+                 "the serving line")
         # Its first start made an API token, kept (0600) and printed with ready-to-paste lines.
         token = token_path.read_text().strip()
         assert oct(token_path.stat().st_mode & 0o777) == "0o600"
@@ -264,7 +269,7 @@ def children_end_when_killed(parent: subprocess.Popen, ready, named: tuple[str, 
     SIGKILL, which it cannot catch to stop them, the parent leaves none of them running."""
     started: dict[int, str] = {}
     try:
-        wait_for(ready, 60, "the parent to start its children")
+        wait_for(ready, STARTUP_SECONDS, "the parent to start its children")
         started = dict(children(parent.pid))
         assert all(any(name in cmd for cmd in started.values()) for name in named), started
     finally:
