@@ -173,8 +173,9 @@ async def _delete_logged(rt: Runtime, shard: Shard, msg_id: str, after: tuple[in
     if deleted is None:
         return None
     # Loaded meanwhile, Redis deletes it as any other (1, or 3 with release); else it keeps the tombstone (2).
+    signed = (await rt.topic_configs.settings(shard.topic)).sharded
     return await rt.scripts.call(scripts.delete(rt.context, shard, msg_id=msg_id, release=release,
-                                                tombstone=deleted.to_stored(), counted_cold=True))
+                                                tombstone=deleted.to_stored(), counted_cold=True, signed=signed))
 
 
 async def _delete_lost(rt: Runtime, shard: Shard, msg_id: str, release: bool) -> int:
@@ -212,9 +213,10 @@ async def _reschedule_cold(rt: Runtime, shard: Shard, msg_id: str, trigger_time:
         return await rt.scripts.call(scripts.reschedule(rt.context, shard, msg_id=msg_id, trigger_time=trigger_time,
                                                         delay_millis=delay_millis))
     message, old_trigger = moved
+    signed = (await rt.topic_configs.settings(shard.topic)).sharded
     return await rt.scripts.call(scripts.reschedule(rt.context, shard, msg_id=msg_id, trigger_time=message.trigger_time,
                                                     delay_millis=0, cold=message.to_stored(),
-                                                    old_trigger_time=old_trigger))
+                                                    old_trigger_time=old_trigger, signed=signed))
 
 
 async def reschedule_message(rt: Runtime, *, topic: str, msg_id: str, trigger_time: int = -1,
