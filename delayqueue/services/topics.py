@@ -74,7 +74,7 @@ async def _purge_cold(rt: Runtime, topic: str) -> int:
             if not kept:
                 cold.setdefault(mine[0], []).append(row_id)
         for shard, row_ids in cold.items():
-            hours[shard].update(await rt.log.purge_cold(row_ids))
+            hours[shard].update(await rt.log.purge_cold(row_ids, now=await redis_millis(rt)))
         after_id, after_time = rows[-1][0], rows[-1][3]
     await rt.scripts.run_all([scripts.purge_cold(rt.context, shard, purged=hours[shard].total(),
                                                  hours=list(hours[shard].items()))
