@@ -209,7 +209,7 @@ async def topic_shard_lists(rt: Runtime, *, topics: list[str]) -> list[list[Shar
 async def topic_infos(rt: Runtime, *, topics: list[str]) -> list[TopicInfo]:
     """getTopicInfo for each topic (its shards' added up), in one pipelined round trip. Unknown
     topics give zeros."""
-    now = now_millis()
+    now = await redis_millis(rt)  # the clock the messages fall due by
     places = await topic_shard_lists(rt, topics=topics)
     pipe = rt.redis.pipeline(transaction=False)
     for shard in (shard for shards in places for shard in shards):

@@ -853,9 +853,10 @@ async def test_the_topic_counts_follow_cold_messages_through_every_move(cold_rt)
         await loader.close()
 
 
-async def test_the_waiting_buckets_count_cold_messages_by_the_hour_they_fall_due_in(cold_rt):
+async def test_the_waiting_buckets_count_cold_messages_by_the_hour_they_fall_due_in(cold_rt, monkeypatch):
     """getTopicInfo's waitingQueueInfo reads the cold messages' hours from Redis, never the log:
-    each move (send, delete, reschedule within the log or into the window, load) keeps them."""
+    each move (send, delete, reschedule within the log or into the window, load) keeps them. Its
+    buckets count from Redis' clock, the one the messages fire by, whatever the reader's host says."""
     rt = cold_rt
     loader = await started(rt)
     hour, day = 3_600_000, 86_400_000
@@ -872,9 +873,14 @@ async def test_the_waiting_buckets_count_cold_messages_by_the_hour_they_fall_due
         three_days = await send(rt, msg="3d", delay=3 * day)
         far = await send(rt, msg="40d", delay=40 * day)
         assert await cold_hours(rt) == hours_of(*two_hours, three_days, far)
-        assert await buckets() == {"sizeOf0To1min": 1, "sizeOf1minTo10min": 0, "sizeOf10minTo30min": 0,
-                                   "sizeOf30minTo1hour": 0, "sizeOf1hourTo6hour": 3, "sizeOf6hourTo1day": 0,
-                                   "sizeOf1dayTo7day": 1, "sizeOf7dayTo30day": 0, "sizeOf30dayToInfinite": 1}
+        sent = {"sizeOf0To1min": 1, "sizeOf1minTo10min": 0, "sizeOf10minTo30min": 0, "sizeOf30minTo1hour": 0,
+                "sizeOf1hourTo6hour": 3, "sizeOf6hourTo1day": 0, "sizeOf1dayTo7day": 1, "sizeOf7dayTo30day": 0,
+                "sizeOf30dayToInfinite": 1}
+        assert await buckets() == sent
+        real_time_ns = time.time_ns
+        monkeypatch.setattr(time, "time_ns", lambda: real_time_ns() - 3_600_000_000_000)  # this host an hour behind
+        assert await buckets() == sent
+        monkeypatch.undo()
         await delete_message(rt, topic="t", msg_id=two_hours[0].msg_id)
         moved = await reschedule_message(rt, topic="t", msg_id=three_days.msg_id, delay_millis=12 * hour)
         await reschedule_message(rt, topic="t", msg_id=far.msg_id, delay_millis=20_000)  # into the window
