@@ -629,12 +629,13 @@ def is_cold(ctx: ScriptContext, topic: str | Shard, *, msg_id: str, trigger_time
     return ScriptCall(IS_COLD, [k.msgs, k.meta, k.packed], [msg_id, trigger_time])
 
 
-def purge_cold(ctx: ScriptContext, topic: str | Shard, *, purged: int, hours: Sequence[Sequence[int]]) -> ScriptCall:
-    """Replies the topic's loaded_to as fenced ('' if it has none). `hours`: (hour, purged due in
-    it) pairs."""
+def purge_cold(ctx: ScriptContext, topic: str | Shard, *, purged: int, signed: bool,
+               hours: Sequence[Sequence[int]]) -> ScriptCall:
+    """Replies the topic's loaded_to as fenced ('' if it has none). `signed`: the topic is sharded.
+    `hours`: (hour, purged due in it) pairs."""
     k = ctx.ns.topic(topic)
     return ScriptCall(PURGE_COLD, [k.meta, k.stats, k.cold_hours, k.packed],
-                      [purged, ctx.stats_interval_millis, *_flat(hours)])
+                      [purged, ctx.stats_interval_millis, _flag(signed), *_flat(hours)])
 
 
 def prune_stats(ctx: ScriptContext, topic: str | Shard) -> ScriptCall:

@@ -77,7 +77,7 @@ async def _purge_cold(rt: Runtime, topic: str) -> int:
             hours[shard].update(await rt.log.purge_cold(row_ids, now=await redis_millis(rt)))
         after_id, after_time = rows[-1][0], rows[-1][3]
     await rt.scripts.run_all([scripts.purge_cold(rt.context, shard, purged=hours[shard].total(),
-                                                 hours=list(hours[shard].items()))
+                                                 signed=settings.sharded, hours=list(hours[shard].items()))
                               for shard in every])
     return sum(counted.total() for counted in hours.values())
 

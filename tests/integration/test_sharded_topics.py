@@ -1071,21 +1071,24 @@ async def test_a_resharded_topics_cold_messages_come_in_through_the_new_counts_s
 
 async def test_a_cold_message_rescheduled_before_the_new_counts_first_window_is_counted_once(clean_state):
     """Before its loader first works it, a new count's shard has no window and no part of the cold
-    count: a cold message sent under the old count, rescheduled (it comes in hot) or deleted there, is
-    counted out of a part the shard starts, as the old count's part counted it in."""
+    count: a cold message sent under the old count, rescheduled (it comes in hot), deleted or purged
+    there, is counted out of a part the shard starts, as the old count's part counted it in."""
     rt = make_runtime(REDIS_URL, hot_window_millis=1000)
     try:
         loader = Loader(rt, lambda: [Shard("c")])
         await loader.load_topic("c", force=True)  # the topic has a window: a send beyond it goes cold
         await loader.close()
         await send_messages(rt, requests=[SendRequest("c", "cold", msg_id=f"cold-{i}", delay_millis=2 * 3_600_000)
-                                          for i in range(2)])
+                                          for i in range(3)])
         await shard_topic(rt, "c", 3)
         await reschedule_message(rt, topic="c", msg_id="cold-0", delay_millis=30 * 3_600_000)
         assert await where_held(rt, "c", (3, 1), "cold-0") == [shard_of("c", "cold-0", 3)]
         assert await delete_message(rt, topic="c", msg_id="cold-1")
         info = await topic_info(rt, topic="c")
-        assert (info.waiting, info.waiting_cold, sum(info.waiting_within)) == (1, 0, 1)
+        assert (info.waiting, info.waiting_cold, sum(info.waiting_within)) == (2, 1, 2)
+        assert await purge_topic(rt, topic="c") == 2
+        info = await topic_info(rt, topic="c")
+        assert (info.waiting, info.waiting_cold, sum(info.waiting_within)) == (0, 0, 0)
     finally:
         await rt.close()
 
