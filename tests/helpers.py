@@ -351,6 +351,28 @@ async def logged(topic: str, msg_id: str) -> dict | None:
     return dict(zip(names, rows[0]))
 
 
+async def stamps(topic: str, msg_id: str) -> list[int]:
+    """The log row's updated_at, then the times of its history rows but the `sent` one, in ms."""
+    [(updated,)] = await query(f"SELECT {sql.to_millis('updated_at')} FROM delayqueue_message"
+                               " WHERE topic = %s AND msg_id = %s", topic, msg_id)
+    events = await query(f"SELECT {sql.to_millis('at')} FROM delayqueue_messageevent"
+                         " WHERE topic = %s AND msg_id = %s AND reason <> 'sent' ORDER BY at, id", topic, msg_id)
+    return [updated, *(at for (at,) in events)]
+
+
+def redis_readings(monkeypatch, module) -> list[int]:
+    """Records each reading of Redis' clock `module` takes from now on (its redis_millis, the real one):
+    a change the log makes of itself is to be stamped with one, never PostgreSQL's clock."""
+    readings, real = [], module.redis_millis
+
+    async def recorded(rt: Runtime) -> int:
+        readings.append(await real(rt))
+        return readings[-1]
+
+    monkeypatch.setattr(module, "redis_millis", recorded)
+    return readings
+
+
 async def history(topic: str, msg_id: str) -> list[tuple]:
     return await query(
         "SELECT reason, from_status, to_status, retry FROM delayqueue_messageevent"

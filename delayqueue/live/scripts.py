@@ -511,28 +511,30 @@ def touch(ctx: ScriptContext, topic: str | Shard, *, msg_id: str, ack_timeout_mi
 
 
 def reschedule(ctx: ScriptContext, topic: str | Shard, *, msg_id: str, trigger_time: int, delay_millis: int,
-               cold: str = "", old_trigger_time: int = 0) -> ScriptCall:
+               cold: str = "", old_trigger_time: int = 0, signed: bool = False) -> ScriptCall:
     """`trigger_time` -1: Redis' now + `delay_millis`. `cold`: a cold message as rescheduled in the
     log (Message.to_stored), its triggerTime before in `old_trigger_time` (answered as rescheduled
-    whether it comes into Redis or stays in the log only)."""
+    whether it comes into Redis or stays in the log only); `signed`: the topic is sharded."""
     k = ctx.ns.topic(topic)
     return ScriptCall(RESCHEDULE, [k.waiting, k.ready, k.inflight, k.msgs, k.expiry, k.ended, k.stats, k.meta,
                                    k.events, k.prioritised, k.cold_hours, k.packed],
                       [msg_id, trigger_time, delay_millis, ctx.retention_millis, ctx.stats_interval_millis,
-                       ctx.ns.ready_channel, ctx.ns.wake_channel(topic), k.topic, ctx.actor, cold, old_trigger_time])
+                       ctx.ns.ready_channel, ctx.ns.wake_channel(topic), k.topic, ctx.actor, cold, old_trigger_time,
+                       _flag(signed)])
 
 
 def delete(ctx: ScriptContext, topic: str | Shard, *, msg_id: str, release: bool, tombstone: str = "",
-           release_ended: bool = False, counted_cold: bool = False) -> ScriptCall:
+           release_ended: bool = False, counted_cold: bool = False, signed: bool = False) -> ScriptCall:
     """Replies 1 (deleted), 0 (had ended), -1 (not held), 2 (`tombstone` kept: a message deleted
-    in the log, as Message.to_stored gives it, counted out of the cold count if `counted_cold`) or 3
+    in the log, as Message.to_stored gives it, counted out of the cold count if `counted_cold`, of
+    this shard's signed part if `signed`: the topic is sharded) or 3
     (deleted with release, due after loaded_to: its body is kept until the caller has ended its log
     row, then frees it with `release_ended`, which frees an ended body only)."""
     k = ctx.ns.topic(topic)
     return ScriptCall(DELETE, [k.waiting, k.ready, k.inflight, k.msgs, k.expiry, k.ended, k.stats, k.events,
                                k.prioritised, k.meta, k.cold_hours, k.packed, k.released],
                       [msg_id, _flag(release), ctx.retention_millis, ctx.stats_interval_millis, ctx.actor, tombstone,
-                       _flag(release_ended), _flag(counted_cold)])
+                       _flag(release_ended), _flag(counted_cold), _flag(signed)])
 
 
 def get(ctx: ScriptContext, topic: str | Shard, *, msg_id: str) -> ScriptCall:
@@ -627,12 +629,13 @@ def is_cold(ctx: ScriptContext, topic: str | Shard, *, msg_id: str, trigger_time
     return ScriptCall(IS_COLD, [k.msgs, k.meta, k.packed], [msg_id, trigger_time])
 
 
-def purge_cold(ctx: ScriptContext, topic: str | Shard, *, purged: int, hours: Sequence[Sequence[int]]) -> ScriptCall:
-    """Replies the topic's loaded_to as fenced ('' if it has none). `hours`: (hour, purged due in
-    it) pairs."""
+def purge_cold(ctx: ScriptContext, topic: str | Shard, *, purged: int, signed: bool,
+               hours: Sequence[Sequence[int]]) -> ScriptCall:
+    """Replies the topic's loaded_to as fenced ('' if it has none). `signed`: the topic is sharded.
+    `hours`: (hour, purged due in it) pairs."""
     k = ctx.ns.topic(topic)
     return ScriptCall(PURGE_COLD, [k.meta, k.stats, k.cold_hours, k.packed],
-                      [purged, ctx.stats_interval_millis, *_flat(hours)])
+                      [purged, ctx.stats_interval_millis, _flag(signed), *_flat(hours)])
 
 
 def prune_stats(ctx: ScriptContext, topic: str | Shard) -> ScriptCall:

@@ -256,10 +256,11 @@ class MessageLog:
         row = await self._retried(lambda conn, _again: self._fetch_one(conn, sql.COLD_MESSAGE, params))
         return None if row is None else Message(*row)
 
-    async def delete_cold(self, topic: str, msg_id: str, after: tuple[int, int]) -> Message | None:
+    async def delete_cold(self, topic: str, msg_id: str, after: tuple[int, int], *, now: int) -> Message | None:
         """Deletes the cold message the log holds under the msgId (one Redis does not hold), with
-        its history row; the message as deleted, None if the log held none cold."""
-        params = {"namespace": self._namespace, "topic": topic, "msg_id": msg_id, "deleted": Status.DELETED,
+        its history row, stamped `now` (Redis' clock, ms); the message as deleted, None if the log
+        held none cold."""
+        params = {"namespace": self._namespace, "topic": topic, "msg_id": msg_id, "deleted": Status.DELETED, "now": now,
                   "waiting": Status.WAITING, "reason": Reason.DELETED.value, "after_time": after[0],
                   "after_id": after[1], **self._actor}
         row = await self._retried(lambda conn, _again: self._fetch_one(conn, sql.DELETE_COLD, params))
@@ -271,17 +272,18 @@ class MessageLog:
         row = await self._retried(lambda conn, _again: self._fetch_one(conn, sql.LIVE_MESSAGE, params))
         return None if row is None else Message(*row)
 
-    async def delete_lost(self, message: Message) -> None:
-        """Deletes the message's life, if still live, with its history row (sql.DELETE_LOST)."""
-        params = {"namespace": self._namespace, "topic": message.topic, "msg_id": message.msg_id,
+    async def delete_lost(self, message: Message, *, now: int) -> None:
+        """Deletes the message's life, if still live, with its history row stamped `now` (Redis'
+        clock, ms; sql.DELETE_LOST)."""
+        params = {"namespace": self._namespace, "topic": message.topic, "msg_id": message.msg_id, "now": now,
                   "produce_time": message.produce_time, "deleted": Status.DELETED, "reason": Reason.DELETED.value,
                   **self._actor}
         await self._retried(lambda conn, _again: conn.execute(sql.DELETE_LOST, params))
 
-    async def end_released(self, topic: str, msg_id: str, after: tuple[int, int]) -> None:
-        """Ends as deleted the waiting row after `after` of a message Redis deleted with its body
-        released (sql.END_RELEASED)."""
-        params = {"namespace": self._namespace, "topic": topic, "msg_id": msg_id, "deleted": Status.DELETED,
+    async def end_released(self, topic: str, msg_id: str, after: tuple[int, int], *, now: int) -> None:
+        """Ends as deleted, stamped `now` (Redis' clock, ms), the waiting row after `after` of a
+        message Redis deleted with its body released (sql.END_RELEASED)."""
+        params = {"namespace": self._namespace, "topic": topic, "msg_id": msg_id, "deleted": Status.DELETED, "now": now,
                   "after_time": after[0], "after_id": after[1]}
         await self._retried(lambda conn, _again: conn.execute(sql.END_RELEASED, params))
 
@@ -308,10 +310,12 @@ class MessageLog:
 
         return await self._retried(page)
 
-    async def purge_cold(self, row_ids: list[int]) -> dict[int, int]:
-        """Ends those of the rows still waiting as deleted, with their history rows (purgeTopic in
-        the cold tier); how many, per hour they fell due in (triggerTime // COLD_HOUR_MILLIS)."""
+    async def purge_cold(self, row_ids: list[int], *, now: int) -> dict[int, int]:
+        """Ends those of the rows still waiting as deleted, with their history rows, stamped `now`
+        (Redis' clock, ms; purgeTopic in the cold tier); how many, per hour they fell due in
+        (triggerTime // COLD_HOUR_MILLIS)."""
         params = {"namespace": self._namespace, "ids": row_ids, "deleted": Status.DELETED, "waiting": Status.WAITING,
+                  "now": now,
                   "reason": Reason.PURGED.value, **self._actor}
         return dict(await self._retried(lambda conn, _again: self._fetch_all(conn, sql.PURGE_COLD, params)))
 

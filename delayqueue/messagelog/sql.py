@@ -351,10 +351,12 @@ def _history_of(changed: str, kind: str, from_status: str) -> str:
 
 
 # Deletes a waiting message Redis does not hold (deleteMsg in the cold tier): the row is deleted,
-# with its history row, and answers the message as Message takes it.
+# with its history row, and answers the message as Message takes it. Stamped %(now)s, Redis' clock:
+# the log writer takes only Redis' events from after the stamp, and PostgreSQL's clock ahead of Redis'
+# would have it drop the next ones (of a message a loader brought in meanwhile, then acked).
 DELETE_COLD = f"""
 WITH deleted AS (
-    UPDATE {tables.MESSAGE} SET status = %(deleted)s, updated_at = now()
+    UPDATE {tables.MESSAGE} SET status = %(deleted)s, updated_at = {from_millis("%(now)s::int8")}
     WHERE {_WAITING_AFTER} AND msg_id = %(msg_id)s
     RETURNING topic, msg_id, payload, produce_time, trigger_time, expire_time, max_retry, retry, status, priority,
               updated_at
@@ -370,7 +372,8 @@ SELECT {_AS_MESSAGE}
 FROM {tables.MESSAGE} WHERE namespace = %(namespace)s AND topic = %(topic)s AND msg_id = %(msg_id)s AND {LIVE}
 """
 # Deletes that message's life (%(produce_time)s ms), still live, with its history row from the
-# status it had, before Redis keeps it as deleted: a restore would bring the row back.
+# status it had, before Redis keeps it as deleted: a restore would bring the row back. Stamped %(now)s
+# as DELETE_COLD is.
 DELETE_LOST = f"""
 WITH old AS (
     SELECT id, status FROM {tables.MESSAGE}
@@ -378,7 +381,7 @@ WITH old AS (
       AND {to_millis("produce_time")} = %(produce_time)s
     FOR UPDATE
 ), deleted AS (
-    UPDATE {tables.MESSAGE} m SET status = %(deleted)s, updated_at = now()
+    UPDATE {tables.MESSAGE} m SET status = %(deleted)s, updated_at = {from_millis("%(now)s::int8")}
     FROM old WHERE m.id = old.id
     RETURNING m.topic, m.msg_id, m.retry, m.status, m.updated_at, old.status AS old_status
 )
@@ -387,15 +390,14 @@ WITH old AS (
 # Ends as deleted, without a history row (the log writer adds the delete's, from Redis' stream),
 # the waiting row after the loader's position of a message Redis deleted with its body released
 # (deleteMsg with release in the cold tier): until the writer caught up, such a row was taken for
-# a cold message's, which Redis does not hold either.
+# a cold message's, which Redis does not hold either. Stamped %(now)s as DELETE_COLD is.
 END_RELEASED = f"""
-UPDATE {tables.MESSAGE} SET status = %(deleted)s, updated_at = now()
+UPDATE {tables.MESSAGE} SET status = %(deleted)s, updated_at = {from_millis("%(now)s::int8")}
 WHERE {_WAITING_AFTER} AND msg_id = %(msg_id)s
 """
 # Gives a waiting message Redis does not hold a new trigger time, %(trigger)s ms (rescheduleMsg in
 # the cold tier): its expireTime moves as much (one before its triggerTime stays, as in reschedule.lua), and a
-# history row records it with its times. Stamped %(now)s, Redis' clock: the log writer takes only Redis' events
-# from after it, and PostgreSQL's clock ahead of Redis' would have it drop the next ones.
+# history row records it with its times, stamped %(now)s as DELETE_COLD is.
 # Answers the message as rescheduled, then its triggerTime before.
 RESCHEDULE_COLD = f"""
 WITH old AS (
@@ -425,11 +427,11 @@ FROM {tables.MESSAGE}
 WHERE {_WAITING_AFTER}
 ORDER BY trigger_time, id LIMIT %(limit)s
 """
-# Ends the rows %(ids)s still waiting as deleted, each with its history row (reason purged);
-# answers how many.
+# Ends the rows %(ids)s still waiting as deleted, each with its history row (reason purged), stamped
+# %(now)s as DELETE_COLD is; answers how many.
 PURGE_COLD = f"""
 WITH purged AS (
-    UPDATE {tables.MESSAGE} SET status = %(deleted)s, updated_at = now()
+    UPDATE {tables.MESSAGE} SET status = %(deleted)s, updated_at = {from_millis("%(now)s::int8")}
     WHERE id = ANY(%(ids)s::int8[]) AND {WAITING}
     RETURNING topic, msg_id, retry, status, updated_at, trigger_time
 ), history AS (

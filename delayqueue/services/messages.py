@@ -157,7 +157,7 @@ async def delete_message(rt: Runtime, *, topic: str, msg_id: str, release: bool 
         # message's: Redis keeps the body, as deleted, until the row is ended, then frees it.
         try:
             if rt.config.finds_cold and (after := await cold_after(rt, shard)) is not None:
-                await rt.log.end_released(topic, msg_id, after)
+                await rt.log.end_released(topic, msg_id, after, now=await redis_millis(rt))
         except LogUnavailable:  # deleted all the same: the body stays for the retention, the writer ends the row
             return True
         await rt.scripts.call(scripts.delete(rt.context, shard, msg_id=msg_id, release=True, release_ended=True))
@@ -169,12 +169,13 @@ async def _delete_logged(rt: Runtime, shard: Shard, msg_id: str, after: tuple[in
     """Deletes the msgId's waiting row after the position `after` in the log (as a cold message's),
     then asks Redis again with the deleted message as a tombstone: delete.lua's outcome; None if the
     log held no such row."""
-    deleted = await rt.log.delete_cold(shard.topic, msg_id, after)
+    deleted = await rt.log.delete_cold(shard.topic, msg_id, after, now=await redis_millis(rt))
     if deleted is None:
         return None
     # Loaded meanwhile, Redis deletes it as any other (1, or 3 with release); else it keeps the tombstone (2).
+    signed = (await rt.topic_configs.settings(shard.topic)).sharded
     return await rt.scripts.call(scripts.delete(rt.context, shard, msg_id=msg_id, release=release,
-                                                tombstone=deleted.to_stored(), counted_cold=True))
+                                                tombstone=deleted.to_stored(), counted_cold=True, signed=signed))
 
 
 async def _delete_lost(rt: Runtime, shard: Shard, msg_id: str, release: bool) -> int:
@@ -191,7 +192,7 @@ async def _delete_lost(rt: Runtime, shard: Shard, msg_id: str, release: bool) ->
         return 0
     if await rt.redis.zscore(rt.ns.topic(shard).released, released_life(msg_id, live.produce_time)) is not None:
         return 0
-    await rt.log.delete_lost(live)
+    await rt.log.delete_lost(live, now=await redis_millis(rt))
     # 1 (or 3): its send's script, or a restore, ran meanwhile, and Redis deleted it as any other.
     return await rt.scripts.call(scripts.delete(rt.context, shard, msg_id=msg_id, release=release,
                                                 tombstone=dataclasses.replace(live, status=Status.DELETED).to_stored()))
@@ -212,9 +213,10 @@ async def _reschedule_cold(rt: Runtime, shard: Shard, msg_id: str, trigger_time:
         return await rt.scripts.call(scripts.reschedule(rt.context, shard, msg_id=msg_id, trigger_time=trigger_time,
                                                         delay_millis=delay_millis))
     message, old_trigger = moved
+    signed = (await rt.topic_configs.settings(shard.topic)).sharded
     return await rt.scripts.call(scripts.reschedule(rt.context, shard, msg_id=msg_id, trigger_time=message.trigger_time,
                                                     delay_millis=0, cold=message.to_stored(),
-                                                    old_trigger_time=old_trigger))
+                                                    old_trigger_time=old_trigger, signed=signed))
 
 
 async def reschedule_message(rt: Runtime, *, topic: str, msg_id: str, trigger_time: int = -1,

@@ -74,10 +74,10 @@ async def _purge_cold(rt: Runtime, topic: str) -> int:
             if not kept:
                 cold.setdefault(mine[0], []).append(row_id)
         for shard, row_ids in cold.items():
-            hours[shard].update(await rt.log.purge_cold(row_ids))
+            hours[shard].update(await rt.log.purge_cold(row_ids, now=await redis_millis(rt)))
         after_id, after_time = rows[-1][0], rows[-1][3]
     await rt.scripts.run_all([scripts.purge_cold(rt.context, shard, purged=hours[shard].total(),
-                                                 hours=list(hours[shard].items()))
+                                                 signed=settings.sharded, hours=list(hours[shard].items()))
                               for shard in every])
     return sum(counted.total() for counted in hours.values())
 
@@ -209,7 +209,7 @@ async def topic_shard_lists(rt: Runtime, *, topics: list[str]) -> list[list[Shar
 async def topic_infos(rt: Runtime, *, topics: list[str]) -> list[TopicInfo]:
     """getTopicInfo for each topic (its shards' added up), in one pipelined round trip. Unknown
     topics give zeros."""
-    now = now_millis()
+    now = await redis_millis(rt)  # the clock the messages fall due by
     places = await topic_shard_lists(rt, topics=topics)
     pipe = rt.redis.pipeline(transaction=False)
     for shard in (shard for shards in places for shard in shards):
@@ -218,7 +218,7 @@ async def topic_infos(rt: Runtime, *, topics: list[str]) -> list[TopicInfo]:
         pipe.llen(k.ready)
         pipe.zcard(k.prioritised)
         pipe.zcard(k.inflight)
-        pipe.hmget(k.meta, [Meta.COLD, Meta.LOADED_TO])
+        pipe.hget(k.meta, Meta.LOADED_TO)
         pipe.hgetall(k.cold_hours)
         lower = "-inf"
         for within in WAITING_WITHIN:
@@ -230,19 +230,19 @@ async def topic_infos(rt: Runtime, *, topics: list[str]) -> list[TopicInfo]:
     infos = []
     for topic, shards in zip(topics, places):
         info = TopicInfo(topic, 0, (0,) * len(WAITING_WITHIN), 0, 0)
-        # A sharded topic's shards each hold a signed part of its cold count (raise_hot.lua).
-        cold, cold_hours, loaded_tos = 0, Counter(), []
+        cold_hours, loaded_tos = Counter(), []
         for _shard in shards:
-            waiting, ready, prioritised, inflight, (counted, loaded_to), hours, *buckets = [next(replies)
-                                                                                            for _ in range(width)]
-            cold += int(counted or 0)
+            waiting, ready, prioritised, inflight, loaded_to, hours, *buckets = [next(replies) for _ in range(width)]
             cold_hours.update({int(hour): int(n) for hour, n in hours.items()})
             loaded_tos += [] if loaded_to is None else [parse_position(loaded_to)[0]]
             info = TopicInfo(topic, info.waiting + waiting,
                              tuple(total + held for total, held in zip(info.waiting_within, buckets)),
                              info.ready + ready + prioritised, info.consuming + inflight)
-        cold = max(cold, 0)
+        # A sharded topic's shards each hold a signed part of its cold count per hour (raise_hot.lua), added up
+        # here, each hour no lower than 0 as an unsharded topic's goes (includes/cold_count.lua): what is left
+        # below was counted out and never in (a send that died before its script), and would hide later ones.
         in_log = cold_buckets(hours=cold_hours, now=now, after=min(loaded_tos, default=None))
+        cold = sum(in_log)
         infos.append(replace(info, waiting=info.waiting + cold, waiting_cold=cold,
                                    waiting_within=tuple(held + logged for held, logged
                                                         in zip(info.waiting_within, in_log))))

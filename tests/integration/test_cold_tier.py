@@ -18,6 +18,7 @@ from delayqueue.messagelog.sql import to_millis
 from delayqueue.ops import figures
 from delayqueue.core.messages import Message
 from delayqueue.services.consume import ack_messages, nack_message, pull_messages, touch_message
+from delayqueue.services import messages as messages_module
 from delayqueue.services.messages import delete_message, get_message, reschedule_message
 from delayqueue.services.restore import restore, restore_rows
 from delayqueue.services.send import SendRequest, prepared, send_message, send_messages
@@ -26,7 +27,7 @@ from delayqueue.services.topics import purge_topic, redis_millis, topic_info
 from delayqueue.workers import loader as loader_module
 from delayqueue.workers.loader import Loader
 from tests.helpers import (REDIS_CLUSTER_URL, REDIS_URL, call, drain_log, history, load_killed, logged,
-                           make_runtime, query, unsharded_calls, wait_until)
+                           make_runtime, query, redis_readings, stamps, unsharded_calls, wait_until)
 from tests.integration.test_limits import refused, set_limits_now
 from tests.integration.test_limits import send as limits_send
 from tests.integration.test_monitoring import sample as metric
@@ -304,14 +305,16 @@ async def test_a_send_that_died_before_its_script_is_not_counted_out_of_the_cold
         await loader.close()
 
 
-async def test_a_cold_message_deleted_is_never_loaded(cold_rt):
+async def test_a_cold_message_deleted_is_never_loaded(cold_rt, monkeypatch):
     rt = cold_rt
     loader = await started(rt)
     try:
         m = await send(rt, msg="x", delay=60_000)
+        readings = redis_readings(monkeypatch, messages_module)
         assert await delete_message(rt, topic="t", msg_id=m.msg_id)
         assert (await logged("t", m.msg_id))["status"] == Status.DELETED
         assert [h[0] for h in await history("t", m.msg_id)] == ["sent", "deleted"]
+        assert await stamps("t", m.msg_id) == readings[-1:] * 2  # Redis' later events are never older
         assert (await get_message(rt, topic="t", msg_id=m.msg_id)).status == Status.DELETED
         assert not await delete_message(rt, topic="t", msg_id=m.msg_id)  # once
         await raise_window_to(rt, "t", now_millis() + 120_000)
@@ -717,7 +720,8 @@ async def test_a_log_row_before_the_loaders_position_is_redis_to_answer_for(cold
         await loader.close()
 
 
-async def test_a_message_redis_holds_beyond_the_window_deleted_with_its_body_is_not_taken_for_a_cold_one(cold_rt):
+async def test_a_message_redis_holds_beyond_the_window_deleted_with_its_body_is_not_taken_for_a_cold_one(cold_rt,
+                                                                                                     monkeypatch):
     """A hot message rescheduled beyond the window stays in Redis, its log row after the loader's
     position. Deleted with its body released, the row read waiting until the log writer caught up,
     as a cold message's does: getMsg answered it waiting, a reschedule or the loader brought the
@@ -729,7 +733,9 @@ async def test_a_message_redis_holds_beyond_the_window_deleted_with_its_body_is_
         first = await send(rt, msg="first", delay=10_000, msg_id="k")
         await reschedule_message(rt, topic="t", msg_id="k", delay_millis=120_000)  # stays in Redis
         await drain_log(rt, ["t"])
+        readings = redis_readings(monkeypatch, messages_module)
         assert await delete_message(rt, topic="t", msg_id="k", release=True)
+        assert (await stamps("t", "k"))[:1] == readings[-1:]
         await redis_answers_for_what_it_ended(rt, "k", Status.DELETED)
         await raise_window_to(rt, "t", now_millis() + 300_000)
         assert await loader.load_topic("t", force=True) == 0
@@ -784,8 +790,8 @@ async def test_a_life_sent_while_a_release_delete_ends_the_log_row_is_not_freed_
         await held_beyond_the_loader(rt)
         real_end = rt.log.end_released
 
-        async def resent_between(*args):
-            await real_end(*args)
+        async def resent_between(*args, **kwargs):
+            await real_end(*args, **kwargs)
             assert (await send(rt, msg="second", delay=5_000, msg_id="k")).payload == "second"
 
         monkeypatch.setattr(rt.log, "end_released", resent_between)
@@ -847,9 +853,10 @@ async def test_the_topic_counts_follow_cold_messages_through_every_move(cold_rt)
         await loader.close()
 
 
-async def test_the_waiting_buckets_count_cold_messages_by_the_hour_they_fall_due_in(cold_rt):
+async def test_the_waiting_buckets_count_cold_messages_by_the_hour_they_fall_due_in(cold_rt, monkeypatch):
     """getTopicInfo's waitingQueueInfo reads the cold messages' hours from Redis, never the log:
-    each move (send, delete, reschedule within the log or into the window, load) keeps them."""
+    each move (send, delete, reschedule within the log or into the window, load) keeps them. Its
+    buckets count from Redis' clock, the one the messages fire by, whatever the reader's host says."""
     rt = cold_rt
     loader = await started(rt)
     hour, day = 3_600_000, 86_400_000
@@ -866,9 +873,14 @@ async def test_the_waiting_buckets_count_cold_messages_by_the_hour_they_fall_due
         three_days = await send(rt, msg="3d", delay=3 * day)
         far = await send(rt, msg="40d", delay=40 * day)
         assert await cold_hours(rt) == hours_of(*two_hours, three_days, far)
-        assert await buckets() == {"sizeOf0To1min": 1, "sizeOf1minTo10min": 0, "sizeOf10minTo30min": 0,
-                                   "sizeOf30minTo1hour": 0, "sizeOf1hourTo6hour": 3, "sizeOf6hourTo1day": 0,
-                                   "sizeOf1dayTo7day": 1, "sizeOf7dayTo30day": 0, "sizeOf30dayToInfinite": 1}
+        sent = {"sizeOf0To1min": 1, "sizeOf1minTo10min": 0, "sizeOf10minTo30min": 0, "sizeOf30minTo1hour": 0,
+                "sizeOf1hourTo6hour": 3, "sizeOf6hourTo1day": 0, "sizeOf1dayTo7day": 1, "sizeOf7dayTo30day": 0,
+                "sizeOf30dayToInfinite": 1}
+        assert await buckets() == sent
+        real_time_ns = time.time_ns
+        monkeypatch.setattr(time, "time_ns", lambda: real_time_ns() - 3_600_000_000_000)  # this host an hour behind
+        assert await buckets() == sent
+        monkeypatch.undo()
         await delete_message(rt, topic="t", msg_id=two_hours[0].msg_id)
         moved = await reschedule_message(rt, topic="t", msg_id=three_days.msg_id, delay_millis=12 * hour)
         await reschedule_message(rt, topic="t", msg_id=far.msg_id, delay_millis=20_000)  # into the window
@@ -887,6 +899,7 @@ async def test_the_waiting_buckets_count_cold_messages_by_the_hour_they_fall_due
 async def test_a_purge_ends_cold_and_hot_messages_alike_each_with_one_history_row(cold_rt, monkeypatch):
     rt = cold_rt
     monkeypatch.setattr(topics_module, "COLD_PURGE_PAGE", 2)  # several pages
+    readings = redis_readings(monkeypatch, topics_module)
     loader = await started(rt)
     await raise_window_to(rt, "t", now_millis() + 30_000)
     try:
@@ -903,6 +916,8 @@ async def test_a_purge_ends_cold_and_hot_messages_alike_each_with_one_history_ro
             assert (await get_message(rt, topic="t", msg_id=m.msg_id)).status == Status.DELETED
         for m in cold[1:]:  # the log keeps it, deleted; getMsg answers live ones from there
             assert await get_message(rt, topic="t", msg_id=m.msg_id) is None
+            [updated, purged] = await stamps("t", m.msg_id)
+            assert updated == purged and updated in readings  # a page's reading of Redis' clock
         info = await topic_info(rt, topic="t")
         assert (info.waiting, info.waiting_cold, info.ready) == (0, 0, 0) and set(info.waiting_within) == {0}
         assert not await rt.redis.exists(rt.ns.topic("t").cold_hours)
@@ -944,9 +959,9 @@ async def test_a_page_the_loader_loads_while_a_purge_ends_its_rows_is_purged_fro
         real_purge = rt.log.purge_cold
         loaded = []
 
-        async def loader_first(row_ids):
+        async def loader_first(row_ids, **kwargs):
             loaded.append(await loader.load_topic("t", force=True))
-            return await real_purge(row_ids)
+            return await real_purge(row_ids, **kwargs)
 
         monkeypatch.setattr(rt.log, "purge_cold", loader_first)
         assert await purge_topic(rt, topic="t") >= 3

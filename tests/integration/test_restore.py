@@ -20,6 +20,7 @@ from delayqueue.core.constants import Status
 from delayqueue.core.exceptions import LogUnavailable
 from delayqueue.messagelog import sql
 from delayqueue.messagelog.retention import prune_log
+from delayqueue.services import messages as messages_module
 from delayqueue.services import restore as restore_service
 from delayqueue.services.consume import ack_message, nack_message, pull_messages
 from delayqueue.services.messages import delete_message, get_message
@@ -27,7 +28,7 @@ from delayqueue.services.restore import restorable, restore
 from delayqueue.services.send import SendRequest, send_message, send_messages
 from delayqueue.services.topics import list_topics
 from tests.helpers import (EVERY_LOG_DATABASE, REDIS_URL, ROOT, TEST_CONFIG, drain_log, history, log_database_url, logged,
-                           make_runtime, query)
+                           make_runtime, query, redis_readings, stamps)
 from tools.stack import free_port
 
 API = "/camellia/delayQueue/"
@@ -334,14 +335,16 @@ async def test_a_delete_with_release_during_a_restore_is_not_undone(single_rt, m
 
 # Waiting, ready, beyond the hot window; and deleted with release, which writes no body into Redis.
 @pytest.mark.parametrize("delay, release", [(60_000, False), (0, False), (7_200_000, False), (60_000, True)])
-async def test_a_delete_between_a_loss_and_the_restore_is_not_undone(single_rt, delay, release):
+async def test_a_delete_between_a_loss_and_the_restore_is_not_undone(single_rt, monkeypatch, delay, release):
     """Redis lost the message, the log holds it live: the delete finds it in neither Redis nor the
     cold tier, and the restore must not bring it back to be delivered though deleted."""
     rt = single_rt
     await send_message(rt, request=SendRequest("t", "x", delay, "gone"))
     await drain_log(rt, ["t"])
     await rt.redis.flushall()
+    readings = redis_readings(monkeypatch, messages_module)
     assert await delete_message(rt, topic="t", msg_id="gone", release=release)
+    assert await stamps("t", "gone") == readings[-1:] * 2
     counts = await restore(rt)
     assert (counts.restored, counts.left_cold) == (0, 0)
     kept = await get_message(rt, topic="t", msg_id="gone")

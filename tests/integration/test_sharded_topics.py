@@ -14,7 +14,7 @@ from asgiref.sync import sync_to_async
 from redis.asyncio.cluster import RedisCluster
 
 from delayqueue.core.clock import now_millis
-from delayqueue.core.constants import Reason, Status
+from delayqueue.core.constants import COLD_HOUR_MILLIS, Reason, Status
 from delayqueue.core.exceptions import Conflict, Throttled
 from delayqueue.live import keys, scripts, stats
 from delayqueue.live.keys import Meta, Shard
@@ -27,7 +27,7 @@ from delayqueue.services.consume import (Pull, ack_message, ack_messages, long_p
 from delayqueue.services.dead_letters import create_redrive, dead_letters, redrive_state
 from delayqueue.services.messages import delete_message, get_message, reschedule_message
 from delayqueue.services.restore import restore
-from delayqueue.services.send import SendRequest, send_message, send_messages
+from delayqueue.services.send import SendRequest, prepared, send_message, send_messages
 from delayqueue.services.topic_control import pause_topic, resume_topic, set_topic_config
 from delayqueue.services.topics import monitor_data, purge_topic, redis_millis, topic_config, topic_info
 from delayqueue.stores.rows import forget_drained_shards
@@ -920,6 +920,15 @@ async def cold_loader(rt, topic: str, count: int) -> Loader:
     return Loader(rt, lambda: [Shard(topic, count, 0)])
 
 
+async def loaded_by_one_pass(rt, topic: str, count: int) -> int:
+    """What one forced pass of the loader of the topic's `count` brings in."""
+    loader = await cold_loader(rt, topic, count)
+    try:
+        return await loader.load_topic(topic, force=True)
+    finally:
+        await loader.close()
+
+
 @pytest.fixture
 async def windowed(rt, monkeypatch):
     """Two runtimes on `rt`'s Redis: one with a 5 s hot window (a test's steps on a busy machine
@@ -988,6 +997,23 @@ async def test_a_sharded_topics_cold_messages_wait_in_the_log_and_come_into_thei
     assert "c1" not in await packed_ids(cold_rt, deleted)
     info = await topic_info(cold_rt, topic="c")
     assert (info.waiting, info.waiting_cold) == (11, 10)  # packed, due a minute ahead: counted cold till moved in
+
+
+async def test_a_send_that_died_before_its_script_is_not_counted_out_of_a_sharded_topics_cold_messages(windowed):
+    """Its log row was committed, its script never ran, so no shard counted it cold; the loader brings
+    it in and counts it out of its shard's signed part: the parts added up fell one short of the
+    messages still cold, and of the waiting buckets. Due in an hour no part counts a message in, it is
+    known to be none of them, as for an unsharded topic (includes/cold_count.lua)."""
+    cold_rt, ahead = windowed
+    await sharded_with_windows(cold_rt, "d", 3)
+    await send_message(cold_rt, request=SendRequest("d", "far", delay_millis=2 * COLD_HOUR_MILLIS))
+    now = now_millis()
+    # Due after the 5 s window the shards were given, too soon to be packed.
+    died = prepared(cold_rt, SendRequest("d", "x", trigger_time=now + 8000), now, {})
+    await cold_rt.log.record([died])  # its script never runs
+    assert await loaded_by_one_pass(ahead, "d", 3) == 1
+    info = await topic_info(cold_rt, topic="d")
+    assert (info.waiting, info.waiting_cold, sum(info.waiting_within)) == (2, 1, 2)
 
 
 @pytest.mark.fault
@@ -1067,6 +1093,30 @@ async def test_a_resharded_topics_cold_messages_come_in_through_the_new_counts_s
     finally:
         await rt.close()
         await ahead.close()
+
+
+async def test_a_cold_message_rescheduled_before_the_new_counts_first_window_is_counted_once(clean_state):
+    """Before its loader first works it, a new count's shard has no window and no part of the cold
+    count: a cold message sent under the old count, rescheduled (it comes in hot), deleted or purged
+    there, is counted out of a part the shard starts, as the old count's part counted it in."""
+    rt = make_runtime(REDIS_URL, hot_window_millis=1000)
+    try:
+        loader = Loader(rt, lambda: [Shard("c")])
+        await loader.load_topic("c", force=True)  # the topic has a window: a send beyond it goes cold
+        await loader.close()
+        await send_messages(rt, requests=[SendRequest("c", "cold", msg_id=f"cold-{i}", delay_millis=2 * 3_600_000)
+                                          for i in range(3)])
+        await shard_topic(rt, "c", 3)
+        await reschedule_message(rt, topic="c", msg_id="cold-0", delay_millis=30 * 3_600_000)
+        assert await where_held(rt, "c", (3, 1), "cold-0") == [shard_of("c", "cold-0", 3)]
+        assert await delete_message(rt, topic="c", msg_id="cold-1")
+        info = await topic_info(rt, topic="c")
+        assert (info.waiting, info.waiting_cold, sum(info.waiting_within)) == (2, 1, 2)
+        assert await purge_topic(rt, topic="c") == 2
+        info = await topic_info(rt, topic="c")
+        assert (info.waiting, info.waiting_cold, sum(info.waiting_within)) == (0, 0, 0)
+    finally:
+        await rt.close()
 
 
 async def test_a_retired_counts_part_of_the_cold_count_goes_to_the_current_count(clean_state, start_scanner,
@@ -1221,11 +1271,7 @@ async def test_purging_a_sharded_topic_ends_its_cold_messages(windowed):
     await send_messages(cold_rt, requests=[SendRequest("p", "x", msg_id=f"h{i}") for i in range(3)])
     assert (await topic_info(cold_rt, topic="p")).waiting_cold == 9
     assert await purge_topic(cold_rt, topic="p") == 12
-    loader = await cold_loader(ahead, "p", 3)
-    try:
-        assert await loader.load_topic("p", force=True) == 0
-    finally:
-        await loader.close()
+    assert await loaded_by_one_pass(ahead, "p", 3) == 0
     info = await topic_info(cold_rt, topic="p")
     assert (info.waiting, info.waiting_cold, info.ready) == (0, 0, 0)
     for i in range(9):

@@ -27,6 +27,7 @@
 -- release that answered 3: a life sent since stays)
 -- ARGV[8] counted_cold: 1 when the tombstone's message was cold (counted in the meta's cold), 0 when
 -- it was a live row Redis lost (never counted cold)
+-- ARGV[9] signed: 1 for a shard of a sharded topic (the count it is out of: includes/cold_count.lua's signed_part)
 -- Returns 1 when a live message was deleted, 0 when it had ended (or the tombstone's life was
 -- released), -1 when Redis does not hold the msgId, 2 when the tombstone (with release: its life's
 -- mark) was kept, 3 when a live message due at or after the meta's loaded_to was deleted with
@@ -74,6 +75,9 @@ if not raw then
   end
   local trigger = tombstone.triggerTime
   if ARGV[8] == '1' then
+    if ARGV[9] == '1' then
+      signed_part(KEYS[10])
+    end
     remove_packed({packed = KEYS[12], meta = KEYS[10]}, id, trigger)  -- if the loader had read it ahead
     cold_moved(KEYS[10], KEYS[11], hours_of({trigger}))
   end

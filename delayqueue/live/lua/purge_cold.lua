@@ -9,7 +9,9 @@
 -- KEYS[4] packed
 -- ARGV[1] purged: cold messages the log ended
 -- ARGV[2] stats_interval_millis
--- ARGV[3...] per hour: hour, count
+-- ARGV[3] signed: 1 for a shard of a sharded topic (the count they are out of: includes/cold_count.lua's
+-- signed_part)
+-- ARGV[4...] per hour: hour, count
 -- (of the purged, count were due in hour: triggerTime // COLD_HOUR_MILLIS)
 -- Returns the new loaded_to ('' if the topic has none).
 -- @include clock
@@ -28,8 +30,11 @@ drop_packed({packed = KEYS[4], meta = meta})  -- their rows, after loaded_to, we
 -- A page a loader brought in while its rows were being ended was counted out as it came in: a
 -- topic's own count goes no lower than 0 (cold_moved), a shard's signed part by all of them.
 local by_hour = {}
-for i = 3, #ARGV, 2 do
+for i = 4, #ARGV, 2 do
   by_hour[ARGV[i]] = tonumber(ARGV[i + 1])
+end
+if ARGV[3] == '1' and next(by_hour) then
+  signed_part(meta)
 end
 cold_moved(meta, KEYS[3], by_hour)
 if purged > 0 then

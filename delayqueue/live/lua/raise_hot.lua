@@ -15,6 +15,7 @@
 -- due after its loaded_to and before this
 -- Returns {hot_until, the loader's position (fetched_to, else loaded_to), cold}: what the meta holds
 -- now ('' for none).
+-- @include cold_count
 local meta = KEYS[1]
 local hot = redis.call('HGET', meta, META.HOT_UNTIL)
 if not hot and ARGV[3] ~= '1' then
@@ -29,8 +30,7 @@ elseif tonumber(ARGV[1]) > tonumber(hot) then
   redis.call('HSET', meta, META.HOT_UNTIL, ARGV[1])
 end
 if ARGV[4] == '1' then
-  redis.call('HSETNX', meta, META.COLD, 0)
-  redis.call('HSET', meta, META.SIGNED, 1)
+  signed_part(meta)
 else
   redis.call('HDEL', meta, META.SIGNED)
 end

@@ -29,6 +29,8 @@
 -- not hold the msgId, it comes into Redis when its new time is within the hot window, or when its
 -- old one was (a loader may have read the old row: the msgId held, it leaves it); else it stays cold
 -- ARGV[11] old_trigger_time: the cold message's triggerTime before
+-- ARGV[12] signed: 1 for a shard of a sharded topic (the count a cold message moves in or out of:
+-- includes/cold_count.lua's signed_part)
 -- Returns {1, the message json} when rescheduled, {0, 0} when unknown, {2, status} when consuming,
 -- {3, status} when ended, {4, the message json} when the cold message stays in the log only.
 -- @include clock
@@ -48,6 +50,9 @@ local now, now_us = clock()
 local raw = redis.call('HGET', t.msgs, id)
 if not raw and ARGV[10] ~= '' then
   local m = decode_stored(ARGV[10], id)
+  if ARGV[12] == '1' then
+    signed_part(KEYS[8])
+  end
   remove_packed({packed = KEYS[12], meta = KEYS[8]}, id, tonumber(ARGV[11]))  -- if the loader had read it ahead
   local hot = redis.call('HGET', KEYS[8], META.HOT_UNTIL)
   local old_hours = hours_of({tonumber(ARGV[11])})

@@ -14,6 +14,8 @@
 --   below was never counted in (a send that died between its log row and its script), and would
 --   hide as many cold messages sent later
 -- hours_of(trigger_times) -> by_hour, for cold_moved
+-- signed_part(meta key): the shard of a sharded topic keeps a signed part of the count (from 0 if it had
+--   none): a shard its loader has not worked since a reshard counts out a message another shard counted in
 local function live_count(t, meta)
   return redis.call('ZCARD', t.waiting) + redis.call('LLEN', t.ready) + redis.call('ZCARD', t.prioritised)
     + redis.call('ZCARD', t.inflight) + math.max(tonumber(redis.call('HGET', meta, META.COLD) or '0'), 0)
@@ -35,6 +37,11 @@ local function hours_of(trigger_times)
     by_hour[hour] = (by_hour[hour] or 0) + 1
   end
   return by_hour
+end
+
+local function signed_part(meta)
+  redis.call('HSETNX', meta, META.COLD, 0)
+  redis.call('HSET', meta, META.SIGNED, 1)
 end
 
 local function cold_moved(meta, hours, by_hour)
