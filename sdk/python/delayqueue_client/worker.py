@@ -616,6 +616,25 @@ class Worker:
     # The calls both workers make alike, as coroutines: on a Client (the thread worker's, run by _run_now)
     # each call answers at once and nothing is awaited.
 
+    async def _read_configs(self, pause: Callable[[float], Awaitable[None] | None]) -> None:
+        """Each topic's settings, read before the polls start; a failed read is tried again after
+        `pause` (time.sleep for the threads, asyncio.sleep for the tasks) until the worker stops."""
+        for topic in self.topics:
+            while True:
+                try:
+                    config = await _answer(self.client.topic_config(topic)) if self._reads_config else None
+                except Forbidden:
+                    config = None
+                except DelayQueueError as error:
+                    again = self._config_failed(topic, error)
+                    while self._stop_level == 0 and time.monotonic() < again:
+                        await _answer(pause(min(POLL_STEP, again - time.monotonic())))
+                    if self._stop_level == 0:
+                        continue
+                    config = None  # stopped before the server answered: nothing is pulled
+                self._configured(topic, config)
+                break
+
     async def _settle_turn(self, groups: list[Group]) -> list[Group]:
         """A settle loop's calls for one turn: these outcomes, then the touches due. Answers the groups
         whose call failed, tried again on the next turn (at most POLL_STEP later), after the touches: a
@@ -779,22 +798,7 @@ class Worker:
         self.stop()
 
     def _run_threads(self, burst: bool) -> None:
-        client = self._sync_client()
-        for topic in self.topics:
-            while True:
-                try:
-                    config = client.topic_config(topic) if self._reads_config else None
-                except Forbidden:
-                    config = None
-                except DelayQueueError as error:
-                    again = self._config_failed(topic, error)
-                    while self._stop_level == 0 and time.monotonic() < again:
-                        time.sleep(min(POLL_STEP, again - time.monotonic()))
-                    if self._stop_level == 0:
-                        continue
-                    config = None  # stopped before the server answered: nothing is pulled
-                self._configured(topic, config)
-                break
+        _run_now(self._read_configs(time.sleep))
         results: queue.SimpleQueue[Settle | None] = queue.SimpleQueue()
         handlers = _HandlerThreads(self.concurrency, lambda message: self._handle(message, results))
         settler = threading.Thread(target=self._settle_thread, args=(results, handlers), name="dq-settle",
@@ -945,22 +949,7 @@ class Worker:
         return self.client
 
     async def _run_tasks(self, burst: bool) -> None:
-        client = self._async_client()
-        for topic in self.topics:
-            while True:
-                try:
-                    config = await client.topic_config(topic) if self._reads_config else None
-                except Forbidden:
-                    config = None
-                except DelayQueueError as error:
-                    again = self._config_failed(topic, error)
-                    while self._stop_level == 0 and time.monotonic() < again:
-                        await asyncio.sleep(min(POLL_STEP, again - time.monotonic()))
-                    if self._stop_level == 0:
-                        continue
-                    config = None  # stopped before the server answered: nothing is pulled
-                self._configured(topic, config)
-                break
+        await self._read_configs(asyncio.sleep)
         results: asyncio.Queue[Settle | None] = asyncio.Queue()
         self._room_changed = asyncio.Event()
         settler = asyncio.create_task(self._settle_task(results))
