@@ -298,6 +298,20 @@ def test_stop_drains_first_then_stops_hard(client):
     assert not worker._pulled(1, [message()], 0.0)  # a pull answered after a hard stop is given back by its poller
 
 
+@pytest.mark.parametrize("stops", [1, 2], ids=["drain", "hard"])
+def test_no_pull_begins_once_stopped_though_a_handler_frees_room(client, stops):
+    """A poll waiting for room looked at the stop before it came: a handler returning after it (one
+    draining, or one a hard stop left running) frees room, and must not set off one more pull (whose
+    messages a drain would take on, and a hard stop would take and give back with their retry spent)."""
+    worker = Worker(client, "t", print, concurrency=1, batch=4)
+    pulled = [message_numbered(i) for i in range(4)]
+    worker._pulled(worker._reserve(), pulled, 0.0)
+    for _ in range(stops):
+        worker.stop()
+    worker._finished(pulled[0], 0.01)
+    assert worker._reserve() == 0
+
+
 def message_numbered(n: int) -> Message:
     return Message.from_api({**API_MESSAGE, "msgId": f"m{n}"})
 

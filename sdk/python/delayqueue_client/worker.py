@@ -427,6 +427,8 @@ class Worker:
     def _reserve(self) -> int:
         """Room for one pull of a topic (called holding _room): its share of the batch, less the
         unhandled, within max_messages; 0 when there is none now, or too little to be worth a pull."""
+        if self._stop_level > 0:  # a poll woken by a handler returning after a stop must pull no more
+            return 0
         room = min(self._share(), self.batch - self._unhandled - self._reserved)
         if not self._worth_a_pull(room):
             room = 0
