@@ -979,9 +979,12 @@ class Worker:
     async def _room_change(self) -> None:
         assert self._room_changed is not None
         self._room_changed.clear()
+        # Not wait_for: on Python 3.11 a cancel arriving as the wait ends (the event set, or its timeout) is lost,
+        # and a cancelled run_async ran on as if never cancelled.
         try:
-            await asyncio.wait_for(self._room_changed.wait(), POLL_STEP)
-        except asyncio.TimeoutError:
+            async with asyncio.timeout(POLL_STEP):
+                await self._room_changed.wait()
+        except TimeoutError:
             pass
 
     async def _finish_tasks(self, pollers: list["asyncio.Task[None]"], handlers: set["asyncio.Task[None]"],
