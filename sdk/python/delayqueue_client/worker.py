@@ -806,15 +806,18 @@ class Worker:
         settler = threading.Thread(target=self._settle_thread, args=(results, handlers), name="dq-settle",
                                    daemon=True)
         # Daemons: a poll that outlives a hard stop's wait (POLL_END_MARGIN) does not keep the process.
-        pollers = [threading.Thread(target=self._poll_thread, args=(topic, burst, handlers),
-                                    name=f"dq-poll-{topic}", daemon=True) for topic in self.topics]
+        # Their ends are events, not join(): on Python 3.11 a join interrupted by Ctrl-C marks a running thread ended.
+        polls_ended = [threading.Event() for _ in self.topics]
+        pollers = [threading.Thread(target=self._poll_thread, args=(topic, burst, handlers, ended),
+                                    name=f"dq-poll-{topic}", daemon=True)
+                   for topic, ended in zip(self.topics, polls_ended)]
         settler.start()
         for poller in pollers:
             poller.start()
         try:
-            for poller in pollers:
-                while poller.is_alive() and self._stop_level < HARD:
-                    poller.join(POLL_STEP)
+            for ended in polls_ended:
+                while not ended.is_set() and self._stop_level < HARD:
+                    ended.wait(POLL_STEP)
             while self._stop_level < HARD and self._undecided():
                 with self._room:
                     self._room.wait(POLL_STEP)
@@ -835,19 +838,21 @@ class Worker:
             if self._settler_failed:  # no settle loop sent them
                 _run_now(self._give_back(_left_in(results)))
             end = time.monotonic() + self.wait_ms / 1000 + POLL_END_MARGIN
-            for poller in pollers:  # what a poll under way brings after a hard stop, its loop gives back
-                poller.join(max(0.0, end - time.monotonic()))
+            for ended in polls_ended:  # what a poll under way brings after a hard stop, its loop gives back
+                ended.wait(max(0.0, end - time.monotonic()))
         self._raise_failure()
 
     def _sync_client(self) -> Client:
         assert isinstance(self.client, Client)
         return self.client
 
-    def _poll_thread(self, topic: str, burst: bool, handlers: "_HandlerThreads") -> None:
+    def _poll_thread(self, topic: str, burst: bool, handlers: "_HandlerThreads", ended: threading.Event) -> None:
         try:
             self._poll_turns(topic, burst, handlers)
         except Exception as exc:  # supervised, as _settle_thread
             self._poll_loop_failed(topic, exc)
+        finally:
+            ended.set()
 
     def _poll_turns(self, topic: str, burst: bool, handlers: "_HandlerThreads") -> None:
         client = self._sync_client()
