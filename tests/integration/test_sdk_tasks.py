@@ -12,6 +12,8 @@ from datetime import datetime, timedelta, timezone
 import pydantic
 import pytest
 from delayqueue_client import App, AsyncClient, Client, TaskHandle, TaskStatus
+from delayqueue_client.envelope import Envelope, encode
+from delayqueue_client.middleware import Middleware
 from django.db import transaction
 
 from tests.helpers import wait_for
@@ -203,3 +205,19 @@ def test_send_on_commit_sends_after_the_commit_and_never_after_a_rollback(app):
         assert eager_runs == [] and ran.status() is TaskStatus.WAITING
     assert eager_runs == [5] and ran.status() is TaskStatus.DONE
     assert client.topic_info("orders")["readyQueueSize"] == 1  # eager sends nothing
+
+    # Its size checked at the call, with the headers it has then: what a middleware writes at the commit (a
+    # trace's context) must not make it fail there, after the caller's writes are in, where none can handle it.
+    class Tracing(Middleware):
+        def before_send(self, ctx):
+            ctx.headers["traceparent"] = "00-" + "a" * 32 + "-" + "b" * 16 + "-01"
+    with Client(client.base_url, middleware=[Tracing()]) as traced:
+        fitting = App(traced, max_msg_bytes=len(encode(Envelope("orders.pack", [44], {}))))
+
+        @fitting.task(topic="orders", name="orders.pack")
+        def pack(order_id: int) -> None:
+            pass
+        with transaction.atomic():
+            a_write("task-traced")
+            packed = pack.send_on_commit(44)
+    assert packed.status() is TaskStatus.READY

@@ -168,6 +168,28 @@ def test_the_fakes_errors_are_the_servers(client):
         assert client.create_schedule(f"ok-{len(client.list_schedules().schedules)}", "t", "x", cron=rule).cron == rule
 
 
+def test_an_empty_text_the_server_would_take_as_not_given_is_refused_naming_it(server, client):
+    """The server takes an empty parameter as not given: `update_schedule(x, cron="")` answered "give at
+    least one field to change", beside another field it was dropped unsaid, an empty cursor was the first page."""
+    client.create_schedule("s", "t", "x", every=60)
+    calls = {"cron": lambda: client.update_schedule("s", cron=""),
+             "timezone": lambda: client.update_schedule("s", timezone="", priority=1),
+             "catch_up": lambda: client.create_schedule("n", "t", "x", every=60, catch_up=""),
+             "cursor": lambda: client.list_schedules("t", cursor="")}
+    for name, call in calls.items():
+        with pytest.raises(ValueError, match=f"^{name} is empty: the server would take it as not given"):
+            call()
+    with pytest.raises(ValueError, match="^cursor is empty"):
+        client.dead_letters("t", cursor="")
+
+    async def on_the_async_client() -> None:
+        async with server.async_client() as aclient:
+            await aclient.update_schedule("s", cron="")
+    with pytest.raises(ValueError, match="^cron is empty"):
+        asyncio.run(on_the_async_client())
+    assert client.get_schedule("s").priority == 0  # nothing was sent
+
+
 def test_over_the_namespaces_cap_of_schedules_is_a_rate_limit_that_waiting_does_not_lift():
     server = FakeServer(settings=Settings(max_schedules=1, schedule_min_interval_millis=60_000))
     with server.client() as client:

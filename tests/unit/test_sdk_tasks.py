@@ -14,6 +14,7 @@ from delayqueue_client import (App, AsyncClient, Client, DeadLetter, EagerHandle
 from delayqueue_client._calls import MAX_REASON
 from delayqueue_client.envelope import MAX_MSG_BYTES, Envelope, decode, encode
 from delayqueue_client.middleware import Middleware
+from delayqueue_client.testing import FakeServer
 
 
 class Order(pydantic.BaseModel):
@@ -190,6 +191,30 @@ def test_a_task_send_the_client_refuses_before_sending_begins_no_send_in_the_mid
         with pytest.raises(TypeError, match="argument 0"):
             v.send_many([(1,), (object(),)])
     assert calls == ["before_send", "before_send", "after_send", "after_send"]
+
+
+def test_a_middlewares_headers_never_cost_a_send_that_fits_without_them(caplog):
+    """A body just under the limit, which a trace's headers would put over it: sent without them
+    (send_on_commit checks its body at the call, so at the commit only they could make it too large)."""
+    class Tracing(Middleware):
+        def before_send(self, ctx):
+            ctx.headers["traceparent"] = "00-" + "a" * 32 + "-" + "b" * 16 + "-01"
+
+    server = FakeServer()
+    with server.client(middleware=[Tracing()]) as client:
+        limit = len(encode(Envelope("echo", ["x" * 100], {}, {"k": "v"})))
+        app = App(client, max_msg_bytes=limit)
+
+        @app.task(name="echo", topic="t")
+        def echo(text: str) -> None:
+            pass
+        kept = echo.with_options(headers={"k": "v"})
+        [handle, *_] = [kept.send("x" * 100), *kept.send_many([("x" * 100,)])]
+        assert decode(client.get("t", handle.msg_id).msg).headers == {"k": "v"}
+        assert "sent without the middleware's headers" in caplog.text
+        assert decode(client.get("t", echo.send("x").msg_id).msg).headers["traceparent"].startswith("00-a")
+        with pytest.raises(TaskTooLarge, match="task echo"):  # too large of its own: refused as before
+            kept.send("x" * 101)
 
 
 def test_the_retry_delay_doubles_from_the_first_up_to_the_largest(app):

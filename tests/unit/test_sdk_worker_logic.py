@@ -2,6 +2,7 @@
 outcomes are grouped into ackMsgBatch calls, which pull failures stop it, what a handler's Retry,
 DeadLetter or exception settles its message with, and the threads that run handlers."""
 import asyncio
+import signal
 import threading
 from datetime import timedelta
 
@@ -296,6 +297,44 @@ def test_stop_drains_first_then_stops_hard(client):
     worker.stop()
     assert worker._stop_level == 2
     assert not worker._pulled(1, [message()], 0.0)  # a pull answered after a hard stop is given back by its poller
+
+
+@pytest.mark.parametrize("stops", [1, 2], ids=["drain", "hard"])
+def test_no_pull_begins_once_stopped_though_a_handler_frees_room(client, stops):
+    """A poll waiting for room looked at the stop before it came: a handler returning after it (one
+    draining, or one a hard stop left running) frees room, and must not set off one more pull (whose
+    messages a drain would take on, and a hard stop would take and give back with their retry spent)."""
+    worker = Worker(client, "t", print, concurrency=1, batch=4)
+    pulled = [message_numbered(i) for i in range(4)]
+    worker._pulled(worker._reserve(), pulled, 0.0)
+    for _ in range(stops):
+        worker.stop()
+    worker._finished(pulled[0], 0.01)
+    assert worker._reserve() == 0
+
+
+def test_a_run_interrupted_while_a_poll_is_under_way_waits_for_what_it_brings():
+    """Ctrl-C lands in run()'s wait for its poll threads: on Python 3.11 a Thread.join so interrupted
+    marks the thread ended though it runs on, and run() no longer waited for the pull under way (its
+    messages, given back by its loop once answered, were left to their ack timeout at the exit)."""
+    server = FakeServer(real_time=True)
+    in_flight = []
+
+    class Observed(Client):
+        def pull(self, *args, **kwargs):
+            in_flight.append(1)
+            try:
+                return super().pull(*args, **kwargs)
+            finally:
+                in_flight.pop()
+    client = server.install(Observed("http://127.0.0.1:9"))
+    worker = Worker(client, "t", print, wait_ms=300)
+    main = threading.get_ident()
+    threading.Timer(0.1, signal.pthread_kill, (main, signal.SIGINT)).start()  # a real SIGINT: Ctrl-C
+    with pytest.raises(KeyboardInterrupt):
+        worker.run(install_signal_handlers=False)
+    assert in_flight == []  # the long poll answered (and its loop gave back what it brought) before run() ended
+    client.close()
 
 
 def message_numbered(n: int) -> Message:

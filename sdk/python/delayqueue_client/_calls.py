@@ -21,7 +21,7 @@ from delayqueue_client.errors import (DelayQueueError, MaybeApplied, NotTheAPI, 
                                       Unavailable, error_from_answer)
 from delayqueue_client.message import Message, new_msg_id
 from delayqueue_client.middleware import Chain, Middleware, SendContext
-from delayqueue_client.schedule import Duration, Instant, Schedule, SchedulePage, schedule_fields
+from delayqueue_client.schedule import Duration, Instant, Schedule, SchedulePage, given_text, schedule_fields
 
 if TYPE_CHECKING:
     from delayqueue_client.client import AsyncClient, Client
@@ -502,7 +502,7 @@ class Calls:
 
     @api
     def dead_letters(self, topic: str, *, limit: int = 100, cursor: str | None = None) -> Call[DeadLetterPage]:
-        body = _without_none(topic=topic, limit=limit, cursor=cursor)
+        body = _without_none(topic=topic, limit=limit, cursor=given_text(cursor, "cursor"))
         return Call("getDeadMsgList", body, lambda a: DeadLetterPage(_messages(a), a.get("nextCursor")),
                     idempotent=True)
 
@@ -557,8 +557,8 @@ class Calls:
                        cursor: str | None = None) -> Call[SchedulePage]:
         """A page of the namespace's schedules (of `topic` if given) in scheduleId order; pass its
         next_cursor as `cursor` for the next page."""
-        return Call("listSchedules", _without_none(topic=topic, limit=limit, cursor=cursor), _schedule_page,
-                    idempotent=True)
+        body = _without_none(topic=topic, limit=limit, cursor=given_text(cursor, "cursor"))
+        return Call("listSchedules", body, _schedule_page, idempotent=True)
 
     @api
     def update_schedule(self, schedule_id: str, *, topic: str | None = None, msg: str | None = None,

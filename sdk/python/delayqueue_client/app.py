@@ -24,6 +24,7 @@ import copy
 import functools
 import hashlib
 import inspect
+import logging
 import re
 import sys
 import threading
@@ -39,13 +40,15 @@ from typing import Any, Generic, NoReturn, ParamSpec, TypeVar
 
 from delayqueue_client._calls import MAX_REASON, Call, send_body, send_call
 from delayqueue_client.client import AsyncClient, Client
-from delayqueue_client.envelope import MAX_MSG_BYTES, Envelope, EnvelopeError, decode, encode
+from delayqueue_client.envelope import MAX_MSG_BYTES, Envelope, EnvelopeError, TaskTooLarge, decode, encode
 from delayqueue_client.errors import Conflict, DeadLetter, DelayQueueError, Retry
 from delayqueue_client.message import Message, new_msg_id
 from delayqueue_client.middleware import SendContext
 from delayqueue_client.producer import Producer
 from delayqueue_client.schedule import Schedule, duration_ms
 from delayqueue_client.worker import Worker, to_thread
+
+log = logging.getLogger("delayqueue_client.app")
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -602,7 +605,16 @@ class App:
         context = SendContext(topic=task.topic, msg_id=msg_id, task=task.name, headers=dict(options.headers or {}))
         self.client.middleware.before_send(context)
         try:
-            return body(context.headers), msg_id, (context,)
+            try:
+                return body(context.headers), msg_id, (context,)
+            except TaskTooLarge:
+                pass
+            # What the middleware wrote (a trace's context) never costs a send that fits without it: nor may it
+            # make send_on_commit, whose body was checked at the call, fail at the commit where none can handle it.
+            text = body(None)
+            log.warning("task %s: its message %s is sent without the middleware's headers, which would put it over "
+                        "the server's message size limit (%d bytes)", task.name, msg_id, self.max_msg_bytes)
+            return text, msg_id, (context,)
         except BaseException as exc:
             self.client.middleware.after_send(context, None, exc)
             raise

@@ -80,6 +80,15 @@ def instant_ms(value: Instant, what: str) -> int:
     return value
 
 
+def given_text(value: str | None, what: str) -> str | None:
+    """A text parameter, None when not given; "" is a ValueError: the server takes an empty parameter as not
+    given, so it would be dropped unsaid (or an update of it alone refused as changing nothing)."""
+    if value == "":
+        raise ValueError(f"{what} is empty: the server would take it as not given; give a value, or None to leave "
+                         "it out")
+    return value
+
+
 def schedule_fields(*, topic: str | None = None, msg: str | None = None, cron: str | None = None,
                     timezone: str | None = None, every: Duration | None = None, start: Instant | None = None,
                     end: Instant | None = None, catch_up: str | None = None, priority: int | None = None,
@@ -88,10 +97,11 @@ def schedule_fields(*, topic: str | None = None, msg: str | None = None, cron: s
     """createSchedule's or updateSchedule's fields of the API, those given (not None) only."""
     if msg is not None and not isinstance(msg, str):
         raise TypeError(f"msg must be a str, got {type(msg).__name__} (encode it, e.g. json.dumps)")
-    fields = {"topic": topic, "msg": msg, "cron": cron, "timezone": timezone,
+    fields = {"topic": topic, "msg": msg, "cron": given_text(cron, "cron"),
+              "timezone": given_text(timezone, "timezone"),
               "everyMillis": None if every is None else duration_ms(every, "every"),
               "startTime": None if start is None else instant_ms(start, "start"),
-              "endTime": None if end is None else instant_ms(end, "end"), "catchUp": catch_up,
+              "endTime": None if end is None else instant_ms(end, "end"), "catchUp": given_text(catch_up, "catch_up"),
               "priority": priority, "ttlMillis": None if ttl is None else duration_ms(ttl, "ttl"),
               "maxRetry": max_retry, "paused": paused}
     return {name: value for name, value in fields.items() if value is not None}

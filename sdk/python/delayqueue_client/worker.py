@@ -427,6 +427,8 @@ class Worker:
     def _reserve(self) -> int:
         """Room for one pull of a topic (called holding _room): its share of the batch, less the
         unhandled, within max_messages; 0 when there is none now, or too little to be worth a pull."""
+        if self._stop_level > 0:  # a poll woken by a handler returning after a stop must pull no more
+            return 0
         room = min(self._share(), self.batch - self._unhandled - self._reserved)
         if not self._worth_a_pull(room):
             room = 0
@@ -616,6 +618,25 @@ class Worker:
     # The calls both workers make alike, as coroutines: on a Client (the thread worker's, run by _run_now)
     # each call answers at once and nothing is awaited.
 
+    async def _read_configs(self, pause: Callable[[float], Awaitable[None] | None]) -> None:
+        """Each topic's settings, read before the polls start; a failed read is tried again after
+        `pause` (time.sleep for the threads, asyncio.sleep for the tasks) until the worker stops."""
+        for topic in self.topics:
+            while True:
+                try:
+                    config = await _answer(self.client.topic_config(topic)) if self._reads_config else None
+                except Forbidden:
+                    config = None
+                except DelayQueueError as error:
+                    again = self._config_failed(topic, error)
+                    while self._stop_level == 0 and time.monotonic() < again:
+                        await _answer(pause(min(POLL_STEP, again - time.monotonic())))
+                    if self._stop_level == 0:
+                        continue
+                    config = None  # stopped before the server answered: nothing is pulled
+                self._configured(topic, config)
+                break
+
     async def _settle_turn(self, groups: list[Group]) -> list[Group]:
         """A settle loop's calls for one turn: these outcomes, then the touches due. Answers the groups
         whose call failed, tried again on the next turn (at most POLL_STEP later), after the touches: a
@@ -779,36 +800,24 @@ class Worker:
         self.stop()
 
     def _run_threads(self, burst: bool) -> None:
-        client = self._sync_client()
-        for topic in self.topics:
-            while True:
-                try:
-                    config = client.topic_config(topic) if self._reads_config else None
-                except Forbidden:
-                    config = None
-                except DelayQueueError as error:
-                    again = self._config_failed(topic, error)
-                    while self._stop_level == 0 and time.monotonic() < again:
-                        time.sleep(min(POLL_STEP, again - time.monotonic()))
-                    if self._stop_level == 0:
-                        continue
-                    config = None  # stopped before the server answered: nothing is pulled
-                self._configured(topic, config)
-                break
+        _run_now(self._read_configs(time.sleep))
         results: queue.SimpleQueue[Settle | None] = queue.SimpleQueue()
         handlers = _HandlerThreads(self.concurrency, lambda message: self._handle(message, results))
         settler = threading.Thread(target=self._settle_thread, args=(results, handlers), name="dq-settle",
                                    daemon=True)
         # Daemons: a poll that outlives a hard stop's wait (POLL_END_MARGIN) does not keep the process.
-        pollers = [threading.Thread(target=self._poll_thread, args=(topic, burst, handlers),
-                                    name=f"dq-poll-{topic}", daemon=True) for topic in self.topics]
+        # Their ends are events, not join(): on Python 3.11 a join interrupted by Ctrl-C marks a running thread ended.
+        polls_ended = [threading.Event() for _ in self.topics]
+        pollers = [threading.Thread(target=self._poll_thread, args=(topic, burst, handlers, ended),
+                                    name=f"dq-poll-{topic}", daemon=True)
+                   for topic, ended in zip(self.topics, polls_ended)]
         settler.start()
         for poller in pollers:
             poller.start()
         try:
-            for poller in pollers:
-                while poller.is_alive() and self._stop_level < HARD:
-                    poller.join(POLL_STEP)
+            for ended in polls_ended:
+                while not ended.is_set() and self._stop_level < HARD:
+                    ended.wait(POLL_STEP)
             while self._stop_level < HARD and self._undecided():
                 with self._room:
                     self._room.wait(POLL_STEP)
@@ -829,19 +838,21 @@ class Worker:
             if self._settler_failed:  # no settle loop sent them
                 _run_now(self._give_back(_left_in(results)))
             end = time.monotonic() + self.wait_ms / 1000 + POLL_END_MARGIN
-            for poller in pollers:  # what a poll under way brings after a hard stop, its loop gives back
-                poller.join(max(0.0, end - time.monotonic()))
+            for ended in polls_ended:  # what a poll under way brings after a hard stop, its loop gives back
+                ended.wait(max(0.0, end - time.monotonic()))
         self._raise_failure()
 
     def _sync_client(self) -> Client:
         assert isinstance(self.client, Client)
         return self.client
 
-    def _poll_thread(self, topic: str, burst: bool, handlers: "_HandlerThreads") -> None:
+    def _poll_thread(self, topic: str, burst: bool, handlers: "_HandlerThreads", ended: threading.Event) -> None:
         try:
             self._poll_turns(topic, burst, handlers)
         except Exception as exc:  # supervised, as _settle_thread
             self._poll_loop_failed(topic, exc)
+        finally:
+            ended.set()
 
     def _poll_turns(self, topic: str, burst: bool, handlers: "_HandlerThreads") -> None:
         client = self._sync_client()
@@ -945,22 +956,7 @@ class Worker:
         return self.client
 
     async def _run_tasks(self, burst: bool) -> None:
-        client = self._async_client()
-        for topic in self.topics:
-            while True:
-                try:
-                    config = await client.topic_config(topic) if self._reads_config else None
-                except Forbidden:
-                    config = None
-                except DelayQueueError as error:
-                    again = self._config_failed(topic, error)
-                    while self._stop_level == 0 and time.monotonic() < again:
-                        await asyncio.sleep(min(POLL_STEP, again - time.monotonic()))
-                    if self._stop_level == 0:
-                        continue
-                    config = None  # stopped before the server answered: nothing is pulled
-                self._configured(topic, config)
-                break
+        await self._read_configs(asyncio.sleep)
         results: asyncio.Queue[Settle | None] = asyncio.Queue()
         self._room_changed = asyncio.Event()
         settler = asyncio.create_task(self._settle_task(results))
@@ -988,9 +984,12 @@ class Worker:
     async def _room_change(self) -> None:
         assert self._room_changed is not None
         self._room_changed.clear()
+        # Not wait_for: on Python 3.11 a cancel arriving as the wait ends (the event set, or its timeout) is lost,
+        # and a cancelled run_async ran on as if never cancelled.
         try:
-            await asyncio.wait_for(self._room_changed.wait(), POLL_STEP)
-        except asyncio.TimeoutError:
+            async with asyncio.timeout(POLL_STEP):
+                await self._room_changed.wait()
+        except TimeoutError:
             pass
 
     async def _finish_tasks(self, pollers: list["asyncio.Task[None]"], handlers: set["asyncio.Task[None]"],
