@@ -13,8 +13,8 @@ from delayqueue.messagelog.connection import one_use
 from delayqueue.messagelog.dead_letters import Task, left_to_move
 from delayqueue.messagelog.routing import by_database
 from delayqueue.runtime import Runtime
-from delayqueue.services.messages import holding_shards
-from delayqueue.services.topics import TopicInfo, redis_millis, topic_infos, topic_shard_lists
+from delayqueue.services.messages import holding_shards, redis_millis
+from delayqueue.services.topics import TopicInfo, topic_infos, topic_shard_lists
 
 OVERDUE_MILLIS = 5_000  # a waiting message this far past its triggerTime means no scanner promotes it
 # The score range [low, high) of each priority 1-9 in a topic's prioritised set.
@@ -34,10 +34,10 @@ async def topic_overview(rt: Runtime, *, topics: list[str]) -> list[dict]:
     push URL (or push figures) its pushes (`push`, else None). Unknown topics give zeros."""
     if not topics:
         return []
-    infos = await topic_infos(rt, topics=topics)
+    now = await redis_millis(rt)
+    infos = await topic_infos(rt, topics=topics, now=now)
     places = await topic_shard_lists(rt, topics=topics)
     shards = [shard for mine in places for shard in mine]
-    now = await redis_millis(rt)
     interval = rt.config.monitor_interval_millis
     previous = now // interval - 1
     pipe = rt.redis.pipeline(transaction=False)

@@ -73,8 +73,9 @@ async def _purge_cold(rt: Runtime, topic: str) -> int:
         for (row_id, *_), mine, kept in zip(rows, places, held):
             if not kept:
                 cold.setdefault(mine[0], []).append(row_id)
+        now = await redis_millis(rt) if cold else 0
         for shard, row_ids in cold.items():
-            hours[shard].update(await rt.log.purge_cold(row_ids, now=await redis_millis(rt)))
+            hours[shard].update(await rt.log.purge_cold(row_ids, now=now))
         after_id, after_time = rows[-1][0], rows[-1][3]
     await rt.scripts.run_all([scripts.purge_cold(rt.context, shard, purged=hours[shard].total(),
                                                  signed=settings.sharded, hours=list(hours[shard].items()))
@@ -206,10 +207,10 @@ async def topic_shard_lists(rt: Runtime, *, topics: list[str]) -> list[list[Shar
     return [topic_shards(topic, settings.get(topic, DEFAULT_SETTINGS).shard_counts) for topic in topics]
 
 
-async def topic_infos(rt: Runtime, *, topics: list[str]) -> list[TopicInfo]:
+async def topic_infos(rt: Runtime, *, topics: list[str], now: int | None = None) -> list[TopicInfo]:
     """getTopicInfo for each topic (its shards' added up), in one pipelined round trip. Unknown
-    topics give zeros."""
-    now = await redis_millis(rt)  # the clock the messages fall due by
+    topics give zeros. `now`: Redis' clock as the caller read it (default: read here)."""
+    now = now if now is not None else await redis_millis(rt)  # the clock the messages fall due by
     places = await topic_shard_lists(rt, topics=topics)
     pipe = rt.redis.pipeline(transaction=False)
     for shard in (shard for shards in places for shard in shards):

@@ -19,11 +19,11 @@ from delayqueue.ops import figures
 from delayqueue.core.messages import Message
 from delayqueue.services.consume import ack_messages, nack_message, pull_messages, touch_message
 from delayqueue.services import messages as messages_module
-from delayqueue.services.messages import delete_message, get_message, reschedule_message
+from delayqueue.services.messages import delete_message, get_message, redis_millis, reschedule_message
 from delayqueue.services.restore import restore, restore_rows
 from delayqueue.services.send import SendRequest, prepared, send_message, send_messages
 from delayqueue.services import topics as topics_module
-from delayqueue.services.topics import purge_topic, redis_millis, topic_info
+from delayqueue.services.topics import purge_topic, topic_info
 from delayqueue.workers import loader as loader_module
 from delayqueue.workers.loader import Loader
 from tests.helpers import (REDIS_CLUSTER_URL, REDIS_URL, call, drain_log, history, load_killed, logged,

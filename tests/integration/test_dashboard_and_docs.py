@@ -14,8 +14,8 @@ from delayqueue.ops import figures
 from delayqueue.ops.dashboard import FIGURES_SECONDS
 from delayqueue.runtime import run_with_runtime
 from delayqueue.services.consume import pull_messages
+from delayqueue.services.messages import redis_millis
 from delayqueue.services.restore import restore
-from delayqueue.services.topics import redis_millis
 from delayqueue.stores.rows import create_token
 from tests.helpers import promote, send
 

@@ -16,8 +16,9 @@ from delayqueue.live import push_counts as push_figures
 from delayqueue.live import scripts
 from delayqueue.ops import figures
 from delayqueue.ops.figures import live_state
+from delayqueue.services.messages import redis_millis
 from delayqueue.services.send import SendRequest, send_message
-from delayqueue.services.topics import list_topics, monitor_data, redis_millis
+from delayqueue.services.topics import list_topics, monitor_data
 from delayqueue.stores import rows
 from delayqueue.workers import scanner as scanner_module
 from tests.helpers import ROOT, call, promote, wait_until

@@ -19,10 +19,10 @@ from delayqueue.ops.admin.topics import topic_url
 from delayqueue.runtime import run_with_runtime
 from delayqueue.services.consume import nack_message, pull_messages
 from delayqueue.services.dead_letters import create_redrive, redrive_state
-from delayqueue.services.messages import get_message
+from delayqueue.services.messages import get_message, redis_millis
 from delayqueue.services.send import SendRequest, send_message
 from delayqueue.services.topic_control import pause_topic
-from delayqueue.services.topics import redis_millis, topic_config, topic_info
+from delayqueue.services.topics import topic_config, topic_info
 from delayqueue.stores.rows import save_topic_config
 from delayqueue.workers.redriver import Redriver
 from tests.helpers import drain_history, send

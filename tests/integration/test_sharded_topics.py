@@ -25,11 +25,11 @@ from delayqueue.services.consume import (Pull, ack_message, ack_messages, long_p
                                          pull_messages,
                                          touch_message)
 from delayqueue.services.dead_letters import create_redrive, dead_letters, redrive_state
-from delayqueue.services.messages import delete_message, get_message, reschedule_message
+from delayqueue.services.messages import delete_message, get_message, redis_millis, reschedule_message
 from delayqueue.services.restore import restore
 from delayqueue.services.send import SendRequest, prepared, send_message, send_messages
 from delayqueue.services.topic_control import pause_topic, resume_topic, set_topic_config
-from delayqueue.services.topics import monitor_data, purge_topic, redis_millis, topic_config, topic_info
+from delayqueue.services.topics import monitor_data, purge_topic, topic_config, topic_info
 from delayqueue.stores.rows import forget_drained_shards
 from delayqueue.stores.topic_settings import DEFAULT as DEFAULT_SETTINGS
 from delayqueue.workers import loader as loader_module
