@@ -149,6 +149,7 @@ async def test_a_status_correction_that_commits_after_the_writer_moved_the_row_l
     await send_message(rt, request=SendRequest(topic="t", msg="late", delay_millis=10, msg_id="late"))
     row = await logged("t", "late")
     assert (row["status"], row["retry"]) == (Status.ACKED, 1)
+    await rt.redis.flushall()  # Redis lost its data: only the row says the message ended
     assert (await restore(rt)).restored == 0
 
 
@@ -166,6 +167,7 @@ async def test_a_correction_that_moves_the_row_to_a_new_life_keeps_the_events_th
     row = await logged("t", "again")
     assert (row["msg"], row["produceTime"], row["status"], row["retry"]) == (
         "second", second.produce_time, Status.ACKED, 1)
+    await rt.redis.flushall()  # Redis lost its data: only the row says the message ended
     assert (await restore(rt)).restored == 0
 
 
@@ -252,6 +254,7 @@ async def test_a_change_redis_makes_before_a_send_time_from_a_clock_ahead_moves_
     await delete_message(rt, topic="t", msg_id=m.msg_id)
     await drain_log(rt, ["t"])
     assert (await logged("t", "ahead"))["status"] == Status.DELETED
+    await rt.redis.flushall()  # Redis lost its data: only the row says the message ended
     assert (await restore(rt)).restored == 0
 
 
