@@ -37,6 +37,12 @@ async def _replies(protocol: ReplyProtocol, commands: list[bytes]) -> list:
         raise
 
 
+def _trips(calls: list[ScriptCall], per_trip: int | None) -> list[list[ScriptCall]]:
+    """The calls in round trips of at most `per_trip` (None: all in one)."""
+    step = per_trip or max(len(calls), 1)
+    return [calls[start:start + step] for start in range(0, len(calls), step)]
+
+
 class ScriptBatcher:
     """Coalesces the script calls made during one event-loop turn (concurrent requests) into one
     pipelined round trip, so the cost of a round trip is shared."""
@@ -105,12 +111,19 @@ class ScriptRunner:
                 results[i] = result
         return [_typed(call, raw) for call, raw in zip(calls, results)]
 
-    async def run_all(self, calls: list[ScriptCall]) -> list:
-        """As run, for callers that need every call done: raises the first call's error."""
-        replies = await self.run(calls)
-        for reply in replies:
-            if isinstance(reply, Exception):
-                raise reply
+    async def run_in_trips(self, calls: list[ScriptCall], per_trip: int) -> list:
+        """As run, the calls sent in round trips of at most `per_trip`, each after the last answered:
+        a call of another caller on the same connection waits behind one trip, not all of them."""
+        return [reply for trip in _trips(calls, per_trip) for reply in await self.run(trip)]
+
+    async def run_all(self, calls: list[ScriptCall], *, per_trip: int | None = None) -> list:
+        """As run (or run_in_trips, with `per_trip`), for callers that need every call done: raises
+        the first call's error (no trip is sent after one that failed)."""
+        replies = []
+        for trip in _trips(calls, per_trip):
+            replies += await self.run(trip)
+            if error := next((reply for reply in replies if isinstance(reply, Exception)), None):
+                raise error
         return replies
 
     async def _pipeline(self, calls: list[ScriptCall]) -> list:

@@ -103,10 +103,9 @@ async def restore_rows(rt: Runtime, *, rows: Iterable[dict], include_expired: bo
                 messages=[(m.msg_id, m.payload, m.produce_time, m.trigger_time, m.expire_time, m.max_retry, m.retry,
                            m.priority, row_id)
                           for m, row_id in messages[start:start + SCRIPT_MESSAGES]]))
-    for first in range(0, len(calls), CALLS_PER_TRIP):
-        for result in await rt.scripts.run_all(calls[first:first + CALLS_PER_TRIP]):
-            counts.restored += result.restored
-            counts.already_live += result.already_held
+    for result in await rt.scripts.run_all(calls, per_trip=CALLS_PER_TRIP):
+        counts.restored += result.restored
+        counts.already_live += result.already_held
     if counts.restored and not dry_run:
         await rt.scripts.call(scripts.register_topics(rt.context, at=now,
                                                       topics=list({shard.topic: None for shard in by_shard})))

@@ -552,14 +552,8 @@ class Scanner:
 
     async def _prune_stats(self) -> None:
         await self._forget_gone_scanners()
-        await self._run_in_trips([scripts.prune_stats(self.rt.context, t) for t in self.workers])
-
-    async def _run_in_trips(self, calls: list[scripts.ScriptCall]) -> list:
-        """rt.scripts.run's replies to `calls`, sent STATS_CALLS_PER_TRIP at a time."""
-        replies = []
-        for start in range(0, len(calls), STATS_CALLS_PER_TRIP):
-            replies += await self.rt.scripts.run(calls[start:start + STATS_CALLS_PER_TRIP])
-        return replies
+        await self.rt.scripts.run_in_trips([scripts.prune_stats(self.rt.context, t) for t in self.workers],
+                                           STATS_CALLS_PER_TRIP)
 
     def gather_stats(self, topic: Shard, fields: dict[str, int]) -> None:
         """What a promotion call counted, for the next _fold_stats."""
@@ -569,8 +563,9 @@ class Scanner:
         """Adds what the promotions counted into the stats hashes; kept for the next try if Redis
         fails (a call that failed after it ran counts twice: figures, not messages)."""
         gathered, self._stats_to_fold = self._stats_to_fold, {}
-        results = await self._run_in_trips([scripts.fold_stats(self.rt.context, topic, fields=list(fields.items()))
-                                            for topic, fields in gathered.items()])
+        calls = [scripts.fold_stats(self.rt.context, topic, fields=list(fields.items()))
+                 for topic, fields in gathered.items()]
+        results = await self.rt.scripts.run_in_trips(calls, STATS_CALLS_PER_TRIP)
         failed = [(topic, result) for topic, result in zip(gathered, results) if isinstance(result, Exception)]
         for topic, _ in failed:
             self.gather_stats(topic, gathered[topic])
