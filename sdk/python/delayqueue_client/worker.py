@@ -637,8 +637,9 @@ class Worker:
                     config = None
                 except DelayQueueError as error:
                     again = self._config_failed(topic, error)
-                    while self._stop_level == 0 and time.monotonic() < again:
-                        await _answer(pause(min(POLL_STEP, again - time.monotonic())))
+                    # One look at the clock a turn: past `again` by a second look, a sleep would be negative.
+                    while self._stop_level == 0 and (left := again - time.monotonic()) > 0:
+                        await _answer(pause(min(POLL_STEP, left)))
                     if self._stop_level == 0:
                         continue
                     config = None  # stopped before the server answered: nothing is pulled
@@ -877,8 +878,8 @@ class Worker:
             except DelayQueueError as error:
                 if (end := self._pull_failed(topic, free, error)) is None:
                     return
-                while not self._poll_done() and time.monotonic() < end:
-                    time.sleep(min(POLL_STEP, end - time.monotonic()))
+                while not self._poll_done() and (left := end - time.monotonic()) > 0:  # as in _read_configs
+                    time.sleep(min(POLL_STEP, left))
                 continue
             if not self._pulled(free, messages, pulled_at):
                 _run_now(self._give_back(self._given_back(messages)))
