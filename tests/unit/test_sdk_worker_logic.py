@@ -2,15 +2,19 @@
 outcomes are grouped into ackMsgBatch calls, which pull failures stop it, what a handler's Retry,
 DeadLetter or exception settles its message with, and the threads that run handlers."""
 import asyncio
+import itertools
 import signal
 import threading
+import time
 from datetime import timedelta
+from types import SimpleNamespace
 
 import pytest
 from delayqueue_client import (App, AsyncClient, Client, Conflict, DeadLetter, Forbidden, Message, NotTheAPI,
                                RateLimited, Retry, ServerError, Unauthorized, Worker)
 from delayqueue_client._calls import MAX_REASON
 from delayqueue_client._http import NotSent
+from delayqueue_client import worker as worker_module
 from delayqueue_client.testing import FakeServer
 from delayqueue_client.worker import ACK, DEAD, GIVEN_BACK, NACK, Outcome, _HandlerThreads, error_reason
 
@@ -116,6 +120,22 @@ def test_a_worker_started_while_the_server_is_unreachable_waits_for_it(asynchron
     assert [r.getMessage() for r in caplog.records if "settings" in r.getMessage()] == [
         "reading topic t's settings failed: delayqueue server unreachable: injected by FakeServer.fail_next; "
         "trying again in 1 s"] * 2
+
+
+def test_a_thread_workers_wait_to_try_again_never_asks_for_a_negative_sleep(monkeypatch):
+    """The waits after a failed read of the settings and a failed pull looked at the clock twice: past
+    the end by the second look (a thread kept from the GIL between them), time.sleep(<0) raised, out of
+    run() or as a failed poll loop (WorkerFailed). Here each reading of the clock is 0.6 s after the last."""
+    server = FakeServer()
+    server.client().send("t", "x")
+    server.fail_next("getTopicConfig", error=NotSent)
+    server.fail_next("pullMsg", error=NotSent)
+    readings = itertools.count(time.monotonic(), 0.6)
+    monkeypatch.setattr(worker_module, "time", SimpleNamespace(monotonic=lambda: next(readings), sleep=time.sleep,
+                                                               time=time.time))
+    handled = []
+    Worker(server.client(max_retries=0), "t", lambda m: handled.append(m.msg)).run(burst=True)
+    assert handled == ["x"]
 
 
 def test_a_worker_stopped_while_waiting_for_its_server_returns(caplog):

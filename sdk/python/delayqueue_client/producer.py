@@ -111,8 +111,8 @@ class Producer:
     for a batch: a send beyond them waits for room (`when_full="block"`) or raises ProducerFull
     ("raise"). Every message gets its msgId here, so a batch whose answer was lost, or an item a
     store was unavailable for, is sent again without doubles (Client.send_many's retries). A
-    producer not closed, or whose close timed out, is closed at interpreter exit, so its pending
-    sends are not lost."""
+    producer not closed, or whose close timed out or was interrupted (Ctrl-C), is closed at
+    interpreter exit, so its pending sends are not lost."""
 
     def __init__(self, client: Client, *, linger_ms: float = 2, max_batch: int = 500, in_flight: int = 4,
                  max_queue: int = 100_000, when_full: Literal["block", "raise"] = "block"):
@@ -136,8 +136,11 @@ class Producer:
         # exits, when the pending sends must still go out.
         self._senders = [threading.Thread(target=self._send_loop, name="delayqueue-producer-send", daemon=True)
                          for _ in range(in_flight)]
-        self._thread = threading.Thread(target=self._run, name="delayqueue-producer", daemon=True)
-        for thread in (*self._senders, self._thread):
+        gatherer = threading.Thread(target=self._run, name="delayqueue-producer", daemon=True)
+        # The gatherer's end, for close(), not its join(): on Python 3.11 a join interrupted by Ctrl-C marks a
+        # running thread ended.
+        self._ended = threading.Event()
+        for thread in (*self._senders, gatherer):
             thread.start()
         _open_producers.add(self)
 
@@ -171,14 +174,14 @@ class Producer:
 
     def close(self, timeout: float | None = None) -> None:
         """Takes no more sends, waits for those pending and stops the sender threads. ProducerTimeout
-        when `timeout` ran out first: the sends go on (a later close waits for them again)."""
+        when `timeout` ran out first: the sends go on (a later close waits for them again, as after a
+        KeyboardInterrupt)."""
         with self._lock:
             if not self._closed:
                 self._closed = True
                 self._queue.put(_CLOSE)
                 self._room.notify_all()  # a send blocked on a full queue raises
-        self._thread.join(timeout)
-        if self._thread.is_alive():
+        if not self._ended.wait(timeout):
             # Kept among the open producers: the exit's close waits for them, where the daemon threads would drop them.
             with self._lock:
                 pending = [future.body["msgId"] for future in self._pending]
@@ -199,6 +202,7 @@ class Producer:
                 self._batches.put(_CLOSE)
             for sender in self._senders:
                 sender.join()
+            self._ended.set()
 
     def _gather(self) -> None:
         closing = False

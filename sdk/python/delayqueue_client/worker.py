@@ -219,10 +219,18 @@ def _run_now(coroutine: Coroutine[Any, Any, T]) -> T:
     raise RuntimeError("a worker's call on a Client waited for an event loop")
 
 
+def _taken(first: Settle | None, results: "queue.SimpleQueue[Settle | None] | asyncio.Queue[Settle | None]"
+           ) -> tuple[list[Settle], bool]:
+    """A settle loop's take for a turn: `first` and the outcomes queued behind it now (those that came while
+    the previous call was out share the next one), and whether its end (None) is among them. The loop is the
+    queue's one reader (run() once it is gone), so what qsize() counts is there."""
+    taken = [first, *(results.get_nowait() for _ in range(results.qsize()))]
+    return [item for item in taken if item is not None], None in taken
+
+
 def _left_in(results: "queue.SimpleQueue[Settle | None] | asyncio.Queue[Settle | None]") -> list[Settle]:
-    """The outcomes queued for a settle loop that is gone (no one else takes from the queue)."""
-    left = (results.get_nowait() for _ in range(results.qsize()))
-    return [item for item in left if item is not None]
+    """The outcomes queued for a settle loop that is gone."""
+    return _taken(None, results)[0]
 
 
 def _restore_signal_handlers(previous: dict[signal.Signals, Any]) -> None:
@@ -629,8 +637,9 @@ class Worker:
                     config = None
                 except DelayQueueError as error:
                     again = self._config_failed(topic, error)
-                    while self._stop_level == 0 and time.monotonic() < again:
-                        await _answer(pause(min(POLL_STEP, again - time.monotonic())))
+                    # One look at the clock a turn: past `again` by a second look, a sleep would be negative.
+                    while self._stop_level == 0 and (left := again - time.monotonic()) > 0:
+                        await _answer(pause(min(POLL_STEP, left)))
                     if self._stop_level == 0:
                         continue
                     config = None  # stopped before the server answered: nothing is pulled
@@ -869,8 +878,8 @@ class Worker:
             except DelayQueueError as error:
                 if (end := self._pull_failed(topic, free, error)) is None:
                     return
-                while not self._poll_done() and time.monotonic() < end:
-                    time.sleep(min(POLL_STEP, end - time.monotonic()))
+                while not self._poll_done() and (left := end - time.monotonic()) > 0:  # as in _read_configs
+                    time.sleep(min(POLL_STEP, left))
                 continue
             if not self._pulled(free, messages, pulled_at):
                 _run_now(self._give_back(self._given_back(messages)))
@@ -920,14 +929,10 @@ class Worker:
             gathered = self._timed_out()
             for _ in gathered:
                 handlers.replace_one()
-            try:  # results that arrive while the previous call was out share the next one
-                item = results.get(timeout=self._next_touch_in())
-                while True:
-                    if item is None:
-                        closing = True
-                    else:
-                        gathered.append(item)
-                    item = results.get_nowait()
+            try:
+                taken, ended = _taken(results.get(timeout=self._next_touch_in()), results)
+                gathered += taken
+                closing = closing or ended
             except queue.Empty:
                 pass
             again = _run_now(self._settle_turn(again + self._settle_groups(gathered)))
@@ -1140,13 +1145,8 @@ class Worker:
         while not closing or self._held:
             gathered: list[Settle] = []
             try:
-                item = await asyncio.wait_for(results.get(), self._next_touch_in())
-                while True:
-                    if item is None:
-                        closing = True
-                    else:
-                        gathered.append(item)
-                    item = results.get_nowait()
-            except (asyncio.TimeoutError, asyncio.QueueEmpty):
+                gathered, ended = _taken(await asyncio.wait_for(results.get(), self._next_touch_in()), results)
+                closing = closing or ended
+            except asyncio.TimeoutError:
                 pass
             again = await self._settle_turn(again + self._settle_groups(gathered))
