@@ -272,6 +272,12 @@ class MessageLog:
         row = await self._retried(lambda conn, _again: self._fetch_one(conn, sql.LIVE_MESSAGE, params))
         return None if row is None else Message(*row)
 
+    async def deleted_message(self, topic: str, msg_id: str) -> Message | None:
+        """The message the log holds under the msgId if it ended deleted (sql.DELETED_MESSAGE)."""
+        params = {"namespace": self._namespace, "topic": topic, "msg_id": msg_id, "deleted": Status.DELETED}
+        row = await self._retried(lambda conn, _again: self._fetch_one(conn, sql.DELETED_MESSAGE, params))
+        return None if row is None else Message(*row)
+
     async def delete_lost(self, message: Message, *, now: int) -> None:
         """Deletes the message's life, if still live, with its history row stamped `now` (Redis'
         clock, ms; sql.DELETE_LOST)."""

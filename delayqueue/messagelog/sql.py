@@ -371,6 +371,13 @@ LIVE_MESSAGE = f"""
 SELECT {_AS_MESSAGE}
 FROM {tables.MESSAGE} WHERE namespace = %(namespace)s AND topic = %(topic)s AND msg_id = %(msg_id)s AND {LIVE}
 """
+# The msgId's row if it ended deleted: getMsg answers a deleted message whose body Redis does not keep
+# from here.
+DELETED_MESSAGE = f"""
+SELECT {_AS_MESSAGE}
+FROM {tables.MESSAGE} WHERE namespace = %(namespace)s AND topic = %(topic)s AND msg_id = %(msg_id)s
+  AND status = %(deleted)s
+"""
 # Deletes that message's life (%(produce_time)s ms), still live, with its history row from the
 # status it had, before Redis keeps it as deleted: a restore would bring the row back. Stamped %(now)s
 # as DELETE_COLD is.
