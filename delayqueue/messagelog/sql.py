@@ -371,10 +371,10 @@ LIVE_MESSAGE = f"""
 SELECT {_AS_MESSAGE}
 FROM {tables.MESSAGE} WHERE namespace = %(namespace)s AND topic = %(topic)s AND msg_id = %(msg_id)s AND {LIVE}
 """
-# The msgId's row if it ended deleted: getMsg answers a deleted message whose body Redis does not keep
-# from here.
+# The msgId's row if it ended deleted, its id and when it ended (ms, Redis' clock as the cold tier's
+# deletes and purges stamp it): getMsg answers a deleted message whose body Redis does not keep from here.
 DELETED_MESSAGE = f"""
-SELECT {_AS_MESSAGE}
+SELECT {_AS_MESSAGE}, id, {to_millis("updated_at")}
 FROM {tables.MESSAGE} WHERE namespace = %(namespace)s AND topic = %(topic)s AND msg_id = %(msg_id)s
   AND status = %(deleted)s
 """
