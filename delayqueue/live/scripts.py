@@ -385,6 +385,8 @@ RAISE_HOT = Script("raise_hot", lambda raw: None if raw[0] == "" else HotWindow(
 LOAD_COLD = Script("load_cold", lambda raw: LoadReply(*map(int, raw)))
 UNPACK_DUE = Script("unpack_due", _scan_reply)
 CLEAR_COLD = Script("clear_cold", lambda raw: raw == 1)
+COLD_PART = Script("cold_part", lambda raw: None if raw is None else list(zip(map(int, raw[::2]), map(int, raw[1::2]))))
+FORGET_COLD = Script("forget_cold", lambda raw: raw == 1)
 IS_COLD = Script("is_cold", lambda raw: raw == 1)
 PURGE_COLD = Script("purge_cold", str)
 TAKE_STATS = Script("take_stats", lambda raw: dict(zip(raw[::2], raw[1::2])))
@@ -394,7 +396,7 @@ SCRIPTS = (SEND, PULL, ACK, NACK, DELETE, GET, PROMOTE_DUE, REQUEUE_TIMED_OUT, E
            PRUNE_STATS, LOCK_RENEW, LOCK_RELEASE, LOCK_TAKE_OVER, RESTORE, TAKE_TOKENS, ADMIT_SEND, LIVE_SHARE_SHORTFALL,
            GRANT_LIVE_SHARE, RELEASE_LIVE_SHARE, COVER_LIVE_SHARE, BORROW_LIVE, REGISTER_TOPICS, CONFIRM_REGISTERED,
            PURGE_TOPIC, TOUCH, RESCHEDULE, ADD_COUNTS, RAISE_HOT, LOAD_COLD, CLEAR_COLD, PURGE_COLD, TAKE_STATS,
-           FOLD_STATS, UNPACK_DUE, IS_COLD)
+           FOLD_STATS, UNPACK_DUE, IS_COLD, COLD_PART, FORGET_COLD)
 
 
 async def load_scripts(client) -> None:
@@ -621,6 +623,20 @@ def load_cold(ctx: ScriptContext, topic: str | Shard, *, loaded_from: str, loade
 def clear_cold(ctx: ScriptContext, topic: str | Shard, *, cold: int, forget_window: bool) -> ScriptCall:
     k = ctx.ns.topic(topic)
     return ScriptCall(CLEAR_COLD, [k.meta, k.cold_hours, k.packed], [cold, _flag(forget_window)])
+
+
+def cold_part(ctx: ScriptContext, topic: str | Shard, *, cold: int) -> ScriptCall:
+    """Replies the topic's cold_hours as (hour, count) pairs if its count is still `cold` and it has no
+    packed list, else None."""
+    k = ctx.ns.topic(topic)
+    return ScriptCall(COLD_PART, [k.meta, k.cold_hours, k.packed], [cold])
+
+
+def forget_cold(ctx: ScriptContext, topic: str | Shard, *, cold: int, forget_window: bool,
+                hours: Sequence[Sequence[int]]) -> ScriptCall:
+    """`cold` and `hours`: what cold_part found. Replies whether the count was dropped."""
+    k = ctx.ns.topic(topic)
+    return ScriptCall(FORGET_COLD, [k.meta, k.cold_hours], [cold, _flag(forget_window), *_flat(hours)])
 
 
 def is_cold(ctx: ScriptContext, topic: str | Shard, *, msg_id: str, trigger_time: int) -> ScriptCall:

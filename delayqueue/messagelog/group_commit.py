@@ -51,6 +51,14 @@ class Recorded(NamedTuple):
     kept: list[Message | None]
 
 
+class Deleted(NamedTuple):
+    """A message the log holds as deleted (MessageLog.deleted_message)."""
+
+    message: Message
+    row_id: int
+    ended: int  # ms, as its end was stamped (Redis' clock, by the cold tier's deletes and purges)
+
+
 # What one statement did: the keys it wrote, and the ended messages it kept in their place.
 _Written = tuple[set[tuple[str, str]], dict[tuple[str, str], Message]]
 
@@ -271,6 +279,12 @@ class MessageLog:
         params = {"namespace": self._namespace, "topic": topic, "msg_id": msg_id}
         row = await self._retried(lambda conn, _again: self._fetch_one(conn, sql.LIVE_MESSAGE, params))
         return None if row is None else Message(*row)
+
+    async def deleted_message(self, topic: str, msg_id: str) -> Deleted | None:
+        """The message the log holds under the msgId if it ended deleted (sql.DELETED_MESSAGE)."""
+        params = {"namespace": self._namespace, "topic": topic, "msg_id": msg_id, "deleted": Status.DELETED}
+        row = await self._retried(lambda conn, _again: self._fetch_one(conn, sql.DELETED_MESSAGE, params))
+        return None if row is None else Deleted(Message(*row[:-2]), row[-2], row[-1])
 
     async def delete_lost(self, message: Message, *, now: int) -> None:
         """Deletes the message's life, if still live, with its history row stamped `now` (Redis'

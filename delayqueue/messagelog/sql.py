@@ -371,6 +371,13 @@ LIVE_MESSAGE = f"""
 SELECT {_AS_MESSAGE}
 FROM {tables.MESSAGE} WHERE namespace = %(namespace)s AND topic = %(topic)s AND msg_id = %(msg_id)s AND {LIVE}
 """
+# The msgId's row if it ended deleted, its id and when it ended (ms, Redis' clock as the cold tier's
+# deletes and purges stamp it): getMsg answers a deleted message whose body Redis does not keep from here.
+DELETED_MESSAGE = f"""
+SELECT {_AS_MESSAGE}, id, {to_millis("updated_at")}
+FROM {tables.MESSAGE} WHERE namespace = %(namespace)s AND topic = %(topic)s AND msg_id = %(msg_id)s
+  AND status = %(deleted)s
+"""
 # Deletes that message's life (%(produce_time)s ms), still live, with its history row from the
 # status it had, before Redis keeps it as deleted: a restore would bring the row back. Stamped %(now)s
 # as DELETE_COLD is.

@@ -124,13 +124,43 @@ async def cold_message(rt: Runtime, shard: Shard, msg_id: str, after: tuple[int,
 
 async def get_message(rt: Runtime, *, topic: str, msg_id: str) -> Message | None:
     """A live message (in the cold tier, from the message log if it is cold), or an ended one
-    inside the retention window; None otherwise."""
+    inside the retention window; None otherwise. A deleted one whose body Redis does not keep (a
+    message deleted in the log: `tombstone`; a cold one purged) is answered from its log row."""
     call = functools.partial(scripts.get, rt.context, msg_id=msg_id)
     shard, message = await on_its_shard(rt, topic=topic, msg_id=msg_id, call=call,
                                         missing=lambda message: message is None)
     if message is None and rt.config.finds_cold and (after := await cold_after(rt, shard)) is not None:
-        return await cold_message(rt, shard, msg_id, after) or await rt.scripts.call(call(shard))
+        message = await cold_message(rt, shard, msg_id, after) or await rt.scripts.call(call(shard))
+        if message is None:
+            return await _purged_cold(rt, shard, msg_id, after)
+    if message is not None and message.status == Status.DELETED and not message.payload and rt.config.message_log:
+        found = await rt.log.deleted_message(topic, msg_id)
+        # The tombstone's life from its row; else a body empty indeed, as Redis holds it.
+        return found.message if found is not None and found.message.produce_time == message.produce_time else message
     return message
+
+
+async def _purged_cold(rt: Runtime, shard: Shard, msg_id: str, after: tuple[int, int]) -> Message | None:
+    """A cold message a purge ended (its row deleted after the loader's position `after`), inside the
+    retention window, as Redis keeps a hot one the purge ended; None if there is none, or if a
+    deleteMsg released its body (not found, as a hot one released)."""
+    found = await rt.log.deleted_message(shard.topic, msg_id)
+    if found is None:
+        return None
+    message = found.message
+    if (message.trigger_time, found.row_id) <= after:
+        return None  # Redis' to answer for (its row ended after the loader passed it)
+    if found.ended <= await redis_millis(rt) - rt.context.retention_millis:
+        return None
+    released = await rt.redis.zscore(rt.ns.topic(shard).released, released_life(msg_id, message.produce_time))
+    return message if released is None else None
+
+
+def tombstone(message: Message) -> str:
+    """What Redis keeps of a message deleted in the log for the retention: the message as deleted
+    without its body (getMsg reads that from the log), so a loader or a restore that read its row
+    before finds its life held. A cold message's body was never in Redis, nor comes in with its end."""
+    return dataclasses.replace(message, status=Status.DELETED, payload="").to_stored()
 
 
 async def delete_message(rt: Runtime, *, topic: str, msg_id: str, release: bool = False) -> bool:
@@ -175,7 +205,7 @@ async def _delete_logged(rt: Runtime, shard: Shard, msg_id: str, after: tuple[in
     # Loaded meanwhile, Redis deletes it as any other (1, or 3 with release); else it keeps the tombstone (2).
     signed = (await rt.topic_configs.settings(shard.topic)).sharded
     return await rt.scripts.call(scripts.delete(rt.context, shard, msg_id=msg_id, release=release,
-                                                tombstone=deleted.to_stored(), counted_cold=True, signed=signed))
+                                                tombstone=tombstone(deleted), counted_cold=True, signed=signed))
 
 
 async def _delete_lost(rt: Runtime, shard: Shard, msg_id: str, release: bool) -> int:
@@ -195,7 +225,7 @@ async def _delete_lost(rt: Runtime, shard: Shard, msg_id: str, release: bool) ->
     await rt.log.delete_lost(live, now=await redis_millis(rt))
     # 1 (or 3): its send's script, or a restore, ran meanwhile, and Redis deleted it as any other.
     return await rt.scripts.call(scripts.delete(rt.context, shard, msg_id=msg_id, release=release,
-                                                tombstone=dataclasses.replace(live, status=Status.DELETED).to_stored()))
+                                                tombstone=tombstone(live)))
 
 
 async def _reschedule_cold(rt: Runtime, shard: Shard, msg_id: str, trigger_time: int,

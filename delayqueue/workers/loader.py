@@ -19,8 +19,8 @@ time with the topic's hot_until). For each held topic the loader, every tenth of
    row younger than IN_FLIGHT_MILLIS is counted out of the cold ones only if its send counted it
    in (cold_sent): its script may run after the load, find it held and count nothing.
 4. once nothing is left beyond hot_until, drops the topic's count of cold messages (which the
-   scripts moving them keep: getTopicInfo shows it) unless it moved since (clear_cold.lua): a
-   topic with cold messages is not retired.
+   scripts moving them keep: getTopicInfo shows it) unless it moved since (cold_part.lua), keeping
+   only what moves after that look (forget_cold.lua): a topic with cold messages is not retired.
 
 Its position in steps 2 and 3 is the topic's fetched_to where it has one: a message due more
 than twice DELAYQUEUE_PACK_LEAD_MILLIS ahead is packed (lua/includes/packed.lua), and loaded_to
@@ -315,12 +315,20 @@ class Loader:
 
     async def _forget_cold(self, topic: str, counts: dict[Shard, int], hot_until: int) -> None:
         """Step 4: nothing of the topic left in the log beyond hot_until, no cold message counted
-        (`counts`: each shard's count as this loader left it)."""
+        (`counts`: each shard's count as this loader left it). Every part is looked at before any is
+        taken away, and only what the look found is: a sharded topic's parts add up only together,
+        and one kept for a send gone cold meanwhile while the others went counted its whole part."""
         params = {"namespace": self.rt.ns.namespace, "topic": topic, "hot_until": hot_until}
         [(left,)] = await self._read(sql.COLD_LEFT, params)
-        if not left:
-            await self._run([scripts.clear_cold(self.rt.context, shard, cold=cold, forget_window=not self.window)
-                             for shard, cold in counts.items()])
+        if left:
+            return
+        found = await self._run([scripts.cold_part(self.rt.context, shard, cold=cold)
+                                 for shard, cold in counts.items()])
+        if None in found:
+            return  # moved since this loader left it, or packed: looked at again next time
+        await self._run([scripts.forget_cold(self.rt.context, shard, cold=cold, hours=hours,
+                                             forget_window=not self.window)
+                         for (shard, cold), hours in zip(counts.items(), found)])
 
     async def close(self) -> None:
         await self._db.close()

@@ -19,6 +19,7 @@ from delayqueue.core.exceptions import Conflict, Throttled
 from delayqueue.live import keys, scripts, stats
 from delayqueue.live.keys import Meta, Shard
 from delayqueue.live.shards import shard_of, topic_shards
+from delayqueue.messagelog import sql
 from delayqueue.ops.figures import live_state, topic_overview
 from delayqueue.services import consume as consume_module
 from delayqueue.services.consume import (Pull, ack_message, ack_messages, long_poll_messages, nack_message, pull_many,
@@ -769,11 +770,15 @@ async def test_restore_rebuilds_every_shard(rt):
 
 async def test_a_restore_leaves_a_sharded_topics_messages_beyond_the_window_to_its_loader(rt, monkeypatch):
     """After a loss, every shard gets a window (now + DELAYQUEUE_HOT_WINDOW_MILLIS): what is due
-    within it comes back into its shard, the rest stays in the log, counted, for the loader."""
+    within it comes back into its shard, the rest stays in the log, counted (in the first shard's
+    part), for the loader. The loader's other shards' parts go below 0 as it brings theirs in; once
+    none is left it drops the parts, and a send going cold meanwhile in the first shard is counted
+    as one: the parts were dropped shard by shard, the first's kept for the send, and the topic
+    counted its whole part cold until nothing was left beyond the window again."""
     monkeypatch.setattr(loader_module, "SHARDS_SETTLE_MILLIS", 0)
     monkeypatch.setattr(loader_module, "IN_FLIGHT_MILLIS", 0)
     windowed = make_runtime(rt.config.redis_url, hot_window_millis=30_000)
-    ahead = make_runtime(rt.config.redis_url, hot_window_millis=300_000)
+    ahead = make_runtime(rt.config.redis_url, hot_window_millis=300_000, pack_lead_millis=0)
     try:
         await shard_topic(windowed, "back", 3)
         near = await send_messages(windowed, requests=[SendRequest("back", "n", msg_id=f"n{i}", delay_millis=10_000)
@@ -789,14 +794,24 @@ async def test_a_restore_leaves_a_sharded_topics_messages_beyond_the_window_to_i
         info = await topic_info(windowed, topic="back")
         assert (info.waiting, info.waiting_cold) == (18, 9)
         loader = await cold_loader(ahead, "back", 3)
+        late, real_read = msg_id_in("back", 3, 0, "late"), loader._read
+
+        async def read_then_send(statement, params):
+            rows = await real_read(statement, params)
+            if statement is sql.COLD_LEFT:  # nothing left beyond the window: a send goes cold now
+                await send_message(windowed, request=SendRequest("back", "l", msg_id=late, delay_millis=600_000))
+            return rows
+
+        monkeypatch.setattr(loader, "_read", read_then_send)
         try:
             assert await loader.load_topic("back", force=True) == 9
         finally:
             await loader.close()
         for m in far:
             assert await where_held(windowed, "back", (3, 1), m.msg_id) == [shard_of("back", m.msg_id, 3)]
+        assert await where_held(windowed, "back", (3, 1), late) == []
         info = await topic_info(windowed, topic="back")
-        assert (info.waiting, info.waiting_cold) == (18, 9)  # packed, due two minutes ahead: still counted cold
+        assert (info.waiting, info.waiting_cold) == (19, 1)
     finally:
         await windowed.close()
         await ahead.close()

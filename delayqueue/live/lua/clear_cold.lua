@@ -1,11 +1,10 @@
--- The loader (workers/loader.py) found no cold message of the topic left in the message log: the
--- count of cold messages goes (and its hours), unless it moved since the loader read it (a send may have gone cold
--- after the loader's read). A topic keeps the count while it may have messages out of Redis, and is
--- not retired while it does.
+-- A retired shard count hands its shards' parts of the topic's count of cold messages on
+-- (workers/scanner.py): a shard's part goes (and its hours), unless it moved since the scanner read
+-- it (a send may have gone cold after the read), or a packed list is left.
 -- KEYS[1] meta
 -- KEYS[2] cold_hours
 -- KEYS[3] packed
--- ARGV[1] cold: the count as the loader left it before it looked at the log
+-- ARGV[1] cold: the part as the scanner read it
 -- ARGV[2] forget_window: 1 drops hot_until and loaded_to too (the cold tier was switched off)
 -- Returns 1 if cleared.
 local meta = KEYS[1]

@@ -20,8 +20,9 @@
 -- ARGV[4] stats_interval_millis
 -- ARGV[5] actor: 'process@host' for the history, '' with the message log off
 -- ARGV[6] tombstone: '' or, for a message the caller has deleted in the message log (cold, or live
--- there after Redis lost it), its stored json as deleted: kept readable as an ended message if Redis
--- does not hold the msgId (so a loader or a restore that read the row before the delete does not
+-- there after Redis lost it), its stored record as deleted, without its body (getMsg reads that
+-- from the log: services/messages.tombstone): kept readable as an ended message if Redis does not
+-- hold the msgId (so a loader or a restore that read the row before the delete does not
 -- bring it in; with release, only its life in released does that), else it is deleted here
 -- ARGV[7] release_ended: 1 only frees the body, and only if the message has ended (the end of a
 -- release that answered 3: a life sent since stays)
