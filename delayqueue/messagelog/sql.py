@@ -204,7 +204,12 @@ LOCK_TOPICS_MOVED = _topic_locks("pg_advisory_xact_lock", f"""(
 # row into its status at its updated_at): the writer recorded the new life's events but moved no
 # row, the row being another life's. The old life may still be live there (its end in another
 # stream, a shard count's the topic gave up, that the writer has not read yet); a change of its
-# that moved no row (touched, restored as it was: from its status, or from none) is left out.
+# that moved no row (touched, restored as it was: from its status, or from none) is left out. A
+# change that moved the times moves a row whatever its status: the row takes the latest such
+# times (a nack's delay, a reschedule), or a restore would bring the message back at the send's.
+_EVENTS_SINCE_MOVED = f"""{tables.EVENT} e
+        WHERE e.msg_id = moved.msg_id AND e.topic = moved.topic AND e.namespace = %(namespace)s
+          AND (e.at, e.id) > (moved.updated_at, moved.last_id)"""
 OVERWRITE = f"""
 WITH u AS MATERIALIZED (SELECT * FROM {_ROWS}),
 moved AS MATERIALIZED (
@@ -215,15 +220,19 @@ moved AS MATERIALIZED (
     FROM u {_MESSAGE_OF_U} JOIN {tables.MESSAGE} m ON m.id = found.id
     WHERE NOT {SAME_LIFE}
 ), caught_up AS (
-    SELECT moved.topic, moved.msg_id, last.* FROM moved CROSS JOIN LATERAL (
-        SELECT e.to_status, e.retry, e.at FROM {tables.EVENT} e
-        WHERE e.msg_id = moved.msg_id AND e.topic = moved.topic AND e.namespace = %(namespace)s
-          AND (e.at, e.id) > (moved.updated_at, moved.last_id) AND e.from_status NOT IN (0, e.to_status)
+    SELECT moved.topic, moved.msg_id, last.*, times.* FROM moved CROSS JOIN LATERAL (
+        SELECT e.to_status, e.retry, e.at FROM {_EVENTS_SINCE_MOVED}
+          AND (e.from_status NOT IN (0, e.to_status) OR e.trigger_time IS NOT NULL)
         ORDER BY e.at DESC, e.id DESC LIMIT 1) last
+    LEFT JOIN LATERAL (
+        SELECT e.trigger_time, e.expire_time FROM {_EVENTS_SINCE_MOVED} AND e.trigger_time IS NOT NULL
+        ORDER BY e.at DESC, e.id DESC LIMIT 1) times ON TRUE
 )
 INSERT INTO {tables.MESSAGE} AS m ({_COLUMNS})
-SELECT %(namespace)s, u.topic, u.msg_id, payload, {from_millis("produce_time")}, {from_millis("trigger_time")},
-       {from_millis("expire_time")}, max_retry, coalesce(c.retry, u.retry), coalesce(c.to_status, u.status), priority,
+SELECT %(namespace)s, u.topic, u.msg_id, payload, {from_millis("produce_time")},
+       coalesce(c.trigger_time, {from_millis("u.trigger_time")}),
+       coalesce(c.expire_time, {from_millis("u.expire_time")}),
+       max_retry, coalesce(c.retry, u.retry), coalesce(c.to_status, u.status), priority,
        coalesce(c.at, {from_millis("produce_time")})
 FROM u LEFT JOIN caught_up c ON c.topic = u.topic AND c.msg_id = u.msg_id
 {_ON_KEY_REPLACE} WHERE m.produce_time <> EXCLUDED.produce_time OR m.updated_at = m.produce_time
@@ -255,11 +264,12 @@ ON CONFLICT (namespace, topic, msg_id, event_id) DO UPDATE SET to_status = EXCLU
 # which skips such rows. ON CONFLICT for every drain would cost each row a speculative insertion.
 INSERT_EVENTS = f"""
 INSERT INTO {tables.EVENT} (namespace, topic, msg_id, event_id, at, from_status, to_status, retry, reason, process,
-  host, detail)
+  host, detail, trigger_time, expire_time)
 SELECT %(namespace)s, topic, msg_id, entry_id, {from_millis("at")}, from_status, to_status, retry, reason, process,
-       host, detail
-FROM json_to_recordset(%(events)s::json) AS u({record(Event, "topic", "msg_id", "entry_id", "at", "from_status",
-                                                      "to_status", "retry", "reason", "process", "host", "detail")})
+       host, detail, {from_millis("trigger_time")}, {from_millis("expire_time")}
+FROM json_to_recordset(%(events)s::json) AS u({record(
+    Event, "topic", "msg_id", "entry_id", "at", "from_status", "to_status", "retry", "reason", "process", "host",
+    "detail", "trigger_time", "expire_time")})
 """
 RECORD_EVENTS = INSERT_EVENTS + "ON CONFLICT (namespace, topic, msg_id, event_id) DO NOTHING\n"
 # Only the life of the message the row describes (same produceTime) moves its status, never

@@ -23,7 +23,7 @@ from delayqueue.services import restore as restore_service
 from delayqueue.services import send as send_service
 from delayqueue.services.consume import (ack_message, ack_messages, long_poll_messages, nack_message, pull_messages,
                                          touch_message)
-from delayqueue.services.messages import delete_message, get_message
+from delayqueue.services.messages import delete_message, get_message, reschedule_message
 from delayqueue.services.restore import restore
 from delayqueue.services.send import SendRequest, send_message, send_messages
 from delayqueue.services.topic_control import set_topic_config
@@ -169,6 +169,43 @@ async def test_a_correction_that_moves_the_row_to_a_new_life_keeps_the_events_th
         "second", second.produce_time, Status.ACKED, 1)
     await rt.redis.flushall()  # Redis lost its data: only the row says the message ended
     assert (await restore(rt)).restored == 0
+
+
+async def _nacked_with_a_delay(rt) -> None:
+    await pull_messages(rt, topic="t")
+    await nack_message(rt, topic="t", msg_id="again", delay_millis=60_000)
+
+
+async def _rescheduled(rt) -> None:
+    await reschedule_message(rt, topic="t", msg_id="again", delay_millis=120_000)
+
+
+@pytest.mark.parametrize("change, delay", [(_nacked_with_a_delay, 0), (_rescheduled, 60_000)])
+async def test_a_correction_to_a_new_life_takes_the_times_the_writer_recorded_of_it_first(
+        single_rt, monkeypatch, change, delay):
+    """The new life (a resend after a delete with release) is nacked with a delay, or rescheduled, and
+    the writer records it before the send's correction commits: the row must take the new times, not
+    the send's, or a restore after Redis lost its data delivers the message a minute early."""
+    rt = single_rt
+    await send_message(rt, request=SendRequest("t", "first", 60_000, "again"))
+    assert await delete_message(rt, topic="t", msg_id="again", release=True)
+    correct = MessageLog.overwrite
+
+    async def changed_first(log, rows):
+        await change(rt)
+        await drain_log(rt, ["t"])
+        await correct(log, rows)
+
+    monkeypatch.setattr(MessageLog, "overwrite", changed_first)
+    second = await send_message(rt, request=SendRequest("t", "second", delay, "again"))
+    changed = await get_message(rt, topic="t", msg_id="again")
+    assert changed.trigger_time > second.trigger_time + 50_000
+    row = await logged("t", "again")
+    assert (row["produceTime"], row["status"], row["triggerTime"], row["expireTime"]) == (
+        second.produce_time, Status.WAITING, changed.trigger_time, changed.expire_time)
+    await rt.redis.flushall()  # Redis lost its data: the row's times are what a restore puts back
+    assert (await restore(rt)).restored == 1
+    assert (await get_message(rt, topic="t", msg_id="again")).trigger_time == changed.trigger_time
 
 
 async def test_a_correction_that_takes_the_row_while_the_writer_records_the_new_life_loses_none_of_it(
