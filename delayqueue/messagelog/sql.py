@@ -200,9 +200,10 @@ LOCK_TOPICS_MOVED = _topic_locks("pg_advisory_xact_lock", f"""(
 # same life the log writer has moved since its send (updated_at no longer its produceTime): the
 # events it holds came after Redis' answer, and going back to the answer would undo them.
 # A row moved to another life (one only Redis knew had begun: its last life had ended there, not
-# yet in the log) takes the latest history row recorded after the row's own last one (the first
-# row into its status at its updated_at): the writer recorded the new life's events but moved no
-# row, the row being another life's. The old life may still be live there (its end in another
+# yet in the log) takes the latest history row recorded after the row's own last one (the last row
+# into its status and retry at its updated_at: Redis makes many changes in one ms, and one of the old
+# life's after it there moved no row): the writer recorded the new life's events but moved no row,
+# the row being another life's. The old life may still be live there (its end in another
 # stream, a shard count's the topic gave up, that the writer has not read yet); a change of its
 # that moved no row (touched, restored as it was: from its status, or from none) is left out. A
 # change that moved the times moves a row whatever its status: the row takes the latest such
@@ -214,9 +215,9 @@ OVERWRITE = f"""
 WITH u AS MATERIALIZED (SELECT * FROM {_ROWS}),
 moved AS MATERIALIZED (
     SELECT u.topic, u.msg_id, m.updated_at, (
-        SELECT min(e.id) FROM {tables.EVENT} e
+        SELECT max(e.id) FROM {tables.EVENT} e
         WHERE e.msg_id = m.msg_id AND e.topic = m.topic AND e.namespace = m.namespace AND e.at = m.updated_at
-          AND e.to_status = m.status) AS last_id
+          AND e.to_status = m.status AND e.retry = m.retry) AS last_id
     FROM u {_MESSAGE_OF_U} JOIN {tables.MESSAGE} m ON m.id = found.id
     WHERE NOT {SAME_LIFE}
 ), caught_up AS (

@@ -280,6 +280,26 @@ async def test_a_correction_to_a_new_life_takes_no_change_of_the_old_life_for_th
     assert await logged("t", "again") == as_logged(second)
 
 
+async def test_a_correction_to_a_new_life_takes_no_change_of_the_old_life_redis_made_in_the_same_ms(single_rt):
+    """The old life's last changes (pulled, nacked, pulled again) fell in one ms of Redis' clock, so two
+    of its history rows went into consuming at the row's updated_at. The old life is deleted with
+    release and a resend starts a new life, waiting a minute, before the writer records the delete:
+    the row moved to it says the send's waiting, retry 0, not the old life's consuming, retry 2 (a
+    restore would deliver it at once)."""
+    rt = single_rt
+    await send_message(rt, request=SendRequest("t", "first", 0, "again"))
+    await pull_messages(rt, topic="t")
+    await nack_message(rt, topic="t", msg_id="again", delay_millis=0)
+    await pull_messages(rt, topic="t")
+    await drain_log(rt, ["t"])
+    # Redis did all three in the ms of the last (the row's updated_at): as many scripts run in one.
+    await query("UPDATE delayqueue_messageevent e SET at = m.updated_at FROM delayqueue_message m"
+                " WHERE e.msg_id = 'again' AND m.msg_id = 'again' AND e.reason <> 'sent'")
+    assert await delete_message(rt, topic="t", msg_id="again", release=True)
+    second = await send_message(rt, request=SendRequest("t", "second", 60_000, "again"))
+    assert await logged("t", "again") == as_logged(second)
+
+
 async def test_a_change_redis_makes_before_a_send_time_from_a_clock_ahead_moves_the_row(single_rt, monkeypatch):
     """The web process's clock runs ahead of Redis': the row's updated_at (its produceTime) is
     later than the delete's event time (Redis'), which must move it all the same, or a restore
