@@ -517,26 +517,31 @@ ORDER BY m.updated_at, m.id LIMIT %(limit)s
 """
 # Ends a batch of dead letters as deleted, each with its history row (reason purged), as a purge of
 # a topic ends its cold messages; answers how many. Their history stays, for the retention to take
-# with the row: what they went through still counts in the hours' figures (spark.stats).
+# with the row: what they went through still counts in the hours' figures (spark.stats). Stamped
+# %(now)s, Redis' clock, as DELETE_COLD is: a death's entry the writer reads again (a topic changing
+# hands) is then never later than the stamp, nor undoes the purge with PostgreSQL's clock behind.
 PURGE_DEAD = f"""
 WITH doomed AS (
     SELECT m.id, m.status FROM {tables.MESSAGE} m WHERE {_DEAD_IN}
     ORDER BY m.updated_at, m.id LIMIT %(batch)s
     FOR UPDATE SKIP LOCKED
 ), purged AS (
-    UPDATE {tables.MESSAGE} m SET status = %(deleted)s, updated_at = now() FROM doomed WHERE m.id = doomed.id
+    UPDATE {tables.MESSAGE} m SET status = %(deleted)s, updated_at = {from_millis("%(now)s::int8")}
+    FROM doomed WHERE m.id = doomed.id
     RETURNING m.topic, m.msg_id, m.retry, m.status, m.updated_at, doomed.status AS dead_status
 ), history AS (
     {_history_of("purged", "purged", "dead_status")}
 )
 SELECT count(*) FROM purged
 """
-# A redrive task over the dead letters in scope, bounded by the newest of them (and the
-# database's now): a message redriven and dead again later is not taken twice. None when the
-# scope holds no dead letter.
+# A redrive task over the dead letters in scope, bounded by the newest of them (and %(now)s, Redis'
+# clock, which their deaths are stamped with): a message redriven and dead again later is not taken
+# twice (PostgreSQL's clock ahead of Redis' let the task take it again). None when the scope holds
+# no dead letter.
 CREATE_REDRIVE = f"""
 INSERT INTO {tables.REDRIVE} (namespace, topic, msg_ids, max_per_second, created_at, after_id, moved, lease_owner)
-SELECT %(namespace)s::text, %(topic)s::text, %(msg_ids_json)s::jsonb, %(rate)s::int4, greatest(now(), max(m.updated_at)), 0, 0, ''
+SELECT %(namespace)s::text, %(topic)s::text, %(msg_ids_json)s::jsonb, %(rate)s::int4,
+       greatest({from_millis("%(now)s::int8")}, max(m.updated_at)), 0, 0, ''
 FROM {tables.MESSAGE} m WHERE {_DEAD_IN}
 HAVING count(*) > 0
 RETURNING id
