@@ -98,6 +98,9 @@ class MessageEvent(models.Model):
     # stream entry, null for other rows: a send's correction that catches up on the change takes them.
     trigger_time = models.DateTimeField(null=True, blank=True)
     expire_time = models.DateTimeField(null=True, blank=True)
+    # The life the change in Redis was of (its message's produceTime), from its stream entry; null on
+    # the rows the log writes itself ('sent', the cold tier's): a send's correction catches up by it.
+    produce_time = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         db_table = tables.EVENT

@@ -200,34 +200,25 @@ LOCK_TOPICS_MOVED = _topic_locks("pg_advisory_xact_lock", f"""(
 # same life the log writer has moved since its send (updated_at no longer its produceTime): the
 # events it holds came after Redis' answer, and going back to the answer would undo them.
 # A row moved to another life (one only Redis knew had begun: its last life had ended there, not
-# yet in the log) takes the latest history row recorded after the row's own last one (the last row
-# into its status and retry at its updated_at: Redis makes many changes in one ms, and one of the old
-# life's after it there moved no row): the writer recorded the new life's events but moved no row,
-# the row being another life's. The old life may still be live there (its end in another
-# stream, a shard count's the topic gave up, that the writer has not read yet); a change of its
-# that moved no row (touched, restored as it was: from its status, or from none) is left out. A
-# change that moved the times moves a row whatever its status: the row takes the latest such
-# times (a nack's delay, a reschedule), or a restore would bring the message back at the send's.
-_EVENTS_SINCE_MOVED = f"""{tables.EVENT} e
-        WHERE e.msg_id = moved.msg_id AND e.topic = moved.topic AND e.namespace = %(namespace)s
-          AND (e.at, e.id) > (moved.updated_at, moved.last_id)"""
+# yet in the log) takes the state of that life's latest history row, and the latest times one of
+# them moved (a nack's delay, a reschedule): the writer recorded the new life's events but moved no
+# row, the row being another life's, ended or live yet (its end in another stream, a shard count's
+# the topic gave up, not read yet). The writer's rows name their life (its produceTime), which tells
+# them apart: by time it could not, the row's own being a web process' clock (its produceTime) when
+# only its send wrote it, and Redis making many changes in one ms.
+_EVENTS_OF_U = f"""{tables.EVENT} e
+        WHERE e.msg_id = u.msg_id AND e.topic = u.topic AND e.namespace = %(namespace)s
+          AND {to_millis("e.produce_time")} = u.produce_time"""
 OVERWRITE = f"""
 WITH u AS MATERIALIZED (SELECT * FROM {_ROWS}),
-moved AS MATERIALIZED (
-    SELECT u.topic, u.msg_id, m.updated_at, (
-        SELECT max(e.id) FROM {tables.EVENT} e
-        WHERE e.msg_id = m.msg_id AND e.topic = m.topic AND e.namespace = m.namespace AND e.at = m.updated_at
-          AND e.to_status = m.status AND e.retry = m.retry) AS last_id
-    FROM u {_MESSAGE_OF_U} JOIN {tables.MESSAGE} m ON m.id = found.id
-    WHERE NOT {SAME_LIFE}
-), caught_up AS (
-    SELECT moved.topic, moved.msg_id, last.*, times.* FROM moved CROSS JOIN LATERAL (
-        SELECT e.to_status, e.retry, e.at FROM {_EVENTS_SINCE_MOVED}
-          AND (e.from_status NOT IN (0, e.to_status) OR e.trigger_time IS NOT NULL)
-        ORDER BY e.at DESC, e.id DESC LIMIT 1) last
+caught_up AS (
+    SELECT u.topic, u.msg_id, last.*, times.* FROM u {_MESSAGE_OF_U} JOIN {tables.MESSAGE} m ON m.id = found.id
+    CROSS JOIN LATERAL (
+        SELECT e.to_status, e.retry, e.at FROM {_EVENTS_OF_U} ORDER BY e.at DESC, e.id DESC LIMIT 1) last
     LEFT JOIN LATERAL (
-        SELECT e.trigger_time, e.expire_time FROM {_EVENTS_SINCE_MOVED} AND e.trigger_time IS NOT NULL
+        SELECT e.trigger_time, e.expire_time FROM {_EVENTS_OF_U} AND e.trigger_time IS NOT NULL
         ORDER BY e.at DESC, e.id DESC LIMIT 1) times ON TRUE
+    WHERE NOT {SAME_LIFE}
 )
 INSERT INTO {tables.MESSAGE} AS m ({_COLUMNS})
 SELECT %(namespace)s, u.topic, u.msg_id, payload, {from_millis("produce_time")},
@@ -265,12 +256,12 @@ ON CONFLICT (namespace, topic, msg_id, event_id) DO UPDATE SET to_status = EXCLU
 # which skips such rows. ON CONFLICT for every drain would cost each row a speculative insertion.
 INSERT_EVENTS = f"""
 INSERT INTO {tables.EVENT} (namespace, topic, msg_id, event_id, at, from_status, to_status, retry, reason, process,
-  host, detail, trigger_time, expire_time)
+  host, detail, produce_time, trigger_time, expire_time)
 SELECT %(namespace)s, topic, msg_id, entry_id, {from_millis("at")}, from_status, to_status, retry, reason, process,
-       host, detail, {from_millis("trigger_time")}, {from_millis("expire_time")}
+       host, detail, {from_millis("produce_time")}, {from_millis("trigger_time")}, {from_millis("expire_time")}
 FROM json_to_recordset(%(events)s::json) AS u({record(
     Event, "topic", "msg_id", "entry_id", "at", "from_status", "to_status", "retry", "reason", "process", "host",
-    "detail", "trigger_time", "expire_time")})
+    "detail", "produce_time", "trigger_time", "expire_time")})
 """
 RECORD_EVENTS = INSERT_EVENTS + "ON CONFLICT (namespace, topic, msg_id, event_id) DO NOTHING\n"
 # Only the life of the message the row describes (same produceTime) moves its status, never

@@ -1,6 +1,7 @@
-"""The times a change moved, on its history row (MessageEvent.trigger_time, expire_time), for a send's
-correction to catch up on them. Nullable columns without a default: PostgreSQL changes its catalogue
-only (no row is rewritten), and the version still serving during an upgrade writes its rows without them."""
+"""What a change in Redis was, on its history row: the life it was of (MessageEvent.produce_time) and
+the times it moved (trigger_time, expire_time), for a send's correction to catch up on them. Nullable
+columns without a default: PostgreSQL changes its catalogue only (no row is rewritten), and the
+version still serving during an upgrade writes its rows without them."""
 
 from django.db import migrations, models
 
@@ -20,6 +21,11 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='messageevent',
             name='trigger_time',
+            field=models.DateTimeField(blank=True, null=True),
+        ),
+        migrations.AddField(
+            model_name='messageevent',
+            name='produce_time',
             field=models.DateTimeField(blank=True, null=True),
         ),
     ]

@@ -243,10 +243,14 @@ async def test_a_correction_after_a_reshard_keeps_the_new_lifes_events_recorded_
     new life goes to the new count's shard, whose stream the writer may record first (another scanner's,
     or the old one's backlog). The correction then finds the row still the old life's, live; it must
     take the new life's events all the same: left ready, a restore after Redis dropped the acked body
-    brings it back (the old life's late delete is no longer the row's)."""
+    brings it back (the old life's late delete is no longer the row's). The first send's web process
+    has a clock ahead of Redis': the row's time, its produceTime, is later than the new life's events."""
     rt = single_rt
     msg_id = next(f"again-{n}" for n in range(100) if shard_of("t", f"again-{n}", 3).index == 1)
-    await send_message(rt, request=SendRequest("t", "first", 60_000, msg_id))
+    ahead = now_millis() + 2000
+    with monkeypatch.context() as clock:
+        clock.setattr(send_service, "now_millis", lambda: ahead)
+        await send_message(rt, request=SendRequest("t", "first", 60_000, msg_id))
     await set_topic_config(rt, topic="t", changes={"shards": 3}, limits={})
     assert await delete_message(rt, topic="t", msg_id=msg_id, release=True)
     correct = MessageLog.overwrite
