@@ -94,6 +94,13 @@ class MessageEvent(models.Model):
     # A push attempt's HTTP status or error ('' for other changes); a database default too, for
     # rows written by a process older than the column.
     detail = models.CharField(max_length=MAX_EVENT_DETAIL, blank=True, default="", db_default="")
+    # The times a change in Redis moved (a reschedule, a nack with a delay, a retry's backoff), from its
+    # stream entry, null for other rows: a send's correction that catches up on the change takes them.
+    trigger_time = models.DateTimeField(null=True, blank=True)
+    expire_time = models.DateTimeField(null=True, blank=True)
+    # The life the change in Redis was of (its message's produceTime), from its stream entry; null on
+    # the rows the log writes itself ('sent', the cold tier's): a send's correction catches up by it.
+    produce_time = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         db_table = tables.EVENT

@@ -50,7 +50,8 @@ MESSAGE_COLUMNS = table_columns(
 
 EVENT_COLUMNS = table_columns(
     id="int8", namespace="text", topic="text", msg_id="text", event_id="text", at="timestamptz",
-    from_status="int2", to_status="int2", retry="int4", reason="text", process="text", host="text", detail="text")
+    from_status="int2", to_status="int2", retry="int4", reason="text", process="text", host="text", detail="text",
+    trigger_time="timestamptz", expire_time="timestamptz", produce_time="timestamptz")
 
 
 def id_ranges(low: int, high: int, parts: int) -> list[tuple[int, int]]:

@@ -200,30 +200,31 @@ LOCK_TOPICS_MOVED = _topic_locks("pg_advisory_xact_lock", f"""(
 # same life the log writer has moved since its send (updated_at no longer its produceTime): the
 # events it holds came after Redis' answer, and going back to the answer would undo them.
 # A row moved to another life (one only Redis knew had begun: its last life had ended there, not
-# yet in the log) takes the latest history row recorded after the row's own last one (the first
-# row into its status at its updated_at): the writer recorded the new life's events but moved no
-# row, the row being another life's. The old life may still be live there (its end in another
-# stream, a shard count's the topic gave up, that the writer has not read yet); a change of its
-# that moved no row (touched, restored as it was: from its status, or from none) is left out.
+# yet in the log) takes the state of that life's latest history row, and the latest times one of
+# them moved (a nack's delay, a reschedule): the writer recorded the new life's events but moved no
+# row, the row being another life's, ended or live yet (its end in another stream, a shard count's
+# the topic gave up, not read yet). The writer's rows name their life (its produceTime), which tells
+# them apart: by time it could not, the row's own being a web process' clock (its produceTime) when
+# only its send wrote it, and Redis making many changes in one ms.
+_EVENTS_OF_U = f"""{tables.EVENT} e
+        WHERE e.msg_id = u.msg_id AND e.topic = u.topic AND e.namespace = %(namespace)s
+          AND {to_millis("e.produce_time")} = u.produce_time"""
 OVERWRITE = f"""
 WITH u AS MATERIALIZED (SELECT * FROM {_ROWS}),
-moved AS MATERIALIZED (
-    SELECT u.topic, u.msg_id, m.updated_at, (
-        SELECT min(e.id) FROM {tables.EVENT} e
-        WHERE e.msg_id = m.msg_id AND e.topic = m.topic AND e.namespace = m.namespace AND e.at = m.updated_at
-          AND e.to_status = m.status) AS last_id
-    FROM u {_MESSAGE_OF_U} JOIN {tables.MESSAGE} m ON m.id = found.id
+caught_up AS (
+    SELECT u.topic, u.msg_id, last.*, times.* FROM u {_MESSAGE_OF_U} JOIN {tables.MESSAGE} m ON m.id = found.id
+    CROSS JOIN LATERAL (
+        SELECT e.to_status, e.retry, e.at FROM {_EVENTS_OF_U} ORDER BY e.at DESC, e.id DESC LIMIT 1) last
+    LEFT JOIN LATERAL (
+        SELECT e.trigger_time, e.expire_time FROM {_EVENTS_OF_U} AND e.trigger_time IS NOT NULL
+        ORDER BY e.at DESC, e.id DESC LIMIT 1) times ON TRUE
     WHERE NOT {SAME_LIFE}
-), caught_up AS (
-    SELECT moved.topic, moved.msg_id, last.* FROM moved CROSS JOIN LATERAL (
-        SELECT e.to_status, e.retry, e.at FROM {tables.EVENT} e
-        WHERE e.msg_id = moved.msg_id AND e.topic = moved.topic AND e.namespace = %(namespace)s
-          AND (e.at, e.id) > (moved.updated_at, moved.last_id) AND e.from_status NOT IN (0, e.to_status)
-        ORDER BY e.at DESC, e.id DESC LIMIT 1) last
 )
 INSERT INTO {tables.MESSAGE} AS m ({_COLUMNS})
-SELECT %(namespace)s, u.topic, u.msg_id, payload, {from_millis("produce_time")}, {from_millis("trigger_time")},
-       {from_millis("expire_time")}, max_retry, coalesce(c.retry, u.retry), coalesce(c.to_status, u.status), priority,
+SELECT %(namespace)s, u.topic, u.msg_id, payload, {from_millis("produce_time")},
+       coalesce(c.trigger_time, {from_millis("u.trigger_time")}),
+       coalesce(c.expire_time, {from_millis("u.expire_time")}),
+       max_retry, coalesce(c.retry, u.retry), coalesce(c.to_status, u.status), priority,
        coalesce(c.at, {from_millis("produce_time")})
 FROM u LEFT JOIN caught_up c ON c.topic = u.topic AND c.msg_id = u.msg_id
 {_ON_KEY_REPLACE} WHERE m.produce_time <> EXCLUDED.produce_time OR m.updated_at = m.produce_time
@@ -255,11 +256,12 @@ ON CONFLICT (namespace, topic, msg_id, event_id) DO UPDATE SET to_status = EXCLU
 # which skips such rows. ON CONFLICT for every drain would cost each row a speculative insertion.
 INSERT_EVENTS = f"""
 INSERT INTO {tables.EVENT} (namespace, topic, msg_id, event_id, at, from_status, to_status, retry, reason, process,
-  host, detail)
+  host, detail, produce_time, trigger_time, expire_time)
 SELECT %(namespace)s, topic, msg_id, entry_id, {from_millis("at")}, from_status, to_status, retry, reason, process,
-       host, detail
-FROM json_to_recordset(%(events)s::json) AS u({record(Event, "topic", "msg_id", "entry_id", "at", "from_status",
-                                                      "to_status", "retry", "reason", "process", "host", "detail")})
+       host, detail, {from_millis("produce_time")}, {from_millis("trigger_time")}, {from_millis("expire_time")}
+FROM json_to_recordset(%(events)s::json) AS u({record(
+    Event, "topic", "msg_id", "entry_id", "at", "from_status", "to_status", "retry", "reason", "process", "host",
+    "detail", "produce_time", "trigger_time", "expire_time")})
 """
 RECORD_EVENTS = INSERT_EVENTS + "ON CONFLICT (namespace, topic, msg_id, event_id) DO NOTHING\n"
 # Only the life of the message the row describes (same produceTime) moves its status, never
@@ -513,26 +515,31 @@ ORDER BY m.updated_at, m.id LIMIT %(limit)s
 """
 # Ends a batch of dead letters as deleted, each with its history row (reason purged), as a purge of
 # a topic ends its cold messages; answers how many. Their history stays, for the retention to take
-# with the row: what they went through still counts in the hours' figures (spark.stats).
+# with the row: what they went through still counts in the hours' figures (spark.stats). Stamped
+# %(now)s, Redis' clock, as DELETE_COLD is: a death's entry the writer reads again (a topic changing
+# hands) is then never later than the stamp, nor undoes the purge with PostgreSQL's clock behind.
 PURGE_DEAD = f"""
 WITH doomed AS (
     SELECT m.id, m.status FROM {tables.MESSAGE} m WHERE {_DEAD_IN}
     ORDER BY m.updated_at, m.id LIMIT %(batch)s
     FOR UPDATE SKIP LOCKED
 ), purged AS (
-    UPDATE {tables.MESSAGE} m SET status = %(deleted)s, updated_at = now() FROM doomed WHERE m.id = doomed.id
+    UPDATE {tables.MESSAGE} m SET status = %(deleted)s, updated_at = {from_millis("%(now)s::int8")}
+    FROM doomed WHERE m.id = doomed.id
     RETURNING m.topic, m.msg_id, m.retry, m.status, m.updated_at, doomed.status AS dead_status
 ), history AS (
     {_history_of("purged", "purged", "dead_status")}
 )
 SELECT count(*) FROM purged
 """
-# A redrive task over the dead letters in scope, bounded by the newest of them (and the
-# database's now): a message redriven and dead again later is not taken twice. None when the
-# scope holds no dead letter.
+# A redrive task over the dead letters in scope, bounded by the newest of them (and %(now)s, Redis'
+# clock, which their deaths are stamped with): a message redriven and dead again later is not taken
+# twice (PostgreSQL's clock ahead of Redis' let the task take it again). None when the scope holds
+# no dead letter.
 CREATE_REDRIVE = f"""
 INSERT INTO {tables.REDRIVE} (namespace, topic, msg_ids, max_per_second, created_at, after_id, moved, lease_owner)
-SELECT %(namespace)s::text, %(topic)s::text, %(msg_ids_json)s::jsonb, %(rate)s::int4, greatest(now(), max(m.updated_at)), 0, 0, ''
+SELECT %(namespace)s::text, %(topic)s::text, %(msg_ids_json)s::jsonb, %(rate)s::int4,
+       greatest({from_millis("%(now)s::int8")}, max(m.updated_at)), 0, 0, ''
 FROM {tables.MESSAGE} m WHERE {_DEAD_IN}
 HAVING count(*) > 0
 RETURNING id

@@ -16,6 +16,7 @@ from delayqueue.messagelog import sql
 from delayqueue.messagelog.connection import one_use
 from delayqueue.messagelog.dead_letters import Task, left_to_move, parse_cursor
 from delayqueue.runtime import Runtime
+from delayqueue.services.messages import redis_millis
 
 
 @dataclass(frozen=True)
@@ -60,7 +61,8 @@ async def purge_dead_letters(rt: Runtime, *, topic: str, msg_ids: list[str] | No
               "process": process, "host": host}
     async with one_use(rt.config.log_timeout_millis, rt.log_database) as conn:
         while True:
-            found = await conn.execute(sql.PURGE_DEAD, params)
+            # Redis' clock read per batch: a letter dying meanwhile is stamped after its death.
+            found = await conn.execute(sql.PURGE_DEAD, {**params, "now": await redis_millis(rt)})
             count = (await found.fetchone())[0]
             removed += count
             if count < batch:
@@ -78,10 +80,11 @@ async def create_redrive(rt: Runtime, *, topic: str, msg_ids: list[str] | None,
     if max_per_second > rt.config.max_redrive_rate:
         raise CapReached(f"maxPerSecond {max_per_second} is over the redrive rate cap",
                          setting="DELAYQUEUE_MAX_REDRIVE_RATE", cap=rt.config.max_redrive_rate)
+    now = await redis_millis(rt)
     async with one_use(rt.config.log_timeout_millis, rt.log_database) as conn:
         found = await conn.execute(sql.CREATE_REDRIVE, {
             **_scope(rt, topic, msg_ids), "msg_ids_json": None if msg_ids is None else Jsonb(msg_ids),
-            "rate": max_per_second})
+            "rate": max_per_second, "now": now})
         row = await found.fetchone()
     return None if row is None else row[0]
 

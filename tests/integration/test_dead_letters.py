@@ -18,7 +18,9 @@ from delayqueue.core.constants import Status
 from delayqueue.live.shards import topic_shards
 from delayqueue.messagelog import retention
 from delayqueue.messagelog.retention import prune_log
+from delayqueue.messagelog.sql import to_millis
 from delayqueue.services.consume import ack_message, nack_message, pull_messages
+from delayqueue.services import dead_letters as dead_letters_module
 from delayqueue.services.dead_letters import create_redrive, purge_dead_letters, redrive_state
 from delayqueue.services.messages import get_message
 from delayqueue.services.restore import restore
@@ -27,7 +29,7 @@ from delayqueue.services.topics import list_topics, topic_info
 from delayqueue.services.topic_control import set_topic_config
 from delayqueue.workers.redriver import Redriver
 from tests.helpers import (EVERY_LOG_DATABASE, REDIS_URL, ROOT, TEST_CONFIG, call, dead_letter_page, drain_log, history,
-                           log_database_url, logged, make_runtime, query, wait_until)
+                           log_database_url, logged, make_runtime, query, redis_readings, stamps, wait_until)
 
 # Dead letters written straight into the log, as the log writer leaves them: their status (6 unless
 # told) and the history row that ended them, `g` milliseconds apart in death order.
@@ -195,9 +197,13 @@ async def test_a_message_that_expires_undelivered_is_a_dead_letter_listed_and_re
     assert (await call(api, "getDeadMsgList", method="get", topic="late"))["delayMsgList"] == []
 
 
-async def test_a_redrive_sends_dead_letters_back_as_new_lives_that_are_delivered(rt, start_scanner):
+async def test_a_redrive_sends_dead_letters_back_as_new_lives_that_are_delivered(rt, start_scanner, monkeypatch):
     await make_dead(rt, "t", exhausted=["a", "b", "c"])
+    readings = redis_readings(monkeypatch, dead_letters_module)
     task_id = await create_redrive(rt, topic="t", msg_ids=["a", "b", "nope"], max_per_second=500)
+    # Bounded by Redis' clock, the deaths': a letter redriven and dead again is never the task's.
+    assert await query(f"SELECT {to_millis('created_at')} FROM delayqueue_redrivetask WHERE id = %s",
+                       task_id) == [(readings[0],)]
     assert await create_redrive(rt, topic="t", msg_ids=["nope"], max_per_second=500) is None
     assert await create_redrive(rt, topic="empty", msg_ids=None, max_per_second=500) is None
     await start_scanner(rt)
@@ -231,14 +237,19 @@ async def logged_status(topic: str, msg_id: str, status: int) -> bool:
     return row is not None and row["status"] == status
 
 
-async def test_purge_ends_dead_letters_only_as_deleted_and_keeps_their_history(single_rt):
+async def test_purge_ends_dead_letters_only_as_deleted_and_keeps_their_history(single_rt, monkeypatch):
     """What they went through stays in the history, for the hours' figures (spark.stats), until the
     retention takes it with the row."""
     rt = single_rt
     await make_dead(rt, "t", exhausted=["a", "b", "c"])
     await send_message(rt, request=SendRequest(topic="t", msg="live", delay_millis=0, msg_id="live"))
+    readings = redis_readings(monkeypatch, dead_letters_module)
     assert await purge_dead_letters(rt, topic="t", msg_ids=["a", "live", "nope"]) == 1
     assert (await logged("t", "a"))["status"] == Status.DELETED
+    # Stamped, row and history, with Redis' clock: its death's entry, written again by a second writer
+    # (a topic changing hands), is never later, as it would be with PostgreSQL's clock behind Redis'.
+    [updated, *_, purged] = await stamps("t", "a")
+    assert updated == purged == readings[0]
     assert await history("t", "a") == [("sent", 0, Status.READY, 0), ("pulled", Status.READY, Status.CONSUMING, 1),
                                        ("retries_exhausted", Status.CONSUMING, Status.EXHAUSTED, 1),
                                        ("purged", Status.EXHAUSTED, Status.DELETED, 1)]

@@ -23,7 +23,7 @@ from delayqueue.services import restore as restore_service
 from delayqueue.services import send as send_service
 from delayqueue.services.consume import (ack_message, ack_messages, long_poll_messages, nack_message, pull_messages,
                                          touch_message)
-from delayqueue.services.messages import delete_message, get_message
+from delayqueue.services.messages import delete_message, get_message, reschedule_message
 from delayqueue.services.restore import restore
 from delayqueue.services.send import SendRequest, send_message, send_messages
 from delayqueue.services.topic_control import set_topic_config
@@ -171,6 +171,43 @@ async def test_a_correction_that_moves_the_row_to_a_new_life_keeps_the_events_th
     assert (await restore(rt)).restored == 0
 
 
+async def _nacked_with_a_delay(rt) -> None:
+    await pull_messages(rt, topic="t")
+    await nack_message(rt, topic="t", msg_id="again", delay_millis=60_000)
+
+
+async def _rescheduled(rt) -> None:
+    await reschedule_message(rt, topic="t", msg_id="again", delay_millis=120_000)
+
+
+@pytest.mark.parametrize("change, delay", [(_nacked_with_a_delay, 0), (_rescheduled, 60_000)])
+async def test_a_correction_to_a_new_life_takes_the_times_the_writer_recorded_of_it_first(
+        single_rt, monkeypatch, change, delay):
+    """The new life (a resend after a delete with release) is nacked with a delay, or rescheduled, and
+    the writer records it before the send's correction commits: the row must take the new times, not
+    the send's, or a restore after Redis lost its data delivers the message a minute early."""
+    rt = single_rt
+    await send_message(rt, request=SendRequest("t", "first", 60_000, "again"))
+    assert await delete_message(rt, topic="t", msg_id="again", release=True)
+    correct = MessageLog.overwrite
+
+    async def changed_first(log, rows):
+        await change(rt)
+        await drain_log(rt, ["t"])
+        await correct(log, rows)
+
+    monkeypatch.setattr(MessageLog, "overwrite", changed_first)
+    second = await send_message(rt, request=SendRequest("t", "second", delay, "again"))
+    changed = await get_message(rt, topic="t", msg_id="again")
+    assert changed.trigger_time > second.trigger_time + 50_000
+    row = await logged("t", "again")
+    assert (row["produceTime"], row["status"], row["triggerTime"], row["expireTime"]) == (
+        second.produce_time, Status.WAITING, changed.trigger_time, changed.expire_time)
+    await rt.redis.flushall()  # Redis lost its data: the row's times are what a restore puts back
+    assert (await restore(rt)).restored == 1
+    assert (await get_message(rt, topic="t", msg_id="again")).trigger_time == changed.trigger_time
+
+
 async def test_a_correction_that_takes_the_row_while_the_writer_records_the_new_life_loses_none_of_it(
         single_rt, monkeypatch):
     """The writer's transaction recording a resend's new life (its pull and ack, after the old life's
@@ -206,10 +243,14 @@ async def test_a_correction_after_a_reshard_keeps_the_new_lifes_events_recorded_
     new life goes to the new count's shard, whose stream the writer may record first (another scanner's,
     or the old one's backlog). The correction then finds the row still the old life's, live; it must
     take the new life's events all the same: left ready, a restore after Redis dropped the acked body
-    brings it back (the old life's late delete is no longer the row's)."""
+    brings it back (the old life's late delete is no longer the row's). The first send's web process
+    has a clock ahead of Redis': the row's time, its produceTime, is later than the new life's events."""
     rt = single_rt
     msg_id = next(f"again-{n}" for n in range(100) if shard_of("t", f"again-{n}", 3).index == 1)
-    await send_message(rt, request=SendRequest("t", "first", 60_000, msg_id))
+    ahead = now_millis() + 2000
+    with monkeypatch.context() as clock:
+        clock.setattr(send_service, "now_millis", lambda: ahead)
+        await send_message(rt, request=SendRequest("t", "first", 60_000, msg_id))
     await set_topic_config(rt, topic="t", changes={"shards": 3}, limits={})
     assert await delete_message(rt, topic="t", msg_id=msg_id, release=True)
     correct = MessageLog.overwrite
@@ -238,6 +279,26 @@ async def test_a_correction_to_a_new_life_takes_no_change_of_the_old_life_for_th
     await pull_messages(rt, topic="t")
     await touch_message(rt, topic="t", msg_id="again", ack_timeout_millis=60_000)
     await drain_log(rt, ["t"])
+    assert await delete_message(rt, topic="t", msg_id="again", release=True)
+    second = await send_message(rt, request=SendRequest("t", "second", 60_000, "again"))
+    assert await logged("t", "again") == as_logged(second)
+
+
+async def test_a_correction_to_a_new_life_takes_no_change_of_the_old_life_redis_made_in_the_same_ms(single_rt):
+    """The old life's last changes (pulled, nacked, pulled again) fell in one ms of Redis' clock, so two
+    of its history rows went into consuming at the row's updated_at. The old life is deleted with
+    release and a resend starts a new life, waiting a minute, before the writer records the delete:
+    the row moved to it says the send's waiting, retry 0, not the old life's consuming, retry 2 (a
+    restore would deliver it at once)."""
+    rt = single_rt
+    await send_message(rt, request=SendRequest("t", "first", 0, "again"))
+    await pull_messages(rt, topic="t")
+    await nack_message(rt, topic="t", msg_id="again", delay_millis=0)
+    await pull_messages(rt, topic="t")
+    await drain_log(rt, ["t"])
+    # Redis did all three in the ms of the last (the row's updated_at): as many scripts run in one.
+    await query("UPDATE delayqueue_messageevent e SET at = m.updated_at FROM delayqueue_message m"
+                " WHERE e.msg_id = 'again' AND m.msg_id = 'again' AND e.reason <> 'sent'")
     assert await delete_message(rt, topic="t", msg_id="again", release=True)
     second = await send_message(rt, request=SendRequest("t", "second", 60_000, "again"))
     assert await logged("t", "again") == as_logged(second)
