@@ -7,7 +7,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections import defaultdict
+from collections import Counter
 from datetime import datetime, timedelta, timezone
 
 import psycopg
@@ -28,8 +28,8 @@ from delayqueue.services.messages import delete_message, get_message
 from delayqueue.services.restore import restorable, restore
 from delayqueue.services.send import SendRequest, send_message, send_messages
 from delayqueue.services.topics import list_topics
-from tests.helpers import (EVERY_LOG_DATABASE, REDIS_URL, ROOT, TEST_CONFIG, drain_log, history, log_database_url, logged,
-                           make_runtime, query, redis_readings, stamps)
+from tests.helpers import (EVERY_LOG_DATABASE, REDIS_URL, ROOT, TEST_CONFIG, LoopTurns, drain_log, history,
+                           log_database_url, logged, make_runtime, query, redis_readings, stamps)
 from tools.stack import free_port
 
 API = "/camellia/delayQueue/"
@@ -172,36 +172,13 @@ async def test_a_restore_asks_whether_a_shard_is_draining_once_a_slice_and_gives
     between two returns to the event loop: read and built whole, it held the web process' loop, and every
     other namespace's request on it, 40-70 ms."""
     await query(FILL_LOG, 2_000)  # 4 topics, one page
-    turns = 0  # the event loop's turns so far
-    read, built = defaultdict(int), defaultdict(int)  # per turn, the log rows made and the rows built
-    make_dict_row, built_row = restore_service.dict_row, restore_service.restorable
-
-    def counting_dict_row(cursor):
-        make = make_dict_row(cursor)
-
-        def row(values):
-            read[turns] += 1
-            return make(values)
-        return row
-
-    def counting_restorable(*args):
-        built[turns] += 1
-        return built_row(*args)
-
-    async def count_turns():
-        nonlocal turns
-        while True:
-            turns += 1
-            await asyncio.sleep(0)
-
-    monkeypatch.setattr(restore_service, "dict_row", counting_dict_row)
-    monkeypatch.setattr(restore_service, "restorable", counting_restorable)
+    turns, read, built = LoopTurns(), Counter(), Counter()  # per turn, the log rows made and the rows built
+    make_dict_row = restore_service.dict_row
+    monkeypatch.setattr(restore_service, "dict_row", lambda cursor: turns.counting(read, make_dict_row(cursor)))
+    monkeypatch.setattr(restore_service, "restorable", turns.counting(built, restore_service.restorable))
     await single_rt.redis.config_resetstat()
-    counting = asyncio.ensure_future(count_turns())
-    try:
+    async with turns:
         assert (await restore(single_rt)).restored == 2_000
-    finally:
-        counting.cancel()
     hget = (await single_rt.redis.info("commandstats")).get("cmdstat_hget", {"calls": 0})
     assert hget["calls"] < 100
     assert sum(read.values()) == sum(built.values()) == 2_000
