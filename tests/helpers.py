@@ -209,6 +209,34 @@ def wait_for(predicate, timeout=10.0, what="condition"):
     return value
 
 
+class LoopTurns:
+    """Counts the event loop's turns while entered (a task that counts its own), so that a test can say
+    how much work one turn did without timing it: `counting(counts, func)` is func, adding one to
+    counts[the turn it ran in] per call."""
+
+    def __init__(self):
+        self.turn = 0
+        self._task = None
+
+    async def __aenter__(self) -> "LoopTurns":
+        self._task = asyncio.ensure_future(self._count())
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        self._task.cancel()
+
+    async def _count(self) -> None:
+        while True:
+            self.turn += 1
+            await asyncio.sleep(0)
+
+    def counting(self, counts: dict, func):
+        def counted(*args):
+            counts[self.turn] += 1
+            return func(*args)
+        return counted
+
+
 async def wait_until(predicate, timeout=10.0, interval=0.01, what="condition"):
     """Polls an async predicate until it returns a truthy value."""
     deadline = time.monotonic() + timeout

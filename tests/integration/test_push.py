@@ -26,13 +26,14 @@ from delayqueue.runtime import close_current
 from delayqueue.services import topic_control
 from delayqueue.services.admission import throttled_field
 from delayqueue.services.messages import get_message
-from delayqueue.services.send import SendRequest, send_message
+from delayqueue.services.send import SendRequest, send_message, send_messages
 from delayqueue.services.topic_control import set_topic_config
 from delayqueue.stores.limits import NAMESPACE
 from delayqueue.stores.rows import set_limits
 from delayqueue.workers import push_http
 from delayqueue.workers import pusher as pusher_module
-from tests.helpers import REDIS_CLUSTER_URL, REDIS_URL, call, drain_log, make_runtime, query, wait_until
+from tests.helpers import (REDIS_CLUSTER_URL, REDIS_URL, LoopTurns, call, drain_log, make_runtime, query,
+                           wait_until)
 from tools.stack import free_port
 
 
@@ -204,6 +205,25 @@ async def test_push_concurrency_holds_across_pushers_and_rate_is_respected(api, 
     arrivals = sorted(r["at"] for r in rated.requests)
     assert arrivals[-1] - started >= 1_900
     assert sum(at - started < 1_000 for at in arrivals) <= 8
+
+
+async def test_a_pull_of_many_due_messages_begins_their_pushes_a_few_at_a_turn_of_the_event_loop(
+        api, single_rt, start_pusher, push_receiver, monkeypatch):
+    """run_scanners' one event loop serves every namespace's scanner and pusher. A pull's messages begun all at
+    once (body, signature, request: 200 of them in a storm held the loop 30-80 ms) made another namespace's due
+    messages wait as long; the pusher lets the loop turn between a few. Counted per turn, not timed."""
+    turns, begun = LoopTurns(), Counter()  # per turn, the pushes begun (each signs its request first)
+    monkeypatch.setattr(pusher_module, "push_headers", turns.counting(begun, pusher_module.push_headers))
+    receiver = await push_receiver()
+    await set_push(api, "many", receiver.url, pushConcurrency=50)
+    await send_messages(single_rt, requests=[SendRequest(topic="many", msg=str(i), msg_id=f"m{i}")
+                                             for i in range(50)])  # due now: ready for the pusher's first pull
+    async with turns:
+        await start_pusher()
+        for i in range(50):
+            await arrived(receiver, f"m{i}")
+    assert sum(begun.values()) == 50
+    assert max(begun.values()) <= pusher_module.STARTS_PER_TURN
 
 
 async def test_a_hanging_endpoint_holds_only_its_own_topics_slots(api, single_rt, start_scanner, start_pusher,
