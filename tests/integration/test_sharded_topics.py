@@ -770,11 +770,11 @@ async def test_restore_rebuilds_every_shard(rt):
 
 async def test_a_restore_leaves_a_sharded_topics_messages_beyond_the_window_to_its_loader(rt, monkeypatch):
     """After a loss, every shard gets a window (now + DELAYQUEUE_HOT_WINDOW_MILLIS): what is due
-    within it comes back into its shard, the rest stays in the log, counted (in the first shard's
-    part), for the loader. The loader's other shards' parts go below 0 as it brings theirs in; once
-    none is left it drops the parts, and a send going cold meanwhile in the first shard is counted
-    as one: the parts were dropped shard by shard, the first's kept for the send, and the topic
-    counted its whole part cold until nothing was left beyond the window again."""
+    within it comes back into its shard, the rest stays in the log, counted (dealt over the shards'
+    parts), for the loader. The parts go below or above 0 as it brings each shard's in (4, 2 and 3
+    of 3 each); once none is left it drops the parts, and a send going cold meanwhile in the second
+    shard is counted as one: the parts were dropped shard by shard, the second's kept for the send,
+    and the topic counted that whole part (2) cold until nothing was left beyond the window again."""
     monkeypatch.setattr(loader_module, "SHARDS_SETTLE_MILLIS", 0)
     monkeypatch.setattr(loader_module, "IN_FLIGHT_MILLIS", 0)
     windowed = make_runtime(rt.config.redis_url, hot_window_millis=30_000)
@@ -794,7 +794,7 @@ async def test_a_restore_leaves_a_sharded_topics_messages_beyond_the_window_to_i
         info = await topic_info(windowed, topic="back")
         assert (info.waiting, info.waiting_cold) == (18, 9)
         loader = await cold_loader(ahead, "back", 3)
-        late, real_read = msg_id_in("back", 3, 0, "late"), loader._read
+        late, real_read = msg_id_in("back", 3, 1, "late"), loader._read
 
         async def read_then_send(statement, params):
             rows = await real_read(statement, params)
@@ -815,6 +815,28 @@ async def test_a_restore_leaves_a_sharded_topics_messages_beyond_the_window_to_i
     finally:
         await windowed.close()
         await ahead.close()
+
+
+async def test_a_restore_spreads_a_sharded_topics_cold_count_over_its_shards(rt):
+    """Each shard holds its share of the live cap against its part of the cold count: a restore
+    that set the whole count left cold in the first shard's part refused sends to that shard while
+    the topic was under its cap (3 shards, cap 30, 9 messages left cold: 1 of 5 sends went)."""
+    windowed = make_runtime(rt.config.redis_url, hot_window_millis=30_000)
+    try:
+        await shard_topic(windowed, "cap", 3)
+        await set_limits_now(namespace=windowed.ns.namespace, topic="cap", max_live=30)
+        await windowed.limits.fresh()
+        await send_messages(windowed, requests=[SendRequest("cap", "f", msg_id=f"f{i}", delay_millis=120_000)
+                                                for i in range(9)])
+        await lose_redis(rt)
+        assert (await restore(windowed)).left_cold == 9
+        sent = await send_messages(windowed, requests=[SendRequest("cap", "n", msg_id=msg_id_in("cap", 3, 0, f"n{i}"))
+                                                       for i in range(5)])
+        assert [outcome for outcome in sent if isinstance(outcome, Throttled)] == []
+        info = await topic_info(windowed, topic="cap")
+        assert (info.waiting, info.waiting_cold, sum(info.waiting_within)) == (9, 9, 9)
+    finally:
+        await windowed.close()
 
 
 @pytest.mark.process
