@@ -489,26 +489,25 @@ class Scanner:
 
     async def _hand_over_cold(self, shards: list[Shard], to: Shard) -> None:
         """Moves the shards' parts of their topic's count of cold messages (and of its hours) to
-        `to`'s. Each part is taken only if no send moved it since it was read, then added: a
-        scanner killed in between leaves the count short until the loader finds nothing cold."""
-        pipe = self.rt.redis.pipeline(transaction=False)
-        for shard in shards:
-            pipe.hget(self.rt.ns.topic(shard).meta, Meta.COLD)
-            pipe.hgetall(self.rt.ns.topic(shard).cold_hours)
-        replies = await pipe.execute()
-        parts = [(shard, int(cold or 0), hours) for shard, cold, hours in zip(shards, replies[::2], replies[1::2])
-                 if cold is not None or hours]
-        taken = await self.rt.scripts.run_all([scripts.clear_cold(self.rt.context, shard, cold=cold,
-                                                                  forget_window=False)
-                                               for shard, cold, _hours in parts])
+        `to`'s: what each part holds is looked at (cold_part.lua), exactly that taken away
+        (forget_cold.lua) and added, and a part that moved in between (a send went cold in it) is
+        looked at again until it is dropped, as no reader adds up a retired count's parts. A scanner
+        killed in between leaves the count short until the loader finds nothing cold."""
         k = self.rt.ns.topic(to)
-        pipe = self.rt.redis.pipeline(transaction=False)
-        for (_shard, cold, hours), cleared in zip(parts, taken):
-            if cleared:
-                pipe.hincrby(k.meta, Meta.COLD, cold)
-                for hour, n in hours.items():
-                    pipe.hincrby(k.cold_hours, hour, int(n))
-        await pipe.execute()
+        while shards:
+            found = await self.rt.scripts.run_all([scripts.cold_part(self.rt.context, shard) for shard in shards])
+            parts = [(shard, part) for shard, part in zip(shards, found)
+                     if part is not None and (part.cold or part.hours)]  # None: a packed list is left
+            dropped = await self.rt.scripts.run_all([
+                scripts.forget_cold(self.rt.context, shard, cold=part.cold, hours=part.hours, forget_window=False)
+                for shard, part in parts])
+            pipe = self.rt.redis.pipeline(transaction=False)
+            for _shard, part in parts:
+                pipe.hincrby(k.meta, Meta.COLD, part.cold)
+                for hour, n in part.hours:
+                    pipe.hincrby(k.cold_hours, hour, n)
+            await pipe.execute()
+            shards = [shard for (shard, _part), gone in zip(parts, dropped) if not gone]
 
     async def _fold_away(self, shards: list[Shard], to: Shard) -> None:
         """A retired count's shards give up their monitor counters, which are added into `to`'s,

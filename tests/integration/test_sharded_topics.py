@@ -1191,6 +1191,46 @@ async def test_a_retired_counts_part_of_the_cold_count_goes_to_the_current_count
         await rt.close()
 
 
+async def test_a_retired_counts_parts_of_the_cold_count_are_handed_on_whole(rt, monkeypatch):
+    """A retired count's shards hand their parts of the topic's cold count, and their hours, to the
+    current count whatever moves in them meanwhile. The scanner read each part, then dropped it only
+    if its count had not moved: a send gone cold in one kept that whole part in its shard, which no
+    reader adds up once the count is retired; and a cold delete and a send in another hour (the count
+    unchanged) dropped the sent message's hour unread, while the deleted one's was handed on."""
+    await shard_topic(rt, "h", 2)
+    await shard_topic(rt, "h", 3)
+    hour, old = now_millis() // COLD_HOUR_MILLIS + 2, topic_shards("h", (2,))
+    for shard, hours in zip(old, ({hour: 2, hour + 1: 1}, {hour: 1})):  # as sends gone cold left them
+        await rt.redis.hset(rt.ns.topic(shard).meta, mapping={Meta.COLD: sum(hours.values()), Meta.SIGNED: 1})
+        await rt.redis.hset(rt.ns.topic(shard).cold_hours, mapping=hours)
+    scanner, real_run_all = scanner_module.Scanner(rt), rt.scripts.run_all
+
+    async def moved_before_the_take(calls, **kwargs):
+        if calls and calls[0].script is not scripts.COLD_PART and not moved:
+            moved.append(True)
+            first, second = (rt.ns.topic(shard) for shard in old)
+            await rt.redis.hincrby(first.cold_hours, hour, -1)  # a cold delete and a cold send: the count stays
+            await rt.redis.hincrby(first.cold_hours, hour + 2, 1)
+            await rt.redis.hincrby(second.meta, Meta.COLD, 1)  # a cold send
+            await rt.redis.hincrby(second.cold_hours, hour + 2, 1)
+        return await real_run_all(calls, **kwargs)
+
+    moved = []
+    monkeypatch.setattr(rt.scripts, "run_all", moved_before_the_take)
+    try:
+        await scanner._hand_over_cold(old, Shard("h", 3, 0))
+    finally:
+        await scanner.loader.close()
+    assert moved
+    changed_at = (await rt.topic_configs.fresh())["h"].shards_changed_at
+    assert await sync_to_async(forget_drained_shards)(namespace=rt.ns.namespace, topic="h", count=2,
+                                                      changed_at=changed_at)
+    await rt.topic_configs.fresh()
+    assert (await topic_info(rt, topic="h")).waiting_cold == 5
+    assert await rt.redis.hgetall(rt.ns.topic(Shard("h", 3, 0)).cold_hours) == {
+        str(hour): "2", str(hour + 1): "1", str(hour + 2): "2"}
+
+
 async def test_a_count_taken_up_again_after_it_retired_starts_without_its_old_window(single_rt):
     rt = single_rt
     loader = Loader(rt, lambda: [Shard("w")])
