@@ -24,7 +24,7 @@ from delayqueue.core.constants import COLD_HOUR_MILLIS, IN_FLIGHT_MILLIS, LIVE_S
 from delayqueue.core.messages import Message
 from delayqueue.live import scripts
 from delayqueue.live.keys import Meta, Shard, parse_position, position
-from delayqueue.live.shards import bound_share, shard_of, topic_shards
+from delayqueue.live.shards import deal_hours, shard_of, topic_shards
 from delayqueue.messagelog import sql
 from delayqueue.messagelog.connection import connect, log_unavailable
 from delayqueue.runtime import Runtime
@@ -343,7 +343,7 @@ async def _set_cold_counts(rt: Runtime, left: dict[str, dict[int, int]], young: 
     """Sets each topic's count of cold messages and their hours (its meta's and cold_hours, which
     getTopicInfo and the caps read, and which went with a lost Redis) to the rows the restore
     leaves to its loader, `left` per topic per hour: a sharded topic's dealt over its current count's
-    shards (_dealt), its other counts' parts at 0. A send going cold between the count and the
+    shards (deal_hours), its other counts' parts at 0. A send going cold between the count and the
     write may be missed; the loader drops the count once it finds nothing left after the window.
     The rows counted that were sent just before, `young` (topic, msgId, produceTime), are noted in
     their shard's cold_sent as send.lua notes the sends it counts: the loader counts so young a row
@@ -357,7 +357,7 @@ async def _set_cold_counts(rt: Runtime, left: dict[str, dict[int, int]], young: 
     for name, hours in left.items():
         counts = settings.get(name, DEFAULT_SETTINGS).shard_counts
         current = topic_shards(name, counts[:1])
-        parts = dict(zip(current, _dealt(hours, len(current))))
+        parts = dict(zip(current, deal_hours(hours, len(current))))
         for shard in topic_shards(name, counts):
             k, part = rt.ns.topic(shard), parts.get(shard, {})
             pipe.delete(k.cold_hours)
@@ -366,17 +366,3 @@ async def _set_cold_counts(rt: Runtime, left: dict[str, dict[int, int]], young: 
                 pipe.hset(k.cold_hours, mapping=part)
     await pipe.execute()
 
-
-def _dealt(hours: dict[int, int], parts: int) -> list[dict[int, int]]:
-    """`hours` (hour -> messages) dealt over `parts` in turn, hour by hour: each part's hours add up to
-    its count, and the counts differ by one at most. Each shard holds its share of the live cap
-    against its part, which cannot be exact: a msgId's shard is its crc32, which PostgreSQL cannot
-    compute. The parts are signed and only add up together: the loader corrects each as it loads."""
-    dealt: list[dict[int, int]] = [{} for _ in range(parts)]
-    first = 0  # the part the hour's first message goes to
-    for hour, n in sorted(hours.items()):
-        for index, part in enumerate(dealt):
-            if share := bound_share(n, parts, (index - first) % parts, kept=False):
-                part[hour] = share
-        first = (first + n) % parts
-    return dealt

@@ -1186,14 +1186,15 @@ async def test_a_retired_counts_part_of_the_cold_count_goes_to_the_current_count
             return (await topic_info(rt, topic="k")).waiting_cold == 5
 
         await wait_until(handed_on, timeout=5, interval=0.05, what="count 1's part of the cold count handed on")
-        assert await rt.redis.hget(rt.ns.topic(Shard("k", 2, 0)).meta, "cold") == "5"
+        parts = [await rt.redis.hget(rt.ns.topic(shard).meta, "cold") for shard in topic_shards("k", (2,))]
+        assert sorted(parts) == ["2", "3"]  # dealt over the current count's shards
     finally:
         await rt.close()
 
 
 async def test_a_retired_counts_parts_of_the_cold_count_are_handed_on_whole(rt, monkeypatch):
     """A retired count's shards hand their parts of the topic's cold count, and their hours, to the
-    current count whatever moves in them meanwhile. The scanner read each part, then dropped it only
+    current count's whatever moves in them meanwhile. The scanner read each part, then dropped it only
     if its count had not moved: a send gone cold in one kept that whole part in its shard, which no
     reader adds up once the count is retired; and a cold delete and a send in another hour (the count
     unchanged) dropped the sent message's hour unread, while the deleted one's was handed on."""
@@ -1218,7 +1219,7 @@ async def test_a_retired_counts_parts_of_the_cold_count_are_handed_on_whole(rt, 
     moved = []
     monkeypatch.setattr(rt.scripts, "run_all", moved_before_the_take)
     try:
-        await scanner._hand_over_cold(old, Shard("h", 3, 0))
+        await scanner._hand_over_cold(old, topic_shards("h", (3,)))
     finally:
         await scanner.loader.close()
     assert moved
@@ -1227,8 +1228,15 @@ async def test_a_retired_counts_parts_of_the_cold_count_are_handed_on_whole(rt, 
                                                       changed_at=changed_at)
     await rt.topic_configs.fresh()
     assert (await topic_info(rt, topic="h")).waiting_cold == 5
-    assert await rt.redis.hgetall(rt.ns.topic(Shard("h", 3, 0)).cold_hours) == {
-        str(hour): "2", str(hour + 1): "1", str(hour + 2): "2"}
+    handed = Counter()
+    for shard in topic_shards("h", (3,)):
+        handed.update({int(at): int(n) for at, n in (await rt.redis.hgetall(rt.ns.topic(shard).cold_hours)).items()})
+    assert handed == {hour: 2, hour + 1: 1, hour + 2: 2}
+    # Each shard holds its share of the live cap (3 of 9) against its part: the whole 5 in the
+    # first shard's refused every send to it.
+    await set_limits_now(namespace=rt.ns.namespace, topic="h", max_live=9)
+    await rt.limits.fresh()
+    await send_message(rt, request=SendRequest("h", "x", msg_id=msg_id_in("h", 3, 0, "x")))
 
 
 async def test_a_count_taken_up_again_after_it_retired_starts_without_its_old_window(single_rt):
