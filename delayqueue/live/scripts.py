@@ -241,6 +241,11 @@ class RetireReply(NamedTuple):
     cold: str = ""  # its meta's count of cold messages as it stood ("" for none)
 
 
+class ColdPart(NamedTuple):
+    cold: int  # a shard's part of its topic's count of cold messages (Meta.COLD; 0 for none)
+    hours: list[tuple[int, int]]  # its cold_hours: (hour, count)
+
+
 class ScanReply(NamedTuple):
     count: int  # messages the scanner script handled
     next_due_us: int  # µs until it has work again: 0 now, -1 nothing scheduled
@@ -384,8 +389,8 @@ RAISE_HOT = Script("raise_hot", lambda raw: None if raw[0] == "" else HotWindow(
                                                                               None if raw[2] == "" else int(raw[2])))
 LOAD_COLD = Script("load_cold", lambda raw: LoadReply(*map(int, raw)))
 UNPACK_DUE = Script("unpack_due", _scan_reply)
-CLEAR_COLD = Script("clear_cold", lambda raw: raw == 1)
-COLD_PART = Script("cold_part", lambda raw: None if raw is None else list(zip(map(int, raw[::2]), map(int, raw[1::2]))))
+COLD_PART = Script("cold_part", lambda raw: None if raw is None else ColdPart(
+    int(raw[0]), list(zip(map(int, raw[1::2]), map(int, raw[2::2])))))
 FORGET_COLD = Script("forget_cold", lambda raw: raw == 1)
 IS_COLD = Script("is_cold", lambda raw: raw == 1)
 PURGE_COLD = Script("purge_cold", str)
@@ -395,7 +400,7 @@ FOLD_STATS = Script("fold_stats", int)
 SCRIPTS = (SEND, PULL, ACK, NACK, DELETE, GET, PROMOTE_DUE, REQUEUE_TIMED_OUT, EXPIRE, PURGE_ENDED, RETIRE_TOPIC,
            PRUNE_STATS, LOCK_RENEW, LOCK_RELEASE, LOCK_TAKE_OVER, RESTORE, TAKE_TOKENS, ADMIT_SEND, LIVE_SHARE_SHORTFALL,
            GRANT_LIVE_SHARE, RELEASE_LIVE_SHARE, COVER_LIVE_SHARE, BORROW_LIVE, REGISTER_TOPICS, CONFIRM_REGISTERED,
-           PURGE_TOPIC, TOUCH, RESCHEDULE, ADD_COUNTS, RAISE_HOT, LOAD_COLD, CLEAR_COLD, PURGE_COLD, TAKE_STATS,
+           PURGE_TOPIC, TOUCH, RESCHEDULE, ADD_COUNTS, RAISE_HOT, LOAD_COLD, PURGE_COLD, TAKE_STATS,
            FOLD_STATS, UNPACK_DUE, IS_COLD, COLD_PART, FORGET_COLD)
 
 
@@ -620,21 +625,16 @@ def load_cold(ctx: ScriptContext, topic: str | Shard, *, loaded_from: str, loade
                       args)
 
 
-def clear_cold(ctx: ScriptContext, topic: str | Shard, *, cold: int, forget_window: bool) -> ScriptCall:
-    k = ctx.ns.topic(topic)
-    return ScriptCall(CLEAR_COLD, [k.meta, k.cold_hours, k.packed], [cold, _flag(forget_window)])
-
-
-def cold_part(ctx: ScriptContext, topic: str | Shard, *, cold: int) -> ScriptCall:
-    """Replies the topic's cold_hours as (hour, count) pairs if its count is still `cold` and it has no
+def cold_part(ctx: ScriptContext, topic: str | Shard, *, cold: int | None = None) -> ScriptCall:
+    """Replies the topic's ColdPart if its count is still `cold` (None: whatever it is) and it has no
     packed list, else None."""
     k = ctx.ns.topic(topic)
-    return ScriptCall(COLD_PART, [k.meta, k.cold_hours, k.packed], [cold])
+    return ScriptCall(COLD_PART, [k.meta, k.cold_hours, k.packed], ["" if cold is None else cold])
 
 
 def forget_cold(ctx: ScriptContext, topic: str | Shard, *, cold: int, forget_window: bool,
                 hours: Sequence[Sequence[int]]) -> ScriptCall:
-    """`cold` and `hours`: what cold_part found. Replies whether the count was dropped."""
+    """`cold` and `hours`: what cold_part found (its ColdPart), taken away. Replies whether the count was dropped."""
     k = ctx.ns.topic(topic)
     return ScriptCall(FORGET_COLD, [k.meta, k.cold_hours], [cold, _flag(forget_window), *_flat(hours)])
 

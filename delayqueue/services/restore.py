@@ -24,7 +24,7 @@ from delayqueue.core.constants import COLD_HOUR_MILLIS, IN_FLIGHT_MILLIS, LIVE_S
 from delayqueue.core.messages import Message
 from delayqueue.live import scripts
 from delayqueue.live.keys import Meta, Shard, parse_position, position
-from delayqueue.live.shards import shard_of, topic_shards
+from delayqueue.live.shards import deal_hours, shard_of, topic_shards
 from delayqueue.messagelog import sql
 from delayqueue.messagelog.connection import connect, log_unavailable
 from delayqueue.runtime import Runtime
@@ -342,8 +342,8 @@ async def _set_cold_counts(rt: Runtime, left: dict[str, dict[int, int]], young: 
                            settings: dict[str, TopicSettings] | None) -> None:
     """Sets each topic's count of cold messages and their hours (its meta's and cold_hours, which
     getTopicInfo and the caps read, and which went with a lost Redis) to the rows the restore
-    leaves to its loader, `left` per topic per hour: a sharded topic's in its current count's
-    first shard, its other shards' parts at 0. A send going cold between the count and the
+    leaves to its loader, `left` per topic per hour: a sharded topic's dealt over its current count's
+    shards (deal_hours), its other counts' parts at 0. A send going cold between the count and the
     write may be missed; the loader drops the count once it finds nothing left after the window.
     The rows counted that were sent just before, `young` (topic, msgId, produceTime), are noted in
     their shard's cold_sent as send.lua notes the sends it counts: the loader counts so young a row
@@ -356,13 +356,13 @@ async def _set_cold_counts(rt: Runtime, left: dict[str, dict[int, int]], young: 
         pipe.pexpire(k.cold_sent, 2 * IN_FLIGHT_MILLIS)
     for name, hours in left.items():
         counts = settings.get(name, DEFAULT_SETTINGS).shard_counts
+        current = topic_shards(name, counts[:1])
+        parts = dict(zip(current, deal_hours(hours, len(current))))
         for shard in topic_shards(name, counts):
-            k = rt.ns.topic(shard)
+            k, part = rt.ns.topic(shard), parts.get(shard, {})
             pipe.delete(k.cold_hours)
-            if shard.index == 0 and shard.count == counts[0]:
-                pipe.hset(k.meta, Meta.COLD, sum(hours.values()))
-                if hours:
-                    pipe.hset(k.cold_hours, mapping=hours)
-            else:
-                pipe.hset(k.meta, Meta.COLD, 0)
+            pipe.hset(k.meta, Meta.COLD, sum(part.values()))
+            if part:
+                pipe.hset(k.cold_hours, mapping=part)
     await pipe.execute()
+

@@ -326,9 +326,9 @@ class Loader:
                                  for shard, cold in counts.items()])
         if None in found:
             return  # moved since this loader left it, or packed: looked at again next time
-        await self._run([scripts.forget_cold(self.rt.context, shard, cold=cold, hours=hours,
+        await self._run([scripts.forget_cold(self.rt.context, shard, cold=part.cold, hours=part.hours,
                                              forget_window=not self.window)
-                         for (shard, cold), hours in zip(counts.items(), found)])
+                         for shard, part in zip(counts, found)])
 
     async def close(self) -> None:
         await self._db.close()

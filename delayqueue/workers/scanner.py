@@ -35,6 +35,7 @@ import logging
 import os
 import socket
 import uuid
+from collections import Counter
 
 from asgiref.sync import sync_to_async
 from django.db import DatabaseError
@@ -49,7 +50,7 @@ from delayqueue.core.timer import PreciseTimer
 from delayqueue.live import scripts, stats
 from delayqueue.live.keys import Meta, Shard
 from delayqueue.live.pubsub import subscribe_forever
-from delayqueue.live.shards import topic_shards
+from delayqueue.live.shards import deal_hours, topic_shards
 from delayqueue.runtime import Runtime
 from delayqueue.services.admission import give_back_room
 from delayqueue.services.messages import given_up
@@ -423,8 +424,8 @@ class Scanner:
         message, packed ones included, no ended one kept for the retention, no history the log
         writer has not read) SHARDS_SETTLE_MILLIS after the change, by the scanner holding the
         topic's first shard. Its cold messages are the current count's to load: its shards' parts
-        of the topic's count of them go to that first shard first, and their monitor counters and
-        live-cap shares after. Its packed lists are its own, not the current count's to load (its
+        of the topic's count of them go to the current count's shards first, and their monitor
+        counters (to that first shard) and live-cap shares after. Its packed lists are its own, not the current count's to load (its
         loader starts after them): a draining shard moves them into its waiting set (unpack_due.lua),
         and the count waits for that too."""
         settings = await self.rt.topic_configs.table()
@@ -454,9 +455,9 @@ class Scanner:
             for topic, count, changed_at in empty:
                 if await sync_to_async(forget_drained_shards, thread_sensitive=False)(
                         namespace=self.rt.ns.namespace, topic=topic, count=count, changed_at=changed_at):
-                    gone, first = topic_shards(topic, (count,)), Shard(topic, settings[topic].shards, 0)
-                    await self._hand_over_cold(gone, first)
-                    await self._fold_away(gone, first)
+                    gone, current = topic_shards(topic, (count,)), topic_shards(topic, (settings[topic].shards,))
+                    await self._hand_over_cold(gone, current)
+                    await self._fold_away(gone, current[0])
                     log.info("scanner %s retired the %d shards of topic %s: empty", self.token, count, topic)
             await self.rt.topic_configs.fresh()
             self._drain_outage.ok()
@@ -487,27 +488,34 @@ class Scanner:
             return
         self._mirrored.update(changed)
 
-    async def _hand_over_cold(self, shards: list[Shard], to: Shard) -> None:
-        """Moves the shards' parts of their topic's count of cold messages (and of its hours) to
-        `to`'s. Each part is taken only if no send moved it since it was read, then added: a
-        scanner killed in between leaves the count short until the loader finds nothing cold."""
+    async def _hand_over_cold(self, shards: list[Shard], to: list[Shard]) -> None:
+        """Moves the shards' parts of their topic's count of cold messages (and of its hours) to the
+        shards `to` (the current count's), dealt over them (deal_hours): what each part holds is
+        looked at (cold_part.lua) and exactly that taken away (forget_cold.lua), a part that moved in
+        between (a send went cold in it) looked at again until it is dropped, as no reader adds up a
+        retired count's parts; then what was taken is added. A scanner killed in between leaves the
+        count short until the loader finds nothing cold."""
+        cold, hours = 0, Counter()
+        while shards:
+            found = await self.rt.scripts.run_all([scripts.cold_part(self.rt.context, shard) for shard in shards])
+            parts = [(shard, part) for shard, part in zip(shards, found)
+                     if part is not None and (part.cold or part.hours)]  # None: a packed list is left
+            dropped = await self.rt.scripts.run_all([
+                scripts.forget_cold(self.rt.context, shard, cold=part.cold, hours=part.hours, forget_window=False)
+                for shard, part in parts])
+            for _shard, part in parts:
+                cold += part.cold
+                hours.update(dict(part.hours))
+            shards = [shard for (shard, _part), gone in zip(parts, dropped) if not gone]
+        # An unsigned part's count and hours, each kept at 0 or more, may differ: both are kept.
+        unhoured = cold - sum(hours.values())
         pipe = self.rt.redis.pipeline(transaction=False)
-        for shard in shards:
-            pipe.hget(self.rt.ns.topic(shard).meta, Meta.COLD)
-            pipe.hgetall(self.rt.ns.topic(shard).cold_hours)
-        replies = await pipe.execute()
-        parts = [(shard, int(cold or 0), hours) for shard, cold, hours in zip(shards, replies[::2], replies[1::2])
-                 if cold is not None or hours]
-        taken = await self.rt.scripts.run_all([scripts.clear_cold(self.rt.context, shard, cold=cold,
-                                                                  forget_window=False)
-                                               for shard, cold, _hours in parts])
-        k = self.rt.ns.topic(to)
-        pipe = self.rt.redis.pipeline(transaction=False)
-        for (_shard, cold, hours), cleared in zip(parts, taken):
-            if cleared:
-                pipe.hincrby(k.meta, Meta.COLD, cold)
-                for hour, n in hours.items():
-                    pipe.hincrby(k.cold_hours, hour, int(n))
+        for index, (shard, dealt) in enumerate(zip(to, deal_hours(hours, len(to)))):
+            k, part = self.rt.ns.topic(shard), sum(dealt.values()) + (unhoured if index == 0 else 0)
+            if part or dealt:  # nothing to add: no count made (a topic with one is not retired)
+                pipe.hincrby(k.meta, Meta.COLD, part)
+                for hour, n in dealt.items():
+                    pipe.hincrby(k.cold_hours, hour, n)
         await pipe.execute()
 
     async def _fold_away(self, shards: list[Shard], to: Shard) -> None:

@@ -770,11 +770,11 @@ async def test_restore_rebuilds_every_shard(rt):
 
 async def test_a_restore_leaves_a_sharded_topics_messages_beyond_the_window_to_its_loader(rt, monkeypatch):
     """After a loss, every shard gets a window (now + DELAYQUEUE_HOT_WINDOW_MILLIS): what is due
-    within it comes back into its shard, the rest stays in the log, counted (in the first shard's
-    part), for the loader. The loader's other shards' parts go below 0 as it brings theirs in; once
-    none is left it drops the parts, and a send going cold meanwhile in the first shard is counted
-    as one: the parts were dropped shard by shard, the first's kept for the send, and the topic
-    counted its whole part cold until nothing was left beyond the window again."""
+    within it comes back into its shard, the rest stays in the log, counted (dealt over the shards'
+    parts), for the loader. The parts go below or above 0 as it brings each shard's in (4, 2 and 3
+    of 3 each); once none is left it drops the parts, and a send going cold meanwhile in the second
+    shard is counted as one: the parts were dropped shard by shard, the second's kept for the send,
+    and the topic counted that whole part (2) cold until nothing was left beyond the window again."""
     monkeypatch.setattr(loader_module, "SHARDS_SETTLE_MILLIS", 0)
     monkeypatch.setattr(loader_module, "IN_FLIGHT_MILLIS", 0)
     windowed = make_runtime(rt.config.redis_url, hot_window_millis=30_000)
@@ -794,7 +794,7 @@ async def test_a_restore_leaves_a_sharded_topics_messages_beyond_the_window_to_i
         info = await topic_info(windowed, topic="back")
         assert (info.waiting, info.waiting_cold) == (18, 9)
         loader = await cold_loader(ahead, "back", 3)
-        late, real_read = msg_id_in("back", 3, 0, "late"), loader._read
+        late, real_read = msg_id_in("back", 3, 1, "late"), loader._read
 
         async def read_then_send(statement, params):
             rows = await real_read(statement, params)
@@ -815,6 +815,28 @@ async def test_a_restore_leaves_a_sharded_topics_messages_beyond_the_window_to_i
     finally:
         await windowed.close()
         await ahead.close()
+
+
+async def test_a_restore_spreads_a_sharded_topics_cold_count_over_its_shards(rt):
+    """Each shard holds its share of the live cap against its part of the cold count: a restore
+    that set the whole count left cold in the first shard's part refused sends to that shard while
+    the topic was under its cap (3 shards, cap 30, 9 messages left cold: 1 of 5 sends went)."""
+    windowed = make_runtime(rt.config.redis_url, hot_window_millis=30_000)
+    try:
+        await shard_topic(windowed, "cap", 3)
+        await set_limits_now(namespace=windowed.ns.namespace, topic="cap", max_live=30)
+        await windowed.limits.fresh()
+        await send_messages(windowed, requests=[SendRequest("cap", "f", msg_id=f"f{i}", delay_millis=120_000)
+                                                for i in range(9)])
+        await lose_redis(rt)
+        assert (await restore(windowed)).left_cold == 9
+        sent = await send_messages(windowed, requests=[SendRequest("cap", "n", msg_id=msg_id_in("cap", 3, 0, f"n{i}"))
+                                                       for i in range(5)])
+        assert [outcome for outcome in sent if isinstance(outcome, Throttled)] == []
+        info = await topic_info(windowed, topic="cap")
+        assert (info.waiting, info.waiting_cold, sum(info.waiting_within)) == (9, 9, 9)
+    finally:
+        await windowed.close()
 
 
 @pytest.mark.process
@@ -1164,9 +1186,57 @@ async def test_a_retired_counts_part_of_the_cold_count_goes_to_the_current_count
             return (await topic_info(rt, topic="k")).waiting_cold == 5
 
         await wait_until(handed_on, timeout=5, interval=0.05, what="count 1's part of the cold count handed on")
-        assert await rt.redis.hget(rt.ns.topic(Shard("k", 2, 0)).meta, "cold") == "5"
+        parts = [await rt.redis.hget(rt.ns.topic(shard).meta, "cold") for shard in topic_shards("k", (2,))]
+        assert sorted(parts) == ["2", "3"]  # dealt over the current count's shards
     finally:
         await rt.close()
+
+
+async def test_a_retired_counts_parts_of_the_cold_count_are_handed_on_whole(rt, monkeypatch):
+    """A retired count's shards hand their parts of the topic's cold count, and their hours, to the
+    current count's whatever moves in them meanwhile. The scanner read each part, then dropped it only
+    if its count had not moved: a send gone cold in one kept that whole part in its shard, which no
+    reader adds up once the count is retired; and a cold delete and a send in another hour (the count
+    unchanged) dropped the sent message's hour unread, while the deleted one's was handed on."""
+    await shard_topic(rt, "h", 2)
+    await shard_topic(rt, "h", 3)
+    hour, old = now_millis() // COLD_HOUR_MILLIS + 2, topic_shards("h", (2,))
+    for shard, hours in zip(old, ({hour: 2, hour + 1: 1}, {hour: 1})):  # as sends gone cold left them
+        await rt.redis.hset(rt.ns.topic(shard).meta, mapping={Meta.COLD: sum(hours.values()), Meta.SIGNED: 1})
+        await rt.redis.hset(rt.ns.topic(shard).cold_hours, mapping=hours)
+    scanner, real_run_all = scanner_module.Scanner(rt), rt.scripts.run_all
+
+    async def moved_before_the_take(calls, **kwargs):
+        if calls and calls[0].script is not scripts.COLD_PART and not moved:
+            moved.append(True)
+            first, second = (rt.ns.topic(shard) for shard in old)
+            await rt.redis.hincrby(first.cold_hours, hour, -1)  # a cold delete and a cold send: the count stays
+            await rt.redis.hincrby(first.cold_hours, hour + 2, 1)
+            await rt.redis.hincrby(second.meta, Meta.COLD, 1)  # a cold send
+            await rt.redis.hincrby(second.cold_hours, hour + 2, 1)
+        return await real_run_all(calls, **kwargs)
+
+    moved = []
+    monkeypatch.setattr(rt.scripts, "run_all", moved_before_the_take)
+    try:
+        await scanner._hand_over_cold(old, topic_shards("h", (3,)))
+    finally:
+        await scanner.loader.close()
+    assert moved
+    changed_at = (await rt.topic_configs.fresh())["h"].shards_changed_at
+    assert await sync_to_async(forget_drained_shards)(namespace=rt.ns.namespace, topic="h", count=2,
+                                                      changed_at=changed_at)
+    await rt.topic_configs.fresh()
+    assert (await topic_info(rt, topic="h")).waiting_cold == 5
+    handed = Counter()
+    for shard in topic_shards("h", (3,)):
+        handed.update({int(at): int(n) for at, n in (await rt.redis.hgetall(rt.ns.topic(shard).cold_hours)).items()})
+    assert handed == {hour: 2, hour + 1: 1, hour + 2: 2}
+    # Each shard holds its share of the live cap (3 of 9) against its part: the whole 5 in the
+    # first shard's refused every send to it.
+    await set_limits_now(namespace=rt.ns.namespace, topic="h", max_live=9)
+    await rt.limits.fresh()
+    await send_message(rt, request=SendRequest("h", "x", msg_id=msg_id_in("h", 3, 0, "x")))
 
 
 async def test_a_count_taken_up_again_after_it_retired_starts_without_its_old_window(single_rt):

@@ -7,7 +7,7 @@ from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 
 from delayqueue.live import stats
 from delayqueue.live.keys import Shard, namespace_keys
-from delayqueue.live.shards import counts_shares, message_shards, shard_of, topic_shards
+from delayqueue.live.shards import counts_shares, deal_hours, message_shards, shard_of, topic_shards
 
 
 def test_a_msg_id_has_one_shard_per_count_and_keeps_it():
@@ -140,3 +140,14 @@ def test_a_bound_is_shared_over_the_shards_of_every_count_the_given_up_ones_kept
     assert [by_shard[Shard("t", 3, i)] for i in range(3)] == [1, 1, 1]
     assert [by_shard[Shard("t", 4, i)] for i in range(4)] == [0, 0, 0, 0]
     assert set(counts_shares(0, "t", (4, 3)).values()) == {0}  # no bound
+
+
+def test_a_cold_count_is_dealt_over_the_shards_in_turn_hour_by_hour():
+    """Nine hours of one message each go one to a shard in turn (dealt per hour alone, the first
+    shard took all nine), and a signed hour below 0 is dealt with the others, adding up the same."""
+    assert deal_hours({hour: 1 for hour in range(9)}, 3) == [{0: 1, 3: 1, 6: 1}, {1: 1, 4: 1, 7: 1}, {2: 1, 5: 1, 8: 1}]
+    assert deal_hours({5: 7}, 3) == [{5: 3}, {5: 2}, {5: 2}]
+    dealt = deal_hours({1: -4, 2: 5, 3: 1}, 3)
+    assert [sum(part.values()) for part in dealt] == [1, 1, 0]
+    assert {hour: sum(part.get(hour, 0) for part in dealt) for hour in (1, 2, 3)} == {1: -4, 2: 5, 3: 1}
+    assert deal_hours({7: 2}, 1) == [{7: 2}]
