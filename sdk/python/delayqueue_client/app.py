@@ -687,7 +687,9 @@ class App:
                 calls.append((item, {}))
         if self._eager:
             return [self._ran_eagerly(task, task._body(options, args, kwargs), None) for args, kwargs in calls]
-        send_options = self._send_options(options)
+        # The messages differ only in their text (valid UTF-8: encode() made it) and msgId: the rest of
+        # their body is checked once, before any is made, and each copies it (send_body's keys, in its order).
+        common = send_body(task.topic, "", **self._send_options(options))
         bodies: list[tuple[str, str, tuple[SendContext, ...]]] = []
         try:
             for args, kwargs in calls:
@@ -698,8 +700,8 @@ class App:
                     self.client.middleware.after_send(context, None, exc)
             raise
         producer = self._producer()
-        futures = [producer.send(task.topic, body, context=sends[0] if sends else None,
-                                 **{**send_options, "msg_id": msg_id}) for body, msg_id, sends in bodies]
+        futures = [producer._put({**common, "msg": text, "msgId": msg_id}, sends[0] if sends else None)
+                   for text, msg_id, sends in bodies]
         results: list[TaskHandle | DelayQueueError] = []
         for future in futures:
             try:

@@ -165,7 +165,10 @@ class Producer:
         """send()'s arguments (delay_ms, trigger_time, msg_id, ttl_ms, max_retry, priority); the
         Future fails with the message's error (RateLimited, BadRequest, ...) or the batch's.
         `context`: the send's middleware context, its before_send run (the task layer's)."""
-        body = send_body(topic, msg, **options)
+        return self._put(send_body(topic, msg, **options), context)
+
+    def _put(self, body: Body, context: SendContext | None) -> Future[Message]:
+        """send() of a body as send_body makes them, checked (the task layer makes its bodies so)."""
         future = _SendFuture(self._answered, body, context)
         with self._lock:  # one lock a send: its cost is paid by every send
             while self._waiting >= self._max_queue and not self._closed:
