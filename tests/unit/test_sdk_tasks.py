@@ -4,6 +4,7 @@ refusals of what cannot be sent, eager mode, and how App.handle routes a message
 its retry)."""
 import asyncio
 import functools
+import inspect
 import json
 from datetime import datetime, timedelta, timezone
 
@@ -351,6 +352,29 @@ def test_a_plain_task_runs_each_call_that_fits_and_dead_letters_each_that_does_n
             with pytest.raises(DeadLetter, match="do not fit the function"):
                 app.handle(message(body))
     assert runs == [1, 2, 3, 6, 3, 4] * 2
+
+
+def test_a_sends_arguments_are_as_bind_leaves_them_whatever_shapes_were_sent_before():
+    # Each call shape is bound once: a later call of the same shape carries its own values, one of another
+    # shape (another keyword order too) its own binding, and one that does not fit is refused every time.
+    def f(a, /, b, c=0, *rest, d=1, **extra):
+        pass
+    calls = [((1, 2), {}), ((3, 4), {}), ((1,), {"b": 2}), ((5,), {"c": 7, "b": 6}), ((5,), {"b": 6, "c": 7}),
+             ((1, 2, 3, 4, 5), {"d": 6, "z": 7}), ((8, 9, 10, 11, 12), {"z": 13, "d": 14}), ((1,), {"b": 2, "y": 3}),
+             ((1, 2), {"y": 3, "z": 4}), ((1, 2), {"z": 5, "y": 6})]
+    server = FakeServer()
+    with server.client() as client:
+        app = App(client)
+        task = app.task(name="f", topic="t")(f)
+        for _ in range(2):
+            for args, kwargs in calls:
+                bound = inspect.signature(f).bind(*args, **kwargs)
+                for handle in (task.send(*args, **kwargs), *task.send_many([args] if not kwargs else [])):
+                    sent = client.get("t", handle.msg_id).msg
+                    assert sent == encode(Envelope("f", list(bound.args), bound.kwargs)), (args, kwargs)
+            for args, kwargs in [((), {}), ((1,), {}), ((), {"a": 1, "b": 2}), ((1, 2), {"b": 3})]:
+                with pytest.raises(TypeError, match="task f: "):
+                    task.send(*args, **kwargs)
 
 
 def test_a_failed_task_is_retried_after_its_backoff_or_left_to_the_worker(app):

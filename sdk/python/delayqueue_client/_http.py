@@ -25,7 +25,6 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 from urllib.parse import unquote, urlsplit, urlunsplit
 
-import httpx
 
 # A connection idle this long is closed rather than reused: servers close idle keep-alive
 # connections (uvicorn after 5 s), and a request written into a closing one is lost.
@@ -358,6 +357,8 @@ class AsyncPool:
     it, as Pool's (httpx's timeouts bound each wait for a connection, connect, write and read)."""
 
     def __init__(self, settings: Settings):
+        import httpx  # here, not at the top: a blocking client's process never pays for importing it (80 ms)
+
         # trust_env=False: the proxy was chosen by proxy_for, as for Pool, not again by httpx. httpx
         # keeps idle connections 5 s, as long as uvicorn: MAX_IDLE_SECONDS, as Pool's.
         limits = httpx.Limits(max_connections=settings.max_connections, keepalive_expiry=MAX_IDLE_SECONDS)
@@ -368,6 +369,8 @@ class AsyncPool:
         self._max_connections = settings.max_connections
 
     async def post(self, path: str, body: bytes, timeout: float) -> tuple[int, bytes]:
+        import httpx  # imported by __init__ already
+
         deadline = asyncio.get_running_loop().time() + timeout
         # Each retry below leaves a dead kept-alive connection behind: at most as many as can be open.
         for retries_left in range(self._max_connections, -1, -1):

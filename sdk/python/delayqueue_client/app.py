@@ -36,7 +36,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import Any, Generic, NoReturn, ParamSpec, TypeVar
+from typing import Any, Generic, NamedTuple, NoReturn, ParamSpec, TypeVar
 
 from delayqueue_client._calls import MAX_REASON, Call, send_body, send_call
 from delayqueue_client.client import AsyncClient, Client
@@ -61,6 +61,7 @@ MAX_SCHEDULE_ID_LENGTH = 128
 _SCHEDULE_ID = re.compile(r"[A-Za-z0-9._:-]+")
 _NOT_IN_SCHEDULE_ID = re.compile(r"[^A-Za-z0-9._:-]+")
 _DIGEST_CHARS = 16
+MAX_SHAPES = 64  # call shapes a task's _Signature keeps the binding of
 
 
 class TaskStatus(StrEnum):
@@ -153,6 +154,18 @@ class _Options:
     headers: Mapping[str, str] | None = None
 
 
+class _From(NamedTuple):
+    """A marker bound in place of an argument: `source` is its index among the positional
+    arguments, or its keyword's name."""
+    source: int | str
+
+
+class _Plan(NamedTuple):
+    """Where a call's bound arguments come from (the sources of _From), in bind()'s order."""
+    positional: tuple[int | str, ...]
+    named: tuple[tuple[str, int | str], ...]
+
+
 class _Signature:
     """A task function's parameters: binds a call's arguments (a wrong call fails in the sender), and
     converts those of parameters annotated with pydantic models (found on first use, so a model
@@ -162,10 +175,11 @@ class _Signature:
         self.fn = fn
         self.signature = inspect.signature(fn)
         self._adapters: dict[str, tuple[inspect.Parameter, Any]] | None = None
-        # Whether a call fits depends only on how many positional arguments and which keywords it
-        # has: a worker binds each shape once for a function without models (profiled, binding was
-        # a fifth of the worker's handling of a no-op task).
-        self._fitting: set[tuple[int, frozenset[str]]] = set()
+        # How a call binds depends only on how many positional arguments it has and its keywords'
+        # names in order: each shape is bound once (binding was a fifth of a worker's handling of a
+        # no-op task, and of a task send's CPU), at most MAX_SHAPES of them (a **kwargs function
+        # called with keys made at run time would grow it for ever).
+        self._plans: dict[tuple[Any, ...], _Plan] = {}
 
     def adapters(self) -> dict[str, tuple[inspect.Parameter, Any]]:
         if self._adapters is None:
@@ -212,20 +226,33 @@ class _Signature:
                 bound.arguments[name] = convert(adapter, value)
         return list(bound.args), dict(bound.kwargs)
 
+    def _plan(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> _Plan:
+        """Where bind() puts a call of this shape's arguments; TypeError when they do not fit."""
+        shape = (len(args), *kwargs)
+        plan = self._plans.get(shape)
+        if plan is None:
+            bound = self.signature.bind(*map(_From, range(len(args))), **{name: _From(name) for name in kwargs})
+            plan = _Plan(tuple(marker.source for marker in bound.args),
+                         tuple((name, marker.source) for name, marker in bound.kwargs.items()))
+            if len(self._plans) < MAX_SHAPES:
+                self._plans[shape] = plan
+        return plan
+
     def dumped(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> tuple[list[Any], dict[str, Any]]:
-        """The arguments to send: models validated and dumped to JSON data. TypeError: they do not fit
-        the function; pydantic's ValidationError: a model's data is invalid."""
-        return self._converted(args, kwargs, lambda a, v: a.dump_python(a.validate_python(v), mode="json"))
+        """The arguments to send, as bind() leaves them: models validated and dumped to JSON data.
+        TypeError: they do not fit the function; pydantic's ValidationError: a model's data is invalid."""
+        if self.adapters():
+            return self._converted(args, kwargs, lambda a, v: a.dump_python(a.validate_python(v), mode="json"))
+        positional, named = self._plan(args, kwargs)
+        return ([args[s] if isinstance(s, int) else kwargs[s] for s in positional],
+                {name: args[s] if isinstance(s, int) else kwargs[s] for name, s in named})
 
     def loaded(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> tuple[list[Any], dict[str, Any]]:
         """The arguments to call the function with: models rebuilt from their data. TypeError: they
         do not fit the function."""
         if self.adapters():
             return self._converted(args, kwargs, lambda a, v: a.validate_python(v))
-        shape = (len(args), frozenset(kwargs))
-        if shape not in self._fitting:
-            self.signature.bind(*args, **kwargs)
-            self._fitting.add(shape)
+        self._plan(args, kwargs)
         return list(args), dict(kwargs)
 
 
@@ -660,7 +687,9 @@ class App:
                 calls.append((item, {}))
         if self._eager:
             return [self._ran_eagerly(task, task._body(options, args, kwargs), None) for args, kwargs in calls]
-        send_options = self._send_options(options)
+        # The messages differ only in their text (valid UTF-8: encode() made it) and msgId: the rest of
+        # their body is checked once, before any is made, and each copies it (send_body's keys, in its order).
+        common = send_body(task.topic, "", **self._send_options(options))
         bodies: list[tuple[str, str, tuple[SendContext, ...]]] = []
         try:
             for args, kwargs in calls:
@@ -671,8 +700,8 @@ class App:
                     self.client.middleware.after_send(context, None, exc)
             raise
         producer = self._producer()
-        futures = [producer.send(task.topic, body, context=sends[0] if sends else None,
-                                 **{**send_options, "msg_id": msg_id}) for body, msg_id, sends in bodies]
+        futures = [producer._put({**common, "msg": text, "msgId": msg_id}, sends[0] if sends else None)
+                   for text, msg_id, sends in bodies]
         results: list[TaskHandle | DelayQueueError] = []
         for future in futures:
             try:

@@ -12,7 +12,7 @@ import weakref
 from collections.abc import Callable
 from concurrent.futures import Future, wait
 from concurrent.futures._base import CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED, PENDING
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from delayqueue_client._calls import Body, SendResult, send_body
 from delayqueue_client.message import Message
@@ -95,8 +95,25 @@ class _SendFuture(Future[Message]):
                 self._condition.wait(remaining)
 
     def result(self, timeout: float | None = None) -> Message:
+        # Answered (as send_many finds most of its sends): no lock. _answer sets the result before the state.
+        if self._state == FINISHED and self._exception is None:
+            return cast(Message, self._result)
         self._wait_done(timeout)
         return super().result(0)  # its outcome, or TimeoutError / CancelledError as Future answers them
+
+    def _answer(self, outcome: SendResult | BaseException) -> None:
+        """What set_result or set_exception does under the condition, which the sender holds (and
+        notifies) once for a whole batch's answers rather than once a send."""
+        if isinstance(outcome, BaseException):
+            self._exception = outcome
+            self._state = FINISHED
+            for waiter in self._waiters:
+                waiter.add_exception(self)
+        else:
+            self._result = outcome
+            self._state = FINISHED
+            for waiter in self._waiters:
+                waiter.add_result(self)
 
     def exception(self, timeout: float | None = None) -> BaseException | None:
         self._wait_done(timeout)
@@ -148,7 +165,10 @@ class Producer:
         """send()'s arguments (delay_ms, trigger_time, msg_id, ttl_ms, max_retry, priority); the
         Future fails with the message's error (RateLimited, BadRequest, ...) or the batch's.
         `context`: the send's middleware context, its before_send run (the task layer's)."""
-        body = send_body(topic, msg, **options)
+        return self._put(send_body(topic, msg, **options), context)
+
+    def _put(self, body: Body, context: SendContext | None) -> Future[Message]:
+        """send() of a body as send_body makes them, checked (the task layer makes its bodies so)."""
         future = _SendFuture(self._answered, body, context)
         with self._lock:  # one lock a send: its cost is paid by every send
             while self._waiting >= self._max_queue and not self._closed:
@@ -256,11 +276,12 @@ class Producer:
             results = self._client._send_batch(bodies, sends)
         except BaseException as exc:  # the whole batch failed: each of its sends with the reason
             results = [exc] * len(batch)
-        for future, result in zip(batch, results):
-            if isinstance(result, BaseException):
-                future.set_exception(result)
-            else:
-                future.set_result(result)
+        with self._answered:  # running, so no longer cancellable: each is answered here
+            for future, result in zip(batch, results):
+                future._answer(result)
+            self._answered.notify_all()
+        for future in batch:
+            future._invoke_callbacks()  # type: ignore[attr-defined]  # Future's own, as set_result runs it
 
 
 def _say_lost(pending: dict[asyncio.Future[Message], Body]) -> None:
