@@ -192,6 +192,9 @@ def test_a_429_with_retry_after_is_waited_for_on_every_call_and_a_cap_without_it
     assert isinstance(decide(True, cap), RateLimited)  # waiting does not lift a cap
     too_long = envelope(code=429, msg="too many invalid API tokens", retryAfterMillis=60_000)
     assert isinstance(decide(True, too_long), RateLimited)  # over max_retry_after: the caller decides
+    # A proxy's or another server's odd value: no negative sleep (time.sleep raises), no boolean as 1 ms.
+    assert decide(True, envelope(code=429, msg="too many requests", retryAfterMillis=-5)) == 0.0
+    assert isinstance(decide(True, envelope(code=429, msg="too many requests", retryAfterMillis=True)), RateLimited)
 
 
 def test_proxy_from_the_argument_or_the_environment_unless_no_proxy_covers_the_host(monkeypatch):

@@ -342,10 +342,11 @@ class Calls:
 
     def _throttle_wait(self, retry_after_ms: object) -> float | None:
         """A 429's retryAfterMillis in seconds when it is worth waiting for. A 429 without it is a cap
-        that waiting does not lift; one asking for more than max_retry_after is raised at once."""
-        if not isinstance(retry_after_ms, int) or retry_after_ms > self.max_retry_after * 1000:
+        that waiting does not lift; one asking for more than max_retry_after is raised at once. A
+        negative one (not ours: a proxy's) is no wait, as time.sleep refuses it."""
+        if type(retry_after_ms) is not int or retry_after_ms > self.max_retry_after * 1000:
             return None
-        return retry_after_ms / 1000
+        return max(0, retry_after_ms) / 1000
 
     def _batch_again(self, results: list[SendResult | None], todo: list[int],
                      answered: list[SendResult] | DelayQueueError, attempt: int) -> tuple[list[int], float]:
