@@ -107,6 +107,7 @@ def test_a_refused_request_is_one_line_with_its_code_and_exit_1(sdk_server):
     (("send", "t", "x", "--delay", "3s", "--at", "1999999999000"), "not allowed with argument --delay"),
     (("send", "t", "x", "--at", "next tuesday"), "invalid time 'next tuesday'"),
     (("consume", "t", "--batch", "0"), "invalid count '0'"),
+    (("consume", "t", "--batch", "²"), "invalid count '²'"),  # a digit to str.isdigit, not to int()
     (("dead", "purge", "t"), "name them with --msg-id, or pass --all"),
     (("frobnicate",), "invalid choice: 'frobnicate'"),
     (("--url", "queue.example:8000", "stats"), "the server URL must be http(s)://host[:port][/prefix]"),

@@ -73,7 +73,7 @@ def given_text(example: str) -> Callable[[str], str]:
 
 
 def positive_int(text: str) -> int:
-    if not text.isdigit() or int(text) < 1:
+    if not (text.isascii() and text.isdigit()) or int(text) < 1:  # isdigit alone takes "²", which int() refuses
         raise argparse.ArgumentTypeError(f"invalid count {text!r}: a whole number of at least 1")
     return int(text)
 
