@@ -121,9 +121,10 @@ class ScriptRunner:
         the first call's error (no trip is sent after one that failed)."""
         replies = []
         for trip in _trips(calls, per_trip):
-            replies += await self.run(trip)
-            if error := next((reply for reply in replies if isinstance(reply, Exception)), None):
+            answered = await self.run(trip)
+            if error := next((reply for reply in answered if isinstance(reply, Exception)), None):
                 raise error
+            replies += answered
         return replies
 
     async def _pipeline(self, calls: list[ScriptCall]) -> list:

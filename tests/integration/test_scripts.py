@@ -39,6 +39,18 @@ async def test_concurrent_calls_share_a_round_trip_and_fail_alone(rt):
     assert isinstance(results[1], Exception)  # the Lua error reaches its own caller only
 
 
+async def test_run_all_raises_the_first_error_and_sends_no_trip_after_the_one_that_failed(rt):
+    good = send_call(rt, "t")
+    first = len(scripts.SEND.args)
+    bad = good._replace(args=[*good.args[:first], "bad-id", good.args[first + 1], "not-a-number",
+                              *good.args[first + 3:]])
+    with pytest.raises(Exception):
+        await rt.scripts.run_all([send_call(rt, "a"), bad, send_call(rt, "b")], per_trip=2)
+    assert await rt.redis.exists(rt.ns.topic("a").msgs) and not await rt.redis.exists(rt.ns.topic("b").msgs)
+    replies = await rt.scripts.run_all([send_call(rt, "c"), send_call(rt, "d")], per_trip=1)
+    assert [reply[0].created for reply in replies] == [True, True]
+
+
 async def test_many_calls_in_flight_each_get_their_own_reply(single_rt):
     """The direct runner matches replies to calls by their order on the connection."""
     rt = single_rt
