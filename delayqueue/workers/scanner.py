@@ -425,9 +425,9 @@ class Scanner:
         writer has not read) SHARDS_SETTLE_MILLIS after the change, by the scanner holding the
         topic's first shard. Its cold messages are the current count's to load: its shards' parts
         of the topic's count of them go to the current count's shards first, and their monitor
-        counters (to that first shard) and live-cap shares after. Its packed lists are its own, not the current count's to load (its
-        loader starts after them): a draining shard moves them into its waiting set (unpack_due.lua),
-        and the count waits for that too."""
+        counters (to that count's first shard) and live-cap shares after. Its packed lists are its
+        own, not the current count's to load (its loader starts after them): a draining shard moves
+        them into its waiting set (unpack_due.lua), and the count waits for that too."""
         settings = await self.rt.topic_configs.table()
         now = now_millis()
         drained = []
