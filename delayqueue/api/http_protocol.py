@@ -2,7 +2,8 @@
 client takes over them, DELAYQUEUE_HEADER_TIMEOUT_MILLIS, and their size, MAX_HEADER_BYTES. uvicorn
 has neither, so a connection that sends nothing, or a header byte now and then, is otherwise held
 for ever, and one that sends an endless header has it kept in memory until the timeout. A hang-up
-is told to every request of the connection being answered, not only to its last. The bodies are
+is told to every request of the connection being answered, not only to its last, and is seen while
+requests wait behind a held one. The bodies are
 bounded in api/asgi.py. Served by `uvicorn --http delayqueue.api.http_protocol:BoundedHttpToolsProtocol`."""
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
@@ -15,6 +16,10 @@ HTTP_PROTOCOL = "delayqueue.api.http_protocol:BoundedHttpToolsProtocol"
 # allow 32 KiB. Counted by whole reads that end no request's headers, so up to a read (256 KiB) more
 # may be taken: what a connection holds is bounded all the same.
 MAX_HEADER_BYTES = 65_536
+# uvicorn stops reading a connection once one request waits behind the one being answered, so a
+# hang-up went unseen until a held long poll's end. Reading goes on while fewer than this wait: what a
+# connection holds stays bounded, and a client pipelining more has its hang-up seen late, as before.
+MAX_PIPELINED = 8
 HEADERS_TOO_BIG = (b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: text/plain; charset=utf-8\r\n"
                    b"connection: close\r\ncontent-length: %d\r\n\r\n%s")
 
@@ -63,6 +68,8 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         super().on_headers_complete()
         if earlier is not None and not earlier.response_complete:  # a request pipelined behind it
             self.unanswered = [cycle for cycle in self.unanswered if not cycle.response_complete] + [earlier]
+            if len(self.pipeline) < MAX_PIPELINED:
+                self.flow.resume_reading()
 
     def connection_lost(self, exc) -> None:
         loop_deadlines(self.loop).forget(self)

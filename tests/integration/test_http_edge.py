@@ -189,15 +189,22 @@ def test_headers_over_the_cap_are_refused_at_once(web):
 
 
 @pytest.mark.process
-def test_a_held_long_poll_with_a_request_pipelined_behind_it_stops_when_the_client_hangs_up(web):
+@pytest.mark.parametrize("together", [True, False], ids=["in one write", "after the poll is held"])
+def test_a_held_long_poll_with_a_request_pipelined_behind_it_stops_when_the_client_hangs_up(web, together):
     token = new_token("piped")
     auth = {"Authorization": f"Bearer {token}"}
     poll = b"topic=piped&longPollingTimeoutMillis=30000"
+    behind = b"GET /camellia/health/check HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
     with socket.create_connection(("127.0.0.1", web.port), timeout=30) as sock:
         sock.sendall(f"POST {LONG_POLL} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {token}\r\n"
                      f"Content-Type: application/x-www-form-urlencoded\r\nContent-Length: {len(poll)}\r\n\r\n".encode()
-                     + poll + b"GET /camellia/health/check HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+                     + poll + (behind if together else b""))
         wait_for(lambda: held_polls(token) == 1, what="the poll to be held")  # the GET waits behind it
+        if not together:
+            # Before, the GET's arrival stopped the reading (uvicorn queues a pipelined request so),
+            # and nothing read again: the hang-up went unseen until the poll's 30 s were over.
+            sock.sendall(behind)
+            time.sleep(0.5)
     wait_for(lambda: held_polls(token) == 0, what="the hang-up to end the held poll")
     # Before, uvicorn told only the GET of the hang-up: the poll held on, took this message for a
     # client that was gone, and left it consuming until its ack timeout.
@@ -205,6 +212,29 @@ def test_a_held_long_poll_with_a_request_pipelined_behind_it_stops_when_the_clie
     polled = httpx.post(web.url + LONG_POLL, data={"topic": "piped", "longPollingTimeoutMillis": "5000"},
                         headers=auth, timeout=30)
     assert [m["msgId"] for m in polled.json()["delayMsgList"]] == [sent.json()["delayMsg"]["msgId"]]
+
+
+@pytest.mark.process
+def test_requests_pipelined_behind_a_held_long_poll_are_answered_in_order_when_it_ends(web):
+    token = new_token("queued")
+    poll = b"topic=queued&longPollingTimeoutMillis=30000"
+    with socket.create_connection(("127.0.0.1", web.port), timeout=30) as sock:
+        sock.sendall(f"POST {LONG_POLL} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {token}\r\n"
+                     f"Content-Type: application/x-www-form-urlencoded\r\nContent-Length: {len(poll)}\r\n\r\n".encode()
+                     + poll)
+        wait_for(lambda: held_polls(token) == 1, what="the poll to be held")
+        for i in range(20):  # more than the protocol reads on while they wait
+            sock.sendall(f"GET /camellia/health/check?n={i} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
+        sent = httpx.post(web.url + SEND, data={"topic": "queued", "msg": "m", "delayMillis": "0"},
+                          headers={"Authorization": f"Bearer {token}"})
+        answers = b""
+        while answers.count(b"HTTP/1.1 200 ") < 21:
+            data = sock.recv(65_536)
+            assert data, answers
+            answers += data
+    first, _, rest = answers.partition(b"HTTP/1.1 200 ")[2].partition(b"HTTP/1.1 200 ")
+    assert sent.json()["delayMsg"]["msgId"].encode() in first  # the poll's answer came first
+    assert rest.count(b"HTTP/1.1 200 ") == 19
 
 
 @pytest.mark.process
