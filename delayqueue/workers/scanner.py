@@ -424,8 +424,10 @@ class Scanner:
         message, packed ones included, no ended one kept for the retention, no history the log
         writer has not read) SHARDS_SETTLE_MILLIS after the change, by the scanner holding the
         topic's first shard. Its cold messages are the current count's to load: its shards' parts
-        of the topic's count of them go to the current count's shards first, and their monitor
-        counters (to that count's first shard) and live-cap shares after. Its packed lists are its
+        of the topic's count of them go to the current count's shards before the log forgets the
+        count, so the topic reads sharded until they are there (a loader's raise that read it unsharded
+        dropped the signed mark of a lone shard's count still below 0), and their monitor counters (to
+        that count's first shard) and live-cap shares after. Its packed lists are its
         own, not the current count's to load (its loader starts after them): a draining shard moves
         them into its waiting set (unpack_due.lua), and the count waits for that too."""
         settings = await self.rt.topic_configs.table()
@@ -453,10 +455,10 @@ class Scanner:
             return
         try:  # PostgreSQL down: the shards are looked at again next time, and the other work goes on
             for topic, count, changed_at in empty:
+                gone, current = topic_shards(topic, (count,)), topic_shards(topic, (settings[topic].shards,))
+                await self._hand_over_cold(gone, current)
                 if await sync_to_async(forget_drained_shards, thread_sensitive=False)(
                         namespace=self.rt.ns.namespace, topic=topic, count=count, changed_at=changed_at):
-                    gone, current = topic_shards(topic, (count,)), topic_shards(topic, (settings[topic].shards,))
-                    await self._hand_over_cold(gone, current)
                     await self._fold_away(gone, current[0])
                     log.info("scanner %s retired the %d shards of topic %s: empty", self.token, count, topic)
             await self.rt.topic_configs.fresh()
