@@ -1191,10 +1191,9 @@ async def test_a_retired_counts_part_of_the_cold_count_goes_to_the_current_count
 
 async def test_a_retired_counts_parts_of_the_cold_count_are_handed_on_whole(rt, monkeypatch):
     """A retired count's shards hand their parts of the topic's cold count, and their hours, to the
-    current count's whatever moves in them meanwhile. The scanner read each part, then dropped it only
-    if its count had not moved: a send gone cold in one kept that whole part in its shard, which no
-    reader adds up once the count is retired; and a cold delete and a send in another hour (the count
-    unchanged) dropped the sent message's hour unread, while the deleted one's was handed on."""
+    current count's whatever moves in them meanwhile (after a part was taken, before it was added):
+    a send gone cold in one, or a cold delete and a send in another hour (the count unchanged), is
+    handed on too, not left in a shard no reader adds up once the count is retired."""
     await shard_topic(rt, "h", 2)
     await shard_topic(rt, "h", 3)
     hour, old = now_millis() // COLD_HOUR_MILLIS + 2, topic_shards("h", (2,))
@@ -1204,7 +1203,7 @@ async def test_a_retired_counts_parts_of_the_cold_count_are_handed_on_whole(rt, 
     scanner, real_run_all = scanner_module.Scanner(rt), rt.scripts.run_all
 
     async def moved_before_the_take(calls, **kwargs):
-        if calls and calls[0].script is not scripts.COLD_PART and not moved:
+        if calls and calls[0].script is not scripts.HAND_COLD and not moved:
             moved.append(True)
             first, second = (rt.ns.topic(shard) for shard in old)
             await rt.redis.hincrby(first.cold_hours, hour, -1)  # a cold delete and a cold send: the count stays
@@ -1271,6 +1270,55 @@ async def test_a_shrink_to_one_shard_reads_unsharded_only_once_its_count_is_whol
         await scanner.loader.close()
     assert not (await rt.topic_configs.fresh())["s"].draining_shards
     assert seen == ["0"]
+
+
+class Killed(Exception):
+    """The scanner's process dies here (SIGKILL): nothing after this step runs."""
+
+
+@pytest.mark.parametrize("killed_after", ["the take", "the adding"])
+async def test_a_hand_over_cut_short_by_a_kill_is_finished_by_the_next_turn(single_rt, monkeypatch, killed_after):
+    """A retired count's parts of the cold count are handed on whole, whichever step a scanner was
+    killed after: taken away and not yet added, they were lost (the count short until the loader found
+    nothing cold); added and not yet dropped where they were, a second hand-over would add them twice."""
+    rt = single_rt
+    monkeypatch.setattr(scanner_module, "SHARDS_SETTLE_MILLIS", -1)
+    await shard_topic(rt, "h", 2)
+    await shard_topic(rt, "h", 3)
+    hour, old, current = now_millis() // COLD_HOUR_MILLIS + 2, topic_shards("h", (2,)), topic_shards("h", (3,))
+    for shard, hours in zip(old, ({hour: 2, hour + 1: 1}, {hour: 1})):
+        await rt.redis.hset(rt.ns.topic(shard).meta, mapping={Meta.COLD: sum(hours.values()), Meta.SIGNED: 1})
+        await rt.redis.hset(rt.ns.topic(shard).cold_hours, mapping=hours)
+    watched = old if killed_after == "the take" else current
+    real_run_all = rt.scripts.run_all
+
+    async def cold_counts():
+        return [await rt.redis.hget(rt.ns.topic(shard).meta, Meta.COLD) for shard in watched]
+
+    before = await cold_counts()
+
+    async def killed_once_moved(calls, **kwargs):
+        replies = await real_run_all(calls, **kwargs)
+        if await cold_counts() != before:
+            raise Killed
+        return replies
+
+    monkeypatch.setattr(rt.scripts, "run_all", killed_once_moved)
+    first, restarted = drained_scanner(rt, "h", 3), drained_scanner(rt, "h", 3)
+    try:
+        with pytest.raises(Killed):
+            await first._retire_drained_shards()
+        monkeypatch.setattr(rt.scripts, "run_all", real_run_all)
+        await restarted._retire_drained_shards()
+    finally:
+        await first.loader.close()
+        await restarted.loader.close()
+    assert not (await rt.topic_configs.fresh())["h"].draining_shards
+    handed = Counter()
+    for shard in current:
+        handed.update({int(at): int(n) for at, n in (await rt.redis.hgetall(rt.ns.topic(shard).cold_hours)).items()})
+    assert handed == {hour: 3, hour + 1: 1}
+    assert (await topic_info(rt, topic="h")).waiting_cold == 4
 
 
 async def test_a_count_taken_up_again_after_it_retired_starts_without_its_old_window(single_rt):
