@@ -1036,6 +1036,35 @@ async def test_a_sharded_topics_cold_messages_wait_in_the_log_and_come_into_thei
     assert (info.waiting, info.waiting_cold) == (11, 10)  # packed, due a minute ahead: counted cold till moved in
 
 
+async def time_calls(rt) -> dict[str, int]:
+    """The TIME commands each primary of the cluster ran so far (its scripts' among them)."""
+    infos = await rt.redis.info("commandstats", target_nodes=RedisCluster.PRIMARIES)
+    return {name: info.get("cmdstat_time", {}).get("calls", 0) for name, info in infos.items()}
+
+
+async def test_a_cold_messages_times_are_read_on_the_clock_of_its_shards_node(clean_state, monkeypatch):
+    """Each node of a cluster has a clock of its own, and a shard's scripts stamp its messages by its
+    node's. A cold message's reschedule counted its delay from, and a cold delete stamped its end by,
+    a plain TIME, which redis-py sends to one node for all (the clocks cannot be set apart here: what
+    is shown is which node answers, its shard's alone)."""
+    monkeypatch.setattr(loader_module, "SHARDS_SETTLE_MILLIS", 0)
+    rt = make_runtime(REDIS_CLUSTER_URL, hot_window_millis=5000)
+    try:
+        await sharded_with_windows(rt, "n", 3)
+        ids = [msg_id_in("n", 3, index, "n") for index in range(3)]
+        await send_messages(rt, requests=[SendRequest("n", "x", msg_id=msg_id, delay_millis=60_000) for msg_id in ids])
+        assert (await topic_info(rt, topic="n")).waiting_cold == 3
+        for index, msg_id in enumerate(ids):
+            node = rt.redis.get_node_from_key(rt.ns.topic(Shard("n", 3, index)).meta).name
+            for operation in (functools.partial(reschedule_message, delay_millis=30_000), delete_message):
+                before = await time_calls(rt)
+                assert await operation(rt, topic="n", msg_id=msg_id)
+                after = await time_calls(rt)
+                assert {name for name in after if after[name] > before[name]} == {node}, (operation, index)
+    finally:
+        await rt.close()
+
+
 async def test_a_send_that_died_before_its_script_is_not_counted_out_of_a_sharded_topics_cold_messages(windowed):
     """Its log row was committed, its script never ran, so no shard counted it cold; the loader brings
     it in and counts it out of its shard's signed part: the parts added up fell one short of the
