@@ -619,7 +619,8 @@ def raise_hot(ctx: ScriptContext, topic: str | Shard, *, hot_until: int, loaded_
     """Replies the topic's HotWindow, None if it has none (and `start` is off). `loaded_to` (and
     `fetched_to`, if any): where a topic that had no hot_until starts; `signed`: a sharded topic's
     shard, which keeps a count."""
-    return ScriptCall(RAISE_HOT, [ctx.ns.topic(topic).meta],
+    k = ctx.ns.topic(topic)
+    return ScriptCall(RAISE_HOT, [k.meta, k.cold_hours],
                       [hot_until, loaded_to, _flag(start), _flag(signed), fetched_to])
 
 
