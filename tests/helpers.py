@@ -393,8 +393,8 @@ def redis_readings(monkeypatch, module) -> list[int]:
     a change the log makes of itself is to be stamped with one, never PostgreSQL's clock."""
     readings, real = [], module.redis_millis
 
-    async def recorded(rt: Runtime) -> int:
-        readings.append(await real(rt))
+    async def recorded(rt: Runtime, *shard) -> int:
+        readings.append(await real(rt, *shard))
         return readings[-1]
 
     monkeypatch.setattr(module, "redis_millis", recorded)

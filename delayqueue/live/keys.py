@@ -140,6 +140,11 @@ class Meta(StrEnum):
     # "1" in every shard of a sharded topic (raise_hot.lua): its COLD is a signed part of the topic's
     # count; absent, COLD is the topic's own, which no script takes below 0 (includes/cold_count.lua).
     SIGNED = "signed"
+    # A retired shard count's part of COLD (and its cold_hours) while the scanner hands it on:
+    # [id, count, hour, count, ...] (hand_cold.lua); in the current count's shards, "handed:<that id>"
+    # marks a part received (receive_cold.lua).
+    HANDING = "handing"
+    HANDED = "handed"
 
 
 END_OF_MILLI = 2**63 - 1  # a row id after every row: "<ms>:<this>" is past every row due at that ms

@@ -246,6 +246,12 @@ class ColdPart(NamedTuple):
     hours: list[tuple[int, int]]  # its cold_hours: (hour, count)
 
 
+class HandedPart(NamedTuple):
+    id: str  # what the current count's shards receive it under
+    cold: int  # a retired count's shard's part of its topic's count of cold messages
+    hours: list[tuple[int, int]]  # its cold_hours: (hour, count)
+
+
 class ScanReply(NamedTuple):
     count: int  # messages the scanner script handled
     next_due_us: int  # µs until it has work again: 0 now, -1 nothing scheduled
@@ -392,6 +398,11 @@ UNPACK_DUE = Script("unpack_due", _scan_reply)
 COLD_PART = Script("cold_part", lambda raw: None if raw is None else ColdPart(
     int(raw[0]), list(zip(map(int, raw[1::2]), map(int, raw[2::2])))))
 FORGET_COLD = Script("forget_cold", lambda raw: raw == 1)
+HAND_COLD = Script("hand_cold", lambda raw: HandedPart(raw[0], int(raw[1]), list(zip(map(int, raw[2::2]),
+                                                                                   map(int, raw[3::2]))))
+                   if raw else None)
+RECEIVE_COLD = Script("receive_cold", lambda raw: raw == 1)
+HANDED_COLD = Script("handed_cold", lambda raw: raw == 1)
 IS_COLD = Script("is_cold", lambda raw: raw == 1)
 PURGE_COLD = Script("purge_cold", str)
 TAKE_STATS = Script("take_stats", lambda raw: dict(zip(raw[::2], raw[1::2])))
@@ -401,7 +412,7 @@ SCRIPTS = (SEND, PULL, ACK, NACK, DELETE, GET, PROMOTE_DUE, REQUEUE_TIMED_OUT, E
            PRUNE_STATS, LOCK_RENEW, LOCK_RELEASE, LOCK_TAKE_OVER, RESTORE, TAKE_TOKENS, ADMIT_SEND, LIVE_SHARE_SHORTFALL,
            GRANT_LIVE_SHARE, RELEASE_LIVE_SHARE, COVER_LIVE_SHARE, BORROW_LIVE, REGISTER_TOPICS, CONFIRM_REGISTERED,
            PURGE_TOPIC, TOUCH, RESCHEDULE, ADD_COUNTS, RAISE_HOT, LOAD_COLD, PURGE_COLD, TAKE_STATS,
-           FOLD_STATS, UNPACK_DUE, IS_COLD, COLD_PART, FORGET_COLD)
+           FOLD_STATS, UNPACK_DUE, IS_COLD, COLD_PART, FORGET_COLD, HAND_COLD, RECEIVE_COLD, HANDED_COLD)
 
 
 async def load_scripts(client) -> None:
@@ -608,7 +619,8 @@ def raise_hot(ctx: ScriptContext, topic: str | Shard, *, hot_until: int, loaded_
     """Replies the topic's HotWindow, None if it has none (and `start` is off). `loaded_to` (and
     `fetched_to`, if any): where a topic that had no hot_until starts; `signed`: a sharded topic's
     shard, which keeps a count."""
-    return ScriptCall(RAISE_HOT, [ctx.ns.topic(topic).meta],
+    k = ctx.ns.topic(topic)
+    return ScriptCall(RAISE_HOT, [k.meta, k.cold_hours],
                       [hot_until, loaded_to, _flag(start), _flag(signed), fetched_to])
 
 
@@ -625,11 +637,10 @@ def load_cold(ctx: ScriptContext, topic: str | Shard, *, loaded_from: str, loade
                       args)
 
 
-def cold_part(ctx: ScriptContext, topic: str | Shard, *, cold: int | None = None) -> ScriptCall:
-    """Replies the topic's ColdPart if its count is still `cold` (None: whatever it is) and it has no
-    packed list, else None."""
+def cold_part(ctx: ScriptContext, topic: str | Shard, *, cold: int) -> ScriptCall:
+    """Replies the topic's ColdPart if its count is still `cold` and it has no packed list, else None."""
     k = ctx.ns.topic(topic)
-    return ScriptCall(COLD_PART, [k.meta, k.cold_hours, k.packed], ["" if cold is None else cold])
+    return ScriptCall(COLD_PART, [k.meta, k.cold_hours, k.packed], [cold])
 
 
 def forget_cold(ctx: ScriptContext, topic: str | Shard, *, cold: int, forget_window: bool,
@@ -637,6 +648,25 @@ def forget_cold(ctx: ScriptContext, topic: str | Shard, *, cold: int, forget_win
     """`cold` and `hours`: what cold_part found (its ColdPart), taken away. Replies whether the count was dropped."""
     k = ctx.ns.topic(topic)
     return ScriptCall(FORGET_COLD, [k.meta, k.cold_hours], [cold, _flag(forget_window), *_flat(hours)])
+
+
+def hand_cold(ctx: ScriptContext, topic: str | Shard, *, part_id: str) -> ScriptCall:
+    """Replies the HandedPart the shard (of a retired count) is handing on, taken now under `part_id`
+    (new) if none was: None if it has no part, or a packed list is left."""
+    k = ctx.ns.topic(topic)
+    return ScriptCall(HAND_COLD, [k.meta, k.cold_hours, k.packed], [part_id])
+
+
+def receive_cold(ctx: ScriptContext, topic: str | Shard, *, part_id: str, cold: int,
+                 hours: Sequence[Sequence[int]]) -> ScriptCall:
+    """A current shard's share (`cold`, `hours`) of the HandedPart `part_id`. Replies whether it was added now."""
+    k = ctx.ns.topic(topic)
+    return ScriptCall(RECEIVE_COLD, [k.meta, k.cold_hours], [part_id, cold, *_flat(hours)])
+
+
+def handed_cold(ctx: ScriptContext, topic: str | Shard, *, part_id: str) -> ScriptCall:
+    """Drops the HandedPart `part_id` the shard hands on. Replies whether it did."""
+    return ScriptCall(HANDED_COLD, [ctx.ns.topic(topic).meta], [part_id])
 
 
 def is_cold(ctx: ScriptContext, topic: str | Shard, *, msg_id: str, trigger_time: int) -> ScriptCall:

@@ -40,15 +40,16 @@ def counts_shares(bound: int, topic: str, counts: Sequence[int]) -> dict[Shard, 
     return {shard: bound_share(bound, len(order), n, kept=n < len(order) - current) for n, shard in enumerate(order)}
 
 
-def deal_hours(hours: dict[int, int], parts: int) -> list[dict[int, int]]:
-    """`hours` (hour -> cold messages) dealt over a count's `parts` shards in turn, hour by hour: each
+def deal_hours(hours: dict[int, int], parts: int, first: int = 0) -> list[dict[int, int]]:
+    """`hours` (hour -> cold messages) dealt over a count's `parts` shards in turn, hour by hour, from
+    part `first` on (a retired count's shards, each dealing its own, start each at another): each
     part's hours add up to its count, and the counts differ by one at most (a signed hour below 0 is
     dealt so too). Each shard holds its share of the live cap against its part of the cold count,
     which cannot follow the msgIds (a restore counts them in PostgreSQL, which cannot compute crc32; a
     retired count's part is a number): the parts are signed and only add up together, and the loader
     corrects each as it brings its messages in."""
     dealt: list[dict[int, int]] = [{} for _ in range(parts)]
-    first = 0  # the part the hour's first message goes to
+    first %= parts  # the part the hour's first message goes to
     for hour, n in sorted(hours.items()):
         share, extra = divmod(n, parts)
         for index, part in enumerate(dealt):

@@ -5,6 +5,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import RedisError
 
 from delayqueue.core.constants import Status
@@ -17,9 +18,15 @@ from delayqueue.runtime import Runtime
 from delayqueue.stores.topic_settings import DEFAULT as DEFAULT_SETTINGS
 
 
-async def redis_millis(rt: Runtime) -> int:
-    """Redis' clock, the one the scripts stamp every time with."""
-    seconds, micros = await rt.redis.time()
+async def redis_millis(rt: Runtime, shard: Shard | None = None) -> int:
+    """Redis' clock, the one the scripts stamp every time with. A cluster's nodes each have their own:
+    with a `shard`, that of the node holding its keys, by which its scripts stamp its messages (a
+    plain TIME goes to one node of redis-py's choosing)."""
+    if shard is not None and isinstance(rt.redis, RedisCluster):
+        await rt.redis.initialize()  # reads the slot table the first time, then returns at once
+        seconds, micros = await rt.redis.time(target_nodes=rt.redis.get_node_from_key(rt.ns.topic(shard).meta))
+    else:
+        seconds, micros = await rt.redis.time()
     return int(seconds) * 1000 + int(micros) // 1000
 
 
@@ -150,7 +157,7 @@ async def _purged_cold(rt: Runtime, shard: Shard, msg_id: str, after: tuple[int,
     message = found.message
     if (message.trigger_time, found.row_id) <= after:
         return None  # Redis' to answer for (its row ended after the loader passed it)
-    if found.ended <= await redis_millis(rt) - rt.context.retention_millis:
+    if found.ended <= await redis_millis(rt, shard) - rt.context.retention_millis:
         return None
     released = await rt.redis.zscore(rt.ns.topic(shard).released, released_life(msg_id, message.produce_time))
     return message if released is None else None
@@ -187,7 +194,7 @@ async def delete_message(rt: Runtime, *, topic: str, msg_id: str, release: bool 
         # message's: Redis keeps the body, as deleted, until the row is ended, then frees it.
         try:
             if rt.config.finds_cold and (after := await cold_after(rt, shard)) is not None:
-                await rt.log.end_released(topic, msg_id, after, now=await redis_millis(rt))
+                await rt.log.end_released(topic, msg_id, after, now=await redis_millis(rt, shard))
         except LogUnavailable:  # deleted all the same: the body stays for the retention, the writer ends the row
             return True
         await rt.scripts.call(scripts.delete(rt.context, shard, msg_id=msg_id, release=True, release_ended=True))
@@ -199,7 +206,7 @@ async def _delete_logged(rt: Runtime, shard: Shard, msg_id: str, after: tuple[in
     """Deletes the msgId's waiting row after the position `after` in the log (as a cold message's),
     then asks Redis again with the deleted message as a tombstone: delete.lua's outcome; None if the
     log held no such row."""
-    deleted = await rt.log.delete_cold(shard.topic, msg_id, after, now=await redis_millis(rt))
+    deleted = await rt.log.delete_cold(shard.topic, msg_id, after, now=await redis_millis(rt, shard))
     if deleted is None:
         return None
     # Loaded meanwhile, Redis deletes it as any other (1, or 3 with release); else it keeps the tombstone (2).
@@ -222,7 +229,7 @@ async def _delete_lost(rt: Runtime, shard: Shard, msg_id: str, release: bool) ->
         return 0
     if await rt.redis.zscore(rt.ns.topic(shard).released, released_life(msg_id, live.produce_time)) is not None:
         return 0
-    await rt.log.delete_lost(live, now=await redis_millis(rt))
+    await rt.log.delete_lost(live, now=await redis_millis(rt, shard))
     # 1 (or 3): its send's script, or a restore, ran meanwhile, and Redis deleted it as any other.
     return await rt.scripts.call(scripts.delete(rt.context, shard, msg_id=msg_id, release=release,
                                                 tombstone=tombstone(live)))
@@ -235,7 +242,7 @@ async def _reschedule_cold(rt: Runtime, shard: Shard, msg_id: str, trigger_time:
     (reschedule.lua); None if nothing of the topic is cold. Not cold in the log, Redis is asked again."""
     if (after := await cold_after(rt, shard)) is None:
         return None
-    now = await redis_millis(rt)  # the clock reschedule.lua counts a hot message's delay from
+    now = await redis_millis(rt, shard)  # the clock reschedule.lua counts a hot message's delay from
     moved = await cold_message(rt, shard, msg_id, after) and await rt.log.reschedule_cold(
         shard.topic, msg_id, after, max(now + delay_millis if trigger_time < 0 else trigger_time, now), now=now)
     if moved is None:

@@ -73,9 +73,8 @@ async def _purge_cold(rt: Runtime, topic: str) -> int:
         for (row_id, *_), mine, kept in zip(rows, places, held):
             if not kept:
                 cold.setdefault(mine[0], []).append(row_id)
-        now = await redis_millis(rt) if cold else 0
-        for shard, row_ids in cold.items():
-            hours[shard].update(await rt.log.purge_cold(row_ids, now=now))
+        for shard, row_ids in cold.items():  # ended on the clock its shard keeps an ended message by
+            hours[shard].update(await rt.log.purge_cold(row_ids, now=await redis_millis(rt, shard)))
         after_id, after_time = rows[-1][0], rows[-1][3]
     await rt.scripts.run_all([scripts.purge_cold(rt.context, shard, purged=hours[shard].total(),
                                                  signed=settings.sharded, hours=list(hours[shard].items()))

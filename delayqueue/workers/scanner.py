@@ -33,9 +33,9 @@ import asyncio
 import itertools
 import logging
 import os
+import secrets
 import socket
 import uuid
-from collections import Counter
 
 from asgiref.sync import sync_to_async
 from django.db import DatabaseError
@@ -424,8 +424,10 @@ class Scanner:
         message, packed ones included, no ended one kept for the retention, no history the log
         writer has not read) SHARDS_SETTLE_MILLIS after the change, by the scanner holding the
         topic's first shard. Its cold messages are the current count's to load: its shards' parts
-        of the topic's count of them go to the current count's shards first, and their monitor
-        counters (to that count's first shard) and live-cap shares after. Its packed lists are its
+        of the topic's count of them go to the current count's shards before the log forgets the
+        count, so the topic reads sharded until they are there (a loader's raise that read it unsharded
+        dropped the signed mark of a lone shard's count still below 0), and their monitor counters (to
+        that count's first shard) and live-cap shares after. Its packed lists are its
         own, not the current count's to load (its loader starts after them): a draining shard moves
         them into its waiting set (unpack_due.lua), and the count waits for that too."""
         settings = await self.rt.topic_configs.table()
@@ -453,10 +455,10 @@ class Scanner:
             return
         try:  # PostgreSQL down: the shards are looked at again next time, and the other work goes on
             for topic, count, changed_at in empty:
+                gone, current = topic_shards(topic, (count,)), topic_shards(topic, (settings[topic].shards,))
+                await self._hand_over_cold(gone, current)
                 if await sync_to_async(forget_drained_shards, thread_sensitive=False)(
                         namespace=self.rt.ns.namespace, topic=topic, count=count, changed_at=changed_at):
-                    gone, current = topic_shards(topic, (count,)), topic_shards(topic, (settings[topic].shards,))
-                    await self._hand_over_cold(gone, current)
                     await self._fold_away(gone, current[0])
                     log.info("scanner %s retired the %d shards of topic %s: empty", self.token, count, topic)
             await self.rt.topic_configs.fresh()
@@ -490,33 +492,35 @@ class Scanner:
 
     async def _hand_over_cold(self, shards: list[Shard], to: list[Shard]) -> None:
         """Moves the shards' parts of their topic's count of cold messages (and of its hours) to the
-        shards `to` (the current count's), dealt over them (deal_hours): what each part holds is
-        looked at (cold_part.lua) and exactly that taken away (forget_cold.lua), a part that moved in
-        between (a send went cold in it) looked at again until it is dropped, as no reader adds up a
-        retired count's parts; then what was taken is added. A scanner killed in between leaves the
-        count short until the loader finds nothing cold."""
-        cold, hours = 0, Counter()
-        while shards:
-            found = await self.rt.scripts.run_all([scripts.cold_part(self.rt.context, shard) for shard in shards])
-            parts = [(shard, part) for shard, part in zip(shards, found)
-                     if part is not None and (part.cold or part.hours)]  # None: a packed list is left
-            dropped = await self.rt.scripts.run_all([
-                scripts.forget_cold(self.rt.context, shard, cold=part.cold, hours=part.hours, forget_window=False)
-                for shard, part in parts])
-            for _shard, part in parts:
-                cold += part.cold
-                hours.update(dict(part.hours))
-            shards = [shard for (shard, _part), gone in zip(parts, dropped) if not gone]
-        # An unsigned part's count and hours, each kept at 0 or more, may differ: both are kept.
-        unhoured = cold - sum(hours.values())
-        pipe = self.rt.redis.pipeline(transaction=False)
-        for index, (shard, dealt) in enumerate(zip(to, deal_hours(hours, len(to)))):
-            k, part = self.rt.ns.topic(shard), sum(dealt.values()) + (unhoured if index == 0 else 0)
-            if part or dealt:  # nothing to add: no count made (a topic with one is not retired)
-                pipe.hincrby(k.meta, Meta.COLD, part)
-                for hour, n in dealt.items():
-                    pipe.hincrby(k.cold_hours, hour, n)
-        await pipe.execute()
+        shards `to` (the current count's), each part dealt over them (deal_hours) from a shard of its
+        own. Each part is taken into its shard's meta (hand_cold.lua), received by `to` once under its
+        id (receive_cold.lua), then dropped (handed_cold.lua), and `to` forgets the id: a scanner killed
+        between any two steps leaves the part for the next turn to finish, as the count still drains
+        (a part taken and not yet added is in no reader's sum). A part that moved in a shard since its
+        take (a send went cold in it) is taken next, until none is left."""
+        ctx = self.rt.context
+        while True:
+            taken = await self.rt.scripts.run_all([scripts.hand_cold(ctx, shard, part_id=secrets.token_hex(8))
+                                                   for shard in shards])
+            handing = [(shard, part) for shard, part in zip(shards, taken) if part is not None]
+            if not handing:
+                return
+            shares = []
+            for shard, part in handing:
+                # An unsigned part's count and hours, each kept at 0 or more, may differ: both are kept.
+                unhoured, first = part.cold - sum(n for _hour, n in part.hours), shard.index % len(to)
+                for index, (receiver, dealt) in enumerate(zip(to, deal_hours(dict(part.hours), len(to), first))):
+                    cold = sum(dealt.values()) + (unhoured if index == first else 0)
+                    if cold or dealt:  # nothing to add: no count made (a topic with one is not retired)
+                        shares.append((receiver, part.id, cold, dealt))
+            await self.rt.scripts.run_all([scripts.receive_cold(ctx, receiver, part_id=part_id, cold=cold,
+                                                                hours=list(dealt.items()))
+                                           for receiver, part_id, cold, dealt in shares])
+            await self.rt.scripts.run_all([scripts.handed_cold(ctx, shard, part_id=part.id) for shard, part in handing])
+            pipe = self.rt.redis.pipeline(transaction=False)
+            for receiver, part_id, _cold, _dealt in shares:
+                pipe.hdel(self.rt.ns.topic(receiver).meta, f"{Meta.HANDED}:{part_id}")
+            await pipe.execute()
 
     async def _fold_away(self, shards: list[Shard], to: Shard) -> None:
         """A retired count's shards give up their monitor counters, which are added into `to`'s,

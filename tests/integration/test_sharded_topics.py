@@ -1036,6 +1036,35 @@ async def test_a_sharded_topics_cold_messages_wait_in_the_log_and_come_into_thei
     assert (info.waiting, info.waiting_cold) == (11, 10)  # packed, due a minute ahead: counted cold till moved in
 
 
+async def time_calls(rt) -> dict[str, int]:
+    """The TIME commands each primary of the cluster ran so far (its scripts' among them)."""
+    infos = await rt.redis.info("commandstats", target_nodes=RedisCluster.PRIMARIES)
+    return {name: info.get("cmdstat_time", {}).get("calls", 0) for name, info in infos.items()}
+
+
+async def test_a_cold_messages_times_are_read_on_the_clock_of_its_shards_node(clean_state, monkeypatch):
+    """Each node of a cluster has a clock of its own, and a shard's scripts stamp its messages by its
+    node's. A cold message's reschedule counted its delay from, and a cold delete stamped its end by,
+    a plain TIME, which redis-py sends to one node for all (the clocks cannot be set apart here: what
+    is shown is which node answers, its shard's alone)."""
+    monkeypatch.setattr(loader_module, "SHARDS_SETTLE_MILLIS", 0)
+    rt = make_runtime(REDIS_CLUSTER_URL, hot_window_millis=5000)
+    try:
+        await sharded_with_windows(rt, "n", 3)
+        ids = [msg_id_in("n", 3, index, "n") for index in range(3)]
+        await send_messages(rt, requests=[SendRequest("n", "x", msg_id=msg_id, delay_millis=60_000) for msg_id in ids])
+        assert (await topic_info(rt, topic="n")).waiting_cold == 3
+        for index, msg_id in enumerate(ids):
+            node = rt.redis.get_node_from_key(rt.ns.topic(Shard("n", 3, index)).meta).name
+            for operation in (functools.partial(reschedule_message, delay_millis=30_000), delete_message):
+                before = await time_calls(rt)
+                assert await operation(rt, topic="n", msg_id=msg_id)
+                after = await time_calls(rt)
+                assert {name for name in after if after[name] > before[name]} == {node}, (operation, index)
+    finally:
+        await rt.close()
+
+
 async def test_a_send_that_died_before_its_script_is_not_counted_out_of_a_sharded_topics_cold_messages(windowed):
     """Its log row was committed, its script never ran, so no shard counted it cold; the loader brings
     it in and counts it out of its shard's signed part: the parts added up fell one short of the
@@ -1182,10 +1211,7 @@ async def test_a_retired_counts_part_of_the_cold_count_goes_to_the_current_count
 
         await wait_until(retired, timeout=15, interval=0.1, what="count 1 retired")
 
-        async def handed_on():  # the scanner retires the count in the log first, then moves its part
-            return (await topic_info(rt, topic="k")).waiting_cold == 5
-
-        await wait_until(handed_on, timeout=5, interval=0.05, what="count 1's part of the cold count handed on")
+        assert (await topic_info(rt, topic="k")).waiting_cold == 5  # handed on before the count retired
         parts = [await rt.redis.hget(rt.ns.topic(shard).meta, "cold") for shard in topic_shards("k", (2,))]
         assert sorted(parts) == ["2", "3"]  # dealt over the current count's shards
     finally:
@@ -1194,10 +1220,9 @@ async def test_a_retired_counts_part_of_the_cold_count_goes_to_the_current_count
 
 async def test_a_retired_counts_parts_of_the_cold_count_are_handed_on_whole(rt, monkeypatch):
     """A retired count's shards hand their parts of the topic's cold count, and their hours, to the
-    current count's whatever moves in them meanwhile. The scanner read each part, then dropped it only
-    if its count had not moved: a send gone cold in one kept that whole part in its shard, which no
-    reader adds up once the count is retired; and a cold delete and a send in another hour (the count
-    unchanged) dropped the sent message's hour unread, while the deleted one's was handed on."""
+    current count's whatever moves in them meanwhile (after a part was taken, before it was added):
+    a send gone cold in one, or a cold delete and a send in another hour (the count unchanged), is
+    handed on too, not left in a shard no reader adds up once the count is retired."""
     await shard_topic(rt, "h", 2)
     await shard_topic(rt, "h", 3)
     hour, old = now_millis() // COLD_HOUR_MILLIS + 2, topic_shards("h", (2,))
@@ -1207,7 +1232,7 @@ async def test_a_retired_counts_parts_of_the_cold_count_are_handed_on_whole(rt, 
     scanner, real_run_all = scanner_module.Scanner(rt), rt.scripts.run_all
 
     async def moved_before_the_take(calls, **kwargs):
-        if calls and calls[0].script is not scripts.COLD_PART and not moved:
+        if calls and calls[0].script is not scripts.HAND_COLD and not moved:
             moved.append(True)
             first, second = (rt.ns.topic(shard) for shard in old)
             await rt.redis.hincrby(first.cold_hours, hour, -1)  # a cold delete and a cold send: the count stays
@@ -1237,6 +1262,121 @@ async def test_a_retired_counts_parts_of_the_cold_count_are_handed_on_whole(rt, 
     await set_limits_now(namespace=rt.ns.namespace, topic="h", max_live=9)
     await rt.limits.fresh()
     await send_message(rt, request=SendRequest("h", "x", msg_id=msg_id_in("h", 3, 0, "x")))
+
+
+def drained_scanner(rt, topic: str, count: int) -> scanner_module.Scanner:
+    """A scanner that holds the first shard of the topic's current `count`, as _retire_drained_shards wants."""
+    scanner = scanner_module.Scanner(rt)
+    scanner.known = {topic}
+    scanner.workers[Shard(topic, count, 0)] = None
+    return scanner
+
+
+async def test_a_shrink_to_one_shard_reads_unsharded_only_once_its_count_is_whole(single_rt, monkeypatch):
+    """The scanner retired a drained count in the log, then handed its parts of the cold count on: in
+    between, the topic read unsharded, and a loader's raise dropped the signed mark of its one shard's
+    count, still below 0 (a message gone cold in the old count and loaded into the new)."""
+    rt, loop = single_rt, asyncio.get_running_loop()
+    monkeypatch.setattr(scanner_module, "SHARDS_SETTLE_MILLIS", -1)
+    await shard_topic(rt, "s", 2)
+    await shard_topic(rt, "s", 1)
+    hour = now_millis() // COLD_HOUR_MILLIS + 2
+    for shard, cold in ((Shard("s", 2, 0), 2), (Shard("s", 2, 1), 1), (Shard("s"), -3)):
+        await rt.redis.hset(rt.ns.topic(shard).meta, mapping={Meta.COLD: cold, Meta.SIGNED: 1})
+        await rt.redis.hset(rt.ns.topic(shard).cold_hours, mapping={hour: cold})
+    real_forget, seen = scanner_module.forget_drained_shards, []
+
+    def forget(**kwargs):  # the one shard's count as the log forgets the count (a thread of its own)
+        forgotten = real_forget(**kwargs)
+        seen.append(asyncio.run_coroutine_threadsafe(rt.redis.hget(rt.ns.topic("s").meta, Meta.COLD), loop).result())
+        return forgotten
+
+    monkeypatch.setattr(scanner_module, "forget_drained_shards", forget)
+    scanner = drained_scanner(rt, "s", 1)
+    try:
+        await scanner._retire_drained_shards()
+    finally:
+        await scanner.loader.close()
+    assert not (await rt.topic_configs.fresh())["s"].draining_shards
+    assert seen == ["0"]
+
+
+class Killed(Exception):
+    """The scanner's process dies here (SIGKILL): nothing after this step runs."""
+
+
+@pytest.mark.parametrize("killed_after", ["the take", "the adding"])
+async def test_a_hand_over_cut_short_by_a_kill_is_finished_by_the_next_turn(single_rt, monkeypatch, killed_after):
+    """A retired count's parts of the cold count are handed on whole, whichever step a scanner was
+    killed after: taken away and not yet added, they were lost (the count short until the loader found
+    nothing cold); added and not yet dropped where they were, a second hand-over would add them twice."""
+    rt = single_rt
+    monkeypatch.setattr(scanner_module, "SHARDS_SETTLE_MILLIS", -1)
+    await shard_topic(rt, "h", 2)
+    await shard_topic(rt, "h", 3)
+    hour, old, current = now_millis() // COLD_HOUR_MILLIS + 2, topic_shards("h", (2,)), topic_shards("h", (3,))
+    for shard, hours in zip(old, ({hour: 2, hour + 1: 1}, {hour: 1})):
+        await rt.redis.hset(rt.ns.topic(shard).meta, mapping={Meta.COLD: sum(hours.values()), Meta.SIGNED: 1})
+        await rt.redis.hset(rt.ns.topic(shard).cold_hours, mapping=hours)
+    watched = old if killed_after == "the take" else current
+    real_run_all = rt.scripts.run_all
+
+    async def cold_counts():
+        return [await rt.redis.hget(rt.ns.topic(shard).meta, Meta.COLD) for shard in watched]
+
+    before = await cold_counts()
+
+    async def killed_once_moved(calls, **kwargs):
+        replies = await real_run_all(calls, **kwargs)
+        if await cold_counts() != before:
+            raise Killed
+        return replies
+
+    monkeypatch.setattr(rt.scripts, "run_all", killed_once_moved)
+    first, restarted = drained_scanner(rt, "h", 3), drained_scanner(rt, "h", 3)
+    try:
+        with pytest.raises(Killed):
+            await first._retire_drained_shards()
+        monkeypatch.setattr(rt.scripts, "run_all", real_run_all)
+        await restarted._retire_drained_shards()
+    finally:
+        await first.loader.close()
+        await restarted.loader.close()
+    assert not (await rt.topic_configs.fresh())["h"].draining_shards
+    handed = Counter()
+    for shard in current:
+        handed.update({int(at): int(n) for at, n in (await rt.redis.hgetall(rt.ns.topic(shard).cold_hours)).items()})
+    assert handed == {hour: 3, hour + 1: 1}
+    assert (await topic_info(rt, topic="h")).waiting_cold == 4
+
+
+async def test_a_count_left_below_0_by_its_signed_parts_hides_no_cold_send_once_unsharded(single_rt):
+    """A sharded topic's signed parts may add up below 0 in an hour (a send that died before its script,
+    loaded and counted out); shrunk to one shard, its count turned the topic's own with that hour still
+    below 0 when a raise dropped the signed mark, and the next cold send into that hour was hidden (its
+    hour back at 0, the count one short), as an unsharded topic's count never hides one."""
+    rt = single_rt
+    await shard_topic(rt, "u", 2)
+    await shard_topic(rt, "u", 1)
+    changed_at = (await rt.topic_configs.fresh())["u"].shards_changed_at
+    assert await sync_to_async(forget_drained_shards)(namespace=rt.ns.namespace, topic="u", count=2,
+                                                      changed_at=changed_at)
+    await rt.topic_configs.fresh()
+    loader = Loader(rt, lambda: [Shard("u")])
+    try:
+        await loader.load_topic("u", force=True)
+        await send_message(rt, request=SendRequest("u", "x", delay_millis=3 * COLD_HOUR_MILLIS))
+        k, hour = rt.ns.topic("u"), now_millis() // COLD_HOUR_MILLIS + 5
+        # As a hand-over of count 2's parts left it: one message counted out that no part counted in.
+        await rt.redis.hset(k.meta, mapping={Meta.COLD: 0, Meta.SIGNED: 1})
+        await rt.redis.hset(k.cold_hours, hour, -1)
+        assert (await topic_info(rt, topic="u")).waiting_cold == 1
+        await loader.load_topic("u", force=True)  # reads the topic unsharded: the count is its own
+    finally:
+        await loader.close()
+    await send_message(rt, request=SendRequest("u", "x", trigger_time=hour * COLD_HOUR_MILLIS))
+    assert (await topic_info(rt, topic="u")).waiting_cold == 2
+    assert await rt.redis.hget(k.meta, Meta.COLD) == "2"
 
 
 async def test_a_count_taken_up_again_after_it_retired_starts_without_its_old_window(single_rt):

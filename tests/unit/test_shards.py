@@ -147,6 +147,7 @@ def test_a_cold_count_is_dealt_over_the_shards_in_turn_hour_by_hour():
     shard took all nine), and a signed hour below 0 is dealt with the others, adding up the same."""
     assert deal_hours({hour: 1 for hour in range(9)}, 3) == [{0: 1, 3: 1, 6: 1}, {1: 1, 4: 1, 7: 1}, {2: 1, 5: 1, 8: 1}]
     assert deal_hours({5: 7}, 3) == [{5: 3}, {5: 2}, {5: 2}]
+    assert deal_hours({5: 7}, 3, first=4) == [{5: 2}, {5: 3}, {5: 2}]  # a part of its own to start from
     dealt = deal_hours({1: -4, 2: 5, 3: 1}, 3)
     assert [sum(part.values()) for part in dealt] == [1, 1, 0]
     assert {hour: sum(part.get(hour, 0) for part in dealt) for hour in (1, 2, 3)} == {1: -4, 2: 5, 3: 1}

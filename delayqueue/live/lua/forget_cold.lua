@@ -1,9 +1,7 @@
 -- Takes away a shard's part of its topic's count of cold messages (the count and its hours) as
 -- cold_part.lua found it, keeping what moved since (a send gone cold after the look, counted only
 -- here), and drops the count once nothing is left: the loader's step 4 (workers/loader.py), once every
--- shard's part was as it left it after it found no cold message left in the message log; the
--- scanner's hand-over of a retired count's parts (workers/scanner.py), which adds what it took to the
--- current count's.
+-- shard's part was as it left it after it found no cold message left in the message log.
 -- KEYS[1] meta
 -- KEYS[2] cold_hours
 -- ARGV[1] cold: the part cold_part.lua found

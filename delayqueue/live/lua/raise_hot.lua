@@ -3,6 +3,7 @@
 -- only was committed before this and is in what the loader reads next. A topic without one yet
 -- sent every message so far to Redis: it starts out loaded up to its new hot_until.
 -- KEYS[1] meta
+-- KEYS[2] cold_hours
 -- ARGV[1] hot_until: ms
 -- ARGV[2] loaded_to: the loaded_to of a topic that had no hot_until
 -- ARGV[3] start: 1 gives a topic without a hot_until one; 0 leaves it without (the cold tier is off)
@@ -10,6 +11,7 @@
 -- at 0 when there is none: a message goes cold in one shard and may be loaded into another (after
 -- a reshard), so each shard's count is a signed part of the topic's (includes/cold_count.lua), as the
 -- meta's signed says; 0 removes that mark: the count is the topic's own, which goes no lower than 0
+-- (own_count)
 -- ARGV[5] fetched_to: '' or the fetched_to of a topic that had no hot_until, from where its sends
 -- may be packed (includes/packed.lua): one that holds every message in Redis may pack a send
 -- due after its loaded_to and before this
@@ -32,7 +34,7 @@ end
 if ARGV[4] == '1' then
   signed_part(meta)
 else
-  redis.call('HDEL', meta, META.SIGNED)
+  own_count(meta, KEYS[2])
 end
 local values = redis.call('HMGET', meta, META.HOT_UNTIL, META.FETCHED_TO, META.LOADED_TO, META.COLD)
 return {values[1], values[2] or values[3], values[4] or ''}

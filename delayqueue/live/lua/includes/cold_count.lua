@@ -16,6 +16,9 @@
 -- hours_of(trigger_times) -> by_hour, for cold_moved
 -- signed_part(meta key): the shard of a sharded topic keeps a signed part of the count (from 0 if it had
 --   none): a shard its loader has not worked since a reshard counts out a message another shard counted in
+-- own_count(meta key, hours key): a signed part becomes the topic's own count (a topic shrunk to one
+--   shard): an hour the parts left below 0 (counted out, never in) is dropped, and what it took off the
+--   count is given back, so that neither hides a message sent cold later (readers clamped the hour at 0)
 local function live_count(t, meta)
   return redis.call('ZCARD', t.waiting) + redis.call('LLEN', t.ready) + redis.call('ZCARD', t.prioritised)
     + redis.call('ZCARD', t.inflight) + math.max(tonumber(redis.call('HGET', meta, META.COLD) or '0'), 0)
@@ -42,6 +45,24 @@ end
 local function signed_part(meta)
   redis.call('HSETNX', meta, META.COLD, 0)
   redis.call('HSET', meta, META.SIGNED, 1)
+end
+
+local function own_count(meta, hours)
+  if redis.call('HDEL', meta, META.SIGNED) == 0 then
+    return
+  end
+  local held, never_in = redis.call('HGETALL', hours), 0
+  for i = 1, #held, 2 do
+    local n = tonumber(held[i + 1])
+    if n < 0 then
+      never_in = never_in - n
+      redis.call('HDEL', hours, held[i])
+    end
+  end
+  local cold = redis.call('HGET', meta, META.COLD)
+  if cold then
+    redis.call('HSET', meta, META.COLD, math.max(tonumber(cold) + never_in, 0))
+  end
 end
 
 local function cold_moved(meta, hours, by_hour)
