@@ -36,6 +36,9 @@ class Message(models.Model):
     # 0-9, higher pulled first; a database default too, for rows written by a process older than the column.
     priority = models.SmallIntegerField(default=0, db_default=0)
     updated_at = models.DateTimeField()
+    # Redis' clock (µs) when the row's life began, once a send's correction learnt it (null until then): a
+    # correction moves a row to its life only from an earlier or unknown one (sql.OVERWRITE).
+    started_us = models.BigIntegerField(null=True, blank=True)
 
     class Meta:
         db_table = tables.MESSAGE

@@ -46,7 +46,7 @@ def table_columns(**kinds: str) -> dict[str, Column]:
 MESSAGE_COLUMNS = table_columns(
     id="int8", namespace="text", topic="text", msg_id="text", payload="text", produce_time="timestamptz",
     trigger_time="timestamptz", expire_time="timestamptz", max_retry="int4", retry="int4", status="int2",
-    priority="int2", updated_at="timestamptz")
+    priority="int2", updated_at="timestamptz", started_us="int8")
 
 EVENT_COLUMNS = table_columns(
     id="int8", namespace="text", topic="text", msg_id="text", event_id="text", at="timestamptz",

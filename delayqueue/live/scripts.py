@@ -203,6 +203,7 @@ class SendReply(NamedTuple):
     over_namespace_cap: bool = False  # refused: the topic held its share of the namespace's live cap
     cold: bool = False  # created in the message log only: due after the topic's hot window
     logged_live: bool = False  # not created: the duplicate of the cold message the log holds out of Redis
+    started_us: int | None = None  # created: Redis' clock (µs) when this life began, the order of a msgId's lives
 
 
 class PullReply(NamedTuple):
@@ -298,19 +299,20 @@ class RestoreReply(NamedTuple):
 
 
 def _send_replies(raw) -> list[SendReply]:
-    new_topic = raw[0] == 1
-    return [_send_reply(code, value, new_topic) for code, value in zip(raw[1::2], raw[2::2])]
+    new_topic, now_us = raw[0] == 1, int(raw[1])
+    return [_send_reply(code, value, new_topic, now_us) for code, value in zip(raw[2::2], raw[3::2])]
 
 
-def _send_reply(code: int, value, new_topic: bool) -> SendReply:
+def _send_reply(code: int, value, new_topic: bool, now_us: int) -> SendReply:
     if code in (2, 3):
         return SendReply(False, 0, None, new_topic, over_live_cap=code == 2, over_namespace_cap=code == 3)
     if code == 4:
-        return SendReply(True, Status.WAITING, None, new_topic, cold=True)
+        return SendReply(True, Status.WAITING, None, new_topic, cold=True, started_us=now_us)
     if code == 5:
         return SendReply(False, 0, None, new_topic, logged_live=True)
-    created = code == 1
-    return SendReply(created, value if created else 0, None if created else Message.from_json(value), new_topic)
+    if code == 1:
+        return SendReply(True, value, None, new_topic, started_us=now_us)
+    return SendReply(False, 0, Message.from_json(value), new_topic)
 
 
 def _pull_reply(raw) -> PullReply:

@@ -49,6 +49,7 @@ class Recorded(NamedTuple):
     # The message the log keeps under the row's msgId instead: ended (within the dedupe window, or
     # a dead letter: the send answers it and sends nothing) or live (Redis answers, if it holds it).
     kept: list[Message | None]
+    replaced: list[bool]  # written over another row of the msgId (an ended life, or this send's own try)
 
 
 class Deleted(NamedTuple):
@@ -59,8 +60,9 @@ class Deleted(NamedTuple):
     ended: int  # ms, as its end was stamped (Redis' clock, by the cold tier's deletes and purges)
 
 
-# What one statement did: the keys it wrote, and the ended messages it kept in their place.
-_Written = tuple[set[tuple[str, str]], dict[tuple[str, str], Message]]
+# What one statement did: the keys it wrote, those of them written over a row, and the messages it kept
+# in their place.
+_Written = tuple[set[tuple[str, str]], set[tuple[str, str]], dict[tuple[str, str], Message]]
 
 
 @dataclass
@@ -69,6 +71,7 @@ class _Request:
     keys: Set[tuple[str, str]]  # of the rows, distinct: worked out once per request
     overwrite: bool
     future: asyncio.Future
+    started: list[sql.Started]  # an overwrite's: when Redis began the lives it knows of
 
 
 class MessageLog:
@@ -103,17 +106,22 @@ class MessageLog:
         first: dict[tuple[str, str], int] = {}
         for i, row in enumerate(rows):
             first.setdefault(row.key, i)
-        written, kept = await self._submit([rows[i] for i in first.values()], first.keys(), overwrite=False)
-        recorded = Recorded([False] * len(rows), [None] * len(rows))
+        written, replaced, kept = await self._submit([rows[i] for i in first.values()], first.keys(),
+                                                     overwrite=False)
+        recorded = Recorded([False] * len(rows), [None] * len(rows), [False] * len(rows))
         for key, i in first.items():
             recorded.written[i] = key in written
             recorded.kept[i] = kept.get(key)
+            recorded.replaced[i] = key in replaced
         return recorded
 
-    async def overwrite(self, rows: list[Message]) -> None:
-        """Makes the log hold exactly these rows (what Redis answered a send with)."""
+    async def overwrite(self, rows: list[Message], started_us: list[int | None]) -> None:
+        """Makes the log hold exactly these rows (what Redis answered a send with), each life that Redis
+        began at `started_us` (its clock, µs; None: not known) in place of one it began before."""
         by_key = {row.key: row for row in rows}
-        await self._submit(list(by_key.values()), by_key.keys(), overwrite=True)
+        started = [sql.Started(row.topic, row.msg_id, row.produce_time, at)
+                   for row, at in zip(rows, started_us) if at is not None]
+        await self._submit(list(by_key.values()), by_key.keys(), overwrite=True, started=started)
 
     async def forget(self, rows: list[Message]) -> None:
         """Removes rows (and their 'sent' history) this process wrote for sends that Redis then
@@ -126,17 +134,19 @@ class MessageLog:
         params = {"namespace": self._namespace, "unsent": _rows_json(unsent), "rows": _rows_json(sent), **self._actor}
         await self._retried(lambda conn, _again: conn.execute(sql.CORRECT_SENT, params))
 
-    async def settle(self, rows: list[Message], written: list[bool], replies: list, outcomes: list) -> None:
+    async def settle(self, rows: list[Message], recorded: Recorded, replies: list, outcomes: list) -> None:
         """Makes the log agree with what Redis did with recorded sends (`replies`: the send
         script's SendReply or the error per row; `outcomes`: the message each send answers with,
         replaced here by the error when the log cannot be corrected). Rows for sends Redis refused
         are removed (not those it may have taken: MaybeSent); a msgId whose state only Redis knew
         (the log lags a few ms behind it: a live duplicate, or one ended within the dedupe window)
         gets Redis' message; so does a message that was due
-        by the time Redis took it (ready, where the row said waiting). The 'sent' history follows:
-        it names exactly the sends Redis took, with their status."""
-        refused, corrections, unsent, sent = [], [], [], []
-        for i, (row, was_written, reply) in enumerate(zip(rows, written, replies)):
+        by the time Redis took it (ready, where the row said waiting); and a row written over another
+        that Redis took (a correction of an earlier life may have moved it meanwhile). The 'sent' history
+        follows: it names exactly the sends Redis took, with their status."""
+        refused, corrections, started, unsent, sent = [], [], [], [], []
+        for i, (row, was_written, replaced, reply) in enumerate(zip(rows, recorded.written, recorded.replaced,
+                                                                    replies)):
             if isinstance(reply, MaybeSent):
                 continue  # Redis may have taken it: the row stays
             if isinstance(reply, Exception):
@@ -145,6 +155,8 @@ class MessageLog:
             elif reply.created and (not was_written or reply.status != row.status):
                 corrections.append(i)  # only Redis knew the last life had ended, or it was due by then
                 sent.append(outcomes[i])
+            elif reply.created and replaced:
+                started.append(i)  # its start, for a late correction of an earlier life not to undo it
             elif not reply.created and was_written:
                 corrections.append(i)  # a duplicate only Redis knew
                 unsent.append(row)
@@ -153,21 +165,26 @@ class MessageLog:
                 await self.forget(refused)
             except LogUnavailable as exc:
                 log.error("could not remove %d logged sends that Redis refused: %s", len(refused), exc)
-        if corrections:
+        if corrections or started:
+            both = corrections + started
             try:
-                await self.overwrite([outcomes[i] for i in corrections])
-                await self.correct_sent(unsent, sent)
+                await self.overwrite([outcomes[i] for i in both], [replies[i].started_us for i in both])
+                if corrections:
+                    await self.correct_sent(unsent, sent)
             except LogUnavailable as exc:
                 for i in corrections:
                     outcomes[i] = exc
+                if started:  # their rows are the sends' own: answered, as Redis took them
+                    log.error("could not record when Redis began %d logged sends: %s", len(started), exc)
 
-    def _submit(self, rows: list[Message], keys: Set[tuple[str, str]], overwrite: bool) -> asyncio.Future:
+    def _submit(self, rows: list[Message], keys: Set[tuple[str, str]], overwrite: bool,
+                started: list[sql.Started] = ()) -> asyncio.Future:
         """Queues rows with distinct keys; resolves to what the statement did (_Written)."""
         future = asyncio.get_running_loop().create_future()
         if not rows:
-            future.set_result((set(), {}))
+            future.set_result((set(), set(), {}))
             return future
-        self._pending.append(_Request(rows, keys, overwrite, future))
+        self._pending.append(_Request(rows, keys, overwrite, future, list(started)))
         if self._flusher is None or self._flusher.done():
             self._flusher = asyncio.ensure_future(self._flush())
         return future
@@ -191,7 +208,8 @@ class MessageLog:
         while self._pending:
             batch, keys = self._take_batch()
             write = functools.partial(self._write, rows=[row for request in batch for row in request.rows], keys=keys,
-                                      overwrite=batch[0].overwrite)
+                                      overwrite=batch[0].overwrite,
+                                      started=[at for request in batch for at in request.started])
             try:
                 written = await self._retried(write)
             except LogUnavailable as exc:
@@ -228,31 +246,36 @@ class MessageLog:
             again = True
 
     async def _write(self, conn: psycopg.AsyncConnection, again: bool, *, rows: list[Message],
-                     keys: set[tuple[str, str]], overwrite: bool) -> _Written:
+                     keys: set[tuple[str, str]], overwrite: bool, started: list[sql.Started]) -> _Written:
         if overwrite:
-            params = {"namespace": self._namespace, "rows": _rows_json(rows)}
+            params = {"namespace": self._namespace, "rows": _rows_json(rows), "started": orjson.dumps(started).decode()}
             async with conn.transaction():
                 await conn.execute(sql.LOCK_TOPICS_MOVED, params)
                 cursor = await conn.execute(sql.OVERWRITE, params)
-                return {tuple(row) for row in await cursor.fetchall()}, {}
+                moved = {tuple(row) for row in await cursor.fetchall()}
+                if started:
+                    await conn.execute(sql.STAMP_STARTED, params)
+                return moved, set(), {}
         params = {"namespace": self._namespace, "rows": _rows_json(rows), **self._actor}
         # Tried again, the rows may be there already: RECORD knows them as this send's own.
         if self._upserts_left == 0 and not again:
             try:
                 await conn.execute(sql.INSERT_NEW, params)
-                return keys, {}
+                return keys, set(), {}
             except psycopg.errors.UniqueViolation:  # the statement left nothing behind
                 self._upserts_left = self.UPSERTS_AFTER_CONFLICT
         self._upserts_left = max(self._upserts_left - 1, 0)
         cursor = await conn.execute(sql.RECORD, {**params, "ended": Status.ACKED,
                                                  "dedupe_window": self._dedupe_window_millis})
-        written, kept = set(), {}
-        for topic, msg_id, was_written, *message in await cursor.fetchall():
+        written, replaced, kept = set(), set(), {}
+        for topic, msg_id, was_written, was_replaced, *message in await cursor.fetchall():
             if was_written:
                 written.add((topic, msg_id))
+                if was_replaced:
+                    replaced.add((topic, msg_id))
             else:
                 kept[topic, msg_id] = Message(topic, msg_id, *message)
-        return written, kept
+        return written, replaced, kept
 
     # A cold message is a waiting row after its topic's loader position, `after`: (triggerTime ms,
     # row id), Meta.LOADED_TO's.

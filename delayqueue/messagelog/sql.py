@@ -106,7 +106,8 @@ FROM {_ROWS}"""
 _ON_KEY_REPLACE = """ON CONFLICT (namespace, topic, msg_id) DO UPDATE SET
     payload = EXCLUDED.payload, produce_time = EXCLUDED.produce_time, trigger_time = EXCLUDED.trigger_time,
     expire_time = EXCLUDED.expire_time, max_retry = EXCLUDED.max_retry, retry = EXCLUDED.retry,
-    status = EXCLUDED.status, priority = EXCLUDED.priority, updated_at = EXCLUDED.updated_at"""
+    status = EXCLUDED.status, priority = EXCLUDED.priority, updated_at = EXCLUDED.updated_at,
+    started_us = EXCLUDED.started_us"""
 _UPSERT = f"""
 INSERT INTO {tables.MESSAGE} AS m ({_COLUMNS})
 {_SELECT_ROWS}
@@ -152,9 +153,9 @@ SELECT %(namespace)s, topic, msg_id, {_sent_id("produce_time")}, produced, 0, st
 # one sent, to its produceTime, is this very send, written by a try whose answer was lost
 # (MessageLog retries): it counts as written, and its 'sent' row is not written twice. The rows it
 # keeps are answered from here, in the statement's snapshot (so a twin that replaced one meanwhile
-# still finds it ended): each row answered is (topic, msg_id, written, then, where kept, the message
-# as Message takes it). The first ended status is a parameter: this conflict path scans no index on
-# status.
+# still finds it ended): each row answered is (topic, msg_id, written, replaced: written over a row the
+# statement's snapshot held, then, where kept, the message as Message takes it). The first ended status is
+# a parameter: this conflict path scans no index on status.
 _SAME_SEND = ("produce_time", "payload", "trigger_time", "expire_time", "max_retry", "retry", "status", "priority")
 _IS_SAME_SEND = f"({', '.join(f'm.{c}' for c in _SAME_SEND)}) = ({', '.join(f'EXCLUDED.{c}' for c in _SAME_SEND)})"
 RECORD = f"""
@@ -170,9 +171,13 @@ WITH written AS (
     FROM written
     ON CONFLICT (namespace, topic, msg_id, event_id) DO NOTHING
 )
-SELECT topic, msg_id, TRUE, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL FROM written
+SELECT w.topic, w.msg_id, TRUE,
+       EXISTS (SELECT FROM (SELECT * FROM {tables.MESSAGE} WHERE msg_id = w.msg_id OFFSET 0) p
+               WHERE p.topic = w.topic AND p.namespace = %(namespace)s),
+       NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+FROM written w
 UNION ALL
-SELECT m.topic, m.msg_id, FALSE, m.payload, {to_millis("m.produce_time")}, {to_millis("m.trigger_time")},
+SELECT m.topic, m.msg_id, FALSE, FALSE, m.payload, {to_millis("m.produce_time")}, {to_millis("m.trigger_time")},
        {to_millis("m.expire_time")}, m.max_retry, m.retry, m.status, m.priority
 FROM json_to_recordset(%(rows)s::json) AS u({record(Message, "topic", "msg_id")})
   {probe_each(tables.MESSAGE, "u.msg_id", _KEY_OF_U, columns="p.*", alias="m")}
@@ -206,11 +211,31 @@ LOCK_TOPICS_MOVED = _topic_locks("pg_advisory_xact_lock", f"""(
 # the topic gave up, not read yet). The writer's rows name their life (its produceTime), which tells
 # them apart: by time it could not, the row's own being a web process' clock (its produceTime) when
 # only its send wrote it, and Redis making many changes in one ms.
+# Lives are ordered by when Redis began them, its clock (%(started)s: Started, for the lives whose
+# beginning the send learnt: those Redis created), which the row keeps (started_us): a correction moves
+# a row to its life only from one that began earlier, or whose beginning is not known (a row only its
+# send wrote, before Redis answered; one of the version before the column). Else a late correction
+# took the row back from a life that began after its own ended, answered sent and never corrected.
+# A send whose record replaced another row therefore corrects it too, once Redis took it: an earlier
+# life's late correction may have moved the row meanwhile, and, the row's start known, no later one can.
+@dataclass(frozen=True, slots=True)
+class Started:
+    """When Redis began a message's life (OVERWRITE and STAMP_STARTED take orjson's dump of these)."""
+
+    topic: str
+    msg_id: str
+    produce_time: int  # the life's
+    started_us: int  # Redis' clock, µs
+
+
+_STARTED = f"json_to_recordset(%(started)s::json) AS s({record(Started)})"
 _EVENTS_OF_U = f"""{tables.EVENT} e
         WHERE e.msg_id = u.msg_id AND e.topic = u.topic AND e.namespace = %(namespace)s
           AND {to_millis("e.produce_time")} = u.produce_time"""
 OVERWRITE = f"""
-WITH u AS MATERIALIZED (SELECT * FROM {_ROWS}),
+WITH u AS MATERIALIZED (
+    SELECT u.*, s.started_us FROM {_ROWS}
+    LEFT JOIN {_STARTED} ON s.topic = u.topic AND s.msg_id = u.msg_id AND s.produce_time = u.produce_time),
 caught_up AS (
     SELECT u.topic, u.msg_id, last.*, times.* FROM u {_MESSAGE_OF_U} JOIN {tables.MESSAGE} m ON m.id = found.id
     CROSS JOIN LATERAL (
@@ -220,15 +245,23 @@ caught_up AS (
         ORDER BY e.at DESC, e.id DESC LIMIT 1) times ON TRUE
     WHERE NOT {SAME_LIFE}
 )
-INSERT INTO {tables.MESSAGE} AS m ({_COLUMNS})
+INSERT INTO {tables.MESSAGE} AS m ({_COLUMNS}, started_us)
 SELECT %(namespace)s, u.topic, u.msg_id, payload, {from_millis("produce_time")},
        coalesce(c.trigger_time, {from_millis("u.trigger_time")}),
        coalesce(c.expire_time, {from_millis("u.expire_time")}),
        max_retry, coalesce(c.retry, u.retry), coalesce(c.to_status, u.status), priority,
-       coalesce(c.at, {from_millis("produce_time")})
+       coalesce(c.at, {from_millis("produce_time")}), u.started_us
 FROM u LEFT JOIN caught_up c ON c.topic = u.topic AND c.msg_id = u.msg_id
-{_ON_KEY_REPLACE} WHERE m.produce_time <> EXCLUDED.produce_time OR m.updated_at = m.produce_time
+{_ON_KEY_REPLACE} WHERE CASE WHEN m.produce_time = EXCLUDED.produce_time THEN m.updated_at = m.produce_time
+                        ELSE m.started_us IS NULL OR m.started_us < EXCLUDED.started_us END
 RETURNING topic, msg_id"""
+# The row of each life in %(started)s, as Started, keeps when it began, also where OVERWRITE left the row
+# alone (the log writer moved it since): run after it, in its transaction.
+STAMP_STARTED = f"""
+WITH u AS MATERIALIZED (SELECT found.id, u.* FROM json_to_recordset(%(started)s::json) AS u({record(Started)})
+                        {_MESSAGE_OF_U})
+UPDATE {tables.MESSAGE} m SET started_us = u.started_us FROM u
+WHERE m.id = u.id AND {SAME_LIFE} AND m.started_us IS DISTINCT FROM u.started_us"""
 # Removes rows, and their 'sent' history, of sends Redis did not take: only the life this
 # process wrote (same produceTime), never a later one. Found first, as in UPDATE_MESSAGES.
 FORGET = f"""
@@ -585,8 +618,8 @@ ORDER BY m.updated_at, m.id LIMIT %(limit)s
 NEXT_DEAD = _NEXT_DEAD + "FOR UPDATE"
 # How many dead letters a task has still to move.
 REDRIVE_LEFT = f"SELECT count(*) FROM ({_NEXT_DEAD}) AS left_over"
-# The batch's new lives: ready now, retry 0, their TTL from now; history reason 'redriven' (the
-# first row of the life, keyed by its produceTime as a send's 'sent' row is).
+# The batch's new lives: ready now, retry 0, their TTL from now, begun in Redis when not yet known;
+# history reason 'redriven' (the first row of the life, keyed by its produceTime as a send's 'sent' row is).
 @dataclass(frozen=True, slots=True)
 class NewLife:
     """A redriven dead letter's new life, as REDRIVE_ROWS takes it (orjson's dump of these)."""
@@ -602,7 +635,7 @@ WITH u AS (SELECT * FROM json_to_recordset(%(rows)s::json) AS u({record(NewLife)
 moved AS (
     UPDATE {tables.MESSAGE} m SET produce_time = {from_millis("u.produce_time")},
         trigger_time = {from_millis("u.produce_time")}, expire_time = {from_millis("u.expire_time")}, retry = 0,
-        status = %(ready)s, updated_at = {from_millis("u.produce_time")}
+        status = %(ready)s, updated_at = {from_millis("u.produce_time")}, started_us = NULL
     FROM u WHERE m.id = u.id AND m.{DEAD}
     RETURNING m.namespace, m.topic, m.msg_id, u.produce_time, u.dead_status
 )

@@ -260,7 +260,8 @@ async def _send_rows(rt: Runtime, rows: list[Message], admitted: admission.SendA
     kept: list[Message | None] = [None] * len(rows)
     if rt.config.message_log:
         try:
-            written, kept = await rt.log.record(rows)
+            recorded = await rt.log.record(rows)
+            kept = recorded.kept
         except LogMaybeWritten as exc:
             # The rows may be in the log, where a restore or the loader would find them: each answer names its msgId.
             return [LogMaybeWritten(f"{exc}; {_resend_to_be_sure(row)}", exc.detail) for row in rows]
@@ -301,7 +302,7 @@ async def _send_rows(rt: Runtime, rows: list[Message], admitted: admission.SendA
     replies = [_own_resend(row, reply) for row, reply in zip(rows, replies)]
     outcomes = [_sent_message(row, reply) for row, reply in zip(rows, replies)]
     if rt.config.message_log:
-        await rt.log.settle(rows, written, replies, outcomes)
+        await rt.log.settle(rows, recorded, replies, outcomes)
     new_shards = {shard: None for shard, reply in zip(shards, replies)
                   if not isinstance(reply, Exception) and reply.new_topic}
     if new_shards:

@@ -174,4 +174,4 @@ class Redriver:
             if not reply.created and reply.stored.produce_time != message.produce_time:
                 # A live message under this msgId that only Redis knew of (the log lags it by
                 # milliseconds): Redis' message is the one that is live, as for a send.
-                await rt.log.overwrite([reply.stored])
+                await rt.log.overwrite([reply.stored], [None])

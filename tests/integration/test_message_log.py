@@ -128,11 +128,11 @@ def _consume_before_the_correction(rt, monkeypatch) -> None:
     the message on topic t and the log writer recorded both."""
     correct = MessageLog.overwrite
 
-    async def consumed_first(log, rows):
+    async def consumed_first(log, rows, started_us):
         [pulled], _ = await pull_messages(rt, topic="t")
         await ack_message(rt, topic="t", msg_id=pulled.msg_id)
         await drain_log(rt, ["t"])
-        await correct(log, rows)
+        await correct(log, rows, started_us)
 
     monkeypatch.setattr(MessageLog, "overwrite", consumed_first)
 
@@ -191,10 +191,10 @@ async def test_a_correction_to_a_new_life_takes_the_times_the_writer_recorded_of
     assert await delete_message(rt, topic="t", msg_id="again", release=True)
     correct = MessageLog.overwrite
 
-    async def changed_first(log, rows):
+    async def changed_first(log, rows, started_us):
         await change(rt)
         await drain_log(rt, ["t"])
-        await correct(log, rows)
+        await correct(log, rows, started_us)
 
     monkeypatch.setattr(MessageLog, "overwrite", changed_first)
     second = await send_message(rt, request=SendRequest("t", "second", delay, "again"))
@@ -218,13 +218,13 @@ async def test_a_correction_that_takes_the_row_while_the_writer_records_the_new_
     assert await delete_message(rt, topic="t", msg_id="again", release=True)
     correct = MessageLog.overwrite
 
-    async def overlapped(log, rows):
+    async def overlapped(log, rows, started_us):
         await pull_messages(rt, topic="t")
         await ack_message(rt, topic="t", msg_id="again")
         # Another transaction holds the row: the correction waits for it first, then the writer.
         async with await psycopg.AsyncConnection.connect(log_database_url()) as holder:
             await holder.execute("SELECT FROM delayqueue_message WHERE msg_id = 'again' FOR UPDATE")
-            correction = asyncio.ensure_future(correct(log, rows))
+            correction = asyncio.ensure_future(correct(log, rows, started_us))
             await wait_until(lambda: _waiting_for_locks(1), what="the correction waiting")
             writing = asyncio.ensure_future(drain_log(rt, ["t"]))
             await wait_until(lambda: _waiting_for_locks(2), what="the writer waiting")
@@ -255,11 +255,11 @@ async def test_a_correction_after_a_reshard_keeps_the_new_lifes_events_recorded_
     assert await delete_message(rt, topic="t", msg_id=msg_id, release=True)
     correct = MessageLog.overwrite
 
-    async def new_count_first(log, rows):
+    async def new_count_first(log, rows, started_us):
         await pull_messages(rt, topic="t")
         await ack_message(rt, topic="t", msg_id=msg_id)
         await drain_log(rt, [Shard("t", 3, 1)])
-        await correct(log, rows)
+        await correct(log, rows, started_us)
 
     monkeypatch.setattr(MessageLog, "overwrite", new_count_first)
     second = await send_message(rt, request=SendRequest("t", "second", 0, msg_id))
@@ -267,6 +267,52 @@ async def test_a_correction_after_a_reshard_keeps_the_new_lifes_events_recorded_
     row = await logged("t", msg_id)
     assert (row["msg"], row["produceTime"], row["status"], row["retry"]) == (
         "second", second.produce_time, Status.ACKED, 1)
+
+
+@pytest.mark.parametrize("dedupe_window, before_its_script", [(86_400_000, False), (0, False), (0, True)])
+async def test_a_late_correction_to_a_new_life_leaves_a_later_life_in_the_log(clean_state, monkeypatch, dedupe_window,
+                                                                               before_its_script):
+    """A resend after a delete with release starts a second life that only Redis knew of; its correction
+    (moving the row to it) is late. Meanwhile that life is deleted with release too and a third send starts
+    a third life, answered sent, which the log holds (through its own correction, or, with no dedupe window
+    and the writer caught up, its record). The late correction, committed after the third's answer or
+    between its record and its script, must leave the row the third life's: a restore after Redis lost its
+    data would not bring it back."""
+    rt = make_runtime(REDIS_URL, dedupe_window_millis=dedupe_window)
+    try:
+        await send_message(rt, request=SendRequest("t", "first", 60_000, "again"))
+        assert await delete_message(rt, topic="t", msg_id="again", release=True)
+        correct, run_sends = MessageLog.overwrite, send_service.run_sends
+        third = []
+
+        async def late(log, rows, started_us):
+            monkeypatch.setattr(MessageLog, "overwrite", correct)  # the third's correction is not late
+            assert await delete_message(rt, topic="t", msg_id="again", release=True)
+            if not dedupe_window:  # the writer caught up: the third's record replaces the ended row
+                await drain_log(rt, ["t"])
+            later = rows[0].produce_time + 5  # a life of its own, whatever the clock's resolution
+            with monkeypatch.context() as patched:
+                patched.setattr(send_service, "now_millis", lambda: later)
+                if before_its_script:
+                    async def corrected_first(*args):
+                        await correct(log, rows, started_us)
+                        return await run_sends(*args)
+
+                    patched.setattr(send_service, "run_sends", corrected_first)
+                third.append(await send_message(rt, request=SendRequest("t", "third", 60_000, "again")))
+            if not before_its_script:
+                await correct(log, rows, started_us)
+
+        monkeypatch.setattr(MessageLog, "overwrite", late)
+        await send_message(rt, request=SendRequest("t", "second", 60_000, "again"))
+        [third] = third
+        assert third.payload == "third"
+        assert await logged("t", "again") == as_logged(third)
+        await rt.redis.flushall()  # Redis lost its data: the log is what a restore brings back
+        assert (await restore(rt)).restored == 1
+        assert (await get_message(rt, topic="t", msg_id="again")).payload == "third"
+    finally:
+        await rt.close()
 
 
 async def test_a_correction_to_a_new_life_takes_no_change_of_the_old_life_for_the_new_lifes(single_rt):

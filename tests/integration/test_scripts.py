@@ -97,7 +97,7 @@ async def test_a_loop_turns_calls_share_writes_the_first_written_at_once(single_
     recorder = protocol.transport = WriteRecorder(protocol.transport)
     lone = protocol.submit([evalsha(send_call(rt, "lone"))])
     assert len(recorder.writes) == 1  # before the loop had a turn
-    assert (await lone)[0][1] == 1  # created
+    assert (await lone)[0][2] == 1  # created (after newTopic and Redis' clock)
     recorder.writes.clear()
     now = now_millis()
     rows = [prepared(rt, SendRequest(topic="t", msg=f"m{i}", delay_millis=60_000, msg_id=f"turn{i}"), now, {})
@@ -112,7 +112,7 @@ async def test_a_loop_turns_calls_share_writes_the_first_written_at_once(single_
     pipeline = protocol.submit([evalsha(_send_call(rt, row)) for row in rows[2:]])
     assert [data.count(b"EVALSHA") for data in recorder.writes] == [1, 1 + 8]  # at once, after the held one
     again = [*await first, *await second, *await pipeline]
-    assert [Message.from_json(r[2]).msg_id for r in again] == [row.msg_id for row in rows]
+    assert [Message.from_json(r[3]).msg_id for r in again] == [row.msg_id for row in rows]
 
 
 async def test_a_call_on_a_lost_connection_fails_at_once(single_rt):

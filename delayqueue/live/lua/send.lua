@@ -44,11 +44,12 @@
 -- hold it live and it is due at or after the loader's loaded_to, it is cold (or on its way in),
 -- and this send is its duplicate, unless it is before fetched_to and in no packed list (cold_row);
 -- any other is a row the log writer has not caught up with (Redis ended the message))
--- Returns {newTopic (1|0), then per message two values}: 1, status when created (the caller has
--- the rest of the message); 0, the message json for a live duplicate or one ended within the
--- window; 2, 0 when the topic holds max_live live messages already, or 3, 0 when it holds its share
--- of the namespace's cap (nothing enqueued in either); 4, 0 when created cold (in the log only);
--- 5, 0 for a duplicate of the log's live message.
+-- Returns {newTopic (1|0), Redis' clock in µs (when each life this call creates began: it orders a
+-- msgId's lives for the message log, where web clocks cannot), then per message two values}: 1,
+-- status when created (the caller has the rest of the message); 0, the message json for a live
+-- duplicate or one ended within the window; 2, 0 when the topic holds max_live live messages
+-- already, or 3, 0 when it holds its share of the namespace's cap (nothing enqueued in either); 4, 0
+-- when created cold (in the log only); 5, 0 for a duplicate of the log's live message.
 -- @include clock
 -- @include stats
 -- @include status
@@ -185,7 +186,7 @@ local function send_one(id, payload, trigger, expire_time, max_retry, produce_ti
   return 1, m.status
 end
 
-local reply = {new_topic}
+local reply = {new_topic, now_us}
 for i = first_item, #ARGV, item_size do
   local code, value = send_one(ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3]),
                                tonumber(ARGV[i + 4]), tonumber(ARGV[i + 5]), tonumber(ARGV[i + 6]), ARGV[i + 7])
