@@ -5,12 +5,13 @@ A change takes the schedule's row lock, which the planner holds while it sends t
 ticks, so the two never interleave. A change that ends the current plan (any update, a pause, a
 delete) first deletes the ticks already sent ahead and not yet due, then commits the new row
 under a new generation (new tick msgIds) planned from now. Killed between the two, the row is
-unchanged with those ticks gone: the caller's call failed, and calling again completes it."""
+unchanged with those ticks gone (and those _send_past_ended was sending under the new plan sent):
+the caller's call failed, and calling again completes it."""
 import dataclasses
 from dataclasses import dataclass
 
 from delayqueue.core.clock import now_millis
-from delayqueue.core.constants import SCHEDULE_LEAD_MILLIS, SCHEDULE_MAX_TICKS_PER_ROUND, CatchUp
+from delayqueue.core.constants import SCHEDULE_LEAD_MILLIS, SCHEDULE_MAX_TICKS_PER_ROUND, CatchUp, Status
 from delayqueue.core.exceptions import BadRequest, CapReached, Conflict, NotFound
 from delayqueue.core.messages import Message
 from delayqueue.core.schedule_rules import CronRule, RuleError
@@ -19,7 +20,7 @@ from delayqueue.core.schedules import (INTERVAL_ZONE, NOT_AN_INTERVAL_SETTING, S
 from delayqueue.messagelog import sql
 from delayqueue.runtime import Runtime
 from delayqueue.services.messages import delete_message, get_message
-from delayqueue.services.send import SendRequest, send_message
+from delayqueue.services.send import SendRequest, send_message, send_messages
 
 # The fields a caller sets (updateSchedule changes any of them); the others are the planner's.
 SETTABLE = ("topic", "payload", "cron", "timezone", "every_millis", "start_time", "end_time", "catch_up", "priority",
@@ -171,15 +172,19 @@ async def _change(rt: Runtime, schedule_id: str, change, *, must_fire: bool = Fa
         row = await _locked(conn, rt, schedule_id)
         now = now_millis()
         fields = _checked(rt, change(row), now, must_fire=must_fire)
-        # Nothing is planned while paused.
-        floor = now if row.paused else await _withdraw(rt, row, now, replanned=not fields["paused"])
-        planned_until = max(floor, _plan_from(fields, now))
-        new = dataclasses.replace(row, **fields, generation=row.generation + 1, planned_until=planned_until)
+        ended = {} if row.paused else await _withdraw(rt, row, now)  # nothing is planned while paused
+        start = _plan_from(fields, now)
+        new = dataclasses.replace(row, **fields, generation=row.generation + 1, planned_until=start)
         if not new.paused:  # a paused one is checked when resumed
             new = dataclasses.replace(new, generation=await _free_generation(rt, conn, new, now))
+            if ended:  # the planner goes on after the latest of them, which _send_past_ended sends up to
+                new = dataclasses.replace(new, planned_until=max(start, max(ended)))
         found = await conn.execute(sql.UPDATE_SCHEDULE, {
-            **dataclasses.asdict(new), "plan_at": plan_time(new, planned_until), "now": now})
-        return ScheduleRow(*await found.fetchone())
+            **dataclasses.asdict(new), "plan_at": plan_time(new, new.planned_until), "now": now})
+        updated = ScheduleRow(*await found.fetchone())
+        if ended and not new.paused:  # last before the commit: a failed write sends nothing
+            await _send_past_ended(rt, updated, start, ended)
+        return updated
 
 
 async def _free_generation(rt: Runtime, conn, row: ScheduleRow, now: int) -> int:
@@ -203,28 +208,45 @@ async def _free_generation(rt: Runtime, conn, row: ScheduleRow, now: int) -> int
     return generation
 
 
-async def _withdraw(rt: Runtime, row: ScheduleRow, now: int, *, replanned: bool = False) -> int:
+async def _withdraw(rt: Runtime, row: ScheduleRow, now: int) -> dict[int, Status]:
     """Deletes the ticks sent ahead (after now), the latest first: up to planned_until, and past it
     those a round that died before committing (or stopped at a refused tick) sent, a lead past its
-    own clock at most (twice the lead: room for the clocks of other processes). Answers the time up
-    to which ticks count as fired: now, or the latest tick that could not be deleted (delivered, or
-    ended by hand), which the new plan must not send again. So for a change that goes on planning
-    (`replanned`) the ticks before that one stay to fire: the new plan starts after them. Those of a
-    rule this process cannot read (a time zone its tzdata lacks) cannot be found: they fire."""
-    floor = now
+    own clock at most (twice the lead: room for the clocks of other processes). Answers the status
+    of each that could not be deleted (delivered, or ended by hand) by its time: a new plan must not
+    send it again. Those of a rule this process cannot read (a time zone its tzdata lacks) cannot be
+    found: they fire."""
     try:
         ticks = row.ticks(now, max(row.planned_until, now + 2 * SCHEDULE_LEAD_MILLIS), SCHEDULE_MAX_TICKS_PER_ROUND)
     except RuleError:
-        return floor
+        return {}
+    ended = {}
     for tick in reversed(ticks):
         msg_id = row.msg_id(tick)
         if await delete_message(rt, topic=row.topic, msg_id=msg_id):
             continue
-        if await get_message(rt, topic=row.topic, msg_id=msg_id) is not None:
-            floor = max(floor, tick)
-            if replanned:
-                break
-    return floor
+        if (message := await get_message(rt, topic=row.topic, msg_id=msg_id)) is not None:
+            ended[tick] = message.status
+    return ended
+
+
+async def _send_past_ended(rt: Runtime, row: ScheduleRow, start: int, ended: dict[int, Status]) -> None:
+    """Sends the new plan's ticks after `start` up to the latest `ended` one (the old plan's ticks
+    that could not be withdrawn), none at the time of one delivered. One at the time of one ended by
+    hand is sent and deleted at once: a later change finds it cancelled as this one did. A send
+    refused fails the change, as one that died after its deletes."""
+    ticks = [tick for tick in row.ticks(start, max(ended), SCHEDULE_MAX_TICKS_PER_ROUND)
+             if ended.get(tick, Status.DELETED) == Status.DELETED]
+    for tick, outcome in zip(ticks, await send_messages(rt, requests=[tick_request(row, tick) for tick in ticks])):
+        if isinstance(outcome, Exception):
+            raise outcome
+        if tick in ended:
+            await delete_message(rt, topic=row.topic, msg_id=row.msg_id(tick))
+
+
+def tick_request(row: ScheduleRow, tick: int) -> SendRequest:
+    """The send of a tick's message: the tick as its triggerTime, under its msgId."""
+    return SendRequest(topic=row.topic, msg=row.payload, msg_id=row.msg_id(tick), ttl_millis=row.ttl_millis,
+                       max_retry=row.max_retry, trigger_time=tick, priority=row.priority)
 
 
 def _plan_from(fields: dict, now: int) -> int:

@@ -247,14 +247,16 @@ class Pusher:
                 for name in push_counts.pushed_fields(topic, lateness):
                     self._figures[name] += 1
                 self._figures[push_counts.lateness_field(topic)] += max(lateness, 0)
-                settle = ack_message(rt, topic=topic, msg_id=message.msg_id, push_status=str(status))
+                settle = ack_message(rt, topic=topic, msg_id=message.msg_id, push_status=str(status),
+                                     retry=message.retry)
             else:
                 self.counts["failed"] += 1
                 self._figures[push_counts.failed_field(topic, str(status) if status is not None else detail[0])] += 1
                 settle = nack_message(
                     rt, topic=topic, msg_id=message.msg_id, default_backoff_millis=PUSH_RETRY_BACKOFF_DEFAULT_MILLIS,
-                    push_failure=(f"HTTP {status}" if status is not None else ": ".join(detail))[:MAX_EVENT_DETAIL])
-            try:
+                    push_failure=(f"HTTP {status}" if status is not None else ": ".join(detail))[:MAX_EVENT_DETAIL],
+                    retry=message.retry)
+            try:  # this delivery's alone: one past its ack deadline, delivered again since, is left to the next
                 await settle
             except RedisError as exc:  # the message comes back at its ack deadline: pushed again
                 log.warning("pusher could not settle message %s of topic %s: %s", message.msg_id, topic, exc)

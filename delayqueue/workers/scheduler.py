@@ -31,6 +31,7 @@ from delayqueue.core.schedules import ScheduleRow, plan_time
 from delayqueue.core.stopping import repeat
 from delayqueue.messagelog import sql
 from delayqueue.messagelog.connection import LogConnection
+from delayqueue.services.schedules import tick_request
 from delayqueue.services.send import SendRequest, send_messages
 
 log = logging.getLogger(__name__)
@@ -86,10 +87,7 @@ class Scheduler:
                     saved.append(sql.Planned(row.id, row.planned_until, now + RETRY_MILLIS))
                     continue
                 budget -= len(plans[-1].ticks)
-            requests = [SendRequest(topic=plan.row.topic, msg=plan.row.payload, msg_id=plan.row.msg_id(tick),
-                                    ttl_millis=plan.row.ttl_millis, max_retry=plan.row.max_retry, trigger_time=tick,
-                                    priority=plan.row.priority)
-                        for plan in plans for tick in plan.ticks]
+            requests = [tick_request(plan.row, tick) for plan in plans for tick in plan.ticks]
             outcomes = await self._send(requests)
             gaps, start = [], 0
             for plan in plans:

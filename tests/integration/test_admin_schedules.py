@@ -257,6 +257,14 @@ def test_changing_goes_through_the_service_and_starts_a_new_generation(admin_cli
     # A change the service refuses is shown on the form; nothing changed.
     refused = page_of(admin_client.post(change_page(), change_form(page, every_millis="10")))
     assert "must be at least 1000" in refused and stored().generation == 2
+    # One whose endTime has passed since takes a new message, as updateSchedule gives it one; not new times.
+    create("ended")
+    Schedule.objects.filter(schedule_id="ended").update(end_time=1000)
+    page = page_of(admin_client.get(change_page("ended")))
+    assert admin_client.post(change_page("ended"), change_form(page, payload="v2")).status_code == 302
+    assert stored("ended").payload == "v2"
+    refused = page_of(admin_client.post(change_page("ended"), change_form(page, cron="0 4 * * *")))
+    assert "endTime must be in the future" in refused and stored("ended").cron == "30 2 * * *"
 
 
 # --- actions

@@ -155,6 +155,38 @@ async def test_a_hanging_receiver_times_out_and_a_redirect_is_not_followed(api, 
     assert all(r["path"] == "/hook" for r in receiver.requests)  # the redirect's Location was not visited
 
 
+async def test_an_attempt_settled_after_its_ack_deadline_leaves_the_next_delivery_alone(
+        api, single_rt, start_scanner, start_pusher, push_receiver, monkeypatch):
+    """An attempt's answer can be settled after its ack deadline (a busy loop, a slow Redis): the
+    message was given back and is being pushed again. Its nack must not give that delivery back too."""
+    monkeypatch.setattr(pusher_module, "ACK_MARGIN_MILLIS", 200)
+    late_nack_done = asyncio.Event()
+
+    async def fail_then_ok_once_the_late_nack_landed(request):
+        if request["headers"]["DelayQueue-Retry"] == "1":
+            return 500
+        await late_nack_done.wait()
+        return 200
+
+    receiver = await push_receiver(fail_then_ok_once_the_late_nack_landed)
+    real_nack = pusher_module.nack_message
+
+    async def late_nack(*args, **kwargs):
+        await arrived(receiver, "m1", 2)  # past the ack deadline: delivered again
+        try:
+            return await real_nack(*args, **kwargs)
+        finally:
+            late_nack_done.set()
+
+    monkeypatch.setattr(pusher_module, "nack_message", late_nack)
+    await set_push(api, "t", receiver.url, pushTimeoutMillis=300, retryBackoffMillis=100)
+    await start_scanner(single_rt)
+    await start_pusher()
+    await send(api, "t", "m1")
+    await ends_as(api, "t", "m1", Status.ACKED)
+    assert [r["headers"]["DelayQueue-Retry"] for r in receiver.requests] == ["1", "2"]
+
+
 async def test_a_receiver_that_is_down_makes_a_dead_letter_after_max_retry(api, single_rt, start_scanner,
                                                                           start_pusher, push_receiver):
     receiver = await push_receiver()

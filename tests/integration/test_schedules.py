@@ -432,6 +432,14 @@ async def test_an_update_after_one_tick_sent_ahead_was_deleted_keeps_every_other
     fired = sorted((await live_ticks(rt)).values())
     assert cancelled not in fired and len(fired) == len(set(fired))  # none twice
     assert set(sent.values()) - {cancelled} <= set(fired)  # and none lost
+    # A later change finds every tick sent ahead, those before the cancelled one too, and keeps it cancelled.
+    await update_schedule(rt, schedule_id="s", changes={"payload": "v3"})
+    await planner().plan_once(now=now_millis() + PLAN_PERIOD_MILLIS)
+    fired = sorted((await live_ticks(rt)).values())
+    assert cancelled not in fired and len(fired) == len(set(fired))
+    assert set(sent.values()) - {cancelled} <= set(fired)
+    await schedules.pause_schedule(rt, schedule_id="s")
+    assert await live_ticks(rt) == {}
 
 
 async def test_a_paused_schedule_sends_nothing_and_resumes_with_new_ticks(rt, planner):

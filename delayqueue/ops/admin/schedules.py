@@ -258,9 +258,9 @@ class ScheduleForm(forms.ModelForm):
             if self.instance.pk is None:
                 row = in_namespace(self.cleaned_data["namespace"], create_schedule, spec=ScheduleSpec(
                     schedule_id=self.cleaned_data["schedule_id"], **fields))
-            else:
+            else:  # the fields changed only, as an API caller gives them: an ended schedule's times are not judged
                 row = in_namespace(self.instance.namespace, update_schedule, schedule_id=self.instance.schedule_id,
-                                   changes=fields)
+                                   changes={name: fields[name] for name in self.changed_data if name in fields})
         except Conflict as exc:
             self.add_error("schedule_id" if "schedule_id" in self.fields else None, str(exc))
         except BadRequest as exc:
