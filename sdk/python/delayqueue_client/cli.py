@@ -188,11 +188,32 @@ def cmd_delete(args: argparse.Namespace, client: Client) -> int:
     return OK
 
 
+class HeldInterrupt:
+    """SIGINT and SIGTERM as KeyboardInterrupt, held while `held` is set until the work is done: a message
+    being printed is printed whole and acked, else it would come back after its ack timeout and print twice.
+    A second signal meanwhile (an ack that hangs) raises at once."""
+
+    def __init__(self) -> None:
+        self.held = self.pending = False
+
+    def __call__(self, signum: int, frame: object) -> None:
+        if self.held and not self.pending:
+            self.pending = True
+            return
+        raise KeyboardInterrupt
+
+    def release(self) -> None:
+        self.held = False
+        if self.pending:
+            raise KeyboardInterrupt
+
+
 def cmd_consume(args: argparse.Namespace, client: Client) -> int:
     """Long-polls and prints each message as it comes; acks it once printed (unless --no-ack).
-    Ctrl-C or SIGTERM ends it with code 0; what was pulled and not yet acked waits for its ack timeout."""
-    signal.signal(signal.SIGINT, signal.default_int_handler)  # even if started with SIGINT ignored
-    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    Ctrl-C or SIGTERM ends it with code 0, once the message being printed is printed and acked; what
+    was pulled and not yet printed waits for its ack timeout."""
+    interrupt = HeldInterrupt()  # also when started with SIGINT ignored
+    given_back = {signum: signal.signal(signum, interrupt) for signum in (signal.SIGINT, signal.SIGTERM)}
     printed = 0
     try:
         while args.count is None or printed < args.count:
@@ -200,12 +221,17 @@ def cmd_consume(args: argparse.Namespace, client: Client) -> int:
             batch = args.batch if args.count is None else min(args.batch, args.count - printed)
             for message in client.pull(args.topic, batch=batch, ack_timeout_ms=args.ack_timeout,
                                        wait_ms=CONSUME_WAIT_MS):
+                interrupt.held = True
                 out(message_json(message) if args.json else f"{message.msg_id}\t{message.msg}")
                 printed += 1
                 if not args.no_ack:  # this delivery's: one made since (a slow print) is another consumer's
                     client.ack(args.topic, message.msg_id, retry=message.retry)
+                interrupt.release()
     except KeyboardInterrupt:
         pass
+    finally:  # main() may be called in a process of the caller's
+        for signum, handler in given_back.items():
+            signal.signal(signum, handler)
     return OK
 
 
