@@ -72,12 +72,6 @@ def given_text(example: str) -> Callable[[str], str]:
     return text_of
 
 
-def positive_int(text: str) -> int:
-    if not (text.isascii() and text.isdigit()) or int(text) < 1:  # isdigit alone takes "²", which int() refuses
-        raise argparse.ArgumentTypeError(f"invalid count {text!r}: a whole number of at least 1")
-    return int(text)
-
-
 def iso(ms: int | None) -> str:
     if ms is None:
         return "-"
@@ -469,8 +463,8 @@ def build_parser() -> argparse.ArgumentParser:
     consume.add_argument("topic")
     consume.add_argument("--no-ack", action="store_true",
                          help="do not ack: the messages come back after their ack timeout")
-    consume.add_argument("--batch", type=positive_int, default=10, help="messages per pull (default 10)")
-    consume.add_argument("--count", type=positive_int, help="stop after this many messages")
+    consume.add_argument("--batch", type=supervisor.positive_int, default=10, help="messages per pull (default 10)")
+    consume.add_argument("--count", type=supervisor.positive_int, help="stop after this many messages")
     consume.add_argument("--ack-timeout", type=duration_ms, help="ack timeout of the pulled messages "
                                                                  "(default: the topic's)")
 
@@ -486,14 +480,14 @@ def build_parser() -> argparse.ArgumentParser:
     dead_commands = dead.add_subparsers(dest="dead_command", required=True, metavar="COMMAND")
     listing = command("list", cmd_dead_list, "list a topic's dead letters, oldest death first", dead_commands)
     listing.add_argument("topic")
-    listing.add_argument("--limit", type=positive_int, default=DEFAULT_PAGE,
+    listing.add_argument("--limit", type=supervisor.positive_int, default=DEFAULT_PAGE,
                          help=f"at most this many (default {DEFAULT_PAGE})")
     listing.add_argument("--cursor", type=given_text("the cursor the previous listing printed"),
                          help="the next page, as the previous listing said")
     redrive = command("redrive", cmd_dead_redrive, "send dead letters back to be delivered again", dead_commands)
     redrive.add_argument("topic")
     redrive.add_argument("--msg-id", action="extend", nargs="+", help="only these (default: all of the topic's)")
-    redrive.add_argument("--rate", type=positive_int,
+    redrive.add_argument("--rate", type=supervisor.positive_int,
                          help="messages per second (server default 500, or its DELAYQUEUE_MAX_REDRIVE_RATE when lower)")
     redrive.add_argument("--wait", action="store_true", help="wait until the redrive is done")
     purge = command("purge", cmd_dead_purge, "remove dead letters for good", dead_commands)
@@ -535,7 +529,7 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("schedule_id", metavar="SCHEDULE_ID")
     listing = command("list", cmd_schedule_list, "list schedules in scheduleId order", schedule_commands)
     listing.add_argument("--topic", help="only this topic's")
-    listing.add_argument("--limit", type=positive_int, default=DEFAULT_PAGE,
+    listing.add_argument("--limit", type=supervisor.positive_int, default=DEFAULT_PAGE,
                          help=f"at most this many (default {DEFAULT_PAGE})")
     listing.add_argument("--cursor", type=given_text("the cursor the previous listing printed"),
                          help="the next page, as the previous listing said")
