@@ -100,6 +100,11 @@ def test_arguments_that_json_cannot_carry_are_refused_naming_the_argument(app):
         f.send(1, b=datetime.now(timezone.utc))
     with pytest.raises(TypeError, match="argument 0 is not JSON-serializable"):
         f.send(float("nan"))  # JSON has no NaN
+    # JSON turns a key 1 into "1" without a word (eager mode's round trip too): the task would look for 1 in vain.
+    with pytest.raises(TypeError, match="task f: argument 'b' is not JSON-serializable .a dict key that is not a str"):
+        f.send(1, b={1: "x"})
+    with pytest.raises(TypeError, match="task f: argument 0 is not JSON-serializable .a dict key that is not a str"):
+        f.send([{"a": {None: 1}}])
     with pytest.raises(TypeError, match="task f: too many positional arguments"):
         f.send(1, 2, 3)  # a call that does not fit fails in the sender
     with pytest.raises(TypeError, match="headers must map str to str"):
