@@ -349,6 +349,9 @@ def test_the_methods_defined_once_show_their_own_parameters_and_doc_on_both_clie
     (["dead", "redrive", "t", "--msg-id", "a", "b\udcff"], None, "argument msg_id: not UTF-8 text"),
     (["send", "t", "-"], b"from \xff stdin", "the message is not UTF-8 text"),
     (["send", "t", "x", "--delay", "9" * 400 + "d"], None, "argument --delay: invalid duration"),
+    # Longer than a timedelta holds: schedule options go to the client as timedeltas (OverflowError, a traceback).
+    (["schedule", "create", "s", "t", "x", "--every", "9" * 10 + "d"], None, "argument --every: invalid duration"),
+    (["schedule", "update", "s", "--ttl", "9" * 10 + "d"], None, "argument --ttl: invalid duration"),
 ])
 def test_the_cli_answers_text_it_cannot_send_with_one_usage_line_not_a_traceback(monkeypatch, capsys, argv, stdin,
                                                                                   problem):

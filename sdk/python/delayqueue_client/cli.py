@@ -6,7 +6,6 @@ API), 3 server unreachable or failing (code 500), 4 the answer was lost (the com
 """
 import argparse
 import json
-import math
 import os
 import re
 import shlex
@@ -28,6 +27,7 @@ from delayqueue_client.schedule import CATCH_UP, Schedule
 OK, REFUSED, USAGE, UNREACHABLE, MAYBE_APPLIED = 0, 1, 2, 3, 4
 STATUS_NAMES = {1: "waiting", 2: "ready", 3: "consuming", 4: "acked", 5: "expired", 6: "dead", 7: "deleted"}
 UNIT_MS = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+MAX_DURATION_MS = timedelta.max // timedelta(milliseconds=1)
 CONSUME_WAIT_MS = 10_000  # each long poll's hold; the server caps it anyway
 EPILOG = """\
 environment: DELAYQUEUE_URL (default http://127.0.0.1:8000), DELAYQUEUE_TOKEN.
@@ -41,7 +41,9 @@ def duration_ms(text: str) -> int:
     if not found:
         raise argparse.ArgumentTypeError(f"invalid duration {text!r}: a number and a unit, e.g. 250ms, 3s, 5m, 2h, 1d")
     ms = float(found[1]) * UNIT_MS[found[2]]
-    if not math.isfinite(ms):  # hundreds of digits: round() would raise OverflowError, a traceback
+    # Beyond a timedelta (schedule options go to the client as ones) or infinite (hundreds of digits):
+    # timedelta() or round() would raise OverflowError, a traceback.
+    if not ms <= MAX_DURATION_MS:
         raise argparse.ArgumentTypeError(f"invalid duration {text!r}: too long")
     return round(ms)
 
