@@ -3,6 +3,7 @@ against a real uvicorn: every command, its output, its one-line errors and its e
 (0 done, 1 refused or not found, 2 usage, 3 unreachable or failing, 4 answer lost); and the SDK
 installed into a fresh venv without Django, its console script included."""
 import http.server
+import io
 import json
 import os
 import queue
@@ -18,7 +19,7 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
-from delayqueue_client import Client
+from delayqueue_client import Client, cli
 
 from tests.integration.test_tokens import new_token
 from tools.stack import free_port
@@ -248,6 +249,26 @@ def test_consume_prints_messages_as_they_come_and_ctrl_c_stops_cleanly(sdk_serve
         proc.wait()
         proc.stderr.close()
     assert client.get("live", "l1").status == 4
+
+
+def test_ctrl_c_while_consume_prints_a_message_finishes_the_line_and_acks_it(sdk_server, client, monkeypatch):
+    # A message half printed when Ctrl-C came was left unacked, so it came back and was printed twice.
+    client.send("printing", "the message", msg_id="p1")
+    written = []
+
+    class Terminal(io.StringIO):
+        def write(self, text: str) -> int:
+            written.append(text)
+            if len(written) == 1:  # Ctrl-C lands inside print(), the line begun
+                os.kill(os.getpid(), signal.SIGINT)
+            return len(text)
+
+    monkeypatch.setattr(sys, "stdout", Terminal())
+    handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+    assert cli.main(["--url", sdk_server, "consume", "printing"]) == 0
+    assert "".join(written) == "p1\tthe message\n"
+    assert client.get("printing", "p1").status == 4
+    assert {signum: signal.getsignal(signum) for signum in handlers} == handlers  # given back to the caller
 
 
 def test_consume_acks_only_the_delivery_it_printed_not_one_made_since(sdk_server, client):

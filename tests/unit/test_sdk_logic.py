@@ -1,6 +1,7 @@
 """The client SDK's pure logic (sdk/python): envelope -> exception, Message from the API's fields,
 client-made msgIds, request bodies and the retry decision. No server."""
 import io
+import subprocess
 import sys
 import time
 import uuid
@@ -348,6 +349,9 @@ def test_the_methods_defined_once_show_their_own_parameters_and_doc_on_both_clie
     (["dead", "redrive", "t", "--msg-id", "a", "b\udcff"], None, "argument msg_id: not UTF-8 text"),
     (["send", "t", "-"], b"from \xff stdin", "the message is not UTF-8 text"),
     (["send", "t", "x", "--delay", "9" * 400 + "d"], None, "argument --delay: invalid duration"),
+    # Longer than a timedelta holds: schedule options go to the client as timedeltas (OverflowError, a traceback).
+    (["schedule", "create", "s", "t", "x", "--every", "9" * 10 + "d"], None, "argument --every: invalid duration"),
+    (["schedule", "update", "s", "--ttl", "9" * 10 + "d"], None, "argument --ttl: invalid duration"),
 ])
 def test_the_cli_answers_text_it_cannot_send_with_one_usage_line_not_a_traceback(monkeypatch, capsys, argv, stdin,
                                                                                   problem):
@@ -357,3 +361,14 @@ def test_the_cli_answers_text_it_cannot_send_with_one_usage_line_not_a_traceback
         cli.main(["--url", "http://127.0.0.1:9", *argv])  # refused before any request
     assert exited.value.code == 2
     assert problem in capsys.readouterr().err.splitlines()[-1]
+
+
+def test_httpx_is_imported_by_the_first_asyncclient_not_by_the_sdk_or_a_blocking_client():
+    # A blocking client's process (the CLI, a thread worker) never pays the 80 ms of importing httpx.
+    script = ("import sys, delayqueue_client, delayqueue_client.cli, delayqueue_client.supervisor\n"
+              "delayqueue_client.Client('http://127.0.0.1:9').close()\n"
+              "print('httpx' in sys.modules)\n"
+              "delayqueue_client.AsyncClient('http://127.0.0.1:9')\n"
+              "print('httpx' in sys.modules)\n")
+    ran = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert (ran.returncode, ran.stdout.split(), ran.stderr) == (0, ["False", "True"], "")

@@ -59,6 +59,16 @@ def test_a_child_runs_the_same_options_in_its_own_interpreter():
         build_parser().parse_args(["worker", "m", "--threads", "2", "--async"])  # one or the other
 
 
+@pytest.mark.parametrize("option", ["--processes", "--threads", "--tasks", "--max-tasks-per-child"])
+def test_a_count_of_the_worker_command_that_is_no_whole_number_says_so(option, capsys):
+    for text in ("0", "²"):  # "²" is a digit to str.isdigit, not to int(): argparse's generic "invalid value" then
+        with pytest.raises(SystemExit):
+            build_parser().parse_args(["worker", "m", "--async", option, text] if option == "--tasks" else
+                                      ["worker", "m", option, text])
+        assert capsys.readouterr().err.splitlines()[-1].endswith(
+            f"argument {option}: invalid count {text!r}: a whole number of at least 1")
+
+
 @pytest.mark.parametrize("how", [["--threads", "3"], ["--async", "--tasks", "3"]])
 def test_the_handlers_at_once_of_a_child_are_those_asked_threads_or_async_tasks(how):
     from tests import sdk_worker_app

@@ -100,6 +100,11 @@ def test_arguments_that_json_cannot_carry_are_refused_naming_the_argument(app):
         f.send(1, b=datetime.now(timezone.utc))
     with pytest.raises(TypeError, match="argument 0 is not JSON-serializable"):
         f.send(float("nan"))  # JSON has no NaN
+    # JSON turns a key 1 into "1" without a word (eager mode's round trip too): the task would look for 1 in vain.
+    with pytest.raises(TypeError, match="task f: argument 'b' is not JSON-serializable .a dict key that is not a str"):
+        f.send(1, b={1: "x"})
+    with pytest.raises(TypeError, match="task f: argument 0 is not JSON-serializable .a dict key that is not a str"):
+        f.send([{"a": {None: 1}}])
     with pytest.raises(TypeError, match="task f: too many positional arguments"):
         f.send(1, 2, 3)  # a call that does not fit fails in the sender
     with pytest.raises(TypeError, match="headers must map str to str"):
@@ -154,6 +159,9 @@ def test_times_naive_datetimes_and_bad_durations_are_refused(app):
         t.with_options(msg_id="one").send_many([(), ()])
     with pytest.raises(TypeError, match="a tuple of positional arguments or a dict of keyword arguments, got str"):
         t.send_many(["ab"])
+    with pytest.raises(TypeError, match="too many positional arguments") as refused:
+        t.send_many([(), (), (1,)])  # eager
+    assert refused.value.__notes__ == ["send_many's item 2"]
 
 
 def test_a_task_send_the_client_refuses_before_sending_begins_no_send_in_the_middleware():
@@ -189,8 +197,9 @@ def test_a_task_send_the_client_refuses_before_sending_begins_no_send_in_the_mid
         def v(n: int) -> None:
             pass
         # A send_many refused for its second item's arguments sends nothing: the first's send, begun, ends too.
-        with pytest.raises(TypeError, match="argument 0"):
+        with pytest.raises(TypeError, match="argument 0") as refused:
             v.send_many([(1,), (object(),)])
+        assert refused.value.__notes__ == ["send_many's item 1"]  # which of them: "argument 0" is in each
     assert calls == ["before_send", "before_send", "after_send", "after_send"]
 
 

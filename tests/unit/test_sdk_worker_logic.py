@@ -190,10 +190,13 @@ def test_a_handlers_retry_dead_letter_or_exception_decides_the_nack(client, capl
     with caplog.at_level("INFO", logger="delayqueue_client.worker"):
         assert worker._outcome(message(), Retry(30)) == Outcome(NACK, 30_000, "Retry: retry in 30 s")
         assert worker._outcome(message(), Retry()) == Outcome(NACK, None, "Retry: retry")  # the topic's backoff
+        # Its last delivery (maxRetry 3): the server ends it however long the delay; the log said "retry in 30 s".
+        assert worker._outcome(message(retry=4), Retry(30)) == Outcome(NACK, 30_000, "Retry: retry in 30 s")
     # Asked for by the handler, with or without a delay: no failure, so INFO and no traceback (docs/sdk.md).
     assert [(r.levelname, r.exc_info, r.getMessage()) for r in caplog.records] == [
         ("INFO", None, "handler asked to retry t/m (retry in 30 s)"),
-        ("INFO", None, "handler asked to retry t/m (retry)")]
+        ("INFO", None, "handler asked to retry t/m (retry)"),
+        ("INFO", None, "handler asked to retry t/m (no retry left: delivery 4 of 4, the server ends it)")]
     assert worker._outcome(message(), Retry(timedelta(milliseconds=1500))).delay_ms == 1500
     assert worker._outcome(message(), DeadLetter("unknown task x")) == Outcome(DEAD, None, "unknown task x")
     assert worker._outcome(message(), DeadLetter()) == Outcome(DEAD, None, None)

@@ -359,6 +359,7 @@ class AsyncPool:
     def __init__(self, settings: Settings):
         import httpx  # here, not at the top: a blocking client's process never pays for importing it (80 ms)
 
+        self._httpx = httpx  # for post()'s exceptions, with no import statement run on every call
         # trust_env=False: the proxy was chosen by proxy_for, as for Pool, not again by httpx. httpx
         # keeps idle connections 5 s, as long as uvicorn: MAX_IDLE_SECONDS, as Pool's.
         limits = httpx.Limits(max_connections=settings.max_connections, keepalive_expiry=MAX_IDLE_SECONDS)
@@ -369,8 +370,7 @@ class AsyncPool:
         self._max_connections = settings.max_connections
 
     async def post(self, path: str, body: bytes, timeout: float) -> tuple[int, bytes]:
-        import httpx  # imported by __init__ already
-
+        httpx = self._httpx
         deadline = asyncio.get_running_loop().time() + timeout
         # Each retry below leaves a dead kept-alive connection behind: at most as many as can be open.
         for retries_left in range(self._max_connections, -1, -1):

@@ -279,6 +279,17 @@ def _mentions(annotation: Any, model: type) -> bool:
     return any(_mentions(arg, model) for arg in typing.get_args(annotation))
 
 
+@contextmanager
+def _naming_item(index: int) -> Iterator[None]:
+    """A send_many item's error says which item it is (in a traceback's notes): "argument 0" alone
+    does not tell one among thousands."""
+    try:
+        yield
+    except Exception as exc:
+        exc.add_note(f"send_many's item {index}")
+        raise
+
+
 def _dead(reason: str) -> DeadLetter:
     """A message's own text (a task name, a validation error) may be of any length: cut where the
     server bounds a nack's reason (the worker sends no more), marked, so its dead_detail shows it."""
@@ -686,14 +697,20 @@ class App:
             else:
                 calls.append((item, {}))
         if self._eager:
-            return [self._ran_eagerly(task, task._body(options, args, kwargs), None) for args, kwargs in calls]
+            handles: list[TaskHandle | DelayQueueError] = []
+            for args, kwargs in calls:
+                with _naming_item(len(handles)):
+                    handles.append(self._ran_eagerly(task, task._body(options, args, kwargs), None))
+            return handles
         # The messages differ only in their text (valid UTF-8: encode() made it) and msgId: the rest of
         # their body is checked once, before any is made, and each copies it (send_body's keys, in its order).
         common = send_body(task.topic, "", **self._send_options(options))
         bodies: list[tuple[str, str, tuple[SendContext, ...]]] = []
         try:
             for args, kwargs in calls:
-                bodies.append(self._traced_body(task, options, functools.partial(task._body, options, args, kwargs)))
+                body = functools.partial(task._body, options, args, kwargs)
+                with _naming_item(len(bodies)):
+                    bodies.append(self._traced_body(task, options, body))
         except BaseException as exc:  # nothing is sent: the sends begun (before_send) end with the refusal
             for _, _, sends in bodies:
                 for context in sends:

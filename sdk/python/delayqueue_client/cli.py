@@ -6,7 +6,6 @@ API), 3 server unreachable or failing (code 500), 4 the answer was lost (the com
 """
 import argparse
 import json
-import math
 import os
 import re
 import shlex
@@ -28,6 +27,7 @@ from delayqueue_client.schedule import CATCH_UP, Schedule
 OK, REFUSED, USAGE, UNREACHABLE, MAYBE_APPLIED = 0, 1, 2, 3, 4
 STATUS_NAMES = {1: "waiting", 2: "ready", 3: "consuming", 4: "acked", 5: "expired", 6: "dead", 7: "deleted"}
 UNIT_MS = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+MAX_DURATION_MS = timedelta.max // timedelta(milliseconds=1)
 CONSUME_WAIT_MS = 10_000  # each long poll's hold; the server caps it anyway
 EPILOG = """\
 environment: DELAYQUEUE_URL (default http://127.0.0.1:8000), DELAYQUEUE_TOKEN.
@@ -41,7 +41,9 @@ def duration_ms(text: str) -> int:
     if not found:
         raise argparse.ArgumentTypeError(f"invalid duration {text!r}: a number and a unit, e.g. 250ms, 3s, 5m, 2h, 1d")
     ms = float(found[1]) * UNIT_MS[found[2]]
-    if not math.isfinite(ms):  # hundreds of digits: round() would raise OverflowError, a traceback
+    # Beyond a timedelta (schedule options go to the client as ones) or infinite (hundreds of digits):
+    # timedelta() or round() would raise OverflowError, a traceback.
+    if not ms <= MAX_DURATION_MS:
         raise argparse.ArgumentTypeError(f"invalid duration {text!r}: too long")
     return round(ms)
 
@@ -70,12 +72,6 @@ def given_text(example: str) -> Callable[[str], str]:
             raise argparse.ArgumentTypeError(f"empty: the server would take it as not given; give {example}")
         return text
     return text_of
-
-
-def positive_int(text: str) -> int:
-    if not (text.isascii() and text.isdigit()) or int(text) < 1:  # isdigit alone takes "²", which int() refuses
-        raise argparse.ArgumentTypeError(f"invalid count {text!r}: a whole number of at least 1")
-    return int(text)
 
 
 def iso(ms: int | None) -> str:
@@ -188,11 +184,32 @@ def cmd_delete(args: argparse.Namespace, client: Client) -> int:
     return OK
 
 
+class HeldInterrupt:
+    """SIGINT and SIGTERM as KeyboardInterrupt, held while `held` is set until the work is done: a message
+    being printed is printed whole and acked, else it would come back after its ack timeout and print twice.
+    A second signal meanwhile (an ack that hangs) raises at once."""
+
+    def __init__(self) -> None:
+        self.held = self.pending = False
+
+    def __call__(self, signum: int, frame: object) -> None:
+        if self.held and not self.pending:
+            self.pending = True
+            return
+        raise KeyboardInterrupt
+
+    def release(self) -> None:
+        self.held = False
+        if self.pending:
+            raise KeyboardInterrupt
+
+
 def cmd_consume(args: argparse.Namespace, client: Client) -> int:
     """Long-polls and prints each message as it comes; acks it once printed (unless --no-ack).
-    Ctrl-C or SIGTERM ends it with code 0; what was pulled and not yet acked waits for its ack timeout."""
-    signal.signal(signal.SIGINT, signal.default_int_handler)  # even if started with SIGINT ignored
-    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    Ctrl-C or SIGTERM ends it with code 0, once the message being printed is printed and acked; what
+    was pulled and not yet printed waits for its ack timeout."""
+    interrupt = HeldInterrupt()  # also when started with SIGINT ignored
+    given_back = {signum: signal.signal(signum, interrupt) for signum in (signal.SIGINT, signal.SIGTERM)}
     printed = 0
     try:
         while args.count is None or printed < args.count:
@@ -200,12 +217,17 @@ def cmd_consume(args: argparse.Namespace, client: Client) -> int:
             batch = args.batch if args.count is None else min(args.batch, args.count - printed)
             for message in client.pull(args.topic, batch=batch, ack_timeout_ms=args.ack_timeout,
                                        wait_ms=CONSUME_WAIT_MS):
+                interrupt.held = True
                 out(message_json(message) if args.json else f"{message.msg_id}\t{message.msg}")
                 printed += 1
                 if not args.no_ack:  # this delivery's: one made since (a slow print) is another consumer's
                     client.ack(args.topic, message.msg_id, retry=message.retry)
+                interrupt.release()
     except KeyboardInterrupt:
         pass
+    finally:  # main() may be called in a process of the caller's
+        for signum, handler in given_back.items():
+            signal.signal(signum, handler)
     return OK
 
 
@@ -443,8 +465,8 @@ def build_parser() -> argparse.ArgumentParser:
     consume.add_argument("topic")
     consume.add_argument("--no-ack", action="store_true",
                          help="do not ack: the messages come back after their ack timeout")
-    consume.add_argument("--batch", type=positive_int, default=10, help="messages per pull (default 10)")
-    consume.add_argument("--count", type=positive_int, help="stop after this many messages")
+    consume.add_argument("--batch", type=supervisor.positive_int, default=10, help="messages per pull (default 10)")
+    consume.add_argument("--count", type=supervisor.positive_int, help="stop after this many messages")
     consume.add_argument("--ack-timeout", type=duration_ms, help="ack timeout of the pulled messages "
                                                                  "(default: the topic's)")
 
@@ -460,14 +482,14 @@ def build_parser() -> argparse.ArgumentParser:
     dead_commands = dead.add_subparsers(dest="dead_command", required=True, metavar="COMMAND")
     listing = command("list", cmd_dead_list, "list a topic's dead letters, oldest death first", dead_commands)
     listing.add_argument("topic")
-    listing.add_argument("--limit", type=positive_int, default=DEFAULT_PAGE,
+    listing.add_argument("--limit", type=supervisor.positive_int, default=DEFAULT_PAGE,
                          help=f"at most this many (default {DEFAULT_PAGE})")
     listing.add_argument("--cursor", type=given_text("the cursor the previous listing printed"),
                          help="the next page, as the previous listing said")
     redrive = command("redrive", cmd_dead_redrive, "send dead letters back to be delivered again", dead_commands)
     redrive.add_argument("topic")
     redrive.add_argument("--msg-id", action="extend", nargs="+", help="only these (default: all of the topic's)")
-    redrive.add_argument("--rate", type=positive_int,
+    redrive.add_argument("--rate", type=supervisor.positive_int,
                          help="messages per second (server default 500, or its DELAYQUEUE_MAX_REDRIVE_RATE when lower)")
     redrive.add_argument("--wait", action="store_true", help="wait until the redrive is done")
     purge = command("purge", cmd_dead_purge, "remove dead letters for good", dead_commands)
@@ -509,7 +531,7 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("schedule_id", metavar="SCHEDULE_ID")
     listing = command("list", cmd_schedule_list, "list schedules in scheduleId order", schedule_commands)
     listing.add_argument("--topic", help="only this topic's")
-    listing.add_argument("--limit", type=positive_int, default=DEFAULT_PAGE,
+    listing.add_argument("--limit", type=supervisor.positive_int, default=DEFAULT_PAGE,
                          help=f"at most this many (default {DEFAULT_PAGE})")
     listing.add_argument("--cursor", type=given_text("the cursor the previous listing printed"),
                          help="the next page, as the previous listing said")

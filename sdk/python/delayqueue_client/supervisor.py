@@ -305,15 +305,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("app", metavar="MODULE[:attr]", help="the module holding the App (MODULE:attr names it)")
     parser.add_argument("--topics", type=topic_list,
                         help="comma-separated topics each process serves (default: every topic of the app's tasks)")
-    parser.add_argument("--processes", type=positive, default=1, help="worker processes (default 1)")
+    parser.add_argument("--processes", type=positive_int, default=1, help="worker processes (default 1)")
     how = parser.add_mutually_exclusive_group()
-    how.add_argument("--threads", type=positive, default=DEFAULT_CONCURRENCY,
+    how.add_argument("--threads", type=positive_int, default=DEFAULT_CONCURRENCY,
                      help=f"handler threads per process (default {DEFAULT_CONCURRENCY})")
     how.add_argument("--async", dest="use_async", action="store_true",
                      help="asyncio: the app's worker with an AsyncClient and async handlers")
-    parser.add_argument("--tasks", type=positive,
+    parser.add_argument("--tasks", type=positive_int,
                         help=f"with --async: handler tasks at once per process (default {DEFAULT_CONCURRENCY})")
-    parser.add_argument("--max-tasks-per-child", type=positive,
+    parser.add_argument("--max-tasks-per-child", type=positive_int,
                         help="a process drains and is replaced after handling this many messages")
     parser.add_argument("--sync-schedules", action="store_true",
                         help="first make the server's schedules of the app's scheduled tasks (app.sync_schedules(), "
@@ -327,8 +327,9 @@ def topic_list(text: str) -> list[str]:
     return topics
 
 
-def positive(text: str) -> int:
-    if not text.isdigit() or int(text) < 1:
+def positive_int(text: str) -> int:
+    """A count of the command line (the CLI's too)."""
+    if not (text.isascii() and text.isdigit()) or int(text) < 1:  # isdigit alone takes "²", which int() refuses
         raise argparse.ArgumentTypeError(f"invalid count {text!r}: a whole number of at least 1")
     return int(text)
 

@@ -373,12 +373,15 @@ class Worker:
             return Outcome(DEAD, reason=reason_text(error.reason) or None)
         if isinstance(error, Retry):
             delay_ms = self._backoff_ms(message) if error.delay is None else round(error.delay * 1000)
+            # The server ends a message nacked in its last delivery, whatever the delay: the log says so.
+            then = (f"no retry left: delivery {message.retry} of {message.max_retry + 1}, the server ends it"
+                    if message.retry > message.max_retry else error)
             # Raised from a failure (a task's retry_backoff does so): the failure is logged and is the reason.
             if isinstance(error.__cause__, Exception) and not isinstance(error.__cause__, (Retry, DeadLetter)):
-                log.error("handler failed on %s/%s; nacked (%s)", message.topic, message.msg_id, error,
+                log.error("handler failed on %s/%s; nacked (%s)", message.topic, message.msg_id, then,
                           exc_info=error.__cause__)
                 return Outcome(NACK, delay_ms, error_reason(error.__cause__))
-            log.info("handler asked to retry %s/%s (%s)", message.topic, message.msg_id, error)
+            log.info("handler asked to retry %s/%s (%s)", message.topic, message.msg_id, then)
             return Outcome(NACK, delay_ms, error_reason(error))
         log.error("handler failed on %s/%s; nacked", message.topic, message.msg_id, exc_info=error)
         return Outcome(NACK, self._backoff_ms(message), error_reason(error))
