@@ -272,14 +272,27 @@ def test_a_change_withdraws_the_ticks_sent_ahead_and_the_new_plan_has_new_msg_id
     assert (second.msg_id, second.msg) == (f"s@{start + 4000}#1", "y")
 
 
-def test_a_change_after_a_tick_sent_ahead_was_deleted_keeps_the_ticks_before_it_as_the_server(server, client):
+def test_a_change_after_a_tick_sent_ahead_was_deleted_keeps_it_cancelled_and_every_other_tick_once(server, client):
     start = server.clock.now_ms()
+    tick = [start + i * 2000 for i in range(8)]
     client.create_schedule("s", "t", "x", every=2)  # 5 ticks sent ahead
-    assert client.delete("t", f"s@{start + 8000}")  # the fourth cancelled by hand
+    assert client.delete("t", f"s@{tick[4]}")  # the fourth cancelled by hand
     client.update_schedule("s", msg="y")
     held = topic_ids(server, "t")
-    assert [held[f"s@{start + i * 2000}"] for i in range(1, 6)] == [WAITING] * 3 + [DELETED] * 2
-    assert {msg_id for msg_id in held if "#" in msg_id} == {f"s@{start + 10000}#1"}  # planned on after it
+    # As on the server: all withdrawn, and the new plan sent up to the cancelled one, which it ends at once.
+    assert [held[f"s@{tick[i]}"] for i in range(1, 6)] == [DELETED] * 5
+    assert {msg_id: status for msg_id, status in held.items() if msg_id.endswith("#1")} == {
+        **{f"s@{tick[i]}#1": WAITING for i in (1, 2, 3, 5)}, f"s@{tick[4]}#1": DELETED}
+    # A second change finds every tick sent ahead (before, those before the cancelled one were missed:
+    # sent twice), and keeps the cancelled one cancelled; a pause leaves none to fire.
+    client.update_schedule("s", msg="z")
+    server.clock.advance(10)
+    fired = client.pull("t", batch=100)
+    assert [(m.trigger_time, m.msg) for m in fired] == [(tick[i], "z") for i in (1, 2, 3, 5)]
+    assert all(client.ack("t", m.msg_id) for m in fired)
+    client.pause_schedule("s")
+    server.clock.advance(60)
+    assert client.pull("t", batch=100) == []
 
 
 def test_paused_no_tick_fires_and_resumed_ticks_go_on_from_now_without_those_missed(server, client):

@@ -739,12 +739,15 @@ class FakeServer:
                 continue
             ticks = schedule.ticks(schedule.planned_until, now + SCHEDULE_LEAD_MILLIS)
             for tick in ticks:
-                self._send_one({"topic": schedule.topic, "msgId": schedule.msg_id(tick), "msg": schedule.payload,
-                                "delayMillis": None, "triggerTime": tick, "ttlMillis": schedule.ttl_millis,
-                                "maxRetry": schedule.max_retry, "priority": schedule.priority},
-                               min(now, max(tick - SCHEDULE_LEAD_MILLIS, schedule.planned_from)))
+                self._send_tick(schedule, tick, min(now, max(tick - SCHEDULE_LEAD_MILLIS, schedule.planned_from)))
             if ticks:
                 schedule.planned_until = ticks[-1]
+
+    def _send_tick(self, schedule: FakeSchedule, tick: int, now: int) -> Stored:
+        """The tick's message: the tick as its triggerTime, under its msgId."""
+        return self._send_one({"topic": schedule.topic, "msgId": schedule.msg_id(tick), "msg": schedule.payload,
+                               "delayMillis": None, "triggerTime": tick, "ttlMillis": schedule.ttl_millis,
+                               "maxRetry": schedule.max_retry, "priority": schedule.priority}, now)
 
     def _next_plan_ms(self) -> int | None:
         """When the planner has the next tick to send (SCHEDULE_LEAD_MILLIS before it), if any."""
@@ -801,21 +804,28 @@ class FakeServer:
                 fields[name] = None
         return fields
 
-    def _withdraw(self, schedule: FakeSchedule, now: int, *, replanned: bool = False) -> int:
-        """Deletes the ticks sent ahead and not yet due, the latest first; answers the time up to
-        which ticks count as fired (now, or the latest tick already delivered or ended by hand).
-        For a change that goes on planning (`replanned`), the ticks before that one stay, as on the server."""
-        floor = now
+    def _withdraw(self, schedule: FakeSchedule, now: int) -> dict[int, int]:
+        """Deletes the ticks sent ahead and not yet due, the latest first; answers the status of each
+        that could not be deleted (delivered, or ended by hand) by its time, as on the server."""
+        ended = {}
         for tick in reversed(schedule.ticks(now, schedule.planned_until, SCHEDULE_MAX_TICKS_PER_ROUND)):
             msg_id = schedule.msg_id(tick)
             m = self._topic(schedule.topic).messages.get(msg_id)
             if m is not None and m.status in LIVE:
                 self._end(m, now, "deleted", DELETED)
-            elif self._found(schedule.topic, msg_id) is not None:
-                floor = max(floor, tick)
-                if replanned:
-                    break
-        return floor
+            elif (found := self._found(schedule.topic, msg_id)) is not None:
+                ended[tick] = found.status
+        return ended
+
+    def _send_past_ended(self, schedule: FakeSchedule, start: int, ended: dict[int, int], now: int) -> None:
+        """The server's: the new plan's ticks after `start` up to the latest of `ended` (the old plan's
+        that could not be withdrawn), none at a delivered one's time, and one at the time of one ended
+        by hand ended at once; so every tick sent ahead is under the current generation."""
+        for tick in schedule.ticks(start, max(ended), SCHEDULE_MAX_TICKS_PER_ROUND):
+            if ended.get(tick, DELETED) == DELETED:
+                sent = self._send_tick(schedule, tick, now)
+                if tick in ended:
+                    self._end(sent, now, "deleted", DELETED)
 
     def _take_free_generation(self, schedule: FakeSchedule, now: int) -> None:
         """The server's: moves the schedule's generation on past any whose first ticks' msgIds a
@@ -875,14 +885,17 @@ class FakeServer:
         yet due withdrawn, the schedule planned anew from now under its next generation."""
         schedule, now = self._schedule_of(schedule_id), self.clock.now_ms()
         fields = self._checked_schedule(change(schedule), now, must_fire=must_fire)
-        floor = now if schedule.paused else self._withdraw(schedule, now, replanned=not fields["paused"])
+        ended = {} if schedule.paused else self._withdraw(schedule, now)  # nothing is planned while paused
         for name, value in fields.items():
             setattr(schedule, name, value)
         schedule.generation += 1
-        schedule.planned_until = max(floor, self._plan_from(fields, now))
+        start = schedule.planned_until = self._plan_from(fields, now)
         schedule.updated_at = schedule.planned_from = now
         if not schedule.paused:  # a paused one is checked when resumed
             self._take_free_generation(schedule, now)
+            if ended:
+                schedule.planned_until = max(start, max(ended))
+                self._send_past_ended(schedule, start, ended, now)
         self._plan_schedules(now)
         return {"schedule": schedule.wire(now)}
 
