@@ -13,9 +13,12 @@ from delayqueue.core.deadlines import loop_deadlines
 # The --http value of every uvicorn command that serves the project.
 HTTP_PROTOCOL = "delayqueue.api.http_protocol:BoundedHttpToolsProtocol"
 # A request line and headers past this are refused (HTTP 431); nginx's large_client_header_buffers
-# allow 32 KiB. Counted by whole reads that end no request's headers, so up to a read (256 KiB) more
-# may be taken: what a connection holds is bounded all the same.
+# allow 32 KiB. Counted by the pieces fed to the parser that end no request's headers, so up to two
+# pieces more may be taken.
 MAX_HEADER_BYTES = 65_536
+# A read (up to 256 KiB) is fed to the parser this much at a time: it parses all it is given at once,
+# so headers that came whole in one read were never counted, however big.
+FEED_BYTES = 4096
 # uvicorn stops reading a connection once one request waits behind the one being answered, so a
 # hang-up went unseen until a held long poll's end. Reading goes on while fewer than this wait: what a
 # connection holds stays bounded, and a client pipelining more has its hang-up seen late, as before.
@@ -40,16 +43,23 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def data_received(self, data: bytes) -> None:
         deadlines = loop_deadlines(self.loop)
-        waiting, done = self in deadlines.due, self.headers_done
-        super().data_received(data)
-        # Counted only when all of the read was the same request's line and headers.
-        if waiting and done == self.headers_done and self in deadlines.due:
-            self.header_bytes += len(data)
-            if self.header_bytes > MAX_HEADER_BYTES and not self.transport.is_closing():
-                deadlines.forget(self)
-                msg = f"request line and headers are over {MAX_HEADER_BYTES} bytes\n".encode()
-                self.transport.write(HEADERS_TOO_BIG % (len(msg), msg))
-                self.transport.close()
+        view = memoryview(data)
+        for start in range(0, len(data), FEED_BYTES):
+            piece = view[start:start + FEED_BYTES]
+            waiting, done = self in deadlines.due, self.headers_done
+            super().data_received(piece)
+            # Refused (HTTP 400 or 431) or upgraded: uvicorn drops the rest of the read.
+            if self.transport.is_closing() or self.parser.should_upgrade():
+                return
+            # Counted only when all of the piece was the same request's line and headers.
+            if waiting and done == self.headers_done and self in deadlines.due:
+                self.header_bytes += len(piece)
+                if self.header_bytes > MAX_HEADER_BYTES:
+                    deadlines.forget(self)
+                    msg = f"request line and headers are over {MAX_HEADER_BYTES} bytes\n".encode()
+                    self.transport.write(HEADERS_TOO_BIG % (len(msg), msg))
+                    self.transport.close()
+                    return
 
     def connection_made(self, transport) -> None:
         super().connection_made(transport)

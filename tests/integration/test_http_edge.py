@@ -99,6 +99,17 @@ def stream_chunked(port: int, path: str, total: int, headers: dict | None = None
     return sent, answer
 
 
+def read_to_end(sock: socket.socket) -> bytes:
+    """What the server sent until it closed the connection (a reset, for a request left unread, ends it too)."""
+    answers = b""
+    try:
+        while data := sock.recv(65_536):
+            answers += data
+    except ConnectionResetError:
+        pass
+    return answers
+
+
 def answer_body(answer: bytes) -> bytes:
     head, _, body = answer.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 "), answer[:200]
@@ -184,6 +195,21 @@ def test_headers_over_the_cap_are_refused_at_once(web):
         # ... and more to come: before, uvicorn kept every header byte until the header timeout, so a
         # fast client made a worker hold hundreds of MiB (this recv got b"" at the timeout).
         answer = sock.recv(65_536)
+        assert answer.startswith(b"HTTP/1.1 431 "), answer[:200]
+    # Whole in one write, first on the connection or after an answer: before, headers that came in
+    # one read (up to 256 KiB) were never counted, and these were served.
+    big = b"GET /camellia/health/check HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: " + b"a" * 80_000 + b"\r\n\r\n"
+    for answered_first in (False, True):
+        with socket.create_connection(("127.0.0.1", web.port), timeout=30) as sock:
+            if answered_first:
+                sock.sendall(b"GET /camellia/health/check HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+                first = b""
+                while not first.endswith(b"\r\n0\r\n\r\n"):  # the whole answer (chunked)
+                    data = sock.recv(65_536)
+                    assert data, first
+                    first += data
+            sock.sendall(big)
+            answer = read_to_end(sock)
         assert answer.startswith(b"HTTP/1.1 431 "), answer[:200]
     assert httpx.get(web.url + "/camellia/health/check", headers={"X-Big": "a" * 8000}).status_code == 200
 
