@@ -17,11 +17,13 @@ HTTP_PROTOCOL = "delayqueue.api.http_protocol:BoundedHttpToolsProtocol"
 # pieces more may be taken.
 MAX_HEADER_BYTES = 65_536
 # A read (up to 256 KiB) is fed to the parser this much at a time: it parses all it is given at once,
-# so headers that came whole in one read were never counted, however big.
+# so headers that came whole in one read were never counted, however big, and a read of small
+# pipelined requests queued thousands (each queued one cost a pass over those before it).
 FEED_BYTES = 4096
 # uvicorn stops reading a connection once one request waits behind the one being answered, so a
-# hang-up went unseen until a held long poll's end. Reading goes on while fewer than this wait: what a
-# connection holds stays bounded, and a client pipelining more has its hang-up seen late, as before.
+# hang-up went unseen until a held long poll's end. Reading goes on while fewer than this wait, and
+# the rest of a read is parsed only when fewer do: what a connection holds stays bounded, and a
+# client pipelining more has its hang-up seen late, as before.
 MAX_PIPELINED = 8
 HEADERS_TOO_BIG = (b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: text/plain; charset=utf-8\r\n"
                    b"connection: close\r\ncontent-length: %d\r\n\r\n%s")
@@ -30,6 +32,7 @@ HEADERS_TOO_BIG = (b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-typ
 class BoundedHttpToolsProtocol(HttpToolsProtocol):
     header_bytes = 0  # of the request whose headers are coming in
     headers_done = 0  # requests whose headers came in, on this connection
+    unparsed = b""  # read while MAX_PIPELINED requests wait
 
     def wait_for_headers(self) -> None:
         """From a new connection's start, or a request's first byte, until its headers are in."""
@@ -43,10 +46,17 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def data_received(self, data: bytes) -> None:
         deadlines = loop_deadlines(self.loop)
+        data, self.unparsed = self.unparsed + data, b""
         view = memoryview(data)
         for start in range(0, len(data), FEED_BYTES):
-            piece = view[start:start + FEED_BYTES]
             waiting, done = self in deadlines.due, self.headers_done
+            # The rest is parsed as the requests waiting are answered (on_response_complete); not in
+            # the middle of a request's headers, whose time runs.
+            if len(self.pipeline) >= MAX_PIPELINED and not waiting:
+                self.unparsed = data[start:]
+                self.flow.pause_reading()
+                return
+            piece = view[start:start + FEED_BYTES]
             super().data_received(piece)
             # Refused (HTTP 400 or 431) or upgraded: uvicorn drops the rest of the read.
             if self.transport.is_closing() or self.parser.should_upgrade():
@@ -60,6 +70,8 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
                     self.transport.write(HEADERS_TOO_BIG % (len(msg), msg))
                     self.transport.close()
                     return
+        if self in deadlines.due:  # the rest of a request's headers is read even while requests wait: its time runs
+            self.flow.resume_reading()
 
     def connection_made(self, transport) -> None:
         super().connection_made(transport)
@@ -80,6 +92,11 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             self.unanswered = [cycle for cycle in self.unanswered if not cycle.response_complete] + [earlier]
             if len(self.pipeline) < MAX_PIPELINED:
                 self.flow.resume_reading()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()  # starts the next request waiting, and reads on
+        if self.unparsed and len(self.pipeline) < MAX_PIPELINED and not self.transport.is_closing():
+            self.data_received(b"")
 
     def connection_lost(self, exc) -> None:
         loop_deadlines(self.loop).forget(self)

@@ -3,6 +3,7 @@ client is refused before its body is read, /metrics serves only this host withou
 token, the /t/<token>/ prefix leads only to the queue API and stays out of the logs, answers are
 never sniffed or cached, and debug pages hide the datastores' passwords. Attacks on the body go
 through a real uvicorn and a raw socket, as a client on the network would send them."""
+import contextlib
 import io
 import secrets
 import select
@@ -97,6 +98,22 @@ def stream_chunked(port: int, path: str, total: int, headers: dict | None = None
     finally:
         sock.close()
     return sent, answer
+
+
+def poll_request(token: str, topic: str) -> bytes:
+    """A long poll of 30 s, as a client writes it on its connection."""
+    poll = f"topic={topic}&longPollingTimeoutMillis=30000".encode()
+    return (f"POST {LONG_POLL} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {token}\r\n"
+            f"Content-Type: application/x-www-form-urlencoded\r\nContent-Length: {len(poll)}\r\n\r\n").encode() + poll
+
+
+@contextlib.contextmanager
+def held_poll(port: int, token: str, topic: str):
+    """A connection whose long poll the server holds."""
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        sock.sendall(poll_request(token, topic))
+        wait_for(lambda: held_polls(token) == 1, what="the poll to be held")
+        yield sock
 
 
 def read_to_end(sock: socket.socket) -> bytes:
@@ -219,12 +236,9 @@ def test_headers_over_the_cap_are_refused_at_once(web):
 def test_a_held_long_poll_with_a_request_pipelined_behind_it_stops_when_the_client_hangs_up(web, together):
     token = new_token("piped")
     auth = {"Authorization": f"Bearer {token}"}
-    poll = b"topic=piped&longPollingTimeoutMillis=30000"
     behind = b"GET /camellia/health/check HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
     with socket.create_connection(("127.0.0.1", web.port), timeout=30) as sock:
-        sock.sendall(f"POST {LONG_POLL} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {token}\r\n"
-                     f"Content-Type: application/x-www-form-urlencoded\r\nContent-Length: {len(poll)}\r\n\r\n".encode()
-                     + poll + (behind if together else b""))
+        sock.sendall(poll_request(token, "piped") + (behind if together else b""))
         wait_for(lambda: held_polls(token) == 1, what="the poll to be held")  # the GET waits behind it
         if not together:
             # Before, the GET's arrival stopped the reading (uvicorn queues a pipelined request so),
@@ -243,12 +257,7 @@ def test_a_held_long_poll_with_a_request_pipelined_behind_it_stops_when_the_clie
 @pytest.mark.process
 def test_requests_pipelined_behind_a_held_long_poll_are_answered_in_order_when_it_ends(web):
     token = new_token("queued")
-    poll = b"topic=queued&longPollingTimeoutMillis=30000"
-    with socket.create_connection(("127.0.0.1", web.port), timeout=30) as sock:
-        sock.sendall(f"POST {LONG_POLL} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {token}\r\n"
-                     f"Content-Type: application/x-www-form-urlencoded\r\nContent-Length: {len(poll)}\r\n\r\n".encode()
-                     + poll)
-        wait_for(lambda: held_polls(token) == 1, what="the poll to be held")
+    with held_poll(web.port, token, "queued") as sock:
         for i in range(20):  # more than the protocol reads on while they wait
             sock.sendall(f"GET /camellia/health/check?n={i} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
         sent = httpx.post(web.url + SEND, data={"topic": "queued", "msg": "m", "delayMillis": "0"},
@@ -261,6 +270,24 @@ def test_requests_pipelined_behind_a_held_long_poll_are_answered_in_order_when_i
     first, _, rest = answers.partition(b"HTTP/1.1 200 ")[2].partition(b"HTTP/1.1 200 ")
     assert sent.json()["delayMsg"]["msgId"].encode() in first  # the poll's answer came first
     assert rest.count(b"HTTP/1.1 200 ") == 19
+
+
+@pytest.mark.process
+def test_thousands_of_requests_pipelined_behind_a_held_long_poll_do_not_stall_the_worker(web):
+    token = new_token("flood")
+    with held_poll(web.port, token, "flood") as sock:
+        # As many as the sockets' buffers take at once: the server reads on only while few wait.
+        sock.setblocking(False)
+        flood, sent = b"GET /camellia/health/check HTTP/1.1\r\n\r\n" * 50_000, 0
+        with contextlib.suppress(BlockingIOError):
+            while sent < len(flood):
+                sent += sock.send(flood[sent:])
+        assert sent > 300_000, sent  # more than a read (256 KiB)
+        httpx.post(web.url + SEND, data={"topic": "flood", "msg": "m", "delayMillis": "0"},
+                   headers={"Authorization": f"Bearer {token}"})  # the poll answers: the flood is read
+        # Before, every read of them (thousands at once) cost the worker seconds, growing: this timed out.
+        checked = httpx.get(web.url + "/camellia/health/check", timeout=3)
+        assert checked.status_code == 200
 
 
 @pytest.mark.process
