@@ -35,7 +35,8 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     unparsed = b""  # read while MAX_PIPELINED requests wait
 
     def wait_for_headers(self) -> None:
-        """From a new connection's start, or a request's first byte, until its headers are in."""
+        """From a new connection's start, a request's first byte, or the first byte after an answer (a
+        blank line begins no request, and stops uvicorn's keep-alive timeout), until its headers are in."""
         deadlines = loop_deadlines(self.loop)
         if self not in deadlines.due:
             deadlines.watch(self, load_config().header_timeout_millis / 1000, self.headers_too_slow)
@@ -45,6 +46,8 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             self.transport.close()
 
     def data_received(self, data: bytes) -> None:
+        if self.timeout_keep_alive_task is not None:  # idle after an answer
+            self.wait_for_headers()
         deadlines = loop_deadlines(self.loop)
         data, self.unparsed = self.unparsed + data, b""
         view = memoryview(data)
