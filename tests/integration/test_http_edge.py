@@ -117,10 +117,10 @@ def held_poll(port: int, token: str, topic: str):
 
 
 def health_check_on(sock: socket.socket) -> None:
-    """A health check on the connection, its whole answer read (chunked: up to its last chunk)."""
+    """A health check on the connection, its whole answer read."""
     sock.sendall(b"GET /camellia/health/check HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
     answer = b""
-    while not answer.endswith(b"\r\n0\r\n\r\n"):
+    while not answer.endswith(b'{"code":200}'):
         data = sock.recv(65_536)
         assert data, answer
         answer += data
@@ -300,6 +300,19 @@ def test_thousands_of_requests_pipelined_behind_a_held_long_poll_do_not_stall_th
         # Before, every read of them (thousands at once) cost the worker seconds, growing: this timed out.
         checked = httpx.get(web.url + "/camellia/health/check", timeout=3)
         assert checked.status_code == 200
+
+
+@pytest.mark.process
+def test_an_http_1_0_client_gets_the_queue_api_answers_unchunked(web):
+    token = new_token("old")
+    for request in (b"GET /camellia/health/check HTTP/1.0\r\n\r\n",
+                    f"GET /t/{token}/camellia/delayQueue/getTopicInfoList HTTP/1.0\r\n\r\n".encode()):
+        with socket.create_connection(("127.0.0.1", web.port), timeout=30) as sock:
+            sock.sendall(request)
+            head, _, body = read_to_end(sock).partition(b"\r\n\r\n")
+        # An HTTP/1.0 client knows no chunked encoding: before, it read the chunks' sizes as the answer.
+        assert b"transfer-encoding" not in head.lower(), head
+        assert f"content-length: {len(body)}".encode() in head.lower() and body.startswith(b'{"code":200'), body
 
 
 @pytest.mark.process
