@@ -3,8 +3,11 @@ client takes over them, DELAYQUEUE_HEADER_TIMEOUT_MILLIS, and their size, MAX_HE
 has neither, so a connection that sends nothing, or a header byte now and then, is otherwise held
 for ever, and one that sends an endless header has it kept in memory until the timeout. A hang-up
 is told to every request of the connection being answered, not only to its last, and is seen while
-requests wait behind a held one. The bodies are
-bounded in api/asgi.py. Served by `uvicorn --http delayqueue.api.http_protocol:BoundedHttpToolsProtocol`."""
+requests wait behind a held one; a request refused behind others is answered after them. The bodies
+are bounded in api/asgi.py. Served by `uvicorn --http delayqueue.api.http_protocol:BoundedHttpToolsProtocol`."""
+from collections.abc import Callable
+from functools import partial
+
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from delayqueue.config.settings import load_config
@@ -33,6 +36,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     header_bytes = 0  # of the request whose headers are coming in
     headers_done = 0  # requests whose headers came in, on this connection
     unparsed = b""  # read while MAX_PIPELINED requests wait
+    refusal: Callable[[], None] | None = None  # of a request refused behind others, answered after them
 
     def wait_for_headers(self) -> None:
         """From a new connection's start, a request's first byte, or the first byte after an answer (a
@@ -45,7 +49,29 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         if not self.transport.is_closing():
             self.transport.close()
 
+    def refuse(self, answer: Callable[[], None]) -> None:
+        """Refuses the request coming in: `answer` writes why and closes the connection, once the requests
+        before it are answered (written at once, it was read as the first one's answer, which was lost).
+        A request refused in its body is the one being read: answered at once, as uvicorn does."""
+        loop_deadlines(self.loop).forget(self)
+        self.unparsed = b""
+        self.flow.pause_reading()
+        if self.cycle is None or self.cycle.response_complete or self.cycle.more_body:
+            answer()
+        else:
+            self.refusal = answer
+
+    def send_400_response(self, msg: str) -> None:  # uvicorn's answer to a request it cannot parse
+        self.refuse(partial(super().send_400_response, msg))
+
+    def headers_too_big(self) -> None:
+        msg = f"request line and headers are over {MAX_HEADER_BYTES} bytes\n".encode()
+        self.transport.write(HEADERS_TOO_BIG % (len(msg), msg))
+        self.transport.close()
+
     def data_received(self, data: bytes) -> None:
+        if self.refusal is not None:  # nothing after a refused request is read
+            return
         if self.timeout_keep_alive_task is not None:  # idle after an answer
             self.wait_for_headers()
         deadlines = loop_deadlines(self.loop)
@@ -61,17 +87,14 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
                 return
             piece = view[start:start + FEED_BYTES]
             super().data_received(piece)
-            # Refused (HTTP 400 or 431) or upgraded: uvicorn drops the rest of the read.
-            if self.transport.is_closing() or self.parser.should_upgrade():
+            # Refused (HTTP 400: see refuse) or upgraded: the rest of the read is dropped, as uvicorn does.
+            if self.transport.is_closing() or self.refusal is not None or self.parser.should_upgrade():
                 return
             # Counted only when all of the piece was the same request's line and headers.
             if waiting and done == self.headers_done and self in deadlines.due:
                 self.header_bytes += len(piece)
                 if self.header_bytes > MAX_HEADER_BYTES:
-                    deadlines.forget(self)
-                    msg = f"request line and headers are over {MAX_HEADER_BYTES} bytes\n".encode()
-                    self.transport.write(HEADERS_TOO_BIG % (len(msg), msg))
-                    self.transport.close()
+                    self.refuse(self.headers_too_big)
                     return
         if self in deadlines.due:  # the rest of a request's headers is read even while requests wait: its time runs
             self.flow.resume_reading()
@@ -97,6 +120,8 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
                 self.flow.resume_reading()
 
     def on_response_complete(self) -> None:
+        if self.refusal is not None and not self.pipeline:  # the last request before the refused one
+            self.refusal()
         super().on_response_complete()  # starts the next request waiting, and reads on
         if self.unparsed and len(self.pipeline) < MAX_PIPELINED and not self.transport.is_closing():
             self.data_received(b"")

@@ -5,6 +5,7 @@ never sniffed or cached, and debug pages hide the datastores' passwords. Attacks
 through a real uvicorn and a raw socket, as a client on the network would send them."""
 import contextlib
 import io
+import re
 import secrets
 import select
 import socket
@@ -241,6 +242,19 @@ def test_headers_over_the_cap_are_refused_at_once(web):
             answer = read_to_end(sock)
         assert answer.startswith(b"HTTP/1.1 431 "), answer[:200]
     assert httpx.get(web.url + "/camellia/health/check", headers={"X-Big": "a" * 8000}).status_code == 200
+
+
+@pytest.mark.process
+def test_a_request_refused_behind_others_is_answered_after_them(web):
+    check = b"GET /camellia/health/check HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+    big = b"GET /camellia/health/check HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: " + b"a" * 80_000 + b"\r\n\r\n"
+    for refused, status in ((b"NOT HTTP AT ALL\r\n\r\n", b"400"), (big, b"431")):
+        with socket.create_connection(("127.0.0.1", web.port), timeout=30) as sock:
+            sock.sendall(check * 2 + refused)
+            answers = read_to_end(sock)
+        # Before, the refusal was written at once, read as the first request's answer, and the answers
+        # of both were lost (for a sendMsg: the message sent, the client told 400, and sending it again).
+        assert re.findall(rb"HTTP/1.1 (\d+) ", answers) == [b"200", b"200", status], answers
 
 
 @pytest.mark.process
