@@ -37,6 +37,8 @@ TOKEN_PREFIXED_PATHS = "camellia/"
 UNSERVED_TOKEN_PREFIX = "/t/-/"
 # Every answer of the queue API: never sniffed as another type, never kept by a cache.
 ANSWER_HEADERS = ((b"X-Content-Type-Options", b"nosniff"), (b"Cache-Control", b"no-store"))
+# Answers that carry no body, nor a Content-Length (RFC 9110 8.6).
+NO_BODY_STATUSES = (204, 304)
 # The methods the queue endpoints take parameters by (the query string, a body); the others they refuse.
 BODY_METHODS = ("GET", "POST")
 
@@ -213,11 +215,16 @@ class EventLoopAPIHandler(BoundedASGIHandler):
         self._middleware_chain = convert_exception_to_response(self._get_response_async)
 
     async def send_response(self, response, send):
+        # Without it uvicorn chunks the answer, even to an HTTP/1.0 client, which knows no chunks (Django's
+        # CommonMiddleware sets it on the other answers). None on a 204 or 304, which have no body.
+        length = (() if response.streaming or response.status_code in NO_BODY_STATUSES
+                  else ((b"Content-Length", b"%d" % len(response.content)),))
+
         async def send_with_answer_headers(message):
             # Added as bytes to the start message: through the response object each costs a send
             # more than the rest of its answer's headers.
             if message["type"] == "http.response.start":
-                message["headers"] = [*message["headers"], *ANSWER_HEADERS]
+                message["headers"] = [*message["headers"], *ANSWER_HEADERS, *length]
             await send(message)
 
         await super().send_response(response, send_with_answer_headers)

@@ -15,6 +15,7 @@ from django.contrib.auth.models import User
 from django.test.utils import override_settings
 
 import project.settings
+from delayqueue.api.http_protocol import HTTP_PROTOCOL
 from delayqueue.models import Message
 from delayqueue.runtime import run_with_runtime
 from delayqueue.services.consume import pull_messages
@@ -44,7 +45,8 @@ def uvicorn_server():
     log = open(ARTIFACTS / "uvicorn.log", "wb")
     proc = subprocess.Popen(
         [sys.executable, "-m", "uvicorn", "project.asgi:application", "--host", "127.0.0.1", "--port", str(port),
-         "--lifespan", "off", "--no-access-log"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+         "--lifespan", "off", "--no-access-log", "--http", HTTP_PROTOCOL], cwd=ROOT, env=env, stdout=log,
+        stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 30
         while True:

@@ -3,7 +3,9 @@ client is refused before its body is read, /metrics serves only this host withou
 token, the /t/<token>/ prefix leads only to the queue API and stays out of the logs, answers are
 never sniffed or cached, and debug pages hide the datastores' passwords. Attacks on the body go
 through a real uvicorn and a raw socket, as a client on the network would send them."""
+import contextlib
 import io
+import re
 import secrets
 import select
 import socket
@@ -99,6 +101,44 @@ def stream_chunked(port: int, path: str, total: int, headers: dict | None = None
     return sent, answer
 
 
+def poll_request(token: str, topic: str) -> bytes:
+    """A long poll of 30 s, as a client writes it on its connection."""
+    poll = f"topic={topic}&longPollingTimeoutMillis=30000".encode()
+    return (f"POST {LONG_POLL} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {token}\r\n"
+            f"Content-Type: application/x-www-form-urlencoded\r\nContent-Length: {len(poll)}\r\n\r\n").encode() + poll
+
+
+@contextlib.contextmanager
+def held_poll(port: int, token: str, topic: str):
+    """A connection whose long poll the server holds."""
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        sock.sendall(poll_request(token, topic))
+        wait_for(lambda: held_polls(token) == 1, what="the poll to be held")
+        yield sock
+
+
+def health_check_on(sock: socket.socket) -> None:
+    """A health check on the connection, its whole answer read."""
+    sock.sendall(b"GET /camellia/health/check HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+    answer = b""
+    while not answer.endswith(b'{"code":200}'):
+        data = sock.recv(65_536)
+        assert data, answer
+        answer += data
+    assert answer.startswith(b"HTTP/1.1 200 "), answer
+
+
+def read_to_end(sock: socket.socket) -> bytes:
+    """What the server sent until it closed the connection (a reset, for a request left unread, ends it too)."""
+    answers = b""
+    try:
+        while data := sock.recv(65_536):
+            answers += data
+    except ConnectionResetError:
+        pass
+    return answers
+
+
 def answer_body(answer: bytes) -> bytes:
     head, _, body = answer.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 "), answer[:200]
@@ -167,13 +207,19 @@ def test_a_client_that_trickles_its_body_is_cut_off_after_the_timeout(web):
 
 
 @pytest.mark.process
-@pytest.mark.parametrize("sent", [b"", b"POST /camellia/delayQueue/sendMsg HTTP/1.1\r\nHost: 127.0.0.1\r\n"],
-                         ids=["nothing", "half the headers"])
-def test_a_client_that_never_finishes_its_headers_is_cut_off_after_the_timeout(web, sent):
-    with socket.create_connection(("127.0.0.1", web.port), timeout=30) as sock:
-        sock.sendall(sent)
-        # ... and nothing more: before, uvicorn held the connection for ever (this recv timed out).
-        assert sock.recv(65_536) == b""
+def test_a_client_that_never_finishes_its_headers_is_cut_off_after_the_timeout(web):
+    # Nothing; half the headers; a blank line after an answer (it begins no request, and stopped
+    # uvicorn's keep-alive timeout). Each on its connection, all at once: the timeouts run together.
+    sent = [(False, b""), (False, b"POST /camellia/delayQueue/sendMsg HTTP/1.1\r\nHost: 127.0.0.1\r\n"),
+            (True, b"\r\n")]
+    with contextlib.ExitStack() as stack:
+        socks = [stack.enter_context(socket.create_connection(("127.0.0.1", web.port), timeout=30)) for _ in sent]
+        for sock, (answered, data) in zip(socks, sent):
+            if answered:
+                health_check_on(sock)
+            sock.sendall(data)
+        # ... and nothing more: before, uvicorn held each connection for ever (this recv timed out).
+        assert [sock.recv(65_536) for sock in socks] == [b""] * len(sent)
     assert httpx.get(web.url + "/camellia/health/check").status_code == 200
 
 
@@ -185,7 +231,30 @@ def test_headers_over_the_cap_are_refused_at_once(web):
         # fast client made a worker hold hundreds of MiB (this recv got b"" at the timeout).
         answer = sock.recv(65_536)
         assert answer.startswith(b"HTTP/1.1 431 "), answer[:200]
+    # Whole in one write, first on the connection or after an answer: before, headers that came in
+    # one read (up to 256 KiB) were never counted, and these were served.
+    big = b"GET /camellia/health/check HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: " + b"a" * 80_000 + b"\r\n\r\n"
+    for answered_first in (False, True):
+        with socket.create_connection(("127.0.0.1", web.port), timeout=30) as sock:
+            if answered_first:
+                health_check_on(sock)
+            sock.sendall(big)
+            answer = read_to_end(sock)
+        assert answer.startswith(b"HTTP/1.1 431 "), answer[:200]
     assert httpx.get(web.url + "/camellia/health/check", headers={"X-Big": "a" * 8000}).status_code == 200
+
+
+@pytest.mark.process
+def test_a_request_refused_behind_others_is_answered_after_them(web):
+    check = b"GET /camellia/health/check HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+    big = b"GET /camellia/health/check HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: " + b"a" * 80_000 + b"\r\n\r\n"
+    for refused, status in ((b"NOT HTTP AT ALL\r\n\r\n", b"400"), (big, b"431")):
+        with socket.create_connection(("127.0.0.1", web.port), timeout=30) as sock:
+            sock.sendall(check * 2 + refused)
+            answers = read_to_end(sock)
+        # Before, the refusal was written at once, read as the first request's answer, and the answers
+        # of both were lost (for a sendMsg: the message sent, the client told 400, and sending it again).
+        assert re.findall(rb"HTTP/1.1 (\d+) ", answers) == [b"200", b"200", status], answers
 
 
 @pytest.mark.process
@@ -193,12 +262,9 @@ def test_headers_over_the_cap_are_refused_at_once(web):
 def test_a_held_long_poll_with_a_request_pipelined_behind_it_stops_when_the_client_hangs_up(web, together):
     token = new_token("piped")
     auth = {"Authorization": f"Bearer {token}"}
-    poll = b"topic=piped&longPollingTimeoutMillis=30000"
     behind = b"GET /camellia/health/check HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
     with socket.create_connection(("127.0.0.1", web.port), timeout=30) as sock:
-        sock.sendall(f"POST {LONG_POLL} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {token}\r\n"
-                     f"Content-Type: application/x-www-form-urlencoded\r\nContent-Length: {len(poll)}\r\n\r\n".encode()
-                     + poll + (behind if together else b""))
+        sock.sendall(poll_request(token, "piped") + (behind if together else b""))
         wait_for(lambda: held_polls(token) == 1, what="the poll to be held")  # the GET waits behind it
         if not together:
             # Before, the GET's arrival stopped the reading (uvicorn queues a pipelined request so),
@@ -217,12 +283,7 @@ def test_a_held_long_poll_with_a_request_pipelined_behind_it_stops_when_the_clie
 @pytest.mark.process
 def test_requests_pipelined_behind_a_held_long_poll_are_answered_in_order_when_it_ends(web):
     token = new_token("queued")
-    poll = b"topic=queued&longPollingTimeoutMillis=30000"
-    with socket.create_connection(("127.0.0.1", web.port), timeout=30) as sock:
-        sock.sendall(f"POST {LONG_POLL} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {token}\r\n"
-                     f"Content-Type: application/x-www-form-urlencoded\r\nContent-Length: {len(poll)}\r\n\r\n".encode()
-                     + poll)
-        wait_for(lambda: held_polls(token) == 1, what="the poll to be held")
+    with held_poll(web.port, token, "queued") as sock:
         for i in range(20):  # more than the protocol reads on while they wait
             sock.sendall(f"GET /camellia/health/check?n={i} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
         sent = httpx.post(web.url + SEND, data={"topic": "queued", "msg": "m", "delayMillis": "0"},
@@ -235,6 +296,37 @@ def test_requests_pipelined_behind_a_held_long_poll_are_answered_in_order_when_i
     first, _, rest = answers.partition(b"HTTP/1.1 200 ")[2].partition(b"HTTP/1.1 200 ")
     assert sent.json()["delayMsg"]["msgId"].encode() in first  # the poll's answer came first
     assert rest.count(b"HTTP/1.1 200 ") == 19
+
+
+@pytest.mark.process
+def test_thousands_of_requests_pipelined_behind_a_held_long_poll_do_not_stall_the_worker(web):
+    token = new_token("flood")
+    with held_poll(web.port, token, "flood") as sock:
+        # As many as the sockets' buffers take at once: the server reads on only while few wait.
+        sock.setblocking(False)
+        flood, sent = b"GET /camellia/health/check HTTP/1.1\r\n\r\n" * 50_000, 0
+        with contextlib.suppress(BlockingIOError):
+            while sent < len(flood):
+                sent += sock.send(flood[sent:])
+        assert sent > 300_000, sent  # more than a read (256 KiB)
+        httpx.post(web.url + SEND, data={"topic": "flood", "msg": "m", "delayMillis": "0"},
+                   headers={"Authorization": f"Bearer {token}"})  # the poll answers: the flood is read
+        # Before, every read of them (thousands at once) cost the worker seconds, growing: this timed out.
+        checked = httpx.get(web.url + "/camellia/health/check", timeout=3)
+        assert checked.status_code == 200
+
+
+@pytest.mark.process
+def test_an_http_1_0_client_gets_the_queue_api_answers_unchunked(web):
+    token = new_token("old")
+    for request in (b"GET /camellia/health/check HTTP/1.0\r\n\r\n",
+                    f"GET /t/{token}/camellia/delayQueue/getTopicInfoList HTTP/1.0\r\n\r\n".encode()):
+        with socket.create_connection(("127.0.0.1", web.port), timeout=30) as sock:
+            sock.sendall(request)
+            head, _, body = read_to_end(sock).partition(b"\r\n\r\n")
+        # An HTTP/1.0 client knows no chunked encoding: before, it read the chunks' sizes as the answer.
+        assert b"transfer-encoding" not in head.lower(), head
+        assert f"content-length: {len(body)}".encode() in head.lower() and body.startswith(b'{"code":200'), body
 
 
 @pytest.mark.process

@@ -382,45 +382,23 @@ def test_the_dashboard_warns_in_open_mode_only(admin_client, settings, clean_sta
 
 # --- Real uvicorn processes
 
-def start_uvicorn(log_path, access_log: bool) -> tuple[subprocess.Popen, str]:
-    port = free_port()
-    env = dict(scanner_env(), REDIS_URL=REDIS_URL, DELAYQUEUE_AUTH="tokens")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "project.asgi:application", "--host", "127.0.0.1", "--port", str(port),
-         "--lifespan", "off", *(() if access_log else ("--no-access-log",))],
-        cwd=ROOT, env=env, stdout=open(log_path, "wb"), stderr=subprocess.STDOUT)
-    return proc, f"http://127.0.0.1:{port}"
-
-
-def wait_serving(proc, url, log_path, timeout=30):
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            httpx.get(url + "/camellia/health/check", timeout=1)
-            return
-        except httpx.TransportError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise AssertionError(f"uvicorn did not start: {log_path.read_text()}")
-            time.sleep(0.1)
-
-
 @pytest.fixture
-def two_web_processes(clean_state, tmp_path):
-    started = [start_uvicorn(tmp_path / f"uvicorn{i}.log", access_log=i == 0) for i in range(2)]
+def two_web_processes(clean_state):
+    """Two web processes with tokens required, the first with its access log on."""
+    procs = [WebProcess(f"tokens{i}", dict(scanner_env(), REDIS_URL=REDIS_URL, DELAYQUEUE_AUTH="tokens"),
+                        access_log=i == 0) for i in range(2)]
     try:
-        for i, (proc, url) in enumerate(started):
-            wait_serving(proc, url, tmp_path / f"uvicorn{i}.log")
-        yield [url for _proc, url in started], tmp_path / "uvicorn0.log"
+        for proc in procs:
+            proc.wait_started()
+        yield procs
     finally:
-        for proc, _url in started:
-            proc.terminate()
-        for proc, _url in started:
-            proc.wait(timeout=15)
+        for proc in procs:
+            proc.stop()
 
 
 @pytest.mark.process
 def test_java_sdk_style_prefix_bearer_and_revocation_across_two_web_processes(two_web_processes):
-    (first, second), access_log = two_web_processes
+    first, second = (proc.url for proc in two_web_processes)
     token = new_token(name="app")
     # camellia's Java SDK, configured with <url>/t/<token>, appends /camellia/delayQueue/<endpoint>
     # and sends a form body.
@@ -437,7 +415,7 @@ def test_java_sdk_style_prefix_bearer_and_revocation_across_two_web_processes(tw
             answer = httpx.post(f"{url}{prefix}/camellia/delayQueue/pullMsg", data={"topic": "t"},
                                 headers=headers).json()
             assert answer == {"code": 401, "msg": "invalid or revoked API token"}
-    logged = access_log.read_text()
+    logged = two_web_processes[0].output()
     assert "/camellia/delayQueue/sendMsg" in logged and "/camellia/delayQueue/pullMsg" in logged
     assert token not in logged and "/t/" not in logged
 
