@@ -315,6 +315,11 @@ def _send_reply(code: int, value, new_topic: bool, now_us: int) -> SendReply:
     return SendReply(False, 0, Message.from_json(value), new_topic)
 
 
+def _hour_counts(flat) -> list[tuple[int, int]]:
+    """A cold_hours hash as the count scripts reply it (hour, count, ...): (hour, count) pairs."""
+    return list(zip(map(int, flat[::2]), map(int, flat[1::2])))
+
+
 def _pull_reply(raw) -> PullReply:
     if int(raw[1]) < 0:
         return PullReply(int(raw[0]), [], 0, paused=True)
@@ -397,12 +402,10 @@ RAISE_HOT = Script("raise_hot", lambda raw: None if raw[0] == "" else HotWindow(
                                                                               None if raw[2] == "" else int(raw[2])))
 LOAD_COLD = Script("load_cold", lambda raw: LoadReply(*map(int, raw)))
 UNPACK_DUE = Script("unpack_due", _scan_reply)
-COLD_PART = Script("cold_part", lambda raw: None if raw is None else ColdPart(
-    int(raw[0]), list(zip(map(int, raw[1::2]), map(int, raw[2::2])))))
+
+COLD_PART = Script("cold_part", lambda raw: None if raw is None else ColdPart(int(raw[0]), _hour_counts(raw[1:])))
 FORGET_COLD = Script("forget_cold", lambda raw: raw == 1)
-HAND_COLD = Script("hand_cold", lambda raw: HandedPart(raw[0], int(raw[1]), list(zip(map(int, raw[2::2]),
-                                                                                   map(int, raw[3::2]))))
-                   if raw else None)
+HAND_COLD = Script("hand_cold", lambda raw: HandedPart(raw[0], int(raw[1]), _hour_counts(raw[2:])) if raw else None)
 RECEIVE_COLD = Script("receive_cold", lambda raw: raw == 1)
 HANDED_COLD = Script("handed_cold", lambda raw: raw == 1)
 IS_COLD = Script("is_cold", lambda raw: raw == 1)
